@@ -1,0 +1,63 @@
+"""One FilterSet per model, shared by the HTML lists and the API."""
+
+import django_filters
+from django.db.models import Q
+
+from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+
+
+class RackFilter(django_filters.FilterSet):
+    name = django_filters.CharFilter(lookup_expr="icontains")
+    system_model = django_filters.ChoiceFilter(choices=SystemModel.choices)
+    location = django_filters.CharFilter(lookup_expr="icontains")
+    has_problems = django_filters.BooleanFilter(method="filter_has_problems", label="Has fabric problems")
+
+    class Meta:
+        model = Rack
+        fields = ["name", "system_model", "location", "has_problems"]
+
+    def filter_has_problems(self, queryset, name, value):
+        problem_trays = ComputeTray.objects.exclude(fabric_problems=[]).values("rack_id")
+        unhealthy = Gpu.objects.exclude(health__in=[GpuHealth.HEALTHY, GpuHealth.NOT_SUPPORTED]).values(
+            "tray__rack_id"
+        )
+        condition = Q(pk__in=problem_trays) | Q(pk__in=unhealthy)
+        return queryset.filter(condition) if value else queryset.exclude(condition)
+
+
+class NVLinkPartitionFilter(django_filters.FilterSet):
+    rack = django_filters.CharFilter(field_name="rack__name")
+    clique_id = django_filters.NumberFilter()
+
+    class Meta:
+        model = NVLinkPartition
+        fields = ["rack", "clique_id", "name"]
+
+
+class ComputeTrayFilter(django_filters.FilterSet):
+    rack = django_filters.CharFilter(field_name="rack__name")
+    state = django_filters.MultipleChoiceFilter(choices=TrayState.choices)
+    clique_id = django_filters.NumberFilter(field_name="partition__clique_id")
+    hostname = django_filters.CharFilter(lookup_expr="icontains")
+    has_problems = django_filters.BooleanFilter(method="filter_has_problems", label="Has fabric problems")
+
+    class Meta:
+        model = ComputeTray
+        fields = ["rack", "state", "clique_id", "hostname", "has_problems"]
+
+    def filter_has_problems(self, queryset, name, value):
+        return queryset.exclude(fabric_problems=[]) if value else queryset.filter(fabric_problems=[])
+
+
+class GpuFilter(django_filters.FilterSet):
+    rack = django_filters.CharFilter(field_name="tray__rack__name")
+    tray = django_filters.CharFilter(field_name="tray__hostname")
+    health = django_filters.MultipleChoiceFilter(choices=GpuHealth.choices)
+    fabric_state = django_filters.MultipleChoiceFilter(choices=FabricState.choices)
+    clique_id = django_filters.NumberFilter(field_name="reported_clique_id")
+    intended_clique_id = django_filters.NumberFilter(field_name="tray__partition__clique_id")
+
+    class Meta:
+        model = Gpu
+        fields = ["rack", "tray", "health", "fabric_state", "clique_id", "intended_clique_id", "uuid"]

@@ -1,0 +1,42 @@
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from inventory.choices import SystemModel
+from inventory.demo import seed_datacenter
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+
+MODELS = {"gb200": SystemModel.GB200_NVL72, "gb300": SystemModel.GB300_NVL72}
+
+
+class Command(BaseCommand):
+    help = "Seed a realistic, deterministic demo datacenter of NVL72 racks. Does nothing if racks exist."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--racks", type=int, default=8, help="number of NVL72 racks (default 8)")
+        parser.add_argument("--model", choices=sorted(MODELS), default="gb200", help="system model")
+        parser.add_argument("--seed", type=int, default=7, help="random seed (same seed, same datacenter)")
+        parser.add_argument("--reset", action="store_true", help="delete the existing inventory first")
+
+    def handle(self, *args, racks, model, seed, reset, **options):
+        if racks < 1:
+            raise CommandError("--racks must be at least 1")
+        existing = Rack.objects.count()
+        if existing and not reset:
+            self.stdout.write(f"Inventory already has {existing} racks; nothing seeded (use --reset to replace).")
+            return
+        started = time.perf_counter()
+        with transaction.atomic():
+            if reset:
+                Gpu.objects.all().delete()
+                ComputeTray.objects.all().delete()
+                NVLinkPartition.objects.all().delete()
+                Rack.objects.all().delete()
+            result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Seeded {result.racks} racks, {result.trays} trays, {result.gpus} GPUs, "
+                f"{result.partitions} NVLink partitions in {time.perf_counter() - started:.1f}s."
+            )
+        )

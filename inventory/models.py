@@ -1,0 +1,181 @@
+"""The fabric inventory: racks (NVLink domains), compute trays, GPUs and NVLink partitions.
+
+A rack is one NVLink domain of 18 compute trays x 4 GPUs. It is carved into NVLink partitions at tray
+granularity; the default partition (clique ID 32766) covers the whole rack. What the inventory *intends*
+(a tray's partition) and what the nodes *report* (each GPU's cluster UUID and clique ID) are kept side by
+side so drift between them is visible.
+"""
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
+
+TRAYS_PER_RACK = 18
+GPUS_PER_TRAY = 4
+DEFAULT_CLIQUE_ID = 32766
+MAX_CLIQUE_ID = 32766
+
+
+class RackQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        # The physical inventory is shared: every signed-in user may read it; changes are admin-only.
+        return self if user.is_authenticated else self.none()
+
+
+class Rack(models.Model):
+    """One NVL72 rack: a single NVLink domain whose GPUs all report the same cluster UUID."""
+
+    name = models.CharField(max_length=64)
+    system_model = models.CharField(max_length=32, choices=SystemModel.choices, default=SystemModel.GB200_NVL72)
+    cluster_uuid = models.UUIDField(
+        null=True, blank=True, help_text="NVLink domain cluster UUID; learned from discovery when empty."
+    )
+    location = models.CharField(max_length=128, blank=True, help_text="Site, hall, row and position.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RackQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
+            models.UniqueConstraint(fields=["cluster_uuid"], name="%(app_label)s_%(class)s_unique_cluster_uuid"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class NVLinkPartitionQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if user.is_authenticated else self.none()
+
+
+class NVLinkPartition(models.Model):
+    """A set of trays of one rack whose GPUs share a clique ID (one NVLink partition)."""
+
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="partitions")
+    clique_id = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_CLIQUE_ID)])
+    name = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = NVLinkPartitionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["rack__name", "clique_id"]
+        verbose_name = "NVLink partition"
+        constraints = [
+            models.UniqueConstraint(fields=["rack", "clique_id"], name="%(app_label)s_%(class)s_unique_clique"),
+            models.UniqueConstraint(fields=["rack", "name"], name="%(app_label)s_%(class)s_unique_name"),
+            # Target of the trays' composite foreign key (partition, rack): see migration 0002.
+            models.UniqueConstraint(fields=["id", "rack"], name="%(app_label)s_%(class)s_unique_id_rack"),
+            models.CheckConstraint(
+                condition=Q(clique_id__gte=1, clique_id__lte=MAX_CLIQUE_ID),
+                name="%(app_label)s_%(class)s_clique_id_range",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.rack.name} {self.name}"
+
+    @property
+    def is_default(self) -> bool:
+        return self.clique_id == DEFAULT_CLIQUE_ID
+
+
+class ComputeTrayQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if user.is_authenticated else self.none()
+
+
+class ComputeTray(models.Model):
+    """One compute tray (a node: 4 GPUs, 2 Grace CPUs) in a rack slot."""
+
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="trays")
+    slot = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)])
+    hostname = models.CharField(max_length=128)
+    state = models.CharField(max_length=16, choices=TrayState.choices, default=TrayState.UP)
+    state_reason = models.CharField(max_length=255, blank=True)
+    ib_port_guids = models.JSONField(default=list, blank=True, help_text='InfiniBand port GUIDs, "0x" + 16 hex.')
+    # The partition the inventory intends this tray to be in. One foreign key: a tray can never be in two
+    # partitions; the composite foreign key (partition, rack) added in migration 0002 keeps it in its rack.
+    partition = models.ForeignKey(
+        NVLinkPartition, on_delete=models.PROTECT, null=True, blank=True, related_name="trays"
+    )
+    # What the node last reported, as "<cluster_uuid>.<clique_id>" (GPU Feature Discovery rule); kept at
+    # the last good value when a later report has problems.
+    reported_clique = models.CharField(max_length=64, blank=True)
+    fabric_problems = models.JSONField(default=list, blank=True)
+    last_report = models.JSONField(null=True, blank=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ComputeTrayQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["rack__name", "slot"]
+        verbose_name = "compute tray"
+        permissions = [("report_discovery", "Can post fabric discovery reports (node agents)")]
+        constraints = [
+            models.UniqueConstraint(fields=["rack", "slot"], name="%(app_label)s_%(class)s_unique_slot"),
+            models.UniqueConstraint(fields=["hostname"], name="%(app_label)s_%(class)s_unique_hostname"),
+            models.CheckConstraint(
+                condition=Q(slot__gte=1, slot__lte=TRAYS_PER_RACK), name="%(app_label)s_%(class)s_slot_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(state=TrayState.UP) | ~Q(state_reason=""),
+                name="%(app_label)s_%(class)s_reason_unless_up",
+                violation_error_message="A tray that is not up needs a reason.",
+            ),
+        ]
+
+    def __str__(self):
+        return self.hostname
+
+
+class GpuQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if user.is_authenticated else self.none()
+
+
+class Gpu(models.Model):
+    """One GPU. `tray` is empty for a GPU that was removed from its tray (kept, not forgotten)."""
+
+    tray = models.ForeignKey(ComputeTray, on_delete=models.PROTECT, null=True, blank=True, related_name="gpus")
+    index = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(GPUS_PER_TRAY - 1)]
+    )
+    uuid = models.CharField(max_length=64, help_text='As nvidia-smi prints it: "GPU-..."')
+    serial = models.CharField(max_length=64, blank=True)
+    product = models.CharField(max_length=64, blank=True)
+    memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    health = models.CharField(max_length=20, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN)
+    fabric_state = models.CharField(max_length=16, choices=FabricState.choices, blank=True)
+    fabric_status = models.CharField(max_length=64, blank=True)
+    reported_cluster_uuid = models.UUIDField(null=True, blank=True)
+    reported_clique_id = models.PositiveIntegerField(null=True, blank=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+
+    objects = GpuQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tray__rack__name", "tray__slot", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.UniqueConstraint(fields=["uuid"], name="%(app_label)s_%(class)s_unique_uuid"),
+            models.UniqueConstraint(fields=["tray", "index"], name="%(app_label)s_%(class)s_unique_index"),
+            models.CheckConstraint(
+                condition=Q(index__isnull=True) | Q(index__gte=0, index__lt=GPUS_PER_TRAY),
+                name="%(app_label)s_%(class)s_index_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(tray__isnull=True, index__isnull=True) | Q(tray__isnull=False, index__isnull=False),
+                name="%(app_label)s_%(class)s_index_iff_tray",
+            ),
+        ]
+        indexes = [models.Index(fields=["health"], name="inventory_gpu_health_idx")]
+
+    def __str__(self):
+        return self.uuid

@@ -1,0 +1,37 @@
+import pytest
+from rest_framework.test import APIClient
+
+from inventory.demo import seed_datacenter
+
+
+@pytest.fixture
+def demo_inventory(db):
+    """Three seeded racks: gb-r01 (default partition, one drained tray), gb-r02 (carved 2x9), gb-r03."""
+    return seed_datacenter(racks=3)
+
+
+@pytest.fixture
+def admin_user(django_user_model):
+    return django_user_model.objects.create_superuser("admin", "admin@example.com", "admin-password-1")
+
+
+@pytest.fixture
+def user(django_user_model):
+    return django_user_model.objects.create_user("operator", "operator@example.com", "operator-password-1")
+
+
+@pytest.fixture
+def api_client():
+    return APIClient()
+
+
+@pytest.fixture
+def user_client(client, user):
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client_logged_in(client, admin_user):
+    client.force_login(admin_user)
+    return client
