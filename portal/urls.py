@@ -3,10 +3,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from inventory.api.discovery import DiscoveryReportView
 from portal import views
 
 api_v1 = [
     path("", include("inventory.api.urls")),
+    path("discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
 ]
 
 urlpatterns = [

@@ -1,0 +1,177 @@
+"""Inventory workflows that change several rows at once: reconciling what a node reports.
+
+Discovery is the source of truth for what *is* (GPU UUIDs, where they sit, their fabric state); the
+inventory is the source of truth for what is *intended* (which partition a tray belongs to). Reconciling a
+node report updates the first and flags any disagreement with the second as drift, on the tray, visibly.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from inventory.discovery.nvidia_smi import NodeReport, ReportedGpu, summarize
+from inventory.models import ComputeTray, Gpu, Rack
+
+
+class UnknownHost(LookupError):
+    """The report is for a host the inventory does not have."""
+
+
+@dataclass
+class IngestResult:
+    report: NodeReport
+    applied: bool
+    drift: list[str] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    learned_cluster_uuid: str | None = None
+
+    def changes(self) -> dict:
+        return {
+            "applied": self.applied,
+            "drift": self.drift,
+            "created_gpus": self.created,
+            "moved_gpus": self.moved,
+            "removed_gpus": self.removed,
+            "learned_cluster_uuid": self.learned_cluster_uuid,
+        }
+
+
+def _expected_cluster(tray: ComputeTray | None) -> str | None:
+    return str(tray.rack.cluster_uuid) if tray is not None and tray.rack.cluster_uuid else None
+
+
+def check_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
+    """Judge a report without writing anything; works for hosts the inventory does not know yet."""
+    tray = ComputeTray.objects.select_related("rack", "partition").filter(hostname=host).first()
+    report = summarize(host, fmt, gpus, expected_cluster_uuid=_expected_cluster(tray))
+    drift = _drift(tray, report) if tray is not None else []
+    return IngestResult(report=report, applied=False, drift=drift)
+
+
+def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
+    """Reconcile one node's report with the inventory, atomically.
+
+    Creates GPUs the inventory has never seen, follows GPUs that moved (to another tray or index),
+    detaches GPUs the node no longer reports (kept, not deleted), learns the rack's cluster UUID from its
+    first consistent report, and records problems and drift on the tray. Fabric values a GPU reports only
+    when healthy (cluster UUID, clique ID) keep their last good value when a report lacks them.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        tray = ComputeTray.objects.select_for_update().filter(hostname=host).first()
+        if tray is None:
+            raise UnknownHost(f"host {host!r} is not in the inventory: add its compute tray first")
+        rack = Rack.objects.select_for_update().get(pk=tray.rack_id)
+        tray.rack = rack
+        report = summarize(host, fmt, gpus, expected_cluster_uuid=_expected_cluster(tray))
+        result = IngestResult(report=report, applied=True)
+
+        if rack.cluster_uuid is None and report.tray_clique and not report.problems:
+            learned = report.tray_clique.split(".")[0]
+            owner = Rack.objects.filter(cluster_uuid=learned).exclude(pk=rack.pk).first()
+            if owner is None:
+                rack.cluster_uuid = uuid.UUID(learned)
+                rack.save(update_fields=["cluster_uuid", "updated_at"])
+                result.learned_cluster_uuid = learned
+            else:
+                report.problems.append(
+                    f"cluster UUID {learned} is already the cluster UUID of rack {owner.name}; "
+                    f"{rack.name} did not learn it"
+                )
+
+        _reconcile_gpus(tray, gpus, now, result)
+
+        result.drift = _drift(tray, report)
+        tray.fabric_problems = report.problems + result.drift
+        if report.tray_clique:
+            tray.reported_clique = report.tray_clique
+        tray.last_report = report.as_dict()
+        tray.last_report_at = now
+        tray.save(update_fields=["fabric_problems", "reported_clique", "last_report", "last_report_at"])
+    return result
+
+
+def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: IngestResult) -> None:
+    reported = {gpu.uuid: gpu for gpu in gpus}
+    known = {
+        gpu.uuid: gpu
+        for gpu in Gpu.objects.select_for_update().filter(Q(uuid__in=reported) | Q(tray=tray)).order_by("pk")
+    }
+
+    # GPUs that left this tray, and GPUs about to take a new place, first give up their (tray, index) so the
+    # unique constraint never sees two GPUs on one position mid-update.
+    vacate = []
+    for gpu in known.values():
+        wanted = reported.get(gpu.uuid)
+        if wanted is None:
+            result.removed.append(gpu.uuid)
+            vacate.append(gpu)
+        elif (gpu.tray_id, gpu.index) != (tray.pk, wanted.index):
+            if gpu.tray_id not in (None, tray.pk):
+                result.moved.append(gpu.uuid)
+            vacate.append(gpu)
+    if vacate:
+        Gpu.objects.filter(pk__in=[gpu.pk for gpu in vacate]).update(tray=None, index=None)
+
+    updated, created = [], []
+    for wanted in gpus:
+        gpu = known.get(wanted.uuid)
+        if gpu is None:
+            gpu = Gpu(uuid=wanted.uuid)
+            created.append(gpu)
+            result.created.append(wanted.uuid)
+        else:
+            updated.append(gpu)
+        gpu.tray, gpu.index = tray, wanted.index
+        gpu.health = wanted.health.value
+        gpu.fabric_state = wanted.state.value
+        gpu.fabric_status = wanted.status or ""
+        if wanted.cluster_uuid is not None and wanted.clique_id is not None:
+            gpu.reported_cluster_uuid = uuid.UUID(wanted.cluster_uuid)
+            gpu.reported_clique_id = wanted.clique_id
+        gpu.serial = wanted.serial or gpu.serial
+        gpu.product = wanted.product or gpu.product
+        gpu.memory_mib = wanted.memory_mib or gpu.memory_mib
+        gpu.last_report_at = now
+    if updated:
+        Gpu.objects.bulk_update(
+            updated,
+            [
+                "tray",
+                "index",
+                "health",
+                "fabric_state",
+                "fabric_status",
+                "reported_cluster_uuid",
+                "reported_clique_id",
+                "serial",
+                "product",
+                "memory_mib",
+                "last_report_at",
+            ],
+        )
+    if created:
+        Gpu.objects.bulk_create(created)
+
+
+def _drift(tray: ComputeTray, report: NodeReport) -> list[str]:
+    """Where the node's reported clique is not the partition the inventory intends for the tray."""
+    partition = tray.partition
+    if partition is None:
+        return []
+    intended = f"{tray.rack.name} {partition.name} (clique {partition.clique_id})"
+    if report.tray_clique:
+        clique_id = int(report.tray_clique.rsplit(".", 1)[1])
+        if clique_id != partition.clique_id:
+            return [f"drift: the node reports clique {clique_id}, the inventory intends {intended}"]
+        return []
+    return [
+        f"drift: GPU {gpu.index} ({gpu.uuid}) reports clique {gpu.clique_id}, the inventory intends {intended}"
+        for gpu in report.gpus
+        if gpu.clique_id is not None and gpu.clique_id != partition.clique_id
+    ]
