@@ -46,6 +46,12 @@ def tray_hostname(rack: str, slot: int) -> str:
     return f"{rack}-t{slot:02d}"
 
 
+def location(number: int) -> str:
+    """Ten racks a row, 25 rows a hall."""
+    hall, row, position = "ABCD"[(number - 1) // 250 % 4], (number - 1) // 10 % 25 + 1, (number - 1) % 10 + 1
+    return f"DC1 hall {hall} row {row:02d} pos {position:02d}"
+
+
 def gpu_uuid(rng: random.Random) -> str:
     return f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}"
 
@@ -72,7 +78,7 @@ def seed_datacenter(racks: int = 8, system_model: str = SystemModel.GB200_NVL72,
                 name=rack_name(n, width),
                 system_model=system_model,
                 cluster_uuid=uuid.UUID(int=rng.getrandbits(128), version=4),
-                location=f"DC1 hall {'ABCD'[(n - 1) // 250 % 4]} row {(n - 1) // 10 % 25 + 1:02d} pos {(n - 1) % 10 + 1:02d}",
+                location=location(n),
             )
             for n in range(1, racks + 1)
         ],
@@ -83,7 +89,9 @@ def seed_datacenter(racks: int = 8, system_model: str = SystemModel.GB200_NVL72,
     layouts = {}
     partitions = []
     for position, rack in enumerate(rack_rows):
-        layout = carved_layout(9) if position == 1 else [(DEFAULT_CLIQUE_ID, list(range(1, TRAYS_PER_RACK + 1)))]
+        layout = (
+            carved_layout(9) if position == 1 else [(DEFAULT_CLIQUE_ID, list(range(1, TRAYS_PER_RACK + 1)))]
+        )
         layouts[rack.pk] = layout
         for number, (clique_id, _slots) in enumerate(layout, start=1):
             name = "default" if clique_id == DEFAULT_CLIQUE_ID else f"p{number}"

@@ -28,7 +28,9 @@ class Rack(models.Model):
     """One NVL72 rack: a single NVLink domain whose GPUs all report the same cluster UUID."""
 
     name = models.CharField(max_length=64)
-    system_model = models.CharField(max_length=32, choices=SystemModel.choices, default=SystemModel.GB200_NVL72)
+    system_model = models.CharField(
+        max_length=32, choices=SystemModel.choices, default=SystemModel.GB200_NVL72
+    )
     cluster_uuid = models.UUIDField(
         null=True, blank=True, help_text="NVLink domain cluster UUID; learned from discovery when empty."
     )
@@ -42,7 +44,9 @@ class Rack(models.Model):
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
-            models.UniqueConstraint(fields=["cluster_uuid"], name="%(app_label)s_%(class)s_unique_cluster_uuid"),
+            models.UniqueConstraint(
+                fields=["cluster_uuid"], name="%(app_label)s_%(class)s_unique_cluster_uuid"
+            ),
         ]
 
     def __str__(self):
@@ -58,7 +62,9 @@ class NVLinkPartition(models.Model):
     """A set of trays of one rack whose GPUs share a clique ID (one NVLink partition)."""
 
     rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="partitions")
-    clique_id = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_CLIQUE_ID)])
+    clique_id = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_CLIQUE_ID)]
+    )
     name = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -68,7 +74,9 @@ class NVLinkPartition(models.Model):
         ordering = ["rack__name", "clique_id"]
         verbose_name = "NVLink partition"
         constraints = [
-            models.UniqueConstraint(fields=["rack", "clique_id"], name="%(app_label)s_%(class)s_unique_clique"),
+            models.UniqueConstraint(
+                fields=["rack", "clique_id"], name="%(app_label)s_%(class)s_unique_clique"
+            ),
             models.UniqueConstraint(fields=["rack", "name"], name="%(app_label)s_%(class)s_unique_name"),
             # Target of the trays' composite foreign key (partition, rack): see migration 0002.
             models.UniqueConstraint(fields=["id", "rack"], name="%(app_label)s_%(class)s_unique_id_rack"),
@@ -95,11 +103,15 @@ class ComputeTray(models.Model):
     """One compute tray (a node: 4 GPUs, 2 Grace CPUs) in a rack slot."""
 
     rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="trays")
-    slot = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)])
+    slot = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)]
+    )
     hostname = models.CharField(max_length=128)
     state = models.CharField(max_length=16, choices=TrayState.choices, default=TrayState.UP)
     state_reason = models.CharField(max_length=255, blank=True)
-    ib_port_guids = models.JSONField(default=list, blank=True, help_text='InfiniBand port GUIDs, "0x" + 16 hex.')
+    ib_port_guids = models.JSONField(
+        default=list, blank=True, help_text='InfiniBand port GUIDs, "0x" + 16 hex.'
+    )
     # The partition the inventory intends this tray to be in. One foreign key: a tray can never be in two
     # partitions; the composite foreign key (partition, rack) added in migration 0002 keeps it in its rack.
     partition = models.ForeignKey(
@@ -143,7 +155,9 @@ class GpuQuerySet(models.QuerySet):
 class Gpu(models.Model):
     """One GPU. `tray` is empty for a GPU that was removed from its tray (kept, not forgotten)."""
 
-    tray = models.ForeignKey(ComputeTray, on_delete=models.PROTECT, null=True, blank=True, related_name="gpus")
+    tray = models.ForeignKey(
+        ComputeTray, on_delete=models.PROTECT, null=True, blank=True, related_name="gpus"
+    )
     index = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(GPUS_PER_TRAY - 1)]
     )
@@ -171,7 +185,8 @@ class Gpu(models.Model):
                 name="%(app_label)s_%(class)s_index_range",
             ),
             models.CheckConstraint(
-                condition=Q(tray__isnull=True, index__isnull=True) | Q(tray__isnull=False, index__isnull=False),
+                condition=Q(tray__isnull=True, index__isnull=True)
+                | Q(tray__isnull=False, index__isnull=False),
                 name="%(app_label)s_%(class)s_index_iff_tray",
             ),
         ]

@@ -171,7 +171,8 @@ def _drift(tray: ComputeTray, report: NodeReport) -> list[str]:
             return [f"drift: the node reports clique {clique_id}, the inventory intends {intended}"]
         return []
     return [
-        f"drift: GPU {gpu.index} ({gpu.uuid}) reports clique {gpu.clique_id}, the inventory intends {intended}"
+        f"drift: GPU {gpu.index} ({gpu.uuid}) reports clique {gpu.clique_id}, "
+        f"the inventory intends {intended}"
         for gpu in report.gpus
         if gpu.clique_id is not None and gpu.clique_id != partition.clique_id
     ]

@@ -1,12 +1,11 @@
 import pytest
-from rest_framework.test import APIClient
-
-from inventory.demo import seed_datacenter
 
 
 @pytest.fixture
 def demo_inventory(db):
     """Three seeded racks: gb-r01 (default partition, one drained tray), gb-r02 (carved 2x9), gb-r03."""
+    from inventory.demo import seed_datacenter
+
     return seed_datacenter(racks=3)
 
 
@@ -22,6 +21,8 @@ def user(django_user_model):
 
 @pytest.fixture
 def api_client():
+    from rest_framework.test import APIClient
+
     return APIClient()
 
 

@@ -56,13 +56,19 @@ def test_a_structured_report_is_reconciled(agent):
     assert response.status_code == 200, response.content
     data = response.json()
     assert data["format"] == "json" and data["applied"] is True
-    assert data["tray_clique"] == f"{tray().rack.cluster_uuid}.2" and data["problems"] == [] and data["drift"] == []
+    assert (
+        data["tray_clique"] == f"{tray().rack.cluster_uuid}.2"
+        and data["problems"] == []
+        and data["drift"] == []
+    )
     assert tray().last_report_at is not None
 
 
 def test_drift_in_a_report_is_flagged_on_the_tray(agent):
     response = agent.post(URL, body(tray(), clique_id=1), format="json")
-    assert response.json()["drift"] == ["drift: the node reports clique 1, the inventory intends gb-r02 p2 (clique 2)"]
+    assert response.json()["drift"] == [
+        "drift: the node reports clique 1, the inventory intends gb-r02 p2 (clique 2)"
+    ]
     assert tray().fabric_problems == response.json()["drift"]
 
 

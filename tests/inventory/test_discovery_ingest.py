@@ -51,7 +51,9 @@ def test_a_consistent_report_changes_nothing_but_freshness(tray):
 def test_unknown_gpus_are_created_and_gpus_no_longer_reported_are_detached_not_lost(tray):
     gpus = reported(tray)
     replaced = gpus[3].uuid
-    gpus[3] = ReportedGpu(**{**gpus[3].__dict__, "uuid": "GPU-" + str(uuid.uuid4()), "serial": "1650000000001"})
+    gpus[3] = ReportedGpu(
+        **{**gpus[3].__dict__, "uuid": "GPU-" + str(uuid.uuid4()), "serial": "1650000000001"}
+    )
     result = ingest_report(tray.hostname, "json", gpus)
     assert result.created == [gpus[3].uuid] and result.removed == [replaced]
     new = Gpu.objects.get(uuid=gpus[3].uuid)
@@ -80,7 +82,10 @@ def test_gpus_swapping_indexes_on_one_tray_do_not_trip_the_unique_constraint(tra
         ReportedGpu(**{**gpus[0].__dict__, "index": 1}),
     )
     ingest_report(tray.hostname, "json", gpus)
-    assert list(tray.gpus.order_by("index").values_list("uuid", flat=True))[:2] == [gpus[0].uuid, gpus[1].uuid]
+    assert list(tray.gpus.order_by("index").values_list("uuid", flat=True))[:2] == [
+        gpus[0].uuid,
+        gpus[1].uuid,
+    ]
 
 
 def test_the_rack_learns_its_cluster_uuid_from_its_first_consistent_report(tray):
@@ -137,7 +142,11 @@ def test_a_problem_report_keeps_the_previous_good_fabric_values(tray):
 
 
 def test_an_unknown_host_is_refused_and_nothing_is_written(demo_inventory):
-    gpus = [ReportedGpu("GPU-" + str(uuid.uuid4()), 0, None, None, FabricState.NOT_SUPPORTED, None, GpuHealth.UNKNOWN)]
+    gpus = [
+        ReportedGpu(
+            "GPU-" + str(uuid.uuid4()), 0, None, None, FabricState.NOT_SUPPORTED, None, GpuHealth.UNKNOWN
+        )
+    ]
     with pytest.raises(UnknownHost, match="not in the inventory"):
         ingest_report("gb-r77-t01", "json", gpus)
     assert not Gpu.objects.filter(uuid=gpus[0].uuid).exists()

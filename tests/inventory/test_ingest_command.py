@@ -36,7 +36,15 @@ def test_csv_report_is_reconciled_and_printed_as_one_json_object(demo_inventory,
     assert set(printed) == {"host", "format", "gpus", "tray_clique", "problems"}
     assert printed["format"] == "csv" and printed["host"] == "gb-r02-t03"
     assert printed["tray_clique"] == f"{tray.rack.cluster_uuid}.2"
-    assert set(printed["gpus"][0]) == {"uuid", "index", "cluster_uuid", "clique_id", "state", "status", "health"}
+    assert set(printed["gpus"][0]) == {
+        "uuid",
+        "index",
+        "cluster_uuid",
+        "clique_id",
+        "state",
+        "status",
+        "health",
+    }
     tray.refresh_from_db()
     # gb-r02-t03 is intended for p1 (clique 1): reporting clique 2 is drift, flagged on the tray.
     assert tray.fabric_problems == [
@@ -87,7 +95,14 @@ def test_a_missing_file_is_a_clear_error(demo_inventory, tmp_path):
         run("--host", "gb-r01-t01", str(tmp_path / "absent.txt"))
 
 
-@pytest.mark.parametrize("fixture, fmt", [("gb200_default.txt", "text"), ("gb200_default.xml", "xml")])
+@pytest.mark.parametrize(
+    "fixture, fmt",
+    [
+        ("gb200_default_partition.txt", "text"),
+        ("gb200_default_partition.xml", "xml"),
+        ("gb200_default_partition.csv", "csv"),
+    ],
+)
 def test_full_nvidia_smi_output_creates_the_gpus_it_reports(demo_inventory, fixture, fmt):
     path = FIXTURES / fixture
     printed = run("--host", "gb-r03-t02", str(path))
@@ -95,3 +110,19 @@ def test_full_nvidia_smi_output_creates_the_gpus_it_reports(demo_inventory, fixt
     tray = ComputeTray.objects.get(hostname="gb-r03-t02")
     assert sorted(tray.gpus.values_list("uuid", flat=True)) == sorted(gpu["uuid"] for gpu in printed["gpus"])
     assert Gpu.objects.filter(tray__isnull=True).count() == 4  # the four it replaced are kept, detached
+
+
+@pytest.mark.parametrize(
+    "fixture, expected",
+    [
+        ("gb200_in_progress.txt", "still in progress"),
+        ("gb200_insufficient_resources.xml", "Insufficient Resources"),
+        ("gb200_clique_mismatch.txt", "disagree"),
+    ],
+)
+def test_reasons_a_node_cannot_join_a_partition_are_printed_and_flagged(demo_inventory, fixture, expected):
+    printed = run("--host", "gb-r03-t02", str(FIXTURES / fixture))
+    assert printed["tray_clique"] is None
+    assert any(expected.lower() in problem.lower() for problem in printed["problems"]), printed["problems"]
+    tray = ComputeTray.objects.get(hostname="gb-r03-t02")
+    assert tray.fabric_problems[: len(printed["problems"])] == printed["problems"]

@@ -27,8 +27,14 @@ def test_a_slot_cannot_be_used_twice_in_a_rack(demo_inventory):
 
 def test_slots_stay_within_the_eighteen_tray_positions(demo_inventory):
     rack = Rack.objects.create(name="gb-r99")
-    refused("inventory_computetray_slot_range", lambda: ComputeTray.objects.create(rack=rack, slot=19, hostname="x"))
-    refused("inventory_computetray_slot_range", lambda: ComputeTray.objects.create(rack=rack, slot=0, hostname="y"))
+    refused(
+        "inventory_computetray_slot_range",
+        lambda: ComputeTray.objects.create(rack=rack, slot=19, hostname="x"),
+    )
+    refused(
+        "inventory_computetray_slot_range",
+        lambda: ComputeTray.objects.create(rack=rack, slot=0, hostname="y"),
+    )
 
 
 def test_a_gpu_uuid_cannot_exist_twice(demo_inventory):

@@ -15,6 +15,8 @@ class Command(BaseCommand):
         if created:
             user.set_unusable_password()
             user.save()
-        user.user_permissions.add(Permission.objects.get(codename="report_discovery", content_type__app_label="inventory"))
+        user.user_permissions.add(
+            Permission.objects.get(codename="report_discovery", content_type__app_label="inventory")
+        )
         token, _ = Token.objects.get_or_create(user=user)
         self.stdout.write(f"Discovery agent {username}: Authorization: Token {token.key}")

@@ -10,9 +10,9 @@ from inventory.services import UnknownHost, check_report, ingest_report
 
 class Command(BaseCommand):
     help = (
-        "Read one node's nvidia-smi output (-q text, -q -x XML, or the compact --query-gpu CSV; the format is "
-        "detected), print what it says about the node's NVLink fabric as one JSON object, and reconcile the "
-        "inventory with it unless --dry-run."
+        "Read one node's nvidia-smi output (-q text, -q -x XML, or the compact --query-gpu CSV; "
+        "the format is detected), print what it says about the node's NVLink fabric as one JSON "
+        "object, and reconcile the inventory with it unless --dry-run."
     )
 
     def add_arguments(self, parser):
@@ -22,13 +22,17 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, file, dry_run, **options):
         try:
-            text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8", errors="replace")
+            text = (
+                sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8", errors="replace")
+            )
         except OSError as error:
             raise CommandError(f"cannot read {file}: {error.strerror}") from error
         try:
             fmt, gpus = parse_any(text)
         except ReportError as error:
-            raise CommandError(f"{file}: not usable nvidia-smi output: {error}; nothing was written") from error
+            raise CommandError(
+                f"{file}: not usable nvidia-smi output: {error}; nothing was written"
+            ) from error
 
         if dry_run:
             result = check_report(host, fmt, gpus)
@@ -36,7 +40,9 @@ class Command(BaseCommand):
             try:
                 result = ingest_report(host, fmt, gpus)
             except UnknownHost as error:
-                raise CommandError(f"{error}; nothing was written (--dry-run checks a report on its own)") from error
+                raise CommandError(
+                    f"{error}; nothing was written (--dry-run checks a report on its own)"
+                ) from error
 
         self.stdout.write(json.dumps(result.report.as_dict()))
         summary = result.changes()

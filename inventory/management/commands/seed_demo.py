@@ -24,7 +24,9 @@ class Command(BaseCommand):
             raise CommandError("--racks must be at least 1")
         existing = Rack.objects.count()
         if existing and not reset:
-            self.stdout.write(f"Inventory already has {existing} racks; nothing seeded (use --reset to replace).")
+            self.stdout.write(
+                f"Inventory already has {existing} racks; nothing seeded (use --reset to replace)."
+            )
             return
         started = time.perf_counter()
         with transaction.atomic():

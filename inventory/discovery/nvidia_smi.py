@@ -1,0 +1,733 @@
+"""Read NVLink fabric membership out of ``nvidia-smi`` output.
+
+Pure Python (standard library only, no Django) so agents, management commands and tests can all use it.
+
+Three inputs are understood, exactly as the driver prints them:
+
+``nvidia-smi -q`` (``"text"``)
+    Starts with ``==============NVSMI LOG==============``, then one block per GPU headed
+    ``GPU 00000009:01:00.0`` at column 0. Fields are ``Key : Value`` lines nested four spaces per level; the
+    column the colons line up on depends on the driver (42 in 550/570, 55 in 580.159), so it is never relied
+    upon. Each GPU block carries a ``Fabric`` sub-block::
+
+        Fabric
+            State                             : Completed
+            Status                            : Success
+            CliqueId                          : 32766
+            ClusterUUID                       : 3f7c2a91-5b1e-4d08-9c6a-2e4f8b0d1a73
+            Health
+                Summary                       : Healthy
+                Bandwidth                     : Full
+
+    Fabric fields are read only from that sub-block of each GPU block (found by indentation), so
+    ``GPU Fabric GUID`` under ``Platform Info`` or any other ``Fabric`` word elsewhere is ignored.
+
+``nvidia-smi -q -x`` (``"xml"``)
+    ``<nvidia_smi_log>`` with one ``<gpu id="...">`` per GPU and
+    ``<fabric><state/><status/><cliqueId/><clusterUuid/><health><summary/>...</health></fabric>``.
+    Element names are matched ignoring case and underscores. Newer drivers add
+    ``<cliques><clique_entry><clique_id>``; only the direct ``<cliqueId>`` child of ``<fabric>`` is read.
+
+``nvidia-smi --query-gpu=uuid,fabric.clusterUuid,fabric.cliqueId --format=csv,noheader`` (``"csv"``)
+    One ``GPU-..., <cluster UUID>, <clique ID>`` row per GPU. With no fabric the driver prints the bare
+    token ``N/A`` in the fabric columns; the bracketed ``[N/A]`` / ``[Not Supported]`` forms used by other
+    query fields are accepted too. A header row (``--format=csv`` without ``noheader``) is skipped.
+
+State, status and health mapping (see :class:`FabricState`, :class:`GpuHealth`) and the node verdict
+(:func:`summarize`) follow NVML's ``nvmlGpuFabricInfo`` semantics: the status is meaningful only once the
+state is ``Completed``, and an all-zero cluster UUID means "in no NVLink domain" (H100 / HGX), never "these
+GPUs share one". The node label follows Kubernetes GPU Feature Discovery: ``nvidia.com/gpu.clique`` is
+``<ClusterUUID>.<CliqueId>`` only when every fabric-attached GPU agrees on both.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
+DEFAULT_CLIQUE_ID = 32766  # what GPUs in the rack's default NVLink partition report (NMX-M's default id)
+
+FORMATS = ("text", "xml", "csv", "json")
+
+
+class FabricState(enum.StrEnum):
+    COMPLETED = "completed"
+    IN_PROGRESS = "in_progress"
+    NOT_STARTED = "not_started"
+    NOT_SUPPORTED = "not_supported"
+
+
+class GpuHealth(enum.StrEnum):
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    LIMITED_CAPACITY = "limited_capacity"
+    NOT_SUPPORTED = "not_supported"
+    UNKNOWN = "unknown"
+
+
+class ReportError(ValueError):
+    """Input could not be understood; message says what was wrong in plain words (which line/element, what
+    was expected)."""
+
+
+@dataclass(frozen=True)
+class ReportedGpu:
+    uuid: str  # "GPU-xxxxxxxx-xxxx-..." as printed
+    index: int  # position on the node, 0-based, in output order
+    cluster_uuid: str | None  # lower-case canonical UUID; None when the GPU is in no NVLink domain
+    clique_id: int | None  # None under the same conditions
+    state: FabricState
+    status: str | None  # as printed ("Success", "Insufficient Resources"); None when N/A or not meaningful
+    health: GpuHealth  # from Fabric > Health > Summary; UNKNOWN when absent (CSV, old drivers)
+    serial: str | None = None
+    product: str | None = None
+    memory_mib: int | None = None
+    raw_cluster_uuid: str | None = None  # what was printed, for problem messages
+    raw_clique_id: str | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "uuid": self.uuid,
+            "index": self.index,
+            "cluster_uuid": self.cluster_uuid,
+            "clique_id": self.clique_id,
+            "state": str(self.state.value),
+            "status": self.status,
+            "health": str(self.health.value),
+        }
+
+
+@dataclass
+class NodeReport:
+    host: str
+    format: str  # "text" | "xml" | "csv" | "json"
+    gpus: list[ReportedGpu]
+    tray_clique: str | None  # "<cluster_uuid>.<clique_id>" per the GPU Feature Discovery rule
+    problems: list[str] = field(default_factory=list)  # why this node cannot join an NVLink partition
+
+    def as_dict(self) -> dict:
+        return {
+            "host": self.host,
+            "format": self.format,
+            "gpus": [gpu.as_dict() for gpu in self.gpus],
+            "tray_clique": self.tray_clique,
+            "problems": list(self.problems),
+        }
+
+
+# --------------------------------------------------------------------------------------------------------
+# Value helpers shared by the three parsers
+# --------------------------------------------------------------------------------------------------------
+
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
+_GPU_UUID_RE = re.compile(
+    r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE
+)
+_PCI_ID = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_GPU_HEADER_RE = re.compile(rf"^GPU\s+(?P<bus>{_PCI_ID})$")
+_MIB_RE = re.compile(r"^(\d+)\s*MiB$", re.IGNORECASE)
+
+# How nvidia-smi says "no value": bare in -q/-q -x and in the fabric.* CSV columns, bracketed in other CSV
+# columns. Compared after lower-casing and stripping brackets.
+_ABSENT = {"", "n/a", "not supported", "none"}
+
+_STATES = {
+    "completed": FabricState.COMPLETED,
+    "in progress": FabricState.IN_PROGRESS,
+    "not started": FabricState.NOT_STARTED,
+    "not supported": FabricState.NOT_SUPPORTED,
+    "n/a": FabricState.NOT_SUPPORTED,
+    "": FabricState.NOT_SUPPORTED,
+}
+
+_HEALTH = {
+    "healthy": GpuHealth.HEALTHY,
+    "unhealthy": GpuHealth.UNHEALTHY,
+    "limited capacity": GpuHealth.LIMITED_CAPACITY,
+    "not supported": GpuHealth.NOT_SUPPORTED,
+    # NVML's healthSummary 0 ("not supported") is what nvidia-smi renders as N/A, e.g. on H100.
+    "n/a": GpuHealth.NOT_SUPPORTED,
+}
+
+_HEALTH_WORDS = {GpuHealth.UNHEALTHY: "Unhealthy", GpuHealth.LIMITED_CAPACITY: "Limited Capacity"}
+
+
+def _token(value: str | None) -> str:
+    """Lower-case comparison form of a printed value: ``[Not Supported]`` -> ``not supported``."""
+    if value is None:
+        return ""
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip()
+    return " ".join(text.lower().split())
+
+
+def _is_absent(value: str | None) -> bool:
+    return _token(value) in _ABSENT
+
+
+def _norm_key(key: str) -> str:
+    """``Cluster UUID`` / ``ClusterUUID`` / ``cluster_uuid`` all become ``clusteruuid``."""
+    return re.sub(r"[^0-9a-z]", "", key.lower())
+
+
+def _short(value: str, limit: int = 80) -> str:
+    value = value.strip()
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _cluster_uuid(raw: str | None, where: str) -> str | None:
+    """Canonical lower-case cluster UUID, or None when nvidia-smi printed no value."""
+    if _is_absent(raw):
+        return None
+    text = raw.strip()
+    if not _UUID_RE.match(text):
+        raise ReportError(
+            f"{where}: cluster UUID {_short(text)!r} is not a UUID "
+            "(expected 8-4-4-4-12 hex digits such as 3f7c2a91-5b1e-4d08-9c6a-2e4f8b0d1a73, or N/A)"
+        )
+    return text.lower()
+
+
+def _clique_id(raw: str | None, where: str) -> int | None:
+    if _is_absent(raw):
+        return None
+    text = raw.strip()
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ReportError(
+            f"{where}: clique ID {_short(text)!r} is not a whole number (expected e.g. 32766 or N/A)"
+        )
+    return int(text)
+
+
+def _gpu_uuid(raw: str | None, where: str) -> str:
+    if raw is None or _is_absent(raw):
+        raise ReportError(f"{where} has no GPU UUID; every GPU must report one (GPU-xxxxxxxx-xxxx-...)")
+    text = raw.strip()
+    if not _GPU_UUID_RE.match(text):
+        raise ReportError(
+            f"{where}: {_short(text)!r} is not a GPU UUID (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+        )
+    return text
+
+
+def _state(raw: str | None, where: str) -> FabricState:
+    key = _token(raw)
+    if key not in _STATES:
+        raise ReportError(
+            f"{where}: fabric State {_short(raw or '')!r} is not one of Completed, In Progress, Not Started, "
+            "Not Supported or N/A"
+        )
+    return _STATES[key]
+
+
+def _health(raw: str | None) -> GpuHealth:
+    if raw is None:
+        return GpuHealth.UNKNOWN
+    return _HEALTH.get(_token(raw), GpuHealth.UNKNOWN)
+
+
+def _optional(raw: str | None) -> str | None:
+    return None if raw is None or _is_absent(raw) else raw.strip()
+
+
+def _memory(raw: str | None) -> int | None:
+    """Best effort: ``189471 MiB`` -> 189471; anything else (N/A, odd units) -> None."""
+    match = _MIB_RE.match(raw.strip()) if raw else None
+    return int(match.group(1)) if match else None
+
+
+def _build_gpu(
+    *,
+    where: str,
+    index: int,
+    uuid: str | None,
+    has_fabric: bool,
+    state: str | None,
+    status: str | None,
+    clique: str | None,
+    cluster: str | None,
+    summary: str | None,
+    serial: str | None,
+    product: str | None,
+    memory: str | None,
+) -> ReportedGpu:
+    """One GPU from ``-q`` / ``-q -x`` values (None = field not printed at all)."""
+    gpu_uuid = _gpu_uuid(uuid, where)
+    where = f"{where} ({gpu_uuid})"
+    # Older drivers print no Fabric block at all: such a GPU cannot be in an NVLink domain.
+    fabric_state = _state(state, where) if has_fabric else FabricState.NOT_SUPPORTED
+    cluster_uuid = _cluster_uuid(cluster, where)
+    clique_id = _clique_id(clique, where)
+    printed_status = _optional(status)
+    if fabric_state is not FabricState.COMPLETED:
+        printed_status = None  # "must be checked only if state returns complete" (NVML)
+    joined = (
+        fabric_state is FabricState.COMPLETED
+        and printed_status is not None
+        and _token(printed_status) == "success"
+        and cluster_uuid is not None
+        and cluster_uuid != NO_CLUSTER
+        and clique_id is not None
+    )
+    return ReportedGpu(
+        uuid=gpu_uuid,
+        index=index,
+        cluster_uuid=cluster_uuid if joined else None,
+        clique_id=clique_id if joined else None,
+        state=fabric_state,
+        status=printed_status,
+        health=_health(summary) if has_fabric else GpuHealth.UNKNOWN,
+        serial=_optional(serial),
+        product=_optional(product),
+        memory_mib=_memory(memory),
+        raw_cluster_uuid=cluster.strip() if cluster is not None else None,
+        raw_clique_id=clique.strip() if clique is not None else None,
+    )
+
+
+def _check_attached(declared: str | None, found: int, what: str) -> None:
+    """Refuse output that lists fewer GPU blocks than it says are attached (truncated, or ``-i N``)."""
+    if declared is None or not re.fullmatch(r"[0-9]+", declared.strip()):
+        return
+    attached = int(declared.strip())
+    if attached != found:
+        raise ReportError(
+            f"the output has {found} {what} but says {attached} GPUs are attached; it looks truncated or "
+            "limited to some GPUs (-i); send the full output for every GPU on the node"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Format detection
+# --------------------------------------------------------------------------------------------------------
+
+
+def _clean(text: str | bytes) -> str:
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ReportError(
+                f"the nvidia-smi output is not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from None
+    if not isinstance(text, str):
+        raise ReportError(f"expected nvidia-smi output as text, got {type(text).__name__}")
+    return text.lstrip("\ufeff")
+
+
+def detect_format(text: str) -> str:
+    """``"xml"``, ``"text"`` or ``"csv"``; ReportError for empty or unrecognised input."""
+    text = _clean(text)
+    stripped = text.strip()
+    if not stripped:
+        raise ReportError("the nvidia-smi output is empty")
+    if stripped.startswith("<"):
+        return "xml"
+    lines = [line.strip() for line in stripped.splitlines() if line.strip()]
+    for line in lines[:3]:
+        lowered = line.lower()
+        if "no devices were found" in lowered:
+            raise ReportError("nvidia-smi found no GPUs on this node ('No devices were found')")
+        if lowered.startswith("nvidia-smi has failed"):
+            raise ReportError(f"nvidia-smi could not talk to the driver: {_short(line, 160)!r}")
+    if "NVSMI LOG" in stripped or any(_GPU_HEADER_RE.match(line) for line in lines):
+        return "text"
+    first = next(csv.reader([lines[0]], skipinitialspace=True), [])
+    if len(first) > 1 and (first[0].strip().upper().startswith("GPU-") or _token(first[0]) == "uuid"):
+        return "csv"
+    raise ReportError(
+        "could not recognise the nvidia-smi output: expected `nvidia-smi -q` text (starting with "
+        "'==============NVSMI LOG=============='), `nvidia-smi -q -x` XML (<nvidia_smi_log>), or CSV rows "
+        f"'GPU-…, <cluster UUID>, <clique ID>'; the first line was {_short(lines[0])!r}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# nvidia-smi -q
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    indent: int
+    key: str
+    value: str | None  # None for a section header ("Fabric", "GPU 0000...")
+    line: int
+    children: list[_Node] = field(default_factory=list)
+
+    @property
+    def norm(self) -> str:
+        return _norm_key(self.key)
+
+    def child(self, *names: str) -> _Node | None:
+        for node in self.children:
+            if node.norm in names:
+                return node
+        return None
+
+    def children_named(self, name: str) -> list[_Node]:
+        return [node for node in self.children if node.norm == name]
+
+    def value_of(self, *path: str) -> str | None:
+        node: _Node | None = self
+        for name in path:
+            node = node.child(name) if node else None
+        return node.value if node is not None else None
+
+
+# "Key   : value" where the colon is followed by whitespace or ends the line. This keeps PCI addresses
+# ("GPU 00000009:01:00.0") and times in values ("11:01:42") from being read as separators.
+_KV_RE = re.compile(r"^(?P<key>[^:]*?)\s*:(?:\s+(?P<value>.*?))?\s*$")
+
+
+def _tree(text: str) -> _Node:
+    root = _Node(indent=-1, key="", value=None, line=0)
+    stack = [root]
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.expandtabs(4).rstrip()
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        body = line.strip()
+        match = None if _GPU_HEADER_RE.match(body) else _KV_RE.match(body)
+        if match and match.group("key"):
+            node = _Node(indent, match.group("key").strip(), (match.group("value") or "").strip(), number)
+        else:
+            node = _Node(indent, body, None, number)
+        while stack[-1].indent >= indent:
+            stack.pop()
+        stack[-1].children.append(node)
+        stack.append(node)
+    return root
+
+
+def parse_text(text: str) -> list[ReportedGpu]:
+    """GPUs from ``nvidia-smi -q`` output, in the order of their ``GPU <bus id>`` blocks."""
+    text = _clean(text)
+    if not text.strip():
+        raise ReportError("the nvidia-smi -q output is empty")
+    root = _tree(text)
+    blocks = [node for node in root.children if node.value is None and _GPU_HEADER_RE.match(node.key)]
+    if not blocks:
+        raise ReportError(
+            "no GPU blocks found in the nvidia-smi -q output (expected lines like 'GPU 00000009:01:00.0' "
+            "followed by indented fields)"
+        )
+    _check_attached(root.value_of("attachedgpus"), len(blocks), "GPU blocks")
+    gpus = []
+    for index, block in enumerate(blocks):
+        where = f"GPU {index} (block '{block.key}' at line {block.line})"
+        fabrics = [node for node in block.children_named("fabric") if node.value in (None, "")]
+        if len(fabrics) > 1:
+            lines = ", ".join(str(node.line) for node in fabrics)
+            raise ReportError(f"{where} has more than one Fabric section (lines {lines})")
+        fabric = fabrics[0] if fabrics else None
+        gpus.append(
+            _build_gpu(
+                where=where,
+                index=index,
+                uuid=block.value_of("gpuuuid"),
+                has_fabric=fabric is not None,
+                state=fabric.value_of("state") if fabric else None,
+                status=fabric.value_of("status") if fabric else None,
+                clique=fabric.value_of("cliqueid") if fabric else None,
+                cluster=fabric.value_of("clusteruuid") if fabric else None,
+                summary=fabric.value_of("health", "summary") if fabric else None,
+                serial=block.value_of("serialnumber"),
+                product=block.value_of("productname"),
+                memory=block.value_of("fbmemoryusage", "total"),
+            )
+        )
+    return gpus
+
+
+# --------------------------------------------------------------------------------------------------------
+# nvidia-smi -q -x
+# --------------------------------------------------------------------------------------------------------
+
+
+def _xchild(elem: ET.Element | None, *names: str) -> ET.Element | None:
+    """First direct child whose tag matches one of ``names`` ignoring case and underscores."""
+    if elem is None:
+        return None
+    wanted = {_norm_key(name) for name in names}
+    for child in elem:
+        if isinstance(child.tag, str) and _norm_key(child.tag) in wanted:
+            return child
+    return None
+
+
+def _xtext(elem: ET.Element | None, *path: str) -> str | None:
+    for name in path:
+        elem = _xchild(elem, name)
+    if elem is None:
+        return None
+    return (elem.text or "").strip()
+
+
+def parse_xml(text: str) -> list[ReportedGpu]:
+    """GPUs from ``nvidia-smi -q -x`` output, in the order of their ``<gpu>`` elements."""
+    text = _clean(text).strip()
+    if not text:
+        raise ReportError("the nvidia-smi -q -x output is empty")
+    if re.search(r"<!ENTITY", text, re.IGNORECASE):
+        raise ReportError(
+            "the XML declares entities (<!ENTITY>); nvidia-smi never does, refusing to expand them"
+        )
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        line, column = exc.position
+        raise ReportError(f"the XML is malformed at line {line}, column {column + 1}: {exc}") from None
+    if root.tag != "nvidia_smi_log":
+        raise ReportError(
+            f"the XML root element is <{root.tag}>, expected <nvidia_smi_log> from nvidia-smi -q -x"
+        )
+    elements = [child for child in root if child.tag == "gpu"]
+    if not elements:
+        raise ReportError("the XML has no <gpu> elements")
+    _check_attached(_xtext(root, "attached_gpus"), len(elements), "<gpu> elements")
+    gpus = []
+    for index, gpu in enumerate(elements):
+        where = f'GPU {index} (<gpu id="{gpu.get("id", "?")}">)'
+        fabric = _xchild(gpu, "fabric")
+        gpus.append(
+            _build_gpu(
+                where=where,
+                index=index,
+                uuid=_xtext(gpu, "uuid"),
+                has_fabric=fabric is not None,
+                state=_xtext(fabric, "state"),
+                status=_xtext(fabric, "status"),
+                clique=_xtext(fabric, "cliqueId"),
+                cluster=_xtext(fabric, "clusterUuid"),
+                summary=_xtext(fabric, "health", "summary"),
+                serial=_xtext(gpu, "serial"),
+                product=_xtext(gpu, "product_name"),
+                memory=_xtext(gpu, "fb_memory_usage", "total"),
+            )
+        )
+    return gpus
+
+
+# --------------------------------------------------------------------------------------------------------
+# nvidia-smi --query-gpu=uuid,fabric.clusterUuid,fabric.cliqueId --format=csv,noheader
+# --------------------------------------------------------------------------------------------------------
+
+
+def parse_csv(text: str) -> list[ReportedGpu]:
+    """GPUs from the compact query ``uuid,fabric.clusterUuid,fabric.cliqueId`` (one row per GPU).
+
+    The query has no state, status or health column, so they are inferred:
+
+    * ``state`` is ``not_supported`` when both fabric columns print ``N/A`` / ``Not Supported`` (bare or in
+      brackets), otherwise ``completed`` -- the driver prints numbers only once the GPU has a fabric probe.
+    * ``status`` is None and ``health`` is ``unknown``.
+    * As everywhere, an all-zero cluster UUID means "in no NVLink domain". A failed registration
+      (``Insufficient Resources``) also prints clique 0 and the all-zero UUID, and this format cannot tell
+      it apart from an H100; use ``nvidia-smi -q`` when that matters.
+    """
+    text = _clean(text)
+    rows = [(number, line.strip()) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not rows:
+        raise ReportError("the CSV output is empty")
+    gpus = []
+    for position, (number, line) in enumerate(rows):
+        cells = [cell.strip() for cell in next(csv.reader([line], skipinitialspace=True))]
+        if position == 0 and cells and _token(cells[0]) == "uuid":
+            continue  # header row from --format=csv
+        if len(cells) != 3:
+            raise ReportError(
+                f"CSV line {number}: expected 3 comma-separated columns (uuid, fabric.clusterUuid, "
+                f"fabric.cliqueId), got {len(cells)}: {_short(line)!r}"
+            )
+        raw_uuid, raw_cluster, raw_clique = cells
+        where = f"CSV line {number}"
+        uuid = _gpu_uuid(raw_uuid, where)
+        where = f"{where} ({uuid})"
+        cluster = _cluster_uuid(raw_cluster, where)
+        clique = _clique_id(raw_clique, where)
+        if (cluster is None) != (clique is None):
+            raise ReportError(
+                f"{where}: cluster UUID is {raw_cluster!r} but clique ID is {raw_clique!r}; "
+                "nvidia-smi prints both or neither"
+            )
+        state = FabricState.NOT_SUPPORTED if cluster is None else FabricState.COMPLETED
+        joined = cluster is not None and cluster != NO_CLUSTER
+        gpus.append(
+            ReportedGpu(
+                uuid=uuid,
+                index=len(gpus),
+                cluster_uuid=cluster if joined else None,
+                clique_id=clique if joined else None,
+                state=state,
+                status=None,
+                health=GpuHealth.UNKNOWN,
+                raw_cluster_uuid=raw_cluster,
+                raw_clique_id=raw_clique,
+            )
+        )
+    if not gpus:
+        raise ReportError("the CSV output has a header row but no GPU rows")
+    return gpus
+
+
+def parse_any(text: str) -> tuple[str, list[ReportedGpu]]:
+    fmt = detect_format(text)
+    parser = {"xml": parse_xml, "text": parse_text, "csv": parse_csv}[fmt]
+    return fmt, parser(text)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Node verdict
+# --------------------------------------------------------------------------------------------------------
+
+
+def _ranges(indices: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``GPU 0-2, 5``."""
+    ordered = sorted(set(indices))
+    parts: list[str] = []
+    start = previous = None
+    for value in [*ordered, None]:
+        if value is not None and previous is not None and value == previous + 1:
+            previous = value
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = value
+    return "GPU " + ", ".join(parts)
+
+
+def _label(gpu: ReportedGpu) -> str:
+    return f"GPU {gpu.index} ({gpu.uuid})"
+
+
+def _domain(gpu: ReportedGpu) -> str:
+    return f"{gpu.cluster_uuid}.{gpu.clique_id}"
+
+
+def _describe(groups: dict[str, list[int]]) -> str:
+    out = []
+    for key, indices in groups.items():
+        verb = "reports" if len(indices) == 1 else "report"
+        out.append(f"{_ranges(indices)} {verb} {key}")
+    return ", ".join(out)
+
+
+def summarize(
+    host: str, fmt: str, gpus: list[ReportedGpu], expected_cluster_uuid: str | None = None
+) -> NodeReport:
+    """Decide the node's NVLink clique and list why it cannot join a partition.
+
+    ``tray_clique`` follows GPU Feature Discovery: ``<cluster_uuid>.<clique_id>`` when there is at least one
+    fabric-attached GPU (state other than not_supported) and every such GPU is in an NVLink domain with the
+    same cluster UUID and clique ID; otherwise None.
+
+    ``problems`` (empty when the node is fine) names the GPUs involved. Judgement calls:
+
+    * A node whose GPUs are all not_supported (PCIe GPUs, State N/A) or all Completed/Success with the
+      all-zero cluster UUID (H100/HGX) simply has no NVLink domain: no problem is reported. "no GPU is in
+      an NVLink domain" is reported only when some GPU is fabric-capable but not joined (registration in
+      progress, not started, or failed), or when ``expected_cluster_uuid`` says the node belongs to a rack.
+    * A GPU that completed registration without a domain while its neighbours joined one, and a GPU with no
+      fabric support next to GPUs that have it, are both reported: a tray's GPUs must all be in one clique.
+    * With ``expected_cluster_uuid`` every cluster UUID the node reports must be the rack's.
+    """
+    if fmt not in FORMATS:
+        raise ReportError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    expected = None
+    if expected_cluster_uuid is not None:
+        expected = _cluster_uuid(expected_cluster_uuid, "expected_cluster_uuid")
+        if expected is None or expected == NO_CLUSTER:
+            raise ReportError(f"expected_cluster_uuid {expected_cluster_uuid!r} is not a rack's cluster UUID")
+
+    gpus = list(gpus)
+    problems: list[str] = []
+    if not gpus:
+        problems.append("the report lists no GPUs")
+        if expected:
+            problems.append(f"no GPU is in an NVLink domain, but the rack's cluster UUID is {expected}")
+        return NodeReport(host=host, format=fmt, gpus=gpus, tray_clique=None, problems=problems)
+
+    seen: dict[str, list[int]] = {}
+    for gpu in gpus:
+        seen.setdefault(gpu.uuid.lower(), []).append(gpu.index)
+    for indices in seen.values():
+        if len(indices) > 1:
+            uuid = next(g.uuid for g in gpus if g.index == indices[0])
+            problems.append(f"GPU UUID {uuid} appears more than once ({_ranges(indices)})")
+
+    attached = [g for g in gpus if g.state is not FabricState.NOT_SUPPORTED]
+    joined = [g for g in attached if g.cluster_uuid is not None and g.clique_id is not None]
+    not_joined: list[ReportedGpu] = []  # fabric-capable but registration unfinished or failed
+    no_domain: list[ReportedGpu] = []  # registration succeeded, but in no NVLink domain (all-zero UUID)
+
+    for gpu in attached:
+        if gpu.state is FabricState.IN_PROGRESS:
+            problems.append(f"{_label(gpu)} fabric registration is still in progress")
+            not_joined.append(gpu)
+        elif gpu.state is FabricState.NOT_STARTED:
+            problems.append(f"{_label(gpu)} has not started fabric registration")
+            not_joined.append(gpu)
+        elif gpu.status is None and fmt != "csv":
+            problems.append(f"{_label(gpu)} completed fabric registration but printed no status")
+            not_joined.append(gpu)
+        elif gpu.status is not None and _token(gpu.status) != "success":
+            problems.append(f"{_label(gpu)} fabric registration failed: {gpu.status}")
+            not_joined.append(gpu)
+        elif gpu.cluster_uuid is None:
+            no_domain.append(gpu)
+
+    if attached:
+        for gpu in gpus:
+            if gpu.state is FabricState.NOT_SUPPORTED:
+                problems.append(
+                    f"{_label(gpu)} reports no NVLink fabric support "
+                    f"while {_ranges(g.index for g in attached)} do"
+                )
+
+    for gpu in gpus:
+        if gpu.health in _HEALTH_WORDS:
+            problems.append(f"{_label(gpu)} fabric health is {_HEALTH_WORDS[gpu.health]}")
+
+    groups: dict[str, list[int]] = {}
+    for gpu in joined:
+        groups.setdefault(_domain(gpu), []).append(gpu.index)
+    if len(groups) > 1:
+        what = "clique" if len({g.cluster_uuid for g in joined}) == 1 else "domain (cluster UUID)"
+        problems.append(f"GPUs disagree on the NVLink {what}: {_describe(groups)}")
+    if joined:
+        for gpu in no_domain:
+            printed = gpu.raw_cluster_uuid if gpu.raw_cluster_uuid is not None else "N/A"
+            problems.append(
+                f"{_label(gpu)} is in no NVLink domain (cluster UUID {printed}) while {_describe(groups)}"
+            )
+    elif expected:
+        problems.append(f"no GPU is in an NVLink domain, but the rack's cluster UUID is {expected}")
+    elif not_joined:
+        problems.append("no GPU is in an NVLink domain")
+
+    if expected and joined:
+        clusters: dict[str, list[int]] = {}
+        for gpu in joined:
+            clusters.setdefault(gpu.cluster_uuid, []).append(gpu.index)
+        for cluster, indices in clusters.items():
+            if cluster != expected:
+                suffix = "" if len(clusters) == 1 else f" ({_ranges(indices)})"
+                problems.append(f"cluster UUID {cluster} differs from the rack's {expected}{suffix}")
+
+    tray_clique = None
+    if attached and len(joined) == len(attached) and len(groups) == 1:
+        tray_clique = next(iter(groups))
+    return NodeReport(host=host, format=fmt, gpus=gpus, tray_clique=tray_clique, problems=problems)
+
+
+def analyze(host: str, text: str, expected_cluster_uuid: str | None = None) -> NodeReport:
+    fmt, gpus = parse_any(text)
+    return summarize(host, fmt, gpus, expected_cluster_uuid)
