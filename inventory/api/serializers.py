@@ -1,0 +1,142 @@
+"""Read serializers for the inventory API.
+
+Every value a list row shows comes from the row itself, a select_related join, an annotation or one
+prefetch made by the viewset's queryset (inventory.api.views), so a page costs the same number of queries
+whatever its size. The annotated fields (counts, intended clique, drift) are declared explicitly so the
+OpenAPI schema knows their types.
+"""
+
+from rest_framework import serializers
+
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+
+
+class RackSerializer(serializers.ModelSerializer):
+    trays = serializers.IntegerField(
+        source="tray_count", read_only=True, help_text="Compute trays in the rack."
+    )
+    gpus = serializers.IntegerField(source="gpu_count", read_only=True, help_text="GPUs in the rack's trays.")
+    healthy_gpus = serializers.IntegerField(
+        source="healthy_gpu_count", read_only=True, help_text="GPUs whose last reported health is healthy."
+    )
+    partitions = serializers.IntegerField(
+        source="partition_count", read_only=True, help_text="NVLink partitions carved in the rack."
+    )
+
+    class Meta:
+        model = Rack
+        fields = [
+            "id",
+            "name",
+            "system_model",
+            "cluster_uuid",
+            "location",
+            "trays",
+            "gpus",
+            "healthy_gpus",
+            "partitions",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class PartitionRefSerializer(serializers.ModelSerializer):
+    """The partition a tray is intended to be in, as a tray row shows it."""
+
+    class Meta:
+        model = NVLinkPartition
+        fields = ["id", "name", "clique_id"]
+        read_only_fields = fields
+
+
+class ComputeTraySerializer(serializers.ModelSerializer):
+    rack = serializers.CharField(source="rack.name", read_only=True, help_text="Rack name.")
+    partition = PartitionRefSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The NVLink partition the inventory intends this tray to be in.",
+    )
+    ib_port_guids = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text='InfiniBand port GUIDs, "0x" + 16 hex.'
+    )
+    fabric_problems = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="Problems found in the tray's last report."
+    )
+
+    class Meta:
+        model = ComputeTray
+        fields = [
+            "id",
+            "hostname",
+            "rack",
+            "slot",
+            "state",
+            "state_reason",
+            "ib_port_guids",
+            "partition",
+            "reported_clique",
+            "fabric_problems",
+            "last_report_at",
+        ]
+        read_only_fields = fields
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    # A GPU removed from its tray has no tray, hence no rack and no intended clique: those are null.
+    rack = serializers.CharField(
+        source="tray.rack.name", read_only=True, allow_null=True, help_text="Rack name."
+    )
+    tray = serializers.CharField(
+        source="tray.hostname",
+        read_only=True,
+        allow_null=True,
+        help_text="Hostname of the GPU's compute tray.",
+    )
+    intended_clique_id = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="Clique ID of the tray's intended NVLink partition."
+    )
+    drift = serializers.BooleanField(
+        read_only=True,
+        help_text="The GPU reported a clique ID other than its tray's intended one (false until it reports, "
+        "and for a GPU removed from its tray).",
+    )
+
+    class Meta:
+        model = Gpu
+        fields = [
+            "id",
+            "uuid",
+            "rack",
+            "tray",
+            "index",
+            "serial",
+            "product",
+            "memory_mib",
+            "health",
+            "fabric_state",
+            "fabric_status",
+            "reported_cluster_uuid",
+            "reported_clique_id",
+            "intended_clique_id",
+            "drift",
+            "last_report_at",
+        ]
+        read_only_fields = fields
+
+
+class NVLinkPartitionSerializer(serializers.ModelSerializer):
+    rack = serializers.CharField(source="rack.name", read_only=True, help_text="Rack name.")
+    is_default = serializers.BooleanField(read_only=True, help_text="The rack-wide default partition.")
+    tray_count = serializers.IntegerField(read_only=True, help_text="Compute trays in the partition.")
+    trays = serializers.SlugRelatedField(
+        many=True,
+        read_only=True,
+        slug_field="hostname",
+        help_text="Hostnames of the partition's trays, by slot.",
+    )
+
+    class Meta:
+        model = NVLinkPartition
+        fields = ["id", "rack", "clique_id", "name", "is_default", "tray_count", "trays", "created_at"]
+        read_only_fields = fields

@@ -1,0 +1,110 @@
+"""Read-only inventory API: racks, compute trays, GPUs and NVLink partitions.
+
+Each viewset starts from `Model.objects.visible_to(user)` (the one visibility rule), filters with the shared
+FilterSets of inventory.filters, and builds its rows from joins, annotations and at most one prefetch, so a
+list page issues a constant number of queries whatever its size.
+"""
+
+from django.db.models import BooleanField, Case, Count, F, IntegerField, OuterRef, Prefetch, Q, Subquery, When
+from django.db.models.functions import Coalesce
+from rest_framework import viewsets
+
+from inventory.api.serializers import (
+    ComputeTraySerializer,
+    GpuSerializer,
+    NVLinkPartitionSerializer,
+    RackSerializer,
+)
+from inventory.choices import GpuHealth
+from inventory.filters import ComputeTrayFilter, GpuFilter, NVLinkPartitionFilter, RackFilter
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+
+
+def _count_per(queryset, parent_field):
+    """A correlated `COUNT(*)` of `queryset` rows whose `parent_field` is the outer row, 0 when none.
+
+    Separate subqueries rather than `Count()` over joins: joining partitions x trays x GPUs multiplies rows
+    (a rack carved into 18 partitions would aggregate 18 x 72 rows) and would need DISTINCT to be right.
+    """
+    counted = (
+        queryset.filter(**{parent_field: OuterRef("pk")})
+        .order_by()
+        .values(parent_field)
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+class RackViewSet(viewsets.ReadOnlyModelViewSet):
+    """NVL72 racks (NVLink domains) with tray, GPU and partition counts. Looked up by name."""
+
+    serializer_class = RackSerializer
+    filterset_class = RackFilter
+    lookup_field = "name"
+
+    def get_queryset(self):
+        return Rack.objects.visible_to(self.request.user).annotate(
+            tray_count=_count_per(ComputeTray.objects.all(), "rack"),
+            gpu_count=_count_per(Gpu.objects.all(), "tray__rack"),
+            healthy_gpu_count=_count_per(Gpu.objects.filter(health=GpuHealth.HEALTHY), "tray__rack"),
+            partition_count=_count_per(NVLinkPartition.objects.all(), "rack"),
+        )
+
+
+class ComputeTrayViewSet(viewsets.ReadOnlyModelViewSet):
+    """Compute trays with their intended NVLink partition and what they last reported."""
+
+    serializer_class = ComputeTraySerializer
+    filterset_class = ComputeTrayFilter
+
+    def get_queryset(self):
+        # The last raw report can be large and is not shown: leave it in the database.
+        return (
+            ComputeTray.objects.visible_to(self.request.user)
+            .select_related("rack", "partition")
+            .defer("last_report")
+        )
+
+
+class GpuViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPUs with their reported fabric membership next to the intended one, and whether they drifted."""
+
+    serializer_class = GpuSerializer
+    filterset_class = GpuFilter
+
+    def get_queryset(self):
+        intended = F("tray__partition__clique_id")
+        return (
+            Gpu.objects.visible_to(self.request.user)
+            .select_related("tray__rack")
+            .defer("tray__last_report")
+            .annotate(
+                intended_clique_id=intended,
+                # Drift: the GPU reported a clique other than its tray's intended partition (including one
+                # while its tray is in none). A GPU that has not reported yet, or was removed from its tray,
+                # has no intent to disagree with.
+                drift=Case(
+                    When(Q(reported_clique_id__isnull=True) | Q(tray__isnull=True), then=False),
+                    When(Q(tray__partition__isnull=False) & Q(reported_clique_id=intended), then=False),
+                    default=True,
+                    output_field=BooleanField(),
+                ),
+            )
+        )
+
+
+class NVLinkPartitionViewSet(viewsets.ReadOnlyModelViewSet):
+    """NVLink partitions (one clique ID each) with their trays."""
+
+    serializer_class = NVLinkPartitionSerializer
+    filterset_class = NVLinkPartitionFilter
+
+    def get_queryset(self):
+        trays = ComputeTray.objects.order_by("slot").only("id", "hostname", "slot", "partition_id")
+        return (
+            NVLinkPartition.objects.visible_to(self.request.user)
+            .select_related("rack")
+            .annotate(tray_count=_count_per(ComputeTray.objects.all(), "partition"))
+            .prefetch_related(Prefetch("trays", queryset=trays))
+        )
