@@ -1,0 +1,6 @@
+from django.db import models
+
+
+class Role(models.TextChoices):
+    LEAD = "lead", "Department lead"
+    MEMBER = "member", "Department member"

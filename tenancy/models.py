@@ -1,0 +1,327 @@
+"""Departments (tenants): guaranteed GPU quotas, over-quota borrowing, roles, network and storage isolation.
+
+Quota semantics follow Run:ai/KAI (see tenancy.quota): a department always gets min(guarantee, demand),
+may borrow idle GPUs beyond its guarantee up to its limit (preemptible), shared by over-quota weight.
+"""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from inventory.models import NVLinkPartition
+from tenancy.choices import Role
+
+VLAN_MIN, VLAN_MAX = 1, 4094
+VNI_MIN, VNI_MAX = 1, 16_777_215
+PKEY_MIN, PKEY_MAX = 0x0001, 0x7FFE
+
+
+def is_admin(user) -> bool:
+    return user.is_authenticated and (user.is_staff or user.is_superuser)
+
+
+class DepartmentQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        if is_admin(user):
+            return self
+        if not user.is_authenticated:
+            return self.none()
+        return self.filter(pk__in=Membership.objects.filter(user=user).values("department_id"))
+
+    def led_by(self, user):
+        if is_admin(user):
+            return self
+        return self.filter(
+            pk__in=Membership.objects.filter(user=user, role=Role.LEAD).values("department_id")
+        )
+
+
+class Department(models.Model):
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=50, help_text="Also the Kubernetes namespace and Slurm account name.")
+    guaranteed_gpus = models.PositiveIntegerField(default=0, help_text="Always available; reclaimed if lent.")
+    over_quota_weight = models.DecimalField(
+        max_digits=6,
+        decimal_places=2,
+        default=Decimal("1.00"),
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="Share of idle GPUs it may borrow, relative to other departments (0: never borrows).",
+    )
+    limit_gpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most GPUs it may hold, borrowing included; empty for no limit."
+    )
+    priority = models.SmallIntegerField(
+        default=0, help_text="Higher priority is served first when borrowing."
+    )
+    # Network isolation, allocated from the pools in TenancySettings; unique while assigned.
+    vlan_id = models.PositiveIntegerField(
+        validators=[MinValueValidator(VLAN_MIN), MaxValueValidator(VLAN_MAX)]
+    )
+    vxlan_vni = models.PositiveIntegerField(
+        validators=[MinValueValidator(VNI_MIN), MaxValueValidator(VNI_MAX)]
+    )
+    ib_pkey = models.PositiveIntegerField(
+        validators=[MinValueValidator(PKEY_MIN), MaxValueValidator(PKEY_MAX)], help_text="InfiniBand P_Key"
+    )
+    network_cidr = models.CharField(
+        max_length=43, help_text="The department's tenant network, e.g. 10.64.3.0/24"
+    )
+    # Storage isolation.
+    export_path = models.CharField(max_length=255)
+    storage_quota_gib = models.PositiveIntegerField(default=10240)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = DepartmentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
+            models.UniqueConstraint(fields=["slug"], name="%(app_label)s_%(class)s_unique_slug"),
+            models.UniqueConstraint(fields=["vlan_id"], name="%(app_label)s_%(class)s_unique_vlan"),
+            models.UniqueConstraint(fields=["vxlan_vni"], name="%(app_label)s_%(class)s_unique_vni"),
+            models.UniqueConstraint(fields=["ib_pkey"], name="%(app_label)s_%(class)s_unique_pkey"),
+            models.UniqueConstraint(fields=["network_cidr"], name="%(app_label)s_%(class)s_unique_cidr"),
+            models.UniqueConstraint(fields=["export_path"], name="%(app_label)s_%(class)s_unique_export"),
+            models.CheckConstraint(
+                condition=Q(limit_gpus__isnull=True) | Q(limit_gpus__gte=F("guaranteed_gpus")),
+                name="%(app_label)s_%(class)s_limit_not_below_guarantee",
+                violation_error_message="A department's limit may not be below its guarantee.",
+            ),
+            models.CheckConstraint(
+                condition=Q(over_quota_weight__gte=0), name="%(app_label)s_%(class)s_weight_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(vlan_id__gte=VLAN_MIN, vlan_id__lte=VLAN_MAX),
+                name="%(app_label)s_%(class)s_vlan_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(vxlan_vni__gte=VNI_MIN, vxlan_vni__lte=VNI_MAX),
+                name="%(app_label)s_%(class)s_vni_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(ib_pkey__gte=PKEY_MIN, ib_pkey__lte=PKEY_MAX),
+                name="%(app_label)s_%(class)s_pkey_range",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def pkey_hex(self) -> str:
+        return f"0x{self.ib_pkey:04x}"
+
+
+class MembershipQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        if is_admin(user):
+            return self
+        if not user.is_authenticated:
+            return self.none()
+        # Leads see their department's members; members see their own memberships.
+        led = Membership.objects.filter(user=user, role=Role.LEAD).values("department_id")
+        return self.filter(Q(department_id__in=led) | Q(user=user))
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = MembershipQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department__name", "role", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "department"], name="%(app_label)s_%(class)s_unique_member"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.user} ({self.get_role_display()}, {self.department})"
+
+
+class DedicatedPartitionQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self.filter(department__in=Department.objects.visible_to(user))
+
+
+class DedicatedPartition(models.Model):
+    """An NVLink partition given to one department as a dedicated service tier.
+
+    Its GPUs count towards the department's guarantee and serve that department first.
+    """
+
+    partition = models.OneToOneField(NVLinkPartition, on_delete=models.CASCADE, related_name="dedication")
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="dedicated_partitions")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DedicatedPartitionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department__name", "partition__rack__name", "partition__clique_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["partition"], name="%(app_label)s_%(class)s_unique_partition"),
+        ]
+
+    def __str__(self):
+        return f"{self.partition} -> {self.department}"
+
+
+class TenancySettings(models.Model):
+    """The pools isolation resources are allocated from, and telemetry knobs. One row (pk=1)."""
+
+    vlan_first = models.PositiveIntegerField(default=100)
+    vlan_last = models.PositiveIntegerField(default=3999)
+    vni_first = models.PositiveIntegerField(default=10000)
+    vni_last = models.PositiveIntegerField(default=19999)
+    pkey_first = models.PositiveIntegerField(default=0x0100)
+    pkey_last = models.PositiveIntegerField(default=0x7FFE)
+    tenant_supernet = models.CharField(max_length=43, default="10.64.0.0/16")
+    tenant_prefix = models.PositiveSmallIntegerField(
+        default=24, help_text="Prefix length of each tenant network"
+    )
+    export_root = models.CharField(max_length=200, default="/exports/tenants")
+    nfs_server = models.CharField(max_length=253, default="nfs.storage.internal")
+    default_storage_quota_gib = models.PositiveIntegerField(default=10240)
+    idle_threshold_percent = models.FloatField(default=5.0)
+    idle_window_minutes = models.PositiveIntegerField(default=30)
+    utilization_history_hours = models.PositiveIntegerField(
+        default=24, help_text="How long per-GPU utilization (5-minute buckets) is kept."
+    )
+    quota_history_days = models.PositiveIntegerField(
+        default=30, help_text="How long department quota snapshots are kept."
+    )
+
+    class Meta:
+        verbose_name = "tenancy settings"
+        verbose_name_plural = "tenancy settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_singleton"),
+            models.CheckConstraint(
+                condition=Q(
+                    vlan_first__gte=VLAN_MIN, vlan_last__lte=VLAN_MAX, vlan_first__lte=F("vlan_last")
+                ),
+                name="%(app_label)s_%(class)s_vlan_pool",
+            ),
+            models.CheckConstraint(
+                condition=Q(vni_first__gte=VNI_MIN, vni_last__lte=VNI_MAX, vni_first__lte=F("vni_last")),
+                name="%(app_label)s_%(class)s_vni_pool",
+            ),
+            models.CheckConstraint(
+                condition=Q(
+                    pkey_first__gte=PKEY_MIN, pkey_last__lte=PKEY_MAX, pkey_first__lte=F("pkey_last")
+                ),
+                name="%(app_label)s_%(class)s_pkey_pool",
+            ),
+        ]
+
+    def __str__(self):
+        return "Tenancy settings"
+
+    @classmethod
+    def load(cls) -> "TenancySettings":
+        return cls.objects.get_or_create(pk=1)[0]
+
+
+# --- Telemetry: GPU utilization from DCGM exporters, bounded history, department quota snapshots ---------
+
+
+class ExporterEndpoint(models.Model):
+    """A DCGM exporter's /metrics URL, scraped on the Celery beat schedule."""
+
+    url = models.URLField(max_length=500)
+    enabled = models.BooleanField(default=True)
+    last_scraped_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_sample_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["url"]
+        constraints = [models.UniqueConstraint(fields=["url"], name="%(app_label)s_%(class)s_unique_url")]
+
+    def __str__(self):
+        return self.url
+
+
+class GpuActivity(models.Model):
+    """The latest utilization of one GPU, and since when it has stayed under the idle threshold."""
+
+    gpu = models.OneToOneField(
+        "inventory.Gpu", on_delete=models.CASCADE, primary_key=True, related_name="activity"
+    )
+    utilization = models.FloatField(help_text="Percent, 0-100, latest sample")
+    sampled_at = models.DateTimeField()
+    low_since = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the current run of samples under the idle threshold."
+    )
+
+    class Meta:
+        verbose_name_plural = "GPU activity"
+        indexes = [models.Index(fields=["low_since"], name="tenancy_gpuactivity_low_idx")]
+
+    def __str__(self):
+        return f"GPU {self.gpu_id}: {self.utilization:.0f}% at {self.sampled_at:%H:%M}"
+
+
+class GpuUtilization(models.Model):
+    """Utilization of one GPU over a 5-minute bucket (downsampled; kept for utilization_history_hours)."""
+
+    BUCKET_SECONDS = 300
+
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.CASCADE, related_name="utilization_buckets")
+    bucket_start = models.DateTimeField()
+    mean = models.FloatField()
+    peak = models.FloatField()
+    samples = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "bucket_start"], name="%(app_label)s_%(class)s_unique_bucket"
+            ),
+        ]
+        indexes = [models.Index(fields=["bucket_start"], name="tenancy_gpuutil_bucket_idx")]
+
+    def __str__(self):
+        return f"GPU {self.gpu_id} {self.bucket_start:%Y-%m-%d %H:%M}: {self.mean:.0f}%"
+
+
+class QuotaSnapshotQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self.filter(department__in=Department.objects.visible_to(user))
+
+
+class QuotaSnapshot(models.Model):
+    """A department's quota position at one moment; the dashboards' history (kept quota_history_days)."""
+
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quota_snapshots")
+    taken_at = models.DateTimeField()
+    guaranteed = models.PositiveIntegerField()
+    in_use = models.PositiveIntegerField()
+    in_quota = models.PositiveIntegerField()
+    borrowed = models.PositiveIntegerField()
+    fair_share = models.PositiveIntegerField()
+    pending_demand = models.PositiveIntegerField()
+    idle = models.PositiveIntegerField()
+
+    objects = QuotaSnapshotQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["taken_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["department", "taken_at"], name="%(app_label)s_%(class)s_unique_time"
+            ),
+        ]
+        indexes = [models.Index(fields=["taken_at"], name="tenancy_quotasnap_time_idx")]
+
+    def __str__(self):
+        return f"{self.department_id} at {self.taken_at:%Y-%m-%d %H:%M}: {self.in_use}/{self.guaranteed}"

@@ -1,0 +1,247 @@
+"""Department workflows with their invariants, inside transactions.
+
+Every write that could break "the guarantees fit the schedulable healthy GPUs" locks the TenancySettings
+row first, so two admins saving departments at once are serialized and cannot together overbook.
+"""
+
+import ipaddress
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+
+from inventory.choices import GpuHealth, TrayState
+from inventory.models import Gpu
+from tenancy.choices import Role
+from tenancy.models import (
+    PKEY_MAX,
+    PKEY_MIN,
+    VLAN_MAX,
+    VLAN_MIN,
+    VNI_MAX,
+    VNI_MIN,
+    DedicatedPartition,
+    Department,
+    Membership,
+    TenancySettings,
+)
+
+# Fields the department form and API may set; isolation fields are allocated when left empty.
+QUOTA_FIELDS = ("name", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus", "priority")
+ISOLATION_FIELDS = ("vlan_id", "vxlan_vni", "ib_pkey", "network_cidr", "export_path", "storage_quota_gib")
+
+
+def schedulable_gpus_q(prefix: str = "") -> Q:
+    """GPUs a job may be given: in a tray that is up, and not unhealthy."""
+    return Q(**{f"{prefix}tray__state": TrayState.UP}) & ~Q(**{f"{prefix}health": GpuHealth.UNHEALTHY})
+
+
+def schedulable_gpus() -> int:
+    return Gpu.objects.filter(schedulable_gpus_q()).count()
+
+
+@dataclass(frozen=True)
+class CapacityStatus:
+    capacity: int
+    guaranteed: int
+    affected: tuple[str, ...]  # departments whose guarantee cannot be met, lowest priority first
+
+    @property
+    def shortfall(self) -> int:
+        return max(0, self.guaranteed - self.capacity)
+
+
+def capacity_status() -> CapacityStatus:
+    """Compare promised guarantees with the GPUs that can actually run work now.
+
+    When failures shrink capacity below the guarantees, the departments that would go short are the lowest
+    priority ones (then the largest guarantees), enough of them to cover the shortfall.
+    """
+    capacity = schedulable_gpus()
+    departments = list(
+        Department.objects.filter(guaranteed_gpus__gt=0)
+        .order_by("priority", "-guaranteed_gpus", "name")
+        .values_list("name", "guaranteed_gpus")
+    )
+    guaranteed = sum(gpus for _, gpus in departments)
+    affected, missing = [], guaranteed - capacity
+    for name, gpus in departments:
+        if missing <= 0:
+            break
+        affected.append(name)
+        missing -= gpus
+    return CapacityStatus(capacity=capacity, guaranteed=guaranteed, affected=tuple(affected))
+
+
+def dedicated_gpus(department: Department) -> int:
+    return Gpu.objects.filter(tray__partition__dedication__department=department).count()
+
+
+def _free(used: set[int], first: int, last: int, what: str) -> int:
+    for value in range(first, last + 1):
+        if value not in used:
+            return value
+    raise ValidationError(f"the {what} pool {first}-{last} is exhausted: widen it in the tenancy settings")
+
+
+def _free_network(pools: TenancySettings, used: set[str]) -> str:
+    supernet = ipaddress.ip_network(pools.tenant_supernet)
+    taken = [ipaddress.ip_network(cidr) for cidr in used]
+    for subnet in supernet.subnets(new_prefix=pools.tenant_prefix):
+        if not any(subnet.overlaps(other) for other in taken):
+            return str(subnet)
+    raise ValidationError(
+        f"no free /{pools.tenant_prefix} network left in {supernet}: widen the tenant supernet"
+    )
+
+
+def _allocate_isolation(department: Department, pools: TenancySettings) -> None:
+    others = Department.objects.exclude(pk=department.pk)
+    if not department.vlan_id:
+        department.vlan_id = _free(
+            set(others.values_list("vlan_id", flat=True)), pools.vlan_first, pools.vlan_last, "VLAN"
+        )
+    if not department.vxlan_vni:
+        department.vxlan_vni = _free(
+            set(others.values_list("vxlan_vni", flat=True)), pools.vni_first, pools.vni_last, "VXLAN VNI"
+        )
+    if not department.ib_pkey:
+        department.ib_pkey = _free(
+            set(others.values_list("ib_pkey", flat=True)),
+            pools.pkey_first,
+            pools.pkey_last,
+            "InfiniBand P_Key",
+        )
+    if not department.network_cidr:
+        department.network_cidr = _free_network(pools, set(others.values_list("network_cidr", flat=True)))
+    if not department.export_path:
+        department.export_path = f"{pools.export_root.rstrip('/')}/{department.slug}"
+    if not department.storage_quota_gib:
+        department.storage_quota_gib = pools.default_storage_quota_gib
+
+
+def _validate_isolation(department: Department) -> None:
+    errors = {}
+    others = Department.objects.exclude(pk=department.pk)
+    for field, low, high, label in (
+        ("vlan_id", VLAN_MIN, VLAN_MAX, "VLAN ID"),
+        ("vxlan_vni", VNI_MIN, VNI_MAX, "VXLAN VNI"),
+        ("ib_pkey", PKEY_MIN, PKEY_MAX, "InfiniBand P_Key"),
+    ):
+        value = getattr(department, field)
+        if not low <= value <= high:
+            errors[field] = f"{label} {value} is outside {low}-{high}"
+        elif (owner := others.filter(**{field: value}).first()) is not None:
+            errors[field] = f"{label} {value} is already assigned to {owner.name}"
+    try:
+        network = ipaddress.ip_network(department.network_cidr, strict=True)
+    except ValueError as error:
+        errors["network_cidr"] = f"not a network address: {error}"
+    else:
+        for other in others.only("name", "network_cidr"):
+            if network.overlaps(ipaddress.ip_network(other.network_cidr)):
+                errors["network_cidr"] = f"{network} overlaps {other.name}'s network {other.network_cidr}"
+                break
+    if not department.export_path.startswith("/"):
+        errors["export_path"] = "the export path must be absolute"
+    else:
+        path = department.export_path.rstrip("/") + "/"
+        for other in others.only("name", "export_path"):
+            theirs = other.export_path.rstrip("/") + "/"
+            if path.startswith(theirs) or theirs.startswith(path):
+                errors["export_path"] = (
+                    f"{department.export_path} overlaps {other.name}'s export {other.export_path}"
+                )
+                break
+    if errors:
+        raise ValidationError(errors)
+
+
+@transaction.atomic
+def save_department(department: Department) -> Department:
+    """Validate and save a new or changed department; allocate its isolation resources when empty.
+
+    Raises ValidationError naming the field: a limit below the guarantee, guarantees exceeding the
+    schedulable healthy GPUs (with the shortfall), a guarantee below its dedicated partitions' GPUs, or an
+    isolation value that is out of range or already someone else's.
+    """
+    pools = TenancySettings.objects.select_for_update().get(pk=TenancySettings.load().pk)
+    _allocate_isolation(department, pools)
+    if department.limit_gpus is not None and department.limit_gpus < department.guaranteed_gpus:
+        raise ValidationError(
+            {
+                "limit_gpus": f"the limit ({department.limit_gpus}) may not be below the guarantee "
+                f"({department.guaranteed_gpus})"
+            }
+        )
+    others = (
+        Department.objects.exclude(pk=department.pk).aggregate(total=Sum("guaranteed_gpus"))["total"] or 0
+    )
+    capacity = schedulable_gpus()
+    previous = (
+        Department.objects.filter(pk=department.pk).values_list("guaranteed_gpus", flat=True).first() or 0
+    )
+    promised = others + department.guaranteed_gpus
+    # Lowering a guarantee is always allowed, even while failures have capacity below the promises.
+    if promised > capacity and department.guaranteed_gpus > previous:
+        raise ValidationError(
+            {
+                "guaranteed_gpus": (
+                    f"guarantees would total {promised} GPUs but only {capacity} schedulable healthy GPUs "
+                    f"exist: {promised - capacity} short ({others} already guaranteed to other departments)"
+                )
+            }
+        )
+    if department.pk and (owned := dedicated_gpus(department)) > department.guaranteed_gpus:
+        raise ValidationError(
+            {
+                "guaranteed_gpus": f"its dedicated NVLink partitions hold {owned} GPUs; "
+                "the guarantee must cover them"
+            }
+        )
+    _validate_isolation(department)
+    department.full_clean()
+    department.save()
+    return department
+
+
+@transaction.atomic
+def dedicate_partition(department: Department, partition) -> DedicatedPartition:
+    """Give an NVLink partition to a department as a dedicated service tier (counted in its guarantee)."""
+    department = Department.objects.select_for_update().get(pk=department.pk)
+    existing = DedicatedPartition.objects.filter(partition=partition).select_related("department").first()
+    if existing and existing.department_id != department.pk:
+        raise ValidationError(f"{partition} is already dedicated to {existing.department.name}")
+    gpus = dedicated_gpus(department) + (0 if existing else partition.trays.aggregate(n=Count("gpus"))["n"])
+    if gpus > department.guaranteed_gpus:
+        raise ValidationError(
+            f"{department.name}'s dedicated partitions would hold {gpus} GPUs, more than its guarantee of "
+            f"{department.guaranteed_gpus}: raise the guarantee first"
+        )
+    return existing or DedicatedPartition.objects.create(department=department, partition=partition)
+
+
+@transaction.atomic
+def set_membership(department: Department, username: str, role: str) -> Membership:
+    """Add a user to a department or change their role there (leads and admins call this)."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValidationError({"username": f"no user named {username!r}"})
+    if role not in Role.values:
+        raise ValidationError({"role": f"role must be one of {', '.join(Role.values)}"})
+    membership, _ = Membership.objects.update_or_create(
+        user=user, department=department, defaults={"role": role}
+    )
+    return membership
+
+
+@transaction.atomic
+def remove_membership(membership: Membership) -> None:
+    leads = Membership.objects.select_for_update().filter(department=membership.department_id, role=Role.LEAD)
+    if membership.role == Role.LEAD and leads.count() == 1:
+        raise ValidationError(
+            f"{membership.user} is the only lead of {membership.department}: name another first"
+        )
+    membership.delete()
