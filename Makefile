@@ -1,0 +1,32 @@
+# Rackplane developer commands. Each one works on a fresh clone: it creates .venv itself.
+PYTHON ?= python3
+export PYTHON
+
+.PHONY: run test lint fmt bench clean venv venv-test
+
+run: ## serve the portal on http://127.0.0.1:8000 (DEBUG=1, SQLite, Celery eager, demo data, admin login)
+	bash scripts/run.sh
+
+test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, pytest
+	bash scripts/test.sh
+
+lint: venv-test
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+fmt: venv-test
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
+
+bench: venv
+	.venv/bin/python benchmarks/scale.py --racks 1000
+
+venv:
+	bash scripts/venv.sh
+
+venv-test:
+	bash scripts/venv.sh test
+
+clean: ## caches, build leftovers and the local data in var/ (dev database, admin credentials); keeps .venv
+	find . -path ./.venv -prune -o -type d -name __pycache__ -exec rm -rf {} +
+	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info var

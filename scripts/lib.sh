@@ -1,0 +1,44 @@
+# Shared helpers for the scripts in this folder; source it, don't run it.
+# shellcheck shell=bash
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+# The directory holding PostgreSQL's server programs (initdb, pg_ctl, postgres), or nothing.
+# Debian keeps them out of PATH (in a per-version directory), so ask the tools where they are.
+find_pg_bindir() {
+    local dir candidate
+    if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+        dir="$(dirname "$(readlink -f "$(command -v initdb)")")"
+        [ -x "$dir/pg_ctl" ] && { echo "$dir"; return 0; }
+    fi
+    if command -v pg_config >/dev/null 2>&1; then
+        dir="$(pg_config --bindir 2>/dev/null || true)"
+        [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && { echo "$dir"; return 0; }
+    fi
+    # pg_config may come from an older client than the server: ask dpkg where the server put initdb.
+    if command -v dpkg-query >/dev/null 2>&1; then
+        candidate="$(dpkg-query -S '*/bin/initdb' 2>/dev/null | sed -n 's/^[^:]*: //p' | sort -V | tail -n 1 || true)"
+        if [ -n "$candidate" ] && [ -x "$candidate" ] && [ -x "$(dirname "$candidate")/pg_ctl" ]; then
+            dirname "$candidate"
+            return 0
+        fi
+    fi
+    return 1
+}
+
+# Run a command as root: directly when we are root, through sudo when it is there.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo -n "$@" || sudo "$@"
+    else
+        die "'$*' needs root, and this user is not root and has no sudo"
+    fi
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The whole check, from a fresh machine: system packages, .venv, real PostgreSQL and Redis on loopback,
+# then lint, format, migrations and the full pytest suite (browser tests included) on PostgreSQL.
+# The services are always stopped. Extra arguments go to pytest (e.g. `scripts/test.sh tests/e2e -x`).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO_ROOT"
+
+started=$SECONDS
+bash scripts/system-deps.sh
+bash scripts/venv.sh test
+
+runtime=""
+cleanup() {
+    local status=$?
+    if [ -n "$runtime" ]; then
+        bash scripts/services.sh stop "$runtime" || log "warning: stopping the services failed"
+    fi
+    log "finished in $((SECONDS - started))s with status $status"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+runtime="$(bash scripts/services.sh start)"
+# shellcheck disable=SC1091
+source "$runtime/env"
+export PATH="$REPO_ROOT/.venv/bin:$PATH"
+# Celery stays eager: the broker is only for tests that ask for CELERY_TEST_BROKER_URL themselves.
+unset CELERY_BROKER_URL
+
+python - <<'PY'
+import django, os
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DEBUG", "1")
+django.setup()
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("SELECT version()")
+    print(f"[test.sh] database: {connection.vendor} {connection.settings_dict['HOST']}:"
+          f"{connection.settings_dict['PORT']} ({cursor.fetchone()[0].split(',')[0]})")
+PY
+
+failed=()
+step() {
+    local name="$1"
+    shift
+    log "== $name: $*"
+    "$@" || failed+=("$name")
+}
+
+step "ruff check" ruff check .
+step "ruff format" ruff format --check .
+step "migrations" env DEBUG=1 python manage.py makemigrations --check --dry-run
+pytest_status=0
+log "== pytest"
+pytest -p no:cacheprovider "$@" || pytest_status=$?
+
+if [ "$pytest_status" -ne 0 ]; then
+    failed+=("pytest (exit $pytest_status)")
+fi
+if [ "${#failed[@]}" -ne 0 ]; then
+    log "FAILED: ${failed[*]}"
+    [ "$pytest_status" -ne 0 ] && exit "$pytest_status"
+    exit 1
+fi
+log "all checks passed"
