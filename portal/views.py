@@ -1,5 +1,8 @@
 from django.shortcuts import render
 
+from inventory import selectors
+
 
 def home(request):
-    return render(request, "portal/home.html")
+    """The overview: the whole fleet at a glance, a fixed handful of aggregate queries."""
+    return render(request, "portal/home.html", {"overview": selectors.overview(request.user)})

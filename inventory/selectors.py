@@ -1,0 +1,342 @@
+"""Read-side queries for the inventory screens (overview, rack list, rack view, details).
+
+Every function starts from `Model.objects.visible_to(user)` (the one visibility rule) and aggregates in
+SQL: the number of queries a screen makes is fixed, whatever the number of racks, trays or GPUs, and every
+list is bounded. Views only call these and render.
+"""
+
+from dataclasses import dataclass, field
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
+
+from inventory.choices import FabricState, GpuHealth, TrayState
+from inventory.filters import RackFilter
+from inventory.models import GPUS_PER_TRAY, ComputeTray, Gpu, NVLinkPartition, Rack
+
+# How many rows the overview lists at most; the rest is summarised as "N more".
+OVERVIEW_LIST_LIMIT = 15
+RACKS_PER_PAGE = 50
+# Distinct partition colours (CSS classes part-0 .. part-11). Red and amber are kept for health.
+PARTITION_COLOURS = 12
+
+# Health that needs an operator's attention. `RackFilter.has_problems` additionally counts "unknown"
+# (never reported) as a problem; the rack list's problem count follows the filter so the two agree.
+DEGRADED_HEALTH = (GpuHealth.UNHEALTHY, GpuHealth.LIMITED_CAPACITY)
+NOT_A_PROBLEM_HEALTH = (GpuHealth.HEALTHY, GpuHealth.NOT_SUPPORTED)
+NOT_UP_STATES = (TrayState.DRAIN, TrayState.DOWN, TrayState.MAINTENANCE)
+
+HAS_FABRIC_PROBLEMS = ~Q(fabric_problems=[])
+# Drift: the GPU reports a clique other than the one its tray's partition intends. A GPU that has not
+# reported a clique yet (or whose tray has no partition) is not drift, just unknown.
+GPU_DRIFT = Q(reported_clique_id__isnull=False, tray__partition__isnull=False) & ~Q(
+    reported_clique_id=F("tray__partition__clique_id")
+)
+
+
+def clique_drift(gpu: Gpu, partition: NVLinkPartition | None) -> bool:
+    """Python twin of GPU_DRIFT, for GPUs already loaded with their tray's partition."""
+    return (
+        gpu.reported_clique_id is not None
+        and partition is not None
+        and gpu.reported_clique_id != partition.clique_id
+    )
+
+
+# ---------------------------------------------------------------------------------------------- overview
+
+
+@dataclass
+class Overview:
+    racks: int
+    racks_with_problems: int
+    partitions: int
+    trays: dict
+    gpus: dict
+    fabric_problem_trays: list
+    not_up_trays: list
+    degraded_gpus: list
+    limit: int = OVERVIEW_LIST_LIMIT
+    tray_states: list = field(default_factory=list)
+    gpu_health: list = field(default_factory=list)
+
+    @property
+    def trays_not_up(self) -> int:
+        return sum(self.trays[state.value] for state in NOT_UP_STATES)
+
+    @property
+    def gpus_degraded(self) -> int:
+        return sum(self.gpus[health.value] for health in DEGRADED_HEALTH)
+
+    @property
+    def fabric_problem_trays_more(self) -> int:
+        return max(0, self.trays["fabric_problems"] - len(self.fabric_problem_trays))
+
+    @property
+    def not_up_trays_more(self) -> int:
+        return max(0, self.trays_not_up - len(self.not_up_trays))
+
+    @property
+    def degraded_gpus_more(self) -> int:
+        return max(0, self.gpus_degraded - len(self.degraded_gpus))
+
+
+def _breakdown(choice, counts: dict) -> dict:
+    """One bar segment: the choice, its count and its share of the total (percent, for the bar width)."""
+    count, total = counts[choice.value], counts["total"]
+    share = 100 * count / total if total else 0.0
+    # Never round a few bad trays to "0.0%" or a fleet with problems to "100.0%".
+    if 0 < share < 0.1:
+        label = "<0.1%"
+    elif 99.9 < share < 100:
+        label = ">99.9%"
+    else:
+        label = f"{share:.1f}%"
+    return {
+        "value": choice.value,
+        "label": choice.label,
+        "count": count,
+        "share": round(share, 3),
+        "share_label": label,
+    }
+
+
+def overview(user, limit: int = OVERVIEW_LIST_LIMIT) -> Overview:
+    """Everything the home page shows, in eight queries whatever the size of the fleet."""
+    racks = Rack.objects.visible_to(user)
+    trays = ComputeTray.objects.visible_to(user)
+    gpus = Gpu.objects.visible_to(user)
+
+    rack_count = racks.count()
+    racks_with_problems = RackFilter({"has_problems": True}, queryset=racks).qs.count()
+    partition_count = NVLinkPartition.objects.visible_to(user).count()
+
+    tray_counts = trays.aggregate(
+        total=Count("pk"),
+        fabric_problems=Count("pk", filter=HAS_FABRIC_PROBLEMS),
+        **{state.value: Count("pk", filter=Q(state=state)) for state in TrayState},
+    )
+    installed = Q(tray__isnull=False)
+    gpu_counts = gpus.aggregate(
+        total=Count("pk", filter=installed),
+        removed=Count("pk", filter=Q(tray__isnull=True)),
+        drift=Count("pk", filter=installed & GPU_DRIFT),
+        fabric_incomplete=Count(
+            "pk", filter=installed & Q(fabric_state__in=[FabricState.IN_PROGRESS, FabricState.NOT_STARTED])
+        ),
+        **{health.value: Count("pk", filter=installed & Q(health=health)) for health in GpuHealth},
+    )
+
+    fabric_problem_trays = list(
+        trays.filter(HAS_FABRIC_PROBLEMS)
+        .select_related("rack", "partition")
+        .order_by("rack__name", "slot")[:limit]
+    )
+    not_up_trays = list(
+        trays.filter(state__in=NOT_UP_STATES).select_related("rack").order_by("rack__name", "slot")[:limit]
+    )
+    degraded_gpus = list(
+        gpus.filter(health__in=DEGRADED_HEALTH, tray__isnull=False)
+        .select_related("tray__rack")
+        .order_by("tray__rack__name", "tray__slot", "index")[:limit]
+    )
+
+    result = Overview(
+        racks=rack_count,
+        racks_with_problems=racks_with_problems,
+        partitions=partition_count,
+        trays=tray_counts,
+        gpus=gpu_counts,
+        fabric_problem_trays=fabric_problem_trays,
+        not_up_trays=not_up_trays,
+        degraded_gpus=degraded_gpus,
+        limit=limit,
+    )
+    result.tray_states = [_breakdown(state, tray_counts) for state in TrayState]
+    result.gpu_health = [_breakdown(health, gpu_counts) for health in GpuHealth]
+    return result
+
+
+# --------------------------------------------------------------------------------------------- rack list
+
+
+def _count_per_rack(queryset: QuerySet, rack_path: str) -> Coalesce:
+    """A correlated COUNT(*) of `queryset` rows belonging to the outer rack, 0 when there are none."""
+    counted = (
+        queryset.filter(**{rack_path: OuterRef("pk")})
+        .order_by()
+        .values(rack_path)
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
+
+
+def annotate_rack_summary(racks: QuerySet, user) -> QuerySet:
+    """Per-rack figures as subqueries (no join fan-out, no query per row)."""
+    trays = ComputeTray.objects.visible_to(user)
+    gpus = Gpu.objects.visible_to(user)
+    partitions = NVLinkPartition.objects.visible_to(user)
+    return racks.annotate(
+        trays_total=_count_per_rack(trays, "rack"),
+        trays_up=_count_per_rack(trays.filter(state=TrayState.UP), "rack"),
+        trays_with_problems=_count_per_rack(trays.filter(HAS_FABRIC_PROBLEMS), "rack"),
+        gpus_total=_count_per_rack(gpus, "tray__rack"),
+        gpus_healthy=_count_per_rack(gpus.filter(health=GpuHealth.HEALTHY), "tray__rack"),
+        gpus_with_problems=_count_per_rack(gpus.exclude(health__in=NOT_A_PROBLEM_HEALTH), "tray__rack"),
+        partitions_total=_count_per_rack(partitions, "rack"),
+    ).annotate(problems=F("trays_with_problems") + F("gpus_with_problems"))
+
+
+def rack_list(user, params, page_number=1, per_page: int = RACKS_PER_PAGE) -> tuple[RackFilter, Page]:
+    """The filter (bound to the request's GET parameters) and one page of filtered racks with their figures.
+
+    Two queries: the count and the page. The figures are annotated on the page's racks only: subqueries
+    in the SELECT list run for every row the database produces, including the rows OFFSET skips, so
+    annotating before slicing would make page 20 twenty times dearer than page 1.
+    """
+    filterset = RackFilter(params, queryset=Rack.objects.visible_to(user))
+    page = Paginator(filterset.qs.order_by("name"), per_page).get_page(page_number)
+    page_racks = Rack.objects.visible_to(user).filter(pk__in=page.object_list.values("pk"))
+    page.object_list = list(annotate_rack_summary(page_racks, user).order_by("name"))
+    return filterset, page
+
+
+# --------------------------------------------------------------------------------------------- rack view
+
+
+def racks(user) -> QuerySet:
+    return Rack.objects.visible_to(user)
+
+
+@dataclass
+class GpuCell:
+    gpu: Gpu
+    drift: bool
+
+
+@dataclass
+class TrayRow:
+    tray: ComputeTray
+    colour: int | None  # index into the partition palette; None when the tray has no partition
+    cells: list  # GpuCell per index 0..3, None where no GPU is recorded
+
+    @property
+    def degraded(self) -> int:
+        return sum(1 for cell in self.cells if cell and cell.gpu.health in DEGRADED_HEALTH)
+
+
+@dataclass
+class RackLayout:
+    rack: Rack
+    partitions: list  # NVLinkPartition, annotated with tray_count and colour
+    rows: list  # TrayRow per tray, by slot
+    unassigned_trays: int
+    trays_up: int
+    gpus_total: int
+    gpus_healthy: int
+    gpus_degraded: int
+    drift: int
+    fabric_problem_trays: int
+
+
+def rack_layout(user, rack: Rack) -> RackLayout:
+    """The rack's trays and GPUs as a grid, coloured by partition: three queries."""
+    partitions = list(
+        NVLinkPartition.objects.visible_to(user)
+        .filter(rack=rack)
+        .annotate(tray_count=Count("trays"))
+        .order_by("clique_id")
+    )
+    colour_of = {}
+    for position, partition in enumerate(partitions):
+        partition.colour = position % PARTITION_COLOURS
+        colour_of[partition.pk] = partition.colour
+    partition_by_pk = {partition.pk: partition for partition in partitions}
+
+    trays = list(ComputeTray.objects.visible_to(user).filter(rack=rack).order_by("slot"))
+    gpus_by_tray: dict[int, list] = {tray.pk: [None] * GPUS_PER_TRAY for tray in trays}
+    for gpu in Gpu.objects.visible_to(user).filter(tray__rack=rack).order_by("tray_id", "index"):
+        if gpu.tray_id in gpus_by_tray and gpu.index is not None and 0 <= gpu.index < GPUS_PER_TRAY:
+            gpus_by_tray[gpu.tray_id][gpu.index] = gpu
+
+    rows = []
+    for tray in trays:
+        partition = partition_by_pk.get(tray.partition_id)
+        tray.rack = rack  # already loaded: no query per row for templates that touch tray.rack
+        tray.partition = partition
+        cells = []
+        for gpu in gpus_by_tray[tray.pk]:
+            if gpu is not None:
+                gpu.tray = tray
+            cells.append(GpuCell(gpu=gpu, drift=clique_drift(gpu, partition)) if gpu else None)
+        rows.append(TrayRow(tray=tray, colour=colour_of.get(tray.partition_id), cells=cells))
+
+    gpus = [cell.gpu for row in rows for cell in row.cells if cell]
+    return RackLayout(
+        rack=rack,
+        partitions=partitions,
+        rows=rows,
+        unassigned_trays=sum(1 for tray in trays if tray.partition_id is None),
+        trays_up=sum(1 for tray in trays if tray.state == TrayState.UP),
+        gpus_total=len(gpus),
+        gpus_healthy=sum(1 for gpu in gpus if gpu.health == GpuHealth.HEALTHY),
+        gpus_degraded=sum(1 for gpu in gpus if gpu.health in DEGRADED_HEALTH),
+        drift=sum(1 for row in rows for cell in row.cells if cell and cell.drift),
+        fabric_problem_trays=sum(1 for tray in trays if tray.fabric_problems),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ details
+
+
+def gpus_for_detail(user) -> QuerySet:
+    return Gpu.objects.visible_to(user).select_related("tray__rack", "tray__partition")
+
+
+def gpu_context(gpu: Gpu) -> dict:
+    """What the GPU detail shows besides the GPU itself: intended vs reported, and the drift verdict."""
+    tray = gpu.tray
+    partition = tray.partition if tray else None
+    rack = tray.rack if tray else None
+    return {
+        "gpu": gpu,
+        "tray": tray,
+        "rack": rack,
+        "partition": partition,
+        "drift": clique_drift(gpu, partition),
+        "cluster_mismatch": bool(
+            rack
+            and rack.cluster_uuid
+            and gpu.reported_cluster_uuid
+            and gpu.reported_cluster_uuid != rack.cluster_uuid
+        ),
+        "degraded": gpu.health in DEGRADED_HEALTH,
+    }
+
+
+def trays_for_detail(user) -> QuerySet:
+    return ComputeTray.objects.visible_to(user).select_related("rack", "partition")
+
+
+def tray_context(user, tray: ComputeTray) -> dict:
+    """The tray, its GPUs (one query) and its intended vs reported clique."""
+    gpus = list(Gpu.objects.visible_to(user).filter(tray=tray).order_by("index"))
+    partition = tray.partition
+    intended_clique = (
+        f"{tray.rack.cluster_uuid}.{partition.clique_id}" if partition and tray.rack.cluster_uuid else ""
+    )
+    for gpu in gpus:
+        gpu.tray = tray
+        gpu.drift = clique_drift(gpu, partition)
+    return {
+        "tray": tray,
+        "rack": tray.rack,
+        "partition": partition,
+        "gpus": gpus,
+        "intended_clique": intended_clique,
+        "clique_drift": bool(
+            tray.reported_clique and intended_clique and tray.reported_clique != intended_clique
+        ),
+    }
