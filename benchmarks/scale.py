@@ -81,6 +81,9 @@ def main() -> None:
     started = time.perf_counter()
     seed_datacenter(racks=args.racks)
     seed_s = time.perf_counter() - started
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
 
     rng = random.Random(1)
     user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench-password-1")

@@ -1,14 +1,25 @@
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequiredMiddleware
+from django.contrib.auth.views import redirect_to_login
+from django_htmx.http import HttpResponseClientRedirect
 
 
 class LoginRequiredMiddleware(DjangoLoginRequiredMiddleware):
     """Login required for every page except the login page.
 
     The API is left to Django REST framework, which authenticates sessions *and* tokens and answers
-    401/403 in JSON; a redirect to the HTML login page would be wrong for a REST client.
+    401/403 in JSON; a redirect to the HTML login page would be wrong for a REST client. An htmx request
+    whose session expired gets an HX-Redirect, so the whole page goes to the login form instead of the
+    login form being swapped into a panel.
     """
 
     def process_view(self, request, view_func, view_args, view_kwargs):
         if request.path_info.startswith("/api/"):
             return None
         return super().process_view(request, view_func, view_args, view_kwargs)
+
+    def handle_no_permission(self, request, view_func):
+        if getattr(request, "htmx", False):
+            page = request.htmx.current_url_abs_path or request.get_full_path()
+            login = redirect_to_login(page, self.get_login_url(view_func))
+            return HttpResponseClientRedirect(login["Location"])
+        return super().handle_no_permission(request, view_func)

@@ -122,3 +122,20 @@ def test_overview_queries_do_not_grow_with_racks(user_client, django_assert_max_
         response = user_client.get(reverse("home"))
     assert response.context["overview"].racks == 12
     assert len(twelve) == len(three)
+
+
+def test_an_expired_session_on_an_htmx_click_redirects_the_whole_page(client, demo_inventory):
+    gpu = Gpu.objects.first()
+    response = client.get(
+        f"/inventory/gpus/{gpu.pk}/",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL="http://testserver/inventory/racks/gb-r01/",
+    )
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/login/?next=/inventory/racks/gb-r01/"
+
+
+def test_unknown_pages_get_the_portal_404(user_client):
+    response = user_client.get("/inventory/racks/no-such-rack/")
+    assert response.status_code == 404
+    assert b"There is nothing at" in response.content

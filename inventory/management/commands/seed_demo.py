@@ -2,7 +2,7 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
 
 from inventory.choices import SystemModel
 from inventory.demo import seed_datacenter
@@ -46,6 +46,10 @@ class Command(BaseCommand):
                 Rack.objects.all().delete()
             result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
             tenants = None if no_tenants else seed_tenants(seed=seed)
+        if connection.vendor == "postgresql":
+            # Fresh statistics after a bulk insert, or the planner scans all GPUs for the first pages.
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
         self.stdout.write(
             self.style.SUCCESS(
                 f"Seeded {result.racks} racks, {result.trays} trays, {result.gpus} GPUs, "
