@@ -12,6 +12,7 @@ import contextvars
 import json
 from dataclasses import dataclass
 
+from django.apps import apps
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.forms.models import model_to_dict
@@ -116,14 +117,14 @@ def _record(instance, action, before, after):
 
 
 def _pre_save(sender, instance, raw=False, **kwargs):
-    if raw or instance._meta.label_lower not in AUDITED:
+    if raw:
         return
     previous = sender._default_manager.filter(pk=instance.pk).first() if instance.pk else None
     instance._audit_before = _snapshot(previous) if previous is not None else None
 
 
 def _post_save(sender, instance, created, raw=False, **kwargs):
-    if raw or instance._meta.label_lower not in AUDITED:
+    if raw:
         return
     before = getattr(instance, "_audit_before", None)
     after = _snapshot(instance)
@@ -134,11 +135,13 @@ def _post_save(sender, instance, created, raw=False, **kwargs):
 
 
 def _post_delete(sender, instance, **kwargs):
-    if instance._meta.label_lower in AUDITED:
-        _record(instance, AuditAction.DELETE, _snapshot(instance), None)
+    _record(instance, AuditAction.DELETE, _snapshot(instance), None)
 
 
 def connect() -> None:
-    pre_save.connect(_pre_save, dispatch_uid="audit_pre_save")
-    post_save.connect(_post_save, dispatch_uid="audit_post_save")
-    post_delete.connect(_post_delete, dispatch_uid="audit_post_delete")
+    # Per audited model, so deletes of other models (telemetry history) stay fast bulk deletes.
+    for label in AUDITED:
+        model = apps.get_model(label)
+        pre_save.connect(_pre_save, sender=model, dispatch_uid=f"audit_pre_save_{label}")
+        post_save.connect(_post_save, sender=model, dispatch_uid=f"audit_post_save_{label}")
+        post_delete.connect(_post_delete, sender=model, dispatch_uid=f"audit_post_delete_{label}")

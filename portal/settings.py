@@ -152,7 +152,10 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    "scrape-dcgm-exporters": {"task": "tenancy.tasks.scrape_exporters", "schedule": 60.0},
+    "prune-telemetry": {"task": "tenancy.tasks.prune_telemetry", "schedule": 3600.0},
+}
 
 # Where the embedded directory target renders configuration.
 RACKPLANE_RENDER_DIR = Path(env.str("RACKPLANE_RENDER_DIR", default=str(VAR_DIR / "rendered")))

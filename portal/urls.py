@@ -9,6 +9,7 @@ from portal import views
 api_v1 = [
     path("", include("inventory.api.urls")),
     path("discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
+    path("telemetry/", include("tenancy.api.telemetry")),
 ]
 
 urlpatterns = [

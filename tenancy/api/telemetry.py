@@ -1,0 +1,114 @@
+"""POST /api/v1/telemetry/dcgm/: a node pushes its DCGM exporter page instead of being scraped.
+
+For nodes the portal cannot reach (behind NAT, or scraped by the site's own Prometheus): a cron job or the
+node agent forwards ``curl -s localhost:9400/metrics`` here with the node-agent token.
+"""
+
+from django.urls import path
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import permissions, serializers, status
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tenancy.activity import record_samples
+from tenancy.telemetry import DcgmParseError, parse_dcgm
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a GB200 tray's full page is ~60 KB
+
+
+class PlainTextParser(BaseParser):
+    """A ``text/plain`` body (Prometheus text format is served as ``text/plain; version=0.0.4``) as a str."""
+
+    media_type = "text/plain"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding") or "utf-8"
+        body = stream.read(MAX_BODY_BYTES + 1) if stream is not None else b""
+        if len(body) > MAX_BODY_BYTES:
+            raise ParseError(f"the body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
+        try:
+            return body.decode(encoding)
+        except UnicodeDecodeError as error:
+            raise ParseError(f"the body is not {encoding} text: {error}") from error
+
+
+class CanPushTelemetry(permissions.BasePermission):
+    message = (
+        "Pushing telemetry needs the 'inventory.report_discovery' permission (a node-agent token) or a staff "
+        "account."
+    )
+
+    def has_permission(self, request, view):
+        user = request.user
+        return bool(
+            user and user.is_authenticated and (user.is_staff or user.has_perm("inventory.report_discovery"))
+        )
+
+
+class TelemetryResultSerializer(serializers.Serializer):
+    recorded = serializers.IntegerField(help_text="GPUs whose utilization was stored")
+    unknown_gpus = serializers.ListField(
+        child=serializers.CharField(), help_text="UUIDs not in the inventory (not recorded)"
+    )
+    skipped = serializers.IntegerField(
+        help_text="utilization lines not used: no UUID label, a blank or out-of-range value, or a repeat"
+    )
+
+
+class TelemetryErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+EXAMPLE = (
+    "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n"
+    "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+    'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-4b8c1d2e-7f30-a9b1-c2d3-e4f5a6b7c8d9",'
+    'pci_bus_id="00000008:01:00.0",device="nvidia0",modelName="NVIDIA GB200",Hostname="gb-r01-t01",'
+    'DCGM_FI_DRIVER_VERSION="580.82.07"} 87\n'
+)
+
+
+class DcgmPushView(APIView):
+    """Record GPU utilization from a DCGM exporter page (Prometheus text) posted as the body.
+
+    Only `DCGM_FI_DEV_GPU_UTIL` is read; GPUs are matched by their `UUID` label. Send it with
+    `Content-Type: text/plain` and a token of a user holding `inventory.report_discovery`
+    (`manage.py discovery_agent_token` makes one).
+    """
+
+    parser_classes = [PlainTextParser]
+    permission_classes = [permissions.IsAuthenticated, CanPushTelemetry]
+
+    @extend_schema(
+        operation_id="telemetry_dcgm_push",
+        request={"text/plain": OpenApiTypes.STR},
+        responses={
+            200: TelemetryResultSerializer,
+            400: OpenApiResponse(TelemetryErrorSerializer, description="the body is not Prometheus text"),
+        },
+        examples=[OpenApiExample("one GB200 GPU", value=EXAMPLE, request_only=True, media_type="text/plain")],
+    )
+    def post(self, request):
+        text = request.data
+        if not isinstance(text, str):  # an empty body parses to {} in DRF
+            text = ""
+        if not text.strip():
+            return Response(
+                {"detail": "the body is empty: send the exporter's /metrics page as text/plain"},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        try:
+            samples = parse_dcgm(text)
+        except DcgmParseError as error:
+            return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)
+        result = record_samples(samples)
+        return Response(
+            {**result.as_dict(), "skipped": samples.skipped + result.skipped}, status=status.HTTP_200_OK
+        )
+
+
+# Included from portal/urls.py as "telemetry/".
+urlpatterns = [path("dcgm/", DcgmPushView.as_view(), name="telemetry-dcgm")]
