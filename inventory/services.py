@@ -115,46 +115,41 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
             if gpu.tray_id not in (None, tray.pk):
                 result.moved.append(gpu.uuid)
             vacate.append(gpu)
-    if vacate:
-        Gpu.objects.filter(pk__in=[gpu.pk for gpu in vacate]).update(tray=None, index=None)
+    vacated = {gpu.pk for gpu in vacate}
+    if vacated:
+        Gpu.objects.filter(pk__in=vacated).update(tray=None, index=None)
 
-    updated, created = [], []
+    # Most reports change nothing but freshness: group GPUs by what actually changed and send one plain
+    # UPDATE per distinct change (usually one for the whole tray) instead of a per-row CASE bulk update.
+    changes: dict[tuple, list[int]] = {}
+    created = []
     for wanted in gpus:
+        values = {
+            "tray_id": tray.pk,
+            "index": wanted.index,
+            "health": wanted.health.value,
+            "fabric_state": wanted.state.value,
+            "fabric_status": wanted.status or "",
+        }
+        if wanted.cluster_uuid is not None and wanted.clique_id is not None:
+            values["reported_cluster_uuid"] = uuid.UUID(wanted.cluster_uuid)
+            values["reported_clique_id"] = wanted.clique_id
+        for name in ("serial", "product", "memory_mib"):
+            if getattr(wanted, name):
+                values[name] = getattr(wanted, name)
         gpu = known.get(wanted.uuid)
         if gpu is None:
-            gpu = Gpu(uuid=wanted.uuid)
-            created.append(gpu)
+            created.append(Gpu(uuid=wanted.uuid, last_report_at=now, **values))
             result.created.append(wanted.uuid)
-        else:
-            updated.append(gpu)
-        gpu.tray, gpu.index = tray, wanted.index
-        gpu.health = wanted.health.value
-        gpu.fabric_state = wanted.state.value
-        gpu.fabric_status = wanted.status or ""
-        if wanted.cluster_uuid is not None and wanted.clique_id is not None:
-            gpu.reported_cluster_uuid = uuid.UUID(wanted.cluster_uuid)
-            gpu.reported_clique_id = wanted.clique_id
-        gpu.serial = wanted.serial or gpu.serial
-        gpu.product = wanted.product or gpu.product
-        gpu.memory_mib = wanted.memory_mib or gpu.memory_mib
-        gpu.last_report_at = now
-    if updated:
-        Gpu.objects.bulk_update(
-            updated,
-            [
-                "tray",
-                "index",
-                "health",
-                "fabric_state",
-                "fabric_status",
-                "reported_cluster_uuid",
-                "reported_clique_id",
-                "serial",
-                "product",
-                "memory_mib",
-                "last_report_at",
-            ],
+            continue
+        if gpu.pk in vacated:
+            gpu.tray_id = gpu.index = None
+        changed = tuple(
+            sorted((name, value) for name, value in values.items() if getattr(gpu, name) != value)
         )
+        changes.setdefault(changed, []).append(gpu.pk)
+    for changed, pks in changes.items():
+        Gpu.objects.filter(pk__in=pks).update(last_report_at=now, **dict(changed))
     if created:
         Gpu.objects.bulk_create(created)
 

@@ -91,6 +91,9 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
                     output_field=BooleanField(),
                 ),
             )
+            # The primary key: an index walk. The model's physical order (rack, slot, index) would make the
+            # database sort all 72,000 GPUs for every page at 1,000 racks.
+            .order_by("pk")
         )
 
 
