@@ -46,6 +46,7 @@ def test_a_consistent_report_changes_nothing_but_freshness(tray):
     assert tray.reported_clique == f"{tray.rack.cluster_uuid}.32766"
     assert tray.last_report["host"] == "gb-r01-t01" and tray.last_report_at is not None
     assert list(tray.gpus.values_list("uuid", "index", "reported_clique_id")) == before
+    assert set(tray.gpus.values_list("last_report_at", flat=True)) == {tray.last_report_at}
 
 
 def test_unknown_gpus_are_created_and_gpus_no_longer_reported_are_detached_not_lost(tray):
@@ -122,6 +123,17 @@ def test_drift_is_flagged_when_the_node_reports_another_partition(tray):
     ]
     assert result.drift[0] in tray.fabric_problems
     assert tray.gpus.filter(reported_clique_id=5).count() == 4
+
+
+def test_health_changes_reach_only_the_gpus_that_changed(tray):
+    limited = {"health": GpuHealth.LIMITED_CAPACITY}
+    ingest_report(tray.hostname, "json", reported(tray, gpu1=limited))
+    assert dict(tray.gpus.values_list("index", "health")) == {
+        0: "healthy",
+        1: "limited_capacity",
+        2: "healthy",
+        3: "healthy",
+    }
 
 
 def test_a_problem_report_keeps_the_previous_good_fabric_values(tray):
