@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole check, from a fresh machine: system packages, .venv, real PostgreSQL and Redis on loopback,
-# then lint, format, migrations and the full pytest suite (browser tests included) on PostgreSQL.
-# The services are always stopped. Extra arguments go to pytest (e.g. `scripts/test.sh tests/e2e -x`).
+# The whole check, from a fresh machine: system packages, .venv, real PostgreSQL and Redis on loopback, a real
+# Slurm 24.11 controller with 18 fake GPU nodes (scripts/slurm-testbed.sh, in a chroot), then lint, format,
+# migrations and the full pytest suite (browser tests included) on PostgreSQL. The services are always stopped.
+# Extra arguments go to pytest (e.g. `scripts/test.sh tests/e2e -x`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
@@ -11,8 +12,14 @@ bash scripts/system-deps.sh
 bash scripts/venv.sh test
 
 runtime=""
+slurm_testbed=""
 cleanup() {
     local status=$?
+    if [ -n "$slurm_testbed" ] && [ -f "$slurm_testbed/.rackplane-slurm-testbed" ]; then
+        bash scripts/slurm-testbed.sh stop "$slurm_testbed" || log "warning: stopping the Slurm testbed failed"
+    elif [ -n "$slurm_testbed" ]; then
+        rmdir "$slurm_testbed" 2>/dev/null || true
+    fi
     if [ -n "$runtime" ]; then
         bash scripts/services.sh stop "$runtime" || log "warning: stopping the services failed"
     fi
@@ -30,6 +37,19 @@ export PATH="$REPO_ROOT/.venv/bin:$PATH"
 # Celery stays eager: the broker is only for tests that ask for CELERY_TEST_BROKER_URL themselves.
 unset CELERY_BROKER_URL
 
+failed=()
+# Slurm 24.11 in a chroot (tests/integration/test_slurm_target.py). If it cannot start, everything else still
+# runs; the Slurm tests then fail saying the testbed is missing, and the summary names this step.
+log "== slurm testbed: scripts/slurm-testbed.sh start"
+slurm_testbed="$(mktemp -d -t rackplane-slurm.XXXXXX)"
+if bash scripts/slurm-testbed.sh start "$slurm_testbed" >/dev/null; then
+    # shellcheck disable=SC1091
+    source "$slurm_testbed/env"
+else
+    failed+=("slurm testbed")
+    log "warning: the Slurm testbed did not start (messages above); Slurm integration tests will fail"
+fi
+
 python - <<'PY'
 import django, os
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -42,7 +62,6 @@ with connection.cursor() as cursor:
           f"{connection.settings_dict['PORT']} ({cursor.fetchone()[0].split(',')[0]})")
 PY
 
-failed=()
 step() {
     local name="$1"
     shift

@@ -1,0 +1,1 @@
+"""Slurm backend: `render` (pure text renderers and parsers) and `target` (SlurmTarget, the adapter)."""

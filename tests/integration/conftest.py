@@ -1,0 +1,138 @@
+"""Fixtures for tests against real services started by scripts/test.sh (never by hand, never skipped).
+
+The Slurm testbed (scripts/slurm-testbed.sh) exports RACKPLANE_SLURM_TESTBED and friends; without them the
+Slurm tests fail and say how to run them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scheduling.backends.slurm.render import ServiceTier, SlurmBlock, SlurmNode
+from scheduling.backends.slurm.target import MANAGED_FILES, SlurmState, SlurmTarget
+
+HOW_TO_RUN = (
+    "the Slurm testbed is not running: RACKPLANE_SLURM_TESTBED is not set. Run the integration tests through "
+    "`make test` (or `bash scripts/test.sh tests/integration`), which starts scripts/slurm-testbed.sh and "
+    "exports its environment."
+)
+
+
+@dataclass(frozen=True)
+class SlurmTestbed:
+    dir: Path
+    bin: Path
+    scontrol: str
+    conf_dir: Path
+    log_dir: Path
+    node_port_base: int
+    script: str
+
+    def hostnames(self) -> list[str]:
+        done = subprocess.run(
+            [self.scontrol, "show", "hostnames", os.environ["RACKPLANE_SLURM_NODES"]],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.split()
+
+    def control(self, command: str) -> None:
+        """stop-ctld / start-ctld / status through the testbed script."""
+        subprocess.run(
+            ["bash", self.script, command, str(self.dir)], check=True, capture_output=True, text=True
+        )
+
+    def target(self, **kwargs) -> SlurmTarget:
+        kwargs.setdefault("slurmctld_log", self.log_dir / "slurmctld.log")
+        return SlurmTarget(self.conf_dir, self.scontrol, **kwargs)
+
+    def state(self, layout: list[int], tiers: list[ServiceTier] | None = None) -> SlurmState:
+        """One rack (gb-r01) of the testbed's nodes carved into partitions of the given sizes."""
+        hosts = self.hostnames()
+        assert sum(layout) == len(hosts), f"layout {layout} does not cover the {len(hosts)} testbed nodes"
+        nodes = tuple(
+            SlurmNode(
+                hostname=h,
+                gpus=4,
+                cpus=4,
+                memory_mb=1000,
+                node_hostname="localhost",
+                address="127.0.0.1",
+                port=self.node_port_base + i,
+            )
+            for i, h in enumerate(hosts)
+        )
+        blocks, start = [], 0
+        for number, size in enumerate(layout, 1):
+            blocks.append(SlurmBlock(f"r01p{number}", "gb-r01", tuple(hosts[start : start + size])))
+            start += size
+        if tiers is None:
+            tiers = [ServiceTier("batch", tuple(hosts), default=True)]
+        return SlurmState(nodes=nodes, tiers=tuple(tiers), blocks=tuple(blocks))
+
+
+@pytest.fixture(scope="session")
+def slurm_testbed() -> SlurmTestbed:
+    if not os.environ.get("RACKPLANE_SLURM_TESTBED"):
+        pytest.fail(HOW_TO_RUN, pytrace=False)
+    env = os.environ
+    testbed = SlurmTestbed(
+        dir=Path(env["RACKPLANE_SLURM_TESTBED"]),
+        bin=Path(env["RACKPLANE_SLURM_BIN"]),
+        scontrol=env["RACKPLANE_SLURM_SCONTROL"],
+        conf_dir=Path(env["RACKPLANE_SLURM_CONF_DIR"]),
+        log_dir=Path(env["RACKPLANE_SLURM_LOG_DIR"]),
+        node_port_base=int(env["RACKPLANE_SLURM_NODE_PORT_BASE"]),
+        script=env["RACKPLANE_SLURM_TESTBED_SCRIPT"],
+    )
+    if not testbed.dir.is_dir():
+        pytest.fail(
+            f"RACKPLANE_SLURM_TESTBED={testbed.dir} does not exist (stale environment?). {HOW_TO_RUN}"
+        )
+    return testbed
+
+
+@pytest.fixture
+def slurm_baseline(slurm_testbed):
+    """Snapshot the managed files before the test; afterwards put them back and make slurmctld run them."""
+    conf = slurm_testbed.conf_dir
+    saved = {name: (conf / name).read_text() for name in MANAGED_FILES}
+    target = slurm_testbed.target()
+    assert target.ping(), "slurmctld of the testbed is down before the test"
+    topology = target.read_topology()
+    yield saved, topology
+    if not target.ping():
+        slurm_testbed.control("start-ctld")
+    for name, text in saved.items():
+        (conf / name).write_text(text)
+        for leftover in (conf / f"{name}.rackplane-prev",):
+            leftover.unlink(missing_ok=True)
+    subprocess.run([slurm_testbed.scontrol, "reconfigure"], check=True, capture_output=True)
+    deadline = time.monotonic() + 30
+    while target.read_topology() != topology or not _all_idle(slurm_testbed):
+        assert time.monotonic() < deadline, "the testbed did not come back to its baseline"
+        time.sleep(0.5)
+
+
+def _all_idle(testbed: SlurmTestbed) -> bool:
+    done = subprocess.run(
+        [str(testbed.bin / "sinfo"), "-h", "-N", "-o", "%t"], capture_output=True, text=True, check=False
+    )
+    states = done.stdout.split()
+    return bool(states) and all(s == "idle" for s in states)
+
+
+@pytest.fixture
+def conf_copy(slurm_testbed, tmp_path):
+    """A copy of the config directory that slurmctld does NOT read (a misconfigured target)."""
+    copy = tmp_path / "etc-slurm"
+    shutil.copytree(slurm_testbed.conf_dir, copy)
+    return copy

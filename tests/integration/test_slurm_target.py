@@ -1,0 +1,236 @@
+"""SlurmTarget against a real Slurm 24.11 controller (the testbed scripts/test.sh starts).
+
+Each test leaves the testbed as it found it (fixture `slurm_baseline`): files, running topology, idle nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from scheduling.backends.slurm.render import ServiceTier, parse_show_topology
+from scheduling.backends.slurm.target import (
+    PREV_SUFFIX,
+    RACKPLANE_CONF,
+    TOPOLOGY_CONF,
+    SlurmRejected,
+    SlurmTarget,
+    SlurmUnavailable,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _files(testbed):
+    return {name: (testbed.conf_dir / name).read_text() for name in (RACKPLANE_CONF, TOPOLOGY_CONF)}
+
+
+def test_2x9_plan_applied_shows_two_blocks(slurm_testbed, slurm_baseline):
+    target = slurm_testbed.target()
+    hosts = slurm_testbed.hostnames()
+    tiers = [
+        ServiceTier("batch", tuple(hosts), qos="batch", default=True),
+        ServiceTier("inference", tuple(hosts[9:]), qos="inference", priority_tier=10, max_time_minutes=240),
+    ]
+    rendered = target.render(slurm_testbed.state([9, 9], tiers))
+    assert set(target.diff(rendered)) == {RACKPLANE_CONF, TOPOLOGY_CONF}
+
+    result = target.apply(rendered)
+
+    assert sorted(result.changed) == [RACKPLANE_CONF, TOPOLOGY_CONF]
+    assert result.reconfigured
+    shown = subprocess.run(
+        [slurm_testbed.scontrol, "show", "topology"], capture_output=True, text=True
+    ).stdout
+    blocks = parse_show_topology(shown)
+    assert [(b["name"], b["nodes"], b["size"], b["aggregated"]) for b in blocks] == [
+        ("r01p1", "gb-r01-t[01-09]", 9, False),
+        ("r01p2", "gb-r01-t[10-18]", 9, False),
+        ("r01p[1-2]", "gb-r01-t[01-18]", 18, True),
+    ]
+    assert [(b.name, len(b.hostnames)) for b in target.read_back()] == [("r01p1", 9), ("r01p2", 9)]
+    partitions = target.read_partitions()
+    assert partitions["inference"] == set(hosts[9:])
+    assert partitions["batch"] == set(hosts)
+    # The previous files are kept beside the new ones; pushing the same state again changes nothing.
+    kept = (slurm_testbed.conf_dir / (TOPOLOGY_CONF + PREV_SUFFIX)).read_text()
+    assert kept == slurm_baseline[0][TOPOLOGY_CONF]
+    assert target.diff(rendered) == {}
+    again = target.apply(rendered)
+    assert again.changed == [] and not again.reconfigured
+
+
+def test_a_job_of_one_partition_lands_inside_it(slurm_testbed, slurm_baseline):
+    """The point of the blocks: a 9-tray job on a 2x9 rack gets the trays of one NVLink partition."""
+    target = slurm_testbed.target()
+    target.apply(target.render(slurm_testbed.state([9, 9])))
+    # Make the blocks uneven first: one job holding three trays of r01p1... (t01-t03)
+    sbatch = str(slurm_testbed.bin / "sbatch")
+    squeue = str(slurm_testbed.bin / "squeue")
+    scancel = str(slurm_testbed.bin / "scancel")
+    first = subprocess.run(
+        [sbatch, "--parsable", "--nodes=3", "--nodelist=gb-r01-t[01-03]", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    second = subprocess.run(
+        [sbatch, "--parsable", "--nodes=9", "--gres=gpu:4", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            out = subprocess.run(
+                [squeue, "-h", "-j", second, "-o", "%T %N"], capture_output=True, text=True, check=True
+            ).stdout.split()
+            if out and out[0] == "RUNNING":
+                break
+            assert time.monotonic() < deadline, f"the 9-node job did not start: {out}"
+            time.sleep(0.5)
+        placed = subprocess.run(
+            [slurm_testbed.scontrol, "show", "hostnames", out[1]], capture_output=True, text=True, check=True
+        ).stdout.split()
+        # r01p1 has only 6 free trays, so the job must be all of r01p2, not spread over both partitions.
+        assert placed == [f"gb-r01-t{i:02d}" for i in range(10, 19)]
+    finally:
+        subprocess.run([scancel, first, second], check=False)
+        deadline = time.monotonic() + 30
+        while subprocess.run([squeue, "-h"], capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() < deadline, "jobs did not end"
+            time.sleep(0.5)
+
+
+def test_controller_down_is_unavailable_and_changes_nothing(slurm_testbed, slurm_baseline):
+    saved, topology = slurm_baseline
+    target = slurm_testbed.target()
+    rendered = target.render(slurm_testbed.state([9, 9]))
+    slurm_testbed.control("stop-ctld")
+
+    with pytest.raises(SlurmUnavailable) as caught:
+        target.apply(rendered)
+
+    assert caught.value.transient
+    assert "retry later" in str(caught.value)
+    assert _files(slurm_testbed) == saved
+    slurm_testbed.control("start-ctld")
+    assert target.read_topology() == topology
+
+
+def test_controller_lost_during_apply_rolls_back(slurm_testbed, slurm_baseline):
+    """Past the first ping: the files are written, reconfigure cannot reach slurmctld, they are restored."""
+    saved, topology = slurm_baseline
+    target = slurm_testbed.target(timeout=60)
+    rendered = target.render(slurm_testbed.state([9, 9]))
+    slurm_testbed.control("stop-ctld")
+
+    with pytest.raises(SlurmUnavailable) as caught:
+        target.apply(rendered, check_controller_first=False)
+
+    assert _files(slurm_testbed) == saved
+    assert "restored the previous topology.conf" in str(caught.value)
+    slurm_testbed.control("start-ctld")
+    assert target.read_topology() == topology
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            lambda files: {RACKPLANE_CONF: files[RACKPLANE_CONF] + "PartitionName=ghosts Nodes=gb-r09-t01\n"},
+            "Invalid node names in partition ghosts",
+        ),
+        (
+            lambda files: {RACKPLANE_CONF: files[RACKPLANE_CONF].replace("CPUs=4", "CPUs=4 Bogus=1", 1)},
+            "Bogus",
+        ),
+    ],
+    ids=["unknown-node-in-partition", "unknown-node-option"],
+)
+def test_rejected_config_is_rolled_back(slurm_testbed, slurm_baseline, change, words):
+    target = slurm_testbed.target()
+    good = target.render(slurm_testbed.state([9, 9]))
+    target.apply(good)
+    applied_topology = target.read_topology()
+    before = _files(slurm_testbed)
+
+    with pytest.raises(SlurmRejected) as caught:
+        target.apply({**good, **change(good)})
+
+    assert not caught.value.transient
+    assert words in str(caught.value)  # slurmctld's own words, from its log
+    assert _files(slurm_testbed) == before
+    assert target.read_topology() == applied_topology
+    assert target.ping()
+
+
+def test_read_back_mismatch_is_rolled_back(slurm_testbed, slurm_baseline, conf_copy):
+    """A target writing where slurmctld does not read: reconfigure succeeds, the read-back catches it."""
+    saved, topology = slurm_baseline
+    target = slurm_testbed.target(settle_seconds=1)
+    target.config_dir = conf_copy
+    rendered = target.render(slurm_testbed.state([9, 9]))
+
+    with pytest.raises(SlurmRejected) as caught:
+        target.apply(rendered)
+
+    message = str(caught.value)
+    assert "does not run the planned topology" in message
+    assert "block r01p1 is missing" in message
+    assert (conf_copy / TOPOLOGY_CONF).read_text() == saved[TOPOLOGY_CONF]
+    assert _files(slurm_testbed) == saved
+    assert target.read_topology() == topology
+
+
+def test_qos_is_skipped_without_slurmdbd(slurm_testbed):
+    result = slurm_testbed.target().ensure_qos("dept-a", 16)
+    assert not result.applied
+    assert "no slurmdbd" in result.note
+
+
+def test_ensure_qos_runs_sacctmgr_when_slurmdbd_is_configured(tmp_path):
+    """No slurmdbd in the testbed: stand-in scontrol and sacctmgr record what the target runs."""
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'AccountingStorageType   = accounting_storage/slurmdbd'\n")
+    sacctmgr = tmp_path / "sacctmgr"
+    sacctmgr.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    for tool in (scontrol, sacctmgr):
+        tool.chmod(0o755)
+    target = SlurmTarget(tmp_path, str(scontrol))
+
+    result = target.ensure_qos("dept-a", 16)
+
+    assert result.applied
+    assert calls.read_text().splitlines() == [
+        "-n -P show qos name=dept-a format=name",
+        "-i add qos dept-a",
+        "-i modify qos where name=dept-a set GrpTRES=gres/gpu=16",
+    ]
+
+
+def test_slurmrestd_answers_with_a_jwt(slurm_testbed):
+    """The testbed's slurmrestd (JWT auth) lists the fake trays, as the job path will use it."""
+    token = subprocess.run(
+        [slurm_testbed.scontrol, "token", "username=root", "lifespan=60"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert token.startswith("SLURM_JWT=")
+    request = urllib.request.Request(
+        os.environ["RACKPLANE_SLURMRESTD_URL"] + "/slurm/v0.0.42/nodes",
+        headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token.split("=", 1)[1]},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = json.load(response)
+    assert body["errors"] == []
+    assert sorted(n["name"] for n in body["nodes"]) == slurm_testbed.hostnames()
+    assert {n["gres"] for n in body["nodes"]} == {"gpu:4"}
