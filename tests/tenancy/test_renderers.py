@@ -1,10 +1,11 @@
 """Tenant renderers against the real consumers' formats.
 
-Kubernetes core kinds are validated with kubernetes-validate (strict: unknown fields fail), Kueue kinds with
-jsonschema against the openAPIV3Schema of the CRDs in shared/reference/crds (made structural-strict, the
-same way the API server rejects unknown fields with fieldValidation=Strict), plus the CRDs' CEL rules
-(x-kubernetes-validations) evaluated with cel-python after applying the schema defaults, as the API server
-does. No Django: run with `-p no:django`.
+Kubernetes objects are validated with Rackplane's production validator
+(scheduling/backends/kubernetes/validate.py): core kinds with kubernetes-validate (strict: unknown fields
+fail), Kueue kinds with jsonschema against the openAPIV3Schema of the packaged CRDs (byte-identical copies
+of shared/reference/crds, made structural-strict, the same way the API server rejects unknown fields with
+fieldValidation=Strict), plus the CRDs' CEL rules (x-kubernetes-validations) evaluated with cel-python after
+applying the schema defaults, as the API server does. No Django: run with `-p no:django`.
 """
 
 from __future__ import annotations
@@ -12,209 +13,32 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import celpy
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
+from scheduling.backends.kubernetes import validate as validation
+from scheduling.backends.kubernetes.validate import validate
 from tenancy import renderers as r
 from tenancy.renderers import TenantSpec
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_DIR = REPO_ROOT.parent / "shared" / "reference" / "crds"
-# DRA's resource.k8s.io/v1 (used elsewhere in Rackplane) needs 1.34; validate everything against it.
-KUBERNETES_VERSION = "1.34.0"
-
-_QUANTITY = re.compile(
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+SchemaError = validation.ValidationError  # an object that the real API server would reject
 
 
-class SchemaError(AssertionError):
-    """An object that the real API server would reject."""
-
-
-# --- Kueue CRDs ---------------------------------------------------------------------------------------
-
-
-@cache
 def kueue_crds() -> dict[str, dict[str, Any]]:
-    """CRDs by kind, read from shared/reference/crds beside the repository."""
-    if not CRD_DIR.is_dir():
-        pytest.fail(
-            f"Kueue CRDs not found at {CRD_DIR}: shared/ must sit beside the repository "
-            f"({REPO_ROOT.parent}), with shared/reference/crds/kueue.x-k8s.io_*.yaml in it",
-            pytrace=False,
-        )
-    crds = {}
-    for path in sorted(CRD_DIR.glob("kueue.x-k8s.io_*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        crds[crd["spec"]["names"]["kind"]] = crd
-    if not {"ClusterQueue", "LocalQueue"} <= crds.keys():
-        pytest.fail(
-            f"ClusterQueue/LocalQueue CRDs missing from {CRD_DIR}: found {sorted(crds)}", pytrace=False
-        )
-    return crds
+    """The CRDs production validates against, by kind."""
+    return validation.crds()
 
 
-def _strict(schema: Any) -> Any:
-    """Structural schema -> JSON schema that rejects unknown fields (the API server prunes them, or with
-    fieldValidation=Strict - kubectl's default - refuses the request)."""
-    if isinstance(schema, list):
-        return [_strict(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _strict(v) for k, v in schema.items() if k != "properties"}
-    if "properties" in schema:
-        out["properties"] = {k: _strict(v) for k, v in schema["properties"].items()}
-        if "additionalProperties" not in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-    return out
-
-
-def _apply_defaults(schema: dict[str, Any], value: Any) -> Any:
-    value = copy.deepcopy(value)
-    if isinstance(value, dict):
-        for key, sub in schema.get("properties", {}).items():
-            if key not in value and "default" in sub:
-                value[key] = copy.deepcopy(sub["default"])
-            if key in value:
-                value[key] = _apply_defaults(sub, value[key])
-    elif isinstance(value, list) and "items" in schema:
-        value = [_apply_defaults(schema["items"], v) for v in value]
-    return value
-
-
-_cel_env = celpy.Environment()
-
-
-@cache
-def _cel_program(rule: str):
-    return _cel_env.program(_cel_env.compile(rule))
-
-
-def _check_cel_and_lists(schema: dict[str, Any], value: Any, path: str) -> None:
-    for validation in schema.get("x-kubernetes-validations", []):
-        rule = validation["rule"]
-        if "oldSelf" in rule:  # transition rules only apply to updates
-            continue
-        result = _cel_program(rule).evaluate({"self": celpy.json_to_cel(value)})
-        if result is not True and result != celpy.celtypes.BoolType(True):
-            raise SchemaError(f"{path}: {validation.get('message', rule)} (rule: {rule})")
-    if isinstance(value, dict):
-        for key, sub in schema.get("properties", {}).items():
-            if key in value:
-                _check_cel_and_lists(sub, value[key], f"{path}.{key}")
-    elif isinstance(value, list) and "items" in schema:
-        list_type = schema.get("x-kubernetes-list-type")
-        if list_type == "map":
-            keys = [tuple(item.get(k) for k in schema["x-kubernetes-list-map-keys"]) for item in value]
-            if len(keys) != len(set(keys)):
-                raise SchemaError(f"{path}: duplicate list-map keys {keys}")
-        elif list_type == "set" and len(value) != len({repr(v) for v in value}):
-            raise SchemaError(f"{path}: duplicate items in a set")
-        for i, item in enumerate(value):
-            _check_cel_and_lists(schema["items"], item, f"{path}[{i}]")
-
-
-def validate_kueue(obj: dict[str, Any]) -> None:
-    crds = kueue_crds()
-    kind = obj.get("kind")
-    if kind not in crds:
-        raise SchemaError(f"no Kueue CRD for kind {kind!r}")
-    crd = crds[kind]
-    group, _, version = obj["apiVersion"].partition("/")
-    if group != crd["spec"]["group"]:
-        raise SchemaError(f"apiVersion group {group!r} is not {crd['spec']['group']!r}")
-    versions = {v["name"]: v for v in crd["spec"]["versions"]}
-    if version not in versions or not versions[version]["served"]:
-        raise SchemaError(f"{kind} {version!r} is not served (served: {sorted(versions)})")
-    metadata = obj.get("metadata", {})
-    if crd["spec"]["scope"] == "Cluster" and "namespace" in metadata:
-        raise SchemaError(f"{kind} is cluster-scoped but has a namespace")
-    if crd["spec"]["scope"] == "Namespaced" and not metadata.get("namespace"):
-        raise SchemaError(f"{kind} is namespaced but has no namespace")
-    _check_metadata(obj)
-    schema = versions[version]["schema"]["openAPIV3Schema"]
-    try:
-        jsonschema.Draft202012Validator(_strict(schema)).validate(obj)
-    except jsonschema.ValidationError as exc:
-        raise SchemaError(f"{kind}: {'.'.join(map(str, exc.absolute_path))}: {exc.message}") from exc
-    _check_cel_and_lists(schema, _apply_defaults(schema, obj), kind)
-
-
-def test_missing_crd_directory_fails_with_a_clear_message(monkeypatch, tmp_path):
-    monkeypatch.setitem(globals(), "CRD_DIR", tmp_path / "shared" / "reference" / "crds")
-    with pytest.raises(pytest.fail.Exception, match=r"Kueue CRDs not found at .*shared/ must sit beside"):
-        kueue_crds.__wrapped__()
-
-
-# --- core kinds ---------------------------------------------------------------------------------------
-
-
-def _check_metadata(obj: dict[str, Any]) -> None:
-    """ObjectMeta as the API server checks it, beyond what the OpenAPI schema says: names and labels."""
-    metadata = obj["metadata"]
-    try:  # ObjectMeta's own schema, strict, through a kind that has no other required field
-        kubernetes_validate.validate(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}, KUBERNETES_VERSION, strict=True
-        )
-    except kubernetes_validate.ValidationError as exc:
-        raise SchemaError(f"{obj['kind']} metadata: {exc}") from exc
-    name = metadata.get("name", "")
-    name_re, limit = (_DNS_LABEL, 63) if obj["kind"] == "Namespace" else (_DNS_SUBDOMAIN, 253)
-    if not name_re.match(name) or len(name) > limit:
-        raise SchemaError(f"{obj['kind']} name {name!r} is not valid")
-    namespace = metadata.get("namespace")
-    if namespace is not None and not (_DNS_LABEL.match(namespace) and len(namespace) <= 63):
-        raise SchemaError(f"namespace {namespace!r} is not valid")
-    for key, value in metadata.get("labels", {}).items():
-        prefix, _, label_name = key.rpartition("/")
-        if (prefix and not _DNS_SUBDOMAIN.match(prefix)) or len(label_name) > 63:
-            raise SchemaError(f"label key {key!r} is not valid")
-        if not _LABEL_NAME.match(label_name):
-            raise SchemaError(f"label key {key!r} is not valid")
-        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-            raise SchemaError(f"label value {value!r} is not valid")
-
-
-def _quantities(obj: dict[str, Any]) -> list[Any]:
-    spec = obj.get("spec", {})
-    kind = obj["kind"]
-    if kind == "ResourceQuota":
-        return list(spec.get("hard", {}).values())
-    if kind == "PersistentVolume":
-        return list(spec.get("capacity", {}).values())
-    if kind == "PersistentVolumeClaim":
-        return list(spec.get("resources", {}).get("requests", {}).values())
-    return []
-
-
-def validate_core(obj: dict[str, Any]) -> None:
-    try:
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as exc:
-        raise SchemaError(f"{obj['kind']}: {exc}") from exc
-    _check_metadata(obj)
-    for quantity in _quantities(obj):  # the bundled schema types Quantity as any string
-        if not (isinstance(quantity, int) or (isinstance(quantity, str) and _QUANTITY.match(quantity))):
-            raise SchemaError(f"{obj['kind']}: {quantity!r} is not a Kubernetes quantity")
-
-
-def validate(obj: dict[str, Any]) -> None:
-    if obj["apiVersion"].startswith("kueue.x-k8s.io/"):
-        validate_kueue(obj)
-    else:
-        validate_core(obj)
+def test_missing_crd_directory_fails_with_a_clear_message(tmp_path):
+    with pytest.raises(validation.CRDsMissing, match=r"CRDs not found at .*crds.*must ship with"):
+        validation.load_crds(tmp_path / "shared" / "reference" / "crds")
+    (tmp_path / "kueue.x-k8s.io_cohorts.yaml").write_bytes(
+        (validation.CRD_DIR / "kueue.x-k8s.io_cohorts.yaml").read_bytes()
+    )
+    with pytest.raises(validation.CRDsMissing, match=r"CRDs missing from .*'ClusterQueue'.*'LocalQueue'"):
+        validation.load_crds(tmp_path)
 
 
 # --- fixtures -----------------------------------------------------------------------------------------

@@ -1,0 +1,6 @@
+"""Kubernetes backend: `render` (pure object renderers), `validate` (the real schemas, before sending) and
+`target` (KubernetesTarget, the adapter: server-side apply through the official client).
+
+`crds/` holds byte-identical copies of shared/reference/crds (Kueue v1beta2, NVIDIA ComputeDomain): the
+CRD versions Rackplane validates custom resources against.
+"""
