@@ -73,6 +73,8 @@ def main() -> None:
     from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
     from inventory.models import ComputeTray, Gpu
     from inventory.services import ingest_report
+    from tenancy.demo import seed_tenants
+    from tenancy.models import Department, Membership
 
     settings.DEBUG = False  # no query log growing through the run
     call_command("migrate", verbosity=0)
@@ -81,6 +83,10 @@ def main() -> None:
     started = time.perf_counter()
     seed_datacenter(racks=args.racks)
     seed_s = time.perf_counter() - started
+    # Departments, leads, jobs, telemetry and a day of quota history, so the dashboards have data to show.
+    started = time.perf_counter()
+    tenants = seed_tenants()
+    seed_tenants_s = time.perf_counter() - started
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
@@ -97,6 +103,9 @@ def main() -> None:
         "gpus": Gpu.objects.count(),
         "database": connection.vendor,
         "seed_s": round(seed_s, 2),
+        "seed_tenants_s": round(seed_tenants_s, 2),
+        "departments": tenants.departments,
+        "jobs": tenants.jobs,
         "overview_page": latency(client, ["/"] * args.requests),
         "rack_list_page": latency(
             client,
@@ -116,6 +125,17 @@ def main() -> None:
             [f"/api/v1/gpus/?rack={rng.choice(rack_names)}&health=healthy" for _ in range(args.requests)],
         ),
     }
+    # Department dashboards: the admin's (every department, capacity, idle GPUs cluster-wide) and one lead's
+    # (the largest department, as its lead sees it).
+    figures["admin_dashboard_page"] = latency(client, ["/tenancy/dashboard/"] * args.requests)
+    figures["department_list_page"] = latency(client, ["/tenancy/departments/"] * args.requests)
+    largest = Department.objects.order_by("-guaranteed_gpus", "name").first()
+    lead = Membership.objects.filter(department=largest, role="lead").select_related("user").first().user
+    lead_client = Client()
+    lead_client.force_login(lead)
+    figures["lead_dashboard_page"] = latency(
+        lead_client, [f"/tenancy/departments/{largest.slug}/"] * args.requests
+    )
 
     # Ingest: each report is one node's four GPUs, consistent or drifting, reconciled in one transaction.
     tray_ids = rng.sample(

@@ -85,6 +85,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.capacity",
             ],
         },
     },
@@ -155,6 +156,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE: dict = {
     "scrape-dcgm-exporters": {"task": "tenancy.tasks.scrape_exporters", "schedule": 60.0},
     "prune-telemetry": {"task": "tenancy.tasks.prune_telemetry", "schedule": 3600.0},
+    "snapshot-quotas": {"task": "tenancy.tasks.snapshot_quotas", "schedule": 300.0},
 }
 
 # Where the embedded directory target renders configuration.

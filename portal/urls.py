@@ -4,12 +4,14 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from inventory.api.discovery import DiscoveryReportView
-from portal import views
+from portal import audit_views, views
 
 api_v1 = [
     path("", include("inventory.api.urls")),
     path("discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
     path("telemetry/", include("tenancy.api.telemetry")),
+    path("", include("tenancy.api.urls")),
+    path("", include("portal.api.audit")),
 ]
 
 urlpatterns = [
@@ -18,6 +20,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("inventory/", include("inventory.urls")),
+    path("tenancy/", include("tenancy.urls")),
+    path("audit/", audit_views.audit_list, name="audit-list"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

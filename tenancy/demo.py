@@ -184,7 +184,7 @@ def _seed_jobs(rng, now, departments) -> int:
 def _seed_telemetry(rng, now) -> None:
     """Latest utilization for every allocated GPU (some jobs idle for hours), and recent 5-minute buckets."""
     allocated = list(Allocation.objects.values_list("gpu_id", "job_id"))
-    idle_jobs = {job for _, job in allocated if rng.random() < 0.08}
+    idle_jobs = {job for job in sorted({job for _, job in allocated}) if rng.random() < 0.08}
     activity, buckets = [], []
     history = 24 if len(allocated) <= 5000 else 3  # buckets per GPU: 2 hours for a demo, 15 minutes at scale
     start = now - timedelta(seconds=now.minute % 5 * 60)

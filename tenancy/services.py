@@ -231,6 +231,9 @@ def set_membership(department: Department, username: str, role: str) -> Membersh
         raise ValidationError({"username": f"no user named {username!r}"})
     if role not in Role.values:
         raise ValidationError({"role": f"role must be one of {', '.join(Role.values)}"})
+    leads = Membership.objects.select_for_update().filter(department=department, role=Role.LEAD)
+    if role != Role.LEAD and list(leads.values_list("user_id", flat=True)) == [user.pk]:
+        raise ValidationError({"role": f"{user} is the only lead of {department}: name another lead first"})
     membership, _ = Membership.objects.update_or_create(
         user=user, department=department, defaults={"role": role}
     )

@@ -474,7 +474,11 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
     from portal.celery import app
 
     schedule = {entry["task"]: entry["schedule"] for entry in app.conf.beat_schedule.values()}
-    assert schedule == {"tenancy.tasks.scrape_exporters": 60.0, "tenancy.tasks.prune_telemetry": 3600.0}
+    assert schedule == {
+        "tenancy.tasks.scrape_exporters": 60.0,
+        "tenancy.tasks.prune_telemetry": 3600.0,
+        "tenancy.tasks.snapshot_quotas": 300.0,
+    }
     app.loader.import_default_modules()
     assert {"tenancy.tasks.scrape_exporter", "tenancy.tasks.scrape_exporters"} <= set(app.tasks)
 

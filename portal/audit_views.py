@@ -1,0 +1,133 @@
+"""The audit log page: who changed what, when, through which door, and a compact before -> after diff.
+
+Staff see every event and department leads their departments' events (`AuditEvent.objects.visible_to`);
+anyone else is refused. Filtered with the FilterSet the API uses (portal.filters). A page is a fixed number
+of queries: the count, the page of events and one query for the names of their departments.
+"""
+
+import json
+from dataclasses import dataclass
+
+from django.apps import apps
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.core.paginator import Paginator
+from django.shortcuts import render
+
+from portal.filters import AuditEventFilter
+from portal.models import AuditAction, AuditEvent, AuditSource
+from tenancy.models import Department, is_admin
+
+EVENTS_PER_PAGE = 50
+VALUE_LIMIT = 80  # characters of a value shown in the diff; the whole value goes in the title
+
+
+@dataclass(frozen=True)
+class Change:
+    field: str
+    label: str
+    before: str | None  # None: the field had no value on that side (create / delete)
+    after: str | None
+    before_full: str | None = None
+    after_full: str | None = None
+
+
+@dataclass
+class EventRow:
+    event: AuditEvent
+    department_name: str | None
+    changes: list[Change]
+
+
+def can_view_audit_log(user) -> bool:
+    """Staff, and leads of at least one department (who see their departments' events)."""
+    return is_admin(user) or (user.is_authenticated and Department.objects.led_by(user).exists())
+
+
+def _text(value) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _short(text: str) -> tuple[str, str | None]:
+    if len(text) <= VALUE_LIMIT:
+        return text, None
+    return text[: VALUE_LIMIT - 1] + "…", text
+
+
+def _labels(object_type: str) -> dict[str, str]:
+    try:
+        model = apps.get_model(object_type)
+    except (LookupError, ValueError):
+        return {}
+    labels = {}
+    for field in model._meta.get_fields():
+        try:
+            labels[field.name] = str(model._meta.get_field(field.name).verbose_name)
+        except (FieldDoesNotExist, AttributeError):
+            continue
+    return labels
+
+
+def changes_of(event: AuditEvent, labels: dict[str, str] | None = None) -> list[Change]:
+    """The fields an event touched, in the model's order: before and after for an update, one side else."""
+    labels = labels if labels is not None else _labels(event.object_type)
+    before, after = event.before or {}, event.after or {}
+    keys = list(after) + [key for key in before if key not in after]
+    rows = []
+    for key in keys:
+        if event.action == AuditAction.UPDATE and before.get(key) == after.get(key):
+            continue
+        old = _short(_text(before.get(key))) if key in before else (None, None)
+        new = _short(_text(after.get(key))) if key in after else (None, None)
+        rows.append(Change(key, labels.get(key, key.replace("_", " ")), old[0], new[0], old[1], new[1]))
+    return rows
+
+
+def audit_list(request):
+    if not can_view_audit_log(request.user):
+        raise PermissionDenied("The audit log is open to staff and to department leads.")
+    filterset = AuditEventFilter(
+        request.GET, queryset=AuditEvent.objects.visible_to(request.user), request=request
+    )
+    page = Paginator(filterset.qs, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    events = list(page.object_list)
+    names = dict(
+        Department.objects.filter(pk__in={e.department_id for e in events if e.department_id}).values_list(
+            "pk", "name"
+        )
+    )
+    labels: dict[str, dict[str, str]] = {}
+    rows = []
+    for event in events:
+        if event.object_type not in labels:
+            labels[event.object_type] = _labels(event.object_type)
+        rows.append(
+            EventRow(
+                event=event,
+                department_name=names.get(event.department_id),
+                changes=changes_of(event, labels[event.object_type]),
+            )
+        )
+    page.object_list = rows
+    form = filterset.form
+    return render(
+        request,
+        "portal/audit_list.html",
+        {
+            "filter": filterset,
+            "page": page,
+            "filtered": any(request.GET.get(name) for name in form.fields if name != "page")
+            or any(request.GET.get(f"date_{end}") for end in ("after", "before")),
+            "object_types": form.fields["object_type"].choices,
+            "actions": AuditAction.choices,
+            "sources": AuditSource.choices,
+            "departments": form.fields["department"].queryset,
+            "selected_actions": request.GET.getlist("action"),
+            "selected_sources": request.GET.getlist("source"),
+        },
+    )

@@ -1,0 +1,18 @@
+"""Template context shared by every page (portal and Django admin)."""
+
+from django.utils.functional import SimpleLazyObject
+
+from tenancy.models import is_admin
+from tenancy.services import capacity_status as compute_capacity_status
+
+
+def capacity(request) -> dict:
+    """`capacity_status` (tenancy.services.CapacityStatus) for platform admins, for the shortfall banner.
+
+    Lazy: its two aggregate queries run only when a template reads it (full pages, not htmx partials).
+    Everyone else gets nothing: who is short of GPUs is not theirs to see.
+    """
+    user = getattr(request, "user", None)
+    if user is None or not is_admin(user):
+        return {}
+    return {"capacity_status": SimpleLazyObject(compute_capacity_status)}

@@ -1,0 +1,162 @@
+"""Serializers for the tenancy API: departments, their members and their fair-share position.
+
+Validation once: a department is saved by `tenancy.services.save_department` and a membership changed by
+`set_membership` / `remove_membership`, exactly as the HTML forms and the admin do; their ValidationError
+becomes a 400 naming the field. Usage figures (in_use, in_quota, borrowed, pending_demand) are annotations
+made by the viewset's queryset, never a query per row.
+"""
+
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+from rest_framework.settings import api_settings
+
+from tenancy.choices import Role
+from tenancy.models import DedicatedPartition, Department, Membership
+from tenancy.services import save_department
+
+
+def api_validation_error(error: DjangoValidationError) -> serializers.ValidationError:
+    """A service's ValidationError as DRF's: field errors by field, the rest under non_field_errors."""
+    detail = serializers.as_serializer_error(error)
+    if NON_FIELD_ERRORS in detail:
+        detail[api_settings.NON_FIELD_ERRORS_KEY] = detail.pop(NON_FIELD_ERRORS)
+    return serializers.ValidationError(detail)
+
+
+class DedicatedPartitionSerializer(serializers.ModelSerializer):
+    partition_id = serializers.IntegerField(read_only=True)
+    rack = serializers.CharField(source="partition.rack.name", read_only=True, help_text="Rack name.")
+    name = serializers.CharField(source="partition.name", read_only=True, help_text="Partition name.")
+    clique_id = serializers.IntegerField(source="partition.clique_id", read_only=True)
+    gpus = serializers.IntegerField(
+        source="gpu_count", read_only=True, help_text="GPUs in the partition (counted in the guarantee)."
+    )
+
+    class Meta:
+        model = DedicatedPartition
+        fields = ["partition_id", "rack", "name", "clique_id", "gpus"]
+        read_only_fields = fields
+
+
+ALLOCATED = "Allocated from the pools in the tenancy settings when omitted."
+
+
+class DepartmentSerializer(serializers.ModelSerializer):
+    # Isolation values: optional (allocated when omitted), checked by the service (range, already assigned,
+    # overlapping network or export), so the API and the forms give the same messages.
+    vlan_id = serializers.IntegerField(required=False, help_text=f"VLAN ID (1-4094). {ALLOCATED}")
+    vxlan_vni = serializers.IntegerField(required=False, help_text=f"VXLAN VNI (1-16777215). {ALLOCATED}")
+    ib_pkey = serializers.IntegerField(
+        required=False, help_text=f"InfiniBand partition key, as a number (0x0001-0x7ffe). {ALLOCATED}"
+    )
+    pkey_hex = serializers.CharField(read_only=True, help_text='The P_Key in hex, e.g. "0x0100".')
+    network_cidr = serializers.CharField(
+        required=False, max_length=43, help_text=f"The tenant network, e.g. 10.64.3.0/24. {ALLOCATED}"
+    )
+    export_path = serializers.CharField(
+        required=False,
+        max_length=255,
+        help_text="Absolute path of the department's storage export. Defaults to <export root>/<slug>.",
+    )
+    storage_quota_gib = serializers.IntegerField(
+        required=False, min_value=0, help_text="Storage capacity quota. Defaults to the tenancy settings'."
+    )
+    dedicated_partitions = DedicatedPartitionSerializer(
+        many=True,
+        read_only=True,
+        help_text="NVLink partitions dedicated to the department (their GPUs count in its guarantee).",
+    )
+    in_use = serializers.IntegerField(read_only=True, help_text="GPUs its running jobs hold.")
+    in_quota = serializers.IntegerField(read_only=True, help_text="GPUs in use within its guarantee.")
+    borrowed = serializers.IntegerField(
+        read_only=True, help_text="GPUs in use beyond its guarantee (over quota, preemptible)."
+    )
+    pending_demand = serializers.IntegerField(read_only=True, help_text="GPUs its pending jobs ask for.")
+
+    class Meta:
+        model = Department
+        fields = [
+            "id",
+            "name",
+            "slug",
+            "guaranteed_gpus",
+            "over_quota_weight",
+            "limit_gpus",
+            "priority",
+            "vlan_id",
+            "vxlan_vni",
+            "ib_pkey",
+            "pkey_hex",
+            "network_cidr",
+            "export_path",
+            "storage_quota_gib",
+            "dedicated_partitions",
+            "in_use",
+            "in_quota",
+            "borrowed",
+            "pending_demand",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at"]
+
+    def create(self, validated_data):
+        department = Department(**validated_data)
+        if "storage_quota_gib" not in validated_data:
+            department.storage_quota_gib = None  # the service applies the pools' default
+        return self._save(department)
+
+    def update(self, instance, validated_data):
+        for field, value in validated_data.items():
+            setattr(instance, field, value)
+        return self._save(instance)
+
+    @staticmethod
+    def _save(department):
+        try:
+            return save_department(department)
+        except DjangoValidationError as error:
+            raise api_validation_error(error) from error
+
+
+class QuotaSerializer(serializers.Serializer):
+    """A department's fair-share position now (Run:ai semantics, tenancy.quota.fair_share)."""
+
+    department = serializers.CharField(help_text="Department slug.")
+    capacity = serializers.IntegerField(help_text="Schedulable healthy GPUs shared by all departments.")
+    guaranteed = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True, help_text="Most GPUs it may hold; null: no limit.")
+    in_use = serializers.IntegerField(help_text="GPUs its running jobs hold.")
+    in_quota = serializers.IntegerField(help_text="GPUs in use within its guarantee.")
+    borrowed = serializers.IntegerField(help_text="GPUs in use beyond its guarantee.")
+    pending_demand = serializers.IntegerField(help_text="GPUs its pending jobs ask for.")
+    fair_share = serializers.IntegerField(help_text="GPUs it is entitled to now (in quota + over quota).")
+    entitled_in_quota = serializers.IntegerField(
+        help_text="Part of the fair share within its guarantee: min(guarantee, demand), scaled down when the "
+        "guarantees do not fit the capacity."
+    )
+    entitled_over_quota = serializers.IntegerField(help_text="Part of the fair share borrowed by weight.")
+    reclaimable = serializers.IntegerField(
+        help_text="GPUs it holds beyond its fair share that other departments may take back."
+    )
+    starved = serializers.IntegerField(help_text="GPUs it is owed within its guarantee but does not hold.")
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "department", "role", "created_at"]
+        read_only_fields = fields
+
+
+class MembershipCreateSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150, help_text="An existing user's username.")
+    role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
+
+
+class MembershipRoleSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Role.choices)

@@ -1,0 +1,28 @@
+"""One FilterSet per model, shared by the HTML lists and the API."""
+
+import django_filters
+
+from tenancy.choices import Role
+from tenancy.models import Department, Membership
+
+
+class DepartmentFilter(django_filters.FilterSet):
+    name = django_filters.CharFilter(lookup_expr="icontains")
+    slug = django_filters.CharFilter()
+    priority = django_filters.NumberFilter()
+    has_limit = django_filters.BooleanFilter(
+        field_name="limit_gpus", lookup_expr="isnull", exclude=True, label="Has a GPU limit"
+    )
+
+    class Meta:
+        model = Department
+        fields = ["name", "slug", "priority", "has_limit"]
+
+
+class MembershipFilter(django_filters.FilterSet):
+    username = django_filters.CharFilter(field_name="user__username", lookup_expr="icontains")
+    role = django_filters.ChoiceFilter(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role"]

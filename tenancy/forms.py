@@ -1,0 +1,74 @@
+"""Forms of the department pages. They collect input; tenancy.services validates and saves it."""
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.forms.models import construct_instance
+
+from tenancy.choices import Role
+from tenancy.models import Department
+from tenancy.services import ISOLATION_FIELDS, QUOTA_FIELDS
+
+
+class ServiceErrorsMixin:
+    def add_service_errors(self, error: ValidationError) -> None:
+        """Put a service's ValidationError on the fields it names; other messages go to the form."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for name, messages in error.message_dict.items():
+            self.add_error(name if name in self.fields else None, messages)
+
+
+class DepartmentForm(ServiceErrorsMixin, forms.ModelForm):
+    """Quota fields, and isolation fields that are allocated from the pools when left empty.
+
+    Validation is `tenancy.services.save_department`'s (the API calls the same): the form only builds the
+    instance, and the view puts the service's ValidationError messages on the fields they name.
+    """
+
+    class Meta:
+        model = Department
+        fields = QUOTA_FIELDS + ISOLATION_FIELDS
+        labels = {
+            "guaranteed_gpus": "Guaranteed GPUs",
+            "over_quota_weight": "Over-quota weight",
+            "limit_gpus": "Limit (GPUs)",
+            "vlan_id": "VLAN ID",
+            "vxlan_vni": "VXLAN VNI",
+            "ib_pkey": "InfiniBand P_Key",
+            "network_cidr": "Network (CIDR)",
+            "export_path": "Export path",
+            "storage_quota_gib": "Storage quota (GiB)",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in ISOLATION_FIELDS:
+            field = self.fields[name]
+            field.required = False
+            field.help_text = "Leave empty to allocate from the pool."
+        self.fields["storage_quota_gib"].help_text = "Leave empty for the default quota."
+        self.fields["slug"].help_text = self._meta.model._meta.get_field("slug").help_text
+
+    def quota_fields(self):
+        return [self[name] for name in QUOTA_FIELDS]
+
+    def isolation_fields(self):
+        return [self[name] for name in ISOLATION_FIELDS]
+
+    def _post_clean(self):
+        # Only build the instance: save_department validates it (limit vs guarantee, guarantees vs capacity,
+        # isolation values and uniqueness) after allocating the isolation fields left empty, and names the
+        # field of each error. Model validation here would run first and flag those empty fields.
+        self.instance = construct_instance(self, self.instance, self._meta.fields, self._meta.exclude)
+
+
+class MembershipForm(ServiceErrorsMixin, forms.Form):
+    """Add a member by username, or change a member's role (tenancy.services.set_membership saves it)."""
+
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args, department: Department, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.department = department

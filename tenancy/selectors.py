@@ -1,0 +1,333 @@
+"""Read-side queries for the department pages and dashboards, and the glue to the pure fair-share arithmetic.
+
+Every figure is aggregated in SQL (correlated subqueries annotated on the departments, or one COUNT), so a
+page makes the same few queries whatever the number of racks, GPUs or jobs; every list is bounded.
+Visibility comes from `visible_to(user)` / `led_by(user)` on the models and nowhere else.
+
+Definitions the dashboards share (and `tenancy.tasks.snapshot_quotas` records):
+
+* **in use**: GPUs held by the department's running jobs (Allocation rows).
+* **in quota / borrowed**: in use split at the guarantee, ``min(in_use, guaranteed)`` and the rest. This is
+  how Run:ai/KAI count quota: whichever job started last, the department holds its guarantee first.
+* **pending demand**: GPUs its pending jobs ask for.
+* **idle**: `tenancy.activity.idle_gpus_queryset` (allocated to a running job, utilization under the
+  threshold for the whole window).
+* **fair share**: `tenancy.quota.fair_share` of the schedulable GPUs, with demand = in use + pending demand
+  and allocated = in use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from hostlist import collect_hostlist
+
+from scheduling.choices import JobState
+from scheduling.models import Allocation, Job
+from tenancy.activity import free_gpus_count, idle_gpus_queryset
+from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot
+from tenancy.quota import DepartmentQuota, fair_share
+from tenancy.services import CapacityStatus, capacity_status, schedulable_gpus
+
+HISTORY = timedelta(hours=24)
+# Bounded lists: the rest is summarised as "N more".
+IDLE_LIMIT = 100
+JOB_LIMIT = 50
+ADMIN_IDLE_LIMIT = 50
+
+
+def _per_department(queryset: QuerySet, path: str, aggregate) -> Coalesce:
+    """A correlated subquery: `aggregate` over the `queryset` rows of the outer department, 0 when none."""
+    value = (
+        queryset.filter(**{path: OuterRef("pk")})
+        .order_by()
+        .values(path)
+        .annotate(value=aggregate)
+        .values("value")
+    )
+    return Coalesce(Subquery(value, output_field=IntegerField()), Value(0))
+
+
+def annotate_positions(departments: QuerySet, now: datetime | None = None) -> QuerySet:
+    """Departments with their live figures: running/pending jobs and GPUs, idle GPUs. One query."""
+    running = Job.objects.filter(state=JobState.RUNNING)
+    pending = Job.objects.filter(state=JobState.PENDING)
+    # idle_gpus_queryset narrowed by OuterRef inside its single filter() call, so the department condition
+    # lands on the same allocation join as "running" and "idle" (a GPU has at most one allocation).
+    idle = (
+        idle_gpus_queryset(now=now, department=OuterRef("pk"))
+        .order_by()
+        .values("department_id")
+        .annotate(value=Count("pk"))
+        .values("value")
+    )
+    return departments.annotate(
+        in_use=_per_department(
+            Allocation.objects.filter(job__state=JobState.RUNNING), "job__department", Count("pk")
+        ),
+        running_jobs=_per_department(running, "department", Count("pk")),
+        pending_gpus=_per_department(pending, "department", Sum("gpus")),
+        pending_jobs=_per_department(pending, "department", Count("pk")),
+        idle_gpus=Coalesce(Subquery(idle, output_field=IntegerField()), Value(0)),
+    )
+
+
+@dataclass
+class Position:
+    """One department's quota position now."""
+
+    department: Department
+    in_use: int
+    running_jobs: int
+    pending_demand: int
+    pending_jobs: int
+    idle: int
+    fair_share: int = 0
+    over_quota_share: int = 0  # the borrowed part of the fair share
+    starved: int = 0  # GPUs owed within its guarantee that it does not hold
+    reclaimable: int = 0  # GPUs held beyond the fair share, which others may take back
+    role: str = ""  # the viewing user's role in it, when the list page sets it
+
+    @property
+    def guaranteed(self) -> int:
+        return self.department.guaranteed_gpus
+
+    @property
+    def in_quota(self) -> int:
+        return min(self.in_use, self.guaranteed)
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.in_use - self.guaranteed)
+
+    @property
+    def demand(self) -> int:
+        return self.in_use + self.pending_demand
+
+    def as_quota(self) -> DepartmentQuota:
+        department = self.department
+        return DepartmentQuota(
+            name=department.slug,
+            guaranteed=department.guaranteed_gpus,
+            weight=float(department.over_quota_weight),
+            limit=department.limit_gpus,
+            priority=department.priority,
+            demand=self.demand,
+            allocated=self.in_use,
+        )
+
+
+@dataclass
+class Positions:
+    capacity: int  # schedulable GPUs: tray up, GPU not unhealthy
+    positions: list[Position]
+    taken_at: datetime
+
+    def __iter__(self):
+        return iter(self.positions)
+
+    def of(self, department: Department) -> Position:
+        return next(p for p in self.positions if p.department.pk == department.pk)
+
+    @property
+    def guaranteed(self) -> int:
+        return sum(p.guaranteed for p in self.positions)
+
+    @property
+    def in_use(self) -> int:
+        return sum(p.in_use for p in self.positions)
+
+    @property
+    def idle(self) -> int:
+        return sum(p.idle for p in self.positions)
+
+    @property
+    def pending_demand(self) -> int:
+        return sum(p.pending_demand for p in self.positions)
+
+
+def department_positions(now: datetime | None = None) -> Positions:
+    """Every department's position and fair share. Three queries (settings, departments, capacity).
+
+    Fair share is a property of the whole cluster, so it is always computed over all departments; pages
+    then show only the ones the user may see.
+    """
+    now = now or timezone.now()
+    departments = annotate_positions(Department.objects.all(), now=now).order_by("name")
+    positions = [
+        Position(
+            department=department,
+            in_use=department.in_use,
+            running_jobs=department.running_jobs,
+            pending_demand=department.pending_gpus,
+            pending_jobs=department.pending_jobs,
+            idle=department.idle_gpus,
+        )
+        for department in departments
+    ]
+    capacity = schedulable_gpus()
+    shares = fair_share(capacity, [p.as_quota() for p in positions]).shares
+    for position in positions:
+        share = shares[position.department.slug]
+        position.fair_share = share.fair_share
+        position.over_quota_share = share.over_quota
+        position.starved = share.starved
+        position.reclaimable = share.reclaimable
+    return Positions(capacity=capacity, positions=positions, taken_at=now)
+
+
+# ------------------------------------------------------------------------------------------ list page
+
+
+def department_list(user) -> list[Position]:
+    """The positions of the departments `user` may see, with the user's role in each."""
+    visible = set(Department.objects.visible_to(user).values_list("pk", flat=True))
+    roles = dict(Membership.objects.filter(user=user).values_list("department_id", "role"))
+    positions = [p for p in department_positions() if p.department.pk in visible]
+    for position in positions:
+        position.role = roles.get(position.department.pk, "")
+    return positions
+
+
+def visible_department(user, slug: str) -> Department | None:
+    return Department.objects.visible_to(user).filter(slug=slug).first()
+
+
+def can_manage(user, department: Department) -> bool:
+    """Leads of the department and admins manage its members."""
+    return Department.objects.led_by(user).filter(pk=department.pk).exists()
+
+
+# ------------------------------------------------------------------------------------ lead dashboard
+
+
+def members(user, department: Department) -> list[Membership]:
+    """The memberships of `department` the user may see (leads and admins: all; members: their own)."""
+    return list(
+        Membership.objects.visible_to(user)
+        .filter(department=department)
+        .select_related("user")
+        .order_by("role", "user__username")
+    )
+
+
+def quota_history(user, department: Department, now: datetime) -> list[dict]:
+    return list(
+        QuotaSnapshot.objects.visible_to(user)
+        .filter(department=department, taken_at__gte=now - HISTORY, taken_at__lte=now)
+        .order_by("taken_at")
+        .values("taken_at", "guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand")
+    )
+
+
+@dataclass
+class DepartmentDashboard:
+    department: Department
+    position: Position
+    capacity: int
+    history: list[dict]
+    idle_gpus: list  # Gpu rows annotated by idle_gpus_queryset
+    running_jobs: list[Job]
+    pending_jobs: list[Job]
+    partitions: list[DedicatedPartition]
+    members: list[Membership]
+    can_manage: bool
+    taken_at: datetime
+
+    @property
+    def idle_more(self) -> int:
+        return max(0, self.position.idle - len(self.idle_gpus))
+
+    @property
+    def running_more(self) -> int:
+        return max(0, self.position.running_jobs - len(self.running_jobs))
+
+    @property
+    def pending_more(self) -> int:
+        return max(0, self.position.pending_jobs - len(self.pending_jobs))
+
+    @property
+    def dedicated_gpus(self) -> int:
+        return sum(p.gpus for p in self.partitions)
+
+
+def department_dashboard(user, department: Department, now: datetime | None = None) -> DepartmentDashboard:
+    """Everything the department dashboard shows, in a fixed number of queries.
+
+    `department` must come from `Department.objects.visible_to(user)`.
+    """
+    now = now or timezone.now()
+    positions = department_positions(now)
+    idle = list(
+        idle_gpus_queryset(now=now, department=department).order_by("idle_since", "hostname", "index")[
+            :IDLE_LIMIT
+        ]
+    )
+    jobs = Job.objects.visible_to(user).filter(department=department)
+    running_jobs = list(jobs.filter(state=JobState.RUNNING).order_by("-started_at", "-pk")[:JOB_LIMIT])
+    for job in running_jobs:  # a bounded page of jobs: "gb-r0001-t[01-09]" reads better than nine names
+        job.hostlist = collect_hostlist(job.placement or [])
+    pending_jobs = list(jobs.filter(state=JobState.PENDING).order_by("created_at", "pk")[:JOB_LIMIT])
+    partitions = list(
+        DedicatedPartition.objects.visible_to(user)
+        .filter(department=department)
+        .select_related("partition__rack")
+        .annotate(gpus=Count("partition__trays__gpus"))
+        .order_by("partition__rack__name", "partition__clique_id")
+    )
+    manage = can_manage(user, department)
+    return DepartmentDashboard(
+        department=department,
+        position=positions.of(department),
+        capacity=positions.capacity,
+        history=quota_history(user, department, now),
+        idle_gpus=idle,
+        running_jobs=running_jobs,
+        pending_jobs=pending_jobs,
+        partitions=partitions,
+        members=members(user, department),
+        can_manage=manage,
+        taken_at=now,
+    )
+
+
+# ----------------------------------------------------------------------------------- admin dashboard
+
+
+@dataclass
+class AdminDashboard:
+    positions: Positions
+    status: CapacityStatus
+    free: int
+    idle_gpus: list
+    at_risk: list[Position] = field(default_factory=list)
+
+    @property
+    def capacity(self) -> int:
+        return self.positions.capacity
+
+    @property
+    def idle_more(self) -> int:
+        return max(0, self.positions.idle - len(self.idle_gpus))
+
+
+def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
+    """All departments side by side, capacity, oversubscription, and the idle GPUs cluster-wide."""
+    now = now or timezone.now()
+    positions = department_positions(now)
+    free = free_gpus_count()
+    # A department can only count on what is free plus what it already holds; beyond that its guarantee
+    # has to be reclaimed from borrowers (or, with a shortfall, cannot be met at all).
+    at_risk = [p for p in positions if p.guaranteed > free + p.in_use]
+    idle = list(
+        idle_gpus_queryset(now=now).order_by("idle_since", "department_name", "hostname", "index")[
+            :ADMIN_IDLE_LIMIT
+        ]
+    )
+    return AdminDashboard(
+        positions=positions, status=capacity_status(), free=free, idle_gpus=idle, at_risk=at_risk
+    )
