@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 from hostlist import collect_hostlist
 
@@ -73,6 +73,9 @@ def annotate_positions(departments: QuerySet, now: datetime | None = None) -> Qu
         pending_gpus=_per_department(pending, "department", Sum("gpus")),
         pending_jobs=_per_department(pending, "department", Count("pk")),
         idle_gpus=Coalesce(Subquery(idle, output_field=IntegerField()), Value(0)),
+    ).annotate(
+        in_quota=Least(F("in_use"), F("guaranteed_gpus"), output_field=IntegerField()),
+        borrowed=Greatest(F("in_use") - F("guaranteed_gpus"), Value(0), output_field=IntegerField()),
     )
 
 

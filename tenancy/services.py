@@ -201,7 +201,21 @@ def save_department(department: Department) -> Department:
                 "the guarantee must cover them"
             }
         )
-    _validate_isolation(department)
+    taken = {
+        field: [f"a department with this {field} already exists"]
+        for field in ("name", "slug")
+        if Department.objects.exclude(pk=department.pk).filter(**{field: getattr(department, field)}).exists()
+    }
+    try:
+        _validate_isolation(department)
+    except ValidationError as error:
+        problems = error.message_dict
+    else:
+        problems = {}
+    if "slug" in taken:
+        problems.pop("export_path", None)  # derived from the slug: the slug is the problem
+    if taken or problems:
+        raise ValidationError({**problems, **taken})
     department.full_clean()
     department.save()
     return department

@@ -72,7 +72,9 @@ class DepartmentSerializer(serializers.ModelSerializer):
     borrowed = serializers.IntegerField(
         read_only=True, help_text="GPUs in use beyond its guarantee (over quota, preemptible)."
     )
-    pending_demand = serializers.IntegerField(read_only=True, help_text="GPUs its pending jobs ask for.")
+    pending_demand = serializers.IntegerField(
+        source="pending_gpus", read_only=True, help_text="GPUs its pending jobs ask for."
+    )
 
     class Meta:
         model = Department

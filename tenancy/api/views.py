@@ -5,8 +5,8 @@ is a fixed number of queries: usage figures are correlated subqueries, dedicated
 """
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, ProtectedError, Subquery, Sum, Value
-from django.db.models.functions import Coalesce, Greatest, Least
+from django.db.models import Count, IntegerField, OuterRef, Prefetch, ProtectedError, Subquery
+from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from django.utils.functional import cached_property
 from drf_spectacular.types import OpenApiTypes
@@ -17,8 +17,6 @@ from rest_framework.exceptions import APIException, PermissionDenied
 from rest_framework.response import Response
 
 from inventory.models import Gpu
-from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
 from tenancy.api.serializers import (
     DepartmentSerializer,
     MembershipCreateSerializer,
@@ -30,8 +28,8 @@ from tenancy.api.serializers import (
 from tenancy.choices import Role
 from tenancy.filters import DepartmentFilter, MembershipFilter
 from tenancy.models import DedicatedPartition, Department, Membership, is_admin
-from tenancy.quota import DepartmentQuota, fair_share
-from tenancy.services import remove_membership, schedulable_gpus, set_membership
+from tenancy.selectors import annotate_positions, department_positions
+from tenancy.services import remove_membership, set_membership
 
 
 class Conflict(APIException):
@@ -40,83 +38,24 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-def _per_department(queryset, path: str, aggregate):
-    """A correlated subquery: `aggregate` over the `queryset` rows of the outer department, 0 when none."""
-    value = (
-        queryset.filter(**{path: OuterRef("pk")}).order_by().values(path).annotate(n=aggregate).values("n")
-    )
-    return Coalesce(Subquery(value, output_field=IntegerField()), 0)
-
-
-def annotate_usage(queryset):
-    """Per department, as the dashboards and quota snapshots count them (tenancy.selectors):
-
-    in_use: GPUs held by its running jobs (Allocation rows); in_quota / borrowed: in_use split at the
-    guarantee; pending_demand: GPUs its pending jobs ask for.
-    """
-    return queryset.annotate(
-        in_use=_per_department(
-            Allocation.objects.filter(job__state=JobState.RUNNING), "job__department", Count("pk")
-        ),
-        pending_demand=_per_department(Job.objects.filter(state=JobState.PENDING), "department", Sum("gpus")),
-    ).annotate(
-        in_quota=Least(F("in_use"), F("guaranteed_gpus"), output_field=IntegerField()),
-        borrowed=Greatest(F("in_use") - F("guaranteed_gpus"), Value(0), output_field=IntegerField()),
-    )
-
-
 def quota_position(department: Department) -> dict:
-    """The department's fair-share position now: tenancy.quota.fair_share over every department.
-
-    Capacity is the schedulable healthy GPUs; a department holds (allocated) the GPUs of its running jobs,
-    and its demand is those plus what its pending jobs ask for. Two queries whatever the number of
-    departments.
-    """
-    rows = list(
-        annotate_usage(Department.objects.order_by()).values(
-            "pk",
-            "slug",
-            "guaranteed_gpus",
-            "over_quota_weight",
-            "limit_gpus",
-            "priority",
-            "in_use",
-            "pending_demand",
-        )
-    )
-    capacity = schedulable_gpus()
-    result = fair_share(
-        capacity,
-        [
-            DepartmentQuota(
-                name=row["slug"],
-                guaranteed=row["guaranteed_gpus"],
-                weight=float(row["over_quota_weight"]),
-                limit=row["limit_gpus"],
-                priority=row["priority"],
-                demand=row["in_use"] + row["pending_demand"],
-                allocated=row["in_use"],
-            )
-            for row in rows
-        ],
-    )
-    row = next(row for row in rows if row["pk"] == department.pk)
-    share = result.shares[row["slug"]]
-    in_use, guaranteed = row["in_use"], row["guaranteed_gpus"]
+    """The department's fair-share position now, as the dashboards compute it (tenancy.selectors)."""
+    positions = department_positions()
+    position = positions.of(department)
     return {
-        "department": row["slug"],
-        "capacity": capacity,
-        "guaranteed": guaranteed,
-        "limit": row["limit_gpus"],
-        "in_use": in_use,
-        "in_quota": min(in_use, guaranteed),
-        "borrowed": max(0, in_use - guaranteed),
-        "pending_demand": row["pending_demand"],
-        "fair_share": share.fair_share,
-        "entitled_in_quota": share.in_quota,
-        "entitled_over_quota": share.over_quota,
-        "reclaimable": share.reclaimable,
-        "starved": share.starved,
+        "department": department.slug,
+        "capacity": positions.capacity,
+        "guaranteed": position.guaranteed,
+        "limit": department.limit_gpus,
+        "in_use": position.in_use,
+        "in_quota": position.in_quota,
+        "borrowed": position.borrowed,
+        "pending_demand": position.pending_demand,
+        "fair_share": position.fair_share,
+        "entitled_in_quota": position.fair_share - position.over_quota_share,
+        "entitled_over_quota": position.over_quota_share,
+        "reclaimable": position.reclaimable,
+        "starved": position.starved,
     }
 
 
@@ -158,7 +97,7 @@ class DepartmentViewSet(viewsets.ModelViewSet):
             .annotate(gpu_count=Coalesce(Subquery(gpus, output_field=IntegerField()), 0))
             .order_by("partition__rack__name", "partition__clique_id")
         )
-        return annotate_usage(Department.objects.visible_to(self.request.user)).prefetch_related(
+        return annotate_positions(Department.objects.visible_to(self.request.user)).prefetch_related(
             Prefetch("dedicated_partitions", queryset=dedicated)
         )
 

@@ -578,3 +578,13 @@ def test_admin_dedicated_partition_goes_through_the_service(capacity, carved, st
     )
     assert response.status_code == 302
     assert DedicatedPartition.objects.get().department == alpha
+
+
+def test_a_taken_name_or_slug_is_named_as_such(capacity):
+    department("Alpha")
+    with pytest.raises(ValidationError) as excinfo:
+        save_department(Department(name="Alpha", slug="alpha", guaranteed_gpus=0))
+    assert field_errors(excinfo) == {
+        "name": "a department with this name already exists",
+        "slug": "a department with this slug already exists",
+    }

@@ -395,6 +395,7 @@ def test_department_form_shows_isolation_and_uniqueness_errors(as_user, alpha, a
     errors = response.context["form"].errors
     assert errors["vlan_id"] == [f"VLAN ID {alpha.vlan_id} is already assigned to Alpha"]
     assert errors["network_cidr"] == [f"10.64.0.128/25 overlaps Alpha's network {alpha.network_cidr}"]
+    assert errors["name"] == ["a department with this name already exists"]
     assert Department.objects.count() == 1
 
 
