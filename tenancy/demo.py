@@ -158,13 +158,14 @@ def _seed_jobs(rng, now, departments) -> int:
             allocations.append((job, [gpu for tray_id, _ in taken for gpu in gpus_of.get(tray_id, [])]))
         for _ in range(rng.randrange(1, 4)):
             number += 1
+            gpus = rng.choice([8, 16, 36])
             jobs.append(
                 Job(
                     department=department,
                     name=f"{spec.slug}-queued-{number:04d}",
-                    gpus=rng.choice([8, 16, 36]),
+                    gpus=gpus,
                     state=JobState.PENDING,
-                    pending_reason="waiting: the department is at its limit and no idle GPUs can be borrowed",
+                    pending_reason=f"waiting: no NVLink partition has {gpus // 4} free trays",
                 )
             )
     Job.objects.bulk_create(jobs, batch_size=BATCH)
