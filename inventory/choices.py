@@ -27,3 +27,15 @@ class GpuHealth(models.TextChoices):
     LIMITED_CAPACITY = "limited_capacity", "Limited capacity"
     NOT_SUPPORTED = "not_supported", "Not supported"
     UNKNOWN = "unknown", "Unknown"
+
+
+class PlanStatus(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    DRAINING = "draining", "Draining trays"
+    APPLYING = "applying", "Applying"
+    APPLIED = "applied", "Applied"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_PLAN_STATES = (PlanStatus.DRAINING, PlanStatus.APPLYING)

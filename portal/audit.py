@@ -40,6 +40,7 @@ AUDITED: dict[str, set[str]] = {
     "inventory.rack": {"updated_at"},
     "inventory.computetray": {"last_report", "last_report_at"},
     "inventory.nvlinkpartition": set(),
+    "inventory.partitionplan": {"findings"},
     "tenancy.department": {"updated_at"},
     "tenancy.membership": set(),
     "tenancy.dedicatedpartition": set(),

@@ -1,0 +1,259 @@
+"""NVLink partition plans, judged without Django: layouts, presets, and every finding in plain words.
+
+A plan carves one rack (NVLink domain) into partitions of whole compute trays. The service layer
+(inventory.services) feeds it the rack's trays as they are now and applies what it accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+TRAYS_PER_RACK = 18
+DEFAULT_CLIQUE_ID = 32766
+PRESETS = {"1x18": 18, "2x9": 9, "3x6": 6, "6x3": 3, "9x2": 2, "18x1": 1}
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+
+
+class Level(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+    OK = "ok"
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    message: str
+
+
+@dataclass(frozen=True)
+class TrayInfo:
+    """A tray as it is now, as the plan needs to see it."""
+
+    slot: int
+    hostname: str
+    state: str = "up"
+    healthy_gpus: int = 4
+    problems: tuple[str, ...] = ()
+    running_jobs: tuple[str, ...] = ()
+    partition: str | None = None  # current partition name
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state == "up" and self.healthy_gpus == 4 and not self.problems
+
+
+@dataclass(frozen=True)
+class PlannedPartition:
+    name: str
+    slots: tuple[int, ...]
+    department: str | None = None  # slug of the department it is dedicated to
+    slurm_partition: str = ""  # Slurm partition (service tier); empty: the shared one
+
+    def __post_init__(self):
+        object.__setattr__(self, "slots", tuple(sorted(self.slots)))
+
+
+@dataclass(frozen=True)
+class TrayChange:
+    slot: int
+    hostname: str
+    before: str | None
+    after: str | None
+    running_jobs: tuple[str, ...] = ()
+
+
+@dataclass
+class PlanCheck:
+    partitions: list[PlannedPartition]
+    clique_ids: dict[str, int]
+    findings: list[Finding] = field(default_factory=list)
+    changes: list[TrayChange] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.level == Level.ERROR for f in self.findings)
+
+    @property
+    def busy_trays(self) -> list[TrayChange]:
+        """Trays whose partition changes while they run work: drained first, or the plan is refused."""
+        return [change for change in self.changes if change.running_jobs]
+
+    def add(self, level: Level, message: str) -> None:
+        self.findings.append(Finding(level, message))
+
+
+def preset_layout(preset: str, leave_out: Iterable[int] = ()) -> list[PlannedPartition]:
+    """Equal partitions of consecutive trays (`2x9`: slots 1-9 and 10-18), minus the trays left out."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown layout {preset!r}; presets are {', '.join(PRESETS)}")
+    size, skip = PRESETS[preset], set(leave_out)
+    partitions = []
+    for number, start in enumerate(range(1, TRAYS_PER_RACK + 1, size), start=1):
+        slots = tuple(slot for slot in range(start, start + size) if slot not in skip)
+        if slots:
+            name = "default" if size == TRAYS_PER_RACK else f"p{number}"
+            partitions.append(PlannedPartition(name=name, slots=slots))
+    return partitions
+
+
+def parse_ranges(text: str) -> tuple[int, ...]:
+    """`1-9`, `10-12,15` -> slots; ValueError in plain words otherwise."""
+    slots: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ValueError(f"{part!r} is not a tray number or range like 1-9") from None
+        if first > last:
+            raise ValueError(f"{part!r} runs backwards")
+        slots.extend(range(first, last + 1))
+    return tuple(slots)
+
+
+def _ranges(slots: Sequence[int]) -> str:
+    out, start, previous = [], None, None
+    for slot in sorted(slots):
+        if start is None:
+            start = previous = slot
+        elif slot == previous + 1:
+            previous = slot
+        else:
+            out.append(f"{start}-{previous}" if start != previous else str(start))
+            start = previous = slot
+    if start is not None:
+        out.append(f"{start}-{previous}" if start != previous else str(start))
+    return ",".join(out)
+
+
+def check_plan(
+    rack: str,
+    trays: Sequence[TrayInfo],
+    partitions: Sequence[PlannedPartition],
+    *,
+    departments: Iterable[str] = (),
+    drain: bool = False,
+    check_blocks: Callable[[dict[str, tuple[str, ...]]], str | None] | None = None,
+) -> PlanCheck:
+    """Judge a layout for one rack. Every finding is a sentence an operator can act on.
+
+    `check_blocks` receives the planned partitions as {name: hostnames} and returns why the scheduler cannot
+    express them (Slurm's BlockSizes rule over the whole cluster), or None.
+    """
+    by_slot = {tray.slot: tray for tray in trays}
+    known_departments = set(departments)
+    partitions = list(partitions)
+    check = PlanCheck(partitions=partitions, clique_ids={})
+
+    if not partitions:
+        check.add(Level.ERROR, f"The plan for {rack} has no partitions: give it at least one.")
+        return check
+
+    names = [p.name for p in partitions]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        check.add(Level.ERROR, f"The name {name} is used by more than one partition: names must be unique.")
+    for name in names:
+        if not NAME.match(name):
+            check.add(
+                Level.ERROR,
+                f"{name!r} is not a usable partition name: use lower-case letters, digits and dashes "
+                "(up to 31 characters, starting with a letter or digit).",
+            )
+
+    owner: dict[int, str] = {}
+    for partition in partitions:
+        if not partition.slots:
+            check.add(Level.ERROR, f"Partition {partition.name} has no trays.")
+        for slot in partition.slots:
+            if slot not in by_slot:
+                check.add(
+                    Level.ERROR,
+                    f"Partition {partition.name} names tray {slot}, which {rack} does not have "
+                    f"(it has trays {_ranges(sorted(by_slot))}).",
+                )
+            elif slot in owner:
+                check.add(
+                    Level.ERROR,
+                    f"Tray {slot} ({by_slot[slot].hostname}) is in both {owner[slot]} and {partition.name}: "
+                    "partitions may not overlap.",
+                )
+            else:
+                owner[slot] = partition.name
+        if partition.department and partition.department not in known_departments:
+            check.add(
+                Level.ERROR,
+                f"Partition {partition.name} is given to {partition.department!r}, "
+                "which is not a department.",
+            )
+        if partition.slurm_partition and not NAME.match(partition.slurm_partition):
+            check.add(Level.ERROR, f"{partition.slurm_partition!r} is not a usable Slurm partition name.")
+
+    left_out = sorted(set(by_slot) - set(owner))
+    if left_out:
+        check.add(
+            Level.WARNING,
+            f"Trays {_ranges(left_out)} are left out: they will be in no NVLink partition and get no work "
+            "until a later plan takes them back.",
+        )
+    for slot in sorted(owner):
+        tray = by_slot[slot]
+        if not tray.schedulable:
+            why = []
+            if tray.state != "up":
+                why.append(f"it is {tray.state}")
+            if tray.healthy_gpus < 4:
+                why.append(f"{4 - tray.healthy_gpus} of its GPUs are unhealthy")
+            if tray.problems:
+                why.append("its fabric reports problems")
+            check.add(
+                Level.WARNING,
+                f"Tray {slot} ({tray.hostname}) is in {owner[slot]} although {' and '.join(why)}: "
+                "leave it out unless it will be fixed soon.",
+            )
+
+    # Clique IDs: one partition covering the whole rack is the default partition; others count from 1.
+    whole = len(partitions) == 1 and set(owner) == set(by_slot)
+    for number, partition in enumerate(partitions, start=1):
+        check.clique_ids[partition.name] = DEFAULT_CLIQUE_ID if whole else number
+
+    # A tray's NVLink partition changes when its partition's name or membership does.
+    members_now: dict[str | None, set[int]] = {}
+    for tray in trays:
+        members_now.setdefault(tray.partition, set()).add(tray.slot)
+    members_planned = {p.name: set(p.slots) for p in partitions}
+    for slot, tray in sorted(by_slot.items()):
+        after = owner.get(slot)
+        before_members = members_now.get(tray.partition) if tray.partition else None
+        after_members = members_planned.get(after) if after else None
+        if (tray.partition, before_members) != (after, after_members):
+            check.changes.append(TrayChange(slot, tray.hostname, tray.partition, after, tray.running_jobs))
+    if not check.changes:
+        check.add(Level.WARNING, f"The plan does not change {rack}'s partitions.")
+    for change in check.busy_trays:
+        jobs = ", ".join(change.running_jobs)
+        if drain:
+            check.add(
+                Level.WARNING,
+                f"Tray {change.slot} ({change.hostname}) runs {jobs}: it will be drained and the plan "
+                "applied once the work has finished.",
+            )
+        else:
+            check.add(
+                Level.ERROR,
+                f"Tray {change.slot} ({change.hostname}) runs {jobs} and would change partition: "
+                "choose 'drain first' or wait for the work to finish.",
+            )
+
+    if check.ok and check_blocks is not None:
+        hosts = {p.name: tuple(by_slot[s].hostname for s in p.slots) for p in partitions}
+        reason = check_blocks(hosts)
+        if reason:
+            check.add(Level.ERROR, reason)
+    if check.ok:
+        sizes = ", ".join(f"{p.name} {len(p.slots)} trays" for p in partitions)
+        check.add(Level.OK, f"{rack}: {sizes}; no overlaps, names unique, Slurm block sizes valid.")
+    return check
