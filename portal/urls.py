@@ -21,6 +21,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("inventory/", include("inventory.urls")),
     path("tenancy/", include("tenancy.urls")),
+    path("scheduling/", include("scheduling.urls")),
     path("audit/", audit_views.audit_list, name="audit-list"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,11 +1,18 @@
-"""Jobs and the GPUs allocated to them.
+"""Jobs and the GPUs allocated to them; configuration targets and the pushes to them.
 
 An Allocation row is the one record that a GPU is given to a job; the unique constraint on its GPU makes
 giving one GPU twice impossible in the database, whatever the scheduler does. Rows are deleted when the
 job ends (the job keeps its placement for history).
+
+A ConfigPush row is saved before its task is queued (scheduling.pushes); the partial unique constraint on
+its target keeps a target from being applied twice at once.
 """
 
+import re
+from urllib.parse import urlsplit
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -71,3 +78,300 @@ class Allocation(models.Model):
 
     def __str__(self):
         return f"{self.gpu} -> {self.job}"
+
+
+# --- Configuration push: targets and the pushes to them ----------------------------------------------
+
+
+class ConfigTargetKind(models.TextChoices):
+    DIRECTORY = "directory", "Directory (rendered files)"
+    SLURM = "slurm", "Slurm controller"
+    KUBERNETES = "kubernetes", "Kubernetes API server"
+    FABRIC = "fabric", "NVLink fabric manager"
+
+
+class PushStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+ACTIVE_PUSH_STATES = (PushStatus.QUEUED, PushStatus.RUNNING)
+FINISHED_PUSH_STATES = (PushStatus.SUCCEEDED, PushStatus.FAILED, PushStatus.SUPERSEDED)
+
+
+SECRET_SETTINGS = ("token",)
+MASK = "••••••••"
+
+# kind -> {setting: default}. Every stored settings dict has exactly these keys (clean_settings fills them).
+SETTINGS_DEFAULTS: dict[str, dict] = {
+    "directory": {"path": "", "keep": 5},
+    "slurm": {
+        "config_dir": "",
+        "scontrol": "scontrol",
+        "slurmctld_log": "",
+        "topology_format": "conf",
+        "cpus": None,
+        "memory_mb": None,
+        "node_hostname": "",
+        "node_address": "",
+        "node_port_base": None,
+    },
+    "kubernetes": {"api_url": "", "token": "", "ca_file": "", "insecure": False, "dry_run": False},
+    "fabric": {"kind": "simulated", "base_url": "", "token": "", "insecure": False},
+}
+
+
+def _text(value, key: str, errors: dict) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        errors[key] = "must be text"
+        return ""
+    return value.strip()
+
+
+def _integer(value, key: str, errors: dict, low: int, high: int | None = None):
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors[key] = "must be a whole number"
+        return None
+    if value < low or (high is not None and value > high):
+        errors[key] = f"must be between {low} and {high}" if high is not None else f"must be at least {low}"
+        return None
+    return value
+
+
+def _flag(value, key: str, errors: dict) -> bool:
+    if value in (None, ""):
+        return False
+    if not isinstance(value, bool):
+        errors[key] = "must be true or false"
+        return False
+    return value
+
+
+def _url(value: str, key: str, errors: dict) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        errors[key] = f"{value!r} is not an http:// or https:// address"
+    return value.rstrip("/")
+
+
+def clean_settings(kind: str, raw: dict) -> dict:
+    """Validate a target's settings for its kind and fill the defaults; ValidationError keyed by setting.
+
+    directory: path (absolute, or relative to the project's var/; empty: RACKPLANE_RENDER_DIR, var/rendered
+      by default), keep (previous versions kept, 1-100).
+    slurm: config_dir (absolute: the directory slurmctld reads), scontrol (a path, command line or argv
+      prefix), slurmctld_log (optional, to quote slurmctld's reason for refusing), topology_format (conf:
+      Slurm 24.11 topology.conf), and how slurmd is reached when not at the node's own name (cpus,
+      memory_mb, node_hostname, node_address, node_port_base: node i listens on base + i).
+    kubernetes: api_url, token (stored as is, never shown), ca_file (the cluster CA) or insecure, dry_run
+      (server-side dry run only: validates everything, changes nothing).
+    fabric: kind (simulated, the embedded default, or nmx: NVIDIA NMX Manager), base_url and token (nmx),
+      insecure (do not verify NMX-M's certificate).
+    """
+    if kind not in SETTINGS_DEFAULTS:
+        raise ValidationError({"kind": f"unknown target kind {kind!r}"})
+    if not isinstance(raw, dict):
+        raise ValidationError("settings must be an object")
+    defaults = SETTINGS_DEFAULTS[kind]
+    errors: dict[str, str] = {}
+    for key in sorted(set(raw) - set(defaults)):
+        errors[key] = f"is not a setting of a {kind} target (known: {', '.join(defaults)})"
+    value = {**defaults, **{k: v for k, v in raw.items() if k in defaults}}
+    out: dict = {}
+    if kind == "directory":
+        out["path"] = _text(value["path"], "path", errors)
+        if "\x00" in out["path"]:
+            errors["path"] = "must not contain NUL"
+        out["keep"] = _integer(value["keep"], "keep", errors, 1, 100) or 5
+    elif kind == "slurm":
+        for key in ("config_dir", "scontrol", "slurmctld_log", "node_hostname", "node_address"):
+            out[key] = _text(value[key], key, errors)
+        if not out["config_dir"]:
+            errors["config_dir"] = "is required: the directory that holds slurmctld's slurm.conf"
+        elif not out["config_dir"].startswith("/"):
+            errors["config_dir"] = "must be an absolute path"
+        if out["slurmctld_log"] and not out["slurmctld_log"].startswith("/"):
+            errors["slurmctld_log"] = "must be an absolute path"
+        out["scontrol"] = out["scontrol"] or "scontrol"
+        out["topology_format"] = _text(value["topology_format"], "topology_format", errors) or "conf"
+        if out["topology_format"] == "yaml":
+            errors["topology_format"] = (
+                "topology.yaml (Slurm 25.05+) is not pushed yet: the Slurm adapter applies and verifies "
+                "topology.conf (Slurm 24.11); choose conf"
+            )
+        elif out["topology_format"] != "conf":
+            errors["topology_format"] = "must be conf or yaml"
+        out["cpus"] = _integer(value["cpus"], "cpus", errors, 1, 100_000)
+        out["memory_mb"] = _integer(value["memory_mb"], "memory_mb", errors, 1)
+        out["node_port_base"] = _integer(value["node_port_base"], "node_port_base", errors, 1, 65535)
+        for key in ("node_hostname", "node_address"):
+            if out[key] and not re.match(r"^[A-Za-z0-9.:-]+$", out[key]):
+                errors[key] = "must be a host name or an IP address"
+    elif kind == "kubernetes":
+        out["api_url"] = _text(value["api_url"], "api_url", errors)
+        if not out["api_url"]:
+            errors["api_url"] = "is required (https://api.cluster.example:6443)"
+        else:
+            out["api_url"] = _url(out["api_url"], "api_url", errors)
+        out["token"] = _text(value["token"], "token", errors)
+        out["ca_file"] = _text(value["ca_file"], "ca_file", errors)
+        out["insecure"] = _flag(value["insecure"], "insecure", errors)
+        out["dry_run"] = _flag(value["dry_run"], "dry_run", errors)
+        if out["ca_file"] and not out["ca_file"].startswith("/"):
+            errors["ca_file"] = "must be an absolute path to the cluster's CA certificate (PEM)"
+        if out["ca_file"] and out["insecure"]:
+            errors["insecure"] = "give a CA file or skip verification (insecure), not both"
+        if out["api_url"].startswith("https://") and not out["ca_file"] and not out["insecure"]:
+            errors["ca_file"] = "an https API server needs its CA file (or insecure, for testing only)"
+    elif kind == "fabric":
+        out["kind"] = _text(value["kind"], "kind", errors) or "simulated"
+        if out["kind"] not in ("simulated", "nmx"):
+            errors["kind"] = "must be simulated or nmx"
+        out["base_url"] = _text(value["base_url"], "base_url", errors)
+        out["token"] = _text(value["token"], "token", errors)
+        out["insecure"] = _flag(value["insecure"], "insecure", errors)
+        if out["kind"] == "nmx":
+            if not out["base_url"]:
+                errors["base_url"] = "is required for NMX-M (https://nmx-m.example)"
+            else:
+                out["base_url"] = _url(out["base_url"], "base_url", errors)
+    if errors:
+        raise ValidationError({key: [message] for key, message in errors.items()})
+    return out
+
+
+def mask_settings(values: dict) -> dict:
+    """The settings as pages, the API and logs may show them: secrets replaced by a mask (or empty)."""
+    return {
+        key: (MASK if value else "") if key in SECRET_SETTINGS else value for key, value in values.items()
+    }
+
+
+class ConfigTargetQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        # Targets hold credentials and pushes change production systems: staff only.
+        return self if is_admin(user) else self.none()
+
+
+class ConfigTarget(models.Model):
+    """Somewhere Rackplane pushes configuration: a directory, a Slurm controller, a Kubernetes API server or
+    an NVLink fabric manager. `settings` depends on `kind` (see `clean_settings`); a token
+    in it is stored as given and never shown (`masked_settings`)."""
+
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=ConfigTargetKind.choices)
+    enabled = models.BooleanField(default=True, help_text="Disabled targets are left out of pushes.")
+    settings = models.JSONField(default=dict, blank=True)
+    # A change that arrived while a push to this target was running (never two at once): pushed, rendered
+    # afresh, when that push finishes. {"reason", "plan_id", "requested_by", "requested_at"}.
+    follow_up = models.JSONField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConfigTargetQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "configuration target"
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
+            models.CheckConstraint(
+                condition=Q(kind__in=ConfigTargetKind.values), name="%(app_label)s_%(class)s_kind_valid"
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        if self.kind not in SETTINGS_DEFAULTS:
+            return  # the field's own choices validation reports it
+        try:
+            self.settings = clean_settings(self.kind, self.settings or {})
+        except ValidationError as error:
+            if hasattr(error, "error_dict"):
+                raise ValidationError(
+                    {"settings": [f"{key}: {m}" for key, msgs in error.message_dict.items() for m in msgs]}
+                ) from error
+            raise ValidationError({"settings": error.messages}) from error
+
+    def masked_settings(self) -> dict:
+        return mask_settings(self.settings or {})
+
+
+class ConfigPushQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if is_admin(user) else self.none()
+
+    def active(self):
+        return self.filter(status__in=ACTIVE_PUSH_STATES)
+
+
+class ConfigPush(models.Model):
+    """One push of rendered configuration to one target: the row is saved first, then the task is queued.
+
+    `payload` is what is pushed ({"files": {name: text}} for directory and Slurm targets, {"objects": [...]}
+    for Kubernetes, {"racks": [...]} for the fabric); `payload_hash` the sha256 of its canonical JSON. `log`
+    grows line by line while the push runs (the progress page follows it).
+    """
+
+    target = models.ForeignKey(ConfigTarget, on_delete=models.PROTECT, related_name="pushes")
+    payload = models.JSONField(default=dict, blank=True)
+    payload_hash = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=16, choices=PushStatus.choices, default=PushStatus.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    log = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    reason = models.CharField(max_length=255, blank=True)
+    # The inventory.PartitionPlan this push serves, by id (a plain id: no foreign key across that model).
+    plan_id = models.PositiveBigIntegerField(null=True, blank=True)
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="supersedes"
+    )
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="A queued push that failed transiently is retried from then on."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True, help_text="Last progress (log line or status change).")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ConfigPushQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        verbose_name = "configuration push"
+        constraints = [
+            # Never two pushes applying to one target at once (nor one queued behind a running one).
+            models.UniqueConstraint(
+                fields=["target"],
+                condition=Q(status__in=ACTIVE_PUSH_STATES),
+                name="%(app_label)s_%(class)s_one_active_per_target",
+                violation_error_message="This target already has a queued or running push.",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=PushStatus.values), name="%(app_label)s_%(class)s_status_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["target", "status"], name="scheduling_push_target_status")]
+
+    def __str__(self):
+        return f"Push #{self.pk} to {self.target_id and self.target.name}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_PUSH_STATES
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_PUSH_STATES

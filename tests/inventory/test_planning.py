@@ -86,8 +86,7 @@ def test_left_out_and_unhealthy_trays_are_warnings():
     warnings = messages(check, Level.WARNING)
     assert (
         "Trays 10-18 are left out: they will be in no NVLink partition and get no work until a later plan "
-        "takes them back."
-        in warnings
+        "takes them back." in warnings
     )
     assert any("Tray 5 (gb-r01-t05) is in p1 although it is drain" in w for w in warnings)
     assert any("1 of its GPUs are unhealthy" in w for w in warnings)
@@ -101,8 +100,7 @@ def test_running_work_on_a_changing_tray_refuses_the_plan_unless_drained_first()
     assert not refused.ok
     assert (
         "Tray 3 (gb-r01-t03) runs train-7 and would change partition: choose 'drain first' or wait for "
-        "the work to finish."
-        in messages(refused)
+        "the work to finish." in messages(refused)
     )
     drained = check_plan("gb-r01", trays, preset_layout("2x9"), drain=True)
     assert drained.ok and [c.slot for c in drained.busy_trays] == [3]

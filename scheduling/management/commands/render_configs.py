@@ -1,0 +1,39 @@
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduling import configstate
+from scheduling.pushes import write_tree
+
+
+class Command(BaseCommand):
+    help = (
+        "Write every file the current state would push (slurm/topology.conf, slurm/rackplane.conf, "
+        "kubernetes/NN-<kind>s.yaml, opensm/partitions.conf, nfs/exports) into DIR. Changes nothing else."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--out", required=True, help="directory to write into (created if missing)")
+
+    def handle(self, *args, out, **options):
+        started = time.perf_counter()
+        try:
+            state = configstate.build_state()
+            files = configstate.render_files(state)
+        except ValueError as error:
+            raise CommandError(f"the configuration cannot be rendered: {error}") from error
+        rendered = time.perf_counter() - started
+        try:
+            paths = write_tree(Path(out), files)
+        except OSError as error:
+            raise CommandError(f"cannot write into {out}: {error}") from error
+        for problem in state.problems:
+            self.stderr.write(self.style.WARNING(f"left out: {problem}"))
+        for name, path in zip(sorted(files), paths, strict=True):
+            self.stdout.write(f"{path}  {len(files[name].encode()):,} bytes")
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Rendered {len(files)} files for {state.rack_count} racks in {rendered:.2f}s into {out}."
+            )
+        )

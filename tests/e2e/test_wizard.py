@@ -1,0 +1,111 @@
+"""An admin carves the seeded rack gb-r01 into 2x9 through the partition wizard in a real Chromium: the
+drawing follows the preset live, the preview shows the Slurm topology diff, and the progress page follows
+the pushes (the embedded `local` directory target, Celery eager) until the plan is applied.
+
+Screenshots of every step are saved in the test's tmp_path (printed), or in $RACKPLANE_SCREENSHOTS."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from inventory.demo import seed_datacenter
+from inventory.models import NVLinkPartition, PartitionPlan
+from scheduling.models import ConfigPush, ConfigTarget, PushStatus
+
+PASSWORD = "e2e-admin-password-1"
+
+
+@pytest.fixture
+def seeded_inventory(transactional_db):
+    return seed_datacenter(racks=3)
+
+
+@pytest.fixture
+def admin(transactional_db, django_user_model):
+    return django_user_model.objects.create_superuser("e2e-admin", "e2e-admin@example.com", PASSWORD)
+
+
+@pytest.fixture
+def render_dir(transactional_db, settings, tmp_path) -> Path:
+    """The embedded `local` directory target, writing under tmp_path (made here: a transactional test's
+    flush removes what the data migration made)."""
+    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
+    ConfigTarget.objects.get_or_create(
+        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
+    )
+    return settings.RACKPLANE_RENDER_DIR
+
+
+@pytest.fixture
+def shots(tmp_path):
+    directory = Path(os.environ.get("RACKPLANE_SCREENSHOTS") or tmp_path / "screenshots")
+    directory.mkdir(parents=True, exist_ok=True)
+    yield directory
+    print(f"\nwizard screenshots: {directory}")
+
+
+@pytest.mark.e2e
+def test_an_admin_carves_a_rack_into_2x9_and_follows_the_plan(
+    live_server, page, seeded_inventory, admin, render_dir, shots
+):
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", admin.username)
+    page.fill("#id_password", PASSWORD)
+    with page.expect_navigation():
+        page.locator("#id_password").press("Enter")
+
+    page.goto(f"{live_server.url}/inventory/racks/gb-r01/")
+    with page.expect_navigation():
+        page.get_by_role("link", name="Carve partitions").click()
+    expect(page).to_have_url(re.compile(r"/inventory/racks/gb-r01/plan/"))
+    # Step 2 starts from the rack as it is: one default partition.
+    expect(page.locator("#preset-1x18")).to_be_checked()
+    expect(page.locator('li.plan-row[data-slot="10"]')).to_have_attribute("data-planned", "default")
+    page.screenshot(path=str(shots / "2-layout.png"), full_page=True)
+
+    # The drawing follows the preset without a page load, and the address bar keeps the plan.
+    page.locator("#preset-2x9").check()
+    expect(page.locator('li.plan-row[data-slot="10"]')).to_have_attribute("data-planned", "p2")
+    expect(page.locator('li.plan-row[data-slot="9"]')).to_have_attribute("data-planned", "p1")
+    expect(page.locator(".plan-side")).to_contain_text("no errors")
+    expect(page).to_have_url(re.compile(r"preset=2x9"))
+    page.screenshot(path=str(shots / "2-layout-2x9.png"), full_page=True)
+
+    with page.expect_navigation():
+        page.get_by_role("button", name="Next: names").click()
+    expect(page.locator("#name-1")).to_have_value("p1")
+    expect(page.locator("#name-2")).to_have_value("p2")
+    page.screenshot(path=str(shots / "3-names.png"), full_page=True)
+
+    with page.expect_navigation():
+        page.get_by_role("button", name="Next: preview").click()
+    topology = page.locator('pre.diff[data-path="slurm/topology.conf"]')
+    expect(topology).to_contain_text("BlockName=")
+    expect(topology.locator(".diff-add").filter(has_text="BlockName=r01p1")).to_have_count(1)
+    expect(page.locator(".findings")).to_contain_text("no overlaps, names unique")
+    page.screenshot(path=str(shots / "4-preview.png"), full_page=True)
+    assert not PartitionPlan.objects.exists()  # a preview saves nothing
+
+    with page.expect_navigation():
+        page.get_by_role("button", name="Apply plan").click()
+    expect(page).to_have_url(re.compile(r"/inventory/plans/\d+/$"))
+    page.screenshot(path=str(shots / "5-progress.png"), full_page=True)
+    progress = page.locator("#plan-progress")
+    expect(progress).to_have_attribute("data-done", "true", timeout=30_000)
+    expect(progress).to_have_attribute("data-status", "applied")
+    expect(progress).to_contain_text("Done: gb-r01 now has p1, p2")
+    page.screenshot(path=str(shots / "5-progress-done.png"), full_page=True)
+
+    plan = PartitionPlan.objects.get()
+    assert plan.status == "applied"
+    assert list(
+        NVLinkPartition.objects.filter(rack__name="gb-r01")
+        .order_by("clique_id")
+        .values_list("name", "clique_id")
+    ) == [("p1", 1), ("p2", 2)]
+    pushes = ConfigPush.objects.filter(plan_id=plan.pk)
+    assert [(push.target.name, push.status) for push in pushes] == [("local", PushStatus.SUCCEEDED)]
+    assert "BlockName=r01p2" in (render_dir / "current" / "slurm" / "topology.conf").read_text()
