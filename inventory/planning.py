@@ -194,10 +194,12 @@ def check_plan(
 
     left_out = sorted(set(by_slot) - set(owner))
     if left_out:
+        what = f"Tray {left_out[0]} is" if len(left_out) == 1 else f"Trays {_ranges(left_out)} are"
+        they = "it" if len(left_out) == 1 else "they"
         check.add(
             Level.WARNING,
-            f"Trays {_ranges(left_out)} are left out: they will be in no NVLink partition and get no work "
-            "until a later plan takes them back.",
+            f"{what} left out: {they} will be in no NVLink partition and get no work until a later plan "
+            f"takes {'it' if len(left_out) == 1 else 'them'} back.",
         )
     for slot in sorted(owner):
         tray = by_slot[slot]

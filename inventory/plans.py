@@ -274,21 +274,45 @@ def _repartition(rack: Rack, result: PlanCheck) -> None:
 
 
 def refresh_status(plan: PartitionPlan) -> PartitionPlan:
-    """An applying plan is applied when every push for it succeeded, failed when one failed."""
+    """An applying plan is applied when the latest push of every target succeeded, failed when one failed.
+
+    A failed plan whose failed push was retried successfully becomes applied; a superseded push counts as
+    the push that superseded it (which carries the plan's change too).
+    """
     from scheduling.models import ConfigPush, PushStatus
 
-    if plan.status != PlanStatus.APPLYING:
+    if plan.status not in (PlanStatus.APPLYING, PlanStatus.FAILED):
         return plan
-    statuses = set(ConfigPush.objects.filter(plan_id=plan.pk).values_list("status", flat=True))
+    latest: dict[int, ConfigPush] = {}
+    for push in ConfigPush.objects.filter(plan_id=plan.pk).select_related("superseded_by").order_by("pk"):
+        latest[push.target_id] = push
+    statuses = set()
+    for push in latest.values():
+        seen = set()
+        while push.status == PushStatus.SUPERSEDED and push.superseded_by_id and push.pk not in seen:
+            seen.add(push.pk)
+            push = ConfigPush.objects.select_related("superseded_by").get(pk=push.superseded_by_id)
+        statuses.add(push.status)
     if PushStatus.FAILED in statuses:
-        plan.status, plan.error = PlanStatus.FAILED, "a push failed: see its log, fix the cause and retry it"
+        status, error = PlanStatus.FAILED, "a push failed: open it to see why, fix the cause and retry it"
     elif statuses <= {PushStatus.SUCCEEDED, PushStatus.SUPERSEDED}:
-        plan.status = PlanStatus.APPLIED
+        status, error = PlanStatus.APPLIED, ""
     else:
-        return plan
-    plan.finished_at = timezone.now()
-    plan.save(update_fields=["status", "error", "finished_at"])
+        status, error = PlanStatus.APPLYING, ""
+    if (status, error) != (plan.status, plan.error):
+        plan.status, plan.error = status, error
+        plan.finished_at = None if status == PlanStatus.APPLYING else timezone.now()
+        plan.save(update_fields=["status", "error", "finished_at"])
     return plan
+
+
+def follow(plan: PartitionPlan) -> PartitionPlan:
+    """Move a plan on: a draining one whose work ended starts applying; an applying (or failed, then
+    retried) one follows its pushes. The progress page, the API and the beat task call this."""
+    if plan.status == PlanStatus.DRAINING:
+        continue_draining(plan)
+        plan.refresh_from_db()
+    return refresh_status(plan)
 
 
 def cancel_plan(plan: PartitionPlan) -> PartitionPlan:

@@ -239,15 +239,3 @@ def create_and_apply(rack: Rack, partitions: list[PlannedPartition], *, drain: b
     except (plans.PlanConflict, ValidationError):
         plans.cancel_plan(plan)
         raise
-
-
-def follow_plan(plan):
-    """Move an active plan on: a draining one whose work ended starts applying; an applying one follows its
-    pushes (applied when all succeeded, failed when one failed). Called by the progress page and the API."""
-    from inventory import plans
-    from inventory.choices import PlanStatus
-
-    if plan.status == PlanStatus.DRAINING:
-        plans.continue_draining(plan)
-        plan.refresh_from_db()
-    return plans.refresh_status(plan)

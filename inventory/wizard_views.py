@@ -26,8 +26,9 @@ from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
 from inventory.models import GPUS_PER_TRAY, Gpu, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import PRESETS, TRAYS_PER_RACK, Finding, Level, PlanCheck, TrayInfo
 from inventory.planning import _ranges as slot_ranges
+from inventory.plans import follow as follow_plan
 from inventory.selectors import PARTITION_COLOURS
-from inventory.wizard_forms import CUSTOM, PlanForm, create_and_apply, follow_plan, plan_form
+from inventory.wizard_forms import CUSTOM, PlanForm, create_and_apply, plan_form
 from scheduling.choices import JobState
 from scheduling.models import Allocation, ConfigPush, PushStatus
 from tenancy.models import Department, is_admin

@@ -157,6 +157,7 @@ CELERY_BEAT_SCHEDULE: dict = {
     "scrape-dcgm-exporters": {"task": "tenancy.tasks.scrape_exporters", "schedule": 60.0},
     "prune-telemetry": {"task": "tenancy.tasks.prune_telemetry", "schedule": 3600.0},
     "snapshot-quotas": {"task": "tenancy.tasks.snapshot_quotas", "schedule": 300.0},
+    "follow-partition-plans": {"task": "inventory.tasks.follow_active_plans", "schedule": 30.0},
     # Config pushes: requeue pushes whose worker was lost, send retries that are due (scheduling.pushes).
     "retry-stale-pushes": {"task": "scheduling.tasks.retry_stale_pushes", "schedule": 60.0},
 }

@@ -140,7 +140,9 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     racks = list(Rack.objects.order_by("name").values_list("id", "name", "cluster_uuid"))
     rack_name = {pk: name for pk, name, _ in racks}
     partitions = list(
-        NVLinkPartition.objects.values_list("id", "rack_id", "name", "clique_id", "dedication__department_id")
+        NVLinkPartition.objects.values_list(
+            "id", "rack_id", "name", "clique_id", "dedication__department_id", "service_tier"
+        )
     )
     partition_by_id = {row[0]: row for row in partitions}
     trays = sorted(
@@ -168,7 +170,7 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     # --- Slurm ---------------------------------------------------------------------------------------
     short = short_rack_names([name for _, name, _ in racks])
     blocks = []
-    for pk, rack_id, name, clique_id, _owner in sorted(
+    for pk, rack_id, name, clique_id, _owner, _tier in sorted(
         partitions, key=lambda p: (rack_name[p[1]], p[3] == DEFAULT_CLIQUE_ID, p[3], p[2])
     ):
         hosts = hosts_of_partition.get(pk)
@@ -176,25 +178,34 @@ def build_state(*, fabric: bool = False) -> ConfigState:
             rack = rack_name[rack_id]
             blocks.append(SlurmBlock(block_name(short[rack], name, clique_id), rack, tuple(hosts)))
     nodes = tuple(SlurmNode(hostname=t[3], gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS) for t in trays)
+    # The tier of a partition: the Slurm partition the wizard named, else its department's, else `gpu`.
+    tier_of = {
+        pk: tier or (dept_slug[owner] if owner is not None else SHARED_TIER)
+        for pk, _rack, _name, _clique, owner, tier in partitions
+    }
+    tier_hosts: dict[str, list[str]] = {SHARED_TIER: []}
+    tier_departments: dict[str, set[str]] = defaultdict(set)
+    for _tray, _rack, _slot, hostname, partition_id, _guids in trays:
+        tier = tier_of.get(partition_id, SHARED_TIER)
+        tier_hosts.setdefault(tier, []).append(hostname)
+        owner = partition_by_id[partition_id][4] if partition_id is not None else None
+        if owner is not None:
+            tier_departments[tier].add(dept_slug[owner])
     tiers = []
-    shared = tuple(t[3] for t in trays if t[0] not in tray_dept)
-    if shared:
-        tiers.append(ServiceTier(SHARED_TIER, shared, default=True, priority_tier=1))
-    dedicated_hosts: dict[int, list[str]] = defaultdict(list)
-    for t in trays:
-        if t[0] in tray_dept:
-            dedicated_hosts[tray_dept[t[0]]].append(t[3])
-    for department in departments:
-        hosts = dedicated_hosts.get(department.pk)
-        if hosts:
-            tiers.append(
-                ServiceTier(
-                    department.slug,
-                    tuple(hosts),
-                    allow_qos=(department.slug,),
-                    priority_tier=DEDICATED_PRIORITY_TIER,
-                )
+    if tier_hosts[SHARED_TIER]:
+        tiers.append(ServiceTier(SHARED_TIER, tuple(tier_hosts[SHARED_TIER]), default=True, priority_tier=1))
+    for tier, hosts in sorted(tier_hosts.items()):
+        if tier == SHARED_TIER:
+            continue
+        owners = tuple(sorted(tier_departments[tier]))
+        tiers.append(
+            ServiceTier(
+                tier,
+                tuple(hosts),
+                allow_qos=owners,
+                priority_tier=DEDICATED_PRIORITY_TIER if owners else 1,
             )
+        )
     qos = tuple(DepartmentQos(d.slug, d.limit_gpus) for d in departments)
 
     # --- tenants (OpenSM, NFS, Kubernetes namespaces) ---------------------------------------------------
@@ -244,9 +255,9 @@ def build_state(*, fabric: bool = False) -> ConfigState:
                 name,
                 clique_id,
                 department=dept_slug[owner] if owner is not None else None,
-                service_tier=dept_slug[owner] if owner is not None else SHARED_TIER,
+                service_tier=tier_of[pk],
             )
-            for _pk, rack_id, name, clique_id, owner in sorted(
+            for pk, rack_id, name, clique_id, owner, _tier in sorted(
                 partitions, key=lambda p: (rack_name[p[1]], p[3], p[2])
             )
         ),
@@ -268,7 +279,7 @@ def build_state(*, fabric: bool = False) -> ConfigState:
             if tray[4] is not None:
                 gpus_of_partition[tray[4]].append((uuid, tray[2], index))
         per_rack: dict[int, list] = defaultdict(list)
-        for pk, rack_id, name, clique_id, _owner in partitions:
+        for pk, rack_id, name, clique_id, _owner, _tier in partitions:
             members = tuple(sorted(gpus_of_partition.get(pk, ())))
             per_rack[rack_id].append((name, clique_id, members))
         fabric_racks = tuple(

@@ -28,7 +28,8 @@ from inventory import plans
 from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan, Rack
 from inventory.planning import PRESETS, TRAYS_PER_RACK, parse_ranges
-from inventory.wizard_forms import api_partitions, create_and_apply, follow_plan
+from inventory.plans import follow as follow_plan
+from inventory.wizard_forms import api_partitions, create_and_apply
 from scheduling.models import ConfigPush
 
 

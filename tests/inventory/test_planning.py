@@ -34,6 +34,14 @@ def test_presets_cut_the_rack_into_equal_runs_of_trays(preset, sizes):
     assert [s for p in layout for s in p.slots] == list(range(1, 19))
 
 
+def test_a_single_left_out_tray_is_named_in_the_singular():
+    check = check_plan("gb-r01", rack(), preset_layout("1x18", leave_out=[7]))
+    assert (
+        "Tray 7 is left out: it will be in no NVLink partition and get no work until a later plan "
+        "takes it back." in messages(check)
+    )
+
+
 def test_presets_can_leave_trays_out():
     layout = preset_layout("2x9", leave_out=[7, 12])
     assert layout[0].slots == (1, 2, 3, 4, 5, 6, 8, 9) and 12 not in layout[1].slots

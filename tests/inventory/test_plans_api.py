@@ -94,7 +94,7 @@ def test_dry_run_with_a_tray_left_out_explains_why_slurm_cannot_take_it(staff):
         "after": None,
         "running_jobs": [],
     }
-    assert any(f["message"].startswith("Trays 7 are left out") for f in data["findings"])
+    assert any(f["message"].startswith("Tray 7 is left out") for f in data["findings"])
     errors = [f["message"] for f in data["findings"] if f["level"] == "error"]
     assert len(errors) == 1 and errors[0].startswith("Slurm 24.11 cannot express NVLink partition")
 

@@ -276,3 +276,41 @@ def test_two_admins_applying_two_plans_at_once_get_one_plan_and_one_conflict(dem
     assert [(name, slots) for name, _clique, slots in layout_of(rack)] == expected
     loser = drafts["halves" if winner == "2x9" else "2x9"]
     assert PartitionPlan.objects.get(pk=loser.pk).status == PlanStatus.DRAFT
+
+
+def test_the_beat_task_moves_a_draining_plan_on_once_its_work_ends(
+    rack, admin_user, django_capture_on_commit_callbacks
+):
+    from inventory.tasks import follow_active_plans
+
+    job = run_job(rack, [1])
+    plan = plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=True, user=admin_user))
+    assert follow_active_plans() == 0
+    finish(job)
+    with django_capture_on_commit_callbacks(execute=True):  # the pushes run (eager Celery) on commit
+        assert follow_active_plans() == 1
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.APPLYING
+    assert follow_active_plans() == 1  # the next beat sees every push succeeded
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.APPLIED
+    assert layout_of(rack)[0] == ("p1", 1, list(range(1, 10)))
+
+
+def test_a_failed_push_fails_the_plan_and_a_successful_retry_applies_it(
+    rack, admin_user, django_capture_on_commit_callbacks
+):
+    from scheduling.models import PushStatus
+    from scheduling.pushes import retry_now
+
+    with django_capture_on_commit_callbacks(execute=True):
+        plan = plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=False, user=admin_user))
+    push = ConfigPush.objects.get(plan_id=plan.pk)
+    ConfigPush.objects.filter(pk=push.pk).update(status=PushStatus.FAILED, error="disk full")
+    plan = plans.follow(plan)
+    assert plan.status == PlanStatus.FAILED and "retry" in plan.error
+    push.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        retry_now(push, user=admin_user)
+    plan = plans.follow(plan)
+    assert plan.status == PlanStatus.APPLIED and plan.error == ""

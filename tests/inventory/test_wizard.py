@@ -222,7 +222,7 @@ def test_nonsense_in_the_url_is_a_finding_not_an_error_page(admin):
 
 def test_left_out_trays_are_warned_about_and_bad_ranges_explained(admin):
     response = admin.get(url("plan-layout", "gb-r01", preset="2x9", leave_out=["7"]), headers=HTMX)
-    assert "Trays 7 are left out" in findings(response)
+    assert "Tray 7 is left out" in findings(response)
     response = admin.get(url("plan-layout", "gb-r01", preset="custom", slots=["9-3", "1-2"]), headers=HTMX)
     assert "Partition 1: '9-3' runs backwards." in findings(response)
     assert not response.context["check"].ok

@@ -102,6 +102,20 @@ def test_one_slurm_partition_per_service_tier(tenants):
     )
 
 
+def test_a_partition_named_service_tier_becomes_its_own_slurm_partition(tenants):
+    # The wizard's "Slurm partition" field: gb-r02 p1 (undedicated) gets a tier of its own.
+    NVLinkPartition.objects.filter(rack__name="gb-r02", name="p1").update(service_tier="interactive")
+    files = configstate.render_files(configstate.build_state())
+    conf = files["slurm/rackplane.conf"]
+    assert "PartitionName=gpu Nodes=gb-r[01,03]-t[01-18] Default=YES" in conf
+    assert (
+        "PartitionName=interactive Nodes=gb-r02-t[01-09] Default=NO MaxTime=INFINITE PriorityTier=1 "
+        "OverSubscribe=EXCLUSIVE State=UP"
+    ) in conf
+    assert "PartitionName=inference Nodes=gb-r02-t[10-18] Default=NO AllowQos=inference" in conf
+    assert f"{SERVICE_TIER_LABEL}: interactive" in files["kubernetes/02-nodes.yaml"]
+
+
 def test_qos_per_department(tenants):
     state = configstate.build_state()
     assert [(q.name, q.gpu_limit) for q in state.qos] == [("inference", 72), ("research", None)]
