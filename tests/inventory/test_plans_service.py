@@ -314,3 +314,30 @@ def test_a_failed_push_fails_the_plan_and_a_successful_retry_applies_it(
         retry_now(push, user=admin_user)
     plan = plans.follow(plan)
     assert plan.status == PlanStatus.APPLIED and plan.error == ""
+
+
+def test_after_apply_nodes_still_reporting_the_old_partition_show_as_drift(rack, admin_user):
+    from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
+    from inventory.services import ingest_report
+
+    plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=False, user=admin_user))
+
+    def report(clique_id):
+        tray = ComputeTray.objects.get(rack=rack, slot=1)
+        return [
+            ReportedGpu(
+                uuid,
+                index,
+                str(rack.cluster_uuid),
+                clique_id,
+                FabricState.COMPLETED,
+                "Success",
+                GpuHealth.HEALTHY,
+            )
+            for uuid, index in tray.gpus.order_by("index").values_list("uuid", "index")
+        ]
+
+    stale = ingest_report("gb-r01-t01", "json", report(32766))
+    assert stale.drift == ["drift: the node reports clique 32766, the inventory intends gb-r01 p1 (clique 1)"]
+    assert ComputeTray.objects.get(rack=rack, slot=1).fabric_problems == stale.drift
+    assert ingest_report("gb-r01-t01", "json", report(1)).drift == []

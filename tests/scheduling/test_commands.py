@@ -57,6 +57,17 @@ def test_render_configs_writes_exactly_the_listed_files(departments, tmp_path):
     assert ConfigPush.objects.count() == 0
 
 
+def test_render_configs_can_write_the_slurm_25_05_topology_yaml(departments, tmp_path):
+    import yaml
+
+    out = tmp_path / "out"
+    run("render_configs", "--out", str(out), "--topology-format", "yaml")
+    assert not (out / "slurm/topology.conf").exists()
+    (topology,) = yaml.safe_load((out / "slurm/topology.yaml").read_text())
+    blocks = {b["block"]: b["nodes"] for b in topology["block"]["blocks"]}
+    assert blocks["r02p1"] == "gb-r02-t[01-09]" and blocks["r02p2"] == "gb-r02-t[10-18]"
+
+
 def test_push_configs_dry_run_changes_nothing(departments, render_dir):
     printed = run("push_configs", "--dry-run")
 

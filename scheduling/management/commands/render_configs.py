@@ -4,6 +4,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling import configstate
+from scheduling.backends.slurm.render import render_topology_yaml
 from scheduling.pushes import write_tree
 
 
@@ -15,12 +16,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--out", required=True, help="directory to write into (created if missing)")
+        parser.add_argument(
+            "--topology-format",
+            choices=["conf", "yaml"],
+            default="conf",
+            help="conf: topology.conf for Slurm 24.11 (default); yaml: topology.yaml for Slurm 25.05+, where "
+            "blocks may be smaller than the base block size",
+        )
 
-    def handle(self, *args, out, **options):
+    def handle(self, *args, out, topology_format, **options):
         started = time.perf_counter()
         try:
             state = configstate.build_state()
             files = configstate.render_files(state)
+            if topology_format == "yaml":
+                del files[configstate.SLURM_TOPOLOGY]
+                files["slurm/topology.yaml"] = render_topology_yaml(state.slurm.blocks)
         except ValueError as error:
             raise CommandError(f"the configuration cannot be rendered: {error}") from error
         rendered = time.perf_counter() - started
