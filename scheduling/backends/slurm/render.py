@@ -266,6 +266,21 @@ def _split_name(name: str, part: int) -> str:
     return f"{name}-{part}"
 
 
+def _expected_blocks(rows, base: int, groups) -> tuple[PlannedBlock, ...]:
+    """What `scontrol show topology` should list: each base block, then Slurm's aggregated ones."""
+    expected = [PlannedBlock(name=r[0], hostnames=frozenset(r[1]), size=base, partition=r[2]) for r in rows]
+    for level, members in sorted(groups, key=lambda g: g[0]):
+        expected.append(
+            PlannedBlock(
+                name=compress(rows[i][0] for i in members),
+                hostnames=frozenset(h for i in members for h in rows[i][1]),
+                size=base << level,
+                aggregated=True,
+            )
+        )
+    return tuple(expected)
+
+
 def plan_topology(blocks: Sequence[SlurmBlock]) -> TopologyPlan:
     """The Slurm 24.11 block layout for these NVLink partitions (see the module docstring for the rules)."""
     _check_blocks(blocks)
@@ -356,20 +371,10 @@ def plan_topology(blocks: Sequence[SlurmBlock]) -> TopologyPlan:
     block_sizes = tuple(base << level for level in kept)
     check_block_sizes(block_sizes, [len(r[1]) for r in rows])
 
-    expected: list[PlannedBlock] = [
-        PlannedBlock(name=r[0], hostnames=frozenset(r[1]), size=base, partition=r[2]) for r in rows
-    ]
-    for level, members in sorted(groups, key=lambda g: g[0]):
-        expected.append(
-            PlannedBlock(
-                name=compress(rows[i][0] for i in members),
-                hostnames=frozenset(h for i in members for h in rows[i][1]),
-                size=base << level,
-                aggregated=True,
-            )
-        )
     return TopologyPlan(
-        blocks=tuple((r[0], r[1], r[2]) for r in rows), block_sizes=block_sizes, expected=tuple(expected)
+        blocks=tuple((r[0], r[1], r[2]) for r in rows),
+        block_sizes=block_sizes,
+        expected=_expected_blocks(rows, base, groups),
     )
 
 
@@ -658,18 +663,10 @@ def parse_topology_conf(text: str) -> TopologyPlan:
         levels = [(v // base).bit_length() - 1 for v in values]
     check_block_sizes([base], [len(r[1]) for r in rows])
     kept, groups = slurm_aggregates(len(rows), levels)
-    expected = [PlannedBlock(name=r[0], hostnames=frozenset(r[1]), size=base, partition=r[2]) for r in rows]
-    for level, members in sorted(groups, key=lambda g: g[0]):
-        expected.append(
-            PlannedBlock(
-                name=compress(rows[i][0] for i in members),
-                hostnames=frozenset(h for i in members for h in rows[i][1]),
-                size=base << level,
-                aggregated=True,
-            )
-        )
     return TopologyPlan(
-        blocks=tuple(rows), block_sizes=tuple(base << lv for lv in kept), expected=tuple(expected)
+        blocks=tuple(rows),
+        block_sizes=tuple(base << lv for lv in kept),
+        expected=_expected_blocks(rows, base, groups),
     )
 
 
