@@ -84,7 +84,9 @@ def test_rack_list_rows(user_client, demo_inventory):
 def test_rack_list_filter_by_name(user_client, demo_inventory):
     response = user_client.get(reverse("inventory:rack-list"), {"name": "r02"})
     assert [rack.name for rack in response.context["page"].object_list] == ["gb-r02"]
-    assert "Clear" in response.content.decode()
+    assert f'<a class="button" href="{reverse("inventory:rack-list")}">Clear</a>' in response.content.decode()
+    unfiltered = user_client.get(reverse("inventory:rack-list"))
+    assert ">Clear</a>" not in unfiltered.content.decode()
 
 
 def test_rack_list_filter_has_problems(user_client, demo_inventory):

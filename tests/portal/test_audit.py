@@ -18,6 +18,7 @@ from portal.models import AuditAction, AuditEvent, AuditSource
 from tenancy.choices import Role
 from tenancy.models import Department, Membership, TenancySettings
 from tenancy.services import save_department
+from tests.forms import admin_department_form
 
 pytestmark = pytest.mark.django_db
 
@@ -81,24 +82,7 @@ def test_unchanged_saves_record_nothing(staff_api):
 
 
 def test_admin_changes_are_recorded_with_source_admin(staff_browser, admin_user):
-    form = {
-        "name": "Alpha",
-        "slug": "alpha",
-        "guaranteed_gpus": "0",
-        "over_quota_weight": "1.00",
-        "limit_gpus": "",
-        "priority": "0",
-        "vlan_id": "",
-        "vxlan_vni": "",
-        "ib_pkey": "",
-        "network_cidr": "",
-        "export_path": "",
-        "storage_quota_gib": "",
-        "memberships-TOTAL_FORMS": "0",
-        "memberships-INITIAL_FORMS": "0",
-        "dedicated_partitions-TOTAL_FORMS": "0",
-        "dedicated_partitions-INITIAL_FORMS": "0",
-    }
+    form = admin_department_form(name="Alpha", slug="alpha")
     assert staff_browser.post("/admin/tenancy/department/add/", form).status_code == 302
     department = Department.objects.get(slug="alpha")
     form.update(
@@ -220,6 +204,9 @@ def test_the_page_filters_with_the_shared_filterset(client, tenants, admin_user)
         return [e.object_repr for e in shown(page_for(client, admin_user, **params))]
 
     assert reprs(object_type="tenancy.department", source="api") == ["Alpha"]
+    filtered = page_for(client, admin_user, source="api").content.decode()
+    assert '<a class="button" href="/audit/">Clear</a>' in filtered
+    assert ">Clear</a>" not in page_for(client, admin_user).content.decode()
     assert reprs(object_type="tenancy.department", source="ui") == ["Beta"]
     assert reprs(actor="lead-a") == ["Alpha"]
     assert reprs(object_type="tenancy.department", department="beta") == ["Beta", "Beta"]

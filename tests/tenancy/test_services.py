@@ -23,6 +23,7 @@ from tenancy.services import (
     schedulable_gpus,
     set_membership,
 )
+from tests.forms import admin_department_form
 
 pytestmark = pytest.mark.django_db
 
@@ -426,34 +427,11 @@ def staff_client(client, admin_user):
     return client
 
 
-def department_form(**fields) -> dict:
-    data = {
-        "name": "",
-        "slug": "",
-        "guaranteed_gpus": "0",
-        "over_quota_weight": "1.00",
-        "limit_gpus": "",
-        "priority": "0",
-        "vlan_id": "",
-        "vxlan_vni": "",
-        "ib_pkey": "",
-        "network_cidr": "",
-        "export_path": "",
-        "storage_quota_gib": "",
-        # The read-only inlines still send their management forms.
-        "memberships-TOTAL_FORMS": "0",
-        "memberships-INITIAL_FORMS": "0",
-        "dedicated_partitions-TOTAL_FORMS": "0",
-        "dedicated_partitions-INITIAL_FORMS": "0",
-    }
-    data.update({name: str(value) for name, value in fields.items()})
-    return data
-
-
 def test_admin_add_allocates_isolation_from_the_pools(capacity, staff_client):
     TenancySettings.objects.filter(pk=TenancySettings.load().pk).update(default_storage_quota_gib=2048)
     response = staff_client.post(
-        "/admin/tenancy/department/add/", department_form(name="Alpha", slug="alpha", guaranteed_gpus=16)
+        "/admin/tenancy/department/add/",
+        admin_department_form(name="Alpha", slug="alpha", guaranteed_gpus=16),
     )
     assert response.status_code == 302, response.content.decode()[:3000]
     alpha = Department.objects.get(slug="alpha")
@@ -474,7 +452,7 @@ def test_admin_shows_the_services_refusal_on_the_form_and_saves_nothing(capacity
     department("Alpha", capacity - 4)
     events = AuditEvent.objects.count()
     response = staff_client.post(
-        "/admin/tenancy/department/add/", department_form(name="Beta", slug="beta", guaranteed_gpus=8)
+        "/admin/tenancy/department/add/", admin_department_form(name="Beta", slug="beta", guaranteed_gpus=8)
     )
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
@@ -485,7 +463,7 @@ def test_admin_shows_the_services_refusal_on_the_form_and_saves_nothing(capacity
     alpha = Department.objects.get(slug="alpha")
     response = staff_client.post(
         f"/admin/tenancy/department/{alpha.pk}/change/",
-        department_form(
+        admin_department_form(
             name="Alpha",
             slug="alpha",
             guaranteed_gpus=alpha.guaranteed_gpus,
@@ -510,7 +488,7 @@ def test_admin_isolation_edit_is_validated_by_the_service(capacity, staff_client
     beta = department("Beta")
     response = staff_client.post(
         f"/admin/tenancy/department/{beta.pk}/change/",
-        department_form(name="Beta", slug="beta", vlan_id=alpha.vlan_id, storage_quota_gib=100),
+        admin_department_form(name="Beta", slug="beta", vlan_id=alpha.vlan_id, storage_quota_gib=100),
     )
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
@@ -518,7 +496,7 @@ def test_admin_isolation_edit_is_validated_by_the_service(capacity, staff_client
     # Blank isolation fields on a change are allocated afresh: the department keeps working.
     response = staff_client.post(
         f"/admin/tenancy/department/{beta.pk}/change/",
-        department_form(name="Beta", slug="beta", vlan_id=3999, storage_quota_gib=100),
+        admin_department_form(name="Beta", slug="beta", vlan_id=3999, storage_quota_gib=100),
     )
     assert response.status_code == 302
     beta.refresh_from_db()

@@ -11,6 +11,7 @@ from portal.models import AuditAction, AuditEvent, AuditSource
 from tenancy.choices import Role
 from tenancy.models import Department, Membership
 from tenancy.services import save_department, schedulable_gpus
+from tests.forms import department_form
 
 pytestmark = pytest.mark.django_db
 
@@ -320,22 +321,7 @@ def test_nav_links(as_user, lead_a, admin_user):
 
 
 def form_data(**values) -> dict:
-    data = {
-        "name": "Gamma",
-        "slug": "gamma",
-        "guaranteed_gpus": "16",
-        "over_quota_weight": "1.00",
-        "limit_gpus": "",
-        "priority": "0",
-        "vlan_id": "",
-        "vxlan_vni": "",
-        "ib_pkey": "",
-        "network_cidr": "",
-        "export_path": "",
-        "storage_quota_gib": "",
-    }
-    data.update({key: str(value) for key, value in values.items()})
-    return data
+    return department_form(**{"name": "Gamma", "slug": "gamma", "guaranteed_gpus": 16, **values})
 
 
 def test_admin_creates_a_department_with_allocated_isolation(as_user, alpha, admin_user):
