@@ -1,0 +1,265 @@
+"""The cluster as the placement engine sees it: racks, NVLink partitions, trays and their free GPUs.
+
+Pure Python (no Django import): the portal builds one from the database for a scheduling pass, the
+simulator keeps one for a whole trace replay. Both call the same placement and admission code on it.
+
+A placement decision must not scan the cluster (72,000 GPUs at 1,000 racks), so every change of a tray's
+free GPUs keeps these indexes exact, each update O(1):
+
+* ``part_buckets[owner][k]``: the NVLink partitions of that owner (a department name, or None for shared
+  partitions) with exactly k whole free trays. Best fit is the first non-empty bucket at k >= n.
+* ``part_free[p]``: the whole free trays of partition p.
+* ``rack_buckets[k]``: the racks with exactly k whole free trays in shared partitions.
+* ``partial[owner][g]``: trays with exactly g free GPUs (1-3) that are not whole and free: partly used
+  trays, or trays with an unhealthy GPU. Small jobs pack into these first.
+
+Ordered sets are dicts (insertion-ordered, O(1) add/remove), so a run is deterministic.
+
+A tray is *whole free* when it has all ``GPUS_PER_TRAY`` GPUs schedulable and free. Multi-tray jobs take
+whole trays only. Trays can be *held* (kept out of the indexes) by a reservation for the rest of a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+GPUS_PER_TRAY = 4
+
+Owner = str | None  # a department name for a dedicated partition, None for a shared one
+
+
+@dataclass(frozen=True)
+class TraySpec:
+    """One compute tray as the cluster is built from: the order of specs is the cluster order."""
+
+    hostname: str
+    rack: str
+    partition: str  # NVLink partition name, unique within its rack
+    capacity: int = GPUS_PER_TRAY  # schedulable GPUs (0 when the tray is down or drained)
+    owner: Owner = None  # the department the partition is dedicated to
+
+
+class Cluster:
+    def __init__(self, trays: Iterable[TraySpec]):
+        # Trays, by index in cluster order.
+        self.tray_host: list[str] = []
+        self.tray_part: list[int] = []
+        self.tray_rack: list[int] = []
+        self.tray_cap: list[int] = []
+        self.tray_free: list[int] = []
+        self.tray_held: list[bool] = []
+        self.tray_jobs: list[dict[int, int]] = []  # tray -> {job id: GPUs it holds there}
+        # Partitions.
+        self.part_name: list[str] = []
+        self.part_rack: list[int] = []
+        self.part_owner: list[Owner] = []
+        self.part_trays: list[list[int]] = []
+        self.part_whole: list[int] = []  # whole free trays now
+        self.part_free: list[dict[int, None]] = []
+        # Racks.
+        self.rack_name: list[str] = []
+        self.rack_parts: list[list[int]] = []
+        self.rack_whole: list[int] = []  # whole free trays in shared partitions
+        self.host_index: dict[str, int] = {}
+        self.jobs: dict[int, tuple[tuple[int, int], ...]] = {}
+
+        rack_of: dict[str, int] = {}
+        part_of: dict[tuple[str, str], int] = {}
+        for spec in trays:
+            if spec.hostname in self.host_index:
+                raise ValueError(f"tray {spec.hostname} is listed twice")
+            if not 0 <= spec.capacity <= GPUS_PER_TRAY:
+                raise ValueError(f"tray {spec.hostname}: capacity must be 0-{GPUS_PER_TRAY} GPUs")
+            r = rack_of.get(spec.rack)
+            if r is None:
+                r = rack_of[spec.rack] = len(self.rack_name)
+                self.rack_name.append(spec.rack)
+                self.rack_parts.append([])
+                self.rack_whole.append(0)
+            p = part_of.get((spec.rack, spec.partition))
+            if p is None:
+                p = part_of[(spec.rack, spec.partition)] = len(self.part_name)
+                self.part_name.append(spec.partition)
+                self.part_rack.append(r)
+                self.part_owner.append(spec.owner)
+                self.part_trays.append([])
+                self.part_whole.append(0)
+                self.part_free.append({})
+                self.rack_parts[r].append(p)
+            elif self.part_owner[p] != spec.owner:
+                raise ValueError(f"partition {spec.rack} {spec.partition} has trays of different owners")
+            t = len(self.tray_host)
+            self.host_index[spec.hostname] = t
+            self.tray_host.append(spec.hostname)
+            self.tray_part.append(p)
+            self.tray_rack.append(r)
+            self.tray_cap.append(spec.capacity)
+            self.tray_free.append(spec.capacity)
+            self.tray_held.append(False)
+            self.tray_jobs.append({})
+            self.part_trays[p].append(t)
+
+        self.max_partition_trays = max((len(t) for t in self.part_trays), default=0)
+        self.max_rack_trays = max(
+            (sum(len(self.part_trays[p]) for p in parts) for parts in self.rack_parts), default=0
+        )
+        self.owners: set[Owner] = {None, *self.part_owner}
+        self.part_buckets: dict[Owner, list[dict[int, None]]] = {
+            owner: [{} for _ in range(self.max_partition_trays + 1)] for owner in self.owners
+        }
+        self.rack_buckets: list[dict[int, None]] = [{} for _ in range(self.max_rack_trays + 1)]
+        self.partial: dict[Owner, list[dict[int, None]]] = {
+            owner: [{} for _ in range(GPUS_PER_TRAY)] for owner in self.owners
+        }
+        self.whole_by_owner: dict[Owner, int] = dict.fromkeys(self.owners, 0)
+        # Racks that hold partitions dedicated to an owner (few): checked before the shared rack index.
+        self.owner_racks: dict[Owner, list[int]] = {}
+        for p, owner in enumerate(self.part_owner):
+            if owner is not None and self.part_rack[p] not in self.owner_racks.setdefault(owner, []):
+                self.owner_racks[owner].append(self.part_rack[p])
+        for p in range(len(self.part_name)):
+            self.part_buckets[self.part_owner[p]][0][p] = None
+        for r in range(len(self.rack_name)):
+            self.rack_buckets[0][r] = None
+        self.capacity = sum(self.tray_cap)
+        self.free_gpus = 0
+        for t in range(len(self.tray_host)):
+            self._index(t)
+
+    # --- facts -------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.tray_host)
+
+    def is_whole(self, t: int) -> bool:
+        return self.tray_cap[t] == GPUS_PER_TRAY and self.tray_free[t] == GPUS_PER_TRAY
+
+    def partition_label(self, p: int) -> str:
+        return f"{self.rack_name[self.part_rack[p]]} {self.part_name[p]}"
+
+    def usable_owners(self, department: str | None) -> list[Owner]:
+        """Whose partitions a department's jobs may use, in order: its own dedicated ones first, then shared.
+
+        Partitions dedicated to another department are never used: they serve only their owner (the Slurm
+        partition of a dedicated tier admits only that department's QOS).
+        """
+        if department is not None and department in self.owners:
+            return [department, None]
+        return [None]
+
+    def usable(self, t: int, department: str | None) -> bool:
+        owner = self.part_owner[self.tray_part[t]]
+        return owner is None or owner == department
+
+    # --- index maintenance -------------------------------------------------------------------------
+
+    def _part_move(self, p: int, delta: int) -> None:
+        buckets = self.part_buckets[self.part_owner[p]]
+        k = self.part_whole[p]
+        del buckets[k][p]
+        self.part_whole[p] = k + delta
+        buckets[k + delta][p] = None
+        if self.part_owner[p] is None:
+            r = self.part_rack[p]
+            k = self.rack_whole[r]
+            del self.rack_buckets[k][r]
+            self.rack_whole[r] = k + delta
+            self.rack_buckets[k + delta][r] = None
+        self.whole_by_owner[self.part_owner[p]] += delta
+
+    def _index(self, t: int) -> None:
+        if self.tray_held[t]:
+            return
+        free = self.tray_free[t]
+        self.free_gpus += free
+        if free == 0:
+            return
+        p = self.tray_part[t]
+        if self.is_whole(t):
+            self.part_free[p][t] = None
+            self._part_move(p, +1)
+        else:
+            self.partial[self.part_owner[p]][free][t] = None
+
+    def _unindex(self, t: int) -> None:
+        if self.tray_held[t]:
+            return
+        free = self.tray_free[t]
+        self.free_gpus -= free
+        if free == 0:
+            return
+        p = self.tray_part[t]
+        if self.is_whole(t):
+            del self.part_free[p][t]
+            self._part_move(p, -1)
+        else:
+            del self.partial[self.part_owner[p]][free][t]
+
+    # --- changes -----------------------------------------------------------------------------------
+
+    def allocate(self, job_id: int, trays: Iterable[tuple[int, int]]) -> None:
+        """Give a job `gpus` GPUs on each `(tray, gpus)`; all or nothing."""
+        trays = tuple(trays)
+        if job_id in self.jobs:
+            raise ValueError(f"job {job_id} already holds GPUs")
+        for t, gpus in trays:
+            if gpus < 1 or gpus > self.tray_free[t]:
+                raise ValueError(
+                    f"job {job_id}: tray {self.tray_host[t]} has {self.tray_free[t]} free GPUs, not {gpus}"
+                )
+        if len({t for t, _ in trays}) != len(trays):
+            raise ValueError(f"job {job_id}: a tray is listed twice")
+        for t, gpus in trays:
+            self._unindex(t)
+            self.tray_free[t] -= gpus
+            self.tray_jobs[t][job_id] = gpus
+            self._index(t)
+        self.jobs[job_id] = trays
+
+    def release(self, job_id: int) -> tuple[tuple[int, int], ...]:
+        """Free the GPUs of a job; returns what it held."""
+        trays = self.jobs.pop(job_id)
+        for t, gpus in trays:
+            self._unindex(t)
+            self.tray_free[t] += gpus
+            del self.tray_jobs[t][job_id]
+            self._index(t)
+        return trays
+
+    def hold(self, trays: Iterable[int]) -> None:
+        """Keep trays out of every index (a reservation) until `unhold`."""
+        for t in trays:
+            if not self.tray_held[t]:
+                self._unindex(t)
+                self.tray_held[t] = True
+
+    def unhold(self, trays: Iterable[int]) -> None:
+        for t in trays:
+            if self.tray_held[t]:
+                self.tray_held[t] = False
+                self._index(t)
+
+    def set_capacity(self, t: int, capacity: int) -> None:
+        """A tray went down or came back, or a GPU turned unhealthy; never below what jobs hold there."""
+        held = self.tray_cap[t] - self.tray_free[t]
+        if not held <= capacity <= GPUS_PER_TRAY:
+            raise ValueError(f"tray {self.tray_host[t]}: capacity {capacity} is below the {held} GPUs in use")
+        self._unindex(t)
+        self.capacity += capacity - self.tray_cap[t]
+        self.tray_cap[t] = capacity
+        self.tray_free[t] = capacity - held
+        self._index(t)
+
+    # --- summaries for reasons ---------------------------------------------------------------------
+
+    def largest_free_partition(self, owners: list[Owner]) -> tuple[int, int | None]:
+        """(whole free trays, partition) of the partition with the most whole free trays."""
+        best, where = 0, None
+        for owner in owners:
+            buckets = self.part_buckets[owner]
+            for k in range(len(buckets) - 1, best, -1):
+                if buckets[k]:
+                    best, where = k, next(iter(buckets[k]))
+                    break
+        return best, where

@@ -1,0 +1,249 @@
+"""Gang placement: where a job's GPUs go, all or nothing. Pure Python, shared by the portal and the simulator.
+
+A job asks for `gpus`: 1-4 GPUs on one tray, or a multiple of 4 as whole trays. Its topology requirement:
+
+* ``partition``: all trays in one NVLink partition (multi-node NVLink needs it);
+* ``rack``: all trays in one NVLink domain (rack), in as few partitions as possible;
+* ``any``: anywhere, in as few partitions and racks as possible.
+
+Policies:
+
+* ``rackplane``: the product. Multi-tray jobs go to the partition that fits them best (fewest whole free
+  trays left behind, so big holes stay big); small jobs pack into partly used trays first, then take a
+  tray from the partition with the fewest free trays. The department's dedicated partitions come first.
+  Every decision reads the cluster's free-capacity indexes (a few dict lookups), never the whole cluster.
+* ``first-fit``: the first free trays in cluster order, ignoring partitions and the requirement (a
+  topology-blind scheduler). Scans the trays: a baseline for the simulator, not for 1,000 racks.
+* ``block-best-fit``: the smallest NVLink partition that has room (Slurm topology/block), else the first
+  free trays in cluster order across partitions, whatever the requirement. Also a scanning baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster
+
+PARTITION, RACK, ANY = "partition", "rack", "any"
+TOPOLOGIES = (PARTITION, RACK, ANY)
+RACKPLANE, FIRST_FIT, BLOCK_BEST_FIT = "rackplane", "first-fit", "block-best-fit"
+POLICIES = (RACKPLANE, FIRST_FIT, BLOCK_BEST_FIT)
+
+Placement = tuple[tuple[int, int], ...]  # (tray index, GPUs on it)
+
+
+@dataclass(frozen=True)
+class Request:
+    gpus: int
+    topology: str = PARTITION
+    department: str | None = None
+
+    def __post_init__(self):
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {self.topology!r}")
+        check_gpus(self.gpus)
+
+    @property
+    def trays(self) -> int:
+        """Whole trays a multi-tray job takes (1 for a small job)."""
+        return max(1, self.gpus // GPUS_PER_TRAY)
+
+    @property
+    def small(self) -> bool:
+        return self.gpus <= GPUS_PER_TRAY
+
+
+def check_gpus(gpus: int) -> None:
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"GPUs must be a whole number >= 1, got {gpus!r}")
+    if gpus > GPUS_PER_TRAY and gpus % GPUS_PER_TRAY:
+        raise ValueError(
+            f"{gpus} GPUs: a job above one tray takes whole trays, so a multiple of {GPUS_PER_TRAY}"
+        )
+
+
+def place(cluster: Cluster, request: Request, policy: str = RACKPLANE) -> Placement | None:
+    """Where the job would go now, or None. Does not change the cluster."""
+    if request.gpus > cluster.free_gpus:
+        return None
+    if policy == RACKPLANE:
+        if request.small:
+            return _small(cluster, request)
+        return _rackplane(cluster, request)
+    if policy == FIRST_FIT:
+        if request.small:
+            return _first_tray(cluster, request)
+        return _first_trays(cluster, request)
+    if policy == BLOCK_BEST_FIT:
+        if request.small:
+            return _first_tray(cluster, request)
+        return _smallest_block(cluster, request) or _first_trays(cluster, request)
+    raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+
+
+# --- rackplane ---------------------------------------------------------------------------------------
+
+
+def _best_partition(cluster: Cluster, n: int, owners) -> int | None:
+    for owner in owners:
+        buckets = cluster.part_buckets[owner]
+        for k in range(n, len(buckets)):
+            if buckets[k]:
+                return next(iter(buckets[k]))
+    return None
+
+
+def _take(cluster: Cluster, p: int, n: int) -> list[tuple[int, int]]:
+    # Lowest slots first: trays of one job stay together in the rack.
+    return [(t, GPUS_PER_TRAY) for t in sorted(cluster.part_free[p])[:n]]
+
+
+def _small(cluster: Cluster, request: Request) -> Placement | None:
+    owners = cluster.usable_owners(request.department)
+    for owner in owners:
+        partial = cluster.partial[owner]
+        for free in range(request.gpus, GPUS_PER_TRAY):
+            if partial[free]:
+                return ((next(iter(partial[free])), request.gpus),)
+    p = _best_partition(cluster, 1, owners)
+    if p is None:
+        return None
+    return ((min(cluster.part_free[p]), request.gpus),)
+
+
+def _rackplane(cluster: Cluster, request: Request) -> Placement | None:
+    n = request.trays
+    owners = cluster.usable_owners(request.department)
+    p = _best_partition(cluster, n, owners)
+    if p is not None:
+        return tuple(_take(cluster, p, n))
+    if request.topology == PARTITION:
+        return None
+    placed = _best_rack(cluster, n, request.department, owners)
+    if placed is not None or request.topology == RACK:
+        return placed
+    return _span(cluster, n, owners)
+
+
+def _fill(cluster: Cluster, partitions, n: int) -> tuple[tuple[int, int], ...]:
+    """Take n whole trays from the given partitions, fullest first (fewest partitions)."""
+    chosen: list[tuple[int, int]] = []
+    for p in sorted(partitions, key=lambda p: -cluster.part_whole[p]):
+        if len(chosen) == n:
+            break
+        chosen.extend(_take(cluster, p, n - len(chosen)))
+    return tuple(chosen)
+
+
+def _best_rack(cluster: Cluster, n: int, department, owners) -> Placement | None:
+    best_rack, best_free = None, None
+    # Racks with the department's own partitions: few, so counted directly (own + shared trays).
+    for r in cluster.owner_racks.get(department, ()) if department is not None else ():
+        free = sum(cluster.part_whole[p] for p in cluster.rack_parts[r] if cluster.part_owner[p] in owners)
+        if free >= n and (best_free is None or free < best_free):
+            best_rack, best_free = r, free
+    if best_rack is None:
+        for k in range(n, len(cluster.rack_buckets)):
+            if cluster.rack_buckets[k]:
+                best_rack = next(iter(cluster.rack_buckets[k]))
+                break
+    if best_rack is None:
+        return None
+    usable = [p for p in cluster.rack_parts[best_rack] if cluster.part_owner[p] in owners]
+    return _fill(cluster, usable, n)
+
+
+def _span(cluster: Cluster, n: int, owners) -> Placement | None:
+    if sum(cluster.whole_by_owner[owner] for owner in owners) < n:
+        return None
+    chosen: list[tuple[int, int]] = []
+    for owner in owners:
+        buckets = cluster.part_buckets[owner]
+        for k in range(len(buckets) - 1, 0, -1):
+            for p in list(buckets[k]):
+                chosen.extend(_take(cluster, p, n - len(chosen)))
+                if len(chosen) == n:
+                    return tuple(chosen)
+    return None
+
+
+# --- baselines (scan the trays in cluster order) -----------------------------------------------------
+
+
+def _free_whole(cluster: Cluster, t: int, department) -> bool:
+    return not cluster.tray_held[t] and cluster.is_whole(t) and cluster.usable(t, department)
+
+
+def _first_tray(cluster: Cluster, request: Request) -> Placement | None:
+    for t in range(len(cluster)):
+        if (
+            cluster.tray_free[t] >= request.gpus
+            and not cluster.tray_held[t]
+            and cluster.usable(t, request.department)
+        ):
+            return ((t, request.gpus),)
+    return None
+
+
+def _first_trays(cluster: Cluster, request: Request) -> Placement | None:
+    chosen = []
+    for t in range(len(cluster)):
+        if _free_whole(cluster, t, request.department):
+            chosen.append((t, GPUS_PER_TRAY))
+            if len(chosen) == request.trays:
+                return tuple(chosen)
+    return None
+
+
+def _smallest_block(cluster: Cluster, request: Request) -> Placement | None:
+    n = request.trays
+    best = None
+    for p, trays in enumerate(cluster.part_trays):
+        whole = cluster.part_whole[p]
+        if whole >= n and cluster.part_owner[p] in cluster.usable_owners(request.department):
+            key = (len(trays), whole, p)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return None
+    return tuple(_take(cluster, best[2], n))
+
+
+# --- words -------------------------------------------------------------------------------------------
+
+
+def describe(cluster: Cluster, placement: Placement) -> dict:
+    """Partitions and racks a placement spans (for metrics and the job page)."""
+    partitions = {cluster.tray_part[t] for t, _ in placement}
+    racks = {cluster.tray_rack[t] for t, _ in placement}
+    return {"partitions": len(partitions), "racks": len(racks)}
+
+
+def why_not(cluster: Cluster, request: Request) -> str:
+    """Why `request` does not fit now, in plain words (after `place` returned None)."""
+    owners = cluster.usable_owners(request.department)
+    if request.small:
+        if cluster.free_gpus == 0:
+            return "no GPU is free"
+        return f"no tray has {request.gpus} free GPU{'s' if request.gpus > 1 else ''}"
+    n = request.trays
+    largest, where = cluster.largest_free_partition(owners)
+    block = (
+        f"the largest free block is {largest} tray{'s' if largest != 1 else ''} in "
+        f"{cluster.partition_label(where)}"
+        if where is not None
+        else "no NVLink partition has a free tray"
+    )
+    if request.topology == PARTITION:
+        return f"no NVLink partition has {n} free trays; {block}"
+    if request.topology == RACK:
+        most = max(
+            (
+                sum(cluster.part_whole[p] for p in parts if cluster.part_owner[p] in owners)
+                for parts in cluster.rack_parts
+            ),
+            default=0,
+        )
+        return f"no rack has {n} free trays (the most in one rack is {most}); {block}"
+    free = sum(cluster.whole_by_owner[owner] for owner in owners)
+    return f"{n} whole trays are needed and {free} are free"

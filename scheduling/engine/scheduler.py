@@ -1,0 +1,384 @@
+"""One scheduling pass: quota-aware admission, gang placement, reclaim by preemption, reservation, backfill.
+
+Pure Python, shared by the portal (scheduling.services.run_pass builds the inputs from the database) and
+the simulator (scheduling.simulator replays traces in virtual time). Times are seconds on any clock.
+
+Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
+
+1. **In quota first.** Pending jobs are taken in order (department priority, then submission time). A job
+   is *in quota* when its department's GPUs, with it, stay within the department's in-quota share (its
+   guarantee, scaled down only when failures leave less capacity than was promised). In-quota work is not
+   preemptible.
+2. **Then over quota.** Preemptible (training) jobs beyond the guarantee borrow free GPUs, departments
+   furthest below their fair share first, never past a department's limit. Non-preemptible classes
+   (build, inference) only run in quota.
+3. **Reclaim.** An in-quota job that does not fit preempts over-quota work of other departments: the
+   least-priority department's first, most recently started first, until the job fits. Victims whose
+   trays the job does not need keep running.
+4. **Reservation and backfill.** The first job that still does not fit (the head of the queue) gets a
+   reservation: the trays that free up earliest for it (by the running jobs' time limits) are held for the
+   rest of the pass. A later job may use held trays only if its time limit ends before the reservation
+   starts, so backfilling never delays the head job.
+
+The pass changes the given cluster (allocations for started jobs, releases for preempted ones) and returns
+what it decided; the caller makes it so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster
+from scheduling.engine.placement import PARTITION, RACK, RACKPLANE, Placement, Request, place, why_not
+from tenancy.quota import DepartmentQuota, fair_share
+
+PREEMPTIBLE_CLASSES = ("train",)
+
+
+@dataclass(frozen=True)
+class Department:
+    name: str
+    guaranteed: int
+    weight: float = 1.0
+    limit: int | None = None
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    id: int
+    department: str
+    gpus: int
+    topology: str = PARTITION
+    priority_class: str = "train"
+    submitted_at: float = 0.0
+    time_limit_s: float = 3600.0
+
+    @property
+    def preemptible(self) -> bool:
+        return self.priority_class in PREEMPTIBLE_CLASSES
+
+    def request(self) -> Request:
+        return Request(self.gpus, self.topology, self.department)
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: int
+    department: str
+    gpus: int
+    started_at: float
+    expected_end: float  # start + time limit
+    over_quota: bool = False
+    priority_class: str = "train"
+
+    @property
+    def preemptible(self) -> bool:
+        return self.over_quota and self.priority_class in PREEMPTIBLE_CLASSES
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: int
+    placement: Placement
+    over_quota: bool
+    preempted: tuple[int, ...] = ()  # jobs preempted to make room for it
+
+
+@dataclass(frozen=True)
+class Reservation:
+    job_id: int
+    trays: tuple[int, ...]
+    start_at: float
+
+
+@dataclass
+class PassResult:
+    started: list[Start] = field(default_factory=list)
+    preempted: dict[int, int] = field(default_factory=dict)  # victim job id -> the job it made room for
+    waiting: dict[int, str] = field(default_factory=dict)  # job id -> why it waits (plain words)
+    reservation: Reservation | None = None
+    decisions: int = 0  # placement decisions made (calls of `place`)
+
+
+def _minutes(seconds: float) -> str:
+    minutes = max(1, round(seconds / 60))
+    if minutes < 120:
+        return f"about {minutes} min"
+    return f"about {minutes / 60:.1f} h"
+
+
+class _Pass:
+    def __init__(self, cluster, departments, running, pending, now, policy, explain, max_reservations):
+        self.cluster = cluster
+        self.departments = {d.name: d for d in departments}
+        self.running = {job.id: job for job in running}
+        self.pending = pending
+        self.now = now
+        self.policy = policy
+        self.explain = explain
+        self.max_reservations = max_reservations
+        self.result = PassResult()
+        self.held: dict[str, int] = {name: 0 for name in self.departments}
+        for job in running:
+            if job.department in self.held:
+                self.held[job.department] += job.gpus
+        demand = dict(self.held)
+        for job in pending:
+            if job.department in demand:
+                demand[job.department] += job.gpus
+        shares = fair_share(
+            cluster.capacity,
+            [
+                DepartmentQuota(
+                    name=d.name,
+                    guaranteed=d.guaranteed,
+                    weight=d.weight,
+                    limit=d.limit,
+                    priority=d.priority,
+                    demand=demand[d.name],
+                    allocated=self.held[d.name],
+                )
+                for d in departments
+            ],
+        ).shares
+        self.in_quota = {name: share.in_quota for name, share in shares.items()}
+        self.fair = {name: share.fair_share for name, share in shares.items()}
+        self.reserved: list[Reservation] = []
+        self.held_trays: set[int] = set()
+        # Shapes that did not fit in this pass: nothing frees up during a pass except by preemption.
+        self.failed: dict[tuple, str] = {}
+
+    # --- placement with reservations respected ---------------------------------------------------
+
+    def _place(self, job: PendingJob) -> Placement | None:
+        request = job.request()
+        owner = request.department if request.department in self.cluster.owners else None
+        key = (request.gpus, request.topology, owner, self._may_backfill(job))
+        if key in self.failed:
+            return None
+        backfill = self._may_backfill(job) and self.held_trays
+        if backfill:
+            self.cluster.unhold(self.held_trays)
+        try:
+            self.result.decisions += 1
+            placement = place(self.cluster, request, self.policy)
+        finally:
+            if backfill:
+                self.cluster.hold(self.held_trays)
+        if placement is None:
+            self.failed[key] = ""
+        return placement
+
+    def _may_backfill(self, job: PendingJob) -> bool:
+        return bool(self.reserved) and self.now + job.time_limit_s <= min(r.start_at for r in self.reserved)
+
+    def _start(self, job: PendingJob, placement: Placement, over_quota: bool, victims=()) -> None:
+        self.cluster.allocate(job.id, placement)
+        self.held[job.department] += job.gpus
+        self.running[job.id] = RunningJob(
+            job.id,
+            job.department,
+            job.gpus,
+            self.now,
+            self.now + job.time_limit_s,
+            over_quota,
+            job.priority_class,
+        )
+        self.result.started.append(Start(job.id, placement, over_quota, tuple(victims)))
+
+    # --- reclaim -----------------------------------------------------------------------------------
+
+    def _reclaim(self, job: PendingJob) -> bool:
+        """Preempt over-quota work of other departments until the in-quota `job` fits."""
+        victims = sorted(
+            (
+                r
+                for r in self.running.values()
+                if r.preemptible and r.department != job.department and r.id in self.cluster.jobs
+            ),
+            key=lambda r: (self.departments[r.department].priority, -r.started_at, -r.id),
+        )
+        if not victims:
+            return False
+        released: list[tuple[RunningJob, tuple]] = []
+        placement = None
+        request = job.request()
+        for victim in victims:
+            # Only departments holding more than their guarantee give GPUs back.
+            if self.held[victim.department] <= self.departments[victim.department].guaranteed:
+                continue
+            released.append((victim, self.cluster.release(victim.id)))
+            self.held[victim.department] -= victim.gpus
+            self.result.decisions += 1
+            placement = place(self.cluster, request, self.policy)
+            if placement is not None:
+                break
+        if placement is None:
+            for victim, trays in reversed(released):
+                self.cluster.allocate(victim.id, trays)
+                self.held[victim.department] += victim.gpus
+            return False
+        used = {t for t, _ in placement}
+        preempted = []
+        for victim, trays in reversed(released):
+            if used.isdisjoint(t for t, _ in trays):
+                self.cluster.allocate(victim.id, trays)  # not needed: it keeps running
+                self.held[victim.department] += victim.gpus
+            else:
+                preempted.append(victim.id)
+                del self.running[victim.id]
+                self.result.preempted[victim.id] = job.id
+        self.failed.clear()  # capacity moved: earlier failures may fit now
+        self._start(job, placement, over_quota=False, victims=preempted)
+        return True
+
+    # --- reservation -------------------------------------------------------------------------------
+
+    def _reserve(self, job: PendingJob) -> Reservation | None:
+        """The trays that free up earliest for `job`, by the running jobs' time limits."""
+        cluster = self.cluster
+        n = job.request().trays
+        end = {r.id: r.expected_end for r in self.running.values()}
+
+        def ready_at(t: int) -> float | None:
+            if cluster.tray_cap[t] != GPUS_PER_TRAY or t in self.held_trays:
+                return None
+            if not cluster.usable(t, job.department):
+                return None
+            return max((end.get(j, self.now) for j in cluster.tray_jobs[t]), default=self.now)
+
+        def best_of(trays) -> tuple[float, tuple[int, ...]] | None:
+            times = sorted((at, t) for t in trays if (at := ready_at(t)) is not None)
+            if len(times) < n:
+                return None
+            chosen = times[:n]
+            return max(self.now, chosen[-1][0]), tuple(sorted(t for _, t in chosen))
+
+        groups: list[list[int]]
+        if self.policy == RACKPLANE and job.topology == PARTITION and job.gpus > GPUS_PER_TRAY:
+            groups = [trays for trays in cluster.part_trays if len(trays) >= n]
+        elif self.policy == RACKPLANE and job.topology == RACK and job.gpus > GPUS_PER_TRAY:
+            groups = [[t for p in parts for t in cluster.part_trays[p]] for parts in cluster.rack_parts]
+        else:
+            groups = [list(range(len(cluster)))]
+        best = None
+        for trays in groups:
+            candidate = best_of(trays)
+            if candidate is not None and (best is None or candidate[0] < best[0]):
+                best = candidate
+        if best is None:
+            return None
+        return Reservation(job.id, best[1], best[0])
+
+    # --- the pass ----------------------------------------------------------------------------------
+
+    def _consider(self, job: PendingJob, sweep: int) -> bool:
+        """Try one job; True when it is settled for this pass (started or waiting with a reason)."""
+        department = self.departments.get(job.department)
+        if department is None:
+            self.result.waiting[job.id] = f"waiting: department {job.department} is unknown"
+            return True
+        held = self.held[job.department]
+        if department.limit is not None and held + job.gpus > department.limit:
+            self.result.waiting[job.id] = (
+                f"waiting: the department's limit is {department.limit} GPUs; it holds {held} "
+                f"and this job needs {job.gpus}"
+            )
+            return True
+        in_quota = held + job.gpus <= self.in_quota[job.department]
+        if sweep == 1 and not in_quota:
+            return False  # over quota: the second sweep, after every in-quota job
+        if not in_quota and not job.preemptible:
+            self.result.waiting[job.id] = (
+                f"waiting: {job.priority_class} jobs run only within the department's guarantee "
+                f"({department.guaranteed} GPUs); it holds {held} and this job needs {job.gpus}"
+            )
+            return True
+        placement = self._place(job)
+        if placement is not None:
+            self._start(job, placement, over_quota=not in_quota)
+            return True
+        if in_quota and self.cluster.free_gpus + self._reclaimable() >= job.gpus and self._reclaim(job):
+            return True
+        self._wait(job)
+        return True
+
+    def _reclaimable(self) -> int:
+        return sum(r.gpus for r in self.running.values() if r.preemptible)
+
+    def _wait(self, job: PendingJob) -> None:
+        reason = ""
+        if self.explain:
+            reason = "waiting: " + (
+                why_not(self.cluster, job.request())
+                if not self.held_trays
+                else self._why_with_reservation(job)
+            )
+        if len(self.reserved) < self.max_reservations and job.id not in {r.job_id for r in self.reserved}:
+            reservation = self._reserve(job)
+            if reservation is not None:
+                self.reserved.append(reservation)
+                self.held_trays.update(reservation.trays)
+                self.cluster.hold(reservation.trays)
+                self.failed.clear()
+                if self.result.reservation is None:
+                    self.result.reservation = reservation
+                if self.explain:
+                    wait = _minutes(reservation.start_at - self.now)
+                    reason += f"; trays are reserved for it, expected to start in {wait}"
+        self.result.waiting[job.id] = reason
+
+    def _why_with_reservation(self, job: PendingJob) -> str:
+        self.cluster.unhold(self.held_trays)
+        try:
+            fits = place(self.cluster, job.request(), self.policy) is not None
+            words = why_not(self.cluster, job.request())
+        finally:
+            self.cluster.hold(self.held_trays)
+        if fits:
+            head = self.reserved[0]
+            return (
+                f"the free trays it fits on are reserved for job #{head.job_id}, which should start in "
+                f"{_minutes(head.start_at - self.now)}; this job's time limit would delay it"
+            )
+        return words
+
+    def _priority(self, name: str) -> int:
+        department = self.departments.get(name)
+        return department.priority if department is not None else 0
+
+    def run(self) -> PassResult:
+        order = sorted(
+            self.pending,
+            key=lambda j: (-self._priority(j.department), j.submitted_at, j.id),
+        )
+        later = [job for job in order if not self._consider(job, sweep=1)]
+        # Over quota: departments furthest below their fair share first.
+        later.sort(
+            key=lambda j: (
+                -self._priority(j.department),
+                self.held[j.department] - self.fair[j.department],
+                j.submitted_at,
+                j.id,
+            )
+        )
+        for job in later:
+            self._consider(job, sweep=2)
+        self.cluster.unhold(self.held_trays)
+        return self.result
+
+
+def schedule(
+    cluster: Cluster,
+    departments: list[Department],
+    running: list[RunningJob],
+    pending: list[PendingJob],
+    now: float,
+    policy: str = RACKPLANE,
+    *,
+    explain: bool = True,
+    max_reservations: int = 1,
+) -> PassResult:
+    """Run one pass. `cluster` must hold the running jobs' allocations (by job id); it is changed in place."""
+    return _Pass(cluster, departments, running, pending, now, policy, explain, max_reservations).run()

@@ -1,0 +1,330 @@
+"""The pure placement engine: indexes, policies, admission, reclaim, reservation and backfill."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster, TraySpec
+from scheduling.engine.placement import (
+    ANY,
+    BLOCK_BEST_FIT,
+    FIRST_FIT,
+    PARTITION,
+    RACK,
+    Request,
+    describe,
+    place,
+    why_not,
+)
+from scheduling.engine.scheduler import Department, PendingJob, RunningJob, schedule
+
+
+def cluster_of(layouts: dict[str, list[int]], owners: dict[tuple[str, str], str] | None = None) -> Cluster:
+    """Racks named by key, each carved into partitions p1, p2... of the given tray counts."""
+    owners = owners or {}
+    specs = []
+    for rack, sizes in layouts.items():
+        slot = 0
+        for number, size in enumerate(sizes, 1):
+            for _ in range(size):
+                slot += 1
+                name = f"p{number}"
+                specs.append(TraySpec(f"{rack}-t{slot:02d}", rack, name, owner=owners.get((rack, name))))
+    return Cluster(specs)
+
+
+def hosts(cluster: Cluster, placement) -> list[str]:
+    return [cluster.tray_host[t] for t, _ in placement]
+
+
+def partitions_of(cluster: Cluster, placement) -> set[str]:
+    return {cluster.partition_label(cluster.tray_part[t]) for t, _ in placement}
+
+
+# --- indexes -----------------------------------------------------------------------------------------
+
+
+def check_indexes(c: Cluster) -> None:
+    """Every index equals what a full scan of the cluster says."""
+    free = sum(c.tray_free[t] for t in range(len(c)) if not c.tray_held[t])
+    assert c.free_gpus == free
+    for p, trays in enumerate(c.part_trays):
+        whole = [t for t in trays if c.is_whole(t) and not c.tray_held[t]]
+        assert set(c.part_free[p]) == set(whole)
+        assert c.part_whole[p] == len(whole)
+        assert p in c.part_buckets[c.part_owner[p]][len(whole)]
+    for r, parts in enumerate(c.rack_parts):
+        shared = sum(c.part_whole[p] for p in parts if c.part_owner[p] is None)
+        assert r in c.rack_buckets[shared]
+    for owner in c.owners:
+        for g in range(1, GPUS_PER_TRAY):
+            expected = {
+                t
+                for t in range(len(c))
+                if c.tray_free[t] == g
+                and not c.is_whole(t)
+                and not c.tray_held[t]
+                and c.part_owner[c.tray_part[t]] == owner
+            }
+            assert set(c.partial[owner][g]) == expected
+        assert c.whole_by_owner[owner] == sum(
+            c.part_whole[p] for p, o in enumerate(c.part_owner) if o == owner
+        )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["place", "release", "hold", "unhold", "capacity"]),
+            st.sampled_from([1, 2, 3, 4, 8, 12, 20, 36]),
+            st.sampled_from([PARTITION, RACK, ANY]),
+            st.integers(0, 1000),
+        ),
+        max_size=60,
+    )
+)
+def test_indexes_stay_exact_under_any_sequence_of_changes(operations):
+    c = cluster_of({"r1": [9, 9], "r2": [6, 6, 6], "r3": [18]}, owners={("r2", "p3"): "vision"})
+    next_id = 1
+    held: set[int] = set()
+    for op, gpus, topology, pick in operations:
+        if op == "place":
+            department = "vision" if pick % 2 else "nlp"
+            placement = place(c, Request(gpus, topology, department))
+            if placement is not None:
+                assert sum(g for _, g in placement) == gpus
+                assert all(c.usable(t, department) for t, _ in placement)
+                c.allocate(next_id, placement)
+                next_id += 1
+        elif op == "release" and c.jobs:
+            c.release(sorted(c.jobs)[pick % len(c.jobs)])
+        elif op == "hold":
+            tray = pick % len(c)
+            c.hold([tray])
+            held.add(tray)
+        elif op == "unhold" and held:
+            c.unhold(held)
+            held.clear()
+        elif op == "capacity":
+            t = pick % len(c)
+            in_use = c.tray_cap[t] - c.tray_free[t]
+            c.set_capacity(t, max(in_use, pick % (GPUS_PER_TRAY + 1)))
+        check_indexes(c)
+
+
+def test_allocation_is_all_or_nothing_and_never_double():
+    c = cluster_of({"r1": [9, 9]})
+    c.allocate(1, [(0, 4), (1, 4)])
+    with pytest.raises(ValueError, match="free GPUs"):
+        c.allocate(2, [(2, 4), (1, 4)])
+    assert c.tray_free[2] == 4  # the first tray of the refused job was not taken
+    with pytest.raises(ValueError, match="already holds"):
+        c.allocate(1, [(5, 4)])
+    check_indexes(c)
+
+
+# --- rackplane placement -----------------------------------------------------------------------------
+
+
+def test_multi_tray_job_goes_to_the_partition_that_fits_best():
+    c = cluster_of({"r1": [9, 9], "r2": [9, 9]})
+    c.allocate(1, [(t, 4) for t in range(0, 5)])  # r1 p1: 4 free trays
+    c.allocate(2, [(t, 4) for t in range(9, 12)])  # r1 p2: 6 free trays
+    placement = place(c, Request(16))  # 4 trays: r1 p1 fits exactly
+    assert partitions_of(c, placement) == {"r1 p1"}
+    placement = place(c, Request(20))  # 5 trays: r1 p2 (6 free) beats the empty 9-tray partitions
+    assert partitions_of(c, placement) == {"r1 p2"}
+    assert hosts(c, placement) == [f"r1-t{n}" for n in range(13, 18)]  # lowest slots, together
+
+
+def test_partition_requirement_waits_rather_than_spanning_and_says_why():
+    c = cluster_of({"gb-r03": [9, 9]})
+    c.allocate(1, [(t, 4) for t in range(0, 5)])
+    c.allocate(2, [(t, 4) for t in range(9, 13)])
+    request = Request(24, PARTITION)  # 6 trays; 4 + 5 are free but in two partitions
+    assert place(c, request) is None
+    assert why_not(c, request) == (
+        "no NVLink partition has 6 free trays; the largest free block is 5 trays in gb-r03 p2"
+    )
+    spanned = place(c, Request(24, RACK))
+    assert len(spanned) == 6 and partitions_of(c, spanned) == {"gb-r03 p1", "gb-r03 p2"}
+    assert describe(c, spanned) == {"partitions": 2, "racks": 1}
+
+
+def test_rack_and_any_jobs_use_as_few_partitions_and_racks_as_possible():
+    c = cluster_of({"r1": [6, 6, 6], "r2": [6, 6, 6]})
+    c.allocate(1, [(t, 4) for t in (0, 1, 2, 3, 6, 7, 12)])  # r1: 2 + 4 + 5 free
+    c.allocate(2, [(t, 4) for t in range(18, 24)])  # r2: 0 + 6 + 6 free
+    placement = place(c, Request(36, RACK))  # 9 trays: r2 has 12 free, r1 has 11 (best fit)
+    assert {h.split("-")[0] for h in hosts(c, placement)} == {"r1"}
+    assert partitions_of(c, placement) == {"r1 p2", "r1 p3"}  # 5 + 4: never all three partitions
+    placement = place(c, Request(96, ANY))  # 24 trays > any rack: spans racks, fullest partitions first
+    assert placement is None  # only 23 whole trays are free
+    assert why_not(c, Request(96, ANY)) == "24 whole trays are needed and 23 are free"
+    placement = place(c, Request(88, ANY))
+    assert len(placement) == 22 and len(partitions_of(c, placement)) == 5
+
+
+def test_small_jobs_pack_into_partly_used_trays_first():
+    c = cluster_of({"r1": [9, 9]})
+    c.allocate(1, [(3, 2)])  # r1-t04 has 2 free GPUs
+    c.allocate(2, [(t, 4) for t in range(9, 17)])  # r1 p2: one whole free tray
+    assert hosts(c, place(c, Request(2, ANY))) == ["r1-t04"]
+    assert hosts(c, place(c, Request(1, ANY))) == ["r1-t04"]
+    # Three GPUs do not fit in the partly used tray: a whole tray from the fullest partition (p2).
+    assert hosts(c, place(c, Request(3, ANY))) == ["r1-t18"]
+
+
+def test_dedicated_partitions_serve_their_department_first_and_only():
+    c = cluster_of({"r1": [9, 9]}, owners={("r1", "p2"): "inference"})
+    assert partitions_of(c, place(c, Request(8, PARTITION, "inference"))) == {"r1 p2"}
+    assert partitions_of(c, place(c, Request(8, PARTITION, "research"))) == {"r1 p1"}
+    c.allocate(1, [(t, 4) for t in range(0, 9)])
+    assert place(c, Request(4, ANY, "research")) is None
+    assert place(c, Request(4, ANY, "research"), FIRST_FIT) is None
+
+
+def test_baselines():
+    c = cluster_of({"r1": [9, 9], "r2": [3, 15]})
+    c.allocate(1, [(t, 4) for t in range(0, 7)])  # r1 p1: 2 free trays
+    # first-fit takes the first free trays in cluster order, across partitions.
+    assert hosts(c, place(c, Request(16), FIRST_FIT)) == ["r1-t08", "r1-t09", "r1-t10", "r1-t11"]
+    # block-best-fit takes the smallest partition with room (r2 p1, 3 trays) for 3 trays...
+    assert partitions_of(c, place(c, Request(12), BLOCK_BEST_FIT)) == {"r2 p1"}
+    # ...and spans in cluster order when no partition has room.
+    wide = place(c, Request(4 * 17, BLOCK_BEST_FIT and ANY), BLOCK_BEST_FIT)
+    assert hosts(c, wide)[:3] == ["r1-t08", "r1-t09", "r1-t10"]
+
+
+def test_requests_check_their_gpus():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        Request(6)
+    with pytest.raises(ValueError, match=">= 1"):
+        Request(0)
+    with pytest.raises(ValueError, match="topology"):
+        Request(4, "socket")
+
+
+# --- the pass ----------------------------------------------------------------------------------------
+
+
+def run(cluster, departments, running=(), pending=(), now=1000.0, **kwargs):
+    return schedule(cluster, list(departments), list(running), list(pending), now, **kwargs)
+
+
+def test_in_quota_work_goes_first_and_over_quota_borrows_what_is_left():
+    c = cluster_of({"r1": [9, 9]})  # 72 GPUs
+    departments = [Department("a", guaranteed=36), Department("b", guaranteed=36)]
+    pending = [
+        PendingJob(1, "a", 36, submitted_at=1),  # in quota
+        PendingJob(2, "a", 36, submitted_at=2),  # over quota (borrows b's idle GPUs)
+        PendingJob(3, "b", 36, submitted_at=3),  # in quota: goes before job 2 although later
+    ]
+    result = run(c, departments, pending=pending)
+    assert [(s.job_id, s.over_quota) for s in result.started] == [(1, False), (3, False)]
+    assert "no NVLink partition has 9 free trays" in result.waiting[2]
+
+
+def test_non_preemptible_classes_only_run_in_quota():
+    c = cluster_of({"r1": [9, 9]})
+    departments = [Department("a", guaranteed=8)]
+    pending = [
+        PendingJob(1, "a", 8, priority_class="inference"),
+        PendingJob(2, "a", 8, priority_class="build"),
+    ]
+    result = run(c, departments, pending=pending)
+    assert [s.job_id for s in result.started] == [1]
+    assert result.waiting[2] == (
+        "waiting: build jobs run only within the department's guarantee (8 GPUs); it holds 8 and this job "
+        "needs 8"
+    )
+
+
+def test_limit_is_never_passed():
+    c = cluster_of({"r1": [9, 9]})
+    result = run(c, [Department("a", guaranteed=8, limit=16)], pending=[PendingJob(1, "a", 20, ANY)])
+    assert result.started == []
+    assert result.waiting[1] == "waiting: the department's limit is 16 GPUs; it holds 0 and this job needs 20"
+
+
+def test_reclaim_preempts_most_recent_over_quota_work_of_the_least_priority_department():
+    c = cluster_of({"r1": [9, 9]})
+    departments = [
+        Department("a", guaranteed=36),
+        Department("b", guaranteed=0, priority=1),
+        Department("c", guaranteed=0, priority=0),
+    ]
+    # b and c borrowed the whole rack; a now wants its guarantee (8 trays in one partition).
+    c.allocate(10, [(t, 4) for t in range(0, 9)])
+    c.allocate(11, [(t, 4) for t in range(9, 13)])
+    c.allocate(12, [(t, 4) for t in range(13, 18)])
+    running = [
+        RunningJob(10, "b", 36, started_at=100, expected_end=9000, over_quota=True),
+        RunningJob(11, "c", 16, started_at=200, expected_end=9000, over_quota=True),
+        RunningJob(12, "c", 20, started_at=300, expected_end=9000, over_quota=True),
+    ]
+    result = run(c, departments, running, [PendingJob(1, "a", 32, PARTITION)])
+    # c (lower priority) goes first, most recent first: 12 then 11 free all of p2 (9 trays >= 8).
+    assert result.preempted == {12: 1, 11: 1}
+    assert result.started[0].job_id == 1 and result.started[0].preempted == (11, 12)
+    assert 10 in c.jobs  # b's job keeps running
+
+
+def test_victims_the_job_does_not_need_keep_running():
+    c = cluster_of({"r1": [9, 9]})
+    c.allocate(10, [(t, 4) for t in range(0, 9)])
+    c.allocate(11, [(t, 4) for t in range(9, 18)])
+    running = [
+        RunningJob(10, "b", 36, started_at=300, expected_end=9000, over_quota=True),
+        RunningJob(11, "b", 36, started_at=100, expected_end=9000, over_quota=True),
+    ]
+    departments = [Department("a", guaranteed=36), Department("b", guaranteed=0)]
+    result = run(c, departments, running, [PendingJob(1, "a", 4, ANY)])
+    assert result.preempted == {10: 1}
+    assert 11 in c.jobs
+
+
+def test_in_quota_work_is_never_preempted():
+    c = cluster_of({"r1": [9, 9]})
+    c.allocate(10, [(t, 4) for t in range(0, 18)])
+    running = [RunningJob(10, "b", 72, started_at=100, expected_end=9000, over_quota=False)]
+    departments = [Department("a", guaranteed=36), Department("b", guaranteed=72)]
+    result = run(c, departments, running, [PendingJob(1, "a", 8)])
+    assert result.started == [] and result.preempted == {}
+    assert result.waiting[1].startswith("waiting: no NVLink partition has 2 free trays")
+
+
+def test_head_job_gets_a_reservation_and_only_short_jobs_backfill():
+    c = cluster_of({"r1": [9, 9]})
+    c.allocate(10, [(t, 4) for t in range(0, 6)])  # p1: 3 trays free, job 10 ends at 1600
+    c.allocate(11, [(t, 4) for t in range(9, 18)])  # p2 full until 5000
+    running = [
+        RunningJob(10, "b", 24, started_at=0, expected_end=1600),
+        RunningJob(11, "b", 36, started_at=0, expected_end=5000),
+    ]
+    pending = [
+        PendingJob(1, "a", 36, submitted_at=1, time_limit_s=3600),  # needs all of p1: at 1600
+        PendingJob(2, "a", 8, submitted_at=2, time_limit_s=3600),  # would delay job 1
+        PendingJob(3, "a", 8, submitted_at=3, time_limit_s=300),  # ends at 1300 < 1600: backfills
+    ]
+    departments = [Department("a", guaranteed=0), Department("b", guaranteed=72)]
+    result = run(c, departments, running, pending, now=1000.0)
+    assert result.reservation.job_id == 1 and result.reservation.start_at == 1600
+    assert [s.job_id for s in result.started] == [3]
+    assert result.waiting[1] == (
+        "waiting: no NVLink partition has 9 free trays; the largest free block is 3 trays in r1 p1; "
+        "trays are reserved for it, expected to start in about 10 min"
+    )
+    assert result.waiting[2] == (
+        "waiting: the free trays it fits on are reserved for job #1, which should start in about 10 min; "
+        "this job's time limit would delay it"
+    )
+    assert not any(c.tray_held)  # the pass leaves no hold behind
+
+
+def test_pass_leaves_the_cluster_consistent():
+    c = cluster_of({"r1": [9, 9], "r2": [18]})
+    pending = [PendingJob(i, "a" if i % 2 else "b", g, ANY) for i, g in enumerate([4, 8, 36, 2, 72, 16], 1)]
+    run(c, [Department("a", 40), Department("b", 40)], pending=pending)
+    check_indexes(c)
