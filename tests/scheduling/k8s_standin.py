@@ -1,4 +1,5 @@
-"""A small local stand-in for a Kubernetes API server, for testing KubernetesTarget (no cluster can run here).
+"""A small local stand-in for a Kubernetes API server, for testing KubernetesTarget and KubernetesJobBackend
+(no cluster can run here).
 
 `KubeStandIn()` serves HTTP on 127.0.0.1 (a free port) from a thread; use it as a context manager or call
 `start()` / `stop()`. It speaks the part of the API server's contract that Rackplane's client uses:
@@ -9,6 +10,14 @@
   `labelSelector` (`k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`, comma = and). Items of
   core kinds in a list carry no apiVersion/kind, as the real server sends them.
 * `DELETE` one object (`dryRun=All` changes nothing). Deleting a Namespace deletes what is in it at once.
+  Deleting a Job with `propagationPolicy=Background` or `Foreground` deletes its pods (those labelled
+  `batch.kubernetes.io/job-name=<job>`) at once, as the garbage collector would; without a policy (the
+  batch/v1 default, `Orphan`) they stay.
+* `POST` to a collection creates an object (JSON; no Content-Type means JSON, as on the API server): 201,
+  or 409 `AlreadyExists` (the real message and details) when the name is taken, 404 when the namespace
+  does not exist, 400 when apiVersion/kind or the namespace do not match the URL, 422 without
+  `metadata.name`; `dryRun=All` answers without storing. `status` in the body is dropped (it is a
+  subresource), as the API server does.
 * Server-side apply: `PATCH` with `Content-Type: application/apply-patch+yaml` only, `fieldManager`
   required (422 without), create-if-missing (201) else 200, `dryRun=All` computes the answer but changes
   nothing, `force=true` takes fields over from other managers, otherwise a field another manager owns
@@ -21,20 +30,26 @@
   field. A field the applier owned before and leaves out is removed unless another manager owns it too.
   A no-op apply does not bump resourceVersion.
 * Test hooks: `add(obj, manager=...)` stores an object as if written by an `Update` (a kubelet-registered
-  Node, a hand-made Namespace); `fail(...)` injects a status (or a delay) for matching requests;
-  `requests` and `writes` record what was asked.
+  Node, a hand-made Namespace, a Job's Pod); `set_status(kind, name, namespace, status)` writes an object's
+  status as its controller would (mark a Job running, Complete or Failed); `fail(...)` injects a status (or
+  a delay) for matching requests; `refuse_connections()` closes the port (and every open connection) so
+  clients get "connection refused" until `accept_connections()`; `requests` and `writes` record what was
+  asked.
 
 Not implemented (documented so nobody relies on it): authentication and RBAC (the bearer token is
 recorded, not checked), schema validation, defaulting and quantity canonicalisation, admission and CEL
 rules, version conversion (an object is stored once per group; it is returned with the requested
 apiVersion unchanged), field ownership deeper than listed above (real SSA tracks every leaf and list item),
-POST / PUT / JSON, merge and strategic-merge patches (415), finalizers and graceful or cascading deletion
-(deletes are immediate), watches, pagination (`limit` / `continue`), field selectors, status subresources,
-resourceVersion preconditions, and `uid`-based ownership references.
+`generateName`, PUT, JSON / merge / strategic-merge patches (415), controllers (a created Job gets no pods
+and no status until the test gives it some; no pod-template labels or selector are defaulted), finalizers
+and graceful deletion (deletes are immediate, so a Foreground deletion never shows a `deletionTimestamp`),
+cascading deletion beyond a Job's pods, watches, pagination (`limit` / `continue`), field selectors, status
+subresource endpoints, resourceVersion preconditions, and `uid`-based ownership references.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import json
@@ -60,8 +75,11 @@ CORE = [
     ("", "v1", "PersistentVolume", "persistentvolumes", False),
     ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True),
     ("", "v1", "ConfigMap", "configmaps", True),
+    ("", "v1", "Pod", "pods", True),
     ("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True),
+    ("batch", "v1", "Job", "jobs", True),
 ]
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # the Job controller puts it on every pod of a Job
 CUSTOM = [
     (group, version, kind, plural, namespaced)
     for version in ("v1beta1", "v1beta2")
@@ -254,6 +272,8 @@ class KubeStandIn:
         self._version = 1000
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._port = 0  # kept across refuse_connections() / accept_connections()
+        self._connections: set[socket.socket] = set()
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -263,7 +283,8 @@ class KubeStandIn:
         class Handler(_Handler):
             server_state = standin
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
+        self._port = self._server.server_address[1]
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="k8s-standin", daemon=True
@@ -277,6 +298,21 @@ class KubeStandIn:
             self._server.server_close()
             self._thread.join(timeout=5)
             self._server = None
+
+    def refuse_connections(self) -> None:
+        """Stop listening and drop every open connection: clients get "connection refused" (as from an API
+        server that is down) until `accept_connections()` listens again on the same port."""
+        self.stop()
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def accept_connections(self) -> None:
+        """Listen again (same port, same stored objects) after `refuse_connections()`."""
+        if self._server is None:
+            self.start()
 
     def __enter__(self) -> KubeStandIn:
         return self.start()
@@ -321,6 +357,16 @@ class KubeStandIn:
             self.objects[key] = stored
             self.owners.setdefault(key, {})[(manager, "Update")] = _fields(obj)
             return self._render(key, resource.api_version)
+
+    def set_status(self, kind: str, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Replace the stored object's `status`, as its controller writes it (the status subresource)."""
+        with self._lock:
+            for key, obj in self.objects.items():
+                if self._resource_by_plural(key[0], key[1]).kind == kind and key[2:] == (namespace, name):
+                    obj["status"] = copy.deepcopy(status)
+                    self._stamp(obj, created=False)
+                    return self._render(key, obj["apiVersion"])
+        raise KeyError(f"no {kind} {namespace}/{name}")
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """The stored object (with managedFields), or None."""
@@ -471,6 +517,8 @@ class KubeStandIn:
         if name and resource.namespaced and not namespace:
             return 404, _status(404, "NotFound", "the server could not find the requested resource")
         if not name:
+            if request.method == "POST":
+                return self._create(resource, namespace, request, body)
             if request.method != "GET":
                 return 405, _status(
                     405, "MethodNotAllowed", f"{request.method} on a collection is not implemented"
@@ -524,11 +572,87 @@ class KubeStandIn:
             return 200, answer
         del self.objects[key]
         self.owners.pop(key, None)
+        if resource.kind == "Job" and request.query.get("propagationPolicy") in ("Background", "Foreground"):
+            for other in [
+                k
+                for k, o in self.objects.items()
+                if k[:3] == ("", "pods", key[2])
+                and (o["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == key[3]
+            ]:
+                del self.objects[other]
+                self.owners.pop(other, None)
         if resource.kind == "Namespace":
             for other in [k for k in self.objects if k[2] == key[3]]:
                 del self.objects[other]
                 self.owners.pop(other, None)
         return 200, answer
+
+    def _create(self, resource: Resource, namespace: str, request: Request, raw: bytes) -> tuple[int, Any]:
+        if request.content_type not in ("", "application/json"):  # none: JSON, as on the API server
+            return 415, _status(
+                415,
+                "UnsupportedMediaType",
+                f"the stand-in creates from application/json, not {request.content_type}",
+            )
+        try:
+            body = json.loads(raw.decode() or "null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return 400, _status(400, "BadRequest", f"error decoding JSON: {error}")
+        if not isinstance(body, dict):
+            return 400, _status(400, "BadRequest", "the body is not an object")
+        if body.get("apiVersion") != resource.api_version or body.get("kind") != resource.kind:
+            return 400, _status(
+                400,
+                "BadRequest",
+                f"the API version in the data ({body.get('apiVersion')}) does not match the expected API "
+                f"version ({resource.api_version})"
+                if body.get("apiVersion") != resource.api_version
+                else f"the kind in the data ({body.get('kind')}) does not match the URL ({resource.kind})",
+            )
+        metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        name = metadata.get("name")
+        if not name:
+            return 422, _status(
+                422,
+                "Invalid",
+                f'{resource.kind}.{resource.group or "core"} "" is invalid: metadata.name: '
+                "Required value: name or generateName is required",
+                causes=[
+                    {"reason": "FieldValueRequired", "field": "metadata.name", "message": "Required value"}
+                ],
+            )
+        if metadata.get("namespace", namespace) != namespace or (resource.namespaced and not namespace):
+            return 400, _status(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )
+        if "managedFields" in metadata:
+            return 400, _status(400, "BadRequest", "metadata.managedFields must be nil")
+        if resource.namespaced and ("", "namespaces", "", namespace) not in self.objects:
+            return 404, _status(404, "NotFound", f'namespaces "{namespace}" not found')
+        key = (resource.group, resource.plural, namespace, name)
+        if key in self.objects:
+            return 409, _status(
+                409,
+                "AlreadyExists",
+                f'{resource.qualified} "{name}" already exists',
+                name=name,
+                group=resource.group,
+                kind=resource.plural,
+            )
+        stored = copy.deepcopy(body)
+        stored.pop("status", None)  # a subresource: ignored on create
+        if resource.namespaced:
+            stored["metadata"]["namespace"] = namespace
+        owners = {(request.query.get("fieldManager") or "unknown", "Update"): _fields(stored)}
+        if request.dry_run:
+            stored["metadata"]["creationTimestamp"] = _now()
+            return 201, self._render(key, resource.api_version, stored, owners)
+        self._stamp(stored, created=True)
+        self.objects[key] = stored
+        self.owners[key] = owners
+        return 201, self._render(key, resource.api_version)
 
     def _apply(self, resource: Resource, key, request: Request, raw: bytes) -> tuple[int, Any]:
         manager = request.query.get("fieldManager", "")
@@ -646,6 +770,14 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         # Headers and body go out in separate writes: without this, Nagle + delayed ACK add ~40 ms each.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server_state._lock:
+            self.server_state._connections.add(self.connection)
+
+    def finish(self):
+        with self.server_state._lock:
+            self.server_state._connections.discard(self.connection)
+        with contextlib.suppress(OSError):  # the client (or refuse_connections) may have closed it already
+            super().finish()
 
     def log_message(self, format, *args):  # quiet
         pass
@@ -659,10 +791,11 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:  # a stand-in bug must show up as a 500, not a hung client
             status, answer = 500, _status(500, "InternalError", f"stand-in error: {error!r}")
         data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
     do_GET = do_PATCH = do_DELETE = do_POST = do_PUT = _serve

@@ -310,7 +310,20 @@ def _quantities(obj: dict[str, Any]) -> list[tuple[str, Any]]:
         resources = spec.get("resources") or {}
         for part in ("requests", "limits"):
             found.update({f"spec.resources.{part}[{k!r}]": v for k, v in (resources.get(part) or {}).items()})
+    elif kind in ("Pod", "Job"):  # container requests/limits (a Job's in its pod template)
+        pod_path, pod = ("spec", spec) if kind == "Pod" else ("spec.template.spec", _pod_spec_of_job(spec))
+        for group in ("initContainers", "containers"):
+            for i, container in enumerate(pod.get(group) or []):
+                resources = (container.get("resources") if isinstance(container, dict) else None) or {}
+                for part in ("requests", "limits"):
+                    where = f"{pod_path}.{group}[{i}].resources.{part}"
+                    found.update({f"{where}[{k!r}]": v for k, v in (resources.get(part) or {}).items()})
     return list(found.items())
+
+
+def _pod_spec_of_job(spec: dict[str, Any]) -> dict[str, Any]:
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    return template.get("spec") if isinstance(template.get("spec"), dict) else {}
 
 
 def validate_core(obj: dict[str, Any]) -> None:
