@@ -34,12 +34,12 @@ def drain_reason(plan: PartitionPlan) -> str:
 
 def rack_trays(rack: Rack) -> list[TrayInfo]:
     """The rack's trays as a plan sees them: state, healthy GPUs, problems, running jobs. Two queries."""
-    from scheduling.choices import JobState
+    from scheduling.choices import HOLDING_STATES
     from scheduling.models import Allocation
 
     running: dict[int, set[str]] = {}
     for slot, job in (
-        Allocation.objects.filter(job__state=JobState.RUNNING, gpu__tray__rack=rack)
+        Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__rack=rack)
         .values_list("gpu__tray__slot", "job__name")
         .distinct()
     ):

@@ -29,7 +29,7 @@ from inventory.planning import _ranges as slot_ranges
 from inventory.plans import follow as follow_plan
 from inventory.selectors import PARTITION_COLOURS
 from inventory.wizard_forms import CUSTOM, PlanForm, create_and_apply, plan_form
-from scheduling.choices import JobState
+from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation, ConfigPush, PushStatus
 from tenancy.models import Department, is_admin
 
@@ -69,7 +69,7 @@ def pick_rack(request):
         partitions.setdefault(rack_id, []).append(name)
     work = {
         row["gpu__tray__rack"]: row
-        for row in Allocation.objects.filter(job__state=JobState.RUNNING, gpu__tray__rack__in=ids)
+        for row in Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__rack__in=ids)
         .values("gpu__tray__rack")
         .annotate(jobs=Count("job", distinct=True), gpus=Count("pk"))
     }
@@ -398,7 +398,7 @@ def plan_detail(request, pk):
     if plan.status == PlanStatus.DRAINING:
         slots = [slot for slot, _hostname in drained]
         busy = Allocation.objects.filter(
-            job__state=JobState.RUNNING, gpu__tray__rack=plan.rack, gpu__tray__slot__in=slots
+            job__state__in=HOLDING_STATES, gpu__tray__rack=plan.rack, gpu__tray__slot__in=slots
         )
         waiting_on = sorted(set(busy.values_list("job__name", flat=True)))
     context = {

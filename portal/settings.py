@@ -143,6 +143,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Several models have a `state` field with different choices: name each enum after its model.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "scheduling.choices.JobState",
+        "TrayStateEnum": "inventory.choices.TrayState",
+    },
     "SCHEMA_PATH_PREFIX": "/api/v1",
 }
 
@@ -160,6 +165,10 @@ CELERY_BEAT_SCHEDULE: dict = {
     "follow-partition-plans": {"task": "inventory.tasks.follow_active_plans", "schedule": 30.0},
     # Config pushes: requeue pushes whose worker was lost, send retries that are due (scheduling.pushes).
     "retry-stale-pushes": {"task": "scheduling.tasks.retry_stale_pushes", "schedule": 60.0},
+    # Jobs: a scheduling pass every minute besides the ones submissions and completions trigger; job state
+    # read back from Slurm/Kubernetes, backend cancels and dispatch retries every 30 s (scheduling.dispatch).
+    "schedule-jobs": {"task": "scheduling.tasks.schedule_jobs_periodically", "schedule": 60.0},
+    "sync-jobs": {"task": "scheduling.tasks.sync_jobs", "schedule": 30.0},
 }
 
 # Where the embedded directory target renders configuration.

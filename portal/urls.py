@@ -12,6 +12,7 @@ api_v1 = [
     path("telemetry/", include("tenancy.api.telemetry")),
     path("", include("tenancy.api.urls")),
     path("", include("portal.api.audit")),
+    path("", include("scheduling.api.urls")),
 ]
 
 urlpatterns = [

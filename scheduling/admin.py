@@ -2,7 +2,43 @@ import json
 
 from django.contrib import admin
 
-from scheduling.models import Allocation, ConfigPush, ConfigTarget, Job
+from scheduling.models import (
+    Allocation,
+    BackendCancel,
+    ConfigPush,
+    ConfigTarget,
+    Job,
+    JobEvent,
+    SchedulerState,
+    SchedulingRequest,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the scheduler writes: shown, never edited by hand (that would bypass its locks and rules)."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class JobEventInline(admin.TabularInline):
+    model = JobEvent
+    fields = ["at", "kind", "message", "placement"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 class AllocationInline(admin.TabularInline):
@@ -51,9 +87,9 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["name", "department__name", "submitted_by__username"]
     list_select_related = ["department", "submitted_by"]
     autocomplete_fields = ["department", "submitted_by"]
-    readonly_fields = ["created_at"]
+    readonly_fields = ["created_at", "placed_at", "started_at", "finished_at", "backend_id", "preemptions"]
     date_hierarchy = "created_at"
-    inlines = [AllocationInline]
+    inlines = [AllocationInline, JobEventInline]
 
 
 @admin.register(Allocation)
@@ -137,3 +173,28 @@ class ConfigPushAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(ReadOnlyAdmin):
+    list_display = ["at", "job", "kind", "message"]
+    list_filter = ["kind"]
+    list_select_related = ["job__department"]
+    search_fields = ["job__name", "message"]
+
+
+@admin.register(BackendCancel)
+class BackendCancelAdmin(ReadOnlyAdmin):
+    list_display = ["backend", "backend_id", "job", "reason", "attempts", "error", "created_at", "done_at"]
+    list_filter = ["backend"]
+    list_select_related = ["job__department"]
+
+
+@admin.register(SchedulerState)
+class SchedulerStateAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "last_pass_at", "last_pass_ms", "last_summary"]
+
+
+@admin.register(SchedulingRequest)
+class SchedulingRequestAdmin(ReadOnlyAdmin):
+    list_display = ["pk", "reason", "created_at"]

@@ -3,14 +3,29 @@ from django.db import models
 
 class JobState(models.TextChoices):
     PENDING = "pending", "Pending"
+    STARTING = "starting", "Starting"  # placed, holds its GPUs, being handed to its backend
     RUNNING = "running", "Running"
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+
+
+# States in which a job holds GPUs (has Allocation rows).
+HOLDING_STATES = (JobState.STARTING, JobState.RUNNING)
+ACTIVE_STATES = (JobState.PENDING, *HOLDING_STATES)
+FINISHED_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+
+
+class JobEventKind(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    PLACED = "placed", "Placed"
+    DISPATCHED = "dispatched", "Handed to its backend"
+    DISPATCH_RETRY = "dispatch_retry", "Backend unreachable, retrying"
+    STARTED = "started", "Started"
     PREEMPTED = "preempted", "Preempted"
-
-
-ACTIVE_STATES = (JobState.PENDING, JobState.RUNNING)
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class PriorityClass(models.TextChoices):

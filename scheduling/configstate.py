@@ -60,7 +60,7 @@ from scheduling.backends.slurm.render import (
     render_topology_conf,
 )
 from scheduling.backends.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
-from scheduling.choices import JobState
+from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
 from tenancy.models import Department, TenancySettings
 from tenancy.renderers import TenantSpec, render_nfs_exports, render_opensm_partitions, to_yaml
@@ -124,6 +124,12 @@ def short_rack_names(names: list[str]) -> dict[str, str]:
     return short
 
 
+def partition_tier(service_tier: str, owner_slug: str | None) -> str:
+    """The Slurm partition serving an NVLink partition: the one the wizard named, else its department's
+    (dedicated), else the shared `gpu` partition."""
+    return service_tier or owner_slug or SHARED_TIER
+
+
 def block_name(rack_short: str, partition_name: str, clique_id: int) -> str:
     if clique_id == DEFAULT_CLIQUE_ID:
         return rack_short
@@ -151,7 +157,7 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     )
     departments = list(Department.objects.order_by("slug"))
     running = set(
-        Allocation.objects.filter(job__state=JobState.RUNNING, gpu__tray__isnull=False)
+        Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__isnull=False)
         .values_list("job__department_id", "gpu__tray_id")
         .distinct()
     )
@@ -180,7 +186,7 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     nodes = tuple(SlurmNode(hostname=t[3], gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS) for t in trays)
     # The tier of a partition: the Slurm partition the wizard named, else its department's, else `gpu`.
     tier_of = {
-        pk: tier or (dept_slug[owner] if owner is not None else SHARED_TIER)
+        pk: partition_tier(tier, dept_slug[owner] if owner is not None else None)
         for pk, _rack, _name, _clique, owner, tier in partitions
     }
     tier_hosts: dict[str, list[str]] = {SHARED_TIER: []}

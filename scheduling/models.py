@@ -15,9 +15,19 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from inventory.models import Gpu
-from scheduling.choices import Backend, JobState, PriorityClass, Topology
+from scheduling.choices import (
+    ACTIVE_STATES,
+    FINISHED_STATES,
+    HOLDING_STATES,
+    Backend,
+    JobEventKind,
+    JobState,
+    PriorityClass,
+    Topology,
+)
 from tenancy.models import Department, is_admin
 
 
@@ -28,10 +38,21 @@ class JobQuerySet(models.QuerySet):
         return self.filter(department__in=Department.objects.visible_to(user))
 
     def active(self):
-        return self.filter(state__in=[JobState.PENDING, JobState.RUNNING])
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def holding(self):
+        """Jobs that hold GPUs: placed and starting, or running."""
+        return self.filter(state__in=HOLDING_STATES)
 
 
 class Job(models.Model):
+    """A gang of GPUs asked for by a department. Lifecycle (scheduling.services):
+
+    pending -> starting (placed: Allocation rows saved, handed to the backend by a task) -> running
+    (the backend accepted it) -> completed | failed | cancelled. A preempted job goes back to pending with
+    its place in the queue (its submission time) and `preemptions` counted; its events tell the story.
+    """
+
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="jobs")
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
@@ -49,21 +70,53 @@ class Job(models.Model):
     pending_reason = models.CharField(max_length=500, blank=True)
     over_quota = models.BooleanField(default=False, help_text="Running on borrowed GPUs (preemptible).")
     placement = models.JSONField(default=list, blank=True, help_text="Hostnames of the trays it ran on.")
+    # Where it runs in its backend: Slurm job id, or "<namespace>/<job name>" in Kubernetes.
+    backend_id = models.CharField(max_length=200, blank=True)
+    backend_message = models.CharField(
+        max_length=500, blank=True, help_text="The backend's latest word (state reason, dispatch error)."
+    )
+    exit_code = models.IntegerField(null=True, blank=True)
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+    next_dispatch_at = models.DateTimeField(null=True, blank=True)
+    preemptions = models.PositiveIntegerField(default=0)
+    # A retried submission with the same key (per user) returns this job instead of making a second one.
+    idempotency_key = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    placed_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
     objects = JobQuerySet.as_manager()
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-pk"]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="%(app_label)s_%(class)s_gpus_positive"),
+            models.CheckConstraint(
+                condition=Q(state__in=JobState.values), name="%(app_label)s_%(class)s_state_valid"
+            ),
+            models.UniqueConstraint(
+                fields=["submitted_by", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="%(app_label)s_%(class)s_one_job_per_idempotency_key",
+            ),
         ]
-        indexes = [models.Index(fields=["department", "state"], name="scheduling_job_dept_state_idx")]
+        indexes = [
+            models.Index(fields=["department", "state"], name="scheduling_job_dept_state_idx"),
+            models.Index(fields=["state", "created_at"], name="scheduling_job_state_idx"),
+        ]
 
     def __str__(self):
         return f"{self.name} ({self.department})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_STATES
 
 
 class Allocation(models.Model):
@@ -78,6 +131,69 @@ class Allocation(models.Model):
 
     def __str__(self):
         return f"{self.gpu} -> {self.job}"
+
+
+class JobEvent(models.Model):
+    """One step in a job's life (placed, preempted, ...), for its page and its API."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=JobEventKind.choices)
+    message = models.CharField(max_length=500, blank=True)
+    placement = models.JSONField(default=list, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "pk"]
+        indexes = [models.Index(fields=["job", "at"], name="scheduling_jobevent_job_at")]
+
+    def __str__(self):
+        return f"{self.job_id} {self.kind}"
+
+
+class BackendCancel(models.Model):
+    """A backend job that must be stopped (cancelled or preempted). Kept until the backend confirms, so a
+    backend that is down when the job is cancelled still gets told: the sync task retries it."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="backend_cancels")
+    backend = models.CharField(max_length=16, choices=Backend.choices)
+    backend_id = models.CharField(max_length=200)
+    reason = models.CharField(max_length=200, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["backend", "backend_id"], name="%(app_label)s_%(class)s_one_per_backend_job"
+            ),
+        ]
+
+    def __str__(self):
+        return f"cancel {self.backend} {self.backend_id}"
+
+
+class SchedulerState(models.Model):
+    """One row (pk=1): its row lock makes scheduling passes run one at a time; it records the last pass."""
+
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+    last_pass_ms = models.FloatField(null=True, blank=True)
+    last_summary = models.JSONField(default=dict, blank=True)
+
+    def __str__(self):
+        return "scheduler"
+
+
+class SchedulingRequest(models.Model):
+    """A reason to run a pass (a submission, a completion, a cancel). Inserting one never waits for the
+    pass lock; the pass that holds it runs again while requests newer than its start remain."""
+
+    reason = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.reason
 
 
 # --- Configuration push: targets and the pushes to them ----------------------------------------------
@@ -102,7 +218,7 @@ ACTIVE_PUSH_STATES = (PushStatus.QUEUED, PushStatus.RUNNING)
 FINISHED_PUSH_STATES = (PushStatus.SUCCEEDED, PushStatus.FAILED, PushStatus.SUPERSEDED)
 
 
-SECRET_SETTINGS = ("token",)
+SECRET_SETTINGS = ("token", "rest_token")
 MASK = "••••••••"
 
 # kind -> {setting: default}. Every stored settings dict has exactly these keys (clean_settings fills them).
@@ -118,6 +234,12 @@ SETTINGS_DEFAULTS: dict[str, dict] = {
         "node_hostname": "",
         "node_address": "",
         "node_port_base": None,
+        "rest_url": "",
+        "rest_user": "",
+        "rest_token": "",
+        "jwt_key_file": "",
+        "accounting": False,
+        "imex": False,
     },
     "kubernetes": {"api_url": "", "token": "", "ca_file": "", "insecure": False, "dry_run": False},
     "fabric": {"kind": "simulated", "base_url": "", "token": "", "insecure": False},
@@ -169,7 +291,14 @@ def clean_settings(kind: str, raw: dict) -> dict:
     slurm: config_dir (absolute: the directory slurmctld reads), scontrol (a path, command line or argv
       prefix), slurmctld_log (optional, to quote slurmctld's reason for refusing), topology_format (conf:
       Slurm 24.11 topology.conf), and how slurmd is reached when not at the node's own name (cpus,
-      memory_mb, node_hostname, node_address, node_port_base: node i listens on base + i).
+      memory_mb, node_hostname, node_address, node_port_base: node i listens on base + i). Running jobs
+      (scheduling.backends.slurm.jobs): rest_url (slurmrestd, http:// or https://; empty: this target does
+      not run jobs), rest_user (the Slurm user jobs are submitted as), rest_token (a static JWT of that
+      user from `scontrol token`, stored as is, never shown) or jwt_key_file (absolute path of slurmctld's
+      jwt_key: short-lived tokens are minted from it), accounting (send the department as account and QOS:
+      needs slurmdbd with the departments' accounts, as with AccountingStorageEnforce an unknown one is
+      refused; without slurmdbd slurmctld ignores both, and AllowQos too), imex (slurmctld runs
+      SwitchType=switch/nvidia_imex: jobs asking for an IMEX channel are refused without it).
     kubernetes: api_url, token (stored as is, never shown), ca_file (the cluster CA) or insecure, dry_run
       (server-side dry run only: validates everything, changes nothing).
     fabric: kind (simulated, the embedded default, or nmx: NVIDIA NMX Manager), base_url and token (nmx),
@@ -214,6 +343,22 @@ def clean_settings(kind: str, raw: dict) -> dict:
         for key in ("node_hostname", "node_address"):
             if out[key] and not re.match(r"^[A-Za-z0-9.:-]+$", out[key]):
                 errors[key] = "must be a host name or an IP address"
+        for key in ("rest_url", "rest_user", "rest_token", "jwt_key_file"):
+            out[key] = _text(value[key], key, errors)
+        if out["rest_url"]:
+            out["rest_url"] = _url(out["rest_url"], "rest_url", errors)
+        if out["rest_user"] and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$", out["rest_user"]):
+            errors["rest_user"] = "must be a user name (letters, digits, _ . @ -)"
+        elif out["rest_url"] and not out["rest_user"]:
+            errors["rest_user"] = "is required with rest_url: the Slurm user jobs are submitted as"
+        if out["jwt_key_file"] and not out["jwt_key_file"].startswith("/"):
+            errors["jwt_key_file"] = "must be an absolute path"
+        if out["rest_token"] and out["jwt_key_file"]:
+            errors["rest_token"] = "give a token or a jwt_key_file, not both"
+        elif out["rest_url"] and not out["rest_token"] and not out["jwt_key_file"]:
+            errors["jwt_key_file"] = "slurmrestd needs a JWT: give slurmctld's jwt_key file or a rest_token"
+        out["accounting"] = _flag(value["accounting"], "accounting", errors)
+        out["imex"] = _flag(value["imex"], "imex", errors)
     elif kind == "kubernetes":
         out["api_url"] = _text(value["api_url"], "api_url", errors)
         if not out["api_url"]:

@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from portal.audit import audit_context
 from portal.models import AuditSource
 from scheduling import pushes
-from scheduling.models import ConfigPush, ConfigTarget, PushStatus
+from scheduling.models import ConfigPush, ConfigTarget, Job, PushStatus
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +57,55 @@ def retry_stale_pushes() -> dict:
     if requeued or due or followed:
         logger.info("pushes: %d requeued, %d sent, %d follow-ups", len(requeued), len(due), followed)
     return {"requeued": requeued, "sent": due, "follow_ups": followed}
+
+
+# --- jobs ------------------------------------------------------------------------------------------------
+
+
+@shared_task(name="scheduling.tasks.schedule_jobs")
+def schedule_jobs() -> dict | None:
+    """Run scheduling passes while requests wait (one pass at a time, guarded in the database)."""
+    from scheduling.services import run_pass
+
+    with audit_context(AuditSource.TASK):
+        summary = run_pass()
+    return None if summary is None else summary.__dict__
+
+
+@shared_task(name="scheduling.tasks.schedule_jobs_periodically")
+def schedule_jobs_periodically() -> dict | None:
+    """Beat: a pass even when nothing was submitted (time limits move reservations, capacity changes)."""
+    from django.db import transaction
+
+    from scheduling.services import request_pass
+
+    with transaction.atomic():
+        request_pass("periodic")
+    return {"requested": True}
+
+
+@shared_task(bind=True, name="scheduling.tasks.dispatch_job", acks_late=True)
+def dispatch_job(self, job_id: int) -> dict:
+    """Hand one placed job to its backend; an unreachable backend is retried with backoff."""
+    from scheduling.dispatch import backoff, dispatch
+
+    with audit_context(AuditSource.TASK):
+        outcome = dispatch(job_id)
+    if outcome == "retry" and _can_schedule_retry(self):
+        attempts = Job.objects.filter(pk=job_id).values_list("dispatch_attempts", flat=True).first() or 1
+        dispatch_job.apply_async((job_id,), countdown=backoff(attempts))
+    return {"job": job_id, "outcome": outcome}
+
+
+@shared_task(name="scheduling.tasks.sync_jobs")
+def sync_jobs() -> dict:
+    """Beat, every 30 s: stop what must stop, send due dispatch retries, read running jobs' states."""
+    from scheduling.dispatch import due_dispatches, process_cancels, sync_states
+
+    with audit_context(AuditSource.TASK):
+        cancelled = process_cancels()
+        due = due_dispatches()
+        for job_id in due:
+            dispatch_job.delay(job_id)
+        states = sync_states()
+    return {"cancelled": cancelled, "dispatched": due, **states}

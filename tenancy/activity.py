@@ -23,7 +23,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from inventory.models import Gpu
-from scheduling.choices import JobState
+from scheduling.choices import HOLDING_STATES
 from tenancy.models import GpuActivity, GpuUtilization, QuotaSnapshot, TenancySettings
 from tenancy.services import schedulable_gpus_q
 from tenancy.telemetry import Sample
@@ -185,7 +185,7 @@ def idle_gpus_queryset(now: datetime | None = None, department=None) -> QuerySet
     now = now or timezone.now()
     settings = TenancySettings.load()
     conditions = {
-        "allocations__job__state": JobState.RUNNING,
+        "allocations__job__state__in": HOLDING_STATES,
         "activity__low_since__lte": now - timedelta(minutes=settings.idle_window_minutes),
         # low_since was set against the threshold of its time; an admin may have raised or lowered it since.
         "activity__utilization__lt": settings.idle_threshold_percent,

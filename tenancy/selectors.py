@@ -26,7 +26,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 from hostlist import collect_hostlist
 
-from scheduling.choices import JobState
+from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
 from tenancy.activity import free_gpus_count, idle_gpus_queryset
 from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot
@@ -54,7 +54,7 @@ def _per_department(queryset: QuerySet, path: str, aggregate) -> Coalesce:
 
 def annotate_positions(departments: QuerySet, now: datetime | None = None) -> QuerySet:
     """Departments with their live figures: running/pending jobs and GPUs, idle GPUs. One query."""
-    running = Job.objects.filter(state=JobState.RUNNING)
+    running = Job.objects.filter(state__in=HOLDING_STATES)
     pending = Job.objects.filter(state=JobState.PENDING)
     # idle_gpus_queryset narrowed by OuterRef inside its single filter() call, so the department condition
     # lands on the same allocation join as "running" and "idle" (a GPU has at most one allocation).
@@ -67,7 +67,7 @@ def annotate_positions(departments: QuerySet, now: datetime | None = None) -> Qu
     )
     return departments.annotate(
         in_use=_per_department(
-            Allocation.objects.filter(job__state=JobState.RUNNING), "job__department", Count("pk")
+            Allocation.objects.filter(job__state__in=HOLDING_STATES), "job__department", Count("pk")
         ),
         running_jobs=_per_department(running, "department", Count("pk")),
         pending_gpus=_per_department(pending, "department", Sum("gpus")),
@@ -258,6 +258,11 @@ class DepartmentDashboard:
         return sum(p.gpus for p in self.partitions)
 
 
+def job_share(gpus: int, in_use: int) -> float:
+    """A running job's share of the GPUs its department holds, in percent (0 when it holds none)."""
+    return min(100.0, round(100 * gpus / in_use, 1)) if in_use else 0.0
+
+
 def department_dashboard(user, department: Department, now: datetime | None = None) -> DepartmentDashboard:
     """Everything the department dashboard shows, in a fixed number of queries.
 
@@ -270,10 +275,12 @@ def department_dashboard(user, department: Department, now: datetime | None = No
             :IDLE_LIMIT
         ]
     )
+    position = positions.of(department)
     jobs = Job.objects.visible_to(user).filter(department=department)
-    running_jobs = list(jobs.filter(state=JobState.RUNNING).order_by("-started_at", "-pk")[:JOB_LIMIT])
+    running_jobs = list(jobs.filter(state__in=HOLDING_STATES).order_by("-started_at", "-pk")[:JOB_LIMIT])
     for job in running_jobs:  # a bounded page of jobs: "gb-r0001-t[01-09]" reads better than nine names
         job.hostlist = collect_hostlist(job.placement or [])
+        job.share = job_share(job.gpus, position.in_use)
     pending_jobs = list(jobs.filter(state=JobState.PENDING).order_by("created_at", "pk")[:JOB_LIMIT])
     partitions = list(
         DedicatedPartition.objects.visible_to(user)
@@ -285,7 +292,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
     manage = can_manage(user, department)
     return DepartmentDashboard(
         department=department,
-        position=positions.of(department),
+        position=position,
         capacity=positions.capacity,
         history=quota_history(user, department, now),
         idle_gpus=idle,

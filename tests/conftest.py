@@ -36,3 +36,9 @@ def user_client(client, user):
 def admin_client_logged_in(client, admin_user):
     client.force_login(admin_user)
     return client
+
+
+@pytest.fixture(autouse=True)
+def _render_dir(settings, tmp_path_factory):
+    """Rendered configs and jobs (the embedded backends) go to a fresh folder per test, never var/."""
+    settings.RACKPLANE_RENDER_DIR = tmp_path_factory.mktemp("rendered")

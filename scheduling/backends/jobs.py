@@ -26,7 +26,7 @@ class BackendUnavailable(BackendError):
 
 
 class BackendRejected(BackendError):
-    """Permanent: the backend refused the request (bad script, unknown account, invalid object). Do not retry."""
+    """Permanent: the backend refused the request (bad script, unknown account, invalid object)."""
 
 
 class BackendJobState(StrEnum):
@@ -65,11 +65,12 @@ class DispatchRequest:
     segment: int | None = None
     clique: str = ""
     imex: bool = False  # Slurm: per-job IMEX channel (--network=imex-channel...) where the cluster enables it
+    attempt: int = 0  # how many times the job was preempted before: each run has its own backend name
 
     @property
     def rackplane_name(self) -> str:
-        """The backend-side name that identifies this job (used to adopt it after a lost reply)."""
-        return f"rp-{self.job_id}"
+        """The backend-side name that identifies this run of the job (to adopt it after a lost reply)."""
+        return f"rp-{self.job_id}" if not self.attempt else f"rp-{self.job_id}-{self.attempt}"
 
     @property
     def gpus(self) -> int:

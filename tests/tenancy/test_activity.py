@@ -480,9 +480,16 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "tenancy.tasks.snapshot_quotas": 300.0,
         "scheduling.tasks.retry_stale_pushes": 60.0,
         "inventory.tasks.follow_active_plans": 30.0,
+        "scheduling.tasks.schedule_jobs_periodically": 60.0,
+        "scheduling.tasks.sync_jobs": 30.0,
     }
     app.loader.import_default_modules()
-    assert {"tenancy.tasks.scrape_exporter", "tenancy.tasks.scrape_exporters"} <= set(app.tasks)
+    assert {
+        "tenancy.tasks.scrape_exporter",
+        "tenancy.tasks.scrape_exporters",
+        "scheduling.tasks.schedule_jobs_periodically",
+        "scheduling.tasks.sync_jobs",
+    } <= set(app.tasks)
 
 
 # --- the push endpoint -----------------------------------------------------------------------------------

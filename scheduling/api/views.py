@@ -1,0 +1,94 @@
+"""Jobs API: submit (with Idempotency-Key), list and read what `visible_to` allows, cancel."""
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
+
+from scheduling.api.serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
+from scheduling.filters import JobFilter
+from scheduling.models import Job
+from scheduling.services import cancel_job, may_cancel, submit_job
+from tenancy.api.serializers import api_validation_error
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="Any unique string (e.g. a UUID). A retried submission with the same key returns the first "
+    "job (200) instead of making a second one.",
+)
+MAX_KEY = 200
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Jobs: a gang of GPUs for a department, admitted against its quota and placed topology-aware.
+
+    A pending job's `pending_reason` says why it waits, in plain words.
+    """
+
+    filterset_class = JobFilter
+
+    def get_queryset(self):
+        queryset = Job.objects.visible_to(self.request.user).select_related("department", "submitted_by")
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("events")
+        return queryset.order_by("-created_at", "-pk")
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobSubmitSerializer
+        if self.action == "retrieve":
+            return JobDetailSerializer
+        return JobSerializer
+
+    @extend_schema(
+        parameters=[IDEMPOTENCY_KEY],
+        request=JobSubmitSerializer,
+        responses={
+            201: JobDetailSerializer,
+            200: OpenApiResponse(
+                JobDetailSerializer, description="The job an earlier request with this Idempotency-Key made."
+            ),
+        },
+    )
+    def create(self, request):
+        key = request.headers.get("Idempotency-Key", "").strip()
+        if len(key) > MAX_KEY:
+            return Response(
+                {"Idempotency-Key": [f"at most {MAX_KEY} characters"]}, status=status.HTTP_400_BAD_REQUEST
+            )
+        if key:
+            existing = Job.objects.filter(submitted_by=request.user, idempotency_key=key).first()
+            if existing is not None:
+                return Response(self._detail(existing), status=status.HTTP_200_OK)
+        serializer = JobSubmitSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        try:
+            job, created = submit_job(user=request.user, idempotency_key=key, **serializer.validated_data)
+        except DjangoValidationError as error:
+            raise api_validation_error(error) from error
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(self._detail(job), status=code)
+
+    def _detail(self, job):
+        job = (
+            Job.objects.prefetch_related("events").select_related("department", "submitted_by").get(pk=job.pk)
+        )
+        return JobDetailSerializer(job, context={"request": self.request}).data
+
+    @extend_schema(request=None, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel a pending or running job (its submitter, its department's leads, staff)."""
+        job = self.get_object()
+        if not may_cancel(request.user, job):
+            raise PermissionDenied("only the job's submitter, its department's leads and staff may cancel it")
+        try:
+            job = cancel_job(job, request.user)
+        except DjangoValidationError as error:
+            raise api_validation_error(error) from error
+        return Response(self._detail(job))

@@ -1,0 +1,499 @@
+"""Jobs: submission, the scheduling pass, cancellation. Every change is a row first, a task second.
+
+* `submit_job` validates against the inventory and the department, makes the Job (or returns the one a
+  retried request with the same Idempotency-Key made), records a scheduling request and, on commit, asks
+  for a pass.
+* `run_pass` runs the pure engine (scheduling.engine) on the database's state. Passes run one at a time:
+  each holds the row lock of the single SchedulerState row (taken with SKIP LOCKED: a pass that finds it
+  taken leaves; the holder runs again while scheduling requests newer than its start remain). Within the
+  pass, Allocation's unique GPU constraint makes giving one GPU twice impossible whatever happens.
+* `cancel_job` stops a job; a backend job that must be stopped (cancelled or preempted) becomes a
+  BackendCancel row that the sync task retries until the backend confirms.
+
+Dispatch to Slurm/Kubernetes and the sync of their state are in scheduling.dispatch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from inventory.models import ComputeTray, Gpu
+from scheduling.choices import FINISHED_STATES, HOLDING_STATES, Backend, JobEventKind, JobState, Topology
+from scheduling.engine import placement as engine_placement
+from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster, TraySpec
+from scheduling.engine.scheduler import Department as EngineDepartment
+from scheduling.engine.scheduler import PendingJob, RunningJob, schedule
+from scheduling.models import (
+    Allocation,
+    BackendCancel,
+    Job,
+    JobEvent,
+    SchedulerState,
+    SchedulingRequest,
+)
+from tenancy.models import Department, Membership, is_admin
+from tenancy.services import schedulable_gpus_q
+
+MAX_NAME = 200
+
+
+# --- submission --------------------------------------------------------------------------------------
+
+
+def submittable_departments(user):
+    """Departments `user` may submit jobs for: all for an admin, else those it belongs to."""
+    if is_admin(user):
+        return Department.objects.all()
+    return Department.objects.filter(pk__in=Membership.objects.filter(user=user).values("department_id"))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The largest shapes the cluster can hold for one department (whole trays that can be schedulable)."""
+
+    partition_trays: int
+    rack_trays: int
+    trays: int
+
+
+def capacity_for(department: Department) -> Capacity:
+    """Largest partition, rack and total of trays a job of `department` could use (ignoring what runs)."""
+    rows = (
+        ComputeTray.objects.filter(partition__isnull=False)
+        .filter(Q(partition__dedication__isnull=True) | Q(partition__dedication__department=department))
+        .values("partition_id", "rack_id")
+        .annotate(n=Count("pk"))
+    )
+    per_partition: dict[int, int] = {}
+    per_rack: dict[int, int] = {}
+    for row in rows:
+        per_partition[row["partition_id"]] = per_partition.get(row["partition_id"], 0) + row["n"]
+        per_rack[row["rack_id"]] = per_rack.get(row["rack_id"], 0) + row["n"]
+    return Capacity(
+        partition_trays=max(per_partition.values(), default=0),
+        rack_trays=max(per_rack.values(), default=0),
+        trays=sum(per_partition.values()),
+    )
+
+
+def check_request(department: Department, gpus: int, topology: str, priority_class: str) -> dict[str, str]:
+    """What is wrong with a job request, by field (empty when it can run some day)."""
+    errors: dict[str, str] = {}
+    try:
+        engine_placement.check_gpus(gpus)
+    except ValueError as error:
+        return {"gpus": str(error)}
+    if department.limit_gpus is not None and gpus > department.limit_gpus:
+        errors["gpus"] = (
+            f"{gpus} GPUs is over the department's limit of {department.limit_gpus} GPUs: it could never run"
+        )
+        return errors
+    from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
+
+    if priority_class not in PREEMPTIBLE_CLASSES and gpus > department.guaranteed_gpus:
+        errors["priority_class"] = (
+            f"{priority_class} jobs are not preemptible and run only within the department's guarantee "
+            f"({department.guaranteed_gpus} GPUs); this job asks for {gpus}: submit it as train, or ask "
+            "for a larger guarantee"
+        )
+        return errors
+    trays = max(1, gpus // GPUS_PER_TRAY)
+    capacity = capacity_for(department)
+    if gpus > GPUS_PER_TRAY:
+        if topology == Topology.PARTITION and trays > capacity.partition_trays:
+            errors["gpus"] = (
+                f"{gpus} GPUs is {trays} trays, more than any NVLink partition can hold (the largest has "
+                f"{capacity.partition_trays} trays): ask for topology rack or any, or for fewer GPUs"
+            )
+        elif topology == Topology.RACK and trays > capacity.rack_trays:
+            errors["gpus"] = (
+                f"{gpus} GPUs is {trays} trays, more than any rack can hold (the largest has "
+                f"{capacity.rack_trays} trays usable): ask for topology any, or for fewer GPUs"
+            )
+        elif trays > capacity.trays:
+            errors["gpus"] = f"{gpus} GPUs is {trays} trays; the cluster has {capacity.trays}"
+    elif capacity.trays == 0:
+        errors["gpus"] = "the cluster has no tray this department may use"
+    return errors
+
+
+def default_topology(gpus: int) -> str:
+    return Topology.PARTITION if gpus > GPUS_PER_TRAY else Topology.ANY
+
+
+def _event(job: Job, kind: str, message: str = "", placement=None) -> JobEvent:
+    return JobEvent(job=job, kind=kind, message=message[:500], placement=placement or [])
+
+
+def request_pass(reason: str) -> None:
+    """Record that something changed and ask for a pass once the transaction commits."""
+    SchedulingRequest.objects.create(reason=reason[:100])
+    from scheduling import tasks
+
+    transaction.on_commit(tasks.schedule_jobs.delay)
+
+
+def submit_job(
+    *,
+    user,
+    department: Department,
+    name: str,
+    gpus: int,
+    topology: str,
+    priority_class: str,
+    backend: str,
+    work: dict,
+    time_limit_minutes: int,
+    idempotency_key: str = "",
+) -> tuple[Job, bool]:
+    """Make a pending job (validated) and ask for a pass; (job, created). With an idempotency key a second
+    submission by the same user returns the first job, created False."""
+    if idempotency_key:
+        existing = Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return existing, False
+    if not submittable_departments(user).filter(pk=department.pk).exists():
+        raise ValidationError({"department": f"you are not a member of {department.slug}"})
+    errors = check_request(department, gpus, topology, priority_class)
+    if errors:
+        raise ValidationError(errors)
+    job = Job(
+        department=department,
+        submitted_by=user,
+        name=name,
+        gpus=gpus,
+        topology=topology,
+        priority_class=priority_class,
+        backend=backend,
+        work=work,
+        time_limit_minutes=time_limit_minutes,
+        idempotency_key=idempotency_key,
+        pending_reason="waiting for the scheduler",
+    )
+    job.full_clean(exclude=["submitted_by", "department"])
+    try:
+        with transaction.atomic():
+            job.save()
+            JobEvent.objects.create(job=job, kind=JobEventKind.SUBMITTED, message=f"{gpus} GPUs, {topology}")
+            request_pass(f"submitted job {job.pk}")
+    except IntegrityError:
+        # A concurrent retry with the same key won the race: return its job.
+        if idempotency_key:
+            existing = Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
+            if existing is not None:
+                return existing, False
+        raise
+    return job, True
+
+
+def may_cancel(user, job: Job) -> bool:
+    """Staff, the job's submitter and its department's leads may cancel it."""
+    if is_admin(user) or (job.submitted_by_id is not None and job.submitted_by_id == user.pk):
+        return True
+    return Department.objects.led_by(user).filter(pk=job.department_id).exists()
+
+
+# --- cancel ------------------------------------------------------------------------------------------
+
+
+def _free(job: Job) -> None:
+    Allocation.objects.filter(job=job).delete()
+
+
+def _stop_in_backend(job: Job, reason: str) -> None:
+    if job.backend_id:
+        BackendCancel.objects.get_or_create(
+            backend=job.backend, backend_id=job.backend_id, defaults={"job": job, "reason": reason[:200]}
+        )
+        from scheduling import tasks
+
+        transaction.on_commit(tasks.sync_jobs.delay)
+
+
+def cancel_job(job: Job, user=None) -> Job:
+    """Cancel a pending, starting or running job. Its GPUs are free at once; a backend job is stopped by
+    the sync task (retried until the backend confirms)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.state in FINISHED_STATES:
+            raise ValidationError(f"job {job.pk} has already {job.get_state_display().lower()}")
+        who = f" by {user.get_username()}" if user is not None and user.is_authenticated else ""
+        _stop_in_backend(job, f"cancelled{who}")
+        _free(job)
+        was = job.state
+        job.state = JobState.CANCELLED
+        job.finished_at = timezone.now()
+        job.pending_reason = ""
+        job.next_dispatch_at = None
+        job.save()
+        JobEvent.objects.create(job=job, kind=JobEventKind.CANCELLED, message=f"cancelled{who} while {was}")
+        if was in HOLDING_STATES:
+            request_pass(f"cancelled job {job.pk}")
+    return job
+
+
+# --- the scheduling pass -----------------------------------------------------------------------------
+
+
+@dataclass
+class PassSummary:
+    started: int
+    preempted: int
+    waiting: int
+    decisions: int
+    ms: float
+
+
+def _epoch(value) -> float:
+    return value.timestamp() if value is not None else time.time()
+
+
+def _load_cluster():
+    """The engine's cluster from the database: trays in rack/partition/slot order, each with the GPUs that
+    can run work (schedulable, or already allocated), and every holding job allocated on it."""
+    trays = list(
+        ComputeTray.objects.filter(partition__isnull=False)
+        .order_by("rack__name", "partition__clique_id", "slot")
+        .values_list(
+            "pk", "hostname", "rack__name", "partition__name", "partition__dedication__department__slug"
+        )
+    )
+    capacity = dict(
+        Gpu.objects.filter(schedulable_gpus_q() | Q(allocations__isnull=False), tray__isnull=False)
+        .values("tray_id")
+        .annotate(n=Count("pk"))
+        .values_list("tray_id", "n")
+    )
+    cluster = Cluster(
+        TraySpec(hostname, rack, partition, min(GPUS_PER_TRAY, capacity.get(pk, 0)), owner)
+        for pk, hostname, rack, partition, owner in trays
+    )
+    tray_index = {pk: cluster.host_index[hostname] for pk, hostname, *_ in trays}
+    held: dict[int, list[tuple[int, int]]] = {}
+    for job_id, tray_id, n in (
+        Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__isnull=False)
+        .values("job_id", "gpu__tray_id")
+        .annotate(n=Count("pk"))
+        .values_list("job_id", "gpu__tray_id", "n")
+    ):
+        if tray_id in tray_index:
+            held.setdefault(job_id, []).append((tray_index[tray_id], n))
+    for job_id, placement in held.items():
+        cluster.allocate(job_id, placement)
+    return cluster, tray_index
+
+
+def _pass(now) -> PassSummary:
+    started_clock = time.perf_counter()
+    cluster, tray_index = _load_cluster()
+    tray_pk = {index: pk for pk, index in tray_index.items()}
+    departments = list(Department.objects.all())
+    slug = {d.pk: d.slug for d in departments}
+    engine_departments = [
+        EngineDepartment(d.slug, d.guaranteed_gpus, float(d.over_quota_weight), d.limit_gpus, d.priority)
+        for d in departments
+    ]
+    holding = list(Job.objects.filter(state__in=HOLDING_STATES))
+    running = [
+        RunningJob(
+            id=j.pk,
+            department=slug[j.department_id],
+            gpus=j.gpus,
+            started_at=_epoch(j.placed_at or j.started_at),
+            expected_end=_epoch(j.placed_at or j.started_at) + j.time_limit_minutes * 60,
+            over_quota=j.over_quota,
+            priority_class=j.priority_class,
+        )
+        for j in holding
+        if j.pk in cluster.jobs
+    ]
+    pending_jobs = {j.pk: j for j in Job.objects.filter(state=JobState.PENDING)}
+    pending = [
+        PendingJob(
+            id=j.pk,
+            department=slug[j.department_id],
+            gpus=j.gpus,
+            topology=j.topology,
+            priority_class=j.priority_class,
+            submitted_at=_epoch(j.created_at),
+            time_limit_s=j.time_limit_minutes * 60,
+        )
+        for j in pending_jobs.values()
+    ]
+    result = schedule(cluster, engine_departments, running, pending, now.timestamp())
+
+    events: list[JobEvent] = []
+    holding_by_pk = {j.pk: j for j in holding}
+    for victim_id, for_job in result.preempted.items():
+        victim = holding_by_pk[victim_id]
+        _stop_in_backend(victim, f"preempted for job {for_job}")
+        beneficiary = pending_jobs[for_job]
+        events.append(
+            _event(
+                victim,
+                JobEventKind.PREEMPTED,
+                f"preempted: its GPUs were borrowed (over quota) and {beneficiary.department.slug} "
+                f"reclaimed them for job #{for_job} within its guarantee; back in the queue",
+                victim.placement,
+            )
+        )
+        victim.state = JobState.PENDING
+        victim.preemptions += 1
+        victim.over_quota = False
+        victim.backend_id = ""
+        victim.backend_message = ""
+        victim.placed_at = victim.started_at = None
+        victim.next_dispatch_at = None
+        victim.pending_reason = "waiting: preempted; back in the queue"
+    if result.preempted:
+        Allocation.objects.filter(job_id__in=list(result.preempted)).delete()
+        Job.objects.bulk_update(
+            [holding_by_pk[pk] for pk in result.preempted],
+            [
+                "state",
+                "preemptions",
+                "over_quota",
+                "backend_id",
+                "backend_message",
+                "placed_at",
+                "started_at",
+                "next_dispatch_at",
+                "pending_reason",
+            ],
+        )
+
+    allocations: list[Allocation] = []
+    given: set[int] = set()  # GPU ids allocated by this pass so far
+    started_jobs: list[Job] = []
+    for start in result.started:
+        job = pending_jobs[start.job_id]
+        wanted = {tray_pk[t]: n for t, n in start.placement}
+        free = (
+            Gpu.objects.filter(schedulable_gpus_q(), tray_id__in=list(wanted), allocations__isnull=True)
+            .order_by("tray_id", "index")
+            .values_list("pk", "tray_id")
+        )
+        taken: dict[int, int] = {}
+        for gpu_id, tray_id in free:
+            # GPUs given to an earlier start of this pass are not saved yet (bulk_create below): skip them, or
+            # two small jobs packed on one tray would get the same GPU and the whole pass would roll back.
+            if gpu_id not in given and taken.get(tray_id, 0) < wanted[tray_id]:
+                taken[tray_id] = taken.get(tray_id, 0) + 1
+                given.add(gpu_id)
+                allocations.append(Allocation(job=job, gpu_id=gpu_id))
+        hosts = [cluster.tray_host[t] for t, _ in start.placement]
+        shape = engine_placement.describe(cluster, start.placement)
+        where = ", ".join(sorted({cluster.partition_label(cluster.tray_part[t]) for t, _ in start.placement}))
+        job.state = JobState.STARTING
+        job.placement = hosts
+        job.placed_at = now
+        job.over_quota = start.over_quota
+        job.pending_reason = ""
+        job.backend_message = ""
+        job.dispatch_attempts = 0
+        job.next_dispatch_at = None
+        started_jobs.append(job)
+        quota = "over quota (borrowed, preemptible)" if start.over_quota else "in quota"
+        events.append(
+            _event(
+                job,
+                JobEventKind.PLACED,
+                f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
+                + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else ""),
+                hosts,
+            )
+        )
+    # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
+    Allocation.objects.bulk_create(allocations)
+    Job.objects.bulk_update(
+        started_jobs,
+        [
+            "state",
+            "placement",
+            "placed_at",
+            "over_quota",
+            "pending_reason",
+            "backend_message",
+            "dispatch_attempts",
+            "next_dispatch_at",
+        ],
+    )
+    changed = []
+    for job_id, reason in result.waiting.items():
+        job = pending_jobs.get(job_id)
+        if job is not None and job.pending_reason != reason[:500]:
+            job.pending_reason = reason[:500]
+            changed.append(job)
+    Job.objects.bulk_update(changed, ["pending_reason"], batch_size=500)
+    JobEvent.objects.bulk_create(events)
+    if started_jobs:
+        from scheduling import tasks
+
+        ids = [job.pk for job in started_jobs]
+        transaction.on_commit(lambda: [tasks.dispatch_job.delay(pk) for pk in ids])
+    return PassSummary(
+        started=len(result.started),
+        preempted=len(result.preempted),
+        waiting=len(result.waiting),
+        decisions=result.decisions,
+        ms=(time.perf_counter() - started_clock) * 1000,
+    )
+
+
+def run_pass() -> PassSummary | None:
+    """Run passes while scheduling requests are waiting; None when another pass holds the lock (it will
+    see our requests)."""
+    with contextlib.suppress(IntegrityError):  # made by a concurrent pass just now
+        SchedulerState.objects.get_or_create(pk=1)
+    summary = None
+    while True:
+        with transaction.atomic():
+            state = SchedulerState.objects.select_for_update(skip_locked=True).filter(pk=1).first()
+            if state is None:
+                return summary
+            upto = SchedulingRequest.objects.aggregate(last=Max("pk"))["last"]
+            now = timezone.now()
+            summary = _pass(now)
+            if upto is not None:
+                SchedulingRequest.objects.filter(pk__lte=upto).delete()
+            state.last_pass_at = now
+            state.last_pass_ms = summary.ms
+            state.last_summary = {
+                "started": summary.started,
+                "preempted": summary.preempted,
+                "waiting": summary.waiting,
+                "decisions": summary.decisions,
+            }
+            state.save()
+        # Checked after the lock is released: a request that came in meanwhile either is seen here or its
+        # own task finds the lock free.
+        if not SchedulingRequest.objects.exists():
+            return summary
+
+
+def finish_job(job: Job, state: str, message: str = "", exit_code: int | None = None) -> None:
+    """A holding job ended in its backend: record it, free its GPUs, ask for a pass. Caller holds the lock."""
+    kind = {
+        JobState.COMPLETED: JobEventKind.COMPLETED,
+        JobState.FAILED: JobEventKind.FAILED,
+        JobState.CANCELLED: JobEventKind.CANCELLED,
+    }[state]
+    _free(job)
+    job.state = state
+    job.finished_at = timezone.now()
+    job.exit_code = exit_code
+    job.backend_message = message[:500]
+    job.next_dispatch_at = None
+    job.save()
+    JobEvent.objects.create(job=job, kind=kind, message=message)
+    request_pass(f"job {job.pk} {state}")
+
+
+BACKENDS = dict(Backend.choices)
