@@ -6,7 +6,8 @@
 #   scripts/slurm-testbed.sh status [DIR]  tell whether the daemons answer (exit 1 if not)
 #   scripts/slurm-testbed.sh stop   [DIR]  stop every daemon, unmount, remove DIR (safe to run twice)
 #   scripts/slurm-testbed.sh stop-ctld  [DIR]  stop only slurmctld (the "controller down" case)
-#   scripts/slurm-testbed.sh start-ctld [DIR]  start slurmctld again and wait until it answers
+#   scripts/slurm-testbed.sh start-ctld [DIR]  start slurmctld again and wait until it answers and every
+#                                              node is idle or allocated (jobs survive the restart)
 #
 # DIR defaults to $RACKPLANE_SLURM_TESTBED for everything but start.
 #
@@ -17,7 +18,9 @@
 # (scontrol, sinfo, sbatch, squeue, sacct, sacctmgr, scancel) that run the chroot's programs, so callers use
 # them like the real binaries. The controller reads DIR/root/etc/slurm: slurm.conf (testbed-owned) includes
 # rackplane.conf (NodeName/PartitionName lines: what Rackplane manages) and topology/block reads
-# topology.conf from the same folder. There is no slurmdbd: sacctmgr does not work here.
+# topology.conf from the same folder. There is no slurmdbd: sacctmgr does not work here, and slurmctld takes
+# a job's account and QOS as plain labels (AllowQos is ignored). Jobs are submitted through slurmrestd as
+# the unprivileged user `rackplane` (RACKPLANE_SLURM_JOB_USER); finished jobs stay listed for an hour.
 #
 # The built chroot is cached as a tarball under var/cache/slurm-testbed/ in the repository (git-ignored), so
 # only the first start pays for debootstrap (~45 s plus downloads). Delete that folder to rebuild.
@@ -38,6 +41,7 @@ READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-90}"
 CACHE_DIR="$REPO_ROOT/var/cache/slurm-testbed"
 MARKER=".rackplane-slurm-testbed"
 CLIENTS="scontrol sinfo sbatch squeue sacct sacctmgr scancel srun"
+JOB_USER="rackplane"
 
 require_root() {
     [ "$(id -u)" -eq 0 ] || die "the Slurm testbed needs root (debootstrap, chroot, mount); run it as root"
@@ -226,6 +230,9 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
+# Finished jobs stay visible to squeue and slurmrestd for an hour (the default is 300 s), so a status poll
+# after a slow test still finds them (tests/integration/test_slurm_jobs.py).
+MinJobAge=3600
 MpiDefault=none
 SwitchType=switch/none
 GresTypes=gpu
@@ -262,6 +269,9 @@ EOF
     # slurmrestd refuses to run as root or SlurmUser.
     grep -q '^slurmrest:' "$root/etc/passwd" ||
         in_root "$dir" useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin slurmrest
+    # The unprivileged user Rackplane submits jobs as through slurmrestd (JWT); jobs run in /tmp by default.
+    grep -q "^$JOB_USER:" "$root/etc/passwd" ||
+        in_root "$dir" useradd --create-home --home-dir "/home/$JOB_USER" --shell /bin/bash "$JOB_USER"
 }
 
 write_wrappers() {
@@ -291,6 +301,7 @@ export RACKPLANE_SLURM_NODE_PORT_BASE=$node_port
 export RACKPLANE_SLURM_NODES='$(node_hostlist)'
 export RACKPLANE_SLURMRESTD_URL='http://127.0.0.1:$restd_port'
 export RACKPLANE_SLURM_JWT_KEY='$dir/root/etc/slurm/jwt_hs256.key'
+export RACKPLANE_SLURM_JOB_USER='$JOB_USER'
 export RACKPLANE_SLURM_TESTBED_SCRIPT='$REPO_ROOT/scripts/slurm-testbed.sh'
 EOF
 }
@@ -393,6 +404,13 @@ nodes_idle() {
     local dir="$1" idle
     idle="$(in_root "$dir" /usr/bin/sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)"
     [ "$idle" -eq "$NODE_COUNT" ]
+}
+
+# Every node is usable again: idle, or running jobs that outlived a controller restart.
+nodes_ready() {
+    local dir="$1" ready
+    ready="$(in_root "$dir" /usr/bin/sinfo -h -N -t idle,alloc,mix -o '%N' 2>/dev/null | sort -u | wc -l)"
+    [ "$ready" -eq "$NODE_COUNT" ]
 }
 
 # --- commands -----------------------------------------------------------------------------------------
@@ -520,7 +538,7 @@ env | status | stop-ctld | start-ctld)
     start-ctld)
         require_root
         start_ctld "$dir"
-        wait_until "idle nodes" nodes_idle "$dir" || log "warning: not every node is idle yet"
+        wait_until "ready nodes" nodes_ready "$dir" || log "warning: not every node is ready yet"
         ;;
     esac
     ;;

@@ -64,7 +64,7 @@ class DispatchRequest:
     service_tier: str = "gpu"
     segment: int | None = None
     clique: str = ""
-    imex: bool = False  # Slurm: per-job IMEX channel (--network=imex-channel...) where the cluster enables it
+    imex: bool = False  # Slurm: a job-scoped IMEX channel (switch/nvidia_imex) where the cluster enables it
     attempt: int = 0  # how many times the job was preempted before: each run has its own backend name
 
     @property

@@ -136,3 +136,50 @@ def conf_copy(slurm_testbed, tmp_path):
     copy = tmp_path / "etc-slurm"
     shutil.copytree(slurm_testbed.conf_dir, copy)
     return copy
+
+
+# --- the demo rack gb-r01 as the testbed's nodes, and a Slurm target pointing at the testbed -----------
+
+
+def carve(layout: list[int]) -> None:
+    """Re-carve gb-r01 into consecutive partitions p1, p2... of the given tray counts."""
+    from inventory.models import ComputeTray, NVLinkPartition, Rack
+
+    rack = Rack.objects.get(name="gb-r01")
+    ComputeTray.objects.filter(rack=rack).update(partition=None)
+    NVLinkPartition.objects.filter(rack=rack).delete()
+    slot = 1
+    for number, size in enumerate(layout, 1):
+        partition = NVLinkPartition.objects.create(rack=rack, clique_id=number, name=f"p{number}")
+        ComputeTray.objects.filter(rack=rack, slot__gte=slot, slot__lt=slot + size).update(
+            partition=partition
+        )
+        slot += size
+
+
+@pytest.fixture
+def testbed_target(slurm_testbed, slurm_baseline, db):
+    """The demo seed's first rack (its trays are the testbed's nodes) and a Slurm target for the testbed."""
+    from inventory.demo import seed_datacenter
+    from inventory.models import ComputeTray
+    from scheduling.models import ConfigTarget
+
+    seed_datacenter(racks=1)
+    hosts = list(ComputeTray.objects.order_by("slot").values_list("hostname", flat=True))
+    assert hosts == slurm_testbed.hostnames(), "the demo rack's trays are the testbed's nodes"
+    ConfigTarget.objects.filter(kind="directory").update(enabled=False)
+    return ConfigTarget.objects.create(
+        name="testbed",
+        kind="slurm",
+        settings={
+            "config_dir": str(slurm_testbed.conf_dir),
+            "scontrol": slurm_testbed.scontrol,
+            "slurmctld_log": str(slurm_testbed.log_dir / "slurmctld.log"),
+            # The testbed's slurmd daemons all run on this host, one port each.
+            "cpus": 4,
+            "memory_mb": 1000,
+            "node_hostname": "localhost",
+            "node_address": "127.0.0.1",
+            "node_port_base": slurm_testbed.node_port_base,
+        },
+    )

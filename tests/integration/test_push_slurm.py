@@ -12,51 +12,13 @@ import subprocess
 import pytest
 from django.utils import timezone
 
-from inventory.demo import seed_datacenter
-from inventory.models import ComputeTray, NVLinkPartition, Rack
 from scheduling import pushes, tasks
 from scheduling.backends.slurm.render import parse_show_topology
 from scheduling.backends.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF
-from scheduling.models import ConfigPush, ConfigTarget, PushStatus
+from scheduling.models import ConfigPush, PushStatus
+from tests.integration.conftest import carve
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
-
-
-def carve(layout: list[int]) -> None:
-    """Re-carve gb-r01 into consecutive partitions p1, p2... of the given tray counts."""
-    rack = Rack.objects.get(name="gb-r01")
-    ComputeTray.objects.filter(rack=rack).update(partition=None)
-    NVLinkPartition.objects.filter(rack=rack).delete()
-    slot = 1
-    for number, size in enumerate(layout, 1):
-        partition = NVLinkPartition.objects.create(rack=rack, clique_id=number, name=f"p{number}")
-        ComputeTray.objects.filter(rack=rack, slot__gte=slot, slot__lt=slot + size).update(
-            partition=partition
-        )
-        slot += size
-
-
-@pytest.fixture
-def testbed_target(slurm_testbed, slurm_baseline) -> ConfigTarget:
-    seed_datacenter(racks=1)
-    hosts = list(ComputeTray.objects.order_by("slot").values_list("hostname", flat=True))
-    assert hosts == slurm_testbed.hostnames(), "the demo rack's trays are the testbed's nodes"
-    ConfigTarget.objects.filter(kind="directory").update(enabled=False)
-    return ConfigTarget.objects.create(
-        name="testbed",
-        kind="slurm",
-        settings={
-            "config_dir": str(slurm_testbed.conf_dir),
-            "scontrol": slurm_testbed.scontrol,
-            "slurmctld_log": str(slurm_testbed.log_dir / "slurmctld.log"),
-            # The testbed's slurmd daemons all run on this host, one port each.
-            "cpus": 4,
-            "memory_mb": 1000,
-            "node_hostname": "localhost",
-            "node_address": "127.0.0.1",
-            "node_port_base": slurm_testbed.node_port_base,
-        },
-    )
 
 
 def show_topology(testbed) -> list[tuple]:

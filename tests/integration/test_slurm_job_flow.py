@@ -1,0 +1,99 @@
+"""A job from the REST API to the real Slurm 24.11 testbed and back.
+
+gb-r01 (the testbed's 18 trays) is carved 2x9 and pushed to slurmctld; the Slurm target also names the
+testbed's slurmrestd (JWT minted from its key). A 2-tray job submitted through POST /api/v1/jobs/ is placed in
+one NVLink partition, dispatched through slurmrestd pinned to those trays, runs there, completes, and the
+sync task shows it completed with its GPUs free.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+from rest_framework.test import APIClient
+
+from scheduling import pushes
+from scheduling.choices import JobEventKind, JobState
+from scheduling.models import Allocation, Job, PushStatus, clean_settings
+from scheduling.tasks import sync_jobs
+from tenancy.models import Department
+from tenancy.services import save_department
+from tests.integration.conftest import carve
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+SCRIPT = '#!/bin/bash\necho "ran on $SLURM_JOB_NODELIST"\nsleep 2\n'
+
+
+@pytest.fixture
+def slurm_jobs(slurm_testbed, testbed_target, django_capture_on_commit_callbacks):
+    carve([9, 9])
+    with django_capture_on_commit_callbacks(execute=True):
+        [push] = pushes.queue_pushes(reason="carve gb-r01 2x9")
+    push.refresh_from_db()
+    assert push.status == PushStatus.SUCCEEDED, push.error
+    testbed_target.settings = clean_settings(
+        "slurm",
+        {
+            **testbed_target.settings,
+            "rest_url": os.environ["RACKPLANE_SLURMRESTD_URL"],
+            "rest_user": os.environ.get("RACKPLANE_SLURM_JOB_USER", "rackplane"),
+            "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
+        },
+    )
+    testbed_target.save()
+    save_department(Department(name="Research", slug="research", guaranteed_gpus=64))
+    yield testbed_target
+    for job in Job.objects.filter(state__in=[JobState.RUNNING]).exclude(backend_id=""):
+        subprocess.run([str(slurm_testbed.bin / "scancel"), job.backend_id], check=False)
+
+
+def slurm_nodes(testbed, job_id: str) -> list[str]:
+    out = subprocess.run(
+        [str(testbed.bin / "scontrol"), "show", "job", job_id], capture_output=True, text=True, check=True
+    ).stdout
+    nodelist = next(part.split("=", 1)[1] for part in out.split() if part.startswith("NodeList="))
+    return subprocess.run(
+        [testbed.scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+    ).stdout.split()
+
+
+def test_a_two_tray_job_runs_on_its_trays_in_slurm_and_completes(
+    slurm_testbed, slurm_jobs, admin_user, django_capture_on_commit_callbacks
+):
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    body = {"department": "research", "name": "two-trays", "gpus": 8, "work": {"script": SCRIPT}}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="flow-1")
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.state == JobState.RUNNING, (job.pending_reason, job.backend_message)
+    assert len(job.placement) == 2
+    partitions = {h: int(h.rsplit("-t", 1)[1]) <= 9 for h in job.placement}
+    assert len(set(partitions.values())) == 1, "both trays in one NVLink partition"
+    assert job.backend_id.isdigit()
+
+    deadline = time.monotonic() + 90
+    while job.state == JobState.RUNNING:
+        assert time.monotonic() < deadline, f"job {job.backend_id} did not finish: {job.backend_message}"
+        time.sleep(1)
+        with django_capture_on_commit_callbacks(execute=True):
+            sync_jobs()
+        job.refresh_from_db()
+
+    assert job.state == JobState.COMPLETED, job.backend_message
+    assert job.exit_code == 0
+    assert slurm_nodes(slurm_testbed, job.backend_id) == job.placement  # pinned: Slurm ran it there
+    assert not Allocation.objects.filter(job=job).exists()
+    detail = api.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert detail["state"] == "completed" and detail["finished_at"]
+    assert [e["kind"] for e in detail["events"]] == [
+        JobEventKind.SUBMITTED,
+        JobEventKind.PLACED,
+        JobEventKind.DISPATCHED,
+        JobEventKind.COMPLETED,
+    ]

@@ -1,0 +1,313 @@
+"""SlurmJobBackend against the real Slurm 24.11 testbed: slurmrestd with JWT, 18 fake trays.
+
+Jobs are submitted as the testbed's unprivileged user (RACKPLANE_SLURM_JOB_USER) with tokens minted from
+slurmctld's jwt_key (RACKPLANE_SLURM_JWT_KEY). Every test cancels what it started and leaves the testbed
+idle and on its baseline configuration (fixture `slurm_baseline`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import random
+import subprocess
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from scheduling.backends.jobs import (
+    FINISHED_BACKEND_STATES,
+    BackendJobState,
+    BackendRejected,
+    BackendUnavailable,
+    DispatchRequest,
+)
+from scheduling.backends.slurm.jobs import (
+    IMEX_NETWORK,
+    SlurmJobBackend,
+    backend_from_settings,
+    mint_token,
+    submit_payload,
+)
+
+pytestmark = pytest.mark.integration
+
+PARTITION = "batch"  # the testbed's baseline partition (all trays)
+_ids = iter(range(random.randrange(10_000, 90_000) * 10, 10**9))  # fresh Rackplane job ids per run
+
+
+def job_user() -> str:
+    return os.environ.get("RACKPLANE_SLURM_JOB_USER", "rackplane")
+
+
+def make_backend(**kwargs) -> SlurmJobBackend:
+    kwargs.setdefault("jwt_key_file", os.environ["RACKPLANE_SLURM_JWT_KEY"])
+    kwargs.setdefault("timeout", 30)
+    return SlurmJobBackend(os.environ["RACKPLANE_SLURMRESTD_URL"], job_user(), **kwargs)
+
+
+def job(hostnames, script="#!/bin/bash\nsleep 1\n", **changes) -> DispatchRequest:
+    values = dict(
+        job_id=next(_ids),
+        name="integration",
+        department="vision",
+        priority_class="train",
+        hostnames=tuple(hostnames),
+        gpus_per_tray=4,
+        time_limit_minutes=5,
+        work={"script": script},
+        service_tier=PARTITION,
+    )
+    values.update(changes)
+    return DispatchRequest(**values)
+
+
+@pytest.fixture
+def slurm(slurm_testbed, slurm_baseline):
+    """A backend, and every job it submits is cancelled and finished at the end of the test."""
+    backend = make_backend()
+    started: list[str] = []
+    original = backend.submit
+
+    def submit(request):
+        backend_id = original(request)
+        started.append(backend_id)
+        return backend_id
+
+    backend.submit = submit
+    yield backend
+    if started:
+        for backend_id in set(started):
+            backend.cancel(backend_id)
+        wait_for(backend, started, (*FINISHED_BACKEND_STATES, BackendJobState.UNKNOWN))
+
+
+def wait_for(backend, ids, states, timeout=45.0):
+    """Poll until every id is in one of `states`; the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = backend.status(list(ids))
+        if all(answer[i].state in states for i in ids):
+            return answer
+        assert time.monotonic() < deadline, f"not {[str(s) for s in states]} in {timeout}s: {answer}"
+        time.sleep(0.3)
+
+
+def test_minted_token_is_the_one_scontrol_token_makes(slurm_testbed):
+    printed = subprocess.run(
+        [slurm_testbed.scontrol, "token", f"username={job_user()}", "lifespan=600"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    token = printed.split("=", 1)[1]
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    with open(os.environ["RACKPLANE_SLURM_JWT_KEY"], "rb") as handle:
+        key = handle.read()
+    assert mint_token(key, job_user(), lifespan=600, now=claims["iat"]) == token
+
+
+def test_the_submit_body_uses_fields_of_the_served_openapi_document(slurm_testbed):
+    backend = make_backend()
+    request = urllib.request.Request(
+        os.environ["RACKPLANE_SLURMRESTD_URL"] + "/openapi/v3",
+        headers={"X-SLURM-USER-NAME": backend.user, "X-SLURM-USER-TOKEN": backend._current_token()},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        schemas = json.load(response)["components"]["schemas"]
+    fields = schemas["v0.0.42_job_desc_msg"]["properties"]
+    body = submit_payload(job(["gb-r01-t01", "gb-r01-t02"], segment=2, imex=True, clique="u.1"))
+    assert set(body) <= set(schemas["v0.0.42_job_submit_req"]["properties"])
+    assert set(body["job"]) <= set(fields), set(body["job"]) - set(fields)
+    no_val = set(schemas["v0.0.42_uint32_no_val_struct"]["properties"])
+    assert set(body["job"]["time_limit"]) <= no_val
+    assert fields["segment_size"]["$ref"].endswith("v0.0.42_uint16_no_val_struct")
+    assert fields["required_nodes"]["$ref"].endswith("v0.0.42_csv_string")
+    assert schemas["v0.0.42_csv_string"]["type"] == "array"
+
+
+def test_a_two_tray_job_runs_on_exactly_the_chosen_trays_and_completes(slurm, slurm_testbed, caplog):
+    chosen = ["gb-r01-t05", "gb-r01-t12"]  # not what Slurm would pick by itself (t01, t02)
+    script = "#!/bin/bash\necho nodes=$SLURM_JOB_NODELIST gpus=$SLURM_GPUS_ON_NODE job=$RACKPLANE_JOB_ID\n"
+    script += "sleep 2\n"
+    request = job(chosen, script, segment=2)
+    with caplog.at_level(logging.WARNING, logger="scheduling.backends.slurm.jobs"):
+        backend_id = slurm.submit(request)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]  # no "Ignoring unknown field"
+
+    running = wait_for(slurm, [backend_id], (BackendJobState.RUNNING, *FINISHED_BACKEND_STATES))[backend_id]
+    assert running.nodes == tuple(chosen)
+    done = wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)[backend_id]
+    assert (done.state, done.exit_code, done.nodes) == (BackendJobState.COMPLETED, 0, tuple(chosen))
+    output = slurm_testbed.dir / "root" / "tmp" / f"{request.rackplane_name}-{backend_id}.out"
+    assert output.read_text().split() == [
+        "nodes=gb-r01-t[05,12]",
+        "gpus=4",
+        f"job={request.job_id}",
+    ]
+
+
+def test_a_multi_segment_job_is_pinned_without_segment_size(slurm):
+    """Slurm 24.11 refuses --segment with --nodelist for several segments; the pinned trays are enough."""
+    four = ["gb-r01-t01", "gb-r01-t02", "gb-r01-t10", "gb-r01-t11"]
+    raw = submit_payload(job(four, segment=4))
+    raw["job"]["segment_size"] = {"set": True, "infinite": False, "number": 2}
+    with pytest.raises(BackendRejected, match="Requested topology configuration is not available"):
+        slurm._checked("POST", "/job/submit", "submitting with segment 2", raw)
+
+    backend_id = slurm.submit(job(four, segment=2))
+    done = wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)[backend_id]
+    assert (done.state, done.nodes) == (BackendJobState.COMPLETED, tuple(four))
+
+
+def test_a_failing_script_fails_with_its_exit_code(slurm):
+    backend_id = slurm.submit(job(["gb-r01-t03"], "#!/bin/bash\necho broken >&2\nexit 3\n", gpus_per_tray=1))
+    done = wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)[backend_id]
+    assert (done.state, done.exit_code, done.message) == (BackendJobState.FAILED, 3, "NonZeroExitCode")
+
+
+def test_cancel_stops_a_long_job_and_is_idempotent(slurm):
+    backend_id = slurm.submit(job(["gb-r01-t04"], "#!/bin/bash\nsleep 300\n"))
+    wait_for(slurm, [backend_id], (BackendJobState.RUNNING,))
+    slurm.cancel(backend_id)
+    done = wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)[backend_id]
+    assert done.state == BackendJobState.CANCELLED
+    slurm.cancel(backend_id)  # already finished: a success
+    assert slurm.status([backend_id])[backend_id].state == BackendJobState.CANCELLED
+
+
+def test_submitting_the_same_job_twice_adopts_the_first(slurm):
+    request = job(["gb-r01-t06", "gb-r01-t07"], "#!/bin/bash\nsleep 300\n")
+    first = slurm.submit(request)
+    assert slurm.submit(request) == first
+    assert make_backend().submit(request) == first  # another process (a retried task) adopts it too
+    named = [j for j in slurm.jobs() if j.get("name") == request.rackplane_name]
+    assert [str(j["job_id"]) for j in named] == [first]
+    # Once it is finished, the name is free: a new run is a new Slurm job.
+    slurm.cancel(first)
+    wait_for(slurm, [first], FINISHED_BACKEND_STATES)
+    again = slurm.submit(request)
+    assert again != first
+
+
+def test_unknown_ids_are_unknown_and_cancel_of_them_succeeds(slurm):
+    backend_id = slurm.submit(job(["gb-r01-t08"]))
+    wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)
+    unknown = [str(n) for n in range(900_001, 900_026)]
+    assert slurm.status(["900000"])["900000"].state == BackendJobState.UNKNOWN
+    slurm.cancel("900000")
+    # More than MANY_IDS ids: one GET /jobs/ answers them all, the same as one GET per id.
+    many = slurm.status([backend_id, *unknown])
+    assert many[backend_id] == slurm.status([backend_id])[backend_id]
+    assert many[backend_id].state == BackendJobState.COMPLETED
+    assert {many[i].state for i in unknown} == {BackendJobState.UNKNOWN}
+
+
+def test_account_qos_and_imex_reach_slurmctld(slurm):
+    """Without slurmdbd slurmctld keeps account and QOS as labels; 24.11 stores the IMEX network request."""
+    backend = make_backend(accounting=True, imex=True)
+    request = job(["gb-r01-t09"], "#!/bin/bash\nsleep 300\n", imex=True)
+    backend_id = backend.submit(request)
+    try:
+        [record] = [j for j in backend.jobs() if str(j.get("job_id")) == backend_id]
+        assert (record["account"], record["qos"], record["network"]) == ("vision", "vision", IMEX_NETWORK)
+        assert record["user_name"] == job_user()
+        assert record["tres_per_node"] == "gres/gpu:4"
+        assert record["time_limit"]["number"] == 5
+        assert record["comment"] == f"Rackplane job {request.job_id}: integration"
+    finally:
+        backend.cancel(backend_id)
+    assert (
+        wait_for(backend, [backend_id], FINISHED_BACKEND_STATES)[backend_id].state
+        == BackendJobState.CANCELLED
+    )
+
+
+def test_requests_slurm_refuses_are_rejected_with_its_words(slurm):
+    wrong_partition = job(["gb-r01-t01"], service_tier="no-such-partition")
+    with pytest.raises(BackendRejected, match="Invalid partition name specified"):
+        slurm.submit(wrong_partition)
+    # slurmrestd would silently run this one on another tray; the backend checks the trays first.
+    unknown_tray = job(["gb-r01-t01", "gb-r09-t01"])
+    with pytest.raises(BackendRejected, match="no node gb-r09-t01"):
+        slurm.submit(unknown_tray)
+    names = {j.get("name") for j in slurm.jobs()}
+    assert wrong_partition.rackplane_name not in names and unknown_tray.rackplane_name not in names
+
+
+def test_a_job_of_another_user_is_never_signalled(slurm, slurm_testbed):
+    """slurmctld 24.11.5 hangs its job table on a DELETE of another user's job: never send one."""
+    other = subprocess.run(
+        [
+            str(slurm_testbed.bin / "sbatch"),
+            "--parsable",
+            "-w",
+            "gb-r01-t18",
+            "-D",
+            "/tmp",
+            "--wrap",
+            "sleep 300",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        with pytest.raises(BackendRejected, match=f"belongs to root, not {job_user()}"):
+            slurm.cancel(other)
+        assert slurm.status([other])[other].state in (BackendJobState.PENDING, BackendJobState.RUNNING)
+    finally:
+        subprocess.run([str(slurm_testbed.bin / "scancel"), other], check=False)
+
+
+def test_a_bad_token_is_transient_not_a_rejection(slurm_testbed):
+    backend = make_backend(jwt_key_file="", token="not-a-jwt")
+    with pytest.raises(BackendUnavailable, match="did not accept the credentials"):
+        backend.status(["1"])
+
+
+def test_settings_make_a_working_backend(slurm_testbed):
+    from scheduling.models import clean_settings
+
+    values = clean_settings(
+        "slurm",
+        {
+            "config_dir": str(slurm_testbed.conf_dir),
+            "rest_url": os.environ["RACKPLANE_SLURMRESTD_URL"],
+            "rest_user": job_user(),
+            "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
+        },
+    )
+    backend = backend_from_settings(values)
+    assert backend.ping()
+    assert backend.missing_nodes(slurm_testbed.hostnames()) == []
+
+
+def test_controller_down_is_unavailable_then_works_again(slurm, slurm_testbed):
+    running = slurm.submit(job(["gb-r01-t13"], "#!/bin/bash\nsleep 300\n"))
+    wait_for(slurm, [running], (BackendJobState.RUNNING,))
+    slurm_testbed.control("stop-ctld")
+    try:
+        assert not slurm.ping()
+        calls = {
+            "submit": lambda: slurm.submit(job(["gb-r01-t14"])),
+            "status": lambda: slurm.status([running]),
+            "cancel": lambda: slurm.cancel(running),
+        }
+        with ThreadPoolExecutor(len(calls)) as pool:  # each waits out slurmrestd's retries (9-18 s)
+            futures = {name: pool.submit(call) for name, call in calls.items()}
+        for name, future in futures.items():
+            error = future.exception()
+            assert isinstance(error, BackendUnavailable), (name, error)
+    finally:
+        slurm_testbed.control("start-ctld")
+    assert slurm.ping()
+    assert slurm.status([running])[running].state == BackendJobState.RUNNING
+    slurm.cancel(running)
+    assert wait_for(slurm, [running], FINISHED_BACKEND_STATES)[running].state == BackendJobState.CANCELLED
+    after = slurm.submit(job(["gb-r01-t14"]))
+    assert wait_for(slurm, [after], FINISHED_BACKEND_STATES)[after].state == BackendJobState.COMPLETED
