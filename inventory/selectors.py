@@ -8,7 +8,7 @@ list is bounded. Views only call these and render.
 from dataclasses import dataclass, field
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from inventory.choices import FabricState, GpuHealth, TrayState
@@ -214,6 +214,17 @@ def racks(user) -> QuerySet:
 class GpuCell:
     gpu: Gpu
     drift: bool
+    job_gpu: bool = False  # held by the job the page highlights (`?job=`)
+
+
+@dataclass
+class HeldBy:
+    """An active job holding GPUs of a tray. A job the viewer may not see is shown without name or link."""
+
+    job_id: int | None  # None when the viewer may not see the job
+    name: str
+    department: str
+    gpus: int = 0
 
 
 @dataclass
@@ -221,6 +232,8 @@ class TrayRow:
     tray: ComputeTray
     colour: int | None  # index into the partition palette; None when the tray has no partition
     cells: list  # GpuCell per index 0..3, None where no GPU is recorded
+    jobs: list = field(default_factory=list)  # HeldBy per active job holding GPUs of this tray
+    job_tray: bool = False  # one of the trays of the job the page highlights (`?job=`)
 
     @property
     def degraded(self) -> int:
@@ -239,10 +252,41 @@ class RackLayout:
     gpus_degraded: int
     drift: int
     fabric_problem_trays: int
+    gpus_held: int = 0  # GPUs allocated to active jobs
+
+
+def _held_by(user) -> dict:
+    """Annotations for a GPU query: the job holding each GPU (an Allocation exists only while its job is
+    starting or running; one per GPU, so the joins never multiply rows) and whether `user` may see it."""
+    from scheduling.models import Job  # scheduling builds on inventory: imported where used
+
+    return {
+        "held_job_id": F("allocations__job_id"),
+        "held_job_name": F("allocations__job__name"),
+        "held_job_department": F("allocations__job__department__name"),
+        "held_job_visible": Exists(Job.objects.visible_to(user).filter(pk=OuterRef("allocations__job_id"))),
+    }
+
+
+def _tray_jobs(gpus: list) -> list[HeldBy]:
+    """The jobs holding a tray's GPUs (annotated by `_held_by`), in GPU order."""
+    jobs: dict[int, HeldBy] = {}
+    for gpu in gpus:
+        if gpu is None or gpu.held_job_id is None:
+            continue
+        if gpu.held_job_id not in jobs:
+            jobs[gpu.held_job_id] = (
+                HeldBy(gpu.held_job_id, gpu.held_job_name, gpu.held_job_department)
+                if gpu.held_job_visible
+                else HeldBy(None, "", "")
+            )
+        jobs[gpu.held_job_id].gpus += 1
+    return list(jobs.values())
 
 
 def rack_layout(user, rack: Rack) -> RackLayout:
-    """The rack's trays and GPUs as a grid, coloured by partition: three queries."""
+    """The rack's trays and GPUs as a grid, coloured by partition, with the active job holding each GPU:
+    three queries (the jobs come with the GPUs)."""
     partitions = list(
         NVLinkPartition.objects.visible_to(user)
         .filter(rack=rack)
@@ -257,7 +301,8 @@ def rack_layout(user, rack: Rack) -> RackLayout:
 
     trays = list(ComputeTray.objects.visible_to(user).filter(rack=rack).order_by("slot"))
     gpus_by_tray: dict[int, list] = {tray.pk: [None] * GPUS_PER_TRAY for tray in trays}
-    for gpu in Gpu.objects.visible_to(user).filter(tray__rack=rack).order_by("tray_id", "index"):
+    gpus_in_rack = Gpu.objects.visible_to(user).filter(tray__rack=rack).annotate(**_held_by(user))
+    for gpu in gpus_in_rack.order_by("tray_id", "index"):
         if gpu.tray_id in gpus_by_tray and gpu.index is not None and 0 <= gpu.index < GPUS_PER_TRAY:
             gpus_by_tray[gpu.tray_id][gpu.index] = gpu
 
@@ -271,7 +316,14 @@ def rack_layout(user, rack: Rack) -> RackLayout:
             if gpu is not None:
                 gpu.tray = tray
             cells.append(GpuCell(gpu=gpu, drift=clique_drift(gpu, partition)) if gpu else None)
-        rows.append(TrayRow(tray=tray, colour=colour_of.get(tray.partition_id), cells=cells))
+        rows.append(
+            TrayRow(
+                tray=tray,
+                colour=colour_of.get(tray.partition_id),
+                cells=cells,
+                jobs=_tray_jobs(gpus_by_tray[tray.pk]),
+            )
+        )
 
     gpus = [cell.gpu for row in rows for cell in row.cells if cell]
     return RackLayout(
@@ -285,6 +337,7 @@ def rack_layout(user, rack: Rack) -> RackLayout:
         gpus_degraded=sum(1 for gpu in gpus if gpu.health in DEGRADED_HEALTH),
         drift=sum(1 for row in rows for cell in row.cells if cell and cell.drift),
         fabric_problem_trays=sum(1 for tray in trays if tray.fabric_problems),
+        gpus_held=sum(1 for gpu in gpus if gpu.held_job_id is not None),
     )
 
 

@@ -21,11 +21,41 @@ def rack_list(request):
     )
 
 
+def _shown_job(request):
+    """The job whose trays the rack view highlights (`?job=<pk>`), if the user may see it; one query."""
+    from scheduling.models import Job  # scheduling builds on inventory: imported where used
+
+    pk = request.GET.get("job", "")
+    if not pk.isdigit():
+        return None
+    return (
+        Job.objects.visible_to(request.user)
+        .select_related("department")
+        .only("pk", "name", "state", "gpus", "placement", "department__name")
+        .filter(pk=int(pk))
+        .first()
+    )
+
+
 def rack_detail(request, name):
     rack = get_object_or_404(selectors.racks(request.user), name=name)
-    return render(
-        request, "inventory/rack_detail.html", {"layout": selectors.rack_layout(request.user, rack)}
-    )
+    layout = selectors.rack_layout(request.user, rack)
+    context = {"layout": layout, "job_param": request.GET.get("job", "")}
+    job = _shown_job(request) if context["job_param"] else None
+    if job is not None:
+        # Its trays (kept after it ends, for history); its GPUs too while it holds them.
+        hosts = set(job.placement or [])
+        for row in layout.rows:
+            row.job_tray = row.tray.hostname in hosts
+            for cell in row.cells:
+                if cell is not None:
+                    cell.job_gpu = cell.gpu.held_job_id == job.pk
+        context.update(
+            shown_job=job,
+            shown_here=sum(1 for row in layout.rows if row.job_tray),
+            shown_elsewhere=len(hosts) - sum(1 for row in layout.rows if row.job_tray),
+        )
+    return render(request, "inventory/rack_detail.html", context)
 
 
 def _full_page_or_partial(request, full_template, partial_template, context):

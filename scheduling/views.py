@@ -1,4 +1,5 @@
-"""Configuration push pages (staff only): targets and their settings, pushes, and a push's live log.
+"""Configuration push pages (staff only): targets and their settings, pushes, and a push's live log; and
+the job pages (everyone, for the jobs they may see): list, detail with live status, cancel.
 
 The writes go through scheduling.pushes (queue_pushes, retry_now); the pages only collect input. A push's
 page polls itself every 2 s while the push is queued or running (htmx) and is told to stop (HTTP 286,
@@ -8,26 +9,36 @@ the form leaves it empty and keeps the stored one unless a new one is typed or "
 
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Max
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
+from hostlist import collect_hostlist
 
+from inventory.models import GPUS_PER_TRAY, ComputeTray
 from scheduling import pushes
+from scheduling.choices import Backend, JobState, PriorityClass, Topology
+from scheduling.filters import JobFilter
 from scheduling.models import (
     SETTINGS_DEFAULTS,
+    Allocation,
     ConfigPush,
     ConfigTarget,
     ConfigTargetKind,
+    Job,
     PushStatus,
     clean_settings,
 )
-from tenancy.models import is_admin
+from scheduling.services import cancel_job, may_cancel
+from tenancy.models import Department, is_admin
 
 PUSHES_PER_PAGE = 50
 STATUS_BADGE = {
@@ -386,3 +397,185 @@ def push_retry(request, pk):
         messages.info(request, "A push is running on that target: the retry is pushed right after it.")
         return redirect("scheduling:push-detail", pk=push.pk)
     return redirect("scheduling:push-detail", pk=created[0].pk)
+
+
+# --- jobs -----------------------------------------------------------------------------------------------
+# Everyone sees the jobs `Job.objects.visible_to` allows (their departments'; staff: all). The list and a
+# job's status poll every few seconds while something shown can still change, and are told to stop (HTTP
+# 286) once nothing can. Cancelling goes through scheduling.services (may_cancel, cancel_job).
+
+JOBS_PER_PAGE = 50
+JOB_POLL_SECONDS = 2  # DESIGN.md: long work polls every 2 s
+TOPOLOGY_WORDS = {
+    Topology.PARTITION: "in one NVLink partition",
+    Topology.RACK: "in one rack (one NVLink domain)",
+    Topology.ANY: "anywhere in the cluster",
+}
+
+
+def _hostlist(hosts) -> str:
+    return collect_hostlist(list(hosts)) if hosts else ""
+
+
+def job_list(request):
+    """Jobs the user may see, filtered (JobFilter, as in the API) and paginated; `request.htmx`: the table
+    only (the page polls it while a shown job is pending, starting or running)."""
+    queryset = (
+        Job.objects.visible_to(request.user)
+        .select_related("department", "submitted_by")
+        .defer("work", "backend_message")
+        .order_by("-created_at", "-pk")
+    )
+    filterset = JobFilter(request.GET, queryset=queryset)
+    page = Paginator(filterset.qs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    for job in page.object_list:
+        job.where = _hostlist(job.placement)
+    polling = any(job.is_active for job in page.object_list)
+    context = {
+        "page": page,
+        "filter": filterset,
+        "polling": polling,
+        "poll_seconds": JOB_POLL_SECONDS,
+        "filtered": any(request.GET.getlist(name) for name in filterset.filters),
+    }
+    if request.htmx:
+        response = render(request, "scheduling/_job_table.html", context)
+        if not polling:
+            response = HttpResponseStopPolling(response.content)
+        patch_vary_headers(response, ["HX-Request"])
+        return response
+    context.update(
+        {
+            "departments": Department.objects.visible_to(request.user).order_by("name").only("slug", "name"),
+            "states": JobState.choices,
+            "backends": Backend.choices,
+            "priority_classes": PriorityClass.choices,
+            "selected_states": request.GET.getlist("state"),
+        }
+    )
+    return render(request, "scheduling/job_list.html", context)
+
+
+def _visible_job(request, pk) -> Job:
+    return get_object_or_404(
+        Job.objects.visible_to(request.user).select_related("department", "submitted_by"), pk=pk
+    )
+
+
+def _waiting_words(job: Job) -> list[str]:
+    """Why a pending job waits, in sentences: the scheduler's reason first, then what the job asks for."""
+    reason = job.pending_reason.strip()
+    if reason.lower().startswith("waiting:"):
+        reason = reason[len("waiting:") :].strip()
+    if reason:
+        reason = reason[:1].upper() + reason[1:]
+        words = [reason if reason.endswith((".", "!", "?")) else f"{reason}."]
+    else:
+        words = ["It waits for the next scheduling pass."]
+    trays = job.gpus // GPUS_PER_TRAY
+    shape = f" ({trays} whole trays)" if job.gpus > GPUS_PER_TRAY else ""
+    words.append(
+        f"It asks for {job.gpus} GPU{pluralize(job.gpus)}{shape} {TOPOLOGY_WORDS.get(job.topology, '')}."
+    )
+    if job.preemptions:
+        words.append(
+            f"It was preempted {job.preemptions} time{pluralize(job.preemptions)} and kept its place in the "
+            "queue (queued by submission time)."
+        )
+    return words
+
+
+def _placement(job: Job) -> list[dict]:
+    """The job's trays grouped by rack: hostnames (compressed), partitions, GPUs held now. Two queries."""
+    if not job.placement:
+        return []
+    trays = {
+        tray.hostname: tray
+        for tray in ComputeTray.objects.filter(hostname__in=job.placement).select_related("rack", "partition")
+    }
+    held: dict[int, list[int]] = {}
+    for tray_id, index in (
+        Allocation.objects.filter(job=job).order_by("gpu__index").values_list("gpu__tray_id", "gpu__index")
+    ):
+        held.setdefault(tray_id, []).append(index)
+    racks: dict[str, dict] = {}
+    for hostname in job.placement:
+        tray = trays.get(hostname)
+        name = tray.rack.name if tray else ""
+        group = racks.setdefault(name, {"rack": name, "trays": [], "partitions": []})
+        group["trays"].append(
+            {
+                "hostname": hostname,
+                "tray": tray,
+                "partition": tray.partition.name if tray and tray.partition else "",
+                "gpus": held.get(tray.pk, []) if tray else [],
+            }
+        )
+        if tray and tray.partition and tray.partition.name not in group["partitions"]:
+            group["partitions"].append(tray.partition.name)
+    for group in racks.values():
+        group["hostlist"] = _hostlist(row["hostname"] for row in group["trays"])
+    return sorted(racks.values(), key=lambda group: group["rack"])
+
+
+def _job_status_context(request, job: Job, **extra) -> dict:
+    events = list(job.events.all())
+    for event in events:
+        event.hostlist = _hostlist(event.placement)
+    return {
+        "job": job,
+        "can_cancel": job.is_active and may_cancel(request.user, job),
+        "waiting_words": _waiting_words(job) if job.state == JobState.PENDING else [],
+        "placement": _placement(job),
+        "hostlist": _hostlist(job.placement),
+        "events": events,
+        "poll_seconds": JOB_POLL_SECONDS,
+        **extra,
+    }
+
+
+def _job_status_response(request, job: Job, **extra):
+    """The live part of a job's page (state, why, placement, events, cancel): 286 once it has finished."""
+    response = render(request, "scheduling/_job_status.html", _job_status_context(request, job, **extra))
+    if job.is_finished:
+        response = HttpResponseStopPolling(response.content)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def job_detail(request, pk):
+    """Everything about a job; `request.htmx`: its live status only (polled while it is active)."""
+    job = _visible_job(request, pk)
+    if request.htmx:
+        return _job_status_response(request, job)
+    context = _job_status_context(request, job)
+    context["work"] = [
+        (key, value if isinstance(value, str) else json.dumps(value, indent=2))
+        for key, value in (job.work or {}).items()
+    ]
+    return render(request, "scheduling/job_detail.html", context)
+
+
+@require_POST
+def job_cancel(request, pk):
+    """Cancel a job (its submitter, its department's leads, staff). htmx: the status partial, with the
+    outcome in words; a plain form post: back to the job's page with a message."""
+    job = _visible_job(request, pk)
+    error = ""
+    if not may_cancel(request.user, job):
+        error = "Only the job's submitter, its department's leads and platform admins may cancel it."
+    else:
+        try:
+            job = cancel_job(job, request.user)
+        except ValidationError as refused:
+            error = f"Not cancelled: {' '.join(refused.messages)}."
+        else:
+            job = _visible_job(request, pk)
+    if request.htmx:
+        notice = "" if error else "Cancelled: its GPUs are free again."
+        return _job_status_response(request, job, cancel_error=error, cancel_notice=notice)
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"Job #{job.pk} {job.name} cancelled: its GPUs are free again.")
+    return redirect("scheduling:job-detail", pk=job.pk)
