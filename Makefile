@@ -18,8 +18,9 @@ fmt: venv-test
 	.venv/bin/ruff check --fix .
 	.venv/bin/ruff format .
 
-bench: venv
-	.venv/bin/python benchmarks/scale.py --racks 1000
+BENCH_ARGS ?= --racks 1000
+bench: ## scale benchmark (JSON figures): 1,000 racks, real PostgreSQL + Redis + gunicorn + Celery it starts itself
+	@bash benchmarks/bench.sh $(BENCH_ARGS)
 
 venv:
 	bash scripts/venv.sh

@@ -1,0 +1,137 @@
+"""The scale benchmark still runs: benchmarks/scale.py at a tiny size (3 racks), its JSON checked key by key.
+
+Benchmarks print figures and never fail on a time: these tests check that every figure is there and sane,
+and that the real stack's invariants hold (no double allocation, no lost job), never how fast anything was.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCALE = ROOT / "benchmarks" / "scale.py"
+PAGES = (
+    "overview_page",
+    "rack_list_page",
+    "rack_page",
+    "gpu_list_api",
+    "gpu_list_api_filtered",
+    "admin_dashboard_page",
+    "department_list_page",
+    "lead_dashboard_page",
+)
+DECISIONS = 300
+
+
+def run_scale(*args: str) -> dict:
+    # The benchmark picks its own database and services: never the test suite's (scripts/services.sh env).
+    inherited = {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_TEST_BROKER_URL"}
+    inherited.add("RACKPLANE_RUNTIME_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in inherited and not k.startswith("PG")}
+    env["DEBUG"] = "1"
+    command = [sys.executable, str(SCALE), "--racks", "3", "--requests", "2", "--reports", "5"]
+    command += ["--decisions", str(DECISIONS), "--pass-jobs", "10", *args]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout)
+
+
+def check_in_process_figures(figures: dict, database: str) -> None:
+    assert figures["racks"] == 3
+    assert figures["gpus"] == 3 * 72
+    assert figures["database"].startswith(database)
+    machine = figures["machine"]
+    assert machine["cpu_model"] and machine["nproc"] >= 1 and machine["ram_gib"] > 0
+    assert figures["seed_s"] >= 0 and figures["seed_tenants_s"] >= 0
+    assert figures["departments"] >= 1 and figures["jobs"] >= 1
+    for page in PAGES:
+        assert 0 < figures[page]["p50_ms"] <= figures[page]["p95_ms"], page
+        assert figures[page]["requests"] == 2, page
+    assert figures["ingest_reports_per_s"] > 0
+
+    placement = figures["placement"]
+    assert placement["database"] == figures["database"]
+    assert placement["policy"] == "rackplane"
+    assert 0 < placement["gpus"] <= figures["gpus"]
+    assert placement["trays"] == 3 * 18
+    assert placement["decisions"] == DECISIONS
+    assert placement["placed"] + placement["did_not_fit"] == DECISIONS
+    assert placement["placed"] > 0
+    assert 0 < placement["p50_us"] <= placement["p99_us"] <= placement["max_us"]
+    assert set(placement["p99_us_by_gpus"]) <= {"1", "2", "4", "8", "16", "32", "36", "64"}
+    assert 0 < placement["seeded_fill"] < 1 and 0 < placement["steady_fill_mean"] < 1
+    assert placement["load_cluster_ms"] > 0
+
+    scheduling_pass = figures["scheduling_pass"]
+    assert scheduling_pass["pending_jobs"] >= 10
+    assert scheduling_pass["started"] >= 1
+    assert scheduling_pass["started"] + scheduling_pass["waiting"] == scheduling_pass["pending_jobs"]
+    assert scheduling_pass["decisions"] >= scheduling_pass["started"]
+    assert 0 < scheduling_pass["load_cluster_ms"] < scheduling_pass["run_pass_ms"]
+    assert 0 < scheduling_pass["engine_ms"] < scheduling_pass["run_pass_ms"]
+
+    render = figures["config_render"]
+    assert render["racks"] == 3
+    assert render["files"] >= 5 and render["bytes"] > 1000
+    assert 0 < render["build_state_ms"] < render["total_ms"]
+    assert render["largest_file"]["bytes"] <= render["bytes"]
+
+    goals = figures["goals"]
+    assert goals["placement_p99_us"] == placement["p99_us"]
+    assert isinstance(goals["placement_p99_under_1ms"], bool)
+    assert isinstance(goals["dashboards_p95_under_300ms"], bool)
+    assert goals["at_goal_scale"] is False
+    assert figures["wall_s"] > 0
+
+
+def test_scale_benchmark_prints_every_figure_on_embedded_sqlite():
+    figures = run_scale("--no-stack")
+    check_in_process_figures(figures, "SQLite")
+    assert figures["job_submission"] == {"skipped": "--no-stack"}
+
+
+def _services_installed() -> bool:
+    found = subprocess.run(
+        ["bash", "-c", 'source "$1/scripts/lib.sh" && find_pg_bindir', "_", str(ROOT)], capture_output=True
+    )
+    return found.returncode == 0 and bool(shutil.which("redis-server")) and bool(shutil.which("redis-cli"))
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _services_installed(), reason="PostgreSQL or Redis is not installed")
+def test_scale_benchmark_through_the_real_stack():
+    figures = run_scale(
+        "--clients", "2", "--jobs-per-client", "5", "--web-workers", "2", "--worker-concurrency", "1"
+    )
+    check_in_process_figures(figures, "PostgreSQL")
+    submission = figures["job_submission"]
+    assert submission["database"] == figures["database"]
+    assert "rendered" in submission["dispatch_backend"]
+    assert submission["submissions"] == 10
+    assert submission["requests"] >= submission["submissions"]
+    assert set(submission["statuses"]) <= {"200", "201", "400"}, submission["first_errors"]
+    assert submission["created_201"] + submission["rejected_submissions_400"] == submission["submissions"]
+    assert submission["created_201"] >= 1
+    assert submission["idempotent_replays_200"] <= submission["requests"] - submission["submissions"]
+    assert submission["requests_per_s"] > 0
+    assert 0 < submission["p50_ms"] <= submission["p95_ms"] <= submission["max_ms"]
+    assert submission["drained"] is True
+    placed, pending = submission["jobs_placed"], submission["jobs_pending"]
+    assert placed + pending + sum(submission["jobs_other"].values()) == submission["created_201"]
+    for invariant in (
+        "lost_jobs",
+        "double_allocations",
+        "overcommitted_trays",
+        "allocations_of_jobs_not_holding",
+        "holding_jobs_with_wrong_gpu_count",
+        "idempotency_key_mismatches",
+        "duplicate_jobs",
+    ):
+        assert submission[invariant] == 0, invariant
+    assert figures["goals"]["no_double_allocations"] is True
+    assert figures["goals"]["no_lost_jobs"] is True
