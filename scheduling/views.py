@@ -70,6 +70,12 @@ FIELD_SETTING = {
     "node_hostname": ("slurm", "node_hostname"),
     "node_address": ("slurm", "node_address"),
     "node_port_base": ("slurm", "node_port_base"),
+    "rest_url": ("slurm", "rest_url"),
+    "rest_user": ("slurm", "rest_user"),
+    "rest_token": ("slurm", "rest_token"),
+    "jwt_key_file": ("slurm", "jwt_key_file"),
+    "accounting": ("slurm", "accounting"),
+    "imex": ("slurm", "imex"),
     "api_url": ("kubernetes", "api_url"),
     "k8s_token": ("kubernetes", "token"),
     "ca_file": ("kubernetes", "ca_file"),
@@ -80,7 +86,7 @@ FIELD_SETTING = {
     "fabric_token": ("fabric", "token"),
     "fabric_insecure": ("fabric", "insecure"),
 }
-TOKEN_FIELDS = {"k8s_token", "fabric_token"}
+TOKEN_FIELDS = {"k8s_token", "fabric_token", "rest_token"}
 
 
 def _text(label, help_text="", **kwargs):
@@ -126,6 +132,14 @@ class ConfigTargetForm(forms.Form):
     node_hostname = _text("slurmd host name", "Only when slurmd does not run at the node's own name.")
     node_address = _text("slurmd address", "Only when slurmd is reached at another address.")
     node_port_base = _number("slurmd port base", "Several slurmd on one host: node i listens on base + i.")
+    rest_url = _text(
+        "slurmrestd URL", "Where jobs are submitted (http://slurm-ctl:6820). Empty: no jobs here."
+    )
+    rest_user = _text("Slurm user for jobs", "The user jobs are submitted as (needs a JWT).")
+    rest_token = _token("slurmrestd token (scontrol token)")
+    jwt_key_file = _text("JWT key file", "Or: slurmctld's jwt_key (absolute path), to mint short tokens.")
+    accounting = _flag("Account and QOS per department", "Needs slurmdbd with the department accounts.")
+    imex = _flag("Per-job IMEX channels", "slurmctld runs SwitchType=switch/nvidia_imex.")
     api_url = _text("API server URL", "https://api.cluster.example:6443")
     k8s_token = _token("Bearer token")
     ca_file = _text("CA file", "Absolute path of the cluster CA certificate (PEM).")
@@ -163,13 +177,16 @@ class ConfigTargetForm(forms.Form):
         if self.kind_value not in SETTINGS_DEFAULTS:
             self.kind_value = "directory"
         stored = (instance.settings or {}) if instance is not None else {}
-        self.has_token = (
-            bool(stored.get("token")) and instance is not None and instance.kind == self.kind_value
+        same_kind = instance is not None and instance.kind == self.kind_value
+        self.has_token = same_kind and any(
+            stored.get(FIELD_SETTING[field][1])
+            for field in TOKEN_FIELDS
+            if FIELD_SETTING[field][0] == self.kind_value
         )
         for field in TOKEN_FIELDS:
             self.fields[field].help_text = (
                 "A token is stored: leave empty to keep it, type a new one to replace it."
-                if self.has_token
+                if same_kind and stored.get(FIELD_SETTING[field][1])
                 else "Stored as given; never shown again."
             )
 
@@ -193,8 +210,15 @@ class ConfigTargetForm(forms.Form):
                 value = data.get(field)
                 raw[key] = value if value is not None else SETTINGS_DEFAULTS[kind][key]
         stored = self.instance.settings or {}
-        if "token" in raw and not raw["token"] and self.instance.kind == kind and not data.get("clear_token"):
-            raw["token"] = stored.get("token", "")
+        for field in TOKEN_FIELDS:
+            field_kind, key = FIELD_SETTING[field]
+            if (
+                field_kind == kind
+                and not raw[key]
+                and self.instance.kind == kind
+                and not data.get("clear_token")
+            ):
+                raw[key] = stored.get(key, "")
         try:
             self.cleaned_settings = clean_settings(kind, raw)
         except ValidationError as error:

@@ -701,3 +701,28 @@ def test_render_current_is_what_a_directory_target_would_hold(local):
     from scheduling import configstate
 
     assert configstate.render_current() == pushes.Rendered().payload_for(local)["files"]
+
+
+def test_slurm_target_form_sets_the_job_settings_and_keeps_the_rest_token(admin_client_logged_in, db):
+    create = reverse("scheduling:target-create")
+    fields = {
+        "name": "prod-slurm",
+        "kind": "slurm",
+        "enabled": "on",
+        "config_dir": "/etc/slurm",
+        "rest_url": "http://slurm-ctl:6820",
+        "rest_user": "rackplane",
+        "accounting": "on",
+    }
+    assert admin_client_logged_in.post(create, {**fields, "rest_token": TOKEN}).status_code == 302
+    target = ConfigTarget.objects.get(name="prod-slurm")
+    assert target.settings["rest_url"] == "http://slurm-ctl:6820" and target.settings["rest_token"] == TOKEN
+    assert target.settings["accounting"] is True and target.settings["imex"] is False
+    edit = reverse("scheduling:target-edit", args=[target.pk])
+    page = admin_client_logged_in.get(edit).content.decode()
+    assert TOKEN not in page and "A token is stored" in page and 'value="http://slurm-ctl:6820"' in page
+    # Editing another setting keeps the job settings and the token.
+    assert admin_client_logged_in.post(edit, {**fields, "imex": "on"}).status_code == 302
+    target.refresh_from_db()
+    assert target.settings["rest_token"] == TOKEN and target.settings["imex"] is True
+    assert target.settings["rest_user"] == "rackplane"
