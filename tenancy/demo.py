@@ -121,6 +121,15 @@ def _free_trays():
     return by_partition
 
 
+DEMO_WORK = {
+    Backend.SLURM: {"script": "#!/bin/bash\nsrun python train.py --config demo.yaml\n"},
+    Backend.KUBERNETES: {
+        "image": "nvcr.io/nvidia/pytorch:24.10-py3",
+        "command": ["torchrun", "train.py", "--config", "demo.yaml"],
+    },
+}
+
+
 def _seed_jobs(rng, now, departments) -> int:
     from inventory.models import Gpu
 
@@ -150,6 +159,7 @@ def _seed_jobs(rng, now, departments) -> int:
                 topology=Topology.PARTITION if size > 1 else Topology.ANY,
                 priority_class=PriorityClass.INFERENCE if spec.slug == "inference" else PriorityClass.TRAIN,
                 backend=Backend.KUBERNETES if number % 3 == 0 else Backend.SLURM,
+                work=DEMO_WORK[Backend.KUBERNETES if number % 3 == 0 else Backend.SLURM],
                 state=JobState.RUNNING,
                 started_at=now - timedelta(minutes=rng.randrange(20, 600)),
                 placement=[hostname for _, hostname in taken],
@@ -164,6 +174,7 @@ def _seed_jobs(rng, now, departments) -> int:
                     department=department,
                     name=f"{spec.slug}-queued-{number:04d}",
                     gpus=gpus,
+                    work=DEMO_WORK[Backend.SLURM],
                     state=JobState.PENDING,
                     pending_reason=f"waiting: no NVLink partition has {gpus // 4} free trays",
                 )

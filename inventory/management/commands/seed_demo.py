@@ -57,6 +57,14 @@ class Command(BaseCommand):
             )
         )
         if tenants is not None:
+            # The queued demo jobs go through the real scheduler: they start, or wait with the true reason.
+            from scheduling.services import run_pass
+
+            summary = run_pass()
+            if summary is not None:
+                self.stdout.write(
+                    f"First scheduling pass: {summary.started} jobs started, {summary.waiting} waiting."
+                )
             logins = settings.VAR_DIR / "demo-logins.txt"
             write_demo_logins(logins, tenants)
             self.stdout.write(
