@@ -168,6 +168,9 @@ def _span(cluster: Cluster, n: int, owners) -> Placement | None:
 
 
 # --- baselines (scan the trays in cluster order) -----------------------------------------------------
+#
+# The scans stop at the first trays that fit, and start only when the indexes say something fits: a request
+# that cannot be met costs a few lookups, not a scan of the whole cluster.
 
 
 def _free_whole(cluster: Cluster, t: int, department) -> bool:
@@ -175,6 +178,11 @@ def _free_whole(cluster: Cluster, t: int, department) -> bool:
 
 
 def _first_tray(cluster: Cluster, request: Request) -> Placement | None:
+    owners = cluster.usable_owners(request.department)
+    if not any(cluster.whole_by_owner[owner] for owner in owners) and not any(
+        cluster.partial[owner][free] for owner in owners for free in range(request.gpus, GPUS_PER_TRAY)
+    ):
+        return None
     for t in range(len(cluster)):
         if (
             cluster.tray_free[t] >= request.gpus
@@ -186,6 +194,9 @@ def _first_tray(cluster: Cluster, request: Request) -> Placement | None:
 
 
 def _first_trays(cluster: Cluster, request: Request) -> Placement | None:
+    owners = cluster.usable_owners(request.department)
+    if sum(cluster.whole_by_owner[owner] for owner in owners) < request.trays:
+        return None
     chosen = []
     for t in range(len(cluster)):
         if _free_whole(cluster, t, request.department):
@@ -197,10 +208,11 @@ def _first_trays(cluster: Cluster, request: Request) -> Placement | None:
 
 def _smallest_block(cluster: Cluster, request: Request) -> Placement | None:
     n = request.trays
+    owners = cluster.usable_owners(request.department)
     best = None
     for p, trays in enumerate(cluster.part_trays):
         whole = cluster.part_whole[p]
-        if whole >= n and cluster.part_owner[p] in cluster.usable_owners(request.department):
+        if whole >= n and cluster.part_owner[p] in owners:
             key = (len(trays), whole, p)
             if best is None or key < best:
                 best = key

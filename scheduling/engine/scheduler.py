@@ -26,6 +26,7 @@ what it decided; the caller makes it so.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster
@@ -145,24 +146,29 @@ class _Pass:
         self.in_quota = {name: share.in_quota for name, share in shares.items()}
         self.fair = {name: share.fair_share for name, share in shares.items()}
         self.reserved: list[Reservation] = []
+        self.reserved_from = math.inf  # the earliest start of a reservation
         self.held_trays: set[int] = set()
         # Shapes that did not fit in this pass: nothing frees up during a pass except by preemption.
         self.failed: dict[tuple, str] = {}
+        # (GPUs, topology, department) whose reclaim failed in this pass. Within a pass only in-quota jobs
+        # reclaim, and what happens between two attempts (in-quota starts, which are not preemptible and
+        # keep their department within its guarantee; reservations) only takes capacity away, so a failed
+        # reclaim fails again until capacity moves (a reclaim succeeds): then both caches are cleared.
+        self.reclaim_failed: set[tuple] = set()
 
     # --- placement with reservations respected ---------------------------------------------------
 
-    def _place(self, job: PendingJob) -> Placement | None:
-        request = job.request()
-        owner = request.department if request.department in self.cluster.owners else None
-        key = (request.gpus, request.topology, owner, self._may_backfill(job))
+    def _place(self, job: PendingJob, may_backfill: bool) -> Placement | None:
+        owner = job.department if job.department in self.cluster.owners else None
+        key = (job.gpus, job.topology, owner, may_backfill)
         if key in self.failed:
             return None
-        backfill = self._may_backfill(job) and self.held_trays
+        backfill = may_backfill and self.held_trays
         if backfill:
             self.cluster.unhold(self.held_trays)
         try:
             self.result.decisions += 1
-            placement = place(self.cluster, request, self.policy)
+            placement = place(self.cluster, job.request(), self.policy)
         finally:
             if backfill:
                 self.cluster.hold(self.held_trays)
@@ -171,7 +177,7 @@ class _Pass:
         return placement
 
     def _may_backfill(self, job: PendingJob) -> bool:
-        return bool(self.reserved) and self.now + job.time_limit_s <= min(r.start_at for r in self.reserved)
+        return bool(self.reserved) and self.now + job.time_limit_s <= self.reserved_from
 
     def _start(self, job: PendingJob, placement: Placement, over_quota: bool, victims=()) -> None:
         self.cluster.allocate(job.id, placement)
@@ -191,6 +197,15 @@ class _Pass:
 
     def _reclaim(self, job: PendingJob) -> bool:
         """Preempt over-quota work of other departments until the in-quota `job` fits."""
+        key = (job.gpus, job.topology, job.department)
+        if key in self.reclaim_failed:
+            return False
+        if self.cluster.free_gpus + self._reclaimable() < job.gpus or not self._try_reclaim(job):
+            self.reclaim_failed.add(key)
+            return False
+        return True
+
+    def _try_reclaim(self, job: PendingJob) -> bool:
         victims = sorted(
             (
                 r
@@ -230,6 +245,7 @@ class _Pass:
                 del self.running[victim.id]
                 self.result.preempted[victim.id] = job.id
         self.failed.clear()  # capacity moved: earlier failures may fit now
+        self.reclaim_failed.clear()
         self._start(job, placement, over_quota=False, victims=preempted)
         return True
 
@@ -295,11 +311,11 @@ class _Pass:
                 f"({department.guaranteed} GPUs); it holds {held} and this job needs {job.gpus}"
             )
             return True
-        placement = self._place(job)
+        placement = self._place(job, self._may_backfill(job))
         if placement is not None:
             self._start(job, placement, over_quota=not in_quota)
             return True
-        if in_quota and self.cluster.free_gpus + self._reclaimable() >= job.gpus and self._reclaim(job):
+        if in_quota and self._reclaim(job):
             return True
         self._wait(job)
         return True
@@ -319,9 +335,11 @@ class _Pass:
             reservation = self._reserve(job)
             if reservation is not None:
                 self.reserved.append(reservation)
+                self.reserved_from = min(self.reserved_from, reservation.start_at)
                 self.held_trays.update(reservation.trays)
                 self.cluster.hold(reservation.trays)
                 self.failed.clear()
+                self.reclaim_failed.clear()
                 if self.result.reservation is None:
                     self.result.reservation = reservation
                 if self.explain:
@@ -344,24 +362,15 @@ class _Pass:
             )
         return words
 
-    def _priority(self, name: str) -> int:
-        department = self.departments.get(name)
-        return department.priority if department is not None else 0
-
     def run(self) -> PassResult:
-        order = sorted(
-            self.pending,
-            key=lambda j: (-self._priority(j.department), j.submitted_at, j.id),
-        )
+        # Negated department priorities, looked up once per job (unknown departments: 0).
+        rank = {name: -department.priority for name, department in self.departments.items()}
+        order = sorted(self.pending, key=lambda j: (rank.get(j.department, 0), j.submitted_at, j.id))
         later = [job for job in order if not self._consider(job, sweep=1)]
         # Over quota: departments furthest below their fair share first.
+        below = {name: self.held[name] - self.fair[name] for name in self.departments}
         later.sort(
-            key=lambda j: (
-                -self._priority(j.department),
-                self.held[j.department] - self.fair[j.department],
-                j.submitted_at,
-                j.id,
-            )
+            key=lambda j: (rank.get(j.department, 0), below.get(j.department, 0), j.submitted_at, j.id)
         )
         for job in later:
             self._consider(job, sweep=2)
