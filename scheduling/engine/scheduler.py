@@ -15,10 +15,12 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
 3. **Reclaim.** An in-quota job that does not fit preempts over-quota work of other departments: the
    least-priority department's first, most recently started first, until the job fits. Victims whose
    trays the job does not need keep running.
-4. **Reservation and backfill.** The first job that still does not fit (the head of the queue) gets a
-   reservation: the trays that free up earliest for it (by the running jobs' time limits) are held for the
-   rest of the pass. A later job may use held trays only if its time limit ends before the reservation
-   starts, so backfilling never delays the head job.
+4. **Reservation and backfill.** The first jobs that still do not fit (the head of the queue; two by
+   default, `max_reservations`) get reservations: the trays that free up earliest for each (by the running
+   jobs' time limits) are held for the rest of the pass. A later job may use held trays only if its time
+   limit ends before the earliest reservation starts, so backfilling never delays the head jobs. Two
+   rather than one (EASY backfill) because the trace replay showed a single reservation starving large
+   jobs behind a stream of in-quota work (docs/simulator.md).
 
 The pass changes the given cluster (allocations for started jobs, releases for preempted ones) and returns
 what it decided; the caller makes it so.
@@ -387,7 +389,7 @@ def schedule(
     policy: str = RACKPLANE,
     *,
     explain: bool = True,
-    max_reservations: int = 1,
+    max_reservations: int = 2,
 ) -> PassResult:
     """Run one pass. `cluster` must hold the running jobs' allocations (by job id); it is changed in place."""
     return _Pass(cluster, departments, running, pending, now, policy, explain, max_reservations).run()

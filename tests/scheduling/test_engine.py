@@ -309,7 +309,7 @@ def test_head_job_gets_a_reservation_and_only_short_jobs_backfill():
         PendingJob(3, "a", 8, submitted_at=3, time_limit_s=300),  # ends at 1300 < 1600: backfills
     ]
     departments = [Department("a", guaranteed=0), Department("b", guaranteed=72)]
-    result = run(c, departments, running, pending, now=1000.0)
+    result = run(c, departments, running, pending, now=1000.0, max_reservations=1)
     assert result.reservation.job_id == 1 and result.reservation.start_at == 1600
     assert [s.job_id for s in result.started] == [3]
     assert result.waiting[1] == (
@@ -328,3 +328,25 @@ def test_pass_leaves_the_cluster_consistent():
     pending = [PendingJob(i, "a" if i % 2 else "b", g, ANY) for i, g in enumerate([4, 8, 36, 2, 72, 16], 1)]
     run(c, [Department("a", 40), Department("b", 40)], pending=pending)
     check_indexes(c)
+
+
+def test_by_default_the_first_two_waiting_jobs_get_reservations():
+    c = cluster_of({"r1": [9, 9]})
+    c.allocate(10, [(t, 4) for t in range(0, 6)])
+    c.allocate(11, [(t, 4) for t in range(9, 18)])
+    running = [
+        RunningJob(10, "b", 24, started_at=0, expected_end=1600),
+        RunningJob(11, "b", 36, started_at=0, expected_end=5000),
+    ]
+    pending = [
+        PendingJob(1, "a", 36, submitted_at=1, time_limit_s=3600),
+        PendingJob(2, "a", 8, submitted_at=2, time_limit_s=3600),  # second reservation: 2 trays of p2
+        PendingJob(4, "a", 8, submitted_at=3, time_limit_s=3600),  # no third: it would delay job 1
+        PendingJob(3, "a", 8, submitted_at=4, time_limit_s=300),  # ends before 1600: backfills
+    ]
+    departments = [Department("a", guaranteed=0), Department("b", guaranteed=72)]
+    result = run(c, departments, running, pending, now=1000.0)
+    assert [s.job_id for s in result.started] == [3]
+    assert "trays are reserved for it, expected to start in about 67 min" in result.waiting[2]
+    assert result.waiting[4].startswith("waiting: the free trays it fits on are reserved for job #1")
+    assert not any(c.tray_held)
