@@ -27,10 +27,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class JobEventInline(admin.TabularInline):
-    model = JobEvent
-    fields = ["at", "kind", "message", "placement"]
-    readonly_fields = fields
+class ReadOnlyInline(admin.TabularInline):
+    """Rows the scheduler writes, shown under their job."""
+
     extra = 0
     can_delete = False
 
@@ -41,20 +40,18 @@ class JobEventInline(admin.TabularInline):
         return False
 
 
-class AllocationInline(admin.TabularInline):
+class JobEventInline(ReadOnlyInline):
+    model = JobEvent
+    fields = ["at", "kind", "message", "placement"]
+    readonly_fields = fields
+
+
+class AllocationInline(ReadOnlyInline):
     """The GPUs a job holds: written by the scheduler, shown here."""
 
     model = Allocation
     fields = ["gpu", "tray", "created_at"]
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     def get_queryset(self, request):
         return (

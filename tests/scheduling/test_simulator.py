@@ -16,20 +16,7 @@ from scheduling.simulator import SimulationError
 # The first 150 jobs of two ITP trace files, kept in the repository (see fixtures/traces/README.md).
 ITP = Path(__file__).resolve().parent / "fixtures" / "traces"
 
-FIELDS = (
-    "jobs",
-    "makespan_s",
-    "gpu_utilization",
-    "avg_wait_s",
-    "p95_wait_s",
-    "avg_jct_s",
-    "multi_tray_jobs",
-    "multi_tray_in_one_partition",
-    "cross_rack_jobs",
-    "preemptions",
-    "guarantee_shortfall_gpu_s",
-    "decisions_per_s",
-)
+FIELDS = simulator.METRICS  # every field the issue lists, per policy
 
 
 def write_trace(path: Path, rows: list[tuple[str, float, float, int]]) -> Path:
