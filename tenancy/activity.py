@@ -1,6 +1,7 @@
 """GPU activity in the database: record utilization samples, prune history, and define "idle" and "free".
 
-`idle_gpus_queryset` and `free_gpus_count` are the definitions the dashboards use:
+`idle_gpus_queryset` (with `idle_activity_queryset`) and `free_gpus_queryset` / `free_gpus_count` are the
+definitions the dashboards use:
 
 * An **idle** GPU is allocated to a running job and its utilization has stayed under
   ``TenancySettings.idle_threshold_percent`` for at least ``idle_window_minutes`` (``GpuActivity.low_since``
@@ -19,13 +20,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import Count, F, QuerySet
 from django.utils import timezone
 
 from inventory.models import Gpu
 from scheduling.choices import HOLDING_STATES
+from scheduling.models import Allocation
 from tenancy.models import GpuActivity, GpuUtilization, QuotaSnapshot, TenancySettings
-from tenancy.services import schedulable_gpus_q
+from tenancy.services import count_of, schedulable_gpus, schedulable_gpus_q, unschedulable_gpus
 from tenancy.telemetry import Sample
 
 # Parameters per IN (...) list: far below SQLite's 32,766 host parameters, and a full rack is 72 GPUs.
@@ -176,19 +178,36 @@ def prune_history(now: datetime | None = None) -> PruneResult:
     )
 
 
-def idle_gpus_queryset(now: datetime | None = None, department=None) -> QuerySet[Gpu]:
+def idle_cutoff(now: datetime, settings: TenancySettings) -> tuple[datetime, float]:
+    """The idle test on a GPU's activity row: (``low_since`` at the latest, ``utilization`` below)."""
+    return now - timedelta(minutes=settings.idle_window_minutes), settings.idle_threshold_percent
+
+
+def idle_activity_queryset(now: datetime | None = None, settings: TenancySettings | None = None) -> QuerySet:
+    """Activity rows of GPUs under the threshold for the whole window, held by a job or not.
+
+    `idle_gpus_queryset` is these GPUs narrowed to the ones a running job holds; the dashboards count the
+    idle GPUs per department with it (tenancy.selectors.held_gpus_by_department).
+    """
+    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
+    return GpuActivity.objects.filter(low_since__lte=low_since, utilization__lt=threshold)
+
+
+def idle_gpus_queryset(
+    now: datetime | None = None, department=None, settings: TenancySettings | None = None
+) -> QuerySet[Gpu]:
     """GPUs allocated to a running job whose utilization has stayed under the threshold for the window.
 
-    One query; each row is annotated with ``job_id``, ``job_name``, ``department_id``, ``department_name``,
-    ``hostname``, ``utilization`` and ``idle_since``. `department` (a Department or its pk) narrows it.
+    One query (two without `settings`, the loaded TenancySettings); each row is annotated with ``job_id``,
+    ``job_name``, ``department_id``, ``department_name``, ``hostname``, ``utilization`` and ``idle_since``.
+    `department` (a Department or its pk) narrows it.
     """
-    now = now or timezone.now()
-    settings = TenancySettings.load()
+    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
     conditions = {
         "allocations__job__state__in": HOLDING_STATES,
-        "activity__low_since__lte": now - timedelta(minutes=settings.idle_window_minutes),
+        "activity__low_since__lte": low_since,
         # low_since was set against the threshold of its time; an admin may have raised or lowered it since.
-        "activity__utilization__lt": settings.idle_threshold_percent,
+        "activity__utilization__lt": threshold,
     }
     if department is not None:
         conditions["allocations__job__department"] = getattr(department, "pk", department)
@@ -210,5 +229,15 @@ def free_gpus_queryset() -> QuerySet[Gpu]:
     return Gpu.objects.filter(schedulable_gpus_q(), allocations__isnull=True)
 
 
-def free_gpus_count() -> int:
-    return free_gpus_queryset().count()
+def free_gpus_count(schedulable: int | None = None) -> int:
+    """How many GPUs `free_gpus_queryset` selects, counted without joining every GPU to the allocations.
+
+    Free = schedulable GPUs minus the schedulable GPUs some job holds, and those are all allocations minus
+    the ones on unschedulable GPUs (few: `unschedulable_gpus`). Pass `schedulable` (`schedulable_gpus()`)
+    when the caller has counted it already: then this is one query.
+    """
+    if schedulable is None:
+        schedulable = schedulable_gpus()
+    on_unschedulable = Allocation.objects.filter(gpu__in=unschedulable_gpus())
+    held = Allocation.objects.aggregate(n=Count("*") - count_of(on_unschedulable))["n"]
+    return schedulable - held

@@ -1,7 +1,9 @@
 """Read-side queries for the department pages and dashboards, and the glue to the pure fair-share arithmetic.
 
-Every figure is aggregated in SQL (correlated subqueries annotated on the departments, or one COUNT), so a
-page makes the same few queries whatever the number of racks, GPUs or jobs; every list is bounded.
+Every figure is aggregated in SQL, so a page makes the same few queries whatever the number of racks, GPUs
+or jobs, and every list is bounded. The dashboards read each table once per request: one GROUP BY over the
+running jobs' allocations (in use, idle), one over the active jobs (running, pending), and GPU counts that
+start from the few unschedulable GPUs (tenancy.services); in quota / borrowed are arithmetic on in use.
 Visibility comes from `visible_to(user)` / `led_by(user)` on the models and nowhere else.
 
 Definitions the dashboards share (and `tenancy.tasks.snapshot_quotas` records):
@@ -21,15 +23,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    Count,
+    F,
+    FilteredRelation,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 from hostlist import collect_hostlist
 
-from scheduling.choices import HOLDING_STATES, JobState
+from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
-from tenancy.activity import free_gpus_count, idle_gpus_queryset
-from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot
+from tenancy.activity import free_gpus_count, idle_activity_queryset, idle_gpus_queryset
+from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot, TenancySettings
 from tenancy.quota import DepartmentQuota, fair_share
 from tenancy.services import CapacityStatus, capacity_status, schedulable_gpus
 
@@ -53,7 +66,11 @@ def _per_department(queryset: QuerySet, path: str, aggregate) -> Coalesce:
 
 
 def annotate_positions(departments: QuerySet, now: datetime | None = None) -> QuerySet:
-    """Departments with their live figures: running/pending jobs and GPUs, idle GPUs. One query."""
+    """Departments annotated with their live figures: running/pending jobs and GPUs, idle GPUs. One query.
+
+    For a page of departments (the API). Its subqueries run once per department row, and in_quota/borrowed
+    repeat the in_use one, so the dashboards use `department_positions` (a GROUP BY per table) instead.
+    """
     running = Job.objects.filter(state__in=HOLDING_STATES)
     pending = Job.objects.filter(state=JobState.PENDING)
     # idle_gpus_queryset narrowed by OuterRef inside its single filter() call, so the department condition
@@ -152,26 +169,73 @@ class Positions:
     def pending_demand(self) -> int:
         return sum(p.pending_demand for p in self.positions)
 
+    def capacity_status(self) -> CapacityStatus:
+        """`tenancy.services.capacity_status` from these figures, without counting anything again."""
+        return capacity_status(self.capacity, [p.department for p in self.positions])
 
-def department_positions(now: datetime | None = None) -> Positions:
-    """Every department's position and fair share. Three queries (settings, departments, capacity).
 
-    Fair share is a property of the whole cluster, so it is always computed over all departments; pages
-    then show only the ones the user may see.
+def departments_with_jobs() -> QuerySet[Department]:
+    """Every department, by name, annotated with running_jobs, pending_jobs and pending_gpus. One query.
+
+    A single join to the department's active jobs (FilteredRelation: the join condition, not a WHERE, so a
+    department without jobs keeps its row), grouped by department. Finished jobs are never read.
+    """
+    pending = Q(active_jobs__state=JobState.PENDING)
+    return (
+        Department.objects.annotate(
+            active_jobs=FilteredRelation("jobs", condition=Q(jobs__state__in=ACTIVE_STATES))
+        )
+        .annotate(
+            running_jobs=Count("active_jobs", filter=Q(active_jobs__state__in=HOLDING_STATES)),
+            pending_jobs=Count("active_jobs", filter=pending),
+            pending_gpus=Coalesce(Sum("active_jobs__gpus", filter=pending), 0),
+        )
+        .order_by("name")
+    )
+
+
+def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, tuple[int, int]]:
+    """{department pk: (in use, idle)} for the departments whose running jobs hold GPUs. One query.
+
+    One pass over the running jobs' allocations grouped by department; idle is the subset whose GPU's
+    activity passes the idle test (`idle_activity_queryset`: a GPU has at most one allocation, so this
+    counts exactly the GPUs `idle_gpus_queryset` lists).
+    """
+    idle = idle_activity_queryset(now, settings).values("gpu")
+    rows = (
+        Allocation.objects.filter(job__state__in=HOLDING_STATES)
+        .order_by()
+        .values("job__department")
+        .annotate(in_use=Count("pk"), idle=Count("pk", filter=Q(gpu__in=idle)))
+    )
+    return {row["job__department"]: (row["in_use"], row["idle"]) for row in rows}
+
+
+def department_positions(now: datetime | None = None, settings: TenancySettings | None = None) -> Positions:
+    """Every department's position and fair share, in a fixed handful of queries.
+
+    The departments with their job counts, the GPUs they hold (and how many of those are idle), and the
+    schedulable GPUs (one count); the settings row too unless `settings` is passed. Fair share is a property
+    of the whole cluster, so it is always computed over all departments; pages then show only the ones the
+    user may see.
     """
     now = now or timezone.now()
-    departments = annotate_positions(Department.objects.all(), now=now).order_by("name")
-    positions = [
-        Position(
-            department=department,
-            in_use=department.in_use,
-            running_jobs=department.running_jobs,
-            pending_demand=department.pending_gpus,
-            pending_jobs=department.pending_jobs,
-            idle=department.idle_gpus,
+    settings = settings or TenancySettings.load()
+    departments = list(departments_with_jobs())
+    held = held_gpus_by_department(now, settings)
+    positions = []
+    for department in departments:
+        in_use, idle = held.get(department.pk, (0, 0))
+        positions.append(
+            Position(
+                department=department,
+                in_use=in_use,
+                running_jobs=department.running_jobs,
+                pending_demand=department.pending_gpus,
+                pending_jobs=department.pending_jobs,
+                idle=idle,
+            )
         )
-        for department in departments
-    ]
     capacity = schedulable_gpus()
     shares = fair_share(capacity, [p.as_quota() for p in positions]).shares
     for position in positions:
@@ -186,14 +250,23 @@ def department_positions(now: datetime | None = None) -> Positions:
 # ------------------------------------------------------------------------------------------ list page
 
 
-def department_list(user) -> list[Position]:
-    """The positions of the departments `user` may see, with the user's role in each."""
-    visible = set(Department.objects.visible_to(user).values_list("pk", flat=True))
-    roles = dict(Membership.objects.filter(user=user).values_list("department_id", "role"))
-    positions = [p for p in department_positions() if p.department.pk in visible]
-    for position in positions:
-        position.role = roles.get(position.department.pk, "")
-    return positions
+def department_list(user, positions: Positions | None = None) -> list[Position]:
+    """The positions of the departments `user` may see, with the user's role in each.
+
+    `positions`: `department_positions()` when the caller has it already.
+    """
+    membership = Membership.objects.filter(user=user, department=OuterRef("pk"))
+    roles = dict(
+        Department.objects.visible_to(user)
+        .annotate(role=Subquery(membership.values("role")[:1]))
+        .values_list("pk", "role")
+    )
+    if positions is None:
+        positions = department_positions()
+    visible = [p for p in positions if p.department.pk in roles]
+    for position in visible:
+        position.role = roles[position.department.pk] or ""
+    return visible
 
 
 def visible_department(user, slug: str) -> Department | None:
@@ -240,6 +313,7 @@ class DepartmentDashboard:
     members: list[Membership]
     can_manage: bool
     taken_at: datetime
+    positions: Positions | None = None  # every department's (the shortfall banner for admins)
 
     @property
     def idle_more(self) -> int:
@@ -269,11 +343,12 @@ def department_dashboard(user, department: Department, now: datetime | None = No
     `department` must come from `Department.objects.visible_to(user)`.
     """
     now = now or timezone.now()
-    positions = department_positions(now)
+    settings = TenancySettings.load()
+    positions = department_positions(now, settings)
     idle = list(
-        idle_gpus_queryset(now=now, department=department).order_by("idle_since", "hostname", "index")[
-            :IDLE_LIMIT
-        ]
+        idle_gpus_queryset(now=now, department=department, settings=settings).order_by(
+            "idle_since", "hostname", "index"
+        )[:IDLE_LIMIT]
     )
     position = positions.of(department)
     jobs = Job.objects.visible_to(user).filter(department=department)
@@ -302,6 +377,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         members=members(user, department),
         can_manage=manage,
         taken_at=now,
+        positions=positions,
     )
 
 
@@ -328,16 +404,17 @@ class AdminDashboard:
 def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
     """All departments side by side, capacity, oversubscription, and the idle GPUs cluster-wide."""
     now = now or timezone.now()
-    positions = department_positions(now)
-    free = free_gpus_count()
+    settings = TenancySettings.load()
+    positions = department_positions(now, settings)
+    free = free_gpus_count(schedulable=positions.capacity)
     # A department can only count on what is free plus what it already holds; beyond that its guarantee
     # has to be reclaimed from borrowers (or, with a shortfall, cannot be met at all).
     at_risk = [p for p in positions if p.guaranteed > free + p.in_use]
     idle = list(
-        idle_gpus_queryset(now=now).order_by("idle_since", "department_name", "hostname", "index")[
-            :ADMIN_IDLE_LIMIT
-        ]
+        idle_gpus_queryset(now=now, settings=settings).order_by(
+            "idle_since", "department_name", "hostname", "index"
+        )[:ADMIN_IDLE_LIMIT]
     )
     return AdminDashboard(
-        positions=positions, status=capacity_status(), free=free, idle_gpus=idle, at_risk=at_risk
+        positions=positions, status=positions.capacity_status(), free=free, idle_gpus=idle, at_risk=at_risk
     )

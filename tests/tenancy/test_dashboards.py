@@ -349,9 +349,9 @@ def grow(world, factor: int, offset: int = 0) -> None:
 # Session and user, then the page's own queries. Equal before and after growth; these caps catch a
 # query per row slipping in.
 MAX_QUERIES = {
-    "/tenancy/departments/": 9,
-    "/tenancy/departments/alpha/": 16,
-    "/tenancy/dashboard/": 11,
+    "/tenancy/departments/": 7,
+    "/tenancy/departments/alpha/": 14,
+    "/tenancy/dashboard/": 8,
 }
 
 
