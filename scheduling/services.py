@@ -329,8 +329,20 @@ def _pass(now) -> PassSummary:
     ]
     result = schedule(cluster, engine_departments, running, pending, now.timestamp())
 
+    # The decisions were made on rows read without locks: a job may have been cancelled, finished or handed
+    # to its backend meanwhile. Lock the rows the pass changes and act only on those still as they were read
+    # (a dispatch or cancel in flight holds the row lock; we wait for it and then see its outcome).
+    touched = [s.job_id for s in result.started] + list(result.preempted)
+    current = {j.pk: j for j in Job.objects.select_for_update().filter(pk__in=touched).order_by("pk")}
+    holding_by_pk = {pk: job for pk, job in current.items() if job.state in HOLDING_STATES}
+    still_pending = {pk: job for pk, job in current.items() if job.state == JobState.PENDING}
+    for pk, job in still_pending.items():
+        if pk in pending_jobs:
+            pending_jobs[pk] = job
+    result.preempted = {v: j for v, j in result.preempted.items() if v in holding_by_pk}
+    result.started = [s for s in result.started if s.job_id in still_pending]
+
     events: list[JobEvent] = []
-    holding_by_pk = {j.pk: j for j in holding}
     for victim_id, for_job in result.preempted.items():
         victim = holding_by_pk[victim_id]
         _stop_in_backend(victim, f"preempted for job {for_job}")

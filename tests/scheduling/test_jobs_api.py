@@ -225,3 +225,22 @@ def test_small_jobs_packed_on_one_tray_in_one_pass_get_different_gpus(world):
     assert first.placement == second.placement  # packed into the partly used tray
     gpus = [set(Allocation.objects.filter(job=job).values_list("gpu_id", flat=True)) for job in jobs]
     assert [len(g) for g in gpus] == [1, 2] and not gpus[0] & gpus[1]
+
+
+def test_a_job_cancelled_while_the_pass_decides_is_not_started(world, monkeypatch):
+    from scheduling import services
+
+    job = Job.objects.create(department=world["research"], name="late-cancel", gpus=8, work={})
+    real_schedule = services.schedule
+
+    def schedule_then_cancel(*args, **kwargs):
+        result = real_schedule(*args, **kwargs)
+        assert [s.job_id for s in result.started] == [job.pk]
+        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # a cancel that committed meanwhile
+        return result
+
+    monkeypatch.setattr(services, "schedule", schedule_then_cancel)
+    assert services.run_pass().started == 0
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert not Allocation.objects.filter(job=job).exists()
