@@ -25,11 +25,11 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from inventory.models import ComputeTray, Gpu
-from scheduling.choices import FINISHED_STATES, HOLDING_STATES, Backend, JobEventKind, JobState, Topology
+from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster, TraySpec
+from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES, PendingJob, RunningJob, schedule
 from scheduling.engine.scheduler import Department as EngineDepartment
-from scheduling.engine.scheduler import PendingJob, RunningJob, schedule
 from scheduling.models import (
     Allocation,
     BackendCancel,
@@ -40,9 +40,6 @@ from scheduling.models import (
 )
 from tenancy.models import Department, Membership, is_admin
 from tenancy.services import schedulable_gpus_q
-
-MAX_NAME = 200
-
 
 # --- submission --------------------------------------------------------------------------------------
 
@@ -95,8 +92,6 @@ def check_request(department: Department, gpus: int, topology: str, priority_cla
             f"{gpus} GPUs is over the department's limit of {department.limit_gpus} GPUs: it could never run"
         )
         return errors
-    from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
-
     if priority_class not in PREEMPTIBLE_CLASSES and gpus > department.guaranteed_gpus:
         errors["priority_class"] = (
             f"{priority_class} jobs are not preemptible and run only within the department's guarantee "
@@ -506,6 +501,3 @@ def finish_job(job: Job, state: str, message: str = "", exit_code: int | None = 
     job.save()
     JobEvent.objects.create(job=job, kind=kind, message=message)
     request_pass(f"job {job.pk} {state}")
-
-
-BACKENDS = dict(Backend.choices)
