@@ -127,6 +127,13 @@ def _event(job: Job, kind: str, message: str = "", placement=None) -> JobEvent:
     return JobEvent(job=job, kind=kind, message=message[:500], placement=placement or [])
 
 
+def submission(user, idempotency_key: str) -> Job | None:
+    """The job an earlier submission by `user` with this Idempotency-Key made, if any."""
+    if not idempotency_key:
+        return None
+    return Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
+
+
 def request_pass(reason: str) -> None:
     """Record that something changed and ask for a pass once the transaction commits."""
     SchedulingRequest.objects.create(reason=reason[:100])
@@ -150,10 +157,9 @@ def submit_job(
 ) -> tuple[Job, bool]:
     """Make a pending job (validated) and ask for a pass; (job, created). With an idempotency key a second
     submission by the same user returns the first job, created False."""
-    if idempotency_key:
-        existing = Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return existing, False
+    existing = submission(user, idempotency_key)
+    if existing is not None:
+        return existing, False
     if not submittable_departments(user).filter(pk=department.pk).exists():
         raise ValidationError({"department": f"you are not a member of {department.slug}"})
     errors = check_request(department, gpus, topology, priority_class)
@@ -180,10 +186,9 @@ def submit_job(
             request_pass(f"submitted job {job.pk}")
     except IntegrityError:
         # A concurrent retry with the same key won the race: return its job.
-        if idempotency_key:
-            existing = Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
-            if existing is not None:
-                return existing, False
+        existing = submission(user, idempotency_key)
+        if existing is not None:
+            return existing, False
         raise
     return job, True
 
@@ -376,25 +381,24 @@ def _pass(now) -> PassSummary:
             ],
         )
 
+    # The free GPUs of every tray this pass starts work on, in one query, by tray in index order. Each start
+    # takes from the front of its trays' lists, so two small jobs packed on one tray get different GPUs.
+    trays_wanted = {tray_pk[t] for start in result.started for t, _ in start.placement}
+    free_on: dict[int, list[int]] = {}
+    for gpu_id, tray_id in (
+        Gpu.objects.filter(schedulable_gpus_q(), tray_id__in=trays_wanted, allocations__isnull=True)
+        .order_by("tray_id", "index")
+        .values_list("pk", "tray_id")
+    ):
+        free_on.setdefault(tray_id, []).append(gpu_id)
     allocations: list[Allocation] = []
-    given: set[int] = set()  # GPU ids allocated by this pass so far
     started_jobs: list[Job] = []
     for start in result.started:
         job = pending_jobs[start.job_id]
-        wanted = {tray_pk[t]: n for t, n in start.placement}
-        free = (
-            Gpu.objects.filter(schedulable_gpus_q(), tray_id__in=list(wanted), allocations__isnull=True)
-            .order_by("tray_id", "index")
-            .values_list("pk", "tray_id")
-        )
-        taken: dict[int, int] = {}
-        for gpu_id, tray_id in free:
-            # GPUs given to an earlier start of this pass are not saved yet (bulk_create below): skip them, or
-            # two small jobs packed on one tray would get the same GPU and the whole pass would roll back.
-            if gpu_id not in given and taken.get(tray_id, 0) < wanted[tray_id]:
-                taken[tray_id] = taken.get(tray_id, 0) + 1
-                given.add(gpu_id)
-                allocations.append(Allocation(job=job, gpu_id=gpu_id))
+        for t, n in start.placement:
+            gpus = free_on.get(tray_pk[t], [])
+            allocations.extend(Allocation(job=job, gpu_id=gpu_id) for gpu_id in gpus[:n])
+            del gpus[:n]
         hosts = [cluster.tray_host[t] for t, _ in start.placement]
         shape = engine_placement.describe(cluster, start.placement)
         where = ", ".join(sorted({cluster.partition_label(cluster.tray_part[t]) for t, _ in start.placement}))

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from scheduling.api.serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
 from scheduling.filters import JobFilter
 from scheduling.models import Job
-from scheduling.services import cancel_job, may_cancel, submit_job
+from scheduling.services import cancel_job, may_cancel, submission, submit_job
 from tenancy.api.serializers import api_validation_error
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -61,10 +61,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return Response(
                 {"Idempotency-Key": [f"at most {MAX_KEY} characters"]}, status=status.HTTP_400_BAD_REQUEST
             )
-        if key:
-            existing = Job.objects.filter(submitted_by=request.user, idempotency_key=key).first()
-            if existing is not None:
-                return Response(self._detail(existing), status=status.HTTP_200_OK)
+        # A retry returns the first job even if its body would no longer pass validation.
+        existing = submission(request.user, key)
+        if existing is not None:
+            return Response(self._detail(existing), status=status.HTTP_200_OK)
         serializer = JobSubmitSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         try:
