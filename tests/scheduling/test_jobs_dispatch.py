@@ -144,15 +144,22 @@ def test_an_unreachable_backend_keeps_the_job_starting_and_a_retry_runs_it_once(
 
 
 def test_a_lost_reply_is_adopted_not_run_twice(submit, standin, sync):
-    # The API server creates the Job, but the reply is lost (a 503 after the write is what a proxy says).
-    standin.fail(503, method="POST", path="/jobs", delay=0.0)
+    from scheduling.backends.kubernetes.jobs import render_job_objects
+    from scheduling.dispatch import dispatch_request
+
+    standin.fail(503, method="POST", path="/computedomains")
     job = submit(gpus=8)
     assert job.state == JobState.STARTING
+    # The API server had stored the objects after all (the 503 came from a proxy on the way back).
+    for obj in render_job_objects(dispatch_request(job, {})):
+        standin.add(obj, manager="rackplane")
+    version = standin.get("Job", f"rp-{job.pk}", "research")["metadata"]["resourceVersion"]
     Job.objects.filter(pk=job.pk).update(next_dispatch_at=timezone.now() - timedelta(seconds=1))
     sync()
     job.refresh_from_db()
-    assert job.state == JobState.RUNNING
-    assert standin.names("Job") == [f"research/rp-{job.pk}"]
+    assert job.state == JobState.RUNNING and job.backend_id == f"research/rp-{job.pk}"
+    assert standin.names("Job") == [f"research/rp-{job.pk}"]  # adopted: one Job, never two
+    assert standin.get("Job", f"rp-{job.pk}", "research")["metadata"]["resourceVersion"] == version
 
 
 def test_a_refused_job_fails_with_the_backends_words_and_frees_its_gpus(submit, standin):
