@@ -272,7 +272,7 @@ def measure_pass(rng: random.Random, pending: int) -> dict:
 
 def measure_render() -> dict:
     """`render_current()` for the whole inventory, split into `build_state` (queries) and `render_files`."""
-    from scheduling.configstate import build_state, render_files
+    from integrations.state import build_state, render_files
 
     started = time.perf_counter()
     state = build_state()
@@ -371,7 +371,7 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
     from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
     from inventory.models import ComputeTray, Gpu
     from inventory.services import ingest_report
-    from tenancy.demo import seed_tenants
+    from portal.demo import seed_tenants
     from tenancy.models import Department, Membership
 
     settings.DEBUG = False  # no query log growing through the run

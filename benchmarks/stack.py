@@ -454,7 +454,7 @@ def allocation_checks() -> dict:
     """Invariants of the allocations, read from the database (every one must be 0)."""
     from django.db.models import Count, F
 
-    from inventory.models import GPUS_PER_TRAY
+    from core.hardware import GPUS_PER_TRAY
     from scheduling.choices import HOLDING_STATES
     from scheduling.models import Allocation, Job
 

@@ -12,16 +12,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
 from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
-from inventory.models import (
-    DEFAULT_CLIQUE_ID,
-    GPUS_PER_TRAY,
-    TRAYS_PER_RACK,
-    ComputeTray,
-    Gpu,
-    NVLinkPartition,
-    Rack,
-)
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
 PRODUCTS = {
     SystemModel.GB200_NVL72: ("NVIDIA GB200", 189471),

@@ -11,12 +11,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, MAX_CLIQUE_ID, TRAYS_PER_RACK
 from inventory.choices import ACTIVE_PLAN_STATES, FabricState, GpuHealth, PlanStatus, SystemModel, TrayState
-
-TRAYS_PER_RACK = 18
-GPUS_PER_TRAY = 4
-DEFAULT_CLIQUE_ID = 32766
-MAX_CLIQUE_ID = 32766
 
 
 class RackQuerySet(models.QuerySet):

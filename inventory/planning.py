@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-TRAYS_PER_RACK = 18
-DEFAULT_CLIQUE_ID = 32766
+from core.hardware import DEFAULT_CLIQUE_ID, TRAYS_PER_RACK
+
 PRESETS = {"1x18": 18, "2x9": 9, "3x6": 6, "6x3": 3, "9x2": 2, "18x1": 1}
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 

@@ -8,12 +8,24 @@ list is bounded. Views only call these and render.
 from dataclasses import dataclass, field
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import (
+    BooleanField,
+    CharField,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.db.models.functions import Coalesce
 
+from core.hardware import GPUS_PER_TRAY
 from inventory.choices import FabricState, GpuHealth, TrayState
 from inventory.filters import RackFilter
-from inventory.models import GPUS_PER_TRAY, ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
 # How many rows the overview lists at most; the rest is summarised as "N more".
 OVERVIEW_LIST_LIMIT = 15
@@ -255,17 +267,13 @@ class RackLayout:
     gpus_held: int = 0  # GPUs allocated to active jobs
 
 
-def _held_by(user) -> dict:
-    """Annotations for a GPU query: the job holding each GPU (an Allocation exists only while its job is
-    starting or running; one per GPU, so the joins never multiply rows) and whether `user` may see it."""
-    from scheduling.models import Job  # scheduling builds on inventory: imported where used
-
-    return {
-        "held_job_id": F("allocations__job_id"),
-        "held_job_name": F("allocations__job__name"),
-        "held_job_department": F("allocations__job__department__name"),
-        "held_job_visible": Exists(Job.objects.visible_to(user).filter(pk=OuterRef("allocations__job_id"))),
-    }
+# Without the scheduling layer's annotations: nobody holds anything.
+NO_HOLDERS = {
+    "held_job_id": Value(None, output_field=IntegerField()),
+    "held_job_name": Value("", output_field=CharField()),
+    "held_job_department": Value("", output_field=CharField()),
+    "held_job_visible": Value(False, output_field=BooleanField()),
+}
 
 
 def _tray_jobs(gpus: list) -> list[HeldBy]:
@@ -284,9 +292,10 @@ def _tray_jobs(gpus: list) -> list[HeldBy]:
     return list(jobs.values())
 
 
-def rack_layout(user, rack: Rack) -> RackLayout:
-    """The rack's trays and GPUs as a grid, coloured by partition, with the active job holding each GPU:
-    three queries (the jobs come with the GPUs)."""
+def rack_layout(user, rack: Rack, holders: dict | None = None) -> RackLayout:
+    """The rack's trays and GPUs as a grid, coloured by partition: three queries. `holders` are GPU
+    annotations naming the active job holding each GPU (scheduling.usage.holder_annotations, given by the
+    page: inventory knows nothing of jobs); without them no GPU is shown as held."""
     partitions = list(
         NVLinkPartition.objects.visible_to(user)
         .filter(rack=rack)
@@ -301,7 +310,7 @@ def rack_layout(user, rack: Rack) -> RackLayout:
 
     trays = list(ComputeTray.objects.visible_to(user).filter(rack=rack).order_by("slot"))
     gpus_by_tray: dict[int, list] = {tray.pk: [None] * GPUS_PER_TRAY for tray in trays}
-    gpus_in_rack = Gpu.objects.visible_to(user).filter(tray__rack=rack).annotate(**_held_by(user))
+    gpus_in_rack = Gpu.objects.visible_to(user).filter(tray__rack=rack).annotate(**(holders or NO_HOLDERS))
     for gpu in gpus_in_rack.order_by("tray_id", "index"):
         if gpu.tray_id in gpus_by_tray and gpu.index is not None and 0 <= gpu.index < GPUS_PER_TRAY:
             gpus_by_tray[gpu.tray_id][gpu.index] = gpu

@@ -13,9 +13,10 @@ from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.core.paginator import Paginator
 from django.shortcuts import render
 
+from core.access import is_admin
+from core.models import AuditAction, AuditEvent, AuditSource
 from portal.filters import AuditEventFilter
-from portal.models import AuditAction, AuditEvent, AuditSource
-from tenancy.models import Department, is_admin
+from tenancy.models import Department
 
 EVENTS_PER_PAGE = 50
 VALUE_LIMIT = 80  # characters of a value shown in the diff; the whole value goes in the title

@@ -2,7 +2,7 @@
 
 from django.utils.functional import SimpleLazyObject
 
-from tenancy.models import is_admin
+from core.access import is_admin
 from tenancy.services import capacity_status as compute_capacity_status
 
 

@@ -6,8 +6,8 @@ from django.db.models import Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from portal.audit import AUDITED
-from portal.models import AuditAction, AuditEvent, AuditSource
+from core.audit import AUDITED
+from core.models import AuditAction, AuditEvent, AuditSource
 from tenancy.models import Department
 
 

@@ -52,10 +52,12 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
-    "portal",
+    "core",
     "inventory",
     "tenancy",
     "scheduling",
+    "integrations",
+    "portal",
 ]
 
 MIDDLEWARE = [
@@ -66,7 +68,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "portal.middleware.LoginRequiredMiddleware",
-    "portal.audit.AuditMiddleware",
+    "core.audit.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -161,14 +163,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE: dict = {
     "scrape-dcgm-exporters": {"task": "tenancy.tasks.scrape_exporters", "schedule": 60.0},
     "prune-telemetry": {"task": "tenancy.tasks.prune_telemetry", "schedule": 3600.0},
-    "snapshot-quotas": {"task": "tenancy.tasks.snapshot_quotas", "schedule": 300.0},
-    "follow-partition-plans": {"task": "inventory.tasks.follow_active_plans", "schedule": 30.0},
-    # Config pushes: requeue pushes whose worker was lost, send retries that are due (scheduling.pushes).
-    "retry-stale-pushes": {"task": "scheduling.tasks.retry_stale_pushes", "schedule": 60.0},
+    "snapshot-quotas": {"task": "scheduling.tasks.snapshot_quotas", "schedule": 300.0},
+    "follow-partition-plans": {"task": "integrations.tasks.follow_active_plans", "schedule": 30.0},
+    # Config pushes: requeue pushes whose worker was lost, send retries that are due (integrations.pushes).
+    "retry-stale-pushes": {"task": "integrations.tasks.retry_stale_pushes", "schedule": 60.0},
     # Jobs: a scheduling pass every minute besides the ones submissions and completions trigger; job state
-    # read back from Slurm/Kubernetes, backend cancels and dispatch retries every 30 s (scheduling.dispatch).
+    # read back from Slurm/Kubernetes, backend cancels and dispatch retries every 30 s
+    # (integrations.dispatch).
     "schedule-jobs": {"task": "scheduling.tasks.schedule_jobs_periodically", "schedule": 60.0},
-    "sync-jobs": {"task": "scheduling.tasks.sync_jobs", "schedule": 30.0},
+    "sync-jobs": {"task": "integrations.tasks.sync_jobs", "schedule": 30.0},
 }
 
 # Where the embedded directory target renders configuration.

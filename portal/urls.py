@@ -1,18 +1,67 @@
+"""Every URL of the portal, composed here (the project shell is the one layer that sees every app).
+
+Page namespaces are the sections users see: `inventory` (racks, trays, GPUs and the partition wizard),
+`tenancy` (departments and dashboards), `scheduling` (jobs), `integrations` (targets and pushes). The API
+is one router under /api/v1/.
+"""
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
 
+from integrations.api import ConfigTargetViewSet
+from integrations.plans import urls as plan_urls
+from integrations.plans.api import PartitionPlanViewSet
+from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
-from portal import audit_views, views
+from portal import audit_views, departments, racks, views
+from portal.api.audit import AuditEventViewSet
+from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
+from scheduling.api.views import JobViewSet
+
+router = DefaultRouter()
+router.register("racks", inventory_api.RackViewSet, basename="rack")
+router.register("trays", inventory_api.ComputeTrayViewSet, basename="tray")
+router.register("gpus", inventory_api.GpuViewSet, basename="gpu")
+router.register("partitions", inventory_api.NVLinkPartitionViewSet, basename="partition")
+router.register("partition-plans", PartitionPlanViewSet, basename="partition-plan")
+router.register("departments", DepartmentViewSet, basename="department")
+router.register("audit-events", AuditEventViewSet, basename="audit-event")
+router.register("jobs", JobViewSet, basename="job")
+router.register("config-targets", ConfigTargetViewSet, basename="config-target")
+
+members = DepartmentMemberViewSet.as_view({"get": "list", "post": "create"})
+member = DepartmentMemberViewSet.as_view(
+    {"get": "retrieve", "put": "update", "patch": "partial_update", "delete": "destroy"}
+)
 
 api_v1 = [
-    path("", include("inventory.api.urls")),
+    *router.urls,
     path("discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
     path("telemetry/", include("tenancy.api.telemetry")),
-    path("", include("tenancy.api.urls")),
-    path("", include("portal.api.audit")),
-    path("", include("scheduling.api.urls")),
+    path("departments/<slug:department_slug>/members/", members, name="department-member-list"),
+    path(
+        "departments/<slug:department_slug>/members/<str:username>/", member, name="department-member-detail"
+    ),
+]
+
+inventory_pages = [
+    path("racks/", racks.rack_list, name="rack-list"),
+    path("racks/<str:name>/", racks.rack_detail, name="rack-detail"),
+    path("gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
+    path("trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
+    *plan_urls.urlpatterns,
+]
+
+tenancy_pages = [
+    path("departments/", departments.department_list, name="department-list"),
+    path("departments/<slug:slug>/", departments.department_detail, name="department-detail"),
+    path("departments/<slug:slug>/edit/", departments.department_edit, name="department-edit"),
+    path("departments/<slug:slug>/members/", departments.member_set, name="member-set"),
+    path("departments/<slug:slug>/members/<int:pk>/remove/", departments.member_remove, name="member-remove"),
+    path("dashboard/", departments.admin_dashboard, name="admin-dashboard"),
 ]
 
 urlpatterns = [
@@ -20,9 +69,10 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("inventory/", include("inventory.urls")),
-    path("tenancy/", include("tenancy.urls")),
+    path("inventory/", include((inventory_pages, "inventory"))),
+    path("tenancy/", include((tenancy_pages, "tenancy"))),
     path("scheduling/", include("scheduling.urls")),
+    path("scheduling/", include("integrations.urls")),
     path("audit/", audit_views.audit_list, name="audit-list"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,12 +1,8 @@
-import json
-
 from django.contrib import admin
 
 from scheduling.models import (
     Allocation,
     BackendCancel,
-    ConfigPush,
-    ConfigTarget,
     Job,
     JobEvent,
     SchedulerState,
@@ -105,71 +101,6 @@ class AllocationAdmin(admin.ModelAdmin):
     @admin.display(description="Department", ordering="job__department__name")
     def department(self, obj):
         return obj.job.department
-
-
-@admin.register(ConfigTarget)
-class ConfigTargetAdmin(admin.ModelAdmin):
-    """Settings are edited on the portal's target form (it keeps tokens out of pages); shown masked here."""
-
-    list_display = ["name", "kind", "enabled", "updated_at"]
-    list_filter = ["kind", "enabled"]
-    search_fields = ["name"]
-    fields = ["name", "kind", "enabled", "settings_masked", "follow_up", "created_at", "updated_at"]
-    readonly_fields = ["kind", "settings_masked", "follow_up", "created_at", "updated_at"]
-
-    @admin.display(description="Settings (secrets masked; edit on the Config pushes > Targets page)")
-    def settings_masked(self, obj):
-        return json.dumps(obj.masked_settings(), indent=2, sort_keys=True) if obj.pk else "—"
-
-    def has_add_permission(self, request):
-        return False  # the portal form validates the settings per kind
-
-
-@admin.register(ConfigPush)
-class ConfigPushAdmin(admin.ModelAdmin):
-    """Pushes are written by scheduling.pushes and its task: read-only here (the payload is not shown: it
-    can be megabytes; its hash and size are)."""
-
-    list_display = ["id", "target", "status", "attempts", "reason", "plan_id", "requested_by", "created_at"]
-    list_filter = ["status", "target"]
-    search_fields = ["reason", "target__name", "error"]
-    list_select_related = ["target", "requested_by"]
-    date_hierarchy = "created_at"
-    fields = [
-        "target",
-        "status",
-        "attempts",
-        "reason",
-        "plan_id",
-        "requested_by",
-        "superseded_by",
-        "payload_hash",
-        "payload_size",
-        "error",
-        "log",
-        "next_attempt_at",
-        "created_at",
-        "started_at",
-        "updated_at",
-        "finished_at",
-    ]
-    readonly_fields = fields
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).defer("payload")
-
-    @admin.display(description="Payload")
-    def payload_size(self, obj):
-        if not obj.pk:
-            return "—"
-        payload = ConfigPush.objects.filter(pk=obj.pk).values_list("payload", flat=True).first() or {}
-        return f"{len(json.dumps(payload)):,} bytes of JSON ({', '.join(payload) or 'empty'})"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(JobEvent)

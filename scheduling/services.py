@@ -10,7 +10,7 @@
 * `cancel_job` stops a job; a backend job that must be stopped (cancelled or preempted) becomes a
   BackendCancel row that the sync task retries until the backend confirms.
 
-Dispatch to Slurm/Kubernetes and the sync of their state are in scheduling.dispatch.
+Dispatch to Slurm/Kubernetes and the sync of their state are in integrations.dispatch.
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
+from core.access import is_admin
+from core.enqueue import enqueue
+from core.hardware import GPUS_PER_TRAY
 from inventory.models import ComputeTray, Gpu
 from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
-from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster, TraySpec
+from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES, PendingJob, RunningJob, schedule
 from scheduling.engine.scheduler import Department as EngineDepartment
 from scheduling.models import (
@@ -38,8 +41,14 @@ from scheduling.models import (
     SchedulerState,
     SchedulingRequest,
 )
-from tenancy.models import Department, Membership, is_admin
+from tenancy.models import Department, Membership
 from tenancy.services import schedulable_gpus_q
+
+# Tasks are started by name (core.enqueue): the pass is this layer's own; dispatch and the job sync belong
+# to integrations, which this layer does not import.
+SCHEDULE_JOBS = "scheduling.tasks.schedule_jobs"
+DISPATCH_JOB = "integrations.tasks.dispatch_job"
+SYNC_JOBS = "integrations.tasks.sync_jobs"
 
 # --- submission --------------------------------------------------------------------------------------
 
@@ -137,9 +146,7 @@ def submission(user, idempotency_key: str) -> Job | None:
 def request_pass(reason: str) -> None:
     """Record that something changed and ask for a pass once the transaction commits."""
     SchedulingRequest.objects.create(reason=reason[:100])
-    from scheduling import tasks
-
-    transaction.on_commit(tasks.schedule_jobs.delay)
+    enqueue(SCHEDULE_JOBS)
 
 
 def submit_job(
@@ -212,9 +219,7 @@ def _stop_in_backend(job: Job, reason: str) -> None:
         BackendCancel.objects.get_or_create(
             backend=job.backend, backend_id=job.backend_id, defaults={"job": job, "reason": reason[:200]}
         )
-        from scheduling import tasks
-
-        transaction.on_commit(tasks.sync_jobs.delay)
+        enqueue(SYNC_JOBS)
 
 
 def cancel_job(job: Job, user=None) -> Job:
@@ -445,10 +450,8 @@ def _pass(now) -> PassSummary:
     Job.objects.bulk_update(changed, ["pending_reason"], batch_size=500)
     JobEvent.objects.bulk_create(events)
     if started_jobs:
-        from scheduling import tasks
-
-        ids = [job.pk for job in started_jobs]
-        transaction.on_commit(lambda: [tasks.dispatch_job.delay(pk) for pk in ids])
+        for job in started_jobs:
+            enqueue(DISPATCH_JOB, job.pk)
     return PassSummary(
         started=len(result.started),
         preempted=len(result.preempted),

@@ -51,7 +51,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster, TraySpec
+from core.hardware import GPUS_PER_TRAY
+from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import ANY, PARTITION, POLICIES, RACK, RACKPLANE
 from scheduling.engine.scheduler import Department, PendingJob, RunningJob, schedule
 

@@ -4,12 +4,6 @@ from scheduling import views
 
 app_name = "scheduling"
 urlpatterns = [
-    path("targets/", views.target_list, name="target-list"),
-    path("targets/new/", views.target_create, name="target-create"),
-    path("targets/<int:pk>/edit/", views.target_edit, name="target-edit"),
-    path("pushes/", views.push_list, name="push-list"),
-    path("pushes/<int:pk>/", views.push_detail, name="push-detail"),
-    path("pushes/<int:pk>/retry/", views.push_retry, name="push-retry"),
     path("jobs/", views.job_list, name="job-list"),
     path("jobs/<int:pk>/", views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", views.job_cancel, name="job-cancel"),

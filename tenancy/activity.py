@@ -1,7 +1,6 @@
-"""GPU activity in the database: record utilization samples, prune history, and define "idle" and "free".
+"""GPU activity in the database: record utilization samples and prune history.
 
-`idle_gpus_queryset` (with `idle_activity_queryset`) and `free_gpus_queryset` / `free_gpus_count` are the
-definitions the dashboards use:
+"Idle" and "free" (which need the jobs holding GPUs) are defined in scheduling.usage:
 
 * An **idle** GPU is allocated to a running job and its utilization has stayed under
   ``TenancySettings.idle_threshold_percent`` for at least ``idle_window_minutes`` (``GpuActivity.low_since``
@@ -20,14 +19,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, F, QuerySet
 from django.utils import timezone
 
 from inventory.models import Gpu
-from scheduling.choices import HOLDING_STATES
-from scheduling.models import Allocation
 from tenancy.models import GpuActivity, GpuUtilization, QuotaSnapshot, TenancySettings
-from tenancy.services import count_of, schedulable_gpus, schedulable_gpus_q, unschedulable_gpus
 from tenancy.telemetry import Sample
 
 # Parameters per IN (...) list: far below SQLite's 32,766 host parameters, and a full rack is 72 GPUs.
@@ -176,68 +171,3 @@ def prune_history(now: datetime | None = None) -> PruneResult:
         quota_snapshots=QuotaSnapshot.objects.filter(taken_at__lt=snapshots_before).delete()[0],
         cutoffs={"utilization_buckets": buckets_before, "quota_snapshots": snapshots_before},
     )
-
-
-def idle_cutoff(now: datetime, settings: TenancySettings) -> tuple[datetime, float]:
-    """The idle test on a GPU's activity row: (``low_since`` at the latest, ``utilization`` below)."""
-    return now - timedelta(minutes=settings.idle_window_minutes), settings.idle_threshold_percent
-
-
-def idle_activity_queryset(now: datetime | None = None, settings: TenancySettings | None = None) -> QuerySet:
-    """Activity rows of GPUs under the threshold for the whole window, held by a job or not.
-
-    `idle_gpus_queryset` is these GPUs narrowed to the ones a running job holds; the dashboards count the
-    idle GPUs per department with it (tenancy.selectors.held_gpus_by_department).
-    """
-    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
-    return GpuActivity.objects.filter(low_since__lte=low_since, utilization__lt=threshold)
-
-
-def idle_gpus_queryset(
-    now: datetime | None = None, department=None, settings: TenancySettings | None = None
-) -> QuerySet[Gpu]:
-    """GPUs allocated to a running job whose utilization has stayed under the threshold for the window.
-
-    One query (two without `settings`, the loaded TenancySettings); each row is annotated with ``job_id``,
-    ``job_name``, ``department_id``, ``department_name``, ``hostname``, ``utilization`` and ``idle_since``.
-    `department` (a Department or its pk) narrows it.
-    """
-    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
-    conditions = {
-        "allocations__job__state__in": HOLDING_STATES,
-        "activity__low_since__lte": low_since,
-        # low_since was set against the threshold of its time; an admin may have raised or lowered it since.
-        "activity__utilization__lt": threshold,
-    }
-    if department is not None:
-        conditions["allocations__job__department"] = getattr(department, "pk", department)
-    # One filter() call, so every condition is on the same allocation join (a GPU has at most one).
-    queryset = Gpu.objects.filter(**conditions)
-    return queryset.annotate(
-        job_id=F("allocations__job_id"),
-        job_name=F("allocations__job__name"),
-        department_id=F("allocations__job__department_id"),
-        department_name=F("allocations__job__department__name"),
-        hostname=F("tray__hostname"),
-        utilization=F("activity__utilization"),
-        idle_since=F("activity__low_since"),
-    ).order_by("department_name", "job_name", "hostname", "index")
-
-
-def free_gpus_queryset() -> QuerySet[Gpu]:
-    """Schedulable GPUs (tray up, not unhealthy) that no job holds."""
-    return Gpu.objects.filter(schedulable_gpus_q(), allocations__isnull=True)
-
-
-def free_gpus_count(schedulable: int | None = None) -> int:
-    """How many GPUs `free_gpus_queryset` selects, counted without joining every GPU to the allocations.
-
-    Free = schedulable GPUs minus the schedulable GPUs some job holds, and those are all allocations minus
-    the ones on unschedulable GPUs (few: `unschedulable_gpus`). Pass `schedulable` (`schedulable_gpus()`)
-    when the caller has counted it already: then this is one query.
-    """
-    if schedulable is None:
-        schedulable = schedulable_gpus()
-    on_unschedulable = Allocation.objects.filter(gpu__in=unschedulable_gpus())
-    held = Allocation.objects.aggregate(n=Count("*") - count_of(on_unschedulable))["n"]
-    return schedulable - held

@@ -2,7 +2,7 @@
 
 import django_filters
 
-from tenancy.choices import Role
+from core.access import Role
 from tenancy.models import Department, Membership
 
 

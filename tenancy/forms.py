@@ -4,7 +4,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms.models import construct_instance
 
-from tenancy.choices import Role
+from core.access import Role
 from tenancy.models import Department
 from tenancy.services import ISOLATION_FIELDS, QUOTA_FIELDS
 

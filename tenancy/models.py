@@ -11,16 +11,12 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from core.access import Role, is_admin
 from inventory.models import NVLinkPartition
-from tenancy.choices import Role
 
 VLAN_MIN, VLAN_MAX = 1, 4094
 VNI_MIN, VNI_MAX = 1, 16_777_215
 PKEY_MIN, PKEY_MAX = 0x0001, 0x7FFE
-
-
-def is_admin(user) -> bool:
-    return user.is_authenticated and (user.is_staff or user.is_superuser)
 
 
 class DepartmentQuerySet(models.QuerySet):

@@ -12,9 +12,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Func, IntegerField, Q, QuerySet, Subquery, Sum
 
+from core.access import Role
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu
-from tenancy.choices import Role
 from tenancy.models import (
     PKEY_MAX,
     PKEY_MIN,

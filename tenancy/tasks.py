@@ -22,11 +22,10 @@ from urllib.parse import urlsplit
 from celery import shared_task
 from django.utils import timezone
 
-from portal.audit import audit_context
-from portal.models import AuditSource
+from core.audit import audit_context
+from core.models import AuditSource
 from tenancy.activity import prune_history, record_samples
-from tenancy.models import ExporterEndpoint, QuotaSnapshot
-from tenancy.selectors import department_positions
+from tenancy.models import ExporterEndpoint
 from tenancy.telemetry import UTILIZATION_METRIC, DcgmParseError, parse_dcgm
 
 logger = logging.getLogger(__name__)
@@ -167,51 +166,3 @@ def prune_telemetry() -> dict:
     with audit_context(AuditSource.TASK):
         result = prune_history()
     return {"utilization_buckets": result.utilization_buckets, "quota_snapshots": result.quota_snapshots}
-
-
-QUOTA_SNAPSHOT_FIELDS = (
-    "guaranteed",
-    "in_use",
-    "in_quota",
-    "borrowed",
-    "fair_share",
-    "pending_demand",
-    "idle",
-)
-
-
-def record_quota_snapshots(now=None) -> int:
-    """Write one QuotaSnapshot per department at `now` truncated to the minute; returns how many.
-
-    Running it twice in one minute updates the same rows. The figures are the dashboards' own
-    (tenancy.selectors.department_positions), so the chart's last point matches the cards.
-    """
-    now = now or timezone.now()
-    taken_at = now.replace(second=0, microsecond=0)
-    snapshots = [
-        QuotaSnapshot(
-            department=position.department,
-            taken_at=taken_at,
-            guaranteed=position.guaranteed,
-            in_use=position.in_use,
-            in_quota=position.in_quota,
-            borrowed=position.borrowed,
-            fair_share=position.fair_share,
-            pending_demand=position.pending_demand,
-            idle=position.idle,
-        )
-        for position in department_positions(now)
-    ]
-    QuotaSnapshot.objects.bulk_create(
-        snapshots,
-        update_conflicts=True,
-        unique_fields=["department", "taken_at"],
-        update_fields=list(QUOTA_SNAPSHOT_FIELDS),
-    )
-    return len(snapshots)
-
-
-@shared_task(name="tenancy.tasks.snapshot_quotas")
-def snapshot_quotas() -> int:
-    """Beat runs this every five minutes: the quota history the department dashboards chart."""
-    return record_quota_snapshots()

@@ -5,8 +5,8 @@ from rest_framework import permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.hardware import GPUS_PER_TRAY
 from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu, ReportError, parse_any
-from inventory.models import GPUS_PER_TRAY
 from inventory.services import UnknownHost, check_report, ingest_report
 
 

@@ -50,7 +50,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
-DEFAULT_CLIQUE_ID = 32766  # what GPUs in the rack's default NVLink partition report (NMX-M's default id)
 
 FORMATS = ("text", "xml", "csv", "json")
 

@@ -6,10 +6,9 @@ FilterSet the audit page uses (portal.filters).
 
 from django.db.models import OuterRef, Subquery
 from rest_framework import serializers, viewsets
-from rest_framework.routers import SimpleRouter
 
+from core.models import AuditEvent
 from portal.filters import AuditEventFilter
-from portal.models import AuditEvent
 from tenancy.models import Department
 
 
@@ -64,8 +63,3 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         slug = Department.objects.filter(pk=OuterRef("department_id")).values("slug")[:1]
         return AuditEvent.objects.visible_to(self.request.user).annotate(department_slug=Subquery(slug))
-
-
-router = SimpleRouter()
-router.register("audit-events", AuditEventViewSet, basename="audit-event")
-urlpatterns = router.urls

@@ -3,12 +3,11 @@ scheduling.services (the same rules for every client); these check shapes and sa
 
 from rest_framework import serializers
 
+from core.workloads import WorkError, validate_work
 from scheduling.choices import Backend, PriorityClass, Topology
 from scheduling.models import Job, JobEvent
 from scheduling.services import default_topology, submittable_departments
 from tenancy.models import Department
-
-MAX_SCRIPT = 1_000_000
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -94,43 +93,8 @@ class JobSubmitSerializer(serializers.Serializer):
         return attrs
 
     def _work(self, backend, work):
-        if not isinstance(work, dict):
-            raise serializers.ValidationError({"work": "must be an object"})
-        if backend == Backend.SLURM:
-            unknown = sorted(set(work) - {"script"})
-            script = work.get("script")
-            if unknown:
-                raise serializers.ValidationError(
-                    {"work": f"unknown keys for a Slurm job: {', '.join(unknown)}"}
-                )
-            if not isinstance(script, str) or not script.startswith("#!"):
-                raise serializers.ValidationError(
-                    {"work": 'a Slurm job needs {"script": "#!/bin/bash ..."}: a script starting with #!'}
-                )
-            if len(script) > MAX_SCRIPT:
-                raise serializers.ValidationError({"work": f"the script is over {MAX_SCRIPT} characters"})
-            return {"script": script}
-        unknown = sorted(set(work) - {"image", "command", "args", "env"})
-        if unknown:
-            raise serializers.ValidationError(
-                {"work": f"unknown keys for a Kubernetes job: {', '.join(unknown)}"}
-            )
-        image = work.get("image")
-        if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-            raise serializers.ValidationError({"work": 'a Kubernetes job needs "image": a container image'})
-        out = {"image": image}
-        for key in ("command", "args"):
-            value = work.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise serializers.ValidationError({"work": f'"{key}" must be a list of strings'})
-            out[key] = value
-        env = work.get("env")
-        if env is not None:
-            if not isinstance(env, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-            ):
-                raise serializers.ValidationError({"work": '"env" must map names to string values'})
-            out["env"] = env
-        return out
+        # The backend's own rule (registered by the integration that runs it), the same one dispatch uses.
+        try:
+            return validate_work(backend, work)
+        except WorkError as error:
+            raise serializers.ValidationError({"work": str(error)}) from error

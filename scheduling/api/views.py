@@ -8,11 +8,11 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
+from core.api import api_validation_error
 from scheduling.api.serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
 from scheduling.filters import JobFilter
 from scheduling.models import Job
 from scheduling.services import cancel_job, may_cancel, submission, submit_job
-from tenancy.api.serializers import api_validation_error
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",

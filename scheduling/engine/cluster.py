@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-GPUS_PER_TRAY = 4
+from core.hardware import GPUS_PER_TRAY
 
 Owner = str | None  # a department name for a dedicated partition, None for a shared one
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster
+from core.hardware import GPUS_PER_TRAY
+from scheduling.engine.cluster import Cluster
 
 PARTITION, RACK, ANY = "partition", "rack", "any"
 TOPOLOGIES = (PARTITION, RACK, ANY)

@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster
+from core.hardware import GPUS_PER_TRAY
+from scheduling.engine.cluster import Cluster
 from scheduling.engine.placement import PARTITION, RACK, RACKPLANE, Placement, Request, place, why_not
 from tenancy.quota import DepartmentQuota, fair_share
 

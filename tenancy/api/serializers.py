@@ -6,22 +6,13 @@ becomes a 400 naming the field. Usage figures (in_use, in_quota, borrowed, pendi
 made by the viewset's queryset, never a query per row.
 """
 
-from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
-from rest_framework.settings import api_settings
 
-from tenancy.choices import Role
+from core.access import Role
+from core.api import api_validation_error
 from tenancy.models import DedicatedPartition, Department, Membership
 from tenancy.services import save_department
-
-
-def api_validation_error(error: DjangoValidationError) -> serializers.ValidationError:
-    """A service's ValidationError as DRF's: field errors by field, the rest under non_field_errors."""
-    detail = serializers.as_serializer_error(error)
-    if NON_FIELD_ERRORS in detail:
-        detail[api_settings.NON_FIELD_ERRORS_KEY] = detail.pop(NON_FIELD_ERRORS)
-    return serializers.ValidationError(detail)
 
 
 class DedicatedPartitionSerializer(serializers.ModelSerializer):

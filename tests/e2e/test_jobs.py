@@ -8,11 +8,11 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from core.access import Role
 from inventory.demo import seed_datacenter
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
 from scheduling.services import submit_job
-from tenancy.choices import Role
 from tenancy.models import Department, Membership
 from tenancy.services import save_department
 

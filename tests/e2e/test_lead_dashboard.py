@@ -8,12 +8,12 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from core.access import Role
 from inventory.choices import GpuHealth, TrayState
 from inventory.demo import seed_datacenter
 from inventory.models import Gpu
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
-from tenancy.choices import Role
 from tenancy.models import Department, GpuActivity, Membership, QuotaSnapshot
 from tenancy.services import save_department
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from inventory.demo import seed_datacenter
 from inventory.models import NVLinkPartition, PartitionPlan
-from scheduling.models import ConfigPush, ConfigTarget, PushStatus
 
 PASSWORD = "e2e-admin-password-1"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.backends.slurm.render import ServiceTier, SlurmBlock, SlurmNode
-from scheduling.backends.slurm.target import MANAGED_FILES, SlurmState, SlurmTarget
+from integrations.slurm.render import ServiceTier, SlurmBlock, SlurmNode
+from integrations.slurm.target import MANAGED_FILES, SlurmState, SlurmTarget
 
 HOW_TO_RUN = (
     "the Slurm testbed is not running: RACKPLANE_SLURM_TESTBED is not set. Run the integration tests through "
@@ -160,9 +160,9 @@ def carve(layout: list[int]) -> None:
 @pytest.fixture
 def testbed_target(slurm_testbed, slurm_baseline, db):
     """The demo seed's first rack (its trays are the testbed's nodes) and a Slurm target for the testbed."""
+    from integrations.models import ConfigTarget
     from inventory.demo import seed_datacenter
     from inventory.models import ComputeTray
-    from scheduling.models import ConfigTarget
 
     seed_datacenter(racks=1)
     hosts = list(ComputeTray.objects.order_by("slot").values_list("hostname", flat=True))

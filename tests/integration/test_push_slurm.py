@@ -1,4 +1,4 @@
-"""A configuration push to the real Slurm 24.11 testbed, through the push task (scheduling.pushes).
+"""A configuration push to the real Slurm 24.11 testbed, through the push task (integrations.pushes).
 
 The inventory is the demo seed's first rack, gb-r01, whose trays gb-r01-t01..t18 are the testbed's nodes;
 it is carved 2x9 and pushed to a Slurm target pointing at the testbed's configuration directory and
@@ -12,10 +12,10 @@ import subprocess
 import pytest
 from django.utils import timezone
 
-from scheduling import pushes, tasks
-from scheduling.backends.slurm.render import parse_show_topology
-from scheduling.backends.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF
-from scheduling.models import ConfigPush, PushStatus
+from integrations import pushes, tasks
+from integrations.models import ConfigPush, PushStatus
+from integrations.slurm.render import parse_show_topology
+from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF
 from tests.integration.conftest import carve
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]

@@ -15,10 +15,12 @@ import time
 import pytest
 from rest_framework.test import APIClient
 
-from scheduling import pushes
+from integrations import pushes
+from integrations.models import PushStatus
+from integrations.registry import clean_settings
+from integrations.tasks import sync_jobs
 from scheduling.choices import JobEventKind, JobState
-from scheduling.models import Allocation, Job, PushStatus, clean_settings
-from scheduling.tasks import sync_jobs
+from scheduling.models import Allocation, Job
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests.integration.conftest import carve

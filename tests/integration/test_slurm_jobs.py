@@ -19,14 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scheduling.backends.jobs import (
+from integrations.jobs import (
     FINISHED_BACKEND_STATES,
     BackendJobState,
     BackendRejected,
     BackendUnavailable,
     DispatchRequest,
 )
-from scheduling.backends.slurm.jobs import (
+from integrations.slurm.jobs import (
     IMEX_NETWORK,
     SlurmJobBackend,
     backend_from_settings,
@@ -135,7 +135,7 @@ def test_a_two_tray_job_runs_on_exactly_the_chosen_trays_and_completes(slurm, sl
     script = "#!/bin/bash\necho nodes=$SLURM_JOB_NODELIST gpus=$SLURM_GPUS_ON_NODE job=$RACKPLANE_JOB_ID\n"
     script += "sleep 2\n"
     request = job(chosen, script, segment=2)
-    with caplog.at_level(logging.WARNING, logger="scheduling.backends.slurm.jobs"):
+    with caplog.at_level(logging.WARNING, logger="integrations.slurm.jobs"):
         backend_id = slurm.submit(request)
     assert not caplog.records, [r.getMessage() for r in caplog.records]  # no "Ignoring unknown field"
 
@@ -271,7 +271,7 @@ def test_a_bad_token_is_transient_not_a_rejection(slurm_testbed):
 
 
 def test_settings_make_a_working_backend(slurm_testbed):
-    from scheduling.models import clean_settings
+    from integrations.registry import clean_settings
 
     values = clean_settings(
         "slurm",

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from scheduling.backends.slurm.render import ServiceTier, parse_show_topology
-from scheduling.backends.slurm.target import (
+from integrations.slurm.render import ServiceTier, parse_show_topology
+from integrations.slurm.target import (
     PREV_SUFFIX,
     RACKPLANE_CONF,
     TOPOLOGY_CONF,

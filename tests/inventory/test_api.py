@@ -5,9 +5,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 
+from core.hardware import DEFAULT_CLIQUE_ID
 from inventory.choices import GpuHealth, TrayState
 from inventory.demo import seed_datacenter
-from inventory.models import DEFAULT_CLIQUE_ID, ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.hardware import DEFAULT_CLIQUE_ID
 from inventory.discovery.nvidia_smi import (
-    DEFAULT_CLIQUE_ID,
     NO_CLUSTER,
     FabricState,
     GpuHealth,

@@ -2,15 +2,8 @@
 
 import pytest
 
-from inventory.planning import (
-    DEFAULT_CLIQUE_ID,
-    Level,
-    PlannedPartition,
-    TrayInfo,
-    check_plan,
-    parse_ranges,
-    preset_layout,
-)
+from core.hardware import DEFAULT_CLIQUE_ID
+from inventory.planning import Level, PlannedPartition, TrayInfo, check_plan, parse_ranges, preset_layout
 
 
 def rack(partition="default", **overrides) -> list[TrayInfo]:

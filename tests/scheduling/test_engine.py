@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine.cluster import GPUS_PER_TRAY, Cluster, TraySpec
+from core.hardware import GPUS_PER_TRAY
+from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import (
     ANY,
     BLOCK_BEST_FIT,

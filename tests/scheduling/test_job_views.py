@@ -16,11 +16,11 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from core.access import Role
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu
 from scheduling.choices import HOLDING_STATES, JobEventKind, JobState
 from scheduling.models import Allocation, Job, JobEvent
-from tenancy.choices import Role
 from tenancy.models import Department, Membership
 from tenancy.services import save_department
 

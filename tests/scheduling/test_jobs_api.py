@@ -8,9 +8,9 @@ from django.conf import settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from core.access import Role
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, BackendCancel, Job
-from tenancy.choices import Role
 from tenancy.models import DedicatedPartition, Department, Membership
 from tenancy.services import save_department
 
@@ -175,7 +175,7 @@ def test_cancel_frees_the_gpus_and_stops_the_backend_job(submit, as_user, django
     assert job.state == JobState.CANCELLED and job.finished_at is not None
     assert not Allocation.objects.filter(job=job).exists()
     cancel = BackendCancel.objects.get(job=job)
-    from scheduling.tasks import sync_jobs
+    from integrations.tasks import sync_jobs
 
     sync_jobs()
     cancel.refresh_from_db()

@@ -20,13 +20,8 @@ from inventory.choices import TrayState
 from inventory.models import Gpu
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
-from tenancy.activity import (
-    bucket_start,
-    free_gpus_count,
-    idle_gpus_queryset,
-    prune_history,
-    record_samples,
-)
+from scheduling.usage import free_gpus_count, idle_gpus_queryset
+from tenancy.activity import bucket_start, prune_history, record_samples
 from tenancy.models import (
     Department,
     ExporterEndpoint,
@@ -477,18 +472,18 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
     assert schedule == {
         "tenancy.tasks.scrape_exporters": 60.0,
         "tenancy.tasks.prune_telemetry": 3600.0,
-        "tenancy.tasks.snapshot_quotas": 300.0,
-        "scheduling.tasks.retry_stale_pushes": 60.0,
-        "inventory.tasks.follow_active_plans": 30.0,
+        "scheduling.tasks.snapshot_quotas": 300.0,
+        "integrations.tasks.retry_stale_pushes": 60.0,
+        "integrations.tasks.follow_active_plans": 30.0,
         "scheduling.tasks.schedule_jobs_periodically": 60.0,
-        "scheduling.tasks.sync_jobs": 30.0,
+        "integrations.tasks.sync_jobs": 30.0,
     }
     app.loader.import_default_modules()
     assert {
         "tenancy.tasks.scrape_exporter",
         "tenancy.tasks.scrape_exporters",
         "scheduling.tasks.schedule_jobs_periodically",
-        "scheduling.tasks.sync_jobs",
+        "integrations.tasks.sync_jobs",
     } <= set(app.tasks)
 
 

@@ -11,11 +11,11 @@ import yaml
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.access import Role
+from core.models import AuditEvent
 from inventory.models import Gpu, NVLinkPartition
-from portal.models import AuditEvent
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
-from tenancy.choices import Role
 from tenancy.models import Department, Membership, TenancySettings
 from tenancy.quota import DepartmentQuota, fair_share
 from tenancy.services import dedicate_partition, save_department, schedulable_gpus, schedulable_gpus_q

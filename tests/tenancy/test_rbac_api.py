@@ -10,8 +10,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from portal.models import AuditEvent, AuditSource
-from tenancy.choices import Role
+from core.access import Role
+from core.models import AuditEvent, AuditSource
 from tenancy.models import Department, Membership
 from tenancy.services import save_department
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduling.backends.kubernetes import validate as validation
-from scheduling.backends.kubernetes.validate import validate
+from integrations.kubernetes import validate as validation
+from integrations.kubernetes.validate import validate
 from tenancy import renderers as r
 from tenancy.renderers import TenantSpec
 

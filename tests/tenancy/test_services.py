@@ -9,11 +9,11 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection, connections
 
+from core.access import Role
+from core.models import AuditEvent
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
-from portal.models import AuditEvent
 from tenancy import services
-from tenancy.choices import Role
 from tenancy.models import DedicatedPartition, Department, Membership, TenancySettings
 from tenancy.services import (
     capacity_status,

@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class IntegrationsConfig(AppConfig):
+    name = "integrations"
+    verbose_name = "Integrations"
+
+    def ready(self):
+        # Each outside system registers its kind once (settings schema, renderer, adapter, job backend).
+        from integrations import kinds
+
+        kinds.load()

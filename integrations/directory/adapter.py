@@ -1,0 +1,197 @@
+"""The directory target's adapter: rendered files written as versions, `current` switched atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from django.conf import settings
+from django.utils import timezone
+
+from integrations.common import clip, display_path
+
+
+def directory_path(values: dict) -> Path:
+    """Where a directory target writes: absolute as given, relative under var/; empty: RACKPLANE_RENDER_DIR
+    (var/rendered by default)."""
+    raw = (values or {}).get("path") or ""
+    if not raw:
+        return Path(settings.RACKPLANE_RENDER_DIR)
+    path = Path(raw)
+    return path if path.is_absolute() else Path(settings.VAR_DIR) / path
+
+
+def _safe_relative(name: str) -> PurePosixPath:
+    path = PurePosixPath(name)
+    if path.is_absolute() or not path.parts or any(part in ("", ".", "..") for part in path.parts):
+        raise ValueError(f"refusing to write {name!r}: not a plain relative path")
+    return path
+
+
+def _write_file(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_tree(root: Path, files: dict[str, str]) -> list[Path]:
+    """Write files under `root` (each atomically: a temp file beside it, then a rename). Returns the paths."""
+    written = []
+    for name, text in sorted(files.items()):
+        path = root / _safe_relative(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            _write_file(Path(tmp), text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        written.append(path)
+    return written
+
+
+class DirectoryAdapter:
+    """Rendered files in a directory, versioned: `<path>/versions/<time>-push<N>/...` holds each push's
+    complete set, `<path>/current` is a symlink to the live one. A push writes a whole new version, then
+    switches the symlink with one rename: readers see the old set or the new set, never a mix, and a push
+    that fails part-way leaves `current` as it was. Files equal to the previous version's are hard links to
+    them (do not edit versions in place). The `keep` previous versions are kept, older ones deleted."""
+
+    CURRENT = "current"
+    VERSIONS = "versions"
+
+    def __init__(self, target, values: dict):
+        self.target = target
+        self.root = directory_path(values)
+        self.keep = int(values.get("keep") or 5)
+
+    def current_dir(self) -> Path | None:
+        link = self.root / self.CURRENT
+        if link.is_symlink():
+            return link.resolve()
+        if link.exists():
+            raise ValueError(
+                f"{link} exists but is not the symlink Rackplane switches: move it away, then retry the push"
+            )
+        return None
+
+    def apply(self, payload: dict, log: Callable[..., None], push) -> str:
+        files = payload.get("files") or {}
+        for name in files:
+            _safe_relative(name)
+        versions = self.root / self.VERSIONS
+        versions.mkdir(parents=True, exist_ok=True)
+        previous = self.current_dir()
+        name = f"{timezone.now():%Y%m%dT%H%M%SZ}-push{push.pk:06d}"
+        staging = versions / f".{name}.partial"
+        final = versions / name
+        shutil.rmtree(staging, ignore_errors=True)
+        changed = linked = 0
+        try:
+            for rel, text in sorted(files.items()):
+                path = staging / _safe_relative(rel)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                old = previous / rel if previous is not None else None
+                if old is not None and old.is_file() and _same_text(old, text):
+                    try:
+                        os.link(old, path)
+                        linked += 1
+                        continue
+                    except OSError:
+                        pass  # a filesystem without hard links: write a copy
+                _write_file(path, text)
+                changed += 1
+            os.replace(staging, final)
+            _fsync_dir(versions)
+            link_tmp = self.root / f".{self.CURRENT}.{push.pk}.tmp"
+            with contextlib.suppress(FileNotFoundError):
+                link_tmp.unlink()
+            os.symlink(f"{self.VERSIONS}/{name}", link_tmp)
+            os.replace(link_tmp, self.root / self.CURRENT)
+            _fsync_dir(self.root)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        removed = sorted(
+            str(p.relative_to(previous))
+            for p in (previous.rglob("*") if previous is not None else [])
+            if p.is_file() and str(p.relative_to(previous)) not in files
+        )
+        log(
+            f"wrote {len(files)} files to {display_path(final)} "
+            f"({changed} new or changed, {linked} unchanged"
+            + (f", {len(removed)} no longer rendered: {', '.join(removed)}" if removed else "")
+            + ")",
+            f"{display_path(self.root / self.CURRENT)} -> {self.VERSIONS}/{name}"
+            + (f" (previous: {self.VERSIONS}/{previous.name})" if previous is not None else ""),
+        )
+        pruned = self._prune(keep_names={name, previous.name if previous else ""})
+        if pruned:
+            log(f"removed {len(pruned)} old version(s): {', '.join(pruned)}")
+        return f"{len(files)} files in {display_path(self.root / self.CURRENT)}"
+
+    def _prune(self, keep_names: set[str]) -> list[str]:
+        """Keep the live version and the `keep` newest before it (names sort by time)."""
+        versions = self.root / self.VERSIONS
+        names = sorted(
+            (p.name for p in versions.iterdir() if p.is_dir() and not p.name.startswith(".")), reverse=True
+        )
+        removed = []
+        for old in names[self.keep + 1 :]:
+            if old not in keep_names:
+                shutil.rmtree(versions / old, ignore_errors=True)
+                removed.append(old)
+        return removed
+
+    def diff(self, payload: dict) -> list[str]:
+        files = payload.get("files") or {}
+        current = self.current_dir()
+        out = []
+        live_names = set()
+        if current is not None:
+            live_names = {str(p.relative_to(current)) for p in current.rglob("*") if p.is_file()}
+        for name in sorted(set(files) | live_names):
+            old = (current / name).read_text() if current is not None and name in live_names else None
+            new = files.get(name)
+            if old == new:
+                continue
+            if new is None:
+                out.append(f"- {name} (no longer rendered)")
+                continue
+            diff = list(
+                difflib.unified_diff(
+                    (old or "").splitlines(keepends=True),
+                    new.splitlines(keepends=True),
+                    fromfile=f"live/{name}" if old is not None else "/dev/null",
+                    tofile=f"rendered/{name}",
+                )
+            )
+            out.extend(line.rstrip("\n") for line in clip(diff, 400, name))
+        return out
+
+
+def _same_text(path: Path, text: str) -> bool:
+    try:
+        if path.stat().st_size != len(text.encode()):
+            return False
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False

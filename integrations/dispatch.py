@@ -1,0 +1,224 @@
+"""Handing placed jobs to their backend, and keeping their state true.
+
+* `dispatch(job_id)`: a STARTING job is submitted to Slurm (slurmrestd) or Kubernetes under its row lock;
+  the adapter adopts a job it already made for this run (a reply lost on the way back never makes a
+  second one). Unreachable backend: the job stays STARTING with the reason and the next attempt's time
+  (backoff), retried by the task or by `sync_jobs`. Refused: the job fails with the backend's words and
+  its GPUs are freed.
+* `sync_jobs()` (beat): stops backend jobs that must stop (BackendCancel rows, retried until confirmed),
+  sends due dispatch retries, and reads every running job's state from its backend; finished jobs free
+  their GPUs and trigger a pass.
+
+Which backend: the first enabled Slurm target with a slurmrestd URL, or the first enabled Kubernetes
+target. Without one (the embedded default, `make run`), jobs are rendered to files under
+RACKPLANE_RENDER_DIR/jobs (the exact slurmrestd request or Kubernetes objects) and shown as running there.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.retry import backoff
+from integrations import registry
+from integrations.directory.jobs import RenderedJobBackend
+from integrations.jobs import (
+    FINISHED_BACKEND_STATES,
+    BackendError,
+    BackendJobState,
+    BackendRejected,
+    BackendUnavailable,
+    DispatchRequest,
+    JobBackend,
+)
+from integrations.models import ConfigTarget
+from integrations.state import partition_tier
+from inventory.models import ComputeTray
+from scheduling.choices import Backend, JobEventKind, JobState
+from scheduling.models import BackendCancel, Job, JobEvent
+from scheduling.services import finish_job
+
+logger = logging.getLogger(__name__)
+
+LOST_AFTER = timedelta(seconds=60)  # a STARTING job never tried for this long lost its task
+
+
+def backend_for(backend: str) -> tuple[JobBackend, str, dict]:
+    """(job backend, label for messages, its target's settings) for Job.backend `backend`: the first
+    enabled target of a kind that runs such jobs, else the embedded renderer (files under
+    RACKPLANE_RENDER_DIR/jobs)."""
+    kinds = {kind.name: kind for kind in registry.kinds() if kind.backend == backend}
+    for target in ConfigTarget.objects.filter(kind__in=kinds, enabled=True).order_by("pk"):
+        kind = kinds[target.kind]
+        values = target.settings or {}
+        job_backend = kind.job_backend(values) if kind.job_backend else None
+        if job_backend is not None:
+            return job_backend, f"{kind.short_label or kind.label} ({target.name})", values
+    renderer = next((kind for kind in kinds.values() if kind.render_job), None)
+    if renderer is None:
+        raise BackendUnavailable(f"no integration renders or runs {backend} jobs")
+    directory = settings.RACKPLANE_RENDER_DIR / "jobs"
+    rendered = RenderedJobBackend(directory, backend, renderer.render_job, renderer.job_file_suffix)
+    return rendered, "rendered files", {}
+
+
+def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
+    hosts = list(job.placement)
+    trays = {
+        t["hostname"]: t
+        for t in ComputeTray.objects.filter(hostname__in=hosts).values(
+            "hostname",
+            "partition_id",
+            "partition__clique_id",
+            "partition__service_tier",
+            "partition__dedication__department__slug",
+            "rack__cluster_uuid",
+        )
+    }
+    first = trays.get(hosts[0], {}) if hosts else {}
+    one_partition = len({trays.get(h, {}).get("partition_id") for h in hosts}) == 1
+    clique = ""
+    if one_partition and first.get("rack__cluster_uuid"):
+        clique = f"{first['rack__cluster_uuid']}.{first['partition__clique_id']}"
+    return DispatchRequest(
+        job_id=job.pk,
+        name=job.name,
+        department=job.department.slug,
+        priority_class=job.priority_class,
+        hostnames=tuple(hosts),
+        gpus_per_tray=job.gpus if len(hosts) == 1 else job.gpus // len(hosts),
+        time_limit_minutes=job.time_limit_minutes,
+        work=job.work,
+        service_tier=partition_tier(
+            first.get("partition__service_tier") or "", first.get("partition__dedication__department__slug")
+        ),
+        segment=len(hosts) if one_partition and len(hosts) > 1 else None,
+        clique=clique,
+        imex=bool(target_settings.get("imex")),
+        attempt=job.preemptions,
+    )
+
+
+def dispatch(job_id: int) -> str:
+    """Submit one STARTING job; returns what happened ('submitted', 'retry', 'rejected', 'skipped')."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("department").filter(pk=job_id).first()
+        if job is None or job.state != JobState.STARTING:
+            return "skipped"
+        backend, label, target_settings = backend_for(job.backend)
+        try:
+            request = dispatch_request(job, target_settings)
+            backend_id = backend.submit(request)
+        except BackendUnavailable as error:
+            job.dispatch_attempts += 1
+            wait = backoff(job.dispatch_attempts)
+            job.next_dispatch_at = timezone.now() + timedelta(seconds=wait)
+            job.backend_message = (
+                f"{label} unreachable: {error}; attempt {job.dispatch_attempts}, next in {wait} s "
+                "(the job keeps its GPUs)"
+            )[:500]
+            job.save(update_fields=["dispatch_attempts", "next_dispatch_at", "backend_message", "updated_at"])
+            if job.dispatch_attempts == 1:
+                JobEvent.objects.create(
+                    job=job, kind=JobEventKind.DISPATCH_RETRY, message=job.backend_message
+                )
+            return "retry"
+        except (BackendRejected, BackendError, ValueError) as error:
+            finish_job(job, JobState.FAILED, f"refused by {label}: {error}")
+            return "rejected"
+        job.state = JobState.RUNNING
+        job.backend_id = backend_id
+        job.started_at = timezone.now()
+        job.next_dispatch_at = None
+        job.backend_message = ""
+        job.save()
+        JobEvent.objects.create(
+            job=job, kind=JobEventKind.DISPATCHED, message=f"submitted to {label} as {backend_id}"
+        )
+    return "submitted"
+
+
+def due_dispatches(now=None) -> list[int]:
+    """STARTING jobs whose retry is due, or whose task was lost (placed over a minute ago, never tried)."""
+    now = now or timezone.now()
+    due = Q(next_dispatch_at__lte=now) | Q(next_dispatch_at__isnull=True, placed_at__lte=now - LOST_AFTER)
+    return list(Job.objects.filter(due, state=JobState.STARTING).values_list("pk", flat=True))
+
+
+def process_cancels() -> int:
+    """Tell backends to stop the jobs that must stop; rows stay until the backend confirms."""
+    done = 0
+    for row in BackendCancel.objects.filter(done_at__isnull=True).order_by("pk")[:200]:
+        backend, label, _ = backend_for(row.backend)
+        try:
+            backend.cancel(row.backend_id)
+        except BackendError as error:
+            row.attempts += 1
+            row.error = f"{label}: {error}"[:500]
+            row.save(update_fields=["attempts", "error"])
+            continue
+        row.done_at = timezone.now()
+        row.error = ""
+        row.save(update_fields=["done_at", "error"])
+        done += 1
+    return done
+
+
+_FINAL = {
+    BackendJobState.COMPLETED: JobState.COMPLETED,
+    BackendJobState.FAILED: JobState.FAILED,
+    BackendJobState.CANCELLED: JobState.CANCELLED,
+}
+
+
+def sync_states() -> dict:
+    """Read every running job's state from its backend; finish the ones that ended."""
+    finished = unreachable = 0
+    for kind in Backend.values:
+        jobs = {
+            job.backend_id: job.pk
+            for job in Job.objects.filter(state=JobState.RUNNING, backend=kind).exclude(backend_id="")
+        }
+        if not jobs:
+            continue
+        backend, label, _ = backend_for(kind)
+        try:
+            statuses = backend.status(list(jobs))
+        except BackendError as error:
+            unreachable += len(jobs)
+            note = f"{label} unreachable at {timezone.now():%H:%M:%S}: {error}; state not updated"[:500]
+            Job.objects.filter(pk__in=jobs.values()).update(backend_message=note)
+            continue
+        for backend_id, status in statuses.items():
+            job_id = jobs.get(backend_id)
+            if job_id is None:
+                continue
+            with transaction.atomic():
+                job = Job.objects.select_for_update().filter(pk=job_id, state=JobState.RUNNING).first()
+                if job is None or job.backend_id != backend_id:
+                    continue
+                if status.state in FINISHED_BACKEND_STATES:
+                    words = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
+                    if status.exit_code is not None:
+                        words += f", exit code {status.exit_code}"
+                    finish_job(job, _FINAL[status.state], words, status.exit_code)
+                    finished += 1
+                elif status.state == BackendJobState.UNKNOWN:
+                    finish_job(
+                        job,
+                        JobState.FAILED,
+                        f"{label} no longer knows {backend_id}: it ended while Rackplane was not watching "
+                        "(outcome unknown)",
+                    )
+                    finished += 1
+                else:
+                    message = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
+                    if job.backend_message != message[:500]:
+                        job.backend_message = message[:500]
+                        job.save(update_fields=["backend_message", "updated_at"])
+    return {"finished": finished, "unreachable": unreachable}

@@ -1,0 +1,106 @@
+"""The fabric target's adapter: FabricManager.apply rack by rack (one NVLink domain each), with progress."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from core.hardware import DEFAULT_CLIQUE_ID
+from integrations.fabric import (
+    FabricError,
+    FabricPartition,
+    GpuLocation,
+    NmxFabricManager,
+    SimulatedFabricManager,
+)
+
+# The embedded fabric keeps its partitions in memory: one per target, for the life of the process.
+_SIMULATED: dict[int, SimulatedFabricManager] = {}
+_SIMULATED_LOCK = threading.Lock()
+
+
+def simulated_fabric(target_id: int) -> SimulatedFabricManager:
+    with _SIMULATED_LOCK:
+        return _SIMULATED.setdefault(target_id, SimulatedFabricManager())
+
+
+class FabricAdapter:
+    """FabricManager.apply rack by rack (one NVLink domain each), with progress lines in the log."""
+
+    def __init__(self, target, values: dict):
+        self.target = target
+        self.values = values
+
+    def _manager(self, racks: list[dict]):
+        if self.values["kind"] == "simulated":
+            return simulated_fabric(self.target.pk)
+        locations = {
+            uuid: GpuLocation.for_tray(rack["domain"], slot, index)
+            for rack in racks
+            if rack.get("domain")
+            for partition in rack["partitions"]
+            for uuid, slot, index in partition["gpus"]
+        }
+        return NmxFabricManager(
+            self.values["base_url"],
+            token=self.values.get("token") or None,
+            verify=not self.values.get("insecure"),
+            locations=locations,
+        )
+
+    @staticmethod
+    def _desired(rack: dict) -> list[FabricPartition]:
+        return [
+            FabricPartition(p["name"], p["partition_id"], tuple(g[0] for g in p["gpus"]), rack["domain"])
+            for p in rack["partitions"]
+            if p["gpus"] or p["partition_id"] == DEFAULT_CLIQUE_ID
+        ]
+
+    def apply(self, payload: dict, log: Callable[..., None], push) -> str:
+        racks = payload.get("racks") or []
+        manager = self._manager(racks)
+        changed, unchanged, skipped = [], 0, []
+        for number, rack in enumerate(racks, 1):
+            if not rack.get("domain"):
+                skipped.append(rack["rack"])
+                continue
+            name = rack["rack"]
+
+            def progress(step, total, message, name=name):
+                if total:
+                    log(f"{name}: {message}")
+
+            try:
+                result = manager.apply(rack["domain"], self._desired(rack), progress=progress)
+            except FabricError as error:
+                done = ", ".join(changed) or "none"
+                error.details.append(
+                    f"racks changed before the failure: {done}; racks not attempted: {len(racks) - number}"
+                )
+                error.args = (error._text(),)
+                raise
+            if result.changed:
+                changed.append(name)
+            else:
+                unchanged += 1
+            if result.renumbered:
+                log(f"{name}: " + result.log[-1])
+        if skipped:
+            log(
+                f"{len(skipped)} rack(s) skipped, no cluster UUID known yet (not discovered): "
+                + ", ".join(skipped[:10])
+                + (", ..." if len(skipped) > 10 else "")
+            )
+        return f"{len(changed)} rack(s) changed, {unchanged} already as planned, {len(skipped)} skipped"
+
+    def diff(self, payload: dict) -> list[str]:
+        racks = payload.get("racks") or []
+        manager = self._manager(racks)
+        out = []
+        for rack in racks:
+            if not rack.get("domain"):
+                out.append(f"{rack['rack']}: skipped (no cluster UUID known yet)")
+                continue
+            summary = manager.diff(rack["domain"], self._desired(rack)).summary()
+            out.extend(f"{rack['rack']}: {line}" for line in summary)
+        return out

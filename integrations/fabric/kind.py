@@ -1,0 +1,74 @@
+"""The NVLink fabric manager target: partitions applied rack by rack through NMX-M, or the simulated
+fabric of the embedded mode."""
+
+from integrations import fields as f
+from integrations.fabric.adapter import FabricAdapter
+from integrations.registry import Kind, Setting, register
+
+
+def clean(values: dict, errors: dict) -> dict:
+    """kind (simulated, the embedded default, or nmx: NVIDIA NMX Manager), base_url and token (nmx),
+    insecure (do not verify NMX-M's certificate)."""
+    out: dict = {"kind": f.text(values["kind"], "kind", errors) or "simulated"}
+    if out["kind"] not in ("simulated", "nmx"):
+        errors["kind"] = "must be simulated or nmx"
+    out["base_url"] = f.text(values["base_url"], "base_url", errors)
+    out["token"] = f.text(values["token"], "token", errors)
+    out["insecure"] = f.flag(values["insecure"], "insecure", errors)
+    if out["kind"] == "nmx":
+        if not out["base_url"]:
+            errors["base_url"] = "is required for NMX-M (https://nmx-m.example)"
+        else:
+            out["base_url"] = f.url(out["base_url"], "base_url", errors)
+    return out
+
+
+def summary(values: dict) -> str:
+    if values.get("kind") == "nmx":
+        return f"NMX-M at {values.get('base_url')}"
+    return "simulated fabric (in memory, this process)"
+
+
+def describe(payload: dict) -> list[str]:
+    racks = payload.get("racks") or []
+    partitions = sum(len(rack["partitions"]) for rack in racks)
+    return [f"{len(racks):,} racks, {partitions:,} NVLink partitions"]
+
+
+KIND = register(
+    Kind(
+        name="fabric",
+        label="NVLink fabric manager",
+        settings=(
+            Setting(
+                "kind",
+                "simulated",
+                f.choice_field(
+                    "Fabric manager",
+                    [("simulated", "Simulated (embedded)"), ("nmx", "NVIDIA NMX Manager")],
+                    "simulated",
+                ),
+                form_name="fabric_kind",
+            ),
+            Setting("base_url", "", f.text_field("NMX-M address", "https://nmx-m.example")),
+            Setting("token", "", f.token_field("NMX-M token"), secret=True, form_name="fabric_token"),
+            Setting(
+                "insecure",
+                False,
+                f.flag_field("Skip TLS verification", "For testing only."),
+                form_name="fabric_insecure",
+            ),
+        ),
+        clean=clean,
+        adapter=FabricAdapter,
+        payload=lambda rendered, values: {"racks": rendered.fabric_racks()},
+        summary=summary,
+        what_to_do=(
+            "check the fabric manager and the NVLink partitions of the rack named above, then retry the push "
+            "(it only does what is still missing)"
+        ),
+        needs_fabric=True,
+        describe=describe,
+        order=40,
+    )
+)

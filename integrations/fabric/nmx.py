@@ -1,0 +1,637 @@
+"""NmxFabricManager: NVLink partitions through NVIDIA NMX Manager's REST API (NMX-M), stdlib HTTP only.
+
+The API shape, and where it comes from:
+
+* NMX-M documentation, "Partitions Management" (docs.nvidia.com/networking/display/nmxmv8513000/
+  Partitions+Management) and NetQ NVLink "Manage Partitions" (cumulus-netq-50/52):
+  `GET/POST /nmx/v1/partitions`, `GET/PUT/DELETE /nmx/v1/partitions/{id}`; create, update and delete
+  answer `202 Accepted` with `{"operationId": "..."}` and a `Location: /nmx/v1/operations/<op-id>` header;
+  an operation that created a resource answers, once completed, with a Location header pointing to it.
+  Members are either GPU IDs or location objects (domain, chassis, slot, host); the member type is fixed at
+  creation and a PUT with the other type is a `409 Conflict`. PUT carries the complete new member list (the
+  manager adds and removes the difference); the partition name cannot be changed. A GPU belongs to one
+  partition; a partition's GPUs are in one domain. Health values per resiliency mode.
+* NVIDIA's own Rust client, libnmxm (github.com/NVIDIA/ncx-infra-controller-core, crates/libnmxm,
+  nmxm_model.rs / nmxm_api.rs), for the field names:
+  Partition `{"ID", "PartitionID", "Name", "Type": ID_BASED|LOCATION_BASED|UNDEFINED, "Health", "Members",
+  "CreatedAt", "UpdatedAt"}`; location member `{"DomainUUID", "ChassisID", "SlotID", "HostID", "DeviceID"}`;
+  create body `{"Name", "Members"}` and update body `{"Members"}` (no PartitionID: the fabric assigns it);
+  Operation `{"ID", "Status": pending|in-progress|failed|completed|cancelled, "Percentage", "CurrentStep",
+  "Request": {...}, "Result": {"Data", "Error", "Details"}}`; GPU `{"ID", "DomainUUID", "LocationInfo":
+  {"ChassisID", "SlotID", "HostID", "TrayIndex"}, "DeviceID", "PartitionID", ...}` at `GET /nmx/v1/gpus`.
+  The `{id}` in partition paths is the partition's system `ID` (a 24-hex string), not its PartitionID.
+* NMX-C gRPC API documentation: PartitionID 1..32766, 32766 is the default partition ("Default
+  Partition"), names unique in a domain, up to 255 ASCII characters.
+* NMX-M "HTTPS/Authentication": HTTPS with Kong basic authentication (users ro-user and rw-user);
+  requests carry `Authorization: Basic <token>`.
+
+Assumed where nothing public says (and mirrored by tests/scheduling/nmx_standin.py):
+
+* Rackplane identifies GPUs by their nvidia-smi UUID, which NMX-M does not use. With `locations` (GPU UUID ->
+  `GpuLocation`, built by the caller from the inventory: rack cluster UUID, tray slot, GPU index) members are
+  written as location objects and read back through them; `GET /nmx/v1/gpus` translates GPU IDs of ID-based
+  partitions (the default partition may be one) to locations. Without `locations`, the GPU UUID strings are
+  used as NMX-M GPU IDs as they are (an NMX-M set up to identify GPUs by UUID, and the tests).
+  `GpuLocation.for_tray` assumes SlotID = tray slot, HostID = 1 and DeviceID = GPU index; sites whose
+  chassis numbering differs pass their own locations.
+* A partition's domain is its `DomainUUID` field when the manager sends one, else the domain of its members.
+  An empty partition without `DomainUUID` cannot be placed and is ignored.
+* Error bodies carry the reason in `message` (or `Message`, `detail`, `error`, ...); taken from whichever is
+  there, else the body text.
+* The default partition is never deleted (it is emptied with a PUT); GPUs removed from a partition (PUT or
+  DELETE) belong to no partition until added to another. Lists are not paged.
+
+One apply per domain at a time is the caller's job (the apply task claims its plan row first): NMX-M has no
+compare-and-set on partitions, so two concurrent applies could interleave their steps.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.client import HTTPException
+from typing import Any
+
+from integrations.fabric.base import (
+    DEFAULT_PARTITION_ID,
+    FabricDiff,
+    FabricError,
+    FabricInvalid,
+    FabricPartition,
+    FabricRejected,
+    FabricResult,
+    FabricStep,
+    FabricUnavailable,
+    ProgressCallback,
+    StepOutcome,
+    execute_plan,
+    normalize_domain,
+    plan_changes,
+    sort_partitions,
+    validate_desired,
+)
+
+API = "/nmx/v1"
+ID_BASED = "ID_BASED"
+LOCATION_BASED = "LOCATION_BASED"
+UNDEFINED = "UNDEFINED"
+TERMINAL_OK = "completed"
+TERMINAL_BAD = ("failed", "cancelled")
+RUNNING = ("pending", "in-progress")
+FOREIGN_ID = "nmx-gpu:"  # a member NMX-M knows but the given locations do not
+FOREIGN_LOCATION = "nmx-location:"
+
+
+@dataclass(frozen=True)
+class GpuLocation:
+    """Where NMX-M finds a GPU: a location-based partition member."""
+
+    domain: str
+    chassis_id: int
+    slot_id: int
+    host_id: int
+    device_id: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "domain", normalize_domain(self.domain))
+
+    @classmethod
+    def for_tray(
+        cls, domain: str, slot: int, gpu_index: int, *, chassis_id: int = 1, host_id: int = 1
+    ) -> GpuLocation:
+        """The location of GPU `gpu_index` of the compute tray in `slot` (assumed numbering, see module)."""
+        return cls(domain, chassis_id, slot, host_id, gpu_index)
+
+    @classmethod
+    def from_member(cls, member: Mapping[str, Any]) -> GpuLocation:
+        return cls(
+            str(member["DomainUUID"]),
+            int(member["ChassisID"]),
+            int(member["SlotID"]),
+            int(member["HostID"]),
+            int(member["DeviceID"]),
+        )
+
+    def member(self) -> dict[str, Any]:
+        return {
+            "DomainUUID": self.domain,
+            "ChassisID": self.chassis_id,
+            "SlotID": self.slot_id,
+            "HostID": self.host_id,
+            "DeviceID": self.device_id,
+        }
+
+    def text(self) -> str:
+        return f"{self.domain}/{self.chassis_id}.{self.slot_id}.{self.host_id}.{self.device_id}"
+
+
+@dataclass
+class _Live:
+    system_id: str
+    type: str
+    partition: FabricPartition
+
+
+@dataclass
+class _Snapshot:
+    domain: str
+    partitions: list[_Live] = field(default_factory=list)
+    gpu_location: dict[str, GpuLocation] = field(default_factory=dict)  # NMX-M GPU ID -> location
+    gpu_domain: dict[str, str] = field(default_factory=dict)  # NMX-M GPU ID -> domain
+    domain_gpus: list[str] = field(default_factory=list)  # every GPU of the domain, as Rackplane names it
+
+    @property
+    def current(self) -> list[FabricPartition]:
+        return [live.partition for live in self.partitions]
+
+    def find(self, step: FabricStep) -> _Live:
+        for live in self.partitions:
+            if (live.partition.is_default and step.is_default) or (
+                not live.partition.is_default and not step.is_default and live.partition.name == step.name
+            ):
+                return live
+        raise FabricRejected(f"partition {step.name} is not on the fabric any more", partition=step.name)
+
+
+class NmxFabricManager:
+    """NVLink partitions of one or more NVLink domains managed by one NMX-M.
+
+    base_url: NMX-M's address (`https://nmx-m.example`; a trailing `/nmx/v1` is accepted). token: the
+      basic-auth token (`Authorization: Basic <token>`; a value that already starts with a scheme such as
+      "Bearer " is sent as it is), or give username/password. verify: False, True or a CA bundle path.
+      timeout: seconds per HTTP request.
+    locations: GPU UUID -> GpuLocation (see the module docstring); None to use GPU UUIDs as NMX-M GPU IDs.
+    poll_interval, poll_backoff, max_poll_interval, poll_timeout: waiting for an operation: the first poll
+      after poll_interval, each wait poll_backoff times longer up to max_poll_interval, giving up (transient
+      error) after poll_timeout seconds. poll_retries: transient errors tolerated in a row while polling.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        verify: bool | str = True,
+        timeout: float = 30.0,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        locations: Mapping[str, GpuLocation] | None = None,
+        poll_interval: float = 1.0,
+        poll_backoff: float = 2.0,
+        max_poll_interval: float = 15.0,
+        poll_timeout: float = 900.0,
+        poll_retries: int = 3,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        base = base_url.rstrip("/")
+        if base.endswith(API):
+            base = base[: -len(API)]
+        parsed = urllib.parse.urlparse(base)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"NMX-M address must be http(s)://host[:port], not {base_url!r}")
+        self.base_url = base
+        self.timeout = timeout
+        self.locations: dict[str, GpuLocation] = dict(locations or {})
+        self.poll_interval = poll_interval
+        self.poll_backoff = max(1.0, poll_backoff)
+        self.max_poll_interval = max(poll_interval, max_poll_interval)
+        self.poll_timeout = poll_timeout
+        self.poll_retries = poll_retries
+        self._sleep = sleep
+        self._clock = clock
+        self._headers = {"Accept": "application/json", "User-Agent": "rackplane-fabric/1"}
+        if token:
+            self._headers["Authorization"] = token if " " in token.strip() else f"Basic {token.strip()}"
+        elif username is not None:
+            pair = f"{username}:{password or ''}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        handlers: list[urllib.request.BaseHandler] = []
+        if parsed.scheme == "https":
+            if verify is False:
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            elif isinstance(verify, str):
+                context = ssl.create_default_context(cafile=verify)
+            else:
+                context = ssl.create_default_context()
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
+
+    # --- the FabricManager interface ------------------------------------------------------------------
+
+    def read_back(self, domain: str) -> list[FabricPartition]:
+        """The domain's partitions as NMX-M holds them (an empty default partition left out)."""
+        snapshot = self._snapshot(normalize_domain(domain))
+        return sort_partitions(p for p in snapshot.current if p.gpu_uuids or not p.is_default)
+
+    def diff(self, domain: str, desired: Sequence[FabricPartition]) -> FabricDiff:
+        domain = normalize_domain(domain)
+        desired = validate_desired(domain, desired)
+        self._check_locations(domain, desired)
+        snapshot = self._snapshot(domain)
+        diff = plan_changes(domain, snapshot.current, desired, snapshot.domain_gpus)
+        self._render_all(snapshot, diff)  # a plan the API cannot express fails here, not halfway
+        return diff
+
+    def apply(
+        self,
+        domain: str,
+        desired: Sequence[FabricPartition],
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> FabricResult:
+        """Validate, read back, diff, then one request per step, each waited for; see base.execute_plan."""
+        domain = normalize_domain(domain)
+        desired = validate_desired(domain, desired)
+        self._check_locations(domain, desired)
+        snapshot = self._snapshot(domain)
+        diff = plan_changes(domain, snapshot.current, desired, snapshot.domain_gpus)
+        rendered = self._render_all(snapshot, diff)
+        return execute_plan(
+            diff,
+            desired,
+            perform=lambda step: self._perform(step, rendered[step]),
+            read_back=lambda: self.read_back(domain),
+            progress=progress,
+        )
+
+    # --- reading --------------------------------------------------------------------------------------
+
+    def _snapshot(self, domain: str) -> _Snapshot:
+        snapshot = _Snapshot(domain=domain)
+        gpus = self._get_list(f"{API}/gpus")
+        for gpu in gpus:
+            gpu_id = str(gpu.get("ID", ""))
+            info = gpu.get("LocationInfo") or {}
+            if not gpu_id or gpu.get("DomainUUID") is None:
+                continue
+            snapshot.gpu_domain[gpu_id] = normalize_domain(gpu["DomainUUID"])
+            # A GPU without a full location can still be used by ID.
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                snapshot.gpu_location[gpu_id] = GpuLocation(
+                    gpu["DomainUUID"], info["ChassisID"], info["SlotID"], info["HostID"], gpu["DeviceID"]
+                )
+        by_location = {loc: uuid for uuid, loc in self.locations.items()}
+        snapshot.domain_gpus = [
+            self._token(gpu_id, snapshot, by_location)
+            for gpu_id, d in snapshot.gpu_domain.items()
+            if d == domain
+        ]
+        for raw in self._get_list(f"{API}/partitions"):
+            members = raw.get("Members") or []
+            if isinstance(members, dict):  # tolerate {"ids": [...]} / {"locations": [...]} wrappers
+                members = next((v for v in members.values() if isinstance(v, list)), [])
+            owner = self._partition_domain(raw, members, snapshot)
+            if owner != domain:
+                continue
+            uuids = tuple(self._token(member, snapshot, by_location) for member in members)
+            member_type = str(raw.get("Type") or "").upper()
+            if member_type not in (ID_BASED, LOCATION_BASED):
+                member_type = self._type_of(members) or UNDEFINED
+            try:
+                partition_id = int(raw["PartitionID"])
+                partition = FabricPartition(
+                    str(raw.get("Name") or ""), partition_id, uuids, domain, health=raw.get("Health")
+                )
+            except (KeyError, TypeError, ValueError) as error:
+                raise FabricRejected(
+                    f"NMX-M returned a partition this adapter cannot read: {raw!r:.300}",
+                    "check the NMX-M version against the adapter (see scheduling/backends/fabric/nmx.py)",
+                ) from error
+            snapshot.partitions.append(_Live(str(raw.get("ID", "")), member_type, partition))
+        return snapshot
+
+    @staticmethod
+    def _partition_domain(raw: Mapping[str, Any], members: list, snapshot: _Snapshot) -> str | None:
+        if raw.get("DomainUUID"):
+            return normalize_domain(raw["DomainUUID"])
+        for member in members:
+            if isinstance(member, Mapping) and member.get("DomainUUID"):
+                return normalize_domain(member["DomainUUID"])
+            if isinstance(member, str) and member in snapshot.gpu_domain:
+                return snapshot.gpu_domain[member]
+        return None
+
+    def _token(self, member: Any, snapshot: _Snapshot, by_location: dict[GpuLocation, str]) -> str:
+        """A member as Rackplane names it: the GPU UUID when known, else a stable placeholder."""
+        if isinstance(member, Mapping):
+            try:
+                location = GpuLocation.from_member(member)
+            except (KeyError, TypeError, ValueError) as error:
+                raise FabricRejected(
+                    f"NMX-M returned a partition member this adapter cannot read: {member!r}"
+                ) from error
+            return by_location.get(location) or FOREIGN_LOCATION + location.text()
+        gpu_id = str(member)
+        if not self.locations:
+            return gpu_id
+        location = snapshot.gpu_location.get(gpu_id)
+        if location is not None and location in by_location:
+            return by_location[location]
+        return FOREIGN_ID + gpu_id
+
+    @staticmethod
+    def _type_of(members: list) -> str | None:
+        if not members:
+            return None
+        return LOCATION_BASED if isinstance(members[0], Mapping) else ID_BASED
+
+    # --- rendering requests ---------------------------------------------------------------------------
+
+    def _check_locations(self, domain: str, desired: Sequence[FabricPartition]) -> None:
+        if not self.locations:
+            return
+        problems = []
+        for p in desired:
+            for gpu in p.gpu_uuids:
+                location = self.locations.get(gpu)
+                if location is None:
+                    problems.append(f"GPU {gpu} of partition {p.name} has no location for NMX-M")
+                elif location.domain != domain:
+                    problems.append(
+                        f"GPU {gpu} of partition {p.name} is in domain {location.domain}, not {domain}"
+                    )
+        if problems:
+            raise FabricInvalid(
+                f"the desired NVLink partitions of domain {domain} cannot be sent to NMX-M; nothing was sent",
+                "refresh the inventory (discovery) so every GPU has its tray slot and index",
+                problems,
+            )
+
+    def _render_all(self, snapshot: _Snapshot, diff: FabricDiff) -> dict[FabricStep, tuple[str, str, Any]]:
+        rendered = {}
+        for step in diff.steps:
+            if step.action == "create":
+                if step.is_default:
+                    raise FabricRejected(
+                        f"domain {snapshot.domain} has no default partition (ID {DEFAULT_PARTITION_ID}) "
+                        "on the fabric and NMX-M cannot create one with that ID",
+                        "configure the default partition on the domain's NMX-C, or plan carved partitions",
+                        partition=step.name,
+                    )
+                member_type = LOCATION_BASED if self.locations else ID_BASED
+                body = {"Name": step.name, "Members": self._members(step, member_type, snapshot)}
+                rendered[step] = ("POST", f"{API}/partitions", body)
+                continue
+            live = snapshot.find(step)
+            path = f"{API}/partitions/{urllib.parse.quote(live.system_id, safe='')}"
+            if step.action == "delete":
+                rendered[step] = ("DELETE", path, None)
+            else:
+                member_type = (
+                    live.type if live.type != UNDEFINED else (LOCATION_BASED if self.locations else ID_BASED)
+                )
+                rendered[step] = ("PUT", path, {"Members": self._members(step, member_type, snapshot)})
+        return rendered
+
+    def _members(self, step: FabricStep, member_type: str, snapshot: _Snapshot) -> list:
+        members, problems = [], []
+        for token in step.members:
+            location = self._location_of(token, snapshot)
+            if member_type == LOCATION_BASED:
+                if location is None:
+                    problems.append(f"GPU {token} has no known location")
+                else:
+                    members.append(location.member())
+            else:
+                gpu_id = self._gpu_id_of(token, location, snapshot)
+                if gpu_id is None:
+                    problems.append(f"GPU {token} has no NMX-M GPU ID")
+                else:
+                    members.append(gpu_id)
+        if member_type == LOCATION_BASED:  # in physical order, for whoever reads the request log
+            members.sort(key=lambda m: (m["ChassisID"], m["SlotID"], m["HostID"], m["DeviceID"]))
+        if problems:
+            raise FabricInvalid(
+                f"cannot write the {member_type} members of partition {step.name}; nothing was sent",
+                "refresh the inventory and NMX-M's GPU list (GET /nmx/v1/gpus), then apply again",
+                problems,
+                partition=step.name,
+            )
+        return members
+
+    def _location_of(self, token: str, snapshot: _Snapshot) -> GpuLocation | None:
+        if token in self.locations:
+            return self.locations[token]
+        if token.startswith(FOREIGN_LOCATION):
+            for location in snapshot.gpu_location.values():
+                if FOREIGN_LOCATION + location.text() == token:
+                    return location
+            domain, _, numbers = token[len(FOREIGN_LOCATION) :].rpartition("/")
+            try:
+                chassis, slot, host, device = (int(n) for n in numbers.split("."))
+            except ValueError:
+                return None
+            return GpuLocation(domain, chassis, slot, host, device)
+        if token.startswith(FOREIGN_ID):
+            return snapshot.gpu_location.get(token[len(FOREIGN_ID) :])
+        return snapshot.gpu_location.get(token)  # GPU UUIDs used as NMX-M GPU IDs
+
+    def _gpu_id_of(self, token: str, location: GpuLocation | None, snapshot: _Snapshot) -> str | None:
+        if token.startswith(FOREIGN_ID):
+            return token[len(FOREIGN_ID) :]
+        if not self.locations and not token.startswith(FOREIGN_LOCATION):
+            return token
+        if location is not None:
+            for gpu_id, known in snapshot.gpu_location.items():
+                if known == location:
+                    return gpu_id
+        return None
+
+    # --- writing --------------------------------------------------------------------------------------
+
+    def _perform(self, step: FabricStep, request: tuple[str, str, Any]) -> StepOutcome:
+        method, path, body = request
+        status, headers, data = self._call(method, path, body, what=step.describe(), partition=step.name)
+        if status != 202:
+            # A synchronous answer (200/201/204): done already.
+            return StepOutcome(step=step, status="completed", partition_id=_partition_id(data))
+        operation_id = _operation_id(data, headers)
+        if not operation_id:
+            raise FabricRejected(
+                f"NMX-M accepted the request to {step.describe()} but named no operation to follow",
+                "read the fabric back before retrying",
+                partition=step.name,
+                status=status,
+            )
+        operation, op_headers = self._wait(operation_id, step)
+        partition_id = None
+        if step.action == "create":
+            partition_id = self._created_partition_id(operation, op_headers)
+        return StepOutcome(
+            step=step, operation_id=operation_id, status=TERMINAL_OK, partition_id=partition_id
+        )
+
+    def _wait(self, operation_id: str, step: FabricStep) -> tuple[dict, Mapping[str, str]]:
+        """Poll the operation until it ends: completed returns; failed/cancelled raise FabricRejected."""
+        path = f"{API}/operations/{urllib.parse.quote(operation_id, safe='')}"
+        deadline = self._clock() + self.poll_timeout
+        interval = self.poll_interval
+        failures = 0
+        state = "pending"
+        while True:
+            self._sleep(max(0.0, min(interval, deadline - self._clock())))
+            interval = min(interval * self.poll_backoff, self.max_poll_interval)
+            try:
+                _, headers, operation = self._call("GET", path, None, what=f"follow operation {operation_id}")
+            except FabricUnavailable as error:
+                failures += 1
+                if failures > self.poll_retries or self._clock() >= deadline:
+                    raise FabricUnavailable(
+                        f"lost NMX-M while waiting for operation {operation_id} ({step.describe()}); "
+                        f"its outcome is unknown: {error.message}",
+                        "retry later: apply reads the fabric back first and only does what is missing",
+                        partition=step.name,
+                        operation_id=operation_id,
+                    ) from error
+                continue
+            failures = 0
+            operation = operation if isinstance(operation, dict) else {}
+            state = str(operation.get("Status", "")).lower()
+            if state == TERMINAL_OK:
+                return operation, headers
+            if state in TERMINAL_BAD:
+                result = operation.get("Result") or {}
+                reason = ": ".join(str(result[k]) for k in ("Error", "Details") if result.get(k)) or (
+                    str(operation.get("CurrentStep") or "no reason given")
+                )
+                raise FabricRejected(
+                    f"NMX-M operation {operation_id} to {step.describe()} ended {state}: {reason}",
+                    "fix the cause NMX-M gives, then apply again (the steps before this one are in place)",
+                    partition=step.name,
+                    operation_id=operation_id,
+                )
+            if self._clock() >= deadline:
+                raise FabricUnavailable(
+                    f"NMX-M operation {operation_id} to {step.describe()} is still {state or 'unknown'} "
+                    f"after {self.poll_timeout:.0f}s",
+                    "check the operation in NMX-M; apply again later (it reads the fabric back first)",
+                    partition=step.name,
+                    operation_id=operation_id,
+                )
+
+    def _created_partition_id(self, operation: dict, headers: Mapping[str, str]) -> int | None:
+        location = headers.get("Location") or ""
+        if "/partitions/" in location:
+            try:
+                _, _, partition = self._call(
+                    "GET", urllib.parse.urlparse(location).path, None, what="read it"
+                )
+                return _partition_id(partition)
+            except FabricError:
+                return None
+        return _partition_id((operation.get("Result") or {}).get("Data"))
+
+    # --- HTTP -----------------------------------------------------------------------------------------
+
+    def _get_list(self, path: str) -> list[dict]:
+        _, _, data = self._call("GET", path, None, what=f"read {path}")
+        if isinstance(data, dict):  # tolerate a paged/wrapped list
+            data = next((v for v in data.values() if isinstance(v, list)), [])
+        if not isinstance(data, list):
+            raise FabricRejected(f"NMX-M answered {path} with something else than a list")
+        return [item for item in data if isinstance(item, dict)]
+
+    def _call(
+        self, method: str, path: str, body: Any, *, what: str, partition: str | None = None
+    ) -> tuple[int, Mapping[str, str], Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = dict(self._headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                raw = response.read()
+                return response.status, response.headers, _json(raw)
+        except urllib.error.HTTPError as error:
+            text = _reason(error.read() if error.fp else b"") or error.reason
+            code = error.code
+            if code >= 500 or code in (408, 429):
+                raise FabricUnavailable(
+                    f"NMX-M could not {what} ({method} {path}): HTTP {code}: {text}",
+                    "retry later; NMX-M or a service behind it is failing",
+                    partition=partition,
+                    status=code,
+                ) from error
+            raise FabricRejected(
+                f"NMX-M refused to {what} ({method} {path}): HTTP {code}: {text}",
+                _what_to_do(code),
+                partition=partition,
+                status=code,
+            ) from error
+        except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise FabricUnavailable(
+                f"NMX-M at {self.base_url} is not reachable ({method} {path}): {reason}",
+                "retry later, once NMX-M answers; nothing more was changed",
+                partition=partition,
+            ) from error
+
+
+def _json(raw: bytes) -> Any:
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as error:
+        raise FabricRejected(f"NMX-M answered with something else than JSON: {raw[:200]!r}") from error
+
+
+def _reason(raw: bytes) -> str:
+    text = raw.decode(errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500]
+    if isinstance(data, dict):
+        for key in ("message", "Message", "detail", "Details", "details", "error", "Error", "title"):
+            value = data.get(key)
+            if isinstance(value, dict):
+                value = value.get("message") or value.get("Message")
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+    return text[:500]
+
+
+def _what_to_do(code: int) -> str:
+    if code in (401, 403):
+        return "check the NMX-M credentials (changes need the rw-user)"
+    if code == 404:
+        return "the partition or operation is gone; apply again (it reads the fabric back first)"
+    if code == 409:
+        return (
+            "another partition holds these GPUs, the name is taken or the member type differs; "
+            "read the fabric back and re-plan"
+        )
+    return "fix the partition plan (NMX-M's reason above) and apply again"
+
+
+def _operation_id(data: Any, headers: Mapping[str, str]) -> str | None:
+    if isinstance(data, dict):
+        for key in ("operationId", "OperationID", "operationID", "ID"):
+            if data.get(key):
+                return str(data[key])
+    location = headers.get("Location") or ""
+    if "/operations/" in location:
+        return location.rstrip("/").rsplit("/", 1)[-1]
+    return None
+
+
+def _partition_id(data: Any) -> int | None:
+    if isinstance(data, dict) and data.get("PartitionID") is not None:
+        try:
+            return int(data["PartitionID"])
+        except (TypeError, ValueError):
+            return None
+    return None

@@ -1,0 +1,80 @@
+"""Small validators and form fields the kinds' settings share (each kind's own rules live in its folder)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from django import forms
+
+HOST_RE = re.compile(r"^[A-Za-z0-9.:-]+$")
+
+
+def text(value, key: str, errors: dict) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        errors[key] = "must be text"
+        return ""
+    return value.strip()
+
+
+def integer(value, key: str, errors: dict, low: int, high: int | None = None):
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors[key] = "must be a whole number"
+        return None
+    if value < low or (high is not None and value > high):
+        errors[key] = f"must be between {low} and {high}" if high is not None else f"must be at least {low}"
+        return None
+    return value
+
+
+def flag(value, key: str, errors: dict) -> bool:
+    if value in (None, ""):
+        return False
+    if not isinstance(value, bool):
+        errors[key] = "must be true or false"
+        return False
+    return value
+
+
+def url(value: str, key: str, errors: dict) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        errors[key] = f"{value!r} is not an http:// or https:// address"
+    return value.rstrip("/")
+
+
+def absolute_path(value: str, key: str, errors: dict, what: str = "must be an absolute path") -> None:
+    if value and not value.startswith("/"):
+        errors[key] = what
+
+
+# --- form fields (the target form shows the chosen kind's fields) -----------------------------------------
+
+
+def text_field(label, help_text="", **kwargs):
+    return lambda: forms.CharField(label=label, required=False, help_text=help_text, **kwargs)
+
+
+def number_field(label, help_text=""):
+    return lambda: forms.IntegerField(label=label, required=False, help_text=help_text)
+
+
+def flag_field(label, help_text=""):
+    return lambda: forms.BooleanField(label=label, required=False, help_text=help_text)
+
+
+def choice_field(label, choices, initial):
+    return lambda: forms.ChoiceField(label=label, choices=choices, initial=initial, required=False)
+
+
+def token_field(label):
+    return lambda: forms.CharField(
+        label=label,
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+    )

@@ -1,0 +1,100 @@
+"""The target form: name, kind, enabled, and the settings of the chosen kind, each field given by the kind
+(integrations.registry). A secret is never rendered: left empty it keeps the stored one unless "clear" is
+ticked; typed, it replaces it."""
+
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from integrations import registry
+from integrations.models import ConfigTarget
+
+
+class ConfigTargetForm(forms.Form):
+    name = forms.CharField(max_length=64)
+    kind = forms.ChoiceField(choices=())
+    enabled = forms.BooleanField(
+        label="Enabled", required=False, help_text="Disabled targets are left out of pushes."
+    )
+    clear_token = forms.BooleanField(label="Clear the stored token", required=False)
+
+    def __init__(self, *args, instance: ConfigTarget | None = None, kind: str | None = None, **kwargs):
+        self.instance = instance or ConfigTarget()
+        if instance is not None and not kwargs.get("initial") and not args:
+            initial = {"name": instance.name, "kind": instance.kind, "enabled": instance.enabled}
+            if registry.is_kind(instance.kind):
+                values = instance.settings or {}
+                for setting in registry.get(instance.kind).settings:
+                    if not setting.secret:
+                        initial[setting.name] = values.get(setting.key)
+            kwargs["initial"] = initial
+        elif instance is None and not args:
+            kwargs.setdefault("initial", {"enabled": True})
+        super().__init__(*args, **kwargs)
+        self.fields["kind"].choices = registry.choices()
+        clear = self.fields.pop("clear_token")
+        for each in registry.kinds():
+            for setting in each.settings:
+                self.fields[setting.name] = setting.field()
+        self.fields["clear_token"] = clear
+        names = registry.names()
+        self.kind_value = (
+            kind or (self.data.get("kind") if self.is_bound else None) or self.initial.get("kind") or names[0]
+        )
+        if self.kind_value not in names:
+            self.kind_value = names[0]
+        stored = (instance.settings or {}) if instance is not None else {}
+        same_kind = instance is not None and instance.kind == self.kind_value
+        secrets = [s for s in registry.get(self.kind_value).settings if s.secret]
+        self.has_token = same_kind and any(stored.get(s.key) for s in secrets)
+        for each in registry.kinds():
+            for setting in each.settings:
+                if setting.secret:
+                    self.fields[setting.name].help_text = (
+                        "A token is stored: leave empty to keep it, type a new one to replace it."
+                        if same_kind and each.name == self.kind_value and stored.get(setting.key)
+                        else "Stored as given; never shown again."
+                    )
+
+    def settings_fields(self):
+        return [self[setting.name] for setting in registry.get(self.kind_value).settings]
+
+    def clean_name(self):
+        name = self.cleaned_data["name"].strip()
+        if ConfigTarget.objects.filter(name=name).exclude(pk=self.instance.pk).exists():
+            raise ValidationError(f"A target named {name} already exists.")
+        return name
+
+    def clean(self):
+        data = super().clean()
+        kind_name = data.get("kind")
+        if not kind_name:
+            return data
+        kind = registry.get(kind_name)
+        raw = {}
+        for setting in kind.settings:
+            value = data.get(setting.name)
+            raw[setting.key] = value if value is not None else setting.default
+        stored = self.instance.settings or {}
+        for setting in kind.settings:
+            keep = not raw[setting.key] and self.instance.kind == kind_name and not data.get("clear_token")
+            if setting.secret and keep:
+                raw[setting.key] = stored.get(setting.key, "")
+        try:
+            self.cleaned_settings = registry.clean_settings(kind_name, raw)
+        except ValidationError as error:
+            back = {setting.key: setting.name for setting in kind.settings}
+            for key, messages_ in error.message_dict.items():
+                self.add_error(back.get(key), messages_)
+        return data
+
+    def save(self) -> ConfigTarget:
+        target = self.instance
+        target.name = self.cleaned_data["name"]
+        target.kind = self.cleaned_data["kind"]
+        target.enabled = self.cleaned_data["enabled"]
+        target.settings = self.cleaned_settings
+        target.full_clean()
+        target.save()
+        return target

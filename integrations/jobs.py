@@ -1,0 +1,101 @@
+"""What every job backend (Slurm through slurmrestd, Kubernetes through its API server) is given and answers.
+
+Pure data and the errors adapters raise; no Django import. The portal builds a `DispatchRequest` from a
+placed job (integrations.dispatch) and hands it to the adapter of the job's backend; the adapters live in
+`integrations.slurm.jobs` and `integrations.kubernetes.jobs`.
+
+Every adapter call is idempotent, so a retried task never runs a job twice:
+* `submit` first looks for a job it already made for this Rackplane job (by `rackplane_name`) and adopts it;
+* `cancel` of a job the backend no longer knows is a success;
+* `status` reports every asked id, `UNKNOWN` for ids the backend has forgotten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from core.errors import ExternalError
+
+
+class BackendError(ExternalError):
+    """A backend call failed."""
+
+
+class BackendUnavailable(BackendError):
+    """Transient: the backend could not be reached or answered 5xx/timeout. Retry later; nothing changed."""
+
+    transient = True
+
+
+class BackendRejected(BackendError):
+    """Permanent: the backend refused the request (bad script, unknown account, invalid object)."""
+
+
+class BackendJobState(StrEnum):
+    PENDING = "pending"  # accepted, not started yet (Slurm PENDING, Kubernetes pods not running)
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"  # the backend does not know this id (any more)
+
+
+FINISHED_BACKEND_STATES = (BackendJobState.COMPLETED, BackendJobState.FAILED, BackendJobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class DispatchRequest:
+    """One placed job, as a backend needs it.
+
+    `hostnames` are the compute trays chosen by the placement engine (all of them, in order); each tray gives
+    the job `gpus_per_tray` GPUs (4 for multi-tray jobs; 1-4 for a job on one tray). `segment` is the number
+    of trays that must share one NVLink partition (Slurm `--segment`), or None when the job spans partitions
+    or has one tray. `service_tier` is the Slurm partition serving the trays. `work` is
+    {"script": "#!/bin/bash ..."} for Slurm and {"image": ..., "command": [...], "args": [...], "env": {...}}
+    for Kubernetes. `clique` is "<cluster uuid>.<clique id>" of the NVLink partition when all trays share one.
+    """
+
+    job_id: int
+    name: str
+    department: str  # slug: Slurm account and QOS, Kubernetes namespace and Kueue LocalQueue
+    priority_class: str  # train | build | inference
+    hostnames: tuple[str, ...]
+    gpus_per_tray: int
+    time_limit_minutes: int
+    work: dict
+    service_tier: str = "gpu"
+    segment: int | None = None
+    clique: str = ""
+    imex: bool = False  # Slurm: a job-scoped IMEX channel (switch/nvidia_imex) where the cluster enables it
+    attempt: int = 0  # how many times the job was preempted before: each run has its own backend name
+
+    @property
+    def rackplane_name(self) -> str:
+        """The backend-side name that identifies this run of the job (to adopt it after a lost reply)."""
+        return f"rp-{self.job_id}" if not self.attempt else f"rp-{self.job_id}-{self.attempt}"
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_tray * len(self.hostnames)
+
+
+@dataclass(frozen=True)
+class BackendJobStatus:
+    backend_id: str
+    state: BackendJobState
+    message: str = ""  # the backend's words (Slurm state reason, Kubernetes condition message)
+    exit_code: int | None = None
+    nodes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class JobBackend(Protocol):
+    def submit(self, request: DispatchRequest) -> str:
+        """Start the job; return the backend's id for it. Adopts an existing job of the same name."""
+
+    def status(self, backend_ids: list[str]) -> dict[str, BackendJobStatus]:
+        """The state of each id (UNKNOWN for ids the backend does not know)."""
+
+    def cancel(self, backend_id: str) -> None:
+        """Stop the job; a job already gone is a success."""

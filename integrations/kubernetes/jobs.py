@@ -1,0 +1,615 @@
+"""KubernetesJobBackend: runs one placed Rackplane job as Kubernetes objects (the `JobBackend` interface).
+
+`render_job_objects` (pure: a `DispatchRequest` in, validated plain dicts out) and the adapter that creates,
+reads and deletes them through the official `kubernetes` client.
+
+What a job becomes, and why:
+
+* **One Indexed batch/v1 Job**, `completions = parallelism = number of trays`, one pod per tray. One Job (not
+  one Job per tray) because Kueue admits a Job as one Workload with one pod set of N pods: the trays are
+  admitted, preempted and requeued together (gang), and one object carries the job's state. One Job per tray
+  would be N Workloads that Kueue admits one by one, so a multi-tray job could half start. Indexed completion
+  mode gives every pod a stable `JOB_COMPLETION_INDEX` (its rank) and hostname `<job>-<index>`.
+* **Pinned to exactly the chosen trays**: required node affinity `kubernetes.io/hostname In <hostnames>` (only
+  those nodes) plus, for more than one tray, a required pod anti-affinity on `kubernetes.io/hostname` against
+  the pods of this run of the job (labels `rackplane.io/job-id` and `rackplane.io/attempt`), so no two pods
+  share a tray: N pods on N allowed nodes, one each, i.e. exactly the chosen set. Which index lands on which
+  tray is left to the scheduler (a pod template cannot vary per index); every tray of the set is in the
+  placement's NVLink partition anyway.
+* **GPUs** through the device plugin's extended resource: request = limit = `nvidia.com/gpu: gpus_per_tray`
+  (extended resources cannot be overcommitted, so the two must be equal). This is also what Kueue counts
+  against the department's ClusterQueue (`tenancy.renderers.cluster_queue` covers `nvidia.com/gpu`).
+* **A ComputeDomain for jobs of more than one tray** (NVIDIA DRA driver, `resource.nvidia.com/v1beta1`, in
+  the department namespace, `numNodes: 0` as the CRD recommends, `channel.resourceClaimTemplate.name` =
+  `<job>-imex-channel`): multi-node NVLink needs an IMEX domain scoped to the job. The driver creates a
+  ResourceClaimTemplate of that name in the namespace; every pod claims a channel from it through
+  `spec.resourceClaims: [{name: imex-channel, resourceClaimTemplateName: <job>-imex-channel}]` and the
+  container's `resources.claims: [{name: imex-channel}]`. Decision: **a one-tray job gets none**: IMEX
+  exports and imports GPU memory between OS instances (nodes); the GPUs of one tray share one OS and need no
+  IMEX channel, and a ComputeDomain would start IMEX daemons (and an extra DRA claim) for nothing.
+  The ComputeDomain has the Job's name (a different kind: no clash), so `cancel` finds it from the job id.
+* **Kueue**: label `kueue.x-k8s.io/queue-name: default` (the department's LocalQueue, see
+  `tenancy.renderers.LOCAL_QUEUE_NAME`) and `suspend: true`, as Kueue's own webhook would set
+  (`jobframework.ApplyDefaultForSuspend` suspends every Job that names a queue): no pod starts before Kueue
+  admits the Workload. No `kueue.x-k8s.io/priority-class` label: it names a `WorkloadPriorityClass`, and
+  Rackplane renders none (no such object anywhere in `tenancy.renderers` or `render.py`, and no CRD for it
+  in `crds/`); Kueue would hold a Job that names a missing class. The priority class is carried as
+  Rackplane's own label instead (`rackplane.io/priority-class`), for people and for a later mapping. No
+  topology-aware-scheduling annotation either: the placement engine has already chosen the trays.
+* **Lifecycle**: `backoffLimit: 0` (a failed pod fails the job: a restarted rank cannot rejoin a collective),
+  `restartPolicy: Never`, `activeDeadlineSeconds` = the time limit (the Job controller resets the Job's
+  start time when Kueue unsuspends it, so the deadline runs from admission, like a Slurm time limit). No
+  `ttlSecondsAfterFinished`: a finished Job stays so its final state can be read; `cancel` removes it.
+* **Names and labels**: the Job and the ComputeDomain are named from `request.rackplane_name` (`rp-<id>`, or
+  `rp-<id>-<attempt>` for a run after a preemption: every run has its own objects), made a DNS-1123 label
+  of at most 50 characters (room for the `-<index>` pod hostnames and the `-imex-channel` suffix). Labels:
+  `app.kubernetes.io/managed-by: rackplane`, `rackplane.io/job-id`, `rackplane.io/attempt`,
+  `rackplane.io/department`, `rackplane.io/priority-class`; the human job name goes into the annotation
+  `rackplane.io/job-name`. These kinds are not in `target.MANAGED_KINDS`, so a configuration push never
+  prunes a running job's objects.
+
+Every object is validated before anything is sent (`validate.validate`: kubernetes-validate for the Job at
+`validate.KUBERNETES_VERSION`, the packaged CRD with its CEL rules for the ComputeDomain).
+
+The adapter: `submit` creates the ComputeDomain, then the Job (POST, `fieldManager=rackplane`,
+`fieldValidation=Strict`); a 409 AlreadyExists is an earlier try's object, adopted when it carries this
+job's id and run (and, for a ComputeDomain, the same channel template: its spec is immutable). `status`
+reads the Jobs (and, once a Job has pods, their nodes and exit codes). `cancel` deletes the Job with
+`propagationPolicy=Foreground` (the Job stays, with a deletionTimestamp, until its pods are gone: `status`
+says CANCELLED meanwhile, and a vanished Job means the trays are free) and then its ComputeDomain; 404 is
+success. Errors: connection refused, timeouts, 429 and 5xx -> `BackendUnavailable`; any other 4xx (a
+missing namespace, RBAC, an admission webhook's 422) -> `BackendRejected` with the API server's message; a
+TLS or configuration failure -> `BackendRejected` (retrying will not fix it). `dry_run` sends creates and
+deletes with `dryRun=All`: the API server checks them and stores nothing (a later `status` says UNKNOWN).
+
+Not done here: a headless Service for pod-to-pod DNS by hostname (workloads that need it rendezvous through
+index 0's pod IP or their own launcher), and Kueue accounting of the IMEX channel claim (Kueue counts DRA
+claims only with its DRA feature gate; GPUs are counted through `nvidia.com/gpu`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pydantic
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes.client.rest import ApiException
+
+from integrations.jobs import (
+    BackendJobState,
+    BackendJobStatus,
+    BackendRejected,
+    BackendUnavailable,
+    DispatchRequest,
+)
+from integrations.kubernetes import validate as schema
+from integrations.kubernetes.render import COMPUTE_DOMAIN_API_VERSION, HOSTNAME_LABEL, compute_domain
+from integrations.kubernetes.target import (
+    FIELD_MANAGER,
+    KubernetesConfigurationError,
+    KubernetesTarget,
+)
+from integrations.kubernetes.work import validate_work
+from tenancy.renderers import (
+    DEPARTMENT_LABEL,
+    GPU_RESOURCE,
+    LOCAL_QUEUE_NAME,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+)
+
+JOB_ID_LABEL = "rackplane.io/job-id"
+ATTEMPT_LABEL = "rackplane.io/attempt"  # which run of the job (DispatchRequest.attempt: preemptions before)
+PRIORITY_CLASS_LABEL = "rackplane.io/priority-class"
+JOB_NAME_ANNOTATION = "rackplane.io/job-name"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Set by the Job controller on every pod of a Job (Kubernetes >= 1.27): the Job's uid selects its pods.
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+COMPUTE_DOMAIN_GROUP, _, COMPUTE_DOMAIN_VERSION = COMPUTE_DOMAIN_API_VERSION.partition("/")
+COMPUTE_DOMAIN_PLURAL = "computedomains"
+IMEX_CLAIM = "imex-channel"  # the pod's name for its claim on the ComputeDomain's channel
+CONTAINER_NAME = "main"
+MAX_JOB_NAME = 50  # pod hostnames are "<job>-<index>" (at most 63); the claim template adds "-imex-channel"
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+
+
+def job_name(request: DispatchRequest) -> str:
+    """The Job's (and ComputeDomain's) name: `request.rackplane_name` as a DNS-1123 label."""
+    name = _NOT_DNS.sub("-", request.rackplane_name.lower()).strip("-")
+    name = re.sub(r"-{2,}", "-", name)[:MAX_JOB_NAME].rstrip("-")
+    if not name or not name[0].isalnum():
+        raise ValueError(f"cannot make a Kubernetes name of {request.rackplane_name!r}")
+    return name
+
+
+def channel_template_name(name: str) -> str:
+    """The ResourceClaimTemplate the DRA driver creates for the ComputeDomain `name`."""
+    return f"{name}-imex-channel"
+
+
+def _check_request(request: DispatchRequest) -> None:
+    department = request.department
+    if not isinstance(department, str) or len(department) > 63 or not _DNS_LABEL.match(department):
+        raise ValueError(f"department {department!r} is not a Kubernetes namespace name")
+    if not request.hostnames:
+        raise ValueError("the job has no trays (hostnames is empty)")
+    if len(set(request.hostnames)) != len(request.hostnames):
+        raise ValueError(f"a tray is listed twice in {list(request.hostnames)}")
+    for host in request.hostnames:  # matched against the node label kubernetes.io/hostname: a label value
+        if not isinstance(host, str) or not host or len(host) > 63 or not _LABEL_VALUE.match(host):
+            raise ValueError(f"tray {host!r} is not a valid kubernetes.io/hostname label value")
+    for number, what in (
+        (request.gpus_per_tray, "gpus_per_tray"),
+        (request.time_limit_minutes, "time limit"),
+    ):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise ValueError(f"{what} must be a whole number >= 1, got {number!r}")
+    # The one rule for a Kubernetes job's work (the jobs API asks the same one through core.workloads).
+    validate_work(request.work if isinstance(request.work, dict) else {"image": None})
+
+
+def _labels(request: DispatchRequest) -> dict[str, str]:
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        JOB_ID_LABEL: str(request.job_id),
+        ATTEMPT_LABEL: str(request.attempt),
+        DEPARTMENT_LABEL: request.department,
+        PRIORITY_CLASS_LABEL: request.priority_class,
+    }
+
+
+def _container(request: DispatchRequest, claim: bool) -> dict[str, Any]:
+    work = request.work
+    gpus = str(request.gpus_per_tray)
+    resources: dict[str, Any] = {"requests": {GPU_RESOURCE: gpus}, "limits": {GPU_RESOURCE: gpus}}
+    if claim:
+        resources["claims"] = [{"name": IMEX_CLAIM}]
+    container: dict[str, Any] = {"name": CONTAINER_NAME, "image": work["image"].strip()}
+    if work.get("command"):
+        container["command"] = list(work["command"])
+    if work.get("args"):
+        container["args"] = list(work["args"])
+    if work.get("env"):
+        container["env"] = [{"name": k, "value": "" if v is None else str(v)} for k, v in work["env"].items()]
+    container["resources"] = resources
+    return container
+
+
+def render_job_objects(request: DispatchRequest) -> list[dict[str, Any]]:
+    """The objects for one placed job, in creation order: [ComputeDomain (more than one tray only), Job].
+
+    Raises ValueError (or `validate.ValidationError`, a ValueError) for a request that cannot be run or an
+    object the API server would refuse. See the module docstring for the shape and the reasons.
+    """
+    _check_request(request)
+    name = job_name(request)
+    namespace = request.department
+    trays = len(request.hostnames)
+    labels = _labels(request)
+    multi_node = trays > 1
+    objects: list[dict[str, Any]] = []
+    if multi_node:
+        domain = compute_domain(name, namespace, channel_template_name(name))
+        domain["metadata"]["labels"] = {**domain["metadata"]["labels"], **labels}
+        domain["metadata"]["annotations"] = {JOB_NAME_ANNOTATION: request.name}
+        objects.append(domain)
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": HOSTNAME_LABEL, "operator": "In", "values": list(request.hostnames)}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    if multi_node:
+        affinity["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchLabels": {
+                            JOB_ID_LABEL: str(request.job_id),
+                            ATTEMPT_LABEL: str(request.attempt),
+                        }
+                    },
+                    "topologyKey": HOSTNAME_LABEL,
+                }
+            ]
+        }
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "affinity": affinity}
+    if multi_node:
+        pod_spec["resourceClaims"] = [
+            {"name": IMEX_CLAIM, "resourceClaimTemplateName": channel_template_name(name)}
+        ]
+    pod_spec["containers"] = [_container(request, claim=multi_node)]
+    pod_labels = {k: v for k, v in labels.items() if k != MANAGED_BY_LABEL}
+    objects.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {**labels, QUEUE_NAME_LABEL: LOCAL_QUEUE_NAME},
+                "annotations": {JOB_NAME_ANNOTATION: request.name},
+            },
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": trays,
+                "parallelism": trays,
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": request.time_limit_minutes * 60,
+                "suspend": True,
+                "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+            },
+        }
+    )
+    for obj in objects:
+        schema.validate(obj)
+    return objects
+
+
+# --- reading a Job's state ----------------------------------------------------------------------------
+
+
+def _true_conditions(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return {c.get("type"): c for c in conditions if isinstance(c, dict) and c.get("status") == "True"}
+
+
+def _words(condition: dict[str, Any], default: str) -> str:
+    reason, message = condition.get("reason") or "", condition.get("message") or ""
+    if reason and message:
+        return f"{reason}: {message}"
+    return reason or message or default
+
+
+def _exit_code(pods: Sequence[dict[str, Any]]) -> int | None:
+    """The first non-zero exit code of a terminated container (pods by name), else None."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
+            if isinstance(code, int) and code != 0:
+                return code
+    return None
+
+
+def job_status(backend_id: str, job: dict[str, Any], pods: Sequence[dict[str, Any]] = ()) -> BackendJobStatus:
+    """A live batch/v1 Job (and its pods, if read) -> BackendJobStatus.
+
+    `Failed` (or 1.31+'s `FailureTarget`, the decision before the pods are gone) -> FAILED with the
+    condition's reason and message; `Complete` (or `SuccessCriteriaMet`) -> COMPLETED; a Job being deleted ->
+    CANCELLED; a ready or finished pod -> RUNNING; otherwise (suspended until Kueue admits it, pods being
+    scheduled or started) -> PENDING.
+    """
+    status = job.get("status") or {}
+    spec = job.get("spec") or {}
+    conditions = _true_conditions(job)
+    nodes = tuple(sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}))
+    trays = spec.get("completions") or spec.get("parallelism") or 0
+    active, ready = status.get("active") or 0, status.get("ready") or 0
+    succeeded = status.get("succeeded") or 0
+    for kind in ("Failed", "FailureTarget"):
+        if kind in conditions:
+            message = _words(conditions[kind], "the job failed")
+            return BackendJobStatus(backend_id, BackendJobState.FAILED, message, _exit_code(pods), nodes)
+    for kind in ("Complete", "SuccessCriteriaMet"):
+        if kind in conditions:
+            message = _words(conditions[kind], "every pod succeeded")
+            return BackendJobStatus(backend_id, BackendJobState.COMPLETED, message, 0, nodes)
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return BackendJobStatus(
+            backend_id, BackendJobState.CANCELLED, "the job is being deleted", None, nodes
+        )
+    if ready or succeeded:
+        message = f"{ready} of {trays} pods running" + (f", {succeeded} succeeded" if succeeded else "")
+        return BackendJobStatus(backend_id, BackendJobState.RUNNING, message, None, nodes)
+    if spec.get("suspend") or "Suspended" in conditions:
+        message = "suspended: waiting for Kueue to admit it"
+        if "Suspended" in conditions:
+            message += f" ({_words(conditions['Suspended'], 'suspended')})"
+        return BackendJobStatus(backend_id, BackendJobState.PENDING, message, None, nodes)
+    message = f"{active} of {trays} pods starting" if active else "waiting for its pods to be created"
+    return BackendJobStatus(backend_id, BackendJobState.PENDING, message, None, nodes)
+
+
+# --- the adapter --------------------------------------------------------------------------------------
+
+
+def _message(data: Any) -> str:
+    if isinstance(data, dict):
+        return str(data.get("message") or data.get("reason") or data)
+    return str(data or "no message")
+
+
+def _reason(data: Any) -> str:
+    return str(data.get("reason") or "") if isinstance(data, dict) else ""
+
+
+class KubernetesJobBackend:
+    """Jobs on one Kubernetes cluster, through its API server. See the module docstring.
+
+    Configure with `api_url` + `token` + (`ca_file` or `insecure=True`), or hand in a ready `api_client`.
+    The connection (Configuration, CA handling, no client-side retries) is the one `KubernetesTarget` makes.
+    """
+
+    def __init__(
+        self,
+        api_url: str | None = None,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        insecure: bool = False,
+        dry_run: bool = False,
+        timeout: float = 30.0,
+        api_client: k8s_client.ApiClient | None = None,
+    ):
+        try:
+            self._target = KubernetesTarget(
+                api_url,
+                token=token,
+                ca_cert=ca_file,
+                insecure=insecure,
+                timeout=timeout,
+                api_client=api_client,
+            )
+        except KubernetesConfigurationError as error:
+            raise BackendRejected(str(error)) from error
+        self.timeout = timeout
+        self.dry_run = dry_run
+        self.api = self._target.api
+        self.batch = k8s_client.BatchV1Api(self.api)
+        self.core = k8s_client.CoreV1Api(self.api)
+        self.custom = k8s_client.CustomObjectsApi(self.api)
+
+    def close(self) -> None:
+        self._target.close()
+
+    def __enter__(self) -> KubernetesJobBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- HTTP -------------------------------------------------------------------------------------
+
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, Any]:
+        """One API call -> (status, decoded JSON). Raises BackendUnavailable when the API server cannot be
+        reached, times out, throttles (429) or fails (5xx), BackendRejected on TLS failures; returns other
+        4xx answers for the caller to judge."""
+        host = self.api.configuration.host
+        try:
+            response = method(
+                *args, _preload_content=False, _request_timeout=(self.timeout, self.timeout), **kwargs
+            )
+            status, raw = response.status, response.data
+        except ApiException as error:
+            if not error.status:  # the REST layer reports TLS failures as status 0
+                raise BackendRejected(
+                    f"{what}: cannot establish a trusted connection to {host}: {error.reason} "
+                    "(check the API URL and the cluster CA certificate)"
+                ) from error
+            status, raw = error.status, error.body
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise BackendUnavailable(
+                f"{what}: the API server at {host} is not reachable: {type(error).__name__}: {error}"
+            ) from error
+        except pydantic.ValidationError as error:  # the client's own model check refused the request
+            raise BackendRejected(f"{what}: the Kubernetes client refused the request: {error}") from error
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        try:
+            data = json.loads(raw) if raw and raw.strip() else None
+        except json.JSONDecodeError:
+            data = raw
+        if status == 429 or status >= 500:
+            raise BackendUnavailable(f"{what}: the API server answered {status}: {_message(data)}")
+        return status, data
+
+    def _rejected(self, what: str, status: int, data: Any) -> BackendRejected:
+        reason = _reason(data)
+        causes = [
+            f"{c.get('field', '')}: {c.get('message', '')}".strip(": ")
+            for c in ((data.get("details") or {}).get("causes") or [] if isinstance(data, dict) else [])
+        ]
+        detail = f" [{'; '.join(causes)}]" if causes else ""
+        return BackendRejected(
+            f"{what}: the API server refused it ({status}{' ' + reason if reason else ''}): "
+            f"{_message(data)}{detail}"
+        )
+
+    def _dry_run(self) -> dict[str, str]:
+        return {"dry_run": "All"} if self.dry_run else {}
+
+    # --- objects ----------------------------------------------------------------------------------
+
+    def _create(self, obj: dict[str, Any]) -> tuple[int, Any]:
+        namespace = obj["metadata"]["namespace"]
+        options = {
+            "field_manager": FIELD_MANAGER,
+            "field_validation": "Strict",
+            "_headers": {"Content-Type": "application/json"},
+            **self._dry_run(),
+        }
+        what = f"creating {obj['kind']} {namespace}/{obj['metadata']['name']}"
+        if obj["kind"] == "Job":
+            return self._call(what, self.batch.create_namespaced_job, namespace, obj, **options)
+        return self._call(
+            what,
+            self.custom.create_namespaced_custom_object,
+            COMPUTE_DOMAIN_GROUP,
+            COMPUTE_DOMAIN_VERSION,
+            namespace,
+            COMPUTE_DOMAIN_PLURAL,
+            obj,
+            **options,
+        )
+
+    def _read(self, kind: str, namespace: str, name: str) -> tuple[int, Any]:
+        what = f"reading {kind} {namespace}/{name}"
+        if kind == "Job":
+            return self._call(what, self.batch.read_namespaced_job, name, namespace)
+        return self._call(
+            what,
+            self.custom.get_namespaced_custom_object,
+            COMPUTE_DOMAIN_GROUP,
+            COMPUTE_DOMAIN_VERSION,
+            namespace,
+            COMPUTE_DOMAIN_PLURAL,
+            name,
+        )
+
+    def _create_or_adopt(self, obj: dict[str, Any], request: DispatchRequest) -> None:
+        kind, metadata = obj["kind"], obj["metadata"]
+        ref = f"{kind} {metadata['namespace']}/{metadata['name']}"
+        status, data = self._create(obj)
+        if status < 400:
+            return
+        if status != 409:
+            raise self._rejected(f"creating {ref}", status, data)
+        status, live = self._read(kind, metadata["namespace"], metadata["name"])
+        if status == 404:  # gone between the two calls (being deleted): the retry creates it
+            raise BackendUnavailable(f"creating {ref}: it existed a moment ago and is gone now; retry")
+        if status >= 400:
+            raise self._rejected(f"reading {ref}", status, live)
+        live_meta = live.get("metadata") or {}
+        live_labels = live_meta.get("labels") or {}
+        mine = {JOB_ID_LABEL: str(request.job_id), ATTEMPT_LABEL: str(request.attempt)}
+        theirs = {k: live_labels.get(k) for k in mine}
+        if theirs != mine:
+            raise BackendRejected(
+                f"creating {ref}: an object of that name exists and is not Rackplane job {request.job_id}'s "
+                f"run {request.attempt} (its labels: {theirs})"
+            )
+        if live_meta.get("deletionTimestamp"):
+            raise BackendUnavailable(
+                f"creating {ref}: an earlier one is still being deleted; retry once it is gone"
+            )
+        if kind == "ComputeDomain":
+            wanted = obj["spec"]["channel"]["resourceClaimTemplate"]["name"]
+            have = (((live.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate") or {}).get(
+                "name"
+            )
+            if have != wanted:
+                raise BackendRejected(
+                    f"creating {ref}: the existing ComputeDomain's channel template is {have!r}, "
+                    f"not {wanted!r} (its spec is immutable: delete it, then submit again)"
+                )
+
+    # --- JobBackend ----------------------------------------------------------------------------------
+
+    def submit(self, request: DispatchRequest) -> str:
+        """Create the ComputeDomain (if any), then the Job; adopt what an earlier try created.
+        Returns "<namespace>/<job name>"."""
+        try:
+            objects = render_job_objects(request)
+        except ValueError as error:
+            raise BackendRejected(f"job {request.job_id}: {error}") from error
+        for obj in objects:
+            self._create_or_adopt(obj, request)
+        job = objects[-1]["metadata"]
+        return f"{job['namespace']}/{job['name']}"
+
+    def _pods(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = (job.get("metadata") or {}).get("uid")
+        if not uid:
+            return []
+        status, data = self._call(
+            f"listing the pods of Job {namespace}/{job['metadata'].get('name')}",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=f"{CONTROLLER_UID_LABEL}={uid}",
+        )
+        if status >= 400:  # e.g. no RBAC to list pods: the Job's state is still known, the nodes are not
+            return []
+        return (data or {}).get("items") or []
+
+    def status(self, backend_ids: list[str]) -> dict[str, BackendJobStatus]:
+        out: dict[str, BackendJobStatus] = {}
+        for backend_id in backend_ids:
+            if backend_id in out:
+                continue
+            namespace, _, name = backend_id.partition("/")
+            if not namespace or not name or "/" in name:
+                out[backend_id] = BackendJobStatus(
+                    backend_id, BackendJobState.UNKNOWN, "not a Kubernetes job id (<namespace>/<name>)"
+                )
+                continue
+            status, job = self._read("Job", namespace, name)
+            if status == 404:
+                out[backend_id] = BackendJobStatus(backend_id, BackendJobState.UNKNOWN, "no such Job")
+                continue
+            if status >= 400:
+                raise self._rejected(f"reading Job {backend_id}", status, job)
+            counts = job.get("status") or {}
+            started = any(counts.get(k) for k in ("active", "ready", "succeeded", "failed"))
+            pods = self._pods(namespace, job) if started else []
+            out[backend_id] = job_status(backend_id, job, pods)
+        return out
+
+    def cancel(self, backend_id: str) -> None:
+        namespace, _, name = backend_id.partition("/")
+        if not namespace or not name or "/" in name:
+            raise BackendRejected(f"{backend_id!r} is not a Kubernetes job id (<namespace>/<name>)")
+        status, data = self._call(
+            f"deleting Job {backend_id}",
+            self.batch.delete_namespaced_job,
+            name,
+            namespace,
+            propagation_policy="Foreground",
+            **self._dry_run(),
+        )
+        if status >= 400 and status != 404:
+            raise self._rejected(f"deleting Job {backend_id}", status, data)
+        # The ComputeDomain has the Job's name; a one-tray job has none (404). A 404 without a Status of
+        # kind NotFound for the object (the CRD is not installed) is just as much "nothing to delete".
+        status, data = self._call(
+            f"deleting ComputeDomain {backend_id}",
+            self.custom.delete_namespaced_custom_object,
+            COMPUTE_DOMAIN_GROUP,
+            COMPUTE_DOMAIN_VERSION,
+            namespace,
+            COMPUTE_DOMAIN_PLURAL,
+            name,
+            **self._dry_run(),
+        )
+        if status >= 400 and status != 404:
+            raise self._rejected(f"deleting ComputeDomain {backend_id}", status, data)
+
+
+def backend_from_settings(settings: dict[str, Any], *, timeout: float = 30.0) -> KubernetesJobBackend:
+    """The backend for a `kubernetes` ConfigTarget's settings (api_url, token, ca_file, insecure, dry_run;
+    see integrations/kubernetes/kind.py). Missing keys take those defaults."""
+    return KubernetesJobBackend(
+        settings.get("api_url") or None,
+        token=settings.get("token") or None,
+        ca_file=settings.get("ca_file") or None,
+        insecure=bool(settings.get("insecure", False)),
+        dry_run=bool(settings.get("dry_run", False)),
+        timeout=timeout,
+    )
+
+
+__all__ = [
+    "KubernetesJobBackend",
+    "backend_from_settings",
+    "channel_template_name",
+    "job_name",
+    "job_status",
+    "render_job_objects",
+]

@@ -1,0 +1,84 @@
+"""The Kubernetes target: node labels, Kueue objects and the tenancy objects by server-side apply (field
+manager `rackplane`, validated against the real schemas, pruned, dry-run), and jobs as ComputeDomain +
+Indexed Job."""
+
+import yaml
+
+from core.workloads import register_work_validator
+from integrations import fields as f
+from integrations.kubernetes import work
+from integrations.kubernetes.adapter import KubernetesAdapter
+from integrations.kubernetes.jobs import backend_from_settings, render_job_objects
+from integrations.registry import Kind, Setting, register
+
+
+def clean(values: dict, errors: dict) -> dict:
+    """api_url, token (stored as is, never shown), ca_file (the cluster CA) or insecure, dry_run
+    (server-side dry run only: validates everything, changes nothing)."""
+    out: dict = {"api_url": f.text(values["api_url"], "api_url", errors)}
+    if not out["api_url"]:
+        errors["api_url"] = "is required (https://api.cluster.example:6443)"
+    else:
+        out["api_url"] = f.url(out["api_url"], "api_url", errors)
+    out["token"] = f.text(values["token"], "token", errors)
+    out["ca_file"] = f.text(values["ca_file"], "ca_file", errors)
+    out["insecure"] = f.flag(values["insecure"], "insecure", errors)
+    out["dry_run"] = f.flag(values["dry_run"], "dry_run", errors)
+    f.absolute_path(
+        out["ca_file"], "ca_file", errors, "must be an absolute path to the cluster's CA certificate (PEM)"
+    )
+    if out["ca_file"] and out["insecure"]:
+        errors["insecure"] = "give a CA file or skip verification (insecure), not both"
+    if out["api_url"].startswith("https://") and not out["ca_file"] and not out["insecure"]:
+        errors["ca_file"] = "an https API server needs its CA file (or insecure, for testing only)"
+    return out
+
+
+def describe(payload: dict) -> list[str]:
+    kinds: dict[str, int] = {}
+    for obj in payload.get("objects") or []:
+        kinds[obj.get("kind", "?")] = kinds.get(obj.get("kind", "?"), 0) + 1
+    return [f"{count:,} {kind}" for kind, count in kinds.items()]
+
+
+def render_job(request) -> str:
+    return yaml.safe_dump_all(render_job_objects(request), sort_keys=False)
+
+
+register_work_validator("kubernetes", work.validate_work)
+
+KIND = register(
+    Kind(
+        name="kubernetes",
+        label="Kubernetes API server",
+        short_label="Kubernetes",
+        settings=(
+            Setting("api_url", "", f.text_field("API server URL", "https://api.cluster.example:6443")),
+            Setting("token", "", f.token_field("Bearer token"), secret=True, form_name="k8s_token"),
+            Setting(
+                "ca_file", "", f.text_field("CA file", "Absolute path of the cluster CA certificate (PEM).")
+            ),
+            Setting("insecure", False, f.flag_field("Skip TLS verification", "For testing only.")),
+            Setting(
+                "dry_run",
+                False,
+                f.flag_field(
+                    "Server-side dry run only", "Validates everything on the API server, changes nothing."
+                ),
+            ),
+        ),
+        clean=clean,
+        adapter=KubernetesAdapter,
+        payload=lambda rendered, values: {"objects": rendered.objects()},
+        summary=lambda values: (
+            f"{values.get('api_url')}" + (" (dry run only)" if values.get("dry_run") else "")
+        ),
+        what_to_do="check the Kubernetes target's API URL, token and CA, fix the cause and retry the push",
+        backend="kubernetes",
+        job_backend=backend_from_settings,
+        render_job=render_job,
+        job_file_suffix=".yaml",
+        describe=describe,
+        order=30,
+    )
+)

@@ -1,0 +1,158 @@
+"""Configuration targets and the pushes to them.
+
+A ConfigPush row is saved before its task is queued (integrations.pushes); the partial unique constraint on
+its target keeps a target from being applied twice at once. A target's `kind` names a kind registered in
+integrations.registry (its folder under integrations/); `settings` holds that kind's settings, validated
+by it, secrets stored as given and never shown (`masked_settings`).
+
+The tables were created by the scheduling app before the re-cut and keep their names (db_table).
+"""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from core.access import is_admin
+from integrations import registry
+
+
+class PushStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+ACTIVE_PUSH_STATES = (PushStatus.QUEUED, PushStatus.RUNNING)
+FINISHED_PUSH_STATES = (PushStatus.SUCCEEDED, PushStatus.FAILED, PushStatus.SUPERSEDED)
+
+
+class ConfigTargetQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        # Targets hold credentials and pushes change production systems: platform admins only.
+        return self if is_admin(user) else self.none()
+
+
+class ConfigTarget(models.Model):
+    """Somewhere Rackplane pushes configuration: a directory, a Slurm controller, a Kubernetes API server,
+    an NVLink fabric manager, or any other registered kind."""
+
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, help_text="A registered kind (integrations.registry).")
+    enabled = models.BooleanField(default=True, help_text="Disabled targets are left out of pushes.")
+    settings = models.JSONField(default=dict, blank=True)
+    # A change that arrived while a push to this target was running (never two at once): pushed, rendered
+    # afresh, when that push finishes. {"reason", "plan_id", "requested_by", "requested_at"}.
+    follow_up = models.JSONField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConfigTargetQuerySet.as_manager()
+
+    class Meta:
+        db_table = "scheduling_configtarget"
+        ordering = ["name"]
+        verbose_name = "configuration target"
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        if not registry.is_kind(self.kind):
+            raise ValidationError(
+                {"kind": f"unknown target kind {self.kind!r} (known: {', '.join(registry.names())})"}
+            )
+        try:
+            self.settings = registry.clean_settings(self.kind, self.settings or {})
+        except ValidationError as error:
+            if hasattr(error, "error_dict"):
+                raise ValidationError(
+                    {"settings": [f"{key}: {m}" for key, msgs in error.message_dict.items() for m in msgs]}
+                ) from error
+            raise ValidationError({"settings": error.messages}) from error
+
+    def get_kind_display(self) -> str:
+        return registry.label(self.kind)
+
+    def masked_settings(self) -> dict:
+        return registry.mask_settings(self.kind, self.settings or {})
+
+    def cleaned_settings(self) -> dict:
+        return registry.clean_settings(self.kind, self.settings or {})
+
+
+class ConfigPushQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if is_admin(user) else self.none()
+
+    def active(self):
+        return self.filter(status__in=ACTIVE_PUSH_STATES)
+
+
+class ConfigPush(models.Model):
+    """One push of rendered configuration to one target: the row is saved first, then the task is queued.
+
+    `payload` is what is pushed (each kind's own shape: {"files": ...} for directory and Slurm targets,
+    {"objects": [...]} for Kubernetes, {"racks": [...]} for the fabric); `payload_hash` the sha256 of its
+    canonical JSON. `log` grows line by line while the push runs (the progress page follows it).
+    """
+
+    target = models.ForeignKey(ConfigTarget, on_delete=models.PROTECT, related_name="pushes")
+    payload = models.JSONField(default=dict, blank=True)
+    payload_hash = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=16, choices=PushStatus.choices, default=PushStatus.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    log = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    reason = models.CharField(max_length=255, blank=True)
+    # The inventory.PartitionPlan this push serves, by id (a plain id: no foreign key across that model).
+    plan_id = models.PositiveBigIntegerField(null=True, blank=True)
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="supersedes"
+    )
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="A queued push that failed transiently is retried from then on."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True, help_text="Last progress (log line or status change).")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ConfigPushQuerySet.as_manager()
+
+    class Meta:
+        db_table = "scheduling_configpush"
+        ordering = ["-created_at", "-pk"]
+        verbose_name = "configuration push"
+        constraints = [
+            # Never two pushes applying to one target at once (nor one queued behind a running one).
+            models.UniqueConstraint(
+                fields=["target"],
+                condition=Q(status__in=ACTIVE_PUSH_STATES),
+                name="%(app_label)s_%(class)s_one_active_per_target",
+                violation_error_message="This target already has a queued or running push.",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=PushStatus.values), name="%(app_label)s_%(class)s_status_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["target", "status"], name="integr_push_target_status")]
+
+    def __str__(self):
+        return f"Push #{self.pk} to {self.target_id and self.target.name}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_PUSH_STATES
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_PUSH_STATES

@@ -1,0 +1,337 @@
+"""Partition plans: check, preview, apply. The wizard and the API both call these; views stay thin.
+
+Applying a plan changes the inventory's *intended* layout in one transaction (new NVLinkPartition rows,
+trays moved, dedications to departments), then queues a ConfigPush per configured target (fabric, Slurm,
+Kubernetes, directory) that brings each system to that intent; the plan's status follows its pushes.
+Two admins applying plans to one rack are serialized by a row lock on the rack, and the database allows
+one active plan per rack (inventory_partitionplan_one_active_per_rack), so the second gets a clear
+conflict and never a mix of both.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from integrations.models import ConfigPush, PushStatus
+from integrations.pushes import queue_pushes
+from integrations.slurm.render import SlurmBlock, plan_topology
+from integrations.state import render_current
+from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, PlanStatus, TrayState
+from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
+from inventory.planning import Level, PlanCheck, PlannedPartition, TrayInfo, check_plan
+from scheduling.choices import HOLDING_STATES
+from scheduling.models import Allocation
+from tenancy.models import Department
+from tenancy.services import dedicate_partition
+
+
+class PlanConflict(Exception):
+    """Another plan is in flight for the rack, or the rack changed since the plan was checked."""
+
+
+def drain_reason(plan: PartitionPlan) -> str:
+    return f"Rackplane plan #{plan.pk}: draining before repartitioning {plan.rack.name}"
+
+
+def rack_trays(rack: Rack) -> list[TrayInfo]:
+    """The rack's trays as a plan sees them: state, healthy GPUs, problems, running jobs. Two queries."""
+    running: dict[int, set[str]] = {}
+    for slot, job in (
+        Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__rack=rack)
+        .values_list("gpu__tray__slot", "job__name")
+        .distinct()
+    ):
+        running.setdefault(slot, set()).add(job)
+    trays = (
+        ComputeTray.objects.filter(rack=rack)
+        .select_related("partition")
+        .annotate(healthy=Count("gpus", filter=~Q(gpus__health=GpuHealth.UNHEALTHY)))
+        .order_by("slot")
+    )
+    return [
+        TrayInfo(
+            slot=tray.slot,
+            hostname=tray.hostname,
+            state=tray.state,
+            healthy_gpus=tray.healthy,
+            problems=tuple(tray.fabric_problems),
+            running_jobs=tuple(sorted(running.get(tray.slot, ()))),
+            partition=tray.partition.name if tray.partition else None,
+        )
+        for tray in trays
+    ]
+
+
+def layout_signature(rack: Rack) -> str:
+    """The rack's current layout in a few characters: a plan checked against another layout is stale."""
+    rows = ComputeTray.objects.filter(rack=rack).order_by("slot").values_list("slot", "partition__clique_id")
+    return hashlib.sha256(repr(list(rows)).encode()).hexdigest()[:16]
+
+
+def _block_checker(rack: Rack):
+    """Slurm 24.11's BlockSizes rule over the whole cluster with this rack's planned partitions in it."""
+    others: dict[tuple[str, str], list[str]] = {}
+    for rack_name, partition, hostname in (
+        ComputeTray.objects.filter(partition__isnull=False)
+        .exclude(rack=rack)
+        .values_list("rack__name", "partition__name", "hostname")
+    ):
+        others.setdefault((rack_name, partition), []).append(hostname)
+
+    def check(planned: dict[str, tuple[str, ...]]) -> str | None:
+        blocks = [SlurmBlock(f"{r}-{p}", r, tuple(h)) for (r, p), h in others.items()]
+        blocks += [SlurmBlock(f"{rack.name}-{p}", rack.name, hosts) for p, hosts in planned.items() if hosts]
+        try:
+            plan_topology(blocks)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    return check
+
+
+def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False) -> PlanCheck:
+    return check_plan(
+        rack.name,
+        rack_trays(rack),
+        partitions,
+        departments=Department.objects.values_list("slug", flat=True),
+        drain=drain,
+        check_blocks=_block_checker(rack),
+    )
+
+
+@dataclass
+class Preview:
+    check: PlanCheck
+    diffs: dict[str, str] = field(default_factory=dict)  # rendered file -> unified diff
+
+
+def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False) -> Preview:
+    """Every finding, and the exact diff of every file and object the plan would change.
+
+    The plan is applied inside a savepoint that is always rolled back, and everything Rackplane pushes is
+    rendered before and after: the diff is what a push would send, not an approximation of it.
+    """
+    result = Preview(check=check(rack, partitions, drain=drain))
+    if not result.check.ok:
+        return result
+    before = render_current()
+    with transaction.atomic():
+        savepoint = transaction.savepoint()
+        try:
+            _repartition(rack, result.check)
+            after = render_current()
+        except ValidationError as error:
+            result.check.add(Level.ERROR, " ".join(error.messages))
+            after = before
+        finally:
+            transaction.savepoint_rollback(savepoint)
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name, ""), after.get(name, "")
+        if old != new:
+            result.diffs[name] = "".join(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{name}", f"b/{name}"
+                )
+            )
+    return result
+
+
+def _layout_json(check: PlanCheck) -> list[dict]:
+    return [
+        {
+            "name": p.name,
+            "slots": list(p.slots),
+            "clique_id": check.clique_ids[p.name],
+            "department": p.department,
+            "slurm_partition": p.slurm_partition,
+        }
+        for p in check.partitions
+    ]
+
+
+def planned_partitions(plan: PartitionPlan) -> list[PlannedPartition]:
+    return [
+        PlannedPartition(
+            name=p["name"],
+            slots=tuple(p["slots"]),
+            department=p.get("department") or None,
+            slurm_partition=p.get("slurm_partition") or "",
+        )
+        for p in plan.layout
+    ]
+
+
+def create_plan(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user) -> PartitionPlan:
+    """Save a checked plan as a draft. Raises ValidationError listing the errors if it cannot be applied."""
+    result = check(rack, partitions, drain=drain)
+    if not result.ok:
+        raise ValidationError([f.message for f in result.findings if f.level == Level.ERROR])
+    return PartitionPlan.objects.create(
+        rack=rack,
+        layout=_layout_json(result),
+        base_layout=layout_signature(rack),
+        drain_first=drain,
+        findings=[{"level": f.level.value, "message": f.message} for f in result.findings],
+        created_by=user,
+    )
+
+
+def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
+    """Apply a draft plan: drain its busy trays first if asked, else repartition and queue the pushes."""
+    try:
+        with transaction.atomic():
+            rack = Rack.objects.select_for_update().get(pk=plan.rack_id)
+            plan = PartitionPlan.objects.select_for_update().get(pk=plan.pk)
+            active = PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).exclude(
+                pk=plan.pk
+            )
+            if (other := active.select_related("created_by").first()) is not None:
+                who = other.created_by.get_username() if other.created_by else "someone"
+                raise PlanConflict(
+                    f"Plan #{other.pk} by {who} is being applied to {rack.name} right now: wait for it to "
+                    "finish (or cancel it), then preview your plan again."
+                )
+            if plan.status != PlanStatus.DRAFT:
+                raise PlanConflict(f"Plan #{plan.pk} is {plan.get_status_display().lower()}, not a draft.")
+            if layout_signature(rack) != plan.base_layout:
+                raise PlanConflict(
+                    f"{rack.name}'s partitions changed since plan #{plan.pk} was checked: preview it again."
+                )
+            result = check(rack, planned_partitions(plan), drain=plan.drain_first)
+            if not result.ok:
+                raise ValidationError([f.message for f in result.findings if f.level == Level.ERROR])
+            plan.applied_at = timezone.now()
+            if result.busy_trays:
+                ComputeTray.objects.filter(rack=rack, slot__in=[c.slot for c in result.busy_trays]).update(
+                    state=TrayState.DRAIN, state_reason=drain_reason(plan)
+                )
+                plan.status = PlanStatus.DRAINING
+                plan.save(update_fields=["status", "applied_at"])
+                return plan
+            _start(plan, result, user)
+            return plan
+    except IntegrityError as error:
+        # The partial unique index caught a concurrent apply that the row lock did not see (a new plan row).
+        raise PlanConflict(f"Another plan is already being applied to this rack: {error}") from error
+
+
+def continue_draining(plan: PartitionPlan) -> bool:
+    """Repartition a draining plan once its trays carry no running work. True when it moved on."""
+    with transaction.atomic():
+        Rack.objects.select_for_update().get(pk=plan.rack_id)
+        plan = PartitionPlan.objects.select_for_update().select_related("rack").get(pk=plan.pk)
+        if plan.status != PlanStatus.DRAINING:
+            return False
+        result = check(plan.rack, planned_partitions(plan), drain=True)
+        if result.busy_trays:
+            return False
+        _start(plan, result, plan.created_by)
+        return True
+
+
+def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:
+    _repartition(plan.rack, result)
+    ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)).update(
+        state=TrayState.UP, state_reason=""
+    )
+    plan.status = PlanStatus.APPLYING
+    plan.save(update_fields=["status", "applied_at"])
+    queue_pushes(reason=f"plan #{plan.pk}: repartition {plan.rack.name}", user=user, plan_id=plan.pk)
+    refresh_status(plan)
+
+
+def _repartition(rack: Rack, result: PlanCheck) -> None:
+    """Replace the rack's partitions with the planned ones; dedications go through tenancy's rules."""
+    ComputeTray.objects.filter(rack=rack).update(partition=None)
+    for partition in NVLinkPartition.objects.filter(rack=rack):
+        partition.delete()  # one by one: audited, and dedications go with them
+    departments = {d.slug: d for d in Department.objects.all()}
+    for planned in result.partitions:
+        partition = NVLinkPartition.objects.create(
+            rack=rack,
+            name=planned.name,
+            clique_id=result.clique_ids[planned.name],
+            service_tier=planned.slurm_partition,
+        )
+        ComputeTray.objects.filter(rack=rack, slot__in=planned.slots).update(partition=partition)
+        if planned.department:
+            dedicate_partition(departments[planned.department], partition)
+
+
+def refresh_status(plan: PartitionPlan) -> PartitionPlan:
+    """An applying plan is applied when the latest push of every target succeeded, failed when one failed.
+
+    A failed plan whose failed push was retried successfully becomes applied; a superseded push counts as
+    the push that superseded it (which carries the plan's change too).
+    """
+    if plan.status not in (PlanStatus.APPLYING, PlanStatus.FAILED):
+        return plan
+    latest: dict[int, ConfigPush] = {}
+    for push in ConfigPush.objects.filter(plan_id=plan.pk).select_related("superseded_by").order_by("pk"):
+        latest[push.target_id] = push
+    statuses = set()
+    for push in latest.values():
+        seen = set()
+        while push.status == PushStatus.SUPERSEDED and push.superseded_by_id and push.pk not in seen:
+            seen.add(push.pk)
+            push = ConfigPush.objects.select_related("superseded_by").get(pk=push.superseded_by_id)
+        statuses.add(push.status)
+    if PushStatus.FAILED in statuses:
+        status, error = PlanStatus.FAILED, "a push failed: open it to see why, fix the cause and retry it"
+    elif statuses <= {PushStatus.SUCCEEDED, PushStatus.SUPERSEDED}:
+        status, error = PlanStatus.APPLIED, ""
+    else:
+        status, error = PlanStatus.APPLYING, ""
+    if (status, error) != (plan.status, plan.error):
+        plan.status, plan.error = status, error
+        plan.finished_at = None if status == PlanStatus.APPLYING else timezone.now()
+        plan.save(update_fields=["status", "error", "finished_at"])
+    return plan
+
+
+def follow(plan: PartitionPlan) -> PartitionPlan:
+    """Move a plan on: a draining one whose work ended starts applying; an applying (or failed, then
+    retried) one follows its pushes. The progress page, the API and the beat task call this."""
+    if plan.status == PlanStatus.DRAINING:
+        continue_draining(plan)
+        plan.refresh_from_db()
+    return refresh_status(plan)
+
+
+def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
+    """Cancel a draft or a plan still draining (its drained trays return to service)."""
+    with transaction.atomic():
+        plan = PartitionPlan.objects.select_for_update().select_related("rack").get(pk=plan.pk)
+        if plan.status not in (PlanStatus.DRAFT, PlanStatus.DRAINING):
+            raise PlanConflict(
+                f"Plan #{plan.pk} is {plan.get_status_display().lower()}: it can no longer be cancelled."
+            )
+        ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)).update(
+            state=TrayState.UP, state_reason=""
+        )
+        plan.status, plan.finished_at = PlanStatus.CANCELLED, timezone.now()
+        plan.save(update_fields=["status", "finished_at"])
+    return plan
+
+
+def create_and_apply(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user) -> PartitionPlan:
+    """Save the plan and apply it. ValidationError: it cannot be applied; PlanConflict: not now.
+
+    A plan refused at apply time (another plan in flight, the rack changed) is cancelled rather than left
+    as a draft nobody will apply: the admin previews again and gets a new one.
+    """
+    plan = create_plan(rack, partitions, drain=drain, user=user)
+    try:
+        return apply_plan(plan, user=user)
+    except (PlanConflict, ValidationError):
+        cancel_plan(plan)
+        raise

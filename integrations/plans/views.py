@@ -1,0 +1,499 @@
+"""The NVLink partition wizard: pick a rack, lay it out, name the partitions, preview, apply, follow.
+
+Admins (staff) only. The plan travels in the URL (GET steps) and in hidden fields (the apply POST), never in
+the session, so back, refresh and a shared link show the same plan. Views are thin: every rule is
+in `integrations.plans.service` (check, preview, create_plan, apply_plan, continue_draining,
+refresh_status, cancel_plan).
+The layout and names steps answer htmx requests with the drawing + findings only; the progress page polls
+itself every 2 s and stops (HTTP 286) once the plan and its pushes are done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Count
+from django.http import QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseStopPolling, push_url
+
+from core.access import is_admin
+from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
+from integrations.models import ConfigPush, PushStatus
+from integrations.plans import service as plans
+from integrations.plans.forms import CUSTOM, PlanForm, plan_form
+from integrations.plans.service import create_and_apply
+from integrations.plans.service import follow as follow_plan
+from inventory import selectors
+from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
+from inventory.models import Gpu, NVLinkPartition, PartitionPlan, Rack
+from inventory.planning import PRESETS, Finding, Level, PlanCheck, TrayInfo
+from inventory.planning import _ranges as slot_ranges
+from inventory.selectors import PARTITION_COLOURS
+from scheduling.choices import HOLDING_STATES
+from scheduling.models import Allocation
+from tenancy.models import Department
+
+# How many lines of a push's log the progress view shows (the push page has all of it).
+LOG_TAIL_LINES = 12
+STEPS = ("rack", "layout", "names", "preview", "apply")
+# Plans that move on by themselves no more (a draft waits for an admin): the progress page stops polling.
+SETTLED_PLAN_STATES = (PlanStatus.APPLIED, PlanStatus.FAILED, PlanStatus.CANCELLED, PlanStatus.DRAFT)
+
+
+def _require_admin(request) -> None:
+    if not is_admin(request.user):
+        raise PermissionDenied("Only platform admins may plan NVLink partitions.")
+
+
+def _render(request, full_template, partial_template, context, status=200):
+    """htmx asks for the partial only; a plain request (link, reload, back) gets the whole page."""
+    response = render(request, partial_template if request.htmx else full_template, context, status=status)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# ---- step 1: pick a rack ------------------------------------------------------------------------------
+
+
+@require_GET
+def pick_rack(request):
+    """Every rack with its partitions, health, running work and any plan in flight; paginated."""
+    _require_admin(request)
+    filterset, page = selectors.rack_list(request.user, request.GET, request.GET.get("page"))
+    racks = page.object_list
+    ids = [rack.pk for rack in racks]
+    partitions: dict[int, list[str]] = {}
+    for rack_id, name in (
+        NVLinkPartition.objects.filter(rack_id__in=ids).order_by("clique_id").values_list("rack_id", "name")
+    ):
+        partitions.setdefault(rack_id, []).append(name)
+    work = {
+        row["gpu__tray__rack"]: row
+        for row in Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__rack__in=ids)
+        .values("gpu__tray__rack")
+        .annotate(jobs=Count("job", distinct=True), gpus=Count("pk"))
+    }
+    active = {
+        plan.rack_id: plan
+        for plan in PartitionPlan.objects.filter(rack_id__in=ids, status__in=ACTIVE_PLAN_STATES)
+    }
+    for rack in racks:
+        rack.partition_names = partitions.get(rack.pk, [])
+        rack.running_jobs = work.get(rack.pk, {}).get("jobs", 0)
+        rack.busy_gpus = work.get(rack.pk, {}).get("gpus", 0)
+        rack.active_plan = active.get(rack.pk)
+    return render(
+        request,
+        "inventory/wizard/pick_rack.html",
+        {"filter": filterset, "page": page, "step": "rack", "steps": _steps("rack")},
+    )
+
+
+# ---- steps 2 and 3: layout and names (live drawing) ------------------------------------------------------
+
+
+@dataclass
+class DrawingRow:
+    tray: TrayInfo
+    planned: str | None
+    colour: int | None
+    left_out: bool
+    changes: bool
+    gpus: list  # (index, health or None when no GPU is recorded there), by index
+
+    @property
+    def attention(self) -> bool:
+        return not self.tray.schedulable
+
+
+def gpu_health(rack: Rack) -> dict[int, dict[int, str]]:
+    """slot -> {GPU index: health}: one query, so the drawing marks the GPU that is actually broken."""
+    health: dict[int, dict[int, str]] = {}
+    gpus = Gpu.objects.filter(tray__rack=rack).values_list("tray__slot", "index", "health")
+    for slot, index, value in gpus:
+        health.setdefault(slot, {})[index] = value
+    return health
+
+
+def _drawing(trays: list[TrayInfo], form: PlanForm, check: PlanCheck, health: dict) -> list[DrawingRow]:
+    owner = {slot: (i, p.name) for i, p in enumerate(form.partitions) for slot in p.slots}
+    left_out = set(form.cleaned_data.get("leave_out") or [])
+    changed = {change.slot for change in check.changes}
+    rows = []
+    for tray in trays:
+        index, name = owner.get(tray.slot, (None, None))
+        gpus = health.get(tray.slot, {})
+        rows.append(
+            DrawingRow(
+                tray=tray,
+                planned=name,
+                colour=None if index is None else index % PARTITION_COLOURS,
+                left_out=tray.slot in left_out,
+                changes=tray.slot in changed,
+                gpus=[(i, gpus.get(i)) for i in range(GPUS_PER_TRAY)],
+            )
+        )
+    return rows
+
+
+def _check(rack: Rack, form: PlanForm, trays: list[TrayInfo]) -> PlanCheck:
+    """plans.check on the form's partitions, with the form's own parse errors first."""
+    drain = bool(form.cleaned_data.get("drain_first"))
+    if form.partitions:
+        result = plans.check(rack, form.partitions, drain=drain)
+    else:
+        result = PlanCheck(partitions=[], clique_ids={})
+        result.add(Level.ERROR, f"The plan for {rack.name} has no partitions: give it at least one.")
+    errors = [Finding(Level.ERROR, message) for message in getattr(form, "layout_errors", [])]
+    errors += [
+        Finding(Level.ERROR, f"{form.fields[field].label or field}: {' '.join(messages)}")
+        for field, messages in form.errors.items()
+    ]
+    result.findings[:0] = errors
+    return result
+
+
+def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
+    trays = plans.rack_trays(rack)
+    check = _check(rack, form, trays)
+    health = gpu_health(rack)
+    rows = _drawing(trays, form, check, health)
+    params = form.plan_params()
+    partitions = list(
+        NVLinkPartition.objects.filter(rack=rack).annotate(tray_count=Count("trays")).order_by("clique_id")
+    )
+    running = sorted({job for tray in trays for job in tray.running_jobs})
+    departments = list(Department.objects.order_by("name").only("name", "slug", "guaranteed_gpus"))
+    return {
+        "rack": rack,
+        "form": form,
+        "step": step,
+        "steps": _steps(step, rack, params.urlencode()),
+        "trays": trays,
+        "check": check,
+        "rows": rows,
+        "health": health,
+        "planned": [
+            {
+                "partition": p,
+                "ranges": slot_ranges(p.slots),
+                "gpus": len(p.slots) * GPUS_PER_TRAY,
+                "colour": i % PARTITION_COLOURS,
+                "clique_id": check.clique_ids.get(p.name),
+            }
+            for i, p in enumerate(form.partitions)
+        ],
+        "current_partitions": partitions,
+        "running_jobs": running,
+        "trays_up": sum(1 for tray in trays if tray.state == "up"),
+        "gpus_healthy": sum(tray.healthy_gpus for tray in trays),
+        "gpus_total": len(trays) * GPUS_PER_TRAY,
+        "attention": [tray for tray in trays if not tray.schedulable],
+        "departments": departments,
+        "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
+        "query": params.urlencode(),
+        "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
+        "preset_options": _preset_options(),
+        "layout_url": reverse("inventory:plan-layout", args=[rack.name]),
+        "names_url": reverse("inventory:plan-names", args=[rack.name]),
+        "layout_hidden": form.hidden_fields_list(exclude=("name", "department", "slurm")),
+        "slurm_partitions": sorted(
+            set(NVLinkPartition.objects.exclude(service_tier="").values_list("service_tier", flat=True))
+        ),
+        # The custom rows follow the preset (out of band) unless the user is typing in them.
+        "rows_oob": step == "layout" and request.htmx and request.htmx.trigger_name != "slots",
+    }
+
+
+def _preset_options() -> list[dict]:
+    options = []
+    for value, count_size in ((p, p.split("x")) for p in PRESETS):
+        count, size = int(count_size[0]), int(count_size[1])
+        options.append(
+            {
+                "value": value,
+                "title": value,
+                "description": "the whole rack, one partition"
+                if count == 1
+                else f"{count} partitions of {size} tray{'s' if size > 1 else ''}",
+                "cells": [(slot - 1) // size % PARTITION_COLOURS for slot in range(1, TRAYS_PER_RACK + 1)],
+            }
+        )
+    options.append({"value": CUSTOM, "title": "Custom", "description": "your own tray ranges", "cells": []})
+    return options
+
+
+def _rack(request, name: str) -> Rack:
+    _require_admin(request)
+    return get_object_or_404(selectors.racks(request.user), name=name)
+
+
+@require_GET
+def plan_layout(request, name):
+    """Step 2: a preset or custom ranges, trays left out, drain first; the drawing follows every change."""
+    rack = _rack(request, name)
+    form = plan_form(rack, request.GET)
+    context = _rack_context(request, rack, form, "layout")
+    response = _render(request, "inventory/wizard/layout.html", "inventory/wizard/_drawing.html", context)
+    return _push_canonical_url(request, response, "inventory:plan-layout", rack, context)
+
+
+@require_GET
+def plan_names(request, name):
+    """Step 3: a name for each partition, optionally a department (service tier) and a Slurm partition."""
+    rack = _rack(request, name)
+    form = plan_form(rack, request.GET)
+    context = _rack_context(request, rack, form, "names")
+    response = _render(request, "inventory/wizard/names.html", "inventory/wizard/_drawing.html", context)
+    return _push_canonical_url(request, response, "inventory:plan-names", rack, context)
+
+
+def _push_canonical_url(request, response, view: str, rack: Rack, context: dict):
+    """The address bar shows the plan, not every input htmx sent: back and refresh land on the same plan."""
+    if request.htmx and context["query"]:
+        push_url(response, f"{reverse(view, args=[rack.name])}?{context['query']}")
+    return response
+
+
+# ---- step 4: preview -------------------------------------------------------------------------------------
+
+
+@dataclass
+class FileDiff:
+    path: str
+    group: str
+    lines: list[tuple[str, str]]  # (css class, text)
+    added: int
+    removed: int
+
+
+GROUPS = (
+    ("topology", "Slurm topology"),
+    ("slurm", "Slurm partitions and nodes"),
+    ("kubernetes", "Kubernetes labels and Kueue objects"),
+    ("opensm", "OpenSM partitions"),
+    ("fabric", "NVLink fabric"),
+)
+
+
+def _group(path: str) -> str:
+    lowered = path.lower()
+    for key, label in GROUPS:
+        if key in lowered:
+            return label
+    return "Other files"
+
+
+def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
+    files = []
+    for path, text in diffs.items():
+        lines, added, removed = [], 0, 0
+        for line in text.splitlines():
+            if line.startswith(("+++", "---")):
+                css = "diff-file"
+            elif line.startswith("@@"):
+                css = "diff-hunk"
+            elif line.startswith("+"):
+                css, added = "diff-add", added + 1
+            elif line.startswith("-"):
+                css, removed = "diff-del", removed + 1
+            else:
+                css = "diff-ctx"
+            lines.append((css, line))
+        files.append(FileDiff(path, _group(path), lines, added, removed))
+    order = {label: i for i, (_key, label) in enumerate(GROUPS)}
+    return sorted(files, key=lambda f: (order.get(f.group, len(order)), f.path))
+
+
+def _preview_context(request, rack: Rack, form: PlanForm) -> dict:
+    context = _rack_context(request, rack, form, "preview")
+    check = context["check"]
+    files: list[FileDiff] = []
+    if check.ok:
+        result = plans.preview(rack, form.partitions, drain=bool(form.cleaned_data.get("drain_first")))
+        check = result.check
+        context["rows"] = _drawing(context["trays"], form, check, context["health"])
+        files = _file_diffs(result.diffs)
+    context.update(
+        check=check,
+        files=files,
+        hidden=form.hidden_fields_list(),
+        can_apply=check.ok and bool(check.changes) and context["active_plan"] is None,
+    )
+    return context
+
+
+@require_GET
+def plan_preview(request, name):
+    """Step 4: every finding in plain words and the exact diff of every file the plan changes."""
+    rack = _rack(request, name)
+    form = plan_form(rack, request.GET)
+    return render(request, "inventory/wizard/preview.html", _preview_context(request, rack, form))
+
+
+# ---- step 5: apply, then follow ---------------------------------------------------------------------------
+
+
+@require_POST
+def plan_apply(request, name):
+    """Save and apply the previewed plan, then follow it; a refusal re-shows the preview with what to do."""
+    rack = _rack(request, name)
+    form = plan_form(rack, request.POST)
+    try:
+        if not form.partitions or getattr(form, "layout_errors", None):
+            raise ValidationError("The plan has errors: go back to the layout and fix them.")
+        plan = create_and_apply(
+            rack, form.partitions, drain=bool(form.cleaned_data.get("drain_first")), user=request.user
+        )
+    except plans.PlanConflict as error:
+        context = _preview_context(request, rack, form)
+        context.update(apply_error=str(error), conflict=True)
+        return render(request, "inventory/wizard/preview.html", context, status=409)
+    except ValidationError as error:
+        context = _preview_context(request, rack, form)
+        context.update(apply_error=" ".join(error.messages), conflict=False)
+        return render(request, "inventory/wizard/preview.html", context, status=400)
+    return redirect("inventory:plan-detail", pk=plan.pk)
+
+
+def _push_url(push) -> str:
+    """The push's own page: its whole log, and the retry button when it failed."""
+    return reverse("integrations:push-detail", args=[push.pk])
+
+
+def _pushes(plan: PartitionPlan) -> list:
+    pushes = list(ConfigPush.objects.filter(plan_id=plan.pk).select_related("target").order_by("pk"))
+    latest = {push.target_id: push.pk for push in pushes}  # a retry is a later push to the same target
+    for push in pushes:
+        push.retried = latest[push.target_id] if latest[push.target_id] != push.pk else None
+        log = (push.log or "").rstrip().splitlines()
+        push.log_tail = "\n".join(log[-LOG_TAIL_LINES:])
+        push.log_lines = len(log)
+        push.log_more = len(log) > LOG_TAIL_LINES
+        push.url = _push_url(push)
+    return pushes
+
+
+def _done(plan: PartitionPlan, pushes) -> bool:
+    """Nothing left to follow: the plan has settled and no push of it (a retry included) is still active."""
+    return plan.status in SETTLED_PLAN_STATES and all(push.is_finished for push in pushes)
+
+
+@require_GET
+def plan_detail(request, pk):
+    """The plan's progress: its status, each push with its status and log tail; polls until done."""
+    _require_admin(request)
+    plan = get_object_or_404(
+        PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by"), pk=pk
+    )
+    plan = follow_plan(plan)
+    pushes = _pushes(plan)
+    done = _done(plan, pushes)
+    drained = list(
+        plan.rack.trays.filter(state_reason=plans.drain_reason(plan))
+        .order_by("slot")
+        .values_list("slot", "hostname")
+    )
+    waiting_on = []
+    if plan.status == PlanStatus.DRAINING:
+        slots = [slot for slot, _hostname in drained]
+        busy = Allocation.objects.filter(
+            job__state__in=HOLDING_STATES, gpu__tray__rack=plan.rack, gpu__tray__slot__in=slots
+        )
+        waiting_on = sorted(set(busy.values_list("job__name", flat=True)))
+    context = {
+        "plan": plan,
+        "rack": plan.rack,
+        "pushes": pushes,
+        "done": done,
+        "drained": drained,
+        "waiting_on": waiting_on,
+        "failed_pushes": [push for push in pushes if push.status == PushStatus.FAILED and not push.retried],
+        "layout": [
+            {**p, "ranges": slot_ranges(p["slots"]), "colour": i % PARTITION_COLOURS}
+            for i, p in enumerate(plan.layout)
+        ],
+        "can_cancel": plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING),
+        "steps": _steps("apply", plan.rack, done=plan.status == PlanStatus.APPLIED),
+        "step": "apply",
+        "retry_query": _retry_query(plan),
+    }
+    if request.htmx and done:
+        return HttpResponseStopPolling(
+            render(request, "inventory/wizard/_progress.html", context).content,
+            headers={"Vary": "HX-Request"},
+        )
+    return _render(request, "inventory/wizard/progress.html", "inventory/wizard/_progress.html", context)
+
+
+def _retry_query(plan: PartitionPlan) -> str:
+    """The plan as wizard parameters: 'preview again' starts from exactly this plan."""
+    params = QueryDict(mutable=True)
+    params["preset"] = "custom"
+    params.setlist("slots", [slot_ranges(p["slots"]) for p in plan.layout])
+    params.setlist("name", [p["name"] for p in plan.layout])
+    params.setlist("department", [p.get("department") or "" for p in plan.layout])
+    params.setlist("slurm", [p.get("slurm_partition") or "" for p in plan.layout])
+    if plan.drain_first:
+        params["drain_first"] = "on"
+    return params.urlencode()
+
+
+@require_POST
+def plan_cancel(request, pk):
+    """Cancel a draft or draining plan; its drained trays return to service."""
+    _require_admin(request)
+    plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
+    try:
+        plans.cancel_plan(plan)
+    except plans.PlanConflict as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"Plan #{plan.pk} cancelled; its drained trays are back in service.")
+    return redirect("inventory:plan-detail", pk=plan.pk)
+
+
+@require_GET
+def plan_list(request):
+    """Recent plans, newest first, with their status."""
+    _require_admin(request)
+    recent = PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by")[:100]
+    active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
+    return render(
+        request,
+        "inventory/wizard/plan_list.html",
+        {"plans": recent, "active": active, "steps": _steps("rack"), "step": "rack"},
+    )
+
+
+# ---- the step bar ----------------------------------------------------------------------------------------
+
+
+def _steps(current: str, rack: Rack | None = None, query: str = "", done: bool = False) -> list[dict]:
+    """The five steps with a link for those reachable from here (later steps only through the forms)."""
+    urls = {"rack": reverse("inventory:plan-new")}
+    if rack is not None:
+        suffix = f"?{query}" if query else ""
+        urls["layout"] = reverse("inventory:plan-layout", args=[rack.name]) + suffix
+        if query:
+            urls["names"] = reverse("inventory:plan-names", args=[rack.name]) + suffix
+            urls["preview"] = reverse("inventory:plan-preview", args=[rack.name]) + suffix
+    labels = {"rack": "Rack", "layout": "Layout", "names": "Names", "preview": "Preview", "apply": "Apply"}
+    position = STEPS.index(current)
+    return [
+        {
+            "key": key,
+            "number": number,
+            "label": labels[key],
+            "url": urls.get(key),
+            "current": key == current,
+            "done": STEPS.index(key) < position or (done and key == current),
+        }
+        for number, key in enumerate(STEPS, start=1)
+    ]

@@ -1,0 +1,572 @@
+"""Configuration pushes: a row first, a Celery message second.
+
+`queue_pushes` renders the desired state once (integrations.state), and for every enabled target saves a
+`ConfigPush` with the payload for that target's kind, then queues `integrations.tasks.push_config(pk)` with
+`core.enqueue` (on commit). The task `claim`s the row (an atomic UPDATE from queued to running: whoever else
+holds the same message does nothing), runs the target's adapter, appends timestamped lines to the push's log
+as it goes (each line committed at once, so the progress page can follow it) and records the outcome.
+
+Rules, and why:
+
+* One queued-or-running push per target (a partial unique constraint): a target is never applied twice at
+  once. A newer request supersedes a push that is still queued (it would push an older state). A request
+  that arrives while a push is running is kept on the target (`follow_up`) and pushed, rendered afresh, as
+  soon as that push finishes.
+* Idempotent: a push whose payload is the same as the target's last successful push (and nothing failed
+  since) is recorded as succeeded at once, log "unchanged", and nothing is sent. Re-running a push that has
+  finished does nothing: only a queued push can be claimed.
+* Transient errors (`error.transient`, core.errors: the target did not answer, a refused or timed-out
+  connection) put the push back to queued with `next_attempt_at` = now + core.retry.backoff(attempts)
+  seconds, up to MAX_ATTEMPTS attempts. With a worker the task schedules itself again; with eager Celery
+  (no broker: `make run`) nothing sleeps in the request: the push stays queued with a "retrying" note and
+  the next `retry_stale_pushes` (beat) or `manage.py push_configs` run retries it.
+* Permanent errors (refused configuration, bad target settings, a state the scheduler cannot express)
+  fail the push with the error and a "What to do:" sentence. Every adapter leaves the previous live
+  configuration in place when it fails (Slurm rolls back; the directory target switches versions only
+  when every file is written); Kubernetes and the fabric have no transactions: a failure part-way is
+  logged with what was done, and the next push only does what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, models, transaction
+from django.db.models import F, Q, Value
+from django.db.models.functions import Concat
+from django.utils import timezone
+
+from core.enqueue import send_now
+from core.errors import ExternalError
+from core.retry import backoff
+from integrations import registry
+from integrations import state as configstate
+from integrations.models import ConfigPush, ConfigTarget, PushStatus
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+# A running push whose log has not moved for this long lost its worker (killed, machine gone): requeued.
+# Long enough for the slowest single step (an NMX-M operation may take up to 15 minutes).
+STALE_RUNNING = timedelta(minutes=30)
+# A queued push with no retry scheduled whose message never ran (broker down at commit time): sent again.
+LOST_QUEUED = timedelta(minutes=5)
+CLAIM_SLACK = timedelta(seconds=2)  # a countdown message may arrive a moment before next_attempt_at
+K8S_LOG_LINES = 200  # per-object lines kept in the log of a Kubernetes push (the counts are always there)
+
+PUSH_TASK = "integrations.tasks.push_config"
+
+
+def is_transient(error: BaseException) -> bool:
+    """What retry logic reads: the outside system's error says so (core.errors), or the OS could not
+    connect at all."""
+    return bool(getattr(error, "transient", False)) or isinstance(error, ConnectionError | TimeoutError)
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def canonical_json(payload: Any) -> bytes:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def payload_hash(payload: Any) -> str:
+    """sha256 of the payload's canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def _stamp(now=None) -> str:
+    return (now or timezone.now()).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _lines(messages: Iterable[Any], now=None) -> str:
+    stamp = _stamp(now)
+    out = []
+    for message in messages:
+        for line in str(message).splitlines() or [""]:
+            out.append(f"{stamp} {line}\n")
+    return "".join(out)
+
+
+def _concat_log(text: str):
+    return Concat(F("log"), Value(text), output_field=models.TextField())
+
+
+def append_log(push_id: int, *messages: Any) -> None:
+    """Append timestamped lines to a push's log: one UPDATE, committed at once outside a transaction."""
+    now = timezone.now()
+    ConfigPush.objects.filter(pk=push_id).update(log=_concat_log(_lines(messages, now)), updated_at=now)
+
+
+def error_text(error: BaseException, kind: str) -> str:
+    """The error in plain words, always ending with what to do next."""
+    text = str(error).strip() or type(error).__name__
+    if isinstance(error, ValidationError):
+        if hasattr(error, "error_dict"):
+            text = "; ".join(f"{key}: {m}" for key, msgs in error.message_dict.items() for m in msgs)
+        else:
+            text = "; ".join(error.messages)
+    if "What to do:" not in text:
+        kind_advice = registry.get(kind).what_to_do if registry.is_kind(kind) else registry.DEFAULT_WHAT_TO_DO
+        what = getattr(error, "what_to_do", "") or kind_advice
+        text += f"\nWhat to do: {what}"
+    return text
+
+
+def what_to_do(error: str) -> str:
+    """The "What to do:" sentence of a recorded error (empty if none)."""
+    for line in reversed(error.splitlines()):
+        if line.startswith("What to do:"):
+            return line.removeprefix("What to do:").strip()
+    return ""
+
+
+def target_summary(target: ConfigTarget) -> str:
+    """One line saying where a target points (never a secret)."""
+    if not registry.is_kind(target.kind):
+        return f"unknown kind {target.kind!r}"
+    return registry.get(target.kind).summary(target.masked_settings())
+
+
+# --- rendering once per request -----------------------------------------------------------------------
+
+
+class Rendered:
+    """The desired state rendered lazily and at most once, whatever the number of targets."""
+
+    def __init__(self, *, fabric: bool = False):
+        self._fabric = fabric
+        self._cache: dict[str, Any] = {}
+
+    def get(self, key: str, make: Callable[[], Any]) -> Any:
+        """`make()` once per key; a rendering error is remembered and raised again for the next target."""
+        if key not in self._cache:
+            try:
+                self._cache[key] = (True, make())
+            except (ValueError, ValidationError) as error:
+                self._cache[key] = (False, error)
+        ok, value = self._cache[key]
+        if not ok:
+            raise value
+        return value
+
+    @property
+    def state(self) -> configstate.ConfigState:
+        return self.get("state", lambda: configstate.build_state(fabric=self._fabric))
+
+    def objects(self) -> list[dict[str, Any]]:
+        return self.get("objects", lambda: configstate.kubernetes_objects(self.state))
+
+    def files(self) -> dict[str, str]:
+        return self.get("files", lambda: configstate.render_files(self.state, self.objects()))
+
+    def slurm(self, overrides: dict) -> dict[str, str]:
+        """Slurm's files for one controller's node settings (cpus, memory, slurmd addresses)."""
+        key = "slurm:" + json.dumps(overrides, sort_keys=True)
+        return self.get(key, lambda: configstate.slurm_files(self.state, **overrides))
+
+    def fabric_racks(self) -> list[dict]:
+        if self.state.fabric is None:  # a caller that did not ask for the fabric up front
+            self._fabric = True
+            self._cache.pop("state", None)
+        return self.get("fabric", lambda: configstate.fabric_racks(self.state))
+
+    def payload_for(self, target: ConfigTarget) -> dict[str, Any]:
+        """What `target` is sent: its kind's payload from this one rendering."""
+        return registry.get(target.kind).payload(self, target.cleaned_settings())
+
+
+def needs_fabric(targets: Iterable[ConfigTarget]) -> bool:
+    return any(registry.is_kind(t.kind) and registry.get(t.kind).needs_fabric for t in targets)
+
+
+# --- queueing -----------------------------------------------------------------------------------------
+
+
+def _dispatch(push_id: int) -> None:
+    """Send the task (after commit). A broker that cannot be reached leaves the push queued; the beat's
+    retry_stale_pushes sends it again."""
+    if not send_now(PUSH_TASK, push_id):
+        append_log(push_id, "could not reach the task queue; retry_stale_pushes sends it again")
+
+
+def queue_pushes(
+    *,
+    reason: str,
+    user=None,
+    plan_id: int | None = None,
+    targets: Iterable[ConfigTarget | int] | None = None,
+    force: bool = False,
+) -> list[ConfigPush]:
+    """Render once and save one push per enabled target (or per enabled target of `targets`), each task
+    queued on commit. Returns the pushes created: queued, already succeeded ("unchanged"), or failed when
+    the state cannot be rendered for that target. A target with a running push gets no new row: the request
+    is kept as its follow-up (see the module docstring). `force` pushes even an unchanged configuration
+    (e.g. to repair hand-made changes on the target)."""
+    reason = (reason or "").strip()[:255] or "configuration push"
+    with transaction.atomic():
+        locked = ConfigTarget.objects.select_for_update().filter(enabled=True).order_by("pk")
+        if targets is not None:
+            ids = [t.pk if isinstance(t, ConfigTarget) else int(t) for t in targets]
+            locked = locked.filter(pk__in=ids)
+        locked = list(locked)
+        rendered = Rendered(fabric=needs_fabric(locked))
+        created = []
+        for target in locked:
+            push = _queue_one(target, rendered, reason=reason, user=user, plan_id=plan_id, force=force)
+            if push is not None:
+                created.append(push)
+    return created
+
+
+def _queue_one(
+    target: ConfigTarget, rendered: Rendered, *, reason: str, user, plan_id, force: bool
+) -> ConfigPush | None:
+    try:
+        payload = rendered.payload_for(target)
+        digest = payload_hash(payload)
+        render_error = None
+    except (ValueError, ValidationError) as error:
+        payload, digest, render_error = {}, "", error
+    now = timezone.now()
+    user_id = user.pk if user is not None and getattr(user, "is_authenticated", False) else None
+
+    running = ConfigPush.objects.filter(target=target, status=PushStatus.RUNNING).first()
+    if running is not None:
+        if render_error is None and running.payload_hash == digest and not force:
+            append_log(
+                running.pk, f"a new request ({reason}) asks for what this push applies: nothing to add"
+            )
+            return None
+        target.follow_up = {
+            "reason": reason,
+            "plan_id": plan_id,
+            "requested_by": user_id,
+            "requested_at": now.isoformat(),
+        }
+        target.save(update_fields=["follow_up", "updated_at"])
+        append_log(running.pk, f"a newer change arrived ({reason}): pushed as soon as this push finishes")
+        return None
+
+    older = list(
+        ConfigPush.objects.filter(target=target, status=PushStatus.QUEUED).values_list("pk", flat=True)
+    )
+    if older:
+        ConfigPush.objects.filter(pk__in=older, status=PushStatus.QUEUED).update(
+            status=PushStatus.SUPERSEDED, finished_at=now, updated_at=now, next_attempt_at=None
+        )
+    fields: dict[str, Any] = {
+        "target": target,
+        "payload": payload,
+        "payload_hash": digest,
+        "requested_by_id": user_id,
+        "reason": reason,
+        "plan_id": plan_id,
+    }
+    if render_error is not None:
+        error = error_text(render_error, target.kind)
+        if isinstance(render_error, ValidationError):
+            error = f"the target's settings are not valid: {error}"
+        else:
+            error = f"the configuration cannot be rendered for this target: {error}"
+        push = ConfigPush.objects.create(
+            **fields,
+            status=PushStatus.FAILED,
+            error=error,
+            finished_at=now,
+            log=_lines([f"requested: {reason}", "failed before sending anything:", error], now),
+        )
+    elif not force and _last_outcome_hash(target) == digest:
+        push = ConfigPush.objects.create(
+            **fields,
+            status=PushStatus.SUCCEEDED,
+            started_at=now,
+            finished_at=now,
+            log=_lines(
+                [
+                    f"requested: {reason}",
+                    "unchanged: the target's last successful push has the same configuration; nothing sent",
+                ],
+                now,
+            ),
+        )
+    else:
+        try:
+            with transaction.atomic():
+                push = ConfigPush.objects.create(
+                    **fields,
+                    status=PushStatus.QUEUED,
+                    log=_lines([f"queued: {reason}" + (" (forced)" if force else "")], now),
+                )
+        except IntegrityError:
+            # Someone else holds an active push for this target after all (the row lock makes this rare):
+            # keep the request as the target's follow-up instead of failing the caller.
+            target.follow_up = {"reason": reason, "plan_id": plan_id, "requested_by": user_id}
+            target.save(update_fields=["follow_up", "updated_at"])
+            return None
+        transaction.on_commit(lambda pk=push.pk: _dispatch(pk))
+    if older:
+        ConfigPush.objects.filter(pk__in=older).update(
+            superseded_by=push, log=_concat_log(_lines([f"superseded by push #{push.pk} ({reason})"], now))
+        )
+    if target.follow_up:
+        target.follow_up = None  # this push renders the newest state: it covers the waiting request
+        target.save(update_fields=["follow_up", "updated_at"])
+    return push
+
+
+def _last_outcome_hash(target: ConfigTarget) -> str | None:
+    """Hash of the target's last successful push, when nothing failed after it (a failed push may have
+    changed part of the target: then an equal payload is pushed again rather than assumed live)."""
+    last = (
+        ConfigPush.objects.filter(target=target, status__in=[PushStatus.SUCCEEDED, PushStatus.FAILED])
+        .exclude(payload_hash="")
+        .order_by("-finished_at", "-pk")
+        .values_list("status", "payload_hash")
+        .first()
+    )
+    if last is None or last[0] != PushStatus.SUCCEEDED:
+        return None
+    return last[1]
+
+
+# --- running ------------------------------------------------------------------------------------------
+
+
+def claim(push_id: int) -> bool:
+    """queued -> running in one UPDATE; False when the push is not queued (someone else has it, it finished,
+    or its retry is not due yet)."""
+    now = timezone.now()
+    return (
+        ConfigPush.objects.filter(pk=push_id, status=PushStatus.QUEUED)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now + CLAIM_SLACK))
+        .update(
+            status=PushStatus.RUNNING,
+            started_at=now,
+            updated_at=now,
+            finished_at=None,
+            next_attempt_at=None,
+            attempts=F("attempts") + 1,
+        )
+        == 1
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run of a push did: `status` is the push's status after it; `retry_in` seconds when queued
+    again after a transient error."""
+
+    push_id: int
+    status: str
+    retry_in: int | None = None
+    message: str = ""
+
+
+def execute(push_id: int, *, can_schedule_retry: bool = False) -> Outcome:
+    """Claim and run one push. Never raises for the target's errors: they are recorded on the row.
+
+    `can_schedule_retry`: the caller (a task on a worker) will send itself again after `retry_in` seconds;
+    otherwise (eager Celery, a command) a transient failure leaves the push queued for retry_stale_pushes.
+    """
+    if not claim(push_id):
+        status = ConfigPush.objects.filter(pk=push_id).values_list("status", flat=True).first()
+        return Outcome(
+            push_id, status or "missing", message="not claimed: not queued (or its retry is not due)"
+        )
+    push = ConfigPush.objects.select_related("target").get(pk=push_id)
+    target = push.target
+    log = _Log(push.pk)
+    log(f"attempt {push.attempts} of {MAX_ATTEMPTS}: pushing to {target.kind} target {target.name}")
+    try:
+        adapter = adapter_for(target)
+        summary = adapter.apply(push.payload, log, push)
+    except Exception as error:
+        if is_transient(error):
+            return _transient(push, error, log, can_schedule_retry)
+        if not isinstance(error, ExternalError | ValueError | OSError):
+            logger.exception("push %s to %s failed unexpectedly", push.pk, target.name)
+        return _finish(push, PushStatus.FAILED, log, error=error_text(error, target.kind))
+    return _finish(push, PushStatus.SUCCEEDED, log, summary=summary)
+
+
+class _Log:
+    """Callable that appends timestamped lines to the push's log, committed at most every FLUSH_SECONDS
+    (the progress page polls every 2 s) and always before the push's status changes. One UPDATE per line
+    would rewrite the row thousands of times for a 1,000-rack fabric push (on SQLite, with its payload)."""
+
+    FLUSH_SECONDS = 1.0
+
+    def __init__(self, push_id: int):
+        self.push_id = push_id
+        self._pending: list[str] = []
+        self._flushed_at = float("-inf")  # the first line goes out at once: the page shows it started
+
+    def __call__(self, *messages: Any) -> None:
+        self._pending.append(_lines(messages))
+        if time.monotonic() - self._flushed_at >= self.FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            now = timezone.now()
+            text = "".join(self._pending)
+            self._pending = []
+            ConfigPush.objects.filter(pk=self.push_id).update(log=_concat_log(text), updated_at=now)
+        self._flushed_at = time.monotonic()
+
+
+def _transient(push: ConfigPush, error: BaseException, log: _Log, can_schedule_retry: bool) -> Outcome:
+    text = error_text(error, push.target.kind)
+    if push.attempts >= MAX_ATTEMPTS:
+        return _finish(
+            push,
+            PushStatus.FAILED,
+            log,
+            error=f"gave up after {push.attempts} attempts; the target did not answer:\n{text}",
+        )
+    delay = backoff(push.attempts)
+    now = timezone.now()
+    if can_schedule_retry:
+        note = f"retrying in {delay}s (attempt {push.attempts + 1} of {MAX_ATTEMPTS})"
+    else:
+        note = (
+            f"retrying: attempt {push.attempts + 1} of {MAX_ATTEMPTS} is due in {delay}s; with no Celery "
+            "worker (eager mode) it runs at the next retry_stale_pushes or `manage.py push_configs`"
+        )
+    log(f"transient error: {text}", note)
+    log.flush()
+    ConfigPush.objects.filter(pk=push.pk, status=PushStatus.RUNNING).update(
+        status=PushStatus.QUEUED,
+        error=f"{text}\n({note})",
+        next_attempt_at=now + timedelta(seconds=delay),
+        updated_at=now,
+    )
+    return Outcome(push.pk, PushStatus.QUEUED, retry_in=delay, message=str(error))
+
+
+def _finish(push: ConfigPush, status: str, log: _Log, *, error: str = "", summary: str = "") -> Outcome:
+    now = timezone.now()
+    if status == PushStatus.SUCCEEDED:
+        log(f"succeeded: {summary}" if summary else "succeeded")
+    else:
+        log(f"failed: {error}")
+    log.flush()
+    ConfigPush.objects.filter(pk=push.pk, status=PushStatus.RUNNING).update(
+        status=status, error=error, finished_at=now, updated_at=now, next_attempt_at=None
+    )
+    run_follow_up(push.target_id)
+    return Outcome(push.pk, status, message=summary or error)
+
+
+def run_follow_up(target_id: int) -> list[ConfigPush]:
+    """Push a request that waited for this target's running push (if it is idle now)."""
+    with transaction.atomic():
+        target = ConfigTarget.objects.select_for_update().filter(pk=target_id).first()
+        if target is None or not target.follow_up or not target.enabled:
+            return []
+        if ConfigPush.objects.filter(target=target).active().exists():
+            return []
+        waiting = target.follow_up
+        user = get_user_model().objects.filter(pk=waiting.get("requested_by")).first()
+        target.follow_up = None
+        target.save(update_fields=["follow_up", "updated_at"])
+        return queue_pushes(
+            reason=f"{waiting.get('reason') or 'change'} (waited for the previous push)",
+            user=user,
+            plan_id=waiting.get("plan_id"),
+            targets=[target],
+        )
+
+
+# --- maintenance (beat) ------------------------------------------------------------------------------
+
+
+def requeue_stale(now=None) -> list[int]:
+    """Running pushes whose log has not moved for STALE_RUNNING lost their worker: back to queued."""
+    now = now or timezone.now()
+    cutoff = now - STALE_RUNNING
+    minutes = int(STALE_RUNNING.total_seconds() // 60)
+    stale = ConfigPush.objects.filter(status=PushStatus.RUNNING, updated_at__lt=cutoff)
+    requeued = []
+    for pk, attempts, target_id in stale.values_list("pk", "attempts", "target_id"):
+        row = ConfigPush.objects.filter(pk=pk, status=PushStatus.RUNNING, updated_at__lt=cutoff)
+        if attempts >= MAX_ATTEMPTS:
+            error = (
+                f"no progress for {minutes} minutes during the last of {attempts} attempts (worker lost?)\n"
+                "What to do: check the Celery worker and the target, then retry the push"
+            )
+            if row.update(
+                status=PushStatus.FAILED,
+                error=error,
+                finished_at=now,
+                updated_at=now,
+                log=_concat_log(_lines([f"failed: {error}"], now)),
+            ):
+                run_follow_up(target_id)
+            continue
+        note = _lines([f"no progress for {minutes} minutes (worker lost?): requeued"], now)
+        if row.update(status=PushStatus.QUEUED, next_attempt_at=now, updated_at=now, log=_concat_log(note)):
+            requeued.append(pk)
+    return requeued
+
+
+def due_pushes(now=None) -> list[int]:
+    """Queued pushes to send now: a retry that is due, or a message that never ran (lost)."""
+    now = now or timezone.now()
+    return list(
+        ConfigPush.objects.filter(status=PushStatus.QUEUED, target__enabled=True)
+        .filter(
+            Q(next_attempt_at__lte=now) | Q(next_attempt_at__isnull=True, created_at__lt=now - LOST_QUEUED)
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def retry_now(push: ConfigPush, user=None) -> list[ConfigPush]:
+    """The Retry button: a failed push is pushed again as a new push rendered from the current state (the
+    failed row stays as it is); a queued push waiting for its retry is made due and sent now."""
+    if push.status == PushStatus.QUEUED:
+        ConfigPush.objects.filter(pk=push.pk, status=PushStatus.QUEUED).update(next_attempt_at=timezone.now())
+        append_log(push.pk, f"retry now requested by {user or 'someone'}")
+        transaction.on_commit(lambda: _dispatch(push.pk))
+        return [push]
+    if push.status != PushStatus.FAILED:
+        raise ValidationError(f"push #{push.pk} is {push.get_status_display().lower()}: nothing to retry")
+    if not push.target.enabled:
+        raise ValidationError(f"target {push.target.name} is disabled: enable it first")
+    return queue_pushes(
+        reason=f"retry of push #{push.pk}", user=user, plan_id=push.plan_id, targets=[push.target]
+    )
+
+
+# --- dry run ------------------------------------------------------------------------------------------
+
+
+def dry_run(targets: Iterable[ConfigTarget] | None = None) -> dict[str, list[str]]:
+    """What a push would change on each enabled target (read-only: no rows, nothing sent)."""
+    chosen = list(targets) if targets is not None else list(ConfigTarget.objects.filter(enabled=True))
+    rendered = Rendered(fabric=needs_fabric(chosen))
+    result: dict[str, list[str]] = {}
+    for target in chosen:
+        try:
+            payload = rendered.payload_for(target)
+            result[target.name] = adapter_for(target).diff(payload) or ["no changes"]
+        except Exception as error:  # a dry run reports every target, whatever one of them says
+            result[target.name] = [f"cannot tell: {error_text(error, target.kind)}"]
+    return result
+
+
+def adapter_for(target: ConfigTarget):
+    """The adapter of the target's kind, built from its validated settings."""
+    return registry.get(target.kind).adapter(target, target.cleaned_settings())

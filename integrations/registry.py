@@ -1,0 +1,160 @@
+"""The kinds of configuration target, each registered once by its own folder under integrations/.
+
+A kind is everything Rackplane needs to know about one outside system: its settings (defaults, which are
+secret, the form field for each, validation), what it is sent (`payload`, built from the desired state
+rendered once per request), the adapter that applies it, the advice shown when a push fails, a one-line
+summary for the pages, and, for systems that run jobs, the job backend and the Job.backend it serves.
+Nothing outside a kind's folder switches on its name: the target form, the push pipeline, dispatch, the
+API and the admin ask this registry (in the spirit of NetBox's `register_data_backend`).
+
+A new kind is a new folder with a `kind.py` that calls `register(Kind(...))`, plus its line in
+`integrations.kinds.KIND_MODULES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+MASK = "••••••••"
+DEFAULT_WHAT_TO_DO = "fix the cause and retry the push"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a kind: its key in ConfigTarget.settings, default, form field and secrecy.
+
+    `form_name` is the field's name in the target form, unique across kinds (default: the key).
+    """
+
+    key: str
+    default: Any
+    field: Callable[[], forms.Field]
+    secret: bool = False
+    form_name: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.form_name or self.key
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    label: str
+    settings: tuple[Setting, ...]
+    # (values with every key, defaults filled; errors to add to) -> the cleaned values
+    clean: Callable[[dict, dict], dict]
+    # (target, cleaned values) -> an object with apply(payload, log, push) -> str and diff(payload) -> [str]
+    adapter: Callable[[Any, dict], Any]
+    # (integrations.pushes.Rendered, cleaned values) -> what is pushed (JSON)
+    payload: Callable[[Any, dict], dict]
+    # masked values -> one line saying where the target points (never a secret)
+    summary: Callable[[dict], str]
+    what_to_do: str = DEFAULT_WHAT_TO_DO
+    # the desired state must include the fabric (GPU UUIDs per partition) for this kind's payload
+    needs_fabric: bool = False
+    # systems that run jobs: the Job.backend they serve and (cleaned values) -> a job backend, or None when
+    # this target's settings do not run jobs (e.g. a Slurm target without slurmrestd)
+    backend: str = ""
+    job_backend: Callable[[dict], Any] | None = None
+    # the exact request the backend would get, as text, for the embedded mode (no live target): jobs are
+    # written to RACKPLANE_RENDER_DIR/jobs/<name><job_file_suffix>
+    render_job: Callable[[Any], str] | None = None
+    job_file_suffix: str = ".txt"
+    short_label: str = ""  # in messages about jobs: "Slurm (prod-ctl)"
+    order: int = 100
+    # payload -> a few lines saying what a push carries (the push page)
+    describe: Callable[[dict], list[str]] = lambda payload: describe_files(payload)
+
+    def defaults(self) -> dict:
+        return {setting.key: setting.default for setting in self.settings}
+
+    def secret_keys(self) -> set[str]:
+        return {setting.key for setting in self.settings if setting.secret}
+
+
+def describe_files(payload: dict) -> list[str]:
+    return [
+        f"{name} · {len(text.encode()):,} bytes"
+        for name, text in sorted((payload.get("files") or {}).items())
+    ]
+
+
+_KINDS: dict[str, Kind] = {}
+
+
+def register(kind: Kind) -> Kind:
+    """Register a kind (once: a second registration of the same name is a programming error)."""
+    if kind.name in _KINDS and _KINDS[kind.name] is not kind:
+        raise ValueError(f"a target kind named {kind.name!r} is registered already")
+    names = {s.name for other in _KINDS.values() if other.name != kind.name for s in other.settings}
+    clash = sorted(names & {s.name for s in kind.settings})
+    if clash:
+        raise ValueError(f"form field names of kind {kind.name!r} are used by another kind: {clash}")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    _KINDS.pop(name, None)
+
+
+def kinds() -> list[Kind]:
+    return sorted(_KINDS.values(), key=lambda kind: (kind.order, kind.name))
+
+
+def names() -> list[str]:
+    return [kind.name for kind in kinds()]
+
+
+def choices() -> list[tuple[str, str]]:
+    return [(kind.name, kind.label) for kind in kinds()]
+
+
+def get(name: str) -> Kind:
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise ValidationError(
+            {"kind": f"unknown target kind {name!r} (known: {', '.join(names())})"}
+        ) from None
+
+
+def is_kind(name: str) -> bool:
+    return name in _KINDS
+
+
+def label(name: str) -> str:
+    return _KINDS[name].label if name in _KINDS else name
+
+
+def clean_settings(kind_name: str, raw: dict) -> dict:
+    """Validate a target's settings for its kind and fill the defaults; ValidationError keyed by setting."""
+    kind = get(kind_name)
+    if not isinstance(raw, dict):
+        raise ValidationError("settings must be an object")
+    defaults = kind.defaults()
+    errors: dict[str, str] = {}
+    for key in sorted(set(raw) - set(defaults)):
+        errors[key] = f"is not a setting of a {kind.name} target (known: {', '.join(defaults)})"
+    values = {**defaults, **{k: v for k, v in raw.items() if k in defaults}}
+    out = kind.clean(values, errors)
+    if errors:
+        raise ValidationError({key: [message] for key, message in errors.items()})
+    return out
+
+
+def mask_settings(kind_name: str, values: dict) -> dict:
+    """The settings as pages, the API and logs may show them: secrets replaced by a mask (or empty)."""
+    secret = _KINDS[kind_name].secret_keys() if kind_name in _KINDS else set()
+    return {key: (MASK if value else "") if key in secret else value for key, value in (values or {}).items()}
+
+
+def backend_targets(backend: str) -> list[str]:
+    """Names of the kinds whose targets run jobs of `backend` (Job.backend)."""
+    return [kind.name for kind in kinds() if kind.backend == backend and kind.job_backend is not None]

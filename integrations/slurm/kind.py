@@ -1,0 +1,186 @@
+"""The Slurm target: topology.conf and rackplane.conf pushed to slurmctld (atomic, reconfigure, read back,
+rolled back on failure), department QOS through sacctmgr, and jobs through slurmrestd."""
+
+import json
+import re
+
+from core.workloads import register_work_validator
+from integrations import fields as f
+from integrations.registry import Kind, Setting, register
+from integrations.slurm import work
+from integrations.slurm.adapter import SlurmAdapter
+from integrations.slurm.jobs import backend_from_settings, submit_payload
+
+USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
+NODE_OVERRIDES = ("cpus", "memory_mb", "node_hostname", "node_address", "node_port_base")
+
+
+def clean(values: dict, errors: dict) -> dict:
+    """config_dir (absolute: the directory slurmctld reads), scontrol (a path, command line or argv prefix),
+    slurmctld_log (optional, to quote slurmctld's reason for refusing), topology_format (conf: Slurm 24.11
+    topology.conf), how slurmd is reached when not at the node's own name (cpus, memory_mb, node_hostname,
+    node_address, node_port_base: node i listens on base + i). Running jobs: rest_url (slurmrestd; empty:
+    this target does not run jobs), rest_user, rest_token (a static JWT from `scontrol token`, never shown)
+    or jwt_key_file (slurmctld's jwt_key: short-lived tokens are minted from it), accounting (department
+    as account and QOS: needs slurmdbd), imex (slurmctld runs SwitchType=switch/nvidia_imex)."""
+    out: dict = {}
+    for key in ("config_dir", "scontrol", "slurmctld_log", "node_hostname", "node_address"):
+        out[key] = f.text(values[key], key, errors)
+    if not out["config_dir"]:
+        errors["config_dir"] = "is required: the directory that holds slurmctld's slurm.conf"
+    else:
+        f.absolute_path(out["config_dir"], "config_dir", errors)
+    f.absolute_path(out["slurmctld_log"], "slurmctld_log", errors)
+    out["scontrol"] = out["scontrol"] or "scontrol"
+    out["topology_format"] = f.text(values["topology_format"], "topology_format", errors) or "conf"
+    if out["topology_format"] == "yaml":
+        errors["topology_format"] = (
+            "topology.yaml (Slurm 25.05+) is not pushed yet: the Slurm adapter applies and verifies "
+            "topology.conf (Slurm 24.11); choose conf"
+        )
+    elif out["topology_format"] != "conf":
+        errors["topology_format"] = "must be conf or yaml"
+    out["cpus"] = f.integer(values["cpus"], "cpus", errors, 1, 100_000)
+    out["memory_mb"] = f.integer(values["memory_mb"], "memory_mb", errors, 1)
+    out["node_port_base"] = f.integer(values["node_port_base"], "node_port_base", errors, 1, 65535)
+    for key in ("node_hostname", "node_address"):
+        if out[key] and not f.HOST_RE.match(out[key]):
+            errors[key] = "must be a host name or an IP address"
+    for key in ("rest_url", "rest_user", "rest_token", "jwt_key_file"):
+        out[key] = f.text(values[key], key, errors)
+    if out["rest_url"]:
+        out["rest_url"] = f.url(out["rest_url"], "rest_url", errors)
+    if out["rest_user"] and not USER_RE.match(out["rest_user"]):
+        errors["rest_user"] = "must be a user name (letters, digits, _ . @ -)"
+    elif out["rest_url"] and not out["rest_user"]:
+        errors["rest_user"] = "is required with rest_url: the Slurm user jobs are submitted as"
+    f.absolute_path(out["jwt_key_file"], "jwt_key_file", errors)
+    if out["rest_token"] and out["jwt_key_file"]:
+        errors["rest_token"] = "give a token or a jwt_key_file, not both"
+    elif out["rest_url"] and not out["rest_token"] and not out["jwt_key_file"]:
+        errors["jwt_key_file"] = "slurmrestd needs a JWT: give slurmctld's jwt_key file or a rest_token"
+    out["accounting"] = f.flag(values["accounting"], "accounting", errors)
+    out["imex"] = f.flag(values["imex"], "imex", errors)
+    return out
+
+
+def payload(rendered, values: dict) -> dict:
+    overrides = {key: values.get(key) for key in NODE_OVERRIDES}
+    overrides["node_hostname"] = overrides["node_hostname"] or ""
+    overrides["node_address"] = overrides["node_address"] or ""
+    return {
+        "files": rendered.slurm(overrides),
+        "qos": [{"name": q.name, "gpu_limit": q.gpu_limit} for q in rendered.state.qos],
+    }
+
+
+def job_backend(values: dict):
+    """The slurmrestd job backend of a target that has one (rest_url), else None."""
+    if not (values.get("rest_url") or "").strip():
+        return None
+    return backend_from_settings(values)
+
+
+def render_job(request) -> str:
+    return json.dumps(submit_payload(request), indent=2, sort_keys=True) + "\n"
+
+
+register_work_validator("slurm", work.validate_work)
+
+KIND = register(
+    Kind(
+        name="slurm",
+        label="Slurm controller",
+        short_label="Slurm",
+        settings=(
+            Setting(
+                "config_dir",
+                "",
+                f.text_field(
+                    "Config directory", "The directory slurmctld reads (holds slurm.conf), absolute."
+                ),
+            ),
+            Setting(
+                "scontrol",
+                "scontrol",
+                f.text_field("scontrol", "Path or command line; default: scontrol on the PATH."),
+            ),
+            Setting(
+                "slurmctld_log",
+                "",
+                f.text_field("slurmctld log", "Optional: quoted when slurmctld refuses a configuration."),
+            ),
+            Setting(
+                "topology_format",
+                "conf",
+                f.choice_field(
+                    "Topology file",
+                    [("conf", "topology.conf (Slurm 24.11)"), ("yaml", "topology.yaml (Slurm 25.05+)")],
+                    "conf",
+                ),
+            ),
+            Setting("cpus", None, f.number_field("CPUs per node", "Default 144 (two Grace CPUs).")),
+            Setting("memory_mb", None, f.number_field("Memory per node (MB)", "Empty: what slurmd reports.")),
+            Setting(
+                "node_hostname",
+                "",
+                f.text_field("slurmd host name", "Only when slurmd does not run at the node's own name."),
+            ),
+            Setting(
+                "node_address",
+                "",
+                f.text_field("slurmd address", "Only when slurmd is reached at another address."),
+            ),
+            Setting(
+                "node_port_base",
+                None,
+                f.number_field("slurmd port base", "Several slurmd on one host: node i listens on base + i."),
+            ),
+            Setting(
+                "rest_url",
+                "",
+                f.text_field(
+                    "slurmrestd URL", "Where jobs are submitted (http://slurm-ctl:6820). Empty: no jobs here."
+                ),
+            ),
+            Setting(
+                "rest_user",
+                "",
+                f.text_field("Slurm user for jobs", "The user jobs are submitted as (needs a JWT)."),
+            ),
+            Setting("rest_token", "", f.token_field("slurmrestd token (scontrol token)"), secret=True),
+            Setting(
+                "jwt_key_file",
+                "",
+                f.text_field(
+                    "JWT key file", "Or: slurmctld's jwt_key (absolute path), to mint short tokens."
+                ),
+            ),
+            Setting(
+                "accounting",
+                False,
+                f.flag_field(
+                    "Account and QOS per department", "Needs slurmdbd with the department accounts."
+                ),
+            ),
+            Setting(
+                "imex",
+                False,
+                f.flag_field("Per-job IMEX channels", "slurmctld runs SwitchType=switch/nvidia_imex."),
+            ),
+        ),
+        clean=clean,
+        adapter=SlurmAdapter,
+        payload=payload,
+        summary=lambda values: f"{values.get('config_dir')} via {values.get('scontrol')}",
+        what_to_do=(
+            "check the Slurm target's settings and slurmctld's log, fix the cause and retry the push; "
+            "slurmctld keeps running the previous configuration"
+        ),
+        backend="slurm",
+        job_backend=job_backend,
+        render_job=render_job,
+        job_file_suffix=".json",
+        order=20,
+    )
+)

@@ -1,0 +1,130 @@
+"""Tasks that act on the outside world. They take primary keys; the work and its rules live in
+integrations.pushes, integrations.dispatch and integrations.plans.service.
+
+`push_config(pk)` claims a queued push, runs its target's adapter under the audit context of the user who
+asked for it, and records the outcome. On a worker a transient error sends the task again after the
+backoff; run eagerly (no broker) it never sleeps in the caller: the push stays queued with a "retrying"
+note for `retry_stale_pushes` (beat, every minute) or the next `manage.py push_configs`.
+
+Task names before the re-cut (`scheduling.tasks.*`, `inventory.tasks.*`) are still registered: a message
+queued by the previous release is forwarded to the new name instead of crashing a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.contrib.auth import get_user_model
+
+from core.audit import audit_context
+from core.enqueue import send_now
+from core.models import AuditSource
+from core.retry import backoff
+from integrations import dispatch as job_dispatch
+from integrations import pushes
+from integrations.models import ConfigPush, ConfigTarget, PushStatus
+from integrations.plans.service import follow
+from inventory.choices import PlanStatus
+from inventory.models import PartitionPlan
+from scheduling.models import Job
+
+logger = logging.getLogger(__name__)
+
+PUSH_CONFIG = "integrations.tasks.push_config"
+DISPATCH_JOB = "integrations.tasks.dispatch_job"
+SYNC_JOBS = "integrations.tasks.sync_jobs"
+
+
+def _can_schedule_retry(task) -> bool:
+    """A worker can send the task again with a countdown; called directly or eagerly, nothing would wait."""
+    request = task.request
+    return not (request.called_directly or request.is_eager)
+
+
+@shared_task(bind=True, name=PUSH_CONFIG, acks_late=True)
+def push_config(self, push_id: int) -> dict:
+    """Run one queued push; a push that is not queued (running elsewhere, finished) is left alone."""
+    requested_by = ConfigPush.objects.filter(pk=push_id).values_list("requested_by_id", flat=True).first()
+    actor = get_user_model().objects.filter(pk=requested_by).first() if requested_by else None
+    retry = _can_schedule_retry(self)
+    with audit_context(AuditSource.TASK, actor=actor):
+        outcome = pushes.execute(push_id, can_schedule_retry=retry)
+    if outcome.status == PushStatus.QUEUED and outcome.retry_in is not None and retry:
+        send_now(PUSH_CONFIG, push_id, countdown=outcome.retry_in)
+    return {"push": push_id, "status": outcome.status, "retry_in": outcome.retry_in}
+
+
+@shared_task(name="integrations.tasks.retry_stale_pushes")
+def retry_stale_pushes() -> dict:
+    """Beat, every minute: requeue pushes whose worker was lost, send the retries that are due (and
+    messages that never ran), and push requests that waited for a push that has finished."""
+    requeued = pushes.requeue_stale()
+    due = pushes.due_pushes()
+    for push_id in due:
+        send_now(PUSH_CONFIG, push_id)
+    followed = 0
+    for target_id in ConfigTarget.objects.filter(enabled=True, follow_up__isnull=False).values_list(
+        "pk", flat=True
+    ):
+        followed += len(pushes.run_follow_up(target_id))
+    if requeued or due or followed:
+        logger.info("pushes: %d requeued, %d sent, %d follow-ups", len(requeued), len(due), followed)
+    return {"requeued": requeued, "sent": due, "follow_ups": followed}
+
+
+@shared_task(bind=True, name=DISPATCH_JOB, acks_late=True)
+def dispatch_job(self, job_id: int) -> dict:
+    """Hand one placed job to its backend; an unreachable backend is retried with backoff."""
+    with audit_context(AuditSource.TASK):
+        outcome = job_dispatch.dispatch(job_id)
+    if outcome == "retry" and _can_schedule_retry(self):
+        attempts = Job.objects.filter(pk=job_id).values_list("dispatch_attempts", flat=True).first() or 1
+        send_now(DISPATCH_JOB, job_id, countdown=backoff(attempts))
+    return {"job": job_id, "outcome": outcome}
+
+
+@shared_task(name=SYNC_JOBS)
+def sync_jobs() -> dict:
+    """Beat, every 30 s: stop what must stop, send due dispatch retries, read running jobs' states."""
+    with audit_context(AuditSource.TASK):
+        cancelled = job_dispatch.process_cancels()
+        due = job_dispatch.due_dispatches()
+        for job_id in due:
+            send_now(DISPATCH_JOB, job_id)
+        states = job_dispatch.sync_states()
+    return {"cancelled": cancelled, "dispatched": due, **states}
+
+
+@shared_task(name="integrations.tasks.follow_active_plans")
+def follow_active_plans() -> int:
+    """Move draining plans on once their trays are free, and settle applying plans from their pushes."""
+    moved = 0
+    with audit_context(AuditSource.TASK):
+        for plan in PartitionPlan.objects.filter(status__in=[PlanStatus.DRAINING, PlanStatus.APPLYING]):
+            before = plan.status
+            moved += follow(plan).status != before
+    return moved
+
+
+# --- names of the previous release: forward what is still queued under them -----------------------------
+
+RENAMED = {
+    "scheduling.tasks.push_config": PUSH_CONFIG,
+    "scheduling.tasks.retry_stale_pushes": "integrations.tasks.retry_stale_pushes",
+    "scheduling.tasks.dispatch_job": DISPATCH_JOB,
+    "scheduling.tasks.sync_jobs": SYNC_JOBS,
+    "inventory.tasks.follow_active_plans": "integrations.tasks.follow_active_plans",
+}
+
+
+def _forwarder(old: str, new: str):
+    def forward(*args, **kwargs):
+        logger.info("task %s was renamed %s: forwarding", old, new)
+        return send_now(new, *args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = old.rsplit(".", 1)[-1] + "_renamed"
+    return shared_task(name=old)(forward)
+
+
+renamed_tasks = [_forwarder(old, new) for old, new in RENAMED.items()]

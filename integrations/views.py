@@ -1,0 +1,213 @@
+"""Configuration push pages (platform admins only): targets and their settings, pushes, and a push's live
+log.
+
+The writes go through integrations.pushes (queue_pushes, retry_now); the pages only collect input. A push's
+page polls itself every 2 s while the push is queued or running (htmx) and is told to stop (HTTP 286,
+`HttpResponseStopPolling`) with the final state once it has finished. A target's token is never rendered:
+the form leaves it empty and keeps the stored one unless a new one is typed or "clear" is ticked.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Max
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from core.access import require_admin
+from core.htmx import page_or_partial
+from integrations import pushes, registry
+from integrations.forms import ConfigTargetForm
+from integrations.models import ConfigPush, ConfigTarget, PushStatus
+
+PUSHES_PER_PAGE = 50
+STATUS_BADGE = {
+    PushStatus.QUEUED: "state-maintenance",
+    PushStatus.RUNNING: "state-maintenance",
+    PushStatus.SUCCEEDED: "ok",
+    PushStatus.FAILED: "state-down",
+    PushStatus.SUPERSEDED: "health-unknown",
+}
+
+
+# --- targets --------------------------------------------------------------------------------------------
+
+
+def target_list(request):
+    require_admin(request.user, "configuration targets and pushes")
+    targets = list(
+        ConfigTarget.objects.visible_to(request.user)
+        .annotate(push_count=Count("pushes"), last_push_id=Max("pushes__pk"))
+        .order_by("name")
+    )
+    last = {
+        p.pk: p
+        for p in ConfigPush.objects.filter(pk__in=[t.last_push_id for t in targets if t.last_push_id]).only(
+            "pk", "status", "created_at", "error", "target_id"
+        )
+    }
+    rows = []
+    for t in targets:
+        push = last.get(t.last_push_id)
+        rows.append(
+            {
+                "target": t,
+                "summary": pushes.target_summary(t),
+                "last": push,
+                "badge": STATUS_BADGE.get(push.status, "") if push else "",
+            }
+        )
+    return render(request, "integrations/target_list.html", {"rows": rows})
+
+
+@require_http_methods(["GET", "POST"])
+def target_create(request):
+    require_admin(request.user, "configuration targets and pushes")
+    return _target_form(request, None)
+
+
+@require_http_methods(["GET", "POST"])
+def target_edit(request, pk):
+    require_admin(request.user, "configuration targets and pushes")
+    target = get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=pk)
+    return _target_form(request, target)
+
+
+def _target_form(request, target: ConfigTarget | None):
+    if request.method == "POST":
+        form = ConfigTargetForm(request.POST, instance=target)
+        if form.is_valid():
+            try:
+                saved = form.save()
+            except ValidationError as error:
+                form.add_error(None, error)
+            else:
+                messages.success(request, f"Target {saved.name} saved.")
+                return redirect("integrations:target-list")
+    else:
+        form = ConfigTargetForm(instance=target, kind=request.GET.get("kind"))
+        if request.htmx and "kind" in request.GET:
+            # The kind select changed: only the settings of that kind.
+            return page_or_partial(
+                request,
+                "integrations/target_form.html",
+                "integrations/_target_settings.html",
+                {"form": form, "target": target},
+            )
+    # Changing the kind swaps in that kind's settings (only the kind is sent: never a typed token).
+    form.fields["kind"].widget.attrs.update(
+        {"hx-get": request.path, "hx-target": "#target-settings", "hx-swap": "outerHTML"}
+    )
+    return render(request, "integrations/target_form.html", {"form": form, "target": target})
+
+
+# --- pushes ---------------------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def push_list(request):
+    """Every push, newest first (filter by target and status); POST queues a push to all enabled targets,
+    or to one (`target`)."""
+    require_admin(request.user, "configuration targets and pushes")
+    if request.method == "POST":
+        chosen = None
+        if request.POST.get("target"):
+            chosen = [
+                get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=request.POST["target"])
+            ]
+            if not chosen[0].enabled:
+                messages.error(request, f"Target {chosen[0].name} is disabled: enable it first.")
+                return redirect("integrations:push-list")
+        created = pushes.queue_pushes(reason="pushed from the portal", user=request.user, targets=chosen)
+        if not created:
+            messages.info(request, "A push is running on that target: the change is pushed right after it.")
+        elif len(created) == 1:
+            return redirect("integrations:push-detail", pk=created[0].pk)
+        else:
+            messages.success(request, f"{len(created)} pushes created.")
+        return redirect("integrations:push-list")
+
+    queryset = (
+        ConfigPush.objects.visible_to(request.user)
+        .select_related("target", "requested_by")
+        .defer("payload", "log")
+    )
+    target = request.GET.get("target") or ""
+    status = request.GET.get("status") or ""
+    if target.isdigit():
+        queryset = queryset.filter(target_id=int(target))
+    if status in PushStatus.values:
+        queryset = queryset.filter(status=status)
+    page = Paginator(queryset, PUSHES_PER_PAGE).get_page(request.GET.get("page"))
+    for push in page.object_list:
+        push.badge = STATUS_BADGE.get(push.status, "")
+        push.error_line = push.error.splitlines()[0] if push.error else ""
+        push.next_step = pushes.what_to_do(push.error)
+    return render(
+        request,
+        "integrations/push_list.html",
+        {
+            "page": page,
+            "targets": ConfigTarget.objects.visible_to(request.user).order_by("name"),
+            "statuses": PushStatus.choices,
+            "selected_target": target,
+            "selected_status": status,
+            "any_enabled": ConfigTarget.objects.filter(enabled=True).exists(),
+        },
+    )
+
+
+def _payload_summary(push: ConfigPush) -> list[str]:
+    """What the push carries, in a few lines (its kind says how)."""
+    if not registry.is_kind(push.target.kind):
+        return []
+    return registry.get(push.target.kind).describe(push.payload or {})
+
+
+def push_detail(request, pk):
+    """The push, its log as it grows (htmx polls every 2 s while it is queued or running), what to do next
+    when it failed."""
+    require_admin(request.user, "configuration targets and pushes")
+    queryset = ConfigPush.objects.visible_to(request.user).select_related("target", "requested_by")
+    polling = bool(request.htmx)
+    if polling:
+        queryset = queryset.defer("payload")
+    push = get_object_or_404(queryset, pk=pk)
+    context = {
+        "push": push,
+        "badge": STATUS_BADGE.get(push.status, ""),
+        "next_step": pushes.what_to_do(push.error),
+        # The error without its "What to do:" line, which the page shows on its own.
+        "error_body": "\n".join(
+            line for line in push.error.splitlines() if not line.startswith("What to do:")
+        ),
+        "target_summary": pushes.target_summary(push.target),
+    }
+    if polling:
+        response = render(request, "integrations/_push_status.html", context)
+        if push.is_finished:
+            response = HttpResponseStopPolling(response.content)
+        patch_vary_headers(response, ["HX-Request"])
+        return response
+    context["payload_summary"] = _payload_summary(push)
+    return render(request, "integrations/push_detail.html", context)
+
+
+@require_POST
+def push_retry(request, pk):
+    """Retry a failed push (a new push of the current state) or send a push waiting for its retry now."""
+    require_admin(request.user, "configuration targets and pushes")
+    push = get_object_or_404(ConfigPush.objects.visible_to(request.user).select_related("target"), pk=pk)
+    try:
+        created = pushes.retry_now(push, user=request.user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("integrations:push-detail", pk=push.pk)
+    if not created:
+        messages.info(request, "A push is running on that target: the retry is pushed right after it.")
+        return redirect("integrations:push-detail", pk=push.pk)
+    return redirect("integrations:push-detail", pk=created[0].pk)

@@ -1,0 +1,73 @@
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, transaction
+
+from inventory.choices import SystemModel
+from inventory.demo import seed_datacenter
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from portal.demo import seed_tenants, write_demo_logins
+from scheduling.models import Job
+from tenancy.models import Department
+
+MODELS = {"gb200": SystemModel.GB200_NVL72, "gb300": SystemModel.GB300_NVL72}
+
+
+class Command(BaseCommand):
+    help = "Seed a realistic, deterministic demo datacenter of NVL72 racks. Does nothing if racks exist."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--racks", type=int, default=8, help="number of NVL72 racks (default 8)")
+        parser.add_argument("--model", choices=sorted(MODELS), default="gb200", help="system model")
+        parser.add_argument("--seed", type=int, default=7, help="random seed (same seed, same datacenter)")
+        parser.add_argument("--reset", action="store_true", help="delete the existing inventory first")
+        parser.add_argument(
+            "--no-tenants", action="store_true", help="inventory only: no departments or jobs"
+        )
+
+    def handle(self, *args, racks, model, seed, reset, no_tenants, **options):
+        if racks < 1:
+            raise CommandError("--racks must be at least 1")
+        existing = Rack.objects.count()
+        if existing and not reset:
+            self.stdout.write(
+                f"Inventory already has {existing} racks; nothing seeded (use --reset to replace)."
+            )
+            return
+        started = time.perf_counter()
+        with transaction.atomic():
+            if reset:
+                Job.objects.all().delete()
+                Department.objects.all().delete()
+                Gpu.objects.all().delete()
+                ComputeTray.objects.all().delete()
+                NVLinkPartition.objects.all().delete()
+                Rack.objects.all().delete()
+            result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
+            tenants = None if no_tenants else seed_tenants(seed=seed)
+        if connection.vendor == "postgresql":
+            # Fresh statistics after a bulk insert, or the planner scans all GPUs for the first pages.
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Seeded {result.racks} racks, {result.trays} trays, {result.gpus} GPUs, "
+                f"{result.partitions} NVLink partitions in {time.perf_counter() - started:.1f}s."
+            )
+        )
+        if tenants is not None:
+            # The queued demo jobs go through the real scheduler: they start, or wait with the true reason.
+            from scheduling.services import run_pass
+
+            summary = run_pass()
+            if summary is not None:
+                self.stdout.write(
+                    f"First scheduling pass: {summary.started} jobs started, {summary.waiting} waiting."
+                )
+            logins = settings.VAR_DIR / "demo-logins.txt"
+            write_demo_logins(logins, tenants)
+            self.stdout.write(
+                f"Seeded {tenants.departments} departments and {tenants.jobs} jobs. Demo logins "
+                f"({', '.join(tenants.users)}) share the password {tenants.password} (also in {logins.name})."
+            )

@@ -1,0 +1,517 @@
+"""Read-side queries for the department pages and dashboards, and the glue to the pure fair-share arithmetic.
+
+Every figure is aggregated in SQL, so a page makes the same few queries whatever the number of racks, GPUs
+or jobs, and every list is bounded. The dashboards read each table once per request: one GROUP BY over the
+running jobs' allocations (in use, idle), one over the active jobs (running, pending), and GPU counts that
+start from the few unschedulable GPUs (tenancy.services); in quota / borrowed are arithmetic on in use.
+Visibility comes from `visible_to(user)` / `led_by(user)` on the models and nowhere else.
+
+Definitions the dashboards share (and `tenancy.tasks.snapshot_quotas` records):
+
+* **in use**: GPUs held by the department's running jobs (Allocation rows).
+* **in quota / borrowed**: in use split at the guarantee, ``min(in_use, guaranteed)`` and the rest. This is
+  how Run:ai/KAI count quota: whichever job started last, the department holds its guarantee first.
+* **pending demand**: GPUs its pending jobs ask for.
+* **idle**: `tenancy.activity.idle_gpus_queryset` (allocated to a running job, utilization under the
+  threshold for the whole window).
+* **fair share**: `tenancy.quota.fair_share` of the schedulable GPUs, with demand = in use + pending demand
+  and allocated = in use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import (
+    Count,
+    Exists,
+    F,
+    FilteredRelation,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, Greatest, Least
+from django.utils import timezone
+from hostlist import collect_hostlist
+
+from inventory.models import Gpu
+from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
+from scheduling.models import Allocation, Job
+from tenancy.models import (
+    DedicatedPartition,
+    Department,
+    GpuActivity,
+    Membership,
+    QuotaSnapshot,
+    TenancySettings,
+)
+from tenancy.quota import DepartmentQuota, fair_share
+from tenancy.services import (
+    CapacityStatus,
+    capacity_status,
+    count_of,
+    schedulable_gpus,
+    schedulable_gpus_q,
+    unschedulable_gpus,
+)
+
+HISTORY = timedelta(hours=24)
+# Bounded lists: the rest is summarised as "N more".
+IDLE_LIMIT = 100
+JOB_LIMIT = 50
+ADMIN_IDLE_LIMIT = 50
+
+
+def _per_department(queryset: QuerySet, path: str, aggregate) -> Coalesce:
+    """A correlated subquery: `aggregate` over the `queryset` rows of the outer department, 0 when none."""
+    value = (
+        queryset.filter(**{path: OuterRef("pk")})
+        .order_by()
+        .values(path)
+        .annotate(value=aggregate)
+        .values("value")
+    )
+    return Coalesce(Subquery(value, output_field=IntegerField()), Value(0))
+
+
+def annotate_positions(departments: QuerySet, now: datetime | None = None) -> QuerySet:
+    """Departments annotated with their live figures: running/pending jobs and GPUs, idle GPUs. One query.
+
+    For a page of departments (the API). Its subqueries run once per department row, and in_quota/borrowed
+    repeat the in_use one, so the dashboards use `department_positions` (a GROUP BY per table) instead.
+    """
+    running = Job.objects.filter(state__in=HOLDING_STATES)
+    pending = Job.objects.filter(state=JobState.PENDING)
+    # idle_gpus_queryset narrowed by OuterRef inside its single filter() call, so the department condition
+    # lands on the same allocation join as "running" and "idle" (a GPU has at most one allocation).
+    idle = (
+        idle_gpus_queryset(now=now, department=OuterRef("pk"))
+        .order_by()
+        .values("department_id")
+        .annotate(value=Count("pk"))
+        .values("value")
+    )
+    return departments.annotate(
+        in_use=_per_department(
+            Allocation.objects.filter(job__state__in=HOLDING_STATES), "job__department", Count("pk")
+        ),
+        running_jobs=_per_department(running, "department", Count("pk")),
+        pending_gpus=_per_department(pending, "department", Sum("gpus")),
+        pending_jobs=_per_department(pending, "department", Count("pk")),
+        idle_gpus=Coalesce(Subquery(idle, output_field=IntegerField()), Value(0)),
+    ).annotate(
+        in_quota=Least(F("in_use"), F("guaranteed_gpus"), output_field=IntegerField()),
+        borrowed=Greatest(F("in_use") - F("guaranteed_gpus"), Value(0), output_field=IntegerField()),
+    )
+
+
+@dataclass
+class Position:
+    """One department's quota position now."""
+
+    department: Department
+    in_use: int
+    running_jobs: int
+    pending_demand: int
+    pending_jobs: int
+    idle: int
+    fair_share: int = 0
+    over_quota_share: int = 0  # the borrowed part of the fair share
+    starved: int = 0  # GPUs owed within its guarantee that it does not hold
+    reclaimable: int = 0  # GPUs held beyond the fair share, which others may take back
+    role: str = ""  # the viewing user's role in it, when the list page sets it
+
+    @property
+    def guaranteed(self) -> int:
+        return self.department.guaranteed_gpus
+
+    @property
+    def in_quota(self) -> int:
+        return min(self.in_use, self.guaranteed)
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.in_use - self.guaranteed)
+
+    @property
+    def demand(self) -> int:
+        return self.in_use + self.pending_demand
+
+    def as_quota(self) -> DepartmentQuota:
+        department = self.department
+        return DepartmentQuota(
+            name=department.slug,
+            guaranteed=department.guaranteed_gpus,
+            weight=float(department.over_quota_weight),
+            limit=department.limit_gpus,
+            priority=department.priority,
+            demand=self.demand,
+            allocated=self.in_use,
+        )
+
+
+@dataclass
+class Positions:
+    capacity: int  # schedulable GPUs: tray up, GPU not unhealthy
+    positions: list[Position]
+    taken_at: datetime
+
+    def __iter__(self):
+        return iter(self.positions)
+
+    def of(self, department: Department) -> Position:
+        return next(p for p in self.positions if p.department.pk == department.pk)
+
+    @property
+    def guaranteed(self) -> int:
+        return sum(p.guaranteed for p in self.positions)
+
+    @property
+    def in_use(self) -> int:
+        return sum(p.in_use for p in self.positions)
+
+    @property
+    def idle(self) -> int:
+        return sum(p.idle for p in self.positions)
+
+    @property
+    def pending_demand(self) -> int:
+        return sum(p.pending_demand for p in self.positions)
+
+    def capacity_status(self) -> CapacityStatus:
+        """`tenancy.services.capacity_status` from these figures, without counting anything again."""
+        return capacity_status(self.capacity, [p.department for p in self.positions])
+
+
+def departments_with_jobs() -> QuerySet[Department]:
+    """Every department, by name, annotated with running_jobs, pending_jobs and pending_gpus. One query.
+
+    A single join to the department's active jobs (FilteredRelation: the join condition, not a WHERE, so a
+    department without jobs keeps its row), grouped by department. Finished jobs are never read.
+    """
+    pending = Q(active_jobs__state=JobState.PENDING)
+    return (
+        Department.objects.annotate(
+            active_jobs=FilteredRelation("jobs", condition=Q(jobs__state__in=ACTIVE_STATES))
+        )
+        .annotate(
+            running_jobs=Count("active_jobs", filter=Q(active_jobs__state__in=HOLDING_STATES)),
+            pending_jobs=Count("active_jobs", filter=pending),
+            pending_gpus=Coalesce(Sum("active_jobs__gpus", filter=pending), 0),
+        )
+        .order_by("name")
+    )
+
+
+def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, tuple[int, int]]:
+    """{department pk: (in use, idle)} for the departments whose running jobs hold GPUs. One query.
+
+    One pass over the running jobs' allocations grouped by department; idle is the subset whose GPU's
+    activity passes the idle test (`idle_activity_queryset`: a GPU has at most one allocation, so this
+    counts exactly the GPUs `idle_gpus_queryset` lists).
+    """
+    idle = idle_activity_queryset(now, settings).values("gpu")
+    rows = (
+        Allocation.objects.filter(job__state__in=HOLDING_STATES)
+        .order_by()
+        .values("job__department")
+        .annotate(in_use=Count("pk"), idle=Count("pk", filter=Q(gpu__in=idle)))
+    )
+    return {row["job__department"]: (row["in_use"], row["idle"]) for row in rows}
+
+
+def department_positions(now: datetime | None = None, settings: TenancySettings | None = None) -> Positions:
+    """Every department's position and fair share, in a fixed handful of queries.
+
+    The departments with their job counts, the GPUs they hold (and how many of those are idle), and the
+    schedulable GPUs (one count); the settings row too unless `settings` is passed. Fair share is a property
+    of the whole cluster, so it is always computed over all departments; pages then show only the ones the
+    user may see.
+    """
+    now = now or timezone.now()
+    settings = settings or TenancySettings.load()
+    departments = list(departments_with_jobs())
+    held = held_gpus_by_department(now, settings)
+    positions = []
+    for department in departments:
+        in_use, idle = held.get(department.pk, (0, 0))
+        positions.append(
+            Position(
+                department=department,
+                in_use=in_use,
+                running_jobs=department.running_jobs,
+                pending_demand=department.pending_gpus,
+                pending_jobs=department.pending_jobs,
+                idle=idle,
+            )
+        )
+    capacity = schedulable_gpus()
+    shares = fair_share(capacity, [p.as_quota() for p in positions]).shares
+    for position in positions:
+        share = shares[position.department.slug]
+        position.fair_share = share.fair_share
+        position.over_quota_share = share.over_quota
+        position.starved = share.starved
+        position.reclaimable = share.reclaimable
+    return Positions(capacity=capacity, positions=positions, taken_at=now)
+
+
+# ------------------------------------------------------------------------------------------ list page
+
+
+def department_list(user, positions: Positions | None = None) -> list[Position]:
+    """The positions of the departments `user` may see, with the user's role in each.
+
+    `positions`: `department_positions()` when the caller has it already.
+    """
+    membership = Membership.objects.filter(user=user, department=OuterRef("pk"))
+    roles = dict(
+        Department.objects.visible_to(user)
+        .annotate(role=Subquery(membership.values("role")[:1]))
+        .values_list("pk", "role")
+    )
+    if positions is None:
+        positions = department_positions()
+    visible = [p for p in positions if p.department.pk in roles]
+    for position in visible:
+        position.role = roles[position.department.pk] or ""
+    return visible
+
+
+def visible_department(user, slug: str) -> Department | None:
+    return Department.objects.visible_to(user).filter(slug=slug).first()
+
+
+def can_manage(user, department: Department) -> bool:
+    """Leads of the department and admins manage its members."""
+    return Department.objects.led_by(user).filter(pk=department.pk).exists()
+
+
+# ------------------------------------------------------------------------------------ lead dashboard
+
+
+def members(user, department: Department) -> list[Membership]:
+    """The memberships of `department` the user may see (leads and admins: all; members: their own)."""
+    return list(
+        Membership.objects.visible_to(user)
+        .filter(department=department)
+        .select_related("user")
+        .order_by("role", "user__username")
+    )
+
+
+def quota_history(user, department: Department, now: datetime) -> list[dict]:
+    return list(
+        QuotaSnapshot.objects.visible_to(user)
+        .filter(department=department, taken_at__gte=now - HISTORY, taken_at__lte=now)
+        .order_by("taken_at")
+        .values("taken_at", "guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand")
+    )
+
+
+@dataclass
+class DepartmentDashboard:
+    department: Department
+    position: Position
+    capacity: int
+    history: list[dict]
+    idle_gpus: list  # Gpu rows annotated by idle_gpus_queryset
+    running_jobs: list[Job]
+    pending_jobs: list[Job]
+    partitions: list[DedicatedPartition]
+    members: list[Membership]
+    can_manage: bool
+    taken_at: datetime
+    positions: Positions | None = None  # every department's (the shortfall banner for admins)
+
+    @property
+    def idle_more(self) -> int:
+        return max(0, self.position.idle - len(self.idle_gpus))
+
+    @property
+    def running_more(self) -> int:
+        return max(0, self.position.running_jobs - len(self.running_jobs))
+
+    @property
+    def pending_more(self) -> int:
+        return max(0, self.position.pending_jobs - len(self.pending_jobs))
+
+    @property
+    def dedicated_gpus(self) -> int:
+        return sum(p.gpus for p in self.partitions)
+
+
+def job_share(gpus: int, in_use: int) -> float:
+    """A running job's share of the GPUs its department holds, in percent (0 when it holds none)."""
+    return min(100.0, round(100 * gpus / in_use, 1)) if in_use else 0.0
+
+
+def department_dashboard(user, department: Department, now: datetime | None = None) -> DepartmentDashboard:
+    """Everything the department dashboard shows, in a fixed number of queries.
+
+    `department` must come from `Department.objects.visible_to(user)`.
+    """
+    now = now or timezone.now()
+    settings = TenancySettings.load()
+    positions = department_positions(now, settings)
+    idle = list(
+        idle_gpus_queryset(now=now, department=department, settings=settings).order_by(
+            "idle_since", "hostname", "index"
+        )[:IDLE_LIMIT]
+    )
+    position = positions.of(department)
+    jobs = Job.objects.visible_to(user).filter(department=department)
+    running_jobs = list(jobs.filter(state__in=HOLDING_STATES).order_by("-started_at", "-pk")[:JOB_LIMIT])
+    for job in running_jobs:  # a bounded page of jobs: "gb-r0001-t[01-09]" reads better than nine names
+        job.hostlist = collect_hostlist(job.placement or [])
+        job.share = job_share(job.gpus, position.in_use)
+    pending_jobs = list(jobs.filter(state=JobState.PENDING).order_by("created_at", "pk")[:JOB_LIMIT])
+    partitions = list(
+        DedicatedPartition.objects.visible_to(user)
+        .filter(department=department)
+        .select_related("partition__rack")
+        .annotate(gpus=Count("partition__trays__gpus"))
+        .order_by("partition__rack__name", "partition__clique_id")
+    )
+    manage = can_manage(user, department)
+    return DepartmentDashboard(
+        department=department,
+        position=position,
+        capacity=positions.capacity,
+        history=quota_history(user, department, now),
+        idle_gpus=idle,
+        running_jobs=running_jobs,
+        pending_jobs=pending_jobs,
+        partitions=partitions,
+        members=members(user, department),
+        can_manage=manage,
+        taken_at=now,
+        positions=positions,
+    )
+
+
+# ----------------------------------------------------------------------------------- admin dashboard
+
+
+@dataclass
+class AdminDashboard:
+    positions: Positions
+    status: CapacityStatus
+    free: int
+    idle_gpus: list
+    at_risk: list[Position] = field(default_factory=list)
+
+    @property
+    def capacity(self) -> int:
+        return self.positions.capacity
+
+    @property
+    def idle_more(self) -> int:
+        return max(0, self.positions.idle - len(self.idle_gpus))
+
+
+def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
+    """All departments side by side, capacity, oversubscription, and the idle GPUs cluster-wide."""
+    now = now or timezone.now()
+    settings = TenancySettings.load()
+    positions = department_positions(now, settings)
+    free = free_gpus_count(schedulable=positions.capacity)
+    # A department can only count on what is free plus what it already holds; beyond that its guarantee
+    # has to be reclaimed from borrowers (or, with a shortfall, cannot be met at all).
+    at_risk = [p for p in positions if p.guaranteed > free + p.in_use]
+    idle = list(
+        idle_gpus_queryset(now=now, settings=settings).order_by(
+            "idle_since", "department_name", "hostname", "index"
+        )[:ADMIN_IDLE_LIMIT]
+    )
+    return AdminDashboard(
+        positions=positions, status=positions.capacity_status(), free=free, idle_gpus=idle, at_risk=at_risk
+    )
+
+
+# ------------------------------------------------------------------------------------ idle and free GPUs
+
+
+def idle_cutoff(now: datetime, settings: TenancySettings) -> tuple[datetime, float]:
+    """The idle test on a GPU's activity row: (``low_since`` at the latest, ``utilization`` below)."""
+    return now - timedelta(minutes=settings.idle_window_minutes), settings.idle_threshold_percent
+
+
+def idle_activity_queryset(now: datetime | None = None, settings: TenancySettings | None = None) -> QuerySet:
+    """Activity rows of GPUs under the threshold for the whole window, held by a job or not.
+
+    `idle_gpus_queryset` is these GPUs narrowed to the ones a running job holds; the dashboards count the
+    idle GPUs per department with it (scheduling.usage.held_gpus_by_department).
+    """
+    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
+    return GpuActivity.objects.filter(low_since__lte=low_since, utilization__lt=threshold)
+
+
+def idle_gpus_queryset(
+    now: datetime | None = None, department=None, settings: TenancySettings | None = None
+) -> QuerySet[Gpu]:
+    """GPUs allocated to a running job whose utilization has stayed under the threshold for the window.
+
+    One query (two without `settings`, the loaded TenancySettings); each row is annotated with ``job_id``,
+    ``job_name``, ``department_id``, ``department_name``, ``hostname``, ``utilization`` and ``idle_since``.
+    `department` (a Department or its pk) narrows it.
+    """
+    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
+    conditions = {
+        "allocations__job__state__in": HOLDING_STATES,
+        "activity__low_since__lte": low_since,
+        # low_since was set against the threshold of its time; an admin may have raised or lowered it since.
+        "activity__utilization__lt": threshold,
+    }
+    if department is not None:
+        conditions["allocations__job__department"] = getattr(department, "pk", department)
+    # One filter() call, so every condition is on the same allocation join (a GPU has at most one).
+    queryset = Gpu.objects.filter(**conditions)
+    return queryset.annotate(
+        job_id=F("allocations__job_id"),
+        job_name=F("allocations__job__name"),
+        department_id=F("allocations__job__department_id"),
+        department_name=F("allocations__job__department__name"),
+        hostname=F("tray__hostname"),
+        utilization=F("activity__utilization"),
+        idle_since=F("activity__low_since"),
+    ).order_by("department_name", "job_name", "hostname", "index")
+
+
+def free_gpus_queryset() -> QuerySet[Gpu]:
+    """Schedulable GPUs (tray up, not unhealthy) that no job holds."""
+    return Gpu.objects.filter(schedulable_gpus_q(), allocations__isnull=True)
+
+
+def free_gpus_count(schedulable: int | None = None) -> int:
+    """How many GPUs `free_gpus_queryset` selects, counted without joining every GPU to the allocations.
+
+    Free = schedulable GPUs minus the schedulable GPUs some job holds, and those are all allocations minus
+    the ones on unschedulable GPUs (few: `unschedulable_gpus`). Pass `schedulable` (`schedulable_gpus()`)
+    when the caller has counted it already: then this is one query.
+    """
+    if schedulable is None:
+        schedulable = schedulable_gpus()
+    on_unschedulable = Allocation.objects.filter(gpu__in=unschedulable_gpus())
+    held = Allocation.objects.aggregate(n=Count("*") - count_of(on_unschedulable))["n"]
+    return schedulable - held
+
+
+# ------------------------------------------------------------------------------ who holds a rack's GPUs
+
+
+def holder_annotations(user) -> dict:
+    """Annotations for a GPU query: the job holding each GPU (an Allocation exists only while its job is
+    starting or running; one per GPU, so the joins never multiply rows) and whether `user` may see it."""
+    return {
+        "held_job_id": F("allocations__job_id"),
+        "held_job_name": F("allocations__job__name"),
+        "held_job_department": F("allocations__job__department__name"),
+        "held_job_visible": Exists(Job.objects.visible_to(user).filter(pk=OuterRef("allocations__job_id"))),
+    }

@@ -1,0 +1,457 @@
+"""The NVLink partition wizard: admins only, every step, the live drawing, preview, apply, progress."""
+
+import re
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from integrations.models import ConfigPush, PushStatus
+from integrations.plans import service as plans
+from inventory.choices import GpuHealth, PlanStatus, TrayState
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
+from inventory.planning import preset_layout
+from scheduling.choices import JobState
+from scheduling.models import Allocation, Job
+from tenancy.models import Department
+from tenancy.services import save_department
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def render_dir(settings, tmp_path):
+    """The embedded `local` directory target (made by a data migration, so gone after any transactional
+    test's flush: made again here) writes under tmp_path, not the project's var/."""
+    from integrations.models import ConfigTarget
+
+    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
+    ConfigTarget.objects.get_or_create(
+        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
+    )
+    return settings.RACKPLANE_RENDER_DIR
+
+
+HTMX = {"HX-Request": "true"}
+
+
+def url(view, /, *args, **params) -> str:
+    query = urlencode(params, doseq=True)
+    return reverse(f"inventory:{view}", args=args) + (f"?{query}" if query else "")
+
+
+def rows(response) -> dict[int, str | None]:
+    """Slot -> planned partition, as the drawing shows it."""
+    return {row.tray.slot: row.planned for row in response.context["rows"]}
+
+
+def findings(response) -> str:
+    return " ".join(f.message for f in response.context["check"].findings)
+
+
+@pytest.fixture
+def admin(admin_client_logged_in, demo_inventory):
+    return admin_client_logged_in
+
+
+def layout_of(rack_name: str) -> list[tuple[str, int]]:
+    return list(NVLinkPartition.objects.filter(rack__name=rack_name).values_list("name", "clique_id"))
+
+
+# --- who may ------------------------------------------------------------------------------------------------
+
+
+def wizard_urls():
+    return [
+        url("plan-list"),
+        url("plan-new"),
+        url("plan-layout", "gb-r01"),
+        url("plan-names", "gb-r01", preset="2x9"),
+        url("plan-preview", "gb-r01", preset="2x9"),
+    ]
+
+
+def test_only_admins_may_use_the_wizard(client, user_client, demo_inventory, admin_user):
+    plan = plans.create_plan(
+        Rack.objects.get(name="gb-r01"), preset_layout("2x9"), drain=False, user=admin_user
+    )
+    for page in [*wizard_urls(), url("plan-detail", plan.pk)]:
+        assert user_client.get(page).status_code == 403, page
+        assert user_client.get(page, headers=HTMX).status_code == 403, page
+    assert user_client.post(url("plan-apply", "gb-r01"), {"preset": "2x9"}).status_code == 403
+    assert user_client.post(url("plan-cancel", plan.pk)).status_code == 403
+    assert layout_of("gb-r01") == [("default", 32766)]
+    assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.DRAFT
+    client.logout()
+    response = client.get(url("plan-layout", "gb-r01"))
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+
+
+def test_the_rack_page_offers_the_wizard_to_admins_only(admin, user):
+    carve = f'href="{url("plan-layout", "gb-r01")}"'
+    rack_page = reverse("inventory:rack-detail", args=["gb-r01"])
+    assert carve in admin.get(rack_page).content.decode()
+    operator = Client()
+    operator.force_login(user)
+    assert carve not in operator.get(rack_page).content.decode()
+
+
+# --- the steps ----------------------------------------------------------------------------------------------
+
+
+def test_step_1_lists_racks_with_partitions_health_and_running_work(admin):
+    department = save_department(Department(name="Ops", slug="ops"))
+    job = Job.objects.create(department=department, name="ops-job", gpus=4, state=JobState.RUNNING)
+    Allocation.objects.bulk_create(
+        [Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__hostname="gb-r02-t01")]
+    )
+    response = admin.get(url("plan-new"))
+    assert response.status_code == 200
+    racks = {rack.name: rack for rack in response.context["page"].object_list}
+    assert list(racks) == ["gb-r01", "gb-r02", "gb-r03"]
+    assert racks["gb-r02"].partition_names == ["p1", "p2"]
+    assert (racks["gb-r02"].running_jobs, racks["gb-r02"].busy_gpus) == (1, 4)
+    assert racks["gb-r01"].trays_up == 17
+    html = response.content.decode()
+    assert url("plan-layout", "gb-r01") in html
+    assert admin.get(url("plan-new", name="r03")).context["page"].object_list[0].name == "gb-r03"
+
+
+def test_step_2_starts_from_the_rack_as_it_is(admin):
+    response = admin.get(url("plan-layout", "gb-r02"))
+    assert response.status_code == 200
+    assert response.context["form"].cleaned_data["preset"] == "2x9"
+    assert rows(response) == {slot: "p1" if slot <= 9 else "p2" for slot in range(1, 19)}
+    assert "does not change gb-r02's partitions" in findings(response)
+    html = response.content.decode()
+    assert 'id="preset-2x9" checked' in html.replace('hx-get="/inventory/racks/gb-r02/plan/" ', "")
+    assert "<html" in html and 'id="plan-check"' in html
+
+
+def test_step_2_marks_trays_to_leave_out(admin):
+    response = admin.get(url("plan-layout", "gb-r01"))
+    attention = {row.tray.slot for row in response.context["rows"] if row.attention}
+    trays = ComputeTray.objects.filter(rack__name="gb-r01")
+    expected = set(trays.exclude(state=TrayState.UP).values_list("slot", flat=True))
+    expected |= set(trays.filter(gpus__health=GpuHealth.UNHEALTHY).values_list("slot", flat=True))
+    assert 7 in expected and attention == expected  # the seed's drained tray and its broken GPUs
+    html = response.content.decode()
+    assert re.search(r'class="plan-row [^"]*attention[^"]*" data-slot="7"', html)
+    assert 'name="leave_out" value="7" id="leave-out-7"' in html
+
+
+@pytest.fixture
+def unhealthy_gpu(demo_inventory):
+    gpu = Gpu.objects.get(tray__hostname="gb-r01-t12", index=0)
+    gpu.health = GpuHealth.UNHEALTHY
+    gpu.save()
+    ComputeTray.objects.filter(hostname="gb-r01-t15").update(fabric_problems=["NVLink 3 down"])
+    return gpu
+
+
+def test_unhealthy_and_fabric_inconsistent_trays_are_marked(admin, unhealthy_gpu):
+    response = admin.get(url("plan-layout", "gb-r01", preset="2x9"), headers=HTMX)
+    marked = {row.tray.slot for row in response.context["rows"] if row.attention}
+    assert {7, 12, 15} <= marked
+    text = findings(response)
+    assert "Tray 12 (gb-r01-t12) is in p2 although 1 of its GPUs are unhealthy" in text
+    assert "Tray 15 (gb-r01-t15) is in p2 although its fabric reports problems" in text
+
+
+def test_htmx_gets_the_drawing_and_findings_only(admin):
+    response = admin.get(url("plan-layout", "gb-r01", preset="2x9"), headers=HTMX)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<html" not in html and "<form" not in html
+    assert html.lstrip().startswith('<div class="plan-workspace">')
+    assert "HX-Request" in response["Vary"]
+    # A preset change also refreshes the custom rows (out of band); typing in them does not.
+    assert 'id="custom-rows" hx-swap-oob="true"' in html
+    typing = admin.get(
+        url("plan-layout", "gb-r01", preset="custom", slots=["1-9"]),
+        headers={**HTMX, "HX-Trigger-Name": "slots"},
+    )
+    assert "hx-swap-oob" not in typing.content.decode()
+
+
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"preset": "2x9"}, {**dict.fromkeys(range(1, 10), "p1"), **dict.fromkeys(range(10, 19), "p2")}),
+        ({"preset": "3x6"}, {s: f"p{(s - 1) // 6 + 1}" for s in range(1, 19)}),
+        ({"preset": "18x1"}, {s: f"p{s}" for s in range(1, 19)}),
+        ({"preset": "1x18"}, dict.fromkeys(range(1, 19), "default")),
+        (
+            {"preset": "2x9", "leave_out": ["7", "12"]},
+            {
+                **dict.fromkeys(range(1, 10), "p1"),
+                **dict.fromkeys(range(10, 19), "p2"),
+                7: None,
+                12: None,
+            },
+        ),
+        (
+            {"preset": "custom", "slots": ["1-6", "7-12,13", ""]},
+            {**dict.fromkeys(range(1, 7), "p1"), **dict.fromkeys(range(7, 14), "p2"), 14: None, 15: None}
+            | dict.fromkeys(range(16, 19)),
+        ),
+        (
+            {"preset": "custom", "slots": ["1-9", "10-18"], "leave_out": ["18"]},
+            {**dict.fromkeys(range(1, 10), "p1"), **dict.fromkeys(range(10, 18), "p2"), 18: None},
+        ),
+    ],
+)
+def test_the_live_drawing_follows_presets_ranges_and_left_out_trays(admin, params, expected):
+    response = admin.get(url("plan-layout", "gb-r01", **params), headers=HTMX)
+    assert rows(response) == expected
+    html = response.content.decode()
+    for slot, planned in expected.items():
+        assert f'data-slot="{slot}" data-planned="{planned or ""}"' in html
+
+
+def test_nonsense_in_the_url_is_a_finding_not_an_error_page(admin):
+    response = admin.get(url("plan-layout", "gb-r01", preset="4x4", leave_out=["x"]), headers=HTMX)
+    assert response.status_code == 200
+    text = findings(response)
+    assert "Select a valid choice. 4x4 is not one of the available choices." in text
+    assert not response.context["check"].ok
+    assert admin.get(url("plan-preview", "gb-r01", preset="4x4")).status_code == 200
+    assert admin.post(url("plan-apply", "gb-r01"), {"preset": "4x4"}).status_code == 400
+    assert admin.get(url("plan-layout", "gb-r99")).status_code == 404
+
+
+def test_left_out_trays_are_warned_about_and_bad_ranges_explained(admin):
+    response = admin.get(url("plan-layout", "gb-r01", preset="2x9", leave_out=["7"]), headers=HTMX)
+    assert "Tray 7 is left out" in findings(response)
+    response = admin.get(url("plan-layout", "gb-r01", preset="custom", slots=["9-3", "1-2"]), headers=HTMX)
+    assert "Partition 1: '9-3' runs backwards." in findings(response)
+    assert not response.context["check"].ok
+    response = admin.get(url("plan-layout", "gb-r01", preset="custom", slots=["1-9", "9-18"]), headers=HTMX)
+    assert "Tray 9 (gb-r01-t09) is in both p1 and p2: partitions may not overlap." in findings(response)
+
+
+def test_step_3_names_partitions_and_keeps_the_layout_in_hidden_fields(admin):
+    save_department(Department(name="Research", slug="research", guaranteed_gpus=40))
+    response = admin.get(url("plan-names", "gb-r01", preset="2x9", leave_out=["7"], drain_first="on"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'name="name" id="name-1" value="p1"' in html and 'id="name-2" value="p2"' in html
+    assert '<option value="research">Research (guarantee 40 GPUs)</option>' in html
+    for hidden in (
+        'name="preset" value="2x9"',
+        'name="leave_out" value="7"',
+        'name="drain_first" value="on"',
+    ):
+        assert f'<input type="hidden" {hidden}>' in html
+    # Names, departments and Slurm partitions given are kept (and checked) as the user types.
+    named = admin.get(
+        url(
+            "plan-names",
+            "gb-r01",
+            preset="2x9",
+            name=["train", "Bad Name"],
+            department=["research", ""],
+            slurm=["", "batch"],
+        ),
+        headers=HTMX,
+    )
+    assert rows(named)[1] == "train"
+    assert "'Bad Name' is not a usable partition name" in findings(named)
+    planned = named.context["form"].partitions
+    assert (planned[0].department, planned[1].slurm_partition) == ("research", "batch")
+
+
+def test_names_reset_when_the_number_of_partitions_changes(admin):
+    response = admin.get(url("plan-layout", "gb-r01", preset="3x6", name=["a", "b"]), headers=HTMX)
+    assert sorted(set(rows(response).values())) == ["p1", "p2", "p3"]
+    response = admin.get(url("plan-layout", "gb-r01", preset="2x9", name=["a", "b"]), headers=HTMX)
+    assert sorted(set(rows(response).values())) == ["a", "b"]
+
+
+def test_step_4_previews_findings_and_diffs_without_writing(admin):
+    before = layout_of("gb-r01")
+    response = admin.get(url("plan-preview", "gb-r01", preset="2x9"))
+    assert response.status_code == 200
+    assert layout_of("gb-r01") == before and not PartitionPlan.objects.exists()
+    html = response.content.decode()
+    assert "gb-r01: p1 9 trays, p2 9 trays; no overlaps, names unique, Slurm block sizes valid." in html
+    assert "Tray 7 (gb-r01-t07) is in p1 although it is drain" in html
+    files = {f.path: f for f in response.context["files"]}
+    assert "slurm/topology.conf" in files
+    assert '<span class="diff-add">+BlockName=r01p1 Nodes=gb-r01-t[01-09]</span>' in html
+    assert '<span class="diff-add">+BlockName=r01p2 Nodes=gb-r01-t[10-18]</span>' in html
+    assert 'class="diff-del"' in html
+    assert files["slurm/topology.conf"].group == "Slurm topology"
+    assert response.context["can_apply"]
+    assert 'class="primary apply-button">Apply plan</button>' in html
+    # The apply form carries the whole plan in hidden fields.
+    assert '<input type="hidden" name="preset" value="2x9">' in html
+
+
+def test_a_preview_with_errors_shows_them_and_cannot_be_applied(admin):
+    response = admin.get(url("plan-preview", "gb-r01", preset="custom", slots=["1-9", "5-18"]))
+    assert response.status_code == 200
+    assert not response.context["can_apply"] and response.context["files"] == []
+    html = response.content.decode()
+    assert "is in both p1 and p2" in html
+    assert 'apply-button" disabled' in html
+
+
+# --- apply and follow ---------------------------------------------------------------------------------------
+
+
+def test_apply_saves_applies_and_redirects_to_the_progress_page(admin):
+    response = admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9", "name": ["p1", "p2"]})
+    plan = PartitionPlan.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == url("plan-detail", plan.pk)
+    assert plan.status in (PlanStatus.APPLYING, PlanStatus.APPLIED)
+    assert layout_of("gb-r01") == [("p1", 1), ("p2", 2)]
+    assert ConfigPush.objects.filter(plan_id=plan.pk).exists()
+
+
+def test_apply_conflicts_say_what_to_do(admin, admin_user):
+    other = plans.create_plan(Rack.objects.get(name="gb-r01"), preset_layout("2x9"), drain=False, user=None)
+    PartitionPlan.objects.filter(pk=other.pk).update(status=PlanStatus.APPLYING)
+    response = admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert f"Plan #{other.pk} by someone is being applied to gb-r01 right now" in html
+    assert "preview again" in html and url("plan-detail", other.pk) in html
+    # The refused plan is not left behind as a draft.
+    refused = PartitionPlan.objects.exclude(pk=other.pk).get()
+    assert refused.status == PlanStatus.CANCELLED
+    assert layout_of("gb-r01") == [("default", 32766)]
+
+
+def test_apply_of_an_invalid_plan_is_400_with_the_reason(admin):
+    response = admin.post(url("plan-apply", "gb-r01"), {"preset": "custom", "slots": ["1-9", "9-18"]})
+    assert response.status_code == 400
+    assert "is in both p1 and p2" in response.content.decode()
+    assert not PartitionPlan.objects.exists()
+    assert admin.get(url("plan-apply", "gb-r01")).status_code == 405
+
+
+def test_progress_polls_until_every_push_is_done_then_stops(admin):
+    admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
+    plan = PartitionPlan.objects.get()
+    page = admin.get(url("plan-detail", plan.pk))
+    assert page.status_code == 200 and "<html" in page.content.decode()
+    pushes = ConfigPush.objects.filter(plan_id=plan.pk)
+    if plan.status == PlanStatus.APPLYING:
+        poll = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+        assert poll.status_code == 200
+        html = poll.content.decode()
+        assert 'hx-trigger="every 2s"' in html and "<html" not in html
+        for push in pushes:
+            assert f'data-target="{push.target}"' in html
+        pushes.update(status=PushStatus.SUCCEEDED)
+
+    done = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert done.status_code == 286  # htmx stops polling
+    html = done.content.decode()
+    assert "every 2s" not in html and 'data-status="applied"' in html
+    assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.APPLIED
+
+
+def test_a_failed_push_links_to_its_page_to_retry(admin):
+    admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
+    plan = PartitionPlan.objects.get()
+    pushes = ConfigPush.objects.filter(plan_id=plan.pk)
+    assert pushes.exists()
+    pushes.update(status=PushStatus.FAILED, error="scontrol reconfigure: connection refused")
+    response = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert response.status_code == 286
+    html = response.content.decode()
+    assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.FAILED
+    assert "The plan failed:" in html and "scontrol reconfigure: connection refused" in html
+    push = pushes.first()
+    assert (
+        "retry it there" in html and f'href="{reverse("integrations:push-detail", args=[push.pk])}"' in html
+    )
+
+    # Retried from the push page: the progress page follows the retry again (no dead end, no stale stop).
+    from integrations.pushes import retry_now
+
+    retry = retry_now(push)[0]
+    assert retry.plan_id == plan.pk
+    again = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert again.status_code == 200 and 'hx-trigger="every 2s"' in again.content.decode()
+    assert f"retried as #{retry.pk}" in again.content.decode()
+
+
+def test_a_draining_plan_can_be_followed_and_cancelled(admin):
+    department = save_department(Department(name="Ops", slug="ops"))
+    job = Job.objects.create(department=department, name="ops-train", gpus=4, state=JobState.RUNNING)
+    Allocation.objects.bulk_create(
+        [Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__hostname="gb-r01-t02")]
+    )
+    refused = admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
+    assert refused.status_code == 400 and "choose &#x27;drain first&#x27;" in refused.content.decode()
+
+    response = admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9", "drain_first": "on"})
+    plan = PartitionPlan.objects.exclude(status=PlanStatus.CANCELLED).get()
+    assert response["Location"] == url("plan-detail", plan.pk)
+    assert plan.status == PlanStatus.DRAINING
+    poll = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert poll.status_code == 200
+    html = poll.content.decode()
+    assert "ops-train" in html and "gb-r01-t02" in html and "Cancel the plan" in html
+
+    cancelled = admin.post(url("plan-cancel", plan.pk))
+    assert cancelled.status_code == 302
+    assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.CANCELLED
+    assert ComputeTray.objects.get(hostname="gb-r01-t02").state == TrayState.UP
+    assert admin.get(url("plan-detail", plan.pk), headers=HTMX).status_code == 286
+
+
+def test_a_draining_plan_moves_on_when_its_work_ends(admin):
+    department = save_department(Department(name="Ops", slug="ops"))
+    job = Job.objects.create(department=department, name="ops-train", gpus=4, state=JobState.RUNNING)
+    Allocation.objects.bulk_create(
+        [Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__hostname="gb-r01-t02")]
+    )
+    admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9", "drain_first": "on"})
+    plan = PartitionPlan.objects.get()
+    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
+    Allocation.objects.filter(job=job).delete()
+    admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert PartitionPlan.objects.get(pk=plan.pk).status in (PlanStatus.APPLYING, PlanStatus.APPLIED)
+    assert layout_of("gb-r01") == [("p1", 1), ("p2", 2)]
+
+
+def test_plan_list_shows_recent_plans(admin):
+    admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
+    plan = PartitionPlan.objects.get()
+    html = admin.get(url("plan-list")).content.decode()
+    assert url("plan-detail", plan.pk) in html and "gb-r01" in html
+
+
+def test_the_pushes_run_and_the_progress_page_reports_the_plan_applied(
+    admin, django_capture_on_commit_callbacks, render_dir
+):
+    # The embedded `local` directory target, pushed for real (Celery is eager in tests).
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
+    plan = PartitionPlan.objects.get()
+    pushes = list(ConfigPush.objects.filter(plan_id=plan.pk))
+    assert pushes and all(push.status == PushStatus.SUCCEEDED for push in pushes), [p.error for p in pushes]
+    topology = (render_dir / "current" / "slurm" / "topology.conf").read_text()
+    assert "BlockName=r01p1 Nodes=gb-r01-t[01-09]" in topology
+
+    done = admin.get(response["Location"], headers=HTMX)
+    assert done.status_code == 286
+    html = done.content.decode()
+    assert 'data-status="applied"' in html and "every target has the new configuration" in html
+    assert reverse("integrations:push-detail", args=[pushes[0].pk]) in html
+
+
+def test_a_draft_plan_page_does_not_poll(admin, admin_user):
+    plan = plans.create_plan(
+        Rack.objects.get(name="gb-r01"), preset_layout("2x9"), drain=False, user=admin_user
+    )
+    response = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert response.status_code == 286
+    html = response.content.decode()
+    assert "every 2s" not in html and "Preview it again" in html and "Cancel the plan" in html
