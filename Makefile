@@ -13,6 +13,7 @@ test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, p
 lint: venv-test
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports
 
 fmt: venv-test
 	.venv/bin/ruff check --fix .

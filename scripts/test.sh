@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole check, from a fresh machine: system packages, .venv, real PostgreSQL and Redis on loopback, a real
 # Slurm 24.11 controller with 18 fake GPU nodes (scripts/slurm-testbed.sh, in a chroot), then lint, format,
-# migrations and the full pytest suite (browser tests included) on PostgreSQL. The services are always stopped.
+# the import-layer contracts (import-linter), migrations and the full pytest suite (browser tests included) on PostgreSQL. The services are always stopped.
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/e2e -x`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -71,6 +71,7 @@ step() {
 
 step "ruff check" ruff check .
 step "ruff format" ruff format --check .
+step "import layers" lint-imports
 step "migrations" env DEBUG=1 python manage.py makemigrations --check --dry-run
 pytest_status=0
 log "== pytest"

@@ -10,6 +10,7 @@ from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from portal.demo import seed_tenants, write_demo_logins
 from scheduling.models import Job
 from tenancy.models import Department
+from scheduling.services import run_pass
 
 MODELS = {"gb200": SystemModel.GB200_NVL72, "gb300": SystemModel.GB300_NVL72}
 
@@ -58,8 +59,6 @@ class Command(BaseCommand):
         )
         if tenants is not None:
             # The queued demo jobs go through the real scheduler: they start, or wait with the true reason.
-            from scheduling.services import run_pass
-
             summary = run_pass()
             if summary is not None:
                 self.stdout.write(
