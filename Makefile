@@ -2,13 +2,16 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: run test lint fmt bench clean venv venv-test
+.PHONY: run test test-fast lint fmt bench clean venv venv-test
 
 run: ## serve the portal on http://127.0.0.1:8000 (DEBUG=1, SQLite, Celery eager, demo data, admin login)
 	bash scripts/run.sh
 
 test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, pytest
 	bash scripts/test.sh
+
+test-fast: ## the quick check (under a minute, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
+	bash scripts/test-fast.sh
 
 lint: venv-test
 	.venv/bin/ruff check .

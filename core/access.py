@@ -1,11 +1,16 @@
 """The one access rule of the portal: platform admin, department lead, department member.
 
-Every view, API permission class, template and `visible_to(user)` asks here; nothing else reads `is_staff`.
+Every view, API permission class, template (the `access` template library: `user|is_admin`,
+`user|leads:department`) and `visible_to(user)` asks here; nothing else reads `is_staff`.
 
-* A **platform admin** is an active staff user or a superuser: sees and changes everything.
+* A **platform admin** is an active staff user or an active superuser: sees and changes everything.
 * A **lead** of a department manages its members and sees its audit trail; a **member** submits its jobs.
   Roles are `Membership` rows (tenancy); core reads them through the user's `memberships` relation so that
   the rule is written once, below every app that uses it.
+* An inactive account is nobody: not an admin, not a lead, not a member.
+
+The `require_*` functions raise PermissionDenied with a sentence saying who may: Django shows it on the
+403 page and DRF answers it as the `detail` of its 403.
 """
 
 from __future__ import annotations
@@ -20,39 +25,64 @@ class Role(models.TextChoices):
     MEMBER = "member", "Department member"
 
 
+def is_signed_in(user) -> bool:
+    """Signed in with an active account (AnonymousUser is never active): the least any role needs."""
+    return bool(user is not None and user.is_authenticated and user.is_active)
+
+
 def is_admin(user) -> bool:
-    """Platform admin: staff or superuser (and signed in)."""
-    return bool(user is not None and user.is_authenticated and (user.is_staff or user.is_superuser))
+    """Platform admin: an active staff user or superuser."""
+    return is_signed_in(user) and bool(user.is_staff or user.is_superuser)
 
 
 def led_department_ids(user):
-    """The departments `user` leads, as a subquery of ids (empty for anonymous users)."""
-    if not user.is_authenticated:
+    """The departments `user` leads, as a subquery of ids (empty for anonymous and inactive users)."""
+    if not is_signed_in(user):
         return []
     return user.memberships.filter(role=Role.LEAD).values("department_id")
 
 
 def member_department_ids(user):
     """The departments `user` belongs to in any role, as a subquery of ids."""
-    if not user.is_authenticated:
+    if not is_signed_in(user):
         return []
     return user.memberships.values("department_id")
 
 
 def leads(user, department) -> bool:
-    """Whether `user` is an admin or a lead of `department` (a Department or its pk)."""
+    """Whether `user` is an admin or a lead of `department` (a Department or its pk): who manages its
+    members."""
     if is_admin(user):
         return True
-    if not user.is_authenticated:
+    if not is_signed_in(user):
         return False
     department_id = getattr(department, "pk", department)
     return user.memberships.filter(role=Role.LEAD, department_id=department_id).exists()
 
 
+def leads_any(user) -> bool:
+    """Whether `user` is an admin or leads at least one department: who may open the audit log."""
+    if is_admin(user):
+        return True
+    return is_signed_in(user) and user.memberships.filter(role=Role.LEAD).exists()
+
+
 def require_admin(user, what: str = "this page") -> None:
-    """Views: refuse (403, with the reason) anyone but a platform admin."""
+    """Refuse (403, with the reason) anyone but a platform admin."""
     if not is_admin(user):
         raise PermissionDenied(f"Only platform admins may use {what}.")
+
+
+def require_lead(user, department, what: str = "change its members") -> None:
+    """Refuse (403, with the reason) anyone but an admin or a lead of `department` (a Department)."""
+    if not leads(user, department):
+        raise PermissionDenied(f"Only leads of {department} and platform admins may {what}.")
+
+
+def require_any_lead(user, what: str) -> None:
+    """Refuse (403, with the reason) anyone but an admin or a lead of some department."""
+    if not leads_any(user):
+        raise PermissionDenied(f"Only platform admins and department leads may use {what}.")
 
 
 class IsAdmin(permissions.BasePermission):

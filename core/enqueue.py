@@ -4,6 +4,9 @@
 on the layer that holds it) and never turns a committed request into an error: when the broker cannot be
 reached the message is dropped with a warning, and the beat task that scans for the row (queued pushes,
 placed jobs not yet dispatched, pending jobs) sends it again once the broker is back.
+
+A broker that is down costs a request little: one publish attempt and one reconnect, no back-off sleeps
+(PUBLISH_RETRY_POLICY), each bounded by the socket timeouts portal.celery sets.
 """
 
 from __future__ import annotations
@@ -12,26 +15,53 @@ import logging
 
 from celery import current_app
 from django.db import transaction
+from kombu.exceptions import OperationalError
 
 log = logging.getLogger(__name__)
 
+# One retry at once: enough for a pooled connection the broker closed (restarted), short when it is down.
+# Celery's default (3 retries, 0.2 s apart) makes every request wait for a broker that is gone.
+PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+
 
 def send_now(task_name: str, *args, **options) -> bool:
-    """Send the task at once (outside a transaction); False when the broker could not take it."""
+    """Send `task_name(*args)` at once, `options` as for apply_async; False when it was not sent.
+
+    Never raises for the broker (unreachable, refused, timed out) or for an unknown name: both are logged.
+    With eager Celery (no broker) the task runs here and its own exceptions propagate.
+    """
+    if task_name not in current_app.tasks:
+        # Outside a worker nothing has imported the apps' tasks modules yet: import them now (Celery's
+        # autodiscovery, without the worker's start-up signal, which would set Django up again and run
+        # its system checks in a web process).
+        current_app.autodiscover_tasks(force=True)
     try:
         task = current_app.tasks[task_name]
     except KeyError:
-        log.error("enqueue: no task named %s is registered", task_name)
+        log.error("enqueue: no task named %s is registered; %r not sent", task_name, args)
         return False
-    try:
+    if task.app.conf.task_always_eager:  # runs now, in this process
         if options:
             task.apply_async(args, **options)
         else:
             task.delay(*args)
-    except Exception as error:  # kombu/redis/amqp errors: the broker is down or refused the message
-        if task.app.conf.task_always_eager:
-            raise  # eager: this is the task's own error, not the broker's
-        log.warning("enqueue: %s%r not sent (%s); the beat will pick the work up", task_name, args, error)
+        return True
+    options.setdefault("retry", True)
+    options.setdefault("retry_policy", PUBLISH_RETRY_POLICY)
+    try:
+        task.apply_async(args, **options)
+    except (OperationalError, OSError) as error:  # kombu wraps the transport's connection errors
+        log.warning(
+            "enqueue: %s%r not sent, the task queue could not be reached (%s); the beat picks the work up",
+            task_name,
+            args,
+            error,
+        )
+        return False
+    except Exception:
+        # Not the broker's fault (e.g. arguments that cannot be serialized). The caller's transaction has
+        # committed: say what failed rather than turn it into an error response.
+        log.exception("enqueue: %s%r not sent", task_name, args)
         return False
     return True
 

@@ -23,7 +23,7 @@ class ExternalError(Exception):
 
 
 class Unreachable(ExternalError):
-    """The system did not answer (refused, reset, timed out, DNS) or answered 5xx/408/429."""
+    """No (whole) answer came back: refused, reset, timed out, DNS, or the answer was cut off mid-way."""
 
     transient = True
     what_to_do = "retry later, once the system answers"

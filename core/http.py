@@ -1,13 +1,17 @@
-"""One HTTP client for outside systems (slurmrestd, NMX-M, DCGM exporters): timeouts, TLS, size limits and
-error mapping in one place.
+"""One HTTP client for outside systems (slurmrestd, NMX-M, DCGM exporters): timeouts, TLS, credentials, size
+limits and error mapping in one place.
 
-Any answer with a status comes back as a `Response` (callers decide what a 404 or a 409 means for them);
-a request that gets no answer (refused, reset, timed out, DNS, cut mid-body) raises `Unreachable`, the
-transient error of `core.errors`, with the address and reason in words.
+Any answer with a status comes back as a `Response` (callers decide what a 404 or a 409 means for them;
+`transient_failure` says whether the status is worth retrying). A request that gets no answer (refused,
+reset, timed out, DNS, cut mid-body) raises `Unreachable`, the transient error of `core.errors`, whose
+message names the address and the reason in words; callers put it into their own system's error. An answer
+that cannot be used (larger than `max_bytes`, a TLS certificate that is not trusted) raises a non-transient
+`ExternalError`: asking again gets the same.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import socket
@@ -19,18 +23,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import Unreachable
+from core.errors import ExternalError, Unreachable
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+READ_CHUNK = 256 * 1024
+MIB = 1024 * 1024
 
 
 @dataclass
 class Response:
     status: int
-    headers: Mapping[str, str] = field(default_factory=dict)
+    reason: str = ""  # the status line's phrase ("Not Found")
+    headers: Mapping[str, str] = field(default_factory=dict)  # case-insensitive when from a server
     body: bytes = b""
     charset: str = "utf-8"
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
 
     @property
     def text(self) -> str:
@@ -42,6 +53,7 @@ class Response:
         return json.loads(text) if text.strip() else None
 
     def json_or_text(self) -> Any:
+        """The body as JSON, or as text when it is not JSON (a proxy's HTML error page)."""
         try:
             return self.json()
         except ValueError:
@@ -53,51 +65,101 @@ class Response:
         return self.status >= 500 or self.status in (408, 429)
 
 
-def _reason(error: BaseException, address: str, timeout: float) -> str:
+def basic_authorization(username: str, password: str) -> str:
+    """The `Authorization` header value of HTTP basic authentication."""
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+def _size(limit: int) -> str:
+    return f"{limit // MIB} MiB" if limit >= MIB and limit % MIB == 0 else f"{limit} bytes"
+
+
+def _failure(error: BaseException, address: str, host: str, timeout: float) -> ExternalError:
+    """The error of a request that got no usable answer, in words."""
     reason = getattr(error, "reason", None) or error
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return ExternalError(
+            f"the TLS certificate of {address} is not trusted: {reason.verify_message or reason}",
+            "give the CA file that signed the server's certificate (for a test system: skip verification)",
+        )
     if isinstance(reason, ConnectionRefusedError):
-        return f"connection refused by {address}"
-    if isinstance(reason, TimeoutError | socket.timeout):
-        return f"no answer from {address} within {timeout:g} seconds"
-    if isinstance(reason, socket.gaierror):
-        return f"cannot resolve {urllib.parse.urlsplit('//' + address).hostname or address}"
-    return f"cannot reach {address}: {reason}"
+        text = f"connection refused by {address}"
+    elif isinstance(reason, TimeoutError | socket.timeout):
+        text = f"no answer from {address} within {timeout:g} seconds"
+    elif isinstance(reason, socket.gaierror):
+        text = f"cannot resolve host {host}"
+    elif isinstance(reason, http.client.IncompleteRead):
+        text = f"the answer from {address} was cut off after {len(reason.partial)} bytes"
+    else:
+        text = f"cannot reach {address}: {reason}"
+    return Unreachable(text)
 
 
 class HttpClient:
-    """Requests to one base URL with fixed headers, timeout, TLS settings and body-size limit."""
+    """Requests to one base URL (or to full URLs, without one) with fixed headers, credentials, timeout,
+    TLS settings and body-size limit.
+
+    headers: sent with every request (Accept, User-Agent, ...); `request` adds per-request ones.
+    basic_auth: (user, password) for HTTP basic authentication; bearer_token: `Authorization: Bearer`.
+    ca_file: the CA bundle that signed the server's certificate; insecure: skip certificate checks.
+    max_bytes: a longer answer is refused (a wrong URL streaming something else must not fill memory).
+    """
 
     def __init__(
         self,
         base_url: str = "",
         *,
         headers: Mapping[str, str] | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        bearer_token: str = "",
         timeout: float = DEFAULT_TIMEOUT,
         ca_file: str = "",
         insecure: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        name: str = "",
     ):
+        if basic_auth and bearer_token:
+            raise ValueError("give basic_auth or bearer_token, not both")
         self.base_url = base_url.rstrip("/")
         self.headers = dict(headers or {})
+        if basic_auth:
+            self.headers["Authorization"] = basic_authorization(*basic_auth)
+        elif bearer_token:
+            self.headers["Authorization"] = f"Bearer {bearer_token}"
         self.timeout = timeout
         self.max_bytes = max_bytes
-        self.name = name or urllib.parse.urlsplit(self.base_url).netloc or "the server"
-        handlers: list[urllib.request.BaseHandler] = []
-        if self.base_url.startswith("https://") and (ca_file or insecure):
+        # Only HTTP(S) handlers (and the environment's proxies): the default opener would also read
+        # file://, ftp:// and data: URLs.
+        context = None
+        if ca_file or insecure:
             context = ssl.create_default_context(cafile=ca_file or None)
             if insecure:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-            handlers.append(urllib.request.HTTPSHandler(context=context))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._opener = urllib.request.OpenerDirector()
+        for handler in (
+            urllib.request.ProxyHandler(),
+            urllib.request.HTTPHandler(),
+            urllib.request.HTTPSHandler(context=context),
+            urllib.request.HTTPRedirectHandler(),
+            urllib.request.HTTPErrorProcessor(),
+            urllib.request.HTTPDefaultErrorHandler(),
+        ):
+            self._opener.add_handler(handler)
 
     def request(
         self, method: str, path: str = "", body: Any = None, *, headers: Mapping[str, str] | None = None
     ) -> Response:
-        """Send one request (`body` is sent as JSON unless it is bytes); Unreachable when nothing answers."""
-        url = self.base_url + path
-        address = urllib.parse.urlsplit(url).netloc or url
+        """Send one request to base URL + `path` (or to `path` itself, a full URL, without a base URL).
+
+        `body` is sent as JSON unless it is bytes. Returns the answer whatever its status; raises
+        Unreachable when nothing (or only part of an answer) came back, ExternalError when the answer
+        cannot be used.
+        """
+        url = self.base_url + path if self.base_url else path
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{url!r} is not an http:// or https:// address")
+        address, host = parts.netloc, parts.hostname or parts.netloc
         all_headers = {**self.headers, **(headers or {})}
         data = None
         if body is not None:
@@ -105,26 +167,37 @@ class HttpClient:
             all_headers.setdefault("Content-Type", "application/json")
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
         try:
-            with self._opener.open(request, timeout=self.timeout) as answer:
-                raw = answer.read(self.max_bytes + 1)
-                return self._response(answer.status, answer.headers, raw, address)
-        except urllib.error.HTTPError as error:
             try:
-                raw = error.read(self.max_bytes + 1) if error.fp else b""
-            except (OSError, http.client.HTTPException):
-                raw = b""
-            finally:
-                error.close()
-            return self._response(error.code, error.headers or {}, raw, address)
+                answer = self._opener.open(request, timeout=self.timeout)
+            except urllib.error.HTTPError as error:
+                answer = error  # any status but 2xx (after redirects): an answer like any other
+            with answer:
+                raw = self._read(answer, address)
+                status, reason, answer_headers = answer.status, answer.reason, answer.headers
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
-            raise Unreachable(f"{method} {path or '/'}: {_reason(error, address, self.timeout)}") from error
+            raise _failure(error, address, host, self.timeout) from error
+        charset = answer_headers.get_content_charset() if answer_headers is not None else None
+        return Response(status, reason or "", answer_headers or {}, raw, charset or "utf-8")
 
-    def _response(self, status: int, headers, raw: bytes, address: str) -> Response:
-        if len(raw) > self.max_bytes:
-            raise Unreachable(
-                f"the answer from {address} is larger than {self.max_bytes // (1024 * 1024)} MiB",
+    def _read(self, answer, address: str) -> bytes:
+        """The whole body, in chunks: refused past max_bytes, Unreachable when shorter than announced."""
+        chunks: list[bytes] = []
+        size = 0
+        while size <= self.max_bytes:
+            chunk = answer.read(min(READ_CHUNK, self.max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > self.max_bytes:
+            raise ExternalError(
+                f"the answer from {address} is larger than {_size(self.max_bytes)}",
                 "check the URL: this is not the service it should be",
-                transient=False,
             )
-        charset = headers.get_content_charset() if hasattr(headers, "get_content_charset") else None
-        return Response(status=status, headers=headers, body=raw, charset=charset or "utf-8")
+        # http.client returns a body cut short of its Content-Length without complaint; `length` is what
+        # is still missing (chunked bodies raise IncompleteRead instead).
+        response = answer.fp if isinstance(answer, urllib.error.HTTPError) else answer
+        missing = response.length if isinstance(response, http.client.HTTPResponse) else None
+        if isinstance(missing, int) and missing > 0:
+            raise Unreachable(f"the answer from {address} was cut off after {size} bytes ({missing} missing)")
+        return b"".join(chunks)

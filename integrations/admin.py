@@ -17,7 +17,9 @@ class ConfigTargetAdmin(admin.ModelAdmin):
 
     @admin.display(description="Settings (secrets masked; edit on the Config pushes > Targets page)")
     def settings_masked(self, obj):
-        return json.dumps(obj.masked_settings(), indent=2, sort_keys=True) if obj.pk else "—"
+        return (
+            json.dumps(obj.masked_settings(), indent=2, sort_keys=True, ensure_ascii=False) if obj.pk else "—"
+        )
 
     def has_add_permission(self, request):
         return False  # the portal form validates the settings per kind

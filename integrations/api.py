@@ -1,6 +1,6 @@
 """GET /api/v1/config-targets/ (platform admins): the targets, their kind and settings with secrets masked;
-GET /api/v1/config-targets/kinds/: every registered kind with its settings (key, default, secret), so a
-client knows what a target of each kind takes."""
+GET /api/v1/config-targets/kinds/: every registered kind with its settings (key, label, default, secret), so
+a client knows what a target of each kind takes."""
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import permissions, serializers, viewsets
@@ -61,7 +61,13 @@ class ConfigTargetViewSet(viewsets.ReadOnlyModelViewSet):
                     "label": kind.label,
                     "runs_jobs": kind.backend if kind.job_backend else "",
                     "settings": [
-                        {"key": s.key, "default": s.default, "secret": s.secret} for s in kind.settings
+                        {
+                            "key": s.key,
+                            "label": str(s.field().label or s.key),
+                            "default": s.default,
+                            "secret": s.secret,
+                        }
+                        for s in kind.settings
                     ],
                 }
                 for kind in registry.kinds()

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from core.retry import backoff
 from integrations import registry
-from integrations.directory.jobs import RenderedJobBackend
+from integrations.embedded import RenderedJobBackend
 from integrations.jobs import (
     FINISHED_BACKEND_STATES,
     BackendError,

@@ -44,6 +44,8 @@ class ConfigTargetForm(forms.Form):
         )
         if self.kind_value not in names:
             self.kind_value = names[0]
+        if not self.is_bound:
+            self.initial["kind"] = self.kind_value  # the select shows the kind whose settings are shown
         stored = (instance.settings or {}) if instance is not None else {}
         same_kind = instance is not None and instance.kind == self.kind_value
         secrets = [s for s in registry.get(self.kind_value).settings if s.secret]

@@ -1,6 +1,6 @@
 """Configuration pushes: a row first, a Celery message second.
 
-`queue_pushes` renders the desired state once (integrations.state), and for every enabled target saves a
+`queue_pushes` renders the desired state once (integrations.rendering), and for every enabled target saves a
 `ConfigPush` with the payload for that target's kind, then queues `integrations.tasks.push_config(pk)` with
 `core.enqueue` (on commit). The task `claim`s the row (an atomic UPDATE from queued to running: whoever else
 holds the same message does nothing), runs the target's adapter, appends timestamped lines to the push's log
@@ -33,9 +33,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -49,8 +49,8 @@ from core.enqueue import send_now
 from core.errors import ExternalError
 from core.retry import backoff
 from integrations import registry
-from integrations import state as configstate
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
+from integrations.rendering import Rendered, needs_fabric
 
 logger = logging.getLogger(__name__)
 
@@ -137,65 +137,16 @@ def target_summary(target: ConfigTarget) -> str:
     return registry.get(target.kind).summary(target.masked_settings())
 
 
-# --- rendering once per request -----------------------------------------------------------------------
-
-
-class Rendered:
-    """The desired state rendered lazily and at most once, whatever the number of targets."""
-
-    def __init__(self, *, fabric: bool = False):
-        self._fabric = fabric
-        self._cache: dict[str, Any] = {}
-
-    def get(self, key: str, make: Callable[[], Any]) -> Any:
-        """`make()` once per key; a rendering error is remembered and raised again for the next target."""
-        if key not in self._cache:
-            try:
-                self._cache[key] = (True, make())
-            except (ValueError, ValidationError) as error:
-                self._cache[key] = (False, error)
-        ok, value = self._cache[key]
-        if not ok:
-            raise value
-        return value
-
-    @property
-    def state(self) -> configstate.ConfigState:
-        return self.get("state", lambda: configstate.build_state(fabric=self._fabric))
-
-    def objects(self) -> list[dict[str, Any]]:
-        return self.get("objects", lambda: configstate.kubernetes_objects(self.state))
-
-    def files(self) -> dict[str, str]:
-        return self.get("files", lambda: configstate.render_files(self.state, self.objects()))
-
-    def slurm(self, overrides: dict) -> dict[str, str]:
-        """Slurm's files for one controller's node settings (cpus, memory, slurmd addresses)."""
-        key = "slurm:" + json.dumps(overrides, sort_keys=True)
-        return self.get(key, lambda: configstate.slurm_files(self.state, **overrides))
-
-    def fabric_racks(self) -> list[dict]:
-        if self.state.fabric is None:  # a caller that did not ask for the fabric up front
-            self._fabric = True
-            self._cache.pop("state", None)
-        return self.get("fabric", lambda: configstate.fabric_racks(self.state))
-
-    def payload_for(self, target: ConfigTarget) -> dict[str, Any]:
-        """What `target` is sent: its kind's payload from this one rendering."""
-        return registry.get(target.kind).payload(self, target.cleaned_settings())
-
-
-def needs_fabric(targets: Iterable[ConfigTarget]) -> bool:
-    return any(registry.is_kind(t.kind) and registry.get(t.kind).needs_fabric for t in targets)
-
-
 # --- queueing -----------------------------------------------------------------------------------------
 
 
 def _dispatch(push_id: int) -> None:
-    """Send the task (after commit). A broker that cannot be reached leaves the push queued; the beat's
-    retry_stale_pushes sends it again."""
+    """Send the task (after commit). A broker that cannot be reached leaves the push queued and due: the
+    beat's retry_stale_pushes (every minute) sends it again."""
     if not send_now(PUSH_TASK, push_id):
+        ConfigPush.objects.filter(pk=push_id, status=PushStatus.QUEUED, next_attempt_at__isnull=True).update(
+            next_attempt_at=timezone.now()
+        )
         append_log(push_id, "could not reach the task queue; retry_stale_pushes sends it again")
 
 
@@ -228,35 +179,46 @@ def queue_pushes(
     return created
 
 
-def _queue_one(
-    target: ConfigTarget, rendered: Rendered, *, reason: str, user, plan_id, force: bool
-) -> ConfigPush | None:
+@dataclass(frozen=True)
+class _PushRequest:
+    """One request to push a target: why, by whom, for which plan, when."""
+
+    reason: str
+    user_id: int | None
+    plan_id: int | None
+    force: bool
+    now: datetime
+
+
+def _payload_of(target: ConfigTarget, rendered: Rendered) -> tuple[dict[str, Any], str, Exception | None]:
+    """(payload, its hash, None), or ({}, "", the error) when the state cannot be rendered for `target`."""
     try:
         payload = rendered.payload_for(target)
-        digest = payload_hash(payload)
-        render_error = None
+        return payload, payload_hash(payload), None
     except (ValueError, ValidationError) as error:
-        payload, digest, render_error = {}, "", error
-    now = timezone.now()
-    user_id = user.pk if user is not None and getattr(user, "is_authenticated", False) else None
+        return {}, "", error
 
-    running = ConfigPush.objects.filter(target=target, status=PushStatus.RUNNING).first()
-    if running is not None:
-        if render_error is None and running.payload_hash == digest and not force:
-            append_log(
-                running.pk, f"a new request ({reason}) asks for what this push applies: nothing to add"
-            )
-            return None
-        target.follow_up = {
-            "reason": reason,
-            "plan_id": plan_id,
-            "requested_by": user_id,
-            "requested_at": now.isoformat(),
-        }
-        target.save(update_fields=["follow_up", "updated_at"])
-        append_log(running.pk, f"a newer change arrived ({reason}): pushed as soon as this push finishes")
-        return None
 
+def _leave_to_running(target: ConfigTarget, running: ConfigPush, request: _PushRequest, digest: str | None):
+    """A push is running on the target: nothing to add when it applies the same payload (`digest`; None
+    when the state could not be rendered), else the request becomes the target's follow-up."""
+    if digest is not None and running.payload_hash == digest and not request.force:
+        append_log(
+            running.pk, f"a new request ({request.reason}) asks for what this push applies: nothing to add"
+        )
+        return
+    target.follow_up = {
+        "reason": request.reason,
+        "plan_id": request.plan_id,
+        "requested_by": request.user_id,
+        "requested_at": request.now.isoformat(),
+    }
+    target.save(update_fields=["follow_up", "updated_at"])
+    append_log(running.pk, f"a newer change arrived ({request.reason}): pushed as soon as this push finishes")
+
+
+def _supersede_queued(target: ConfigTarget, now) -> list[int]:
+    """Mark the target's queued pushes superseded (they would push an older state); their pks."""
     older = list(
         ConfigPush.objects.filter(target=target, status=PushStatus.QUEUED).values_list("pk", flat=True)
     )
@@ -264,29 +226,68 @@ def _queue_one(
         ConfigPush.objects.filter(pk__in=older, status=PushStatus.QUEUED).update(
             status=PushStatus.SUPERSEDED, finished_at=now, updated_at=now, next_attempt_at=None
         )
+    return older
+
+
+def _render_failure(render_error: Exception, kind: str) -> str:
+    error = error_text(render_error, kind)
+    if isinstance(render_error, ValidationError):
+        return f"the target's settings are not valid: {error}"
+    return f"the configuration cannot be rendered for this target: {error}"
+
+
+def _create_queued(target: ConfigTarget, fields: dict[str, Any], request: _PushRequest) -> ConfigPush | None:
+    """A queued push, its task sent on commit; None (the request kept as the target's follow-up) when
+    someone else holds an active push for this target after all (the row lock makes this rare)."""
+    try:
+        with transaction.atomic():
+            push = ConfigPush.objects.create(
+                **fields,
+                status=PushStatus.QUEUED,
+                log=_lines(
+                    [f"queued: {request.reason}" + (" (forced)" if request.force else "")], request.now
+                ),
+            )
+    except IntegrityError:
+        target.follow_up = {
+            "reason": request.reason,
+            "plan_id": request.plan_id,
+            "requested_by": request.user_id,
+        }
+        target.save(update_fields=["follow_up", "updated_at"])
+        return None
+    transaction.on_commit(lambda pk=push.pk: _dispatch(pk))
+    return push
+
+
+def _create_push(
+    target: ConfigTarget,
+    payload: dict[str, Any],
+    digest: str,
+    render_error: Exception | None,
+    request: _PushRequest,
+) -> ConfigPush | None:
+    """The push row: failed (cannot be rendered), succeeded at once (unchanged, unless forced) or queued."""
+    now, reason = request.now, request.reason
     fields: dict[str, Any] = {
         "target": target,
         "payload": payload,
         "payload_hash": digest,
-        "requested_by_id": user_id,
+        "requested_by_id": request.user_id,
         "reason": reason,
-        "plan_id": plan_id,
+        "plan_id": request.plan_id,
     }
     if render_error is not None:
-        error = error_text(render_error, target.kind)
-        if isinstance(render_error, ValidationError):
-            error = f"the target's settings are not valid: {error}"
-        else:
-            error = f"the configuration cannot be rendered for this target: {error}"
-        push = ConfigPush.objects.create(
+        error = _render_failure(render_error, target.kind)
+        return ConfigPush.objects.create(
             **fields,
             status=PushStatus.FAILED,
             error=error,
             finished_at=now,
             log=_lines([f"requested: {reason}", "failed before sending anything:", error], now),
         )
-    elif not force and _last_outcome_hash(target) == digest:
-        push = ConfigPush.objects.create(
+    if not request.force and _last_outcome_hash(target) == digest:
+        return ConfigPush.objects.create(
             **fields,
             status=PushStatus.SUCCEEDED,
             started_at=now,
@@ -299,24 +300,34 @@ def _queue_one(
                 now,
             ),
         )
-    else:
-        try:
-            with transaction.atomic():
-                push = ConfigPush.objects.create(
-                    **fields,
-                    status=PushStatus.QUEUED,
-                    log=_lines([f"queued: {reason}" + (" (forced)" if force else "")], now),
-                )
-        except IntegrityError:
-            # Someone else holds an active push for this target after all (the row lock makes this rare):
-            # keep the request as the target's follow-up instead of failing the caller.
-            target.follow_up = {"reason": reason, "plan_id": plan_id, "requested_by": user_id}
-            target.save(update_fields=["follow_up", "updated_at"])
-            return None
-        transaction.on_commit(lambda pk=push.pk: _dispatch(pk))
+    return _create_queued(target, fields, request)
+
+
+def _queue_one(
+    target: ConfigTarget, rendered: Rendered, *, reason: str, user, plan_id, force: bool
+) -> ConfigPush | None:
+    """Push `target` (its row locked by the caller): the new push, or None when a running push takes the
+    request."""
+    payload, digest, render_error = _payload_of(target, rendered)
+    request = _PushRequest(
+        reason=reason,
+        user_id=user.pk if user is not None and getattr(user, "is_authenticated", False) else None,
+        plan_id=plan_id,
+        force=force,
+        now=timezone.now(),
+    )
+    running = ConfigPush.objects.filter(target=target, status=PushStatus.RUNNING).first()
+    if running is not None:
+        _leave_to_running(target, running, request, digest if render_error is None else None)
+        return None
+    older = _supersede_queued(target, request.now)
+    push = _create_push(target, payload, digest, render_error, request)
+    if push is None:
+        return None
     if older:
         ConfigPush.objects.filter(pk__in=older).update(
-            superseded_by=push, log=_concat_log(_lines([f"superseded by push #{push.pk} ({reason})"], now))
+            superseded_by=push,
+            log=_concat_log(_lines([f"superseded by push #{push.pk} ({reason})"], request.now)),
         )
     if target.follow_up:
         target.follow_up = None  # this push renders the newest state: it covers the waiting request

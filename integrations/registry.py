@@ -2,8 +2,9 @@
 
 A kind is everything Rackplane needs to know about one outside system: its settings (defaults, which are
 secret, the form field for each, validation), what it is sent (`payload`, built from the desired state
-rendered once per request), the adapter that applies it, the advice shown when a push fails, a one-line
-summary for the pages, and, for systems that run jobs, the job backend and the Job.backend it serves.
+rendered once per request), the adapter that applies it, the advice shown when a push fails and whether a
+failure can leave it half changed, a one-line summary for the pages, and, for systems that run jobs, the job
+backend and the Job.backend it serves.
 Nothing outside a kind's folder switches on its name: the target form, the push pipeline, dispatch, the
 API and the admin ask this registry (in the spirit of NetBox's `register_data_backend`).
 
@@ -56,6 +57,9 @@ class Kind:
     # masked values -> one line saying where the target points (never a secret)
     summary: Callable[[dict], str]
     what_to_do: str = DEFAULT_WHAT_TO_DO
+    # a failed push leaves the target exactly as it was; False: what was done before the failure stays (no
+    # transactions on that system) and the push page points to the log for it
+    atomic: bool = True
     # the desired state must include the fabric (GPU UUIDs per partition) for this kind's payload
     needs_fabric: bool = False
     # systems that run jobs: the Job.backend they serve and (cleaned values) -> a job backend, or None when

@@ -33,6 +33,7 @@ kubernetes/` applies them in an order the API server accepts; a kind with no obj
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -137,24 +138,84 @@ def block_name(rack_short: str, partition_name: str, clique_id: int) -> str:
     return rack_short + _SLURM_UNSAFE.sub("-", partition_name)
 
 
-def build_state(*, fabric: bool = False) -> ConfigState:
-    """Read the database once (a fixed number of queries) and build the desired state.
+@dataclass(frozen=True, slots=True)
+class _RackRow:
+    id: int
+    name: str
+    cluster_uuid: Any
 
-    `fabric=True` also reads every GPU (UUID, tray slot, index) for the fabric manager adapter.
-    Raises ValueError when stored data cannot be expressed (the message names the object).
-    """
-    problems: list[str] = []
-    racks = list(Rack.objects.order_by("name").values_list("id", "name", "cluster_uuid"))
-    rack_name = {pk: name for pk, name, _ in racks}
-    partitions = list(
-        NVLinkPartition.objects.values_list(
+
+@dataclass(frozen=True, slots=True)
+class _PartitionRow:
+    id: int
+    rack_id: int
+    name: str
+    clique_id: int
+    owner_id: int | None  # the department it is dedicated to
+    service_tier: str
+
+
+@dataclass(frozen=True, slots=True)
+class _TrayRow:
+    id: int
+    rack_id: int
+    slot: int
+    hostname: str
+    partition_id: int | None
+    port_guids: Any
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What `build_state` reads from the database, with the lookups every step shares."""
+
+    racks: list[_RackRow]
+    partitions: list[_PartitionRow]
+    trays: list[_TrayRow]  # in rack name, slot order
+    departments: list[Department]
+    running: set[tuple[int, int]]  # (department, tray) of every job holding GPUs
+    tenancy: TenancySettings
+
+    @functools.cached_property
+    def rack_name(self) -> dict[int, str]:
+        return {r.id: r.name for r in self.racks}
+
+    @functools.cached_property
+    def partition_by_id(self) -> dict[int, _PartitionRow]:
+        return {p.id: p for p in self.partitions}
+
+    @functools.cached_property
+    def department_slug(self) -> dict[int, str]:
+        return {d.pk: d.slug for d in self.departments}
+
+    def owner_of_tray(self, tray: _TrayRow) -> int | None:
+        """The department owning the tray's partition (dedicated), else None."""
+        return self.partition_by_id[tray.partition_id].owner_id if tray.partition_id is not None else None
+
+    def owner_slug(self, partition: _PartitionRow) -> str | None:
+        return self.department_slug[partition.owner_id] if partition.owner_id is not None else None
+
+
+def _read_rows() -> _Rows:
+    """The inventory and tenancy rows, in a fixed number of queries."""
+    racks = [
+        _RackRow(*row) for row in Rack.objects.order_by("name").values_list("id", "name", "cluster_uuid")
+    ]
+    partitions = [
+        _PartitionRow(*row)
+        for row in NVLinkPartition.objects.values_list(
             "id", "rack_id", "name", "clique_id", "dedication__department_id", "service_tier"
         )
-    )
-    partition_by_id = {row[0]: row for row in partitions}
+    ]
+    rack_name = {r.id: r.name for r in racks}
     trays = sorted(
-        ComputeTray.objects.values_list("id", "rack_id", "slot", "hostname", "partition_id", "ib_port_guids"),
-        key=lambda t: (rack_name[t[1]], t[2]),
+        (
+            _TrayRow(*row)
+            for row in ComputeTray.objects.values_list(
+                "id", "rack_id", "slot", "hostname", "partition_id", "ib_port_guids"
+            )
+        ),
+        key=lambda t: (rack_name[t.rack_id], t.slot),
     )
     departments = list(Department.objects.order_by("slug"))
     running = set(
@@ -162,42 +223,44 @@ def build_state(*, fabric: bool = False) -> ConfigState:
         .values_list("job__department_id", "gpu__tray_id")
         .distinct()
     )
-    tenancy = TenancySettings.load()
+    return _Rows(racks, partitions, trays, departments, running, TenancySettings.load())
 
-    dept_slug = {d.pk: d.slug for d in departments}
-    tray_dept: dict[int, int] = {}  # tray -> department owning its partition (dedicated)
+
+def _slurm_blocks(rows: _Rows) -> tuple[SlurmBlock, ...]:
+    """One topology block per NVLink partition that has trays, the rack's default partition last."""
     hosts_of_partition: dict[int, list[str]] = defaultdict(list)
-    for tray_id, _rack_id, _slot, hostname, partition_id, _guids in trays:
-        if partition_id is not None:
-            hosts_of_partition[partition_id].append(hostname)
-            owner = partition_by_id[partition_id][4]
-            if owner is not None:
-                tray_dept[tray_id] = owner
-
-    # --- Slurm ---------------------------------------------------------------------------------------
-    short = short_rack_names([name for _, name, _ in racks])
+    for tray in rows.trays:
+        if tray.partition_id is not None:
+            hosts_of_partition[tray.partition_id].append(tray.hostname)
+    short = short_rack_names([r.name for r in rows.racks])
     blocks = []
-    for pk, rack_id, name, clique_id, _owner, _tier in sorted(
-        partitions, key=lambda p: (rack_name[p[1]], p[3] == DEFAULT_CLIQUE_ID, p[3], p[2])
+    for p in sorted(
+        rows.partitions,
+        key=lambda p: (rows.rack_name[p.rack_id], p.clique_id == DEFAULT_CLIQUE_ID, p.clique_id, p.name),
     ):
-        hosts = hosts_of_partition.get(pk)
+        hosts = hosts_of_partition.get(p.id)
         if hosts:
-            rack = rack_name[rack_id]
-            blocks.append(SlurmBlock(block_name(short[rack], name, clique_id), rack, tuple(hosts)))
-    nodes = tuple(SlurmNode(hostname=t[3], gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS) for t in trays)
-    # The tier of a partition: the Slurm partition the wizard named, else its department's, else `gpu`.
-    tier_of = {
-        pk: partition_tier(tier, dept_slug[owner] if owner is not None else None)
-        for pk, _rack, _name, _clique, owner, tier in partitions
-    }
+            rack = rows.rack_name[p.rack_id]
+            blocks.append(SlurmBlock(block_name(short[rack], p.name, p.clique_id), rack, tuple(hosts)))
+    return tuple(blocks)
+
+
+def _tier_of_partition(rows: _Rows) -> dict[int, str]:
+    """Partition -> the Slurm partition serving it (see `partition_tier`)."""
+    return {p.id: partition_tier(p.service_tier, rows.owner_slug(p)) for p in rows.partitions}
+
+
+def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, ...]:
+    """The shared `gpu` partition (if it has trays) first, then every other tier by name; a tier holding a
+    department's dedicated trays is open to that department's QOS only and served first."""
     tier_hosts: dict[str, list[str]] = {SHARED_TIER: []}
     tier_departments: dict[str, set[str]] = defaultdict(set)
-    for _tray, _rack, _slot, hostname, partition_id, _guids in trays:
-        tier = tier_of.get(partition_id, SHARED_TIER)
-        tier_hosts.setdefault(tier, []).append(hostname)
-        owner = partition_by_id[partition_id][4] if partition_id is not None else None
+    for tray in rows.trays:
+        tier = tier_of.get(tray.partition_id, SHARED_TIER)
+        tier_hosts.setdefault(tier, []).append(tray.hostname)
+        owner = rows.owner_of_tray(tray)
         if owner is not None:
-            tier_departments[tier].add(dept_slug[owner])
+            tier_departments[tier].add(rows.department_slug[owner])
     tiers = []
     if tier_hosts[SHARED_TIER]:
         tiers.append(ServiceTier(SHARED_TIER, tuple(tier_hosts[SHARED_TIER]), default=True, priority_tier=1))
@@ -207,31 +270,46 @@ def build_state(*, fabric: bool = False) -> ConfigState:
         owners = tuple(sorted(tier_departments[tier]))
         tiers.append(
             ServiceTier(
-                tier,
-                tuple(hosts),
-                allow_qos=owners,
-                priority_tier=DEDICATED_PRIORITY_TIER if owners else 1,
+                tier, tuple(hosts), allow_qos=owners, priority_tier=DEDICATED_PRIORITY_TIER if owners else 1
             )
         )
-    qos = tuple(DepartmentQos(d.slug, d.limit_gpus) for d in departments)
+    return tuple(tiers)
 
-    # --- tenants (OpenSM, NFS, Kubernetes namespaces) ---------------------------------------------------
+
+def _valid_port_guids(rows: _Rows, problems: list[str]) -> dict[int, list[str]]:
+    """Tray -> its well-formed InfiniBand port GUIDs (lower case); each malformed one is a problem."""
     guids_of_tray = {}
-    for tray_id, _rack_id, _slot, hostname, _partition_id, guids in trays:
+    for tray in rows.trays:
         good = []
-        for guid in guids or []:
+        for guid in tray.port_guids or []:
             if isinstance(guid, str) and _PORT_GUID.match(guid) and int(guid, 16):
                 good.append(guid.lower())
             else:
-                problems.append(f"tray {hostname}: port GUID {guid!r} is not '0x' + 16 hex digits; left out")
-        guids_of_tray[tray_id] = good
+                problems.append(
+                    f"tray {tray.hostname}: port GUID {guid!r} is not '0x' + 16 hex digits; left out"
+                )
+        guids_of_tray[tray.id] = good
+    return guids_of_tray
+
+
+def _member_trays(rows: _Rows) -> dict[int, set[int]]:
+    """Department -> the trays it owns (dedicated partitions) or runs on (a GPU of one of its jobs)."""
     member_trays: dict[int, set[int]] = defaultdict(set)
-    for tray_id, department_id in tray_dept.items():
+    for tray in rows.trays:
+        owner = rows.owner_of_tray(tray)
+        if owner is not None:
+            member_trays[owner].add(tray.id)
+    for department_id, tray_id in rows.running:
         member_trays[department_id].add(tray_id)
-    for department_id, tray_id in running:
-        member_trays[department_id].add(tray_id)
+    return member_trays
+
+
+def _tenants(rows: _Rows, problems: list[str]) -> tuple[TenantSpec, ...]:
+    """Every department's network and storage isolation, with the port GUIDs of its member trays."""
+    guids_of_tray = _valid_port_guids(rows, problems)
+    member_trays = _member_trays(rows)
     tenants = []
-    for d in departments:
+    for d in rows.departments:
         guids = sorted({g for tray_id in member_trays.get(d.pk, ()) for g in guids_of_tray.get(tray_id, ())})
         try:
             tenants.append(
@@ -251,59 +329,78 @@ def build_state(*, fabric: bool = False) -> ConfigState:
             )
         except ValueError as error:
             raise ValueError(f"department {d.name}: {error}") from error
+    return tuple(tenants)
 
-    # --- Kubernetes ------------------------------------------------------------------------------------
-    partition_name = {row[0]: row[2] for row in partitions}
-    inventory = InventoryState(
-        racks=tuple(RackSpec(name, str(uuid) if uuid else None) for _, name, uuid in racks),
+
+def _kubernetes_inventory(rows: _Rows, tier_of: dict[int, str]) -> InventoryState:
+    partition_name = {p.id: p.name for p in rows.partitions}
+    return InventoryState(
+        racks=tuple(RackSpec(r.name, str(r.cluster_uuid) if r.cluster_uuid else None) for r in rows.racks),
         partitions=tuple(
             PartitionSpec(
-                rack_name[rack_id],
-                name,
-                clique_id,
-                department=dept_slug[owner] if owner is not None else None,
-                service_tier=tier_of[pk],
+                rows.rack_name[p.rack_id],
+                p.name,
+                p.clique_id,
+                department=rows.owner_slug(p),
+                service_tier=tier_of[p.id],
             )
-            for pk, rack_id, name, clique_id, owner, _tier in sorted(
-                partitions, key=lambda p: (rack_name[p[1]], p[3], p[2])
-            )
+            for p in sorted(rows.partitions, key=lambda p: (rows.rack_name[p.rack_id], p.clique_id, p.name))
         ),
         nodes=tuple(
-            NodeSpec(t[3], rack_name[t[1]], partition_name[t[4]] if t[4] is not None else None) for t in trays
+            NodeSpec(
+                t.hostname,
+                rows.rack_name[t.rack_id],
+                partition_name[t.partition_id] if t.partition_id is not None else None,
+            )
+            for t in rows.trays
         ),
     )
-    kubernetes = KubernetesState(inventory=inventory, tenants=tuple(tenants), nfs_server=tenancy.nfs_server)
 
-    # --- fabric ----------------------------------------------------------------------------------------
-    fabric_racks = None
-    if fabric:
-        tray_of = {t[0]: t for t in trays}
-        gpus_of_partition: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
-        for tray_id, index, uuid in Gpu.objects.filter(tray__isnull=False).values_list(
-            "tray_id", "index", "uuid"
-        ):
-            tray = tray_of[tray_id]
-            if tray[4] is not None:
-                gpus_of_partition[tray[4]].append((uuid, tray[2], index))
-        per_rack: dict[int, list] = defaultdict(list)
-        for pk, rack_id, name, clique_id, _owner, _tier in partitions:
-            members = tuple(sorted(gpus_of_partition.get(pk, ())))
-            per_rack[rack_id].append((name, clique_id, members))
-        fabric_racks = tuple(
-            FabricRack(
-                rack=name,
-                domain=str(uuid) if uuid else None,
-                partitions=tuple(sorted(per_rack.get(pk, ()), key=lambda p: (p[1], p[0]))),
-            )
-            for pk, name, uuid in racks
+
+def _fabric_racks(rows: _Rows) -> tuple[FabricRack, ...]:
+    """Every rack's partitions with their GPUs (one more query: every GPU in a tray)."""
+    tray_by_id = {t.id: t for t in rows.trays}
+    gpus_of_partition: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    for tray_id, index, uuid in Gpu.objects.filter(tray__isnull=False).values_list(
+        "tray_id", "index", "uuid"
+    ):
+        tray = tray_by_id[tray_id]
+        if tray.partition_id is not None:
+            gpus_of_partition[tray.partition_id].append((uuid, tray.slot, index))
+    per_rack: dict[int, list] = defaultdict(list)
+    for p in rows.partitions:
+        members = tuple(sorted(gpus_of_partition.get(p.id, ())))
+        per_rack[p.rack_id].append((p.name, p.clique_id, members))
+    return tuple(
+        FabricRack(
+            rack=r.name,
+            domain=str(r.cluster_uuid) if r.cluster_uuid else None,
+            partitions=tuple(sorted(per_rack.get(r.id, ()), key=lambda p: (p[1], p[0]))),
         )
+        for r in rows.racks
+    )
 
+
+def build_state(*, fabric: bool = False) -> ConfigState:
+    """Read the database once (a fixed number of queries) and build the desired state.
+
+    `fabric=True` also reads every GPU (UUID, tray slot, index) for the fabric manager adapter.
+    Raises ValueError when stored data cannot be expressed (the message names the object).
+    """
+    rows = _read_rows()
+    problems: list[str] = []
+    tier_of = _tier_of_partition(rows)
+    nodes = tuple(SlurmNode(hostname=t.hostname, gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS) for t in rows.trays)
+    tenants = _tenants(rows, problems)
+    kubernetes = KubernetesState(
+        inventory=_kubernetes_inventory(rows, tier_of), tenants=tenants, nfs_server=rows.tenancy.nfs_server
+    )
     return ConfigState(
-        slurm=SlurmState(nodes=nodes, tiers=tuple(tiers), blocks=tuple(blocks)),
-        qos=qos,
+        slurm=SlurmState(nodes=nodes, tiers=_service_tiers(rows, tier_of), blocks=_slurm_blocks(rows)),
+        qos=tuple(DepartmentQos(d.slug, d.limit_gpus) for d in rows.departments),
         kubernetes=kubernetes,
-        tenants=tuple(tenants),
-        fabric=fabric_racks,
+        tenants=tenants,
+        fabric=_fabric_racks(rows) if fabric else None,
         problems=tuple(problems),
     )
 

@@ -44,12 +44,18 @@ def _can_schedule_retry(task) -> bool:
 
 @shared_task(bind=True, name=PUSH_CONFIG, acks_late=True)
 def push_config(self, push_id: int) -> dict:
-    """Run one queued push; a push that is not queued (running elsewhere, finished) is left alone."""
-    requested_by = ConfigPush.objects.filter(pk=push_id).values_list("requested_by_id", flat=True).first()
+    """Run one queued push; a push that is not queued (running elsewhere, finished) is left alone.
+
+    When the push of a partition plan finishes, the plan follows at once (the beat would, within 30 s)."""
+    row = ConfigPush.objects.filter(pk=push_id).values("requested_by_id", "plan_id").first() or {}
+    requested_by, plan_id = row.get("requested_by_id"), row.get("plan_id")
     actor = get_user_model().objects.filter(pk=requested_by).first() if requested_by else None
     retry = _can_schedule_retry(self)
     with audit_context(AuditSource.TASK, actor=actor):
         outcome = pushes.execute(push_id, can_schedule_retry=retry)
+        if plan_id is not None and outcome.status in (PushStatus.SUCCEEDED, PushStatus.FAILED):
+            for plan in PartitionPlan.objects.filter(pk=plan_id):
+                follow(plan)
     if outcome.status == PushStatus.QUEUED and outcome.retry_in is not None and retry:
         send_now(PUSH_CONFIG, push_id, countdown=outcome.retry_in)
     return {"push": push_id, "status": outcome.status, "retry_in": outcome.retry_in}
@@ -121,7 +127,8 @@ RENAMED = {
 def _forwarder(old: str, new: str):
     def forward(*args, **kwargs):
         logger.info("task %s was renamed %s: forwarding", old, new)
-        return send_now(new, *args, **kwargs)
+        # The message's keyword arguments are the task's, not send options.
+        return send_now(new, *args, kwargs=kwargs) if kwargs else send_now(new, *args)
 
     forward.__name__ = forward.__qualname__ = old.rsplit(".", 1)[-1] + "_renamed"
     return shared_task(name=old)(forward)

@@ -61,7 +61,7 @@ def target_list(request):
                 "badge": STATUS_BADGE.get(push.status, "") if push else "",
             }
         )
-    return render(request, "integrations/target_list.html", {"rows": rows})
+    return render(request, "integrations/target_list.html", {"rows": rows, "kinds": registry.kinds()})
 
 
 @require_http_methods(["GET", "POST"])
@@ -114,35 +114,12 @@ def push_list(request):
     or to one (`target`)."""
     require_admin(request.user, "configuration targets and pushes")
     if request.method == "POST":
-        chosen = None
-        if request.POST.get("target"):
-            chosen = [
-                get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=request.POST["target"])
-            ]
-            if not chosen[0].enabled:
-                messages.error(request, f"Target {chosen[0].name} is disabled: enable it first.")
-                return redirect("integrations:push-list")
-        created = pushes.queue_pushes(reason="pushed from the portal", user=request.user, targets=chosen)
-        if not created:
-            messages.info(request, "A push is running on that target: the change is pushed right after it.")
-        elif len(created) == 1:
-            return redirect("integrations:push-detail", pk=created[0].pk)
-        else:
-            messages.success(request, f"{len(created)} pushes created.")
-        return redirect("integrations:push-list")
-
-    queryset = (
-        ConfigPush.objects.visible_to(request.user)
-        .select_related("target", "requested_by")
-        .defer("payload", "log")
-    )
+        return _push_now(request)
     target = request.GET.get("target") or ""
     status = request.GET.get("status") or ""
-    if target.isdigit():
-        queryset = queryset.filter(target_id=int(target))
-    if status in PushStatus.values:
-        queryset = queryset.filter(status=status)
-    page = Paginator(queryset, PUSHES_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(_pushes_filtered(request.user, target, status), PUSHES_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
     for push in page.object_list:
         push.badge = STATUS_BADGE.get(push.status, "")
         push.error_line = push.error.splitlines()[0] if push.error else ""
@@ -161,11 +138,54 @@ def push_list(request):
     )
 
 
-def _payload_summary(push: ConfigPush) -> list[str]:
-    """What the push carries, in a few lines (its kind says how)."""
-    if not registry.is_kind(push.target.kind):
-        return []
-    return registry.get(push.target.kind).describe(push.payload or {})
+def _push_now(request):
+    """The "Push to all targets" and "Push now" buttons: one push shows its page, several the list."""
+    chosen = None
+    if request.POST.get("target"):
+        target = get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=request.POST["target"])
+        if not target.enabled:
+            messages.error(request, f"Target {target.name} is disabled: enable it first.")
+            return redirect("integrations:push-list")
+        chosen = [target]
+    created = pushes.queue_pushes(reason="pushed from the portal", user=request.user, targets=chosen)
+    if not created:
+        messages.info(request, "A push is running on that target: the change is pushed right after it.")
+    elif len(created) == 1:
+        return redirect("integrations:push-detail", pk=created[0].pk)
+    else:
+        messages.success(request, f"{len(created)} pushes created.")
+    return redirect("integrations:push-list")
+
+
+def _pushes_filtered(user, target: str, status: str):
+    queryset = (
+        ConfigPush.objects.visible_to(user).select_related("target", "requested_by").defer("payload", "log")
+    )
+    if target.isdigit():
+        queryset = queryset.filter(target_id=int(target))
+    if status in PushStatus.values:
+        queryset = queryset.filter(status=status)
+    return queryset
+
+
+def _kind_of(push: ConfigPush) -> registry.Kind | None:
+    return registry.get(push.target.kind) if registry.is_kind(push.target.kind) else None
+
+
+def _status_context(push: ConfigPush, kind: registry.Kind | None) -> dict:
+    """What the status panel (_push_status.html) shows, on the page and in each poll."""
+    return {
+        "push": push,
+        "badge": STATUS_BADGE.get(push.status, ""),
+        "next_step": pushes.what_to_do(push.error),
+        # The error without its "What to do:" line, which the page shows on its own.
+        "error_body": "\n".join(
+            line for line in push.error.splitlines() if not line.startswith("What to do:")
+        ),
+        "target_summary": pushes.target_summary(push.target),
+        # A system without transactions keeps what was done before the failure (the log says what).
+        "partly_applied": kind is not None and not kind.atomic,
+    }
 
 
 def push_detail(request, pk):
@@ -177,23 +197,16 @@ def push_detail(request, pk):
     if polling:
         queryset = queryset.defer("payload")
     push = get_object_or_404(queryset, pk=pk)
-    context = {
-        "push": push,
-        "badge": STATUS_BADGE.get(push.status, ""),
-        "next_step": pushes.what_to_do(push.error),
-        # The error without its "What to do:" line, which the page shows on its own.
-        "error_body": "\n".join(
-            line for line in push.error.splitlines() if not line.startswith("What to do:")
-        ),
-        "target_summary": pushes.target_summary(push.target),
-    }
+    kind = _kind_of(push)
+    context = _status_context(push, kind)
     if polling:
         response = render(request, "integrations/_push_status.html", context)
         if push.is_finished:
             response = HttpResponseStopPolling(response.content)
         patch_vary_headers(response, ["HX-Request"])
         return response
-    context["payload_summary"] = _payload_summary(push)
+    # What the push carries, in a few lines (its kind says how).
+    context["payload_summary"] = kind.describe(push.payload or {}) if kind else []
     return render(request, "integrations/push_detail.html", context)
 
 

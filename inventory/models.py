@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from core.access import is_admin
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, MAX_CLIQUE_ID, TRAYS_PER_RACK
 from inventory.choices import ACTIVE_PLAN_STATES, FabricState, GpuHealth, PlanStatus, SystemModel, TrayState
 
@@ -198,7 +199,8 @@ class Gpu(models.Model):
 
 class PartitionPlanQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self if user.is_authenticated and user.is_staff else self.none()
+        """Plans are platform admins' work: they see all of them, nobody else any."""
+        return self if is_admin(user) else self.none()
 
 
 class PartitionPlan(models.Model):

@@ -1,7 +1,7 @@
 """NVLink partition plans, judged without Django: layouts, presets, and every finding in plain words.
 
 A plan carves one rack (NVLink domain) into partitions of whole compute trays. The service layer
-(inventory.services) feeds it the rack's trays as they are now and applies what it accepts.
+(integrations.plans.service) feeds it the rack's trays as they are now and applies what it accepts.
 """
 
 from __future__ import annotations
@@ -145,14 +145,33 @@ def check_plan(
     express them (Slurm's BlockSizes rule over the whole cluster), or None.
     """
     by_slot = {tray.slot: tray for tray in trays}
-    known_departments = set(departments)
     partitions = list(partitions)
     check = PlanCheck(partitions=partitions, clique_ids={})
-
     if not partitions:
         check.add(Level.ERROR, f"The plan for {rack} has no partitions: give it at least one.")
         return check
+    _check_names(check, partitions)
+    owner = _assign_trays(check, rack, by_slot, set(departments))
+    _check_left_out(check, by_slot, owner)
+    _check_unschedulable(check, by_slot, owner)
+    _number_cliques(check, by_slot, owner)
+    check.changes.extend(_tray_changes(trays, by_slot, partitions, owner))
+    if not check.changes:
+        check.add(Level.WARNING, f"The plan does not change {rack}'s partitions.")
+    _check_busy_trays(check, drain)
+    if check.ok and check_blocks is not None:
+        hosts = {p.name: tuple(by_slot[s].hostname for s in p.slots) for p in partitions}
+        reason = check_blocks(hosts)
+        if reason:
+            check.add(Level.ERROR, reason)
+    if check.ok:
+        sizes = ", ".join(f"{p.name} {len(p.slots)} trays" for p in partitions)
+        check.add(Level.OK, f"{rack}: {sizes}; no overlaps, names unique, Slurm block sizes valid.")
+    return check
 
+
+def _check_names(check: PlanCheck, partitions: list[PlannedPartition]) -> None:
+    """Partition names are unique and usable."""
     names = [p.name for p in partitions]
     for name in sorted({n for n in names if names.count(n) > 1}):
         check.add(Level.ERROR, f"The name {name} is used by more than one partition: names must be unique.")
@@ -164,8 +183,14 @@ def check_plan(
                 "(up to 31 characters, starting with a letter or digit).",
             )
 
+
+def _assign_trays(
+    check: PlanCheck, rack: str, by_slot: dict[int, TrayInfo], known_departments: set[str]
+) -> dict[int, str]:
+    """Slot -> the planned partition that takes it. Trays the rack does not have, trays in two partitions,
+    unknown departments and unusable Slurm partition names are errors."""
     owner: dict[int, str] = {}
-    for partition in partitions:
+    for partition in check.partitions:
         if not partition.slots:
             check.add(Level.ERROR, f"Partition {partition.name} has no trays.")
         for slot in partition.slots:
@@ -191,7 +216,10 @@ def check_plan(
             )
         if partition.slurm_partition and not NAME.match(partition.slurm_partition):
             check.add(Level.ERROR, f"{partition.slurm_partition!r} is not a usable Slurm partition name.")
+    return owner
 
+
+def _check_left_out(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:
     left_out = sorted(set(by_slot) - set(owner))
     if left_out:
         what = f"Tray {left_out[0]} is" if len(left_out) == 1 else f"Trays {_ranges(left_out)} are"
@@ -201,6 +229,10 @@ def check_plan(
             f"{what} left out: {they} will be in no NVLink partition and get no work until a later plan "
             f"takes {'it' if len(left_out) == 1 else 'them'} back.",
         )
+
+
+def _check_unschedulable(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:
+    """A warning for each planned tray that cannot take work now, saying why."""
     for slot in sorted(owner):
         tray = by_slot[slot]
         if not tray.schedulable:
@@ -217,24 +249,37 @@ def check_plan(
                 "leave it out unless it will be fixed soon.",
             )
 
-    # Clique IDs: one partition covering the whole rack is the default partition; others count from 1.
-    whole = len(partitions) == 1 and set(owner) == set(by_slot)
-    for number, partition in enumerate(partitions, start=1):
+
+def _number_cliques(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:
+    """Clique IDs: one partition covering the whole rack is the default partition; others count from 1."""
+    whole = len(check.partitions) == 1 and set(owner) == set(by_slot)
+    for number, partition in enumerate(check.partitions, start=1):
         check.clique_ids[partition.name] = DEFAULT_CLIQUE_ID if whole else number
 
-    # A tray's NVLink partition changes when its partition's name or membership does.
+
+def _tray_changes(
+    trays: Sequence[TrayInfo],
+    by_slot: dict[int, TrayInfo],
+    partitions: list[PlannedPartition],
+    owner: dict[int, str],
+) -> list[TrayChange]:
+    """The trays whose NVLink partition changes: its partition's name or membership does."""
     members_now: dict[str | None, set[int]] = {}
     for tray in trays:
         members_now.setdefault(tray.partition, set()).add(tray.slot)
     members_planned = {p.name: set(p.slots) for p in partitions}
+    changes = []
     for slot, tray in sorted(by_slot.items()):
         after = owner.get(slot)
         before_members = members_now.get(tray.partition) if tray.partition else None
         after_members = members_planned.get(after) if after else None
         if (tray.partition, before_members) != (after, after_members):
-            check.changes.append(TrayChange(slot, tray.hostname, tray.partition, after, tray.running_jobs))
-    if not check.changes:
-        check.add(Level.WARNING, f"The plan does not change {rack}'s partitions.")
+            changes.append(TrayChange(slot, tray.hostname, tray.partition, after, tray.running_jobs))
+    return changes
+
+
+def _check_busy_trays(check: PlanCheck, drain: bool) -> None:
+    """A tray that runs work and changes partition: drained first (`drain`), else the plan is refused."""
     for change in check.busy_trays:
         jobs = ", ".join(change.running_jobs)
         if drain:
@@ -249,13 +294,3 @@ def check_plan(
                 f"Tray {change.slot} ({change.hostname}) runs {jobs} and would change partition: "
                 "choose 'drain first' or wait for the work to finish.",
             )
-
-    if check.ok and check_blocks is not None:
-        hosts = {p.name: tuple(by_slot[s].hostname for s in p.slots) for p in partitions}
-        reason = check_blocks(hosts)
-        if reason:
-            check.add(Level.ERROR, reason)
-    if check.ok:
-        sizes = ", ".join(f"{p.name} {len(p.slots)} trays" for p in partitions)
-        check.add(Level.OK, f"{rack}: {sizes}; no overlaps, names unique, Slurm block sizes valid.")
-    return check

@@ -1,19 +1,20 @@
 """The audit log page: who changed what, when, through which door, and a compact before -> after diff.
 
-Staff see every event and department leads their departments' events (`AuditEvent.objects.visible_to`);
-anyone else is refused. Filtered with the FilterSet the API uses (portal.filters). A page is a fixed number
-of queries: the count, the page of events and one query for the names of their departments.
+Platform admins see every event and department leads their departments' events
+(`AuditEvent.objects.visible_to`); anyone else is refused (core.access.require_any_lead). Filtered with the
+FilterSet the API uses (portal.filters). A page is a fixed number of queries: the count, the page of events
+and one query for the names of their departments.
 """
 
 import json
 from dataclasses import dataclass
 
 from django.apps import apps
-from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.core.exceptions import FieldDoesNotExist
 from django.core.paginator import Paginator
 from django.shortcuts import render
 
-from core.access import is_admin
+from core.access import require_any_lead
 from core.models import AuditAction, AuditEvent, AuditSource
 from portal.filters import AuditEventFilter
 from tenancy.models import Department
@@ -37,11 +38,6 @@ class EventRow:
     event: AuditEvent
     department_name: str | None
     changes: list[Change]
-
-
-def can_view_audit_log(user) -> bool:
-    """Staff, and leads of at least one department (who see their departments' events)."""
-    return is_admin(user) or (user.is_authenticated and Department.objects.led_by(user).exists())
 
 
 def _text(value) -> str:
@@ -89,14 +85,9 @@ def changes_of(event: AuditEvent, labels: dict[str, str] | None = None) -> list[
     return rows
 
 
-def audit_list(request):
-    if not can_view_audit_log(request.user):
-        raise PermissionDenied("The audit log is open to staff and to department leads.")
-    filterset = AuditEventFilter(
-        request.GET, queryset=AuditEvent.objects.visible_to(request.user), request=request
-    )
-    page = Paginator(filterset.qs, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
-    events = list(page.object_list)
+def _rows(events: list[AuditEvent]) -> list[EventRow]:
+    """Each event with its department's name and its changes: one query for the names, field labels
+    looked up once per model."""
     names = dict(
         Department.objects.filter(pk__in={e.department_id for e in events if e.department_id}).values_list(
             "pk", "name"
@@ -114,7 +105,23 @@ def audit_list(request):
                 changes=changes_of(event, labels[event.object_type]),
             )
         )
-    page.object_list = rows
+    return rows
+
+
+def _is_filtered(request, form) -> bool:
+    return any(request.GET.get(name) for name in form.fields if name != "page") or any(
+        request.GET.get(f"date_{end}") for end in ("after", "before")
+    )
+
+
+def audit_list(request):
+    """The events the user may see, filtered and paginated, newest first."""
+    require_any_lead(request.user, "the audit log")
+    filterset = AuditEventFilter(
+        request.GET, queryset=AuditEvent.objects.visible_to(request.user), request=request
+    )
+    page = Paginator(filterset.qs, EVENTS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = _rows(list(page.object_list))
     form = filterset.form
     return render(
         request,
@@ -122,8 +129,7 @@ def audit_list(request):
         {
             "filter": filterset,
             "page": page,
-            "filtered": any(request.GET.get(name) for name in form.fields if name != "page")
-            or any(request.GET.get(f"date_{end}") for end in ("after", "before")),
+            "filtered": _is_filtered(request, form),
             "object_types": form.fields["object_type"].choices,
             "actions": AuditAction.choices,
             "sources": AuditSource.choices,

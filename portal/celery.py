@@ -1,4 +1,9 @@
-"""The Celery application. Without CELERY_BROKER_URL tasks run eagerly in the calling process."""
+"""The Celery application. Without CELERY_BROKER_URL tasks run eagerly in the calling process.
+
+Work is started by task name through core.enqueue. Names of the previous release stay registered and
+forward to the new ones (integrations.tasks.RENAMED, scheduling.tasks), so messages queued before an
+upgrade do not crash a worker.
+"""
 
 import os
 
@@ -6,6 +11,20 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
+# Redis socket timeouts, in seconds (CELERY_BROKER_TRANSPORT_OPTIONS may override them). Without them a
+# publish to a broker host that is gone waits for the operating system (minutes; forever on a connection
+# that stays half-open): a request would hang on its on-commit message. The read timeout stays above the
+# worker's BRPOP wait (1 s).
+BROKER_SOCKET_TIMEOUTS = {"socket_connect_timeout": 2, "socket_timeout": 3}
+
 app = Celery("rackplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.on_after_configure.connect
+def _bounded_broker_waits(sender, **kwargs):
+    sender.conf.broker_transport_options = {
+        **BROKER_SOCKET_TIMEOUTS,
+        **(sender.conf.broker_transport_options or {}),
+    }

@@ -3,12 +3,12 @@
 Who may do what:
 * everyone signed in sees the departments `Department.objects.visible_to(user)` returns; any other
   department's page answers 404;
-* leads (`Department.objects.led_by(user)`) and admins manage a department's members; members get 403;
-* only admins (staff) create and edit departments and see the admin dashboard.
+* leads and platform admins (core.access.leads) manage a department's members; members get 403;
+* only platform admins (core.access.is_admin) create and edit departments and see the admin dashboard.
 """
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -16,7 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from core.access import is_admin
+from core.access import is_admin, leads, require_admin, require_lead
 from portal import charts as dashboards
 from scheduling import usage as selectors
 from tenancy.forms import DepartmentForm, MembershipForm
@@ -45,11 +45,6 @@ def _link_idle_gpus(gpus) -> None:
     _set_urls(gpus, "scheduling:job-detail", "job_id", "job_url")
 
 
-def _require_admin(user) -> None:
-    if not is_admin(user):
-        raise PermissionDenied("Only platform admins may do this.")
-
-
 def _save(request, form: DepartmentForm):
     """Save through the service; on a ValidationError put its messages on the form's fields."""
     if not form.is_valid():
@@ -66,7 +61,7 @@ def department_list(request):
     """The departments the user may see; admins also create departments here (POST)."""
     form = None
     if request.method == "POST":
-        _require_admin(request.user)
+        require_admin(request.user, "department creation")
         form = DepartmentForm(request.POST)
         department = _save(request, form)
         if department is not None:
@@ -75,12 +70,8 @@ def department_list(request):
     elif is_admin(request.user):
         form = DepartmentForm()
     positions = selectors.department_positions()
-    context = {
-        "positions": selectors.department_list(request.user, positions),
-        "form": form,
-        "is_admin": is_admin(request.user),
-    }
-    if context["is_admin"]:
+    context = {"positions": selectors.department_list(request.user, positions), "form": form}
+    if is_admin(request.user):
         # Stands in for the context processor's capacity_status: the GPUs are counted once per request.
         context["capacity_status"] = positions.capacity_status()
     return render(request, "tenancy/department_list.html", context)
@@ -109,16 +100,15 @@ def department_detail(request, slug):
         "position": dashboard.position,
         "chart": chart,
         "member_form": MembershipForm(department=department) if dashboard.can_manage else None,
-        "is_admin": is_admin(request.user),
     }
-    if context["is_admin"]:
+    if is_admin(request.user):
         context["capacity_status"] = dashboard.positions.capacity_status()  # as in department_list
     return render(request, "tenancy/department_detail.html", context)
 
 
 @require_http_methods(["GET", "POST"])
 def department_edit(request, slug):
-    _require_admin(request.user)
+    require_admin(request.user, "department settings")
     department = get_object_or_404(Department.objects.visible_to(request.user), slug=slug)
     if request.method == "POST":
         form = DepartmentForm(request.POST, instance=department)
@@ -136,8 +126,7 @@ def department_edit(request, slug):
 def _managed(request, slug: str) -> Department:
     """A department the user may manage: 404 if they cannot see it, 403 if they only belong to it."""
     department = _visible(request, slug)
-    if not selectors.can_manage(request.user, department):
-        raise PermissionDenied("Only the department's leads and platform admins manage its members.")
+    require_lead(request.user, department)
     return department
 
 
@@ -152,7 +141,7 @@ def _members_response(request, department: Department, form: MembershipForm | No
     if not selectors.visible_department(request.user, department.slug):
         # The user removed their own membership: this page is no longer theirs to see.
         return HttpResponseClientRedirect(reverse("tenancy:department-list"))
-    manage = selectors.can_manage(request.user, department)
+    manage = leads(request.user, department)
     response = render(
         request,
         "tenancy/_members.html",
@@ -203,8 +192,8 @@ def member_remove(request, slug, pk):
 
 
 def admin_dashboard(request):
-    """Staff only: every department side by side, capacity, oversubscription and idle GPUs."""
-    _require_admin(request.user)
+    """Platform admins only: every department side by side, capacity, oversubscription and idle GPUs."""
+    require_admin(request.user, "the capacity dashboard")
     dashboard = selectors.admin_dashboard()
     _link_idle_gpus(dashboard.idle_gpus)
     chart = ""

@@ -24,14 +24,22 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from core.access import is_admin
+from core.access import is_admin, leads
 from core.enqueue import enqueue
 from core.hardware import GPUS_PER_TRAY
+from inventory.choices import TrayState
 from inventory.models import ComputeTray, Gpu
 from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.cluster import Cluster, TraySpec
-from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES, PendingJob, RunningJob, schedule
+from scheduling.engine.scheduler import (
+    PREEMPTIBLE_CLASSES,
+    PassResult,
+    PendingJob,
+    RunningJob,
+    Start,
+    schedule,
+)
 from scheduling.engine.scheduler import Department as EngineDepartment
 from scheduling.models import (
     Allocation,
@@ -49,6 +57,7 @@ from tenancy.services import schedulable_gpus_q
 SCHEDULE_JOBS = "scheduling.tasks.schedule_jobs"
 DISPATCH_JOB = "integrations.tasks.dispatch_job"
 SYNC_JOBS = "integrations.tasks.sync_jobs"
+FOLLOW_PLANS = "integrations.tasks.follow_active_plans"
 
 # --- submission --------------------------------------------------------------------------------------
 
@@ -201,17 +210,21 @@ def submit_job(
 
 
 def may_cancel(user, job: Job) -> bool:
-    """Staff, the job's submitter and its department's leads may cancel it."""
-    if is_admin(user) or (job.submitted_by_id is not None and job.submitted_by_id == user.pk):
+    """The job's submitter, its department's leads and platform admins may cancel it."""
+    if job.submitted_by_id is not None and job.submitted_by_id == user.pk:
         return True
-    return Department.objects.led_by(user).filter(pk=job.department_id).exists()
+    return leads(user, job.department_id)
 
 
 # --- cancel ------------------------------------------------------------------------------------------
 
 
 def _free(job: Job) -> None:
-    Allocation.objects.filter(job=job).delete()
+    """Give the job's GPUs back. A partition plan waiting for a drained tray to empty moves on at once."""
+    allocations = Allocation.objects.filter(job=job)
+    if allocations.filter(gpu__tray__state=TrayState.DRAIN).exists():
+        enqueue(FOLLOW_PLANS)
+    allocations.delete()
 
 
 def _stop_in_backend(job: Job, reason: str) -> None:
@@ -295,18 +308,40 @@ def _load_cluster():
     return cluster, tray_index
 
 
-def _pass(now) -> PassSummary:
-    started_clock = time.perf_counter()
-    cluster, tray_index = _load_cluster()
-    tray_pk = {index: pk for pk, index in tray_index.items()}
-    departments = list(Department.objects.all())
-    slug = {d.pk: d.slug for d in departments}
-    engine_departments = [
+# Fields a preemption and a start change on a Job (one bulk update each).
+_PREEMPTED_FIELDS = [
+    "state",
+    "preemptions",
+    "over_quota",
+    "backend_id",
+    "backend_message",
+    "placed_at",
+    "started_at",
+    "next_dispatch_at",
+    "pending_reason",
+]
+_STARTED_FIELDS = [
+    "state",
+    "placement",
+    "placed_at",
+    "over_quota",
+    "pending_reason",
+    "backend_message",
+    "dispatch_attempts",
+    "next_dispatch_at",
+]
+
+
+def _engine_departments(departments: list[Department]) -> list[EngineDepartment]:
+    return [
         EngineDepartment(d.slug, d.guaranteed_gpus, float(d.over_quota_weight), d.limit_gpus, d.priority)
         for d in departments
     ]
-    holding = list(Job.objects.filter(state__in=HOLDING_STATES))
-    running = [
+
+
+def _running_jobs(cluster: Cluster, slug: dict[int, str]) -> list[RunningJob]:
+    """The holding jobs that hold GPUs on the cluster, as the engine sees them."""
+    return [
         RunningJob(
             id=j.pk,
             department=slug[j.department_id],
@@ -316,11 +351,13 @@ def _pass(now) -> PassSummary:
             over_quota=j.over_quota,
             priority_class=j.priority_class,
         )
-        for j in holding
+        for j in Job.objects.filter(state__in=HOLDING_STATES)
         if j.pk in cluster.jobs
     ]
-    pending_jobs = {j.pk: j for j in Job.objects.filter(state=JobState.PENDING)}
-    pending = [
+
+
+def _pending_jobs(pending_jobs: dict[int, Job], slug: dict[int, str]) -> list[PendingJob]:
+    return [
         PendingJob(
             id=j.pk,
             department=slug[j.department_id],
@@ -332,11 +369,15 @@ def _pass(now) -> PassSummary:
         )
         for j in pending_jobs.values()
     ]
-    result = schedule(cluster, engine_departments, running, pending, now.timestamp())
 
-    # The decisions were made on rows read without locks: a job may have been cancelled, finished or handed
-    # to its backend meanwhile. Lock the rows the pass changes and act only on those still as they were read
-    # (a dispatch or cancel in flight holds the row lock; we wait for it and then see its outcome).
+
+def _keep_decisions_still_valid(result: PassResult, pending_jobs: dict[int, Job]) -> dict[int, Job]:
+    """Lock the jobs the decisions change and drop the decisions on jobs no longer as they were read.
+
+    The decisions were made on rows read without locks: a job may have been cancelled, finished or handed
+    to its backend meanwhile (a dispatch or cancel in flight holds the row lock; we wait for it and then
+    see its outcome). Locked pending jobs replace their unlocked copies in `pending_jobs`; returns the
+    locked holding jobs by pk (the victims)."""
     touched = [s.job_id for s in result.started] + list(result.preempted)
     current = {j.pk: j for j in Job.objects.select_for_update().filter(pk__in=touched).order_by("pk")}
     holding_by_pk = {pk: job for pk, job in current.items() if job.state in HOLDING_STATES}
@@ -346,9 +387,26 @@ def _pass(now) -> PassSummary:
             pending_jobs[pk] = job
     result.preempted = {v: j for v, j in result.preempted.items() if v in holding_by_pk}
     result.started = [s for s in result.started if s.job_id in still_pending]
+    return holding_by_pk
 
+
+def _requeue(victim: Job) -> None:
+    victim.state = JobState.PENDING
+    victim.preemptions += 1
+    victim.over_quota = False
+    victim.backend_id = ""
+    victim.backend_message = ""
+    victim.placed_at = victim.started_at = None
+    victim.next_dispatch_at = None
+    victim.pending_reason = "waiting: preempted; back in the queue"
+
+
+def _preempt(
+    preempted: dict[int, int], holding_by_pk: dict[int, Job], pending_jobs: dict[int, Job]
+) -> list[JobEvent]:
+    """Stop each victim in its backend, free its GPUs and put it back in the queue; its events."""
     events: list[JobEvent] = []
-    for victim_id, for_job in result.preempted.items():
+    for victim_id, for_job in preempted.items():
         victim = holding_by_pk[victim_id]
         _stop_in_backend(victim, f"preempted for job {for_job}")
         beneficiary = pending_jobs[for_job]
@@ -361,97 +419,102 @@ def _pass(now) -> PassSummary:
                 victim.placement,
             )
         )
-        victim.state = JobState.PENDING
-        victim.preemptions += 1
-        victim.over_quota = False
-        victim.backend_id = ""
-        victim.backend_message = ""
-        victim.placed_at = victim.started_at = None
-        victim.next_dispatch_at = None
-        victim.pending_reason = "waiting: preempted; back in the queue"
-    if result.preempted:
-        Allocation.objects.filter(job_id__in=list(result.preempted)).delete()
-        Job.objects.bulk_update(
-            [holding_by_pk[pk] for pk in result.preempted],
-            [
-                "state",
-                "preemptions",
-                "over_quota",
-                "backend_id",
-                "backend_message",
-                "placed_at",
-                "started_at",
-                "next_dispatch_at",
-                "pending_reason",
-            ],
-        )
+        _requeue(victim)
+    if preempted:
+        Allocation.objects.filter(job_id__in=list(preempted)).delete()
+        Job.objects.bulk_update([holding_by_pk[pk] for pk in preempted], _PREEMPTED_FIELDS)
+    return events
 
-    # The free GPUs of every tray this pass starts work on, in one query, by tray in index order. Each start
-    # takes from the front of its trays' lists, so two small jobs packed on one tray get different GPUs.
-    trays_wanted = {tray_pk[t] for start in result.started for t, _ in start.placement}
+
+def _free_gpus_on(tray_pks: set[int]) -> dict[int, list[int]]:
+    """The free GPUs of these trays, in one query: tray -> GPU pks in index order. Each start takes from
+    the front of its trays' lists, so two small jobs packed on one tray get different GPUs."""
     free_on: dict[int, list[int]] = {}
     for gpu_id, tray_id in (
-        Gpu.objects.filter(schedulable_gpus_q(), tray_id__in=trays_wanted, allocations__isnull=True)
+        Gpu.objects.filter(schedulable_gpus_q(), tray_id__in=tray_pks, allocations__isnull=True)
         .order_by("tray_id", "index")
         .values_list("pk", "tray_id")
     ):
         free_on.setdefault(tray_id, []).append(gpu_id)
+    return free_on
+
+
+def _place(job: Job, start: Start, cluster: Cluster, now) -> JobEvent:
+    """Mark the job placed on the start's trays (STARTING, for dispatch); its PLACED event."""
+    hosts = [cluster.tray_host[t] for t, _ in start.placement]
+    shape = engine_placement.describe(cluster, start.placement)
+    where = ", ".join(sorted({cluster.partition_label(cluster.tray_part[t]) for t, _ in start.placement}))
+    job.state = JobState.STARTING
+    job.placement = hosts
+    job.placed_at = now
+    job.over_quota = start.over_quota
+    job.pending_reason = ""
+    job.backend_message = ""
+    job.dispatch_attempts = 0
+    job.next_dispatch_at = None
+    quota = "over quota (borrowed, preemptible)" if start.over_quota else "in quota"
+    return _event(
+        job,
+        JobEventKind.PLACED,
+        f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
+        + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else ""),
+        hosts,
+    )
+
+
+def _start(
+    result: PassResult, cluster: Cluster, tray_pk: dict[int, int], pending_jobs: dict[int, Job], now
+) -> tuple[list[Job], list[JobEvent]]:
+    """Allocate each started job its GPUs and mark it placed; (started jobs, their events)."""
+    free_on = _free_gpus_on({tray_pk[t] for start in result.started for t, _ in start.placement})
     allocations: list[Allocation] = []
     started_jobs: list[Job] = []
+    events: list[JobEvent] = []
     for start in result.started:
         job = pending_jobs[start.job_id]
         for t, n in start.placement:
             gpus = free_on.get(tray_pk[t], [])
             allocations.extend(Allocation(job=job, gpu_id=gpu_id) for gpu_id in gpus[:n])
             del gpus[:n]
-        hosts = [cluster.tray_host[t] for t, _ in start.placement]
-        shape = engine_placement.describe(cluster, start.placement)
-        where = ", ".join(sorted({cluster.partition_label(cluster.tray_part[t]) for t, _ in start.placement}))
-        job.state = JobState.STARTING
-        job.placement = hosts
-        job.placed_at = now
-        job.over_quota = start.over_quota
-        job.pending_reason = ""
-        job.backend_message = ""
-        job.dispatch_attempts = 0
-        job.next_dispatch_at = None
+        events.append(_place(job, start, cluster, now))
         started_jobs.append(job)
-        quota = "over quota (borrowed, preemptible)" if start.over_quota else "in quota"
-        events.append(
-            _event(
-                job,
-                JobEventKind.PLACED,
-                f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
-                + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else ""),
-                hosts,
-            )
-        )
     # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
     Allocation.objects.bulk_create(allocations)
-    Job.objects.bulk_update(
-        started_jobs,
-        [
-            "state",
-            "placement",
-            "placed_at",
-            "over_quota",
-            "pending_reason",
-            "backend_message",
-            "dispatch_attempts",
-            "next_dispatch_at",
-        ],
-    )
+    Job.objects.bulk_update(started_jobs, _STARTED_FIELDS)
+    return started_jobs, events
+
+
+def _record_waiting_reasons(waiting: dict[int, str], pending_jobs: dict[int, Job]) -> None:
+    """Store why each job still waits, writing only the reasons that changed."""
     changed = []
-    for job_id, reason in result.waiting.items():
+    for job_id, reason in waiting.items():
         job = pending_jobs.get(job_id)
         if job is not None and job.pending_reason != reason[:500]:
             job.pending_reason = reason[:500]
             changed.append(job)
     Job.objects.bulk_update(changed, ["pending_reason"], batch_size=500)
+
+
+def _pass(now) -> PassSummary:
+    """Read the cluster and the queue, let the engine decide, then apply what is still valid under lock."""
+    started_clock = time.perf_counter()
+    cluster, tray_index = _load_cluster()
+    tray_pk = {index: pk for pk, index in tray_index.items()}
+    departments = list(Department.objects.all())
+    slug = {d.pk: d.slug for d in departments}
+    running = _running_jobs(cluster, slug)
+    pending_jobs = {j.pk: j for j in Job.objects.filter(state=JobState.PENDING)}
+    pending = _pending_jobs(pending_jobs, slug)
+    result = schedule(cluster, _engine_departments(departments), running, pending, now.timestamp())
+
+    holding_by_pk = _keep_decisions_still_valid(result, pending_jobs)
+    events = _preempt(result.preempted, holding_by_pk, pending_jobs)
+    started_jobs, start_events = _start(result, cluster, tray_pk, pending_jobs, now)
+    events += start_events
+    _record_waiting_reasons(result.waiting, pending_jobs)
     JobEvent.objects.bulk_create(events)
-    if started_jobs:
-        for job in started_jobs:
-            enqueue(DISPATCH_JOB, job.pk)
+    for job in started_jobs:
+        enqueue(DISPATCH_JOB, job.pk)
     return PassSummary(
         started=len(result.started),
         preempted=len(result.preempted),

@@ -43,18 +43,30 @@ wall-clock time spent in scheduling passes.
 
 from __future__ import annotations
 
-import csv
 import heapq
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from core.hardware import GPUS_PER_TRAY
-from scheduling.engine.cluster import Cluster, TraySpec
-from scheduling.engine.placement import ANY, PARTITION, POLICIES, RACK, RACKPLANE
+from scheduling.engine.cluster import Cluster
+from scheduling.engine.placement import PARTITION, POLICIES, RACKPLANE
 from scheduling.engine.scheduler import Department, PendingJob, RunningJob, schedule
+from scheduling.simulation_inputs import (
+    RACK_TRAYS,
+    SimulationError,
+    Trace,
+    TraceJob,
+    build_cluster,
+    load_trace,
+    load_traces,
+    locality,
+    parse_guarantees,
+    parse_layout,
+    round_gpus,
+    split_guarantees,
+)
 
 __all__ = [
     "DEFAULT_SPAN_SLOWDOWN",
@@ -78,11 +90,9 @@ __all__ = [
     "split_guarantees",
 ]
 
-RACK_TRAYS = 18
 DEFAULT_SPAN_SLOWDOWN = 1.5
 RESUME, RESTART = "resume", "restart"
 PREEMPTION_MODES = (RESUME, RESTART)
-TRACE_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
 METRICS = (
     "jobs",
     "makespan_s",
@@ -100,194 +110,6 @@ METRICS = (
 # Time-series bin widths for the report, smallest first: the first that gives at most MAX_BINS bins.
 BIN_WIDTHS = (60, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400)
 MAX_BINS = 1500
-
-
-class SimulationError(ValueError):
-    """Bad input (a trace file, the layout, a guarantee): the message says what and where."""
-
-
-# --- inputs ------------------------------------------------------------------------------------------
-
-
-def round_gpus(gpus: int) -> int:
-    """GPUs a job holds here: 1-4 on one tray, above that whole trays of 4."""
-    if gpus <= GPUS_PER_TRAY:
-        return gpus
-    return -(-gpus // GPUS_PER_TRAY) * GPUS_PER_TRAY
-
-
-@dataclass(frozen=True)
-class TraceJob:
-    id: int  # engine job id: unique over every trace of a replay
-    name: str  # job_id in the trace
-    department: str
-    submitted_at: float
-    duration_s: float  # run time in the trace (on one NVLink partition: no slowdown)
-    gpus: int  # rounded, see `round_gpus`
-    trace_gpus: int
-
-    @property
-    def trays(self) -> int:
-        return max(1, self.gpus // GPUS_PER_TRAY)
-
-
-@dataclass(frozen=True)
-class Trace:
-    department: str
-    path: str
-    jobs: tuple[TraceJob, ...]
-
-    @property
-    def gpu_hours(self) -> float:
-        return sum(job.gpus * job.duration_s for job in self.jobs) / 3600
-
-
-def load_trace(path: str | Path, department: str | None = None, first_id: int = 0) -> Trace:
-    """Read one ITP-style CSV (job_id,submission_time,duration,num_gpu); times in seconds."""
-    path = Path(path)
-    department = department or path.stem
-    jobs = []
-    try:
-        with path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in TRACE_COLUMNS if c not in (reader.fieldnames or ())]
-            if missing:
-                raise SimulationError(
-                    f"{path}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                    f"(expected {','.join(TRACE_COLUMNS)})"
-                )
-            for row in reader:
-                where = f"{path}:{reader.line_num}"
-                try:
-                    submitted = float(row["submission_time"])
-                    duration = float(row["duration"])
-                    gpus = int(row["num_gpu"])
-                except (TypeError, ValueError):
-                    raise SimulationError(
-                        f"{where}: submission_time and duration must be numbers and num_gpu a whole number"
-                    ) from None
-                if not (math.isfinite(submitted) and math.isfinite(duration)) or duration <= 0 or gpus < 1:
-                    raise SimulationError(f"{where}: duration must be > 0 seconds and num_gpu >= 1")
-                jobs.append(
-                    TraceJob(
-                        first_id + len(jobs),
-                        row["job_id"],
-                        department,
-                        submitted,
-                        duration,
-                        round_gpus(gpus),
-                        gpus,
-                    )
-                )
-    except OSError as error:
-        raise SimulationError(f"cannot read trace {path}: {error.strerror or error}") from error
-    except UnicodeDecodeError as error:
-        raise SimulationError(f"{path} is not a text CSV file: {error}") from error
-    if not jobs:
-        raise SimulationError(f"{path}: no jobs")
-    return Trace(department, str(path), tuple(jobs))
-
-
-def load_traces(paths: Sequence[str | Path]) -> list[Trace]:
-    """One department per file, named after the file's stem; job ids run on across files."""
-    stems = [Path(p).stem for p in paths]
-    twice = sorted({s for s in stems if stems.count(s) > 1})
-    if twice:
-        raise SimulationError(f"two traces would be the same department (file name {', '.join(twice)})")
-    traces = []
-    first_id = 0
-    for path in paths:
-        trace = load_trace(path, first_id=first_id)
-        first_id += len(trace.jobs)
-        traces.append(trace)
-    return traces
-
-
-def parse_layout(text: str) -> tuple[int, ...]:
-    """'2x9' -> (9, 9): NVLink partitions of one rack in trays; terms may be joined with '+' ('1x10+2x4')."""
-    sizes: list[int] = []
-    for term in text.replace(" ", "").lower().split("+"):
-        count, sep, size = term.partition("x")
-        if not (sep and count.isdigit() and size.isdigit() and int(count) > 0 and int(size) > 0):
-            raise SimulationError(
-                f"layout {text!r}: write the partitions of a rack as COUNTxTRAYS, e.g. 1x18, 2x9, 3x6 "
-                f"or 1x10+2x4"
-            )
-        sizes += [int(size)] * int(count)
-    if sum(sizes) != RACK_TRAYS:
-        raise SimulationError(
-            f"layout {text!r}: its partitions hold {sum(sizes)} trays, but a rack has {RACK_TRAYS} "
-            f"compute trays to carve"
-        )
-    return tuple(sizes)
-
-
-def build_cluster(racks: int, sizes: Sequence[int]) -> Cluster:
-    """`racks` NVL72 racks, each carved into partitions p1, p2... of `sizes` trays, in slot order."""
-    if racks < 1:
-        raise SimulationError("a cluster needs at least one rack")
-    specs = []
-    for r in range(1, racks + 1):
-        rack = f"rack{r:03d}"
-        slot = 0
-        for number, size in enumerate(sizes, 1):
-            for _ in range(size):
-                slot += 1
-                specs.append(TraySpec(f"{rack}-t{slot:02d}", rack, f"p{number}"))
-    return Cluster(specs)
-
-
-def locality(gpus: int, cluster: Cluster) -> str:
-    """The topology a job asks for: one partition when it fits the largest, else one rack, else any."""
-    trays = max(1, gpus // GPUS_PER_TRAY)
-    if gpus <= GPUS_PER_TRAY or trays <= cluster.max_partition_trays:
-        return PARTITION
-    if trays <= cluster.max_rack_trays:
-        return RACK
-    return ANY
-
-
-def parse_guarantees(items: Iterable[str]) -> dict[str, int]:
-    """['cluster01=64', ...] -> {'cluster01': 64}."""
-    given: dict[str, int] = {}
-    for item in items:
-        name, sep, gpus = item.partition("=")
-        name = name.strip()
-        if not sep or not name or not gpus.strip().isdigit():
-            raise SimulationError(f"--guarantee {item!r}: write NAME=GPUS, with GPUS a whole number >= 0")
-        if name in given:
-            raise SimulationError(f"--guarantee {name} is given twice")
-        given[name] = int(gpus)
-    return given
-
-
-def split_guarantees(
-    capacity: int, gpu_hours: Mapping[str, float], given: Mapping[str, int] | None = None
-) -> dict[str, int]:
-    """Guaranteed GPUs per department: `given` ones as given, the rest of `capacity` split among the others
-    in proportion to their GPU-hours (largest remainder, ties by name; equal shares if none has any)."""
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(gpu_hours))
-    if unknown:
-        raise SimulationError(
-            f"--guarantee for {', '.join(unknown)}: no such department (departments are the trace file "
-            f"names: {', '.join(sorted(gpu_hours))})"
-        )
-    if sum(given.values()) > capacity:
-        raise SimulationError(
-            f"the given guarantees add up to {sum(given.values())} GPUs, more than the cluster's {capacity}"
-        )
-    others = sorted(name for name in gpu_hours if name not in given)
-    rest = capacity - sum(given.values())
-    total = sum(gpu_hours[name] for name in others)
-    weights = {name: (gpu_hours[name] if total > 0 else 1.0) for name in others}
-    weight_sum = sum(weights.values())
-    shares = {name: rest * weights[name] / weight_sum for name in others} if others else {}
-    split = {name: math.floor(share) for name, share in shares.items()}
-    leftover = rest - sum(split.values())
-    for name in sorted(shares, key=lambda n: (-(shares[n] - split[n]), n))[:leftover]:
-        split[name] += 1
-    return {name: given.get(name, split.get(name, 0)) for name in gpu_hours}
 
 
 # --- the replay --------------------------------------------------------------------------------------
@@ -684,17 +506,9 @@ def run(
 ) -> tuple[dict, list[PolicyRun]]:
     """Replay under each policy; returns (results dict for results.json, the runs for the report)."""
     sizes = parse_layout(layout)
-    for policy in policies:
-        if policy not in POLICIES:
-            raise SimulationError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-    if len(set(policies)) != len(policies):
-        raise SimulationError("a policy is listed twice")
+    _check_policies(policies)
     capacity = racks * RACK_TRAYS * GPUS_PER_TRAY
     split = split_guarantees(capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
-    jobs = [job for trace in traces for job in trace.jobs]
-    first = min(job.submitted_at for job in jobs)
-    last = max(job.submitted_at for job in jobs)
-    offered = sum(job.gpus * job.duration_s for job in jobs)
     runs = []
     started = time.perf_counter()
     for policy in policies:
@@ -710,28 +524,44 @@ def run(
         runs.append(one)
         if progress is not None:
             progress(one)
-    results = {
-        "config": {
-            "racks": racks,
-            "layout": layout,
-            "partition_trays": list(sizes),
-            "capacity_gpus": capacity,
-            "span_slowdown": span_slowdown,
-            "preempted_jobs": preempted,
-            "jobs": len(jobs),
-            "offered_load": round(offered / (capacity * (last - first)), 4) if last > first else None,
-            "departments": [
-                {
-                    "name": trace.department,
-                    "trace": trace.path,
-                    "jobs": len(trace.jobs),
-                    "gpu_hours": round(trace.gpu_hours, 1),
-                    "guaranteed_gpus": split[trace.department],
-                }
-                for trace in traces
-            ],
-            "wall_s": round(time.perf_counter() - started, 2),
-        },
-        "policies": {one.policy: one.metrics for one in runs},
+    config = {
+        "racks": racks,
+        "layout": layout,
+        "partition_trays": list(sizes),
+        "capacity_gpus": capacity,
+        "span_slowdown": span_slowdown,
+        "preempted_jobs": preempted,
+        **_workload(traces, capacity, split),
+        "wall_s": round(time.perf_counter() - started, 2),
     }
-    return results, runs
+    return {"config": config, "policies": {one.policy: one.metrics for one in runs}}, runs
+
+
+def _check_policies(policies: Sequence[str]) -> None:
+    for policy in policies:
+        if policy not in POLICIES:
+            raise SimulationError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    if len(set(policies)) != len(policies):
+        raise SimulationError("a policy is listed twice")
+
+
+def _workload(traces: Sequence[Trace], capacity: int, guarantees: Mapping[str, int]) -> dict:
+    """The results' description of what was replayed: jobs, offered load, each department's trace."""
+    jobs = [job for trace in traces for job in trace.jobs]
+    first = min(job.submitted_at for job in jobs)
+    last = max(job.submitted_at for job in jobs)
+    offered = sum(job.gpus * job.duration_s for job in jobs)
+    return {
+        "jobs": len(jobs),
+        "offered_load": round(offered / (capacity * (last - first)), 4) if last > first else None,
+        "departments": [
+            {
+                "name": trace.department,
+                "trace": trace.path,
+                "jobs": len(trace.jobs),
+                "gpu_hours": round(trace.gpu_hours, 1),
+                "guaranteed_gpus": guarantees[trace.department],
+            }
+            for trace in traces
+        ],
+    }

@@ -40,6 +40,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 from hostlist import collect_hostlist
 
+from core.access import leads
 from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
@@ -288,11 +289,6 @@ def visible_department(user, slug: str) -> Department | None:
     return Department.objects.visible_to(user).filter(slug=slug).first()
 
 
-def can_manage(user, department: Department) -> bool:
-    """Leads of the department and admins manage its members."""
-    return Department.objects.led_by(user).filter(pk=department.pk).exists()
-
-
 # ------------------------------------------------------------------------------------ lead dashboard
 
 
@@ -379,7 +375,6 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         .annotate(gpus=Count("partition__trays__gpus"))
         .order_by("partition__rack__name", "partition__clique_id")
     )
-    manage = can_manage(user, department)
     return DepartmentDashboard(
         department=department,
         position=position,
@@ -390,7 +385,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         pending_jobs=pending_jobs,
         partitions=partitions,
         members=members(user, department),
-        can_manage=manage,
+        can_manage=leads(user, department),  # core.access: admins and its leads manage its members
         taken_at=now,
         positions=positions,
     )

@@ -31,7 +31,7 @@ from tenancy.models import Department
 # 286) once nothing can. Cancelling goes through scheduling.services (may_cancel, cancel_job).
 
 JOBS_PER_PAGE = 50
-JOB_POLL_SECONDS = 2  # DESIGN.md: long work polls every 2 s
+JOB_POLL_SECONDS = 2  # long work polls every 2 s (htmx), as every progress page does
 TOPOLOGY_WORDS = {
     Topology.PARTITION: "in one NVLink partition",
     Topology.RACK: "in one rack (one NVLink domain)",

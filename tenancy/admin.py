@@ -18,6 +18,7 @@ from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
+from core.enqueue import send_now
 from tenancy.models import (
     DedicatedPartition,
     Department,
@@ -387,14 +388,16 @@ class ExporterEndpointAdmin(admin.ModelAdmin):
 
     @admin.action(description="Scrape selected exporters now")
     def scrape_now(self, request, queryset):
-        from tenancy.tasks import scrape_exporter
-
         ids = list(queryset.filter(enabled=True).values_list("pk", flat=True))
-        for endpoint_id in ids:
-            scrape_exporter.delay(endpoint_id)
-        self.message_user(
-            request, f"Queued {len(ids)} scrape{'s' if len(ids) != 1 else ''} (disabled skipped)."
-        )
+        queued = sum(send_now("tenancy.tasks.scrape_exporter", endpoint_id) for endpoint_id in ids)
+        self.message_user(request, f"Queued {queued} scrape{'s' if queued != 1 else ''} (disabled skipped).")
+        if queued < len(ids):
+            self.message_user(
+                request,
+                f"{len(ids) - queued} not queued: the task queue could not be reached (the next scrape "
+                "every minute covers them).",
+                messages.WARNING,
+            )
 
     @admin.action(description="Enable selected exporters")
     def enable(self, request, queryset):

@@ -11,7 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from core.access import Role, is_admin
+from core.access import Role, is_admin, is_signed_in, led_department_ids, member_department_ids
 from inventory.models import NVLinkPartition
 
 VLAN_MIN, VLAN_MAX = 1, 4094
@@ -23,16 +23,12 @@ class DepartmentQuerySet(models.QuerySet):
     def visible_to(self, user):
         if is_admin(user):
             return self
-        if not user.is_authenticated:
-            return self.none()
-        return self.filter(pk__in=Membership.objects.filter(user=user).values("department_id"))
+        return self.filter(pk__in=member_department_ids(user))
 
     def led_by(self, user):
         if is_admin(user):
             return self
-        return self.filter(
-            pk__in=Membership.objects.filter(user=user, role=Role.LEAD).values("department_id")
-        )
+        return self.filter(pk__in=led_department_ids(user))
 
 
 class Department(models.Model):
@@ -117,11 +113,10 @@ class MembershipQuerySet(models.QuerySet):
     def visible_to(self, user):
         if is_admin(user):
             return self
-        if not user.is_authenticated:
+        if not is_signed_in(user):
             return self.none()
         # Leads see their department's members; members see their own memberships.
-        led = Membership.objects.filter(user=user, role=Role.LEAD).values("department_id")
-        return self.filter(Q(department_id__in=led) | Q(user=user))
+        return self.filter(Q(department_id__in=led_department_ids(user)) | Q(user=user))
 
 
 class Membership(models.Model):

@@ -3,33 +3,34 @@
 Beat runs `scrape_exporters` every minute (one `scrape_exporter` message per enabled endpoint) and
 `prune_telemetry` hourly; see CELERY_BEAT_SCHEDULE in portal/settings.py. Tasks take primary keys.
 
-A network failure (connection refused, timeout, HTTP 5xx) is retried with exponential backoff; every failed
-attempt leaves a plain-words `last_error` on the endpoint, and the last attempt records it and returns
-instead of raising, so a dead node costs one line on the exporter list, not a failing task every minute
-(and, with Celery eager, never aborts the fan-out over the other exporters). A page that is not Prometheus
-text, or an HTTP 4xx, is not retried: asking again gets the same answer.
+A transient failure (`error.transient`: connection refused, timeout, HTTP 5xx/408/429) is retried after
+core.retry.backoff; every failed attempt leaves a plain-words `last_error` on the endpoint, and the last
+attempt records it and returns instead of raising, so a dead node costs one line on the exporter list, not a
+failing task every minute (and, with Celery eager, never aborts the fan-out over the other exporters). A page
+that is not Prometheus text, or an HTTP 4xx, is not retried: asking again gets the same answer.
 """
 
 from __future__ import annotations
 
-import http.client
 import logging
-import socket
-import urllib.error
-import urllib.request
 from urllib.parse import urlsplit
 
 from celery import shared_task
 from django.utils import timezone
 
 from core.audit import audit_context
+from core.enqueue import send_now
+from core.errors import ExternalError
+from core.http import HttpClient
 from core.models import AuditSource
+from core.retry import backoff
 from tenancy.activity import prune_history, record_samples
 from tenancy.models import ExporterEndpoint
 from tenancy.telemetry import UTILIZATION_METRIC, DcgmParseError, parse_dcgm
 
 logger = logging.getLogger(__name__)
 
+SCRAPE_EXPORTER = "tenancy.tasks.scrape_exporter"
 TIMEOUT_SECONDS = 5
 MAX_BYTES = 16 * 1024 * 1024  # a GB200 tray's full DCP page is ~60 KB; anything near this is not an exporter
 MAX_RETRIES = 3
@@ -37,12 +38,14 @@ MAX_RETRIES = 3
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
 
-class ScrapeError(Exception):
+class ScrapeError(ExternalError):
     """A scrape failed; the message is what the admin reads on the exporter list."""
 
 
 class TransientScrapeError(ScrapeError):
-    """The exporter could not be reached or answered 5xx: worth asking again shortly."""
+    """The exporter could not be reached or answered 5xx/408/429: worth asking again shortly."""
+
+    transient = True
 
 
 def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> str:
@@ -50,33 +53,19 @@ def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ScrapeError(f"only http:// and https:// exporter URLs can be scraped, not {parts.scheme}://")
-    address = parts.netloc or url
-    request = urllib.request.Request(url, headers={"Accept": ACCEPT, "User-Agent": "rackplane-scraper/1"})
+    client = HttpClient(
+        headers={"Accept": ACCEPT, "User-Agent": "rackplane-scraper/1"}, timeout=timeout, max_bytes=MAX_BYTES
+    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read(MAX_BYTES + 1)
-            charset = response.headers.get_content_charset() or "utf-8"
-    except urllib.error.HTTPError as error:
-        message = f"HTTP {error.code} {error.reason} from {address}"
-        if error.code >= 500:
-            raise TransientScrapeError(message) from error
-        raise ScrapeError(message) from error
-    except urllib.error.URLError as error:
-        reason = error.reason
-        if isinstance(reason, ConnectionRefusedError):
-            raise TransientScrapeError(f"connection refused by {address}") from error
-        if isinstance(reason, TimeoutError):
-            raise TransientScrapeError(f"no answer from {address} within {timeout:g} seconds") from error
-        if isinstance(reason, socket.gaierror):
-            raise TransientScrapeError(f"cannot resolve host {parts.hostname}") from error
-        raise TransientScrapeError(f"cannot reach {address}: {reason}") from error
-    except TimeoutError as error:  # a timeout while reading the body, after the headers came
-        raise TransientScrapeError(f"no answer from {address} within {timeout:g} seconds") from error
-    except (OSError, http.client.HTTPException) as error:  # reset, or the body cut off mid-way
-        raise TransientScrapeError(f"connection to {address} failed: {error!r}") from error
-    if len(body) > MAX_BYTES:
-        raise ScrapeError(f"the page from {address} is larger than {MAX_BYTES // (1024 * 1024)} MiB")
-    return body.decode(charset, errors="replace")
+        response = client.request("GET", url)
+    except ValueError as error:  # no host in the URL
+        raise ScrapeError(str(error)) from error
+    except ExternalError as error:
+        raise (TransientScrapeError if error.transient else ScrapeError)(str(error)) from error
+    if not response.ok:
+        message = f"HTTP {response.status} {response.reason} from {parts.netloc}"
+        raise (TransientScrapeError if response.transient_failure else ScrapeError)(message)
+    return response.text
 
 
 def _set_state(endpoint_id: int, **fields) -> None:
@@ -97,16 +86,7 @@ def _can_retry(task) -> bool:
     return not (request.is_eager and task.app.conf.task_eager_propagates)
 
 
-@shared_task(
-    bind=True,
-    name="tenancy.tasks.scrape_exporter",
-    autoretry_for=(TransientScrapeError,),
-    retry_backoff=2,
-    retry_backoff_max=30,
-    retry_jitter=True,
-    max_retries=MAX_RETRIES,
-    acks_late=True,
-)
+@shared_task(bind=True, name=SCRAPE_EXPORTER, max_retries=MAX_RETRIES, acks_late=True)
 def scrape_exporter(self, endpoint_id: int) -> dict:
     """Scrape one exporter and record its GPUs' utilization; returns what happened (also on failure)."""
     endpoint = ExporterEndpoint.objects.filter(pk=endpoint_id).values("url", "enabled").first()
@@ -118,19 +98,17 @@ def scrape_exporter(self, endpoint_id: int) -> dict:
     except DcgmParseError as error:
         _set_state(endpoint_id, last_error=str(error), last_sample_count=0)
         return {"endpoint": endpoint_id, "error": str(error)}
-    except TransientScrapeError as error:
-        attempt = self.request.retries or 0
-        final = attempt >= (self.max_retries or 0) or not _can_retry(self)
-        note = "" if final else f" (retrying, attempt {attempt + 1} of {(self.max_retries or 0) + 1})"
-        _set_state(endpoint_id, last_error=f"{error}{note}", last_sample_count=0)
-        if final:
-            # Recorded; nothing more a retry can do now. The next beat tick tries again.
-            logger.warning("scraping %s failed: %s", endpoint["url"], error)
-            return {"endpoint": endpoint_id, "error": str(error)}
-        raise  # autoretry_for schedules the retry with backoff
     except ScrapeError as error:
-        _set_state(endpoint_id, last_error=str(error), last_sample_count=0)
-        return {"endpoint": endpoint_id, "error": str(error)}
+        attempt = self.request.retries or 0
+        retry = error.transient and attempt < (self.max_retries or 0) and _can_retry(self)
+        note = f" (retrying, attempt {attempt + 1} of {(self.max_retries or 0) + 1})" if retry else ""
+        _set_state(endpoint_id, last_error=f"{error}{note}", last_sample_count=0)
+        if not retry:
+            if error.transient:
+                # Recorded; nothing more a retry can do now. The next beat tick tries again.
+                logger.warning("scraping %s failed: %s", endpoint["url"], error)
+            return {"endpoint": endpoint_id, "error": str(error)}
+        raise self.retry(exc=error, countdown=backoff(attempt + 1)) from error
 
     with audit_context(AuditSource.TASK):
         result = record_samples(samples, at=at)
@@ -152,12 +130,10 @@ def scrape_exporter(self, endpoint_id: int) -> dict:
 
 @shared_task(name="tenancy.tasks.scrape_exporters")
 def scrape_exporters() -> int:
-    """Queue one scrape per enabled exporter; returns how many were queued."""
+    """Queue one scrape per enabled exporter; returns how many were queued (sent to the task queue)."""
     ids = list(ExporterEndpoint.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True))
-    for endpoint_id in ids:
-        # A scrape still queued when the next tick comes is worthless: let the broker drop it.
-        scrape_exporter.apply_async((endpoint_id,), expires=55)
-    return len(ids)
+    # A scrape still queued when the next tick comes is worthless: let the broker drop it.
+    return sum(send_now(SCRAPE_EXPORTER, endpoint_id, expires=55) for endpoint_id in ids)
 
 
 @shared_task(name="tenancy.tasks.prune_telemetry")

@@ -1,4 +1,52 @@
+"""Fixtures shared by the whole suite: the demo inventory, the shared personas, a render directory per test.
+
+The personas (DESIGN.md: "test with the shared personas") are fixtures over tests/factories.py:
+
+    platform_admin  staff account "platform-admin": sees and changes everything
+    lead_a          "lead-a", lead of department_a        member_a  "member-a", member of department_a
+    lead_b          "lead-b", lead of department_b        member_b  "member-b", member of department_b
+    outsider        "outsider": an account with no membership
+    node_agent      "node-agent", made by `manage.py discovery_agent_token` (inventory.report_discovery)
+
+department_a is Alpha and department_b is Beta, both without a guarantee (so they need no inventory). A
+module that needs them otherwise overrides the fixture (`def department_a(demo_inventory): return
+make_department("Research", guaranteed_gpus=96)`); the people attached to it follow.
+"""
+
 import pytest
+
+from tests import factories
+
+# Slow by design, in modules being written by others as this list was made: the marker belongs in the module
+# (`@pytest.mark.slow`); move it there and drop the entry.
+SLOW_ELSEWHERE = {
+    "tests/core/test_enqueue.py::test_a_broker_that_accepts_connections_but_never_answers_does_not_hold_the_caller",
+    "tests/core/test_task_discovery.py::test_a_process_that_imported_no_tasks_finds_them_by_name",
+    "tests/test_upgrade.py::test_previous_release_database_migrates_forward_with_nothing_lost",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid in SLOW_ELSEWHERE:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_test_settings():
+    """Two costs that are there for production, paid again by every test otherwise:
+    - a fast hasher for the passwords tests set (PBKDF2's cost is for attackers); PBKDF2 stays listed so
+      any hash it made still checks;
+    - WhiteNoise looks a static file up when it is asked for (as with DEBUG on) instead of listing every
+      static file whenever a test client starts its middleware."""
+    from django.conf import settings
+
+    if settings.configured:
+        settings.PASSWORD_HASHERS = [
+            "django.contrib.auth.hashers.MD5PasswordHasher",
+            "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        ]
+        settings.WHITENOISE_AUTOREFRESH = True
 
 
 @pytest.fixture
@@ -7,6 +55,9 @@ def demo_inventory(db):
     from inventory.demo import seed_datacenter
 
     return seed_datacenter(racks=3)
+
+
+# --- accounts that predate the personas (a superuser for the Django admin, a user without a department) ---
 
 
 @pytest.fixture
@@ -38,7 +89,92 @@ def admin_client_logged_in(client, admin_user):
     return client
 
 
+# --- the shared personas -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def department_a(db):
+    return factories.make_department("Alpha")
+
+
+@pytest.fixture
+def department_b(db):
+    return factories.make_department("Beta")
+
+
+@pytest.fixture
+def platform_admin(db):
+    return factories.make_user("platform-admin", staff=True)
+
+
+@pytest.fixture
+def lead_a(department_a):
+    return factories.make_member("lead-a", department_a, factories.Role.LEAD)
+
+
+@pytest.fixture
+def member_a(department_a):
+    return factories.make_member("member-a", department_a)
+
+
+@pytest.fixture
+def lead_b(department_b):
+    return factories.make_member("lead-b", department_b, factories.Role.LEAD)
+
+
+@pytest.fixture
+def member_b(department_b):
+    return factories.make_member("member-b", department_b)
+
+
+@pytest.fixture
+def outsider(db):
+    return factories.make_user("outsider")
+
+
+@pytest.fixture
+def node_agent(db):
+    return factories.make_node_agent()
+
+
+@pytest.fixture
+def api_as(request):
+    """`api_as(lead_a)` or `api_as("lead_a")` (a persona fixture's name, for parametrized tests): an API
+    client with that user's token."""
+
+    def client_for(persona):
+        return factories.token_client(_persona(request, persona))
+
+    return client_for
+
+
+@pytest.fixture
+def client_as(request, client):
+    """`client_as(lead_a)` or `client_as("lead_a")`: the Django test client, signed in as that user."""
+
+    def login(persona):
+        client.force_login(_persona(request, persona))
+        return client
+
+    return login
+
+
+def _persona(request, persona):
+    return request.getfixturevalue(persona) if isinstance(persona, str) else persona
+
+
+# --- where rendered files go -------------------------------------------------------------------------------
+
+
 @pytest.fixture(autouse=True)
-def _render_dir(settings, tmp_path_factory):
-    """Rendered configs and jobs (the embedded backends) go to a fresh folder per test, never var/."""
-    settings.RACKPLANE_RENDER_DIR = tmp_path_factory.mktemp("rendered")
+def render_dir(settings, tmp_path_factory):
+    """Rendered configs and jobs (the embedded backends) go to a fresh directory per test, never var/. It
+    does not exist until something writes there."""
+    settings.RACKPLANE_RENDER_DIR = tmp_path_factory.mktemp("render") / "rendered"
+    return settings.RACKPLANE_RENDER_DIR
+
+
+@pytest.fixture
+def local_target(render_dir, db):
+    """The embedded `local` directory target, writing into render_dir."""
+    return factories.local_target()

@@ -6,10 +6,19 @@ from django.db import migrations, models
 
 def move_content_types(apps, schema_editor):
     """Keep permissions and admin history: the content types follow the models to their new app."""
+    _relabel_content_types(apps, ('auditevent',), from_app="portal", to_app="core")
+
+
+def move_content_types_back(apps, schema_editor):
+    """Unapplying gives the content types back to portal, where the previous release looks for them."""
+    _relabel_content_types(apps, ('auditevent',), from_app="core", to_app="portal")
+
+
+def _relabel_content_types(apps, model_names, from_app, to_app):
     ContentType = apps.get_model("contenttypes", "ContentType")
-    for model in ('auditevent',):
-        if not ContentType.objects.filter(app_label="core", model=model).exists():
-            ContentType.objects.filter(app_label="portal", model=model).update(app_label="core")
+    for model in model_names:
+        if not ContentType.objects.filter(app_label=to_app, model=model).exists():
+            ContentType.objects.filter(app_label=from_app, model=model).update(app_label=to_app)
 
 
 class Migration(migrations.Migration):
@@ -51,5 +60,5 @@ class Migration(migrations.Migration):
             ],
             database_operations=[],
         ),
-        migrations.RunPython(move_content_types, migrations.RunPython.noop),
+        migrations.RunPython(move_content_types, move_content_types_back),
     ]

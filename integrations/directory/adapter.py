@@ -6,14 +6,14 @@ import contextlib
 import difflib
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
 
 from integrations.common import clip, display_path
+from integrations.embedded import safe_relative
 
 
 def directory_path(values: dict) -> Path:
@@ -24,13 +24,6 @@ def directory_path(values: dict) -> Path:
         return Path(settings.RACKPLANE_RENDER_DIR)
     path = Path(raw)
     return path if path.is_absolute() else Path(settings.VAR_DIR) / path
-
-
-def _safe_relative(name: str) -> PurePosixPath:
-    path = PurePosixPath(name)
-    if path.is_absolute() or not path.parts or any(part in ("", ".", "..") for part in path.parts):
-        raise ValueError(f"refusing to write {name!r}: not a plain relative path")
-    return path
 
 
 def _write_file(path: Path, text: str) -> None:
@@ -46,26 +39,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_tree(root: Path, files: dict[str, str]) -> list[Path]:
-    """Write files under `root` (each atomically: a temp file beside it, then a rename). Returns the paths."""
-    written = []
-    for name, text in sorted(files.items()):
-        path = root / _safe_relative(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            _write_file(Path(tmp), text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        written.append(path)
-    return written
 
 
 class DirectoryAdapter:
@@ -96,7 +69,7 @@ class DirectoryAdapter:
     def apply(self, payload: dict, log: Callable[..., None], push) -> str:
         files = payload.get("files") or {}
         for name in files:
-            _safe_relative(name)
+            safe_relative(name)
         versions = self.root / self.VERSIONS
         versions.mkdir(parents=True, exist_ok=True)
         previous = self.current_dir()
@@ -107,7 +80,7 @@ class DirectoryAdapter:
         changed = linked = 0
         try:
             for rel, text in sorted(files.items()):
-                path = staging / _safe_relative(rel)
+                path = staging / safe_relative(rel)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 old = previous / rel if previous is not None else None
                 if old is not None and old.is_file() and _same_text(old, text):

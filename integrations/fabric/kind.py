@@ -68,6 +68,7 @@ KIND = register(
             "(it only does what is still missing)"
         ),
         needs_fabric=True,
+        atomic=False,
         describe=describe,
         order=40,
     )

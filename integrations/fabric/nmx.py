@@ -1,4 +1,4 @@
-"""NmxFabricManager: NVLink partitions through NVIDIA NMX Manager's REST API (NMX-M), stdlib HTTP only.
+"""NmxFabricManager: NVLink partitions through NVIDIA NMX Manager's REST API (NMX-M), HTTP via core.http.
 
 The API shape, and where it comes from:
 
@@ -47,19 +47,16 @@ compare-and-set on partitions, so two concurrent applies could interleave their 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
-import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.client import HTTPException
 from typing import Any
 
+from core.errors import ExternalError
+from core.http import HttpClient, basic_authorization
 from integrations.fabric.base import (
     DEFAULT_PARTITION_ID,
     FabricDiff,
@@ -208,24 +205,18 @@ class NmxFabricManager:
         self.poll_retries = poll_retries
         self._sleep = sleep
         self._clock = clock
-        self._headers = {"Accept": "application/json", "User-Agent": "rackplane-fabric/1"}
+        headers = {"Accept": "application/json", "User-Agent": "rackplane-fabric/1"}
         if token:
-            self._headers["Authorization"] = token if " " in token.strip() else f"Basic {token.strip()}"
+            headers["Authorization"] = token if " " in token.strip() else f"Basic {token.strip()}"
         elif username is not None:
-            pair = f"{username}:{password or ''}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-        handlers: list[urllib.request.BaseHandler] = []
-        if parsed.scheme == "https":
-            if verify is False:
-                context = ssl.create_default_context()
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            elif isinstance(verify, str):
-                context = ssl.create_default_context(cafile=verify)
-            else:
-                context = ssl.create_default_context()
-            handlers.append(urllib.request.HTTPSHandler(context=context))
-        self._opener = urllib.request.build_opener(*handlers)
+            headers["Authorization"] = basic_authorization(username, password or "")
+        self._http = HttpClient(
+            base,
+            headers=headers,
+            timeout=timeout,
+            ca_file=verify if isinstance(verify, str) else "",
+            insecure=verify is False,
+        )
 
     # --- the FabricManager interface ------------------------------------------------------------------
 
@@ -545,47 +536,43 @@ class NmxFabricManager:
     def _call(
         self, method: str, path: str, body: Any, *, what: str, partition: str | None = None
     ) -> tuple[int, Mapping[str, str], Any]:
-        data = None if body is None else json.dumps(body).encode()
-        headers = dict(self._headers)
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        """(status, headers, decoded JSON) of a 2xx answer; FabricUnavailable or FabricRejected otherwise."""
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                raw = response.read()
-                return response.status, response.headers, _json(raw)
-        except urllib.error.HTTPError as error:
-            text = _reason(error.read() if error.fp else b"") or error.reason
-            code = error.code
-            if code >= 500 or code in (408, 429):
+            response = self._http.request(method, path, body)
+        except ExternalError as error:
+            if error.transient:
+                raise FabricUnavailable(
+                    f"NMX-M at {self.base_url} is not reachable ({method} {path}): {error}",
+                    "retry later, once NMX-M answers; nothing more was changed",
+                    partition=partition,
+                ) from error
+            raise FabricRejected(
+                f"NMX-M at {self.base_url} could not {what} ({method} {path}): {error}",
+                error.what_to_do,
+                partition=partition,
+            ) from error
+        code = response.status
+        if not response.ok:
+            text = _reason(response.body) or response.reason
+            if response.transient_failure:
                 raise FabricUnavailable(
                     f"NMX-M could not {what} ({method} {path}): HTTP {code}: {text}",
                     "retry later; NMX-M or a service behind it is failing",
                     partition=partition,
                     status=code,
-                ) from error
+                )
             raise FabricRejected(
                 f"NMX-M refused to {what} ({method} {path}): HTTP {code}: {text}",
                 _what_to_do(code),
                 partition=partition,
                 status=code,
+            )
+        try:
+            return code, response.headers, response.json()
+        except ValueError as error:
+            raise FabricRejected(
+                f"NMX-M answered with something else than JSON: {response.body[:200]!r}"
             ) from error
-        except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise FabricUnavailable(
-                f"NMX-M at {self.base_url} is not reachable ({method} {path}): {reason}",
-                "retry later, once NMX-M answers; nothing more was changed",
-                partition=partition,
-            ) from error
-
-
-def _json(raw: bytes) -> Any:
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError as error:
-        raise FabricRejected(f"NMX-M answered with something else than JSON: {raw[:200]!r}") from error
 
 
 def _reason(raw: bytes) -> str:

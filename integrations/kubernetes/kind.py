@@ -74,6 +74,7 @@ KIND = register(
             f"{values.get('api_url')}" + (" (dry run only)" if values.get("dry_run") else "")
         ),
         what_to_do="check the Kubernetes target's API URL, token and CA, fix the cause and retry the push",
+        atomic=False,
         backend="kubernetes",
         job_backend=backend_from_settings,
         render_job=render_job,

@@ -6,10 +6,19 @@ from django.db import migrations, models
 
 def move_content_types(apps, schema_editor):
     """Keep permissions and admin history: the content types follow the models to their new app."""
+    _relabel_content_types(apps, ('configtarget', 'configpush'), from_app="scheduling", to_app="integrations")
+
+
+def move_content_types_back(apps, schema_editor):
+    """Unapplying gives the content types back to scheduling, where the previous release looks for them."""
+    _relabel_content_types(apps, ('configtarget', 'configpush'), from_app="integrations", to_app="scheduling")
+
+
+def _relabel_content_types(apps, model_names, from_app, to_app):
     ContentType = apps.get_model("contenttypes", "ContentType")
-    for model in ('configtarget', 'configpush'):
-        if not ContentType.objects.filter(app_label="integrations", model=model).exists():
-            ContentType.objects.filter(app_label="scheduling", model=model).update(app_label="integrations")
+    for model in model_names:
+        if not ContentType.objects.filter(app_label=to_app, model=model).exists():
+            ContentType.objects.filter(app_label=from_app, model=model).update(app_label=to_app)
 
 
 class Migration(migrations.Migration):
@@ -77,5 +86,5 @@ class Migration(migrations.Migration):
             ],
             database_operations=[],
         ),
-        migrations.RunPython(move_content_types, migrations.RunPython.noop),
+        migrations.RunPython(move_content_types, move_content_types_back),
     ]

@@ -1,10 +1,12 @@
-"""Partition plans over the API: preview (dry run), create + apply, list, detail, cancel. Staff only.
+"""Partition plans over the API: preview (dry run), create + apply, list, detail, cancel. Platform admins only
+(core.access.IsAdmin).
 
 `POST /api/v1/partition-plans/` takes a rack, a layout (a preset with trays left out, or explicit
 partitions) and `drain_first`; with `dry_run` it answers the preview (findings and the exact diff of every
 rendered file) and saves nothing, otherwise it saves and applies the plan (201). The rules are
 in `integrations.plans.service` (the wizard calls the same): a plan that cannot be applied is a 400
 naming the reasons, a plan that cannot be applied *now* (another plan in flight, the rack changed) a 409.
+Reading a plan never moves it on: its pushes and the beat do (integrations.tasks).
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
+from core.access import IsAdmin
 from core.hardware import TRAYS_PER_RACK
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
 from integrations.plans.forms import api_partitions
 from integrations.plans.service import create_and_apply
-from integrations.plans.service import follow as follow_plan
 from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan, Rack
 from inventory.planning import PRESETS, parse_ranges
@@ -48,14 +50,6 @@ class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The plan cannot be applied now."
     default_code = "conflict"
-
-
-class IsStaff(permissions.BasePermission):
-    message = "Only platform admins (staff) may plan NVLink partitions."
-
-    def has_permission(self, request, view):
-        user = request.user
-        return bool(user and user.is_authenticated and (user.is_staff or user.is_superuser))
 
 
 # ---- request ------------------------------------------------------------------------------------------
@@ -258,13 +252,13 @@ EXAMPLES = [
 
 @extend_schema_view(
     list=extend_schema(summary="Partition plans, newest first"),
-    retrieve=extend_schema(summary="A partition plan with its pushes (moved on and brought up to date)"),
+    retrieve=extend_schema(summary="A partition plan with its pushes"),
 )
 class PartitionPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """NVLink partition plans: preview, apply, follow and cancel a new layout for a rack. Staff only."""
+    """NVLink partition plans: preview, apply, follow and cancel a new layout for a rack. Admins only."""
 
     serializer_class = PartitionPlanSerializer
-    permission_classes = [permissions.IsAuthenticated, IsStaff]
+    permission_classes = [permissions.IsAuthenticated, IsAdmin]
     filterset_class = PartitionPlanFilter
 
     def get_queryset(self):
@@ -275,13 +269,6 @@ class PartitionPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         context = {**self.get_serializer_context(), "pushes": pushes_by_plan(p.pk for p in page)}
         return self.get_paginated_response(PartitionPlanSerializer(page, many=True, context=context).data)
 
-    def retrieve(self, request, *args, **kwargs):
-        plan = self.get_object()
-        if plan.is_active:
-            follow_plan(plan)
-            plan = self.get_object()
-        return Response(self.get_serializer(plan).data)
-
     @extend_schema(
         summary="Preview (dry_run) or create and apply a partition plan",
         request=PlanRequestSerializer,
@@ -289,7 +276,7 @@ class PartitionPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
             200: OpenApiResponse(PlanPreviewSerializer, description="dry_run: the preview; nothing saved."),
             201: OpenApiResponse(PartitionPlanSerializer, description="The plan, saved and applied."),
             400: OpenApiResponse(description="The request or the plan is invalid; the reasons are named."),
-            403: OpenApiResponse(description="Not staff."),
+            403: OpenApiResponse(description="Not a platform admin."),
             409: OpenApiResponse(description="Another plan is in flight for the rack, or the rack changed."),
         },
         examples=EXAMPLES,

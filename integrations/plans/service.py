@@ -300,7 +300,8 @@ def refresh_status(plan: PartitionPlan) -> PartitionPlan:
 
 def follow(plan: PartitionPlan) -> PartitionPlan:
     """Move a plan on: a draining one whose work ended starts applying; an applying (or failed, then
-    retried) one follows its pushes. The progress page, the API and the beat task call this."""
+    retried) one follows its pushes. Called by tasks only (integrations.tasks: the beat, the end of each of
+    the plan's pushes, and the end of a job on a drained tray): the pages and the API only read a plan."""
     if plan.status == PlanStatus.DRAINING:
         continue_draining(plan)
         plan.refresh_from_db()

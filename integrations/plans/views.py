@@ -1,11 +1,12 @@
 """The NVLink partition wizard: pick a rack, lay it out, name the partitions, preview, apply, follow.
 
-Admins (staff) only. The plan travels in the URL (GET steps) and in hidden fields (the apply POST), never in
-the session, so back, refresh and a shared link show the same plan. Views are thin: every rule is
-in `integrations.plans.service` (check, preview, create_plan, apply_plan, continue_draining,
-refresh_status, cancel_plan).
+Platform admins only (core.access.require_admin). The plan travels in the URL (GET steps) and in hidden
+fields (the apply POST), never in the session, so back, refresh and a shared link show the same plan.
+Views are thin: every rule is in `integrations.plans.service` (check, preview, create_plan, apply_plan,
+continue_draining, refresh_status, cancel_plan).
 The layout and names steps answer htmx requests with the drawing + findings only; the progress page polls
-itself every 2 s and stops (HTTP 286) once the plan and its pushes are done.
+itself every 2 s and stops (HTTP 286) once the plan and its pushes are done. It only reads: the plan
+moves on in tasks (the beat, and the end of each of its pushes: integrations.tasks).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,13 +23,12 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, push_url
 
-from core.access import is_admin
+from core.access import require_admin
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
 from integrations.plans.forms import CUSTOM, PlanForm, plan_form
 from integrations.plans.service import create_and_apply
-from integrations.plans.service import follow as follow_plan
 from inventory import selectors
 from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
 from inventory.models import Gpu, NVLinkPartition, PartitionPlan, Rack
@@ -42,13 +42,9 @@ from tenancy.models import Department
 # How many lines of a push's log the progress view shows (the push page has all of it).
 LOG_TAIL_LINES = 12
 STEPS = ("rack", "layout", "names", "preview", "apply")
+WIZARD = "the NVLink partition wizard"  # in the 403 reason: "Only platform admins may use ..."
 # Plans that move on by themselves no more (a draft waits for an admin): the progress page stops polling.
 SETTLED_PLAN_STATES = (PlanStatus.APPLIED, PlanStatus.FAILED, PlanStatus.CANCELLED, PlanStatus.DRAFT)
-
-
-def _require_admin(request) -> None:
-    if not is_admin(request.user):
-        raise PermissionDenied("Only platform admins may plan NVLink partitions.")
 
 
 def _render(request, full_template, partial_template, context, status=200):
@@ -64,7 +60,7 @@ def _render(request, full_template, partial_template, context, status=200):
 @require_GET
 def pick_rack(request):
     """Every rack with its partitions, health, running work and any plan in flight; paginated."""
-    _require_admin(request)
+    require_admin(request.user, WIZARD)
     filterset, page = selectors.rack_list(request.user, request.GET, request.GET.get("page"))
     racks = page.object_list
     ids = [rack.pk for rack in racks]
@@ -230,7 +226,7 @@ def _preset_options() -> list[dict]:
 
 
 def _rack(request, name: str) -> Rack:
-    _require_admin(request)
+    require_admin(request.user, WIZARD)
     return get_object_or_404(selectors.racks(request.user), name=name)
 
 
@@ -385,35 +381,38 @@ def _done(plan: PartitionPlan, pushes) -> bool:
     return plan.status in SETTLED_PLAN_STATES and all(push.is_finished for push in pushes)
 
 
-@require_GET
-def plan_detail(request, pk):
-    """The plan's progress: its status, each push with its status and log tail; polls until done."""
-    _require_admin(request)
-    plan = get_object_or_404(
-        PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by"), pk=pk
-    )
-    plan = follow_plan(plan)
-    pushes = _pushes(plan)
-    done = _done(plan, pushes)
-    drained = list(
+def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
+    """(slot, hostname) of the trays the plan drained, while it waits for them or until it is cancelled."""
+    return list(
         plan.rack.trays.filter(state_reason=plans.drain_reason(plan))
         .order_by("slot")
         .values_list("slot", "hostname")
     )
-    waiting_on = []
-    if plan.status == PlanStatus.DRAINING:
-        slots = [slot for slot, _hostname in drained]
-        busy = Allocation.objects.filter(
-            job__state__in=HOLDING_STATES, gpu__tray__rack=plan.rack, gpu__tray__slot__in=slots
-        )
-        waiting_on = sorted(set(busy.values_list("job__name", flat=True)))
-    context = {
+
+
+def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str]:
+    """The running jobs a draining plan waits for (by name)."""
+    if plan.status != PlanStatus.DRAINING:
+        return []
+    busy = Allocation.objects.filter(
+        job__state__in=HOLDING_STATES,
+        gpu__tray__rack=plan.rack,
+        gpu__tray__slot__in=[slot for slot, _hostname in drained],
+    )
+    return sorted(set(busy.values_list("job__name", flat=True)))
+
+
+def _progress_context(plan: PartitionPlan) -> dict:
+    pushes = _pushes(plan)
+    done = _done(plan, pushes)
+    drained = _drained(plan)
+    return {
         "plan": plan,
         "rack": plan.rack,
         "pushes": pushes,
         "done": done,
         "drained": drained,
-        "waiting_on": waiting_on,
+        "waiting_on": _waiting_on(plan, drained),
         "failed_pushes": [push for push in pushes if push.status == PushStatus.FAILED and not push.retried],
         "layout": [
             {**p, "ranges": slot_ranges(p["slots"]), "colour": i % PARTITION_COLOURS}
@@ -424,7 +423,19 @@ def plan_detail(request, pk):
         "step": "apply",
         "retry_query": _retry_query(plan),
     }
-    if request.htmx and done:
+
+
+@require_GET
+def plan_detail(request, pk):
+    """The plan's progress: its status, each push with its status and log tail; polls until done.
+
+    Read-only: what it shows was moved on by the tasks (integrations.tasks)."""
+    require_admin(request.user, WIZARD)
+    plan = get_object_or_404(
+        PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by"), pk=pk
+    )
+    context = _progress_context(plan)
+    if request.htmx and context["done"]:
         return HttpResponseStopPolling(
             render(request, "inventory/wizard/_progress.html", context).content,
             headers={"Vary": "HX-Request"},
@@ -448,7 +459,7 @@ def _retry_query(plan: PartitionPlan) -> str:
 @require_POST
 def plan_cancel(request, pk):
     """Cancel a draft or draining plan; its drained trays return to service."""
-    _require_admin(request)
+    require_admin(request.user, WIZARD)
     plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
     try:
         plans.cancel_plan(plan)
@@ -462,7 +473,7 @@ def plan_cancel(request, pk):
 @require_GET
 def plan_list(request):
     """Recent plans, newest first, with their status."""
-    _require_admin(request)
+    require_admin(request.user, WIZARD)
     recent = PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by")[:100]
     active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
     return render(

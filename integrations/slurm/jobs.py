@@ -1,7 +1,7 @@
 """SlurmJobBackend: Rackplane jobs as Slurm batch jobs through slurmrestd (OpenAPI v0.0.42, Slurm 24.11).
 
-Stdlib HTTP only, no Django. Facts this module relies on, from the OpenAPI document slurmrestd 24.11 serves
-at `/openapi/v3` and from measuring the testbed (scripts/slurm-testbed.sh):
+HTTP through core.http, no Django. Facts this module relies on, from the OpenAPI document slurmrestd 24.11
+serves at `/openapi/v3` and from measuring the testbed (scripts/slurm-testbed.sh):
 
 * `POST /slurm/v0.0.42/job/submit` takes `{"job": v0.0.42_job_desc_msg}`. The fields used here: `name`,
   `comment`, `script`, `partition`, `required_nodes` (a list of host names), `minimum_nodes` /
@@ -56,15 +56,14 @@ import logging
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
-from http.client import HTTPException
 from typing import Any
 
 import hostlist
 
+from core.errors import ExternalError
+from core.http import HttpClient
 from core.workloads import WorkError
 from integrations.jobs import (
     FINISHED_BACKEND_STATES,
@@ -85,6 +84,9 @@ IMEX_NETWORK = "unique-channel-per-segment"
 TOKEN_LIFESPAN = 600  # seconds a minted token is valid
 TOKEN_RENEW_BEFORE = 120  # mint a new one when the current one has less left than this
 MANY_IDS = 20  # status of more ids than this: one GET /jobs/ instead of one GET per id
+# GET /jobs/ lists every job slurmctld holds (up to MaxJobCount, a few KB each): the limit only stops a wrong
+# URL that streams without end.
+MAX_ANSWER_BYTES = 1024 * 1024 * 1024
 
 # Slurm error numbers (slurm/slurm_errno.h).
 ESLURM_INVALID_JOB_ID = 2017
@@ -387,6 +389,12 @@ class SlurmJobBackend:
         self._token = ""
         self._token_expires = 0.0
         self._lock = threading.Lock()
+        self._http = HttpClient(
+            self.rest_url + API,
+            headers={"Accept": "application/json"},
+            timeout=timeout,
+            max_bytes=MAX_ANSWER_BYTES,
+        )
 
     # -- HTTP --
 
@@ -410,40 +418,21 @@ class SlurmJobBackend:
             return self._token
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """(HTTP status, decoded JSON or text); BackendUnavailable when slurmrestd cannot be reached."""
-        headers = {
-            "X-SLURM-USER-NAME": self.user,
-            "X-SLURM-USER-TOKEN": self._current_token(),
-            "Accept": "application/json",
-        }
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(
-            self.rest_url + API + path, data=data, method=method, headers=headers
-        )
+        """(HTTP status, decoded JSON or text); BackendUnavailable when slurmrestd cannot be reached.
+
+        An answer that cannot be used (too large, an untrusted certificate) is BackendUnavailable too: the
+        target's settings are wrong, not the job, which waits for an administrator.
+        """
+        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self._current_token()}
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as error:
-            status = error.code
-            try:
-                raw = error.read()
-            except (OSError, HTTPException):
-                raw = b""
-            finally:
-                error.close()
-        except (urllib.error.URLError, OSError, HTTPException) as error:
-            reason = getattr(error, "reason", None) or error
-            raise BackendUnavailable(
-                f"{method} {path}: slurmrestd at {self.rest_url} did not answer ({reason})"
-            ) from error
-        text = raw.decode("utf-8", "replace")
-        try:
-            decoded = json.loads(text) if text.strip() else None
-        except ValueError:
-            decoded = text
+            response = self._http.request(method, path, body, headers=headers)
+        except ExternalError as error:
+            if error.transient:
+                message = f"{method} {path}: slurmrestd at {self.rest_url} did not answer ({error})"
+            else:
+                message = f"{method} {path}: slurmrestd at {self.rest_url}: {error}"
+            raise BackendUnavailable(message, error.what_to_do or None) from error
+        status, decoded = response.status, response.json_or_text()
         for warning in (decoded.get("warnings") or []) if isinstance(decoded, Mapping) else []:
             if isinstance(warning, Mapping) and warning.get("description") not in (None, "Zero jobs to dump"):
                 log.warning("slurmrestd %s %s: %s", method, path, warning.get("description"))
@@ -588,7 +577,7 @@ class SlurmJobBackend:
 
 
 def backend_from_settings(settings: Mapping[str, Any], **kwargs: Any) -> SlurmJobBackend:
-    """The job backend of a Slurm ConfigTarget's cleaned settings (`scheduling.models.clean_settings`).
+    """The job backend of a Slurm ConfigTarget's cleaned settings (`integrations.registry.clean_settings`).
 
     Raises BackendRejected when the target has no `rest_url` (it does not run jobs), BackendUnavailable
     when its other job settings are incomplete (stored unvalidated: an administrator can fix them, and the

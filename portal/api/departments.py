@@ -1,4 +1,4 @@
-"""Tenancy API: departments (staff write, everyone reads what they may see), members, fair-share position.
+"""Tenancy API: departments (admins write, everyone reads what they may see), members, fair-share position.
 
 Every viewset starts from `Model.objects.visible_to(user)`; writes go through tenancy.services. A list page
 is a fixed number of queries: usage figures are correlated subqueries, dedicated partitions one prefetch.
@@ -13,10 +13,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
-from core.access import Role, is_admin
+from core.access import IsAdminOrReadOnly, require_lead
 from core.api import api_validation_error
 from inventory.models import Gpu
 from scheduling.usage import annotate_positions, department_positions
@@ -59,11 +59,10 @@ def quota_position(department: Department) -> dict:
     }
 
 
-class IsStaffOrReadOnly(permissions.BasePermission):
-    message = "Only staff may create, change or delete departments."
+class DepartmentWrites(IsAdminOrReadOnly):
+    """core.access's rule, with the reason in the API's words."""
 
-    def has_permission(self, request, view):
-        return request.method in permissions.SAFE_METHODS or is_admin(request.user)
+    message = "Only platform admins may create, change or delete departments."
 
 
 @extend_schema_view(
@@ -74,14 +73,14 @@ class IsStaffOrReadOnly(permissions.BasePermission):
 class DepartmentViewSet(viewsets.ModelViewSet):
     """Departments (tenants): GPU guarantee, over-quota weight and limit, network and storage isolation.
 
-    Everyone lists and reads the departments they belong to (staff: all); only staff create, change or
-    delete. Isolation values left out are allocated from the pools; guarantees may not exceed the
-    schedulable healthy GPUs. Looked up by slug.
+    Everyone lists and reads the departments they belong to (platform admins: all); only platform admins
+    create, change or delete. Isolation values left out are allocated from the pools; guarantees may not
+    exceed the schedulable healthy GPUs. Looked up by slug.
     """
 
     serializer_class = DepartmentSerializer
     filterset_class = DepartmentFilter
-    permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
+    permission_classes = [permissions.IsAuthenticated, DepartmentWrites]
     lookup_field = "slug"
 
     def get_queryset(self):
@@ -162,9 +161,9 @@ class DepartmentMemberViewSet(
 ):
     """A department's members and their roles.
 
-    Leads of the department and staff add members (POST; an existing member gets the new role), change
-    roles and remove members; the last lead cannot be removed. Others who belong to the department read
-    what they may see of it; a department you do not belong to is not found.
+    Leads of the department and platform admins (core.access.leads) add members (POST; an existing member
+    gets the new role), change roles and remove members; the last lead cannot be removed. Others who belong
+    to the department read what they may see of it; a department you do not belong to is not found.
     """
 
     serializer_class = MembershipSerializer
@@ -187,17 +186,8 @@ class DepartmentMemberViewSet(
             .select_related("user", "department")
         )
 
-    def check_can_manage(self):
-        department = self.department  # 404 first: a department you cannot see is not there
-        user = self.request.user
-        if not (
-            is_admin(user)
-            or Membership.objects.filter(department=department, user=user, role=Role.LEAD).exists()
-        ):
-            raise PermissionDenied(f"Only leads of {department.name} and staff may change its members.")
-
     def create(self, request, department_slug=None):
-        self.check_can_manage()
+        require_lead(request.user, self.department)  # a department you cannot see: 404 first
         serializer = MembershipCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         username, role = serializer.validated_data["username"], serializer.validated_data["role"]
@@ -212,7 +202,7 @@ class DepartmentMemberViewSet(
         )
 
     def update(self, request, department_slug=None, username=None, partial=False):
-        self.check_can_manage()
+        require_lead(request.user, self.department)  # a department you cannot see: 404 first
         membership = self.get_object()
         serializer = MembershipRoleSerializer(data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
@@ -227,7 +217,7 @@ class DepartmentMemberViewSet(
         return self.update(request, department_slug, username, partial=True)
 
     def destroy(self, request, department_slug=None, username=None):
-        self.check_can_manage()
+        require_lead(request.user, self.department)  # a department you cannot see: 404 first
         return super().destroy(request, department_slug=department_slug, username=username)
 
     def perform_destroy(self, instance):

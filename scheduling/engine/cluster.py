@@ -67,39 +67,56 @@ class Cluster:
         rack_of: dict[str, int] = {}
         part_of: dict[tuple[str, str], int] = {}
         for spec in trays:
-            if spec.hostname in self.host_index:
-                raise ValueError(f"tray {spec.hostname} is listed twice")
-            if not 0 <= spec.capacity <= GPUS_PER_TRAY:
-                raise ValueError(f"tray {spec.hostname}: capacity must be 0-{GPUS_PER_TRAY} GPUs")
-            r = rack_of.get(spec.rack)
-            if r is None:
-                r = rack_of[spec.rack] = len(self.rack_name)
-                self.rack_name.append(spec.rack)
-                self.rack_parts.append([])
-                self.rack_whole.append(0)
-            p = part_of.get((spec.rack, spec.partition))
-            if p is None:
-                p = part_of[(spec.rack, spec.partition)] = len(self.part_name)
-                self.part_name.append(spec.partition)
-                self.part_rack.append(r)
-                self.part_owner.append(spec.owner)
-                self.part_trays.append([])
-                self.part_whole.append(0)
-                self.part_free.append({})
-                self.rack_parts[r].append(p)
-            elif self.part_owner[p] != spec.owner:
-                raise ValueError(f"partition {spec.rack} {spec.partition} has trays of different owners")
-            t = len(self.tray_host)
-            self.host_index[spec.hostname] = t
-            self.tray_host.append(spec.hostname)
-            self.tray_part.append(p)
-            self.tray_rack.append(r)
-            self.tray_cap.append(spec.capacity)
-            self.tray_free.append(spec.capacity)
-            self.tray_held.append(False)
-            self.tray_jobs.append({})
-            self.part_trays[p].append(t)
+            self._add_tray(spec, rack_of, part_of)
+        self._build_indexes()
 
+    # --- building ----------------------------------------------------------------------------------
+
+    def _add_tray(self, spec: TraySpec, rack_of: dict[str, int], part_of: dict[tuple[str, str], int]) -> None:
+        """Append one tray, and its rack and partition the first time they appear (`rack_of`, `part_of`:
+        the indexes given so far, by name)."""
+        if spec.hostname in self.host_index:
+            raise ValueError(f"tray {spec.hostname} is listed twice")
+        if not 0 <= spec.capacity <= GPUS_PER_TRAY:
+            raise ValueError(f"tray {spec.hostname}: capacity must be 0-{GPUS_PER_TRAY} GPUs")
+        r = rack_of.get(spec.rack)
+        if r is None:
+            r = rack_of[spec.rack] = self._add_rack(spec.rack)
+        p = part_of.get((spec.rack, spec.partition))
+        if p is None:
+            p = part_of[(spec.rack, spec.partition)] = self._add_partition(spec.partition, r, spec.owner)
+        elif self.part_owner[p] != spec.owner:
+            raise ValueError(f"partition {spec.rack} {spec.partition} has trays of different owners")
+        t = len(self.tray_host)
+        self.host_index[spec.hostname] = t
+        self.tray_host.append(spec.hostname)
+        self.tray_part.append(p)
+        self.tray_rack.append(r)
+        self.tray_cap.append(spec.capacity)
+        self.tray_free.append(spec.capacity)
+        self.tray_held.append(False)
+        self.tray_jobs.append({})
+        self.part_trays[p].append(t)
+
+    def _add_rack(self, name: str) -> int:
+        self.rack_name.append(name)
+        self.rack_parts.append([])
+        self.rack_whole.append(0)
+        return len(self.rack_name) - 1
+
+    def _add_partition(self, name: str, r: int, owner: Owner) -> int:
+        p = len(self.part_name)
+        self.part_name.append(name)
+        self.part_rack.append(r)
+        self.part_owner.append(owner)
+        self.part_trays.append([])
+        self.part_whole.append(0)
+        self.part_free.append({})
+        self.rack_parts[r].append(p)
+        return p
+
+    def _build_indexes(self) -> None:
+        """Size the buckets for the largest partition and rack, then index every tray's free GPUs."""
         self.max_partition_trays = max((len(t) for t in self.part_trays), default=0)
         self.max_rack_trays = max(
             (sum(len(self.part_trays[p]) for p in parts) for parts in self.rack_parts), default=0

@@ -13,6 +13,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.access import is_admin
 from tenancy.activity import record_samples
 from tenancy.telemetry import DcgmParseError, parse_dcgm
 
@@ -36,16 +37,16 @@ class PlainTextParser(BaseParser):
 
 
 class CanPushTelemetry(permissions.BasePermission):
+    """A node agent (its token's user has the permission) or a platform admin (core.access)."""
+
     message = (
-        "Pushing telemetry needs the 'inventory.report_discovery' permission (a node-agent token) or a staff "
-        "account."
+        "Pushing telemetry needs the 'inventory.report_discovery' permission (a node-agent token) or a "
+        "platform admin account."
     )
 
     def has_permission(self, request, view):
         user = request.user
-        return bool(
-            user and user.is_authenticated and (user.is_staff or user.has_perm("inventory.report_discovery"))
-        )
+        return is_admin(user) or bool(user and user.has_perm("inventory.report_discovery"))
 
 
 class TelemetryResultSerializer(serializers.Serializer):

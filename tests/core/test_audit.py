@@ -143,20 +143,15 @@ def test_membership_changes_carry_their_department(django_user_model):
 
 
 @pytest.fixture
-def tenants(django_user_model):
-    """Alpha led by lead-a; Beta with member-b; an outsider; changes in both departments."""
-    alpha = save_department(Department(name="Alpha", slug="alpha"))
-    beta = save_department(Department(name="Beta", slug="beta"))
-    users = {name: django_user_model.objects.create_user(name) for name in ("lead-a", "member-b", "outsider")}
-    Membership.objects.create(user=users["lead-a"], department=alpha, role=Role.LEAD)
-    Membership.objects.create(user=users["member-b"], department=beta, role=Role.MEMBER)
-    with audit_context(AuditSource.API, actor=users["lead-a"]):
-        alpha.priority = 4
-        save_department(alpha)
+def tenants(department_a, department_b, lead_a, member_b, outsider):
+    """The shared personas (Alpha led by lead-a; Beta with member-b; an outsider) and changes in both
+    departments."""
+    with audit_context(AuditSource.API, actor=lead_a):
+        department_a.priority = 4
+        save_department(department_a)
     with audit_context(AuditSource.UI):
-        beta.over_quota_weight = 3
-        save_department(beta)
-    return {"alpha": alpha, "beta": beta, **users}
+        department_b.over_quota_weight = 3
+        save_department(department_b)
 
 
 def page_for(client, user, **params):
@@ -169,18 +164,20 @@ def shown(response):
     return [row.event for row in response.context["page"].object_list]
 
 
-def test_the_page_is_for_staff_and_leads(client, tenants, admin_user):
-    assert page_for(client, tenants["member-b"]).status_code == 403
-    assert page_for(client, tenants["outsider"]).status_code == 403
+def test_the_page_is_for_staff_and_leads(
+    client, tenants, admin_user, lead_a, member_b, outsider, department_a
+):
+    assert page_for(client, member_b).status_code == 403
+    assert page_for(client, outsider).status_code == 403
     client.logout()
     response = client.get("/audit/")
     assert response.status_code == 302 and response["Location"].startswith("/login/")
 
     staff_rows = shown(page_for(client, admin_user))
     assert len(staff_rows) == AuditEvent.objects.count()
-    lead_rows = shown(page_for(client, tenants["lead-a"]))
-    assert lead_rows and {e.department_id for e in lead_rows} == {tenants["alpha"].pk}
-    assert len(lead_rows) == AuditEvent.objects.filter(department_id=tenants["alpha"].pk).count()
+    lead_rows = shown(page_for(client, lead_a))
+    assert lead_rows and {e.department_id for e in lead_rows} == {department_a.pk}
+    assert len(lead_rows) == AuditEvent.objects.filter(department_id=department_a.pk).count()
 
 
 def test_the_page_shows_who_when_source_action_object_and_diff(client, tenants, admin_user):
@@ -227,8 +224,8 @@ def test_the_page_filters_with_the_shared_filterset(client, tenants, admin_user)
     assert response.context["filter"].form.errors
 
 
-def test_a_lead_cannot_filter_their_way_into_another_department(client, tenants):
-    response = page_for(client, tenants["lead-a"], department_id=tenants["beta"].pk)
+def test_a_lead_cannot_filter_their_way_into_another_department(client, tenants, lead_a, department_b):
+    response = page_for(client, lead_a, department_id=department_b.pk)
     assert shown(response) == []
     # Beta is not even offered in the department choices.
     assert [d.slug for d in response.context["departments"]] == ["alpha"]
@@ -263,6 +260,7 @@ def test_every_model_of_tenancy_scheduling_and_portal_is_in_the_admin():
             assert model in admin.site._registry, model
 
 
+@pytest.mark.slow  # every Django admin page, one by one
 def test_every_admin_page_renders(staff_browser, demo_inventory):
     from portal.demo import seed_tenants
 

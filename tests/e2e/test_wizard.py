@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from integrations.models import ConfigPush, ConfigTarget, PushStatus
+from integrations.models import ConfigPush, PushStatus
 from inventory.demo import seed_datacenter
 from inventory.models import NVLinkPartition, PartitionPlan
 
@@ -29,17 +29,6 @@ def admin(transactional_db, django_user_model):
 
 
 @pytest.fixture
-def render_dir(transactional_db, settings, tmp_path) -> Path:
-    """The embedded `local` directory target, writing under tmp_path (made here: a transactional test's
-    flush removes what the data migration made)."""
-    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
-    ConfigTarget.objects.get_or_create(
-        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
-    )
-    return settings.RACKPLANE_RENDER_DIR
-
-
-@pytest.fixture
 def shots(tmp_path):
     directory = Path(os.environ.get("RACKPLANE_SCREENSHOTS") or tmp_path / "screenshots")
     directory.mkdir(parents=True, exist_ok=True)
@@ -49,7 +38,7 @@ def shots(tmp_path):
 
 @pytest.mark.e2e
 def test_an_admin_carves_a_rack_into_2x9_and_follows_the_plan(
-    live_server, page, seeded_inventory, admin, render_dir, shots
+    live_server, page, seeded_inventory, admin, local_target, render_dir, shots
 ):
     page.goto(f"{live_server.url}/login/")
     page.fill("#id_username", admin.username)

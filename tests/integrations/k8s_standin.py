@@ -287,7 +287,7 @@ class KubeStandIn:
         self._port = self._server.server_address[1]
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="k8s-standin", daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, name="k8s-standin", daemon=True
         )
         self._thread.start()
         return self

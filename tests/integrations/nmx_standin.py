@@ -120,7 +120,7 @@ class NmxStandin:
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="nmx-standin", daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, name="nmx-standin", daemon=True
         )
         self._thread.start()
         return self

@@ -9,30 +9,15 @@ from django.core.management import CommandError, call_command
 
 from integrations import state as configstate
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
-from tenancy.models import Department
-from tenancy.services import save_department
+from tests.factories import make_department
 from tests.integrations.test_configstate import EXPECTED_FILES
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def render_dir(settings, tmp_path):
-    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
-    return settings.RACKPLANE_RENDER_DIR
-
-
-@pytest.fixture
-def departments(demo_inventory, local):
-    save_department(Department(name="Research", slug="research", guaranteed_gpus=16))
-
-
-@pytest.fixture
-def local(db):
-    """The data migration's `local` target (created again if a transactional test flushed it)."""
-    return ConfigTarget.objects.get_or_create(
-        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
-    )[0]
+def departments(demo_inventory, local_target):
+    make_department("Research", guaranteed_gpus=16)
 
 
 def run(*args) -> str:

@@ -11,10 +11,10 @@ from integrations.kubernetes.render import DEPARTMENT_LABEL, SERVICE_TIER_LABEL
 from integrations.slurm.render import MANAGED_HEADER
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
-from tenancy.models import Department
+from scheduling.models import Job
 from tenancy.renderers import to_yaml
-from tenancy.services import dedicate_partition, save_department
+from tenancy.services import dedicate_partition
+from tests.factories import make_department, make_job, run_job
 
 pytestmark = pytest.mark.django_db
 
@@ -41,25 +41,15 @@ def guids(*hostnames: str) -> list[str]:
     return sorted(g for row in rows for g in row)
 
 
-def run_job(department: Department, hostnames: list[str], state=JobState.RUNNING) -> Job:
-    job = Job.objects.create(department=department, name="train", gpus=4 * len(hostnames), state=state)
-    Allocation.objects.bulk_create(
-        Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__hostname__in=hostnames)
-    )
-    return job
-
-
 @pytest.fixture
 def tenants(demo_inventory):
     """Inference owns gb-r02's p2 (dedicated); Research runs a job on gb-r03-t01 and t02."""
-    inference = save_department(
-        Department(name="Inference", slug="inference", guaranteed_gpus=36, limit_gpus=72)
-    )
-    research = save_department(Department(name="Research", slug="research", guaranteed_gpus=16))
+    inference = make_department("Inference", guaranteed_gpus=36, limit_gpus=72)
+    research = make_department("Research", guaranteed_gpus=16)
     dedicate_partition(inference, NVLinkPartition.objects.get(rack__name="gb-r02", name="p2"))
-    run_job(research, ["gb-r03-t01", "gb-r03-t02"])
+    run_job(research, trays=["gb-r03-t01", "gb-r03-t02"])
     # A pending job (no allocations) and a finished one do not make a department a member anywhere.
-    Job.objects.create(department=research, name="waiting", gpus=8, state=JobState.PENDING)
+    make_job(research, "waiting", JobState.PENDING, gpus=8)
     return inference, research
 
 
@@ -293,7 +283,7 @@ def test_query_count_does_not_grow_with_racks(tenants):
     small = (count(False), count(True))
     _add_racks(6)
     _, research = tenants
-    run_job(research, ["gb-r05-t01", "gb-r06-t10"])
+    run_job(research, trays=["gb-r05-t01", "gb-r06-t10"])
     large = (count(False), count(True))
 
     assert large == small

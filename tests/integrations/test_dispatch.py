@@ -9,14 +9,12 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from integrations.models import ConfigTarget
 from integrations.tasks import sync_jobs
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, BackendCancel, Job
-from tenancy.models import Department
-from tenancy.services import save_department
+from tests.factories import make_department, token_client
 from tests.integrations.k8s_standin import KubeStandIn
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +30,13 @@ def standin():
 
 
 @pytest.fixture
-def world(demo_inventory, standin, admin_user):
+def department_a(demo_inventory):
+    return make_department("Research", guaranteed_gpus=200)
+
+
+@pytest.fixture
+def api(demo_inventory, standin, department_a, platform_admin):
+    """A platform admin's API client; jobs with backend "kubernetes" go to the stand-in's API server."""
     ConfigTarget.objects.create(
         name="cluster",
         kind="kubernetes",
@@ -44,14 +48,11 @@ def world(demo_inventory, standin, admin_user):
             "dry_run": False,
         },
     )
-    save_department(Department(name="Research", slug="research", guaranteed_gpus=200))
-    api = APIClient()
-    api.force_authenticate(admin_user)
-    return api
+    return token_client(platform_admin)
 
 
 @pytest.fixture
-def submit(world, django_capture_on_commit_callbacks):
+def submit(api, django_capture_on_commit_callbacks):
     def post(**fields):
         body = {
             "department": "research",
@@ -62,7 +63,7 @@ def submit(world, django_capture_on_commit_callbacks):
         }
         body.update(fields)
         with django_capture_on_commit_callbacks(execute=True):
-            response = world.post("/api/v1/jobs/", body, format="json")
+            response = api.post("/api/v1/jobs/", body, format="json")
         assert response.status_code == 201, response.json()
         return Job.objects.get(pk=response.json()["id"])
 
@@ -180,10 +181,10 @@ def test_sync_with_the_backend_down_leaves_running_jobs_running_and_says_so(subm
     assert "unreachable" in job.backend_message and "state not updated" in job.backend_message
 
 
-def test_cancel_while_the_backend_is_down_is_delivered_later(submit, standin, sync, world):
+def test_cancel_while_the_backend_is_down_is_delivered_later(submit, standin, sync, api):
     job = submit(gpus=8)
     standin.refuse_connections()
-    assert world.post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 200
+    assert api.post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 200
     sync()
     cancel = BackendCancel.objects.get(job=job)
     assert cancel.done_at is None and cancel.attempts >= 1 and cancel.error

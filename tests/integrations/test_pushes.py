@@ -14,14 +14,13 @@ from django.db import IntegrityError, connection, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from core.access import Role
 from core.models import AuditSource
 from integrations import pushes, tasks
 from integrations.directory import adapter as directory_adapter
 from integrations.fabric import adapter as fabric_adapter
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.registry import clean_settings
-from tenancy.models import Department, Membership
+from tenancy.models import Department
 from tenancy.services import save_department
 from tests.integrations.k8s_standin import KubeStandIn
 
@@ -31,18 +30,10 @@ TOKEN = "k8s-secret-token-do-not-show"
 
 
 @pytest.fixture
-def render_dir(settings, tmp_path) -> Path:
-    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
-    return settings.RACKPLANE_RENDER_DIR
-
-
-@pytest.fixture
-def local(render_dir, demo_inventory) -> ConfigTarget:
-    """The embedded directory target the data migration creates, writing into a temporary directory
-    (created again when a transactional test before this one flushed the database)."""
-    return ConfigTarget.objects.get_or_create(
-        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
-    )[0]
+def local(local_target, demo_inventory) -> ConfigTarget:
+    """The embedded directory target (tests/conftest.py), writing into render_dir, with the demo inventory
+    to render."""
+    return local_target
 
 
 def test_the_data_migration_creates_the_local_directory_target(db):
@@ -558,14 +549,6 @@ def test_settings_defaults_are_filled():
 # --- pages --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def lead(django_user_model, demo_inventory):
-    user = django_user_model.objects.create_user("lead", "lead@example.com", "lead-password-1")
-    department = save_department(Department(name="Alpha", slug="alpha", guaranteed_gpus=8))
-    Membership.objects.create(user=user, department=department, role=Role.LEAD)
-    return user
-
-
 def page_urls(push: ConfigPush) -> list[str]:
     return [
         reverse("integrations:target-list"),
@@ -576,11 +559,13 @@ def page_urls(push: ConfigPush) -> list[str]:
     ]
 
 
-def test_pages_are_for_staff_only(client, local, lead, user, admin_user, django_capture_on_commit_callbacks):
+def test_pages_are_for_platform_admins_only(
+    client, local, lead_a, outsider, platform_admin, django_capture_on_commit_callbacks
+):
     [push] = push_now(django_capture_on_commit_callbacks)
     for url in page_urls(push):
         assert client.get(url).status_code == 302, url  # anonymous: to the login page
-    for someone in (lead, user):
+    for someone in (lead_a, outsider):
         client.force_login(someone)
         for url in page_urls(push):
             assert client.get(url).status_code == 403, (someone, url)
@@ -588,13 +573,13 @@ def test_pages_are_for_staff_only(client, local, lead, user, admin_user, django_
         assert client.post(reverse("integrations:push-list")).status_code == 403
         assert "Config pushes" not in client.get(reverse("home")).content.decode()
     assert ConfigPush.objects.count() == 1
-    client.force_login(admin_user)
+    client.force_login(platform_admin)
     for url in page_urls(push):
         assert client.get(url).status_code == 200, url
     assert "Config pushes" in client.get(reverse("home")).content.decode()
-    assert list(ConfigPush.objects.visible_to(lead)) == []
-    assert list(ConfigTarget.objects.visible_to(user)) == []
-    assert list(ConfigPush.objects.visible_to(admin_user)) == [push]
+    assert list(ConfigPush.objects.visible_to(lead_a)) == []
+    assert list(ConfigTarget.objects.visible_to(outsider)) == []
+    assert list(ConfigPush.objects.visible_to(platform_admin)) == [push]
 
 
 def test_the_progress_page_polls_until_the_push_is_done(

@@ -1,26 +1,21 @@
 """POST /api/v1/discovery/reports/: node agents report fabric state with a token."""
 
 import uuid
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
-from rest_framework.authtoken.models import Token
 
 from inventory.models import ComputeTray
+from tests.factories import token_client
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/discovery/reports/"
 
 
 @pytest.fixture
-def agent(api_client, demo_inventory):
-    out = StringIO()
-    call_command("discovery_agent_token", stdout=out)
-    key = out.getvalue().strip().rsplit(" ", 1)[1]
-    assert Token.objects.filter(key=key, user__username="node-agent").exists()
-    api_client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return api_client
+def agent(node_agent, demo_inventory):
+    """The node agent persona: `manage.py discovery_agent_token` made it and printed its token."""
+    assert node_agent.username == "node-agent"
+    return token_client(node_agent)
 
 
 def body(tray: ComputeTray, clique_id: int, **extra) -> dict:
@@ -124,9 +119,8 @@ def test_unparseable_raw_output_names_the_field(agent):
     assert response.status_code == 400 and "nvidia_smi" in response.json()
 
 
-def test_a_token_without_the_permission_is_forbidden(api_client, user, demo_inventory):
-    api_client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    response = api_client.post(URL, body(tray(), clique_id=2), format="json")
+def test_a_token_without_the_permission_is_forbidden(outsider, demo_inventory):
+    response = token_client(outsider).post(URL, body(tray(), clique_id=2), format="json")
     assert response.status_code == 403 and "report_discovery" in response.json()["detail"]
 
 

@@ -10,19 +10,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from core.access import Role
-from inventory.choices import GpuHealth, TrayState
+from inventory.choices import GpuHealth
 from inventory.models import Gpu
 from portal import charts as dashboards
 from scheduling import usage as selectors
 from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
-from tenancy.models import Department, GpuActivity, Membership, QuotaSnapshot
-from tenancy.services import save_department
+from tenancy.models import Department, GpuActivity, QuotaSnapshot
+from tests.factories import healthy_gpus, make_department, make_job, make_member, run_job
 
 pytestmark = pytest.mark.django_db
 
-PASSWORD = "dashboard-test-password-1"
 CAPACITY = 210  # demo_inventory: 216 GPUs, minus a drained tray (4) and two unhealthy GPUs
 WAITING = "waiting: the department is at its limit"
 
@@ -35,19 +32,6 @@ def figure(response, name: str) -> int:
     match = re.search(rf'data-figure="{name}">([\d,]+)<', response.content.decode())
     assert match, f"no figure {name!r} on the page"
     return int(match.group(1).replace(",", ""))
-
-
-def schedulable(count: int, skip: int = 0) -> list[Gpu]:
-    gpus = Gpu.objects.filter(tray__state=TrayState.UP).exclude(health=GpuHealth.UNHEALTHY).order_by("pk")
-    return list(gpus[skip : skip + count])
-
-
-def run_job(department, gpus, name, **fields) -> Job:
-    job = Job.objects.create(
-        department=department, name=name, gpus=len(gpus), state=JobState.RUNNING, **fields
-    )
-    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in gpus])
-    return job
 
 
 def set_activity(gpus, utilization: float, low_for: timedelta | None):
@@ -64,46 +48,42 @@ def set_activity(gpus, utilization: float, low_for: timedelta | None):
 
 
 @pytest.fixture
-def world(demo_inventory, django_user_model):
+def department_a(demo_inventory):
+    return make_department("Alpha", guaranteed_gpus=16)
+
+
+@pytest.fixture
+def department_b(demo_inventory):
+    return make_department("Beta", guaranteed_gpus=8)
+
+
+@pytest.fixture
+def workload(department_a, department_b, lead_a, member_b):
     """Alpha: guarantee 16, a 24-GPU running job (16 in quota + 8 borrowed) with 4 idle GPUs, 12 GPUs
-    pending. Beta: guarantee 8, a busy 4-GPU job."""
-    alpha = save_department(Department(name="Alpha", slug="alpha", guaranteed_gpus=16))
-    beta = save_department(Department(name="Beta", slug="beta", guaranteed_gpus=8))
-    gpus = schedulable(29)
+    pending. Beta: guarantee 8, a busy 4-GPU job. With the personas lead of Alpha and member of Beta."""
+    alpha, beta = department_a, department_b
+    gpus = healthy_gpus(29)
     train = run_job(alpha, gpus[:24], "alpha-train", started_at=timezone.now() - timedelta(hours=3))
     serve = run_job(beta, gpus[24:28], "beta-serve", started_at=timezone.now() - timedelta(hours=1))
-    Job.objects.create(department=alpha, name="alpha-queued-1", gpus=8, pending_reason=f"{WAITING} (8)")
-    Job.objects.create(department=alpha, name="alpha-queued-2", gpus=4, pending_reason=f"{WAITING} (4)")
-    Job.objects.create(department=beta, name="beta-done", gpus=16, state=JobState.COMPLETED)
+    make_job(alpha, "alpha-queued-1", JobState.PENDING, gpus=8, pending_reason=f"{WAITING} (8)")
+    make_job(alpha, "alpha-queued-2", JobState.PENDING, gpus=4, pending_reason=f"{WAITING} (4)")
+    make_job(beta, "beta-done", JobState.COMPLETED, gpus=16)
     idle = gpus[:4]
     set_activity(idle, 1.5, timedelta(hours=1))  # idle: under 5% for an hour (window: 30 minutes)
     set_activity(gpus[4:5], 0.5, timedelta(minutes=10))  # low, but not for the whole window yet
     set_activity(gpus[5:24], 80.0, None)
     set_activity(gpus[24:28], 60.0, None)
     set_activity(gpus[28:29], 0.0, timedelta(hours=2))  # free, not idle: nobody holds it
-
-    lead = django_user_model.objects.create_user("lead-alpha", "lead@example.com", PASSWORD)
-    Membership.objects.create(user=lead, department=alpha, role=Role.LEAD)
-    member = django_user_model.objects.create_user("member-beta", "member@example.com", PASSWORD)
-    Membership.objects.create(user=member, department=beta, role=Role.MEMBER)
-    return {
-        "alpha": alpha,
-        "beta": beta,
-        "train": train,
-        "serve": serve,
-        "idle": idle,
-        "lead": lead,
-        "member": member,
-    }
+    return {"train": train, "serve": serve, "idle": idle}
 
 
 # ------------------------------------------------------------------------------------------------ figures
 
 
-def test_positions_match_hand_computed_values(world):
+def test_positions_match_hand_computed_values(workload, department_a, department_b):
     positions = selectors.department_positions()
     assert positions.capacity == CAPACITY
-    alpha, beta = positions.of(world["alpha"]), positions.of(world["beta"])
+    alpha, beta = positions.of(department_a), positions.of(department_b)
     assert (alpha.guaranteed, alpha.in_use, alpha.in_quota, alpha.borrowed) == (16, 24, 16, 8)
     assert (alpha.pending_demand, alpha.pending_jobs, alpha.running_jobs, alpha.idle) == (12, 2, 1, 4)
     assert (beta.guaranteed, beta.in_use, beta.in_quota, beta.borrowed) == (8, 4, 4, 0)
@@ -116,8 +96,10 @@ def test_positions_match_hand_computed_values(world):
     assert totals == (24, 28, 4, 12)
 
 
-def test_lead_dashboard_shows_the_figures_and_idle_gpus_with_their_job(client, world):
-    client.force_login(world["lead"])
+def test_lead_dashboard_shows_the_figures_and_idle_gpus_with_their_job(
+    client_as, workload, department_a, lead_a
+):
+    client = client_as(lead_a)
     response = client.get("/tenancy/departments/alpha/")
     assert response.status_code == 200
     expected = {"guaranteed": 16, "in-use": 24, "in-quota": 16, "borrowed": 8, "fair-share": 36}
@@ -126,9 +108,9 @@ def test_lead_dashboard_shows_the_figures_and_idle_gpus_with_their_job(client, w
 
     markup = response.content.decode()
     idle_rows = re.findall(r'<tr data-gpu-uuid="([^"]+)">(.*?)</tr>', markup, re.S)
-    assert sorted(uuid for uuid, _ in idle_rows) == sorted(gpu.uuid for gpu in world["idle"])
+    assert sorted(uuid for uuid, _ in idle_rows) == sorted(gpu.uuid for gpu in workload["idle"])
     for uuid, row in idle_rows:
-        gpu = next(g for g in world["idle"] if g.uuid == uuid)
+        gpu = next(g for g in workload["idle"] if g.uuid == uuid)
         assert "alpha-train" in row
         assert gpu.tray.hostname in row
         assert "1.5%" in row
@@ -139,19 +121,19 @@ def test_lead_dashboard_shows_the_figures_and_idle_gpus_with_their_job(client, w
     assert f"{WAITING} (8)" in page and f"{WAITING} (4)" in page
     assert "alpha-train" in page
     assert "beta-serve" not in page and "beta-done" not in page
-    assert world["alpha"].pkey_hex in page and world["alpha"].network_cidr in page
+    assert department_a.pkey_hex in page and department_a.network_cidr in page
 
 
-def test_member_dashboard_figures(client, world):
-    client.force_login(world["member"])
+def test_member_dashboard_figures(client_as, workload, member_b):
+    client = client_as(member_b)
     response = client.get("/tenancy/departments/beta/")
     shown = [figure(response, name) for name in ("in-use", "borrowed", "fair-share")]
     assert shown == [4, 0, 4]
     assert "No idle GPUs" in text(response)
 
 
-def test_quota_history_chart(client, world):
-    alpha = world["alpha"]
+def test_quota_history_chart(client_as, workload, department_a, lead_a):
+    alpha = department_a
     now = timezone.now().replace(second=0, microsecond=0)
     hour = timedelta(hours=1)
     rows = [(now - 30 * hour, 1), (now - 2 * hour, 10), (now - hour, 20), (now, 24)]
@@ -167,7 +149,7 @@ def test_quota_history_chart(client, world):
             pending_demand=12,
             idle=0,
         )
-    history = selectors.quota_history(world["lead"], alpha, timezone.now())
+    history = selectors.quota_history(lead_a, alpha, timezone.now())
     assert [row["in_use"] for row in history] == [10, 20, 24]  # the last 24 hours only
 
     traces = {trace.name: trace for trace in dashboards.quota_history_figure(history).data}
@@ -178,21 +160,21 @@ def test_quota_history_chart(client, world):
     assert list(traces["Fair share"].y) == [12, 22, 26]
     assert list(traces["Pending demand"].y) == [12, 12, 12]
 
-    client.force_login(world["lead"])
+    client = client_as(lead_a)
     markup = client.get("/tenancy/departments/alpha/").content.decode()
     assert '<script src="/static/plotly/plotly.min.js"></script>' in markup
     assert "Plotly.newPlot" in markup and 'id="quota-chart"' in markup
     assert "cdn.plot.ly" not in markup and not re.search(r"""src=["']?(https?:)?//""", markup)
 
 
-def test_no_history_no_chart(client, world):
-    client.force_login(world["lead"])
+def test_no_history_no_chart(client_as, workload, lead_a):
+    client = client_as(lead_a)
     markup = client.get("/tenancy/departments/alpha/").content.decode()
     assert "No quota history yet" in markup
     assert "plotly.min.js" not in markup
 
 
-def test_departments_figure_and_admin_dashboard(client, world, admin_user):
+def test_departments_figure_and_admin_dashboard(client, workload, platform_admin):
     positions = selectors.department_positions()
     traces = {trace.name: trace for trace in dashboards.departments_figure(positions).data}
     assert all(trace.type == "bar" for trace in traces.values())
@@ -203,7 +185,7 @@ def test_departments_figure_and_admin_dashboard(client, world, admin_user):
     assert list(traces["Fair share"].y) == [36, 4]
     assert list(traces["Pending demand"].y) == [12, 0]
 
-    client.force_login(admin_user)
+    client.force_login(platform_admin)
     response = client.get("/tenancy/dashboard/")
     assert response.status_code == 200
     names = ("capacity", "guaranteed", "allocated", "free", "idle")
@@ -219,18 +201,20 @@ def test_departments_figure_and_admin_dashboard(client, world, admin_user):
     markup = response.content.decode()
     assert 'id="departments-chart"' in markup and "Plotly.newPlot" in markup
     idle_rows = re.findall(r'<tr data-gpu-uuid="([^"]+)">(.*?)</tr>', markup, re.S)
-    assert sorted(uuid for uuid, _ in idle_rows) == sorted(gpu.uuid for gpu in world["idle"])
+    assert sorted(uuid for uuid, _ in idle_rows) == sorted(gpu.uuid for gpu in workload["idle"])
     assert all("Alpha" in row and "alpha-train" in row for _, row in idle_rows)
     assert "every guarantee fits" in text(response)
 
 
-def test_admin_dashboard_warns_of_guarantees_that_need_reclaiming(client, world, admin_user):
-    gamma = save_department(Department(name="Gamma", slug="gamma", guaranteed_gpus=100))
-    run_job(world["beta"], schedulable(150, skip=29), "beta-big")  # free: 210 - 28 - 150 = 32
+def test_admin_dashboard_warns_of_guarantees_that_need_reclaiming(
+    client, workload, department_b, platform_admin
+):
+    gamma = make_department("Gamma", guaranteed_gpus=100)
+    run_job(department_b, healthy_gpus(150, skip=29), "beta-big")  # free: 210 - 28 - 150 = 32
     dashboard = selectors.admin_dashboard()
     assert dashboard.free == 32
     assert [p.department for p in dashboard.at_risk] == [gamma]  # 100 > 32 free + 0 held
-    client.force_login(admin_user)
+    client.force_login(platform_admin)
     page = text(client.get("/tenancy/dashboard/"))
     assert "Guarantees that need reclaiming" in page
     assert "Gamma : guaranteed 100, holds 0, 32 free" in page
@@ -241,7 +225,7 @@ def test_admin_dashboard_warns_of_guarantees_that_need_reclaiming(client, world,
 
 def fail_gpus(keep: int) -> None:
     """Mark schedulable GPUs unhealthy until `keep` are left."""
-    doomed = [gpu.pk for gpu in schedulable(CAPACITY)[keep:]]
+    doomed = [gpu.pk for gpu in healthy_gpus(CAPACITY)[keep:]]
     Gpu.objects.filter(pk__in=doomed).update(health=GpuHealth.UNHEALTHY)
 
 
@@ -255,8 +239,8 @@ def banner(response) -> str:
 STAFF_PAGES = ["/", "/inventory/racks/", "/tenancy/departments/", "/admin/", "/admin/auth/user/"]
 
 
-def test_banner_for_staff_on_every_page_until_fixed(client, world, admin_user):
-    client.force_login(admin_user)
+def test_banner_for_staff_on_every_page_until_fixed(client, workload, admin_user):
+    client.force_login(admin_user)  # a superuser: the Django admin's pages are among them
     for url in STAFF_PAGES:
         assert client.get(url).status_code == 200, url
         assert banner(client.get(url)) == "", url
@@ -282,16 +266,16 @@ def test_banner_for_staff_on_every_page_until_fixed(client, world, admin_user):
         assert banner(client.get(url)) == "", url
 
 
-def test_banner_names_lowest_priority_first(client, world, admin_user):
-    Department.objects.filter(pk=world["alpha"].pk).update(priority=5)
+def test_banner_names_lowest_priority_first(client, workload, department_a, platform_admin):
+    Department.objects.filter(pk=department_a.pk).update(priority=5)
     fail_gpus(keep=20)
-    client.force_login(admin_user)
+    client.force_login(platform_admin)
     assert "Beta cannot get its full guarantee" in banner(client.get("/"))
 
 
-def test_no_banner_for_non_staff(client, world):
+def test_no_banner_for_non_staff(client, workload, lead_a, member_b):
     fail_gpus(keep=5)
-    for user in (world["lead"], world["member"]):
+    for user in (lead_a, member_b):
         client.force_login(user)
         for url in ["/", "/inventory/racks/", "/tenancy/departments/"]:
             response = client.get(url)
@@ -300,11 +284,11 @@ def test_no_banner_for_non_staff(client, world):
             assert "capacity_status" not in (response.context or {}), (user, url)
 
 
-def test_banner_costs_staff_two_queries_and_nobody_else_any(client, world, admin_user, django_user_model):
-    client.force_login(world["lead"])
+def test_banner_costs_staff_two_queries_and_nobody_else_any(client_as, workload, lead_a, platform_admin):
+    client = client_as(lead_a)
     with CaptureQueriesContext(connection) as non_staff:
         client.get("/inventory/racks/")
-    client.force_login(admin_user)
+    client.force_login(platform_admin)
     with CaptureQueriesContext(connection) as staff:
         client.get("/inventory/racks/")
     assert len(staff) == len(non_staff) + 2
@@ -313,17 +297,16 @@ def test_banner_costs_staff_two_queries_and_nobody_else_any(client, world, admin
 # ------------------------------------------------------------------------------------------ query counts
 
 
-def grow(world, factor: int, offset: int = 0) -> None:
+def grow(alpha, beta, factor: int, offset: int = 0) -> None:
     """More of everything a dashboard aggregates: jobs, allocations, idle GPUs, pending work, history,
     members and a department."""
-    alpha, beta = world["alpha"], world["beta"]
-    free = schedulable(CAPACITY, skip=29)
+    free = healthy_gpus(CAPACITY, skip=29)
     for number in range(factor):
         gpus = free[offset + number * 8 : offset + number * 8 + 8]
         department = alpha if number % 2 else beta
         run_job(department, gpus, f"grown-{offset}-{number}", started_at=timezone.now())
         set_activity(gpus[:4], 0.0, timedelta(hours=2))
-        Job.objects.create(department=department, name=f"grown-queued-{number}", gpus=4, pending_reason="x")
+        make_job(department, f"grown-queued-{number}", JobState.PENDING, gpus=4, pending_reason="x")
     now = timezone.now().replace(second=0, microsecond=0)
     snapshots = [
         QuotaSnapshot(
@@ -342,9 +325,8 @@ def grow(world, factor: int, offset: int = 0) -> None:
     ]
     QuotaSnapshot.objects.bulk_create(snapshots, ignore_conflicts=True)
     for number in range(factor):
-        user = type(world["lead"]).objects.create_user(f"grown-{offset}-{number}", "g@example.com", "x")
-        Membership.objects.create(user=user, department=alpha if number % 2 else beta, role=Role.MEMBER)
-    save_department(Department(name=f"Grown {factor}", slug=f"grown-{factor}", guaranteed_gpus=1))
+        make_member(f"grown-{offset}-{number}", alpha if number % 2 else beta)
+    make_department(f"Grown {factor}", slug=f"grown-{factor}", guaranteed_gpus=1)
 
 
 # Session and user, then the page's own queries. Equal before and after growth; these caps catch a
@@ -358,9 +340,9 @@ MAX_QUERIES = {
 
 @pytest.mark.parametrize("url", list(MAX_QUERIES))
 def test_query_counts_do_not_grow_with_the_data(
-    client, world, admin_user, url, django_assert_max_num_queries
+    client, workload, department_a, department_b, lead_a, platform_admin, url, django_assert_max_num_queries
 ):
-    users = [admin_user, world["lead"]] if url != "/tenancy/dashboard/" else [admin_user]
+    users = [platform_admin, lead_a] if url != "/tenancy/dashboard/" else [platform_admin]
 
     def counts():
         result = []
@@ -373,7 +355,7 @@ def test_query_counts_do_not_grow_with_the_data(
         return result
 
     before = counts()
-    grow(world, factor=6)
+    grow(department_a, department_b, factor=6)
     after = counts()
-    grow(world, factor=12, offset=48)
+    grow(department_a, department_b, factor=12, offset=48)
     assert before == after == counts()

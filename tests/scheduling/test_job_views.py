@@ -13,16 +13,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
-from core.access import Role
-from inventory.choices import GpuHealth, TrayState
-from inventory.models import ComputeTray, Gpu
-from scheduling.choices import HOLDING_STATES, JobEventKind, JobState
+from inventory.models import ComputeTray
+from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, Job, JobEvent
-from tenancy.models import Department, Membership
-from tenancy.services import save_department
+from tests.factories import free_trays, make_department, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -31,81 +26,38 @@ SCRIPT = "#!/bin/bash\nsrun python train.py\n"
 LIST = reverse("scheduling:job-list")
 
 
-@pytest.fixture
-def world(demo_inventory, django_user_model):
-    """Research (lead-r, member-r) and Vision (lead-v, member-v), an outsider and a staff user."""
-    research = save_department(Department(name="Research", slug="research", guaranteed_gpus=96))
-    vision = save_department(Department(name="Vision", slug="vision", guaranteed_gpus=64))
-    users = {
-        name: django_user_model.objects.create_user(name)
-        for name in ("lead-r", "member-r", "lead-v", "member-v", "outsider")
-    }
-    users["staff"] = django_user_model.objects.create_user("staff", is_staff=True)
-    Membership.objects.create(user=users["lead-r"], department=research, role=Role.LEAD)
-    Membership.objects.create(user=users["member-r"], department=research, role=Role.MEMBER)
-    Membership.objects.create(user=users["lead-v"], department=vision, role=Role.LEAD)
-    Membership.objects.create(user=users["member-v"], department=vision, role=Role.MEMBER)
-    return {"research": research, "vision": vision, **users}
+# The shared personas (tests/conftest.py): department A is Research, B is Vision, on the demo inventory.
 
 
 @pytest.fixture
-def as_user(client, world):
-    def login(name):
-        client.force_login(world[name])
-        return client
-
-    return login
+def department_a(demo_inventory):
+    return make_department("Research", guaranteed_gpus=96)
 
 
 @pytest.fixture
-def submit(world, django_capture_on_commit_callbacks):
-    """Submit through the API as `user`; returns the job as the database has it after the eager pass."""
+def department_b(demo_inventory):
+    return make_department("Vision", guaranteed_gpus=64)
 
-    def post(user="member-r", **fields):
-        api = APIClient()
-        token, _ = Token.objects.get_or_create(user=world[user])
-        api.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+
+@pytest.fixture(autouse=True)
+def people(lead_a, member_a, lead_b, member_b, outsider, platform_admin):
+    """Everyone exists in every test, so visibility has something to hide."""
+
+
+@pytest.fixture
+def submit(api_as, django_capture_on_commit_callbacks):
+    """Submit through the API as `user` (a persona's name); returns the job as the database has it after the
+    eager pass."""
+
+    def post(user="member_a", **fields):
         body = {"department": "research", "name": "train-llm", "gpus": 8, "work": {"script": SCRIPT}}
         body.update(fields)
         with django_capture_on_commit_callbacks(execute=True):
-            response = api.post("/api/v1/jobs/", body, format="json")
+            response = api_as(user).post("/api/v1/jobs/", body, format="json")
         assert response.status_code == 201, response.json()
         return Job.objects.get(pk=response.json()["id"])
 
     return post
-
-
-def make_job(department, name, state=JobState.RUNNING, trays=(), submitted_by=None, **fields) -> Job:
-    """A job row (and, while it holds GPUs, its allocations: the whole of each tray)."""
-    trays = list(trays)
-    fields.setdefault("gpus", 4 * len(trays) or 4)
-    if state in HOLDING_STATES:
-        fields.setdefault("started_at", timezone.now())
-    job = Job.objects.create(
-        department=department,
-        name=name,
-        state=state,
-        submitted_by=submitted_by,
-        placement=[tray.hostname for tray in trays],
-        **fields,
-    )
-    if state in HOLDING_STATES:
-        Allocation.objects.bulk_create(
-            Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__in=trays).order_by("pk")
-        )
-    return job
-
-
-def free_trays(count: int, skip: int = 0) -> list[ComputeTray]:
-    """Up trays with four healthy GPUs and no allocation, in rack and slot order."""
-    trays = (
-        ComputeTray.objects.filter(state=TrayState.UP)
-        .exclude(gpus__health=GpuHealth.UNHEALTHY)
-        .exclude(gpus__allocations__isnull=False)
-        .order_by("rack__name", "slot")
-        .distinct()
-    )
-    return list(trays[skip : skip + count])
 
 
 def shown_ids(response) -> set[int]:
@@ -119,35 +71,35 @@ def text(response) -> str:
 # ------------------------------------------------------------------------------------------------- list
 
 
-def test_the_list_shows_only_the_jobs_each_user_may_see(as_user, world, submit):
+def test_the_list_shows_only_the_jobs_each_user_may_see(client_as, lead_a, member_a, submit):
     research = submit(name="research-train")
-    vision = submit(user="lead-v", department="vision", name="vision-train")
+    vision = submit(user="lead_b", department="vision", name="vision-train")
     assert research.state == vision.state == JobState.RUNNING
 
     expected = {
-        "lead-r": {research.pk},
-        "member-r": {research.pk},
-        "lead-v": {vision.pk},
-        "member-v": {vision.pk},
+        "lead_a": {research.pk},
+        "member_a": {research.pk},
+        "lead_b": {vision.pk},
+        "member_b": {vision.pk},
         "outsider": set(),
-        "staff": {research.pk, vision.pk},
+        "platform_admin": {research.pk, vision.pk},
     }
     for name, ids in expected.items():
-        response = as_user(name).get(LIST)
+        response = client_as(name).get(LIST)
         assert response.status_code == 200
         assert shown_ids(response) == ids, name
         html = response.content.decode()
         assert ("research-train" in html) == (research.pk in ids), name
         assert ("vision-train" in html) == (vision.pk in ids), name
     # A row says where the job runs, compressed: "gb-r02-t[01-02]".
-    html = as_user("member-r").get(LIST).content.decode()
+    html = client_as("member_a").get(LIST).content.decode()
     assert re.search(r'<code class="hostlist"[^>]*>gb-r02-t\[\d\d-\d\d\]</code>', html), html
     assert 'class="badge job-running">Running<' in html
-    assert "No jobs yet" in as_user("outsider").get(LIST).content.decode()
+    assert "No jobs yet" in client_as("outsider").get(LIST).content.decode()
 
 
-def test_filters_narrow_the_list(as_user, world):
-    research, vision = world["research"], world["vision"]
+def test_filters_narrow_the_list(client_as, department_a, department_b, member_a):
+    research, vision = department_a, department_b
     running = make_job(research, "llm-pretrain", trays=free_trays(2), backend="slurm")
     pending = make_job(research, "llm-finetune", JobState.PENDING, gpus=8, priority_class="build")
     k8s = make_job(
@@ -155,7 +107,7 @@ def test_filters_narrow_the_list(as_user, world):
     )
     done = make_job(research, "old-eval", JobState.COMPLETED, gpus=4)
     theirs = make_job(vision, "vision-pretrain", trays=free_trays(1))
-    client = as_user("staff")
+    client = client_as("platform_admin")
 
     def ids(**params):
         response = client.get(LIST, params)
@@ -173,16 +125,14 @@ def test_filters_narrow_the_list(as_user, world):
     # The form keeps what was chosen, and offers only departments the user may see.
     html = client.get(LIST, {"state": "pending", "department": "vision"}).content.decode()
     assert 'value="pending" checked' in html and '<option value="vision" selected>' in html
-    member_form = as_user("member-r").get(LIST).content.decode()
+    member_form = client_as("member_a").get(LIST).content.decode()
     assert '<option value="research"' in member_form and '<option value="vision"' not in member_form
 
 
-def test_a_pending_job_says_why_in_the_list_and_on_its_page(as_user, world):
+def test_a_pending_job_says_why_in_the_list_and_on_its_page(client_as, department_a, member_a):
     reason = "waiting: no NVLink partition has 6 free trays; the largest free block is 4 trays in gb-r02 p2"
-    job = make_job(
-        world["research"], "wide-job", JobState.PENDING, gpus=24, pending_reason=reason, preemptions=1
-    )
-    client = as_user("member-r")
+    job = make_job(department_a, "wide-job", JobState.PENDING, gpus=24, pending_reason=reason, preemptions=1)
+    client = client_as("member_a")
     assert reason in text(client.get(LIST))
 
     page = text(client.get(reverse("scheduling:job-detail", args=[job.pk])))
@@ -193,9 +143,9 @@ def test_a_pending_job_says_why_in_the_list_and_on_its_page(as_user, world):
     )
 
 
-def test_htmx_gets_the_table_and_polling_stops_when_nothing_is_active(as_user, world):
-    job = make_job(world["research"], "live-job", trays=free_trays(1))
-    client = as_user("member-r")
+def test_htmx_gets_the_table_and_polling_stops_when_nothing_is_active(client_as, department_a, member_a):
+    job = make_job(department_a, "live-job", trays=free_trays(1))
+    client = client_as("member_a")
 
     page = client.get(LIST, {"department": "research"}).content.decode()
     assert re.search(
@@ -218,25 +168,25 @@ def test_htmx_gets_the_table_and_polling_stops_when_nothing_is_active(as_user, w
     assert "hx-trigger" not in client.get(LIST).content.decode()  # a page with nothing active never polls
 
 
-def test_list_queries_do_not_grow_with_the_jobs(as_user, world, django_assert_max_num_queries):
-    client = as_user("member-r")
+def test_list_queries_do_not_grow_with_the_jobs(
+    client_as, department_a, lead_a, member_a, django_assert_max_num_queries
+):
+    client = client_as("member_a")
     trays = free_trays(40)
     for number in range(3):
-        make_job(
-            world["research"], f"few-{number}", trays=trays[number : number + 1], submitted_by=world["lead-r"]
-        )
+        make_job(department_a, f"few-{number}", trays=trays[number : number + 1], submitted_by=lead_a)
     client.get(LIST)  # the first request of a session may load more
     with CaptureQueriesContext(connection) as few:
         assert client.get(LIST).status_code == 200
     for number in range(3, 40):
         make_job(
-            world["research"],
+            department_a,
             f"many-{number}",
             trays=trays[number : number + 1],
-            submitted_by=world["lead-r"],
+            submitted_by=lead_a,
         )
     for number in range(30):
-        make_job(world["research"], f"queued-{number}", JobState.PENDING, submitted_by=world["member-r"])
+        make_job(department_a, f"queued-{number}", JobState.PENDING, submitted_by=member_a)
     # Session, user, departments for the filter, the count and the page: whatever the number of rows.
     with django_assert_max_num_queries(5), CaptureQueriesContext(connection) as many:
         response = client.get(LIST)
@@ -249,13 +199,13 @@ def test_list_queries_do_not_grow_with_the_jobs(as_user, world, django_assert_ma
 # ----------------------------------------------------------------------------------------------- detail
 
 
-def test_the_detail_shows_placement_events_and_a_cancel_button(as_user, world, submit):
-    job = submit(user="member-r", name="two-trays")
+def test_the_detail_shows_placement_events_and_a_cancel_button(client_as, lead_a, member_a, submit):
+    job = submit(user="member_a", name="two-trays")
     JobEvent.objects.create(
         job=job, kind=JobEventKind.PREEMPTED, message="preempted: its GPUs were borrowed", placement=["x"]
     )
     Job.objects.filter(pk=job.pk).update(backend_message="job is running on the requested nodes")
-    response = as_user("member-r").get(reverse("scheduling:job-detail", args=[job.pk]))
+    response = client_as("member_a").get(reverse("scheduling:job-detail", args=[job.pk]))
     assert response.status_code == 200
     html = response.content.decode()
     page = text(response)
@@ -274,31 +224,31 @@ def test_the_detail_shows_placement_events_and_a_cancel_button(as_user, world, s
     assert "srun python train.py" in page  # what it runs
 
     # Another member of the department sees it, without a Cancel button; the lead may cancel it.
-    other = submit(user="lead-r", name="leads-job")
-    html = as_user("member-r").get(reverse("scheduling:job-detail", args=[other.pk])).content.decode()
+    other = submit(user="lead_a", name="leads-job")
+    html = client_as("member_a").get(reverse("scheduling:job-detail", args=[other.pk])).content.decode()
     assert "Cancel job" not in html
     assert (
         "Cancel job"
-        in as_user("lead-r").get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+        in client_as("lead_a").get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
     )
 
 
-def test_the_detail_is_404_for_jobs_the_user_may_not_see(as_user, world):
-    job = make_job(world["research"], "secret", trays=free_trays(1))
+def test_the_detail_is_404_for_jobs_the_user_may_not_see(client_as, department_a, lead_a, member_a):
+    job = make_job(department_a, "secret", trays=free_trays(1))
     url = reverse("scheduling:job-detail", args=[job.pk])
-    for name in ("lead-v", "member-v", "outsider"):
-        assert as_user(name).get(url).status_code == 404, name
-        assert as_user(name).get(url, headers=HTMX).status_code == 404, name
-        assert as_user(name).post(reverse("scheduling:job-cancel", args=[job.pk])).status_code == 404, name
-    for name in ("lead-r", "member-r", "staff"):
-        assert as_user(name).get(url).status_code == 200, name
+    for name in ("lead_b", "member_b", "outsider"):
+        assert client_as(name).get(url).status_code == 404, name
+        assert client_as(name).get(url, headers=HTMX).status_code == 404, name
+        assert client_as(name).post(reverse("scheduling:job-cancel", args=[job.pk])).status_code == 404, name
+    for name in ("lead_a", "member_a", "platform_admin"):
+        assert client_as(name).get(url).status_code == 200, name
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
-    assert as_user("staff").get(reverse("scheduling:job-detail", args=[999999])).status_code == 404
+    assert client_as("platform_admin").get(reverse("scheduling:job-detail", args=[999999])).status_code == 404
 
 
-def test_the_status_partial_polls_until_the_job_finishes(as_user, world):
-    job = make_job(world["research"], "short", trays=free_trays(1))
-    client = as_user("member-r")
+def test_the_status_partial_polls_until_the_job_finishes(client_as, department_a, member_a):
+    job = make_job(department_a, "short", trays=free_trays(1))
+    client = client_as("member_a")
     url = reverse("scheduling:job-detail", args=[job.pk])
     live = client.get(url, headers=HTMX)
     assert live.status_code == 200 and live.content.decode().lstrip().startswith(
@@ -310,13 +260,15 @@ def test_the_status_partial_polls_until_the_job_finishes(as_user, world):
     assert "hx-trigger" not in done.content.decode() and "Failed with exit code 3" in text(done)
 
 
-def test_detail_queries_do_not_grow_with_events_or_trays(as_user, world, django_assert_max_num_queries):
-    small = make_job(world["research"], "small", trays=free_trays(1), submitted_by=world["member-r"])
-    big = make_job(world["research"], "big", trays=free_trays(9, skip=1), submitted_by=world["member-r"])
+def test_detail_queries_do_not_grow_with_events_or_trays(
+    client_as, department_a, lead_a, member_a, django_assert_max_num_queries
+):
+    small = make_job(department_a, "small", trays=free_trays(1), submitted_by=member_a)
+    big = make_job(department_a, "big", trays=free_trays(9, skip=1), submitted_by=member_a)
     JobEvent.objects.bulk_create(
         JobEvent(job=big, kind=JobEventKind.PREEMPTED, message=str(n)) for n in range(40)
     )
-    client = as_user("lead-r")  # not the submitter: may_cancel asks whether they lead the department
+    client = client_as("lead_a")  # not the submitter: may_cancel asks whether they lead the department
     client.get(reverse("scheduling:job-detail", args=[small.pk]))
     counts = []
     for job in (small, big):
@@ -335,11 +287,11 @@ def test_detail_queries_do_not_grow_with_events_or_trays(as_user, world, django_
 
 
 def test_the_submitter_cancels_and_the_gpus_are_freed(
-    as_user, world, submit, django_capture_on_commit_callbacks
+    client_as, member_a, submit, django_capture_on_commit_callbacks
 ):
-    job = submit(user="member-r")
+    job = submit(user="member_a")
     assert job.state == JobState.RUNNING and Allocation.objects.filter(job=job).count() == 8
-    client = as_user("member-r")
+    client = client_as("member_a")
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(reverse("scheduling:job-cancel", args=[job.pk]), headers=HTMX)
     assert response.status_code == 286  # the status partial, final: polling stops
@@ -348,21 +300,21 @@ def test_the_submitter_cancels_and_the_gpus_are_freed(
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and job.finished_at is not None
     assert not Allocation.objects.filter(job=job).exists()
-    assert job.events.last().kind == JobEventKind.CANCELLED and "by member-r" in job.events.last().message
+    assert job.events.last().kind == JobEventKind.CANCELLED and "by member-a" in job.events.last().message
 
 
-def test_a_plain_post_cancels_and_redirects_with_a_message(as_user, world):
-    job = make_job(world["research"], "queued", JobState.PENDING, gpus=8, submitted_by=world["lead-r"])
-    response = as_user("lead-r").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
+def test_a_plain_post_cancels_and_redirects_with_a_message(client_as, department_a, lead_a):
+    job = make_job(department_a, "queued", JobState.PENDING, gpus=8, submitted_by=lead_a)
+    response = client_as("lead_a").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
     assert response.redirect_chain == [(reverse("scheduling:job-detail", args=[job.pk]), 302)]
     assert f"Job #{job.pk} queued cancelled" in text(response)
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
 
 
-def test_a_plain_member_may_not_cancel_anothers_job(as_user, world):
-    job = make_job(world["research"], "leads-run", trays=free_trays(2), submitted_by=world["lead-r"])
+def test_a_plain_member_may_not_cancel_anothers_job(client_as, department_a, lead_a, member_a):
+    job = make_job(department_a, "leads-run", trays=free_trays(2), submitted_by=lead_a)
     url = reverse("scheduling:job-cancel", args=[job.pk])
-    client = as_user("member-r")
+    client = client_as("member_a")
     refused = client.post(url, headers=HTMX)
     assert refused.status_code == 200
     assert "Only the job's submitter, its department's leads and platform admins may cancel it." in text(
@@ -374,26 +326,26 @@ def test_a_plain_member_may_not_cancel_anothers_job(as_user, world):
     assert job.state == JobState.RUNNING and Allocation.objects.filter(job=job).count() == 8
 
 
-def test_cancelling_a_finished_job_says_why_not(as_user, world):
-    job = make_job(world["research"], "finished", JobState.COMPLETED, submitted_by=world["member-r"])
-    response = as_user("member-r").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
+def test_cancelling_a_finished_job_says_why_not(client_as, department_a, member_a):
+    job = make_job(department_a, "finished", JobState.COMPLETED, submitted_by=member_a)
+    response = client_as("member_a").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
     assert f"Not cancelled: job {job.pk} has already completed." in text(response)
     assert Job.objects.get(pk=job.pk).state == JobState.COMPLETED
-    htmx = as_user("member-r").post(reverse("scheduling:job-cancel", args=[job.pk]), headers=HTMX)
+    htmx = client_as("member_a").post(reverse("scheduling:job-cancel", args=[job.pk]), headers=HTMX)
     assert htmx.status_code == 286 and "has already completed" in text(htmx)
 
 
 # ------------------------------------------------------------------------------------------ rack view
 
 
-def test_the_rack_view_marks_exactly_the_jobs_trays(as_user, world, submit):
-    job = submit(user="member-r", name="marked-job")
-    other = make_job(world["vision"], "vision-neighbour", trays=free_trays(1, skip=0))
+def test_the_rack_view_marks_exactly_the_jobs_trays(client_as, department_b, member_a, submit):
+    job = submit(user="member_a", name="marked-job")
+    other = make_job(department_b, "vision-neighbour", trays=free_trays(1, skip=0))
     rack = "gb-r02"
     assert {host.rsplit("-t", 1)[0] for host in job.placement} == {rack}
     url = reverse("inventory:rack-detail", args=[rack])
 
-    html = as_user("member-r").get(url, {"job": job.pk}).content.decode()
+    html = client_as("member_a").get(url, {"job": job.pk}).content.decode()
     marked = set(re.findall(rf'id="tray-(\d+)" data-job-tray="{job.pk}"', html))
     slots = {
         str(slot)
@@ -401,7 +353,7 @@ def test_the_rack_view_marks_exactly_the_jobs_trays(as_user, world, submit):
     }
     assert marked == slots and len(marked) == 2
     assert len(re.findall(rf'data-job-gpu="{job.pk}"', html)) == 8
-    banner = text(as_user("member-r").get(url, {"job": job.pk}))
+    banner = text(client_as("member_a").get(url, {"job": job.pk}))
     assert (
         f"Highlighting job #{job.pk} marked-job (Research, running): 2 of its trays are in this rack."
         in banner
@@ -414,25 +366,27 @@ def test_the_rack_view_marks_exactly_the_jobs_trays(as_user, world, submit):
     assert mine == [(reverse("scheduling:job-detail", args=[job.pk]), "marked-job")] * 2
 
     # Without ?job= nothing is highlighted; another department's job is shown without its name.
-    plain = as_user("member-r").get(
+    plain = client_as("member_a").get(
         reverse("inventory:rack-detail", args=[other.placement[0].rsplit("-t", 1)[0]])
     )
     plain_html = plain.content.decode()
     assert "data-job-tray" not in plain_html and "vision-neighbour" not in plain_html
     assert "a job of another department" in plain_html
     # A job the user may not see highlights nothing and says so.
-    outsider = as_user("outsider").get(url, {"job": job.pk}).content.decode()
+    outsider = client_as("outsider").get(url, {"job": job.pk}).content.decode()
     assert "data-job-tray" not in outsider and f"No job #{job.pk} that you may see" in outsider
     assert "marked-job" not in outsider
 
 
-def test_the_rack_view_stays_within_its_queries_with_jobs(as_user, world, django_assert_max_num_queries):
+def test_the_rack_view_stays_within_its_queries_with_jobs(
+    client_as, department_a, department_b, member_a, django_assert_max_num_queries
+):
     trays = free_trays(18)
     for number, tray in enumerate(trays):
-        make_job(world["research" if number % 2 else "vision"], f"job-{number}", trays=[tray])
+        make_job(department_a if number % 2 else department_b, f"job-{number}", trays=[tray])
     rack = trays[0].rack.name
     job = Job.objects.get(name="job-1")
-    client = as_user("member-r")
+    client = client_as("member_a")
     client.get(reverse("inventory:rack-detail", args=[rack]))
     # Session, user, rack, partitions, trays, GPUs with the job holding each; ?job= adds the job.
     with django_assert_max_num_queries(6):
@@ -445,12 +399,12 @@ def test_the_rack_view_stays_within_its_queries_with_jobs(as_user, world, django
 # -------------------------------------------------------------------------------------------- dashboards
 
 
-def test_the_department_dashboard_shows_each_running_jobs_share(as_user, world):
-    research = world["research"]
+def test_the_department_dashboard_shows_each_running_jobs_share(client_as, department_a, lead_a):
+    research = department_a
     big = make_job(research, "big-train", trays=free_trays(6))
     small = make_job(research, "small-train", trays=free_trays(2))
     queued = make_job(research, "waiting-train", JobState.PENDING, gpus=8)
-    response = as_user("lead-r").get(reverse("tenancy:department-detail", args=["research"]))
+    response = client_as("lead_a").get(reverse("tenancy:department-detail", args=["research"]))
     html = response.content.decode()
     shares = dict(re.findall(r'<tr data-job="(\d+)">.*?data-share="([\d.]+)"', html, re.S))
     assert shares == {str(big.pk): "75.0", str(small.pk): "25.0"}
@@ -464,17 +418,17 @@ def test_the_department_dashboard_shows_each_running_jobs_share(as_user, world):
     assert f'href="{LIST}?department=research"' in html
 
 
-def test_the_admin_dashboard_counts_running_and_pending_jobs(as_user, world):
-    make_job(world["research"], "r1", trays=free_trays(1))
-    make_job(world["research"], "r2", JobState.STARTING, trays=free_trays(1, skip=1))
-    make_job(world["research"], "r3", JobState.PENDING)
-    html = as_user("staff").get(reverse("tenancy:admin-dashboard")).content.decode()
+def test_the_admin_dashboard_counts_running_and_pending_jobs(client_as, department_a):
+    make_job(department_a, "r1", trays=free_trays(1))
+    make_job(department_a, "r2", JobState.STARTING, trays=free_trays(1, skip=1))
+    make_job(department_a, "r3", JobState.PENDING)
+    html = client_as("platform_admin").get(reverse("tenancy:admin-dashboard")).content.decode()
     row = re.search(r'<tr data-department="research">(.*?)</tr>', html, re.S).group(1)
     counts = re.search(r'<td class="num job-counts">.*?>(\d+)</a> / <a[^>]*>(\d+)</a>', row, re.S)
     assert counts.groups() == ("2", "1")
 
 
-def test_the_navigation_has_jobs(as_user, world):
-    html = as_user("member-r").get(LIST).content.decode()
+def test_the_navigation_has_jobs(client_as, member_a):
+    html = client_as("member_a").get(LIST).content.decode()
     assert f'<a href="{LIST}" aria-current="page">Jobs</a>' in html
     assert 'aria-current="page">Racks' not in html

@@ -5,68 +5,62 @@ import json
 
 import pytest
 from django.conf import settings
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from core.access import Role
+from integrations.tasks import sync_jobs
+from scheduling import services
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, BackendCancel, Job
-from tenancy.models import DedicatedPartition, Department, Membership
-from tenancy.services import save_department
+from tenancy.models import DedicatedPartition
+from tests.factories import make_department
 
 pytestmark = pytest.mark.django_db
 
 SCRIPT = "#!/bin/bash\nsrun python train.py\n"
 
 
-@pytest.fixture
-def world(demo_inventory, django_user_model):
-    research = save_department(Department(name="Research", slug="research", guaranteed_gpus=96))
-    vision = save_department(Department(name="Vision", slug="vision", guaranteed_gpus=64, limit_gpus=120))
-    users = {
-        name: django_user_model.objects.create_user(name)
-        for name in ("lead-r", "member-r", "lead-v", "outsider")
-    }
-    users["staff"] = django_user_model.objects.create_user("staff", is_staff=True)
-    Membership.objects.create(user=users["lead-r"], department=research, role=Role.LEAD)
-    Membership.objects.create(user=users["member-r"], department=research, role=Role.MEMBER)
-    Membership.objects.create(user=users["lead-v"], department=vision, role=Role.LEAD)
-    return {"research": research, "vision": vision, **users}
+# The shared personas (tests/conftest.py): department A is Research, B is Vision, on the demo inventory.
 
 
 @pytest.fixture
-def as_user(world):
-    def client(name):
-        api = APIClient()
-        token, _ = Token.objects.get_or_create(user=world[name])
-        api.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-        return api
-
-    return client
+def department_a(demo_inventory):
+    return make_department("Research", guaranteed_gpus=96)
 
 
 @pytest.fixture
-def submit(as_user, django_capture_on_commit_callbacks):
-    def post(user="member-r", key=None, **fields):
+def department_b(demo_inventory):
+    return make_department("Vision", guaranteed_gpus=64, limit_gpus=120)
+
+
+@pytest.fixture(autouse=True)
+def people(lead_a, member_a, lead_b, outsider, platform_admin):
+    """Everyone exists in every test, so visibility has something to hide."""
+
+
+@pytest.fixture
+def submit(api_as, django_capture_on_commit_callbacks):
+    """POST a job as `user` (a persona's name), by default a member of Research."""
+
+    def post(user="member_a", key=None, **fields):
         body = {"department": "research", "name": "train-llm", "gpus": 8, "work": {"script": SCRIPT}}
         body.update(fields)
         headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
         with django_capture_on_commit_callbacks(execute=True):
-            response = as_user(user).post("/api/v1/jobs/", body, format="json", **headers)
+            response = api_as(user).post("/api/v1/jobs/", body, format="json", **headers)
         # The pass and the dispatch ran on commit (here: when the capture ends): read the job as it is now.
         if response.status_code in (200, 201):
-            response.after = as_user(user).get(f"/api/v1/jobs/{response.json()['id']}/").json()
+            response.after = api_as(user).get(f"/api/v1/jobs/{response.json()['id']}/").json()
         return response
 
     return post
 
 
-def test_a_two_tray_job_is_placed_in_one_partition_and_dispatched(submit, world):
+def test_a_two_tray_job_is_placed_in_one_partition_and_dispatched(submit, member_a):
     response = submit(gpus=8)
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
     assert job.state == JobState.RUNNING
-    assert job.topology == "partition" and job.submitted_by == world["member-r"]
+    assert job.topology == "partition" and job.submitted_by == member_a
     assert len(job.placement) == 2
     racks = {host.rsplit("-t", 1)[0] for host in job.placement}
     assert racks == {"gb-r02"}  # best fit: a 9-tray partition, never a whole 18-tray rack
@@ -90,7 +84,7 @@ def test_idempotency_key_returns_the_first_job(submit):
     assert again.json()["id"] == first.json()["id"]
     assert Job.objects.count() == 1
     # Another user's identical key is another job.
-    assert submit(user="lead-r", key="retry-me-1").status_code == 201
+    assert submit(user="lead_a", key="retry-me-1").status_code == 201
     assert Job.objects.count() == 2
 
 
@@ -117,7 +111,7 @@ def test_bad_requests_name_the_field_and_the_reason(submit, fields, field, words
 
 
 def test_over_the_department_limit_is_refused(submit):
-    response = submit(user="lead-v", department="vision", gpus=124, topology="any")
+    response = submit(user="lead_b", department="vision", gpus=124, topology="any")
     assert response.status_code == 400
     assert response.json()["gpus"] == [
         "124 GPUs is over the department's limit of 120 GPUs: it could never run"
@@ -128,29 +122,31 @@ def test_anonymous_clients_get_401():
     assert APIClient().post("/api/v1/jobs/", {}, format="json").status_code == 401
 
 
-def test_lists_and_details_follow_visible_to(submit, as_user):
+def test_lists_and_details_follow_visible_to(submit, api_as):
     research_job = submit().json()["id"]
-    vision_job = submit(user="lead-v", department="vision").json()["id"]
+    vision_job = submit(user="lead_b", department="vision").json()["id"]
 
     def ids(user):
-        return {row["id"] for row in as_user(user).get("/api/v1/jobs/").json()["results"]}
+        return {row["id"] for row in api_as(user).get("/api/v1/jobs/").json()["results"]}
 
-    assert ids("member-r") == {research_job}
-    assert ids("lead-v") == {vision_job}
+    assert ids("member_a") == {research_job}
+    assert ids("lead_b") == {vision_job}
     assert ids("outsider") == set()
-    assert ids("staff") == {research_job, vision_job}
-    assert as_user("outsider").get(f"/api/v1/jobs/{research_job}/").status_code == 404
-    assert as_user("lead-v").get(f"/api/v1/jobs/{research_job}/").status_code == 404
-    filtered = as_user("staff").get("/api/v1/jobs/", {"department": "vision", "state": "running"}).json()
+    assert ids("platform_admin") == {research_job, vision_job}
+    assert api_as("outsider").get(f"/api/v1/jobs/{research_job}/").status_code == 404
+    assert api_as("lead_b").get(f"/api/v1/jobs/{research_job}/").status_code == 404
+    filtered = (
+        api_as("platform_admin").get("/api/v1/jobs/", {"department": "vision", "state": "running"}).json()
+    )
     assert [row["id"] for row in filtered["results"]] == [vision_job]
 
 
-def test_pending_job_says_why_in_plain_words(submit, world):
+def test_pending_job_says_why_in_plain_words(submit):
     # Fill the two default racks and gb-r02, leaving 4 trays free in one of its partitions. (gb-r01 has 15
     # whole trays: one is drained, two have an unhealthy GPU.)
     DedicatedPartition.objects.all().delete()
     assert submit(gpus=72, topology="partition").after["state"] == "running"  # gb-r03 whole
-    vision = submit(user="lead-v", department="vision", gpus=60, topology="partition").after
+    vision = submit(user="lead_b", department="vision", gpus=60, topology="partition").after
     assert vision["state"] == "running", vision["pending_reason"]  # the 15 whole trays of gb-r01
     assert submit(gpus=36).after["state"] == "running"  # one 9-tray partition of gb-r02
     assert submit(gpus=20).after["state"] == "running"  # 5 trays of the other one
@@ -161,40 +157,38 @@ def test_pending_job_says_why_in_plain_words(submit, world):
     )
 
 
-def test_cancel_frees_the_gpus_and_stops_the_backend_job(submit, as_user, django_capture_on_commit_callbacks):
+def test_cancel_frees_the_gpus_and_stops_the_backend_job(submit, api_as, django_capture_on_commit_callbacks):
     job_id = submit().json()["id"]
     job = Job.objects.get(pk=job_id)
     rendered = settings.RACKPLANE_RENDER_DIR / "jobs" / f"rp-{job_id}.json"
     assert rendered.exists()
-    assert as_user("lead-v").post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 404  # not visible
-    assert as_user("member-r").post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200  # the submitter
+    assert api_as("lead_b").post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 404  # not visible
+    assert api_as("member_a").post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200  # the submitter
     with django_capture_on_commit_callbacks(execute=True):
-        response = as_user("lead-r").post(f"/api/v1/jobs/{job_id}/cancel/")
+        response = api_as("lead_a").post(f"/api/v1/jobs/{job_id}/cancel/")
     assert response.status_code == 400  # already cancelled
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and job.finished_at is not None
     assert not Allocation.objects.filter(job=job).exists()
     cancel = BackendCancel.objects.get(job=job)
-    from integrations.tasks import sync_jobs
-
     sync_jobs()
     cancel.refresh_from_db()
     assert cancel.done_at is not None and not rendered.exists()
 
 
-def test_members_may_not_cancel_others_jobs_but_leads_may(submit, as_user):
-    job_id = submit(user="lead-r").json()["id"]
-    response = as_user("member-r").post(f"/api/v1/jobs/{job_id}/cancel/")
+def test_members_may_not_cancel_others_jobs_but_leads_may(submit, api_as):
+    job_id = submit(user="lead_a").json()["id"]
+    response = api_as("member_a").post(f"/api/v1/jobs/{job_id}/cancel/")
     assert response.status_code == 403
-    other = submit(user="member-r").json()["id"]
-    assert as_user("lead-r").post(f"/api/v1/jobs/{other}/cancel/").status_code == 200
+    other = submit(user="member_a").json()["id"]
+    assert api_as("lead_a").post(f"/api/v1/jobs/{other}/cancel/").status_code == 200
 
 
-def test_a_department_below_its_guarantee_reclaims_borrowed_gpus(submit, world):
+def test_a_department_below_its_guarantee_reclaims_borrowed_gpus(submit):
     DedicatedPartition.objects.all().delete()
     # Vision (guarantee 64, limit 120) borrows: 64 in quota, then 56 more over quota.
-    in_quota = submit(user="lead-v", department="vision", gpus=64, topology="any").after
-    borrowed = submit(user="lead-v", department="vision", gpus=56, topology="any").after
+    in_quota = submit(user="lead_b", department="vision", gpus=64, topology="any").after
+    borrowed = submit(user="lead_b", department="vision", gpus=56, topology="any").after
     assert in_quota["over_quota"] is False and borrowed["over_quota"] is True
     filler = submit(gpus=80, topology="any").after  # research in quota: all whole trays but one
     assert filler["state"] == "running"
@@ -210,15 +204,13 @@ def test_a_department_below_its_guarantee_reclaims_borrowed_gpus(submit, world):
     assert Job.objects.get(pk=in_quota["id"]).state == JobState.RUNNING  # in-quota work is never touched
 
 
-def test_small_jobs_packed_on_one_tray_in_one_pass_get_different_gpus(world):
-    from scheduling.services import run_pass
-
-    research = world["research"]
+def test_small_jobs_packed_on_one_tray_in_one_pass_get_different_gpus(department_a):
+    research = department_a
     jobs = [
         Job.objects.create(department=research, name=f"small-{gpus}", gpus=gpus, topology="any", work={})
         for gpus in (1, 2)
     ]
-    summary = run_pass()
+    summary = services.run_pass()
     assert summary.started == 2
     first, second = (Job.objects.get(pk=job.pk) for job in jobs)
     assert first.state == second.state == JobState.STARTING
@@ -227,10 +219,8 @@ def test_small_jobs_packed_on_one_tray_in_one_pass_get_different_gpus(world):
     assert [len(g) for g in gpus] == [1, 2] and not gpus[0] & gpus[1]
 
 
-def test_a_job_cancelled_while_the_pass_decides_is_not_started(world, monkeypatch):
-    from scheduling import services
-
-    job = Job.objects.create(department=world["research"], name="late-cancel", gpus=8, work={})
+def test_a_job_cancelled_while_the_pass_decides_is_not_started(department_a, monkeypatch):
+    job = Job.objects.create(department=department_a, name="late-cancel", gpus=8, work={})
     real_schedule = services.schedule
 
     def schedule_then_cancel(*args, **kwargs):

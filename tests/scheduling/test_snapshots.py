@@ -6,28 +6,15 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from inventory.choices import GpuHealth, TrayState
-from inventory.models import Gpu
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
 from scheduling.tasks import record_quota_snapshots, snapshot_quotas
-from tenancy.models import Department, GpuActivity, QuotaSnapshot
-from tenancy.services import save_department
+from tenancy.models import GpuActivity, QuotaSnapshot
+from tests.factories import healthy_gpus, make_department, make_job, run_job
 
 pytestmark = pytest.mark.django_db
 
 FIELDS = ("guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand", "idle")
-
-
-def schedulable(count: int, skip: int = 0) -> list[Gpu]:
-    gpus = Gpu.objects.filter(tray__state=TrayState.UP).exclude(health=GpuHealth.UNHEALTHY).order_by("pk")
-    return list(gpus[skip : skip + count])
-
-
-def run_job(department, gpus, name) -> Job:
-    job = Job.objects.create(department=department, name=name, gpus=len(gpus), state=JobState.RUNNING)
-    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in gpus])
-    return job
 
 
 def values(department, taken_at) -> dict:
@@ -38,10 +25,10 @@ def values(department, taken_at) -> dict:
 def departments(demo_inventory):
     """Alpha (guarantee 16, limit 28): 24 GPUs running, 2 of them idle, 16 pending. Beta (guarantee 8):
     nothing running, 4 pending. Gamma: no guarantee, no work."""
-    alpha = save_department(Department(name="Alpha", slug="alpha", guaranteed_gpus=16, limit_gpus=28))
-    beta = save_department(Department(name="Beta", slug="beta", guaranteed_gpus=8, priority=2))
-    gamma = save_department(Department(name="Gamma", slug="gamma", guaranteed_gpus=0))
-    gpus = schedulable(24)
+    alpha = make_department("Alpha", guaranteed_gpus=16, limit_gpus=28)
+    beta = make_department("Beta", guaranteed_gpus=8, priority=2)
+    gamma = make_department("Gamma", guaranteed_gpus=0)
+    gpus = healthy_gpus(24)
     run_job(alpha, gpus, "alpha-train")
     now = timezone.now()
     GpuActivity.objects.bulk_create(
@@ -50,8 +37,8 @@ def departments(demo_inventory):
             for gpu in gpus[:2]
         ]
     )
-    Job.objects.create(department=alpha, name="alpha-queued", gpus=16)
-    Job.objects.create(department=beta, name="beta-queued", gpus=4)
+    make_job(alpha, "alpha-queued", JobState.PENDING, gpus=16)
+    make_job(beta, "beta-queued", JobState.PENDING, gpus=4)
     return alpha, beta, gamma
 
 
@@ -93,7 +80,7 @@ def test_same_minute_twice_updates_the_same_rows(departments):
     job = Job.objects.get(name="beta-queued")
     job.state = JobState.RUNNING
     job.save()
-    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in schedulable(4, skip=24)])
+    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in healthy_gpus(4, skip=24)])
     record_quota_snapshots(now=first + timedelta(seconds=50))
     assert QuotaSnapshot.objects.count() == 3
     assert set(QuotaSnapshot.objects.values_list("pk", flat=True)) == ids
@@ -117,11 +104,11 @@ def test_the_task_snapshots_now(departments):
     assert QuotaSnapshot.objects.count() == 3 * len(taken)
 
 
-def test_snapshots_match_the_dashboard(client, departments, admin_user):
+def test_snapshots_match_the_dashboard(client_as, departments, platform_admin):
     """The chart's last point is what the cards show."""
     alpha = departments[0]
     record_quota_snapshots()
-    client.force_login(admin_user)
+    client = client_as(platform_admin)
     markup = client.get(f"/tenancy/departments/{alpha.slug}/").content.decode()
     latest = QuotaSnapshot.objects.filter(department=alpha).latest("taken_at")
     for name, field in [("in-use", "in_use"), ("borrowed", "borrowed"), ("fair-share", "fair_share")]:

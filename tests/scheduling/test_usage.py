@@ -8,7 +8,6 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from core.access import Role
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import Gpu
 from portal import charts as dashboards
@@ -17,18 +16,13 @@ from scheduling import usage as selectors
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
 from scheduling.usage import free_gpus_count, free_gpus_queryset, idle_gpus_queryset
-from tenancy.models import Department, GpuActivity, Membership, QuotaSnapshot, TenancySettings
-from tenancy.services import capacity_status, save_department, schedulable_gpus, schedulable_gpus_q
+from tenancy.models import Department, GpuActivity, QuotaSnapshot, TenancySettings
+from tenancy.services import capacity_status, schedulable_gpus, schedulable_gpus_q
+from tests.factories import make_department, make_job, run_job
 
 pytestmark = pytest.mark.django_db
 
 LONG, SHORT = timedelta(hours=2), timedelta(minutes=10)  # the idle window is 30 minutes
-
-
-def job(department, name, state, gpus=(), size=None) -> Job:
-    job = Job.objects.create(department=department, name=name, gpus=size or len(gpus), state=state)
-    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in gpus])
-    return job
 
 
 def activity(gpus, utilization: float, low_for: timedelta | None) -> None:
@@ -47,15 +41,20 @@ def activity(gpus, utilization: float, low_for: timedelta | None) -> None:
 
 
 @pytest.fixture
-def world(demo_inventory):
+def department_a(demo_inventory):
+    return make_department("Alpha", guaranteed_gpus=16, priority=1)
+
+
+@pytest.fixture
+def datacenter(department_a):
     """Four departments on the three demo racks (a drained tray, two unhealthy GPUs), plus one GPU pulled
     out of its tray. Running and starting jobs, some holding GPUs that have since become unschedulable;
     pending jobs, one of them still holding GPUs; a cancelled job still holding one; idle GPUs, GPUs low
     for too short a time, low but above the threshold, low and free, low and held by a pending job."""
-    alpha = save_department(Department(name="Alpha", slug="alpha", guaranteed_gpus=16, priority=1))
-    beta = save_department(Department(name="Beta", slug="beta", guaranteed_gpus=8))
-    gamma = save_department(Department(name="Gamma", slug="gamma", guaranteed_gpus=8))
-    save_department(Department(name="Delta", slug="delta", guaranteed_gpus=0))  # no jobs at all
+    alpha = department_a
+    beta = make_department("Beta", guaranteed_gpus=8)
+    gamma = make_department("Gamma", guaranteed_gpus=8)
+    make_department("Delta", guaranteed_gpus=0)  # no jobs at all
 
     up = Gpu.objects.filter(tray__state=TrayState.UP).order_by("pk")
     schedulable = list(up.exclude(health=GpuHealth.UNHEALTHY))
@@ -65,16 +64,17 @@ def world(demo_inventory):
     pulled = schedulable.pop()
     Gpu.objects.filter(pk=pulled.pk).update(tray=None, index=None)
 
-    train = job(alpha, "alpha-train", JobState.RUNNING, schedulable[0:24])
-    job(alpha, "alpha-start", JobState.STARTING, [*schedulable[24:27], unhealthy[0]])
-    serve = job(beta, "beta-serve", JobState.RUNNING, [*schedulable[27:31], *drained])
-    job(gamma, "gamma-eval", JobState.RUNNING, schedulable[31:35])
-    job(gamma, "gamma-requeued", JobState.PENDING, schedulable[35:37])  # preempted, rows not yet gone
-    job(beta, "beta-cancelled", JobState.CANCELLED, schedulable[37:38])
-    job(beta, "beta-done", JobState.COMPLETED, size=16)
+    train = run_job(alpha, schedulable[0:24], "alpha-train")
+    run_job(alpha, [*schedulable[24:27], unhealthy[0]], "alpha-start", state=JobState.STARTING)
+    serve = run_job(beta, [*schedulable[27:31], *drained], "beta-serve")
+    run_job(gamma, schedulable[31:35], "gamma-eval")
+    pending = JobState.PENDING
+    run_job(gamma, schedulable[35:37], "gamma-requeued", state=pending)  # preempted, rows not yet gone
+    run_job(beta, schedulable[37:38], "beta-cancelled", state=JobState.CANCELLED)
+    make_job(beta, "beta-done", JobState.COMPLETED, gpus=16)
     for name, size in (("alpha-queued-1", 8), ("alpha-queued-2", 4)):
-        job(alpha, name, JobState.PENDING, size=size)
-    job(gamma, "gamma-queued", JobState.PENDING, size=36)
+        make_job(alpha, name, pending, gpus=size)
+    make_job(gamma, "gamma-queued", pending, gpus=36)
 
     activity([*schedulable[0:4], unhealthy[0], *drained[:2]], 1.5, LONG)  # idle
     activity(schedulable[4:6], 0.5, SHORT)  # low, not for the whole window yet
@@ -135,7 +135,7 @@ def shown(positions) -> dict:
     return {p.department.slug: {field: getattr(p, field) for field in FIELDS} for p in positions}
 
 
-def test_positions_match_straightforward_counts(world):
+def test_positions_match_straightforward_counts(datacenter):
     now = timezone.now()
     expected = straightforward(now)
     positions = selectors.department_positions(now)
@@ -157,7 +157,7 @@ def test_positions_match_straightforward_counts(world):
     assert expected["capacity"] == 216 - 4 - 2 - 1
 
 
-def test_positions_match_the_correlated_subqueries_they_replaced(world):
+def test_positions_match_the_correlated_subqueries_they_replaced(datacenter):
     now = timezone.now()
     annotated = {
         d.slug: {
@@ -177,7 +177,7 @@ def test_positions_match_the_correlated_subqueries_they_replaced(world):
         assert selectors.department_positions(now).of(department).idle == idle
 
 
-def test_gpu_counts_match_the_joins_they_replaced(world):
+def test_gpu_counts_match_the_joins_they_replaced(datacenter):
     expected = straightforward(timezone.now())
     assert schedulable_gpus() == Gpu.objects.filter(schedulable_gpus_q()).count() == expected["capacity"]
     assert free_gpus_count() == free_gpus_queryset().count() == expected["free"]
@@ -190,7 +190,7 @@ def test_empty_inventory_counts_zero(db):
 
 
 @pytest.mark.parametrize("keep", [None, 30, 20, 5])
-def test_capacity_status_from_positions_matches_the_query(world, keep):
+def test_capacity_status_from_positions_matches_the_query(datacenter, keep):
     # Beta and Gamma tie on priority and guarantee: the name decides, as in the database's ORDER BY.
     if keep is not None:
         doomed = Gpu.objects.filter(schedulable_gpus_q()).order_by("pk").values_list("pk", flat=True)[keep:]
@@ -201,21 +201,22 @@ def test_capacity_status_from_positions_matches_the_query(world, keep):
         assert positions.capacity_status().capacity == keep
 
 
-def test_department_page_gives_admins_the_banner_from_its_own_figures(client, world, admin_user, user):
-    Membership.objects.create(user=user, department=world["alpha"], role=Role.LEAD)
+def test_department_page_gives_admins_the_banner_from_its_own_figures(
+    client_as, datacenter, platform_admin, lead_a
+):
     Gpu.objects.update(health=GpuHealth.UNHEALTHY)
-    client.force_login(admin_user)
+    client = client_as(platform_admin)
     response = client.get("/tenancy/departments/alpha/")
     assert response.context["capacity_status"] == capacity_status()
     assert 'class="capacity-banner"' in response.content.decode()
-    client.force_login(user)
+    client_as(lead_a)
     response = client.get("/tenancy/departments/alpha/")
     assert response.status_code == 200 and "capacity_status" not in response.context
     assert 'class="capacity-banner"' not in response.content.decode()
 
 
-def test_charts_are_byte_identical_to_the_plotly_figures(world):
-    alpha = world["alpha"]
+def test_charts_are_byte_identical_to_the_plotly_figures(datacenter, department_a):
+    alpha = department_a
     now = timezone.now().replace(second=0, microsecond=0)
     QuotaSnapshot.objects.bulk_create(
         QuotaSnapshot(
@@ -241,7 +242,7 @@ def test_charts_are_byte_identical_to_the_plotly_figures(world):
     assert markup == dashboards.to_html(figure, div_id="d", height=380)
 
 
-def test_row_urls_are_what_reverse_gives(world):
+def test_row_urls_are_what_reverse_gives(datacenter):
     gpus = list(idle_gpus_queryset())
     gpus[0].job_id = None
     _set_urls(gpus, "inventory:gpu-detail", "pk", "url")

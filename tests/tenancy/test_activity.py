@@ -5,34 +5,31 @@ import socket
 import threading
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from io import StringIO
 from pathlib import Path
 
 import pytest
+from celery.signals import task_retry
 from django.contrib.auth.models import Permission
-from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
-from inventory.choices import TrayState
+from core.retry import backoff
 from inventory.models import Gpu
 from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
 from scheduling.usage import free_gpus_count, idle_gpus_queryset
 from tenancy.activity import bucket_start, prune_history, record_samples
 from tenancy.models import (
-    Department,
     ExporterEndpoint,
     GpuActivity,
     GpuUtilization,
     QuotaSnapshot,
     TenancySettings,
 )
-from tenancy.services import save_department, schedulable_gpus
+from tenancy.services import schedulable_gpus
 from tenancy.tasks import prune_telemetry, scrape_exporter, scrape_exporters
 from tenancy.telemetry import Sample
+from tests.factories import healthy_gpus, make_department, run_job, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -50,12 +47,6 @@ T0 = datetime(2025, 3, 1, 10, 0, 10, tzinfo=UTC)
 # --- helpers -------------------------------------------------------------------------------------------
 
 
-def schedulable(count: int) -> list[Gpu]:
-    return list(
-        Gpu.objects.filter(tray__state=TrayState.UP).exclude(health="unhealthy").order_by("pk")[:count]
-    )
-
-
 def samples(gpus, value: float) -> list[Sample]:
     return [Sample(uuid=gpu.uuid, hostname="", gpu_index=gpu.index, value=value) for gpu in gpus]
 
@@ -66,13 +57,7 @@ def activity(gpu) -> GpuActivity:
 
 @pytest.fixture
 def department(demo_inventory):
-    return save_department(Department(name="Research", slug="research", guaranteed_gpus=0))
-
-
-def run_job(department, gpus, name="pretrain-0001", state=JobState.RUNNING) -> Job:
-    job = Job.objects.create(department=department, name=name, gpus=len(gpus), state=state)
-    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in gpus])
-    return job
+    return make_department("Research")
 
 
 def tray_page(gpus: list[Gpu], name: str = "gb200_node.txt") -> str:
@@ -91,7 +76,7 @@ def tray_gpus(hostname="gb-r01-t01") -> list[Gpu]:
 
 
 def test_low_since_is_set_kept_and_cleared(demo_inventory):
-    gpu = schedulable(1)[0]
+    gpu = healthy_gpus(1)[0]
     record_samples(samples([gpu], 2.0), at=T0)
     assert activity(gpu).low_since == T0 and activity(gpu).utilization == 2.0
 
@@ -109,13 +94,13 @@ def test_low_since_is_set_kept_and_cleared(demo_inventory):
 
 def test_the_threshold_comes_from_the_tenancy_settings(demo_inventory):
     TenancySettings.objects.update_or_create(pk=1, defaults={"idle_threshold_percent": 20.0})
-    gpu = schedulable(1)[0]
+    gpu = healthy_gpus(1)[0]
     record_samples(samples([gpu], 15.0), at=T0)
     assert activity(gpu).low_since == T0
 
 
 def test_a_late_sample_does_not_replace_a_newer_one(demo_inventory):
-    gpu = schedulable(1)[0]
+    gpu = healthy_gpus(1)[0]
     record_samples(samples([gpu], 90.0), at=T0 + timedelta(minutes=1))
     result = record_samples(samples([gpu], 1.0), at=T0)
     row = activity(gpu)
@@ -128,7 +113,7 @@ def test_a_late_sample_does_not_replace_a_newer_one(demo_inventory):
 
 
 def test_samples_fold_into_a_five_minute_bucket_and_the_next_bucket_starts_after_five_minutes(demo_inventory):
-    gpu = schedulable(1)[0]
+    gpu = healthy_gpus(1)[0]
     start = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
     for offset, value in ((10, 10.0), (70, 40.0), (299, 70.0)):
         record_samples(samples([gpu], value), at=start + timedelta(seconds=offset))
@@ -154,7 +139,7 @@ def test_bucket_start_is_aligned_to_five_minutes():
 
 
 def test_unknown_uuids_are_counted_and_reported_not_created(demo_inventory):
-    known = schedulable(2)
+    known = healthy_gpus(2)
     unknown = [Sample("GPU-00000000-dead-beef-0000-000000000002", "", 0, 50.0)]
     unknown.append(Sample("GPU-00000000-dead-beef-0000-000000000001", "", 1, 50.0))
     result = record_samples(samples(known, 50.0) + unknown, at=T0)
@@ -168,7 +153,7 @@ def test_unknown_uuids_are_counted_and_reported_not_created(demo_inventory):
 
 
 def test_two_rows_for_one_gpu_in_one_call_keep_the_higher(demo_inventory):
-    gpu = schedulable(1)[0]
+    gpu = healthy_gpus(1)[0]
     result = record_samples(samples([gpu], 1.0) + samples([gpu], 60.0), at=T0)
     assert (result.recorded, result.skipped) == (1, 1)
     assert activity(gpu).utilization == 60.0 and activity(gpu).low_since is None
@@ -182,7 +167,7 @@ def test_nothing_to_record_makes_no_writes(demo_inventory, django_assert_max_num
 
 def test_query_count_does_not_depend_on_the_number_of_samples(demo_inventory, django_assert_max_num_queries):
     """4 GPUs (one tray) and 72 (a rack) take the same queries, first insert and then update."""
-    gpus = schedulable(76)
+    gpus = healthy_gpus(76)
     few, many = gpus[:4], gpus[4:76]
     TenancySettings.load()
     counts = {}
@@ -204,7 +189,7 @@ def test_query_count_does_not_depend_on_the_number_of_samples(demo_inventory, dj
 
 def test_prune_history_removes_only_rows_past_retention(department):
     now = timezone.now()
-    gpu = schedulable(1)[0]
+    gpu = healthy_gpus(1)[0]
     GpuUtilization.objects.bulk_create(
         [
             GpuUtilization(gpu=gpu, bucket_start=now - timedelta(hours=hours), mean=1, peak=1)
@@ -248,8 +233,8 @@ def test_prune_history_removes_only_rows_past_retention(department):
 
 def test_idle_means_allocated_and_low_for_the_whole_window(department, django_assert_num_queries):
     now = timezone.now()
-    gpus = schedulable(6)
-    job = run_job(department, gpus[:4])
+    gpus = healthy_gpus(6)
+    job = run_job(department, gpus[:4], "pretrain-0001")
     long_low, exactly_window, short_low, busy = gpus[:4]
     free_low = gpus[4]
     record_samples(samples([long_low, free_low], 1.0), at=now - timedelta(hours=2))
@@ -280,10 +265,10 @@ def test_idle_means_allocated_and_low_for_the_whole_window(department, django_as
 
 def test_idle_follows_the_window_setting_and_the_department(department):
     now = timezone.now()
-    gpus = schedulable(8)
-    run_job(department, gpus[:4])
-    other = save_department(Department(name="Vision", slug="vision", guaranteed_gpus=0))
-    run_job(other, gpus[4:8], name="vision-eval-0002")
+    gpus = healthy_gpus(8)
+    run_job(department, gpus[:4], "pretrain-0001")
+    other = make_department("Vision")
+    run_job(other, gpus[4:8], "vision-eval-0002")
     record_samples(samples(gpus, 0.0), at=now - timedelta(minutes=45))
     record_samples(samples(gpus, 0.0), at=now)
     assert idle_gpus_queryset(now=now).count() == 8
@@ -296,8 +281,8 @@ def test_idle_follows_the_window_setting_and_the_department(department):
 
 def test_only_running_jobs_count_for_idle(department):
     now = timezone.now()
-    gpus = schedulable(4)
-    run_job(department, gpus, state=JobState.PENDING)
+    gpus = healthy_gpus(4)
+    run_job(department, gpus, "pretrain-0001", state=JobState.PENDING)
     record_samples(samples(gpus, 0.0), at=now - timedelta(hours=1))
     assert idle_gpus_queryset(now=now).count() == 0
     assert free_gpus_count() == schedulable_gpus() - 4, "allocated, so not free either"
@@ -331,7 +316,10 @@ class Exporter:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll interval: shutdown() waits for it, at the end of every test.
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     def serve(self, text: str, status: int = 200):
@@ -398,6 +386,21 @@ def test_a_server_error_is_retried_then_recorded(demo_inventory, exporter, worke
     assert exporter.hits == 4, "one try and three retries"
     target.refresh_from_db()
     assert target.last_error == result["error"] and target.last_scraped_at is None
+
+
+def test_retries_wait_as_core_retry_backoff_says(demo_inventory, exporter, worker_like_retries):
+    waits = []
+
+    def record(reason=None, **kwargs):
+        waits.append(reason.when)
+
+    exporter.serve("busy", status=429)  # transient like a 5xx
+    task_retry.connect(record, weak=False)
+    try:
+        scrape_exporter.delay(endpoint(exporter.url).pk).get()
+    finally:
+        task_retry.disconnect(record)
+    assert waits == [backoff(1), backoff(2), backoff(3)] == [2, 4, 8]
 
 
 def test_a_server_error_in_eager_mode_is_recorded_at_once(demo_inventory, exporter):
@@ -491,11 +494,8 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
 
 
 @pytest.fixture
-def agent(api_client, demo_inventory):
-    out = StringIO()
-    call_command("discovery_agent_token", stdout=out)
-    api_client.credentials(HTTP_AUTHORIZATION=f"Token {out.getvalue().strip().rsplit(' ', 1)[1]}")
-    return api_client
+def agent(node_agent, demo_inventory):
+    return token_client(node_agent)
 
 
 def push(client, text: str, content_type: str = "text/plain"):
@@ -541,18 +541,14 @@ def test_anonymous_is_refused(api_client, demo_inventory):
     assert GpuActivity.objects.count() == 0
 
 
-def test_a_token_without_the_node_agent_permission_is_refused(api_client, user, demo_inventory):
-    api_client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    response = push(api_client, tray_page(tray_gpus()))
+def test_a_token_without_the_node_agent_permission_is_refused(outsider, demo_inventory):
+    response = push(token_client(outsider), tray_page(tray_gpus()))
     assert response.status_code == 403
     assert "inventory.report_discovery" in response.json()["detail"]
 
-    user.user_permissions.add(Permission.objects.get(codename="report_discovery"))
-    api_client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get(user=user).key}")
-    assert push(api_client, tray_page(tray_gpus())).status_code == 200
+    outsider.user_permissions.add(Permission.objects.get(codename="report_discovery"))
+    assert push(token_client(outsider), tray_page(tray_gpus())).status_code == 200
 
 
-def test_staff_may_push(api_client, django_user_model, demo_inventory):
-    staff = django_user_model.objects.create_user("ops", "ops@example.com", "ops-password-1", is_staff=True)
-    api_client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
-    assert push(api_client, tray_page(tray_gpus())).status_code == 200
+def test_a_platform_admin_may_push(platform_admin, demo_inventory):
+    assert push(token_client(platform_admin), tray_page(tray_gpus())).status_code == 200

@@ -1,7 +1,8 @@
 """The tenancy API under /api/v1/: departments (through save_department), members (through set_membership
 and remove_membership), the fair-share position, the audit events list, and constant query counts.
 
-Who may see and do what is tested in test_rbac_api.py; here the staff (and a lead) exercise the behaviour.
+Who may see and do what is tested in test_rbac_api.py; here a platform admin (`staff`, an API client) and a
+lead exercise the behaviour.
 """
 
 from decimal import Decimal
@@ -15,58 +16,52 @@ from core.access import Role
 from core.models import AuditEvent
 from inventory.models import Gpu, NVLinkPartition
 from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
 from tenancy.models import Department, Membership, TenancySettings
 from tenancy.quota import DepartmentQuota, fair_share
-from tenancy.services import dedicate_partition, save_department, schedulable_gpus, schedulable_gpus_q
+from tenancy.services import dedicate_partition, schedulable_gpus, schedulable_gpus_q
+from tests.factories import make_department, make_job, make_member, make_user, run_job, token_client
 
 pytestmark = pytest.mark.django_db
 
 DEPARTMENTS = "/api/v1/departments/"
 
 
-def make_department(name: str, guaranteed: int = 0, **fields) -> Department:
-    return save_department(Department(name=name, slug=name.lower(), guaranteed_gpus=guaranteed, **fields))
-
-
 def job(department, gpus, state=JobState.RUNNING, name=None):
     """A job; a running one holds `gpus` free schedulable GPUs (Allocation rows: what "in use" counts)."""
-    created = Job.objects.create(
-        department=department, name=name or f"{department.slug}-{state}-{gpus}", gpus=gpus, state=state
-    )
+    name = name or f"{department.slug}-{state}-{gpus}"
     if state == JobState.RUNNING:
         free = Gpu.objects.filter(schedulable_gpus_q(), allocations__isnull=True).order_by("pk")[:gpus]
-        Allocation.objects.bulk_create([Allocation(job=created, gpu=gpu) for gpu in free])
-    return created
+        return run_job(department, free, name)
+    return make_job(department, name, state, gpus=gpus)
 
 
 @pytest.fixture
-def world(demo_inventory, django_user_model):
-    """Alpha (guarantee 40, running 48 = borrowing 8, 16 pending) and Beta (guarantee 20, running 8, 12
-    pending); a lead for each and a member of Beta."""
-    alpha = make_department("Alpha", 40, limit_gpus=96, over_quota_weight=Decimal("2.00"), priority=2)
-    beta = make_department("Beta", 20)
-    job(alpha, 32)
-    job(alpha, 16)
-    job(alpha, 16, JobState.PENDING)
-    job(alpha, 8, JobState.COMPLETED)  # history: counts for nothing
-    job(beta, 8)
-    job(beta, 12, JobState.PENDING)
-    users = {}
-    for username, dept, role in [
-        ("lead-a", alpha, Role.LEAD),
-        ("lead-b", beta, Role.LEAD),
-        ("member-b", beta, Role.MEMBER),
-    ]:
-        users[username] = django_user_model.objects.create_user(username)
-        Membership.objects.create(user=users[username], department=dept, role=role)
-    return {"alpha": alpha, "beta": beta, **users}
+def department_a(demo_inventory):
+    return make_department(
+        "Alpha", guaranteed_gpus=40, limit_gpus=96, over_quota_weight=Decimal("2.00"), priority=2
+    )
 
 
 @pytest.fixture
-def staff(api_client, admin_user):
-    api_client.force_authenticate(admin_user)
-    return api_client
+def department_b(demo_inventory):
+    return make_department("Beta", guaranteed_gpus=20)
+
+
+@pytest.fixture
+def workload(department_a, department_b, lead_a, lead_b, member_b):
+    """Jobs: Alpha (guarantee 40) runs 48 (borrowing 8) with 16 pending; Beta (guarantee 20) runs 8 with 12
+    pending. With the personas lead of each and member of Beta."""
+    job(department_a, 32)
+    job(department_a, 16)
+    job(department_a, 16, JobState.PENDING)
+    job(department_a, 8, JobState.COMPLETED)  # history: counts for nothing
+    job(department_b, 8)
+    job(department_b, 12, JobState.PENDING)
+
+
+@pytest.fixture
+def staff(platform_admin):
+    return token_client(platform_admin)
 
 
 def results(response):
@@ -77,10 +72,10 @@ def results(response):
 # --- departments: reading -----------------------------------------------------------------------------------
 
 
-def test_department_list_shows_quota_isolation_and_usage(world, staff):
+def test_department_list_shows_quota_isolation_and_usage(workload, staff, department_a):
     rows = {row["slug"]: row for row in results(staff.get(DEPARTMENTS))}
     assert list(rows) == ["alpha", "beta"]
-    alpha = world["alpha"]
+    alpha = department_a
     pools = TenancySettings.load()
     assert rows["alpha"] == {
         "id": alpha.pk,
@@ -110,15 +105,15 @@ def test_department_list_shows_quota_isolation_and_usage(world, staff):
     assert beta["limit_gpus"] is None
 
 
-def test_department_without_jobs_counts_zero(world, staff):
-    make_department("Gamma", 4)
+def test_department_without_jobs_counts_zero(workload, staff):
+    make_department("Gamma", guaranteed_gpus=4)
     row = staff.get(f"{DEPARTMENTS}gamma/").json()
     assert (row["in_use"], row["in_quota"], row["borrowed"], row["pending_demand"]) == (0, 0, 0, 0)
 
 
-def test_department_detail_by_slug_lists_dedicated_partitions(world, staff):
+def test_department_detail_by_slug_lists_dedicated_partitions(workload, staff, department_a):
     partition = NVLinkPartition.objects.get(rack__name="gb-r02", clique_id=2)
-    dedicate_partition(world["alpha"], partition)
+    dedicate_partition(department_a, partition)
     body = staff.get(f"{DEPARTMENTS}alpha/").json()
     assert body["dedicated_partitions"] == [
         {"partition_id": partition.pk, "rack": "gb-r02", "name": "p2", "clique_id": 2, "gpus": 36}
@@ -126,7 +121,7 @@ def test_department_detail_by_slug_lists_dedicated_partitions(world, staff):
     assert staff.get(f"{DEPARTMENTS}nope/").status_code == 404
 
 
-def test_department_filters(world, staff):
+def test_department_filters(workload, staff):
     assert [r["slug"] for r in results(staff.get(DEPARTMENTS, {"name": "lph"}))] == ["alpha"]
     assert [r["slug"] for r in results(staff.get(DEPARTMENTS, {"has_limit": "true"}))] == ["alpha"]
     assert [r["slug"] for r in results(staff.get(DEPARTMENTS, {"has_limit": "false"}))] == ["beta"]
@@ -136,7 +131,7 @@ def test_department_filters(world, staff):
 # --- departments: writing through save_department -----------------------------------------------------------
 
 
-def test_create_allocates_isolation_when_omitted(world, staff):
+def test_create_allocates_isolation_when_omitted(workload, staff):
     TenancySettings.objects.filter(pk=1).update(default_storage_quota_gib=2048)
     response = staff.post(
         DEPARTMENTS, {"name": "Gamma", "slug": "gamma", "guaranteed_gpus": 8}, format="json"
@@ -156,7 +151,7 @@ def test_create_allocates_isolation_when_omitted(world, staff):
     assert Department.objects.get(slug="gamma").guaranteed_gpus == 8
 
 
-def test_create_with_chosen_isolation_values(world, staff):
+def test_create_with_chosen_isolation_values(workload, staff):
     body = {
         "name": "Gamma",
         "slug": "gamma",
@@ -198,8 +193,8 @@ def test_create_with_chosen_isolation_values(world, staff):
         ({"slug": "not a slug"}, "slug", ""),
     ],
 )
-def test_create_refusals_are_400_naming_the_field(world, staff, body, field, message):
-    alpha = world["alpha"]
+def test_create_refusals_are_400_naming_the_field(workload, staff, department_a, body, field, message):
+    alpha = department_a
     payload = {"name": "Gamma", "slug": "gamma", "guaranteed_gpus": 0}
     payload.update({key: getattr(alpha, key) if value == "alpha" else value for key, value in body.items()})
     response = staff.post(DEPARTMENTS, payload, format="json")
@@ -210,7 +205,7 @@ def test_create_refusals_are_400_naming_the_field(world, staff, body, field, mes
     assert not Department.objects.filter(slug="gamma").exists()
 
 
-def test_the_shortfall_message_gives_the_numbers(world, staff):
+def test_the_shortfall_message_gives_the_numbers(workload, staff):
     capacity = schedulable_gpus()
     response = staff.post(
         DEPARTMENTS, {"name": "Gamma", "slug": "gamma", "guaranteed_gpus": capacity - 50}, format="json"
@@ -223,7 +218,7 @@ def test_the_shortfall_message_gives_the_numbers(world, staff):
     )
 
 
-def test_update_goes_through_the_service(world, staff):
+def test_update_goes_through_the_service(workload, staff, department_a):
     url = f"{DEPARTMENTS}beta/"
     response = staff.patch(url, {"guaranteed_gpus": 24, "limit_gpus": 48}, format="json")
     assert response.status_code == 200, response.content
@@ -235,7 +230,7 @@ def test_update_goes_through_the_service(world, staff):
     assert response.status_code == 400
     assert "may not be below the guarantee (24)" in response.json()["limit_gpus"][0]
 
-    alpha = world["alpha"]
+    alpha = department_a
     response = staff.patch(url, {"vxlan_vni": alpha.vxlan_vni}, format="json")
     assert response.status_code == 400
     assert "already assigned to Alpha" in response.json()["vxlan_vni"][0]
@@ -251,8 +246,8 @@ def test_update_goes_through_the_service(world, staff):
     )
 
 
-def test_put_replaces_the_quota_fields(world, staff):
-    beta = world["beta"]
+def test_put_replaces_the_quota_fields(workload, staff, department_b):
+    beta = department_b
     body = {
         "name": "Beta Team",
         "slug": "beta",
@@ -278,7 +273,7 @@ def test_put_replaces_the_quota_fields(world, staff):
     assert beta_after.vlan_id == beta.vlan_id  # isolation values left out stay as they were
 
 
-def test_lowering_a_guarantee_is_allowed_when_capacity_shrank(world, staff):
+def test_lowering_a_guarantee_is_allowed_when_capacity_shrank(workload, staff):
     from inventory.models import ComputeTray
 
     response = staff.patch(
@@ -292,7 +287,7 @@ def test_lowering_a_guarantee_is_allowed_when_capacity_shrank(world, staff):
     assert staff.patch(f"{DEPARTMENTS}beta/", {"guaranteed_gpus": 10}, format="json").status_code == 200
 
 
-def test_delete_a_department_without_jobs_and_refuse_one_with_jobs(world, staff):
+def test_delete_a_department_without_jobs_and_refuse_one_with_jobs(workload, staff):
     make_department("Gamma")
     assert staff.delete(f"{DEPARTMENTS}gamma/").status_code == 204
     assert not Department.objects.filter(slug="gamma").exists()
@@ -306,7 +301,7 @@ def test_delete_a_department_without_jobs_and_refuse_one_with_jobs(world, staff)
 # --- fair-share position ------------------------------------------------------------------------------------
 
 
-def test_quota_is_the_fair_share_position_from_the_database(world, staff):
+def test_quota_is_the_fair_share_position_from_the_database(workload, staff):
     capacity = schedulable_gpus()
     body = staff.get(f"{DEPARTMENTS}alpha/quota/").json()
     expected = fair_share(
@@ -344,7 +339,7 @@ def test_quota_is_the_fair_share_position_from_the_database(world, staff):
     )
 
 
-def test_quota_shows_what_can_be_reclaimed_when_capacity_is_short(world, staff):
+def test_quota_shows_what_can_be_reclaimed_when_capacity_is_short(workload, staff):
     # Alpha borrows while Beta waits; then the fleet shrinks to 56 schedulable GPUs.
     from inventory.models import ComputeTray
 
@@ -372,55 +367,54 @@ def members_url(slug, username=None):
 
 
 @pytest.fixture
-def lead_a(api_client, world):
-    api_client.force_authenticate(world["lead-a"])
-    return api_client
+def lead_api(workload, lead_a):
+    return token_client(lead_a)
 
 
-def test_lead_lists_adds_changes_and_removes_members(world, lead_a, django_user_model):
-    django_user_model.objects.create_user("newbie")
-    rows = results(lead_a.get(members_url("alpha")))
+def test_lead_lists_adds_changes_and_removes_members(lead_api, department_a):
+    make_user("newbie")
+    rows = results(lead_api.get(members_url("alpha")))
     assert rows == [
         {"username": "lead-a", "department": "alpha", "role": "lead", "created_at": rows[0]["created_at"]}
     ]
 
-    response = lead_a.post(members_url("alpha"), {"username": "newbie"}, format="json")
+    response = lead_api.post(members_url("alpha"), {"username": "newbie"}, format="json")
     assert response.status_code == 201, response.content
     assert response.json()["role"] == "member"
     # Adding an existing member again sets the role: 200, not a duplicate.
-    response = lead_a.post(members_url("alpha"), {"username": "newbie", "role": "lead"}, format="json")
+    response = lead_api.post(members_url("alpha"), {"username": "newbie", "role": "lead"}, format="json")
     assert response.status_code == 200
     assert response.json()["role"] == "lead"
 
-    response = lead_a.patch(members_url("alpha", "newbie"), {"role": "member"}, format="json")
+    response = lead_api.patch(members_url("alpha", "newbie"), {"role": "member"}, format="json")
     assert response.status_code == 200
-    assert Membership.objects.get(user__username="newbie", department=world["alpha"]).role == Role.MEMBER
-    response = lead_a.put(members_url("alpha", "newbie"), {"role": "lead"}, format="json")
+    assert Membership.objects.get(user__username="newbie", department=department_a).role == Role.MEMBER
+    response = lead_api.put(members_url("alpha", "newbie"), {"role": "lead"}, format="json")
     assert response.status_code == 200 and response.json()["role"] == "lead"
 
-    assert lead_a.get(members_url("alpha", "newbie")).json()["role"] == "lead"
-    assert [r["username"] for r in results(lead_a.get(members_url("alpha"), {"role": "lead"}))] == [
+    assert lead_api.get(members_url("alpha", "newbie")).json()["role"] == "lead"
+    assert [r["username"] for r in results(lead_api.get(members_url("alpha"), {"role": "lead"}))] == [
         "lead-a",
         "newbie",
     ]
 
-    assert lead_a.delete(members_url("alpha", "newbie")).status_code == 204
+    assert lead_api.delete(members_url("alpha", "newbie")).status_code == 204
     assert not Membership.objects.filter(user__username="newbie").exists()
 
 
-def test_member_refusals(world, lead_a):
-    response = lead_a.post(members_url("alpha"), {"username": "ghost"}, format="json")
+def test_member_refusals(lead_api):
+    response = lead_api.post(members_url("alpha"), {"username": "ghost"}, format="json")
     assert response.status_code == 400
     assert "no user named 'ghost'" in response.json()["username"][0]
-    response = lead_a.post(members_url("alpha"), {"username": "member-b", "role": "owner"}, format="json")
+    response = lead_api.post(members_url("alpha"), {"username": "member-b", "role": "owner"}, format="json")
     assert response.status_code == 400 and "role" in response.json()
-    response = lead_a.patch(members_url("alpha", "member-b"), {"role": "lead"}, format="json")
+    response = lead_api.patch(members_url("alpha", "member-b"), {"role": "lead"}, format="json")
     assert response.status_code == 404  # not a member of Alpha: add with POST
     # The last lead can neither be demoted nor removed (not even by themselves).
-    response = lead_a.patch(members_url("alpha", "lead-a"), {"role": "member"}, format="json")
+    response = lead_api.patch(members_url("alpha", "lead-a"), {"role": "member"}, format="json")
     assert response.status_code == 400
     assert "lead-a is the only lead of Alpha" in response.json()["role"][0]
-    response = lead_a.delete(members_url("alpha", "lead-a"))
+    response = lead_api.delete(members_url("alpha", "lead-a"))
     assert response.status_code == 400
     assert "lead-a is the only lead of Alpha" in response.json()["non_field_errors"][0]
     assert Membership.objects.filter(user__username="lead-a").exists()
@@ -429,29 +423,29 @@ def test_member_refusals(world, lead_a):
 # --- audit events -------------------------------------------------------------------------------------------
 
 
-def test_audit_events_list_and_filters(world, staff, admin_user):
+def test_audit_events_list_and_filters(workload, staff, department_a, department_b):
     staff.patch(f"{DEPARTMENTS}alpha/", {"guaranteed_gpus": 44}, format="json")
     staff.patch(f"{DEPARTMENTS}beta/", {"priority": 7}, format="json")
 
     rows = results(staff.get("/api/v1/audit-events/", {"source": "api"}))
     assert [(r["object_repr"], r["action"]) for r in rows] == [("Beta", "update"), ("Alpha", "update")]
     latest = rows[1]
-    assert latest["actor"] == "admin"
+    assert latest["actor"] == "platform-admin"
     assert latest["department"] == "alpha"
-    assert latest["department_id"] == world["alpha"].pk
+    assert latest["department_id"] == department_a.pk
     assert latest["object_type"] == "tenancy.department"
-    assert latest["object_id"] == str(world["alpha"].pk)
+    assert latest["object_id"] == str(department_a.pk)
     assert (latest["before"], latest["after"]) == ({"guaranteed_gpus": 40}, {"guaranteed_gpus": 44})
 
     def reprs(**params):
         return [r["object_repr"] for r in results(staff.get("/api/v1/audit-events/", params))]
 
     assert reprs(source="api", department="beta") == ["Beta"]
-    assert reprs(source="api", actor="ADMIN") == ["Beta", "Alpha"]
+    assert reprs(source="api", actor="PLATFORM-ADMIN") == ["Beta", "Alpha"]
     assert reprs(source="api", actor="lead-a") == []
     assert reprs(action="update", object_type="tenancy.department") == ["Beta", "Alpha"]
     assert "Alpha" in reprs(action="create", object_type="tenancy.department")
-    assert reprs(source="api", department_id=world["beta"].pk) == ["Beta"]
+    assert reprs(source="api", department_id=department_b.pk) == ["Beta"]
     assert reprs(source="api", object="alp") == ["Alpha"]
     assert len(reprs(source=["api", "command"])) > 2
     today = AuditEvent.objects.first().at.date().isoformat()
@@ -470,7 +464,7 @@ def test_audit_events_list_and_filters(world, staff, admin_user):
     assert staff.delete(f"/api/v1/audit-events/{event.pk}/").status_code == 405
 
 
-def test_audit_event_of_a_deleted_department_keeps_its_id(world, staff):
+def test_audit_event_of_a_deleted_department_keeps_its_id(workload, staff):
     make_department("Gamma")
     gamma_id = Department.objects.get(slug="gamma").pk
     staff.delete(f"{DEPARTMENTS}gamma/")
@@ -490,21 +484,19 @@ def queries_for(client, url, params) -> tuple[int, int]:
     return len(captured), len(response.json()["results"])
 
 
-def grow(world, extra: int):
-    """More departments with jobs, dedicated partitions, members and audit events."""
+def grow(extra: int, lead_a, alpha):
+    """More departments with jobs, dedicated partitions, members and audit events; `lead_a` is a member of
+    each and Alpha gets `extra` more members."""
     partitions = iter(NVLinkPartition.objects.filter(rack__name="gb-r02").order_by("clique_id"))
     for number in range(extra):
-        dept = make_department(f"Extra{number}", 36 if number < 2 else 1)
+        dept = make_department(f"Extra{number}", guaranteed_gpus=36 if number < 2 else 1)
         job(dept, 4)
         job(dept, 4, JobState.PENDING)
         if number < 2:
             dedicate_partition(dept, next(partitions))
-        Membership.objects.create(user=world["lead-a"], department=dept, role=Role.MEMBER)
-    for username in [f"extra-member-{n}" for n in range(extra)]:
-        from django.contrib.auth import get_user_model
-
-        user = get_user_model().objects.create_user(username)
-        Membership.objects.create(user=user, department=world["alpha"], role=Role.MEMBER)
+        Membership.objects.create(user=lead_a, department=dept, role=Role.MEMBER)
+    for number in range(extra):
+        make_member(f"extra-member-{number}", alpha)
 
 
 @pytest.mark.parametrize(
@@ -517,11 +509,13 @@ def grow(world, extra: int):
     ],
     ids=["departments", "audit-events", "audit-events-filtered", "members"],
 )
-def test_list_query_count_does_not_grow_with_rows_or_page_size(world, staff, url, params):
+def test_list_query_count_does_not_grow_with_rows_or_page_size(
+    workload, staff, lead_a, department_a, url, params
+):
     measured = {}
     for page_size in (2, 100):
         measured[("small", page_size)] = queries_for(staff, url, {**params, "page_size": page_size})
-    grow(world, 6)
+    grow(6, lead_a, department_a)
     for page_size in (2, 100):
         measured[("large", page_size)] = queries_for(staff, url, {**params, "page_size": page_size})
     counts = {key: queries for key, (queries, _) in measured.items()}
@@ -530,12 +524,12 @@ def test_list_query_count_does_not_grow_with_rows_or_page_size(world, staff, url
     assert rows[("small", 100)] < rows[("large", 100)], rows
 
 
-def test_lead_list_query_counts_are_constant_too(world, lead_a):
-    before = queries_for(lead_a, DEPARTMENTS, {})
-    audit_before = queries_for(lead_a, "/api/v1/audit-events/", {})
-    grow(world, 4)
-    after = queries_for(lead_a, DEPARTMENTS, {})
-    audit_after = queries_for(lead_a, "/api/v1/audit-events/", {})
+def test_lead_list_query_counts_are_constant_too(lead_api, lead_a, department_a):
+    before = queries_for(lead_api, DEPARTMENTS, {})
+    audit_before = queries_for(lead_api, "/api/v1/audit-events/", {})
+    grow(4, lead_a, department_a)
+    after = queries_for(lead_api, DEPARTMENTS, {})
+    audit_after = queries_for(lead_api, "/api/v1/audit-events/", {})
     assert before[0] == after[0] and before[1] < after[1]
     assert audit_before[0] == audit_after[0]
 
@@ -543,8 +537,8 @@ def test_lead_list_query_counts_are_constant_too(world, lead_a):
 # --- schema -------------------------------------------------------------------------------------------------
 
 
-def test_schema_describes_the_tenancy_and_audit_api(world, staff, admin_user, client):
-    client.force_login(admin_user)
+def test_schema_describes_the_tenancy_and_audit_api(workload, client_as, platform_admin):
+    client = client_as(platform_admin)
     schema = yaml.safe_load(client.get("/api/schema/").content)
     for path in [
         "/api/v1/departments/",

@@ -290,14 +290,18 @@ def departments(draw):
 
 
 capacities = st.integers(0, 150)
-fast = settings(max_examples=200, deadline=None)
+
+
+def many_cases(test):
+    """200 generated cases per property: seconds in all, so `make test-fast` leaves them to `make test`."""
+    return pytest.mark.slow(settings(max_examples=200, deadline=None)(test))
 
 
 def cap_of(d: DepartmentQuota) -> int:
     return d.demand if d.limit is None else min(d.demand, d.limit)
 
 
-@fast
+@many_cases
 @given(capacities, departments())
 def test_shares_respect_capacity_limit_and_demand(capacity, depts):
     result = fair_share(capacity, depts)
@@ -316,7 +320,7 @@ def test_shares_respect_capacity_limit_and_demand(capacity, depts):
         assert share.starved == max(0, share.in_quota - d.allocated)
 
 
-@fast
+@many_cases
 @given(capacities, departments())
 def test_guarantees_honoured_when_they_fit(capacity, depts):
     result = fair_share(capacity, depts)
@@ -329,7 +333,7 @@ def test_guarantees_honoured_when_they_fit(capacity, depts):
                 assert share.fair_share == d.demand
 
 
-@fast
+@many_cases
 @given(capacities, departments())
 def test_capacity_shortage_is_shared_by_guarantee_and_nothing_is_lent(capacity, depts):
     asks = {d.name: min(d.guaranteed, d.demand) for d in depts}
@@ -348,7 +352,7 @@ def test_capacity_shortage_is_shared_by_guarantee_and_nothing_is_lent(capacity, 
             )
 
 
-@fast
+@many_cases
 @given(capacities, departments(), st.randoms(use_true_random=False))
 def test_result_does_not_depend_on_listing_order(capacity, depts, rng):
     shuffled = list(depts)
@@ -356,7 +360,7 @@ def test_result_does_not_depend_on_listing_order(capacity, depts, rng):
     assert fair_share(capacity, shuffled) == fair_share(capacity, depts)
 
 
-@fast
+@many_cases
 @given(capacities, departments())
 def test_work_conserving(capacity, depts):
     result = fair_share(capacity, depts)
@@ -366,7 +370,7 @@ def test_work_conserving(capacity, depts):
                 assert result.shares[d.name].fair_share == cap_of(d), d
 
 
-@fast
+@many_cases
 @given(capacities, departments())
 def test_higher_priority_tier_is_served_before_lower_borrows(capacity, depts):
     result = fair_share(capacity, depts)
@@ -378,7 +382,7 @@ def test_higher_priority_tier_is_served_before_lower_borrows(capacity, depts):
                 assert result.shares[high.name].fair_share == cap_of(high)
 
 
-@fast
+@many_cases
 @given(capacities, departments())
 def test_surplus_split_by_weight_within_a_tier(capacity, depts):
     # Two departments of one tier both below their cap share a common exact level lambda:
@@ -399,7 +403,7 @@ def test_surplus_split_by_weight_within_a_tier(capacity, depts):
                 assert gap < 1 / wa + 1 / wb
 
 
-@fast
+@many_cases
 @given(capacities, departments())
 def test_reclaims_bounded_by_reclaimable_and_starved(capacity, depts):
     result = fair_share(capacity, depts)

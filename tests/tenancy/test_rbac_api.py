@@ -1,60 +1,27 @@
 """Who sees and does what on every tenant-scoped endpoint.
 
-Three users as DESIGN.md asks: the lead of department A, a member of department B, an outsider with no
-membership; plus staff. Lists show only visible rows, a detail that is not visible is a 404 (never a 403
-that would confirm it exists), writes by anyone but staff (departments) or the department's leads (members)
-are refused, and audit events follow `AuditEvent.objects.visible_to`.
+The shared personas (tests/conftest.py): the lead of department A, a member of department B, an outsider
+with no membership, a platform admin. Lists show only visible rows, a detail that is not visible is a 404
+(never a 403 that would confirm it exists), writes by anyone but platform admins (departments) or the
+department's leads (members) are refused, and audit events follow `AuditEvent.objects.visible_to`.
 """
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from core.access import Role
 from core.models import AuditEvent, AuditSource
 from tenancy.models import Department, Membership
-from tenancy.services import save_department
+from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
 
-USERS = ("lead_a", "member_b", "outsider", "staff")
 
-
-@pytest.fixture
-def world(db, django_user_model):
-    # No inventory: guarantees stay 0, which every capacity allows.
-    a = save_department(Department(name="Alpha", slug="alpha"))
-    b = save_department(Department(name="Beta", slug="beta"))
-    users = {
-        "lead_a": django_user_model.objects.create_user("lead-a"),
-        "member_a": django_user_model.objects.create_user("member-a"),
-        "lead_b": django_user_model.objects.create_user("lead-b"),
-        "member_b": django_user_model.objects.create_user("member-b"),
-        "outsider": django_user_model.objects.create_user("outsider"),
-        "staff": django_user_model.objects.create_user("staff", is_staff=True),
-        "newbie": django_user_model.objects.create_user("newbie"),
-    }
-    for user, department, role in [
-        ("lead_a", a, Role.LEAD),
-        ("member_a", a, Role.MEMBER),
-        ("lead_b", b, Role.LEAD),
-        ("member_b", b, Role.MEMBER),
-    ]:
-        Membership.objects.create(user=users[user], department=department, role=role)
-    return {"a": a, "b": b, **users}
-
-
-@pytest.fixture
-def as_user(world):
-    """A token-authenticated API client for one of the users (the way scripts use the API)."""
-
-    def client_for(name: str) -> APIClient:
-        client = APIClient()
-        token, _ = Token.objects.get_or_create(user=world[name])
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-        return client
-
-    return client_for
+@pytest.fixture(autouse=True)
+def newbie(lead_a, member_a, lead_b, member_b, outsider, platform_admin):
+    """Every persona exists in every test (so lists have rows to hide; no inventory: guarantees stay 0), plus
+    "newbie", an account without a department for leads to add. Clients use API tokens, as scripts do."""
+    return make_user("newbie")
 
 
 def slugs(response):
@@ -72,11 +39,16 @@ def usernames(response):
 
 @pytest.mark.parametrize(
     ("user", "visible"),
-    [("lead_a", ["alpha"]), ("member_b", ["beta"]), ("outsider", []), ("staff", ["alpha", "beta"])],
+    [
+        ("lead_a", ["alpha"]),
+        ("member_b", ["beta"]),
+        ("outsider", []),
+        ("platform_admin", ["alpha", "beta"]),
+    ],
 )
-def test_department_list_shows_only_visible_departments(world, as_user, user, visible):
-    assert slugs(as_user(user).get("/api/v1/departments/")) == visible
-    client = as_user(user)
+def test_department_list_shows_only_visible_departments(api_as, user, visible):
+    assert slugs(api_as(user).get("/api/v1/departments/")) == visible
+    client = api_as(user)
     for slug in ("alpha", "beta"):
         expected = 200 if slug in visible else 404
         assert client.get(f"/api/v1/departments/{slug}/").status_code == expected, slug
@@ -84,8 +56,8 @@ def test_department_list_shows_only_visible_departments(world, as_user, user, vi
 
 
 @pytest.mark.parametrize("user", ["lead_a", "member_b", "outsider"])
-def test_only_staff_write_departments(world, as_user, user):
-    client = as_user(user)
+def test_only_staff_write_departments(api_as, user):
+    client = api_as(user)
     body = {"name": "Gamma", "slug": "gamma", "guaranteed_gpus": 0}
     assert client.post("/api/v1/departments/", body, format="json").status_code == 403
     for slug in ("alpha", "beta"):  # their own department and another: refused alike, nothing changes
@@ -105,21 +77,21 @@ def test_only_staff_write_departments(world, as_user, user):
     assert Department.objects.count() == 2
 
 
-def test_a_lead_is_told_why_a_department_write_is_refused(world, as_user):
-    response = as_user("lead_a").patch("/api/v1/departments/alpha/", {"priority": 9}, format="json")
+def test_a_lead_is_told_why_a_department_write_is_refused(api_as):
+    response = api_as("lead_a").patch("/api/v1/departments/alpha/", {"priority": 9}, format="json")
     assert response.status_code == 403
-    assert response.json()["detail"] == "Only staff may create, change or delete departments."
+    assert response.json()["detail"] == "Only platform admins may create, change or delete departments."
 
 
-def test_staff_write_departments(world, as_user):
-    staff = as_user("staff")
+def test_staff_write_departments(api_as):
+    staff = api_as("platform_admin")
     response = staff.post("/api/v1/departments/", {"name": "Gamma", "slug": "gamma"}, format="json")
     assert response.status_code == 201
     assert staff.patch("/api/v1/departments/gamma/", {"priority": 3}, format="json").status_code == 200
     assert staff.delete("/api/v1/departments/gamma/").status_code == 204
 
 
-def test_anonymous_gets_nothing(world):
+def test_anonymous_gets_nothing():
     client = APIClient()
     for url in [
         "/api/v1/departments/",
@@ -145,11 +117,11 @@ def test_anonymous_gets_nothing(world):
         ("lead_a", ["lead-a", "member-a"], None),
         ("member_b", None, ["member-b"]),
         ("outsider", None, None),
-        ("staff", ["lead-a", "member-a"], ["lead-b", "member-b"]),
+        ("platform_admin", ["lead-a", "member-a"], ["lead-b", "member-b"]),
     ],
 )
-def test_member_lists(world, as_user, user, alpha, beta):
-    client = as_user(user)
+def test_member_lists(api_as, user, alpha, beta):
+    client = api_as(user)
     for slug, expected in (("alpha", alpha), ("beta", beta)):
         response = client.get(f"/api/v1/departments/{slug}/members/")
         if expected is None:
@@ -158,19 +130,19 @@ def test_member_lists(world, as_user, user, alpha, beta):
             assert usernames(response) == expected, slug
 
 
-def test_member_details_follow_visibility(world, as_user):
-    member_b = as_user("member_b")
+def test_member_details_follow_visibility(api_as):
+    member_b = api_as("member_b")
     assert member_b.get("/api/v1/departments/beta/members/member-b/").status_code == 200
     assert member_b.get("/api/v1/departments/beta/members/lead-b/").status_code == 404
     assert member_b.get("/api/v1/departments/alpha/members/lead-a/").status_code == 404
-    lead_a = as_user("lead_a")
+    lead_a = api_as("lead_a")
     assert lead_a.get("/api/v1/departments/alpha/members/member-a/").json()["role"] == "member"
     assert lead_a.get("/api/v1/departments/beta/members/member-b/").status_code == 404
-    assert as_user("outsider").get("/api/v1/departments/alpha/members/lead-a/").status_code == 404
+    assert api_as("outsider").get("/api/v1/departments/alpha/members/lead-a/").status_code == 404
 
 
-def test_a_lead_manages_their_departments_members_but_not_anothers(world, as_user):
-    lead_a = as_user("lead_a")
+def test_a_lead_manages_their_departments_members_but_not_anothers(api_as, department_a, department_b):
+    lead_a = api_as("lead_a")
     assert lead_a.post("/api/v1/departments/alpha/members/", {"username": "newbie"}).status_code == 201
     response = lead_a.patch("/api/v1/departments/alpha/members/newbie/", {"role": "lead"}, format="json")
     assert response.status_code == 200
@@ -180,32 +152,32 @@ def test_a_lead_manages_their_departments_members_but_not_anothers(world, as_use
     assert lead_a.post("/api/v1/departments/beta/members/", {"username": "newbie"}).status_code == 404
     assert lead_a.patch("/api/v1/departments/beta/members/member-b/", {"role": "lead"}).status_code == 404
     assert lead_a.delete("/api/v1/departments/beta/members/member-b/").status_code == 404
-    assert list(Membership.objects.filter(department=world["b"]).values_list("user__username", "role")) == [
+    assert list(Membership.objects.filter(department=department_b).values_list("user__username", "role")) == [
         ("lead-b", "lead"),
         ("member-b", "member"),
     ]
-    assert set(Membership.objects.filter(department=world["a"]).values_list("user__username", flat=True)) == {
-        "lead-a",
-        "newbie",
-    }
+    alpha_members = Membership.objects.filter(department=department_a)
+    assert set(alpha_members.values_list("user__username", flat=True)) == {"lead-a", "newbie"}
 
 
-def test_a_lead_of_one_department_who_is_a_member_of_another_can_only_read_there(world, as_user):
-    Membership.objects.create(user=world["lead_a"], department=world["b"], role=Role.MEMBER)
-    lead_a = as_user("lead_a")
+def test_a_lead_of_one_department_who_is_a_member_of_another_can_only_read_there(
+    api_as, lead_a, department_b
+):
+    Membership.objects.create(user=lead_a, department=department_b, role=Role.MEMBER)
+    lead_a = api_as(lead_a)
     assert usernames(lead_a.get("/api/v1/departments/beta/members/")) == ["lead-a"]
     response = lead_a.post("/api/v1/departments/beta/members/", {"username": "newbie"})
     assert response.status_code == 403
-    assert "Only leads of Beta and staff" in response.json()["detail"]
+    assert "Only leads of Beta and platform admins may change its members." in response.json()["detail"]
 
 
-def test_members_and_outsiders_cannot_change_members(world, as_user):
-    member_b = as_user("member_b")
+def test_members_and_outsiders_cannot_change_members(api_as):
+    member_b = api_as("member_b")
     assert member_b.post("/api/v1/departments/beta/members/", {"username": "newbie"}).status_code == 403
     assert member_b.patch("/api/v1/departments/beta/members/member-b/", {"role": "lead"}).status_code == 403
     assert member_b.delete("/api/v1/departments/beta/members/member-b/").status_code == 403
     assert member_b.post("/api/v1/departments/alpha/members/", {"username": "newbie"}).status_code == 404
-    outsider = as_user("outsider")
+    outsider = api_as("outsider")
     for slug in ("alpha", "beta"):
         assert (
             outsider.post(f"/api/v1/departments/{slug}/members/", {"username": "outsider"}).status_code == 404
@@ -214,8 +186,8 @@ def test_members_and_outsiders_cannot_change_members(world, as_user):
     assert Membership.objects.get(user__username="member-b").role == Role.MEMBER
 
 
-def test_staff_manage_any_departments_members(world, as_user):
-    staff = as_user("staff")
+def test_staff_manage_any_departments_members(api_as):
+    staff = api_as("platform_admin")
     assert (
         staff.post("/api/v1/departments/beta/members/", {"username": "newbie", "role": "lead"}).status_code
         == 201
@@ -228,49 +200,48 @@ def test_staff_manage_any_departments_members(world, as_user):
 
 
 @pytest.fixture
-def changes(world, as_user):
-    """Changes in both departments, through the API, by staff and by each lead."""
-    as_user("staff").patch("/api/v1/departments/alpha/", {"priority": 1}, format="json")
-    as_user("staff").patch("/api/v1/departments/beta/", {"priority": 2}, format="json")
-    as_user("lead_a").post("/api/v1/departments/alpha/members/", {"username": "newbie"})
-    as_user("lead_b").post("/api/v1/departments/beta/members/", {"username": "newbie"})
-    return world
+def changes(api_as):
+    """Changes in both departments, through the API, by a platform admin and by each lead."""
+    api_as("platform_admin").patch("/api/v1/departments/alpha/", {"priority": 1}, format="json")
+    api_as("platform_admin").patch("/api/v1/departments/beta/", {"priority": 2}, format="json")
+    api_as("lead_a").post("/api/v1/departments/alpha/members/", {"username": "newbie"})
+    api_as("lead_b").post("/api/v1/departments/beta/members/", {"username": "newbie"})
 
 
-def test_audit_events_by_user(changes, as_user):
-    a, b = changes["a"].pk, changes["b"].pk
-    lead_a_rows = as_user("lead_a").get("/api/v1/audit-events/", {"page_size": 1000}).json()["results"]
+def test_audit_events_by_user(changes, api_as, department_a, department_b):
+    a, b = department_a.pk, department_b.pk
+    lead_a_rows = api_as("lead_a").get("/api/v1/audit-events/", {"page_size": 1000}).json()["results"]
     assert lead_a_rows
     assert {row["department_id"] for row in lead_a_rows} == {a}
     assert len(lead_a_rows) == AuditEvent.objects.filter(department_id=a).count()
 
     for user in ("member_b", "outsider"):
-        assert as_user(user).get("/api/v1/audit-events/").json()["results"] == [], user
+        assert api_as(user).get("/api/v1/audit-events/").json()["results"] == [], user
 
-    staff_rows = as_user("staff").get("/api/v1/audit-events/", {"page_size": 1000}).json()["results"]
+    staff_rows = api_as("platform_admin").get("/api/v1/audit-events/", {"page_size": 1000}).json()["results"]
     assert len(staff_rows) == AuditEvent.objects.count()
     assert {a, b} <= {row["department_id"] for row in staff_rows}
 
     # Details follow the same rule: another department's event is not found.
     event_b = AuditEvent.objects.filter(department_id=b).first()
     event_a = AuditEvent.objects.filter(department_id=a).first()
-    assert as_user("lead_a").get(f"/api/v1/audit-events/{event_b.pk}/").status_code == 404
-    assert as_user("lead_a").get(f"/api/v1/audit-events/{event_a.pk}/").status_code == 200
-    assert as_user("member_b").get(f"/api/v1/audit-events/{event_b.pk}/").status_code == 404
-    assert as_user("outsider").get(f"/api/v1/audit-events/{event_a.pk}/").status_code == 404
+    assert api_as("lead_a").get(f"/api/v1/audit-events/{event_b.pk}/").status_code == 404
+    assert api_as("lead_a").get(f"/api/v1/audit-events/{event_a.pk}/").status_code == 200
+    assert api_as("member_b").get(f"/api/v1/audit-events/{event_b.pk}/").status_code == 404
+    assert api_as("outsider").get(f"/api/v1/audit-events/{event_a.pk}/").status_code == 404
     # Filtering by another department is no way around it.
-    assert as_user("lead_a").get("/api/v1/audit-events/", {"department_id": b}).json()["results"] == []
-    assert as_user("lead_a").get("/api/v1/audit-events/", {"department": "beta"}).status_code == 400
+    assert api_as("lead_a").get("/api/v1/audit-events/", {"department_id": b}).json()["results"] == []
+    assert api_as("lead_a").get("/api/v1/audit-events/", {"department": "beta"}).status_code == 400
 
 
-def test_api_changes_record_actor_and_source(changes):
+def test_api_changes_record_actor_and_source(changes, department_a, department_b, platform_admin, newbie):
     staff_event = AuditEvent.objects.get(
-        object_type="tenancy.department", action="update", department_id=changes["a"].pk
+        object_type="tenancy.department", action="update", department_id=department_a.pk
     )
     assert (staff_event.source, staff_event.actor, staff_event.actor_name) == (
         AuditSource.API,
-        changes["staff"],
-        "staff",
+        platform_admin,
+        "platform-admin",
     )
     assert (staff_event.before, staff_event.after) == ({"priority": 0}, {"priority": 1})
 
@@ -278,9 +249,9 @@ def test_api_changes_record_actor_and_source(changes):
     assert {
         (e.actor_name, e.department_id, e.source) for e in member_events.filter(source=AuditSource.API)
     } == {
-        ("lead-a", changes["a"].pk, AuditSource.API),
-        ("lead-b", changes["b"].pk, AuditSource.API),
+        ("lead-a", department_a.pk, AuditSource.API),
+        ("lead-b", department_b.pk, AuditSource.API),
     }
     created = member_events.get(actor_name="lead-a", source=AuditSource.API)
     assert created.after["role"] == "member"
-    assert created.after["user"] == changes["newbie"].pk
+    assert created.after["user"] == newbie.pk

@@ -4,7 +4,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from integrations import state as configstate
-from integrations.directory.adapter import write_tree
+from integrations.embedded import write_tree
 from integrations.slurm.render import render_topology_yaml
 
 

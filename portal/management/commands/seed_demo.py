@@ -9,8 +9,8 @@ from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from portal.demo import seed_tenants, write_demo_logins
 from scheduling.models import Job
-from tenancy.models import Department
 from scheduling.services import run_pass
+from tenancy.models import Department
 
 MODELS = {"gb200": SystemModel.GB200_NVL72, "gb300": SystemModel.GB300_NVL72}
 

@@ -1,17 +1,13 @@
 """NVLink fabric-manager adapters against a local NMX-M stand-in, and the simulated default.
 
-No Django needed (`pytest tests/scheduling/test_fabric.py -p no:django`). The stand-in
-(tests/scheduling/nmx_standin.py) serves the NMX-M partition API on 127.0.0.1 with GPU IDs in NMX-M's own
-form (24 hex digits) and an ID-based default partition, so the adapter has to translate GPU UUIDs through
-locations and GET /nmx/v1/gpus exactly as against a real manager.
+No database needed. The stand-in (tests/integrations/nmx_standin.py) serves the NMX-M partition API on
+127.0.0.1 with GPU IDs in NMX-M's own form (24 hex digits) and an ID-based default partition, so the adapter
+has to translate GPU UUIDs through locations and GET /nmx/v1/gpus exactly as against a real manager.
 """
 
 from __future__ import annotations
 
-import json
 import random
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
@@ -227,32 +223,38 @@ def test_recarving_moves_gpus_out_before_it_moves_them_in(standin):
     assert result.assigned_ids == {"p1": 1, "p2": 2, "p3": 3}
 
 
-def test_adding_a_gpu_before_it_left_its_partition_is_refused_by_the_fabric(standin):
-    """Why the order matters: the stand-in, like NMX-M, refuses a GPU that is still in another partition."""
+def test_a_gpu_another_client_took_mid_apply_stops_the_apply_with_the_fabrics_words(standin):
+    """NMX-M refuses (409) a GPU that is still in another partition. Another client takes tray 18 into a
+    partition of its own while Rackplane carves 2x9: the create of p2 is refused, the apply stops there and
+    says so (permanent: re-plan rather than retry blindly), and applying again reads the fabric back and
+    converges."""
     fabric = nmx(standin)
-    fabric.apply(RACK, carve(RACK, 9, 9))
-    system_id = standin.id_of("p2")
+    tray_18 = [g.id for g in rack_gpus(RACK) if g.slot_id == 18]
 
-    def put(members) -> tuple[int, str]:
-        request = urllib.request.Request(
-            f"{standin.url}/nmx/v1/partitions/{system_id}",
-            data=json.dumps({"Members": members}).encode(),
-            method="PUT",
-            headers={"Content-Type": "application/json"},
-        )
-        with pytest.raises(urllib.error.HTTPError) as error:
-            urllib.request.urlopen(request, timeout=5)
-        return error.value.code, json.loads(error.value.read())["message"]
+    def another_client_takes_tray_18(step: int, total: int, message: str) -> None:
+        if step == 1:  # the default partition has just given its GPUs up
+            standin.add_partition("lab", RACK, tray_18, partition_id=40)
 
-    grown = [GpuLocation.for_tray(RACK, s, i).member() for s in range(7, 19) for i in range(4)]
-    assert put(grown) == (
-        409,
-        "GPU " + rack_gpus(RACK)[24].id + " already belongs to partition p1 "
-        "(PartitionID 1); a GPU belongs to exactly one partition",
-    )
-    # And p2 was created with locations: GPU IDs are the wrong member type for it.
-    assert put([g.id for g in rack_gpus(RACK) if g.slot_id >= 10])[0] == 409
-    assert standin.partitions(RACK)["p2"] == (2, sorted(tray_gpus(RACK, range(10, 19))))
+    with pytest.raises(FabricRejected) as caught:
+        fabric.apply(RACK, carve(RACK, 9, 9), progress=another_client_takes_tray_18)
+
+    error = caught.value
+    assert (error.status, error.partition, error.transient) == (409, "p2", False)
+    taken = rack_gpus(RACK)[68].id  # tray 18's first GPU
+    assert "already belongs to partition lab (PartitionID 40)" in error.message
+    assert f"GPU {taken}" in error.message
+    assert "another partition holds these GPUs" in error.what_to_do
+    assert [(o.step.action, o.step.name) for o in error.result.done] == [
+        ("shrink", "Default Partition"),
+        ("create", "p1"),
+    ]
+    assert error.result.failed.name == "p2" and error.result.not_done == []
+    assert writes(standin) == [("PUT", "Default Partition"), ("POST", "p1"), ("POST", "p2")]
+    assert set(standin.partitions(RACK)) == {"Default Partition", "p1", "lab"}
+
+    result = fabric.apply(RACK, carve(RACK, 9, 9))
+    assert [(o.step.action, o.step.name) for o in result.done] == [("delete", "lab"), ("create", "p2")]
+    assert fabric.read_back(RACK) == carve(RACK, 9, 9)
 
 
 def test_uncarving_returns_every_gpu_to_the_default_partition(standin):

@@ -601,6 +601,7 @@ def test_server_errors_are_transient(standin, backend, status):
     assert standin.names("Job") == standin.names("ComputeDomain") == ["vision/rp-42"]
 
 
+@pytest.mark.slow  # waits for the client to give up
 def test_timeout_is_transient(standin):
     standin.fail(0, method="GET", path="/jobs/", delay=1.5)
     with (
@@ -675,24 +676,3 @@ def test_backend_from_the_targets_settings(standin):
         )
     with pytest.raises(BackendRejected, match="neither a PEM certificate nor a readable file"):
         backend_from_settings({"api_url": "https://api.example:6443", "ca_file": "/nonexistent/ca.pem"})
-
-
-# --- the stand-in's create contract ---------------------------------------------------------------------
-
-
-def test_standin_create_answers_like_the_api_server(standin, backend):
-    job = by_kind(render_job_objects(request()))["Job"]
-    status, data = backend._create(job)
-    assert status == 201 and data["metadata"]["uid"]
-    status, data = backend._create(job)
-    assert (status, data["reason"], data["message"]) == (
-        409,
-        "AlreadyExists",
-        'jobs.batch "rp-42" already exists',
-    )
-    assert data["details"] == {"name": "rp-42", "group": "batch", "kind": "jobs"}
-    status, data = backend._create({**job, "metadata": {**job["metadata"], "namespace": "nowhere"}})
-    assert (status, data["message"]) == (404, 'namespaces "nowhere" not found')
-    with_status = {**job, "metadata": {**job["metadata"], "name": "rp-43"}, "status": {"succeeded": 9}}
-    assert backend._create(with_status)[0] == 201
-    assert standin.get("Job", "rp-43", "vision").get("status") is None  # a subresource: dropped on create

@@ -2,32 +2,25 @@
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
+from integrations.tasks import follow_active_plans
 from inventory.choices import PlanStatus, TrayState
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
+from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import preset_layout
 from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
+from scheduling.models import Job
+from scheduling.services import finish_job
 from tenancy.models import Department
 from tenancy.services import save_department
+from tests.factories import make_department, run_job
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def render_dir(settings, tmp_path):
-    """The embedded `local` directory target (made by a data migration, so gone after any transactional
-    test's flush: made again here) writes under tmp_path, not the project's var/."""
-    from integrations.models import ConfigTarget
-
-    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
-    ConfigTarget.objects.get_or_create(
-        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
-    )
-    return settings.RACKPLANE_RENDER_DIR
+# Plans push to the embedded `local` directory target (tests/conftest.py), writing into a temporary directory.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 
 
 PLANS = "/api/v1/partition-plans/"
@@ -134,7 +127,7 @@ def test_create_applies_the_plan_and_answers_201_with_it(staff, admin_user):
     assert {(p["target"], p["status"]) for p in data["pushes"]} == {(str(p.target), p.status) for p in pushes}
     assert layout_of() == [("train", 1, list(range(1, 10))), ("shared", 2, list(range(10, 19)))]
 
-    # List and detail (the detail follows the pushes).
+    # List and detail (the detail shows the plan as the tasks left it).
     listed = staff.get(PLANS).json()
     assert [row["id"] for row in listed["results"]] == [plan.pk]
     assert listed["results"][0]["pushes"] == data["pushes"]
@@ -143,6 +136,8 @@ def test_create_applies_the_plan_and_answers_201_with_it(staff, admin_user):
         r["id"] for r in staff.get(PLANS, {"rack": "gb-r01", "status": data["status"]}).json()["results"]
     ] == [plan.pk]
     pushes.update(status=PushStatus.SUCCEEDED)
+    assert staff.get(f"{PLANS}{plan.pk}/").json()["status"] == data["status"]  # reading moves nothing
+    follow_active_plans()  # the beat
     detail = staff.get(f"{PLANS}{plan.pk}/").json()
     assert detail["status"] == "applied"
 
@@ -195,15 +190,8 @@ def test_an_invalid_plan_is_400_naming_the_reason(staff, body, field, reason):
 
 
 def _busy(slot=2) -> Job:
-    department = save_department(Department(name="Ops", slug="ops"))
-    job = Job.objects.create(department=department, name="ops-train", gpus=4, state=JobState.RUNNING)
-    Allocation.objects.bulk_create(
-        [
-            Allocation(job=job, gpu=gpu)
-            for gpu in Gpu.objects.filter(tray__rack__name="gb-r01", tray__slot=slot)
-        ]
-    )
-    return job
+    """A running job of department Ops on gb-r01's tray `slot`."""
+    return run_job(make_department("Ops"), trays=[f"gb-r01-t{slot:02d}"], name="ops-train")
 
 
 def test_busy_trays_need_drain_first_then_the_plan_drains_and_can_be_cancelled(staff):
@@ -264,13 +252,28 @@ def test_the_schema_describes_partition_plans_without_warnings(tmp_path):
     assert "/api/v1/partition-plans/{id}/cancel/" in text and "dry_run" in text
 
 
-def test_the_detail_moves_a_draining_plan_on_once_its_work_ends(staff):
+def test_reading_a_plan_moves_nothing(staff, django_capture_on_commit_callbacks):
+    """A plan whose pushes all succeeded is still applying until a task follows it: GETs only read."""
+    plan = staff.post(PLANS, {"rack": "gb-r01", "layout": {"preset": "2x9"}}, format="json").json()
+    ConfigPush.objects.filter(plan_id=plan["id"]).update(status=PushStatus.SUCCEEDED)
+    before = list(PartitionPlan.objects.filter(pk=plan["id"]).values())
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks() as callbacks:
+        assert staff.get(f"{PLANS}{plan['id']}/").json()["status"] == "applying"
+        assert staff.get(PLANS).json()["results"][0]["status"] == "applying"
+    sql = [q["sql"].lstrip().upper() for q in queries.captured_queries]
+    assert not [s for s in sql if s.startswith(("INSERT", "UPDATE", "DELETE"))] and callbacks == []
+    assert list(PartitionPlan.objects.filter(pk=plan["id"]).values()) == before
+
+
+def test_a_draining_plan_moves_on_once_its_work_ends_and_the_detail_shows_it(
+    staff, django_capture_on_commit_callbacks
+):
     job = _busy()
     body = {"rack": "gb-r01", "layout": {"preset": "2x9"}, "drain_first": True}
     plan = staff.post(PLANS, body, format="json").json()
     assert staff.get(f"{PLANS}{plan['id']}/").json()["status"] == "draining"
-    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
-    Allocation.objects.filter(job=job).delete()
+    with django_capture_on_commit_callbacks(execute=True):  # the job's end enqueues the plan's follow-up
+        finish_job(Job.objects.get(pk=job.pk), JobState.COMPLETED)
     detail = staff.get(f"{PLANS}{plan['id']}/").json()
-    assert detail["status"] in ("applying", "applied") and detail["pushes"]
+    assert detail["status"] == "applied" and detail["pushes"]
     assert layout_of() == [("p1", 1, list(range(1, 10))), ("p2", 2, list(range(10, 19)))]

@@ -11,27 +11,16 @@ from django.db import connection, connections
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
 from inventory.choices import PlanStatus, TrayState
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
+from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import PlannedPartition, preset_layout
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
 from tenancy.models import DedicatedPartition, Department
 from tenancy.services import dedicated_gpus, save_department
+from tests.factories import make_department, run_job
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def render_dir(settings, tmp_path):
-    """The embedded `local` directory target (made by a data migration, so gone after any transactional
-    test's flush: made again here) writes under tmp_path, not the project's var/."""
-    from integrations.models import ConfigTarget
-
-    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
-    ConfigTarget.objects.get_or_create(
-        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
-    )
-    return settings.RACKPLANE_RENDER_DIR
+# Plans push to the embedded `local` directory target (tests/conftest.py), writing into a temporary directory.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 
 
 @pytest.fixture
@@ -57,12 +46,10 @@ def halves(left="left", right="right") -> list[PlannedPartition]:
     return [PlannedPartition(left, tuple(range(1, 10))), PlannedPartition(right, tuple(range(10, 19)))]
 
 
-def run_job(rack: Rack, slots, name="train-0001", department=None) -> Job:
-    department = department or save_department(Department(name="Ops", slug="ops"))
-    gpus = list(Gpu.objects.filter(tray__rack=rack, tray__slot__in=slots))
-    job = Job.objects.create(department=department, name=name, gpus=len(gpus), state=JobState.RUNNING)
-    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in gpus])
-    return job
+def busy(rack: Rack, *slots: int) -> Job:
+    """A running job of department Ops on `rack`'s trays in `slots`."""
+    trays = rack.trays.filter(slot__in=slots).order_by("slot")
+    return run_job(make_department("Ops"), trays=trays, name="train-0001")
 
 
 def finish(job: Job) -> None:
@@ -135,7 +122,7 @@ def test_a_plan_whose_rack_changed_after_it_was_checked_is_stale(rack, admin_use
 
 
 def test_a_second_plan_while_one_is_in_flight_is_a_conflict(rack, admin_user):
-    job = run_job(rack, [1])
+    job = busy(rack, 1)
     first = plans.create_plan(rack, preset_layout("2x9"), drain=True, user=admin_user)
     second = plans.create_plan(rack, halves(), drain=True, user=admin_user)
     assert plans.apply_plan(first, user=admin_user).status == PlanStatus.DRAINING
@@ -145,7 +132,7 @@ def test_a_second_plan_while_one_is_in_flight_is_a_conflict(rack, admin_user):
 
 
 def test_drain_first_drains_busy_trays_then_applies_once_the_work_ends(rack, admin_user):
-    job = run_job(rack, [1, 2])
+    job = busy(rack, 1, 2)
     with pytest.raises(ValidationError, match="choose 'drain first'"):
         plans.create_plan(rack, preset_layout("2x9"), drain=False, user=admin_user)
 
@@ -172,7 +159,7 @@ def test_drain_first_drains_busy_trays_then_applies_once_the_work_ends(rack, adm
 
 
 def test_cancelling_a_draining_plan_returns_its_trays(rack, admin_user):
-    job = run_job(rack, [3])
+    job = busy(rack, 3)
     plan = plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=True, user=admin_user))
     assert ComputeTray.objects.get(rack=rack, slot=3).state == TrayState.DRAIN
 
@@ -284,17 +271,15 @@ def test_the_beat_task_moves_a_draining_plan_on_once_its_work_ends(
 ):
     from integrations.tasks import follow_active_plans
 
-    job = run_job(rack, [1])
+    job = busy(rack, 1)
     plan = plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=True, user=admin_user))
     assert follow_active_plans() == 0
     finish(job)
     with django_capture_on_commit_callbacks(execute=True):  # the pushes run (eager Celery) on commit
-        assert follow_active_plans() == 1
+        assert follow_active_plans() == 1  # draining -> applying
     plan.refresh_from_db()
-    assert plan.status == PlanStatus.APPLYING
-    assert follow_active_plans() == 1  # the next beat sees every push succeeded
-    plan.refresh_from_db()
-    assert plan.status == PlanStatus.APPLIED
+    assert plan.status == PlanStatus.APPLIED  # the end of its last push settled it
+    assert follow_active_plans() == 0
     assert layout_of(rack)[0] == ("p1", 1, list(range(1, 10)))
 
 

@@ -4,33 +4,27 @@ import re
 from urllib.parse import urlencode
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from core.models import AuditEvent
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
+from integrations.tasks import follow_active_plans
 from inventory.choices import GpuHealth, PlanStatus, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import preset_layout
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
+from scheduling.services import finish_job
 from tenancy.models import Department
 from tenancy.services import save_department
+from tests.factories import make_department, run_job
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def render_dir(settings, tmp_path):
-    """The embedded `local` directory target (made by a data migration, so gone after any transactional
-    test's flush: made again here) writes under tmp_path, not the project's var/."""
-    from integrations.models import ConfigTarget
-
-    settings.RACKPLANE_RENDER_DIR = tmp_path / "rendered"
-    ConfigTarget.objects.get_or_create(
-        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
-    )
-    return settings.RACKPLANE_RENDER_DIR
+# Plans push to the embedded `local` directory target (tests/conftest.py), writing into a temporary directory.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 
 
 HTMX = {"HX-Request": "true"}
@@ -101,11 +95,7 @@ def test_the_rack_page_offers_the_wizard_to_admins_only(admin, user):
 
 
 def test_step_1_lists_racks_with_partitions_health_and_running_work(admin):
-    department = save_department(Department(name="Ops", slug="ops"))
-    job = Job.objects.create(department=department, name="ops-job", gpus=4, state=JobState.RUNNING)
-    Allocation.objects.bulk_create(
-        [Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__hostname="gb-r02-t01")]
-    )
+    run_job(make_department("Ops"), trays=["gb-r02-t01"], name="ops-job")
     response = admin.get(url("plan-new"))
     assert response.status_code == 200
     racks = {rack.name: rack for rack in response.context["page"].object_list}
@@ -347,6 +337,9 @@ def test_progress_polls_until_every_push_is_done_then_stops(admin):
         for push in pushes:
             assert f'data-target="{push.target}"' in html
         pushes.update(status=PushStatus.SUCCEEDED)
+        # The page only reads: until a task follows the plan it still polls.
+        assert admin.get(url("plan-detail", plan.pk), headers=HTMX).status_code == 200
+    follow_active_plans()  # the beat
 
     done = admin.get(url("plan-detail", plan.pk), headers=HTMX)
     assert done.status_code == 286  # htmx stops polling
@@ -355,12 +348,33 @@ def test_progress_polls_until_every_push_is_done_then_stops(admin):
     assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.APPLIED
 
 
+def writes(queries) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+
+
+def test_the_progress_page_only_reads(admin, django_capture_on_commit_callbacks):
+    """A plan ready to move on (its work ended, its pushes done) stays as it is while the page is read."""
+    job = run_job(make_department("Ops"), trays=["gb-r01-t02"], name="ops-train")
+    admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9", "drain_first": "on"})
+    plan = PartitionPlan.objects.get()
+    Allocation.objects.filter(job=job).delete()  # its work ended, but no task has run yet
+    before = list(PartitionPlan.objects.filter(pk=plan.pk).values())
+    audit = AuditEvent.objects.count()
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks() as callbacks:
+        for headers in ({}, HTMX):
+            assert admin.get(url("plan-detail", plan.pk), headers=headers).status_code == 200
+    assert writes(queries.captured_queries) == [] and callbacks == []
+    assert list(PartitionPlan.objects.filter(pk=plan.pk).values()) == before
+    assert AuditEvent.objects.count() == audit and layout_of("gb-r01") == [("default", 32766)]
+
+
 def test_a_failed_push_links_to_its_page_to_retry(admin):
     admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
     plan = PartitionPlan.objects.get()
     pushes = ConfigPush.objects.filter(plan_id=plan.pk)
     assert pushes.exists()
     pushes.update(status=PushStatus.FAILED, error="scontrol reconfigure: connection refused")
+    follow_active_plans()  # the beat
     response = admin.get(url("plan-detail", plan.pk), headers=HTMX)
     assert response.status_code == 286
     html = response.content.decode()
@@ -382,11 +396,7 @@ def test_a_failed_push_links_to_its_page_to_retry(admin):
 
 
 def test_a_draining_plan_can_be_followed_and_cancelled(admin):
-    department = save_department(Department(name="Ops", slug="ops"))
-    job = Job.objects.create(department=department, name="ops-train", gpus=4, state=JobState.RUNNING)
-    Allocation.objects.bulk_create(
-        [Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__hostname="gb-r01-t02")]
-    )
+    run_job(make_department("Ops"), trays=["gb-r01-t02"], name="ops-train")
     refused = admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
     assert refused.status_code == 400 and "choose &#x27;drain first&#x27;" in refused.content.decode()
 
@@ -406,19 +416,19 @@ def test_a_draining_plan_can_be_followed_and_cancelled(admin):
     assert admin.get(url("plan-detail", plan.pk), headers=HTMX).status_code == 286
 
 
-def test_a_draining_plan_moves_on_when_its_work_ends(admin):
-    department = save_department(Department(name="Ops", slug="ops"))
-    job = Job.objects.create(department=department, name="ops-train", gpus=4, state=JobState.RUNNING)
-    Allocation.objects.bulk_create(
-        [Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__hostname="gb-r01-t02")]
-    )
+def test_a_draining_plan_moves_on_when_its_work_ends(admin, django_capture_on_commit_callbacks):
+    job = run_job(make_department("Ops"), trays=["gb-r01-t02"], name="ops-train")
     admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9", "drain_first": "on"})
     plan = PartitionPlan.objects.get()
-    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
-    Allocation.objects.filter(job=job).delete()
-    admin.get(url("plan-detail", plan.pk), headers=HTMX)
-    assert PartitionPlan.objects.get(pk=plan.pk).status in (PlanStatus.APPLYING, PlanStatus.APPLIED)
+    assert admin.get(url("plan-detail", plan.pk), headers=HTMX).status_code == 200
+    # The job's end on the drained tray moves the plan on (a task, eager here), its pushes run and
+    # settle it: the page, which only reads, shows it applied.
+    with django_capture_on_commit_callbacks(execute=True):
+        finish_job(Job.objects.get(pk=job.pk), JobState.COMPLETED)
+    assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.APPLIED
     assert layout_of("gb-r01") == [("p1", 1), ("p2", 2)]
+    done = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert done.status_code == 286 and 'data-status="applied"' in done.content.decode()
 
 
 def test_plan_list_shows_recent_plans(admin):

@@ -375,7 +375,8 @@ class _StandIn(http.server.BaseHTTPRequestHandler):
 def standin(*answers):
     handler = type("Handler", (_StandIn,), {"answers": list(answers), "seen": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for it.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", handler.seen
@@ -395,6 +396,7 @@ def test_a_proxy_503_is_transient_and_the_headers_are_sent():
     assert headers["x-slurm-user-token"] == "static-token"
 
 
+@pytest.mark.slow  # waits for the client to give up
 def test_a_hung_slurmrestd_times_out():
     with standin((200, "application/json", b"{}", 3)) as (url, _):
         backend = SlurmJobBackend(url, "rackplane", token="t", timeout=0.5)

@@ -1,0 +1,63 @@
+"""The errors of the Kubernetes target: unavailable (transient), rejected, misconfigured (permanent)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core.errors import ExternalError
+
+
+class KubernetesError(ExternalError):
+    """A push to Kubernetes failed. `what_to_do` says what an operator (or the retrying task) should do."""
+
+    transient = False
+
+    def __init__(
+        self,
+        message: str,
+        what_to_do: str = "",
+        details: Sequence[str] = (),
+        *,
+        status: int | None = None,
+        reason: str = "",
+    ):
+        self.message = message
+        self.what_to_do = what_to_do
+        self.details = list(details)
+        self.status = status
+        self.reason = reason
+        self.result = None  # an interrupted apply's ApplyResult: what it had done
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        text = self.message
+        if self.details:
+            text += "\n" + "\n".join(f"  {d}" for d in self.details)
+        if self.what_to_do:
+            text += f"\nWhat to do: {self.what_to_do}"
+        return text
+
+
+class KubernetesUnavailable(KubernetesError):
+    """The API server did not answer, timed out, throttled (429) or failed (5xx). Transient: retry later."""
+
+    transient = True
+
+
+class KubernetesRejected(KubernetesError):
+    """The API server (or validation before sending) refused the request. Permanent: fix and push again."""
+
+
+class KubernetesConfigurationError(KubernetesError):
+    """The target itself is misconfigured (kubeconfig, token, CA certificate, TLS). Permanent."""
+
+
+def status_message(data: Any) -> str:
+    if isinstance(data, dict):
+        return str(data.get("message") or data.get("reason") or data)
+    return str(data or "no message")
+
+
+def status_reason(data: Any) -> str:
+    return str(data.get("reason", "")) if isinstance(data, dict) else ""

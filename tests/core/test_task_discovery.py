@@ -1,0 +1,35 @@
+"""A web process has imported no tasks module when it first enqueues: the task is still found by name."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+import django
+django.setup()
+from celery import current_app
+from core.enqueue import send_now
+assert not any(name in sys.modules for name in ("scheduling.tasks", "integrations.tasks")), "imported early"
+assert "integrations.tasks.sync_jobs" not in current_app.tasks
+print(send_now("integrations.tasks.follow_active_plans"), send_now("no.such.task"))
+"""
+
+
+def test_a_process_that_imported_no_tasks_finds_them_by_name(tmp_path):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DEBUG": "1",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=300
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False"]

@@ -1,0 +1,167 @@
+"""The test suite's factories: people, departments, jobs, API clients and the local render target.
+
+Plain functions, so fixtures, test bodies and module-level helpers can all use them; tests/conftest.py makes
+the shared personas (platform admin, lead of A, member of A, member of B, outsider, node agent) fixtures.
+Everything goes through the code the portal itself uses where it has such code (departments through
+`save_department`, so isolation pools are allocated; the node agent through `manage.py
+discovery_agent_token`); jobs are rows as the scheduling pass leaves them, without running the pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from io import StringIO
+
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from core.access import Role
+from integrations.models import ConfigTarget
+from inventory.choices import GpuHealth, TrayState
+from inventory.models import ComputeTray, Gpu
+from scheduling.choices import HOLDING_STATES, JobState
+from scheduling.models import Allocation, Job
+from tenancy.models import Department, Membership
+from tenancy.services import save_department
+
+# --- people ---------------------------------------------------------------------------------------------
+
+
+def make_user(username: str, *, staff: bool = False, password: str | None = None):
+    """An active account (`staff`: a platform admin). Without a password it cannot sign in with one:
+    tests sign people in with `client.force_login` or a token."""
+    return get_user_model().objects.create_user(username, f"{username}@example.com", password, is_staff=staff)
+
+
+def make_member(username: str, department: Department, role: Role = Role.MEMBER, **user_fields):
+    """A new account with one membership: a member, or with `role=Role.LEAD` a lead of `department`."""
+    user = make_user(username, **user_fields)
+    Membership.objects.create(user=user, department=department, role=role)
+    return user
+
+
+def make_node_agent():
+    """The account node agents use, made as operators make it: `manage.py discovery_agent_token` (an
+    account with the inventory.report_discovery permission and an API token)."""
+    out = StringIO()
+    call_command("discovery_agent_token", stdout=out)
+    key = out.getvalue().strip().rsplit(" ", 1)[1]
+    token = Token.objects.select_related("user").get(key=key)
+    return token.user
+
+
+def token_client(user) -> APIClient:
+    """A DRF client authenticated with `user`'s API token (made if missing), as scripts call the API."""
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+# --- departments -----------------------------------------------------------------------------------------
+
+
+def make_department(name: str, slug: str | None = None, **fields) -> Department:
+    """A department saved through the service (validated; VLAN, VNI, P_Key and export path allocated)."""
+    return save_department(Department(name=name, slug=slug or name.lower(), **fields))
+
+
+# --- GPUs and trays --------------------------------------------------------------------------------------
+
+
+def healthy_gpus(count: int, skip: int = 0) -> list[Gpu]:
+    """GPUs the scheduler could use (on up trays, not unhealthy), in primary-key order; allocations are
+    not looked at."""
+    gpus = Gpu.objects.filter(tray__state=TrayState.UP).exclude(health=GpuHealth.UNHEALTHY).order_by("pk")
+    return list(gpus[skip : skip + count])
+
+
+def free_trays(count: int, skip: int = 0) -> list[ComputeTray]:
+    """Up trays with four healthy GPUs and no allocation, in rack and slot order."""
+    trays = (
+        ComputeTray.objects.filter(state=TrayState.UP)
+        .exclude(gpus__health=GpuHealth.UNHEALTHY)
+        .exclude(gpus__allocations__isnull=False)
+        .order_by("rack__name", "slot")
+        .distinct()
+    )
+    return list(trays[skip : skip + count])
+
+
+def _trays(trays: Iterable[ComputeTray | str]) -> list[ComputeTray]:
+    trays = list(trays)
+    hostnames = [t for t in trays if isinstance(t, str)]
+    if not hostnames:
+        return trays
+    by_name = ComputeTray.objects.in_bulk(hostnames, field_name="hostname")
+    return [by_name[t] if isinstance(t, str) else t for t in trays]
+
+
+# --- jobs ------------------------------------------------------------------------------------------------
+
+
+def make_job(
+    department: Department,
+    name: str = "train",
+    state: JobState = JobState.RUNNING,
+    trays: Iterable[ComputeTray | str] = (),
+    submitted_by=None,
+    **fields,
+) -> Job:
+    """A job in `state` that was placed on `trays` (its placement); while it holds GPUs (starting or
+    running) it has a start time and holds every GPU of those trays. It asks for 4 GPUs per tray (4 without
+    trays) unless `gpus` says otherwise."""
+    trays = _trays(trays)
+    fields.setdefault("gpus", 4 * len(trays) or 4)
+    if state in HOLDING_STATES:
+        fields.setdefault("started_at", timezone.now())
+    job = Job.objects.create(
+        department=department,
+        name=name,
+        state=state,
+        submitted_by=submitted_by,
+        placement=[tray.hostname for tray in trays],
+        **fields,
+    )
+    if state in HOLDING_STATES:
+        Allocation.objects.bulk_create(
+            Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__in=trays).order_by("pk")
+        )
+    return job
+
+
+def run_job(
+    department: Department,
+    gpus: Iterable[Gpu] = (),
+    name: str = "train",
+    *,
+    trays: Iterable[ComputeTray | str] = (),
+    state: JobState = JobState.RUNNING,
+    size: int | None = None,
+    **fields,
+) -> Job:
+    """A job holding `gpus` (Gpu rows) and every GPU of `trays` (rows or hostnames, which become its
+    placement): its Allocation rows, as the pass writes them. `state` may be one that does not hold GPUs,
+    for rows the pass has not cleaned up yet (a preempted job, a cancel in flight). It asks for as many
+    GPUs as it holds unless `size` says otherwise."""
+    trays = _trays(trays)
+    held = [*gpus, *Gpu.objects.filter(tray__in=trays).order_by("pk")]
+    if trays:
+        fields.setdefault("placement", [tray.hostname for tray in trays])
+    job = Job.objects.create(department=department, name=name, gpus=size or len(held), state=state, **fields)
+    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in held])
+    return job
+
+
+# --- configuration targets -------------------------------------------------------------------------------
+
+
+def local_target() -> ConfigTarget:
+    """The embedded `local` directory target, writing into settings.RACKPLANE_RENDER_DIR (the data migration
+    makes it; made again here when a transactional test before this one flushed the database)."""
+    return ConfigTarget.objects.get_or_create(
+        name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
+    )[0]
