@@ -100,8 +100,12 @@ def preset_layout(preset: str, leave_out: Iterable[int] = ()) -> list[PlannedPar
     return partitions
 
 
-def parse_ranges(text: str) -> tuple[int, ...]:
-    """`1-9`, `10-12,15` -> slots; ValueError in plain words otherwise."""
+def parse_ranges(text: str, highest: int = TRAYS_PER_RACK) -> tuple[int, ...]:
+    """`1-9`, `10-12,15` -> slots; ValueError in plain words otherwise.
+
+    Each range is checked against the rack's slots (1 to `highest`) and the slots already named before it
+    is expanded: whatever the text, the result has at most `highest` slots.
+    """
     slots: list[int] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         low, _, high = part.partition("-")
@@ -111,7 +115,13 @@ def parse_ranges(text: str) -> tuple[int, ...]:
             raise ValueError(f"{part!r} is not a tray number or range like 1-9") from None
         if first > last:
             raise ValueError(f"{part!r} runs backwards")
-        slots.extend(range(first, last + 1))
+        if first < 1 or last > highest:
+            raise ValueError(f"{part!r} is outside the rack's trays 1-{highest}")
+        named = range(first, last + 1)
+        again = sorted(set(named).intersection(slots))
+        if again:
+            raise ValueError(f"{part!r} names tray {again[0]} again")
+        slots.extend(named)
     return tuple(slots)
 
 

@@ -1,7 +1,8 @@
 """Plotly figures for the department and admin dashboards, built server-side from selector results.
 
-Figures are embedded without plotly.js (`include_plotlyjs=False`); pages load the copy the portal serves
-from the plotly package (`{% static 'plotly/plotly.min.js' %}`), never a CDN.
+Figures are embedded as JSON in a <div data-plotly-figure> that static/js/portal.js draws (no inline script:
+the Content-Security-Policy allows none); pages load the plotly.js the portal serves from the plotly package
+(`{% static 'plotly/plotly.min.js' %}`), never a CDN.
 
 Each figure is one spec (plain dicts of traces and layout). `*_figure` builds the validated go.Figure from it
 (for tests and notebooks); the pages use `*_html`, which serializes the spec directly to the same HTML.
@@ -9,10 +10,12 @@ Each figure is one spec (plain dicts of traces and layout). `*_figure` builds th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from django.utils.html import format_html
 
 # The portal's palette (static/css/portal.css): colour is paired with a legend name, never alone.
 GUARANTEE = "#334155"
@@ -200,19 +203,17 @@ def _as_figure_dict(spec: dict) -> dict:
 
 
 def to_html(figure: go.Figure | dict, div_id: str, height: int = 360) -> str:
-    """The figure as an embeddable <div> + <script>, without plotly.js itself.
+    """The figure as an embeddable <div> holding its JSON; static/js/portal.js draws it with plotly.js.
 
     `figure` may also be a ``{"data": [...], "layout": {...}}`` spec of ours: it is not validated.
     """
     if isinstance(figure, dict):
         figure = _as_figure_dict(figure)
-    return pio.to_html(
-        figure,
-        full_html=False,
-        include_plotlyjs=False,
-        div_id=div_id,
-        config=CONFIG,
-        default_height=f"{height}px",
-        default_width="100%",
-        validate=False,
+    return format_html(
+        '<div id="{}" class="plotly-chart" data-plotly-figure="{}" data-plotly-config="{}" '
+        'style="height: {}px; width: 100%"></div>',
+        div_id,
+        pio.to_json(figure, validate=False),
+        json.dumps(CONFIG),
+        height,
     )

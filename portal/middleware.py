@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequiredMiddleware
 from django.contrib.auth.views import redirect_to_login
 from django_htmx.http import HttpResponseClientRedirect
@@ -23,3 +24,20 @@ class LoginRequiredMiddleware(DjangoLoginRequiredMiddleware):
             login = redirect_to_login(page, self.get_login_url(view_func))
             return HttpResponseClientRedirect(login["Location"])
         return super().handle_no_permission(request, view_func)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Sends settings.CONTENT_SECURITY_POLICY on every response that does not set its own.
+
+    Django 5.2 has no CSP of its own. Admin pages and the error pages get the same policy as the portal.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.policy = settings.CONTENT_SECURITY_POLICY
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if self.policy:
+            response.headers.setdefault("Content-Security-Policy", self.policy)
+        return response

@@ -1,9 +1,12 @@
 """Rackplane settings, read from the environment (django-environ).
 
 Embedded defaults (no environment at all) are for `make run`: SQLite under var/, Celery eager, configs
-rendered to var/. Production mode (DEBUG off) refuses to start without a real SECRET_KEY and ALLOWED_HOSTS.
+rendered to var/. Production mode (DEBUG off) refuses to start without a random SECRET_KEY and explicit
+ALLOWED_HOSTS; RACKPLANE_TLS=1 turns on the HTTPS group (README, "Production settings").
 """
 
+import math
+from collections import Counter
 from pathlib import Path
 
 import environ
@@ -20,21 +23,55 @@ DEV_SECRET_KEY = "rackplane-insecure-development-key"
 
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="")
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=[])
+# Blank entries (ALLOWED_HOSTS=" " or a trailing comma) are dropped, not served.
+ALLOWED_HOSTS = [host.strip() for host in env.list("ALLOWED_HOSTS", default=[]) if host.strip()]
+
+
+def secret_key_weakness(key: str) -> str | None:
+    """Why `key` is not good enough for production, or None.
+
+    A heuristic that catches placeholders, typed keys and repeated patterns ('a' * 32, a word twice), not a
+    proof of randomness: at least 50 characters (Django's own deploy check), at least 10 different ones, at
+    least 3 bits of Shannon entropy per character (a random hex key has about 3.8, `secrets.token_urlsafe(50)`
+    about 5.3), and no run of 8 characters that appears twice.
+    """
+    if not key:
+        return "it is empty"
+    if key == DEV_SECRET_KEY or key.startswith("django-insecure-"):
+        return "it is a development key"
+    if len(key) < 50:
+        return f"it has {len(key)} characters, fewer than 50"
+    if len(set(key)) < 10:
+        return f"it uses only {len(set(key))} different characters, fewer than 10"
+    bits_per_character = -sum(n / len(key) * math.log2(n / len(key)) for n in Counter(key).values())
+    if bits_per_character < 3.0:
+        return f"it has {bits_per_character:.1f} bits of entropy per character, fewer than 3"
+    runs = [key[start : start + 8] for start in range(len(key) - 7)]
+    if len(set(runs)) < len(runs):
+        return "it repeats a run of 8 characters"
+    return None
+
 
 if DEBUG:
     SECRET_KEY = SECRET_KEY or DEV_SECRET_KEY
     ALLOWED_HOSTS = ALLOWED_HOSTS or ["127.0.0.1", "localhost"]
 else:
-    if not SECRET_KEY or SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 32:
+    if weakness := secret_key_weakness(SECRET_KEY):
         raise ImproperlyConfigured(
-            "SECRET_KEY is missing or is the development default: production mode (DEBUG off) needs a real, "
-            "random key of at least 32 characters in the SECRET_KEY environment variable."
+            f"SECRET_KEY is missing or is the development default, or too weak ({weakness}): production mode "
+            "(DEBUG off) needs a random key in the SECRET_KEY environment variable, made with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`."
         )
     if not ALLOWED_HOSTS:
         raise ImproperlyConfigured(
             "ALLOWED_HOSTS is empty: production mode (DEBUG off) needs the host names this portal serves, "
             "comma-separated, in the ALLOWED_HOSTS environment variable."
+        )
+    if wildcards := [host for host in ALLOWED_HOSTS if "*" in host]:
+        raise ImproperlyConfigured(
+            f"ALLOWED_HOSTS contains a wildcard ({', '.join(wildcards)}): production mode (DEBUG off) needs "
+            "the exact host names this portal serves, comma-separated, in the ALLOWED_HOSTS environment "
+            "variable."
         )
 
 INSTALLED_APPS = [
@@ -62,6 +99,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -115,7 +153,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = VAR_DIR / "static"
+# `manage.py collectstatic` target in production (WhiteNoise serves it; without it, from the finders).
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))
 # plotly.js comes from the plotly package itself, served by the portal (never a CDN).
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
 STORAGES = {
@@ -131,6 +170,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # One JSON parser for every view, with size, depth and charset limits (core.parsers); DRF's form parsers.
+    "DEFAULT_PARSER_CLASSES": [
+        "core.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.StandardPagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -184,8 +229,57 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
 
-if not DEBUG:
-    SESSION_COOKIE_HTTPONLY = True
-    CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
-    SECURE_CONTENT_TYPE_NOSNIFF = True
-    X_FRAME_OPTIONS = "DENY"
+# Error pages (portal.views): never a template that needs the request; JSON under /api/.
+CSRF_FAILURE_VIEW = "portal.views.csrf_failure"
+
+# Security headers, in every mode (the development server is the place to notice a page that breaks them).
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (portal.middleware.ContentSecurityPolicyMiddleware): scripts, styles, images and
+# fetches from the portal itself only; no inline script (charts are JSON drawn by static/js/portal.js, Swagger
+# UI's setup script is its own URL). Style *attributes* stay allowed (bar widths, plotly.js); <style> elements
+# only with the exact content the bundled libraries inject, by hash. A new plotly.js or Swagger UI version may
+# change them: tests/e2e/test_content_security_policy.py then fails with the new hash.
+STYLE_HASHES = [
+    "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  # plotly.js: an empty <style> it adds rules to
+    "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",  # plotly.js: its bundled MapLibre stylesheet
+    "'sha256-MMpT0iDxyjALd9PdfepImGX3DBfJPXZ4IlDWdPAgtn0='",  # Swagger UI (drf-spectacular-sidecar)
+]
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        f"style-src-elem 'self' {' '.join(STYLE_HASHES)}",
+        "style-src-attr 'unsafe-inline'",
+        "img-src 'self' data: blob:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+# HTTPS: RACKPLANE_TLS=1 when users reach the portal over HTTPS (the documented production setup) turns on the
+# redirect, Secure cookies and HSTS; each SECURE_* variable can still override its setting.
+# RACKPLANE_TLS_PROXY=1 when a proxy terminates TLS and sets X-Forwarded-Proto (it must overwrite the header a
+# client sends).
+RACKPLANE_TLS = env.bool("RACKPLANE_TLS", default=False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=RACKPLANE_TLS)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=RACKPLANE_TLS)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=RACKPLANE_TLS)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if RACKPLANE_TLS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=RACKPLANE_TLS)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+if env.bool("RACKPLANE_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Browsers' HSTS preload list is the domain owner's decision (hstspreload.org): off unless
+# SECURE_HSTS_PRELOAD=1, so `check --deploy` is not asked to warn about it.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]

@@ -1,8 +1,8 @@
 """Jobs: submission, the scheduling pass, cancellation. Every change is a row first, a task second.
 
 * `submit_job` validates against the inventory and the department, makes the Job (or returns the one a
-  retried request with the same Idempotency-Key made), records a scheduling request and, on commit, asks
-  for a pass.
+  retried request with the same Idempotency-Key and body made; the key with another body is refused),
+  records a scheduling request and, on commit, asks for a pass.
 * `run_pass` runs the pure engine (scheduling.engine) on the database's state. Passes run one at a time:
   each holds the row lock of the single SchedulerState row (taken with SKIP LOCKED: a pass that finds it
   taken leaves; the holder runs again while scheduling requests newer than its start remain). Within the
@@ -16,6 +16,8 @@ Dispatch to Slurm/Kubernetes and the sync of their state are in integrations.dis
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 
@@ -145,11 +147,58 @@ def _event(job: Job, kind: str, message: str = "", placement=None) -> JobEvent:
     return JobEvent(job=job, kind=kind, message=message[:500], placement=placement or [])
 
 
-def submission(user, idempotency_key: str) -> Job | None:
-    """The job an earlier submission by `user` with this Idempotency-Key made, if any."""
+class IdempotencyKeyReused(Exception):
+    """An Idempotency-Key already used by this user for a different submission (answered 422)."""
+
+    def __init__(self, key: str, job: Job):
+        self.key, self.job = key, job
+        super().__init__(
+            f"the Idempotency-Key {key!r} was used for job {job.pk} with a different request: send that "
+            "request again to get the job, or use a new key for a new job"
+        )
+
+
+def submission_fingerprint(
+    *,
+    department: Department,
+    name: str,
+    gpus: int,
+    topology: str,
+    priority_class: str,
+    backend: str,
+    time_limit_minutes: int,
+    work: dict,
+) -> str:
+    """sha256 of the canonical JSON of a validated submission: what makes two requests the same job.
+
+    The migration that added Job.idempotency_fingerprint computes the same for older jobs; keep them equal.
+    """
+    canonical = {
+        "department": department.pk,
+        "name": name,
+        "gpus": gpus,
+        "topology": topology,
+        "priority_class": priority_class,
+        "backend": backend,
+        "time_limit_minutes": time_limit_minutes,
+        "work": work,
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def submission(user, idempotency_key: str, fingerprint: str | None = None) -> Job | None:
+    """The job an earlier submission by `user` with this Idempotency-Key made, if any.
+
+    With `fingerprint` (submission_fingerprint of the request at hand), IdempotencyKeyReused if that job was
+    submitted with a different request.
+    """
     if not idempotency_key:
         return None
-    return Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
+    job = Job.objects.filter(submitted_by=user, idempotency_key=idempotency_key).first()
+    if job is not None and fingerprint is not None and job.idempotency_fingerprint != fingerprint:
+        raise IdempotencyKeyReused(idempotency_key, job)
+    return job
 
 
 def request_pass(reason: str) -> None:
@@ -172,8 +221,19 @@ def submit_job(
     idempotency_key: str = "",
 ) -> tuple[Job, bool]:
     """Make a pending job (validated) and ask for a pass; (job, created). With an idempotency key a second
-    submission by the same user returns the first job, created False."""
-    existing = submission(user, idempotency_key)
+    submission by the same user returns the first job, created False, if it is the same request (its
+    submission_fingerprint), else raises IdempotencyKeyReused."""
+    fingerprint = submission_fingerprint(
+        department=department,
+        name=name,
+        gpus=gpus,
+        topology=topology,
+        priority_class=priority_class,
+        backend=backend,
+        time_limit_minutes=time_limit_minutes,
+        work=work,
+    )
+    existing = submission(user, idempotency_key, fingerprint)
     if existing is not None:
         return existing, False
     if not submittable_departments(user).filter(pk=department.pk).exists():
@@ -192,6 +252,7 @@ def submit_job(
         work=work,
         time_limit_minutes=time_limit_minutes,
         idempotency_key=idempotency_key,
+        idempotency_fingerprint=fingerprint if idempotency_key else "",
         pending_reason="waiting for the scheduler",
     )
     job.full_clean(exclude=["submitted_by", "department"])
@@ -201,8 +262,8 @@ def submit_job(
             JobEvent.objects.create(job=job, kind=JobEventKind.SUBMITTED, message=f"{gpus} GPUs, {topology}")
             request_pass(f"submitted job {job.pk}")
     except IntegrityError:
-        # A concurrent retry with the same key won the race: return its job.
-        existing = submission(user, idempotency_key)
+        # A concurrent request with the same key won the race: its job if it was the same request.
+        existing = submission(user, idempotency_key, fingerprint)
         if existing is not None:
             return existing, False
         raise

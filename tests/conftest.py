@@ -15,13 +15,13 @@ make_department("Research", guaranteed_gpus=96)`); the people attached to it fol
 
 import pytest
 
+from core.access import Role
 from tests import factories
 
 # Slow by design, in modules being written by others as this list was made: the marker belongs in the module
 # (`@pytest.mark.slow`); move it there and drop the entry.
 SLOW_ELSEWHERE = {
     "tests/core/test_enqueue.py::test_a_broker_that_accepts_connections_but_never_answers_does_not_hold_the_caller",
-    "tests/core/test_task_discovery.py::test_a_process_that_imported_no_tasks_finds_them_by_name",
     "tests/test_upgrade.py::test_previous_release_database_migrates_forward_with_nothing_lost",
 }
 
@@ -109,7 +109,7 @@ def platform_admin(db):
 
 @pytest.fixture
 def lead_a(department_a):
-    return factories.make_member("lead-a", department_a, factories.Role.LEAD)
+    return factories.make_member("lead-a", department_a, Role.LEAD)
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def member_a(department_a):
 
 @pytest.fixture
 def lead_b(department_b):
-    return factories.make_member("lead-b", department_b, factories.Role.LEAD)
+    return factories.make_member("lead-b", department_b, Role.LEAD)
 
 
 @pytest.fixture

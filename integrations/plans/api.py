@@ -65,16 +65,18 @@ class Conflict(APIException):
     }
 )
 class SlotsField(serializers.Field):
+    """Tray slots, each within the rack's 1-18 and named once (checked before a range is expanded)."""
+
     default_error_messages = {"invalid": "give tray slots as a list of numbers or ranges like '1-9'"}
 
     def to_internal_value(self, data):
+        if isinstance(data, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in data):
+            data = ",".join(map(str, data))  # the same rules as ranges, one number at a time
         if isinstance(data, str):
             try:
                 return list(parse_ranges(data))
             except ValueError as error:
                 raise serializers.ValidationError(str(error)) from error
-        if isinstance(data, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in data):
-            return data
         self.fail("invalid")
 
     def to_representation(self, value):
@@ -109,7 +111,8 @@ class PlanLayoutSerializer(serializers.Serializer):
         default=list,
         help_text="Trays in no partition (with a preset).",
     )
-    partitions = PlannedPartitionSerializer(many=True, required=False)
+    # Each partition has a tray at least: a rack has room for TRAYS_PER_RACK of them.
+    partitions = PlannedPartitionSerializer(many=True, required=False, max_length=TRAYS_PER_RACK)
 
     def validate(self, attrs):
         if ("preset" in attrs) == ("partitions" in attrs):

@@ -71,7 +71,15 @@ class PlanForm(forms.Form):
             layout = [(p.slots, p.name) for p in preset_layout(data["preset"], leave_out) if p.slots]
         else:
             layout = []
-            for number, text in enumerate(data["slots"], start=1):
+            rows = data["slots"]
+            filled = sum(1 for text in rows if text)
+            if filled > TRAYS_PER_RACK:  # each partition takes a tray at least
+                self.layout_errors.append(
+                    f"{filled} partitions: a rack has {TRAYS_PER_RACK} trays, so at most {TRAYS_PER_RACK} "
+                    "partitions."
+                )
+                rows = []
+            for number, text in enumerate(rows, start=1):
                 if not text:
                     continue  # an empty row: not a partition (the spare row, or one cleared)
                 try:

@@ -82,6 +82,11 @@ class JobSubmitSerializer(serializers.Serializer):
     def validate_department(self, slug):
         department = Department.objects.filter(slug=slug).first()
         user = self.context["request"].user
+        retried = self.context.get("retried_job")  # the job this request's Idempotency-Key already made
+        if department is not None and retried is not None and retried.department_id == department.pk:
+            # A retry is answered by what it asks for (scheduling.services.submit_job compares it with the
+            # first request), even if the user has since left the department.
+            return department
         if department is None or not submittable_departments(user).filter(pk=department.pk).exists():
             # The same answer for a department that does not exist and one the user is not in.
             raise serializers.ValidationError(f"you are not a member of a department {slug!r}")

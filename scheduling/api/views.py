@@ -12,14 +12,14 @@ from core.api import api_validation_error
 from scheduling.api.serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
 from scheduling.filters import JobFilter
 from scheduling.models import Job
-from scheduling.services import cancel_job, may_cancel, submission, submit_job
+from scheduling.services import IdempotencyKeyReused, cancel_job, may_cancel, submission, submit_job
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
-    description="Any unique string (e.g. a UUID). A retried submission with the same key returns the first "
-    "job (200) instead of making a second one.",
+    description="Any unique string (e.g. a UUID). A retried submission with the same key and the same body "
+    "returns the first job (200) instead of making a second one; the key with a different body is a 422.",
 )
 MAX_KEY = 200
 
@@ -53,6 +53,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             200: OpenApiResponse(
                 JobDetailSerializer, description="The job an earlier request with this Idempotency-Key made."
             ),
+            422: OpenApiResponse(
+                description="The Idempotency-Key was used for a job with a different request (named)."
+            ),
         },
     )
     def create(self, request):
@@ -61,14 +64,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return Response(
                 {"Idempotency-Key": [f"at most {MAX_KEY} characters"]}, status=status.HTTP_400_BAD_REQUEST
             )
-        # A retry returns the first job even if its body would no longer pass validation.
-        existing = submission(request.user, key)
-        if existing is not None:
-            return Response(self._detail(existing), status=status.HTTP_200_OK)
-        serializer = JobSubmitSerializer(data=request.data, context={"request": request})
+        # A retry is validated for its shape only (not against today's memberships or capacity), then
+        # compared with the first request: the same one gets the first job, another one a 422.
+        context = {"request": request, "retried_job": submission(request.user, key)}
+        serializer = JobSubmitSerializer(data=request.data, context=context)
         serializer.is_valid(raise_exception=True)
         try:
             job, created = submit_job(user=request.user, idempotency_key=key, **serializer.validated_data)
+        except IdempotencyKeyReused as error:
+            return Response({"Idempotency-Key": [str(error)]}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
         except DjangoValidationError as error:
             raise api_validation_error(error) from error
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK

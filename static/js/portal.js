@@ -30,4 +30,18 @@
       el.removeAttribute("aria-pressed");
     });
   });
+
+  // Charts (portal/charts.py): each div carries its figure as JSON; drawn here because the
+  // Content-Security-Policy allows no inline script. Idempotent, so htmx swaps can call it again.
+  function drawCharts() {
+    if (!window.Plotly) return;
+    document.querySelectorAll("[data-plotly-figure]:not([data-plotly-drawn])").forEach(function (el) {
+      var figure = JSON.parse(el.getAttribute("data-plotly-figure"));
+      var config = JSON.parse(el.getAttribute("data-plotly-config") || "{}");
+      el.setAttribute("data-plotly-drawn", "");
+      window.Plotly.newPlot(el, figure.data, figure.layout, config);
+    });
+  }
+  document.addEventListener("DOMContentLoaded", drawCharts);
+  document.addEventListener("htmx:afterSettle", drawCharts);
 })();

@@ -8,12 +8,12 @@ from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import permissions, serializers, status
-from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import is_admin
+from core.parsers import decode_body, read_body
 from tenancy.activity import record_samples
 from tenancy.telemetry import DcgmParseError, parse_dcgm
 
@@ -21,19 +21,16 @@ MAX_BODY_BYTES = 8 * 1024 * 1024  # a GB200 tray's full page is ~60 KB
 
 
 class PlainTextParser(BaseParser):
-    """A ``text/plain`` body (Prometheus text format is served as ``text/plain; version=0.0.4``) as a str."""
+    """A ``text/plain`` body (Prometheus text format is served as ``text/plain; version=0.0.4``) as a str.
+
+    Read and decoded by core.parsers: over MAX_BODY_BYTES is a 413, a charset that is not a text encoding
+    (``hex``, ``rot13``) a 415 naming it, bytes not valid in the charset a 400.
+    """
 
     media_type = "text/plain"
 
     def parse(self, stream, media_type=None, parser_context=None):
-        encoding = (parser_context or {}).get("encoding") or "utf-8"
-        body = stream.read(MAX_BODY_BYTES + 1) if stream is not None else b""
-        if len(body) > MAX_BODY_BYTES:
-            raise ParseError(f"the body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
-        try:
-            return body.decode(encoding)
-        except UnicodeDecodeError as error:
-            raise ParseError(f"the body is not {encoding} text: {error}") from error
+        return decode_body(read_body(stream, MAX_BODY_BYTES), media_type, parser_context)
 
 
 class CanPushTelemetry(permissions.BasePermission):
@@ -89,6 +86,10 @@ class DcgmPushView(APIView):
         responses={
             200: TelemetryResultSerializer,
             400: OpenApiResponse(TelemetryErrorSerializer, description="the body is not Prometheus text"),
+            413: OpenApiResponse(TelemetryErrorSerializer, description="the body is over 8 MiB"),
+            415: OpenApiResponse(
+                TelemetryErrorSerializer, description="not text/plain, or a charset that is not text"
+            ),
         },
         examples=[OpenApiExample("one GB200 GPU", value=EXAMPLE, request_only=True, media_type="text/plain")],
     )

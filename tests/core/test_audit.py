@@ -231,6 +231,7 @@ def test_a_lead_cannot_filter_their_way_into_another_department(client, tenants,
     assert [d.slug for d in response.context["departments"]] == ["alpha"]
 
 
+@pytest.mark.slow  # grows the data to compare query counts
 def test_the_page_is_paginated_with_a_constant_number_of_queries(client, admin_user):
     def queries(page: int) -> int:
         with CaptureQueriesContext(connection) as captured:

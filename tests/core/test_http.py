@@ -67,7 +67,8 @@ def server(tls: ssl.SSLContext | None = None):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (Handler,), {"release": release}))
     if tls is not None:
         httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for it, at the end of every test.
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     scheme = "https" if tls else "http"
     try:

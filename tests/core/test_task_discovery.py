@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
@@ -19,6 +21,7 @@ print(send_now("integrations.tasks.follow_active_plans"), send_now("no.such.task
 """
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_a_process_that_imported_no_tasks_finds_them_by_name(tmp_path):
     env = {
         "PATH": "/usr/bin:/bin",

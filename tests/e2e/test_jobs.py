@@ -8,23 +8,20 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from core.access import Role
 from inventory.demo import seed_datacenter
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
 from scheduling.services import submit_job
-from tenancy.models import Department, Membership
-from tenancy.services import save_department
+from tests.factories import make_department, make_member
 
 PASSWORD = "e2e-researcher-password-1"
 
 
 @pytest.fixture
-def running_job(transactional_db, django_user_model):
+def running_job(transactional_db):
     seed_datacenter(racks=3)
-    department = save_department(Department(name="Research", slug="research", guaranteed_gpus=32))
-    user = django_user_model.objects.create_user("e2e-researcher", "r@example.com", PASSWORD)
-    Membership.objects.create(user=user, department=department, role=Role.MEMBER)
+    department = make_department("Research", guaranteed_gpus=32)
+    user = make_member("e2e-researcher", department, password=PASSWORD)  # signs in through the form
     job, _ = submit_job(
         user=user,
         department=department,

@@ -9,32 +9,22 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from core.access import Role
-from inventory.choices import GpuHealth, TrayState
 from inventory.demo import seed_datacenter
-from inventory.models import Gpu
-from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
-from tenancy.models import Department, GpuActivity, Membership, QuotaSnapshot
-from tenancy.services import save_department
+from tenancy.models import GpuActivity, Membership, QuotaSnapshot
+from tests.factories import healthy_gpus, make_department, make_member, make_user, run_job
 
 PASSWORD = "e2e-lead-password-1"
 
 
 @pytest.fixture
-def research(transactional_db, django_user_model):
+def research(transactional_db):
     seed_datacenter(racks=3)
-    department = save_department(Department(name="Research", slug="research", guaranteed_gpus=16))
-    lead = django_user_model.objects.create_user("e2e-lead", "lead@example.com", PASSWORD)
-    Membership.objects.create(user=lead, department=department, role=Role.LEAD)
-    django_user_model.objects.create_user("e2e-newcomer", "newcomer@example.com", "newcomer-password-1")
+    department = make_department("Research", guaranteed_gpus=16)
+    lead = make_member("e2e-lead", department, Role.LEAD, password=PASSWORD)  # signs in through the form
+    make_user("e2e-newcomer")
 
-    gpus = list(
-        Gpu.objects.filter(tray__state=TrayState.UP).exclude(health=GpuHealth.UNHEALTHY).order_by("pk")[:8]
-    )
-    job = Job.objects.create(
-        department=department, name="research-pretrain-0001", gpus=8, state=JobState.RUNNING
-    )
-    Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in gpus])
+    gpus = healthy_gpus(8)
+    run_job(department, gpus, "research-pretrain-0001")
     now = timezone.now()
     GpuActivity.objects.bulk_create(
         [

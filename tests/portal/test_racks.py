@@ -222,6 +222,7 @@ def test_rack_view_unknown_rack_is_404(user_client, demo_inventory):
     assert user_client.get(reverse("inventory:tray-detail", args=[999999]), headers=HTMX).status_code == 404
 
 
+@pytest.mark.slow  # grows the data to compare query counts
 def test_rack_view_queries_do_not_grow_with_racks(user_client, django_assert_max_num_queries):
     url = reverse("inventory:rack-detail", args=["gb-r01"])
     seed_datacenter(racks=3)

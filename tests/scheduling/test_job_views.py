@@ -168,6 +168,7 @@ def test_htmx_gets_the_table_and_polling_stops_when_nothing_is_active(client_as,
     assert "hx-trigger" not in client.get(LIST).content.decode()  # a page with nothing active never polls
 
 
+@pytest.mark.slow  # grows the data to compare query counts
 def test_list_queries_do_not_grow_with_the_jobs(
     client_as, department_a, lead_a, member_a, django_assert_max_num_queries
 ):
@@ -378,6 +379,7 @@ def test_the_rack_view_marks_exactly_the_jobs_trays(client_as, department_b, mem
     assert "marked-job" not in outsider
 
 
+@pytest.mark.slow  # grows the data to compare query counts
 def test_the_rack_view_stays_within_its_queries_with_jobs(
     client_as, department_a, department_b, member_a, django_assert_max_num_queries
 ):

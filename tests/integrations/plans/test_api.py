@@ -246,6 +246,7 @@ def test_only_staff_may_use_partition_plans(client, operator, demo_inventory, ad
     assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.DRAFT
 
 
+@pytest.mark.slow  # generates the whole OpenAPI schema
 def test_the_schema_describes_partition_plans_without_warnings(tmp_path):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
     text = (tmp_path / "schema.yml").read_text()

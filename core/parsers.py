@@ -1,0 +1,106 @@
+"""The API's request parsers: what any body can cost the server is bounded before it is parsed.
+
+`JSONParser` is the one JSON parser of the whole API (REST_FRAMEWORK's DEFAULT_PARSER_CLASSES): a body
+over `max_body_bytes` is a 413, nesting deeper than `max_depth` a 400 (Python's json module recurses per
+level, so a few KB of brackets would otherwise end in a RecursionError), a charset that is not a text
+encoding a 415.
+Other parsers (tenancy's telemetry text) read and decode their bodies with `read_body` and `decode_body`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.utils.http import parse_header_parameters
+from rest_framework import parsers, renderers, status
+from rest_framework.exceptions import APIException, ParseError, UnsupportedMediaType
+from rest_framework.settings import api_settings
+from rest_framework.utils import json
+
+MIB = 1024 * 1024
+
+# A JSON string (escapes included) or a bracket: brackets inside strings are skipped when counting depth.
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]')
+
+
+class PayloadTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "payload_too_large"
+
+
+def size_in_words(limit: int) -> str:
+    return f"{limit // MIB} MiB" if limit >= MIB and limit % MIB == 0 else f"{limit} bytes"
+
+
+def read_body(stream, limit: int) -> bytes:
+    """The body, or PayloadTooLarge (413) naming `limit` once more than `limit` bytes arrive."""
+    body = stream.read(limit + 1) if stream is not None else b""
+    if len(body) > limit:
+        raise PayloadTooLarge(f"the request body is larger than {size_in_words(limit)}, this API's limit")
+    return body
+
+
+def decode_body(body: bytes, media_type: str | None, parser_context: dict | None) -> str:
+    """The body as text in the Content-Type's charset (default: the request's encoding, else UTF-8).
+
+    A charset Python does not know, or one that is not a text encoding (`hex`, `rot13`, `base64`), is a 415
+    naming it; bytes that are not valid in the charset are a 400.
+    """
+    _, params = parse_header_parameters(media_type or "")
+    charset = params.get("charset") or (parser_context or {}).get("encoding") or "utf-8"
+    try:
+        return body.decode(charset)
+    except LookupError:
+        raise UnsupportedMediaType(
+            media_type,
+            detail=f"charset {charset!r} is not a text encoding this API reads: send UTF-8",
+        ) from None
+    except UnicodeDecodeError as error:
+        raise ParseError(f"the body is not {charset} text: {error}") from error
+
+
+def nesting_deeper_than(text: str, limit: int) -> bool:
+    """Whether JSON `text` nests arrays and objects more than `limit` levels deep (counted without recursion).
+
+    Brackets inside strings do not count; in malformed JSON the count is an upper bound.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        first = match.group()[0]
+        if first in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif first in "]}":
+            depth -= 1
+    return False
+
+
+class JSONParser(parsers.BaseParser):
+    """JSON with a size limit (413), a depth limit (400) and a charset check (415).
+
+    A BaseParser, not a subclass of DRF's JSONParser: DRF reads the whole body into memory (Django's
+    `request.body`) before it calls its own JSONParser or a subclass, so only this way does the size limit
+    apply while the body is read.
+    """
+
+    media_type = "application/json"
+    renderer_class = renderers.JSONRenderer
+    strict = api_settings.STRICT_JSON
+    max_body_bytes = 4 * MIB  # a discovery report of a whole tray, nvidia-smi XML included, is ~100 KB
+    max_depth = 64  # legitimate bodies (a job's `work`, a plan's layout) nest a few levels
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        text = decode_body(read_body(stream, self.max_body_bytes), media_type, parser_context)
+        if nesting_deeper_than(text, self.max_depth):
+            raise ParseError(
+                f"the JSON body nests arrays and objects more than {self.max_depth} levels deep, "
+                "this API's limit"
+            )
+        try:
+            return json.loads(text, parse_constant=json.strict_constant if self.strict else None)
+        except ValueError as error:
+            raise ParseError(f"JSON parse error - {error}") from error

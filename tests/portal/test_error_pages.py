@@ -1,0 +1,150 @@
+"""Error pages in production mode (DEBUG off): 404, 403 and 500 render, styled, for everyone; JSON in /api/.
+
+DEBUG on shows Django's technical pages instead, which is how a 500 on every unknown URL once went unseen.
+"""
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.template.loader import render_to_string
+from django.test import RequestFactory, override_settings
+from django.urls import path
+
+from portal import urls as portal_urls
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("production_mode")]
+
+UNKNOWN_PAGES = ["/nonexistent/", "/static/nope.css", "/scheduling/jobs/999999/nope/"]
+UNKNOWN_API = ["/api/v1/nope/", "/api/nope/"]
+STYLESHEET = '<link rel="stylesheet" href="/static/css/portal.css">'
+
+
+def explode(request):
+    raise RuntimeError("a bug in a view")
+
+
+def forbid(request):
+    raise PermissionDenied("Only the night shift may reboot racks.")
+
+
+# A test-only URL configuration: the portal's URLs and error handlers, plus views that fail on purpose.
+urlpatterns = [
+    path("boom/", explode),
+    path("api/v1/boom/", explode),
+    path("forbidden/", forbid),
+    path("api/v1/forbidden/", forbid),
+    *portal_urls.urlpatterns,
+]
+handler400 = portal_urls.handler400
+handler403 = portal_urls.handler403
+handler404 = portal_urls.handler404
+handler500 = portal_urls.handler500
+
+
+@pytest.fixture
+def production_mode(settings):
+    settings.DEBUG = False
+
+
+@pytest.fixture(params=["anonymous", "member_a", "platform_admin"])
+def visitor(request, client):
+    """The test client, anonymous or signed in as a department member or a platform admin."""
+    if request.param != "anonymous":
+        client.force_login(request.getfixturevalue(request.param))
+    return client
+
+
+def assert_html_error(response, status: int, heading: str):
+    assert response.status_code == status
+    assert response["Content-Type"].startswith("text/html")
+    html = response.content.decode()
+    assert f"<h1>{heading}</h1>" in html
+    assert STYLESHEET in html
+    assert "Content-Security-Policy" in response.headers
+    return html
+
+
+@pytest.mark.parametrize("url", UNKNOWN_PAGES)
+def test_unknown_pages_are_a_styled_404_for_everyone(visitor, url):
+    html = assert_html_error(visitor.get(url), 404, "Not found")
+    assert f"<code>{url}</code>" in html
+
+
+@pytest.mark.parametrize("url", UNKNOWN_API)
+def test_unknown_api_urls_are_a_json_404_for_everyone(visitor, url):
+    response = visitor.get(url)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+
+
+@pytest.mark.parametrize("persona", ["member_a", "platform_admin"])
+def test_a_missing_rack_is_a_styled_404(client_as, persona):
+    assert_html_error(client_as(persona).get("/inventory/racks/no-such-rack/"), 404, "Not found")
+
+
+def test_a_missing_rack_sends_an_anonymous_visitor_to_the_login_page(client):
+    response = client.get("/inventory/racks/no-such-rack/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+def test_the_404_page_escapes_the_path(client_as):
+    html = assert_html_error(client_as("member_a").get("/<script>alert(1)</script>/"), 404, "Not found")
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_a_403_page_says_why(client_as):
+    html = assert_html_error(client_as("member_a").get("/tenancy/dashboard/"), 403, "Not allowed")
+    assert "Only platform admins may use" in html
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_a_403_from_any_view_shows_its_reason(client_as):
+    html = assert_html_error(client_as("member_a").get("/forbidden/"), 403, "Not allowed")
+    assert "Only the night shift may reboot racks." in html
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_a_403_under_the_api_is_json(client_as):
+    response = client_as("member_a").get("/api/v1/forbidden/")
+    assert response.status_code == 403
+    assert response.json() == {"detail": "Only the night shift may reboot racks."}
+
+
+def test_a_failed_csrf_check_is_the_403_page_with_what_to_do(client, member_a):
+    client = type(client)(enforce_csrf_checks=True)
+    client.force_login(member_a)
+    html = assert_html_error(client.post("/logout/"), 403, "Not allowed")
+    assert "security token was missing or out of date" in html
+
+
+@override_settings(ROOT_URLCONF=__name__)
+@pytest.mark.parametrize("persona", ["member_a", "platform_admin"])
+def test_a_view_that_raises_is_the_500_page(client_as, persona):
+    client = client_as(persona)
+    client.raise_request_exception = False
+    assert_html_error(client.get("/boom/"), 500, "Something went wrong")
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_an_api_view_that_raises_is_a_json_500(client_as):
+    client = client_as("member_a")
+    client.raise_request_exception = False
+    response = client.get("/api/v1/boom/")
+    assert response.status_code == 500
+    assert response.json() == {"detail": "Server error."}
+
+
+def test_the_500_page_renders_with_no_context_at_all():
+    # Django's own fallback path: the template with an empty context, no request.
+    html = render_to_string("500.html")
+    assert "<h1>Something went wrong</h1>" in html and STYLESHEET in html
+
+
+def test_base_page_renders_for_a_signed_in_user_without_a_resolved_url(member_a):
+    # An unknown URL has no resolver_match; the navigation used to fail on it.
+    request = RequestFactory().get("/nonexistent/")
+    request.user = member_a
+    request.resolver_match = None
+    html = render_to_string("base.html", request=request)
+    assert 'aria-label="Main"' in html and 'aria-current="page"' not in html
