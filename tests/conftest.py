@@ -18,20 +18,9 @@ import pytest
 from core.access import Role
 from tests import factories
 
+
 # Slow by design, in modules being written by others as this list was made: the marker belongs in the module
 # (`@pytest.mark.slow`); move it there and drop the entry.
-SLOW_ELSEWHERE = {
-    "tests/core/test_enqueue.py::test_a_broker_that_accepts_connections_but_never_answers_does_not_hold_the_caller",
-    "tests/test_upgrade.py::test_previous_release_database_migrates_forward_with_nothing_lost",
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.nodeid in SLOW_ELSEWHERE:
-            item.add_marker(pytest.mark.slow)
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _fast_test_settings():
     """Two costs that are there for production, paid again by every test otherwise:

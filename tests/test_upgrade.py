@@ -305,6 +305,7 @@ def values_of(old_apps) -> dict[str, list[dict]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_previous_release_database_migrates_forward_with_nothing_lost():
     # The content types and permissions `migrate` makes (post_migrate), under today's app labels.

@@ -148,3 +148,11 @@ def test_base_page_renders_for_a_signed_in_user_without_a_resolved_url(member_a)
     request.resolver_match = None
     html = render_to_string("base.html", request=request)
     assert 'aria-label="Main"' in html and 'aria-current="page"' not in html
+
+
+def test_an_error_page_that_cannot_render_falls_back_to_plain_text(client, settings):
+    settings.TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "DIRS": []}]
+    response = client.get("/nonexistent/")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.content == b"404: Not found."

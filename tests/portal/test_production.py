@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # subprocesses: migrate, gunicorn, fresh Pythons
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).parent / "gunicorn"
-# Every variable the settings read; the test environment's own values must not leak into these processes.
+# What the settings read, and what the test session set: none of it may leak into these processes.
 SETTINGS_VARIABLES = {
     "SECRET_KEY",
     "DEBUG",
@@ -42,6 +42,7 @@ SETTINGS_VARIABLES = {
     "SECURE_HSTS_SECONDS",
     "SECURE_HSTS_INCLUDE_SUBDOMAINS",
     "SECURE_HSTS_PRELOAD",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",  # set by tests/e2e/conftest.py; never in production (check --deploy says so)
 }
 MEMBER = ("night-operator", "a-long-operator-password-7")
 ADMIN = ("platform-root", "a-long-admin-password-9")
