@@ -42,3 +42,20 @@ as_root() {
         die "'$*' needs root, and this user is not root and has no sudo"
     fi
 }
+
+# Run a named check, remember it in `failed` when it fails, and go on (the summary names every failure).
+# Callers declare `failed=()` first.
+step() {
+    local name="$1"
+    shift
+    log "== $name: $*"
+    "$@" || failed+=("$name")
+}
+
+# The checks that need no service: lint, format, the import-layer contracts, migrations in step with models.
+static_checks() {
+    step "ruff check" ruff check .
+    step "ruff format" ruff format --check .
+    step "import layers" lint-imports
+    step "migrations" env DEBUG=1 python manage.py makemigrations --check --dry-run
+}

@@ -15,17 +15,7 @@ export PATH="$REPO_ROOT/.venv/bin:$PATH"
 unset DATABASE_URL CELERY_BROKER_URL
 
 failed=()
-step() {
-    local name="$1"
-    shift
-    log "== $name: $*"
-    "$@" || failed+=("$name")
-}
-
-step "ruff check" ruff check .
-step "ruff format" ruff format --check .
-step "import layers" lint-imports
-step "migrations" env DEBUG=1 python manage.py makemigrations --check --dry-run
+static_checks
 step "pytest" pytest -p no:cacheprovider -m "not e2e and not integration and not slow" "$@"
 
 log "finished in $((SECONDS - started))s"

@@ -62,17 +62,7 @@ with connection.cursor() as cursor:
           f"{connection.settings_dict['PORT']} ({cursor.fetchone()[0].split(',')[0]})")
 PY
 
-step() {
-    local name="$1"
-    shift
-    log "== $name: $*"
-    "$@" || failed+=("$name")
-}
-
-step "ruff check" ruff check .
-step "ruff format" ruff format --check .
-step "import layers" lint-imports
-step "migrations" env DEBUG=1 python manage.py makemigrations --check --dry-run
+static_checks
 pytest_status=0
 log "== pytest"
 pytest -p no:cacheprovider "$@" || pytest_status=$?

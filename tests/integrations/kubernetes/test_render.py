@@ -20,7 +20,7 @@ from integrations.kubernetes import render as r
 from integrations.kubernetes import validate as v
 from tenancy.renderers import TenantSpec, to_yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SHARED_CRDS = REPO_ROOT.parent / "shared" / "reference" / "crds"
 
 UUID_1 = "dc6e40c4-d722-4357-9ba6-5291dd461278"
