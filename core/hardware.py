@@ -9,3 +9,5 @@ GPUS_PER_TRAY = 4
 GPUS_PER_RACK = TRAYS_PER_RACK * GPUS_PER_TRAY
 DEFAULT_CLIQUE_ID = 32766
 MAX_CLIQUE_ID = 32766
+# The highest clique ID a node may report (NVML's is 15 bits); partitions use at most MAX_CLIQUE_ID.
+MAX_REPORTED_CLIQUE_ID = 32767

@@ -9,7 +9,8 @@ side so drift between them is visible.
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Concat, Lower, Substr
 
 from core.access import is_admin
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, MAX_CLIQUE_ID, TRAYS_PER_RACK
@@ -179,7 +180,14 @@ class Gpu(models.Model):
         ordering = ["tray__rack__name", "tray__slot", "index"]
         verbose_name = "GPU"
         constraints = [
-            models.UniqueConstraint(fields=["uuid"], name="%(app_label)s_%(class)s_unique_uuid"),
+            models.UniqueConstraint(fields=["uuid"], name="%(app_label)s_%(class)s_unique_uuid"),  # lookups
+            # One GPU, one row, whatever case a report used: unique ignoring case, and stored canonical
+            # ("GPU-" + lower-case hex, as nvidia-smi prints it; inventory.discovery normalises reports).
+            models.UniqueConstraint(Lower("uuid"), name="%(app_label)s_%(class)s_unique_uuid_ci"),
+            models.CheckConstraint(
+                condition=Q(uuid=Concat(Value("GPU-"), Lower(Substr("uuid", 5)))),
+                name="%(app_label)s_%(class)s_uuid_lower_case",
+            ),
             models.UniqueConstraint(fields=["tray", "index"], name="%(app_label)s_%(class)s_unique_index"),
             models.CheckConstraint(
                 condition=Q(index__isnull=True) | Q(index__gte=0, index__lt=GPUS_PER_TRAY),

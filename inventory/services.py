@@ -7,13 +7,17 @@ node report updates the first and flags any disagreement with the second as drif
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from inventory.discovery.nvidia_smi import NodeReport, ReportedGpu, summarize
+from inventory.discovery.nvidia_smi import NodeReport, ReportedGpu, summarize, validate_report
 from inventory.models import ComputeTray, Gpu, Rack
+
+# A GPU another tray reported within this window is still that tray's: see _contested.
+CLAIM_WINDOW = timedelta(minutes=15)
 
 
 class UnknownHost(LookupError):
@@ -46,9 +50,16 @@ def _expected_cluster(tray: ComputeTray | None) -> str | None:
 
 
 def check_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
-    """Judge a report without writing anything; works for hosts the inventory does not know yet."""
+    """Judge a report without writing anything; works for hosts the inventory does not know yet.
+
+    ReportError (from validate_report) for a report that ingest_report would refuse.
+    """
+    gpus = validate_report(gpus)
     tray = ComputeTray.objects.select_related("rack", "partition").filter(hostname=host).first()
     report = summarize(host, fmt, gpus, expected_cluster_uuid=_expected_cluster(tray))
+    if tray is not None:
+        claims = _contested(tray, gpus, Gpu.objects.filter(uuid__in=[g.uuid for g in gpus]), timezone.now())
+        report.problems.extend(claims.values())
     drift = _drift(tray, report) if tray is not None else []
     return IngestResult(report=report, applied=False, drift=drift)
 
@@ -60,7 +71,11 @@ def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
     detaches GPUs the node no longer reports (kept, not deleted), learns the rack's cluster UUID from its
     first consistent report, and records problems and drift on the tray. Fabric values a GPU reports only
     when healthy (cluster UUID, clique ID) keep their last good value when a report lacks them.
+
+    A report validate_report refuses raises ReportError before anything is read or written. A GPU another
+    tray still reports is not moved: see _contested.
     """
+    gpus = validate_report(gpus)
     now = timezone.now()
     with transaction.atomic():
         tray = ComputeTray.objects.select_for_update().filter(hostname=host).first()
@@ -70,6 +85,8 @@ def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
         tray.rack = rack
         report = summarize(host, fmt, gpus, expected_cluster_uuid=_expected_cluster(tray))
         result = IngestResult(report=report, applied=True)
+
+        _reconcile_gpus(tray, gpus, now, result)
 
         if rack.cluster_uuid is None and report.tray_clique and not report.problems:
             learned = report.tray_clique.split(".")[0]
@@ -84,8 +101,6 @@ def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
                     f"{rack.name} did not learn it"
                 )
 
-        _reconcile_gpus(tray, gpus, now, result)
-
         result.drift = _drift(tray, report)
         tray.fabric_problems = report.problems + result.drift
         if report.tray_clique:
@@ -96,12 +111,50 @@ def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
     return result
 
 
-def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: IngestResult) -> None:
+def _contested(tray: ComputeTray, gpus: list[ReportedGpu], known, now) -> dict[str, str]:
+    """GPUs of this report that another tray still holds, as {uuid: problem naming both hosts}.
+
+    Rule: a GPU that another tray reported within CLAIM_WINDOW stays on that tray; this report leaves it
+    alone and gets a problem instead (recorded on the tray with the others). A GPU physically moved is
+    followed once its old tray stops reporting it: that tray's next report detaches it, or the window runs
+    out. The report is still answered 200 and the rest of it applied, not refused with a 409: the agent
+    cannot fix a duplicate claim by retrying, two hosts claiming one UUID is a fact about the fleet an
+    operator must see on the tray, and refusing would also drop this node's health and clique updates.
+    """
     reported = {gpu.uuid: gpu for gpu in gpus}
-    known = {
-        gpu.uuid: gpu
-        for gpu in Gpu.objects.select_for_update().filter(Q(uuid__in=reported) | Q(tray=tray)).order_by("pk")
+    since = now - CLAIM_WINDOW
+    holders = [
+        gpu
+        for gpu in known
+        if gpu.uuid in reported
+        and gpu.tray_id not in (None, tray.pk)
+        and gpu.last_report_at is not None
+        and gpu.last_report_at >= since
+    ]
+    hosts = dict(
+        ComputeTray.objects.filter(pk__in={gpu.tray_id for gpu in holders}).values_list("pk", "hostname")
+    )
+    return {
+        gpu.uuid: (
+            f"GPU {reported[gpu.uuid].index} ({gpu.uuid}) is also reported by {hosts[gpu.tray_id]}, which "
+            f"reported it at {gpu.last_report_at:%Y-%m-%d %H:%M:%S %Z}; it stays on {hosts[gpu.tray_id]} and "
+            f"is not moved to {tray.hostname} until {hosts[gpu.tray_id]} stops reporting it"
+        )
+        for gpu in holders
     }
+
+
+def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: IngestResult) -> None:
+    locked = list(
+        Gpu.objects.select_for_update()
+        .filter(Q(uuid__in=[gpu.uuid for gpu in gpus]) | Q(tray=tray))
+        .order_by("pk")
+    )
+    claims = _contested(tray, gpus, locked, now)
+    result.report.problems.extend(claims.values())
+    gpus = [gpu for gpu in gpus if gpu.uuid not in claims]
+    reported = {gpu.uuid: gpu for gpu in gpus}
+    known = {gpu.uuid: gpu for gpu in locked if gpu.uuid not in claims}
 
     # GPUs that left this tray, and GPUs about to take a new place, first give up their (tray, index) so the
     # unique constraint never sees two GPUs on one position mid-update.

@@ -5,8 +5,16 @@ from rest_framework import permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.hardware import GPUS_PER_TRAY
-from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu, ReportError, parse_any
+from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
+from inventory.discovery.nvidia_smi import (
+    FabricState,
+    GpuHealth,
+    ReportedGpu,
+    ReportError,
+    canonical_gpu_uuid,
+    parse_any,
+    validate_report,
+)
 from inventory.services import UnknownHost, check_report, ingest_report
 
 
@@ -23,24 +31,35 @@ class ReportedFabricSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=[s.value for s in FabricState], help_text="NVML fabric state")
     status = serializers.CharField(
         required=False,
+        max_length=64,
         allow_null=True,
         allow_blank=True,
         help_text='e.g. "Success", "Insufficient Resources"',
     )
     cluster_uuid = serializers.UUIDField(required=False, allow_null=True, format="hex_verbose")
-    clique_id = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=32767)
+    clique_id = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_REPORTED_CLIQUE_ID
+    )
     health = serializers.ChoiceField(
         choices=[h.value for h in GpuHealth], required=False, default=GpuHealth.UNKNOWN.value
     )
 
 
 class ReportedGpuSerializer(serializers.Serializer):
-    uuid = serializers.RegexField(r"^GPU-[0-9a-fA-F-]{36}$", help_text='As NVML reports it: "GPU-<uuid>"')
+    uuid = serializers.CharField(
+        max_length=64, help_text='As NVML reports it: "GPU-<uuid>" (stored with lower-case hex digits)'
+    )
     index = serializers.IntegerField(min_value=0, max_value=GPUS_PER_TRAY - 1)
     serial = serializers.CharField(required=False, allow_blank=True, max_length=64)
     product = serializers.CharField(required=False, allow_blank=True, max_length=64)
     memory_mib = serializers.IntegerField(required=False, allow_null=True, min_value=0)
     fabric = ReportedFabricSerializer()
+
+    def validate_uuid(self, value):
+        try:
+            return canonical_gpu_uuid(value, "uuid")
+        except ReportError as error:
+            raise serializers.ValidationError(str(error)) from error
 
 
 class NodeReportSerializer(serializers.Serializer):
@@ -56,16 +75,16 @@ class NodeReportSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 "send exactly one of 'gpus' (structured) or 'nvidia_smi' (raw output)"
             )
-        if "nvidia_smi" in attrs:
-            try:
-                attrs["format"], attrs["parsed"] = parse_any(attrs["nvidia_smi"])
-            except ReportError as error:
-                raise serializers.ValidationError({"nvidia_smi": str(error)}) from error
-            return attrs
-        indexes = [gpu["index"] for gpu in attrs["gpus"]]
-        if len(set(indexes)) != len(indexes):
-            raise serializers.ValidationError({"gpus": "two GPUs share one index"})
-        attrs["format"], attrs["parsed"] = "json", [self._gpu(gpu) for gpu in attrs["gpus"]]
+        # Both inputs end in the one check every path shares (validate_report); its refusal names the field.
+        field = "nvidia_smi" if "nvidia_smi" in attrs else "gpus"
+        try:
+            if field == "nvidia_smi":
+                attrs["format"], parsed = parse_any(attrs["nvidia_smi"])
+            else:
+                attrs["format"], parsed = "json", [self._gpu(gpu) for gpu in attrs["gpus"]]
+            attrs["parsed"] = validate_report(parsed)
+        except ReportError as error:
+            raise serializers.ValidationError({field: str(error)}) from error
         return attrs
 
     @staticmethod
@@ -138,8 +157,10 @@ class DiscoveryReportView(APIView):
 
     The inventory is reconciled with it (unless `dry_run`): unknown GPUs are created, moved GPUs followed,
     the rack's cluster UUID learned from its first consistent report, and problems and drift recorded on the
-    tray. Authenticate with a token of a user holding `inventory.report_discovery`
-    (`manage.py discovery_agent_token` makes one).
+    tray. A report that could only corrupt the inventory (no GPUs, a UUID twice, a malformed UUID, a clique
+    ID outside 0-32767) is a 400 naming the problem and writes nothing; a GPU another host still reports
+    stays where it is and is listed under `problems`. Authenticate with a token of a user holding
+    `inventory.report_discovery` (`manage.py discovery_agent_token` makes one).
     """
 
     permission_classes = [permissions.IsAuthenticated, CanReportDiscovery]
@@ -153,11 +174,11 @@ class DiscoveryReportView(APIView):
         serializer = NodeReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        if data["dry_run"]:
-            result = check_report(data["host"], data["format"], data["parsed"])
-        else:
-            try:
+        try:
+            if data["dry_run"]:
+                result = check_report(data["host"], data["format"], data["parsed"])
+            else:
                 result = ingest_report(data["host"], data["format"], data["parsed"])
-            except UnknownHost as error:
-                return Response({"host": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
+        except UnknownHost as error:
+            return Response({"host": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
         return Response({**result.report.as_dict(), **result.changes()}, status=status.HTTP_200_OK)

@@ -1,6 +1,7 @@
 """Read NVLink fabric membership out of ``nvidia-smi`` output.
 
-Pure Python (standard library only, no Django) so agents, management commands and tests can all use it.
+Pure Python (standard library and core.hardware's constants, no Django) so agents, management commands
+and tests can all use it.
 
 Three inputs are understood, exactly as the driver prints them:
 
@@ -47,7 +48,9 @@ import enum
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 
 NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
 
@@ -76,7 +79,7 @@ class ReportError(ValueError):
 
 @dataclass(frozen=True)
 class ReportedGpu:
-    uuid: str  # "GPU-xxxxxxxx-xxxx-..." as printed
+    uuid: str  # canonical "GPU-" + lower-case hex (nvidia-smi prints lower case; either case is accepted)
     index: int  # position on the node, 0-based, in output order
     cluster_uuid: str | None  # lower-case canonical UUID; None when the GPU is in no NVLink domain
     clique_id: int | None  # None under the same conditions
@@ -193,6 +196,15 @@ def _cluster_uuid(raw: str | None, where: str) -> str | None:
     return text.lower()
 
 
+def _clique_range(clique_id: int, where: str) -> int:
+    if not 0 <= clique_id <= MAX_REPORTED_CLIQUE_ID:
+        raise ReportError(
+            f"{where}: clique ID {_short(str(clique_id))} is out of range (NVML clique IDs are "
+            f"0-{MAX_REPORTED_CLIQUE_ID})"
+        )
+    return clique_id
+
+
 def _clique_id(raw: str | None, where: str) -> int | None:
     if _is_absent(raw):
         return None
@@ -201,10 +213,20 @@ def _clique_id(raw: str | None, where: str) -> int | None:
         raise ReportError(
             f"{where}: clique ID {_short(text)!r} is not a whole number (expected e.g. 32766 or N/A)"
         )
-    return int(text)
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_REPORTED_CLIQUE_ID)):  # never int() a 5,000-digit string
+        raise ReportError(
+            f"{where}: clique ID {_short(text)!r} is out of range (NVML clique IDs are "
+            f"0-{MAX_REPORTED_CLIQUE_ID})"
+        )
+    return _clique_range(int(digits), where)
 
 
-def _gpu_uuid(raw: str | None, where: str) -> str:
+def canonical_gpu_uuid(raw: str | None, where: str = "GPU") -> str:
+    """``GPU-`` + 8-4-4-4-12 hex digits, strictly, returned with the hex lower-cased (the one stored form).
+
+    nvidia-smi and NVML print lower case; upper case is accepted so the same GPU is never two rows.
+    """
     if raw is None or _is_absent(raw):
         raise ReportError(f"{where} has no GPU UUID; every GPU must report one (GPU-xxxxxxxx-xxxx-...)")
     text = raw.strip()
@@ -212,7 +234,10 @@ def _gpu_uuid(raw: str | None, where: str) -> str:
         raise ReportError(
             f"{where}: {_short(text)!r} is not a GPU UUID (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
         )
-    return text
+    return "GPU-" + text[4:].lower()
+
+
+_gpu_uuid = canonical_gpu_uuid
 
 
 def _state(raw: str | None, where: str) -> FabricState:
@@ -337,7 +362,10 @@ def detect_format(text: str) -> str:
             raise ReportError(f"nvidia-smi could not talk to the driver: {_short(line, 160)!r}")
     if "NVSMI LOG" in stripped or any(_GPU_HEADER_RE.match(line) for line in lines):
         return "text"
-    first = next(csv.reader([lines[0]], skipinitialspace=True), [])
+    try:
+        first = next(csv.reader([lines[0]], skipinitialspace=True), [])
+    except csv.Error as exc:
+        raise ReportError(f"could not read the first line as CSV: {exc}") from None
     if len(first) > 1 and (first[0].strip().upper().startswith("GPU-") or _token(first[0]) == "uuid"):
         return "csv"
     raise ReportError(
@@ -538,7 +566,10 @@ def parse_csv(text: str) -> list[ReportedGpu]:
         raise ReportError("the CSV output is empty")
     gpus = []
     for position, (number, line) in enumerate(rows):
-        cells = [cell.strip() for cell in next(csv.reader([line], skipinitialspace=True))]
+        try:
+            cells = [cell.strip() for cell in next(csv.reader([line], skipinitialspace=True))]
+        except csv.Error as exc:
+            raise ReportError(f"CSV line {number}: {exc}") from None
         if position == 0 and cells and _token(cells[0]) == "uuid":
             continue  # header row from --format=csv
         if len(cells) != 3:
@@ -581,6 +612,62 @@ def parse_any(text: str) -> tuple[str, list[ReportedGpu]]:
     fmt = detect_format(text)
     parser = {"xml": parse_xml, "text": parse_text, "csv": parse_csv}[fmt]
     return fmt, parser(text)
+
+
+MAX_TEXT = 64  # the inventory's limit on a GPU's status, serial and product
+MAX_MEMORY_MIB = 2**31 - 1  # the largest memory the inventory can store (a 32-bit column)
+
+
+def validate_report(
+    gpus: Iterable[ReportedGpu], gpus_per_node: int | None = GPUS_PER_TRAY
+) -> list[ReportedGpu]:
+    """The one check every node report passes before it may touch the inventory, whatever it came from
+    (structured JSON, raw text/XML/CSV, the command, an agent calling the service): ReportError, naming
+    the problem, for a report that could only corrupt it.
+
+    Returns the GPUs with UUIDs in canonical form. Refused: an empty report (a node with GPUs never reports
+    none; accepting it would detach every GPU of the tray), a malformed UUID, a clique ID outside
+    0-MAX_REPORTED_CLIQUE_ID, one UUID twice (compared case-insensitively) or one index twice, more GPUs or
+    higher indexes than a node of ``gpus_per_node`` has (None: any number), and values longer or larger
+    than the inventory stores.
+    """
+    gpus = list(gpus)
+    if not gpus:
+        raise ReportError(
+            "the report lists no GPUs; a node always reports every GPU it has, send its full output"
+        )
+    out: list[ReportedGpu] = []
+    by_uuid: dict[str, list[int]] = {}
+    by_index: dict[int, int] = {}
+    for position, gpu in enumerate(gpus):
+        where = f"GPU {gpu.index}" if isinstance(gpu.index, int) else f"GPU #{position}"
+        uuid = canonical_gpu_uuid(gpu.uuid if isinstance(gpu.uuid, str) else None, where)
+        if isinstance(gpu.index, bool) or not isinstance(gpu.index, int) or gpu.index < 0:
+            raise ReportError(f"{where} ({uuid}): index {gpu.index!r} is not a GPU index (0, 1, ...)")
+        if gpus_per_node is not None and gpu.index >= gpus_per_node:
+            raise ReportError(
+                f"{where} ({uuid}): index {gpu.index} is beyond the {gpus_per_node} GPUs of a compute tray "
+                f"(indexes 0-{gpus_per_node - 1})"
+            )
+        if gpu.clique_id is not None:
+            _clique_range(gpu.clique_id, f"{where} ({uuid})")
+        for name in ("status", "serial", "product"):
+            value = getattr(gpu, name)
+            if value is not None and len(value) > MAX_TEXT:
+                raise ReportError(f"{where} ({uuid}): {name} is longer than {MAX_TEXT} characters")
+        if gpu.memory_mib is not None and not 0 <= gpu.memory_mib <= MAX_MEMORY_MIB:
+            raise ReportError(f"{where} ({uuid}): memory of {gpu.memory_mib} MiB is not a GPU's")
+        if gpu.index in by_index:
+            raise ReportError(
+                f"two GPUs share index {gpu.index} (entries {by_index[gpu.index]} and {position})"
+            )
+        by_index[gpu.index] = position
+        by_uuid.setdefault(uuid, []).append(gpu.index)
+        out.append(gpu if gpu.uuid == uuid else replace(gpu, uuid=uuid))
+    twice = [f"{uuid} ({_ranges(indices)})" for uuid, indices in by_uuid.items() if len(indices) > 1]
+    if twice:
+        raise ReportError("the report lists one GPU UUID more than once: " + "; ".join(twice))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -3,10 +3,11 @@
 import uuid
 
 import pytest
+from django.utils import timezone
 
 from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
 from inventory.models import ComputeTray, Gpu, Rack
-from inventory.services import UnknownHost, check_report, ingest_report
+from inventory.services import CLAIM_WINDOW, UnknownHost, check_report, ingest_report
 
 pytestmark = pytest.mark.django_db
 
@@ -67,6 +68,8 @@ def test_a_gpu_that_moved_to_another_tray_is_followed(tray):
     other = ComputeTray.objects.select_related("rack", "partition").get(hostname="gb-r01-t02")
     gpus = reported(other)
     moving = tray.gpus.get(index=0)
+    # Its old tray last reported it longer ago than the claim window (else it stays: test_report_validation).
+    Gpu.objects.filter(pk=moving.pk).update(last_report_at=timezone.now() - CLAIM_WINDOW * 2)
     displaced = gpus[0].uuid
     gpus[0] = ReportedGpu(**{**gpus[0].__dict__, "uuid": moving.uuid})
     result = ingest_report(other.hostname, "json", gpus)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.hardware import DEFAULT_CLIQUE_ID
+from core.hardware import DEFAULT_CLIQUE_ID, MAX_REPORTED_CLIQUE_ID
 from inventory.discovery.nvidia_smi import (
     NO_CLUSTER,
     FabricState,
@@ -606,7 +606,7 @@ def test_csv_header_only():
 uuids = st.uuids().map(str)
 gpu_uuids = st.uuids().map(lambda u: f"GPU-{u}")
 cluster_values = st.one_of(st.none(), st.just(NO_CLUSTER), uuids)  # None -> N/A
-clique_values = st.integers(min_value=0, max_value=2**32 - 1)
+clique_values = st.integers(min_value=0, max_value=MAX_REPORTED_CLIQUE_ID)  # beyond: test_report_validation
 
 
 @pytest.mark.slow  # generated cases: make test-fast leaves them to make test

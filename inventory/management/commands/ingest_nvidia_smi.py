@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inventory.discovery.nvidia_smi import ReportError, parse_any
+from inventory.discovery.nvidia_smi import ReportError, parse_any, validate_report
 from inventory.services import UnknownHost, check_report, ingest_report
 
 
@@ -29,20 +29,17 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {file}: {error.strerror}") from error
         try:
             fmt, gpus = parse_any(text)
+            # The same check the API applies (ingest_report repeats it): refusals name the problem.
+            gpus = validate_report(gpus)
+            result = check_report(host, fmt, gpus) if dry_run else ingest_report(host, fmt, gpus)
         except ReportError as error:
             raise CommandError(
                 f"{file}: not usable nvidia-smi output: {error}; nothing was written"
             ) from error
-
-        if dry_run:
-            result = check_report(host, fmt, gpus)
-        else:
-            try:
-                result = ingest_report(host, fmt, gpus)
-            except UnknownHost as error:
-                raise CommandError(
-                    f"{error}; nothing was written (--dry-run checks a report on its own)"
-                ) from error
+        except UnknownHost as error:
+            raise CommandError(
+                f"{error}; nothing was written (--dry-run checks a report on its own)"
+            ) from error
 
         self.stdout.write(json.dumps(result.report.as_dict()))
         summary = result.changes()
