@@ -33,6 +33,10 @@ def lower_case_uuids(apps, schema_editor):
     for pk, uuid in rows:
         if pk not in copies and uuid != canonical(uuid):
             Gpu.objects.filter(pk=pk).update(uuid=canonical(uuid))
+    if schema_editor.connection.vendor == "postgresql":
+        # The tray/partition foreign keys are deferred: fire their checks now, or PostgreSQL refuses the
+        # index below in the same transaction ("pending trigger events").
+        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 class Migration(migrations.Migration):

@@ -11,9 +11,10 @@ import uuid
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
@@ -88,7 +89,9 @@ def run_command(capsys, tmp_path, content: str, host: str = HOST) -> tuple[int, 
     report = tmp_path / "report.txt"
     report.write_text(content)
     capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
+    # run_from_argv closes every database connection when it ends (a shell's process ends there); the
+    # test's connection holds its transaction, so it stays open.
+    with pytest.raises(SystemExit) as exited, mock.patch.object(connections, "close_all"):
         IngestCommand().run_from_argv(["manage.py", "ingest_nvidia_smi", "--host", host, str(report)])
     return exited.value.code, capsys.readouterr().err
 
