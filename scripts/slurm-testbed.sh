@@ -351,9 +351,24 @@ start_ctld() {
     fi
 }
 
+# slurmctld processes running in this testbed's chroot (whatever the pid file says).
+ctld_pids_in_root() {
+    local root proc
+    root="$(readlink -f "$1/root")"
+    for proc in /proc/[0-9]*; do
+        [ "$(cat "$proc/comm" 2>/dev/null)" = slurmctld ] || continue
+        [ "$(readlink -f "$proc/root" 2>/dev/null)" = "$root" ] && echo "${proc#/proc/}"
+    done
+    return 0
+}
+
 stop_ctld() {
     local dir="$1" pid deadline
-    pid="$(ctld_pid "$dir")" || { log "slurmctld: not running"; return 0; }
+    # `scontrol reconfigure` re-executes slurmctld (Slurm 23.11+): for a moment the pid file may still name
+    # the old process. Find the running one by its chroot instead of believing a stale file.
+    pid="$(ctld_pid "$dir" || true)"
+    [ -n "$pid" ] || pid="$(ctld_pids_in_root "$dir" | head -n 1)"
+    [ -n "$pid" ] || { log "slurmctld: not running"; return 0; }
     log "slurmctld: stopping (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
     deadline=$((SECONDS + 20))
@@ -363,6 +378,10 @@ stop_ctld() {
             break
         fi
         sleep 0.1
+    done
+    # A re-executed slurmctld may have been starting while the old one stopped: stop it too.
+    for pid in $(ctld_pids_in_root "$dir"); do
+        kill -KILL "$pid" 2>/dev/null || true
     done
 }
 
