@@ -14,6 +14,7 @@ from django import forms
 from django.http import QueryDict
 
 from core.hardware import TRAYS_PER_RACK
+from integrations.plans.service import partitions_from_rows
 from inventory.models import Rack
 from inventory.planning import PRESETS, PlannedPartition, parse_ranges, preset_layout
 from inventory.planning import _ranges as slot_ranges
@@ -218,12 +219,4 @@ def api_partitions(layout: dict) -> list[PlannedPartition]:
     """`{"preset", "leave_out"}` or `{"partitions": [...]}` (already validated by the serializer)."""
     if layout.get("preset"):
         return preset_layout(layout["preset"], layout.get("leave_out") or ())
-    return [
-        PlannedPartition(
-            name=p["name"],
-            slots=tuple(p["slots"]),
-            department=p.get("department") or None,
-            slurm_partition=p.get("slurm_partition") or "",
-        )
-        for p in layout["partitions"]
-    ]
+    return partitions_from_rows(layout["partitions"])

@@ -158,7 +158,8 @@ def _layout_json(check: PlanCheck) -> list[dict]:
     ]
 
 
-def planned_partitions(plan: PartitionPlan) -> list[PlannedPartition]:
+def partitions_from_rows(rows: list[dict]) -> list[PlannedPartition]:
+    """Partitions from their JSON form: a saved plan's layout, or the API's validated `partitions`."""
     return [
         PlannedPartition(
             name=p["name"],
@@ -166,8 +167,12 @@ def planned_partitions(plan: PartitionPlan) -> list[PlannedPartition]:
             department=p.get("department") or None,
             slurm_partition=p.get("slurm_partition") or "",
         )
-        for p in plan.layout
+        for p in rows
     ]
+
+
+def planned_partitions(plan: PartitionPlan) -> list[PlannedPartition]:
+    return partitions_from_rows(plan.layout)
 
 
 def create_plan(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user) -> PartitionPlan:
