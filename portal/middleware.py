@@ -38,6 +38,8 @@ class ContentSecurityPolicyMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        if self.policy:
+        if self.policy and not (settings.DEBUG and response.status_code in (404, 500)):
+            # With DEBUG on, 404 and 500 are Django's technical pages, whose inline styles the policy
+            # would block: they are a developer's tool and never served in production.
             response.headers.setdefault("Content-Security-Policy", self.policy)
         return response

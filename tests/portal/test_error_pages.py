@@ -156,3 +156,15 @@ def test_an_error_page_that_cannot_render_falls_back_to_plain_text(client, setti
     assert response.status_code == 404
     assert response["Content-Type"] == "text/plain; charset=utf-8"
     assert response.content == b"404: Not found."
+
+
+def test_debug_mode_leaves_djangos_technical_error_pages_without_the_policy(client, settings):
+    """`make run` (DEBUG on) shows Django's technical 404, styled inline: the policy would blank it. Every
+    other answer keeps the policy, and with DEBUG off the error pages keep it too (assert_html_error)."""
+    settings.DEBUG = True
+    missing = client.get("/nonexistent/")
+    assert missing.status_code == 404
+    assert "Content-Security-Policy" not in missing.headers
+    login = client.get("/login/")
+    assert login.status_code == 200
+    assert "Content-Security-Policy" in login.headers
