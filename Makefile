@@ -2,9 +2,9 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: run test test-fast lint fmt bench clean venv venv-test
+.PHONY: run test test-fast fuzz lint fmt bench clean venv venv-test
 
-run: ## serve the portal on http://127.0.0.1:8000 (DEBUG=1, SQLite, Celery eager, demo data, admin login)
+run: ## serve the portal on http://127.0.0.1:8000 with a Celery worker and beat (DEBUG=1, SQLite, filesystem broker, demo data, admin login; Ctrl-C stops all)
 	bash scripts/run.sh
 
 test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, pytest
@@ -12,6 +12,11 @@ test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, p
 
 test-fast: ## the quick check (under a minute, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
 	bash scripts/test-fast.sh
+
+FUZZ_EXAMPLES ?= 50
+fuzz: venv-test ## the long schemathesis run (examples, coverage, fuzzing; FUZZ_EXAMPLES per operation; 3 tokens): prints cases and failures
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_PHASES=examples,coverage,fuzzing FUZZ_REPORT=1 LOG_LEVEL=ERROR \
+		.venv/bin/pytest -p no:cacheprovider -s tests/test_openapi_fuzz.py
 
 lint: venv-test
 	.venv/bin/ruff check .

@@ -1,4 +1,5 @@
-"""The Celery application. Without CELERY_BROKER_URL tasks run eagerly in the calling process.
+"""The Celery application. Without CELERY_BROKER_URL tasks run eagerly in the calling process; `make run`
+starts a worker and a beat on the filesystem broker (portal.settings, scripts/run.sh), production on Redis.
 
 Work is started by task name through core.enqueue. Names of the previous release stay registered and
 forward to the new ones (integrations.tasks.RENAMED, scheduling.tasks), so messages queued before an
@@ -8,6 +9,8 @@ upgrade do not crash a worker.
 import os
 
 from celery import Celery
+from celery.schedules import schedule
+from celery.signals import beat_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -28,3 +31,16 @@ def _bounded_broker_waits(sender, **kwargs):
         **BROKER_SOCKET_TIMEOUTS,
         **(sender.conf.broker_transport_options or {}),
     }
+
+
+@beat_init.connect
+def _entries_never_run_are_due(sender, **kwargs):
+    """A fixed-interval entry the beat has never sent (a fresh schedule file, a new entry) is due at once.
+
+    Celery otherwise waits one full interval from start: after `make run` the first quota snapshot would
+    come 5 minutes after the seed and the first periodic pass a minute later. A beat restarted on its
+    schedule file keeps its timing.
+    """
+    for entry in sender.scheduler.schedule.values():
+        if entry.total_run_count == 0 and type(entry.schedule) is schedule:
+            entry.last_run_at = entry.last_run_at - entry.schedule.run_every

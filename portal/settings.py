@@ -1,12 +1,16 @@
 """Rackplane settings, read from the environment (django-environ).
 
-Embedded defaults (no environment at all) are for `make run`: SQLite under var/, Celery eager, configs
-rendered to var/. Production mode (DEBUG off) refuses to start without a random SECRET_KEY and explicit
+Embedded defaults are for `make run`: SQLite under var/, configs rendered to var/. `make run` writes
+var/dev.env (DEBUG=1, the filesystem broker under var/celery/), read here when present so that manage.py and
+celery in this clone run in development mode too; the process environment wins over it, and
+RACKPLANE_DEV_ENV names another file or, "0", none (the test suite sets it). Without a broker Celery runs
+tasks eagerly. Production mode (DEBUG off) refuses to start without a random SECRET_KEY and explicit
 ALLOWED_HOSTS; RACKPLANE_TLS=1 turns on the HTTPS group (README, "Production settings").
 """
 
 import math
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -17,6 +21,11 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
+
+# The development environment `make run` leaves behind (scripts/run.sh); variables already set win.
+DEV_ENV_FILE = env.str("RACKPLANE_DEV_ENV", default=str(VAR_DIR / "dev.env"))
+if DEV_ENV_FILE != "0" and Path(DEV_ENV_FILE).is_file():
+    environ.Env.read_env(DEV_ENV_FILE, overwrite=False)
 
 # A key that is only good for a developer's laptop; production refuses it.
 DEV_SECRET_KEY = "rackplane-insecure-development-key"
@@ -85,6 +94,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "rest_framework",
     "rest_framework.authtoken",
+    "axes",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_filters",
@@ -110,6 +120,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last (django-axes): turns a locked-out sign-in into its 429 page (core.throttling).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -134,9 +146,13 @@ TEMPLATES = [
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'rackplane.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # WAL lets the portal read while a Celery task or an ingest writes.
+    # The web server, the Celery worker and the beat's tasks share the file (`make run`). WAL lets readers go
+    # on while one writes; IMMEDIATE takes the write lock when a transaction starts (no deadlock when two
+    # read-then-write transactions meet); a writer waits up to `timeout` seconds for the lock instead of
+    # failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
+    DATABASES["default"]["OPTIONS"].setdefault("timeout", 20)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -166,19 +182,18 @@ WHITENOISE_USE_FINDERS = True
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: an anonymous REST client gets 401 with a WWW-Authenticate header, not 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "core.tokens.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # One JSON parser for every view, with size, depth and charset limits (core.parsers); DRF's form parsers.
-    "DEFAULT_PARSER_CLASSES": [
-        "core.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # The API is JSON: one parser for every view, with size, depth and charset limits (core.parsers); no
+    # form or multipart bodies, which cannot carry nested fields (the schema advertises application/json).
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.StandardPagination",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's, documenting the error answers every operation can give (core.openapi).
+    "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -194,13 +209,35 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.choices.JobState",
         "TrayStateEnum": "inventory.choices.TrayState",
+        # The job request is one schema per backend (scheduling.api.serializers), each with its own value.
+        "BackendEnum": "scheduling.choices.Backend",
+        "SlurmBackendEnum": ["slurm"],
+        "KubernetesBackendEnum": ["kubernetes"],
     },
     "SCHEMA_PATH_PREFIX": "/api/v1",
 }
 
-# Celery: eager (in-process) unless a broker is configured.
+# Celery: eager (in-process) unless a broker is configured. `make run` configures kombu's filesystem
+# transport (`filesystem://`, a broker that needs no server): messages are files under var/celery/, consumed
+# by the worker scripts/run.sh starts beside the web server and the beat.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_BROKER_DIR = VAR_DIR / "celery"
+if CELERY_BROKER_URL.startswith("filesystem:"):
+    for folder in ("queue", "processed", "control"):
+        (CELERY_BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # One folder both ways: producers and the worker share the queue.
+        "data_folder_in": str(CELERY_BROKER_DIR / "queue"),
+        "data_folder_out": str(CELERY_BROKER_DIR / "queue"),
+        # A message is claimed by renaming it into processed/ (atomic on one file system, so one consumer
+        # gets it); scripts/run.sh empties the folder when it starts.
+        "store_processed": True,
+        "processed_folder": str(CELERY_BROKER_DIR / "processed"),
+        "control_folder": str(CELERY_BROKER_DIR / "control"),  # exchange bindings (remote control)
+        "polling_interval": 0.5,  # seconds between the worker's looks at the queue folder
+    }
+    CELERY_BEAT_SCHEDULE_FILENAME = str(CELERY_BROKER_DIR / "beat-schedule")  # when each entry last ran
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
@@ -283,3 +320,51 @@ if env.bool("RACKPLANE_TLS_PROXY", default=False):
 # Browsers' HSTS preload list is the domain owner's decision (hstspreload.org): off unless
 # SECURE_HSTS_PRELOAD=1, so `check --deploy` is not asked to warn about it.
 SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+
+# --- Throttling and tokens (README, "Throttling, lockout and API tokens") ---------------------------------
+# The default cache holds the API's request counts: locmem is one process's (make run, a single gunicorn
+# worker); with several workers or replicas set CACHE_URL=redis://host:6379/2 so that they count together.
+CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# Proxies in front of the portal that append to X-Forwarded-For (1 with RACKPLANE_TLS_PROXY): the client's
+# address is the one the outermost of them saw. With none, REMOTE_ADDR (a client-sent header is not trusted).
+RACKPLANE_PROXY_COUNT = env.int(
+    "RACKPLANE_PROXY_COUNT", default=int(env.bool("RACKPLANE_TLS_PROXY", default=False))
+)
+
+# Sign-in lockout (django-axes, failures counted in the database): after RACKPLANE_LOGIN_FAILURE_LIMIT
+# failed sign-ins for a username, or from an address, both are refused (429, even with the right password)
+# until RACKPLANE_LOGIN_COOLOFF_MINUTES after the last attempt. A successful sign-in clears the count.
+# Covers the portal's and the admin's login forms; admins lift a lock in the Django admin or with
+# `manage.py axes_reset_username NAME`.
+AUTHENTICATION_BACKENDS = [
+    "core.throttling.SignInLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("RACKPLANE_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("RACKPLANE_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "core.throttling.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "core.throttling.client_address"
+# Successful sign-ins are not kept; failures are (Django admin: Access attempts).
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False  # no banner on every manage.py command
+# Lockouts are logged (WARNING); every successful sign-in and cleanup is not.
+LOGGING.setdefault("loggers", {})["axes"] = {"level": "WARNING"}
+
+# API request rates (DRF throttles over the default cache): per account, per address for anonymous
+# requests, and node agents apart (core.throttling.NodeAgentRateThrottle: not throttled unless
+# RACKPLANE_THROTTLE_NODE_AGENT is set, e.g. 120/min per agent token). Over the rate: 429 with Retry-After.
+REST_FRAMEWORK |= {
+    "DEFAULT_THROTTLE_CLASSES": ["core.throttling.UserRateThrottle", "core.throttling.AnonRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env.str("RACKPLANE_THROTTLE_USER", default="1200/min"),
+        "anon": env.str("RACKPLANE_THROTTLE_ANON", default="60/min"),
+        "node-agent": env.str("RACKPLANE_THROTTLE_NODE_AGENT", default="") or None,
+    },
+    "NUM_PROXIES": RACKPLANE_PROXY_COUNT,
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
+}
+
+# API tokens (core.tokens): refused (401) RACKPLANE_TOKEN_TTL_DAYS after they were made; owners rotate them.
+RACKPLANE_TOKEN_TTL_DAYS = env.int("RACKPLANE_TOKEN_TTL_DAYS", default=90)
