@@ -23,6 +23,8 @@ from core.models import AuditSource
 from core.retry import backoff
 from integrations import dispatch as job_dispatch
 from integrations import pushes
+from integrations.fabric import nodes as simulated_nodes
+from integrations.fabric.nodes import REPORT_NODES
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans.service import follow
 from inventory.choices import PlanStatus
@@ -111,6 +113,13 @@ def follow_active_plans() -> int:
             before = plan.status
             moved += follow(plan).status != before
     return moved
+
+
+@shared_task(name=REPORT_NODES)
+def report_simulated_nodes(reports: list[dict]) -> list[str]:
+    """The simulated fabric's nodes report their settled cliques through discovery (fabric.nodes)."""
+    with audit_context(AuditSource.TASK):
+        return simulated_nodes.deliver(reports)
 
 
 # --- names of the previous release: forward what is still queued under them -----------------------------

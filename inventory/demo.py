@@ -139,13 +139,17 @@ def seed_datacenter(racks: int = 8, system_model: str = SystemModel.GB200_NVL72,
 
 
 def _degrade(rng: random.Random, trays: list[ComputeTray], gpus: list[Gpu]) -> None:
-    """A few realistic faults: degraded GPUs, one drained tray, one GPU still registering."""
+    """A few realistic faults: degraded GPUs, one tray drained for its broken GPU, one GPU still
+    registering. Every reason names what the GPU rows show."""
     for position in rng.sample(range(len(gpus)), k=max(3, len(gpus) // 500)):
         gpus[position].health = rng.choice([GpuHealth.UNHEALTHY, GpuHealth.LIMITED_CAPACITY])
 
-    drained = trays[min(6, len(trays) - 1)]
+    # Drained because its GPU 2 fell off the bus: that GPU reports unhealthy, as the reason says.
+    position = min(6, len(trays) - 1)
+    drained = trays[position]
     drained.state = TrayState.DRAIN
     drained.state_reason = "XID 79 (GPU fell off the bus) on GPU 2; awaiting RMA"
+    gpus[position * GPUS_PER_TRAY + 2].health = GpuHealth.UNHEALTHY
 
     if len(trays) > 2 * TRAYS_PER_RACK:
         registering = trays[2 * TRAYS_PER_RACK + 4]

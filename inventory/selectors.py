@@ -56,6 +56,19 @@ def clique_drift(gpu: Gpu, partition: NVLinkPartition | None) -> bool:
     )
 
 
+# A GPU whose fabric is unsettled: it reports another clique than its partition's (GPU_DRIFT), or a fabric
+# registration that has not completed.
+GPU_FABRIC_UNSETTLED = GPU_DRIFT | Q(fabric_state__in=(FabricState.IN_PROGRESS, FabricState.NOT_STARTED))
+
+
+def unsettled_fabric_trays() -> QuerySet[ComputeTray]:
+    """Trays a job spanning trays cannot trust its NVLink partition on (scheduling places only single-tray
+    jobs there): a GPU with unsettled fabric, or fabric problems in the node's last report."""
+    return ComputeTray.objects.filter(
+        HAS_FABRIC_PROBLEMS | Q(pk__in=Gpu.objects.filter(GPU_FABRIC_UNSETTLED).values("tray_id"))
+    )
+
+
 # ---------------------------------------------------------------------------------------------- overview
 
 

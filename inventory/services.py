@@ -13,11 +13,25 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.audit import record_bulk_change
 from inventory.discovery.nvidia_smi import NodeReport, ReportedGpu, summarize, validate_report
 from inventory.models import ComputeTray, Gpu, Rack
 
 # A GPU another tray reported within this window is still that tray's: see _contested.
 CLAIM_WINDOW = timedelta(minutes=15)
+
+# The GPU columns whose bulk changes are announced (attname -> field name where they differ); freshness,
+# serial, product and memory are not decisions' inputs.
+_ANNOUNCED = (
+    "tray_id",
+    "index",
+    "health",
+    "fabric_state",
+    "fabric_status",
+    "reported_cluster_uuid",
+    "reported_clique_id",
+)
+_FIELD_NAME = {"tray_id": "tray"}
 
 
 class UnknownHost(LookupError):
@@ -70,7 +84,8 @@ def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
     Creates GPUs the inventory has never seen, follows GPUs that moved (to another tray or index),
     detaches GPUs the node no longer reports (kept, not deleted), learns the rack's cluster UUID from its
     first consistent report, and records problems and drift on the tray. Fabric values a GPU reports only
-    when healthy (cluster UUID, clique ID) keep their last good value when a report lacks them.
+    when healthy (cluster UUID, clique ID) keep their last good value when a report lacks them. GPUs changed
+    in bulk (detached, moved, new health, fabric state or clique) are announced with `bulk_changed`.
 
     A report validate_report refuses raises ReportError before anything is read or written. A GPU another
     tray still reports is not moved: see _contested.
@@ -156,6 +171,10 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
     reported = {gpu.uuid: gpu for gpu in gpus}
     known = {gpu.uuid: gpu for gpu in locked if gpu.uuid not in claims}
 
+    # What each known GPU held before this report, for `bulk_changed` (the rows are loaded already).
+    before = {gpu.pk: {name: getattr(gpu, name) for name in _ANNOUNCED} for gpu in known.values()}
+    after = {pk: dict(values) for pk, values in before.items()}
+
     # GPUs that left this tray, and GPUs about to take a new place, first give up their (tray, index) so the
     # unique constraint never sees two GPUs on one position mid-update.
     vacate = []
@@ -171,6 +190,8 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
     vacated = {gpu.pk for gpu in vacate}
     if vacated:
         Gpu.objects.filter(pk__in=vacated).update(tray=None, index=None)
+        for pk in vacated:
+            after[pk].update(tray_id=None, index=None)
 
     # Most reports change nothing but freshness: group GPUs by what actually changed and send one plain
     # UPDATE per distinct change (usually one for the whole tray) instead of a per-row CASE bulk update.
@@ -201,10 +222,17 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
             sorted((name, value) for name, value in values.items() if getattr(gpu, name) != value)
         )
         changes.setdefault(changed, []).append(gpu.pk)
+        after[gpu.pk].update((name, value) for name, value in changed if name in _ANNOUNCED)
     for changed, pks in changes.items():
         Gpu.objects.filter(pk__in=pks).update(last_report_at=now, **dict(changed))
     if created:
         Gpu.objects.bulk_create(created)
+    announced = {}
+    for pk, old in before.items():
+        diff = {_FIELD_NAME.get(k, k): (v, after[pk][k]) for k, v in old.items() if v != after[pk][k]}
+        if diff:
+            announced[pk] = diff
+    record_bulk_change(Gpu, announced)
 
 
 def _drift(tray: ComputeTray, report: NodeReport) -> list[str]:

@@ -3,11 +3,11 @@
 from django.utils.functional import SimpleLazyObject
 
 from core.access import is_admin
-from tenancy.services import capacity_status as compute_capacity_status
+from scheduling.usage import guarantee_status
 
 
 def capacity(request) -> dict:
-    """`capacity_status` (tenancy.services.CapacityStatus) for platform admins, for the shortfall banner.
+    """`capacity_status` (scheduling.usage.GuaranteeStatus) for platform admins, for the shortfall banner.
 
     Lazy: its two aggregate queries run only when a template reads it (full pages, not htmx partials).
     Everyone else gets nothing: who is short of GPUs is not theirs to see.
@@ -15,4 +15,4 @@ def capacity(request) -> dict:
     user = getattr(request, "user", None)
     if user is None or not is_admin(user):
         return {}
-    return {"capacity_status": SimpleLazyObject(compute_capacity_status)}
+    return {"capacity_status": SimpleLazyObject(guarantee_status)}

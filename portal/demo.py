@@ -1,25 +1,43 @@
-"""Demo tenants on top of the demo inventory: departments, leads and members, running and pending jobs,
-synthetic GPU telemetry and a day of quota history, so `make run` shows live dashboards.
+"""Demo tenants on top of the demo inventory: departments, leads and members, running, pending and finished
+jobs, synthetic GPU telemetry and a day of quota history, so `make run` shows live dashboards.
 
 Deterministic for a given seed. Scales with the inventory: guarantees are fractions of the schedulable
-GPUs and about 60% of the GPUs run jobs.
+GPUs and about two thirds of them run jobs. The demo is a state the scheduler agrees with
+(tests/portal/test_demo_truth.py):
+
+* running jobs are placed by the scheduler's own placement engine, on schedulable GPUs of trays whose fabric
+  is settled, each within its time limit; a department's oldest jobs hold its guarantee and the newer ones
+  borrow (`tenancy.quota.in_quota_prefix`, the rule every pass applies), and only training borrows;
+* partitions dedicated to a department hold only that department's jobs;
+* every job was submitted before it was placed, placed before it started, and finished in the past;
+  its name says its class (train-*, inference-*, build-*), never its state;
+* pending jobs are ones the submission checks accept; the first pass (`manage.py seed_demo` runs it) starts
+  those that fit and gives the others their true reason;
+* the quota history ends with a snapshot taken by the real snapshot code.
 """
 
 import random
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from core.access import Role
+from core.hardware import GPUS_PER_TRAY
+from inventory.choices import FabricState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
-from scheduling.choices import Backend, JobState, PriorityClass, Topology
-from scheduling.models import Allocation, Job
+from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass, Topology
+from scheduling.engine.cluster import Cluster, TraySpec
+from scheduling.engine.placement import Request, place
+from scheduling.models import Allocation, Job, JobEvent
+from scheduling.services import check_request, default_topology
+from scheduling.tasks import record_quota_snapshots
 from tenancy.models import (
     DedicatedPartition,
     Department,
@@ -29,12 +47,37 @@ from tenancy.models import (
     QuotaSnapshot,
     TenancySettings,
 )
-from tenancy.quota import DepartmentQuota, fair_share
-from tenancy.services import save_department, schedulable_gpus
+from tenancy.quota import DepartmentQuota, fair_share, in_quota_prefix
+from tenancy.services import save_department, schedulable_gpus, schedulable_gpus_q
 
 BATCH = 5000
 SNAPSHOT_EVERY = timedelta(minutes=5)
-KINDS = ("pretrain", "finetune", "eval", "serve", "sweep")
+
+TRAIN, INFERENCE, BUILD = PriorityClass.TRAIN, PriorityClass.INFERENCE, PriorityClass.BUILD
+# A job's name starts with its class: train-*, inference-*, build-*.
+NAME_PREFIX = {TRAIN: "train", INFERENCE: "inference", BUILD: "build"}
+KINDS = {
+    TRAIN: ("pretrain", "finetune", "sweep", "distill", "eval"),
+    INFERENCE: ("serve-chat", "serve-embed", "batch-score"),
+    BUILD: ("notebook", "compile", "profile"),
+}
+SIZES = {TRAIN: (4, 8, 8, 16, 16, 32, 36), INFERENCE: (2, 4, 4, 8, 16), BUILD: (1, 2, 4)}
+TIME_LIMITS = {TRAIN: (720, 1440, 2880), INFERENCE: (10080,), BUILD: (480, 720)}  # minutes
+# Borrowed work started after every in-quota job of its department (in-quota build jobs start >= 95 min ago).
+BORROWED_AGE_MINUTES = (5, 90)
+
+WORK = {
+    TRAIN: ("srun python train.py --config demo.yaml", ["torchrun", "train.py", "--config", "demo.yaml"]),
+    INFERENCE: ("srun python serve.py --model demo", ["python", "serve.py", "--model", "demo"]),
+    BUILD: ("srun make -j 32 test", ["make", "-j", "32", "test"]),
+}
+
+
+def demo_work(backend: str, priority_class: str) -> dict:
+    script, command = WORK[priority_class]
+    if backend == Backend.SLURM:
+        return {"script": f"#!/bin/bash\n{script}\n"}
+    return {"image": "nvcr.io/nvidia/pytorch:24.10-py3", "command": command}
 
 
 @dataclass(frozen=True)
@@ -48,13 +91,67 @@ class DemoDepartment:
     lead: str
     members: tuple[str, ...]
     busy: float  # fraction of its guarantee its running jobs use (above 1 = borrowing)
+    work: tuple[str, ...]  # classes of its in-quota jobs (repeats weigh); borrowed jobs are training
+    queue: tuple[tuple[str, str, int, str], ...]  # pending jobs: (class, kind, GPUs, topology)
 
 
 DEPARTMENTS = (
-    DemoDepartment("Research", "research", 0.30, "2.00", None, 1, "alice", ("bob", "erin"), 1.35),
-    DemoDepartment("Inference", "inference", 0.15, "1.00", 0.25, 3, "carol", ("frank",), 0.85),
-    DemoDepartment("Vision", "vision", 0.15, "1.00", 0.30, 2, "dave", ("grace",), 0.70),
-    DemoDepartment("Platform", "platform", 0.10, "0.50", 0.15, 0, "heidi", ("ivan",), 0.40),
+    DemoDepartment(
+        "Research",
+        "research",
+        0.30,
+        "2.00",
+        None,
+        1,
+        "alice",
+        ("bob", "erin"),
+        1.35,
+        (TRAIN, TRAIN, TRAIN, BUILD),
+        (
+            (TRAIN, "pretrain", 72, Topology.RACK),
+            (TRAIN, "sweep", 8, Topology.PARTITION),
+            (BUILD, "notebook", 1, Topology.ANY),
+        ),
+    ),
+    DemoDepartment(
+        "Inference",
+        "inference",
+        0.15,
+        "1.00",
+        0.25,
+        3,
+        "carol",
+        ("frank",),
+        0.85,
+        (INFERENCE, INFERENCE, INFERENCE, BUILD),
+        ((INFERENCE, "serve-chat", 16, Topology.PARTITION), (BUILD, "profile", 2, Topology.ANY)),
+    ),
+    DemoDepartment(
+        "Vision",
+        "vision",
+        0.15,
+        "1.00",
+        0.30,
+        2,
+        "dave",
+        ("grace",),
+        0.70,
+        (TRAIN, TRAIN, INFERENCE, BUILD),
+        ((BUILD, "notebook", 1, Topology.ANY), (TRAIN, "finetune", 32, Topology.PARTITION)),
+    ),
+    DemoDepartment(
+        "Platform",
+        "platform",
+        0.10,
+        "0.50",
+        0.15,
+        0,
+        "heidi",
+        ("ivan",),
+        0.40,
+        (BUILD, BUILD, TRAIN),
+        ((TRAIN, "burn-in", 72, Topology.RACK), (BUILD, "compile", 4, Topology.ANY)),
+    ),
 )
 
 
@@ -68,6 +165,7 @@ class TenantSeedResult:
 
 @transaction.atomic
 def seed_tenants(seed: int = 7, password: str | None = None) -> TenantSeedResult:
+    """Departments, people, jobs, telemetry and history on the seeded inventory. Expects no departments."""
     rng = random.Random(seed)
     now = timezone.now().replace(second=0, microsecond=0)
     TenancySettings.load()
@@ -94,13 +192,16 @@ def seed_tenants(seed: int = 7, password: str | None = None) -> TenantSeedResult
             user = get_user_model().objects.filter(username=username).first()
             if user is None:
                 user = get_user_model().objects.create_user(username, f"{username}@example.com", password)
+            else:  # seeded again after --reset: the password written to the logins file is the one that works
+                user.set_password(password)
+                user.save(update_fields=["password"])
             Membership.objects.create(user=user, department=department, role=role)
             users[username] = f"{role.label.lower()} of {spec.name}"
 
     # Inference owns the carved rack's second partition as a dedicated service tier.
     inference = departments[1][1]
     tier = NVLinkPartition.objects.filter(name="p2").order_by("rack__name").first()
-    if tier is not None and tier.trays.count() * 4 <= inference.guaranteed_gpus:
+    if tier is not None and tier.trays.count() * GPUS_PER_TRAY <= inference.guaranteed_gpus:
         DedicatedPartition.objects.create(department=inference, partition=tier)
 
     jobs = _seed_jobs(rng, now, departments)
@@ -109,113 +210,366 @@ def seed_tenants(seed: int = 7, password: str | None = None) -> TenantSeedResult
     return TenantSeedResult(departments=len(departments), users=users, password=password, jobs=jobs)
 
 
-def _free_trays():
-    """Trays that are up, grouped by partition, in rack order: the demo places jobs partition by partition."""
-    trays = (
-        ComputeTray.objects.filter(state="up")
+# --- the cluster as the placement engine sees it -------------------------------------------------------
+
+
+@dataclass
+class _Floor:
+    """The engine's cluster of the seeded inventory, and the schedulable GPUs of each of its trays."""
+
+    cluster: Cluster
+    gpus: list[list[int]]  # tray index -> free schedulable GPU pks, in GPU index order
+    rack: list[str]  # tray index -> rack name
+    partition: list[str]  # tray index -> NVLink partition name
+
+
+def _floor() -> _Floor:
+    """Trays in the pass's order (rack, partition, slot). A tray whose fabric is not settled (a GPU still
+    registering, or reporting another clique) gets no demo job: the pass keeps multi-tray work off it."""
+    trays = list(
+        ComputeTray.objects.filter(partition__isnull=False)
         .order_by("rack__name", "partition__clique_id", "slot")
-        .values_list("pk", "hostname", "partition_id")
+        .values_list(
+            "pk",
+            "hostname",
+            "rack__name",
+            "partition__name",
+            "partition__dedication__department__slug",
+        )
     )
-    by_partition: dict[int, list[tuple[int, str]]] = {}
-    for pk, hostname, partition_id in trays:
-        by_partition.setdefault(partition_id, []).append((pk, hostname))
-    return by_partition
+    schedulable: dict[int, list[int]] = {}
+    unsettled = set(
+        Gpu.objects.filter(tray__partition__isnull=False)
+        .filter(
+            ~Q(fabric_state=FabricState.COMPLETED)
+            | Q(reported_clique_id__isnull=True)
+            | ~Q(reported_clique_id=F("tray__partition__clique_id"))
+        )
+        .values_list("tray_id", flat=True)
+    )
+    for pk, tray_id in (
+        Gpu.objects.filter(schedulable_gpus_q(), tray__partition__isnull=False)
+        .order_by("tray_id", "index")
+        .values_list("pk", "tray_id")
+    ):
+        schedulable.setdefault(tray_id, []).append(pk)
+    gpus = [[] if pk in unsettled else schedulable.get(pk, []) for pk, *_ in trays]
+    cluster = Cluster(
+        TraySpec(hostname, rack, partition, len(gpus[index]), owner)
+        for index, (_, hostname, rack, partition, owner) in enumerate(trays)
+    )
+    return _Floor(
+        cluster, gpus, [rack for _, _, rack, *_ in trays], [partition for _, _, _, partition, *_ in trays]
+    )
 
 
-DEMO_WORK = {
-    Backend.SLURM: {"script": "#!/bin/bash\nsrun python train.py --config demo.yaml\n"},
-    Backend.KUBERNETES: {
-        "image": "nvcr.io/nvidia/pytorch:24.10-py3",
-        "command": ["torchrun", "train.py", "--config", "demo.yaml"],
-    },
-}
+# --- jobs ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Planned:
+    """A running job before it is a row: what it asks for and when it started."""
+
+    department: Department
+    priority_class: str
+    gpus: int
+    started_at: datetime
+    time_limit: int  # minutes
+
+
+def _size(rng: random.Random, remaining: int, menu: tuple[int, ...]) -> int:
+    """A job size from `menu` no larger than `remaining`, or `remaining` itself when it is below them all."""
+    fitting = [size for size in menu if size <= remaining]
+    return rng.choice(fitting) if fitting else remaining
+
+
+def _sizes(rng: random.Random, total: int, menu: tuple[int, ...]) -> list[int]:
+    """Job sizes from `menu` adding up to exactly `total`."""
+    sizes = []
+    while total > 0:
+        sizes.append(_size(rng, total, menu))
+        total -= sizes[-1]
+    return sizes
+
+
+def _age(rng: random.Random, priority_class: str, limit: int) -> timedelta:
+    """How long ago an in-quota job started: before any borrowed job, and at most 60% into its time limit,
+    so the demo keeps hours of running time left (nothing ends a seeded job at its limit)."""
+    low = {TRAIN: 120, INFERENCE: 360, BUILD: 95}[priority_class]
+    return timedelta(minutes=rng.uniform(low, min(limit * 0.6, 3 * 24 * 60)))
+
+
+def _plan(rng: random.Random, now: datetime, departments) -> list[_Planned]:
+    """Each department's running work: in-quota jobs of its classes up to min(busy, 1) of its guarantee,
+    then borrowed training up to `busy`, started after all of them."""
+    planned = []
+    for spec, department in departments:
+        guaranteed = department.guaranteed_gpus
+        in_quota = int(guaranteed * min(spec.busy, 1.0))
+        borrowed = int(guaranteed * max(spec.busy - 1.0, 0.0)) // GPUS_PER_TRAY * GPUS_PER_TRAY
+        remaining = in_quota
+        while remaining > 0:
+            priority_class = rng.choice(spec.work)
+            gpus = _size(rng, remaining, SIZES[priority_class])
+            limit = rng.choice(TIME_LIMITS[priority_class])
+            planned.append(
+                _Planned(department, priority_class, gpus, now - _age(rng, priority_class, limit), limit)
+            )
+            remaining -= gpus
+        for gpus in _sizes(rng, borrowed, SIZES[TRAIN]):
+            age = timedelta(minutes=rng.uniform(*BORROWED_AGE_MINUTES))
+            planned.append(_Planned(department, TRAIN, gpus, now - age, rng.choice(TIME_LIMITS[TRAIN])))
+    return sorted(planned, key=lambda p: p.started_at)
+
+
+def _smaller(gpus: int) -> int:
+    """The next size to try when `gpus` does not fit: half as many trays, then one tray."""
+    return max(GPUS_PER_TRAY, gpus // 2 // GPUS_PER_TRAY * GPUS_PER_TRAY) if gpus > GPUS_PER_TRAY else 0
+
+
+class _Numbers:
+    def __init__(self):
+        self.last = 0
+
+    def name(self, rng: random.Random, priority_class: str, kind: str | None = None) -> str:
+        self.last += 1
+        return f"{NAME_PREFIX[priority_class]}-{kind or rng.choice(KINDS[priority_class])}-{self.last:04d}"
+
+
+def _backend(rng: random.Random) -> str:
+    return Backend.KUBERNETES if rng.random() < 0.35 else Backend.SLURM
+
+
+def _job(rng, numbers, department, priority_class, gpus, state, limit, kind=None, topology=None) -> Job:
+    backend = _backend(rng)
+    return Job(
+        department=department,
+        name=numbers.name(rng, priority_class, kind),
+        gpus=gpus,
+        topology=topology or default_topology(gpus),
+        priority_class=priority_class,
+        backend=backend,
+        work=demo_work(backend, priority_class),
+        time_limit_minutes=limit,
+        state=state,
+    )
+
+
+def _seconds(rng: random.Random, low: float, high: float) -> timedelta:
+    return timedelta(seconds=rng.uniform(low, high))
 
 
 def _seed_jobs(rng, now, departments) -> int:
-    gpus_of: dict[int, list[int]] = {}
-    for tray_id, gpu_id in Gpu.objects.filter(tray__state="up").values_list("tray_id", "pk").order_by("pk"):
-        gpus_of.setdefault(tray_id, []).append(gpu_id)
-    free = _free_trays()
-    partitions = list(free)
-    cursor = 0
-    jobs, allocations = [], []
-    number = 0
+    floor = _floor()
+    numbers = _Numbers()
+    jobs: list[Job] = []
+    held: dict[int, list[int]] = {}  # index in jobs -> GPU pks
+    created: dict[int, datetime] = {}  # index in jobs -> submission time
+
+    # Running: placed oldest first by the scheduler's placement, as the passes would have.
+    for planned in _plan(rng, now, departments):
+        gpus = planned.gpus
+        placement = None
+        while gpus and placement is None:
+            request = Request(gpus, default_topology(gpus), planned.department.slug)
+            placement = place(floor.cluster, request)
+            if placement is None:
+                gpus = _smaller(gpus) if gpus > GPUS_PER_TRAY else 0
+        if placement is None:
+            continue  # the cluster is full for this shape
+        floor.cluster.allocate(len(jobs), placement)
+        job = _job(
+            rng,
+            numbers,
+            planned.department,
+            planned.priority_class,
+            gpus,
+            JobState.RUNNING,
+            planned.time_limit,
+        )
+        job.started_at = planned.started_at
+        job.placed_at = planned.started_at - _seconds(rng, 2, 40)
+        job.placement = [floor.cluster.tray_host[t] for t, _ in placement]
+        held[len(jobs)] = [gpu for t, n in placement for gpu in floor.gpus[t][:n]]
+        for t, n in placement:
+            del floor.gpus[t][:n]
+        created[len(jobs)] = job.placed_at - _seconds(rng, 5, 40 * 60)
+        jobs.append(job)
+
+    # Finished in the last day, where the department may run; and the queue, submitted minutes ago.
     for spec, department in departments:
-        wanted_trays = int(department.guaranteed_gpus * spec.busy) // 4
-        while wanted_trays > 0 and cursor < len(partitions):
-            pool = free[partitions[cursor]]
-            if not pool:
-                cursor += 1
-                continue
-            size = min(wanted_trays, len(pool), rng.choice([1, 2, 2, 4, 4, 8, 9]))
-            taken, free[partitions[cursor]] = pool[:size], pool[size:]
-            wanted_trays -= size
-            number += 1
-            job = Job(
-                department=department,
-                name=f"{spec.slug}-{rng.choice(KINDS)}-{number:04d}",
-                gpus=size * 4,
-                topology=Topology.PARTITION if size > 1 else Topology.ANY,
-                priority_class=PriorityClass.INFERENCE if spec.slug == "inference" else PriorityClass.TRAIN,
-                backend=Backend.KUBERNETES if number % 3 == 0 else Backend.SLURM,
-                work=DEMO_WORK[Backend.KUBERNETES if number % 3 == 0 else Backend.SLURM],
-                state=JobState.RUNNING,
-                started_at=now - timedelta(minutes=rng.randrange(20, 600)),
-                placement=[hostname for _, hostname in taken],
-            )
+        for state in (JobState.COMPLETED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED):
+            priority_class = rng.choice(spec.work)
+            job = _finished(rng, now, numbers, floor, department, priority_class, state)
+            created[len(jobs)] = job.created_at
             jobs.append(job)
-            allocations.append((job, [gpu for tray_id, _ in taken for gpu in gpus_of.get(tray_id, [])]))
-        for _ in range(rng.randrange(1, 4)):
-            number += 1
-            gpus = rng.choice([8, 16, 36])
-            jobs.append(
-                Job(
-                    department=department,
-                    name=f"{spec.slug}-queued-{number:04d}",
-                    gpus=gpus,
-                    work=DEMO_WORK[Backend.SLURM],
-                    state=JobState.PENDING,
-                    pending_reason=f"waiting: no NVLink partition has {gpus // 4} free trays",
-                )
+        for priority_class, kind, gpus, topology in spec.queue:
+            if check_request(department, gpus, topology, priority_class):
+                continue  # refused at submission in this inventory (too small for it): not in the queue
+            job = _job(
+                rng,
+                numbers,
+                department,
+                priority_class,
+                gpus,
+                JobState.PENDING,
+                rng.choice(TIME_LIMITS[priority_class]),
+                kind,
+                topology,
             )
+            job.pending_reason = "waiting for the scheduler"
+            created[len(jobs)] = now - _seconds(rng, 60, 45 * 60)
+            jobs.append(job)
+
     Job.objects.bulk_create(jobs, batch_size=BATCH)
-    # Borrowing: GPUs beyond the guarantee are over quota (most recently started first).
-    held: dict[int, int] = {}
-    for job in sorted((j for j in jobs if j.state == JobState.RUNNING), key=lambda j: j.started_at):
-        held[job.department_id] = held.get(job.department_id, 0) + job.gpus
-        if held[job.department_id] > job.department.guaranteed_gpus:
-            job.over_quota = True
-    Job.objects.bulk_update([j for j in jobs if j.over_quota], ["over_quota"], batch_size=BATCH)
+    for index, job in enumerate(jobs):  # auto_now_add set them to now
+        job.created_at = created[index]
+    Job.objects.bulk_update(jobs, ["created_at"], batch_size=BATCH)
+    _flag_borrowers(jobs)
     Allocation.objects.bulk_create(
-        [Allocation(job=job, gpu_id=gpu) for job, gpus in allocations for gpu in gpus], batch_size=BATCH
+        [Allocation(job=jobs[index], gpu_id=gpu) for index, gpus in held.items() for gpu in gpus],
+        batch_size=BATCH,
     )
+    JobEvent.objects.bulk_create(_events(jobs, floor), batch_size=BATCH)
     return len(jobs)
 
 
-def _seed_telemetry(rng, now) -> None:
-    """Latest utilization for every allocated GPU (some jobs idle for hours), and recent 5-minute buckets."""
-    allocated = list(Allocation.objects.values_list("gpu_id", "job_id"))
-    idle_jobs = {job for job in sorted({job for _, job in allocated}) if rng.random() < 0.08}
-    activity, buckets = [], []
-    history = 24 if len(allocated) <= 5000 else 3  # buckets per GPU: 2 hours for a demo, 15 minutes at scale
-    start = now - timedelta(seconds=now.minute % 5 * 60)
-    for gpu_id, job_id in allocated:
-        idle = job_id in idle_jobs
-        level = rng.uniform(0, 3) if idle else rng.uniform(55, 98)
-        activity.append(
-            GpuActivity(
-                gpu_id=gpu_id,
-                utilization=round(level, 1),
-                sampled_at=now,
-                low_since=now - timedelta(minutes=rng.randrange(45, 240)) if idle else None,
+def _finished(rng, now, numbers, floor: _Floor, department, priority_class, state) -> Job:
+    """A job that ended in the last day on trays its department may use (they are free again now)."""
+    limit = rng.choice(TIME_LIMITS[priority_class])
+    gpus = rng.choice([size for size in SIZES[priority_class] if size <= max(department.guaranteed_gpus, 1)])
+    job = _job(rng, numbers, department, priority_class, gpus, state, limit)
+    job.finished_at = now - _seconds(rng, 15 * 60, 20 * 3600)
+    if state == JobState.CANCELLED and rng.random() < 0.5:  # cancelled while it waited
+        job.created_at = job.finished_at - _seconds(rng, 60, 3600)
+        return job
+    trays = max(1, gpus // GPUS_PER_TRAY)
+    cluster = floor.cluster
+    options = [
+        p
+        for p, members in enumerate(cluster.part_trays)
+        if len(members) >= trays and cluster.part_owner[p] in (None, department.slug)
+    ]
+    if not options:
+        job.state = JobState.CANCELLED  # nowhere it could have run: it was cancelled while it waited
+        job.created_at = job.finished_at - _seconds(rng, 60, 3600)
+        return job
+    members = cluster.part_trays[rng.choice(options)]
+    first = rng.randrange(len(members) - trays + 1)
+    job.placement = [cluster.tray_host[t] for t in members[first : first + trays]]
+    ran = {
+        JobState.COMPLETED: rng.uniform(0.2, 0.9),
+        JobState.FAILED: rng.uniform(0.01, 0.2),
+        JobState.CANCELLED: rng.uniform(0.05, 0.5),
+    }[state] * min(limit, 12 * 60)
+    job.started_at = job.finished_at - timedelta(minutes=ran)
+    job.placed_at = job.started_at - _seconds(rng, 2, 40)
+    job.created_at = job.placed_at - _seconds(rng, 5, 40 * 60)
+    job.exit_code = {JobState.COMPLETED: 0, JobState.FAILED: 1}.get(state)
+    return job
+
+
+def _flag_borrowers(jobs: list[Job]) -> None:
+    """Per department, its running jobs oldest first hold its guarantee; the rest borrow (over quota).
+    The same rule and order as every pass (`in_quota_prefix` on placed_at, then pk)."""
+    running: dict[int, list[Job]] = {}
+    for job in jobs:
+        if job.state == JobState.RUNNING:
+            running.setdefault(job.department_id, []).append(job)
+    for department_jobs in running.values():
+        department_jobs.sort(key=lambda j: (j.placed_at, j.pk))
+        guaranteed = department_jobs[0].department.guaranteed_gpus
+        in_quota = in_quota_prefix(guaranteed, [(j.pk, j.gpus) for j in department_jobs])
+        for job in department_jobs:
+            job.over_quota = job.pk not in in_quota
+    Job.objects.bulk_update([j for j in jobs if j.over_quota], ["over_quota"], batch_size=BATCH)
+
+
+def _events(jobs: list[Job], floor: _Floor) -> list[JobEvent]:
+    """Each job's history as the portal records it: submitted, placed, started, and how it ended."""
+    where = {host: (floor.rack[t], floor.partition[t]) for host, t in floor.cluster.host_index.items()}
+    ended = {
+        JobState.COMPLETED: (JobEventKind.COMPLETED, "completed, exit code 0"),
+        JobState.FAILED: (JobEventKind.FAILED, "failed, exit code 1"),
+        JobState.CANCELLED: (JobEventKind.CANCELLED, "cancelled by its submitter"),
+    }
+    events = []
+    for job in jobs:
+        events.append(
+            JobEvent(
+                job=job,
+                kind=JobEventKind.SUBMITTED,
+                message=f"{job.gpus} GPUs, {job.topology}",
+                at=job.created_at,
             )
         )
+        if job.placed_at is not None:
+            partitions = ", ".join(sorted({" ".join(where[host]) for host in job.placement}))
+            quota = "over quota (borrowed, preemptible)" if job.over_quota else "in quota"
+            trays = len(job.placement)
+            events.append(
+                JobEvent(
+                    job=job,
+                    kind=JobEventKind.PLACED,
+                    message=f"placed {quota} on {trays} tray{'s' if trays != 1 else ''} in {partitions}",
+                    placement=job.placement,
+                    at=job.placed_at,
+                )
+            )
+            events.append(
+                JobEvent(
+                    job=job,
+                    kind=JobEventKind.DISPATCHED,
+                    at=job.started_at,
+                    message=f"started in {job.get_backend_display()} (seeded demo job: no backend runs it)",
+                )
+            )
+        if job.finished_at is not None:
+            kind, words = ended[job.state]
+            if job.placed_at is None:
+                words = "cancelled by its submitter while pending"
+            events.append(JobEvent(job=job, kind=kind, message=words, at=job.finished_at))
+    return events
+
+
+# --- telemetry and history -----------------------------------------------------------------------------
+
+
+def _seed_telemetry(rng, now) -> None:
+    """Latest utilization for every allocated GPU (some jobs idle for a while), and its 5-minute buckets
+    since its job started; an idle job's GPUs went low after the job started."""
+    allocated = list(Allocation.objects.order_by("gpu_id").values_list("gpu_id", "job_id", "job__started_at"))
+    idle_jobs = {
+        job
+        for job, started in sorted({(job, started) for _, job, started in allocated})
+        if now - started > timedelta(minutes=50) and rng.random() < 0.08
+    }
+    low_since_of = {}
+    for job_id, started in sorted({(job, started) for _, job, started in allocated}):
+        if job_id in idle_jobs:
+            low_for = min(now - started, timedelta(minutes=240)).total_seconds()
+            low_since_of[job_id] = now - timedelta(seconds=rng.uniform(45 * 60, max(45 * 60, low_for)))
+    activity, buckets = [], []
+    history = 24 if len(allocated) <= 5000 else 3  # buckets per GPU: 2 hours for a demo, 15 minutes at scale
+    bucket = timedelta(seconds=GpuUtilization.BUCKET_SECONDS)
+    start = now - timedelta(seconds=now.minute % 5 * 60)
+    for gpu_id, job_id, started in allocated:
+        low_since = low_since_of.get(job_id)
+        busy = rng.uniform(55, 98)
+        level = rng.uniform(0, 3) if low_since is not None else busy
+        activity.append(
+            GpuActivity(gpu_id=gpu_id, utilization=round(level, 1), sampled_at=now, low_since=low_since)
+        )
         for step in range(history):
-            mean = max(0.0, min(100.0, level + rng.uniform(-8, 8)))
+            at = start - step * bucket
+            if at + bucket <= started:
+                break  # before the job: the GPU was not its
+            base = level if low_since is not None and at >= low_since else busy
+            mean = max(0.0, min(100.0, base + rng.uniform(-8, 8) if base > 5 else base))
             buckets.append(
                 GpuUtilization(
                     gpu_id=gpu_id,
-                    bucket_start=start - step * timedelta(seconds=GpuUtilization.BUCKET_SECONDS),
+                    bucket_start=at,
                     mean=round(mean, 1),
                     peak=round(min(100.0, mean + rng.uniform(0, 10)), 1),
                     samples=10,
@@ -226,16 +580,18 @@ def _seed_telemetry(rng, now) -> None:
 
 
 def _seed_history(rng, now, departments) -> None:
-    """A day of quota snapshots every five minutes, drifting towards today's position."""
+    """A day of quota snapshots every five minutes drifting towards today's position, then today's taken
+    by the snapshot task's own code (so the chart's last point is the cards' figures)."""
     capacity = schedulable_gpus()
     current = {}
     for _, department in departments:
-        running = sum(j.gpus for j in department.jobs.filter(state=JobState.RUNNING))
-        pending = sum(j.gpus for j in department.jobs.filter(state=JobState.PENDING))
+        active = department.jobs.filter(state__in=(JobState.RUNNING, JobState.PENDING))
+        running = sum(j.gpus for j in active if j.state == JobState.RUNNING)
+        pending = sum(j.gpus for j in active if j.state == JobState.PENDING)
         current[department.pk] = (running, pending)
     snapshots = []
     steps = int(timedelta(hours=24) / SNAPSHOT_EVERY)
-    for step in range(steps, -1, -1):
+    for step in range(steps, 0, -1):
         at = now - step * SNAPSHOT_EVERY
         phase = 1 - step / steps
         rows = []
@@ -271,10 +627,11 @@ def _seed_history(rng, now, departments) -> None:
                     borrowed=max(0, in_use - department.guaranteed_gpus),
                     fair_share=shares[department.slug].fair_share,
                     pending_demand=demand - in_use,
-                    idle=int(in_use * 0.08) if step == 0 else int(in_use * rng.uniform(0, 0.1)),
+                    idle=int(in_use * rng.uniform(0, 0.1)),
                 )
             )
     QuotaSnapshot.objects.bulk_create(snapshots, batch_size=BATCH)
+    record_quota_snapshots(now)
 
 
 def write_demo_logins(path: Path, result: TenantSeedResult) -> None:

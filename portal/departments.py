@@ -163,7 +163,9 @@ def member_set(request, slug):
     form = MembershipForm(request.POST, department=department)
     if form.is_valid():
         try:
-            membership = set_membership(department, form.cleaned_data["username"], form.cleaned_data["role"])
+            membership = set_membership(
+                department, form.cleaned_data["username"], form.cleaned_data["role"], by=request.user
+            )
         except ValidationError as error:
             form.add_service_errors(error)
         else:

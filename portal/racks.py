@@ -1,9 +1,10 @@
 """Rack pages: rack list, rack view (with the jobs holding its GPUs), GPU and tray details.
 
 They live in the project shell because the rack view combines inventory (inventory.selectors) with the
-jobs that hold its GPUs (scheduling.usage).
+jobs that hold its GPUs (scheduling.usage) and the partitions' dedications to departments (tenancy).
 """
 
+from django.db.models import Exists, OuterRef
 from django.shortcuts import get_object_or_404, render
 
 from core.htmx import page_or_partial
@@ -11,6 +12,7 @@ from inventory import selectors
 from inventory.choices import SystemModel
 from scheduling.models import Job
 from scheduling.usage import holder_annotations
+from tenancy.models import DedicatedPartition, Department
 
 
 def rack_list(request):
@@ -41,9 +43,24 @@ def _shown_job(request):
     )
 
 
+def mark_dedications(user, rack, partitions) -> None:
+    """Set `dedicated_to` on each partition of `rack`: the department it is dedicated to ("" when shared;
+    "another department" for one `user` may not see). One query."""
+    visible = Department.objects.visible_to(user).filter(pk=OuterRef("department_id"))
+    owners = {
+        partition_id: name if shown else "another department"
+        for partition_id, name, shown in DedicatedPartition.objects.filter(partition__rack=rack)
+        .annotate(shown=Exists(visible))
+        .values_list("partition_id", "department__name", "shown")
+    }
+    for partition in partitions:
+        partition.dedicated_to = owners.get(partition.pk, "")
+
+
 def rack_detail(request, name):
     rack = get_object_or_404(selectors.racks(request.user), name=name)
     layout = selectors.rack_layout(request.user, rack, holder_annotations(request.user))
+    mark_dedications(request.user, rack, layout.partitions)  # the rows' tray.partition are these objects
     context = {"layout": layout, "job_param": request.GET.get("job", "")}
     job = _shown_job(request) if context["job_param"] else None
     if job is not None:

@@ -23,6 +23,7 @@ class JobEventKind(models.TextChoices):
     DISPATCH_RETRY = "dispatch_retry", "Backend unreachable, retrying"
     STARTED = "started", "Started"
     PREEMPTED = "preempted", "Preempted"
+    QUOTA = "quota", "In quota / borrowed changed"
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"

@@ -2,6 +2,7 @@
 
 import django_filters
 
+from core.filters import BooleanFilter
 from scheduling.choices import Backend, JobState, PriorityClass
 from scheduling.models import Job
 
@@ -12,7 +13,7 @@ class JobFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     backend = django_filters.ChoiceFilter(choices=Backend.choices)
     priority_class = django_filters.ChoiceFilter(choices=PriorityClass.choices)
-    over_quota = django_filters.BooleanFilter()
+    over_quota = BooleanFilter()
 
     class Meta:
         model = Job

@@ -3,7 +3,11 @@
 * `submit_job` validates against the inventory and the department, makes the Job (or returns the one a
   retried request with the same Idempotency-Key and body made; the key with another body is refused),
   records a scheduling request and, on commit, asks for a pass.
-* `run_pass` runs the pure engine (scheduling.engine) on the database's state. Passes run one at a time:
+* `request_pass` asks for a pass on commit. Besides submissions and job ends, scheduling.signals asks for
+  one whenever something a decision depends on changes (guarantees, trays, GPU health, fabric, partitions,
+  dedications). Requests coalesce: one pass serves every request recorded before it started.
+* `run_pass` runs the pure engine (scheduling.engine) on the database's state, and writes back every
+  running job's in-quota/borrowed standing and every pending job's reason. Passes run one at a time:
   each holds the row lock of the single SchedulerState row (taken with SKIP LOCKED: a pass that finds it
   taken leaves; the holder runs again while scheduling requests newer than its start remain). Within the
   pass, Allocation's unique GPU constraint makes giving one GPU twice impossible whatever happens.
@@ -27,10 +31,12 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from core.access import is_admin, leads
-from core.enqueue import enqueue
+from core.audit import bulk_update_recorded, record_bulk_change
+from core.enqueue import enqueue, send_now
 from core.hardware import GPUS_PER_TRAY
 from inventory.choices import TrayState
 from inventory.models import ComputeTray, Gpu
+from inventory.selectors import unsettled_fabric_trays
 from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.cluster import Cluster, TraySpec
@@ -201,10 +207,48 @@ def submission(user, idempotency_key: str, fingerprint: str | None = None) -> Jo
     return job
 
 
+class _PassBatch:
+    """The pass requests of one atomic block: one row, one task."""
+
+    sent = False
+
+
+@dataclass(frozen=True)
+class _SendPass:
+    """The on-commit callback of one request: the first of its batch to run sends the task."""
+
+    batch: _PassBatch
+
+    def __call__(self) -> None:
+        if not self.batch.sent:
+            self.batch.sent = True
+            send_now(SCHEDULE_JOBS)
+
+
 def request_pass(reason: str) -> None:
-    """Record that something changed and ask for a pass once the transaction commits."""
-    SchedulingRequest.objects.create(reason=reason[:100])
-    enqueue(SCHEDULE_JOBS)
+    """Record that something changed (a row, in the caller's transaction) and ask for a pass once it commits.
+
+    Coalesced: within one atomic block only the first request writes a row, and only one task is sent (a
+    plan that moves 18 trays asks once); the pass reads everything the transaction committed. A request
+    made in a savepoint that rolls back is dropped with it, so the next request writes again.
+    """
+    connection = transaction.get_connection()
+    batch = None
+    if connection.in_atomic_block:
+        # run_on_commit: Django's list of (savepoint ids, callback, robust) waiting for this transaction.
+        block = set(connection.savepoint_ids)
+        batch = next(
+            (
+                callback.batch
+                for sids, callback, *_ in connection.run_on_commit
+                if isinstance(callback, _SendPass) and sids == block and not callback.batch.sent
+            ),
+            None,
+        )
+    if batch is None:
+        SchedulingRequest.objects.create(reason=reason[:100])
+        batch = _PassBatch()
+    transaction.on_commit(_SendPass(batch))
 
 
 def submit_job(
@@ -336,7 +380,8 @@ def _epoch(value) -> float:
 
 def _load_cluster():
     """The engine's cluster from the database: trays in rack/partition/slot order, each with the GPUs that
-    can run work (schedulable, or already allocated), and every holding job allocated on it."""
+    can run work (schedulable, or already allocated), whether its fabric is settled (inventory.selectors.
+    unsettled_fabric_trays: multi-tray jobs avoid the others), and every holding job allocated on it."""
     trays = list(
         ComputeTray.objects.filter(partition__isnull=False)
         .order_by("rack__name", "partition__clique_id", "slot")
@@ -350,8 +395,11 @@ def _load_cluster():
         .annotate(n=Count("pk"))
         .values_list("tray_id", "n")
     )
+    unsettled = set(unsettled_fabric_trays().values_list("pk", flat=True))
     cluster = Cluster(
-        TraySpec(hostname, rack, partition, min(GPUS_PER_TRAY, capacity.get(pk, 0)), owner)
+        TraySpec(
+            hostname, rack, partition, min(GPUS_PER_TRAY, capacity.get(pk, 0)), owner, pk not in unsettled
+        )
         for pk, hostname, rack, partition, owner in trays
     )
     tray_index = {pk: cluster.host_index[hostname] for pk, hostname, *_ in trays}
@@ -400,8 +448,9 @@ def _engine_departments(departments: list[Department]) -> list[EngineDepartment]
     ]
 
 
-def _running_jobs(cluster: Cluster, slug: dict[int, str]) -> list[RunningJob]:
-    """The holding jobs that hold GPUs on the cluster, as the engine sees them."""
+def _running_jobs(cluster: Cluster, slug: dict[int, str]) -> tuple[list[RunningJob], dict[int, Job]]:
+    """The holding jobs that hold GPUs on the cluster, as the engine sees them, and their rows by pk."""
+    rows = {j.pk: j for j in Job.objects.filter(state__in=HOLDING_STATES) if j.pk in cluster.jobs}
     return [
         RunningJob(
             id=j.pk,
@@ -412,9 +461,8 @@ def _running_jobs(cluster: Cluster, slug: dict[int, str]) -> list[RunningJob]:
             over_quota=j.over_quota,
             priority_class=j.priority_class,
         )
-        for j in Job.objects.filter(state__in=HOLDING_STATES)
-        if j.pk in cluster.jobs
-    ]
+        for j in rows.values()
+    ], rows
 
 
 def _pending_jobs(pending_jobs: dict[int, Job], slug: dict[int, str]) -> list[PendingJob]:
@@ -483,7 +531,7 @@ def _preempt(
         _requeue(victim)
     if preempted:
         Allocation.objects.filter(job_id__in=list(preempted)).delete()
-        Job.objects.bulk_update([holding_by_pk[pk] for pk in preempted], _PREEMPTED_FIELDS)
+        bulk_update_recorded([holding_by_pk[pk] for pk in preempted], _PREEMPTED_FIELDS)
     return events
 
 
@@ -541,7 +589,7 @@ def _start(
         started_jobs.append(job)
     # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
     Allocation.objects.bulk_create(allocations)
-    Job.objects.bulk_update(started_jobs, _STARTED_FIELDS)
+    bulk_update_recorded(started_jobs, _STARTED_FIELDS)
     return started_jobs, events
 
 
@@ -556,6 +604,54 @@ def _record_waiting_reasons(waiting: dict[int, str], pending_jobs: dict[int, Job
     Job.objects.bulk_update(changed, ["pending_reason"], batch_size=500)
 
 
+def _standing_words(
+    job: Job, over_quota: bool, result: PassResult, departments: dict[int, Department]
+) -> str:
+    department = departments[job.department_id]
+    share = result.in_quota_share.get(department.slug, 0)
+    quota = f"{department.slug}'s guarantee is {department.guaranteed_gpus} GPUs (in-quota share now {share})"
+    if not over_quota:
+        return f"now in quota: {quota}; with its older running jobs this job's {job.gpus} GPUs fit within it"
+    preemptible = " (preemptible)" if job.priority_class in PREEMPTIBLE_CLASSES else ""
+    owner = result.on_dedicated.get(job.pk)
+    if owner is not None:
+        return (
+            f"now borrowed{preemptible}: it runs on a partition dedicated to {owner}, whose in-quota work "
+            "reclaims it first"
+        )
+    return f"now borrowed{preemptible}: {quota} and its older running jobs hold it"
+
+
+def _restand(
+    result: PassResult, rows: dict[int, Job], departments: dict[int, Department], skip: set[int]
+) -> list[JobEvent]:
+    """Write the pass's in-quota/borrowed standing of the running jobs whose standing changed (not those
+    in `skip`: started or preempted by this pass), recorded in the audit; their QUOTA events."""
+    changed = [
+        pk
+        for pk, over in result.over_quota.items()
+        if pk in rows and pk not in skip and rows[pk].over_quota != over
+    ]
+    if not changed:
+        return []
+    jobs = list(
+        Job.objects.select_for_update().filter(pk__in=changed, state__in=HOLDING_STATES).order_by("pk")
+    )
+    changes: dict[int, dict] = {}
+    events: list[JobEvent] = []
+    for job in jobs:
+        over = result.over_quota[job.pk]
+        if job.over_quota == over:
+            continue
+        changes[job.pk] = {"over_quota": (job.over_quota, over)}
+        job.over_quota = over
+        events.append(_event(job, JobEventKind.QUOTA, _standing_words(job, over, result, departments)))
+    updated = [job for job in jobs if job.pk in changes]
+    Job.objects.bulk_update(updated, ["over_quota"])
+    record_bulk_change(Job, changes)
+    return events
+
+
 def _pass(now) -> PassSummary:
     """Read the cluster and the queue, let the engine decide, then apply what is still valid under lock."""
     started_clock = time.perf_counter()
@@ -563,7 +659,7 @@ def _pass(now) -> PassSummary:
     tray_pk = {index: pk for pk, index in tray_index.items()}
     departments = list(Department.objects.all())
     slug = {d.pk: d.slug for d in departments}
-    running = _running_jobs(cluster, slug)
+    running, running_rows = _running_jobs(cluster, slug)
     pending_jobs = {j.pk: j for j in Job.objects.filter(state=JobState.PENDING)}
     pending = _pending_jobs(pending_jobs, slug)
     result = schedule(cluster, _engine_departments(departments), running, pending, now.timestamp())
@@ -572,6 +668,12 @@ def _pass(now) -> PassSummary:
     events = _preempt(result.preempted, holding_by_pk, pending_jobs)
     started_jobs, start_events = _start(result, cluster, tray_pk, pending_jobs, now)
     events += start_events
+    events += _restand(
+        result,
+        running_rows,
+        {d.pk: d for d in departments},
+        skip={s.job_id for s in result.started} | set(result.preempted),
+    )
     _record_waiting_reasons(result.waiting, pending_jobs)
     JobEvent.objects.bulk_create(events)
     for job in started_jobs:

@@ -3,14 +3,20 @@
 Every figure is aggregated in SQL, so a page makes the same few queries whatever the number of racks, GPUs
 or jobs, and every list is bounded. The dashboards read each table once per request: one GROUP BY over the
 running jobs' allocations (in use, idle), one over the active jobs (running, pending), and GPU counts that
-start from the few unschedulable GPUs (tenancy.services); in quota / borrowed are arithmetic on in use.
+start from the few unschedulable GPUs (tenancy.services).
 Visibility comes from `visible_to(user)` / `led_by(user)` on the models and nowhere else.
 
 Definitions the dashboards share (and `tenancy.tasks.snapshot_quotas` records):
 
 * **in use**: GPUs held by the department's running jobs (Allocation rows).
 * **in quota / borrowed**: in use split at the guarantee, ``min(in_use, guaranteed)`` and the rest. This is
-  how Run:ai/KAI count quota: whichever job started last, the department holds its guarantee first.
+  how Run:ai/KAI count quota: whichever job started last, the department holds its guarantee first. The
+  jobs' badges (Job.over_quota) are per job, recomputed by every pass oldest first (scheduling.engine.
+  scheduler, Standing); they differ from this split only by the one job that straddles the guarantee.
+* **short of its guarantee**: `guarantee_status` / `Positions.capacity_status`, from
+  `tenancy.quota.guarantee_positions` (the scheduler's own arithmetic): the GPUs of its guarantee that
+  capacity cannot honour (cut; the shortfall banner) and the in-quota GPUs it asks for and does not hold
+  (owed; the dashboards and the API's ``starved``). Nothing else computes who is short.
 * **pending demand**: GPUs its pending jobs ask for.
 * **idle**: `tenancy.activity.idle_gpus_queryset` (allocated to a running job, utilization under the
   threshold for the whole window).
@@ -20,7 +26,7 @@ Definitions the dashboards share (and `tenancy.tasks.snapshot_quotas` records):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db.models import (
@@ -52,10 +58,8 @@ from tenancy.models import (
     QuotaSnapshot,
     TenancySettings,
 )
-from tenancy.quota import DepartmentQuota, fair_share
+from tenancy.quota import DepartmentQuota, GuaranteePosition, fair_share, guarantee_positions
 from tenancy.services import (
-    CapacityStatus,
-    capacity_status,
     count_of,
     schedulable_gpus,
     schedulable_gpus_q,
@@ -127,6 +131,7 @@ class Position:
     starved: int = 0  # GPUs owed within its guarantee that it does not hold
     reclaimable: int = 0  # GPUs held beyond the fair share, which others may take back
     role: str = ""  # the viewing user's role in it, when the list page sets it
+    guarantee: GuaranteePosition | None = None  # tenancy.quota.guarantee_positions: cut and owed
 
     @property
     def guaranteed(self) -> int:
@@ -185,9 +190,60 @@ class Positions:
     def pending_demand(self) -> int:
         return sum(p.pending_demand for p in self.positions)
 
-    def capacity_status(self) -> CapacityStatus:
-        """`tenancy.services.capacity_status` from these figures, without counting anything again."""
-        return capacity_status(self.capacity, [p.department for p in self.positions])
+    def capacity_status(self) -> GuaranteeStatus:
+        """Who is short of their guarantee, from these figures, without counting anything again."""
+        return GuaranteeStatus(self.capacity, tuple((p.department.name, p.guarantee) for p in self.positions))
+
+
+@dataclass(frozen=True)
+class GuaranteeStatus:
+    """Who is short of their guarantee (tenancy.quota.guarantee_positions), for the banner and dashboards."""
+
+    capacity: int
+    positions: tuple[tuple[str, GuaranteePosition], ...]  # (department name, position), by name
+
+    @property
+    def guaranteed(self) -> int:
+        return sum(p.guaranteed for _, p in self.positions)
+
+    @property
+    def shortfall(self) -> int:
+        """GPUs promised beyond the schedulable capacity (failures)."""
+        return max(0, self.guaranteed - self.capacity)
+
+    @property
+    def cut(self) -> list[tuple[str, int]]:
+        """(department, GPUs of its guarantee capacity cannot honour), largest first: what the scheduler
+        scales every guarantee down by (in proportion to it) while capacity is short."""
+        cut = [(name, p.cut) for name, p in self.positions if p.cut > 0]
+        return sorted(cut, key=lambda item: (-item[1], item[0]))
+
+    @property
+    def affected(self) -> list[str]:
+        return [f"{name} ({gpus} short)" for name, gpus in self.cut]
+
+    @property
+    def owed(self) -> list[tuple[str, int]]:
+        """(department, in-quota GPUs it asks for and does not hold); empty from `guarantee_status`."""
+        return [(name, p.owed) for name, p in self.positions if p.owed > 0]
+
+
+def guarantee_status() -> GuaranteeStatus:
+    """`GuaranteeStatus` for the shortfall banner on every page: two queries (capacity, guarantees).
+
+    The cut does not depend on demand, so the departments are taken as asking their full guarantee and
+    holding nothing (`owed` is left empty: the dashboards have the real figures).
+    """
+    capacity = schedulable_gpus()
+    quotas = [
+        (name, DepartmentQuota(name=slug, guaranteed=guaranteed, demand=guaranteed, priority=priority))
+        for name, slug, guaranteed, priority in Department.objects.values_list(
+            "name", "slug", "guaranteed_gpus", "priority"
+        )
+    ]
+    positions = guarantee_positions(capacity, [quota for _, quota in quotas])
+    held_none = {slug: replace(p, held=p.in_quota) for slug, p in positions.items()}
+    return GuaranteeStatus(capacity, tuple((name, held_none[quota.name]) for name, quota in quotas))
 
 
 def departments_with_jobs() -> QuerySet[Department]:
@@ -253,13 +309,16 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
             )
         )
     capacity = schedulable_gpus()
-    shares = fair_share(capacity, [p.as_quota() for p in positions]).shares
+    quotas = [p.as_quota() for p in positions]
+    shares = fair_share(capacity, quotas).shares
+    guarantees = guarantee_positions(capacity, quotas)
     for position in positions:
         share = shares[position.department.slug]
         position.fair_share = share.fair_share
         position.over_quota_share = share.over_quota
-        position.starved = share.starved
         position.reclaimable = share.reclaimable
+        position.guarantee = guarantees[position.department.slug]
+        position.starved = position.guarantee.owed
     return Positions(capacity=capacity, positions=positions, taken_at=now)
 
 
@@ -397,7 +456,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
 @dataclass
 class AdminDashboard:
     positions: Positions
-    status: CapacityStatus
+    status: GuaranteeStatus
     free: int
     idle_gpus: list
     at_risk: list[Position] = field(default_factory=list)

@@ -29,7 +29,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["DepartmentQuota", "FairShareResult", "Reclaim", "Share", "fair_share"]
+__all__ = [
+    "DepartmentQuota",
+    "FairShareResult",
+    "GuaranteePosition",
+    "Reclaim",
+    "Share",
+    "fair_share",
+    "guarantee_positions",
+    "in_quota_prefix",
+]
 
 
 def _check_count(owner: str, field: str, value: object) -> None:
@@ -224,3 +233,74 @@ def fair_share(capacity: int, departments: Iterable[DepartmentQuota]) -> FairSha
         reclaims=_reclaims(capacity, departments, shares),
         unallocated=capacity - sum(s.fair_share for s in shares.values()),
     )
+
+
+def in_quota_prefix(share: int, jobs: Iterable[tuple[object, int]]) -> set:
+    """The keys of a department's running jobs that are in quota: `jobs` are (key, GPUs), oldest first; the
+    longest prefix whose GPUs stay within `share` (its in-quota share) is in quota, the rest borrows.
+
+    Run:ai / KAI: the department holds its guarantee with its oldest work, so a raised guarantee turns the
+    oldest borrowers into in-quota work and a lowered one turns the newest in-quota work into borrowers.
+    """
+    chosen: set = set()
+    total = 0
+    for key, gpus in jobs:
+        total += gpus
+        if total > share:
+            break
+        chosen.add(key)
+    return chosen
+
+
+@dataclass(frozen=True)
+class GuaranteePosition:
+    """Where one department stands against its guarantee: the one answer to "who is short"."""
+
+    name: str
+    guaranteed: int
+    promised: int  # what capacity can honour of its guarantee (guarantees scaled down when they exceed it)
+    in_quota: int  # its in-quota share now: the promised part its demand asks for
+    held: int  # GPUs it holds
+
+    @property
+    def cut(self) -> int:
+        """GPUs of its guarantee that failures have left no capacity for."""
+        return self.guaranteed - self.promised
+
+    @property
+    def owed(self) -> int:
+        """GPUs of its in-quota share it asks for and does not hold (reclaimed from borrowers, or freed)."""
+        return max(0, self.in_quota - self.held)
+
+    @property
+    def short(self) -> bool:
+        return self.cut > 0 or self.owed > 0
+
+
+def guarantee_positions(
+    capacity: int, departments: Iterable[DepartmentQuota]
+) -> dict[str, GuaranteePosition]:
+    """Every department's guarantee position, by name, from the same arithmetic the scheduler admits with.
+
+    `in_quota` is `fair_share`'s in-quota share (guarantees met up to demand, scaled down by guarantee when
+    they do not fit the capacity); `promised` is the same with every department asking its full guarantee.
+    """
+    departments = list(departments)
+    result = fair_share(capacity, departments)
+    full = fair_share(
+        capacity,
+        [
+            DepartmentQuota(name=d.name, guaranteed=d.guaranteed, demand=d.guaranteed, priority=d.priority)
+            for d in departments
+        ],
+    )
+    return {
+        d.name: GuaranteePosition(
+            name=d.name,
+            guaranteed=d.guaranteed,
+            promised=full.shares[d.name].in_quota,
+            in_quota=result.shares[d.name].in_quota,
+            held=d.allocated,
+        )
+        for d in departments
+    }

@@ -2,8 +2,9 @@
 
 `base` is the interface (FabricPartition, FabricManager, the diff and the safe step order, typed errors),
 `nmx` talks to NVIDIA NMX Manager's REST API (NmxFabricManager), `simulated` is the embedded in-memory default
-(SimulatedFabricManager). No Django here: the plan apply service maps inventory rows to FabricPartition and
-writes the resulting clique IDs back.
+(SimulatedFabricManager). These three use no Django; `adapter` (the fabric push target) maps the
+inventory's partitions to FabricPartition, and `nodes` makes the simulated fabric's nodes report their new
+cliques through discovery, as node agents do on real hardware.
 """
 
 from integrations.fabric.base import (

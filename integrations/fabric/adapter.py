@@ -1,4 +1,7 @@
-"""The fabric target's adapter: FabricManager.apply rack by rack (one NVLink domain each), with progress."""
+"""The fabric target's adapter: FabricManager.apply rack by rack (one NVLink domain each), with progress.
+
+With the simulated fabric, the racks' simulated nodes then report their new cliques through discovery
+(integrations.fabric.nodes), as node agents do on real hardware after NMX-M re-carves a rack."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from integrations.fabric import (
     NmxFabricManager,
     SimulatedFabricManager,
 )
+from integrations.fabric.nodes import report_after_apply
 
 # The embedded fabric keeps its partitions in memory: one per target, for the life of the process.
 _SIMULATED: dict[int, SimulatedFabricManager] = {}
@@ -81,6 +85,9 @@ class FabricAdapter:
                 raise
             if result.changed:
                 changed.append(name)
+                if self.values["kind"] == "simulated":
+                    # No node agent runs on simulated hardware: its simulated nodes report the new cliques.
+                    report_after_apply(rack, result.read_back, log)
             else:
                 unchanged += 1
             if result.renumbered:

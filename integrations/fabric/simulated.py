@@ -12,8 +12,9 @@ Usage by the plan apply service:
     # result.assigned_ids[partition.name] (the simulated fabric keeps the planned IDs unless one is taken,
     # like a fabric that assigns the lowest free ID; NMX-M always chooses them itself).
 
-The caller owns the inventory: this module never touches the database. Keep one instance per process (or
-rebuild it from the inventory before each apply) - the state is not persisted.
+The caller owns the inventory: this module never touches the database (after an apply, the fabric target's
+simulated nodes report the new cliques through discovery: integrations.fabric.nodes). Keep one instance per
+process (or rebuild it from the inventory before each apply) - the state is not persisted.
 
 Like the fabric: the default partition (ID 32766) is never deleted, only emptied; a created partition keeps
 its planned ID when that ID is free, otherwise it gets the lowest free one; each step checks that no GPU ends

@@ -6,6 +6,10 @@ Kubernetes, directory) that brings each system to that intent; the plan's status
 Two admins applying plans to one rack are serialized by a row lock on the rack, and the database allows
 one active plan per rack (inventory_partitionplan_one_active_per_rack), so the second gets a clear
 conflict and never a mix of both.
+
+Tray changes (drain, partition moves, undrain) are bulk updates recorded in the audit with before and after
+(core.audit.update_recorded / recording_changes). A plan that ends (applied, failed, cancelled) asks the
+scheduler for a pass: the layout it places on has changed.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from core.audit import recording_changes, update_recorded
 from integrations.models import ConfigPush, PushStatus
 from integrations.pushes import queue_pushes
 from integrations.slurm.render import SlurmBlock, plan_topology
@@ -28,7 +33,8 @@ from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import Level, PlanCheck, PlannedPartition, TrayInfo, check_plan
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
-from tenancy.models import Department
+from scheduling.services import request_pass
+from tenancy.models import DedicatedPartition, Department
 from tenancy.services import dedicate_partition
 
 
@@ -98,7 +104,7 @@ def _block_checker(rack: Rack):
 
 
 def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False) -> PlanCheck:
-    return check_plan(
+    result = check_plan(
         rack.name,
         rack_trays(rack),
         partitions,
@@ -106,6 +112,34 @@ def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False
         drain=drain,
         check_blocks=_block_checker(rack),
     )
+    _check_dedications(rack, result)
+    return result
+
+
+def _check_dedications(rack: Rack, result: PlanCheck) -> None:
+    """Warn when a department's dedicated trays on the rack lose their dedication: re-carving deletes the
+    rack's partitions and their dedications with them, and only planned partitions given a department are
+    dedicated again. A lead's dedicated tier must not vanish without the admin being told."""
+    before: dict[str, tuple[str, set[int]]] = {}
+    for slug, name, slot in DedicatedPartition.objects.filter(partition__rack=rack).values_list(
+        "department__slug", "department__name", "partition__trays__slot"
+    ):
+        entry = before.setdefault(slug, (name, set()))
+        if slot is not None:
+            entry[1].add(slot)
+    after: dict[str, set[int]] = {}
+    for planned in result.partitions:
+        if planned.department:
+            after.setdefault(planned.department, set()).update(planned.slots)
+    for slug, (name, slots) in sorted(before.items()):
+        lost = sorted(slots - after.get(slug, set()))
+        if lost:
+            result.add(
+                Level.WARNING,
+                f"{len(lost)} of {name}'s dedicated trays on {rack.name} (slots {', '.join(map(str, lost))}) "
+                f"lose their dedication: no planned partition holding them is dedicated to {slug}. Give one "
+                f"the department {slug} to keep {name}'s dedicated tier.",
+            )
 
 
 @dataclass
@@ -216,8 +250,10 @@ def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
                 raise ValidationError([f.message for f in result.findings if f.level == Level.ERROR])
             plan.applied_at = timezone.now()
             if result.busy_trays:
-                ComputeTray.objects.filter(rack=rack, slot__in=[c.slot for c in result.busy_trays]).update(
-                    state=TrayState.DRAIN, state_reason=drain_reason(plan)
+                update_recorded(
+                    ComputeTray.objects.filter(rack=rack, slot__in=[c.slot for c in result.busy_trays]),
+                    state=TrayState.DRAIN,
+                    state_reason=drain_reason(plan),
                 )
                 plan.status = PlanStatus.DRAINING
                 plan.save(update_fields=["status", "applied_at"])
@@ -245,8 +281,10 @@ def continue_draining(plan: PartitionPlan) -> bool:
 
 def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:
     _repartition(plan.rack, result)
-    ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)).update(
-        state=TrayState.UP, state_reason=""
+    update_recorded(
+        ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)),
+        state=TrayState.UP,
+        state_reason="",
     )
     plan.status = PlanStatus.APPLYING
     plan.save(update_fields=["status", "applied_at"])
@@ -255,21 +293,24 @@ def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:
 
 
 def _repartition(rack: Rack, result: PlanCheck) -> None:
-    """Replace the rack's partitions with the planned ones; dedications go through tenancy's rules."""
-    ComputeTray.objects.filter(rack=rack).update(partition=None)
-    for partition in NVLinkPartition.objects.filter(rack=rack):
-        partition.delete()  # one by one: audited, and dedications go with them
-    departments = {d.slug: d for d in Department.objects.all()}
-    for planned in result.partitions:
-        partition = NVLinkPartition.objects.create(
-            rack=rack,
-            name=planned.name,
-            clique_id=result.clique_ids[planned.name],
-            service_tier=planned.slurm_partition,
-        )
-        ComputeTray.objects.filter(rack=rack, slot__in=planned.slots).update(partition=partition)
-        if planned.department:
-            dedicate_partition(departments[planned.department], partition)
+    """Replace the rack's partitions with the planned ones; dedications go through tenancy's rules.
+
+    Each tray's move is recorded once, from its old partition to its new one."""
+    with recording_changes(ComputeTray.objects.filter(rack=rack), "partition"):
+        ComputeTray.objects.filter(rack=rack).update(partition=None)
+        for partition in NVLinkPartition.objects.filter(rack=rack):
+            partition.delete()  # one by one: audited, and dedications go with them
+        departments = {d.slug: d for d in Department.objects.all()}
+        for planned in result.partitions:
+            partition = NVLinkPartition.objects.create(
+                rack=rack,
+                name=planned.name,
+                clique_id=result.clique_ids[planned.name],
+                service_tier=planned.slurm_partition,
+            )
+            ComputeTray.objects.filter(rack=rack, slot__in=planned.slots).update(partition=partition)
+            if planned.department:
+                dedicate_partition(departments[planned.department], partition)
 
 
 def refresh_status(plan: PartitionPlan) -> PartitionPlan:
@@ -300,6 +341,8 @@ def refresh_status(plan: PartitionPlan) -> PartitionPlan:
         plan.status, plan.error = status, error
         plan.finished_at = None if status == PlanStatus.APPLYING else timezone.now()
         plan.save(update_fields=["status", "error", "finished_at"])
+        if status != PlanStatus.APPLYING:
+            request_pass(f"plan #{plan.pk} {status}")
     return plan
 
 
@@ -321,11 +364,16 @@ def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
             raise PlanConflict(
                 f"Plan #{plan.pk} is {plan.get_status_display().lower()}: it can no longer be cancelled."
             )
-        ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)).update(
-            state=TrayState.UP, state_reason=""
+        update_recorded(
+            ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)),
+            state=TrayState.UP,
+            state_reason="",
         )
+        drained = plan.status == PlanStatus.DRAINING
         plan.status, plan.finished_at = PlanStatus.CANCELLED, timezone.now()
         plan.save(update_fields=["status", "finished_at"])
+        if drained:  # a draft changed nothing the scheduler sees
+            request_pass(f"plan #{plan.pk} cancelled")
     return plan
 
 

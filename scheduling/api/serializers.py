@@ -1,9 +1,11 @@
 """Job API serializers. Validation of a job against the cluster and its department is in
 scheduling.services (the same rules for every client); these check shapes and say which field is wrong."""
 
+from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from core.workloads import WorkError, validate_work
+from core.fields import SlugTextField, TextField
+from core.workloads import WorkError, WorkRule, validate_work, work_rules
 from scheduling.choices import Backend, PriorityClass, Topology
 from scheduling.models import Job, JobEvent
 from scheduling.services import default_topology, submittable_departments
@@ -19,7 +21,9 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 class JobSerializer(serializers.ModelSerializer):
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    submitted_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True, help_text="null once the account is deleted"
+    )
     url = serializers.HyperlinkedIdentityField(view_name="job-detail")
 
     class Meta:
@@ -63,8 +67,8 @@ class JobSubmitSerializer(serializers.Serializer):
     """A job to run. `work` is {"script": "#!/bin/bash ..."} for Slurm and {"image": ..., "command": [...],
     "args": [...], "env": {...}} for Kubernetes."""
 
-    department = serializers.SlugField(help_text="The department's slug (you must be a member).")
-    name = serializers.CharField(max_length=200)
+    department = SlugTextField(help_text="The department's slug (you must be a member).")
+    name = TextField(max_length=200)
     gpus = serializers.IntegerField(
         min_value=1, help_text="1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that."
     )
@@ -103,3 +107,62 @@ class JobSubmitSerializer(serializers.Serializer):
             return validate_work(backend, work)
         except WorkError as error:
             raise serializers.ValidationError({"work": str(error)}) from error
+
+
+# ---- the request schema: one per job backend --------------------------------------------------------------
+# JobSubmitSerializer validates every submission; the OpenAPI document shows it as one schema per registered
+# backend (core.workloads: the backend's `work` rule as JSON Schema), so `backend` and `work` always agree.
+
+
+_VARIANTS: dict[str, type[serializers.Serializer]] = {}
+
+
+def _submit_variant(rule: WorkRule) -> type[serializers.Serializer]:
+    if rule.backend not in _VARIANTS:
+        _VARIANTS[rule.backend] = _make_variant(rule)
+    return _VARIANTS[rule.backend]
+
+
+def _make_variant(rule: WorkRule) -> type[serializers.Serializer]:
+    name = rule.backend.title()
+    default = JobSubmitSerializer._declared_fields["backend"].default
+    backend_schema = {"type": "string", "enum": [rule.backend]}
+    if rule.backend == default:
+        backend_schema["default"] = default
+    backend = extend_schema_field(backend_schema)(type(f"{name}BackendField", (serializers.CharField,), {}))
+    work = extend_schema_field(rule.schema)(type(f"{name}WorkField", (serializers.JSONField,), {}))
+    fields = {
+        "backend": backend(required=rule.backend != default, help_text=f"{name} runs the job."),
+        "work": work(help_text=rule.schema.get("description", "")),
+        "__doc__": f"A job for {name}.",
+    }
+    return type(f"{name}JobSubmitSerializer", (JobSubmitSerializer,), fields)
+
+
+def job_submit_variants() -> list[type[serializers.Serializer]]:
+    return [_submit_variant(rule) for rule in work_rules()]
+
+
+JobSubmitRequest = PolymorphicProxySerializer(
+    component_name="JobSubmit",
+    serializers=job_submit_variants,  # called when the schema is generated, after every kind registered
+    resource_type_field_name=None,
+)
+
+
+def job_submit_example(rule: WorkRule) -> dict:
+    """A submission of the rule's own example work (the demo's `research` department, one tray)."""
+    return {
+        "department": "research",
+        "name": f"example-{rule.backend}",
+        "gpus": 4,
+        "backend": rule.backend,
+        "work": rule.example,
+    }
+
+
+def job_submit_examples() -> list[OpenApiExample]:
+    return [
+        OpenApiExample(f"{rule.backend.title()} job", value=job_submit_example(rule), request_only=True)
+        for rule in work_rules()
+    ]

@@ -9,7 +9,13 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from core.api import api_validation_error
-from scheduling.api.serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
+from scheduling.api.serializers import (
+    JobDetailSerializer,
+    JobSerializer,
+    JobSubmitRequest,
+    JobSubmitSerializer,
+    job_submit_examples,
+)
 from scheduling.filters import JobFilter
 from scheduling.models import Job
 from scheduling.services import IdempotencyKeyReused, cancel_job, may_cancel, submission, submit_job
@@ -47,7 +53,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(
         parameters=[IDEMPOTENCY_KEY],
-        request=JobSubmitSerializer,
+        request=JobSubmitRequest,
+        examples=job_submit_examples(),
         responses={
             201: JobDetailSerializer,
             200: OpenApiResponse(
@@ -84,7 +91,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         )
         return JobDetailSerializer(job, context={"request": self.request}).data
 
-    @extend_schema(request=None, responses={200: JobDetailSerializer})
+    @extend_schema(
+        request=None,
+        responses={
+            200: JobDetailSerializer,
+            400: OpenApiResponse(description="The job has already ended: it cannot be cancelled."),
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel a pending or running job (its submitter, its department's leads, staff)."""

@@ -10,13 +10,18 @@ free GPUs keeps these indexes exact, each update O(1):
   partitions) with exactly k whole free trays. Best fit is the first non-empty bucket at k >= n.
 * ``part_free[p]``: the whole free trays of partition p.
 * ``rack_buckets[k]``: the racks with exactly k whole free trays in shared partitions.
-* ``partial[owner][g]``: trays with exactly g free GPUs (1-3) that are not whole and free: partly used
-  trays, or trays with an unhealthy GPU. Small jobs pack into these first.
+* ``partial[owner][g]``: trays with exactly g free GPUs that are not whole free: partly used trays, trays
+  with an unhealthy GPU (g = 1-3), and free trays whose fabric is unsettled (g = 4, below). Small jobs pack
+  into these first.
 
 Ordered sets are dicts (insertion-ordered, O(1) add/remove), so a run is deterministic.
 
-A tray is *whole free* when it has all ``GPUS_PER_TRAY`` GPUs schedulable and free. Multi-tray jobs take
-whole trays only. Trays can be *held* (kept out of the indexes) by a reservation for the rest of a pass.
+A tray is *whole free* when it has all ``GPUS_PER_TRAY`` GPUs schedulable and free, and its fabric is
+settled (``TraySpec.fabric_ok``: its GPUs report their partition's clique and completed fabric
+registration). Multi-tray jobs take whole free trays only: a job spread over trays needs the NVLink
+partition it was promised, and a tray whose GPUs report another clique (a fabric change in progress, or
+drift) is not in it. Single-tray jobs may use unsettled trays. Trays can be *held* (kept out of the indexes)
+by a reservation for the rest of a pass.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class TraySpec:
     partition: str  # NVLink partition name, unique within its rack
     capacity: int = GPUS_PER_TRAY  # schedulable GPUs (0 when the tray is down or drained)
     owner: Owner = None  # the department the partition is dedicated to
+    fabric_ok: bool = True  # False: a GPU reports another clique than the partition's, or unfinished fabric
 
 
 class Cluster:
@@ -49,6 +55,7 @@ class Cluster:
         self.tray_cap: list[int] = []
         self.tray_free: list[int] = []
         self.tray_held: list[bool] = []
+        self.tray_settled: list[bool] = []  # TraySpec.fabric_ok
         self.tray_jobs: list[dict[int, int]] = []  # tray -> {job id: GPUs it holds there}
         # Partitions.
         self.part_name: list[str] = []
@@ -95,6 +102,7 @@ class Cluster:
         self.tray_cap.append(spec.capacity)
         self.tray_free.append(spec.capacity)
         self.tray_held.append(False)
+        self.tray_settled.append(spec.fabric_ok)
         self.tray_jobs.append({})
         self.part_trays[p].append(t)
 
@@ -127,9 +135,10 @@ class Cluster:
         }
         self.rack_buckets: list[dict[int, None]] = [{} for _ in range(self.max_rack_trays + 1)]
         self.partial: dict[Owner, list[dict[int, None]]] = {
-            owner: [{} for _ in range(GPUS_PER_TRAY)] for owner in self.owners
+            owner: [{} for _ in range(GPUS_PER_TRAY + 1)] for owner in self.owners
         }
         self.whole_by_owner: dict[Owner, int] = dict.fromkeys(self.owners, 0)
+        self.dedicated_owners: list[str] = sorted(owner for owner in self.owners if owner is not None)
         # Racks that hold partitions dedicated to an owner (few): checked before the shared rack index.
         self.owner_racks: dict[Owner, list[int]] = {}
         for p, owner in enumerate(self.part_owner):
@@ -150,24 +159,36 @@ class Cluster:
         return len(self.tray_host)
 
     def is_whole(self, t: int) -> bool:
-        return self.tray_cap[t] == GPUS_PER_TRAY and self.tray_free[t] == GPUS_PER_TRAY
+        """All GPUs schedulable and free, and the fabric settled: a tray a multi-tray job may take."""
+        return (
+            self.tray_cap[t] == GPUS_PER_TRAY and self.tray_free[t] == GPUS_PER_TRAY and self.tray_settled[t]
+        )
 
     def partition_label(self, p: int) -> str:
         return f"{self.rack_name[self.part_rack[p]]} {self.part_name[p]}"
 
-    def usable_owners(self, department: str | None) -> list[Owner]:
-        """Whose partitions a department's jobs may use, in order: its own dedicated ones first, then shared.
+    def usable_owners(self, department: str | None, borrow: bool = False) -> list[Owner]:
+        """Whose partitions a department's jobs may use, in order: its own dedicated ones first, then shared,
+        then, for borrowed work only (`borrow`: over quota, preemptible), partitions dedicated to others.
 
-        Partitions dedicated to another department are never used: they serve only their owner (the Slurm
-        partition of a dedicated tier admits only that department's QOS).
+        A dedicated partition serves its owner: another department's work runs there only as borrowed work,
+        and the owner's in-quota work reclaims it first (scheduling.engine.scheduler).
         """
-        if department is not None and department in self.owners:
-            return [department, None]
-        return [None]
+        owners: list[Owner] = (
+            [department, None] if department is not None and department in self.owners else [None]
+        )
+        if borrow:
+            owners += [owner for owner in self.dedicated_owners if owner != department]
+        return owners
 
-    def usable(self, t: int, department: str | None) -> bool:
+    def usable(self, t: int, department: str | None, borrow: bool = False) -> bool:
         owner = self.part_owner[self.tray_part[t]]
-        return owner is None or owner == department
+        return owner is None or owner == department or borrow
+
+    def dedicated_to_other(self, t: int, department: str | None) -> bool:
+        """The tray is in a partition dedicated to a department other than `department`."""
+        owner = self.part_owner[self.tray_part[t]]
+        return owner is not None and owner != department
 
     # --- index maintenance -------------------------------------------------------------------------
 
@@ -257,6 +278,12 @@ class Cluster:
                 self.tray_held[t] = False
                 self._index(t)
 
+    def set_fabric_ok(self, t: int, ok: bool) -> None:
+        """The tray's fabric became settled (ok) or unsettled (a fabric change began, or drift)."""
+        self._unindex(t)
+        self.tray_settled[t] = ok
+        self._index(t)
+
     def set_capacity(self, t: int, capacity: int) -> None:
         """A tray went down or came back, or a GPU turned unhealthy; never below what jobs hold there."""
         held = self.tray_cap[t] - self.tray_free[t]
@@ -280,3 +307,14 @@ class Cluster:
                     best, where = k, next(iter(buckets[k]))
                     break
         return best, where
+
+    def unsettled_free(self, owners: list[Owner]) -> dict[int, list[int]]:
+        """Free trays left out of multi-tray placement because their fabric is unsettled, by partition.
+
+        Read from the partial index (few trays), so it costs nothing when every fabric is settled.
+        """
+        by_partition: dict[int, list[int]] = {}
+        for owner in owners:
+            for t in self.partial[owner][GPUS_PER_TRAY]:
+                by_partition.setdefault(self.tray_part[t], []).append(t)
+        return by_partition

@@ -10,7 +10,9 @@ Policies:
 
 * ``rackplane``: the product. Multi-tray jobs go to the partition that fits them best (fewest whole free
   trays left behind, so big holes stay big); small jobs pack into partly used trays first, then take a
-  tray from the partition with the fewest free trays. The department's dedicated partitions come first.
+  tray from the partition with the fewest free trays. The department's dedicated partitions come first;
+  borrowed work (``Request.borrow``) may also use partitions dedicated to other departments, last.
+  Multi-tray jobs never take trays whose fabric is unsettled (see scheduling.engine.cluster).
   Every decision reads the cluster's free-capacity indexes (a few dict lookups), never the whole cluster.
 * ``first-fit``: the first free trays in cluster order, ignoring partitions and the requirement (a
   topology-blind scheduler). Scans the trays: a baseline for the simulator, not for 1,000 racks.
@@ -38,6 +40,7 @@ class Request:
     gpus: int
     topology: str = PARTITION
     department: str | None = None
+    borrow: bool = False  # over quota and preemptible: may use partitions dedicated to other departments
 
     def __post_init__(self):
         if self.topology not in TOPOLOGIES:
@@ -100,10 +103,11 @@ def _take(cluster: Cluster, p: int, n: int) -> list[tuple[int, int]]:
 
 
 def _small(cluster: Cluster, request: Request) -> Placement | None:
-    owners = cluster.usable_owners(request.department)
+    owners = cluster.usable_owners(request.department, request.borrow)
     for owner in owners:
         partial = cluster.partial[owner]
-        for free in range(request.gpus, GPUS_PER_TRAY):
+        # Up to GPUS_PER_TRAY: free trays whose fabric is unsettled serve small jobs before whole trays.
+        for free in range(request.gpus, GPUS_PER_TRAY + 1):
             if partial[free]:
                 return ((next(iter(partial[free])), request.gpus),)
     p = _best_partition(cluster, 1, owners)
@@ -114,7 +118,7 @@ def _small(cluster: Cluster, request: Request) -> Placement | None:
 
 def _rackplane(cluster: Cluster, request: Request) -> Placement | None:
     n = request.trays
-    owners = cluster.usable_owners(request.department)
+    owners = cluster.usable_owners(request.department, request.borrow)
     p = _best_partition(cluster, n, owners)
     if p is not None:
         return tuple(_take(cluster, p, n))
@@ -174,33 +178,37 @@ def _span(cluster: Cluster, n: int, owners) -> Placement | None:
 # that cannot be met costs a few lookups, not a scan of the whole cluster.
 
 
-def _free_whole(cluster: Cluster, t: int, department) -> bool:
-    return not cluster.tray_held[t] and cluster.is_whole(t) and cluster.usable(t, department)
+def _free_whole(cluster: Cluster, t: int, request: Request) -> bool:
+    return (
+        not cluster.tray_held[t]
+        and cluster.is_whole(t)
+        and cluster.usable(t, request.department, request.borrow)
+    )
 
 
 def _first_tray(cluster: Cluster, request: Request) -> Placement | None:
-    owners = cluster.usable_owners(request.department)
+    owners = cluster.usable_owners(request.department, request.borrow)
     if not any(cluster.whole_by_owner[owner] for owner in owners) and not any(
-        cluster.partial[owner][free] for owner in owners for free in range(request.gpus, GPUS_PER_TRAY)
+        cluster.partial[owner][free] for owner in owners for free in range(request.gpus, GPUS_PER_TRAY + 1)
     ):
         return None
     for t in range(len(cluster)):
         if (
             cluster.tray_free[t] >= request.gpus
             and not cluster.tray_held[t]
-            and cluster.usable(t, request.department)
+            and cluster.usable(t, request.department, request.borrow)
         ):
             return ((t, request.gpus),)
     return None
 
 
 def _first_trays(cluster: Cluster, request: Request) -> Placement | None:
-    owners = cluster.usable_owners(request.department)
+    owners = cluster.usable_owners(request.department, request.borrow)
     if sum(cluster.whole_by_owner[owner] for owner in owners) < request.trays:
         return None
     chosen = []
     for t in range(len(cluster)):
-        if _free_whole(cluster, t, request.department):
+        if _free_whole(cluster, t, request):
             chosen.append((t, GPUS_PER_TRAY))
             if len(chosen) == request.trays:
                 return tuple(chosen)
@@ -209,7 +217,7 @@ def _first_trays(cluster: Cluster, request: Request) -> Placement | None:
 
 def _smallest_block(cluster: Cluster, request: Request) -> Placement | None:
     n = request.trays
-    owners = cluster.usable_owners(request.department)
+    owners = cluster.usable_owners(request.department, request.borrow)
     best = None
     for p, trays in enumerate(cluster.part_trays):
         whole = cluster.part_whole[p]
@@ -234,12 +242,13 @@ def describe(cluster: Cluster, placement: Placement) -> dict:
 
 def why_not(cluster: Cluster, request: Request) -> str:
     """Why `request` does not fit now, in plain words (after `place` returned None)."""
-    owners = cluster.usable_owners(request.department)
+    owners = cluster.usable_owners(request.department, request.borrow)
     if request.small:
         if cluster.free_gpus == 0:
             return "no GPU is free"
         return f"no tray has {request.gpus} free GPU{'s' if request.gpus > 1 else ''}"
     n = request.trays
+    unsettled = cluster.unsettled_free(owners)
     largest, where = cluster.largest_free_partition(owners)
     block = (
         f"the largest free block is {largest} tray{'s' if largest != 1 else ''} in "
@@ -248,6 +257,11 @@ def why_not(cluster: Cluster, request: Request) -> str:
         else "no NVLink partition has a free tray"
     )
     if request.topology == PARTITION:
+        # A partition that would fit but for its unsettled trays: that is the reason, not the block size.
+        fits = [p for p, trays in unsettled.items() if cluster.part_whole[p] + len(trays) >= n]
+        if fits:
+            p = max(fits, key=lambda p: (cluster.part_whole[p] + len(unsettled[p]), -p))
+            return _unsettled_words(cluster, p, unsettled[p])
         return f"no NVLink partition has {n} free trays; {block}"
     if request.topology == RACK:
         most = max(
@@ -257,6 +271,37 @@ def why_not(cluster: Cluster, request: Request) -> str:
             ),
             default=0,
         )
-        return f"no rack has {n} free trays (the most in one rack is {most}); {block}"
+        return f"no rack has {n} free trays (the most in one rack is {most}); {block}" + _left_out(
+            cluster, unsettled
+        )
     free = sum(cluster.whole_by_owner[owner] for owner in owners)
-    return f"{n} whole trays are needed and {free} are free"
+    return f"{n} whole trays are needed and {free} are free" + _left_out(cluster, unsettled)
+
+
+NAMED_TRAYS = 9  # trays named in a reason; the rest are counted
+
+
+def _hostnames(cluster: Cluster, trays: list[int]) -> str:
+    names = [cluster.tray_host[t] for t in sorted(trays)]
+    more = len(names) - NAMED_TRAYS
+    return ", ".join(names[:NAMED_TRAYS]) + (f" and {more} more" if more > 0 else "")
+
+
+def _unsettled_words(cluster: Cluster, p: int, trays: list[int]) -> str:
+    total = cluster.part_whole[p] + len(trays)
+    return (
+        f"{cluster.partition_label(p)} has {total} free tray{'s' if total != 1 else ''} but {len(trays)} of "
+        "them report another NVLink clique than their partition or unfinished fabric registration (fabric "
+        f"change in progress or drift): {_hostnames(cluster, trays)}"
+    )
+
+
+def _left_out(cluster: Cluster, unsettled: dict[int, list[int]]) -> str:
+    trays = [t for group in unsettled.values() for t in group]
+    if not trays:
+        return ""
+    return (
+        f"; {len(trays)} more free tray{'s are' if len(trays) != 1 else ' is'} left out while "
+        f"{'their' if len(trays) != 1 else 'its'} fabric is unsettled (another NVLink clique than the "
+        f"partition's, or unfinished fabric registration): {_hostnames(cluster, trays)}"
+    )

@@ -11,16 +11,25 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
    preemptible.
 2. **Then over quota.** Preemptible (training) jobs beyond the guarantee borrow free GPUs, departments
    furthest below their fair share first, never past a department's limit. Non-preemptible classes
-   (build, inference) only run in quota.
-3. **Reclaim.** An in-quota job that does not fit preempts over-quota work of other departments: the
-   least-priority department's first, most recently started first, until the job fits. Victims whose
-   trays the job does not need keep running.
+   (build, inference) only run in quota. Borrowed work may also use partitions dedicated to other
+   departments (after its own and the shared ones).
+3. **Reclaim.** An in-quota job that does not fit preempts over-quota work of other departments: first
+   the borrowers on partitions dedicated to the job's department, then the least-priority department's,
+   most recently started first, until the job fits. Victims whose trays the job does not need keep running.
 4. **Reservation and backfill.** The first jobs that still do not fit (the head of the queue; two by
    default, `max_reservations`) get reservations: the trays that free up earliest for each (by the running
    jobs' time limits) are held for the rest of the pass. A later job may use held trays only if its time
    limit ends before the earliest reservation starts, so backfilling never delays the head jobs. Two
    rather than one (EASY backfill) because the trace replay showed a single reservation starving large
    jobs behind a stream of in-quota work (docs/simulator.md).
+
+**Standing.** Every pass recomputes which running jobs are in quota and which borrow (`standing`), before
+admission (so reclaim preempts today's borrowers, not the ones of when they started) and after it (the
+result's `over_quota`): per department, its running jobs are in quota while their GPUs stay within the
+department's in-quota share, non-preemptible classes first (they run only in quota), then oldest first;
+the rest borrow. A job on a partition dedicated to another department always borrows. Raising a guarantee
+turns the oldest borrowers into in-quota work at the next pass; lowering it turns the newest in-quota jobs
+into borrowers.
 
 The pass changes the given cluster (allocations for started jobs, releases for preempted ones) and returns
 what it decided; the caller makes it so.
@@ -29,12 +38,12 @@ what it decided; the caller makes it so.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.placement import PARTITION, RACK, RACKPLANE, Placement, Request, place, why_not
-from tenancy.quota import DepartmentQuota, fair_share
+from tenancy.quota import DepartmentQuota, fair_share, in_quota_prefix
 
 PREEMPTIBLE_CLASSES = ("train",)
 
@@ -62,8 +71,8 @@ class PendingJob:
     def preemptible(self) -> bool:
         return self.priority_class in PREEMPTIBLE_CLASSES
 
-    def request(self) -> Request:
-        return Request(self.gpus, self.topology, self.department)
+    def request(self, borrow: bool = False) -> Request:
+        return Request(self.gpus, self.topology, self.department, borrow)
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,10 @@ class PassResult:
     waiting: dict[int, str] = field(default_factory=dict)  # job id -> why it waits (plain words)
     reservation: Reservation | None = None
     decisions: int = 0  # placement decisions made (calls of `place`)
+    # Every job running after the pass (started ones included) -> True when it borrows (see Standing).
+    over_quota: dict[int, bool] = field(default_factory=dict)
+    in_quota_share: dict[str, int] = field(default_factory=dict)  # department -> its in-quota share
+    on_dedicated: dict[int, str] = field(default_factory=dict)  # job -> owner of the dedicated partition
 
 
 def _minutes(seconds: float) -> str:
@@ -148,6 +161,7 @@ class _Pass:
         ).shares
         self.in_quota = {name: share.in_quota for name, share in shares.items()}
         self.fair = {name: share.fair_share for name, share in shares.items()}
+        self._restand()
         self.reserved: list[Reservation] = []
         self.reserved_from = math.inf  # the earliest start of a reservation
         self.held_trays: set[int] = set()
@@ -159,11 +173,49 @@ class _Pass:
         # reclaim fails again until capacity moves (a reclaim succeeds): then both caches are cleared.
         self.reclaim_failed: set[tuple] = set()
 
+    # --- standing: in quota or borrowed ------------------------------------------------------------
+
+    def _dedicated_owner(self, job: RunningJob) -> str | None:
+        """The owner of another department's dedicated partition the job holds trays on, if any."""
+        cluster = self.cluster
+        for t, _ in cluster.jobs.get(job.id, ()):
+            if cluster.dedicated_to_other(t, job.department):
+                return cluster.part_owner[cluster.tray_part[t]]
+        return None
+
+    def _restand(self) -> None:
+        """Recompute every running job's over_quota (module docstring, Standing)."""
+        by_department: dict[str, list[RunningJob]] = {}
+        on_dedicated: dict[int, str] = {}
+        for job in self.running.values():
+            owner = self._dedicated_owner(job)
+            if owner is not None:
+                on_dedicated[job.id] = owner
+            else:
+                by_department.setdefault(job.department, []).append(job)
+        in_quota: set[int] = set()
+        for name, jobs in by_department.items():
+            if name not in self.in_quota:
+                continue  # unknown department: nothing is guaranteed to it
+            # Oldest first; non-preemptible classes first (they run only in quota), and within one start
+            # time the pass's own decision first (a job started in quota next to a borrower it outranks).
+            jobs.sort(
+                key=lambda j: (j.priority_class in PREEMPTIBLE_CLASSES, j.started_at, j.over_quota, j.id)
+            )
+            in_quota |= in_quota_prefix(self.in_quota[name], [(j.id, j.gpus) for j in jobs])
+        for job_id, job in self.running.items():
+            over = job_id not in in_quota
+            if job.over_quota != over:
+                self.running[job_id] = replace(job, over_quota=over)
+        self.result.over_quota = {job_id: job.over_quota for job_id, job in self.running.items()}
+        self.result.on_dedicated = on_dedicated
+        self.result.in_quota_share = dict(self.in_quota)
+
     # --- placement with reservations respected ---------------------------------------------------
 
-    def _place(self, job: PendingJob, may_backfill: bool) -> Placement | None:
+    def _place(self, job: PendingJob, may_backfill: bool, borrow: bool = False) -> Placement | None:
         owner = job.department if job.department in self.cluster.owners else None
-        key = (job.gpus, job.topology, owner, may_backfill)
+        key = (job.gpus, job.topology, owner, may_backfill, borrow)
         if key in self.failed:
             return None
         backfill = may_backfill and self.held_trays
@@ -171,7 +223,7 @@ class _Pass:
             self.cluster.unhold(self.held_trays)
         try:
             self.result.decisions += 1
-            placement = place(self.cluster, job.request(), self.policy)
+            placement = place(self.cluster, job.request(borrow), self.policy)
         finally:
             if backfill:
                 self.cluster.hold(self.held_trays)
@@ -209,22 +261,30 @@ class _Pass:
         return True
 
     def _try_reclaim(self, job: PendingJob) -> bool:
+        cluster = self.cluster
+
+        def on_its_partitions(r: RunningJob) -> bool:  # a borrower on the job's department's dedicated ones
+            return any(
+                cluster.part_owner[cluster.tray_part[t]] == job.department for t, _ in cluster.jobs[r.id]
+            )
+
         victims = sorted(
             (
-                r
+                (not on_its_partitions(r), r)
                 for r in self.running.values()
-                if r.preemptible and r.department != job.department and r.id in self.cluster.jobs
+                if r.preemptible and r.department != job.department and r.id in cluster.jobs
             ),
-            key=lambda r: (self.departments[r.department].priority, -r.started_at, -r.id),
+            key=lambda v: (v[0], self.departments[v[1].department].priority, -v[1].started_at, -v[1].id),
         )
         if not victims:
             return False
         released: list[tuple[RunningJob, tuple]] = []
         placement = None
         request = job.request()
-        for victim in victims:
-            # Only departments holding more than their guarantee give GPUs back.
-            if self.held[victim.department] <= self.departments[victim.department].guaranteed:
+        for elsewhere, victim in victims:
+            # Only departments holding more than their guarantee give GPUs back, except from partitions
+            # dedicated to the job's department: work there is always borrowed.
+            if elsewhere and self.held[victim.department] <= self.departments[victim.department].guaranteed:
                 continue
             released.append((victim, self.cluster.release(victim.id)))
             self.held[victim.department] -= victim.gpus
@@ -263,6 +323,8 @@ class _Pass:
         def ready_at(t: int) -> float | None:
             if cluster.tray_cap[t] != GPUS_PER_TRAY or t in self.held_trays:
                 return None
+            if n > 1 and not cluster.tray_settled[t]:
+                return None  # multi-tray jobs wait for settled fabric
             if not cluster.usable(t, job.department):
                 return None
             return max((end.get(j, self.now) for j in cluster.tray_jobs[t]), default=self.now)
@@ -314,7 +376,7 @@ class _Pass:
                 f"({department.guaranteed} GPUs); it holds {held} and this job needs {job.gpus}"
             )
             return True
-        placement = self._place(job, self._may_backfill(job))
+        placement = self._place(job, self._may_backfill(job), borrow=not in_quota)
         if placement is not None:
             self._start(job, placement, over_quota=not in_quota)
             return True
@@ -378,6 +440,12 @@ class _Pass:
         for job in later:
             self._consider(job, sweep=2)
         self.cluster.unhold(self.held_trays)
+        self._restand()
+        # A start is reported with its standing after the pass (same as the jobs already running).
+        self.result.started = [
+            replace(s, over_quota=self.result.over_quota.get(s.job_id, s.over_quota))
+            for s in self.result.started
+        ]
         return self.result
 
 

@@ -245,20 +245,21 @@ def test_banner_for_staff_on_every_page_until_fixed(client, workload, admin_user
         assert client.get(url).status_code == 200, url
         assert banner(client.get(url)) == "", url
 
-    fail_gpus(keep=20)  # 20 schedulable for 24 guaranteed: Alpha (largest, same priority) goes short
+    # 20 schedulable for 24 guaranteed: the scheduler scales both guarantees down in proportion (13 + 7).
+    fail_gpus(keep=20)
     for url in STAFF_PAGES:
         message = banner(client.get(url))
         assert message.startswith(
             "⚠ GPU failures have left 20 schedulable GPUs for 24 guaranteed: "
-            "Alpha cannot get its full guarantee."
+            "Alpha (3 short), Beta (1 short) cannot get their full guarantee"
         ), (url, message)
 
-    fail_gpus(keep=5)  # 19 short: Alpha's 16 is not enough, Beta goes short too
+    fail_gpus(keep=5)  # 19 short: 3 + 2 left
     for url in STAFF_PAGES:
         message = banner(client.get(url))
         assert message.startswith(
             "⚠ GPU failures have left 5 schedulable GPUs for 24 guaranteed: "
-            "Alpha, Beta cannot get their full guarantee."
+            "Alpha (13 short), Beta (6 short) cannot get their full guarantee"
         ), (url, message)
 
     Gpu.objects.filter(health=GpuHealth.UNHEALTHY).update(health=GpuHealth.HEALTHY)
@@ -266,11 +267,18 @@ def test_banner_for_staff_on_every_page_until_fixed(client, workload, admin_user
         assert banner(client.get(url)) == "", url
 
 
-def test_banner_names_lowest_priority_first(client, workload, department_a, platform_admin):
+def test_banner_and_admin_dashboard_name_the_same_departments(client, workload, department_a, platform_admin):
+    # Issue 11: the banner named one department while the dashboard said another was owed. Both now read
+    # tenancy.quota.guarantee_positions, the scheduler's own arithmetic (priority does not change the cut).
     Department.objects.filter(pk=department_a.pk).update(priority=5)
     fail_gpus(keep=20)
     client.force_login(platform_admin)
-    assert "Beta cannot get its full guarantee" in banner(client.get("/"))
+    response = client.get("/tenancy/dashboard/")
+    assert "Alpha (3 short), Beta (1 short) cannot get their full guarantee" in banner(response)
+    status = response.context["d"].status
+    assert status.cut == [("Alpha", 3), ("Beta", 1)]
+    owed = {p.department.name: p.starved for p in response.context["d"].positions}
+    assert owed == {name: p.owed for name, p in status.positions}
 
 
 def test_no_banner_for_non_staff(client, workload, lead_a, member_b):

@@ -13,9 +13,10 @@ pytestmark = pytest.mark.django_db
 
 HTMX = {"HX-Request": "true"}
 # Session + user, then the screen's own queries (rack list: filter count + page; rack view: rack,
-# partitions, trays, GPUs). Generous enough for middleware, tight enough to catch a query per row.
+# partitions, trays, GPUs, dedications). Generous enough for middleware, tight enough to catch a query per
+# row.
 RACK_LIST_MAX_QUERIES = 4
-RACK_VIEW_MAX_QUERIES = 6
+RACK_VIEW_MAX_QUERIES = 7
 
 
 def _clear_inventory():

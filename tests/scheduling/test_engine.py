@@ -58,7 +58,7 @@ def check_indexes(c: Cluster) -> None:
         shared = sum(c.part_whole[p] for p in parts if c.part_owner[p] is None)
         assert r in c.rack_buckets[shared]
     for owner in c.owners:
-        for g in range(1, GPUS_PER_TRAY):
+        for g in range(1, GPUS_PER_TRAY + 1):  # g = 4: free trays whose fabric is unsettled
             expected = {
                 t
                 for t in range(len(c))
@@ -77,7 +77,7 @@ def check_indexes(c: Cluster) -> None:
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["place", "release", "hold", "unhold", "capacity"]),
+            st.sampled_from(["place", "release", "hold", "unhold", "capacity", "fabric"]),
             st.sampled_from([1, 2, 3, 4, 8, 12, 20, 36]),
             st.sampled_from([PARTITION, RACK, ANY]),
             st.integers(0, 1000),
@@ -92,10 +92,13 @@ def test_indexes_stay_exact_under_any_sequence_of_changes(operations):
     for op, gpus, topology, pick in operations:
         if op == "place":
             department = "vision" if pick % 2 else "nlp"
-            placement = place(c, Request(gpus, topology, department))
+            borrow = pick % 3 == 0
+            placement = place(c, Request(gpus, topology, department, borrow))
             if placement is not None:
                 assert sum(g for _, g in placement) == gpus
-                assert all(c.usable(t, department) for t, _ in placement)
+                assert all(c.usable(t, department, borrow) for t, _ in placement)
+                if gpus > GPUS_PER_TRAY:
+                    assert all(c.tray_settled[t] for t, _ in placement)
                 c.allocate(next_id, placement)
                 next_id += 1
         elif op == "release" and c.jobs:
@@ -111,6 +114,8 @@ def test_indexes_stay_exact_under_any_sequence_of_changes(operations):
             t = pick % len(c)
             in_use = c.tray_cap[t] - c.tray_free[t]
             c.set_capacity(t, max(in_use, pick % (GPUS_PER_TRAY + 1)))
+        elif op == "fabric":
+            c.set_fabric_ok(pick % len(c), bool(pick % 2))
         check_indexes(c)
 
 
@@ -177,13 +182,73 @@ def test_small_jobs_pack_into_partly_used_trays_first():
     assert hosts(c, place(c, Request(3, ANY))) == ["r1-t18"]
 
 
-def test_dedicated_partitions_serve_their_department_first_and_only():
+def test_dedicated_partitions_serve_their_department_first_and_others_only_as_borrowed_work():
     c = cluster_of({"r1": [9, 9]}, owners={("r1", "p2"): "inference"})
     assert partitions_of(c, place(c, Request(8, PARTITION, "inference"))) == {"r1 p2"}
     assert partitions_of(c, place(c, Request(8, PARTITION, "research"))) == {"r1 p1"}
     c.allocate(1, [(t, 4) for t in range(0, 9)])
     assert place(c, Request(4, ANY, "research")) is None
     assert place(c, Request(4, ANY, "research"), FIRST_FIT) is None
+    # Borrowed (over-quota) work may use another department's dedicated partition.
+    assert partitions_of(c, place(c, Request(8, PARTITION, "research", borrow=True))) == {"r1 p2"}
+    assert partitions_of(c, place(c, Request(4, ANY, "research", borrow=True), FIRST_FIT)) == {"r1 p2"}
+
+
+def drifted_cluster(unsettled: range) -> Cluster:
+    """gb-r07: p1 of 9 trays and p2 of 9 trays; the trays of `unsettled` (indexes) report another clique."""
+    specs = [
+        TraySpec(
+            f"gb-r07-c{slot:02d}", "gb-r07", "p1" if slot <= 9 else "p2", fabric_ok=slot - 1 not in unsettled
+        )
+        for slot in range(1, 19)
+    ]
+    return Cluster(specs)
+
+
+def test_a_partition_job_is_never_placed_on_trays_whose_fabric_is_unsettled():
+    c = drifted_cluster(range(0, 9))  # all of p1 (a plan re-carved it; the nodes have not reported yet)
+    c.allocate(1, [(t, 4) for t in range(9, 18)])  # p2 is busy
+    request = Request(36, PARTITION)
+    assert place(c, request) is None
+    assert why_not(c, request) == (
+        "gb-r07 p1 has 9 free trays but 9 of them report another NVLink clique than their partition or "
+        "unfinished fabric registration (fabric change in progress or drift): gb-r07-c01, gb-r07-c02, "
+        "gb-r07-c03, gb-r07-c04, gb-r07-c05, gb-r07-c06, gb-r07-c07, gb-r07-c08, gb-r07-c09"
+    )
+    for topology in (RACK, ANY):  # no multi-tray job takes them
+        assert place(c, Request(8, topology)) is None
+        assert "left out while their fabric is unsettled" in why_not(c, Request(8, topology))
+    # Single-tray jobs may use them (they need no NVLink between trays).
+    assert hosts(c, place(c, Request(4, ANY))) == ["gb-r07-c01"]
+    assert hosts(c, place(c, Request(1, ANY), FIRST_FIT)) == ["gb-r07-c01"]
+    # Once the trays report their partition's clique, the job fits.
+    for t in range(0, 9):
+        c.set_fabric_ok(t, True)
+    assert hosts(c, place(c, request)) == [f"gb-r07-c{slot:02d}" for slot in range(1, 10)]
+    check_indexes(c)
+
+
+def test_small_jobs_take_unsettled_trays_before_whole_settled_ones():
+    c = drifted_cluster(range(17, 18))
+    assert hosts(c, place(c, Request(2, ANY))) == ["gb-r07-c18"]
+
+
+def test_the_pass_names_drifted_trays_and_does_not_reserve_them():
+    c = drifted_cluster(range(0, 9))
+    c.allocate(1, [(t, 4) for t in range(9, 18)])
+    result = run(
+        c,
+        [Department("research", 36)],
+        [RunningJob(1, "research", 36, started_at=0, expected_end=10_000)],
+        [PendingJob(2, "research", 36, PARTITION, submitted_at=1)],
+        now=100,
+    )
+    assert not result.started
+    reason = result.waiting[2]
+    assert reason.startswith("waiting: gb-r07 p1 has 9 free trays but 9 of them report another NVLink clique")
+    # Reserved on p2 (frees when job 1 ends), never on the drifted trays.
+    assert result.reservation is not None
+    assert {c.tray_host[t] for t in result.reservation.trays} == {f"gb-r07-c{s:02d}" for s in range(10, 19)}
 
 
 def test_baselines():
@@ -351,3 +416,105 @@ def test_by_default_the_first_two_waiting_jobs_get_reservations():
     assert "trays are reserved for it, expected to start in about 67 min" in result.waiting[2]
     assert result.waiting[4].startswith("waiting: the free trays it fits on are reserved for job #1")
     assert not any(c.tray_held)
+
+
+# --- standing: in quota or borrowed, recomputed every pass ---------------------------------------------
+
+
+def test_every_pass_recomputes_which_running_jobs_are_in_quota_oldest_first():
+    c = cluster_of({"r1": [18]})
+    c.allocate(1, [(0, 4), (1, 4)])  # 8 GPUs, oldest
+    c.allocate(2, [(2, 4), (3, 4)])  # 8 GPUs
+    c.allocate(3, [(4, 4)])  # 4 GPUs, newest
+    running = [
+        RunningJob(1, "a", 8, started_at=10, expected_end=9000, over_quota=False),
+        RunningJob(2, "a", 8, started_at=20, expected_end=9000, over_quota=True),  # stale: borrowed at start
+        RunningJob(3, "a", 4, started_at=30, expected_end=9000, over_quota=True),
+    ]
+    # The guarantee was raised to 16: the two oldest are in quota, the newest still borrows.
+    result = run(c, [Department("a", 16)], running)
+    assert result.over_quota == {1: False, 2: False, 3: True}
+    # Lowered to 8: the newest in-quota jobs become borrowers.
+    result = run(c, [Department("a", 8)], running)
+    assert result.over_quota == {1: False, 2: True, 3: True}
+
+
+def test_jobs_started_in_one_pass_keep_the_standing_they_were_admitted_with():
+    """A big training job that borrows and a small build job admitted in quota in the same pass share a start
+    time; the build job (a class that runs only in quota) must not turn borrowed at the next pass."""
+    c = cluster_of({"r1": [18]})
+    c.allocate(1, [(t, 4) for t in range(0, 14)])  # 56 GPUs, in quota
+    running = [RunningJob(1, "a", 56, started_at=10, expected_end=9000)]
+    pending = [
+        PendingJob(2, "a", 12, submitted_at=20),  # 56 + 12 > 64: borrows
+        PendingJob(3, "a", 1, priority_class="build", submitted_at=30),  # 56 + 1 <= 64: in quota
+    ]
+    first = run(c, [Department("a", 64)], running, pending, now=100.0)
+    assert {s.job_id: s.over_quota for s in first.started} == {2: True, 3: False}
+    assert first.over_quota == {1: False, 2: True, 3: False}
+    # The next pass sees both as running since the same moment: the build job stays in quota.
+    again = [
+        *running,
+        RunningJob(2, "a", 12, started_at=100.0, expected_end=9000, over_quota=True),
+        RunningJob(3, "a", 1, started_at=100.0, expected_end=9000, priority_class="build"),
+    ]
+    assert run(c, [Department("a", 64)], again, now=200.0).over_quota == {1: False, 2: True, 3: False}
+
+
+def test_a_job_in_quota_by_todays_guarantee_is_not_preempted_as_a_borrower():
+    c = cluster_of({"r1": [18]})
+    c.allocate(10, [(t, 4) for t in range(0, 18)])  # b holds the whole rack, flagged borrowed when it started
+    running = [RunningJob(10, "b", 72, started_at=0, expected_end=9000, over_quota=True)]
+    # b's guarantee is now 72: a's in-quota job must wait, not preempt b's in-quota work.
+    result = run(c, [Department("a", 0, limit=None), Department("b", 72)], running, [PendingJob(1, "a", 8)])
+    assert not result.preempted and not result.started
+    assert result.over_quota == {10: False}
+
+
+def test_the_owner_reclaims_its_dedicated_partition_from_a_borrower_first():
+    # r1: p1 shared (14 trays), p2 dedicated to inference (4 trays).
+    c = cluster_of({"r1": [14, 4]}, owners={("r1", "p2"): "inference"})
+    departments = [
+        Department("research", 36, priority=1),
+        Department("inference", 16),
+        Department("vision", 0),
+    ]
+    c.allocate(1, [(t, 4) for t in range(0, 9)])  # research's in-quota 36 GPUs on p1
+    c.allocate(2, [(t, 4) for t in range(9, 14)])  # vision's borrowed 20 GPUs on p1 (least recently started)
+    running = [
+        RunningJob(1, "research", 36, started_at=0, expected_end=9000),
+        RunningJob(2, "vision", 20, started_at=50, expected_end=9000, over_quota=True),
+    ]
+    # Research's next 16 GPUs are beyond its guarantee: borrowed, so they may take inference's tier.
+    result = run(
+        c, departments, running, [PendingJob(3, "research", 16, PARTITION, submitted_at=100)], now=200
+    )
+    [start] = result.started
+    assert start.over_quota and partitions_of(c, start.placement) == {"r1 p2"}
+    assert result.on_dedicated == {3: "inference"}
+    running.append(RunningJob(3, "research", 16, started_at=200, expected_end=9000, over_quota=True))
+    # Inference's in-quota job: the borrower on its own partition goes first, although research has the
+    # higher priority and vision's borrowed job is elsewhere.
+    result = run(
+        c, departments, running, [PendingJob(4, "inference", 16, PARTITION, submitted_at=300)], now=400
+    )
+    assert result.preempted == {3: 4}
+    [start] = result.started
+    assert not start.over_quota and partitions_of(c, start.placement) == {"r1 p2"}
+    # A job on another department's dedicated partition is borrowed even within its own guarantee.
+    c2 = cluster_of({"r1": [14, 4]}, owners={("r1", "p2"): "inference"})
+    c2.allocate(5, [(t, 4) for t in range(14, 18)])
+    stale = [RunningJob(5, "research", 16, started_at=0, expected_end=9000, over_quota=False)]
+    assert run(c2, departments, stale).over_quota == {5: True}
+
+
+def test_an_in_quota_job_never_goes_to_another_departments_dedicated_partition():
+    c = cluster_of({"r1": [14, 4]}, owners={("r1", "p2"): "inference"})
+    c.allocate(1, [(t, 4) for t in range(0, 14)])
+    running = [RunningJob(1, "vision", 56, started_at=0, expected_end=9000, over_quota=True)]
+    departments = [Department("research", 36), Department("inference", 16), Department("vision", 0)]
+    result = run(c, departments, running, [PendingJob(2, "research", 16, PARTITION)])
+    # In quota: it reclaims vision's borrowed trays on the shared partition instead.
+    assert result.preempted == {1: 2}
+    [start] = result.started
+    assert not start.over_quota and partitions_of(c, start.placement) == {"r1 p1"}

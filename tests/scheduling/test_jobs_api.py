@@ -8,6 +8,8 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from integrations.tasks import sync_jobs
+from inventory.choices import FabricState
+from inventory.models import ComputeTray, Gpu
 from scheduling import services
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, BackendCancel, Job
@@ -141,11 +143,25 @@ def test_lists_and_details_follow_visible_to(submit, api_as):
     assert [row["id"] for row in filtered["results"]] == [vision_job]
 
 
-def test_pending_job_says_why_in_plain_words(submit):
+def test_pending_job_says_why_in_plain_words(submit, django_capture_on_commit_callbacks):
     # Fill the two default racks and gb-r02, leaving 4 trays free in one of its partitions. (gb-r01 has 15
     # whole trays: one is drained, two have an unhealthy GPU.)
     DedicatedPartition.objects.all().delete()
-    assert submit(gpus=72, topology="partition").after["state"] == "running"  # gb-r03 whole
+    # gb-r03 is free, but one of its GPUs is still registering with the fabric (the demo's): the whole-rack
+    # job waits, naming that tray, and starts when the GPU's registration completes (a pass trigger).
+    registering = Gpu.objects.select_related("tray").get(fabric_state=FabricState.IN_PROGRESS)
+    whole_rack = submit(gpus=72, topology="partition").after
+    assert whole_rack["state"] == "pending"
+    assert whole_rack["pending_reason"] == (
+        "waiting: gb-r03 default has 18 free trays but 1 of them report another NVLink clique than their "
+        "partition or unfinished fabric registration (fabric change in progress or drift): "
+        f"{registering.tray.hostname}"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        registering.fabric_state, registering.fabric_status = FabricState.COMPLETED, "Success"
+        registering.save()
+        ComputeTray.objects.filter(pk=registering.tray_id).update(fabric_problems=[])
+    assert Job.objects.get(pk=whole_rack["id"]).state == JobState.RUNNING  # gb-r03 whole
     vision = submit(user="lead_b", department="vision", gpus=60, topology="partition").after
     assert vision["state"] == "running", vision["pending_reason"]  # the 15 whole trays of gb-r01
     assert submit(gpus=36).after["state"] == "running"  # one 9-tray partition of gb-r02

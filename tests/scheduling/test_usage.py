@@ -17,7 +17,7 @@ from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
 from scheduling.usage import free_gpus_count, free_gpus_queryset, idle_gpus_queryset
 from tenancy.models import Department, GpuActivity, QuotaSnapshot, TenancySettings
-from tenancy.services import capacity_status, schedulable_gpus, schedulable_gpus_q
+from tenancy.services import schedulable_gpus, schedulable_gpus_q
 from tests.factories import make_department, make_job, run_job
 
 pytestmark = pytest.mark.django_db
@@ -189,16 +189,25 @@ def test_empty_inventory_counts_zero(db):
     assert schedulable_gpus() == 0 and free_gpus_count() == 0
 
 
+def banner_figures(status) -> tuple:
+    return status.capacity, status.guaranteed, status.shortfall, status.cut, status.affected
+
+
 @pytest.mark.parametrize("keep", [None, 30, 20, 5])
 def test_capacity_status_from_positions_matches_the_query(datacenter, keep):
-    # Beta and Gamma tie on priority and guarantee: the name decides, as in the database's ORDER BY.
+    # One computation of who is short (tenancy.quota.guarantee_positions): the dashboards' positions and
+    # the banner's two queries say the same, and the owed figures are the positions' own.
     if keep is not None:
         doomed = Gpu.objects.filter(schedulable_gpus_q()).order_by("pk").values_list("pk", flat=True)[keep:]
         Gpu.objects.filter(pk__in=list(doomed)).update(health=GpuHealth.UNHEALTHY)
     positions = selectors.department_positions()
-    assert positions.capacity_status() == capacity_status()
+    status = positions.capacity_status()
+    assert banner_figures(status) == banner_figures(selectors.guarantee_status())
+    assert status.owed == [(p.department.name, p.starved) for p in positions if p.starved]
     if keep is not None:
-        assert positions.capacity_status().capacity == keep
+        assert status.capacity == keep
+        # Guarantees are scaled down in proportion, as the scheduler admits: the cut adds up to the shortfall.
+        assert sum(gpus for _, gpus in status.cut) == status.shortfall
 
 
 def test_department_page_gives_admins_the_banner_from_its_own_figures(
@@ -207,7 +216,7 @@ def test_department_page_gives_admins_the_banner_from_its_own_figures(
     Gpu.objects.update(health=GpuHealth.UNHEALTHY)
     client = client_as(platform_admin)
     response = client.get("/tenancy/departments/alpha/")
-    assert response.context["capacity_status"] == capacity_status()
+    assert banner_figures(response.context["capacity_status"]) == banner_figures(selectors.guarantee_status())
     assert 'class="capacity-banner"' in response.content.decode()
     client_as(lead_a)
     response = client.get("/tenancy/departments/alpha/")

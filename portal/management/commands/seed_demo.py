@@ -10,13 +10,17 @@ from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from portal.demo import seed_tenants, write_demo_logins
 from scheduling.models import Job
 from scheduling.services import run_pass
+from scheduling.tasks import record_quota_snapshots
 from tenancy.models import Department
 
 MODELS = {"gb200": SystemModel.GB200_NVL72, "gb300": SystemModel.GB300_NVL72}
 
 
 class Command(BaseCommand):
-    help = "Seed a realistic, deterministic demo datacenter of NVL72 racks. Does nothing if racks exist."
+    help = (
+        "Seed a realistic, deterministic demo datacenter of NVL72 racks, its departments and jobs. "
+        "Does nothing if racks exist, so running it again changes nothing."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--racks", type=int, default=8, help="number of NVL72 racks (default 8)")
@@ -64,6 +68,7 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"First scheduling pass: {summary.started} jobs started, {summary.waiting} waiting."
                 )
+            record_quota_snapshots()  # the history's last point counts what the pass started
             logins = settings.VAR_DIR / "demo-logins.txt"
             write_demo_logins(logins, tenants)
             self.stdout.write(
