@@ -2,7 +2,7 @@
 
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework import serializers
+from rest_framework import exceptions, serializers, views
 from rest_framework.settings import api_settings
 
 
@@ -12,3 +12,13 @@ def api_validation_error(error: DjangoValidationError) -> serializers.Validation
     if NON_FIELD_ERRORS in detail:
         detail[api_settings.NON_FIELD_ERRORS_KEY] = detail.pop(NON_FIELD_ERRORS)
     return serializers.ValidationError(detail)
+
+
+def exception_handler(exc, context):
+    """DRF's, and a throttled request's answer also says in its JSON when to come back (`retry_after`, in
+    seconds, as the Retry-After header does)."""
+    response = views.exception_handler(exc, context)
+    if response is not None and isinstance(exc, exceptions.Throttled) and isinstance(response.data, dict):
+        retry_after = response.headers.get("Retry-After")
+        response.data["retry_after"] = int(retry_after) if retry_after else None
+    return response

@@ -1,6 +1,7 @@
 from django.contrib import admin
 
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory import agent_tokens
+from inventory.models import AgentToken, ComputeTray, Gpu, NVLinkPartition, Rack
 
 
 @admin.register(Rack)
@@ -34,3 +35,25 @@ class GpuAdmin(admin.ModelAdmin):
     search_fields = ["uuid", "serial", "tray__hostname"]
     list_select_related = ["tray"]
     raw_id_fields = ["tray"]
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):
+    """Listed and revoked here too; issued on the portal's agent tokens page or by `manage.py
+    discovery_agent_token`, which show the secret once (the admin could not: only its hash is stored)."""
+
+    list_display = ["prefix", "rack", "hostname", "description", "created_by", "last_used_at", "revoked_at"]
+    list_filter = ["rack"]
+    search_fields = ["prefix", "hostname", "rack__name", "description"]
+    list_select_related = ["rack", "created_by"]
+    fields = [*list_display, "created_at"]
+    readonly_fields = ["prefix", "rack", "hostname", "created_by", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke the selected agent tokens")
+    def revoke(self, request, queryset):
+        for token in queryset.filter(revoked_at__isnull=True):
+            agent_tokens.revoke(token)

@@ -14,9 +14,10 @@ from rest_framework.routers import DefaultRouter
 from integrations.api import ConfigTargetViewSet
 from integrations.plans import urls as plan_urls
 from integrations.plans.api import PartitionPlanViewSet
+from inventory import urls as inventory_urls
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
-from portal import audit_views, departments, racks, views
+from portal import account, audit_views, departments, racks, views
 from portal.api.audit import AuditEventViewSet
 from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
 from scheduling.api.views import JobViewSet
@@ -41,6 +42,7 @@ api_v1 = [
     *router.urls,
     path("discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
     path("telemetry/", include("tenancy.api.telemetry")),
+    path("tokens/rotate/", account.TokenRotateView.as_view(), name="token-rotate"),
     path("departments/<slug:department_slug>/members/", members, name="department-member-list"),
     path(
         "departments/<slug:department_slug>/members/<str:username>/", member, name="department-member-detail"
@@ -53,6 +55,7 @@ inventory_pages = [
     path("gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
     path("trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
     *plan_urls.urlpatterns,
+    *inventory_urls.urlpatterns,
 ]
 
 tenancy_pages = [
@@ -68,6 +71,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/api-token/", account.api_token_page, name="api-token"),
     path("admin/", admin.site.urls),
     path("inventory/", include((inventory_pages, "inventory"))),
     path("tenancy/", include((tenancy_pages, "tenancy"))),

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Func, IntegerField, Q, QuerySet, Subquery, Sum
 
-from core.access import Role
+from core.access import Role, is_admin
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu
 from tenancy.models import (
@@ -269,14 +269,32 @@ def dedicate_partition(department: Department, partition) -> DedicatedPartition:
     return existing or DedicatedPartition.objects.create(department=department, partition=partition)
 
 
+def _may_add(by, user, department: Department) -> bool:
+    """Whether `by` may give `user` a role in `department`: an admin (or a trusted caller, None) anyone; a
+    lead an active account that is not a platform admin, or someone already in the department."""
+    if by is None or is_admin(by):
+        return True
+    if Membership.objects.filter(user=user, department=department).exists():
+        return True
+    return user.is_active and not is_admin(user)
+
+
 @transaction.atomic
-def set_membership(department: Department, username: str, role: str) -> Membership:
-    """Add a user to a department or change their role there (leads and admins call this)."""
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None:
-        raise ValidationError({"username": f"no user named {username!r}"})
+def set_membership(department: Department, username: str, role: str, *, by=None) -> Membership:
+    """Add a user to a department or change their role there.
+
+    `by` is who asks (the portal and the API pass the signed-in user; None is a trusted caller such as the
+    Django admin, which only platform admins open). A lead cannot add a platform admin, and an unknown,
+    inactive or admin username gets the same answer, so that leads cannot probe which accounts exist.
+    """
     if role not in Role.values:
         raise ValidationError({"role": f"role must be one of {', '.join(Role.values)}"})
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None or not _may_add(by, user, department):
+        message = f"no user named {username!r} can be added to {department}"
+        if by is not None and not is_admin(by):
+            message += ": leads add active accounts that are not platform admins"
+        raise ValidationError({"username": message})
     leads = Membership.objects.select_for_update().filter(department=department, role=Role.LEAD)
     if role != Role.LEAD and list(leads.values_list("user_id", flat=True)) == [user.pk]:
         raise ValidationError({"role": f"{user} is the only lead of {department}: name another lead first"})

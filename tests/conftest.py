@@ -6,7 +6,7 @@ The personas (DESIGN.md: "test with the shared personas") are fixtures over test
     lead_a          "lead-a", lead of department_a        member_a  "member-a", member of department_a
     lead_b          "lead-b", lead of department_b        member_b  "member-b", member of department_b
     outsider        "outsider": an account with no membership
-    node_agent      "node-agent", made by `manage.py discovery_agent_token` (inventory.report_discovery)
+    node_agent      "node-agent", made by `manage.py discovery_agent_token --fleet` (a fleet token)
 
 department_a is Alpha and department_b is Beta, both without a guarantee (so they need no inventory). A
 module that needs them otherwise overrides the fixture (`def department_a(demo_inventory): return
@@ -36,6 +36,15 @@ def _fast_test_settings():
             "django.contrib.auth.hashers.PBKDF2PasswordHasher",
         ]
         settings.WHITENOISE_AUTOREFRESH = True
+
+
+@pytest.fixture(autouse=True)
+def _fresh_request_counts():
+    """API throttle counts live in the cache and outlast a test's database: each test starts at zero, as if
+    the suite's thousands of requests were not all from one client within a minute."""
+    from django.core.cache import cache
+
+    cache.clear()
 
 
 @pytest.fixture

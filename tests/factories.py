@@ -4,7 +4,7 @@ Plain functions, so fixtures, test bodies and module-level helpers can all use t
 the shared personas (platform admin, lead of A, member of A, member of B, outsider, node agent) fixtures.
 Everything goes through the code the portal itself uses where it has such code (departments through
 `save_department`, so isolation pools are allocated; the node agent through `manage.py
-discovery_agent_token`); jobs are rows as the scheduling pass leaves them, without running the pass.
+discovery_agent_token --fleet`); jobs are rows as the scheduling pass leaves them, without running the pass.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ def make_member(username: str, department: Department, role: Role = Role.MEMBER,
 
 
 def make_node_agent():
-    """The account node agents use, made as operators make it: `manage.py discovery_agent_token` (an
-    account with the inventory.report_discovery permission and an API token)."""
+    """The fleet node agent, made as operators make it: `manage.py discovery_agent_token --fleet` (an
+    account with the inventory.report_discovery permission and an API token; it reports for every host)."""
     out = StringIO()
-    call_command("discovery_agent_token", stdout=out)
+    call_command("discovery_agent_token", "--fleet", stdout=out)
     key = out.getvalue().strip().rsplit(" ", 1)[1]
     token = Token.objects.select_related("user").get(key=key)
     return token.user

@@ -1,11 +1,14 @@
 """POST /api/v1/discovery/reports/: node agents report what their GPUs say about the NVLink fabric."""
 
 from drf_spectacular.utils import OpenApiExample, extend_schema
-from rest_framework import permissions, serializers, status
+from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.fields import JSONBooleanField
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
+from core.throttling import NodeAgentRateThrottle
+from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, require_host_in_scope
 from inventory.discovery.nvidia_smi import (
     FabricState,
     GpuHealth,
@@ -16,15 +19,6 @@ from inventory.discovery.nvidia_smi import (
     validate_report,
 )
 from inventory.services import UnknownHost, check_report, ingest_report
-
-
-class CanReportDiscovery(permissions.BasePermission):
-    message = (
-        "Posting discovery reports needs the 'inventory.report_discovery' permission (a node-agent token)."
-    )
-
-    def has_permission(self, request, view):
-        return request.user.has_perm("inventory.report_discovery")
 
 
 class ReportedFabricSerializer(serializers.Serializer):
@@ -68,7 +62,7 @@ class NodeReportSerializer(serializers.Serializer):
     nvidia_smi = serializers.CharField(
         required=False, trim_whitespace=False, help_text="raw `nvidia-smi -q`, `-q -x` or compact CSV output"
     )
-    dry_run = serializers.BooleanField(required=False, default=False, help_text="check only, write nothing")
+    dry_run = JSONBooleanField(required=False, default=False, help_text="check only, write nothing")
 
     def validate(self, attrs):
         if ("gpus" in attrs) == ("nvidia_smi" in attrs):
@@ -159,11 +153,16 @@ class DiscoveryReportView(APIView):
     the rack's cluster UUID learned from its first consistent report, and problems and drift recorded on the
     tray. A report that could only corrupt the inventory (no GPUs, a UUID twice, a malformed UUID, a clique
     ID outside 0-32767) is a 400 naming the problem and writes nothing; a GPU another host still reports
-    stays where it is and is listed under `problems`. Authenticate with a token of a user holding
-    `inventory.report_discovery` (`manage.py discovery_agent_token` makes one).
+    stays where it is and is listed under `problems`.
+
+    Authenticate with an agent token (`Authorization: Bearer rpa_...`) bound to the tray's rack or host: a
+    report for a host outside its scope is a 403 that writes nothing. A fleet token (an account holding
+    `inventory.report_discovery`) may report for every host.
     """
 
-    permission_classes = [permissions.IsAuthenticated, CanReportDiscovery]
+    authentication_classes = NODE_AGENT_AUTHENTICATION
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [NodeAgentRateThrottle]  # every node, every minute: not people's rates
 
     @extend_schema(
         request=NodeReportSerializer,
@@ -171,9 +170,13 @@ class DiscoveryReportView(APIView):
         examples=[OpenApiExample("structured report", value=EXAMPLE, request_only=True)],
     )
     def post(self, request):
+        host = request.data.get("host") if hasattr(request.data, "get") else None
+        if isinstance(host, str):  # scope before anything else: an outside host learns nothing more
+            require_host_in_scope(request, host.strip())  # stripped as the serializer will
         serializer = NodeReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        require_host_in_scope(request, data["host"])  # the host as validated (trimmed) is the one written
         try:
             if data["dry_run"]:
                 result = check_report(data["host"], data["format"], data["parsed"])

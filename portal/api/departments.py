@@ -154,7 +154,10 @@ USERNAME = OpenApiParameter("username", OpenApiTypes.STR, OpenApiParameter.PATH,
         request=MembershipRoleSerializer,
         responses=MembershipSerializer,
     ),
-    destroy=extend_schema(parameters=[DEPARTMENT_SLUG, USERNAME], responses={204: None}),
+    destroy=extend_schema(
+        parameters=[DEPARTMENT_SLUG, USERNAME],
+        responses={204: None, 400: OpenApiResponse(description="The last lead cannot be removed.")},
+    ),
 )
 class DepartmentMemberViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet
@@ -162,8 +165,9 @@ class DepartmentMemberViewSet(
     """A department's members and their roles.
 
     Leads of the department and platform admins (core.access.leads) add members (POST; an existing member
-    gets the new role), change roles and remove members; the last lead cannot be removed. Others who belong
-    to the department read what they may see of it; a department you do not belong to is not found.
+    gets the new role), change roles and remove members; the last lead cannot be removed. Leads add active
+    accounts that are not platform admins: any other username, known or not, gets the same 400. Others who
+    belong to the department read what they may see of it; a department you do not belong to is not found.
     """
 
     serializer_class = MembershipSerializer
@@ -193,7 +197,7 @@ class DepartmentMemberViewSet(
         username, role = serializer.validated_data["username"], serializer.validated_data["role"]
         existed = Membership.objects.filter(department=self.department, user__username=username).exists()
         try:
-            membership = set_membership(self.department, username, role)
+            membership = set_membership(self.department, username, role, by=request.user)
         except DjangoValidationError as error:
             raise api_validation_error(error) from error
         return Response(
@@ -208,7 +212,7 @@ class DepartmentMemberViewSet(
         serializer.is_valid(raise_exception=True)
         role = serializer.validated_data.get("role", membership.role)
         try:
-            membership = set_membership(self.department, membership.user.username, role)
+            membership = set_membership(self.department, membership.user.username, role, by=request.user)
         except DjangoValidationError as error:
             raise api_validation_error(error) from error
         return Response(MembershipSerializer(membership).data)

@@ -1,7 +1,8 @@
 """POST /api/v1/telemetry/dcgm/: a node pushes its DCGM exporter page instead of being scraped.
 
 For nodes the portal cannot reach (behind NAT, or scraped by the site's own Prometheus): a cron job or the
-node agent forwards ``curl -s localhost:9400/metrics`` here with the node-agent token.
+node agent forwards ``curl -s localhost:9400/metrics`` here with its agent token (inventory.api.auth): a
+token bound to a rack or host may send only GPUs on its trays.
 """
 
 from django.urls import path
@@ -14,6 +15,8 @@ from rest_framework.views import APIView
 
 from core.access import is_admin
 from core.parsers import decode_body, read_body
+from core.throttling import NodeAgentRateThrottle
+from inventory.api.auth import NODE_AGENT_AUTHENTICATION, agent_token, is_fleet_agent, require_gpus_in_scope
 from tenancy.activity import record_samples
 from tenancy.telemetry import DcgmParseError, parse_dcgm
 
@@ -34,16 +37,16 @@ class PlainTextParser(BaseParser):
 
 
 class CanPushTelemetry(permissions.BasePermission):
-    """A node agent (its token's user has the permission) or a platform admin (core.access)."""
+    """A node agent (an agent token, or a fleet token: inventory.api.auth) or a platform admin."""
 
     message = (
-        "Pushing telemetry needs the 'inventory.report_discovery' permission (a node-agent token) or a "
-        "platform admin account."
+        "Pushing telemetry needs an agent token, a fleet token (an account holding the "
+        "'inventory.report_discovery' permission) or a platform admin account."
     )
 
     def has_permission(self, request, view):
         user = request.user
-        return is_admin(user) or bool(user and user.has_perm("inventory.report_discovery"))
+        return agent_token(request) is not None or is_admin(user) or is_fleet_agent(user)
 
 
 class TelemetryResultSerializer(serializers.Serializer):
@@ -73,12 +76,15 @@ class DcgmPushView(APIView):
     """Record GPU utilization from a DCGM exporter page (Prometheus text) posted as the body.
 
     Only `DCGM_FI_DEV_GPU_UTIL` is read; GPUs are matched by their `UUID` label. Send it with
-    `Content-Type: text/plain` and a token of a user holding `inventory.report_discovery`
-    (`manage.py discovery_agent_token` makes one).
+    `Content-Type: text/plain` and an agent token (`Authorization: Bearer rpa_...`): a page with GPUs that
+    are not on the token's trays is a 403 naming them, and nothing is recorded. A fleet token or a platform
+    admin may push for every GPU.
     """
 
+    authentication_classes = NODE_AGENT_AUTHENTICATION
+    throttle_classes = [NodeAgentRateThrottle]  # every node, every minute: not people's rates
     parser_classes = [PlainTextParser]
-    permission_classes = [permissions.IsAuthenticated, CanPushTelemetry]
+    permission_classes = [CanPushTelemetry]
 
     @extend_schema(
         operation_id="telemetry_dcgm_push",
@@ -106,6 +112,7 @@ class DcgmPushView(APIView):
             samples = parse_dcgm(text)
         except DcgmParseError as error:
             return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)
+        require_gpus_in_scope(request, [sample.uuid for sample in samples])
         result = record_samples(samples)
         return Response(
             {**result.as_dict(), "skipped": samples.skipped + result.skipped}, status=status.HTTP_200_OK

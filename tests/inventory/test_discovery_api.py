@@ -13,7 +13,7 @@ URL = "/api/v1/discovery/reports/"
 
 @pytest.fixture
 def agent(node_agent, demo_inventory):
-    """The node agent persona: `manage.py discovery_agent_token` made it and printed its token."""
+    """The node agent persona: `manage.py discovery_agent_token --fleet` made it and printed its token."""
     assert node_agent.username == "node-agent"
     return token_client(node_agent)
 

@@ -1,0 +1,35 @@
+from django import forms
+from django.core.exceptions import ValidationError
+
+from inventory.models import ComputeTray, Rack
+
+
+class AgentTokenForm(forms.Form):
+    """Issue an agent token: for one rack (every tray of it) or one host, never both."""
+
+    rack = forms.ModelChoiceField(
+        Rack.objects.order_by("name"),
+        required=False,
+        to_field_name="name",
+        empty_label="— no rack —",
+        help_text="Every compute tray of this rack (one token for a rack's agents or its aggregator).",
+    )
+    hostname = forms.CharField(
+        required=False,
+        max_length=128,
+        label="Host",
+        help_text="One compute tray's hostname (a node's own token).",
+    )
+    description = forms.CharField(required=False, max_length=200, help_text="What the token is for.")
+
+    def clean_hostname(self):
+        hostname = self.cleaned_data["hostname"].strip()
+        if hostname and not ComputeTray.objects.filter(hostname=hostname).exists():
+            raise ValidationError(f"{hostname} is not a compute tray of the inventory.")
+        return hostname
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors and bool(data.get("rack")) == bool(data.get("hostname")):
+            raise ValidationError("Choose a rack or type a host: a token is for one of them.")
+        return data
