@@ -2,12 +2,14 @@
 
 The integration that runs a backend registers its validator (integrations/slurm, integrations/kubernetes);
 the jobs API, the job form and the backend itself all call `validate_work`, so a job is checked by exactly
-one rule, wherever it comes from.
+one rule, wherever it comes from. Each rule also comes with its JSON Schema and an example, so the OpenAPI
+document describes `work` per backend (scheduling.api.serializers) from the same registry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -15,18 +17,36 @@ class WorkError(ValueError):
     """The work does not suit the backend; the message says why, in words a user can act on."""
 
 
-_VALIDATORS: dict[str, Callable[[Any], dict]] = {}
+@dataclass(frozen=True)
+class WorkRule:
+    """A backend's rule for `work`: the validator, the same rule as a JSON Schema (the OpenAPI document's
+    per-backend `work`), and an example the validator accepts (the API's example request)."""
+
+    backend: str
+    validate: Callable[[Any], dict]
+    schema: dict = field(default_factory=lambda: {"type": "object"})
+    example: dict = field(default_factory=dict)
 
 
-def register_work_validator(backend: str, validator: Callable[[Any], dict]) -> None:
-    _VALIDATORS[backend] = validator
+_RULES: dict[str, WorkRule] = {}
+
+
+def register_work_validator(
+    backend: str, validator: Callable[[Any], dict], *, schema: dict | None = None, example: dict | None = None
+) -> None:
+    _RULES[backend] = WorkRule(backend, validator, schema or {"type": "object"}, example or {})
+
+
+def work_rules() -> list[WorkRule]:
+    """Every registered backend's rule, by backend name."""
+    return [_RULES[backend] for backend in sorted(_RULES)]
 
 
 def validate_work(backend: str, work: Any) -> dict:
     """The work, normalised, or WorkError with the reason."""
-    validator = _VALIDATORS.get(backend)
-    if validator is None:
+    rule = _RULES.get(backend)
+    if rule is None:
         raise WorkError(f"no integration runs {backend} jobs in this installation")
     if not isinstance(work, dict):
         raise WorkError("must be an object")
-    return validator(work)
+    return rule.validate(work)

@@ -3,6 +3,7 @@
 import django_filters
 from django.db.models import Q
 
+from core.filters import BooleanFilter, IntegerFilter
 from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
@@ -11,7 +12,7 @@ class RackFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains")
     system_model = django_filters.ChoiceFilter(choices=SystemModel.choices)
     location = django_filters.CharFilter(lookup_expr="icontains")
-    has_problems = django_filters.BooleanFilter(method="filter_has_problems", label="Has fabric problems")
+    has_problems = BooleanFilter(method="filter_has_problems", label="Has fabric problems")
 
     class Meta:
         model = Rack
@@ -28,7 +29,7 @@ class RackFilter(django_filters.FilterSet):
 
 class NVLinkPartitionFilter(django_filters.FilterSet):
     rack = django_filters.CharFilter(field_name="rack__name")
-    clique_id = django_filters.NumberFilter()
+    clique_id = IntegerFilter()
 
     class Meta:
         model = NVLinkPartition
@@ -38,9 +39,9 @@ class NVLinkPartitionFilter(django_filters.FilterSet):
 class ComputeTrayFilter(django_filters.FilterSet):
     rack = django_filters.CharFilter(field_name="rack__name")
     state = django_filters.MultipleChoiceFilter(choices=TrayState.choices)
-    clique_id = django_filters.NumberFilter(field_name="partition__clique_id")
+    clique_id = IntegerFilter(field_name="partition__clique_id")
     hostname = django_filters.CharFilter(lookup_expr="icontains")
-    has_problems = django_filters.BooleanFilter(method="filter_has_problems", label="Has fabric problems")
+    has_problems = BooleanFilter(method="filter_has_problems", label="Has fabric problems")
 
     class Meta:
         model = ComputeTray
@@ -55,8 +56,8 @@ class GpuFilter(django_filters.FilterSet):
     tray = django_filters.CharFilter(field_name="tray__hostname")
     health = django_filters.MultipleChoiceFilter(choices=GpuHealth.choices)
     fabric_state = django_filters.MultipleChoiceFilter(choices=FabricState.choices)
-    clique_id = django_filters.NumberFilter(field_name="reported_clique_id")
-    intended_clique_id = django_filters.NumberFilter(field_name="tray__partition__clique_id")
+    clique_id = IntegerFilter(field_name="reported_clique_id")
+    intended_clique_id = IntegerFilter(field_name="tray__partition__clique_id")
 
     class Meta:
         model = Gpu

@@ -7,6 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from core.audit import AUDITED
+from core.filters import IntegerFilter
 from core.models import AuditAction, AuditEvent, AuditSource
 from tenancy.models import Department
 
@@ -48,7 +49,7 @@ class AuditEventFilter(django_filters.FilterSet):
         method="filter_department",
         label="Department (slug)",
     )
-    department_id = django_filters.NumberFilter(label="Department ID (also of deleted departments)")
+    department_id = IntegerFilter(label="Department ID (also of deleted departments)")
     date = django_filters.DateFromToRangeFilter(field_name="at", label="Date (from, to; both inclusive)")
     since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte", label="At or after")
 

@@ -2,6 +2,8 @@
 # The whole check, from a fresh machine: system packages, .venv, real PostgreSQL and Redis on loopback, a real
 # Slurm 24.11 controller with 18 fake GPU nodes (scripts/slurm-testbed.sh, in a chroot), then lint, format,
 # the import-layer contracts (import-linter), migrations and the full pytest suite (browser tests included) on PostgreSQL. The services are always stopped.
+# The suite includes the bounded schemathesis run of the API against its OpenAPI document
+# (tests/test_openapi_fuzz.py, a member's, an admin's and the node agent's token); `make fuzz` is the long one.
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/e2e -x`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -3,14 +3,15 @@
 import django_filters
 
 from core.access import Role
+from core.filters import BooleanFilter, IntegerFilter
 from tenancy.models import Department, Membership
 
 
 class DepartmentFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains")
     slug = django_filters.CharFilter()
-    priority = django_filters.NumberFilter()
-    has_limit = django_filters.BooleanFilter(
+    priority = IntegerFilter()
+    has_limit = BooleanFilter(
         field_name="limit_gpus", lookup_expr="isnull", exclude=True, label="Has a GPU limit"
     )
 

@@ -45,7 +45,7 @@ def render_job(request) -> str:
     return yaml.safe_dump_all(render_job_objects(request), sort_keys=False)
 
 
-register_work_validator("kubernetes", work.validate_work)
+register_work_validator("kubernetes", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE)
 
 KIND = register(
     Kind(

@@ -27,6 +27,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from core.access import IsAdmin
+from core.fields import JSONBooleanField
 from core.hardware import TRAYS_PER_RACK
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
@@ -127,12 +128,10 @@ class PlanLayoutSerializer(serializers.Serializer):
 class PlanRequestSerializer(serializers.Serializer):
     rack = serializers.CharField(help_text="Rack name, e.g. gb-r01.")
     layout = PlanLayoutSerializer()
-    drain_first = serializers.BooleanField(
+    drain_first = JSONBooleanField(
         default=False, help_text="Drain busy trays that change partition and apply once their work ends."
     )
-    dry_run = serializers.BooleanField(
-        default=False, help_text="Preview only: findings and diffs, nothing saved."
-    )
+    dry_run = JSONBooleanField(default=False, help_text="Preview only: findings and diffs, nothing saved.")
 
     def validate_rack(self, value):
         rack = Rack.objects.filter(name=value).first()

@@ -85,7 +85,7 @@ def render_job(request) -> str:
     return json.dumps(submit_payload(request), indent=2, sort_keys=True) + "\n"
 
 
-register_work_validator("slurm", work.validate_work)
+register_work_validator("slurm", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE)
 
 KIND = register(
     Kind(

@@ -1,10 +1,31 @@
-"""The one rule for a Slurm job's work: {"script": "#!/bin/bash ..."} (sbatch needs the interpreter line)."""
+"""The one rule for a Slurm job's work: {"script": "#!/bin/bash ..."} (sbatch needs the interpreter line).
+
+`SCHEMA` is the same rule as JSON Schema (the OpenAPI document's `work` for Slurm jobs), `EXAMPLE` a work it
+accepts; tests/test_openapi.py checks the three agree.
+"""
 
 from __future__ import annotations
 
 from core.workloads import WorkError
 
 MAX_SCRIPT = 1_000_000
+
+SCHEMA = {
+    "type": "object",
+    "title": "SlurmWork",
+    "description": "The batch script sbatch runs (its first line names the interpreter).",
+    "properties": {
+        "script": {
+            "type": "string",
+            # A NUL cannot be stored (PostgreSQL's jsonb) nor passed to sbatch.
+            "pattern": "^#![^\\u0000]*$",
+            "maxLength": MAX_SCRIPT,
+        }
+    },
+    "required": ["script"],
+    "additionalProperties": False,
+}
+EXAMPLE = {"script": "#!/bin/bash\nsrun python train.py --epochs 1\n"}
 
 
 def validate_work(work: dict) -> dict:
@@ -16,4 +37,6 @@ def validate_work(work: dict) -> dict:
         raise WorkError('a Slurm job needs {"script": "#!/bin/bash ..."}: a script starting with #!')
     if len(script) > MAX_SCRIPT:
         raise WorkError(f"the script is over {MAX_SCRIPT} characters")
+    if "\x00" in script:
+        raise WorkError("the script contains a NUL character")
     return {"script": script}
