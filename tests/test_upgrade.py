@@ -54,9 +54,9 @@ PREVIOUS_NAMES = {
         "scheduling_push_target_status",
     },
 }
-# Tables the upgrade creates: only those of models added after the previous release (none yet). The moved
-# models keep their tables, so no core_* or integrations_* table appears.
-TABLES_OF_MODELS_ADDED_SINCE: set[str] = set()
+# Tables the upgrade creates: only those of models added after the previous release. The moved models keep
+# their tables, so no core_* or integrations_* table appears.
+TABLES_OF_MODELS_ADDED_SINCE: set[str] = {"inventory_agenttoken"}
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",
     "scontrol": "scontrol",
