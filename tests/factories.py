@@ -21,7 +21,9 @@ from rest_framework.test import APIClient
 from core.access import Role
 from integrations.models import ConfigTarget
 from inventory.choices import GpuHealth, TrayState
+from inventory.discovery import nvidia_smi
 from inventory.models import ComputeTray, Gpu
+from inventory.services import ingest_report
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
 from tenancy.models import Department, Membership
@@ -165,3 +167,23 @@ def local_target() -> ConfigTarget:
     return ConfigTarget.objects.get_or_create(
         name="local", defaults={"kind": "directory", "settings": {"path": "", "keep": 5}}
     )[0]
+
+
+def nodes_report_their_partitions(rack) -> None:
+    """Every tray of `rack` reports, through the discovery service a node agent posts to, its GPUs in the
+    clique of the tray's partition with the fabric registration completed (what real nodes report once the
+    fabric manager has applied a plan)."""
+    for tray in ComputeTray.objects.filter(rack=rack, partition__isnull=False).select_related("partition"):
+        gpus = [
+            nvidia_smi.ReportedGpu(
+                gpu.uuid,
+                gpu.index,
+                str(rack.cluster_uuid),
+                tray.partition.clique_id,
+                nvidia_smi.FabricState.COMPLETED,
+                "Success",
+                nvidia_smi.GpuHealth(gpu.health),
+            )
+            for gpu in tray.gpus.order_by("index")
+        ]
+        ingest_report(tray.hostname, "json", gpus)

@@ -12,6 +12,7 @@ moves on in tasks (the beat, and the end of each of its pushes: integrations.tas
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -19,6 +20,7 @@ from django.db.models import Count
 from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, push_url
@@ -376,8 +378,40 @@ def _pushes(plan: PartitionPlan) -> list:
     return pushes
 
 
-def _done(plan: PartitionPlan, pushes) -> bool:
-    """Nothing left to follow: the plan has settled and no push of it (a retry included) is still active."""
+# How long after an applied plan the progress page waits for the rack's nodes to report their new cliques
+# before it stops following them and says which GPUs have not.
+NODES_SETTLE_WINDOW = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class NodeReports:
+    """After the fabric applied a plan: how many of the rack's GPUs already report their new partition."""
+
+    total: int
+    unsettled: int  # drift, or a fabric registration still in progress (inventory.selectors)
+    given_up: bool  # past NODES_SETTLE_WINDOW: stop waiting and say so
+
+    @property
+    def settled(self) -> int:
+        return self.total - self.unsettled
+
+
+def _node_reports(plan: PartitionPlan, now) -> NodeReports | None:
+    """What the rack's node agents report once the plan is applied (None before that)."""
+    if plan.status != PlanStatus.APPLIED:
+        return None
+    counts = Gpu.objects.filter(tray__rack=plan.rack, tray__partition__isnull=False).aggregate(
+        total=Count("pk"), unsettled=Count("pk", filter=selectors.GPU_FABRIC_UNSETTLED)
+    )
+    finished = plan.finished_at or plan.applied_at or now
+    return NodeReports(counts["total"], counts["unsettled"], now - finished > NODES_SETTLE_WINDOW)
+
+
+def _done(plan: PartitionPlan, pushes, nodes: NodeReports | None) -> bool:
+    """Nothing left to follow: the plan has settled, no push of it (a retry included) is still active, and
+    the rack's nodes report their new cliques (or have had NODES_SETTLE_WINDOW to)."""
+    if nodes is not None and nodes.unsettled and not nodes.given_up:
+        return False
     return plan.status in SETTLED_PLAN_STATES and all(push.is_finished for push in pushes)
 
 
@@ -404,10 +438,12 @@ def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str
 
 def _progress_context(plan: PartitionPlan) -> dict:
     pushes = _pushes(plan)
-    done = _done(plan, pushes)
+    nodes = _node_reports(plan, timezone.now())
+    done = _done(plan, pushes, nodes)
     drained = _drained(plan)
     return {
         "plan": plan,
+        "nodes": nodes,
         "rack": plan.rack,
         "pushes": pushes,
         "done": done,

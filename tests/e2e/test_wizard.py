@@ -13,7 +13,8 @@ from playwright.sync_api import expect
 
 from integrations.models import ConfigPush, PushStatus
 from inventory.demo import seed_datacenter
-from inventory.models import NVLinkPartition, PartitionPlan
+from inventory.models import NVLinkPartition, PartitionPlan, Rack
+from tests.factories import nodes_report_their_partitions
 
 PASSWORD = "e2e-admin-password-1"
 
@@ -83,8 +84,12 @@ def test_an_admin_carves_a_rack_into_2x9_and_follows_the_plan(
     expect(page).to_have_url(re.compile(r"/inventory/plans/\d+/$"))
     page.screenshot(path=str(shots / "5-progress.png"), full_page=True)
     progress = page.locator("#plan-progress")
+    expect(progress).to_have_attribute("data-status", "applied", timeout=30_000)
+    # No fabric manager here: the rack's nodes still report the old clique, and the page waits for them.
+    expect(page.locator("#node-reports")).to_contain_text("Waiting for the nodes: 0 of 72 GPUs")
+    nodes_report_their_partitions(Rack.objects.get(name="gb-r01"))
     expect(progress).to_have_attribute("data-done", "true", timeout=30_000)
-    expect(progress).to_have_attribute("data-status", "applied")
+    expect(page.locator("#node-reports")).to_contain_text("Every node reports its new partition")
     expect(progress).to_contain_text("Done: gb-r01 now has p1, p2")
     page.screenshot(path=str(shots / "5-progress-done.png"), full_page=True)
 

@@ -4,6 +4,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
+from integrations.models import ConfigTarget
+from integrations.registry import clean_settings
 from inventory.choices import SystemModel
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
@@ -14,6 +16,20 @@ from scheduling.tasks import record_quota_snapshots
 from tenancy.models import Department
 
 MODELS = {"gb200": SystemModel.GB200_NVL72, "gb300": SystemModel.GB300_NVL72}
+
+
+DEMO_FABRIC = "fabric"
+
+
+def ensure_simulated_fabric() -> bool:
+    """The demo's fabric manager: a simulated one (integrations.fabric), so that a plan applied in the wizard
+    re-carves the fabric and the rack's nodes report their new cliques. True when it was added now; an
+    existing target of that name (the operator's) is left as it is."""
+    _, created = ConfigTarget.objects.get_or_create(
+        name=DEMO_FABRIC,
+        defaults={"kind": "fabric", "settings": clean_settings("fabric", {"kind": "simulated"})},
+    )
+    return created
 
 
 class Command(BaseCommand):
@@ -51,6 +67,7 @@ class Command(BaseCommand):
                 Rack.objects.all().delete()
             result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
             tenants = None if no_tenants else seed_tenants(seed=seed)
+            fabric = ensure_simulated_fabric()
         if connection.vendor == "postgresql":
             # Fresh statistics after a bulk insert, or the planner scans all GPUs for the first pages.
             with connection.cursor() as cursor:
@@ -61,6 +78,11 @@ class Command(BaseCommand):
                 f"{result.partitions} NVLink partitions in {time.perf_counter() - started:.1f}s."
             )
         )
+        if fabric:
+            self.stdout.write(
+                f"Added the configuration target {DEMO_FABRIC!r}: a simulated NVLink fabric manager whose "
+                "nodes report their new cliques after a partition plan, as real node agents would."
+            )
         if tenants is not None:
             # The queued demo jobs go through the real scheduler: they start, or wait with the true reason.
             summary = run_pass()

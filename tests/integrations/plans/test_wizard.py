@@ -1,6 +1,7 @@
 """The NVLink partition wizard: admins only, every step, the live drawing, preview, apply, progress."""
 
 import re
+from datetime import timedelta
 from urllib.parse import urlencode
 
 import pytest
@@ -12,6 +13,7 @@ from django.urls import reverse
 from core.models import AuditEvent
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
+from integrations.plans.views import NODES_SETTLE_WINDOW
 from integrations.tasks import follow_active_plans
 from inventory.choices import GpuHealth, PlanStatus, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
@@ -21,7 +23,7 @@ from scheduling.models import Allocation, Job
 from scheduling.services import finish_job
 from tenancy.models import Department
 from tenancy.services import save_department
-from tests.factories import make_department, run_job
+from tests.factories import make_department, nodes_report_their_partitions, run_job
 
 # Plans push to the embedded `local` directory target (tests/conftest.py), writing into a temporary directory.
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
@@ -341,11 +343,39 @@ def test_progress_polls_until_every_push_is_done_then_stops(admin):
         assert admin.get(url("plan-detail", plan.pk), headers=HTMX).status_code == 200
     follow_active_plans()  # the beat
 
+    # Applied, but the rack's nodes still report the old partition's clique: the page follows them.
+    waiting = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert waiting.status_code == 200
+    html = waiting.content.decode()
+    assert 'data-status="applied"' in html and 'hx-trigger="every 2s"' in html
+    assert "Waiting for the nodes: 0 of 72 GPUs report their new partition" in html
+
+    nodes_report_their_partitions(plan.rack)
     done = admin.get(url("plan-detail", plan.pk), headers=HTMX)
     assert done.status_code == 286  # htmx stops polling
     html = done.content.decode()
     assert "every 2s" not in html and 'data-status="applied"' in html
+    assert "Every node reports its new partition: all 72 GPUs" in html
     assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.APPLIED
+
+
+def test_progress_stops_waiting_for_nodes_that_never_report_and_says_which(admin):
+    admin.post(url("plan-apply", "gb-r01"), {"preset": "2x9"})
+    plan = PartitionPlan.objects.get()
+    ConfigPush.objects.filter(plan_id=plan.pk).update(status=PushStatus.SUCCEEDED)
+    follow_active_plans()
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.APPLIED
+    nodes_report_their_partitions(plan.rack)
+    Gpu.objects.filter(tray__hostname="gb-r01-t18").update(reported_clique_id=1)  # a node on the old clique
+    assert admin.get(url("plan-detail", plan.pk), headers=HTMX).status_code == 200  # still waiting
+
+    PartitionPlan.objects.filter(pk=plan.pk).update(
+        finished_at=plan.finished_at - NODES_SETTLE_WINDOW - timedelta(seconds=1)
+    )
+    given_up = admin.get(url("plan-detail", plan.pk), headers=HTMX)
+    assert given_up.status_code == 286
+    assert "4 of 72 GPUs still report another clique" in given_up.content.decode()
 
 
 def writes(queries) -> list[str]:
@@ -427,6 +457,7 @@ def test_a_draining_plan_moves_on_when_its_work_ends(admin, django_capture_on_co
         finish_job(Job.objects.get(pk=job.pk), JobState.COMPLETED)
     assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.APPLIED
     assert layout_of("gb-r01") == [("p1", 1), ("p2", 2)]
+    nodes_report_their_partitions(plan.rack)
     done = admin.get(url("plan-detail", plan.pk), headers=HTMX)
     assert done.status_code == 286 and 'data-status="applied"' in done.content.decode()
 
@@ -450,6 +481,7 @@ def test_the_pushes_run_and_the_progress_page_reports_the_plan_applied(
     topology = (render_dir / "current" / "slurm" / "topology.conf").read_text()
     assert "BlockName=r01p1 Nodes=gb-r01-t[01-09]" in topology
 
+    nodes_report_their_partitions(plan.rack)
     done = admin.get(response["Location"], headers=HTMX)
     assert done.status_code == 286
     html = done.content.decode()
