@@ -240,6 +240,17 @@ def describe(cluster: Cluster, placement: Placement) -> dict:
     return {"partitions": len(partitions), "racks": len(racks)}
 
 
+def fits_when_settled(cluster: Cluster, request: Request) -> bool:
+    """True when `request` (multi-tray) would fit now but for free trays whose fabric is unsettled: it waits
+    for their nodes to report their partition, not for running work to end."""
+    if request.small:
+        return False
+    unsettled = cluster.unsettled_free(cluster.usable_owners(request.department, request.borrow))
+    if request.topology == PARTITION:
+        return any(cluster.part_whole[p] + len(trays) >= request.trays for p, trays in unsettled.items())
+    return False
+
+
 def why_not(cluster: Cluster, request: Request) -> str:
     """Why `request` does not fit now, in plain words (after `place` returned None)."""
     owners = cluster.usable_owners(request.department, request.borrow)

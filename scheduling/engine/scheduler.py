@@ -42,7 +42,16 @@ from dataclasses import dataclass, field, replace
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
-from scheduling.engine.placement import PARTITION, RACK, RACKPLANE, Placement, Request, place, why_not
+from scheduling.engine.placement import (
+    PARTITION,
+    RACK,
+    RACKPLANE,
+    Placement,
+    Request,
+    fits_when_settled,
+    place,
+    why_not,
+)
 from tenancy.quota import DepartmentQuota, fair_share, in_quota_prefix
 
 PREEMPTIBLE_CLASSES = ("train",)
@@ -409,7 +418,13 @@ class _Pass:
                     self.result.reservation = reservation
                 if self.explain:
                     wait = _minutes(reservation.start_at - self.now)
-                    reason += f"; trays are reserved for it, expected to start in {wait}"
+                    if fits_when_settled(self.cluster, job.request()):
+                        reason += (
+                            "; it starts as soon as their nodes report the new partition (failing that, "
+                            f"trays are reserved for it, expected to start in {wait})"
+                        )
+                    else:
+                        reason += f"; trays are reserved for it, expected to start in {wait}"
         self.result.waiting[job.id] = reason
 
     def _why_with_reservation(self, job: PendingJob) -> str:

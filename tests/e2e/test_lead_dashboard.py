@@ -93,4 +93,7 @@ def test_lead_sees_the_chart_and_idle_gpus_and_adds_a_member(live_server, page, 
     # A typo is answered in plain words, in place.
     page.fill("#id_member_username", "e2e-nobody")
     page.get_by_role("button", name="Add member").click()
-    expect(page.locator("#members .field-error")).to_have_text("no user named 'e2e-nobody'")
+    expect(page.locator("#members .field-error")).to_have_text(
+        "no user named 'e2e-nobody' can be added to Research: "
+        "leads add active accounts that are not platform admins"
+    )

@@ -142,8 +142,11 @@ def conf_copy(slurm_testbed, tmp_path):
 
 
 def carve(layout: list[int]) -> None:
-    """Re-carve gb-r01 into consecutive partitions p1, p2... of the given tray counts."""
+    """Re-carve gb-r01 into consecutive partitions p1, p2... of the given tray counts, and let its nodes
+    report their new cliques (as after the fabric manager applied them: jobs spanning trays need settled
+    fabric)."""
     from inventory.models import ComputeTray, NVLinkPartition, Rack
+    from tests.factories import nodes_report_their_partitions
 
     rack = Rack.objects.get(name="gb-r01")
     ComputeTray.objects.filter(rack=rack).update(partition=None)
@@ -155,6 +158,7 @@ def carve(layout: list[int]) -> None:
             partition=partition
         )
         slot += size
+    nodes_report_their_partitions(rack)
 
 
 @pytest.fixture

@@ -249,6 +249,11 @@ def test_the_pass_names_drifted_trays_and_does_not_reserve_them():
     # Reserved on p2 (frees when job 1 ends), never on the drifted trays.
     assert result.reservation is not None
     assert {c.tray_host[t] for t in result.reservation.trays} == {f"gb-r07-c{s:02d}" for s in range(10, 19)}
+    # What it waits for first is the fabric, not job 1's end.
+    assert reason.endswith(
+        "it starts as soon as their nodes report the new partition (failing that, trays are reserved for it, "
+        "expected to start in about 2.8 h)"
+    )
 
 
 def test_baselines():

@@ -1,0 +1,123 @@
+"""`make run`'s embedded stack, started for a test: scripts/run.sh in a fresh clone (web server, Celery worker
+and beat on the filesystem broker), its state read from the clone's SQLite file."""
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tests.fresh_clone import free_port, make_clone, shell_env
+
+
+def wait_for(what: str, check, timeout: float, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def processes_in(directory: Path) -> list[str]:
+    """The processes whose working directory is `directory` (run.sh's server, worker and beat run there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(entry / "cwd")) == directory:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.append(f"{entry.name}: {command}")
+        except OSError:  # gone meanwhile, or not ours to look at
+            continue
+    return found
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+class Stack:
+    def __init__(self, clone: Path, address: str, run: subprocess.Popen, output: Path):
+        self.clone, self.address, self.run, self.output = clone, address, run, output
+
+    def query(self, sql: str, *params):
+        with sqlite3.connect(self.clone / "var" / "rackplane.sqlite3", timeout=20) as database:
+            return database.execute(sql, params).fetchall()
+
+    def log(self, name: str) -> str:
+        path = self.clone / "var" / "log" / name
+        return path.read_text() if path.exists() else ""
+
+
+@contextlib.contextmanager
+def running_stack(directory: Path):
+    """scripts/run.sh in a fresh clone under `directory`, prepared (migrate, seed) and serving; stopped
+    (SIGINT, as Ctrl-C) at the end, with anything left behind killed."""
+    clone = make_clone(directory / "rackplane")
+    env = shell_env()
+    prepared = subprocess.run(
+        ["bash", "scripts/run.sh", "--prepare"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    # Forget what the seed did, so that whatever appears next is the stack's own work.
+    with sqlite3.connect(clone / "var" / "rackplane.sqlite3") as database:
+        database.execute("UPDATE scheduling_schedulerstate SET last_pass_at = NULL")
+        database.execute(
+            "DELETE FROM tenancy_quotasnapshot WHERE taken_at >= ?",
+            [str(datetime.now(UTC) - timedelta(hours=1))],
+        )
+
+    address = f"127.0.0.1:{free_port()}"
+    output = clone.parent / "run.out"
+    started = time.monotonic()
+    run = subprocess.Popen(
+        ["bash", "scripts/run.sh"],
+        cwd=clone,
+        env={**env, "RACKPLANE_ADDR": address},
+        stdout=output.open("w"),
+        stderr=subprocess.STDOUT,
+        # As from a terminal: SIGINT delivered (a shell started in the background would ignore it), and one
+        # session to clean up if the test fails half-way.
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+    def answers():
+        try:
+            with urllib.request.urlopen(f"http://{address}/login/", timeout=5) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError):
+            if run.poll() is not None:
+                raise AssertionError(f"run.sh exited: {output.read_text()}") from None
+            return False
+
+    wait_for("the web server answers", answers, timeout=120)
+    print(f"embedded stack answering {time.monotonic() - started:.1f} s after run.sh started")
+    try:
+        yield Stack(clone, address, run, output)
+    finally:
+        stop(run, clone)
+
+
+def stop(run: subprocess.Popen, clone: Path) -> None:
+    if run.poll() is None:  # a failed test: stop it all the way the test would
+        os.killpg(run.pid, signal.SIGINT)
+        try:
+            run.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+    for line in processes_in(clone):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
