@@ -21,7 +21,7 @@ from tenancy.models import QuotaSnapshot
 def schedule_jobs() -> dict | None:
     """Run scheduling passes while requests wait (one pass at a time, guarded in the database)."""
     with audit_context(AuditSource.TASK):
-        summary = run_pass()
+        summary = run_pass(only_if_requested=True)
     return None if summary is None else summary.__dict__
 
 

@@ -14,7 +14,9 @@ whose cliques did not change keeps what its node last said (health, problems, re
 
 from __future__ import annotations
 
+from core.audit import audit_context
 from core.enqueue import enqueue
+from core.models import AuditSource
 from integrations.fabric.base import normalize_domain
 from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
 from inventory.models import ComputeTray, Gpu
@@ -87,14 +89,16 @@ def node_reports(rack: dict, live_partitions) -> tuple[list[dict], list[dict]]:
 
 def deliver(reports: list[dict]) -> list[str]:
     """Post each report to the discovery service, as a node agent would. Returns the hosts reconciled;
-    a host no longer in the inventory is skipped."""
+    a host no longer in the inventory is skipped. The nodes report as themselves: in the audit a background
+    task with no user, whoever applied the plan whose push got them reporting."""
     done = []
-    for report in reports:
-        try:
-            ingest_report(report["host"], "json", [_gpu(entry) for entry in report["gpus"]])
-        except UnknownHost:
-            continue
-        done.append(report["host"])
+    with audit_context(AuditSource.TASK):
+        for report in reports:
+            try:
+                ingest_report(report["host"], "json", [_gpu(entry) for entry in report["gpus"]])
+            except UnknownHost:
+                continue
+            done.append(report["host"])
     return done
 
 

@@ -14,8 +14,9 @@ from core.models import AuditEvent
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
 from scheduling.choices import JobEventKind, JobState, PriorityClass
-from scheduling.models import Job, JobEvent, SchedulingRequest
+from scheduling.models import Job, JobEvent, SchedulerState, SchedulingRequest
 from scheduling.services import run_pass
+from scheduling.tasks import schedule_jobs
 from tenancy.models import DedicatedPartition
 from tenancy.services import dedicate_partition
 from tests.factories import free_trays, make_department, make_job
@@ -156,3 +157,26 @@ def test_inference_reclaims_its_dedicated_partition_from_researchs_borrowed_job_
     assert research_job.state == JobState.PENDING and research_job.preemptions == 1
     assert serving.state == JobState.STARTING and serving.over_quota is False
     assert borrower.state == JobState.RUNNING
+
+
+def test_passes_asked_for_in_a_row_run_once_for_all_of_them(
+    demo_inventory, django_capture_on_commit_callbacks
+):
+    """Eighteen node reports each ask for a pass in their own transaction; the first task's pass answers all
+    of them, and the tasks after it find nothing left to do (no pass, no write)."""
+    SchedulingRequest.objects.all().delete()
+    trays = list(ComputeTray.objects.filter(rack__name="gb-r01").order_by("slot"))
+    with django_capture_on_commit_callbacks() as asked:
+        for tray in trays:
+            with transaction.atomic():
+                tray.fabric_problems = [f"GPU 0 of {tray.hostname} is registering"]
+                tray.save()
+    assert SchedulingRequest.objects.count() == len(trays) == 18
+    assert len(asked) == 18  # one task message each
+
+    first = schedule_jobs()
+    assert first is not None and SchedulingRequest.objects.count() == 0
+    state = SchedulerState.objects.get(pk=1)
+    for _ in range(17):
+        assert schedule_jobs() is None
+    assert SchedulerState.objects.get(pk=1).last_pass_at == state.last_pass_at

@@ -4,6 +4,7 @@ drift clears by itself). Racks whose cliques did not change report nothing."""
 
 import pytest
 
+from core.audit import audit_context
 from core.models import AuditEvent, AuditSource
 from integrations.fabric import adapter
 from integrations.fabric.nodes import REPORT_NODES, SETTLE_SECONDS
@@ -40,9 +41,11 @@ def test_drift_appears_while_the_simulated_fabric_changes_and_clears_when_its_no
     # The inventory intends the new partitions; the nodes still report the default partition's clique.
     assert drift(admin_user, rack) == 72
 
-    with django_capture_on_commit_callbacks() as push_commit:
+    mark = AuditEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
+    # The plan's pushes run (eager Celery), the fabric's among them, as the admin's background task.
+    with django_capture_on_commit_callbacks() as push_commit, audit_context(AuditSource.TASK, admin_user):
         for callback in plan_commit:
-            callback()  # the plan's pushes run (eager Celery), the fabric's among them
+            callback()
     fabric_push = ConfigPush.objects.get(plan_id=plan.pk, target=fabric)
     assert fabric_push.status == PushStatus.SUCCEEDED, fabric_push.error
     assert "gb-r01: 18 node(s) report the fabric change in progress" in fabric_push.log
@@ -72,6 +75,14 @@ def test_drift_appears_while_the_simulated_fabric_changes_and_clears_when_its_no
     # The discovery service's tray saves are audited as the task's.
     change = AuditEvent.objects.filter(object_repr="gb-r01-t01", after__reported_clique__isnull=False).last()
     assert change.source == AuditSource.TASK
+    # Both rounds of node reports are the nodes' own, not the admin's who applied the plan.
+    reports = [
+        event
+        for event in AuditEvent.objects.filter(pk__gt=mark, object_type="inventory.computetray")
+        if "fabric_problems" in event.after
+    ]
+    assert len(reports) == 36  # each tray: in progress, then settled
+    assert {(event.actor, event.source) for event in reports} == {(None, AuditSource.TASK)}
     assert change.after["reported_clique"] == f"{rack.cluster_uuid}.1"
     plan.refresh_from_db()
     assert plan.status == PlanStatus.APPLIED
