@@ -17,6 +17,7 @@ from integrations.fabric import (
     SimulatedFabricManager,
 )
 from integrations.fabric.nodes import report_after_apply
+from inventory.models import Gpu, NVLinkPartition
 
 # The embedded fabric keeps its partitions in memory: one per target, for the life of the process.
 _SIMULATED: dict[int, SimulatedFabricManager] = {}
@@ -24,8 +25,35 @@ _SIMULATED_LOCK = threading.Lock()
 
 
 def simulated_fabric(target_id: int) -> SimulatedFabricManager:
+    """The target's simulated fabric. A process that has none yet (a worker just started) begins with the
+    partitions the nodes last reported, as a real fabric manager would hold them: a plan for one rack then
+    changes that rack only."""
     with _SIMULATED_LOCK:
-        return _SIMULATED.setdefault(target_id, SimulatedFabricManager())
+        if target_id not in _SIMULATED:
+            _SIMULATED[target_id] = _as_reported()
+        return _SIMULATED[target_id]
+
+
+def _as_reported() -> SimulatedFabricManager:
+    names = {
+        (str(rack_uuid), clique): name
+        for rack_uuid, clique, name in NVLinkPartition.objects.exclude(rack__cluster_uuid=None).values_list(
+            "rack__cluster_uuid", "clique_id", "name"
+        )
+    }
+    members: dict[tuple[str, int], list[str]] = {}
+    for uuid, domain, clique in Gpu.objects.filter(
+        tray__isnull=False, reported_cluster_uuid__isnull=False, reported_clique_id__isnull=False
+    ).values_list("uuid", "reported_cluster_uuid", "reported_clique_id"):
+        members.setdefault((str(domain), clique), []).append(uuid)
+    partitions = [
+        FabricPartition(names.get((domain, clique), f"clique-{clique}"), clique, tuple(uuids), domain)
+        for (domain, clique), uuids in members.items()
+    ]
+    try:
+        return SimulatedFabricManager(partitions)
+    except (FabricError, ValueError):  # the reports do not make a valid fabric (a GPU in two cliques...)
+        return SimulatedFabricManager()
 
 
 class FabricAdapter:

@@ -49,6 +49,9 @@ def test_drift_appears_while_the_simulated_fabric_changes_and_clears_when_its_no
     fabric_push = ConfigPush.objects.get(plan_id=plan.pk, target=fabric)
     assert fabric_push.status == PushStatus.SUCCEEDED, fabric_push.error
     assert "gb-r01: 18 node(s) report the fabric change in progress" in fabric_push.log
+    # The fabric began as the nodes last reported it: the plan changed its own rack, no other.
+    racks = Rack.objects.count()
+    assert f"1 rack(s) changed, {racks - 1} already as planned" in fabric_push.log, fabric_push.log
     # While the fabric changes: every GPU of the rack registers, and keeps its old clique (still drift).
     assert drift(admin_user, rack) == 72
     assert overview(admin_user).gpus["fabric_incomplete"] == 72 + len(registering)
