@@ -346,7 +346,7 @@ def cancel_job(job: Job, user=None) -> Job:
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.state in FINISHED_STATES:
-            raise ValidationError(f"job {job.pk} has already {job.get_state_display().lower()}")
+            raise ValidationError(f"job {job.pk} has already ended ({job.get_state_display().lower()})")
         who = f" by {user.get_username()}" if user is not None and user.is_authenticated else ""
         _stop_in_backend(job, f"cancelled{who}")
         _free(job)

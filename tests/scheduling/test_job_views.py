@@ -330,10 +330,10 @@ def test_a_plain_member_may_not_cancel_anothers_job(client_as, department_a, lea
 def test_cancelling_a_finished_job_says_why_not(client_as, department_a, member_a):
     job = make_job(department_a, "finished", JobState.COMPLETED, submitted_by=member_a)
     response = client_as("member_a").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
-    assert f"Not cancelled: job {job.pk} has already completed." in text(response)
+    assert f"Not cancelled: job {job.pk} has already ended (completed)." in text(response)
     assert Job.objects.get(pk=job.pk).state == JobState.COMPLETED
     htmx = client_as("member_a").post(reverse("scheduling:job-cancel", args=[job.pk]), headers=HTMX)
-    assert htmx.status_code == 286 and "has already completed" in text(htmx)
+    assert htmx.status_code == 286 and "has already ended (completed)" in text(htmx)
 
 
 # ------------------------------------------------------------------------------------------ rack view
