@@ -72,6 +72,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/api-token/", account.api_token_page, name="api-token"),
+    path("account/api-token/new/", account.api_token_new, name="api-token-new"),
     path("admin/", admin.site.urls),
     path("inventory/", include((inventory_pages, "inventory"))),
     path("tenancy/", include((tenancy_pages, "tenancy"))),

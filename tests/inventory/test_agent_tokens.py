@@ -3,10 +3,13 @@
 A token is issued for one rack (all its trays) or one host, in the portal or by `manage.py
 discovery_agent_token`; only a hash of its secret is stored. Discovery reports and telemetry pushes outside
 its scope are a 403 that writes nothing; a revoked or unknown token is a 401. The fleet token (an account a
-platform admin gave `inventory.report_discovery`) still reports for every host.
+platform admin gave `inventory.report_discovery`) still reports for every host. The portal page issues by
+Post/Redirect/Get: the token's "issued" page shows the secret once, and a reload shows it no more and issues
+nothing.
 """
 
 import hashlib
+import logging
 from datetime import timedelta
 from io import StringIO
 
@@ -14,14 +17,16 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
+from django.test import Client
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from core.models import AuditEvent
-from inventory import agent_tokens
+from inventory import agent_tokens, views
 from inventory.models import AgentToken, ComputeTray, Gpu, Rack
 from tenancy.models import GpuActivity
+from tests import factories
 
 pytestmark = pytest.mark.django_db
 REPORTS = "/api/v1/discovery/reports/"
@@ -320,26 +325,79 @@ def test_telemetry_for_gpus_outside_the_scope_is_a_403_recording_nothing(host_se
 # --- the portal page ------------------------------------------------------------------------------------
 
 
-def test_an_admin_issues_a_token_on_the_page_and_sees_the_secret_once(client, platform_admin, demo_inventory):
+def issued_url(token: AgentToken) -> str:
+    return f"{PAGE}{token.pk}/issued/"
+
+
+def test_an_admin_issues_a_token_on_the_page_and_sees_the_secret_once(
+    client, platform_admin, demo_inventory, caplog
+):
+    caplog.set_level(logging.DEBUG)
     client.force_login(platform_admin)
     assert client.get(PAGE).status_code == 200
     response = client.post(PAGE, {"rack": "", "hostname": HOST, "description": "node agent"})
-    assert response.status_code == 200
-    assert "no-store" in response.headers["Cache-Control"]
     token = AgentToken.objects.get()
+    assert response.status_code == 303 and response["Location"] == issued_url(token)
     assert token.hostname == HOST and token.created_by == platform_admin
-    secret = response.context["secret"]
-    assert secret in response.content.decode() and token.secret_hash == agent_tokens.hash_secret(secret)
+
+    shown = client.get(issued_url(token))
+    assert shown.status_code == 200 and "no-store" in shown.headers["Cache-Control"]
+    secret = shown.context["secret"]
+    assert secret in shown.content.decode() and token.secret_hash == agent_tokens.hash_secret(secret)
+    assert secret not in response.content.decode()
+    assert views.NEW_SECRETS_SESSION_KEY not in client.session  # taken out as it was shown
     assert agent(secret).post(REPORTS, report(HOST), format="json").status_code == 200
+
+    reloaded = client.get(issued_url(token))
+    assert reloaded.status_code == 200 and "no-store" in reloaded.headers["Cache-Control"]
+    assert secret not in reloaded.content.decode() and reloaded.context["secret"] is None
+    assert "The token was shown once; make a new one if you lost it" in reloaded.content.decode()
 
     listing = client.get(PAGE).content.decode()
     assert token.prefix in listing and secret not in listing and f"host <code>{HOST}</code>" in listing
+    assert secret not in caplog.text  # never logged
+
+
+def test_reloading_after_issuing_issues_nothing(client, platform_admin, demo_inventory):
+    client.force_login(platform_admin)
+    client.post(PAGE, {"rack": "gb-r02", "hostname": "", "description": ""}, follow=True)
+    token = AgentToken.objects.get()
+    for _ in range(3):
+        for url in (issued_url(token), PAGE):
+            assert client.get(url).status_code == 200
+    assert list(AgentToken.objects.values_list("pk", "revoked_at")) == [(token.pk, None)]
+    assert AuditEvent.objects.filter(object_type="inventory.agenttoken").count() == 1
+
+
+def test_two_tokens_issued_before_either_page_is_seen_each_show_their_own_secret(
+    client, platform_admin, demo_inventory
+):
+    client.force_login(platform_admin)
+    client.post(PAGE, {"rack": "gb-r02", "hostname": "", "description": ""})
+    client.post(PAGE, {"rack": "", "hostname": HOST, "description": ""})
+    first, second = AgentToken.objects.order_by("pk")
+    for token in (second, first):
+        secret = client.get(issued_url(token)).context["secret"]
+        assert agent_tokens.hash_secret(secret) == token.secret_hash
+    assert views.NEW_SECRETS_SESSION_KEY not in client.session
+    assert client.get(issued_url(first)).context["secret"] is None
+
+
+def test_a_new_secret_is_shown_only_in_the_session_that_issued_it(client, platform_admin, demo_inventory):
+    other_admin = factories.make_user("platform-admin-2", staff=True)
+    client.force_login(platform_admin)
+    client.post(PAGE, {"rack": "gb-r02", "hostname": "", "description": ""})
+    token = AgentToken.objects.get()
+    other = Client()
+    other.force_login(other_admin)
+    assert other.get(issued_url(token)).context["secret"] is None
+    assert client.get(issued_url(token)).context["secret"] is not None
 
 
 def test_the_page_issues_a_rack_token(client, platform_admin, demo_inventory):
     client.force_login(platform_admin)
     response = client.post(PAGE, {"rack": "gb-r03", "hostname": "", "description": ""})
-    assert response.status_code == 200 and AgentToken.objects.get().rack.name == "gb-r03"
+    assert response.status_code == 303 and AgentToken.objects.get().rack.name == "gb-r03"
 
 
 @pytest.mark.parametrize(
@@ -378,6 +436,7 @@ def test_leads_and_members_may_not_see_issue_or_revoke_tokens(client_as, persona
     client = client_as(persona)
     assert client.get(PAGE).status_code == 403
     assert client.post(PAGE, {"rack": "gb-r02", "hostname": "", "description": ""}).status_code == 403
+    assert client.get(issued_url(token)).status_code == 403
     assert client.get(f"{PAGE}{token.pk}/revoke/").status_code == 403
     assert client.post(f"{PAGE}{token.pk}/revoke/").status_code == 403
     assert AgentToken.objects.count() == 1 and AgentToken.objects.get().revoked_at is None
