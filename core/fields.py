@@ -1,10 +1,19 @@
-"""Serializer fields that take only the JSON type the OpenAPI document promises.
+"""Serializer fields that take only the JSON type the OpenAPI document promises, and a serializer mixin that
+takes only the fields it declares.
 
-DRF's CharField reads a number as text (`"name": 0`) and its BooleanField reads 0, 1 and strings such as
-"yes" as booleans: a client's wrong type is then accepted silently, and the document (string, boolean) does
-not say what the API does. These refuse any other JSON type with a 400 naming the field.
+DRF's CharField reads a number as text (`"name": 0`), its IntegerField reads "4" and 4.0 as 4, and its
+BooleanField reads 0, 1 and strings such as "yes" as booleans: a client's wrong type is then accepted
+silently, and the document (string, integer, boolean) does not say what the API does. These refuse any other
+JSON type with a 400 naming the field. Likewise a serializer drops a field it does not know (`"toplogy"`),
+so the client's intent is lost without a word; KnownFieldsOnly refuses it.
 """
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
 
 
@@ -25,6 +34,17 @@ class SlugTextField(StringOnly, serializers.SlugField):
     pass
 
 
+class JSONIntegerField(serializers.IntegerField):
+    """A JSON integer (4), not a string ("4"), a number with a fraction part (4.0) nor a boolean."""
+
+    default_error_messages = {"not_an_integer": 'Must be a JSON integer (4, not "4" nor 4.0).'}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("not_an_integer")
+        return super().to_internal_value(data)
+
+
 class JSONBooleanField(serializers.BooleanField):
     """true or false, nothing else."""
 
@@ -32,3 +52,44 @@ class JSONBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid", input=data)
         return data
+
+
+class KnownFieldsOnly:
+    """Serializer mixin: a body field the serializer does not take is a 400 naming it, with the closest field
+    it does take; the OpenAPI document says so (`additionalProperties: false`, KnownFieldsOnlySchema)."""
+
+    def to_internal_value(self, data):
+        unknown = self.unknown_fields(data) if isinstance(data, Mapping) else {}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            if unknown and isinstance(error.detail, Mapping):
+                raise serializers.ValidationError({**unknown, **error.detail}) from error
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
+
+    def unknown_fields(self, data: Mapping) -> dict[str, list[str]]:
+        known = [name for name, field in self.fields.items() if not field.read_only]
+        errors = {}
+        for name in data:
+            if name in known:
+                continue
+            close = difflib.get_close_matches(str(name), known, n=1)
+            if close:
+                errors[name] = [f'Unknown field: did you mean "{close[0]}"?']
+            else:
+                errors[name] = [f"Unknown field: this request takes {', '.join(known)}."]
+        return errors
+
+
+class KnownFieldsOnlySchema(OpenApiSerializerExtension):
+    """The document of a KnownFieldsOnly serializer: drf-spectacular's, with `additionalProperties: false`."""
+
+    target_class = KnownFieldsOnly
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        return {**schema, "additionalProperties": False}

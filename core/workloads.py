@@ -8,7 +8,8 @@ document describes `work` per backend (scheduling.api.serializers) from the same
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,20 @@ class WorkRule:
 
 
 _RULES: dict[str, WorkRule] = {}
+
+
+def refuse_unknown_keys(work: dict, known: Collection[str], job: str) -> None:
+    """WorkError naming each key of `work` not in `known` (with the closest known key, for a typo) and the
+    keys `job` ("a Slurm job") takes: a key the backend would ignore is refused, not dropped."""
+    unknown = sorted(set(work) - set(known), key=str)
+    if not unknown:
+        return
+    names = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), sorted(known), n=1)
+        names.append(f'"{key}" (did you mean "{close[0]}"?)' if close else f'"{key}"')
+    takes = ", ".join(f'"{key}"' for key in sorted(known))
+    raise WorkError(f"unknown keys for {job}: {', '.join(names)}; it takes {takes}")
 
 
 def register_work_validator(

@@ -1,14 +1,27 @@
 """The one rule for a Kubernetes job's work: {"image", "command", "args", "env"}.
 
 `SCHEMA` is the same rule as JSON Schema (the OpenAPI document's `work` for Kubernetes jobs), `EXAMPLE` a
-work it accepts; tests/test_openapi.py checks the three agree.
+work it accepts; tests/test_openapi.py checks the three agree. What the API server would refuse in a
+container is refused here, at submission: the other names in the pod (container, labels, Job name) are
+Rackplane's own (integrations.kubernetes.jobs), only the environment's names come from the user.
 """
 
 from __future__ import annotations
 
-from core.workloads import WorkError
+import re
+
+from core.workloads import WorkError, refuse_unknown_keys
 
 WORK_KEYS = frozenset({"image", "command", "args", "env"})
+
+# Kubernetes' IsEnvVarName (k8s.io/apimachinery validation): letters, digits, "_", "-" and ".", not starting
+# with a digit, and not ".", ".." nor starting with "..". Servers with RelaxedEnvironmentVariableValidation
+# (1.32+) also take any printable ASCII but "="; a name valid here is valid on every version.
+ENV_NAME_PATTERN = r"^(?!\.\.)(?!\.$)[-._a-zA-Z][-._a-zA-Z0-9]*$"
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
+ENV_NAME_RULE = (
+    'letters, digits, "_", "-" and ".", not starting with a digit nor "..", and not "." (e.g. NCCL_DEBUG)'
+)
 
 # A NUL cannot be stored (PostgreSQL's jsonb) nor passed to a container.
 _NO_NUL = "^[^\\u0000]*$"
@@ -28,7 +41,10 @@ SCHEMA = {
         "env": {
             "type": "object",
             "nullable": True,
-            "description": "Environment variables; numbers and booleans are passed as they read.",
+            "description": "Environment variables by name; numbers and booleans are passed as they read. "
+            f"A name is {ENV_NAME_RULE}.",
+            # OpenAPI 3.0 has no propertyNames: the names' rule as an extension, in JSON Schema's words.
+            "x-propertyNames": {"type": "string", "pattern": ENV_NAME_PATTERN},
             "additionalProperties": {
                 "oneOf": [
                     {"type": "string", "pattern": _NO_NUL},
@@ -53,10 +69,12 @@ def _has_nul(value) -> bool:
     return isinstance(value, str) and "\x00" in value
 
 
+def is_env_name(name) -> bool:
+    return isinstance(name, str) and _ENV_NAME.fullmatch(name) is not None
+
+
 def validate_work(work: dict) -> dict:
-    unknown = sorted(set(work) - WORK_KEYS)
-    if unknown:
-        raise WorkError(f"unknown keys for a Kubernetes job: {', '.join(unknown)}")
+    refuse_unknown_keys(work, WORK_KEYS, "a Kubernetes job")
     image = work.get("image")
     if not isinstance(image, str) or not image.strip() or any(c.isspace() or c == "\x00" for c in image):
         raise WorkError('a Kubernetes job needs "image": a container image')
@@ -73,9 +91,15 @@ def validate_work(work: dict) -> dict:
         # Kubernetes takes strings; numbers and booleans are written as they read ("3", "true").
         scalar = (str, int, float, bool)
         if not isinstance(env, dict) or not all(
-            isinstance(k, str) and k and not _has_nul(k) and isinstance(v, scalar) and not _has_nul(v)
-            for k, v in env.items()
+            isinstance(v, scalar) and not _has_nul(v) for v in env.values()
         ):
             raise WorkError('"env" must map names to string values')
+        bad = [name for name in env if not is_env_name(name)]
+        if bad:
+            names = ", ".join(f'"{name}"' for name in bad)
+            raise WorkError(
+                f'"env": not an environment variable name Kubernetes takes: {names}; a name is '
+                f"{ENV_NAME_RULE}"
+            )
         out["env"] = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in env.items()}
     return out

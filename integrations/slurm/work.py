@@ -1,12 +1,14 @@
 """The one rule for a Slurm job's work: {"script": "#!/bin/bash ..."} (sbatch needs the interpreter line).
 
 `SCHEMA` is the same rule as JSON Schema (the OpenAPI document's `work` for Slurm jobs), `EXAMPLE` a work it
-accepts; tests/test_openapi.py checks the three agree.
+accepts; tests/test_openapi.py checks the three agree. The script is the only thing the user names: the
+job's partition, account, QOS, environment and name are Rackplane's own (integrations.slurm.jobs).
+MAX_SCRIPT characters are at most 4,000,000 bytes in UTF-8, under slurmctld's default max_script_size (4 MB).
 """
 
 from __future__ import annotations
 
-from core.workloads import WorkError
+from core.workloads import WorkError, refuse_unknown_keys
 
 MAX_SCRIPT = 1_000_000
 
@@ -29,9 +31,7 @@ EXAMPLE = {"script": "#!/bin/bash\nsrun python train.py --epochs 1\n"}
 
 
 def validate_work(work: dict) -> dict:
-    unknown = sorted(set(work) - {"script"})
-    if unknown:
-        raise WorkError(f"unknown keys for a Slurm job: {', '.join(unknown)}")
+    refuse_unknown_keys(work, {"script"}, "a Slurm job")
     script = work.get("script")
     if not isinstance(script, str) or not script.startswith("#!"):
         raise WorkError('a Slurm job needs {"script": "#!/bin/bash ..."}: a script starting with #!')

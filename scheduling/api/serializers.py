@@ -4,7 +4,7 @@ scheduling.services (the same rules for every client); these check shapes and sa
 from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from core.fields import SlugTextField, TextField
+from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextField
 from core.workloads import WorkError, WorkRule, validate_work, work_rules
 from scheduling.choices import Backend, PriorityClass, Topology
 from scheduling.models import Job, JobEvent
@@ -63,13 +63,13 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
     """A job to run. `work` is {"script": "#!/bin/bash ..."} for Slurm and {"image": ..., "command": [...],
-    "args": [...], "env": {...}} for Kubernetes."""
+    "args": [...], "env": {...}} for Kubernetes. A field it does not take is refused, not ignored."""
 
     department = SlugTextField(help_text="The department's slug (you must be a member).")
     name = TextField(max_length=200)
-    gpus = serializers.IntegerField(
+    gpus = JSONIntegerField(
         min_value=1, help_text="1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that."
     )
     topology = serializers.ChoiceField(
@@ -80,7 +80,7 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.TRAIN)
     backend = serializers.ChoiceField(choices=Backend.choices, default=Backend.SLURM)
-    time_limit_minutes = serializers.IntegerField(min_value=1, max_value=60 * 24 * 30, default=60)
+    time_limit_minutes = JSONIntegerField(min_value=1, max_value=60 * 24 * 30, default=60)
     work = serializers.JSONField()
 
     def validate_department(self, slug):
