@@ -29,6 +29,7 @@ class AuditEventAdmin(admin.ModelAdmin):
         "department_id",
         "before",
         "after",
+        "labels",
     ]
     readonly_fields = fields
 

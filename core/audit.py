@@ -10,6 +10,11 @@ Bulk changes (QuerySet.update(), bulk_update()) send no model signal: code that 
 `update_recorded`, `bulk_update_recorded` or `recording_changes`, which read the rows' values before,
 record one event per changed row of an audited model and send `bulk_changed` for any model. Code that
 already holds the before-values (discovery ingest) calls `record_bulk_change` itself.
+
+Foreign keys are recorded as the related row's id in before/after, and its str() at the time beside it in
+the event's `labels` ({"before": {"partition": "gb-r08 default"}, "after": {...}}): the row may be renamed
+or deleted later (a partition plan deletes the partitions its trays leave). Bulk paths read the names in
+one query per related model, whatever the number of rows.
 """
 
 import contextlib
@@ -18,6 +23,7 @@ import json
 from dataclasses import dataclass
 
 from django.apps import apps
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Model
 from django.db.models.signals import post_delete, post_save, pre_save
@@ -103,6 +109,47 @@ def _snapshot(instance) -> dict:
     return json.loads(json.dumps(data, cls=DjangoJSONEncoder, default=str))
 
 
+LABEL_LIMIT = 200  # characters of a related row's name kept in an event's labels
+
+
+def _references(model) -> dict:
+    """{field name: field} of the model's foreign keys and one-to-ones (a snapshot holds the related id)."""
+    return {f.name: f for f in model._meta.concrete_fields if f.is_relation}
+
+
+def _labels(before: dict, after: dict) -> dict:
+    """An event's `labels`: {} when no foreign key has a name on either side."""
+    return {"before": before, "after": after} if before or after else {}
+
+
+def _names_on(instance, values: dict | None) -> dict:
+    """{field: str() of the related row} for the foreign keys among `values` (a snapshot's keys) that point
+    somewhere: the row `instance` holds already, else one query each. Nothing is cached on `instance` (the
+    caller's object must not start reading a related row it would have read fresh)."""
+    if instance is None or not values:
+        return {}
+    names = {}
+    for name, field in _references(type(instance)).items():
+        value = getattr(instance, field.attname)
+        if name not in values or value is None:
+            continue
+        if field.is_cached(instance):
+            related = field.get_cached_value(instance)
+        else:
+            # Non-null foreign keys joined: a row's str() may name its parent (a partition its rack).
+            related = (
+                field.related_model._base_manager.select_related()
+                .filter(**{field.target_field.name: value})
+                .first()
+            )
+        try:
+            if related is not None:
+                names[name] = str(related)[:LABEL_LIMIT]
+        except ObjectDoesNotExist:  # a row its str() names is gone: the id alone is all there is
+            continue
+    return names
+
+
 def _department_id(instance):
     label = instance._meta.label_lower
     if label == "tenancy.department":
@@ -110,13 +157,16 @@ def _department_id(instance):
     return getattr(instance, "department_id", None)
 
 
-def _record(instance, action, before, after):
+def _record(instance, action, before, after, previous=None):
+    """One event; `previous` is the row as it was before an update (for the names of its foreign keys)."""
     if action == AuditAction.UPDATE:
         changed = {key for key in after if before.get(key) != after.get(key)}
         if not changed:
             return
         before = {key: before.get(key) for key in changed}
         after = {key: after[key] for key in changed}
+    old_side = instance if action == AuditAction.DELETE else previous
+    labels = _labels(_names_on(old_side, before), _names_on(instance, after))
     actor = _actor()
     AuditEvent.objects.create(
         actor=actor,
@@ -129,6 +179,7 @@ def _record(instance, action, before, after):
         department_id=_department_id(instance),
         before=before,
         after=after,
+        labels=labels,
     )
 
 
@@ -137,6 +188,7 @@ def _pre_save(sender, instance, raw=False, **kwargs):
         return
     previous = sender._default_manager.filter(pk=instance.pk).first() if instance.pk else None
     instance._audit_before = _snapshot(previous) if previous is not None else None
+    instance._audit_previous = previous
 
 
 def _post_save(sender, instance, created, raw=False, **kwargs):
@@ -147,7 +199,7 @@ def _post_save(sender, instance, created, raw=False, **kwargs):
     if created or before is None:
         _record(instance, AuditAction.CREATE, None, after)
     else:
-        _record(instance, AuditAction.UPDATE, before, after)
+        _record(instance, AuditAction.UPDATE, before, after, getattr(instance, "_audit_previous", None))
 
 
 def _post_delete(sender, instance, **kwargs):
@@ -178,6 +230,41 @@ def _read(model, pks, fields) -> dict:
     return {row[0]: {f.name: value for f, value in zip(fields, row[1:], strict=True)} for row in rows}
 
 
+def _read_names(model, rows, known: dict | None = None) -> dict:
+    """{(related model, target field): {value: str() of the row}} for the foreign keys of `model` in `rows`
+    ({field name: stored value} each), `known` names kept: one query per related model for the values not
+    known yet. Values whose row is gone are left out."""
+    names = {key: dict(found) for key, found in (known or {}).items()}
+    references = _references(model)
+    wanted: dict[tuple, set] = {}
+    for row in rows:
+        for name, value in row.items():
+            field = references.get(name)
+            if field is None or value is None:
+                continue
+            key = (field.related_model, field.target_field.name)
+            if value not in names.get(key, {}):
+                wanted.setdefault(key, set()).add(value)
+    for (related, target), values in wanted.items():
+        # Non-null foreign keys joined: a row's str() may name its parent (a partition its rack).
+        found = related._base_manager.select_related().in_bulk(list(values), field_name=target)
+        names.setdefault((related, target), {}).update(
+            (value, str(row)[:LABEL_LIMIT]) for value, row in found.items()
+        )
+    return names
+
+
+def _names_in(model, values: dict, names: dict) -> dict:
+    """{field: name} for the foreign keys in `values` ({field name: stored value}) that `names` knows."""
+    out = {}
+    for name, field in _references(model).items():
+        value = values.get(name)
+        found = names.get((field.related_model, field.target_field.name), {})
+        if value is not None and value in found:
+            out[name] = found[value]
+    return out
+
+
 def _diff(before: dict, after: dict) -> dict:
     """{pk: {field: (before, after)}} for the fields that changed, rows in both only."""
     changes = {}
@@ -191,10 +278,12 @@ def _diff(before: dict, after: dict) -> dict:
     return changes
 
 
-def record_bulk_change(model, changes: dict) -> None:
+def record_bulk_change(model, changes: dict, names: dict | None = None) -> None:
     """Record rows changed in bulk: one event per row of an audited model (its volatile fields left out,
     under the current audit context), then send `bulk_changed` for any model. `changes` is
-    {pk: {field name: (before, after)}}, a foreign key as the related pk."""
+    {pk: {field name: (before, after)}}, a foreign key as the related pk. The related rows' names are read
+    in one query per related model; `names` (from `_read_names`) holds those read before the change, for
+    rows it may have deleted."""
     changes = {pk: diff for pk, diff in changes.items() if diff}
     if not changes:
         return
@@ -206,9 +295,17 @@ def record_bulk_change(model, changes: dict) -> None:
         if audited:
             # Non-null foreign keys joined: an object's str() may name its parent (a partition its rack).
             instances = model._default_manager.select_related().in_bulk(list(audited))
+            sides = {
+                pk: (
+                    {name: old for name, (old, _) in diff.items()},
+                    {name: new for name, (_, new) in diff.items()},
+                )
+                for pk, diff in audited.items()
+            }
+            names = _read_names(model, [values for pair in sides.values() for values in pair], names)
             actor, source = _actor(), _current().source
             events = []
-            for pk, diff in audited.items():
+            for pk, (old, new) in sides.items():
                 instance = instances.get(pk)
                 events.append(
                     AuditEvent(
@@ -220,8 +317,9 @@ def record_bulk_change(model, changes: dict) -> None:
                         object_id=str(pk),
                         object_repr=(str(instance) if instance is not None else str(pk))[:200],
                         department_id=_department_id(instance) if instance is not None else None,
-                        before=_json({name: old for name, (old, new) in diff.items()}),
-                        after=_json({name: new for name, (old, new) in diff.items()}),
+                        before=_json(old),
+                        after=_json(new),
+                        labels=_labels(_names_in(model, old, names), _names_in(model, new, names)),
                     )
                 )
             AuditEvent.objects.bulk_create(events)
@@ -274,9 +372,11 @@ def recording_changes(queryset, *fields):
         row[0]: {f.name: value for f, value in zip(model_fields, row[1:], strict=True)}
         for row in queryset.values_list("pk", *(f.attname for f in model_fields))
     }
+    # The names of the rows the foreign keys point to now: the block may delete them.
+    names = _read_names(model, before.values()) if model._meta.label_lower in AUDITED else None
     yield
     if before:
-        record_bulk_change(model, _diff(before, _read(model, before, model_fields)))
+        record_bulk_change(model, _diff(before, _read(model, before, model_fields)), names)
 
 
 def connect() -> None:

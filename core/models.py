@@ -47,6 +47,13 @@ class AuditEvent(models.Model):
     department_id = models.PositiveBigIntegerField(null=True, blank=True, db_index=True)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
+    # Foreign keys stay ids in before/after; the related rows' names at the time go here, since the rows may
+    # be renamed or deleted later. Empty on events recorded before labels were kept.
+    labels = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='str() of the rows foreign keys pointed to: {"before": {field: name}, "after": {...}}.',
+    )
 
     objects = AuditEventQuerySet.as_manager()
 

@@ -4,6 +4,9 @@ Platform admins see every event and department leads their departments' events
 (`AuditEvent.objects.visible_to`); anyone else is refused (core.access.require_any_lead). Filtered with the
 FilterSet the API uses (portal.filters). A page is a fixed number of queries: the count, the page of events
 and one query for the names of their departments.
+
+A foreign key shows the name its row had when the change was recorded (the event's labels), its id in the
+title; events recorded before labels were kept show the id alone.
 """
 
 import json
@@ -29,8 +32,8 @@ class Change:
     label: str
     before: str | None  # None: the field had no value on that side (create / delete)
     after: str | None
-    before_full: str | None = None
-    after_full: str | None = None
+    before_title: str | None = None  # the whole value when cut, a related row's id when named
+    after_title: str | None = None
 
 
 @dataclass
@@ -56,6 +59,15 @@ def _short(text: str) -> tuple[str, str | None]:
     return text[: VALUE_LIMIT - 1] + "…", text
 
 
+def _shown(value, name: str | None) -> tuple[str, str | None]:
+    """A value as the diff shows it and its title: a foreign key's recorded name (the id in the title),
+    else the value itself."""
+    if name is None:
+        return _short(_text(value))
+    text, whole = _short(name)
+    return text, f"{whole or name} (ID {_text(value)})"
+
+
 def _labels(object_type: str) -> dict[str, str]:
     try:
         model = apps.get_model(object_type)
@@ -71,16 +83,19 @@ def _labels(object_type: str) -> dict[str, str]:
 
 
 def changes_of(event: AuditEvent, labels: dict[str, str] | None = None) -> list[Change]:
-    """The fields an event touched, in the model's order: before and after for an update, one side else."""
+    """The fields an event touched, in the model's order: before and after for an update, one side else.
+    `labels` are the fields' verbose names (looked up when not given)."""
     labels = labels if labels is not None else _labels(event.object_type)
     before, after = event.before or {}, event.after or {}
+    names = event.labels or {}
+    names_before, names_after = names.get("before") or {}, names.get("after") or {}
     keys = list(after) + [key for key in before if key not in after]
     rows = []
     for key in keys:
         if event.action == AuditAction.UPDATE and before.get(key) == after.get(key):
             continue
-        old = _short(_text(before.get(key))) if key in before else (None, None)
-        new = _short(_text(after.get(key))) if key in after else (None, None)
+        old = _shown(before[key], names_before.get(key)) if key in before else (None, None)
+        new = _shown(after[key], names_after.get(key)) if key in after else (None, None)
         rows.append(Change(key, labels.get(key, key.replace("_", " ")), old[0], new[0], old[1], new[1]))
     return rows
 

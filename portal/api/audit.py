@@ -1,7 +1,8 @@
 """GET /api/v1/audit-events/: the audit log, read-only, as `AuditEvent.objects.visible_to(user)` allows.
 
 Staff see every event, department leads their departments' events, everyone else none. Filtered with the
-FilterSet the audit page uses (portal.filters).
+FilterSet the audit page uses (portal.filters). A foreign key is an id in before/after, and the name its row
+had at the time in `labels`.
 """
 
 from django.db.models import OuterRef, Subquery
@@ -10,6 +11,14 @@ from rest_framework import serializers, viewsets
 from core.models import AuditEvent
 from portal.filters import AuditEventFilter
 from tenancy.models import Department
+
+
+class LabelsField(serializers.JSONField):
+    """Both sides always present; events recorded before labels were kept have none."""
+
+    def to_representation(self, value):
+        value = value or {}
+        return {"before": value.get("before") or {}, "after": value.get("after") or {}}
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -30,6 +39,15 @@ class AuditEventSerializer(serializers.ModelSerializer):
     after = serializers.JSONField(
         read_only=True, allow_null=True, help_text="Changed fields after (null for a delete)."
     )
+    labels = LabelsField(
+        read_only=True,
+        help_text=(
+            "Names of the rows the foreign keys in before/after pointed to when the change was recorded: "
+            '{"before": {"partition": "gb-r08 default"}, "after": {"partition": "gb-r08 p1"}}. A field is '
+            "missing when its value is null or the row was already gone; both are empty for events recorded "
+            "before names were kept."
+        ),
+    )
 
     class Meta:
         model = AuditEvent
@@ -46,6 +64,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
             "department",
             "before",
             "after",
+            "labels",
         ]
         read_only_fields = fields
 
