@@ -7,6 +7,8 @@ class IntegrationsConfig(AppConfig):
 
     def ready(self):
         # Each outside system registers its kind once (settings schema, renderer, adapter, job backend).
-        from integrations import kinds
+        from integrations import kinds, signals
 
         kinds.load()
+        # Tenancy changes the configuration renders queue pushes (tenancy sits below: it cannot ask).
+        signals.connect()

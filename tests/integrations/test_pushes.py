@@ -20,6 +20,7 @@ from integrations.directory import adapter as directory_adapter
 from integrations.fabric import adapter as fabric_adapter
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.registry import clean_settings
+from inventory.models import Gpu
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests.integrations.k8s_standin import KubeStandIn
@@ -474,12 +475,14 @@ def test_directory_paths(settings, tmp_path):
 
 def test_simulated_fabric_push_reports_progress_per_rack(demo_inventory, django_capture_on_commit_callbacks):
     target = ConfigTarget.objects.create(name="fabric", kind="fabric", settings={"kind": "simulated"})
+    # The simulated fabric starts as the nodes last reported; gb-r02's nodes have not reported a clique yet.
+    Gpu.objects.filter(tray__rack__name="gb-r02").update(reported_cluster_uuid=None, reported_clique_id=None)
 
     [push] = push_now(django_capture_on_commit_callbacks, targets=[target])
 
     assert push.status == PushStatus.SUCCEEDED, push.error
     assert "gb-r02: step 1/2 done: create partition p1: 36 GPUs" in push.log
-    assert "3 rack(s) changed" in push.log
+    assert "1 rack(s) changed, 2 already as planned" in push.log
     fabric = fabric_adapter.simulated_fabric(target.pk)
     assert len(fabric.domains()) == 3
     # The fabric now runs the inventory's partitions: a forced push changes nothing.

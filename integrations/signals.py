@@ -1,0 +1,242 @@
+"""Configuration pushes follow tenancy changes: a change to anything the rendered configuration holds queues a
+push to the enabled targets (integrations.pushes.queue_pushes) after its transaction commits, once per
+transaction, with a reason naming the change ("department research: guarantee 168 -> 200").
+
+What the configuration renders from tenancy (integrations.state.build_state): each department's name, slug,
+guarantee, limit, P_Key, network, export path and storage quota (Slurm QOS, Kueue ClusterQueues, namespaces,
+OpenSM, NFS); which department each NVLink partition is dedicated to (Slurm partitions, node labels); the NFS
+server of the tenancy settings. A department's weight and priority (decisions only: scheduling.signals asks
+for a pass), its VLAN and VNI (checked, but no file holds them yet), memberships and the other settings render
+nothing and queue nothing. Saves compare with the stored row, as scheduling.signals does; bulk changes arrive
+as core.audit.bulk_changed.
+
+Coalescing: every change of a transaction joins one batch and registers an on-commit callback; the first of
+them to run pushes once for all. A push that the same transaction saved after the batch's last change (a
+partition plan queues its own) already renders it: its target is left out.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save, pre_save
+
+from core.audit import bulk_changed
+from integrations.models import ConfigPush, ConfigTarget
+from integrations.pushes import queue_pushes
+from tenancy.models import DedicatedPartition, Department, TenancySettings
+
+logger = logging.getLogger(__name__)
+
+# Model -> {field the configuration renders: how a push reason names it}. Kept equal to what
+# integrations.state reads (tests/integrations/test_tenancy_pushes.py changes every field and compares).
+RENDERED: dict[type, dict[str, str]] = {
+    Department: {
+        "name": "name",
+        "slug": "slug",
+        "guaranteed_gpus": "guarantee",
+        "limit_gpus": "limit",
+        "ib_pkey": "P_Key",
+        "network_cidr": "network",
+        "export_path": "export path",
+        "storage_quota_gib": "storage quota (GiB)",
+    },
+    DedicatedPartition: {"partition": "partition", "department": "department"},
+    TenancySettings: {"nfs_server": "NFS server"},
+}
+# Created with its defaults, these render what was rendered before they existed (TenancySettings.load()
+# makes the row on first use, even while a push renders): only the fields set otherwise count as a change.
+CREATED_AS_DEFAULTS = (TenancySettings,)
+
+REASON_LENGTH = 255  # ConfigPush.reason
+
+
+def _attnames(model: type) -> list[str]:
+    return [model._meta.get_field(name).attname for name in RENDERED[model]]
+
+
+def _label(instance) -> str:
+    if isinstance(instance, Department):
+        return f"department {instance.slug}"
+    if isinstance(instance, DedicatedPartition):
+        return f"dedication {instance}"
+    return str(instance._meta.verbose_name)
+
+
+def _value(value) -> str:
+    return "none" if value is None else str(value)
+
+
+def _change(model: type, name: str, old, new) -> str:
+    words = RENDERED[model][name]
+    if model._meta.get_field(name).is_relation:  # a primary key says nothing to a reader
+        return f"{words} changed"
+    return f"{words} {_value(old)} -> {_value(new)}"
+
+
+# --- one push per transaction -------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Batch:
+    """The changes of one transaction: why to push, and which targets a later push there already covers."""
+
+    reasons: list[str] = field(default_factory=list)
+    covered: dict[int, int | None] = field(default_factory=dict)  # target -> its push (None: a follow-up)
+    sent: bool = False
+
+
+@dataclass(frozen=True)
+class _PushOnCommit:
+    """The on-commit callback of one change: the first of its batch to run queues the pushes."""
+
+    batch: _Batch
+
+    def __call__(self) -> None:
+        if self.batch.sent:
+            return
+        self.batch.sent = True
+        _push(self.batch)
+
+
+def _pending_batch() -> _Batch | None:
+    """The batch of the current transaction that has not pushed yet. Any such callback still waiting runs
+    whenever a change made now commits (a savepoint that rolls it back would roll back the change too)."""
+    connection = transaction.get_connection()
+    if not connection.in_atomic_block:
+        return None
+    for _sids, callback, *_ in connection.run_on_commit:
+        if isinstance(callback, _PushOnCommit) and not callback.batch.sent:
+            return callback.batch
+    return None
+
+
+def request_push(reason: str) -> None:
+    """Ask for a push of the current configuration once the current transaction commits (at once outside
+    one); coalesced with the transaction's other requests."""
+    batch = _pending_batch() or _Batch()
+    if reason not in batch.reasons:
+        batch.reasons.append(reason)
+    batch.covered.clear()  # a push saved before this change rendered the state without it
+    transaction.on_commit(_PushOnCommit(batch), robust=True)
+
+
+def _reason(reasons: list[str]) -> str:
+    """The reasons joined; when they do not fit in a push's reason, as many as fit and how many more."""
+    text = "; ".join(reasons)
+    if len(text) <= REASON_LENGTH:
+        return text
+    kept: list[str] = []
+    for count, reason in enumerate(reasons, 1):
+        if len("; ".join([*kept, reason]) + f"; and {len(reasons) - count} more") > REASON_LENGTH:
+            break
+        kept.append(reason)
+    if not kept:
+        return text[:REASON_LENGTH]
+    return "; ".join(kept) + f"; and {len(reasons) - len(kept)} more"
+
+
+def _push(batch: _Batch) -> None:
+    targets = None
+    if batch.covered:
+        pushed = {pk for pk in batch.covered.values() if pk is not None}
+        still_there = set(ConfigPush.objects.filter(pk__in=pushed).values_list("target_id", flat=True))
+        covered = still_there | {target for target, push in batch.covered.items() if push is None}
+        targets = list(
+            ConfigTarget.objects.filter(enabled=True).exclude(pk__in=covered).values_list("pk", flat=True)
+        )
+        if not targets:
+            return
+    created = queue_pushes(reason=_reason(batch.reasons), targets=targets)
+    logger.info(
+        "tenancy change (%s): %d configuration push(es) queued", "; ".join(batch.reasons), len(created)
+    )
+
+
+def requested_push(instance) -> str | None:
+    """The reason of the push the last save of `instance` asked for; None when nothing rendered changed."""
+    return getattr(instance, "_config_push_reason", None)
+
+
+# --- receivers ----------------------------------------------------------------------------------------
+
+
+def _pre_save(sender, instance, raw=False, update_fields=None, **kwargs):
+    instance._config_push_before = None
+    instance._config_push_reason = None
+    if raw or instance._state.adding or instance.pk is None:
+        return
+    names, attnames = RENDERED[sender], _attnames(sender)
+    if update_fields is not None and not set(update_fields) & {*names, *attnames}:
+        return
+    instance._config_push_before = (
+        sender._default_manager.filter(pk=instance.pk).values_list(*attnames).first()
+    )
+
+
+def _post_save(sender, instance, created, raw=False, **kwargs):
+    if raw:
+        return
+    if created and sender not in CREATED_AS_DEFAULTS:
+        reason = f"{_label(instance)} added"
+    else:
+        if created:
+            before = tuple(sender._meta.get_field(name).get_default() for name in RENDERED[sender])
+        else:
+            before = getattr(instance, "_config_push_before", None)
+        if before is None:
+            return
+        after = tuple(getattr(instance, name) for name in _attnames(sender))
+        changes = [
+            _change(sender, name, old, new)
+            for name, old, new in zip(RENDERED[sender], before, after, strict=True)
+            if old != new
+        ]
+        if not changes:
+            return
+        reason = f"{_label(instance)}: {', '.join(changes)}"
+    instance._config_push_reason = reason
+    request_push(reason)
+
+
+def _post_delete(sender, instance, **kwargs):
+    request_push(f"{_label(instance)} deleted")
+
+
+def _bulk_changed(sender, changes, **kwargs):
+    names = RENDERED.get(sender)
+    if not names:
+        return
+    touched = sorted({name for diff in changes.values() for name in diff} & set(names))
+    if touched:
+        words = ", ".join(names[name] for name in touched)
+        request_push(f"{len(changes)} {sender._meta.verbose_name_plural}: {words}")
+
+
+def _push_saved(sender, instance, created, raw=False, **kwargs):
+    """A push saved in a transaction with pending changes covers its target (it renders them already)."""
+    if created and not raw and (batch := _pending_batch()) is not None:
+        batch.covered[instance.target_id] = instance.pk
+
+
+def _follow_up_kept(sender, instance, raw=False, update_fields=None, **kwargs):
+    """A request kept for a target's running push is pushed, rendered afresh, when that push ends."""
+    if raw or not instance.follow_up or (update_fields is not None and "follow_up" not in update_fields):
+        return
+    if (batch := _pending_batch()) is not None:
+        batch.covered[instance.pk] = None
+
+
+def connect() -> None:
+    for model in RENDERED:
+        label = model._meta.label_lower
+        pre_save.connect(_pre_save, sender=model, dispatch_uid=f"config_push_pre_save_{label}")
+        post_save.connect(_post_save, sender=model, dispatch_uid=f"config_push_post_save_{label}")
+        post_delete.connect(_post_delete, sender=model, dispatch_uid=f"config_push_post_delete_{label}")
+    bulk_changed.connect(_bulk_changed, dispatch_uid="config_push_bulk_changed")
+    post_save.connect(_push_saved, sender=ConfigPush, dispatch_uid="config_push_covers_target")
+    post_save.connect(
+        _follow_up_kept, sender=ConfigTarget, dispatch_uid="config_push_follow_up_covers_target"
+    )
