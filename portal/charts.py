@@ -115,7 +115,9 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
 def quota_history_figure(history: Iterable[dict]) -> go.Figure:
     """Guaranteed vs in use (in quota + borrowed, stacked) vs fair share over time, from QuotaSnapshot rows.
 
-    `history` rows carry taken_at, guaranteed, in_quota, borrowed, fair_share and pending_demand.
+    `history` rows carry taken_at, guaranteed, in_quota, borrowed, fair_share and pending_demand: the
+    QuotaSnapshot values, then on the dashboard a last point of the live figures
+    (scheduling.usage.DepartmentDashboard.history_to_now).
     """
     rows = list(history)
     return _figure(_quota_history_spec(rows, [row["taken_at"] for row in rows]))

@@ -13,10 +13,13 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from core.access import is_admin, leads, require_admin, require_lead
+from integrations.models import ConfigTarget
+from integrations.signals import requested_push
 from portal import charts as dashboards
 from scheduling import usage as selectors
 from tenancy.forms import DepartmentForm, MembershipForm
@@ -93,7 +96,7 @@ def department_detail(request, slug):
     _set_urls(dashboard.pending_jobs, "scheduling:job-detail", "pk", "url")
     chart = ""
     if dashboard.history:
-        chart = dashboards.quota_history_html(dashboard.history, div_id="quota-chart")
+        chart = dashboards.quota_history_html(dashboard.history_to_now, div_id="quota-chart")
     context = {
         "d": dashboard,
         "department": department,
@@ -106,6 +109,26 @@ def department_detail(request, slug):
     return render(request, "tenancy/department_detail.html", context)
 
 
+def _saved_message(department: Department):
+    """What the save did, and whether Slurm and Kubernetes are told (integrations.signals queues the push)."""
+    reason = requested_push(department)
+    if reason is None:
+        return f"Department {department.name} saved."
+    if not ConfigTarget.objects.filter(enabled=True).exists():
+        return format_html(
+            "Department {} saved. No configuration target is enabled, so nothing was pushed: Slurm and "
+            'Kubernetes keep the old values (<a href="{}">configuration targets</a>).',
+            department.name,
+            reverse("integrations:target-list"),
+        )
+    return format_html(
+        'Department {} saved. A configuration push was queued ({}): <a href="{}">see the pushes</a>.',
+        department.name,
+        reason,
+        reverse("integrations:push-list"),
+    )
+
+
 @require_http_methods(["GET", "POST"])
 def department_edit(request, slug):
     require_admin(request.user, "department settings")
@@ -114,7 +137,7 @@ def department_edit(request, slug):
         form = DepartmentForm(request.POST, instance=department)
         saved = _save(request, form)
         if saved is not None:
-            messages.success(request, f"Department {saved.name} saved.")
+            messages.success(request, _saved_message(saved))
             return redirect("tenancy:department-detail", slug=saved.slug)
         # A failed save may have allocated values onto the instance: show the stored department.
         department = Department.objects.get(pk=department.pk)

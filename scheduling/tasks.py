@@ -13,7 +13,7 @@ from core.audit import audit_context
 from core.enqueue import send_now
 from core.models import AuditSource
 from scheduling.services import SCHEDULE_JOBS, request_pass, run_pass
-from scheduling.usage import department_positions
+from scheduling.usage import SNAPSHOT_FIELDS, department_positions
 from tenancy.models import QuotaSnapshot
 
 
@@ -33,22 +33,12 @@ def schedule_jobs_periodically() -> dict | None:
     return {"requested": True}
 
 
-QUOTA_SNAPSHOT_FIELDS = (
-    "guaranteed",
-    "in_use",
-    "in_quota",
-    "borrowed",
-    "fair_share",
-    "pending_demand",
-    "idle",
-)
-
-
 def record_quota_snapshots(now=None) -> int:
     """Write one QuotaSnapshot per department at `now` truncated to the minute; returns how many.
 
-    Running it twice in one minute updates the same rows. The figures are the dashboards' own
-    (scheduling.usage.department_positions), so the chart's last point matches the cards.
+    Running it twice in one minute updates the same rows. The figures are the cards' own
+    (scheduling.usage.department_positions, `Position.figures`: borrowed is what the jobs flagged over quota
+    hold), so the history and the live point the chart ends with are counted the same way.
     """
     now = now or timezone.now()
     taken_at = now.replace(second=0, microsecond=0)
@@ -56,7 +46,7 @@ def record_quota_snapshots(now=None) -> int:
         QuotaSnapshot(
             department=position.department,
             taken_at=taken_at,
-            **{field: getattr(position, field) for field in QUOTA_SNAPSHOT_FIELDS},
+            **position.figures(),
         )
         for position in department_positions(now)
     ]
@@ -64,7 +54,7 @@ def record_quota_snapshots(now=None) -> int:
         snapshots,
         update_conflicts=True,
         unique_fields=["department", "taken_at"],
-        update_fields=list(QUOTA_SNAPSHOT_FIELDS),
+        update_fields=list(SNAPSHOT_FIELDS),
     )
     return len(snapshots)
 

@@ -6,13 +6,13 @@ running jobs' allocations (in use, idle), one over the active jobs (running, pen
 start from the few unschedulable GPUs (tenancy.services).
 Visibility comes from `visible_to(user)` / `led_by(user)` on the models and nowhere else.
 
-Definitions the dashboards share (and `tenancy.tasks.snapshot_quotas` records):
+Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` records):
 
 * **in use**: GPUs held by the department's running jobs (Allocation rows).
-* **in quota / borrowed**: in use split at the guarantee, ``min(in_use, guaranteed)`` and the rest. This is
-  how Run:ai/KAI count quota: whichever job started last, the department holds its guarantee first. The
-  jobs' badges (Job.over_quota) are per job, recomputed by every pass oldest first (scheduling.engine.
-  scheduler, Standing); they differ from this split only by the one job that straddles the guarantee.
+* **borrowed / in quota**: borrowed is the GPUs held by its running jobs flagged ``Job.over_quota`` (the
+  badges; every pass recomputes them, scheduling.engine.scheduler, Standing: oldest jobs in quota while they
+  fit, non-preemptible first); in quota is in use minus borrowed. So the cards, the chart, the API and the
+  snapshots add up to the badges of its running jobs.
 * **short of its guarantee**: `guarantee_status` / `Positions.capacity_status`, from
   `tenancy.quota.guarantee_positions` (the scheduler's own arithmetic): the GPUs of its guarantee that
   capacity cannot honour (cut; the shortfall banner) and the in-quota GPUs it asks for and does not hold
@@ -42,7 +42,7 @@ from django.db.models import (
     Sum,
     Value,
 )
-from django.db.models.functions import Coalesce, Greatest, Least
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from hostlist import collect_hostlist
 
@@ -67,6 +67,8 @@ from tenancy.services import (
 )
 
 HISTORY = timedelta(hours=24)
+# A Position's figures that a QuotaSnapshot records (scheduling.tasks) and the quota chart draws.
+SNAPSHOT_FIELDS = ("guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand", "idle")
 # Bounded lists: the rest is summarised as "N more".
 IDLE_LIMIT = 100
 JOB_LIMIT = 50
@@ -86,11 +88,13 @@ def _per_department(queryset: QuerySet, path: str, aggregate) -> Coalesce:
 
 
 def annotate_positions(departments: QuerySet, now: datetime | None = None) -> QuerySet:
-    """Departments annotated with their live figures: running/pending jobs and GPUs, idle GPUs. One query.
+    """Departments annotated with their live figures: running/pending jobs and GPUs, in use split into in
+    quota and borrowed (as `Position`), idle GPUs. One query.
 
-    For a page of departments (the API). Its subqueries run once per department row, and in_quota/borrowed
-    repeat the in_use one, so the dashboards use `department_positions` (a GROUP BY per table) instead.
+    For a page of departments (the API). Its subqueries run once per department row, and in_quota repeats
+    the in_use and borrowed ones, so the dashboards use `department_positions` (a GROUP BY per table) instead.
     """
+    held = Allocation.objects.filter(job__state__in=HOLDING_STATES)
     running = Job.objects.filter(state__in=HOLDING_STATES)
     pending = Job.objects.filter(state=JobState.PENDING)
     # idle_gpus_queryset narrowed by OuterRef inside its single filter() call, so the department condition
@@ -103,17 +107,13 @@ def annotate_positions(departments: QuerySet, now: datetime | None = None) -> Qu
         .values("value")
     )
     return departments.annotate(
-        in_use=_per_department(
-            Allocation.objects.filter(job__state__in=HOLDING_STATES), "job__department", Count("pk")
-        ),
+        in_use=_per_department(held, "job__department", Count("pk")),
+        borrowed=_per_department(held.filter(job__over_quota=True), "job__department", Count("pk")),
         running_jobs=_per_department(running, "department", Count("pk")),
         pending_gpus=_per_department(pending, "department", Sum("gpus")),
         pending_jobs=_per_department(pending, "department", Count("pk")),
         idle_gpus=Coalesce(Subquery(idle, output_field=IntegerField()), Value(0)),
-    ).annotate(
-        in_quota=Least(F("in_use"), F("guaranteed_gpus"), output_field=IntegerField()),
-        borrowed=Greatest(F("in_use") - F("guaranteed_gpus"), Value(0), output_field=IntegerField()),
-    )
+    ).annotate(in_quota=F("in_use") - F("borrowed"))
 
 
 @dataclass
@@ -122,6 +122,7 @@ class Position:
 
     department: Department
     in_use: int
+    borrowed: int  # GPUs held by its running jobs flagged over_quota (the badges)
     running_jobs: int
     pending_demand: int
     pending_jobs: int
@@ -139,15 +140,15 @@ class Position:
 
     @property
     def in_quota(self) -> int:
-        return min(self.in_use, self.guaranteed)
-
-    @property
-    def borrowed(self) -> int:
-        return max(0, self.in_use - self.guaranteed)
+        return self.in_use - self.borrowed
 
     @property
     def demand(self) -> int:
         return self.in_use + self.pending_demand
+
+    def figures(self) -> dict[str, int]:
+        """The figures a QuotaSnapshot records (SNAPSHOT_FIELDS), as the cards show them."""
+        return {name: getattr(self, name) for name in SNAPSHOT_FIELDS}
 
     def as_quota(self) -> DepartmentQuota:
         department = self.department
@@ -266,21 +267,25 @@ def departments_with_jobs() -> QuerySet[Department]:
     )
 
 
-def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, tuple[int, int]]:
-    """{department pk: (in use, idle)} for the departments whose running jobs hold GPUs. One query.
+def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, tuple[int, int, int]]:
+    """{department pk: (in use, borrowed, idle)} for the departments whose running jobs hold GPUs. One query.
 
-    One pass over the running jobs' allocations grouped by department; idle is the subset whose GPU's
-    activity passes the idle test (`idle_activity_queryset`: a GPU has at most one allocation, so this
-    counts exactly the GPUs `idle_gpus_queryset` lists).
+    One pass over the running jobs' allocations grouped by department; borrowed is the subset held by jobs
+    flagged over_quota, idle the subset whose GPU's activity passes the idle test (`idle_activity_queryset`:
+    a GPU has at most one allocation, so this counts exactly the GPUs `idle_gpus_queryset` lists).
     """
     idle = idle_activity_queryset(now, settings).values("gpu")
     rows = (
         Allocation.objects.filter(job__state__in=HOLDING_STATES)
         .order_by()
         .values("job__department")
-        .annotate(in_use=Count("pk"), idle=Count("pk", filter=Q(gpu__in=idle)))
+        .annotate(
+            in_use=Count("pk"),
+            borrowed=Count("pk", filter=Q(job__over_quota=True)),
+            idle=Count("pk", filter=Q(gpu__in=idle)),
+        )
     )
-    return {row["job__department"]: (row["in_use"], row["idle"]) for row in rows}
+    return {row["job__department"]: (row["in_use"], row["borrowed"], row["idle"]) for row in rows}
 
 
 def department_positions(now: datetime | None = None, settings: TenancySettings | None = None) -> Positions:
@@ -297,11 +302,12 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
     held = held_gpus_by_department(now, settings)
     positions = []
     for department in departments:
-        in_use, idle = held.get(department.pk, (0, 0))
+        in_use, borrowed, idle = held.get(department.pk, (0, 0, 0))
         positions.append(
             Position(
                 department=department,
                 in_use=in_use,
+                borrowed=borrowed,
                 running_jobs=department.running_jobs,
                 pending_demand=department.pending_gpus,
                 pending_jobs=department.pending_jobs,
@@ -366,7 +372,7 @@ def quota_history(user, department: Department, now: datetime) -> list[dict]:
         QuotaSnapshot.objects.visible_to(user)
         .filter(department=department, taken_at__gte=now - HISTORY, taken_at__lte=now)
         .order_by("taken_at")
-        .values("taken_at", "guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand")
+        .values("taken_at", *SNAPSHOT_FIELDS)
     )
 
 
@@ -375,7 +381,7 @@ class DepartmentDashboard:
     department: Department
     position: Position
     capacity: int
-    history: list[dict]
+    history: list[dict]  # the last 24 hours of QuotaSnapshot rows (every five minutes)
     idle_gpus: list  # Gpu rows annotated by idle_gpus_queryset
     running_jobs: list[Job]
     pending_jobs: list[Job]
@@ -384,6 +390,12 @@ class DepartmentDashboard:
     can_manage: bool
     taken_at: datetime
     positions: Positions | None = None  # every department's (the shortfall banner for admins)
+
+    @property
+    def history_to_now(self) -> list[dict]:
+        """The snapshots and a last point at `taken_at` from `position` (what the cards show), so the
+        chart ends at the live figures rather than at the last snapshot, up to five minutes old."""
+        return [*self.history, {"taken_at": self.taken_at, **self.position.figures()}]
 
     @property
     def idle_more(self) -> int:
@@ -459,7 +471,16 @@ class AdminDashboard:
     status: GuaranteeStatus
     free: int
     idle_gpus: list
-    at_risk: list[Position] = field(default_factory=list)
+    owed: list[Position] = field(default_factory=list)  # owed GPUs of their guarantee (`starved` > 0)
+
+    @property
+    def owed_gpus(self) -> int:
+        return sum(p.starved for p in self.owed)
+
+    @property
+    def owed_beyond_free(self) -> int:
+        """Owed GPUs the free ones cannot cover: reclaimed from borrowers by preemption."""
+        return max(0, self.owed_gpus - self.free)
 
     @property
     def capacity(self) -> int:
@@ -476,16 +497,15 @@ def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
     settings = TenancySettings.load()
     positions = department_positions(now, settings)
     free = free_gpus_count(schedulable=positions.capacity)
-    # A department can only count on what is free plus what it already holds; beyond that its guarantee
-    # has to be reclaimed from borrowers (or, with a shortfall, cannot be met at all).
-    at_risk = [p for p in positions if p.guaranteed > free + p.in_use]
+    # Who is owed GPUs of its guarantee: guarantee_positions' `owed`, the one answer (Position.starved).
+    owed = [p for p in positions if p.starved > 0]
     idle = list(
         idle_gpus_queryset(now=now, settings=settings).order_by(
             "idle_since", "department_name", "hostname", "index"
         )[:ADMIN_IDLE_LIMIT]
     )
     return AdminDashboard(
-        positions=positions, status=positions.capacity_status(), free=free, idle_gpus=idle, at_risk=at_risk
+        positions=positions, status=positions.capacity_status(), free=free, idle_gpus=idle, owed=owed
     )
 
 

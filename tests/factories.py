@@ -4,7 +4,8 @@ Plain functions, so fixtures, test bodies and module-level helpers can all use t
 the shared personas (platform admin, lead of A, member of A, member of B, outsider, node agent) fixtures.
 Everything goes through the code the portal itself uses where it has such code (departments through
 `save_department`, so isolation pools are allocated; the node agent through `manage.py
-discovery_agent_token --fleet`); jobs are rows as the scheduling pass leaves them, without running the pass.
+discovery_agent_token --fleet`); jobs are rows as the scheduling pass leaves them, without running the pass:
+their in-quota/borrowed flags too (`stand_jobs`), unless a test sets `over_quota` itself.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from inventory.discovery import nvidia_smi
 from inventory.models import ComputeTray, Gpu
 from inventory.services import ingest_report
 from scheduling.choices import HOLDING_STATES, JobState
+from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Allocation, Job
+from scheduling.usage import department_positions
 from tenancy.models import Department, Membership
+from tenancy.quota import in_quota_prefix
 from tenancy.services import save_department
 
 # --- people ---------------------------------------------------------------------------------------------
@@ -105,6 +109,28 @@ def _trays(trays: Iterable[ComputeTray | str]) -> list[ComputeTray]:
 # --- jobs ------------------------------------------------------------------------------------------------
 
 
+def stand_jobs(department: Department) -> None:
+    """Set `over_quota` on the department's GPU-holding jobs as every pass does (scheduling.engine.scheduler,
+    Standing): in quota while their GPUs fit its in-quota share (tenancy.quota.in_quota_prefix),
+    non-preemptible classes first, then oldest first (a job never started counts as the newest). The
+    engine's one other rule, a job on another department's dedicated partition always borrows, is left out:
+    tests of it set `over_quota` themselves or run the pass."""
+    share = department_positions().of(department).guarantee.in_quota
+    jobs = sorted(
+        Job.objects.filter(department=department, state__in=HOLDING_STATES),
+        key=lambda j: (
+            j.priority_class in PREEMPTIBLE_CLASSES,
+            (j.placed_at or j.started_at).timestamp() if (j.placed_at or j.started_at) else float("inf"),
+            j.pk,
+        ),
+    )
+    in_quota = in_quota_prefix(share, [(j.pk, j.gpus) for j in jobs])
+    changed = [j for j in jobs if j.over_quota != (j.pk not in in_quota)]
+    for job in changed:
+        job.over_quota = job.pk not in in_quota
+    Job.objects.bulk_update(changed, ["over_quota"])
+
+
 def make_job(
     department: Department,
     name: str = "train",
@@ -115,7 +141,8 @@ def make_job(
 ) -> Job:
     """A job in `state` that was placed on `trays` (its placement); while it holds GPUs (starting or
     running) it has a start time and holds every GPU of those trays. It asks for 4 GPUs per tray (4 without
-    trays) unless `gpus` says otherwise."""
+    trays) unless `gpus` says otherwise. Unless `over_quota` is given, the department's jobs are stood
+    again (`stand_jobs`)."""
     trays = _trays(trays)
     fields.setdefault("gpus", 4 * len(trays) or 4)
     if state in HOLDING_STATES:
@@ -132,6 +159,9 @@ def make_job(
         Allocation.objects.bulk_create(
             Allocation(job=job, gpu=gpu) for gpu in Gpu.objects.filter(tray__in=trays).order_by("pk")
         )
+        if "over_quota" not in fields:
+            stand_jobs(department)
+            job.refresh_from_db(fields=["over_quota"])
     return job
 
 
@@ -148,13 +178,17 @@ def run_job(
     """A job holding `gpus` (Gpu rows) and every GPU of `trays` (rows or hostnames, which become its
     placement): its Allocation rows, as the pass writes them. `state` may be one that does not hold GPUs,
     for rows the pass has not cleaned up yet (a preempted job, a cancel in flight). It asks for as many
-    GPUs as it holds unless `size` says otherwise."""
+    GPUs as it holds unless `size` says otherwise. Unless `over_quota` is given, the department's holding
+    jobs are stood again (`stand_jobs`)."""
     trays = _trays(trays)
     held = [*gpus, *Gpu.objects.filter(tray__in=trays).order_by("pk")]
     if trays:
         fields.setdefault("placement", [tray.hostname for tray in trays])
     job = Job.objects.create(department=department, name=name, gpus=size or len(held), state=state, **fields)
     Allocation.objects.bulk_create([Allocation(job=job, gpu=gpu) for gpu in held])
+    if state in HOLDING_STATES and "over_quota" not in fields:
+        stand_jobs(department)
+        job.refresh_from_db(fields=["over_quota"])
     return job
 
 

@@ -31,6 +31,9 @@ class DedicatedPartitionSerializer(serializers.ModelSerializer):
 
 
 ALLOCATED = "Allocated from the pools in the tenancy settings when omitted."
+# The dashboards' split (scheduling.usage): by the jobs' in-quota/borrowed standing, as each job shows it.
+IN_QUOTA = "GPUs in use by its in-quota running jobs (in_use - borrowed)."
+BORROWED = "GPUs in use by its running jobs marked over quota (borrowed, preemptible)."
 
 
 class DepartmentSerializer(serializers.ModelSerializer):
@@ -59,10 +62,8 @@ class DepartmentSerializer(serializers.ModelSerializer):
         help_text="NVLink partitions dedicated to the department (their GPUs count in its guarantee).",
     )
     in_use = serializers.IntegerField(read_only=True, help_text="GPUs its running jobs hold.")
-    in_quota = serializers.IntegerField(read_only=True, help_text="GPUs in use within its guarantee.")
-    borrowed = serializers.IntegerField(
-        read_only=True, help_text="GPUs in use beyond its guarantee (over quota, preemptible)."
-    )
+    in_quota = serializers.IntegerField(read_only=True, help_text=IN_QUOTA)
+    borrowed = serializers.IntegerField(read_only=True, help_text=BORROWED)
     pending_demand = serializers.IntegerField(
         source="pending_gpus", read_only=True, help_text="GPUs its pending jobs ask for."
     )
@@ -121,8 +122,8 @@ class QuotaSerializer(serializers.Serializer):
     guaranteed = serializers.IntegerField()
     limit = serializers.IntegerField(allow_null=True, help_text="Most GPUs it may hold; null: no limit.")
     in_use = serializers.IntegerField(help_text="GPUs its running jobs hold.")
-    in_quota = serializers.IntegerField(help_text="GPUs in use within its guarantee.")
-    borrowed = serializers.IntegerField(help_text="GPUs in use beyond its guarantee.")
+    in_quota = serializers.IntegerField(help_text=IN_QUOTA)
+    borrowed = serializers.IntegerField(help_text=BORROWED)
     pending_demand = serializers.IntegerField(help_text="GPUs its pending jobs ask for.")
     fair_share = serializers.IntegerField(help_text="GPUs it is entitled to now (in quota + over quota).")
     entitled_in_quota = serializers.IntegerField(

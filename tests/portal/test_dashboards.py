@@ -2,6 +2,7 @@
 pages and Django admin, staff only) and constant query counts as the data grows."""
 
 import html
+import json
 import re
 from datetime import timedelta
 
@@ -15,8 +16,20 @@ from inventory.models import Gpu
 from portal import charts as dashboards
 from scheduling import usage as selectors
 from scheduling.choices import JobState
+from scheduling.models import Job
+from scheduling.services import run_pass
+from scheduling.tasks import record_quota_snapshots
 from tenancy.models import Department, GpuActivity, QuotaSnapshot
-from tests.factories import healthy_gpus, make_department, make_job, make_member, run_job
+from tenancy.services import save_department
+from tests.factories import (
+    free_trays,
+    healthy_gpus,
+    make_department,
+    make_job,
+    make_member,
+    run_job,
+    token_client,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -59,12 +72,14 @@ def department_b(demo_inventory):
 
 @pytest.fixture
 def workload(department_a, department_b, lead_a, member_b):
-    """Alpha: guarantee 16, a 24-GPU running job (16 in quota + 8 borrowed) with 4 idle GPUs, 12 GPUs
+    """Alpha: guarantee 16, a 16-GPU job in quota with 4 idle GPUs and a newer 8-GPU job borrowing, 12 GPUs
     pending. Beta: guarantee 8, a busy 4-GPU job. With the personas lead of Alpha and member of Beta."""
     alpha, beta = department_a, department_b
     gpus = healthy_gpus(29)
-    train = run_job(alpha, gpus[:24], "alpha-train", started_at=timezone.now() - timedelta(hours=3))
+    train = run_job(alpha, gpus[:16], "alpha-train", started_at=timezone.now() - timedelta(hours=3))
+    borrow = run_job(alpha, gpus[16:24], "alpha-borrow", started_at=timezone.now() - timedelta(hours=2))
     serve = run_job(beta, gpus[24:28], "beta-serve", started_at=timezone.now() - timedelta(hours=1))
+    assert (train.over_quota, borrow.over_quota, serve.over_quota) == (False, True, False)
     make_job(alpha, "alpha-queued-1", JobState.PENDING, gpus=8, pending_reason=f"{WAITING} (8)")
     make_job(alpha, "alpha-queued-2", JobState.PENDING, gpus=4, pending_reason=f"{WAITING} (4)")
     make_job(beta, "beta-done", JobState.COMPLETED, gpus=16)
@@ -74,7 +89,7 @@ def workload(department_a, department_b, lead_a, member_b):
     set_activity(gpus[5:24], 80.0, None)
     set_activity(gpus[24:28], 60.0, None)
     set_activity(gpus[28:29], 0.0, timedelta(hours=2))  # free, not idle: nobody holds it
-    return {"train": train, "serve": serve, "idle": idle}
+    return {"train": train, "borrow": borrow, "serve": serve, "idle": idle}
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -85,7 +100,7 @@ def test_positions_match_hand_computed_values(workload, department_a, department
     assert positions.capacity == CAPACITY
     alpha, beta = positions.of(department_a), positions.of(department_b)
     assert (alpha.guaranteed, alpha.in_use, alpha.in_quota, alpha.borrowed) == (16, 24, 16, 8)
-    assert (alpha.pending_demand, alpha.pending_jobs, alpha.running_jobs, alpha.idle) == (12, 2, 1, 4)
+    assert (alpha.pending_demand, alpha.pending_jobs, alpha.running_jobs, alpha.idle) == (12, 2, 2, 4)
     assert (beta.guaranteed, beta.in_use, beta.in_quota, beta.borrowed) == (8, 4, 4, 0)
     assert (beta.pending_demand, beta.pending_jobs, beta.running_jobs, beta.idle) == (0, 0, 1, 0)
     # Fair share of 210 GPUs: in quota Alpha min(16, 24+12) = 16, Beta min(8, 4) = 4; the surplus goes to
@@ -206,18 +221,114 @@ def test_departments_figure_and_admin_dashboard(client, workload, platform_admin
     assert "every guarantee fits" in text(response)
 
 
-def test_admin_dashboard_warns_of_guarantees_that_need_reclaiming(
-    client, workload, department_b, platform_admin
-):
+def test_admin_dashboard_names_the_departments_owed_gpus(client, workload, department_b, platform_admin):
+    # The walkthrough: "None: every guarantee ... can be met from free GPUs" while two departments were owed
+    # GPUs of their guarantee. The list is now guarantee_positions' `owed` (Position.starved), nothing else.
     gamma = make_department("Gamma", guaranteed_gpus=100)
-    run_job(department_b, healthy_gpus(150, skip=29), "beta-big")  # free: 210 - 28 - 150 = 32
+    delta = make_department("Delta", guaranteed_gpus=20)
+    run_job(department_b, healthy_gpus(146, skip=29), "beta-big")  # Beta borrows
+    run_job(delta, healthy_gpus(4, skip=175), "delta-eval")  # free: 210 - 28 - 146 - 4 = 32
+    make_job(gamma, "gamma-queued", JobState.PENDING, gpus=30)  # owed min(100, 30) - 0 = 30
+    make_job(delta, "delta-queued", JobState.PENDING, gpus=8)  # owed min(20, 4 + 8) - 4 = 8
     dashboard = selectors.admin_dashboard()
     assert dashboard.free == 32
-    assert [p.department for p in dashboard.at_risk] == [gamma]  # 100 > 32 free + 0 held
+    assert [(p.department, p.starved) for p in dashboard.owed] == [(delta, 8), (gamma, 30)]
+    assert dashboard.status.owed == [("Delta", 8), ("Gamma", 30)]  # the same computation
     client.force_login(platform_admin)
     page = text(client.get("/tenancy/dashboard/"))
-    assert "Guarantees that need reclaiming" in page
-    assert "Gamma : guaranteed 100, holds 0, 32 free" in page
+    assert (
+        "Owed GPUs of their guarantee: these departments ask for 38 in-quota GPUs they do not hold, and 32 "
+        "are free: at least 6 must be reclaimed by preempting borrowers."
+    ) in page
+    assert "Delta : owed 8 (guaranteed 20, holds 4)" in page
+    assert "Gamma : owed 30 (guaranteed 100, holds 0)" in page
+    assert "None:" not in page
+
+
+def running_jobs_listed(markup: str) -> list[tuple[str, int, bool]]:
+    """(name, GPUs, has the borrowed badge) of each running job a department dashboard lists."""
+    rows = re.findall(r'<tr data-job="\d+">(.*?)</tr>', markup, re.S)
+    return [
+        (
+            re.search(r'class="job-link"[^>]*>([^<]+)<', row).group(1),
+            int(re.search(r'<td class="num">([\d,]+)</td>', row).group(1).replace(",", "")),
+            "borrowed-badge" in row,
+        )
+        for row in rows
+    ]
+
+
+def chart_traces(markup: str, div_id: str) -> dict[str, dict]:
+    match = re.search(rf'<div id="{div_id}" class="plotly-chart" data-plotly-figure="([^"]*)"', markup)
+    assert match, f"no chart {div_id!r} on the page"
+    return {trace["name"]: trace for trace in json.loads(html.unescape(match.group(1)))["data"]}
+
+
+def test_cards_badges_chart_api_and_snapshots_agree_across_a_guarantee_change(
+    client_as, demo_inventory, lead_a, platform_admin
+):
+    # The walkthrough: Research's card split its in-use GPUs at the guarantee while its jobs' badges said
+    # otherwise, and its chart ended at the last snapshot (the old guarantee). Every figure now counts the
+    # badges, and the chart ends at the cards.
+    research = make_department("Research", guaranteed_gpus=8)
+    trays = free_trays(6)
+    now = timezone.now()
+    for i, name in enumerate(["old", "mid", "new"]):  # 8 GPUs each, oldest first
+        make_job(research, name, trays=trays[2 * i : 2 * i + 2], started_at=now - timedelta(hours=3 - i))
+    record_quota_snapshots(now - timedelta(minutes=4))  # the chart's history: guarantee 8, 16 borrowed
+    client = client_as(platform_admin)
+    api = token_client(platform_admin)
+
+    def check(expected_badges: dict[str, bool], guaranteed: int) -> None:
+        response = client.get("/tenancy/departments/research/")
+        markup = response.content.decode()
+        listed = running_jobs_listed(markup)
+        assert {name: borrowed for name, _, borrowed in listed} == expected_badges
+        borrowed = sum(gpus for _, gpus, badge in listed if badge)
+        in_quota = sum(gpus for _, gpus, badge in listed if not badge)
+        cards = {
+            name: figure(response, name) for name in ("guaranteed", "in-quota", "borrowed", "fair-share")
+        }
+        assert cards == {
+            "guaranteed": guaranteed,
+            "in-quota": in_quota,
+            "borrowed": borrowed,
+            "fair-share": cards["fair-share"],
+        }
+        # The chart: the snapshot, then a last point now with exactly the cards' figures.
+        traces = chart_traces(markup, "quota-chart")
+        last = {name: trace["y"][-1] for name, trace in traces.items()}
+        assert last == {
+            "In use, in quota": in_quota,
+            "In use, borrowed": borrowed,
+            "Guaranteed": guaranteed,
+            "Fair share": cards["fair-share"],
+            "Pending demand": figure(response, "pending"),
+        }
+        assert traces["Guaranteed"]["y"] == [8, guaranteed]
+        assert traces["Guaranteed"]["x"][-1] == response.context["d"].taken_at.isoformat()
+        # The API's figures, and the snapshot the beat records now.
+        row = api.get("/api/v1/departments/research/").json()
+        quota = api.get("/api/v1/departments/research/quota/").json()
+        assert (
+            (row["in_quota"], row["borrowed"])
+            == (quota["in_quota"], quota["borrowed"])
+            == (in_quota, borrowed)
+        )
+        record_quota_snapshots()
+        latest = QuotaSnapshot.objects.filter(department=research).latest("taken_at")
+        assert (latest.guaranteed, latest.in_quota, latest.borrowed) == (guaranteed, in_quota, borrowed)
+        latest.delete()  # keep the history to the first snapshot for the next check
+
+    check({"old": False, "mid": True, "new": True}, guaranteed=8)
+    research.guaranteed_gpus = 20
+    save_department(research)
+    # Until the pass the change asks for runs, the badges are those of guarantee 8, and so are the cards
+    # (the old split would have said 20 in quota, 4 borrowed).
+    check({"old": False, "mid": True, "new": True}, guaranteed=20)
+    run_pass()  # old 8 + mid 8 fit the in-quota share of 20; new would make 24
+    assert dict(Job.objects.values_list("name", "over_quota")) == {"old": False, "mid": False, "new": True}
+    check({"old": False, "mid": False, "new": True}, guaranteed=20)
 
 
 # ---------------------------------------------------------------------------------------- capacity banner

@@ -23,13 +23,15 @@ def values(department, taken_at) -> dict:
 
 @pytest.fixture
 def departments(demo_inventory):
-    """Alpha (guarantee 16, limit 28): 24 GPUs running, 2 of them idle, 16 pending. Beta (guarantee 8):
-    nothing running, 4 pending. Gamma: no guarantee, no work."""
+    """Alpha (guarantee 16, limit 28): 24 GPUs running (a 16-GPU job in quota, a newer 8-GPU one
+    borrowing), 2 of them idle, 16 pending. Beta (guarantee 8): nothing running, 4 pending. Gamma: no
+    guarantee, no work."""
     alpha = make_department("Alpha", guaranteed_gpus=16, limit_gpus=28)
     beta = make_department("Beta", guaranteed_gpus=8, priority=2)
     gamma = make_department("Gamma", guaranteed_gpus=0)
     gpus = healthy_gpus(24)
-    run_job(alpha, gpus, "alpha-train")
+    run_job(alpha, gpus[:16], "alpha-train", started_at=timezone.now() - timedelta(hours=2))
+    run_job(alpha, gpus[16:], "alpha-borrow", started_at=timezone.now() - timedelta(hours=1))
     now = timezone.now()
     GpuActivity.objects.bulk_create(
         [

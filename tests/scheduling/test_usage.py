@@ -64,7 +64,9 @@ def datacenter(department_a):
     pulled = schedulable.pop()
     Gpu.objects.filter(pk=pulled.pk).update(tray=None, index=None)
 
-    train = run_job(alpha, schedulable[0:24], "alpha-train")
+    # Alpha (guarantee 16): a 16-GPU job in quota, then an 8-GPU one and a starting 4-GPU one borrowing.
+    train = run_job(alpha, schedulable[0:16], "alpha-train", started_at=timezone.now() - timedelta(hours=2))
+    run_job(alpha, schedulable[16:24], "alpha-borrow", started_at=timezone.now() - timedelta(hours=1))
     run_job(alpha, [*schedulable[24:27], unhealthy[0]], "alpha-start", state=JobState.STARTING)
     serve = run_job(beta, [*schedulable[27:31], *drained], "beta-serve")
     run_job(gamma, schedulable[31:35], "gamma-eval")
@@ -106,10 +108,11 @@ def straightforward(now) -> dict:
         mine = [j for j in jobs if j.department_id == department.pk]
         pending = [j for j in mine if j.state == JobState.PENDING]
         in_use = len(held)
+        borrowed = sum(1 for a in held if a.job.over_quota)  # the jobs' badges
         figures[department.slug] = {
             "in_use": in_use,
-            "in_quota": min(in_use, department.guaranteed_gpus),
-            "borrowed": max(0, in_use - department.guaranteed_gpus),
+            "in_quota": in_use - borrowed,
+            "borrowed": borrowed,
             "running_jobs": sum(1 for j in mine if j.state in HOLDING_STATES),
             "pending_jobs": len(pending),
             "pending_demand": sum(j.gpus for j in pending),
@@ -146,7 +149,7 @@ def test_positions_match_straightforward_counts(datacenter):
         "in_use": 28,
         "in_quota": 16,
         "borrowed": 12,
-        "running_jobs": 2,
+        "running_jobs": 3,
         "pending_jobs": 2,
         "pending_demand": 12,
         "idle": 5,

@@ -49,10 +49,10 @@ def department_b(demo_inventory):
 
 @pytest.fixture
 def workload(department_a, department_b, lead_a, lead_b, member_b):
-    """Jobs: Alpha (guarantee 40) runs 48 (borrowing 8) with 16 pending; Beta (guarantee 20) runs 8 with 12
-    pending. With the personas lead of each and member of Beta."""
-    job(department_a, 32)
-    job(department_a, 16)
+    """Jobs: Alpha (guarantee 40) runs 48 (a 40-GPU job in quota, a newer 8-GPU one borrowing) with 16
+    pending; Beta (guarantee 20) runs 8 with 12 pending. With the personas lead of each and member of Beta."""
+    job(department_a, 40)
+    job(department_a, 8)
     job(department_a, 16, JobState.PENDING)
     job(department_a, 8, JobState.COMPLETED)  # history: counts for nothing
     job(department_b, 8)
