@@ -331,7 +331,10 @@ def test_department_form_shows_the_guarantee_shortfall_on_its_field(
         f"guarantees would total {promised} GPUs but only {capacity} schedulable healthy GPUs exist: "
         f"{promised - capacity} short ({others} already guaranteed to other departments)"
     ]
-    assert 'id="id_guaranteed_gpus-error"' in response.content.decode()
+    # The error is the one the field's aria-describedby names (Django's `<id>_error`).
+    html = response.content.decode()
+    assert 'aria-describedby="id_guaranteed_gpus_helptext id_guaranteed_gpus_error"' in html
+    assert 'id="id_guaranteed_gpus_error"' in html and 'id="id_guaranteed_gpus_helptext"' in html
     assert "<details" in response.content.decode() and " open>" in response.content.decode()
     assert not Department.objects.filter(slug="gamma").exists()
 
