@@ -17,7 +17,9 @@ WORK_KEYS = frozenset({"image", "command", "args", "env"})
 # Kubernetes' IsEnvVarName (k8s.io/apimachinery validation): letters, digits, "_", "-" and ".", not starting
 # with a digit, and not ".", ".." nor starting with "..". Servers with RelaxedEnvironmentVariableValidation
 # (1.32+) also take any printable ASCII but "="; a name valid here is valid on every version.
-ENV_NAME_PATTERN = r"^(?!\.\.)(?!\.$)[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# `(?![\s\S])` is the end of the text in Python's and in ECMA-262's regexes alike (`$` also matches before a
+# final newline in Python), so the schema's pattern and this rule agree on every name.
+ENV_NAME_PATTERN = r"^(?!\.\.)(?!\.(?![\s\S]))[-._a-zA-Z][-._a-zA-Z0-9]*(?![\s\S])"
 _ENV_NAME = re.compile(ENV_NAME_PATTERN)
 ENV_NAME_RULE = (
     'letters, digits, "_", "-" and ".", not starting with a digit nor "..", and not "." (e.g. NCCL_DEBUG)'
