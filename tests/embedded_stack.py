@@ -51,6 +51,19 @@ class Stack:
         with sqlite3.connect(self.clone / "var" / "rackplane.sqlite3", timeout=20) as database:
             return database.execute(sql, params).fetchall()
 
+    def token(self, username: str) -> str:
+        """An API token of `username`, made with the clone's manage.py (as an admin would)."""
+        created = subprocess.run(
+            [".venv/bin/python", "manage.py", "drf_create_token", username],
+            cwd=self.clone,
+            env=shell_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert created.returncode == 0, created.stderr
+        return created.stdout.split()[2]
+
     def log(self, name: str) -> str:
         path = self.clone / "var" / "log" / name
         return path.read_text() if path.exists() else ""

@@ -5,6 +5,7 @@
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,12 @@ def page(browser, request, tmp_path):
         except Exception as error:  # the page may be gone; the test's own failure is what matters
             print(f"\nno screenshot: {error}")
     context.close()
+
+
+@pytest.fixture
+def shots(tmp_path):
+    """Where a test saves its screenshots: $RACKPLANE_SCREENSHOTS, or the test's tmp_path (printed)."""
+    directory = Path(os.environ.get("RACKPLANE_SCREENSHOTS") or tmp_path / "screenshots")
+    directory.mkdir(parents=True, exist_ok=True)
+    yield directory
+    print(f"\nscreenshots: {directory}")

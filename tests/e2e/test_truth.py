@@ -12,18 +12,14 @@ steps: the test only reads.
 """
 
 import json
-import os
 import re
-import subprocess
 import urllib.request
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.embedded_stack import running_stack, wait_for
-from tests.fresh_clone import shell_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -32,14 +28,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def stack(tmp_path_factory):
     with running_stack(tmp_path_factory.mktemp("truth")) as running:
         yield running
-
-
-@pytest.fixture
-def shots(tmp_path):
-    directory = Path(os.environ.get("RACKPLANE_SCREENSHOTS") or tmp_path / "screenshots")
-    directory.mkdir(parents=True, exist_ok=True)
-    yield directory
-    print(f"\nscreenshots: {directory}")
 
 
 def admin_login(stack) -> tuple[str, str]:
@@ -59,19 +47,6 @@ def sign_in(page, stack, username: str, password: str) -> None:
     with page.expect_navigation():
         page.locator("#id_password").press("Enter")
     expect(page.locator("body")).not_to_contain_text("Please enter a correct username")
-
-
-def api_token(stack, username: str) -> str:
-    created = subprocess.run(
-        [".venv/bin/python", "manage.py", "drf_create_token", username],
-        cwd=stack.clone,
-        env=shell_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert created.returncode == 0, created.stderr
-    return created.stdout.split()[2]
 
 
 def submit(stack, token: str, body: dict) -> dict:
@@ -107,7 +82,7 @@ def test_a_recarved_rack_settles_by_itself_and_the_waiting_job_starts(stack, bro
     # A member submits a one-partition job of 9 trays: gb-r08 is the only rack with that much free.
     job = submit(
         stack,
-        api_token(stack, "bob"),
+        stack.token("bob"),
         {
             "department": "research",
             "name": "train-after-recarve",

@@ -4,9 +4,7 @@ the pushes (the embedded `local` directory target, Celery eager) until the plan 
 
 Screenshots of every step are saved in the test's tmp_path (printed), or in $RACKPLANE_SCREENSHOTS."""
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -27,14 +25,6 @@ def seeded_inventory(transactional_db):
 @pytest.fixture
 def admin(transactional_db, django_user_model):
     return django_user_model.objects.create_superuser("e2e-admin", "e2e-admin@example.com", PASSWORD)
-
-
-@pytest.fixture
-def shots(tmp_path):
-    directory = Path(os.environ.get("RACKPLANE_SCREENSHOTS") or tmp_path / "screenshots")
-    directory.mkdir(parents=True, exist_ok=True)
-    yield directory
-    print(f"\nwizard screenshots: {directory}")
 
 
 @pytest.mark.e2e

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -20,7 +19,6 @@ import pytest
 from django.conf import settings
 
 from tests.embedded_stack import parse_time, processes_in, running_stack, wait_for
-from tests.fresh_clone import shell_env
 
 pytestmark = pytest.mark.slow  # a clone, migrate + seed, three long-running processes
 
@@ -61,16 +59,7 @@ def test_every_beat_entry_is_sent_by_the_beat_and_executed_by_the_worker(stack):
 
 
 def test_a_job_submitted_through_the_api_is_placed_and_started_by_the_worker(stack):
-    created = subprocess.run(
-        [".venv/bin/python", "manage.py", "drf_create_token", "alice"],
-        cwd=stack.clone,
-        env=shell_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert created.returncode == 0, created.stderr
-    token = created.stdout.split()[2]
+    token = stack.token("alice")
     request = urllib.request.Request(
         f"http://{stack.address}/api/v1/jobs/",
         method="POST",
