@@ -4,7 +4,8 @@
 * `RenderedJobBackend`: the job backend integrations.dispatch falls back to when no enabled target runs a
   job's backend. Each dispatched job is written as the exact request the real backend would get (its kind's
   `render_job`: the slurmrestd submit body, or the Kubernetes objects as YAML) under
-  RACKPLANE_RENDER_DIR/jobs/, and reported as running until it is cancelled. Nothing executes.
+  RACKPLANE_RENDER_DIR/jobs/, and reported as running until it is cancelled or its time limit is up (as
+  Slurm's TimeLimit or a Job's activeDeadlineSeconds would end it), then as completed. Nothing executes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
 from integrations.jobs import BackendJobState, BackendJobStatus, BackendRejected, DispatchRequest
@@ -66,31 +68,63 @@ class RenderedJobBackend:
     def _file(self, name: str) -> Path:
         return self.directory / f"{name}{self.suffix}"
 
-    def submit(self, request: DispatchRequest) -> str:
+    def _ends(self, name: str) -> Path:
+        return self.directory / f"{name}.ends"
+
+    def submit(self, request: DispatchRequest, started_at: datetime | None = None) -> str:
+        """Write the job's request and when its time limit ends (from `started_at`, default now: the demo
+        seed adopts jobs that started earlier)."""
         try:
             text = self.render(request)
         except ValueError as error:
             raise BackendRejected(str(error)) from error
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self._file(request.rackplane_name)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        start = started_at or datetime.now(UTC)
+        ends = start + timedelta(minutes=request.time_limit_minutes)
+        for path, content in (
+            (self._ends(request.rackplane_name), ends.isoformat()),
+            (self._file(request.rackplane_name), text),
+        ):
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(content)
+            tmp.replace(path)
         return PREFIX + request.rackplane_name
 
     def status(self, backend_ids: list[str]) -> dict[str, BackendJobStatus]:
         out = {}
+        now = datetime.now(UTC)
         for backend_id in backend_ids:
-            path = self._file(backend_id.removeprefix(PREFIX))
-            if path.exists():
+            name = backend_id.removeprefix(PREFIX)
+            path = self._file(name)
+            if not path.exists():
+                out[backend_id] = BackendJobStatus(backend_id, BackendJobState.UNKNOWN)
+                continue
+            ends = _read_time(self._ends(name))
+            if ends is not None and now >= ends:
+                out[backend_id] = BackendJobStatus(
+                    backend_id,
+                    BackendJobState.COMPLETED,
+                    f"ran until its time limit ({ends:%Y-%m-%d %H:%M} UTC): the embedded backend runs "
+                    "nothing and ends each job at its limit",
+                )
+            else:
                 out[backend_id] = BackendJobStatus(
                     backend_id,
                     BackendJobState.RUNNING,
-                    f"rendered to {path.name}; no live {self.kind} backend is configured",
+                    f"rendered to {path.name}; no live {self.kind} backend is configured"
+                    + (f"; ends at its time limit, {ends:%H:%M} UTC" if ends is not None else ""),
                 )
-            else:
-                out[backend_id] = BackendJobStatus(backend_id, BackendJobState.UNKNOWN)
         return out
 
     def cancel(self, backend_id: str) -> None:
-        self._file(backend_id.removeprefix(PREFIX)).unlink(missing_ok=True)
+        name = backend_id.removeprefix(PREFIX)
+        self._file(name).unlink(missing_ok=True)
+        self._ends(name).unlink(missing_ok=True)
+
+
+def _read_time(path: Path) -> datetime | None:
+    """The time in a `.ends` file; None when there is none (a job rendered before time limits were kept)."""
+    try:
+        return datetime.fromisoformat(path.read_text().strip())
+    except (OSError, ValueError):
+        return None

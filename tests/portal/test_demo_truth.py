@@ -12,6 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from core.hardware import GPUS_PER_TRAY
+from integrations.tasks import sync_jobs
 from inventory.choices import FabricState, GpuHealth, TrayState
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu
@@ -221,6 +222,27 @@ def test_the_demo_make_run_shows_is_true(var_dir):
     drained = ComputeTray.objects.get(state=TrayState.DRAIN)
     assert "GPU 2" in drained.state_reason
     assert drained.gpus.get(index=2).health == GpuHealth.UNHEALTHY
+
+
+def test_seeded_running_jobs_end_at_their_time_limits(
+    var_dir, render_dir, django_capture_on_commit_callbacks
+):
+    """make run has no live backend: the seeded running jobs belong to the embedded one, which ends each at
+    its time limit counted from when it started, so the demo never shows a job running past its limit."""
+    seed_demo()
+    running = list(Job.objects.filter(state=JobState.RUNNING))
+    assert running and all(job.backend_id == f"rendered/rp-{job.pk}" for job in running)
+    for job in running:
+        ends = (render_dir / "jobs" / f"rp-{job.pk}.ends").read_text()
+        assert ends == (job.started_at + timedelta(minutes=job.time_limit_minutes)).isoformat()
+
+    first = min(running, key=lambda job: job.started_at + timedelta(minutes=job.time_limit_minutes))
+    (render_dir / "jobs" / f"rp-{first.pk}.ends").write_text(timezone.now().isoformat())  # its limit is up
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_jobs()
+    first.refresh_from_db()
+    assert first.state == JobState.COMPLETED and not Allocation.objects.filter(job=first).exists()
+    assert Job.objects.filter(state=JobState.RUNNING).count() >= len(running) - 1
 
 
 def test_the_scheduler_agrees_with_the_seeded_state(var_dir):

@@ -2,9 +2,11 @@
 preemption. The pass and the dispatch run eagerly on commit (Celery eager, the embedded rendered backend)."""
 
 import json
+from datetime import datetime, timedelta
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from integrations.tasks import sync_jobs
@@ -190,6 +192,26 @@ def test_cancel_frees_the_gpus_and_stops_the_backend_job(submit, api_as, django_
     sync_jobs()
     cancel.refresh_from_db()
     assert cancel.done_at is not None and not rendered.exists()
+
+
+def test_the_embedded_backend_ends_a_job_at_its_time_limit(submit, django_capture_on_commit_callbacks):
+    """Nothing executes in the embedded mode, so a job would run for ever: the backend ends it at its time
+    limit, as Slurm and Kubernetes would, and the sync frees its GPUs."""
+    job_id = submit().json()["id"]
+    ends = settings.RACKPLANE_RENDER_DIR / "jobs" / f"rp-{job_id}.ends"
+    limit = Job.objects.get(pk=job_id).time_limit_minutes
+    assert datetime.fromisoformat(ends.read_text()) - timezone.now() > timedelta(minutes=limit - 1)
+    sync_jobs()
+    job = Job.objects.get(pk=job_id)
+    assert job.state == JobState.RUNNING and "ends at its time limit" in job.backend_message
+
+    ends.write_text((timezone.now() - timedelta(seconds=1)).isoformat())  # the limit is up
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_jobs()
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED and job.finished_at is not None
+    assert "ran until its time limit" in job.backend_message
+    assert not Allocation.objects.filter(job=job).exists()
 
 
 def test_members_may_not_cancel_others_jobs_but_leads_may(submit, api_as):

@@ -4,12 +4,15 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
+from integrations.dispatch import backend_for, dispatch_request
+from integrations.embedded import RenderedJobBackend
 from integrations.models import ConfigTarget
 from integrations.registry import clean_settings
 from inventory.choices import SystemModel
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from portal.demo import seed_tenants, write_demo_logins
+from scheduling.choices import JobState
 from scheduling.models import Job
 from scheduling.services import run_pass
 from scheduling.tasks import record_quota_snapshots
@@ -19,6 +22,20 @@ MODELS = {"gb200": SystemModel.GB200_NVL72, "gb300": SystemModel.GB300_NVL72}
 
 
 DEMO_FABRIC = "fabric"
+
+
+def adopt_running_jobs() -> int:
+    """Give the seeded running jobs to the embedded job backend (files under RACKPLANE_RENDER_DIR/jobs), with
+    their time limits counted from when they started, so the job sync ends each at its limit as Slurm would.
+    Only where no live backend is configured: demo jobs are never sent to a real Slurm or Kubernetes."""
+    adopted = []
+    for job in Job.objects.filter(state=JobState.RUNNING, backend_id="").order_by("pk"):
+        backend, _label, values = backend_for(job.backend)
+        if isinstance(backend, RenderedJobBackend):
+            job.backend_id = backend.submit(dispatch_request(job, values), started_at=job.started_at)
+            adopted.append(job)
+    Job.objects.bulk_update(adopted, ["backend_id"])  # seed data: recorded by nothing, like its creation
+    return len(adopted)
 
 
 def ensure_simulated_fabric() -> bool:
@@ -68,6 +85,7 @@ class Command(BaseCommand):
             result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
             tenants = None if no_tenants else seed_tenants(seed=seed)
             fabric = ensure_simulated_fabric()
+            adopt_running_jobs()
         if connection.vendor == "postgresql":
             # Fresh statistics after a bulk insert, or the planner scans all GPUs for the first pages.
             with connection.cursor() as cursor:
