@@ -121,9 +121,12 @@ class AutoSchema(SpectacularAutoSchema):
         return codes
 
     def _error_schema(self, code: str) -> dict:
-        name, schema = {"400": ("ValidationError", VALIDATION_ERROR), "429": ("Throttled", THROTTLED)}.get(
-            code, ("Error", ERROR)
-        )
+        # 400 and 422 name what they refuse by field or header (the jobs API's reused Idempotency-Key).
+        name, schema = {
+            "400": ("ValidationError", VALIDATION_ERROR),
+            "422": ("ValidationError", VALIDATION_ERROR),
+            "429": ("Throttled", THROTTLED),
+        }.get(code, ("Error", ERROR))
         component = ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA, object=name, schema=schema)
         self.registry.register_on_missing(component)
         return component.ref

@@ -171,6 +171,27 @@ def test_the_job_examples_work_as_copied(schema, api_as, member_a):
         assert response.json()["backend"] == example["value"]["backend"]
 
 
+def test_a_reused_idempotency_key_is_answered_as_documented(schema, api_as, member_a, department_a):
+    """The 422's body is the one the document gives (schemathesis found them apart)."""
+    example = next(
+        iter(
+            schema["paths"]["/api/v1/jobs/"]["post"]["requestBody"]["content"]["application/json"][
+                "examples"
+            ].values()
+        )
+    )["value"]
+    client = api_as(member_a)
+    assert client.post("/api/v1/jobs/", example, format="json", HTTP_IDEMPOTENCY_KEY="k-1").status_code == 201
+    reused = client.post(
+        "/api/v1/jobs/", {**example, "name": "another-job"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1"
+    )
+    assert reused.status_code == 422
+    documented = schema["paths"]["/api/v1/jobs/"]["post"]["responses"]["422"]["content"]["application/json"]
+    name = documented["schema"]["$ref"].rsplit("/", 1)[1]
+    jsonschema.validate(reused.json(), schema["components"]["schemas"][name])
+    assert "k-1" in reused.json()["Idempotency-Key"][0]
+
+
 # ---- filters and pagination refuse what they cannot read ---------------------------------------------------
 
 

@@ -61,7 +61,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 JobDetailSerializer, description="The job an earlier request with this Idempotency-Key made."
             ),
             422: OpenApiResponse(
-                description="The Idempotency-Key was used for a job with a different request (named)."
+                description="The Idempotency-Key was used for another request: the `Idempotency-Key` message "
+                "names the key and the job it made."
             ),
         },
     )
