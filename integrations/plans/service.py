@@ -14,6 +14,7 @@ scheduler for a pass: the layout it places on has changed.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 from dataclasses import dataclass, field
@@ -148,6 +149,10 @@ class Preview:
     diffs: dict[str, str] = field(default_factory=dict)  # rendered file -> unified diff
 
 
+class _PreviewDone(Exception):
+    """Leaves a preview's atomic block, rolling it back."""
+
+
 def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False) -> Preview:
     """Every finding, and the exact diff of every file and object the plan would change.
 
@@ -158,16 +163,16 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
     if not result.check.ok:
         return result
     before = render_current()
-    with transaction.atomic():
-        savepoint = transaction.savepoint()
+    after = before
+    # An atomic block left by an exception rolls back, and with it whatever the changes asked to do on
+    # commit (a configuration push, a scheduling pass): a preview writes nothing and sends nothing.
+    with contextlib.suppress(_PreviewDone), transaction.atomic():
         try:
             _repartition(rack, result.check)
             after = render_current()
         except ValidationError as error:
             result.check.add(Level.ERROR, " ".join(error.messages))
-            after = before
-        finally:
-            transaction.savepoint_rollback(savepoint)
+        raise _PreviewDone
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name, ""), after.get(name, "")
         if old != new:

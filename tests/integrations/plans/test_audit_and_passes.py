@@ -12,7 +12,7 @@ from inventory.choices import PlanStatus
 from inventory.models import NVLinkPartition, Rack
 from inventory.planning import Level, PlannedPartition, preset_layout
 from scheduling.choices import JobState
-from scheduling.models import Allocation, Job
+from scheduling.models import Allocation, Job, SchedulingRequest
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests.factories import make_department, run_job
@@ -161,3 +161,23 @@ def test_a_plan_that_ends_a_dedication_warns_in_its_preview(rack):
     assert any("5 of Inference's dedicated trays on gb-r01 (slots 5, 6, 7, 8, 9)" in m for m in shrunk), (
         shrunk
     )
+
+
+def test_a_preview_writes_nothing_and_sends_nothing(rack, django_capture_on_commit_callbacks):
+    """A preview applies the plan in a block it rolls back: no push queued, no pass asked for, no audit, and
+    nothing left to run on commit (a walkthrough saw previews send real pushes)."""
+    save_department(Department(name="Inference", slug="inference", guaranteed_gpus=72))
+    mark = AuditEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    SchedulingRequest.objects.all().delete()
+    layout = [
+        PlannedPartition("p1", tuple(range(1, 10)), department="inference"),
+        PlannedPartition("p2", tuple(range(10, 19))),
+    ]
+    with django_capture_on_commit_callbacks() as callbacks:
+        result = plans.preview(rack, layout)
+    assert result.check.ok and result.diffs  # it did see what would change
+    assert callbacks == []
+    assert not ConfigPush.objects.exists()
+    assert not SchedulingRequest.objects.exists()
+    assert not AuditEvent.objects.filter(pk__gt=mark).exists()
+    assert list(NVLinkPartition.objects.filter(rack=rack).values_list("name", flat=True)) == ["default"]
