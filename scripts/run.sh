@@ -38,7 +38,10 @@ mkdir -p var/celery/processed
 # Each process in its own process group (setsid), so stopping one stops its children too.
 pgids=()
 stop() {
-    trap - INT TERM EXIT
+    # A second signal must not cut the stopping short (make forwards its own SIGTERM right after the SIGINT
+    # of a Ctrl-C): ignore them until the three are gone.
+    trap '' INT TERM
+    trap - EXIT
     log "stopping the server, the worker and the beat"
     for pgid in "${pgids[@]}"; do kill -TERM -- "-$pgid" 2>/dev/null || true; done
     # The worker finishes the tasks it runs (warm shutdown); whatever is left after 10 s is killed.

@@ -93,7 +93,10 @@ def test_sigint_stops_the_server_the_worker_and_the_beat(stack):
         stack.clone
     )  # run.sh, server (+ reloader), worker, beat
     stopping = time.monotonic()
-    os.kill(stack.run.pid, signal.SIGINT)  # Ctrl-C reaches run.sh (the terminal's foreground process group)
+    # Ctrl-C reaches run.sh (the terminal's foreground process group), and `make run` forwards a SIGTERM
+    # right behind it: the second signal must not cut the stopping short.
+    os.kill(stack.run.pid, signal.SIGINT)
+    os.kill(stack.run.pid, signal.SIGTERM)
     assert stack.run.wait(timeout=30) != 0
     print(f"stopped in {time.monotonic() - stopping:.1f} s")
     wait_for("no process left", lambda: not processes_in(stack.clone), timeout=5)
