@@ -391,19 +391,20 @@ class _Pass:
             return True
         if in_quota and self._reclaim(job):
             return True
-        self._wait(job)
+        self._wait(job, borrow=not in_quota)
         return True
 
     def _reclaimable(self) -> int:
         return sum(r.gpus for r in self.running.values() if r.preemptible)
 
-    def _wait(self, job: PendingJob) -> None:
+    def _wait(self, job: PendingJob, borrow: bool = False) -> None:
+        """Record why `job` waits (for the trays a borrower may use too, when it would borrow), and reserve
+        trays for it if it is one of the first that do not fit."""
+        request = job.request(borrow)
         reason = ""
         if self.explain:
             reason = "waiting: " + (
-                why_not(self.cluster, job.request())
-                if not self.held_trays
-                else self._why_with_reservation(job)
+                why_not(self.cluster, request) if not self.held_trays else self._why_with_reservation(request)
             )
         if len(self.reserved) < self.max_reservations and job.id not in {r.job_id for r in self.reserved}:
             reservation = self._reserve(job)
@@ -418,7 +419,7 @@ class _Pass:
                     self.result.reservation = reservation
                 if self.explain:
                     wait = _minutes(reservation.start_at - self.now)
-                    if fits_when_settled(self.cluster, job.request()):
+                    if fits_when_settled(self.cluster, request):
                         reason += (
                             "; it starts as soon as their nodes report the new partition (failing that, "
                             f"trays are reserved for it, expected to start in {wait})"
@@ -427,11 +428,11 @@ class _Pass:
                         reason += f"; trays are reserved for it, expected to start in {wait}"
         self.result.waiting[job.id] = reason
 
-    def _why_with_reservation(self, job: PendingJob) -> str:
+    def _why_with_reservation(self, request: Request) -> str:
         self.cluster.unhold(self.held_trays)
         try:
-            fits = place(self.cluster, job.request(), self.policy) is not None
-            words = why_not(self.cluster, job.request())
+            fits = place(self.cluster, request, self.policy) is not None
+            words = why_not(self.cluster, request)
         finally:
             self.cluster.hold(self.held_trays)
         if fits:

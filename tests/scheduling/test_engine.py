@@ -523,3 +523,19 @@ def test_an_in_quota_job_never_goes_to_another_departments_dedicated_partition()
     assert result.preempted == {1: 2}
     [start] = result.started
     assert not start.over_quota and partitions_of(c, start.placement) == {"r1 p1"}
+
+
+def test_a_borrowers_reason_counts_the_dedicated_trays_it_may_borrow():
+    """A training job over its quota may borrow another department's free dedicated partition: its reason
+    must count those trays (a walkthrough saw "the most in one rack is 1" beside 9 free dedicated trays)."""
+    c = cluster_of({"r1": [9, 9]}, owners={("r1", "p2"): "b"})
+    c.allocate(1, [(t, 4) for t in range(0, 9)])  # p1 busy; p2 (b's) free
+    running = [RunningJob(1, "b", 36, started_at=0, expected_end=9000)]
+    result = run(
+        c,
+        [Department("a", 0), Department("b", 72)],
+        running,
+        [PendingJob(2, "a", 72, RACK, submitted_at=1)],
+    )
+    assert not result.started
+    assert "the most in one rack is 9" in result.waiting[2], result.waiting[2]
