@@ -103,6 +103,11 @@ def _actor():
     return actor if actor is not None and getattr(actor, "is_authenticated", False) else None
 
 
+def current_actor():
+    """The signed-in user the current request or task acts for (None for a command, a node, the beat)."""
+    return _actor()
+
+
 def _snapshot(instance) -> dict:
     excluded = AUDITED[instance._meta.label_lower]
     data = model_to_dict(instance, exclude=list(excluded))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_save
 
-from core.audit import bulk_changed
+from core.audit import bulk_changed, current_actor
 from integrations.models import ConfigPush, ConfigTarget
 from integrations.pushes import queue_pushes
 from tenancy.models import DedicatedPartition, Department, TenancySettings
@@ -86,6 +86,7 @@ class _Batch:
     reasons: list[str] = field(default_factory=list)
     covered: dict[int, int | None] = field(default_factory=dict)  # target -> its push (None: a follow-up)
     sent: bool = False
+    user: object | None = None  # who made the first change: the pushes' requester
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def _pending_batch() -> _Batch | None:
 def request_push(reason: str) -> None:
     """Ask for a push of the current configuration once the current transaction commits (at once outside
     one); coalesced with the transaction's other requests."""
-    batch = _pending_batch() or _Batch()
+    batch = _pending_batch() or _Batch(user=current_actor())
     if reason not in batch.reasons:
         batch.reasons.append(reason)
     batch.covered.clear()  # a push saved before this change rendered the state without it
@@ -149,7 +150,7 @@ def _push(batch: _Batch) -> None:
         )
         if not targets:
             return
-    created = queue_pushes(reason=_reason(batch.reasons), targets=targets)
+    created = queue_pushes(reason=_reason(batch.reasons), user=batch.user, targets=targets)
     logger.info(
         "tenancy change (%s): %d configuration push(es) queued", "; ".join(batch.reasons), len(created)
     )

@@ -80,6 +80,7 @@ def test_raising_a_guarantee_on_the_edit_page_pushes_the_new_quota(
 
     [push] = ConfigPush.objects.all()
     assert push.reason == "department research: guarantee 96 -> 120"
+    assert push.requested_by == platform_admin  # who changed it, as for a plan's pushes
     assert push.status == PushStatus.SUCCEEDED and push.target == local_target
     assert nominal_quota(render_dir, "research") == 120
     page = response.content.decode()
