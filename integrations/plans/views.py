@@ -322,7 +322,8 @@ def _preview_context(request, rack: Rack, form: PlanForm) -> dict:
         check=check,
         files=files,
         hidden=form.hidden_fields_list(),
-        can_apply=check.ok and bool(check.changes) and context["active_plan"] is None,
+        # A plan may change no tray's partition and still change what is pushed (a dedication): it applies.
+        can_apply=check.ok and bool(check.changes or files) and context["active_plan"] is None,
     )
     return context
 

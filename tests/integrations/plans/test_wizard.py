@@ -497,3 +497,19 @@ def test_a_draft_plan_page_does_not_poll(admin, admin_user):
     assert response.status_code == 286
     html = response.content.decode()
     assert "every 2s" not in html and "Preview it again" in html and "Cancel the plan" in html
+
+
+def test_a_plan_that_only_dedicates_a_partition_can_be_applied(admin, local_target):
+    """Same layout, a new dedication: no tray changes partition, yet what is pushed does (a walkthrough saw
+    the preview show the diff and say "The plan changes nothing" with Apply disabled)."""
+    make_department("Research", guaranteed_gpus=72)
+    params = {"preset": "1x18", "name": ["default"], "department": ["research"], "slurm": [""]}
+    preview = admin.get(url("plan-preview", "gb-r01", **params))
+    assert preview.context["check"].changes == [] and preview.context["files"]
+    assert preview.context["can_apply"] is True
+    assert "The plan changes nothing." not in preview.content.decode()
+
+    applied = admin.post(url("plan-apply", "gb-r01"), params)
+    assert applied.status_code == 302
+    partition = NVLinkPartition.objects.get(rack__name="gb-r01")
+    assert (partition.name, partition.dedication.department.slug) == ("default", "research")
