@@ -7,8 +7,8 @@ guarantee, limit, P_Key, network, export path and storage quota (Slurm QOS, Kueu
 OpenSM, NFS); which department each NVLink partition is dedicated to (Slurm partitions, node labels); the NFS
 server of the tenancy settings. A department's weight and priority (decisions only: scheduling.signals asks
 for a pass), its VLAN and VNI (checked, but no file holds them yet), memberships and the other settings render
-nothing and queue nothing. Saves compare with the stored row, as scheduling.signals does; bulk changes arrive
-as core.audit.bulk_changed.
+nothing and queue nothing. Changes are heard through core.changes.watch, as scheduling.signals hears its own:
+saves compared with the stored row, deletes, and bulk changes (core.audit.bulk_changed).
 
 Coalescing: every change of a transaction joins one batch and registers an on-commit callback; the first of
 them to run pushes once for all. A push that the same transaction saved after the batch's last change (a
@@ -21,9 +21,10 @@ import logging
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import post_save, pre_save
 
-from core.audit import bulk_changed, current_actor
+from core.audit import current_actor
+from core.changes import ADDED, BULK, CHANGED, Change, watch
 from integrations.models import ConfigPush, ConfigTarget
 from integrations.pushes import queue_pushes
 from tenancy.models import DedicatedPartition, Department, TenancySettings
@@ -51,10 +52,6 @@ RENDERED: dict[type, dict[str, str]] = {
 CREATED_AS_DEFAULTS = (TenancySettings,)
 
 REASON_LENGTH = 255  # ConfigPush.reason
-
-
-def _attnames(model: type) -> list[str]:
-    return [model._meta.get_field(name).attname for name in RENDERED[model]]
 
 
 def _label(instance) -> str:
@@ -164,56 +161,24 @@ def requested_push(instance) -> str | None:
 # --- receivers ----------------------------------------------------------------------------------------
 
 
-def _pre_save(sender, instance, raw=False, update_fields=None, **kwargs):
-    instance._config_push_before = None
-    instance._config_push_reason = None
-    if raw or instance._state.adding or instance.pk is None:
-        return
-    names, attnames = RENDERED[sender], _attnames(sender)
-    if update_fields is not None and not set(update_fields) & {*names, *attnames}:
-        return
-    instance._config_push_before = (
-        sender._default_manager.filter(pk=instance.pk).values_list(*attnames).first()
-    )
+def _forget_reason(sender, instance, **kwargs):
+    instance._config_push_reason = None  # requested_push answers for this save only
 
 
-def _post_save(sender, instance, created, raw=False, **kwargs):
-    if raw:
+def _ask_for_a_push(change: Change) -> None:
+    words = RENDERED[change.model]
+    if change.action == BULK:
+        touched = ", ".join(words[name] for name in sorted(change.fields))
+        request_push(f"{change.count} {change.model._meta.verbose_name_plural}: {touched}")
         return
-    if created and sender not in CREATED_AS_DEFAULTS:
-        reason = f"{_label(instance)} added"
+    label = _label(change.instance)
+    if change.action == CHANGED:
+        changes = ", ".join(_change(change.model, name, *values) for name, values in change.fields.items())
+        reason = f"{label}: {changes}"
     else:
-        if created:
-            before = tuple(sender._meta.get_field(name).get_default() for name in RENDERED[sender])
-        else:
-            before = getattr(instance, "_config_push_before", None)
-        if before is None:
-            return
-        after = tuple(getattr(instance, name) for name in _attnames(sender))
-        changes = [
-            _change(sender, name, old, new)
-            for name, old, new in zip(RENDERED[sender], before, after, strict=True)
-            if old != new
-        ]
-        if not changes:
-            return
-        reason = f"{_label(instance)}: {', '.join(changes)}"
-    instance._config_push_reason = reason
+        reason = f"{label} {'added' if change.action == ADDED else 'deleted'}"
+    change.instance._config_push_reason = reason
     request_push(reason)
-
-
-def _post_delete(sender, instance, **kwargs):
-    request_push(f"{_label(instance)} deleted")
-
-
-def _bulk_changed(sender, changes, **kwargs):
-    names = RENDERED.get(sender)
-    if not names:
-        return
-    touched = sorted({name for diff in changes.values() for name in diff} & set(names))
-    if touched:
-        words = ", ".join(names[name] for name in touched)
-        request_push(f"{len(changes)} {sender._meta.verbose_name_plural}: {words}")
 
 
 def _push_saved(sender, instance, created, raw=False, **kwargs):
@@ -232,11 +197,15 @@ def _follow_up_kept(sender, instance, raw=False, update_fields=None, **kwargs):
 
 def connect() -> None:
     for model in RENDERED:
-        label = model._meta.label_lower
-        pre_save.connect(_pre_save, sender=model, dispatch_uid=f"config_push_pre_save_{label}")
-        post_save.connect(_post_save, sender=model, dispatch_uid=f"config_push_post_save_{label}")
-        post_delete.connect(_post_delete, sender=model, dispatch_uid=f"config_push_post_delete_{label}")
-    bulk_changed.connect(_bulk_changed, dispatch_uid="config_push_bulk_changed")
+        pre_save.connect(
+            _forget_reason, sender=model, dispatch_uid=f"config_push_reason_{model._meta.label_lower}"
+        )
+    watch(
+        "config_push",
+        {model: tuple(fields) for model, fields in RENDERED.items()},
+        _ask_for_a_push,
+        created_as_defaults=CREATED_AS_DEFAULTS,
+    )
     post_save.connect(_push_saved, sender=ConfigPush, dispatch_uid="config_push_covers_target")
     post_save.connect(
         _follow_up_kept, sender=ConfigTarget, dispatch_uid="config_push_follow_up_covers_target"
