@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install the Debian packages the test suite needs, if missing: PostgreSQL's server, Redis, Chromium.
+# Install the Debian packages the test suite needs, if missing: PostgreSQL's server, Redis, Chromium, and
+# openssl + curl for the Kubernetes testbed's certificates and readiness checks. (Go, which builds the test
+# API server once, is not taken from Debian: bookworm's is too old for Kubernetes 1.36; the script says so.)
 # Runs `apt-get update` only when something has to be installed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -8,9 +10,11 @@ missing=()
 find_pg_bindir >/dev/null || missing+=(postgresql)
 { command -v redis-server >/dev/null && command -v redis-cli >/dev/null; } || missing+=(redis-server)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v openssl >/dev/null || missing+=(openssl)
+command -v curl >/dev/null || missing+=(curl)
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    log "system packages present (postgresql, redis-server, chromium)"
+    log "system packages present (postgresql, redis-server, chromium, openssl, curl)"
     exit 0
 fi
 

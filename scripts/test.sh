@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole check, from a fresh machine: system packages, .venv, real PostgreSQL and Redis on loopback, a real
-# Slurm 24.11 controller with 18 fake GPU nodes (scripts/slurm-testbed.sh, in a chroot), then lint, format,
+# Slurm 24.11 controller with 18 fake GPU nodes (scripts/slurm-testbed.sh, in a chroot), a real Kubernetes API
+# server with the CRDs and Rackplane's RBAC (scripts/kube-testbed.sh, built from Go modules), then lint, format,
 # the import-layer contracts (import-linter), migrations and the full pytest suite (browser tests included) on PostgreSQL. The services are always stopped.
 # The suite includes the bounded schemathesis run of the API against its OpenAPI document
 # (tests/test_openapi_fuzz.py, a member's, an admin's and the node agent's token); `make fuzz` is the long one.
@@ -15,8 +16,14 @@ bash scripts/venv.sh test
 
 runtime=""
 slurm_testbed=""
+kube_testbed=""
 cleanup() {
     local status=$?
+    if [ -n "$kube_testbed" ] && [ -f "$kube_testbed/.rackplane-kube-testbed" ]; then
+        bash scripts/kube-testbed.sh stop "$kube_testbed" || log "warning: stopping the Kubernetes testbed failed"
+    elif [ -n "$kube_testbed" ]; then
+        rmdir "$kube_testbed" 2>/dev/null || true
+    fi
     if [ -n "$slurm_testbed" ] && [ -f "$slurm_testbed/.rackplane-slurm-testbed" ]; then
         bash scripts/slurm-testbed.sh stop "$slurm_testbed" || log "warning: stopping the Slurm testbed failed"
     elif [ -n "$slurm_testbed" ]; then
@@ -50,6 +57,17 @@ if bash scripts/slurm-testbed.sh start "$slurm_testbed" >/dev/null; then
 else
     failed+=("slurm testbed")
     log "warning: the Slurm testbed did not start (messages above); Slurm integration tests will fail"
+fi
+
+# A real kube-apiserver + etcd built from the Go modules (first run: a few minutes; then cached in var/cache).
+log "== kubernetes testbed: scripts/kube-testbed.sh start"
+kube_testbed="$(mktemp -d -t rackplane-kube.XXXXXX)"
+if bash scripts/kube-testbed.sh start "$kube_testbed" >/dev/null; then
+    # shellcheck disable=SC1091
+    source "$kube_testbed/env"
+else
+    failed+=("kubernetes testbed")
+    log "warning: the Kubernetes testbed did not start (messages above); Kubernetes integration tests will fail"
 fi
 
 python - <<'PY'

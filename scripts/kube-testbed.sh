@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# A real Kubernetes API server (and its etcd) on loopback, for the integration tests.
+#
+#   scripts/kube-testbed.sh build         build kube-apiserver and etcd into var/cache/kube-testbed/ (once)
+#   scripts/kube-testbed.sh start  [DIR]  build if needed, start in DIR (default: a new `mktemp -d`); prints DIR
+#   scripts/kube-testbed.sh env    [DIR]  print the `export ...` lines for it (also in DIR/env)
+#   scripts/kube-testbed.sh status [DIR]  tell whether the API server is ready (exit 1 if not)
+#   scripts/kube-testbed.sh stop   [DIR]  stop both servers and remove DIR (safe to run twice)
+#
+# DIR defaults to $RACKPLANE_KUBE_TESTBED for everything but start.
+#
+# Debian ships no kube-apiserver, so testbed/kube-apiserver/ is a small Go module whose `main` calls
+# k8s.io/kubernetes/cmd/kube-apiserver/app, with every k8s.io/* staging module pinned by a `replace` line to
+# the published v0.x.y of the same release, and etcd built from the version that release's go.mod pins.
+# Both binaries are cached under var/cache/kube-testbed/<kubernetes version>-<hash of the module files>/,
+# so only the first start pays for the build (Go module downloads and a few minutes of compiling); later
+# starts take about a second. Delete that folder (or change the module) to rebuild.
+#
+# The API server runs with TLS (a CA and certificates made with openssl in DIR/pki), a static token file
+# (an admin in system:masters), RBAC, service-account tokens (TokenRequest) and the default admission
+# plugins. No controller runs: no kube-controller-manager, scheduler, kubelet, Kueue or DRA driver. So a
+# deleted Namespace stays Terminating, a Job gets no Pods, and whatever status a controller would write is
+# written by the tests through the API. After it is ready, scripts/kube_testbed.py installs the CRDs
+# Rackplane writes (integrations/kubernetes/crds/) and Rackplane's RBAC (deploy/kubernetes/rbac.yaml), then
+# asks for a token of the `rackplane` service account, which is all Rackplane gets.
+#
+# DIR/env exports:
+#   RACKPLANE_KUBE_TESTBED      DIR
+#   RACKPLANE_KUBE_URL          https://127.0.0.1:<port>
+#   RACKPLANE_KUBE_CA           the cluster CA certificate (PEM file)
+#   RACKPLANE_KUBE_TOKEN        the rackplane service account's token (exactly deploy/kubernetes/rbac.yaml)
+#   RACKPLANE_KUBECONFIG        a kubeconfig for the same service account
+#   RACKPLANE_KUBE_ADMIN_TOKEN  an admin token (system:masters), for test set-up only
+#   RACKPLANE_KUBE_ADMIN_KUBECONFIG  a kubeconfig for the admin
+#
+# Settings: RACKPLANE_KEEP_RUNTIME=1 (stop keeps DIR and its logs), RACKPLANE_READY_TIMEOUT (seconds, 60).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+MODULE_DIR="$REPO_ROOT/testbed/kube-apiserver"
+CACHE_ROOT="$REPO_ROOT/var/cache/kube-testbed"
+MARKER=".rackplane-kube-testbed"
+READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-60}"
+GO_MINIMUM="1.26"
+
+testbed_dir_arg() {
+    local dir="${1:-${RACKPLANE_KUBE_TESTBED:-}}"
+    [ -n "$dir" ] || die "no testbed directory: pass it as an argument or set RACKPLANE_KUBE_TESTBED"
+    [ -d "$dir" ] || die "testbed directory $dir does not exist"
+    [ -f "$dir/$MARKER" ] || die "$dir was not made by '$(basename "$0") start'; leaving it alone"
+    (cd "$dir" && pwd)
+}
+
+kube_version() {
+    awk '$1 == "k8s.io/kubernetes" {print $2} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' \
+        "$MODULE_DIR/go.mod" | head -n 1
+}
+
+# The cache folder for this module: its Kubernetes version and a hash of the files that decide the build.
+cache_dir() {
+    local hash
+    hash="$(cat "$MODULE_DIR/go.mod" "$MODULE_DIR/go.sum" "$MODULE_DIR/main.go" | sha256sum | cut -c1-12)"
+    echo "$CACHE_ROOT/$(kube_version)-$hash"
+}
+
+check_go() {
+    command -v go >/dev/null 2>&1 ||
+        die "Go $GO_MINIMUM or newer is needed once, to build the test API server (testbed/kube-apiserver): install Go and put 'go' on PATH, then run this again"
+    local have
+    have="$(go env GOVERSION | sed 's/^go//')"
+    if [ "$(printf '%s\n%s\n' "$GO_MINIMUM" "$have" | sort -V | head -n 1)" != "$GO_MINIMUM" ]; then
+        die "Go $have is too old to build Kubernetes $(kube_version) (it needs Go $GO_MINIMUM or newer): install a newer Go, then run this again"
+    fi
+}
+
+cmd_build() {
+    local cache tmp version minor stamp package started=$SECONDS
+    cache="$(cache_dir)"
+    if [ -x "$cache/kube-apiserver" ] && [ -x "$cache/etcd" ]; then
+        echo "$cache"
+        return 0
+    fi
+    check_go
+    mkdir -p "$CACHE_ROOT"
+    # One build at a time (two test runs starting together wait for the first).
+    exec 9>"$CACHE_ROOT/.build.lock"
+    flock 9
+    if [ -x "$cache/kube-apiserver" ] && [ -x "$cache/etcd" ]; then
+        echo "$cache"
+        return 0
+    fi
+    log "building kube-apiserver $(kube_version) and etcd from Go modules (first time only; several minutes)"
+    tmp="$(mktemp -d "$CACHE_ROOT/.build.XXXXXX")"
+    # The version stamps Kubernetes' own build sets (hack/lib/version.sh), so /version tells the truth.
+    version="$(kube_version)"
+    minor="$(echo "$version" | cut -d. -f2)"
+    stamp=""
+    for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        stamp="$stamp -X $package.gitVersion=$version -X $package.gitMajor=1 -X $package.gitMinor=$minor"
+        stamp="$stamp -X $package.gitTreeState=clean"
+    done
+    (
+        cd "$MODULE_DIR"
+        export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+        go build -trimpath -ldflags="-s -w$stamp" -o "$tmp/kube-apiserver" . &&
+            go build -trimpath -ldflags="-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+    ) >"$tmp/build.log" 2>&1 || {
+        tail -n 30 "$tmp/build.log" >&2
+        die "building the test API server failed (log above, also in $tmp/build.log): check that the Go module proxy is reachable (go env GOPROXY) and that Go is $GO_MINIMUM or newer"
+    }
+    rm -rf "$cache"
+    mv "$tmp" "$cache"
+    log "built in $((SECONDS - started))s: $cache"
+    echo "$cache"
+}
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+make_pki() {
+    local pki="$1"
+    mkdir -p "$pki"
+    (
+        cd "$pki"
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 30 \
+            -subj "/CN=rackplane-kube-testbed-ca" 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr \
+            -subj "/CN=kube-apiserver" 2>/dev/null
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >server.ext
+        openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt \
+            -days 30 -extfile server.ext 2>/dev/null
+        openssl genrsa -out sa.key 2048 2>/dev/null
+        openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+        chmod 0600 ca.key server.key sa.key
+    )
+}
+
+kubeconfig() {
+    local url="$1" ca="$2" user="$3" token="$4"
+    cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: testbed
+  cluster:
+    server: $url
+    certificate-authority: $ca
+users:
+- name: $user
+  user:
+    token: $token
+contexts:
+- name: $user@testbed
+  context: {cluster: testbed, user: $user}
+current-context: $user@testbed
+EOF
+}
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_ready() {
+    local dir="$1" url="$2" token="$3" deadline=$((SECONDS + READY_TIMEOUT))
+    until curl -fsS -m 2 --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $token" "$url/readyz" >/dev/null 2>&1; do
+        if ! pid_alive "$dir/apiserver.pid" || ! pid_alive "$dir/etcd.pid"; then
+            tail -n 20 "$dir/log/etcd.log" "$dir/log/apiserver.log" >&2 || true
+            die "the test API server stopped while starting (logs above, in $dir/log)"
+        fi
+        [ "$SECONDS" -lt "$deadline" ] || {
+            tail -n 20 "$dir/log/apiserver.log" >&2 || true
+            die "the test API server was not ready within ${READY_TIMEOUT}s (log in $dir/log/apiserver.log)"
+        }
+        sleep 0.2
+    done
+}
+
+cmd_start() {
+    local dir="${1:-}" bin etcd_client etcd_peer port url admin_token python
+    bin="$(cmd_build)"
+    if [ -z "$dir" ]; then
+        dir="$(mktemp -d -t rackplane-kube.XXXXXX)"
+    else
+        mkdir -p "$dir"
+        [ -z "$(ls -A "$dir")" ] || [ -f "$dir/$MARKER" ] || die "$dir is not empty; give an empty or new folder"
+    fi
+    dir="$(cd "$dir" && pwd)"
+    touch "$dir/$MARKER"
+    mkdir -p "$dir/log"
+    python="$REPO_ROOT/.venv/bin/python"
+    [ -x "$python" ] || die "no .venv: run 'bash scripts/venv.sh test' first (the set-up uses the kubernetes client)"
+
+    make_pki "$dir/pki"
+    etcd_client="$(free_port)"
+    etcd_peer="$(free_port)"
+    port="$(free_port)"
+    url="https://127.0.0.1:$port"
+    admin_token="$(openssl rand -hex 24)"
+    printf '%s,admin,admin-uid,"system:masters"\n' "$admin_token" >"$dir/pki/tokens.csv"
+    chmod 0600 "$dir/pki/tokens.csv"
+
+    "$bin/etcd" --name testbed --data-dir "$dir/etcd" \
+        --listen-client-urls "http://127.0.0.1:$etcd_client" --advertise-client-urls "http://127.0.0.1:$etcd_client" \
+        --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+        --initial-cluster "testbed=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --quota-backend-bytes 1073741824 \
+        >"$dir/log/etcd.log" 2>&1 &
+    echo $! >"$dir/etcd.pid"
+
+    "$bin/kube-apiserver" \
+        --etcd-servers "http://127.0.0.1:$etcd_client" \
+        --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+        --tls-cert-file "$dir/pki/server.crt" --tls-private-key-file "$dir/pki/server.key" \
+        --client-ca-file "$dir/pki/ca.crt" \
+        --token-auth-file "$dir/pki/tokens.csv" \
+        --authorization-mode RBAC \
+        --service-account-issuer https://kubernetes.default.svc \
+        --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
+        --service-cluster-ip-range 10.96.0.0/24 \
+        --profiling=false \
+        >"$dir/log/apiserver.log" 2>&1 &
+    echo $! >"$dir/apiserver.pid"
+
+    wait_ready "$dir" "$url" "$admin_token"
+    kubeconfig "$url" "$dir/pki/ca.crt" admin "$admin_token" >"$dir/admin.kubeconfig"
+    chmod 0600 "$dir/admin.kubeconfig"
+    "$python" "$REPO_ROOT/scripts/kube_testbed.py" setup --kubeconfig "$dir/admin.kubeconfig" \
+        --crds "$REPO_ROOT/integrations/kubernetes/crds" --rbac "$REPO_ROOT/deploy/kubernetes/rbac.yaml" \
+        --token-out "$dir/rackplane.token" >>"$dir/log/setup.log" 2>&1 || {
+        tail -n 20 "$dir/log/setup.log" >&2
+        die "installing the CRDs and Rackplane's RBAC on the test API server failed (log above)"
+    }
+    kubeconfig "$url" "$dir/pki/ca.crt" rackplane "$(cat "$dir/rackplane.token")" >"$dir/rackplane.kubeconfig"
+    chmod 0600 "$dir/rackplane.kubeconfig"
+
+    cat >"$dir/env" <<EOF
+export RACKPLANE_KUBE_TESTBED='$dir'
+export RACKPLANE_KUBE_URL='$url'
+export RACKPLANE_KUBE_CA='$dir/pki/ca.crt'
+export RACKPLANE_KUBE_TOKEN='$(cat "$dir/rackplane.token")'
+export RACKPLANE_KUBECONFIG='$dir/rackplane.kubeconfig'
+export RACKPLANE_KUBE_ADMIN_TOKEN='$admin_token'
+export RACKPLANE_KUBE_ADMIN_KUBECONFIG='$dir/admin.kubeconfig'
+EOF
+    log "Kubernetes $(kube_version) API server ready at $url (testbed $dir)"
+    echo "$dir"
+}
+
+stop_pid() {
+    local file="$1" pid i
+    [ -f "$file" ] || return 0
+    pid="$(cat "$file")"
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for i in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$file"
+}
+
+cmd_stop() {
+    local dir="${1:-${RACKPLANE_KUBE_TESTBED:-}}"
+    [ -n "$dir" ] && [ -d "$dir" ] || return 0 # already gone
+    dir="$(testbed_dir_arg "$dir")"
+    stop_pid "$dir/apiserver.pid"
+    stop_pid "$dir/etcd.pid"
+    if [ "${RACKPLANE_KEEP_RUNTIME:-0}" = 1 ]; then
+        log "kept $dir (RACKPLANE_KEEP_RUNTIME=1)"
+    else
+        rm -rf "$dir"
+    fi
+}
+
+cmd_status() {
+    local dir
+    dir="$(testbed_dir_arg "${1:-}")"
+    # shellcheck disable=SC1091
+    source "$dir/env"
+    if curl -fsS -m 2 --cacert "$RACKPLANE_KUBE_CA" -H "Authorization: Bearer $RACKPLANE_KUBE_ADMIN_TOKEN" \
+        "$RACKPLANE_KUBE_URL/readyz" >/dev/null 2>&1; then
+        echo "ready: $RACKPLANE_KUBE_URL"
+    else
+        echo "not ready: $RACKPLANE_KUBE_URL"
+        return 1
+    fi
+}
+
+case "${1:-}" in
+build) cmd_build >/dev/null ;;
+start) cmd_start "${2:-}" ;;
+stop) cmd_stop "${2:-}" ;;
+status) cmd_status "${2:-}" ;;
+env) cat "$(testbed_dir_arg "${2:-}")/env" ;;
+*)
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
