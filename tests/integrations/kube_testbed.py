@@ -19,6 +19,7 @@ the real cluster CA.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import http.client
 import json
 import os
@@ -538,11 +539,18 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def kube_testbed() -> Testbed:
+def kube_testbed():
+    """The testbed, held for this test session alone: every test wipes the cluster, so two pytest runs
+    sharing one testbed (two terminals, two people) take turns instead of wiping each other's objects."""
     testbed = Testbed.from_environment()
     if testbed is None:
         pytest.fail(MISSING)
-    return testbed
+    with open(testbed.directory / ".session.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield testbed
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture
