@@ -33,7 +33,7 @@
 #   RACKPLANE_KUBE_ADMIN_TOKEN  an admin token (system:masters), for test set-up only
 #   RACKPLANE_KUBE_ADMIN_KUBECONFIG  a kubeconfig for the admin
 #
-# Settings: RACKPLANE_KEEP_RUNTIME=1 (stop keeps DIR and its logs), RACKPLANE_READY_TIMEOUT (seconds, 60).
+# Settings: GO (the go command, default `go` on PATH), RACKPLANE_KEEP_RUNTIME=1 (stop keeps DIR and its logs), RACKPLANE_READY_TIMEOUT (seconds, 60).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -42,6 +42,7 @@ CACHE_ROOT="$REPO_ROOT/var/cache/kube-testbed"
 MARKER=".rackplane-kube-testbed"
 READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-60}"
 GO_MINIMUM="1.26"
+GO="${GO:-go}"
 
 testbed_dir_arg() {
     local dir="${1:-${RACKPLANE_KUBE_TESTBED:-}}"
@@ -64,10 +65,10 @@ cache_dir() {
 }
 
 check_go() {
-    command -v go >/dev/null 2>&1 ||
-        die "Go $GO_MINIMUM or newer is needed once, to build the test API server (testbed/kube-apiserver): install Go and put 'go' on PATH, then run this again"
+    command -v "$GO" >/dev/null 2>&1 ||
+        die "Go $GO_MINIMUM or newer is needed once, to build the test API server (testbed/kube-apiserver): install Go and put 'go' on PATH (or set GO=/path/to/go), then run this again"
     local have
-    have="$(go env GOVERSION | sed 's/^go//')"
+    have="$("$GO" env GOVERSION | sed 's/^go//')"
     if [ "$(printf '%s\n%s\n' "$GO_MINIMUM" "$have" | sort -V | head -n 1)" != "$GO_MINIMUM" ]; then
         die "Go $have is too old to build Kubernetes $(kube_version) (it needs Go $GO_MINIMUM or newer): install a newer Go, then run this again"
     fi
@@ -102,8 +103,8 @@ cmd_build() {
     (
         cd "$MODULE_DIR"
         export CGO_ENABLED=0 GOFLAGS=-mod=readonly
-        go build -trimpath -ldflags="-s -w$stamp" -o "$tmp/kube-apiserver" . &&
-            go build -trimpath -ldflags="-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+        "$GO" build -trimpath -ldflags="-s -w$stamp" -o "$tmp/kube-apiserver" . &&
+            "$GO" build -trimpath -ldflags="-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
     ) >"$tmp/build.log" 2>&1 || {
         tail -n 30 "$tmp/build.log" >&2
         die "building the test API server failed (log above, also in $tmp/build.log): check that the Go module proxy is reachable (go env GOPROXY) and that Go is $GO_MINIMUM or newer"

@@ -283,7 +283,9 @@ class KubeAdmin:
                 {"metadata": {"finalizers": None}},
                 content_type="application/merge-patch+json",
             )
-        self.request("DELETE", path, gracePeriodSeconds="0")
+        # Background: a Job's default propagation (orphan) would add the `orphan` finalizer, which no
+        # garbage collector removes here, and the Job would outlive the wipe.
+        self.request("DELETE", path, gracePeriodSeconds="0", propagationPolicy="Background")
 
     def wipe(self) -> None:
         """Remove everything a test made: objects of every kind above, Nodes, and non-system namespaces
