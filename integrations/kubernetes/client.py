@@ -9,6 +9,9 @@ the DRA driver) is not installed. Render, diff, apply and prune are `KubernetesT
 Errors: connection refused, timeouts, 429 and 5xx -> `KubernetesUnavailable` (transient: retry later);
 400/401/403/404/409/422... -> `KubernetesRejected` (permanent, with the API server's message); a bad
 kubeconfig, CA file or TLS failure -> `KubernetesConfigurationError` (permanent).
+One 500 is permanent: a server-side apply of a field the cluster's CRD does not declare answers
+500 "field not declared in schema" (the cluster's Kueue is older than the CRDs Rackplane renders for), and
+retrying cannot help: it is `KubernetesRejected`, saying which CRD lacks which field.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +34,7 @@ from integrations.kubernetes.errors import (
     KubernetesConfigurationError,
     KubernetesRejected,
     KubernetesUnavailable,
+    status_causes,
     status_message,
     status_reason,
 )
@@ -45,6 +50,15 @@ CORE_KINDS = {
     ("v1", "ConfigMap"): ("configmaps", True),
     ("networking.k8s.io/v1", "NetworkPolicy"): ("networkpolicies", True),
 }
+
+# The API server's words when an applied object has a field its (older) CRD does not declare:
+# "failed to create typed patch object (/inference; kueue.x-k8s.io/v1beta2, Kind=ClusterQueue):
+# .spec.preemption.withinClusterQueue: field not declared in schema".
+_UNDECLARED_FIELD = re.compile(r"(\.[^\s:]+): field not declared in schema")
+_TYPED_OBJECT = re.compile(
+    r"\((?P<namespace>[^/;()]*)/(?P<name>[^;()]*); (?P<api_version>[^,()]+), Kind=(?P<kind>\w+)\)"
+)
+RBAC_FILE = "deploy/kubernetes/rbac.yaml"
 
 
 class KubernetesClient:
@@ -191,6 +205,8 @@ class KubernetesClient:
             data = json.loads(text) if text.strip() else None
         except json.JSONDecodeError:
             data = text
+        if status >= 500 and "field not declared in schema" in status_message(data):
+            raise self._undeclared_field(where, status, data)
         if status == 429 or status >= 500:
             raise KubernetesUnavailable(
                 f"{where}: the API server answered {status}: {status_message(data)}",
@@ -200,20 +216,58 @@ class KubernetesClient:
             )
         return status, data
 
+    @staticmethod
+    def _undeclared_field(where: str, status: int, data: Any) -> KubernetesRejected:
+        """500 "field not declared in schema": the cluster's CRD is older than the object. Permanent."""
+        message = status_message(data)
+        fields = sorted(set(_UNDECLARED_FIELD.findall(message)))
+        typed = _TYPED_OBJECT.search(message)
+        if typed:
+            namespace, name = typed["namespace"], typed["name"]
+            kind, api_version = typed["kind"], typed["api_version"]
+            what = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+        else:
+            what, kind, api_version = where, "the object's", ""
+        group = api_version.rpartition("/")[0]
+        upgrade = (
+            "upgrade Kueue on the cluster"
+            if group == "kueue.x-k8s.io"
+            else "upgrade NVIDIA's DRA driver on the cluster"
+            if group == "resource.nvidia.com"
+            else "upgrade the software that installs this CRD on the cluster"
+        )
+        lacks = " and ".join(fields) or "a field"
+        return KubernetesRejected(
+            f"{what}: the cluster's CRD for {kind}"
+            + (f" ({api_version})" if api_version else "")
+            + f" does not declare {lacks}, which Rackplane sets: the cluster runs an older version of this "
+            f"CRD than the one Rackplane renders for (the API server answered {status}: {message})",
+            f"{upgrade} (or apply its newer CRDs, the versions in integrations/kubernetes/crds/), then push "
+            "again; retrying before that fails the same way",
+            status=status,
+            reason=status_reason(data) or "FieldNotDeclared",
+        )
+
     def _rejected(self, what: str, status: int, data: Any, what_to_do: str = "") -> KubernetesRejected:
-        details = []
-        if isinstance(data, dict):
-            for cause in (data.get("details") or {}).get("causes") or []:
-                details.append(f"{cause.get('field', '')}: {cause.get('message', '')}".strip(": "))
+        details = [f"{c['field']}: {c['message']}".strip(": ") for c in status_causes(data)]
+        message = status_message(data)
         if not what_to_do:
             what_to_do = {
                 401: "the API server refused the credentials: renew the target's token",
-                403: "grant Rackplane's service account the permission named above (RBAC)",
+                403: "grant Rackplane's service account the permission the API server names (RBAC): apply "
+                f"{RBAC_FILE} of this Rackplane version to the cluster (kubectl apply --server-side -f "
+                f"{RBAC_FILE}) and make sure the target's token is that service account's, then push again",
                 409: "another field manager owns these fields; resolve the conflict and push again",
                 422: "fix the object (see the API server's reason) and push again",
             }.get(status, "fix the request (see the API server's reason) and push again")
+            if status == 422 and "immutable" in message:
+                what_to_do = (
+                    "the cluster refuses to change this field of the existing object (a rule of its CRD): "
+                    "set it back on the cluster to what it was, or delete the object there (only if nothing "
+                    "uses it) so that Rackplane creates it anew, then push again"
+                )
         return KubernetesRejected(
-            f"{what}: the API server refused it ({status} {status_reason(data)}): {status_message(data)}",
+            f"{what}: the API server refused it ({status} {status_reason(data)}): {message}",
             what_to_do,
             details,
             status=status,

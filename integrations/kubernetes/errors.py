@@ -61,3 +61,15 @@ def status_message(data: Any) -> str:
 
 def status_reason(data: Any) -> str:
     return str(data.get("reason", "")) if isinstance(data, dict) else ""
+
+
+def status_causes(data: Any) -> list[dict[str, str]]:
+    """The `details.causes` of an API server's Status answer (reason, message, field), [] when none."""
+    if not isinstance(data, dict):
+        return []
+    causes = (data.get("details") or {}).get("causes") or []
+    return [
+        {k: str(cause.get(k) or "") for k in ("reason", "message", "field")}
+        for cause in causes
+        if isinstance(cause, dict)
+    ]

@@ -49,18 +49,29 @@ What a job becomes, and why:
   prunes a running job's objects.
 
 Every object is validated before anything is sent (`validate.validate`: kubernetes-validate for the Job at
-`validate.KUBERNETES_VERSION`, the packaged CRD with its CEL rules for the ComputeDomain).
+`validate.KUBERNETES_VERSION`, the packaged CRD with its CEL rules for the ComputeDomain), and so are the
+limits a real API server showed beyond the schemas: the time limit and the GPU count must fit the int64s
+the server stores them in, the annotations 256 KiB, and the Job about 1 MiB (etcd's request limit is 1.5
+MiB, and the server's answer to a Job over it is a confusing 422 about the Job's own controller-uid label).
 
 The adapter: `submit` creates the ComputeDomain, then the Job (POST, `fieldManager=rackplane`,
 `fieldValidation=Strict`); a 409 AlreadyExists is an earlier try's object, adopted when it carries this
-job's id and run (and, for a ComputeDomain, the same channel template: its spec is immutable). `status`
-reads the Jobs (and, once a Job has pods, their nodes and exit codes). `cancel` deletes the Job with
-`propagationPolicy=Foreground` (the Job stays, with a deletionTimestamp, until its pods are gone: `status`
-says CANCELLED meanwhile, and a vanished Job means the trays are free) and then its ComputeDomain; 404 is
-success. Errors: connection refused, timeouts, 429 and 5xx -> `BackendUnavailable`; any other 4xx (a
-missing namespace, RBAC, an admission webhook's 422) -> `BackendRejected` with the API server's message; a
-TLS or configuration failure -> `BackendRejected` (retrying will not fix it). `dry_run` sends creates and
-deletes with `dryRun=All`: the API server checks them and stores nothing (a later `status` says UNKNOWN).
+job's id and run (and, for a ComputeDomain, the same channel template: its spec is immutable, a CEL rule
+of the CRD, so a different one is refused with what to do rather than patched). An object of that name that
+is being deleted is reported as such (transient: the retry creates it again once it is gone). When the API
+server refuses the Job for good after its ComputeDomain was made, the ComputeDomain is deleted again so
+nothing of a failed job stays. `status` reads the Jobs (and, once a Job has pods, their nodes and exit
+codes; without permission to list pods the state is still read from the Job, and the message says the nodes
+and exit code are unknown). `cancel` deletes the Job with `propagationPolicy=Foreground` and then its
+ComputeDomain; 404 is success. Foreground because the Job then stays, with a deletionTimestamp and the
+`foregroundDeletion` finalizer, until the garbage collector has removed its pods: while that lasts `status`
+says CANCELLED (never RUNNING, whatever its pods still report), a resubmission of the same run is told the
+old one is still being deleted (its pods may still hold the trays), and a vanished Job means the trays are
+free. Errors: connection refused, timeouts, 429 and 5xx -> `BackendUnavailable`; any other 4xx (a missing
+or terminating namespace, RBAC, an invalid object's 422) -> `BackendRejected` with the API server's
+message; a TLS or configuration failure -> `BackendRejected` (retrying will not fix it). `dry_run` sends
+creates and deletes with `dryRun=All`: the API server checks them and stores nothing (a later `status`
+says UNKNOWN).
 
 Not done here: a headless Service for pod-to-pod DNS by hostname (workloads that need it rendezvous through
 index 0's pod IP or their own launcher), and Kueue accounting of the IMEX channel claim (Kueue counts DRA
@@ -69,6 +80,7 @@ claims only with its DRA feature gate; GPUs are counted through `nvidia.com/gpu`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -80,6 +92,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.rest import ApiException
 
 from integrations.jobs import (
+    BackendError,
     BackendJobState,
     BackendJobStatus,
     BackendRejected,
@@ -115,6 +128,15 @@ COMPUTE_DOMAIN_PLURAL = "computedomains"
 IMEX_CLAIM = "imex-channel"  # the pod's name for its claim on the ComputeDomain's channel
 CONTAINER_NAME = "main"
 MAX_JOB_NAME = 50  # pod hostnames are "<job>-<index>" (at most 63); the claim template adds "-imex-channel"
+# What the API server can store (seen on a real one): activeDeadlineSeconds is an int64 (a larger number is a
+# 400 "cannot unmarshal"); an extended resource must be a whole number in milli-units that fit an int64 (a
+# larger one is a 422 "must be an integer"); annotations hold 256 KiB in all; and a Job much over 1 MiB fails
+# in etcd (1.5 MiB requests) with a 422 about its own controller-uid label that explains nothing.
+INT64_MAX = 2**63 - 1
+MAX_TIME_LIMIT_MINUTES = INT64_MAX // 60
+MAX_GPUS_PER_TRAY = INT64_MAX // 1000
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+MAX_OBJECT_BYTES = 1024 * 1024
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -149,12 +171,14 @@ def _check_request(request: DispatchRequest) -> None:
     for host in request.hostnames:  # matched against the node label kubernetes.io/hostname: a label value
         if not isinstance(host, str) or not host or len(host) > 63 or not _LABEL_VALUE.match(host):
             raise ValueError(f"tray {host!r} is not a valid kubernetes.io/hostname label value")
-    for number, what in (
-        (request.gpus_per_tray, "gpus_per_tray"),
-        (request.time_limit_minutes, "time limit"),
+    for number, what, most in (
+        (request.gpus_per_tray, "gpus_per_tray", MAX_GPUS_PER_TRAY),
+        (request.time_limit_minutes, "time limit (minutes)", MAX_TIME_LIMIT_MINUTES),
     ):
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise ValueError(f"{what} must be a whole number >= 1, got {number!r}")
+        if number > most:
+            raise ValueError(f"{what} must be at most {most} (what Kubernetes can store), got {number}")
     # The one rule for a Kubernetes job's work (the jobs API asks the same one through core.workloads).
     validate_work(request.work if isinstance(request.work, dict) else {"image": None})
 
@@ -261,7 +285,26 @@ def render_job_objects(request: DispatchRequest) -> list[dict[str, Any]]:
     )
     for obj in objects:
         schema.validate(obj)
+        _check_size(obj)
     return objects
+
+
+def _check_size(obj: dict[str, Any]) -> None:
+    """Refuse an object the API server could not store (see MAX_OBJECT_BYTES), in words that say why."""
+    ref = f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
+    annotations = obj["metadata"].get("annotations") or {}
+    used = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if used > MAX_ANNOTATIONS_BYTES:
+        raise ValueError(
+            f"{ref}: its annotations (the job's name) take {used} bytes; Kubernetes takes at most "
+            f"{MAX_ANNOTATIONS_BYTES}: give the job a shorter name"
+        )
+    size = len(json.dumps(obj, separators=(",", ":")).encode())
+    if size > MAX_OBJECT_BYTES:
+        raise ValueError(
+            f"{ref} would be {size} bytes; the API server stores at most about {MAX_OBJECT_BYTES}: keep the "
+            "work's command, args and env small (put large inputs in the image or on shared storage)"
+        )
 
 
 # --- reading a Job's state ----------------------------------------------------------------------------
@@ -313,9 +356,9 @@ def job_status(backend_id: str, job: dict[str, Any], pods: Sequence[dict[str, An
             message = _words(conditions[kind], "every pod succeeded")
             return BackendJobStatus(backend_id, BackendJobState.COMPLETED, message, 0, nodes)
     if (job.get("metadata") or {}).get("deletionTimestamp"):
-        return BackendJobStatus(
-            backend_id, BackendJobState.CANCELLED, "the job is being deleted", None, nodes
-        )
+        # Cancelled (by Rackplane or anyone): with Foreground deletion the Job stays until its pods are gone.
+        message = "cancelled: the Job is being deleted" + (f", {active} pods stopping" if active else "")
+        return BackendJobStatus(backend_id, BackendJobState.CANCELLED, message, None, nodes)
     if ready or succeeded:
         message = f"{ready} of {trays} pods running" + (f", {succeeded} succeeded" if succeeded else "")
         return BackendJobStatus(backend_id, BackendJobState.RUNNING, message, None, nodes)
@@ -400,8 +443,9 @@ class KubernetesJobBackend:
             status, raw = response.status, response.data
         except ApiException as error:
             if not error.status:  # the REST layer reports TLS failures as status 0
+                reason = " ".join(str(error.reason).split())  # one line: the SSL error carries a newline
                 raise BackendRejected(
-                    f"{what}: cannot establish a trusted connection to {host}: {error.reason} "
+                    f"{what}: cannot establish a trusted connection to {host}: {reason} "
                     "(check the API URL and the cluster CA certificate)"
                 ) from error
             status, raw = error.status, error.body
@@ -422,15 +466,16 @@ class KubernetesJobBackend:
         return status, data
 
     def _rejected(self, what: str, status: int, data: Any) -> BackendRejected:
-        reason = _reason(data)
+        reason, message = _reason(data), _message(data)
         causes = [
             f"{c.get('field', '')}: {c.get('message', '')}".strip(": ")
             for c in ((data.get("details") or {}).get("causes") or [] if isinstance(data, dict) else [])
         ]
+        # A real 422's message already lists its causes: only what it leaves out is added.
+        causes = [c for c in causes if c not in message]
         detail = f" [{'; '.join(causes)}]" if causes else ""
         return BackendRejected(
-            f"{what}: the API server refused it ({status}{' ' + reason if reason else ''}): "
-            f"{_message(data)}{detail}"
+            f"{what}: the API server refused it ({status}{' ' + reason if reason else ''}): {message}{detail}"
         )
 
     def _dry_run(self) -> dict[str, str]:
@@ -497,8 +542,12 @@ class KubernetesJobBackend:
                 f"run {request.attempt} (its labels: {theirs})"
             )
         if live_meta.get("deletionTimestamp"):
+            waiting = ", ".join(live_meta.get("finalizers") or []) or "nothing"
             raise BackendUnavailable(
-                f"creating {ref}: an earlier one is still being deleted; retry once it is gone"
+                f"creating {ref}: the earlier {kind} of this name is still being deleted (since "
+                f"{live_meta['deletionTimestamp']}, waiting on: {waiting}); it is created again once that "
+                "one is gone. If it stays, check that the cluster's garbage collector "
+                "(kube-controller-manager) runs"
             )
         if kind == "ComputeDomain":
             wanted = obj["spec"]["channel"]["resourceClaimTemplate"]["name"]
@@ -520,24 +569,63 @@ class KubernetesJobBackend:
             objects = render_job_objects(request)
         except ValueError as error:
             raise BackendRejected(f"job {request.job_id}: {error}") from error
+        domain: dict[str, Any] | None = None
         for obj in objects:
-            self._create_or_adopt(obj, request)
+            try:
+                self._create_or_adopt(obj, request)
+            except BackendRejected as error:
+                if domain is None or self.dry_run:
+                    raise
+                # The job fails for good: its ComputeDomain (made or adopted just now) must not stay behind.
+                raise BackendRejected(f"{error}{self._remove(domain)}") from error
+            if obj["kind"] == "ComputeDomain":
+                domain = obj
         job = objects[-1]["metadata"]
         return f"{job['namespace']}/{job['name']}"
 
-    def _pods(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
+    def _remove(self, domain: dict[str, Any]) -> str:
+        """Delete the ComputeDomain of a job the API server refused; words to append to the refusal."""
+        metadata = domain["metadata"]
+        ref = f"ComputeDomain {metadata['namespace']}/{metadata['name']}"
+        try:
+            status, data = self._delete_domain(metadata["namespace"], metadata["name"])
+        except BackendError as error:
+            return f" (removing its {ref} failed: {error}; cancelling the job removes it)"
+        if status >= 400 and status != 404:
+            return f" (removing its {ref} failed: {status} {_message(data)}; cancelling the job removes it)"
+        return f" (its {ref} was removed)"
+
+    def _delete_domain(self, namespace: str, name: str) -> tuple[int, Any]:
+        return self._call(
+            f"deleting ComputeDomain {namespace}/{name}",
+            self.custom.delete_namespaced_custom_object,
+            COMPUTE_DOMAIN_GROUP,
+            COMPUTE_DOMAIN_VERSION,
+            namespace,
+            COMPUTE_DOMAIN_PLURAL,
+            name,
+            **self._dry_run(),
+        )
+
+    def _pods(self, namespace: str, job: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+        """The Job's pods (by its uid, as the Job controller labels them), and words to add to the status
+        when they cannot be listed (e.g. RBAC without `list pods`): the Job's state is still known from the
+        Job itself, only its nodes and exit code are not."""
         uid = (job.get("metadata") or {}).get("uid")
         if not uid:
-            return []
+            return [], ""
         status, data = self._call(
             f"listing the pods of Job {namespace}/{job['metadata'].get('name')}",
             self.core.list_namespaced_pod,
             namespace,
             label_selector=f"{CONTROLLER_UID_LABEL}={uid}",
         )
-        if status >= 400:  # e.g. no RBAC to list pods: the Job's state is still known, the nodes are not
-            return []
-        return (data or {}).get("items") or []
+        if status >= 400:
+            return [], (
+                f" (its pods could not be listed: {status} {_message(data)}; its nodes and exit code are "
+                "unknown)"
+            )
+        return (data or {}).get("items") or [], ""
 
     def status(self, backend_ids: list[str]) -> dict[str, BackendJobStatus]:
         out: dict[str, BackendJobStatus] = {}
@@ -558,8 +646,9 @@ class KubernetesJobBackend:
                 raise self._rejected(f"reading Job {backend_id}", status, job)
             counts = job.get("status") or {}
             started = any(counts.get(k) for k in ("active", "ready", "succeeded", "failed"))
-            pods = self._pods(namespace, job) if started else []
-            out[backend_id] = job_status(backend_id, job, pods)
+            pods, note = self._pods(namespace, job) if started else ([], "")
+            result = job_status(backend_id, job, pods)
+            out[backend_id] = dataclasses.replace(result, message=result.message + note) if note else result
         return out
 
     def cancel(self, backend_id: str) -> None:
@@ -578,16 +667,7 @@ class KubernetesJobBackend:
             raise self._rejected(f"deleting Job {backend_id}", status, data)
         # The ComputeDomain has the Job's name; a one-tray job has none (404). A 404 without a Status of
         # kind NotFound for the object (the CRD is not installed) is just as much "nothing to delete".
-        status, data = self._call(
-            f"deleting ComputeDomain {backend_id}",
-            self.custom.delete_namespaced_custom_object,
-            COMPUTE_DOMAIN_GROUP,
-            COMPUTE_DOMAIN_VERSION,
-            namespace,
-            COMPUTE_DOMAIN_PLURAL,
-            name,
-            **self._dry_run(),
-        )
+        status, data = self._delete_domain(namespace, name)
         if status >= 400 and status != 404:
             raise self._rejected(f"deleting ComputeDomain {backend_id}", status, data)
 

@@ -9,12 +9,14 @@ from integrations import fields as f
 from integrations.kubernetes import work
 from integrations.kubernetes.adapter import KubernetesAdapter
 from integrations.kubernetes.jobs import backend_from_settings, render_job_objects
+from integrations.kubernetes.target import FORCE_CONFLICTS_LABEL
 from integrations.registry import Kind, Setting, register
 
 
 def clean(values: dict, errors: dict) -> dict:
     """api_url, token (stored as is, never shown), ca_file (the cluster CA) or insecure, dry_run
-    (server-side dry run only: validates everything, changes nothing)."""
+    (server-side dry run only: validates everything, changes nothing), force_conflicts (take over fields
+    another field manager set, instead of failing the push with a conflict)."""
     out: dict = {"api_url": f.text(values["api_url"], "api_url", errors)}
     if not out["api_url"]:
         errors["api_url"] = "is required (https://api.cluster.example:6443)"
@@ -24,6 +26,7 @@ def clean(values: dict, errors: dict) -> dict:
     out["ca_file"] = f.text(values["ca_file"], "ca_file", errors)
     out["insecure"] = f.flag(values["insecure"], "insecure", errors)
     out["dry_run"] = f.flag(values["dry_run"], "dry_run", errors)
+    out["force_conflicts"] = f.flag(values["force_conflicts"], "force_conflicts", errors)
     f.absolute_path(
         out["ca_file"], "ca_file", errors, "must be an absolute path to the cluster's CA certificate (PEM)"
     )
@@ -66,12 +69,23 @@ KIND = register(
                     "Server-side dry run only", "Validates everything on the API server, changes nothing."
                 ),
             ),
+            Setting(
+                "force_conflicts",
+                False,
+                f.flag_field(
+                    FORCE_CONFLICTS_LABEL,
+                    "When another tool (another field manager) set a field Rackplane sets to another value, "
+                    "Rackplane takes the field over instead of failing the push with a conflict.",
+                ),
+            ),
         ),
         clean=clean,
         adapter=KubernetesAdapter,
         payload=lambda rendered, values: {"objects": rendered.objects()},
         summary=lambda values: (
-            f"{values.get('api_url')}" + (" (dry run only)" if values.get("dry_run") else "")
+            f"{values.get('api_url')}"
+            + (" (dry run only)" if values.get("dry_run") else "")
+            + (" (takes over fields other tools set)" if values.get("force_conflicts") else "")
         ),
         what_to_do="check the Kubernetes target's API URL, token and CA, fix the cause and retry the push",
         atomic=False,

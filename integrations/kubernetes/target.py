@@ -4,8 +4,12 @@ Its connection, requests and reads are `KubernetesClient` (client.py), the field
 and the errors errors.py; every name callers use is importable from here.
 
 * Every write is a server-side apply: `PATCH` with `Content-Type: application/apply-patch+yaml`,
-  `fieldManager=rackplane`, `force=true` (Rackplane is the source of truth for the fields it sets), and
-  `dryRun=All` in dry-run mode.
+  `fieldManager=rackplane`, and `dryRun=All` in dry-run mode. Never `force` unasked: when another field
+  manager (another tool, or a person with kubectl) set a field Rackplane sets to another value, the API
+  server answers 409 Conflict and the apply stops with a `KubernetesRejected` naming the object, each field
+  and the other manager. Only a target configured with `force_conflicts` (the setting "Take over fields
+  other tools set") applies again with `force=true`, and its log says which fields it took over from whom.
+  `diff` predicts those conflicts from the live objects' managedFields.
 * Server-side apply owns fields per manager: a field Rackplane applied before and leaves out now is removed
   unless another manager also owns it. That is how a node label or a ResourceQuota key goes away.
 * `apply` validates every object first (validate.py) and sends nothing if any is invalid; checks that the
@@ -16,6 +20,12 @@ and the errors errors.py; every name callers use is importable from here.
   created or deleted (a desired node that is not registered is skipped and reported).
 * Pruning a department's Namespace deletes everything in it, workloads included: that is what removing a
   department means. Its PersistentVolume has reclaim policy Retain, so the data on the file server stays.
+* Deletion is not instant: a Namespace stays Terminating until the namespace controller has emptied it, and
+  a PersistentVolume(Claim) waits for its protection finalizer. An object that already has a
+  deletionTimestamp is not deleted again (reported as being deleted). A desired object that is itself being
+  deleted, or whose Namespace is, cannot be applied yet: the rest is applied and pruned, then the apply
+  raises `KubernetesUnavailable` (transient) naming what waits, so the push task retries until the deletion
+  has finished and the object can be created again.
 * Kubernetes has no transactions: an apply that fails half way leaves the objects before the failure
   applied. Server-side apply is idempotent, so the retry (the push task retries transient errors)
   converges; the error carries what was done (`error.result`).
@@ -34,6 +44,9 @@ from integrations.kubernetes.errors import (
     KubernetesError,
     KubernetesRejected,
     KubernetesUnavailable,
+    status_causes,
+    status_message,
+    status_reason,
 )
 from integrations.kubernetes.fields import (
     FIELD_MANAGER,
@@ -44,6 +57,7 @@ from integrations.kubernetes.fields import (
     owned_paths,
     path_text,
     paths_overlap,
+    predicted_conflicts,
     value_at,
 )
 from integrations.kubernetes.render import (
@@ -65,6 +79,7 @@ from tenancy.renderers import (
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+FORCE_CONFLICTS_LABEL = "Take over fields other tools set"  # the target setting `force_conflicts`
 
 # Kinds Rackplane prunes (when labelled managed-by rackplane and no longer desired), by apiVersion.
 # Nodes are not here: they are never deleted, only relieved of Rackplane's labels.
@@ -97,16 +112,23 @@ class KubernetesState:
 
 @dataclass
 class Diff:
-    """What an apply would do: objects created, changed (field by field), deleted; nodes skipped."""
+    """What an apply would do: objects created, changed (field by field), deleted; nodes skipped; fields
+    another field manager owns (`conflicts`: ref -> [(field path, manager)]); objects already being deleted
+    (`deleting`, not deleted again) and desired objects that wait for a deletion to finish (`waiting`:
+    ref -> why)."""
 
     create: list[str] = field(default_factory=list)
     change: dict[str, list[FieldChange]] = field(default_factory=dict)
     delete: list[str] = field(default_factory=list)
     missing_nodes: list[str] = field(default_factory=list)
+    conflicts: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    deleting: list[str] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)
+    force_conflicts: bool = False
 
     @property
     def empty(self) -> bool:
-        return not (self.create or self.change or self.delete)
+        return not (self.create or self.change or self.delete or self.waiting)
 
     def lines(self) -> list[str]:
         out = [f"+ {ref}" for ref in self.create]
@@ -114,6 +136,18 @@ class Diff:
             out.append(f"~ {ref}")
             out += [f"    {c}" for c in changes]
         out += [f"- {ref}" for ref in self.delete]
+        for ref, conflicts in self.conflicts.items():
+            outcome = (
+                "the push takes it over (the target may take over fields other tools set)"
+                if self.force_conflicts
+                else f'the push fails on it unless the target may take it over ("{FORCE_CONFLICTS_LABEL}")'
+            )
+            out += [
+                f'! {ref}: {path} is set by "{manager}" to another value: {outcome}'
+                for path, manager in conflicts
+            ]
+        out += [f"! {ref}: {why}" for ref, why in self.waiting.items()]
+        out += [f"  {ref}: being deleted already (not deleted again)" for ref in self.deleting]
         out += [
             f"! Node {name}: not registered in the cluster, labels not applied" for name in self.missing_nodes
         ]
@@ -128,25 +162,84 @@ class ApplyResult:
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    deleting: list[str] = field(default_factory=list)  # already being deleted: not deleted again
+    waiting: dict[str, str] = field(default_factory=dict)  # desired, but waits for a deletion (ref -> why)
+    taken_over: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # ref -> [(path, manager)]
     log: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
         return bool(self.created or self.updated or self.deleted)
 
+    def counts(self) -> str:
+        """`2 created, 36 updated, 0 deleted, 3 unchanged` (`would have ...` in a dry run)."""
+        text = (
+            f"{len(self.created)} created, {len(self.updated)} updated, {len(self.deleted)} deleted, "
+            f"{len(self.unchanged)} unchanged"
+        )
+        return f"would have {text}" if self.dry_run else text
+
 
 @dataclass
 class _Step:
     obj: dict[str, Any]  # what to apply
     live: dict[str, Any] | None
-    action: str  # create | update | adopt | unchanged | missing-node | release
+    action: str  # create | update | adopt | unchanged | missing-node | release | waiting
     changes: list[FieldChange]
+    why: str = ""  # waiting: what it waits for
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # predicted: (field path, other manager)
 
 
 @dataclass
 class _Plan:
     steps: list[_Step]
     delete: list[dict[str, Any]]
+    deleting: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _being_deleted(obj: dict[str, Any] | None) -> bool:
+    return bool(obj and (obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _and(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _waiting_words(steps: Sequence[_Step]) -> str:
+    """What the waiting steps wait for: `Namespace vision is still being deleted (Terminating): it and the
+    5 object(s) in it wait; PersistentVolume x is still being deleted`."""
+    waiting = [step for step in steps if step.action == "waiting"]
+    namespaces = {s.obj["metadata"]["name"] for s in waiting if s.obj["kind"] == "Namespace"}
+    in_namespace: dict[str, int] = {}
+    alone = []
+    for step in waiting:
+        obj = step.obj
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] == "Namespace":
+            in_namespace.setdefault(obj["metadata"]["name"], 0)
+        elif namespace and (namespace in namespaces or not _being_deleted(step.live)):
+            in_namespace[namespace] = in_namespace.get(namespace, 0) + 1
+        else:
+            alone.append(f"{object_ref(obj)} is still being deleted")
+    parts = [
+        f"Namespace {name} is still being deleted (Terminating): "
+        + (
+            f"it and the {count} object(s) in it wait"
+            if name in namespaces
+            else f"{count} object(s) in it wait"
+        )
+        for name, count in in_namespace.items()
+    ]
+    return "; ".join(parts + alone)
+
+
+def conflict_words(conflicts: Sequence[tuple[str, str]]) -> str:
+    """[(path, manager)] -> `.spec.a and .spec.b (set by "x"), .metadata.labels.c (set by "y")`."""
+    by_manager: dict[str, list[str]] = {}
+    for path, manager in conflicts:
+        by_manager.setdefault(manager, []).append(path)
+    return ", ".join(f'{_and(paths)} (set by "{manager}")' for manager, paths in by_manager.items())
 
 
 class KubernetesTarget(KubernetesClient):
@@ -154,7 +247,12 @@ class KubernetesTarget(KubernetesClient):
 
     Configured as a `KubernetesClient`: `api_url` + `token` + (`ca_cert` path or PEM text, or
     `insecure=True`), or a `kubeconfig` path (and optionally `context`), or a ready `api_client`.
+    `force_conflicts=True` lets it take over fields another field manager set (see the module doc).
     """
+
+    def __init__(self, *args: Any, force_conflicts: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.force_conflicts = force_conflicts
 
     def read_back(self) -> list[dict[str, Any]]:
         """The objects Rackplane manages, as the cluster has them: every labelled object of the managed
@@ -198,7 +296,7 @@ class KubernetesTarget(KubernetesClient):
         for kind, api_version in MANAGED_KINDS.items():
             for obj in self.list_objects(api_version, kind, MANAGED_SELECTOR):
                 labelled[object_key(obj)] = obj
-        steps: list[_Step] = []
+        lives: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         desired_keys = set()
         for obj in desired:
             key = object_key(obj)
@@ -212,14 +310,39 @@ class KubernetesTarget(KubernetesClient):
                 live = self.get_object(
                     obj["apiVersion"], obj["kind"], metadata["name"], metadata.get("namespace")
                 )
-            steps.append(self._step(obj, live))
-        delete = [
-            obj
-            for key, obj in labelled.items()
-            if key not in desired_keys
-            and ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
-        ]
-        delete.sort(key=lambda o: (-KIND_ORDER.index(o["kind"]), *object_key(o)[2:]))
+            lives.append((obj, live))
+        # Namespaces being deleted (Terminating): nothing can be created in them until they are gone.
+        terminating = {
+            obj["metadata"]["name"]
+            for obj, live in lives
+            if obj["kind"] == "Namespace" and _being_deleted(live)
+        } | {key[3] for key, obj in labelled.items() if key[1] == "Namespace" and _being_deleted(obj)}
+        steps: list[_Step] = []
+        for obj, live in lives:
+            namespace = obj["metadata"].get("namespace")
+            if _being_deleted(live):
+                why = (
+                    "still being deleted (Terminating); Rackplane creates it again once the deletion ends"
+                    if obj["kind"] == "Namespace"
+                    else "still being deleted; Rackplane applies it again once the deletion has finished"
+                )
+                steps.append(_Step(obj, live, "waiting", [], why=why))
+            elif namespace and namespace in terminating:
+                why = (
+                    f"its Namespace {namespace} is still being deleted (Terminating); Rackplane applies it "
+                    "once the namespace is gone and created again"
+                )
+                steps.append(_Step(obj, live, "waiting", [], why=why))
+            else:
+                steps.append(self._step(obj, live))
+        delete, deleting = [], []
+        for key, obj in labelled.items():
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if key in desired_keys or labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+                continue
+            (deleting if _being_deleted(obj) else delete).append(obj)
+        for objects in (delete, deleting):
+            objects.sort(key=lambda o: (-KIND_ORDER.index(o["kind"]), *object_key(o)[2:]))
         for name, node in sorted(nodes.items()):
             if ("", "Node", "", name) in desired_keys:
                 continue
@@ -230,7 +353,7 @@ class KubernetesTarget(KubernetesClient):
                     FieldChange(path_text(("metadata", "labels", k)), v, None) for k, v in labels.items()
                 ]
                 steps.append(_Step(bare, node, "release", changes))
-        return _Plan(steps, delete)
+        return _Plan(steps, delete, deleting)
 
     def _step(self, obj: dict[str, Any], live: dict[str, Any] | None) -> _Step:
         if live is None:
@@ -255,7 +378,9 @@ class KubernetesTarget(KubernetesClient):
             if value is not None:
                 changes.append(FieldChange(path_text(path), value, None))
         if changes:
-            return _Step(obj, live, "update", changes)
+            return _Step(
+                obj, live, "update", changes, conflicts=predicted_conflicts(obj, live, self.field_manager)
+            )
         if all(any(paths_overlap(w, o) for o in owned) for w in wanted):
             return _Step(obj, live, "unchanged", [])
         return _Step(obj, live, "adopt", [])  # same values, but Rackplane does not own them all yet
@@ -264,7 +389,7 @@ class KubernetesTarget(KubernetesClient):
         """What `apply(desired)` would change in the cluster, read from the live objects."""
         desired = list(desired)
         plan = self._plan(desired)
-        result = Diff()
+        result = Diff(force_conflicts=self.force_conflicts)
         for step in plan.steps:
             ref = object_ref(step.obj)
             if step.action == "create":
@@ -273,7 +398,12 @@ class KubernetesTarget(KubernetesClient):
                 result.change[ref] = step.changes
             elif step.action == "missing-node":
                 result.missing_nodes.append(step.obj["metadata"]["name"])
+            elif step.action == "waiting":
+                result.waiting[ref] = step.why
+            if step.conflicts:
+                result.conflicts[ref] = step.conflicts
         result.delete = [object_ref(o) for o in plan.delete]
+        result.deleting = [object_ref(o) for o in plan.deleting]
         return result
 
     # --- apply ------------------------------------------------------------------------------------
@@ -290,9 +420,22 @@ class KubernetesTarget(KubernetesClient):
             self._prune(plan.delete, result, dry_run)
         except KubernetesError as error:
             error.result = result
-            done = "; ".join(result.log) if result.log else "nothing"
-            error.details.append(f"done before the failure: {done}")
+            error.details.append(f"done before the failure: {result.counts()} (the log lists each object)")
             raise
+        for obj in plan.deleting:
+            ref = object_ref(obj)
+            result.deleting.append(ref)
+            result.log.append(f"{ref} is being deleted already (waiting for the cluster to finish)")
+        if result.waiting:
+            error = KubernetesUnavailable(
+                f"{len(result.waiting)} object(s) could not be applied yet: {_waiting_words(plan.steps)}",
+                "nothing, if the deletion finishes: the push is retried and applies them then. If a "
+                "namespace stays Terminating, look at what holds it (kubectl get namespace <name> -o yaml: "
+                "its finalizers and status conditions) and let its namespace controller finish",
+                [f"done: {result.counts()} (the log lists each object)"],
+            )
+            error.result = result
+            raise error
         return result
 
     def _refuse_invalid(self, desired: list[dict[str, Any]]) -> None:
@@ -331,6 +474,10 @@ class KubernetesTarget(KubernetesClient):
             if step.action == "unchanged":
                 result.unchanged.append(ref)
                 continue
+            if step.action == "waiting":
+                result.waiting[ref] = step.why
+                result.log.append(f"not applied {ref}: {step.why}")
+                continue
             if step.action == "missing-node":
                 result.skipped.append(ref)
                 result.log.append(f"skipped {ref}: the node is not registered in the cluster")
@@ -341,7 +488,7 @@ class KubernetesTarget(KubernetesClient):
                 result.created.append(ref)
                 result.log.append(f"would create {ref} (in a new namespace: not checked by the server)")
                 continue
-            self._apply_one(step.obj, dry_run)
+            self._apply_one(step.obj, dry_run, result)
             (result.created if step.action == "create" else result.updated).append(ref)
             verb = {"create": "created", "release": "removed Rackplane's labels from"}.get(
                 step.action, "updated"
@@ -349,21 +496,82 @@ class KubernetesTarget(KubernetesClient):
             result.log.append(("would have " if dry_run else "") + f"{verb} {ref}")
 
     def _prune(self, objects: list[dict[str, Any]], result: ApplyResult, dry_run: bool) -> None:
+        """Delete what Rackplane no longer wants (never an object already being deleted: see `_plan`)."""
         for obj in objects:
             self._delete_one(obj, dry_run)
             result.deleted.append(object_ref(obj))
             result.log.append(("would have " if dry_run else "") + f"deleted {object_ref(obj)}")
 
-    def _apply_one(self, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
-        query = [("fieldManager", self.field_manager), ("force", "true")]
+    def _apply_one(
+        self, obj: dict[str, Any], dry_run: bool, result: ApplyResult | None = None
+    ) -> dict[str, Any]:
+        """One server-side apply, without force: a conflict with another field manager is refused (or, with
+        `force_conflicts`, logged and applied again with force)."""
+        ref = object_ref(obj)
+        query = [("fieldManager", self.field_manager)]
         if dry_run:
             query.append(("dryRun", "All"))
-        status, data = self.request(
-            "PATCH", self._object_path(obj), query=query, body=obj, content_type=APPLY_PATCH
-        )
+        path = self._object_path(obj)
+        status, data = self.request("PATCH", path, query=query, body=obj, content_type=APPLY_PATCH)
+        conflicts = self._conflicts(status, data)
+        if conflicts:
+            if not self.force_conflicts:
+                raise self._conflict_error(ref, status, data, conflicts)
+            if result is not None:
+                result.taken_over[ref] = conflicts
+                result.log.append(
+                    ("would take over " if dry_run else "took over ")
+                    + f"{conflict_words(conflicts)} on {ref} (the target may take over fields of other tools)"
+                )
+            status, data = self.request(
+                "PATCH", path, query=[*query, ("force", "true")], body=obj, content_type=APPLY_PATCH
+            )
+        if status == 403 and any(c["reason"] == "NamespaceTerminating" for c in status_causes(data)):
+            namespace = obj["metadata"].get("namespace", "")
+            raise KubernetesUnavailable(
+                f"applying {ref}: its Namespace {namespace} is being deleted (Terminating), so nothing can "
+                f"be created in it until the deletion has finished (the API server answered {status}: "
+                f"{status_message(data)})",
+                "nothing, if the deletion finishes: the push is retried and creates it then. If the "
+                "namespace stays Terminating, look at what holds it (kubectl get namespace <name> -o yaml)",
+                status=status,
+                reason=status_reason(data),
+            )
         if status >= 400:
-            raise self._rejected(f"applying {object_ref(obj)}", status, data)
+            raise self._rejected(f"applying {ref}", status, data)
         return data
+
+    @staticmethod
+    def _conflicts(status: int, data: Any) -> list[tuple[str, str]]:
+        """A 409 answer's field-manager conflicts as [(field path, other manager)], in the server's order."""
+        if status != 409:
+            return []
+        out = []
+        for cause in status_causes(data):
+            if cause["reason"] != "FieldManagerConflict":
+                continue
+            # 'conflict with "topograph"' or 'conflict with "kubectl-label" using v1'
+            message = cause["message"]
+            manager = message.split('"')[1] if message.count('"') >= 2 else message
+            out.append((cause["field"], manager))
+        return out
+
+    @staticmethod
+    def _conflict_error(
+        ref: str, status: int, data: Any, conflicts: list[tuple[str, str]]
+    ) -> KubernetesRejected:
+        managers = sorted({m for _, m in conflicts})
+        tools = _and([f'"{m}"' for m in managers])
+        return KubernetesRejected(
+            f"applying {ref}: another tool set fields Rackplane sets, to other values: "
+            f"{conflict_words(conflicts)}; Rackplane did not overwrite them",
+            f"change the field(s) back in {tools} (or stop {tools} from setting them), or, if Rackplane "
+            f'should own them, tick "{FORCE_CONFLICTS_LABEL}" in the Kubernetes target\'s settings to let '
+            "Rackplane take them over; then push again",
+            [f"the API server said: {status_message(data)}"],
+            status=status,
+            reason=status_reason(data) or "Conflict",
+        )
 
     def _delete_one(self, obj: dict[str, Any], dry_run: bool) -> None:
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -381,6 +589,7 @@ __all__ = [
     "APPLY_PATCH",
     "CORE_KINDS",
     "FIELD_MANAGER",
+    "FORCE_CONFLICTS_LABEL",
     "MANAGED_KINDS",
     "MANAGED_SELECTOR",
     "ApplyResult",

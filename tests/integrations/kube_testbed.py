@@ -9,8 +9,9 @@
 * `kube_proxy`: a `FaultProxy` in front of the real server. Rackplane talks to it with the `rackplane`
   service account's token (exactly deploy/kubernetes/rbac.yaml) and the cluster CA; it records every request
   (`requests`, `writes`) and can inject what a real server cannot be made to do on demand: an answer of
-  5xx/429 (`fail`), a slow answer (`fail(0, delay=...)`), or a server that is down (`refuse_connections`).
-  Everything else is the real server's answer, byte for byte.
+  5xx/429 (`fail`), a slow answer (`fail(0, delay=...)`), a reply lost on the way back (`fail(503,
+  after_forward=True)`: the real server handles the request, the client gets the 503), or a server that is
+  down (`refuse_connections`). Everything else is the real server's answer, byte for byte.
 
 The proxy serves TLS with the testbed's own serving certificate (SAN 127.0.0.1), so clients verify it with
 the real cluster CA.
@@ -326,6 +327,7 @@ class Fault:
     reason: str
     times: int
     delay: float
+    after_forward: bool = False
 
 
 @dataclass
@@ -439,10 +441,12 @@ class FaultProxy:
         reason: str = "",
         times: int = 1,
         delay: float = 0.0,
+        after_forward: bool = False,
     ) -> None:
         """Answer the next `times` requests matching `method` and containing `path` with `status` (after
-        sleeping `delay` seconds; status 0 = only the delay, then the real server's answer)."""
-        self.faults.append(Fault(method, path, status, message, reason, times, delay))
+        sleeping `delay` seconds; status 0 = only the delay, then the real server's answer). `after_forward`:
+        the request reaches the real server first and its answer is replaced by the fault's (a lost reply)."""
+        self.faults.append(Fault(method, path, status, message, reason, times, delay, after_forward))
 
     def _fault_for(self, request: Request) -> Fault | None:
         with self._lock:
@@ -469,6 +473,9 @@ class FaultProxy:
         with self._lock:
             self.requests.append(request)
         fault = self._fault_for(request)
+        if fault is not None and fault.after_forward:
+            # A lost reply: the real server handles the request; its answer is dropped, the fault's sent.
+            self._upstream(method, raw_path, headers, body)
         if fault is not None:
             if fault.delay:
                 time.sleep(fault.delay)
@@ -478,6 +485,9 @@ class FaultProxy:
                 )
                 data = json.dumps(status_body(fault.status, reason, fault.message)).encode()
                 return fault.status, [("Content-Type", "application/json")], data
+        return self._upstream(method, raw_path, headers, body)
+
+    def _upstream(self, method: str, raw_path: str, headers: dict[str, str], body: bytes):
         connection = http.client.HTTPSConnection(*self.upstream, context=self.upstream_context, timeout=60)
         try:
             forwarded = {

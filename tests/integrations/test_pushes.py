@@ -23,7 +23,6 @@ from integrations.registry import clean_settings
 from inventory.models import Gpu
 from tenancy.models import Department
 from tenancy.services import save_department
-from tests.integrations.k8s_standin import KubeStandIn
 
 pytestmark = pytest.mark.django_db
 
@@ -490,33 +489,114 @@ def test_simulated_fabric_push_reports_progress_per_rack(demo_inventory, django_
     assert "0 rack(s) changed, 3 already as planned" in again.log
 
 
-def test_kubernetes_push_through_the_api_and_the_token_is_never_shown(
-    demo_inventory, admin_client_logged_in, django_capture_on_commit_callbacks
-):
+@pytest.fixture
+def k8s(demo_inventory, kube, kube_proxy, kube_testbed) -> ConfigTarget:
+    """A Kubernetes target on the testbed's real API server (through the proxy), with the `rackplane` service
+    account's token and the cluster CA; the inventory's nodes registered as their kubelets would."""
     from integrations import state as configstate
 
-    with KubeStandIn() as standin:
-        for node in configstate.build_state().kubernetes.inventory.nodes:
-            standin.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.hostname}})
-        target = ConfigTarget.objects.create(
-            name="k8s", kind="kubernetes", settings={"api_url": standin.url, "token": TOKEN}
-        )
-        [push] = push_now(django_capture_on_commit_callbacks, targets=[target])
-        assert push.status == PushStatus.SUCCEEDED, push.error
-        assert "0 deleted" in push.log and "created" in push.log
-        assert standin.get("Topology", "nvlink") is not None
-        assert all(r.authorization == f"Bearer {TOKEN}" for r in standin.requests)
+    for node in configstate.build_state().kubernetes.inventory.nodes:
+        kube.register_node(node.hostname)
+    settings = {"api_url": kube_proxy.url, "token": kube_testbed.token, "ca_file": kube_testbed.ca}
+    return ConfigTarget.objects.create(
+        name="k8s", kind="kubernetes", settings=clean_settings("kubernetes", settings)
+    )
 
+
+def live(kube, obj: dict):
+    meta = obj["metadata"]
+    return kube.get(obj["kind"], meta["name"], meta.get("namespace", ""))
+
+
+@pytest.mark.integration
+def test_kubernetes_push_through_the_api_and_the_token_is_never_shown(
+    k8s, kube, kube_proxy, kube_testbed, admin_client_logged_in, django_capture_on_commit_callbacks
+):
+    change_state("Vision")
+    [push] = push_now(django_capture_on_commit_callbacks, targets=[k8s])
+    assert push.status == PushStatus.SUCCEEDED, push.error
+    assert "0 deleted" in push.log and "created" in push.log and "not registered" not in push.log
+
+    objects = push.payload["objects"]
+    assert {"Node", "Topology", "Namespace", "ClusterQueue", "LocalQueue"} <= {o["kind"] for o in objects}
+    for obj in objects:
+        found = live(kube, obj)
+        assert found is not None, obj["metadata"]
+        managers = {(m["manager"], m["operation"]) for m in found["metadata"]["managedFields"]}
+        if obj["kind"] == "Node":  # the kubelet registered it; Rackplane applied its labels
+            assert managers == {("kubelet", "Update"), ("rackplane", "Apply")}, obj["metadata"]["name"]
+            assert obj["metadata"]["labels"].items() <= found["metadata"]["labels"].items()
+        else:
+            assert managers == {("rackplane", "Apply")}, obj["metadata"]
+    assert kube.get("Topology", "nvlink") is not None
+    assert kube_proxy.requests
+    assert all(r.authorization == f"Bearer {kube_testbed.token}" for r in kube_proxy.requests)
+
+    token = kube_testbed.token
     for url in (
         reverse("integrations:target-list"),
-        reverse("integrations:target-edit", args=[target.pk]),
+        reverse("integrations:target-edit", args=[k8s.pk]),
         reverse("integrations:push-detail", args=[push.pk]),
         reverse("integrations:push-list"),
     ):
         page = admin_client_logged_in.get(url).content.decode()
-        assert TOKEN not in page, url
-    assert TOKEN not in push.log + push.error
-    assert target.masked_settings()["token"] == "••••••••"
+        assert token not in page, url
+    assert token not in push.log + push.error
+    assert k8s.masked_settings()["token"] == "••••••••"
+
+
+@pytest.mark.integration
+def test_a_second_identical_kubernetes_push_writes_nothing(
+    k8s, kube, kube_proxy, django_capture_on_commit_callbacks
+):
+    change_state("Vision")
+    [first] = push_now(django_capture_on_commit_callbacks, targets=[k8s])
+    assert first.status == PushStatus.SUCCEEDED, first.error
+    before = kube.resource_versions()
+    writes = len(kube_proxy.writes)
+
+    # Forced: the adapter compares every object with the live one instead of trusting the payload's hash.
+    [second] = push_now(django_capture_on_commit_callbacks, targets=[k8s], force=True)
+
+    assert second.status == PushStatus.SUCCEEDED, second.error
+    assert "0 created, 0 updated, 0 deleted" in second.log
+    assert kube_proxy.writes[writes:] == []
+    assert kube.resource_versions() == before
+
+
+@pytest.mark.integration
+def test_a_department_removed_in_the_portal_is_pruned_from_kubernetes(
+    k8s, kube, kube_proxy, render_dir, platform_admin, django_capture_on_commit_callbacks
+):
+    from tests.factories import token_client
+
+    change_state("Vision")
+    change_state("Robotics")
+    [first] = push_now(django_capture_on_commit_callbacks, targets=[k8s])
+    assert first.status == PushStatus.SUCCEEDED, first.error
+    assert kube.names("ClusterQueue") == ["robotics", "vision"]
+    assert kube.names("LocalQueue") == ["robotics/default", "vision/default"]
+    robotics = {k: v for k, v in kube.resource_versions().items() if "robotics" in k}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = token_client(platform_admin).delete("/api/v1/departments/vision/")
+    assert response.status_code == 204
+    push = ConfigPush.objects.filter(target=k8s).latest("pk")
+    assert push.pk != first.pk and "department vision" in push.reason
+    assert push.status == PushStatus.SUCCEEDED, push.error
+
+    namespace = kube.get("Namespace", "vision")  # Terminating: no namespace controller runs here
+    assert namespace["metadata"]["deletionTimestamp"] and namespace["status"]["phase"] == "Terminating"
+    assert kube.get("ClusterQueue", "vision") is None
+    assert kube.get("LocalQueue", "default", "vision") is None
+    assert kube.names("ClusterQueue") == ["robotics"]
+    assert {k: v for k, v in kube.resource_versions().items() if "robotics" in k} == robotics
+
+    # The next push leaves what is being deleted to its deletion and changes nothing else.
+    writes = len(kube_proxy.writes)
+    [again] = push_now(django_capture_on_commit_callbacks, targets=[k8s], force=True)
+    assert again.status == PushStatus.SUCCEEDED, again.error
+    assert kube_proxy.writes[writes:] == []
 
 
 # --- settings -----------------------------------------------------------------------------------------
