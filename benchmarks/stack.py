@@ -257,7 +257,8 @@ class Stack:
                 if response.status_code == 200:
                     return
                 raise SystemExit(f"GET /api/v1/jobs/ answered {response.status_code}: {response.text[:300]}")
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
+                # Not listening yet, or its first request (loading the app) is slow on a busy machine.
                 time.sleep(0.2)
         raise SystemExit(f"gunicorn did not answer within {timeout:.0f}s:\n{self.processes[0].tail()}")
 
