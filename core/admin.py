@@ -1,7 +1,14 @@
 from django.contrib import admin
 
+from core import notifications, tokens
 from core.access import is_admin
-from core.models import AuditEvent
+from core.models import (
+    AuditEvent,
+    Notification,
+    NotificationAttempt,
+    NotificationSubscription,
+    PersonalToken,
+)
 
 # The Django admin lets in the portal's platform admins (core.access), not staff alone: the "Admin" link in
 # the portal's menu and the door it leads to follow the same rule.
@@ -40,4 +47,121 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(PersonalToken)
+class PersonalTokenAdmin(admin.ModelAdmin):
+    """Users' personal API tokens: seen and revoked here (or on the portal's API tokens page), never made
+    here (the key is shown once, to its owner) and never deleted (a revoked token stays, with when)."""
+
+    list_display = ["prefix", "name", "user", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["prefix", "name", "user__username"]
+    list_select_related = ["user"]
+    fields = [
+        "prefix",
+        "name",
+        "user",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+        "revoked_by",
+    ]
+    readonly_fields = fields
+    actions = ["revoke_selected"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke_selected(self, request, queryset):
+        revoked = 0
+        for token in queryset.select_related("user").filter(revoked_at__isnull=True):
+            tokens.revoke(token, by=request.user)
+            revoked += 1
+        self.message_user(request, f"Revoked {revoked} token{'s' if revoked != 1 else ''}.")
+
+
+@admin.register(NotificationSubscription)
+class NotificationSubscriptionAdmin(admin.ModelAdmin):
+    """Webhook endpoints and email recipients: seen, enabled or disabled, deleted here; added on the portal's
+    Notifications page, which shows a webhook's signing secret once. The secret is never shown here."""
+
+    list_display = ["name", "channel", "url", "email", "scope", "enabled", "owner", "created_at"]
+    list_filter = ["channel", "enabled"]
+    search_fields = ["name", "url", "email", "scope"]
+    fields = [
+        "name",
+        "channel",
+        "url",
+        "email",
+        "events",
+        "scope",
+        "enabled",
+        "owner",
+        "secret_made_at",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = ["channel", "url", "owner", "secret_made_at", "created_by", "created_at", "updated_at"]
+    actions = ["send_test"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Send a test notification")
+    def send_test(self, request, queryset):
+        for subscription in queryset:
+            notifications.send_test(subscription, request.user)
+        self.message_user(request, f"Test notifications queued for {queryset.count()} subscription(s).")
+
+
+class NotificationAttemptInline(admin.TabularInline):
+    model = NotificationAttempt
+    fields = ["number", "at", "seconds", "http_status", "outcome", "message"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    """What was sent to whom and how each attempt went: a record, never edited by hand."""
+
+    list_display = ["created_at", "event", "subject", "channel", "destination", "status", "attempts"]
+    list_filter = ["status", "event", "channel"]
+    search_fields = ["subject", "destination", "uuid"]
+    date_hierarchy = "created_at"
+    inlines = [NotificationAttemptInline]
+    fields = [
+        "uuid",
+        "created_at",
+        "event",
+        "subject",
+        "scope",
+        "payload",
+        "subscription",
+        "channel",
+        "destination",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+        "error",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

@@ -103,6 +103,8 @@ class HttpClient:
     basic_auth: (user, password) for HTTP basic authentication; bearer_token: `Authorization: Bearer`.
     ca_file: the CA bundle that signed the server's certificate; insecure: skip certificate checks.
     max_bytes: a longer answer is refused (a wrong URL streaming something else must not fill memory).
+    follow_redirects: False returns a 3xx as the answer instead of following it (webhooks: a redirect could
+    lead to an address the destination check refused).
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class HttpClient:
         ca_file: str = "",
         insecure: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        follow_redirects: bool = True,
     ):
         if basic_auth and bearer_token:
             raise ValueError("give basic_auth or bearer_token, not both")
@@ -140,11 +143,12 @@ class HttpClient:
             urllib.request.ProxyHandler(),
             urllib.request.HTTPHandler(),
             urllib.request.HTTPSHandler(context=context),
-            urllib.request.HTTPRedirectHandler(),
             urllib.request.HTTPErrorProcessor(),
             urllib.request.HTTPDefaultErrorHandler(),
         ):
             self._opener.add_handler(handler)
+        if follow_redirects:
+            self._opener.add_handler(urllib.request.HTTPRedirectHandler())
 
     def request(
         self, method: str, path: str = "", body: Any = None, *, headers: Mapping[str, str] | None = None

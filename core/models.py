@@ -1,11 +1,14 @@
-"""The audit log: who changed what, when, through which door, with the object before and after.
+"""Core's tables: the audit log (who changed what, when, through which door, with the object before and
+after), personal API tokens, and notifications (subscriptions, notifications, delivery attempts).
 
-The table was created by the portal app before the re-cut and keeps its name (db_table)."""
+The audit table was created by the portal app before the re-cut and keeps its name (db_table)."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from core.access import is_admin, led_department_ids
+from core.destinations import check_scope, check_webhook_url
 
 
 class AuditSource(models.TextChoices):
@@ -14,6 +17,10 @@ class AuditSource(models.TextChoices):
     ADMIN = "admin", "Django admin"
     TASK = "task", "Background task"
     COMMAND = "command", "Command line"
+    # A sign-in through an identity provider: its group-to-role rules changed the user's roles
+    # (tenancy.identity).
+    OIDC = "oidc", "OpenID Connect sign-in"
+    LDAP = "ldap", "LDAP sign-in"
 
 
 class AuditAction(models.TextChoices):
@@ -64,3 +71,261 @@ class AuditEvent(models.Model):
 
     def __str__(self):
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name or 'system'} {self.action} {self.object_repr}"
+
+
+class PersonalTokenQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Platform admins see everyone's tokens; anyone else their own."""
+        if is_admin(user):
+            return self
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(user=user)
+
+
+class PersonalToken(models.Model):
+    """A user's named API token with an expiry (core.tokens makes and checks it); a user may hold several.
+
+    Only a SHA-256 hash of the key is stored (the key is 32 random bytes: nothing to guess, so no salt or
+    slow hash); `prefix`, the key's first characters, tells tokens apart on the page, in the audit log and
+    in the API's refusals. A revoked token is kept, with when and by whom, so its owner sees what stopped.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, help_text="What it is for, e.g. the script or machine using it.")
+    prefix = models.CharField(max_length=16, help_text='The key\'s first characters ("rpt_" + 8).')
+    key_hash = models.CharField(max_length=64, help_text="SHA-256 of the key, hex.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    objects = PersonalTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["key_hash"], name="%(app_label)s_%(class)s_unique_key_hash"),
+        ]
+        indexes = [models.Index(fields=["user", "revoked_at"], name="core_ptoken_user_revoked_idx")]
+
+    def __str__(self):
+        return f"{self.prefix}… {self.name} ({self.user})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+# --- notifications (core.notifications) ------------------------------------------------------------------
+
+
+class NotificationEvent(models.TextChoices):
+    """What a notification is about. Other parts of the portal add theirs here (and a migration)."""
+
+    TRAY_DRAINED = "tray_drained", "Tray drained"
+    BREAKER_TRIPPED = "breaker_tripped", "Circuit breaker tripped"
+    JOB_REQUEUED = "job_requeued", "Job requeued by a fault"
+    TRAY_RETURNED = "tray_returned", "Tray back in service"
+    NEEDS_SERVICE = "needs_service", "Tray needs service"
+    # Sent by the "Send a test notification" button to one subscription only; nobody subscribes to it.
+    TEST = "test", "Test notification"
+
+
+# The events a subscription may choose (the test event goes to one subscription, on request).
+SUBSCRIBABLE_EVENTS = [(value, label) for value, label in NotificationEvent.choices if value != "test"]
+
+
+class NotificationChannel(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    EMAIL = "email", "Email"
+
+
+class NotificationStatus(models.TextChoices):
+    PENDING = "pending", "Pending"  # waiting for its first attempt or for a retry (next_attempt_at)
+    SENDING = "sending", "Sending"  # claimed by a worker
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"  # refused by the receiver, or out of attempts
+    CANCELLED = "cancelled", "Cancelled"  # its subscription was disabled or deleted before it went out
+
+
+class AttemptOutcome(models.TextChoices):
+    DELIVERED = "delivered", "Delivered"
+    RETRY = "retry", "Failed, will retry"
+    FAILED = "failed", "Failed for good"
+
+
+class NotificationSubscriptionQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Platform admins see every subscription; anyone else their own (none yet: users' own subscriptions
+        come with a later issue)."""
+        if is_admin(user):
+            return self
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+
+class NotificationSubscription(models.Model):
+    """Who hears of which events: a webhook endpoint or an email recipient, the events, an optional scope.
+
+    The webhook's secret signs every request (HMAC-SHA256). It is stored as given, not hashed: signing needs
+    the key itself. Encrypting it under a key the same server holds (SECRET_KEY) would only move it: whoever
+    reads the database and the settings reads both. It is treated like the tokens of integrations' targets:
+    shown once when made, never in a page, the API, the admin or the audit log.
+    """
+
+    name = models.CharField(max_length=100, help_text="Who or what receives it, e.g. “on-call pager”.")
+    channel = models.CharField(max_length=10, choices=NotificationChannel.choices)
+    url = models.URLField(max_length=2000, blank=True, help_text="Webhook: the address Rackplane POSTs to.")
+    secret = models.CharField(max_length=100, blank=True, help_text="Webhook: the HMAC-SHA256 signing key.")
+    # Audited in its place (the secret never is): a new secret is a change people must see in the log.
+    secret_made_at = models.DateTimeField(null=True, blank=True, help_text="When its secret was made.")
+    email = models.EmailField(blank=True, help_text="Email: the recipient's address.")
+    events = models.JSONField(default=list, help_text="The NotificationEvent values it receives.")
+    scope = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Empty: every notification of its events. Otherwise only those about this scope "
+        "(e.g. rack:gb-r08).",
+    )
+    enabled = models.BooleanField(default=True)
+    # Empty: a platform subscription, managed by admins. Set: a user's own (a later issue adds the pages).
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = NotificationSubscriptionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["channel", "name", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(channel="webhook") & ~models.Q(url="") & models.Q(email=""))
+                | (models.Q(channel="email") & ~models.Q(email="") & models.Q(url="") & models.Q(secret="")),
+                name="%(app_label)s_%(class)s_destination_matches_channel",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.get_channel_display().lower()} {self.destination})"
+
+    @property
+    def destination(self) -> str:
+        return self.url if self.channel == NotificationChannel.WEBHOOK else self.email
+
+    def clean(self):
+        """What a subscription needs whoever saves it (the portal's page, the Django admin, a service)."""
+        errors: dict[str, list[str]] = {}
+        if self.channel == NotificationChannel.WEBHOOK:
+            if self.email:
+                errors["email"] = ["A webhook has no email address: leave it empty."]
+            if not self.url:
+                errors["url"] = ["Give the address Rackplane POSTs the webhook to."]
+            else:
+                try:
+                    check_webhook_url(self.url)
+                except ValidationError as error:
+                    errors["url"] = error.messages
+        elif self.channel == NotificationChannel.EMAIL:
+            if self.url or self.secret:
+                errors["url"] = ["An email subscription has no webhook address or secret: leave them empty."]
+            if not self.email:
+                errors["email"] = ["Give the address the email goes to."]
+        known = {value for value, _ in SUBSCRIBABLE_EVENTS}
+        events = self.events
+        if not isinstance(events, list) or not all(isinstance(event, str) for event in events):
+            errors["events"] = ["Events are a list of event names."]
+        elif not events:
+            errors["events"] = ["Choose at least one event."]
+        elif unknown := sorted(set(events) - known):
+            errors["events"] = [f"Unknown event{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}."]
+        else:
+            self.events = [value for value, _ in SUBSCRIBABLE_EVENTS if value in events]  # catalog order
+        if self.scope:
+            try:
+                check_scope(self.scope)
+            except ValidationError as error:
+                errors["scope"] = error.messages
+        if errors:
+            raise ValidationError(errors)
+
+    def receives(self, event: str, scopes) -> bool:
+        """Whether a notification of `event` about `scopes` (a collection of scope strings) is for it."""
+        return event in (self.events or []) and (not self.scope or self.scope in scopes)
+
+
+class Notification(models.Model):
+    """One notification to one subscriber: recorded in the transaction that caused it, sent after it
+    commits (core.notifications). `uuid` is the id receivers deduplicate by: delivery is at least once."""
+
+    uuid = models.UUIDField(unique=True, editable=False, help_text="Sent as `id`: the same on every attempt.")
+    subscription = models.ForeignKey(
+        NotificationSubscription,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="notifications",
+    )
+    channel = models.CharField(max_length=10, choices=NotificationChannel.choices)
+    destination = models.CharField(
+        max_length=2000, help_text="The URL or address it was for (kept when the subscription goes)."
+    )
+    event = models.CharField(max_length=40, choices=NotificationEvent.choices)
+    subject = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict, blank=True)
+    scope = models.JSONField(default=list, blank=True, help_text="The scopes it is about.")
+    created_at = models.DateTimeField(help_text="When it happened: the `time` sent.")
+    status = models.CharField(
+        max_length=10, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Why the last attempt failed, and what to do.")
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="core_notification_due_idx"),
+        ]
+
+    def __str__(self):
+        return f"{self.get_event_display()}: {self.subject} -> {self.destination}"
+
+    @property
+    def last_attempt(self):
+        attempts = list(self.attempt_log.all())  # prefetched by list pages
+        return attempts[-1] if attempts else None
+
+
+class NotificationAttempt(models.Model):
+    """One try at delivering a notification, and what came back."""
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    seconds = models.FloatField(help_text="How long the attempt took.")
+    http_status = models.PositiveIntegerField(null=True, blank=True, help_text="Webhooks: the answer's.")
+    outcome = models.CharField(max_length=10, choices=AttemptOutcome.choices)
+    message = models.TextField(blank=True, help_text="What happened, in words (the answer's first lines).")
+
+    class Meta:
+        ordering = ["notification", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["notification", "number"], name="%(app_label)s_%(class)s_unique_number"
+            ),
+        ]
+
+    def __str__(self):
+        return f"attempt {self.number} of {self.notification_id}: {self.outcome}"

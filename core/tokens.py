@@ -1,22 +1,34 @@
-"""API tokens (DRF authtoken) that expire and that their owner rotates.
+"""API tokens: personal tokens (named, several per user, each with its expiry) and the older single token.
 
-A token is good for RACKPLANE_TOKEN_TTL_DAYS after it was made (`Token.created`); after that the API answers
-401 saying so. Its owner replaces it (POST /api/v1/tokens/rotate/ with the current token, or the "API token"
-page when signed in; both in portal.account): the old key stops working at once and the new one is shown
-once. Platform admins revoke tokens in the Django admin. Node agents' tokens are inventory's, not these.
+**Personal tokens** (PersonalToken): a user makes, names, lists and revokes their own on the portal's API
+tokens page (portal.account, /account/tokens/), with an expiry of up to RACKPLANE_PERSONAL_TOKEN_MAX_DAYS; the
+key ("rpt_" + 43 URL-safe characters) is shown once, only its SHA-256 is stored. Platform admins see and
+revoke anyone's there and in the Django admin. `PersonalTokenAuthentication` accepts `Authorization: Token
+rpt_...` (or `Bearer rpt_...`) and refuses an unknown, revoked or expired one with a 401 that says which.
+
+**The single token** (DRF authtoken, kept working as it was): good for RACKPLANE_TOKEN_TTL_DAYS after it
+was made (`Token.created`); after that the API answers 401 saying so. Its owner replaces it (POST
+/api/v1/tokens/rotate/ with the current token, or the "API token" page when signed in; both in
+portal.account): the old key stops working at once and the new one is shown once. Platform admins revoke
+tokens in the Django admin. Node agents' tokens are inventory's, not these.
 """
 
 import datetime
+import hashlib
 import logging
+import secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
-from rest_framework import exceptions
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 
-from core.models import AuditAction, AuditEvent
+from core.models import AuditAction, AuditEvent, PersonalToken
 
 logger = logging.getLogger(__name__)
 
@@ -63,3 +75,144 @@ def rotate(user, source: str) -> Token:
     )
     logger.info("API token of %s %s", user.get_username(), "rotated" if previous else "created")
     return token
+
+
+# --- personal tokens --------------------------------------------------------------------------------------
+
+KEY_PREFIX = "rpt_"
+VISIBLE_CHARS = 8  # of the random part, kept as PersonalToken.prefix
+SCHEMES = (b"token", b"bearer")
+# last_used_at is for people ("is this token still in use?"): a minute is precise enough, and it spares a
+# write on every request of a busy script.
+LAST_USED_RESOLUTION = datetime.timedelta(minutes=1)
+TOKENS_PAGE = "/account/tokens/"
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def max_lifetime_days() -> int:
+    return settings.RACKPLANE_PERSONAL_TOKEN_MAX_DAYS
+
+
+def issue(user, name: str, expires_at: datetime.datetime) -> tuple[PersonalToken, str]:
+    """A new personal token of `user`, and its key (not stored: show it once). Recorded in the audit log
+    (core.audit: without the key or its hash).
+
+    ValidationError naming the field when the name is empty or the expiry is not in the future or further
+    than RACKPLANE_PERSONAL_TOKEN_MAX_DAYS from now."""
+    name = (name or "").strip()
+    now = timezone.now()
+    errors = {}
+    if not name:
+        errors["name"] = "Name the token after what will use it (a script, a machine)."
+    if expires_at <= now:
+        errors["expires_at"] = "The expiry must be in the future."
+    elif expires_at > now + datetime.timedelta(days=max_lifetime_days()):
+        errors["expires_at"] = (
+            f"A token may live at most {max_lifetime_days()} days: choose an earlier expiry."
+        )
+    if errors:
+        raise ValidationError(errors)
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    token = PersonalToken(
+        user=user,
+        name=name,
+        prefix=key[: len(KEY_PREFIX) + VISIBLE_CHARS],
+        key_hash=hash_key(key),
+        expires_at=expires_at,
+    )
+    token.full_clean()
+    token.save()
+    logger.info("personal API token %s… (%s) of %s made", token.prefix, token.name, user.get_username())
+    return token, key
+
+
+def revoke(token: PersonalToken, by=None) -> PersonalToken:
+    """Revoke `token` from now on (one already revoked keeps its first revocation). Audited (core.audit)."""
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.revoked_by = by
+        token.save(update_fields=["revoked_at", "revoked_by"])
+        logger.info("personal API token %s… of %s revoked", token.prefix, token.user.get_username())
+    return token
+
+
+def find(key: str) -> PersonalToken | None:
+    """The personal token (revoked, expired or not) whose key this is, or None."""
+    if not key.startswith(KEY_PREFIX):
+        return None
+    return PersonalToken.objects.select_related("user").filter(key_hash=hash_key(key)).first()
+
+
+def mark_used(token: PersonalToken) -> None:
+    """Record that the token was just used, at most once per LAST_USED_RESOLUTION (one UPDATE, no read)."""
+    now = timezone.now()
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_RESOLUTION:
+        return
+    PersonalToken.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION), pk=token.pk
+    ).update(last_used_at=now)
+
+
+class PersonalTokenAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Token rpt_...` (or `Bearer rpt_...`): a personal token. Other credentials are left to
+    the next authentication class. An unknown, revoked or expired personal token, or one whose owner's
+    account is disabled, is a 401 saying which and what to do."""
+
+    keyword = "Token"
+
+    def authenticate(self, request):
+        parts = authentication.get_authorization_header(request).split()
+        if len(parts) != 2 or parts[0].lower() not in SCHEMES:
+            return None
+        try:
+            key = parts[1].decode()
+        except UnicodeDecodeError:
+            return None
+        if not key.startswith(KEY_PREFIX):
+            return None
+        token = find(key)
+        if token is None:
+            raise exceptions.AuthenticationFailed(
+                f"Unknown API token {key[: len(KEY_PREFIX) + VISIBLE_CHARS]}…: check that it was copied "
+                f"whole, or make a new one on the portal's API tokens page ({TOKENS_PAGE})."
+            )
+        label = f"API token {token.prefix}… ({token.name})"
+        if token.revoked_at is not None:
+            raise exceptions.AuthenticationFailed(
+                f"{label} was revoked at {token.revoked_at:%Y-%m-%d %H:%M} UTC: make a new one on the "
+                f"portal's API tokens page ({TOKENS_PAGE})."
+            )
+        if timezone.now() >= token.expires_at:
+            raise exceptions.AuthenticationFailed(
+                f"{label} expired at {token.expires_at:%Y-%m-%d %H:%M} UTC: make a new one on the portal's "
+                f"API tokens page ({TOKENS_PAGE})."
+            )
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed(f"{label} belongs to a disabled account.")
+        mark_used(token)
+        return token.user, token
+
+    def authenticate_header(self, request):
+        return self.keyword
+
+
+class PersonalTokenScheme(OpenApiAuthenticationExtension):
+    """The OpenAPI security scheme of personal tokens (drf-spectacular registers it by subclassing)."""
+
+    target_class = PersonalTokenAuthentication
+    name = "personalToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": (
+                "A personal API token: `Authorization: Token rpt_...`. Make one on the portal's API tokens "
+                f"page ({TOKENS_PAGE}, the username in the top bar): name it, pick its expiry, copy the key "
+                "shown once. Revoke it there when it is no longer needed."
+            ),
+        }

@@ -181,8 +181,12 @@ WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        # Token first: an anonymous REST client gets 401 with a WWW-Authenticate header, not 403.
+        # Tokens first: an anonymous REST client gets 401 with a WWW-Authenticate header, not 403. Personal
+        # tokens (rpt_...) before the single token, whose class refuses any key it does not know; the
+        # OpenID provider's bearer tokens (only when single sign-on is configured) after both.
+        "core.tokens.PersonalTokenAuthentication",
         "core.tokens.ExpiringTokenAuthentication",
+        "tenancy.auth.OIDCBearerAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -198,7 +202,15 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Rackplane API",
-    "DESCRIPTION": "Inventory, fabric discovery, tenancy and jobs for NVL72 rack-scale GPU systems.",
+    "DESCRIPTION": (
+        "Inventory, fabric discovery, tenancy and jobs for NVL72 rack-scale GPU systems.\n\n"
+        "**Authentication.** Make a personal API token on the portal's API tokens page (`/account/tokens/`: "
+        "click your username in the top bar), give it a name and an expiry, copy the key (`rpt_...`, shown "
+        "once) and send it as `Authorization: Token rpt_...`. Revoke it on the same page. An expired or "
+        "revoked token is refused with 401 saying which. When the portal signs in through the organisation's "
+        "OpenID provider, machine clients may instead send that provider's access token as "
+        "`Authorization: Bearer <token>`. A signed-in browser session works too (with its CSRF token)."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
@@ -254,7 +266,23 @@ CELERY_BEAT_SCHEDULE: dict = {
     # (integrations.dispatch).
     "schedule-jobs": {"task": "scheduling.tasks.schedule_jobs_periodically", "schedule": 60.0},
     "sync-jobs": {"task": "integrations.tasks.sync_jobs", "schedule": 30.0},
+    # Notifications (core.notifications): retries that are due, messages lost while the broker was down.
+    "retry-notifications": {"task": "core.tasks.retry_notifications", "schedule": 30.0},
 }
+
+# Email (notifications): EMAIL_URL as django-environ reads it (smtp://user:password@host:587, smtp+tls://...,
+# smtp+ssl://...); development (DEBUG=1, `make run`) prints messages on the console instead.
+vars().update(env.email_url("EMAIL_URL", default="consolemail://" if DEBUG else "smtp://localhost:25"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="rackplane@localhost")
+SERVER_EMAIL = env.str("SERVER_EMAIL", default=DEFAULT_FROM_EMAIL)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+# Webhooks (core.notifications): seconds to wait for an endpoint's answer; whether endpoints may be loopback,
+# private or link-local addresses (refused in production unless set: a request forgery could reach internal
+# services; allowed in development).
+RACKPLANE_NOTIFICATION_TIMEOUT = env.float("RACKPLANE_NOTIFICATION_TIMEOUT", default=10.0)
+RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS = env.bool(
+    "RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS", default=DEBUG
+)
 
 # Where the embedded directory target renders configuration.
 RACKPLANE_RENDER_DIR = Path(env.str("RACKPLANE_RENDER_DIR", default=str(VAR_DIR / "rendered")))
@@ -339,6 +367,9 @@ RACKPLANE_PROXY_COUNT = env.int(
 AUTHENTICATION_BACKENDS = [
     "core.throttling.SignInLockoutBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Identity providers (below: each off until configured), after the local accounts.
+    "tenancy.auth.OIDCBackend",
+    "tenancy.auth.LDAPBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("RACKPLANE_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("RACKPLANE_LOGIN_COOLOFF_MINUTES", default=15))
@@ -368,3 +399,98 @@ REST_FRAMEWORK |= {
 
 # API tokens (core.tokens): refused (401) RACKPLANE_TOKEN_TTL_DAYS after they were made; owners rotate them.
 RACKPLANE_TOKEN_TTL_DAYS = env.int("RACKPLANE_TOKEN_TTL_DAYS", default=90)
+
+# Personal API tokens (core.tokens, the portal's API tokens page): the longest expiry a user may choose.
+RACKPLANE_PERSONAL_TOKEN_MAX_DAYS = env.int("RACKPLANE_PERSONAL_TOKEN_MAX_DAYS", default=365)
+
+# --- Single sign-on: OpenID Connect (tenancy.auth; README, "Single sign-on and LDAP") ---------------------
+# Off while OIDC_RP_CLIENT_ID is empty (the login page then shows only the local form). The authorization code
+# flow with PKCE; the provider's endpoints from its discovery document unless set one by one.
+OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET", default="")
+OIDC_OP_DISCOVERY_URL = env.str("OIDC_OP_DISCOVERY_URL", default="")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env.str("OIDC_OP_AUTHORIZATION_ENDPOINT", default="")
+OIDC_OP_TOKEN_ENDPOINT = env.str("OIDC_OP_TOKEN_ENDPOINT", default="")
+OIDC_OP_USER_ENDPOINT = env.str("OIDC_OP_USER_ENDPOINT", default="")
+OIDC_OP_JWKS_ENDPOINT = env.str("OIDC_OP_JWKS_ENDPOINT", default="")
+OIDC_RP_SIGN_ALGO = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
+OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", default="openid email profile groups")
+OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", default="single sign-on")  # "Sign in with <name>"
+OIDC_USERNAME_CLAIM = env.str("OIDC_USERNAME_CLAIM", default="preferred_username")
+OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")
+OIDC_GROUPS_PREFIX = env.str("OIDC_GROUPS_PREFIX", default="")
+OIDC_CREATE_USER = env.bool("OIDC_CREATE_USER", default=True)
+OIDC_TOKEN_USE_BASIC_AUTH = env.bool("OIDC_TOKEN_USE_BASIC_AUTH", default=True)  # client_secret_basic
+OIDC_VERIFY_SSL = env.bool("OIDC_VERIFY_SSL", default=True)
+OIDC_TIMEOUT = env.int("OIDC_TIMEOUT", default=10)
+OIDC_PROXY = None
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_USE_NONCE = True
+OIDC_STORE_ACCESS_TOKEN = False
+OIDC_STORE_ID_TOKEN = False
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+if OIDC_RP_CLIENT_ID:
+    if not OIDC_RP_CLIENT_SECRET:
+        raise ImproperlyConfigured(
+            "OIDC_RP_CLIENT_ID is set but OIDC_RP_CLIENT_SECRET is empty: set the client secret the OpenID "
+            "provider gave Rackplane's client, or unset OIDC_RP_CLIENT_ID to turn single sign-on off."
+        )
+    _missing = [
+        name
+        for name in ("OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_OP_TOKEN_ENDPOINT", "OIDC_OP_USER_ENDPOINT")
+        + (("OIDC_OP_JWKS_ENDPOINT",) if OIDC_RP_SIGN_ALGO.startswith(("RS", "ES")) else ())
+        if not globals()[name]
+    ]
+    if _missing and not OIDC_OP_DISCOVERY_URL:
+        raise ImproperlyConfigured(
+            f"Single sign-on is on (OIDC_RP_CLIENT_ID) but {', '.join(_missing)} "
+            f"{'is' if len(_missing) == 1 else 'are'} empty: set OIDC_OP_DISCOVERY_URL to the provider's "
+            "/.well-known/openid-configuration URL, or each endpoint."
+        )
+# The OpenID provider's redirect back is a top-level GET from another site: the session cookie must travel
+# with it, which "Lax" allows and "Strict" does not (SESSION_COOKIE_SAMESITE above stays "Lax").
+
+# --- LDAP (tenancy.auth.LDAPBackend, django-auth-ldap): the login form checks passwords against LDAP too ---
+# Off while AUTH_LDAP_SERVER_URI is empty.
+AUTH_LDAP_SERVER_URI = env.str("AUTH_LDAP_SERVER_URI", default="")
+AUTH_LDAP_BIND_DN = env.str("AUTH_LDAP_BIND_DN", default="")
+AUTH_LDAP_BIND_PASSWORD = env.str("AUTH_LDAP_BIND_PASSWORD", default="")
+AUTH_LDAP_START_TLS = env.bool("AUTH_LDAP_START_TLS", default=False)
+AUTH_LDAP_GROUPS_PREFIX = env.str("AUTH_LDAP_GROUPS_PREFIX", default="")
+AUTH_LDAP_USER_ATTR_MAP = {"first_name": "givenName", "last_name": "sn", "email": "mail"}
+AUTH_LDAP_ALWAYS_UPDATE_USER = True
+AUTH_LDAP_FIND_GROUP_PERMS = False
+AUTH_LDAP_MIRROR_GROUPS = False  # roles come from the group rules (tenancy.identity), not Django groups
+if AUTH_LDAP_SERVER_URI:
+    import ldap
+    from django_auth_ldap import config as ldap_config
+
+    _ldap_group_types = {
+        "groupOfNames": ldap_config.GroupOfNamesType,
+        "groupOfUniqueNames": ldap_config.GroupOfUniqueNamesType,
+        "posixGroup": ldap_config.PosixGroupType,
+    }
+    _group_type = env.str("AUTH_LDAP_GROUP_TYPE", default="groupOfNames")
+    if _group_type not in _ldap_group_types:
+        raise ImproperlyConfigured(
+            f"AUTH_LDAP_GROUP_TYPE is {_group_type!r}: it must be one of {', '.join(_ldap_group_types)}."
+        )
+    for _name in ("AUTH_LDAP_USER_SEARCH_BASE", "AUTH_LDAP_GROUP_SEARCH_BASE"):
+        if not env.str(_name, default=""):
+            raise ImproperlyConfigured(
+                f"LDAP is on (AUTH_LDAP_SERVER_URI) but {_name} is empty: set the DN under which the "
+                f"{'users' if 'USER' in _name else 'groups'} are, e.g. ou=people,dc=example,dc=org."
+            )
+    AUTH_LDAP_USER_SEARCH = ldap_config.LDAPSearch(
+        env.str("AUTH_LDAP_USER_SEARCH_BASE"),
+        ldap.SCOPE_SUBTREE,
+        env.str("AUTH_LDAP_USER_FILTER", default="(uid=%(user)s)"),
+    )
+    AUTH_LDAP_GROUP_SEARCH = ldap_config.LDAPSearch(
+        env.str("AUTH_LDAP_GROUP_SEARCH_BASE"),
+        ldap.SCOPE_SUBTREE,
+        env.str("AUTH_LDAP_GROUP_FILTER", default=f"(objectClass={_group_type})"),
+    )
+    AUTH_LDAP_GROUP_TYPE = _ldap_group_types[_group_type](name_attr="cn")
+    AUTH_LDAP_CONNECTION_OPTIONS = {ldap.OPT_NETWORK_TIMEOUT: env.int("AUTH_LDAP_TIMEOUT", default=10)}

@@ -17,10 +17,11 @@ from integrations.plans.api import PartitionPlanViewSet
 from inventory import urls as inventory_urls
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
-from portal import account, audit_views, departments, racks, views
+from portal import account, audit_views, departments, notifications, racks, views
 from portal.api.audit import AuditEventViewSet
 from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
 from scheduling.api.views import JobViewSet
+from tenancy.auth import OIDCCallbackView, OIDCSignInView
 
 router = DefaultRouter()
 router.register("racks", inventory_api.RackViewSet, basename="rack")
@@ -69,8 +70,14 @@ tenancy_pages = [
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", account.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Single sign-on (tenancy.auth; 404 while it is not configured): the button, and the provider's return.
+    path("oidc/authenticate/", OIDCSignInView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", OIDCCallbackView.as_view(), name="oidc_authentication_callback"),
+    path("account/tokens/", account.personal_tokens, name="personal-tokens"),
+    path("account/tokens/new/", account.personal_token_new, name="personal-token-new"),
+    path("account/tokens/<int:pk>/revoke/", account.personal_token_revoke, name="personal-token-revoke"),
     path("account/api-token/", account.api_token_page, name="api-token"),
     path("account/api-token/new/", account.api_token_new, name="api-token-new"),
     path("admin/", admin.site.urls),
@@ -79,6 +86,15 @@ urlpatterns = [
     path("scheduling/", include("scheduling.urls")),
     path("scheduling/", include("integrations.urls")),
     path("audit/", audit_views.audit_list, name="audit-list"),
+    # Notifications (platform admins): webhook endpoints, email recipients, deliveries.
+    path("notifications/", notifications.notification_list, name="notification-list"),
+    path("notifications/new/<str:channel>/", notifications.subscription_new, name="notification-new"),
+    path("notifications/<int:pk>/edit/", notifications.subscription_edit, name="notification-edit"),
+    path("notifications/<int:pk>/secret/", notifications.subscription_secret, name="notification-secret"),
+    path("notifications/<int:pk>/toggle/", notifications.subscription_toggle, name="notification-toggle"),
+    path("notifications/<int:pk>/delete/", notifications.subscription_delete, name="notification-delete"),
+    path("notifications/<int:pk>/test/", notifications.subscription_test, name="notification-test"),
+    path("notifications/deliveries/<int:pk>/", notifications.delivery_detail, name="notification-delivery"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's setup script as its own URL: no inline script (CSP).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install the Debian packages the test suite needs, if missing: PostgreSQL's server, Redis, Chromium, and
-# openssl + curl for the Kubernetes testbed's certificates and readiness checks. (Go, which builds the test
+# Install the Debian packages the test suite needs, if missing: PostgreSQL's server, Redis, Chromium,
+# openssl + curl for the Kubernetes testbed's certificates and readiness checks, OpenLDAP's slapd and
+# ldap-utils for the identity testbed (scripts/idp-testbed.sh), the libldap/libsasl headers python-ldap
+# (django-auth-ldap) builds against, and Node.js + npm, which run the test OpenID Provider. (Go, which builds the test
 # API server once, is not taken from Debian: bookworm's is too old for Kubernetes 1.36; the script says so.)
 # Runs `apt-get update` only when something has to be installed.
 set -euo pipefail
@@ -12,9 +14,20 @@ find_pg_bindir >/dev/null || missing+=(postgresql)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v curl >/dev/null || missing+=(curl)
+# Debian keeps slapd and slapadd in /usr/sbin.
+PATH="$PATH:/usr/sbin" command -v slapd >/dev/null || missing+=(slapd)
+command -v ldapsearch >/dev/null || missing+=(ldap-utils)
+[ -f /usr/include/ldap.h ] || missing+=(libldap2-dev)
+[ -f /usr/include/sasl/sasl.h ] || missing+=(libsasl2-dev)
+# Node.js 20.12+ with npm (NodeSource's nodejs package bundles npm; Debian's needs its npm package).
+if ! command -v node >/dev/null; then
+    missing+=(nodejs)
+elif ! command -v npm >/dev/null; then
+    missing+=(npm)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    log "system packages present (postgresql, redis-server, chromium, openssl, curl)"
+    log "system packages present (postgresql, redis-server, chromium, openssl, curl, slapd, ldap-utils, libldap2-dev, libsasl2-dev, nodejs)"
     exit 0
 fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole check, from a fresh machine: system packages, .venv, real PostgreSQL and Redis on loopback, a real
 # Slurm 24.11 controller with 18 fake GPU nodes (scripts/slurm-testbed.sh, in a chroot), a real Kubernetes API
-# server with the CRDs and Rackplane's RBAC (scripts/kube-testbed.sh, built from Go modules), then lint, format,
+# server with the CRDs and Rackplane's RBAC (scripts/kube-testbed.sh, built from Go modules), a real OpenID
+# Provider and OpenLDAP directory for the sign-in tests (scripts/idp-testbed.sh), then lint, format,
 # the import-layer contracts (import-linter), migrations and the full pytest suite (browser tests included) on PostgreSQL. The services are always stopped.
 # The suite includes the bounded schemathesis run of the API against its OpenAPI document
 # (tests/test_openapi_fuzz.py, a member's, an admin's and the node agent's token); `make fuzz` is the long one.
@@ -17,8 +18,14 @@ bash scripts/venv.sh test
 runtime=""
 slurm_testbed=""
 kube_testbed=""
+idp_testbed=""
 cleanup() {
     local status=$?
+    if [ -n "$idp_testbed" ] && [ -f "$idp_testbed/.rackplane-idp-testbed" ]; then
+        bash scripts/idp-testbed.sh stop "$idp_testbed" || log "warning: stopping the identity testbed failed"
+    elif [ -n "$idp_testbed" ]; then
+        rmdir "$idp_testbed" 2>/dev/null || true
+    fi
     if [ -n "$kube_testbed" ] && [ -f "$kube_testbed/.rackplane-kube-testbed" ]; then
         bash scripts/kube-testbed.sh stop "$kube_testbed" || log "warning: stopping the Kubernetes testbed failed"
     elif [ -n "$kube_testbed" ]; then
@@ -68,6 +75,18 @@ if bash scripts/kube-testbed.sh start "$kube_testbed" >/dev/null; then
 else
     failed+=("kubernetes testbed")
     log "warning: the Kubernetes testbed did not start (messages above); Kubernetes integration tests will fail"
+fi
+
+# An OpenID Provider (oidc-provider from npm, run by Node.js; first run: an npm install into var/cache) and
+# OpenLDAP's slapd with a small directory, for the sign-in tests (tests/identity, tests/e2e/test_sign_in.py).
+log "== identity testbed: scripts/idp-testbed.sh start"
+idp_testbed="$(mktemp -d -t rackplane-idp.XXXXXX)"
+if bash scripts/idp-testbed.sh start "$idp_testbed" >/dev/null; then
+    # shellcheck disable=SC1091
+    source "$idp_testbed/env"
+else
+    failed+=("identity testbed")
+    log "warning: the identity testbed did not start (messages above); the sign-in tests will fail"
 fi
 
 python - <<'PY'

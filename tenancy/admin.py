@@ -23,8 +23,10 @@ from tenancy.models import (
     DedicatedPartition,
     Department,
     ExporterEndpoint,
+    ExternalIdentity,
     GpuActivity,
     GpuUtilization,
+    GroupRoleRule,
     Membership,
     QuotaSnapshot,
     TenancySettings,
@@ -106,7 +108,7 @@ class MembershipInline(admin.TabularInline):
     """Read-only here: members are added and removed on the membership pages, which keep a lead."""
 
     model = Membership
-    fields = ["user", "role", "created_at"]
+    fields = ["user", "role", "origin", "created_at"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -193,8 +195,8 @@ class MembershipAdminForm(ServiceCheckedForm):
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
     form = MembershipAdminForm
-    list_display = ["user", "department", "role", "created_at"]
-    list_filter = ["role", "department"]
+    list_display = ["user", "department", "role", "origin", "created_at"]
+    list_filter = ["role", "origin", "department"]
     search_fields = ["user__username", "user__email", "department__name", "department__slug"]
     list_select_related = ["user", "department"]
     autocomplete_fields = ["user", "department"]
@@ -202,7 +204,8 @@ class MembershipAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # Moving a membership to another user or department is a removal and an addition.
-        return ["user", "department", "created_at"] if obj is not None else ["created_at"]
+        # The origin follows from who saves: by hand here (tenancy.services.set_membership).
+        return ["user", "department", "origin", "created_at"] if obj is not None else ["origin", "created_at"]
 
     def get_actions(self, request):
         actions = super().get_actions(request)
@@ -240,6 +243,33 @@ class MembershipAdmin(admin.ModelAdmin):
             self.message_user(request, f"Removed {removed} membership{'s' if removed != 1 else ''}.")
         for message in refused:
             self.message_user(request, message, messages.ERROR)
+
+
+# --- identity providers: group rules and linked identities (tenancy.identity) ------------------------------
+
+
+@admin.register(GroupRoleRule)
+class GroupRoleRuleAdmin(admin.ModelAdmin):
+    """Which identity-provider group gives which role. Applied at each sign-in through OpenID Connect or LDAP:
+    a change here takes effect at the person's next sign-in."""
+
+    list_display = ["group", "role", "department", "description", "created_at"]
+    list_filter = ["role", "department"]
+    search_fields = ["group", "description", "department__name"]
+    autocomplete_fields = ["department"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(admin.ModelAdmin):
+    """Who signs in as whom. Add one to link an identity provider's user to an account that exists already
+    (their first sign-in would otherwise be refused, its username being taken)."""
+
+    list_display = ["provider", "subject", "user", "granted_admin", "last_sign_in_at"]
+    list_filter = ["provider", "granted_admin"]
+    search_fields = ["subject", "user__username", "user__email"]
+    autocomplete_fields = ["user"]
+    readonly_fields = ["granted_admin", "groups", "last_sign_in_at", "created_at"]
 
 
 # --- dedicated partitions --------------------------------------------------------------------------------

@@ -109,6 +109,20 @@ class Department(models.Model):
         return f"0x{self.ib_pkey:04x}"
 
 
+class RoleOrigin(models.TextChoices):
+    """Where a membership (or a platform admin's flag) came from: granted by hand, or by an identity
+    provider's group through a GroupRoleRule. Sign-ins re-sync only what their own provider granted."""
+
+    MANUAL = "manual", "Granted by hand"
+    OIDC = "oidc", "OpenID Connect group"
+    LDAP = "ldap", "LDAP group"
+
+
+class IdentityProvider(models.TextChoices):
+    OIDC = RoleOrigin.OIDC.value, "OpenID Connect"
+    LDAP = RoleOrigin.LDAP.value, "LDAP"
+
+
 class MembershipQuerySet(models.QuerySet):
     def visible_to(self, user):
         if is_admin(user):
@@ -123,6 +137,14 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    origin = models.CharField(
+        max_length=10,
+        choices=RoleOrigin.choices,
+        default=RoleOrigin.MANUAL,
+        help_text="Granted by hand (stays until removed by hand), or by an identity provider's group "
+        "(re-synced at each sign-in through it, removed when the group is gone). A change by hand makes it "
+        "a hand grant.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = MembershipQuerySet.as_manager()
@@ -137,6 +159,109 @@ class Membership(models.Model):
 
     def __str__(self):
         return f"{self.user} ({self.get_role_display()}, {self.department})"
+
+
+class GrantedRole(models.TextChoices):
+    PLATFORM_ADMIN = "platform_admin", "Platform admin"
+    LEAD = Role.LEAD.value, Role.LEAD.label
+    MEMBER = Role.MEMBER.value, Role.MEMBER.label
+
+
+class GroupRoleRule(models.Model):
+    """An identity provider's group gives a role: platform admin, or lead or member of a department.
+
+    Applied at every sign-in through OpenID Connect or LDAP (tenancy.identity): a user in the group gets the
+    role; when they are no longer in it, the role goes at their next sign-in, if it came from a rule. The
+    rule's scope is the platform (platform admin: no department) or one department (lead, member); a later
+    `project` field narrows a department rule to one of its projects, with the scope check below extended.
+    """
+
+    group = models.CharField(
+        max_length=255,
+        help_text="The group's name exactly as the identity provider sends it (OpenID Connect: an entry of "
+        "the groups claim; LDAP: the group's cn), prefix included.",
+    )
+    role = models.CharField(max_length=20, choices=GrantedRole.choices)
+    department = models.ForeignKey(
+        Department,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="group_rules",
+        help_text="For a lead or member role: the department. Empty for platform admin.",
+    )
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "role", "department__name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(role=GrantedRole.PLATFORM_ADMIN, department__isnull=True)
+                | Q(role__in=[GrantedRole.LEAD, GrantedRole.MEMBER], department__isnull=False),
+                name="%(app_label)s_%(class)s_scope_fits_role",
+                violation_error_message="A platform admin rule names no department; a lead or member rule "
+                "names one.",
+            ),
+            models.UniqueConstraint(
+                fields=["group", "department"],
+                condition=Q(department__isnull=False),
+                name="%(app_label)s_%(class)s_one_role_per_department",
+                violation_error_message="This group already has a rule for this department: change that "
+                "rule.",
+            ),
+            models.UniqueConstraint(
+                fields=["group"],
+                condition=Q(role=GrantedRole.PLATFORM_ADMIN),
+                name="%(app_label)s_%(class)s_one_admin_rule",
+                violation_error_message="This group already makes its members platform admins.",
+            ),
+        ]
+
+    def __str__(self):
+        if self.role == GrantedRole.PLATFORM_ADMIN:
+            return f"{self.group} -> platform admin"
+        return f"{self.group} -> {self.get_role_display().lower()} of {self.department}"
+
+
+class ExternalIdentity(models.Model):
+    """An identity provider's user and the Rackplane account they sign in as (made at their first sign-in,
+    or linked to an existing account by a platform admin in the Django admin).
+
+    Accounts are matched by the provider's stable identifier (OpenID Connect `sub`, the LDAP entry's DN),
+    never by a username or e-mail an identity provider could hand to someone else.
+    """
+
+    provider = models.CharField(max_length=10, choices=IdentityProvider.choices)
+    subject = models.CharField(
+        max_length=255, help_text="OpenID Connect: the `sub` claim. LDAP: the user's DN (lower case)."
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+    )
+    granted_admin = models.BooleanField(
+        default=False,
+        help_text="The account is a platform admin because of this provider's group (removed with the "
+        "group).",
+    )
+    groups = models.JSONField(
+        default=list, blank=True, help_text="The groups (within the prefix) at the last sign-in."
+    )
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "external identities"
+        ordering = ["provider", "subject"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "subject"], name="%(app_label)s_%(class)s_unique_subject"
+            ),
+            models.UniqueConstraint(fields=["provider", "user"], name="%(app_label)s_%(class)s_one_per_user"),
+        ]
+
+    def __str__(self):
+        return f"{self.get_provider_display()} {self.subject} -> {self.user}"
 
 
 class DedicatedPartitionQuerySet(models.QuerySet):

@@ -25,6 +25,7 @@ from tenancy.models import (
     DedicatedPartition,
     Department,
     Membership,
+    RoleOrigin,
     TenancySettings,
 )
 
@@ -280,12 +281,25 @@ def _may_add(by, user, department: Department) -> bool:
 
 
 @transaction.atomic
-def set_membership(department: Department, username: str, role: str, *, by=None) -> Membership:
+def set_membership(
+    department: Department,
+    username: str,
+    role: str,
+    *,
+    by=None,
+    origin: str = RoleOrigin.MANUAL,
+    keep_a_lead: bool = True,
+) -> Membership:
     """Add a user to a department or change their role there.
 
     `by` is who asks (the portal and the API pass the signed-in user; None is a trusted caller such as the
     Django admin, which only platform admins open). A lead cannot add a platform admin, and an unknown,
     inactive or admin username gets the same answer, so that leads cannot probe which accounts exist.
+
+    `origin` records where the role came from: by hand (the default: a change by hand makes any membership a
+    hand grant, which sign-ins leave alone), or an identity provider's group (tenancy.identity, which also
+    passes `keep_a_lead=False`: the provider's groups decide, even when that leaves a department without a
+    lead).
     """
     if role not in Role.values:
         raise ValidationError({"role": f"role must be one of {', '.join(Role.values)}"})
@@ -296,18 +310,20 @@ def set_membership(department: Department, username: str, role: str, *, by=None)
             message += ": leads add active accounts that are not platform admins"
         raise ValidationError({"username": message})
     leads = Membership.objects.select_for_update().filter(department=department, role=Role.LEAD)
-    if role != Role.LEAD and list(leads.values_list("user_id", flat=True)) == [user.pk]:
+    if keep_a_lead and role != Role.LEAD and list(leads.values_list("user_id", flat=True)) == [user.pk]:
         raise ValidationError({"role": f"{user} is the only lead of {department}: name another lead first"})
     membership, _ = Membership.objects.update_or_create(
-        user=user, department=department, defaults={"role": role}
+        user=user, department=department, defaults={"role": role, "origin": origin}
     )
     return membership
 
 
 @transaction.atomic
-def remove_membership(membership: Membership) -> None:
+def remove_membership(membership: Membership, *, keep_a_lead: bool = True) -> None:
+    """Remove a membership; refused for a department's only lead unless `keep_a_lead` is False (an identity
+    provider's group that no longer holds them, tenancy.identity)."""
     leads = Membership.objects.select_for_update().filter(department=membership.department_id, role=Role.LEAD)
-    if membership.role == Role.LEAD and leads.count() == 1:
+    if keep_a_lead and membership.role == Role.LEAD and leads.count() == 1:
         raise ValidationError(
             f"{membership.user} is the only lead of {membership.department}: name another first"
         )

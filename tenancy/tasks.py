@@ -24,6 +24,7 @@ from core.errors import ExternalError
 from core.http import HttpClient
 from core.models import AuditSource
 from core.retry import backoff
+from inventory import health as health_rules
 from tenancy.activity import prune_history, record_samples
 from tenancy.models import ExporterEndpoint
 from tenancy.telemetry import UTILIZATION_METRIC, DcgmParseError, parse_dcgm
@@ -112,6 +113,7 @@ def scrape_exporter(self, endpoint_id: int) -> dict:
 
     with audit_context(AuditSource.TASK):
         result = record_samples(samples, at=at)
+        health = health_rules.record_dcgm(samples.health, at=at)
     error = ""
     if not samples.has_utilization:
         error = (
@@ -125,7 +127,12 @@ def scrape_exporter(self, endpoint_id: int) -> dict:
             f"fabric first): {shown}"
         )
     _set_state(endpoint_id, last_scraped_at=at, last_sample_count=result.recorded, last_error=error)
-    return {"endpoint": endpoint_id, **result.as_dict(), "skipped": samples.skipped + result.skipped}
+    return {
+        "endpoint": endpoint_id,
+        **result.as_dict(),
+        "skipped": samples.skipped + result.skipped,
+        "health_events": health.new_events + health.repeated_events,
+    }
 
 
 @shared_task(name="tenancy.tasks.scrape_exporters")

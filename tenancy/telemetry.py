@@ -23,6 +23,11 @@ Facts about that output this module relies on:
   such values, NaN and anything outside 0-100 % are skipped, not recorded.
 * ``DCGM_FI_DEV_GPU_UTIL`` is not in every exporter's default counters (2.3.0 dropped it) and is not
   reported for MIG instances, so a page without it is valid Prometheus text that just has nothing for us.
+
+Health fields (inventory.discovery.faults.DCGM_FIELDS: the last XID, the exporter's XID counts per ``xid``
+label, the fabric health mask, NVLink/NVSwitch/ECC error counters) are read too, into ``Samples.health``, for
+the health rules (inventory.health.record_dcgm). dcgm-exporter ships most of them commented out of its
+default counters: docs/dcgm-counters.csv is the counters file Rackplane needs.
 """
 
 from __future__ import annotations
@@ -32,12 +37,15 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from inventory.discovery.faults import DCGM_FIELDS, DCGM_XID_COUNT
+
 UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 UUID_LABELS = ("UUID", "uuid")
 HOSTNAME_LABELS = ("Hostname", "hostname")
 INDEX_LABEL = "gpu"
 
-__all__ = ["UTILIZATION_METRIC", "DcgmParseError", "Sample", "Samples", "parse_dcgm"]
+__all__ = ["UTILIZATION_METRIC", "DcgmParseError", "HealthSample", "Sample", "Samples", "parse_dcgm"]
+HEALTH_METRICS = frozenset(DCGM_FIELDS)
 
 
 class DcgmParseError(ValueError):
@@ -54,6 +62,16 @@ class Sample:
     value: float
 
 
+@dataclass(frozen=True)
+class HealthSample:
+    """One GPU's value of a DCGM health field (`xid`: the label of DCGM_EXP_XID_ERRORS_COUNT lines)."""
+
+    uuid: str
+    field: str
+    value: float
+    xid: int | None = None
+
+
 class Samples(list):
     """The utilization samples of one page (a list of :class:`Sample`), with what was left out.
 
@@ -62,10 +80,17 @@ class Samples(list):
     "utilization is not collected by this exporter".
     """
 
-    def __init__(self, samples=(), skipped: int = 0, metrics: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        samples=(),
+        skipped: int = 0,
+        metrics: frozenset[str] = frozenset(),
+        health: tuple[HealthSample, ...] = (),
+    ):
         super().__init__(samples)
         self.skipped = skipped
         self.metrics = metrics
+        self.health = health
 
     @property
     def has_utilization(self) -> bool:
@@ -109,11 +134,14 @@ def parse_dcgm(text: str) -> Samples:
         raise DcgmParseError("not Prometheus text: the body is binary")
     if text and not text.endswith("\n"):
         text += "\n"  # the exposition format ends every line with a newline; tolerate a missing last one
-    samples, skipped, metrics = [], 0, set()
+    samples, skipped, metrics, health = [], 0, set(), []
     try:
         # The parser is lazy: errors surface while iterating, so everything is consumed inside the try.
         for family in text_string_to_metric_families(text):
             metrics.add(family.name)
+            if family.name in HEALTH_METRICS:
+                health.extend(_health_samples(family))
+                continue
             if family.name != UTILIZATION_METRIC:
                 continue
             for line in family.samples:
@@ -134,4 +162,28 @@ def parse_dcgm(text: str) -> Samples:
                 )
     except Exception as error:  # the parser raises ValueError, but also IndexError/KeyError on odd input
         raise DcgmParseError(f"not Prometheus text: {_where(text)} cannot be read ({error})") from error
-    return Samples(samples, skipped=skipped, metrics=frozenset(metrics))
+    return Samples(samples, skipped=skipped, metrics=frozenset(metrics), health=tuple(health))
+
+
+def _health_samples(family) -> list[HealthSample]:
+    """A health field's lines with a GPU UUID and a finite value (blank sentinels are dropped later, per
+    field, by inventory.health)."""
+    out = []
+    # prometheus-client names a counter's samples <family>_total (the family itself keeps the exporter's
+    # name, e.g. DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL): both are the field's value.
+    names = (family.name, f"{family.name}_total")
+    for line in family.samples:
+        if line.name not in names:
+            continue
+        uuid = _label(line.labels, UUID_LABELS)
+        value = float(line.value)
+        if not uuid or not math.isfinite(value):
+            continue
+        xid = None
+        if family.name == DCGM_XID_COUNT:
+            label = line.labels.get("xid", "").strip()
+            if not label.isdigit() or len(label) > 3:
+                continue
+            xid = int(label)
+        out.append(HealthSample(uuid=uuid, field=family.name, value=value, xid=xid))
+    return out

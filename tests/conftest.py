@@ -18,6 +18,10 @@ import pytest
 from core.access import Role
 from tests import factories
 
+# The real identity providers' fixtures (scripts/idp-testbed.sh): oidc_provider, oidc_settings,
+# ldap_directory, ldap_settings, for tests/identity and the sign-in browser tests.
+pytest_plugins = ["tests.identity_testbed"]
+
 
 # Slow by design, in modules being written by others as this list was made: the marker belongs in the module
 # (`@pytest.mark.slow`); move it there and drop the entry.

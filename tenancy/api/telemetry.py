@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from core.access import is_admin
 from core.parsers import decode_body, read_body
 from core.throttling import NodeAgentRateThrottle
+from inventory import health as health_rules
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, agent_token, is_fleet_agent, require_gpus_in_scope
 from tenancy.activity import record_samples
 from tenancy.telemetry import DcgmParseError, parse_dcgm
@@ -57,6 +58,12 @@ class TelemetryResultSerializer(serializers.Serializer):
     skipped = serializers.IntegerField(
         help_text="utilization lines not used: no UUID label, a blank or out-of-range value, or a repeat"
     )
+    health_events = serializers.IntegerField(
+        help_text="health faults recorded (XID, NVLink and fabric fields), new or seen again"
+    )
+    health_actions = serializers.ListField(
+        child=serializers.CharField(), help_text="decisions the health rules took on them"
+    )
 
 
 class TelemetryErrorSerializer(serializers.Serializer):
@@ -75,7 +82,10 @@ EXAMPLE = (
 class DcgmPushView(APIView):
     """Record GPU utilization from a DCGM exporter page (Prometheus text) posted as the body.
 
-    Only `DCGM_FI_DEV_GPU_UTIL` is read; GPUs are matched by their `UUID` label. Send it with
+    `DCGM_FI_DEV_GPU_UTIL` is recorded as utilization; the health fields (`DCGM_FI_DEV_XID_ERRORS`,
+    `DCGM_EXP_XID_ERRORS_COUNT`, `DCGM_FI_DEV_FABRIC_HEALTH_MASK`, the NVLink, NVSwitch and ECC error
+    counters: docs/dcgm-counters.csv) as health events the health rules act on. GPUs are matched by their
+    `UUID` label. Send it with
     `Content-Type: text/plain` and an agent token (`Authorization: Bearer rpa_...`): a page with GPUs that
     are not on the token's trays is a 403 naming them, and nothing is recorded. A fleet token or a platform
     admin may push for every GPU.
@@ -112,10 +122,17 @@ class DcgmPushView(APIView):
             samples = parse_dcgm(text)
         except DcgmParseError as error:
             return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)
-        require_gpus_in_scope(request, [sample.uuid for sample in samples])
+        require_gpus_in_scope(request, [sample.uuid for sample in [*samples, *samples.health]])
         result = record_samples(samples)
+        health = health_rules.record_dcgm(samples.health)
         return Response(
-            {**result.as_dict(), "skipped": samples.skipped + result.skipped}, status=status.HTTP_200_OK
+            {
+                **result.as_dict(),
+                "skipped": samples.skipped + result.skipped,
+                "health_events": health.new_events + health.repeated_events,
+                "health_actions": health.actions,
+            },
+            status=status.HTTP_200_OK,
         )
 
 

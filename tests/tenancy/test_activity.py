@@ -354,7 +354,13 @@ def test_a_scrape_records_the_trays_gpus(demo_inventory, exporter):
     exporter.serve(tray_page(gpus))
     target = endpoint(exporter.url, last_error="HTTP 500 earlier")
     result = scrape_exporter.delay(target.pk).get()
-    assert result == {"endpoint": target.pk, "recorded": 4, "unknown_gpus": [], "skipped": 0}
+    assert result == {
+        "endpoint": target.pk,
+        "recorded": 4,
+        "unknown_gpus": [],
+        "skipped": 0,
+        "health_events": 0,  # no health fields on the page (inventory.health records them)
+    }
     target.refresh_from_db()
     assert target.last_error == "" and target.last_sample_count == 4 and target.last_scraped_at is not None
     assert {a.gpu_id: a.utilization for a in GpuActivity.objects.all()} == {
@@ -480,6 +486,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "integrations.tasks.follow_active_plans": 30.0,
         "scheduling.tasks.schedule_jobs_periodically": 60.0,
         "integrations.tasks.sync_jobs": 30.0,
+        "core.tasks.retry_notifications": 30.0,
     }
     app.loader.import_default_modules()
     assert {
@@ -506,7 +513,13 @@ def test_a_node_agent_pushes_its_page(agent):
     gpus = tray_gpus()
     response = push(agent, tray_page(gpus), content_type="text/plain; version=0.0.4; charset=utf-8")
     assert response.status_code == 200, response.content
-    assert response.json() == {"recorded": 4, "unknown_gpus": [], "skipped": 0}
+    assert response.json() == {
+        "recorded": 4,
+        "unknown_gpus": [],
+        "skipped": 0,
+        "health_events": 0,
+        "health_actions": [],
+    }
     assert activity(gpus[1]).utilization == 91.0
 
 
@@ -519,6 +532,8 @@ def test_the_push_reports_unknown_gpus_and_skipped_lines(agent):
         "recorded": 3,
         "unknown_gpus": ["GPU-00000000-0000-0000-0000-00000000beef"],
         "skipped": 1,
+        "health_events": 0,
+        "health_actions": [],
     }
 
 

@@ -1,0 +1,306 @@
+"""The notifications page (platform admins only): webhook endpoints and email recipients, what each receives,
+a test notification, and the recent deliveries with every attempt.
+
+Changes go through core.notifications and are recorded in the audit log (core.audit: the subscription's
+secret never is). A webhook's signing secret follows Post/Redirect/Get: the POST that makes it (adding a
+webhook, or "make a new secret") redirects (303) to a page that shows it once, taking it out of the session
+as it does; that page is never cached, so a reload shows no secret and makes none.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from core import destinations, notifications
+from core.access import require_admin
+from core.models import (
+    SUBSCRIBABLE_EVENTS,
+    Notification,
+    NotificationChannel,
+    NotificationStatus,
+    NotificationSubscription,
+)
+
+WHAT = "notification settings"
+DELIVERIES_PER_PAGE = 50
+# The session key that holds new webhook secrets ({subscription id: secret}) until their page shows them.
+NEW_SECRETS_SESSION_KEY = "portal_new_webhook_secrets"
+
+
+class SubscriptionForm(forms.Form):
+    """One endpoint or recipient: where, which events, about what. The channel is fixed when it is made."""
+
+    name = forms.CharField(
+        max_length=100,
+        help_text="Who or what receives it, e.g. “on-call pager” or “facilities team”.",
+        error_messages={"required": "Name it after who or what receives it."},
+    )
+    url = forms.URLField(
+        label="Webhook address",
+        max_length=2000,
+        assume_scheme="https",
+        help_text="Rackplane POSTs signed JSON here. http:// or https://; redirects are not followed.",
+    )
+    email = forms.EmailField(label="Email address", help_text="One recipient (a list's address works).")
+    events = forms.MultipleChoiceField(
+        choices=SUBSCRIBABLE_EVENTS,
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Choose at least one event."},
+    )
+    scope = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="Empty: every notification of these events. Otherwise only those about this rack, tray or "
+        "department, written kind:name (rack:gb-r08, tray:gb-r08-t03, department:physics).",
+    )
+    enabled = forms.BooleanField(required=False, initial=True, help_text="Disabled: nothing is sent to it.")
+
+    def __init__(self, *args, channel: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.channel = channel
+        # The other channel's field does not apply.
+        del self.fields["email" if channel == NotificationChannel.WEBHOOK else "url"]
+        if not self.is_bound and "events" not in self.initial:
+            self.initial["events"] = [value for value, _ in SUBSCRIBABLE_EVENTS]
+
+    def clean_url(self):
+        url = self.cleaned_data["url"]
+        destinations.check_webhook_url(url)
+        return url
+
+    def clean_scope(self):
+        scope = self.cleaned_data["scope"].strip()
+        if scope:
+            destinations.check_scope(scope)
+        return scope
+
+
+class EditSubscriptionForm(SubscriptionForm):
+    new_secret = forms.BooleanField(
+        required=False,
+        label="Make a new signing secret",
+        help_text="The current one stops verifying at once; the new one is shown once, after saving.",
+    )
+
+    def __init__(self, *args, channel: str, **kwargs):
+        super().__init__(*args, channel=channel, **kwargs)
+        if channel != NotificationChannel.WEBHOOK:
+            del self.fields["new_secret"]
+
+
+def _apply_model_errors(form: forms.Form, error: ValidationError) -> None:
+    for field, problems in error.message_dict.items():
+        form.add_error(field if field in form.fields else None, problems)
+
+
+def _fields(form: forms.Form) -> dict:
+    data = {key: form.cleaned_data[key] for key in ("name", "events", "scope", "enabled")}
+    if form.channel == NotificationChannel.WEBHOOK:
+        data["url"] = form.cleaned_data["url"]
+    else:
+        data["email"] = form.cleaned_data["email"]
+    return data
+
+
+def _keep_secret(request, subscription: NotificationSubscription, secret: str) -> HttpResponseRedirect:
+    new_secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
+    request.session[NEW_SECRETS_SESSION_KEY] = {**new_secrets, str(subscription.pk): secret}
+    return HttpResponseRedirect(reverse("notification-secret", args=[subscription.pk]), status=303)
+
+
+def _subscriptions(user):
+    # Platform subscriptions only: users' own (owner set) get their own page with a later issue.
+    return NotificationSubscription.objects.visible_to(user).filter(owner__isnull=True)
+
+
+@require_http_methods(["GET"])
+def notification_list(request):
+    """Endpoints and recipients, and the recent deliveries, newest first."""
+    require_admin(request.user, WHAT)
+    deliveries = Notification.objects.select_related("subscription").prefetch_related("attempt_log")
+    status = request.GET.get("status", "")
+    if status in NotificationStatus.values:
+        deliveries = deliveries.filter(status=status)
+    page = Paginator(deliveries, DELIVERIES_PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "subscriptions": _subscriptions(request.user).select_related("created_by"),
+        "page": page,
+        "statuses": NotificationStatus.choices,
+        "status": status,
+        "allow_private": destinations.allow_private_targets(),
+    }
+    return render(request, "portal/notification_list.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+def subscription_new(request, channel: str):
+    """Add a webhook endpoint or an email recipient; a webhook's secret is shown once, on the next page."""
+    require_admin(request.user, WHAT)
+    if channel not in NotificationChannel.values:
+        raise Http404("No such channel.")
+    form = SubscriptionForm(request.POST if request.method == "POST" else None, channel=channel)
+    if request.method == "POST" and form.is_valid():
+        try:
+            subscription, secret = notifications.create_subscription(
+                channel=channel, created_by=request.user, **_fields(form)
+            )
+        except ValidationError as error:
+            _apply_model_errors(form, error)
+        else:
+            messages.success(request, f"Added {subscription}.")
+            if secret:
+                return _keep_secret(request, subscription, secret)
+            return HttpResponseRedirect(reverse("notification-list"), status=303)
+    return render(
+        request,
+        "portal/notification_form.html",
+        {"form": form, "channel": channel, "channel_label": NotificationChannel(channel).label},
+        status=400 if form.is_bound else 200,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def subscription_edit(request, pk: int):
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    initial = {
+        "name": subscription.name,
+        "url": subscription.url,
+        "email": subscription.email,
+        "events": subscription.events,
+        "scope": subscription.scope,
+        "enabled": subscription.enabled,
+    }
+    form = EditSubscriptionForm(
+        request.POST if request.method == "POST" else None, channel=subscription.channel, initial=initial
+    )
+    if request.method == "POST" and form.is_valid():
+        for field, value in _fields(form).items():
+            setattr(subscription, field, value)
+        secret = ""
+        if form.cleaned_data.get("new_secret"):
+            secret = notifications.new_secret(subscription)
+        try:
+            subscription.full_clean()
+        except ValidationError as error:
+            _apply_model_errors(form, error)
+        else:
+            subscription.save()
+            messages.success(request, f"Saved {subscription}.")
+            if secret:
+                return _keep_secret(request, subscription, secret)
+            return HttpResponseRedirect(reverse("notification-list"), status=303)
+    return render(
+        request,
+        "portal/notification_form.html",
+        {
+            "form": form,
+            "subscription": subscription,
+            "channel": subscription.channel,
+            "channel_label": subscription.get_channel_display(),
+        },
+        status=400 if form.is_bound else 200,
+    )
+
+
+@never_cache
+@require_http_methods(["GET"])
+def subscription_secret(request, pk: int):
+    """The secret the last POST made for this webhook, once; after that, a note that it was shown."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    new_secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
+    secret = new_secrets.pop(str(pk), None)
+    if secret is not None:
+        if new_secrets:
+            request.session[NEW_SECRETS_SESSION_KEY] = new_secrets
+        else:
+            del request.session[NEW_SECRETS_SESSION_KEY]
+        if secret != subscription.secret:
+            secret = None  # replaced since (another tab): that secret no longer verifies
+    return render(
+        request,
+        "portal/notification_secret.html",
+        {
+            "subscription": subscription,
+            "secret": secret,
+            "signature_header": notifications.SIGNATURE_HEADER,
+            "timestamp_header": notifications.TIMESTAMP_HEADER,
+        },
+    )
+
+
+@require_http_methods(["POST"])
+def subscription_toggle(request, pk: int):
+    """Enable or disable (pending deliveries to a disabled one are cancelled when their turn comes)."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    subscription.enabled = not subscription.enabled
+    subscription.save(update_fields=["enabled", "updated_at"])
+    state = "enabled: it receives its events again" if subscription.enabled else "disabled: nothing is sent"
+    messages.success(request, f"{subscription.name} {state}.")
+    return HttpResponseRedirect(reverse("notification-list"), status=303)
+
+
+@require_http_methods(["GET", "POST"])
+def subscription_delete(request, pk: int):
+    """GET asks to confirm; POST deletes (its past deliveries stay, with their destination)."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    if request.method == "POST":
+        name = str(subscription)
+        subscription.delete()
+        messages.success(request, f"Deleted {name}.")
+        return HttpResponseRedirect(reverse("notification-list"), status=303)
+    return render(request, "portal/notification_delete.html", {"subscription": subscription})
+
+
+@require_http_methods(["POST"])
+def subscription_test(request, pk: int):
+    """Send a test notification to this subscription alone, and say how it went (or that it is on its way)."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    notification = notifications.send_test(subscription, request.user)  # sent now: no transaction is open
+    notification.refresh_from_db()
+    if notification.status == NotificationStatus.DELIVERED:
+        messages.success(request, f"Test notification delivered to {subscription.destination}.")
+    elif notification.status == NotificationStatus.FAILED:
+        messages.error(
+            request, f"Test notification to {subscription.destination} failed. {notification.error}"
+        )
+    elif notification.attempts:
+        messages.warning(
+            request,
+            f"Test notification to {subscription.destination} not delivered yet. {notification.error}",
+        )
+    else:
+        messages.info(
+            request, f"Test notification to {subscription.destination} queued: see its delivery below."
+        )
+    return HttpResponseRedirect(reverse("notification-list"), status=303)
+
+
+@require_http_methods(["GET"])
+def delivery_detail(request, pk: int):
+    """One notification: what was sent, to where, and every attempt."""
+    require_admin(request.user, WHAT)
+    notification = get_object_or_404(Notification.objects.select_related("subscription"), pk=pk)
+    return render(
+        request,
+        "portal/notification_delivery.html",
+        {
+            "notification": notification,
+            "attempts": notification.attempt_log.all(),
+            "payload_json": json.dumps(notification.payload, indent=2, ensure_ascii=False),
+        },
+    )

@@ -1,0 +1,239 @@
+"""Sign-in through an identity provider: which account it is, and the roles its groups give (GroupRoleRule).
+
+Both doors (OpenID Connect and LDAP, tenancy.auth) end here with the provider's stable identifier for the
+person and their groups:
+
+* `account_for` finds the account linked to that identifier (ExternalIdentity), or makes one at the first
+  sign-in. It never takes over an account that exists already under the same username: a platform admin
+  links the two by hand (Django admin, External identities), so an identity provider cannot hand a local
+  account, a platform admin's say, to whoever it calls by that name.
+* `sync_roles` applies the rules to the groups that start with the configured prefix (identity providers
+  send dozens of groups; only Rackplane's matter): the roles they give are added or changed, and roles this
+  provider gave earlier whose group is gone are removed. Roles granted by hand (or by the other provider)
+  are left alone, whatever the groups say. Every change goes through tenancy.services and is audited
+  (core.audit) with the provider as its source and the person signing in as the actor.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from core.access import Role
+from core.audit import audit_context
+from core.models import AuditAction, AuditEvent
+from tenancy.models import (
+    ExternalIdentity,
+    GrantedRole,
+    GroupRoleRule,
+    Membership,
+    RoleOrigin,
+)
+from tenancy.services import remove_membership, set_membership
+
+logger = logging.getLogger(__name__)
+
+USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
+RANK = {Role.MEMBER: 1, Role.LEAD: 2}  # the highest role a person's groups give in a department wins
+SIGN_IN_RESOLUTION = datetime.timedelta(minutes=1)
+
+
+class SignInRefused(Exception):
+    """The identity provider vouched for the person, but Rackplane does not let them in; the message says
+    why and what to do, in words for the person signing in."""
+
+
+def groups_in_scope(groups: Iterable, prefix: str) -> list[str]:
+    """The group names that start with `prefix` (all of them when it is empty), sorted, without repeats.
+    Anything that is not a string (a malformed claim) is ignored."""
+    return sorted({group for group in groups if isinstance(group, str) and group.startswith(prefix)})
+
+
+@transaction.atomic
+def account_for(
+    provider: str,
+    subject: str,
+    username: str,
+    *,
+    email: str = "",
+    first_name: str = "",
+    last_name: str = "",
+    create: bool = True,
+):
+    """The account the provider's user `subject` signs in as: the linked one (its e-mail and names updated
+    from the provider), or at the first sign-in a new one named `username` (no password: it signs in
+    through the provider only). SignInRefused when the username is unusable or taken by an account that is
+    not linked, or when `create` is off and none is linked."""
+    User = get_user_model()
+    link = ExternalIdentity.objects.select_related("user").filter(provider=provider, subject=subject).first()
+    label = provider_label(provider)
+    if link is not None:
+        user = link.user
+        profile = {"email": email, "first_name": first_name, "last_name": last_name}
+        changed = [name for name, value in profile.items() if value and getattr(user, name) != value]
+        for name in changed:
+            setattr(user, name, profile[name])
+        if changed:
+            user.save(update_fields=changed)
+        return user
+    if not create:
+        raise SignInRefused(
+            f"Your {label} account has no Rackplane account, and this portal does not make them at first "
+            "sign-in: ask a platform admin to make one and link it to your identity."
+        )
+    if not USERNAME.match(username or ""):
+        raise SignInRefused(
+            f"Your {label} account's user name {username!r} cannot be a Rackplane user name (letters, digits "
+            "and @ . + - _ only, at most 150): ask a platform admin to make an account and link it."
+        )
+    if User.objects.filter(username__iexact=username).exists():
+        logger.warning(
+            "%s sign-in of %r refused: an account named %r exists and is not linked to it; link them in the "
+            "Django admin (External identities) if they are the same person",
+            label,
+            subject,
+            username,
+        )
+        raise SignInRefused(
+            f"A Rackplane account named {username!r} already exists and is not linked to your {label} "
+            "identity: ask a platform admin to link them (Django admin, External identities)."
+        )
+    user = User.objects.create_user(
+        username, email=email or "", password=None, first_name=first_name or "", last_name=last_name or ""
+    )
+    with audit_context(provider, actor=user):
+        ExternalIdentity.objects.create(provider=provider, subject=subject, user=user)
+    logger.info("%s sign-in: made account %s for %s", label, username, subject)
+    return user
+
+
+def provider_label(provider: str) -> str:
+    """How messages name a provider to the person signing in."""
+    return {RoleOrigin.OIDC: "single sign-on", RoleOrigin.LDAP: "LDAP"}.get(provider, provider)
+
+
+@dataclass
+class SyncResult:
+    """What one sign-in changed (for logs and tests)."""
+
+    groups: list[str]
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    kept_by_hand: list[str] = field(default_factory=list)
+    admin: str = "unchanged"  # granted, revoked, unchanged, by hand
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.added or self.changed or self.removed or self.admin in ("granted", "revoked"))
+
+
+@transaction.atomic
+def sync_roles(user, groups: Iterable, provider: str, prefix: str = "") -> SyncResult:
+    """Give `user` the roles the rules give their groups (those starting with `prefix`) and take away the
+    roles `provider` gave before whose group is gone. Roles from elsewhere (by hand, the other provider)
+    stay. Audited with `provider` as the source and `user` as the actor."""
+    User = get_user_model()
+    user = User.objects.select_for_update().get(pk=user.pk)
+    link = ExternalIdentity.objects.select_for_update().get(provider=provider, user=user)
+    in_scope = groups_in_scope(groups, prefix)
+    result = SyncResult(groups=in_scope)
+    rules = list(GroupRoleRule.objects.filter(group__in=in_scope).select_related("department"))
+
+    wanted: dict[int, tuple] = {}  # department id -> (role, department, group)
+    for rule in rules:
+        if rule.role == GrantedRole.PLATFORM_ADMIN:
+            continue
+        current = wanted.get(rule.department_id)
+        if current is None or RANK[rule.role] > RANK[current[0]]:
+            wanted[rule.department_id] = (Role(rule.role), rule.department, rule.group)
+    wants_admin = any(rule.role == GrantedRole.PLATFORM_ADMIN for rule in rules)
+
+    with audit_context(provider, actor=user):
+        memberships = {
+            m.department_id: m for m in Membership.objects.filter(user=user).select_related("department")
+        }
+        for department_id, membership in memberships.items():
+            if membership.origin != provider:
+                continue
+            if department_id not in wanted:
+                remove_membership(membership, keep_a_lead=False)
+                result.removed.append(f"{membership.get_role_display().lower()} of {membership.department}")
+        for department_id, (role, department, group) in sorted(
+            wanted.items(), key=lambda item: item[1][1].name
+        ):
+            membership = memberships.get(department_id)
+            if membership is not None and membership.origin != provider:
+                result.kept_by_hand.append(f"{membership.get_role_display().lower()} of {department}")
+                continue
+            if membership is not None and membership.role == role:
+                continue
+            set_membership(department, user.get_username(), role, origin=provider, keep_a_lead=False)
+            described = f"{role.label.lower()} of {department} (group {group})"
+            (result.changed if membership is not None else result.added).append(described)
+        result.admin = _sync_admin(user, link, wants_admin, provider)
+        # Bearer tokens sync at every API request: the sign-in time is kept to the minute, not rewritten
+        # at each request.
+        now = timezone.now()
+        stale = link.last_sign_in_at is None or now - link.last_sign_in_at >= SIGN_IN_RESOLUTION
+        if stale or link.groups != in_scope or result.admin in ("granted", "revoked"):
+            link.groups = in_scope
+            link.last_sign_in_at = now
+            link.save(update_fields=["groups", "last_sign_in_at", "granted_admin"])
+    if result.changes:
+        logger.info(
+            "%s sign-in of %s: added %s; changed %s; removed %s; platform admin %s",
+            provider_label(provider),
+            user.get_username(),
+            result.added or "nothing",
+            result.changed or "nothing",
+            result.removed or "nothing",
+            result.admin,
+        )
+    return result
+
+
+def _sync_admin(user, link: ExternalIdentity, wants_admin: bool, provider: str) -> str:
+    """Platform admin from a rule: granted when a group gives it and the account is not an admin yet;
+    revoked when no group gives it any more and this provider had granted it. An admin made by hand stays
+    one. A platform admin is a superuser as well as staff, so that the Django admin (where the group rules,
+    departments and tokens are kept) opens everything to them, as the portal does (core.access)."""
+    if wants_admin and link.granted_admin:
+        return "unchanged"
+    if wants_admin and (user.is_staff or user.is_superuser):
+        return "by hand"
+    if wants_admin:
+        _set_admin(user, True, provider)
+        link.granted_admin = True
+        return "granted"
+    if link.granted_admin:
+        link.granted_admin = False
+        if not user.external_identities.exclude(pk=link.pk).filter(granted_admin=True).exists():
+            _set_admin(user, False, provider)
+            return "revoked"
+    return "unchanged"
+
+
+def _set_admin(user, value: bool, provider: str) -> None:
+    before = {"is_staff": user.is_staff, "is_superuser": user.is_superuser}
+    user.is_staff = user.is_superuser = value
+    user.save(update_fields=["is_staff", "is_superuser"])
+    # Accounts are not an audited model (core.audit): this one change of one is recorded here.
+    AuditEvent.objects.create(
+        actor=user,
+        actor_name=user.get_username(),
+        source=provider,
+        action=AuditAction.UPDATE,
+        object_type=user._meta.label_lower,
+        object_id=str(user.pk),
+        object_repr=f"platform admin role of {user.get_username()}"[:200],
+        before=before,
+        after={"is_staff": value, "is_superuser": value},
+    )

@@ -1,0 +1,77 @@
+"""A researcher in a real browser makes a personal API token (named, with an expiry), copies the key from the
+page that shows it once, submits a job with it through the API of the live server, then revokes the token
+on the same page: the API refuses it from then on, with a 401 that says so."""
+
+import re
+
+import pytest
+import requests
+from playwright.sync_api import expect
+
+from inventory.demo import seed_datacenter
+from scheduling.models import Job
+from tests.factories import make_department, make_member
+
+pytestmark = pytest.mark.e2e
+
+PASSWORD = "e2e-token-password-1"
+SCRIPT = "#!/bin/bash\nsrun python train.py\n"
+
+
+@pytest.fixture
+def researcher(transactional_db):
+    seed_datacenter(racks=3)
+    department = make_department("Research", guaranteed_gpus=32)
+    return make_member("e2e-tokens", department, password=PASSWORD)
+
+
+def submit(live_server, key: str) -> requests.Response:
+    return requests.post(
+        f"{live_server.url}/api/v1/jobs/",
+        json={"department": "research", "name": "from-a-script", "gpus": 4, "work": {"script": SCRIPT}},
+        headers={"Authorization": f"Token {key}"},
+        timeout=30,
+    )
+
+
+def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, shots, researcher):
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", "e2e-tokens")
+    page.fill("#id_password", PASSWORD)
+    with page.expect_navigation():
+        page.locator("#id_password").press("Enter")
+
+    page.locator(".topbar .who").click()  # the username leads to the tokens page
+    expect(page).to_have_url(f"{live_server.url}/account/tokens/")
+    expect(page.get_by_text("You have no personal API tokens yet.")).to_be_visible()
+    page.fill("#id_name", "training launcher")
+    page.select_option("#id_lifetime_days", "30")
+    page.locator("#make-token").click()
+
+    expect(page).to_have_url(f"{live_server.url}/account/tokens/new/")
+    key = page.locator("#new-token").inner_text()
+    assert re.fullmatch(r"rpt_[\w-]{43}", key), key
+    page.screenshot(path=str(shots / "01-new-token-shown-once.png"), full_page=True)
+    page.reload()
+    expect(page.locator("#new-token")).to_have_count(0)  # shown once
+
+    response = submit(live_server, key)
+    assert response.status_code == 201, response.text
+    assert Job.objects.get(pk=response.json()["id"]).submitted_by == researcher
+
+    page.goto(f"{live_server.url}/account/tokens/")
+    row = page.locator("#own-tokens tr.token-row")
+    expect(row).to_have_count(1)
+    expect(row.locator("td").first).to_have_text("training launcher")
+    expect(row.locator(".token-status")).to_have_text("Active")
+    expect(row.locator("td").nth(4)).not_to_have_text("never")  # the job's request used it
+    page.screenshot(path=str(shots / "02-token-listed.png"), full_page=True)
+
+    row.get_by_role("button", name="Revoke training launcher").click()
+    expect(page.locator(".message.success")).to_contain_text("the API refuses it from now on")
+    expect(row.locator(".token-status")).to_contain_text("Revoked")
+    page.screenshot(path=str(shots / "03-token-revoked.png"), full_page=True)
+
+    refused = submit(live_server, key)
+    assert refused.status_code == 401
+    assert "was revoked at" in refused.json()["detail"]
