@@ -162,3 +162,25 @@ def mask_settings(kind_name: str, values: dict) -> dict:
 def backend_targets(backend: str) -> list[str]:
     """Names of the kinds whose targets run jobs of `backend` (Job.backend)."""
     return [kind.name for kind in kinds() if kind.backend == backend and kind.job_backend is not None]
+
+
+# --- tray drainers: drain, resume and maintenance windows of a compute tray (integrations.drain) --------
+
+_DRAINERS: dict[str, Callable[[dict], Any]] = {}
+
+
+def register_drainer(kind_name: str, factory: Callable[[dict], Any]) -> None:
+    """A kind's tray drainer: (cleaned settings) -> an object with drain(host, reason, *, owner, fault,
+    dry_run, resume_after_s), resume(host, *, owner, dry_run), schedule_maintenance(host, window_id, start,
+    end, reason, *, dry_run) and end_maintenance(host, window_id, *, dry_run), each returning an
+    integrations.drain.TrayOutcome. Registered by the kind's own folder (its drain.py)."""
+    _DRAINERS[kind_name] = factory
+
+
+def drainer_kinds() -> list[str]:
+    """Names of the registered kinds that drain trays."""
+    return [kind.name for kind in kinds() if kind.name in _DRAINERS]
+
+
+def drainer(kind_name: str) -> Callable[[dict], Any]:
+    return _DRAINERS[kind_name]

@@ -25,8 +25,12 @@ from django.db.models.signals import post_save, pre_save
 
 from core.audit import current_actor
 from core.changes import ADDED, BULK, CHANGED, Change, watch
+from core.enqueue import send_now
 from integrations.models import ConfigPush, ConfigTarget
 from integrations.pushes import queue_pushes
+from integrations.trays import owner_name
+from inventory.choices import TrayState
+from inventory.models import ComputeTray
 from tenancy.models import DedicatedPartition, Department, TenancySettings
 
 logger = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ RENDERED: dict[type, dict[str, str]] = {
 CREATED_AS_DEFAULTS = (TenancySettings,)
 
 REASON_LENGTH = 255  # ConfigPush.reason
+SYNC_TRAY = "integrations.tasks.sync_tray_state"  # = integrations.tasks.SYNC_TRAY
 
 
 def _label(instance) -> str:
@@ -210,3 +215,29 @@ def connect() -> None:
     post_save.connect(
         _follow_up_kept, sender=ConfigTarget, dispatch_uid="config_push_follow_up_covers_target"
     )
+    watch("tray_schedulers", {ComputeTray: ("state", "state_reason")}, _tray_changed)
+
+
+# --- trays leaving and returning to service: every scheduler is told (integrations.trays) ------------------
+
+
+@dataclass(frozen=True)
+class _SyncTrayOnCommit:
+    tray_id: int
+    owner: str
+
+    def __call__(self) -> None:
+        send_now(SYNC_TRAY, self.tray_id, self.owner)
+
+
+def _tray_changed(change: Change) -> None:
+    if change.action == BULK or change.instance is None:
+        # A partition plan's drain (update_recorded): Rackplane's own placement keeps work off those trays
+        # and the plan's push re-carves them; the health side and operators change trays one by one.
+        logger.info("%d trays changed together (a partition plan): schedulers not told", change.count)
+        return
+    if change.action not in (CHANGED, ADDED):
+        return
+    if change.action == ADDED and change.instance.state == TrayState.UP:
+        return  # a new tray in service: nothing to drain
+    transaction.on_commit(_SyncTrayOnCommit(change.instance.pk, owner_name()), robust=True)

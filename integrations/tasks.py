@@ -22,7 +22,7 @@ from core.enqueue import send_now
 from core.models import AuditSource
 from core.retry import backoff
 from integrations import dispatch as job_dispatch
-from integrations import pushes
+from integrations import pushes, trays
 from integrations.fabric import nodes as simulated_nodes
 from integrations.fabric.nodes import REPORT_NODES
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 PUSH_CONFIG = "integrations.tasks.push_config"
 DISPATCH_JOB = "integrations.tasks.dispatch_job"
 SYNC_JOBS = "integrations.tasks.sync_jobs"
+SYNC_TRAY = "integrations.tasks.sync_tray_state"
 
 
 def _can_schedule_retry(task) -> bool:
@@ -102,6 +103,17 @@ def sync_jobs() -> dict:
             send_now(DISPATCH_JOB, job_id)
         states = job_dispatch.sync_states()
     return {"cancelled": cancelled, "dispatched": due, **states}
+
+
+@shared_task(bind=True, name=SYNC_TRAY, acks_late=True)
+def sync_tray_state(self, tray_id: int, owner: str = "rackplane", attempt: int = 1) -> dict:
+    """Drain or resume the tray on every Slurm and Kubernetes target as its state says (integrations.trays);
+    a target that did not answer is tried again with backoff."""
+    with audit_context(AuditSource.TASK):
+        result = trays.sync_tray(tray_id, owner=owner, attempt=attempt)
+    if result["retry_in"] is not None and _can_schedule_retry(self):
+        send_now(SYNC_TRAY, tray_id, owner, attempt + 1, countdown=result["retry_in"])
+    return {"tray": tray_id, **result}
 
 
 @shared_task(name="integrations.tasks.follow_active_plans")

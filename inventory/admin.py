@@ -1,7 +1,19 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from inventory import agent_tokens
-from inventory.models import AgentToken, ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory import health as health_rules
+from inventory.models import (
+    AgentToken,
+    ComputeTray,
+    Gpu,
+    HealthAction,
+    HealthCheckResult,
+    HealthEvent,
+    HealthRule,
+    HealthSettings,
+    NVLinkPartition,
+    Rack,
+)
 
 
 @admin.register(Rack)
@@ -26,6 +38,18 @@ class ComputeTrayAdmin(admin.ModelAdmin):
     search_fields = ["hostname", "rack__name"]
     list_select_related = ["rack", "partition__rack"]
     raw_id_fields = ["rack", "partition"]
+    readonly_fields = ["healthy_since", "agent_version", "agent_interval_s"]
+    actions = ["return_to_service"]
+
+    @admin.action(description="Return the selected trays to service (drained by Rackplane's health rules)")
+    def return_to_service(self, request, queryset):
+        for tray in queryset:
+            try:
+                health_rules.return_to_service(tray, actor=request.user, force=True, note="from the admin")
+            except health_rules.HealthError as error:
+                self.message_user(request, str(error), messages.WARNING)
+            else:
+                self.message_user(request, f"{tray.hostname} is back in service.")
 
 
 @admin.register(Gpu)
@@ -57,3 +81,81 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         for token in queryset.filter(revoked_at__isnull=True):
             agent_tokens.revoke(token)
+
+
+@admin.register(HealthSettings)
+class HealthSettingsAdmin(admin.ModelAdmin):
+    """One row: dry run, circuit breaker, return to service, repeat offenders. Clear "breaker tripped at"
+    to let the rules drain again."""
+
+    fieldsets = [
+        (None, {"fields": ["dry_run", "dedup_window_s"]}),
+        (
+            "Circuit breaker",
+            {"fields": [("breaker_percent", "breaker_window_s"), ("breaker_tripped_at", "breaker_note")]},
+        ),
+        ("Return to service", {"fields": ["auto_return", "return_after_s", "return_check"]}),
+        ("Repeat offenders", {"fields": [("repeat_faults", "repeat_days")]}),
+    ]
+    list_display = ["__str__", "dry_run", "breaker_percent", "breaker_tripped_at", "return_after_s"]
+    readonly_fields = ["breaker_note"]
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and not HealthSettings.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(HealthRule)
+class HealthRuleAdmin(admin.ModelAdmin):
+    list_display = ["name", "enabled", "kind", "xid_first", "xid_last", "code", "threshold", "action"]
+    list_editable = ["enabled", "action"]
+    list_filter = ["enabled", "kind", "action"]
+    search_fields = ["name", "code", "note"]
+
+
+@admin.register(HealthEvent)
+class HealthEventAdmin(admin.ModelAdmin):
+    """Recorded by the agents, DCGM and the rules; read here, not edited."""
+
+    list_display = ["__str__", "tray", "source", "kind", "code", "count", "first_seen", "last_seen", "drains"]
+    list_filter = ["source", "kind", "drains", "degrades", "warns"]
+    search_fields = ["tray__hostname", "gpu_uuid", "code", "mnemonic"]
+    list_select_related = ["tray"]
+    date_hierarchy = "last_seen"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(HealthAction)
+class HealthActionAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "tray", "kind", "dry_run", "rule_name", "reason", "actor"]
+    list_filter = ["kind", "dry_run"]
+    search_fields = ["tray__hostname", "reason", "rule_name"]
+    list_select_related = ["tray", "actor"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(HealthCheckResult)
+class HealthCheckResultAdmin(admin.ModelAdmin):
+    list_display = ["tray", "name", "exit_status", "started", "seconds", "received_at"]
+    list_filter = ["name", "exit_status"]
+    search_fields = ["tray__hostname", "name"]
+    list_select_related = ["tray"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -11,6 +11,8 @@ class TrayState(models.TextChoices):
     DRAIN = "drain", "Drain"
     DOWN = "down", "Down"
     MAINTENANCE = "maintenance", "Maintenance"
+    # A repeat offender taken out by the health rules: stays out until someone services it (an RMA state).
+    NEEDS_SERVICE = "needs_service", "Needs service"
 
 
 # Values match inventory.discovery.nvidia_smi.FabricState / GpuHealth (the pure parser's enums).
@@ -39,3 +41,46 @@ class PlanStatus(models.TextChoices):
 
 
 ACTIVE_PLAN_STATES = (PlanStatus.DRAINING, PlanStatus.APPLYING)
+
+
+# --- Health: fault events, the rules that judge them, and the decisions taken (inventory.health) -----------
+
+
+class HealthSource(models.TextChoices):
+    AGENT = "agent", "Node agent"
+    DCGM = "dcgm", "DCGM"
+    ADMIN = "admin", "Admin"
+
+
+class HealthKind(models.TextChoices):
+    XID = "xid", "XID"
+    RECOVERY_ACTION = "recovery_action", "Recovery action"
+    FABRIC = "fabric", "Fabric health"
+    DCGM_FIELD = "dcgm_field", "DCGM field"
+    CHECK_FAILED = "check_failed", "Active check failed"
+
+
+class RuleAction(models.TextChoices):
+    DRAIN = "drain", "Drain the tray"
+    DEGRADE = "degrade", "Mark the NVLink partition degraded"
+    WARN = "warn", "Warn only"
+
+
+class ActionKind(models.TextChoices):
+    DRAIN = "drain", "Drained"
+    NEEDS_SERVICE = "needs_service", "Needs service"
+    DEGRADE = "degrade", "Partition degraded"
+    RECOVER = "recover", "Partition no longer degraded"
+    WARN = "warn", "Warning"
+    RETURN = "return", "Returned to service"
+    WOULD_DRAIN = "would_drain", "Would drain (dry run)"
+    WOULD_NEEDS_SERVICE = "would_needs_service", "Would mark needs service (dry run)"
+    WOULD_DEGRADE = "would_degrade", "Would degrade the partition (dry run)"
+    WOULD_RETURN = "would_return", "Would return to service (dry run)"
+    BLOCKED = "blocked", "Blocked by the circuit breaker"
+    BREAKER_TRIPPED = "breaker_tripped", "Circuit breaker tripped"
+    NOT_OURS = "not_ours", "Left as another owner set it"
+
+
+# Decisions that take a tray out of service (the circuit breaker counts these).
+QUARANTINE_ACTIONS = (ActionKind.DRAIN, ActionKind.NEEDS_SERVICE)

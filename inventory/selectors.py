@@ -37,7 +37,7 @@ PARTITION_COLOURS = 12
 # (never reported) as a problem; the rack list's problem count follows the filter so the two agree.
 DEGRADED_HEALTH = (GpuHealth.UNHEALTHY, GpuHealth.LIMITED_CAPACITY)
 NOT_A_PROBLEM_HEALTH = (GpuHealth.HEALTHY, GpuHealth.NOT_SUPPORTED)
-NOT_UP_STATES = (TrayState.DRAIN, TrayState.DOWN, TrayState.MAINTENANCE)
+NOT_UP_STATES = (TrayState.DRAIN, TrayState.DOWN, TrayState.MAINTENANCE, TrayState.NEEDS_SERVICE)
 
 HAS_FABRIC_PROBLEMS = ~Q(fabric_problems=[])
 # Drift: the GPU reports a clique other than the one its tray's partition intends. A GPU that has not

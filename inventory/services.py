@@ -14,6 +14,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.audit import record_bulk_change
+from inventory import health as health_rules
+from inventory.discovery.faults import HealthReport
 from inventory.discovery.nvidia_smi import NodeReport, ReportedGpu, summarize, validate_report
 from inventory.models import ComputeTray, Gpu, Rack
 
@@ -47,6 +49,7 @@ class IngestResult:
     moved: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     learned_cluster_uuid: str | None = None
+    health: health_rules.HealthOutcome | None = None
 
     def changes(self) -> dict:
         return {
@@ -56,6 +59,7 @@ class IngestResult:
             "moved_gpus": self.moved,
             "removed_gpus": self.removed,
             "learned_cluster_uuid": self.learned_cluster_uuid,
+            "health": self.health.as_dict() if self.health is not None else None,
         }
 
 
@@ -78,7 +82,34 @@ def check_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
     return IngestResult(report=report, applied=False, drift=drift)
 
 
-def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
+HEALTH_ONLY = "health"  # the format of a report that carries no GPU listing (nvidia-smi failed on the node)
+
+
+def ingest_health(host: str, health: HealthReport, *, dry_run: bool = False) -> IngestResult:
+    """A report with XIDs or check results but no GPU listing: when a GPU falls off the bus, `nvidia-smi`
+    itself fails on the node, and the agent still sends what the kernel logged. Nothing about the GPUs is
+    reconciled (none is detached for not being listed); the health events are recorded and judged as in
+    ingest_report. Without a listing the tray is never counted healthy (it cannot earn its return)."""
+    report = NodeReport(host=host, format=HEALTH_ONLY, gpus=[], tray_clique=None)
+    if dry_run:
+        if not ComputeTray.objects.filter(hostname=host).exists():
+            raise UnknownHost(f"host {host!r} is not in the inventory: add its compute tray first")
+        return IngestResult(report=report, applied=False)
+    now = timezone.now()
+    with transaction.atomic():
+        tray = ComputeTray.objects.select_for_update().filter(hostname=host).first()
+        if tray is None:
+            raise UnknownHost(f"host {host!r} is not in the inventory: add its compute tray first")
+        tray.rack = Rack.objects.select_for_update().get(pk=tray.rack_id)  # the lock order of ingest_report
+        result = IngestResult(report=report, applied=True)
+        result.health = health_rules.record_report_health(tray, [], health, now, gpus_listed=False)
+        tray.save(update_fields=["healthy_since", "agent_version", "agent_interval_s"])
+    return result
+
+
+def ingest_report(
+    host: str, fmt: str, gpus: list[ReportedGpu], health: HealthReport | None = None
+) -> IngestResult:
     """Reconcile one node's report with the inventory, atomically.
 
     Creates GPUs the inventory has never seen, follows GPUs that moved (to another tray or index),
@@ -89,6 +120,11 @@ def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
 
     A report validate_report refuses raises ReportError before anything is read or written. A GPU another
     tray still reports is not moved: see _contested.
+
+    `health` (XIDs, active checks, the agent; inventory.discovery.faults.validate_health made it) and the
+    GPUs' recovery actions and fabric health flags are recorded as health events and judged by the health
+    rules in the same transaction (inventory.health.record_report_health): a drain decided here commits
+    with the report, or neither does.
     """
     gpus = validate_report(gpus)
     now = timezone.now()
@@ -122,7 +158,18 @@ def ingest_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
             tray.reported_clique = report.tray_clique
         tray.last_report = report.as_dict()
         tray.last_report_at = now
-        tray.save(update_fields=["fabric_problems", "reported_clique", "last_report", "last_report_at"])
+        result.health = health_rules.record_report_health(tray, gpus, health, now)
+        tray.save(
+            update_fields=[
+                "fabric_problems",
+                "reported_clique",
+                "last_report",
+                "last_report_at",
+                "healthy_since",
+                "agent_version",
+                "agent_interval_s",
+            ]
+        )
     return result
 
 

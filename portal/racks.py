@@ -8,7 +8,7 @@ from django.db.models import Exists, OuterRef
 from django.shortcuts import get_object_or_404, render
 
 from core.htmx import page_or_partial
-from inventory import selectors
+from inventory import health, selectors
 from inventory.choices import SystemModel
 from scheduling.models import Job
 from scheduling.usage import holder_annotations
@@ -79,18 +79,31 @@ def rack_detail(request, name):
     return render(request, "inventory/rack_detail.html", context)
 
 
+def _health_context(request, **subject) -> dict:
+    """The health timeline (events and decisions, newest first) in the range `?health=24h|7d|30d|all`."""
+    entries, range_key = health.timeline(request.user, range_key=request.GET.get("health", ""), **subject)
+    return {
+        "health_entries": entries,
+        "health_range": range_key,
+        "health_ranges": [(key, label) for key, label in HEALTH_RANGE_LABELS.items()],
+        "health_limit": health.TIMELINE_LIMIT,
+    }
+
+
+HEALTH_RANGE_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "all": "All"}
+
+
 def gpu_detail(request, pk):
     gpu = get_object_or_404(selectors.gpus_for_detail(request.user), pk=pk)
-    return page_or_partial(
-        request, "inventory/gpu_detail.html", "inventory/_gpu_detail.html", selectors.gpu_context(gpu)
-    )
+    context = {**selectors.gpu_context(gpu), **_health_context(request, gpu=gpu)}
+    return page_or_partial(request, "inventory/gpu_detail.html", "inventory/_gpu_detail.html", context)
 
 
 def tray_detail(request, pk):
     tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
-    return page_or_partial(
-        request,
-        "inventory/tray_detail.html",
-        "inventory/_tray_detail.html",
-        selectors.tray_context(request.user, tray),
-    )
+    context = {
+        **selectors.tray_context(request.user, tray),
+        **_health_context(request, tray=tray),
+        "health_checks": health.latest_checks(request.user, tray),
+    }
+    return page_or_partial(request, "inventory/tray_detail.html", "inventory/_tray_detail.html", context)

@@ -1,24 +1,29 @@
-"""POST /api/v1/discovery/reports/: node agents report what their GPUs say about the NVLink fabric."""
+"""POST /api/v1/discovery/reports/: node agents report what their GPUs say about the NVLink fabric, and the
+faults they saw (kernel XIDs, active checks) for the health rules (inventory.health)."""
 
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import JSONBooleanField
+from core.fields import JSONBooleanField, KnownFieldsOnly
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 from core.throttling import NodeAgentRateThrottle
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, require_host_in_scope
+from inventory.discovery import faults
 from inventory.discovery.nvidia_smi import (
+    FabricFlag,
     FabricState,
     GpuHealth,
+    RecoveryAction,
     ReportedGpu,
     ReportError,
     canonical_gpu_uuid,
     parse_any,
     validate_report,
 )
-from inventory.services import UnknownHost, check_report, ingest_report
+from inventory.services import HEALTH_ONLY, UnknownHost, check_report, ingest_health, ingest_report
 
 
 class ReportedFabricSerializer(serializers.Serializer):
@@ -37,6 +42,12 @@ class ReportedFabricSerializer(serializers.Serializer):
     health = serializers.ChoiceField(
         choices=[h.value for h in GpuHealth], required=False, default=GpuHealth.UNKNOWN.value
     )
+    flags = serializers.ListField(
+        child=serializers.ChoiceField(choices=[f.value for f in FabricFlag]),
+        required=False,
+        max_length=len(FabricFlag),
+        help_text="fabric health problems (nvmlGpuFabricInfoV healthMask); empty or absent: none",
+    )
 
 
 class ReportedGpuSerializer(serializers.Serializer):
@@ -47,6 +58,18 @@ class ReportedGpuSerializer(serializers.Serializer):
     serial = serializers.CharField(required=False, allow_blank=True, max_length=64)
     product = serializers.CharField(required=False, allow_blank=True, max_length=64)
     memory_mib = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    pci_bus_id = serializers.RegexField(
+        r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$",
+        required=False,
+        allow_null=True,
+        help_text='as nvidia-smi prints it ("00000008:01:00.0"): maps kernel XID lines to this GPU',
+    )
+    recovery_action = serializers.ChoiceField(
+        choices=[a.value for a in RecoveryAction],
+        required=False,
+        allow_null=True,
+        help_text="NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; absent or null: not available",
+    )
     fabric = ReportedFabricSerializer()
 
     def validate_uuid(self, value):
@@ -56,18 +79,81 @@ class ReportedGpuSerializer(serializers.Serializer):
             raise serializers.ValidationError(str(error)) from error
 
 
-class NodeReportSerializer(serializers.Serializer):
+class XidEntrySerializer(serializers.Serializer):
+    """Documentation of one `xids` entry; inventory.discovery.faults.validate_xid checks it."""
+
+    time = serializers.DateTimeField(help_text="when the kernel logged it, ISO 8601 with a zone")
+    pci_bus_id = serializers.CharField(
+        required=False, help_text='"00000000:1B:00.0"; absent: read from the NVRM line'
+    )
+    xid = serializers.IntegerField(min_value=faults.XID_RANGE[0], max_value=faults.XID_RANGE[1])
+    pid = serializers.IntegerField(required=False, allow_null=True)
+    text = serializers.CharField(max_length=faults.MAX_XID_TEXT, help_text="the kernel line")
+
+
+class CheckEntrySerializer(serializers.Serializer):
+    """Documentation of one `checks` entry; inventory.discovery.faults.validate_check checks it."""
+
+    name = serializers.CharField(max_length=faults.MAX_CHECK_NAME, help_text='e.g. "dcgmi diag -r 2"')
+    exit_status = serializers.IntegerField(min_value=-255, max_value=255)
+    output = serializers.CharField(help_text="the tail of its output, at most 64 KiB")
+    started = serializers.DateTimeField()
+    seconds = serializers.FloatField(min_value=0)
+
+
+class AgentInfoSerializer(serializers.Serializer):
+    """Documentation of `agent`; inventory.discovery.faults.validate_agent checks it."""
+
+    version = serializers.CharField(max_length=faults.MAX_AGENT_VERSION)
+    interval_s = serializers.IntegerField(min_value=1, max_value=faults.MAX_AGENT_INTERVAL)
+
+
+# Taken as JSON and checked, with every other path into the health rules, by inventory.discovery.faults (one
+# validation); the serializers above only document the shape.
+@extend_schema_field(XidEntrySerializer(many=True))
+class XidsField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(CheckEntrySerializer(many=True))
+class ChecksField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(AgentInfoSerializer)
+class AgentField(serializers.JSONField):
+    pass
+
+
+class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
     host = serializers.CharField(max_length=128, help_text="hostname of the compute tray")
     gpus = ReportedGpuSerializer(many=True, required=False, help_text="NVML fabric info, one entry per GPU")
     nvidia_smi = serializers.CharField(
         required=False, trim_whitespace=False, help_text="raw `nvidia-smi -q`, `-q -x` or compact CSV output"
     )
     dry_run = JSONBooleanField(required=False, default=False, help_text="check only, write nothing")
+    xids = XidsField(
+        required=False,
+        help_text=f"kernel XID lines since the last report, each once, at most {faults.MAX_XIDS}",
+    )
+    checks = ChecksField(required=False, help_text="active check results (e.g. dcgmi diag), when configured")
+    agent = AgentField(required=False, help_text="the node agent's version and report interval")
 
     def validate(self, attrs):
+        health, errors = faults.validate_health(
+            attrs.get("xids"), attrs.get("checks"), attrs.get("agent"), now=timezone.now()
+        )
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs["health"] = health
+        if "gpus" not in attrs and "nvidia_smi" not in attrs and (health.xids or health.checks):
+            # nvidia-smi failed on the node (a GPU fell off the bus): the kernel's XIDs still count.
+            attrs["format"], attrs["parsed"] = HEALTH_ONLY, None
+            return attrs
         if ("gpus" in attrs) == ("nvidia_smi" in attrs):
             raise serializers.ValidationError(
-                "send exactly one of 'gpus' (structured) or 'nvidia_smi' (raw output)"
+                "send exactly one of 'gpus' (structured) or 'nvidia_smi' (raw output); a report may leave "
+                "both out only when it carries 'xids' or 'checks' (nvidia-smi failed on the node)"
             )
         # Both inputs end in the one check every path shares (validate_report); its refusal names the field.
         field = "nvidia_smi" if "nvidia_smi" in attrs else "gpus"
@@ -103,12 +189,25 @@ class NodeReportSerializer(serializers.Serializer):
             state=state,
             status=status if state == FabricState.COMPLETED else None,
             health=GpuHealth(fabric.get("health") or GpuHealth.UNKNOWN),
+            pci_bus_id=data.get("pci_bus_id") or None,
+            recovery_action=RecoveryAction(data["recovery_action"]) if data.get("recovery_action") else None,
+            fabric_flags=tuple(dict.fromkeys(FabricFlag(flag) for flag in fabric.get("flags") or ())),
             serial=data.get("serial") or None,
             product=data.get("product") or None,
             memory_mib=data.get("memory_mib"),
             raw_cluster_uuid=str(cluster) if cluster is not None else None,
             raw_clique_id=str(clique) if clique is not None else None,
         )
+
+
+class HealthOutcomeSerializer(serializers.Serializer):
+    new_events = serializers.IntegerField()
+    repeated_events = serializers.IntegerField(help_text="faults seen again within the dedup window")
+    actions = serializers.ListField(
+        child=serializers.CharField(), help_text="decisions the health rules took"
+    )
+    unmapped_xids = serializers.IntegerField(help_text="XIDs whose PCI bus id matched no GPU of the tray")
+    healthy = serializers.BooleanField(help_text="whether this report counts towards return to service")
 
 
 class NodeReportResultSerializer(serializers.Serializer):
@@ -123,6 +222,7 @@ class NodeReportResultSerializer(serializers.Serializer):
     moved_gpus = serializers.ListField(child=serializers.CharField())
     removed_gpus = serializers.ListField(child=serializers.CharField())
     learned_cluster_uuid = serializers.CharField(allow_null=True)
+    health = HealthOutcomeSerializer(allow_null=True, help_text="null for a dry run")
 
 
 EXAMPLE = {
@@ -155,6 +255,13 @@ class DiscoveryReportView(APIView):
     ID outside 0-32767) is a 400 naming the problem and writes nothing; a GPU another host still reports
     stays where it is and is listed under `problems`.
 
+    Health (all optional): `xids` (kernel `NVRM: Xid` lines, at most 256, each once), `checks` (active check
+    results) and `agent` are recorded with the GPUs' NVML recovery action and fabric health flags (read from
+    `nvidia-smi -q -x`) as health events, and the health rules act on them in the same transaction (drain,
+    degrade the NVLink partition, warn; see `health.actions` in the answer). Any of them malformed (a wrong
+    type, an unknown key, an XID outside 1-999, text over its limit, a time without a zone, an entry twice) is
+    a 400 naming it, and nothing is written. Unknown top-level keys are a 400 too.
+
     Authenticate with an agent token (`Authorization: Bearer rpa_...`) bound to the tray's rack or host: a
     report for a host outside its scope is a 403 that writes nothing. A fleet token (an account holding
     `inventory.report_discovery`) may report for every host.
@@ -178,10 +285,12 @@ class DiscoveryReportView(APIView):
         data = serializer.validated_data
         require_host_in_scope(request, data["host"])  # the host as validated (trimmed) is the one written
         try:
-            if data["dry_run"]:
+            if data["parsed"] is None:
+                result = ingest_health(data["host"], data["health"], dry_run=data["dry_run"])
+            elif data["dry_run"]:
                 result = check_report(data["host"], data["format"], data["parsed"])
             else:
-                result = ingest_report(data["host"], data["format"], data["parsed"])
+                result = ingest_report(data["host"], data["format"], data["parsed"], data["health"])
         except UnknownHost as error:
             return Response({"host": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
         return Response({**result.report.as_dict(), **result.changes()}, status=status.HTTP_200_OK)

@@ -34,6 +34,12 @@ Three inputs are understood, exactly as the driver prints them:
     token ``N/A`` in the fabric columns; the bracketed ``[N/A]`` / ``[Not Supported]`` forms used by other
     query fields are accepted too. A header row (``--format=csv`` without ``noheader``) is skipped.
 
+Health evidence is read from ``-q`` and ``-q -x`` too (never from CSV): each GPU's PCI bus id (the block
+header / ``<gpu id>``, which kernel XID lines name GPUs by), NVML's recovery action (``GPU Recovery Action`` /
+``<gpu_recovery_action>``: :class:`RecoveryAction`) and the fabric health rows under ``Fabric > Health``
+(``Bandwidth``, ``Route Recovery in progress``, ``Route Unhealthy``, ``Access Timeout Recovery``, ``Incorrect
+Configuration``: :class:`FabricFlag`). inventory.health turns them into health events.
+
 State, status and health mapping (see :class:`FabricState`, :class:`GpuHealth`) and the node verdict
 (:func:`summarize`) follow NVML's ``nvmlGpuFabricInfo`` semantics: the status is meaningful only once the
 state is ``Completed``, and an all-zero cluster UUID means "in no NVLink domain" (H100 / HGX), never "these
@@ -72,6 +78,88 @@ class GpuHealth(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
+class RecoveryAction(enum.StrEnum):
+    """``nvmlDeviceGpuRecoveryAction_t`` (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION); UNKNOWN for a value this
+    portal does not know yet (a newer driver), which is never read as "nothing to do"."""
+
+    NONE = "NONE"
+    GPU_RESET = "GPU_RESET"
+    NODE_REBOOT = "NODE_REBOOT"
+    DRAIN_P2P = "DRAIN_P2P"
+    DRAIN_AND_RESET = "DRAIN_AND_RESET"
+    UNKNOWN = "UNKNOWN"
+
+
+_RECOVERY_WORDS = {
+    "none": RecoveryAction.NONE,
+    "0": RecoveryAction.NONE,
+    "gpu reset": RecoveryAction.GPU_RESET,
+    "gpu reset required": RecoveryAction.GPU_RESET,
+    "reset": RecoveryAction.GPU_RESET,
+    "1": RecoveryAction.GPU_RESET,
+    "node reboot": RecoveryAction.NODE_REBOOT,
+    "node reboot required": RecoveryAction.NODE_REBOOT,
+    "reboot": RecoveryAction.NODE_REBOOT,
+    "2": RecoveryAction.NODE_REBOOT,
+    "drain p2p": RecoveryAction.DRAIN_P2P,
+    "3": RecoveryAction.DRAIN_P2P,
+    "drain and reset": RecoveryAction.DRAIN_AND_RESET,
+    "4": RecoveryAction.DRAIN_AND_RESET,
+}
+
+
+def recovery_action(raw: str | None) -> RecoveryAction | None:
+    """The recovery action as nvidia-smi prints it (``None``, ``GPU Reset Required``, ``Node Reboot
+    Required``, ``Drain P2P``, ``Drain and Reset``, the enum names or numbers); None when not printed or N/A
+    (drivers before NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)."""
+    if raw is None:
+        return None
+    text = " ".join(raw.strip().lower().replace("_", " ").split())
+    if text.startswith("nvml gpu recovery action "):
+        text = text[len("nvml gpu recovery action ") :]
+    if text in ("", "n/a", "[n/a]", "not supported", "[not supported]"):
+        return None
+    return _RECOVERY_WORDS.get(text, RecoveryAction.UNKNOWN)
+
+
+class FabricFlag(enum.StrEnum):
+    """NVLink fabric health problems (nvmlGpuFabricInfoV healthMask; nvidia-smi's Fabric > Health rows)."""
+
+    DEGRADED_BANDWIDTH = "DEGRADED_BANDWIDTH"  # Bandwidth: Degraded (mask DEGRADED_BW, shift 0)
+    ROUTE_RECOVERY = "ROUTE_RECOVERY"  # Route Recovery in progress: True (shift 2)
+    ROUTE_UNHEALTHY = "ROUTE_UNHEALTHY"  # Route Unhealthy: True (shift 4)
+    ACCESS_TIMEOUT_RECOVERY = "ACCESS_TIMEOUT_RECOVERY"  # Access Timeout Recovery: True (shift 6)
+    INCORRECT_CONFIGURATION = "INCORRECT_CONFIGURATION"  # anything but N/A / none (shift 8, an enum)
+
+
+def _true(raw: str | None) -> bool:
+    return raw is not None and raw.strip().lower() in ("true", "yes", "1")
+
+
+def fabric_flags(
+    *,
+    bandwidth: str | None,
+    route_recovery: str | None,
+    route_unhealthy: str | None,
+    access_timeout: str | None,
+    incorrect_configuration: str | None,
+) -> tuple[FabricFlag, ...]:
+    """The fabric health problems in nvidia-smi's ``Fabric > Health`` rows (None: row not printed)."""
+    flags = []
+    if bandwidth is not None and bandwidth.strip().lower() == "degraded":
+        flags.append(FabricFlag.DEGRADED_BANDWIDTH)
+    if _true(route_recovery):
+        flags.append(FabricFlag.ROUTE_RECOVERY)
+    if _true(route_unhealthy):
+        flags.append(FabricFlag.ROUTE_UNHEALTHY)
+    if _true(access_timeout):
+        flags.append(FabricFlag.ACCESS_TIMEOUT_RECOVERY)
+    config = (incorrect_configuration or "").strip().lower()
+    if config not in ("", "n/a", "none", "[n/a]", "not supported", "[not supported]", "false"):
+        flags.append(FabricFlag.INCORRECT_CONFIGURATION)
+    return tuple(flags)
+
+
 class ReportError(ValueError):
     """Input could not be understood; message says what was wrong in plain words (which line/element, what
     was expected)."""
@@ -91,6 +179,12 @@ class ReportedGpu:
     memory_mib: int | None = None
     raw_cluster_uuid: str | None = None  # what was printed, for problem messages
     raw_clique_id: str | None = None
+    # Health evidence (-q and -q -x only): the PCI bus id as printed ("00000008:01:00.0", which kernel XID
+    # lines name the GPU by), NVML's recovery action (None: not printed, older drivers) and the fabric
+    # health problems of Fabric > Health. Not part of as_dict(): the portal records them as health events.
+    pci_bus_id: str | None = None
+    recovery_action: RecoveryAction | None = None
+    fabric_flags: tuple[FabricFlag, ...] = ()
 
     def as_dict(self) -> dict:
         return {
@@ -132,6 +226,7 @@ _GPU_UUID_RE = re.compile(
 )
 _PCI_ID = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
 _GPU_HEADER_RE = re.compile(rf"^GPU\s+(?P<bus>{_PCI_ID})$")
+_PCI_ID_RE = re.compile(rf"^{_PCI_ID}$")
 _MIB_RE = re.compile(r"^(\d+)\s*MiB$", re.IGNORECASE)
 
 # How nvidia-smi says "no value": bare in -q/-q -x and in the fabric.* CSV columns, bracketed in other CSV
@@ -280,6 +375,9 @@ def _build_gpu(
     serial: str | None,
     product: str | None,
     memory: str | None,
+    pci_bus_id: str | None = None,
+    recovery: str | None = None,
+    flags: tuple[FabricFlag, ...] = (),
 ) -> ReportedGpu:
     """One GPU from ``-q`` / ``-q -x`` values (None = field not printed at all)."""
     gpu_uuid = _gpu_uuid(uuid, where)
@@ -312,6 +410,9 @@ def _build_gpu(
         memory_mib=_memory(memory),
         raw_cluster_uuid=cluster.strip() if cluster is not None else None,
         raw_clique_id=clique.strip() if clique is not None else None,
+        pci_bus_id=pci_bus_id.strip() if pci_bus_id and _PCI_ID_RE.match(pci_bus_id.strip()) else None,
+        recovery_action=recovery_action(recovery),
+        fabric_flags=flags if has_fabric else (),
     )
 
 
@@ -434,6 +535,18 @@ def _tree(text: str) -> _Node:
     return root
 
 
+def _text_flags(health: _Node | None) -> tuple[FabricFlag, ...]:
+    if health is None:
+        return ()
+    return fabric_flags(
+        bandwidth=health.value_of("bandwidth"),
+        route_recovery=health.value_of("routerecoveryinprogress"),
+        route_unhealthy=health.value_of("routeunhealthy"),
+        access_timeout=health.value_of("accesstimeoutrecovery"),
+        incorrect_configuration=health.value_of("incorrectconfiguration"),
+    )
+
+
 def parse_text(text: str) -> list[ReportedGpu]:
     """GPUs from ``nvidia-smi -q`` output, in the order of their ``GPU <bus id>`` blocks."""
     text = _clean(text)
@@ -469,6 +582,9 @@ def parse_text(text: str) -> list[ReportedGpu]:
                 serial=block.value_of("serialnumber"),
                 product=block.value_of("productname"),
                 memory=block.value_of("fbmemoryusage", "total"),
+                pci_bus_id=block.key.split(None, 1)[1],
+                recovery=block.value_of("gpurecoveryaction"),
+                flags=_text_flags(fabric.child("health")) if fabric else (),
             )
         )
     return gpus
@@ -496,6 +612,18 @@ def _xtext(elem: ET.Element | None, *path: str) -> str | None:
     if elem is None:
         return None
     return (elem.text or "").strip()
+
+
+def _xml_flags(health: ET.Element | None) -> tuple[FabricFlag, ...]:
+    if health is None:
+        return ()
+    return fabric_flags(
+        bandwidth=_xtext(health, "bandwidth"),
+        route_recovery=_xtext(health, "route_recovery_in_progress"),
+        route_unhealthy=_xtext(health, "route_unhealthy"),
+        access_timeout=_xtext(health, "access_timeout_recovery"),
+        incorrect_configuration=_xtext(health, "incorrect_configuration"),
+    )
 
 
 def parse_xml(text: str) -> list[ReportedGpu]:
@@ -538,6 +666,9 @@ def parse_xml(text: str) -> list[ReportedGpu]:
                 serial=_xtext(gpu, "serial"),
                 product=_xtext(gpu, "product_name"),
                 memory=_xtext(gpu, "fb_memory_usage", "total"),
+                pci_bus_id=gpu.get("id") or _xtext(gpu, "pci", "pci_bus_id"),
+                recovery=_xtext(gpu, "gpu_recovery_action"),
+                flags=_xml_flags(_xchild(fabric, "health")),
             )
         )
     return gpus

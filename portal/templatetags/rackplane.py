@@ -12,7 +12,7 @@ HEALTH_ICONS = {
     "not_supported": "\u2013",  # en dash
     "unknown": "?",
 }
-STATE_ICONS = {"up": "●", "drain": "◒", "down": "✕", "maintenance": "⚙"}
+STATE_ICONS = {"up": "●", "drain": "◒", "down": "✕", "maintenance": "⚙", "needs_service": "⚑"}
 
 
 @register.filter

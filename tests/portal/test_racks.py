@@ -293,7 +293,8 @@ def test_tray_detail(user_client, demo_inventory):
 
 def test_detail_queries_are_constant(user_client, demo_inventory, django_assert_max_num_queries):
     gpu = Gpu.objects.first()
-    with django_assert_max_num_queries(3):
+    # + the health timeline: its events and its decisions (and, on the tray, its active checks).
+    with django_assert_max_num_queries(5):
         user_client.get(reverse("inventory:gpu-detail", args=[gpu.pk]), headers=HTMX)
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(7):
         user_client.get(reverse("inventory:tray-detail", args=[gpu.tray_id]), headers=HTMX)
