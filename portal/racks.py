@@ -7,9 +7,11 @@ jobs that hold its GPUs (scheduling.usage) and the partitions' dedications to de
 from django.db.models import Exists, OuterRef
 from django.shortcuts import get_object_or_404, render
 
+from core.access import is_admin
 from core.htmx import page_or_partial
 from inventory import health, selectors
 from inventory.choices import SystemModel
+from portal.tray_actions import BULK_LIMIT, actions_context
 from scheduling.models import Job
 from scheduling.usage import holder_annotations
 from tenancy.models import DedicatedPartition, Department
@@ -61,7 +63,12 @@ def rack_detail(request, name):
     rack = get_object_or_404(selectors.racks(request.user), name=name)
     layout = selectors.rack_layout(request.user, rack, holder_annotations(request.user))
     mark_dedications(request.user, rack, layout.partitions)  # the rows' tray.partition are these objects
-    context = {"layout": layout, "job_param": request.GET.get("job", "")}
+    context = {
+        "layout": layout,
+        "job_param": request.GET.get("job", ""),
+        "bulk_limit": BULK_LIMIT,
+        "bulk_actions": is_admin(request.user) and bool(layout.rows),
+    }
     job = _shown_job(request) if context["job_param"] else None
     if job is not None:
         # Its trays (kept after it ends, for history); its GPUs too while it holds them.
@@ -99,11 +106,15 @@ def gpu_detail(request, pk):
     return page_or_partial(request, "inventory/gpu_detail.html", "inventory/_gpu_detail.html", context)
 
 
-def tray_detail(request, pk):
-    tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
-    context = {
+def tray_context(request, tray) -> dict:
+    return {
         **selectors.tray_context(request.user, tray),
         **_health_context(request, tray=tray),
         "health_checks": health.latest_checks(request.user, tray),
     }
+
+
+def tray_detail(request, pk):
+    tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
+    context = {**tray_context(request, tray), **actions_context(request.user, tray)}
     return page_or_partial(request, "inventory/tray_detail.html", "inventory/_tray_detail.html", context)

@@ -17,7 +17,7 @@ from integrations.plans.api import PartitionPlanViewSet
 from inventory import urls as inventory_urls
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
-from portal import account, audit_views, departments, notifications, racks, views
+from portal import account, audit_views, departments, notifications, racks, tray_actions, views
 from portal.api.audit import AuditEventViewSet
 from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
 from scheduling.api.views import JobViewSet
@@ -55,6 +55,11 @@ inventory_pages = [
     path("racks/<str:name>/", racks.rack_detail, name="rack-detail"),
     path("gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
     path("trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
+    path("trays/<int:pk>/drain/", tray_actions.tray_drain, name="tray-drain"),
+    path("trays/<int:pk>/return/", tray_actions.tray_return, name="tray-return"),
+    path("trays/<int:pk>/maintenance/", tray_actions.tray_maintenance, name="tray-maintenance"),
+    path("racks/<str:name>/trays/", tray_actions.tray_bulk, name="tray-bulk"),
+    path("racks/<str:name>/trays/result/", tray_actions.tray_bulk_result, name="tray-bulk-result"),
     *plan_urls.urlpatterns,
     *inventory_urls.urlpatterns,
 ]

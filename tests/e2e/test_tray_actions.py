@@ -1,0 +1,90 @@
+"""Tray actions in a real browser: a platform admin drains a tray from its page (the state badge and the
+reason change), returns it (forced: its agent has not reported it healthy since), and drains two trays at
+once from the rack view."""
+
+import pytest
+from playwright.sync_api import expect
+
+from inventory.choices import TrayState
+from inventory.demo import seed_datacenter
+from inventory.models import ComputeTray, HealthAction
+
+PASSWORD = "e2e-admin-password-1"
+
+
+@pytest.fixture
+def admin(transactional_db, django_user_model):
+    seed_datacenter(racks=2)
+    return django_user_model.objects.create_user("e2e-admin", "e2e@example.com", PASSWORD, is_staff=True)
+
+
+def _sign_in(page, live_server, user):
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    with page.expect_navigation():
+        page.locator("#id_password").press("Enter")
+
+
+@pytest.mark.e2e
+def test_drain_return_and_bulk_drain(live_server, page, admin, shots):
+    _sign_in(page, live_server, admin)
+    tray = ComputeTray.objects.get(hostname="gb-r02-t03")
+    page.goto(f"{live_server.url}/inventory/trays/{tray.pk}/")
+    head = page.locator("header.detail-head")
+    expect(head.locator(".badge.state-up")).to_contain_text("Up")
+
+    # A drain without a reason is refused in words; nothing changes.
+    page.get_by_role("button", name="Drain", exact=True).click()
+    expect(page.locator("form.drain-form")).to_be_visible()  # the browser's own "required" check holds it
+    page.fill("#id_drain-reason", "fan noise on slot 3")
+    page.screenshot(path=str(shots / "tray-actions-before.png"), full_page=True)
+    with page.expect_navigation():
+        page.get_by_role("button", name="Drain", exact=True).click()
+    expect(head.locator(".badge.state-drain")).to_contain_text("Drain")
+    reason = "rackplane: e2e-admin: fan noise on slot 3"
+    expect(page.locator(".note", has_text="Drain:")).to_contain_text(reason)
+    expect(page.locator(".message.success")).to_contain_text(f"gb-r02-t03 drained: {reason}")
+    expect(page.locator("form.return-form .eligibility")).to_contain_text(
+        "Not eligible yet: its agent has not reported it healthy since the fault"
+    )
+    expect(page.locator("section.health-timeline tbody tr").first).to_contain_text("Drained")
+    page.screenshot(path=str(shots / "tray-actions-drained.png"), full_page=True)
+
+    # Returning it without force is refused with the reason; with force it comes back.
+    page.fill("#id_return-note", "fans replaced")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Return to service").click()
+    expect(page.locator(".tray-actions .form-error")).to_contain_text("cannot return yet")
+    page.screenshot(path=str(shots / "tray-actions-refused.png"), full_page=True)
+    page.check("#id_return-force")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Return to service").click()
+    expect(head.locator(".badge.state-up")).to_contain_text("Up")
+    expect(page.locator(".note", has_text="Drain:")).to_have_count(0)
+    expect(page.locator(".message.success")).to_contain_text("gb-r02-t03 is back in service")
+    tray.refresh_from_db()
+    assert (tray.state, tray.state_reason) == (TrayState.UP, "")
+
+    # Bulk: two trays selected on the rack view, drained in one request.
+    page.goto(f"{live_server.url}/inventory/racks/gb-r02/")
+    page.get_by_label("Select gb-r02-t05").check()
+    page.get_by_label("Select gb-r02-t07").check()
+    page.fill("#bulk-reason", "rewiring the spine")
+    page.screenshot(path=str(shots / "tray-actions-rack-selected.png"), full_page=True)
+    with page.expect_navigation():
+        page.get_by_role("button", name="Drain selected").click()
+    expect(page.locator(".note", has_text="Done:")).to_contain_text("2 trays drained")
+    rows = page.locator("table.bulk-outcomes tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("gb-r02-t05")
+    expect(rows.nth(1)).to_contain_text("gb-r02-t07")
+    expect(rows.nth(0)).to_contain_text("rackplane: e2e-admin: rewiring the spine")
+    page.screenshot(path=str(shots / "tray-actions-bulk-result.png"), full_page=True)
+    page.get_by_role("link", name="Back to gb-r02").click()
+    for host in ("gb-r02-t05", "gb-r02-t07"):
+        row = page.locator("li.tray-row", has=page.locator(f"button[data-tray-hostname='{host}']"))
+        expect(row.locator(".badge.state-drain")).to_be_visible()
+        expect(row.locator(".tray-notes")).to_contain_text("rackplane: e2e-admin: rewiring the spine")
+    page.screenshot(path=str(shots / "tray-actions-rack-drained.png"), full_page=True)
+    assert HealthAction.objects.filter(actor=admin).count() == 4
