@@ -12,6 +12,8 @@ from celery import Celery
 from celery.schedules import schedule
 from celery.signals import beat_init
 
+from core.logs import json_logs_in_workers
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 # Redis socket timeouts, in seconds (CELERY_BROKER_TRANSPORT_OPTIONS may override them). Without them a
@@ -23,6 +25,8 @@ BROKER_SOCKET_TIMEOUTS = {"socket_connect_timeout": 2, "socket_timeout": 3}
 app = Celery("rackplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# The request id travels with the tasks a request sends; JSON logs in workers too (core.logs).
+json_logs_in_workers(app)
 
 
 @app.on_after_configure.connect

@@ -99,6 +99,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
+    "django_prometheus",
     "core",
     "inventory",
     "tenancy",
@@ -108,6 +109,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: /healthz, /readyz and /metrics are answered before the host check, HTTPS redirect, session and
+    # login (probes come with a pod IP as Host; portal.health).
+    "portal.health.ProbeMiddleware",
+    # The request id (X-Request-ID) for logs, the response and the Celery tasks sent (core.logs).
+    "core.logs.RequestIdMiddleware",
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -120,6 +127,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
     # Last (django-axes): turns a locked-out sign-in into its 429 page (core.throttling).
     "axes.middleware.AxesMiddleware",
 ]
@@ -153,6 +161,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
     DATABASES["default"]["OPTIONS"].setdefault("timeout", 20)
+# Query and connection metrics (/metrics, django-prometheus): its wrappers of the same backends (the vendor
+# and features are Django's own). RACKPLANE_DB_METRICS=0 uses Django's backends unwrapped.
+if env.bool("RACKPLANE_DB_METRICS", default=True):
+    for _database in DATABASES.values():
+        _vendor = _database["ENGINE"].removeprefix("django.db.backends.")
+        if _vendor in ("sqlite3", "postgresql"):
+            _database["ENGINE"] = f"django_prometheus.db.backends.{_vendor}"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -287,12 +302,34 @@ RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS = env.bool(
 # Where the embedded directory target renders configuration.
 RACKPLANE_RENDER_DIR = Path(env.str("RACKPLANE_RENDER_DIR", default=str(VAR_DIR / "rendered")))
 
+# Logs (docs/metrics.md, "Logs"): LOG_FORMAT=json writes one JSON object per line (time, level, logger,
+# message, request_id, and method/path/status/duration_ms/user_id on the access lines) for a log collector;
+# text (the default) is for a terminal. Every line carries the request id (core.logs), in workers too.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT is {LOG_FORMAT!r}: it must be text or json.")
+# One line per request (logger rackplane.requests); on with JSON logs (runserver prints its own otherwise).
+RACKPLANE_ACCESS_LOG = env.bool("RACKPLANE_ACCESS_LOG", default=LOG_FORMAT == "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_context": {"()": "core.logs.RequestContextFilter"}},
+    "formatters": {"json": {"()": "core.logs.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_context"],
+            **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
+
+# Probes and metrics (portal.health, core.metrics; docs/metrics.md). /metrics needs this bearer token; without
+# one only loopback callers of a development portal (DEBUG) may read it. RACKPLANE_READY_REQUIRES_BROKER=0: a
+# broker outage shows in /readyz's body without taking the replicas out of service.
+RACKPLANE_METRICS_TOKEN = env.str("RACKPLANE_METRICS_TOKEN", default="")
+RACKPLANE_READY_REQUIRES_BROKER = env.bool("RACKPLANE_READY_REQUIRES_BROKER", default=True)
 
 # Error pages (portal.views): never a template that needs the request; JSON under /api/.
 CSRF_FAILURE_VIEW = "portal.views.csrf_failure"

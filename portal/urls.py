@@ -17,7 +17,7 @@ from integrations.plans.api import PartitionPlanViewSet
 from inventory import urls as inventory_urls
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
-from portal import account, audit_views, departments, notifications, racks, tray_actions, views
+from portal import account, audit_views, departments, health, notifications, racks, tray_actions, views
 from portal.api.audit import AuditEventViewSet
 from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
 from scheduling.api.views import JobViewSet
@@ -75,6 +75,10 @@ tenancy_pages = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    # Probes and metrics: answered by portal.health.ProbeMiddleware before the host check; here for reverse().
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
     path("login/", account.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Single sign-on (tenancy.auth; 404 while it is not configured): the button, and the provider's return.
