@@ -77,6 +77,14 @@ else
     log "warning: the Kubernetes testbed did not start (messages above); Kubernetes integration tests will fail"
 fi
 
+# Helm built from its Go module (first run: a few minutes; then cached in var/cache/helm) for the chart checks
+# (tests/deploy/test_helm.py: lint, template, server-side dry run and apply on the Kubernetes testbed).
+log "== helm: scripts/helm.sh build"
+if ! bash scripts/helm.sh build >/dev/null; then
+    failed+=("helm build")
+    log "warning: building Helm failed (messages above); the chart tests will fail"
+fi
+
 # An OpenID Provider (oidc-provider from npm, run by Node.js; first run: an npm install into var/cache) and
 # OpenLDAP's slapd with a small directory, for the sign-in tests (tests/identity, tests/e2e/test_sign_in.py).
 log "== identity testbed: scripts/idp-testbed.sh start"
