@@ -76,6 +76,8 @@ MESSAGE_LIMIT = 4096  # characters of a failed check's output kept on its event 
 # ("rules" or "admin"), action (an ActionKind), actor (a user or None). The place Slurm/Kubernetes drains,
 # job requeues and notifications hook in.
 tray_health_changed = Signal()
+# A fault older than this when it is reported is recorded as history; no rule acts on it.
+STALE_AFTER = timedelta(hours=24)
 # Sent on commit when the circuit breaker tripped: sender=HealthSettings, at, note.
 breaker_tripped = Signal()
 
@@ -413,6 +415,15 @@ def _record(
             for name, value in verdict.items():
                 setattr(event, name, value)
             event.save(update_fields=list(verdict))
+        if context.now - observation.at > STALE_AFTER:
+            # An old fault (a first read of a long kernel log, a backlog the agent could not post): history,
+            # not a reason to take a tray out now.
+            if new:
+                outcome.actions.append(
+                    f"{event.title} on {_where(event)} at {_timestamp(observation.at)}: recorded, not acted "
+                    f"on (older than {STALE_AFTER.days * 24} hours)"
+                )
+            continue
         serious = serious or verdict["drains"] or verdict["degrades"]
         first_of_each = {}
         for rule in rules:  # sorted: the first (oldest) rule of each action speaks for it
@@ -866,6 +877,13 @@ def drain_tray(tray: ComputeTray, reason: str, *, actor=None, needs_service: boo
             raise HealthError(
                 f"{tray.hostname} is already {tray.get_state_display().lower()} ({tray.state_reason}); that "
                 "owner's reason is kept. Return it first if Rackplane should own the drain."
+            )
+        if tray.state != TrayState.UP and not (needs_service and tray.state != TrayState.NEEDS_SERVICE):
+            # Out already (the rules' or an admin's drain, a maintenance window): a second drain would replace
+            # its reason and notify again.
+            raise HealthError(
+                f"{tray.hostname} is already {tray.get_state_display().lower()} ({tray.state_reason}). "
+                "Return it to service first to take it out for another reason."
             )
         who = f"{actor.get_username()}: " if actor is not None else ""
         prefix = NEEDS_SERVICE_PREFIX if needs_service else REASON_PREFIX

@@ -30,6 +30,8 @@ from core.models import (
     NotificationStatus,
     NotificationSubscription,
 )
+from inventory.models import ComputeTray, Rack
+from tenancy.models import Department
 
 WHAT = "notification settings"
 DELIVERIES_PER_PAGE = 50
@@ -82,6 +84,22 @@ class SubscriptionForm(forms.Form):
         scope = self.cleaned_data["scope"].strip()
         if scope:
             destinations.check_scope(scope)
+            # Scopes match exactly: one naming nothing that exists would silently never receive anything.
+            kind, _, name = scope.partition(":")
+            lookups = {
+                "rack": lambda: Rack.objects.filter(name=name).exists(),
+                "tray": lambda: ComputeTray.objects.filter(hostname=name).exists(),
+                "department": lambda: Department.objects.filter(slug=name).exists(),
+            }
+            if kind not in lookups:
+                raise forms.ValidationError(
+                    f"Unknown scope kind {kind!r}: use rack:, tray: or department:.", code="scope"
+                )
+            if not lookups[kind]():
+                raise forms.ValidationError(
+                    f"There is no {kind} named {name!r} (names are lower-case, as on their pages).",
+                    code="scope",
+                )
         return scope
 
 

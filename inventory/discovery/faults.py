@@ -473,9 +473,16 @@ def _text(value, where: str, limit: int, *, blank: bool = True, limit_bytes: boo
         raise ReportError(f"{where} is {size} {unit} long; at most {limit} are taken")
     if "\x00" in value:
         raise ReportError(f"{where} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ReportError(f"{where} is not valid Unicode (it holds a lone surrogate)") from None
     if not blank and not value.strip():
         raise ReportError(f"{where} is empty")
     return value
+
+
+EARLIEST_YEAR = 2000  # a time before it is a node whose clock was never set (and would overflow arithmetic)
 
 
 def _time(value, where: str, now: datetime | None) -> datetime:
@@ -490,6 +497,8 @@ def _time(value, where: str, now: datetime | None) -> datetime:
         raise ReportError(f"{where} {shown!r} is not an ISO 8601 time (e.g. 2025-10-14T11:20:09+00:00)")
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ReportError(f"{where} {value!r} has no time zone; send it with one (+00:00 or Z)")
+    if parsed.year < EARLIEST_YEAR:
+        raise ReportError(f"{where} {value!r} is before {EARLIEST_YEAR}: the node's clock is wrong")
     if now is not None and parsed - now > MAX_FUTURE:
         raise ReportError(f"{where} {value!r} is more than a day ahead of the portal's clock")
     return parsed

@@ -4,8 +4,13 @@ and never count as a healthy report."""
 
 from __future__ import annotations
 
-import pytest
+import json
+from datetime import timedelta
 
+import pytest
+from django.utils import timezone
+
+from inventory import health
 from inventory.choices import TrayState
 from inventory.models import ComputeTray, Gpu, HealthEvent
 from tests.factories import token_client
@@ -77,3 +82,39 @@ def test_a_dry_run_writes_nothing_and_an_unknown_host_is_a_400(agent):
     assert ComputeTray.objects.get(hostname=HOST).state == TrayState.UP
     response = agent.post(URL, {"host": "gb-r99-t01", "xids": [xid(79)]}, format="json")
     assert response.status_code in (400, 403)
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"time": "0001-01-01T00:00:00+00:00"}, "before 2000"),
+        ({"time": "0001-01-01T00:30:00+01:00"}, "before 2000"),
+        ({"text": "LONE_SURROGATE"}, "not valid Unicode"),
+    ],
+)
+def test_an_impossible_time_or_broken_text_is_a_400_naming_it(agent, entry, words):
+    # Sent as raw JSON: a lone surrogate is legal JSON text (\ud800) that no UTF-8 encoder will write.
+    body = json.dumps({"host": HOST, "xids": [{**xid(13), **entry}]}).replace("LONE_SURROGATE", "\\ud800")
+    response = agent.post(URL, data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert words in response.content.decode()
+    assert HealthEvent.objects.count() == 0
+
+
+def test_an_old_fault_is_recorded_as_history_and_drains_nothing(agent):
+    response = agent.post(
+        URL, {"host": HOST, "xids": [xid(79, at=timezone.now() - timedelta(days=400))]}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    assert "recorded, not acted on" in " ".join(response.json()["health"]["actions"])
+    assert HealthEvent.objects.count() == 1
+    assert ComputeTray.objects.get(hostname=HOST).state == TrayState.UP
+
+
+def test_a_drained_tray_is_not_drained_again_over_its_reason(demo_inventory):
+    tray = ComputeTray.objects.get(hostname=HOST)
+    health.drain_tray(tray, "fan swap")
+    with pytest.raises(health.HealthError, match="already drain"):
+        health.drain_tray(tray, "another reason")
+    tray.refresh_from_db()
+    assert tray.state_reason.endswith("fan swap")

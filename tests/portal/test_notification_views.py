@@ -104,7 +104,9 @@ def test_the_menu_entry_is_for_admins_only(client_as, lead_a):
 # --- adding a webhook: the secret shown once -------------------------------------------------------------
 
 
-def test_adding_a_webhook_shows_its_secret_once_and_audits_without_it(admin, allow_private, receiver):
+def test_adding_a_webhook_shows_its_secret_once_and_audits_without_it(
+    admin, allow_private, receiver, demo_inventory
+):
     response = admin.post(
         NEW_WEBHOOK,
         {
@@ -265,6 +267,9 @@ def test_a_failed_test_notification_says_why(admin, allow_private, receiver):
         ({"name": ""}, "Name it after"),
         ({"name": "x" * 100_000}, "at most 100 characters"),
         ({"scope": "rack gb-r01"}, "kind:name"),
+        ({"scope": "rack:nope"}, "There is no rack named 'nope'"),
+        ({"scope": "kind:x"}, "Unknown scope kind 'kind'"),
+        ({"scope": "department:nope"}, "There is no department named 'nope'"),
     ],
 )
 def test_bad_input_is_a_form_error_and_writes_nothing(admin, settings, data, says):
