@@ -9,9 +9,10 @@ from django.shortcuts import get_object_or_404, render
 
 from core.access import is_admin
 from core.htmx import page_or_partial
-from inventory import health, selectors
+from inventory import selectors
 from inventory.choices import SystemModel
 from portal.tray_actions import BULK_LIMIT, actions_context
+from portal.tray_context import health_context, tray_context
 from scheduling.models import Job
 from scheduling.usage import holder_annotations
 from tenancy.models import DedicatedPartition, Department
@@ -86,32 +87,10 @@ def rack_detail(request, name):
     return render(request, "inventory/rack_detail.html", context)
 
 
-def _health_context(request, **subject) -> dict:
-    """The health timeline (events and decisions, newest first) in the range `?health=24h|7d|30d|all`."""
-    entries, range_key = health.timeline(request.user, range_key=request.GET.get("health", ""), **subject)
-    return {
-        "health_entries": entries,
-        "health_range": range_key,
-        "health_ranges": [(key, label) for key, label in HEALTH_RANGE_LABELS.items()],
-        "health_limit": health.TIMELINE_LIMIT,
-    }
-
-
-HEALTH_RANGE_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "all": "All"}
-
-
 def gpu_detail(request, pk):
     gpu = get_object_or_404(selectors.gpus_for_detail(request.user), pk=pk)
-    context = {**selectors.gpu_context(gpu), **_health_context(request, gpu=gpu)}
+    context = {**selectors.gpu_context(gpu), **health_context(request, gpu=gpu)}
     return page_or_partial(request, "inventory/gpu_detail.html", "inventory/_gpu_detail.html", context)
-
-
-def tray_context(request, tray) -> dict:
-    return {
-        **selectors.tray_context(request.user, tray),
-        **_health_context(request, tray=tray),
-        "health_checks": health.latest_checks(request.user, tray),
-    }
 
 
 def tray_detail(request, pk):

@@ -33,6 +33,7 @@ from integrations import drain as schedulers
 from inventory import health, selectors
 from inventory.choices import ActionKind, TrayState
 from inventory.models import ComputeTray, HealthAction
+from portal.tray_context import tray_context
 
 WHAT = "tray actions"
 BULK_LIMIT = 72  # trays per bulk request (four racks' worth; a rack view offers at most 18)
@@ -136,8 +137,6 @@ def _tray(request, pk: int) -> ComputeTray:
 
 def _refused(request, tray: ComputeTray, status: int, error: str = "", **bound):
     """The tray page again, with the bound form's errors (or `error` from the service) and nothing changed."""
-    from portal.racks import tray_context
-
     tray.refresh_from_db()
     context = tray_context(request, tray)
     context.update(actions_context(request.user, tray, **bound))

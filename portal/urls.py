@@ -7,7 +7,10 @@ is one router under /api/v1/.
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
@@ -17,7 +20,17 @@ from integrations.plans.api import PartitionPlanViewSet
 from inventory import urls as inventory_urls
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
-from portal import account, audit_views, departments, health, notifications, racks, tray_actions, views
+from portal import (
+    account,
+    audit_views,
+    departments,
+    health,
+    notifications,
+    racks,
+    search,
+    tray_actions,
+    views,
+)
 from portal.api.audit import AuditEventViewSet
 from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
 from scheduling.api.views import JobViewSet
@@ -79,6 +92,13 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
+    # Browsers ask for /favicon.ico whatever the page's <link rel="icon"> says: send them to the SVG.
+    path(
+        "favicon.ico",
+        login_not_required(RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+        name="favicon",
+    ),
+    path("search/", search.search_page, name="search"),
     path("login/", account.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Single sign-on (tenancy.auth; 404 while it is not configured): the button, and the provider's return.

@@ -1,4 +1,5 @@
-"""The overview page, and the error pages every URL can end on.
+"""The home page (the fleet overview for platform admins, a lead's or member's work for them), and the error
+pages every URL can end on.
 
 Error pages never fail: they render their template with a small context of plain values (no request, so no
 context processors, no database, no `request.resolver_match`), fall back to plain text if even that breaks,
@@ -6,12 +7,17 @@ and answer JSON ({"detail": ...}) under /api/, like Django REST framework does.
 """
 
 import logging
+from dataclasses import dataclass
 
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
 
+from core.access import Role, is_admin
 from inventory import selectors
+from scheduling.choices import HOLDING_STATES, JobState
+from scheduling.models import Job
+from scheduling.usage import Position, department_list, idle_gpus_queryset
 
 logger = logging.getLogger(__name__)
 
@@ -22,9 +28,77 @@ CSRF_REASON = (
 )
 
 
+WORK_LIMIT = 20  # jobs and idle GPUs listed on a lead's or member's home; the rest is counted
+
+
+@dataclass
+class WorkHome:
+    """What a lead or member sees first: their departments' quota, their idle GPUs and their jobs."""
+
+    positions: list[Position]
+    idle_gpus: list  # Gpu rows annotated by scheduling.usage.idle_gpus_queryset
+    running_jobs: list[Job]
+    pending_jobs: list[Job]
+
+    def _sum(self, name: str) -> int:
+        return sum(getattr(p, name) for p in self.positions)
+
+    @property
+    def guaranteed(self) -> int:
+        return self._sum("guaranteed")
+
+    @property
+    def in_use(self) -> int:
+        return self._sum("in_use")
+
+    @property
+    def borrowed(self) -> int:
+        return self._sum("borrowed")
+
+    @property
+    def idle(self) -> int:
+        return self._sum("idle")
+
+    @property
+    def idle_more(self) -> int:
+        return max(0, self.idle - len(self.idle_gpus))
+
+    @property
+    def running_more(self) -> int:
+        return max(0, self._sum("running_jobs") - len(self.running_jobs))
+
+    @property
+    def pending_more(self) -> int:
+        return max(0, self._sum("pending_jobs") - len(self.pending_jobs))
+
+
+def work_home(user) -> WorkHome:
+    """A fixed number of queries whatever the fleet's or the departments' size: the departments' positions
+    (scheduling.usage.department_list), one bounded query each for idle GPUs, running and pending jobs."""
+    positions = department_list(user)
+    ids = [p.department.pk for p in positions]
+    idle = list(idle_gpus_queryset().filter(department_id__in=ids)[:WORK_LIMIT])
+    jobs = (
+        Job.objects.visible_to(user)
+        .filter(department_id__in=ids)
+        .select_related("department", "submitted_by")
+    )
+    running = list(jobs.filter(state__in=HOLDING_STATES).order_by("-started_at", "-pk")[:WORK_LIMIT])
+    pending = list(jobs.filter(state=JobState.PENDING).order_by("created_at", "pk")[:WORK_LIMIT])
+    return WorkHome(positions=positions, idle_gpus=idle, running_jobs=running, pending_jobs=pending)
+
+
 def home(request):
-    """The overview: the whole fleet at a glance, a fixed handful of aggregate queries."""
-    return render(request, "portal/home.html", {"overview": selectors.overview(request.user)})
+    """Platform admins (and accounts in no department): the whole fleet at a glance, a fixed handful of
+    aggregate queries. Leads and members: their work (work_home), not the fleet's hardware."""
+    user = request.user
+    roles = set()
+    if not is_admin(user):
+        roles = set(user.memberships.values_list("role", flat=True))
+        user._leads_any = Role.LEAD in roles  # the menu's audit log link (core.templatetags.access)
+    if not is_admin(user) and roles:
+        return render(request, "portal/work_home.html", {"work": work_home(user)})
+    return render(request, "portal/home.html", {"overview": selectors.overview(user)})
 
 
 def error_response(request, status: int, template_name: str, detail: str, context: dict | None = None):

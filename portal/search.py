@@ -1,0 +1,259 @@
+"""Global search (the box in the header, `/search/?q=`): GPUs, trays, racks, jobs, departments and users.
+
+Each kind is searched through its model's `visible_to(user)`, so a member finds only their departments' jobs
+and the people they may see (users: platform admins see everyone, others the members of the departments they
+lead and themselves, as `Membership.objects.visible_to` says). An exact match (a full GPU UUID or serial, a
+tray hostname, a job id, a rack name or cluster UUID, an IB port GUID) answers with a redirect to the object.
+
+Cost at 1,000 racks (72,000 GPUs, 18,000 trays): every lookup on the inventory is an equality or a prefix
+*range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a filter) on a column with a unique index
+(GPU uuid, tray hostname, rack name, rack cluster UUID), so each is an index range scan reading at most
+LIMIT + 1 rows, plus one bounded count per kind when there are more. The inventory stores these names in
+lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is lower-cased for them, which
+makes the search case-insensitive without a case-folding index. Three lookups are not on an index: the GPU
+serial (exact only; a scan of the GPU table, about 72,000 short rows), the IB port GUID (only when the query
+looks like a GUID; a scan of the tray table's JSON lists) and job and department names (case-insensitive
+prefix; departments are few, jobs are narrowed by `visible_to`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+from dataclasses import dataclass, field
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q
+from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
+from django.urls import reverse
+
+from core.access import is_admin
+from inventory.models import ComputeTray, Gpu, Rack
+from scheduling.models import Job
+from tenancy.models import Department, Membership
+
+MAX_QUERY = 200
+LIMIT = 20  # results shown per kind; the rest is counted ("and N more")
+HIGH = "\uffff"
+GUID = re.compile(r"^(0x)?[0-9a-f]{16}$")
+GUID_PREFIX = re.compile(r"^0x[0-9a-f]{4,16}$")
+
+
+class QueryTooLong(ValueError):
+    pass
+
+
+@dataclass
+class Hit:
+    title: str
+    url: str
+    note: str = ""
+
+
+@dataclass
+class Group:
+    kind: str
+    label: str
+    hits: list[Hit] = field(default_factory=list)
+    more: int = 0
+
+
+@dataclass
+class Results:
+    query: str
+    groups: list[Group]
+    exact: str | None = None  # the URL of the one object the query names exactly
+
+    @property
+    def total(self) -> int:
+        return sum(len(g.hits) + g.more for g in self.groups)
+
+
+def clean(raw) -> str:
+    """The query as searched: control characters become spaces, then trimmed. Longer than MAX_QUERY
+    characters raises QueryTooLong."""
+    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in str(raw or "")).strip()
+    if len(text) > MAX_QUERY:
+        raise QueryTooLong(
+            f"The search is {len(text)} characters long; at most {MAX_QUERY} are searched. "
+            "Search for a shorter part of the name, for example the start of a hostname or a GPU UUID."
+        )
+    return text
+
+
+def _prefix(field_name: str, value: str) -> Q:
+    """`field_name` starts with `value`, as an index range scan (see the module docstring)."""
+    return Q(
+        **{f"{field_name}__gte": value, f"{field_name}__lt": value + HIGH, f"{field_name}__startswith": value}
+    )
+
+
+def _bounded(queryset, limit: int = LIMIT) -> tuple[list, int]:
+    rows = list(queryset[: limit + 1])
+    if len(rows) <= limit:
+        return rows, 0
+    return rows[:limit], queryset.count() - limit
+
+
+def _gpu_uuid(q: str) -> str:
+    lower = q.lower()
+    return "GPU-" + lower[4:] if lower.startswith("gpu-") else "GPU-" + lower
+
+
+def _gpus(user, q: str) -> tuple[Group, str | None]:
+    gpus = Gpu.objects.visible_to(user).select_related("tray").order_by("uuid")
+    canonical = _gpu_uuid(q)
+    exact = gpus.filter(Q(uuid=canonical) | Q(serial__in={q, q.upper()})).first()
+    group = Group("gpu", "GPUs")
+    rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)))
+    if exact is not None and all(row.pk != exact.pk for row in rows):
+        rows = [exact, *rows[: LIMIT - 1]]
+    for gpu in rows:
+        where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else "removed from its tray"
+        serial = f" · serial {gpu.serial}" if gpu.serial else ""
+        group.hits.append(Hit(gpu.uuid, reverse("inventory:gpu-detail", args=[gpu.pk]), where + serial))
+    return group, reverse("inventory:gpu-detail", args=[exact.pk]) if exact else None
+
+
+def _trays(user, q: str) -> tuple[Group, str | None]:
+    trays = ComputeTray.objects.visible_to(user).select_related("rack").order_by("hostname")
+    lower = q.lower()
+    group = Group("tray", "Compute trays")
+    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)))
+    exact = next((t for t in rows if t.hostname == lower), None)
+    guid = lower if lower.startswith("0x") else "0x" + lower
+    if GUID.match(lower) or GUID_PREFIX.match(lower):
+        # Not indexed (a JSON list per tray): only for a query that looks like a GUID.
+        by_guid = list(trays.filter(ib_port_guids__icontains=guid)[:LIMIT])
+        if len(by_guid) == 1 and guid in [str(g).lower() for g in by_guid[0].ib_port_guids or []]:
+            exact = exact or by_guid[0]
+        rows = [*rows, *(t for t in by_guid if t not in rows)][:LIMIT]
+    for tray in rows:
+        group.hits.append(
+            Hit(
+                tray.hostname,
+                reverse("inventory:tray-detail", args=[tray.pk]),
+                f"{tray.rack.name} · slot {tray.slot}",
+            )
+        )
+    return group, reverse("inventory:tray-detail", args=[exact.pk]) if exact else None
+
+
+def _racks(user, q: str) -> tuple[Group, str | None]:
+    racks = Rack.objects.visible_to(user).order_by("name")
+    group = Group("rack", "Racks")
+    exact = racks.filter(name__in={q, q.lower()}).first()
+    try:
+        cluster = uuid.UUID(q)
+    except ValueError:
+        cluster = None
+    if cluster is not None:
+        exact = exact or racks.filter(cluster_uuid=cluster).first()
+    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())))
+    if exact is not None and exact not in rows:
+        rows = [exact, *rows[: LIMIT - 1]]
+    for rack in rows:
+        note = f"cluster {rack.cluster_uuid}" if rack.cluster_uuid else rack.location
+        group.hits.append(Hit(rack.name, reverse("inventory:rack-detail", args=[rack.name]), note))
+    return group, reverse("inventory:rack-detail", args=[exact.name]) if exact else None
+
+
+def _jobs(user, q: str) -> tuple[Group, str | None]:
+    jobs = Job.objects.visible_to(user).select_related("department")
+    group = Group("job", "Jobs")
+    number = q.removeprefix("#")
+    exact = jobs.filter(pk=int(number)).first() if number.isdigit() and len(number) < 19 else None
+    rows, group.more = _bounded(jobs.filter(name__istartswith=q).order_by("-created_at", "-pk"))
+    if exact is not None and exact not in rows:
+        rows = [exact, *rows[: LIMIT - 1]]
+    for job in rows:
+        group.hits.append(
+            Hit(
+                f"#{job.pk} {job.name}",
+                reverse("scheduling:job-detail", args=[job.pk]),
+                f"{job.department.name} · {job.get_state_display()} · {job.gpus} GPU{pluralize(job.gpus)}",
+            )
+        )
+    return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
+
+
+def _departments(user, q: str) -> tuple[Group, str | None]:
+    departments = Department.objects.visible_to(user).order_by("name")
+    group = Group("department", "Departments")
+    rows, group.more = _bounded(departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q)))
+    for department in rows:
+        group.hits.append(
+            Hit(
+                department.name, reverse("tenancy:department-detail", args=[department.slug]), department.slug
+            )
+        )
+    exact = next((d for d in rows if q.lower() in (d.name.lower(), d.slug.lower())), None)
+    return group, reverse("tenancy:department-detail", args=[exact.slug]) if exact else None
+
+
+def visible_users(user):
+    """The accounts `user` may find: everyone for platform admins; else themselves and the members of the
+    departments they lead (the memberships `Membership.objects.visible_to` shows them)."""
+    users = get_user_model().objects.all()
+    if is_admin(user):
+        return users
+    return users.filter(
+        Q(pk=user.pk) | Q(pk__in=Membership.objects.visible_to(user).values("user_id"))
+    ).distinct()
+
+
+def _users(user, q: str) -> tuple[Group, str | None]:
+    group = Group("user", "Users")
+    rows, group.more = _bounded(visible_users(user).filter(username__istartswith=q).order_by("username"))
+    can_open_admin = is_admin(user) and user.is_staff and user.has_perm("auth.view_user")
+    memberships = {}
+    if rows and not can_open_admin:
+        for membership in (
+            Membership.objects.visible_to(user).filter(user__in=rows).select_related("department")
+        ):
+            memberships.setdefault(membership.user_id, membership.department)
+    for found in rows:
+        if can_open_admin:
+            url = reverse("admin:auth_user_change", args=[found.pk])
+        elif found.pk in memberships:
+            url = reverse("tenancy:department-detail", args=[memberships[found.pk].slug])
+        else:
+            url = reverse("personal-tokens") if found.pk == user.pk else ""
+        name = found.get_full_name()
+        group.hits.append(Hit(found.get_username(), url, name))
+    return group, None
+
+
+SEARCHES = (_gpus, _trays, _racks, _jobs, _departments, _users)
+
+
+def search(user, q: str) -> Results:
+    """Every kind's bounded results for the cleaned query `q` (see clean()), and the exact match's URL."""
+    groups, exact = [], None
+    for kind in SEARCHES:
+        group, url = kind(user, q)
+        exact = exact or url
+        if group.hits:
+            groups.append(group)
+    return Results(query=q, groups=groups, exact=exact)
+
+
+# ---------------------------------------------------------------------------------------------- the page
+
+
+def search_page(request):
+    """`/search/?q=`: the results grouped by kind, a 302 to the object on an exact match, the page with a
+    hint when the query is empty, and 400 (in words) when it is too long."""
+    raw = request.GET.getlist("q")
+    try:
+        q = clean(raw[-1] if raw else "")
+    except QueryTooLong as error:
+        return render(request, "portal/search.html", {"q": "", "error": str(error)}, status=400)
+    if not q:
+        return render(request, "portal/search.html", {"q": ""})
+    results = search(request.user, q)
+    if results.exact and request.GET.get("all") != "1":
+        return redirect(results.exact)
+    return render(request, "portal/search.html", {"q": q, "results": results, "limit": LIMIT})

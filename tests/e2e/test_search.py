@@ -1,0 +1,72 @@
+"""Global search as a person uses it: type part of a hostname in the header box, see the grouped results,
+type a whole hostname and land on the tray's page. Also the member's home and the menu, at desktop and phone
+width (screenshots in `shots`)."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from inventory.demo import seed_datacenter
+from inventory.models import ComputeTray
+from tests.factories import make_department, make_job, make_member
+
+PASSWORD = "e2e-search-password-1"
+
+
+@pytest.fixture
+def member(transactional_db):
+    seed_datacenter(racks=3)
+    department = make_department("Research", guaranteed_gpus=8)
+    user = make_member("e2e-searcher", department, password=PASSWORD)
+    make_job(department, "research-llama-pretrain", state="pending", gpus=16)
+    make_job(make_department("Hidden"), "research-llama-elsewhere", state="pending")
+    return user
+
+
+def sign_in(page, live_server):
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", "e2e-searcher")
+    page.fill("#id_password", PASSWORD)
+    with page.expect_navigation():
+        page.locator("#id_password").press("Enter")
+    expect(page).not_to_have_url(re.compile(r"/login/"))
+
+
+@pytest.mark.e2e
+def test_search_from_the_header_lands_on_the_tray(live_server, page, member, shots):
+    sign_in(page, live_server)
+    # The member's home: their work, not the fleet.
+    expect(page.get_by_role("heading", name="Your work")).to_be_visible()
+    expect(page.locator('section[aria-labelledby="work-quota"]')).to_contain_text("Research")
+    expect(page.locator("main")).not_to_contain_text("Trays with fabric problems")
+    page.screenshot(path=str(shots / "home-member-desktop.png"), full_page=True)
+
+    box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+    box.fill("research-ll")
+    with page.expect_navigation():
+        box.press("Enter")
+    expect(page).to_have_url(re.compile(r"/search/\?q=research-ll$"))
+    jobs = page.locator('section[data-kind="job"]')
+    expect(jobs).to_contain_text("research-llama-pretrain")
+    expect(page.locator("main")).not_to_contain_text("research-llama-elsewhere")
+
+    box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+    box.fill("gb-r02-t0")
+    with page.expect_navigation():
+        box.press("Enter")
+    trays = page.locator('section[data-kind="tray"] li')
+    expect(trays).to_have_count(9)
+    page.screenshot(path=str(shots / "search-results-desktop.png"), full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=str(shots / "search-results-phone.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+    tray = ComputeTray.objects.get(hostname="gb-r02-t05")
+    box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+    box.fill("GB-R02-T05")
+    with page.expect_navigation():
+        box.press("Enter")
+    expect(page).to_have_url(f"{live_server.url}/inventory/trays/{tray.pk}/")
+    expect(page.locator("main")).to_contain_text("gb-r02-t05")
+    page.screenshot(path=str(shots / "search-landed-on-tray.png"), full_page=True)

@@ -1,0 +1,244 @@
+"""Global search (portal.search): every kind, the jump to an exact match, visibility, bad input, cost."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from inventory.models import ComputeTray, Gpu, Rack
+from portal.search import LIMIT, MAX_QUERY
+from tests.factories import make_job, make_member
+
+pytestmark = pytest.mark.django_db
+
+SEARCH = "/search/"
+
+
+@pytest.fixture
+def department_a(demo_inventory):
+    from tests.factories import make_department
+
+    return make_department("Alpha")
+
+
+@pytest.fixture
+def department_b(demo_inventory):
+    from tests.factories import make_department
+
+    return make_department("Beta")
+
+
+def kinds(response) -> dict[str, list[str]]:
+    """{kind: [titles]} of a results page."""
+    return {g.kind: [h.title for h in g.hits] for g in response.context["results"].groups}
+
+
+# --- every kind ---------------------------------------------------------------------------------------------
+
+
+def test_an_empty_query_is_the_page_with_a_hint(client_as):
+    for url in (SEARCH, SEARCH + "?q=", SEARCH + "?q=%20%20%20"):
+        response = client_as("member_a").get(url)
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "Type the start of a tray hostname" in html
+        assert "results" not in response.context
+
+
+def test_a_hostname_prefix_lists_trays(client_as, demo_inventory):
+    response = client_as("member_a").get(SEARCH, {"q": "  GB-R02-T0  "})
+    assert response.status_code == 200
+    assert response.context["q"] == "GB-R02-T0"
+    trays = kinds(response)["tray"]
+    assert trays == [f"gb-r02-t0{n}" for n in range(1, 10)]
+    tray = ComputeTray.objects.get(hostname="gb-r02-t01")
+    assert reverse("inventory:tray-detail", args=[tray.pk]) in response.content.decode()
+
+
+def test_a_full_hostname_jumps_to_the_tray(client_as, demo_inventory):
+    tray = ComputeTray.objects.get(hostname="gb-r01-t05")
+    response = client_as("member_a").get(SEARCH, {"q": "GB-R01-T05"})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("inventory:tray-detail", args=[tray.pk])
+
+
+def test_a_full_gpu_uuid_in_any_case_jumps_to_the_gpu(client_as, demo_inventory):
+    gpu = Gpu.objects.order_by("pk")[7]
+    response = client_as("member_a").get(SEARCH, {"q": gpu.uuid.upper()})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("inventory:gpu-detail", args=[gpu.pk])
+
+
+def test_a_gpu_uuid_prefix_lists_gpus(client_as, demo_inventory):
+    gpu = Gpu.objects.order_by("pk")[3]
+    prefix = gpu.uuid[:12]
+    response = client_as("member_a").get(SEARCH, {"q": prefix})
+    assert response.status_code == 200
+    expected = set(Gpu.objects.filter(uuid__startswith=prefix).values_list("uuid", flat=True))
+    assert gpu.uuid in kinds(response)["gpu"]
+    assert set(kinds(response)["gpu"]) == expected
+
+
+def test_a_gpu_serial_jumps_to_the_gpu(client_as, demo_inventory):
+    gpu = Gpu.objects.exclude(serial="").order_by("pk")[11]
+    response = client_as("member_a").get(SEARCH, {"q": gpu.serial})
+    assert response["Location"] == reverse("inventory:gpu-detail", args=[gpu.pk])
+
+
+def test_an_ib_port_guid_jumps_to_its_tray(client_as, demo_inventory):
+    tray = ComputeTray.objects.get(hostname="gb-r03-t07")
+    guid = tray.ib_port_guids[2]
+    response = client_as("member_a").get(SEARCH, {"q": guid.upper().replace("0X", "0x")})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("inventory:tray-detail", args=[tray.pk])
+
+
+def test_a_rack_name_and_a_cluster_uuid_jump_to_the_rack(client_as, demo_inventory):
+    rack = Rack.objects.get(name="gb-r02")
+    client = client_as("member_a")
+    assert client.get(SEARCH, {"q": "gb-r02"})["Location"] == reverse(
+        "inventory:rack-detail", args=["gb-r02"]
+    )
+    response = client.get(SEARCH, {"q": str(rack.cluster_uuid).upper()})
+    assert response["Location"] == reverse("inventory:rack-detail", args=["gb-r02"])
+
+
+def test_a_rack_prefix_lists_racks(client_as, demo_inventory):
+    response = client_as("member_a").get(SEARCH, {"q": "gb-r0"})
+    assert kinds(response)["rack"] == ["gb-r01", "gb-r02", "gb-r03"]
+
+
+def test_jobs_by_name_and_by_number(client_as, department_a, member_a):
+    job = make_job(department_a, "llama-pretrain", state="pending")
+    make_job(department_a, "llama-finetune", state="pending")
+    client = client_as("member_a")
+    response = client.get(SEARCH, {"q": "LLAMA"})
+    assert sorted(kinds(response)["job"]) == sorted(
+        [f"#{job.pk} llama-pretrain", f"#{job.pk + 1} llama-finetune"]
+    )
+    for q in (str(job.pk), f"#{job.pk}"):
+        assert client.get(SEARCH, {"q": q})["Location"] == reverse("scheduling:job-detail", args=[job.pk])
+
+
+def test_departments_and_users(client_as, department_a, lead_a, member_a):
+    client = client_as("lead_a")
+    response = client.get(SEARCH, {"q": "alp"})
+    assert kinds(response)["department"] == ["Alpha"]
+    response = client.get(SEARCH, {"q": "member-"})
+    assert kinds(response)["user"] == ["member-a"]
+    assert reverse("tenancy:department-detail", args=[department_a.slug]) in response.content.decode()
+
+
+def test_results_per_kind_are_bounded_with_a_count_of_the_rest(client_as, demo_inventory):
+    response = client_as("member_a").get(SEARCH, {"q": "gb-r0"})
+    trays = next(g for g in response.context["results"].groups if g.kind == "tray")
+    assert len(trays.hits) == LIMIT
+    assert trays.more == 54 - LIMIT
+    assert f"and {54 - LIMIT} more" in response.content.decode()
+
+
+def test_an_exact_match_shows_every_result_when_asked(client_as, demo_inventory):
+    response = client_as("member_a").get(SEARCH, {"q": "gb-r01-t05", "all": "1"})
+    assert response.status_code == 200
+    assert kinds(response)["tray"] == ["gb-r01-t05"]
+
+
+def test_nothing_found_says_so(client_as, demo_inventory):
+    response = client_as("member_a").get(SEARCH, {"q": "zz-no-such-thing"})
+    assert response.status_code == 200
+    assert "Nothing you may see matches" in response.content.decode()
+
+
+# --- visibility ---------------------------------------------------------------------------------------------
+
+
+def test_a_member_cannot_find_another_departments_job(client_as, department_a, department_b, member_a):
+    theirs = make_job(department_b, "beta-secret-run", state="pending")
+    mine = make_job(department_a, "alpha-run", state="pending")
+    client = client_as("member_a")
+    response = client.get(SEARCH, {"q": "beta-secret"})
+    assert response.status_code == 200
+    assert "job" not in kinds(response)
+    assert "beta-secret-run" not in response.content.decode()
+    # Its number is no jump either; one's own is.
+    response = client.get(SEARCH, {"q": str(theirs.pk)})
+    assert response.status_code == 200 and "job" not in kinds(response)
+    assert client.get(SEARCH, {"q": str(mine.pk)}).status_code == 302
+    # An admin finds it.
+    assert client_as("platform_admin").get(SEARCH, {"q": str(theirs.pk)}).status_code == 302
+
+
+def test_a_member_cannot_find_users_or_departments_outside_theirs(
+    client_as, department_a, department_b, member_a
+):
+    make_member("beta-person", department_b)
+    make_member("alpha-person", department_a)
+    client = client_as("member_a")
+    response = client.get(SEARCH, {"q": "beta"})
+    assert "user" not in kinds(response) and "department" not in kinds(response)
+    # A member sees only themselves among users (as Membership.visible_to does); a lead their department.
+    assert "user" not in kinds(client.get(SEARCH, {"q": "alpha-person"}))
+    assert kinds(client.get(SEARCH, {"q": "member-a"}))["user"] == ["member-a"]
+    lead = make_member("alpha-lead", department_a, role="lead")
+    client.force_login(lead)
+    assert kinds(client.get(SEARCH, {"q": "alpha-p"}))["user"] == ["alpha-person"]
+    assert "user" not in kinds(client.get(SEARCH, {"q": "beta-p"}))
+
+
+def test_search_needs_a_sign_in(client, demo_inventory):
+    response = client.get(SEARCH, {"q": "gb-r01"})
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+# --- bad input ----------------------------------------------------------------------------------------------
+
+
+def test_a_huge_query_is_a_400_in_words(client_as, demo_inventory):
+    response = client_as("member_a").get(SEARCH, {"q": "a" * (MAX_QUERY + 1)})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert f"at most {MAX_QUERY} are searched" in html
+    assert client_as("member_a").get(SEARCH, {"q": "a" * MAX_QUERY}).status_code == 200
+    # Spaces around it do not count.
+    assert client_as("member_a").get(SEARCH, {"q": " " * 50 + "a" * MAX_QUERY}).status_code == 200
+
+
+def test_control_characters_are_searched_as_spaces(client_as, demo_inventory):
+    tray = ComputeTray.objects.get(hostname="gb-r01-t05")
+    client = client_as("member_a")
+    response = client.get(SEARCH, {"q": "\x00gb-r01-t05\r\n"})
+    assert response["Location"] == reverse("inventory:tray-detail", args=[tray.pk])
+    response = client.get(SEARCH, {"q": "gb\x00r01\x1b"})
+    assert response.status_code == 200
+    assert response.context["q"] == "gb r01"
+
+
+def test_wrong_types_in_the_query_string(client_as, demo_inventory):
+    client = client_as("member_a")
+    # ?q[]= (a PHP-style array) is not `q`: the empty page.
+    response = client.get(SEARCH + "?q[]=gb-r01&q[]=x")
+    assert response.status_code == 200 and "results" not in response.context
+    # Repeated q: the last one is searched.
+    response = client.get(SEARCH + "?q=nothing&q=gb-r02")
+    assert response["Location"] == reverse("inventory:rack-detail", args=["gb-r02"])
+    for q in ("%", "_", "'; DROP TABLE inventory_gpu; --", "\\", "99999999999999999999999"):
+        response = client.get(SEARCH, {"q": q})
+        assert response.status_code == 200, q
+    assert Gpu.objects.count() == 216
+
+
+# --- cost ---------------------------------------------------------------------------------------------------
+
+
+def test_the_number_of_queries_does_not_grow_with_the_results(client_as, department_a, member_a):
+    client = client_as("member_a")
+    with CaptureQueriesContext(connection) as few:
+        assert client.get(SEARCH, {"q": "gb-r01-t0"}).status_code == 200
+    for n in range(30):
+        make_job(department_a, f"gb-r01-t0-job-{n}", state="pending")
+    with CaptureQueriesContext(connection) as many:
+        response = client.get(SEARCH, {"q": "gb-r0"})
+    assert response.status_code == 200
+    # "more" counts add one query per kind that overflowed (trays, jobs) and nothing per row.
+    assert len(many) <= len(few) + 2
