@@ -550,6 +550,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 # --- fixtures ----------------------------------------------------------------------------------------
 
 
+_HELD: dict[str, int] = {}  # lock files this process holds -> fixture instances using them
+
+
 @pytest.fixture(scope="session")
 def kube_testbed():
     """The testbed, held for this test session alone: every test wipes the cluster, so two pytest runs
@@ -557,11 +560,21 @@ def kube_testbed():
     testbed = Testbed.from_environment()
     if testbed is None:
         pytest.fail(MISSING)
-    with open(testbed.directory / ".session.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    path = str(testbed.directory / ".session.lock")
+    if path in _HELD:  # this session holds it already (the fixture is imported by more than one conftest)
+        _HELD[path] += 1
         try:
             yield testbed
         finally:
+            _HELD[path] -= 1
+        return
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a lock per open file: taken twice in one process, it would wait
+        _HELD[path] = 1
+        try:
+            yield testbed
+        finally:
+            del _HELD[path]
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
