@@ -188,8 +188,9 @@ def test_list_queries_do_not_grow_with_the_jobs(
         )
     for number in range(30):
         make_job(department_a, f"queued-{number}", JobState.PENDING, submitted_by=member_a)
-    # Session, user, departments for the filter, the count and the page: whatever the number of rows.
-    with django_assert_max_num_queries(5), CaptureQueriesContext(connection) as many:
+    # Session, user, departments for the filter, the count and the page, and the menu's "leads a department?"
+    # (full pages only): whatever the number of rows.
+    with django_assert_max_num_queries(6), CaptureQueriesContext(connection) as many:
         response = client.get(LIST)
     assert len(response.context["page"].object_list) == 50
     assert len(many) == len(few)
@@ -273,8 +274,8 @@ def test_detail_queries_do_not_grow_with_events_or_trays(
     client.get(reverse("scheduling:job-detail", args=[small.pk]))
     counts = []
     for job in (small, big):
-        # Session, user, the job, may_cancel, events, trays, allocations.
-        with django_assert_max_num_queries(7), CaptureQueriesContext(connection) as queries:
+        # Session, user, the job, may_cancel, events, trays, allocations; the menu's "leads a department?".
+        with django_assert_max_num_queries(8), CaptureQueriesContext(connection) as queries:
             assert client.get(reverse("scheduling:job-detail", args=[job.pk])).status_code == 200
         counts.append(len(queries))
         with django_assert_max_num_queries(7):
@@ -390,10 +391,11 @@ def test_the_rack_view_stays_within_its_queries_with_jobs(
     job = Job.objects.get(name="job-1")
     client = client_as("member_a")
     client.get(reverse("inventory:rack-detail", args=[rack]))
-    # Session, user, rack, partitions, trays, GPUs with the job holding each, dedications; ?job= adds the job.
-    with django_assert_max_num_queries(7):
-        assert client.get(reverse("inventory:rack-detail", args=[rack])).status_code == 200
+    # Session, user, rack, partitions, trays, GPUs with the job holding each, dedications, the menu's "leads a
+    # department?"; ?job= adds the job.
     with django_assert_max_num_queries(8):
+        assert client.get(reverse("inventory:rack-detail", args=[rack])).status_code == 200
+    with django_assert_max_num_queries(9):
         response = client.get(reverse("inventory:rack-detail", args=[rack]), {"job": job.pk})
     assert re.findall(r'data-job-tray="(\d+)"', response.content.decode()) == [str(job.pk)]
 
