@@ -16,7 +16,7 @@ from plotly.colors import qualitative
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from scheduling.simulator import PolicyRun
+from scheduling.simulator import SIZE_CLASSES, PolicyRun
 
 CDF_POINTS = 400  # wait-time CDFs are drawn through this many quantiles
 MIN_WAIT_S = 60.0  # the CDF's x axis is logarithmic: shorter waits are drawn at one minute
@@ -26,12 +26,19 @@ TABLE_ROWS = (
     ("gpu_utilization", "GPU utilization", "{:.1%}"),
     ("avg_wait_s", "average wait (h)", "hours"),
     ("p95_wait_s", "p95 wait (h)", "hours"),
+    ("gpu_weighted_wait_s", "GPU-weighted average wait (h)", "hours"),
+    *(
+        (("wait_by_size", size, stat), f"{word} wait of {size} GPU jobs (h)", "hours")
+        for size, _, _ in SIZE_CLASSES
+        for stat, word in (("p50_wait_s", "p50"), ("p95_wait_s", "p95"))
+    ),
     ("avg_jct_s", "average JCT (h)", "hours"),
     ("multi_tray_jobs", "multi-tray jobs", "{:,}"),
     ("multi_tray_in_one_partition", "multi-tray jobs in one partition", "{:.1%}"),
     ("fitting_multi_tray_in_one_partition", "... of those that fit one partition", "{:.1%}"),
     ("cross_rack_jobs", "cross-rack jobs", "{:,}"),
     ("preemptions", "preemptions", "{:,}"),
+    ("lost_work_gpu_s", "work lost to preemptions (GPU-h)", "gpu-hours"),
     ("guarantee_shortfall_gpu_s", "guarantee shortfall (GPU-h)", "gpu-hours"),
     ("decisions_per_s", "placement decisions per second", "{:,}"),
 )
@@ -49,12 +56,21 @@ def _cell(value, form: str) -> str:
     return form.format(value)
 
 
+def _value(metrics: dict, key):
+    """metrics[key], or the nested value for a tuple of keys (None when missing)."""
+    for part in key if isinstance(key, tuple) else (key,):
+        if not isinstance(metrics, dict):
+            return None
+        metrics = metrics.get(part)
+    return metrics
+
+
 def _table(results: dict) -> str:
     policies = list(results["policies"])
     head = "".join(f"<th>{html.escape(p)}</th>" for p in policies)
     rows = []
     for key, label, form in TABLE_ROWS:
-        cells = "".join(f"<td>{_cell(results['policies'][p].get(key), form)}</td>" for p in policies)
+        cells = "".join(f"<td>{_cell(_value(results['policies'][p], key), form)}</td>" for p in policies)
         rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
     return f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -164,6 +180,12 @@ def render_html(results: dict, runs: Sequence[PolicyRun]) -> str:
         for d in config["departments"]
     )
     load = config.get("offered_load")
+    loss_s = config.get("checkpoint_loss_s")
+    loss = (
+        f" (each losing up to {loss_s / 60:g} min of work)"
+        if loss_s is not None and config["preempted_jobs"] == "resume"
+        else ""
+    )
     body = figure(runs).to_html(full_html=False, include_plotlyjs=False, div_id="simulation")
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -183,7 +205,7 @@ tbody th {{ text-align: left; font-weight: normal; }}
 <h1>Trace replay: {html.escape(" vs ".join(results["policies"]))}</h1>
 <p>{config["racks"]} NVL72 racks carved {html.escape(config["layout"])} ({config["capacity_gpus"]} GPUs),
 {config["jobs"]:,} jobs{f", offered load {load:.0%}" if load is not None else ""}, span slowdown
-{config["span_slowdown"]}x, preempted jobs {html.escape(config["preempted_jobs"])}.
+{config["span_slowdown"]}x, preempted jobs {html.escape(config["preempted_jobs"])}{loss}.
 Departments (one per trace file): {departments}.</p>
 {_table(results)}
 {body}

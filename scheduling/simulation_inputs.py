@@ -156,6 +156,39 @@ def locality(gpus: int, cluster: Cluster) -> str:
     return ANY
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str | float) -> float:
+    """'10m' -> 600.0; a bare number is seconds; units s, m, h."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        raw = str(text).strip().lower()
+        unit = DURATION_UNITS.get(raw[-1:]) if raw else None
+        number = raw[:-1] if unit is not None else raw
+        try:
+            value = float(number) * (unit or 1)
+        except ValueError:
+            value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise SimulationError(f"{text!r} is not a duration: write seconds, or a number with s, m or h (10m)")
+    return value
+
+
+def fallback(gpus: int, cluster: Cluster) -> str | None:
+    """The wider topology a job accepts after waiting (the simulator's `fallback_after_s`), or None: a gang
+    of more than half the largest partition accepts a rack instead of one partition, and one that asks for
+    a rack accepts any trays. Smaller gangs keep their partition (their waits are short)."""
+    trays = max(1, gpus // GPUS_PER_TRAY)
+    wanted = locality(gpus, cluster)
+    if wanted == PARTITION and 2 * trays > cluster.max_partition_trays and trays <= cluster.max_rack_trays:
+        return RACK if cluster.max_rack_trays > cluster.max_partition_trays else None
+    if wanted == RACK:
+        return ANY
+    return None
+
+
 def parse_guarantees(items: Iterable[str]) -> dict[str, int]:
     """['cluster01=64', ...] -> {'cluster01': 64}."""
     given: dict[str, int] = {}

@@ -15,6 +15,11 @@ Assumptions, each a choice that any figure rests on:
   count is rounded up to a multiple of 4.
 * **Locality.** A job asks for ``partition`` when its trays fit in the largest NVLink partition, else
   ``rack`` when they fit in a rack, else ``any``. Every job is a preemptible training job.
+* **Fallback.** A gang of more than half the largest partition accepts a rack instead of one partition,
+  and one that asks for a rack accepts any trays, once it has waited `fallback_after_s` since its
+  submission (default 1 h; None: every job stays strict). The engine grants it only to in-quota jobs
+  (`PendingJob.fallback_topology`): it is how a department's large gang gets its guarantee when no
+  partition frees up. Smaller gangs keep their partition: their waits are short.
 * **Span slowdown.** A job whose trays span NVLink partitions (and so racks too, when it spans racks) runs
   `span_slowdown` times longer than in the trace (default 1.5: communication-bound training over
   InfiniBand instead of NVLink; 1.0 turns it off). It holds its GPUs for that longer time.
@@ -22,16 +27,23 @@ Assumptions, each a choice that any figure rests on:
   its run time where it was placed: the trace duration, times the slowdown when it spans. A waiting job's
   limit is the time it would need wherever the policy may put it: times the slowdown when the policy can
   spread its trays over partitions (any multi-tray job under first-fit and block-best-fit; under rackplane
-  only a job that fits no single partition), else the bare duration.
+  a job that fits no single partition or may fall back), else the bare duration.
 * **Preemption.** A preempted job goes back to the queue with its original submission time (it keeps its
-  place in line). By default it *resumes*: it checkpointed when it was stopped and needs only the work it
-  had not done (``preempted="restart"`` makes it start over, losing that work). Each preemption is counted.
-* **Passes.** A pass runs after every instant at which something happened (submissions, completions) while
-  jobs are waiting, with ``explain=False``; all events of one instant are applied before the pass. A pass
-  that preempted jobs is followed at once by another, in which they may start elsewhere.
+  place in line). By default it *resumes* from its last checkpoint: the last `checkpoint_loss_s` of the run
+  that was cut (default 600 s: the work since the checkpoint and the restart from it; never more than the
+  run lasted) are lost and done again, the rest is kept (``checkpoint_loss_s=0``: it checkpointed at the
+  moment it was stopped). ``preempted="restart"`` makes it start over, losing all its work. Each
+  preemption is counted, and the GPU-seconds whose work was lost (`lost_work_gpu_s`). The engine is told
+  the same price (``checkpoint_loss_s``): reclaim frees the partition that loses the least work.
+* **Passes.** A pass runs after every instant at which something happened (submissions, completions, a
+  waiting job's fallback bound passing) while jobs are waiting, with ``explain=False``; all events of one
+  instant are applied before the pass. A pass that preempted jobs is followed at once by another, in which
+  they may start elsewhere.
 
 Figures (`METRICS`, then extras): a job's *wait* is all the time it spent queued (after a preemption too),
-its *JCT* is completion minus submission; p95 is the nearest rank. *GPU utilization* is allocated
+its *JCT* is completion minus submission; p95 is the nearest rank. *Wait by size* gives the waits of jobs of
+1-4, 8-16, 20-36 and more than 36 GPUs apart, and the *GPU-weighted wait* weighs each job's wait by its
+GPUs, so large jobs' waits cannot hide behind many small jobs' short ones. *GPU utilization* is allocated
 GPU-seconds over capacity from the first to the last submission. *Multi-tray in one partition* counts a job
 only when every placement it ran on was inside one NVLink partition; the ``fitting_`` variant looks only at
 jobs that fit the largest partition. *Guarantee shortfall* integrates, per department, the GPUs of its
@@ -47,7 +59,7 @@ import heapq
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
@@ -59,9 +71,11 @@ from scheduling.simulation_inputs import (
     Trace,
     TraceJob,
     build_cluster,
+    fallback,
     load_trace,
     load_traces,
     locality,
+    parse_duration,
     parse_guarantees,
     parse_layout,
     round_gpus,
@@ -69,19 +83,24 @@ from scheduling.simulation_inputs import (
 )
 
 __all__ = [
+    "DEFAULT_CHECKPOINT_LOSS_S",
+    "DEFAULT_FALLBACK_AFTER_S",
     "DEFAULT_SPAN_SLOWDOWN",
     "METRICS",
     "PREEMPTION_MODES",
     "RESTART",
     "RESUME",
+    "SIZE_CLASSES",
     "PolicyRun",
     "SimulationError",
     "Trace",
     "TraceJob",
     "build_cluster",
+    "fallback",
     "load_trace",
     "load_traces",
     "locality",
+    "parse_duration",
     "parse_guarantees",
     "parse_layout",
     "round_gpus",
@@ -91,6 +110,8 @@ __all__ = [
 ]
 
 DEFAULT_SPAN_SLOWDOWN = 1.5
+DEFAULT_CHECKPOINT_LOSS_S = 600.0
+DEFAULT_FALLBACK_AFTER_S = 3600.0
 RESUME, RESTART = "resume", "restart"
 PREEMPTION_MODES = (RESUME, RESTART)
 METRICS = (
@@ -106,7 +127,12 @@ METRICS = (
     "preemptions",
     "guarantee_shortfall_gpu_s",
     "decisions_per_s",
+    "lost_work_gpu_s",
+    "wait_by_size",
+    "gpu_weighted_wait_s",
 )
+# Job sizes (GPUs, after rounding to whole trays above 4) the waits are also given for.
+SIZE_CLASSES = (("1-4", 1, 4), ("8-16", 5, 16), ("20-36", 17, 36), (">36", 37, math.inf))
 # Time-series bin widths for the report, smallest first: the first that gives at most MAX_BINS bins.
 BIN_WIDTHS = (60, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400)
 MAX_BINS = 1500
@@ -141,6 +167,14 @@ def _percentile(ordered: Sequence[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
+def size_class(gpus: int) -> str:
+    """The `SIZE_CLASSES` label of a job of `gpus` (rounded) GPUs."""
+    for label, low, high in SIZE_CLASSES:
+        if low <= gpus <= high:
+            return label
+    raise ValueError(f"{gpus} GPUs")
+
+
 def _bin_width(span: float) -> int:
     for width in BIN_WIDTHS:
         if span / width <= MAX_BINS:
@@ -157,6 +191,9 @@ class _Replay:
         policy: str,
         span_slowdown: float,
         preempted: str,
+        checkpoint_loss_s: float = DEFAULT_CHECKPOINT_LOSS_S,
+        engine_options: Mapping | None = None,
+        fallback_after_s: float | None = None,
     ):
         self.jobs = sorted(jobs, key=lambda j: (j.submitted_at, j.id))
         self.by_id = {job.id: job for job in jobs}
@@ -164,15 +201,28 @@ class _Replay:
         self.policy = policy
         self.slowdown = span_slowdown
         self.preempted_mode = preempted
+        self.checkpoint_loss_s = checkpoint_loss_s
+        self.engine_options = dict(engine_options or {})
+        # The engine weighs a preemption by the work it loses: all of it when preempted jobs restart.
+        self.engine_options.setdefault(
+            "checkpoint_loss_s", math.inf if preempted == RESTART else checkpoint_loss_s
+        )
         self.names = list(guarantees)
         self.departments = [Department(name, guaranteed) for name, guaranteed in guarantees.items()]
         self.guaranteed = dict(guarantees)
         self.topology = {job.id: locality(job.gpus, cluster) for job in jobs}
+        self.fallback_after_s = fallback_after_s
+        self.fallback = {
+            job.id: wider
+            for job in jobs
+            if fallback_after_s is not None and (wider := fallback(job.gpus, cluster)) is not None
+        }
         # What a waiting job's time limit is multiplied by (see the module's "exact time limits").
         self.limit_factor = {
             job.id: (
                 span_slowdown
-                if job.trays > 1 and (policy != RACKPLANE or self.topology[job.id] != PARTITION)
+                if job.trays > 1
+                and (policy != RACKPLANE or self.topology[job.id] != PARTITION or job.id in self.fallback)
                 else 1.0
             )
             for job in jobs
@@ -184,6 +234,7 @@ class _Replay:
         self.factor: dict[int, float] = {}  # running job -> its slowdown where it is
         self.epoch = dict.fromkeys(self.by_id, 0)  # bumped on preemption: its completion event is void
         self.events: list[tuple[float, int, int]] = []  # (end, job id, epoch)
+        self.wakes: list[tuple[float, int]] = []  # (when, job): a waiting job's fallback bound passes
         self.held = dict.fromkeys(self.names, 0)
         self.demand = dict.fromkeys(self.names, 0)  # GPUs of running and waiting jobs
         self.allocated = 0
@@ -194,6 +245,11 @@ class _Replay:
         self.cross_rack = dict.fromkeys(self.by_id, False)
         self.preemptions = 0
         self.preempted_jobs: set[int] = set()
+        self.lost_gpu_s = 0.0
+        self.unsaved_gpu_s: dict[int, float] = {}  # restart mode: GPU-seconds run since the job's first start
+        self.size = {job.id: size_class(job.gpus) for job in jobs}
+        self.shortfall_by_size = {label: 0.0 for label, _, _ in SIZE_CLASSES}
+        self.waiting_in_quota_by_size = dict.fromkeys(self.shortfall_by_size, 0)
         self.span_extra_gpu_s = 0.0
         self.shortfall = dict.fromkeys(self.names, 0.0)
         self.waiting_in_quota = dict.fromkeys(self.names, 0)  # see `_count_in_quota`
@@ -225,6 +281,9 @@ class _Replay:
             gap = min(self.guaranteed[name], self.demand[name]) - self.held[name]
             if gap > 0:
                 self.gap[name] += gap * dt
+        for label, gpus in self.waiting_in_quota_by_size.items():
+            if gpus:
+                self.shortfall_by_size[label] += gpus * dt
         if self.allocated == 0:
             return
         width = self.bin_s
@@ -257,8 +316,11 @@ class _Replay:
             "train",
             job.submitted_at,
             self.remaining[job.id] * self.limit_factor[job.id],
+            *((self.fallback[job.id], self.fallback_after_s) if job.id in self.fallback else ()),
         )
         self.pending_since[job.id] = now
+        if job.id in self.fallback and job.submitted_at + self.fallback_after_s > now:
+            heapq.heappush(self.wakes, (job.submitted_at + self.fallback_after_s, job.id))
 
     def _submit(self, job: TraceJob, now: float) -> None:
         self.demand[job.department] += job.gpus
@@ -300,11 +362,17 @@ class _Replay:
         victim = self.running.pop(job_id)  # the pass already released its GPUs
         self.epoch[job_id] += 1
         factor = self.factor.pop(job_id)
-        done = (now - victim.started_at) / factor
+        ran = now - victim.started_at
         if self.preempted_mode == RESTART:
             self.remaining[job_id] = job.duration_s
+            lost = self.unsaved_gpu_s.get(job_id, 0.0) + ran * job.gpus
+            self.unsaved_gpu_s[job_id] = lost
         else:
-            self.remaining[job_id] = max(0.0, self.remaining[job_id] - done)
+            # The last `checkpoint_loss_s` of this run are done again (never more than the run lasted).
+            lost_s = min(self.checkpoint_loss_s, ran)
+            lost = lost_s * job.gpus
+            self.remaining[job_id] = max(0.0, self.remaining[job_id] - (ran - lost_s) / factor)
+        self.lost_gpu_s += lost
         # Slowdown not yet served is not spent: take it back from the books.
         self.span_extra_gpu_s -= (factor - 1.0) * (victim.expected_end - now) / factor * job.gpus
         self.held[job.department] -= job.gpus
@@ -324,6 +392,7 @@ class _Replay:
             now,
             self.policy,
             explain=False,
+            **self.engine_options,
         )
         self.pass_wall += time.perf_counter() - started
         self.passes += 1
@@ -332,6 +401,12 @@ class _Replay:
             self._start(start, now)
         for victim in result.preempted:
             self._preempt(victim, now)
+        # The standing the pass gave every running job, as the portal stores it for the next pass.
+        running = self.running
+        for job_id, over in result.over_quota.items():
+            job = running.get(job_id)
+            if job is not None and job.over_quota != over:
+                running[job_id] = replace(job, over_quota=over)
         self._count_in_quota()
         return bool(result.preempted)
 
@@ -344,27 +419,35 @@ class _Replay:
         """
         room = {name: self.guaranteed[name] - self.held[name] for name in self.names}
         counted = dict.fromkeys(self.names, 0)
+        by_size = dict.fromkeys(self.shortfall_by_size, 0)
         if any(left > 0 for left in room.values()):
             for job in sorted(self.pending.values(), key=_queue_order):
                 if job.gpus <= room[job.department]:
                     room[job.department] -= job.gpus
                     counted[job.department] += job.gpus
+                    by_size[self.size[job.id]] += job.gpus
         self.waiting_in_quota = counted
+        self.waiting_in_quota_by_size = by_size
 
     def run(self) -> None:
-        jobs, events = self.jobs, self.events
+        jobs, events, wakes = self.jobs, self.events, self.wakes
         n, i = len(jobs), 0
         now = jobs[0].submitted_at
-        while i < n or events:
+        while i < n or events or wakes:
             while events and events[0][2] != self.epoch[events[0][1]]:
                 heapq.heappop(events)  # the job was preempted: this end never comes
             next_submit = jobs[i].submitted_at if i < n else math.inf
             next_end = events[0][0] if events else math.inf
-            if next_submit == next_end == math.inf:
+            while wakes and wakes[0][1] not in self.pending:
+                heapq.heappop(wakes)  # the job started before its bound
+            next_wake = wakes[0][0] if wakes else math.inf
+            t = min(next_submit, next_end, next_wake)
+            if t == math.inf:
                 break
-            t = min(next_submit, next_end)
             self._advance(now, t)
             now = t
+            while wakes and wakes[0][0] <= now:
+                heapq.heappop(wakes)  # a waiting job's fallback bound: it may start wider now
             while events and events[0][0] <= now:
                 _, job_id, epoch = heapq.heappop(events)
                 if epoch == self.epoch[job_id]:
@@ -401,6 +484,17 @@ class _Replay:
         def fraction(group):
             return sum(self.one_partition[j.id] for j in group) / len(group) if group else None
 
+        by_size: dict[str, dict] = {}
+        for label, _, _ in SIZE_CLASSES:
+            own = sorted(self.wait[j.id] for j in jobs if self.size[j.id] == label)
+            by_size[label] = {
+                "jobs": len(own),
+                "avg_wait_s": round(sum(own) / len(own), 1) if own else None,
+                "p50_wait_s": round(_percentile(own, 0.5), 1) if own else None,
+                "p95_wait_s": round(_percentile(own, 0.95), 1) if own else None,
+            }
+        gpu_total = sum(j.gpus for j in jobs)
+
         departments = {}
         for name in self.names:
             own = [j for j in jobs if j.department == name]
@@ -429,6 +523,9 @@ class _Replay:
             "preemptions": self.preemptions,
             "guarantee_shortfall_gpu_s": round(sum(self.shortfall.values()), 1),
             "decisions_per_s": round(self.decisions / self.pass_wall) if self.pass_wall > 0 else None,
+            "lost_work_gpu_s": round(self.lost_gpu_s, 1),
+            "wait_by_size": by_size,
+            "gpu_weighted_wait_s": round(sum(self.wait[j.id] * j.gpus for j in jobs) / gpu_total, 1),
             # Beyond the issue's list: what the figures above rest on.
             "multi_tray_jobs_fitting_a_partition": len(fitting),
             "fitting_multi_tray_in_one_partition": None if not fitting else round(fraction(fitting), 4),
@@ -436,6 +533,9 @@ class _Replay:
             "span_slowdown_gpu_s": round(self.span_extra_gpu_s, 1),
             "preempted_jobs": len(self.preempted_jobs),
             "guarantee_gap_gpu_s": round(sum(self.gap.values()), 1),
+            "guarantee_shortfall_by_size_gpu_s": {
+                label: round(gpu_s, 1) for label, gpu_s in self.shortfall_by_size.items()
+            },
             "decisions": self.decisions,
             "passes": self.passes,
             "scheduling_wall_s": round(self.pass_wall, 3),
@@ -452,10 +552,18 @@ def simulate(
     span_slowdown: float = DEFAULT_SPAN_SLOWDOWN,
     guarantees: Mapping[str, int] | None = None,
     preempted: str = RESUME,
+    checkpoint_loss_s: float = DEFAULT_CHECKPOINT_LOSS_S,
+    cluster: Cluster | None = None,
+    engine_options: Mapping | None = None,
+    fallback_after_s: float | None = DEFAULT_FALLBACK_AFTER_S,
 ) -> PolicyRun:
     """Replay `traces` (one department each) on a fresh cluster under one placement policy.
 
     `guarantees` fixes some departments' guaranteed GPUs; the others share the rest by GPU-hours.
+    `cluster`, when given, is the cluster to replay on instead of `racks` racks carved by `layout` (the
+    portal's own racks and partitions, for a what-if: scheduling.whatif); it must have nothing allocated.
+    `engine_options` go to every `schedule` call (its keyword arguments, e.g. ``max_reservations``): for
+    measuring the engine's rules against each other; the default is what the portal runs.
     """
     if policy not in POLICIES:
         raise SimulationError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
@@ -463,8 +571,25 @@ def simulate(
         raise SimulationError(f"preempted jobs {preempted!r}? (known: {', '.join(PREEMPTION_MODES)})")
     if not (isinstance(span_slowdown, int | float) and math.isfinite(span_slowdown) and span_slowdown >= 1):
         raise SimulationError(f"the span slowdown must be a number >= 1.0, not {span_slowdown!r}")
-    sizes = parse_layout(layout) if isinstance(layout, str) else tuple(layout)
-    cluster = build_cluster(racks, sizes)
+    if not (
+        isinstance(checkpoint_loss_s, int | float)
+        and math.isfinite(checkpoint_loss_s)
+        and checkpoint_loss_s >= 0
+    ):
+        raise SimulationError(
+            f"the checkpoint loss must be a number of seconds >= 0, not {checkpoint_loss_s!r}"
+        )
+    if fallback_after_s is not None and not (
+        isinstance(fallback_after_s, int | float)
+        and math.isfinite(fallback_after_s)
+        and fallback_after_s >= 0
+    ):
+        raise SimulationError(
+            f"the fallback bound must be a number of seconds >= 0, not {fallback_after_s!r}"
+        )
+    if cluster is None:
+        sizes = parse_layout(layout) if isinstance(layout, str) else tuple(layout)
+        cluster = build_cluster(racks, sizes)
     guarantees = split_guarantees(cluster.capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
     jobs = [job for trace in traces for job in trace.jobs]
     if not jobs:
@@ -476,7 +601,17 @@ def simulate(
             f"needs {max(j.gpus for j in too_big)}): give more racks"
         )
     started = time.perf_counter()
-    replay = _Replay(jobs, cluster, guarantees, policy, float(span_slowdown), preempted)
+    replay = _Replay(
+        jobs,
+        cluster,
+        guarantees,
+        policy,
+        float(span_slowdown),
+        preempted,
+        float(checkpoint_loss_s),
+        engine_options,
+        fallback_after_s,
+    )
     replay.run()
     metrics = replay.metrics()
     metrics["wall_s"] = round(time.perf_counter() - started, 2)
@@ -502,6 +637,9 @@ def run(
     span_slowdown: float = DEFAULT_SPAN_SLOWDOWN,
     guarantees: Mapping[str, int] | None = None,
     preempted: str = RESUME,
+    checkpoint_loss_s: float = DEFAULT_CHECKPOINT_LOSS_S,
+    engine_options: Mapping | None = None,
+    fallback_after_s: float | None = DEFAULT_FALLBACK_AFTER_S,
     progress=None,
 ) -> tuple[dict, list[PolicyRun]]:
     """Replay under each policy; returns (results dict for results.json, the runs for the report)."""
@@ -520,6 +658,9 @@ def run(
             span_slowdown=span_slowdown,
             guarantees=split,
             preempted=preempted,
+            checkpoint_loss_s=checkpoint_loss_s,
+            engine_options=engine_options,
+            fallback_after_s=fallback_after_s,
         )
         runs.append(one)
         if progress is not None:
@@ -531,6 +672,8 @@ def run(
         "capacity_gpus": capacity,
         "span_slowdown": span_slowdown,
         "preempted_jobs": preempted,
+        "checkpoint_loss_s": checkpoint_loss_s,
+        "fallback_after_s": fallback_after_s,
         **_workload(traces, capacity, split),
         "wall_s": round(time.perf_counter() - started, 2),
     }

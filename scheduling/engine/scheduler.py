@@ -15,13 +15,25 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
    departments (after its own and the shared ones).
 3. **Reclaim.** An in-quota job that does not fit preempts over-quota work of other departments: first
    the borrowers on partitions dedicated to the job's department, then the least-priority department's,
-   most recently started first, until the job fits. Victims whose trays the job does not need keep running.
+   most recently started first, until the job fits. Of the placements the borrowers taken so far leave
+   room for, a multi-tray job gets the one that loses the least work (each victim's GPUs times the work
+   it loses, at most `Options.checkpoint_loss_s`): one whole partition freed by a few new borrowers rather
+   than one freed by an old large one. Victims whose trays the job does not use keep running. When the
+   trays the job needs free up by themselves (by the running jobs' time limits) soon enough that its GPUs
+   waiting cost no more GPU-seconds than the
+   preempted work would lose, the job may wait instead (`Options.reclaim_when_cheaper`, measured, off by
+   default: the guarantee comes first).
 4. **Reservation and backfill.** The first jobs that still do not fit (the head of the queue; two by
    default, `max_reservations`) get reservations: the trays that free up earliest for each (by the running
    jobs' time limits) are held for the rest of the pass. A later job may use held trays only if its time
    limit ends before the earliest reservation starts, so backfilling never delays the head jobs. Two
    rather than one (EASY backfill) because the trace replay showed a single reservation starving large
-   jobs behind a stream of in-quota work (docs/simulator.md).
+   jobs behind a stream of in-quota work (docs/simulator.md). Options measured and left off by default:
+   more reservations for in-quota gangs, reservations that count the borrowers an in-quota job would
+   reclaim as gone (`_staying_borrowers`), backfill into any reservation that starts after the job ends.
+5. **Fallback.** An in-quota job that has waited `PendingJob.fallback_after_s` since its submission may
+   take its `fallback_topology` (a wider one it accepts, e.g. a rack instead of one partition); jobs that
+   give none keep theirs. Borrowers keep theirs (`Options.fallback_borrowers` lets them fall back too).
 
 **Standing.** Every pass recomputes which running jobs are in quota and which borrow (`standing`), before
 admission (so reclaim preempts today's borrowers, not the ones of when they started) and after it (the
@@ -55,6 +67,7 @@ from scheduling.engine.placement import (
 from tenancy.quota import DepartmentQuota, fair_share, in_quota_prefix
 
 PREEMPTIBLE_CLASSES = ("train",)
+CHECKPOINT_LOSS_S = 600.0  # work lost per preemption, by default (the simulator's --checkpoint-loss)
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,9 @@ class PendingJob:
     priority_class: str = "train"
     submitted_at: float = 0.0
     time_limit_s: float = 3600.0
+    # A wider topology the job accepts once it has waited `fallback_after_s` since submission (in quota).
+    fallback_topology: str | None = None
+    fallback_after_s: float = 0.0
 
     @property
     def preemptible(self) -> bool:
@@ -119,12 +135,20 @@ class PassResult:
     started: list[Start] = field(default_factory=list)
     preempted: dict[int, int] = field(default_factory=dict)  # victim job id -> the job it made room for
     waiting: dict[int, str] = field(default_factory=dict)  # job id -> why it waits (plain words)
-    reservation: Reservation | None = None
+    reservation: Reservation | None = None  # the first of `reservations`
+    reservations: list[Reservation] = field(default_factory=list)  # every reservation of the pass, in order
     decisions: int = 0  # placement decisions made (calls of `place`)
     # Every job running after the pass (started ones included) -> True when it borrows (see Standing).
     over_quota: dict[int, bool] = field(default_factory=dict)
     in_quota_share: dict[str, int] = field(default_factory=dict)  # department -> its in-quota share
     on_dedicated: dict[int, str] = field(default_factory=dict)  # job -> owner of the dedicated partition
+
+
+def _standing_order(job: RunningJob) -> tuple:
+    """A department's running jobs in the order they hold its in-quota share (Standing): non-preemptible
+    classes first (they run only in quota), then oldest first, and within one start time the pass's own
+    decision first (a job started in quota next to a borrower it outranks)."""
+    return (job.priority_class in PREEMPTIBLE_CLASSES, job.started_at, job.over_quota, job.id)
 
 
 def _minutes(seconds: float) -> str:
@@ -135,7 +159,7 @@ def _minutes(seconds: float) -> str:
 
 
 class _Pass:
-    def __init__(self, cluster, departments, running, pending, now, policy, explain, max_reservations):
+    def __init__(self, cluster, departments, running, pending, now, policy, explain, options: Options):
         self.cluster = cluster
         self.departments = {d.name: d for d in departments}
         self.running = {job.id: job for job in running}
@@ -143,7 +167,11 @@ class _Pass:
         self.now = now
         self.policy = policy
         self.explain = explain
-        self.max_reservations = max_reservations
+        self.options = options
+        self.max_reservations = options.max_reservations
+        self.in_quota_reservations = options.in_quota_reservations
+        self.fallback_borrowers = options.fallback_borrowers
+        self.checkpoint_loss_s = options.checkpoint_loss_s
         self.result = PassResult()
         self.held: dict[str, int] = {name: 0 for name in self.departments}
         for job in running:
@@ -172,8 +200,10 @@ class _Pass:
         self.fair = {name: share.fair_share for name, share in shares.items()}
         self._restand()
         self.reserved: list[Reservation] = []
-        self.reserved_from = math.inf  # the earliest start of a reservation
+        self.reserved_until = -math.inf  # the latest start of a reservation
         self.held_trays: set[int] = set()
+        self.in_quota_reserved = 0
+        self.staying: list[RunningJob] | None = None  # see _staying_borrowers
         # Shapes that did not fit in this pass: nothing frees up during a pass except by preemption.
         self.failed: dict[tuple, str] = {}
         # (GPUs, topology, department) whose reclaim failed in this pass. Within a pass only in-quota jobs
@@ -187,6 +217,8 @@ class _Pass:
     def _dedicated_owner(self, job: RunningJob) -> str | None:
         """The owner of another department's dedicated partition the job holds trays on, if any."""
         cluster = self.cluster
+        if not cluster.dedicated_owners:
+            return None  # no partition is dedicated: nothing to look up per tray
         for t, _ in cluster.jobs.get(job.id, ()):
             if cluster.dedicated_to_other(t, job.department):
                 return cluster.part_owner[cluster.tray_part[t]]
@@ -206,11 +238,7 @@ class _Pass:
         for name, jobs in by_department.items():
             if name not in self.in_quota:
                 continue  # unknown department: nothing is guaranteed to it
-            # Oldest first; non-preemptible classes first (they run only in quota), and within one start
-            # time the pass's own decision first (a job started in quota next to a borrower it outranks).
-            jobs.sort(
-                key=lambda j: (j.priority_class in PREEMPTIBLE_CLASSES, j.started_at, j.over_quota, j.id)
-            )
+            jobs.sort(key=_standing_order)
             in_quota |= in_quota_prefix(self.in_quota[name], [(j.id, j.gpus) for j in jobs])
         for job_id, job in self.running.items():
             over = job_id not in in_quota
@@ -222,26 +250,32 @@ class _Pass:
 
     # --- placement with reservations respected ---------------------------------------------------
 
-    def _place(self, job: PendingJob, may_backfill: bool, borrow: bool = False) -> Placement | None:
+    def _place(self, job: PendingJob, borrow: bool = False) -> Placement | None:
         owner = job.department if job.department in self.cluster.owners else None
-        key = (job.gpus, job.topology, owner, may_backfill, borrow)
+        backfill = self._backfill(job)
+        key = (job.gpus, job.topology, owner, backfill, borrow)
         if key in self.failed:
             return None
-        backfill = may_backfill and self.held_trays
-        if backfill:
-            self.cluster.unhold(self.held_trays)
+        trays = [t for i in backfill for t in self.reserved[i].trays]
+        self.cluster.unhold(trays)
         try:
             self.result.decisions += 1
             placement = place(self.cluster, job.request(borrow), self.policy)
         finally:
-            if backfill:
-                self.cluster.hold(self.held_trays)
+            self.cluster.hold(trays)
         if placement is None:
             self.failed[key] = ""
         return placement
 
-    def _may_backfill(self, job: PendingJob) -> bool:
-        return bool(self.reserved) and self.now + job.time_limit_s <= self.reserved_from
+    def _backfill(self, job: PendingJob) -> tuple[int, ...]:
+        """The reservations (indexes in `reserved`) whose trays `job` may use: those that start after it
+        ends, by its time limit, so that it never delays them."""
+        end = self.now + job.time_limit_s
+        if end > self.reserved_until:
+            return ()
+        if not self.options.per_reservation_backfill:  # all reservations, or none (the earliest decides)
+            return tuple(range(len(self.reserved))) if end <= min(r.start_at for r in self.reserved) else ()
+        return tuple(i for i, r in enumerate(self.reserved) if end <= r.start_at)
 
     def _start(self, job: PendingJob, placement: Placement, over_quota: bool, victims=()) -> None:
         self.cluster.allocate(job.id, placement)
@@ -287,6 +321,10 @@ class _Pass:
         )
         if not victims:
             return False
+        natural = None  # when the job would start without preempting (by time limits), if asked for
+        if self.options.reclaim_when_cheaper:
+            reservation = self._reserve(job, in_quota=False)
+            natural = reservation.start_at if reservation is not None else math.inf
         released: list[tuple[RunningJob, tuple]] = []
         placement = None
         request = job.request()
@@ -306,7 +344,20 @@ class _Pass:
                 self.cluster.allocate(victim.id, trays)
                 self.held[victim.department] += victim.gpus
             return False
+        if self.options.least_loss_reclaim:
+            placement = self._cheapest(request, released) or placement
         used = {t for t, _ in placement}
+        if natural is not None:
+            lost = sum(
+                victim.gpus * min(self.checkpoint_loss_s, max(0.0, self.now - victim.started_at))
+                for victim, trays in released
+                if not used.isdisjoint(t for t, _ in trays)
+            )
+            if (natural - self.now) * job.gpus <= lost:  # waiting costs less than the work it would lose
+                for victim, trays in reversed(released):
+                    self.cluster.allocate(victim.id, trays)
+                    self.held[victim.department] += victim.gpus
+                return False
         preempted = []
         for victim, trays in reversed(released):
             if used.isdisjoint(t for t, _ in trays):
@@ -318,16 +369,84 @@ class _Pass:
                 self.result.preempted[victim.id] = job.id
         self.failed.clear()  # capacity moved: earlier failures may fit now
         self.reclaim_failed.clear()
+        self.staying = None
         self._start(job, placement, over_quota=False, victims=preempted)
         return True
 
+    def _cheapest(self, request: Request, released: list[tuple[RunningJob, tuple]]) -> Placement | None:
+        """Of the whole partitions (or racks, for a `rack` job) the released borrowers leave room in, the
+        placement that loses the least of their work (rackplane, multi-tray jobs; None: keep `place`'s).
+
+        Trays are taken greedily by what they add: a tray that was free costs nothing, a released tray
+        the cost of its borrowers not stopped yet (all of them go, or the tray is not free). Ties go to
+        the lower slot, then to the best fit (fewest whole free trays left in the partition or rack).
+        """
+        cluster = self.cluster
+        n = request.trays
+        if self.policy != RACKPLANE or request.small or request.topology not in (PARTITION, RACK):
+            return None
+        victims_on: dict[int, list[RunningJob]] = {}
+        # What stopping each costs: its GPUs times the work it loses (at most the checkpoint loss), plus a
+        # second per GPU so that a borrower that has only just started still counts.
+        lost = {
+            v.id: v.gpus * (min(self.checkpoint_loss_s, max(0.0, self.now - v.started_at)) + 1.0)
+            for v, _ in released
+        }
+        for victim, trays in released:
+            for t, _ in trays:
+                victims_on.setdefault(t, []).append(victim)
+        owners = cluster.usable_owners(request.department)
+        parts = {cluster.tray_part[t] for t in victims_on}
+        if request.topology == PARTITION:
+            groups = [[p] for p in parts if cluster.part_owner[p] in owners and cluster.part_whole[p] >= n]
+        else:
+            groups = []
+            for r in {cluster.part_rack[p] for p in parts}:
+                group = [p for p in cluster.rack_parts[r] if cluster.part_owner[p] in owners]
+                if sum(cluster.part_whole[p] for p in group) >= n:
+                    groups.append(group)
+        best = None
+        for group in groups:
+            left = sorted(t for p in group for t in cluster.part_free[p])
+            stopped: set[int] = set()
+            cost = 0
+            chosen = []
+            while len(chosen) < n:
+                pick, add = None, None
+                for t in left:
+                    extra = sum(lost[v.id] for v in victims_on.get(t, ()) if v.id not in stopped)
+                    if add is None or extra < add:
+                        pick, add = t, extra
+                        if extra == 0:
+                            break
+                left.remove(pick)
+                chosen.append(pick)
+                cost += add
+                stopped.update(v.id for v in victims_on.get(pick, ()))
+            key = (cost, sum(cluster.part_whole[p] for p in group) - n)
+            if best is None or key < best[0]:
+                best = (key, tuple((t, GPUS_PER_TRAY) for t in sorted(chosen)))
+        return best[1] if best is not None else None
+
     # --- reservation -------------------------------------------------------------------------------
 
-    def _reserve(self, job: PendingJob) -> Reservation | None:
-        """The trays that free up earliest for `job`, by the running jobs' time limits."""
+    def _reserve(self, job: PendingJob, in_quota: bool) -> Reservation | None:
+        """The trays that free up earliest for `job`, by the running jobs' time limits. For an in-quota job,
+        other departments' borrowed work counts as gone now: the job reclaims it when the rest is free."""
         cluster = self.cluster
         n = job.request().trays
         end = {r.id: r.expected_end for r in self.running.values()}
+        if in_quota and self.options.reclaim_aware_reservations:
+            for r in self._staying_borrowers():
+                if r.department != job.department:
+                    end[r.id] = self.now
+
+        ends = [self.now] * len(cluster)  # when each tray's jobs have all ended
+        for job_id, placed in cluster.jobs.items():
+            at = end.get(job_id, self.now)
+            for t, _ in placed:
+                if at > ends[t]:
+                    ends[t] = at
 
         def ready_at(t: int) -> float | None:
             if cluster.tray_cap[t] != GPUS_PER_TRAY or t in self.held_trays:
@@ -336,7 +455,7 @@ class _Pass:
                 return None  # multi-tray jobs wait for settled fabric
             if not cluster.usable(t, job.department):
                 return None
-            return max((end.get(j, self.now) for j in cluster.tray_jobs[t]), default=self.now)
+            return ends[t]
 
         def best_of(trays) -> tuple[float, tuple[int, ...]] | None:
             times = sorted((at, t) for t in trays if (at := ready_at(t)) is not None)
@@ -360,6 +479,47 @@ class _Pass:
         if best is None:
             return None
         return Reservation(job.id, best[1], best[0])
+
+    def _staying_borrowers(self) -> list[RunningJob]:
+        """The borrowers that stay borrowers until they end, by the running jobs' time limits: reclaimable
+        whenever an in-quota job needs their trays.
+
+        A borrower turns into in-quota work (Standing) once its department's older jobs that still run
+        leave room for it in the department's in-quota share; they only end, so it stays a borrower to
+        its end exactly when the older jobs still running then, with it, exceed the share.
+        """
+        if self.staying is not None:
+            return self.staying
+        by_department: dict[str, list[RunningJob]] = {}
+        for r in self.running.values():
+            by_department.setdefault(r.department, []).append(r)
+        staying = []
+        for name, jobs in by_department.items():
+            share = self.in_quota.get(name)
+            if share is None or not any(r.preemptible for r in jobs):
+                continue
+            jobs.sort(key=_standing_order)
+            ends = sorted({r.expected_end for r in jobs})
+            rank = {e: i for i, e in enumerate(ends)}
+            tree = [0] * (len(ends) + 1)  # Fenwick tree: GPUs of the older jobs, by end time
+            older = 0
+            for r in jobs:
+                k = rank[r.expected_end]
+                if r.preemptible:
+                    # GPUs of older jobs ending before this one.
+                    before, i = 0, k
+                    while i > 0:
+                        before += tree[i]
+                        i -= i & -i
+                    if older - before + r.gpus > share:
+                        staying.append(r)
+                older += r.gpus
+                i = k + 1
+                while i <= len(ends):
+                    tree[i] += r.gpus
+                    i += i & -i
+        self.staying = staying
+        return staying
 
     # --- the pass ----------------------------------------------------------------------------------
 
@@ -385,7 +545,13 @@ class _Pass:
                 f"({department.guaranteed} GPUs); it holds {held} and this job needs {job.gpus}"
             )
             return True
-        placement = self._place(job, self._may_backfill(job), borrow=not in_quota)
+        if (
+            job.fallback_topology is not None
+            and (in_quota or self.fallback_borrowers)
+            and self.now - job.submitted_at >= job.fallback_after_s
+        ):
+            job = replace(job, topology=job.fallback_topology)
+        placement = self._place(job, borrow=not in_quota)
         if placement is not None:
             self._start(job, placement, over_quota=not in_quota)
             return True
@@ -406,11 +572,14 @@ class _Pass:
             reason = "waiting: " + (
                 why_not(self.cluster, request) if not self.held_trays else self._why_with_reservation(request)
             )
-        if len(self.reserved) < self.max_reservations and job.id not in {r.job_id for r in self.reserved}:
-            reservation = self._reserve(job)
+        if self._may_reserve(job, in_quota=not borrow):
+            reservation = self._reserve(job, in_quota=not borrow)
             if reservation is not None:
+                if len(self.reserved) >= self.max_reservations:
+                    self.in_quota_reserved += 1  # one of the in-quota gangs' own
                 self.reserved.append(reservation)
-                self.reserved_from = min(self.reserved_from, reservation.start_at)
+                self.result.reservations.append(reservation)
+                self.reserved_until = max(self.reserved_until, reservation.start_at)
                 self.held_trays.update(reservation.trays)
                 self.cluster.hold(reservation.trays)
                 self.failed.clear()
@@ -427,6 +596,15 @@ class _Pass:
                     else:
                         reason += f"; trays are reserved for it, expected to start in {wait}"
         self.result.waiting[job.id] = reason
+
+    def _may_reserve(self, job: PendingJob, in_quota: bool) -> bool:
+        """The head of the queue (the first `max_reservations` jobs that wait) gets reservations, and so
+        does each in-quota multi-tray job that waits, up to `in_quota_reservations` more."""
+        if job.id in {r.job_id for r in self.reserved}:
+            return False
+        if len(self.reserved) < self.max_reservations:
+            return True
+        return in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
 
     def _why_with_reservation(self, request: Request) -> str:
         self.cluster.unhold(self.held_trays)
@@ -456,13 +634,32 @@ class _Pass:
         for job in later:
             self._consider(job, sweep=2)
         self.cluster.unhold(self.held_trays)
-        self._restand()
+        if self.result.started or self.result.preempted:  # else the standing is the one of the start
+            self._restand()
         # A start is reported with its standing after the pass (same as the jobs already running).
         self.result.started = [
             replace(s, over_quota=self.result.over_quota.get(s.job_id, s.over_quota))
             for s in self.result.started
         ]
         return self.result
+
+
+@dataclass(frozen=True)
+class Options:
+    """The pass's rules that can be tuned (the portal runs the defaults; the simulator measures others)."""
+
+    max_reservations: int = 2  # reservations for the first jobs that wait, whatever their standing
+    in_quota_reservations: int = 0  # more, for in-quota multi-tray jobs that wait (see _may_reserve)
+    checkpoint_loss_s: float = CHECKPOINT_LOSS_S  # the work a preempted job loses (reclaim weighs it)
+    least_loss_reclaim: bool = True  # reclaim: the placement that loses the least work (see _cheapest)
+    # Measured and not adopted (docs/simulator.md): no better on the replay, so off by default.
+    reclaim_aware_reservations: bool = False  # an in-quota job's reservation counts staying borrowers gone
+    per_reservation_backfill: bool = False  # backfill may use a reservation's trays if it ends before it
+    fallback_borrowers: bool = False  # borrowers may take their fallback topology too
+    # Reclaim only when waiting for trays to free up (by time limits) would cost the job's GPUs more
+    # GPU-seconds than the preempted work loses. Off: it trades guarantee shortfall for lost work under
+    # every policy (docs/simulator.md), and the guarantee comes first.
+    reclaim_when_cheaper: bool = False
 
 
 def schedule(
@@ -474,7 +671,8 @@ def schedule(
     policy: str = RACKPLANE,
     *,
     explain: bool = True,
-    max_reservations: int = 2,
+    **options,
 ) -> PassResult:
-    """Run one pass. `cluster` must hold the running jobs' allocations (by job id); it is changed in place."""
-    return _Pass(cluster, departments, running, pending, now, policy, explain, max_reservations).run()
+    """Run one pass. `cluster` must hold the running jobs' allocations (by job id); it is changed in place.
+    `options`: fields of `Options` (e.g. ``max_reservations=1``)."""
+    return _Pass(cluster, departments, running, pending, now, policy, explain, Options(**options)).run()

@@ -69,7 +69,17 @@ def test_topology_aware_policies_keep_every_job_in_one_partition(span_traces, po
     assert m["span_slowdown_gpu_s"] == 0
     assert m["cross_rack_jobs"] == 0
     assert m["preemptions"] == 0
+    assert m["lost_work_gpu_s"] == 0
     assert sum(run.busy_gpu_s) == 32 * 1000 + 8 * 1000 + 36 * 500 + 1 * 100
+    # Per size: A (32 GPUs) and C (36) are 20-36, B (8) 8-16, D (1) 1-4; nearest rank of [0, 1000].
+    assert m["wait_by_size"] == {
+        "1-4": {"jobs": 1, "avg_wait_s": 0.0, "p50_wait_s": 0.0, "p95_wait_s": 0.0},
+        "8-16": {"jobs": 1, "avg_wait_s": 0.0, "p50_wait_s": 0.0, "p95_wait_s": 0.0},
+        "20-36": {"jobs": 2, "avg_wait_s": 500.0, "p50_wait_s": 0.0, "p95_wait_s": 1000.0},
+        ">36": {"jobs": 0, "avg_wait_s": None, "p50_wait_s": None, "p95_wait_s": None},
+    }
+    # C's 1000 s weigh 36 of the 77 GPUs; the plain average gives it a quarter.
+    assert m["gpu_weighted_wait_s"] == round(36 * 1000 / 77, 1)
 
 
 def test_first_fit_spans_partitions_and_pays_the_slowdown(span_traces):
@@ -111,7 +121,8 @@ def test_the_replay_runs_the_engines_pass_with_exact_time_limits(span_traces, mo
         (1000, FIRST_FIT),
         (2000, FIRST_FIT),
     ]
-    assert all(options == {"explain": False} for _, _, options, _, _ in calls)
+    # The engine weighs what a preemption costs with the replay's checkpoint loss.
+    assert all(options == {"explain": False, "checkpoint_loss_s": 600.0} for _, _, options, _, _ in calls)
     # Waiting: first-fit may spread a multi-tray job, so its limit covers the slowdown; a 1-GPU job's not.
     assert calls[0][3] == {0: 1500.0, 1: 1500.0, 2: 750.0}
     assert calls[2][3] == {3: 100.0}
@@ -119,8 +130,12 @@ def test_the_replay_runs_the_engines_pass_with_exact_time_limits(span_traces, mo
     assert {job.id: job.expected_end for job in calls[1][4]} == {1: 1500.0}
 
     calls.clear()
-    simulator.simulate(span_traces, 1, "2x9", RACKPLANE)
+    simulator.simulate(span_traces, 1, "2x9", RACKPLANE, fallback_after_s=None)
     assert calls[0][3] == {0: 1000.0, 1: 1000.0, 2: 500.0}  # rackplane never spreads a job that fits
+    # ... unless the job accepts a rack after waiting (gangs of more than half a partition: A and C).
+    calls.clear()
+    simulator.simulate(span_traces, 1, "2x9", RACKPLANE)
+    assert calls[0][3] == {0: 1500.0, 1: 1000.0, 2: 750.0}
 
     # P's limit while waiting covers first-fit spreading it (1500 s); placed in one partition, its running
     # limit is the 1000 s it really runs, as the pass at t=10 (Q's submission) sees it.
@@ -149,30 +164,64 @@ def test_cross_rack_jobs_are_counted(tmp_path):
 
 
 def test_an_in_quota_job_reclaims_borrowed_gpus_and_the_victim_resumes(tmp_path):
-    # One rack 1x18, guarantees 36 + 36. a borrows the whole rack (72 GPUs, over quota) at t=0 for 1000 s;
+    # One rack 1x18, guarantees 36 + 36. a borrows the whole rack (72 GPUs, over quota) at t=0 for 2000 s;
     # b's 8-GPU job at t=100 is in quota: a's job is preempted, goes back to the queue and starts again when
     # b's job ends at 200.
+    paths = [
+        write_trace(tmp_path / "a.csv", [("a1", 0, 2000, 72)]),
+        write_trace(tmp_path / "b.csv", [("b1", 100, 100, 8)]),
+    ]
+    traces = simulator.load_traces(paths)
+    guarantees = {"a": 36, "b": 36}
+    resumed = simulator.simulate(traces, 1, "1x18", RACKPLANE, guarantees=guarantees, checkpoint_loss_s=30)
+    assert resumed.metrics["preemptions"] == 1
+    assert by_name(resumed, traces) == {"a1": 100, "b1": 0}
+    # a1 ran 100 s and loses the last 30 (since its last checkpoint): 1930 s left when it resumes at 200.
+    assert resumed.metrics["avg_jct_s"] == (2130 + 100) / 2
+    assert resumed.metrics["lost_work_gpu_s"] == 72 * 30
+    assert resumed.metrics["guarantee_shortfall_gpu_s"] == 0  # b got its GPUs at once
+    # The default loss (10 min) is more than a1 ran: it loses all 100 s, never more.
+    default = simulator.simulate(traces, 1, "1x18", RACKPLANE, guarantees=guarantees)
+    assert default.metrics["avg_jct_s"] == (2200 + 100) / 2
+    assert default.metrics["lost_work_gpu_s"] == 72 * 100
+    exact = simulator.simulate(traces, 1, "1x18", RACKPLANE, guarantees=guarantees, checkpoint_loss_s=0)
+    assert exact.metrics["avg_jct_s"] == (2100 + 100) / 2  # checkpointed as it stopped: 1900 s left
+    assert exact.metrics["lost_work_gpu_s"] == 0
+    restarted = simulator.simulate(traces, 1, "1x18", RACKPLANE, guarantees=guarantees, preempted="restart")
+    assert restarted.metrics["avg_jct_s"] == (2200 + 100) / 2  # a1 starts over at 200
+    assert restarted.metrics["lost_work_gpu_s"] == 72 * 100
+
+
+def test_an_in_quota_job_may_wait_when_that_costs_less_than_the_work_a_preemption_loses(tmp_path):
+    # As above, but a's job ends at 1000: b's 8 GPUs waiting 900 s (7,200 GPU-s) cost no more than the
+    # 100 s x 72 GPUs a preemption would lose, so with the engine's `reclaim_when_cheaper` b waits and
+    # nothing is preempted. With no loss it preempts; by default the guarantee comes first.
     paths = [
         write_trace(tmp_path / "a.csv", [("a1", 0, 1000, 72)]),
         write_trace(tmp_path / "b.csv", [("b1", 100, 100, 8)]),
     ]
     traces = simulator.load_traces(paths)
-    resumed = simulator.simulate(traces, 1, "1x18", RACKPLANE, guarantees={"a": 36, "b": 36})
-    assert resumed.metrics["preemptions"] == 1
-    assert by_name(resumed, traces) == {"a1": 100, "b1": 0}
-    assert resumed.metrics["avg_jct_s"] == (1100 + 100) / 2  # a1 resumes with the 900 s it had left
-    assert resumed.metrics["guarantee_shortfall_gpu_s"] == 0  # b got its GPUs at once
-    restarted = simulator.simulate(
-        traces, 1, "1x18", RACKPLANE, guarantees={"a": 36, "b": 36}, preempted="restart"
+    guarantees = {"a": 36, "b": 36}
+    cheaper = {"reclaim_when_cheaper": True}
+    waited = simulator.simulate(traces, 1, "1x18", RACKPLANE, guarantees=guarantees, engine_options=cheaper)
+    assert waited.metrics["preemptions"] == 0
+    assert by_name(waited, traces) == {"a1": 0, "b1": 900}
+    assert waited.metrics["guarantee_shortfall_gpu_s"] == 8 * 900
+    free = simulator.simulate(
+        traces, 1, "1x18", RACKPLANE, guarantees=guarantees, checkpoint_loss_s=0, engine_options=cheaper
     )
-    assert restarted.metrics["avg_jct_s"] == (1200 + 100) / 2  # a1 starts over at 200
+    assert free.metrics["preemptions"] == 1
+    assert by_name(free, traces) == {"a1": 100, "b1": 0}
+    default = simulator.simulate(traces, 1, "1x18", RACKPLANE, guarantees=guarantees)
+    assert default.metrics["preemptions"] == 1
 
 
 def test_a_preempted_job_may_start_elsewhere_at_once(tmp_path):
     # One rack 2x9, guarantees a=4, b=68. At t=0: a's 1-GPU job takes tray 1 (p1), b's 8-tray job the rest
     # of p1 for 50 s, a's 4-GPU job V (over quota) a tray of p2. At t=60 b's 9-tray job needs a whole
     # partition: p1 has 8 whole trays and p2 has 8 besides V's, so V is preempted for p2. The pass that
-    # follows at once starts V on a free tray of p1: it waits no time and resumes its 940 s left.
+    # follows at once starts V on a free tray of p1: it waits no time and resumes with 1000 s left (it
+    # ran 60 s, all lost: less than the 10 min since a checkpoint), so it ends at 1060.
     paths = [
         write_trace(tmp_path / "a.csv", [("a_in", 0, 1000, 1), ("V", 0, 1000, 4)]),
         write_trace(tmp_path / "b.csv", [("fill", 0, 50, 32), ("J", 60, 100, 36)]),
@@ -181,7 +230,8 @@ def test_a_preempted_job_may_start_elsewhere_at_once(tmp_path):
     run = simulator.simulate(traces, 1, "2x9", RACKPLANE, guarantees={"a": 4, "b": 68})
     assert run.metrics["preemptions"] == 1
     assert by_name(run, traces) == {"a_in": 0, "V": 0, "fill": 0, "J": 0}
-    assert run.metrics["makespan_s"] == 1000
+    assert run.metrics["makespan_s"] == 1060
+    assert run.metrics["lost_work_gpu_s"] == 4 * 60
     assert run.metrics["multi_tray_in_one_partition"] == 1.0
 
 
@@ -262,6 +312,54 @@ def test_bad_guarantees(given, message):
 def test_bad_guarantee_arguments(item, message):
     with pytest.raises(SimulationError, match=message):
         simulator.parse_guarantees([item])
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10m", 600.0), ("600", 600.0), ("90s", 90.0), ("1.5h", 5400.0), ("0", 0.0), (45, 45.0)],
+)
+def test_durations(text, seconds):
+    assert simulator.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "ten minutes", "-5m", "nan", "inf"])
+def test_bad_durations(text):
+    with pytest.raises(SimulationError, match="is not a duration"):
+        simulator.parse_duration(text)
+
+
+def test_fallback_is_for_gangs_of_more_than_half_a_partition_and_rack_sized_ones():
+    cluster = simulator.build_cluster(1, (9, 9))
+    assert [simulator.fallback(gpus, cluster) for gpus in (4, 8, 16, 20, 36, 40, 72)] == [
+        None,
+        None,
+        None,
+        RACK,
+        RACK,
+        ANY,
+        ANY,
+    ]
+    # One partition per rack: a rack is no wider, so partition jobs keep it.
+    assert simulator.fallback(36, simulator.build_cluster(1, (18,))) is None
+
+
+def test_an_in_quota_gang_falls_back_to_a_rack_after_the_bound(tmp_path):
+    # One rack 2x9, one department. At 0 two 5-tray jobs take one partition each for 10000 s; at 10 a
+    # 6-tray job finds 4 free trays in each partition. Nothing happens until 10000, but its bound (1 h by
+    # default) passes at 3610: a pass then spans it over the rack, and it runs 1.5 times longer. Strict,
+    # it waits for a partition until 10000.
+    path = write_trace(
+        tmp_path / "d.csv",
+        [("x", 0, 10000, 20), ("y", 0, 10000, 20), ("g", 10, 1000, 24), ("z", 20000, 1, 1)],
+    )
+    traces = simulator.load_traces([path])
+    fallen = simulator.simulate(traces, 1, "2x9", RACKPLANE)
+    assert by_name(fallen, traces)["g"] == 3600
+    assert fallen.metrics["fitting_multi_tray_in_one_partition"] == round(2 / 3, 4)
+    assert fallen.metrics["span_slowdown_gpu_s"] == 0.5 * 1000 * 24
+    strict = simulator.simulate(traces, 1, "2x9", RACKPLANE, fallback_after_s=None)
+    assert by_name(strict, traces)["g"] == 9990
+    assert strict.metrics["fitting_multi_tray_in_one_partition"] == 1.0
 
 
 def test_parse_guarantees():
@@ -426,6 +524,15 @@ def test_command_end_to_end_on_a_slice_of_a_real_trace(tmp_path):
         for chart in ("GPU utilization", "wait-time CDF", "share of GPUs by department"):
             assert f"{policy}: {chart}" in page
     assert '"name":"cluster03"' in page and '"stackgroup":"share3"' in page
+    for row in (
+        "work lost to preemptions (GPU-h)",
+        "GPU-weighted average wait (h)",
+        "p95 wait of &gt;36 GPU",
+    ):
+        assert row in page
+    assert "each losing up to 10 min of work" in page
+    assert (config["checkpoint_loss_s"], config["fallback_after_s"]) == (600.0, 3600.0)
+    assert set(rackplane["wait_by_size"]) == {"1-4", "8-16", "20-36", ">36"}
 
 
 def test_command_runs_the_policies_asked_for(tmp_path):
@@ -455,6 +562,8 @@ def test_command_runs_the_policies_asked_for(tmp_path):
         (["--guarantee", "t=100"], "more than the cluster's 72"),
         (["--span-slowdown", "0.5"], "span slowdown must be a number >= 1.0"),
         (["--preempted", "later"], "preempted jobs 'later'"),
+        (["--checkpoint-loss", "soon"], "'soon' is not a duration"),
+        (["--fallback-after", "later"], "'later' is not a duration"),
         (["--racks", "0"], "--racks must be at least 1"),
         (["--out", "/nonexistent/dir/r.json"], "there is no directory /nonexistent/dir"),
     ],

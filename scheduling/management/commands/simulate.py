@@ -14,10 +14,12 @@ COLUMNS = (
     ("wait h", "{:>8}", "{:>8.2f}"),
     ("p95 h", "{:>8}", "{:>8.2f}"),
     ("JCT h", "{:>8}", "{:>8.2f}"),
-    ("1-part", "{:>7}", "{:>7}"),
+    ("1-part (fit)", "{:>15}", "{:>15}"),
     ("x-rack", "{:>7}", "{:>7,}"),
     ("preempt", "{:>8}", "{:>8,}"),
     ("short GPU-h", "{:>12}", "{:>12,.0f}"),
+    ("lost GPU-h", "{:>11}", "{:>11,.0f}"),
+    (">36 p95 h", "{:>10}", "{:>10}"),
     ("dec/s", "{:>9}", "{:>9}"),
     ("wall s", "{:>7}", "{:>7.1f}"),
 )
@@ -25,16 +27,20 @@ COLUMNS = (
 
 def _row(policy: str, m: dict) -> str:
     one = m["multi_tray_in_one_partition"]
+    fit = m["fitting_multi_tray_in_one_partition"]
+    big = m["wait_by_size"][">36"]["p95_wait_s"]
     values = (
         policy,
         m["gpu_utilization"],
         m["avg_wait_s"] / 3600,
         m["p95_wait_s"] / 3600,
         m["avg_jct_s"] / 3600,
-        "n/a" if one is None else f"{one:.1%}",
+        "n/a" if one is None else f"{one:.1%} ({'n/a' if fit is None else f'{fit:.1%}'})",
         m["cross_rack_jobs"],
         m["preemptions"],
         m["guarantee_shortfall_gpu_s"] / 3600,
+        m["lost_work_gpu_s"] / 3600,
+        "n/a" if big is None else f"{big / 3600:.2f}",
         "n/a" if m["decisions_per_s"] is None else f"{m['decisions_per_s']:,}",
         m["wall_s"],
     )
@@ -64,11 +70,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--trace",
             action="append",
-            required=True,
             metavar="FILE",
             help="a trace CSV; repeat for several: each file is one department, named after the file",
         )
-        parser.add_argument("--racks", type=int, required=True, help="NVL72 racks in the cluster")
+        parser.add_argument("--racks", type=int, help="NVL72 racks in the cluster")
         parser.add_argument(
             "--layout",
             default="1x18",
@@ -102,10 +107,52 @@ class Command(BaseCommand):
             help="resume (default: a preempted job checkpointed and needs only the work it had left) or "
             "restart (it starts over)",
         )
-        parser.add_argument("--out", required=True, metavar="FILE", help="results JSON to write")
+        parser.add_argument(
+            "--checkpoint-loss",
+            default=f"{simulator.DEFAULT_CHECKPOINT_LOSS_S / 60:g}m",
+            metavar="DURATION",
+            help="work a resumed job loses per preemption: the time since its last checkpoint and its "
+            "restart, at most what the cut run lasted (default 10m; seconds, or with s, m or h; 0: none)",
+        )
+        parser.add_argument(
+            "--fallback-after",
+            default=f"{simulator.DEFAULT_FALLBACK_AFTER_S / 60:g}m",
+            metavar="DURATION",
+            help="how long an in-quota gang of more than half a partition waits for one partition before it "
+            "takes a rack (and a rack-sized gang any trays); default 60m, 'off' keeps every job strict",
+        )
+        parser.add_argument("--out", metavar="FILE", help="results JSON to write")
         parser.add_argument("--html", metavar="FILE", help="HTML report to write (plotly, self-contained)")
+        # The wizard's what-if from the command line (_from_history.py): --trace, --racks and --out are
+        # required only without it.
+        parser.add_argument(
+            "--from-history",
+            type=int,
+            metavar="DAYS",
+            help="instead of traces, replay the portal's own jobs of the last DAYS days (1-30) on its racks "
+            "as they are and on each --carve candidate, and print the comparison",
+        )
+        parser.add_argument(
+            "--carve",
+            action="append",
+            default=[],
+            metavar="RACK=LAYOUT",
+            help="with --from-history: a candidate layout, one rack carved anew (gb-r01=2x9) or every rack "
+            "(all=3x6); repeat for several (default: all=1x18 and all=2x9)",
+        )
 
     def handle(self, *args, **options):
+        if options["from_history"] is not None:
+            from scheduling.management.commands._from_history import handle_from_history
+
+            return handle_from_history(self, options)
+        if options["carve"]:
+            raise CommandError("--carve goes with --from-history DAYS")
+        missing = [f"--{name}" for name in ("trace", "racks", "out") if options[name] is None]
+        if missing:
+            raise CommandError(
+                f"the following arguments are required: {', '.join(missing)} (or --from-history)"
+            )
         policies = options["policy"] or list(POLICIES)
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
@@ -119,6 +166,11 @@ class Command(BaseCommand):
         try:
             simulator.parse_layout(options["layout"])
             guarantees = simulator.parse_guarantees(options["guarantee"])
+            checkpoint_loss_s = simulator.parse_duration(options["checkpoint_loss"])
+            fallback = options["fallback_after"]
+            fallback_after_s = (
+                None if fallback.strip().lower() == "off" else simulator.parse_duration(fallback)
+            )
             traces = simulator.load_traces(options["trace"])
             results, runs = simulator.run(
                 traces,
@@ -128,6 +180,8 @@ class Command(BaseCommand):
                 span_slowdown=options["span_slowdown"],
                 guarantees=guarantees,
                 preempted=options["preempted"],
+                checkpoint_loss_s=checkpoint_loss_s,
+                fallback_after_s=fallback_after_s,
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),
@@ -149,7 +203,12 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{config['jobs']:,} jobs from {len(traces)} trace(s) on {config['racks']} racks "
             f"({config['layout']}, {config['capacity_gpus']} GPUs), span slowdown "
-            f"{config['span_slowdown']}x, preempted jobs {config['preempted_jobs']}:"
+            f"{config['span_slowdown']}x, preempted jobs {config['preempted_jobs']}"
+            + (
+                f" (each losing up to {config['checkpoint_loss_s'] / 60:g} min of work):"
+                if config["preempted_jobs"] == simulator.RESUME
+                else ":"
+            )
         )
         self.stdout.write("  ".join(head.format(name) for name, head, _ in COLUMNS))
         for policy, metrics in results["policies"].items():
