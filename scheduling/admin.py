@@ -7,6 +7,8 @@ from scheduling.models import (
     JobEvent,
     SchedulerState,
     SchedulingRequest,
+    WhatIfLayout,
+    WhatIfRun,
 )
 
 
@@ -126,3 +128,25 @@ class SchedulerStateAdmin(ReadOnlyAdmin):
 @admin.register(SchedulingRequest)
 class SchedulingRequestAdmin(ReadOnlyAdmin):
     list_display = ["pk", "reason", "created_at"]
+
+
+class WhatIfLayoutInline(ReadOnlyInline):
+    model = WhatIfLayout
+    fields = ("position", "label", "state", "error", "started_at", "finished_at")
+
+
+@admin.register(WhatIfRun)
+class WhatIfRunAdmin(ReadOnlyAdmin):
+    """What-ifs the partition wizard ran (scheduling.whatif_runs); their replayed jobs and trays, which can
+    be large, are not shown."""
+
+    list_display = ("pk", "created_at", "created_by", "rack", "days", "jobs", "state")
+    list_filter = ("state",)
+    exclude = ("history", "trays")
+    inlines = [WhatIfLayoutInline]
+
+
+@admin.register(WhatIfLayout)
+class WhatIfLayoutAdmin(ReadOnlyAdmin):
+    list_display = ("run", "position", "label", "state")
+    list_filter = ("state",)

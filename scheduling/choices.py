@@ -46,3 +46,17 @@ class Topology(models.TextChoices):
     PARTITION = "partition", "One NVLink partition"
     RACK = "rack", "One NVLink domain (rack)"
     ANY = "any", "Anywhere"
+
+
+class WhatIfState(models.TextChoices):
+    """A what-if replay (scheduling.whatif_runs) and each of its layouts."""
+
+    QUEUED = "queued", "Queued"
+    PREPARING = "preparing", "Reading the job history"
+    RUNNING = "running", "Replaying"
+    DONE = "done", "Done"
+    EMPTY = "empty", "No jobs in the window"
+    FAILED = "failed", "Failed"
+
+
+WHATIF_ACTIVE_STATES = (WhatIfState.QUEUED, WhatIfState.PREPARING, WhatIfState.RUNNING)

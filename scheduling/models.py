@@ -22,6 +22,7 @@ from scheduling.choices import (
     JobState,
     PriorityClass,
     Topology,
+    WhatIfState,
 )
 from tenancy.models import Department
 
@@ -192,3 +193,74 @@ class SchedulingRequest(models.Model):
 
     def __str__(self):
         return self.reason
+
+
+class WhatIfRunQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if is_admin(user) else self.none()
+
+
+class WhatIfRun(models.Model):
+    """A what-if: the portal's own jobs of the last `days` replayed under several NVLink layouts (the
+    cluster as it is first), one Celery task per layout (scheduling.whatif_runs, scheduling.whatif).
+
+    queued -> preparing (the history is read into `history`, the trays into `trays`) -> running (its layouts
+    replay) -> done, or empty (no job in the window) or failed (`error` says why)."""
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    rack = models.CharField(max_length=100, blank=True, help_text="The rack the previewed plan carves.")
+    days = models.PositiveSmallIntegerField()
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_end = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
+    error = models.CharField(max_length=500, blank=True)
+    notes = models.JSONField(default=list, blank=True)
+    jobs = models.PositiveIntegerField(default=0)
+    history = models.JSONField(default=dict, blank=True, help_text="The replayed jobs (scheduling.whatif).")
+    trays = models.JSONField(default=list, blank=True, help_text="The cluster's trays and partitions.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WhatIfRunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=WhatIfState.values), name="%(app_label)s_%(class)s_state_valid"
+            ),
+            models.CheckConstraint(condition=Q(days__gte=1), name="%(app_label)s_%(class)s_days_positive"),
+        ]
+
+    def __str__(self):
+        return f"what-if #{self.pk} ({self.days} days)"
+
+
+class WhatIfLayout(models.Model):
+    """One layout of a what-if: the cluster as it is, with `carvings` (racks carved anew) over it."""
+
+    run = models.ForeignKey(WhatIfRun, on_delete=models.CASCADE, related_name="layouts")
+    position = models.PositiveSmallIntegerField()
+    label = models.CharField(max_length=100)
+    carvings = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
+    figures = models.JSONField(default=dict, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "position"], name="%(app_label)s_%(class)s_one_per_position"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=WhatIfState.values), name="%(app_label)s_%(class)s_state_valid"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.run}: {self.label}"

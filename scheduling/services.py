@@ -11,6 +11,10 @@
   each holds the row lock of the single SchedulerState row (taken with SKIP LOCKED: a pass that finds it
   taken leaves; the holder runs again while scheduling requests newer than its start remain). Within the
   pass, Allocation's unique GPU constraint makes giving one GPU twice impossible whatever happens.
+  A pass makes a fixed number of queries whatever the number of racks or jobs: one per table it reads,
+  one statement per kind of change it writes (set-based, the audit and job events in bulk); the engine's
+  cluster comes from scheduling.pass_inputs, which on PostgreSQL keeps it between passes and checks it
+  against the database at each one.
 * `cancel_job` stops a job; a backend job that must be stopped (cancelled or preempted) becomes a
   BackendCancel row that the sync task retries until the backend confirms.
 
@@ -20,26 +24,29 @@ Dispatch to Slurm/Kubernetes and the sync of their state are in integrations.dis
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import time
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Q
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, F, FloatField, Func, Max, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.access import is_admin, leads
-from core.audit import bulk_update_recorded, record_bulk_change
+from core.audit import record_bulk_change
 from core.enqueue import enqueue, send_now
 from core.hardware import GPUS_PER_TRAY
 from inventory.choices import TrayState
-from inventory.models import ComputeTray, Gpu
-from inventory.selectors import unsettled_fabric_trays
+from inventory.models import ComputeTray
+from scheduling import pass_inputs
 from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
-from scheduling.engine.cluster import Cluster, TraySpec
+from scheduling.engine.cluster import Cluster
 from scheduling.engine.scheduler import (
     PREEMPTIBLE_CLASSES,
     PassResult,
@@ -58,7 +65,6 @@ from scheduling.models import (
     SchedulingRequest,
 )
 from tenancy.models import Department, Membership
-from tenancy.services import schedulable_gpus_q
 
 # Tasks are started by name (core.enqueue): the pass is this layer's own; dispatch and the job sync belong
 # to integrations, which this layer does not import.
@@ -147,10 +153,6 @@ def check_request(department: Department, gpus: int, topology: str, priority_cla
 
 def default_topology(gpus: int) -> str:
     return Topology.PARTITION if gpus > GPUS_PER_TRAY else Topology.ANY
-
-
-def _event(job: Job, kind: str, message: str = "", placement=None) -> JobEvent:
-    return JobEvent(job=job, kind=kind, message=message[:500], placement=placement or [])
 
 
 class IdempotencyKeyReused(Exception):
@@ -372,6 +374,7 @@ class PassSummary:
     waiting: int
     decisions: int
     ms: float
+    cold: bool = True  # the cluster was read cold, not kept from this process's last pass (pass_inputs)
 
 
 def _epoch(value) -> float:
@@ -379,66 +382,64 @@ def _epoch(value) -> float:
 
 
 def _load_cluster():
-    """The engine's cluster from the database: trays in rack/partition/slot order, each with the GPUs that
-    can run work (schedulable, or already allocated), whether its fabric is settled (inventory.selectors.
-    unsettled_fabric_trays: multi-tray jobs avoid the others), and every holding job allocated on it."""
-    trays = list(
-        ComputeTray.objects.filter(partition__isnull=False)
-        .order_by("rack__name", "partition__clique_id", "slot")
-        .values_list(
-            "pk", "hostname", "rack__name", "partition__name", "partition__dedication__department__slug"
-        )
-    )
-    capacity = dict(
-        Gpu.objects.filter(schedulable_gpus_q() | Q(allocations__isnull=False), tray__isnull=False)
-        .values("tray_id")
-        .annotate(n=Count("pk"))
-        .values_list("tray_id", "n")
-    )
-    unsettled = set(unsettled_fabric_trays().values_list("pk", flat=True))
-    cluster = Cluster(
-        TraySpec(
-            hostname, rack, partition, min(GPUS_PER_TRAY, capacity.get(pk, 0)), owner, pk not in unsettled
-        )
-        for pk, hostname, rack, partition, owner in trays
-    )
-    tray_index = {pk: cluster.host_index[hostname] for pk, hostname, *_ in trays}
-    held: dict[int, list[tuple[int, int]]] = {}
-    for job_id, tray_id, n in (
-        Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__isnull=False)
-        .values("job_id", "gpu__tray_id")
-        .annotate(n=Count("pk"))
-        .values_list("job_id", "gpu__tray_id", "n")
-    ):
-        if tray_id in tray_index:
-            held.setdefault(job_id, []).append((tray_index[tray_id], n))
-    for job_id, placement in held.items():
-        cluster.allocate(job_id, placement)
-    return cluster, tray_index
+    """The engine's cluster read cold from the database, and its tray index by ComputeTray pk."""
+    return pass_inputs.load_cluster()
 
 
-# Fields a preemption and a start change on a Job (one bulk update each).
-_PREEMPTED_FIELDS = [
-    "state",
-    "preemptions",
-    "over_quota",
-    "backend_id",
-    "backend_message",
-    "placed_at",
-    "started_at",
-    "next_dispatch_at",
+# The columns a pass reads of the pending jobs (the engine's PendingJob), and of the jobs it decides about,
+# under their row locks (the audit's before-values). The running jobs: `_read_running`.
+_PENDING = (
+    "pk",
+    "department_id",
+    "gpus",
+    "topology",
+    "priority_class",
+    "created_at",
+    "time_limit_minutes",
     "pending_reason",
-]
-_STARTED_FIELDS = [
+)
+_LOCKED = (
+    "pk",
+    "name",
     "state",
+    "department_id",
+    "gpus",
+    "priority_class",
+    "backend",
+    "backend_id",
     "placement",
     "placed_at",
+    "started_at",
     "over_quota",
     "pending_reason",
     "backend_message",
     "dispatch_attempts",
     "next_dispatch_at",
-]
+    "preemptions",
+)
+# What a preemption sets on its victim (besides counting it), and a start on its job (besides where it
+# goes and its standing).
+_REQUEUED = {
+    "state": JobState.PENDING,
+    "over_quota": False,
+    "backend_id": "",
+    "backend_message": "",
+    "placed_at": None,
+    "started_at": None,
+    "next_dispatch_at": None,
+    "pending_reason": "waiting: preempted; back in the queue",
+}
+
+
+def _placed(now) -> dict:
+    return {
+        "state": JobState.STARTING,
+        "placed_at": now,
+        "pending_reason": "",
+        "backend_message": "",
+        "dispatch_attempts": 0,
+        "next_dispatch_at": None,
+    }
 
 
 def _engine_departments(departments: list[Department]) -> list[EngineDepartment]:
@@ -448,24 +449,76 @@ def _engine_departments(departments: list[Department]) -> list[EngineDepartment]
     ]
 
 
-def _running_jobs(cluster: Cluster, slug: dict[int, str]) -> tuple[list[RunningJob], dict[int, Job]]:
-    """The holding jobs that hold GPUs on the cluster, as the engine sees them, and their rows by pk."""
-    rows = {j.pk: j for j in Job.objects.filter(state__in=HOLDING_STATES) if j.pk in cluster.jobs}
-    return [
-        RunningJob(
-            id=j.pk,
-            department=slug[j.department_id],
-            gpus=j.gpus,
-            started_at=_epoch(j.placed_at or j.started_at),
-            expected_end=_epoch(j.placed_at or j.started_at) + j.time_limit_minutes * 60,
-            over_quota=j.over_quota,
-            priority_class=j.priority_class,
+class _Seconds(Func):
+    """A timestamp as seconds since 1970 (a float), computed by PostgreSQL: parsing thousands of
+    timestamps into datetimes costs more than reading the rest of the running jobs' rows."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
+    output_field = FloatField()
+
+
+def _seconds(value) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+# A running job as a pass reads it: (pk, department pk, GPUs, time limit in minutes, over quota, priority
+# class, since, placed), `since` (placed, else started) and `placed` in seconds since 1970, or None.
+_RUNNING = ("pk", "department_id", "gpus", "time_limit_minutes", "over_quota", "priority_class")
+_OVER_QUOTA = 4
+
+
+def _read_running() -> list[tuple]:
+    """The running (holding) jobs, one query."""
+    jobs = Job.objects.filter(state__in=HOLDING_STATES).order_by()
+    if connection.vendor == "postgresql":
+        since = _Seconds(Coalesce("placed_at", "started_at"))
+        query = jobs.annotate(since=since, placed=_Seconds("placed_at")).values_list(
+            *_RUNNING, "since", "placed"
         )
-        for j in rows.values()
-    ], rows
+        # The driver's tuples as they come: thousands of rows, nothing for Django to convert.
+        with connection.cursor() as cursor:
+            cursor.execute(*query.query.sql_with_params())
+            return cursor.fetchall()
+    return [
+        (*row[:-2], _seconds(row[-2] or row[-1]), _seconds(row[-2]))
+        for row in jobs.values_list(*_RUNNING, "placed_at", "started_at")
+    ]
 
 
-def _pending_jobs(pending_jobs: dict[int, Job], slug: dict[int, str]) -> list[PendingJob]:
+def _running_jobs(rows, slug: dict[int, str], kept: dict) -> list[RunningJob]:
+    """The engine's RunningJob of each row. `kept` ({pk: (row, RunningJob)} and the department slugs under
+    None, from the last pass; replaced by this pass's) gives back the ones whose row has not changed:
+    thousands of them."""
+    if kept.get(None) != slug:  # a department renamed: every job's department may read differently
+        kept.clear()
+    jobs = []
+    built: dict = {None: slug}
+    for row in rows:
+        pk = row[0]
+        job = kept.get(pk)
+        if job is not None and job[0] == row:
+            job = job[1]
+        else:
+            _, department_id, gpus, limit, over_quota, priority_class, since, _ = row
+            started = since if since is not None else time.time()
+            job = RunningJob(
+                id=pk,
+                department=slug[department_id],
+                gpus=gpus,
+                started_at=started,
+                expected_end=started + limit * 60,
+                over_quota=over_quota,
+                priority_class=priority_class,
+            )
+        if row[6] is not None:  # else "started now": not the same at the next pass
+            built[pk] = (row, job)
+        jobs.append(job)
+    kept.clear()
+    kept.update(built)
+    return jobs
+
+
+def _pending_jobs(rows, slug: dict[int, str]) -> list[PendingJob]:
     return [
         PendingJob(
             id=j.pk,
@@ -476,94 +529,185 @@ def _pending_jobs(pending_jobs: dict[int, Job], slug: dict[int, str]) -> list[Pe
             submitted_at=_epoch(j.created_at),
             time_limit_s=j.time_limit_minutes * 60,
         )
-        for j in pending_jobs.values()
+        for j in rows
     ]
 
 
-def _keep_decisions_still_valid(result: PassResult, pending_jobs: dict[int, Job]) -> dict[int, Job]:
-    """Lock the jobs the decisions change and drop the decisions on jobs no longer as they were read.
+def _event(job_id: int, kind: str, message: str = "", placement=None) -> dict:
+    """A JobEvent's values (`_insert_events` writes them all at once)."""
+    return {"job_id": job_id, "kind": kind, "message": message[:500], "placement": placement or []}
+
+
+def _recordset(model, rows: list[dict]) -> tuple[str, str]:
+    """PostgreSQL: rows of column values as one JSON parameter and its `jsonb_to_recordset` column list.
+
+    One string to quote: the driver quotes every element of an array parameter in Python (a regular
+    expression per quote character), which costs more than the query for rows of text and JSON."""
+    columns = {f.column: f for f in model._meta.concrete_fields}
+    names = list(rows[0])
+    typed = ", ".join(f'"{name}" {columns[name].db_type(connection)}' for name in names)
+    return json.dumps(rows, cls=DjangoJSONEncoder), typed
+
+
+def _insert_events(events: list[dict]) -> None:
+    """The pass's job events, made now: one INSERT (PostgreSQL) or bulk_create."""
+    if not events:
+        return
+    at = timezone.now()
+    if connection.vendor != "postgresql":
+        JobEvent.objects.bulk_create(JobEvent(**event, at=at) for event in events)
+        return
+    data, typed = _recordset(JobEvent, events)
+    names = ", ".join(f'"{name}"' for name in events[0])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {JobEvent._meta.db_table} ({names}, at) "
+            f"SELECT {names}, %s FROM jsonb_to_recordset(%s::jsonb) AS v({typed})",
+            [at, data],
+        )
+
+
+def _update_each(rows: dict[int, dict], common: dict | None = None) -> None:
+    """Set `common` on the jobs `rows` names and each its own values ({pk: {field: value}}, the same fields
+    in each). PostgreSQL: one UPDATE joined to the values (Django's bulk_update writes a CASE per row and
+    field, which costs more to build than to run); elsewhere bulk_update."""
+    if not rows:
+        return
+    common = common or {}
+    names = list(next(iter(rows.values())))
+    if connection.vendor != "postgresql":
+        jobs = [Job(pk=pk, **common, **values) for pk, values in rows.items()]
+        Job.objects.bulk_update(jobs, [*common, *names], batch_size=500)
+        return
+    meta = Job._meta
+    sets, params = [], []
+    for name, value in common.items():
+        model_field = meta.get_field(name)
+        sets.append(f'"{model_field.column}" = %s')
+        params.append(model_field.get_db_prep_save(value, connection))
+    columns = [meta.get_field(name).column for name in names]
+    sets += [f'"{column}" = v."{column}"' for column in columns]
+    data, typed = _recordset(
+        Job,
+        [{"id": pk, **dict(zip(columns, values.values(), strict=True))} for pk, values in rows.items()],
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {meta.db_table} SET {', '.join(sets)} FROM jsonb_to_recordset(%s::jsonb) AS v({typed}) "
+            f"WHERE {meta.db_table}.id = v.id",
+            [*params, data],
+        )
+
+
+def _int_array(values) -> str:
+    """A PostgreSQL array literal of integers: one string to quote, not one parameter per element."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
+
+
+def _insert_allocations(allocations: list[tuple], now) -> dict[int, int]:
+    """Allocation rows for (job, GPU, ...) tuples, made at `now`; each job's highest allocation id (the
+    kept cluster's check, scheduling.pass_inputs). PostgreSQL: one INSERT from two arrays (no model
+    instance per row); elsewhere bulk_create."""
+    if not allocations:
+        return {}
+    if connection.vendor != "postgresql":
+        made = Allocation.objects.bulk_create(Allocation(job_id=row[0], gpu_id=row[1]) for row in allocations)
+        last: dict[int, int] = {}
+        for allocation in made:
+            last[allocation.job_id] = max(last.get(allocation.job_id, 0), allocation.pk or 0)
+        return last
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH made AS (INSERT INTO {Allocation._meta.db_table} (job_id, gpu_id, created_at) "
+            "SELECT job_id, gpu_id, %s FROM unnest(%s::bigint[], %s::bigint[]) AS v(job_id, gpu_id) "
+            "RETURNING job_id, id) SELECT job_id, max(id) FROM made GROUP BY job_id",
+            [now, _int_array(row[0] for row in allocations), _int_array(row[1] for row in allocations)],
+        )
+        return dict(cursor.fetchall())
+
+
+def _changes(before: dict[int, tuple], after: dict[int, dict]) -> dict[int, dict]:
+    """{pk: {field: (before, after)}} of the fields that change (for core.audit.record_bulk_change)."""
+    changes = {}
+    for pk, values in after.items():
+        row = before[pk]
+        diff = {
+            name: (getattr(row, name), value) for name, value in values.items() if getattr(row, name) != value
+        }
+        if diff:
+            changes[pk] = diff
+    return changes
+
+
+def _lock(result: PassResult, restand: dict[int, bool]) -> dict:
+    """Lock the jobs the decisions change (in pk order, one query) and read them as they are now."""
+    touched = {s.job_id for s in result.started} | set(result.preempted) | set(restand)
+    if not touched:
+        return {}
+    return {
+        row.pk: row
+        for row in Job.objects.select_for_update()
+        .filter(pk__in=touched)
+        .order_by("pk")
+        .values_list(*_LOCKED, named=True)
+    }
+
+
+def _keep_decisions_still_valid(result: PassResult, locked: dict) -> dict:
+    """Drop the decisions on jobs no longer as they were read; the locked holding jobs by pk.
 
     The decisions were made on rows read without locks: a job may have been cancelled, finished or handed
-    to its backend meanwhile (a dispatch or cancel in flight holds the row lock; we wait for it and then
-    see its outcome). Locked pending jobs replace their unlocked copies in `pending_jobs`; returns the
-    locked holding jobs by pk (the victims)."""
-    touched = [s.job_id for s in result.started] + list(result.preempted)
-    current = {j.pk: j for j in Job.objects.select_for_update().filter(pk__in=touched).order_by("pk")}
-    holding_by_pk = {pk: job for pk, job in current.items() if job.state in HOLDING_STATES}
-    still_pending = {pk: job for pk, job in current.items() if job.state == JobState.PENDING}
-    for pk, job in still_pending.items():
-        if pk in pending_jobs:
-            pending_jobs[pk] = job
-    result.preempted = {v: j for v, j in result.preempted.items() if v in holding_by_pk}
-    result.started = [s for s in result.started if s.job_id in still_pending]
-    return holding_by_pk
+    to its backend meanwhile (a dispatch or cancel in flight holds the row lock; `_lock` waited for it and
+    reads its outcome)."""
+    holding = {pk: row for pk, row in locked.items() if row.state in HOLDING_STATES}
+    result.preempted = {v: j for v, j in result.preempted.items() if v in holding}
+    result.started = [s for s in result.started if locked[s.job_id].state == JobState.PENDING]
+    return holding
 
 
-def _requeue(victim: Job) -> None:
-    victim.state = JobState.PENDING
-    victim.preemptions += 1
-    victim.over_quota = False
-    victim.backend_id = ""
-    victim.backend_message = ""
-    victim.placed_at = victim.started_at = None
-    victim.next_dispatch_at = None
-    victim.pending_reason = "waiting: preempted; back in the queue"
-
-
-def _preempt(
-    preempted: dict[int, int], holding_by_pk: dict[int, Job], pending_jobs: dict[int, Job]
-) -> list[JobEvent]:
-    """Stop each victim in its backend, free its GPUs and put it back in the queue; its events."""
-    events: list[JobEvent] = []
-    for victim_id, for_job in preempted.items():
-        victim = holding_by_pk[victim_id]
-        _stop_in_backend(victim, f"preempted for job {for_job}")
-        beneficiary = pending_jobs[for_job]
+def _preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, str]):
+    """Stop each victim in its backend, free its GPUs and put it back in the queue; (changes, events)."""
+    victims = [holding[pk] for pk in result.preempted]
+    if not victims:
+        return {}, []
+    cancels = [
+        BackendCancel(
+            job_id=victim.pk,
+            backend=victim.backend,
+            backend_id=victim.backend_id,
+            reason=f"preempted for job {result.preempted[victim.pk]}"[:200],
+        )
+        for victim in victims
+        if victim.backend_id
+    ]
+    if cancels:  # a cancel already asked for the same backend job stays as it is
+        BackendCancel.objects.bulk_create(cancels, ignore_conflicts=True)
+        enqueue(SYNC_JOBS)
+    events = []
+    for victim in victims:
+        for_job = result.preempted[victim.pk]
         events.append(
             _event(
-                victim,
+                victim.pk,
                 JobEventKind.PREEMPTED,
-                f"preempted: its GPUs were borrowed (over quota) and {beneficiary.department.slug} "
+                f"preempted: its GPUs were borrowed (over quota) and {slug[pending[for_job].department_id]} "
                 f"reclaimed them for job #{for_job} within its guarantee; back in the queue",
                 victim.placement,
             )
         )
-        _requeue(victim)
-    if preempted:
-        Allocation.objects.filter(job_id__in=list(preempted)).delete()
-        bulk_update_recorded([holding_by_pk[pk] for pk in preempted], _PREEMPTED_FIELDS)
-    return events
+    pks = [victim.pk for victim in victims]
+    Allocation.objects.filter(job_id__in=pks).delete()
+    Job.objects.filter(pk__in=pks).update(**_REQUEUED, preemptions=F("preemptions") + 1)
+    after = {victim.pk: {**_REQUEUED, "preemptions": victim.preemptions + 1} for victim in victims}
+    return _changes(holding, after), events
 
 
-def _free_gpus_on(tray_pks: set[int]) -> dict[int, list[int]]:
-    """The free GPUs of these trays, in one query: tray -> GPU pks in index order. Each start takes from
-    the front of its trays' lists, so two small jobs packed on one tray get different GPUs."""
-    free_on: dict[int, list[int]] = {}
-    for gpu_id, tray_id in (
-        Gpu.objects.filter(schedulable_gpus_q(), tray_id__in=tray_pks, allocations__isnull=True)
-        .order_by("tray_id", "index")
-        .values_list("pk", "tray_id")
-    ):
-        free_on.setdefault(tray_id, []).append(gpu_id)
-    return free_on
-
-
-def _place(job: Job, start: Start, cluster: Cluster, now) -> JobEvent:
-    """Mark the job placed on the start's trays (STARTING, for dispatch); its PLACED event."""
-    hosts = [cluster.tray_host[t] for t, _ in start.placement]
+def _placed_event(job_id: int, start: Start, cluster: Cluster, hosts: list[str]) -> dict:
     shape = engine_placement.describe(cluster, start.placement)
     where = ", ".join(sorted({cluster.partition_label(cluster.tray_part[t]) for t, _ in start.placement}))
-    job.state = JobState.STARTING
-    job.placement = hosts
-    job.placed_at = now
-    job.over_quota = start.over_quota
-    job.pending_reason = ""
-    job.backend_message = ""
-    job.dispatch_attempts = 0
-    job.next_dispatch_at = None
     quota = "over quota (borrowed, preemptible)" if start.over_quota else "in quota"
     return _event(
-        job,
+        job_id,
         JobEventKind.PLACED,
         f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
         + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else ""),
@@ -571,42 +715,39 @@ def _place(job: Job, start: Start, cluster: Cluster, now) -> JobEvent:
     )
 
 
-def _start(
-    result: PassResult, cluster: Cluster, tray_pk: dict[int, int], pending_jobs: dict[int, Job], now
-) -> tuple[list[Job], list[JobEvent]]:
-    """Allocate each started job its GPUs and mark it placed; (started jobs, their events)."""
-    free_on = _free_gpus_on({tray_pk[t] for start in result.started for t, _ in start.placement})
-    allocations: list[Allocation] = []
-    started_jobs: list[Job] = []
-    events: list[JobEvent] = []
+def _start(result: PassResult, state: pass_inputs.ClusterState, locked: dict, now):
+    """Allocate each started job its GPUs and mark it placed (STARTING, for dispatch); (changes, events).
+
+    The free GPUs of the trays come from the cluster as it was read (with the preempted jobs' GPUs free);
+    each start takes from the front of its trays' lists, so two small jobs packed on one tray get
+    different GPUs."""
+    if not result.started:
+        return {}, []
+    cluster = state.cluster
+    freed = {gpu for victim in result.preempted if victim in state.held for gpu in state.held[victim].gpus}
+    free_on = state.free_gpus({t for start in result.started for t, _ in start.placement}, freed)
+    allocations: list[tuple[int, int, int]] = []  # (job, GPU, tray index)
+    own: dict[int, dict] = {}
+    events: list[dict] = []
     for start in result.started:
-        job = pending_jobs[start.job_id]
         for t, n in start.placement:
-            gpus = free_on.get(tray_pk[t], [])
-            allocations.extend(Allocation(job=job, gpu_id=gpu_id) for gpu_id in gpus[:n])
+            gpus = free_on.get(t, [])
+            allocations.extend((start.job_id, gpu_id, t) for gpu_id in gpus[:n])
             del gpus[:n]
-        events.append(_place(job, start, cluster, now))
-        started_jobs.append(job)
+        hosts = [cluster.tray_host[t] for t, _ in start.placement]
+        own[start.job_id] = {"placement": hosts, "over_quota": start.over_quota}
+        events.append(_placed_event(start.job_id, start, cluster, hosts))
     # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
-    Allocation.objects.bulk_create(allocations)
-    bulk_update_recorded(started_jobs, _STARTED_FIELDS)
-    return started_jobs, events
+    last = _insert_allocations(allocations, now)
+    # The next pass of this process finds them here (if this one commits) instead of reading them; their
+    # version is placed_at as _read_running gives it.
+    state.record(now.timestamp(), allocations, last)
+    common = _placed(now)
+    _update_each(own, common)
+    return _changes(locked, {pk: {**common, **values} for pk, values in own.items()}), events
 
 
-def _record_waiting_reasons(waiting: dict[int, str], pending_jobs: dict[int, Job]) -> None:
-    """Store why each job still waits, writing only the reasons that changed."""
-    changed = []
-    for job_id, reason in waiting.items():
-        job = pending_jobs.get(job_id)
-        if job is not None and job.pending_reason != reason[:500]:
-            job.pending_reason = reason[:500]
-            changed.append(job)
-    Job.objects.bulk_update(changed, ["pending_reason"], batch_size=500)
-
-
-def _standing_words(
-    job: Job, over_quota: bool, result: PassResult, departments: dict[int, Department]
-) -> str:
+def _standing_words(job, over_quota: bool, result: PassResult, departments: dict[int, Department]) -> str:
     department = departments[job.department_id]
     share = result.in_quota_share.get(department.slug, 0)
     quota = f"{department.slug}'s guarantee is {department.guaranteed_gpus} GPUs (in-quota share now {share})"
@@ -622,69 +763,104 @@ def _standing_words(
     return f"now borrowed{preemptible}: {quota} and its older running jobs hold it"
 
 
-def _restand(
-    result: PassResult, rows: dict[int, Job], departments: dict[int, Department], skip: set[int]
-) -> list[JobEvent]:
-    """Write the pass's in-quota/borrowed standing of the running jobs whose standing changed (not those
-    in `skip`: started or preempted by this pass), recorded in the audit; their QUOTA events."""
-    changed = [
-        pk
-        for pk, over in result.over_quota.items()
-        if pk in rows and pk not in skip and rows[pk].over_quota != over
-    ]
-    if not changed:
-        return []
-    jobs = list(
-        Job.objects.select_for_update().filter(pk__in=changed, state__in=HOLDING_STATES).order_by("pk")
+def _restand(result: PassResult, restand: dict[int, bool], holding: dict, departments: dict[int, Department]):
+    """Write the pass's in-quota/borrowed standing of the running jobs whose standing changed (`restand`:
+    not started or preempted by this pass); (changes, their QUOTA events)."""
+    changed = {pk: over for pk, over in restand.items() if pk in holding and holding[pk].over_quota != over}
+    events = []
+    for over in (False, True):
+        pks = [pk for pk, value in changed.items() if value == over]
+        if pks:
+            Job.objects.filter(pk__in=pks).update(over_quota=over)
+    for pk, over in changed.items():
+        events.append(_event(pk, JobEventKind.QUOTA, _standing_words(holding[pk], over, result, departments)))
+    return _changes(holding, {pk: {"over_quota": over} for pk, over in changed.items()}), events
+
+
+def _record_waiting_reasons(waiting: dict[int, str], reasons: dict[int, str]) -> None:
+    """Store why each job still waits, writing only the reasons that changed."""
+    _update_each(
+        {
+            job_id: {"pending_reason": reason[:500]}
+            for job_id, reason in waiting.items()
+            if job_id in reasons and reasons[job_id] != reason[:500]
+        }
     )
-    changes: dict[int, dict] = {}
-    events: list[JobEvent] = []
-    for job in jobs:
-        over = result.over_quota[job.pk]
-        if job.over_quota == over:
-            continue
-        changes[job.pk] = {"over_quota": (job.over_quota, over)}
-        job.over_quota = over
-        events.append(_event(job, JobEventKind.QUOTA, _standing_words(job, over, result, departments)))
-    updated = [job for job in jobs if job.pk in changes]
-    Job.objects.bulk_update(updated, ["over_quota"])
-    record_bulk_change(Job, changes)
-    return events
 
 
 def _pass(now) -> PassSummary:
-    """Read the cluster and the queue, let the engine decide, then apply what is still valid under lock."""
+    """Read the cluster and the queue, let the engine decide, then apply what is still valid under lock.
+
+    A fixed number of queries whatever the number of racks, jobs or decisions: every read is one query
+    per table, every write one statement per kind of change (tests/scheduling/test_pass_queries.py)."""
     started_clock = time.perf_counter()
-    cluster, tray_index = _load_cluster()
-    tray_pk = {index: pk for pk, index in tray_index.items()}
     departments = list(Department.objects.all())
     slug = {d.pk: d.slug for d in departments}
-    running, running_rows = _running_jobs(cluster, slug)
-    pending_jobs = {j.pk: j for j in Job.objects.filter(state=JobState.PENDING)}
-    pending = _pending_jobs(pending_jobs, slug)
-    result = schedule(cluster, _engine_departments(departments), running, pending, now.timestamp())
-
-    holding_by_pk = _keep_decisions_still_valid(result, pending_jobs)
-    events = _preempt(result.preempted, holding_by_pk, pending_jobs)
-    started_jobs, start_events = _start(result, cluster, tray_pk, pending_jobs, now)
-    events += start_events
-    events += _restand(
-        result,
-        running_rows,
-        {d.pk: d for d in departments},
-        skip={s.job_id for s in result.started} | set(result.preempted),
+    holding_rows = _read_running()
+    state = pass_inputs.read({row[0]: row[-1] for row in holding_rows})
+    cluster = state.cluster
+    running = {row[0]: row for row in holding_rows if row[0] in cluster.jobs}
+    pending = {
+        row.pk: row
+        for row in Job.objects.filter(state=JobState.PENDING).order_by().values_list(*_PENDING, named=True)
+    }
+    result = schedule(
+        cluster,
+        _engine_departments(departments),
+        _running_jobs(running.values(), slug, state.running_jobs),
+        _pending_jobs(pending.values(), slug),
+        now.timestamp(),
     )
-    _record_waiting_reasons(result.waiting, pending_jobs)
-    JobEvent.objects.bulk_create(events)
-    for job in started_jobs:
-        enqueue(DISPATCH_JOB, job.pk)
+
+    decided = {s.job_id for s in result.started} | set(result.preempted)
+    restand = {
+        pk: over
+        for pk, over in result.over_quota.items()
+        if pk in running and pk not in decided and running[pk][_OVER_QUOTA] != over
+    }
+    locked = _lock(result, restand)
+    holding = _keep_decisions_still_valid(result, locked)
+    by_pk = {d.pk: d for d in departments}
+    reasons = {pk: row.pending_reason for pk, row in pending.items()}
+    reasons.update((pk, row.pending_reason) for pk, row in locked.items() if row.state == JobState.PENDING)
+    changes, events = _preempt(result, holding, pending, slug)
+    started_changes, started_events = _start(result, state, locked, now)
+    standing_changes, standing_events = _restand(result, restand, holding, by_pk)
+    record_bulk_change(
+        Job,
+        {**changes, **started_changes, **standing_changes},
+        # The jobs as the audit names them (Job.__str__: name and department), from the rows locked above.
+        described={
+            pk: (f"{row.name} ({by_pk[row.department_id]})", row.department_id) for pk, row in locked.items()
+        },
+    )
+    _record_waiting_reasons(result.waiting, reasons)
+    _insert_events([*events, *started_events, *standing_events])
+    for start in result.started:
+        enqueue(DISPATCH_JOB, start.job_id)
+    pass_inputs.keep(state)
     return PassSummary(
         started=len(result.started),
         preempted=len(result.preempted),
         waiting=len(result.waiting),
         decisions=result.decisions,
         ms=(time.perf_counter() - started_clock) * 1000,
+        cold=state.cold,
     )
+
+
+@contextlib.contextmanager
+def _collection_deferred():
+    """Python's cycle collector paused while a pass holds the scheduler's lock: a full collection walks every
+    object of the process (the kept cluster's too: ~70 ms at 1,000 racks) and may fall in any pass. It runs
+    once the lock is released instead; the pass's own garbage is freed by reference counting as before."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
@@ -695,7 +871,7 @@ def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
         SchedulerState.objects.get_or_create(pk=1)
     summary = None
     while True:
-        with transaction.atomic():
+        with _collection_deferred(), transaction.atomic():
             state = SchedulerState.objects.select_for_update(skip_locked=True).filter(pk=1).first()
             if state is None:
                 return summary

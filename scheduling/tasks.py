@@ -5,16 +5,22 @@ The work lives in scheduling.services and scheduling.usage; tasks take no object
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+
+from celery import group, shared_task
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from core.audit import audit_context
 from core.enqueue import send_now
 from core.models import AuditSource
+from scheduling import whatif_runs
 from scheduling.services import SCHEDULE_JOBS, request_pass, run_pass
 from scheduling.usage import SNAPSHOT_FIELDS, department_positions
 from tenancy.models import QuotaSnapshot
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name=SCHEDULE_JOBS)
@@ -69,3 +75,30 @@ def snapshot_quotas() -> int:
 def snapshot_quotas_renamed() -> bool:
     """The previous release's name: a message still queued under it is forwarded."""
     return send_now("scheduling.tasks.snapshot_quotas")
+
+
+@shared_task(name=whatif_runs.PREPARE)
+def whatif_prepare(run_id: int) -> list[int]:
+    """Read a what-if's job history once, then replay its layouts in parallel: a Celery group of one task
+    per layout, so more workers finish a sweep sooner (with eager Celery they run here, one after another).
+    No chord: nothing waits on a result backend; the last replay to finish settles the run
+    (scheduling.whatif_runs.settle)."""
+    layout_ids = whatif_runs.prepare(run_id)
+    if layout_ids:
+        try:
+            group(whatif_replay.si(layout_id) for layout_id in layout_ids).apply_async()
+        except (OperationalError, OSError) as error:  # the broker: the page says the layouts wait
+            log.warning(
+                "what-if #%s: replays not sent, the task queue could not be reached (%s)", run_id, error
+            )
+    return layout_ids
+
+
+@shared_task(
+    name=whatif_runs.REPLAY,
+    soft_time_limit=whatif_runs.REPLAY_TIME_LIMIT_S,
+    time_limit=whatif_runs.REPLAY_TIME_LIMIT_S + 60,
+)
+def whatif_replay(layout_id: int) -> str:
+    """Replay one layout of a what-if (scheduling.whatif_runs.replay_layout)."""
+    return whatif_runs.replay_layout(layout_id)

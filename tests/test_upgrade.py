@@ -72,6 +72,9 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "core_notificationsubscription",
     "core_notification",
     "core_notificationattempt",
+    # What-if replays of the partition wizard (issue 14): a run and its layouts.
+    "scheduling_whatifrun",
+    "scheduling_whatiflayout",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",

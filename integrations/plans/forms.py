@@ -18,6 +18,7 @@ from integrations.plans.service import partitions_from_rows
 from inventory.models import Rack
 from inventory.planning import PRESETS, PlannedPartition, parse_ranges, preset_layout
 from inventory.planning import _ranges as slot_ranges
+from scheduling import whatif
 from tenancy.models import DedicatedPartition
 
 CUSTOM = "custom"
@@ -220,3 +221,34 @@ def api_partitions(layout: dict) -> list[PlannedPartition]:
     if layout.get("preset"):
         return preset_layout(layout["preset"], layout.get("leave_out") or ())
     return partitions_from_rows(layout["partitions"])
+
+
+# ---- the what-if on the cluster's own history (scheduling.whatif) ------------------------------------------
+
+
+class WhatIfForm(forms.Form):
+    """How many days of the portal's own jobs to replay, and which other layouts of the rack to try beside
+    the plan (the cluster as it is always comes first)."""
+
+    days = forms.IntegerField(
+        label="Days of history",
+        initial=whatif.DEFAULT_DAYS,
+        min_value=1,
+        max_value=whatif.MAX_DAYS,
+        error_messages={
+            "required": "Say how many days of history to replay, e.g. 7.",
+            "invalid": "Give the days as a whole number, e.g. 7.",
+            "min_value": "Replay at least 1 day of history.",
+            "max_value": (
+                f"At most {whatif.MAX_DAYS} days: a longer window replays more jobs than a layout comparison "
+                f"needs, and takes long. Choose {whatif.MAX_DAYS} or fewer."
+            ),
+        },
+    )
+    also = forms.MultipleChoiceField(
+        label="Also try",
+        required=False,
+        choices=[(preset, preset) for preset in PRESETS],
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"invalid_choice": "%(value)s is not a preset layout to try."},
+    )

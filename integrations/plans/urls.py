@@ -16,4 +16,6 @@ urlpatterns = [
     path("racks/<str:name>/plan/names/", views.plan_names, name="plan-names"),
     path("racks/<str:name>/plan/preview/", views.plan_preview, name="plan-preview"),
     path("racks/<str:name>/plan/apply/", views.plan_apply, name="plan-apply"),
+    path("racks/<str:name>/plan/whatif/", views.plan_whatif, name="plan-whatif"),
+    path("plans/whatif/<int:pk>/", views.whatif_detail, name="whatif-detail"),
 ]

@@ -29,7 +29,8 @@ from core.access import require_admin
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
-from integrations.plans.forms import CUSTOM, PlanForm, plan_form
+from integrations.plans import whatif as whatif_page
+from integrations.plans.forms import CUSTOM, PlanForm, WhatIfForm, current_layout, plan_form
 from integrations.plans.service import create_and_apply
 from inventory import selectors
 from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
@@ -37,8 +38,10 @@ from inventory.models import Gpu, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import PRESETS, Finding, Level, PlanCheck, TrayInfo
 from inventory.planning import _ranges as slot_ranges
 from inventory.selectors import PARTITION_COLOURS
+from scheduling import whatif_runs
 from scheduling.choices import HOLDING_STATES
-from scheduling.models import Allocation
+from scheduling.models import Allocation, WhatIfRun
+from scheduling.whatif import WhatIfError
 from tenancy.models import Department
 
 # How many lines of a push's log the progress view shows (the push page has all of it).
@@ -309,7 +312,7 @@ def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
     return sorted(files, key=lambda f: (order.get(f.group, len(order)), f.path))
 
 
-def _preview_context(request, rack: Rack, form: PlanForm) -> dict:
+def _preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm | None = None) -> dict:
     context = _rack_context(request, rack, form, "preview")
     check = context["check"]
     files: list[FileDiff] = []
@@ -324,6 +327,8 @@ def _preview_context(request, rack: Rack, form: PlanForm) -> dict:
         hidden=form.hidden_fields_list(),
         # A plan may change no tray's partition and still change what is pushed (a dedication): it applies.
         can_apply=check.ok and bool(check.changes or files) and context["active_plan"] is None,
+        whatif_form=whatif_form or WhatIfForm(),
+        whatif_presets=list(PRESETS),
     )
     return context
 
@@ -334,6 +339,77 @@ def plan_preview(request, name):
     rack = _rack(request, name)
     form = plan_form(rack, request.GET)
     return render(request, "inventory/wizard/preview.html", _preview_context(request, rack, form))
+
+
+# ---- the preview's what-if: this cluster's own jobs replayed under the plan ------------------------------
+
+
+@require_POST
+def plan_whatif(request, name):
+    """Start a what-if from the preview: the last N days of this portal's jobs replayed under the cluster as
+    it is, this plan and the other layouts asked for, in Celery tasks (scheduling.whatif_runs), never here.
+    Answers the run's progress (htmx, which then polls it) or redirects to its page. Bad input is a 400 that
+    says what to change, and writes nothing."""
+    rack = _rack(request, name)
+    form = plan_form(rack, request.POST)
+    whatif_form = WhatIfForm(request.POST)
+    refusal = ""
+    if not form.partitions or getattr(form, "layout_errors", None) or form.errors:
+        refusal = "The plan has errors: fix them in the layout first, then run the what-if."
+    elif not plans.check(rack, form.partitions, drain=bool(form.cleaned_data.get("drain_first"))).ok:
+        refusal = "The plan has errors (see the checks): fix them first, then run the what-if."
+    if refusal or not whatif_form.is_valid():
+        return _whatif_refused(request, rack, form, whatif_form, refusal)
+    chosen = whatif_page.layouts(
+        rack, form.partitions, current_layout(rack).partitions, whatif_form.cleaned_data["also"]
+    )
+    try:
+        run = whatif_runs.start(request.user, whatif_form.cleaned_data["days"], chosen, rack=rack.name)
+    except WhatIfError as error:
+        return _whatif_refused(request, rack, form, whatif_form, str(error))
+    if not request.htmx:
+        return redirect("inventory:whatif-detail", pk=run.pk)
+    return _whatif_partial(request, run)
+
+
+def _whatif_refused(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm, refusal: str):
+    errors = [refusal] if refusal else [m for messages in whatif_form.errors.values() for m in messages]
+    if request.htmx:
+        response = render(request, "inventory/wizard/_whatif_errors.html", {"errors": errors}, status=400)
+        patch_vary_headers(response, ["HX-Request"])
+        return response
+    context = _preview_context(request, rack, form, whatif_form)
+    context["whatif_errors"] = errors
+    return render(request, "inventory/wizard/preview.html", context, status=400)
+
+
+def _whatif_partial(request, run: WhatIfRun):
+    context = whatif_page.context(whatif_runs.progress(run))
+    # Polled from the run's own page, the partial links to no other.
+    context["own_page"] = request.htmx.current_url_abs_path == reverse(
+        "inventory:whatif-detail", args=[run.pk]
+    )
+    if context["whatif"].done:
+        return HttpResponseStopPolling(
+            render(request, "inventory/wizard/_whatif.html", context).content, headers={"Vary": "HX-Request"}
+        )
+    response = render(request, "inventory/wizard/_whatif.html", context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+@require_GET
+def whatif_detail(request, pk):
+    """A what-if's progress, then its comparison (table and chart); polls every 2 s until it is done.
+
+    Read-only: the replays move on in tasks (scheduling.tasks.whatif_prepare, whatif_replay)."""
+    require_admin(request.user, WIZARD)
+    run = get_object_or_404(WhatIfRun.objects.visible_to(request.user), pk=pk)
+    if request.htmx:
+        return _whatif_partial(request, run)
+    context = whatif_page.context(whatif_runs.progress(run))
+    context["rack"] = Rack.objects.filter(name=run.rack).first()
+    return render(request, "inventory/wizard/whatif.html", context)
 
 
 # ---- step 5: apply, then follow ---------------------------------------------------------------------------

@@ -44,4 +44,14 @@
   }
   document.addEventListener("DOMContentLoaded", drawCharts);
   document.addEventListener("htmx:afterSettle", drawCharts);
+
+  // A form marked data-swap-errors shows a 400 answer (what to change, in words) where its result goes,
+  // as the page without htmx would; htmx otherwise drops error responses.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var source = event.detail.requestConfig && event.detail.requestConfig.elt;
+    if (event.detail.xhr.status === 400 && source && source.closest && source.closest("[data-swap-errors]")) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
 })();

@@ -1,0 +1,430 @@
+"""What-if on the cluster's own history: the portal's recent jobs replayed under other NVLink layouts.
+
+Pure Python (no Django import). `scheduling.whatif_runs` reads the job rows and the trays from the database
+and runs the replays (Celery tasks, one per layout); `manage.py simulate --from-history DAYS` does the same
+in one process. This module turns job rows into the simulator's input (`history`), lays a candidate layout
+over the cluster's trays (`carve`), replays with the simulator (`replay`: `scheduling.simulator.simulate`,
+the same admission and placement code as a pass) and compares the figures (`comparison`).
+
+How a job row becomes a replayed job (every figure of a what-if rests on these):
+
+* **Window.** The jobs submitted in the last N days, and the ones submitted before that still running or
+  waiting when the window opened: those enter the replay at its start, with the run time they had left.
+* **Run time.** A finished job (completed, failed or cancelled) runs for the time it ran: end minus start,
+  plus the time it ran before each preemption. A job cancelled or failed before it ever started ran for
+  nothing and is left out. A running job runs for its time limit (the longest it may run), or for the time
+  it has run so far when that is longer. A waiting job runs for its time limit.
+* **Size and locality.** As in every replay (`scheduling.simulator`): 1-4 GPUs on one tray, more in whole
+  trays; a job asks for one NVLink partition when it fits the layout's largest, else one rack, else any.
+  The job's own topology and priority class are not replayed: every job is preemptible training work, so
+  the layouts are compared on the same demand.
+* **Departments.** A department's guarantee is the one it has now (scaled down in proportion when a layout
+  has fewer GPUs than the guarantees add up to); weights, limits and priorities are the simulator's
+  (weight 1, no limit, priority 0).
+* **Trays.** A layout has every tray in one of its partitions, each with 4 GPUs: the comparison is of the
+  layouts, not of today's health. Trays in no partition are left out, as the scheduler leaves them.
+* **Bounds.** At most `MAX_DAYS` days, and the most recent `MAX_JOBS` jobs of them (the notes say when).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from core.hardware import GPUS_PER_TRAY
+from scheduling.engine.cluster import Cluster, TraySpec
+from scheduling.engine.placement import RACKPLANE
+from scheduling.simulation_inputs import SimulationError, Trace, TraceJob, round_gpus
+
+DEFAULT_DAYS = 7
+MAX_DAYS = 30
+MAX_JOBS = 20_000
+# Job states, as scheduling.choices.JobState stores them.
+PENDING, STARTING, RUNNING = "pending", "starting", "running"
+COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
+FINISHED = (COMPLETED, FAILED, CANCELLED)
+HISTORY_PATH = "the portal's job history"  # a replayed Trace's `path`: these jobs come from no file
+
+
+class WhatIfError(ValueError):
+    """A what-if that cannot run: the message says why in words an admin can act on."""
+
+
+# --- job rows -> the replay's input ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryJob:
+    """One job row as the what-if reads it; times are seconds since the epoch."""
+
+    id: int
+    name: str
+    department: str  # slug
+    gpus: int
+    state: str
+    submitted_at: float
+    started_at: float | None = None  # of its last run (a preemption starts it again)
+    finished_at: float | None = None
+    time_limit_s: float = 3600.0
+    earlier_run_s: float = 0.0  # what it ran before its preemptions
+
+
+@dataclass
+class History:
+    """The jobs a what-if replays, and what the admin must know about how they were chosen."""
+
+    window_start: float
+    window_end: float
+    jobs: list[TraceJob]  # in submission order
+    guarantees: dict[str, int]  # the replayed departments' guaranteed GPUs
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def departments(self) -> list[str]:
+        return sorted({job.department for job in self.jobs})
+
+    def traces(self) -> list[Trace]:
+        """One trace per department, as the simulator takes them."""
+        by_department: dict[str, list[TraceJob]] = {}
+        for job in self.jobs:
+            by_department.setdefault(job.department, []).append(job)
+        return [Trace(name, HISTORY_PATH, tuple(jobs)) for name, jobs in sorted(by_department.items())]
+
+    def to_json(self) -> dict:
+        """A compact form to keep between tasks (`from_json` reads it back)."""
+        return {
+            "window": [self.window_start, self.window_end],
+            "guarantees": self.guarantees,
+            "notes": self.notes,
+            "jobs": [
+                [j.id, j.name, j.department, j.submitted_at, j.duration_s, j.trace_gpus] for j in self.jobs
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> History:
+        start, end = data["window"]
+        jobs = [
+            TraceJob(job_id, name, department, submitted, duration, round_gpus(gpus), gpus)
+            for job_id, name, department, submitted, duration, gpus in data["jobs"]
+        ]
+        return cls(start, end, jobs, dict(data["guarantees"]), list(data["notes"]))
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def _was(n: int) -> str:
+    return "was" if n == 1 else "were"
+
+
+def run_time(job: HistoryJob, window_end: float) -> float | None:
+    """How long the job holds its GPUs in the replay (see the module's "run time"); None: it never ran."""
+    if job.state in FINISHED:
+        if job.started_at is None or job.finished_at is None:
+            return job.earlier_run_s or None
+        return job.earlier_run_s + max(0.0, job.finished_at - job.started_at)
+    if job.state in (STARTING, RUNNING) and job.started_at is not None:
+        return job.earlier_run_s + max(job.time_limit_s, window_end - job.started_at)
+    return job.time_limit_s  # waiting (or placed, not started yet): its limit
+
+
+def history(
+    rows: Sequence[HistoryJob],
+    window_start: float,
+    window_end: float,
+    guarantees: Mapping[str, int],
+    *,
+    max_jobs: int = MAX_JOBS,
+    older: int = 0,
+) -> History:
+    """The replay's input from the job rows that touch the window (submitted before its end, and not
+    finished before its start); `guarantees`: every department's guaranteed GPUs, by slug. `older`: rows of
+    the window the caller did not read (the oldest, past `max_jobs`): the notes count them."""
+    jobs: list[TraceJob] = []
+    never_ran = carried = waiting = running = 0
+    for row in rows:
+        if row.submitted_at > window_end:
+            continue
+        if row.state in FINISHED and row.finished_at is not None and row.finished_at < window_start:
+            continue
+        run = run_time(row, window_end)
+        if not run:
+            never_ran += 1
+            continue
+        submitted = row.submitted_at
+        if submitted < window_start:
+            # It was there when the window opened: it enters at the start with what it had left to run.
+            carried += 1
+            if row.started_at is not None and row.started_at < window_start:
+                run -= window_start - row.started_at
+            submitted = window_start
+        if run <= 0:
+            continue
+        waiting += row.state == PENDING
+        running += row.state in (STARTING, RUNNING)
+        jobs.append(
+            TraceJob(
+                row.id, row.name, row.department, submitted, max(1.0, run), round_gpus(row.gpus), row.gpus
+            )
+        )
+    jobs.sort(key=lambda job: (job.submitted_at, job.id))
+    notes = []
+    if len(jobs) > max_jobs or (older and jobs):
+        total = len(jobs) + older
+        jobs = jobs[-max_jobs:]
+        window_start = jobs[0].submitted_at
+        notes.append(
+            f"The window holds {total:,} jobs: the replay takes the most recent {len(jobs):,} (submitted "
+            f"since {_when(window_start)}) so that it stays quick. Choose fewer days to replay a whole "
+            "window."
+        )
+    if carried:
+        notes.append(
+            f"{_plural(carried, 'job')} submitted before the window {_was(carried)} still waiting or running "
+            "when it opened: they enter the replay at its start with the run time they had left."
+        )
+    if never_ran:
+        notes.append(
+            f"{_plural(never_ran, 'job')} cancelled or failed before starting: left out, as they never held "
+            "GPUs."
+        )
+    if waiting or running:
+        notes.append(
+            "Jobs not finished yet run for their time limit in the replay (a running one for the time it has "
+            f"run so far when that is longer): {_plural(running, 'running job')}, "
+            f"{_plural(waiting, 'waiting job')}."
+        )
+    present = {job.department for job in jobs}
+    return History(
+        window_start,
+        window_end,
+        jobs,
+        {slug: int(guarantees.get(slug, 0)) for slug in sorted(present)},
+        notes,
+    )
+
+
+# --- layouts ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tray:
+    """A compute tray of the cluster, where a layout puts it."""
+
+    hostname: str
+    rack: str
+    slot: int
+    partition: str | None  # None: in no partition (the scheduler leaves it out)
+    owner: str | None = None  # the department (slug) its partition is dedicated to
+
+
+@dataclass(frozen=True)
+class Carving:
+    """One rack's partitions in a candidate layout: (name, slots, department slug or None) each."""
+
+    rack: str
+    partitions: tuple[tuple[str, tuple[int, ...], str | None], ...]
+
+    def to_json(self) -> dict:
+        return {"rack": self.rack, "partitions": [[n, list(s), d] for n, s, d in self.partitions]}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Carving:
+        return cls(data["rack"], tuple((n, tuple(s), d or None) for n, s, d in data["partitions"]))
+
+
+def carve(trays: Sequence[Tray], carvings: Sequence[Carving] = ()) -> list[TraySpec]:
+    """The engine's trays for the cluster with some racks carved anew: the other racks keep the partitions
+    they have; a carved rack's trays take its planned partitions, in their order, and trays in none of them
+    are left out. Racks stay in the given order (the portal's pass order)."""
+    carved = {c.rack: c for c in carvings}
+    unknown = sorted(set(carved) - {t.rack for t in trays})
+    if unknown:
+        raise WhatIfError(f"No rack named {', '.join(unknown)} in the inventory.")
+    by_rack: dict[str, list[Tray]] = {}
+    for tray in trays:
+        by_rack.setdefault(tray.rack, []).append(tray)
+    specs: list[TraySpec] = []
+    for rack, members in by_rack.items():
+        carving = carved.get(rack)
+        if carving is None:
+            specs += [
+                TraySpec(t.hostname, t.rack, t.partition, GPUS_PER_TRAY, t.owner)
+                for t in members
+                if t.partition
+            ]
+            continue
+        host = {t.slot: t.hostname for t in members}
+        for name, slots, owner in carving.partitions:
+            missing = [slot for slot in slots if slot not in host]
+            if missing:
+                raise WhatIfError(f"{rack} has no tray in slot {', '.join(map(str, missing))}.")
+            specs += [TraySpec(host[slot], rack, name, GPUS_PER_TRAY, owner) for slot in sorted(slots)]
+    return specs
+
+
+def describe(specs: Sequence[TraySpec]) -> str:
+    """'4 racks, 6 partitions, 288 GPUs' for a layout."""
+    racks = {s.rack for s in specs}
+    partitions = {(s.rack, s.partition) for s in specs}
+    gpus = sum(s.capacity for s in specs)
+    return f"{_plural(len(racks), 'rack')}, {_plural(len(partitions), 'partition')}, {gpus:,} GPUs"
+
+
+def fit_guarantees(guarantees: Mapping[str, int], capacity: int) -> tuple[dict[str, int], str | None]:
+    """The guarantees, scaled down in proportion (largest remainder) when they add up to more than the
+    layout's GPUs, with a note saying so."""
+    total = sum(guarantees.values())
+    if total <= capacity:
+        return dict(guarantees), None
+    shares = {name: capacity * gpus / total for name, gpus in guarantees.items()}
+    fitted = {name: math.floor(share) for name, share in shares.items()}
+    for name in sorted(shares, key=lambda n: (-(shares[n] - fitted[n]), n))[
+        : capacity - sum(fitted.values())
+    ]:
+        fitted[name] += 1
+    return fitted, (
+        f"The replayed departments' guarantees add up to {total:,} GPUs, more than this layout's "
+        f"{capacity:,}: they are scaled down in proportion."
+    )
+
+
+# --- the replay and the comparison ------------------------------------------------------------------------
+
+# (key in the simulator's figures, label, unit, lower is better)
+FIGURES = (
+    ("avg_wait_s", "Average wait", "h", True),
+    ("p95_wait_s", "p95 wait", "h", True),
+    ("avg_jct_s", "Average JCT", "h", True),
+    ("multi_tray_in_one_partition", "Multi-tray jobs in one partition", "%", False),
+    ("guarantee_shortfall_gpu_s", "Guarantee shortfall", "GPU-h", True),
+)
+KEPT = (
+    "jobs",
+    "avg_wait_s",
+    "p95_wait_s",
+    "avg_jct_s",
+    "multi_tray_jobs",
+    "multi_tray_in_one_partition",
+    "guarantee_shortfall_gpu_s",
+    "gpu_utilization",
+    "cross_rack_jobs",
+    "preemptions",
+    "spanning_jobs",
+    "wall_s",
+)
+
+
+def replay(history: History, specs: Sequence[TraySpec], **options) -> dict:
+    """Replay the history on one layout under the rackplane policy: the figures the comparison shows, the
+    layout's description and its notes. `options` go to `scheduling.simulator.simulate` (span_slowdown,
+    preempted, ...). WhatIfError when the layout cannot run the history."""
+    from scheduling import simulator  # the replay loop; imported here so the conversion stays light
+
+    if not history.jobs:
+        raise WhatIfError("There are no jobs in the window to replay.")
+    if not specs:
+        raise WhatIfError("The layout has no tray in any NVLink partition: nothing could run on it.")
+    capacity = sum(spec.capacity for spec in specs)
+    too_big = [job for job in history.jobs if job.gpus > capacity]
+    if too_big:
+        raise WhatIfError(
+            f"This layout has {capacity:,} GPUs in its partitions, and {_plural(len(too_big), 'job')} of the "
+            f"history {'needs' if len(too_big) == 1 else 'need'} more (the largest "
+            f"{max(j.gpus for j in too_big):,}): it could never run {'it' if len(too_big) == 1 else 'them'}."
+        )
+    guarantees, note = fit_guarantees(history.guarantees, capacity)
+    try:
+        run = simulator.simulate(
+            history.traces(),
+            len({spec.rack for spec in specs}),
+            policy=RACKPLANE,
+            guarantees=guarantees,
+            cluster=Cluster(specs),
+            **options,
+        )
+    except SimulationError as error:
+        raise WhatIfError(f"The replay could not finish on this layout: {error}.") from error
+    figures = {key: run.metrics.get(key) for key in KEPT}
+    figures["layout"] = describe(specs)
+    figures["capacity_gpus"] = capacity
+    figures["notes"] = [note] if note else []
+    return figures
+
+
+def _value(key: str, figures: Mapping) -> float | None:
+    value = figures.get(key)
+    if value is None:
+        return None
+    if key.endswith("_s"):
+        return value / 3600  # seconds -> hours, GPU-seconds -> GPU-hours
+    return value * 100  # a fraction, shown in %
+
+
+def _format(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "%":
+        return f"{value:.1f}%"
+    if unit == "GPU-h":
+        return f"{value:,.0f} GPU-h"
+    return f"{value:,.2f} h"
+
+
+def _delta(value: float | None, base: float | None, unit: str, lower_is_better: bool) -> tuple[str, str]:
+    """('+1.25 h', 'worse') against the first layout's value."""
+    if value is None or base is None:
+        return "", ""
+    diff = value - base
+    if unit == "%":
+        text = f"{diff:+.1f} pts"
+    elif unit == "GPU-h":
+        text = f"{diff:+,.0f} GPU-h"
+    else:
+        text = f"{diff:+,.2f} h"
+    if abs(diff) < (0.05 if unit == "%" else 0.5 if unit == "GPU-h" else 0.005):
+        return "same", "same"
+    better = diff < 0 if lower_is_better else diff > 0
+    return text, "better" if better else "worse"
+
+
+def comparison(results: Sequence[tuple[str, Mapping | None]]) -> list[dict]:
+    """One row per figure: each layout's value and its difference to the first layout's (the cluster as it
+    is). `results`: (label, figures, or None when that layout's replay did not finish)."""
+    rows = []
+    for key, label, unit, lower_is_better in FIGURES:
+        base = _value(key, results[0][1]) if results and results[0][1] else None
+        cells = []
+        for index, (_name, figures) in enumerate(results):
+            value = _value(key, figures) if figures else None
+            delta, verdict = ("", "") if index == 0 else _delta(value, base, unit, lower_is_better)
+            cells.append({"value": value, "text": _format(value, unit), "delta": delta, "verdict": verdict})
+        rows.append({"key": key, "label": label, "unit": unit, "cells": cells})
+    return rows
+
+
+def comparison_text(results: Sequence[tuple[str, Mapping | None]]) -> str:
+    """The comparison as a plain-text table (`manage.py simulate --from-history`)."""
+    table = comparison(results)
+    labels = [name for name, _ in results]
+    first = max(len(row["label"]) for row in table)
+    widths = [
+        max(len(name), *(len(r["cells"][i]["text"]) + len(r["cells"][i]["delta"]) + 3 for r in table))
+        for i, name in enumerate(labels)
+    ]
+    lines = ["  ".join([" " * first, *(name.rjust(w) for name, w in zip(labels, widths, strict=True))])]
+    for row in table:
+        cells = []
+        for cell, width in zip(row["cells"], widths, strict=True):
+            text = cell["text"] + (f" ({cell['delta']})" if cell["delta"] else "")
+            cells.append(text.rjust(width))
+        lines.append("  ".join([row["label"].ljust(first), *cells]))
+    return "\n".join(lines)

@@ -1,0 +1,317 @@
+"""What-if runs: the portal's own job history replayed under several layouts, in Celery tasks.
+
+`start` writes a WhatIfRun and one WhatIfLayout per layout (the cluster as it is first), then queues
+`scheduling.tasks.whatif_prepare` on commit. That task reads the history and the trays once (`prepare`: the
+same input for every layout) and fans the layouts out as a Celery group of `scheduling.tasks.whatif_replay`
+tasks, one per layout (`replay_layout`), so more workers finish a sweep sooner; the last one to finish
+settles the run. Every task claims its row atomically and does nothing when it was already claimed, so a
+message delivered twice replays nothing twice. The pages only read the rows (`progress`).
+
+The conversion and the replay are `scheduling.whatif` (pure); `manage.py simulate --from-history` calls
+`compare` here, which does the same in one process without rows or tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.enqueue import enqueue
+from inventory.models import ComputeTray
+from scheduling import whatif
+from scheduling.choices import WHATIF_ACTIVE_STATES, JobEventKind, WhatIfState
+from scheduling.models import Job, JobEvent, WhatIfLayout, WhatIfRun
+from scheduling.whatif import Carving, History, HistoryJob, Tray, WhatIfError
+from tenancy.models import Department
+
+log = logging.getLogger(__name__)
+
+PREPARE = "scheduling.tasks.whatif_prepare"
+REPLAY = "scheduling.tasks.whatif_replay"
+MAX_LAYOUTS = 6  # the cluster as it is, the plan, and up to four other candidates
+# A replay task is stopped after this long (Celery's soft time limit) and its layout marked failed.
+REPLAY_TIME_LIMIT_S = 600
+# A run no worker has started after this long is said to be stuck (the page says what to check).
+NOT_STARTED_AFTER = timedelta(minutes=2)
+NOW = "The cluster now"
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+# --- reading the database ----------------------------------------------------------------------------------
+
+
+def history(days: int, now: datetime | None = None) -> History:
+    """The replay's input: the jobs of the last `days` days (scheduling.whatif.history's rules). A few
+    queries; at most whatif.MAX_JOBS job rows are read, the most recent."""
+    if not 1 <= days <= whatif.MAX_DAYS:
+        raise WhatIfError(f"Replay between 1 and {whatif.MAX_DAYS} days of history, not {days}.")
+    now = now or timezone.now()
+    start = now - timedelta(days=days)
+    window = Job.objects.filter(created_at__lte=now).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gte=start)
+    )
+    rows = list(
+        window.order_by("-created_at", "-pk").values_list(
+            "pk",
+            "name",
+            "department__slug",
+            "gpus",
+            "state",
+            "created_at",
+            "started_at",
+            "placed_at",
+            "finished_at",
+            "time_limit_minutes",
+            "preemptions",
+        )[: whatif.MAX_JOBS]
+    )
+    older = window.count() - len(rows) if len(rows) == whatif.MAX_JOBS else 0
+    earlier = _earlier_runs([pk for pk, *_rest, preemptions in rows if preemptions])
+    jobs = [
+        HistoryJob(
+            id=pk,
+            name=name,
+            department=department,
+            gpus=gpus,
+            state=state,
+            submitted_at=created.timestamp(),
+            started_at=_epoch(started or placed),
+            finished_at=_epoch(finished),
+            time_limit_s=limit * 60.0,
+            earlier_run_s=earlier.get(pk, 0.0),
+        )
+        for pk, name, department, gpus, state, created, started, placed, finished, limit, _ in rows
+    ]
+    guarantees = dict(Department.objects.values_list("slug", "guaranteed_gpus"))
+    return whatif.history(jobs, start.timestamp(), now.timestamp(), guarantees, older=older)
+
+
+def _earlier_runs(job_ids: list[int]) -> dict[int, float]:
+    """Seconds each preempted job ran before its preemptions: from each placement to the preemption after
+    it (its events; the job row keeps only its last start)."""
+    runs: dict[int, float] = {}
+    placed: dict[int, datetime] = {}
+    events = JobEvent.objects.filter(
+        job_id__in=job_ids, kind__in=(JobEventKind.PLACED, JobEventKind.PREEMPTED)
+    ).order_by("job_id", "at", "pk")
+    for job_id, kind, at in events.values_list("job_id", "kind", "at"):
+        if kind == JobEventKind.PLACED:
+            placed[job_id] = at
+        elif job_id in placed:
+            runs[job_id] = runs.get(job_id, 0.0) + (at - placed.pop(job_id)).total_seconds()
+    return runs
+
+
+def cluster_trays() -> list[Tray]:
+    """Every compute tray with its partition and dedication, in the pass's order. One query."""
+    return [
+        Tray(hostname, rack, slot, partition, owner)
+        for hostname, rack, slot, partition, owner in ComputeTray.objects.order_by(
+            "rack__name", "partition__clique_id", "slot"
+        ).values_list(
+            "hostname", "rack__name", "slot", "partition__name", "partition__dedication__department__slug"
+        )
+    ]
+
+
+# --- runs and their tasks ----------------------------------------------------------------------------------
+
+
+def start(user, days: int, layouts: Sequence[tuple[str, Sequence[Carving]]], rack: str = "") -> WhatIfRun:
+    """Save a what-if of `days` days over `layouts` (label, racks carved anew) and queue it. The cluster as
+    it is comes first, whether listed or not. WhatIfError for a window or a sweep out of bounds."""
+    if not 1 <= days <= whatif.MAX_DAYS:
+        raise WhatIfError(f"Replay between 1 and {whatif.MAX_DAYS} days of history, not {days}.")
+    layouts = [(label, list(carvings)) for label, carvings in layouts if carvings]
+    if len(layouts) + 1 > MAX_LAYOUTS:
+        raise WhatIfError(f"At most {MAX_LAYOUTS} layouts at once (the cluster now included).")
+    with transaction.atomic():
+        run = WhatIfRun.objects.create(created_by=user, days=days, rack=rack)
+        WhatIfLayout.objects.bulk_create(
+            WhatIfLayout(run=run, position=position, label=label, carvings=[c.to_json() for c in carvings])
+            for position, (label, carvings) in enumerate([(NOW, []), *layouts])
+        )
+        enqueue(PREPARE, run.pk)
+    return run
+
+
+def prepare(run_id: int, now: datetime | None = None) -> list[int]:
+    """Read the run's history and trays once; returns the layouts to replay (none when the window is empty,
+    the run was prepared already or it failed)."""
+    claimed = WhatIfRun.objects.filter(pk=run_id, state=WhatIfState.QUEUED).update(
+        state=WhatIfState.PREPARING
+    )
+    if not claimed:
+        return []
+    run = WhatIfRun.objects.get(pk=run_id)
+    now = now or timezone.now()
+    try:
+        replayed = history(run.days, now)
+        trays = cluster_trays()
+    except Exception as error:  # the run must end in words, whatever went wrong
+        log.exception("what-if #%s: reading the history failed", run_id)
+        _end(run, WhatIfState.FAILED, f"Reading the job history failed: {_words(error)}")
+        return []
+    run.window_start = datetime.fromtimestamp(replayed.window_start, tz=now.tzinfo)
+    run.window_end = now
+    run.notes = replayed.notes
+    run.jobs = len(replayed.jobs)
+    if not replayed.jobs:
+        _end(run, WhatIfState.EMPTY, "")
+        return []
+    run.history = replayed.to_json()
+    run.trays = [[t.hostname, t.rack, t.slot, t.partition, t.owner] for t in trays]
+    run.state = WhatIfState.RUNNING
+    run.save(update_fields=["window_start", "window_end", "notes", "jobs", "history", "trays", "state"])
+    return list(run.layouts.filter(state=WhatIfState.QUEUED).values_list("pk", flat=True))
+
+
+def replay_layout(layout_id: int, **options) -> str:
+    """Replay the run's history on one layout and keep its figures (or why it could not); returns the state.
+    `options` go to the simulator (scheduling.whatif.replay)."""
+    claimed = WhatIfLayout.objects.filter(
+        pk=layout_id, state=WhatIfState.QUEUED, run__state=WhatIfState.RUNNING
+    ).update(state=WhatIfState.RUNNING, started_at=timezone.now())
+    if not claimed:
+        return "not claimed"
+    layout = WhatIfLayout.objects.select_related("run").get(pk=layout_id)
+    run = layout.run
+    try:
+        specs = whatif.carve(
+            [Tray(*row) for row in run.trays], [Carving.from_json(c) for c in layout.carvings]
+        )
+        layout.figures = whatif.replay(History.from_json(run.history), specs, **options)
+        layout.state = WhatIfState.DONE
+    except WhatIfError as error:
+        layout.state, layout.error = WhatIfState.FAILED, str(error)
+    except SoftTimeLimitExceeded:
+        layout.state = WhatIfState.FAILED
+        layout.error = (
+            f"The replay took longer than {REPLAY_TIME_LIMIT_S // 60} minutes and was stopped: replay fewer "
+            "days."
+        )
+    except Exception as error:  # a layout must end in words, whatever went wrong
+        log.exception("what-if #%s: replaying %s failed", run.pk, layout.label)
+        layout.state, layout.error = WhatIfState.FAILED, f"The replay failed: {_words(error)}"
+    layout.finished_at = timezone.now()
+    layout.save(update_fields=["figures", "state", "error", "finished_at"])
+    settle(run.pk)
+    return layout.state
+
+
+def settle(run_id: int) -> None:
+    """Once no layout is queued or replaying, the run is done (failed when no layout could be replayed)."""
+    with transaction.atomic():
+        run = WhatIfRun.objects.select_for_update().get(pk=run_id)
+        if run.state != WhatIfState.RUNNING:
+            return
+        states = set(run.layouts.values_list("state", flat=True))
+        if states & set(WHATIF_ACTIVE_STATES):
+            return
+        if WhatIfState.DONE in states:
+            _end(run, WhatIfState.DONE, "")
+        else:
+            _end(run, WhatIfState.FAILED, "No layout could be replayed: each one says why below.")
+
+
+def _end(run: WhatIfRun, state: str, error: str) -> None:
+    run.state, run.error, run.finished_at = state, error[:500], timezone.now()
+    run.save()
+    # Layouts never replayed end with their run (an empty window, a history that could not be read).
+    run.layouts.filter(state=WhatIfState.QUEUED).update(state=state, finished_at=run.finished_at)
+
+
+def _words(error: Exception) -> str:
+    return (str(error) or type(error).__name__)[:400]
+
+
+# --- what the pages show -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    run: WhatIfRun
+    layouts: list[WhatIfLayout]
+    done: bool  # nothing will change any more: the page stops polling
+    stuck: str  # why nothing seems to move, in words ("" when it does)
+    replayed: int  # layouts finished (done or failed)
+    rows: list[dict]  # the comparison (scheduling.whatif.comparison), when done
+
+
+def progress(run: WhatIfRun, now: datetime | None = None) -> Progress:
+    """A run as its page shows it. Reads only."""
+    now = now or timezone.now()
+    layouts = list(run.layouts.all())
+    finished = [layout for layout in layouts if layout.state in (WhatIfState.DONE, WhatIfState.FAILED)]
+    stuck = ""
+    if run.state in (WhatIfState.QUEUED, WhatIfState.PREPARING) and now - run.created_at > NOT_STARTED_AFTER:
+        stuck = (
+            f"No worker has read the history in {int((now - run.created_at).total_seconds() // 60)} minutes: "
+            "check that the Celery worker is running, then run the what-if again."
+        )
+    elif run.state == WhatIfState.RUNNING:
+        limit = timedelta(seconds=REPLAY_TIME_LIMIT_S + 120)
+        if any(
+            layout.state == WhatIfState.RUNNING and layout.started_at and now - layout.started_at > limit
+            for layout in layouts
+        ):
+            stuck = (
+                "A replay has run past its time limit without a result (its worker may have stopped): run "
+                "the what-if again, with fewer days if it keeps happening."
+            )
+        elif (
+            any(layout.state == WhatIfState.QUEUED for layout in layouts)
+            and run.window_end
+            and now - run.window_end > NOT_STARTED_AFTER
+        ):
+            stuck = "Layouts have waited minutes for a worker: check that the Celery workers are running."
+    rows = []
+    if run.state == WhatIfState.DONE:
+        rows = whatif.comparison(
+            [
+                (layout.label, layout.figures if layout.state == WhatIfState.DONE else None)
+                for layout in layouts
+            ]
+        )
+    done = run.state not in WHATIF_ACTIVE_STATES or bool(stuck)
+    return Progress(run, layouts, done, stuck, len(finished), rows)
+
+
+# --- the command line --------------------------------------------------------------------------------------
+
+
+def compare(
+    days: int,
+    layouts: Sequence[tuple[str, Sequence[Carving]]],
+    *,
+    now: datetime | None = None,
+    progress: Callable[[str, dict | None, str], None] | None = None,
+    **options,
+) -> tuple[History, list[tuple[str, dict | None, str]]]:
+    """The what-if in this process (`manage.py simulate --from-history`): (history, [(label, figures or
+    None, error)]), the cluster as it is first."""
+    replayed = history(days, now)
+    if not replayed.jobs:
+        return replayed, []
+    trays = cluster_trays()
+    results = []
+    for label, carvings in [(NOW, []), *((label, c) for label, c in layouts)]:
+        figures, error = None, ""
+        try:
+            figures = whatif.replay(replayed, whatif.carve(trays, carvings), **options)
+        except WhatIfError as failure:
+            error = str(failure)
+        results.append((label, figures, error))
+        if progress is not None:
+            progress(label, figures, error)
+    return replayed, results

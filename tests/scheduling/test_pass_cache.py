@@ -1,0 +1,240 @@
+"""The cluster a process keeps between passes (scheduling.pass_inputs) is always the one a cold read builds.
+
+On PostgreSQL, where triggers (migration scheduling 0010) log every transaction that changes what the cluster
+is built from. Each test compares the kept cluster with a cold read after changes of every kind: jobs
+placed, ended, cancelled and preempted (caught up by the kept cluster), and inventory changes made behind
+the ORM's back (a raw UPDATE: a cold read). On SQLite there is nothing to keep; only the column check runs.
+"""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from inventory.choices import GpuHealth, TrayState
+from inventory.models import ComputeTray, Gpu
+from scheduling import pass_inputs
+from scheduling.choices import JobState, Topology
+from scheduling.models import Allocation, Job
+from scheduling.services import _read_running, cancel_job, finish_job, run_pass
+from tests.factories import free_trays, make_department, make_job
+
+postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the kept cluster needs PostgreSQL's triggers"
+)
+
+
+def picture(state: pass_inputs.ClusterState) -> dict:
+    """Everything a pass reads of a cluster state, comparable between two builds: every attribute of the
+    engine's cluster (whatever the engine keeps there; dicts compare without their order) and the GPUs."""
+    return {
+        "cluster": dict(vars(state.cluster)),
+        "tray_pk": state.tray_pk,
+        "tray_gpus": state.tray_gpus,
+        "gpu_tray": state.gpu_tray,
+        "allocated": state.allocated,
+        "held_unschedulable": state.held_unschedulable,
+        "held": {pk: (h.placement, h.unschedulable, sorted(h.gpus)) for pk, h in state.held.items()},
+    }
+
+
+def kept_is_cold(expect_cold: bool | None = None):
+    """Run a pass, then read the cluster as the next pass will (the kept one, caught up with what this
+    pass wrote): it is the one a cold read builds now. `expect_cold`: whether the pass itself had to read
+    cold (None: either)."""
+    summary = run_pass()
+    if expect_cold is not None:
+        assert summary.cold is expect_cold
+    placed = {row[0]: row[-1] for row in _read_running()}
+    with CaptureQueriesContext(connection) as queries:
+        state = pass_inputs.read(placed)
+    # Caught up with the pass's starts (noted by the pass: not read again) and preemptions: one check.
+    assert state.cold is False and len(queries) == 1
+    assert picture(state) == picture(pass_inputs.build(placed))
+    pass_inputs.keep(state)
+    return summary
+
+
+def pending(department, name: str, gpus: int, topology=Topology.ANY) -> Job:
+    return Job.objects.create(department=department, name=name, gpus=gpus, topology=topology)
+
+
+# --- the triggers watch what the cold read reads ------------------------------------------------------
+
+
+def columns_read(sql: str) -> set[tuple[str, str]]:
+    """("table", "column") of every column an SQL statement names, its aliases (U0, T4) resolved."""
+    aliases = {alias: table for table, alias in re.findall(r'"(\w+)" (U\d+|T\d+)\b', sql)}
+    found = set()
+    for owner, column in re.findall(r'"?(\w+)"?\."(\w+)"', sql):
+        found.add((aliases.get(owner, owner), column))
+    return found
+
+
+def test_the_cached_columns_are_every_column_the_cold_read_reads(db):
+    read = set()
+    for query in pass_inputs.INVENTORY_QUERIES:
+        read |= columns_read(str(query().query))
+    cached = {(table, column) for table, columns in pass_inputs.CACHED_COLUMNS.items() for column in columns}
+    # A row's id never changes; its insert and delete are logged whatever the columns.
+    assert {(table, column) for table, column in read if column != "id"} <= cached, read
+    assert {table for table, _ in read} == set(pass_inputs.CACHED_COLUMNS), read
+
+
+@postgresql
+def test_the_installed_triggers_watch_the_cached_columns(db):
+    # What the migrations installed (a change to the columns read needs a migration that re-creates them).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, t.tgname, t.tgargs FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE t.tgname LIKE 'scheduling_inventory_changed%%'"
+        )
+        rows = cursor.fetchall()
+    watched = {
+        table: tuple(bytes(arguments).decode().split("\x00")[:-1])
+        for table, name, arguments in rows
+        if name.endswith("_update")
+    }
+    assert watched == pass_inputs.CACHED_COLUMNS | pass_inputs.ALLOCATION_COLUMNS
+    assert {table for table, name, _ in rows if name.endswith("_rows")} == set(pass_inputs.CACHED_COLUMNS)
+
+
+@postgresql
+def test_a_change_to_a_cached_column_is_logged_and_others_are_not(demo_inventory):
+    def logged() -> int | None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT seq FROM scheduling_inventorychange WHERE xid = txid_current_if_assigned()"
+            )
+            row = cursor.fetchone()
+        return row[0] if row else None
+
+    tray = ComputeTray.objects.order_by("pk").first()
+    gpu = Gpu.objects.filter(tray=tray).order_by("pk").first()
+    before = logged()
+    ComputeTray.objects.filter(pk=tray.pk).update(last_report_at=timezone.now(), state_reason="noted")
+    Gpu.objects.filter(pk=gpu.pk).update(last_report_at=timezone.now(), serial="1650924060001")
+    tray.save()  # every column written, none changed
+    assert logged() == before
+    for model, pk, values in (
+        (ComputeTray, tray.pk, {"state": TrayState.DRAIN, "state_reason": "XID 79"}),
+        (ComputeTray, tray.pk, {"fabric_problems": ["GPU 1 is registering"]}),
+        (Gpu, gpu.pk, {"health": GpuHealth.UNHEALTHY}),
+        (Gpu, gpu.pk, {"reported_clique_id": 4242}),
+    ):
+        seen = logged()
+        model.objects.filter(pk=pk).update(**values)
+        assert logged() is not None and logged() != seen, values
+
+
+# --- the kept cluster is the cold one ----------------------------------------------------------------
+
+
+@postgresql
+def test_a_kept_cluster_catches_up_with_jobs_and_rereads_a_changed_inventory(demo_inventory):
+    research = make_department("Research", guaranteed_gpus=64)
+    vision = make_department("Vision", guaranteed_gpus=0)
+    # Vision borrows every whole tray but the first twelve.
+    trays = free_trays(100)
+    borrowers = [
+        make_job(vision, f"borrower-{n}", trays=[tray], over_quota=True) for n, tray in enumerate(trays[12:])
+    ]
+    for n in range(4):
+        pending(research, f"small-{n}", 1 + n)
+    pending(research, "gang", 16, Topology.PARTITION)
+    pass_inputs.forget()
+    kept_is_cold(expect_cold=True)
+
+    # Jobs come and go: the kept cluster catches up, no cold read.
+    for n in range(3):
+        pending(research, f"more-{n}", 4)
+    kept_is_cold(expect_cold=False)
+    running = list(Job.objects.filter(department=research, state=JobState.STARTING).order_by("pk"))
+    finish_job(running[0], JobState.COMPLETED, "done")
+    cancel_job(running[1])
+    kept_is_cold(expect_cold=False)
+
+    # A running job's GPU turns unhealthy behind the ORM's back: the inventory changed, a cold read; the
+    # GPU still counts for the job holding it, and stops counting when that job ends (caught up).
+    holder = running[2]
+    [gpu] = Allocation.objects.filter(job=holder).values_list("gpu_id", flat=True)[:1]
+    Gpu.objects.filter(pk=gpu).update(health=GpuHealth.UNHEALTHY)
+    kept_is_cold(expect_cold=True)
+    assert gpu in pass_inputs.kept().allocated and gpu not in pass_inputs.kept().gpu_tray
+    finish_job(Job.objects.get(pk=holder.pk), JobState.FAILED, "XID 79")
+    kept_is_cold(expect_cold=False)
+
+    # In-quota work reclaims borrowed trays (the twelve hold Research's ~30 GPUs): preempted jobs leave.
+    pending(research, "reclaim", 24, Topology.ANY)
+    summary = kept_is_cold(expect_cold=False)
+    assert summary.preempted >= 1
+    assert Job.objects.filter(pk__in=[b.pk for b in borrowers], state=JobState.PENDING).exists()
+
+    # A drained tray and a dedication: inventory changes, cold reads.
+    ComputeTray.objects.filter(pk=trays[-1].pk).update(state=TrayState.DRAIN, state_reason="XID 79")
+    kept_is_cold(expect_cold=True)
+    kept_is_cold(expect_cold=False)
+    Job.objects.filter(pk=running[3].pk).update(placed_at=timezone.now() - timedelta(minutes=5))
+    kept_is_cold(expect_cold=False)  # placed again (a new version): its allocations read again
+
+    # Allocations changed by hand (the admin may): one moved to a free GPU, one deleted. Cold reads.
+    moved = Allocation.objects.filter(job__state=JobState.STARTING).order_by("pk").first()
+    free = (
+        Gpu.objects.filter(tray__state=TrayState.UP, allocations__isnull=True)
+        .exclude(health=GpuHealth.UNHEALTHY)
+        .order_by("pk")
+        .first()
+    )
+    Allocation.objects.filter(pk=moved.pk).update(gpu=free)
+    kept_is_cold(expect_cold=True)
+    Allocation.objects.filter(pk=moved.pk).delete()
+    kept_is_cold(expect_cold=True)
+    kept_is_cold(expect_cold=False)
+
+
+@postgresql
+def test_a_change_rolled_back_after_the_read_is_not_kept(demo_inventory):
+    tray = free_trays(1)[0]
+    run_pass()
+    with transaction.atomic():
+        ComputeTray.objects.filter(pk=tray.pk).update(state=TrayState.DOWN, state_reason="no heartbeat")
+        run_pass()  # reads the tray down
+        index = pass_inputs.kept().tray_index[tray.pk]
+        assert pass_inputs.kept().cluster.tray_cap[index] == 0
+        transaction.set_rollback(True)
+    kept_is_cold(expect_cold=True)  # what it had read was rolled back
+    assert pass_inputs.kept().cluster.tray_cap[index] == 4
+
+
+@postgresql
+def test_pruning_the_log_keeps_the_cluster_read_after_it(demo_inventory, monkeypatch):
+    monkeypatch.setattr(pass_inputs, "PRUNE_AT", 0)
+    ComputeTray.objects.filter(pk=free_trays(1)[0].pk).update(state=TrayState.DRAIN, state_reason="XID 79")
+    pass_inputs.forget()
+    kept_is_cold(expect_cold=True)  # prunes while reading cold
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT seq FROM scheduling_inventorychange WHERE xid = 0")
+        assert cursor.fetchone() is not None
+    kept_is_cold(expect_cold=False)
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_changes_committed_between_passes_are_read(demo_inventory):
+    """Real commits (no test transaction around): the pass's own commit, then another transaction's."""
+    research = make_department("Research", guaranteed_gpus=16)
+    pending(research, "small", 2)
+    pass_inputs.forget()
+    assert run_pass().cold is True
+    assert run_pass().cold is False
+    ComputeTray.objects.filter(pk=free_trays(1)[0].pk).update(last_report_at=timezone.now())
+    assert run_pass().cold is False  # not a column the cluster reads
+    tray = free_trays(1)[0]
+    ComputeTray.objects.filter(pk=tray.pk).update(state=TrayState.DRAIN, state_reason="XID 79")  # committed
+    kept_is_cold(expect_cold=True)
+    assert pass_inputs.kept().cluster.tray_cap[pass_inputs.kept().tray_index[tray.pk]] == 0
+    pending(research, "more", 4)
+    assert kept_is_cold().cold is False
