@@ -111,11 +111,7 @@ cmd_build() {
     echo "$cache"
 }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 # Wait until `$2...` succeeds, while the process of pid file $1 lives; $3 names the server and its log.
 wait_for() {
@@ -283,20 +279,6 @@ EOF
     echo "$dir"
 }
 
-stop_pid() {
-    local file="$1" pid i
-    [ -f "$file" ] || return 0
-    pid="$(cat "$file")"
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for i in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$file"
-}
 
 cmd_restart_oidc() {
     local dir

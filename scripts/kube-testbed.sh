@@ -115,9 +115,6 @@ cmd_build() {
     echo "$cache"
 }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 make_pki() {
     local pki="$1"
@@ -158,7 +155,6 @@ current-context: $user@testbed
 EOF
 }
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 wait_ready() {
     local dir="$1" url="$2" token="$3" deadline=$((SECONDS + READY_TIMEOUT))
@@ -245,20 +241,6 @@ EOF
     echo "$dir"
 }
 
-stop_pid() {
-    local file="$1" pid i
-    [ -f "$file" ] || return 0
-    pid="$(cat "$file")"
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for i in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$file"
-}
 
 cmd_stop() {
     local dir="${1:-${RACKPLANE_KUBE_TESTBED:-}}"

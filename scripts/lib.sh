@@ -59,3 +59,27 @@ static_checks() {
     step "import layers" lint-imports
     step "migrations" env DEBUG=1 python manage.py makemigrations --check --dry-run
 }
+
+# A free TCP port on loopback (the testbeds and services pick theirs at start).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Whether the process whose PID is in the file is alive.
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# Stop the process whose PID is in the file (TERM, up to 5 s, then KILL) and remove the file.
+stop_pid() {
+    local file="$1" pid i
+    [ -f "$file" ] || return 0
+    pid="$(cat "$file")"
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for i in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$file"
+}

@@ -27,9 +27,6 @@ READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-60}"
 
 wants() { [[ " $SERVICES " == *" $1 "* ]]; }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # PostgreSQL's programs as the user that owns the cluster.
 # (From / so that a working directory it may not read does not matter.)
