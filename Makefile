@@ -10,7 +10,7 @@ run: ## serve the portal on http://127.0.0.1:8000 with a Celery worker and beat 
 test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, pytest
 	bash scripts/test.sh
 
-test-fast: ## the quick check (about 90 s, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
+test-fast: ## the quick check (about 2 minutes, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
 	bash scripts/test-fast.sh
 
 FUZZ_EXAMPLES ?= 50

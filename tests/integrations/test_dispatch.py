@@ -372,9 +372,12 @@ def test_cancel_stops_the_job_in_kubernetes_and_frees_its_gpus_at_once(submit, k
     assert_being_deleted(kube, job)
     [delete] = [r for r in kube_proxy.writes if r.method == "DELETE" and "/jobs/" in r.path]
     assert delete.query["propagationPolicy"] == ["Foreground"]
-    # The freed trays run the next job at once; the cancelled one is not asked about again.
+    # The next job runs at once; which free trays it takes is the engine's choice (it differs between the
+    # cluster a PostgreSQL worker keeps between passes and a cold read). The cancelled one is not asked about
+    # again.
     again = submit(gpus=8)
-    assert again.state == JobState.RUNNING and sorted(again.placement) == sorted(job.placement)
+    assert again.state == JobState.RUNNING
+    assert not Allocation.objects.filter(job=job).exists()
     writes = len(kube_proxy.writes)
     sync()
     assert len(kube_proxy.writes) == writes
