@@ -279,10 +279,19 @@ def _dcgm_observations(sample, uuid: str, now: datetime, source: str) -> list[Ob
     value = sample.value
     if not math.isfinite(value) or value < 0 or value >= faults.DCGM_BLANK_FLOOR:
         return []
-    if sample.field == faults.DCGM_XID:
-        number = int(value)
-        if number == 0 or not faults.XID_RANGE[0] <= number <= faults.XID_RANGE[1]:
+    if sample.field in (faults.DCGM_XID, faults.DCGM_XID_COUNT):
+        # The last XID DCGM saw (its value is the XID), or a count per XID (the XID is the sample's label).
+        last = sample.field == faults.DCGM_XID
+        number = int(value) if last else sample.xid
+        if (not last and value == 0) or number is None or number == 0:
             return []
+        if not faults.XID_RANGE[0] <= number <= faults.XID_RANGE[1]:
+            return []
+        message = (
+            f"{sample.field} = {number} (the last XID DCGM saw)"
+            if last
+            else f"{sample.field}{{xid={number}}} = {value:g}"
+        )
         return [
             Observation(
                 kind=HealthKind.XID,
@@ -292,24 +301,7 @@ def _dcgm_observations(sample, uuid: str, now: datetime, source: str) -> list[Ob
                 gpu_uuid=uuid,
                 source=source,
                 value=value,
-                message=f"{sample.field} = {number} (the last XID DCGM saw)",
-                occurrence=False,
-            )
-        ]
-    if sample.field == faults.DCGM_XID_COUNT:
-        number = sample.xid
-        if value == 0 or number is None or not faults.XID_RANGE[0] <= number <= faults.XID_RANGE[1]:
-            return []
-        return [
-            Observation(
-                kind=HealthKind.XID,
-                code=str(number),
-                xid=number,
-                at=now,
-                gpu_uuid=uuid,
-                source=source,
-                value=value,
-                message=f"{sample.field}{{xid={number}}} = {value:g}",
+                message=message,
                 occurrence=False,
             )
         ]
