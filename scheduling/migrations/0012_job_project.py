@@ -1,0 +1,9 @@
+"""Placeholder in this session's migration chain; its owner fills in the operations (or leaves it empty)."""
+
+from django.db import migrations
+
+
+class Migration(migrations.Migration):
+    dependencies = [("scheduling", "0011_job_topology_fallback"), ("tenancy", "0003_projects")]
+
+    operations = []
