@@ -240,6 +240,26 @@ class NotificationSubscription(models.Model):
                 errors["url"] = ["An email subscription has no webhook address or secret: leave them empty."]
             if not self.email:
                 errors["email"] = ["Give the address the email goes to."]
+        field = "url" if self.channel == NotificationChannel.WEBHOOK else "email"
+        if field not in errors and self.destination:
+            # Two subscriptions to one destination with one scope would deliver notifications twice.
+            twin = (
+                NotificationSubscription.objects.filter(
+                    channel=self.channel,
+                    owner=self.owner,
+                    scope=self.scope,
+                    **{f"{field}__iexact": self.destination},
+                )
+                .exclude(pk=self.pk)
+                .only("name")
+                .first()
+            )
+            if twin is not None:
+                errors[field] = [
+                    f"“{twin.name}” already sends to this address"
+                    + (f" about {self.scope}" if self.scope else "")
+                    + ": edit its events instead of adding a second one (notifications would arrive twice)."
+                ]
         known = {value for value, _ in SUBSCRIBABLE_EVENTS}
         events = self.events
         if not isinstance(events, list) or not all(isinstance(event, str) for event in events):

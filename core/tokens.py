@@ -100,13 +100,24 @@ def issue(user, name: str, expires_at: datetime.datetime) -> tuple[PersonalToken
     """A new personal token of `user`, and its key (not stored: show it once). Recorded in the audit log
     (core.audit: without the key or its hash).
 
-    ValidationError naming the field when the name is empty or the expiry is not in the future or further
-    than RACKPLANE_PERSONAL_TOKEN_MAX_DAYS from now."""
+    ValidationError naming the field when the name is empty or one of the user's active tokens has it
+    (case-insensitive: the list and the audit log tell tokens apart by name), or the expiry is not in the
+    future or further than RACKPLANE_PERSONAL_TOKEN_MAX_DAYS from now."""
     name = (name or "").strip()
     now = timezone.now()
     errors = {}
     if not name:
         errors["name"] = "Name the token after what will use it (a script, a machine)."
+    elif (
+        PersonalToken.objects.filter(
+            user=user, name__iexact=name, revoked_at__isnull=True, expires_at__gt=now
+        )
+        .only("pk")
+        .exists()
+    ):
+        errors["name"] = (
+            f"You already have an active token named {name!r}: choose another name, or revoke that one first."
+        )
     if expires_at <= now:
         errors["expires_at"] = "The expiry must be in the future."
     elif expires_at > now + datetime.timedelta(days=max_lifetime_days()):

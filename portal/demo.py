@@ -486,8 +486,24 @@ def _flag_borrowers(jobs: list[Job]) -> None:
 
 
 def _events(jobs: list[Job], floor: _Floor) -> list[JobEvent]:
-    """Each job's history as the portal records it: submitted, placed, started, and how it ended."""
+    """Each demo job's history: placements name the partitions and whether the job borrowed."""
     where = {host: (floor.rack[t], floor.partition[t]) for host, t in floor.cluster.host_index.items()}
+
+    def placed(job: Job) -> str:
+        partitions = ", ".join(sorted({" ".join(where[host]) for host in job.placement}))
+        quota = "over quota (borrowed, preemptible)" if job.over_quota else "in quota"
+        return f"placed {quota} on {trays_phrase(job)} in {partitions}"
+
+    return job_story(jobs, placed, "seeded demo job: no backend runs it")
+
+
+def trays_phrase(job: Job) -> str:
+    return f"{len(job.placement)} tray{'s' if len(job.placement) != 1 else ''}"
+
+
+def job_story(jobs: list[Job], placed, note: str) -> list[JobEvent]:
+    """Each job's history as the portal records it: submitted, placed (`placed(job)` says where), started
+    (`note` says that no backend ran it), and how it ended (jobs with a finish time)."""
     ended = {
         JobState.COMPLETED: (JobEventKind.COMPLETED, "completed, exit code 0"),
         JobState.FAILED: (JobEventKind.FAILED, "failed, exit code 1"),
@@ -504,14 +520,11 @@ def _events(jobs: list[Job], floor: _Floor) -> list[JobEvent]:
             )
         )
         if job.placed_at is not None:
-            partitions = ", ".join(sorted({" ".join(where[host]) for host in job.placement}))
-            quota = "over quota (borrowed, preemptible)" if job.over_quota else "in quota"
-            trays = len(job.placement)
             events.append(
                 JobEvent(
                     job=job,
                     kind=JobEventKind.PLACED,
-                    message=f"placed {quota} on {trays} tray{'s' if trays != 1 else ''} in {partitions}",
+                    message=placed(job),
                     placement=job.placement,
                     at=job.placed_at,
                 )
@@ -521,7 +534,7 @@ def _events(jobs: list[Job], floor: _Floor) -> list[JobEvent]:
                     job=job,
                     kind=JobEventKind.DISPATCHED,
                     at=job.started_at,
-                    message=f"started in {job.get_backend_display()} (seeded demo job: no backend runs it)",
+                    message=f"started in {job.get_backend_display()} ({note})",
                 )
             )
         if job.finished_at is not None:

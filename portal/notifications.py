@@ -77,6 +77,14 @@ class SubscriptionForm(forms.Form):
 
     def clean_url(self):
         url = self.cleaned_data["url"]
+        # The field would add "https://" to an address typed without a scheme; a receiver on plain http
+        # (e.g. 127.0.0.1:8799/hook) would then never get a delivery. Ask for the scheme instead.
+        typed = (self.data.get(self.add_prefix("url")) or "").strip()
+        if "://" not in typed:
+            raise forms.ValidationError(
+                "Write the address with its scheme: http://… or https://… (which one your receiver speaks).",
+                code="scheme",
+            )
         destinations.check_webhook_url(url)
         return url
 

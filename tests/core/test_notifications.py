@@ -46,8 +46,16 @@ def allow_private(settings):
 
 
 def webhook(url, events=None, **fields):
+    """A webhook subscription; a second one to the same receiver with the same scope gets its own path (two
+    subscriptions may not send the same notifications to one address)."""
+    name = fields.pop("name", "pager")
+    taken = NotificationSubscription.objects.filter(url=url, scope=fields.get("scope", "")).exists()
     return create_subscription(
-        name=fields.pop("name", "pager"), channel="webhook", url=url, events=events or ALL_EVENTS, **fields
+        name=name,
+        channel="webhook",
+        url=f"{url}/{name.replace(' ', '-')}" if taken else url,
+        events=events or ALL_EVENTS,
+        **fields,
     )
 
 

@@ -262,6 +262,7 @@ def test_a_failed_test_notification_says_why(admin, allow_private, receiver):
         ({"url": "javascript:alert(1)"}, "Enter a valid URL"),
         ({"url": ""}, "This field is required"),
         ({"url": "https://1.1.1.1/" + "a" * 2100}, "at most 2000"),
+        ({"url": "1.1.1.1:8799/hook"}, "with its scheme"),
         ({"events": ["tray_exploded"]}, "not one of the available choices"),
         ({"events": []}, "Choose at least one event"),
         ({"name": ""}, "Name it after"),
@@ -279,6 +280,16 @@ def test_bad_input_is_a_form_error_and_writes_nothing(admin, settings, data, say
     assert response.status_code == 400
     assert says in response.content.decode().replace("&#x27;", "'")
     assert not NotificationSubscription.objects.exists() and not AuditEvent.objects.exists()
+
+
+def test_a_second_subscription_to_the_same_address_is_refused(admin, email_subscription):
+    response = admin.post(
+        reverse("notification-new", args=["email"]),
+        {"name": "facilities again", "email": "Facilities@Example.com", "events": ALL_EVENTS},
+    )
+    assert response.status_code == 400
+    assert "“facilities” already sends to this address" in response.content.decode()
+    assert NotificationSubscription.objects.count() == 1
 
 
 def test_a_bad_edit_changes_nothing(admin, email_subscription):

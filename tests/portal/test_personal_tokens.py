@@ -244,3 +244,17 @@ def test_a_platform_admin_revokes_tokens_in_the_django_admin(client_as, admin_us
     assert response.status_code == 302
     assert api_with(key).get("/api/v1/jobs/").status_code == 401
     assert client.get("/admin/core/personaltoken/add/").status_code == 403
+
+
+def test_a_second_active_token_with_the_same_name_is_refused(client_as, member_a, member_b):
+    client = client_as(member_a)
+    make_token_on_the_portal(client, "laptop")
+    again = client.post(PAGE, {"name": "Laptop", "lifetime_days": "30"})
+    assert again.status_code == 400
+    assert "You already have an active token named &#x27;Laptop&#x27;" in again.content.decode()
+    assert PersonalToken.objects.filter(user=member_a).count() == 1
+    # Another user may use the name, and so may the owner once the first one is revoked.
+    tokens.issue(member_b, "laptop", timezone.now() + datetime.timedelta(days=3))
+    tokens.revoke(PersonalToken.objects.get(user=member_a))
+    make_token_on_the_portal(client, "laptop")
+    assert PersonalToken.objects.filter(user=member_a).count() == 2

@@ -25,10 +25,12 @@ from portal.demo import (
     TIME_LIMITS,
     TRAIN,
     demo_work,
+    job_story,
     seed_tenants,
+    trays_phrase,
     write_demo_logins,
 )
-from scheduling.choices import Backend, JobEventKind, JobState
+from scheduling.choices import Backend, JobState
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import Request, place
 from scheduling.models import Job, JobEvent
@@ -235,45 +237,7 @@ def _history_job(rng, number, department, priority_class, gpus, limit) -> Job:
 
 def _history_events(jobs: list[Job]) -> list[JobEvent]:
     """Each history job's story as the portal records it: submitted, placed, started, ended."""
-    ended = {
-        JobState.COMPLETED: (JobEventKind.COMPLETED, "completed, exit code 0"),
-        JobState.FAILED: (JobEventKind.FAILED, "failed, exit code 1"),
-        JobState.CANCELLED: (JobEventKind.CANCELLED, "cancelled by its submitter"),
-    }
-    events = []
-    for job in jobs:
-        events.append(
-            JobEvent(
-                job=job,
-                kind=JobEventKind.SUBMITTED,
-                message=f"{job.gpus} GPUs, {job.topology}",
-                at=job.created_at,
-            )
-        )
-        if job.placed_at is not None:
-            trays = len(job.placement)
-            events.append(
-                JobEvent(
-                    job=job,
-                    kind=JobEventKind.PLACED,
-                    message=f"placed on {trays} tray{'s' if trays != 1 else ''}",
-                    placement=job.placement,
-                    at=job.placed_at,
-                )
-            )
-            events.append(
-                JobEvent(
-                    job=job,
-                    kind=JobEventKind.DISPATCHED,
-                    at=job.started_at,
-                    message=f"started in {job.get_backend_display()} (seeded history: no backend ran it)",
-                )
-            )
-            kind, words = ended[job.state]
-        else:
-            kind, words = JobEventKind.CANCELLED, "cancelled by its submitter while pending"
-        events.append(JobEvent(job=job, kind=kind, message=words, at=job.finished_at))
-    return events
+    return job_story(jobs, lambda job: f"placed on {trays_phrase(job)}", "seeded history: no backend ran it")
 
 
 class Command(BaseCommand):
