@@ -41,6 +41,10 @@ REASON_MAX = health.REASON_LIMIT
 NOTE_MAX = 300
 # Window clocks may lag the browser's a little: a start this close to now is "now", not the past.
 PAST_SLACK_S = 120
+# A maintenance window is for work on a tray, not a way to retire it: longer than this is a typo (a year for
+# a day) or a decommission, which is "needs service". Slurm would hold the reservation for the whole time.
+MAX_WINDOW_DAYS = 30
+MAX_LEAD_DAYS = 365
 BULK_RESULT_SESSION_KEY = "portal_tray_bulk_result"
 MAINTENANCE_WINDOW = "maintenance window "
 _WINDOW_FORMAT = "%Y-%m-%d %H:%M"
@@ -107,6 +111,16 @@ class MaintenanceForm(forms.Form):
                 self.add_error("start", "The window starts in the past: choose a start from now on (UTC).")
             if end <= start:
                 self.add_error("end", "The window ends before it starts: choose an end after the start.")
+            elif end - start > timedelta(days=MAX_WINDOW_DAYS):
+                self.add_error(
+                    "end",
+                    f"A maintenance window lasts at most {MAX_WINDOW_DAYS} days: choose an earlier end (a "
+                    "tray out for longer is marked “needs service” instead).",
+                )
+            if start > now + timedelta(days=MAX_LEAD_DAYS):
+                self.add_error(
+                    "start", f"The window starts more than {MAX_LEAD_DAYS} days from now: check the year."
+                )
         return data
 
 

@@ -178,7 +178,8 @@ def test_another_owners_drain_is_kept_and_the_form_says_so(client_as, rack):
     assert _state("gb-r02-t04") == (TrayState.DRAIN, "admin: PSU swap")
     assert not HealthAction.objects.exists()
     # Returning it is refused too, and its page says whose drain it is.
-    assert "Out for another owner" in client.get(_url("detail", tray)).content.decode()
+    detail = client.get(_url("detail", tray)).content.decode()
+    assert "Out for another owner" in detail and "return-note" not in detail  # no form that can only fail
     response = client.post(_url("return", tray), {"return-force": "on"})
     assert response.status_code == 409 and "Rackplane does not undo it" in response.content.decode()
     assert _state("gb-r02-t04") == (TrayState.DRAIN, "admin: PSU swap")
@@ -268,6 +269,8 @@ def test_maintenance_with_a_window_names_it_and_ends_it_on_return(client_as, rac
         (_window(timedelta(hours=2), -timedelta(hours=1)), "The window ends before it starts"),
         (_window(timedelta(hours=2), timedelta(0)), "The window ends before it starts"),
         (_window(-timedelta(hours=3), timedelta(hours=1)), "The window starts in the past"),
+        (_window(timedelta(hours=1), timedelta(days=31)), "lasts at most 30 days"),
+        (_window(timedelta(days=400), timedelta(hours=4)), "more than 365 days from now: check the year"),
         ({"maintenance-start": "2030-01-01T10:00"}, "Give both the start and the end"),
         ({"maintenance-start": "tomorrow", "maintenance-end": "2030-01-01T10:00"}, "Enter a valid date/time"),
     ],
