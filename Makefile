@@ -2,13 +2,16 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: run test test-fast fuzz lint fmt bench clean venv venv-test
+.PHONY: run test test-fast test-stack fuzz lint fmt bench clean venv venv-test
 
 run: ## serve the portal on http://127.0.0.1:8000 with a Celery worker and beat (DEBUG=1, SQLite, filesystem broker, demo data, admin login; Ctrl-C stops all)
 	bash scripts/run.sh
 
 test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, pytest
 	bash scripts/test.sh
+
+test-stack: ## the production-stack tests alone (tests/stack; `make test` runs them too): 2 replicas, worker/Redis/PostgreSQL/beat faults, upgrade, backup/restore
+	bash scripts/test-stack.sh
 
 test-fast: ## the quick check (about 2 minutes, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
 	bash scripts/test-fast.sh

@@ -17,6 +17,13 @@ Every interval (60 s by default, jittered so a fleet's agents do not report in t
   `--check-interval` in the background and sends its exit status and output as "checks";
 * posts one report with its agent token (`Authorization: Bearer rpa_...`, read from a file).
 
+Unchanged listings cost a hash: the portal answers every full report with its `report_sha256`. When the next
+listing has the same digest (the parts of `nvidia-smi -q -x` the portal reads: see `listing_digest`; never
+temperatures, clocks or utilization), the same agent version and interval, and no XID or check result waits,
+the agent posts only `{"host", "report_sha256", "agent"}`. The portal answers 200 `unchanged` (a heartbeat)
+or 409 `full_report_needed`, and then the agent posts the full report at once. A portal that does not know
+`report_sha256` (400 naming it) gets full reports from then on. `--no-hash-only` always sends the full report.
+
 Where it stopped reading the kernel log, and the XIDs and check results not yet accepted by the portal, are
 kept in a state file (written atomically before and after each post): a restart neither repeats nor loses an
 XID line, and a report that could not be posted hands its XIDs to the next one (at most --max-pending-xids;
@@ -232,6 +239,58 @@ class NvidiaSmi:
                 uuid = (gpu.findtext("uuid") or "?").strip()
                 warn(f"GPU {printed} ({uuid}) reports the NVML recovery action {action!r}.")
         return text, gpus_by_pci
+
+
+# What the portal reads of each <gpu> (inventory.discovery.nvidia_smi.parse_xml): when none of it changed,
+# neither did the portal's parsed report. Whole subtrees for fabric and pci (a superset is safe: it only
+# makes the digest change more often). tests/agent/test_report_hash.py changes every other element of a
+# real listing and checks the portal's parse does not move.
+DIGEST_PATHS = (
+    "uuid",
+    "serial",
+    "product_name",
+    "fb_memory_usage/total",
+    "pci",
+    "gpu_recovery_action",
+    "fabric",
+    "minor_number",
+)
+
+
+def _element_text(element) -> list:
+    """An element's subtree as nested [tag, attributes, text, children] (whitespace trimmed)."""
+    return [
+        element.tag,
+        sorted(element.attrib.items()),
+        (element.text or "").strip(),
+        [_element_text(child) for child in element],
+    ]
+
+
+def listing_digest(xml: str, version: str, interval: int) -> str | None:
+    """sha256 of what the portal reads of a `nvidia-smi -q -x` listing, with this agent's version and
+    interval (the portal's report hash covers them too); None when the XML cannot be read."""
+    import hashlib
+
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError:
+        return None
+    gpus = []
+    for gpu in root.findall("gpu"):
+        parts = [gpu.get("id", "")]
+        for path in DIGEST_PATHS:
+            found = gpu.find(path)
+            parts.append(_element_text(found) if found is not None else None)
+        gpus.append(parts)
+    canonical = [version, interval, (root.findtext("attached_gpus") or "").strip(), gpus]
+    return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
+
+
+def portal_hash(data) -> str:
+    """The portal's `report_sha256` from an answer ("" when it has none or it is not a SHA-256)."""
+    value = data.get("report_sha256") if isinstance(data, dict) else None
+    return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) else ""
 
 
 # --- kernel log readers: each returns the messages since a position and the new position --------------------
@@ -852,6 +911,7 @@ class Agent:
         self._sleeping = False
         self._warned_token: set = set()
         self._older_portal_told = False
+        self._hash_only_refused = False  # the portal does not know report_sha256: full reports only
 
     # signals ----------------------------------------------------------------------------------------------
 
@@ -965,7 +1025,22 @@ class Agent:
         if xml is None and not self.state["pending_xids"] and not self.state["pending_checks"]:
             warn("nothing to report this time (no GPU listing, no XID, no check result).")
             return None
+        digest = (
+            listing_digest(xml, VERSION, self.args.interval) if xml is not None and self.hashing() else None
+        )
+        known = self.state.get("report") or {}
+        if (
+            digest is not None
+            and digest == known.get("digest")
+            and known.get("sha256")
+            and "xids" not in body
+            and "checks" not in body
+        ):
+            answer = self.post_hash(token, known["sha256"], body)
+            if answer is not None:
+                return answer
         answer = post(self.url, token, body, self.args.http_timeout, self.context)
+        self.remember(answer, digest if "xids" not in body and "checks" not in body else None)
         if refuses_only_newer_keys(answer, body):
             if not self._older_portal_told:
                 self._older_portal_told = True
@@ -983,6 +1058,45 @@ class Agent:
             return answer
         self.tell(answer, body, sent_newer=True)
         return answer
+
+    def hashing(self) -> bool:
+        return not self.args.no_hash_only and not self._hash_only_refused
+
+    def remember(self, answer: Answer, digest: str | None) -> None:
+        """Keep the digest of the listing the portal just reconciled with the hash it answered (both or
+        neither): the next unchanged listing is sent as that hash."""
+        sha256 = portal_hash(answer.data) if answer.ok else ""
+        if digest is not None and sha256:
+            self.state["report"] = {"digest": digest, "sha256": sha256}
+        elif answer.ok or answer.status in (400, 409):
+            self.state.pop("report", None)
+        self.save()
+
+    def post_hash(self, token: str, sha256: str, body: dict) -> Answer | None:
+        """Post the hash alone; the answer when the portal took it (or could not be reached), None when
+        the full report must follow (409, or a portal that does not know report_sha256)."""
+        short = {"host": body["host"], "report_sha256": sha256}
+        if "agent" in body:
+            short["agent"] = body["agent"]
+        answer = post(self.url, token, short, self.args.http_timeout, self.context)
+        if answer.ok:
+            info(f"posted the report hash for {self.args.host}: {answer.status}, unchanged")
+            return answer
+        if answer.status == 409:
+            info(f"the portal asked for the full report of {self.args.host}: posting it")
+            self.state.pop("report", None)
+            return None
+        if answer.status == 400 and isinstance(answer.data, dict) and "report_sha256" in answer.data:
+            if unknown_field(answer.data["report_sha256"]):
+                self._hash_only_refused = True
+                warn("the portal does not take report hashes (report_sha256) yet: sending full reports.")
+            self.state.pop("report", None)
+            return None
+        if answer.status == 0 or answer.transient:
+            self.tell(answer, short, sent_newer=False)
+            return answer
+        self.state.pop("report", None)  # any other refusal: the full report says why
+        return None
 
     def tell(self, answer: Answer, body: dict, sent_newer: bool) -> None:
         """Log the answer and drop from the state what the portal took (or refused for good)."""
@@ -1170,6 +1284,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--check-timeout", type=positive(float), default=900, help="seconds a check may take [%(default)s]"
+    )
+    p.add_argument(
+        "--no-hash-only",
+        action="store_true",
+        help="always post the full report (by default an unchanged listing is posted as its hash alone)",
     )
     p.add_argument("--once", action="store_true", help="post one report and exit (cron, tests)")
     p.add_argument(

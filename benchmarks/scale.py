@@ -7,9 +7,10 @@
 
 Figures: seed time; page, dashboard and GPU list API latencies (through Django's full request stack
 in-process: middleware, auth, views, templates, ORM, database; no HTTP server in front); discovery ingest
-throughput; placement decision p50/p99 on the engine's cluster built from the seeded database at a steady
-~65% fill; the scheduling pass (`run_pass`, split into engine, database and the rest, cold and with the
-cluster its process kept); config render time for the whole inventory; and, with the
+throughput (benchmarks/discovery.py: changed, unchanged and hash-only node reports, in-process and through
+gunicorn with one web worker); placement decision p50/p99 on the engine's cluster built from the seeded
+database at a steady ~65% fill; the scheduling pass (`run_pass`, split into engine, database and the rest,
+cold and with the cluster its process kept); config render time for the whole inventory; and, with the
 stack (the default), job submission throughput through gunicorn + PostgreSQL + Redis + a Celery worker with
 concurrent HTTP clients, checked for double allocations and lost jobs afterwards.
 
@@ -22,7 +23,8 @@ Never point DATABASE_URL at a database you care about.
 Benchmarks print figures; they never fail on a time. `goals` in the output says whether the product's goal
 figures were met (placement p99 under 1 ms at 72,000 GPUs, dashboards p95 under 300 ms and a scheduling
 pass that starts ~200 jobs under 150 ms at 1,000 racks). `--only PART[,PART...]` measures only some parts
-(pages, placement, pass, render, ingest, submission); seeding always runs.
+(pages, search, placement, pass, render, ingest, submission, telemetry); seeding always runs. Search p95 is
+aimed under 100 ms at 1,000 racks (benchmarks/search.py).
 """
 
 import argparse
@@ -39,14 +41,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import stack  # noqa: E402  (after the path: runs as a script)
+from benchmarks import discovery, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
 
 PLACEMENT_GOAL_US = 1000
 DASHBOARD_GOAL_MS = 300
 PASS_GOAL_MS = 150
 WARM_PASSES = 5  # timed passes with the cluster kept (the median is reported)
 # What `--only` may pick; `submission` needs the stack (not --no-stack).
-PARTS = ("pages", "placement", "pass", "render", "ingest", "submission")
+PARTS = ("pages", "search", "placement", "pass", "render", "ingest", "submission", "telemetry")
 # Request mix for placement decisions: (GPUs, weight); above one tray the topology is drawn from TOPOLOGY_MIX.
 SIZE_MIX = ((1, 20), (2, 10), (4, 15), (8, 15), (16, 12), (32, 10), (36, 8), (64, 10))
 TOPOLOGY_MIX = (("partition", 60), ("rack", 25), ("any", 15))
@@ -234,7 +236,20 @@ def backend_cpu_ms():
     return read
 
 
-def measure_pass(rng: random.Random, pending: int) -> dict:
+def _statement(sql: str) -> str:
+    """A query's kind and table, for the per-query split: 'SELECT scheduling_job', 'INSERT ...'."""
+    words = sql.split()
+    head = words[0].upper() if words else "?"
+    if head == "UPDATE" and len(words) > 1:
+        return f"UPDATE {words[1].strip(chr(34))}"
+    for keyword in ("INTO", "FROM"):
+        for i, word in enumerate(words[:-1]):
+            if word.upper() == keyword:
+                return f"{head} {words[i + 1].strip(chr(34))}"
+    return " ".join(words[:3])
+
+
+def measure_pass(rng: random.Random, pending: int, profile: str | None = None) -> dict:
     """`run_pass()` on the seeded database with `pending` more jobs waiting (mixed shapes, every department),
     right after another pass that started as many (whose starts a kept cluster catches up with, as in a
     worker where every pass follows one), both in a transaction that is rolled back: the database is
@@ -276,10 +291,11 @@ def measure_pass(rng: random.Random, pending: int) -> dict:
                 cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
                 cursor.execute("SET CONSTRAINTS ALL DEFERRED")
 
-    def one_pass(cold: bool = False) -> tuple[dict, object, int]:
+    def one_pass(cold: bool = False, profiler=None) -> tuple[dict, object, int]:
         """A pass after another one (its starts are what a kept cluster catches up with, as every pass
         of a worker does), timed."""
         timings = {"engine": 0.0, "read_cluster": 0.0, "database": 0.0, "queries": 0}
+        statements: dict[str, float] = {}
 
         def timed(name):
             def wrapper(*args, **kwargs):
@@ -296,8 +312,11 @@ def measure_pass(rng: random.Random, pending: int) -> dict:
             try:
                 return execute(sql, params, many, context)
             finally:
-                timings["database"] += (time.perf_counter() - started) * 1000
+                spent = (time.perf_counter() - started) * 1000
+                timings["database"] += spent
                 timings["queries"] += 1
+                kind = _statement(sql)
+                statements[kind] = statements.get(kind, 0.0) + spent
 
         backend = backend_cpu_ms()
         with transaction.atomic():
@@ -314,8 +333,12 @@ def measure_pass(rng: random.Random, pending: int) -> dict:
                 with connection.execute_wrapper(database):
                     database_cpu = backend()
                     cpu, started = time.process_time(), time.perf_counter()
+                    if profiler is not None:
+                        profiler.enable()
                     summary = services.run_pass()
                     immediate_checks()
+                    if profiler is not None:
+                        profiler.disable()
                     wall_ms = (time.perf_counter() - started) * 1000
                     cpu_ms = (time.process_time() - cpu) * 1000
                     database_cpu_ms = backend() - database_cpu
@@ -335,12 +358,28 @@ def measure_pass(rng: random.Random, pending: int) -> dict:
             "cpu_ms": round(cpu_ms, 1),
             "database_cpu_ms": round(database_cpu_ms, 1) if database_cpu_ms >= 0 else None,
             "cluster": "read cold" if summary is None or summary.cold else "kept from the last pass",
+            # The database time by statement (kind and first table), slowest first.
+            "query_ms": {
+                kind: round(ms, 1) for kind, ms in sorted(statements.items(), key=lambda kv: -kv[1])
+            },
         }
         return figures, summary, waiting
 
     one_pass()  # warm-up, untimed
     cold, _, _ = one_pass(cold=True)
     runs = [one_pass() for _ in range(WARM_PASSES)]
+    if profile:  # one more warm pass under cProfile (not among the timed ones: the profiler slows it)
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        one_pass(profiler=profiler)
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(60)
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(40)
+        Path(profile).write_text(out.getvalue())
+        log(f"profile of one warm pass written to {profile}")
     # The median pass by wall time stands for all; CPU times are their own medians (the backend's is
     # counted in clock ticks, 10 ms each; a pass in which the garbage collector ran is an outlier).
     runs.sort(key=lambda run: run[0]["run_pass_ms"])
@@ -400,9 +439,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--racks", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=60, help="requests per measured page or endpoint")
     parser.add_argument("--reports", type=int, default=500, help="node reports to ingest")
+    parser.add_argument(
+        "--discovery-clients",
+        type=int,
+        default=4,
+        help="HTTP clients posting node reports (benchmarks/discovery.py)",
+    )
+    parser.add_argument(
+        "--telemetry-seconds", type=float, default=120, help="how long Prometheus collects before the cycle"
+    )
+    parser.add_argument("--telemetry-scrapes", type=int, default=500, help="direct scrapes timed")
+    parser.add_argument(
+        "--telemetry-sources", default="prometheus,direct", help="which metrics sources to measure"
+    )
     parser.add_argument("--decisions", type=int, default=20000, help="timed placement decisions")
     parser.add_argument("--fill", type=float, default=0.65, help="share of GPUs held during the decisions")
     parser.add_argument("--pass-jobs", type=int, default=200, help="extra pending jobs for the timed pass")
+    parser.add_argument("--profile", metavar="FILE", help="write a cProfile of one more warm pass to FILE")
     parser.add_argument(
         "--no-stack", action="store_true", help="skip job submission through gunicorn + Celery + Redis"
     )
@@ -604,6 +657,9 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
     if "pages" in parts:
         log("pages and API latencies")
         figures.update(measure_pages(args, rng_for("pages")))
+    if "search" in parts:
+        log("global search latencies (benchmarks/search.py)")
+        figures["search"] = {"database": database, **search.measure_search(rng_for("search"), args.requests)}
     if "placement" in parts:
         log(f"placement: {args.decisions} decisions at {args.fill:.0%} fill")
         figures["placement"] = {
@@ -612,13 +668,31 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         }
     if "pass" in parts:
         log(f"one scheduling pass with {args.pass_jobs} more pending jobs")
-        figures["scheduling_pass"] = {"database": database, **measure_pass(rng_for("pass"), args.pass_jobs)}
+        measured = measure_pass(rng_for("pass"), args.pass_jobs, args.profile)
+        figures["scheduling_pass"] = {"database": database, **measured}
     if "render" in parts:
         log("config render")
         figures["config_render"] = {"database": database, **measure_render()}
     if "ingest" in parts:
         log(f"ingest: {args.reports} node reports")
         figures["ingest_reports_per_s"] = measure_ingest(args, rng_for("ingest"))
+        log("discovery: changed, unchanged and hash-only reports (benchmarks/discovery.py)")
+        figures["discovery"] = discovery.measure(
+            args,
+            rng_for("discovery"),
+            use_stack=use_stack,
+            database_url=os.environ.get("DATABASE_URL"),
+            broker_url=broker_url if use_stack else None,
+            scratch=scratch,
+        )
+    if "telemetry" in parts:
+        log("telemetry: both metrics sources (benchmarks/telemetry.py)")
+        figures["telemetry"] = {
+            "database": database,
+            **telemetry.measure_telemetry(
+                scratch, args.telemetry_seconds, args.telemetry_scrapes, args.telemetry_sources.split(",")
+            ),
+        }
 
     if "submission" not in parts:
         figures["job_submission"] = {"skipped": "--only"}
@@ -650,6 +724,9 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         dashboards = [figures[k]["p95_ms"] for k in ("admin_dashboard_page", "lead_dashboard_page")]
         goals["dashboards_p95_ms"] = max(dashboards)
         goals["dashboards_p95_under_300ms"] = max(dashboards) < DASHBOARD_GOAL_MS
+    if "search" in parts:
+        goals["search_p95_ms"] = figures["search"]["p95_ms"]
+        goals["search_p95_under_100ms"] = figures["search"]["p95_ms"] < search.SEARCH_GOAL_MS
     if "pass" in parts:
         goals["scheduling_pass_ms"] = figures["scheduling_pass"]["run_pass_ms"]
         goals["scheduling_pass_under_150ms"] = figures["scheduling_pass"]["run_pass_ms"] < PASS_GOAL_MS

@@ -5,6 +5,8 @@ Every view, API permission class, template (the `access` template library: `user
 
 * A **platform admin** is an active staff user or an active superuser: sees and changes everything.
 * A **lead** of a department manages its members and sees its audit trail; a **member** submits its jobs.
+  Projects inside a department (tenancy.Project): its leads manage them; a project's members (and the
+  department's leads) submit to it (`may_use_project`).
   Roles are `Membership` rows (tenancy); core reads them through the user's `memberships` relation so that
   the rule is written once, below every app that uses it.
 * An inactive account is nobody: not an admin, not a lead, not a member.
@@ -49,6 +51,26 @@ def member_department_ids(user):
     return user.memberships.values("department_id")
 
 
+def member_project_ids(user):
+    """The projects `user` is in (any project role), as a subquery of ids (tenancy.ProjectMembership)."""
+    if not is_signed_in(user):
+        return []
+    return user.project_memberships.values("project_id")
+
+
+def may_use_project(user, project) -> bool:
+    """Whether `user` may submit jobs to `project` (a tenancy Project) and see it: an admin, a lead of its
+    department, or one of its members who is still a member of its department."""
+    if leads(user, project.department_id):
+        return True
+    if not is_signed_in(user):
+        return False
+    return (
+        user.project_memberships.filter(project_id=project.pk).exists()
+        and user.memberships.filter(department_id=project.department_id).exists()
+    )
+
+
 def leads(user, department) -> bool:
     """Whether `user` is an admin or a lead of `department` (a Department or its pk): who manages its
     members."""
@@ -77,6 +99,12 @@ def require_lead(user, department, what: str = "change its members") -> None:
     """Refuse (403, with the reason) anyone but an admin or a lead of `department` (a Department)."""
     if not leads(user, department):
         raise PermissionDenied(f"Only leads of {department} and platform admins may {what}.")
+
+
+def require_project_manager(user, department, what: str = "change its projects") -> None:
+    """Refuse (403) anyone but an admin or a lead of `department`: who creates, changes and deletes its
+    projects and moves its members between them. (A project lead's role is for the work, not for quota.)"""
+    require_lead(user, department, what)
 
 
 def require_any_lead(user, what: str) -> None:

@@ -77,13 +77,24 @@ AUDITED: dict[str, set[str]] = {
     "inventory.agenttoken": {"secret_hash", "last_used_at"},
     "inventory.healthrule": set(),
     "inventory.healthsettings": set(),
+    "scheduling.faultpolicy": set(),
     "tenancy.department": {"updated_at"},
     "tenancy.membership": set(),
+    "tenancy.project": {"updated_at"},
+    "tenancy.projectmembership": set(),
     "tenancy.grouprolerule": set(),
     "tenancy.externalidentity": {"groups", "last_sign_in_at"},
     "tenancy.dedicatedpartition": set(),
     "tenancy.tenancysettings": set(),
     "tenancy.exporterendpoint": {"last_scraped_at", "last_error", "last_sample_count"},
+    # The metrics source's token and password are never recorded; its poll state changes every minute.
+    "tenancy.metricssource": {
+        "bearer_token",
+        "password",
+        "last_polled_at",
+        "last_error",
+        "last_series_count",
+    },
     # Notes recomputed by every pass and every job sync (a backend unreachable at 12:00:30 ...).
     "scheduling.job": {"pending_reason", "backend_message"},
 }

@@ -7,14 +7,22 @@ placed jobs not yet dispatched, pending jobs) sends it again once the broker is 
 
 A broker that is down costs a request little: one publish attempt and one reconnect, no back-off sleeps
 (PUBLISH_RETRY_POLICY), each bounded by the socket timeouts portal.celery sets.
+
+`one_at_a_time` wraps the beat's periodic tasks: a run starts only when no other run of the same task holds
+its PostgreSQL advisory lock (a beat restarted with its schedule file behind, or a second beat by mistake,
+sends an entry twice; the second run is skipped, not run beside the first). The lock belongs to the
+worker's database session: a worker killed mid-run releases it with its connection.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import zlib
+from contextlib import contextmanager
 
 from celery import current_app
-from django.db import transaction
+from django.db import connection, transaction
 from kombu.exceptions import OperationalError
 
 log = logging.getLogger(__name__)
@@ -69,3 +77,45 @@ def send_now(task_name: str, *args, **options) -> bool:
 def enqueue(task_name: str, *args, **options) -> None:
     """Send `task_name(*args)` after the current transaction commits (at once outside one)."""
     transaction.on_commit(lambda: send_now(task_name, *args, **options))
+
+
+def advisory_key(name: str) -> int:
+    """The PostgreSQL advisory lock key of `name` (stable across processes and releases)."""
+    return zlib.crc32(f"rackplane:{name}".encode())
+
+
+@contextmanager
+def exclusive(name: str):
+    """Yields True when this process holds `name`'s advisory lock for the block, False when another session
+    holds it. Other databases (SQLite in development: one worker) always get True."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = advisory_key(name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+            except Exception:  # the connection is gone: so is the lock
+                log.warning("releasing the lock of %s failed", name, exc_info=True)
+
+
+def one_at_a_time(task_function):
+    """For periodic tasks: skip a run while another run of the same task is in progress anywhere."""
+    name = f"{task_function.__module__}.{task_function.__name__}"
+
+    @functools.wraps(task_function)
+    def run(*args, **kwargs):
+        with exclusive(f"task:{name}") as held:
+            if not held:
+                log.info("%s skipped: another run of it is in progress", name)
+                return {"skipped": "another run is in progress"}
+            return task_function(*args, **kwargs)
+
+    return run

@@ -131,6 +131,15 @@ class NotificationEvent(models.TextChoices):
     JOB_REQUEUED = "job_requeued", "Job requeued by a fault"
     TRAY_RETURNED = "tray_returned", "Tray back in service"
     NEEDS_SERVICE = "needs_service", "Tray needs service"
+    # Users' own (portal.my_notifications): about their jobs, scoped user:<id>, job:<id>, department:<slug>.
+    JOB_STARTED = "job_started", "Job started"
+    JOB_PREEMPTED = "job_preempted", "Job preempted"
+    JOB_FINISHED = "job_finished", "Job finished"
+    JOB_FAILED = "job_failed", "Job failed"
+    # Leads' and admins' (department:<slug>; push failures: target:<name>).
+    GUARANTEE_SHORT = "guarantee_short", "Department short of its guarantee"
+    IDLE_GPUS = "idle_gpus", "Idle GPUs above a threshold"
+    PUSH_FAILED = "push_failed", "Configuration push failed"
     # Sent by the "Send a test notification" button to one subscription only; nobody subscribes to it.
     TEST = "test", "Test notification"
 
@@ -142,6 +151,8 @@ SUBSCRIBABLE_EVENTS = [(value, label) for value, label in NotificationEvent.choi
 class NotificationChannel(models.TextChoices):
     WEBHOOK = "webhook", "Webhook"
     EMAIL = "email", "Email"
+    # A user's own subscription shown by the bell in the header (core.inbox): no URL, no address.
+    PORTAL = "portal", "In the portal (bell)"
 
 
 class NotificationStatus(models.TextChoices):
@@ -160,8 +171,7 @@ class AttemptOutcome(models.TextChoices):
 
 class NotificationSubscriptionQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """Platform admins see every subscription; anyone else their own (none yet: users' own subscriptions
-        come with a later issue)."""
+        """Platform admins see every subscription; anyone else their own (portal.my_notifications)."""
         if is_admin(user):
             return self
         if not getattr(user, "is_authenticated", False):
@@ -193,7 +203,9 @@ class NotificationSubscription(models.Model):
         "(e.g. rack:gb-r08).",
     )
     enabled = models.BooleanField(default=True)
-    # Empty: a platform subscription, managed by admins. Set: a user's own (a later issue adds the pages).
+    # Idle GPUs: only when more than this many GPUs are idle (null: any notification of the event).
+    threshold = models.PositiveIntegerField(null=True, blank=True)
+    # Empty: a platform subscription, managed by admins. Set: a user's own (portal.my_notifications).
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
     )
@@ -210,7 +222,14 @@ class NotificationSubscription(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=(models.Q(channel="webhook") & ~models.Q(url="") & models.Q(email=""))
-                | (models.Q(channel="email") & ~models.Q(email="") & models.Q(url="") & models.Q(secret="")),
+                | (models.Q(channel="email") & ~models.Q(email="") & models.Q(url="") & models.Q(secret=""))
+                | (
+                    models.Q(channel="portal")
+                    & models.Q(url="")
+                    & models.Q(email="")
+                    & models.Q(secret="")
+                    & models.Q(owner__isnull=False)
+                ),
                 name="%(app_label)s_%(class)s_destination_matches_channel",
             ),
         ]
@@ -220,6 +239,8 @@ class NotificationSubscription(models.Model):
 
     @property
     def destination(self) -> str:
+        if self.channel == NotificationChannel.PORTAL:
+            return "the bell"
         return self.url if self.channel == NotificationChannel.WEBHOOK else self.email
 
     def clean(self):
@@ -240,8 +261,13 @@ class NotificationSubscription(models.Model):
                 errors["url"] = ["An email subscription has no webhook address or secret: leave them empty."]
             if not self.email:
                 errors["email"] = ["Give the address the email goes to."]
+        elif self.channel == NotificationChannel.PORTAL:
+            if self.url or self.secret or self.email:
+                errors["url"] = ["A notification in the portal has no address: leave them empty."]
+            if self.owner_id is None:
+                errors["channel"] = ["Only a person's own subscription can notify in the portal."]
         field = "url" if self.channel == NotificationChannel.WEBHOOK else "email"
-        if field not in errors and self.destination:
+        if self.channel != NotificationChannel.PORTAL and field not in errors and self.destination:
             # Two subscriptions to one destination with one scope would deliver notifications twice.
             twin = (
                 NotificationSubscription.objects.filter(
@@ -278,9 +304,19 @@ class NotificationSubscription(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    def receives(self, event: str, scopes) -> bool:
-        """Whether a notification of `event` about `scopes` (a collection of scope strings) is for it."""
-        return event in (self.events or []) and (not self.scope or self.scope in scopes)
+    def receives(self, event: str, scopes, payload=None) -> bool:
+        """Whether a notification of `event` about `scopes` (a collection of scope strings) is for it. A
+        threshold (idle GPUs) needs the payload's `idle_gpus` above it."""
+        if event not in (self.events or []) or (self.scope and self.scope not in scopes):
+            return False
+        if self.threshold is not None and event == NotificationEvent.IDLE_GPUS:
+            # Crossing it: above now, and not above before (when the payload says what it was before).
+            payload = payload or {}
+            previous = payload.get("previous_idle_gpus")
+            return int(payload.get("idle_gpus") or 0) > self.threshold and (
+                previous is None or int(previous) <= self.threshold
+            )
+        return True
 
 
 class Notification(models.Model):
@@ -349,3 +385,39 @@ class NotificationAttempt(models.Model):
 
     def __str__(self):
         return f"attempt {self.number} of {self.notification_id}: {self.outcome}"
+
+
+class InboxItemQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Everyone sees their own notifications only (the bell), admins included."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(user=user)
+
+    def unread(self):
+        return self.filter(read_at__isnull=True)
+
+
+class InboxItem(models.Model):
+    """One notification shown to one person by the bell in the header (core.inbox): made by notify() for a
+    subscription of the portal channel; read when that person marks it so (a POST)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    subscription = models.ForeignKey(
+        NotificationSubscription, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    event = models.CharField(max_length=40, choices=NotificationEvent.choices)
+    subject = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict, blank=True)
+    link = models.CharField(max_length=300, blank=True, help_text="Where the subject is in the portal.")
+    created_at = models.DateTimeField()
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    objects = InboxItemQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["user", "read_at"], name="core_inbox_user_read_idx")]
+
+    def __str__(self):
+        return f"{self.user_id}: {self.subject}"

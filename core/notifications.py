@@ -59,6 +59,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core import inbox
+from core.access import is_admin
 from core.destinations import check_destination
 from core.enqueue import enqueue
 from core.errors import ExternalError, Unreachable
@@ -141,6 +143,8 @@ def notify(
     payload: Mapping[str, Any] | None = None,
     *,
     scope: str | Iterable[str] | None = None,
+    link: str = "",
+    subscriptions: list[NotificationSubscription] | None = None,
 ) -> list[Notification]:
     """Record a notification of `event` for every subscriber and send them once the transaction commits.
 
@@ -148,6 +152,14 @@ def notify(
     strings); `scope` the "<kind>:<name>" strings it is about. Returns the rows (none without subscribers).
     ValueError for an unknown event or a payload over MAX_PAYLOAD_BYTES, TypeError for a payload that is no
     mapping or a scope that is no string: all are the caller's mistakes, raised before anything is written.
+
+    Users' own subscriptions (owner set) hear only what is about them: a scope they chose and may see
+    (portal.my_notifications checks it when saved); one without a scope hears nothing unless its owner is a
+    platform admin. Those of the portal channel become InboxItems for the bell (core.inbox; `link` says
+    where in the portal the subject is) instead of deliveries.
+
+    A caller notifying of many things at once (a pass preempting jobs) reads `enabled_subscriptions()` once
+    and passes them as `subscriptions`, so its queries do not grow with the number of notifications.
     """
     if event not in NotificationEvent.values:
         raise ValueError(f"unknown notification event {event!r}: add it to core.models.NotificationEvent")
@@ -155,12 +167,29 @@ def notify(
     data = _json_object(payload)
     line = _one_line(subject)
     now = timezone.now()
-    created = [
-        _create(subscription, event, line, data, scopes, now)
-        for subscription in NotificationSubscription.objects.filter(enabled=True).order_by("pk")
-        if subscription.receives(event, scopes)
-    ]
+    created = []
+    for subscription in enabled_subscriptions() if subscriptions is None else subscriptions:
+        if not subscription.receives(event, scopes, data) or not _owner_may_hear(subscription):
+            continue
+        if subscription.channel == NotificationChannel.PORTAL:
+            inbox.deliver(subscription, event, line, data, link, now)
+        else:
+            created.append(_create(subscription, event, line, data, scopes, now))
     return created
+
+
+def enabled_subscriptions() -> list[NotificationSubscription]:
+    """Every enabled subscription with its owner (one query), in the order notify() serves them."""
+    return list(NotificationSubscription.objects.filter(enabled=True).select_related("owner").order_by("pk"))
+
+
+def _owner_may_hear(subscription: NotificationSubscription) -> bool:
+    owner = subscription.owner
+    if owner is None:
+        return True
+    if not owner.is_active:
+        return False
+    return bool(subscription.scope) or is_admin(owner)
 
 
 def _create(subscription, event, subject, payload, scopes, now) -> Notification:

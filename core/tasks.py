@@ -12,7 +12,7 @@ import logging
 from celery import shared_task
 
 from core import notifications
-from core.enqueue import send_now
+from core.enqueue import one_at_a_time, send_now
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ def deliver_notification(self, notification_id: int) -> dict:
 
 
 @shared_task(name="core.tasks.retry_notifications")
+@one_at_a_time
 def retry_notifications() -> dict:
     """Beat: put back notifications whose worker was lost, and send those due (retries, lost messages)."""
     requeued = notifications.requeue_stale()

@@ -41,11 +41,12 @@ from integrations.state import partition_tier
 from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobEventKind, JobState
 from scheduling.models import BackendCancel, Job, JobEvent
-from scheduling.services import finish_job
+from scheduling.services import finish_job, notify_job
 
 logger = logging.getLogger(__name__)
 
-LOST_AFTER = timedelta(seconds=60)  # a STARTING job never tried for this long lost its task
+# A STARTING job never tried for this long lost its task (broker down, worker killed mid-dispatch).
+LOST_AFTER = timedelta(seconds=settings.RACKPLANE_DISPATCH_LOST_AFTER_SECONDS)
 
 
 def backend_for(backend: str) -> tuple[JobBackend, str, dict]:
@@ -89,6 +90,7 @@ def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
         job_id=job.pk,
         name=job.name,
         department=job.department.slug,
+        project=job.project.slug if job.project_id else "",
         priority_class=job.priority_class,
         hostnames=tuple(hosts),
         gpus_per_tray=job.gpus if len(hosts) == 1 else job.gpus // len(hosts),
@@ -140,6 +142,7 @@ def dispatch(job_id: int) -> str:
         JobEvent.objects.create(
             job=job, kind=JobEventKind.DISPATCHED, message=f"submitted to {label} as {backend_id}"
         )
+        notify_job(job, JobEventKind.STARTED, f"running on {label} as {backend_id}")
     return "submitted"
 
 

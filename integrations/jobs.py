@@ -70,6 +70,13 @@ class DispatchRequest:
     clique: str = ""
     imex: bool = False  # Slurm: a job-scoped IMEX channel (switch/nvidia_imex) where the cluster enables it
     attempt: int = 0  # how many times the job was preempted before: each run has its own backend name
+    project: str = ""  # slug of its project inside the department ("": none; tenancy.Project)
+
+    @property
+    def home(self) -> str:
+        """Where it runs: its project's Slurm account and Kubernetes namespace (`<department>-<project>`, a
+        child account of the department's; tenancy.Project.account), else the department's."""
+        return f"{self.department}-{self.project}" if self.project else self.department
 
     @property
     def rackplane_name(self) -> str:

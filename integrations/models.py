@@ -46,6 +46,9 @@ class ConfigTarget(models.Model):
     # A change that arrived while a push to this target was running (never two at once): pushed, rendered
     # afresh, when that push finishes. {"reason", "plan_id", "requested_by", "requested_at"}.
     follow_up = models.JSONField(null=True, blank=True, editable=False)
+    # What Rackplane learned about the target when it last tested or pushed it (integrations.push_history):
+    # {"slurm_version": "24.11.1", "checked_at": "..."}. The partition wizard reads the Slurm version.
+    facts = models.JSONField(default=dict, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

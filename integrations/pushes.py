@@ -38,15 +38,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Concat
+from django.urls import reverse
 from django.utils import timezone
 
 from core.enqueue import send_now
 from core.errors import ExternalError
+from core.models import NotificationEvent
+from core.notifications import notify
 from core.retry import backoff
 from integrations import registry
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
@@ -55,9 +59,10 @@ from integrations.rendering import Rendered, needs_fabric
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
-# A running push whose log has not moved for this long lost its worker (killed, machine gone): requeued.
-# Long enough for the slowest single step (an NMX-M operation may take up to 15 minutes).
-STALE_RUNNING = timedelta(minutes=30)
+# A running push whose row has not moved for this long lost its worker (killed, machine gone): requeued.
+# The worker running it renews it (integrations.tasks.push_lease) every fifth of it, so a slow single step
+# (an NMX-M operation may take up to 15 minutes) keeps its push; RACKPLANE_PUSH_LEASE_SECONDS, 5 minutes.
+STALE_RUNNING = timedelta(seconds=settings.RACKPLANE_PUSH_LEASE_SECONDS)
 # A queued push with no retry scheduled whose message never ran (broker down at commit time): sent again.
 LOST_QUEUED = timedelta(minutes=5)
 CLAIM_SLACK = timedelta(seconds=2)  # a countdown message may arrive a moment before next_attempt_at
@@ -147,7 +152,7 @@ def _dispatch(push_id: int) -> None:
         ConfigPush.objects.filter(pk=push_id, status=PushStatus.QUEUED, next_attempt_at__isnull=True).update(
             next_attempt_at=timezone.now()
         )
-        append_log(push_id, "could not reach the task queue; retry_stale_pushes sends it again")
+        append_log(push_id, "waiting for the broker: could not reach the task queue; the beat sends it again")
 
 
 def queue_pushes(
@@ -335,6 +340,36 @@ def _queue_one(
     return push
 
 
+class _FixedPayload:
+    """Stands where a Rendered does in _queue_one: always the same payload (a version pushed again)."""
+
+    def __init__(self, payload: dict[str, Any]):
+        self.payload = payload
+
+    def payload_for(self, target: ConfigTarget) -> dict[str, Any]:
+        return self.payload
+
+
+def queue_payload(target_id: int, payload: dict[str, Any], *, reason: str, user=None) -> ConfigPush:
+    """Push a given payload (an earlier push's version: integrations.push_history.push_again) to one
+    target, through the same rows, claim and task as any push; forced (sent even if equal to the live
+    one). Refused while a push runs on the target: its follow-up would render the current state instead."""
+    with transaction.atomic():
+        target = ConfigTarget.objects.select_for_update().get(pk=target_id)
+        if not target.enabled:
+            raise ValidationError(f"Target {target.name} is disabled: enable it first.")
+        if ConfigPush.objects.filter(target=target, status=PushStatus.RUNNING).exists():
+            raise ValidationError(
+                f"A push is running on {target.name}: wait for it to finish, then push this version again."
+            )
+        push = _queue_one(
+            target, _FixedPayload(payload), reason=reason[:255], user=user, plan_id=None, force=True
+        )
+        if push is None:  # the row lock makes this all but impossible
+            raise ValidationError(f"A push is running on {target.name}: try again when it has finished.")
+        return push
+
+
 def _last_outcome_hash(target: ConfigTarget) -> str | None:
     """Hash of the target's last successful push, when nothing failed after it (a failed push may have
     changed part of the target: then an equal payload is pushed again rather than assumed live)."""
@@ -401,6 +436,7 @@ def execute(push_id: int, *, can_schedule_retry: bool = False) -> Outcome:
     try:
         adapter = adapter_for(target)
         summary = adapter.apply(push.payload, log, push)
+        remember(target, adapter)
     except Exception as error:
         if is_transient(error):
             return _transient(push, error, log, can_schedule_retry)
@@ -475,6 +511,16 @@ def _finish(push: ConfigPush, status: str, log: _Log, *, error: str = "", summar
     ConfigPush.objects.filter(pk=push.pk, status=PushStatus.RUNNING).update(
         status=status, error=error, finished_at=now, updated_at=now, next_attempt_at=None
     )
+    if status == PushStatus.FAILED:
+        target = push.target
+        notify(
+            NotificationEvent.PUSH_FAILED,
+            f"Push #{push.pk} to {target.name} failed: {error.splitlines()[0] if error else 'see its log'}",
+            {"push": push.pk, "target": target.name, "kind": target.kind, "error": error[:2000]},
+            scope=[f"target:{target.name}"],
+            link=reverse("integrations:push-detail", args=[push.pk]),
+        )
+    prune_payloads(push.target_id)
     run_follow_up(push.target_id)
     return Outcome(push.pk, status, message=summary or error)
 
@@ -506,14 +552,15 @@ def requeue_stale(now=None) -> list[int]:
     """Running pushes whose log has not moved for STALE_RUNNING lost their worker: back to queued."""
     now = now or timezone.now()
     cutoff = now - STALE_RUNNING
-    minutes = int(STALE_RUNNING.total_seconds() // 60)
+    seconds = int(STALE_RUNNING.total_seconds())
+    minutes = f"{seconds // 60} minutes" if seconds % 60 == 0 else f"{seconds} seconds"
     stale = ConfigPush.objects.filter(status=PushStatus.RUNNING, updated_at__lt=cutoff)
     requeued = []
     for pk, attempts, target_id in stale.values_list("pk", "attempts", "target_id"):
         row = ConfigPush.objects.filter(pk=pk, status=PushStatus.RUNNING, updated_at__lt=cutoff)
         if attempts >= MAX_ATTEMPTS:
             error = (
-                f"no progress for {minutes} minutes during the last of {attempts} attempts (worker lost?)\n"
+                f"no progress for {minutes} during the last of {attempts} attempts (worker lost?)\n"
                 "What to do: check the Celery worker and the target, then retry the push"
             )
             if row.update(
@@ -525,7 +572,7 @@ def requeue_stale(now=None) -> list[int]:
             ):
                 run_follow_up(target_id)
             continue
-        note = _lines([f"no progress for {minutes} minutes (worker lost?): requeued"], now)
+        note = _lines([f"no progress for {minutes} (worker lost?): requeued"], now)
         if row.update(status=PushStatus.QUEUED, next_attempt_at=now, updated_at=now, log=_concat_log(note)):
             requeued.append(pk)
     return requeued
@@ -581,3 +628,28 @@ def dry_run(targets: Iterable[ConfigTarget] | None = None) -> dict[str, list[str
 def adapter_for(target: ConfigTarget):
     """The adapter of the target's kind, built from its validated settings."""
     return registry.get(target.kind).adapter(target, target.cleaned_settings())
+
+
+# --- what the push history (integrations.push_history) keeps ----------------------------------------------
+
+KEEP_PAYLOADS = 20  # finished pushes per target whose payload is kept (for diffs and rollback)
+
+
+def prune_payloads(target_id: int, keep: int = KEEP_PAYLOADS) -> int:
+    """Let go of the payloads of a target's finished pushes beyond the newest `keep` (hash and log stay).
+    Returns how many were let go."""
+    finished = ConfigPush.objects.filter(target_id=target_id).exclude(status__in=[PushStatus.QUEUED])
+    finished = finished.exclude(status=PushStatus.RUNNING).exclude(payload_hash="")
+    kept = list(finished.order_by("-pk").values_list("pk", flat=True)[:keep])
+    if len(kept) < keep:
+        return 0
+    return finished.filter(pk__lt=min(kept)).exclude(payload={}).update(payload={})
+
+
+def remember(target: ConfigTarget, adapter) -> None:
+    """Keep what the adapter learned about the target (`adapter.facts`: the Slurm version) on the target."""
+    facts = getattr(adapter, "facts", None)
+    if facts:
+        merged = {**(target.facts or {}), **facts, "checked_at": timezone.now().isoformat()}
+        ConfigTarget.objects.filter(pk=target.pk).update(facts=merged)
+        target.facts = merged

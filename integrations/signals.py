@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models.signals import post_save, pre_save
 
-from core.audit import current_actor
+from core.audit import bulk_changed, current_actor
 from core.changes import ADDED, BULK, CHANGED, Change, watch
 from core.enqueue import send_now
 from integrations.models import ConfigPush, ConfigTarget
 from integrations.pushes import queue_pushes
+from integrations.requeue import tray_drained
 from integrations.trays import owner_name
 from inventory.choices import TrayState
+from inventory.health import tray_health_changed
 from inventory.models import ComputeTray
 from tenancy.models import DedicatedPartition, Department, TenancySettings
 
@@ -216,6 +218,11 @@ def connect() -> None:
         _follow_up_kept, sender=ConfigTarget, dispatch_uid="config_push_follow_up_covers_target"
     )
     watch("tray_schedulers", {ComputeTray: ("state", "state_reason")}, _tray_changed)
+    bulk_changed.connect(
+        _trays_changed_in_bulk, sender=ComputeTray, dispatch_uid="tray_schedulers_bulk_trays"
+    )
+    # Running jobs of a tray drained by a fault: their class's policy (scheduling.requeue).
+    tray_health_changed.connect(tray_drained, dispatch_uid="requeue_jobs_of_drained_tray")
 
 
 # --- trays leaving and returning to service: every scheduler is told (integrations.trays) ------------------
@@ -232,12 +239,18 @@ class _SyncTrayOnCommit:
 
 def _tray_changed(change: Change) -> None:
     if change.action == BULK or change.instance is None:
-        # A partition plan's drain (update_recorded): Rackplane's own placement keeps work off those trays
-        # and the plan's push re-carves them; the health side and operators change trays one by one.
-        logger.info("%d trays changed together (a partition plan): schedulers not told", change.count)
-        return
+        return  # trays changed together (a partition plan's drain): _trays_changed_in_bulk, by pk
     if change.action not in (CHANGED, ADDED):
         return
     if change.action == ADDED and change.instance.state == TrayState.UP:
         return  # a new tray in service: nothing to drain
     transaction.on_commit(_SyncTrayOnCommit(change.instance.pk, owner_name()), robust=True)
+
+
+def _trays_changed_in_bulk(sender, changes, **kwargs) -> None:
+    """Trays changed together (a partition plan drains its trays and returns them: update_recorded): each
+    one whose state or reason changed is pushed to the schedulers like a tray changed alone."""
+    owner = owner_name()
+    for pk, diff in sorted(changes.items()):
+        if "state" in diff or "state_reason" in diff:
+            transaction.on_commit(_SyncTrayOnCommit(pk, owner), robust=True)

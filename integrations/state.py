@@ -41,6 +41,7 @@ from typing import Any
 
 import hostlist
 import yaml
+from django.db.models import Prefetch
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY
 from integrations.kubernetes.render import (
@@ -55,8 +56,10 @@ from integrations.kubernetes.target import KubernetesState
 from integrations.slurm.render import (
     DepartmentQos,
     ServiceTier,
+    SlurmAccount,
     SlurmBlock,
     SlurmNode,
+    render_account_script,
     render_rackplane_conf,
     render_topology_conf,
 )
@@ -64,8 +67,8 @@ from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
-from tenancy.models import Department, TenancySettings
-from tenancy.renderers import TenantSpec, render_nfs_exports, render_opensm_partitions, to_yaml
+from tenancy.models import Department, Project, TenancySettings
+from tenancy.renderers import ProjectSpec, TenantSpec, render_nfs_exports, render_opensm_partitions, to_yaml
 from tenancy.renderers import _represent_str as _yaml_str  # the same quoting rules as to_yaml
 
 SHARED_TIER = "gpu"
@@ -74,6 +77,7 @@ TRAY_CPUS = 144  # two Grace CPUs of 72 Neoverse V2 cores per GB200/GB300 comput
 
 SLURM_TOPOLOGY = f"slurm/{TOPOLOGY_CONF}"
 SLURM_RACKPLANE = f"slurm/{RACKPLANE_CONF}"
+SLURM_ACCOUNTS = "slurm/accounts.sh"  # only when a department has projects (render_files)
 OPENSM_PARTITIONS = "opensm/partitions.conf"
 NFS_EXPORTS = "nfs/exports"
 KUBERNETES_DIR = "kubernetes"
@@ -217,7 +221,11 @@ def _read_rows() -> _Rows:
         ),
         key=lambda t: (rack_name[t.rack_id], t.slot),
     )
-    departments = list(Department.objects.order_by("slug"))
+    departments = list(
+        Department.objects.order_by("slug").prefetch_related(
+            Prefetch("projects", queryset=Project.objects.order_by("slug"))
+        )
+    )
     running = set(
         Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__isnull=False)
         .values_list("job__department_id", "gpu__tray_id")
@@ -325,11 +333,23 @@ def _tenants(rows: _Rows, problems: list[str]) -> tuple[TenantSpec, ...]:
                     network_cidr=d.network_cidr,
                     export_path=d.export_path,
                     storage_quota_gib=d.storage_quota_gib,
+                    projects=tuple(
+                        ProjectSpec(
+                            p.slug, p.name, p.guaranteed_gpus, p.limit_gpus, _weight(p.over_quota_weight)
+                        )
+                        for p in d.projects.all()
+                    ),
+                    weight=_weight(d.over_quota_weight),
                 )
             )
         except ValueError as error:
             raise ValueError(f"department {d.name}: {error}") from error
     return tuple(tenants)
+
+
+def _weight(value) -> str:
+    """An over-quota weight (Decimal) as Kueue's fair-sharing weight: "1", "0.5", "10"."""
+    return format(value.normalize(), "f")
 
 
 def _kubernetes_inventory(rows: _Rows, tier_of: dict[int, str]) -> InventoryState:
@@ -499,7 +519,20 @@ def render_files(state: ConfigState, objects: list[dict[str, Any]] | None = None
     files.update(kubernetes_files(objects if objects is not None else kubernetes_objects(state)))
     files[OPENSM_PARTITIONS] = render_opensm_partitions(state.tenants)
     files[NFS_EXPORTS] = render_nfs_exports(state.tenants)
+    if any(t.projects for t in state.tenants):
+        files[SLURM_ACCOUNTS] = render_account_script(slurm_accounts(state))
     return dict(sorted(files.items()))
+
+
+def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
+    """The Slurm account tree: each department's account under root (its GPU limit), each project's
+    (`<department>-<project>`, tenancy.Project.account) under its department's (the project's limit).
+    Jobs of a project run under its account (integrations.slurm.jobs)."""
+    accounts = []
+    for t in state.tenants:
+        accounts.append(SlurmAccount(t.slug, "root", t.limit_gpus))
+        accounts += [SlurmAccount(f"{t.slug}-{p.slug}", t.slug, p.limit_gpus) for p in t.projects]
+    return accounts
 
 
 def fabric_racks(state: ConfigState) -> list[dict[str, Any]]:

@@ -12,17 +12,21 @@ queued by the previous release is forwarded to the new name instead of crashing 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 
 from celery import shared_task
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.utils import timezone
 
 from core.audit import audit_context
-from core.enqueue import send_now
+from core.enqueue import one_at_a_time, send_now
 from core.models import AuditSource
 from core.retry import backoff
 from integrations import dispatch as job_dispatch
-from integrations import pushes, trays
+from integrations import pushes, requeue, trays
 from integrations.fabric import nodes as simulated_nodes
 from integrations.fabric.nodes import REPORT_NODES
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
@@ -37,12 +41,44 @@ PUSH_CONFIG = "integrations.tasks.push_config"
 DISPATCH_JOB = "integrations.tasks.dispatch_job"
 SYNC_JOBS = "integrations.tasks.sync_jobs"
 SYNC_TRAY = "integrations.tasks.sync_tray_state"
+SIGNAL_JOB = "integrations.tasks.signal_job"  # = scheduling.requeue.SIGNAL_JOB
 
 
 def _can_schedule_retry(task) -> bool:
     """A worker can send the task again with a countdown; called directly or eagerly, nothing would wait."""
     request = task.request
     return not (request.called_directly or request.is_eager)
+
+
+@contextlib.contextmanager
+def push_lease(push_id: int):
+    """Renew the lease of a running push while this worker runs it: a thread touches the row's updated_at
+    every fifth of pushes.STALE_RUNNING. A worker killed mid-push (SIGKILL, OOM, node lost) stops renewing,
+    and `retry_stale_pushes` queues the push again once the lease ran out: another worker finishes it, once
+    (the claim is one conditional UPDATE). Chosen over Celery's reject_on_worker_lost because it also covers
+    a whole worker host lost (a message redelivered only after the broker's visibility timeout, an hour) and
+    a redelivered message could not claim a push left running anyway; the row is the truth."""
+    stop = threading.Event()
+    every = max(0.5, pushes.STALE_RUNNING.total_seconds() / 5)
+
+    def renew() -> None:
+        try:
+            while not stop.wait(every):
+                ConfigPush.objects.filter(pk=push_id, status=PushStatus.RUNNING).update(
+                    updated_at=timezone.now()
+                )
+        except Exception:
+            logger.warning("push %s: renewing its lease failed", push_id, exc_info=True)
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=renew, name=f"push-{push_id}-lease", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every + 5)
 
 
 @shared_task(bind=True, name=PUSH_CONFIG, acks_late=True)
@@ -54,7 +90,7 @@ def push_config(self, push_id: int) -> dict:
     requested_by, plan_id = row.get("requested_by_id"), row.get("plan_id")
     actor = get_user_model().objects.filter(pk=requested_by).first() if requested_by else None
     retry = _can_schedule_retry(self)
-    with audit_context(AuditSource.TASK, actor=actor):
+    with audit_context(AuditSource.TASK, actor=actor), push_lease(push_id):
         outcome = pushes.execute(push_id, can_schedule_retry=retry)
         if plan_id is not None and outcome.status in (PushStatus.SUCCEEDED, PushStatus.FAILED):
             for plan in PartitionPlan.objects.filter(pk=plan_id):
@@ -65,6 +101,7 @@ def push_config(self, push_id: int) -> dict:
 
 
 @shared_task(name="integrations.tasks.retry_stale_pushes")
+@one_at_a_time
 def retry_stale_pushes() -> dict:
     """Beat, every minute: requeue pushes whose worker was lost, send the retries that are due (and
     messages that never ran), and push requests that waited for a push that has finished."""
@@ -94,15 +131,24 @@ def dispatch_job(self, job_id: int) -> dict:
 
 
 @shared_task(name=SYNC_JOBS)
+@one_at_a_time
 def sync_jobs() -> dict:
     """Beat, every 30 s: stop what must stop, send due dispatch retries, read running jobs' states."""
     with audit_context(AuditSource.TASK):
+        requeued = requeue.requeue_due()  # checkpoint grace over: stopped below, placed again by the pass
         cancelled = job_dispatch.process_cancels()
         due = job_dispatch.due_dispatches()
         for job_id in due:
             send_now(DISPATCH_JOB, job_id)
         states = job_dispatch.sync_states()
-    return {"cancelled": cancelled, "dispatched": due, **states}
+    return {"requeued": requeued, "cancelled": cancelled, "dispatched": due, **states}
+
+
+@shared_task(name=SIGNAL_JOB)
+def signal_job(job_id: int, signal: str = "USR1") -> dict:
+    """Ask a job whose tray was drained by a fault to checkpoint before its requeue (integrations.requeue)."""
+    with audit_context(AuditSource.TASK):
+        return {"job": job_id, "outcome": requeue.signal_job(job_id, signal)}
 
 
 @shared_task(bind=True, name=SYNC_TRAY, acks_late=True)
@@ -117,6 +163,7 @@ def sync_tray_state(self, tray_id: int, owner: str = "rackplane", attempt: int =
 
 
 @shared_task(name="integrations.tasks.follow_active_plans")
+@one_at_a_time
 def follow_active_plans() -> int:
     """Move draining plans on once their trays are free, and settle applying plans from their pushes."""
     moved = 0

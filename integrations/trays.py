@@ -9,7 +9,9 @@ end in the last one), applies it to every target, and stores what each target an
 controller or API server that did not answer) make it return a retry delay: the task sends itself again.
 Another owner's drain is never touched (the drain module's rule): the outcome says whose it is.
 
-integrations.signals asks for a sync after every commit that changes a tray's state or reason.
+integrations.signals asks for a sync after every commit that changes a tray's state or reason: a tray saved
+alone (the health rules, an operator), or trays changed together (a partition plan drains its trays and
+returns them with one recorded update: core.audit.bulk_changed names each), one sync per tray.
 """
 
 from __future__ import annotations

@@ -10,4 +10,6 @@ urlpatterns = [
     path("pushes/", views.push_list, name="push-list"),
     path("pushes/<int:pk>/", views.push_detail, name="push-detail"),
     path("pushes/<int:pk>/retry/", views.push_retry, name="push-retry"),
+    path("pushes/<int:pk>/again/", views.push_again, name="push-again"),
+    path("targets/<int:pk>/test/", views.target_test, name="target-test"),
 ]

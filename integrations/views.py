@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.db.models import Count, Max
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_vary_headers
@@ -20,7 +19,8 @@ from django_htmx.http import HttpResponseStopPolling
 
 from core.access import require_admin
 from core.htmx import page_or_partial
-from integrations import pushes, registry
+from core.tables import Table
+from integrations import push_history, pushes, registry
 from integrations.forms import ConfigTargetForm
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
@@ -108,6 +108,17 @@ def _target_form(request, target: ConfigTarget | None):
 # --- pushes ---------------------------------------------------------------------------------------------
 
 
+PUSH_SORTS = {  # core.tables: the push list's sortable columns
+    "id": ("pk",),
+    "target": ("target__name",),
+    "status": ("status",),
+    "requested_by": ("requested_by__username",),
+    "attempts": ("attempts",),
+    "created": ("created_at",),
+    "finished": ("finished_at",),
+}
+
+
 @require_http_methods(["GET", "POST"])
 def push_list(request):
     """Every push, newest first (filter by target and status); POST queues a push to all enabled targets,
@@ -117,9 +128,8 @@ def push_list(request):
         return _push_now(request)
     target = request.GET.get("target") or ""
     status = request.GET.get("status") or ""
-    page = Paginator(_pushes_filtered(request.user, target, status), PUSHES_PER_PAGE).get_page(
-        request.GET.get("page")
-    )
+    table = Table(request, "pushes", PUSH_SORTS, "-id", per_page=PUSHES_PER_PAGE, exports=False)
+    page = table.page(table.order(_pushes_filtered(request.user, target, status)))
     for push in page.object_list:
         push.badge = STATUS_BADGE.get(push.status, "")
         push.error_line = push.error.splitlines()[0] if push.error else ""
@@ -129,6 +139,7 @@ def push_list(request):
         "integrations/push_list.html",
         {
             "page": page,
+            "table": table,
             "targets": ConfigTarget.objects.visible_to(request.user).order_by("name"),
             "statuses": PushStatus.choices,
             "selected_target": target,
@@ -205,9 +216,44 @@ def push_detail(request, pk):
             response = HttpResponseStopPolling(response.content)
         patch_vary_headers(response, ["HX-Request"])
         return response
-    # What the push carries, in a few lines (its kind says how).
+    # What the push carries, in a few lines (its kind says how), and what it changed (push_history).
     context["payload_summary"] = kind.describe(push.payload or {}) if kind else []
+    context["diff"] = push_history.push_diff(push)
+    context["push_again_blocked"] = push_history.can_push_again(push)
+    context["newest_push_id"] = (
+        ConfigPush.objects.filter(target_id=push.target_id)
+        .order_by("-pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
     return render(request, "integrations/push_detail.html", context)
+
+
+@require_POST
+def push_again(request, pk):
+    """Rollback: this push's version pushed again as a new push (audited; integrations.push_history)."""
+    require_admin(request.user, "configuration targets and pushes")
+    push = get_object_or_404(ConfigPush.objects.visible_to(request.user).select_related("target"), pk=pk)
+    try:
+        created = push_history.push_again(push, request.user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return redirect("integrations:push-detail", pk=push.pk)
+    messages.success(request, f"The version of push #{push.pk} is being pushed again as push #{created.pk}.")
+    return redirect("integrations:push-detail", pk=created.pk)
+
+
+@require_POST
+def target_test(request, pk):
+    """Test connection: the target's adapter checks reachability and credentials without writing."""
+    require_admin(request.user, "configuration targets and pushes")
+    target = get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=pk)
+    result = push_history.test_connection(target)
+    if request.htmx:
+        return render(request, "integrations/push_target_check.html", {"target": target, "result": result})
+    text = " ".join([result.summary, *(f"{line}." for line in result.details)])
+    (messages.success if result.ok else messages.error)(request, text)
+    return redirect("integrations:target-list")
 
 
 @require_POST

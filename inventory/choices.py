@@ -58,12 +58,16 @@ class HealthKind(models.TextChoices):
     FABRIC = "fabric", "Fabric health"
     DCGM_FIELD = "dcgm_field", "DCGM field"
     CHECK_FAILED = "check_failed", "Active check failed"
+    # Not an event: a tray whose node has not reported for HealthSettings.node_silent_after_s (computed when
+    # read, never written); its rule says what the scheduler does (inventory.services.silent_policy).
+    NODE_SILENT = "node_silent", "Node silent (stopped reporting)"
 
 
 class RuleAction(models.TextChoices):
     DRAIN = "drain", "Drain the tray"
     DEGRADE = "degrade", "Mark the NVLink partition degraded"
     WARN = "warn", "Warn only"
+    HOLD = "hold", "Place no new work on the tray"  # node_silent rules only
 
 
 class ActionKind(models.TextChoices):

@@ -2,10 +2,12 @@
 
 import django_filters
 from django.db.models import Q
+from django.utils import timezone
 
 from core.filters import BooleanFilter, IntegerFilter
 from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.services import silent_policy, silent_q
 
 
 class RackFilter(django_filters.FilterSet):
@@ -42,13 +44,22 @@ class ComputeTrayFilter(django_filters.FilterSet):
     clique_id = IntegerFilter(field_name="partition__clique_id")
     hostname = django_filters.CharFilter(lookup_expr="icontains")
     has_problems = BooleanFilter(method="filter_has_problems", label="Has fabric problems")
+    stale = BooleanFilter(
+        method="filter_stale",
+        label="Node stopped reporting (reported before, not within the health settings' node silent time)",
+    )
 
     class Meta:
         model = ComputeTray
-        fields = ["rack", "state", "clique_id", "hostname", "has_problems"]
+        fields = ["rack", "state", "clique_id", "hostname", "has_problems", "stale"]
 
     def filter_has_problems(self, queryset, name, value):
         return queryset.exclude(fabric_problems=[]) if value else queryset.filter(fabric_problems=[])
+
+    def filter_stale(self, queryset, name, value):
+        # The same judgement as the tray's `stale` field and the rack view (inventory.services).
+        silent = silent_q(silent_policy().cutoff(timezone.now()))
+        return queryset.filter(silent) if value else queryset.exclude(silent)
 
 
 class GpuFilter(django_filters.FilterSet):

@@ -25,10 +25,15 @@ The loop, all of it run on ingest inside the transaction that records the event 
    `return_after_s` and, when `return_check` names an active check, that check passed after the fault.
 
 Backends: `drain_tray` and `return_to_service` are the one way a tray's health state changes; each sends
-`tray_health_changed` once the transaction commits. Pushing the drain to Slurm (`scontrol update ...
-State=DRAIN Reason=...`, never overwriting another owner's reason) and Kubernetes (cordon + taint), requeueing
-the tray's jobs and notifying people connect there (integrations, later work): nothing here talks to the
-outside world. `breaker_tripped` is sent the same way.
+`tray_health_changed` once the transaction commits, and the tray's save is heard by integrations.signals.
+What connects there: the drain pushed to Slurm (`scontrol update ... State=DRAIN Reason=...`, never
+overwriting another owner's reason) and Kubernetes (cordon + taint) by integrations.trays, and the tray's
+running jobs handled by their class's policy (wait, checkpoint then requeue, or requeue at once:
+scheduling.requeue, through integrations.requeue). Nothing here talks to the outside world. Notifications
+are recorded here (core.notifications); `breaker_tripped` is sent like `tray_health_changed`.
+
+Degraded partitions: the scheduling pass reads `NVLinkPartition.degraded_reason` (scheduling.pass_inputs) and
+places no job spanning trays on a degraded partition; the pending reason names the degradation.
 """
 
 from __future__ import annotations

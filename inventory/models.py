@@ -147,6 +147,10 @@ class ComputeTray(models.Model):
     healthy_since = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=64, blank=True)
     agent_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    # sha256 of (the canonical hash of the last reconciled report, what the inventory intended then): a
+    # report with the same hash is a heartbeat (inventory.services.heartbeat); empty while the tray has
+    # open health business (every report is then reconciled in full).
+    report_key = models.CharField(max_length=64, blank=True, editable=False)
     # What each scheduler (Slurm, Kubernetes target) says about the tray after Rackplane last made it agree
     # with `state` (integrations.trays): [{target, kind, action, message, state, reason, owner, error}], and
     # when. Derived data, written without signals or audit.
@@ -402,6 +406,12 @@ class HealthSettings(models.Model):
         help_text="A tray drained this many times within repeat_days needs service instead.",
     )
     repeat_days = models.PositiveSmallIntegerField(default=7, validators=[MinValueValidator(1)])
+    node_silent_after_s = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(30)],
+        help_text="A tray whose node has reported before but not for this many seconds is stale (node "
+        "silent); the node_silent health rule says what the scheduler does with it.",
+    )
 
     class Meta:
         verbose_name = "health settings"
@@ -460,6 +470,13 @@ class HealthRule(models.Model):
                 condition=Q(xid_first__isnull=True) | Q(xid_last__gte=models.F("xid_first")),
                 name="%(app_label)s_%(class)s_xid_range_order",
                 violation_error_message="The last XID cannot come before the first.",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind=HealthKind.NODE_SILENT, action__in=[RuleAction.HOLD, RuleAction.WARN])
+                | (~Q(kind=HealthKind.NODE_SILENT) & ~Q(action=RuleAction.HOLD)),
+                name="%(app_label)s_%(class)s_node_silent_actions",
+                violation_error_message="A node silent rule either holds the tray (places no new work) or "
+                "only warns; hold is for node silent rules only.",
             ),
         ]
 

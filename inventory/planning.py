@@ -27,6 +27,7 @@ class Level(StrEnum):
 class Finding:
     level: Level
     message: str
+    job: str = ""  # a running job the finding is about (the wizard offers "drain first" beside it)
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ class PlanCheck:
         """Trays whose partition changes while they run work: drained first, or the plan is refused."""
         return [change for change in self.changes if change.running_jobs]
 
-    def add(self, level: Level, message: str) -> None:
-        self.findings.append(Finding(level, message))
+    def add(self, level: Level, message: str, job: str = "") -> None:
+        self.findings.append(Finding(level, message, job))
 
 
 def preset_layout(preset: str, leave_out: Iterable[int] = ()) -> list[PlannedPartition]:
@@ -289,18 +290,28 @@ def _tray_changes(
 
 
 def _check_busy_trays(check: PlanCheck, drain: bool) -> None:
-    """A tray that runs work and changes partition: drained first (`drain`), else the plan is refused."""
+    """Trays that run work and change partition: drained first (`drain`), else the plan is refused. One
+    finding per job, listing its trays (a job on 18 trays is one finding, not 18)."""
+    trays_of: dict[str, list[TrayChange]] = {}
     for change in check.busy_trays:
-        jobs = ", ".join(change.running_jobs)
+        for job in change.running_jobs:
+            trays_of.setdefault(job, []).append(change)
+    for job, changes in trays_of.items():
+        hosts = ", ".join(c.hostname for c in changes)
+        if len(changes) == 1:
+            trays, verb, they = f"Tray {changes[0].slot} ({hosts})", "runs", "it"
+        else:
+            trays, verb, they = f"Trays {_ranges([c.slot for c in changes])} ({hosts})", "run", "they"
         if drain:
             check.add(
                 Level.WARNING,
-                f"Tray {change.slot} ({change.hostname}) runs {jobs}: it will be drained and the plan "
-                "applied once the work has finished.",
+                f"{trays} {verb} {job}: {they} will be drained and the plan applied once the work has "
+                "finished.",
             )
         else:
             check.add(
                 Level.ERROR,
-                f"Tray {change.slot} ({change.hostname}) runs {jobs} and would change partition: "
-                "choose 'drain first' or wait for the work to finish.",
+                f"{trays} {verb} {job} and would change partition: choose 'drain first' or wait for the "
+                "work to finish.",
+                job,
             )

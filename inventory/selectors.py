@@ -214,17 +214,20 @@ def annotate_rack_summary(racks: QuerySet, user) -> QuerySet:
     ).annotate(problems=F("trays_with_problems") + F("gpus_with_problems"))
 
 
-def rack_list(user, params, page_number=1, per_page: int = RACKS_PER_PAGE) -> tuple[RackFilter, Page]:
-    """The filter (bound to the request's GET parameters) and one page of filtered racks with their figures.
+def rack_list(
+    user, params, page_number=1, per_page: int = RACKS_PER_PAGE, ordering=("name",)
+) -> tuple[RackFilter, Page]:
+    """The filter (bound to the request's GET parameters) and one page of filtered racks with their figures,
+    in `ordering` (order_by expressions on Rack; the rack list's sortable columns).
 
     Two queries: the count and the page. The figures are annotated on the page's racks only: subqueries
     in the SELECT list run for every row the database produces, including the rows OFFSET skips, so
     annotating before slicing would make page 20 twenty times dearer than page 1.
     """
     filterset = RackFilter(params, queryset=Rack.objects.visible_to(user))
-    page = Paginator(filterset.qs.order_by("name"), per_page).get_page(page_number)
+    page = Paginator(filterset.qs.order_by(*ordering), per_page).get_page(page_number)
     page_racks = Rack.objects.visible_to(user).filter(pk__in=page.object_list.values("pk"))
-    page.object_list = list(annotate_rack_summary(page_racks, user).order_by("name"))
+    page.object_list = list(annotate_rack_summary(page_racks, user).order_by(*ordering))
     return filterset, page
 
 

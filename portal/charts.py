@@ -219,3 +219,51 @@ def to_html(figure: go.Figure | dict, div_id: str, height: int = 360) -> str:
         json.dumps(CONFIG),
         height,
     )
+
+
+UTILIZATION = "#7c3aed"
+LINE_COLOURS = ("#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#0891b2", "#7c3aed", "#db2777", "#65a30d")
+
+
+def _utilization_spec(series: dict[str, list[tuple]], names: dict[str, str] | None = None) -> dict:
+    names = names or {}
+    traces = []
+    for number, (key, points) in enumerate(series.items()):
+        colour = UTILIZATION if key == "mean" else LINE_COLOURS[number % len(LINE_COLOURS)]
+        traces.append(
+            {
+                "type": "scatter",
+                "name": names.get(key, "Mean of its GPUs" if key == "mean" else key),
+                "x": [at.isoformat() for at, _ in points],
+                "y": [round(value, 2) for _, value in points],
+                "mode": "lines",
+                "line": {"color": colour, "width": 1.5},
+                "hovertemplate": "%{y:.1f} %",
+                # A gap in the samples (the GPU had no data) stays a gap, not a straight line across it.
+                "connectgaps": False,
+            }
+        )
+    layout = _layout(
+        hovermode="x unified",
+        xaxis={"title": {"text": "UTC"}, "gridcolor": "#eef1f5"},
+        yaxis={
+            "title": {"text": "Utilization (%)"},
+            "range": [0, 100],
+            "gridcolor": "#e5e9f0",
+            "zeroline": False,
+        },
+    )
+    return {"data": traces, "layout": layout}
+
+
+def utilization_figure(series: dict[str, list[tuple]], names: dict[str, str] | None = None) -> go.Figure:
+    """GPU utilization over time: one line per key of `series` ({key: [(datetime, percent)]}, as
+    tenancy.metrics_source.utilization_history returns it), labelled by `names` (key -> legend name)."""
+    return _figure(_utilization_spec(series, names))
+
+
+def utilization_html(
+    series: dict[str, list[tuple]], div_id: str, names: dict | None = None, height=300
+) -> str:
+    """`to_html(utilization_figure(...))` from plain dicts, like `quota_history_html`."""
+    return to_html(_utilization_spec(series, names), div_id=div_id, height=height)

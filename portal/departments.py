@@ -18,9 +18,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from core.access import is_admin, leads, require_admin, require_lead
+from core.tables import Column, Table
 from integrations.models import ConfigTarget
 from integrations.signals import requested_push
 from portal import charts as dashboards
+from portal.gpu_life import quota_chart_context
+from portal.people import identity_lock, identity_lock_for
+from portal.projects import panel_context as projects_panel_context
 from scheduling import usage as selectors
 from tenancy.forms import DepartmentForm, MembershipForm
 from tenancy.models import Department, Membership
@@ -59,9 +63,44 @@ def _save(request, form: DepartmentForm):
         return None
 
 
+DEPARTMENT_SORTS = {
+    "name": lambda p: p.department.name.lower(),
+    "guarantee": lambda p: p.department.guaranteed_gpus,
+    "limit": lambda p: float("inf") if p.department.limit_gpus is None else p.department.limit_gpus,
+    "weight": lambda p: p.department.over_quota_weight,
+    "priority": lambda p: p.department.priority,
+    "in_use": lambda p: p.in_use,
+    "fair_share": lambda p: p.fair_share,
+    "pending": lambda p: p.pending_demand,
+    "idle": lambda p: p.idle,
+}
+DEPARTMENT_COLUMNS = [
+    Column("slug", lambda p: p.department.slug),
+    Column("name", lambda p: p.department.name),
+    Column("role", lambda p: p.role),
+    Column("guaranteed_gpus", lambda p: p.department.guaranteed_gpus),
+    Column("limit_gpus", lambda p: p.department.limit_gpus),
+    Column("over_quota_weight", lambda p: p.department.over_quota_weight),
+    Column("priority", lambda p: p.department.priority),
+    Column("in_use", lambda p: p.in_use),
+    Column("in_quota", lambda p: p.in_quota),
+    Column("borrowed", lambda p: p.borrowed),
+    Column("fair_share", lambda p: p.fair_share),
+    Column("running_jobs", lambda p: p.running_jobs),
+    Column("pending_gpus", lambda p: p.pending_demand),
+    Column("pending_jobs", lambda p: p.pending_jobs),
+    Column("idle", lambda p: p.idle),
+]
+
+
 @require_http_methods(["GET", "POST"])
 def department_list(request):
-    """The departments the user may see; admins also create departments here (POST)."""
+    """The departments the user may see with their usage, sorted (core.tables; `?export=csv|json`: the
+    same rows as a file); admins also create departments here (POST)."""
+    table = Table(request, "departments", DEPARTMENT_SORTS, "name", exports=request.method == "GET")
+    if table.export_format:
+        positions = selectors.department_list(request.user, selectors.department_positions())
+        return table.export(DEPARTMENT_COLUMNS, table.order_rows(positions))
     form = None
     if request.method == "POST":
         require_admin(request.user, "department creation")
@@ -73,7 +112,11 @@ def department_list(request):
     elif is_admin(request.user):
         form = DepartmentForm()
     positions = selectors.department_positions()
-    context = {"positions": selectors.department_list(request.user, positions), "form": form}
+    context = {
+        "positions": table.order_rows(selectors.department_list(request.user, positions)),
+        "table": table,
+        "form": form,
+    }
     if is_admin(request.user):
         # Stands in for the context processor's capacity_status: the GPUs are counted once per request.
         context["capacity_status"] = positions.capacity_status()
@@ -94,15 +137,16 @@ def department_detail(request, slug):
     _link_idle_gpus(dashboard.idle_gpus)
     _set_urls(dashboard.running_jobs, "scheduling:job-detail", "pk", "url")
     _set_urls(dashboard.pending_jobs, "scheduling:job-detail", "pk", "url")
-    chart = ""
-    if dashboard.history:
-        chart = dashboards.quota_history_html(dashboard.history_to_now, div_id="quota-chart")
     context = {
         "d": dashboard,
         "department": department,
         "position": dashboard.position,
-        "chart": chart,
+        # The quota chart over ?range= (1h, 24h, 7d, 30d), ending now; it refreshes itself (portal.gpu_life).
+        **quota_chart_context(
+            request, department, dashboard.position, dashboard.taken_at, last_day=dashboard.history
+        ),
         "member_form": MembershipForm(department=department) if dashboard.can_manage else None,
+        **projects_panel_context(request, department),  # the projects panel (portal.projects)
     }
     if is_admin(request.user):
         context["capacity_status"] = dashboard.positions.capacity_status()  # as in department_list
@@ -184,6 +228,9 @@ def member_set(request, slug):
     """Add a member by username with a role, or change a member's role."""
     department = _managed(request, slug)
     form = MembershipForm(request.POST, department=department)
+    if form.is_valid() and (locked := identity_lock_for(department, form.cleaned_data["username"])):
+        # A role from an identity provider follows its groups (portal.people): not changed here.
+        return _members_response(request, department, error=locked)
     if form.is_valid():
         try:
             membership = set_membership(
@@ -207,6 +254,8 @@ def member_remove(request, slug, pk):
     membership = get_object_or_404(
         Membership.objects.filter(department=department).select_related("user"), pk=pk
     )
+    if locked := identity_lock(membership):
+        return _members_response(request, department, error=locked)
     try:
         remove_membership(membership)
     except ValidationError as error:

@@ -1,7 +1,15 @@
+import contextlib
+import logging
+
 from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequiredMiddleware
 from django.contrib.auth.views import redirect_to_login
+from django.db import InterfaceError, OperationalError, connection
+from django.http import HttpResponse, JsonResponse
+from django.templatetags.static import static
 from django_htmx.http import HttpResponseClientRedirect
+
+log = logging.getLogger(__name__)
 
 
 class LoginRequiredMiddleware(DjangoLoginRequiredMiddleware):
@@ -43,3 +51,58 @@ class ContentSecurityPolicyMiddleware:
             # would block: they are a developer's tool and never served in production.
             response.headers.setdefault("Content-Security-Policy", self.policy)
         return response
+
+
+# --- the database gone mid-request --------------------------------------------------------------------------
+
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+DATABASE_DETAIL = (
+    "The database is not answering right now, so this request was not completed and nothing of it was saved. "
+    "Try again in a moment; if it keeps happening, tell your platform administrators."
+)
+DATABASE_RETRY_AFTER_S = 5
+
+
+def is_database_unavailable(error: BaseException | None) -> bool:
+    """Whether `error` says the database cannot be reached (restarted, failed over, connection dropped)."""
+    return isinstance(error, DATABASE_ERRORS)
+
+
+def database_unavailable(request, error: BaseException) -> HttpResponse:
+    """503 with the reason: JSON under /api/ ({"detail", "reason"}), else a short page; Retry-After set.
+
+    The connection is dropped so that the next request on this thread opens a fresh one."""
+    log.warning("database unavailable during %s %s: %s", request.method, request.path, error)
+    with contextlib.suppress(Exception):
+        connection.close()
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": DATABASE_DETAIL, "reason": "database_unavailable"}, status=503)
+    else:
+        response = HttpResponse(
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            "<title>Unavailable · Rackplane</title>"
+            f'<link rel="stylesheet" href="{static("css/portal.css")}"></head><body><main id="content">'
+            '<section class="card"><h1>The database is not answering</h1>'
+            f"<p>{DATABASE_DETAIL}</p></section></main></body></html>",
+            status=503,
+        )
+    response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A view that loses the database answers 503 with the reason instead of a 500 and a traceback in the log;
+    errors outside views (middleware reading the session) get the same answer from handler500
+    (portal.views.server_error)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if is_database_unavailable(exception):
+            return database_unavailable(request, exception)
+        return None

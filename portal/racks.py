@@ -9,23 +9,84 @@ from django.shortcuts import get_object_or_404, render
 
 from core.access import is_admin
 from core.htmx import page_or_partial
+from core.tables import Column, Table
 from inventory import selectors
 from inventory.choices import SystemModel
+from inventory.models import Gpu
+from inventory.services import mark_silent
+from portal.gpu_life import colour_layout, colour_links, colour_mode
 from portal.tray_actions import BULK_LIMIT, actions_context
 from portal.tray_context import health_context, tray_context
 from scheduling.models import Job
 from scheduling.usage import holder_annotations
 from tenancy.models import DedicatedPartition, Department
 
+RACK_SORTS = {
+    "name": ("name",),
+    "system": ("system_model", "name"),
+    "location": ("location", "name"),
+    "cluster": ("cluster_uuid", "name"),
+    "created": ("created_at",),
+}
+RACK_COLUMNS = [
+    Column("name", lambda r: r.name),
+    Column("system_model", lambda r: r.system_model),
+    Column("location", lambda r: r.location),
+    Column("cluster_uuid", lambda r: str(r.cluster_uuid) if r.cluster_uuid else ""),
+    Column("trays_up", lambda r: r.trays_up),
+    Column("trays_total", lambda r: r.trays_total),
+    Column("gpus_healthy", lambda r: r.gpus_healthy),
+    Column("gpus_total", lambda r: r.gpus_total),
+    Column("partitions", lambda r: r.partitions_total),
+    Column("problems", lambda r: r.problems),
+]
+GPU_COLUMNS = [
+    Column("rack", lambda g: g.tray.rack.name),
+    Column("tray", lambda g: g.tray.hostname),
+    Column("slot", lambda g: g.tray.slot),
+    Column("index", lambda g: g.index),
+    Column("uuid", lambda g: g.uuid),
+    Column("serial", lambda g: g.serial),
+    Column("product", lambda g: g.product),
+    Column("health", lambda g: g.health),
+    Column("fabric_state", lambda g: g.fabric_state),
+    Column("partition", lambda g: g.tray.partition.name if g.tray.partition else ""),
+    Column("last_report_at", lambda g: g.last_report_at),
+]
+
+
+def _export_racks(request, table: Table, filterset):
+    """`?export=csv|json`: the filtered racks with their figures; `&rows=gpus`: the GPUs in them."""
+    if request.GET.get("rows") == "gpus":
+        gpus = (
+            Gpu.objects.visible_to(request.user)
+            .filter(tray__rack__in=filterset.qs.values("pk"))
+            .select_related("tray__rack", "tray__partition")
+            .order_by("tray__rack__name", "tray__slot", "index")
+        )
+        return table.export(GPU_COLUMNS, gpus, noun="gpus")
+    racks = selectors.annotate_rack_summary(filterset.qs, request.user).order_by(*table.ordering)
+    return table.export(RACK_COLUMNS, racks)
+
 
 def rack_list(request):
-    filterset, page = selectors.rack_list(request.user, request.GET, request.GET.get("page"))
+    table = Table(request, "racks", RACK_SORTS, "name", per_page=selectors.RACKS_PER_PAGE)
+    filterset, page = selectors.rack_list(
+        request.user, request.GET, request.GET.get("page"), table.per_page, table.ordering
+    )
+    if table.export_format:
+        return _export_racks(request, table, filterset)
+    gpu_exports = {}
+    for fmt in ("csv", "json"):
+        gpu_exports[fmt] = table.export_urls[fmt] + "&rows=gpus"
     return render(
         request,
         "inventory/rack_list.html",
         {
             "filter": filterset,
             "page": page,
+            "table": table,
+            "gpu_exports": [("GPUs CSV", gpu_exports["csv"]), ("GPUs JSON", gpu_exports["json"])],
             "filtered": any(request.GET.get(name) for name in filterset.filters),
             "system_models": SystemModel.choices,
         },
@@ -66,10 +127,18 @@ def rack_detail(request, name):
     mark_dedications(request.user, rack, layout.partitions)  # the rows' tray.partition are these objects
     context = {
         "layout": layout,
+        "silent_trays": mark_silent([row.tray for row in layout.rows]),  # nodes that stopped reporting
         "job_param": request.GET.get("job", ""),
         "bulk_limit": BULK_LIMIT,
         "bulk_actions": is_admin(request.user) and bool(layout.rows),
     }
+    # The "colour by" switch (portal.gpu_life): partition, health, or utilization over the last 5 minutes.
+    colour_by = colour_mode(request)
+    context.update(
+        colour_by=colour_by,
+        colour_links=colour_links(request, colour_by),
+        utilization_legend=colour_layout(layout, colour_by),
+    )
     job = _shown_job(request) if context["job_param"] else None
     if job is not None:
         # Its trays (kept after it ends, for history); its GPUs too while it holds them.

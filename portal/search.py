@@ -11,9 +11,14 @@ Cost at 1,000 racks (72,000 GPUs, 18,000 trays): every lookup on the inventory i
 LIMIT + 1 rows, plus one bounded count per kind when there are more. The inventory stores these names in
 lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is lower-cased for them, which
 makes the search case-insensitive without a case-folding index. Three lookups are not on an index: the GPU
-serial (exact only; a scan of the GPU table, about 72,000 short rows), the IB port GUID (only when the query
+serial (exact only, and only for a query that looks like a serial; a scan of the GPU table, about 72,000 short
+rows), the IB port GUID (only when the query
 looks like a GUID; a scan of the tray table's JSON lists) and job and department names (case-insensitive
 prefix; departments are few, jobs are narrowed by `visible_to`).
+
+A query naming one object exactly is answered by exact_url() alone (one to five indexed lookups, no grouped
+search) unless `all=1` asks for every result; the GPU UUID prefix search is skipped for queries no UUID can
+start with. `make bench` measures it (benchmarks/search.py).
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ LIMIT = 20  # results shown per kind; the rest is counted ("and N more")
 HIGH = "\uffff"
 GUID = re.compile(r"^(0x)?[0-9a-f]{16}$")
 GUID_PREFIX = re.compile(r"^0x[0-9a-f]{4,16}$")
+UUID_TAIL = re.compile(r"^[0-9a-f-]*$")
+# A GPU serial as nvidia-smi prints it is a number (13 digits on GB200); letters are allowed, separators are
+# not. Only such a query looks at the serial column, which has no index (a scan of every GPU).
+SERIAL = re.compile(r"^(?=.*[0-9])[0-9A-Za-z]{6,64}$")
 
 
 class QueryTooLong(ValueError):
@@ -102,12 +111,28 @@ def _gpu_uuid(q: str) -> str:
     return "GPU-" + lower[4:] if lower.startswith("gpu-") else "GPU-" + lower
 
 
-def _gpus(user, q: str) -> tuple[Group, str | None]:
+def _could_be_uuid_prefix(canonical: str) -> bool:
+    """Whether any GPU UUID ("GPU-" + lower-case hex and dashes) can start with `canonical`."""
+    return UUID_TAIL.match(canonical[4:]) is not None
+
+
+def _gpu_exact(q: str) -> Q:
+    """The GPU `q` names: its UUID (indexed), or its serial when `q` looks like one (SERIAL)."""
+    condition = Q(uuid=_gpu_uuid(q))
+    if SERIAL.match(q):
+        condition |= Q(serial__in={q, q.upper()})
+    return condition
+
+
+def _gpus(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     gpus = Gpu.objects.visible_to(user).select_related("tray").order_by("uuid")
     canonical = _gpu_uuid(q)
-    exact = gpus.filter(Q(uuid=canonical) | Q(serial__in={q, q.upper()})).first()
+    exact = gpus.filter(_gpu_exact(q)).first() if look_exact else None
     group = Group("gpu", "GPUs")
-    rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)))
+    if _could_be_uuid_prefix(canonical):
+        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)))
+    else:  # "gb-r01", "train-llm": no UUID starts so, no query
+        rows = []
     if exact is not None and all(row.pk != exact.pk for row in rows):
         rows = [exact, *rows[: LIMIT - 1]]
     for gpu in rows:
@@ -117,7 +142,7 @@ def _gpus(user, q: str) -> tuple[Group, str | None]:
     return group, reverse("inventory:gpu-detail", args=[exact.pk]) if exact else None
 
 
-def _trays(user, q: str) -> tuple[Group, str | None]:
+def _trays(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     trays = ComputeTray.objects.visible_to(user).select_related("rack").order_by("hostname")
     lower = q.lower()
     group = Group("tray", "Compute trays")
@@ -141,12 +166,12 @@ def _trays(user, q: str) -> tuple[Group, str | None]:
     return group, reverse("inventory:tray-detail", args=[exact.pk]) if exact else None
 
 
-def _racks(user, q: str) -> tuple[Group, str | None]:
+def _racks(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     racks = Rack.objects.visible_to(user).order_by("name")
     group = Group("rack", "Racks")
-    exact = racks.filter(name__in={q, q.lower()}).first()
+    exact = racks.filter(name__in={q, q.lower()}).first() if look_exact else None
     try:
-        cluster = uuid.UUID(q)
+        cluster = uuid.UUID(q) if look_exact else None
     except ValueError:
         cluster = None
     if cluster is not None:
@@ -160,11 +185,12 @@ def _racks(user, q: str) -> tuple[Group, str | None]:
     return group, reverse("inventory:rack-detail", args=[exact.name]) if exact else None
 
 
-def _jobs(user, q: str) -> tuple[Group, str | None]:
+def _jobs(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     jobs = Job.objects.visible_to(user).select_related("department")
     group = Group("job", "Jobs")
     number = q.removeprefix("#")
-    exact = jobs.filter(pk=int(number)).first() if number.isdigit() and len(number) < 19 else None
+    by_number = look_exact and number.isdigit() and len(number) < 19
+    exact = jobs.filter(pk=int(number)).first() if by_number else None
     rows, group.more = _bounded(jobs.filter(name__istartswith=q).order_by("-created_at", "-pk"))
     if exact is not None and exact not in rows:
         rows = [exact, *rows[: LIMIT - 1]]
@@ -179,7 +205,7 @@ def _jobs(user, q: str) -> tuple[Group, str | None]:
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
 
-def _departments(user, q: str) -> tuple[Group, str | None]:
+def _departments(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     departments = Department.objects.visible_to(user).order_by("name")
     group = Group("department", "Departments")
     rows, group.more = _bounded(departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q)))
@@ -204,7 +230,7 @@ def visible_users(user):
     ).distinct()
 
 
-def _users(user, q: str) -> tuple[Group, str | None]:
+def _users(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     group = Group("user", "Users")
     rows, group.more = _bounded(visible_users(user).filter(username__istartswith=q).order_by("username"))
     can_open_admin = is_admin(user) and user.is_staff and user.has_perm("auth.view_user")
@@ -229,11 +255,57 @@ def _users(user, q: str) -> tuple[Group, str | None]:
 SEARCHES = (_gpus, _trays, _racks, _jobs, _departments, _users)
 
 
-def search(user, q: str) -> Results:
-    """Every kind's bounded results for the cleaned query `q` (see clean()), and the exact match's URL."""
+def exact_url(user, q: str) -> str | None:
+    """The URL of the one object `q` names exactly, in the order search() picks it (GPU UUID or serial, tray
+    hostname or IB port GUID, rack name or cluster UUID, job id, department name or slug), or None.
+
+    The fast path of the search page: a query naming an object answers with its redirect after one or two
+    indexed lookups, without searching every kind (see search() for the grouped results).
+    """
+    lower = q.lower()
+    # order_by("pk"): .first() would otherwise sort by the model's order, a join with the racks.
+    gpus = Gpu.objects.visible_to(user).filter(_gpu_exact(q)).order_by("pk")
+    gpu = gpus.values_list("pk", flat=True).first()
+    if gpu is not None:
+        return reverse("inventory:gpu-detail", args=[gpu])
+    trays = ComputeTray.objects.visible_to(user)
+    tray = trays.filter(hostname=lower).order_by("pk").values_list("pk", flat=True).first()
+    if tray is not None:
+        return reverse("inventory:tray-detail", args=[tray])
+    if GUID.match(lower) or GUID_PREFIX.match(lower):
+        by_guid = _trays(user, q)[1]  # the GUID rules live there
+        if by_guid:
+            return by_guid
+    racks = Rack.objects.visible_to(user).order_by("name")
+    rack = racks.filter(name__in={q, lower}).values_list("name", flat=True).first()
+    if rack is None:
+        try:
+            rack = racks.filter(cluster_uuid=uuid.UUID(q)).values_list("name", flat=True).first()
+        except ValueError:
+            rack = None
+    if rack is not None:
+        return reverse("inventory:rack-detail", args=[rack])
+    number = q.removeprefix("#")
+    if number.isdigit() and len(number) < 19:
+        job = Job.objects.visible_to(user).filter(pk=int(number)).values_list("pk", flat=True).first()
+        if job is not None:
+            return reverse("scheduling:job-detail", args=[job])
+    department = (
+        Department.objects.visible_to(user)
+        .filter(Q(name__iexact=q) | Q(slug__iexact=q))
+        .order_by("name")
+        .values_list("slug", flat=True)
+        .first()
+    )
+    return reverse("tenancy:department-detail", args=[department]) if department else None
+
+
+def search(user, q: str, look_exact: bool = True) -> Results:
+    """Every kind's bounded results for the cleaned query `q` (see clean()), and the exact match's URL.
+    `look_exact=False` skips the lookups for an exact match (the caller knows there is none: exact_url)."""
     groups, exact = [], None
     for kind in SEARCHES:
-        group, url = kind(user, q)
+        group, url = kind(user, q, look_exact)
         exact = exact or url
         if group.hits:
             groups.append(group)
@@ -253,7 +325,13 @@ def search_page(request):
         return render(request, "portal/search.html", {"q": "", "error": str(error)}, status=400)
     if not q:
         return render(request, "portal/search.html", {"q": ""})
-    results = search(request.user, q)
+    if request.GET.get("all") != "1":
+        url = exact_url(request.user, q)
+        if url:
+            return redirect(url)
+        results = search(request.user, q, look_exact=False)  # none to find: exact_url looked
+    else:
+        results = search(request.user, q)
     if results.exact and request.GET.get("all") != "1":
         return redirect(results.exact)
     return render(request, "portal/search.html", {"q": q, "results": results, "limit": LIMIT})

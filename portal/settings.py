@@ -123,6 +123,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "portal.middleware.LoginRequiredMiddleware",
+    # A view that loses the database answers 503 with the reason (portal.middleware).
+    "portal.middleware.DatabaseUnavailableMiddleware",
     "core.audit.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -161,6 +163,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
     DATABASES["default"]["OPTIONS"].setdefault("timeout", 20)
+else:
+    # Several replicas (README, "Production"): connections kept CONN_MAX_AGE seconds (0: one per request)
+    # and checked before reuse, so a restarted PostgreSQL costs the requests in flight (a 503,
+    # portal.middleware) and nothing after: the next request opens a fresh connection by itself.
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Query and connection metrics (/metrics, django-prometheus): its wrappers of the same backends (the vendor
 # and features are Django's own). RACKPLANE_DB_METRICS=0 uses Django's backends unwrapped.
 if env.bool("RACKPLANE_DB_METRICS", default=True):
@@ -193,6 +201,14 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# plotly's 4.7 MB bundle also under a content-hashed name (portal.static_assets), cached for a year.
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "portal.static_assets.HashedPlotlyFinder",
+]
+# A name carrying a 12-hex content hash never changes content: WhiteNoise serves it `immutable`, 10 years.
+WHITENOISE_IMMUTABLE_FILE_TEST = r"\.[0-9a-f]{12}\.[A-Za-z0-9]+$"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -209,7 +225,11 @@ REST_FRAMEWORK = {
     # form or multipart bodies, which cannot carry nested fields (the schema advertises application/json).
     "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # core.tables.SortFilter: `?sort=` on the lists that name their sortable columns (`sort_fields`).
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "core.tables.SortFilter",
+    ],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.StandardPagination",
     # drf-spectacular's, documenting the error answers every operation can give (core.openapi).
     "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
@@ -236,6 +256,11 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.choices.JobState",
         "TrayStateEnum": "inventory.choices.TrayState",
+        # A job's topology and its fallback topology are one choice set.
+        "TopologyEnum": "scheduling.choices.Topology",
+        # A department role and a project role (tenancy.api.projects) are both `role`.
+        "RoleEnum": "core.access.Role",
+        "ProjectRoleEnum": "tenancy.models.ProjectRole",
         # The job request is one schema per backend (scheduling.api.serializers), each with its own value.
         "BackendEnum": "scheduling.choices.Backend",
         "SlurmBackendEnum": ["slurm"],
@@ -284,6 +309,19 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Notifications (core.notifications): retries that are due, messages lost while the broker was down.
     "retry-notifications": {"task": "core.tasks.retry_notifications", "schedule": 30.0},
 }
+# Every beat interval multiplied by this (tests/stack runs the real beat with 0.1: a minute becomes 6 s).
+RACKPLANE_BEAT_INTERVAL_SCALE = env.float("RACKPLANE_BEAT_INTERVAL_SCALE", default=1.0)
+if RACKPLANE_BEAT_INTERVAL_SCALE != 1.0:
+    for _entry in CELERY_BEAT_SCHEDULE.values():
+        _entry["schedule"] = _entry["schedule"] * RACKPLANE_BEAT_INTERVAL_SCALE
+# Unchanged node reports (heartbeats) queue the tray's last-seen time, written once per this many seconds per
+# process (inventory.services); 0 writes each at once.
+RACKPLANE_HEARTBEAT_BATCH_S = env.float("RACKPLANE_HEARTBEAT_BATCH_S", default=1.0)
+# Work a worker was killed in (integrations.tasks, README "Production"): a running push holds a lease its
+# worker renews every fifth of it; a push whose lease ran out is queued again by retry_stale_pushes. A
+# placed job whose dispatch never completed is sent again by sync_jobs after this many seconds.
+RACKPLANE_PUSH_LEASE_SECONDS = env.int("RACKPLANE_PUSH_LEASE_SECONDS", default=300)
+RACKPLANE_DISPATCH_LOST_AFTER_SECONDS = env.int("RACKPLANE_DISPATCH_LOST_AFTER_SECONDS", default=60)
 
 # Email (notifications): EMAIL_URL as django-environ reads it (smtp://user:password@host:587, smtp+tls://...,
 # smtp+ssl://...); development (DEBUG=1, `make run`) prints messages on the console instead.

@@ -4,6 +4,7 @@ Shared by portal.racks (the pages) and portal.tray_actions (a refused action ren
 from __future__ import annotations
 
 from inventory import health, selectors
+from inventory.services import mark_silent
 
 
 def health_context(request, **subject) -> dict:
@@ -21,6 +22,7 @@ HEALTH_RANGE_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "all
 
 
 def tray_context(request, tray) -> dict:
+    mark_silent([tray])  # the node stopped reporting (inventory.services): tray.silent, tray.silent_for
     return {
         **selectors.tray_context(request.user, tray),
         **health_context(request, tray=tray),

@@ -24,16 +24,23 @@ from portal import (
     account,
     audit_views,
     departments,
+    gpu_life,
     health,
+    job_form,
+    my_notifications,
     notifications,
+    people,
+    projects,
     racks,
     search,
     tray_actions,
+    utilization,
     views,
 )
 from portal.api.audit import AuditEventViewSet
 from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
 from scheduling.api.views import JobViewSet
+from tenancy.api.projects import ProjectViewSet
 from tenancy.auth import OIDCCallbackView, OIDCSignInView
 
 router = DefaultRouter()
@@ -43,6 +50,7 @@ router.register("gpus", inventory_api.GpuViewSet, basename="gpu")
 router.register("partitions", inventory_api.NVLinkPartitionViewSet, basename="partition")
 router.register("partition-plans", PartitionPlanViewSet, basename="partition-plan")
 router.register("departments", DepartmentViewSet, basename="department")
+router.register("projects", ProjectViewSet, basename="project")
 router.register("audit-events", AuditEventViewSet, basename="audit-event")
 router.register("jobs", JobViewSet, basename="job")
 router.register("config-targets", ConfigTargetViewSet, basename="config-target")
@@ -67,6 +75,7 @@ inventory_pages = [
     path("racks/", racks.rack_list, name="rack-list"),
     path("racks/<str:name>/", racks.rack_detail, name="rack-detail"),
     path("gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
+    path("gpus/<int:pk>/utilization/", utilization.gpu_utilization, name="gpu-utilization"),
     path("trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
     path("trays/<int:pk>/drain/", tray_actions.tray_drain, name="tray-drain"),
     path("trays/<int:pk>/return/", tray_actions.tray_return, name="tray-return"),
@@ -83,6 +92,25 @@ tenancy_pages = [
     path("departments/<slug:slug>/edit/", departments.department_edit, name="department-edit"),
     path("departments/<slug:slug>/members/", departments.member_set, name="member-set"),
     path("departments/<slug:slug>/members/<int:pk>/remove/", departments.member_remove, name="member-remove"),
+    path("departments/<slug:slug>/people/search/", people.people_search, name="people-search"),
+    path("departments/<slug:slug>/projects/", projects.project_create, name="project-create"),
+    path("departments/<slug:slug>/projects/<int:pk>/", projects.project_update, name="project-update"),
+    path("departments/<slug:slug>/projects/<int:pk>/delete/", projects.project_delete, name="project-delete"),
+    path(
+        "departments/<slug:slug>/projects/<int:pk>/people/",
+        projects.project_member_set,
+        name="project-member-set",
+    ),
+    path(
+        "departments/<slug:slug>/project-people/<int:pk>/move/",
+        projects.project_member_move,
+        name="project-member-move",
+    ),
+    path(
+        "departments/<slug:slug>/project-people/<int:pk>/remove/",
+        projects.project_member_remove,
+        name="project-member-remove",
+    ),
     path("dashboard/", departments.admin_dashboard, name="admin-dashboard"),
 ]
 
@@ -109,9 +137,30 @@ urlpatterns = [
     path("account/tokens/<int:pk>/revoke/", account.personal_token_revoke, name="personal-token-revoke"),
     path("account/api-token/", account.api_token_page, name="api-token"),
     path("account/api-token/new/", account.api_token_new, name="api-token-new"),
+    path("account/notifications/", my_notifications.my_subscriptions, name="my-notifications"),
+    path(
+        "account/notifications/<int:pk>/delete/",
+        my_notifications.my_subscription_delete,
+        name="my-notification-delete",
+    ),
+    path("account/inbox/", my_notifications.inbox_list, name="my-inbox"),
+    path("account/inbox/read/", my_notifications.inbox_read, name="my-inbox-read"),
+    path("account/inbox/bell/", my_notifications.bell, name="my-inbox-bell"),
     path("admin/", admin.site.urls),
     path("inventory/", include((inventory_pages, "inventory"))),
     path("tenancy/", include((tenancy_pages, "tenancy"))),
+    # The job form (portal.job_form): beside the jobs list, and at the short address the menu names.
+    path("scheduling/jobs/new/", job_form.job_new, name="job-new"),
+    path("scheduling/jobs/new/preview/", job_form.job_preview, name="job-preview"),
+    path("jobs/new/", RedirectView.as_view(pattern_name="job-new", query_string=True), name="job-new-short"),
+    path("scheduling/jobs/<int:pk>/utilization/", utilization.job_utilization, name="job-utilization"),
+    # The GPUs' life (portal.gpu_life): a job's logs and resubmit; the jobs that held a GPU or a tray.
+    path("scheduling/jobs/<int:pk>/logs/", gpu_life.job_logs, name="job-logs"),
+    path("scheduling/jobs/<int:pk>/resubmit/", gpu_life.job_resubmit, name="job-resubmit"),
+    path("inventory/gpus/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "gpu"}, name="gpu-held-jobs"),
+    path("inventory/trays/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "tray"}, name="tray-held-jobs"),
+    path("inventory/trays/<int:pk>/utilization/", gpu_life.tray_utilization, name="tray-utilization"),
+    path("tenancy/departments/<slug:slug>/quota-chart/", gpu_life.quota_chart, name="quota-chart"),
     path("scheduling/", include("scheduling.urls")),
     path("scheduling/", include("integrations.urls")),
     path("audit/", audit_views.audit_list, name="audit-list"),

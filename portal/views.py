@@ -7,14 +7,16 @@ and answer JSON ({"detail": ...}) under /api/, like Django REST framework does.
 """
 
 import logging
+import sys
 from dataclasses import dataclass
 
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
 
-from core.access import Role, is_admin
+from core.access import is_admin
 from inventory import selectors
+from portal.middleware import database_unavailable, is_database_unavailable
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Job
 from scheduling.usage import Position, department_list, idle_gpus_queryset
@@ -95,7 +97,7 @@ def home(request):
     roles = set()
     if not is_admin(user):
         roles = set(user.memberships.values_list("role", flat=True))
-        user._leads_any = Role.LEAD in roles  # the menu's audit log link (core.templatetags.access)
+        user._menu_roles = roles  # the menu reads them too (core.templatetags.access)
     if not is_admin(user) and roles:
         return render(request, "portal/work_home.html", {"work": work_home(user)})
     return render(request, "portal/home.html", {"overview": selectors.overview(user)})
@@ -129,6 +131,10 @@ def page_not_found(request, exception=None):
 
 
 def server_error(request):
+    # Called inside Django's `except` block: a database that went away is a 503 with the reason.
+    error = sys.exc_info()[1]
+    if is_database_unavailable(error):
+        return database_unavailable(request, error)
     return error_response(request, 500, "500.html", "Server error.")
 
 

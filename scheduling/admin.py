@@ -1,8 +1,14 @@
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
+from inventory.admin import HealthSettingsAdmin
+from inventory.models import HealthSettings
+from scheduling import requeue
 from scheduling.models import (
     Allocation,
     BackendCancel,
+    FaultPolicy,
     Job,
     JobEvent,
     SchedulerState,
@@ -150,3 +156,33 @@ class WhatIfRunAdmin(ReadOnlyAdmin):
 class WhatIfLayoutAdmin(ReadOnlyAdmin):
     list_display = ("run", "position", "label", "state")
     list_filter = ("state",)
+
+
+@admin.register(FaultPolicy)
+class FaultPolicyAdmin(admin.ModelAdmin):
+    """Per priority class: what happens to running jobs when a tray they run on is drained by a fault
+    (scheduling.requeue). Shown on the Health settings page too."""
+
+    list_display = ["priority_class", "action", "grace_s", "signal"]
+    list_editable = ["action", "grace_s", "signal"]
+
+
+class HealthSettingsWithJobPolicies(HealthSettingsAdmin):
+    """The Health settings page, with the running-work policies (scheduling's, so added from here: the
+    inventory app does not know about jobs)."""
+
+    fieldsets = [
+        *HealthSettingsAdmin.fieldsets,
+        ("Running work on a failing tray", {"fields": ["job_policies"]}),
+    ]
+    readonly_fields = [*HealthSettingsAdmin.readonly_fields, "job_policies"]
+
+    @admin.display(description="Policy per priority class")
+    def job_policies(self, obj):
+        rows = format_html_join("", "<li>{}: {}</li>", ((p["label"], p["words"]) for p in requeue.policies()))
+        link = reverse("admin:scheduling_faultpolicy_changelist")
+        return format_html('<ul class="fault-policies">{}</ul><a href="{}">Edit the policies</a>', rows, link)
+
+
+admin.site.unregister(HealthSettings)
+admin.site.register(HealthSettings, HealthSettingsWithJobPolicies)

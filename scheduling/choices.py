@@ -27,6 +27,16 @@ class JobEventKind(models.TextChoices):
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    FAULT = "fault", "Its tray failed"  # drained by a fault: left to finish, or asked to checkpoint
+    REQUEUED = "requeued", "Requeued after a fault"
+
+
+class FaultAction(models.TextChoices):
+    """What happens to a running job when a tray it runs on is drained by a fault (scheduling.requeue)."""
+
+    WAIT = "wait", "Let it finish"
+    CHECKPOINT = "checkpoint", "Signal it to checkpoint, requeue after a grace period"
+    STOP = "stop", "Requeue it at once"
 
 
 class PriorityClass(models.TextChoices):

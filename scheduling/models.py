@@ -18,6 +18,7 @@ from scheduling.choices import (
     FINISHED_STATES,
     HOLDING_STATES,
     Backend,
+    FaultAction,
     JobEventKind,
     JobState,
     PriorityClass,
@@ -25,6 +26,8 @@ from scheduling.choices import (
     WhatIfState,
 )
 from tenancy.models import Department
+
+FALLBACK_AFTER_MAX_MINUTES = 60 * 24 * 7  # a job's fallback bound: at most a week of waiting
 
 
 class JobQuerySet(models.QuerySet):
@@ -50,12 +53,21 @@ class Job(models.Model):
     """
 
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="jobs")
+    # The project inside the department it runs under (required when the department has projects; see
+    # tenancy.projects and tenancy.quota.hierarchical_fair_share). Empty: the department's own work.
+    project = models.ForeignKey(
+        "tenancy.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )
     name = models.CharField(max_length=200)
     gpus = models.PositiveIntegerField()
     topology = models.CharField(max_length=16, choices=Topology.choices, default=Topology.PARTITION)
+    # The submitter's opt-in: a wider topology the job may take once it has waited `fallback_after_minutes`
+    # since submission within its department's guarantee (blank: `topology` stays strict).
+    fallback_topology = models.CharField(max_length=16, choices=Topology.choices, blank=True, default="")
+    fallback_after_minutes = models.PositiveIntegerField(null=True, blank=True)
     priority_class = models.CharField(
         max_length=16, choices=PriorityClass.choices, default=PriorityClass.TRAIN
     )
@@ -75,6 +87,12 @@ class Job(models.Model):
     dispatch_attempts = models.PositiveIntegerField(default=0)
     next_dispatch_at = models.DateTimeField(null=True, blank=True)
     preemptions = models.PositiveIntegerField(default=0)
+    # Requeued because a tray it ran on was drained by a fault (scheduling.requeue; counted in preemptions
+    # too: each run has its own backend name). `requeue_at`: asked to checkpoint, requeued then unless it
+    # ends first; `requeue_note` the requeue's words for its history.
+    fault_requeues = models.PositiveIntegerField(default=0)
+    requeue_at = models.DateTimeField(null=True, blank=True)
+    requeue_note = models.CharField(max_length=500, blank=True)
     # A retried submission with the same key (per user) returns this job instead of making a second one.
     idempotency_key = models.CharField(max_length=200, blank=True)
     # sha256 of the submission the key was first used with (scheduling.services.submission_fingerprint):
@@ -94,6 +112,15 @@ class Job(models.Model):
             models.CheckConstraint(condition=Q(gpus__gte=1), name="%(app_label)s_%(class)s_gpus_positive"),
             models.CheckConstraint(
                 condition=Q(state__in=JobState.values), name="%(app_label)s_%(class)s_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(fallback_topology__in=["", *Topology.values]),
+                name="%(app_label)s_%(class)s_fallback_topology_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(fallback_topology="")
+                | Q(fallback_after_minutes__gte=1, fallback_after_minutes__lte=FALLBACK_AFTER_MAX_MINUTES),
+                name="%(app_label)s_%(class)s_fallback_after_in_range",
             ),
             models.UniqueConstraint(
                 fields=["submitted_by", "idempotency_key"],
@@ -116,6 +143,38 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+
+class FaultPolicy(models.Model):
+    """What happens to the running jobs of a priority class when a tray they run on is drained by a fault
+    (scheduling.requeue): let them finish, signal them to checkpoint and requeue them after `grace_s`, or
+    requeue them at once. One row per class, edited by platform admins; a class without a row uses
+    scheduling.requeue.DEFAULTS."""
+
+    priority_class = models.CharField(max_length=16, choices=PriorityClass.choices, unique=True)
+    action = models.CharField(max_length=16, choices=FaultAction.choices, default=FaultAction.CHECKPOINT)
+    grace_s = models.PositiveIntegerField(
+        default=300, help_text="Checkpoint: seconds between the signal and the requeue."
+    )
+    signal = models.CharField(
+        max_length=16,
+        default="USR1",
+        help_text="Checkpoint: the signal Slurm sends to the job (Kubernetes pods get an annotation).",
+    )
+
+    class Meta:
+        verbose_name_plural = "fault policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action__in=FaultAction.values), name="%(app_label)s_%(class)s_action_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(signal__regex=r"^[A-Z0-9]{1,12}$"), name="%(app_label)s_%(class)s_signal_name"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.get_priority_class_display()}: {self.get_action_display().lower()}"
 
 
 class Allocation(models.Model):

@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection
+from django.utils import timezone
 
 from core.hardware import GPUS_PER_TRAY
 from inventory.models import ComputeTray, Gpu
 from inventory.selectors import unsettled_fabric_trays
+from inventory.services import silent_policy, silent_tray_pks
 from scheduling.choices import HOLDING_STATES
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.models import Allocation
@@ -48,7 +50,7 @@ CACHED_COLUMNS: dict[str, tuple[str, ...]] = {
     "inventory_rack": ("name",),
     "inventory_computetray": ("hostname", "rack_id", "slot", "partition_id", "state", "fabric_problems"),
     "inventory_gpu": ("tray_id", "index", "health", "fabric_state", "reported_clique_id"),
-    "inventory_nvlinkpartition": ("rack_id", "clique_id", "name"),
+    "inventory_nvlinkpartition": ("rack_id", "clique_id", "name", "degraded_reason"),
     "tenancy_dedicatedpartition": ("partition_id", "department_id"),
     "tenancy_department": ("slug",),
 }
@@ -104,6 +106,8 @@ class ClusterState:
     free_before: int = 0
     cap_before: list[int] = field(default_factory=list)
     settled_before: list[bool] = field(default_factory=list)
+    # Trays whose node stopped reporting, held out of this pass (node silent rule): index -> capacity before.
+    silenced: dict[int, int] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -215,7 +219,18 @@ def unsettled_tray_rows():
 
 
 # The inventory queries of a cold read: CACHED_COLUMNS must name every column they read.
-INVENTORY_QUERIES = (tray_rows, schedulable_gpu_rows, unsettled_tray_rows)
+def degraded_tray_rows():
+    """(pk, why) of the trays of NVLink partitions the health rules marked degraded (few): like unsettled
+    trays, they take no job spanning trays until the partition recovers (inventory.health)."""
+    return (
+        ComputeTray.objects.filter(partition__isnull=False)
+        .exclude(partition__degraded_reason="")
+        .order_by()
+        .values_list("pk", "partition__degraded_reason")
+    )
+
+
+INVENTORY_QUERIES = (tray_rows, schedulable_gpu_rows, unsettled_tray_rows, degraded_tray_rows)
 
 
 def _rows(queryset) -> list[tuple]:
@@ -238,6 +253,8 @@ def build(placed: dict[int, object], mark: _Mark | None = None) -> ClusterState:
         if t is not None:  # else a tray that joined a partition since the trays were read: next pass
             tray_gpus[t].append(gpu_id)
     unsettled = set(unsettled_tray_rows())
+    degraded = dict(_rows(degraded_tray_rows()))
+    unsettled |= set(degraded)
     state = ClusterState(
         cluster=None,  # type: ignore[arg-type]  (set below)
         tray_pk=[row[0] for row in trays],
@@ -261,6 +278,9 @@ def build(placed: dict[int, object], mark: _Mark | None = None) -> ClusterState:
         TraySpec(hostname, rack, partition, state.capacity(t), owner, pk not in unsettled)
         for t, (pk, hostname, rack, partition, owner) in enumerate(trays)
     )
+    for pk, why in degraded.items():
+        if (t := tray_index.get(pk)) is not None:
+            state.cluster.part_degraded[state.cluster.tray_part[t]] = why
     for job_id, (placement, unschedulable, gpus, last) in jobs.items():
         if placement:
             state.cluster.allocate(job_id, placement)
@@ -443,6 +463,26 @@ def read(placed: dict[int, object]) -> ClusterState:
     return state
 
 
+def silence(state: ClusterState) -> None:
+    """After `read`, for the pass: trays whose node stopped reporting get no new work while an enabled
+    node_silent rule says "hold" (inventory.services.silent_policy; computed from last-seen times, never
+    written, so no change the kept cluster's check could see): their capacity is what their running jobs
+    hold, which keep() gives back. Jobs there keep running. One query, two when the rule holds."""
+    policy = silent_policy()
+    if not policy.hold:
+        return
+    cluster = state.cluster
+    for pk in silent_tray_pks(policy, timezone.now()):
+        t = state.tray_index.get(pk)
+        if t is None:
+            continue
+        capacity = cluster.tray_cap[t]
+        in_use = capacity - cluster.tray_free[t]
+        if in_use < capacity:
+            state.silenced[t] = capacity
+            cluster.set_capacity(t, in_use)
+
+
 def keep(state: ClusterState) -> None:
     """Put the cluster back as `read` returned it (undoing the engine's starts, preemptions and held trays)
     and keep it for this process's next pass. Not kept when it cannot be (SQLite) or does not come back
@@ -451,6 +491,9 @@ def keep(state: ClusterState) -> None:
         return
     cluster = state.cluster
     try:
+        silenced, state.silenced = state.silenced, {}
+        for t, capacity in silenced.items():
+            cluster.set_capacity(t, capacity)
         if True in cluster.tray_held:
             cluster.unhold([t for t, held in enumerate(cluster.tray_held) if held])
         before = state.jobs_before

@@ -53,6 +53,8 @@ def _cell(value, form: str) -> str:
         return f"{value / 3600:,.2f}"
     if form == "gpu-hours":
         return f"{value / 3600:,.0f}"
+    if form == "minutes":
+        return f"{value / 60:,.1f}"
     return form.format(value)
 
 
@@ -73,6 +75,47 @@ def _table(results: dict) -> str:
         cells = "".join(f"<td>{_cell(_value(results['policies'][p], key), form)}</td>" for p in policies)
         rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
     return f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+FAULT_ROWS = (
+    ("goodput_gpu_s", "goodput, first to last submission (GPU-h)", "gpu-hours"),
+    ("goodput_share", "... of the cluster's GPU-time", "{:.1%}"),
+    ("lost_work_gpu_s", "work lost to faults (GPU-h)", "gpu-hours"),
+    ("jobs_hit", "jobs hit", "{:,}"),
+    ("hits", "hits (a job may be hit twice)", "{:,}"),
+    ("avg_jct_s", "average JCT (h)", "hours"),
+    ("avg_wait_s", "average wait (h)", "hours"),
+    ("time_to_quarantine_s", "time to quarantine (min)", "minutes"),
+    ("time_to_service_s", "time to service (h)", "hours"),
+    ("faults", "faults on the cluster's trays", "{:,}"),
+    ("out_of_service_gpu_s", "GPU-time out of service (GPU-h)", "gpu-hours"),
+    ("preemption_lost_work_gpu_s", "work lost to preemptions (GPU-h)", "gpu-hours"),
+)
+
+
+def _fault_table(results: dict) -> str:
+    """Per policy, faults handled automated and manual (results `faults`); "" without a fault replay."""
+    config = results["config"].get("faults")
+    columns = [
+        (policy, mode, figures)
+        for policy, metrics in results["policies"].items()
+        for mode, figures in (metrics.get("faults") or {}).items()
+    ]
+    if config is None or not columns:
+        return ""
+    head = "".join(f"<th>{html.escape(policy)}<br>{html.escape(mode)}</th>" for policy, mode, _ in columns)
+    rows = []
+    for key, label, form in FAULT_ROWS:
+        cells = "".join(f"<td>{_cell(figures.get(key), form)}</td>" for _, _, figures in columns)
+        rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+    return f"""<h2>Node faults: automated against manual recovery</h2>
+<p>{config["cluster_faults"]:,} of the {config["trace_faults"]:,} faults of {html.escape(config["trace"])}
+fall on this cluster's trays ({config["trays_with_faults"]} trays; {html.escape(config["mapping"])}).
+Automated: the tray is drained {config["detect_s"]:g} s after the fault, its jobs requeued at once from their
+last checkpoint, and it returns {config["check_s"] / 60:g} min after the trace's repair (healthy reports and
+an active check). Manual: the jobs on the tray die (all their work lost), a person resubmits them and drains
+the tray {config["manual_delay_s"] / 3600:g} h later, and the tray returns at the trace's repair.</p>
+<table><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>"""
 
 
 def _cdf(waits: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -171,6 +214,11 @@ def figure(runs: Sequence[PolicyRun]) -> go.Figure:
     return fig
 
 
+def _command(config: dict) -> str:
+    command = config.get("command")
+    return f"<p>Made by <code>{html.escape(command)}</code></p>" if command else ""
+
+
 def render_html(results: dict, runs: Sequence[PolicyRun]) -> str:
     """The whole report as one HTML document with plotly.js inlined."""
     config = results["config"]
@@ -208,6 +256,8 @@ tbody th {{ text-align: left; font-weight: normal; }}
 {config["span_slowdown"]}x, preempted jobs {html.escape(config["preempted_jobs"])}{loss}.
 Departments (one per trace file): {departments}.</p>
 {_table(results)}
+{_command(config)}
+{_fault_table(results)}
 {body}
 <details><summary>results.json</summary><pre>{html.escape(json.dumps(results, indent=2))}</pre></details>
 </body>

@@ -35,12 +35,15 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, FloatField, Func, Max, Q
 from django.db.models.functions import Coalesce
+from django.urls import reverse
 from django.utils import timezone
 
 from core.access import is_admin, leads
 from core.audit import record_bulk_change
 from core.enqueue import enqueue, send_now
 from core.hardware import GPUS_PER_TRAY
+from core.models import NotificationEvent
+from core.notifications import enabled_subscriptions, notify
 from inventory.choices import TrayState
 from inventory.models import ComputeTray
 from scheduling import pass_inputs
@@ -56,7 +59,9 @@ from scheduling.engine.scheduler import (
     schedule,
 )
 from scheduling.engine.scheduler import Department as EngineDepartment
+from scheduling.engine.scheduler import Project as EngineProject
 from scheduling.models import (
+    FALLBACK_AFTER_MAX_MINUTES,
     Allocation,
     BackendCancel,
     Job,
@@ -64,7 +69,8 @@ from scheduling.models import (
     SchedulerState,
     SchedulingRequest,
 )
-from tenancy.models import Department, Membership
+from tenancy.models import Department, Membership, Project
+from tenancy.projects import check_job_project
 
 # Tasks are started by name (core.enqueue): the pass is this layer's own; dispatch and the job sync belong
 # to integrations, which this layer does not import.
@@ -155,6 +161,39 @@ def default_topology(gpus: int) -> str:
     return Topology.PARTITION if gpus > GPUS_PER_TRAY else Topology.ANY
 
 
+# Topologies from the strictest to the widest: a job's fallback must be wider than its topology.
+TOPOLOGY_WIDTH = {Topology.PARTITION: 0, Topology.RACK: 1, Topology.ANY: 2}
+DEFAULT_FALLBACK_AFTER_MINUTES = 120  # when a job gives a fallback topology but no bound
+
+
+def check_fallback(
+    topology: str, fallback_topology: str, fallback_after_minutes: int | None
+) -> dict[str, str]:
+    """What is wrong with a job's fallback opt-in, by field (empty when nothing). `fallback_topology` ""
+    means none (the job's topology stays strict)."""
+    if not fallback_topology:
+        if fallback_after_minutes is not None:
+            return {
+                "fallback_after_minutes": "a wait bound needs a fallback_topology (the wider topology the "
+                "job accepts after it): give one, or leave both out"
+            }
+        return {}
+    if fallback_topology not in TOPOLOGY_WIDTH:
+        return {"fallback_topology": f"{fallback_topology!r} is not a topology: partition, rack or any"}
+    if TOPOLOGY_WIDTH[fallback_topology] <= TOPOLOGY_WIDTH.get(topology, 0):
+        wider = [t.value for t in Topology if TOPOLOGY_WIDTH[t] > TOPOLOGY_WIDTH.get(topology, 0)]
+        return {
+            "fallback_topology": f"the fallback must be wider than the job's topology ({topology}): "
+            + (f"give {' or '.join(wider)}, or leave it out" if wider else "nothing is wider; leave it out")
+        }
+    if fallback_after_minutes is not None and not 1 <= fallback_after_minutes <= FALLBACK_AFTER_MAX_MINUTES:
+        return {
+            "fallback_after_minutes": f"between 1 and {FALLBACK_AFTER_MAX_MINUTES} minutes (a week); "
+            f"{fallback_after_minutes} is out of range"
+        }
+    return {}
+
+
 class IdempotencyKeyReused(Exception):
     """An Idempotency-Key already used by this user for a different submission (answered 422)."""
 
@@ -176,10 +215,14 @@ def submission_fingerprint(
     backend: str,
     time_limit_minutes: int,
     work: dict,
+    fallback_topology: str = "",
+    fallback_after_minutes: int | None = None,
+    project=None,
 ) -> str:
     """sha256 of the canonical JSON of a validated submission: what makes two requests the same job.
 
-    The migration that added Job.idempotency_fingerprint computes the same for older jobs; keep them equal.
+    The migration that added Job.idempotency_fingerprint computes the same for older jobs; keep them equal
+    (the fallback opt-in counts only when given, so a job without one keeps its fingerprint).
     """
     canonical = {
         "department": department.pk,
@@ -191,6 +234,10 @@ def submission_fingerprint(
         "time_limit_minutes": time_limit_minutes,
         "work": work,
     }
+    if fallback_topology:
+        canonical["fallback"] = [fallback_topology, fallback_after_minutes]
+    if project is not None:  # counts only when given, as the fallback: older jobs keep their fingerprint
+        canonical["project"] = project.pk
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -265,10 +312,21 @@ def submit_job(
     work: dict,
     time_limit_minutes: int,
     idempotency_key: str = "",
+    fallback_topology: str | None = "",
+    fallback_after_minutes: int | None = None,
+    project: Project | None = None,
 ) -> tuple[Job, bool]:
     """Make a pending job (validated) and ask for a pass; (job, created). With an idempotency key a second
     submission by the same user returns the first job, created False, if it is the same request (its
-    submission_fingerprint), else raises IdempotencyKeyReused."""
+    submission_fingerprint), else raises IdempotencyKeyReused. `fallback_topology` (wider than `topology`,
+    "" or None for none) is what the job accepts once it has waited `fallback_after_minutes` (default
+    DEFAULT_FALLBACK_AFTER_MINUTES) within its department's guarantee."""
+    fallback_topology = fallback_topology or ""
+    errors = check_fallback(topology, fallback_topology, fallback_after_minutes)
+    if errors:
+        raise ValidationError(errors)
+    if fallback_topology and fallback_after_minutes is None:
+        fallback_after_minutes = DEFAULT_FALLBACK_AFTER_MINUTES
     fingerprint = submission_fingerprint(
         department=department,
         name=name,
@@ -278,17 +336,22 @@ def submit_job(
         backend=backend,
         time_limit_minutes=time_limit_minutes,
         work=work,
+        fallback_topology=fallback_topology,
+        fallback_after_minutes=fallback_after_minutes,
+        project=project,
     )
     existing = submission(user, idempotency_key, fingerprint)
     if existing is not None:
         return existing, False
     if not submittable_departments(user).filter(pk=department.pk).exists():
         raise ValidationError({"department": f"you are not a member of {department.slug}"})
-    errors = check_request(department, gpus, topology, priority_class)
+    errors = check_job_project(user, department, project, gpus)  # a department with projects requires one
+    errors = {**errors, **check_request(department, gpus, topology, priority_class)}
     if errors:
         raise ValidationError(errors)
     job = Job(
         department=department,
+        project=project,
         submitted_by=user,
         name=name,
         gpus=gpus,
@@ -297,15 +360,19 @@ def submit_job(
         backend=backend,
         work=work,
         time_limit_minutes=time_limit_minutes,
+        fallback_topology=fallback_topology,
+        fallback_after_minutes=fallback_after_minutes,
         idempotency_key=idempotency_key,
         idempotency_fingerprint=fingerprint if idempotency_key else "",
         pending_reason="waiting for the scheduler",
     )
-    job.full_clean(exclude=["submitted_by", "department"])
+    job.full_clean(exclude=["submitted_by", "department", "project"])
     try:
         with transaction.atomic():
             job.save()
-            JobEvent.objects.create(job=job, kind=JobEventKind.SUBMITTED, message=f"{gpus} GPUs, {topology}")
+            JobEvent.objects.create(
+                job=job, kind=JobEventKind.SUBMITTED, message=f"{gpus} GPUs, {topology}{_fallback_words(job)}"
+            )
             request_pass(f"submitted job {job.pk}")
     except IntegrityError:
         # A concurrent request with the same key won the race: its job if it was the same request.
@@ -314,6 +381,20 @@ def submit_job(
             return existing, False
         raise
     return job, True
+
+
+def _fallback_words(job: Job) -> str:
+    if not job.fallback_topology:
+        return ""
+    return f"; {job.fallback_topology} accepted after {_wait_words(job.fallback_after_minutes * 60)}"
+
+
+def _wait_words(seconds: float) -> str:
+    minutes = max(1, round(seconds / 60))
+    if minutes < 120:
+        return f"{minutes} min"
+    hours = minutes / 60
+    return f"{hours:.0f} h" if hours == int(hours) else f"{hours:.1f} h"
 
 
 def may_cancel(user, job: Job) -> bool:
@@ -397,6 +478,9 @@ _PENDING = (
     "created_at",
     "time_limit_minutes",
     "pending_reason",
+    "fallback_topology",
+    "fallback_after_minutes",
+    "project_id",
 )
 _LOCKED = (
     "pk",
@@ -415,7 +499,9 @@ _LOCKED = (
     "backend_message",
     "dispatch_attempts",
     "next_dispatch_at",
+    "project_id",
     "preemptions",
+    "submitted_by_id",  # who hears of a preemption (notify_job)
 )
 # What a preemption sets on its victim (besides counting it), and a start on its job (besides where it
 # goes and its standing).
@@ -442,9 +528,39 @@ def _placed(now) -> dict:
     }
 
 
-def _engine_departments(departments: list[Department]) -> list[EngineDepartment]:
+def _project_rows() -> list[tuple]:
+    """Every project as the engine reads it: (pk, department, slug, guarantee, weight, limit); one query."""
+    return list(
+        Project.objects.order_by("pk").values_list(
+            "pk", "department_id", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus"
+        )
+    )
+
+
+def _project_slugs(projects: list[tuple] | None = None) -> dict[int, str]:
+    return {row[0]: row[2] for row in (_project_rows() if projects is None else projects)}
+
+
+def _engine_departments(
+    departments: list[Department], projects: list[tuple] | None = None
+) -> list[EngineDepartment]:
+    """The engine's departments, each with its projects (`_project_rows`; read when not given)."""
+    by_department: dict[int, list[EngineProject]] = {}
+    for _, department_id, slug, guaranteed, weight, limit in (
+        _project_rows() if projects is None else projects
+    ):
+        by_department.setdefault(department_id, []).append(
+            EngineProject(slug, guaranteed, float(weight), limit)
+        )
     return [
-        EngineDepartment(d.slug, d.guaranteed_gpus, float(d.over_quota_weight), d.limit_gpus, d.priority)
+        EngineDepartment(
+            d.slug,
+            d.guaranteed_gpus,
+            float(d.over_quota_weight),
+            d.limit_gpus,
+            d.priority,
+            tuple(by_department.get(d.pk, ())),
+        )
         for d in departments
     ]
 
@@ -462,8 +578,9 @@ def _seconds(value) -> float | None:
 
 
 # A running job as a pass reads it: (pk, department pk, GPUs, time limit in minutes, over quota, priority
-# class, since, placed), `since` (placed, else started) and `placed` in seconds since 1970, or None.
-_RUNNING = ("pk", "department_id", "gpus", "time_limit_minutes", "over_quota", "priority_class")
+# class, project pk, since, placed), `since` (placed, else started) and `placed` in seconds since 1970, or
+# None.
+_RUNNING = ("pk", "department_id", "gpus", "time_limit_minutes", "over_quota", "priority_class", "project_id")
 _OVER_QUOTA = 4
 
 
@@ -485,21 +602,27 @@ def _read_running() -> list[tuple]:
     ]
 
 
-def _running_jobs(rows, slug: dict[int, str], kept: dict) -> list[RunningJob]:
-    """The engine's RunningJob of each row. `kept` ({pk: (row, RunningJob)} and the department slugs under
-    None, from the last pass; replaced by this pass's) gives back the ones whose row has not changed:
-    thousands of them."""
-    if kept.get(None) != slug:  # a department renamed: every job's department may read differently
+def _running_jobs(
+    rows, slug: dict[int, str], kept: dict, projects: dict[int, str] | None = None
+) -> list[RunningJob]:
+    """The engine's RunningJob of each row. `kept` ({pk: (row, RunningJob)} and the department and project
+    slugs under None, from the last pass; replaced by this pass's) gives back the ones whose row has not
+    changed: thousands of them. `projects`: project slugs by pk (`_project_slugs`; read when not given)."""
+    projects = _project_slugs() if projects is None else projects
+    if kept.get(None) != (
+        slug,
+        projects,
+    ):  # a department renamed: every job's department may read differently
         kept.clear()
     jobs = []
-    built: dict = {None: slug}
+    built: dict = {None: (slug, projects)}
     for row in rows:
         pk = row[0]
         job = kept.get(pk)
         if job is not None and job[0] == row:
             job = job[1]
         else:
-            _, department_id, gpus, limit, over_quota, priority_class, since, _ = row
+            _, department_id, gpus, limit, over_quota, priority_class, project_id, since, _ = row
             started = since if since is not None else time.time()
             job = RunningJob(
                 id=pk,
@@ -509,8 +632,9 @@ def _running_jobs(rows, slug: dict[int, str], kept: dict) -> list[RunningJob]:
                 expected_end=started + limit * 60,
                 over_quota=over_quota,
                 priority_class=priority_class,
+                project=projects.get(project_id),
             )
-        if row[6] is not None:  # else "started now": not the same at the next pass
+        if row[7] is not None:  # else "started now": not the same at the next pass
             built[pk] = (row, job)
         jobs.append(job)
     kept.clear()
@@ -518,7 +642,9 @@ def _running_jobs(rows, slug: dict[int, str], kept: dict) -> list[RunningJob]:
     return jobs
 
 
-def _pending_jobs(rows, slug: dict[int, str]) -> list[PendingJob]:
+def _pending_jobs(rows, slug: dict[int, str], projects: dict[int, str] | None = None) -> list[PendingJob]:
+    """The engine's PendingJob of each row (`_PENDING`, or a Job). `projects`: as for `_running_jobs`."""
+    projects = _project_slugs() if projects is None else projects
     return [
         PendingJob(
             id=j.pk,
@@ -528,6 +654,9 @@ def _pending_jobs(rows, slug: dict[int, str]) -> list[PendingJob]:
             priority_class=j.priority_class,
             submitted_at=_epoch(j.created_at),
             time_limit_s=j.time_limit_minutes * 60,
+            fallback_topology=j.fallback_topology or None,
+            fallback_after_s=(j.fallback_after_minutes or 0) * 60,
+            project=projects.get(j.project_id),
         )
         for j in rows
     ]
@@ -684,6 +813,7 @@ def _preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, s
         BackendCancel.objects.bulk_create(cancels, ignore_conflicts=True)
         enqueue(SYNC_JOBS)
     events = []
+    subscriptions = enabled_subscriptions()  # once for every victim's notification
     for victim in victims:
         for_job = result.preempted[victim.pk]
         events.append(
@@ -695,6 +825,13 @@ def _preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, s
                 victim.placement,
             )
         )
+        notify_job(
+            victim,
+            JobEventKind.PREEMPTED,
+            f"department {slug[pending[for_job].department_id]} reclaimed its GPUs; back in the queue",
+            department_slug=slug[victim.department_id],
+            subscriptions=subscriptions,
+        )
     pks = [victim.pk for victim in victims]
     Allocation.objects.filter(job_id__in=pks).delete()
     Job.objects.filter(pk__in=pks).update(**_REQUEUED, preemptions=F("preemptions") + 1)
@@ -702,20 +839,37 @@ def _preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, s
     return _changes(holding, after), events
 
 
-def _placed_event(job_id: int, start: Start, cluster: Cluster, hosts: list[str]) -> dict:
+_ONE = {Topology.PARTITION: "one NVLink partition", Topology.RACK: "one rack"}
+
+
+def _placed_event(
+    job_id: int, start: Start, cluster: Cluster, hosts: list[str], waited_s: float | None = None
+) -> dict:
     shape = engine_placement.describe(cluster, start.placement)
     where = ", ".join(sorted({cluster.partition_label(cluster.tray_part[t]) for t, _ in start.placement}))
     quota = "over quota (borrowed, preemptible)" if start.over_quota else "in quota"
+    fallback = ""
+    if start.fell_back_from is not None:
+        racks = sorted({cluster.rack_name[cluster.tray_rack[t]] for t, _ in start.placement})
+        on = f"rack {racks[0]}" if len(racks) == 1 else f"racks {', '.join(racks)}"
+        waited = f"waited {_wait_words(waited_s)}" if waited_s is not None else "waited"
+        fallback = (
+            f"{waited} for {_ONE.get(start.fell_back_from, start.fell_back_from)}; placed on {on} as its "
+            "submitter allowed: "
+        )
     return _event(
         job_id,
         JobEventKind.PLACED,
-        f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
+        fallback
+        + f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
         + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else ""),
         hosts,
     )
 
 
-def _start(result: PassResult, state: pass_inputs.ClusterState, locked: dict, now):
+def _start(
+    result: PassResult, state: pass_inputs.ClusterState, locked: dict, now, pending: dict | None = None
+):
     """Allocate each started job its GPUs and mark it placed (STARTING, for dispatch); (changes, events).
 
     The free GPUs of the trays come from the cluster as it was read (with the preempted jobs' GPUs free);
@@ -736,7 +890,10 @@ def _start(result: PassResult, state: pass_inputs.ClusterState, locked: dict, no
             del gpus[:n]
         hosts = [cluster.tray_host[t] for t, _ in start.placement]
         own[start.job_id] = {"placement": hosts, "over_quota": start.over_quota}
-        events.append(_placed_event(start.job_id, start, cluster, hosts))
+        waited = None
+        if start.fell_back_from is not None and pending and start.job_id in pending:
+            waited = now.timestamp() - _epoch(pending[start.job_id].created_at)
+        events.append(_placed_event(start.job_id, start, cluster, hosts, waited))
     # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
     last = _insert_allocations(allocations, now)
     # The next pass of this process finds them here (if this one commits) instead of reading them; their
@@ -747,10 +904,21 @@ def _start(result: PassResult, state: pass_inputs.ClusterState, locked: dict, no
     return _changes(locked, {pk: {**common, **values} for pk, values in own.items()}), events
 
 
-def _standing_words(job, over_quota: bool, result: PassResult, departments: dict[int, Department]) -> str:
+def _standing_words(
+    job,
+    over_quota: bool,
+    result: PassResult,
+    departments: dict[int, Department],
+    projects: dict | None = None,
+) -> str:
     department = departments[job.department_id]
     share = result.in_quota_share.get(department.slug, 0)
     quota = f"{department.slug}'s guarantee is {department.guaranteed_gpus} GPUs (in-quota share now {share})"
+    project = (projects or {}).get(getattr(job, "project_id", None))  # (pk, department, slug, guarantee, ...)
+    key = (department.slug, project[2]) if project is not None else None
+    if key in result.project_in_quota_share:  # judged by its project's share (hierarchical fair share)
+        share = result.project_in_quota_share[key]
+        quota = f"project {key[0]}-{key[1]}'s guarantee is {project[3]} GPUs (in-quota share now {share})"
     if not over_quota:
         return f"now in quota: {quota}; with its older running jobs this job's {job.gpus} GPUs fit within it"
     preemptible = " (preemptible)" if job.priority_class in PREEMPTIBLE_CLASSES else ""
@@ -763,7 +931,13 @@ def _standing_words(job, over_quota: bool, result: PassResult, departments: dict
     return f"now borrowed{preemptible}: {quota} and its older running jobs hold it"
 
 
-def _restand(result: PassResult, restand: dict[int, bool], holding: dict, departments: dict[int, Department]):
+def _restand(
+    result: PassResult,
+    restand: dict[int, bool],
+    holding: dict,
+    departments: dict[int, Department],
+    projects: dict | None = None,
+):
     """Write the pass's in-quota/borrowed standing of the running jobs whose standing changed (`restand`:
     not started or preempted by this pass); (changes, their QUOTA events)."""
     changed = {pk: over for pk, over in restand.items() if pk in holding and holding[pk].over_quota != over}
@@ -773,7 +947,8 @@ def _restand(result: PassResult, restand: dict[int, bool], holding: dict, depart
         if pks:
             Job.objects.filter(pk__in=pks).update(over_quota=over)
     for pk, over in changed.items():
-        events.append(_event(pk, JobEventKind.QUOTA, _standing_words(holding[pk], over, result, departments)))
+        words = _standing_words(holding[pk], over, result, departments, projects)
+        events.append(_event(pk, JobEventKind.QUOTA, words))
     return _changes(holding, {pk: {"over_quota": over} for pk, over in changed.items()}), events
 
 
@@ -796,8 +971,11 @@ def _pass(now) -> PassSummary:
     started_clock = time.perf_counter()
     departments = list(Department.objects.all())
     slug = {d.pk: d.slug for d in departments}
+    project_rows = _project_rows()
+    project_slug = _project_slugs(project_rows)
     holding_rows = _read_running()
     state = pass_inputs.read({row[0]: row[-1] for row in holding_rows})
+    pass_inputs.silence(state)  # nodes that stopped reporting: no new work there (node_silent rule)
     cluster = state.cluster
     running = {row[0]: row for row in holding_rows if row[0] in cluster.jobs}
     pending = {
@@ -806,9 +984,9 @@ def _pass(now) -> PassSummary:
     }
     result = schedule(
         cluster,
-        _engine_departments(departments),
-        _running_jobs(running.values(), slug, state.running_jobs),
-        _pending_jobs(pending.values(), slug),
+        _engine_departments(departments, project_rows),
+        _running_jobs(running.values(), slug, state.running_jobs, project_slug),
+        _pending_jobs(pending.values(), slug, project_slug),
         now.timestamp(),
     )
 
@@ -824,8 +1002,9 @@ def _pass(now) -> PassSummary:
     reasons = {pk: row.pending_reason for pk, row in pending.items()}
     reasons.update((pk, row.pending_reason) for pk, row in locked.items() if row.state == JobState.PENDING)
     changes, events = _preempt(result, holding, pending, slug)
-    started_changes, started_events = _start(result, state, locked, now)
-    standing_changes, standing_events = _restand(result, restand, holding, by_pk)
+    started_changes, started_events = _start(result, state, locked, now, pending)
+    projects_by_pk = {row[0]: row for row in project_rows}
+    standing_changes, standing_events = _restand(result, restand, holding, by_pk, projects_by_pk)
     record_bulk_change(
         Job,
         {**changes, **started_changes, **standing_changes},
@@ -897,6 +1076,46 @@ def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
             return summary
 
 
+# Job events people subscribe to (core.notifications; portal.my_notifications): JobEventKind -> event.
+JOB_NOTICES = {
+    JobEventKind.STARTED: NotificationEvent.JOB_STARTED,
+    JobEventKind.PREEMPTED: NotificationEvent.JOB_PREEMPTED,
+    JobEventKind.COMPLETED: NotificationEvent.JOB_FINISHED,
+    JobEventKind.FAILED: NotificationEvent.JOB_FAILED,
+}
+
+
+def notify_job(
+    job: Job, kind: str, message: str = "", *, department_slug: str | None = None, subscriptions=None
+) -> None:
+    """Tell the job's subscribers (its submitter's own subscriptions: scope user:<id>; its department's:
+    department:<slug>; this job's: job:<id>) that it started, was preempted, finished or failed. Recorded in
+    the caller's transaction, sent after it commits."""
+    event = JOB_NOTICES.get(kind)
+    if event is None:
+        return
+    slug = (
+        department_slug or Department.objects.filter(pk=job.department_id).values_list("slug", flat=True)[0]
+    )
+    verb = {
+        NotificationEvent.JOB_STARTED: "started",
+        NotificationEvent.JOB_PREEMPTED: "was preempted",
+        NotificationEvent.JOB_FINISHED: "finished",
+        NotificationEvent.JOB_FAILED: "failed",
+    }[event]
+    scope = [f"job:{job.pk}", f"department:{slug}"]
+    if job.submitted_by_id:
+        scope.insert(0, f"user:{job.submitted_by_id}")
+    notify(
+        event,
+        f"Job {job.name} (#{job.pk}) {verb}" + (f": {message}" if message else ""),
+        {"job": job.pk, "name": job.name, "department": slug, "event": event, "message": message[:500]},
+        scope=scope,
+        link=reverse("scheduling:job-detail", args=[job.pk]),
+        subscriptions=subscriptions,
+    )
+
+
 def finish_job(job: Job, state: str, message: str = "", exit_code: int | None = None) -> None:
     """A holding job ended in its backend: record it, free its GPUs, ask for a pass. Caller holds the lock."""
     kind = {
@@ -912,4 +1131,5 @@ def finish_job(job: Job, state: str, message: str = "", exit_code: int | None = 
     job.next_dispatch_at = None
     job.save()
     JobEvent.objects.create(job=job, kind=kind, message=message)
+    notify_job(job, kind, message)
     request_pass(f"job {job.pk} {state}")

@@ -7,6 +7,8 @@ Pure Python (no Django import). `scheduling.simulator` replays these; its docstr
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -230,3 +232,162 @@ def split_guarantees(
     for name in sorted(shares, key=lambda n: (-(shares[n] - split[n]), n))[:leftover]:
         split[name] += 1
     return {name: given.get(name, split.get(name, 0)) for name in gpu_hours}
+
+
+# --- node faults (issue 15): a real fault trace replayed on the cluster's trays -----------------------------
+
+FAULT_TRACE_NODES = 400  # servers in the InfiniteHBD fault trace (shared/traces/faults/README.md)
+FAULT_START, FAULT_END = "fault_start", "fault_end"
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class NodeFault:
+    """One fault of one node: from `start_s` (seconds since the trace's day 0) until it was repaired at
+    `end_s` (None: not repaired within the trace)."""
+
+    node: str
+    start_s: float
+    end_s: float | None
+    level: str
+    kind: str  # the trace's Class (GPU, NIC, Power Supply, ...)
+    desc: str
+
+
+@dataclass(frozen=True)
+class FaultTrace:
+    path: str
+    faults: tuple[NodeFault, ...]
+    fleet: int = FAULT_TRACE_NODES  # servers the trace watched, faulty or not
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({fault.node for fault in self.faults})
+
+
+@dataclass(frozen=True)
+class TrayFault:
+    """A node fault as a tray of the replayed cluster sees it: times in the replay's clock."""
+
+    tray: int
+    node: str
+    start: float
+    end: float | None  # repaired (None: not within the trace)
+    desc: str
+
+
+def _fault_event(event, where: str) -> tuple[str, float, str, dict]:
+    if not isinstance(event, dict):
+        raise SimulationError(f"{where}: each event must be an object with node_id, event_time, event_type")
+    node, at, kind = event.get("node_id"), event.get("event_time"), event.get("event_type")
+    if not isinstance(node, str) or not node:
+        raise SimulationError(f"{where}: node_id must be a non-empty string")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at) or at < 0:
+        raise SimulationError(f"{where}: event_time must be a number of days >= 0")
+    if kind not in (FAULT_START, FAULT_END):
+        raise SimulationError(f"{where}: event_type must be {FAULT_START} or {FAULT_END}, not {kind!r}")
+    fault_type = event.get("fault_type") or {}
+    if not isinstance(fault_type, dict):
+        raise SimulationError(f"{where}: fault_type must be an object (Level, Class, Desc)")
+    return node, float(at), kind, fault_type
+
+
+def load_faults(path: str | Path, fleet: int = FAULT_TRACE_NODES) -> FaultTrace:
+    """Read a fault trace in the format of shared/traces/faults/ (a JSON list of fault_start/fault_end
+    events per node, times in days). Each node's events pair up in time order: a start, then its end."""
+    path = Path(path)
+    try:
+        events = json.loads(path.read_text())
+    except OSError as error:
+        raise SimulationError(f"cannot read fault trace {path}: {error.strerror or error}") from error
+    except (UnicodeDecodeError, ValueError) as error:
+        raise SimulationError(f"{path} is not a JSON fault trace: {error}") from error
+    if not isinstance(events, list):
+        raise SimulationError(f"{path}: a fault trace is a JSON list of events")
+    parsed = [_fault_event(event, f"{path}: event {i}") for i, event in enumerate(events)]
+    # Per node in time order. At one instant a node may end a fault and start the next, or start and end
+    # one (a zero-length fault: the shared trace has 14): an open fault ends first, then one starts.
+    parsed.sort(key=lambda e: (e[0], e[1], e[2] != FAULT_START))
+    faults: list[NodeFault] = []
+    open_at: dict[str, tuple[float, dict]] = {}
+    i = 0
+    while i < len(parsed):
+        node, at = parsed[i][0], parsed[i][1]
+        group = []
+        while i < len(parsed) and parsed[i][0] == node and parsed[i][1] == at:
+            group.append(parsed[i])
+            i += 1
+        starts = [fault_type for _, _, kind, fault_type in group if kind == FAULT_START]
+        ends = len(group) - len(starts)
+        while starts or ends:
+            if ends and node in open_at:
+                start, fault_type = open_at.pop(node)
+                faults.append(_node_fault(node, start, at, fault_type))
+                ends -= 1
+            elif starts and node not in open_at:
+                open_at[node] = (at, starts.pop(0))
+            elif starts:
+                raise SimulationError(f"{path}: node {node} starts a fault at day {at} before its last ended")
+            else:
+                raise SimulationError(f"{path}: node {node} ends a fault at day {at} that never started")
+    faults += [_node_fault(node, start, None, fault_type) for node, (start, fault_type) in open_at.items()]
+    if not faults:
+        raise SimulationError(f"{path}: no faults")
+    nodes = len({fault.node for fault in faults})
+    if nodes > fleet:
+        raise SimulationError(f"{path}: {nodes} faulty nodes, more than the fleet of {fleet} it watched")
+    faults.sort(key=lambda f: (f.start_s, f.node))
+    return FaultTrace(str(path), tuple(faults), fleet)
+
+
+def _node_fault(node: str, start: float, end: float | None, fault_type: dict) -> NodeFault:
+    return NodeFault(
+        node,
+        start * DAY_S,
+        None if end is None else end * DAY_S,
+        str(fault_type.get("Level", "")),
+        str(fault_type.get("Class", "")),
+        str(fault_type.get("Desc", "")),
+    )
+
+
+def node_slots(nodes: Iterable[str], fleet: int) -> dict[str, int]:
+    """Each faulty node's place in the fleet (0..fleet-1): the first 8 hex digits of the SHA-256 of its id,
+    modulo `fleet`, the next free place when taken (nodes in id order). Deterministic and blind to when or
+    how often a node failed, so the trays that get a node's history are a fair sample of the fleet."""
+    taken: dict[int, str] = {}
+    slots = {}
+    for node in sorted(set(nodes)):
+        slot = int(hashlib.sha256(node.encode()).hexdigest()[:8], 16) % fleet
+        while slot in taken:
+            slot = (slot + 1) % fleet
+        taken[slot] = node
+        slots[node] = slot
+    return slots
+
+
+def map_faults(trace: FaultTrace, trays: int, start: float) -> list[TrayFault]:
+    """The trace's faults on a cluster of `trays` trays, day 0 at `start` (the first job submission).
+
+    Each node of the fleet stands for one compute tray: tray t replays the node in place t of the fleet
+    (`node_slots`), so a tray fails as often as one of the trace's servers did. Places the cluster has no
+    tray for are left out (6 racks: 108 trays of the 400 places); a cluster of more trays than the fleet
+    reuses it, tray t replaying place t mod fleet (the same faults at the same times)."""
+    if trays < 1:
+        raise SimulationError("a fault replay needs at least one tray")
+    by_slot: dict[int, list[NodeFault]] = {}
+    for node, slot in node_slots(trace.nodes, trace.fleet).items():
+        by_slot[slot] = [f for f in trace.faults if f.node == node]
+    mapped = [
+        TrayFault(
+            t,
+            fault.node,
+            start + fault.start_s,
+            None if fault.end_s is None else start + fault.end_s,
+            fault.desc,
+        )
+        for t in range(trays)
+        for fault in by_slot.get(t % trace.fleet, ())
+    ]
+    mapped.sort(key=lambda f: (f.start, f.tray))
+    return mapped

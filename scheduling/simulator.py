@@ -10,7 +10,9 @@ Assumptions, each a choice that any figure rests on:
 
 * **Department = trace file.** Each trace file is one department (named after the file's stem), weight 1,
   priority 0, no limit. Guarantees split the cluster's GPUs in proportion to each file's GPU-hours
-  (largest remainder, ties by name) unless given per department.
+  (largest remainder, ties by name) unless given per department. With `projects` (trace -> department),
+  traces are projects of a department instead (hierarchical fair share, issue 16): each keeps its own
+  guarantee and books, and the department is guaranteed the sum of its projects'.
 * **GPUs.** A job of 1-4 GPUs takes that many GPUs on one tray; above 4 it takes whole trays, so its GPU
   count is rounded up to a multiple of 4.
 * **Locality.** A job asks for ``partition`` when its trays fit in the largest NVLink partition, else
@@ -35,6 +37,11 @@ Assumptions, each a choice that any figure rests on:
   moment it was stopped). ``preempted="restart"`` makes it start over, losing all its work. Each
   preemption is counted, and the GPU-seconds whose work was lost (`lost_work_gpu_s`). The engine is told
   the same price (``checkpoint_loss_s``): reclaim frees the partition that loses the least work.
+* **Node faults** (optional, `FaultPlan`): a real fault trace replayed with the jobs, each server of the
+  trace standing for one compute tray (`simulation_inputs.map_faults`); from a fault on, the tray takes no
+  work and its jobs stop, then either requeue from their last checkpoint and the tray returns after a
+  check (automated) or die and are resubmitted by hand later, the tray returning at the repair (manual):
+  `_Replay._fail`. `run` replays each policy without faults and with both.
 * **Passes.** A pass runs after every instant at which something happened (submissions, completions, a
   waiting job's fallback bound passing) while jobs are waiting, with ``explain=False``; all events of one
   instant are applied before the pass. A pass that preempted jobs is followed at once by another, in which
@@ -64,17 +71,21 @@ from dataclasses import dataclass, field, replace
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.placement import PARTITION, POLICIES, RACKPLANE
-from scheduling.engine.scheduler import Department, PendingJob, RunningJob, schedule
+from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
 from scheduling.simulation_inputs import (
     RACK_TRAYS,
+    FaultTrace,
     SimulationError,
     Trace,
     TraceJob,
+    TrayFault,
     build_cluster,
     fallback,
+    load_faults,
     load_trace,
     load_traces,
     locality,
+    map_faults,
     parse_duration,
     parse_guarantees,
     parse_layout,
@@ -83,23 +94,33 @@ from scheduling.simulation_inputs import (
 )
 
 __all__ = [
+    "AUTOMATED",
     "DEFAULT_CHECKPOINT_LOSS_S",
+    "DEFAULT_CHECK_S",
+    "DEFAULT_DETECT_S",
     "DEFAULT_FALLBACK_AFTER_S",
+    "DEFAULT_MANUAL_DELAY_S",
     "DEFAULT_SPAN_SLOWDOWN",
+    "FAULT_MODES",
+    "MANUAL",
     "METRICS",
     "PREEMPTION_MODES",
     "RESTART",
     "RESUME",
     "SIZE_CLASSES",
+    "FaultPlan",
+    "FaultTrace",
     "PolicyRun",
     "SimulationError",
     "Trace",
     "TraceJob",
     "build_cluster",
     "fallback",
+    "load_faults",
     "load_trace",
     "load_traces",
     "locality",
+    "map_faults",
     "parse_duration",
     "parse_guarantees",
     "parse_layout",
@@ -114,6 +135,20 @@ DEFAULT_CHECKPOINT_LOSS_S = 600.0
 DEFAULT_FALLBACK_AFTER_S = 3600.0
 RESUME, RESTART = "resume", "restart"
 PREEMPTION_MODES = (RESUME, RESTART)
+# Node faults (issue 15): how a failed tray is handled, automated by Rackplane or by hand.
+AUTOMATED, MANUAL = "automated", "manual"
+FAULT_MODES = (AUTOMATED, MANUAL)
+DEFAULT_DETECT_S = 60.0  # automated: the agent's report interval (the pass drains the tray at once)
+DEFAULT_CHECK_S = 1800.0  # automated: healthy reports for 10 min, then an active check (dcgmi diag -r 2)
+DEFAULT_MANUAL_DELAY_S = 7200.0  # manual: a person sees the dead jobs, resubmits them and drains the tray
+FAULT_METRICS = (
+    "goodput_gpu_s",
+    "lost_work_gpu_s",
+    "jobs_hit",
+    "avg_jct_s",
+    "time_to_quarantine_s",
+    "time_to_service_s",
+)
 METRICS = (
     "jobs",
     "makespan_s",
@@ -154,6 +189,7 @@ class PolicyRun:
     department_gpu_s: dict[str, list[float]]  # per department, per bin: GPU-seconds it held
     waits: list[float] = field(repr=False)  # per job: seconds spent waiting
     capacity: int = 0
+    faults: dict | None = None  # with a fault plan: `_Replay.fault_metrics`
 
 
 def _queue_order(job: PendingJob) -> tuple[float, int]:
@@ -182,6 +218,22 @@ def _bin_width(span: float) -> int:
     return math.ceil(span / MAX_BINS)
 
 
+@dataclass(frozen=True)
+class FaultPlan:
+    """A node fault trace replayed with the jobs (each node onto a tray: `map_faults`, day 0 at the first
+    submission), and how faults are handled (`mode`, see `_Replay._fail`)."""
+
+    trace: FaultTrace
+    mode: str = AUTOMATED
+    detect_s: float = DEFAULT_DETECT_S
+    check_s: float = DEFAULT_CHECK_S
+    manual_delay_s: float = DEFAULT_MANUAL_DELAY_S
+
+
+# Fault events at one instant, in this order: a tray comes back, a tray fails, a job is resubmitted by hand.
+_RETURN, _FAIL, _RESUBMIT = 0, 1, 2
+
+
 class _Replay:
     def __init__(
         self,
@@ -194,6 +246,8 @@ class _Replay:
         checkpoint_loss_s: float = DEFAULT_CHECKPOINT_LOSS_S,
         engine_options: Mapping | None = None,
         fallback_after_s: float | None = None,
+        faults: FaultPlan | None = None,
+        projects: Mapping[str, str] | None = None,
     ):
         self.jobs = sorted(jobs, key=lambda j: (j.submitted_at, j.id))
         self.by_id = {job.id: job for job in jobs}
@@ -208,7 +262,8 @@ class _Replay:
             "checkpoint_loss_s", math.inf if preempted == RESTART else checkpoint_loss_s
         )
         self.names = list(guarantees)
-        self.departments = [Department(name, guaranteed) for name, guaranteed in guarantees.items()]
+        self.departments = _engine_departments(guarantees, projects or {})
+        self.parent = dict(projects or {})  # trace -> its department, when the trace is a project
         self.guaranteed = dict(guarantees)
         self.topology = {job.id: locality(job.gpus, cluster) for job in jobs}
         self.fallback_after_s = fallback_after_s
@@ -254,6 +309,8 @@ class _Replay:
         self.shortfall = dict.fromkeys(self.names, 0.0)
         self.waiting_in_quota = dict.fromkeys(self.names, 0)  # see `_count_in_quota`
         self.gap = dict.fromkeys(self.names, 0.0)
+        self.in_quota_gpu_s = dict.fromkeys(self.names, 0.0)  # held within the guarantee
+        self.owed_gpu_s = dict.fromkeys(self.names, 0.0)  # min(guarantee, demand): what it was owed
         self.decisions = 0
         self.passes = 0
         self.pass_wall = 0.0
@@ -265,6 +322,25 @@ class _Replay:
         self.bin_start = first
         self.bins: dict[str, list[float]] = {name: [] for name in self.names}
         self.busy_bins: list[float] = []
+        # Node faults (None: none replayed).
+        self.queued_at = {job.id: job.submitted_at for job in jobs}  # place in line (a resubmission: later)
+        self.fault_plan = faults
+        self.fault_events: list[tuple[float, int, int]] = []  # (when, kind, fault order or job id)
+        self.down = [0] * len(cluster)  # faults open per tray (out of service while > 0)
+        self.fault_lost_gpu_s = 0.0
+        self.window_lost_gpu_s = 0.0  # work lost (faults and preemptions) by events within the window
+        self.hit_jobs: set[int] = set()
+        self.hits = 0
+        self.awaiting_resubmit = 0
+        self.quarantine_s: list[float] = []
+        self.service_s: list[float] = []
+        self.out_gpu_s = 0.0  # GPU-seconds of trays out of service
+        self.cluster_gpus = cluster.capacity  # before any fault
+        self.tray_faults: list[TrayFault] = []
+        if faults is not None:
+            self.tray_faults = map_faults(faults.trace, len(cluster), first)
+            for order, fault in enumerate(self.tray_faults):
+                heapq.heappush(self.fault_events, (fault.start, _FAIL, order))
 
     # --- accounting between events -------------------------------------------------------------
 
@@ -278,12 +354,17 @@ class _Replay:
         for name in self.names:
             if self.waiting_in_quota[name]:
                 self.shortfall[name] += self.waiting_in_quota[name] * dt
-            gap = min(self.guaranteed[name], self.demand[name]) - self.held[name]
+            owed = min(self.guaranteed[name], self.demand[name])
+            gap = owed - self.held[name]
             if gap > 0:
                 self.gap[name] += gap * dt
+            self.owed_gpu_s[name] += owed * dt
+            self.in_quota_gpu_s[name] += min(self.held[name], self.guaranteed[name]) * dt
         for label, gpus in self.waiting_in_quota_by_size.items():
             if gpus:
                 self.shortfall_by_size[label] += gpus * dt
+        if self.fault_plan is not None:
+            self.out_gpu_s += GPUS_PER_TRAY * sum(1 for n in self.down if n) * dt
         if self.allocated == 0:
             return
         width = self.bin_s
@@ -310,17 +391,18 @@ class _Replay:
     def _enqueue(self, job: TraceJob, now: float) -> None:
         self.pending[job.id] = PendingJob(
             job.id,
-            job.department,
+            self.parent.get(job.department, job.department),
             job.gpus,
             self.topology[job.id],
             "train",
-            job.submitted_at,
+            self.queued_at[job.id],
             self.remaining[job.id] * self.limit_factor[job.id],
             *((self.fallback[job.id], self.fallback_after_s) if job.id in self.fallback else ()),
+            project=job.department if job.department in self.parent else None,
         )
         self.pending_since[job.id] = now
-        if job.id in self.fallback and job.submitted_at + self.fallback_after_s > now:
-            heapq.heappush(self.wakes, (job.submitted_at + self.fallback_after_s, job.id))
+        if job.id in self.fallback and self.queued_at[job.id] + self.fallback_after_s > now:
+            heapq.heappush(self.wakes, (self.queued_at[job.id] + self.fallback_after_s, job.id))
 
     def _submit(self, job: TraceJob, now: float) -> None:
         self.demand[job.department] += job.gpus
@@ -350,7 +432,14 @@ class _Replay:
         self.span_extra_gpu_s += (factor - 1.0) * self.remaining[job.id] * job.gpus
         self.factor[job.id] = factor
         self.running[job.id] = RunningJob(
-            job.id, job.department, job.gpus, now, now + run_s, start.over_quota, "train"
+            job.id,
+            self.parent.get(job.department, job.department),
+            job.gpus,
+            now,
+            now + run_s,
+            start.over_quota,
+            "train",
+            job.department if job.department in self.parent else None,
         )
         heapq.heappush(self.events, (now + run_s, job.id, self.epoch[job.id]))
         self.wait[job.id] += now - self.pending_since.pop(job.id)
@@ -373,6 +462,8 @@ class _Replay:
             lost = lost_s * job.gpus
             self.remaining[job_id] = max(0.0, self.remaining[job_id] - (ran - lost_s) / factor)
         self.lost_gpu_s += lost
+        if self.window[0] <= now <= self.window[1]:
+            self.window_lost_gpu_s += lost
         # Slowdown not yet served is not spent: take it back from the books.
         self.span_extra_gpu_s -= (factor - 1.0) * (victim.expected_end - now) / factor * job.gpus
         self.held[job.department] -= job.gpus
@@ -380,6 +471,88 @@ class _Replay:
         self.preemptions += 1
         self.preempted_jobs.add(job_id)
         self._enqueue(job, now)
+
+    # --- node faults ---------------------------------------------------------------------------
+
+    def _fail(self, order: int, now: float) -> None:
+        """A node fault on its tray (`map_faults`): the node is unavailable from the trace's fault_start, so
+        the scheduler places nothing there from now on and the jobs on it stop now, whatever the mode:
+
+        * automated: the agent reports the fault within `detect_s` and the pass drains the tray (its time to
+          quarantine); each job on it is requeued at once from its last checkpoint, keeping its place in
+          line, and loses what a preemption loses (at most the checkpoint loss); the tray returns `check_s`
+          after the trace's repair (healthy reports, then an active check that passes).
+        * manual: the jobs on it die and lose all their work; a person resubmits them `manual_delay_s`
+          later (new submissions: the back of the line) and drains the tray then (its time to quarantine);
+          the tray returns when the trace says it was repaired.
+        """
+        plan = self.fault_plan
+        fault = self.tray_faults[order]
+        t = fault.tray
+        for job_id in list(self.cluster.tray_jobs[t]):
+            self._hit(job_id, now)
+        self.down[t] += 1
+        if self.down[t] == 1:
+            self.cluster.set_capacity(t, 0)
+        self.quarantine_s.append(plan.detect_s if plan.mode == AUTOMATED else plan.manual_delay_s)
+        if fault.end is not None:
+            back = max(fault.end, now) + (plan.check_s if plan.mode == AUTOMATED else 0.0)
+            heapq.heappush(self.fault_events, (back, _RETURN, order))
+
+    def _return(self, order: int, now: float) -> None:
+        fault = self.tray_faults[order]
+        self.service_s.append(now - fault.start)
+        self.down[fault.tray] -= 1
+        if self.down[fault.tray] == 0:
+            self.cluster.set_capacity(fault.tray, GPUS_PER_TRAY)
+
+    def _hit(self, job_id: int, now: float) -> None:
+        """A running job on a failed tray stops (all its trays are released)."""
+        job = self.by_id[job_id]
+        victim = self.running.pop(job_id)
+        self.cluster.release(job_id)
+        self.epoch[job_id] += 1
+        factor = self.factor.pop(job_id)
+        ran = now - victim.started_at
+        self.span_extra_gpu_s -= (factor - 1.0) * (victim.expected_end - now) / factor * job.gpus
+        self.held[job.department] -= job.gpus
+        self.allocated -= job.gpus
+        self.hits += 1
+        self.hit_jobs.add(job_id)
+        if self.fault_plan.mode == AUTOMATED and self.preempted_mode == RESUME:
+            lost_s = min(self.checkpoint_loss_s, ran)  # as a preemption: back to the last checkpoint
+            lost = lost_s * job.gpus
+            self.remaining[job_id] = max(0.0, self.remaining[job_id] - (ran - lost_s) / factor)
+        else:  # it starts over: this run and whatever earlier runs had kept are lost
+            lost = (ran + job.duration_s - self.remaining[job_id]) * job.gpus
+            self.remaining[job_id] = job.duration_s
+        self.fault_lost_gpu_s += lost
+        if self.window[0] <= now <= self.window[1]:
+            self.window_lost_gpu_s += lost
+        if self.fault_plan.mode == AUTOMATED:
+            self._enqueue(job, now)  # requeued with its place in line
+            return
+        self.demand[job.department] -= job.gpus  # nobody asks for it until it is resubmitted
+        self.awaiting_resubmit += 1
+        heapq.heappush(self.fault_events, (now + self.fault_plan.manual_delay_s, _RESUBMIT, job_id))
+
+    def _resubmit(self, job_id: int, now: float) -> None:
+        job = self.by_id[job_id]
+        self.awaiting_resubmit -= 1
+        self.queued_at[job_id] = now
+        self.demand[job.department] += job.gpus
+        self._enqueue(job, now)
+
+    def _fault_events_until(self, now: float) -> None:
+        faults = self.fault_events
+        while faults and faults[0][0] <= now:
+            _, kind, key = heapq.heappop(faults)
+            if kind == _RETURN:
+                self._return(key, now)
+            elif kind == _FAIL:
+                self._fail(key, now)
+            else:
+                self._resubmit(key, now)
 
     def _pass(self, now: float) -> bool:
         """One scheduling pass; True when it preempted jobs (they wait again: worth another pass)."""
@@ -422,18 +595,20 @@ class _Replay:
         by_size = dict.fromkeys(self.shortfall_by_size, 0)
         if any(left > 0 for left in room.values()):
             for job in sorted(self.pending.values(), key=_queue_order):
-                if job.gpus <= room[job.department]:
-                    room[job.department] -= job.gpus
-                    counted[job.department] += job.gpus
+                name = job.project or job.department  # its trace: a project's books are its own
+                if job.gpus <= room[name]:
+                    room[name] -= job.gpus
+                    counted[name] += job.gpus
                     by_size[self.size[job.id]] += job.gpus
         self.waiting_in_quota = counted
         self.waiting_in_quota_by_size = by_size
 
     def run(self) -> None:
-        jobs, events, wakes = self.jobs, self.events, self.wakes
+        jobs, events, wakes, faults = self.jobs, self.events, self.wakes, self.fault_events
         n, i = len(jobs), 0
         now = jobs[0].submitted_at
-        while i < n or events or wakes:
+        # Fault events matter while jobs run, wait, or wait to be resubmitted.
+        while i < n or events or wakes or (faults and (self.pending or self.awaiting_resubmit)):
             while events and events[0][2] != self.epoch[events[0][1]]:
                 heapq.heappop(events)  # the job was preempted: this end never comes
             next_submit = jobs[i].submitted_at if i < n else math.inf
@@ -441,7 +616,8 @@ class _Replay:
             while wakes and wakes[0][1] not in self.pending:
                 heapq.heappop(wakes)  # the job started before its bound
             next_wake = wakes[0][0] if wakes else math.inf
-            t = min(next_submit, next_end, next_wake)
+            next_fault = faults[0][0] if faults else math.inf
+            t = min(next_submit, next_end, next_wake, next_fault)
             if t == math.inf:
                 break
             self._advance(now, t)
@@ -452,6 +628,8 @@ class _Replay:
                 _, job_id, epoch = heapq.heappop(events)
                 if epoch == self.epoch[job_id]:
                     self._finish(job_id, now)
+            if faults and faults[0][0] <= now:
+                self._fault_events_until(now)
             while i < n and jobs[i].submitted_at <= now:
                 self._submit(jobs[i], now)
                 i += 1
@@ -466,6 +644,35 @@ class _Replay:
             )
 
     # --- results -------------------------------------------------------------------------------
+
+    def fault_metrics(self) -> dict:
+        """The fault replay's figures (results.json `faults.<mode>`)."""
+        jobs = self.jobs
+        first, last = self.window
+
+        def mean(values):
+            return round(sum(values) / len(values), 1) if values else None
+
+        goodput = self.window_busy - self.window_lost_gpu_s
+        return {
+            "goodput_gpu_s": round(goodput, 1),
+            "lost_work_gpu_s": round(self.fault_lost_gpu_s, 1),
+            "jobs_hit": len(self.hit_jobs),
+            "avg_jct_s": round(sum(self.end[j.id] - j.submitted_at for j in jobs) / len(jobs), 1),
+            "time_to_quarantine_s": mean(self.quarantine_s),
+            "time_to_service_s": mean(self.service_s),
+            # What the figures above rest on.
+            "faults": len(self.quarantine_s),
+            "faults_returned": len(self.service_s),
+            "hits": self.hits,
+            "goodput_share": round(goodput / (self.cluster_gpus * (last - first)), 4)
+            if last > first
+            else None,
+            "out_of_service_gpu_s": round(self.out_gpu_s, 1),
+            "preemption_lost_work_gpu_s": round(self.lost_gpu_s, 1),
+            "avg_wait_s": round(sum(self.wait.values()) / len(jobs), 1),
+            "makespan_s": round(max(self.end.values()) - first, 1),
+        }
 
     def metrics(self) -> dict:
         jobs = self.jobs
@@ -509,7 +716,11 @@ class _Replay:
                 else 0.0,
                 "guarantee_shortfall_gpu_s": round(self.shortfall[name], 1),
                 "guarantee_gap_gpu_s": round(self.gap[name], 1),
+                **self._guarantee_figures(name),
             }
+        projects = {
+            name: {"department": parent, **departments[name]} for name, parent in sorted(self.parent.items())
+        }
         return {
             "jobs": len(jobs),
             "makespan_s": round(end - first, 1),
@@ -540,6 +751,18 @@ class _Replay:
             "passes": self.passes,
             "scheduling_wall_s": round(self.pass_wall, 3),
             "departments": departments,
+            **({"projects": projects} if projects else {}),
+        }
+
+    def _guarantee_figures(self, name: str) -> dict:
+        """How well a trace's (department's or project's) guarantee was honoured: `in_quota_gpu_hours`,
+        the GPU-hours it held within its guarantee; `guarantee_met`, the share of what it was owed (at
+        each instant the smaller of its guarantee and its demand) that it held (1.0: always had its
+        guarantee when it asked; None: never owed anything)."""
+        owed = self.owed_gpu_s[name]
+        return {
+            "in_quota_gpu_hours": round(self.in_quota_gpu_s[name] / 3600, 1),
+            "guarantee_met": round(1 - self.gap[name] / owed, 4) if owed > 0 else None,
         }
 
 
@@ -556,6 +779,8 @@ def simulate(
     cluster: Cluster | None = None,
     engine_options: Mapping | None = None,
     fallback_after_s: float | None = DEFAULT_FALLBACK_AFTER_S,
+    faults: FaultPlan | None = None,
+    projects: Mapping[str, str] | None = None,
 ) -> PolicyRun:
     """Replay `traces` (one department each) on a fresh cluster under one placement policy.
 
@@ -564,7 +789,11 @@ def simulate(
     portal's own racks and partitions, for a what-if: scheduling.whatif); it must have nothing allocated.
     `engine_options` go to every `schedule` call (its keyword arguments, e.g. ``max_reservations``): for
     measuring the engine's rules against each other; the default is what the portal runs.
+    `faults` replays a node fault trace with the jobs (the run's `faults` are then its fault figures).
+    `projects` maps a trace to the department it is a project of (module docstring).
     """
+    if faults is not None:
+        _check_fault_plan(faults)
     if policy not in POLICIES:
         raise SimulationError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     if preempted not in PREEMPTION_MODES:
@@ -611,10 +840,15 @@ def simulate(
         float(checkpoint_loss_s),
         engine_options,
         fallback_after_s,
+        faults,
+        projects,
     )
     replay.run()
     metrics = replay.metrics()
     metrics["wall_s"] = round(time.perf_counter() - started, 2)
+    fault_metrics = None
+    if faults is not None:
+        fault_metrics = {**replay.fault_metrics(), "wall_s": metrics["wall_s"]}
     return PolicyRun(
         policy=policy,
         metrics=metrics,
@@ -624,8 +858,33 @@ def simulate(
         busy_gpu_s=replay.busy_bins,
         department_gpu_s=replay.bins,
         waits=[replay.wait[j.id] for j in replay.jobs],
-        capacity=cluster.capacity,
+        capacity=replay.cluster_gpus,
+        faults=fault_metrics,
     )
+
+
+def _engine_departments(guarantees: Mapping[str, int], projects: Mapping[str, str]) -> list[Department]:
+    """The engine's departments: a trace is one, or a project of the department `projects` names (which is
+    guaranteed the sum of its projects' guarantees)."""
+    clash = sorted(set(projects.values()) & (set(guarantees) - set(projects)))
+    unknown = sorted(set(projects) - set(guarantees))
+    if clash or unknown:
+        words = f"{', '.join(unknown)}: no such trace" if unknown else f"{', '.join(clash)}: a trace's own"
+        raise SimulationError(f"projects: {words} (a project's department is not a trace)")
+    departments = [Department(name, g) for name, g in guarantees.items() if name not in projects]
+    for parent in sorted(set(projects.values())):
+        own = tuple(Project(name, guarantees[name]) for name in guarantees if projects.get(name) == parent)
+        departments.append(Department(parent, sum(p.guaranteed for p in own), projects=own))
+    return departments
+
+
+def _check_fault_plan(plan: FaultPlan) -> None:
+    if plan.mode not in FAULT_MODES:
+        raise SimulationError(f"fault handling {plan.mode!r}? (known: {', '.join(FAULT_MODES)})")
+    for name in ("detect_s", "check_s", "manual_delay_s"):
+        value = getattr(plan, name)
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise SimulationError(f"the fault plan's {name} must be a number of seconds >= 0, not {value!r}")
 
 
 def run(
@@ -641,27 +900,57 @@ def run(
     engine_options: Mapping | None = None,
     fallback_after_s: float | None = DEFAULT_FALLBACK_AFTER_S,
     progress=None,
+    faults: FaultPlan | None = None,
+    workers: int | None = None,
+    projects: Mapping[str, str] | None = None,
 ) -> tuple[dict, list[PolicyRun]]:
-    """Replay under each policy; returns (results dict for results.json, the runs for the report)."""
+    """Replay under each policy; returns (results dict for results.json, the runs for the report).
+
+    With `faults` (a plan whose mode is ignored), each policy is replayed twice more with the fault trace,
+    automated and manual (FaultPlan), and its results get ``faults: {automated: {...}, manual: {...}}``.
+    `workers` > 1 runs the replays in that many processes (the figures are the same).
+    `projects` maps a trace to the department it is a project of (module docstring); each policy's results
+    then have `projects` (per project: its department and figures, as `departments` has per trace)."""
+    if faults is not None:
+        _check_fault_plan(faults)
     sizes = parse_layout(layout)
     _check_policies(policies)
     capacity = racks * RACK_TRAYS * GPUS_PER_TRAY
     split = split_guarantees(capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
-    runs = []
+    options = {
+        "span_slowdown": span_slowdown,
+        "guarantees": split,
+        "preempted": preempted,
+        "checkpoint_loss_s": checkpoint_loss_s,
+        "engine_options": engine_options,
+        "fallback_after_s": fallback_after_s,
+        "projects": dict(projects or {}),
+    }
+    _engine_departments(split, options["projects"])  # a wrong mapping fails here, before any replay
+    # Per policy its replay, then with faults handled each way: independent replays, run side by side in
+    # `workers` processes (spawned: the replay is pure Python and shares nothing with the caller).
+    modes = (None, *(FAULT_MODES if faults is not None else ()))
+    tasks = [
+        (traces, racks, sizes, policy, options, None if mode is None else replace(faults, mode=mode))
+        for policy in policies
+        for mode in modes
+    ]
     started = time.perf_counter()
-    for policy in policies:
-        one = simulate(
-            traces,
-            racks,
-            sizes,
-            policy,
-            span_slowdown=span_slowdown,
-            guarantees=split,
-            preempted=preempted,
-            checkpoint_loss_s=checkpoint_loss_s,
-            engine_options=engine_options,
-            fallback_after_s=fallback_after_s,
-        )
+    if workers is not None and workers > 1 and len(tasks) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+            done = list(pool.map(_simulate_task, tasks))
+    else:
+        done = [_simulate_task(task) for task in tasks]
+    runs = []
+    for index in range(len(policies)):
+        own = done[index * len(modes) : (index + 1) * len(modes)]
+        one = own[0]
+        if faults is not None:
+            one.metrics["faults"] = {mode: run.faults for mode, run in zip(modes[1:], own[1:], strict=True)}
         runs.append(one)
         if progress is not None:
             progress(one)
@@ -674,10 +963,34 @@ def run(
         "preempted_jobs": preempted,
         "checkpoint_loss_s": checkpoint_loss_s,
         "fallback_after_s": fallback_after_s,
-        **_workload(traces, capacity, split),
+        **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
+        "projects": options["projects"],  # trace -> its department, for the traces that are projects
+        **_workload(traces, capacity, split, options["projects"]),
         "wall_s": round(time.perf_counter() - started, 2),
     }
     return {"config": config, "policies": {one.policy: one.metrics for one in runs}}, runs
+
+
+def _simulate_task(task: tuple) -> PolicyRun:
+    traces, racks, sizes, policy, options, faults = task
+    return simulate(traces, racks, sizes, policy, faults=faults, **options)
+
+
+def _fault_config(plan: FaultPlan, trays: int) -> dict:
+    """The results' description of the fault replay: the trace, its mapping and the two modes' delays."""
+    mapped = map_faults(plan.trace, trays, 0.0)
+    return {
+        "trace": plan.trace.path,
+        "fleet_nodes": plan.trace.fleet,
+        "trace_faults": len(plan.trace.faults),
+        "cluster_faults": len(mapped),
+        "trays_with_faults": len({f.tray for f in mapped}),
+        "mapping": "each fleet node onto one compute tray: tray t replays the node in place t of the fleet "
+        "(SHA-256 of its id modulo the fleet size); day 0 of the fault trace is the first job submission",
+        "detect_s": plan.detect_s,
+        "check_s": plan.check_s,
+        "manual_delay_s": plan.manual_delay_s,
+    }
 
 
 def _check_policies(policies: Sequence[str]) -> None:
@@ -688,8 +1001,11 @@ def _check_policies(policies: Sequence[str]) -> None:
         raise SimulationError("a policy is listed twice")
 
 
-def _workload(traces: Sequence[Trace], capacity: int, guarantees: Mapping[str, int]) -> dict:
-    """The results' description of what was replayed: jobs, offered load, each department's trace."""
+def _workload(
+    traces: Sequence[Trace], capacity: int, guarantees: Mapping[str, int], projects: Mapping[str, str]
+) -> dict:
+    """The results' description of what was replayed: jobs, offered load, each department's trace (a
+    project's names its department: `project_of`)."""
     jobs = [job for trace in traces for job in trace.jobs]
     first = min(job.submitted_at for job in jobs)
     last = max(job.submitted_at for job in jobs)
@@ -704,6 +1020,7 @@ def _workload(traces: Sequence[Trace], capacity: int, guarantees: Mapping[str, i
                 "jobs": len(trace.jobs),
                 "gpu_hours": round(trace.gpu_hours, 1),
                 "guaranteed_gpus": guarantees[trace.department],
+                **({"project_of": projects[trace.department]} if trace.department in projects else {}),
             }
             for trace in traces
         ],

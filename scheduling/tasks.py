@@ -9,12 +9,14 @@ import logging
 
 from celery import group, shared_task
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from core.audit import audit_context
-from core.enqueue import send_now
-from core.models import AuditSource
+from core.enqueue import one_at_a_time, send_now
+from core.models import AuditSource, NotificationEvent
+from core.notifications import notify
 from scheduling import whatif_runs
 from scheduling.services import SCHEDULE_JOBS, request_pass, run_pass
 from scheduling.usage import SNAPSHOT_FIELDS, department_positions
@@ -32,6 +34,7 @@ def schedule_jobs() -> dict | None:
 
 
 @shared_task(name="scheduling.tasks.schedule_jobs_periodically")
+@one_at_a_time
 def schedule_jobs_periodically() -> dict | None:
     """Beat: a pass even when nothing was submitted (time limits move reservations, capacity changes)."""
     with transaction.atomic():
@@ -48,14 +51,17 @@ def record_quota_snapshots(now=None) -> int:
     """
     now = now or timezone.now()
     taken_at = now.replace(second=0, microsecond=0)
+    positions = list(department_positions(now))
     snapshots = [
         QuotaSnapshot(
             department=position.department,
             taken_at=taken_at,
             **position.figures(),
         )
-        for position in department_positions(now)
+        for position in positions
     ]
+    with transaction.atomic():
+        _notify_changes(snapshots, taken_at)
     QuotaSnapshot.objects.bulk_create(
         snapshots,
         update_conflicts=True,
@@ -65,7 +71,53 @@ def record_quota_snapshots(now=None) -> int:
     return len(snapshots)
 
 
+def _shortfall(row) -> int:
+    """GPUs a department asks for within its guarantee and does not hold."""
+    return min(max(row.guaranteed - row.in_quota, 0), row.pending_demand)
+
+
+def _notify_changes(snapshots: list[QuotaSnapshot], taken_at) -> None:
+    """Tell subscribers (core.notifications, scope department:<slug>) when a department falls short of its
+    guarantee, or its idle GPUs rose, since the previous snapshot: once per change, not every five minutes.
+    A threshold hears only of idle GPUs crossing it (NotificationSubscription.receives)."""
+    before = (
+        QuotaSnapshot.objects.filter(taken_at__lt=taken_at)
+        .order_by("-taken_at")
+        .values_list("taken_at", flat=True)
+    ).first()
+    previous = {}
+    if before is not None:
+        previous = {row.department_id: row for row in QuotaSnapshot.objects.filter(taken_at=before)}
+    for row in snapshots:
+        department, last = row.department, previous.get(row.department_id)
+        scope = f"department:{department.slug}"
+        link = reverse("tenancy:department-detail", args=[department.slug])
+        short = _shortfall(row)
+        if short and (last is None or not _shortfall(last)):
+            notify(
+                NotificationEvent.GUARANTEE_SHORT,
+                f"{department.name} is {short} GPU{'s' if short != 1 else ''} short of its guarantee of "
+                f"{row.guaranteed}: its jobs wait while others hold those GPUs",
+                {"department": department.slug, "short_gpus": short, "guaranteed": row.guaranteed},
+                scope=scope,
+                link=link,
+            )
+        if row.idle and row.idle > (last.idle if last is not None else 0):
+            notify(
+                NotificationEvent.IDLE_GPUS,
+                f"{department.name} has {row.idle} idle GPU{'s' if row.idle != 1 else ''}",
+                {
+                    "department": department.slug,
+                    "idle_gpus": row.idle,
+                    "previous_idle_gpus": last.idle if last is not None else 0,
+                },
+                scope=scope,
+                link=link,
+            )
+
+
 @shared_task(name="scheduling.tasks.snapshot_quotas")
+@one_at_a_time
 def snapshot_quotas() -> int:
     """Beat runs this every five minutes: the quota history the department dashboards chart."""
     return record_quota_snapshots()

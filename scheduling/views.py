@@ -9,7 +9,6 @@ import json
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.utils.cache import patch_vary_headers
@@ -18,6 +17,7 @@ from django_htmx.http import HttpResponseStopPolling
 from hostlist import collect_hostlist
 
 from core.hardware import GPUS_PER_TRAY
+from core.tables import Column, Table
 from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobState, PriorityClass, Topology
 from scheduling.filters import JobFilter
@@ -43,22 +43,57 @@ def _hostlist(hosts) -> str:
     return collect_hostlist(list(hosts)) if hosts else ""
 
 
+JOB_SORTS = {
+    "id": ("pk",),
+    "name": ("name",),
+    "department": ("department__name",),
+    "gpus": ("gpus",),
+    "topology": ("topology",),
+    "class": ("priority_class",),
+    "state": ("state",),
+    "created": ("created_at",),
+    "started": ("started_at",),
+}
+JOB_COLUMNS = [
+    Column("id", lambda j: j.pk),
+    Column("name", lambda j: j.name),
+    Column("department", lambda j: j.department.slug),
+    Column("submitted_by", lambda j: j.submitted_by.get_username() if j.submitted_by else ""),
+    Column("backend", lambda j: j.backend),
+    Column("gpus", lambda j: j.gpus),
+    Column("topology", lambda j: j.topology),
+    Column("priority_class", lambda j: j.priority_class),
+    Column("state", lambda j: j.state),
+    Column("over_quota", lambda j: j.over_quota),
+    Column("pending_reason", lambda j: j.pending_reason),
+    Column("placement", lambda j: _hostlist(j.placement)),
+    Column("exit_code", lambda j: j.exit_code),
+    Column("created_at", lambda j: j.created_at),
+    Column("started_at", lambda j: j.started_at),
+    Column("finished_at", lambda j: j.finished_at),
+]
+
+
 def job_list(request):
-    """Jobs the user may see, filtered (JobFilter, as in the API) and paginated; `request.htmx`: the table
-    only (the page polls it while a shown job is pending, starting or running)."""
-    queryset = (
+    """Jobs the user may see, filtered (JobFilter, as in the API), sorted and paginated (core.tables);
+    `?export=csv|json`: every filtered job; `request.htmx`: the table only (the page polls it while a shown
+    job is pending, starting or running)."""
+    table = Table(request, "jobs", JOB_SORTS, "-created", per_page=JOBS_PER_PAGE)
+    queryset = table.order(
         Job.objects.visible_to(request.user)
         .select_related("department", "submitted_by")
         .defer("work", "backend_message")
-        .order_by("-created_at", "-pk")
     )
-    filterset = JobFilter(request.GET, queryset=queryset)
-    page = Paginator(filterset.qs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    filterset = JobFilter(request.GET, queryset=queryset, request=request)
+    if table.export_format:
+        return table.export(JOB_COLUMNS, filterset.qs)
+    page = table.page(filterset.qs)
     for job in page.object_list:
         job.where = _hostlist(job.placement)
     polling = any(job.is_active for job in page.object_list)
     context = {
         "page": page,
+        "table": table,
         "filter": filterset,
         "polling": polling,
         "poll_seconds": JOB_POLL_SECONDS,
@@ -104,9 +139,13 @@ def _waiting_words(job: Job) -> list[str]:
         f"It asks for {job.gpus} GPU{pluralize(job.gpus)}{shape} {TOPOLOGY_WORDS.get(job.topology, '')}."
     )
     if job.preemptions:
+        # Fault requeues count as preemptions too (each run has its own backend name): told apart here.
+        preempted, requeued = job.preemptions - job.fault_requeues, job.fault_requeues
+        what = [f"preempted {preempted} time{pluralize(preempted)}"] if preempted > 0 else []
+        if requeued:
+            what.append(f"requeued {requeued} time{pluralize(requeued)} after a fault on its trays")
         words.append(
-            f"It was preempted {job.preemptions} time{pluralize(job.preemptions)} and kept its place in the "
-            "queue (queued by submission time)."
+            f"It was {' and '.join(what)} and kept its place in the queue (queued by submission time)."
         )
     return words
 

@@ -21,6 +21,11 @@ How a job row becomes a replayed job (every figure of a what-if rests on these):
 * **Departments.** A department's guarantee is the one it has now (scaled down in proportion when a layout
   has fewer GPUs than the guarantees add up to); weights, limits and priorities are the simulator's
   (weight 1, no limit, priority 0).
+* **Projects.** A job submitted to a project is replayed in that project (the simulator's `projects`:
+  hierarchical fair share, each project with the guarantee it has now). In a department whose projects
+  have jobs in the window, its jobs without a project are one more project, ``<slug>/(no project)``,
+  guaranteed what the department's projects leave of its guarantee (the engine's own leaf for them). A
+  project with no job in the window is not replayed: nothing asks for its guarantee.
 * **Trays.** A layout has every tray in one of its partitions, each with 4 GPUs: the comparison is of the
   layouts, not of today's health. Trays in no partition are left out, as the scheduler leaves them.
 * **Bounds.** At most `MAX_DAYS` days, and the most recent `MAX_JOBS` jobs of them (the notes say when).
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from core.hardware import GPUS_PER_TRAY
@@ -69,6 +74,7 @@ class HistoryJob:
     finished_at: float | None = None
     time_limit_s: float = 3600.0
     earlier_run_s: float = 0.0  # what it ran before its preemptions
+    project: str = ""  # its project's slug ("" for none)
 
 
 @dataclass
@@ -78,8 +84,9 @@ class History:
     window_start: float
     window_end: float
     jobs: list[TraceJob]  # in submission order
-    guarantees: dict[str, int]  # the replayed departments' guaranteed GPUs
+    guarantees: dict[str, int]  # the replayed departments' (and projects') guaranteed GPUs, by trace
     notes: list[str] = field(default_factory=list)
+    projects: dict[str, str] = field(default_factory=dict)  # trace -> its department, for projects
 
     @property
     def departments(self) -> list[str]:
@@ -98,6 +105,7 @@ class History:
             "window": [self.window_start, self.window_end],
             "guarantees": self.guarantees,
             "notes": self.notes,
+            "projects": self.projects,
             "jobs": [
                 [j.id, j.name, j.department, j.submitted_at, j.duration_s, j.trace_gpus] for j in self.jobs
             ],
@@ -110,7 +118,8 @@ class History:
             TraceJob(job_id, name, department, submitted, duration, round_gpus(gpus), gpus)
             for job_id, name, department, submitted, duration, gpus in data["jobs"]
         ]
-        return cls(start, end, jobs, dict(data["guarantees"]), list(data["notes"]))
+        projects = dict(data.get("projects", {}))  # absent from what-ifs saved before projects
+        return cls(start, end, jobs, dict(data["guarantees"]), list(data["notes"]), projects)
 
 
 def _when(t: float) -> str:
@@ -144,10 +153,13 @@ def history(
     *,
     max_jobs: int = MAX_JOBS,
     older: int = 0,
+    projects: Mapping[str, int] | None = None,
 ) -> History:
     """The replay's input from the job rows that touch the window (submitted before its end, and not
     finished before its start); `guarantees`: every department's guaranteed GPUs, by slug. `older`: rows of
-    the window the caller did not read (the oldest, past `max_jobs`): the notes count them."""
+    the window the caller did not read (the oldest, past `max_jobs`): the notes count them. `projects`:
+    every project's guaranteed GPUs, by ``<department slug>/<project slug>`` (module docstring, Projects)."""
+    projects = dict(projects or {})
     jobs: list[TraceJob] = []
     never_ran = carried = waiting = running = 0
     for row in rows:
@@ -172,7 +184,13 @@ def history(
         running += row.state in (STARTING, RUNNING)
         jobs.append(
             TraceJob(
-                row.id, row.name, row.department, submitted, max(1.0, run), round_gpus(row.gpus), row.gpus
+                row.id,
+                row.name,
+                _trace_of(row, projects),
+                submitted,
+                max(1.0, run),
+                round_gpus(row.gpus),
+                row.gpus,
             )
         )
     jobs.sort(key=lambda job: (job.submitted_at, job.id))
@@ -202,14 +220,43 @@ def history(
             f"run so far when that is longer): {_plural(running, 'running job')}, "
             f"{_plural(waiting, 'waiting job')}."
         )
-    present = {job.department for job in jobs}
-    return History(
-        window_start,
-        window_end,
-        jobs,
-        {slug: int(guarantees.get(slug, 0)) for slug in sorted(present)},
-        notes,
-    )
+    jobs, replayed, parents = _project_traces(jobs, guarantees, projects)
+    return History(window_start, window_end, jobs, replayed, notes, parents)
+
+
+NO_PROJECT = "(no project)"  # a department's work without a project, beside its projects' (tenancy.quota)
+
+
+def _trace_of(row: HistoryJob, projects: Mapping[str, int]) -> str:
+    """The trace a job row is replayed in: its project's (``<slug>/<project>``) or its department's."""
+    key = f"{row.department}/{row.project}"
+    return key if row.project and key in projects else row.department
+
+
+def _project_traces(
+    jobs: list[TraceJob], guarantees: Mapping[str, int], projects: Mapping[str, int]
+) -> tuple[list[TraceJob], dict[str, int], dict[str, str]]:
+    """The jobs with project-less work of departments with projects moved to ``<slug>/(no project)``, the
+    guarantee of every trace, and the simulator's `projects` (trace -> department)."""
+    with_projects = {job.department.split("/")[0] for job in jobs if "/" in job.department}
+    moved = [
+        replace(job, department=f"{job.department}/{NO_PROJECT}") if job.department in with_projects else job
+        for job in jobs
+    ]
+    replayed: dict[str, int] = {}
+    parents: dict[str, str] = {}
+    for name in sorted({job.department for job in moved}):
+        department, _, project = name.partition("/")
+        if not project:
+            replayed[name] = int(guarantees.get(name, 0))
+            continue
+        parents[name] = department
+        if project == NO_PROJECT:
+            own = sum(gpus for key, gpus in projects.items() if key.split("/")[0] == department)
+            replayed[name] = max(0, int(guarantees.get(department, 0)) - own)
+        else:
+            replayed[name] = int(projects[name])
+    return moved, replayed, parents
 
 
 # --- layouts ---------------------------------------------------------------------------------------------
@@ -349,6 +396,7 @@ def replay(history: History, specs: Sequence[TraySpec], **options) -> dict:
             policy=RACKPLANE,
             guarantees=guarantees,
             cluster=Cluster(specs),
+            projects=history.projects,
             **options,
         )
     except SimulationError as error:

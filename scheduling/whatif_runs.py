@@ -29,7 +29,7 @@ from scheduling import whatif
 from scheduling.choices import WHATIF_ACTIVE_STATES, JobEventKind, WhatIfState
 from scheduling.models import Job, JobEvent, WhatIfLayout, WhatIfRun
 from scheduling.whatif import Carving, History, HistoryJob, Tray, WhatIfError
-from tenancy.models import Department
+from tenancy.models import Department, Project
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,11 @@ def history(days: int, now: datetime | None = None) -> History:
             "finished_at",
             "time_limit_minutes",
             "preemptions",
+            "project__slug",
         )[: whatif.MAX_JOBS]
     )
     older = window.count() - len(rows) if len(rows) == whatif.MAX_JOBS else 0
-    earlier = _earlier_runs([pk for pk, *_rest, preemptions in rows if preemptions])
+    earlier = _earlier_runs([pk for pk, *_rest, preemptions, _project in rows if preemptions])
     jobs = [
         HistoryJob(
             id=pk,
@@ -89,11 +90,20 @@ def history(days: int, now: datetime | None = None) -> History:
             finished_at=_epoch(finished),
             time_limit_s=limit * 60.0,
             earlier_run_s=earlier.get(pk, 0.0),
+            project=project or "",
         )
-        for pk, name, department, gpus, state, created, started, placed, finished, limit, _ in rows
+        for pk, name, department, gpus, state, created, started, placed, finished, limit, _, project in rows
     ]
     guarantees = dict(Department.objects.values_list("slug", "guaranteed_gpus"))
-    return whatif.history(jobs, start.timestamp(), now.timestamp(), guarantees, older=older)
+    projects = {
+        f"{department}/{slug}": gpus
+        for department, slug, gpus in Project.objects.values_list(
+            "department__slug", "slug", "guaranteed_gpus"
+        )
+    }
+    return whatif.history(
+        jobs, start.timestamp(), now.timestamp(), guarantees, older=older, projects=projects
+    )
 
 
 def _earlier_runs(job_ids: list[int]) -> dict[int, float]:

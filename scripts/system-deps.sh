@@ -2,7 +2,8 @@
 # Install the Debian packages the test suite needs, if missing: PostgreSQL's server, Redis, Chromium,
 # openssl + curl for the Kubernetes testbed's certificates and readiness checks, OpenLDAP's slapd and
 # ldap-utils for the identity testbed (scripts/idp-testbed.sh), the libldap/libsasl headers python-ldap
-# (django-auth-ldap) builds against, and Node.js + npm, which run the test OpenID Provider. (Go, which builds the test
+# (django-auth-ldap) builds against, Node.js + npm, which run the test OpenID Provider, and Prometheus, which
+# the telemetry tests start themselves (tests/tenancy/prometheus_server.py). (Go, which builds the test
 # API server once, is not taken from Debian: bookworm's is too old for Kubernetes 1.36; the script says so.)
 # Runs `apt-get update` only when something has to be installed.
 set -euo pipefail
@@ -17,6 +18,7 @@ command -v curl >/dev/null || missing+=(curl)
 # Debian keeps slapd and slapadd in /usr/sbin.
 PATH="$PATH:/usr/sbin" command -v slapd >/dev/null || missing+=(slapd)
 command -v ldapsearch >/dev/null || missing+=(ldap-utils)
+command -v prometheus >/dev/null || missing+=(prometheus)
 [ -f /usr/include/ldap.h ] || missing+=(libldap2-dev)
 [ -f /usr/include/sasl/sasl.h ] || missing+=(libsasl2-dev)
 # Node.js 20.12+ with npm (NodeSource's nodejs package bundles npm; Debian's needs its npm package).
@@ -27,7 +29,7 @@ elif ! command -v npm >/dev/null; then
 fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    log "system packages present (postgresql, redis-server, chromium, openssl, curl, slapd, ldap-utils, libldap2-dev, libsasl2-dev, nodejs)"
+    log "system packages present (postgresql, redis-server, chromium, openssl, curl, slapd, ldap-utils, libldap2-dev, libsasl2-dev, nodejs, prometheus)"
     exit 0
 fi
 
@@ -35,8 +37,17 @@ command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to in
 log "installing Debian packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
-as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+# Prometheus without its recommends (node exporter, alertmanager ...): the tests need only the server binary.
+others=()
+for package in "${missing[@]}"; do [ "$package" = prometheus ] || others+=("$package"); done
+if [ "${#others[@]}" -gt 0 ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${others[@]}"
+fi
+if [ "${#others[@]}" -lt "${#missing[@]}" ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
+fi
 
 find_pg_bindir >/dev/null || die "postgresql installed, but initdb still cannot be found"
 command -v redis-server >/dev/null || die "redis-server installed, but it is not on PATH"
 command -v chromium >/dev/null || die "chromium installed, but it is not on PATH"
+command -v prometheus >/dev/null || die "prometheus installed, but it is not on PATH"

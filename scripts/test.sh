@@ -6,6 +6,8 @@
 # the import-layer contracts (import-linter), migrations and the full pytest suite (browser tests included) on PostgreSQL. The services are always stopped.
 # The suite includes the bounded schemathesis run of the API against its OpenAPI document
 # (tests/test_openapi_fuzz.py, a member's, an admin's and the node agent's token); `make fuzz` is the long one.
+# The production-stack tests (tests/stack, also `make test-stack`) run in the same pytest run: they start
+# their own PostgreSQL, Redis, gunicorn replicas, Celery workers and beat, whatever the services below are.
 # Extra arguments go to pytest (e.g. `scripts/test.sh tests/e2e -x`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

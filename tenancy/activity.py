@@ -10,6 +10,13 @@
 
 Recording is bulk: a fixed handful of queries per call whatever the number of samples (one node's four
 GPUs or a whole rack's 72), because the scrape runs every minute for every exporter.
+
+Two sources (tenancy.metrics_source): the direct scrape or push records 5-minute buckets per GPU
+(``record_samples``), downsampled to hourly past a day and capped per GPU (``downsample_history``); with the
+site's Prometheus as the source the cycle records only the derived idle state (``record_activity`` with
+``keep_history=False``) and per-GPU history is read from Prometheus when a chart asks. Either way a GPU
+with no sample for ``STALE_AFTER`` (direct) or none in the query window (Prometheus) has no activity row:
+"no data", never idle.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Avg, Count, F, Max, Sum, Window
+from django.db.models.functions import RowNumber, TruncHour
 from django.utils import timezone
 
 from inventory.models import Gpu
@@ -27,6 +36,13 @@ from tenancy.telemetry import Sample
 
 # Parameters per IN (...) list: far below SQLite's 32,766 host parameters, and a full rack is 72 GPUs.
 CHUNK = 2000
+# Direct source: an activity row not refreshed for this long is dropped ("no data", not idle).
+STALE_AFTER = timedelta(minutes=10)
+# 5-minute buckets older than this are merged into hourly ones.
+FULL_RESOLUTION = timedelta(days=1)
+HOUR_SECONDS = 3600
+# Rows per GPU kept at most: a day of 5-minute buckets and 29 days of hourly ones.
+MAX_ROWS_PER_GPU = 288 + 29 * 24
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,7 @@ class RecordResult:
     unknown_gpus: tuple[str, ...] = ()  # UUIDs not in the inventory (reported, never created)
     skipped: int = 0  # samples dropped: a second sample of one GPU in the same call, folded into the first
     stale: int = 0  # recorded into history only: the GPU already has a newer latest sample
+    forgotten: int = 0  # activity rows dropped: GPUs with no sample in the window ("no data")
 
     def as_dict(self) -> dict:
         return {"recorded": self.recorded, "unknown_gpus": list(self.unknown_gpus), "skipped": self.skipped}
@@ -84,17 +101,108 @@ def record_samples(samples: Iterable[Sample], at: datetime | None = None) -> Rec
     return _record(values, duplicates, at or timezone.now())
 
 
+def record_activity(
+    values: dict[str, float],
+    at: datetime,
+    *,
+    low_for_window: dict[str, float] | None = None,
+    forget_others: bool = False,
+) -> RecordResult:
+    """Store each GPU's latest utilization (UUID -> percent) and its idle run, no history (Prometheus source).
+
+    `low_for_window`: UUID -> the highest utilization over the whole idle window (tenancy.prometheus
+    low_for_window); a GPU whose highest is under the threshold has been low at least since the window began,
+    so its run is dated back to then (the portal may have just started, or the source just changed).
+    `forget_others`: `values` is the whole fleet, so every GPU not in it has no data now: its row goes.
+    """
+    if not values:
+        removed = GpuActivity.objects.all().delete()[0] if forget_others else 0
+        return RecordResult(recorded=0, forgotten=removed)
+    if connection.vendor == "postgresql":
+        return _record_activity_postgresql(values, at, low_for_window or {}, forget_others)
+    return _record(
+        values, 0, at, keep_history=False, low_for_window=low_for_window or {}, forget_others=forget_others
+    )
+
+
 @transaction.atomic
-def _record(values: dict[str, float], duplicates: int, at: datetime) -> RecordResult:
-    threshold = TenancySettings.load().idle_threshold_percent
+def _record_activity_postgresql(
+    values: dict[str, float], at: datetime, low_for_window: dict[str, float], forget_others: bool
+) -> RecordResult:
+    """`record_activity` as one INSERT ... ON CONFLICT for the whole fleet (72,000 GPUs: one statement
+    instead of ~110 and no model objects), with the same rules as `_record`: the run of low samples goes
+    on or starts now, ends at or above the threshold, is dated back to the window's start when Prometheus
+    saw the GPU low for all of it; a sample older than the stored one is left out (`stale`)."""
+    settings = TenancySettings.load()
+    threshold = settings.idle_threshold_percent
+    window_start = at - timedelta(minutes=settings.idle_window_minutes)
+    uuids = list(values)
+    numbers = [values[uuid] for uuid in uuids]
+    low_before = [low_for_window.get(uuid, threshold) < threshold for uuid in uuids]
+    activity, gpu = GpuActivity._meta.db_table, Gpu._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH incoming (uuid, value, low_before) AS (
+                SELECT * FROM unnest(%s::text[], %s::float8[], %s::bool[])
+            )
+            INSERT INTO {activity} AS old (gpu_id, utilization, sampled_at, low_since)
+            SELECT gpu.id, incoming.value, %s,
+                   CASE WHEN incoming.value < %s
+                        THEN CASE WHEN incoming.low_before THEN %s::timestamptz ELSE %s::timestamptz END
+                   END
+            FROM incoming JOIN {gpu} AS gpu ON gpu.uuid = incoming.uuid
+            ORDER BY gpu.id
+            ON CONFLICT (gpu_id) DO UPDATE SET
+                utilization = EXCLUDED.utilization,
+                sampled_at = EXCLUDED.sampled_at,
+                low_since = CASE WHEN EXCLUDED.low_since IS NULL THEN NULL
+                                 ELSE LEAST(COALESCE(old.low_since, EXCLUDED.low_since), EXCLUDED.low_since)
+                            END
+            WHERE old.sampled_at <= EXCLUDED.sampled_at
+            """,
+            [uuids, numbers, low_before, at, threshold, window_start, at],
+        )
+        recorded = cursor.rowcount
+        cursor.execute(
+            f"SELECT u FROM unnest(%s::text[]) AS u WHERE NOT EXISTS (SELECT 1 FROM {gpu} WHERE uuid = u)",
+            [uuids],
+        )
+        unknown = tuple(sorted(row[0] for row in cursor.fetchall()))
+    forgotten = GpuActivity.objects.filter(sampled_at__lt=at).delete()[0] if forget_others else 0
+    return RecordResult(
+        recorded=recorded,
+        unknown_gpus=unknown,
+        stale=len(uuids) - len(unknown) - recorded,
+        forgotten=forgotten,
+    )
+
+
+@transaction.atomic
+def _record(
+    values: dict[str, float],
+    duplicates: int,
+    at: datetime,
+    *,
+    keep_history: bool = True,
+    low_for_window: dict[str, float] | None = None,
+    forget_others: bool = False,
+) -> RecordResult:
+    settings = TenancySettings.load()
+    threshold = settings.idle_threshold_percent
+    window_start = at - timedelta(minutes=settings.idle_window_minutes)
 
     gpu_of: dict[str, int] = {}
     for chunk in _chunks(sorted(values)):
         gpu_of.update(Gpu.objects.filter(uuid__in=chunk).values_list("uuid", "pk"))
     unknown = tuple(sorted(uuid for uuid in values if uuid not in gpu_of))
     by_gpu = {pk: values[uuid] for uuid, pk in gpu_of.items()}
+    low_before = {
+        pk for uuid, pk in gpu_of.items() if (low_for_window or {}).get(uuid, threshold) < threshold
+    }
     if not by_gpu:
-        return RecordResult(recorded=0, unknown_gpus=unknown, skipped=duplicates)
+        removed = GpuActivity.objects.all().delete()[0] if forget_others else 0
+        return RecordResult(recorded=0, unknown_gpus=unknown, skipped=duplicates, forgotten=removed)
     gpu_ids = sorted(by_gpu)  # a fixed lock order, so concurrent recorders cannot deadlock
 
     latest: dict[int, tuple[datetime, datetime | None]] = {}
@@ -116,6 +224,8 @@ def _record(values: dict[str, float], duplicates: int, at: datetime) -> RecordRe
             continue
         # Under the threshold: the run of low samples goes on (or starts now). At or above: it ends.
         low_since = (low_since or at) if value < threshold else None
+        if low_since is not None and gpu_id in low_before:
+            low_since = min(low_since, window_start)  # Prometheus saw it low for the whole window
         activity.append(GpuActivity(gpu_id=gpu_id, utilization=value, sampled_at=at, low_since=low_since))
     GpuActivity.objects.bulk_create(
         activity,
@@ -124,6 +234,13 @@ def _record(values: dict[str, float], duplicates: int, at: datetime) -> RecordRe
         unique_fields=["gpu"],
         update_fields=["utilization", "sampled_at", "low_since"],
     )
+    forgotten = 0
+    if forget_others:  # every row this cycle wrote has sampled_at == at: the rest had no sample
+        forgotten = GpuActivity.objects.filter(sampled_at__lt=at).delete()[0]
+    if not keep_history:
+        return RecordResult(
+            recorded=len(gpu_ids), unknown_gpus=unknown, skipped=duplicates, stale=stale, forgotten=forgotten
+        )
 
     start = bucket_start(at)
     existing: dict[int, tuple[float, float, int]] = {}
@@ -171,3 +288,95 @@ def prune_history(now: datetime | None = None) -> PruneResult:
         quota_snapshots=QuotaSnapshot.objects.filter(taken_at__lt=snapshots_before).delete()[0],
         cutoffs={"utilization_buckets": buckets_before, "quota_snapshots": snapshots_before},
     )
+
+
+def forget_stale_activity(now: datetime | None = None) -> int:
+    """Drop activity rows not refreshed for STALE_AFTER (direct source): a GPU whose exporter stopped
+    answering has no data, and is never idle on a months-old low sample. Returns how many went."""
+    before = (now or timezone.now()) - STALE_AFTER
+    return GpuActivity.objects.filter(sampled_at__lt=before).delete()[0]
+
+
+@dataclass(frozen=True)
+class DownsampleResult:
+    merged: int  # 5-minute buckets folded into hourly ones
+    hourly: int  # hourly buckets written
+    capped: int  # buckets deleted past MAX_ROWS_PER_GPU
+
+
+@transaction.atomic
+def downsample_history(
+    now: datetime | None = None, max_rows_per_gpu: int = MAX_ROWS_PER_GPU
+) -> DownsampleResult:
+    """Merge 5-minute buckets older than FULL_RESOLUTION into hourly ones, and keep at most
+    `max_rows_per_gpu` rows per GPU (the newest).
+
+    An hourly bucket's mean is the sample-weighted mean of its 5-minute ones, its peak their highest, its
+    samples their sum: the same figures the 5-minute rows gave. Whole hours only, so an hour is never split
+    between the two resolutions. A handful of statements whatever the fleet size.
+    """
+    now = now or timezone.now()
+    cutoff = bucket_start(now - FULL_RESOLUTION)
+    cutoff -= timedelta(seconds=int(cutoff.timestamp()) % HOUR_SECONDS)
+    old = GpuUtilization.objects.filter(bucket_start__lt=cutoff, seconds__lt=HOUR_SECONDS)
+    hours = list(
+        old.annotate(hour=TruncHour("bucket_start"))
+        .order_by()
+        .values("gpu_id", "hour")
+        .annotate(weighted=Sum(F("mean") * F("samples")), n=Sum("samples"), top=Max("peak"), rows=Count("pk"))
+    )
+    merged = old.delete()[0] if hours else 0
+    rows = [
+        GpuUtilization(
+            gpu_id=row["gpu_id"],
+            bucket_start=row["hour"],
+            mean=row["weighted"] / row["n"] if row["n"] else 0.0,
+            peak=row["top"],
+            samples=row["n"],
+            seconds=HOUR_SECONDS,
+        )
+        for row in hours
+    ]
+    GpuUtilization.objects.bulk_create(rows, batch_size=CHUNK)
+    ranked = GpuUtilization.objects.annotate(
+        rank=Window(RowNumber(), partition_by=[F("gpu_id")], order_by=F("bucket_start").desc())
+    ).filter(rank__gt=max_rows_per_gpu)
+    extra = list(ranked.values_list("pk", flat=True))
+    capped = 0
+    for chunk in _chunks(extra):
+        capped += GpuUtilization.objects.filter(pk__in=chunk).delete()[0]
+    return DownsampleResult(merged=merged, hourly=len(rows), capped=capped)
+
+
+def bucket_history(
+    uuids: list[str], start: datetime, end: datetime
+) -> dict[str, list[tuple[datetime, float]]]:
+    """Each GPU's stored buckets (direct source) between start and end: UUID -> [(bucket start, mean)]."""
+    out: dict[str, list[tuple[datetime, float]]] = {uuid: [] for uuid in uuids}
+    for chunk in _chunks(sorted(set(uuids))):
+        rows = (
+            GpuUtilization.objects.filter(gpu__uuid__in=chunk, bucket_start__gte=start, bucket_start__lte=end)
+            .order_by("gpu__uuid", "bucket_start")
+            .values_list("gpu__uuid", "bucket_start", "mean")
+        )
+        for uuid, at, mean in rows:
+            out[uuid].append((at, mean))
+    return out
+
+
+def department_utilization() -> dict[int, dict]:
+    """Each department's GPUs held by its running jobs: their mean latest utilization and how many have
+    data, from the activity rows (whichever source filled them). One GROUP BY query.
+
+    An Allocation exists only while its job holds GPUs (scheduling), so "held" needs no job state here.
+    """
+    rows = (
+        GpuActivity.objects.filter(gpu__allocations__isnull=False)
+        .order_by()
+        .values("gpu__allocations__job__department_id")
+        .annotate(mean=Avg("utilization"), gpus=Count("gpu_id"))
+    )
+    return {
+        row["gpu__allocations__job__department_id"]: {"mean": row["mean"], "gpus_with_data": row["gpus"]}
+        for row in rows
+    }

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from core.enqueue import send_now
+from tenancy.metrics_source import check_connection
 from tenancy.models import (
     DedicatedPartition,
     Department,
@@ -28,9 +29,14 @@ from tenancy.models import (
     GpuUtilization,
     GroupRoleRule,
     Membership,
+    MetricsSource,
+    Project,
+    ProjectMembership,
     QuotaSnapshot,
     TenancySettings,
 )
+from tenancy.projects import create_project, delete_project, set_project_member, update_project
+from tenancy.prometheus import PrometheusError, QueryConfig
 from tenancy.services import (
     ISOLATION_FIELDS,
     QUOTA_FIELDS,
@@ -245,6 +251,85 @@ class MembershipAdmin(admin.ModelAdmin):
             self.message_user(request, message, messages.ERROR)
 
 
+# --- projects (tenancy.projects: guarantees that fit the department's, names, members of the department) ----
+
+PROJECT_FIELDS = ["name", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus"]
+
+
+def _save_project(user, instance: Project) -> Project:
+    values = {name: getattr(instance, name) for name in PROJECT_FIELDS}
+    if instance.pk:
+        return update_project(user, Project.objects.get(pk=instance.pk), **values)
+    return create_project(user, instance.department, **values)
+
+
+class ProjectAdminForm(ServiceCheckedForm):
+    saved_by = None  # the admin saving it (ProjectAdmin.get_form)
+
+    class Meta:
+        model = Project
+        fields = ["department", *PROJECT_FIELDS]
+
+    def run_service(self, instance):
+        _save_project(self.saved_by, instance)
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    form = ProjectAdminForm
+    list_display = ["name", "department", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus"]
+    list_filter = ["department"]
+    search_fields = ["name", "slug", "department__name"]
+    list_select_related = ["department"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        form.saved_by = request.user
+        return form
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["department"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        project = _save_project(request.user, obj)
+        obj.pk, obj.created_at, obj.updated_at = project.pk, project.created_at, project.updated_at
+        obj._state.adding = False
+
+    def delete_model(self, request, obj):
+        delete_project(request.user, obj)
+
+
+class ProjectMembershipAdminForm(ServiceCheckedForm):
+    saved_by = None  # the admin saving it (ProjectMembershipAdmin.get_form)
+
+    class Meta:
+        model = ProjectMembership
+        fields = ["user", "project", "role"]
+
+    def run_service(self, instance):
+        set_project_member(self.saved_by, instance.project, instance.user, instance.role)
+
+
+@admin.register(ProjectMembership)
+class ProjectMembershipAdmin(admin.ModelAdmin):
+    form = ProjectMembershipAdminForm
+    list_display = ["user", "project", "role", "origin", "created_at"]
+    list_filter = ["role", "origin", "project__department"]
+    search_fields = ["user__username", "project__name"]
+    list_select_related = ["user", "project__department"]
+    autocomplete_fields = ["user"]
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        form.saved_by = request.user
+        return form
+
+    def save_model(self, request, obj, form, change):
+        membership = set_project_member(request.user, obj.project, obj.user, obj.role)
+        obj.pk, obj.created_at = membership.pk, membership.created_at
+        obj._state.adding = False
+
+
 # --- identity providers: group rules and linked identities (tenancy.identity) ------------------------------
 
 
@@ -253,10 +338,10 @@ class GroupRoleRuleAdmin(admin.ModelAdmin):
     """Which identity-provider group gives which role. Applied at each sign-in through OpenID Connect or LDAP:
     a change here takes effect at the person's next sign-in."""
 
-    list_display = ["group", "role", "department", "description", "created_at"]
+    list_display = ["group", "role", "department", "project", "description", "created_at"]
     list_filter = ["role", "department"]
-    search_fields = ["group", "description", "department__name"]
-    autocomplete_fields = ["department"]
+    search_fields = ["group", "description", "department__name", "project__name"]
+    autocomplete_fields = ["department", "project"]
     readonly_fields = ["created_at"]
 
 
@@ -440,6 +525,158 @@ class ExporterEndpointAdmin(admin.ModelAdmin):
         for endpoint in queryset.filter(enabled=True):
             endpoint.enabled = False
             endpoint.save(update_fields=["enabled"])
+
+
+class MetricsSourceForm(forms.ModelForm):
+    """The token and password are write-only: never shown back; left empty, the saved one stays."""
+
+    url = forms.URLField(
+        required=False,
+        max_length=500,
+        assume_scheme="https",
+        help_text=MetricsSource._meta.get_field("url").help_text,
+    )
+    bearer_token = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Sent as 'Authorization: Bearer'. Leave empty to keep the saved one.",
+    )
+    password = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Leave empty to keep the saved one.",
+    )
+    clear_credentials = forms.BooleanField(
+        required=False, help_text="Remove the saved token, user name and password."
+    )
+
+    class Meta:
+        model = MetricsSource
+        fields = [
+            "kind",
+            "url",
+            "bearer_token",
+            "username",
+            "password",
+            "ca_file",
+            "timeout_seconds",
+            "window_seconds",
+            "metric",
+            "uuid_label",
+            "gpu_label",
+            "hostname_label",
+            "selector",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is None:
+            self.instance.pk = 1  # the singleton row
+        self._saved = (self.instance.bearer_token, self.instance.password)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("clear_credentials"):
+            data["bearer_token"], data["username"], data["password"] = "", "", ""
+        else:
+            data["bearer_token"] = data.get("bearer_token") or (
+                self._saved[0] if not data.get("username") else ""
+            )
+            data["password"] = data.get("password") or (self._saved[1] if data.get("username") else "")
+        self.instance.bearer_token, self.instance.password = data["bearer_token"], data["password"]
+        ca_file = (data.get("ca_file") or "").strip()
+        if ca_file and not ca_file.startswith("/"):
+            self.add_error("ca_file", "Give the CA bundle's absolute path, e.g. /etc/ssl/certs/site-ca.pem.")
+        config = QueryConfig(
+            metric=data.get("metric") or "",
+            uuid_label=data.get("uuid_label") or "",
+            gpu_label=data.get("gpu_label") or "",
+            hostname_label=data.get("hostname_label") or "",
+            selector=data.get("selector") or "",
+        )
+        for problem in config.problems():
+            self.add_error(None, problem[0].upper() + problem[1:] + ".")
+        return data
+
+
+@admin.register(MetricsSource)
+class MetricsSourceAdmin(admin.ModelAdmin):
+    """Where GPU utilization comes from (tenancy.metrics_source); "Save and test connection" runs the
+    cycle's query and says what it found."""
+
+    form = MetricsSourceForm
+    change_form_template = "admin/tenancy/metricssource/change_form.html"
+    readonly_fields = ["credentials", "last_polled_at", "last_series_count", "last_error"]
+    fieldsets = [
+        (None, {"fields": ["kind"]}),
+        (
+            "Prometheus query API",
+            {
+                "fields": [
+                    "url",
+                    "credentials",
+                    "bearer_token",
+                    ("username", "password"),
+                    "clear_credentials",
+                    "ca_file",
+                    "timeout_seconds",
+                ]
+            },
+        ),
+        (
+            "What to ask for",
+            {
+                "fields": [
+                    "metric",
+                    "window_seconds",
+                    ("uuid_label", "gpu_label", "hostname_label"),
+                    "selector",
+                ]
+            },
+        ),
+        ("Last cycle", {"fields": ["last_polled_at", "last_series_count", "last_error"]}),
+    ]
+
+    @admin.display(description="Saved credentials")
+    def credentials(self, obj):
+        if obj.bearer_token:
+            return "A bearer token (not shown)."
+        if obj.username:
+            return f"User {obj.username} and a password (not shown)."
+        return "None."
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and not MetricsSource.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        source = MetricsSource.load()
+        if self.has_view_or_change_permission(request, source):
+            return HttpResponseRedirect(
+                reverse(
+                    "admin:tenancy_metricssource_change", args=[source.pk], current_app=self.admin_site.name
+                )
+            )
+        return super().changelist_view(request, extra_context)
+
+    def response_change(self, request, obj):
+        if "_test_connection" not in request.POST:
+            return super().response_change(request, obj)
+        if not obj.is_prometheus:
+            self.message_user(
+                request,
+                "Saved. The direct source has no connection to test: choose Prometheus.",
+                messages.WARNING,
+            )
+        else:
+            try:
+                self.message_user(request, "Saved. " + check_connection(obj))
+            except PrometheusError as error:
+                advice = f" ({error.what_to_do})" if error.what_to_do else ""
+                self.message_user(request, f"Saved, but the test failed: {error}{advice}.", messages.ERROR)
+        return HttpResponseRedirect(request.path)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -12,6 +12,10 @@ person and their groups:
   provider gave earlier whose group is gone are removed. Roles granted by hand (or by the other provider)
   are left alone, whatever the groups say. Every change goes through tenancy.services and is audited
   (core.audit) with the provider as its source and the person signing in as the actor.
+* A rule naming a project gives the project's role (ProjectMembership, its `origin` the provider, as a
+  department Membership's) and at least membership of its department (a project's people are its
+  department's). Project roles are re-synced like department roles: those this provider gave whose group
+  is gone are removed, those granted by hand stay.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from tenancy.models import (
     GrantedRole,
     GroupRoleRule,
     Membership,
+    ProjectMembership,
+    ProjectRole,
     RoleOrigin,
 )
 from tenancy.services import remove_membership, set_membership
@@ -145,15 +151,27 @@ def sync_roles(user, groups: Iterable, provider: str, prefix: str = "") -> SyncR
     link = ExternalIdentity.objects.select_for_update().get(provider=provider, user=user)
     in_scope = groups_in_scope(groups, prefix)
     result = SyncResult(groups=in_scope)
-    rules = list(GroupRoleRule.objects.filter(group__in=in_scope).select_related("department"))
+    rules = list(
+        GroupRoleRule.objects.filter(group__in=in_scope).select_related("department", "project__department")
+    )
 
     wanted: dict[int, tuple] = {}  # department id -> (role, department, group)
+    wanted_projects: dict[int, tuple] = {}  # project id -> (project role, project, group)
     for rule in rules:
         if rule.role == GrantedRole.PLATFORM_ADMIN:
             continue
+        role = Role(rule.role)
+        if rule.project_id is not None:
+            if rule.project.department_id != rule.department_id:  # GroupRoleRule.clean refuses it
+                logger.warning("group rule %s ignored: its project is not its department's", rule.pk)
+                continue
+            current = wanted_projects.get(rule.project_id)
+            if current is None or RANK[Role(rule.role)] > RANK[Role(current[0])]:
+                wanted_projects[rule.project_id] = (ProjectRole(rule.role), rule.project, rule.group)
+            role = Role.MEMBER  # the project's people are members of its department at least
         current = wanted.get(rule.department_id)
-        if current is None or RANK[rule.role] > RANK[current[0]]:
-            wanted[rule.department_id] = (Role(rule.role), rule.department, rule.group)
+        if current is None or RANK[role] > RANK[current[0]]:
+            wanted[rule.department_id] = (role, rule.department, rule.group)
     wants_admin = any(rule.role == GrantedRole.PLATFORM_ADMIN for rule in rules)
 
     with audit_context(provider, actor=user):
@@ -178,6 +196,7 @@ def sync_roles(user, groups: Iterable, provider: str, prefix: str = "") -> SyncR
             set_membership(department, user.get_username(), role, origin=provider, keep_a_lead=False)
             described = f"{role.label.lower()} of {department} (group {group})"
             (result.changed if membership is not None else result.added).append(described)
+        _sync_project_roles(user, wanted_projects, provider, result)
         result.admin = _sync_admin(user, link, wants_admin, provider)
         # Bearer tokens sync at every API request: the sign-in time is kept to the minute, not rewritten
         # at each request.
@@ -198,6 +217,43 @@ def sync_roles(user, groups: Iterable, provider: str, prefix: str = "") -> SyncR
             result.admin,
         )
     return result
+
+
+def _sync_project_roles(user, wanted: dict[int, tuple], provider: str, result: SyncResult) -> None:
+    """The project roles the rules give (`wanted`: project id -> (role, project, group)): added or changed
+    when this provider gave them or nobody did; removed when this provider gave them and no group does any
+    more; left alone when granted by hand. Runs after the department roles, so that the department
+    membership a project role needs is there (a person whose department membership was removed has left
+    the department's projects with it, tenancy.projects.forget_department_member)."""
+    held = {
+        m.project_id: m
+        for m in ProjectMembership.objects.select_for_update()
+        .filter(user=user)
+        .select_related("project__department")
+    }
+    for project_id, membership in held.items():
+        if membership.origin == provider and project_id not in wanted:
+            membership.delete()
+            result.removed.append(f"{membership.get_role_display().lower()} of {membership.project}")
+    departments = set(Membership.objects.filter(user=user).values_list("department_id", flat=True))
+    for project_id, (role, project, group) in sorted(wanted.items(), key=lambda item: str(item[1][1])):
+        membership = held.get(project_id)
+        if membership is not None and membership.origin != provider:
+            result.kept_by_hand.append(f"{membership.get_role_display().lower()} of {project}")
+            continue
+        if membership is not None and membership.role == role:
+            continue
+        if project.department_id not in departments:
+            # Only when the department membership is someone else's say and was not there: cannot happen
+            # through the rules alone (a project rule asks for the department membership too).
+            continue
+        if membership is None:
+            ProjectMembership.objects.create(user=user, project=project, role=role, origin=provider)
+        else:
+            membership.role = role
+            membership.save(update_fields=["role"])
+        described = f"{role.label.lower()} of {project} (group {group})"
+        (result.changed if membership is not None else result.added).append(described)
 
 
 def _sync_admin(user, link: ExternalIdentity, wants_admin: bool, provider: str) -> str:

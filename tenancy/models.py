@@ -7,11 +7,20 @@ may borrow idle GPUs beyond its guarantee up to its limit (preemptible), shared 
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Lower
 
-from core.access import Role, is_admin, is_signed_in, led_department_ids, member_department_ids
+from core.access import (
+    Role,
+    is_admin,
+    is_signed_in,
+    led_department_ids,
+    member_department_ids,
+    member_project_ids,
+)
 from inventory.models import NVLinkPartition
 
 VLAN_MIN, VLAN_MAX = 1, 4094
@@ -161,6 +170,142 @@ class Membership(models.Model):
         return f"{self.user} ({self.get_role_display()}, {self.department})"
 
 
+PROJECT_SLUG_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"  # a DNS label part and a Slurm account name
+
+
+class ProjectQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Admins: all; a department's leads: its projects; anyone else: the projects they are in."""
+        if is_admin(user):
+            return self
+        if not is_signed_in(user):
+            return self.none()
+        return self.filter(
+            Q(department_id__in=led_department_ids(user))
+            | Q(pk__in=member_project_ids(user), department_id__in=member_department_ids(user))
+        )
+
+    def usable_by(self, user):
+        """The projects `user` may submit jobs to: those it sees (core.access.may_use_project)."""
+        return self.visible_to(user)
+
+
+class Project(models.Model):
+    """A team inside a department with its own share of the department's GPUs (Run:ai project, KAI leaf
+    queue, Slurm child account, Kueue ClusterQueue in the department's Cohort).
+
+    Quota fields mean what the department's mean, one level down (tenancy.quota.hierarchical_fair_share);
+    the projects' guarantees fit inside the department's (tenancy.projects checks it under a lock on the
+    department). A department without projects behaves as if it were its own single project.
+    """
+
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="projects")
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(
+        max_length=30,
+        validators=[
+            RegexValidator(
+                PROJECT_SLUG_PATTERN,
+                "Use lower-case letters, digits and hyphens, starting and ending with a letter or digit.",
+            )
+        ],
+        help_text="Lower-case letters, digits and hyphens; with the department's slug, the Kubernetes "
+        "namespace (<department>-<project>) and the Slurm account name.",
+    )
+    guaranteed_gpus = models.PositiveIntegerField(default=0, help_text="Always available; reclaimed if lent.")
+    over_quota_weight = models.DecimalField(
+        max_digits=6,
+        decimal_places=2,
+        default=Decimal("1.00"),
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="Share of the department's idle GPUs it may borrow, relative to its sibling projects.",
+    )
+    limit_gpus = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most GPUs it may hold, borrowing included; empty for no limit."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department__name", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("name"),
+                "department",
+                name="%(app_label)s_%(class)s_unique_name_per_department",
+                violation_error_message="The department already has a project of this name.",
+            ),
+            models.UniqueConstraint(
+                fields=["department", "slug"],
+                name="%(app_label)s_%(class)s_unique_slug_per_department",
+                violation_error_message="The department already has a project with this slug.",
+            ),
+            models.CheckConstraint(
+                condition=Q(limit_gpus__isnull=True) | Q(limit_gpus__gte=F("guaranteed_gpus")),
+                name="%(app_label)s_%(class)s_limit_not_below_guarantee",
+                violation_error_message="A project's limit may not be below its guarantee.",
+            ),
+            models.CheckConstraint(
+                condition=Q(over_quota_weight__gte=0), name="%(app_label)s_%(class)s_weight_not_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.department} / {self.name}"
+
+    @property
+    def namespace(self) -> str:
+        """Its Kubernetes namespace (and Kueue LocalQueue's): <department slug>-<project slug>."""
+        return f"{self.department.slug}-{self.slug}"
+
+    @property
+    def account(self) -> str:
+        """Its Slurm account, a child of the department's account: <department slug>-<project slug>."""
+        return self.namespace
+
+
+class ProjectRole(models.TextChoices):
+    LEAD = "lead", "Project lead"
+    MEMBER = "member", "Project member"
+
+
+class ProjectMembership(models.Model):
+    """A department member's place in one of the department's projects (a person may be in several, as
+    in Run:ai); the department Membership stays the one record of their department role. Removing the
+    department membership removes these (tenancy.projects)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=ProjectRole.choices, default=ProjectRole.MEMBER)
+    origin = models.CharField(
+        max_length=10,
+        choices=RoleOrigin.choices,
+        default=RoleOrigin.MANUAL,
+        help_text="Granted by hand (stays until removed by hand), or by an identity provider's group "
+        "(re-synced at each sign-in through it, removed when the group is gone). A change by hand makes it "
+        "a hand grant.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project__name", "role", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="%(app_label)s_%(class)s_unique_member"),
+        ]
+
+    def __str__(self):
+        return f"{self.user} ({self.get_role_display()}, {self.project})"
+
+    @property
+    def department_id(self) -> int:
+        """Its project's department (the audit files its changes under it)."""
+        return self.project.department_id
+
+
 class GrantedRole(models.TextChoices):
     PLATFORM_ADMIN = "platform_admin", "Platform admin"
     LEAD = Role.LEAD.value, Role.LEAD.label
@@ -168,12 +313,15 @@ class GrantedRole(models.TextChoices):
 
 
 class GroupRoleRule(models.Model):
-    """An identity provider's group gives a role: platform admin, or lead or member of a department.
+    """An identity provider's group gives a role: platform admin, or lead or member of a department or of
+    one of its projects.
 
     Applied at every sign-in through OpenID Connect or LDAP (tenancy.identity): a user in the group gets the
     role; when they are no longer in it, the role goes at their next sign-in, if it came from a rule. The
-    rule's scope is the platform (platform admin: no department) or one department (lead, member); a later
-    `project` field narrows a department rule to one of its projects, with the scope check below extended.
+    rule's scope is the platform (platform admin: no department), one department (lead, member), or one
+    project of that department (`project` set: project lead or member; the person also becomes a member of
+    the department, since a project's people are its department's). The project must be one of the rule's
+    department's (clean(), checked again by tenancy.identity before it applies a rule).
     """
 
     group = models.CharField(
@@ -190,6 +338,15 @@ class GroupRoleRule(models.Model):
         related_name="group_rules",
         help_text="For a lead or member role: the department. Empty for platform admin.",
     )
+    project = models.ForeignKey(
+        Project,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="group_rules",
+        help_text="Optional, for a lead or member role: one of the department's projects. The group then "
+        "makes its people the project's leads or members (and members of the department).",
+    )
     description = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -203,9 +360,20 @@ class GroupRoleRule(models.Model):
                 violation_error_message="A platform admin rule names no department; a lead or member rule "
                 "names one.",
             ),
+            models.CheckConstraint(
+                condition=Q(project__isnull=True) | Q(department__isnull=False),
+                name="%(app_label)s_%(class)s_project_rule_names_department",
+                violation_error_message="A project rule names the project's department too.",
+            ),
+            models.UniqueConstraint(
+                fields=["group", "project"],
+                condition=Q(project__isnull=False),
+                name="%(app_label)s_%(class)s_one_role_per_project",
+                violation_error_message="This group already has a rule for this project: change that rule.",
+            ),
             models.UniqueConstraint(
                 fields=["group", "department"],
-                condition=Q(department__isnull=False),
+                condition=Q(department__isnull=False, project__isnull=True),
                 name="%(app_label)s_%(class)s_one_role_per_department",
                 violation_error_message="This group already has a rule for this department: change that "
                 "rule.",
@@ -221,7 +389,19 @@ class GroupRoleRule(models.Model):
     def __str__(self):
         if self.role == GrantedRole.PLATFORM_ADMIN:
             return f"{self.group} -> platform admin"
+        if self.project_id is not None:
+            return f"{self.group} -> project {self.role} of {self.project}"
         return f"{self.group} -> {self.get_role_display().lower()} of {self.department}"
+
+    def clean(self):
+        super().clean()
+        if self.project_id is not None and self.project.department_id != self.department_id:
+            raise ValidationError(
+                {
+                    "project": f"{self.project} is not a project of {self.department or 'no department'}: "
+                    "choose one of the department's projects, or that project's department."
+                }
+            )
 
 
 class ExternalIdentity(models.Model):
@@ -350,6 +530,88 @@ class TenancySettings(models.Model):
 # --- Telemetry: GPU utilization from DCGM exporters, bounded history, department quota snapshots ---------
 
 
+class MetricsSourceKind(models.TextChoices):
+    DIRECT = "direct", "Direct: Rackplane scrapes the DCGM exporters (or nodes push)"
+    PROMETHEUS = "prometheus", "The site's Prometheus-compatible query API"
+
+
+class MetricsSource(models.Model):
+    """Where GPU utilization comes from (tenancy.metrics_source). One row (pk=1).
+
+    Direct: the exporter endpoints below are scraped into 5-minute buckets (small sites). Prometheus: the
+    site's Prometheus (or Thanos, Mimir, VictoriaMetrics) is asked with PromQL; Rackplane keeps only the idle
+    state it derives, no per-GPU history. The token and password are stored as given and never shown back.
+    """
+
+    kind = models.CharField(
+        max_length=12, choices=MetricsSourceKind.choices, default=MetricsSourceKind.DIRECT
+    )
+    url = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text="The query API's base address, e.g. https://prometheus.example.org:9090 (Rackplane adds "
+        "/api/v1/query); with a path prefix for Thanos, Mimir (/prometheus) or VictoriaMetrics.",
+    )
+    bearer_token = models.CharField(max_length=4096, blank=True, help_text="Sent as 'Authorization: Bearer'.")
+    username = models.CharField(max_length=200, blank=True, help_text="HTTP basic authentication.")
+    password = models.CharField(max_length=200, blank=True)
+    ca_file = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Absolute path of the CA bundle (PEM) that signed the server's certificate; empty for the "
+        "system's.",
+    )
+    timeout_seconds = models.PositiveSmallIntegerField(default=10)
+    window_seconds = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(2)],
+        help_text="Utilization is averaged over this window; a GPU with no sample in it has no data (never "
+        "idle). At least twice the exporters' scrape interval.",
+    )
+    metric = models.CharField(max_length=200, default="DCGM_FI_DEV_GPU_UTIL")
+    uuid_label = models.CharField(
+        max_length=100, default="UUID", help_text="The label holding the GPU UUID (dcgm-exporter: UUID)."
+    )
+    gpu_label = models.CharField(max_length=100, default="gpu", help_text="The GPU index label.")
+    hostname_label = models.CharField(max_length=100, default="Hostname", help_text="The node name label.")
+    selector = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text='Extra label matchers for this site\'s exporters, e.g. cluster="gb-east",job="dcgm".',
+    )
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_series_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "metrics source"
+        verbose_name_plural = "metrics source"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_singleton"),
+            models.CheckConstraint(
+                condition=Q(kind="direct") | ~Q(url=""),
+                name="%(app_label)s_%(class)s_prometheus_has_url",
+                violation_error_message="A Prometheus source needs the query API's address.",
+            ),
+            models.CheckConstraint(
+                condition=Q(bearer_token="") | (Q(username="") & Q(password="")),
+                name="%(app_label)s_%(class)s_one_credential",
+                violation_error_message="Give a bearer token or a user name and password, not both.",
+            ),
+        ]
+
+    def __str__(self):
+        return self.get_kind_display()
+
+    @classmethod
+    def load(cls) -> "MetricsSource":
+        return cls.objects.get_or_create(pk=1)[0]
+
+    @property
+    def is_prometheus(self) -> bool:
+        return self.kind == MetricsSourceKind.PROMETHEUS
+
+
 class ExporterEndpoint(models.Model):
     """A DCGM exporter's /metrics URL, scraped on the Celery beat schedule."""
 
@@ -388,7 +650,8 @@ class GpuActivity(models.Model):
 
 
 class GpuUtilization(models.Model):
-    """Utilization of one GPU over a 5-minute bucket (downsampled; kept for utilization_history_hours)."""
+    """Utilization of one GPU over a 5-minute bucket, hourly past a day (tenancy.activity.downsample_history);
+    kept for utilization_history_hours, at most MAX_ROWS_PER_GPU rows per GPU. Direct source only."""
 
     BUCKET_SECONDS = 300
 
@@ -397,6 +660,9 @@ class GpuUtilization(models.Model):
     mean = models.FloatField()
     peak = models.FloatField()
     samples = models.PositiveIntegerField(default=1)
+    seconds = models.PositiveIntegerField(
+        default=BUCKET_SECONDS, help_text="The bucket's length: 300, or 3600 once downsampled (past a day)."
+    )
 
     class Meta:
         constraints = [

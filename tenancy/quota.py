@@ -20,23 +20,36 @@ Reclaim: a department holding less than its in-quota share is starved. It is ser
 (capacity minus what all departments hold), then takes back GPUs from departments holding more than their
 fair share, lowest priority donor first, then largest excess first, then by name. Starved departments are
 served highest priority first, then by name.
+
+Projects (hierarchical fair share, `hierarchical_fair_share`): a department's projects share what the
+department is entitled to, with the same semantics one level down. The departments are shared first, with
+each department's demand and holdings the sum of its projects'; then each department's fair share is the
+capacity its projects (and its work without a project, as one more leaf, ``NO_PROJECT``, guaranteed what
+the projects' guarantees leave of the department's) are shared over, by their own guarantee, over-quota
+weight, limit and priority. The projects' guarantees fit inside the department's, so their in-quota shares
+add up to no more than the department's: work in quota in its project is in quota in its department.
+Reclaims inside a department are between sibling projects. A department without projects is not split:
+its numbers are exactly those of `fair_share`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
 __all__ = [
+    "NO_PROJECT",
     "DepartmentQuota",
     "FairShareResult",
     "GuaranteePosition",
+    "HierarchicalResult",
     "Reclaim",
     "Share",
     "fair_share",
     "guarantee_positions",
+    "hierarchical_fair_share",
     "in_quota_prefix",
 ]
 
@@ -304,3 +317,67 @@ def guarantee_positions(
         )
         for d in departments
     }
+
+
+# The leaf of a department's work that names no project: guaranteed what its projects' guarantees leave of
+# the department's. Not a possible project slug (tenancy.models.PROJECT_SLUG_PATTERN), so it never clashes.
+NO_PROJECT = "(no project)"
+
+
+@dataclass(frozen=True)
+class HierarchicalResult:
+    departments: FairShareResult  # the first level, exactly `fair_share` of the departments
+    # Department name -> the split of its fair share among its projects (NO_PROJECT included), for the
+    # departments that have projects; a department without projects is absent (it is its own leaf).
+    projects: dict[str, FairShareResult]
+
+    def leaf(self, department: str, project: str | None = None) -> Share:
+        """The share of the leaf that work of `department` (in `project`, or none) is admitted against:
+        the project's inside a department with projects, else the department's own."""
+        split = self.projects.get(department)
+        if split is None:
+            return self.departments.shares[department]
+        return split.shares[project or NO_PROJECT]
+
+
+def hierarchical_fair_share(
+    capacity: int,
+    departments: Iterable[DepartmentQuota],
+    projects: Mapping[str, Iterable[DepartmentQuota]] | None = None,
+) -> HierarchicalResult:
+    """Departments first, then each department's fair share among its projects (module docstring).
+
+    `projects` maps a department's name to its projects' quotas (name, guarantee, weight, limit, priority,
+    demand, holdings). Each department's demand and holdings include its projects'; the rest is its work
+    without a project (the NO_PROJECT leaf). A department absent from `projects`, or with no projects, is
+    not split. Raises ValueError when the projects do not fit their department (guarantees, demand or
+    holdings adding up to more than the department's) or name a department that is not given.
+    """
+    departments = list(departments)
+    result = fair_share(capacity, departments)
+    by_name = {d.name: d for d in departments}
+    splits: dict[str, FairShareResult] = {}
+    for name, given in sorted((projects or {}).items()):
+        leaves = list(given)
+        if not leaves:
+            continue
+        if name not in by_name:
+            raise ValueError(f"projects given for department {name!r}, which is not among the departments")
+        department = by_name[name]
+        for leaf in leaves:
+            if not isinstance(leaf, DepartmentQuota):
+                raise ValueError(f"expected a DepartmentQuota for a project, got {type(leaf).__name__}")
+            if leaf.name == NO_PROJECT:
+                raise ValueError(f"department {name!r}: {NO_PROJECT!r} is not a project name")
+        rest = {}
+        for field in ("guaranteed", "demand", "allocated"):
+            total = sum(getattr(leaf, field) for leaf in leaves)
+            rest[field] = getattr(department, field) - total
+            if rest[field] < 0:
+                raise ValueError(
+                    f"department {name!r}: its projects' {field} GPUs ({total}) are more than the "
+                    f"department's ({getattr(department, field)})"
+                )
+        unassigned = DepartmentQuota(name=NO_PROJECT, **rest)
+        splits[name] = fair_share(result.shares[name].fair_share, [*leaves, unassigned])
+    return HierarchicalResult(departments=result, projects=splits)

@@ -10,6 +10,14 @@ Outputs:
   LocalQueue, NFS PersistentVolume + PersistentVolumeClaim), and `to_yaml` to serialise them,
 - NFS `/etc/exports` lines (one export per department, restricted to the department's network).
 
+Projects under departments (issue 16, `ProjectSpec`): a department with projects is a Kueue Cohort (child of
+the shared cohort, its limit as the subtree's borrowing limit) holding one ClusterQueue per project (its
+guarantee as nominal quota, its limit as borrowing limit, its over-quota weight as fair-sharing weight) and
+the department's own ClusterQueue (guaranteed what its projects leave); each project gets a namespace
+`<department>-<project>` with a ResourceQuota (its limit), the department's isolation policy (open to the
+department's other namespaces) and a LocalQueue `default`. A department without projects renders exactly
+as before.
+
 Formats follow shared/REFERENCE.md; choices that the reference leaves open are documented where they are
 made (search for "Decision:").
 """
@@ -30,6 +38,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "rackplane"
 DEPARTMENT_LABEL = "rackplane.io/department"
 DEPARTMENT_NAME_ANNOTATION = "rackplane.io/department-name"
+PROJECT_LABEL = "rackplane.io/project"
+PROJECT_NAME_ANNOTATION = "rackplane.io/project-name"
 # Set by the API server on every namespace (Kubernetes >= 1.22); selects exactly one namespace by name.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -98,6 +108,29 @@ def _normalise_guid(guid: str, slug: str) -> str:
 
 
 @dataclass(frozen=True)
+class ProjectSpec:
+    """A project of a department (tenancy.Project): its share of the department's GPUs."""
+
+    slug: str  # with the department's slug, the namespace `<department>-<project>`
+    name: str
+    guaranteed_gpus: int
+    limit_gpus: int | None = None
+    weight: str = "1"  # over-quota weight, as a decimal string (Kueue's fairSharing.weight)
+
+    def __post_init__(self) -> None:
+        _check_dns_label(self.slug, "project slug")
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"project {self.slug!r}: name must be a non-empty string")
+        _check_int_range(self.guaranteed_gpus, 0, None, f"project {self.slug!r}: guaranteed_gpus")
+        if self.limit_gpus is not None:
+            _check_int_range(
+                self.limit_gpus, self.guaranteed_gpus, None, f"project {self.slug!r}: limit_gpus"
+            )
+        if not isinstance(self.weight, str) or not re.fullmatch(r"[0-9]+(\.[0-9]+)?", self.weight):
+            raise ValueError(f"project {self.slug!r}: weight {self.weight!r} is not a decimal number >= 0")
+
+
+@dataclass(frozen=True)
 class TenantSpec:
     """What the renderers need to know about one department. Validated on construction.
 
@@ -116,6 +149,8 @@ class TenantSpec:
     network_cidr: str  # e.g. "10.42.3.0/24"
     export_path: str  # e.g. "/exports/tenants/<slug>"
     storage_quota_gib: int
+    projects: tuple[ProjectSpec, ...] = ()  # empty: the department is not split (rendered as before)
+    weight: str = "1"  # the department's over-quota weight (its Cohort's fairSharing.weight, with projects)
 
     def __post_init__(self) -> None:
         _check_dns_label(self.slug, "department slug")
@@ -158,6 +193,25 @@ class TenantSpec:
         if any(part in (".", "..") for part in self.export_path.split("/")):
             raise ValueError(f"department {self.slug!r}: export_path {self.export_path!r} has '.' or '..'")
         _check_int_range(self.storage_quota_gib, 1, None, f"department {self.slug!r}: storage_quota_gib")
+        self._check_projects()
+
+    def _check_projects(self) -> None:
+        projects = tuple(self.projects)
+        object.__setattr__(self, "projects", projects)
+        slugs: set[str] = set()
+        for p in projects:
+            if not isinstance(p, ProjectSpec):
+                raise ValueError(f"department {self.slug!r}: expected ProjectSpec, got {type(p).__name__}")
+            if p.slug in slugs:
+                raise ValueError(f"department {self.slug!r}: project {p.slug!r} appears more than once")
+            slugs.add(p.slug)
+            _check_dns_label(project_namespace(self, p), f"department {self.slug!r}: project namespace")
+        total = sum(p.guaranteed_gpus for p in projects)
+        if total > self.guaranteed_gpus:
+            raise ValueError(
+                f"department {self.slug!r}: its projects are guaranteed {total} GPUs, more than its "
+                f"{self.guaranteed_gpus}"
+            )
 
     @property
     def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -484,20 +538,156 @@ def _check_nfs_server(nfs_server: str) -> None:
     raise ValueError(f"nfs_server {nfs_server!r} is neither an IP address nor a DNS name")
 
 
+# --- projects under departments (module docstring) -----------------------------------------------------
+
+
+def project_namespace(t: TenantSpec, p: ProjectSpec) -> str:
+    """A project's namespace, also its ClusterQueue's name: `<department slug>-<project slug>`."""
+    return f"{t.slug}-{p.slug}"
+
+
+def _project_metadata(t: TenantSpec, p: ProjectSpec, name: str, namespaced: bool) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if namespaced:
+        metadata["namespace"] = project_namespace(t, p)
+    metadata["labels"] = {**_labels(t), PROJECT_LABEL: p.slug}
+    return metadata
+
+
+def _gpu_quota(flavor: str, guaranteed: int, limit: int | None) -> list[dict[str, Any]]:
+    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(guaranteed)}
+    if limit is not None:
+        resource["borrowingLimit"] = str(limit - guaranteed)
+    return [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [resource]}]}]
+
+
+def department_cohort(
+    t: TenantSpec, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
+) -> dict[str, Any]:
+    """Kueue Cohort (v1beta2) of a department with projects, named after it, child of the shared `cohort`.
+
+    Its own nominal quota is 0: a Cohort's quota is on top of its ClusterQueues' (the CRD's words), and the
+    department's guarantee is already theirs (projects', and its own queue's remainder), so the subtree
+    holds exactly the guarantee. Its borrowing limit (limit - guarantee) bounds what the whole department
+    borrows from the other departments; no limit, no bound. Its fair-sharing weight is the department's
+    over-quota weight (used when Kueue's fair sharing is on).
+    """
+    _check_dns_subdomain(cohort, "cohort")
+    _check_dns_subdomain(flavor, "flavor")
+    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": "0"}
+    if t.limit_gpus is not None:
+        resource["borrowingLimit"] = str(t.limit_gpus - t.guaranteed_gpus)
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Cohort",
+        "metadata": _metadata(t, t.slug, namespaced=False),
+        "spec": {
+            "parentName": cohort,
+            "resourceGroups": [
+                {"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [resource]}]}
+            ],
+            "fairSharing": {"weight": t.weight},
+        },
+    }
+
+
+_PREEMPTION = {
+    "reclaimWithinCohort": "Any",
+    "borrowWithinCohort": {"policy": "LowerPriority"},
+    "withinClusterQueue": "LowerPriority",
+}
+
+
+def _queue(metadata, cohort: str, namespace_name: str, groups, weight: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": metadata,
+        "spec": {
+            "cohortName": cohort,
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace_name}},
+            "resourceGroups": groups,
+            "preemption": dict(_PREEMPTION),
+            "fairSharing": {"weight": weight},
+        },
+    }
+
+
+def project_cluster_queue(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR) -> dict[str, Any]:
+    """A project's ClusterQueue, in its department's Cohort: nominal quota = its guarantee, borrowing limit
+    = limit - guarantee, fair-sharing weight = its over-quota weight; only its own namespace points at it.
+    Reclaim within the cohort: an in-quota project takes back what a sibling (or another department)
+    borrows."""
+    name = project_namespace(t, p)
+    return _queue(
+        _project_metadata(t, p, name, namespaced=False),
+        t.slug,
+        name,
+        _gpu_quota(flavor, p.guaranteed_gpus, p.limit_gpus),
+        p.weight,
+    )
+
+
+def department_cluster_queue(t: TenantSpec, flavor: str = DEFAULT_FLAVOR) -> dict[str, Any]:
+    """The ClusterQueue of a department with projects for its work without a project (its own namespace):
+    in its Cohort, guaranteed what the projects' guarantees leave of the department's."""
+    rest = t.guaranteed_gpus - sum(p.guaranteed_gpus for p in t.projects)
+    return _queue(_metadata(t, t.slug, namespaced=False), t.slug, t.slug, _gpu_quota(flavor, rest, None), "1")
+
+
+def project_objects(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR) -> list[dict[str, Any]]:
+    """A project's namespace, ResourceQuota (its limit), isolation policy, ClusterQueue and LocalQueue."""
+    name = project_namespace(t, p)
+    ns_metadata = _project_metadata(t, p, name, namespaced=False)
+    ns_metadata["annotations"] = {DEPARTMENT_NAME_ANNOTATION: t.name, PROJECT_NAME_ANNOTATION: p.name}
+    hard = {} if p.limit_gpus is None else {f"requests.{GPU_RESOURCE}": str(p.limit_gpus)}
+    policy = network_policy(t)
+    policy["metadata"] = _project_metadata(t, p, NETWORK_POLICY_NAME, namespaced=True)
+    # Open to the department's own namespaces (its projects work together), closed to other departments.
+    policy["spec"]["ingress"][0] = {
+        "from": [{"namespaceSelector": {"matchLabels": {DEPARTMENT_LABEL: t.slug}}}]
+    }
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": ns_metadata},
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": _project_metadata(t, p, RESOURCE_QUOTA_NAME, namespaced=True),
+            "spec": {"hard": hard},
+        },
+        policy,
+        project_cluster_queue(t, p, flavor),
+        {
+            "apiVersion": KUEUE_API_VERSION,
+            "kind": "LocalQueue",
+            "metadata": _project_metadata(t, p, LOCAL_QUEUE_NAME, namespaced=True),
+            "spec": {"clusterQueue": name},
+        },
+    ]
+
+
 def tenant_objects(
     t: TenantSpec, nfs_server: str, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
 ) -> list[dict[str, Any]]:
     """All Kubernetes objects of one department, in apply order: the namespace before what lives in it,
-    the ClusterQueue before its LocalQueue, the volume before its claim."""
-    return [
+    the ClusterQueue before its LocalQueue, the volume before its claim. A department with projects is a
+    Cohort with its own ClusterQueue and each project's objects (module docstring)."""
+    if t.projects:
+        queue = [department_cohort(t, cohort, flavor), department_cluster_queue(t, flavor)]
+    else:
+        queue = [cluster_queue(t, cohort=cohort, flavor=flavor)]
+    objects = [
         namespace(t),
         resource_quota(t),
         network_policy(t),
-        cluster_queue(t, cohort=cohort, flavor=flavor),
+        *queue,
         local_queue(t, t.slug),
         persistent_volume(t, nfs_server),
         persistent_volume_claim(t),
     ]
+    for p in sorted(t.projects, key=lambda p: p.slug):
+        objects += project_objects(t, p, flavor)
+    return objects
 
 
 # --- YAML ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from tenancy.models import (
     RoleOrigin,
     TenancySettings,
 )
+from tenancy.projects import check_department_guarantee, forget_department_member
 
 # Fields the department form and API may set; isolation fields are allocated when left empty.
 QUOTA_FIELDS = ("name", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus", "priority")
@@ -202,6 +203,7 @@ def save_department(department: Department) -> Department:
     """
     pools = TenancySettings.objects.select_for_update().get(pk=TenancySettings.load().pk)
     _allocate_isolation(department, pools)
+    check_department_guarantee(department)  # not below its projects' guarantees (locks its row)
     if department.limit_gpus is not None and department.limit_gpus < department.guaranteed_gpus:
         raise ValidationError(
             {
@@ -280,6 +282,30 @@ def _may_add(by, user, department: Department) -> bool:
     return user.is_active and not is_admin(user)
 
 
+INVITE_SEARCH_MIN = 3  # characters a people search needs
+INVITE_SEARCH_MAX = 10  # accounts it answers at most
+
+
+def invitable_users(department: Department, by, text: str) -> list:
+    """Accounts `by` may invite into `department` whose username or name contains `text`: active, not yet
+    members, and (for a lead) not platform admins, as `_may_add` allows. At most INVITE_SEARCH_MAX + 1 (the
+    extra one says there are more); nothing for a text shorter than INVITE_SEARCH_MIN. The caller checks that
+    `by` may manage the department: the answer is only ever about accounts that may be invited, so it tells
+    nobody whether any other username exists."""
+    text = text.strip()
+    if len(text) < INVITE_SEARCH_MIN:
+        return []
+    users = (
+        get_user_model()
+        .objects.filter(is_active=True)
+        .filter(Q(username__icontains=text) | Q(first_name__icontains=text) | Q(last_name__icontains=text))
+        .exclude(pk__in=Membership.objects.filter(department=department).values("user_id"))
+    )
+    if by is not None and not is_admin(by):
+        users = users.exclude(Q(is_staff=True) | Q(is_superuser=True))
+    return list(users.order_by("username")[: INVITE_SEARCH_MAX + 1])
+
+
 @transaction.atomic
 def set_membership(
     department: Department,
@@ -323,8 +349,12 @@ def remove_membership(membership: Membership, *, keep_a_lead: bool = True) -> No
     """Remove a membership; refused for a department's only lead unless `keep_a_lead` is False (an identity
     provider's group that no longer holds them, tenancy.identity)."""
     leads = Membership.objects.select_for_update().filter(department=membership.department_id, role=Role.LEAD)
-    if keep_a_lead and membership.role == Role.LEAD and leads.count() == 1:
+    # The lead rows locked and read (count() would neither lock nor wait): a lead removing another lead
+    # waits for a concurrent removal or demotion, then sees the leads that are left.
+    lead_users = list(leads.values_list("user_id", flat=True))
+    if keep_a_lead and lead_users == [membership.user_id]:
         raise ValidationError(
             f"{membership.user} is the only lead of {membership.department}: name another first"
         )
+    forget_department_member(membership)  # they leave its projects too
     membership.delete()

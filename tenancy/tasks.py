@@ -25,8 +25,10 @@ from core.http import HttpClient
 from core.models import AuditSource
 from core.retry import backoff
 from inventory import health as health_rules
-from tenancy.activity import prune_history, record_samples
-from tenancy.models import ExporterEndpoint
+from tenancy.activity import downsample_history, forget_stale_activity, prune_history, record_samples
+from tenancy.metrics_source import poll
+from tenancy.models import ExporterEndpoint, MetricsSource
+from tenancy.quota_history import downsample_quota_snapshots
 from tenancy.telemetry import UTILIZATION_METRIC, DcgmParseError, parse_dcgm
 
 logger = logging.getLogger(__name__)
@@ -136,16 +138,46 @@ def scrape_exporter(self, endpoint_id: int) -> dict:
 
 
 @shared_task(name="tenancy.tasks.scrape_exporters")
-def scrape_exporters() -> int:
-    """Queue one scrape per enabled exporter; returns how many were queued (sent to the task queue)."""
+def scrape_exporters() -> int | dict:
+    """The telemetry tick. With the site's Prometheus as the metrics source: one cycle of a few PromQL
+    queries for the whole fleet (tenancy.metrics_source.poll), returning what it found. Direct: queue one
+    scrape per enabled exporter and return how many were queued (sent to the task queue); when exporters are
+    configured, activity rows of GPUs not heard from for STALE_AFTER are dropped ("no data")."""
+    if MetricsSource.load().is_prometheus:
+        result = poll()
+        record = result.record
+        return {
+            "source": "prometheus",
+            "gpus": result.series,
+            "recorded": record.recorded if record else 0,
+            "forgotten": record.forgotten if record else 0,
+            "queries": result.queries,
+            "seconds": round(result.seconds, 3),
+            "error": result.error,
+        }
     ids = list(ExporterEndpoint.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True))
+    if ids:  # scraping is in use (not only pushes, or the demo's seeded activity): silence means no data
+        with audit_context(AuditSource.TASK):
+            forget_stale_activity()
     # A scrape still queued when the next tick comes is worthless: let the broker drop it.
     return sum(send_now(SCRAPE_EXPORTER, endpoint_id, expires=55) for endpoint_id in ids)
 
 
 @shared_task(name="tenancy.tasks.prune_telemetry")
 def prune_telemetry() -> dict:
-    """Delete utilization buckets and quota snapshots past their retention (TenancySettings)."""
+    """Delete utilization buckets and quota snapshots past their retention (TenancySettings), then merge
+    5-minute buckets older than a day into hourly ones and cap the rows per GPU (downsample_history), and
+    the quota snapshots older than a day into hourly ones (tenancy.quota_history)."""
     with audit_context(AuditSource.TASK):
         result = prune_history()
-    return {"utilization_buckets": result.utilization_buckets, "quota_snapshots": result.quota_snapshots}
+        downsampled = downsample_history()
+        quota = downsample_quota_snapshots()  # hourly past a day: the dashboards' 30-day view
+    return {
+        "utilization_buckets": result.utilization_buckets,
+        "quota_snapshots": result.quota_snapshots,
+        "merged_into_hourly": downsampled.merged,
+        "hourly_buckets": downsampled.hourly,
+        "capped": downsampled.capped,
+        "quota_snapshots_merged": quota.merged,
+        "quota_snapshots_hourly": quota.hourly,
+    }

@@ -20,7 +20,8 @@ from tests import factories
 
 # The real identity providers' fixtures (scripts/idp-testbed.sh): oidc_provider, oidc_settings,
 # ldap_directory, ldap_settings, for tests/identity and the sign-in browser tests.
-pytest_plugins = ["tests.identity_testbed"]
+# The real Prometheus scraping test DCGM exporters (tests/tenancy/prometheus_server.py): prometheus.
+pytest_plugins = ["tests.identity_testbed", "tests.tenancy.prometheus_server"]
 
 
 # Slow by design, in modules being written by others as this list was made: the marker belongs in the module

@@ -38,6 +38,7 @@ def run_scale(*args: str) -> dict:
     env["DEBUG"] = "1"
     command = [sys.executable, str(SCALE), "--racks", "3", "--requests", "2", "--reports", "5"]
     command += ["--decisions", str(DECISIONS), "--pass-jobs", "10", *args]
+    command += ["--telemetry-seconds", "1", "--telemetry-scrapes", "5"]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout)
@@ -94,7 +95,26 @@ def check_in_process_figures(figures: dict, database: str) -> None:
     assert 0 < render["build_state_ms"] < render["total_ms"]
     assert render["largest_file"]["bytes"] <= render["bytes"]
 
+    telemetry = figures["telemetry"]  # benchmarks/telemetry.py: a real Prometheus, and the direct scrape
+    prometheus, direct = telemetry["prometheus"], telemetry["direct"]
+    assert prometheus["gpus"] == prometheus["series_in_prometheus"] == prometheus["activity_rows"] == 3 * 72
+    assert prometheus["queries_per_cycle"] == 2 and prometheus["cycle_s"]["median"] > 0
+    assert prometheus["per_gpu_rows_added_per_day"] == 0 and prometheus["job_chart_points"] > 0
+    assert direct["scrapes_timed"] == 5 and direct["scrapes_per_minute"] == 3 * 18
+    assert direct["bucket_rows_added_per_day"] == 3 * 72 * 288
+    assert direct["downsample_merged"] == 3 * 72 * 12 and direct["downsample_hourly_rows"] == 3 * 72
+
+    search = figures["search"]  # benchmarks/search.py
+    for viewer in ("admin", "lead"):
+        for kind in ("gpu_uuid", "tray_hostname", "rack_partial", "job_name", "user"):
+            measured = search[viewer][kind]
+            assert 0 < measured["p50_ms"] <= measured["p95_ms"] <= measured["max_ms"], (viewer, kind)
+        assert search[viewer]["gpu_uuid"]["exact_redirects"] == search[viewer]["gpu_uuid"]["requests"]
+        assert search[viewer]["rack_partial"]["exact_redirects"] == 0
+
     goals = figures["goals"]
+    assert goals["search_p95_ms"] == search["p95_ms"]
+    assert isinstance(goals["search_p95_under_100ms"], bool)
     assert goals["scheduling_pass_ms"] == scheduling_pass["run_pass_ms"]
     assert isinstance(goals["scheduling_pass_under_150ms"], bool)
     assert goals["placement_p99_us"] == placement["p99_us"]
@@ -114,7 +134,8 @@ def test_scale_benchmark_measures_only_the_parts_asked_for():
     figures = run_scale("--no-stack", "--only", "pass")
     assert figures["only"] == ["pass"]
     assert figures["scheduling_pass"]["started"] >= 1
-    assert not {"placement", "config_render", "overview_page", "ingest_reports_per_s"} & set(figures)
+    skipped = {"placement", "config_render", "overview_page", "ingest_reports_per_s", "search", "telemetry"}
+    assert not skipped & set(figures)
     assert set(figures["goals"]) == {"at_goal_scale", "scheduling_pass_ms", "scheduling_pass_under_150ms"}
 
 

@@ -75,6 +75,15 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     # What-if replays of the partition wizard (issue 14): a run and its layouts.
     "scheduling_whatifrun",
     "scheduling_whatiflayout",
+    # Projects under departments (issue 16) and their people.
+    "tenancy_project",
+    "tenancy_projectmembership",
+    # What a priority class's running jobs do when their tray fails (issue 15).
+    "scheduling_faultpolicy",
+    # The site's Prometheus as the metrics source (issue 19).
+    "tenancy_metricssource",
+    # Users' own notifications: the bell's inbox (issue 18).
+    "core_inboxitem",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",

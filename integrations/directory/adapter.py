@@ -134,6 +134,25 @@ class DirectoryAdapter:
                 removed.append(old)
         return removed
 
+    def check(self) -> list[str]:
+        """Test connection (integrations.push_history): the directory (or the folder it will be made in)
+        can be written; nothing is written. Raises OSError/ValueError in words."""
+        where = display_path(self.root)
+        current = self.current_dir()
+        if self.root.is_dir():
+            if not os.access(self.root, os.W_OK | os.X_OK):
+                raise PermissionError(f"{where} exists but the portal may not write to it")
+            live = f"live version {current.name}" if current is not None else "nothing pushed there yet"
+            return [f"{where} is writable", live]
+        if self.root.exists():
+            raise NotADirectoryError(f"{where} exists but is not a directory")
+        parent = self.root.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise PermissionError(f"{where} does not exist and {display_path(parent)} is not writable")
+        return [f"{where} does not exist yet: the first push creates it ({display_path(parent)} is writable)"]
+
     def diff(self, payload: dict) -> list[str]:
         files = payload.get("files") or {}
         current = self.current_dir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from integrations.common import clip
+from integrations.kubernetes.errors import KubernetesRejected
 from integrations.kubernetes.target import KubernetesError, KubernetesTarget
 
 K8S_LOG_LINES = 200  # per-object lines kept in the log of a Kubernetes push (the counts are always there)
@@ -61,6 +62,42 @@ class KubernetesAdapter:
             )
         )
         return ("dry run: " if dry else "") + summary
+
+    def check(self) -> list[str]:
+        """Test connection (integrations.push_history): the API server's version, then whether the token
+        may read Nodes (what every push starts with). Reads only; raises KubernetesError in words."""
+        url = self.values["api_url"]
+        with self._target() as target:
+            status, data = target.request("GET", "/version")
+            if status == 401:
+                raise KubernetesRejected(
+                    f"the API server at {url} refused the token (401 Unauthorized)",
+                    "give the target a valid service-account token",
+                )
+            if status >= 400:
+                raise KubernetesRejected(
+                    f"the API server at {url} answered {status} to GET /version", "check the API URL"
+                )
+            version = (data or {}).get("gitVersion", "unknown version") if isinstance(data, dict) else "?"
+            status, _ = target.request("GET", "/api/v1/nodes", query=[("limit", "1")])
+            if status == 401:
+                raise KubernetesRejected(
+                    f"the API server at {url} ({version}) refused the token (401 Unauthorized)",
+                    "give the target a valid service-account token",
+                )
+            if status == 403:
+                raise KubernetesRejected(
+                    f"the API server at {url} ({version}) accepted the token but it may not read Nodes "
+                    "(403 Forbidden)",
+                    "apply deploy/kubernetes/rbac.yaml and use the rackplane service account's token",
+                )
+            if status >= 400:
+                raise KubernetesRejected(f"GET /api/v1/nodes answered {status}", "check the API server")
+        return [
+            f"Kubernetes {version} at {url}",
+            "the TLS certificate was verified" if not self.values.get("insecure") else "TLS not verified",
+            "the token is accepted and may read Nodes",
+        ]
 
     def diff(self, payload: dict) -> list[str]:
         with self._target() as target:

@@ -138,6 +138,8 @@ MAX_GPUS_PER_TRAY = INT64_MAX // 1000
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 MAX_OBJECT_BYTES = 1024 * 1024
 
+CHECKPOINT_ANNOTATION = "rackplane.io/checkpoint-by"  # signal(): the Job and its pods are asked to checkpoint
+MERGE_PATCH = "application/merge-patch+json"
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -164,6 +166,8 @@ def _check_request(request: DispatchRequest) -> None:
     department = request.department
     if not isinstance(department, str) or len(department) > 63 or not _DNS_LABEL.match(department):
         raise ValueError(f"department {department!r} is not a Kubernetes namespace name")
+    if request.project and (len(request.home) > 63 or not _DNS_LABEL.match(request.home)):
+        raise ValueError(f"project namespace {request.home!r} is not a Kubernetes namespace name")
     if not request.hostnames:
         raise ValueError("the job has no trays (hostnames is empty)")
     if len(set(request.hostnames)) != len(request.hostnames):
@@ -218,7 +222,7 @@ def render_job_objects(request: DispatchRequest) -> list[dict[str, Any]]:
     """
     _check_request(request)
     name = job_name(request)
-    namespace = request.department
+    namespace = request.home  # the project's namespace (its LocalQueue `default`), else the department's
     trays = len(request.hostnames)
     labels = _labels(request)
     multi_node = trays > 1
@@ -650,6 +654,45 @@ class KubernetesJobBackend:
             result = job_status(backend_id, job, pods)
             out[backend_id] = dataclasses.replace(result, message=result.message + note) if note else result
         return out
+
+    def signal(self, backend_id: str, signal: str = "USR1", *, deadline: str = "") -> bool:
+        """Ask a running Job to checkpoint (scheduling.requeue): Kubernetes cannot signal a container from
+        outside, so the Job and each of its pods get the annotation `rackplane.io/checkpoint-by` (the
+        deadline, else the signal's name), which a workload reads through a downward API volume (updated in
+        place). False when the Job is gone: nothing to ask."""
+        namespace, _, name = backend_id.partition("/")
+        if not namespace or not name or "/" in name:
+            raise BackendRejected(f"{backend_id!r} is not a Kubernetes job id (<namespace>/<name>)")
+        what = f"annotating Job {backend_id} to checkpoint"
+        patch = {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: deadline or f"SIG{signal}"}}}
+        status, data = self._call(
+            what,
+            self.batch.patch_namespaced_job,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+            **self._dry_run(),
+        )
+        if status == 404:
+            return False
+        if status >= 400:
+            raise self._rejected(what, status, data)
+        pods, _ = self._pods(namespace, data or {})
+        for pod in pods:
+            pod_name = (pod.get("metadata") or {}).get("name")
+            status, data = self._call(
+                f"annotating pod {namespace}/{pod_name} to checkpoint",
+                self.core.patch_namespaced_pod,
+                pod_name,
+                namespace,
+                patch,
+                _content_type=MERGE_PATCH,
+                **self._dry_run(),
+            )
+            if status >= 400 and status != 404:
+                raise self._rejected(f"annotating pod {namespace}/{pod_name}", status, data)
+        return True
 
     def cancel(self, backend_id: str) -> None:
         namespace, _, name = backend_id.partition("/")

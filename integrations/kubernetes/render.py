@@ -95,6 +95,9 @@ KIND_ORDER = (
     "NetworkPolicy",
     "PersistentVolume",
     "PersistentVolumeClaim",
+    # Last, so that the numbered files of `integrations.state.render_files` keep their names: Kueue takes a
+    # ClusterQueue naming a Cohort that does not exist yet (an implicit cohort until the Cohort is made).
+    "Cohort",
 )
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

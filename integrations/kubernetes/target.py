@@ -87,6 +87,7 @@ MANAGED_KINDS = {
     "Namespace": "v1",
     "Topology": KUEUE_API_VERSION,
     "ResourceFlavor": KUEUE_API_VERSION,
+    "Cohort": KUEUE_API_VERSION,  # a department with projects (tenancy.renderers.department_cohort)
     "ClusterQueue": KUEUE_API_VERSION,
     "LocalQueue": KUEUE_API_VERSION,
     "ResourceQuota": "v1",

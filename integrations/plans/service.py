@@ -25,13 +25,22 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from core.audit import recording_changes, update_recorded
-from integrations.models import ConfigPush, PushStatus
+from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.pushes import queue_pushes
 from integrations.slurm.render import SlurmBlock, plan_topology
 from integrations.state import render_current
 from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, PlanStatus, TrayState
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
-from inventory.planning import Level, PlanCheck, PlannedPartition, TrayInfo, check_plan
+from inventory.planning import (
+    PRESETS,
+    Finding,
+    Level,
+    PlanCheck,
+    PlannedPartition,
+    TrayInfo,
+    check_plan,
+    preset_layout,
+)
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
 from scheduling.services import request_pass
@@ -104,6 +113,57 @@ def _block_checker(rack: Rack):
     return check
 
 
+# topology/block, which expresses NVLink partitions to Slurm as blocks, came with Slurm 23.11.
+BLOCK_TOPOLOGY_SINCE = (23, 11)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in str(text).split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def slurm_too_old() -> str:
+    """Why the fleet's Slurm cannot express NVLink partitions (a sentence), or "" when it can or nobody knows.
+
+    The version is what each enabled Slurm target reported when it was last tested or pushed
+    (ConfigTarget.facts, integrations.pushes.remember); the oldest one decides."""
+    known = [
+        (_version_tuple(t.facts["slurm_version"]), t.facts["slurm_version"], t.name)
+        for t in ConfigTarget.objects.filter(enabled=True).only("name", "facts")
+        if (t.facts or {}).get("slurm_version")  # only a Slurm kind's adapter reports one
+    ]
+    if not known:
+        return ""
+    oldest = min(known)
+    if oldest[0] >= BLOCK_TOPOLOGY_SINCE:
+        return ""
+    return (
+        f"Slurm {oldest[1]} on target {oldest[2]} cannot express NVLink partitions: topology/block needs "
+        "Slurm 23.11 or later. Upgrade Slurm, or keep the whole rack as one partition."
+    )
+
+
+def preset_limits(rack: Rack) -> dict[str, str]:
+    """Preset -> why the fleet's Slurm cannot express it (greyed out in the wizard); absent: it can."""
+    limits: dict[str, str] = {}
+    too_old = slurm_too_old()
+    hostnames = {tray.slot: tray.hostname for tray in rack_trays(rack)}
+    checker = _block_checker(rack)
+    for preset in PRESETS:
+        partitions = preset_layout(preset)
+        if too_old and len(partitions) > 1:
+            limits[preset] = too_old
+            continue
+        planned = {p.name: tuple(hostnames[s] for s in p.slots if s in hostnames) for p in partitions}
+        reason = checker(planned)
+        if reason:
+            limits[preset] = reason
+    return limits
+
+
 def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False) -> PlanCheck:
     result = check_plan(
         rack.name,
@@ -113,6 +173,9 @@ def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False
         drain=drain,
         check_blocks=_block_checker(rack),
     )
+    too_old = slurm_too_old() if len(partitions) > 1 else ""
+    if too_old:
+        result.findings.insert(0, Finding(Level.ERROR, too_old))
     _check_dedications(rack, result)
     return result
 

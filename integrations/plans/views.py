@@ -27,6 +27,7 @@ from django_htmx.http import HttpResponseStopPolling, push_url
 
 from core.access import require_admin
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
+from core.tables import Table
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
 from integrations.plans import whatif as whatif_page
@@ -200,7 +201,7 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
         "query": params.urlencode(),
         "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
-        "preset_options": _preset_options(),
+        "preset_options": _preset_options(plans.preset_limits(rack)),
         "layout_url": reverse("inventory:plan-layout", args=[rack.name]),
         "names_url": reverse("inventory:plan-names", args=[rack.name]),
         "layout_hidden": form.hidden_fields_list(exclude=("name", "department", "slurm")),
@@ -212,7 +213,10 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
     }
 
 
-def _preset_options() -> list[dict]:
+def _preset_options(limits: dict[str, str] | None = None) -> list[dict]:
+    """The presets, each greyed out with the reason when the fleet's Slurm cannot express it
+    (plans.preset_limits)."""
+    limits = limits or {}
     options = []
     for value, count_size in ((p, p.split("x")) for p in PRESETS):
         count, size = int(count_size[0]), int(count_size[1])
@@ -224,6 +228,7 @@ def _preset_options() -> list[dict]:
                 if count == 1
                 else f"{count} partitions of {size} tray{'s' if size > 1 else ''}",
                 "cells": [(slot - 1) // size % PARTITION_COLOURS for slot in range(1, TRAYS_PER_RACK + 1)],
+                "blocked": limits.get(value, ""),
             }
         )
     options.append({"value": CUSTOM, "title": "Custom", "description": "your own tray ranges", "cells": []})
@@ -585,15 +590,35 @@ def plan_cancel(request, pk):
 
 @require_GET
 def plan_list(request):
-    """Recent plans, newest first, with their status."""
+    """Plans with their status, newest first unless sorted otherwise (core.tables), a page at a time."""
     require_admin(request.user, WIZARD)
-    recent = PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by")[:100]
+    table = Table(request, "plans", PLAN_SORTS, "-id", per_page=50, exports=False)
+    page = table.page(
+        table.order(PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by"))
+    )
     active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
     return render(
         request,
         "inventory/wizard/plan_list.html",
-        {"plans": recent, "active": active, "steps": _steps("rack"), "step": "rack"},
+        {
+            "plans": page.object_list,
+            "page": page,
+            "table": table,
+            "active": active,
+            "steps": _steps("rack"),
+            "step": "rack",
+        },
     )
+
+
+PLAN_SORTS = {
+    "id": ("pk",),
+    "rack": ("rack__name",),
+    "status": ("status",),
+    "by": ("created_by__username",),
+    "created": ("created_at",),
+    "finished": ("finished_at",),
+}
 
 
 # ---- the step bar ----------------------------------------------------------------------------------------

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from integrations.common import clip
-from integrations.slurm.target import SlurmTarget
+from integrations.slurm.target import SlurmConfigurationError, SlurmError, SlurmTarget, SlurmUnavailable
 
 
 class SlurmAdapter:
     """SlurmTarget.apply (atomic files, reconfigure, read-back, rollback), then the departments' QOS."""
 
     def __init__(self, target, values: dict):
+        self.target = target
+        self.facts: dict = {}  # what check() and apply() learned (integrations.pushes.remember)
         self.slurm = SlurmTarget(
             values["config_dir"], values["scontrol"], slurmctld_log=values.get("slurmctld_log") or None
         )
@@ -35,9 +38,30 @@ class SlurmAdapter:
                     f"{len(qos)} department QOS not set: this cluster has no slurmdbd, which sacctmgr needs "
                     "(GPU limits are then not enforced by Slurm)"
                 )
+        with contextlib.suppress(SlurmError):  # the version is a fact for the wizard, not the push's outcome
+            self.facts = {"slurm_version": self.slurm.version()}
         if result.changed:
             return f"changed {', '.join(result.changed)}; slurmctld reconfigured and verified"
         return "files already in place; slurmctld runs them"
+
+    def check(self) -> list[str]:
+        """Test connection (integrations.push_history): slurmctld answers `scontrol ping` and the
+        configuration directory is there; nothing is written."""
+        if not self.slurm.ping():
+            raise SlurmUnavailable(
+                "slurmctld does not answer `scontrol ping`", "start slurmctld or fix the scontrol setting"
+            )
+        if not self.slurm.config_dir.is_dir():
+            raise SlurmConfigurationError(
+                f"the configuration directory {self.slurm.config_dir} does not exist",
+                "point the target at the directory slurm.conf is in",
+            )
+        version = self.slurm.version()
+        self.facts = {"slurm_version": version}
+        return [
+            f"Slurm {version}: slurmctld answers scontrol ping",
+            f"configuration directory {self.slurm.config_dir} found",
+        ]
 
     def diff(self, payload: dict) -> list[str]:
         diffs = self.slurm.diff(payload.get("files") or {})

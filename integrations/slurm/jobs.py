@@ -176,6 +176,8 @@ def submit_payload(
         f"RACKPLANE_DEPARTMENT={request.department}",
         f"RACKPLANE_PRIORITY_CLASS={request.priority_class}",
     ]
+    if request.project:
+        environment.append(f"RACKPLANE_PROJECT={request.project}")
     if request.clique:
         environment.append(f"RACKPLANE_NVLINK_CLIQUE={request.clique}")
     job: dict[str, Any] = {
@@ -198,7 +200,7 @@ def submit_payload(
         if request.segment == len(hosts):
             job["segment_size"] = _no_val(request.segment)
     if account:
-        job["account"] = request.department
+        job["account"] = request.home  # the project's account (a child of the department's), else its own
     if qos:
         job["qos"] = request.department
     if request.imex:
@@ -568,6 +570,41 @@ class SlurmJobBackend:
             error = classify_error(500, {"errors": failures}, f"cancelling Slurm job {backend_id}")
             if error is not None:
                 raise error
+
+    def signal(self, backend_id: str, signal: str = "USR1") -> bool:
+        """Send `signal` (a name: USR1, TERM...) to every process of a running job, its batch shell and its
+        steps (DELETE /job/{id}?signal=...&flags=FULL_JOB, as `scancel --full --signal`), e.g. to make it
+        checkpoint (scheduling.requeue). False when the job is gone or finished: nothing to signal."""
+        backend_id = str(backend_id)
+        name = str(signal).upper().removeprefix("SIG")
+        if not re.fullmatch(r"[A-Z0-9]{1,12}", name):
+            raise BackendRejected(f"{signal!r} is not a signal name (USR1, TERM, ...)")
+        if not re.fullmatch(r"[1-9][0-9]{0,9}", backend_id):
+            return False
+        job = self._job(backend_id)  # never signal another user's job (see cancel)
+        if job is None or job_status(job).state in FINISHED_BACKEND_STATES:
+            return False
+        if job.get("user_name") != self.user:
+            raise BackendRejected(
+                f"Slurm job {backend_id} belongs to {job.get('user_name') or 'another user'}, not {self.user}"
+            )
+        action = f"signalling Slurm job {backend_id} with SIG{name}"
+        status, decoded = self._call("DELETE", f"/job/{backend_id}?signal=SIG{name}&flags=FULL_JOB")
+        error = classify_error(status, decoded, action)
+        if error is not None:
+            raise error
+        failures = []
+        for result in (decoded.get("status") if isinstance(decoded, Mapping) else None) or []:
+            outcome = result.get("error") if isinstance(result, Mapping) else None
+            code = outcome.get("code") if isinstance(outcome, Mapping) else None
+            if code in (None, 0):
+                continue
+            if code in (ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE):
+                return False
+            failures.append({"error_number": code, "error": outcome.get("message") or outcome.get("string")})
+        if failures and (error := classify_error(500, {"errors": failures}, action)) is not None:
+            raise error
+        return True
 
     def ping(self) -> bool:
         """Whether slurmctld answers slurmrestd (GET /ping/)."""

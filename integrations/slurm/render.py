@@ -127,6 +127,16 @@ class DepartmentQos:
 
 
 @dataclass(frozen=True)
+class SlurmAccount:
+    """One account of the account tree (needs slurmdbd): a department's (parent `root`) or a project's (its
+    department's account as parent). `gpu_limit` is its GrpTRES gres/gpu limit (None: no limit)."""
+
+    name: str
+    parent: str = "root"
+    gpu_limit: int | None = None
+
+
+@dataclass(frozen=True)
 class PlannedBlock:
     """A block as slurmctld will report it: base blocks and aggregated blocks."""
 
@@ -560,6 +570,51 @@ def sacctmgr_qos_commands(qos: DepartmentQos) -> list[list[str]]:
         ["-i", "add", "qos", qos.name],
         ["-i", "modify", "qos", "where", f"name={qos.name}", "set", f"GrpTRES=gres/gpu={limit}"],
     ]
+
+
+def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str]]:
+    """sacctmgr arguments that build the account tree: each account added under its parent (parents first;
+    `-i add` of an existing account changes nothing) and its GPU limit set (`-1` clears it), e.g.
+    `-i add account research-vision parent=research` then
+    `-i modify account name=research-vision set GrpTRES=gres/gpu=48`."""
+    names = {a.name for a in accounts}
+    for account in accounts:
+        _check_name("account", account.name)
+        _check_name("account", account.parent)
+        if account.parent != "root" and account.parent not in names:
+            raise ValueError(f"account {account.name}: its parent {account.parent} is not in the tree")
+        if account.gpu_limit is not None and account.gpu_limit < 0:
+            raise ValueError(f"account {account.name}: the GPU limit must be >= 0 or None")
+    if len(names) != len(accounts):
+        raise ValueError("an account is listed twice")
+    depth = {}
+
+    def level(account: SlurmAccount) -> int:
+        if account.name not in depth:
+            parent = next((a for a in accounts if a.name == account.parent), None)
+            depth[account.name] = 0 if parent is None else level(parent) + 1
+        return depth[account.name]
+
+    commands = []
+    for account in sorted(accounts, key=lambda a: (level(a), a.name)):
+        commands.append(["-i", "add", "account", account.name, f"parent={account.parent}"])
+    for account in sorted(accounts, key=lambda a: (level(a), a.name)):
+        limit = "-1" if account.gpu_limit is None else str(account.gpu_limit)
+        commands.append(
+            ["-i", "modify", "account", f"name={account.name}", "set", f"GrpTRES=gres/gpu={limit}"]
+        )
+    return commands
+
+
+def render_account_script(accounts: Sequence[SlurmAccount]) -> str:
+    """The account tree as the exact sacctmgr commands, one a line (`sacctmgr_account_commands`): a script
+    an operator runs on a host with slurmdbd (`sh accounts.sh`)."""
+    lines = [
+        MANAGED_HEADER,
+        "# Slurm accounts: departments under root, their projects under them (needs slurmdbd).",
+    ]
+    lines += ["sacctmgr " + " ".join(command) for command in sacctmgr_account_commands(accounts)]
+    return "\n".join(lines) + "\n"
 
 
 # --- parsing ------------------------------------------------------------------------------------------

@@ -207,6 +207,17 @@ class SlurmTarget:
     def scontrol_run(self, *args: str, timeout: float | None = None) -> _Run:
         return self._run(self.scontrol, *args, timeout=timeout)
 
+    def version(self) -> str:
+        """slurmctld's client version, from `scontrol --version` ("slurm 24.11.1" -> "24.11.1")."""
+        done = self.scontrol_run("--version", timeout=30)
+        words = done.stdout.split()
+        if done.returncode != 0 or len(words) < 2 or not words[1][:1].isdigit():
+            raise SlurmUnavailable(
+                f"`scontrol --version` did not say its version: {(done.stdout + done.stderr).strip()[:200]}",
+                "check the scontrol setting of the Slurm target",
+            )
+        return words[1]
+
     def ping(self) -> bool:
         """True when the primary slurmctld answers."""
         try:

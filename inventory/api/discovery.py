@@ -2,7 +2,13 @@
 faults they saw (kernel XIDs, active checks) for the health rules (inventory.health)."""
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,9 +27,19 @@ from inventory.discovery.nvidia_smi import (
     ReportError,
     canonical_gpu_uuid,
     parse_any,
+    summarize,
     validate_report,
 )
-from inventory.services import HEALTH_ONLY, UnknownHost, check_report, ingest_health, ingest_report
+from inventory.discovery.report_hash import HASH_RE
+from inventory.services import (
+    HEALTH_ONLY,
+    UnknownHost,
+    check_report,
+    heartbeat,
+    ingest_health,
+    ingest_report,
+    report_sha256,
+)
 
 
 class ReportedFabricSerializer(serializers.Serializer):
@@ -138,6 +154,20 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
     )
     checks = ChecksField(required=False, help_text="active check results (e.g. dcgmi diag), when configured")
     agent = AgentField(required=False, help_text="the node agent's version and report interval")
+    report_sha256 = serializers.CharField(
+        required=False,
+        help_text="instead of the report: the `report_sha256` the portal answered for this node's last "
+        "report, when the node's listing has not changed since (64 lower-case hex digits). Answered 200 "
+        "with `unchanged: true` (a heartbeat) or 409 with `full_report_needed: true` (send the full report)",
+    )
+
+    def validate_report_sha256(self, value):
+        if not HASH_RE.match(value):
+            raise serializers.ValidationError(
+                "report_sha256 must be a SHA-256 as the portal answered it: 64 lower-case hex digits "
+                f"(got {len(value)} characters); send it as answered, or send the full report"
+            )
+        return value
 
     def validate(self, attrs):
         health, errors = faults.validate_health(
@@ -146,6 +176,22 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         attrs["health"] = health
+        if "report_sha256" in attrs:
+            extra = sorted(k for k in ("gpus", "nvidia_smi", "xids", "checks") if k in attrs)
+            if extra:
+                raise serializers.ValidationError(
+                    {
+                        "report_sha256": f"a hash-only report carries no {', '.join(extra)}: send either the "
+                        "full report or, when nothing changed and there are no XIDs or check results, "
+                        "only its hash"
+                    }
+                )
+            if attrs.get("dry_run"):
+                raise serializers.ValidationError(
+                    {"report_sha256": "a dry run needs the full report: a hash alone has nothing to check"}
+                )
+            attrs["format"], attrs["parsed"] = "hash", None
+            return attrs
         if "gpus" not in attrs and "nvidia_smi" not in attrs and (health.xids or health.checks):
             # nvidia-smi failed on the node (a GPU fell off the bus): the kernel's XIDs still count.
             attrs["format"], attrs["parsed"] = HEALTH_ONLY, None
@@ -211,6 +257,8 @@ class HealthOutcomeSerializer(serializers.Serializer):
 
 
 class NodeReportResultSerializer(serializers.Serializer):
+    """The answer to a full report (reconciled, or unchanged and counted as a heartbeat)."""
+
     host = serializers.CharField()
     format = serializers.CharField()
     gpus = serializers.ListField(child=serializers.DictField())
@@ -223,6 +271,25 @@ class NodeReportResultSerializer(serializers.Serializer):
     removed_gpus = serializers.ListField(child=serializers.CharField())
     learned_cluster_uuid = serializers.CharField(allow_null=True)
     health = HealthOutcomeSerializer(allow_null=True, help_text="null for a dry run")
+    unchanged = serializers.BooleanField(
+        help_text="the report was the node's last one again: only its last-seen time was recorded"
+    )
+    report_sha256 = serializers.CharField(
+        allow_blank=True,
+        help_text="the report's canonical hash (empty for a dry run or a health-only report): send it "
+        "back as `report_sha256` instead of an unchanged report",
+    )
+
+
+class HeartbeatResultSerializer(serializers.Serializer):
+    """The answer to a hash-only report the portal recognised."""
+
+    host = serializers.CharField()
+    unchanged = serializers.BooleanField(help_text="always true: the node's last report stands")
+    report_sha256 = serializers.CharField()
+    problems = serializers.ListField(
+        child=serializers.CharField(), help_text="the tray's problems from its last reconciled report"
+    )
 
 
 EXAMPLE = {
@@ -262,6 +329,14 @@ class DiscoveryReportView(APIView):
     type, an unknown key, an XID outside 1-999, text over its limit, a time without a zone, an entry twice) is
     a 400 naming it, and nothing is written. Unknown top-level keys are a 400 too.
 
+    Unchanged reports cost a heartbeat: the answer carries `report_sha256`, the report's canonical hash. A
+    full report with the same hash as the node's last reconciled one (and no XIDs or check results) is
+    answered `unchanged: true` and only the tray's last-seen time is recorded (batched). A node may instead
+    post `{"host": ..., "report_sha256": ..., "agent": ...}` alone: 200 with `unchanged: true` when the
+    portal's last report for the tray has that hash and the tray needs nothing else, 409 with
+    `full_report_needed: true` when it must see the full report (post it then). A hash that is not 64
+    lower-case hex digits, or a hash sent with `gpus`, `nvidia_smi`, `xids` or `checks`, is a 400.
+
     Authenticate with an agent token (`Authorization: Bearer rpa_...`) bound to the tray's rack or host: a
     report for a host outside its scope is a 403 that writes nothing. A fleet token (an account holding
     `inventory.report_discovery`) may report for every host.
@@ -273,7 +348,18 @@ class DiscoveryReportView(APIView):
 
     @extend_schema(
         request=NodeReportSerializer,
-        responses={200: NodeReportResultSerializer},
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="NodeReportAnswer",
+                serializers=[NodeReportResultSerializer, HeartbeatResultSerializer],
+                resource_type_field_name=None,
+            ),
+            409: OpenApiResponse(
+                description="A hash-only report the portal cannot take: its last reconciled report for the "
+                "host had another hash, or the tray has something the health rules must see again. "
+                '`{"detail": "...", "full_report_needed": true}`: post the full report now.'
+            ),
+        },
         examples=[OpenApiExample("structured report", value=EXAMPLE, request_only=True)],
     )
     def post(self, request):
@@ -283,8 +369,23 @@ class DiscoveryReportView(APIView):
         serializer = NodeReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        require_host_in_scope(request, data["host"])  # the host as validated (trimmed) is the one written
+        if not isinstance(host, str) or host.strip() != data["host"]:  # else checked above (one query less)
+            require_host_in_scope(request, data["host"])  # the host as validated (trimmed) is the one written
         try:
+            if "report_sha256" in data:
+                return self._hash_only(data["host"], data["report_sha256"])
+            if (
+                data["parsed"] is not None
+                and not data["dry_run"]
+                and not (data["health"].xids or data["health"].checks)
+            ):
+                sha256 = report_sha256(data["format"], data["parsed"], data["health"])
+                beat = heartbeat(data["host"], sha256)
+                if beat is not None:
+                    report = summarize(
+                        beat.host, data["format"], data["parsed"], expected_cluster_uuid=beat.cluster_uuid
+                    )
+                    return Response({**report.as_dict(), **UNCHANGED, "report_sha256": sha256})
             if data["parsed"] is None:
                 result = ingest_health(data["host"], data["health"], dry_run=data["dry_run"])
             elif data["dry_run"]:
@@ -294,3 +395,31 @@ class DiscoveryReportView(APIView):
         except UnknownHost as error:
             return Response({"host": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
         return Response({**result.report.as_dict(), **result.changes()}, status=status.HTTP_200_OK)
+
+    @staticmethod
+    def _hash_only(host: str, sha256: str) -> Response:
+        beat = heartbeat(host, sha256)
+        if beat is None:
+            return Response(
+                {
+                    "detail": f"The portal needs the full report for {host}: its last reconciled report had "
+                    "another hash, or the tray has something the health rules must see again (a fault, a "
+                    "drain, drift, a changed partition). Post the full report.",
+                    "full_report_needed": True,
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        return Response({**beat.as_dict(), "problems": beat.problems})
+
+
+# The answer to a full report that was the node's last one again (a heartbeat): nothing reconciled.
+UNCHANGED = {
+    "applied": True,
+    "drift": [],
+    "created_gpus": [],
+    "moved_gpus": [],
+    "removed_gpus": [],
+    "learned_cluster_uuid": None,
+    "health": {"new_events": 0, "repeated_events": 0, "actions": [], "unmapped_xids": 0, "healthy": True},
+    "unchanged": True,
+}

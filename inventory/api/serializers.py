@@ -6,9 +6,12 @@ whatever its size. The annotated fields (counts, intended clique, drift) are dec
 OpenAPI schema knows their types.
 """
 
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.services import silent_policy
 
 
 class RackSerializer(serializers.ModelSerializer):
@@ -63,6 +66,38 @@ class ComputeTraySerializer(serializers.ModelSerializer):
     fabric_problems = serializers.ListField(
         child=serializers.CharField(), read_only=True, help_text="Problems found in the tray's last report."
     )
+    stale = serializers.SerializerMethodField(
+        help_text="The node reported before but not within the health settings' node silent time "
+        "(HealthSettings.node_silent_after_s); filter with ?stale=true. A tray that never reported is "
+        "not stale."
+    )
+    silent_for_s = serializers.SerializerMethodField(
+        help_text="Seconds since the node's last report when stale, else null."
+    )
+    holds_new_work = serializers.SerializerMethodField(
+        help_text="Stale and the node silent health rule holds it: the scheduler places no new work there."
+    )
+
+    def _silent(self, tray) -> tuple[bool, float | None, bool]:
+        # One policy and one "now" for the whole page, as the rack view judges it.
+        if "silent_policy" not in self.context:
+            self.context["silent_policy"], self.context["silent_now"] = silent_policy(), timezone.now()
+        policy, now = self.context["silent_policy"], self.context["silent_now"]
+        silent = policy.is_silent(tray.last_report_at, now)
+        age = round((now - tray.last_report_at).total_seconds(), 1) if silent else None
+        return silent, age, silent and policy.hold
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_stale(self, tray) -> bool:
+        return self._silent(tray)[0]
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_silent_for_s(self, tray):
+        return self._silent(tray)[1]
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_holds_new_work(self, tray) -> bool:
+        return self._silent(tray)[2]
 
     class Meta:
         model = ComputeTray
@@ -78,6 +113,9 @@ class ComputeTraySerializer(serializers.ModelSerializer):
             "reported_clique",
             "fabric_problems",
             "last_report_at",
+            "stale",
+            "silent_for_s",
+            "holds_new_work",
         ]
         read_only_fields = fields
 

@@ -42,6 +42,12 @@ class RackViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = RackSerializer
     filterset_class = RackFilter
     lookup_field = "name"
+    sort_fields = {  # core.tables.SortFilter
+        "name": ("name",),
+        "system_model": ("system_model", "name"),
+        "location": ("location", "name"),
+        "created": ("created_at",),
+    }
 
     def get_queryset(self):
         return Rack.objects.visible_to(self.request.user).annotate(
@@ -72,6 +78,7 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = GpuSerializer
     filterset_class = GpuFilter
+    sort_fields = {"uuid": ("uuid",), "health": ("health", "pk")}  # indexed columns (core.tables.SortFilter)
 
     def get_queryset(self):
         intended = F("tray__partition__clique_id")

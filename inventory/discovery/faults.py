@@ -146,8 +146,8 @@ class DefaultRule:
     """One rule a new database starts with (inventory.models.HealthRule; kinds and actions by value)."""
 
     name: str
-    kind: str  # "xid" | "recovery_action" | FABRIC_HEALTH | "dcgm_field" | "check_failed"
-    action: str  # "drain" | "degrade" | "warn"
+    kind: str  # "xid" | "recovery_action" | FABRIC_HEALTH | "dcgm_field" | "check_failed" | "node_silent"
+    action: str  # "drain" | "degrade" | "warn" | "hold" (node_silent only)
     xid_first: int | None = None
     xid_last: int | None = None
     code: str = ""
@@ -273,7 +273,20 @@ def default_rules() -> list[DefaultRule]:
             note="an active check the agent runs (dcgmi diag ...) failed, as Slurm's HealthCheckProgram",
         )
     )
+    rules.append(NODE_SILENT_RULE)
     return rules
+
+
+# A tray whose node stopped reporting (HealthSettings.node_silent_after_s) gets no new work and is not
+# drained: its jobs may well be running fine while only the agent is down. "warn" (or disabling the rule)
+# leaves it schedulable and only shows it stale.
+NODE_SILENT_RULE = DefaultRule(
+    name="node silent hold",
+    kind="node_silent",
+    action="hold",
+    note="the node agent stopped reporting: place no new work there until it reports again (jobs keep "
+    "running)",
+)
 
 
 def xid_info(number: int) -> Xid | None:

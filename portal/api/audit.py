@@ -78,6 +78,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
+    sort_fields = {"when": ("at",), "who": ("actor_name", "-at"), "action": ("action", "-at")}
 
     def get_queryset(self):
         slug = Department.objects.filter(pk=OuterRef("department_id")).values("slug")[:1]

@@ -13,12 +13,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 
 from core.access import IsAdminOrReadOnly, require_lead
 from core.api import api_validation_error
 from inventory.models import Gpu
+from portal.people import identity_lock
 from scheduling.usage import annotate_positions, department_positions
 from tenancy.api.serializers import (
     DepartmentSerializer,
@@ -195,7 +196,9 @@ class DepartmentMemberViewSet(
         serializer = MembershipCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         username, role = serializer.validated_data["username"], serializer.validated_data["role"]
-        existed = Membership.objects.filter(department=self.department, user__username=username).exists()
+        existing = Membership.objects.filter(department=self.department, user__username=username).first()
+        existed = existing is not None
+        self._refuse_identity_role(existing, "role")
         try:
             membership = set_membership(self.department, username, role, by=request.user)
         except DjangoValidationError as error:
@@ -208,6 +211,7 @@ class DepartmentMemberViewSet(
     def update(self, request, department_slug=None, username=None, partial=False):
         require_lead(request.user, self.department)  # a department you cannot see: 404 first
         membership = self.get_object()
+        self._refuse_identity_role(membership, "role")
         serializer = MembershipRoleSerializer(data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
         role = serializer.validated_data.get("role", membership.role)
@@ -224,7 +228,15 @@ class DepartmentMemberViewSet(
         require_lead(request.user, self.department)  # a department you cannot see: 404 first
         return super().destroy(request, department_slug=department_slug, username=username)
 
+    @staticmethod
+    def _refuse_identity_role(membership, field: str) -> None:
+        """A role from an identity provider follows the person's groups there (the portal's page says the
+        same): 400 naming why, nothing changed."""
+        if locked := identity_lock(membership):
+            raise ValidationError({field: [locked]})
+
     def perform_destroy(self, instance):
+        self._refuse_identity_role(instance, "username")
         try:
             remove_membership(instance)
         except DjangoValidationError as error:

@@ -7,9 +7,9 @@ from rest_framework import serializers
 from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextField
 from core.workloads import WorkError, WorkRule, validate_work, work_rules
 from scheduling.choices import Backend, PriorityClass, Topology
-from scheduling.models import Job, JobEvent
-from scheduling.services import default_topology, submittable_departments
-from tenancy.models import Department
+from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
+from scheduling.services import check_fallback, default_topology, submittable_departments
+from tenancy.models import Department, Project
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -19,8 +19,25 @@ class JobEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class FallbackTopologyField(serializers.ChoiceField):
+    """A job's fallback topology: null when it has none (stored blank)."""
+
+    def to_representation(self, value):
+        return value or None
+
+
 class JobSerializer(serializers.ModelSerializer):
+    fallback_topology = FallbackTopologyField(
+        choices=Topology.choices,
+        allow_null=True,
+        read_only=True,
+        help_text="The wider topology the job accepts after fallback_after_minutes of waiting in quota; "
+        "null: its topology is strict.",
+    )
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True, help_text="null: the department's own work"
+    )
     submitted_by = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True, help_text="null once the account is deleted"
     )
@@ -33,9 +50,12 @@ class JobSerializer(serializers.ModelSerializer):
             "url",
             "name",
             "department",
+            "project",
             "submitted_by",
             "gpus",
             "topology",
+            "fallback_topology",
+            "fallback_after_minutes",
             "priority_class",
             "backend",
             "time_limit_minutes",
@@ -68,6 +88,12 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
     "args": [...], "env": {...}} for Kubernetes. A field it does not take is refused, not ignored."""
 
     department = SlugTextField(help_text="The department's slug (you must be a member).")
+    project = SlugTextField(
+        required=False,
+        allow_null=True,
+        help_text="The slug of the department's project the job runs under (you must be in it); required "
+        "when the department shares its GPUs among projects, absent or null otherwise.",
+    )
     name = TextField(max_length=200)
     gpus = JSONIntegerField(
         min_value=1, help_text="1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that."
@@ -77,6 +103,22 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
         required=False,
         help_text="partition (the default above one tray): one NVLink partition; rack: one NVLink domain; "
         "any: anywhere.",
+    )
+    fallback_topology = serializers.ChoiceField(
+        choices=Topology.choices,
+        required=False,
+        allow_null=True,
+        help_text="Opt in to a wider topology than `topology` (rack or any for a partition job, any for a "
+        "rack job) once the job has waited fallback_after_minutes within its department's guarantee. Absent "
+        "or null: the topology stays strict.",
+    )
+    fallback_after_minutes = JSONIntegerField(
+        min_value=1,
+        max_value=FALLBACK_AFTER_MAX_MINUTES,
+        required=False,
+        allow_null=True,
+        help_text="Minutes of waiting since submission before the fallback topology is allowed (1 to 10080, "
+        "default 120); only with fallback_topology.",
     )
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.TRAIN)
     backend = serializers.ChoiceField(choices=Backend.choices, default=Backend.SLURM)
@@ -97,9 +139,26 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
         return department
 
     def validate(self, attrs):
+        attrs["project"] = self._project(attrs["department"], attrs.get("project"))
         attrs.setdefault("topology", default_topology(attrs["gpus"]))
+        attrs["fallback_topology"] = attrs.get("fallback_topology") or ""
+        errors = check_fallback(
+            attrs["topology"], attrs["fallback_topology"], attrs.get("fallback_after_minutes")
+        )
+        if errors:
+            raise serializers.ValidationError(errors)
         attrs["work"] = self._work(attrs["backend"], attrs["work"])
         return attrs
+
+    def _project(self, department, slug):
+        """The named project of the department (whether the user may use it, and whether the department
+        requires one, is scheduling.services.submit_job's rule: tenancy.projects.check_job_project)."""
+        if not slug:
+            return None
+        project = Project.objects.filter(department=department, slug=slug).first()
+        if project is None:
+            raise serializers.ValidationError({"project": f"{department.slug} has no project {slug!r}"})
+        return project
 
     def _work(self, backend, work):
         # The backend's own rule (registered by the integration that runs it), the same one dispatch uses.

@@ -37,6 +37,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     """
 
     filterset_class = JobFilter
+    sort_fields = {  # core.tables.SortFilter
+        "id": ("pk",),
+        "name": ("name",),
+        "gpus": ("gpus",),
+        "state": ("state",),
+        "created": ("created_at",),
+        "started": ("started_at",),
+    }
 
     def get_queryset(self):
         queryset = Job.objects.visible_to(self.request.user).select_related("department", "submitted_by")

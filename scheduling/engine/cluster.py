@@ -64,6 +64,9 @@ class Cluster:
         self.part_trays: list[list[int]] = []
         self.part_whole: list[int] = []  # whole free trays now
         self.part_free: list[dict[int, None]] = []
+        # Partitions the health rules marked degraded (an NVLink fault): partition -> why. Their trays come
+        # with fabric_ok False (no job spanning trays); the reasons name the degradation.
+        self.part_degraded: dict[int, str] = {}
         # Racks.
         self.rack_name: list[str] = []
         self.rack_parts: list[list[int]] = []

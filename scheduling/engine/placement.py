@@ -247,7 +247,12 @@ def fits_when_settled(cluster: Cluster, request: Request) -> bool:
         return False
     unsettled = cluster.unsettled_free(cluster.usable_owners(request.department, request.borrow))
     if request.topology == PARTITION:
-        return any(cluster.part_whole[p] + len(trays) >= request.trays for p, trays in unsettled.items())
+        # A degraded partition's trays are not waiting for a report: they wait for the fault to clear.
+        return any(
+            cluster.part_whole[p] + len(trays) >= request.trays
+            for p, trays in unsettled.items()
+            if p not in cluster.part_degraded
+        )
     return False
 
 
@@ -300,6 +305,11 @@ def _hostnames(cluster: Cluster, trays: list[int]) -> str:
 
 def _unsettled_words(cluster: Cluster, p: int, trays: list[int]) -> str:
     total = cluster.part_whole[p] + len(trays)
+    if p in cluster.part_degraded:
+        return (
+            f"{cluster.partition_label(p)} has {total} free tray{'s' if total != 1 else ''} but is degraded "
+            f"({cluster.part_degraded[p]}): no job spanning trays is placed there until it recovers"
+        )
     return (
         f"{cluster.partition_label(p)} has {total} free tray{'s' if total != 1 else ''} but {len(trays)} of "
         "them report another NVLink clique than their partition or unfinished fabric registration (fabric "
@@ -308,10 +318,16 @@ def _unsettled_words(cluster: Cluster, p: int, trays: list[int]) -> str:
 
 
 def _left_out(cluster: Cluster, unsettled: dict[int, list[int]]) -> str:
+    degraded = [p for p in unsettled if p in cluster.part_degraded]
+    words = ""
+    if degraded:
+        names = ", ".join(cluster.partition_label(p) for p in degraded[:NAMED_TRAYS])
+        words = f"; degraded NVLink partitions are left out: {names}"
+        unsettled = {p: trays for p, trays in unsettled.items() if p not in cluster.part_degraded}
     trays = [t for group in unsettled.values() for t in group]
     if not trays:
-        return ""
-    return (
+        return words
+    return words + (
         f"; {len(trays)} more free tray{'s are' if len(trays) != 1 else ' is'} left out while "
         f"{'their' if len(trays) != 1 else 'its'} fabric is unsettled (another NVLink clique than the "
         f"partition's, or unfinished fabric registration): {_hostnames(cluster, trays)}"

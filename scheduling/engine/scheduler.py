@@ -35,6 +35,14 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
    take its `fallback_topology` (a wider one it accepts, e.g. a rack instead of one partition); jobs that
    give none keep theirs. Borrowers keep theirs (`Options.fallback_borrowers` lets them fall back too).
 
+**Projects.** A department may split its share among projects (`Department.projects`; jobs name theirs in
+`project`): quotas are then hierarchical (`tenancy.quota.hierarchical_fair_share`): a job is in quota when
+its project's GPUs, with it, stay within the project's in-quota share inside the department's, and its
+department's and project's limits both hold; Standing and reclaim work per project (a project's in-quota
+job reclaims from sibling projects' borrowers as from other departments'), and over-quota jobs go in order
+of their project's distance below its fair share. Work of such a department without a project is one more
+leaf (`tenancy.quota.NO_PROJECT`). A department without projects is its own single leaf: exactly as before.
+
 **Standing.** Every pass recomputes which running jobs are in quota and which borrow (`standing`), before
 admission (so reclaim preempts today's borrowers, not the ones of when they started) and after it (the
 result's `over_quota`): per department, its running jobs are in quota while their GPUs stay within the
@@ -64,10 +72,21 @@ from scheduling.engine.placement import (
     place,
     why_not,
 )
-from tenancy.quota import DepartmentQuota, fair_share, in_quota_prefix
+from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
 
 PREEMPTIBLE_CLASSES = ("train",)
 CHECKPOINT_LOSS_S = 600.0  # work lost per preemption, by default (the simulator's --checkpoint-loss)
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project inside a department: its share of the department's (same fields, one level down)."""
+
+    name: str
+    guaranteed: int
+    weight: float = 1.0
+    limit: int | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,7 @@ class Department:
     weight: float = 1.0
     limit: int | None = None
     priority: int = 0
+    projects: tuple[Project, ...] = ()  # empty: the department is its own single leaf
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,7 @@ class PendingJob:
     # A wider topology the job accepts once it has waited `fallback_after_s` since submission (in quota).
     fallback_topology: str | None = None
     fallback_after_s: float = 0.0
+    project: str | None = None  # its project inside the department (None: none)
 
     @property
     def preemptible(self) -> bool:
@@ -109,6 +130,7 @@ class RunningJob:
     expected_end: float  # start + time limit
     over_quota: bool = False
     priority_class: str = "train"
+    project: str | None = None
 
     @property
     def preemptible(self) -> bool:
@@ -121,6 +143,9 @@ class Start:
     placement: Placement
     over_quota: bool
     preempted: tuple[int, ...] = ()  # jobs preempted to make room for it
+    # The job's own topology when it was placed by its fallback beyond it (e.g. "partition" for a job
+    # placed on two partitions of a rack as its submitter allowed); None when its own topology held.
+    fell_back_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +166,8 @@ class PassResult:
     # Every job running after the pass (started ones included) -> True when it borrows (see Standing).
     over_quota: dict[int, bool] = field(default_factory=dict)
     in_quota_share: dict[str, int] = field(default_factory=dict)  # department -> its in-quota share
+    # (department, project) -> the project's in-quota share, for departments with projects (see Projects).
+    project_in_quota_share: dict[tuple[str, str | None], int] = field(default_factory=dict)
     on_dedicated: dict[int, str] = field(default_factory=dict)  # job -> owner of the dedicated partition
 
 
@@ -173,15 +200,36 @@ class _Pass:
         self.fallback_borrowers = options.fallback_borrowers
         self.checkpoint_loss_s = options.checkpoint_loss_s
         self.result = PassResult()
+        self.own_topology: dict[int, str] = {}  # job -> its own topology, when it takes its fallback
+        # Leaves (module docstring, Projects): (department, project) in departments with projects, work
+        # there without a known project (department, None); (department, None) for the others. The quota
+        # figures are per leaf; `held` stays per department (its limit, reclaim's guard).
+        # A department whose projects' guarantees exceed its own (the services refuse it; a database edited
+        # by hand could hold it) is scheduled as one leaf rather than failing the whole pass.
+        self.projects = {
+            d.name: {p.name: p for p in d.projects}
+            for d in departments
+            if d.projects and sum(p.guaranteed for p in d.projects) <= d.guaranteed
+        }
+        self.leaf_guaranteed: dict[tuple[str, str | None], int] = {}
+        for d in departments:
+            self.leaf_guaranteed[(d.name, None)] = d.guaranteed
+            for p in d.projects if d.name in self.projects else ():
+                self.leaf_guaranteed[(d.name, p.name)] = p.guaranteed
+                self.leaf_guaranteed[(d.name, None)] -= p.guaranteed
         self.held: dict[str, int] = {name: 0 for name in self.departments}
+        self.leaf_held: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
         for job in running:
             if job.department in self.held:
                 self.held[job.department] += job.gpus
+                self.leaf_held[self._leaf(job)] += job.gpus
         demand = dict(self.held)
+        leaf_demand = dict(self.leaf_held)
         for job in pending:
             if job.department in demand:
                 demand[job.department] += job.gpus
-        shares = fair_share(
+                leaf_demand[self._leaf(job)] += job.gpus
+        shares = hierarchical_fair_share(
             cluster.capacity,
             [
                 DepartmentQuota(
@@ -195,9 +243,25 @@ class _Pass:
                 )
                 for d in departments
             ],
-        ).shares
-        self.in_quota = {name: share.in_quota for name, share in shares.items()}
-        self.fair = {name: share.fair_share for name, share in shares.items()}
+            {
+                name: [
+                    DepartmentQuota(
+                        name=p.name,
+                        guaranteed=p.guaranteed,
+                        weight=p.weight,
+                        limit=p.limit,
+                        priority=p.priority,
+                        demand=leaf_demand[(name, p.name)],
+                        allocated=self.leaf_held[(name, p.name)],
+                    )
+                    for p in projects.values()
+                ]
+                for name, projects in self.projects.items()
+            },
+        )
+        self.department_in_quota = {name: s.in_quota for name, s in shares.departments.shares.items()}
+        self.in_quota = {leaf: shares.leaf(*leaf).in_quota for leaf in self.leaf_guaranteed}
+        self.fair = {leaf: shares.leaf(*leaf).fair_share for leaf in self.leaf_guaranteed}
         self._restand()
         self.reserved: list[Reservation] = []
         self.reserved_until = -math.inf  # the latest start of a reservation
@@ -214,6 +278,13 @@ class _Pass:
 
     # --- standing: in quota or borrowed ------------------------------------------------------------
 
+    def _leaf(self, job) -> tuple[str, str | None]:
+        """The quota leaf `job` is admitted against (module docstring, Projects)."""
+        projects = self.projects.get(job.department)
+        if projects is None or job.project not in projects:
+            return (job.department, None)
+        return (job.department, job.project)
+
     def _dedicated_owner(self, job: RunningJob) -> str | None:
         """The owner of another department's dedicated partition the job holds trays on, if any."""
         cluster = self.cluster
@@ -224,16 +295,30 @@ class _Pass:
                 return cluster.part_owner[cluster.tray_part[t]]
         return None
 
+    def _on_dedicated(self) -> dict[int, str]:
+        """Running job -> `_dedicated_owner`, for the jobs that have one: found from the trays of dedicated
+        partitions (few) instead of every running job's trays (thousands of jobs at 1,000 racks)."""
+        cluster = self.cluster
+        found: dict[int, str] = {}
+        if not cluster.dedicated_owners:
+            return found
+        for p, owner in enumerate(cluster.part_owner):
+            if owner is None:
+                continue
+            for t in cluster.part_trays[p]:
+                for job_id in cluster.tray_jobs[t]:
+                    job = self.running.get(job_id)
+                    if job is not None and job.department != owner and job_id not in found:
+                        found[job_id] = self._dedicated_owner(job)  # its first such tray's owner
+        return found
+
     def _restand(self) -> None:
         """Recompute every running job's over_quota (module docstring, Standing)."""
-        by_department: dict[str, list[RunningJob]] = {}
-        on_dedicated: dict[int, str] = {}
+        by_department: dict[tuple[str, str | None], list[RunningJob]] = {}  # by leaf
+        on_dedicated = self._on_dedicated()
         for job in self.running.values():
-            owner = self._dedicated_owner(job)
-            if owner is not None:
-                on_dedicated[job.id] = owner
-            else:
-                by_department.setdefault(job.department, []).append(job)
+            if job.id not in on_dedicated:
+                by_department.setdefault(self._leaf(job), []).append(job)
         in_quota: set[int] = set()
         for name, jobs in by_department.items():
             if name not in self.in_quota:
@@ -246,7 +331,10 @@ class _Pass:
                 self.running[job_id] = replace(job, over_quota=over)
         self.result.over_quota = {job_id: job.over_quota for job_id, job in self.running.items()}
         self.result.on_dedicated = on_dedicated
-        self.result.in_quota_share = dict(self.in_quota)
+        self.result.in_quota_share = dict(self.department_in_quota)
+        self.result.project_in_quota_share = {
+            leaf: share for leaf, share in self.in_quota.items() if leaf[0] in self.projects
+        }
 
     # --- placement with reservations respected ---------------------------------------------------
 
@@ -278,8 +366,13 @@ class _Pass:
         return tuple(i for i, r in enumerate(self.reserved) if end <= r.start_at)
 
     def _start(self, job: PendingJob, placement: Placement, over_quota: bool, victims=()) -> None:
+        fell_back_from = None
+        own = self.own_topology.get(job.id)
+        if own is not None and not self._within(placement, own):
+            fell_back_from = own
         self.cluster.allocate(job.id, placement)
         self.held[job.department] += job.gpus
+        self.leaf_held[self._leaf(job)] += job.gpus
         self.running[job.id] = RunningJob(
             job.id,
             job.department,
@@ -288,14 +381,24 @@ class _Pass:
             self.now + job.time_limit_s,
             over_quota,
             job.priority_class,
+            job.project,
         )
-        self.result.started.append(Start(job.id, placement, over_quota, tuple(victims)))
+        self.result.started.append(Start(job.id, placement, over_quota, tuple(victims), fell_back_from))
+
+    def _within(self, placement: Placement, topology: str) -> bool:
+        """True when `placement` meets `topology` (one partition, one rack, or anywhere)."""
+        cluster = self.cluster
+        if topology == PARTITION:
+            return len({cluster.tray_part[t] for t, _ in placement}) <= 1
+        if topology == RACK:
+            return len({cluster.tray_rack[t] for t, _ in placement}) <= 1
+        return True
 
     # --- reclaim -----------------------------------------------------------------------------------
 
     def _reclaim(self, job: PendingJob) -> bool:
         """Preempt over-quota work of other departments until the in-quota `job` fits."""
-        key = (job.gpus, job.topology, job.department)
+        key = (job.gpus, job.topology, self._leaf(job))
         if key in self.reclaim_failed:
             return False
         if self.cluster.free_gpus + self._reclaimable() < job.gpus or not self._try_reclaim(job):
@@ -315,7 +418,7 @@ class _Pass:
             (
                 (not on_its_partitions(r), r)
                 for r in self.running.values()
-                if r.preemptible and r.department != job.department and r.id in cluster.jobs
+                if r.preemptible and self._leaf(r) != self._leaf(job) and r.id in cluster.jobs
             ),
             key=lambda v: (v[0], self.departments[v[1].department].priority, -v[1].started_at, -v[1].id),
         )
@@ -330,11 +433,12 @@ class _Pass:
         request = job.request()
         for elsewhere, victim in victims:
             # Only departments holding more than their guarantee give GPUs back, except from partitions
-            # dedicated to the job's department: work there is always borrowed.
-            if elsewhere and self.held[victim.department] <= self.departments[victim.department].guaranteed:
+            # dedicated to the job's department: work there is always borrowed. Inside the job's own
+            # department, only sibling projects holding more than theirs.
+            if elsewhere and not self._over_guarantee(victim, job):
                 continue
             released.append((victim, self.cluster.release(victim.id)))
-            self.held[victim.department] -= victim.gpus
+            self._hold(victim, -victim.gpus)
             self.result.decisions += 1
             placement = place(self.cluster, request, self.policy)
             if placement is not None:
@@ -342,7 +446,7 @@ class _Pass:
         if placement is None:
             for victim, trays in reversed(released):
                 self.cluster.allocate(victim.id, trays)
-                self.held[victim.department] += victim.gpus
+                self._hold(victim, victim.gpus)
             return False
         if self.options.least_loss_reclaim:
             placement = self._cheapest(request, released) or placement
@@ -356,13 +460,13 @@ class _Pass:
             if (natural - self.now) * job.gpus <= lost:  # waiting costs less than the work it would lose
                 for victim, trays in reversed(released):
                     self.cluster.allocate(victim.id, trays)
-                    self.held[victim.department] += victim.gpus
+                    self._hold(victim, victim.gpus)
                 return False
         preempted = []
         for victim, trays in reversed(released):
             if used.isdisjoint(t for t, _ in trays):
                 self.cluster.allocate(victim.id, trays)  # not needed: it keeps running
-                self.held[victim.department] += victim.gpus
+                self._hold(victim, victim.gpus)
             else:
                 preempted.append(victim.id)
                 del self.running[victim.id]
@@ -372,6 +476,18 @@ class _Pass:
         self.staying = None
         self._start(job, placement, over_quota=False, victims=preempted)
         return True
+
+    def _hold(self, job: RunningJob, gpus: int) -> None:
+        self.held[job.department] += gpus
+        self.leaf_held[self._leaf(job)] += gpus
+
+    def _over_guarantee(self, victim: RunningJob, job: PendingJob) -> bool:
+        """Whether the victim's department (its project, inside the job's own department) holds more than
+        its guarantee: only then does it give GPUs back to an in-quota job (Projects)."""
+        if victim.department != job.department:
+            return self.held[victim.department] > self.departments[victim.department].guaranteed
+        leaf = self._leaf(victim)
+        return self.leaf_held[leaf] > self.leaf_guaranteed[leaf]
 
     def _cheapest(self, request: Request, released: list[tuple[RunningJob, tuple]]) -> Placement | None:
         """Of the whole partitions (or racks, for a `rack` job) the released borrowers leave room in, the
@@ -438,7 +554,7 @@ class _Pass:
         end = {r.id: r.expected_end for r in self.running.values()}
         if in_quota and self.options.reclaim_aware_reservations:
             for r in self._staying_borrowers():
-                if r.department != job.department:
+                if self._leaf(r) != self._leaf(job):
                     end[r.id] = self.now
 
         ends = [self.now] * len(cluster)  # when each tray's jobs have all ended
@@ -490,9 +606,9 @@ class _Pass:
         """
         if self.staying is not None:
             return self.staying
-        by_department: dict[str, list[RunningJob]] = {}
+        by_department: dict[tuple[str, str | None], list[RunningJob]] = {}  # by leaf
         for r in self.running.values():
-            by_department.setdefault(r.department, []).append(r)
+            by_department.setdefault(self._leaf(r), []).append(r)
         staying = []
         for name, jobs in by_department.items():
             share = self.in_quota.get(name)
@@ -536,7 +652,17 @@ class _Pass:
                 f"and this job needs {job.gpus}"
             )
             return True
-        in_quota = held + job.gpus <= self.in_quota[job.department]
+        leaf = self._leaf(job)
+        if leaf[1] is not None:
+            project = self.projects[job.department][leaf[1]]
+            project_held = self.leaf_held[leaf]
+            if project.limit is not None and project_held + job.gpus > project.limit:
+                self.result.waiting[job.id] = (
+                    f"waiting: the project's limit is {project.limit} GPUs; it holds {project_held} "
+                    f"and this job needs {job.gpus}"
+                )
+                return True
+        in_quota = self.leaf_held[leaf] + job.gpus <= self.in_quota[leaf]
         if sweep == 1 and not in_quota:
             return False  # over quota: the second sweep, after every in-quota job
         if not in_quota and not job.preemptible:
@@ -548,8 +674,10 @@ class _Pass:
         if (
             job.fallback_topology is not None
             and (in_quota or self.fallback_borrowers)
+            and job.fallback_topology != job.topology
             and self.now - job.submitted_at >= job.fallback_after_s
         ):
+            self.own_topology[job.id] = job.topology
             job = replace(job, topology=job.fallback_topology)
         placement = self._place(job, borrow=not in_quota)
         if placement is not None:
@@ -627,9 +755,9 @@ class _Pass:
         order = sorted(self.pending, key=lambda j: (rank.get(j.department, 0), j.submitted_at, j.id))
         later = [job for job in order if not self._consider(job, sweep=1)]
         # Over quota: departments furthest below their fair share first.
-        below = {name: self.held[name] - self.fair[name] for name in self.departments}
+        below = {leaf: self.leaf_held[leaf] - self.fair[leaf] for leaf in self.fair}
         later.sort(
-            key=lambda j: (rank.get(j.department, 0), below.get(j.department, 0), j.submitted_at, j.id)
+            key=lambda j: (rank.get(j.department, 0), below.get(self._leaf(j), 0), j.submitted_at, j.id)
         )
         for job in later:
             self._consider(job, sweep=2)

@@ -1,9 +1,22 @@
-"""Placeholder in this session's migration chain; its owner fills in the operations (or leaves it empty)."""
+"""Jobs are submitted to a project of their department (issue 16): Job.project."""
 
-from django.db import migrations
+import django.db.models.deletion
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
     dependencies = [("scheduling", "0011_job_topology_fallback"), ("tenancy", "0003_projects")]
 
-    operations = []
+    operations = [
+        migrations.AddField(
+            model_name="job",
+            name="project",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="jobs",
+                to="tenancy.project",
+            ),
+        ),
+    ]

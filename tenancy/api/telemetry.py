@@ -3,6 +3,10 @@
 For nodes the portal cannot reach (behind NAT, or scraped by the site's own Prometheus): a cron job or the
 node agent forwards ``curl -s localhost:9400/metrics`` here with its agent token (inventory.api.auth): a
 token bound to a rack or host may send only GPUs on its trays.
+
+When the metrics source is the site's Prometheus (tenancy.metrics_source), utilization comes from there:
+a push's utilization lines are not recorded (``recorded`` is 0, ``utilization_from`` says why), its health
+fields still are.
 """
 
 from django.urls import path
@@ -18,7 +22,8 @@ from core.parsers import decode_body, read_body
 from core.throttling import NodeAgentRateThrottle
 from inventory import health as health_rules
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, agent_token, is_fleet_agent, require_gpus_in_scope
-from tenancy.activity import record_samples
+from tenancy.activity import RecordResult, record_samples
+from tenancy.models import MetricsSource
 from tenancy.telemetry import DcgmParseError, parse_dcgm
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a GB200 tray's full page is ~60 KB
@@ -63,6 +68,11 @@ class TelemetryResultSerializer(serializers.Serializer):
     )
     health_actions = serializers.ListField(
         child=serializers.CharField(), help_text="decisions the health rules took on them"
+    )
+    utilization_from = serializers.ChoiceField(
+        choices=["push", "prometheus"],
+        help_text="push: this page's utilization was recorded; prometheus: the metrics source is the site's "
+        "Prometheus, so utilization is read from there and this page's is not recorded",
     )
 
 
@@ -123,7 +133,8 @@ class DcgmPushView(APIView):
         except DcgmParseError as error:
             return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)
         require_gpus_in_scope(request, [sample.uuid for sample in [*samples, *samples.health]])
-        result = record_samples(samples)
+        from_prometheus = MetricsSource.load().is_prometheus
+        result = RecordResult(recorded=0) if from_prometheus else record_samples(samples)
         health = health_rules.record_dcgm(samples.health)
         return Response(
             {
@@ -131,6 +142,7 @@ class DcgmPushView(APIView):
                 "skipped": samples.skipped + result.skipped,
                 "health_events": health.new_events + health.repeated_events,
                 "health_actions": health.actions,
+                "utilization_from": "prometheus" if from_prometheus else "push",
             },
             status=status.HTTP_200_OK,
         )

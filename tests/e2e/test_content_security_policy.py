@@ -82,7 +82,7 @@ def test_no_page_breaks_the_content_security_policy(live_server, page, fleet):
     expect(page.locator(".swagger-ui .info").first).to_be_visible()
     # An htmx panel: a tray's detail swapped into the rack page.
     page.goto(f"{live_server.url}/inventory/racks/")
-    page.locator("table a").first.click()
+    page.locator("table a.rack-link").first.click()
     page.locator("button.tray").first.click()
     expect(page.locator("aside#detail")).not_to_be_empty()
     page.wait_for_load_state("networkidle")

@@ -162,6 +162,9 @@ def test_tray_list_content(demo_inventory, client):
         "reported_clique": f"{tray.rack.cluster_uuid}.{DEFAULT_CLIQUE_ID}",
         "fabric_problems": [],
         "last_report_at": first["last_report_at"],
+        "stale": False,
+        "silent_for_s": None,
+        "holds_new_work": False,
     }
     assert first["last_report_at"]
     assert len(first["ib_port_guids"]) == 4
@@ -398,7 +401,7 @@ def test_default_page_size_and_filters_keep_count_and_next(demo_inventory, clien
 # one prefetch of its trays. Never one query per row.
 EXPECTED_QUERIES = {
     "/api/v1/racks/": 4,
-    "/api/v1/trays/": 4,
+    "/api/v1/trays/": 5,  # + the node silent policy (stale), once per page
     "/api/v1/gpus/": 4,
     "/api/v1/partitions/": 5,
 }
@@ -447,7 +450,7 @@ def test_list_query_count_does_not_grow_with_rows_or_page_size(
     ("url", "expected"),
     [
         (lambda: "/api/v1/racks/gb-r02/", 3),
-        (lambda: f"/api/v1/trays/{ComputeTray.objects.get(hostname='gb-r02-t01').pk}/", 3),
+        (lambda: f"/api/v1/trays/{ComputeTray.objects.get(hostname='gb-r02-t01').pk}/", 4),  # + stale policy
         (lambda: f"/api/v1/gpus/{Gpu.objects.filter(tray__hostname='gb-r02-t01').first().pk}/", 3),
         # The default partition of a whole rack: 18 trays, still one prefetch.
         (lambda: f"/api/v1/partitions/{NVLinkPartition.objects.get(rack__name='gb-r01').pk}/", 4),

@@ -139,3 +139,20 @@ def test_departments_must_exist():
         check_plan("gb-r01", rack(), layout)
     )
     assert check_plan("gb-r01", rack(), layout, departments=["vision"]).ok
+
+
+def test_findings_are_grouped_per_job_one_finding_listing_its_trays():
+    # One job on all 18 trays (issue 18: 18 near-identical boxes for one job): one finding, every tray named.
+    trays = rack(**{f"t{s:02d}": {"running_jobs": ("train-big",)} for s in range(1, 19)})
+    trays[0] = TrayInfo(1, "gb-r01-t01", partition="default", running_jobs=("train-big", "probe-1"))
+    refused = check_plan("gb-r01", trays, preset_layout("2x9"))
+    errors = messages(refused, Level.ERROR)
+    big = [m for m in errors if "train-big" in m]
+    assert len(big) == 1
+    assert big[0].startswith("Trays 1-18 (gb-r01-t01, gb-r01-t02,") and "gb-r01-t18) run train-big" in big[0]
+    assert [m for m in errors if "probe-1" in m] == [
+        "Tray 1 (gb-r01-t01) runs probe-1 and would change partition: choose 'drain first' or wait for the "
+        "work to finish."
+    ]
+    drained = check_plan("gb-r01", trays, preset_layout("2x9"), drain=True)
+    assert drained.ok and len([m for m in messages(drained, Level.WARNING) if "will be drained" in m]) == 2

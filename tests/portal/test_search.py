@@ -242,3 +242,40 @@ def test_the_number_of_queries_does_not_grow_with_the_results(client_as, departm
     assert response.status_code == 200
     # "more" counts add one query per kind that overflowed (trays, jobs) and nothing per row.
     assert len(many) <= len(few) + 2
+
+
+# --- the fast path (issue 18: p95 under 100 ms at 1,000 racks) ----------------------------------------------
+
+
+def test_the_exact_fast_path_names_the_same_object_as_the_full_search(
+    client_as, department_a, department_b, member_a, platform_admin
+):
+    from portal.search import exact_url, search
+
+    tray = ComputeTray.objects.get(hostname="gb-r02-t05")
+    gpu = Gpu.objects.filter(tray=tray).order_by("index").first()
+    job_a = make_job(department_a, "alpha-run", state="pending")
+    job_b = make_job(department_b, "beta-run", state="pending")
+    rack = Rack.objects.get(name="gb-r03")
+    queries = [
+        gpu.uuid, gpu.uuid.upper(), gpu.serial, "gb-r02-t05", "GB-R02-T05", str(tray.ib_port_guids[0]),
+        "gb-r03", str(rack.cluster_uuid), f"#{job_a.pk}", str(job_b.pk), "alpha", "Beta", "gb-r0", "nothing",
+        "GPU-", "0x", "99999999999999999999",
+    ]  # fmt: skip
+    for user in (platform_admin, member_a):
+        for q in queries:
+            assert exact_url(user, q) == search(user, q).exact, (user, q)
+    # A member is not sent to another department's job.
+    assert exact_url(member_a, str(job_b.pk)) is None
+    assert exact_url(platform_admin, str(job_b.pk)) == reverse("scheduling:job-detail", args=[job_b.pk])
+
+
+def test_an_exact_query_redirects_after_a_few_lookups(client_as, demo_inventory, platform_admin):
+    gpu = Gpu.objects.order_by("pk").first()
+    client = client_as(platform_admin)
+    client.get(SEARCH, {"q": "warm-up"})
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(SEARCH, {"q": gpu.uuid})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("inventory:gpu-detail", args=[gpu.pk])
+    assert len(captured.captured_queries) <= 3  # session, user, the GPU lookup

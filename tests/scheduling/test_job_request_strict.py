@@ -49,8 +49,8 @@ def test_a_misspelt_field_is_refused_with_the_closest_one(post):
 def test_an_unknown_field_with_nothing_close_lists_the_fields_the_request_takes(post):
     assert refused(post(color="blue")) == {
         "color": [
-            "Unknown field: this request takes department, name, gpus, topology, priority_class, backend, "
-            "time_limit_minutes, work."
+            "Unknown field: this request takes department, project, name, gpus, topology, fallback_topology, "
+            "fallback_after_minutes, priority_class, backend, time_limit_minutes, work."
         ]
     }
 
@@ -101,9 +101,12 @@ def test_the_document_says_the_job_request_takes_no_other_field():
         assert components[variant]["additionalProperties"] is False
         assert set(components[variant]["properties"]) == {
             "department",
+            "project",
             "name",
             "gpus",
             "topology",
+            "fallback_topology",
+            "fallback_after_minutes",
             "priority_class",
             "backend",
             "time_limit_minutes",

@@ -165,7 +165,9 @@ def test_htmx_gets_the_table_and_polling_stops_when_nothing_is_active(client_as,
     assert stopped.status_code == 286  # htmx stops polling, and still swaps in the final table
     assert "hx-trigger" not in stopped.content.decode()
     assert 'class="badge job-completed">Completed<' in stopped.content.decode()
-    assert "hx-trigger" not in client.get(LIST).content.decode()  # a page with nothing active never polls
+    # A page with nothing active never polls its table (the header's bell polls for itself).
+    assert 'id="job-table" hx-get' not in client.get(LIST).content.decode()
+    assert 'id="job-table"' in client.get(LIST).content.decode()
 
 
 @pytest.mark.slow  # grows the data to compare query counts
@@ -188,9 +190,9 @@ def test_list_queries_do_not_grow_with_the_jobs(
         )
     for number in range(30):
         make_job(department_a, f"queued-{number}", JobState.PENDING, submitted_by=member_a)
-    # Session, user, departments for the filter, the count and the page, and the menu's "leads a department?"
+    # Session, user, departments and projects for the filter, the count and the page, and the menu's roles
     # (full pages only): whatever the number of rows.
-    with django_assert_max_num_queries(6), CaptureQueriesContext(connection) as many:
+    with django_assert_max_num_queries(7), CaptureQueriesContext(connection) as many:
         response = client.get(LIST)
     assert len(response.context["page"].object_list) == 50
     assert len(many) == len(few)
@@ -391,11 +393,11 @@ def test_the_rack_view_stays_within_its_queries_with_jobs(
     job = Job.objects.get(name="job-1")
     client = client_as("member_a")
     client.get(reverse("inventory:rack-detail", args=[rack]))
-    # Session, user, rack, partitions, trays, GPUs with the job holding each, dedications, the menu's "leads a
-    # department?"; ?job= adds the job.
-    with django_assert_max_num_queries(8):
-        assert client.get(reverse("inventory:rack-detail", args=[rack])).status_code == 200
+    # Session, user, rack, partitions, trays, GPUs with the job holding each, dedications, the menu's roles,
+    # the "node silent" rule (stale trays); ?job= adds the job.
     with django_assert_max_num_queries(9):
+        assert client.get(reverse("inventory:rack-detail", args=[rack])).status_code == 200
+    with django_assert_max_num_queries(10):
         response = client.get(reverse("inventory:rack-detail", args=[rack]), {"job": job.pk})
     assert re.findall(r'data-job-tray="(\d+)"', response.content.decode()) == [str(job.pk)]
 

@@ -224,7 +224,15 @@ def test_prune_history_removes_only_rows_past_retention(department):
     ]
 
     TenancySettings.objects.filter(pk=1).update(utilization_history_hours=2, quota_history_days=1)
-    assert prune_telemetry() == {"utilization_buckets": 1, "quota_snapshots": 1}
+    assert prune_telemetry() == {
+        "utilization_buckets": 1,
+        "quota_snapshots": 1,
+        "merged_into_hourly": 0,
+        "hourly_buckets": 0,
+        "capped": 0,
+        "quota_snapshots_merged": 0,
+        "quota_snapshots_hourly": 0,
+    }
     assert GpuUtilization.objects.count() == 1 and QuotaSnapshot.objects.count() == 1
 
 
@@ -519,6 +527,7 @@ def test_a_node_agent_pushes_its_page(agent):
         "skipped": 0,
         "health_events": 0,
         "health_actions": [],
+        "utilization_from": "push",
     }
     assert activity(gpus[1]).utilization == 91.0
 
@@ -534,6 +543,7 @@ def test_the_push_reports_unknown_gpus_and_skipped_lines(agent):
         "skipped": 1,
         "health_events": 0,
         "health_actions": [],
+        "utilization_from": "push",
     }
 
 

@@ -1,6 +1,7 @@
 import json
 import os
 import platform
+import shlex
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -47,6 +48,48 @@ def _row(policy: str, m: dict) -> str:
     return "  ".join(form.format(value) for (_, _, form), value in zip(COLUMNS, values, strict=True))
 
 
+def _parse_projects(items: list[str]) -> dict[str, str]:
+    """['vision=alpha', ...] -> {'vision': 'alpha'}: the trace `vision` is a project of department alpha."""
+    projects: dict[str, str] = {}
+    for item in items:
+        trace, sep, department = (part.strip() for part in item.partition("="))
+        if not sep or not trace or not department:
+            raise simulator.SimulationError(f"--project {item!r}: write TRACE=DEPARTMENT")
+        if trace in projects:
+            raise simulator.SimulationError(f"--project {trace} is given twice")
+        projects[trace] = department
+    return projects
+
+
+def _command(options: dict) -> str:
+    """The command line that made these results (the report and README show it)."""
+    words = ["manage.py", "simulate"]
+    for path in options["trace"]:
+        words += ["--trace", path]
+    words += ["--racks", str(options["racks"]), "--layout", options["layout"]]
+    for policy in options["policy"] or ():
+        words += ["--policy", policy]
+    for guarantee in options["guarantee"]:
+        words += ["--guarantee", guarantee]
+    for project in options["project"]:
+        words += ["--project", project]
+    words += [
+        "--span-slowdown",
+        f"{options['span_slowdown']:g}",
+        "--preempted",
+        options["preempted"],
+        "--checkpoint-loss",
+        options["checkpoint_loss"],
+        "--fallback-after",
+        options["fallback_after"],
+    ]
+    if options["faults"]:
+        words += ["--faults", options["faults"], "--detect", options["detect"]]
+        words += ["--check-time", options["check_time"], "--manual-delay", options["manual_delay"]]
+    words += ["--out", options["out"]] + (["--html", options["html"]] if options["html"] else [])
+    return shlex.join(words)
+
+
 def _machine() -> dict:
     model = platform.processor() or platform.machine()
     try:
@@ -57,6 +100,34 @@ def _machine() -> dict:
     except OSError:
         pass
     return {"cpus": os.cpu_count(), "cpu": model, "python": platform.python_version()}
+
+
+FAULT_COLUMNS = (
+    ("policy", "{:<15}", "{:<15}"),
+    ("faults", "{:<10}", "{:<10}"),
+    ("goodput GPU-h", "{:>14}", "{:>14,.0f}"),
+    ("lost GPU-h", "{:>11}", "{:>11,.0f}"),
+    ("jobs hit", "{:>9}", "{:>9,}"),
+    ("JCT h", "{:>8}", "{:>8.2f}"),
+    ("quarantine", "{:>11}", "{:>11}"),
+    ("service h", "{:>10}", "{:>10}"),
+)
+
+
+def _fault_row(policy: str, mode: str, f: dict) -> str:
+    quarantine = f["time_to_quarantine_s"]
+    service = f["time_to_service_s"]
+    values = (
+        policy,
+        mode,
+        f["goodput_gpu_s"] / 3600,
+        f["lost_work_gpu_s"] / 3600,
+        f["jobs_hit"],
+        f["avg_jct_s"] / 3600,
+        "n/a" if quarantine is None else f"{quarantine / 60:g} min",
+        "n/a" if service is None else f"{service / 3600:.1f}",
+    )
+    return "  ".join(form.format(value) for (_, _, form), value in zip(FAULT_COLUMNS, values, strict=True))
 
 
 class Command(BaseCommand):
@@ -94,6 +165,14 @@ class Command(BaseCommand):
             help="a department's guaranteed GPUs; the others split the rest by GPU-hours",
         )
         parser.add_argument(
+            "--project",
+            action="append",
+            default=[],
+            metavar="TRACE=DEPARTMENT",
+            help="replay a trace as a project of DEPARTMENT (a name that is no trace's); its guarantee is "
+            "its own and the department's is the sum of its projects' (repeat per project)",
+        )
+        parser.add_argument(
             "--span-slowdown",
             type=float,
             default=simulator.DEFAULT_SPAN_SLOWDOWN,
@@ -120,6 +199,42 @@ class Command(BaseCommand):
             metavar="DURATION",
             help="how long an in-quota gang of more than half a partition waits for one partition before it "
             "takes a rack (and a rack-sized gang any trays); default 60m, 'off' keeps every job strict",
+        )
+        parser.add_argument(
+            "--faults",
+            metavar="FILE",
+            help="a node fault trace (the JSON of shared/traces/faults/) replayed with the jobs, each node "
+            "onto one compute tray: every policy is replayed twice more, faults handled automated and manual "
+            "(docs/simulator.md), and its results get `faults`",
+        )
+        parser.add_argument(
+            "--detect",
+            default=f"{simulator.DEFAULT_DETECT_S:g}s",
+            metavar="DURATION",
+            help="with --faults, automated: from a fault to the tray drained (the agent's interval; "
+            "default 60s)",
+        )
+        parser.add_argument(
+            "--check-time",
+            default=f"{simulator.DEFAULT_CHECK_S / 60:g}m",
+            metavar="DURATION",
+            help="with --faults, automated: from the repair to the tray back in service (healthy reports and "
+            "an active check; default 30m)",
+        )
+        parser.add_argument(
+            "--manual-delay",
+            default=f"{simulator.DEFAULT_MANUAL_DELAY_S / 3600:g}h",
+            metavar="DURATION",
+            help="with --faults, manual: from a fault to its dead jobs resubmitted by hand and the tray "
+            "drained (default 2h)",
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=os.cpu_count() or 1,
+            metavar="N",
+            help="replays run side by side in N processes (default: the CPUs; 1: one after another); the "
+            "figures are the same",
         )
         parser.add_argument("--out", metavar="FILE", help="results JSON to write")
         parser.add_argument("--html", metavar="FILE", help="HTML report to write (plotly, self-contained)")
@@ -159,6 +274,8 @@ class Command(BaseCommand):
             raise CommandError(f"unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})")
         if options["racks"] < 1:
             raise CommandError("--racks must be at least 1")
+        if options["workers"] < 1:
+            raise CommandError("--workers must be at least 1")
         outputs = [Path(options["out"])] + ([Path(options["html"])] if options["html"] else [])
         for path in outputs:
             if not path.parent.is_dir():
@@ -166,12 +283,21 @@ class Command(BaseCommand):
         try:
             simulator.parse_layout(options["layout"])
             guarantees = simulator.parse_guarantees(options["guarantee"])
+            projects = _parse_projects(options["project"])
             checkpoint_loss_s = simulator.parse_duration(options["checkpoint_loss"])
             fallback = options["fallback_after"]
             fallback_after_s = (
                 None if fallback.strip().lower() == "off" else simulator.parse_duration(fallback)
             )
             traces = simulator.load_traces(options["trace"])
+            faults = None
+            if options["faults"]:
+                faults = simulator.FaultPlan(
+                    simulator.load_faults(options["faults"]),
+                    detect_s=simulator.parse_duration(options["detect"]),
+                    check_s=simulator.parse_duration(options["check_time"]),
+                    manual_delay_s=simulator.parse_duration(options["manual_delay"]),
+                )
             results, runs = simulator.run(
                 traces,
                 options["racks"],
@@ -182,6 +308,9 @@ class Command(BaseCommand):
                 preempted=options["preempted"],
                 checkpoint_loss_s=checkpoint_loss_s,
                 fallback_after_s=fallback_after_s,
+                faults=faults,
+                workers=options["workers"],
+                projects=projects,
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),
@@ -189,6 +318,7 @@ class Command(BaseCommand):
         except simulator.SimulationError as error:
             raise CommandError(str(error)) from error
         results["config"]["machine"] = _machine()
+        results["config"]["command"] = _command(options)
 
         try:
             Path(options["out"]).write_text(json.dumps(results, indent=2) + "\n")
@@ -213,5 +343,20 @@ class Command(BaseCommand):
         self.stdout.write("  ".join(head.format(name) for name, head, _ in COLUMNS))
         for policy, metrics in results["policies"].items():
             self.stdout.write(_row(policy, metrics))
+        if faults is not None:
+            self._fault_table(results)
         written = ", ".join(str(path) for path in outputs)
         self.stdout.write(self.style.SUCCESS(f"Replayed in {config['wall_s']:.1f}s; wrote {written}."))
+
+    def _fault_table(self, results: dict) -> None:
+        config = results["config"]["faults"]
+        self.stdout.write(
+            f"Node faults from {config['trace']}: {config['cluster_faults']} of its {config['trace_faults']} "
+            f"faults fall on this cluster's trays ({config['trays_with_faults']} trays); automated: drained "
+            f"{config['detect_s']:g}s after a fault, back {config['check_s'] / 60:g} min after the repair; "
+            f"manual: jobs resubmitted and the tray drained {config['manual_delay_s'] / 3600:g} h after it:"
+        )
+        self.stdout.write("  ".join(head.format(name) for name, head, _ in FAULT_COLUMNS))
+        for policy, metrics in results["policies"].items():
+            for mode, figures in metrics["faults"].items():
+                self.stdout.write(_fault_row(policy, mode, figures))

@@ -1,0 +1,302 @@
+#!/usr/bin/env python
+"""Capacity benchmark: requests per second and latency (p50/p95) of job submission and the heaviest pages
+through gunicorn with 1, 2 and 4 worker processes, at 1,000 racks; prints one JSON object.
+
+    BENCH_ARGS="--only capacity" make bench                (bench.sh runs this file for `--only capacity`)
+    .venv/bin/python benchmarks/capacity.py --racks 1000 --workers 1,2,4 --seconds 10
+
+The stack is real: a throwaway PostgreSQL and Redis (scripts/services.sh, or DATABASE_URL and REDIS_URL when
+both are set: the database is flushed), `rackplane serve` (gunicorn, gthread workers with GUNICORN_THREADS
+threads) and one Celery worker that runs the scheduling passes submissions ask for. For each worker count
+and each endpoint, CLIENTS concurrent HTTP clients send requests for SECONDS seconds (closed loop: each sends
+the next when its answer came): requests/s is what was answered in that time, p50/p95 the latencies seen.
+
+The machine's load while it ran (load average before and after, its cores) is in the output: figures from a
+machine shared with other work are lower bounds. Benchmarks never fail on a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import stack  # noqa: E402  (after the path: runs as a script)
+
+log = stack.log
+RACKPLANE = str(Path(sys.executable).with_name("rackplane"))
+ADMIN = ("capacity-admin", "capacity-admin-password-1")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--racks", type=int, default=1000)
+    parser.add_argument("--workers", default="1,2,4", help="gunicorn worker counts to measure")
+    parser.add_argument(
+        "--threads", type=int, default=4, help="threads per gunicorn worker (GUNICORN_THREADS)"
+    )
+    parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients")
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long each endpoint is measured")
+    parser.add_argument("--only", default="", help=argparse.SUPPRESS)  # `--only capacity` from bench.sh
+    return parser.parse_args(argv)
+
+
+def seed(racks: int) -> dict:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+
+    from inventory.demo import seed_datacenter
+    from inventory.models import Gpu
+    from portal.demo import seed_tenants
+    from tenancy.models import Membership
+
+    settings.DEBUG = False
+    log("migrating and flushing the database")
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)
+    log(f"seeding {racks} racks and the demo departments")
+    started = time.perf_counter()
+    seed_datacenter(racks=racks)
+    seed_tenants()
+    get_user_model().objects.create_superuser(ADMIN[0], "capacity@example.com", ADMIN[1])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    leads = (
+        Membership.objects.filter(role="lead")
+        .select_related("user", "department")
+        .order_by("department__slug")
+    )
+    tokens = [(m.department.slug, Token.objects.get_or_create(user=m.user)[0].key) for m in leads]
+    figures = {"racks": racks, "gpus": Gpu.objects.count(), "seed_s": round(time.perf_counter() - started, 1)}
+    connection.close()
+    return {"tokens": tokens, **figures}
+
+
+def measure(name: str, request, clients: int, seconds: float) -> dict:
+    """`clients` threads calling request(session, rng) -> status for `seconds`: answered/s and latencies."""
+    import requests
+
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
+    deadline = [0.0]
+
+    def client(number: int) -> None:
+        session = requests.Session()
+        rng = random.Random(number)
+        start.wait()
+        while time.perf_counter() < deadline[0]:
+            began = time.perf_counter()
+            try:
+                status = request(session, rng)
+            except requests.RequestException:
+                status = 0
+            took = (time.perf_counter() - began) * 1000
+            with lock:
+                latencies.append(took)
+                statuses[status] = statuses.get(status, 0) + 1
+
+    threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    deadline[0] = time.perf_counter() + seconds
+    began = time.perf_counter()
+    start.wait()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    ok = sum(n for s, n in statuses.items() if 200 <= s < 300)
+    return {
+        "requests_per_s": round(ok / elapsed, 1),
+        "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
+        "p95_ms": round(stack.percentile(latencies, 0.95), 1) if latencies else None,
+        "statuses": {str(s): n for s, n in sorted(statuses.items())},
+    }
+
+
+def signed_in(url: str):
+    import requests
+
+    session = requests.Session()
+    session.get(f"{url}/login/", timeout=60)
+    session.post(
+        f"{url}/login/",
+        data={
+            "username": ADMIN[0],
+            "password": ADMIN[1],
+            "csrfmiddlewaretoken": session.cookies["csrftoken"],
+        },
+        headers={"Referer": f"{url}/login/"},
+        timeout=60,
+    )
+    return session.cookies
+
+
+def endpoints(url: str, tokens: list[tuple[str, str]], gpu_pages: int, run: str):
+    cookies = signed_in(url)
+    counter = iter(range(10**9))
+
+    def submit(session, rng):
+        department, token = rng.choice(tokens)
+        body = {
+            "department": department,
+            "name": f"capacity-{run}-{next(counter)}",
+            "gpus": rng.choice([1, 2, 4]),
+            "topology": "any",
+            "priority_class": "train",
+            "backend": "slurm",
+            "time_limit_minutes": 60,
+            "work": {"script": "#!/bin/bash\nsrun python train.py\n"},
+        }
+        headers = {"Authorization": f"Token {token}"}
+        return session.post(f"{url}/api/v1/jobs/", json=body, headers=headers, timeout=120).status_code
+
+    def page(path):
+        def get(session, rng):
+            target = path(rng) if callable(path) else path
+            return session.get(f"{url}{target}", cookies=cookies, timeout=120).status_code
+
+        return get
+
+    return {
+        "job_submission_api": submit,
+        "overview_page": page("/"),
+        "admin_dashboard_page": page("/tenancy/dashboard/"),
+        "rack_list_page": page(lambda rng: f"/inventory/racks/?page={rng.randrange(1, 20)}"),
+        "gpu_list_api": page(lambda rng: f"/api/v1/gpus/?page={rng.randrange(1, gpu_pages + 1)}"),
+    }
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    services = stack.Services()
+    if os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"):
+        env = {"DATABASE_URL": os.environ["DATABASE_URL"], "REDIS_URL": os.environ["REDIS_URL"]}
+    else:
+        env = services.start()
+    scratch = Path(tempfile.mkdtemp(prefix="rackplane-capacity-"))
+    processes: list[stack.Process] = []
+    load_before = os.getloadavg()
+    try:
+        os.environ.update(
+            DJANGO_SETTINGS_MODULE="portal.settings",
+            DATABASE_URL=env["DATABASE_URL"],
+            DEBUG="0",
+            SECRET_KEY=os.environ.get("SECRET_KEY") or secrets.token_urlsafe(48),
+            RACKPLANE_DEV_ENV="0",
+            ALLOWED_HOSTS="127.0.0.1,localhost",
+            RACKPLANE_RENDER_DIR=str(scratch / "rendered"),
+        )
+        seeded = seed(args.racks)
+        base = {
+            **os.environ,
+            "CELERY_BROKER_URL": env["REDIS_URL"],
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "LOG_LEVEL": "WARNING",
+            "TMPDIR": str(scratch),
+            # Capacity, not the rate limits: no sign-in lockout, no per-account API throttle (1,200/min).
+            "RACKPLANE_LOGIN_FAILURE_LIMIT": "1000000",
+            "RACKPLANE_THROTTLE_USER": "1000000/min",
+        }
+        log("starting one Celery worker (the passes submissions ask for)")
+        worker = stack.spawn(
+            "worker", [RACKPLANE, "worker"], {**base, "CELERY_CONCURRENCY": "1"}, scratch / "w.log"
+        )
+        processes.append(worker)
+        results = {}
+        gpu_pages = max(1, seeded["gpus"] // 100)
+        for count in counts:
+            port = stack.free_port()
+            url = f"http://127.0.0.1:{port}"
+            log(f"gunicorn with {count} worker(s) x {args.threads} threads on {url}")
+            web = stack.spawn(
+                f"web-{count}",
+                [RACKPLANE, "serve"],
+                {
+                    **base,
+                    "BIND": f"127.0.0.1:{port}",
+                    "WEB_CONCURRENCY": str(count),
+                    "GUNICORN_THREADS": str(args.threads),
+                    "GUNICORN_TIMEOUT": "120",
+                    "PROMETHEUS_MULTIPROC_DIR": str(scratch / f"prometheus-{count}"),
+                },
+                scratch / f"web-{count}.log",
+            )
+            processes.append(web)
+            try:
+                wait_ready(url, web)
+                calls = endpoints(url, seeded["tokens"], gpu_pages, run=f"{count}-{secrets.token_hex(3)}")
+                for call in calls.values():  # every worker process loads its views before the timed part
+                    measure("warm-up", call, max(args.clients, 2 * count), 3)
+                results[f"{count}_workers"] = {
+                    name: measure(name, call, args.clients, args.seconds) for name, call in calls.items()
+                }
+                log(json.dumps(results[f"{count}_workers"]))
+            finally:
+                web.stop()
+                processes.remove(web)
+        print(
+            json.dumps(
+                {
+                    "benchmark": "capacity",
+                    "racks": seeded["racks"],
+                    "gpus": seeded["gpus"],
+                    "seed_s": seeded["seed_s"],
+                    "web": f"rackplane serve (gunicorn gthread, {args.threads} threads a worker), DEBUG off",
+                    "clients": args.clients,
+                    "seconds_per_endpoint": args.seconds,
+                    "machine": {
+                        "cores": len(os.sched_getaffinity(0)),
+                        "load_average_before": [round(x, 2) for x in load_before],
+                        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                        "note": "PostgreSQL, Redis, the Celery worker and the clients share these cores",
+                    },
+                    "results": results,
+                },
+                indent=2,
+            ),
+            flush=True,
+        )
+    finally:
+        for process in processes:
+            process.stop()
+        services.stop()
+
+
+def wait_ready(url: str, process: stack.Process, timeout: float = 120) -> None:
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.alive():
+            raise SystemExit(f"{process.name} exited:\n{process.tail()}")
+        try:
+            if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"{process.name} did not answer within {timeout:.0f}s:\n{process.tail()}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

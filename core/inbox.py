@@ -1,0 +1,53 @@
+"""The bell: a person's own notifications in the portal, read or unread.
+
+core.notifications.notify() calls `deliver` for each enabled subscription of the portal channel that
+receives the event: one InboxItem row for the subscription's owner, in the same transaction as the change
+(a rolled-back change leaves no item). The header shows `unread_count(user)`; the inbox page lists them; a
+GET never marks anything read: `mark_read` runs on a POST, and only ever touches the caller's own rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.utils import timezone
+
+from core.models import InboxItem
+
+KEEP_DAYS = 90  # read items older than this are deleted by prune()
+
+
+def deliver(subscription, event: str, subject: str, payload: dict, link: str, now) -> InboxItem:
+    return InboxItem.objects.create(
+        user_id=subscription.owner_id,
+        subscription=subscription,
+        event=event,
+        subject=subject,
+        payload=payload,
+        link=(link or "")[:300],
+        created_at=now,
+    )
+
+
+def unread_count(user) -> int:
+    if not getattr(user, "is_authenticated", False):
+        return 0
+    return InboxItem.objects.visible_to(user).unread().count()
+
+
+def mark_read(user, ids: Iterable[int] | None = None) -> int:
+    """Mark the user's unread items read: those of `ids`, or all of them (None). Ids of other people's
+    items are ignored (nothing of theirs changes). Returns how many were marked."""
+    items = InboxItem.objects.visible_to(user).unread()
+    if ids is not None:
+        items = items.filter(pk__in=list(ids))
+    return items.update(read_at=timezone.now())
+
+
+def prune(now=None) -> int:
+    now = now or timezone.now()
+    deleted, _ = InboxItem.objects.filter(
+        read_at__isnull=False, created_at__lt=now - timedelta(days=KEEP_DAYS)
+    ).delete()
+    return deleted

@@ -1,0 +1,257 @@
+"""What each push changed, pushing an earlier version again, and asking a target whether it answers.
+
+Every ConfigPush keeps the payload it rendered (`payload`, its sha256 in `payload_hash`), so a push's
+changes are the difference between its payload and the payload of the previous push to the same target that
+carried one: each file (directory and Slurm targets), each object (Kubernetes: "Kind namespace/name"), each
+rack (the fabric) and the Slurm QOS list become one text item, and each item gets a unified diff (clipped at
+DIFF_LINES lines). Unchanged items are listed, collapsed, so the page says what stayed as well.
+
+The stored payloads are bounded: only the newest KEEP_PAYLOADS finished pushes of a target keep theirs
+(integrations.pushes.prune_payloads, after every push); older ones keep their hash and log, and their page
+says the content was let go. A fabric payload for 1,000 racks is a few megabytes: twenty of them per target
+is the bound.
+
+`push_again` (rollback) queues an earlier push's payload as a new push to its target, through the same
+pipeline and task as any push (integrations.pushes.queue_payload), and records who asked in the audit log.
+`test_connection` asks the target's adapter to `check()` its reachability and credentials without writing,
+and says what it found in words.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from core.models import AuditAction, AuditEvent, AuditSource
+from integrations import pushes, registry
+from integrations.models import ConfigPush, ConfigTarget
+
+DIFF_LINES = 400  # unified-diff lines shown per file/object
+
+
+@dataclass
+class ItemDiff:
+    """One file/object/rack of a push against the previous push: `state` added, removed, changed or
+    unchanged; `lines` the unified diff (empty when unchanged)."""
+
+    name: str
+    state: str
+    lines: list[str] = field(default_factory=list)
+    clipped: int = 0
+
+    @property
+    def added(self) -> int:
+        return sum(1 for line in self.lines if line.startswith("+") and not line.startswith("+++"))
+
+    @property
+    def removed(self) -> int:
+        return sum(1 for line in self.lines if line.startswith("-") and not line.startswith("---"))
+
+    @property
+    def styled(self) -> list[tuple[str, str]]:
+        """(css class, line) for the page (the template escapes the line)."""
+        out = []
+        for line in self.lines:
+            if line.startswith(("+++", "---")):
+                css = "diff-file"
+            elif line.startswith("@@"):
+                css = "diff-hunk"
+            elif line.startswith("+"):
+                css = "diff-add"
+            elif line.startswith("-"):
+                css = "diff-del"
+            else:
+                css = "diff-ctx"
+            out.append((css, line))
+        return out
+
+
+@dataclass
+class PushDiff:
+    """A push's changes: `previous` the push compared with (None: the first push to its target);
+    `unavailable` says in words why there is nothing to compare (payload let go, push failed to render)."""
+
+    push: ConfigPush
+    previous: ConfigPush | None
+    items: list[ItemDiff]
+    unavailable: str = ""
+
+    @property
+    def changed(self) -> list[ItemDiff]:
+        return [item for item in self.items if item.state != "unchanged"]
+
+    @property
+    def unchanged(self) -> list[ItemDiff]:
+        return [item for item in self.items if item.state == "unchanged"]
+
+
+def _dump(value) -> str:
+    return yaml.safe_dump(value, sort_keys=True, default_flow_style=False, allow_unicode=True)
+
+
+def payload_items(payload: dict) -> dict[str, str]:
+    """A payload as named texts, whatever its kind: files as they are, objects and racks as YAML."""
+    items: dict[str, str] = {}
+    files = payload.get("files")
+    for name, text in (files if isinstance(files, dict) else {}).items():
+        items[name] = text if isinstance(text, str) else json.dumps(text, indent=2, sort_keys=True)
+    for obj in payload.get("objects") or []:
+        meta = obj.get("metadata") or {}
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        items[f"{obj.get('kind', '?')} {where}{meta.get('name', '?')}"] = _dump(obj)
+    for index, rack in enumerate(payload.get("racks") or []):
+        name = rack.get("name") or rack.get("rack") or rack.get("cluster_uuid") or f"#{index + 1}"
+        items[f"rack {name}"] = _dump(rack)
+    if payload.get("qos"):
+        items["Slurm QOS"] = _dump(payload["qos"])
+    for key, value in payload.items():  # anything a future kind adds is shown, not dropped
+        if key not in {"objects", "racks", "qos"} and not (key == "files" and isinstance(files, dict)):
+            items[key] = _dump(value)
+    return items
+
+
+def has_payload(push: ConfigPush) -> bool:
+    return bool(push.payload)
+
+
+def previous_push(push: ConfigPush) -> ConfigPush | None:
+    """The push to the same target before this one that carried a payload (whatever became of it)."""
+    return (
+        ConfigPush.objects.filter(target_id=push.target_id, pk__lt=push.pk)
+        .exclude(payload_hash="")
+        .order_by("-pk")
+        .first()
+    )
+
+
+def diff_items(old: dict[str, str], new: dict[str, str]) -> list[ItemDiff]:
+    out = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before == after:
+            out.append(ItemDiff(name, "unchanged"))
+            continue
+        lines = [
+            line.rstrip("\n")
+            for line in difflib.unified_diff(
+                (before or "").splitlines(keepends=True),
+                (after or "").splitlines(keepends=True),
+                fromfile=f"previous/{name}" if before is not None else "/dev/null",
+                tofile=f"this push/{name}" if after is not None else "/dev/null",
+            )
+        ]
+        state = "added" if before is None else "removed" if after is None else "changed"
+        clipped = max(0, len(lines) - DIFF_LINES)
+        out.append(ItemDiff(name, state, lines[:DIFF_LINES], clipped))
+    order = {"changed": 0, "added": 1, "removed": 2, "unchanged": 3}
+    return sorted(out, key=lambda item: (order[item.state], item.name))
+
+
+def push_diff(push: ConfigPush) -> PushDiff:
+    """This push against the previous one to its target, item by item."""
+    if not push.payload_hash:
+        return PushDiff(push, None, [], "This push rendered nothing (it failed before sending): no diff.")
+    if not has_payload(push):
+        return PushDiff(
+            push,
+            None,
+            [],
+            f"The content of this push was let go (only the newest {pushes.KEEP_PAYLOADS} pushes of a target "
+            "keep theirs); its hash is still shown above.",
+        )
+    previous = previous_push(push)
+    new = payload_items(push.payload)
+    if previous is None:
+        return PushDiff(push, None, diff_items({}, new))
+    if not has_payload(previous):
+        return PushDiff(
+            push,
+            previous,
+            [],
+            f"The content of the previous push (#{previous.pk}) was let go: nothing to compare with.",
+        )
+    return PushDiff(push, previous, diff_items(payload_items(previous.payload), new))
+
+
+# --- rollback -------------------------------------------------------------------------------------------
+
+
+def can_push_again(push: ConfigPush) -> str:
+    """Why this push cannot be pushed again ("" when it can)."""
+    if not push.payload_hash:
+        return "it rendered nothing"
+    if not has_payload(push):
+        return f"its content was let go (only the newest {pushes.KEEP_PAYLOADS} pushes keep theirs)"
+    if not push.target.enabled:
+        return f"target {push.target.name} is disabled"
+    return ""
+
+
+def push_again(push: ConfigPush, user) -> ConfigPush:
+    """Queue this push's payload again as a new push to its target (rollback), audited."""
+    why = can_push_again(push)
+    if why:
+        raise ValidationError(f"Push #{push.pk} cannot be pushed again: {why}.")
+    with transaction.atomic():
+        created = pushes.queue_payload(
+            push.target_id, push.payload, reason=f"version of push #{push.pk} pushed again", user=user
+        )
+        actor = user if getattr(user, "is_authenticated", False) else None
+        AuditEvent.objects.create(
+            actor=actor,
+            actor_name=actor.get_username() if actor else "",
+            source=AuditSource.UI,
+            action=AuditAction.CREATE,
+            object_type="integrations.configpush",
+            object_id=str(created.pk),
+            object_repr=f"Push #{created.pk} to {push.target.name}"[:200],
+            before={},
+            after={
+                "rollback_of": push.pk,
+                "target": push.target_id,
+                "payload_hash": push.payload_hash,
+                "status": created.status,
+            },
+            labels={"after": {"target": push.target.name}},
+        )
+    return created
+
+
+# --- test connection -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectionCheck:
+    ok: bool
+    summary: str
+    details: list[str]
+
+
+def test_connection(target: ConfigTarget) -> ConnectionCheck:
+    """Ask the target's adapter whether it can reach the target with these settings (nothing written)."""
+    if not registry.is_kind(target.kind):
+        return ConnectionCheck(False, f"{target.name} has an unknown kind ({target.kind}).", [])
+    try:
+        adapter = pushes.adapter_for(target)
+    except ValidationError as error:
+        return ConnectionCheck(
+            False, f"The settings of {target.name} are not valid: {'; '.join(error.messages)}", []
+        )
+    check = getattr(adapter, "check", None)
+    if check is None:
+        return ConnectionCheck(
+            False, f"A {registry.label(target.kind)} target cannot be tested without pushing.", []
+        )
+    try:
+        details = list(check())
+        pushes.remember(target, adapter)
+    except Exception as error:  # the check reports what went wrong in words, whatever it was
+        text = pushes.error_text(error, target.kind)
+        first, *rest = text.splitlines() or [type(error).__name__]
+        return ConnectionCheck(False, f"Testing {target.name} failed: {first}", rest)
+    return ConnectionCheck(True, f"{target.name} answers: {details[0] if details else 'ok'}", details[1:])

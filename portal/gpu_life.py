@@ -1,0 +1,440 @@
+"""The GPUs' life on the screens: the rack view's "colour by" switch, the time ranges the life pages share,
+and the jobs that held a GPU or a tray.
+
+* **Colour by** (``?colour=partition|health|utilization`` on the rack view): partition is the rack view's
+  own colouring; health fills each GPU by its health; utilization fills it by its mean utilization over the
+  last five minutes, from the configured metrics source (tenancy.models.MetricsSource): with the site's
+  Prometheus, the activity rows its cycle keeps (``avg_over_time`` over the source's window, 300 s by
+  default); direct, the 5-minute buckets the scrapes fill. A GPU with nothing in that window is drawn as
+  "no data", never as idle.
+* **Ranges** (``?range=1h|24h|7d|30d``): a range the page does not know falls back to the default, and the
+  page says so (``RangeChoice.note``); nothing fails on a bad link.
+* **Jobs that held it**: from the jobs' placements (``Job.placement``, the trays, kept after the job ends)
+  and, for GPUs, their allocations while they ran; over the chosen range. A job the viewer may not see is
+  counted, never named.
+
+Pure reads: a GET never writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import F, Q, Sum
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_http_methods
+
+from integrations.logs import DEFAULT_LIMIT as LOG_LIMIT
+from integrations.logs import job_logs as read_job_logs
+from inventory import selectors
+from inventory.models import Gpu
+from portal import charts, utilization
+from scheduling import usage
+from scheduling.choices import JobEventKind
+from scheduling.models import Job, JobEvent
+from scheduling.services import submit_job, submittable_departments
+from tenancy.activity import bucket_start
+from tenancy.models import GpuActivity, GpuUtilization, MetricsSource
+from tenancy.quota_history import snapshot_rows
+
+# ------------------------------------------------------------------------------------------ colour by
+
+COLOUR_MODES = {
+    "partition": "Partition",
+    "health": "Health",
+    "utilization": "Utilization",
+}
+DEFAULT_COLOUR = "partition"
+RECENT = timedelta(minutes=5)
+# A Prometheus cycle runs every minute; an activity row older than this is from a cycle that failed since.
+ACTIVITY_FRESH = timedelta(minutes=10)
+# (band, lowest percent, legend); a GPU's band is the last whose lowest its value reaches.
+UTILIZATION_BANDS = (
+    (0, 0.0, "under 5 %"),
+    (1, 5.0, "5-25 %"),
+    (2, 25.0, "25-50 %"),
+    (3, 50.0, "50-75 %"),
+    (4, 75.0, "75 % and over"),
+)
+HEALTH_LEGEND = (
+    ("healthy", "Healthy"),
+    ("limited_capacity", "Limited capacity"),
+    ("unhealthy", "Unhealthy"),
+    ("unknown", "Unknown or not supported"),
+)
+
+
+def colour_mode(request) -> str:
+    asked = request.GET.get("colour", "")
+    return asked if asked in COLOUR_MODES else DEFAULT_COLOUR
+
+
+def utilization_band(value: float | None) -> str:
+    """The CSS band of a utilization: "0".."4", or "none" when there is no data."""
+    if value is None:
+        return "none"
+    band = 0
+    for number, lowest, _ in UTILIZATION_BANDS:
+        if value >= lowest:
+            band = number
+    return str(band)
+
+
+def recent_utilization(gpu_ids: list[int], now: datetime | None = None) -> dict[int, float]:
+    """GPU pk -> mean utilization over the last five minutes; GPUs without data are left out. One query.
+
+    Prometheus: the activity rows (each the source's window average, refreshed every cycle). Direct: the
+    sample-weighted mean of the 5-minute buckets from the one holding `now - 5 min` on.
+    """
+    if not gpu_ids:
+        return {}
+    now = now or timezone.now()
+    if MetricsSource.load().is_prometheus:
+        rows = GpuActivity.objects.filter(gpu_id__in=gpu_ids, sampled_at__gte=now - ACTIVITY_FRESH)
+        return dict(rows.values_list("gpu_id", "utilization"))
+    rows = (
+        GpuUtilization.objects.filter(
+            gpu_id__in=gpu_ids,
+            bucket_start__gte=bucket_start(now - RECENT),
+            bucket_start__lte=now,
+            seconds=GpuUtilization.BUCKET_SECONDS,
+        )
+        .order_by()
+        .values("gpu_id")
+        .annotate(weighted=Sum(F("mean") * F("samples")), n=Sum("samples"))
+    )
+    return {row["gpu_id"]: row["weighted"] / row["n"] for row in rows if row["n"]}
+
+
+def colour_layout(layout, mode: str, now: datetime | None = None) -> dict:
+    """Give every GPU cell of a rack layout `utilization` (percent or None) and `band`, when `mode` is
+    utilization; return what the legend shows (how many GPUs in each band, and with no data)."""
+    if mode != "utilization":
+        return {}
+    cells = [cell for row in layout.rows for cell in row.cells if cell is not None]
+    values = recent_utilization([cell.gpu.pk for cell in cells], now)
+    counts = {str(number): 0 for number, _, _ in UTILIZATION_BANDS} | {"none": 0}
+    for cell in cells:
+        cell.utilization = values.get(cell.gpu.pk)
+        cell.band = utilization_band(cell.utilization)
+        counts[cell.band] += 1
+    with_data = [value for value in values.values()]
+    return {
+        "bands": [(str(number), label, counts[str(number)]) for number, _, label in UTILIZATION_BANDS],
+        "no_data": counts["none"],
+        "mean": sum(with_data) / len(with_data) if with_data else None,
+        "source": "the site's Prometheus" if MetricsSource.load().is_prometheus else "the DCGM exporters",
+    }
+
+
+def colour_links(request, mode: str) -> list[tuple[str, str, str, bool]]:
+    """(key, label, query string, chosen) for the switch; other query parameters (``job``) are kept."""
+    links = []
+    for key, label in COLOUR_MODES.items():
+        query = request.GET.copy()
+        query.pop("colour", None)
+        if key != DEFAULT_COLOUR:
+            query["colour"] = key
+        encoded = query.urlencode()
+        links.append((key, label, f"?{encoded}" if encoded else "?", key == mode))
+    return links
+
+
+# --------------------------------------------------------------------------------------------- ranges
+
+RANGES = {
+    "1h": ("1 hour", timedelta(hours=1)),
+    "24h": ("24 hours", timedelta(hours=24)),
+    "7d": ("7 days", timedelta(days=7)),
+    "30d": ("30 days", timedelta(days=30)),
+}
+DEFAULT_RANGE = "24h"
+
+
+@dataclass(frozen=True)
+class RangeChoice:
+    key: str
+    label: str
+    start: datetime
+    end: datetime
+    note: str = ""  # set when the asked range was not one of RANGES
+
+    @property
+    def choices(self) -> list[tuple[str, str, bool]]:
+        return [(key, label, key == self.key) for key, (label, _) in RANGES.items()]
+
+
+def parse_range(value: str | None, now: datetime | None = None, default: str = DEFAULT_RANGE) -> RangeChoice:
+    """The range a page shows, ending now. Unknown or missing values give `default`; an unknown one also a
+    note saying what was shown instead."""
+    now = now or timezone.now()
+    note = ""
+    key = (value or "").strip().lower()
+    if key not in RANGES:
+        if key:
+            shown = (value or "")[:20]
+            note = (
+                f"There is no time range \u201c{shown}\u201d: showing the last {RANGES[default][0]}. "
+                f"Choose one of {', '.join(RANGES)}."
+            )
+        key = default
+    label, length = RANGES[key]
+    return RangeChoice(key=key, label=label, start=now - length, end=now, note=note)
+
+
+# ----------------------------------------------------------------------------------- jobs that held it
+
+MAX_JOBS = 50
+
+
+def _overlapping(queryset, start: datetime, end: datetime):
+    """Jobs that ran during start..end: started before its end, and not finished before its start."""
+    return queryset.filter(started_at__isnull=False, started_at__lte=end).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gte=start)
+    )
+
+
+def _placement_q(hostnames: list[str]) -> Q:
+    """Jobs whose placement (the job's latest, or any of its events': a preempted job's earlier runs)
+    names one of these trays. placement is a JSON list of hostnames: matched as its quoted text."""
+    q = Q(pk__in=[])
+    for hostname in hostnames:
+        needle = f'"{hostname}"'
+        q |= Q(placement__icontains=needle) | Q(events__placement__icontains=needle)
+    return q
+
+
+def jobs_that_held(user, *, hostnames: list[str], start: datetime, end: datetime) -> dict:
+    """The jobs placed on these trays during start..end, newest first (a GPU's: its tray's, since jobs take
+    whole trays).
+
+    Returns {"jobs": [Job ...] the user may see, "hidden": how many others, "more": True when cut at
+    MAX_JOBS}. Two queries.
+    """
+    every = _overlapping(Job.objects.filter(_placement_q(hostnames)), start, end)
+    pks = set(every.values_list("pk", flat=True))
+    visible = list(
+        Job.objects.visible_to(user)
+        .filter(pk__in=pks)
+        .select_related("department")
+        .order_by("-started_at", "-pk")[: MAX_JOBS + 1]
+    )
+    shown = len(Job.objects.visible_to(user).filter(pk__in=pks)) if len(visible) > MAX_JOBS else len(visible)
+    return {"jobs": visible[:MAX_JOBS], "more": len(visible) > MAX_JOBS, "hidden": max(0, len(pks) - shown)}
+
+
+# ------------------------------------------------------------------------------------------------ views
+
+
+def _range_links(url: str, chosen: RangeChoice) -> list[tuple[str, str, str, bool]]:
+    return [(key, label, f"{url}?range={key}", is_chosen) for key, label, is_chosen in chosen.choices]
+
+
+def held_jobs(request, kind: str, pk: int):
+    """The jobs that held a GPU (its tray's) or a tray over ?range=1h|24h|7d|30d: a fragment htmx loads
+    after the page and swaps when the range changes."""
+    if kind == "gpu":
+        gpu = get_object_or_404(selectors.gpus_for_detail(request.user), pk=pk)
+        hostnames, url = [gpu.tray.hostname] if gpu.tray_id else [], reverse("gpu-held-jobs", args=[pk])
+        what = "its tray"
+    else:
+        tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
+        hostnames, url, what = [tray.hostname], reverse("tray-held-jobs", args=[pk]), "this tray"
+    chosen = parse_range(request.GET.get("range"))
+    held = jobs_that_held(request.user, hostnames=hostnames, start=chosen.start, end=chosen.end)
+    response = render(
+        request,
+        "portal/_held_jobs.html",
+        {
+            "kind": kind,
+            "pk": pk,
+            "what": what,
+            "range": chosen,
+            "range_links": _range_links(url, chosen),
+            **held,
+        },
+    )
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def tray_utilization(request, pk):
+    """A tray's four GPUs over ?range= (portal.utilization's chart, its ranges)."""
+    tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
+    gpus = list(Gpu.objects.filter(tray=tray).order_by("index"))
+    asked = request.GET.get("range")
+    chosen = asked if asked in utilization.RANGES else "6h"
+    end = timezone.now()
+    return utilization._chart(
+        request,
+        kind="tray",
+        pk=tray.pk,
+        url=reverse("tray-utilization", args=[tray.pk]),
+        uuids=[gpu.uuid for gpu in gpus],
+        names={gpu.uuid: f"GPU {gpu.index}" for gpu in gpus},
+        start=end - utilization.RANGES[chosen][1],
+        end=end,
+        ranges=[(key, label) for key, (label, _) in utilization.RANGES.items()],
+        chosen=chosen,
+    )
+
+
+# ---------------------------------------------------------------------------------------- a job's logs
+
+
+def _exit_words(job: Job) -> str:
+    """How the job ended, in one sentence: its state, exit code (and signal), and the backend's word."""
+    if not job.is_finished:
+        return ""
+    words = job.get_state_display()
+    if job.exit_code is not None:
+        words += f" with exit code {job.exit_code}"
+        if job.exit_code > 128:
+            words += f" (killed by signal {job.exit_code - 128})"
+    last = job.events.filter(kind__in=["completed", "failed", "cancelled"]).order_by("-at", "-pk").first()
+    reason = (last.message if last and last.message else "") or job.backend_message
+    return f"{words}: {reason}" if reason else f"{words}."
+
+
+def job_logs(request, pk):
+    """The job's output, bounded (the last 64 KiB of each stream, escaped in a <pre>); `?download=1`: all of
+    it as a text file (capped at integrations.logs.MAX_DOWNLOAD)."""
+    job = get_object_or_404(Job.objects.visible_to(request.user).select_related("department"), pk=pk)
+    if request.GET.get("download"):
+        logs = read_job_logs(job, limit=None)
+        if logs.error and not logs.parts:
+            return HttpResponse(logs.error + "\n", content_type="text/plain; charset=utf-8", status=404)
+        response = HttpResponse(logs.as_text(), content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.log"'
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
+    logs = read_job_logs(job, limit=LOG_LIMIT)
+    response = render(
+        request,
+        "portal/_job_logs.html",
+        {"job": job, "logs": logs, "limit_kib": LOG_LIMIT // 1024, "exit_words": _exit_words(job)},
+    )
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# --------------------------------------------------------------------------------------------- resubmit
+
+
+def _may_resubmit(user, job: Job) -> bool:
+    return submittable_departments(user).filter(pk=job.department_id).exists()
+
+
+@require_http_methods(["GET", "POST"])
+def job_resubmit(request, pk):
+    """ "Resubmit": a new job with the same spec (department, project, size, topology, class, backend, work,
+    time limit, fallback), submitted by the user. GET asks to confirm; POST submits (through
+    scheduling.services.submit_job: validated, audited as the new job's creation by this user) and goes to
+    the new job. A retried POST with the same form key returns the first new job."""
+    job = get_object_or_404(
+        Job.objects.visible_to(request.user).select_related("department", "project"), pk=pk
+    )
+    if not _may_resubmit(request.user, job):
+        raise PermissionDenied(
+            f"Only members of {job.department.name} and platform admins may submit its jobs: "
+            "ask its lead to add you."
+        )
+    errors: list[str] = []
+    status = 200
+    if request.method == "POST":
+        key = (request.POST.get("key") or "").strip()[:100] or f"resubmit-{job.pk}-{uuid.uuid4().hex}"
+        try:
+            new, created = submit_job(
+                user=request.user,
+                department=job.department,
+                project=job.project,
+                name=job.name,
+                gpus=job.gpus,
+                topology=job.topology,
+                priority_class=job.priority_class,
+                backend=job.backend,
+                work=job.work,
+                time_limit_minutes=job.time_limit_minutes,
+                fallback_topology=job.fallback_topology,
+                fallback_after_minutes=job.fallback_after_minutes,
+                idempotency_key=key,
+            )
+        except ValidationError as refused:
+            errors = [message for message in refused.messages]
+            status = 400
+        else:
+            if created:
+                JobEvent.objects.filter(job=new, kind=JobEventKind.SUBMITTED).update(
+                    message=f"Resubmitted from job #{job.pk} by {request.user.get_username()}"
+                )
+            messages.success(
+                request,
+                f"Job #{new.pk} {new.name} submitted with the spec of job #{job.pk}: it waits for the "
+                "scheduler.",
+            )
+            return redirect("scheduling:job-detail", pk=new.pk)
+    return render(
+        request,
+        "portal/job_resubmit.html",
+        {"job": job, "errors": errors, "key": f"resubmit-{job.pk}-{uuid.uuid4().hex}"},
+        status=status,
+    )
+
+
+# ----------------------------------------------------------------------------------- dashboards "now"
+
+REFRESH_SECONDS = 60
+
+
+def quota_chart_context(
+    request, department, position=None, now: datetime | None = None, last_day: list | None = None
+) -> dict:
+    """The department dashboard's quota chart over ?range= (default 24 h), ending now: the stored snapshots
+    (five-minute for the last day, hourly before: tenancy.quota_history) and a last point of the live
+    figures. `position`: the live figures, and `last_day` the last 24 hours of snapshots, when the page has
+    them already (scheduling.usage.DepartmentDashboard: no second query)."""
+    chosen = parse_range(request.GET.get("range"), now=now)
+    if chosen.key == DEFAULT_RANGE and last_day is not None:
+        rows = last_day
+    else:
+        rows = snapshot_rows(department, chosen.start, chosen.end)
+    chart = ""
+    if rows:
+        if position is None:
+            position = usage.department_positions(chosen.end).of(department)
+        live = {"taken_at": chosen.end, **position.figures()}
+        chart = charts.quota_history_html([*rows, live], div_id="quota-chart")
+    url = reverse("quota-chart", args=[department.slug])
+    page = reverse("tenancy:department-detail", args=[department.slug])
+    return {
+        "chart": chart,
+        "has_history": bool(rows),
+        "quota_range": chosen,
+        "quota_chart_url": f"{url}?range={chosen.key}",
+        "quota_range_links": [
+            (key, label, f"{url}?range={key}", f"{page}?range={key}", is_chosen)
+            for key, label, is_chosen in chosen.choices
+        ],
+        "quota_points": len(rows),
+        "refresh_seconds": REFRESH_SECONDS,
+    }
+
+
+def quota_chart(request, slug):
+    """The quota chart fragment: htmx swaps it when the range changes and every minute (static/portal/
+    live_charts.js, paused while the tab is hidden). A GET never writes."""
+    department = usage.visible_department(request.user, slug)
+    if department is None:
+        raise Http404("No such department.")
+    response = render(request, "portal/_quota_chart.html", quota_chart_context(request, department))
+    patch_vary_headers(response, ["HX-Request"])
+    response["Cache-Control"] = "no-store"
+    return response

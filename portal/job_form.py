@@ -1,0 +1,393 @@
+"""The job form: submit a job from the browser, with the API's own validation, a preview, and clone.
+
+* The fields are the jobs API's (scheduling.api.serializers.JobSubmitSerializer): whatever that serializer
+  takes (department or project, GPUs, topology, priority class, backend, time limit, the fallback opt-in ...)
+  the form shows, in its order, with its choices, bounds, defaults and help; a field added there appears here.
+  `work` is the one exception: it is asked per backend (a Slurm batch script; an image, command, arguments
+  and environment for Kubernetes; JSON for any other backend registered) and assembled into the API's shape.
+* A submission goes through the same serializer and scheduling.services.submit_job as `POST /api/v1/jobs/`,
+  so a bad value gets the same words, shown next to its field, and nothing is written. The page carries a
+  one-time key sent as the submission's Idempotency-Key: a double click returns the job the first click made.
+* The preview (`job_preview`, a GET fetched by htmx while the form changes) asks the scheduler what it would
+  decide if the job were submitted now (scheduling.preview.preview_job: the pass run dry, writing nothing):
+  where it would start, or why it would wait, or why it could never run.
+* `?clone=<job>` pre-fills the form from a job the user may see (404 otherwise); the values are checked
+  again when submitted, like any others.
+
+Who may: anyone who may submit a job somewhere (members, leads, platform admins); others get a 403 that says
+how to get there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import uuid
+from dataclasses import dataclass, field
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_http_methods
+from rest_framework import serializers
+
+from core.access import is_admin
+from core.workloads import work_rules
+from scheduling.api.serializers import JobSubmitSerializer
+from scheduling.api.views import MAX_KEY
+from scheduling.models import Job
+from scheduling.preview import preview_job
+from scheduling.services import (
+    IdempotencyKeyReused,
+    check_fallback,
+    submission,
+    submit_job,
+    submittable_departments,
+)
+from tenancy.models import Project
+from tenancy.projects import check_job_project
+
+KEY_FIELD = "submission_key"  # the page's one-time Idempotency-Key
+KEY_PREFIX = "form-"
+# The work, per backend: the form's inputs and how they become the API's `work`.
+SLURM_FIELDS = ("script",)
+KUBERNETES_FIELDS = ("image", "command", "args", "env")
+JSON_FIELD = "work_json"
+WORK_INPUTS = (*SLURM_FIELDS, *KUBERNETES_FIELDS, JSON_FIELD)
+NOT_A_NUMBER = "Enter a whole number (for example 4)."
+_INTEGER = re.compile(r"[+-]?\d{1,12}")
+
+
+def _label(name: str) -> str:
+    return {
+        "gpus": "GPUs",
+        "time_limit_minutes": "Time limit (minutes)",
+        "fallback_after_minutes": "Fall back after (minutes)",
+    }.get(name, name.replace("_", " ").capitalize())
+
+
+@dataclass
+class FormField:
+    """One input of the form, read off a serializer field."""
+
+    name: str
+    label: str
+    kind: str  # select, number, text, checkbox
+    required: bool
+    value: str = ""
+    choices: list[tuple[str, str]] = field(default_factory=list)
+    groups: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)  # <optgroup>s
+    blank: str = ""  # the label of the empty choice of a select ("" when it has none)
+    help_text: str = ""
+    min_value: int | None = None
+    max_value: int | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"id_{self.name}"
+
+
+def _serializer_fields(request) -> dict[str, serializers.Field]:
+    """The jobs API's submission fields, in its order (read-only ones left out)."""
+    fields = JobSubmitSerializer(context={"request": request}).fields
+    return {name: f for name, f in fields.items() if not f.read_only}
+
+
+def _default(f: serializers.Field) -> str:
+    if f.default is serializers.empty or f.default is None or callable(f.default):
+        return ""
+    return str(f.default)
+
+
+def _projects(request, f: serializers.Field) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The projects the user may submit to, grouped by department, valued as the API names them."""
+    usable = getattr(Project.objects, "usable_by", Project.objects.visible_to)
+    slug_field = getattr(f, "slug_field", "slug")
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for project in usable(request.user).select_related("department").order_by("department__name", "name"):
+        groups.setdefault(project.department.name, []).append(
+            (str(getattr(project, slug_field)), project.name)
+        )
+    return list(groups.items())
+
+
+def build_fields(request, values: dict[str, str], errors: dict[str, list[str]]) -> list[FormField]:
+    """The form's inputs (but the work), from the serializer's fields, with `values` and `errors`."""
+    out = []
+    for name, f in _serializer_fields(request).items():
+        if name == "work":
+            continue
+        kind = "text"
+        item = FormField(
+            name=name,
+            label=_label(name),
+            kind=kind,
+            required=f.required,
+            value=values.get(name, _default(f)),
+            help_text=str(f.help_text or ""),
+            errors=errors.get(name, []),
+        )
+        if name == "department":
+            item.kind = "select"
+            item.blank = "Choose a department"
+            item.choices = [
+                (d.slug, d.name)
+                for d in submittable_departments(request.user).order_by("name").only("slug", "name")
+            ]
+            item.help_text = (
+                "Your department: the job runs on its quota."
+                if item.choices
+                else "No department exists yet: a platform admin creates one on the Departments page."
+            )
+        elif name == "project":
+            item.kind = "select"
+            item.blank = "" if f.required else "None (the department's own work)"
+            item.groups = _projects(request, f)
+        elif isinstance(f, serializers.BooleanField):
+            item.kind = "checkbox"
+        elif isinstance(f, serializers.ChoiceField):
+            item.kind = "select"
+            item.choices = [(str(k), str(v)) for k, v in f.choices.items()]
+            if not f.required and not _default(f):
+                item.blank = "Default" if name == "topology" else "None"
+        elif isinstance(f, serializers.IntegerField):
+            item.kind = "number"
+            item.min_value, item.max_value = f.min_value, f.max_value
+        out.append(item)
+    return out
+
+
+# --- the form's values -> the API's body ---------------------------------------------------------------
+
+
+def _work(backend: str, post) -> tuple[dict | None, str]:
+    """The API's `work` from the backend's inputs; (None, why) when the inputs cannot be read as such."""
+    if backend == "slurm":
+        return {"script": post.get("script", "").replace("\r\n", "\n")}, ""
+    if backend == "kubernetes":
+        work: dict = {"image": post.get("image", "").strip()}
+        for key in ("command", "args"):
+            text = post.get(key, "").strip()
+            if text:
+                try:
+                    work[key] = shlex.split(text)
+                except ValueError as error:
+                    return None, f"the {key} cannot be split into words: {error} (close the quotes)"
+        env = {}
+        for number, line in enumerate(post.get("env", "").splitlines(), 1):
+            if not line.strip():
+                continue
+            name, sep, value = line.strip().partition("=")
+            if not sep:
+                return None, f"environment line {number} ({line.strip()!r}) has no '=': write NAME=value"
+            env[name.strip()] = value
+        if env:
+            work["env"] = env
+        return work, ""
+    text = post.get(JSON_FIELD, "").strip()
+    try:
+        return json.loads(text or "{}"), ""
+    except json.JSONDecodeError as error:
+        return None, f"the work is not JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+
+
+def body(request, post, *, with_work: bool = True) -> tuple[dict, dict[str, list[str]]]:
+    """The API body the form's values make, and the errors found reading them (a number that is not one,
+    work that cannot be assembled). Empty inputs are left out, so the API's defaults and "required" apply."""
+    data: dict = {}
+    errors: dict[str, list[str]] = {}
+    fields = _serializer_fields(request)
+    for name, f in fields.items():
+        if name == "work":
+            continue
+        if isinstance(f, serializers.BooleanField):
+            data[name] = post.get(name) in ("on", "true", "1")
+            continue
+        raw = post.get(name, "").strip()
+        if not raw:
+            continue
+        if isinstance(f, serializers.IntegerField):
+            if not _INTEGER.fullmatch(raw):
+                errors[name] = [NOT_A_NUMBER]
+                continue
+            data[name] = int(raw)
+        else:
+            data[name] = raw
+    if with_work and "work" in fields:
+        work, problem = _work(data.get("backend") or _default(fields.get("backend")), post)
+        if problem:
+            errors["work"] = [problem]
+        else:
+            data["work"] = work
+    return data, errors
+
+
+def _messages(detail) -> dict[str, list[str]]:
+    """A serializer's or a service's errors as {field: [sentences]} (non-field ones under "")."""
+    out: dict[str, list[str]] = {}
+    for name, value in dict(detail).items():
+        key = "" if name in ("non_field_errors", "__all__") else name
+        items = value if isinstance(value, list) else [value]
+        out.setdefault(key, []).extend(
+            str(item) if not isinstance(item, dict) else "; ".join(f"{k}: {v}" for k, v in item.items())
+            for item in items
+        )
+    return out
+
+
+def _new_key() -> str:
+    return f"{KEY_PREFIX}{uuid.uuid4().hex}"
+
+
+def _may_submit(request) -> None:
+    """Members, leads and platform admins (an admin before any department exists too: the menu offers
+    the form to every admin)."""
+    if not is_admin(request.user) and not submittable_departments(request.user).exists():
+        raise PermissionDenied(
+            "Only members of a department and platform admins may submit jobs: ask a department lead to add "
+            "you to their department."
+        )
+
+
+# --- clone ---------------------------------------------------------------------------------------------
+
+
+def _clone_values(request, pk) -> dict[str, str]:
+    """The form's values from a job the user may see (404 for any other)."""
+    job = get_object_or_404(Job.objects.visible_to(request.user).select_related("department"), pk=pk)
+    values: dict[str, str] = {}
+    for name, f in _serializer_fields(request).items():
+        if name == "department":
+            values[name] = job.department.slug
+        elif name == "project":
+            project = getattr(job, "project", None)
+            values[name] = str(getattr(project, getattr(f, "slug_field", "slug"))) if project else ""
+        elif name != "work" and hasattr(job, name):
+            value = getattr(job, name)
+            values[name] = "" if value is None else str(value)
+    work = job.work or {}
+    if job.backend == "slurm":
+        values["script"] = work.get("script", "")
+    elif job.backend == "kubernetes":
+        values["image"] = work.get("image", "")
+        values["command"] = shlex.join(work.get("command") or [])
+        values["args"] = shlex.join(work.get("args") or [])
+        # Numbers and booleans as the container reads them (true, not True).
+        env = (work.get("env") or {}).items()
+        values["env"] = "\n".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in env)
+    else:
+        values[JSON_FIELD] = json.dumps(work, indent=2)
+    return values
+
+
+# --- views ---------------------------------------------------------------------------------------------
+
+
+def _render(request, values, errors, key, clone=None, status=200):
+    fields = build_fields(request, values, errors)
+    backends = [rule.backend for rule in work_rules()]
+    backend = values.get("backend") or next((f.value for f in fields if f.name == "backend"), "")
+    context = {
+        "fields": fields,
+        "values": values,
+        "work_errors": errors.get("work", []),
+        "form_errors": errors.get("", []),
+        "key_field": KEY_FIELD,
+        "key": key,
+        "backend": backend,
+        "other_backends": [b for b in backends if b not in ("slurm", "kubernetes")],
+        "has_slurm": "slurm" in backends,
+        "has_kubernetes": "kubernetes" in backends,
+        "clone": clone,
+        "preview_params": ",".join(("csrfmiddlewaretoken", KEY_FIELD, "name", *WORK_INPUTS)),
+    }
+    return render(request, "portal/job_form.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+def job_new(request):
+    """The job form (GET, `?clone=<job>` to pre-fill) and its submission (POST)."""
+    _may_submit(request)
+    if request.method == "GET":
+        clone = request.GET.get("clone", "")
+        values = _clone_values(request, clone) if clone.isdigit() else {}
+        return _render(request, values, {}, _new_key(), clone=clone if values else None)
+
+    values = {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", KEY_FIELD)}
+    key = request.POST.get(KEY_FIELD, "").strip()[:MAX_KEY] or _new_key()
+    data, errors = body(request, request.POST)
+    # As the API: a retry is validated for its shape only, then compared with the first request.
+    serializer = JobSubmitSerializer(
+        data=data, context={"request": request, "retried_job": submission(request.user, key)}
+    )
+    if not serializer.is_valid():
+        # The API's words; a field the form already found unreadable keeps the form's own.
+        errors = {**_messages(serializer.errors), **errors}
+    if errors:
+        return _render(request, values, errors, key, status=400)
+    try:
+        job, created = submit_job(user=request.user, idempotency_key=key, **serializer.validated_data)
+    except IdempotencyKeyReused as error:
+        refused = {
+            "": [
+                f"This form already submitted job #{error.job.pk} with other values. Submit again to "
+                "make a new job with these."
+            ]
+        }
+        return _render(request, values, refused, _new_key(), status=400)
+    except DjangoValidationError as error:
+        return _render(request, values, _messages(serializers.as_serializer_error(error)), key, status=400)
+    if created:
+        messages.success(request, f"Job #{job.pk} {job.name} submitted: the scheduler decides where it runs.")
+    else:
+        messages.info(request, f"Job #{job.pk} {job.name} was already submitted by this form (sent twice).")
+    return redirect(reverse("scheduling:job-list"))
+
+
+@require_GET
+def job_preview(request):
+    """htmx: what the scheduler would decide for the form's job if it were submitted now. Writes nothing."""
+    _may_submit(request)
+    data, errors = body(request, request.GET, with_work=False)
+    fields = _serializer_fields(request)
+    # The preview is about where and when: any valid name and work stand in for the form's.
+    backend = data.get("backend") or _default(fields.get("backend"))
+    rule = next((r for r in work_rules() if r.backend == backend), None)
+    data.update({"name": "preview", "work": rule.example if rule else {}})
+    serializer = JobSubmitSerializer(data=data, context={"request": request})
+    preview = None
+    if serializer.is_valid() and not errors:
+        attrs = dict(serializer.validated_data)
+        for name in ("name", "backend", "work"):
+            attrs.pop(name, None)
+        # submit_job's own checks beyond the serializer's (the cluster's are preview_job's).
+        errors = _messages(
+            check_fallback(
+                attrs["topology"], attrs.get("fallback_topology") or "", attrs.get("fallback_after_minutes")
+            )
+            | check_job_project(request.user, attrs["department"], attrs.get("project"), attrs["gpus"])
+        )
+        if not errors:
+            preview = preview_job(**attrs)
+    elif not errors:
+        errors = _messages(serializer.errors)
+    required = str(serializers.Field.default_error_messages["required"])
+    missing = [_label(name) for name, items in errors.items() if name and items == [required]]
+    problems = [
+        (_label(name) if name else "", message)
+        for name, items in errors.items()
+        for message in items
+        if message != required
+    ]
+    response = render(
+        request,
+        "portal/job_form_preview.html",
+        {"preview": preview, "problems": problems, "missing": missing},
+    )
+    patch_vary_headers(response, ["HX-Request"])
+    return response

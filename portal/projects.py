@@ -1,0 +1,220 @@
+"""The department page's projects panel (issue 16): each project's guarantee, limit, weight and use, and for
+the department's leads (and platform admins) forms to create and change projects, put members in them and
+move members between them. Every change goes through tenancy.projects (validated there, audited by
+core.audit); the panel is refreshed in place with htmx (a plain form post goes back to the page).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Prefetch, Q
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+
+from core.access import leads, require_project_manager
+from scheduling.choices import HOLDING_STATES
+from scheduling.models import Allocation
+from tenancy import projects as service
+from tenancy.api.projects import MAX_GPUS
+from tenancy.forms import ServiceErrorsMixin
+from tenancy.models import Department, Membership, Project, ProjectMembership, ProjectRole
+
+
+class ProjectForm(ServiceErrorsMixin, forms.Form):
+    name = forms.CharField(max_length=100)
+    slug = forms.SlugField(max_length=30, required=False, help_text="Leave empty to derive it from the name.")
+    guaranteed_gpus = forms.IntegerField(min_value=0, max_value=MAX_GPUS, initial=0, label="Guaranteed GPUs")
+    over_quota_weight = forms.DecimalField(
+        min_value=0, max_digits=6, decimal_places=2, initial=Decimal("1.00"), label="Over-quota weight"
+    )
+    limit_gpus = forms.IntegerField(
+        min_value=0, max_value=MAX_GPUS, required=False, label="Limit (GPUs)", help_text="Empty: none."
+    )
+
+
+class ProjectMemberForm(ServiceErrorsMixin, forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=ProjectRole.choices, initial=ProjectRole.MEMBER)
+
+
+class MoveForm(ServiceErrorsMixin, forms.Form):
+    to = forms.IntegerField(min_value=1, max_value=2**31 - 1)
+
+
+def _department(request, slug: str) -> Department:
+    department = Department.objects.visible_to(request.user).filter(slug=slug).first()
+    if department is None:
+        raise Http404("No such department.")
+    return department
+
+
+def panel_context(request, department: Department, **extra) -> dict:
+    """The projects panel's context: the projects the user may see, each with its GPUs in use and borrowed
+    (one query for the figures), its people, and what a lead may do."""
+    manage = leads(request.user, department)
+    projects = list(
+        Project.objects.visible_to(request.user)
+        .filter(department=department)
+        .order_by("name")
+        .prefetch_related(Prefetch("memberships", queryset=ProjectMembership.objects.select_related("user")))
+    )
+    use = {
+        row["job__project"]: row
+        for row in Allocation.objects.filter(job__department=department, job__state__in=HOLDING_STATES)
+        .exclude(job__project=None)
+        .values("job__project")
+        .annotate(in_use=Count("pk"), borrowed=Count("pk", filter=Q(job__over_quota=True)))
+    }
+    for project in projects:
+        figures = use.get(project.pk, {})
+        project.in_use = figures.get("in_use", 0)
+        project.borrowed = figures.get("borrowed", 0)
+        project.people = list(project.memberships.all())
+        project.siblings = [p for p in projects if p.pk != project.pk]
+    context = {
+        "department": department,
+        "projects": projects,
+        "can_manage_projects": manage,
+        "projects_guaranteed": sum(p.guaranteed_gpus for p in projects),
+    }
+    if manage:
+        in_a_project = {m.user_id for p in projects for m in p.people}
+        context["department_members"] = list(
+            Membership.objects.filter(department=department).select_related("user").order_by("user__username")
+        )
+        context["without_project"] = [
+            m for m in context["department_members"] if m.user_id not in in_a_project
+        ]
+        context.setdefault("project_form", ProjectForm())
+    context.update(extra)
+    return context
+
+
+def _panel(request, department: Department, error: str = "", **extra):
+    """htmx: the panel, refreshed in place. A plain form post: back to the department page."""
+    if not request.htmx:
+        if error:
+            messages.error(request, error)
+        form = extra.get("project_form")
+        for errors in form.errors.values() if form is not None else []:
+            for message in errors:
+                messages.error(request, message)
+        return redirect(reverse("tenancy:department-detail", args=[department.slug]) + "#projects")
+    response = render(
+        request, "tenancy/_projects.html", panel_context(request, department, projects_error=error, **extra)
+    )
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _words(error: ValidationError) -> str:
+    if hasattr(error, "error_dict"):
+        return " ".join(
+            f"{field.replace('_', ' ')}: {' '.join(m)}" for field, m in error.message_dict.items()
+        )
+    return " ".join(error.messages)
+
+
+@require_POST
+def project_create(request, slug):
+    department = _department(request, slug)
+    require_project_manager(request.user, department)
+    form = ProjectForm(request.POST)
+    if form.is_valid():
+        try:
+            project = service.create_project(request.user, department, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            if not request.htmx:
+                messages.success(request, f"Project {project.name} created.")
+            return _panel(request, department)
+    return _panel(request, department, project_form=form)
+
+
+@require_POST
+def project_update(request, slug, pk):
+    department = _department(request, slug)
+    project = get_object_or_404(Project, department=department, pk=pk)
+    require_project_manager(request.user, department)
+    form = ProjectForm(request.POST)
+    if not form.is_valid():
+        return _panel(
+            request,
+            department,
+            error=f"{project.name}: " + " ".join(m for e in form.errors.values() for m in e),
+        )
+    changes = {k: v for k, v in form.cleaned_data.items() if k != "slug" or v}
+    try:
+        service.update_project(request.user, project, **changes)
+    except ValidationError as error:
+        return _panel(request, department, error=f"{project.name} was not changed: {_words(error)}")
+    return _panel(request, department)
+
+
+@require_POST
+def project_delete(request, slug, pk):
+    department = _department(request, slug)
+    project = get_object_or_404(Project, department=department, pk=pk)
+    try:
+        service.delete_project(request.user, project)
+    except ValidationError as error:
+        return _panel(request, department, error=_words(error))
+    return _panel(request, department)
+
+
+@require_POST
+def project_member_set(request, slug, pk):
+    department = _department(request, slug)
+    project = get_object_or_404(Project, department=department, pk=pk)
+    require_project_manager(request.user, department, "change who is in its projects")
+    form = ProjectMemberForm(request.POST)
+    membership = (
+        Membership.objects.filter(department=department, user__username=form.data.get("username", ""))
+        .select_related("user")
+        .first()
+    )
+    if not form.is_valid() or membership is None:
+        return _panel(
+            request, department, error=f"Choose a member of {department.name} to add to {project.name}."
+        )
+    try:
+        service.set_project_member(request.user, project, membership.user, form.cleaned_data["role"])
+    except ValidationError as error:
+        return _panel(request, department, error=_words(error))
+    return _panel(request, department)
+
+
+@require_POST
+def project_member_move(request, slug, pk):
+    department = _department(request, slug)
+    membership = get_object_or_404(
+        ProjectMembership.objects.select_related("project", "user"), pk=pk, project__department=department
+    )
+    require_project_manager(request.user, department, "move its members between projects")
+    form = MoveForm(request.POST)
+    to = form.is_valid() and Project.objects.filter(department=department, pk=form.cleaned_data["to"]).first()
+    if not to:
+        return _panel(request, department, error="Choose one of the department's projects to move them to.")
+    try:
+        service.move_member(request.user, membership, to)
+    except ValidationError as error:
+        return _panel(request, department, error=_words(error))
+    if not request.htmx:
+        messages.success(request, f"{membership.user} moved from {membership.project.name} to {to.name}.")
+    return _panel(request, department)
+
+
+@require_POST
+def project_member_remove(request, slug, pk):
+    department = _department(request, slug)
+    membership = get_object_or_404(ProjectMembership, pk=pk, project__department=department)
+    service.remove_project_member(request.user, membership)
+    return _panel(request, department)

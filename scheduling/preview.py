@@ -1,0 +1,147 @@
+"""What would happen to a job if it were submitted now: the scheduling pass run dry, writing nothing.
+
+The job form's preview (portal.job_form) asks `preview_job` before a job exists. It reads what a pass reads
+(the departments, the running and pending jobs, the cluster, cold: never the pass's kept cluster), adds the
+proposed job at the back of the queue (submitted now, as a submission would be) and runs the same engine
+(`scheduling.engine.scheduler.schedule`) with the same inputs the pass builds (scheduling.services). The
+answer is the engine's own decision for that job: where it would start (trays, NVLink partitions, racks; in
+quota or borrowed; what it would preempt), or why it would wait, in the words the job's page would show.
+
+Nothing is written and no pass is requested: a GET may ask. Jobs ahead in the queue are decided first, as
+they would be; the answer is for this instant (a pass that runs before the submission may decide otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from scheduling import pass_inputs
+from scheduling.choices import JobState
+from scheduling.engine.scheduler import schedule
+from scheduling.models import Job
+from scheduling.services import (
+    _PENDING,
+    _engine_departments,
+    _pending_jobs,
+    _project_rows,
+    _project_slugs,
+    _read_running,
+    _running_jobs,
+    check_request,
+)
+from tenancy.models import Department
+
+PROBE_ID = -1  # the proposed job's id in the dry pass: no row has it
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The engine's decision for a proposed job. `errors` (by field): it could never run as asked."""
+
+    fits: bool = False
+    over_quota: bool = False
+    trays: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()  # "rack partition" labels
+    racks: tuple[str, ...] = ()
+    preempts: int = 0  # running borrowed jobs it would preempt to start
+    reason: str = ""  # why it would wait (the engine's words)
+    errors: dict[str, str] = field(default_factory=dict)
+    queued_ahead: int = 0  # pending jobs ahead of it in the queue
+
+    @property
+    def sentences(self) -> list[str]:
+        """The decision in plain sentences."""
+        if self.errors:
+            return [f"{message[:1].upper()}{message[1:]}." for message in self.errors.values()]
+        if self.fits:
+            quota = (
+                "over quota (borrowed GPUs: preemptible when their owners need them)"
+                if self.over_quota
+                else "in quota"
+            )
+            trays = f"{len(self.trays)} tray{'s' if len(self.trays) != 1 else ''}"
+            words = [
+                f"It fits now: it would start {quota} on {trays} ({', '.join(self.trays)}) "
+                f"in {', '.join(self.partitions)}."
+            ]
+            if self.preempts:
+                words.append(
+                    f"To make room it would preempt {self.preempts} borrowed job"
+                    f"{'s' if self.preempts != 1 else ''} of other departments."
+                )
+            return words
+        reason = self.reason.strip()
+        if reason.lower().startswith("waiting:"):
+            reason = reason[len("waiting:") :].strip()
+        words = [f"It would wait: {reason or 'no room for it now'}."]
+        if self.queued_ahead:
+            words.append(
+                f"{self.queued_ahead} pending job{'s are' if self.queued_ahead != 1 else ' is'} ahead of it "
+                "in the queue."
+            )
+        return words
+
+
+def preview_job(
+    *,
+    department: Department,
+    gpus: int,
+    topology: str,
+    priority_class: str,
+    time_limit_minutes: int,
+    **job_fields,
+) -> Preview:
+    """What the scheduler would decide for this job if it were submitted now. `job_fields`: other Job
+    fields the engine reads (fallback_topology, fallback_after_minutes, project ...); others are ignored.
+    Reads only."""
+    errors = check_request(department, gpus, topology, priority_class)
+    if errors:
+        return Preview(errors=errors)
+    now = timezone.now()
+    # The pass's inputs, read as scheduling.services._pass reads them (keep the two alike).
+    departments = list(Department.objects.all())
+    slug = {d.pk: d.slug for d in departments}
+    project_rows = _project_rows()
+    project_slug = _project_slugs(project_rows)
+    holding_rows = _read_running()
+    state = pass_inputs.build({row[0]: row[-1] for row in holding_rows})  # cold: the kept one is the pass's
+    pass_inputs.silence(state)
+    cluster = state.cluster
+    running = [row for row in holding_rows if row[0] in cluster.jobs]
+    pending = list(Job.objects.filter(state=JobState.PENDING).order_by().values_list(*_PENDING, named=True))
+    known = {f.attname for f in Job._meta.concrete_fields} | {f.name for f in Job._meta.concrete_fields}
+    probe = Job(
+        department=department,
+        gpus=gpus,
+        topology=topology,
+        priority_class=priority_class,
+        time_limit_minutes=time_limit_minutes,
+        created_at=now,
+        **{name: value for name, value in job_fields.items() if name in known},
+    )
+    probe.pk = PROBE_ID
+    result = schedule(
+        cluster,
+        _engine_departments(departments, project_rows),
+        _running_jobs(running, slug, {}, project_slug),
+        _pending_jobs([*pending, probe], slug, project_slug),
+        now.timestamp(),
+    )
+    ahead = len(pending)
+    start = next((s for s in result.started if s.job_id == PROBE_ID), None)
+    if start is None:
+        return Preview(reason=result.waiting.get(PROBE_ID, ""), queued_ahead=ahead)
+    trays = [t for t, _ in start.placement]
+    partitions = sorted({cluster.partition_label(cluster.tray_part[t]) for t in trays})
+    racks = sorted({cluster.rack_name[cluster.tray_rack[t]] for t in trays})
+    return Preview(
+        fits=True,
+        over_quota=start.over_quota,
+        trays=tuple(cluster.tray_host[t] for t in trays),
+        partitions=tuple(partitions),
+        racks=tuple(racks),
+        preempts=sum(1 for victim, beneficiary in result.preempted.items() if beneficiary == PROBE_ID),
+        queued_ahead=ahead,
+    )

@@ -1,0 +1,277 @@
+"""Running work on a failing tray: what happens to the jobs placed on a tray the health rules (or an admin,
+for a fault) drain.
+
+Per priority class an admin sets a policy (FaultPolicy, Django admin; shown on the Health settings page):
+
+* `wait`: the job is left to finish on the drained tray (no new work lands there);
+* `checkpoint`: the job is signalled to checkpoint (Slurm: the policy's signal, e.g. USR1, sent to the
+  job's processes; Kubernetes: an annotation on its pods, `rackplane.io/checkpoint-by`) and requeued after
+  `grace_s` unless it ends first;
+* `stop`: the job is requeued at once.
+
+A drain for maintenance (the operators' "maintenance" action) always waits: planned work lets jobs finish.
+
+Requeued means, for the whole gang (every tray of a multi-tray job, not only the failing one): its backend
+job is stopped (a BackendCancel row the sync task retries until the backend confirms: Slurm cancels the job,
+Kubernetes deletes the Job), its GPUs are freed, it goes back to pending with its place in line (its
+submission time, which orders the queue) and `preemptions` and `fault_requeues` counted, so the next run
+has its own backend name (`rp-<id>-<n>`: a new Slurm job, a new Kubernetes Job) and the pass places it on
+trays that are in service. Its history (JobEvent `requeued`) says why, e.g. ``requeued: XID 79
+(GPU_HAS_FALLEN_OFF_THE_BUS) on GPU-... drained gb-r01-t03 (policy checkpoint, grace 5 min)``, and a
+`job_requeued` notification is sent (core.notifications).
+
+`decide` is the pure policy function; `handle_drained_tray` and `requeue_due` are the services (rows locked,
+one transaction each). The effects outside (the signal) are integrations' (integrations.requeue), asked for
+by task name on commit; the cancel goes through the BackendCancel rows integrations.dispatch processes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from core.audit import record_bulk_change
+from core.enqueue import enqueue
+from core.models import NotificationEvent
+from core.notifications import notify
+from scheduling.choices import HOLDING_STATES, FaultAction, JobEventKind, JobState, PriorityClass
+from scheduling.models import Allocation, FaultPolicy, Job, JobEvent
+from scheduling.services import _free, _stop_in_backend, request_pass
+
+SIGNAL_JOB = "integrations.tasks.signal_job"  # integrations.requeue.signal_job: the checkpoint signal
+SYNC_JOBS = "integrations.tasks.sync_jobs"
+
+# A class without a FaultPolicy row (the same as migration scheduling 0013 seeds).
+DEFAULTS: dict[str, tuple[str, int]] = {
+    PriorityClass.TRAIN: (FaultAction.CHECKPOINT, 300),
+    PriorityClass.BUILD: (FaultAction.STOP, 300),
+    PriorityClass.INFERENCE: (FaultAction.STOP, 300),
+}
+DEFAULT_SIGNAL = "USR1"
+NOTE_LIMIT = 500
+
+WAIT, SIGNAL, REQUEUE = "wait", "signal", "requeue"
+# What a requeue changes that the audit log records (as a pass's preemption does).
+AUDITED_FIELDS = (
+    "state",
+    "backend_id",
+    "preemptions",
+    "fault_requeues",
+    "placed_at",
+    "started_at",
+    "over_quota",
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one running job: `what` is WAIT, SIGNAL (then requeue after `grace_s`) or REQUEUE."""
+
+    what: str
+    grace_s: int = 0
+    policy: str = ""
+    why: str = ""
+
+
+def decide(
+    action: str, grace_s: int, *, maintenance: bool, in_backend: bool, signal_pending: bool = False
+) -> Decision:
+    """The policy for one job whose tray was drained (pure).
+
+    `action` is the job's class's FaultAction; `maintenance` a drain for planned maintenance (always wait);
+    `in_backend` whether the job runs in its backend yet (a job still being handed over has nothing to
+    checkpoint: it is requeued at once); `signal_pending` whether it was already asked to checkpoint (by
+    another of its trays: the first deadline stands)."""
+    if maintenance:
+        return Decision(WAIT, policy=FaultAction.WAIT, why="maintenance lets running jobs finish")
+    if action == FaultAction.WAIT:
+        return Decision(WAIT, policy=action, why="its class's policy lets it finish")
+    if action == FaultAction.CHECKPOINT and in_backend:
+        if signal_pending:
+            return Decision(WAIT, policy=action, grace_s=grace_s, why="already asked to checkpoint")
+        return Decision(SIGNAL, grace_s=max(0, int(grace_s)), policy=action, why="checkpoint first")
+    if action == FaultAction.CHECKPOINT:
+        return Decision(REQUEUE, policy=action, grace_s=grace_s, why="not started in its backend yet")
+    return Decision(REQUEUE, policy=FaultAction.STOP, why="its class's policy requeues it at once")
+
+
+def policy_for(priority_class: str) -> tuple[str, int, str]:
+    """(action, grace seconds, signal) of a priority class: its FaultPolicy row, else DEFAULTS."""
+    row = (
+        FaultPolicy.objects.filter(priority_class=priority_class)
+        .values("action", "grace_s", "signal")
+        .first()
+    )
+    if row is not None:
+        return row["action"], row["grace_s"], row["signal"] or DEFAULT_SIGNAL
+    action, grace = DEFAULTS.get(priority_class, (FaultAction.STOP, 0))
+    return action, grace, DEFAULT_SIGNAL
+
+
+def policies() -> list[dict]:
+    """Every class's policy, in words (the Health settings page)."""
+    out = []
+    for value, label in PriorityClass.choices:
+        action, grace, signal = policy_for(value)
+        words = FaultAction(action).label
+        if action == FaultAction.CHECKPOINT:
+            words += f" (SIG{signal}, grace {_minutes(grace)})"
+        out.append({"priority_class": value, "label": label, "action": action, "words": words})
+    return out
+
+
+def is_maintenance(reason: str) -> bool:
+    """Whether a drain reason is the operators' maintenance action (tray_actions.maintenance_reason)."""
+    return bool(re.search(r"(^|: )maintenance(:| \()", reason or "", re.IGNORECASE))
+
+
+def cause(reason: str) -> str:
+    """The fault a drain reason names, without the owner prefix and the time:
+    ``rackplane: XID 79 (X) on GPU-1 at 2026-01-01 00:00:00 UTC`` -> ``XID 79 (X) on GPU-1``."""
+    text = re.sub(r"^rackplane:\s*(needs service:\s*)?", "", (reason or "").strip())
+    text = re.sub(r"\s+at \d{4}-\d\d-\d\d[ T][\d:]+(\s*UTC|Z)?$", "", text)
+    return text or "a fault"
+
+
+def _minutes(seconds: int) -> str:
+    """A grace period in words: "5 min", "90 s"."""
+    return f"{seconds // 60} min" if seconds and seconds % 60 == 0 else f"{seconds} s"
+
+
+def requeue_words(reason: str, host: str, decision: Decision) -> str:
+    grace = f", grace {_minutes(decision.grace_s)}" if decision.policy == FaultAction.CHECKPOINT else ""
+    return f"requeued: {cause(reason)} drained {host} (policy {decision.policy}{grace})"[:NOTE_LIMIT]
+
+
+@dataclass(frozen=True)
+class Handled:
+    job_id: int
+    what: str  # WAIT, SIGNAL or REQUEUE
+    message: str
+
+
+def _job_ids_on(tray_id: int) -> list[int]:
+    return sorted(
+        set(
+            Allocation.objects.filter(gpu__tray_id=tray_id, job__state__in=HOLDING_STATES).values_list(
+                "job_id", flat=True
+            )
+        )
+    )
+
+
+def handle_drained_tray(
+    tray_id: int, host: str, reason: str, *, now: datetime | None = None
+) -> list[Handled]:
+    """Apply each running job's policy after its tray `host` (pk `tray_id`) was drained for `reason`; see
+    the module doc. Each job is locked; a job that ended meanwhile is left alone."""
+    now = now or timezone.now()
+    maintenance = is_maintenance(reason)
+    handled = []
+    with transaction.atomic():
+        ids = _job_ids_on(tray_id)
+        for job in (
+            Job.objects.select_for_update().filter(pk__in=ids, state__in=HOLDING_STATES).order_by("pk")
+        ):
+            action, grace, signal = policy_for(job.priority_class)
+            decision = decide(
+                action,
+                grace,
+                maintenance=maintenance,
+                in_backend=job.state == JobState.RUNNING and bool(job.backend_id),
+                signal_pending=job.requeue_at is not None,
+            )
+            handled.append(_apply(job, decision, host, reason, signal, now))
+    return handled
+
+
+def _apply(job: Job, decision: Decision, host: str, reason: str, signal: str, now: datetime) -> Handled:
+    if decision.what == REQUEUE:
+        message = requeue_words(reason, host, decision)
+        requeue(job, message, host=host)
+        return Handled(job.pk, REQUEUE, message)
+    if decision.what == SIGNAL:
+        at = now + timedelta(seconds=decision.grace_s)
+        job.requeue_at = at
+        job.requeue_note = requeue_words(reason, host, decision)
+        job.save(update_fields=["requeue_at", "requeue_note", "updated_at"])
+        message = (
+            f"{cause(reason)} drained {host}: asked to checkpoint (SIG{signal}); requeued at "
+            f"{timezone.localtime(at, timezone.get_fixed_timezone(0)):%H:%M:%S} UTC unless it ends first "
+            f"(policy checkpoint, grace {_minutes(decision.grace_s)})"
+        )[:NOTE_LIMIT]
+        JobEvent.objects.create(job=job, kind=JobEventKind.FAULT, message=message, placement=job.placement)
+        enqueue(SIGNAL_JOB, job.pk, signal)  # sent when the transaction commits
+        if decision.grace_s == 0:
+            enqueue(SYNC_JOBS)
+        return Handled(job.pk, SIGNAL, message)
+    if decision.why == "already asked to checkpoint":
+        return Handled(job.pk, WAIT, decision.why)
+    message = f"{cause(reason)} drained {host}: left to finish ({decision.why})"[:NOTE_LIMIT]
+    JobEvent.objects.create(job=job, kind=JobEventKind.FAULT, message=message, placement=job.placement)
+    return Handled(job.pk, WAIT, message)
+
+
+def requeue(job: Job, message: str, *, host: str = "") -> None:
+    """Put a holding job (locked by the caller) back in the queue after a fault; see the module doc."""
+    _stop_in_backend(job, message)
+    _free(job)
+    placement = list(job.placement)
+    before = {name: getattr(job, name) for name in AUDITED_FIELDS}
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.PENDING,
+        over_quota=False,
+        backend_id="",
+        backend_message="",
+        placed_at=None,
+        started_at=None,
+        next_dispatch_at=None,
+        requeue_at=None,
+        requeue_note="",
+        pending_reason=f"waiting: requeued after a fault on {host or 'its trays'}; back in the queue "
+        "with its place in line"[:500],
+        preemptions=F("preemptions") + 1,
+        fault_requeues=F("fault_requeues") + 1,
+        updated_at=timezone.now(),
+    )
+    job.refresh_from_db()
+    record_bulk_change(
+        Job, {job.pk: {k: (v, getattr(job, k)) for k, v in before.items() if v != getattr(job, k)}}
+    )
+    JobEvent.objects.create(job=job, kind=JobEventKind.REQUEUED, message=message, placement=placement)
+    notify(
+        NotificationEvent.JOB_REQUEUED,
+        f"Job #{job.pk} {job.name} requeued: {message.removeprefix('requeued: ')}",
+        {
+            "job": job.pk,
+            "name": job.name,
+            "department": job.department.slug,
+            "priority_class": job.priority_class,
+            "trays": placement,
+            "tray": host,
+            "message": message,
+            "requeues": job.fault_requeues,
+        },
+        scope=[f"department:{job.department.slug}", *(f"tray:{h}" for h in placement)],
+    )
+    request_pass(f"job {job.pk} requeued after a fault")
+
+
+def requeue_due(now: datetime | None = None) -> list[int]:
+    """Requeue the jobs whose checkpoint grace period is over (sync_jobs, every 30 s); their ids."""
+    now = now or timezone.now()
+    done = []
+    for pk in Job.objects.filter(requeue_at__lte=now, state__in=HOLDING_STATES).values_list("pk", flat=True):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(pk=pk, state__in=HOLDING_STATES).first()
+            if job is None or job.requeue_at is None or job.requeue_at > now:
+                continue
+            host = next(iter(re.findall(r"drained (\S+) \(policy", job.requeue_note)), "")
+            requeue(job, job.requeue_note or "requeued: its tray was drained by a fault", host=host)
+            done.append(pk)
+    return done

@@ -1,0 +1,242 @@
+// Rackplane portal, issue 18: a collapsible menu on phones, keyboard shortcuts, times in the viewer's
+// time zone (absolute or relative, remembered in localStorage) and rows-per-page menus that apply at once.
+// Served from static/ (no CDN); no inline script anywhere (Content-Security-Policy). Pages work without it.
+(function () {
+  "use strict";
+
+  document.documentElement.classList.add("js");
+
+  function typing(target) {
+    if (!target || !target.closest) return false;
+    return Boolean(target.closest("input, textarea, select, [contenteditable=''], [contenteditable='true']"));
+  }
+
+  // ---- the menu on narrow screens -------------------------------------------------------------------
+  function setupMenu() {
+    var toggle = document.querySelector("[data-menu-toggle]");
+    var bar = document.querySelector(".topbar");
+    if (!toggle || !bar) return;
+    toggle.hidden = false;
+    toggle.addEventListener("click", function () {
+      var open = bar.classList.toggle("menu-open");
+      toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    });
+  }
+
+  // ---- times ----------------------------------------------------------------------------------------
+  var TIME_KEY = "rackplane.time";
+  var MODES = ["absolute", "relative"];
+  var zone = "";
+  try {
+    zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "";
+  } catch (e) {
+    zone = "";
+  }
+
+  function storedMode() {
+    try {
+      var mode = window.localStorage.getItem(TIME_KEY);
+      return MODES.indexOf(mode) >= 0 ? mode : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function storeMode(mode) {
+    try {
+      window.localStorage.setItem(TIME_KEY, mode);
+    } catch (e) {
+      /* private mode: the choice lasts for this page */
+    }
+  }
+
+  function pad(n) {
+    return (n < 10 ? "0" : "") + n;
+  }
+
+  function absolute(date) {
+    return (
+      date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) + " " +
+      pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds())
+    );
+  }
+
+  function relative(date) {
+    var seconds = Math.round((Date.now() - date.getTime()) / 1000);
+    var future = seconds < 0;
+    var s = Math.abs(seconds);
+    var text;
+    if (s < 45) text = s + " s";
+    else if (s < 3600) text = Math.round(s / 60) + " min";
+    else if (s < 86400) text = Math.round(s / 3600) + " h";
+    else text = Math.round(s / 86400) + " d";
+    if (s < 5) return "now";
+    return future ? "in " + text : text + " ago";
+  }
+
+  var mode = null;
+
+  function rewriteTimes(root) {
+    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+      var date = new Date(el.getAttribute("datetime"));
+      if (isNaN(date.getTime())) return;
+      if (!el.hasAttribute("data-server-text")) el.setAttribute("data-server-text", el.textContent);
+      var other = mode === "relative" ? absolute(date) + (zone ? " " + zone : "") : relative(date);
+      if (mode === "absolute") el.textContent = absolute(date);
+      else if (mode === "relative") el.textContent = relative(date);
+      el.setAttribute("title", mode ? other : absolute(date) + (zone ? " " + zone : ""));
+      el.setAttribute("data-time-mode", mode || "server");
+    });
+    var anyTime = Boolean(document.querySelector("time[datetime]"));
+    document.querySelectorAll("[data-time-toggle]").forEach(function (button) {
+      button.hidden = !anyTime;
+      var label = button.querySelector("[data-time-mode]");
+      var shown = mode === "relative" ? "relative" : mode === "absolute" ? "absolute" + (zone ? " (" + zone + ")" : "") : "as sent";
+      if (label) label.textContent = shown;
+      button.setAttribute("aria-pressed", mode === "relative" ? "true" : "false");
+      button.setAttribute("title", "Switch between absolute times in your time zone and relative times");
+    });
+  }
+
+  function setupTimes() {
+    mode = storedMode();
+    rewriteTimes(document);
+    document.addEventListener("click", function (event) {
+      var button = event.target.closest && event.target.closest("[data-time-toggle]");
+      if (!button) return;
+      mode = mode === "absolute" ? "relative" : "absolute";
+      storeMode(mode);
+      rewriteTimes(document);
+    });
+    document.addEventListener("htmx:afterSettle", function (event) {
+      rewriteTimes(event.target);
+    });
+  }
+
+  // ---- rows per page: the menu applies itself -------------------------------------------------------
+  function setupAutosubmit() {
+    document.addEventListener("change", function (event) {
+      var select = event.target;
+      if (select.matches && select.matches("select[data-autosubmit]") && select.form) select.form.submit();
+    });
+  }
+
+  // ---- keyboard shortcuts ---------------------------------------------------------------------------
+  var SHORTCUTS = [
+    ["/", "Focus the search box"],
+    ["j or ↓", "Next tray (rack view)"],
+    ["k or ↑", "Previous tray (rack view)"],
+    ["Esc", "Close the detail panel or this list"],
+    ["?", "Show this list"],
+  ];
+
+  function shortcutDialog() {
+    var dialog = document.getElementById("shortcuts");
+    if (dialog) return dialog;
+    dialog = document.createElement("dialog");
+    dialog.id = "shortcuts";
+    dialog.className = "shortcuts";
+    dialog.setAttribute("aria-labelledby", "shortcuts-title");
+    var title = document.createElement("h2");
+    title.id = "shortcuts-title";
+    title.textContent = "Keyboard shortcuts";
+    dialog.appendChild(title);
+    var list = document.createElement("dl");
+    SHORTCUTS.forEach(function (pair) {
+      var dt = document.createElement("dt");
+      var kbd = document.createElement("kbd");
+      kbd.textContent = pair[0];
+      dt.appendChild(kbd);
+      var dd = document.createElement("dd");
+      dd.textContent = pair[1];
+      list.appendChild(dt);
+      list.appendChild(dd);
+    });
+    dialog.appendChild(list);
+    var form = document.createElement("form");
+    form.method = "dialog";
+    var close = document.createElement("button");
+    close.type = "submit";
+    close.className = "button";
+    close.textContent = "Close";
+    form.appendChild(close);
+    dialog.appendChild(form);
+    document.body.appendChild(dialog);
+    return dialog;
+  }
+
+  var movedByKey = false;
+
+  function moveTray(step) {
+    var trays = Array.prototype.slice.call(document.querySelectorAll(".rack-grid button.tray"));
+    if (!trays.length) return false;
+    var current = trays.indexOf(document.activeElement);
+    if (current < 0) current = trays.findIndex(function (el) { return el.classList.contains("is-selected"); });
+    if (current < 0) {
+      var gpu = document.activeElement && document.activeElement.closest && document.activeElement.closest(".tray-row");
+      if (gpu) current = trays.indexOf(gpu.querySelector("button.tray"));
+    }
+    var next = current < 0 ? (step > 0 ? 0 : trays.length - 1) : Math.min(trays.length - 1, Math.max(0, current + step));
+    var target = trays[next];
+    target.focus();
+    if (!target.classList.contains("is-selected")) {
+      // A tray moved past quickly must not answer last and fill the panel: drop its request.
+      if (window.htmx) {
+        trays.forEach(function (el) {
+          if (el.classList.contains("htmx-request")) window.htmx.trigger(el, "htmx:abort");
+        });
+      }
+      movedByKey = true;
+      target.click();
+    }
+    return true;
+  }
+
+  function inRack() {
+    var active = document.activeElement;
+    return Boolean(active && active.closest && active.closest(".rack-grid-wrap"));
+  }
+
+  function setupShortcuts() {
+    document.addEventListener("keydown", function (event) {
+      if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+      if (typing(event.target)) return;
+      var key = event.key;
+      if (key === "/") {
+        var search = document.getElementById("header-search-q");
+        if (!search) return;
+        var bar = document.querySelector(".topbar");
+        if (bar && search.offsetParent === null) bar.classList.add("menu-open");
+        event.preventDefault();
+        search.focus();
+        search.select();
+      } else if (key === "?") {
+        event.preventDefault();
+        var dialog = shortcutDialog();
+        if (dialog.open) dialog.close();
+        else if (dialog.showModal) dialog.showModal();
+        else dialog.setAttribute("open", "");
+      } else if (key === "j" || key === "k" || ((key === "ArrowDown" || key === "ArrowUp") && inRack())) {
+        if (moveTray(key === "j" || key === "ArrowDown" ? 1 : -1)) event.preventDefault();
+      }
+    });
+  }
+
+  // ---- the rack view on a narrow screen: the detail panel sits under the grid, so bring it into view ----
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var panel = event.target;
+    if (!panel || panel.id !== "detail" || !window.matchMedia("(max-width: 1100px)").matches) return;
+    if (movedByKey) {
+      movedByKey = false; // moving with j/k: stay on the grid
+      return;
+    }
+    panel.scrollIntoView({ block: "start" });
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    setupMenu();
+    setupTimes();
+    setupAutosubmit();
+    setupShortcuts();
+  });
+})();

@@ -1,0 +1,220 @@
+"""Projects API (/api/v1/projects/): a department's projects, their quota and their people (issue 16).
+
+Everyone lists and reads the projects they may see (`Project.objects.visible_to`: admins all, a department's
+leads its projects, anyone else the projects they are in). A department's leads and platform admins create,
+change and delete its projects and put people in them, take them out and move them between projects
+(core.access.require_project_manager); everything goes through tenancy.projects, whose ValidationError is a
+400 naming the field. Every change is audited (core.audit).
+"""
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import permissions, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from core.access import require_project_manager
+from core.api import api_validation_error
+from core.fields import JSONIntegerField, SlugTextField, TextField
+from tenancy import projects as service
+from tenancy.models import Department, Project, ProjectMembership, ProjectRole
+
+MAX_GPUS = 1_000_000  # far beyond any cluster; keeps the numbers inside the database's integer columns
+
+
+class ProjectMemberSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = ProjectMembership
+        fields = ["username", "role"]
+        read_only_fields = fields
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    namespace = serializers.CharField(read_only=True, help_text="Its Kubernetes namespace.")
+    account = serializers.CharField(
+        read_only=True, help_text="Its Slurm account (a child of the department's)."
+    )
+    members = ProjectMemberSerializer(source="memberships", many=True, read_only=True)
+
+    class Meta:
+        model = Project
+        fields = [
+            "id",
+            "department",
+            "name",
+            "slug",
+            "guaranteed_gpus",
+            "over_quota_weight",
+            "limit_gpus",
+            "namespace",
+            "account",
+            "members",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class ProjectWriteSerializer(serializers.Serializer):
+    """The fields a lead sets; the service checks what depends on other rows (names, guarantees that fit)."""
+
+    department = SlugTextField(required=False, help_text="The department's slug (on create only).")
+    name = TextField(max_length=100, required=False)
+    slug = SlugTextField(
+        max_length=30, required=False, help_text="Defaults to the name's. Kept once jobs have run under it."
+    )
+    guaranteed_gpus = JSONIntegerField(min_value=0, max_value=MAX_GPUS, required=False)
+    over_quota_weight = serializers.DecimalField(max_digits=6, decimal_places=2, min_value=0, required=False)
+    limit_gpus = JSONIntegerField(min_value=0, max_value=MAX_GPUS, required=False, allow_null=True)
+
+
+class ProjectMemberWriteSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150, help_text="A member of the project's department.")
+    role = serializers.ChoiceField(choices=ProjectRole.choices, default=ProjectRole.MEMBER)
+
+
+class ProjectMoveSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    to = JSONIntegerField(
+        min_value=1, max_value=2**31 - 1, help_text="The id of the sibling project to move them to."
+    )
+
+
+def _invalid(error: DjangoValidationError):
+    return api_validation_error(error)
+
+
+@extend_schema_view(
+    create=extend_schema(request=ProjectWriteSerializer, responses={201: ProjectSerializer}),
+    update=extend_schema(request=ProjectWriteSerializer, responses=ProjectSerializer),
+    partial_update=extend_schema(request=ProjectWriteSerializer, responses=ProjectSerializer),
+    destroy=extend_schema(
+        responses={204: None, 400: OpenApiResponse(description="The project has jobs on record.")}
+    ),
+)
+class ProjectViewSet(viewsets.ModelViewSet):
+    """Projects under departments: guarantee (inside the department's), over-quota weight, limit, people."""
+
+    serializer_class = ProjectSerializer
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_queryset(self):
+        projects = Project.objects.visible_to(self.request.user).select_related("department")
+        department = self.request.query_params.get("department")
+        if department:
+            projects = projects.filter(department__slug=department)
+        return projects.prefetch_related(
+            Prefetch("memberships", queryset=ProjectMembership.objects.select_related("user"))
+        )
+
+    def _answer(self, project, code=status.HTTP_200_OK):
+        return Response(ProjectSerializer(self.get_queryset().get(pk=project.pk)).data, status=code)
+
+    def create(self, request):
+        data = ProjectWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        slug = values.pop("department", None)
+        errors = {
+            field: ["This field is required."]
+            for field, value in (("department", slug), ("name", values.get("name")))
+            if not value
+        }
+        if errors:
+            raise serializers.ValidationError(errors)
+        department = Department.objects.visible_to(request.user).filter(slug=slug).first()
+        if department is None:
+            raise serializers.ValidationError(
+                {"department": [f"you are not a member of a department {slug!r}"]}
+            )
+        try:
+            project = service.create_project(request.user, department, **values)
+        except DjangoValidationError as error:
+            raise _invalid(error) from error
+        return self._answer(project, status.HTTP_201_CREATED)
+
+    def update(self, request, pk=None, partial=False):
+        project = self.get_object()
+        data = ProjectWriteSerializer(data=request.data, partial=partial)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        if "department" in values and values.pop("department") != project.department.slug:
+            raise serializers.ValidationError({"department": ["a project stays in its department"]})
+        try:
+            project = service.update_project(request.user, project, **values)
+        except DjangoValidationError as error:
+            raise _invalid(error) from error
+        return self._answer(project)
+
+    def partial_update(self, request, pk=None):
+        return self.update(request, pk, partial=True)
+
+    def destroy(self, request, pk=None):
+        try:
+            service.delete_project(request.user, self.get_object())
+        except DjangoValidationError as error:
+            raise _invalid(error) from error
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=ProjectMemberWriteSerializer, responses=ProjectSerializer)
+    @action(detail=True, methods=["post"], url_path="members")
+    def members(self, request, pk=None):
+        """Put a member of the department in the project (or change their project role)."""
+        project = self.get_object()
+        require_project_manager(request.user, project.department, "change who is in its projects")
+        data = ProjectMemberWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = get_user_model().objects.filter(username=data.validated_data["username"]).first()
+        if user is None or not user.memberships.filter(department=project.department).exists():
+            # The same answer for an unknown username and one outside the department: no probing.
+            raise serializers.ValidationError(
+                {
+                    "username": [
+                        f"no member of {project.department} has that username: add them to the "
+                        "department first"
+                    ]
+                }
+            )
+        try:
+            service.set_project_member(request.user, project, user, data.validated_data["role"])
+        except DjangoValidationError as error:
+            raise _invalid(error) from error
+        return self._answer(project)
+
+    @extend_schema(request=None, responses={200: ProjectSerializer})
+    @action(detail=True, methods=["delete"], url_path=r"members/(?P<username>[^/]+)")
+    def remove_member(self, request, pk=None, username=None):
+        """Take a person out of the project (they stay in the department)."""
+        project = self.get_object()
+        require_project_manager(request.user, project.department, "change who is in its projects")
+        membership = get_object_or_404(ProjectMembership, project=project, user__username=username)
+        service.remove_project_member(request.user, membership)
+        return self._answer(project)
+
+    @extend_schema(request=ProjectMoveSerializer, responses=ProjectSerializer)
+    @action(detail=True, methods=["post"], url_path="move")
+    def move(self, request, pk=None):
+        """Move a person from this project to a sibling project (their role goes with them)."""
+        project = self.get_object()
+        require_project_manager(request.user, project.department, "move its members between projects")
+        data = ProjectMoveSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = ProjectMembership.objects.filter(
+            project=project, user__username=data.validated_data["username"]
+        ).first()
+        if membership is None:
+            raise serializers.ValidationError({"username": [f"nobody of that username is in {project}"]})
+        to = Project.objects.filter(pk=data.validated_data["to"], department=project.department).first()
+        if to is None:
+            raise serializers.ValidationError({"to": [f"{project.department} has no project with that id"]})
+        try:
+            service.move_member(request.user, membership, to)
+        except DjangoValidationError as error:
+            raise _invalid(error) from error
+        return self._answer(to)

@@ -1,0 +1,213 @@
+"""GPU utilization from the configured metrics source (MetricsSource): the site's Prometheus, or the direct
+scrape's own buckets.
+
+With Prometheus the telemetry cycle (``poll``, run by the beat's scrape tick, tenancy.tasks) makes two
+instant queries for the whole fleet, whatever its size:
+
+1. ``max by (UUID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL[300s]))``: each GPU's utilization now (the window is
+   MetricsSource.window_seconds). A GPU without a sample in the window is not in the answer: its activity
+   row goes ("no data", never idle).
+2. ``max by (UUID) (max_over_time(...[Wm])) and max by (UUID) (last_over_time(...[300s] offset Wm))``: the
+   highest utilization over the idle window W of GPUs that were reporting when it began; one under the
+   threshold has been low the whole window (so idle GPUs show at once, not W minutes after a restart).
+
+What the portal keeps is what it derives: GpuActivity (latest value, idle run), and from it the idle GPUs
+and department figures of scheduling.usage and the quota snapshots. Charts ask for a GPU's or a job's
+history over the range the screen shows (``utilization_history``): a range query, its step chosen from the
+range (tenancy.prometheus.choose_step); with the direct source, the stored buckets.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from core.audit import audit_context
+from core.models import AuditSource
+from inventory.models import Gpu
+from tenancy.activity import RecordResult, bucket_history, record_activity
+from tenancy.models import MetricsSource, TenancySettings
+from tenancy.prometheus import PrometheusClient, PrometheusError, QueryConfig, choose_step, labels_error
+
+__all__ = ["PollResult", "check_connection", "client_for", "config_for", "poll", "utilization_history"]
+
+MIN_STEP_SECONDS = 15  # dcgm-exporter's usual scrape interval; finer steps only repeat samples
+
+
+def config_for(source: MetricsSource) -> QueryConfig:
+    return QueryConfig(
+        metric=source.metric.strip(),
+        uuid_label=source.uuid_label.strip(),
+        gpu_label=source.gpu_label.strip(),
+        hostname_label=source.hostname_label.strip(),
+        selector=source.selector.strip(),
+    )
+
+
+def client_for(source: MetricsSource) -> PrometheusClient:
+    basic = (source.username, source.password) if source.username else None
+    return PrometheusClient(
+        source.url,
+        bearer_token=source.bearer_token,
+        basic_auth=basic,
+        ca_file=source.ca_file,
+        timeout=float(source.timeout_seconds or 10),
+    )
+
+
+@dataclass
+class PollResult:
+    series: int = 0  # GPUs Prometheus reported
+    record: RecordResult | None = None
+    queries: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    skipped: list[str] = field(default_factory=list)  # UUIDs with a value outside 0-100 %
+
+
+def _current(
+    client: PrometheusClient, config: QueryConfig, at: datetime, window: int
+) -> tuple[dict[str, float], list]:
+    """UUID -> utilization now; raises PrometheusError saying what is wrong when nothing usable came back."""
+    problems = config.problems()
+    if problems:
+        raise PrometheusError("; ".join(problems), "fix the metrics source's metric and label names")
+    rows = client.query(config.utilization_now(window), at=at)
+    values, skipped = {}, []
+    for labels, value in rows:
+        uuid = labels.get(config.uuid_label, "").strip()
+        if not uuid:
+            # `max by (UUID)` of series without that label folds them into one series with no labels.
+            sample = client.sample_labels(config) or []
+            raise PrometheusError(labels_error(config, {name for labels in sample for name in labels}))
+        if 0.0 <= value <= 100.0:
+            values[uuid] = value
+        else:
+            skipped.append(uuid)  # a DCGM blank sentinel or a wrong metric: not a utilization
+    if not rows:
+        where = f" matching {config.selector}" if config.selector else ""
+        raise PrometheusError(
+            f"Prometheus has no {config.metric} samples{where} in the last {window} seconds",
+            "check that it scrapes the DCGM exporters, that their counters include the metric, and the "
+            "metric name and extra selector of the metrics source",
+        )
+    return values, skipped
+
+
+def poll(now: datetime | None = None, source: MetricsSource | None = None) -> PollResult:
+    """One telemetry cycle from Prometheus: every GPU's activity from two instant queries.
+
+    Records the outcome on the MetricsSource (last_polled_at, last_series_count, last_error). On an error
+    nothing is changed in the activity rows: one failed cycle does not make the fleet "no data".
+    """
+    source = source or MetricsSource.load()
+    at = now or timezone.now()
+    started = time.perf_counter()
+    result = PollResult()
+    try:
+        client, config = client_for(source), config_for(source)
+        values, result.skipped = _current(client, config, at, source.window_seconds)
+        result.queries = 1
+        window = TenancySettings.load().idle_window_minutes
+        low = {}
+        if window > 0:
+            rows = client.query(config.low_for_window(window, source.window_seconds), at=at)
+            result.queries += 1
+            low = {labels.get(config.uuid_label, ""): value for labels, value in rows}
+    except PrometheusError as error:
+        result.error = str(error)
+        result.seconds = time.perf_counter() - started
+        _set_state(last_polled_at=at, last_error=result.error, last_series_count=0)
+        return result
+    with audit_context(AuditSource.TASK):
+        result.record = record_activity(values, at, low_for_window=low, forget_others=True)
+    result.series = len(values)
+    result.seconds = time.perf_counter() - started
+    error = ""
+    if result.record.unknown_gpus:
+        unknown = result.record.unknown_gpus
+        shown = ", ".join(unknown[:4]) + (", ..." if len(unknown) > 4 else "")
+        error = f"{len(unknown)} GPU(s) Prometheus reports are not in the inventory, not recorded: {shown}"
+    _set_state(last_polled_at=at, last_error=error, last_series_count=len(values))
+    return result
+
+
+def _set_state(**fields) -> None:
+    # update(), not save(): an admin may be editing the source while a cycle runs.
+    MetricsSource.objects.filter(pk=1).update(**fields)
+
+
+def check_connection(source: MetricsSource) -> str:
+    """Run the cycle's utilization query against `source` (saved or not) and say what it found.
+
+    Raises PrometheusError with the plain-words reason when it cannot be used.
+    """
+    client, config = client_for(source), config_for(source)
+    started = time.perf_counter()
+    values, skipped = _current(client, config, timezone.now(), source.window_seconds)
+    took = (time.perf_counter() - started) * 1000
+    known = 0
+    uuids = sorted(values)
+    for start in range(0, len(uuids), 2000):
+        known += Gpu.objects.filter(uuid__in=uuids[start : start + 2000]).count()
+    message = (
+        f"Prometheus answered in {took:.0f} ms: {len(values)} GPU(s) report {config.metric} by "
+        f"{config.uuid_label}, {known} of them in the inventory"
+    )
+    if known < len(values):
+        message += f" ({len(values) - known} not in it: report their nodes' fabric first)"
+    if skipped:
+        message += f"; {len(skipped)} value(s) outside 0-100 % left out"
+    return message + "."
+
+
+def utilization_history(
+    uuids: list[str],
+    start: datetime,
+    end: datetime,
+    *,
+    mean: bool = False,
+    source: MetricsSource | None = None,
+    min_step: int = MIN_STEP_SECONDS,
+) -> tuple[dict[str, list[tuple[datetime, float]]], int]:
+    """Utilization of these GPUs over start..end for a chart: ({UUID: [(time, percent)]}, step seconds).
+
+    `mean`: one series, key "mean", the GPUs' average (a job's chart). Prometheus: one range query, the
+    step chosen from the range; direct source: the stored buckets (5-minute, hourly past a day).
+    Raises PrometheusError when Prometheus cannot answer.
+    """
+    source = source or MetricsSource.load()
+    if not uuids:
+        return {}, 0
+    if not source.is_prometheus:
+        history = bucket_history(uuids, start, end)
+        if mean:
+            return {"mean": _mean_of(history)}, 300
+        return history, 300
+    client, config = client_for(source), config_for(source)
+    step = choose_step(start, end, min_step=min_step)
+    # Points fall at start + k * step: start is moved back so the last one is `end` itself (the latest value
+    # always shows, however fresh the samples).
+    start = end - timedelta(seconds=math.ceil((end - start).total_seconds() / step) * step)
+    if mean:
+        rows = client.query_range(config.mean_history(uuids, step), start, end, step)
+        return {"mean": rows[0][1] if rows else []}, step
+    rows = client.query_range(config.history(uuids, step), start, end, step)
+    out: dict[str, list[tuple[datetime, float]]] = {uuid: [] for uuid in uuids}
+    for labels, points in rows:
+        uuid = labels.get(config.uuid_label, "")
+        if uuid in out:
+            out[uuid] = points
+    return out, step
+
+
+def _mean_of(history: dict[str, list[tuple[datetime, float]]]) -> list[tuple[datetime, float]]:
+    by_time: dict[datetime, list[float]] = {}
+    for points in history.values():
+        for at, value in points:
+            by_time.setdefault(at, []).append(value)
+    return [(at, sum(values) / len(values)) for at, values in sorted(by_time.items())]

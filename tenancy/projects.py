@@ -1,0 +1,257 @@
+"""Projects under departments (issue 16): create, change and delete them, move people between them, and the
+rule a job's project follows.
+
+A project is a team inside a department with its own guaranteed GPUs, over-quota weight and limit (Run:ai
+projects, KAI's leaf queues, Slurm's child accounts, Kueue's ClusterQueues in the department's Cohort). The
+projects' guarantees fit inside their department's: checked here under a row lock on the department, so two
+leads adding projects at once cannot both fit, and when a department's guarantee is lowered
+(`check_department_guarantee`, from tenancy.services.save_department). Who may: core.access (a
+department's leads and platform admins manage its projects; a project's members submit to it). Every change
+is audited by core.audit's model signals (tenancy.project, tenancy.projectmembership).
+
+Jobs: a department with projects takes jobs only for one of them (`check_job_project`, from
+scheduling.services.submit_job); a department without projects takes them as before, with no project.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from django.db.models.functions import Lower
+from django.utils.text import slugify
+
+from core.access import may_use_project, require_project_manager
+from tenancy.models import Department, Membership, Project, ProjectMembership, ProjectRole, RoleOrigin
+
+NAMESPACE_MAX = 63  # a Kubernetes namespace is a DNS label
+QUOTA_FIELDS = ("guaranteed_gpus", "over_quota_weight", "limit_gpus")
+
+
+def usable_projects(user, department: Department):
+    """The projects of `department` that `user` may submit jobs to, by name."""
+    return Project.objects.usable_by(user).filter(department=department).order_by(Lower("name"))
+
+
+def check_job_project(
+    user, department: Department, project: Project | None, gpus: int | None = None
+) -> dict[str, str]:
+    """Errors (field -> sentence) for a job of `department` in `project` submitted by `user`; empty if fine.
+
+    A department with projects requires one that the user may use (the message names them); a department
+    without projects takes no project. A job larger than its project's limit could never run.
+    """
+    if project is not None:
+        if project.department_id != department.pk:
+            return {"project": f"project {project.slug!r} is not a project of {department.slug}"}
+        if not may_use_project(user, project):
+            return {"project": f"you are not a member of project {project.slug!r} of {department.slug}"}
+        if gpus is not None and project.limit_gpus is not None and gpus > project.limit_gpus:
+            return {
+                "gpus": f"{gpus} GPUs is over project {project.slug}'s limit of {project.limit_gpus} GPUs: "
+                "it could never run"
+            }
+        return {}
+    if not Project.objects.filter(department=department).exists():
+        return {}
+    usable = [p.slug for p in usable_projects(user, department)]
+    if usable:
+        return {
+            "project": f"{department.slug} shares its GPUs among projects: name one of yours in `project` "
+            f"({', '.join(usable)})"
+        }
+    return {
+        "project": f"{department.slug} shares its GPUs among projects and you are in none of them: ask a "
+        "lead of the department to add you to one"
+    }
+
+
+def _projects_guaranteed(department: Department, exclude: int | None = None) -> int:
+    projects = Project.objects.filter(department=department)
+    if exclude is not None:
+        projects = projects.exclude(pk=exclude)
+    return projects.aggregate(total=Sum("guaranteed_gpus"))["total"] or 0
+
+
+def check_department_guarantee(department: Department) -> None:
+    """Refuse (ValidationError on guaranteed_gpus) a department guarantee below its projects' guarantees.
+    Locks the department's row: call inside the transaction that saves it."""
+    if department.pk is None:
+        return
+    Department.objects.select_for_update().filter(pk=department.pk).first()
+    total = _projects_guaranteed(department)
+    if department.guaranteed_gpus < total:
+        raise ValidationError(
+            {
+                "guaranteed_gpus": f"its projects are guaranteed {total} GPUs together; lower their "
+                f"guarantees first, or keep the department's at {total} or more"
+            }
+        )
+
+
+def _clean_quota(values: dict) -> dict:
+    """The quota fields of `values`, with their own errors (field -> sentence) raised."""
+    errors = {}
+    guaranteed = values.get("guaranteed_gpus", 0)
+    limit = values.get("limit_gpus")
+    weight = values.get("over_quota_weight", Decimal("1.00"))
+    if isinstance(guaranteed, bool) or not isinstance(guaranteed, int) or guaranteed < 0:
+        errors["guaranteed_gpus"] = "a whole number of GPUs, 0 or more"
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        errors["limit_gpus"] = "a whole number of GPUs, 0 or more, or empty for no limit"
+    elif limit is not None and not errors and limit < guaranteed:
+        errors["limit_gpus"] = f"the limit ({limit}) may not be below the guarantee ({guaranteed})"
+    if Decimal(str(weight)) < 0:
+        errors["over_quota_weight"] = "0 or more (0: the project never borrows)"
+    if errors:
+        raise ValidationError(errors)
+    return values
+
+
+def _fit(department: Department, project: Project) -> None:
+    """Refuse a project whose guarantee, with its siblings', passes the department's. Caller holds the
+    department's row lock."""
+    others = _projects_guaranteed(department, exclude=project.pk)
+    total = others + project.guaranteed_gpus
+    if total > department.guaranteed_gpus:
+        raise ValidationError(
+            {
+                "guaranteed_gpus": f"{department.name}'s projects would be guaranteed {total} GPUs but the "
+                f"department is guaranteed {department.guaranteed_gpus}: at most "
+                f"{max(0, department.guaranteed_gpus - others)} for this project"
+            }
+        )
+
+
+def _check_names(department: Department, project: Project) -> None:
+    errors = {}
+    siblings = Project.objects.filter(department=department).exclude(pk=project.pk)
+    if not project.name.strip():
+        errors["name"] = "a name is required"
+    elif siblings.filter(name__iexact=project.name.strip()).exists():
+        errors["name"] = f"{department.name} already has a project named {project.name.strip()!r}"
+    if siblings.filter(slug=project.slug).exists():
+        errors["slug"] = f"{department.name} already has a project with the slug {project.slug!r}"
+    namespace = f"{department.slug}-{project.slug}"
+    if project.slug and len(namespace) > NAMESPACE_MAX:
+        errors["slug"] = (
+            f"its namespace {namespace!r} would be {len(namespace)} characters; at most {NAMESPACE_MAX}: "
+            "use a shorter slug"
+        )
+    if errors:
+        raise ValidationError(errors)
+
+
+def _save(department: Department, project: Project) -> Project:
+    _check_names(department, project)
+    project.full_clean(exclude=["department"], validate_constraints=False)
+    _fit(department, project)
+    try:
+        with transaction.atomic():
+            project.save()
+    except IntegrityError as error:  # a concurrent create of the same name or slug in another department row
+        raise ValidationError({"name": f"{department.name} already has a project of this name"}) from error
+    return project
+
+
+@transaction.atomic
+def create_project(by, department: Department, *, name: str, slug: str = "", **quota) -> Project:
+    """A new project of `department` (by an admin or its lead). `slug` defaults to the name's."""
+    require_project_manager(by, department)
+    department = Department.objects.select_for_update().get(pk=department.pk)
+    quota = _clean_quota({k: v for k, v in quota.items() if k in QUOTA_FIELDS})
+    name = (name or "").strip()
+    project = Project(department=department, name=name, slug=slug or slugify(name)[:30].strip("-"), **quota)
+    return _save(department, project)
+
+
+@transaction.atomic
+def update_project(by, project: Project, **changes) -> Project:
+    """Change a project's name, slug or quota (by an admin or its department's lead)."""
+    require_project_manager(by, project.department)
+    department = Department.objects.select_for_update().get(pk=project.department_id)
+    project = Project.objects.get(pk=project.pk)
+    if "slug" in changes and changes["slug"] != project.slug and project.jobs.exists():
+        raise ValidationError(
+            {"slug": "jobs have run under this slug (its namespace and Slurm account): keep it"}
+        )
+    quota = {f: changes.get(f, getattr(project, f)) for f in QUOTA_FIELDS}
+    _clean_quota(quota)
+    for field, value in changes.items():
+        if field in ("name", "slug", *QUOTA_FIELDS):
+            setattr(project, field, value.strip() if field == "name" else value)
+    return _save(department, project)
+
+
+@transaction.atomic
+def delete_project(by, project: Project) -> None:
+    """Delete a project that never had jobs (their history keeps it otherwise)."""
+    require_project_manager(by, project.department)
+    Department.objects.select_for_update().get(pk=project.department_id)
+    if project.jobs.exists():
+        raise ValidationError(
+            f"{project} has jobs (their history names it): it cannot be deleted; set its guarantee to 0 "
+            "and move its members instead"
+        )
+    project.delete()
+
+
+def _department_member(project: Project, user) -> None:
+    if not Membership.objects.filter(user=user, department_id=project.department_id).exists():
+        raise ValidationError(
+            {"user": f"{user} is not a member of {project.department}: add them to the department first"}
+        )
+
+
+@transaction.atomic
+def set_project_member(by, project: Project, user, role: str = ProjectRole.MEMBER) -> ProjectMembership:
+    """Put a member of the project's department in the project with `role` (or change their role)."""
+    require_project_manager(by, project.department, "change who is in its projects")
+    if role not in ProjectRole.values:
+        raise ValidationError({"role": f"one of {', '.join(ProjectRole.values)}"})
+    _department_member(project, user)
+    membership, created = ProjectMembership.objects.select_for_update().get_or_create(
+        user=user, project=project, defaults={"role": role}
+    )
+    if not created and (membership.role != role or membership.origin != RoleOrigin.MANUAL):
+        membership.role = role
+        membership.origin = RoleOrigin.MANUAL  # a change by hand makes it a hand grant (tenancy.identity)
+        membership.save()
+    return membership
+
+
+@transaction.atomic
+def remove_project_member(by, membership: ProjectMembership) -> None:
+    require_project_manager(by, membership.project.department, "change who is in its projects")
+    membership.delete()
+
+
+@transaction.atomic
+def move_member(by, membership: ProjectMembership, to: Project) -> ProjectMembership:
+    """Move a person from one project to a sibling project, keeping their project role. Their running and
+    pending jobs stay in the project they were submitted to."""
+    source = membership.project
+    require_project_manager(by, source.department, "move its members between projects")
+    if to.department_id != source.department_id:
+        raise ValidationError(
+            {"project": f"{to} is not a project of {source.department}: people move within their department"}
+        )
+    if to.pk == source.pk:
+        return membership
+    membership = ProjectMembership.objects.select_for_update().get(pk=membership.pk)
+    if ProjectMembership.objects.filter(user_id=membership.user_id, project=to).exists():
+        membership.delete()  # already in the target project: leaving the source is the move
+        return ProjectMembership.objects.get(user_id=membership.user_id, project=to)
+    membership.project = to
+    membership.origin = RoleOrigin.MANUAL  # moved by hand: a hand grant from now on (tenancy.identity)
+    membership.save()
+    return membership
+
+
+def forget_department_member(membership: Membership) -> None:
+    """The person left the department: they leave its projects too (called by remove_membership)."""
+    ProjectMembership.objects.filter(
+        user_id=membership.user_id, project__department_id=membership.department_id
+    ).delete()

@@ -1,0 +1,266 @@
+"""A real Prometheus (Debian's `prometheus` package) scraping DCGM-format exporters the tests control.
+
+The `prometheus` fixture (session-scoped, registered in tests/conftest.py) starts, in a temporary directory:
+
+* four small exporters (Python HTTP servers on free ports), each a tray serving ``/metrics`` in the text
+  format dcgm-exporter serves; a test sets what each GPU reports (`Exporter.serve`) and a GPU left out of
+  the page gets a staleness marker at the next scrape, as when a GPU drops off a real exporter. Trays 0-2
+  use dcgm-exporter's labels (``UUID``, ``gpu``, ``Hostname``), job ``dcgm``; tray 3 is an old build with
+  lower-case ``uuid``/``hostname``, job ``dcgm-lower``, for the label-mapping tests.
+* the real ``prometheus`` binary with a generated config scraping them every second, its query API behind
+  HTTP basic authentication (``--web.config.file``, a bcrypt hash of PASSWORD), on a free port.
+
+Tests wait for the samples they set (`Prometheus.wait_for`), never for a fixed time. Without the binary the
+tests fail saying how to install it (scripts/system-deps.sh installs it for `make test`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from base64 import b64encode
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+USERNAME = "rackplane"
+PASSWORD = "rackplane-test"
+# bcrypt of PASSWORD (cost 4: a test fixture, checked on every query), as Prometheus's web config wants it.
+PASSWORD_HASH = "$2b$04$yaOrf8ZPO0JtrM1Nj58I8OVjeZcMyxGiXRm0EJWnNnlrCq52cIyjC"
+SCRAPE_INTERVAL_SECONDS = 1
+HOW_TO_INSTALL = (
+    "the prometheus binary is not installed: `apt-get install -y --no-install-recommends prometheus` "
+    "(scripts/system-deps.sh does it for `make test`)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Exporter:
+    """One tray's DCGM exporter: serves what `serve` last set."""
+
+    hostname: str
+    lower_case_labels: bool = False
+    gpus: dict[str, float] = field(default_factory=dict)  # UUID -> utilization %
+    with_utilization: bool = True
+    server: ThreadingHTTPServer | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def address(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"{host}:{port}"
+
+    def serve(self, gpus: dict[str, float], with_utilization: bool = True) -> None:
+        with self.lock:
+            self.gpus = dict(gpus)
+            self.with_utilization = with_utilization
+
+    def page(self) -> str:
+        uuid, host = ("uuid", "hostname") if self.lower_case_labels else ("UUID", "Hostname")
+        with self.lock:
+            gpus, with_utilization = dict(self.gpus), self.with_utilization
+        lines = []
+        if with_utilization:
+            lines += [
+                "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+                "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
+            ]
+            for index, (gpu_uuid, value) in enumerate(gpus.items()):
+                lines.append(
+                    f'DCGM_FI_DEV_GPU_UTIL{{gpu="{index}",{uuid}="{gpu_uuid}",device="nvidia{index}",'
+                    f'modelName="NVIDIA GB200",{host}="{self.hostname}",'
+                    f'DCGM_FI_DRIVER_VERSION="580.82.07"}} {value:g}'
+                )
+        lines += [
+            "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).",
+            "# TYPE DCGM_FI_DEV_SM_CLOCK gauge",
+        ]
+        for index, gpu_uuid in enumerate(gpus):
+            lines.append(
+                f'DCGM_FI_DEV_SM_CLOCK{{gpu="{index}",{uuid}="{gpu_uuid}",{host}="{self.hostname}"}} 1980'
+            )
+        return "\n".join(lines) + "\n"
+
+    def start(self) -> None:
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = exporter.page().encode()
+                self.send_response(200 if self.path.startswith("/metrics") else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@dataclass
+class Prometheus:
+    """The running server: its URL, credentials, the exporters it scrapes, and queries for the tests."""
+
+    url: str
+    exporters: list[Exporter]
+    username: str = USERNAME
+    password: str = PASSWORD
+
+    def reset(self, window: str = "5s") -> None:
+        """Every exporter serves an empty page (no GPU), and wait until no sample of what a test set before
+        is left in the last `window`: each test starts with no data."""
+        for exporter in self.exporters:
+            exporter.serve({})
+        self.wait_for(f"count_over_time(DCGM_FI_DEV_GPU_UTIL[{window}])", lambda result: result == [])
+
+    def query(self, promql: str) -> list[dict]:
+        """The raw instant-query result (with credentials), for the tests' own waits and checks."""
+        body = urllib.parse.urlencode({"query": promql}).encode()
+        request = urllib.request.Request(f"{self.url}/api/v1/query", data=body, method="POST")
+        token = b64encode(f"{self.username}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())["data"]["result"]
+
+    def wait_for(self, promql: str, check: Callable[[list[dict]], bool], timeout: float = 30.0) -> list[dict]:
+        """Query until `check(result)` holds (the scrapes have caught up); fail with the last result."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.query(promql)
+            if check(result):
+                return result
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"Prometheus did not answer as expected within {timeout:.0f} s: {promql} -> {result}"
+                )
+            time.sleep(0.25)
+
+    def wait_for_values(self, expected: dict[str, float], window: str = "1s", timeout: float = 30.0) -> None:
+        """Until the mean over `window` of each GPU (by UUID, either label spelling) is the value set."""
+
+        def holds(result):
+            seen = {}
+            for item in result:
+                metric = item["metric"]
+                seen[metric.get("UUID") or metric.get("uuid")] = float(item["value"][1])
+            return all(uuid in seen and abs(seen[uuid] - value) < 1e-6 for uuid, value in expected.items())
+
+        self.wait_for(f"avg_over_time(DCGM_FI_DEV_GPU_UTIL[{window}])", holds, timeout)
+
+    def wait_gone(self, uuids: list[str], timeout: float = 30.0) -> None:
+        """Until none of these GPUs has a current series (their staleness markers are in)."""
+        gone = set(uuids)
+
+        def holds(result):
+            return not any(
+                (item["metric"].get("UUID") or item["metric"].get("uuid")) in gone for item in result
+            )
+
+        self.wait_for("DCGM_FI_DEV_GPU_UTIL", holds, timeout)
+
+
+def _config(exporters: list[Exporter]) -> str:
+    def job(name: str, members: list[Exporter]) -> str:
+        targets = ", ".join(f'"{exporter.address}"' for exporter in members)
+        return f"  - job_name: {name}\n    static_configs:\n      - targets: [{targets}]\n"
+
+    standard = [exporter for exporter in exporters if not exporter.lower_case_labels]
+    lower = [exporter for exporter in exporters if exporter.lower_case_labels]
+    return (
+        "global:\n"
+        f"  scrape_interval: {SCRAPE_INTERVAL_SECONDS}s\n"
+        f"  scrape_timeout: {SCRAPE_INTERVAL_SECONDS}s\n"
+        "  evaluation_interval: 15s\n"
+        "scrape_configs:\n" + job("dcgm", standard) + job("dcgm-lower", lower)
+    )
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory):
+    """A real Prometheus scraping four test exporters every second (see the module docstring)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail(HOW_TO_INSTALL, pytrace=False)
+    directory = tmp_path_factory.mktemp("prometheus")
+    exporters = [Exporter(f"gb-r01-t0{n}") for n in range(1, 4)] + [
+        Exporter("gb-r01-t04", lower_case_labels=True)
+    ]
+    for exporter in exporters:
+        exporter.start()
+    (directory / "prometheus.yml").write_text(_config(exporters))
+    # exporter-toolkit protects every path, /-/ready included: the readiness probe sends the credentials.
+    (directory / "web.yml").write_text(f'basic_auth_users:\n  {USERNAME}: "{PASSWORD_HASH}"\n')
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = directory / "prometheus.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={directory / 'prometheus.yml'}",
+                f"--web.config.file={directory / 'web.yml'}",
+                f"--storage.tsdb.path={directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=directory,
+        )
+    try:
+        _ready_with_auth(url, process, log)
+        yield Prometheus(url=url, exporters=exporters)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for exporter in exporters:
+            exporter.stop()
+
+
+def _ready_with_auth(url: str, process: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    token = b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(
+                f"prometheus exited with {process.returncode}: {log.read_text()[-2000:]}", pytrace=False
+            )
+        request = urllib.request.Request(f"{url}/-/ready", headers={"Authorization": f"Basic {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(
+        f"prometheus did not become ready in {timeout:.0f} s: {log.read_text()[-2000:]}", pytrace=False
+    )

@@ -1,0 +1,274 @@
+"""Projects under departments through the API (issue 16): /api/v1/projects/ (who may do what, guarantees
+that fit, names, people), the audit of each change, and jobs submitted to a project (/api/v1/jobs/)."""
+
+import pytest
+from django.core.exceptions import ValidationError as DjangoValidationError
+
+from core.models import AuditEvent
+from scheduling.models import Job
+from tenancy.models import Membership, Project, ProjectMembership
+from tenancy.services import remove_membership
+from tests.factories import make_department, make_member
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = "#!/bin/bash\nsrun python train.py\n"
+
+
+@pytest.fixture
+def department_a(demo_inventory):
+    return make_department("Research", guaranteed_gpus=32)
+
+
+@pytest.fixture
+def department_b(demo_inventory):
+    return make_department("Vision", guaranteed_gpus=16)
+
+
+@pytest.fixture(autouse=True)
+def people(lead_a, member_a, lead_b, member_b, outsider, platform_admin):
+    """Everyone exists in every test, so visibility has something to hide."""
+
+
+def create(api, **fields):
+    body = {"department": "research", "name": "Vision Models", "guaranteed_gpus": 16}
+    body.update(fields)
+    return api.post("/api/v1/projects/", body, format="json")
+
+
+def test_a_lead_creates_a_project_and_it_is_audited(api_as, lead_a, department_a):
+    response = create(api_as(lead_a), over_quota_weight="2.00", limit_gpus=24)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["department"] == "research" and body["slug"] == "vision-models"
+    assert body["namespace"] == body["account"] == "research-vision-models"
+    assert (body["guaranteed_gpus"], body["over_quota_weight"], body["limit_gpus"]) == (16, "2.00", 24)
+    event = AuditEvent.objects.get(object_type="tenancy.project", action="create")
+    assert event.actor == lead_a and event.department_id == department_a.pk
+    assert event.after["guaranteed_gpus"] == 16
+
+
+def test_the_projects_guarantees_must_fit_inside_the_departments(api_as, lead_a):
+    assert create(api_as(lead_a), name="one", guaranteed_gpus=24).status_code == 201
+    response = create(api_as(lead_a), name="two", guaranteed_gpus=12)
+    assert response.status_code == 400
+    assert response.json()["guaranteed_gpus"] == [
+        "Research's projects would be guaranteed 36 GPUs but the department is guaranteed 32: at most 8 "
+        "for this project"
+    ]
+    assert Project.objects.count() == 1
+
+
+def test_a_departments_guarantee_is_not_lowered_below_its_projects(api_as, lead_a, platform_admin):
+    assert create(api_as(lead_a), guaranteed_gpus=20).status_code == 201
+    response = api_as(platform_admin).patch(
+        "/api/v1/departments/research/", {"guaranteed_gpus": 8}, format="json"
+    )
+    assert response.status_code == 400
+    assert "its projects are guaranteed 20 GPUs together" in response.json()["guaranteed_gpus"][0]
+    assert (
+        api_as(platform_admin)
+        .patch("/api/v1/departments/research/", {"guaranteed_gpus": 20}, format="json")
+        .status_code
+        == 200
+    )
+
+
+def test_names_are_unique_per_department_whatever_their_case(api_as, lead_a, lead_b):
+    assert create(api_as(lead_a), guaranteed_gpus=1).status_code == 201
+    response = create(api_as(lead_a), name="VISION models", slug="other", guaranteed_gpus=1)
+    assert response.status_code == 400 and "already has a project named" in response.json()["name"][0]
+    # Another department may use the same name.
+    assert create(api_as(lead_b), department="vision", guaranteed_gpus=1).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"limit_gpus": 4}, "limit_gpus"),  # below the guarantee of 16
+        ({"guaranteed_gpus": -1}, "guaranteed_gpus"),
+        ({"slug": "Not A Slug"}, "slug"),
+        ({"slug": "-edge"}, "slug"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(api_as, lead_a, fields, field):
+    response = create(api_as(lead_a), **fields)
+    assert response.status_code == 400 and field in response.json(), response.json()
+    assert not Project.objects.exists()
+
+
+@pytest.mark.parametrize("persona", ["member_a", "lead_b", "outsider"])
+def test_only_the_departments_leads_and_admins_create_projects(api_as, persona):
+    response = create(api_as(persona))
+    assert response.status_code in (400, 403)
+    assert not Project.objects.exists()
+
+
+def test_members_read_their_own_projects_leads_all_of_the_department(api_as, lead_a, member_a, department_a):
+    ours = Project.objects.create(department=department_a, name="Ours", slug="ours")
+    Project.objects.create(department=department_a, name="Theirs", slug="theirs")
+    ProjectMembership.objects.create(user=member_a, project=ours)
+    listed = lambda who: sorted(p["slug"] for p in api_as(who).get("/api/v1/projects/").json()["results"])  # noqa: E731
+    assert listed(member_a) == ["ours"]
+    assert listed(lead_a) == ["ours", "theirs"]
+    assert listed("outsider") == [] and listed("lead_b") == []
+    assert (
+        api_as(member_a)
+        .patch(f"/api/v1/projects/{ours.pk}/", {"guaranteed_gpus": 1}, format="json")
+        .status_code
+        == 403
+    )
+
+
+def test_a_lead_puts_people_in_projects_and_moves_them_audited(
+    api_as, lead_a, member_a, member_b, department_a
+):
+    api = api_as(lead_a)
+    one = create(api, name="one", guaranteed_gpus=8).json()
+    two = create(api, name="two", guaranteed_gpus=8).json()
+    response = api.post(
+        f"/api/v1/projects/{one['id']}/members/", {"username": member_a.username}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["members"] == [
+        {"username": member_a.username, "role": "member"}
+    ]
+    # Someone outside the department, or no one: the same 400, nothing written.
+    for username in (member_b.username, "nobody-at-all"):
+        response = api.post(f"/api/v1/projects/{one['id']}/members/", {"username": username}, format="json")
+        assert (
+            response.status_code == 400
+            and "add them to the department first" in response.json()["username"][0]
+        )
+    response = api.post(
+        f"/api/v1/projects/{one['id']}/move/", {"username": member_a.username, "to": two["id"]}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["slug"] == "two"
+    assert list(ProjectMembership.objects.values_list("project__slug", flat=True)) == ["two"]
+    moved = AuditEvent.objects.filter(object_type="tenancy.projectmembership", action="update").get()
+    assert (
+        moved.actor == lead_a and moved.before["project"] == one["id"] and moved.after["project"] == two["id"]
+    )
+    assert moved.department_id == department_a.pk
+    # Leaving the department leaves its projects.
+    remove_membership(Membership.objects.get(user=member_a, department=department_a))
+    assert not ProjectMembership.objects.exists()
+
+
+def test_a_project_with_jobs_is_not_deleted(api_as, lead_a, department_a):
+    project = Project.objects.create(department=department_a, name="busy", slug="busy")
+    Job.objects.create(department=department_a, project=project, name="x", gpus=4, state="completed")
+    response = api_as(lead_a).delete(f"/api/v1/projects/{project.pk}/")
+    assert response.status_code == 400 and "has jobs" in response.json()["non_field_errors"][0]
+    idle = Project.objects.create(department=department_a, name="idle", slug="idle")
+    assert api_as(lead_a).delete(f"/api/v1/projects/{idle.pk}/").status_code == 204
+
+
+# --- jobs are submitted to a project ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def submit(api_as, django_capture_on_commit_callbacks):
+    def post(user="member_a", **fields):
+        body = {"department": "research", "name": "train", "gpus": 4, "work": {"script": SCRIPT}}
+        body.update(fields)
+        with django_capture_on_commit_callbacks(execute=True):
+            return api_as(user).post("/api/v1/jobs/", body, format="json")
+
+    return post
+
+
+def test_a_department_with_projects_requires_one_and_names_the_users(submit, member_a, department_a):
+    ours = Project.objects.create(department=department_a, name="Ours", slug="ours", guaranteed_gpus=8)
+    Project.objects.create(department=department_a, name="Theirs", slug="theirs", guaranteed_gpus=8)
+    ProjectMembership.objects.create(user=member_a, project=ours)
+    response = submit()
+    assert response.status_code == 400
+    assert response.json()["project"] == [
+        "research shares its GPUs among projects: name one of yours in `project` (ours)"
+    ]
+    response = submit(project="theirs")
+    assert response.status_code == 400
+    assert response.json()["project"] == ["you are not a member of project 'theirs' of research"]
+    assert submit(project="nope").json()["project"] == ["research has no project 'nope'"]
+    assert not Job.objects.exists()
+    response = submit(project="ours")
+    assert response.status_code == 201, response.json()
+    assert response.json()["project"] == "ours"
+    assert Job.objects.get().project == ours
+
+
+def test_someone_in_no_project_is_told_whom_to_ask(submit, department_a):
+    Project.objects.create(department=department_a, name="Ours", slug="ours", guaranteed_gpus=8)
+    response = submit()
+    assert response.status_code == 400
+    assert "you are in none of them: ask a lead of the department" in response.json()["project"][0]
+
+
+def test_a_job_over_its_projects_limit_could_never_run(submit, lead_a, department_a):
+    Project.objects.create(
+        department=department_a, name="Small", slug="small", guaranteed_gpus=4, limit_gpus=4
+    )
+    response = submit("lead_a", project="small", gpus=8)  # a lead may use every project of the department
+    assert (
+        response.status_code == 400 and "over project small's limit of 4 GPUs" in response.json()["gpus"][0]
+    )
+
+
+def test_a_department_without_projects_takes_jobs_as_before(submit, department_a):
+    response = submit()
+    assert response.status_code == 201 and response.json()["project"] is None
+    assert submit(project="anything").json()["project"] == ["research has no project 'anything'"]
+
+
+def test_a_member_of_a_department_in_a_project_of_another_cannot_use_it(submit, department_b, member_b):
+    elsewhere = Project.objects.create(department=department_b, name="B", slug="b", guaranteed_gpus=4)
+    member = make_member("double", department_b)
+    ProjectMembership.objects.create(user=member, project=elsewhere)
+    # Research has no project "b": the project is looked up in the job's department only.
+    response = submit("member_a", project="b")
+    assert response.json()["project"] == ["research has no project 'b'"]
+
+
+# --- concurrent leads ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_leads_at_once_cannot_both_fit_a_guarantee(department_a):
+    """Each of 8 leads adds a 20-GPU project to a 32-GPU department at the same moment: the department's row
+    lock lets exactly one fit (PostgreSQL; SQLite serializes writers anyway)."""
+    import threading
+
+    from django.db import connection, connections
+
+    from core.access import Role
+    from tenancy.projects import create_project
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL row locks and concurrent connections; scripts/test.sh runs it")
+    department = department_a  # guaranteed 32
+    leads = [make_member(f"lead-{n}", department, Role.LEAD) for n in range(8)]
+    barrier = threading.Barrier(len(leads))
+    made, refused, errors = [], [], []
+
+    def lead(number: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            try:
+                made.append(create_project(leads[number], department, name=f"p{number}", guaranteed_gpus=20))
+            except DjangoValidationError as error:
+                refused.append(error.message_dict["guaranteed_gpus"][0])
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=lead, args=(n,)) for n in range(len(leads))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert len(made) == 1 and len(refused) == 7
+    assert all("would be guaranteed 40 GPUs" in words for words in refused)
+    assert Project.objects.count() == 1
