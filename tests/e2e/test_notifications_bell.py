@@ -10,6 +10,7 @@ from core.models import InboxItem, NotificationSubscription
 from scheduling.choices import JobState
 from scheduling.services import finish_job
 from tests import factories
+from tests.e2e.browser import sign_in
 
 PASSWORD = "e2e-member-password-1"
 
@@ -20,17 +21,9 @@ def member(transactional_db):
     return factories.make_member("e2e-member", department, password=PASSWORD)
 
 
-def _sign_in(page, live_server, user):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
-
-
 @pytest.mark.e2e
 def test_subscribe_finish_a_job_see_the_bell_and_read_it(live_server, page, member, shots):
-    _sign_in(page, live_server, member)
+    sign_in(page, live_server, member.username, PASSWORD)
     bell = page.locator("header a[data-bell]")
     expect(bell.locator("[data-bell-count]")).to_have_text("0")
 

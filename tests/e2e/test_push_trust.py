@@ -13,6 +13,7 @@ from inventory.demo import seed_datacenter
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests import factories
+from tests.e2e.browser import sign_in
 
 PASSWORD = "e2e-admin-password-1"
 
@@ -23,14 +24,6 @@ def admin(transactional_db, django_user_model, render_dir):
     return django_user_model.objects.create_user("e2e-admin", "e2e@example.com", PASSWORD, is_staff=True)
 
 
-def _sign_in(page, live_server, user):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
-
-
 @pytest.mark.e2e
 def test_push_diff_test_connection_and_rollback(live_server, page, admin, shots, render_dir):
     target = factories.local_target()
@@ -38,7 +31,7 @@ def test_push_diff_test_connection_and_rollback(live_server, page, admin, shots,
     first.refresh_from_db()
     assert first.status == PushStatus.SUCCEEDED
     save_department(Department(name="Vision", slug="vision", guaranteed_gpus=4))
-    _sign_in(page, live_server, admin)
+    sign_in(page, live_server, admin.username, PASSWORD)
 
     # Test connection on the targets page: the answer in words, in place.
     page.goto(f"{live_server.url}/scheduling/targets/")

@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 from inventory.choices import TrayState
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, HealthAction
+from tests.e2e.browser import sign_in
 
 PASSWORD = "e2e-admin-password-1"
 
@@ -18,17 +19,9 @@ def admin(transactional_db, django_user_model):
     return django_user_model.objects.create_user("e2e-admin", "e2e@example.com", PASSWORD, is_staff=True)
 
 
-def _sign_in(page, live_server, user):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
-
-
 @pytest.mark.e2e
 def test_drain_return_and_bulk_drain(live_server, page, admin, shots):
-    _sign_in(page, live_server, admin)
+    sign_in(page, live_server, admin.username, PASSWORD)
     tray = ComputeTray.objects.get(hostname="gb-r02-t03")
     page.goto(f"{live_server.url}/inventory/trays/{tray.pk}/")
     head = page.locator("header.detail-head")
