@@ -33,7 +33,7 @@ from integrations.trays import owner_name
 from inventory.choices import TrayState
 from inventory.health import tray_health_changed
 from inventory.models import ComputeTray
-from tenancy.models import DedicatedPartition, Department, TenancySettings
+from tenancy.models import DedicatedPartition, Department, Project, TenancySettings
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,15 @@ RENDERED: dict[type, dict[str, str]] = {
         "storage_quota_gib": "storage quota (GiB)",
     },
     DedicatedPartition: {"partition": "partition", "department": "department"},
+    # A project is a ClusterQueue, namespace, ResourceQuota and LocalQueue, and a Slurm child account.
+    Project: {
+        "name": "name",
+        "slug": "slug",
+        "department": "department",
+        "guaranteed_gpus": "guarantee",
+        "over_quota_weight": "over-quota weight",
+        "limit_gpus": "limit",
+    },
     TenancySettings: {"nfs_server": "NFS server"},
 }
 # Created with its defaults, these render what was rendered before they existed (TenancySettings.load()
@@ -66,6 +75,8 @@ def _label(instance) -> str:
         return f"department {instance.slug}"
     if isinstance(instance, DedicatedPartition):
         return f"dedication {instance}"
+    if isinstance(instance, Project):
+        return f"project {instance.department.slug}/{instance.slug}"
     return str(instance._meta.verbose_name)
 
 

@@ -466,21 +466,19 @@ def read(placed: dict[int, object]) -> ClusterState:
 def silence(state: ClusterState) -> None:
     """After `read`, for the pass: trays whose node stopped reporting get no new work while an enabled
     node_silent rule says "hold" (inventory.services.silent_policy; computed from last-seen times, never
-    written, so no change the kept cluster's check could see): their capacity is what their running jobs
-    hold, which keep() gives back. Jobs there keep running. One query, two when the rule holds."""
+    written, so no change the kept cluster's check could see): they are held out of the engine's indexes
+    for the pass (as a reservation holds trays), which keep() undoes. Jobs there keep running. One query,
+    two when the rule holds."""
     policy = silent_policy()
     if not policy.hold:
         return
     cluster = state.cluster
     for pk in silent_tray_pks(policy, timezone.now()):
         t = state.tray_index.get(pk)
-        if t is None:
-            continue
-        capacity = cluster.tray_cap[t]
-        in_use = capacity - cluster.tray_free[t]
-        if in_use < capacity:
-            state.silenced[t] = capacity
-            cluster.set_capacity(t, in_use)
+        if t is not None:
+            state.silenced[t] = cluster.tray_cap[t]
+    # Held, not shrunk: GPUs a preemption frees there during the pass must not take new work either.
+    cluster.hold(list(state.silenced))
 
 
 def keep(state: ClusterState) -> None:

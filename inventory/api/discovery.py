@@ -5,7 +5,6 @@ from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiResponse,
-    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_field,
 )
@@ -281,15 +280,18 @@ class NodeReportResultSerializer(serializers.Serializer):
     )
 
 
-class HeartbeatResultSerializer(serializers.Serializer):
-    """The answer to a hash-only report the portal recognised."""
+class NodeReportAnswerSerializer(NodeReportResultSerializer):
+    """What POST /discovery/reports/ answers: a full report's result, or, for a hash-only report the portal
+    recognised, only `host`, `unchanged` (true), `report_sha256` and `problems` (the other fields absent).
+    One schema with those four required, not a oneOf: a full answer also carries the four, so it would match
+    both branches of a oneOf."""
 
-    host = serializers.CharField()
-    unchanged = serializers.BooleanField(help_text="always true: the node's last report stands")
-    report_sha256 = serializers.CharField()
-    problems = serializers.ListField(
-        child=serializers.CharField(), help_text="the tray's problems from its last reconciled report"
-    )
+    ALWAYS = ("host", "unchanged", "report_sha256", "problems")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, field in self.fields.items():
+            field.required = name in self.ALWAYS
 
 
 EXAMPLE = {
@@ -349,11 +351,7 @@ class DiscoveryReportView(APIView):
     @extend_schema(
         request=NodeReportSerializer,
         responses={
-            200: PolymorphicProxySerializer(
-                component_name="NodeReportAnswer",
-                serializers=[NodeReportResultSerializer, HeartbeatResultSerializer],
-                resource_type_field_name=None,
-            ),
+            200: NodeReportAnswerSerializer,
             409: OpenApiResponse(
                 description="A hash-only report the portal cannot take: its last reconciled report for the "
                 "host had another hash, or the tray has something the health rules must see again. "

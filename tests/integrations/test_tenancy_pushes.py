@@ -280,3 +280,22 @@ def test_a_dedication_renders_both_its_fields(research):
         assert render_current() != baseline, name
         transaction.savepoint_rollback(sid)
     assert set(signals.RENDERED[DedicatedPartition]) == {"partition", "department"}
+
+
+def test_adding_and_changing_a_project_pushes_its_queue_and_account(
+    research, local_target, render_dir, platform_admin, django_capture_on_commit_callbacks
+):
+    from tenancy.projects import create_project, update_project
+
+    with django_capture_on_commit_callbacks(execute=True):
+        project = create_project(platform_admin, research, name="Vision", guaranteed_gpus=48)
+    [push] = ConfigPush.objects.all()
+    assert push.reason == "project research/vision added"
+    assert push.status == PushStatus.SUCCEEDED
+    accounts = (render_dir / "current" / "slurm" / "accounts.sh").read_text()
+    assert "add account research-vision parent=research" in accounts
+
+    with django_capture_on_commit_callbacks(execute=True):
+        update_project(platform_admin, project, guaranteed_gpus=40)
+    latest = ConfigPush.objects.order_by("-pk").first()
+    assert latest.reason == "project research/vision: guarantee 48 -> 40"

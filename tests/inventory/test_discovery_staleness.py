@@ -182,3 +182,36 @@ def test_a_tray_that_reports_again_gets_work_again(demo_inventory):
     run_pass()
     job = Job.objects.get(pk=jobs[0].pk)
     assert job.state == JobState.STARTING and job.placement == [hosts[0]]
+
+
+def test_a_one_gpu_job_is_not_placed_on_a_silent_tray_either(demo_inventory):
+    """Partial-tray jobs too: with every schedulable tray silent, a 1-GPU job waits."""
+    node_silent_rule()
+    pass_inputs.forget()
+    go_silent(all_but=("no-such-host",))
+    research = make_department("Research", guaranteed_gpus=120)
+    job = Job.objects.create(department=research, name="one-gpu", gpus=1, topology=Topology.ANY)
+    run_pass()
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING, job.placement
+
+
+def test_gpus_a_preemption_frees_on_a_silent_tray_take_no_new_work(demo_inventory):
+    """The pass holds silent trays out of placement, so GPUs that free up there during the pass (a borrower
+    preempted) are not handed to the job that preempted it."""
+    from scheduling.services import _read_running
+    from tests.factories import make_job
+
+    node_silent_rule()
+    pass_inputs.forget()
+    research = make_department("Research", guaranteed_gpus=0)
+    tray = free_trays(1)[0]
+    running = make_job(research, "on-a-silent-tray", trays=[tray])
+    go_silent(tray.hostname)
+    rows = _read_running()
+    state = pass_inputs.read({row[0]: row[-1] for row in rows})
+    pass_inputs.silence(state)
+    cluster = state.cluster
+    free_before = cluster.free_gpus
+    cluster.release(running.pk)  # what a preemption does in the engine
+    assert cluster.free_gpus == free_before  # the freed GPUs are not offered to anyone
