@@ -222,6 +222,13 @@ def test_the_demo_make_run_shows_is_true(var_dir):
     drained = ComputeTray.objects.get(state=TrayState.DRAIN)
     assert "GPU 2" in drained.state_reason
     assert drained.gpus.get(index=2).health == GpuHealth.UNHEALTHY
+    # The simulated nodes do not report every minute: the demo's node-silent rule warns, so the demo keeps
+    # scheduling once its trays read as silent.
+    from inventory.models import HealthRule
+    from inventory.services import silent_policy
+
+    assert not silent_policy().hold
+    assert HealthRule.objects.get(kind="node_silent").action == "warn"
 
 
 def test_seeded_running_jobs_end_at_their_time_limits(

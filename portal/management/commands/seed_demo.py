@@ -13,9 +13,9 @@ from integrations.dispatch import backend_for, dispatch_request
 from integrations.embedded import RenderedJobBackend
 from integrations.models import ConfigTarget
 from integrations.registry import clean_settings
-from inventory.choices import FabricState, SystemModel
+from inventory.choices import FabricState, HealthKind, RuleAction, SystemModel
 from inventory.demo import seed_datacenter
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.models import ComputeTray, Gpu, HealthRule, NVLinkPartition, Rack
 from portal.demo import (
     BATCH,
     DEPARTMENTS,
@@ -240,6 +240,18 @@ def _history_events(jobs: list[Job]) -> list[JobEvent]:
     return job_story(jobs, lambda job: f"placed on {trays_phrase(job)}", "seeded history: no backend ran it")
 
 
+def _demo_nodes_are_quiet() -> None:
+    """The demo's simulated nodes report when seeded and when a plan re-carves their fabric, not every
+    minute as real agents do: after node_silent_after_s every tray would read as silent and, under the
+    default "hold" rule, take no new work. The demo's rule warns instead (the trays are shown silent, work
+    is still placed); a real site keeps "hold" (Django admin: Health rules)."""
+    HealthRule.objects.filter(kind=HealthKind.NODE_SILENT, action=RuleAction.HOLD).update(
+        action=RuleAction.WARN,
+        note="demo: the simulated nodes report only when seeded and after a partition plan, so silence is "
+        "shown but holds no work (a real site keeps the hold)",
+    )
+
+
 class Command(BaseCommand):
     help = (
         "Seed a realistic, deterministic demo datacenter of NVL72 racks, its departments and jobs. "
@@ -278,6 +290,7 @@ class Command(BaseCommand):
             history = 0 if no_tenants else seed_job_history(seed=seed)
             fabric = ensure_simulated_fabric()
             adopt_running_jobs()
+            _demo_nodes_are_quiet()
         if connection.vendor == "postgresql":
             # Fresh statistics after a bulk insert, or the planner scans all GPUs for the first pages.
             with connection.cursor() as cursor:
