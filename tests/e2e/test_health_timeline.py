@@ -80,7 +80,9 @@ def test_the_tray_and_gpu_health_timelines(live_server, page, drained_tray, oper
     events = page.locator("section.health-timeline tr.timeline-event")
     expect(events).to_have_count(1)
     expect(events).to_contain_text("XID 79")
-    expect(page).to_have_url(re.compile(rf"/inventory/trays/{drained_tray.pk}/$"))  # swapped, not navigated
+    # On the tray's own page the range is a plain link: the whole page (chart, held jobs) comes with it.
+    expect(page).to_have_url(re.compile(rf"/inventory/trays/{drained_tray.pk}/\?health=24h$"))
+    expect(page.locator("section.utilization")).to_be_attached()
     page.screenshot(path=str(shots / "health-timeline-tray-24h.png"), full_page=True)
 
     page.goto(f"{live_server.url}/inventory/gpus/{gpu.pk}/")

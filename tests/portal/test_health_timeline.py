@@ -170,3 +170,15 @@ def test_the_timeline_costs_the_same_queries_however_long_it_is(
     with django_assert_max_num_queries(8):  # + the node silent policy (a stale tray)
         html = client.get(url, headers=HTMX).content.decode()
     assert "warning 29" in html
+
+
+def test_range_links_load_the_panel_in_the_rack_view_and_the_whole_page_on_its_own_page(client_as, faulty):
+    """In the rack view's side panel a range link swaps the panel (#detail); on the tray's own page it is a
+    plain link, so the page keeps what only the full page shows (its utilization chart, the jobs it held)."""
+    client = client_as("member_a")
+    url = reverse("inventory:tray-detail", args=[faulty.pk])
+    panel = tray_page(client, faulty)
+    assert f'hx-get="{url}?health=30d" hx-target="#detail"' in panel
+    page = client.get(url).content.decode()
+    assert f'<a href="{url}?health=30d">' in page
+    assert f'hx-get="{url}?health=30d"' not in page
