@@ -230,6 +230,7 @@ class ConnectionCheck:
     ok: bool
     summary: str
     details: list[str]
+    tested: bool = True  # False: the kind has no read-only check (not a failure: nothing was tried)
 
 
 def test_connection(target: ConfigTarget) -> ConnectionCheck:
@@ -245,7 +246,10 @@ def test_connection(target: ConfigTarget) -> ConnectionCheck:
     check = getattr(adapter, "check", None)
     if check is None:
         return ConnectionCheck(
-            False, f"A {registry.label(target.kind)} target cannot be tested without pushing.", []
+            False,
+            f"A {registry.label(target.kind)} target has no read-only check: a push is what tests it.",
+            [],
+            tested=False,
         )
     try:
         details = list(check())

@@ -208,3 +208,17 @@ def test_a_failed_push_notifies_its_subscribers(
     item = InboxItem.objects.get(user=platform_admin)
     assert item.subject.startswith(f"Push #{push.pk} to ro failed:")
     assert item.link == reverse("integrations:push-detail", args=[push.pk])
+
+
+def test_a_kind_without_a_read_only_check_says_it_was_not_tested(db, client_as, platform_admin):
+    from integrations.registry import clean_settings
+
+    target = ConfigTarget.objects.create(
+        name="fabric", kind="fabric", settings=clean_settings("fabric", {"kind": "simulated"})
+    )
+    response = client_as(platform_admin).post(
+        reverse("integrations:target-test", args=[target.pk]), HTTP_HX_REQUEST="true"
+    )
+    html = response.content.decode()
+    assert response.status_code == 200 and "Not tested." in html and "Connection failed" not in html
+    assert "has no read-only check: a push is what tests it" in html and "note-info" in html
