@@ -13,7 +13,7 @@ test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, p
 test-stack: ## the production-stack tests alone (tests/stack; `make test` runs them too): 2 replicas, worker/Redis/PostgreSQL/beat faults, upgrade, backup/restore
 	bash scripts/test-stack.sh
 
-test-fast: ## the quick check (about 2 minutes, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
+test-fast: ## the quick check (about 3 minutes, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
 	bash scripts/test-fast.sh
 
 FUZZ_EXAMPLES ?= 50

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The quick check while working, in about two minutes and with no service to start: ruff (lint and format), the
+# The quick check while working, in about three minutes and with no service to start: ruff (lint and format), the
 # import-layer contracts, migrations, and pytest on SQLite without the browser tests (e2e), the ones that need
 # a real service (integration) and the ones marked slow (scale benchmark, subprocess start-ups, trace replays).
 # `make test` runs everything, on PostgreSQL, and is what must pass before a commit.
