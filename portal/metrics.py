@@ -18,6 +18,7 @@ from core.models import Notification, NotificationStatus
 from integrations.models import ACTIVE_PUSH_STATES, ConfigPush, PushStatus
 from inventory.choices import GpuHealth, HealthKind, TrayState
 from inventory.models import ComputeTray, Gpu, HealthEvent
+from inventory.services import silent_policy, silent_q
 from scheduling.choices import JobState
 from scheduling.models import Job, SchedulerState, SchedulingRequest
 from scheduling.usage import department_positions
@@ -152,10 +153,13 @@ def push_figures():
 
 
 def discovery_figures():
-    hour_ago = timezone.now() - timedelta(hours=1)
+    now = timezone.now()
+    hour_ago = now - timedelta(hours=1)
+    silent_after = silent_policy().after
     trays = ComputeTray.objects.order_by()
     totals = trays.aggregate(
         reported_last_hour=Count("pk", filter=Q(last_report_at__gte=hour_ago)),
+        silent=Count("pk", filter=silent_q(now - silent_after)),
         never_reported=Count("pk", filter=Q(last_report_at__isnull=True)),
         with_problems=Count("pk", filter=~Q(fabric_problems=[])),
         last_report=Max("last_report_at"),
@@ -173,6 +177,12 @@ def discovery_figures():
         "rackplane_discovery_trays_never_reported",
         "Compute trays no discovery report has come from yet.",
         totals["never_reported"],
+    )
+    yield single(
+        "rackplane_discovery_trays_silent",
+        "Compute trays whose node reported before but not within HealthSettings.node_silent_after_s "
+        "(the node-silent rule holds new work there, or warns).",
+        totals["silent"],
     )
     yield single(
         "rackplane_discovery_trays_with_problems",

@@ -149,6 +149,10 @@ def test_rackplane_figures_equal_the_database(cluster, client, settings):
     assert value(samples, "rackplane_discovery_trays_never_reported") == (
         ComputeTray.objects.filter(last_report_at__isnull=True).count()
     )
+    from inventory.services import silent_policy, silent_q
+
+    silent = ComputeTray.objects.filter(silent_q(timezone.now() - silent_policy().after)).count()
+    assert value(samples, "rackplane_discovery_trays_silent") == silent
     for state in TrayState.values:
         assert (
             value(samples, "rackplane_trays", state=state) == ComputeTray.objects.filter(state=state).count()
