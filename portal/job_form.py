@@ -148,6 +148,10 @@ def build_fields(request, values: dict[str, str], errors: dict[str, list[str]]) 
             item.kind = "select"
             item.blank = "" if f.required else "None (the department's own work)"
             item.groups = _projects(request, f)
+            item.help_text = (
+                "The project whose share the job uses (a department that shares its GPUs among projects "
+                "needs one; you see the projects you are in)."
+            )
         elif isinstance(f, serializers.BooleanField):
             item.kind = "checkbox"
         elif isinstance(f, serializers.ChoiceField):
@@ -158,8 +162,20 @@ def build_fields(request, values: dict[str, str], errors: dict[str, list[str]]) 
         elif isinstance(f, serializers.IntegerField):
             item.kind = "number"
             item.min_value, item.max_value = f.min_value, f.max_value
+        item.help_text = FORM_HELP.get(name, item.help_text)
+        if name == "department" and len(item.choices) == 1 and not item.value:
+            item.value = item.choices[0][0]  # the one department the user may submit to
         out.append(item)
     return out
+
+
+# Where the API's help speaks of JSON (`fields`, "absent or null"), the form says it in its own words.
+FORM_HELP = {
+    "fallback_topology": "Optional: a wider placement the job accepts once it has waited the time below "
+    "(e.g. one rack instead of one NVLink partition). Leave it at None to keep the topology strict.",
+    "fallback_after_minutes": "How long the job waits for its own topology before it may take the wider one "
+    "(minutes, 1 to 10,080; only with a wider placement above).",
+}
 
 
 # --- the form's values -> the API's body ---------------------------------------------------------------

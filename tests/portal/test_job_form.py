@@ -71,7 +71,9 @@ def test_the_form_has_every_field_the_api_takes(client, member_a):
         if name != "work":
             assert f'name="{name}"' in markup, name
     assert 'name="script"' in markup and 'name="image"' in markup  # the work, per backend
-    assert '<option value="alpha">Alpha</option>' in markup
+    # Her one department is chosen for her.
+    assert '<option value="alpha" selected>Alpha</option>' in markup
+    assert "wider placement the job accepts" in markup and "absent or null" not in markup.lower()
     assert "beta" not in markup  # a department the member is not in is not offered
     # The short address of the brief and the menu entry lead here.
     assert client.get("/jobs/new/").url == NEW
