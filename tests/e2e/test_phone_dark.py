@@ -20,6 +20,7 @@ PAGES = {
     "racks": "/inventory/racks/",
     "rack": "/inventory/racks/gb-r02/",
     "departments": "/tenancy/departments/",
+    "department": "/tenancy/departments/research/",  # with its projects and members panels
     "jobs": "/scheduling/jobs/",
     "audit": "/audit/",
     "plans": "/inventory/plans/",
@@ -32,7 +33,11 @@ def fleet(transactional_db):
     seed_datacenter(racks=3)
     research = make_department("Research", guaranteed_gpus=8)
     make_job(research, "llama-finetune-with-a-long-name", state="pending", gpus=8)
-    return make_user("e2e-phone-admin", staff=True, password=PASSWORD)
+    admin = make_user("e2e-phone-admin", staff=True, password=PASSWORD)
+    from tenancy.projects import create_project
+
+    create_project(admin, research, name="Large language model pretraining", guaranteed_gpus=4)
+    return admin
 
 
 def sign_in(page, live_server):
