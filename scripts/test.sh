@@ -112,9 +112,16 @@ with connection.cursor() as cursor:
 PY
 
 static_checks
+# The browser tests' screenshots (desktop and 390 px, light and dark) are kept as the run's artefacts.
+if [ -z "${RACKPLANE_SCREENSHOTS:-}" ]; then
+    export RACKPLANE_SCREENSHOTS="$REPO_ROOT/var/test-artifacts/screenshots"
+    rm -rf "$RACKPLANE_SCREENSHOTS"  # this run's only
+fi
+mkdir -p "$RACKPLANE_SCREENSHOTS"
 pytest_status=0
 log "== pytest"
 pytest -p no:cacheprovider "$@" || pytest_status=$?
+log "screenshots of the browser tests: $(find "$RACKPLANE_SCREENSHOTS" -name '*.png' | wc -l) in $RACKPLANE_SCREENSHOTS"
 
 if [ "$pytest_status" -ne 0 ]; then
     failed+=("pytest (exit $pytest_status)")
