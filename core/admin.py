@@ -90,7 +90,7 @@ class PersonalTokenAdmin(admin.ModelAdmin):
 @admin.register(NotificationSubscription)
 class NotificationSubscriptionAdmin(admin.ModelAdmin):
     """Webhook endpoints and email recipients: seen, enabled or disabled, deleted here; added on the portal's
-    Notifications page, which shows a webhook's signing secret once. The secret is never shown here."""
+    Webhooks & email page, which shows a webhook's signing secret once. The secret is never shown here."""
 
     list_display = ["name", "channel", "url", "email", "scope", "enabled", "owner", "created_at"]
     list_filter = ["channel", "enabled"]

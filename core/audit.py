@@ -4,7 +4,8 @@ The actor and the source (UI, API, admin, task, command) travel in a context var
 AuditMiddleware for requests and by `audit_context()` for tasks and commands; model signals do the
 recording, so no code path (views, API, admin, services, tasks) can forget to. Fields that change on
 every discovery report or heartbeat are left out of the diff; a save that changes nothing else records
-nothing.
+nothing. Secrets (SECRETS: the metrics source's token and password) are never recorded, but a change of one
+is: as "set", "changed" or "removed".
 
 Bulk changes (QuerySet.update(), bulk_update()) send no model signal: code that makes them goes through
 `update_recorded`, `bulk_update_recorded` or `recording_changes`, which read the rows' values before,
@@ -20,7 +21,9 @@ one query per related model, whatever the number of rows.
 import contextlib
 import contextvars
 import functools
+import hmac
 import json
+import os
 from dataclasses import dataclass
 
 from django.apps import apps
@@ -87,7 +90,8 @@ AUDITED: dict[str, set[str]] = {
     "tenancy.dedicatedpartition": set(),
     "tenancy.tenancysettings": set(),
     "tenancy.exporterendpoint": {"last_scraped_at", "last_error", "last_sample_count"},
-    # The metrics source's token and password are never recorded; its poll state changes every minute.
+    # The metrics source's token and password are never recorded (SECRETS: a change shows as "changed");
+    # its poll state changes every minute.
     "tenancy.metricssource": {
         "bearer_token",
         "password",
@@ -98,6 +102,14 @@ AUDITED: dict[str, set[str]] = {
     # Notes recomputed by every pass and every job sync (a backend unreachable at 12:00:30 ...).
     "scheduling.job": {"pending_reason", "backend_message"},
 }
+
+# Model label -> secret fields (left out above) whose change is still worth an entry: recorded as "set",
+# "changed" or "removed", never their value nor a hash of it (a weak password's hash can be guessed back).
+SECRETS: dict[str, set[str]] = {"tenancy.metricssource": {"bearer_token", "password"}}
+SECRET_SET, SECRET_CHANGED, SECRET_REMOVED, SECRET_NONE = "set", "changed", "removed", "not set"
+# A snapshot holds a keyed digest of each secret, only to compare the row before and after a save in this
+# process; _record writes the words above instead. The key is random per process and never stored.
+_SECRET_DIGEST_KEY = os.urandom(32)
 
 
 @contextlib.contextmanager
@@ -138,9 +150,26 @@ def current_actor():
 
 
 def _snapshot(instance) -> dict:
-    excluded = AUDITED[instance._meta.label_lower]
-    data = model_to_dict(instance, exclude=list(excluded))
+    label = instance._meta.label_lower
+    data = model_to_dict(instance, exclude=list(AUDITED[label]))
+    for name in SECRETS.get(label, ()):
+        value = getattr(instance, name) or ""
+        data[name] = hmac.digest(_SECRET_DIGEST_KEY, value.encode(), "sha256").hex() if value else ""
     return json.loads(json.dumps(data, cls=DjangoJSONEncoder, default=str))
+
+
+def _mask_secrets(label: str, before: dict | None, after: dict | None) -> None:
+    """Replace the secrets' digests in an event's before/after by words: set, changed, removed, not set."""
+    for name in SECRETS.get(label, ()):
+        old = before.get(name) if before is not None else None
+        new = after.get(name) if after is not None else None
+        if before is not None and name in before:
+            before[name] = SECRET_SET if old else SECRET_NONE
+        if after is not None and name in after:
+            if not new:
+                after[name] = SECRET_REMOVED if old else SECRET_NONE
+            else:
+                after[name] = SECRET_CHANGED if old else SECRET_SET
 
 
 LABEL_LIMIT = 200  # characters of a related row's name kept in an event's labels
@@ -201,6 +230,7 @@ def _record(instance, action, before, after, previous=None):
             return
         before = {key: before.get(key) for key in changed}
         after = {key: after[key] for key in changed}
+    _mask_secrets(instance._meta.label_lower, before, after)
     old_side = instance if action == AuditAction.DELETE else previous
     labels = _labels(_names_on(old_side, before), _names_on(instance, after))
     actor = _actor()

@@ -268,22 +268,26 @@ class NotificationSubscription(models.Model):
                 errors["channel"] = ["Only a person's own subscription can notify in the portal."]
         field = "url" if self.channel == NotificationChannel.WEBHOOK else "email"
         if self.channel != NotificationChannel.PORTAL and field not in errors and self.destination:
-            # Two subscriptions to one destination with one scope would deliver notifications twice.
+            # Two subscriptions to one destination with one scope would deliver notifications twice; two
+            # webhooks to one endpoint of one owner, whatever their scopes, would sign with two secrets (the
+            # receiver checks one): one endpoint, one subscription.
+            same_scope = {} if self.channel == NotificationChannel.WEBHOOK else {"scope": self.scope}
             twin = (
                 NotificationSubscription.objects.filter(
                     channel=self.channel,
                     owner=self.owner,
-                    scope=self.scope,
+                    **same_scope,
                     **{f"{field}__iexact": self.destination},
                 )
                 .exclude(pk=self.pk)
-                .only("name")
+                .only("name", "scope")
                 .first()
             )
             if twin is not None:
+                about = twin.scope if self.channel == NotificationChannel.WEBHOOK else self.scope
                 errors[field] = [
                     f"“{twin.name}” already sends to this address"
-                    + (f" about {self.scope}" if self.scope else "")
+                    + (f" about {about}" if about else "")
                     + ": edit its events instead of adding a second one (notifications would arrive twice)."
                 ]
         known = {value for value, _ in SUBSCRIBABLE_EVENTS}

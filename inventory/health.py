@@ -762,7 +762,10 @@ def return_eligibility(
     )
     drained_at = drained.created_at if drained else None
     if tray.healthy_since is None:
-        return Eligibility(False, "its agent has not reported it healthy since the fault")
+        # A drain by hand (an admin, a maintenance window) has no fault: the drain is what it waits on.
+        by_rules = drained is not None and (drained.rule_name or drained.event_id is not None)
+        since = "the fault" if by_rules else "it was drained"
+        return Eligibility(False, f"its agent has not reported it healthy since {since}")
     needed = timedelta(seconds=settings.return_after_s)
     if now - tray.healthy_since < needed:
         left = needed - (now - tray.healthy_since)

@@ -232,7 +232,16 @@ def personal_token_new(request):
     token = PersonalToken.objects.filter(pk=pk, user=request.user).first() if pk else None
     if token is not None and token.revoked_at is not None:
         token, key = None, None  # revoked since (another tab): that key no longer works
-    return render(request, "account/tokens_new.html", {"token": token, "key": key if token else None})
+    if token is None or not key:
+        # Opened directly, or reloaded after the key was shown: no key to show. The token list, with its
+        # form, is where one is made (this page never makes one).
+        messages.info(
+            request,
+            "There is no new token to show: a token's key is shown once, right after it is made. Make a new "
+            "one below if you lost it (and revoke the lost one).",
+        )
+        return HttpResponseRedirect(reverse("personal-tokens"), status=303)
+    return render(request, "account/tokens_new.html", {"token": token, "key": key})
 
 
 @login_required

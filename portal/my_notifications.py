@@ -77,11 +77,15 @@ class MySubscriptionForm(forms.Form):
         min_value=0,
         required=False,
         label="Idle GPUs above",
-        help_text="Idle GPUs: only when more than this many are idle. Empty: whenever they rise.",
+        help_text="For the idle GPUs event only: tell only when more than this many are idle. Empty: "
+        "whenever they rise.",
     )
     email = forms.EmailField(required=False, label="Email address", help_text="Email: where it goes.")
     url = forms.URLField(
-        required=False, assume_scheme="https", label="Webhook address", help_text="Webhook: signed JSON."
+        required=False,
+        assume_scheme="https",
+        label="Webhook address",
+        help_text="Webhook: signed JSON, POSTed to an http:// or https:// address.",
     )
 
     def __init__(self, *args, user, **kwargs):
@@ -89,6 +93,9 @@ class MySubscriptionForm(forms.Form):
         self.user = user
         self.fields["events"].choices = event_choices(user)
         self.fields["scope"].choices = scope_choices(user)
+        if NotificationEvent.IDLE_GPUS.value not in {value for value, _ in self.fields["events"].choices}:
+            # Only a department's idle GPUs have a threshold: someone who cannot hear of them is not asked.
+            del self.fields["threshold"]
         if not self.is_bound:
             self.initial.setdefault("email", user.email)
             self.initial.setdefault("scope", f"user:{user.pk}")
@@ -102,9 +109,29 @@ class MySubscriptionForm(forms.Form):
         allowed_events = {value for value, _ in self.fields["events"].choices}
         return scope not in allowed_scopes or not events <= allowed_events
 
+    def clean_url(self):
+        url = self.cleaned_data["url"]
+        # The field would add "https://" to an address typed without a scheme (127.0.0.1:8799/hook): a
+        # receiver on plain http would then never get a delivery. Ask for the scheme instead.
+        typed = (self.data.get(self.add_prefix("url")) or "").strip()
+        if typed and "://" not in typed:
+            raise forms.ValidationError(
+                "Write the address with its scheme: http://… or https://… (which one your receiver speaks).",
+                code="scheme",
+            )
+        return url
+
     def clean(self):
         data = super().clean()
         channel = data.get("channel")
+        chosen = set(data.get("events") or [])
+        threshold_given = (self.data.get(self.add_prefix("threshold")) or "").strip() != ""
+        if threshold_given and NotificationEvent.IDLE_GPUS.value not in chosen:
+            # The threshold applies to the idle GPUs event only: refused rather than saved unused.
+            message = "The idle GPU threshold applies to the idle GPUs event only: leave it empty" + (
+                " or choose that event." if "threshold" in self.fields else "."
+            )
+            self.add_error("threshold" if "threshold" in self.fields else None, message)
         if channel == NotificationChannel.EMAIL and not data.get("email"):
             self.add_error("email", "Give the address the email goes to.")
         if channel == NotificationChannel.WEBHOOK and not data.get("url"):
@@ -148,7 +175,9 @@ def my_subscriptions(request):
                     channel=channel,
                     events=data["events"],
                     scope=data["scope"],
-                    threshold=data.get("threshold"),
+                    threshold=data.get("threshold")
+                    if NotificationEvent.IDLE_GPUS.value in data["events"]
+                    else None,
                     email=data["email"] if channel == NotificationChannel.EMAIL else "",
                     url=data["url"] if channel == NotificationChannel.WEBHOOK else "",
                 )

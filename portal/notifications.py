@@ -14,7 +14,6 @@ import json
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.core.paginator import Paginator
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -30,11 +29,21 @@ from core.models import (
     NotificationStatus,
     NotificationSubscription,
 )
+from core.tables import Table
 from inventory.models import ComputeTray, Rack
 from tenancy.models import Department
 
 WHAT = "notification settings"
 DELIVERIES_PER_PAGE = 50
+# core.tables: the deliveries' sortable columns ("Last answer", a line from the attempt log, is not one).
+DELIVERY_SORTS = {
+    "when": ("created_at",),
+    "event": ("event", "-created_at"),
+    "subject": ("subject", "-created_at"),
+    "to": ("subscription__name", "destination", "-created_at"),
+    "status": ("status", "-created_at"),
+    "attempts": ("attempts", "-created_at"),
+}
 # The session key that holds new webhook secrets ({subscription id: secret}) until their page shows them.
 NEW_SECRETS_SESSION_KEY = "portal_new_webhook_secrets"
 
@@ -157,8 +166,10 @@ def notification_list(request):
     status = request.GET.get("status", "")
     if status in NotificationStatus.values:
         deliveries = deliveries.filter(status=status)
-    page = Paginator(deliveries, DELIVERIES_PER_PAGE).get_page(request.GET.get("page"))
+    table = Table(request, "deliveries", DELIVERY_SORTS, "-when", per_page=DELIVERIES_PER_PAGE, exports=False)
+    page = table.page(table.order(deliveries))
     context = {
+        "table": table,
         "subscriptions": _subscriptions(request.user).select_related("created_by"),
         "page": page,
         "statuses": NotificationStatus.choices,

@@ -8,10 +8,12 @@ commits. A maintenance window with a start and an end also becomes a Slurm `Flag
 (integrations.drain.schedule_maintenance), named after the HealthAction that drained the tray, and is removed
 when the tray returns to service.
 
-Forms follow Post/Redirect/Get: a change redirects (303) to the tray page or the bulk result page; a refusal
-re-shows the form with what was wrong, in words, and changes nothing. A bulk request is all or nothing: one
-transaction, rolled back when any tray refuses, and the result page says for each tray what happened or why
-not.
+Forms follow Post/Redirect/Get: a change redirects (303) to the tray page or the bulk result page; input the
+form refuses re-shows the form with what was wrong, in words, and changes nothing. A refusal by the service
+(the tray changed since the page was shown: returned already, drained by another owner) changes nothing and
+redirects (303) back to the tray page, whose actions say why; an htmx request is answered in place (409).
+A bulk request is all or nothing: one transaction, rolled back when any tray refuses, and the result page
+says for each tray what happened or why not (a tray that could have changed names the trays that refused).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ PAST_SLACK_S = 120
 MAX_WINDOW_DAYS = 30
 MAX_LEAD_DAYS = 365
 BULK_RESULT_SESSION_KEY = "portal_tray_bulk_result"
+# A refusal carried to the tray page after the redirect: shown in its actions (_tray_actions.html), not in the
+# page's message list (base.html leaves "in-place" messages to the part of the page that shows them).
+REFUSED_TAGS = "in-place tray-action"
 MAINTENANCE_WINDOW = "maintenance window "
 _WINDOW_FORMAT = "%Y-%m-%d %H:%M"
 
@@ -94,6 +99,7 @@ class MaintenanceForm(forms.Form):
         required=False,
         widget=DateTimeInput(),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        help_text=f"At most {MAX_WINDOW_DAYS} days after the start.",
     )
 
     def clean(self):
@@ -166,6 +172,15 @@ def _done(tray: ComputeTray) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse("inventory:tray-detail", args=[tray.pk]), status=303)
 
 
+def _conflict(request, tray: ComputeTray, error: str, **bound):
+    """The service refused (the tray is no longer in the state the page showed) and nothing changed: back to
+    the tray page (Post/Redirect/Get: a reload does not post again), whose actions say why; htmx: in place."""
+    if getattr(request, "htmx", False):
+        return _refused(request, tray, 409, error, **bound)
+    messages.error(request, f"Nothing was changed: {error}", extra_tags=REFUSED_TAGS)
+    return _done(tray)
+
+
 @require_POST
 def tray_drain(request, pk):
     tray = _tray(request, pk)
@@ -175,7 +190,7 @@ def tray_drain(request, pk):
     try:
         action = health.drain_tray(tray, form.cleaned_data["reason"], actor=request.user)
     except health.HealthError as error:
-        return _refused(request, tray, 409, str(error), drain=form)
+        return _conflict(request, tray, str(error), drain=form)
     messages.success(request, f"{tray.hostname} drained: {action.reason}")
     return _done(tray)
 
@@ -219,7 +234,7 @@ def tray_return(request, pk):
     try:
         action, windows = _return(tray, request.user, form.cleaned_data["note"], form.cleaned_data["force"])
     except health.HealthError as error:
-        return _refused(request, tray, 409, str(error), **{"return": form})
+        return _conflict(request, tray, str(error), **{"return": form})
     messages.success(request, f"{tray.hostname} is back in service: {action.reason}")
     for problem in _end_windows(tray, windows):
         messages.warning(request, f"The maintenance reservation was not removed: {problem}")
@@ -246,7 +261,7 @@ def tray_maintenance(request, pk):
     try:
         action = health.drain_tray(tray, maintenance_reason(data["reason"], start, end), actor=request.user)
     except health.HealthError as error:
-        return _refused(request, tray, 409, str(error), maintenance=form)
+        return _conflict(request, tray, str(error), maintenance=form)
     messages.success(request, f"{tray.hostname} is out for maintenance: {action.reason}")
     if start is not None:
         outcomes = schedulers.schedule_maintenance(tray.hostname, action.pk, start, end, action.reason)
@@ -343,9 +358,16 @@ def _apply_bulk(form: BulkForm, user) -> tuple[bool, list[BulkOutcome]]:
             if not all(outcome.ok for outcome in outcomes):
                 raise _RollBack
     except _RollBack:
+        refused = [outcome.hostname for outcome in outcomes if not outcome.ok]
+        names = ", ".join(refused[:4]) + (f" and {len(refused) - 4} more" if len(refused) > 4 else "")
+        done = "drained" if data["action"] == "drain" else "returned to service"
         for outcome in outcomes:
             if outcome.ok:
-                outcome.message = f"not changed: another selected tray refused ({outcome.message})"
+                outcome.message = (
+                    f"Not changed, although it could have been {done}: {names} refused (see "
+                    f"{'its row' if len(refused) == 1 else 'their rows'}), and the selected trays change all "
+                    "together or not at all. Deselect the refused trays and try again."
+                )
         return False, outcomes
     for tray in form.trays:
         for problem in _end_windows(tray, windows.get(tray.pk, [])):

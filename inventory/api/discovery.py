@@ -12,7 +12,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.fields import JSONBooleanField, KnownFieldsOnly
+from core.fields import JSONBooleanField, JSONIntegerField, KnownFieldsOnly, StringOnly, TextField
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 from core.throttling import NodeAgentRateThrottle
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, require_host_in_scope
@@ -41,24 +41,38 @@ from inventory.services import (
 )
 
 
+# Every field of a report takes only the JSON type the schema gives it (core.fields): a hash sent as a number,
+# an index as "0", a boolean as "true" or a count as 4.0 is a 400 naming the field, never read as meant.
+class StringChoiceField(StringOnly, serializers.ChoiceField):
+    pass
+
+
+class StringRegexField(StringOnly, serializers.RegexField):
+    pass
+
+
+class StringUUIDField(StringOnly, serializers.UUIDField):
+    """A UUID as text: DRF's UUIDField would also read a JSON integer as the UUID of that number."""
+
+
 class ReportedFabricSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=[s.value for s in FabricState], help_text="NVML fabric state")
-    status = serializers.CharField(
+    state = StringChoiceField(choices=[s.value for s in FabricState], help_text="NVML fabric state")
+    status = TextField(
         required=False,
         max_length=64,
         allow_null=True,
         allow_blank=True,
         help_text='e.g. "Success", "Insufficient Resources"',
     )
-    cluster_uuid = serializers.UUIDField(required=False, allow_null=True, format="hex_verbose")
-    clique_id = serializers.IntegerField(
+    cluster_uuid = StringUUIDField(required=False, allow_null=True, format="hex_verbose")
+    clique_id = JSONIntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_REPORTED_CLIQUE_ID
     )
-    health = serializers.ChoiceField(
+    health = StringChoiceField(
         choices=[h.value for h in GpuHealth], required=False, default=GpuHealth.UNKNOWN.value
     )
     flags = serializers.ListField(
-        child=serializers.ChoiceField(choices=[f.value for f in FabricFlag]),
+        child=StringChoiceField(choices=[f.value for f in FabricFlag]),
         required=False,
         max_length=len(FabricFlag),
         help_text="fabric health problems (nvmlGpuFabricInfoV healthMask); empty or absent: none",
@@ -66,20 +80,20 @@ class ReportedFabricSerializer(serializers.Serializer):
 
 
 class ReportedGpuSerializer(serializers.Serializer):
-    uuid = serializers.CharField(
+    uuid = TextField(
         max_length=64, help_text='As NVML reports it: "GPU-<uuid>" (stored with lower-case hex digits)'
     )
-    index = serializers.IntegerField(min_value=0, max_value=GPUS_PER_TRAY - 1)
-    serial = serializers.CharField(required=False, allow_blank=True, max_length=64)
-    product = serializers.CharField(required=False, allow_blank=True, max_length=64)
-    memory_mib = serializers.IntegerField(required=False, allow_null=True, min_value=0)
-    pci_bus_id = serializers.RegexField(
+    index = JSONIntegerField(min_value=0, max_value=GPUS_PER_TRAY - 1)
+    serial = TextField(required=False, allow_blank=True, max_length=64)
+    product = TextField(required=False, allow_blank=True, max_length=64)
+    memory_mib = JSONIntegerField(required=False, allow_null=True, min_value=0)
+    pci_bus_id = StringRegexField(
         r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$",
         required=False,
         allow_null=True,
         help_text='as nvidia-smi prints it ("00000008:01:00.0"): maps kernel XID lines to this GPU',
     )
-    recovery_action = serializers.ChoiceField(
+    recovery_action = StringChoiceField(
         choices=[a.value for a in RecoveryAction],
         required=False,
         allow_null=True,
@@ -141,9 +155,9 @@ class AgentField(serializers.JSONField):
 
 
 class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
-    host = serializers.CharField(max_length=128, help_text="hostname of the compute tray")
+    host = TextField(max_length=128, help_text="hostname of the compute tray")
     gpus = ReportedGpuSerializer(many=True, required=False, help_text="NVML fabric info, one entry per GPU")
-    nvidia_smi = serializers.CharField(
+    nvidia_smi = TextField(
         required=False, trim_whitespace=False, help_text="raw `nvidia-smi -q`, `-q -x` or compact CSV output"
     )
     dry_run = JSONBooleanField(required=False, default=False, help_text="check only, write nothing")
@@ -153,7 +167,7 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
     )
     checks = ChecksField(required=False, help_text="active check results (e.g. dcgmi diag), when configured")
     agent = AgentField(required=False, help_text="the node agent's version and report interval")
-    report_sha256 = serializers.CharField(
+    report_sha256 = TextField(
         required=False,
         help_text="instead of the report: the `report_sha256` the portal answered for this node's last "
         "report, when the node's listing has not changed since (64 lower-case hex digits). Answered 200 "
@@ -269,7 +283,11 @@ class NodeReportResultSerializer(serializers.Serializer):
     moved_gpus = serializers.ListField(child=serializers.CharField())
     removed_gpus = serializers.ListField(child=serializers.CharField())
     learned_cluster_uuid = serializers.CharField(allow_null=True)
-    health = HealthOutcomeSerializer(allow_null=True, help_text="null for a dry run")
+    health = HealthOutcomeSerializer(
+        required=False,
+        help_text="what the health rules made of the report's faults; absent for a dry run (nothing is "
+        "recorded, so the rules do not run: `xids`, `checks` and `agent` are only checked)",
+    )
     unchanged = serializers.BooleanField(
         help_text="the report was the node's last one again: only its last-seen time was recorded"
     )
@@ -392,7 +410,11 @@ class DiscoveryReportView(APIView):
                 result = ingest_report(data["host"], data["format"], data["parsed"], data["health"])
         except UnknownHost as error:
             return Response({"host": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
-        return Response({**result.report.as_dict(), **result.changes()}, status=status.HTTP_200_OK)
+        answer = {**result.report.as_dict(), **result.changes()}
+        if data["dry_run"]:
+            # Nothing was recorded, so the health rules did not run: no outcome to give, not a null one.
+            del answer["health"]
+        return Response(answer, status=status.HTTP_200_OK)
 
     @staticmethod
     def _hash_only(host: str, sha256: str) -> Response:

@@ -46,10 +46,10 @@ def allow_private(settings):
 
 
 def webhook(url, events=None, **fields):
-    """A webhook subscription; a second one to the same receiver with the same scope gets its own path (two
-    subscriptions may not send the same notifications to one address)."""
+    """A webhook subscription; a second one to the same receiver gets its own path (one owner's webhooks may
+    not share an address, whatever their scopes: each signs with its own secret)."""
     name = fields.pop("name", "pager")
-    taken = NotificationSubscription.objects.filter(url=url, scope=fields.get("scope", "")).exists()
+    taken = NotificationSubscription.objects.filter(url=url).exists()
     return create_subscription(
         name=name,
         channel="webhook",

@@ -39,7 +39,7 @@ def test_drain_return_and_bulk_drain(live_server, page, admin, shots):
     expect(page.locator(".note", has_text="Drain:")).to_contain_text(reason)
     expect(page.locator(".message.success")).to_contain_text(f"gb-r02-t03 drained: {reason}")
     expect(page.locator("form.return-form .eligibility")).to_contain_text(
-        "Not eligible yet: its agent has not reported it healthy since the fault"
+        "Not eligible yet: its agent has not reported it healthy since it was drained"
     )
     expect(page.locator("section.health-timeline tbody tr").first).to_contain_text("Drained")
     page.screenshot(path=str(shots / "tray-actions-drained.png"), full_page=True)

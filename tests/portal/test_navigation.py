@@ -14,7 +14,7 @@ NAV = re.compile(r'<nav aria-label="Main">(.*?)</nav>', re.S)
 LINK = re.compile(r'<a href="([^"]+)"[^>]*>([^<]+)</a>')
 
 EVERYONE = ["Racks", "Departments", "Jobs", "API"]
-ADMIN_ONLY = ["Dashboard", "Partition plans", "Config pushes", "Notifications", "Admin"]
+ADMIN_ONLY = ["Dashboard", "Partition plans", "Config pushes", "Webhooks &amp; email", "Admin"]
 
 
 def menu(client) -> dict[str, str]:

@@ -93,12 +93,15 @@ def test_admins_see_the_page_and_its_menu_entry(admin, email_subscription):
     response = admin.get(LIST)
     assert response.status_code == 200
     page = response.content.decode()
-    assert f'href="{LIST}" aria-current="page">Notifications</a>' in page
+    assert f'href="{LIST}" aria-current="page">Webhooks &amp; email</a>' in page
+    # One name for one thing: the bell is the people's notifications, this page the admin's endpoints.
+    assert "<title>Webhooks &amp; email" in page and "<h1>Webhooks &amp; email</h1>" in page
+    assert ">Notifications</a>" not in page
     assert "facilities@example.com" in page
 
 
 def test_the_menu_entry_is_for_admins_only(client_as, lead_a):
-    assert b">Notifications</a>" not in client_as(lead_a).get(reverse("home")).content
+    assert b">Webhooks &amp; email</a>" not in client_as(lead_a).get(reverse("home")).content
 
 
 # --- adding a webhook: the secret shown once -------------------------------------------------------------
