@@ -29,7 +29,7 @@ from typing import Any
 from django.core.exceptions import BadRequest
 from django.core.paginator import Page, Paginator
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import QuerySet
+from django.db.models import Func, IntegerField, QuerySet
 from django.http import QueryDict, StreamingHttpResponse
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
@@ -41,6 +41,17 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CHUNK = 2000  # rows fetched per database round trip while exporting
 
 SortSpec = tuple[str, ...] | Callable[[Any], Any]
+
+
+class JsonArrayLength(Func):
+    """The number of items of a JSON list column, for sorting by it in the database (SQLite's
+    json_array_length; PostgreSQL stores JSONField as jsonb)."""
+
+    function = "JSON_ARRAY_LENGTH"
+    output_field = IntegerField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, function="JSONB_ARRAY_LENGTH", **extra_context)
 
 
 def safe_cell(value: Any) -> Any:

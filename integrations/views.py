@@ -112,6 +112,7 @@ PUSH_SORTS = {  # core.tables: the push list's sortable columns
     "id": ("pk",),
     "target": ("target__name",),
     "status": ("status",),
+    "reason": ("reason",),
     "requested_by": ("requested_by__username",),
     "attempts": ("attempts",),
     "created": ("created_at",),

@@ -198,34 +198,70 @@ def _count_per_rack(queryset: QuerySet, rack_path: str) -> Coalesce:
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
 
 
-def annotate_rack_summary(racks: QuerySet, user) -> QuerySet:
-    """Per-rack figures as subqueries (no join fan-out, no query per row)."""
+def _rack_figures(user) -> dict:
+    """Each per-rack figure as a correlated COUNT subquery over what `user` may see."""
     trays = ComputeTray.objects.visible_to(user)
     gpus = Gpu.objects.visible_to(user)
     partitions = NVLinkPartition.objects.visible_to(user)
-    return racks.annotate(
-        trays_total=_count_per_rack(trays, "rack"),
-        trays_up=_count_per_rack(trays.filter(state=TrayState.UP), "rack"),
-        trays_with_problems=_count_per_rack(trays.filter(HAS_FABRIC_PROBLEMS), "rack"),
-        gpus_total=_count_per_rack(gpus, "tray__rack"),
-        gpus_healthy=_count_per_rack(gpus.filter(health=GpuHealth.HEALTHY), "tray__rack"),
-        gpus_with_problems=_count_per_rack(gpus.exclude(health__in=NOT_A_PROBLEM_HEALTH), "tray__rack"),
-        partitions_total=_count_per_rack(partitions, "rack"),
-    ).annotate(problems=F("trays_with_problems") + F("gpus_with_problems"))
+    return {
+        "trays_total": _count_per_rack(trays, "rack"),
+        "trays_up": _count_per_rack(trays.filter(state=TrayState.UP), "rack"),
+        "trays_with_problems": _count_per_rack(trays.filter(HAS_FABRIC_PROBLEMS), "rack"),
+        "gpus_total": _count_per_rack(gpus, "tray__rack"),
+        "gpus_healthy": _count_per_rack(gpus.filter(health=GpuHealth.HEALTHY), "tray__rack"),
+        "gpus_with_problems": _count_per_rack(gpus.exclude(health__in=NOT_A_PROBLEM_HEALTH), "tray__rack"),
+        "partitions_total": _count_per_rack(partitions, "rack"),
+    }
+
+
+# The figures the rack list can sort by, with the figures each is computed from.
+RACK_FIGURES = {
+    "trays_total": (),
+    "trays_up": (),
+    "trays_with_problems": (),
+    "gpus_total": (),
+    "gpus_healthy": (),
+    "gpus_with_problems": (),
+    "partitions_total": (),
+    "problems": ("trays_with_problems", "gpus_with_problems"),
+}
+
+
+def annotate_rack_summary(racks: QuerySet, user, only=None) -> QuerySet:
+    """Per-rack figures as subqueries (no join fan-out, no query per row). `only`: just these figures
+    (names of RACK_FIGURES) and what they are computed from, e.g. the ones a sort needs; default all."""
+    wanted = set(RACK_FIGURES if only is None else only)
+    wanted |= {base for name in list(wanted) for base in RACK_FIGURES[name]}
+    figures = {name: expression for name, expression in _rack_figures(user).items() if name in wanted}
+    racks = racks.annotate(**figures)
+    if "problems" in wanted:
+        racks = racks.annotate(problems=F("trays_with_problems") + F("gpus_with_problems"))
+    return racks
+
+
+def sorted_figures(ordering) -> set[str]:
+    """The RACK_FIGURES an ordering (order_by expressions) refers to."""
+    return {field.removeprefix("-") for field in ordering} & set(RACK_FIGURES)
 
 
 def rack_list(
     user, params, page_number=1, per_page: int = RACKS_PER_PAGE, ordering=("name",)
 ) -> tuple[RackFilter, Page]:
     """The filter (bound to the request's GET parameters) and one page of filtered racks with their figures,
-    in `ordering` (order_by expressions on Rack; the rack list's sortable columns).
+    in `ordering` (order_by expressions on Rack or RACK_FIGURES; the rack list's sortable columns).
 
     Two queries: the count and the page. The figures are annotated on the page's racks only: subqueries
     in the SELECT list run for every row the database produces, including the rows OFFSET skips, so
-    annotating before slicing would make page 20 twenty times dearer than page 1.
+    annotating before slicing would make page 20 twenty times dearer than page 1. A sort by a figure needs
+    that figure for every filtered rack, so only the figures the sort names are computed for all of them
+    (inside the page query, which then annotates the page's racks with the rest).
     """
     filterset = RackFilter(params, queryset=Rack.objects.visible_to(user))
-    page = Paginator(filterset.qs.order_by(*ordering), per_page).get_page(page_number)
+    ordered = filterset.qs
+    sort_figures = sorted_figures(ordering)
+    if sort_figures:
+        ordered = annotate_rack_summary(ordered, user, only=sort_figures)
+    page = Paginator(ordered.order_by(*ordering), per_page).get_page(page_number)
     page_racks = Rack.objects.visible_to(user).filter(pk__in=page.object_list.values("pk"))
     page.object_list = list(annotate_rack_summary(page_racks, user).order_by(*ordering))
     return filterset, page

@@ -27,6 +27,11 @@ RACK_SORTS = {
     "location": ("location", "name"),
     "cluster": ("cluster_uuid", "name"),
     "created": ("created_at",),
+    # The computed figures (inventory.selectors.RACK_FIGURES), sorted in the database, ties by name.
+    "trays": ("trays_up", "trays_total", "name"),
+    "gpus": ("gpus_healthy", "gpus_total", "name"),
+    "partitions": ("partitions_total", "name"),
+    "problems": ("problems", "name"),
 }
 RACK_COLUMNS = [
     Column("name", lambda r: r.name),
