@@ -17,22 +17,26 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from django.utils.html import format_html
 
+from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
+
 # The portal's palette (static/css/portal.css): colour is paired with a legend name, never alone.
 GUARANTEE = "#334155"
 IN_QUOTA = "#16a34a"
 BORROWED = "#f59e0b"
 FAIR_SHARE = "#2563eb"
 PENDING = "#94a3b8"
-FONT = "system-ui, -apple-system, Segoe UI, Roboto, Helvetica Neue, Arial, sans-serif"
-CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
 
 
 def _layout(**extra) -> dict:
     return {
         "margin": {"l": 56, "r": 16, "t": 36, "b": 44},
-        "font": {"family": FONT, "size": 12, "color": "#17202c"},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "#ffffff",
+        "font": {"family": FONT, "size": 12, "color": TEXT},
+        "paper_bgcolor": TRANSPARENT,
+        "plot_bgcolor": TRANSPARENT,
+        # Unified hover boxes default to the paper colour: transparent would leave their text on the lines.
+        # (Nested keys first, as plotly orders them: the pages are byte for byte the validated figure.)
+        "hoverlabel": {"font": {"color": "#17202c"}, "bgcolor": "#ffffff", "bordercolor": GRID},
+        "modebar": {"activecolor": "#2563eb", "bgcolor": TRANSPARENT, "color": TEXT},
         "legend": {
             "orientation": "h",
             "yanchor": "bottom",
@@ -44,10 +48,10 @@ def _layout(**extra) -> dict:
         "yaxis": {
             "title": {"text": "GPUs"},
             "rangemode": "tozero",
-            "gridcolor": "#e5e9f0",
+            "gridcolor": GRID,
             "zeroline": False,
         },
-        "xaxis": {"gridcolor": "#eef1f5"},
+        "xaxis": {"gridcolor": GRID},
         **extra,
     }
 
@@ -108,7 +112,7 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
             "visible": "legendonly",
         },
     ]
-    layout = _layout(hovermode="x unified", xaxis={"title": {"text": "UTC"}, "gridcolor": "#eef1f5"})
+    layout = _layout(hovermode="x unified", xaxis={"title": {"text": "UTC"}, "gridcolor": GRID})
     return {"data": traces, "layout": layout}
 
 
@@ -225,7 +229,9 @@ UTILIZATION = "#7c3aed"
 LINE_COLOURS = ("#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#0891b2", "#7c3aed", "#db2777", "#65a30d")
 
 
-def _utilization_spec(series: dict[str, list[tuple]], names: dict[str, str] | None = None) -> dict:
+def _utilization_spec(
+    series: dict[str, list[tuple]], names: dict[str, str] | None = None, x_range: tuple | None = None
+) -> dict:
     names = names or {}
     traces = []
     for number, (key, points) in enumerate(series.items()):
@@ -236,34 +242,45 @@ def _utilization_spec(series: dict[str, list[tuple]], names: dict[str, str] | No
                 "name": names.get(key, "Mean of its GPUs" if key == "mean" else key),
                 "x": [at.isoformat() for at, _ in points],
                 "y": [round(value, 2) for _, value in points],
-                "mode": "lines",
+                # One or two samples (a job that just started) would draw no line: show them as points.
+                "mode": "lines" if len(points) > 2 else "lines+markers",
                 "line": {"color": colour, "width": 1.5},
                 "hovertemplate": "%{y:.1f} %",
                 # A gap in the samples (the GPU had no data) stays a gap, not a straight line across it.
                 "connectgaps": False,
             }
         )
+    xaxis = {"title": {"text": "UTC"}, "gridcolor": GRID}
+    if x_range:  # the range asked for, so the chart ends now even when the last sample is minutes old
+        xaxis["range"] = [moment.isoformat() for moment in x_range]
     layout = _layout(
         hovermode="x unified",
-        xaxis={"title": {"text": "UTC"}, "gridcolor": "#eef1f5"},
+        xaxis=xaxis,
         yaxis={
             "title": {"text": "Utilization (%)"},
             "range": [0, 100],
-            "gridcolor": "#e5e9f0",
+            "gridcolor": GRID,
             "zeroline": False,
         },
     )
     return {"data": traces, "layout": layout}
 
 
-def utilization_figure(series: dict[str, list[tuple]], names: dict[str, str] | None = None) -> go.Figure:
+def utilization_figure(
+    series: dict[str, list[tuple]], names: dict[str, str] | None = None, x_range: tuple | None = None
+) -> go.Figure:
     """GPU utilization over time: one line per key of `series` ({key: [(datetime, percent)]}, as
-    tenancy.metrics_source.utilization_history returns it), labelled by `names` (key -> legend name)."""
-    return _figure(_utilization_spec(series, names))
+    tenancy.metrics_source.utilization_history returns it), labelled by `names` (key -> legend name), over
+    `x_range` (start, end) when given."""
+    return _figure(_utilization_spec(series, names, x_range))
 
 
 def utilization_html(
-    series: dict[str, list[tuple]], div_id: str, names: dict | None = None, height=300
+    series: dict[str, list[tuple]],
+    div_id: str,
+    names: dict | None = None,
+    height=300,
+    x_range: tuple | None = None,
 ) -> str:
     """`to_html(utilization_figure(...))` from plain dicts, like `quota_history_html`."""
-    return to_html(_utilization_spec(series, names), div_id=div_id, height=height)
+    return to_html(_utilization_spec(series, names, x_range), div_id=div_id, height=height)

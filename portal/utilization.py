@@ -68,7 +68,7 @@ def _chart(
         )
     else:
         context["chart"] = utilization_html(
-            series, div_id=f"utilization-chart-{kind}-{pk}", names=names, height=360
+            series, div_id=f"utilization-chart-{kind}-{pk}", names=names, height=360, x_range=(start, end)
         )
         context["step"] = _step_words(step)
         context["mean"] = mean

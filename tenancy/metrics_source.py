@@ -30,7 +30,7 @@ from core.audit import audit_context
 from core.models import AuditSource
 from inventory.models import Gpu
 from tenancy.activity import RecordResult, bucket_history, record_activity
-from tenancy.models import MetricsSource, TenancySettings
+from tenancy.models import GpuUtilization, MetricsSource, TenancySettings
 from tenancy.prometheus import PrometheusClient, PrometheusError, QueryConfig, choose_step, labels_error
 
 __all__ = ["PollResult", "check_connection", "client_for", "config_for", "poll", "utilization_history"]
@@ -184,7 +184,13 @@ def utilization_history(
     if not uuids:
         return {}, 0
     if not source.is_prometheus:
-        history = bucket_history(uuids, start, end)
+        # The bucket under way at `start` counts too (a job that started two minutes ago has one), its
+        # point moved to `start` so the chart's first point is inside its range.
+        bucket = timedelta(seconds=GpuUtilization.BUCKET_SECONDS)
+        history = {
+            uuid: [(max(at, start), value) for at, value in points]
+            for uuid, points in bucket_history(uuids, start - bucket + timedelta(microseconds=1), end).items()
+        }
         if mean:
             return {"mean": _mean_of(history)}, 300
         return history, 300

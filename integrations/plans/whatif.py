@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from django.utils.html import format_html
 
+from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
 from inventory.models import Rack
 from inventory.planning import PlannedPartition, preset_layout
 from scheduling.whatif import Carving
@@ -21,8 +22,6 @@ from scheduling.whatif_runs import NOW, Progress
 THIS_PLAN = "This plan"
 # One colour per layout, in order (the cluster now in slate, the plan in blue), each named in the legend.
 COLOURS = ("#334155", "#2563eb", "#f59e0b", "#16a34a", "#9333ea", "#db2777")
-FONT = "system-ui, -apple-system, Segoe UI, Roboto, Helvetica Neue, Arial, sans-serif"
-CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
 # The chart's three panels: (figure keys, title, unit).
 PANELS = (
     (("avg_wait_s", "p95_wait_s", "avg_jct_s"), "Wait and job completion time", "hours"),
@@ -85,20 +84,20 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
         "barmode": "group",
         "bargap": 0.25,
         "margin": {"l": 56, "r": 16, "t": 56, "b": 64},
-        "font": {"family": FONT, "size": 12, "color": "#17202c"},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "#ffffff",
+        "font": {"family": FONT, "size": 12, "color": TEXT},
+        "paper_bgcolor": TRANSPARENT,
+        "plot_bgcolor": TRANSPARENT,
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.12, "xanchor": "left", "x": 0},
         "annotations": [],
     }
     for panel, ((_keys, title, unit), (left, right)) in enumerate(zip(PANELS, DOMAINS, strict=True), start=1):
         suffix = str(panel) if panel > 1 else ""
-        frame[f"xaxis{suffix}"] = {"domain": [left, right], "anchor": f"y{suffix}", "gridcolor": "#eef1f5"}
+        frame[f"xaxis{suffix}"] = {"domain": [left, right], "anchor": f"y{suffix}", "gridcolor": GRID}
         frame[f"yaxis{suffix}"] = {
             "anchor": f"x{suffix}",
             "title": {"text": unit},
             "rangemode": "tozero",
-            "gridcolor": "#e5e9f0",
+            "gridcolor": GRID,
             "zeroline": False,
             **({"range": [0, 100]} if unit == "%" else {}),
         }

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from inventory.demo import seed_datacenter
-from tests.factories import make_department, make_job, make_user
+from tests.factories import make_department, make_job, make_member, make_user
 
 PASSWORD = "e2e-phone-password-1"
 PHONE = {"width": 390, "height": 844}
@@ -25,6 +25,8 @@ PAGES = {
     "audit": "/audit/",
     "plans": "/inventory/plans/",
     "search": "/search/?q=gb-r0",
+    "job-form": "/scheduling/jobs/new/",
+    "wizard-layout": "/inventory/racks/gb-r03/plan/",  # the rack drawing scrolls inside its box
 }
 
 
@@ -34,9 +36,11 @@ def fleet(transactional_db):
     research = make_department("Research", guaranteed_gpus=8)
     make_job(research, "llama-finetune-with-a-long-name", state="pending", gpus=8)
     admin = make_user("e2e-phone-admin", staff=True, password=PASSWORD)
-    from tenancy.projects import create_project
+    from tenancy.projects import create_project, set_project_member
 
-    create_project(admin, research, name="Large language model pretraining", guaranteed_gpus=4)
+    project = create_project(admin, research, name="Large language model pretraining", guaranteed_gpus=4)
+    # A project with a member: its members table once made the department page wider than a phone.
+    set_project_member(admin, project, make_member("researcher-with-a-long-name", research))
     return admin
 
 
@@ -51,6 +55,32 @@ def sign_in(page, live_server):
 
 def page_width(page) -> int:
     return page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)")
+
+
+def wider_than_the_screen(page) -> list[str]:
+    """What sticks out past the right edge of the screen, for the failure message: elements not inside a
+    box that scrolls sideways, and absolutely positioned ones (they escape such a box unless it is
+    positioned)."""
+    return page.evaluate(
+        """(screen) => [...document.querySelectorAll("body *")].filter((el) => {
+            const box = el.getBoundingClientRect();
+            if (box.width === 0 || box.right <= screen + 0.5) return false;
+            if (getComputedStyle(el).position === "absolute") return true;
+            for (let up = el.parentElement; up && up !== document.body; up = up.parentElement) {
+                if (getComputedStyle(up).overflowX !== "visible") return false;
+            }
+            return true;
+        }).slice(0, 10).map((el) => {
+            const right = Math.round(el.getBoundingClientRect().right);
+            return `${el.tagName.toLowerCase()}.${el.className} (right ${right} px)`;
+        })""",
+        PHONE["width"],  # not innerWidth: a phone zooms out to a page wider than itself
+    )
+
+
+def assert_fits_the_phone(page, what: str) -> None:
+    width = page_width(page)
+    assert width <= PHONE["width"], f"{what} is {width} px wide: {wider_than_the_screen(page)}"
 
 
 def luminance(page, selector: str, prop: str = "backgroundColor") -> float:
@@ -93,8 +123,16 @@ def test_the_header_and_pages_fit_a_phone(live_server, browser, fleet, shots):
 
         for name, path in PAGES.items():
             page.goto(f"{live_server.url}{path}")
-            assert page_width(page) <= PHONE["width"], f"{path} is wider than the phone"
+            assert_fits_the_phone(page, path)
             page.screenshot(path=str(shots / f"{name}-phone.png"), full_page=True)
+
+        # The department's people search (an htmx fragment with a role choice and a button per person).
+        page.goto(f"{live_server.url}/tenancy/departments/research/")
+        page.fill("#id_people_q", "e2e-phone")
+        expect(page.locator("#people-results")).to_contain_text("e2e-phone-admin")
+        assert_fits_the_phone(page, "the people search")
+        page.locator("#people-results").scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / "people-search-phone.png"))
 
         # The whole rack fits the phone (4 GPUs a row); a tray's details come into view under it.
         page.goto(f"{live_server.url}/inventory/racks/gb-r02/")
@@ -174,3 +212,146 @@ def test_keyboard_shortcuts(live_server, page, fleet, shots):
     page.locator("input[name=name]").type("j/k?")
     expect(page.locator("input[name=name]")).to_have_value("j/k?")
     expect(page.locator("#header-search-q")).not_to_be_focused()
+
+
+CHART_COLOURS = """(selector) => {
+    const el = document.querySelector(selector);
+    const luminance = (value) => {
+        const hex = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(value);
+        const parts = hex
+            ? hex.slice(1).map((h) => parseInt(h, 16))
+            : (value.match(/[\\d.]+/g) || []).map(Number);
+        const [r, g, b] = parts.slice(0, 3).map((c) => {
+            c /= 255;
+            return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4);
+        });
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const alpha = (value) => {
+        const parts = (value.match(/[\\d.]+/g) || []).map(Number);
+        return parts.length > 3 ? parts[3] : 1;
+    };
+    // What the eye sees: each background rect plotly drew (paper and plot area) with its fill and opacity.
+    const backgrounds = [...el.querySelectorAll("rect.bg")].map((rect) => {
+        const style = getComputedStyle(rect);
+        return {
+            luminance: luminance(style.fill),
+            opacity: Number(style.fillOpacity) * alpha(style.fill),
+        };
+    });
+    const ticks = [...el.querySelectorAll(".xtick text, .ytick text")];
+    return {
+        paper: el._fullLayout.paper_bgcolor,
+        plot: el._fullLayout.plot_bgcolor,
+        backgrounds,
+        ticks: ticks.length,
+        tickLuminance: Math.min(...ticks.map((t) => luminance(getComputedStyle(t).fill))),
+        tickLuminanceMax: Math.max(...ticks.map((t) => luminance(getComputedStyle(t).fill))),
+        legendLuminance: luminance(getComputedStyle(el.querySelector(".legendtext")).fill),
+        grid: luminance(getComputedStyle(el.querySelector(".ygrid, .xgrid")).stroke),
+        theme: el.getAttribute("data-chart-theme"),
+        // The guarantee (dark slate on the light page) as drawn: its line or bar colour.
+        guarantee: luminance(el._fullData.filter((t) => t.name.startsWith("Guarantee"))
+            .map((t) => (t.type === "bar" ? t.marker.color : t.line.color))[0]),
+    };
+}"""
+
+
+def chart_colours(page, selector: str) -> dict:
+    return page.evaluate(CHART_COLOURS, selector)
+
+
+def assert_no_light_box(colours: dict) -> None:
+    """Every background plotly drew is transparent or dark: no white box on the dark page."""
+    assert colours["backgrounds"], colours
+    for background in colours["backgrounds"]:
+        assert background["opacity"] < 0.05 or background["luminance"] < 0.05, colours
+
+
+@pytest.mark.e2e
+def test_the_charts_follow_the_dark_theme(live_server, browser, fleet, shots):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenancy.models import Department, QuotaSnapshot
+
+    research = Department.objects.get(slug="research")
+    start = timezone.now().replace(second=0, microsecond=0)
+    QuotaSnapshot.objects.bulk_create(
+        QuotaSnapshot(
+            department=research,
+            taken_at=start - timedelta(minutes=5 * step),
+            guaranteed=8,
+            in_use=step % 10,
+            in_quota=min(8, step % 10),
+            borrowed=max(0, step % 10 - 8),
+            fair_share=6,
+            pending_demand=8,
+            idle=0,
+        )
+        for step in range(36)
+    )
+    for viewport, suffix in ((DESKTOP, "desktop"), (PHONE, "phone")):
+        context = browser.new_context(viewport=viewport, color_scheme="dark")
+        page = context.new_page()
+        try:
+            sign_in(page, live_server)
+            for path, chart in (
+                ("/tenancy/departments/research/", "#quota-chart"),
+                ("/tenancy/dashboard/", "#departments-chart"),
+            ):
+                page.goto(f"{live_server.url}{path}")
+                expect(page.locator(f"{chart} .main-svg").first).to_be_visible()
+                colours = chart_colours(page, chart)
+                transparent = {"rgba(0,0,0,0)", "transparent"}
+                assert {colours["paper"].replace(" ", ""), colours["plot"].replace(" ", "")} <= transparent, (
+                    colours
+                )
+                assert_no_light_box(colours)
+                assert colours["ticks"] > 0 and colours["tickLuminance"] > 0.6, colours  # light axis labels
+                assert colours["legendLuminance"] > 0.6, colours
+                assert colours["grid"] < 0.1, colours  # a grid line on the dark surface, not a white one
+                assert colours["guarantee"] > 0.4, colours  # the guarantee stands out from the dark surface
+                page.locator(chart).scroll_into_view_if_needed()
+                page.screenshot(path=str(shots / f"chart-{chart[1:]}-dark-{suffix}.png"))
+
+            # The system switches to light: the drawn chart follows without a reload.
+            page.emulate_media(color_scheme="light")
+            expect(page.locator("#departments-chart[data-chart-theme=light]")).to_have_count(1)
+            colours = chart_colours(page, "#departments-chart")
+            assert colours["tickLuminanceMax"] < 0.1, colours  # dark labels on the light page
+            assert colours["grid"] > 0.6, colours
+            assert colours["guarantee"] < 0.1, colours  # dark slate again
+            page.screenshot(path=str(shots / f"chart-departments-chart-light-{suffix}.png"))
+        finally:
+            context.close()
+
+
+# Site hostnames are longer than the demo's gb-rNN-tNN: the tray column shows them whole at desktop width.
+LONG_HOSTNAMES = {1: "gb-r01-c01-node01.hall-a", 3: "gb-r01-c03-node03", 18: "gb-r01-c18-node18.hall-a"}
+
+
+@pytest.mark.e2e
+def test_the_rack_view_shows_whole_tray_hostnames(live_server, page, fleet, shots):
+    from inventory.models import ComputeTray
+
+    for slot, hostname in LONG_HOSTNAMES.items():
+        ComputeTray.objects.filter(rack__name="gb-r01", slot=slot).update(hostname=hostname)
+    sign_in(page, live_server)
+    page.goto(f"{live_server.url}/inventory/racks/gb-r01/")
+    assert page.viewport_size["width"] == DESKTOP["width"]
+    trays = page.locator("button.tray")
+    expect(trays).to_have_count(18)
+    for hostname in LONG_HOSTNAMES.values():
+        expect(page.locator("button.tray", has_text=hostname)).to_have_text(hostname)
+    clipped = trays.evaluate_all(
+        """(buttons) => buttons
+            .filter((b) => b.scrollWidth > b.clientWidth
+                || b.getBoundingClientRect().right
+                    > b.closest('.tray-cell').getBoundingClientRect().right + 0.5)
+            .map((b) => b.textContent.trim())"""
+    )
+    assert clipped == [], f"hostnames cut at {DESKTOP['width']} px: {clipped}"
+    page.locator("#tray-1").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "rack-long-hostnames-desktop.png"))

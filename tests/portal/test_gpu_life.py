@@ -227,6 +227,55 @@ def test_tray_utilization_chart_from_buckets(client_as, platform_admin, demo_inv
     assert 'id="utilization-chart-tray-' in html and "GPU 3" in html
 
 
+def _figure(html):
+    import html as html_lib
+    import json
+    import re
+
+    return json.loads(html_lib.unescape(re.search(r'data-plotly-figure="([^"]+)"', html).group(1)))
+
+
+def test_utilization_chart_ends_at_the_request_time_not_the_last_sample(
+    client_as, platform_admin, demo_inventory
+):
+    tray = ComputeTray.objects.get(hostname="gb-r01-t02")
+    gpu = tray.gpus.order_by("index").first()
+    record_samples([Sample(gpu.uuid, "", gpu.index, 40.0)], at=timezone.now() - timedelta(minutes=20))
+    before = timezone.now()
+    html = (
+        client_as(platform_admin)
+        .get(reverse("tray-utilization", args=[tray.pk]), {"range": "1h"})
+        .content.decode()
+    )
+    start, end = (
+        timezone.datetime.fromisoformat(moment) for moment in _figure(html)["layout"]["xaxis"]["range"]
+    )
+    assert before <= end <= timezone.now() and end - start == timedelta(hours=1)
+    [trace] = [trace for trace in _figure(html)["data"] if trace["name"] == f"GPU {gpu.index}"]
+    assert timezone.datetime.fromisoformat(trace["x"][-1]) < end - timedelta(minutes=15)
+
+
+def test_a_job_that_started_inside_the_current_bucket_shows_its_first_sample(
+    client_as, member_a, department_a, demo_inventory
+):
+    from tests.factories import make_job
+
+    now = timezone.now()
+    job = make_job(department_a, "fresh", state="running", trays=["gb-r02-t05"])
+    gpus = list(Gpu.objects.filter(allocations__job=job).order_by("index"))
+    record_samples([Sample(gpu.uuid, "", gpu.index, 77.0) for gpu in gpus], at=now)
+    # The job started after the bucket holding its only sample began (up to five minutes ago).
+    job.started_at = max(bucket_start(now) + timedelta(seconds=1), now - timedelta(seconds=1))
+    job.save(update_fields=["started_at"])
+    html = client_as(member_a).get(reverse("job-utilization", args=[job.pk])).content.decode()
+    assert "No utilization samples" not in html
+    traces = _figure(html)["data"]
+    assert len(traces) == len(gpus) == 4
+    for trace in traces:
+        assert trace["y"] == [77.0] and trace["mode"] == "lines+markers"
+        assert timezone.datetime.fromisoformat(trace["x"][0]) >= job.started_at
+
+
 # ------------------------------------------------------------------------------------ a job's logs
 
 
