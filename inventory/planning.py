@@ -15,6 +15,8 @@ from core.hardware import DEFAULT_CLIQUE_ID, TRAYS_PER_RACK
 
 PRESETS = {"1x18": 18, "2x9": 9, "3x6": 6, "6x3": 3, "9x2": 2, "18x1": 1}
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+# A tray's state as the findings say it ("although it is drained").
+STATE_WORDS = {"drain": "drained", "maintenance": "in maintenance", "needs_service": "waiting for service"}
 
 
 class Level(StrEnum):
@@ -249,7 +251,7 @@ def _check_unschedulable(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: 
         if not tray.schedulable:
             why = []
             if tray.state != "up":
-                why.append(f"it is {tray.state}")
+                why.append(f"it is {STATE_WORDS.get(tray.state, tray.state)}")
             if tray.healthy_gpus < 4:
                 why.append(f"{4 - tray.healthy_gpus} of its GPUs are unhealthy")
             if tray.problems:

@@ -146,21 +146,81 @@ def slurm_too_old() -> str:
     )
 
 
-def preset_limits(rack: Rack) -> dict[str, str]:
-    """Preset -> why the fleet's Slurm cannot express it (greyed out in the wizard); absent: it can."""
-    limits: dict[str, str] = {}
+@dataclass
+class PresetLimits:
+    """Which presets the fleet's Slurm cannot express on one rack, said once and then briefly per preset.
+
+    `notes`: the sentences shown once above the presets (the Slurm version, the block-size rule);
+    `blocked`: preset -> a short reason about the rack being planned (no other rack named)."""
+
+    notes: list[str] = field(default_factory=list)
+    blocked: dict[str, str] = field(default_factory=dict)
+
+
+def _times_power_of_two(size: int, base: int) -> bool:
+    multiple, remainder = divmod(size, base)
+    return not remainder and multiple > 0 and multiple & (multiple - 1) == 0
+
+
+def _trays(sizes) -> str:
+    sizes = sorted(set(sizes))
+    words = ", ".join(map(str, sizes[:-1])) + (f" and {sizes[-1]}" if len(sizes) > 1 else str(sizes[-1]))
+    return f"{words} tray{'s' if sizes != [1] else ''}"
+
+
+def _block_size_reason(here: list[int], elsewhere: list[int]) -> str:
+    """Why partitions of `here` trays on this rack beside `elsewhere` on the other racks break Slurm 24.11's
+    block sizes (every block the smallest one times a power of two), in a few words naming no rack."""
+    if not here:
+        return "Slurm 24.11's block topology cannot express it beside the other racks' partitions."
+    base = min(here + elsewhere)
+    bad_here = [size for size in here if not _times_power_of_two(size, base)]
+    bad_elsewhere = [size for size in elsewhere if not _times_power_of_two(size, base)]
+    each = f"{_trays(here)} each" if len(set(here)) == 1 else f"partitions of {_trays(here)}"
+    multiple = "a power of two" if base == 1 else f"{base} times a power of two"
+    if bad_here and base not in here:
+        return f"{each}: not {multiple} ({base}: the other racks' smallest partition)."
+    if bad_here:
+        return f"{each}: not all {multiple}."
+    if bad_elsewhere:
+        return f"{each}: the other racks' partitions of {_trays(bad_elsewhere)} are not {multiple}."
+    return f"{each}: Slurm 24.11's block topology cannot express it beside the other racks' partitions."
+
+
+def preset_limits(rack: Rack) -> PresetLimits:
+    """The presets the fleet's Slurm cannot express on `rack` (greyed out in the wizard), with why."""
+    limits = PresetLimits()
     too_old = slurm_too_old()
     hostnames = {tray.slot: tray.hostname for tray in rack_trays(rack)}
     checker = _block_checker(rack)
+    elsewhere = list(
+        ComputeTray.objects.filter(partition__isnull=False)
+        .exclude(rack=rack)
+        .order_by()
+        .values("partition")
+        .annotate(trays=Count("pk"))
+        .values_list("trays", flat=True)
+    )
+    block_sizes = False
     for preset in PRESETS:
         partitions = preset_layout(preset)
         if too_old and len(partitions) > 1:
-            limits[preset] = too_old
+            limits.blocked[preset] = f"{len(partitions)} partitions need Slurm 23.11+ (topology/block)."
             continue
         planned = {p.name: tuple(hostnames[s] for s in p.slots if s in hostnames) for p in partitions}
-        reason = checker(planned)
-        if reason:
-            limits[preset] = reason
+        if checker(planned):
+            here = [len(hosts) for hosts in planned.values() if hosts]
+            limits.blocked[preset] = _block_size_reason(here, elsewhere)
+            block_sizes = True
+    if too_old:
+        limits.notes.append(too_old)
+    if block_sizes:
+        limits.notes.append(
+            "Slurm 24.11 keeps an NVLink partition whole only when, across the cluster, it has the smallest "
+            "partition's number of trays times a power of two (1, 2, 4, 8...). Layouts of "
+            f"{rack.name} that break this beside the other racks' partitions are greyed out; Slurm 25.05 or "
+            "later (topology.yaml) lifts the rule."
+        )
     return limits
 
 

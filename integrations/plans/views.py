@@ -27,7 +27,7 @@ from django_htmx.http import HttpResponseStopPolling, push_url
 
 from core.access import require_admin
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
-from core.tables import Table
+from core.tables import JsonArrayLength, Table
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
 from integrations.plans import whatif as whatif_page
@@ -201,7 +201,7 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
         "query": params.urlencode(),
         "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
-        "preset_options": _preset_options(plans.preset_limits(rack)),
+        **_presets(rack),
         "layout_url": reverse("inventory:plan-layout", args=[rack.name]),
         "names_url": reverse("inventory:plan-names", args=[rack.name]),
         "layout_hidden": form.hidden_fields_list(exclude=("name", "department", "slurm")),
@@ -213,10 +213,16 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
     }
 
 
-def _preset_options(limits: dict[str, str] | None = None) -> list[dict]:
-    """The presets, each greyed out with the reason when the fleet's Slurm cannot express it
-    (plans.preset_limits)."""
-    limits = limits or {}
+def _presets(rack: Rack) -> dict:
+    """The preset choices and, once above them, what the fleet's Slurm cannot express on this rack."""
+    limits = plans.preset_limits(rack)
+    return {"preset_options": _preset_options(limits.blocked), "preset_notes": limits.notes}
+
+
+def _preset_options(blocked: dict[str, str] | None = None) -> list[dict]:
+    """The presets, each greyed out with a short reason when the fleet's Slurm cannot express it on the rack
+    (plans.preset_limits; the long explanation is said once, in `preset_notes`)."""
+    blocked = blocked or {}
     options = []
     for value, count_size in ((p, p.split("x")) for p in PRESETS):
         count, size = int(count_size[0]), int(count_size[1])
@@ -228,7 +234,7 @@ def _preset_options(limits: dict[str, str] | None = None) -> list[dict]:
                 if count == 1
                 else f"{count} partitions of {size} tray{'s' if size > 1 else ''}",
                 "cells": [(slot - 1) // size % PARTITION_COLOURS for slot in range(1, TRAYS_PER_RACK + 1)],
-                "blocked": limits.get(value, ""),
+                "blocked": blocked.get(value, ""),
             }
         )
     options.append({"value": CUSTOM, "title": "Custom", "description": "your own tray ranges", "cells": []})
@@ -594,7 +600,11 @@ def plan_list(request):
     require_admin(request.user, WIZARD)
     table = Table(request, "plans", PLAN_SORTS, "-id", per_page=50, exports=False)
     page = table.page(
-        table.order(PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by"))
+        table.order(
+            PartitionPlan.objects.visible_to(request.user)
+            .select_related("rack", "created_by")
+            .annotate(partition_count=JsonArrayLength("layout"))
+        )
     )
     active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
     return render(
@@ -615,6 +625,7 @@ PLAN_SORTS = {
     "id": ("pk",),
     "rack": ("rack__name",),
     "status": ("status",),
+    "partitions": ("partition_count",),  # how many partitions the layout carves (annotated by plan_list)
     "by": ("created_by__username",),
     "created": ("created_at",),
     "finished": ("finished_at",),

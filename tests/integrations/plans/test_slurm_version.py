@@ -47,19 +47,21 @@ def test_old_slurm_greys_out_split_layouts_with_the_reason(
     reason = plans.slurm_too_old()
     assert reason.startswith("Slurm 22.05.9 on target hpc cannot express NVLink partitions: topology/block")
     limits = plans.preset_limits(rack)
-    assert set(limits) == {"2x9", "3x6", "6x3", "9x2", "18x1"} and limits["2x9"] == reason
+    # The version is said once, above the presets; each greyed preset says briefly why.
+    assert set(limits.blocked) == {"2x9", "3x6", "6x3", "9x2", "18x1"} and limits.notes[0] == reason
+    assert limits.blocked["2x9"] == "2 partitions need Slurm 23.11+ (topology/block)."
     refused = plans.check(rack, preset_layout("2x9"))
     assert not refused.ok and reason in [f.message for f in refused.findings if f.level == Level.ERROR]
     assert reason not in [f.message for f in plans.check(rack, preset_layout("1x18")).findings]
 
     page = client_as(platform_admin).get(reverse("inventory:plan-layout", args=["gb-r01"])).content.decode()
-    assert 'id="preset-2x9" disabled aria-describedby="preset-2x9-why"' in page
+    assert 'id="preset-2x9" disabled aria-describedby="preset-2x9-why preset-notes"' in page
     assert 'id="preset-1x18" disabled' not in page
-    assert "topology/block needs Slurm 23.11 or later" in page
+    assert page.count("topology/block needs Slurm 23.11 or later") == 1
 
 
 def test_current_slurm_greys_out_nothing_for_its_version(tmp_path, demo_inventory):
     slurm_target(tmp_path, "24.11.1")
     assert plans.slurm_too_old() == ""
     limits = plans.preset_limits(Rack.objects.get(name="gb-r01"))
-    assert not any("topology/block needs" in reason for reason in limits.values())
+    assert not any("Slurm 23.11" in reason for reason in [*limits.notes, *limits.blocked.values()])
