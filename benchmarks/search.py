@@ -10,6 +10,9 @@ department lead (every kind narrowed by `visible_to`):
 * tray_hostname: a whole tray hostname (exact: a redirect to the tray);
 * rack_partial: the start of a rack name ("gb-r012": up to ten racks and their count);
 * job_name: the start of a job name;
+* job_whole_name: a whole job name (a redirect when one visible job has it, else the list, those first:
+  the exact name is not indexed, see portal/search.py);
+* project: the start of a project's name (only when the database has projects);
 * user: the start of a username.
 
 The figure the product aims at: p95 under 100 ms for every kind at 1,000 racks (SEARCH_GOAL_MS).
@@ -22,7 +25,7 @@ import statistics
 import time
 
 SEARCH_GOAL_MS = 100
-KINDS = ("gpu_uuid", "tray_hostname", "rack_partial", "job_name", "user")
+KINDS = ("gpu_uuid", "tray_hostname", "rack_partial", "job_name", "job_whole_name", "project", "user")
 
 
 def _percentile(samples: list[float], share: float) -> float:
@@ -36,6 +39,7 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
 
     from inventory.models import ComputeTray, Gpu, Rack
     from scheduling.models import Job
+    from tenancy.models import Project
 
     def sample(values: list[str]) -> list[str]:
         return [rng.choice(values) for _ in range(count)] if values else []
@@ -55,11 +59,14 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
     racks = list(Rack.objects.values_list("name", flat=True))
     jobs = list(Job.objects.values_list("name", flat=True).distinct()[:2000])
     users = list(get_user_model().objects.values_list("username", flat=True))
+    projects = list(Project.objects.values_list("name", flat=True)[:2000])
     return {
         "gpu_uuid": sample(uuids),
         "tray_hostname": sample(hostnames),
         "rack_partial": [name[:-1] for name in sample(racks)],
         "job_name": [name[: max(3, len(name) // 2)] for name in sample(jobs)],
+        "job_whole_name": sample(jobs),
+        "project": [name[: max(2, len(name) // 2)] for name in sample(projects)],
         "user": [name[: max(2, len(name) // 2)] for name in sample(users)],
     }
 

@@ -40,6 +40,7 @@ from portal import charts, utilization
 from scheduling import usage
 from scheduling.choices import JobEventKind
 from scheduling.models import Job, JobEvent
+from scheduling.resubmit import resubmit_offer
 from scheduling.services import submit_job, submittable_departments
 from tenancy.activity import bucket_start
 from tenancy.models import GpuActivity, GpuUtilization, MetricsSource
@@ -349,13 +350,25 @@ def job_resubmit(request, pk):
         )
     errors: list[str] = []
     status = 200
-    if request.method == "POST":
+    # A job without a project, in a department that now has projects, asks for one (scheduling.resubmit).
+    offer = resubmit_offer(request.user, job)
+    chosen = request.POST.get("project", "") if request.method == "POST" else ""
+    project = job.project
+    if offer.needs_project:
+        project = next((p for p in offer.projects if p.slug == chosen), None)
+    if request.method == "POST" and not offer.possible:
+        errors, status = [offer.reason], 400
+    elif request.method == "POST" and project is None and offer.needs_project:
+        names = ", ".join(p.name for p in offer.projects)
+        errors = [f"Choose the project to run the job under (yours in {job.department.name}: {names})."]
+        status = 400
+    elif request.method == "POST":
         key = (request.POST.get("key") or "").strip()[:100] or f"resubmit-{job.pk}-{uuid.uuid4().hex}"
         try:
             new, created = submit_job(
                 user=request.user,
                 department=job.department,
-                project=job.project,
+                project=project,
                 name=job.name,
                 gpus=job.gpus,
                 topology=job.topology,
@@ -384,7 +397,13 @@ def job_resubmit(request, pk):
     return render(
         request,
         "portal/job_resubmit.html",
-        {"job": job, "errors": errors, "key": f"resubmit-{job.pk}-{uuid.uuid4().hex}"},
+        {
+            "job": job,
+            "errors": errors,
+            "offer": offer,
+            "chosen": chosen,
+            "key": f"resubmit-{job.pk}-{uuid.uuid4().hex}",
+        },
         status=status,
     )
 

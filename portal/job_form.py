@@ -12,7 +12,9 @@
   decide if the job were submitted now (scheduling.preview.preview_job: the pass run dry, writing nothing):
   where it would start, or why it would wait, or why it could never run.
 * `?clone=<job>` pre-fills the form from a job the user may see (404 otherwise); the values are checked
-  again when submitted, like any others.
+  again when submitted, like any others. The job's project is preselected; when the job has none (or one
+  the user may no longer use) and its department now shares its GPUs among projects, the project field says
+  so (scheduling.resubmit) and preselects the user's project there if they have exactly one.
 
 Who may: anyone who may submit a job somewhere (members, leads, platform admins); others get a 403 that says
 how to get there.
@@ -41,6 +43,7 @@ from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.api.views import MAX_KEY
 from scheduling.models import Job
 from scheduling.preview import preview_job
+from scheduling.resubmit import resubmit_offer
 from scheduling.services import (
     IdempotencyKeyReused,
     check_fallback,
@@ -86,6 +89,7 @@ class FormField:
     min_value: int | None = None
     max_value: int | None = None
     errors: list[str] = field(default_factory=list)
+    notice: str = ""  # a sentence about the pre-filled value (a clone's project), shown by the field
 
     @property
     def id(self) -> str:
@@ -116,8 +120,12 @@ def _projects(request, f: serializers.Field) -> list[tuple[str, list[tuple[str, 
     return list(groups.items())
 
 
-def build_fields(request, values: dict[str, str], errors: dict[str, list[str]]) -> list[FormField]:
-    """The form's inputs (but the work), from the serializer's fields, with `values` and `errors`."""
+def build_fields(
+    request, values: dict[str, str], errors: dict[str, list[str]], notices: dict[str, str] | None = None
+) -> list[FormField]:
+    """The form's inputs (but the work), from the serializer's fields, with `values`, `errors` and
+    `notices`."""
+    notices = notices or {}
     out = []
     for name, f in _serializer_fields(request).items():
         if name == "work":
@@ -131,6 +139,7 @@ def build_fields(request, values: dict[str, str], errors: dict[str, list[str]]) 
             value=values.get(name, _default(f)),
             help_text=str(f.help_text or ""),
             errors=errors.get(name, []),
+            notice=notices.get(name, ""),
         )
         if name == "department":
             item.kind = "select"
@@ -273,9 +282,32 @@ def _may_submit(request) -> None:
 # --- clone ---------------------------------------------------------------------------------------------
 
 
-def _clone_values(request, pk) -> dict[str, str]:
-    """The form's values from a job the user may see (404 for any other)."""
-    job = get_object_or_404(Job.objects.visible_to(request.user).select_related("department"), pk=pk)
+def _clone_project(request, job: Job, values: dict[str, str]) -> dict[str, str]:
+    """The clone's word on its project when the job's own cannot be submitted again (see the module
+    docstring); sets the one project the user has there. {field: sentence}, empty when all is well."""
+    if "project" not in values:
+        return {}
+    offer = resubmit_offer(request.user, job)
+    if not offer.may_submit or offer.ready:
+        return {}
+    if offer.needs_project and len(offer.projects) == 1:
+        values["project"] = offer.projects[0].slug
+        return {
+            "project": f"{offer.why}: {offer.projects[0].name}, your one project there, is chosen; change "
+            "it if the job belongs elsewhere."
+        }
+    if offer.needs_project:
+        values["project"] = ""
+        names = ", ".join(p.name for p in offer.projects)
+        return {"project": f"{offer.why}: choose one of your projects ({names})."}
+    return {"project" if offer.why else "gpus": offer.reason}
+
+
+def _clone_values(request, pk) -> tuple[dict[str, str], dict[str, str]]:
+    """The form's values from a job the user may see (404 for any other), and notices about them."""
+    job = get_object_or_404(
+        Job.objects.visible_to(request.user).select_related("department", "project"), pk=pk
+    )
     values: dict[str, str] = {}
     for name, f in _serializer_fields(request).items():
         if name == "department":
@@ -298,14 +330,14 @@ def _clone_values(request, pk) -> dict[str, str]:
         values["env"] = "\n".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in env)
     else:
         values[JSON_FIELD] = json.dumps(work, indent=2)
-    return values
+    return values, _clone_project(request, job, values)
 
 
 # --- views ---------------------------------------------------------------------------------------------
 
 
-def _render(request, values, errors, key, clone=None, status=200):
-    fields = build_fields(request, values, errors)
+def _render(request, values, errors, key, clone=None, status=200, notices=None):
+    fields = build_fields(request, values, errors, notices)
     backends = [rule.backend for rule in work_rules()]
     backend = values.get("backend") or next((f.value for f in fields if f.name == "backend"), "")
     context = {
@@ -331,8 +363,8 @@ def job_new(request):
     _may_submit(request)
     if request.method == "GET":
         clone = request.GET.get("clone", "")
-        values = _clone_values(request, clone) if clone.isdigit() else {}
-        return _render(request, values, {}, _new_key(), clone=clone if values else None)
+        values, notices = _clone_values(request, clone) if clone.isdigit() else ({}, {})
+        return _render(request, values, {}, _new_key(), clone=clone if values else None, notices=notices)
 
     values = {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", KEY_FIELD)}
     key = request.POST.get(KEY_FIELD, "").strip()[:MAX_KEY] or _new_key()

@@ -1,9 +1,14 @@
-"""Global search (the box in the header, `/search/?q=`): GPUs, trays, racks, jobs, departments and users.
+"""Global search (the box in the header, `/search/?q=`): GPUs, trays, racks, jobs, departments, projects and
+users.
 
 Each kind is searched through its model's `visible_to(user)`, so a member finds only their departments' jobs
 and the people they may see (users: platform admins see everyone, others the members of the departments they
-lead and themselves, as `Membership.objects.visible_to` says). An exact match (a full GPU UUID or serial, a
-tray hostname, a job id, a rack name or cluster UUID, an IB port GUID) answers with a redirect to the object.
+lead and themselves, as `Membership.objects.visible_to` says; projects: `Project.objects.visible_to`, i.e.
+admins, the department's leads and the project's own members). An exact match (a full GPU UUID or serial, a
+tray hostname, a job id, a rack name or cluster UUID, an IB port GUID, a department's or a project's name or
+slug, a job's whole name) answers with a redirect to the object. A project's or a job's name redirects only
+when one visible object has it: several projects with one slug (one per department), or several jobs with
+one name, are listed instead (the jobs with that very name first).
 
 Cost at 1,000 racks (72,000 GPUs, 18,000 trays): every lookup on the inventory is an equality or a prefix
 *range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a filter) on a column with a unique index
@@ -13,12 +18,14 @@ lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is lo
 makes the search case-insensitive without a case-folding index. Three lookups are not on an index: the GPU
 serial (exact only, and only for a query that looks like a serial; a scan of the GPU table, about 72,000 short
 rows), the IB port GUID (only when the query
-looks like a GUID; a scan of the tray table's JSON lists) and job and department names (case-insensitive
-prefix; departments are few, jobs are narrowed by `visible_to`).
+looks like a GUID; a scan of the tray table's JSON lists), job, department and project names
+(case-insensitive prefix; departments and projects are few, jobs are narrowed by `visible_to`) and the exact
+job name (case-sensitive equality, narrowed by `visible_to`, reading at most two rows; an index on
+scheduling_job.name would make it an index lookup and needs a migration).
 
-A query naming one object exactly is answered by exact_url() alone (one to five indexed lookups, no grouped
-search) unless `all=1` asks for every result; the GPU UUID prefix search is skipped for queries no UUID can
-start with. `make bench` measures it (benchmarks/search.py).
+A query naming one object exactly is answered by exact_url() alone (one to seven lookups, one per kind, no
+grouped search) unless `all=1` asks for every result; the GPU UUID prefix search is skipped for queries no
+UUID can start with. `make bench` measures it (benchmarks/search.py).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q
+from django.db.models import Case, IntegerField, Q, Value, When
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
@@ -37,7 +44,7 @@ from django.urls import reverse
 from core.access import is_admin
 from inventory.models import ComputeTray, Gpu, Rack
 from scheduling.models import Job
-from tenancy.models import Department, Membership
+from tenancy.models import Department, Membership, Project
 
 MAX_QUERY = 200
 LIMIT = 20  # results shown per kind; the rest is counted ("and N more")
@@ -67,6 +74,7 @@ class Group:
     label: str
     hits: list[Hit] = field(default_factory=list)
     more: int = 0
+    note: str = ""  # a sentence above the hits (several jobs with the name searched for)
 
 
 @dataclass
@@ -185,21 +193,35 @@ def _racks(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, reverse("inventory:rack-detail", args=[exact.name]) if exact else None
 
 
+def _job_named(user, q: str) -> str | None:
+    """The job whose whole name is `q` when exactly one visible job has it (at most two rows read)."""
+    jobs = list(Job.objects.visible_to(user).filter(name=q).order_by().values_list("pk", flat=True)[:2])
+    return reverse("scheduling:job-detail", args=[jobs[0]]) if len(jobs) == 1 else None
+
+
 def _jobs(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
-    jobs = Job.objects.visible_to(user).select_related("department")
+    """Jobs by number, or by the start of their name; those named exactly `q` first. The exact URL is the
+    job number's only: a job's name comes last among exact matches (search() asks _job_named)."""
+    jobs = Job.objects.visible_to(user).select_related("department", "project")
     group = Group("job", "Jobs")
     number = q.removeprefix("#")
     by_number = look_exact and number.isdigit() and len(number) < 19
     exact = jobs.filter(pk=int(number)).first() if by_number else None
-    rows, group.more = _bounded(jobs.filter(name__istartswith=q).order_by("-created_at", "-pk"))
+    named_first = Case(When(name=q, then=Value(0)), default=Value(1), output_field=IntegerField())
+    rows, group.more = _bounded(jobs.filter(name__istartswith=q).order_by(named_first, "-created_at", "-pk"))
     if exact is not None and exact not in rows:
         rows = [exact, *rows[: LIMIT - 1]]
+    same_name = sum(1 for job in rows if job.name == q)
+    if same_name > 1:
+        count = f"At least {same_name}" if group.more and same_name >= LIMIT - 1 else str(same_name)
+        group.note = f"{count} jobs are named {q!r}: they are listed first, newest first."
     for job in rows:
+        where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
         group.hits.append(
             Hit(
                 f"#{job.pk} {job.name}",
                 reverse("scheduling:job-detail", args=[job.pk]),
-                f"{job.department.name} · {job.get_state_display()} · {job.gpus} GPU{pluralize(job.gpus)}",
+                f"{where} · {job.get_state_display()} · {job.gpus} GPU{pluralize(job.gpus)}",
             )
         )
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
@@ -217,6 +239,40 @@ def _departments(user, q: str, look_exact: bool = True) -> tuple[Group, str | No
         )
     exact = next((d for d in rows if q.lower() in (d.name.lower(), d.slug.lower())), None)
     return group, reverse("tenancy:department-detail", args=[exact.slug]) if exact else None
+
+
+def _project_url(department_slug: str, project_slug: str) -> str:
+    """A project's place: its row in its department page's projects panel."""
+    return f"{reverse('tenancy:department-detail', args=[department_slug])}#project-{project_slug}"
+
+
+def _project_named(user, q: str) -> str | None:
+    """The project whose name or slug is `q` (any case) when exactly one visible project has it (a slug is
+    unique per department only); at most two rows read."""
+    found = list(
+        Project.objects.visible_to(user)
+        .filter(Q(name__iexact=q) | Q(slug=q.lower()))
+        .order_by()
+        .values_list("department__slug", "slug")[:2]
+    )
+    return _project_url(*found[0]) if len(found) == 1 else None
+
+
+def _projects(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    projects = (
+        Project.objects.visible_to(user).select_related("department").order_by("department__name", "name")
+    )
+    group = Group("project", "Projects")
+    rows, group.more = _bounded(projects.filter(Q(name__istartswith=q) | Q(slug__istartswith=q.lower())))
+    for project in rows:
+        group.hits.append(
+            Hit(
+                f"{project.department.name} / {project.name}",
+                _project_url(project.department.slug, project.slug),
+                project.slug,
+            )
+        )
+    return group, _project_named(user, q) if look_exact else None
 
 
 def visible_users(user):
@@ -252,12 +308,13 @@ def _users(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, None
 
 
-SEARCHES = (_gpus, _trays, _racks, _jobs, _departments, _users)
+SEARCHES = (_gpus, _trays, _racks, _jobs, _departments, _projects, _users)
 
 
 def exact_url(user, q: str) -> str | None:
     """The URL of the one object `q` names exactly, in the order search() picks it (GPU UUID or serial, tray
-    hostname or IB port GUID, rack name or cluster UUID, job id, department name or slug), or None.
+    hostname or IB port GUID, rack name or cluster UUID, job id, department name or slug, the one project
+    with that name or slug, the one job with that whole name), or None.
 
     The fast path of the search page: a query naming an object answers with its redirect after one or two
     indexed lookups, without searching every kind (see search() for the grouped results).
@@ -297,7 +354,9 @@ def exact_url(user, q: str) -> str | None:
         .values_list("slug", flat=True)
         .first()
     )
-    return reverse("tenancy:department-detail", args=[department]) if department else None
+    if department:
+        return reverse("tenancy:department-detail", args=[department])
+    return _project_named(user, q) or _job_named(user, q)
 
 
 def search(user, q: str, look_exact: bool = True) -> Results:
@@ -309,6 +368,8 @@ def search(user, q: str, look_exact: bool = True) -> Results:
         exact = exact or url
         if group.hits:
             groups.append(group)
+    if look_exact and exact is None:
+        exact = _job_named(user, q)  # a job's name last: it is anyone's to choose
     return Results(query=q, groups=groups, exact=exact)
 
 

@@ -1,4 +1,9 @@
-"""One FilterSet per model, shared by the HTML lists and the API."""
+"""One FilterSet per model, shared by the HTML lists and the API.
+
+Jobs name their project by slug (the API's `project` field, the job page), so `?project=` takes the slug.
+A slug is unique within a department only: one that several visible departments use matches the jobs of
+each (add `department=` to pick one). A slug that names no project whose jobs the user may see is a 400
+naming `project`, the same answer whether it is unknown or another department's (no probing)."""
 
 import django_filters
 from django import forms
@@ -12,7 +17,7 @@ from tenancy.models import Department, Project
 
 def projects_with_visible_jobs(request):
     """The projects a user may filter jobs by: those of the departments whose jobs they see (admins: all).
-    Any other id, unknown or another department's, is refused alike (400 naming `project`)."""
+    Any other slug, unknown or another department's, is refused alike (400 naming `project`)."""
     if request is None:
         return Project.objects.none()
     projects = Project.objects.select_related("department").order_by("department__name", "name")
@@ -24,27 +29,59 @@ def projects_with_visible_jobs(request):
 class JobFilterForm(forms.Form):
     def clean(self):
         cleaned = super().clean()
-        project, department = cleaned.get("project"), cleaned.get("department")
-        if project is not None and department and project.department.slug != department:
+        projects, department = cleaned.get("project"), cleaned.get("department")
+        if projects and department and all(p.department.slug != department for p in projects):
+            names = ", ".join(f"{p.department.name}'s {p.name}" for p in projects)
             self.add_error(
                 "project",
-                f"Project {project.pk} ({project.name}) is not a project of the department {department!r}: "
+                f"Project {projects[0].slug!r} ({names}) is not a project of the department {department!r}: "
                 "choose one of its projects, or leave out the department.",
             )
+        elif projects and department:
+            cleaned["project"] = [p for p in projects if p.department.slug == department]
         return cleaned
+
+
+class ProjectSlugField(forms.CharField):
+    """A project's slug -> the projects of `queryset` with that slug (a list: a slug is unique per
+    department only); a slug none of them has is invalid."""
+
+    default_error_messages = {
+        "invalid_choice": "No project with the slug %(value)r among the projects whose jobs you can see: use "
+        "a slug from /api/v1/projects/ (the same word a job's `project` shows)."
+    }
+
+    def __init__(self, *, queryset, **kwargs):
+        self.queryset = queryset
+        super().__init__(**kwargs)
+
+    def clean(self, value):
+        value = super().clean(value)
+        if not value:
+            return None
+        projects = list(self.queryset.filter(slug=value)) if self.queryset is not None else []
+        if not projects:
+            raise forms.ValidationError(
+                self.error_messages["invalid_choice"], code="invalid_choice", params={"value": value}
+            )
+        return projects
+
+
+class ProjectSlugFilter(django_filters.filters.QuerySetRequestMixin, django_filters.Filter):
+    """`?project=<slug>`: the jobs of the matching projects the request's user may see."""
+
+    field_class = ProjectSlugField
+
+    def filter(self, qs, value):
+        if not value:
+            return qs
+        return qs.filter(project__in=[p.pk for p in value])
 
 
 class JobFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains")
     department = django_filters.CharFilter(field_name="department__slug", label="Department (slug)")
-    project = django_filters.ModelChoiceFilter(
-        queryset=projects_with_visible_jobs,
-        label="Project (ID)",
-        error_messages={
-            "invalid_choice": "No project with this ID among the projects whose jobs you can see: use "
-            "an ID from /api/v1/projects/."
-        },
-    )
+    project = ProjectSlugFilter(queryset=projects_with_visible_jobs, label="Project (slug)")
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     backend = django_filters.ChoiceFilter(choices=Backend.choices)
     priority_class = django_filters.ChoiceFilter(choices=PriorityClass.choices)

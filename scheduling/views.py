@@ -22,6 +22,7 @@ from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobState, PriorityClass, Topology
 from scheduling.filters import JobFilter
 from scheduling.models import Allocation, Job
+from scheduling.resubmit import resubmit_offer, with_resubmit_facts
 from scheduling.services import cancel_job, may_cancel
 from tenancy.models import Department
 
@@ -51,6 +52,8 @@ JOB_SORTS = {
     "topology": ("topology",),
     "class": ("priority_class",),
     "state": ("state",),
+    # "Where / why waiting": pending jobs by their reason; placed ones (no reason) by their first host.
+    "where": ("pending_reason", "placement__0"),
     "created": ("created_at",),
     "started": ("started_at",),
 }
@@ -58,6 +61,7 @@ JOB_COLUMNS = [
     Column("id", lambda j: j.pk),
     Column("name", lambda j: j.name),
     Column("department", lambda j: j.department.slug),
+    Column("project", lambda j: j.project.slug if j.project_id else ""),
     Column("submitted_by", lambda j: j.submitted_by.get_username() if j.submitted_by else ""),
     Column("backend", lambda j: j.backend),
     Column("gpus", lambda j: j.gpus),
@@ -81,7 +85,7 @@ def job_list(request):
     table = Table(request, "jobs", JOB_SORTS, "-created", per_page=JOBS_PER_PAGE)
     queryset = table.order(
         Job.objects.visible_to(request.user)
-        .select_related("department", "submitted_by")
+        .select_related("department", "submitted_by", "project")
         .defer("work", "backend_message")
     )
     filterset = JobFilter(request.GET, queryset=queryset, request=request)
@@ -117,10 +121,11 @@ def job_list(request):
     return render(request, "scheduling/job_list.html", context)
 
 
-def _visible_job(request, pk) -> Job:
-    return get_object_or_404(
-        Job.objects.visible_to(request.user).select_related("department", "submitted_by"), pk=pk
-    )
+def _visible_job(request, pk, resubmit_facts: bool = False) -> Job:
+    jobs = Job.objects.visible_to(request.user).select_related("department", "submitted_by", "project")
+    if resubmit_facts:  # what the page's Resubmit button needs, in the same query (scheduling.resubmit)
+        jobs = with_resubmit_facts(jobs, request.user)
+    return get_object_or_404(jobs, pk=pk)
 
 
 def _waiting_words(job: Job) -> list[str]:
@@ -210,7 +215,7 @@ def _job_status_response(request, job: Job, **extra):
 
 def job_detail(request, pk):
     """Everything about a job; `request.htmx`: its live status only (polled while it is active)."""
-    job = _visible_job(request, pk)
+    job = _visible_job(request, pk, resubmit_facts=not request.htmx)
     if request.htmx:
         return _job_status_response(request, job)
     context = _job_status_context(request, job)
@@ -218,6 +223,8 @@ def job_detail(request, pk):
         (key, value if isinstance(value, str) else json.dumps(value, indent=2))
         for key, value in (job.work or {}).items()
     ]
+    # The Resubmit button tells the truth before the click (scheduling.resubmit).
+    context["resubmit"] = resubmit_offer(request.user, job)
     return render(request, "scheduling/job_detail.html", context)
 
 

@@ -103,3 +103,85 @@ def test_a_member_submits_a_job_through_the_form_and_clones_it(live_server, page
     expect(page.locator(".message.success")).to_contain_text("llm-pretrain-2 submitted")
     assert Job.objects.count() == 2
     assert refused == []
+
+
+@pytest.fixture
+def before_projects(transactional_db):
+    """A Research job from before the department had projects; then it shares its GPUs between Vision (the
+    researcher is in it) and Speech; a second member is in neither."""
+    from scheduling.choices import JobState
+    from tenancy.models import Project, ProjectMembership
+    from tests.factories import make_job
+
+    seed_datacenter(racks=3)
+    department = make_department("Research", guaranteed_gpus=32)
+    researcher = make_member("e2e-vision", department, password=PASSWORD)
+    make_member("e2e-newcomer", department, password=PASSWORD)
+    job = make_job(
+        department, "nightly-eval", JobState.FAILED, submitted_by=researcher, work={"script": SCRIPT}
+    )
+    vision = Project.objects.create(department=department, name="Vision", slug="vision")
+    Project.objects.create(department=department, name="Speech", slug="speech")
+    ProjectMembership.objects.create(user=researcher, project=vision)
+    return job
+
+
+def test_a_job_from_before_projects_is_resubmitted_under_a_chosen_project(
+    live_server, page, shots, before_projects
+):
+    job = before_projects
+    refused = sign_in(page, live_server, "e2e-vision")
+    page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+    # The page says it before the click: Research now needs a project; resubmit asks which.
+    why = page.locator("#resubmit-why")
+    expect(why).to_have_text(
+        "This job ran as Research's own work, but Research now shares its GPUs among projects: choose one of "
+        "your projects to run it under."
+    )
+    resubmit = page.locator("[data-resubmit]")
+    expect(resubmit).to_have_attribute("data-resubmit", "choose-project")
+    expect(resubmit).to_be_enabled()
+    page.screenshot(path=str(shots / "05-job-page-resubmit-needs-project.png"), full_page=True)
+
+    # Clone: her one project is chosen, and the form says why.
+    page.get_by_role("link", name="Clone").click()
+    expect(page.locator("#id_project")).to_have_value("vision")
+    expect(page.locator("#id_project_note")).to_contain_text("Vision, your one project there, is chosen")
+    expect(page.locator("#job-preview [data-preview]")).to_be_visible()  # the preview takes the project
+    page.screenshot(path=str(shots / "06-clone-project-chosen.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+    page.get_by_role("link", name="Resubmit").click()
+    expect(page.locator("h1")).to_contain_text(f"Resubmit job #{job.pk}")
+    expect(page.locator("#id_project")).to_have_value("vision")
+    expect(page.locator("#id_project option")).to_have_count(1)  # Speech is not hers
+    page.screenshot(path=str(shots / "07-resubmit-choose-project.png"), full_page=True)
+    with page.expect_navigation():
+        page.get_by_role("button", name="Resubmit").click()
+    new = Job.objects.exclude(pk=job.pk).get()
+    expect(page).to_have_url(f"{live_server.url}/scheduling/jobs/{new.pk}/")
+    expect(page.locator(".page-head .facts")).to_contain_text("ProjectVision vision")
+    assert new.project.slug == "vision" and new.work == job.work
+    page.screenshot(path=str(shots / "08-resubmitted-under-vision.png"), full_page=True)
+    assert refused == []
+
+
+def test_with_no_project_of_theirs_resubmit_is_disabled_and_says_why(
+    live_server, page, shots, before_projects
+):
+    job = before_projects
+    refused = sign_in(page, live_server, "e2e-newcomer")
+    page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+    button = page.get_by_role("button", name="Resubmit")
+    expect(button).to_be_disabled()
+    expect(page.get_by_role("link", name="Resubmit")).to_have_count(0)
+    expect(page.locator("#resubmit-why")).to_contain_text(
+        "you are in none of Research's projects: ask a lead of Research to add you to one, then resubmit."
+    )
+    page.screenshot(path=str(shots / "09-job-page-resubmit-disabled.png"), full_page=True)
+    # Clone says the same over the project field, and submitting is refused next to it.
+    page.get_by_role("link", name="Clone").click()
+    expect(page.locator("#id_project_note")).to_contain_text("you are in none of Research's projects")
+    page.screenshot(path=str(shots / "10-clone-no-project.png"), full_page=True)
+    assert Job.objects.count() == 1
+    assert refused == []

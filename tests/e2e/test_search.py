@@ -70,3 +70,57 @@ def test_search_from_the_header_lands_on_the_tray(live_server, page, member, sho
     expect(page).to_have_url(f"{live_server.url}/inventory/trays/{tray.pk}/")
     expect(page.locator("main")).to_contain_text("gb-r02-t05")
     page.screenshot(path=str(shots / "search-landed-on-tray.png"), full_page=True)
+
+
+@pytest.mark.e2e
+def test_search_finds_projects_and_jumps_to_a_job_by_its_whole_name(live_server, page, member, shots):
+    from django.urls import reverse
+
+    from scheduling.models import Job
+    from tenancy.models import Department, Project, ProjectMembership
+
+    research = Department.objects.get(slug="research")
+    vision = Project.objects.create(department=research, name="Vision Models", slug="vision")
+    ProjectMembership.objects.create(user=member, project=vision)
+    Project.objects.create(department=research, name="Vision Secret", slug="vision-secret")  # not hers
+    Project.objects.create(department=Department.objects.get(slug="hidden"), name="Visionaries", slug="vis")
+    make_job(research, "sweep-lr", state="pending")
+    make_job(research, "sweep-lr", state="completed")
+    sign_in(page, live_server)
+
+    def search(text: str) -> None:
+        box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+        box.fill(text)
+        with page.expect_navigation():
+            box.press("Enter")
+
+    # Projects she may see, by the start of the name or slug; not the others.
+    search("visi")
+    projects = page.locator('section[data-kind="project"]')
+    expect(projects.locator("li")).to_have_count(1)
+    expect(projects).to_contain_text("Research / Vision Models")
+    expect(page.locator("main")).not_to_contain_text("Vision Secret")
+    expect(page.locator("main")).not_to_contain_text("Visionaries")
+    page.screenshot(path=str(shots / "search-projects.png"), full_page=True)
+    # Its whole slug goes to its row on the department page.
+    search("vision")
+    department_page = reverse("tenancy:department-detail", args=["research"])
+    expect(page).to_have_url(f"{live_server.url}{department_page}#project-vision")
+    expect(page.locator("#project-vision")).to_contain_text("Vision Models")
+    page.screenshot(path=str(shots / "search-landed-on-project.png"), full_page=True)
+
+    # A job's whole name, one job: its page.
+    job = Job.objects.get(name="research-llama-pretrain")
+    search("research-llama-pretrain")
+    expect(page).to_have_url(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+    page.screenshot(path=str(shots / "search-landed-on-job.png"), full_page=True)
+
+    # Two jobs of that name: listed, with a word why there was no jump.
+    search("sweep-lr")
+    expect(page).to_have_url(re.compile(r"/search/\?q=sweep-lr$"))
+    jobs = page.locator('section[data-kind="job"]')
+    expect(jobs.locator("li")).to_have_count(2)
+    expect(jobs.locator("[data-note=job]")).to_have_text(
+        "2 jobs are named 'sweep-lr': they are listed first, newest first."
+    )
+    page.screenshot(path=str(shots / "search-jobs-sharing-a-name.png"), full_page=True)

@@ -1,7 +1,10 @@
-"""Jobs filtered by project (issue 16): `GET /api/v1/jobs/?project=<id>` and the jobs page's Project filter.
-Strict, like the other filters: an id that is unknown, not a number, or a project of a department whose jobs
-the user cannot see is a 400 naming `project` (the same answer for all three: no probing), as is a project
-of another department than the `department` filter's."""
+"""Jobs filtered by project (issue 16): `GET /api/v1/jobs/?project=<slug>` and the jobs page's Project filter.
+The slug, the word a job's `project` shows (the id is no longer read). Strict, like the other filters: a
+slug that is unknown, a number, or a project of a department whose jobs the user cannot see is a 400 naming
+`project` (the same answer for all: no probing), as is a project of another department than the
+`department` filter's."""
+
+import json
 
 import pytest
 
@@ -37,11 +40,11 @@ def names(response) -> list[str]:
 
 def test_the_api_lists_the_jobs_of_one_project(member_a, projects, jobs):
     api = token_client(member_a)
-    assert names(api.get(f"/api/v1/jobs/?project={projects['vision'].pk}")) == [
+    assert names(api.get("/api/v1/jobs/?project=vision")) == [
         "train-vision-1",
         "train-vision-2",
     ]
-    assert names(api.get(f"/api/v1/jobs/?project={projects['speech'].pk}&state=pending")) == ["train-speech"]
+    assert names(api.get("/api/v1/jobs/?project=speech&state=pending")) == ["train-speech"]
     assert names(api.get("/api/v1/jobs/?project=")) == [  # empty: no filter
         "train-alpha",
         "train-speech",
@@ -50,41 +53,98 @@ def test_the_api_lists_the_jobs_of_one_project(member_a, projects, jobs):
     ]
 
 
-@pytest.mark.parametrize("value", ["999999", "abc", "robotics"])
+@pytest.mark.parametrize("value", ["999999", "abc", "robotics", "id-of-vision"])
 def test_an_unknown_project_or_one_of_a_department_out_of_sight_is_a_400_naming_it(
     member_a, projects, jobs, value
 ):
-    value = {"robotics": str(projects["robotics"].pk)}.get(value, value)  # Beta's: member_a cannot see it
+    # robotics: Beta's, member_a cannot see it; an id is not read (a job names its project by slug)
+    value = {"id-of-vision": str(projects["vision"].pk)}.get(value, value)
     response = token_client(member_a).get(f"/api/v1/jobs/?project={value}")
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["project"]
     assert (
-        "No project with this ID among the projects whose jobs you can see" in response.json()["project"][0]
+        f"No project with the slug {value!r} among the projects whose jobs you can see"
+        in response.json()["project"][0]
     )
 
 
 def test_a_project_of_another_department_than_the_department_filter_is_a_400(platform_admin, projects, jobs):
     api = token_client(platform_admin)
-    robotics = projects["robotics"].pk
+    robotics = "robotics"
     assert names(api.get(f"/api/v1/jobs/?project={robotics}")) == ["train-robotics"]  # admins see all
     assert names(api.get(f"/api/v1/jobs/?project={robotics}&department=beta")) == ["train-robotics"]
     response = api.get(f"/api/v1/jobs/?project={robotics}&department=alpha")
     assert response.status_code == 400
-    assert "is not a project of the department 'alpha'" in response.json()["project"][0]
+    assert (
+        "Project 'robotics' (Beta's Robotics) is not a project of the department 'alpha'"
+        in (response.json()["project"][0])
+    )
 
 
 def test_the_jobs_page_offers_the_projects_and_filters_by_one(client, member_a, projects, jobs):
     client.force_login(member_a)
     page = client.get("/scheduling/jobs/").content.decode()
     assert '<select name="project" id="id_project">' in page
-    assert f'<option value="{projects["speech"].pk}">Alpha / Speech</option>' in page
+    assert '<option value="speech">Alpha / Speech</option>' in page
     assert "Robotics" not in page  # Beta's project: not member_a's to see
 
-    page = client.get(f"/scheduling/jobs/?project={projects['speech'].pk}").content.decode()
+    page = client.get("/scheduling/jobs/?project=speech").content.decode()
     assert "train-speech" in page and "train-vision-1" not in page and "train-alpha" not in page
-    assert f'<option value="{projects["speech"].pk}" selected>Alpha / Speech</option>' in page
+    assert '<option value="speech" selected>Alpha / Speech</option>' in page
 
 
 def test_the_jobs_page_has_no_project_filter_where_there_are_no_projects(client, member_b, department_b):
     client.force_login(member_b)
     assert 'name="project"' not in client.get("/scheduling/jobs/").content.decode()
+
+
+def test_a_slug_two_departments_use_matches_each_and_the_department_picks_one(
+    platform_admin, department_b, projects, jobs
+):
+    beta_vision = Project.objects.create(department=department_b, name="Vision", slug="vision")
+    make_job(department_b, "train-beta-vision", JobState.PENDING, project=beta_vision)
+    api = token_client(platform_admin)
+    assert names(api.get("/api/v1/jobs/?project=vision")) == [
+        "train-beta-vision",
+        "train-vision-1",
+        "train-vision-2",
+    ]
+    assert names(api.get("/api/v1/jobs/?project=vision&department=beta")) == ["train-beta-vision"]
+    assert names(api.get("/api/v1/jobs/?project=vision&department=alpha")) == [
+        "train-vision-1",
+        "train-vision-2",
+    ]
+
+
+def test_a_member_never_gets_another_departments_jobs_by_a_shared_slug(
+    member_a, department_b, projects, jobs
+):
+    beta_vision = Project.objects.create(department=department_b, name="Vision", slug="vision")
+    make_job(department_b, "train-beta-vision", JobState.PENDING, project=beta_vision)
+    api = token_client(member_a)
+    assert names(api.get("/api/v1/jobs/?project=vision")) == ["train-vision-1", "train-vision-2"]
+    response = api.get("/api/v1/jobs/?project=vision&department=beta")
+    assert response.status_code in (200, 400)
+    assert "train-beta-vision" not in response.content.decode()
+
+
+def test_the_project_slug_the_api_returns_filters_the_same_jobs(member_a, projects, jobs):
+    api = token_client(member_a)
+    listed = api.get("/api/v1/jobs/?name=train-speech").json()["results"]
+    assert [job["project"] for job in listed] == ["speech"]
+    assert names(api.get(f"/api/v1/jobs/?project={listed[0]['project']}")) == ["train-speech"]
+
+
+def test_the_jobs_export_has_the_project_slug_blank_for_none(client, member_a, projects, jobs):
+    client.force_login(member_a)
+    rows = json.loads(b"".join(client.get("/scheduling/jobs/?export=json").streaming_content))
+    assert {row["name"]: row["project"] for row in rows} == {
+        "train-vision-1": "vision",
+        "train-vision-2": "vision",
+        "train-speech": "speech",
+        "train-alpha": "",
+    }
+    csv_text = b"".join(client.get("/scheduling/jobs/?export=csv&project=speech").streaming_content).decode()
+    header, *lines = csv_text.strip().splitlines()
+    assert header.split(",")[:4] == ["id", "name", "department", "project"]
+    assert len(lines) == 1 and lines[0].split(",")[1:4] == ["train-speech", "alpha", "speech"]

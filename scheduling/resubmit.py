@@ -1,0 +1,106 @@
+"""Whether a job can be submitted again as it is, and what the person must choose first: the job page's
+"Resubmit" and "Clone" buttons, the resubmit confirmation and the cloned form all read it here, so none
+of them offers a click that submit_job (tenancy.projects.check_job_project) would refuse.
+
+* The job's values pass: "Resubmit" as before.
+* The job names no project (or one the person may no longer use) and its department now shares its GPUs
+  among projects: the confirmation asks which of the person's projects of that department to use
+  (`projects`); the clone says the same over its project field.
+* No project to choose (the person is in none of the department's projects), a job over its project's
+  limit, or a department the person may not submit to: no resubmit; `reason` says why and what to do.
+
+Reads only: a few small queries, none for the common case (a job without a project in a department without
+projects) when the job was read through `with_resubmit_facts` (the job page). The submission itself stays
+scheduling.services.submit_job's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db.models import Exists, OuterRef
+
+from scheduling.models import Job
+from scheduling.services import submittable_departments
+from tenancy.models import Project
+from tenancy.projects import check_job_project, usable_projects
+
+
+@dataclass(frozen=True)
+class ResubmitOffer:
+    """What the job page may offer for `job` to one person."""
+
+    may_submit: bool  # the person may submit to the job's department at all
+    ready: bool  # the job's own values pass as they are
+    projects: list[Project] = field(default_factory=list)  # to choose from when not `ready`
+    reason: str = ""  # a plain sentence when it cannot be resubmitted, or what to choose first
+    why: str = ""  # the project problem alone, for the clone to finish in its own words
+
+    @property
+    def possible(self) -> bool:
+        """Whether a resubmit can go through (as it is, or once a project is chosen)."""
+        return self.may_submit and (self.ready or bool(self.projects))
+
+    @property
+    def needs_project(self) -> bool:
+        return self.may_submit and not self.ready and bool(self.projects)
+
+
+def with_resubmit_facts(jobs, user):
+    """`jobs` (a Job queryset) with what resubmit_offer would otherwise ask per job, as two EXISTS in the same
+    query: may `user` submit to the job's department, and has that department projects."""
+    department = OuterRef("department_id")
+    return jobs.annotate(
+        resubmit_may_submit=Exists(submittable_departments(user).filter(pk=department)),
+        resubmit_department_has_projects=Exists(Project.objects.filter(department=department)),
+    )
+
+
+def resubmit_offer(user, job: Job) -> ResubmitOffer:
+    """What `user` may do to submit `job` again (see the module docstring)."""
+    department = job.department
+    may_submit = getattr(job, "resubmit_may_submit", None)
+    if may_submit is None:
+        may_submit = submittable_departments(user).filter(pk=department.pk).exists()
+    if not may_submit:
+        return ResubmitOffer(
+            may_submit=False,
+            ready=False,
+            reason=f"Only members of {department.name} and platform admins may submit its jobs: ask its "
+            "lead to add you.",
+        )
+    if job.project_id is None and getattr(job, "resubmit_department_has_projects", None) is False:
+        return ResubmitOffer(may_submit=True, ready=True)  # check_job_project's answer, without asking
+    problems = check_job_project(user, department, job.project, job.gpus)
+    if not problems:
+        return ResubmitOffer(may_submit=True, ready=True)
+    if "gpus" in problems:
+        return ResubmitOffer(
+            may_submit=True,
+            ready=False,
+            reason=f"This job's {job.gpus} GPUs are over project {job.project.name}'s limit of "
+            f"{job.project.limit_gpus} GPUs, so it could never run: clone it and ask for fewer GPUs.",
+        )
+    projects = list(usable_projects(user, department))
+    if job.project_id is None:
+        why = (
+            f"This job ran as {department.name}'s own work, but {department.name} now shares its GPUs "
+            "among projects"
+        )
+    else:
+        why = f"You may no longer submit to this job's project, {job.project.name}"
+    if projects:
+        return ResubmitOffer(
+            may_submit=True,
+            ready=False,
+            projects=projects,
+            reason=f"{why}: choose one of your projects to run it under.",
+            why=why,
+        )
+    return ResubmitOffer(
+        may_submit=True,
+        ready=False,
+        reason=f"{why}, and you are in none of {department.name}'s projects: ask a lead of "
+        f"{department.name} to add you to one, then resubmit.",
+        why=why,
+    )
