@@ -25,19 +25,22 @@ from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.access import Role
 from core.hardware import GPUS_PER_TRAY
 from inventory.choices import FabricState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
-from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass, Topology
+from portal.demo_telemetry import next_utilization
+from scheduling.choices import HOLDING_STATES, Backend, JobEventKind, JobState, PriorityClass, Topology
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import Request, place
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services import check_request, default_topology
 from scheduling.tasks import record_quota_snapshots
+from tenancy.activity import RecordResult, record_samples
 from tenancy.models import (
     DedicatedPartition,
     Department,
@@ -49,6 +52,7 @@ from tenancy.models import (
 )
 from tenancy.quota import DepartmentQuota, fair_share, in_quota_prefix
 from tenancy.services import save_department, schedulable_gpus, schedulable_gpus_q
+from tenancy.telemetry import Sample
 
 BATCH = 5000
 SNAPSHOT_EVERY = timedelta(minutes=5)
@@ -590,6 +594,52 @@ def _seed_telemetry(rng, now) -> None:
             )
     GpuActivity.objects.bulk_create(activity, batch_size=BATCH)
     GpuUtilization.objects.bulk_create(buckets, batch_size=BATCH)
+
+
+def record_demo_telemetry(now: datetime | None = None, rng: random.Random | None = None) -> RecordResult:
+    """One tick of the demo's simulated DCGM exporters (portal.tasks.simulate_demo_telemetry): a sample for
+    every GPU a starting or running job holds, recorded by the direct scrape's own path
+    (tenancy.activity.record_samples: the activity row and the 5-minute bucket).
+
+    Each value follows the GPU's previous sample taken while its job held it (portal.demo_telemetry): the
+    activity row, or when that aged out the GPU's last bucket since the job started. Two queries to read,
+    record_samples' handful to write, whatever the number of GPUs.
+    """
+    now = now or timezone.now()
+    rng = rng or random.Random()
+    since = Coalesce(F("job__started_at"), F("job__placed_at"), F("job__created_at"))
+    last_bucket = GpuUtilization.objects.filter(
+        gpu=OuterRef("gpu"), bucket_start__gte=OuterRef("held_since"), bucket_start__lte=now
+    ).order_by("-bucket_start")
+    rows = (
+        Allocation.objects.filter(job__state__in=HOLDING_STATES)
+        .annotate(held_since=since)
+        .annotate(last_mean=Subquery(last_bucket.values("mean")[:1]))
+        .order_by("gpu_id")
+        .values_list(
+            "gpu_id",
+            "gpu__uuid",
+            "gpu__tray__hostname",
+            "gpu__index",
+            "job_id",
+            "held_since",
+            "gpu__activity__utilization",
+            "gpu__activity__sampled_at",
+            "last_mean",
+        )
+    )
+    samples = []
+    for gpu_id, uuid, hostname, index, job_id, held_since, value, sampled_at, last_mean in rows:
+        previous = value if sampled_at is not None and held_since and sampled_at >= held_since else last_mean
+        samples.append(
+            Sample(
+                uuid=uuid,
+                hostname=hostname,
+                gpu_index=index,
+                value=next_utilization(previous, job_id, gpu_id, rng),
+            )
+        )
+    return record_samples(samples, at=now)
 
 
 def _seed_history(rng, now, departments) -> None:

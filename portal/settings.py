@@ -311,6 +311,14 @@ CELERY_BEAT_SCHEDULE: dict = {
 }
 # Every beat interval multiplied by this (tests/stack runs the real beat with 0.1: a minute becomes 6 s).
 RACKPLANE_BEAT_INTERVAL_SCALE = env.float("RACKPLANE_BEAT_INTERVAL_SCALE", default=1.0)
+# The demo's GPUs keep reporting utilization (portal.tasks.simulate_demo_telemetry): `make run` turns it on
+# in var/dev.env. Off by default: production and the tests record only what real exporters send.
+RACKPLANE_DEMO_TELEMETRY = env.bool("RACKPLANE_DEMO_TELEMETRY", default=False)
+if RACKPLANE_DEMO_TELEMETRY:  # the demo's simulated DCGM exporters; nothing to send anywhere else
+    CELERY_BEAT_SCHEDULE["simulate-demo-telemetry"] = {
+        "task": "portal.tasks.simulate_demo_telemetry",
+        "schedule": 60.0,
+    }
 if RACKPLANE_BEAT_INTERVAL_SCALE != 1.0:
     for _entry in CELERY_BEAT_SCHEDULE.values():
         _entry["schedule"] = _entry["schedule"] * RACKPLANE_BEAT_INTERVAL_SCALE

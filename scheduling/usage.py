@@ -50,6 +50,7 @@ from core.access import leads
 from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
+from tenancy.activity import STALE_AFTER
 from tenancy.models import (
     DedicatedPartition,
     Department,
@@ -390,6 +391,7 @@ class DepartmentDashboard:
     can_manage: bool
     taken_at: datetime
     positions: Positions | None = None  # every department's (the shortfall banner for admins)
+    no_data_gpus: int = 0  # held GPUs neither idle nor freshly sampled (`held_without_data`)
 
     @property
     def history_to_now(self) -> list[dict]:
@@ -404,6 +406,15 @@ class DepartmentDashboard:
     @property
     def running_more(self) -> int:
         return max(0, self.position.running_jobs - len(self.running_jobs))
+
+    @property
+    def reporting_gpus(self) -> int:
+        """Held GPUs with utilization data (idle or working)."""
+        return max(0, self.position.in_use - self.no_data_gpus)
+
+    @property
+    def stale_after_minutes(self) -> int:
+        return int(STALE_AFTER.total_seconds() // 60)
 
     @property
     def pending_more(self) -> int:
@@ -452,6 +463,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         capacity=positions.capacity,
         history=quota_history(user, department, now),
         idle_gpus=idle,
+        no_data_gpus=held_without_data(department, now, settings),
         running_jobs=running_jobs,
         pending_jobs=pending_jobs,
         partitions=partitions,
@@ -556,6 +568,27 @@ def idle_gpus_queryset(
         utilization=F("activity__utilization"),
         idle_since=F("activity__low_since"),
     ).order_by("department_name", "job_name", "hostname", "index")
+
+
+def held_without_data(
+    department, now: datetime | None = None, settings: TenancySettings | None = None
+) -> int:
+    """How many GPUs the department's running jobs hold with no utilization data: no activity row, or one
+    not refreshed for ``tenancy.activity.STALE_AFTER``, and not idle by `idle_activity_queryset` (those are
+    on the idle lists, which every dashboard takes from `idle_gpus_queryset`). So held = idle + working +
+    no data, and "no data" never reads as working. One query.
+    """
+    now = now or timezone.now()
+    fresh = GpuActivity.objects.filter(sampled_at__gte=now - STALE_AFTER).values("gpu")
+    idle = idle_activity_queryset(now, settings).values("gpu")
+    return (
+        Allocation.objects.filter(
+            job__state__in=HOLDING_STATES, job__department=getattr(department, "pk", department)
+        )
+        .exclude(gpu__in=fresh)
+        .exclude(gpu__in=idle)
+        .count()
+    )
 
 
 def free_gpus_queryset() -> QuerySet[Gpu]:
