@@ -73,6 +73,8 @@ DEPARTMENT_SORTS = {
     "fair_share": lambda p: p.fair_share,
     "pending": lambda p: p.pending_demand,
     "idle": lambda p: p.idle,
+    "network": lambda p: p.department.vlan_id,
+    "storage": lambda p: p.department.storage_quota_gib,
 }
 DEPARTMENT_COLUMNS = [
     Column("slug", lambda p: p.department.slug),
@@ -146,7 +148,14 @@ def department_detail(request, slug):
             request, department, dashboard.position, dashboard.taken_at, last_day=dashboard.history
         ),
         "member_form": MembershipForm(department=department) if dashboard.can_manage else None,
-        **projects_panel_context(request, department),  # the projects panel (portal.projects)
+        # The projects panel (portal.projects), with the one answer to "may this user manage it?" the page
+        # asked (dashboard.can_manage) and, for a manager, the members it read.
+        **projects_panel_context(
+            request,
+            department,
+            manage=dashboard.can_manage,
+            members=dashboard.members if dashboard.can_manage else None,
+        ),
     }
     if is_admin(request.user):
         context["capacity_status"] = dashboard.positions.capacity_status()  # as in department_list

@@ -55,10 +55,17 @@ def _department(request, slug: str) -> Department:
     return department
 
 
-def panel_context(request, department: Department, **extra) -> dict:
+def panel_context(
+    request, department: Department, *, manage: bool | None = None, members: list | None = None, **extra
+) -> dict:
     """The projects panel's context: the projects the user may see, each with its GPUs in use and borrowed
-    (one query for the figures), its people, and what a lead may do."""
-    manage = leads(request.user, department)
+    (one query for the figures), its people, and what a lead may do. `manage`: whether the user may manage
+    the department (core.access.leads), when the caller has asked already (the department page asks once
+    for its panels); `members`: the department's memberships, when the caller has read them all (a
+    manager's view of the members table), else read here. A lead may add to each project the department
+    members not yet in it (`project.addable`)."""
+    if manage is None:
+        manage = leads(request.user, department)
     projects = list(
         Project.objects.visible_to(request.user)
         .filter(department=department)
@@ -86,19 +93,23 @@ def panel_context(request, department: Department, **extra) -> dict:
     }
     if manage:
         in_a_project = {m.user_id for p in projects for m in p.people}
-        context["department_members"] = list(
-            Membership.objects.filter(department=department).select_related("user").order_by("user__username")
-        )
+        if members is None:
+            members = Membership.objects.filter(department=department).select_related("user")
+        context["department_members"] = sorted(members, key=lambda m: m.user.username)
         context["without_project"] = [
             m for m in context["department_members"] if m.user_id not in in_a_project
         ]
+        for project in projects:
+            already = {m.user_id for m in project.people}
+            project.addable = [m for m in context["department_members"] if m.user_id not in already]
         context.setdefault("project_form", ProjectForm())
     context.update(extra)
     return context
 
 
-def _panel(request, department: Department, error: str = "", **extra):
-    """htmx: the panel, refreshed in place. A plain form post: back to the department page."""
+def _panel(request, department: Department, error: str = "", status: int = 200, **extra):
+    """htmx: the panel, refreshed in place (with `status`: 400 for a refusal its form swaps in, see
+    data-swap-errors in static/js/portal.js). A plain form post: back to the department page."""
     if not request.htmx:
         if error:
             messages.error(request, error)
@@ -108,7 +119,10 @@ def _panel(request, department: Department, error: str = "", **extra):
                 messages.error(request, message)
         return redirect(reverse("tenancy:department-detail", args=[department.slug]) + "#projects")
     response = render(
-        request, "tenancy/_projects.html", panel_context(request, department, projects_error=error, **extra)
+        request,
+        "tenancy/_projects.html",
+        panel_context(request, department, projects_error=error, **extra),
+        status=status,
     )
     patch_vary_headers(response, ["HX-Request"])
     return response
@@ -183,7 +197,19 @@ def project_member_set(request, slug, pk):
     )
     if not form.is_valid() or membership is None:
         return _panel(
-            request, department, error=f"Choose a member of {department.name} to add to {project.name}."
+            request,
+            department,
+            error=f"Choose a member of {department.name} to add to {project.name}.",
+            status=400,
+        )
+    if ProjectMembership.objects.filter(project=project, user=membership.user).exists():
+        # The panel offers only people not in the project yet: a stale page, or a second click.
+        return _panel(
+            request,
+            department,
+            error=f"{membership.user} is already in {project.name}: nothing was changed. To change their "
+            "project role, take them out and add them again with the new role.",
+            status=400,
         )
     try:
         service.set_project_member(request.user, project, membership.user, form.cleaned_data["role"])

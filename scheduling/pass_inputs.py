@@ -24,24 +24,37 @@ whether this one committed or rolled back; its own allocations arrive through th
 Whatever the cache believes, Allocation's unique GPU constraint still refuses a GPU given twice.
 
 SQLite (the embedded default) has no triggers: every pass reads cold.
+
+`gather` reads everything a pass decides from (departments, projects, running and pending jobs, the cluster
+with the silent trays held out) and `PassInputs.engine_args` turns it into the engine's inputs. The pass
+(scheduling.services) and the job form's dry run (scheduling.preview) both read through it, so the dry run
+cannot drift from the pass.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection
+from django.db.models import FloatField, Func
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.hardware import GPUS_PER_TRAY
 from inventory.models import ComputeTray, Gpu
 from inventory.selectors import unsettled_fabric_trays
 from inventory.services import silent_policy, silent_tray_pks
-from scheduling.choices import HOLDING_STATES
+from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.engine.cluster import Cluster, TraySpec
-from scheduling.models import Allocation
+from scheduling.engine.scheduler import Department as EngineDepartment
+from scheduling.engine.scheduler import PendingJob, RunningJob
+from scheduling.engine.scheduler import Project as EngineProject
+from scheduling.models import Allocation, Job
+from tenancy.models import Department, Project
 from tenancy.services import schedulable_gpus_q
 
 # Table -> the columns the cluster is built from; the triggers of migration scheduling 0010 watch exactly
@@ -511,3 +524,223 @@ def keep(state: ClusterState) -> None:
         return
     with _kept_lock:
         _kept[_database()] = state
+
+
+# --- the rest of the pass's inputs: departments, projects, running and pending jobs ----------------------
+
+
+def epoch(value) -> float:
+    """A timestamp in seconds since 1970 (now when None)."""
+    return value.timestamp() if value is not None else time.time()
+
+
+# The columns a pass reads of the pending jobs (the engine's PendingJob).
+PENDING_COLUMNS = (
+    "pk",
+    "department_id",
+    "gpus",
+    "topology",
+    "priority_class",
+    "created_at",
+    "time_limit_minutes",
+    "pending_reason",
+    "fallback_topology",
+    "fallback_after_minutes",
+    "project_id",
+)
+
+
+def project_rows() -> list[tuple]:
+    """Every project as the engine reads it: (pk, department, slug, guarantee, weight, limit); one query."""
+    return list(
+        Project.objects.order_by("pk").values_list(
+            "pk", "department_id", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus"
+        )
+    )
+
+
+def project_slugs(projects: list[tuple] | None = None) -> dict[int, str]:
+    return {row[0]: row[2] for row in (project_rows() if projects is None else projects)}
+
+
+def engine_departments(
+    departments: list[Department], projects: list[tuple] | None = None
+) -> list[EngineDepartment]:
+    """The engine's departments, each with its projects (`project_rows`; read when not given)."""
+    by_department: dict[int, list[EngineProject]] = {}
+    for _, department_id, slug, guaranteed, weight, limit in project_rows() if projects is None else projects:
+        by_department.setdefault(department_id, []).append(
+            EngineProject(slug, guaranteed, float(weight), limit)
+        )
+    return [
+        EngineDepartment(
+            d.slug,
+            d.guaranteed_gpus,
+            float(d.over_quota_weight),
+            d.limit_gpus,
+            d.priority,
+            tuple(by_department.get(d.pk, ())),
+        )
+        for d in departments
+    ]
+
+
+class _Seconds(Func):
+    """A timestamp as seconds since 1970 (a float), computed by PostgreSQL: parsing thousands of
+    timestamps into datetimes costs more than reading the rest of the running jobs' rows."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
+    output_field = FloatField()
+
+
+def _seconds(value) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+# A running job as a pass reads it: (pk, department pk, GPUs, time limit in minutes, over quota, priority
+# class, project pk, since, placed), `since` (placed, else started) and `placed` in seconds since 1970, or
+# None.
+RUNNING_COLUMNS = (
+    "pk",
+    "department_id",
+    "gpus",
+    "time_limit_minutes",
+    "over_quota",
+    "priority_class",
+    "project_id",
+)
+OVER_QUOTA = 4  # a running row's over-quota column
+
+
+def read_running() -> list[tuple]:
+    """The running (holding) jobs, one query."""
+    jobs = Job.objects.filter(state__in=HOLDING_STATES).order_by()
+    if connection.vendor == "postgresql":
+        since = _Seconds(Coalesce("placed_at", "started_at"))
+        query = jobs.annotate(since=since, placed=_Seconds("placed_at")).values_list(
+            *RUNNING_COLUMNS, "since", "placed"
+        )
+        # The driver's tuples as they come: thousands of rows, nothing for Django to convert.
+        with connection.cursor() as cursor:
+            cursor.execute(*query.query.sql_with_params())
+            return cursor.fetchall()
+    return [
+        (*row[:-2], _seconds(row[-2] or row[-1]), _seconds(row[-2]))
+        for row in jobs.values_list(*RUNNING_COLUMNS, "placed_at", "started_at")
+    ]
+
+
+def engine_running_jobs(
+    rows, slug: dict[int, str], kept: dict, projects: dict[int, str] | None = None
+) -> list[RunningJob]:
+    """The engine's RunningJob of each row. `kept` ({pk: (row, RunningJob)} and the department and project
+    slugs under None, from the last pass; replaced by this pass's) gives back the ones whose row has not
+    changed: thousands of them. `projects`: project slugs by pk (`project_slugs`; read when not given)."""
+    projects = project_slugs() if projects is None else projects
+    if kept.get(None) != (slug, projects):  # a department renamed: every job may read differently
+        kept.clear()
+    jobs = []
+    built: dict = {None: (slug, projects)}
+    for row in rows:
+        pk = row[0]
+        job = kept.get(pk)
+        if job is not None and job[0] == row:
+            job = job[1]
+        else:
+            _, department_id, gpus, limit, over_quota, priority_class, project_id, since, _ = row
+            started = since if since is not None else time.time()
+            job = RunningJob(
+                id=pk,
+                department=slug[department_id],
+                gpus=gpus,
+                started_at=started,
+                expected_end=started + limit * 60,
+                over_quota=over_quota,
+                priority_class=priority_class,
+                project=projects.get(project_id),
+            )
+        if row[7] is not None:  # else "started now": not the same at the next pass
+            built[pk] = (row, job)
+        jobs.append(job)
+    kept.clear()
+    kept.update(built)
+    return jobs
+
+
+def engine_pending_jobs(
+    rows, slug: dict[int, str], projects: dict[int, str] | None = None
+) -> list[PendingJob]:
+    """The engine's PendingJob of each row (`PENDING_COLUMNS`, or a Job). `projects`: as for
+    `engine_running_jobs`."""
+    projects = project_slugs() if projects is None else projects
+    return [
+        PendingJob(
+            id=j.pk,
+            department=slug[j.department_id],
+            gpus=j.gpus,
+            topology=j.topology,
+            priority_class=j.priority_class,
+            submitted_at=epoch(j.created_at),
+            time_limit_s=j.time_limit_minutes * 60,
+            fallback_topology=j.fallback_topology or None,
+            fallback_after_s=(j.fallback_after_minutes or 0) * 60,
+            project=projects.get(j.project_id),
+        )
+        for j in rows
+    ]
+
+
+@dataclass
+class PassInputs:
+    """What a pass decides from, as `gather` read it."""
+
+    state: ClusterState  # the cluster (silent trays held out), and what it was built from
+    departments: list[Department]
+    slug: dict[int, str]  # department pk -> slug
+    project_rows: list[tuple]  # `project_rows`
+    project_slug: dict[int, str]  # project pk -> slug
+    running: dict[int, tuple]  # pk -> `read_running` row, of the running jobs on the cluster
+    pending: dict[int, tuple]  # pk -> `PENDING_COLUMNS` row (named), of the pending jobs
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.state.cluster
+
+    def engine_args(self, now: datetime, extra_pending: Iterable = ()) -> tuple:
+        """The engine's `schedule` arguments: (cluster, departments, running jobs, pending jobs, now).
+        `extra_pending`: jobs (Job objects) queued behind the pending ones (the dry run's proposed job)."""
+        return (
+            self.cluster,
+            engine_departments(self.departments, self.project_rows),
+            engine_running_jobs(self.running.values(), self.slug, self.state.running_jobs, self.project_slug),
+            engine_pending_jobs([*self.pending.values(), *extra_pending], self.slug, self.project_slug),
+            now.timestamp(),
+        )
+
+
+def gather(*, kept: bool = True) -> PassInputs:
+    """Read everything a pass decides from, in a fixed handful of queries (tests/scheduling/
+    test_pass_queries.py): the departments, the projects, the running jobs, the cluster with their GPUs
+    (`read`: the one this process keeps when `kept`, else cold and not to be kept: a dry run must not touch
+    the pass's), the silent trays held out (`silence`), the pending jobs. A pass calls `keep(state)` after."""
+    departments = list(Department.objects.all())
+    projects = project_rows()
+    holding_rows = read_running()
+    placed = {row[0]: row[-1] for row in holding_rows}
+    state = read(placed) if kept else build(placed)
+    silence(state)  # nodes that stopped reporting: no new work there (node_silent rule)
+    cluster = state.cluster
+    return PassInputs(
+        state=state,
+        departments=departments,
+        slug={d.pk: d.slug for d in departments},
+        project_rows=projects,
+        project_slug=project_slugs(projects),
+        running={row[0]: row for row in holding_rows if row[0] in cluster.jobs},
+        pending={
+            row.pk: row
+            for row in Job.objects.filter(state=JobState.PENDING)
+            .order_by()
+            .values_list(*PENDING_COLUMNS, named=True)
+        },
+    )

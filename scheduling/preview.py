@@ -1,9 +1,10 @@
 """What would happen to a job if it were submitted now: the scheduling pass run dry, writing nothing.
 
 The job form's preview (portal.job_form) asks `preview_job` before a job exists. It reads what a pass reads
-(the departments, the running and pending jobs, the cluster, cold: never the pass's kept cluster), adds the
-proposed job at the back of the queue (submitted now, as a submission would be) and runs the same engine
-(`scheduling.engine.scheduler.schedule`) with the same inputs the pass builds (scheduling.services). The
+through the same function (`scheduling.pass_inputs.gather`: the departments, projects, running and pending
+jobs, the cluster with silent trays held out; cold, never the pass's kept cluster), adds the proposed job at
+the back of the queue (submitted now, as a submission would be) and runs the same engine
+(`scheduling.engine.scheduler.schedule`) with the same arguments (`PassInputs.engine_args`). The
 answer is the engine's own decision for that job: where it would start (trays, NVLink partitions, racks; in
 quota or borrowed; what it would preempt), or why it would wait, in the words the job's page would show.
 
@@ -18,19 +19,9 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from scheduling import pass_inputs
-from scheduling.choices import JobState
 from scheduling.engine.scheduler import schedule
 from scheduling.models import Job
-from scheduling.services import (
-    _PENDING,
-    _engine_departments,
-    _pending_jobs,
-    _project_rows,
-    _project_slugs,
-    _read_running,
-    _running_jobs,
-    check_request,
-)
+from scheduling.services import check_request
 from tenancy.models import Department
 
 PROBE_ID = -1  # the proposed job's id in the dry pass: no row has it
@@ -100,17 +91,8 @@ def preview_job(
     if errors:
         return Preview(errors=errors)
     now = timezone.now()
-    # The pass's inputs, read as scheduling.services._pass reads them (keep the two alike).
-    departments = list(Department.objects.all())
-    slug = {d.pk: d.slug for d in departments}
-    project_rows = _project_rows()
-    project_slug = _project_slugs(project_rows)
-    holding_rows = _read_running()
-    state = pass_inputs.build({row[0]: row[-1] for row in holding_rows})  # cold: the kept one is the pass's
-    pass_inputs.silence(state)
-    cluster = state.cluster
-    running = [row for row in holding_rows if row[0] in cluster.jobs]
-    pending = list(Job.objects.filter(state=JobState.PENDING).order_by().values_list(*_PENDING, named=True))
+    inputs = pass_inputs.gather(kept=False)  # cold: the kept cluster is the pass's
+    cluster = inputs.cluster
     known = {f.attname for f in Job._meta.concrete_fields} | {f.name for f in Job._meta.concrete_fields}
     probe = Job(
         department=department,
@@ -122,14 +104,8 @@ def preview_job(
         **{name: value for name, value in job_fields.items() if name in known},
     )
     probe.pk = PROBE_ID
-    result = schedule(
-        cluster,
-        _engine_departments(departments, project_rows),
-        _running_jobs(running, slug, {}, project_slug),
-        _pending_jobs([*pending, probe], slug, project_slug),
-        now.timestamp(),
-    )
-    ahead = len(pending)
+    result = schedule(*inputs.engine_args(now, extra_pending=[probe]))
+    ahead = len(inputs.pending)
     start = next((s for s in result.started if s.job_id == PROBE_ID), None)
     if start is None:
         return Preview(reason=result.waiting.get(PROBE_ID, ""), queued_ahead=ahead)

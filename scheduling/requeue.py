@@ -41,7 +41,7 @@ from core.models import NotificationEvent
 from core.notifications import notify
 from scheduling.choices import HOLDING_STATES, FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import Allocation, FaultPolicy, Job, JobEvent
-from scheduling.services import _free, _stop_in_backend, request_pass
+from scheduling.services import release_gpus, request_pass, stop_in_backend
 
 SIGNAL_JOB = "integrations.tasks.signal_job"  # integrations.requeue.signal_job: the checkpoint signal
 SYNC_JOBS = "integrations.tasks.sync_jobs"
@@ -219,8 +219,8 @@ def _apply(job: Job, decision: Decision, host: str, reason: str, signal: str, no
 
 def requeue(job: Job, message: str, *, host: str = "") -> None:
     """Put a holding job (locked by the caller) back in the queue after a fault; see the module doc."""
-    _stop_in_backend(job, message)
-    _free(job)
+    stop_in_backend(job, message)
+    release_gpus(job)
     placement = list(job.placement)
     before = {name: getattr(job, name) for name in AUDITED_FIELDS}
     Job.objects.filter(pk=job.pk).update(

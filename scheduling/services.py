@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, FloatField, Func, Max, Q
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -53,13 +52,9 @@ from scheduling.engine.cluster import Cluster
 from scheduling.engine.scheduler import (
     PREEMPTIBLE_CLASSES,
     PassResult,
-    PendingJob,
-    RunningJob,
     Start,
     schedule,
 )
-from scheduling.engine.scheduler import Department as EngineDepartment
-from scheduling.engine.scheduler import Project as EngineProject
 from scheduling.models import (
     FALLBACK_AFTER_MAX_MINUTES,
     Allocation,
@@ -407,15 +402,18 @@ def may_cancel(user, job: Job) -> bool:
 # --- cancel ------------------------------------------------------------------------------------------
 
 
-def _free(job: Job) -> None:
-    """Give the job's GPUs back. A partition plan waiting for a drained tray to empty moves on at once."""
+def release_gpus(job: Job) -> None:
+    """Give the job's GPUs back (its allocations deleted). A partition plan waiting for a drained tray to
+    empty moves on at once."""
     allocations = Allocation.objects.filter(job=job)
     if allocations.filter(gpu__tray__state=TrayState.DRAIN).exists():
         enqueue(FOLLOW_PLANS)
     allocations.delete()
 
 
-def _stop_in_backend(job: Job, reason: str) -> None:
+def stop_in_backend(job: Job, reason: str) -> None:
+    """Ask the backend to stop the job, if it has a backend job: a BackendCancel row the sync task retries
+    until the backend confirms (one per backend job; `reason` kept for the record)."""
     if job.backend_id:
         BackendCancel.objects.get_or_create(
             backend=job.backend, backend_id=job.backend_id, defaults={"job": job, "reason": reason[:200]}
@@ -431,8 +429,8 @@ def cancel_job(job: Job, user=None) -> Job:
         if job.state in FINISHED_STATES:
             raise ValidationError(f"job {job.pk} has already ended ({job.get_state_display().lower()})")
         who = f" by {user.get_username()}" if user is not None and user.is_authenticated else ""
-        _stop_in_backend(job, f"cancelled{who}")
-        _free(job)
+        stop_in_backend(job, f"cancelled{who}")
+        release_gpus(job)
         was = job.state
         job.state = JobState.CANCELLED
         job.finished_at = timezone.now()
@@ -458,30 +456,13 @@ class PassSummary:
     cold: bool = True  # the cluster was read cold, not kept from this process's last pass (pass_inputs)
 
 
-def _epoch(value) -> float:
-    return value.timestamp() if value is not None else time.time()
-
-
 def _load_cluster():
     """The engine's cluster read cold from the database, and its tray index by ComputeTray pk."""
     return pass_inputs.load_cluster()
 
 
-# The columns a pass reads of the pending jobs (the engine's PendingJob), and of the jobs it decides about,
-# under their row locks (the audit's before-values). The running jobs: `_read_running`.
-_PENDING = (
-    "pk",
-    "department_id",
-    "gpus",
-    "topology",
-    "priority_class",
-    "created_at",
-    "time_limit_minutes",
-    "pending_reason",
-    "fallback_topology",
-    "fallback_after_minutes",
-    "project_id",
-)
+# The columns a pass reads of the jobs it decides about, under their row locks (the audit's before-values).
+# What it reads of the running and pending jobs: pass_inputs (`gather`).
 _LOCKED = (
     "pk",
     "name",
@@ -526,140 +507,6 @@ def _placed(now) -> dict:
         "dispatch_attempts": 0,
         "next_dispatch_at": None,
     }
-
-
-def _project_rows() -> list[tuple]:
-    """Every project as the engine reads it: (pk, department, slug, guarantee, weight, limit); one query."""
-    return list(
-        Project.objects.order_by("pk").values_list(
-            "pk", "department_id", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus"
-        )
-    )
-
-
-def _project_slugs(projects: list[tuple] | None = None) -> dict[int, str]:
-    return {row[0]: row[2] for row in (_project_rows() if projects is None else projects)}
-
-
-def _engine_departments(
-    departments: list[Department], projects: list[tuple] | None = None
-) -> list[EngineDepartment]:
-    """The engine's departments, each with its projects (`_project_rows`; read when not given)."""
-    by_department: dict[int, list[EngineProject]] = {}
-    for _, department_id, slug, guaranteed, weight, limit in (
-        _project_rows() if projects is None else projects
-    ):
-        by_department.setdefault(department_id, []).append(
-            EngineProject(slug, guaranteed, float(weight), limit)
-        )
-    return [
-        EngineDepartment(
-            d.slug,
-            d.guaranteed_gpus,
-            float(d.over_quota_weight),
-            d.limit_gpus,
-            d.priority,
-            tuple(by_department.get(d.pk, ())),
-        )
-        for d in departments
-    ]
-
-
-class _Seconds(Func):
-    """A timestamp as seconds since 1970 (a float), computed by PostgreSQL: parsing thousands of
-    timestamps into datetimes costs more than reading the rest of the running jobs' rows."""
-
-    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
-    output_field = FloatField()
-
-
-def _seconds(value) -> float | None:
-    return value.timestamp() if value is not None else None
-
-
-# A running job as a pass reads it: (pk, department pk, GPUs, time limit in minutes, over quota, priority
-# class, project pk, since, placed), `since` (placed, else started) and `placed` in seconds since 1970, or
-# None.
-_RUNNING = ("pk", "department_id", "gpus", "time_limit_minutes", "over_quota", "priority_class", "project_id")
-_OVER_QUOTA = 4
-
-
-def _read_running() -> list[tuple]:
-    """The running (holding) jobs, one query."""
-    jobs = Job.objects.filter(state__in=HOLDING_STATES).order_by()
-    if connection.vendor == "postgresql":
-        since = _Seconds(Coalesce("placed_at", "started_at"))
-        query = jobs.annotate(since=since, placed=_Seconds("placed_at")).values_list(
-            *_RUNNING, "since", "placed"
-        )
-        # The driver's tuples as they come: thousands of rows, nothing for Django to convert.
-        with connection.cursor() as cursor:
-            cursor.execute(*query.query.sql_with_params())
-            return cursor.fetchall()
-    return [
-        (*row[:-2], _seconds(row[-2] or row[-1]), _seconds(row[-2]))
-        for row in jobs.values_list(*_RUNNING, "placed_at", "started_at")
-    ]
-
-
-def _running_jobs(
-    rows, slug: dict[int, str], kept: dict, projects: dict[int, str] | None = None
-) -> list[RunningJob]:
-    """The engine's RunningJob of each row. `kept` ({pk: (row, RunningJob)} and the department and project
-    slugs under None, from the last pass; replaced by this pass's) gives back the ones whose row has not
-    changed: thousands of them. `projects`: project slugs by pk (`_project_slugs`; read when not given)."""
-    projects = _project_slugs() if projects is None else projects
-    if kept.get(None) != (
-        slug,
-        projects,
-    ):  # a department renamed: every job's department may read differently
-        kept.clear()
-    jobs = []
-    built: dict = {None: (slug, projects)}
-    for row in rows:
-        pk = row[0]
-        job = kept.get(pk)
-        if job is not None and job[0] == row:
-            job = job[1]
-        else:
-            _, department_id, gpus, limit, over_quota, priority_class, project_id, since, _ = row
-            started = since if since is not None else time.time()
-            job = RunningJob(
-                id=pk,
-                department=slug[department_id],
-                gpus=gpus,
-                started_at=started,
-                expected_end=started + limit * 60,
-                over_quota=over_quota,
-                priority_class=priority_class,
-                project=projects.get(project_id),
-            )
-        if row[7] is not None:  # else "started now": not the same at the next pass
-            built[pk] = (row, job)
-        jobs.append(job)
-    kept.clear()
-    kept.update(built)
-    return jobs
-
-
-def _pending_jobs(rows, slug: dict[int, str], projects: dict[int, str] | None = None) -> list[PendingJob]:
-    """The engine's PendingJob of each row (`_PENDING`, or a Job). `projects`: as for `_running_jobs`."""
-    projects = _project_slugs() if projects is None else projects
-    return [
-        PendingJob(
-            id=j.pk,
-            department=slug[j.department_id],
-            gpus=j.gpus,
-            topology=j.topology,
-            priority_class=j.priority_class,
-            submitted_at=_epoch(j.created_at),
-            time_limit_s=j.time_limit_minutes * 60,
-            fallback_topology=j.fallback_topology or None,
-            fallback_after_s=(j.fallback_after_minutes or 0) * 60,
-            project=projects.get(j.project_id),
-        )
-        for j in rows
-    ]
 
 
 def _event(job_id: int, kind: str, message: str = "", placement=None) -> dict:
@@ -892,12 +739,12 @@ def _start(
         own[start.job_id] = {"placement": hosts, "over_quota": start.over_quota}
         waited = None
         if start.fell_back_from is not None and pending and start.job_id in pending:
-            waited = now.timestamp() - _epoch(pending[start.job_id].created_at)
+            waited = now.timestamp() - pass_inputs.epoch(pending[start.job_id].created_at)
         events.append(_placed_event(start.job_id, start, cluster, hosts, waited))
     # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
     last = _insert_allocations(allocations, now)
     # The next pass of this process finds them here (if this one commits) instead of reading them; their
-    # version is placed_at as _read_running gives it.
+    # version is placed_at as pass_inputs.read_running gives it.
     state.record(now.timestamp(), allocations, last)
     common = _placed(now)
     _update_each(own, common)
@@ -969,32 +816,17 @@ def _pass(now) -> PassSummary:
     A fixed number of queries whatever the number of racks, jobs or decisions: every read is one query
     per table, every write one statement per kind of change (tests/scheduling/test_pass_queries.py)."""
     started_clock = time.perf_counter()
-    departments = list(Department.objects.all())
-    slug = {d.pk: d.slug for d in departments}
-    project_rows = _project_rows()
-    project_slug = _project_slugs(project_rows)
-    holding_rows = _read_running()
-    state = pass_inputs.read({row[0]: row[-1] for row in holding_rows})
-    pass_inputs.silence(state)  # nodes that stopped reporting: no new work there (node_silent rule)
-    cluster = state.cluster
-    running = {row[0]: row for row in holding_rows if row[0] in cluster.jobs}
-    pending = {
-        row.pk: row
-        for row in Job.objects.filter(state=JobState.PENDING).order_by().values_list(*_PENDING, named=True)
-    }
-    result = schedule(
-        cluster,
-        _engine_departments(departments, project_rows),
-        _running_jobs(running.values(), slug, state.running_jobs, project_slug),
-        _pending_jobs(pending.values(), slug, project_slug),
-        now.timestamp(),
-    )
+    # The pass's inputs (the job form's dry run, scheduling.preview, reads the same through `gather`).
+    inputs = pass_inputs.gather()
+    state, departments, slug = inputs.state, inputs.departments, inputs.slug
+    project_rows, running, pending = inputs.project_rows, inputs.running, inputs.pending
+    result = schedule(*inputs.engine_args(now))
 
     decided = {s.job_id for s in result.started} | set(result.preempted)
     restand = {
         pk: over
         for pk, over in result.over_quota.items()
-        if pk in running and pk not in decided and running[pk][_OVER_QUOTA] != over
+        if pk in running and pk not in decided and running[pk][pass_inputs.OVER_QUOTA] != over
     }
     locked = _lock(result, restand)
     holding = _keep_decisions_still_valid(result, locked)
@@ -1123,7 +955,7 @@ def finish_job(job: Job, state: str, message: str = "", exit_code: int | None = 
         JobState.FAILED: JobEventKind.FAILED,
         JobState.CANCELLED: JobEventKind.CANCELLED,
     }[state]
-    _free(job)
+    release_gpus(job)
     job.state = state
     job.finished_at = timezone.now()
     job.exit_code = exit_code

@@ -5,6 +5,7 @@ from playwright.sync_api import expect
 
 from inventory.demo import seed_datacenter
 from inventory.models import Gpu
+from tests.e2e.browser import sign_in
 
 PASSWORD = "e2e-operator-password-1"
 
@@ -24,10 +25,7 @@ def test_log_in_open_a_rack_and_inspect_a_gpu(live_server, page, seeded_inventor
     page.goto(f"{live_server.url}/")
     expect(page).to_have_url(re.compile(r"/login/"))
 
-    page.fill("#id_username", operator.username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+    sign_in(page, live_server, operator.username, PASSWORD)
     expect(page).not_to_have_url(re.compile(r"/login/"))
 
     response = page.goto(f"{live_server.url}/inventory/racks/gb-r01/")

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from inventory.demo import seed_datacenter
 from tenancy.models import Department, QuotaSnapshot
 from tenancy.services import save_department
+from tests.e2e.browser import sign_in
 
 PASSWORD = "e2e-admin-password-1"
 PAGES = [
@@ -63,10 +64,7 @@ def test_no_page_breaks_the_content_security_policy(live_server, page, fleet):
     )
     page.on("pageerror", lambda error: problems.append(f"{page.url}: {error}"))
 
-    page.goto(f"{live_server.url}/login/")
-    page.fill("input[name=username]", "e2e-root")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "e2e-root", PASSWORD)
     expect(page.locator("nav[aria-label=Main]")).to_be_visible()
 
     for path in PAGES:

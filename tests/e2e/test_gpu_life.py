@@ -15,6 +15,7 @@ from inventory.models import ComputeTray, Gpu
 from scheduling.models import Job
 from tenancy.activity import record_samples
 from tenancy.telemetry import Sample
+from tests.e2e.browser import sign_in
 from tests.factories import make_department, make_job, make_member, make_user
 
 PASSWORD = "e2e-gpu-life-password-1"
@@ -55,14 +56,6 @@ def fleet(transactional_db):
     }
 
 
-def sign_in(page, live_server, username):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
-
-
 def background(page, uuid):
     return page.locator(f'button.gpu[data-gpu-uuid="{uuid}"]').evaluate(
         "el => getComputedStyle(el).backgroundColor"
@@ -71,7 +64,7 @@ def background(page, uuid):
 
 @pytest.mark.e2e
 def test_rack_view_colours_by_utilization(live_server, page, fleet, shots):
-    sign_in(page, live_server, "e2e-admin")
+    sign_in(page, live_server, "e2e-admin", PASSWORD)
     page.goto(f"{live_server.url}/inventory/racks/gb-r01/")
     busy, idle, quiet = fleet["busy"].uuid, fleet["idle"].uuid, fleet["quiet"].uuid
     expect(page.locator("ol.rack-grid")).to_have_class(re.compile(r"\bcolour-by-partition\b"))
@@ -105,7 +98,7 @@ def test_rack_view_colours_by_utilization(live_server, page, fleet, shots):
 
 @pytest.mark.e2e
 def test_gpu_page_range_brings_older_jobs(live_server, page, fleet, shots):
-    sign_in(page, live_server, "e2e-member")
+    sign_in(page, live_server, "e2e-member", PASSWORD)
     gpu = fleet["tray"].gpus.get(index=1)
     page.goto(f"{live_server.url}/inventory/gpus/{gpu.pk}/")
     panel = page.locator(f"#held-jobs-gpu-{gpu.pk}")
@@ -137,7 +130,7 @@ def test_job_page_shows_logs_and_resubmits(live_server, page, fleet, shots):
     assert dispatch(job.pk) == "submitted"
     console = []
     page.on("console", lambda message: console.append(message.text))
-    sign_in(page, live_server, "e2e-member")
+    sign_in(page, live_server, "e2e-member", PASSWORD)
     page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
     logs = page.locator("#job-logs")
     expect(logs).to_contain_text("the embedded backend")

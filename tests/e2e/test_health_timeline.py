@@ -15,6 +15,7 @@ from inventory.discovery import faults
 from inventory.discovery.nvidia_smi import parse_xml
 from inventory.models import ComputeTray
 from inventory.services import ingest_report
+from tests.e2e.browser import sign_in
 from tests.inventory.health_reports import nvidia_smi_xml, xid
 
 PASSWORD = "e2e-operator-password-1"
@@ -45,11 +46,7 @@ def operator(transactional_db, django_user_model):
 
 @pytest.mark.e2e
 def test_the_tray_and_gpu_health_timelines(live_server, page, drained_tray, operator, shots):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", operator.username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+    sign_in(page, live_server, operator.username, PASSWORD)
 
     response = page.goto(f"{live_server.url}/inventory/trays/{drained_tray.pk}/")
     assert response is not None and response.ok

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 from core.access import Role
 from inventory.demo import seed_datacenter
 from tenancy.models import GpuActivity, Membership, QuotaSnapshot
+from tests.e2e.browser import sign_in
 from tests.factories import healthy_gpus, make_department, make_member, make_user, run_job
 
 PASSWORD = "e2e-lead-password-1"
@@ -53,11 +54,7 @@ def research(transactional_db):
 
 @pytest.mark.e2e
 def test_lead_sees_the_chart_and_idle_gpus_and_adds_a_member(live_server, page, research):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "e2e-lead")
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+    sign_in(page, live_server, "e2e-lead", PASSWORD)
     expect(page).not_to_have_url(re.compile(r"/login/"))
 
     page.get_by_role("link", name="Departments").click()

@@ -9,6 +9,7 @@ from core.access import Role
 from core.models import AuditAction, AuditEvent
 from inventory.demo import seed_datacenter
 from tenancy.models import Membership, RoleOrigin
+from tests.e2e.browser import sign_in
 from tests.factories import make_department, make_member, make_user
 
 pytestmark = pytest.mark.e2e
@@ -31,11 +32,7 @@ def department(transactional_db):
 def test_a_lead_invites_by_search_changes_a_role_and_removes(live_server, page, shots, department):
     refused: list[str] = []
     page.on("console", lambda message: refused.append(message.text) if "Refused to" in message.text else None)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "e2e-lead")
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+    sign_in(page, live_server, "e2e-lead", PASSWORD)
     page.goto(f"{live_server.url}/tenancy/departments/research/")
 
     synced = page.locator('tr[data-username="e2e-synced"]')

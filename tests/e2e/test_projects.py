@@ -11,6 +11,7 @@ from core.access import Role
 from core.models import AuditEvent
 from inventory.demo import seed_datacenter
 from tenancy.models import Project, ProjectMembership
+from tests.e2e.browser import sign_in
 from tests.factories import make_department, make_member
 
 PASSWORD = "e2e-lead-password-1"
@@ -31,11 +32,7 @@ def research(transactional_db):
 def test_a_lead_creates_a_project_and_moves_a_member_into_it(live_server, page, research, shots):
     violations = []
     page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "e2e-lead")
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+    sign_in(page, live_server, "e2e-lead", PASSWORD)
     expect(page).not_to_have_url(re.compile(r"/login/"))
     page.goto(f"{live_server.url}/tenancy/departments/research/")
 

@@ -17,6 +17,7 @@ from inventory.demo import seed_datacenter
 from inventory.models import Rack
 from scheduling.choices import JobState
 from scheduling.models import Job
+from tests.e2e.browser import sign_in
 from tests.factories import make_department, make_job, make_user
 
 PASSWORD = "e2e-tables-password-1"
@@ -34,12 +35,8 @@ def fleet(transactional_db):
     return make_user("e2e-tables-admin", staff=True, password=PASSWORD)
 
 
-def sign_in(page, live_server):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "e2e-tables-admin")
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+def sign_in_as_admin(page, live_server):
+    sign_in(page, live_server, "e2e-tables-admin", PASSWORD)
     expect(page).not_to_have_url(re.compile(r"/login/"))
 
 
@@ -56,7 +53,7 @@ def download(page, link) -> tuple[str, str]:
 
 @pytest.mark.e2e
 def test_sort_page_size_and_export_the_rack_list(live_server, page, fleet, shots):
-    sign_in(page, live_server)
+    sign_in_as_admin(page, live_server)
     page.goto(f"{live_server.url}/inventory/racks/")
     expect(page.locator("table.racks tbody tr")).to_have_count(43)
     assert rack_names(page)[:3] == ["gb-r01", "gb-r02", "gb-r03"]
@@ -110,7 +107,7 @@ def test_sort_page_size_and_export_the_rack_list(live_server, page, fleet, shots
 
 @pytest.mark.e2e
 def test_export_jobs_and_toggle_times(live_server, page, fleet, shots):
-    sign_in(page, live_server)
+    sign_in_as_admin(page, live_server)
     page.goto(f"{live_server.url}/scheduling/jobs/?sort=gpus")
     names = page.locator("table.jobs a.job-link").all_inner_texts()
     assert names[0] == "sweep-0" and names[-1] == "sweep-5"
@@ -150,7 +147,7 @@ def test_export_jobs_and_toggle_times(live_server, page, fleet, shots):
 @pytest.mark.e2e
 def test_departments_sort_by_usage(live_server, page, fleet):
     make_department("Vision", guaranteed_gpus=32)
-    sign_in(page, live_server)
+    sign_in_as_admin(page, live_server)
     page.goto(f"{live_server.url}/tenancy/departments/")
     with page.expect_navigation():
         page.locator("table.departments thead th", has_text="Guarantee").get_by_role("link").click()

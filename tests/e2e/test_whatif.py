@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 
 from scheduling.choices import JobState, WhatIfState
 from scheduling.models import Job, WhatIfRun
+from tests.e2e.browser import sign_in
 
 PASSWORD = "e2e-admin-password-1"
 
@@ -40,11 +41,7 @@ def test_an_admin_replays_the_demo_history_under_a_plan_and_sees_the_comparison(
     assert finished > 50  # the demo's week of history
     jobs_before = list(Job.objects.order_by("pk").values_list("pk", "state", "updated_at"))
 
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", admin.username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+    sign_in(page, live_server, admin.username, PASSWORD)
 
     page.goto(f"{live_server.url}/inventory/racks/gb-r01/plan/preview/?preset=2x9&drain_first=on")
     panel = page.locator("#whatif")

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from integrations.models import ConfigPush, PushStatus
 from inventory.demo import seed_datacenter
 from inventory.models import NVLinkPartition, PartitionPlan, Rack
+from tests.e2e.browser import sign_in
 from tests.factories import nodes_report_their_partitions
 
 PASSWORD = "e2e-admin-password-1"
@@ -31,11 +32,7 @@ def admin(transactional_db, django_user_model):
 def test_an_admin_carves_a_rack_into_2x9_and_follows_the_plan(
     live_server, page, seeded_inventory, admin, local_target, render_dir, shots
 ):
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", admin.username)
-    page.fill("#id_password", PASSWORD)
-    with page.expect_navigation():
-        page.locator("#id_password").press("Enter")
+    sign_in(page, live_server, admin.username, PASSWORD)
 
     page.goto(f"{live_server.url}/inventory/racks/gb-r01/")
     with page.expect_navigation():

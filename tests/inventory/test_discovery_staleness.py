@@ -199,7 +199,6 @@ def test_a_one_gpu_job_is_not_placed_on_a_silent_tray_either(demo_inventory):
 def test_gpus_a_preemption_frees_on_a_silent_tray_take_no_new_work(demo_inventory):
     """The pass holds silent trays out of placement, so GPUs that free up there during the pass (a borrower
     preempted) are not handed to the job that preempted it."""
-    from scheduling.services import _read_running
     from tests.factories import make_job
 
     node_silent_rule()
@@ -208,7 +207,7 @@ def test_gpus_a_preemption_frees_on_a_silent_tray_take_no_new_work(demo_inventor
     tray = free_trays(1)[0]
     running = make_job(research, "on-a-silent-tray", trays=[tray])
     go_silent(tray.hostname)
-    rows = _read_running()
+    rows = pass_inputs.read_running()
     state = pass_inputs.read({row[0]: row[-1] for row in rows})
     pass_inputs.silence(state)
     cluster = state.cluster

@@ -107,3 +107,42 @@ def test_a_project_with_jobs_is_not_deleted_and_the_lead_is_told_why(client_as, 
     )
     assert "has jobs (their history names it): it cannot be deleted" in page
     assert Project.objects.filter(pk=vision.pk).exists()
+
+
+def _offered(page: str, project: Project) -> list[str]:
+    """The usernames the lead's "Add to <project>" list offers."""
+    select = page.split(f'id="add-{project.pk}"')[1].split("</select>")[0]
+    return [part.split('"')[0] for part in select.split('<option value="')[1:]]
+
+
+def test_add_to_a_project_offers_only_members_not_yet_in_it(client_as, lead_a, member_a, vision, nlp):
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
+    assert _offered(page, vision) == [lead_a.username]
+    assert _offered(page, nlp) == sorted([lead_a.username, member_a.username])
+    ProjectMembership.objects.create(user=lead_a, project=vision)
+    page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
+    assert f'id="add-{vision.pk}"' not in page  # everyone is in it: no list to offer
+    assert _offered(page, nlp) == sorted([lead_a.username, member_a.username])
+
+
+def test_adding_someone_already_in_the_project_is_refused_in_words(client_as, lead_a, member_a, vision):
+    placed = ProjectMembership.objects.create(user=member_a, project=vision)
+    before = AuditEvent.objects.count()
+    response = client_as(lead_a).post(
+        f"/tenancy/departments/research/projects/{vision.pk}/people/",
+        {"username": member_a.username, "role": "lead"},
+        **HTMX,
+    )
+    assert response.status_code == 400
+    assert f"{member_a.username} is already in Vision: nothing was changed." in response.content.decode()
+    assert list(ProjectMembership.objects.values_list("pk", "role")) == [(placed.pk, "member")]
+    assert AuditEvent.objects.count() == before
+    # Someone not yet in it is added as before.
+    response = client_as(lead_a).post(
+        f"/tenancy/departments/research/projects/{vision.pk}/people/",
+        {"username": lead_a.username, "role": "member"},
+        **HTMX,
+    )
+    assert response.status_code == 200
+    assert ProjectMembership.objects.filter(user=lead_a, project=vision).exists()

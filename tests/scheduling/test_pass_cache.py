@@ -19,7 +19,7 @@ from inventory.models import ComputeTray, Gpu
 from scheduling import pass_inputs
 from scheduling.choices import JobState, Topology
 from scheduling.models import Allocation, Job
-from scheduling.services import _read_running, cancel_job, finish_job, run_pass
+from scheduling.services import cancel_job, finish_job, run_pass
 from tests.factories import free_trays, make_department, make_job
 
 postgresql = pytest.mark.skipif(
@@ -48,7 +48,7 @@ def kept_is_cold(expect_cold: bool | None = None):
     summary = run_pass()
     if expect_cold is not None:
         assert summary.cold is expect_cold
-    placed = {row[0]: row[-1] for row in _read_running()}
+    placed = {row[0]: row[-1] for row in pass_inputs.read_running()}
     with CaptureQueriesContext(connection) as queries:
         state = pass_inputs.read(placed)
     # Caught up with the pass's starts (noted by the pass: not read again) and preemptions: one check.
