@@ -67,6 +67,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
@@ -192,8 +193,7 @@ class PolicyRun:
     faults: dict | None = None  # with a fault plan: `_Replay.fault_metrics`
 
 
-def _queue_order(job: PendingJob) -> tuple[float, int]:
-    return job.submitted_at, job.id
+_QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line
 
 
 def _percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -593,13 +593,21 @@ class _Replay:
         room = {name: self.guaranteed[name] - self.held[name] for name in self.names}
         counted = dict.fromkeys(self.names, 0)
         by_size = dict.fromkeys(self.shortfall_by_size, 0)
-        if any(left > 0 for left in room.values()):
-            for job in sorted(self.pending.values(), key=_queue_order):
+        open_rooms = sum(1 for left in room.values() if left > 0)  # a job of >= 1 GPU may still count
+        if open_rooms:
+            size = self.size
+            for job in sorted(self.pending.values(), key=_QUEUE_ORDER):
                 name = job.project or job.department  # its trace: a project's books are its own
-                if job.gpus <= room[name]:
-                    room[name] -= job.gpus
-                    counted[name] += job.gpus
-                    by_size[self.size[job.id]] += job.gpus
+                gpus = job.gpus
+                left = room[name]
+                if gpus <= left:
+                    room[name] = left - gpus
+                    counted[name] += gpus
+                    by_size[size[job.id]] += gpus
+                    if left - gpus <= 0:
+                        open_rooms -= 1
+                        if not open_rooms:
+                            break  # no guarantee has room left: no later job counts
         self.waiting_in_quota = counted
         self.waiting_in_quota_by_size = by_size
 

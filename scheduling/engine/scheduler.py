@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
@@ -178,6 +179,17 @@ def _standing_order(job: RunningJob) -> tuple:
     return (job.priority_class in PREEMPTIBLE_CLASSES, job.started_at, job.over_quota, job.id)
 
 
+_STANDING_TIE_ORDER = attrgetter("started_at", "over_quota", "id")
+
+
+def _sort_standing(jobs: list[RunningJob]) -> None:
+    """Sort `jobs` in `_standing_order`, with C-level keys: by (start, standing, id), then stably by class
+    (non-preemptible first) only when there is such a job."""
+    jobs.sort(key=_STANDING_TIE_ORDER)
+    if any(job.priority_class not in PREEMPTIBLE_CLASSES for job in jobs):
+        jobs.sort(key=lambda job: job.priority_class in PREEMPTIBLE_CLASSES)
+
+
 def _minutes(seconds: float) -> str:
     minutes = max(1, round(seconds / 60))
     if minutes < 120:
@@ -222,13 +234,17 @@ class _Pass:
         for job in running:
             if job.department in self.held:
                 self.held[job.department] += job.gpus
-                self.leaf_held[self._leaf(job)] += job.gpus
+                self.leaf_held[(job.department, None) if not self.projects else self._leaf(job)] += job.gpus
         demand = dict(self.held)
         leaf_demand = dict(self.leaf_held)
+        # Each waiting job's leaf, looked up once per pass (sweeps and sorts read it; job ids are unique).
+        self.pending_leaf: dict[int, tuple[str, str | None]] = {}
         for job in pending:
+            leaf = (job.department, None) if not self.projects else self._leaf(job)
+            self.pending_leaf[job.id] = leaf
             if job.department in demand:
                 demand[job.department] += job.gpus
-                leaf_demand[self._leaf(job)] += job.gpus
+                leaf_demand[leaf] += job.gpus
         shares = hierarchical_fair_share(
             cluster.capacity,
             [
@@ -264,7 +280,10 @@ class _Pass:
         self.fair = {leaf: shares.leaf(*leaf).fair_share for leaf in self.leaf_guaranteed}
         self._restand()
         self.reserved: list[Reservation] = []
+        self.reserved_ids: set[int] = set()  # their jobs
         self.reserved_until = -math.inf  # the latest start of a reservation
+        self.reserved_from = math.inf  # the earliest start of a reservation
+        self.all_reserved: tuple[int, ...] = ()  # indexes of every reservation in `reserved`
         self.held_trays: set[int] = set()
         self.in_quota_reserved = 0
         self.staying: list[RunningJob] | None = None  # see _staying_borrowers
@@ -316,14 +335,20 @@ class _Pass:
         """Recompute every running job's over_quota (module docstring, Standing)."""
         by_department: dict[tuple[str, str | None], list[RunningJob]] = {}  # by leaf
         on_dedicated = self._on_dedicated()
+        plain = not self.projects  # every leaf is (department, None)
         for job in self.running.values():
             if job.id not in on_dedicated:
-                by_department.setdefault(self._leaf(job), []).append(job)
+                leaf = (job.department, None) if plain else self._leaf(job)
+                group = by_department.get(leaf)
+                if group is None:
+                    by_department[leaf] = [job]
+                else:
+                    group.append(job)
         in_quota: set[int] = set()
         for name, jobs in by_department.items():
             if name not in self.in_quota:
                 continue  # unknown department: nothing is guaranteed to it
-            jobs.sort(key=_standing_order)
+            _sort_standing(jobs)
             in_quota |= in_quota_prefix(self.in_quota[name], [(j.id, j.gpus) for j in jobs])
         for job_id, job in self.running.items():
             over = job_id not in in_quota
@@ -338,12 +363,17 @@ class _Pass:
 
     # --- placement with reservations respected ---------------------------------------------------
 
-    def _place(self, job: PendingJob, borrow: bool = False) -> Placement | None:
-        owner = job.department if job.department in self.cluster.owners else None
-        backfill = self._backfill(job)
-        key = (job.gpus, job.topology, owner, backfill, borrow)
-        if key in self.failed:
-            return None
+    def _place(
+        self, job: PendingJob, borrow: bool, key: tuple, backfill: tuple[int, ...]
+    ) -> Placement | None:
+        """Place `job` as the pass may (its shape `key` is not in `failed`; `backfill`: the reservations
+        whose trays it may use, see `_backfill`), counting the decision and caching a failure."""
+        if not backfill:
+            self.result.decisions += 1
+            placement = place(self.cluster, job.request(borrow), self.policy)
+            if placement is None:
+                self.failed[key] = ""
+            return placement
         trays = [t for i in backfill for t in self.reserved[i].trays]
         self.cluster.unhold(trays)
         try:
@@ -362,7 +392,7 @@ class _Pass:
         if end > self.reserved_until:
             return ()
         if not self.options.per_reservation_backfill:  # all reservations, or none (the earliest decides)
-            return tuple(range(len(self.reserved))) if end <= min(r.start_at for r in self.reserved) else ()
+            return self.all_reserved if end <= self.reserved_from else ()
         return tuple(i for i, r in enumerate(self.reserved) if end <= r.start_at)
 
     def _start(self, job: PendingJob, placement: Placement, over_quota: bool, victims=()) -> None:
@@ -550,31 +580,39 @@ class _Pass:
         """The trays that free up earliest for `job`, by the running jobs' time limits. For an in-quota job,
         other departments' borrowed work counts as gone now: the job reclaims it when the rest is free."""
         cluster = self.cluster
+        now = self.now
         n = job.request().trays
-        end = {r.id: r.expected_end for r in self.running.values()}
+        running = self.running
+        gone: set[int] = set()  # borrowers counted as ended now
         if in_quota and self.options.reclaim_aware_reservations:
-            for r in self._staying_borrowers():
-                if self._leaf(r) != self._leaf(job):
-                    end[r.id] = self.now
+            gone = {r.id for r in self._staying_borrowers() if self._leaf(r) != self._leaf(job)}
 
-        ends = [self.now] * len(cluster)  # when each tray's jobs have all ended
+        ends = [now] * len(cluster)  # when each tray's jobs have all ended
         for job_id, placed in cluster.jobs.items():
-            at = end.get(job_id, self.now)
+            r = running.get(job_id)
+            if r is None or job_id in gone:
+                continue  # ends now (or is not known to the pass)
+            at = r.expected_end
             for t, _ in placed:
                 if at > ends[t]:
                     ends[t] = at
 
-        def ready_at(t: int) -> float | None:
-            if cluster.tray_cap[t] != GPUS_PER_TRAY or t in self.held_trays:
-                return None
-            if n > 1 and not cluster.tray_settled[t]:
-                return None  # multi-tray jobs wait for settled fabric
-            if not cluster.usable(t, job.department):
-                return None
-            return ends[t]
+        # When each tray is ready for the job (None: never in this pass): full GPUs, not held by another
+        # reservation, settled fabric for a multi-tray job, usable by the job's department.
+        held, cap, settled = self.held_trays, cluster.tray_cap, cluster.tray_settled
+        part_owner, tray_part, department = cluster.part_owner, cluster.tray_part, job.department
+        ready: list[float | None] = [
+            ends[t]
+            if cap[t] == GPUS_PER_TRAY
+            and t not in held
+            and (n == 1 or settled[t])
+            and ((owner := part_owner[tray_part[t]]) is None or owner == department)
+            else None
+            for t in range(len(cluster))
+        ]
 
         def best_of(trays) -> tuple[float, tuple[int, ...]] | None:
-            times = sorted((at, t) for t in trays if (at := ready_at(t)) is not None)
+            times = sorted((at, t) for t in trays if (at := ready[t]) is not None)
             if len(times) < n:
                 return None
             chosen = times[:n]
@@ -614,7 +652,7 @@ class _Pass:
             share = self.in_quota.get(name)
             if share is None or not any(r.preemptible for r in jobs):
                 continue
-            jobs.sort(key=_standing_order)
+            _sort_standing(jobs)
             ends = sorted({r.expected_end for r in jobs})
             rank = {e: i for i, e in enumerate(ends)}
             tree = [0] * (len(ends) + 1)  # Fenwick tree: GPUs of the older jobs, by end time
@@ -652,7 +690,7 @@ class _Pass:
                 f"and this job needs {job.gpus}"
             )
             return True
-        leaf = self._leaf(job)
+        leaf = self.pending_leaf.get(job.id) or self._leaf(job)
         if leaf[1] is not None:
             project = self.projects[job.department][leaf[1]]
             project_held = self.leaf_held[leaf]
@@ -679,13 +717,32 @@ class _Pass:
         ):
             self.own_topology[job.id] = job.topology
             job = replace(job, topology=job.fallback_topology)
-        placement = self._place(job, borrow=not in_quota)
+        borrow = not in_quota
+        # `_place`, inlined: in a long queue most jobs stop at the cache of shapes that did not fit.
+        backfill: tuple[int, ...] = ()
+        if self.reserved:
+            if self.options.per_reservation_backfill:
+                backfill = self._backfill(job)
+            elif self.now + job.time_limit_s <= self.reserved_from:  # so before `reserved_until` too
+                backfill = self.all_reserved
+        name = job.department
+        key = (job.gpus, job.topology, name if name in self.cluster.owners else None, backfill, borrow)
+        placement = None if key in self.failed else self._place(job, borrow, key, backfill)
         if placement is not None:
-            self._start(job, placement, over_quota=not in_quota)
+            self._start(job, placement, over_quota=borrow)
             return True
         if in_quota and self._reclaim(job):
             return True
-        self._wait(job, borrow=not in_quota)
+        if (
+            not self.explain
+            and len(self.reserved) >= self.max_reservations
+            and not (
+                in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
+            )
+        ):
+            self.result.waiting[job.id] = ""  # `_wait` when `_may_reserve` says no, without the words
+            return True
+        self._wait(job, borrow=borrow)
         return True
 
     def _reclaimable(self) -> int:
@@ -694,9 +751,9 @@ class _Pass:
     def _wait(self, job: PendingJob, borrow: bool = False) -> None:
         """Record why `job` waits (for the trays a borrower may use too, when it would borrow), and reserve
         trays for it if it is one of the first that do not fit."""
-        request = job.request(borrow)
         reason = ""
         if self.explain:
+            request = job.request(borrow)
             reason = "waiting: " + (
                 why_not(self.cluster, request) if not self.held_trays else self._why_with_reservation(request)
             )
@@ -706,8 +763,11 @@ class _Pass:
                 if len(self.reserved) >= self.max_reservations:
                     self.in_quota_reserved += 1  # one of the in-quota gangs' own
                 self.reserved.append(reservation)
+                self.reserved_ids.add(reservation.job_id)
                 self.result.reservations.append(reservation)
                 self.reserved_until = max(self.reserved_until, reservation.start_at)
+                self.reserved_from = min(self.reserved_from, reservation.start_at)
+                self.all_reserved = tuple(range(len(self.reserved)))
                 self.held_trays.update(reservation.trays)
                 self.cluster.hold(reservation.trays)
                 self.failed.clear()
@@ -728,11 +788,11 @@ class _Pass:
     def _may_reserve(self, job: PendingJob, in_quota: bool) -> bool:
         """The head of the queue (the first `max_reservations` jobs that wait) gets reservations, and so
         does each in-quota multi-tray job that waits, up to `in_quota_reservations` more."""
-        if job.id in {r.job_id for r in self.reserved}:
-            return False
-        if len(self.reserved) < self.max_reservations:
-            return True
-        return in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
+        if len(self.reserved) >= self.max_reservations and not (
+            in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
+        ):
+            return False  # the most common answer, found without looking at the reservations
+        return job.id not in self.reserved_ids
 
     def _why_with_reservation(self, request: Request) -> str:
         self.cluster.unhold(self.held_trays)
@@ -752,14 +812,58 @@ class _Pass:
     def run(self) -> PassResult:
         # Negated department priorities, looked up once per job (unknown departments: 0).
         rank = {name: -department.priority for name, department in self.departments.items()}
-        order = sorted(self.pending, key=lambda j: (rank.get(j.department, 0), j.submitted_at, j.id))
-        later = [job for job in order if not self._consider(job, sweep=1)]
-        # Over quota: departments furthest below their fair share first.
-        below = {leaf: self.leaf_held[leaf] - self.fair[leaf] for leaf in self.fair}
-        later.sort(
-            key=lambda j: (rank.get(j.department, 0), below.get(self._leaf(j), 0), j.submitted_at, j.id)
+        if any(rank.values()):
+            order = sorted(self.pending, key=lambda j: (rank.get(j.department, 0), j.submitted_at, j.id))
+        else:  # every priority 0 (unknown departments too): the same order, sorted in C
+            order = sorted(self.pending, key=attrgetter("submitted_at", "id"))
+        # The sweeps answer the commonest cases of `_consider` inline (a long queue is mostly over-quota
+        # work whose shape did not fit); every other job goes through `_consider`. Same decisions.
+        departments, leaves, leaf_held, in_quota = (
+            self.departments,
+            self.pending_leaf,
+            self.leaf_held,
+            self.in_quota,
         )
+        later = []
+        for job in order:
+            department = departments.get(job.department)
+            if department is not None and department.limit is None:
+                leaf = leaves[job.id]
+                if leaf[1] is None and leaf_held[leaf] + job.gpus > in_quota[leaf]:
+                    later.append(job)  # over quota: the second sweep, after every in-quota job
+                    continue
+            if not self._consider(job, sweep=1):
+                later.append(job)
+        # Over quota: departments furthest below their fair share first. `later` is in queue order, so a
+        # stable sort by (priority, standing) leaves it in (priority, standing, submission, id) order.
+        below = {leaf: leaf_held[leaf] - self.fair[leaf] for leaf in self.fair}
+        later.sort(key=lambda j: (rank.get(j.department, 0), below.get(leaves[j.id], 0)))
+        # An over-quota job stops at `failed` and waits without a reservation when its shape did not fit,
+        # no more reservations are taken, and neither its fallback nor words are asked for.
+        quick = not self.explain and not self.fallback_borrowers and not self.options.per_reservation_backfill
+        failed, reserved, waiting, owners = (
+            self.failed,
+            self.reserved,
+            self.result.waiting,
+            self.cluster.owners,
+        )
+        now = self.now
         for job in later:
+            if quick and len(reserved) >= self.max_reservations:
+                department = departments.get(job.department)
+                if department is not None and department.limit is None:
+                    leaf = leaves[job.id]
+                    if (
+                        leaf[1] is None
+                        and leaf_held[leaf] + job.gpus > in_quota[leaf]
+                        and job.priority_class in PREEMPTIBLE_CLASSES
+                    ):
+                        name = job.department
+                        backfill = self.all_reserved if now + job.time_limit_s <= self.reserved_from else ()
+                        key = (job.gpus, job.topology, name if name in owners else None, backfill, True)
+                        if key in failed:
+                            waiting[job.id] = ""
+                            continue
             self._consider(job, sweep=2)
         self.cluster.unhold(self.held_trays)
         if self.result.started or self.result.preempted:  # else the standing is the one of the start
