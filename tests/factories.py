@@ -221,3 +221,41 @@ def nodes_report_their_partitions(rack) -> None:
             for gpu in tray.gpus.order_by("index")
         ]
         ingest_report(tray.hostname, "json", gpus)
+
+
+def node_report(
+    tray: ComputeTray,
+    clique_id: int = 2,
+    *,
+    health: dict[int, str] | None = None,
+    gpu_fields=None,
+    fabric_fields: dict | None = None,
+    **extra,
+) -> dict:
+    """The JSON body a node agent posts to /api/v1/discovery/reports/ for `tray`: its GPUs registered in
+    `clique_id` (completed, healthy unless `health` maps a GPU index to another word), each GPU with
+    `gpu_fields(gpu)` and its fabric with `fabric_fields` added, and `extra` at the top level."""
+    health = health or {}
+    return {
+        "host": tray.hostname,
+        "gpus": [
+            {
+                "uuid": gpu.uuid,
+                "index": gpu.index,
+                "serial": gpu.serial,
+                "product": gpu.product,
+                "memory_mib": gpu.memory_mib,
+                **(gpu_fields(gpu) if gpu_fields else {}),
+                "fabric": {
+                    "state": "completed",
+                    "status": "Success",
+                    "cluster_uuid": str(tray.rack.cluster_uuid),
+                    "clique_id": clique_id,
+                    "health": health.get(gpu.index, "healthy"),
+                    **(fabric_fields or {}),
+                },
+            }
+            for gpu in tray.gpus.order_by("index")
+        ],
+        **extra,
+    }

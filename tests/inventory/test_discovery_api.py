@@ -5,7 +5,7 @@ import uuid
 import pytest
 
 from inventory.models import ComputeTray
-from tests.factories import token_client
+from tests.factories import node_report, token_client
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/discovery/reports/"
@@ -19,27 +19,7 @@ def agent(node_agent, demo_inventory):
 
 
 def body(tray: ComputeTray, clique_id: int, **extra) -> dict:
-    return {
-        "host": tray.hostname,
-        "gpus": [
-            {
-                "uuid": gpu.uuid,
-                "index": gpu.index,
-                "serial": gpu.serial,
-                "product": gpu.product,
-                "memory_mib": gpu.memory_mib,
-                "fabric": {
-                    "state": "completed",
-                    "status": "Success",
-                    "cluster_uuid": str(tray.rack.cluster_uuid),
-                    "clique_id": clique_id,
-                    "health": "healthy",
-                },
-            }
-            for gpu in tray.gpus.order_by("index")
-        ],
-        **extra,
-    }
+    return node_report(tray, clique_id, **extra)
 
 
 def tray(hostname="gb-r02-t10") -> ComputeTray:

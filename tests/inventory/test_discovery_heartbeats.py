@@ -13,7 +13,7 @@ from core.models import AuditEvent
 from inventory import services
 from inventory.choices import GpuHealth
 from inventory.models import ComputeTray, Gpu, HealthEvent, NVLinkPartition
-from tests.factories import token_client
+from tests.factories import node_report, token_client
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/discovery/reports/"
@@ -30,29 +30,9 @@ def tray(hostname: str = HOST) -> ComputeTray:
 
 
 def body(t: ComputeTray, clique_id: int = 2, health: dict | None = None, **extra) -> dict:
-    health = health or {}
-    return {
-        "host": t.hostname,
-        "gpus": [
-            {
-                "uuid": gpu.uuid,
-                "index": gpu.index,
-                "serial": gpu.serial,
-                "product": gpu.product,
-                "memory_mib": gpu.memory_mib,
-                "fabric": {
-                    "state": "completed",
-                    "status": "Success",
-                    "cluster_uuid": str(t.rack.cluster_uuid),
-                    "clique_id": clique_id,
-                    "health": health.get(gpu.index, "healthy"),
-                },
-            }
-            for gpu in t.gpus.order_by("index")
-        ],
-        "agent": {"version": "0.1.0", "interval_s": 60},
-        **extra,
-    }
+    return node_report(
+        t, clique_id, health=health, **{"agent": {"version": "0.1.0", "interval_s": 60}, **extra}
+    )
 
 
 def writes(queries) -> list[str]:

@@ -12,7 +12,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from core.models import AuditEvent
 from inventory.models import ComputeTray, Gpu, HealthEvent, Rack
-from tests.factories import token_client
+from tests.factories import node_report, token_client
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/discovery/reports/"
@@ -29,31 +29,12 @@ def tray() -> ComputeTray:
 
 
 def report(**extra) -> dict:
-    t = tray()
-    return {
-        "host": HOST,
-        "gpus": [
-            {
-                "uuid": gpu.uuid,
-                "index": gpu.index,
-                "serial": gpu.serial,
-                "product": gpu.product,
-                "memory_mib": gpu.memory_mib,
-                "pci_bus_id": f"00000008:0{gpu.index + 1}:00.0",
-                "recovery_action": "NONE",
-                "fabric": {
-                    "state": "completed",
-                    "status": "Success",
-                    "cluster_uuid": str(t.rack.cluster_uuid),
-                    "clique_id": 2,
-                    "health": "healthy",
-                    "flags": [],
-                },
-            }
-            for gpu in t.gpus.order_by("index")
-        ],
+    return node_report(
+        tray(),
+        gpu_fields=lambda gpu: {"pci_bus_id": f"00000008:0{gpu.index + 1}:00.0", "recovery_action": "NONE"},
+        fabric_fields={"flags": []},
         **extra,
-    }
+    )
 
 
 def snapshot() -> tuple:
