@@ -19,7 +19,7 @@ from inventory import selectors
 from portal.middleware import database_unavailable, is_database_unavailable
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Job
-from scheduling.usage import Position, department_list, idle_gpus_queryset
+from scheduling.usage import Position, department_list, held_without_data, idle_gpus_queryset
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class WorkHome:
     idle_gpus: list  # Gpu rows annotated by scheduling.usage.idle_gpus_queryset
     running_jobs: list[Job]
     pending_jobs: list[Job]
+    no_data: int = 0  # GPUs their jobs hold with no recent utilization (scheduling.usage.held_without_data)
 
     def _sum(self, name: str) -> int:
         return sum(getattr(p, name) for p in self.positions)
@@ -66,6 +67,11 @@ class WorkHome:
         return max(0, self.idle - len(self.idle_gpus))
 
     @property
+    def reporting(self) -> int:
+        """Held GPUs with recent utilization data (idle or working)."""
+        return max(0, self.in_use - self.no_data)
+
+    @property
     def running_more(self) -> int:
         return max(0, self._sum("running_jobs") - len(self.running_jobs))
 
@@ -76,7 +82,8 @@ class WorkHome:
 
 def work_home(user) -> WorkHome:
     """A fixed number of queries whatever the fleet's or the departments' size: the departments' positions
-    (scheduling.usage.department_list), one bounded query each for idle GPUs, running and pending jobs."""
+    (scheduling.usage.department_list), one bounded query each for idle GPUs, running and pending jobs, and
+    one count of the held GPUs without utilization data."""
     positions = department_list(user)
     ids = [p.department.pk for p in positions]
     idle = list(idle_gpus_queryset().filter(department_id__in=ids)[:WORK_LIMIT])
@@ -87,7 +94,13 @@ def work_home(user) -> WorkHome:
     )
     running = list(jobs.filter(state__in=HOLDING_STATES).order_by("-started_at", "-pk")[:WORK_LIMIT])
     pending = list(jobs.filter(state=JobState.PENDING).order_by("created_at", "pk")[:WORK_LIMIT])
-    return WorkHome(positions=positions, idle_gpus=idle, running_jobs=running, pending_jobs=pending)
+    return WorkHome(
+        positions=positions,
+        idle_gpus=idle,
+        running_jobs=running,
+        pending_jobs=pending,
+        no_data=held_without_data(ids) if ids else 0,
+    )
 
 
 def home(request):

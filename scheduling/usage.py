@@ -576,15 +576,16 @@ def held_without_data(
     """How many GPUs the department's running jobs hold with no utilization data: no activity row, or one
     not refreshed for ``tenancy.activity.STALE_AFTER``, and not idle by `idle_activity_queryset` (those are
     on the idle lists, which every dashboard takes from `idle_gpus_queryset`). So held = idle + working +
-    no data, and "no data" never reads as working. One query.
+    no data, and "no data" never reads as working. `department` may be a list of departments or ids (a
+    person's home: all of theirs). One query.
     """
     now = now or timezone.now()
+    several = department if isinstance(department, list | tuple | set) else [department]
+    ids = [getattr(one, "pk", one) for one in several]
     fresh = GpuActivity.objects.filter(sampled_at__gte=now - STALE_AFTER).values("gpu")
     idle = idle_activity_queryset(now, settings).values("gpu")
     return (
-        Allocation.objects.filter(
-            job__state__in=HOLDING_STATES, job__department=getattr(department, "pk", department)
-        )
+        Allocation.objects.filter(job__state__in=HOLDING_STATES, job__department__in=ids)
         .exclude(gpu__in=fresh)
         .exclude(gpu__in=idle)
         .count()

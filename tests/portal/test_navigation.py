@@ -121,6 +121,29 @@ def test_a_members_home_shows_idle_gpus_of_their_department(
     assert f'data-gpu-uuid="{gpus[0].uuid}"' in html
 
 
+def test_a_home_never_calls_gpus_without_data_working(client_as, demo_inventory, department_a, member_a):
+    from django.utils import timezone
+
+    from tenancy.models import GpuActivity
+    from tests.factories import healthy_gpus
+
+    gpus = healthy_gpus(4)
+    run_job(department_a, gpus, "alpha-job")
+    html = client_as("member_a").get("/").content.decode()
+    assert "Idle GPUs unknown" in html and 'data-no-data="4"' in html and "is working" not in html
+
+    GpuActivity.objects.bulk_create(
+        GpuActivity(gpu=gpu, utilization=80.0, sampled_at=timezone.now()) for gpu in gpus[:3]
+    )
+    html = client_as("member_a").get("/").content.decode()
+    assert "No idle GPUs among the 3 held GPUs that reported utilization." in html
+    assert 'data-no-data="1"' in html
+
+    GpuActivity.objects.create(gpu=gpus[3], utilization=70.0, sampled_at=timezone.now())
+    html = client_as("member_a").get("/").content.decode()
+    assert "every held GPU is working" in html and "data-no-data" not in html
+
+
 def test_the_work_home_is_a_fixed_number_of_queries(
     client_as, demo_inventory, department_a, member_a, django_assert_max_num_queries
 ):

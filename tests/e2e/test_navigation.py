@@ -1,0 +1,117 @@
+"""Navigation in a real browser, as each role: the menu offers exactly what the role may open (the audit log
+and partition plans only to those who may see them; on a phone behind the Menu button), a lead's and a
+member's home is about their work (quota, running and pending jobs, idle GPUs) while an admin keeps the
+fleet's overview, a page one may not open answers a styled 403 that says why, the favicon is linked and
+served, and Django admin is branded Rackplane. Screenshots at desktop and phone width through `shots`."""
+
+import pytest
+from playwright.sync_api import expect
+
+from core.access import Role
+from inventory.demo import seed_datacenter
+from tests.e2e.browser import sign_in
+from tests.factories import free_trays, make_department, make_job, make_member, make_user
+
+PASSWORD = "e2e-navigation-password-1"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1400, "height": 1000}
+
+
+@pytest.fixture
+def people(transactional_db):
+    seed_datacenter(racks=2)
+    research = make_department("Research", guaranteed_gpus=16)
+    other = make_department("Inference", guaranteed_gpus=8)
+    lead = make_member("nav-lead", research, Role.LEAD, password=PASSWORD)
+    member = make_member("nav-member", research, password=PASSWORD)
+    admin = make_user("nav-admin", staff=True, password=PASSWORD)
+    trays = free_trays(2)
+    make_job(research, "research-running-job", trays=trays[:1], submitted_by=member)
+    make_job(research, "research-waiting-job", state="pending", gpus=8, submitted_by=member)
+    make_job(other, "inference-running-job", trays=trays[1:2])
+    return {"admin": admin, "lead": lead, "member": member}
+
+
+def menu_labels(page) -> list[str]:
+    return [text.strip() for text in page.locator('nav[aria-label="Main"] a').all_inner_texts()]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("persona", "offered", "withheld", "heading"),
+    [
+        ("admin", ["Audit log", "Partition plans", "Config pushes"], [], "Fleet overview"),
+        ("lead", ["Audit log", "Jobs", "Departments"], ["Partition plans", "Config pushes"], "Your work"),
+        ("member", ["Jobs", "Departments"], ["Audit log", "Partition plans", "Config pushes"], "Your work"),
+    ],
+)
+def test_each_role_finds_what_it_may_use(
+    live_server, page, people, shots, persona, offered, withheld, heading
+):
+    page.set_viewport_size(DESKTOP)
+    sign_in(page, live_server, people[persona].username, PASSWORD)
+    expect(page.locator("h1").first).to_contain_text(heading)
+    labels = menu_labels(page)
+    for label in offered:
+        assert label in labels, f"{persona} is not offered {label}: {labels}"
+    for label in withheld:
+        assert label not in labels, f"{persona} is offered {label}"
+    if heading == "Your work":  # about their own department's work, not the fleet's hardware
+        main = page.locator("main")
+        expect(main).to_contain_text("research-running-job")
+        expect(main).to_contain_text("research-waiting-job")
+        expect(main).not_to_contain_text("inference-running-job")
+        expect(main.locator("#work-idle")).to_be_visible()
+    # Every menu link opens for this role (no link to a 403).
+    for label in labels:
+        href = page.locator('nav[aria-label="Main"] a', has_text=label).first.get_attribute("href")
+        if href.startswith("/api/"):
+            continue
+        answer = page.request.get(f"{live_server.url}{href}")
+        assert answer.status == 200, f"{persona}: {label} ({href}) answered {answer.status}"
+    # The favicon the pages link is served.
+    icon = page.locator('link[rel="icon"]').get_attribute("href")
+    served = page.request.get(f"{live_server.url}{icon}")
+    assert served.status == 200 and served.headers["content-type"].startswith("image/svg+xml")
+    page.screenshot(path=str(shots / f"navigation-{persona}.png"), full_page=True)
+
+    # On a phone the menu folds behind one button and opens on a tap, with the same links.
+    page.set_viewport_size(PHONE)
+    page.reload()
+    toggle = page.locator("[data-menu-toggle]")
+    expect(toggle).to_be_visible()
+    expect(page.locator('nav[aria-label="Main"] a', has_text=offered[0]).first).to_be_hidden()
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    expect(page.locator('nav[aria-label="Main"] a', has_text=offered[0]).first).to_be_visible()
+    width = page.evaluate("document.scrollingElement.scrollWidth")
+    assert width <= PHONE["width"], f"{persona}'s home is {width} px wide on a phone"
+    page.screenshot(path=str(shots / f"navigation-{persona}-390.png"), full_page=True)
+
+
+@pytest.mark.e2e
+def test_a_page_one_may_not_open_says_why_and_admin_is_branded(live_server, page, people, shots):
+    page.set_viewport_size(DESKTOP)
+    sign_in(page, live_server, people["member"].username, PASSWORD)
+    answer = page.goto(f"{live_server.url}/inventory/plans/")
+    assert answer.status == 403
+    expect(page.locator("h1")).to_have_text("Not allowed")
+    expect(page.locator("main")).to_contain_text("Only platform admins may use")
+    # The portal's own page, styled by its stylesheet (the dark header bar), with a way back.
+    assert page.evaluate("getComputedStyle(document.querySelector('header')).backgroundColor") not in (
+        "rgba(0, 0, 0, 0)",
+        "transparent",
+    )
+    expect(page.get_by_role("link", name="Back to the overview")).to_be_visible()
+    page.screenshot(path=str(shots / "navigation-403.png"), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.screenshot(path=str(shots / "navigation-403-390.png"), full_page=True)
+
+    page.context.clear_cookies()
+    page.set_viewport_size(DESKTOP)
+    sign_in(page, live_server, people["admin"].username, PASSWORD)
+    page.goto(f"{live_server.url}/admin/")
+    expect(page).to_have_title("Rackplane administration | Rackplane admin")
+    expect(page.locator("#site-name")).to_contain_text("Rackplane")
+    expect(page.locator("body")).not_to_contain_text("Django administration")
+    page.screenshot(path=str(shots / "navigation-admin.png"), full_page=True)
