@@ -60,6 +60,19 @@ class RequestContextFilter(logging.Filter):
         return True
 
 
+class ClientErrorFilter(logging.Filter):
+    """Django logs a refused request (403 PermissionDenied, 400 SuspiciousOperation ...) with the exception's
+    whole traceback: in production every member who opens an admin page would write one, burying the real
+    errors. A 4xx keeps its one-line warning (method, path, status) without the traceback; a 5xx keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if isinstance(status, int) and 400 <= status < 500 and record.exc_info:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, request_id, then whichever of
     method, path, status, duration_ms, user_id, task, task_id the record has, and the traceback if any."""

@@ -3,7 +3,7 @@
 `JSONParser` is the one JSON parser of the whole API (REST_FRAMEWORK's DEFAULT_PARSER_CLASSES): a body
 over `max_body_bytes` is a 413, nesting deeper than `max_depth` a 400 (Python's json module recurses per
 level, so a few KB of brackets would otherwise end in a RecursionError), a charset that is not a text
-encoding a 415.
+encoding a 415, a key given twice in one object a 400.
 Other parsers (tenancy's telemetry text) read and decode their bodies with `read_body` and `decode_body`.
 """
 
@@ -101,6 +101,27 @@ class JSONParser(parsers.BaseParser):
                 "this API's limit"
             )
         try:
-            return json.loads(text, parse_constant=json.strict_constant if self.strict else None)
+            return json.loads(
+                text,
+                parse_constant=json.strict_constant if self.strict else None,
+                object_pairs_hook=unique_keys,
+            )
+        except DuplicateKey as error:
+            raise ParseError(str(error)) from error
         except ValueError as error:
             raise ParseError(f"JSON parse error - {error}") from error
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object as a dict, refusing a key given twice: `{"gpus": 4, "gpus": 8}` would otherwise mean
+    8 silently (the last wins), and a proxy or a log reading the first would see another request."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise DuplicateKey(f"the JSON body gives the key {twice!r} twice in one object: send it once")
+    return result

@@ -359,7 +359,10 @@ RACKPLANE_ACCESS_LOG = env.bool("RACKPLANE_ACCESS_LOG", default=LOG_FORMAT == "j
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_context": {"()": "core.logs.RequestContextFilter"}},
+    "filters": {
+        "request_context": {"()": "core.logs.RequestContextFilter"},
+        "client_errors": {"()": "core.logs.ClientErrorFilter"},
+    },
     "formatters": {"json": {"()": "core.logs.JsonFormatter"}},
     "handlers": {
         "console": {
@@ -369,6 +372,11 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # A refused request (4xx) is one line, not a traceback (core.logs.ClientErrorFilter).
+    "loggers": {
+        "django.request": {"filters": ["client_errors"]},
+        "django.security": {"filters": ["client_errors"]},
+    },
 }
 
 # Probes and metrics (portal.health, core.metrics; docs/metrics.md). /metrics needs this bearer token; without

@@ -317,3 +317,30 @@ def test_log_format_json_makes_every_line_a_json_object(tmp_path):
     [line] = [json.loads(text) for text in result.stderr.splitlines() if text.strip()]
     assert (line["level"], line["logger"], line["message"]) == ("WARNING", "rackplane.x", "hello 1")
     assert line["request_id"] is None
+
+
+@pytest.mark.django_db
+def test_a_refused_request_is_one_line_without_a_traceback(client_as, json_lines, member_a):
+    response = client_as("member_a").get("/tenancy/dashboard/")
+    assert response.status_code == 403
+    [line] = [line for line in json_lines if line["logger"] == "django.request"]
+    assert (
+        line["level"] == "WARNING"
+        and "Forbidden" in line["message"]
+        and "/tenancy/dashboard/" in line["message"]
+    )
+    assert "exception" not in line
+
+
+def test_a_server_error_keeps_its_traceback():
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        import sys
+
+        exc_info = sys.exc_info()
+    for status, kept in ((500, True), (403, False), (404, False)):
+        record = logging.LogRecord("django.request", logging.ERROR, __file__, 1, "x", (), exc_info)
+        record.status_code = status
+        assert logs.ClientErrorFilter().filter(record) is True
+        assert (record.exc_info is not None) is kept

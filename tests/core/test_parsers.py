@@ -5,6 +5,8 @@ Each hostile body goes to the real endpoints with a real token; the answer names
 written.
 """
 
+import io
+
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -55,6 +57,29 @@ def test_deeply_nested_json_is_a_400_naming_the_depth_limit_and_writes_nothing(c
         "detail": "the JSON body nests arrays and objects more than 64 levels deep, this API's limit"
     }
     assert rows() == before
+
+
+@pytest.mark.parametrize(("url", "persona"), JSON_ENDPOINTS)
+def test_a_key_given_twice_is_a_400_naming_it_and_writes_nothing(client_for, url, persona):
+    client = client_for(persona)
+    before = rows()
+    # The walkthrough's body: the last value used to win silently (a job "h16b" with 8 GPUs).
+    body = '{"name": "h16", "host": "gb-r02-t04", "gpus": 4, "nested": {"a": 1}, "name": "h16b", "gpus": 8}'
+    response = client.post(url, body, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert response.json() == {
+        "detail": "the JSON body gives the key 'name' twice in one object: send it once"
+    }
+    assert rows() == before
+
+
+def test_a_key_given_twice_deep_inside_is_found_and_different_objects_may_share_keys(client_for):
+    client = client_for("member_a")
+    body = '{"work": {"env": {"A": "1", "A": "2"}}}'
+    response = client.post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.json() == {"detail": "the JSON body gives the key 'A' twice in one object: send it once"}
+    parsed = JSONParser().parse(io.BytesIO(b'[{"a": 1}, {"a": 2, "b": {"a": 3}}]'))
+    assert parsed == [{"a": 1}, {"a": 2, "b": {"a": 3}}]
 
 
 @pytest.mark.parametrize(("url", "persona"), JSON_ENDPOINTS)
