@@ -48,6 +48,28 @@ class MoveForm(ServiceErrorsMixin, forms.Form):
     to = forms.IntegerField(min_value=1, max_value=2**31 - 1)
 
 
+class Remainder:
+    """A row of figures that is not a project: the work without one, or the department's total."""
+
+
+def _figures(row, guaranteed: int, use: dict):
+    """Set a row's figures: its guarantee, GPUs in use, in quota and borrowed for its department (the jobs'
+    standing, scheduling.engine.scheduler: only borrowed GPUs are another department's to reclaim), and
+    how many of its in-quota GPUs are beyond its own guarantee (its siblings' unused guarantee, which
+    only they reclaim). Returns the row."""
+    row.guaranteed = guaranteed
+    row.in_use = use.get("in_use", 0)
+    row.borrowed = use.get("borrowed", 0)
+    row.in_quota = row.in_use - row.borrowed
+    row.from_siblings = max(0, row.in_quota - guaranteed)
+    return row
+
+
+def _total(rows) -> dict:
+    rows = list(rows)
+    return {key: sum(r[key] for r in rows) for key in ("in_use", "borrowed")}
+
+
 def _department(request, slug: str) -> Department:
     department = Department.objects.visible_to(request.user).filter(slug=slug).first()
     if department is None:
@@ -75,21 +97,31 @@ def panel_context(
     use = {
         row["job__project"]: row
         for row in Allocation.objects.filter(job__department=department, job__state__in=HOLDING_STATES)
-        .exclude(job__project=None)
         .values("job__project")
         .annotate(in_use=Count("pk"), borrowed=Count("pk", filter=Q(job__over_quota=True)))
     }
     for project in projects:
-        figures = use.get(project.pk, {})
-        project.in_use = figures.get("in_use", 0)
-        project.borrowed = figures.get("borrowed", 0)
+        _figures(project, project.guaranteed_gpus, use.get(project.pk, {}))
         project.people = list(project.memberships.all())
         project.siblings = [p for p in projects if p.pk != project.pk]
+    # Every project's guarantee, the hidden ones' too (a member sees only theirs): the work without a
+    # project keeps what they leave of the department's (tenancy.quota.NO_PROJECT).
+    all_guaranteed = (
+        sum(p.guaranteed_gpus for p in projects)
+        if manage
+        else sum(Project.objects.filter(department=department).values_list("guaranteed_gpus", flat=True))
+    )
+    unassigned = _figures(Remainder(), max(0, department.guaranteed_gpus - all_guaranteed), use.get(None, {}))
     context = {
         "department": department,
         "projects": projects,
         "can_manage_projects": manage,
         "projects_guaranteed": sum(p.guaranteed_gpus for p in projects),
+        "unassigned": unassigned,
+        # The department's figures (every project is visible to a manager): the rows add up to them.
+        "department_use": _figures(Remainder(), department.guaranteed_gpus, _total(use.values()))
+        if manage
+        else None,
     }
     if manage:
         in_a_project = {m.user_id for p in projects for m in p.people}

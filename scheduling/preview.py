@@ -25,6 +25,33 @@ from scheduling.services import check_request
 from tenancy.models import Department
 
 PROBE_ID = -1  # the proposed job's id in the dry pass: no row has it
+MAX_NAMED = 5  # victims named in a sentence; the rest are counted
+
+
+@dataclass(frozen=True)
+class Victim:
+    """A running job the proposed one would preempt: its name, department and project (None: none)."""
+
+    name: str
+    department: str
+    project: str | None
+    own_department: bool  # of the proposed job's department (borrowing its project's unused guarantee)
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.name} ({self.department}, {f'project {self.project}' if self.project else 'no project'})"
+        )
+
+
+def _victim_sentence(victims: list[Victim], kind: str, whose: str) -> str:
+    """One sentence naming the jobs it would preempt (the first MAX_NAMED; the rest counted)."""
+    named = ", ".join(v.label for v in victims[:MAX_NAMED])
+    more = f" and {len(victims) - MAX_NAMED} more" if len(victims) > MAX_NAMED else ""
+    return (
+        f"To make room it would preempt {len(victims)} {kind}job{'s' if len(victims) != 1 else ''} "
+        f"{whose}: {named}{more}."
+    )
 
 
 @dataclass(frozen=True)
@@ -37,6 +64,7 @@ class Preview:
     partitions: tuple[str, ...] = ()  # "rack partition" labels
     racks: tuple[str, ...] = ()
     preempts: int = 0  # running borrowed jobs it would preempt to start
+    victims: tuple[Victim, ...] = ()  # those jobs, named
     reason: str = ""  # why it would wait (the engine's words)
     errors: dict[str, str] = field(default_factory=dict)
     queued_ahead: int = 0  # pending jobs ahead of it in the queue
@@ -57,10 +85,19 @@ class Preview:
                 f"It fits now: it would start {quota} on {trays} ({', '.join(self.trays)}) "
                 f"in {', '.join(self.partitions)}."
             ]
-            if self.preempts:
+            own = [v for v in self.victims if v.own_department]
+            others = [v for v in self.victims if not v.own_department]
+            if own:
                 words.append(
-                    f"To make room it would preempt {self.preempts} borrowed job"
-                    f"{'s' if self.preempts != 1 else ''} of other departments."
+                    _victim_sentence(own, "", "of your department")
+                    + " They run beyond their own share of your department's guarantee (their project's, or"
+                    " the share of the work without a project), and your job's share takes it back."
+                )
+            if others:
+                words.append(_victim_sentence(others, "borrowed ", "of other departments"))
+            if self.preempts and not self.victims:  # the jobs ended meanwhile: counted only
+                words.append(
+                    f"To make room it would preempt {self.preempts} job{'s' if self.preempts != 1 else ''}."
                 )
             return words
         reason = self.reason.strip()
@@ -109,6 +146,18 @@ def preview_job(
     start = next((s for s in result.started if s.job_id == PROBE_ID), None)
     if start is None:
         return Preview(reason=result.waiting.get(PROBE_ID, ""), queued_ahead=ahead)
+    victim_ids = [victim for victim, beneficiary in result.preempted.items() if beneficiary == PROBE_ID]
+    victims = tuple(
+        Victim(
+            name=job.name,
+            department=job.department.name,
+            project=job.project.name if job.project_id else None,
+            own_department=job.department_id == department.pk,
+        )
+        for job in Job.objects.filter(pk__in=victim_ids)
+        .select_related("department", "project")
+        .order_by("department__name", "name", "pk")
+    )
     trays = [t for t, _ in start.placement]
     partitions = sorted({cluster.partition_label(cluster.tray_part[t]) for t in trays})
     racks = sorted({cluster.rack_name[cluster.tray_rack[t]] for t in trays})
@@ -118,6 +167,7 @@ def preview_job(
         trays=tuple(cluster.tray_host[t] for t in trays),
         partitions=tuple(partitions),
         racks=tuple(racks),
-        preempts=sum(1 for victim, beneficiary in result.preempted.items() if beneficiary == PROBE_ID),
+        preempts=len(victim_ids),
+        victims=victims,
         queued_ahead=ahead,
     )

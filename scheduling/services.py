@@ -763,7 +763,17 @@ def _standing_words(
     quota = f"{department.slug}'s guarantee is {department.guaranteed_gpus} GPUs (in-quota share now {share})"
     project = (projects or {}).get(getattr(job, "project_id", None))  # (pk, department, slug, guarantee, ...)
     key = (department.slug, project[2]) if project is not None else None
-    if key in result.project_in_quota_share:  # judged by its project's share (hierarchical fair share)
+    if not over_quota and job.pk in result.sibling_borrowed:  # in quota for the department, not its leaf
+        own = (
+            f"project {key[0]}-{key[1]}'s own guarantee of {project[3]} GPUs"
+            if project is not None
+            else "what its projects leave to work without a project"
+        )
+        return (
+            f"now in quota: {quota}; this job's {job.gpus} GPUs fit within it beyond {own}, in its sibling "
+            "projects' unused guarantee, which their in-quota work may take back"
+        )
+    if key in result.project_in_quota_share and not over_quota:  # within its project's own share
         share = result.project_in_quota_share[key]
         quota = f"project {key[0]}-{key[1]}'s guarantee is {project[3]} GPUs (in-quota share now {share})"
     if not over_quota:

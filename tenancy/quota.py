@@ -28,7 +28,11 @@ capacity its projects (and its work without a project, as one more leaf, ``NO_PR
 the projects' guarantees leave of the department's) are shared over, by their own guarantee, over-quota
 weight, limit and priority. The projects' guarantees fit inside the department's, so their in-quota shares
 add up to no more than the department's: work in quota in its project is in quota in its department.
-Reclaims inside a department are between sibling projects. A department without projects is not split:
+Reclaims inside a department are between sibling projects. The converse does not hold, and the department
+level does not depend on it: towards other departments a department is judged against its own in-quota
+share whatever its projects (in quota: up to min(in use, guarantee)); a project (or the work without one)
+in quota for its department beyond its own share uses its siblings' unused guarantee, which only they
+reclaim (scheduling.engine.scheduler, Projects). A department without projects is not split:
 its numbers are exactly those of `fair_share`.
 """
 

@@ -38,16 +38,20 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
 **Projects.** A department may split its share among projects (`Department.projects`; jobs name theirs in
 `project`): quotas are then hierarchical (`tenancy.quota.hierarchical_fair_share`): a job is in quota when
 its project's GPUs, with it, stay within the project's in-quota share inside the department's, and its
-department's and project's limits both hold; Standing and reclaim work per project (a project's in-quota
-job reclaims from sibling projects' borrowers as from other departments'), and over-quota jobs go in order
-of their project's distance below its fair share. Work of such a department without a project is one more
+department's and project's limits both hold; over-quota jobs go in order of their project's distance below
+its fair share. Standing has two levels (Run:ai's): towards other departments, the department is judged
+against its own guarantee, whatever its projects (`over_quota`: its jobs within its in-quota share are in
+quota, its projects' in-quota work first); inside it, a project (or the work without one) holding more than
+its own share borrows its siblings' unused guarantee (`sibling_borrowed`): only a sibling's in-quota job
+reclaims that, never another department's. Work of such a department without a project is one more
 leaf (`tenancy.quota.NO_PROJECT`). A department without projects is its own single leaf: exactly as before.
 
 **Standing.** Every pass recomputes which running jobs are in quota and which borrow (`standing`), before
 admission (so reclaim preempts today's borrowers, not the ones of when they started) and after it (the
 result's `over_quota`): per department, its running jobs are in quota while their GPUs stay within the
 department's in-quota share, non-preemptible classes first (they run only in quota), then oldest first;
-the rest borrow. A job on a partition dedicated to another department always borrows. Raising a guarantee
+the rest borrow (with projects: each leaf's in-quota jobs first, then its other jobs in the same order). A
+job on a partition dedicated to another department always borrows. Raising a guarantee
 turns the oldest borrowers into in-quota work at the next pass; lowering it turns the newest in-quota jobs
 into borrowers.
 
@@ -170,6 +174,9 @@ class PassResult:
     # (department, project) -> the project's in-quota share, for departments with projects (see Projects).
     project_in_quota_share: dict[tuple[str, str | None], int] = field(default_factory=dict)
     on_dedicated: dict[int, str] = field(default_factory=dict)  # job -> owner of the dedicated partition
+    # Running jobs in quota for their department but beyond their project's (or the work without a project's)
+    # in-quota share: they borrow their siblings' unused guarantee, which only a sibling reclaims (Projects).
+    sibling_borrowed: set[int] = field(default_factory=set)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -344,18 +351,38 @@ class _Pass:
                     by_department[leaf] = [job]
                 else:
                     group.append(job)
-        in_quota: set[int] = set()
+        in_quota: set[int] = set()  # in quota within its leaf
         for name, jobs in by_department.items():
             if name not in self.in_quota:
                 continue  # unknown department: nothing is guaranteed to it
             _sort_standing(jobs)
             in_quota |= in_quota_prefix(self.in_quota[name], [(j.id, j.gpus) for j in jobs])
+        # Towards other departments a department with projects is judged against its own in-quota share:
+        # its leaves' in-quota jobs hold it first (they add up to no more than it), then its other jobs in
+        # standing order while they fit. Without projects a leaf is its department: nothing changes.
+        self.leaf_over = set()
+        if not plain:
+            leaves_of: dict[str, list[tuple[str, str | None]]] = {}
+            for leaf in by_department:
+                if leaf[0] in self.projects and leaf in self.in_quota:
+                    leaves_of.setdefault(leaf[0], []).append(leaf)
+            for name, leaves in leaves_of.items():
+                rest = [j for leaf in leaves for j in by_department[leaf] if j.id not in in_quota]
+                if not rest:
+                    continue
+                self.leaf_over.update(j.id for j in rest)
+                held = sum(j.gpus for leaf in leaves for j in by_department[leaf] if j.id in in_quota)
+                _sort_standing(rest)
+                in_quota |= in_quota_prefix(
+                    self.department_in_quota[name] - held, [(j.id, j.gpus) for j in rest]
+                )
         for job_id, job in self.running.items():
             over = job_id not in in_quota
             if job.over_quota != over:
                 self.running[job_id] = replace(job, over_quota=over)
         self.result.over_quota = {job_id: job.over_quota for job_id, job in self.running.items()}
         self.result.on_dedicated = on_dedicated
+        self.result.sibling_borrowed = {j for j in self.leaf_over if j in self.running and j in in_quota}
         self.result.in_quota_share = dict(self.department_in_quota)
         self.result.project_in_quota_share = {
             leaf: share for leaf, share in self.in_quota.items() if leaf[0] in self.projects
@@ -403,6 +430,8 @@ class _Pass:
         self.cluster.allocate(job.id, placement)
         self.held[job.department] += job.gpus
         self.leaf_held[self._leaf(job)] += job.gpus
+        if over_quota:
+            self.leaf_over.add(job.id)
         self.running[job.id] = RunningJob(
             job.id,
             job.department,
@@ -448,7 +477,9 @@ class _Pass:
             (
                 (not on_its_partitions(r), r)
                 for r in self.running.values()
-                if r.preemptible and self._leaf(r) != self._leaf(job) and r.id in cluster.jobs
+                if self._may_lose(r, job.department)
+                and self._leaf(r) != self._leaf(job)
+                and r.id in cluster.jobs
             ),
             key=lambda v: (v[0], self.departments[v[1].department].priority, -v[1].started_at, -v[1].id),
         )
@@ -585,7 +616,11 @@ class _Pass:
         running = self.running
         gone: set[int] = set()  # borrowers counted as ended now
         if in_quota and self.options.reclaim_aware_reservations:
-            gone = {r.id for r in self._staying_borrowers() if self._leaf(r) != self._leaf(job)}
+            gone = {
+                r.id
+                for r in self._staying_borrowers()
+                if self._leaf(r) != self._leaf(job) and (r.over_quota or r.department == job.department)
+            }
 
         ends = [now] * len(cluster)  # when each tray's jobs have all ended
         for job_id, placed in cluster.jobs.items():
@@ -650,7 +685,7 @@ class _Pass:
         staying = []
         for name, jobs in by_department.items():
             share = self.in_quota.get(name)
-            if share is None or not any(r.preemptible for r in jobs):
+            if share is None or not any(self._may_lose(r) for r in jobs):
                 continue
             _sort_standing(jobs)
             ends = sorted({r.expected_end for r in jobs})
@@ -659,7 +694,7 @@ class _Pass:
             older = 0
             for r in jobs:
                 k = rank[r.expected_end]
-                if r.preemptible:
+                if self._may_lose(r):
                     # GPUs of older jobs ending before this one.
                     before, i = 0, k
                     while i > 0:
@@ -746,7 +781,16 @@ class _Pass:
         return True
 
     def _reclaimable(self) -> int:
-        return sum(r.gpus for r in self.running.values() if r.preemptible)
+        return sum(r.gpus for r in self.running.values() if self._may_lose(r))
+
+    def _may_lose(self, r: RunningJob, department: str | None = None) -> bool:
+        """Whether running `r` may be preempted for an in-quota job (of `department`, None: of any): it
+        borrows from other departments, or (the job's sibling, or any) from its siblings (Projects)."""
+        if r.priority_class not in PREEMPTIBLE_CLASSES:
+            return False
+        if r.over_quota:
+            return True
+        return r.id in self.leaf_over and (department is None or department == r.department)
 
     def _wait(self, job: PendingJob, borrow: bool = False) -> None:
         """Record why `job` waits (for the trays a borrower may use too, when it would borrow), and reserve

@@ -58,13 +58,16 @@ def test_a_project_within_its_guarantee_is_not_reclaimed_by_its_sibling():
 
 
 def test_in_quota_in_the_department_is_not_enough_a_project_needs_its_own_share():
-    # The department is far below its guarantee, but vision asks past its own 8: the rest borrows.
+    # The department is far below its guarantee, but vision asks past its own 8: the rest borrows nlp's
+    # unused guarantee. Towards other departments all 16 are research's in quota (its guarantee); only
+    # nlp reclaims the 8 beyond vision's own (sibling_borrowed).
     c = cluster(8)
     pending = [
         PendingJob(i, "research", 4, ANY, project="vision", submitted_at=float(i)) for i in range(1, 5)
     ]
     result = schedule(c, [RESEARCH], [], pending, 100.0)
-    assert {s.job_id: s.over_quota for s in result.started} == {1: False, 2: False, 3: True, 4: True}
+    assert {s.job_id: s.over_quota for s in result.started} == {1: False, 2: False, 3: False, 4: False}
+    assert result.sibling_borrowed == {3, 4}
 
 
 def test_a_projects_limit_holds_even_with_idle_gpus():
@@ -83,7 +86,10 @@ def test_work_without_a_project_in_a_department_with_projects_gets_what_the_proj
     c = cluster(8)
     pending = [PendingJob(i, "research", 4, ANY, submitted_at=float(i)) for i in range(1, 4)]
     result = schedule(c, [research], [], pending, 100.0)
-    assert {s.job_id: s.over_quota for s in result.started} == {1: False, 2: False, 3: True}
+    # The third is past the 8 the project leaves: in quota for research (12 of its 16), borrowing vision's
+    # unused guarantee, which only vision reclaims.
+    assert {s.job_id: s.over_quota for s in result.started} == {1: False, 2: False, 3: False}
+    assert result.sibling_borrowed == {3}
 
 
 @settings(max_examples=60, deadline=None)
@@ -183,7 +189,7 @@ def test_the_portals_pass_honours_each_projects_guarantee(demo_inventory):
     assert vision_jobs[2].state == JobState.RUNNING and vision_jobs[2].over_quota is True
     [event] = JobEvent.objects.filter(job=vision_jobs[2], kind=JobEventKind.QUOTA)
     assert event.message == (
-        "now borrowed (preemptible): project research-vision's guarantee is 8 GPUs (in-quota share now 8) "
+        "now borrowed (preemptible): research's guarantee is 16 GPUs (in-quota share now 16) "
         "and its older running jobs hold it"
     )
     # A third nlp job is past nlp's guarantee: it borrows, and nothing is free to borrow, so it waits.
