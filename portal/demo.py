@@ -1,5 +1,5 @@
 """Demo tenants on top of the demo inventory: departments, leads and members, running, pending and finished
-jobs, synthetic GPU telemetry and a day of quota history, so `make run` shows live dashboards.
+jobs, synthetic GPU telemetry and 30 days of quota history, so `make run` shows live dashboards.
 
 Deterministic for a given seed. Scales with the inventory: guarantees are fractions of the schedulable
 GPUs and about two thirds of them run jobs. The demo is a state the scheduler agrees with
@@ -51,6 +51,7 @@ from tenancy.models import (
     TenancySettings,
 )
 from tenancy.quota import DepartmentQuota, fair_share, in_quota_prefix
+from tenancy.quota_history import FULL_RESOLUTION as QUOTA_FULL_RESOLUTION
 from tenancy.services import save_department, schedulable_gpus, schedulable_gpus_q
 from tenancy.telemetry import Sample
 
@@ -642,9 +643,39 @@ def record_demo_telemetry(now: datetime | None = None, rng: random.Random | None
     return record_samples(samples, at=now)
 
 
+def _history_times(now: datetime, days: int) -> list[datetime]:
+    """When the product holds a snapshot after `days` of running (tenancy.quota_history): one at the start of
+    each hour older than a day (downsample_quota_snapshots), then one every five minutes up to now."""
+    cutoff = _hour(now - QUOTA_FULL_RESOLUTION)
+    hour = _hour(now - timedelta(days=days)) + timedelta(hours=1)  # the oldest hour prune_history keeps
+    times = []
+    while hour < cutoff:
+        times.append(hour)
+        hour += timedelta(hours=1)
+    steps = int((now - cutoff) / SNAPSHOT_EVERY)
+    times += [now - step * SNAPSHOT_EVERY for step in range(steps, 0, -1)]
+    return times
+
+
+def _hour(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+def _drift(rng, days: int) -> list[float]:
+    """A department's busyness at each day's age (index 0: today, 1.0): half a day ago it ran about half of
+    today's load, and before that a bounded random walk between a third and all of it."""
+    levels = [1.0, 0.5]
+    while len(levels) < days + 2:
+        levels.append(min(0.95, max(0.3, levels[-1] + rng.uniform(-0.12, 0.12))))
+    return levels
+
+
 def _seed_history(rng, now, departments) -> None:
-    """A day of quota snapshots every five minutes drifting towards today's position, then today's taken
-    by the snapshot task's own code (so the chart's last point is the cards' figures)."""
+    """TenancySettings.quota_history_days (30) of quota snapshots kept the way the product keeps them
+    (`_history_times`: hourly rows, then five-minute rows for the last day), each department drifting from
+    day to day, busier in working hours than at night and on weekdays than at weekends, towards today's
+    position; then today's taken by the snapshot task's own code (so the chart's last point is the cards'
+    figures)."""
     capacity = schedulable_gpus()
     current = {}
     for _, department in departments:
@@ -652,25 +683,35 @@ def _seed_history(rng, now, departments) -> None:
         running = sum(j.gpus for j in active if j.state == JobState.RUNNING)
         pending = sum(j.gpus for j in active if j.state == JobState.PENDING)
         current[department.pk] = (running, pending)
+    days = TenancySettings.load().quota_history_days
+    drift = {department.pk: _drift(rng, days) for _, department in departments}
+    quotas = {
+        department.pk: (department.slug, department.guaranteed_gpus, float(department.over_quota_weight))
+        for _, department in departments
+    }
     snapshots = []
-    steps = int(timedelta(hours=24) / SNAPSHOT_EVERY)
-    for step in range(steps, 0, -1):
-        at = now - step * SNAPSHOT_EVERY
-        phase = 1 - step / steps
+    for at in _history_times(now, days):
+        age = (now - at) / timedelta(days=1)  # in days
+        day, part = int(age), age - int(age)
+        # Working hours (08-20 UTC) and weekdays are busier; the pattern fades out as `at` nears now.
+        rhythm = (0.12 if 8 <= at.hour < 20 else -0.12) - (0.15 if at.weekday() >= 5 else 0.0)
+        fade = min(1.0, age)
         rows = []
         for _, department in departments:
             running, pending = current[department.pk]
-            wobble = 1 + 0.15 * rng.uniform(-1, 1) * (1 - phase)
-            in_use = max(0, int(running * (0.5 + 0.5 * phase) * wobble))
-            demand = in_use + pending
-            rows.append((department, in_use, demand))
+            levels = drift[department.pk]
+            level = levels[day] + (levels[day + 1] - levels[day]) * part
+            wobble = 1 + fade * (rhythm + 0.1 * rng.uniform(-1, 1))
+            in_use = max(0, int(running * level * wobble))
+            waiting = max(0, int(pending * (level + fade * rng.uniform(-0.3, 0.3))))
+            rows.append((department, in_use, in_use + waiting))
         shares = fair_share(
             capacity,
             [
                 DepartmentQuota(
-                    name=d.slug,
-                    guaranteed=d.guaranteed_gpus,
-                    weight=float(d.over_quota_weight),
+                    name=quotas[d.pk][0],
+                    guaranteed=quotas[d.pk][1],
+                    weight=quotas[d.pk][2],
                     limit=d.limit_gpus,
                     priority=d.priority,
                     demand=demand,

@@ -2,10 +2,11 @@
 and the jobs that held a GPU or a tray.
 
 * **Colour by** (``?colour=partition|health|utilization`` on the rack view): partition is the rack view's
-  own colouring; health fills each GPU by its health; utilization fills it by its mean utilization over the
-  last five minutes, from the configured metrics source (tenancy.models.MetricsSource): with the site's
-  Prometheus, the activity rows its cycle keeps (``avg_over_time`` over the source's window, 300 s by
-  default); direct, the 5-minute buckets the scrapes fill. A GPU with nothing in that window is drawn as
+  own colouring; health fills each GPU by its health; utilization fills it by its recent utilization, for
+  the GPUs whose activity row is fresh (tenancy.activity's one staleness rule, the same the idle lists and
+  the department page use, so the screens agree): with the site's Prometheus, the row itself (the source's
+  ``avg_over_time`` window, 300 s by default); direct, the mean of the 5-minute buckets of the last five
+  minutes, or the row's latest sample when those have none. A GPU whose row is stale or missing is drawn as
   "no data", never as idle.
 * **Ranges** (``?range=1h|24h|7d|30d``): a range the page does not know falls back to the default, and the
   page says so (``RangeChoice.note``); nothing fails on a bad link.
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import F, Q, Sum
+from django.db.models import F, FloatField, IntegerField, OuterRef, Q, Subquery, Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -42,8 +43,8 @@ from scheduling.choices import JobEventKind
 from scheduling.models import Job, JobEvent
 from scheduling.resubmit import resubmit_offer
 from scheduling.services import submit_job, submittable_departments
-from tenancy.activity import bucket_start
-from tenancy.models import GpuActivity, GpuUtilization, MetricsSource
+from tenancy.activity import STALE_AFTER, bucket_start, fresh_activity
+from tenancy.models import GpuUtilization, MetricsSource
 from tenancy.quota_history import snapshot_rows
 
 # ------------------------------------------------------------------------------------------ colour by
@@ -54,9 +55,9 @@ COLOUR_MODES = {
     "utilization": "Utilization",
 }
 DEFAULT_COLOUR = "partition"
+# The direct source's buckets averaged for a GPU with a fresh activity row (whether it has data is not
+# decided here: tenancy.activity.fresh_activity).
 RECENT = timedelta(minutes=5)
-# A Prometheus cycle runs every minute; an activity row older than this is from a cycle that failed since.
-ACTIVITY_FRESH = timedelta(minutes=10)
 # (band, lowest percent, legend); a GPU's band is the last whose lowest its value reaches.
 UTILIZATION_BANDS = (
     (0, 0.0, "under 5 %"),
@@ -90,29 +91,40 @@ def utilization_band(value: float | None) -> str:
 
 
 def recent_utilization(gpu_ids: list[int], now: datetime | None = None) -> dict[int, float]:
-    """GPU pk -> mean utilization over the last five minutes; GPUs without data are left out. One query.
+    """GPU pk -> recent utilization, for the GPUs with a fresh activity row (the one staleness rule); the
+    others (stale or no row) are left out: "no data". One query.
 
-    Prometheus: the activity rows (each the source's window average, refreshed every cycle). Direct: the
-    sample-weighted mean of the 5-minute buckets from the one holding `now - 5 min` on.
+    Prometheus: the activity row (the source's window average, refreshed every cycle). Direct: the
+    sample-weighted mean of the 5-minute buckets from the one holding `now - 5 min` on, or the row's latest
+    sample when those have none (a GPU 6 minutes silent is still known, as on the department page).
     """
     if not gpu_ids:
         return {}
     now = now or timezone.now()
+    rows = fresh_activity(now).filter(gpu_id__in=gpu_ids)
     if MetricsSource.load().is_prometheus:
-        rows = GpuActivity.objects.filter(gpu_id__in=gpu_ids, sampled_at__gte=now - ACTIVITY_FRESH)
         return dict(rows.values_list("gpu_id", "utilization"))
-    rows = (
+    buckets = (
         GpuUtilization.objects.filter(
-            gpu_id__in=gpu_ids,
+            gpu_id=OuterRef("gpu_id"),
             bucket_start__gte=bucket_start(now - RECENT),
             bucket_start__lte=now,
             seconds=GpuUtilization.BUCKET_SECONDS,
+            samples__gt=0,
         )
         .order_by()
         .values("gpu_id")
-        .annotate(weighted=Sum(F("mean") * F("samples")), n=Sum("samples"))
     )
-    return {row["gpu_id"]: row["weighted"] / row["n"] for row in rows if row["n"]}
+    weighted = buckets.annotate(value=Sum(F("mean") * F("samples"))).values("value")
+    count = buckets.annotate(value=Sum("samples")).values("value")
+    rows = rows.annotate(
+        weighted=Subquery(weighted, output_field=FloatField()),
+        n=Subquery(count, output_field=IntegerField()),
+    )
+    return {
+        gpu_id: weighted / n if n else latest
+        for gpu_id, latest, weighted, n in rows.values_list("gpu_id", "utilization", "weighted", "n")
+    }
 
 
 def colour_layout(layout, mode: str, now: datetime | None = None) -> dict:
@@ -127,12 +139,13 @@ def colour_layout(layout, mode: str, now: datetime | None = None) -> dict:
         cell.utilization = values.get(cell.gpu.pk)
         cell.band = utilization_band(cell.utilization)
         counts[cell.band] += 1
-    with_data = [value for value in values.values()]
+    with_data = list(values.values())
     return {
         "bands": [(str(number), label, counts[str(number)]) for number, _, label in UTILIZATION_BANDS],
         "no_data": counts["none"],
         "mean": sum(with_data) / len(with_data) if with_data else None,
         "source": "the site's Prometheus" if MetricsSource.load().is_prometheus else "the DCGM exporters",
+        "stale_after_minutes": int(STALE_AFTER.total_seconds() // 60),
     }
 
 

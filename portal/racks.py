@@ -137,7 +137,7 @@ def rack_detail(request, name):
         "bulk_limit": BULK_LIMIT,
         "bulk_actions": is_admin(request.user) and bool(layout.rows),
     }
-    # The "colour by" switch (portal.gpu_life): partition, health, or utilization over the last 5 minutes.
+    # The "colour by" switch (portal.gpu_life): partition, health, or recent utilization (fresh rows only).
     colour_by = colour_mode(request)
     context.update(
         colour_by=colour_by,

@@ -18,8 +18,9 @@ Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` 
   capacity cannot honour (cut; the shortfall banner) and the in-quota GPUs it asks for and does not hold
   (owed; the dashboards and the API's ``starved``). Nothing else computes who is short.
 * **pending demand**: GPUs its pending jobs ask for.
-* **idle**: `tenancy.activity.idle_gpus_queryset` (allocated to a running job, utilization under the
-  threshold for the whole window).
+* **idle**: `idle_gpus_queryset` (allocated to a running job, utilization under the threshold for the whole
+  window, and the activity row fresh: tenancy.activity's one staleness rule, so a stale row is "no data",
+  never idle and never working).
 * **fair share**: `tenancy.quota.fair_share` of the schedulable GPUs, with demand = in use + pending demand
   and allocated = in use.
 """
@@ -50,11 +51,10 @@ from core.access import leads
 from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
-from tenancy.activity import STALE_AFTER
+from tenancy.activity import STALE_AFTER, fresh_activity, fresh_since
 from tenancy.models import (
     DedicatedPartition,
     Department,
-    GpuActivity,
     Membership,
     QuotaSnapshot,
     TenancySettings,
@@ -525,18 +525,20 @@ def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
 
 
 def idle_cutoff(now: datetime, settings: TenancySettings) -> tuple[datetime, float]:
-    """The idle test on a GPU's activity row: (``low_since`` at the latest, ``utilization`` below)."""
+    """The idle test on a GPU's activity row: (``low_since`` at the latest, ``utilization`` below). The row
+    must be fresh too (``tenancy.activity.fresh_since``): a stale low row is "no data", not idle."""
     return now - timedelta(minutes=settings.idle_window_minutes), settings.idle_threshold_percent
 
 
 def idle_activity_queryset(now: datetime | None = None, settings: TenancySettings | None = None) -> QuerySet:
-    """Activity rows of GPUs under the threshold for the whole window, held by a job or not.
+    """Fresh activity rows of GPUs under the threshold for the whole window, held by a job or not.
 
     `idle_gpus_queryset` is these GPUs narrowed to the ones a running job holds; the dashboards count the
     idle GPUs per department with it (scheduling.usage.held_gpus_by_department).
     """
-    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
-    return GpuActivity.objects.filter(low_since__lte=low_since, utilization__lt=threshold)
+    now = now or timezone.now()
+    low_since, threshold = idle_cutoff(now, settings or TenancySettings.load())
+    return fresh_activity(now).filter(low_since__lte=low_since, utilization__lt=threshold)
 
 
 def idle_gpus_queryset(
@@ -548,9 +550,11 @@ def idle_gpus_queryset(
     ``job_name``, ``department_id``, ``department_name``, ``hostname``, ``utilization`` and ``idle_since``.
     `department` (a Department or its pk) narrows it.
     """
-    low_since, threshold = idle_cutoff(now or timezone.now(), settings or TenancySettings.load())
+    now = now or timezone.now()
+    low_since, threshold = idle_cutoff(now, settings or TenancySettings.load())
     conditions = {
         "allocations__job__state__in": HOLDING_STATES,
+        "activity__sampled_at__gte": fresh_since(now),  # the one staleness rule: a stale row is no data
         "activity__low_since__lte": low_since,
         # low_since was set against the threshold of its time; an admin may have raised or lowered it since.
         "activity__utilization__lt": threshold,
@@ -574,20 +578,17 @@ def held_without_data(
     department, now: datetime | None = None, settings: TenancySettings | None = None
 ) -> int:
     """How many GPUs the department's running jobs hold with no utilization data: no activity row, or one
-    not refreshed for ``tenancy.activity.STALE_AFTER``, and not idle by `idle_activity_queryset` (those are
-    on the idle lists, which every dashboard takes from `idle_gpus_queryset`). So held = idle + working +
-    no data, and "no data" never reads as working. `department` may be a list of departments or ids (a
-    person's home: all of theirs). One query.
+    not refreshed for ``tenancy.activity.STALE_AFTER`` (the one staleness rule: such a row is neither idle
+    nor working). Idle rows are fresh (`idle_activity_queryset`), so held = idle + working + no data, and
+    "no data" never reads as working. `department` may be a list of departments or ids (a person's home: all
+    of theirs). `settings` is accepted for the callers' symmetry; the count does not need it. One query.
     """
-    now = now or timezone.now()
     several = department if isinstance(department, list | tuple | set) else [department]
     ids = [getattr(one, "pk", one) for one in several]
-    fresh = GpuActivity.objects.filter(sampled_at__gte=now - STALE_AFTER).values("gpu")
-    idle = idle_activity_queryset(now, settings).values("gpu")
+    fresh = fresh_activity(now or timezone.now()).values("gpu")
     return (
         Allocation.objects.filter(job__state__in=HOLDING_STATES, job__department__in=ids)
         .exclude(gpu__in=fresh)
-        .exclude(gpu__in=idle)
         .count()
     )
 

@@ -14,9 +14,17 @@ GPUs or a whole rack's 72), because the scrape runs every minute for every expor
 Two sources (tenancy.metrics_source): the direct scrape or push records 5-minute buckets per GPU
 (``record_samples``), downsampled to hourly past a day and capped per GPU (``downsample_history``); with the
 site's Prometheus as the source the cycle records only the derived idle state (``record_activity`` with
-``keep_history=False``) and per-GPU history is read from Prometheus when a chart asks. Either way a GPU
-with no sample for ``STALE_AFTER`` (direct) or none in the query window (Prometheus) has no activity row:
-"no data", never idle.
+``keep_history=False``) and per-GPU history is read from Prometheus when a chart asks.
+
+**One staleness rule** (``STALE_AFTER``, ``fresh_since``, ``fresh_activity``): a GPU's utilization is known
+only while its activity row was sampled within ``STALE_AFTER``; a stale row is "no data" on every screen,
+never idle and never working: the idle lists and counts (scheduling.usage), the department page and a
+person's home (``held_without_data``), the admin dashboard, the rack view's colour by utilization
+(portal.gpu_life), the /metrics gauges and the idle-GPU notification (both from the same counts). Nothing
+else decides it: Prometheus's own window (``MetricsSource.window_seconds``, its 5-minute staleness) only
+says which GPUs the cycle writes a row for, and the rack view's 5-minute mean only which buckets it averages.
+Rows are dropped once stale too (``forget_stale_activity``, direct; ``forget_others``, Prometheus), but the
+screens never rely on that having run.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Avg, Count, F, Max, Sum, Window
+from django.db.models import Avg, Count, F, Max, QuerySet, Sum, Window
 from django.db.models.functions import RowNumber, TruncHour
 from django.utils import timezone
 
@@ -36,7 +44,9 @@ from tenancy.telemetry import Sample
 
 # Parameters per IN (...) list: far below SQLite's 32,766 host parameters, and a full rack is 72 GPUs.
 CHUNK = 2000
-# Direct source: an activity row not refreshed for this long is dropped ("no data", not idle).
+# The one staleness rule: an activity row not sampled for this long is "no data" everywhere, never idle and
+# never working. Ten minutes: the scrape, push and Prometheus cycles run every minute, so several missed
+# cycles in a row, and the rack view's 5-minute mean is always inside it.
 STALE_AFTER = timedelta(minutes=10)
 # 5-minute buckets older than this are merged into hourly ones.
 FULL_RESOLUTION = timedelta(days=1)
@@ -290,11 +300,22 @@ def prune_history(now: datetime | None = None) -> PruneResult:
     )
 
 
+def fresh_since(now: datetime | None = None) -> datetime:
+    """The oldest ``sampled_at`` an activity row may have and still count (the staleness rule)."""
+    return (now or timezone.now()) - STALE_AFTER
+
+
+def fresh_activity(now: datetime | None = None) -> QuerySet[GpuActivity]:
+    """Activity rows whose utilization is known at `now`: sampled within STALE_AFTER. Every reader of the
+    latest utilization starts here (or filters ``sampled_at__gte=fresh_since(now)`` on a join)."""
+    return GpuActivity.objects.filter(sampled_at__gte=fresh_since(now))
+
+
 def forget_stale_activity(now: datetime | None = None) -> int:
     """Drop activity rows not refreshed for STALE_AFTER (direct source): a GPU whose exporter stopped
-    answering has no data, and is never idle on a months-old low sample. Returns how many went."""
-    before = (now or timezone.now()) - STALE_AFTER
-    return GpuActivity.objects.filter(sampled_at__lt=before).delete()[0]
+    answering has no data, and is never idle on a months-old low sample. Returns how many went. The
+    screens do not wait for this: they read only `fresh_activity`."""
+    return GpuActivity.objects.filter(sampled_at__lt=fresh_since(now)).delete()[0]
 
 
 @dataclass(frozen=True)
@@ -364,14 +385,15 @@ def bucket_history(
     return out
 
 
-def department_utilization() -> dict[int, dict]:
+def department_utilization(now: datetime | None = None) -> dict[int, dict]:
     """Each department's GPUs held by its running jobs: their mean latest utilization and how many have
-    data, from the activity rows (whichever source filled them). One GROUP BY query.
+    data, from the fresh activity rows (whichever source filled them). One GROUP BY query.
 
     An Allocation exists only while its job holds GPUs (scheduling), so "held" needs no job state here.
     """
     rows = (
-        GpuActivity.objects.filter(gpu__allocations__isnull=False)
+        fresh_activity(now)
+        .filter(gpu__allocations__isnull=False)
         .order_by()
         .values("gpu__allocations__job__department_id")
         .annotate(mean=Avg("utilization"), gpus=Count("gpu_id"))

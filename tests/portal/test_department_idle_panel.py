@@ -122,16 +122,16 @@ def test_a_department_holding_nothing_is_not_said_to_be_working(page, alpha, gpu
 
 
 def test_held_gpus_add_up_to_idle_working_and_no_data(alpha, gpus):
-    """A stale row that passes the idle test is idle (it is on every idle list), not "no data"."""
+    """A stale row is "no data" even when it passes the idle test (tenancy.activity's one staleness rule)."""
     hold(alpha, gpus[:10])
     sample(gpus[:2], 1.0, low_for=timedelta(hours=1))  # idle
-    sample(gpus[2:3], 1.0, low_for=timedelta(hours=1), age=STALE_AFTER * 2)  # idle, stale
+    sample(gpus[2:3], 1.0, low_for=timedelta(hours=1), age=STALE_AFTER * 2)  # low but stale: no data
     sample(gpus[3:7], 80.0)  # working
     sample(gpus[7:8], 80.0, age=STALE_AFTER * 2)  # no data; 8 and 9 none at all
     position = selectors.department_positions().of(alpha)
     no_data = selectors.held_without_data(alpha)
-    assert (position.in_use, position.idle, no_data) == (10, 3, 3)
-    assert selectors.held_without_data(alpha.pk) == 3
+    assert (position.in_use, position.idle, no_data) == (10, 2, 4)
+    assert selectors.held_without_data(alpha.pk) == 4
 
 
 def test_the_admin_dashboard_and_the_department_page_agree_on_idle_gpus(
@@ -141,7 +141,7 @@ def test_the_admin_dashboard_and_the_department_page_agree_on_idle_gpus(
     hold(alpha, gpus[:10])
     run_job(beta, gpus[10:14], "beta-serve", started_at=timezone.now() - timedelta(hours=2))
     sample(gpus[:2], 1.0, low_for=timedelta(hours=1))
-    sample(gpus[2:3], 0.5, low_for=timedelta(hours=2), age=STALE_AFTER * 2)
+    sample(gpus[2:3], 0.5, low_for=timedelta(hours=2), age=STALE_AFTER * 2)  # stale: no data, not idle
     sample(gpus[3:4], 0.5, low_for=timedelta(minutes=5))  # low, not for the whole window: not idle
     sample(gpus[4:8], 80.0)
     sample(gpus[10:12], 2.0, low_for=timedelta(hours=1))  # Beta's idle GPUs
@@ -156,10 +156,10 @@ def test_the_admin_dashboard_and_the_department_page_agree_on_idle_gpus(
 
     department = client_as(lead_a).get(f"/tenancy/departments/{alpha.slug}/")
     panel = idle_panel(department)
-    expected = {gpu.uuid for gpu in gpus[:3]}
+    expected = {gpu.uuid for gpu in gpus[:2]}
     assert idle_uuids(panel) == admin_alpha == expected
     assert {uuid for uuid, _ in admin_rows} == expected | {gpu.uuid for gpu in gpus[10:12]}
     # The count on the panel is the admin dashboard's per-department figure.
     pill = re.search(r'id="idle-gpus">.*?class="count-pill">(\d+)<', department.content.decode(), re.S)
     assert int(pill.group(1)) == len(expected) == selectors.department_positions().of(alpha).idle
-    assert 'data-no-data="2"' in panel  # 8 and 9 never reported; 3 reported (low, not yet idle)
+    assert 'data-no-data="3"' in panel  # 2 stale; 8 and 9 never reported; 3 reported (low, not yet idle)

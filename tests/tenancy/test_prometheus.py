@@ -168,7 +168,8 @@ def test_department_utilization_is_the_mean_of_its_held_gpus(demo_inventory):
     gpus = gpus_of()
     record_activity({gpu.uuid: value for gpu, value in zip(gpus, [10.0, 20.0, 30.0, 40.0], strict=True)}, T0)
     record_activity({gpus_of("gb-r01-t02")[0].uuid: 99.0}, T0)  # held by nobody: not counted
-    assert department_utilization() == {research.pk: {"mean": pytest.approx(25.0), "gpus_with_data": 4}}
+    assert department_utilization(now=T0) == {research.pk: {"mean": pytest.approx(25.0), "gpus_with_data": 4}}
+    assert department_utilization(now=T0 + STALE_AFTER + timedelta(seconds=1)) == {}  # stale: no data
 
 
 # --- the direct source's history: downsampled and bounded ------------------------------------------------
