@@ -74,7 +74,9 @@ DEPARTMENT_SORTS = {
     "pending": lambda p: p.pending_demand,
     "idle": lambda p: p.idle,
     "network": lambda p: p.department.vlan_id,
-    "storage": lambda p: p.department.storage_quota_gib,
+    # The column shows the export path and its quota: by quota, then path (unique: equal quotas still
+    # sort one way up and the other way down).
+    "storage": lambda p: (p.department.storage_quota_gib, p.department.export_path),
 }
 DEPARTMENT_COLUMNS = [
     Column("slug", lambda p: p.department.slug),

@@ -46,6 +46,23 @@ DELIVERY_SORTS = {
 }
 # The session key that holds new webhook secrets ({subscription id: secret}) until their page shows them.
 NEW_SECRETS_SESSION_KEY = "portal_new_webhook_secrets"
+# One line per event for the form, beside its label: when it is sent.
+EVENT_DESCRIPTIONS = {
+    "tray_drained": "A health rule or an admin took a tray out of service: no new work is placed on it.",
+    "breaker_tripped": "Too many trays drained in a short time: more automatic drains wait for an admin.",
+    "job_requeued": "A hardware fault stopped a job and it was put back in the queue.",
+    "tray_returned": "A drained tray passed its checks and takes work again.",
+    "needs_service": "A tray needs hands-on repair (e.g. a GPU fell off the bus).",
+    "job_started": "A job got its GPUs and began running.",
+    "job_preempted": "A job was stopped so that its GPUs go back to a department within its quota.",
+    "job_finished": "A job ended on its own.",
+    "job_failed": "A job ended with an error.",
+    "guarantee_short": "A department's jobs wait while it holds fewer GPUs than it is guaranteed.",
+    "idle_gpus": "A department's GPUs sit allocated but idle, more of them than at the last count.",
+    "push_failed": "A configuration push to Slurm or Kubernetes failed: the cluster runs the old settings.",
+}
+# What a new endpoint or recipient starts with ticked: the rack-health events the list page leads with.
+HEALTH_EVENTS = ["tray_drained", "breaker_tripped", "job_requeued", "tray_returned", "needs_service"]
 
 
 class SubscriptionForm(forms.Form):
@@ -72,7 +89,7 @@ class SubscriptionForm(forms.Form):
         max_length=200,
         required=False,
         help_text="Empty: every notification of these events. Otherwise only those about this rack, tray or "
-        "department, written kind:name (rack:gb-r08, tray:gb-r08-t03, department:physics).",
+        "department, written kind:name (rack:gb-r08, tray:gb-r08-t03, department:<slug>).",
     )
     enabled = forms.BooleanField(required=False, initial=True, help_text="Disabled: nothing is sent to it.")
 
@@ -82,7 +99,21 @@ class SubscriptionForm(forms.Form):
         # The other channel's field does not apply.
         del self.fields["email" if channel == NotificationChannel.WEBHOOK else "url"]
         if not self.is_bound and "events" not in self.initial:
-            self.initial["events"] = [value for value, _ in SUBSCRIBABLE_EVENTS]
+            self.initial["events"] = list(HEALTH_EVENTS)
+
+    def event_choices(self) -> list[dict]:
+        """The events as the form shows them: a checkbox left of each label, a line on when it is sent."""
+        chosen = set(self["events"].value() or [])
+        return [
+            {
+                "value": value,
+                "label": label,
+                "description": EVENT_DESCRIPTIONS.get(value, ""),
+                "id": f"id_events_{index}",
+                "checked": value in chosen,
+            }
+            for index, (value, label) in enumerate(self.fields["events"].choices)
+        ]
 
     def clean_url(self):
         url = self.cleaned_data["url"]
@@ -168,9 +199,13 @@ def notification_list(request):
         deliveries = deliveries.filter(status=status)
     table = Table(request, "deliveries", DELIVERY_SORTS, "-when", per_page=DELIVERIES_PER_PAGE, exports=False)
     page = table.page(table.order(deliveries))
+    subscriptions = list(_subscriptions(request.user).select_related("created_by"))
+    labels = dict(SUBSCRIBABLE_EVENTS)
+    for subscription in subscriptions:  # the events as the form names them, not their codes
+        subscription.event_labels = [str(labels.get(event, event)) for event in subscription.events or []]
     context = {
         "table": table,
-        "subscriptions": _subscriptions(request.user).select_related("created_by"),
+        "subscriptions": subscriptions,
         "page": page,
         "statuses": NotificationStatus.choices,
         "status": status,

@@ -203,6 +203,8 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
         **_presets(rack),
         "layout_url": reverse("inventory:plan-layout", args=[rack.name]),
+        # Where a finding's "Drain first" leads: the step it is on (the preview overrides it).
+        "drain_first_url": reverse("inventory:plan-layout", args=[rack.name]),
         "names_url": reverse("inventory:plan-names", args=[rack.name]),
         "layout_hidden": form.hidden_fields_list(exclude=("name", "department", "slurm")),
         "slurm_partitions": sorted(
@@ -340,6 +342,8 @@ def _preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfFor
         can_apply=check.ok and bool(check.changes or files) and context["active_plan"] is None,
         whatif_form=whatif_form or WhatIfForm(),
         whatif_presets=list(PRESETS),
+        # "Drain first" beside a finding re-runs this preview in place, not the layout step.
+        drain_first_url=reverse("inventory:plan-preview", args=[rack.name]),
     )
     return context
 

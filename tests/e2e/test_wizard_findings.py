@@ -137,3 +137,54 @@ def test_layouts_slurm_cannot_express_are_greyed_with_the_reason(live_server, pa
     expect(page.locator('li.plan-row[data-slot="10"]')).to_have_attribute("data-planned", "default")
     page.locator(".layout-picker").scroll_into_view_if_needed()
     both_widths(page, shots, "greyed-old-slurm")
+
+
+# Elements whose right edge passes the viewport's while their parent's does not: what makes the page too wide.
+WIDER_THAN_VIEWPORT = """() => {
+  const width = document.documentElement.clientWidth;
+  const wide = (el) => el.getClientRects().length && el.getBoundingClientRect().right > width + 0.5;
+  return [...document.querySelectorAll("body *")]
+    .filter((el) => wide(el) && !wide(el.parentElement))
+    .map((el) => [el.tagName, el.id, el.className, Math.round(el.getBoundingClientRect().right)]);
+}"""
+
+
+def assert_fits(page, width: int) -> None:
+    """The page is no wider than the viewport: nothing to scroll sideways, nothing cut at the right."""
+    scroll_width = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll_width <= width, (scroll_width, page.evaluate(WIDER_THAN_VIEWPORT))
+
+
+@pytest.mark.e2e
+def test_drain_first_on_the_preview_reruns_the_preview_in_place(live_server, page, admin, shots):
+    run_job(make_department("Ops"), trays=[f"gb-r01-t{slot:02d}" for slot in range(1, 5)], name="ops-train")
+    run_job(make_department("Vision"), trays=["gb-r01-t12"], name="vision-eval")
+    sign_in(page, live_server, admin.username, PASSWORD)
+    page.goto(f"{live_server.url}/inventory/racks/gb-r01/plan/preview/?preset=2x9")
+    findings = page.locator("ul.findings > li")
+    expect(findings.filter(has_text="ops-train")).to_have_class(re.compile(r"\bfinding-error\b"))
+    expect(page.locator("a.drain-first-inline")).to_have_count(2)  # one per job, none per tray
+
+    # On the preview, "Drain first" re-runs the preview with drain first on: not back to the layout step.
+    with page.expect_navigation():
+        findings.filter(has_text="ops-train").get_by_role("link", name="Drain first").click()
+    expect(page).to_have_url(re.compile(r"/inventory/racks/gb-r01/plan/preview/\?"))
+    expect(page).to_have_url(re.compile(r"preset=2x9"))
+    expect(page).to_have_url(re.compile(r"drain_first=on"))
+    expect(page.locator("h1")).to_contain_text("gb-r01")
+    expect(page.locator("#checks-title")).to_contain_text("no errors")
+    expect(findings.filter(has_text="ops-train")).to_contain_text("will be drained")
+    expect(findings.filter(has_text="vision-eval")).to_contain_text("will be drained")
+    expect(page.locator("a.drain-first-inline")).to_have_count(0)
+    apply_panel = page.locator(".apply-panel")
+    expect(apply_panel.locator('input[name="drain_first"]')).to_have_value("on")
+    expect(apply_panel.get_by_role("button", name="Apply plan")).to_be_enabled()
+    assert_fits(page, DESKTOP["width"])
+
+    # At a phone's width the preview (grouped findings, the what-if panel, the diffs) fits the screen.
+    page.set_viewport_size(PHONE)
+    expect(page.locator(".whatif-panel, #whatif-title").first).to_be_visible()
+    assert_fits(page, PHONE["width"])
+    page.screenshot(path=str(shots / "preview-in-place-390.png"), full_page=True)
+    page.set_viewport_size(DESKTOP)
+    page.screenshot(path=str(shots / "preview-in-place-1400.png"), full_page=True)
