@@ -45,6 +45,7 @@ from scheduling.models import Job
 from scheduling.preview import preview_job
 from scheduling.resubmit import resubmit_offer
 from scheduling.services import (
+    DEFAULT_FALLBACK_AFTER_MINUTES,
     IdempotencyKeyReused,
     check_fallback,
     submission,
@@ -183,7 +184,8 @@ FORM_HELP = {
     "fallback_topology": "Optional: a wider placement the job accepts once it has waited the time below "
     "(e.g. one rack instead of one NVLink partition). Leave it at None to keep the topology strict.",
     "fallback_after_minutes": "How long the job waits for its own topology before it may take the wider one "
-    "(minutes, 1 to 10,080; only with a wider placement above).",
+    f"(minutes, 1 to 10,080; only with a wider placement above). Empty with a wider placement: "
+    f"{DEFAULT_FALLBACK_AFTER_MINUTES} minutes (two hours).",
 }
 
 

@@ -6,7 +6,8 @@ and the people they may see (users: platform admins see everyone, others the mem
 lead and themselves, as `Membership.objects.visible_to` says; projects: `Project.objects.visible_to`, i.e.
 admins, the department's leads and the project's own members). An exact match (a full GPU UUID or serial, a
 tray hostname, a job id, a rack name or cluster UUID, an IB port GUID, a department's or a project's name or
-slug, a job's whole name) answers with a redirect to the object. A project's or a job's name redirects only
+slug or namespace / Slurm account (`research-llm`), a job's whole name) answers with a redirect to the
+object. A project's or a job's name redirects only
 when one visible object has it: several projects with one slug (one per department), or several jobs with
 one name, are listed instead (the jobs with that very name first).
 
@@ -246,12 +247,25 @@ def _project_url(department_slug: str, project_slug: str) -> str:
     return f"{reverse('tenancy:department-detail', args=[department_slug])}#project-{project_slug}"
 
 
+def _namespace_q(q: str, exact: bool) -> Q:
+    """Projects whose namespace / Slurm account (`<department slug>-<project slug>`, Project.namespace) is
+    `q` (`exact`) or starts with it: one (department slug, project slug prefix) pair per dash in `q`, since
+    a department's slug may hold dashes too. Nothing for a query without a dash."""
+    q = q.lower()
+    found = Q(pk__in=[])
+    for at, char in enumerate(q):
+        if char == "-" and at > 0 and (at < len(q) - 1 or not exact):  # "research-": all of its projects
+            rest = {"slug": q[at + 1 :]} if exact else {"slug__startswith": q[at + 1 :]}
+            found |= Q(department__slug__iexact=q[:at], **rest)
+    return found
+
+
 def _project_named(user, q: str) -> str | None:
-    """The project whose name or slug is `q` (any case) when exactly one visible project has it (a slug is
-    unique per department only); at most two rows read."""
+    """The project whose name, slug or namespace / Slurm account is `q` (any case) when exactly one visible
+    project has it (a slug is unique per department only); at most two rows read."""
     found = list(
         Project.objects.visible_to(user)
-        .filter(Q(name__iexact=q) | Q(slug=q.lower()))
+        .filter(Q(name__iexact=q) | Q(slug=q.lower()) | _namespace_q(q, exact=True))
         .order_by()
         .values_list("department__slug", "slug")[:2]
     )
@@ -263,7 +277,11 @@ def _projects(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]
         Project.objects.visible_to(user).select_related("department").order_by("department__name", "name")
     )
     group = Group("project", "Projects")
-    rows, group.more = _bounded(projects.filter(Q(name__istartswith=q) | Q(slug__istartswith=q.lower())))
+    rows, group.more = _bounded(
+        projects.filter(
+            Q(name__istartswith=q) | Q(slug__istartswith=q.lower()) | _namespace_q(q, exact=False)
+        )
+    )
     for project in rows:
         group.hits.append(
             Hit(

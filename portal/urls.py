@@ -153,6 +153,11 @@ urlpatterns = [
     path("scheduling/jobs/new/", job_form.job_new, name="job-new"),
     path("scheduling/jobs/new/preview/", job_form.job_preview, name="job-preview"),
     path("jobs/new/", RedirectView.as_view(pattern_name="job-new", query_string=True), name="job-new-short"),
+    path(
+        "jobs/",
+        RedirectView.as_view(pattern_name="scheduling:job-list", query_string=True),
+        name="job-list-short",
+    ),
     path("scheduling/jobs/<int:pk>/utilization/", utilization.job_utilization, name="job-utilization"),
     # The GPUs' life (portal.gpu_life): a job's logs and resubmit; the jobs that held a GPU or a tray.
     path("scheduling/jobs/<int:pk>/logs/", gpu_life.job_logs, name="job-logs"),

@@ -2,28 +2,31 @@
 
 Jobs name their project by slug (the API's `project` field, the job page), so `?project=` takes the slug.
 A slug is unique within a department only: one that several visible departments use matches the jobs of
-each (add `department=` to pick one). A slug that names no project whose jobs the user may see is a 400
-naming `project`, the same answer whether it is unknown or another department's (no probing)."""
+each (add `department=` to pick one). A slug that names no project the user may see
+(`Project.objects.visible_to`) is a 400 naming `project`, the same answer whether it is unknown, another
+department's or a project of one's own department one is not in (no probing)."""
 
 import django_filters
 from django import forms
 
-from core.access import is_admin
 from core.filters import BooleanFilter
 from scheduling.choices import Backend, JobState, PriorityClass
 from scheduling.models import Job
-from tenancy.models import Department, Project
+from tenancy.models import Project
 
 
 def projects_with_visible_jobs(request):
-    """The projects a user may filter jobs by: those of the departments whose jobs they see (admins: all).
-    Any other slug, unknown or another department's, is refused alike (400 naming `project`)."""
+    """The projects a user may filter jobs by: the projects they may see (`Project.objects.visible_to`, the
+    one rule the projects API, the department page and search follow: admins all, a department's leads its
+    projects, anyone else the projects they are in). Any other slug, unknown, another department's or a
+    project of one's department one is not in, is refused alike (400 naming `project`)."""
     if request is None:
         return Project.objects.none()
-    projects = Project.objects.select_related("department").order_by("department__name", "name")
-    if is_admin(request.user):
-        return projects
-    return projects.filter(department__in=Department.objects.visible_to(request.user))
+    return (
+        Project.objects.visible_to(request.user)
+        .select_related("department")
+        .order_by("department__name", "name")
+    )
 
 
 class JobFilterForm(forms.Form):
@@ -47,8 +50,8 @@ class ProjectSlugField(forms.CharField):
     department only); a slug none of them has is invalid."""
 
     default_error_messages = {
-        "invalid_choice": "No project with the slug %(value)r among the projects whose jobs you can see: use "
-        "a slug from /api/v1/projects/ (the same word a job's `project` shows)."
+        "invalid_choice": "No project with the slug %(value)r among the projects you can see (your own; a "
+        "department's leads: all of its projects): use a slug from /api/v1/projects/."
     }
 
     def __init__(self, *, queryset, **kwargs):

@@ -24,7 +24,7 @@ from scheduling.filters import JobFilter
 from scheduling.models import Allocation, Job
 from scheduling.resubmit import resubmit_offer, with_resubmit_facts
 from scheduling.services import cancel_job, may_cancel
-from tenancy.models import Department
+from tenancy.models import Department, Project
 
 # --- jobs -----------------------------------------------------------------------------------------------
 # Everyone sees the jobs `Job.objects.visible_to` allows (their departments'; staff: all). The list and a
@@ -48,6 +48,8 @@ JOB_SORTS = {
     "id": ("pk",),
     "name": ("name",),
     "department": ("department__name",),
+    # Jobs without a project sort together (NULL names: first ascending on SQLite, last on PostgreSQL).
+    "project": ("project__name",),
     "gpus": ("gpus",),
     "topology": ("topology",),
     "class": ("priority_class",),
@@ -92,8 +94,16 @@ def job_list(request):
     if table.export_format:
         return table.export(JOB_COLUMNS, filterset.qs)
     page = table.page(filterset.qs)
+    # The Project column links to the project's row on its department page for the projects the user may
+    # see there (Project.objects.visible_to); a job of another project of the department shows its name.
+    shown_projects = {job.project_id for job in page.object_list if job.project_id}
+    linked = set()
+    if shown_projects:
+        visible = Project.objects.visible_to(request.user).filter(pk__in=shown_projects)
+        linked = set(visible.values_list("pk", flat=True))
     for job in page.object_list:
         job.where = _hostlist(job.placement)
+        job.project_linked = job.project_id in linked
     polling = any(job.is_active for job in page.object_list)
     context = {
         "page": page,

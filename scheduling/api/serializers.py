@@ -8,7 +8,12 @@ from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextFi
 from core.workloads import WorkError, WorkRule, validate_work, work_rules
 from scheduling.choices import Backend, PriorityClass, Topology
 from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
-from scheduling.services import check_fallback, default_topology, submittable_departments
+from scheduling.services import (
+    DEFAULT_FALLBACK_AFTER_MINUTES,
+    check_fallback,
+    default_topology,
+    submittable_departments,
+)
 from tenancy.models import Department, Project
 
 
@@ -109,16 +114,18 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
         required=False,
         allow_null=True,
         help_text="Opt in to a wider topology than `topology` (rack or any for a partition job, any for a "
-        "rack job) once the job has waited fallback_after_minutes within its department's guarantee. Absent "
-        "or null: the topology stays strict.",
+        "rack job) once the job has waited fallback_after_minutes (default "
+        f"{DEFAULT_FALLBACK_AFTER_MINUTES}) within its department's guarantee. Absent or null: the topology "
+        "stays strict.",
     )
     fallback_after_minutes = JSONIntegerField(
         min_value=1,
         max_value=FALLBACK_AFTER_MAX_MINUTES,
         required=False,
         allow_null=True,
-        help_text="Minutes of waiting since submission before the fallback topology is allowed (1 to 10080, "
-        "default 120); only with fallback_topology.",
+        help_text="Minutes of waiting since submission before the fallback topology is allowed (1 to 10080); "
+        "only with fallback_topology. Absent or null with a fallback_topology: "
+        f"{DEFAULT_FALLBACK_AFTER_MINUTES} (two hours).",
     )
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.TRAIN)
     backend = serializers.ChoiceField(choices=Backend.choices, default=Backend.SLURM)
@@ -134,6 +141,14 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
             # first request), even if the user has since left the department.
             return department
         if department is None or not submittable_departments(user).filter(pk=department.pk).exists():
+            # Slugs are case-sensitive (a SlugField may hold capitals): one of the user's own departments
+            # that only differs in case is named, so "Research" is answered with "research".
+            same_but_case = submittable_departments(user).filter(slug__iexact=slug).exclude(slug=slug)
+            right = list(same_but_case.values_list("slug", flat=True)[:2])
+            if len(right) == 1:
+                raise serializers.ValidationError(
+                    f"department slugs are case-sensitive: yours is {right[0]!r}, not {slug!r}"
+                )
             # The same answer for a department that does not exist and one the user is not in.
             raise serializers.ValidationError(f"you are not a member of a department {slug!r}")
         return department

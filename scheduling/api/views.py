@@ -40,6 +40,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     sort_fields = {  # core.tables.SortFilter
         "id": ("pk",),
         "name": ("name",),
+        "project": ("project__name",),
         "gpus": ("gpus",),
         "state": ("state",),
         "created": ("created_at",),
@@ -47,7 +48,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     }
 
     def get_queryset(self):
-        queryset = Job.objects.visible_to(self.request.user).select_related("department", "submitted_by")
+        queryset = Job.objects.visible_to(self.request.user).select_related(
+            "department", "submitted_by", "project"
+        )
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("events")
         return queryset.order_by("-created_at", "-pk")

@@ -105,6 +105,44 @@ def test_a_member_submits_a_job_through_the_form_and_clones_it(live_server, page
     assert refused == []
 
 
+def test_the_preview_follows_typing_without_leaving_the_field(live_server, page, shots, researcher):
+    """The preview refreshes on input (debounced, static/js/job_form.js marks it as updating meanwhile), not
+    only on change/blur: typing 37, then 80, then 8 into GPUs without leaving it ends on 8's answer."""
+    refused = sign_in(page, live_server, "e2e-former")
+    page.goto(f"{live_server.url}/scheduling/jobs/new/")
+    preview = page.locator("#job-preview")
+    updating = page.locator("#job-preview-updating")
+    expect(preview).to_contain_text("Fill in GPUs to see whether it fits")
+    expect(updating).to_be_hidden()
+    gpus = page.locator("#id_gpus")
+    gpus.click()
+    gpus.press_sequentially("37", delay=60)
+    expect(updating).to_be_visible()  # from the keystroke until the answer
+    expect(preview).to_have_attribute("aria-busy", "true")
+    expect(preview).to_contain_text("37 GPUs: a job above one tray takes whole trays, so a multiple of 4")
+    expect(updating).to_be_hidden()
+    gpus.press("Control+a")
+    gpus.press_sequentially("80", delay=60)
+    expect(preview).not_to_contain_text("37 GPUs")
+    expect(preview).to_contain_text("80")
+    gpus.press("Control+a")
+    gpus.press_sequentially("8", delay=60)
+    assert page.evaluate("document.activeElement.id") == "id_gpus"  # never left the field
+    expect(preview.locator("[data-preview=fits]")).to_be_visible()
+    expect(preview).to_contain_text("It fits now: it would start in quota on 2 trays")
+    expect(preview).not_to_contain_text("80")
+    expect(updating).to_be_hidden()
+    expect(preview).not_to_have_attribute("aria-busy", "true")
+    assert page.evaluate("document.activeElement.id") == "id_gpus"
+    page.screenshot(path=str(shots / "05-job-form-preview-while-typing.png"), full_page=True)
+    # A value put in without keys (pasted, a phone's keyboard, autofill: an input event, no keyup and no
+    # change until the field is left) is answered too.
+    gpus.fill("12")
+    expect(preview).to_contain_text("It fits now: it would start in quota on 3 trays")
+    assert page.evaluate("document.activeElement.id") == "id_gpus"
+    assert refused == []
+
+
 @pytest.fixture
 def before_projects(transactional_db):
     """A Research job from before the department had projects; then it shares its GPUs between Vision (the

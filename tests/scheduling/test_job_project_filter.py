@@ -9,19 +9,23 @@ import json
 import pytest
 
 from scheduling.choices import JobState
-from tenancy.models import Project
+from tenancy.models import Project, ProjectMembership
 from tests.factories import make_job, token_client
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def projects(department_a, department_b):
-    return {
+def projects(department_a, department_b, member_a):
+    made = {
         "vision": Project.objects.create(department=department_a, name="Vision", slug="vision"),
         "speech": Project.objects.create(department=department_a, name="Speech", slug="speech"),
         "robotics": Project.objects.create(department=department_b, name="Robotics", slug="robotics"),
     }
+    # A member filters by the projects they may see (Project.objects.visible_to): the ones they are in.
+    for slug in ("vision", "speech"):
+        ProjectMembership.objects.create(user=member_a, project=made[slug])
+    return made
 
 
 @pytest.fixture
@@ -63,8 +67,7 @@ def test_an_unknown_project_or_one_of_a_department_out_of_sight_is_a_400_naming_
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["project"]
     assert (
-        f"No project with the slug {value!r} among the projects whose jobs you can see"
-        in response.json()["project"][0]
+        f"No project with the slug {value!r} among the projects you can see" in response.json()["project"][0]
     )
 
 

@@ -53,7 +53,7 @@ def test_the_fallback_is_taken_stored_and_shown(submit):
     client = Client()
     client.force_login(job.submitted_by)
     html = client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
-    assert "one nvlink domain (rack) accepted after 90 min of waiting" in html
+    assert "One NVLink partition; One NVLink domain (rack) accepted after 90 min of waiting" in html
 
 
 def test_the_bound_defaults_to_two_hours_and_no_fallback_is_strict(submit):
