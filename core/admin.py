@@ -1,4 +1,6 @@
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import NON_FIELD_ERRORS
 
 from core import notifications, tokens
 from core.access import is_admin
@@ -87,6 +89,19 @@ class PersonalTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {revoked} token{'s' if revoked != 1 else ''}.")
 
 
+class ReadOnlyErrorsForm(forms.ModelForm):
+    """The model's clean() may find fault with a field the admin shows read-only (a webhook's URL that another
+    endpoint already has): the message goes above the form instead of a ValueError (a 500) for a field the
+    form does not have."""
+
+    def _update_errors(self, errors):
+        if hasattr(errors, "error_dict"):
+            for name in [name for name in errors.error_dict if name != NON_FIELD_ERRORS]:
+                if name not in self.fields:
+                    errors.error_dict.setdefault(NON_FIELD_ERRORS, []).extend(errors.error_dict.pop(name))
+        super()._update_errors(errors)
+
+
 @admin.register(NotificationSubscription)
 class NotificationSubscriptionAdmin(admin.ModelAdmin):
     """Webhook endpoints and email recipients: seen, enabled or disabled, deleted here; added on the portal's
@@ -110,6 +125,7 @@ class NotificationSubscriptionAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     readonly_fields = ["channel", "url", "owner", "secret_made_at", "created_by", "created_at", "updated_at"]
+    form = ReadOnlyErrorsForm
     actions = ["send_test"]
 
     def has_add_permission(self, request):

@@ -109,10 +109,10 @@ SCOPE_PATTERN = re.compile(r"[a-z][a-z0-9_-]*:\S+")
 
 
 def check_scope(scope: str) -> None:
-    """A subscription's scope is one "<kind>:<name>" string (rack:gb-r08, department:physics)."""
+    """A subscription's scope is one "<kind>:<name>" string (rack:gb-r08, department:<slug>)."""
     if not SCOPE_PATTERN.fullmatch(scope):
         raise ValidationError(
-            "Write the scope as kind:name without spaces, e.g. rack:gb-r08, tray:gb-r08-t03 or "
-            "department:physics; leave it empty for everything.",
+            "Write the scope as kind:name without spaces: rack:<rack name>, tray:<hostname> or "
+            "department:<slug> (the department's short name in its address); leave it empty for everything.",
             code="scope",
         )

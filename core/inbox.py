@@ -2,8 +2,11 @@
 
 core.notifications.notify() calls `deliver` for each enabled subscription of the portal channel that
 receives the event: one InboxItem row for the subscription's owner, in the same transaction as the change
-(a rolled-back change leaves no item). The header shows `unread_count(user)`; the inbox page lists them; a
-GET never marks anything read: `mark_read` runs on a POST, and only ever touches the caller's own rows.
+(a rolled-back change leaves no item). A person whose subscriptions match one notification twice gets one
+item (notify() keeps count of the owners it rang; NotificationSubscription.clean refuses a second bell
+subscription with the same scope and an event in common). The header shows `unread_count(user)`; the
+inbox page lists them; a GET never marks anything read: `mark_read` runs on a POST, and only ever touches
+the caller's own rows.
 """
 
 from __future__ import annotations

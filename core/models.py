@@ -235,7 +235,9 @@ class NotificationSubscription(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.name} ({self.get_channel_display().lower()} {self.destination})"
+        if self.channel == NotificationChannel.PORTAL:
+            return f"{self.name} (in the portal, by the bell)"
+        return f"{self.name} ({self.get_channel_display().lower()} to {self.destination})"
 
     @property
     def destination(self) -> str:
@@ -266,6 +268,26 @@ class NotificationSubscription(models.Model):
                 errors["url"] = ["A notification in the portal has no address: leave them empty."]
             if self.owner_id is None:
                 errors["channel"] = ["Only a person's own subscription can notify in the portal."]
+            elif twin_message := self._bell_twin():
+                errors["events"] = [twin_message]
+        if self.channel == NotificationChannel.WEBHOOK and self.name.strip():
+            # Names tell endpoints apart in the lists, the deliveries and the audit log: one name, one
+            # webhook (per owner: the platform's, or one person's), whatever its case.
+            namesake = (
+                NotificationSubscription.objects.filter(
+                    channel=NotificationChannel.WEBHOOK,
+                    owner_id=self.owner_id,
+                    name__iexact=self.name.strip(),
+                )
+                .exclude(pk=self.pk)
+                .only("name")
+                .first()
+            )
+            if namesake is not None:
+                errors["name"] = [
+                    f"A webhook is already named “{namesake.name}”: give this one another name (names tell "
+                    "webhooks apart in the lists and the audit log)."
+                ]
         field = "url" if self.channel == NotificationChannel.WEBHOOK else "email"
         if self.channel != NotificationChannel.PORTAL and field not in errors and self.destination:
             # Two subscriptions to one destination with one scope would deliver notifications twice; two
@@ -307,6 +329,37 @@ class NotificationSubscription(models.Model):
                 errors["scope"] = error.messages
         if errors:
             raise ValidationError(errors)
+
+    def _bell_twin(self) -> str:
+        """Why this bell subscription repeats one of its owner's ("" when it does not).
+
+        "The same" for the bell: the same owner, the same scope and at least one event in common. Each
+        notification of that event would ring the bell twice (core.notifications.notify() also delivers one
+        item per person and notification, whatever matches; this says so before it is saved)."""
+        events = set(self.events) if isinstance(self.events, list) else set()
+        if not events:
+            return ""
+        others = (
+            NotificationSubscription.objects.filter(
+                channel=NotificationChannel.PORTAL, owner_id=self.owner_id, scope=self.scope
+            )
+            .exclude(pk=self.pk)
+            .only("name", "events", "scope")
+            .order_by("pk")
+        )
+        labels = dict(NotificationEvent.choices)
+        for other in others:
+            common = [e for e, _ in SUBSCRIBABLE_EVENTS if e in events and e in (other.events or [])]
+            if common:
+                what = ", ".join(str(labels.get(e, e)).lower() for e in common)
+                mine = self.scope == f"user:{self.owner_id}"
+                about = " about your jobs" if mine else (f" about {self.scope}" if self.scope else "")
+                return (
+                    f"You already hear of {what}{about} in the portal (“{other.name}”): one subscription "
+                    "per event and scope, or each notification shows twice. Choose other events, or "
+                    "unsubscribe from that one first."
+                )
+        return ""
 
     def receives(self, event: str, scopes, payload=None) -> bool:
         """Whether a notification of `event` about `scopes` (a collection of scope strings) is for it. A

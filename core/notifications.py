@@ -156,7 +156,8 @@ def notify(
     Users' own subscriptions (owner set) hear only what is about them: a scope they chose and may see
     (portal.my_notifications checks it when saved); one without a scope hears nothing unless its owner is a
     platform admin. Those of the portal channel become InboxItems for the bell (core.inbox; `link` says
-    where in the portal the subject is) instead of deliveries.
+    where in the portal the subject is) instead of deliveries: one item per person and notification, even
+    when two of a person's subscriptions match it (one about their jobs, one about their department).
 
     A caller notifying of many things at once (a pass preempting jobs) reads `enabled_subscriptions()` once
     and passes them as `subscriptions`, so its queries do not grow with the number of notifications.
@@ -168,10 +169,14 @@ def notify(
     line = _one_line(subject)
     now = timezone.now()
     created = []
+    rung: set[int] = set()  # owners whose bell already has this notification: one item per person
     for subscription in enabled_subscriptions() if subscriptions is None else subscriptions:
         if not subscription.receives(event, scopes, data) or not _owner_may_hear(subscription):
             continue
         if subscription.channel == NotificationChannel.PORTAL:
+            if subscription.owner_id in rung:
+                continue
+            rung.add(subscription.owner_id)
             inbox.deliver(subscription, event, line, data, link, now)
         else:
             created.append(_create(subscription, event, line, data, scopes, now))

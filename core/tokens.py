@@ -82,6 +82,12 @@ def rotate(user, source: str) -> Token:
 KEY_PREFIX = "rpt_"
 VISIBLE_CHARS = 8  # of the random part, kept as PersonalToken.prefix
 SCHEMES = (b"token", b"bearer")
+# Node agents' tokens (inventory.agent_tokens.SECRET_PREFIX; core does not import inventory): refused here.
+AGENT_KEY_PREFIX = "rpa_"
+AGENT_TOKEN_ELSEWHERE = (
+    "An agent token may only send node reports and telemetry (the node agent's endpoints): use a personal "
+    "API token for the rest of the API (make one on the portal's API tokens page, /account/tokens/)."
+)
 # last_used_at is for people ("is this token still in use?"): a minute is precise enough, and it spares a
 # write on every request of a busy script.
 LAST_USED_RESOLUTION = datetime.timedelta(minutes=1)
@@ -182,6 +188,11 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
             key = parts[1].decode()
         except UnicodeDecodeError:
             return None
+        if key.startswith(AGENT_KEY_PREFIX):
+            # A node agent's token reached a view that is not a node agent's (those list
+            # AgentTokenAuthentication first, which takes it before this class): a 403 that says so, not
+            # "credentials were not provided" (they were) nor "invalid token" (it is valid, elsewhere).
+            raise exceptions.PermissionDenied(AGENT_TOKEN_ELSEWHERE)
         if not key.startswith(KEY_PREFIX):
             return None
         token = find(key)

@@ -15,12 +15,19 @@ is the bound.
 pipeline and task as any push (integrations.pushes.queue_payload), and records who asked in the audit log.
 `test_connection` asks the target's adapter to `check()` its reachability and credentials without writing,
 and says what it found in words.
+
+After a rollback the target runs an older version than the portal's current configuration. `rolled_back`
+tells (no column records it: a push again's reason is ROLLBACK_REASON): the target's last successful push is
+a push again whose payload differs from the newest push of the current configuration (the newest push that
+is not a push again). The targets page and that push's page say so, with a button that queues a normal push
+(integrations.pushes.queue_pushes) of the current configuration.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 
 import yaml
@@ -29,9 +36,12 @@ from django.db import transaction
 
 from core.models import AuditAction, AuditEvent, AuditSource
 from integrations import pushes, registry
-from integrations.models import ConfigPush, ConfigTarget
+from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
 DIFF_LINES = 400  # unified-diff lines shown per file/object
+ROLLBACK_REASON = "version of push #{pk} pushed again"  # a push again's reason: how rolled_back finds it
+ROLLBACK_PREFIX = "version of push #"
+_ROLLBACK = re.compile(r"version of push #(\d+) pushed again")
 
 
 @dataclass
@@ -199,7 +209,7 @@ def push_again(push: ConfigPush, user) -> ConfigPush:
         raise ValidationError(f"Push #{push.pk} cannot be pushed again: {why}.")
     with transaction.atomic():
         created = pushes.queue_payload(
-            push.target_id, push.payload, reason=f"version of push #{push.pk} pushed again", user=user
+            push.target_id, push.payload, reason=ROLLBACK_REASON.format(pk=push.pk), user=user
         )
         actor = user if getattr(user, "is_authenticated", False) else None
         AuditEvent.objects.create(
@@ -220,6 +230,63 @@ def push_again(push: ConfigPush, user) -> ConfigPush:
             labels={"after": {"target": push.target.name}},
         )
     return created
+
+
+def rollback_of(push: ConfigPush) -> int | None:
+    """The push whose version `push` pushed again (a rollback), or None (a normal push)."""
+    match = _ROLLBACK.fullmatch(push.reason or "")
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """A target running an older version than the current configuration: `push` the rollback it runs (the
+    version of push `version_of`), `current` the newest push of the current configuration, `pending` a
+    push queued or running since the rollback (None: nothing is bringing the current one back)."""
+
+    push: ConfigPush
+    version_of: int | None
+    current: ConfigPush
+    pending: ConfigPush | None = None
+
+    @property
+    def sentence(self) -> str:
+        return (
+            f"Runs an older version: push #{self.push.pk} rolled back to the version of push "
+            f"#{self.version_of}, not the current configuration (push #{self.current.pk})."
+        )
+
+
+def rolled_back(target: ConfigTarget) -> RolledBack | None:
+    """Whether `target` runs a version pushed again that is not the current configuration (three small
+    queries; None when it runs the current one, or was never rolled back)."""
+    pushes_of = ConfigPush.objects.filter(target_id=target.pk).exclude(payload_hash="")
+    last = (
+        pushes_of.filter(status=PushStatus.SUCCEEDED)
+        .order_by("-finished_at", "-pk")
+        .only("pk", "reason", "payload_hash", "finished_at", "target_id")
+        .first()
+    )
+    if last is None or rollback_of(last) is None:
+        return None
+    current = (
+        pushes_of.exclude(reason__startswith=ROLLBACK_PREFIX)
+        .exclude(status=PushStatus.SUPERSEDED)
+        .order_by("-pk")
+        .only("pk", "payload_hash", "status", "target_id")
+        .first()
+    )
+    if current is None or current.payload_hash == last.payload_hash:
+        return None
+    pending = (
+        ConfigPush.objects.filter(
+            target_id=target.pk, pk__gt=last.pk, status__in=[PushStatus.QUEUED, PushStatus.RUNNING]
+        )
+        .order_by("-pk")
+        .only("pk", "status", "target_id")
+        .first()
+    )
+    return RolledBack(push=last, version_of=rollback_of(last), current=current, pending=pending)
 
 
 # --- test connection -----------------------------------------------------------------------------------

@@ -59,6 +59,8 @@ def target_list(request):
                 "summary": pushes.target_summary(t),
                 "last": push,
                 "badge": STATUS_BADGE.get(push.status, "") if push else "",
+                # After a rollback: the target runs an older version than the current configuration.
+                "rolled_back": push_history.rolled_back(t) if push else None,
             }
         )
     return render(request, "integrations/target_list.html", {"rows": rows, "kinds": registry.kinds()})
@@ -159,7 +161,11 @@ def _push_now(request):
             messages.error(request, f"Target {target.name} is disabled: enable it first.")
             return redirect("integrations:push-list")
         chosen = [target]
-    created = pushes.queue_pushes(reason="pushed from the portal", user=request.user, targets=chosen)
+    reason = "pushed from the portal"
+    rollback = request.POST.get("after_rollback", "")
+    if chosen and rollback.isdigit():  # "Push the current configuration" after a rollback
+        reason = f"current configuration pushed again after the rollback (push #{int(rollback)})"
+    created = pushes.queue_pushes(reason=reason, user=request.user, targets=chosen)
     if not created:
         messages.info(request, "A push is running on that target: the change is pushed right after it.")
     elif len(created) == 1:
@@ -197,7 +203,32 @@ def _status_context(push: ConfigPush, kind: registry.Kind | None) -> dict:
         "target_summary": pushes.target_summary(push.target),
         # A system without transactions keeps what was done before the failure (the log says what).
         "partly_applied": kind is not None and not kind.atomic,
+        # A succeeded push that sent nothing: the target's last successful push had the same payload.
+        "unchanged": push.status == PushStatus.SUCCEEDED and not push.attempts,
+        "rolled_back": _rolled_back_by(push),
+        "live_push_id": _live_push_id(push),
     }
+
+
+def _live_push_id(push: ConfigPush) -> int | None:
+    """The target's last successful push when `push` succeeded (it runs that one's configuration, which may
+    be a later push's); None for a push that did not succeed."""
+    if push.status != PushStatus.SUCCEEDED:
+        return None
+    return (
+        ConfigPush.objects.filter(target_id=push.target_id, status=PushStatus.SUCCEEDED)
+        .order_by("-finished_at", "-pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def _rolled_back_by(push: ConfigPush) -> push_history.RolledBack | None:
+    """When `push` is the rollback its target runs and the current configuration differs: what to say."""
+    if push.status != PushStatus.SUCCEEDED or push_history.rollback_of(push) is None:
+        return None
+    state = push_history.rolled_back(push.target)
+    return state if state is not None and state.push.pk == push.pk else None
 
 
 def push_detail(request, pk):

@@ -39,6 +39,7 @@ places no job spanning trays on a degraded partition; the pending reason names t
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -74,6 +75,22 @@ from inventory.models import (
 REASON_PREFIX = "rackplane: "  # the owner prefix of every drain the health rules make (Slurm reasons too)
 NEEDS_SERVICE_PREFIX = REASON_PREFIX + "needs service: "
 REASON_LIMIT = 255  # ComputeTray.state_reason
+# A reason a person types (drain, maintenance): room left for "rackplane: <username>: " and a maintenance
+# window's dates in front of it within REASON_LIMIT.
+TYPED_REASON_LIMIT = 160
+NOTE_LIMIT = 300  # a return-to-service note
+# A tray's state in a sentence ("gb-r03-t03 is already drained"), as inventory.planning words it too.
+STATE_WORDS = {
+    TrayState.UP: "in service",
+    TrayState.DRAIN: "drained",
+    TrayState.DOWN: "down",
+    TrayState.MAINTENANCE: "in maintenance",
+    TrayState.NEEDS_SERVICE: "waiting for service",
+}
+# Unicode categories refused in typed text: control (newline, tab, ESC), format (bidi overrides such as
+# U+202E, zero-width characters), surrogates, private use, line and paragraph separators. They hide or
+# reorder what operators read, and Slurm's reason is one plain line.
+_REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}
 CHECKS_KEPT = 20  # results kept per tray and check name
 MESSAGE_LIMIT = 4096  # characters of a failed check's output kept on its event (the tail)
 
@@ -553,7 +570,7 @@ def _drain_decision(
                 tray,
                 ActionKind.NOT_OURS,
                 f"{event.title} on {_where(event)} would drain it, but it is already "
-                f"{tray.get_state_display().lower()} ({tray.state_reason}); that reason is kept",
+                f"{state_words(tray.state)} ({tray.state_reason}); that reason is kept",
                 event,
                 rule,
                 at=context.now,
@@ -862,6 +879,33 @@ def _set_state(tray: ComputeTray, state: str, reason: str, *, source: str, actor
     )
 
 
+def state_words(state: str) -> str:
+    """A tray state as a sentence says it: "drained", "in maintenance" (not the value "drain")."""
+    return STATE_WORDS.get(state, str(state).replace("_", " "))
+
+
+def typed_text_problem(text: str, *, what: str = "The reason", limit: int = TYPED_REASON_LIMIT) -> str:
+    """Why `text` typed by a person cannot be a reason or note ("" when it can): a control or invisible
+    formatting character (a bidi override would show operators other words than Slurm keeps), Rackplane's
+    own "rackplane:" prefix in front (it would read as one of Rackplane's reasons: Rackplane adds it), or
+    more than `limit` characters."""
+    for char in text:
+        if unicodedata.category(char) in _REFUSED_CATEGORIES:
+            name = unicodedata.name(char, "a control character")
+            return (
+                f"{what} contains an invisible or control character (U+{ord(char):04X} {name}): type it "
+                "again as plain text on one line."
+            )
+    if text.strip().lower().startswith(REASON_PREFIX.strip()):
+        return (
+            f"{what} starts with “rackplane:”: leave it out. Rackplane puts “rackplane: <your name>:” in "
+            "front of every reason it sends to Slurm and Kubernetes."
+        )
+    if len(text.strip()) > limit:
+        return f"{what} is {len(text.strip())} characters long: at most {limit}, please."
+    return ""
+
+
 def drain_tray(tray: ComputeTray, reason: str, *, actor=None, needs_service: bool = False) -> HealthAction:
     """Take a tray out of service by hand (an admin, or another service), recorded as a health decision.
 
@@ -871,18 +915,23 @@ def drain_tray(tray: ComputeTray, reason: str, *, actor=None, needs_service: boo
     text = (reason or "").strip()
     if not text:
         raise HealthError("Say why the tray is drained: the reason is shown to operators and sent to Slurm.")
+    # Callers pass what a person typed (the portal's forms check it first, for a field error); a maintenance
+    # window's dates come in front of it, so only the control characters and the prefix are checked here.
+    problem = typed_text_problem(text, limit=REASON_LIMIT)
+    if problem:
+        raise HealthError(problem)
     with transaction.atomic():
         tray = ComputeTray.objects.select_for_update().get(pk=tray.pk)
         if tray.state != TrayState.UP and not owned_by_rules(tray):
             raise HealthError(
-                f"{tray.hostname} is already {tray.get_state_display().lower()} ({tray.state_reason}); that "
+                f"{tray.hostname} is already {state_words(tray.state)} ({tray.state_reason}); that "
                 "owner's reason is kept. Return it first if Rackplane should own the drain."
             )
         if tray.state != TrayState.UP and not (needs_service and tray.state != TrayState.NEEDS_SERVICE):
             # Out already (the rules' or an admin's drain, a maintenance window): a second drain would replace
             # its reason and notify again.
             raise HealthError(
-                f"{tray.hostname} is already {tray.get_state_display().lower()} ({tray.state_reason}). "
+                f"{tray.hostname} is already {state_words(tray.state)} ({tray.state_reason}). "
                 "Return it to service first to take it out for another reason."
             )
         who = f"{actor.get_username()}: " if actor is not None else ""

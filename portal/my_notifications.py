@@ -145,10 +145,26 @@ class MySubscriptionForm(forms.Form):
 
 
 def _subscription_name(form: MySubscriptionForm) -> str:
+    """What the subscription is called (people do not name their own). A webhook's name is unique among
+    the person's webhooks (NotificationSubscription.clean): a second one of the same events gets a number."""
     labels = dict(form.fields["scope"].choices)
     events = dict(form.fields["events"].choices)
     what = ", ".join(events[e].lower() for e in form.cleaned_data["events"])
-    return f"{labels.get(form.cleaned_data['scope'], 'Everything')}: {what}"[:100]
+    name = f"{labels.get(form.cleaned_data['scope'], 'Everything')}: {what}"[:100]
+    if form.cleaned_data.get("channel") != NotificationChannel.WEBHOOK:
+        return name
+    taken = {
+        n.lower()
+        for n in NotificationSubscription.objects.filter(
+            owner=form.user, channel=NotificationChannel.WEBHOOK
+        ).values_list("name", flat=True)
+    }
+    number, candidate = 1, name
+    while candidate.lower() in taken:
+        number += 1
+        suffix = f" ({number})"
+        candidate = name[: 100 - len(suffix)] + suffix
+    return candidate
 
 
 @never_cache

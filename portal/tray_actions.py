@@ -39,8 +39,8 @@ from portal.tray_context import tray_context
 
 WHAT = "tray actions"
 BULK_LIMIT = 72  # trays per bulk request (four racks' worth; a rack view offers at most 18)
-REASON_MAX = health.REASON_LIMIT
-NOTE_MAX = 300
+REASON_MAX = health.TYPED_REASON_LIMIT
+NOTE_MAX = health.NOTE_LIMIT
 # Window clocks may lag the browser's a little: a start this close to now is "now", not the past.
 PAST_SLACK_S = 120
 # A maintenance window is for work on a tray, not a way to retire it: longer than this is a typo (a year for
@@ -55,16 +55,44 @@ MAINTENANCE_WINDOW = "maintenance window "
 _WINDOW_FORMAT = "%Y-%m-%d %H:%M"
 
 
-class DrainForm(forms.Form):
+def _checked(form: forms.Form, field: str, what: str, limit: int) -> str:
+    """A typed reason or note as plain text (inventory.health.typed_text_problem): a form error naming the
+    field otherwise, so nothing is saved."""
+    value = form.cleaned_data.get(field, "")
+    problem = health.typed_text_problem(value, what=what, limit=limit) if value else ""
+    if problem:
+        raise forms.ValidationError(problem, code="typed_text")
+    return value
+
+
+class ReasonMixin:
+    """The reason field's checks, shared by the drain, maintenance and bulk forms."""
+
+    def clean_reason(self):
+        return _checked(self, "reason", "The reason", REASON_MAX)
+
+    def clean_note(self):
+        return _checked(self, "note", "The note", NOTE_MAX)
+
+
+_TOO_LONG = (
+    "At most %(limit_value)d characters (Rackplane and your name go in front): this is %(show_value)d."
+)
+
+
+class DrainForm(ReasonMixin, forms.Form):
     reason = forms.CharField(
         max_length=REASON_MAX,
         strip=True,
         help_text="Shown to operators and sent to Slurm and Kubernetes as “rackplane: <you>: <reason>”.",
-        error_messages={"required": "Say why the tray is drained: operators and Slurm see this reason."},
+        error_messages={
+            "required": "Say why the tray is drained: operators and Slurm see this reason.",
+            "max_length": _TOO_LONG,
+        },
     )
 
 
-class ReturnForm(forms.Form):
+class ReturnForm(ReasonMixin, forms.Form):
     note = forms.CharField(
         max_length=NOTE_MAX, required=False, strip=True, help_text="Optional: what was done, e.g. “reseated”."
     )
@@ -82,12 +110,15 @@ class DateTimeInput(forms.DateTimeInput):
         super().__init__(format="%Y-%m-%dT%H:%M", **kwargs)
 
 
-class MaintenanceForm(forms.Form):
+class MaintenanceForm(ReasonMixin, forms.Form):
     reason = forms.CharField(
         max_length=REASON_MAX,
         strip=True,
         help_text="E.g. “fan swap”. The tray is drained now with this reason.",
-        error_messages={"required": "Say what the maintenance is for: operators and Slurm see it."},
+        error_messages={
+            "required": "Say what the maintenance is for: operators and Slurm see it.",
+            "max_length": _TOO_LONG,
+        },
     )
     start = forms.DateTimeField(
         required=False,
@@ -281,7 +312,7 @@ def tray_maintenance(request, pk):
 # --------------------------------------------------------------------------------------------------------
 
 
-class BulkForm(forms.Form):
+class BulkForm(ReasonMixin, forms.Form):
     action = forms.ChoiceField(
         choices=[("drain", "Drain"), ("return", "Return to service")],
         error_messages={
@@ -289,7 +320,9 @@ class BulkForm(forms.Form):
             "required": "Choose an action.",
         },
     )
-    reason = forms.CharField(max_length=REASON_MAX, required=False, strip=True)
+    reason = forms.CharField(
+        max_length=REASON_MAX, required=False, strip=True, error_messages={"max_length": _TOO_LONG}
+    )
     note = forms.CharField(max_length=NOTE_MAX, required=False, strip=True)
     force = forms.BooleanField(required=False)
 

@@ -72,7 +72,7 @@ def test_push_diff_test_connection_and_rollback(live_server, page, admin, shots,
     expect(page.locator(".message.success")).to_contain_text(
         f"The version of push #{first.pk} is being pushed again as push #{again.pk}."
     )
-    expect(page.locator("#push-status .badge")).to_contain_text("Succeeded")
+    expect(page.locator("#push-status h2 .badge")).to_contain_text("Succeeded")
     expect(page.locator("section.push-diff h2")).to_contain_text(f"against push #{second.pk}")
     expect(page.locator("section.push-diff pre.diff .diff-del", has_text="vision").first).to_be_visible()
     live = (render_dir / "current").resolve()
@@ -82,3 +82,32 @@ def test_push_diff_test_connection_and_rollback(live_server, page, admin, shots,
     page.screenshot(path=str(shots / "push-trust-rolled-back.png"), full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
     page.screenshot(path=str(shots / "push-trust-rolled-back-390.png"), full_page=True)
+
+    # The target now runs an older version than the current configuration: the targets page and the rollback's
+    # own page say so, and "Push the current configuration" brings the current one back as a normal push.
+    expect(page.locator("#push-status .rollback-badge")).to_have_text("older version")
+    expect(page.locator("#push-status .rolled-back")).to_contain_text(
+        f"this push rolled back to the version of push #{first.pk}; the current one is push #{second.pk}"
+    )
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(f"{live_server.url}/scheduling/targets/")
+    row = page.locator("tr[data-target='local']")
+    expect(row.locator(".rollback-badge")).to_have_text("older version")
+    expect(row.locator(".rolled-back")).to_contain_text(
+        f"runs push #{again.pk}, a rollback to the version of push #{first.pk}, not the current "
+        f"configuration (push #{second.pk})"
+    )
+    page.screenshot(path=str(shots / "push-trust-targets-older-version.png"), full_page=True)
+    with page.expect_navigation():
+        row.get_by_role("button", name="Push the current configuration").click()
+    current = ConfigPush.objects.order_by("-pk").first()
+    assert current.pk > again.pk and current.payload_hash == second.payload_hash
+    assert current.reason == f"current configuration pushed again after the rollback (push #{again.pk})"
+    expect(page.locator("h1")).to_contain_text(f"Push #{current.pk} to local")
+    expect(page.locator("#push-status h2 .badge")).to_contain_text("Succeeded")
+    live = (render_dir / "current").resolve()
+    for name, text in second.payload["files"].items():
+        assert (live / name).read_text() == text
+    page.goto(f"{live_server.url}/scheduling/targets/")
+    expect(page.locator("tr[data-target='local'] .rollback-badge")).to_have_count(0)
+    expect(page.locator("tr[data-target='local']")).to_contain_text(f"#{current.pk}")

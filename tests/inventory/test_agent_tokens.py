@@ -219,8 +219,14 @@ def test_the_token_scheme_works_too(host_secret):
 
 
 def test_an_agent_token_opens_no_other_endpoint(rack_secret):
-    assert agent(rack_secret).get("/api/v1/racks/").status_code == 401
-    assert agent(rack_secret).get("/api/v1/jobs/").status_code == 401
+    """A 403 saying what an agent token is for (core.tokens), in either scheme; nothing is listed."""
+    for scheme in ("Bearer", "Token"):
+        for path in ("/api/v1/racks/", "/api/v1/jobs/"):
+            response = agent(rack_secret, scheme).get(path)
+            assert response.status_code == 403, (scheme, path)
+            assert response.json()["detail"].startswith(
+                "An agent token may only send node reports and telemetry"
+            )
 
 
 # --- a GPU two hosts claim ------------------------------------------------------------------------------
