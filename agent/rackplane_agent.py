@@ -908,6 +908,7 @@ class Agent:
         self.state.setdefault("dropped_xids", 0)
         self.failures = 0
         self.stopping = False
+        self._signal_name: str | None = None  # set by on_signal, logged by told_signal
         self._sleeping = False
         self._warned_token: set = set()
         self._older_portal_told = False
@@ -916,13 +917,23 @@ class Agent:
     # signals ----------------------------------------------------------------------------------------------
 
     def on_signal(self, signum, frame) -> None:
+        # No I/O here: the signal may arrive while the main flow is inside sys.stderr.write, and writing to
+        # the same buffered stream from the handler raises "reentrant call" (the agent would exit 1). The
+        # main flow says it (told_signal) at its next step.
         if not self.stopping:
-            info(f"{signal.Signals(signum).name} received: stopping after the current step")
+            self._signal_name = signal.Signals(signum).name
         self.stopping = True
         if self._sleeping:
             raise Wake()
 
+    def told_signal(self) -> None:
+        """Log the signal that asked the agent to stop, once, from the main flow."""
+        name, self._signal_name = self._signal_name, None
+        if name:
+            info(f"{name} received: stopping after the current step")
+
     def sleep(self, seconds: float) -> None:
+        self.told_signal()
         if self.stopping or seconds <= 0:
             return
         try:
@@ -933,6 +944,7 @@ class Agent:
                 self._sleeping = False
         except Wake:
             pass
+        self.told_signal()
 
     # one cycle --------------------------------------------------------------------------------------------
 
@@ -1194,6 +1206,7 @@ class Agent:
             self.save()
         if isinstance(self.reader, KmsgReader):
             self.reader.close()
+        self.told_signal()
         info("stopped")
         return status
 

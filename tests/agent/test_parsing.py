@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 import json
 import random
+import signal
 import sys
 from datetime import UTC, datetime, timedelta
 
@@ -232,3 +233,35 @@ def test_a_report_carries_at_most_256_xids_and_2_mib_of_check_results(agent):
     sent = body["checks"]
     assert [c["started"] for c in sent] == ["0", "1", "2", "3", "4"]  # 5 x 384 KiB: a 6th is over 2 MiB
     assert len(json.dumps(body, ensure_ascii=False).encode()) < 4 * 1024 * 1024  # the portal's body limit
+
+
+def test_a_signal_during_a_log_line_writes_nothing_from_the_handler(agent, monkeypatch):
+    """SIGTERM arriving while the agent is inside sys.stderr.write: the handler writing to the same buffered
+    stream raised "reentrant call" and the agent exited 1 (seen in make test). The handler now only notes
+    the signal; the main flow logs it at its next step."""
+    runner = agent.Agent.__new__(agent.Agent)  # the handler's state only: no options, files or reader
+    runner.stopping, runner._sleeping, runner._signal_name = False, False, None
+    lines: list[str] = []
+
+    class Stderr:
+        writing = False
+
+        def write(self, text):
+            assert not self.writing, "the signal handler wrote while a line was being written"
+            self.writing = True
+            try:
+                if not lines:
+                    runner.on_signal(signal.SIGTERM, None)  # the signal lands mid-write
+                lines.append(text)
+            finally:
+                self.writing = False
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(agent.sys, "stderr", Stderr())
+    agent.warn("the portal cannot be reached")
+    assert runner.stopping and len(lines) == 1
+    runner.told_signal()
+    runner.told_signal()  # once
+    assert len(lines) == 2 and "SIGTERM received: stopping after the current step" in lines[1]
