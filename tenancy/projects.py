@@ -59,7 +59,7 @@ def check_job_project(
     usable = [p.slug for p in usable_projects(user, department)]
     if usable:
         return {
-            "project": f"{department.slug} shares its GPUs among projects: name one of yours in `project` "
+            "project": f"{department.slug} shares its GPUs among projects: choose one of your projects "
             f"({', '.join(usable)})"
         }
     return {

@@ -57,5 +57,6 @@ def test_work_without_a_project_keeps_the_departments_guarantee_and_the_rows_add
 def test_a_lead_creating_the_first_project_is_told_the_work_without_one_keeps_the_rest(client_as, lead_a):
     page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
     form = page.split('class="add-project"')[1].split("</form>")[0]
-    assert "without a project keep what the projects' guarantees leave" in form
+    assert "without a project keeps what the projects' guarantees leave" in form
+    assert "every new job names one" in form
     assert "does not make the work already running borrowed" in form

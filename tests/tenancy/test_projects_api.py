@@ -185,7 +185,7 @@ def test_a_department_with_projects_requires_one_and_names_the_users(submit, mem
     response = submit()
     assert response.status_code == 400
     assert response.json()["project"] == [
-        "research shares its GPUs among projects: name one of yours in `project` (ours)"
+        "research shares its GPUs among projects: choose one of your projects (ours)"
     ]
     response = submit(project="theirs")
     assert response.status_code == 400
