@@ -31,7 +31,9 @@ from django.utils import timezone
 
 from core.access import Role
 from core.hardware import GPUS_PER_TRAY
+from inventory import services as inventory_services
 from inventory.choices import FabricState
+from inventory.discovery import nvidia_smi
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
 from portal.demo_telemetry import next_utilization
 from scheduling.choices import HOLDING_STATES, Backend, JobEventKind, JobState, PriorityClass, Topology
@@ -595,6 +597,44 @@ def _seed_telemetry(rng, now) -> None:
             )
     GpuActivity.objects.bulk_create(activity, batch_size=BATCH)
     GpuUtilization.objects.bulk_create(buckets, batch_size=BATCH)
+
+
+def demo_nodes_report(now: datetime | None = None) -> dict:
+    """One tick of the demo's simulated node agents: every tray that reported before sends its last report
+    again (the GPUs as the inventory last heard them: clique, fabric state, health), as a real agent does
+    every minute. Through the real path: inventory.services.heartbeat with the report's hash (one read per
+    tray, last-seen times batched), or a full ingest_report when the tray's last report was not reconciled
+    by one (the seed's trays, once). Repeating what was heard, never what the inventory intends, leaves a
+    re-carved rack's drift to the simulated fabric's own reports (integrations.fabric.nodes)."""
+    now = now or timezone.now()
+    heard = (
+        Gpu.objects.filter(tray__last_report_at__isnull=False)
+        .exclude(fabric_state="")
+        .select_related("tray")
+        .order_by("tray__hostname", "index")
+    )
+    by_host: dict[str, list[nvidia_smi.ReportedGpu]] = {}
+    for gpu in heard:
+        by_host.setdefault(gpu.tray.hostname, []).append(
+            nvidia_smi.ReportedGpu(
+                gpu.uuid,
+                gpu.index,
+                str(gpu.reported_cluster_uuid) if gpu.reported_cluster_uuid else None,
+                gpu.reported_clique_id,
+                nvidia_smi.FabricState(gpu.fabric_state),
+                gpu.fabric_status or None,
+                nvidia_smi.GpuHealth(gpu.health),
+            )
+        )
+    beats = ingested = 0
+    for host, gpus in by_host.items():
+        if inventory_services.heartbeat(host, inventory_services.report_sha256("json", gpus, None), now):
+            beats += 1
+        else:
+            inventory_services.ingest_report(host, "json", gpus)
+            ingested += 1
+    inventory_services.flush_heartbeats()
+    return {"trays": len(by_host), "heartbeats": beats, "full_reports": ingested}
 
 
 def record_demo_telemetry(now: datetime | None = None, rng: random.Random | None = None) -> RecordResult:
