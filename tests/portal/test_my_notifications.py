@@ -222,3 +222,13 @@ def test_pages_need_sign_in(client):
     assert client.get(PAGE).status_code == 302
     assert client.get("/account/inbox/bell/").status_code == 302
     assert client.get("/account/inbox/").status_code == 302
+
+
+def test_the_choice_groups_are_fieldsets_with_a_legend(client_as, member_a):
+    """The walkthrough: the events and how groups had a <label for=""> (a group of inputs has no one id), so
+    screen readers read no name for them; each group is now a fieldset named by its legend."""
+    html = client_as(member_a).get(PAGE).content.decode()
+    assert 'for=""' not in html
+    for legend in ("How", "Events"):
+        assert re.search(rf'<fieldset class="field choice-group">\s*<legend>{legend}</legend>', html), legend
+    assert '<label for="id_scope">About</label>' in html
