@@ -259,3 +259,29 @@ def node_report(
         ],
         **extra,
     }
+
+
+def seed_demo(*args: str) -> str:
+    """`manage.py seed_demo ARGS` (what `make run` seeds); its output."""
+    out = StringIO()
+    call_command("seed_demo", *args, stdout=out)
+    return out.getvalue()
+
+
+def set_activity(gpus, utilization: float, low_for=None, *, age=None) -> None:
+    """Each GPU's latest utilization row (tenancy GpuActivity), sampled `age` ago (now by default) and low
+    for `low_for` (None: not low)."""
+    from datetime import timedelta
+
+    from tenancy.models import GpuActivity
+
+    now = timezone.now()
+    for gpu in gpus:
+        GpuActivity.objects.update_or_create(
+            gpu=gpu,
+            defaults={
+                "utilization": utilization,
+                "sampled_at": now - (age or timedelta(0)),
+                "low_since": now - low_for if low_for is not None else None,
+            },
+        )

@@ -19,7 +19,7 @@ from scheduling.choices import JobState
 from scheduling.models import Job
 from scheduling.services import run_pass
 from scheduling.tasks import record_quota_snapshots
-from tenancy.models import Department, GpuActivity, QuotaSnapshot
+from tenancy.models import Department, QuotaSnapshot
 from tenancy.services import save_department
 from tests.factories import (
     free_trays,
@@ -28,6 +28,7 @@ from tests.factories import (
     make_job,
     make_member,
     run_job,
+    set_activity,
     token_client,
 )
 
@@ -45,19 +46,6 @@ def figure(response, name: str) -> int:
     match = re.search(rf'data-figure="{name}">([\d,]+)<', response.content.decode())
     assert match, f"no figure {name!r} on the page"
     return int(match.group(1).replace(",", ""))
-
-
-def set_activity(gpus, utilization: float, low_for: timedelta | None):
-    now = timezone.now()
-    for gpu in gpus:
-        GpuActivity.objects.update_or_create(
-            gpu=gpu,
-            defaults={
-                "utilization": utilization,
-                "sampled_at": now,
-                "low_since": now - low_for if low_for is not None else None,
-            },
-        )
 
 
 @pytest.fixture

@@ -8,11 +8,9 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from io import StringIO
 
 import pytest
 from django.conf import settings as django_settings
-from django.core.management import call_command
 from django.utils import timezone
 
 from portal.demo import record_demo_telemetry
@@ -32,7 +30,7 @@ from scheduling.usage import idle_gpus_queryset
 from tenancy.activity import bucket_start
 from tenancy.models import GpuActivity, GpuUtilization
 from tests.embedded_stack import running_stack, wait_for
-from tests.factories import healthy_gpus, make_department, run_job
+from tests.factories import healthy_gpus, make_department, run_job, seed_demo
 from tests.fresh_clone import REPO_ROOT, shell_env
 
 # --- the pure rule ----------------------------------------------------------------------------------------
@@ -248,18 +246,6 @@ def test_make_run_keeps_every_allocated_gpu_reporting(tmp_path_factory):
 
 
 # --- on the seeded demo -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def var_dir(settings, tmp_path):
-    settings.VAR_DIR = tmp_path  # where seed_demo writes the demo logins
-    return tmp_path
-
-
-def seed_demo(*args) -> str:
-    out = StringIO()
-    call_command("seed_demo", *args, stdout=out)
-    return out.getvalue()
 
 
 def allocated_gpus() -> set[int]:

@@ -4,11 +4,9 @@ seeding again neither breaks nor duplicates it."""
 
 import re
 from datetime import timedelta
-from io import StringIO
 
 import pytest
 from django.contrib.auth import authenticate, get_user_model
-from django.core.management import call_command
 from django.utils import timezone
 
 from core.hardware import GPUS_PER_TRAY
@@ -22,22 +20,11 @@ from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services import run_pass
 from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot
 from tenancy.quota import in_quota_prefix
+from tests.factories import seed_demo
 
 pytestmark = pytest.mark.django_db
 
 STATE_WORDS = re.compile(r"queued|pending|waiting|starting|running|completed|done|failed|cancel", re.I)
-
-
-@pytest.fixture
-def var_dir(settings, tmp_path):
-    settings.VAR_DIR = tmp_path  # where seed_demo writes the demo logins
-    return tmp_path
-
-
-def seed_demo(*args) -> str:
-    out = StringIO()
-    call_command("seed_demo", *args, stdout=out)
-    return out.getvalue()
 
 
 # --- the invariants -------------------------------------------------------------------------------------

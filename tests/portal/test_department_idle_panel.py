@@ -11,8 +11,7 @@ from django.utils import timezone
 
 from scheduling import usage as selectors
 from tenancy.activity import STALE_AFTER
-from tenancy.models import GpuActivity
-from tests.factories import healthy_gpus, make_department, run_job
+from tests.factories import healthy_gpus, make_department, run_job, set_activity
 
 pytestmark = pytest.mark.django_db
 
@@ -35,16 +34,7 @@ def idle_uuids(markup: str) -> set[str]:
 
 
 def sample(gpus, utilization: float, *, age=timedelta(0), low_for: timedelta | None = None):
-    now = timezone.now()
-    for gpu in gpus:
-        GpuActivity.objects.update_or_create(
-            gpu=gpu,
-            defaults={
-                "utilization": utilization,
-                "sampled_at": now - age,
-                "low_since": now - low_for if low_for is not None else None,
-            },
-        )
+    set_activity(gpus, utilization, low_for, age=age)
 
 
 @pytest.fixture

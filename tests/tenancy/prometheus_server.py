@@ -264,3 +264,22 @@ def _ready_with_auth(url: str, process: subprocess.Popen, log: Path, timeout: fl
     pytest.fail(
         f"prometheus did not become ready in {timeout:.0f} s: {log.read_text()[-2000:]}", pytrace=False
     )
+
+
+def admin_form(**overrides) -> dict:
+    """The Django admin's metrics-source form, filled for a Prometheus nobody listens on (a free port)."""
+    return {
+        "kind": "prometheus",
+        "url": f"http://127.0.0.1:{free_port()}",
+        "bearer_token": "",
+        "username": "",
+        "password": "",
+        "ca_file": "",
+        "timeout_seconds": "2",
+        "window_seconds": "300",
+        "metric": "DCGM_FI_DEV_GPU_UTIL",
+        "uuid_label": "UUID",
+        "gpu_label": "gpu",
+        "hostname_label": "Hostname",
+        "selector": "",
+    } | overrides

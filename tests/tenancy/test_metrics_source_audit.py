@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from core.models import AuditAction, AuditEvent
 from tenancy.models import MetricsSource
-from tests.tenancy.prometheus_server import free_port
+from tests.tenancy.prometheus_server import admin_form
 
 pytestmark = pytest.mark.django_db
 
@@ -31,21 +31,7 @@ def nowhere_in_the_log(*secrets: str) -> bool:
 
 @pytest.fixture
 def form() -> dict:
-    return {
-        "kind": "prometheus",
-        "url": f"http://127.0.0.1:{free_port()}",
-        "bearer_token": "",
-        "username": "",
-        "password": "",
-        "ca_file": "",
-        "timeout_seconds": "2",
-        "window_seconds": "300",
-        "metric": "DCGM_FI_DEV_GPU_UTIL",
-        "uuid_label": "UUID",
-        "gpu_label": "gpu",
-        "hostname_label": "Hostname",
-        "selector": "",
-    }
+    return admin_form()
 
 
 def test_changing_only_the_bearer_token_in_the_admin_is_audited_without_its_value(admin_client, form):

@@ -24,7 +24,7 @@ from tenancy.models import GpuActivity, GpuUtilization, MetricsSource, MetricsSo
 from tenancy.prometheus import PrometheusClient, PrometheusError, QueryConfig, choose_step, labels_error
 from tenancy.telemetry import Sample
 from tests.factories import make_department, run_job, token_client
-from tests.tenancy.prometheus_server import free_port
+from tests.tenancy.prometheus_server import admin_form, free_port
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -300,21 +300,7 @@ def test_someone_outside_the_department_gets_no_job_chart(demo_inventory, client
 def test_the_admin_keeps_secrets_unshown_and_tests_the_connection(admin_client):
     client = admin_client
     url = reverse("admin:tenancy_metricssource_change", args=[MetricsSource.load().pk])
-    form = {
-        "kind": "prometheus",
-        "url": f"http://127.0.0.1:{free_port()}",
-        "bearer_token": "s3cret-token-value",
-        "username": "",
-        "password": "",
-        "ca_file": "",
-        "timeout_seconds": "2",
-        "window_seconds": "300",
-        "metric": "DCGM_FI_DEV_GPU_UTIL",
-        "uuid_label": "UUID",
-        "gpu_label": "gpu",
-        "hostname_label": "Hostname",
-        "selector": "",
-    }
+    form = admin_form(bearer_token="s3cret-token-value")
     answer = client.post(url, {**form, "_test_connection": "1"}, follow=True)
     text = answer.content.decode()
     assert "Saved, but the test failed: the Prometheus query API at 127.0.0.1:" in text
