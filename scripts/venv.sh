@@ -22,6 +22,18 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 stamp="$(stamp_of "$extras")"
 
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+    # python-ldap (django-auth-ldap, a base dependency) builds against libldap's and libsasl's headers: a new
+    # machine has neither, and `make run` / `make test-fast` must work there too (scripts/system-deps.sh
+    # installs them with the rest of what `make test` needs).
+    build_deps=()
+    [ -f /usr/include/ldap.h ] || build_deps+=(libldap2-dev)
+    [ -f /usr/include/sasl/sasl.h ] || build_deps+=(libsasl2-dev)
+    if [ "${#build_deps[@]}" -gt 0 ]; then
+        command -v apt-get >/dev/null || die "python-ldap needs ${build_deps[*]} (headers) and there is no apt-get"
+        log "installing the headers python-ldap builds against: ${build_deps[*]}"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${build_deps[@]}"
+    fi
     spec="."
     [ -n "$extras" ] && spec=".[$extras]"
     log "pip install -e \"$spec\""
