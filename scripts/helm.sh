@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Helm, built from its Go module, for the chart checks (tests/deploy/test_helm.py).
 #
-#   scripts/helm.sh build      build helm into var/cache/helm/ (once) and print the binary's path
+#   scripts/helm.sh build      build helm into ~/.cache/rackplane/helm/ (once) and print the binary's path
 #   scripts/helm.sh path       print the binary's path if it is built (exit 1 if not)
 #   scripts/helm.sh ARGS...    build if needed, then run `helm ARGS...` (e.g. scripts/helm.sh lint deploy/helm/rackplane)
 #
 # Debian ships no Helm, and no chart repository or image registry is reachable from these machines, but the
 # Go module proxy is. testbed/helm/ is a small Go module that pins helm.sh/helm/v4 (a `tool` line in go.mod;
 # v4 is the current major on the proxy) with every dependency in go.sum. The binary is cached under
-# var/cache/helm/<helm version>-<hash of go.mod and go.sum>/helm, so only the first run pays for the build
+# ~/.cache/rackplane/helm/<helm version>-<hash of go.mod and go.sum>/helm, so only the first run pays for the build
 # (about two minutes on two cores). Delete that folder (or change the module) to rebuild.
 #
 # Settings: GO (the go command, default `go` on PATH).
@@ -16,7 +16,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MODULE_DIR="$REPO_ROOT/testbed/helm"
-CACHE_ROOT="$REPO_ROOT/var/cache/helm"
+CACHE_ROOT="$RACKPLANE_CACHE/helm"
 GO_MINIMUM="1.26"
 GO="${GO:-go}"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes API server (and its etcd) on loopback, for the integration tests.
 #
-#   scripts/kube-testbed.sh build         build kube-apiserver and etcd into var/cache/kube-testbed/ (once)
+#   scripts/kube-testbed.sh build         build kube-apiserver and etcd into ~/.cache/rackplane/kube-testbed/ (once)
 #   scripts/kube-testbed.sh start  [DIR]  build if needed, start in DIR (default: a new `mktemp -d`); prints DIR
 #   scripts/kube-testbed.sh env    [DIR]  print the `export ...` lines for it (also in DIR/env)
 #   scripts/kube-testbed.sh status [DIR]  tell whether the API server is ready (exit 1 if not)
@@ -12,7 +12,7 @@
 # Debian ships no kube-apiserver, so testbed/kube-apiserver/ is a small Go module whose `main` calls
 # k8s.io/kubernetes/cmd/kube-apiserver/app, with every k8s.io/* staging module pinned by a `replace` line to
 # the published v0.x.y of the same release, and etcd built from the version that release's go.mod pins.
-# Both binaries are cached under var/cache/kube-testbed/<kubernetes version>-<hash of the module files>/,
+# Both binaries are cached under ~/.cache/rackplane/kube-testbed/<kubernetes version>-<hash of the module files>/,
 # so only the first start pays for the build (Go module downloads and a few minutes of compiling); later
 # starts take about a second. Delete that folder (or change the module) to rebuild.
 #
@@ -38,7 +38,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MODULE_DIR="$REPO_ROOT/testbed/kube-apiserver"
-CACHE_ROOT="$REPO_ROOT/var/cache/kube-testbed"
+CACHE_ROOT="$RACKPLANE_CACHE/kube-testbed"
 MARKER=".rackplane-kube-testbed"
 READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-60}"
 GO_MINIMUM="1.26"

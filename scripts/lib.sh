@@ -2,6 +2,10 @@
 # shellcheck shell=bash
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Built test servers (kube-apiserver + etcd, Helm, the Slurm chroot, the OpenID Provider) are cached by version in
+# the user's cache directory, not in the clone: a fresh clone on the same machine reuses them (RACKPLANE_CACHE_DIR
+# moves it).
+RACKPLANE_CACHE="${RACKPLANE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rackplane}"
 
 log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
 die() {

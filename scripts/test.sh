@@ -68,7 +68,7 @@ else
     log "warning: the Slurm testbed did not start (messages above); Slurm integration tests will fail"
 fi
 
-# A real kube-apiserver + etcd built from the Go modules (first run: a few minutes; then cached in var/cache).
+# A real kube-apiserver + etcd built from the Go modules (first run: a few minutes; then cached in ~/.cache/rackplane).
 log "== kubernetes testbed: scripts/kube-testbed.sh start"
 kube_testbed="$(mktemp -d -t rackplane-kube.XXXXXX)"
 if bash scripts/kube-testbed.sh start "$kube_testbed" >/dev/null; then
@@ -79,7 +79,7 @@ else
     log "warning: the Kubernetes testbed did not start (messages above); Kubernetes integration tests will fail"
 fi
 
-# Helm built from its Go module (first run: a few minutes; then cached in var/cache/helm) for the chart checks
+# Helm built from its Go module (first run: a few minutes; then cached in ~/.cache/rackplane/helm) for the chart checks
 # (tests/deploy/test_helm.py: lint, template, server-side dry run and apply on the Kubernetes testbed).
 log "== helm: scripts/helm.sh build"
 if ! bash scripts/helm.sh build >/dev/null; then
@@ -87,7 +87,7 @@ if ! bash scripts/helm.sh build >/dev/null; then
     log "warning: building Helm failed (messages above); the chart tests will fail"
 fi
 
-# An OpenID Provider (oidc-provider from npm, run by Node.js; first run: an npm install into var/cache) and
+# An OpenID Provider (oidc-provider from npm, run by Node.js; first run: an npm install into ~/.cache/rackplane) and
 # OpenLDAP's slapd with a small directory, for the sign-in tests (tests/identity, tests/e2e/test_sign_in.py).
 log "== identity testbed: scripts/idp-testbed.sh start"
 idp_testbed="$(mktemp -d -t rackplane-idp.XXXXXX)"

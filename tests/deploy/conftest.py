@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def helm() -> str:
-    """The path of the Helm binary, built on first use (a few minutes; then cached in var/cache/helm/)."""
+    """The path of the Helm binary, built on first use (a few minutes; cached in ~/.cache/rackplane/helm)."""
     if shutil.which("go") is None and not list((REPO / "var" / "cache" / "helm").glob("*/helm")):
         pytest.fail(
             "Helm is not built and Go is not installed: install Go 1.26 or newer (the tests build Helm from "

@@ -3,7 +3,7 @@ the production example (external PostgreSQL/Redis, OIDC, Ingress, ServiceMonitor
 and the real API server of the testbed accepting them: a server-side dry run (dryRun=All,
 fieldValidation=Strict) of every object, then a real create, read back and delete.
 
-Helm is built from its Go module on first use (scripts/helm.sh; cached under var/cache/helm/). The
+Helm is built from its Go module on first use (scripts/helm.sh; cached under ~/.cache/rackplane/helm/). The
 ServiceMonitor needs prometheus-operator's CRD, which nothing here installs (no network): `helm lint` and the
 rendered object's own checks cover it, and the server sees the rest.
 """
