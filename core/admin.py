@@ -118,6 +118,7 @@ class NotificationSubscriptionAdmin(admin.ModelAdmin):
         "events",
         "scope",
         "enabled",
+        "allow_private_address",
         "owner",
         "secret_made_at",
         "created_by",

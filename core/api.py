@@ -5,6 +5,9 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, serializers, views
 from rest_framework.settings import api_settings
 
+from core.throttling import refusal_throttled
+from core.tokens import AgentTokenElsewhere
+
 
 def api_validation_error(error: DjangoValidationError) -> serializers.ValidationError:
     """A service's ValidationError as DRF's: field errors by field, the rest under non_field_errors."""
@@ -16,7 +19,17 @@ def api_validation_error(error: DjangoValidationError) -> serializers.Validation
 
 def exception_handler(exc, context):
     """DRF's, and a throttled request's answer also says in its JSON when to come back (`retry_after`, in
-    seconds, as the Retry-After header does)."""
+    seconds, as the Retry-After header does).
+
+    A refused authentication (an unknown, invalid, revoked or expired token: 401; or none where one is
+    needed) counts against the anonymous rate of the client's address (core.throttling.refusal_throttled):
+    DRF refuses credentials before its throttles run, so a flood of guessed tokens would otherwise never be
+    throttled. Within the rate the 401 stands; over it the answer is 429, as for anonymous requests. An agent
+    token outside the node agent's endpoints (403, core.tokens.AgentTokenElsewhere) counts the same way."""
+    if isinstance(exc, (exceptions.AuthenticationFailed, exceptions.NotAuthenticated, AgentTokenElsewhere)):
+        request, view = context.get("request"), context.get("view")
+        if request is not None and view is not None:
+            exc = refusal_throttled(request, view) or exc
     response = views.exception_handler(exc, context)
     if response is not None and isinstance(exc, exceptions.Throttled) and isinstance(response.data, dict):
         retry_after = response.headers.get("Retry-After")

@@ -87,6 +87,8 @@ AUDITED: dict[str, set[str]] = {
     "tenancy.projectmembership": set(),
     "tenancy.grouprolerule": set(),
     "tenancy.externalidentity": {"groups", "last_sign_in_at"},
+    # The Unix user a person's jobs run as (set by LDAP, OpenID Connect or an administrator).
+    "tenancy.posixaccount": {"updated_at"},
     "tenancy.dedicatedpartition": set(),
     "tenancy.tenancysettings": set(),
     "tenancy.exporterendpoint": {"last_scraped_at", "last_error", "last_sample_count"},
@@ -273,6 +275,24 @@ def _post_delete(sender, instance, **kwargs):
 
 
 # --- bulk changes ---------------------------------------------------------------------------------------
+
+
+def record_refused(instance, detail: dict) -> None:
+    """One `refuse` event on `instance`, the credential a request was refused for (an agent token whose
+    report reached outside its rack): who tried, under the current audit context, and `detail` (what it
+    tried). Call it after the refused work's transaction rolled back, or the event goes with it."""
+    actor = _actor()
+    AuditEvent.objects.create(
+        actor=actor,
+        actor_name=actor.get_username() if actor else "",
+        source=_current().source,
+        action=AuditAction.REFUSE,
+        object_type=instance._meta.label_lower,
+        object_id=str(instance.pk),
+        object_repr=str(instance)[:200],
+        before=None,
+        after=_json(detail),
+    )
 
 
 def _json(value):

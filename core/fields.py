@@ -6,6 +6,10 @@ BooleanField reads 0, 1 and strings such as "yes" as booleans: a client's wrong 
 silently, and the document (string, integer, boolean) does not say what the API does. These refuse any other
 JSON type with a 400 naming the field. Likewise a serializer drops a field it does not know (`"toplogy"`),
 so the client's intent is lost without a word; KnownFieldsOnly refuses it.
+
+TextField is also where the one text rule (core.textrule: no lone surrogates, control characters, bidi or
+other invisible characters, no more than max_length) meets the API; core.text re-exports it beside the
+Django validator and the form field of the same rule.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from collections.abc import Mapping
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
+
+from core.textrule import text_problem
 
 
 class StringOnly:
@@ -27,7 +33,22 @@ class StringOnly:
 
 
 class TextField(StringOnly, serializers.CharField):
-    pass
+    """A JSON string held to the text rule (core.textrule), checked against `max_length` too.
+
+    `multiline=True` takes newlines and tabs (a job script, a check's output, nvidia-smi's XML); a name or a
+    reason is one line. The error names the field and the character (U+XXXX, its position).
+    """
+
+    def __init__(self, *, multiline: bool = False, **kwargs):
+        self.multiline = multiline
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        problem = text_problem(value, max_length=self.max_length, multiline=self.multiline)
+        if problem:
+            raise serializers.ValidationError(problem.message(self.field_name or None), code=problem.code)
+        return value
 
 
 class SlugTextField(StringOnly, serializers.SlugField):

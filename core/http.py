@@ -7,11 +7,20 @@ reset, timed out, DNS, cut mid-body) raises `Unreachable`, the transient error o
 message names the address and the reason in words; callers put it into their own system's error. An answer
 that cannot be used (larger than `max_bytes`, a TLS certificate that is not trusted) raises a non-transient
 `ExternalError`: asking again gets the same.
+
+Every connection is opened through the outbound guard (core.outbound): the host is resolved once, each of
+its addresses vetted, and the socket connected to a vetted one; a redirect is a new connection, vetted the
+same way. `allow_private` lifts the refusal of private and loopback addresses for the client's own address
+(its base URL's host and port, or each request's, without a base URL) and nowhere else: a redirect to
+another host is vetted without it. Through a proxy from the environment the proxy is connected to (the
+operator chose it) and the destination's name is vetted before the request. A refused connection raises
+`OutboundRefused`, a permanent `ExternalError`.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
 import json
 import socket
@@ -24,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import ExternalError, Unreachable
+from core.outbound import Guard
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -77,6 +87,8 @@ def _size(limit: int) -> str:
 def _failure(error: BaseException, address: str, host: str, timeout: float) -> ExternalError:
     """The error of a request that got no usable answer, in words."""
     reason = getattr(error, "reason", None) or error
+    if isinstance(reason, ExternalError):  # the guard's refusal, or a name it could not resolve
+        return reason
     if isinstance(reason, ssl.SSLCertVerificationError):
         return ExternalError(
             f"the TLS certificate of {address} is not trusted: {reason.verify_message or reason}",
@@ -95,6 +107,86 @@ def _failure(error: BaseException, address: str, host: str, timeout: float) -> E
     return Unreachable(text)
 
 
+def _guarded(connection_class: type[http.client.HTTPConnection]):
+    """An http.client connection class whose socket is opened by a Guard (see core.outbound)."""
+
+    class Guarded(connection_class):  # type: ignore[valid-type, misc]
+        def __init__(self, *args, guard: Guard, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._create_connection = functools.partial(_guarded_connect, guard)
+
+    Guarded.__name__ = f"Guarded{connection_class.__name__}"
+    return Guarded
+
+
+def _guarded_connect(guard: Guard, address, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):  # type: ignore[attr-defined]
+    host, port = address
+    return guard.connect(host, port, timeout, source_address)
+
+
+_GuardedHTTPConnection = _guarded(http.client.HTTPConnection)
+_GuardedHTTPSConnection = _guarded(http.client.HTTPSConnection)
+
+
+def _request_guard(guard: Guard, request: urllib.request.Request) -> tuple[Guard, bool]:
+    """(the guard for this request's connection, whether it goes through a proxy). The allowance is for
+    the origin the request carries (the client's address; kept on redirects by _RedirectHandler)."""
+    origin = getattr(request, "rackplane_origin", None)
+    narrowed = Guard(guard.allow_private, origin)
+    target = urllib.parse.urlsplit(request.full_url)
+    # ProxyHandler points the request at the proxy (request.host); full_url still names the destination.
+    proxied = (request.host or "").lower() != urllib.parse.unquote(target.netloc or "").lower()
+    if proxied:
+        port = target.port or (443 if target.scheme == "https" else 80)
+        narrowed.vet(target.hostname or "", port)  # the proxy connects: vet the name before we ask it
+    return narrowed, proxied
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, guard: Guard):
+        super().__init__()
+        self.guard = guard
+
+    def http_open(self, req):
+        guard, proxied = _request_guard(self.guard, req)
+        if proxied:
+            return self.do_open(http.client.HTTPConnection, req)
+        return self.do_open(functools.partial(_GuardedHTTPConnection, guard=guard), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, guard: Guard, context=None):
+        super().__init__(context=context)
+        self.guard = guard
+
+    def https_open(self, req):
+        guard, proxied = _request_guard(self.guard, req)
+        connection = http.client.HTTPSConnection
+        if not proxied:
+            connection = functools.partial(_GuardedHTTPSConnection, guard=guard)  # type: ignore[assignment]
+        return self.do_open(connection, req, context=self._context)
+
+
+class _RedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, each hop vetted by the guard when it connects; the hop keeps the origin the
+    allowance is for, so a redirect to another host does not share it."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.rackplane_origin = getattr(req, "rackplane_origin", None)
+        return new
+
+
+def _origin(url: str) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = 0
+    return (parts.hostname or "").lower(), port
+
+
 class HttpClient:
     """Requests to one base URL (or to full URLs, without one) with fixed headers, credentials, timeout,
     TLS settings and body-size limit.
@@ -105,6 +197,8 @@ class HttpClient:
     max_bytes: a longer answer is refused (a wrong URL streaming something else must not fill memory).
     follow_redirects: False returns a 3xx as the answer instead of following it (webhooks: a redirect could
     lead to an address the destination check refused).
+    allow_private: private and loopback addresses may be connected to, at the client's own address only
+    (the object's per-object allowance; core.outbound). Never: link-local/metadata, multicast, unspecified.
     """
 
     def __init__(
@@ -119,6 +213,7 @@ class HttpClient:
         insecure: bool = False,
         max_bytes: int = DEFAULT_MAX_BYTES,
         follow_redirects: bool = True,
+        allow_private: bool = False,
     ):
         if basic_auth and bearer_token:
             raise ValueError("give basic_auth or bearer_token, not both")
@@ -130,6 +225,7 @@ class HttpClient:
             self.headers["Authorization"] = f"Bearer {bearer_token}"
         self.timeout = timeout
         self.max_bytes = max_bytes
+        self.guard = Guard(allow_private)
         # Only HTTP(S) handlers (and the environment's proxies): the default opener would also read
         # file://, ftp:// and data: URLs.
         context = None
@@ -141,14 +237,14 @@ class HttpClient:
         self._opener = urllib.request.OpenerDirector()
         for handler in (
             urllib.request.ProxyHandler(),
-            urllib.request.HTTPHandler(),
-            urllib.request.HTTPSHandler(context=context),
+            _HTTPHandler(self.guard),
+            _HTTPSHandler(self.guard, context=context),
             urllib.request.HTTPErrorProcessor(),
             urllib.request.HTTPDefaultErrorHandler(),
         ):
             self._opener.add_handler(handler)
         if follow_redirects:
-            self._opener.add_handler(urllib.request.HTTPRedirectHandler())
+            self._opener.add_handler(_RedirectHandler())
 
     def request(
         self, method: str, path: str = "", body: Any = None, *, headers: Mapping[str, str] | None = None
@@ -170,6 +266,8 @@ class HttpClient:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             all_headers.setdefault("Content-Type", "application/json")
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+        # The allowance is for the client's own address: its base URL's, else this request's.
+        request.rackplane_origin = _origin(self.base_url or url)  # type: ignore[attr-defined]
         try:
             try:
                 answer = self._opener.open(request, timeout=self.timeout)

@@ -7,6 +7,9 @@ item (notify() keeps count of the owners it rang; NotificationSubscription.clean
 subscription with the same scope and an event in common). The header shows `unread_count(user)`; the
 inbox page lists them; a GET never marks anything read: `mark_read` runs on a POST, and only ever touches
 the caller's own rows.
+
+`forget` removes a person's items about a department they left (core.notifications.forget_department,
+called by tenancy.services in the transaction that removes the membership), and says so in the audit log.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import timedelta
 
+from django.db.models import Q
 from django.utils import timezone
 
-from core.models import InboxItem
+from core import audit
+from core.models import AuditAction, AuditEvent, InboxItem
 
 KEEP_DAYS = 90  # read items older than this are deleted by prune()
 
@@ -46,6 +51,27 @@ def mark_read(user, ids: Iterable[int] | None = None) -> int:
     if ids is not None:
         items = items.filter(pk__in=list(ids))
     return items.update(read_at=timezone.now())
+
+
+def forget(user, about: Q, *, scope: str, department_id=None) -> int:
+    """Delete `user`'s items matching `about` (read or not), recorded as one audit event (how many, about
+    which scope: the items themselves are no audited model). Returns how many."""
+    deleted, _ = InboxItem.objects.filter(about, user=user).delete()
+    if deleted:
+        actor = audit.current_actor()
+        AuditEvent.objects.create(
+            actor=actor,
+            actor_name=actor.get_username() if actor else "",
+            source=audit._current().source,  # the request's, task's or sign-in's door, as every event's
+            action=AuditAction.DELETE,
+            object_type=InboxItem._meta.label_lower,
+            object_id=str(user.pk),
+            object_repr=f"{deleted} notification(s) of {user.get_username()} about {scope}"[:200],
+            department_id=department_id,
+            before={"items": deleted, "scope": scope},
+            after=None,
+        )
+    return deleted
 
 
 def prune(now=None) -> int:

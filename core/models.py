@@ -9,6 +9,7 @@ from django.db import models
 
 from core.access import is_admin, led_department_ids
 from core.destinations import check_scope, check_webhook_url
+from core.text import TextValidator
 
 
 class AuditSource(models.TextChoices):
@@ -27,6 +28,9 @@ class AuditAction(models.TextChoices):
     CREATE = "create", "Created"
     UPDATE = "update", "Updated"
     DELETE = "delete", "Deleted"
+    # A request refused for reaching outside its credential's rights (core.audit.record_refused): the event is
+    # on the credential that tried, and says what it tried.
+    REFUSE = "refuse", "Refused"
 
 
 class AuditEventQuerySet(models.QuerySet):
@@ -92,7 +96,11 @@ class PersonalToken(models.Model):
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
-    name = models.CharField(max_length=100, help_text="What it is for, e.g. the script or machine using it.")
+    name = models.CharField(
+        max_length=100,
+        validators=[TextValidator()],
+        help_text="What it is for, e.g. the script or machine using it.",
+    )
     prefix = models.CharField(max_length=16, help_text='The key\'s first characters ("rpt_" + 8).')
     key_hash = models.CharField(max_length=64, help_text="SHA-256 of the key, hex.")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -188,7 +196,11 @@ class NotificationSubscription(models.Model):
     shown once when made, never in a page, the API, the admin or the audit log.
     """
 
-    name = models.CharField(max_length=100, help_text="Who or what receives it, e.g. “on-call pager”.")
+    name = models.CharField(
+        max_length=100,
+        validators=[TextValidator()],
+        help_text="Who or what receives it, e.g. “on-call pager”.",
+    )
     channel = models.CharField(max_length=10, choices=NotificationChannel.choices)
     url = models.URLField(max_length=2000, blank=True, help_text="Webhook: the address Rackplane POSTs to.")
     secret = models.CharField(max_length=100, blank=True, help_text="Webhook: the HMAC-SHA256 signing key.")
@@ -203,6 +215,13 @@ class NotificationSubscription(models.Model):
         "(e.g. rack:gb-r08).",
     )
     enabled = models.BooleanField(default=True)
+    # The outbound guard (core.outbound, docs/outbound.md) refuses private and loopback addresses unless this
+    # is set; only a platform admin sets it (the portal's Webhooks page, the Django admin), audited.
+    allow_private_address = models.BooleanField(
+        default=False,
+        help_text="Webhook: the address may be a private or loopback one (an internal receiver). Link-local "
+        "and metadata addresses stay refused, and a redirect to another host does not share this.",
+    )
     # Idle GPUs: only when more than this many GPUs are idle (null: any notification of the event).
     threshold = models.PositiveIntegerField(null=True, blank=True)
     # Empty: a platform subscription, managed by admins. Set: a user's own (portal.my_notifications).
@@ -255,7 +274,7 @@ class NotificationSubscription(models.Model):
                 errors["url"] = ["Give the address Rackplane POSTs the webhook to."]
             else:
                 try:
-                    check_webhook_url(self.url)
+                    check_webhook_url(self.url, allow_private_address=self.allow_private_address)
                 except ValidationError as error:
                     errors["url"] = error.messages
         elif self.channel == NotificationChannel.EMAIL:

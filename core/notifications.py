@@ -60,8 +60,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core import inbox
-from core.access import is_admin
-from core.destinations import check_destination
+from core.access import Role, is_admin
+from core.destinations import check_destination, webhook_allows_private
 from core.enqueue import enqueue
 from core.errors import ExternalError, Unreachable
 from core.http import HttpClient
@@ -170,8 +170,11 @@ def notify(
     now = timezone.now()
     created = []
     rung: set[int] = set()  # owners whose bell already has this notification: one item per person
+    roles: dict[int, dict[str, str]] = {}  # owner -> {department slug: role}, read once per notification
     for subscription in enabled_subscriptions() if subscriptions is None else subscriptions:
         if not subscription.receives(event, scopes, data) or not _owner_may_hear(subscription):
+            continue
+        if not _owner_may_see(subscription, scopes, roles):
             continue
         if subscription.channel == NotificationChannel.PORTAL:
             if subscription.owner_id in rung:
@@ -195,6 +198,46 @@ def _owner_may_hear(subscription: NotificationSubscription) -> bool:
     if not owner.is_active:
         return False
     return bool(subscription.scope) or is_admin(owner)
+
+
+DEPARTMENT_SCOPE = "department:"
+
+
+def department_slugs(scopes: Iterable[str]) -> list[str]:
+    """The departments a notification's scopes name ("department:<slug>")."""
+    return [scope.removeprefix(DEPARTMENT_SCOPE) for scope in scopes if scope.startswith(DEPARTMENT_SCOPE)]
+
+
+def _department_roles(owner, slugs: list[str]) -> dict[str, str]:
+    """{slug: role} of `owner`'s memberships among the departments `slugs` (core.access reads roles through
+    the user's `memberships` relation: core imports no tenancy module)."""
+    if not slugs:
+        return {}
+    return dict(owner.memberships.filter(department__slug__in=slugs).values_list("department__slug", "role"))
+
+
+def _owner_may_see(subscription, scopes, roles: dict | None = None) -> bool:
+    """Whether a person's own subscription may still hear a notification about `scopes`, checked when it is
+    sent (belt and braces: leaving a department removes what was tied to it, tenancy.services): nothing
+    about a department reaches someone who is no longer in it, and what a department-scoped subscription
+    hears (its lead's events) reaches only a lead of it. Platform subscriptions (no owner) and platform
+    admins hear everything they subscribed to. `roles` caches {owner id: {slug: role}} over one notify()."""
+    owner = subscription.owner
+    if owner is None or is_admin(owner):
+        return True
+    slugs = department_slugs(scopes)
+    led = department_slugs([subscription.scope]) if subscription.scope else []
+    if not slugs and not led:
+        return True
+    if roles is not None and owner.pk in roles:
+        held = roles[owner.pk]
+    else:
+        held = _department_roles(owner, sorted({*slugs, *led}))
+        if roles is not None:
+            roles[owner.pk] = held
+    if any(slug not in held for slug in slugs):
+        return False
+    return all(held.get(slug) == Role.LEAD for slug in led)
 
 
 def _create(subscription, event, subject, payload, scopes, now) -> Notification:
@@ -252,6 +295,43 @@ def create_subscription(*, created_by=None, **fields) -> tuple[NotificationSubsc
     subscription.full_clean()
     subscription.save()
     return subscription, secret
+
+
+def forget_department(user, department, *, still_member: bool) -> tuple[int, int]:
+    """`user` left `department` (a tenancy Department: its pk and slug), or stays only as a member (no longer
+    its lead): remove what tied them to it that they may no longer see, in the caller's transaction
+    (tenancy.services, for every path that removes or demotes a membership: pages, API, admin, identity
+    provider sync). Returns (subscriptions, inbox items) removed.
+
+    - Their own subscriptions scoped to the department (`department:<slug>`, which only its leads may pick):
+      deleted, each audited (core.audit); their pending deliveries are cancelled when sent (`deliver`).
+    - Their bell's items heard through those subscriptions, and when they left the department altogether
+      every item about it (the departments' notifications name it in their payload's `department`):
+      deleted, the removal audited once (core.inbox.forget).
+
+    A platform admin may see every department: nothing of theirs is removed. A person added back starts
+    clean: nothing removed comes back."""
+    if is_admin(user):
+        return 0, 0
+    scope = f"{DEPARTMENT_SCOPE}{department.slug}"
+    subscriptions = NotificationSubscription.objects.filter(owner=user, scope=scope)
+    heard_through = Q(subscription__in=list(subscriptions.values_list("pk", flat=True)))
+    about = heard_through if still_member else heard_through | Q(payload__department=department.slug)
+    items = inbox.forget(user, about, scope=scope, department_id=department.pk)
+    removed = 0
+    for subscription in subscriptions.order_by("pk"):
+        subscription.delete()  # one by one: each audited by core.audit's signals
+        removed += 1
+    if removed or items:
+        logger.info(
+            "%s %s %s: %d subscription(s) and %d bell item(s) about it removed",
+            user.get_username(),
+            "is no longer a lead of" if still_member else "left",
+            scope,
+            removed,
+            items,
+        )
+    return removed, items
 
 
 # --- signing ---------------------------------------------------------------------------------------------
@@ -346,10 +426,15 @@ def deliver(notification_id: int, *, can_schedule_retry: bool = False) -> Outcom
     if not claim(notification_id):
         status = Notification.objects.filter(pk=notification_id).values_list("status", flat=True).first()
         return Outcome(notification_id, status or "missing", message="not claimed: not pending or not due")
-    notification = Notification.objects.select_related("subscription").get(pk=notification_id)
+    notification = Notification.objects.select_related("subscription__owner").get(pk=notification_id)
     subscription = notification.subscription
     if subscription is None or (not subscription.enabled and notification.event != NotificationEvent.TEST):
         why = "its subscription was deleted" if subscription is None else "its subscription is disabled"
+        _settle(notification, NotificationStatus.CANCELLED, error=f"Not sent: {why}.")
+        return Outcome(notification.pk, NotificationStatus.CANCELLED, message=why)
+    if not _owner_may_see(subscription, notification.scope or []):
+        # Its owner left the department it is about (or no longer leads it) since it was recorded.
+        why = "its subscriber may no longer see what it is about"
         _settle(notification, NotificationStatus.CANCELLED, error=f"Not sent: {why}.")
         return Outcome(notification.pk, NotificationStatus.CANCELLED, message=why)
     at, started = timezone.now(), time.monotonic()
@@ -435,8 +520,9 @@ def _excerpt(text: str) -> str:
 
 def _send_webhook(notification: Notification, subscription: NotificationSubscription) -> tuple[int, str]:
     url = subscription.url
+    allow_private = webhook_allows_private(subscription.allow_private_address)
     try:
-        check_destination(url)
+        check_destination(url, allow_private=allow_private)
     except ValidationError as error:
         raise DeliveryFailed(" ".join(error.messages), transient=False) from error
     except Unreachable as error:
@@ -455,6 +541,7 @@ def _send_webhook(notification: Notification, subscription: NotificationSubscrip
         timeout=float(getattr(settings, "RACKPLANE_NOTIFICATION_TIMEOUT", 10)),
         max_bytes=RESPONSE_LIMIT_BYTES,
         follow_redirects=False,
+        allow_private=allow_private,  # the connection is vetted again, to the address it connects to
     )
     try:
         response = client.request("POST", url, body, headers=headers)

@@ -3,7 +3,9 @@
 `JSONParser` is the one JSON parser of the whole API (REST_FRAMEWORK's DEFAULT_PARSER_CLASSES): a body
 over `max_body_bytes` is a 413, nesting deeper than `max_depth` a 400 (Python's json module recurses per
 level, so a few KB of brackets would otherwise end in a RecursionError), a charset that is not a text
-encoding a 415, a key given twice in one object a 400.
+encoding a 415, a key given twice in one object a 400, a lone surrogate (`"\ud800"`, in a key or a value, at
+any depth) a 400 naming where it is (`$.work.env`): Python's json module reads such an escape into a str that
+UTF-8 cannot encode, which would otherwise end in a 500 at the database or a log.
 Other parsers (tenancy's telemetry text) read and decode their bodies with `read_body` and `decode_body`.
 """
 
@@ -19,6 +21,9 @@ from rest_framework.utils import json
 
 MIB = 1024 * 1024
 
+# A \uD800-\uDFFF escape: the only way a lone surrogate gets into a body decoded strictly from UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A JSON string (escapes included) or a bracket: brackets inside strings are skipped when counting depth.
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]')
 
@@ -50,7 +55,7 @@ def decode_body(body: bytes, media_type: str | None, parser_context: dict | None
     _, params = parse_header_parameters(media_type or "")
     charset = params.get("charset") or (parser_context or {}).get("encoding") or "utf-8"
     try:
-        return body.decode(charset)
+        text = body.decode(charset)
     except LookupError:
         raise UnsupportedMediaType(
             media_type,
@@ -58,6 +63,12 @@ def decode_body(body: bytes, media_type: str | None, parser_context: dict | None
         ) from None
     except UnicodeDecodeError as error:
         raise ParseError(f"the body is not {charset} text: {error}") from error
+    if _has_surrogate(text):  # a charset such as unicode-escape can decode bytes to a lone surrogate
+        raise ParseError(
+            "the body holds a lone surrogate (half of a UTF-16 pair, not a character) once decoded as "
+            f"{charset}: send UTF-8"
+        )
+    return text
 
 
 def nesting_deeper_than(text: str, limit: int) -> bool:
@@ -101,7 +112,7 @@ class JSONParser(parsers.BaseParser):
                 "this API's limit"
             )
         try:
-            return json.loads(
+            data = json.loads(
                 text,
                 parse_constant=json.strict_constant if self.strict else None,
                 object_pairs_hook=unique_keys,
@@ -110,6 +121,15 @@ class JSONParser(parsers.BaseParser):
             raise ParseError(str(error)) from error
         except ValueError as error:
             raise ParseError(f"JSON parse error - {error}") from error
+        # decode_body refused raw ones: only a \uD800-\uDFFF escape can bring one, most bodies skip the walk.
+        if _SURROGATE_ESCAPE.search(text):
+            where = lone_surrogate_at(data)
+            if where:
+                raise ParseError(
+                    f"the JSON body holds a lone surrogate (a \\uD800-\\uDFFF escape without its pair, not a "
+                    f"character) in {where}: send text as UTF-8 or escape whole surrogate pairs"
+                )
+        return data
 
 
 class DuplicateKey(ValueError):
@@ -125,3 +145,36 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
         twice = next(key for key, _ in pairs if key in seen or seen.add(key))
         raise DuplicateKey(f"the JSON body gives the key {twice!r} twice in one object: send it once")
     return result
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _path_key(key: str) -> str:
+    if _IDENTIFIER.fullmatch(key):
+        return f".{key}"
+    return f"[{json.dumps(key)}]"  # ensure_ascii: a surrogate in the key shows as its escape
+
+
+def lone_surrogate_at(data) -> str | None:
+    """Where in parsed JSON `data` a lone surrogate is, in words with a JSONPath (`the value at $.name`,
+    `the key "\\ud800" of $.work.env`), or None. Walked without recursion (the depth is bounded anyway)."""
+    stack = [(data, "$")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if _has_surrogate(value):
+                return f"the value at {path}"
+        elif isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                if _has_surrogate(key):
+                    return f"the key {json.dumps(key)} of {path}"
+                stack.append((item, path + _path_key(key)))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{index}]") for index, item in reversed(list(enumerate(value))))
+    return None

@@ -12,7 +12,7 @@ import math
 from axes.backends import AxesStandaloneBackend
 from axes.helpers import get_client_username, get_cool_off
 from django.shortcuts import render
-from rest_framework import throttling
+from rest_framework import exceptions, throttling
 from rest_framework.settings import api_settings
 
 
@@ -50,6 +50,37 @@ class UserRateThrottle(RatesFromSettings, throttling.UserRateThrottle):
 
 class AnonRateThrottle(RatesFromSettings, throttling.AnonRateThrottle):
     """Anonymous API requests, per client address (scope `anon`)."""
+
+
+class FailedAuthenticationThrottle(AnonRateThrottle):
+    """A request whose credentials were refused (an unknown, revoked, expired or malformed token) or that
+    brought none to an endpoint that needs them, counted against the anonymous rate of its client address.
+
+    DRF authenticates before it throttles, and refuses bad credentials there: without this a flood of
+    guessed tokens was never counted, while the same client without a token was. `core.api.exception_handler`
+    asks `refusal_throttled` for every 401 it answers; over the anonymous rate the answer is 429 instead. The
+    count is the anonymous one (same cache key): guessing tokens and calling anonymously share one budget.
+    A client whose token works is counted per account as before, whoever else shares its address.
+    """
+
+    def get_cache_key(self, request, view):
+        # The request's user is anonymous after a refusal; counted by address whatever it is.
+        return self.cache_format % {"scope": self.scope, "ident": client_address(request)}
+
+
+FAILED_AUTHENTICATION_DETAIL = (
+    "Too many requests without valid credentials from this address: check the API token (make a new one on "
+    "the portal's API tokens page, /account/tokens/ if it was revoked or expired)."
+)
+
+
+def refusal_throttled(request, view) -> exceptions.Throttled | None:
+    """Count a refused authentication of `request` against its address's anonymous rate; a Throttled (429,
+    with when to come back) once it is over the rate, None while it is not (the 401 stands)."""
+    throttle = FailedAuthenticationThrottle()
+    if throttle.allow_request(request, view):
+        return None
+    return exceptions.Throttled(wait=throttle.wait(), detail=FAILED_AUTHENTICATION_DETAIL)
 
 
 class NodeAgentRateThrottle(RatesFromSettings, throttling.SimpleRateThrottle):

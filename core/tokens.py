@@ -11,6 +11,17 @@ was made (`Token.created`); after that the API answers 401 saying so. Its owner 
 /api/v1/tokens/rotate/ with the current token, or the "API token" page when signed in; both in
 portal.account): the old key stops working at once and the new one is shown once. Platform admins revoke
 tokens in the Django admin. Node agents' tokens are inventory's, not these.
+
+**Rotation never extends a token's life or changes its kind** (issue 26, finding 6). POST
+/api/v1/tokens/rotate/ replaces the very token it was called with: a personal token by a personal token of
+the same owner and name, expiring when the old one would have (`rotate_personal`); the single token by a
+single token that expires when the old one would have (`rotate(keep_expiry=True)`). The old one is revoked in
+the same transaction, its row locked (select_for_update) so two concurrent rotations of one token make one
+new token, not two. A fresh single token with a full time to live is only made by a person signed in to the
+portal (the API token page), never by a script holding some other credential. docs/tokens.md has the rules.
+
+Nothing here caches a token: every request reads the row, so a revoked or rotated token is refused on the
+very next request, on every replica.
 """
 
 import datetime
@@ -54,14 +65,32 @@ class ExpiringTokenAuthentication(TokenAuthentication):
         return user, token
 
 
+class NotRotatable(Exception):
+    """The credential cannot be rotated (already revoked or rotated, expired): `str()` says why, for a 4xx."""
+
+
 @transaction.atomic
-def rotate(user, source: str) -> Token:
-    """Replace `user`'s token (or make their first): the old key stops working now. Recorded in the audit
-    log (by the user's id; a key is never written down) and logged."""
+def rotate(user, source: str, *, keep_expiry: bool = False) -> Token:
+    """Replace `user`'s single token (or make their first): the old key stops working now. Recorded in the
+    audit log (by the user's id; a key is never written down) and logged.
+
+    `keep_expiry`: the new token expires when the old one would have (rotation by the token itself, over the
+    API: a script never extends its own credential's life). Without it (a person signed in to the portal's
+    API token page) the new token gets a full RACKPLANE_TOKEN_TTL_DAYS. NotRotatable when `keep_expiry` is
+    asked and there is no working token to rotate."""
     previous = Token.objects.select_for_update().filter(user=user).first()
+    if keep_expiry and (previous is None or is_expired(previous)):
+        raise NotRotatable(
+            "There is no working API token to rotate: sign in to the portal and make one on the API tokens "
+            f"page ({TOKENS_PAGE})."
+        )
     if previous is not None:
         previous.delete()
     token = Token.objects.create(user=user)
+    if keep_expiry:
+        # Token.created is its expiry's basis (expires_at()): the new key keeps the old one's.
+        Token.objects.filter(pk=token.pk).update(created=previous.created)
+        token.created = previous.created
     AuditEvent.objects.create(
         actor=user,
         actor_name=user.get_username(),
@@ -88,6 +117,15 @@ AGENT_TOKEN_ELSEWHERE = (
     "An agent token may only send node reports and telemetry (the node agent's endpoints): use a personal "
     "API token for the rest of the API (make one on the portal's API tokens page, /account/tokens/)."
 )
+
+
+class AgentTokenElsewhere(exceptions.PermissionDenied):
+    """403: a node agent's token (valid or not: it is not looked up here) outside the node agent's endpoints.
+    Counted like a refused authentication against the client address's anonymous rate (core.api)."""
+
+    default_detail = AGENT_TOKEN_ELSEWHERE
+
+
 # last_used_at is for people ("is this token still in use?"): a minute is precise enough, and it spares a
 # write on every request of a busy script.
 LAST_USED_RESOLUTION = datetime.timedelta(minutes=1)
@@ -156,6 +194,47 @@ def revoke(token: PersonalToken, by=None) -> PersonalToken:
     return token
 
 
+@transaction.atomic
+def rotate_personal(token: PersonalToken, by=None) -> tuple[PersonalToken, str]:
+    """Replace a personal token by a new one of the same kind: the same owner and name, expiring when the old
+    one would have (never later); the old one is revoked in the same transaction. Returns the new token and
+    its key (show it once). Both changes are audited (core.audit: a revocation and a creation).
+
+    The old row is locked first (select_for_update): of two rotations of one token at once, the second waits,
+    then finds it revoked and gets NotRotatable; only one new token is ever made. NotRotatable too for a
+    token revoked or expired before."""
+    locked = PersonalToken.objects.select_for_update().select_related("user").get(pk=token.pk)
+    label = f"API token {locked.prefix}… ({locked.name})"
+    if locked.revoked_at is not None:
+        raise NotRotatable(
+            f"{label} was revoked (or rotated) at {locked.revoked_at:%Y-%m-%d %H:%M} UTC: use the token it "
+            f"was rotated to, or make a new one on the portal's API tokens page ({TOKENS_PAGE})."
+        )
+    if timezone.now() >= locked.expires_at:
+        raise NotRotatable(
+            f"{label} expired: make a new one on the portal's API tokens page ({TOKENS_PAGE})."
+        )
+    revoke(locked, by=by)
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    new = PersonalToken(
+        user=locked.user,
+        name=locked.name,
+        prefix=key[: len(KEY_PREFIX) + VISIBLE_CHARS],
+        key_hash=hash_key(key),
+        expires_at=locked.expires_at,
+    )
+    new.full_clean()
+    new.save()
+    logger.info(
+        "personal API token %s… (%s) of %s rotated to %s…",
+        locked.prefix,
+        locked.name,
+        locked.user.get_username(),
+        new.prefix,
+    )
+    return new, key
+
+
 def find(key: str) -> PersonalToken | None:
     """The personal token (revoked, expired or not) whose key this is, or None."""
     if not key.startswith(KEY_PREFIX):
@@ -192,7 +271,7 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
             # A node agent's token reached a view that is not a node agent's (those list
             # AgentTokenAuthentication first, which takes it before this class): a 403 that says so, not
             # "credentials were not provided" (they were) nor "invalid token" (it is valid, elsewhere).
-            raise exceptions.PermissionDenied(AGENT_TOKEN_ELSEWHERE)
+            raise AgentTokenElsewhere()
         if not key.startswith(KEY_PREFIX):
             return None
         token = find(key)

@@ -4,14 +4,21 @@ The integration that runs a backend registers its validator (integrations/slurm,
 the jobs API, the job form and the backend itself all call `validate_work`, so a job is checked by exactly
 one rule, wherever it comes from. Each rule also comes with its JSON Schema and an example, so the OpenAPI
 document describes `work` per backend (scheduling.api.serializers) from the same registry.
+
+One rule holds for every backend on top of its own: a job's environment may not choose its devices
+(`core.devices`: the scheduler alone gives a job its GPUs). Each rule that takes an environment calls
+`refuse_device_variables`, and `validate_work` checks the `env` of whatever a rule returns, so a backend that
+forgets is still covered.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from core import devices
 
 
 class WorkError(ValueError):
@@ -46,6 +53,14 @@ def refuse_unknown_keys(work: dict, known: Collection[str], job: str) -> None:
     raise WorkError(f"unknown keys for {job}: {', '.join(names)}; it takes {takes}")
 
 
+def refuse_device_variables(names: Iterable[Any], where: str = '"env"') -> None:
+    """WorkError naming each variable among `names` that selects devices, MIG instances or driver
+    capabilities (core.devices.DEVICE_VARIABLES, case-insensitive)."""
+    found = devices.device_variables(names)
+    if found:
+        raise WorkError(devices.refusal(found, where))
+
+
 def register_work_validator(
     backend: str, validator: Callable[[Any], dict], *, schema: dict | None = None, example: dict | None = None
 ) -> None:
@@ -64,4 +79,8 @@ def validate_work(backend: str, work: Any) -> dict:
         raise WorkError(f"no integration runs {backend} jobs in this installation")
     if not isinstance(work, dict):
         raise WorkError("must be an object")
-    return rule.validate(work)
+    out = rule.validate(work)
+    env = out.get("env") if isinstance(out, dict) else None
+    if isinstance(env, dict):
+        refuse_device_variables(env)
+    return out

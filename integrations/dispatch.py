@@ -12,6 +12,13 @@
 Which backend: the first enabled Slurm target with a slurmrestd URL, or the first enabled Kubernetes
 target. Without one (the embedded default, `make run`), jobs are rendered to files under
 RACKPLANE_RENDER_DIR/jobs (the exact slurmrestd request or Kubernetes objects) and shown as running there.
+
+Every job runs as its person: the request carries the submitter's POSIX identity (`run_as`, from
+tenancy.PosixAccount). A live backend (Slurm, Kubernetes) never gets a job without one: such a job fails
+with the reason (the person lost their identity after submitting; submission itself refuses a person
+without one, scheduling.services.submit_job, through `needs_identity`). A backend that acts as the person
+(`acts_as_person`: Slurm, whose slurmrestd takes the person's name with a SlurmUser token) also reads and
+stops each job as the person who submitted it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core import posix
 from core.retry import backoff
 from integrations import registry
 from integrations.embedded import RenderedJobBackend
@@ -42,6 +50,7 @@ from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobEventKind, JobState
 from scheduling.models import BackendCancel, Job, JobEvent
 from scheduling.services import finish_job, notify_job
+from tenancy.models import posix_identity_of
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +65,7 @@ def backend_for(backend: str) -> tuple[JobBackend, str, dict]:
     kinds = {kind.name: kind for kind in registry.kinds() if kind.backend == backend}
     for target in ConfigTarget.objects.filter(kind__in=kinds, enabled=True).order_by("pk"):
         kind = kinds[target.kind]
-        values = target.settings or {}
+        values = target.connection_settings()  # with its outbound allowance (core.outbound)
         job_backend = kind.job_backend(values) if kind.job_backend else None
         if job_backend is not None:
             return job_backend, f"{kind.short_label or kind.label} ({target.name})", values
@@ -66,6 +75,27 @@ def backend_for(backend: str) -> tuple[JobBackend, str, dict]:
     directory = settings.RACKPLANE_RENDER_DIR / "jobs"
     rendered = RenderedJobBackend(directory, backend, renderer.render_job, renderer.job_file_suffix)
     return rendered, "rendered files", {}
+
+
+def needs_identity(backend: str) -> bool:
+    """Whether jobs of `backend` run on a live scheduler now (a Slurm target with slurmrestd, a Kubernetes
+    cluster), which runs them as their person: then a person without a POSIX identity cannot submit. The
+    embedded renderer (`make run`) needs none."""
+    try:
+        job_backend, _label, _values = backend_for(backend)
+    except BackendError:
+        return False  # no backend at all: dispatch says so
+    close = getattr(job_backend, "close", None)
+    if close is not None:
+        close()
+    return not isinstance(job_backend, RenderedJobBackend)
+
+
+posix.register_identity_requirement(needs_identity)
+
+
+def _acts_as_person(backend) -> bool:
+    return bool(getattr(backend, "acts_as_person", False))
 
 
 def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
@@ -103,18 +133,33 @@ def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
         clique=clique,
         imex=bool(target_settings.get("imex")),
         attempt=job.preemptions,
+        run_as=posix_identity_of(job.submitted_by),
     )
 
 
 def dispatch(job_id: int) -> str:
     """Submit one STARTING job; returns what happened ('submitted', 'retry', 'rejected', 'skipped')."""
     with transaction.atomic():
-        job = Job.objects.select_for_update().select_related("department").filter(pk=job_id).first()
+        job = (
+            Job.objects.select_for_update()
+            .select_related("department", "submitted_by")
+            .filter(pk=job_id)
+            .first()
+        )
         if job is None or job.state != JobState.STARTING:
             return "skipped"
         backend, label, target_settings = backend_for(job.backend)
         try:
             request = dispatch_request(job, target_settings)
+            if request.run_as is None and not isinstance(backend, RenderedJobBackend):
+                # Never sent as anyone else (the target's own user, another person): refused with the reason.
+                who = (
+                    job.submitted_by.get_username() if job.submitted_by_id else "nobody (the account is gone)"
+                )
+                raise BackendRejected(
+                    f"the job's person, {who}, has no POSIX identity (uid/gid) to run it as. "
+                    + posix.no_identity_message(label)
+                )
             backend_id = backend.submit(request)
         except BackendUnavailable as error:
             job.dispatch_attempts += 1
@@ -156,10 +201,15 @@ def due_dispatches(now=None) -> list[int]:
 def process_cancels() -> int:
     """Tell backends to stop the jobs that must stop; rows stay until the backend confirms."""
     done = 0
-    for row in BackendCancel.objects.filter(done_at__isnull=True).order_by("pk")[:200]:
+    rows = BackendCancel.objects.filter(done_at__isnull=True).select_related("job__submitted_by")
+    for row in rows.order_by("pk")[:200]:
         backend, label, _ = backend_for(row.backend)
         try:
-            backend.cancel(row.backend_id)
+            if _acts_as_person(backend):
+                # Stopped as the person it runs as (a job of another Unix user is never signalled).
+                backend.cancel(row.backend_id, run_as=posix_identity_of(row.job.submitted_by))
+            else:
+                backend.cancel(row.backend_id)
         except BackendError as error:
             row.attempts += 1
             row.error = f"{label}: {error}"[:500]
@@ -183,15 +233,29 @@ def sync_states() -> dict:
     """Read every running job's state from its backend; finish the ones that ended."""
     finished = unreachable = 0
     for kind in Backend.values:
-        jobs = {
-            job.backend_id: job.pk
-            for job in Job.objects.filter(state=JobState.RUNNING, backend=kind).exclude(backend_id="")
-        }
+        running = list(
+            Job.objects.filter(state=JobState.RUNNING, backend=kind)
+            .exclude(backend_id="")
+            .select_related("submitted_by")
+        )
+        jobs = {job.backend_id: job.pk for job in running}
         if not jobs:
             continue
         backend, label, _ = backend_for(kind)
         try:
-            statuses = backend.status(list(jobs))
+            if _acts_as_person(backend):
+                # Each person's jobs are read as that person (Slurm PrivateData shows a user their own).
+                identities: dict = {}
+                people: dict = {}
+                for job in running:
+                    if job.submitted_by_id not in identities:
+                        identities[job.submitted_by_id] = posix_identity_of(job.submitted_by)
+                    people.setdefault(identities[job.submitted_by_id], []).append(job.backend_id)
+                statuses = {}
+                for identity, ids in people.items():
+                    statuses.update(backend.status(ids, run_as=identity))
+            else:
+                statuses = backend.status(list(jobs))
         except BackendError as error:
             unreachable += len(jobs)
             note = f"{label} unreachable at {timezone.now():%H:%M:%S}: {error}; state not updated"[:500]

@@ -7,22 +7,34 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core.text import TextFormField
 from integrations import registry
-from integrations.models import ConfigTarget
+from integrations.models import ConfigTarget, outbound_problems
 
 
 class ConfigTargetForm(forms.Form):
-    name = forms.CharField(max_length=64)
+    name = TextFormField(max_length=64)
     kind = forms.ChoiceField(choices=())
     enabled = forms.BooleanField(
         label="Enabled", required=False, help_text="Disabled targets are left out of pushes."
     )
     clear_token = forms.BooleanField(label="Clear the stored token", required=False)
+    allow_private_address = forms.BooleanField(
+        label="Allow a private address",
+        required=False,
+        help_text="Its addresses may be private or loopback ones (an on-premises cluster: the usual case). "
+        "Link-local and metadata addresses are refused whatever this says; clear it for a public service.",
+    )
 
     def __init__(self, *args, instance: ConfigTarget | None = None, kind: str | None = None, **kwargs):
         self.instance = instance or ConfigTarget()
         if instance is not None and not kwargs.get("initial") and not args:
-            initial = {"name": instance.name, "kind": instance.kind, "enabled": instance.enabled}
+            initial = {
+                "name": instance.name,
+                "kind": instance.kind,
+                "enabled": instance.enabled,
+                "allow_private_address": instance.allow_private_address,
+            }
             if registry.is_kind(instance.kind):
                 values = instance.settings or {}
                 for setting in registry.get(instance.kind).settings:
@@ -30,7 +42,7 @@ class ConfigTargetForm(forms.Form):
                         initial[setting.name] = values.get(setting.key)
             kwargs["initial"] = initial
         elif instance is None and not args:
-            kwargs.setdefault("initial", {"enabled": True})
+            kwargs.setdefault("initial", {"enabled": True, "allow_private_address": True})
         super().__init__(*args, **kwargs)
         self.fields["kind"].choices = registry.choices()
         clear = self.fields.pop("clear_token")
@@ -89,6 +101,12 @@ class ConfigTargetForm(forms.Form):
             back = {setting.key: setting.name for setting in kind.settings}
             for key, messages_ in error.message_dict.items():
                 self.add_error(back.get(key), messages_)
+            return data
+        # The outbound guard (core.outbound): each address against this target's allowance.
+        back = {setting.key: setting.name for setting in kind.settings}
+        allow = bool(data.get("allow_private_address"))
+        for key, message in outbound_problems(self.cleaned_settings, allow).items():
+            self.add_error(back.get(key), message)
         return data
 
     def save(self) -> ConfigTarget:
@@ -96,6 +114,7 @@ class ConfigTargetForm(forms.Form):
         target.name = self.cleaned_data["name"]
         target.kind = self.cleaned_data["kind"]
         target.enabled = self.cleaned_data["enabled"]
+        target.allow_private_address = self.cleaned_data["allow_private_address"]
         target.settings = self.cleaned_settings
         target.full_clean()
         target.save()

@@ -17,6 +17,8 @@ from enum import StrEnum
 from typing import Protocol
 
 from core.errors import ExternalError
+from core.posix import PosixIdentity
+from tenancy import naming
 
 
 class BackendError(ExternalError):
@@ -71,12 +73,17 @@ class DispatchRequest:
     imex: bool = False  # Slurm: a job-scoped IMEX channel (switch/nvidia_imex) where the cluster enables it
     attempt: int = 0  # how many times the job was preempted before: each run has its own backend name
     project: str = ""  # slug of its project inside the department ("": none; tenancy.Project)
+    # The Unix user the job runs as: its submitter's POSIX identity (tenancy.PosixAccount). Slurm submits
+    # as `run_as.name`; Kubernetes sets runAsUser/runAsGroup/supplementalGroups. None: the person has none,
+    # which only the embedded renderer accepts (integrations.dispatch refuses it for a live backend).
+    run_as: PosixIdentity | None = None
 
     @property
     def home(self) -> str:
-        """Where it runs: its project's Slurm account and Kubernetes namespace (`<department>-<project>`, a
-        child account of the department's; tenancy.Project.account), else the department's."""
-        return f"{self.department}-{self.project}" if self.project else self.department
+        """Where it runs: its project's Slurm account and Kubernetes namespace (`<department>--<project>`, a
+        child account of the department's; tenancy.Project.account), else the department's. ValueError for
+        a slug that cannot name one (tenancy.naming)."""
+        return naming.home(self.department, self.project)
 
     @property
     def rackplane_name(self) -> str:
@@ -98,6 +105,9 @@ class BackendJobStatus:
 
 
 class JobBackend(Protocol):
+    """A backend that acts as each job's person (Slurm) says so with `acts_as_person = True` and takes
+    `run_as` (a PosixIdentity, or None for its own user) as a keyword of status, cancel and signal."""
+
     def submit(self, request: DispatchRequest) -> str:
         """Start the job; return the backend's id for it. Adopts an existing job of the same name."""
 

@@ -14,6 +14,9 @@ from django.db import models
 from django.db.models import Q
 
 from core.access import is_admin
+from core.destinations import check_outbound_url
+from core.outbound import ALLOW_PRIVATE_SETTING
+from core.text import TextValidator
 from integrations import registry
 
 
@@ -39,10 +42,20 @@ class ConfigTarget(models.Model):
     """Somewhere Rackplane pushes configuration: a directory, a Slurm controller, a Kubernetes API server,
     an NVLink fabric manager, or any other registered kind."""
 
-    name = models.CharField(max_length=64)
+    name = models.CharField(max_length=64, validators=[TextValidator()])
     kind = models.CharField(max_length=16, help_text="A registered kind (integrations.registry).")
     enabled = models.BooleanField(default=True, help_text="Disabled targets are left out of pushes.")
     settings = models.JSONField(default=dict, blank=True)
+    # The outbound guard (core.outbound, docs/outbound.md) lets this target's own addresses (slurmrestd,
+    # the API server, NMX-M) be private or loopback ones when set: on by default, since an on-premises
+    # cluster's services are private addresses and only platform admins see or edit targets. Link-local
+    # (cloud metadata), multicast and unspecified addresses stay refused, and a redirect to another host is
+    # vetted without it. Clear it for a target that must be public (a hosted API server).
+    allow_private_address = models.BooleanField(
+        default=True,
+        help_text="Its addresses may be private or loopback ones (an on-premises cluster). Link-local and "
+        "metadata addresses are refused whatever this says.",
+    )
     # A change that arrived while a push to this target was running (never two at once): pushed, rendered
     # afresh, when that push finishes. {"reason", "plan_id", "requested_by", "requested_at"}.
     follow_up = models.JSONField(null=True, blank=True, editable=False)
@@ -78,6 +91,9 @@ class ConfigTarget(models.Model):
                     {"settings": [f"{key}: {m}" for key, msgs in error.message_dict.items() for m in msgs]}
                 ) from error
             raise ValidationError({"settings": error.messages}) from error
+        problems = outbound_problems(self.settings, self.allow_private_address)
+        if problems:
+            raise ValidationError({"settings": [f"{key}: {m}" for key, m in problems.items()]})
 
     def get_kind_display(self) -> str:
         return registry.label(self.kind)
@@ -86,7 +102,27 @@ class ConfigTarget(models.Model):
         return registry.mask_settings(self.kind, self.settings or {})
 
     def cleaned_settings(self) -> dict:
-        return registry.clean_settings(self.kind, self.settings or {})
+        """The kind's cleaned settings, with the target's outbound allowance for its clients."""
+        values = registry.clean_settings(self.kind, self.settings or {})
+        return {**values, ALLOW_PRIVATE_SETTING: self.allow_private_address}
+
+    def connection_settings(self) -> dict:
+        """The stored settings (unvalidated) with the target's outbound allowance (integrations.dispatch)."""
+        return {**(self.settings or {}), ALLOW_PRIVATE_SETTING: self.allow_private_address}
+
+
+def outbound_problems(values: dict, allow_private_address: bool) -> dict[str, str]:
+    """{setting key: why the outbound guard refuses its address} for a target's URL settings (the keys
+    ending in "url": rest_url, api_url, base_url). A name that does not resolve yet is accepted here: it
+    is vetted when connected to."""
+    problems = {}
+    for key, value in (values or {}).items():
+        if key.endswith("url") and isinstance(value, str) and value.strip():
+            try:
+                check_outbound_url(value.strip(), allow_private_address=allow_private_address)
+            except ValidationError as error:
+                problems[key] = " ".join(error.messages)
+    return problems
 
 
 class ConfigPushQuerySet(models.QuerySet):

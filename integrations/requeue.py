@@ -28,6 +28,7 @@ from inventory.models import ComputeTray
 from scheduling import requeue as decisions
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Job
+from tenancy.models import posix_identity_of
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ def signal_job(job_id: int, signal: str = decisions.DEFAULT_SIGNAL) -> str:
     try:
         if "deadline" in inspect.signature(send).parameters:  # Kubernetes: the annotation says by when
             done = send(job.backend_id, signal, deadline=deadline)
+        elif getattr(backend, "acts_as_person", False):  # Slurm: signalled as the person it runs as
+            done = send(job.backend_id, signal, run_as=posix_identity_of(job.submitted_by))
         else:
             done = send(job.backend_id, signal)
     except BackendError as error:

@@ -67,11 +67,19 @@ from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
+from tenancy import naming
 from tenancy.models import Department, Project, TenancySettings
-from tenancy.renderers import ProjectSpec, TenantSpec, render_nfs_exports, render_opensm_partitions, to_yaml
+from tenancy.renderers import (
+    ProjectSpec,
+    TenantSpec,
+    export_path_problem,
+    render_nfs_exports,
+    render_opensm_partitions,
+    to_yaml,
+)
 from tenancy.renderers import _represent_str as _yaml_str  # the same quoting rules as to_yaml
 
-SHARED_TIER = "gpu"
+SHARED_TIER = naming.SHARED_PARTITION  # "gpu": no department may take the name (tenancy.naming)
 DEDICATED_PRIORITY_TIER = 10
 TRAY_CPUS = 144  # two Grace CPUs of 72 Neoverse V2 cores per GB200/GB300 compute tray
 
@@ -88,7 +96,7 @@ KUBERNETES_FILES = {
     for number, kind in enumerate(KIND_ORDER, 1)
 }
 
-_PORT_GUID = re.compile(r"^0x[0-9a-fA-F]{16}$")
+_PORT_GUID = re.compile(r"^0x[0-9a-fA-F]{16}\Z")
 _SLURM_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -133,7 +141,7 @@ def short_rack_names(names: list[str]) -> dict[str, str]:
 def partition_tier(service_tier: str, owner_slug: str | None) -> str:
     """The Slurm partition serving an NVLink partition: the one the wizard named, else its department's
     (dedicated), else the shared `gpu` partition."""
-    return service_tier or owner_slug or SHARED_TIER
+    return service_tier or (owner_slug and naming.dedicated_partition(owner_slug)) or SHARED_TIER
 
 
 def block_name(rack_short: str, partition_name: str, clique_id: int) -> str:
@@ -268,7 +276,7 @@ def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, .
         tier_hosts.setdefault(tier, []).append(tray.hostname)
         owner = rows.owner_of_tray(tray)
         if owner is not None:
-            tier_departments[tier].add(rows.department_slug[owner])
+            tier_departments[tier].add(naming.department_qos(rows.department_slug[owner]))
     tiers = []
     if tier_hosts[SHARED_TIER]:
         tiers.append(ServiceTier(SHARED_TIER, tuple(tier_hosts[SHARED_TIER]), default=True, priority_tier=1))
@@ -319,6 +327,9 @@ def _tenants(rows: _Rows, problems: list[str]) -> tuple[TenantSpec, ...]:
     tenants = []
     for d in rows.departments:
         guids = sorted({g for tray_id in member_trays.get(d.pk, ()) for g in guids_of_tray.get(tray_id, ())})
+        # Saved before the rule (tenancy.Department.clean), a path outside the export root is not rendered.
+        if problem := export_path_problem(d.export_path, root=rows.tenancy.export_root):
+            raise ValueError(f"department {d.name}: export path {d.export_path!r} {problem}")
         try:
             tenants.append(
                 TenantSpec(
@@ -417,7 +428,7 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     )
     return ConfigState(
         slurm=SlurmState(nodes=nodes, tiers=_service_tiers(rows, tier_of), blocks=_slurm_blocks(rows)),
-        qos=tuple(DepartmentQos(d.slug, d.limit_gpus) for d in rows.departments),
+        qos=tuple(DepartmentQos(naming.department_qos(d.slug), d.limit_gpus) for d in rows.departments),
         kubernetes=kubernetes,
         tenants=tenants,
         fabric=_fabric_racks(rows) if fabric else None,
@@ -526,12 +537,15 @@ def render_files(state: ConfigState, objects: list[dict[str, Any]] | None = None
 
 def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     """The Slurm account tree: each department's account under root (its GPU limit), each project's
-    (`<department>-<project>`, tenancy.Project.account) under its department's (the project's limit).
-    Jobs of a project run under its account (integrations.slurm.jobs)."""
+    (`<department>--<project>`, tenancy.Project.account) under its department's (the project's limit).
+    Jobs of a project run under its account (integrations.slurm.jobs). Names: tenancy.naming."""
     accounts = []
     for t in state.tenants:
-        accounts.append(SlurmAccount(t.slug, "root", t.limit_gpus))
-        accounts += [SlurmAccount(f"{t.slug}-{p.slug}", t.slug, p.limit_gpus) for p in t.projects]
+        department = naming.department_account(t.slug)
+        accounts.append(SlurmAccount(department, "root", t.limit_gpus))
+        accounts += [
+            SlurmAccount(naming.project_account(t.slug, p.slug), department, p.limit_gpus) for p in t.projects
+        ]
     return accounts
 
 

@@ -3,7 +3,9 @@
 A secret is "rpa_" + 43 URL-safe characters (32 random bytes). Only its SHA-256 is stored: a random secret
 of that length needs no salt or slow hash (nothing to guess), and a hash lookup finds the token without a
 timing-sensitive comparison. The secret is shown once, when it is issued; a lost secret is replaced by
-issuing a new token and revoking the old one (rotation).
+issuing a new token and revoking the old one: `rotate` does both in one transaction, keeping the token's
+scope (its rack or host) and kind: rotation never widens what a token may report for. Nothing caches a token:
+every report reads its row, so a revoked one is refused on its very next report.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import secrets
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -61,6 +64,28 @@ def revoke(token: AgentToken) -> AgentToken:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
     return token
+
+
+@transaction.atomic
+def rotate(token: AgentToken, *, created_by=None) -> tuple[AgentToken, str]:
+    """Replace `token` by a new one for the same rack or host (and description), revoking it in the same
+    transaction; returns the new token and its secret (show it once). Both changes are audited (core.audit).
+
+    The old row is locked first (select_for_update): of two rotations at once the second waits, then finds it
+    revoked. ValidationError for a token already revoked (its replacement, if any, is the one to rotate)."""
+    locked = AgentToken.objects.select_for_update().get(pk=token.pk)
+    if locked.revoked_at is not None:
+        raise ValidationError(
+            f"Agent token {locked.prefix}… was revoked at {locked.revoked_at:%Y-%m-%d %H:%M:%S %Z}: issue "
+            "a new one instead."
+        )
+    revoke(locked)
+    return issue(
+        rack=locked.rack,
+        hostname=locked.hostname,
+        description=locked.description,
+        created_by=created_by if created_by is not None else locked.created_by,
+    )
 
 
 def find(secret: str) -> AgentToken | None:

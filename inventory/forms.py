@@ -1,6 +1,7 @@
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core.text import TextFormField
 from inventory.models import ComputeTray, Rack
 
 
@@ -20,7 +21,7 @@ class AgentTokenForm(forms.Form):
         label="Host",
         help_text="One compute tray's hostname (a node's own token).",
     )
-    description = forms.CharField(required=False, max_length=200, help_text="What the token is for.")
+    description = TextFormField(required=False, max_length=200, help_text="What the token is for.")
 
     def clean_hostname(self):
         hostname = self.cleaned_data["hostname"].strip()

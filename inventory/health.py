@@ -39,7 +39,6 @@ places no job spanning trays on a degraded partition; the pending reason names t
 from __future__ import annotations
 
 import math
-import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -50,6 +49,7 @@ from django.utils import timezone
 
 from core.models import NotificationEvent
 from core.notifications import notify
+from core.textrule import text_problem
 from inventory.choices import (
     QUARANTINE_ACTIONS,
     ActionKind,
@@ -87,10 +87,6 @@ STATE_WORDS = {
     TrayState.MAINTENANCE: "in maintenance",
     TrayState.NEEDS_SERVICE: "waiting for service",
 }
-# Unicode categories refused in typed text: control (newline, tab, ESC), format (bidi overrides such as
-# U+202E, zero-width characters), surrogates, private use, line and paragraph separators. They hide or
-# reorder what operators read, and Slurm's reason is one plain line.
-_REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}
 CHECKS_KEPT = 20  # results kept per tray and check name
 MESSAGE_LIMIT = 4096  # characters of a failed check's output kept on its event (the tail)
 
@@ -889,13 +885,9 @@ def typed_text_problem(text: str, *, what: str = "The reason", limit: int = TYPE
     formatting character (a bidi override would show operators other words than Slurm keeps), Rackplane's
     own "rackplane:" prefix in front (it would read as one of Rackplane's reasons: Rackplane adds it), or
     more than `limit` characters."""
-    for char in text:
-        if unicodedata.category(char) in _REFUSED_CATEGORIES:
-            name = unicodedata.name(char, "a control character")
-            return (
-                f"{what} contains an invisible or control character (U+{ord(char):04X} {name}): type it "
-                "again as plain text on one line."
-            )
+    problem = text_problem(text)  # the one text rule (core.textrule): one line, nothing invisible
+    if problem:
+        return problem.message(what)
     if text.strip().lower().startswith(REASON_PREFIX.strip()):
         return (
             f"{what} starts with “rackplane:”: leave it out. Rackplane puts “rackplane: <your name>:” in "

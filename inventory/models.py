@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from core.access import is_admin
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, MAX_CLIQUE_ID, TRAYS_PER_RACK
+from core.text import TextValidator
 from inventory.choices import (
     ACTIVE_PLAN_STATES,
     ActionKind,
@@ -38,14 +39,16 @@ class RackQuerySet(models.QuerySet):
 class Rack(models.Model):
     """One NVL72 rack: a single NVLink domain whose GPUs all report the same cluster UUID."""
 
-    name = models.CharField(max_length=64)
+    name = models.CharField(max_length=64, validators=[TextValidator()])
     system_model = models.CharField(
         max_length=32, choices=SystemModel.choices, default=SystemModel.GB200_NVL72
     )
     cluster_uuid = models.UUIDField(
         null=True, blank=True, help_text="NVLink domain cluster UUID; learned from discovery when empty."
     )
-    location = models.CharField(max_length=128, blank=True, help_text="Site, hall, row and position.")
+    location = models.CharField(
+        max_length=128, blank=True, validators=[TextValidator()], help_text="Site, hall, row and position."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -76,9 +79,12 @@ class NVLinkPartition(models.Model):
     clique_id = models.PositiveIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(MAX_CLIQUE_ID)]
     )
-    name = models.CharField(max_length=64)
+    name = models.CharField(max_length=64, validators=[TextValidator()])
     service_tier = models.CharField(
-        max_length=64, blank=True, help_text="Slurm partition serving it; empty: the shared partition."
+        max_length=64,
+        blank=True,
+        validators=[TextValidator()],
+        help_text="Slurm partition serving it; empty: the shared partition.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # An NVLink/fabric fault on one tray affects every tray of the partition (inventory.health).
@@ -204,6 +210,17 @@ class Gpu(models.Model):
     reported_cluster_uuid = models.UUIDField(null=True, blank=True)
     reported_clique_id = models.PositiveIntegerField(null=True, blank=True)
     last_report_at = models.DateTimeField(null=True, blank=True)
+    # While the GPU is on no tray: the tray discovery detached it from. A rack's or a host's agent token may
+    # put a GPU back only where its scope covers the tray it left (inventory.services.ReportScope), so a
+    # node cannot claim a GPU that fell off another rack's bus.
+    detached_from = models.ForeignKey(
+        ComputeTray,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The tray the GPU was last on, while it is on none (set by discovery).",
+    )
 
     objects = GpuQuerySet.as_manager()
 
@@ -228,6 +245,10 @@ class Gpu(models.Model):
                 condition=Q(tray__isnull=True, index__isnull=True)
                 | Q(tray__isnull=False, index__isnull=False),
                 name="%(app_label)s_%(class)s_index_iff_tray",
+            ),
+            models.CheckConstraint(
+                condition=Q(tray__isnull=True) | Q(detached_from__isnull=True),
+                name="%(app_label)s_%(class)s_detached_only_off_tray",
             ),
         ]
         indexes = [models.Index(fields=["health"], name="inventory_gpu_health_idx")]
@@ -313,7 +334,7 @@ class AgentToken(models.Model):
         help_text="Scope: every compute tray of this rack.",
     )
     hostname = models.CharField(max_length=128, blank=True, help_text="Scope: this one compute tray.")
-    description = models.CharField(max_length=200, blank=True)
+    description = models.CharField(max_length=200, blank=True, validators=[TextValidator()])
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -387,7 +408,7 @@ class HealthSettings(models.Model):
         blank=True,
         help_text="Set when the breaker tripped; clear it to let the rules drain again.",
     )
-    breaker_note = models.CharField(max_length=500, blank=True)
+    breaker_note = models.CharField(max_length=500, blank=True, validators=[TextValidator()])
     auto_return = models.BooleanField(
         default=True, help_text="Return trays the rules drained once they qualify (else only record it)."
     )
@@ -436,7 +457,7 @@ class HealthRule(models.Model):
     """Which health events drain a tray, degrade its NVLink partition, or only warn. Every enabled rule that
     matches an event acts; seeded with defaults from NVIDIA's XID catalog (migration 0007)."""
 
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[TextValidator()])
     enabled = models.BooleanField(default=True)
     kind = models.CharField(max_length=20, choices=HealthKind.choices, help_text="What the event is.")
     xid_first = models.PositiveSmallIntegerField(
@@ -455,7 +476,9 @@ class HealthRule(models.Model):
         null=True, blank=True, help_text="DCGM fields: the event's value must be at least this."
     )
     action = models.CharField(max_length=16, choices=RuleAction.choices)
-    note = models.CharField(max_length=300, blank=True, help_text="Why; NVIDIA's immediate action.")
+    note = models.CharField(
+        max_length=300, blank=True, validators=[TextValidator()], help_text="Why; NVIDIA's immediate action."
+    )
 
     class Meta:
         ordering = ["kind", "xid_first", "code", "pk"]

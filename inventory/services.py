@@ -13,6 +13,13 @@ last-seen times, nothing else (the next heartbeat a minute later sets them again
 business (not healthy, drained by the rules, its partition degraded, a GPU contested, drift or problems) has
 no key: its every report is reconciled in full, so the health rules see it.
 
+Reports speak only for their credential's trays. A report authenticated by a rack's or a host's agent token
+(`scope`) may list only GPUs the inventory does not know, GPUs on the token's trays, and GPUs detached from
+one of them (Gpu.detached_from): a GPU on, or last on, any other tray would be moved onto the reporting tray,
+which is the token reaching outside its rack. Such a report raises OutOfScope before anything is written,
+and nothing of it is applied (inventory.api.discovery answers 403 and audits the attempt on the token). A
+fleet token (scope None) may move any GPU: a real RMA moves GPUs between racks.
+
 Nodes that stop reporting: a tray whose node has reported before but not for
 HealthSettings.node_silent_after_s is "silent" (stale). Computed when read, never written: the rack view,
 the tray page, the API and the scheduler compare last-seen with now (`silent_policy`, `is_silent`).
@@ -28,7 +35,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.audit import record_bulk_change
@@ -37,7 +45,7 @@ from inventory.choices import HealthKind, RuleAction, TrayState
 from inventory.discovery.faults import HealthReport
 from inventory.discovery.nvidia_smi import NodeReport, ReportedGpu, summarize, validate_report
 from inventory.discovery.report_hash import report_hash, report_key
-from inventory.models import ComputeTray, Gpu, HealthRule, HealthSettings, NVLinkPartition, Rack
+from inventory.models import AgentToken, ComputeTray, Gpu, HealthRule, HealthSettings, NVLinkPartition, Rack
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +68,86 @@ _FIELD_NAME = {"tray_id": "tray"}
 
 class UnknownHost(LookupError):
     """The report is for a host the inventory does not have."""
+
+
+# How many refused GPUs an OutOfScope message names (all are in `offenders` and in the audit event).
+NAMED_OFFENDERS = 10
+
+
+class OutOfScope(PermissionError):
+    """A scoped agent token's report lists GPUs that are on, or were last on, a tray outside its scope.
+
+    `offenders`: [{"gpu", "tray", "rack", "where"}], `where` being "on" (the GPU sits on that tray),
+    "detached from" (it is on no tray and left that one) or "unknown" (on no tray, and the tray it left is
+    not known: detached before Rackplane remembered it, so only a fleet token or an operator places it).
+    """
+
+    def __init__(self, token: AgentToken, host: str, offenders: list[dict]):
+        self.token, self.host, self.offenders = token, host, offenders
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        named = []
+        for offender in self.offenders[:NAMED_OFFENDERS]:
+            gpu, tray, rack = offender["gpu"], offender["tray"], offender["rack"]
+            if offender["where"] == "on":
+                named.append(f"GPU {gpu} belongs to tray {tray} of rack {rack}")
+            elif offender["where"] == "detached from":
+                named.append(f"GPU {gpu} was detached from tray {tray} of rack {rack}")
+            else:
+                named.append(f"GPU {gpu} is on no tray and the tray it left is not known")
+        more = len(self.offenders) - NAMED_OFFENDERS
+        if more > 0:
+            named.append(f"and {more} more")
+        return (
+            f"{'; '.join(named)}; this token speaks for {self.token.scope}. Nothing of the report for "
+            f"{self.host} was applied. A GPU that really moved is placed by an operator (a fleet token's "
+            "report, or the inventory's admin): see docs/security.md."
+        )
+
+    def as_detail(self) -> dict:
+        """What the audit event records (core.audit.record_refused)."""
+        return {
+            "token": self.token.prefix,
+            "scope": self.token.scope,
+            "host": self.host,
+            "refused_gpus": self.offenders,
+        }
+
+
+def _require_in_scope(scope: AgentToken | None, tray: ComputeTray | None, host: str, known) -> None:
+    """OutOfScope when `scope` (an agent token; None: a fleet token) may not speak for one of `known`, the
+    inventory's rows of the GPUs a report for `host` (its tray `tray`, None if unknown) lists.
+
+    A row is in scope when it sits on, or was detached from, the reporting tray or (rack tokens) a tray of
+    the token's rack. No query unless a GPU is elsewhere (one, for the trays it names)."""
+    if scope is None:
+        return
+    here = tray.pk if tray is not None else None
+    where = {gpu.uuid: gpu.tray_id if gpu.tray_id is not None else gpu.detached_from_id for gpu in known}
+    elsewhere = {uuid: pk for uuid, pk in where.items() if pk is None or pk != here}
+    if not elsewhere:
+        return
+    trays = {
+        pk: (hostname, rack_id, rack)
+        for pk, hostname, rack_id, rack in ComputeTray.objects.filter(
+            pk__in={pk for pk in elsewhere.values() if pk is not None}
+        ).values_list("pk", "hostname", "rack_id", "rack__name")
+    }
+    offenders = []
+    on_tray = {gpu.uuid for gpu in known if gpu.tray_id is not None}
+    for uuid_, pk in sorted(elsewhere.items()):
+        if pk is None:
+            offenders.append({"gpu": uuid_, "tray": None, "rack": None, "where": "unknown"})
+            continue
+        hostname, rack_id, rack = trays[pk]
+        if scope.rack_id is not None and rack_id == scope.rack_id:
+            continue  # a rack token speaks for every tray of its rack
+        where_ = "on" if uuid_ in on_tray else "detached from"
+        offenders.append({"gpu": uuid_, "tray": hostname, "rack": rack, "where": where_})
+    if offenders:
+        raise OutOfScope(scope, host, offenders)
 
 
 @dataclass
@@ -93,16 +181,22 @@ def _expected_cluster(tray: ComputeTray | None) -> str | None:
     return str(tray.rack.cluster_uuid) if tray is not None and tray.rack.cluster_uuid else None
 
 
-def check_report(host: str, fmt: str, gpus: list[ReportedGpu]) -> IngestResult:
+def check_report(
+    host: str, fmt: str, gpus: list[ReportedGpu], *, scope: AgentToken | None = None
+) -> IngestResult:
     """Judge a report without writing anything; works for hosts the inventory does not know yet.
 
-    ReportError (from validate_report) for a report that ingest_report would refuse.
+    ReportError (from validate_report) for a report that ingest_report would refuse; OutOfScope for one
+    `scope` may not send (a dry run is refused as the report itself would be, and learns no other rack's
+    hosts from the contested-GPU problems).
     """
     gpus = validate_report(gpus)
     tray = ComputeTray.objects.select_related("rack", "partition").filter(hostname=host).first()
+    known = list(Gpu.objects.filter(uuid__in=[g.uuid for g in gpus]))
+    _require_in_scope(scope, tray, host, known)
     report = summarize(host, fmt, gpus, expected_cluster_uuid=_expected_cluster(tray))
     if tray is not None:
-        claims = _contested(tray, gpus, Gpu.objects.filter(uuid__in=[g.uuid for g in gpus]), timezone.now())
+        claims = _contested(tray, gpus, known, timezone.now())
         report.problems.extend(claims.values())
     drift = _drift(tray, report) if tray is not None else []
     return IngestResult(report=report, applied=False, drift=drift)
@@ -134,7 +228,12 @@ def ingest_health(host: str, health: HealthReport, *, dry_run: bool = False) -> 
 
 
 def ingest_report(
-    host: str, fmt: str, gpus: list[ReportedGpu], health: HealthReport | None = None
+    host: str,
+    fmt: str,
+    gpus: list[ReportedGpu],
+    health: HealthReport | None = None,
+    *,
+    scope: AgentToken | None = None,
 ) -> IngestResult:
     """Reconcile one node's report with the inventory, atomically.
 
@@ -151,6 +250,10 @@ def ingest_report(
     GPUs' recovery actions and fabric health flags are recorded as health events and judged by the health
     rules in the same transaction (inventory.health.record_report_health): a drain decided here commits
     with the report, or neither does.
+
+    `scope`: the agent token the report came with (None: a fleet token, a command). A report listing a GPU
+    outside it raises OutOfScope, judged on the locked rows before the first write (see the module
+    docstring): nothing of the report is applied, its health included.
     """
     gpus = validate_report(gpus)
     now = timezone.now()
@@ -163,7 +266,7 @@ def ingest_report(
         report = summarize(host, fmt, gpus, expected_cluster_uuid=_expected_cluster(tray))
         result = IngestResult(report=report, applied=True)
 
-        _reconcile_gpus(tray, gpus, now, result)
+        _reconcile_gpus(tray, gpus, now, result, scope)
 
         if rack.cluster_uuid is None and report.tray_clique and not report.problems:
             learned = report.tray_clique.split(".")[0]
@@ -481,12 +584,16 @@ def _contested(tray: ComputeTray, gpus: list[ReportedGpu], known, now) -> dict[s
     }
 
 
-def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: IngestResult) -> None:
+def _reconcile_gpus(
+    tray: ComputeTray, gpus: list[ReportedGpu], now, result: IngestResult, scope: AgentToken | None = None
+) -> None:
     locked = list(
         Gpu.objects.select_for_update()
         .filter(Q(uuid__in=[gpu.uuid for gpu in gpus]) | Q(tray=tray))
         .order_by("pk")
     )
+    listed = {gpu.uuid for gpu in gpus}
+    _require_in_scope(scope, tray, tray.hostname, [gpu for gpu in locked if gpu.uuid in listed])
     claims = _contested(tray, gpus, locked, now)
     result.report.problems.extend(claims.values())
     result.contested = len(claims)
@@ -499,7 +606,8 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
     after = {pk: dict(values) for pk, values in before.items()}
 
     # GPUs that left this tray, and GPUs about to take a new place, first give up their (tray, index) so the
-    # unique constraint never sees two GPUs on one position mid-update.
+    # unique constraint never sees two GPUs on one position mid-update; each remembers the tray it left
+    # (detached_from, cleared again for those placed below) for the scope check of later reports.
     vacate = []
     for gpu in known.values():
         wanted = reported.get(gpu.uuid)
@@ -512,7 +620,9 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
             vacate.append(gpu)
     vacated = {gpu.pk for gpu in vacate}
     if vacated:
-        Gpu.objects.filter(pk__in=vacated).update(tray=None, index=None)
+        Gpu.objects.filter(pk__in=vacated).update(
+            detached_from=Coalesce(F("tray"), F("detached_from")), tray=None, index=None
+        )
         for pk in vacated:
             after[pk].update(tray_id=None, index=None)
 
@@ -528,6 +638,7 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
             "health": wanted.health.value,
             "fabric_state": wanted.state.value,
             "fabric_status": wanted.status or "",
+            "detached_from_id": None,
         }
         if wanted.cluster_uuid is not None and wanted.clique_id is not None:
             values["reported_cluster_uuid"] = uuid.UUID(wanted.cluster_uuid)
@@ -540,7 +651,8 @@ def _reconcile_gpus(tray: ComputeTray, gpus: list[ReportedGpu], now, result: Ing
             created.append(Gpu(uuid=wanted.uuid, last_report_at=now, **values))
             result.created.append(wanted.uuid)
             continue
-        if gpu.pk in vacated:
+        if gpu.pk in vacated:  # as the database has it now
+            gpu.detached_from_id = gpu.tray_id if gpu.tray_id is not None else gpu.detached_from_id
             gpu.tray_id = gpu.index = None
         changed = tuple(
             sorted((name, value) for name, value in values.items() if getattr(gpu, name) != value)

@@ -30,6 +30,7 @@ from rest_framework.views import APIView
 from core import tokens
 from core.access import is_admin
 from core.models import AuditSource, PersonalToken
+from core.text import TextFormField
 from core.tokens import expires_at, is_expired, rotate
 from tenancy.auth import ldap_enabled, oidc_enabled
 
@@ -39,19 +40,47 @@ NEW_KEY_SESSION_KEY = "account_new_api_token"
 
 class RotatedTokenSerializer(serializers.Serializer):
     token = serializers.CharField(help_text="The new key: shown only in this answer.")
+    kind = serializers.ChoiceField(
+        choices=["personal", "single"],
+        help_text="The same kind as the token rotated: a personal token (rpt_...) or the single token.",
+    )
+    name = serializers.CharField(
+        help_text="A personal token's name (the old one's); empty for the single token."
+    )
     created = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(
+        help_text="When the rotated token would have expired: never later."
+    )
 
 
 def _rotated(token: Token) -> dict:
-    return {"token": token.key, "created": token.created, "expires_at": expires_at(token)}
+    return {
+        "token": token.key,
+        "kind": "single",
+        "name": "",
+        "created": token.created,
+        "expires_at": expires_at(token),
+    }
+
+
+def _rotated_personal(token: PersonalToken, key: str) -> dict:
+    return {
+        "token": key,
+        "kind": "personal",
+        "name": token.name,
+        "created": token.created_at,
+        "expires_at": token.expires_at,
+    }
 
 
 class TokenRotateView(APIView):
-    """Replace your API token: the key you called with stops working, the answer holds the new one (once).
+    """Replace the token you call with: it stops working, the answer holds the new key (once).
 
-    The new token expires after RACKPLANE_TOKEN_TTL_DAYS days. An expired token cannot rotate itself: sign in
-    to the portal and use the API token page.
+    The new token is of the same kind and expires when the old one would have: a personal token (rpt_...)
+    becomes a personal token of the same name, the single token a single token; rotation never makes a
+    token live longer. Only a token rotates itself: a browser session, an OpenID provider's access token or
+    an agent token is refused (make or replace a token on the portal's API tokens pages). An expired or
+    revoked token cannot rotate itself (401).
     """
 
     permission_classes = [permissions.IsAuthenticated]
@@ -60,11 +89,29 @@ class TokenRotateView(APIView):
         request=None,
         responses={
             200: RotatedTokenSerializer,
-            401: OpenApiResponse(description="No credentials, or an unknown or expired token."),
+            400: OpenApiResponse(
+                description="Not called with a Rackplane API token, or one that cannot rotate."
+            ),
+            401: OpenApiResponse(description="No credentials, or an unknown, revoked or expired token."),
         },
     )
     def post(self, request):
-        return Response(RotatedTokenSerializer(_rotated(rotate(request.user, AuditSource.API))).data)
+        credential = request.auth
+        try:
+            if isinstance(credential, PersonalToken):
+                new, key = tokens.rotate_personal(credential, by=request.user)
+                data = _rotated_personal(new, key)
+            elif isinstance(credential, Token):
+                data = _rotated(rotate(request.user, AuditSource.API, keep_expiry=True))
+            else:
+                raise tokens.NotRotatable(
+                    "Only an API token rotates itself: call this with the token to replace (Authorization: "
+                    "Token ...). Signed in to the portal, make or replace tokens on the API tokens page "
+                    f"({tokens.TOKENS_PAGE}); an identity provider's access token is renewed at the provider."
+                )
+        except tokens.NotRotatable as refusal:
+            raise serializers.ValidationError({"token": [str(refusal)]}) from refusal
+        return Response(RotatedTokenSerializer(data).data)
 
 
 class ReplaceTokenForm(forms.Form):
@@ -149,7 +196,7 @@ def lifetime_choices() -> list[tuple[int, str]]:
 
 
 class PersonalTokenForm(forms.Form):
-    name = forms.CharField(
+    name = TextFormField(
         max_length=100,
         help_text="What will use it: a script, a notebook, a machine. Shown in the list and the audit log.",
         error_messages={"required": "Name the token after what will use it."},

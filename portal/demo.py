@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import F, Max, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -49,6 +49,8 @@ from tenancy.models import (
     GpuActivity,
     GpuUtilization,
     Membership,
+    PosixAccount,
+    PosixSource,
     QuotaSnapshot,
     TenancySettings,
 )
@@ -204,6 +206,7 @@ def seed_tenants(seed: int = 7, password: str | None = None) -> TenantSeedResult
                 user.save(update_fields=["password"])
             Membership.objects.create(user=user, department=department, role=role)
             users[username] = f"{role.label.lower()} of {spec.name}"
+            _give_posix_account(user)
 
     # Inference owns the carved rack's second partition as a dedicated service tier.
     inference = departments[1][1]
@@ -347,10 +350,39 @@ def _backend(rng: random.Random) -> str:
     return Backend.KUBERNETES if rng.random() < 0.35 else Backend.SLURM
 
 
+DEMO_FIRST_UID = (
+    20001  # demo people's uids and gids, in the order they are made (ids a site leaves to people)
+)
+
+
+def _give_posix_account(user) -> None:
+    """A demo person's POSIX identity, as an administrator maps it (login name = username): their jobs run
+    as it on a live backend, and the rendered job files show it."""
+    if PosixAccount.objects.filter(user=user).exists():
+        return
+    number = max(PosixAccount.objects.aggregate(top=Max("uid"))["top"] or 0, DEMO_FIRST_UID - 1) + 1
+    PosixAccount.objects.create(
+        user=user, name=user.get_username(), uid=number, gid=number, groups=[], source=PosixSource.ADMIN
+    )
+
+
+def _submitter(department):
+    """Who submitted a demo job: the department's lead (its jobs run as the lead's POSIX identity)."""
+    cached = getattr(department, "_demo_submitter", None)
+    if cached is None:
+        membership = (
+            Membership.objects.filter(department=department, role=Role.LEAD).select_related("user").first()
+            or Membership.objects.filter(department=department).select_related("user").first()
+        )
+        cached = department._demo_submitter = membership.user if membership else None
+    return cached
+
+
 def _job(rng, numbers, department, priority_class, gpus, state, limit, kind=None, topology=None) -> Job:
     backend = _backend(rng)
     return Job(
         department=department,
+        submitted_by=_submitter(department),
         name=numbers.name(rng, priority_class, kind),
         gpus=gpus,
         topology=topology or default_topology(gpus),

@@ -30,6 +30,7 @@ from core.models import (
     NotificationSubscription,
 )
 from core.tables import Table
+from core.text import TextFormField
 from inventory.models import ComputeTray, Rack
 from tenancy.models import Department
 
@@ -68,7 +69,7 @@ HEALTH_EVENTS = ["tray_drained", "breaker_tripped", "job_requeued", "tray_return
 class SubscriptionForm(forms.Form):
     """One endpoint or recipient: where, which events, about what. The channel is fixed when it is made."""
 
-    name = forms.CharField(
+    name = TextFormField(
         max_length=100,
         help_text="Who or what receives it, e.g. “on-call pager” or “facilities team”.",
         error_messages={"required": "Name it after who or what receives it."},

@@ -19,6 +19,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from core.access import leads, require_project_manager
+from core.text import TextFormField
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
 from tenancy import projects as service
@@ -28,7 +29,7 @@ from tenancy.models import Department, Membership, Project, ProjectMembership, P
 
 
 class ProjectForm(ServiceErrorsMixin, forms.Form):
-    name = forms.CharField(max_length=100)
+    name = TextFormField(max_length=100)
     slug = forms.SlugField(max_length=30, required=False, help_text="Leave empty to derive it from the name.")
     guaranteed_gpus = forms.IntegerField(min_value=0, max_value=MAX_GPUS, initial=0, label="Guaranteed GPUs")
     over_quota_weight = forms.DecimalField(
@@ -40,7 +41,7 @@ class ProjectForm(ServiceErrorsMixin, forms.Form):
 
 
 class ProjectMemberForm(ServiceErrorsMixin, forms.Form):
-    username = forms.CharField(max_length=150)
+    username = TextFormField(max_length=150)
     role = forms.ChoiceField(choices=ProjectRole.choices, initial=ProjectRole.MEMBER)
 
 

@@ -45,6 +45,7 @@ from django.urls import reverse
 from core.access import is_admin
 from inventory.models import ComputeTray, Gpu, Rack
 from scheduling.models import Job
+from tenancy import naming
 from tenancy.models import Department, Membership, Project
 
 MAX_QUERY = 200
@@ -248,16 +249,13 @@ def _project_url(department_slug: str, project_slug: str) -> str:
 
 
 def _namespace_q(q: str, exact: bool) -> Q:
-    """Projects whose namespace / Slurm account (`<department slug>-<project slug>`, Project.namespace) is
-    `q` (`exact`) or starts with it: one (department slug, project slug prefix) pair per dash in `q`, since
-    a department's slug may hold dashes too. Nothing for a query without a dash."""
-    q = q.lower()
-    found = Q(pk__in=[])
-    for at, char in enumerate(q):
-        if char == "-" and at > 0 and (at < len(q) - 1 or not exact):  # "research-": all of its projects
-            rest = {"slug": q[at + 1 :]} if exact else {"slug__startswith": q[at + 1 :]}
-            found |= Q(department__slug__iexact=q[:at], **rest)
-    return found
+    """Projects whose namespace / Slurm account (`<department slug>--<project slug>`, tenancy.naming) is
+    `q` (`exact`) or starts with it. The `--` splits it in exactly one place (no slug holds `--`); nothing
+    for a query without it. `research--` (not exact): all of its projects."""
+    department, separator, project = q.lower().partition(naming.SEPARATOR)
+    if not separator or not department or (exact and not project):
+        return Q(pk__in=[])
+    return Q(department__slug=department, **({"slug": project} if exact else {"slug__startswith": project}))
 
 
 def _project_named(user, q: str) -> str | None:

@@ -511,6 +511,12 @@ OIDC_USERNAME_CLAIM = env.str("OIDC_USERNAME_CLAIM", default="preferred_username
 OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")
 OIDC_GROUPS_PREFIX = env.str("OIDC_GROUPS_PREFIX", default="")
 OIDC_CREATE_USER = env.bool("OIDC_CREATE_USER", default=True)
+# The POSIX identity jobs run as (tenancy.PosixAccount; docs/identity.md): the claims that carry it. A
+# person whose claims lack uid or gid gets none from the provider (an administrator may map one).
+OIDC_POSIX_USERNAME_CLAIM = env.str("OIDC_POSIX_USERNAME_CLAIM", default="posix_username")
+OIDC_POSIX_UID_CLAIM = env.str("OIDC_POSIX_UID_CLAIM", default="uid_number")
+OIDC_POSIX_GID_CLAIM = env.str("OIDC_POSIX_GID_CLAIM", default="gid_number")
+OIDC_POSIX_GROUPS_CLAIM = env.str("OIDC_POSIX_GROUPS_CLAIM", default="posix_groups")
 OIDC_TOKEN_USE_BASIC_AUTH = env.bool("OIDC_TOKEN_USE_BASIC_AUTH", default=True)  # client_secret_basic
 OIDC_VERIFY_SSL = env.bool("OIDC_VERIFY_SSL", default=True)
 OIDC_TIMEOUT = env.int("OIDC_TIMEOUT", default=10)
@@ -553,6 +559,15 @@ AUTH_LDAP_USER_ATTR_MAP = {"first_name": "givenName", "last_name": "sn", "email"
 AUTH_LDAP_ALWAYS_UPDATE_USER = True
 AUTH_LDAP_FIND_GROUP_PERMS = False
 AUTH_LDAP_MIRROR_GROUPS = False  # roles come from the group rules (tenancy.identity), not Django groups
+# The POSIX identity jobs run as (tenancy.PosixAccount; docs/identity.md): the person's entry's attributes,
+# and the gidNumber of every posixGroup that lists them (memberUid) under the base (default: the group base).
+AUTH_LDAP_POSIX_NAME_ATTR = env.str("AUTH_LDAP_POSIX_NAME_ATTR", default="uid")
+AUTH_LDAP_POSIX_UID_ATTR = env.str("AUTH_LDAP_POSIX_UID_ATTR", default="uidNumber")
+AUTH_LDAP_POSIX_GID_ATTR = env.str("AUTH_LDAP_POSIX_GID_ATTR", default="gidNumber")
+AUTH_LDAP_POSIX_GROUP_SEARCH_BASE = env.str("AUTH_LDAP_POSIX_GROUP_SEARCH_BASE", default="")
+AUTH_LDAP_POSIX_GROUP_FILTER = env.str(
+    "AUTH_LDAP_POSIX_GROUP_FILTER", default="(&(objectClass=posixGroup)(memberUid=%(name)s))"
+)
 if AUTH_LDAP_SERVER_URI:
     import ldap
     from django_auth_ldap import config as ldap_config

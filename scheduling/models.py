@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.access import is_admin
+from core.text import TextValidator
 from inventory.models import Gpu
 from scheduling.choices import (
     ACTIVE_STATES,
@@ -61,7 +62,8 @@ class Job(models.Model):
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )
-    name = models.CharField(max_length=200)
+    # One line of plain text (core.textrule): it reaches Slurm's --job-name, pod labels, logs and pages.
+    name = models.CharField(max_length=200, validators=[TextValidator()])
     gpus = models.PositiveIntegerField()
     topology = models.CharField(max_length=16, choices=Topology.choices, default=Topology.PARTITION)
     # The submitter's opt-in: a wider topology the job may take once it has waited `fallback_after_minutes`
@@ -302,7 +304,7 @@ class WhatIfLayout(models.Model):
 
     run = models.ForeignKey(WhatIfRun, on_delete=models.CASCADE, related_name="layouts")
     position = models.PositiveSmallIntegerField()
-    label = models.CharField(max_length=100)
+    label = models.CharField(max_length=100, validators=[TextValidator()])
     carvings = models.JSONField(default=list, blank=True)
     state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
     figures = models.JSONField(default=dict, blank=True)

@@ -37,6 +37,7 @@ from django.db.models import Count, F, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
+from core import posix
 from core.access import is_admin, leads
 from core.audit import record_bulk_change
 from core.enqueue import enqueue, send_now
@@ -46,7 +47,7 @@ from core.notifications import enabled_subscriptions, notify
 from inventory.choices import TrayState
 from inventory.models import ComputeTray
 from scheduling import pass_inputs
-from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState, Topology
+from scheduling.choices import FINISHED_STATES, HOLDING_STATES, Backend, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.scheduler import (
@@ -64,7 +65,7 @@ from scheduling.models import (
     SchedulerState,
     SchedulingRequest,
 )
-from tenancy.models import Department, Membership, Project
+from tenancy.models import Department, Membership, Project, posix_identity_of
 from tenancy.projects import check_job_project
 
 # Tasks are started by name (core.enqueue): the pass is this layer's own; dispatch and the job sync belong
@@ -342,6 +343,11 @@ def submit_job(
         raise ValidationError({"department": f"you are not a member of {department.slug}"})
     errors = check_job_project(user, department, project, gpus)  # a department with projects requires one
     errors = {**errors, **check_request(department, gpus, topology, priority_class)}
+    if posix.identity_required(backend) and posix_identity_of(user) is None:
+        # Jobs run as their person's Unix user (integrations.dispatch): never as someone else's.
+        errors["backend"] = posix.no_identity_message(
+            Backend(backend).label if backend in Backend else backend
+        )
     if errors:
         raise ValidationError(errors)
     job = Job(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real identity providers on loopback, for the sign-in tests: an OpenID Provider and an LDAP directory.
 #
-#   scripts/idp-testbed.sh build          install the OpenID Provider into var/cache/idp-testbed/ (once)
+#   scripts/idp-testbed.sh build          install the OpenID Provider into ~/.cache/rackplane/idp-testbed/ (once)
 #   scripts/idp-testbed.sh start  [DIR]   build if needed, start both in DIR (default: a new `mktemp -d`); prints DIR
 #   scripts/idp-testbed.sh env    [DIR]   print the `export ...` lines for them (also in DIR/env)
 #   scripts/idp-testbed.sh status [DIR]   tell whether both answer (exit 1 if not)
@@ -12,7 +12,7 @@
 #
 # OpenID Provider: panva's certified `oidc-provider` (testbed/oidc-provider: package.json, the committed
 # package-lock.json that pins every package, and server.mjs), installed from the npm registry with `npm ci`
-# into var/cache/idp-testbed/<hash of those files>/ on the first start, and run by Node.js (20.12 or newer).
+# into ~/.cache/rackplane/idp-testbed/<hash of those files>/ on the first start, and run by Node.js (20.12 or newer).
 # It serves a real login page; its clients and accounts (passwords, groups) are DIR/oidc/provider.json,
 # which it re-reads at every use: tests change a person's groups, or register their live server's callback
 # URL, by rewriting that file. Authorization code flow, PKCE required, RS256 ID tokens (key in DIR/oidc).
@@ -40,7 +40,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 OIDC_DIR="$REPO_ROOT/testbed/oidc-provider"
 LDIF="$REPO_ROOT/testbed/ldap/directory.ldif"
-CACHE_ROOT="$REPO_ROOT/var/cache/idp-testbed"
+CACHE_ROOT="$RACKPLANE_CACHE/idp-testbed"
 MARKER=".rackplane-idp-testbed"
 READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-30}"
 NODE_MINIMUM="20.12"
@@ -149,9 +149,11 @@ config = {
     ],
     "accounts": {
         "ada": {"sub": "4f6a1c2e-ada", "password": "ada-oidc-password-1", "email": "ada@rackplane.test",
-                "given_name": "Ada", "family_name": "Lovelace", "groups": ["rackplane-alpha-members", "payroll"]},
+                "given_name": "Ada", "family_name": "Lovelace", "groups": ["rackplane-alpha-members", "payroll"],
+                "posix_username": "ada", "uid_number": 20001, "gid_number": 20001, "posix_groups": [20100]},
         "grace": {"sub": "9b3d7e10-grace", "password": "grace-oidc-password-1", "email": "grace@rackplane.test",
-                  "given_name": "Grace", "family_name": "Hopper", "groups": ["rackplane-admins", "payroll"]},
+                  "given_name": "Grace", "family_name": "Hopper", "groups": ["rackplane-admins", "payroll"],
+                  "posix_username": "grace", "uid_number": 20002, "gid_number": 20002, "posix_groups": [20100]},
     },
 }
 with open(sys.argv[1], "w") as out:

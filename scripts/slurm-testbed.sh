@@ -22,7 +22,14 @@
 # a job's account and QOS as plain labels (AllowQos is ignored). Jobs are submitted through slurmrestd as
 # the unprivileged user `rackplane` (RACKPLANE_SLURM_JOB_USER); finished jobs stay listed for an hour.
 #
-# The built chroot is cached as a tarball under var/cache/slurm-testbed/ in the repository (git-ignored), so
+# People: two tenant users with their own uid and gid (TENANT_USERS below: ada 20001:20001 and grace
+# 20002:20002, plus a shared group `rp-shared` 20100), made at every start in the chroot's /etc/passwd and
+# /etc/group (so the cached build stays valid), exported as RACKPLANE_SLURM_TENANT_USERS
+# ("name:uid:gid name:uid:gid"). Rackplane submits each person's job as that person: a token of SlurmUser
+# (`slurm`, RACKPLANE_SLURM_REST_USER) minted from the jwt_key plus `X-SLURM-USER-NAME: <person>`.
+# PrivateData=jobs: a user sees only their own jobs, as on a shared production cluster.
+#
+# The built chroot is cached as a tarball under ~/.cache/rackplane/slurm-testbed/ (scripts/lib.sh), so
 # only the first start pays for debootstrap (~45 s plus downloads). Delete that folder to rebuild.
 #
 # Settings: RACKPLANE_SLURM_NODES (number of fake trays, 1-18, default 18), RACKPLANE_SLURM_NO_CACHE=1 (do
@@ -38,10 +45,14 @@ SUITE="trixie"
 PACKAGES="slurmctld,slurmd,slurm-client,munge,slurmrestd,slurm-wlm-jwt-plugin"
 NODE_COUNT="${RACKPLANE_SLURM_NODES:-18}"
 READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-90}"
-CACHE_DIR="$REPO_ROOT/var/cache/slurm-testbed"
+CACHE_DIR="$RACKPLANE_CACHE/slurm-testbed"
 MARKER=".rackplane-slurm-testbed"
 CLIENTS="scontrol sinfo sbatch squeue sacct sacctmgr scancel srun"
 JOB_USER="rackplane"
+# Tenant users (name:uid:gid): the people of tests/integration/test_slurm_identity.py, same names and ids as
+# the LDAP and OpenID Connect testbeds give them (testbed/ldap, testbed/oidc-provider).
+TENANT_USERS="ada:20001:20001 grace:20002:20002"
+SHARED_GROUP="rp-shared:20100"
 
 require_root() {
     [ "$(id -u)" -eq 0 ] || die "the Slurm testbed needs root (debootstrap, chroot, mount); run it as root"
@@ -230,6 +241,8 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
+# A user sees (and may signal) only their own jobs; SlurmUser and root see all (a shared cluster's setting).
+PrivateData=jobs
 # Finished jobs stay visible to squeue and slurmrestd for an hour (the default is 300 s), so a status poll
 # after a slow test still finds them (tests/integration/test_slurm_jobs.py).
 MinJobAge=3600
@@ -272,6 +285,17 @@ EOF
     # The unprivileged user Rackplane submits jobs as through slurmrestd (JWT); jobs run in /tmp by default.
     grep -q "^$JOB_USER:" "$root/etc/passwd" ||
         in_root "$dir" useradd --create-home --home-dir "/home/$JOB_USER" --shell /bin/bash "$JOB_USER"
+    # The tenants' people, each with their own uid and primary group, and one shared supplementary group.
+    local entry name uid gid
+    grep -q "^${SHARED_GROUP%%:*}:" "$root/etc/group" ||
+        in_root "$dir" groupadd --gid "${SHARED_GROUP#*:}" "${SHARED_GROUP%%:*}"
+    for entry in $TENANT_USERS; do
+        IFS=: read -r name uid gid <<<"$entry"
+        grep -q "^$name:" "$root/etc/group" || in_root "$dir" groupadd --gid "$gid" "$name"
+        grep -q "^$name:" "$root/etc/passwd" ||
+            in_root "$dir" useradd --uid "$uid" --gid "$gid" --groups "${SHARED_GROUP%%:*}" \
+                --create-home --home-dir "/home/$name" --shell /bin/bash "$name"
+    done
 }
 
 write_wrappers() {
@@ -302,6 +326,9 @@ export RACKPLANE_SLURM_NODES='$(node_hostlist)'
 export RACKPLANE_SLURMRESTD_URL='http://127.0.0.1:$restd_port'
 export RACKPLANE_SLURM_JWT_KEY='$dir/root/etc/slurm/jwt_hs256.key'
 export RACKPLANE_SLURM_JOB_USER='$JOB_USER'
+export RACKPLANE_SLURM_REST_USER='slurm'
+export RACKPLANE_SLURM_TENANT_USERS='$TENANT_USERS'
+export RACKPLANE_SLURM_SHARED_GID=${SHARED_GROUP#*:}
 export RACKPLANE_SLURM_TESTBED_SCRIPT='$REPO_ROOT/scripts/slurm-testbed.sh'
 EOF
 }

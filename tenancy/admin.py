@@ -30,6 +30,8 @@ from tenancy.models import (
     GroupRoleRule,
     Membership,
     MetricsSource,
+    PosixAccount,
+    PosixSource,
     Project,
     ProjectMembership,
     QuotaSnapshot,
@@ -357,6 +359,51 @@ class ExternalIdentityAdmin(admin.ModelAdmin):
     readonly_fields = ["granted_admin", "groups", "last_sign_in_at", "created_at"]
 
 
+class PosixAccountForm(forms.ModelForm):
+    """The supplementary groups as "20100, 20101" rather than JSON."""
+
+    groups = forms.CharField(
+        required=False,
+        label="Supplementary group ids",
+        help_text="gid numbers separated by commas (posixGroup gidNumbers), e.g. 20100, 20101.",
+    )
+
+    class Meta:
+        model = PosixAccount
+        fields = ["user", "name", "uid", "gid", "groups"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["groups"] = ", ".join(str(g) for g in self.instance.groups or [])
+
+    def clean_groups(self):
+        text = self.cleaned_data.get("groups") or ""
+        parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
+        bad = [p for p in parts if not p.isdigit()]
+        if bad:
+            raise ValidationError(f"not a group id number: {', '.join(bad)}")
+        return [int(p) for p in parts]
+
+
+@admin.register(PosixAccount)
+class PosixAccountAdmin(admin.ModelAdmin):
+    """The Unix user each person's jobs run as (Slurm: submitted as `login name`; Kubernetes: runAsUser,
+    runAsGroup, supplementalGroups). Saved here, a mapping is an administrator's: LDAP and OpenID Connect
+    sign-ins never overwrite it (delete it to let the provider's come back at the next sign-in)."""
+
+    form = PosixAccountForm
+    list_display = ["name", "uid", "gid", "user", "source", "updated_at"]
+    list_filter = ["source"]
+    search_fields = ["name", "user__username", "user__email", "=uid"]
+    autocomplete_fields = ["user"]
+    readonly_fields = ["source", "updated_at"]
+
+    def save_model(self, request, obj, form, change):
+        obj.source = PosixSource.ADMIN
+        super().save_model(request, obj, form, change)
+
+
 # --- dedicated partitions --------------------------------------------------------------------------------
 
 
@@ -559,6 +606,7 @@ class MetricsSourceForm(forms.ModelForm):
             "username",
             "password",
             "ca_file",
+            "allow_private_address",
             "timeout_seconds",
             "window_seconds",
             "metric",

@@ -14,6 +14,10 @@ class): the userinfo endpoint vouches for it, and the roles are re-synced as at 
 
 LDAP: the portal's ordinary login form; `LDAPBackend` binds as the user (found by AUTH_LDAP_USER_SEARCH),
 reads their groups (AUTH_LDAP_GROUP_SEARCH, AUTH_LDAP_GROUP_TYPE) and applies the same rules.
+
+Both also refresh the person's POSIX identity (the Unix user their jobs run as) at every sign-in
+(tenancy.identity.sync_posix): LDAP from the entry's uid, uidNumber and gidNumber and the gidNumber of every
+posixGroup naming them in memberUid (AUTH_LDAP_POSIX_*); OpenID Connect from the claims OIDC_POSIX_*_CLAIM.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from rest_framework import exceptions
 from core import tokens
 from core.audit import audit_context
 from inventory import agent_tokens
-from tenancy.identity import SignInRefused, account_for, sync_roles
+from tenancy.identity import SignInRefused, account_for, posix_identity_from, sync_posix, sync_roles
 from tenancy.models import ExternalIdentity, IdentityProvider
 
 logger = logging.getLogger(__name__)
@@ -129,6 +133,16 @@ def groups_claim(claims: dict) -> list:
     return list(value) if isinstance(value, list | tuple) else []
 
 
+def oidc_posix_identity(claims: dict):
+    """The POSIX identity the claims carry (OIDC_POSIX_*_CLAIM), or None. The login name falls back to
+    the username claim when the provider sends no separate one."""
+    name = claims.get(settings.OIDC_POSIX_USERNAME_CLAIM) or claims.get(settings.OIDC_USERNAME_CLAIM)
+    uid, gid = claims.get(settings.OIDC_POSIX_UID_CLAIM), claims.get(settings.OIDC_POSIX_GID_CLAIM)
+    if uid is None and gid is None:
+        return None
+    return posix_identity_from(name, uid, gid, claims.get(settings.OIDC_POSIX_GROUPS_CLAIM) or ())
+
+
 class OIDCBackend(OIDCAuthenticationBackend):
     """mozilla-django-oidc's backend: accounts by `sub` (tenancy.identity.account_for), the username from
     OIDC_USERNAME_CLAIM, roles from the groups claim (sync_roles) at every sign-in."""
@@ -187,6 +201,7 @@ class OIDCBackend(OIDCAuthenticationBackend):
                 messages.error(self.request, "Your Rackplane account is disabled: ask a platform admin.")
             return None
         sync_roles(user, groups_claim(claims), IdentityProvider.OIDC, settings.OIDC_GROUPS_PREFIX)
+        sync_posix(user, oidc_posix_identity(claims), IdentityProvider.OIDC)
         return user
 
 
@@ -335,4 +350,47 @@ class LDAPBackend(BaseLDAPBackend):
         if not user.is_active:
             return None
         sync_roles(user, ldap_user.group_names, IdentityProvider.LDAP, settings.AUTH_LDAP_GROUPS_PREFIX)
+        sync_posix(user, ldap_posix_identity(ldap_user), IdentityProvider.LDAP)
         return user
+
+
+def _first(attrs, name: str):
+    values = attrs.get(name) or attrs.get(name.lower()) or []
+    return values[0] if values else None
+
+
+def ldap_posix_identity(ldap_user):
+    """The POSIX identity of a directory entry (AUTH_LDAP_POSIX_*: uid, uidNumber, gidNumber), with the
+    gidNumber of every posixGroup naming the person in memberUid as supplementary groups; None when the
+    entry has no uidNumber and gidNumber (not a posixAccount)."""
+    attrs = ldap_user.attrs or {}
+    name = _first(attrs, settings.AUTH_LDAP_POSIX_NAME_ATTR)
+    uid = _first(attrs, settings.AUTH_LDAP_POSIX_UID_ATTR)
+    gid = _first(attrs, settings.AUTH_LDAP_POSIX_GID_ATTR)
+    if uid is None and gid is None:
+        return None
+    return posix_identity_from(name, uid, gid, _ldap_posix_groups(ldap_user, name) if name else ())
+
+
+def _ldap_posix_groups(ldap_user, name: str) -> list:
+    """gidNumbers of the posixGroups that list `name` in memberUid (searched as Rackplane's bind)."""
+    import ldap
+    from ldap.filter import escape_filter_chars
+
+    base = settings.AUTH_LDAP_POSIX_GROUP_SEARCH_BASE or getattr(
+        getattr(settings, "AUTH_LDAP_GROUP_SEARCH", None), "base_dn", ""
+    )
+    if not base:
+        return []
+    query = settings.AUTH_LDAP_POSIX_GROUP_FILTER % {"name": escape_filter_chars(name)}
+    try:
+        found = ldap_user.connection.search_s(base, ldap.SCOPE_SUBTREE, query, ["gidNumber"])
+    except ldap.LDAPError as error:
+        logger.warning("LDAP: the posixGroups of %s could not be read (%s); none used", name, error)
+        return []
+    return [
+        value.decode() if isinstance(value, bytes) else value
+        for dn, entry in found
+        if dn and isinstance(entry, dict)
+        for value in entry.get("gidNumber", [])[:1]
+    ]

@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 from django.forms.models import construct_instance
 
 from core.access import Role
+from core.text import TextFormField
 from tenancy.models import Department
 from tenancy.services import ISOLATION_FIELDS, QUOTA_FIELDS
 
@@ -66,7 +67,7 @@ class DepartmentForm(ServiceErrorsMixin, forms.ModelForm):
 class MembershipForm(ServiceErrorsMixin, forms.Form):
     """Add a member by username, or change a member's role (tenancy.services.set_membership saves it)."""
 
-    username = forms.CharField(max_length=150)
+    username = TextFormField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
     def __init__(self, *args, department: Department, **kwargs):

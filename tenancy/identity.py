@@ -12,6 +12,11 @@ person and their groups:
   provider gave earlier whose group is gone are removed. Roles granted by hand (or by the other provider)
   are left alone, whatever the groups say. Every change goes through tenancy.services and is audited
   (core.audit) with the provider as its source and the person signing in as the actor.
+* `sync_posix` keeps the person's POSIX identity (tenancy.PosixAccount: the Unix user their jobs run as) as
+  the provider says at each sign-in (LDAP uidNumber/gidNumber/uid and posixGroup memberships, OpenID Connect
+  claims): made, refreshed, or removed when the provider no longer gives one. An identity an administrator
+  set is never overwritten by a provider, and a uid or login name that is another person's is refused
+  (logged; the person keeps no identity from it). Audited like the roles.
 * A rule naming a project gives the project's role (ProjectMembership, its `origin` the provider, as a
   department Membership's) and at least membership of its department (a project's people are its
   department's). Project roles are re-synced like department roles: those this provider gave whose group
@@ -33,11 +38,14 @@ from django.utils import timezone
 from core.access import Role
 from core.audit import audit_context
 from core.models import AuditAction, AuditEvent
+from core.posix import PosixIdentity
 from tenancy.models import (
     ExternalIdentity,
     GrantedRole,
     GroupRoleRule,
     Membership,
+    PosixAccount,
+    PosixSource,
     ProjectMembership,
     ProjectRole,
     RoleOrigin,
@@ -293,3 +301,87 @@ def _set_admin(user, value: bool, provider: str) -> None:
         before=before,
         after={"is_staff": value, "is_superuser": value},
     )
+
+
+# --- POSIX identities --------------------------------------------------------------------------------------
+
+
+def _int(value) -> int | None:
+    """A whole number from an LDAP attribute or a claim (a number, or digits as text), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,10}\s*", value):
+        return int(value)
+    return None
+
+
+def posix_identity_from(name, uid, gid, groups=()) -> PosixIdentity | None:
+    """The identity a provider's values describe, or None when they are missing or unusable (a provider
+    without POSIX attributes for this person gives none; a bad one is logged, never half-used)."""
+    if name in (None, "") and uid is None and gid is None:
+        return None
+    uid_number, gid_number = _int(uid), _int(gid)
+    if not isinstance(name, str) or uid_number is None or gid_number is None:
+        logger.warning("POSIX identity ignored: name %r, uid %r, gid %r are not all given", name, uid, gid)
+        return None
+    if isinstance(groups, str | int):
+        groups = [groups]
+    numbers = {_int(g) for g in groups or []}
+    if None in numbers:
+        logger.warning("POSIX identity of %s: group ids that are not numbers ignored (%r)", name, groups)
+        numbers.discard(None)
+    try:
+        return PosixIdentity(
+            name=name, uid=uid_number, gid=gid_number, groups=tuple(sorted(numbers - {gid_number}))
+        )
+    except ValueError as error:
+        logger.warning("POSIX identity %r (%r:%r) ignored: %s", name, uid, gid, error)
+        return None
+
+
+@transaction.atomic
+def sync_posix(user, identity: PosixIdentity | None, provider: str) -> str:
+    """Keep `user`'s PosixAccount as `provider` says at a sign-in; returns what happened: "made",
+    "refreshed", "unchanged", "removed", "none", "kept (set by an administrator)", "kept (set by <other
+    provider>)" or "refused: <why>". Audited with the provider as the source and the person as the actor."""
+    account = PosixAccount.objects.select_for_update().filter(user=user).first()
+    if account is not None and account.source != provider:
+        # An administrator's mapping (or the other provider's) is someone else's say: left as it is.
+        setter = "an administrator" if account.source == PosixSource.ADMIN else provider_label(account.source)
+        return f"kept (set by {setter})"
+    with audit_context(provider, actor=user):
+        if identity is None:
+            if account is None:
+                return "none"
+            account.delete()
+            logger.info(
+                "%s sign-in of %s: POSIX identity %s removed", provider_label(provider), user, account
+            )
+            return "removed"
+        taken = PosixAccount.objects.exclude(user=user)
+        clash = taken.filter(uid=identity.uid).first() or taken.filter(name=identity.name).first()
+        if clash is not None:
+            why = f"uid {identity.uid} or login name {identity.name} is already {clash.user}'s ({clash})"
+            logger.warning(
+                "%s sign-in of %s: POSIX identity refused: %s", provider_label(provider), user, why
+            )
+            if account is not None:
+                account.delete()  # never keep running jobs as an identity the provider no longer gives
+            return f"refused: {why}"
+        values = {
+            "name": identity.name,
+            "uid": identity.uid,
+            "gid": identity.gid,
+            "groups": list(identity.groups),
+        }
+        if account is None:
+            PosixAccount.objects.create(user=user, source=provider, **values)
+            return "made"
+        if all(getattr(account, key) == value for key, value in values.items()):
+            return "unchanged"
+        for key, value in values.items():
+            setattr(account, key, value)
+        account.save()
+        return "refreshed"

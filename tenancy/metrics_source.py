@@ -56,6 +56,7 @@ def client_for(source: MetricsSource) -> PrometheusClient:
         basic_auth=basic,
         ca_file=source.ca_file,
         timeout=float(source.timeout_seconds or 10),
+        allow_private=source.allow_private_address,
     )
 
 

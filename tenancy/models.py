@@ -8,11 +8,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
 
+from core import posix
 from core.access import (
     Role,
     is_admin,
@@ -21,7 +22,12 @@ from core.access import (
     member_department_ids,
     member_project_ids,
 )
+from core.destinations import check_outbound_url
+from core.text import TextValidator
 from inventory.models import NVLinkPartition
+from tenancy import naming
+from tenancy.renderers import export_path_problem, is_inside
+from tenancy.validators import validate_export_path, validate_export_root, validate_nfs_server
 
 VLAN_MIN, VLAN_MAX = 1, 4094
 VNI_MIN, VNI_MAX = 1, 16_777_215
@@ -40,9 +46,30 @@ class DepartmentQuerySet(models.QuerySet):
         return self.filter(pk__in=led_department_ids(user))
 
 
+def validate_department_slug(value):
+    """A department's slug: every name derived from it is valid for its consumer (tenancy.naming)."""
+    if (why := naming.slug_error(value)) is not None:
+        raise ValidationError(why, code="invalid_slug")
+
+
+def validate_project_slug(value):
+    """A project's slug: with its department's, a valid and unique namespace and account (tenancy.naming)."""
+    if (why := naming.slug_error(value, department=False)) is not None:
+        raise ValidationError(why, code="invalid_slug")
+
+
+# The same rules as database constraints (a row written around the models still cannot hold a bad slug).
+_SLUG_FORM = Q(slug__regex=naming.SLUG_PATTERN)
+
+
 class Department(models.Model):
-    name = models.CharField(max_length=100)
-    slug = models.SlugField(max_length=50, help_text="Also the Kubernetes namespace and Slurm account name.")
+    name = models.CharField(max_length=100, validators=[TextValidator()])  # one line of plain text
+    slug = models.SlugField(
+        max_length=naming.SLUG_MAX,
+        validators=[validate_department_slug],
+        help_text="Its Kubernetes namespace, Slurm account and QOS (tenancy.naming): up to "
+        f"{naming.SLUG_MAX} lower-case letters, digits and single hyphens, starting with a letter.",
+    )
     guaranteed_gpus = models.PositiveIntegerField(default=0, help_text="Always available; reclaimed if lent.")
     over_quota_weight = models.DecimalField(
         max_digits=6,
@@ -70,8 +97,13 @@ class Department(models.Model):
     network_cidr = models.CharField(
         max_length=43, help_text="The department's tenant network, e.g. 10.64.3.0/24"
     )
-    # Storage isolation.
-    export_path = models.CharField(max_length=255)
+    # Storage isolation. Written unquoted into /etc/exports and PersistentVolumes (docs/rendering.md).
+    export_path = models.CharField(
+        max_length=255,
+        validators=[validate_export_path],
+        help_text="Absolute path of the department's NFS export, inside the tenancy settings' export root: "
+        "letters, digits, '.', '_' and '-' between '/', no trailing '/'.",
+    )
     storage_quota_gib = models.PositiveIntegerField(default=10240)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -88,6 +120,19 @@ class Department(models.Model):
             models.UniqueConstraint(fields=["ib_pkey"], name="%(app_label)s_%(class)s_unique_pkey"),
             models.UniqueConstraint(fields=["network_cidr"], name="%(app_label)s_%(class)s_unique_cidr"),
             models.UniqueConstraint(fields=["export_path"], name="%(app_label)s_%(class)s_unique_export"),
+            models.CheckConstraint(
+                condition=_SLUG_FORM,
+                name="%(app_label)s_%(class)s_slug_form",
+                violation_error_message="A department's slug is lower-case letters, digits and single "
+                "hyphens, starting with a letter and ending with a letter or digit.",
+            ),
+            models.CheckConstraint(
+                condition=~Q(slug__in=sorted(naming.RESERVED_SLUGS))
+                & ~Q(slug__startswith=naming.RESERVED_PREFIXES[0]),
+                name="%(app_label)s_%(class)s_slug_not_reserved",
+                violation_error_message="This slug is reserved (Kubernetes, Slurm or Rackplane use the "
+                "name).",
+            ),
             models.CheckConstraint(
                 condition=Q(limit_gpus__isnull=True) | Q(limit_gpus__gte=F("guaranteed_gpus")),
                 name="%(app_label)s_%(class)s_limit_not_below_guarantee",
@@ -116,6 +161,39 @@ class Department(models.Model):
     @property
     def pkey_hex(self) -> str:
         return f"0x{self.ib_pkey:04x}"
+
+    def clean(self):
+        super().clean()
+        self._clean_export_path()
+
+    def _clean_export_path(self) -> None:
+        """Storage isolation: the export lies inside the export root and neither inside another
+        department's export nor around one (either would let one department mount the other's data).
+        The same path twice is the `unique_export` constraint's. A malformed path is its validator's."""
+        path = self.export_path
+        if not path or export_path_problem(path):
+            return
+        root = TenancySettings.load().export_root
+        if problem := export_path_problem(path, root=root):
+            raise ValidationError({"export_path": f"The export path {path!r} {problem}."})
+        others = Department.objects.exclude(pk=self.pk)
+        ancestors = ["/".join(path.split("/")[:i]) for i in range(2, path.count("/") + 1)]
+        outer = others.filter(export_path__in=ancestors).order_by("export_path").first()
+        inner = others.filter(export_path__startswith=path + "/").order_by("export_path").first()
+        if outer is not None:
+            raise ValidationError(
+                {
+                    "export_path": f"The export path {path} lies inside {outer.name}'s export "
+                    f"{outer.export_path}: {outer.name} could read its data. Choose a path outside it."
+                }
+            )
+        if inner is not None:
+            raise ValidationError(
+                {
+                    "export_path": f"The export path {path} holds {inner.name}'s export {inner.export_path}: "
+                    f"this department could read {inner.name}'s data. Choose a path outside it."
+                }
+            )
 
 
 class RoleOrigin(models.TextChoices):
@@ -191,7 +269,7 @@ class Membership(MembershipBase):
         ]
 
 
-PROJECT_SLUG_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"  # a DNS label part and a Slurm account name
+PROJECT_SLUG_PATTERN = naming.SLUG_PATTERN  # with its department's: a DNS label and a Slurm account name
 
 
 class ProjectQuerySet(models.QuerySet):
@@ -221,17 +299,13 @@ class Project(models.Model):
     """
 
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="projects")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[TextValidator()])  # one line of plain text
     slug = models.SlugField(
-        max_length=30,
-        validators=[
-            RegexValidator(
-                PROJECT_SLUG_PATTERN,
-                "Use lower-case letters, digits and hyphens, starting and ending with a letter or digit.",
-            )
-        ],
-        help_text="Lower-case letters, digits and hyphens; with the department's slug, the Kubernetes "
-        "namespace (<department>-<project>) and the Slurm account name.",
+        max_length=naming.SLUG_MAX,
+        validators=[validate_project_slug],
+        help_text=f"Up to {naming.SLUG_MAX} lower-case letters, digits and single hyphens, starting with a "
+        "letter; with the department's slug, the Kubernetes namespace and Slurm account "
+        "<department>--<project> (tenancy.naming).",
     )
     guaranteed_gpus = models.PositiveIntegerField(default=0, help_text="Always available; reclaimed if lent.")
     over_quota_weight = models.DecimalField(
@@ -264,6 +338,12 @@ class Project(models.Model):
                 violation_error_message="The department already has a project with this slug.",
             ),
             models.CheckConstraint(
+                condition=_SLUG_FORM,
+                name="%(app_label)s_%(class)s_slug_form",
+                violation_error_message="A project's slug is lower-case letters, digits and single hyphens, "
+                "starting with a letter and ending with a letter or digit.",
+            ),
+            models.CheckConstraint(
                 condition=Q(limit_gpus__isnull=True) | Q(limit_gpus__gte=F("guaranteed_gpus")),
                 name="%(app_label)s_%(class)s_limit_not_below_guarantee",
                 violation_error_message="A project's limit may not be below its guarantee.",
@@ -278,13 +358,13 @@ class Project(models.Model):
 
     @property
     def namespace(self) -> str:
-        """Its Kubernetes namespace (and Kueue LocalQueue's): <department slug>-<project slug>."""
-        return f"{self.department.slug}-{self.slug}"
+        """Its Kubernetes namespace (and Kueue LocalQueue's): <department slug>--<project slug>."""
+        return naming.project_namespace(self.department.slug, self.slug)
 
     @property
     def account(self) -> str:
-        """Its Slurm account, a child of the department's account: <department slug>-<project slug>."""
-        return self.namespace
+        """Its Slurm account, a child of the department's account: <department slug>--<project slug>."""
+        return naming.project_account(self.department.slug, self.slug)
 
 
 class ProjectRole(models.TextChoices):
@@ -363,7 +443,7 @@ class GroupRoleRule(models.Model):
         help_text="Optional, for a lead or member role: one of the department's projects. The group then "
         "makes its people the project's leads or members (and members of the department).",
     )
-    description = models.CharField(max_length=200, blank=True)
+    description = models.CharField(max_length=200, blank=True, validators=[TextValidator()])
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -460,6 +540,120 @@ class ExternalIdentity(models.Model):
         return f"{self.get_provider_display()} {self.subject} -> {self.user}"
 
 
+class PosixSource(models.TextChoices):
+    """Who set a person's POSIX identity. A provider's is refreshed at each sign-in through it; an
+    administrator's mapping is never overwritten by a provider."""
+
+    LDAP = RoleOrigin.LDAP.value, "LDAP (uidNumber, gidNumber, posixGroup)"
+    OIDC = RoleOrigin.OIDC.value, "OpenID Connect claims"
+    ADMIN = "admin", "Set by an administrator"
+
+
+class PosixAccount(models.Model):
+    """The Unix user a person's jobs run as (core.posix.PosixIdentity): their login name on the nodes, user
+    and primary group ids and supplementary groups. Slurm jobs are submitted as `name` (slurmrestd
+    impersonation); Kubernetes pods run as uid/gid with the groups as supplementalGroups.
+
+    Without one a person cannot submit to a backend that runs work as its person (a Slurm target with
+    slurmrestd, a Kubernetes cluster). A uid belongs to one person only, and so does a login name: two
+    people sharing one could read each other's files and signal each other's processes.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="posix_account"
+    )
+    name = models.CharField(
+        "login name",
+        max_length=32,
+        help_text="The person's user name on the nodes (LDAP uid): lower case letters, digits, _ . -",
+    )
+    uid = models.PositiveIntegerField("uid", help_text="uidNumber: never 0 (root) or 65534 (nobody).")
+    gid = models.PositiveIntegerField("gid", help_text="gidNumber of the primary group.")
+    groups = models.JSONField(
+        "supplementary group ids",
+        default=list,
+        blank=True,
+        help_text="A list of gid numbers (posixGroup gidNumbers), without the primary group.",
+    )
+    source = models.CharField(max_length=10, choices=PosixSource.choices, default=PosixSource.ADMIN)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "POSIX account"
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["uid"], name="%(app_label)s_%(class)s_unique_uid"),
+            models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
+            models.CheckConstraint(
+                condition=Q(uid__gte=posix.MIN_ID, uid__lte=posix.MAX_ID)
+                & ~Q(uid__in=sorted(posix.RESERVED_IDS)),
+                name="%(app_label)s_%(class)s_uid_usable",
+            ),
+            models.CheckConstraint(
+                condition=Q(gid__gte=posix.MIN_ID, gid__lte=posix.MAX_ID)
+                & ~Q(gid__in=sorted(posix.RESERVED_IDS)),
+                name="%(app_label)s_%(class)s_gid_usable",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.uid}:{self.gid})"
+
+    def clean(self):
+        errors: dict[str, str] = {}
+        if not posix.NAME_RE.fullmatch(self.name or ""):
+            errors["name"] = (
+                "must be a POSIX user name: a lower case letter or _ first, then lower case letters, digits, "
+                "_ . - (at most 32)"
+            )
+        for field in ("uid", "gid"):
+            problem = posix.id_problem(getattr(self, field))
+            if problem:
+                errors[field] = f"{field} {problem}"
+        groups = self.groups
+        if not isinstance(groups, list):
+            errors["groups"] = "must be a list of group id numbers"
+        else:
+            for group in groups:
+                problem = posix.id_problem(group)
+                if problem:
+                    errors["groups"] = f"group {group!r}: {problem}"
+                    break
+        if errors:
+            raise ValidationError(errors)
+        self.groups = normalized_groups(groups, self.gid)
+        taken = PosixAccount.objects.exclude(pk=self.pk)
+        if taken.filter(uid=self.uid).exists():
+            errors["uid"] = f"uid {self.uid} belongs to another person"
+        if taken.filter(name=self.name).exists():
+            errors["name"] = f"login name {self.name} belongs to another person"
+        if errors:
+            raise ValidationError(errors)
+
+    def identity(self) -> posix.PosixIdentity:
+        return posix.PosixIdentity(
+            name=self.name, uid=self.uid, gid=self.gid, groups=tuple(normalized_groups(self.groups, self.gid))
+        )
+
+
+def normalized_groups(groups, gid: int) -> list[int]:
+    """Supplementary group ids as PosixIdentity keeps them: sorted, no repeats, without the primary group."""
+    return sorted({g for g in groups or [] if isinstance(g, int) and not isinstance(g, bool) and g != gid})
+
+
+def posix_identity_of(user) -> posix.PosixIdentity | None:
+    """The POSIX identity `user`'s jobs run as, or None when they have none (or it is no longer valid)."""
+    if user is None or not getattr(user, "pk", None):
+        return None
+    account = PosixAccount.objects.filter(user_id=user.pk).first()
+    if account is None:
+        return None
+    try:
+        return account.identity()
+    except ValueError:
+        return None
+
+
 class DedicatedPartitionQuerySet(models.QuerySet):
     def visible_to(self, user):
         return self.filter(department__in=Department.objects.visible_to(user))
@@ -500,8 +694,15 @@ class TenancySettings(models.Model):
     tenant_prefix = models.PositiveSmallIntegerField(
         default=24, help_text="Prefix length of each tenant network"
     )
-    export_root = models.CharField(max_length=200, default="/exports/tenants")
-    nfs_server = models.CharField(max_length=253, default="nfs.storage.internal")
+    export_root = models.CharField(
+        max_length=200,
+        default="/exports/tenants",
+        validators=[validate_export_root],
+        help_text="Every department's export path lies inside it; a new department's is <root>/<slug>.",
+    )
+    nfs_server = models.CharField(
+        max_length=253, default="nfs.storage.internal", validators=[validate_nfs_server]
+    )
     default_storage_quota_gib = models.PositiveIntegerField(default=10240)
     idle_threshold_percent = models.FloatField(default=5.0)
     idle_window_minutes = models.PositiveIntegerField(default=30)
@@ -537,6 +738,25 @@ class TenancySettings(models.Model):
 
     def __str__(self):
         return "Tenancy settings"
+
+    def clean(self):
+        super().clean()
+        root = self.export_root
+        if root and (root == "/" or not export_path_problem(root)):
+            # A new root must still hold every department's export: the renderer refuses one outside it.
+            outside = [
+                d
+                for d in Department.objects.only("name", "export_path")
+                if not is_inside(d.export_path, root)
+            ]
+            if outside:
+                listed = ", ".join(f"{d.name} ({d.export_path})" for d in outside[:5])
+                raise ValidationError(
+                    {
+                        "export_root": f"{len(outside)} department export(s) would lie outside {root}: "
+                        f"{listed}. Move them first, or choose a root that holds them."
+                    }
+                )
 
     @classmethod
     def load(cls) -> "TenancySettings":
@@ -578,6 +798,14 @@ class MetricsSource(models.Model):
         "system's.",
     )
     timeout_seconds = models.PositiveSmallIntegerField(default=10)
+    # The outbound guard (core.outbound, docs/outbound.md): the site's Prometheus is usually an internal
+    # service, and only platform admins edit the source, so private and loopback addresses are allowed by
+    # default; link-local (cloud metadata) ones never are, nor a redirect to another host.
+    allow_private_address = models.BooleanField(
+        default=True,
+        help_text="The address may be a private or loopback one (an internal Prometheus). Link-local and "
+        "metadata addresses are refused whatever this says.",
+    )
     window_seconds = models.PositiveIntegerField(
         default=300,
         validators=[MinValueValidator(2)],
@@ -626,6 +854,14 @@ class MetricsSource(models.Model):
     @property
     def is_prometheus(self) -> bool:
         return self.kind == MetricsSourceKind.PROMETHEUS
+
+    def clean(self):
+        super().clean()
+        if self.is_prometheus and self.url:
+            try:
+                check_outbound_url(self.url, allow_private_address=self.allow_private_address)
+            except ValidationError as error:
+                raise ValidationError({"url": error.messages}) from error
 
 
 class ExporterEndpoint(models.Model):

@@ -26,7 +26,6 @@ from django.utils.text import slugify
 from core.access import may_use_project, require_project_manager
 from tenancy.models import Department, Membership, Project, ProjectMembership, ProjectRole, RoleOrigin
 
-NAMESPACE_MAX = 63  # a Kubernetes namespace is a DNS label
 QUOTA_FIELDS = ("guaranteed_gpus", "over_quota_weight", "limit_gpus")
 
 
@@ -134,12 +133,8 @@ def _check_names(department: Department, project: Project) -> None:
         errors["name"] = f"{department.name} already has a project named {project.name.strip()!r}"
     if siblings.filter(slug=project.slug).exists():
         errors["slug"] = f"{department.name} already has a project with the slug {project.slug!r}"
-    namespace = f"{department.slug}-{project.slug}"
-    if project.slug and len(namespace) > NAMESPACE_MAX:
-        errors["slug"] = (
-            f"its namespace {namespace!r} would be {len(namespace)} characters; at most {NAMESPACE_MAX}: "
-            "use a shorter slug"
-        )
+    # Its namespace and Slurm account (tenancy.naming: <department>--<project>) are valid and unique once
+    # the slug is (the field's validator): no length or collision check is left to make here.
     if errors:
         raise ValidationError(errors)
 

@@ -187,6 +187,7 @@ class PrometheusClient:
         basic_auth: tuple[str, str] | None = None,
         ca_file: str = "",
         timeout: float = DEFAULT_TIMEOUT,
+        allow_private: bool = True,
     ):
         parts = urllib.parse.urlsplit(url.strip())
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -203,6 +204,7 @@ class PrometheusClient:
             ca_file=ca_file,
             timeout=timeout,
             max_bytes=MAX_BYTES,
+            allow_private=allow_private,  # the metrics source's outbound allowance (core.outbound)
         )
 
     def _call(self, path: str, form: dict[str, str]) -> dict:

@@ -14,9 +14,9 @@ Projects under departments (issue 16, `ProjectSpec`): a department with projects
 the shared cohort, its limit as the subtree's borrowing limit) holding one ClusterQueue per project (its
 guarantee as nominal quota, its limit as borrowing limit, its over-quota weight as fair-sharing weight) and
 the department's own ClusterQueue (guaranteed what its projects leave); each project gets a namespace
-`<department>-<project>` with a ResourceQuota (its limit), the department's isolation policy (open to the
-department's other namespaces) and a LocalQueue `default`. A department without projects renders exactly
-as before.
+`<department>--<project>` (tenancy.naming) with a ResourceQuota (its limit), the department's isolation
+policy (open to the department's other namespaces) and a LocalQueue `default`. A department without
+projects renders exactly as before.
 
 Formats follow shared/REFERENCE.md; choices that the reference leaves open are documented where they are
 made (search for "Decision:").
@@ -25,12 +25,16 @@ made (search for "Decision:").
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import yaml
+
+from tenancy import naming
 
 # --- labels and API versions --------------------------------------------------------------------------
 
@@ -42,6 +46,20 @@ PROJECT_LABEL = "rackplane.io/project"
 PROJECT_NAME_ANNOTATION = "rackplane.io/project-name"
 # Set by the API server on every namespace (Kubernetes >= 1.22); selects exactly one namespace by name.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# Pod Security Admission on every tenant namespace (department and project): the API server refuses a pod
+# that is not `restricted` (root, privileged, host namespaces or paths, added capabilities, no seccomp, ...),
+# and audits and warns on the same level. The version is pinned to the Kubernetes minor the tests prove it on
+# (testbed/kube-apiserver: v1.36), so a cluster upgrade cannot tighten or loosen the checks unseen; a server
+# older than the pin evaluates it as its `latest`. Rackplane's own job pods are compliant by construction
+# (integrations.kubernetes.jobs: runAsNonRoot, the person's uid, no privilege escalation, no capabilities,
+# seccomp RuntimeDefault).
+POD_SECURITY_LEVEL = "restricted"
+POD_SECURITY_VERSION = "v1.36"
+POD_SECURITY_LABELS = {
+    f"pod-security.kubernetes.io/{mode}{suffix}": value
+    for mode in ("enforce", "audit", "warn")
+    for suffix, value in (("", POD_SECURITY_LEVEL), ("-version", POD_SECURITY_VERSION))
+}
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Kueue: the CRDs in shared/reference/crds serve v1beta1 (deprecated) and v1beta2 (served + storage);
@@ -60,12 +78,14 @@ PVC_NAME = "department-data"
 
 # --- validation helpers -------------------------------------------------------------------------------
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_PORT_GUID = re.compile(r"^0x[0-9a-fA-F]{16}$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_PORT_GUID = re.compile(r"^0x[0-9a-fA-F]{16}\Z")
 # Export paths are written unquoted into /etc/exports and into PV specs: allow only characters that need
-# no quoting or octal escaping in exports(5) (no whitespace, '#', quotes, parentheses, backslashes).
-_EXPORT_PATH = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+# no quoting or octal escaping in exports(5) (no whitespace, '#', quotes, parentheses, backslashes), see
+# `export_path_problem`.
+_EXPORT_PATH_CHAR = re.compile(r"[A-Za-z0-9._/-]")
+EXPORT_PATH_MAX = 255  # the model field's max_length; PATH_MAX is far larger, exportfs lines are not
 
 PKEY_MIN, PKEY_MAX = 0x0001, 0x7FFE  # 0x7fff is the default partition; the top bit is the membership bit.
 DEFAULT_PKEY = 0x7FFF
@@ -96,6 +116,75 @@ def _check_int_range(value: Any, lo: int, hi: int | None, what: str) -> None:
         raise ValueError(f"{what} must be an integer in {bound}, got {value!r}")
 
 
+# What exports(5) and exportfs give a meaning to, named in the refusal so the person sees why.
+_EXPORTS_SPECIAL = {
+    "*": "a client wildcard in exports",
+    "?": "a client wildcard in exports",
+    "(": "the start of an export's options",
+    ")": "the end of an export's options",
+    ",": "the option separator in exports",
+    "#": "the start of a comment in exports",
+    '"': "a quote in exports",
+    "\\": "an octal escape in exports",
+    "@": "a netgroup in exports",
+    ":": "a separator of NFS server and path",
+}
+
+
+def _describe_char(char: str) -> str:
+    if char in "\n\r":
+        return "a line break"
+    if char.isspace():
+        return f"whitespace (U+{ord(char):04X})"
+    if char in _EXPORTS_SPECIAL:
+        return f"{char!r} ({_EXPORTS_SPECIAL[char]})"
+    name = unicodedata.name(char, "a control character")
+    return f"{char!r} (U+{ord(char):04X} {name})" if char.isprintable() else f"U+{ord(char):04X} ({name})"
+
+
+def export_path_problem(path: Any, root: str | None = None) -> str:
+    """Why `path` cannot be a department's export path ("" when it can): it is written unquoted as the first
+    token of an /etc/exports line and as a PersistentVolume's `nfs.path`.
+
+    It must be absolute and in normal form (posixpath.normpath gives it back: no '.' or '..' component, no
+    '//', no trailing '/'), at most EXPORT_PATH_MAX characters, of letters, digits, '.', '_' and '-' between
+    '/' only (no whitespace or line break, which would split the line; none of exports(5)'s '*', '(', ')',
+    ',', '#', '"', '\\'), and, when `root` is given, strictly inside `root` (never the root itself, which
+    holds every department's data). The sentence reads after the path's name: "export path ... <problem>".
+    """
+    if not isinstance(path, str) or not path:
+        return "is empty"
+    if len(path) > EXPORT_PATH_MAX:
+        return f"is {len(path)} characters long: at most {EXPORT_PATH_MAX}"
+    for char in path:
+        if not _EXPORT_PATH_CHAR.fullmatch(char):
+            return (
+                f"contains {_describe_char(char)}: use only letters, digits, '.', '_' and '-' between the "
+                "'/' of an absolute path"
+            )
+    if not path.startswith("/"):
+        return "is not absolute: it must start with '/'"
+    if path == "/":
+        return "is the root directory: every file of the server would be exported"
+    if "//" in path:
+        return "contains '//': write one '/' between directories"
+    if path.endswith("/"):
+        return "ends with '/': leave the trailing '/' out"
+    if any(part in (".", "..") for part in path.split("/")):
+        return "has a '.' or '..' component: write the directory it means"
+    if posixpath.normpath(path) != path:  # pragma: no cover - the rules above leave nothing for it
+        return f"is not in normal form ({posixpath.normpath(path)})"
+    if root is not None and not is_inside(path, root):
+        return f"is not inside the export root {root}: departments' exports live under it"
+    return ""
+
+
+def is_inside(path: str, directory: str) -> bool:
+    """Whether `path` lies strictly below `directory` (both absolute, normal form): '/a/bc' is not inside
+    '/a/b'."""
+    return path != directory and path.startswith(directory.rstrip("/") + "/")
+
+
 def _normalise_guid(guid: str, slug: str) -> str:
     if not isinstance(guid, str) or not _PORT_GUID.match(guid):
         raise ValueError(
@@ -111,14 +200,15 @@ def _normalise_guid(guid: str, slug: str) -> str:
 class ProjectSpec:
     """A project of a department (tenancy.Project): its share of the department's GPUs."""
 
-    slug: str  # with the department's slug, the namespace `<department>-<project>`
+    slug: str  # with the department's slug, the namespace `<department>--<project>` (tenancy.naming)
     name: str
     guaranteed_gpus: int
     limit_gpus: int | None = None
     weight: str = "1"  # over-quota weight, as a decimal string (Kueue's fairSharing.weight)
 
     def __post_init__(self) -> None:
-        _check_dns_label(self.slug, "project slug")
+        if (why := naming.slug_error(self.slug, department=False)) is not None:
+            raise ValueError(f"project slug {self.slug!r}: {why}")
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"project {self.slug!r}: name must be a non-empty string")
         _check_int_range(self.guaranteed_gpus, 0, None, f"project {self.slug!r}: guaranteed_gpus")
@@ -153,10 +243,10 @@ class TenantSpec:
     weight: str = "1"  # the department's over-quota weight (its Cohort's fairSharing.weight, with projects)
 
     def __post_init__(self) -> None:
-        _check_dns_label(self.slug, "department slug")
-        if self.slug == "default" or self.slug.startswith("kube-"):
-            # The slug becomes a namespace we create and police: never one of Kubernetes' own.
-            raise ValueError(f"department slug {self.slug!r} is reserved by Kubernetes")
+        # The slug becomes namespaces, accounts and partitions we create and police (tenancy.naming): the
+        # rules the model validates at save, reserved names (Kubernetes' own namespaces...) included.
+        if (why := naming.slug_error(self.slug)) is not None:
+            raise ValueError(f"department slug {self.slug!r}: {why}")
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"department {self.slug!r}: name must be a non-empty string")
         _check_int_range(self.guaranteed_gpus, 0, None, f"department {self.slug!r}: guaranteed_gpus")
@@ -185,13 +275,10 @@ class TenantSpec:
                 f"address with prefix length (host bits must be zero): {exc}"
             ) from None
         object.__setattr__(self, "network_cidr", str(network))
-        if not isinstance(self.export_path, str) or not _EXPORT_PATH.match(self.export_path):
-            raise ValueError(
-                f"department {self.slug!r}: export_path {self.export_path!r} must be an absolute path of "
-                "letters, digits, '.', '_' and '-' components, without a trailing '/'"
-            )
-        if any(part in (".", "..") for part in self.export_path.split("/")):
-            raise ValueError(f"department {self.slug!r}: export_path {self.export_path!r} has '.' or '..'")
+        # Checked again here although the model refuses it at save: a row saved before the rule must not
+        # reach /etc/exports (a line break or "*(rw)" in it would export to the world).
+        if problem := export_path_problem(self.export_path):
+            raise ValueError(f"department {self.slug!r}: export_path {self.export_path!r} {problem}")
         _check_int_range(self.storage_quota_gib, 1, None, f"department {self.slug!r}: storage_quota_gib")
         self._check_projects()
 
@@ -282,12 +369,12 @@ OPENSM_MAX_LINE = 4000
 
 
 def opensm_partition_name(t: TenantSpec) -> str:
-    """Partition name for a department: the slug with '-' -> '_'.
+    """Partition name for a department: the slug with '-' -> '_' (tenancy.naming.opensm_partition).
 
     Slugs only contain [a-z0-9-], so the name never contains OpenSM's delimiters ('=', ',', ':', ';', '#')
     or whitespace, never collides with "Default" (upper case), and stays unique because slugs are.
     """
-    return t.slug.replace("-", "_")
+    return naming.opensm_partition(t.slug)
 
 
 def _entry_lines(head: str, members: list[str]) -> list[str]:
@@ -352,7 +439,7 @@ def _labels(t: TenantSpec) -> dict[str, str]:
 def _metadata(t: TenantSpec, name: str, namespaced: bool) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name}
     if namespaced:
-        metadata["namespace"] = t.slug
+        metadata["namespace"] = naming.department_namespace(t.slug)
     metadata["labels"] = _labels(t)
     return metadata
 
@@ -364,7 +451,8 @@ def _gib(value: int) -> str:
 def namespace(t: TenantSpec) -> dict[str, Any]:
     """The department's namespace. Its `rackplane.io/department` label is what the NetworkPolicies of the
     other departments use to recognise it, so it must stay on the namespace."""
-    metadata = _metadata(t, t.slug, namespaced=False)
+    metadata = _metadata(t, naming.department_namespace(t.slug), namespaced=False)
+    metadata["labels"] = {**metadata["labels"], **POD_SECURITY_LABELS}
     metadata["annotations"] = {DEPARTMENT_NAME_ANNOTATION: t.name}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
@@ -445,10 +533,10 @@ def cluster_queue(
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "ClusterQueue",
-        "metadata": _metadata(t, t.slug, namespaced=False),
+        "metadata": _metadata(t, naming.department_cluster_queue(t.slug), namespaced=False),
         "spec": {
             "cohortName": cohort,
-            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: t.slug}},
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: naming.department_namespace(t.slug)}},
             "resourceGroups": [
                 {
                     "coveredResources": [GPU_RESOURCE],
@@ -467,7 +555,7 @@ def cluster_queue(
 def local_queue(t: TenantSpec, cluster_queue: str | None = None) -> dict[str, Any]:
     """Kueue LocalQueue `default` in the department's namespace, backed by its ClusterQueue
     (`cluster_queue`, by default the department's own, named after the slug)."""
-    cq = t.slug if cluster_queue is None else cluster_queue
+    cq = naming.department_cluster_queue(t.slug) if cluster_queue is None else cluster_queue
     _check_dns_subdomain(cq, "cluster_queue")
     return {
         "apiVersion": KUEUE_API_VERSION,
@@ -478,7 +566,7 @@ def local_queue(t: TenantSpec, cluster_queue: str | None = None) -> dict[str, An
 
 
 def persistent_volume_name(t: TenantSpec) -> str:
-    return f"rackplane-{t.slug}-data"
+    return naming.persistent_volume(t.slug)
 
 
 def persistent_volume(t: TenantSpec, nfs_server: str) -> dict[str, Any]:
@@ -502,7 +590,7 @@ def persistent_volume(t: TenantSpec, nfs_server: str) -> dict[str, Any]:
             "claimRef": {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "namespace": t.slug,
+                "namespace": naming.department_namespace(t.slug),
                 "name": PVC_NAME,
             },
             "nfs": {"server": nfs_server, "path": t.export_path},
@@ -542,8 +630,9 @@ def _check_nfs_server(nfs_server: str) -> None:
 
 
 def project_namespace(t: TenantSpec, p: ProjectSpec) -> str:
-    """A project's namespace, also its ClusterQueue's name: `<department slug>-<project slug>`."""
-    return f"{t.slug}-{p.slug}"
+    """A project's namespace, also its ClusterQueue's name: `<department slug>--<project slug>`, which no
+    department's slug nor another project's namespace can equal (tenancy.naming)."""
+    return naming.project_namespace(t.slug, p.slug)
 
 
 def _project_metadata(t: TenantSpec, p: ProjectSpec, name: str, namespaced: bool) -> dict[str, Any]:
@@ -580,7 +669,7 @@ def department_cohort(
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "Cohort",
-        "metadata": _metadata(t, t.slug, namespaced=False),
+        "metadata": _metadata(t, naming.department_cohort(t.slug), namespaced=False),
         "spec": {
             "parentName": cohort,
             "resourceGroups": [
@@ -618,11 +707,11 @@ def project_cluster_queue(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_F
     = limit - guarantee, fair-sharing weight = its over-quota weight; only its own namespace points at it.
     Reclaim within the cohort: an in-quota project takes back what a sibling (or another department)
     borrows."""
-    name = project_namespace(t, p)
+    name = naming.project_cluster_queue(t.slug, p.slug)
     return _queue(
         _project_metadata(t, p, name, namespaced=False),
-        t.slug,
-        name,
+        naming.department_cohort(t.slug),
+        project_namespace(t, p),
         _gpu_quota(flavor, p.guaranteed_gpus, p.limit_gpus),
         p.weight,
     )
@@ -632,13 +721,21 @@ def department_cluster_queue(t: TenantSpec, flavor: str = DEFAULT_FLAVOR) -> dic
     """The ClusterQueue of a department with projects for its work without a project (its own namespace):
     in its Cohort, guaranteed what the projects' guarantees leave of the department's."""
     rest = t.guaranteed_gpus - sum(p.guaranteed_gpus for p in t.projects)
-    return _queue(_metadata(t, t.slug, namespaced=False), t.slug, t.slug, _gpu_quota(flavor, rest, None), "1")
+    slug = t.slug
+    return _queue(
+        _metadata(t, naming.department_cluster_queue(slug), namespaced=False),
+        naming.department_cohort(slug),
+        naming.department_namespace(slug),
+        _gpu_quota(flavor, rest, None),
+        "1",
+    )
 
 
 def project_objects(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR) -> list[dict[str, Any]]:
     """A project's namespace, ResourceQuota (its limit), isolation policy, ClusterQueue and LocalQueue."""
     name = project_namespace(t, p)
     ns_metadata = _project_metadata(t, p, name, namespaced=False)
+    ns_metadata["labels"] = {**ns_metadata["labels"], **POD_SECURITY_LABELS}
     ns_metadata["annotations"] = {DEPARTMENT_NAME_ANNOTATION: t.name, PROJECT_NAME_ANNOTATION: p.name}
     hard = {} if p.limit_gpus is None else {f"requests.{GPU_RESOURCE}": str(p.limit_gpus)}
     policy = network_policy(t)
@@ -661,7 +758,7 @@ def project_objects(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR)
             "apiVersion": KUEUE_API_VERSION,
             "kind": "LocalQueue",
             "metadata": _project_metadata(t, p, LOCAL_QUEUE_NAME, namespaced=True),
-            "spec": {"clusterQueue": name},
+            "spec": {"clusterQueue": naming.project_cluster_queue(t.slug, p.slug)},
         },
     ]
 
@@ -681,7 +778,7 @@ def tenant_objects(
         resource_quota(t),
         network_policy(t),
         *queue,
-        local_queue(t, t.slug),
+        local_queue(t, naming.department_cluster_queue(t.slug)),
         persistent_volume(t, nfs_server),
         persistent_volume_claim(t),
     ]
@@ -712,7 +809,15 @@ class _Dumper(yaml.SafeDumper):
     pass
 
 
+# Characters a plain or single-quoted scalar cannot carry intact: C0/C1 controls (a plain NEL, U+0085, is
+# read back as a line break folded to a space), line and paragraph separators, the BOM, surrogates and
+# noncharacters. A string holding one is written double-quoted, where YAML escapes it ("\N", "\t").
+_YAML_ESCAPE = re.compile("[^\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029\ufeff]")
+
+
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if _YAML_ESCAPE.search(value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
     if _YAML12_NON_STRING.match(value):
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
     return dumper.represent_str(value)

@@ -13,8 +13,10 @@ from django.db import transaction
 from django.db.models import Count, Func, IntegerField, Q, QuerySet, Subquery, Sum
 
 from core.access import Role, is_admin
+from core.notifications import forget_department
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu
+from tenancy import naming
 from tenancy.models import (
     PKEY_MAX,
     PKEY_MIN,
@@ -151,7 +153,7 @@ def _allocate_isolation(department: Department, pools: TenancySettings) -> None:
     if not department.network_cidr:
         department.network_cidr = _free_network(pools, set(others.values_list("network_cidr", flat=True)))
     if not department.export_path:
-        department.export_path = f"{pools.export_root.rstrip('/')}/{department.slug}"
+        department.export_path = naming.export_path(pools.export_root, department.slug)
     if not department.storage_quota_gib:
         department.storage_quota_gib = pools.default_storage_quota_gib
 
@@ -201,6 +203,8 @@ def save_department(department: Department) -> Department:
     schedulable healthy GPUs (with the shortfall), a guarantee below its dedicated partitions' GPUs, or an
     isolation value that is out of range or already someone else's.
     """
+    if (why := naming.slug_error(department.slug)) is not None:  # every derived name needs a valid slug
+        raise ValidationError({"slug": why})
     pools = TenancySettings.objects.select_for_update().get(pk=TenancySettings.load().pk)
     _allocate_isolation(department, pools)
     check_department_guarantee(department)  # not below its projects' guarantees (locks its row)
@@ -338,9 +342,14 @@ def set_membership(
     leads = Membership.objects.select_for_update().filter(department=department, role=Role.LEAD)
     if keep_a_lead and role != Role.LEAD and list(leads.values_list("user_id", flat=True)) == [user.pk]:
         raise ValidationError({"role": f"{user} is the only lead of {department}: name another lead first"})
+    was_lead = Membership.objects.filter(user=user, department=department, role=Role.LEAD).exists()
     membership, _ = Membership.objects.update_or_create(
         user=user, department=department, defaults={"role": role, "origin": origin}
     )
+    if was_lead and role != Role.LEAD:
+        # No longer its lead: what only its leads hear (department-scoped subscriptions, their bell items)
+        # goes now, in this transaction (core.notifications.forget_department).
+        forget_department(user, department, still_member=True)
     return membership
 
 
@@ -358,3 +367,6 @@ def remove_membership(membership: Membership, *, keep_a_lead: bool = True) -> No
         )
     forget_department_member(membership)  # they leave its projects too
     membership.delete()
+    # Leaving revokes at once, whichever door removed them (the pages, the API, the admin, an identity
+    # provider's sync): their subscriptions and bell items about the department go in this transaction.
+    forget_department(membership.user, membership.department, still_member=False)

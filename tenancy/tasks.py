@@ -57,7 +57,12 @@ def fetch(url: str, timeout: float = TIMEOUT_SECONDS) -> str:
     if parts.scheme not in ("http", "https"):
         raise ScrapeError(f"only http:// and https:// exporter URLs can be scraped, not {parts.scheme}://")
     client = HttpClient(
-        headers={"Accept": ACCEPT, "User-Agent": "rackplane-scraper/1"}, timeout=timeout, max_bytes=MAX_BYTES
+        headers={"Accept": ACCEPT, "User-Agent": "rackplane-scraper/1"},
+        timeout=timeout,
+        max_bytes=MAX_BYTES,
+        # DCGM exporters run on the cluster's own nodes (private addresses by nature; only admins add
+        # them): the outbound guard still refuses link-local/metadata ones and redirects elsewhere.
+        allow_private=True,
     )
     try:
         response = client.request("GET", url)

@@ -10,6 +10,7 @@ their in-quota/borrowed flags too (`stand_jobs`), unless a test sets `over_quota
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from io import StringIO
 
@@ -29,17 +30,44 @@ from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Allocation, Job
 from scheduling.usage import department_positions
-from tenancy.models import Department, Membership
+from tenancy.models import Department, Membership, PosixAccount, PosixSource
 from tenancy.quota import in_quota_prefix
 from tenancy.services import save_department
 
 # --- people ---------------------------------------------------------------------------------------------
 
 
-def make_user(username: str, *, staff: bool = False, password: str | None = None):
+def make_user(username: str, *, staff: bool = False, password: str | None = None, posix: bool = True):
     """An active account (`staff`: a platform admin). Without a password it cannot sign in with one:
-    tests sign people in with `client.force_login` or a token."""
-    return get_user_model().objects.create_user(username, f"{username}@example.com", password, is_staff=staff)
+    tests sign people in with `client.force_login` or a token. With `posix` (the default) it has a POSIX
+    identity, as a person of a real site has (jobs on a live backend run as it): see `give_posix_account`."""
+    user = get_user_model().objects.create_user(username, f"{username}@example.com", password, is_staff=staff)
+    if posix:
+        give_posix_account(user)
+    return user
+
+
+def give_posix_account(user, name: str = "", uid: int | None = None, gid: int | None = None, groups=()):
+    """An administrator's POSIX mapping for `user`: login name from the username (lower case, other
+    characters as _), uid and gid 30000 + the account's id unless given."""
+    if not name:
+        name = re.sub(r"[^a-z0-9_.-]", "_", user.get_username().lower())[:24] or "user"
+        if not re.match(r"[a-z_]", name):
+            name = f"u{name}"[:24]
+        if PosixAccount.objects.filter(name=name).exists():
+            name = f"{name[:20]}{user.pk}"
+    number = 30000 + user.pk
+    # bulk_create sends no post_save: a test's fixture is not an audited change (tests count audit events).
+    account = PosixAccount(
+        user=user,
+        name=name,
+        uid=number if uid is None else uid,
+        gid=number if gid is None else gid,
+        groups=list(groups),
+        source=PosixSource.ADMIN,
+    )
+    account.full_clean()
+    return PosixAccount.objects.bulk_create([account])[0]
 
 
 def make_member(username: str, department: Department, role: Role = Role.MEMBER, **user_fields):

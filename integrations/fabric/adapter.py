@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 
 from core.hardware import DEFAULT_CLIQUE_ID
+from core.outbound import ALLOW_PRIVATE_SETTING
 from integrations.fabric import (
     FabricError,
     FabricPartition,
@@ -78,6 +79,7 @@ class FabricAdapter:
             token=self.values.get("token") or None,
             verify=not self.values.get("insecure"),
             locations=locations,
+            allow_private=bool(self.values.get(ALLOW_PRIVATE_SETTING, True)),
         )
 
     @staticmethod

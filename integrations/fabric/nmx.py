@@ -188,6 +188,7 @@ class NmxFabricManager:
         poll_retries: int = 3,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        allow_private: bool = True,
     ):
         base = base_url.rstrip("/")
         if base.endswith(API):
@@ -216,6 +217,7 @@ class NmxFabricManager:
             timeout=timeout,
             ca_file=verify if isinstance(verify, str) else "",
             insecure=verify is False,
+            allow_private=allow_private,  # the target's outbound allowance (core.outbound)
         )
 
     # --- the FabricManager interface ------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from core.outbound import ALLOW_PRIVATE_SETTING
 from integrations.common import clip
 from integrations.kubernetes.errors import KubernetesRejected
 from integrations.kubernetes.target import KubernetesError, KubernetesTarget
@@ -33,6 +34,7 @@ class KubernetesAdapter:
             ca_cert=v.get("ca_file") or None,
             insecure=v["insecure"],
             force_conflicts=bool(v.get("force_conflicts")),
+            allow_private=bool(v.get(ALLOW_PRIVATE_SETTING, True)),
         )
 
     def apply(self, payload: dict, log: Callable[..., None], push) -> str:

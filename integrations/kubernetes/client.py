@@ -29,6 +29,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
+from core.outbound import Guard, OutboundRefused, urllib3_pool_classes
 from integrations.kubernetes import validate as schema
 from integrations.kubernetes.errors import (
     KubernetesConfigurationError,
@@ -61,6 +62,17 @@ _TYPED_OBJECT = re.compile(
 RBAC_FILE = "deploy/kubernetes/rbac.yaml"
 
 
+def _guard_connections(api_client: k8s_client.ApiClient, allow_private: bool) -> None:
+    """Open every connection of `api_client` through the outbound guard (core.outbound): resolved once,
+    each address vetted, connected to the vetted one; the allowance covers the API server's own address.
+    Through a proxy (a kubeconfig's proxy-url) the operator's proxy is the egress control: left as it is."""
+    guard = Guard(allow_private).for_url(api_client.configuration.host or "")
+    manager = api_client.rest_client.pool_manager
+    if isinstance(manager, urllib3.ProxyManager):
+        return
+    manager.pool_classes_by_scheme = urllib3_pool_classes(guard)
+
+
 class KubernetesClient:
     """One Kubernetes cluster's API server.
 
@@ -81,6 +93,7 @@ class KubernetesClient:
         timeout: float = 30.0,
         field_manager: str = FIELD_MANAGER,
         api_client: k8s_client.ApiClient | None = None,
+        allow_private: bool = True,
     ):
         self.timeout = timeout
         self.field_manager = field_manager
@@ -90,6 +103,7 @@ class KubernetesClient:
                 self._configuration(api_url, token, ca_cert, insecure, kubeconfig, context)
             )
         api_client.user_agent = "rackplane"
+        _guard_connections(api_client, allow_private)
         self.api = api_client
         self._kinds = dict(CORE_KINDS)
         for crd in schema.crds().values():
@@ -192,6 +206,10 @@ class KubernetesClient:
             raise KubernetesConfigurationError(
                 f"{where}: TLS failure talking to {self.api.configuration.host}: {error}",
                 "check the API URL and the cluster CA certificate",
+            ) from error
+        except OutboundRefused as error:
+            raise KubernetesConfigurationError(
+                f"{where}: {error}", "check the Kubernetes target's API URL and its private-address allowance"
             ) from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise KubernetesUnavailable(

@@ -38,6 +38,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from core.outbound import ALLOW_PRIVATE_SETTING
 from integrations.drain import (
     ALREADY_DRAINED,
     DRAINED,
@@ -157,6 +158,7 @@ class KubernetesDrainer:
             ca_cert=v.get("ca_file") or None,
             insecure=bool(v.get("insecure")),
             field_manager=HEALTH_MANAGER,
+            allow_private=bool(v.get(ALLOW_PRIVATE_SETTING, True)),
         )
 
     def _outcome(self, host: str, action: str, message: str, node: dict | None = None, **kw: Any):

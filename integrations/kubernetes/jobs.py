@@ -36,6 +36,16 @@ What a job becomes, and why:
   in `crds/`); Kueue would hold a Job that names a missing class. The priority class is carried as
   Rackplane's own label instead (`rackplane.io/priority-class`), for people and for a later mapping. No
   topology-aware-scheduling annotation either: the placement engine has already chosen the trays.
+* **Runs as its person, Pod Security `restricted`**: the pod's securityContext takes the person's POSIX
+  identity (`request.run_as`, core.posix): `runAsUser` = uid, `runAsGroup` = `fsGroup` = gid,
+  `supplementalGroups` = the person's other groups with `supplementalGroupsPolicy: Strict` (the image's
+  /etc/group adds none: an image could otherwise put the uid into another tenant's group), `runAsNonRoot`,
+  seccomp `RuntimeDefault`; the container: `allowPrivilegeEscalation: false`, every capability dropped,
+  `runAsNonRoot`. That is the `restricted` Pod Security Standard the tenant namespaces enforce
+  (`tenancy.renderers.POD_SECURITY_LABELS`), so the API server admits the pods and refuses anyone else's
+  that are not. A request without an identity renders the same spec without the ids (the rendered-files
+  backend of `make run`: the image's user, which the kubelet refuses to start if it is root), and the
+  adapter refuses to submit it: on a real cluster every job runs as someone.
 * **Lifecycle**: `backoffLimit: 0` (a failed pod fails the job: a restarted rank cannot rejoin a collective),
   `restartPolicy: Never`, `activeDeadlineSeconds` = the time limit (the Job controller resets the Job's
   start time when Kueue unsuspends it, so the deadline runs from admission, like a Slurm time limit). No
@@ -91,6 +101,8 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client.rest import ApiException
 
+from core.outbound import ALLOW_PRIVATE_SETTING, OutboundRefused
+from core.posix import PosixIdentity
 from integrations.jobs import (
     BackendError,
     BackendJobState,
@@ -183,6 +195,8 @@ def _check_request(request: DispatchRequest) -> None:
             raise ValueError(f"{what} must be a whole number >= 1, got {number!r}")
         if number > most:
             raise ValueError(f"{what} must be at most {most} (what Kubernetes can store), got {number}")
+    if request.run_as is not None and not isinstance(request.run_as, PosixIdentity):
+        raise ValueError(f"run_as must be a core.posix.PosixIdentity, got {request.run_as!r}")
     # The one rule for a Kubernetes job's work (the jobs API asks the same one through core.workloads).
     validate_work(request.work if isinstance(request.work, dict) else {"image": None})
 
@@ -195,6 +209,31 @@ def _labels(request: DispatchRequest) -> dict[str, str]:
         DEPARTMENT_LABEL: request.department,
         PRIORITY_CLASS_LABEL: request.priority_class,
     }
+
+
+# Pod Security Standard `restricted` (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
+# what every container of a job pod must say. runAsNonRoot is also on the pod; saying it per container keeps
+# the container compliant on its own.
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+}
+
+
+def pod_security_context(run_as: PosixIdentity | None) -> dict[str, Any]:
+    """The pod's securityContext: the person's ids (when known), non-root, seccomp RuntimeDefault."""
+    context: dict[str, Any] = {"runAsNonRoot": True}
+    if run_as is not None:
+        context["runAsUser"] = run_as.uid
+        context["runAsGroup"] = run_as.gid
+        context["fsGroup"] = run_as.gid
+        groups = sorted(set(run_as.groups) - {run_as.gid})
+        if groups:
+            context["supplementalGroups"] = groups
+        context["supplementalGroupsPolicy"] = "Strict"
+    context["seccompProfile"] = {"type": "RuntimeDefault"}
+    return context
 
 
 def _container(request: DispatchRequest, claim: bool) -> dict[str, Any]:
@@ -211,6 +250,7 @@ def _container(request: DispatchRequest, claim: bool) -> dict[str, Any]:
     if work.get("env"):
         container["env"] = [{"name": k, "value": "" if v is None else str(v)} for k, v in work["env"].items()]
     container["resources"] = resources
+    container["securityContext"] = json.loads(json.dumps(CONTAINER_SECURITY_CONTEXT))  # a copy per pod
     return container
 
 
@@ -259,7 +299,11 @@ def render_job_objects(request: DispatchRequest) -> list[dict[str, Any]]:
                 }
             ]
         }
-    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "affinity": affinity}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": pod_security_context(request.run_as),
+        "affinity": affinity,
+    }
     if multi_node:
         pod_spec["resourceClaims"] = [
             {"name": IMEX_CLAIM, "resourceClaimTemplateName": channel_template_name(name)}
@@ -405,6 +449,7 @@ class KubernetesJobBackend:
         dry_run: bool = False,
         timeout: float = 30.0,
         api_client: k8s_client.ApiClient | None = None,
+        allow_private: bool = True,
     ):
         try:
             self._target = KubernetesTarget(
@@ -414,6 +459,7 @@ class KubernetesJobBackend:
                 insecure=insecure,
                 timeout=timeout,
                 api_client=api_client,
+                allow_private=allow_private,
             )
         except KubernetesConfigurationError as error:
             raise BackendRejected(str(error)) from error
@@ -453,6 +499,8 @@ class KubernetesJobBackend:
                     "(check the API URL and the cluster CA certificate)"
                 ) from error
             status, raw = error.status, error.body
+        except OutboundRefused as error:  # the outbound guard (core.outbound): asking again gets the same
+            raise BackendRejected(f"{what}: {error}") from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise BackendUnavailable(
                 f"{what}: the API server at {host} is not reachable: {type(error).__name__}: {error}"
@@ -569,6 +617,13 @@ class KubernetesJobBackend:
     def submit(self, request: DispatchRequest) -> str:
         """Create the ComputeDomain (if any), then the Job; adopt what an earlier try created.
         Returns "<namespace>/<job name>"."""
+        if request.run_as is None:
+            raise BackendRejected(
+                f"job {request.job_id}: its person has no POSIX identity (uid, gid) to run it as; a "
+                "Kubernetes job runs as its person (runAsUser/runAsGroup/fsGroup), never as the image's "
+                "user. An administrator gives the person one (LDAP uidNumber/gidNumber, OIDC claims or the "
+                "admin mapping); then submit it again"
+            )
         try:
             objects = render_job_objects(request)
         except ValueError as error:
@@ -725,6 +780,7 @@ def backend_from_settings(settings: dict[str, Any], *, timeout: float = 30.0) ->
         insecure=bool(settings.get("insecure", False)),
         dry_run=bool(settings.get("dry_run", False)),
         timeout=timeout,
+        allow_private=bool(settings.get(ALLOW_PRIVATE_SETTING, True)),
     )
 
 
@@ -734,5 +790,6 @@ __all__ = [
     "channel_template_name",
     "job_name",
     "job_status",
+    "pod_security_context",
     "render_job_objects",
 ]

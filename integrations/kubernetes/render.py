@@ -44,6 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tenancy import naming
 from tenancy.renderers import (
     DEFAULT_COHORT,
     DEFAULT_FLAVOR,
@@ -100,9 +101,8 @@ KIND_ORDER = (
     "Cohort",
 )
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 MAX_CLIQUE_ID = 32766
 _FNV64_OFFSET = 0xCBF29CE484222325
@@ -159,9 +159,7 @@ class PartitionSpec:
                 f"partition {self.rack}.{self.name}: clique ID {self.clique_id!r} is not in "
                 f"1..{MAX_CLIQUE_ID}"
             )
-        if self.department is not None and (
-            len(self.department) > 63 or not _DNS1123_LABEL.match(self.department)
-        ):
+        if self.department is not None and not naming.is_slug(self.department):
             raise ValueError(
                 f"partition {self.rack}.{self.name}: department {self.department!r} is not a department slug"
             )

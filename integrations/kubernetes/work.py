@@ -4,13 +4,19 @@
 work it accepts; tests/test_openapi.py checks the three agree. What the API server would refuse in a
 container is refused here, at submission: the other names in the pod (container, labels, Job name) are
 Rackplane's own (integrations.kubernetes.jobs), only the environment's names come from the user.
+
+The environment may not choose the job's devices: the variables the NVIDIA container runtime and CUDA read
+to pick GPUs, MIG instances, IMEX channels or driver capabilities (core.devices.DEVICE_VARIABLES, any case)
+are refused, since the runtime would hand a container every GPU of its node for `NVIDIA_VISIBLE_DEVICES=all`
+whatever the scheduler counted. The GPUs come from the pod's `nvidia.com/gpu` request alone.
 """
 
 from __future__ import annotations
 
 import re
 
-from core.workloads import WorkError, refuse_unknown_keys
+from core.devices import DEVICE_VARIABLE_PREFIXES, DEVICE_VARIABLES
+from core.workloads import WorkError, refuse_device_variables, refuse_unknown_keys
 
 WORK_KEYS = frozenset({"image", "command", "args", "env"})
 
@@ -44,7 +50,9 @@ SCHEMA = {
             "type": "object",
             "nullable": True,
             "description": "Environment variables by name; numbers and booleans are passed as they read. "
-            f"A name is {ENV_NAME_RULE}.",
+            f"A name is {ENV_NAME_RULE}. Variables that choose devices are refused, in any case (the "
+            f"scheduler assigns GPUs): {', '.join(sorted(DEVICE_VARIABLES))} and "
+            f"{', '.join(p + '*' for p in sorted(DEVICE_VARIABLE_PREFIXES))}.",
             # OpenAPI 3.0 has no propertyNames: the names' rule as an extension, in JSON Schema's words.
             "x-propertyNames": {"type": "string", "pattern": ENV_NAME_PATTERN},
             "additionalProperties": {
@@ -103,5 +111,6 @@ def validate_work(work: dict) -> dict:
                 f'"env": not an environment variable name Kubernetes takes: {names}; a name is '
                 f"{ENV_NAME_RULE}"
             )
+        refuse_device_variables(env)
         out["env"] = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in env.items()}
     return out

@@ -27,7 +27,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from core.access import IsAdmin
-from core.fields import JSONBooleanField
+from core.fields import JSONBooleanField, KnownFieldsOnly, TextField
 from core.hardware import TRAYS_PER_RACK
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
@@ -84,21 +84,26 @@ class SlotsField(serializers.Field):
         return list(value)
 
 
-class PlannedPartitionSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=31, help_text="Lower-case letters, digits and dashes.")
+class PlannedPartitionSerializer(KnownFieldsOnly, serializers.Serializer):
+    name = TextField(max_length=31, help_text="Lower-case letters, digits and dashes.")
     slots = SlotsField()
-    department = serializers.CharField(
+    department = TextField(
+        max_length=50,
         required=False,
         allow_null=True,
         allow_blank=True,
         help_text="Slug of the department it is dedicated to (a service tier); empty: shared.",
     )
-    slurm_partition = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text="Slurm partition serving it; empty: shared."
+    slurm_partition = TextField(
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Slurm partition serving it; empty: shared.",
     )
 
 
-class PlanLayoutSerializer(serializers.Serializer):
+class PlanLayoutSerializer(KnownFieldsOnly, serializers.Serializer):
     """Either a preset (and trays left out) or explicit partitions."""
 
     preset = serializers.ChoiceField(
@@ -125,8 +130,8 @@ class PlanLayoutSerializer(serializers.Serializer):
         return attrs
 
 
-class PlanRequestSerializer(serializers.Serializer):
-    rack = serializers.CharField(help_text="Rack name, e.g. gb-r01.")
+class PlanRequestSerializer(KnownFieldsOnly, serializers.Serializer):
+    rack = TextField(max_length=64, help_text="Rack name, e.g. gb-r01.")
     layout = PlanLayoutSerializer()
     drain_first = JSONBooleanField(
         default=False, help_text="Drain busy trays that change partition and apply once their work ends."

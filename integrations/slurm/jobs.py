@@ -44,6 +44,19 @@ JWT: slurmrestd's rest_auth/jwt takes `X-SLURM-USER-NAME` and `X-SLURM-USER-TOKE
 the raw bytes of slurmctld's `jwt_key` file with the claims `exp`, `iat` and `sun` (the user), which is what
 `scontrol token username=U lifespan=S` prints; the backend mints one per `TOKEN_LIFESPAN` from the key file,
 or uses a static token given to it.
+
+Every job runs as its person (DispatchRequest.run_as, a POSIX identity). slurmrestd accepts a token of
+SlurmUser (or root) together with `X-SLURM-USER-NAME: <another user>` and then acts as that user: the job is
+submitted, read and cancelled as the person (measured on the testbed: `user_name`/`user_id` are the
+person's, the batch script's `id -u` is their uid, their supplementary groups come from the node's group
+database). So the target's `rest_user` is the SlurmUser the tokens are minted for, never a person, and the
+key never leaves this process (tokens live TOKEN_LIFESPAN). A token of any other user with another name is
+refused (511, 1007 "Protocol authentication error"). A static `rest_token` is one user's: it cannot act as
+anyone else, so with one only that user's own jobs run and every other person's is refused with the reason.
+With `PrivateData=jobs` (a shared cluster's setting) a user sees only their own jobs: `GET /job/{id}` of
+another's is a 404 with 2017, and a `DELETE` of another's is a 500 "Operation not permitted" after ~10 s that
+leaves Slurm 24.11.5's job table hung until slurmctld restarts; so a job is only signalled after reading it
+as the same person, and a job the person cannot see is checked as SlurmUser before it counts as gone.
 """
 
 from __future__ import annotations
@@ -64,6 +77,8 @@ import hostlist
 
 from core.errors import ExternalError
 from core.http import HttpClient
+from core.outbound import ALLOW_PRIVATE_SETTING
+from core.posix import PosixIdentity
 from core.workloads import WorkError
 from integrations.jobs import (
     FINISHED_BACKEND_STATES,
@@ -74,6 +89,7 @@ from integrations.jobs import (
     DispatchRequest,
 )
 from integrations.slurm.work import validate_work
+from tenancy import naming
 
 log = logging.getLogger(__name__)
 
@@ -199,10 +215,14 @@ def submit_payload(
             raise BackendRejected(f"segment {request.segment} does not divide the job's {len(hosts)} trays")
         if request.segment == len(hosts):
             job["segment_size"] = _no_val(request.segment)
+    try:  # tenancy.naming: the one derivation of accounts and QOS from the slugs
+        home, department_qos = request.home, naming.department_qos(request.department)
+    except ValueError as error:
+        raise BackendRejected(str(error)) from error
     if account:
-        job["account"] = request.home  # the project's account (a child of the department's), else its own
+        job["account"] = home  # the project's account (a child of the department's), else its own
     if qos:
-        job["qos"] = request.department
+        job["qos"] = department_qos
     if request.imex:
         job["network"] = IMEX_NETWORK
     return {"job": job}
@@ -353,13 +373,17 @@ def mint_token(key: bytes, user: str, *, lifespan: int = TOKEN_LIFESPAN, now: in
 class SlurmJobBackend:
     """The JobBackend of a Slurm cluster, over slurmrestd's v0.0.42 API with JWT.
 
-    rest_url: slurmrestd's address (http:// or https://). user: the Slurm user jobs are submitted as (sent
-    as X-SLURM-USER-NAME). token: a static token for that user (`scontrol token`), or jwt_key_file:
-    slurmctld's jwt_key, from which short-lived tokens are minted. accounting: send the department as
+    rest_url: slurmrestd's address (http:// or https://). user: the Slurm user the tokens are for: SlurmUser
+    (or root) with a jwt_key_file, so that each job is submitted, read and cancelled as its person (the
+    request's `run_as`, sent as X-SLURM-USER-NAME). token: a static token of `user` (`scontrol token`): only
+    `user`'s own jobs can run then; or jwt_key_file: slurmctld's jwt_key, from which short-lived tokens are
+    minted. accounting: send the department as
     account and QOS. imex: the cluster runs switch/nvidia_imex (a request asking for IMEX is refused
     otherwise). timeout: seconds for each HTTP call (slurmrestd itself waits up to ~18 s for a dead
     slurmctld). workdir: the jobs' working directory on the nodes.
     """
+
+    acts_as_person = True  # status, cancel and signal take run_as (integrations.dispatch)
 
     def __init__(
         self,
@@ -372,6 +396,7 @@ class SlurmJobBackend:
         imex: bool = False,
         timeout: float = 30.0,
         workdir: str = DEFAULT_WORKDIR,
+        allow_private: bool = True,
     ):
         parts = urllib.parse.urlsplit(rest_url or "")
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -396,6 +421,7 @@ class SlurmJobBackend:
             headers={"Accept": "application/json"},
             timeout=timeout,
             max_bytes=MAX_ANSWER_BYTES,
+            allow_private=allow_private,  # the target's outbound allowance (core.outbound)
         )
 
     # -- HTTP --
@@ -419,13 +445,30 @@ class SlurmJobBackend:
                 self._token_expires = now + TOKEN_LIFESPAN
             return self._token
 
-    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """(HTTP status, decoded JSON or text); BackendUnavailable when slurmrestd cannot be reached.
+    def acting_user(self, run_as: PosixIdentity | None) -> str:
+        """The Slurm user a call for `run_as` is made as (None: the target's own user). A static token is
+        its own user's only: BackendRejected for anyone else."""
+        if run_as is None:
+            return self.user
+        if self._static_token and run_as.name != self.user:
+            raise BackendRejected(
+                f"this Slurm target has a static rest_token (of {self.user}), which cannot act as another "
+                f"user, so {run_as.name}'s job cannot run here as {run_as.name}: give the target slurmctld's "
+                "jwt_key (jwt_key_file) and SlurmUser as rest_user instead"
+            )
+        return run_as.name
+
+    def _call(
+        self, method: str, path: str, body: Any = None, *, run_as: PosixIdentity | None = None
+    ) -> tuple[int, Any]:
+        """(HTTP status, decoded JSON or text) of a call made as `run_as` (None: the target's user);
+        BackendUnavailable when slurmrestd cannot be reached.
 
         An answer that cannot be used (too large, an untrusted certificate) is BackendUnavailable too: the
         target's settings are wrong, not the job, which waits for an administrator.
         """
-        headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": self._current_token()}
+        acting = self.acting_user(run_as)
+        headers = {"X-SLURM-USER-NAME": acting, "X-SLURM-USER-TOKEN": self._current_token()}
         try:
             response = self._http.request(method, path, body, headers=headers)
         except ExternalError as error:
@@ -435,13 +478,29 @@ class SlurmJobBackend:
                 message = f"{method} {path}: slurmrestd at {self.rest_url}: {error}"
             raise BackendUnavailable(message, error.what_to_do or None) from error
         status, decoded = response.status, response.json_or_text()
+        if acting != self.user and (
+            status in (401, 403, 511) or {1007} & {e.get("error_number") for e in _errors(decoded)}
+        ):
+            # The usual cause: rest_user is not SlurmUser (or root), whose tokens alone may name another user.
+            errors = _errors(decoded) or [{"error": f"HTTP {status}"}]
+            decoded = {
+                "errors": [
+                    {
+                        **errors[0],
+                        "description": f"slurmrestd refused to act as {acting} with a token of {self.user} "
+                        "(is rest_user SlurmUser or root?)",
+                    }
+                ]
+            }
         for warning in (decoded.get("warnings") or []) if isinstance(decoded, Mapping) else []:
             if isinstance(warning, Mapping) and warning.get("description") not in (None, "Zero jobs to dump"):
                 log.warning("slurmrestd %s %s: %s", method, path, warning.get("description"))
         return status, decoded
 
-    def _checked(self, method: str, path: str, action: str, body: Any = None) -> Any:
-        status, decoded = self._call(method, path, body)
+    def _checked(
+        self, method: str, path: str, action: str, body: Any = None, *, run_as: PosixIdentity | None = None
+    ) -> Any:
+        status, decoded = self._call(method, path, body, run_as=run_as)
         error = classify_error(status, decoded, action)
         if error is not None:
             raise error
@@ -451,18 +510,19 @@ class SlurmJobBackend:
 
     # -- JobBackend --
 
-    def jobs(self) -> list[Mapping[str, Any]]:
-        """Every job slurmctld knows (GET /jobs/)."""
-        body = self._checked("GET", "/jobs/", "listing Slurm jobs")
+    def jobs(self, run_as: PosixIdentity | None = None) -> list[Mapping[str, Any]]:
+        """Every job slurmctld shows `run_as` (GET /jobs/; with PrivateData=jobs a user's own only)."""
+        body = self._checked("GET", "/jobs/", "listing Slurm jobs", run_as=run_as)
         return [j for j in body.get("jobs") or [] if isinstance(j, Mapping)]
 
-    def find(self, name: str) -> str | None:
-        """The id of the oldest unfinished job of this backend's user called `name`, or None."""
+    def find(self, name: str, run_as: PosixIdentity | None = None) -> str | None:
+        """The id of the oldest unfinished job of `run_as` (None: this backend's user) called `name`."""
+        owner = self.acting_user(run_as)
         found = sorted(
             int(j["job_id"])
-            for j in self.jobs()
+            for j in self.jobs(run_as)
             if j.get("name") == name
-            and j.get("user_name") == self.user
+            and j.get("user_name") == owner
             and isinstance(j.get("job_id"), int)
             and job_status(j).state in (BackendJobState.PENDING, BackendJobState.RUNNING)
         )
@@ -479,13 +539,21 @@ class SlurmJobBackend:
         return [h for h in hostnames if h not in known]
 
     def submit(self, request: DispatchRequest) -> str:
+        """Submit as the job's person (request.run_as), never as anyone else."""
+        run_as = request.run_as
+        if run_as is None:
+            raise BackendRejected(
+                "the job's person has no POSIX identity (uid/gid): Slurm runs every job as its person's "
+                "Unix user, never as the target's own; an admin maps one, or LDAP/OIDC gives it at sign-in"
+            )
+        self.acting_user(run_as)  # a static token of another user: refused before anything is asked
         if request.imex and not self.imex:
             raise BackendRejected(
                 "the job asks for an IMEX channel but this Slurm target does not run switch/nvidia_imex "
                 "(its imex setting is off)"
             )
         payload = submit_payload(request, account=self.accounting, qos=self.accounting, workdir=self.workdir)
-        adopted = self.find(request.rackplane_name)
+        adopted = self.find(request.rackplane_name, run_as)
         if adopted is not None:
             log.info("adopting Slurm job %s (%s)", adopted, request.rackplane_name)
             return adopted
@@ -495,15 +563,22 @@ class SlurmJobBackend:
                 f"Slurm has no node {', '.join(missing)}: push the Slurm configuration first "
                 "(slurmrestd would run the job on other nodes)"
             )
-        body = self._checked("POST", "/job/submit", f"submitting {request.rackplane_name}", payload)
+        body = self._checked(
+            "POST",
+            "/job/submit",
+            f"submitting {request.rackplane_name} as {run_as.name}",
+            payload,
+            run_as=run_as,
+        )
         job_id = body.get("job_id")
         if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id <= 0:
             raise BackendUnavailable(f"submitting {request.rackplane_name}: slurmrestd answered no job id")
         return str(job_id)
 
-    def _job(self, backend_id: str) -> Mapping[str, Any] | None:
-        """GET /job/{id}: the job's record, None when slurmctld does not know it (any more)."""
-        status, decoded = self._call("GET", f"/job/{backend_id}")
+    def _job(self, backend_id: str, run_as: PosixIdentity | None = None) -> Mapping[str, Any] | None:
+        """GET /job/{id} as `run_as`: the job's record, None when slurmctld does not know it (any more) or
+        does not show it to `run_as` (PrivateData=jobs)."""
+        status, decoded = self._call("GET", f"/job/{backend_id}", run_as=run_as)
         if status == 404 and ESLURM_INVALID_JOB_ID in {e.get("error_number") for e in _errors(decoded)}:
             return None
         error = classify_error(status, decoded, f"reading Slurm job {backend_id}")
@@ -514,7 +589,10 @@ class SlurmJobBackend:
             (j for j in jobs or [] if isinstance(j, Mapping) and str(j.get("job_id")) == backend_id), None
         )
 
-    def status(self, backend_ids: list[str]) -> dict[str, BackendJobStatus]:
+    def status(
+        self, backend_ids: list[str], run_as: PosixIdentity | None = None
+    ) -> dict[str, BackendJobStatus]:
+        """The state of each id, read as `run_as` (the person who submitted them; None: the target's user)."""
         out: dict[str, BackendJobStatus] = {}
         asked = [i for i in dict.fromkeys(str(i) for i in backend_ids)]
         numeric = [i for i in asked if re.fullmatch(r"[1-9][0-9]{0,9}", i)]
@@ -522,12 +600,12 @@ class SlurmJobBackend:
             if i not in numeric:
                 out[i] = BackendJobStatus(i, BackendJobState.UNKNOWN, "not a Slurm job id")
         if len(numeric) > MANY_IDS:
-            by_id = {str(j.get("job_id")): j for j in self.jobs()}
+            by_id = {str(j.get("job_id")): j for j in self.jobs(run_as)}
             for i in numeric:
                 out[i] = self._status_of(i, by_id.get(i))
             return out
         for i in numeric:
-            out[i] = self._status_of(i, self._job(i))
+            out[i] = self._status_of(i, self._job(i, run_as))
         return out
 
     @staticmethod
@@ -538,21 +616,34 @@ class SlurmJobBackend:
             )
         return job_status(job)
 
-    def cancel(self, backend_id: str) -> None:
+    def _own_job(self, backend_id: str, run_as: PosixIdentity | None) -> Mapping[str, Any] | None:
+        """The job read as `run_as`, when it is theirs and unfinished; None when there is nothing to stop.
+        BackendRejected for another user's job: never signalled (Slurm 24.11.5 answers a DELETE of another
+        user's job with "Operation not permitted" and a hung job table: measured on the testbed, every later
+        job query timed out until slurmctld was restarted)."""
+        owner = self.acting_user(run_as)
+        job = self._job(backend_id, run_as)
+        if job is None and owner != self.user and not self._static_token:
+            # PrivateData hides other users' jobs: gone, or someone else's? SlurmUser sees them all.
+            job = self._job(backend_id)
+        if job is None or job_status(job).state in FINISHED_BACKEND_STATES:
+            return None
+        if job.get("user_name") != owner:
+            raise BackendRejected(
+                f"Slurm job {backend_id} belongs to {job.get('user_name') or 'another user'}, not {owner}: "
+                "it is never stopped as someone else"
+            )
+        return job
+
+    def cancel(self, backend_id: str, run_as: PosixIdentity | None = None) -> None:
+        """Stop the job as `run_as` (its person; None: the target's user); a job already gone is a success."""
         backend_id = str(backend_id)
         if not re.fullmatch(r"[1-9][0-9]{0,9}", backend_id):
             return  # never a Slurm job: nothing to stop
-        # Look first: a job that is gone or finished needs nothing, and a job of another user is never
-        # signalled (Slurm 24.11.5 answers a DELETE of another user's job by hanging slurmctld's job table:
-        # measured on the testbed, every later job query timed out until slurmctld was restarted).
-        job = self._job(backend_id)
-        if job is None or job_status(job).state in FINISHED_BACKEND_STATES:
+        # Look first: a job that is gone or finished needs nothing, and a job of another user is refused.
+        if self._own_job(backend_id, run_as) is None:
             return
-        if job.get("user_name") != self.user:
-            raise BackendRejected(
-                f"Slurm job {backend_id} belongs to {job.get('user_name') or 'another user'}, not {self.user}"
-            )
-        status, decoded = self._call("DELETE", f"/job/{backend_id}")
+        status, decoded = self._call("DELETE", f"/job/{backend_id}", run_as=run_as)
         error = classify_error(status, decoded, f"cancelling Slurm job {backend_id}")
         if error is not None:
             raise error
@@ -571,7 +662,7 @@ class SlurmJobBackend:
             if error is not None:
                 raise error
 
-    def signal(self, backend_id: str, signal: str = "USR1") -> bool:
+    def signal(self, backend_id: str, signal: str = "USR1", run_as: PosixIdentity | None = None) -> bool:
         """Send `signal` (a name: USR1, TERM...) to every process of a running job, its batch shell and its
         steps (DELETE /job/{id}?signal=...&flags=FULL_JOB, as `scancel --full --signal`), e.g. to make it
         checkpoint (scheduling.requeue). False when the job is gone or finished: nothing to signal."""
@@ -581,15 +672,12 @@ class SlurmJobBackend:
             raise BackendRejected(f"{signal!r} is not a signal name (USR1, TERM, ...)")
         if not re.fullmatch(r"[1-9][0-9]{0,9}", backend_id):
             return False
-        job = self._job(backend_id)  # never signal another user's job (see cancel)
-        if job is None or job_status(job).state in FINISHED_BACKEND_STATES:
+        if self._own_job(backend_id, run_as) is None:  # never signal another user's job (see cancel)
             return False
-        if job.get("user_name") != self.user:
-            raise BackendRejected(
-                f"Slurm job {backend_id} belongs to {job.get('user_name') or 'another user'}, not {self.user}"
-            )
         action = f"signalling Slurm job {backend_id} with SIG{name}"
-        status, decoded = self._call("DELETE", f"/job/{backend_id}?signal=SIG{name}&flags=FULL_JOB")
+        status, decoded = self._call(
+            "DELETE", f"/job/{backend_id}?signal=SIG{name}&flags=FULL_JOB", run_as=run_as
+        )
         error = classify_error(status, decoded, action)
         if error is not None:
             raise error
@@ -631,6 +719,7 @@ def backend_from_settings(settings: Mapping[str, Any], **kwargs: Any) -> SlurmJo
             jwt_key_file=settings.get("jwt_key_file") or "",
             accounting=bool(settings.get("accounting")),
             imex=bool(settings.get("imex")),
+            allow_private=bool(settings.get(ALLOW_PRIVATE_SETTING, True)),
             **kwargs,
         )
     except ValueError as error:

@@ -20,9 +20,13 @@ def clean(values: dict, errors: dict) -> dict:
     slurmctld_log (optional, to quote slurmctld's reason for refusing), topology_format (conf: Slurm 24.11
     topology.conf), how slurmd is reached when not at the node's own name (cpus, memory_mb, node_hostname,
     node_address, node_port_base: node i listens on base + i). Running jobs: rest_url (slurmrestd; empty:
-    this target does not run jobs), rest_user, rest_token (a static JWT from `scontrol token`, never shown)
-    or jwt_key_file (slurmctld's jwt_key: short-lived tokens are minted from it), accounting (department
-    as account and QOS: needs slurmdbd), imex (slurmctld runs SwitchType=switch/nvidia_imex)."""
+    this target does not run jobs), rest_user (SlurmUser, or root: the user the tokens are for; each job is
+    submitted, read and cancelled as its person, X-SLURM-USER-NAME, which only SlurmUser's or root's token
+    may name), jwt_key_file (slurmctld's jwt_key: short-lived tokens are minted from it, the way to run
+    every person's jobs) or rest_token (a static JWT from `scontrol token`, never shown: it is rest_user's
+    alone and cannot act as anyone else, so only rest_user's own jobs run and every other person's is
+    refused at dispatch with that reason), accounting (department as account and QOS: needs slurmdbd),
+    imex (slurmctld runs SwitchType=switch/nvidia_imex)."""
     out: dict = {}
     for key in ("config_dir", "scontrol", "slurmctld_log", "node_hostname", "node_address"):
         out[key] = f.text(values[key], key, errors)
@@ -53,12 +57,17 @@ def clean(values: dict, errors: dict) -> dict:
     if out["rest_user"] and not USER_RE.match(out["rest_user"]):
         errors["rest_user"] = "must be a user name (letters, digits, _ . @ -)"
     elif out["rest_url"] and not out["rest_user"]:
-        errors["rest_user"] = "is required with rest_url: the Slurm user jobs are submitted as"
+        errors["rest_user"] = (
+            "is required with rest_url: SlurmUser (or root), whose tokens submit each job as its person"
+        )
     f.absolute_path(out["jwt_key_file"], "jwt_key_file", errors)
     if out["rest_token"] and out["jwt_key_file"]:
         errors["rest_token"] = "give a token or a jwt_key_file, not both"
     elif out["rest_url"] and not out["rest_token"] and not out["jwt_key_file"]:
-        errors["jwt_key_file"] = "slurmrestd needs a JWT: give slurmctld's jwt_key file or a rest_token"
+        errors["jwt_key_file"] = (
+            "slurmrestd needs a JWT: give slurmctld's jwt_key file (jobs then run as their people) or a "
+            "rest_token (only rest_user's own jobs can run with one)"
+        )
     out["accounting"] = f.flag(values["accounting"], "accounting", errors)
     out["imex"] = f.flag(values["imex"], "imex", errors)
     return out
@@ -82,7 +91,19 @@ def job_backend(values: dict):
 
 
 def render_job(request) -> str:
-    return json.dumps(submit_payload(request), indent=2, sort_keys=True) + "\n"
+    """The slurmrestd request: its body, and under "headers" the user it is sent as (the job's person; the
+    token, minted at send time, is never written)."""
+    rendered = submit_payload(request)
+    if request.run_as is not None:
+        person = request.run_as
+        rendered["headers"] = {"X-SLURM-USER-NAME": person.name}
+        rendered["run_as"] = {
+            "name": person.name,
+            "uid": person.uid,
+            "gid": person.gid,
+            "groups": list(person.groups),
+        }
+    return json.dumps(rendered, indent=2, sort_keys=True) + "\n"
 
 
 register_work_validator("slurm", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE)
@@ -146,14 +167,25 @@ KIND = register(
             Setting(
                 "rest_user",
                 "",
-                f.text_field("Slurm user for jobs", "The user jobs are submitted as (needs a JWT)."),
+                f.text_field(
+                    "SlurmUser for tokens",
+                    "SlurmUser (or root): tokens are minted for it, and each job is submitted, read and "
+                    "cancelled as its person (X-SLURM-USER-NAME). Never a person's account.",
+                ),
             ),
-            Setting("rest_token", "", f.token_field("slurmrestd token (scontrol token)"), secret=True),
+            Setting(
+                "rest_token",
+                "",
+                f.token_field("slurmrestd token (scontrol token): cannot act as other users"),
+                secret=True,
+            ),
             Setting(
                 "jwt_key_file",
                 "",
                 f.text_field(
-                    "JWT key file", "Or: slurmctld's jwt_key (absolute path), to mint short tokens."
+                    "JWT key file",
+                    "slurmctld's jwt_key (absolute path): short tokens of rest_user are minted from it, so "
+                    "each job runs as its person. The key itself is never sent.",
                 ),
             ),
             Setting(

@@ -54,9 +54,12 @@ import yaml
 MAX_BLOCK_LEVELS = 16  # Slurm 24.11 block_record.h: levels 0..15
 MANAGED_HEADER = "# Managed by Rackplane (scheduling/backends/slurm). Changes made here are overwritten."
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
-_FEATURE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*\Z")
+_FEATURE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+# NodeHostName / NodeAddr: a host name or an IP address (IPv6 may start with ':'); `\Z`, not `$`, which
+# would let a trailing newline through and start a new line of slurm.conf.
+_ADDRESS = re.compile(r"^[A-Za-z0-9:][A-Za-z0-9.:-]*\Z")
 
 
 @dataclass(frozen=True)
@@ -453,6 +456,9 @@ def render_node_lines(nodes: Sequence[SlurmNode]) -> list[str]:
         for feature in node.features:
             if not _FEATURE.match(feature):
                 raise ValueError(f"node {node.hostname}: feature {feature!r} is not a valid Slurm feature")
+        for key, value in (("NodeHostName", node.node_hostname), ("NodeAddr", node.address)):
+            if value and not _ADDRESS.match(value):
+                raise ValueError(f"node {node.hostname}: {key} {value!r} is not a host name or an IP address")
         by_name[node.hostname] = node
 
     # Group by attributes; inside a group, hostlist order, split where the port does not follow on.
@@ -524,9 +530,10 @@ def render_partition_lines(
                 raise ValueError(
                     f"partition {tier.name} names nodes that are not defined: {compress(unknown)}"
                 )
-        for qos in (tier.qos, *tier.allow_qos):
-            if qos:
-                _check_name("QOS", qos)
+        if tier.qos:
+            _check_name("QOS", tier.qos)
+        for qos in tier.allow_qos:  # every entry: an empty one would render "AllowQos=", a broken token
+            _check_name("QOS", qos)
         parts = [f"PartitionName={tier.name}", f"Nodes={compress(tier.hostnames)}"]
         parts.append(f"Default={'YES' if tier.default else 'NO'}")
         if tier.qos:

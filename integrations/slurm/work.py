@@ -4,10 +4,20 @@
 accepts; tests/test_openapi.py checks the three agree. The script is the only thing the user names: the
 job's partition, account, QOS, environment and name are Rackplane's own (integrations.slurm.jobs).
 MAX_SCRIPT characters are at most 4,000,000 bytes in UTF-8, under slurmctld's default max_script_size (4 MB).
+
+Device visibility (core.devices): a Slurm job's work carries no environment, so there is no `env` to refuse
+device variables in; the submit's `environment` is Rackplane's own (PATH, LANG, RACKPLANE_*), and Slurm sets
+CUDA_VISIBLE_DEVICES from the job's gres. The script is free text: an `export CUDA_VISIBLE_DEVICES=...` or
+`NVIDIA_VISIBLE_DEVICES=all` inside it cannot be policed by reading it (a shell can build any name at run
+time), and need not be: what holds a Slurm job to its GPUs is the node's device cgroup, `ConstrainDevices=yes`
+in cgroup.conf (with `ProctrackType=proctrack/cgroup` and `TaskPlugin=task/cgroup`), which a site must set
+(docs/security-kubernetes.md). If this rule ever takes an environment, it must call
+`core.workloads.refuse_device_variables` (core.workloads.validate_work checks a returned `env` anyway).
 """
 
 from __future__ import annotations
 
+from core.textrule import text_problem
 from core.workloads import WorkError, refuse_unknown_keys
 
 MAX_SCRIPT = 1_000_000
@@ -37,6 +47,9 @@ def validate_work(work: dict) -> dict:
         raise WorkError('a Slurm job needs {"script": "#!/bin/bash ..."}: a script starting with #!')
     if len(script) > MAX_SCRIPT:
         raise WorkError(f"the script is over {MAX_SCRIPT} characters")
-    if "\x00" in script:
-        raise WorkError("the script contains a NUL character")
+    # The text rule of a multi-line field (core.textrule): newlines and tabs, but no NUL, ESC, bare CR, and no
+    # bidi or invisible characters that would make the script read otherwise than it runs (Trojan Source).
+    problem = text_problem(script, multiline=True)
+    if problem:
+        raise WorkError(problem.message("the script"))
     return {"script": script}

@@ -12,10 +12,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.audit import record_refused
 from core.fields import JSONBooleanField, JSONIntegerField, KnownFieldsOnly, StringOnly, TextField
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 from core.throttling import NodeAgentRateThrottle
-from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, require_host_in_scope
+from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, agent_token, require_host_in_scope
 from inventory.discovery import faults
 from inventory.discovery.nvidia_smi import (
     FabricFlag,
@@ -32,6 +33,7 @@ from inventory.discovery.nvidia_smi import (
 from inventory.discovery.report_hash import HASH_RE
 from inventory.services import (
     HEALTH_ONLY,
+    OutOfScope,
     UnknownHost,
     check_report,
     heartbeat,
@@ -55,7 +57,7 @@ class StringUUIDField(StringOnly, serializers.UUIDField):
     """A UUID as text: DRF's UUIDField would also read a JSON integer as the UUID of that number."""
 
 
-class ReportedFabricSerializer(serializers.Serializer):
+class ReportedFabricSerializer(KnownFieldsOnly, serializers.Serializer):
     state = StringChoiceField(choices=[s.value for s in FabricState], help_text="NVML fabric state")
     status = TextField(
         required=False,
@@ -79,7 +81,7 @@ class ReportedFabricSerializer(serializers.Serializer):
     )
 
 
-class ReportedGpuSerializer(serializers.Serializer):
+class ReportedGpuSerializer(KnownFieldsOnly, serializers.Serializer):
     uuid = TextField(
         max_length=64, help_text='As NVML reports it: "GPU-<uuid>" (stored with lower-case hex digits)'
     )
@@ -108,32 +110,34 @@ class ReportedGpuSerializer(serializers.Serializer):
             raise serializers.ValidationError(str(error)) from error
 
 
-class XidEntrySerializer(serializers.Serializer):
+class XidEntrySerializer(KnownFieldsOnly, serializers.Serializer):
     """Documentation of one `xids` entry; inventory.discovery.faults.validate_xid checks it."""
 
     time = serializers.DateTimeField(help_text="when the kernel logged it, ISO 8601 with a zone")
-    pci_bus_id = serializers.CharField(
-        required=False, help_text='"00000000:1B:00.0"; absent: read from the NVRM line'
+    pci_bus_id = TextField(
+        max_length=32, required=False, help_text='"00000000:1B:00.0"; absent: read from the NVRM line'
     )
     xid = serializers.IntegerField(min_value=faults.XID_RANGE[0], max_value=faults.XID_RANGE[1])
     pid = serializers.IntegerField(required=False, allow_null=True)
-    text = serializers.CharField(max_length=faults.MAX_XID_TEXT, help_text="the kernel line")
+    text = TextField(max_length=faults.MAX_XID_TEXT, help_text="the kernel line")
 
 
-class CheckEntrySerializer(serializers.Serializer):
+class CheckEntrySerializer(KnownFieldsOnly, serializers.Serializer):
     """Documentation of one `checks` entry; inventory.discovery.faults.validate_check checks it."""
 
-    name = serializers.CharField(max_length=faults.MAX_CHECK_NAME, help_text='e.g. "dcgmi diag -r 2"')
+    name = TextField(max_length=faults.MAX_CHECK_NAME, help_text='e.g. "dcgmi diag -r 2"')
     exit_status = serializers.IntegerField(min_value=-255, max_value=255)
-    output = serializers.CharField(help_text="the tail of its output, at most 64 KiB")
+    output = TextField(
+        multiline=True, help_text="the tail of its output, at most 64 KiB (verbatim: NUL refused)"
+    )
     started = serializers.DateTimeField()
     seconds = serializers.FloatField(min_value=0)
 
 
-class AgentInfoSerializer(serializers.Serializer):
+class AgentInfoSerializer(KnownFieldsOnly, serializers.Serializer):
     """Documentation of `agent`; inventory.discovery.faults.validate_agent checks it."""
 
-    version = serializers.CharField(max_length=faults.MAX_AGENT_VERSION)
+    version = TextField(max_length=faults.MAX_AGENT_VERSION)
     interval_s = serializers.IntegerField(min_value=1, max_value=faults.MAX_AGENT_INTERVAL)
 
 
@@ -158,7 +162,10 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
     host = TextField(max_length=128, help_text="hostname of the compute tray")
     gpus = ReportedGpuSerializer(many=True, required=False, help_text="NVML fabric info, one entry per GPU")
     nvidia_smi = TextField(
-        required=False, trim_whitespace=False, help_text="raw `nvidia-smi -q`, `-q -x` or compact CSV output"
+        multiline=True,
+        required=False,
+        trim_whitespace=False,
+        help_text="raw `nvidia-smi -q`, `-q -x` or compact CSV output",
     )
     dry_run = JSONBooleanField(required=False, default=False, help_text="check only, write nothing")
     xids = XidsField(
@@ -358,8 +365,12 @@ class DiscoveryReportView(APIView):
     lower-case hex digits, or a hash sent with `gpus`, `nvidia_smi`, `xids` or `checks`, is a 400.
 
     Authenticate with an agent token (`Authorization: Bearer rpa_...`) bound to the tray's rack or host: a
-    report for a host outside its scope is a 403 that writes nothing. A fleet token (an account holding
-    `inventory.report_discovery`) may report for every host.
+    report for a host outside its scope is a 403 that writes nothing. So is a report whose content reaches
+    outside it: a GPU the inventory has on (or detached from) a tray of another rack (of another host, for a
+    host token) would be moved to the reporting tray, so the whole report (dry run included) is refused,
+    `{"detail": "GPU ... belongs to tray ... of rack ...; this token speaks for rack ...", "refused_gpus":
+    [...]}`, nothing of it applied, and the attempt is audited on the token. A fleet token (an account
+    holding `inventory.report_discovery`) may report for every host and move any GPU (an RMA).
     """
 
     authentication_classes = NODE_AGENT_AUTHENTICATION
@@ -370,6 +381,12 @@ class DiscoveryReportView(APIView):
         request=NodeReportSerializer,
         responses={
             200: NodeReportAnswerSerializer,
+            403: OpenApiResponse(
+                description="The agent token may not speak for the host, or the report lists GPUs of a tray "
+                'of another rack (another host): `{"detail": "GPU ... belongs to tray ... of rack ...; this '
+                'token speaks for rack ...", "refused_gpus": [{"gpu", "tray", "rack", "where"}]}`. Nothing '
+                "of the report is applied; the attempt is audited on the token."
+            ),
             409: OpenApiResponse(
                 description="A hash-only report the portal cannot take: its last reconciled report for the "
                 "host had another hash, or the tray has something the health rules must see again. "
@@ -382,6 +399,7 @@ class DiscoveryReportView(APIView):
         host = request.data.get("host") if hasattr(request.data, "get") else None
         if isinstance(host, str):  # scope before anything else: an outside host learns nothing more
             require_host_in_scope(request, host.strip())  # stripped as the serializer will
+        token = agent_token(request)  # its scope covers the report's content too (OutOfScope)
         serializer = NodeReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -390,6 +408,9 @@ class DiscoveryReportView(APIView):
         try:
             if "report_sha256" in data:
                 return self._hash_only(data["host"], data["report_sha256"])
+            # A heartbeat before the content's scope check is safe: it matches only the hash of the tray's
+            # last applied report (whose GPUs were in scope then) and writes only the last-seen times of the
+            # reporting tray and the GPUs on it now.
             if (
                 data["parsed"] is not None
                 and not data["dry_run"]
@@ -405,11 +426,20 @@ class DiscoveryReportView(APIView):
             if data["parsed"] is None:
                 result = ingest_health(data["host"], data["health"], dry_run=data["dry_run"])
             elif data["dry_run"]:
-                result = check_report(data["host"], data["format"], data["parsed"])
+                result = check_report(data["host"], data["format"], data["parsed"], scope=token)
             else:
-                result = ingest_report(data["host"], data["format"], data["parsed"], data["health"])
+                result = ingest_report(
+                    data["host"], data["format"], data["parsed"], data["health"], scope=token
+                )
         except UnknownHost as error:
             return Response({"host": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
+        except OutOfScope as refused:
+            # After the ingest's transaction rolled back: the attempt is recorded, nothing of the report.
+            record_refused(refused.token, {**refused.as_detail(), "dry_run": data["dry_run"]})
+            return Response(
+                {"detail": refused.message, "refused_gpus": refused.offenders},
+                status=status.HTTP_403_FORBIDDEN,
+            )
         answer = {**result.report.as_dict(), **result.changes()}
         if data["dry_run"]:
             # Nothing was recorded, so the health rules did not run: no outcome to give, not a null one.

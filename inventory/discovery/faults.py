@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from core.textrule import text_problem
 from inventory.discovery.nvidia_smi import FabricFlag, ReportError
 
 MAX_XIDS = 256  # per report; the agent sends each kernel line once, so a flood is split over reports
@@ -477,7 +478,12 @@ def _int(value, where: str, low: int, high: int) -> int:
     return value
 
 
-def _text(value, where: str, limit: int, *, blank: bool = True, limit_bytes: bool = False) -> str:
+def _text(
+    value, where: str, limit: int, *, blank: bool = True, limit_bytes: bool = False, one_line: bool = True
+) -> str:
+    """A string of a report. One-line fields (a kernel line, a check's name, a version) are held to the text
+    rule (core.textrule: no control, bidi or invisible characters); a check's output is a tool's verbatim
+    output (progress bars' CR, colours' ESC), refused only for NUL and lone surrogates."""
     if not isinstance(value, str):
         raise ReportError(f"{where} must be a string, not {_type_name(value)}")
     size = len(value.encode("utf-8", "surrogatepass")) if limit_bytes else len(value)
@@ -490,6 +496,9 @@ def _text(value, where: str, limit: int, *, blank: bool = True, limit_bytes: boo
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ReportError(f"{where} is not valid Unicode (it holds a lone surrogate)") from None
+    problem = text_problem(value) if one_line else None
+    if problem:
+        raise ReportError(problem.message(where))
     if not blank and not value.strip():
         raise ReportError(f"{where} is empty")
     return value
@@ -555,7 +564,7 @@ def validate_check(entry, where: str = "check", now: datetime | None = None) -> 
     _keys(entry, CHECK_KEYS, where)
     name = _text(entry["name"], f"{where}: name", MAX_CHECK_NAME, blank=False).strip()
     exit_status = _int(entry["exit_status"], f"{where}: exit_status", -255, 255)
-    output = _text(entry["output"], f"{where}: output", MAX_CHECK_OUTPUT, limit_bytes=True)
+    output = _text(entry["output"], f"{where}: output", MAX_CHECK_OUTPUT, limit_bytes=True, one_line=False)
     started = _time(entry["started"], f"{where}: started", now)
     seconds = entry["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):

@@ -203,7 +203,7 @@ def _make_variant(rule: WorkRule) -> type[serializers.Serializer]:
     backend_schema = {"type": "string", "enum": [rule.backend]}
     if rule.backend == default:
         backend_schema["default"] = default
-    backend = extend_schema_field(backend_schema)(type(f"{name}BackendField", (serializers.CharField,), {}))
+    backend = extend_schema_field(backend_schema)(type(f"{name}BackendField", (TextField,), {}))
     work = extend_schema_field(rule.schema)(type(f"{name}WorkField", (serializers.JSONField,), {}))
     fields = {
         "backend": backend(required=rule.backend != default, help_text=f"{name} runs the job."),

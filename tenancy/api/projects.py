@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from core.access import require_project_manager
 from core.api import api_validation_error
-from core.fields import JSONIntegerField, SlugTextField, TextField
+from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextField
 from tenancy import projects as service
 from tenancy.models import Department, Project, ProjectMembership, ProjectRole
 
@@ -61,7 +61,7 @@ class ProjectSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ProjectWriteSerializer(serializers.Serializer):
+class ProjectWriteSerializer(KnownFieldsOnly, serializers.Serializer):
     """The fields a lead sets; the service checks what depends on other rows (names, guarantees that fit)."""
 
     department = SlugTextField(required=False, help_text="The department's slug (on create only).")
@@ -74,13 +74,13 @@ class ProjectWriteSerializer(serializers.Serializer):
     limit_gpus = JSONIntegerField(min_value=0, max_value=MAX_GPUS, required=False, allow_null=True)
 
 
-class ProjectMemberWriteSerializer(serializers.Serializer):
-    username = serializers.CharField(max_length=150, help_text="A member of the project's department.")
+class ProjectMemberWriteSerializer(KnownFieldsOnly, serializers.Serializer):
+    username = TextField(max_length=150, help_text="A member of the project's department.")
     role = serializers.ChoiceField(choices=ProjectRole.choices, default=ProjectRole.MEMBER)
 
 
-class ProjectMoveSerializer(serializers.Serializer):
-    username = serializers.CharField(max_length=150)
+class ProjectMoveSerializer(KnownFieldsOnly, serializers.Serializer):
+    username = TextField(max_length=150)
     to = JSONIntegerField(
         min_value=1, max_value=2**31 - 1, help_text="The id of the sibling project to move them to."
     )

@@ -11,6 +11,8 @@ from rest_framework import serializers
 
 from core.access import Role
 from core.api import api_validation_error
+from core.fields import KnownFieldsOnly
+from core.text import TextField
 from tenancy.models import DedicatedPartition, Department, Membership
 from tenancy.services import save_department
 
@@ -36,7 +38,8 @@ IN_QUOTA = "GPUs in use by its in-quota running jobs (in_use - borrowed)."
 BORROWED = "GPUs in use by its running jobs marked over quota (borrowed, preemptible)."
 
 
-class DepartmentSerializer(serializers.ModelSerializer):
+class DepartmentSerializer(KnownFieldsOnly, serializers.ModelSerializer):
+    name = TextField(max_length=100)
     # Isolation values: optional (allocated when omitted), checked by the service (range, already assigned,
     # overlapping network or export), so the API and the forms give the same messages.
     vlan_id = serializers.IntegerField(required=False, help_text=f"VLAN ID (1-4094). {ALLOCATED}")
@@ -45,13 +48,15 @@ class DepartmentSerializer(serializers.ModelSerializer):
         required=False, help_text=f"InfiniBand partition key, as a number (0x0001-0x7ffe). {ALLOCATED}"
     )
     pkey_hex = serializers.CharField(read_only=True, help_text='The P_Key in hex, e.g. "0x0100".')
-    network_cidr = serializers.CharField(
+    network_cidr = TextField(
         required=False, max_length=43, help_text=f"The tenant network, e.g. 10.64.3.0/24. {ALLOCATED}"
     )
-    export_path = serializers.CharField(
+    export_path = TextField(
         required=False,
         max_length=255,
-        help_text="Absolute path of the department's storage export. Defaults to <export root>/<slug>.",
+        help_text="Absolute path of the department's NFS export, inside the export root, of letters, digits, "
+        "'.', '_' and '-' between '/' (no whitespace, '..', '//', trailing '/' or exports(5) characters such "
+        "as '*', '(', ','), not inside or around another department's. Defaults to <export root>/<slug>.",
     )
     storage_quota_gib = serializers.IntegerField(
         required=False, min_value=0, help_text="Storage capacity quota. Defaults to the tenancy settings'."
@@ -147,10 +152,10 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MembershipCreateSerializer(serializers.Serializer):
-    username = serializers.CharField(max_length=150, help_text="An existing user's username.")
+class MembershipCreateSerializer(KnownFieldsOnly, serializers.Serializer):
+    username = TextField(max_length=150, help_text="An existing user's username.")
     role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
 
 
-class MembershipRoleSerializer(serializers.Serializer):
+class MembershipRoleSerializer(KnownFieldsOnly, serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices)

@@ -7,7 +7,8 @@
 // by rewriting it; no restart needed):
 //   {"clients": [{"client_id": "...", "client_secret": "...", "redirect_uris": ["http://.../oidc/callback/"]}],
 //    "accounts": {"alice": {"sub": "...", "password": "...", "email": "...", "name": "...",
-//                           "given_name": "...", "family_name": "...", "groups": ["..."]}}}
+//                           "given_name": "...", "family_name": "...", "groups": ["..."],
+//                           "posix_username": "...", "uid_number": N, "gid_number": N, "posix_groups": [N]}}}
 // An account's `sub` defaults to its username. jwks.json holds the RS256 signing key (made on the first
 // start, kept across restarts). Everything else (sessions, codes, tokens, grants) lives in memory.
 //
@@ -108,6 +109,11 @@ const provider = new Provider(args.issuer, {
           email: current.email,
           email_verified: Boolean(current.email),
           groups: current.groups ?? [],
+          // The Unix identity jobs run as (Rackplane's OIDC_POSIX_*_CLAIM), when the account has one.
+          posix_username: current.posix_username,
+          uid_number: current.uid_number,
+          gid_number: current.gid_number,
+          posix_groups: current.posix_groups,
         };
       },
     };
@@ -115,7 +121,9 @@ const provider = new Provider(args.issuer, {
   claims: {
     openid: ['sub'],
     email: ['email', 'email_verified'],
-    profile: ['name', 'given_name', 'family_name', 'preferred_username'],
+    // The POSIX identity travels with the profile (a site's provider may use its own scope instead:
+    // add it to OIDC_RP_SCOPES).
+    profile: ['name', 'given_name', 'family_name', 'preferred_username', 'posix_username', 'uid_number', 'gid_number', 'posix_groups'],
     groups: ['groups'],
   },
   scopes: ['openid', 'offline_access', 'email', 'profile', 'groups'],

@@ -3,6 +3,7 @@ Responses, no answer (refused, timed out, cut mid-body) is Unreachable, an overs
 certificate is a permanent error; credentials, headers and the JSON body are sent."""
 
 import contextlib
+import functools
 import json
 import shutil
 import socket
@@ -13,8 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from core import http
 from core.errors import ExternalError, Unreachable
-from core.http import HttpClient
+
+# These servers listen on 127.0.0.1: the client's own address may be loopback (core.outbound's allowance;
+# tests/core/test_outbound.py shows what is refused without it).
+HttpClient = functools.partial(http.HttpClient, allow_private=True)
 
 LARGE = 4096
 

@@ -100,6 +100,41 @@ def slurm_testbed() -> SlurmTestbed:
     return testbed
 
 
+def tenant_people() -> dict:
+    """The testbed's tenant users (RACKPLANE_SLURM_TENANT_USERS "name:uid:gid ..."; scripts/slurm-testbed.sh)
+    as the POSIX identities Rackplane runs their jobs as, with the shared group RACKPLANE_SLURM_SHARED_GID."""
+    from core.posix import PosixIdentity
+
+    shared = int(os.environ.get("RACKPLANE_SLURM_SHARED_GID") or 0)
+    people = {}
+    for entry in os.environ.get("RACKPLANE_SLURM_TENANT_USERS", "").split():
+        name, uid, gid = entry.split(":")
+        people[name] = PosixIdentity(name, int(uid), int(gid), (shared,) if shared else ())
+    if len(people) < 2:
+        pytest.fail(
+            "the Slurm testbed exports no tenant users (RACKPLANE_SLURM_TENANT_USERS): restart it with the "
+            "current scripts/slurm-testbed.sh",
+            pytrace=False,
+        )
+    return people
+
+
+def give_identity(user, identity) -> None:
+    """Map `user` to the testbed's Unix user `identity` (as an administrator would)."""
+    from tenancy.models import PosixAccount, PosixSource
+
+    PosixAccount.objects.update_or_create(
+        user=user,
+        defaults={
+            "name": identity.name,
+            "uid": identity.uid,
+            "gid": identity.gid,
+            "groups": list(identity.groups),
+            "source": PosixSource.ADMIN,
+        },
+    )
+
+
 @pytest.fixture
 def slurm_baseline(slurm_testbed):
     """Snapshot the managed files before the test; afterwards put them back and make slurmctld run them."""

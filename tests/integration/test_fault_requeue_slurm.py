@@ -40,7 +40,7 @@ from scheduling.models import FaultPolicy, Job
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests.agent.conftest import fake_nvidia_smi, issue_token, run_agent, tray_xml, xid_line
-from tests.integration.conftest import carve
+from tests.integration.conftest import carve, give_identity, tenant_people
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -123,7 +123,8 @@ def slurm_cluster(slurm_testbed, testbed_target):
         {
             **testbed_target.settings,
             "rest_url": os.environ["RACKPLANE_SLURMRESTD_URL"],
-            "rest_user": os.environ.get("RACKPLANE_SLURM_JOB_USER", "rackplane"),
+            # SlurmUser's tokens: each job is submitted, read and cancelled as its person.
+            "rest_user": os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm"),
             "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
         },
     )
@@ -153,6 +154,7 @@ def test_an_xid_79_drains_the_node_requeues_its_job_elsewhere_and_the_node_retur
     slurm_testbed, slurm_cluster, live_server, admin_user, admin_client, tmp_path
 ):
     api = APIClient()
+    give_identity(admin_user, tenant_people()["ada"])  # jobs run as their person's Unix user
     api.force_authenticate(admin_user)
     body = {
         "department": "research",

@@ -23,7 +23,7 @@ from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, Job
 from tenancy.models import Department
 from tenancy.services import save_department
-from tests.integration.conftest import carve
+from tests.integration.conftest import carve, give_identity, tenant_people
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -42,7 +42,8 @@ def slurm_jobs(slurm_testbed, testbed_target, django_capture_on_commit_callbacks
         {
             **testbed_target.settings,
             "rest_url": os.environ["RACKPLANE_SLURMRESTD_URL"],
-            "rest_user": os.environ.get("RACKPLANE_SLURM_JOB_USER", "rackplane"),
+            # SlurmUser's tokens: each job is submitted, read and cancelled as its person.
+            "rest_user": os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm"),
             "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
         },
     )
@@ -67,6 +68,7 @@ def test_a_two_tray_job_runs_on_its_trays_in_slurm_and_completes(
     slurm_testbed, slurm_jobs, admin_user, django_capture_on_commit_callbacks
 ):
     api = APIClient()
+    give_identity(admin_user, tenant_people()["ada"])  # jobs run as their person's Unix user
     api.force_authenticate(admin_user)
     body = {"department": "research", "name": "two-trays", "gpus": 8, "work": {"script": SCRIPT}}
     with django_capture_on_commit_callbacks(execute=True):

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from core.posix import PosixIdentity
 from integrations.jobs import (
     FINISHED_BACKEND_STATES,
     BackendJobState,
@@ -44,6 +45,14 @@ def job_user() -> str:
     return os.environ.get("RACKPLANE_SLURM_JOB_USER", "rackplane")
 
 
+def job_identity() -> PosixIdentity:
+    """The testbed's `rackplane` user as a POSIX identity (the backend's own user: no impersonation)."""
+    passwd = os.path.join(os.environ["RACKPLANE_SLURM_TESTBED"], "root", "etc", "passwd")
+    with open(passwd) as handle:
+        fields = next(line.split(":") for line in handle if line.startswith(f"{job_user()}:"))
+    return PosixIdentity(job_user(), int(fields[2]), int(fields[3]))
+
+
 def make_backend(**kwargs) -> SlurmJobBackend:
     kwargs.setdefault("jwt_key_file", os.environ["RACKPLANE_SLURM_JWT_KEY"])
     kwargs.setdefault("timeout", 30)
@@ -61,6 +70,7 @@ def job(hostnames, script="#!/bin/bash\nsleep 1\n", **changes) -> DispatchReques
         time_limit_minutes=5,
         work={"script": script},
         service_tier=PARTITION,
+        run_as=job_identity(),
     )
     values.update(changes)
     return DispatchRequest(**values)
@@ -240,7 +250,9 @@ def test_requests_slurm_refuses_are_rejected_with_its_words(slurm):
 
 
 def test_a_job_of_another_user_is_never_signalled(slurm, slurm_testbed):
-    """slurmctld 24.11.5 hangs its job table on a DELETE of another user's job: never send one."""
+    """slurmctld 24.11.5 hangs its job table on a DELETE of another user's job: never send one. The backend's
+    own user does not even see it (PrivateData=jobs): nothing is sent. A SlurmUser backend acting for that
+    user sees whose it is and refuses."""
     other = subprocess.run(
         [
             str(slurm_testbed.bin / "sbatch"),
@@ -257,9 +269,14 @@ def test_a_job_of_another_user_is_never_signalled(slurm, slurm_testbed):
         check=True,
     ).stdout.strip()
     try:
+        slurm.cancel(other)  # invisible to rackplane: taken as gone, no DELETE sent
+        acting = make_backend()
+        acting.user = os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm")  # SlurmUser's tokens
         with pytest.raises(BackendRejected, match=f"belongs to root, not {job_user()}"):
-            slurm.cancel(other)
-        assert slurm.status([other])[other].state in (BackendJobState.PENDING, BackendJobState.RUNNING)
+            acting.cancel(other, run_as=job_identity())
+        with pytest.raises(BackendRejected, match=f"belongs to root, not {job_user()}"):
+            acting.signal(other, "USR1", run_as=job_identity())
+        assert acting.status([other])[other].state in (BackendJobState.PENDING, BackendJobState.RUNNING)
     finally:
         subprocess.run([str(slurm_testbed.bin / "scancel"), other], check=False)
 

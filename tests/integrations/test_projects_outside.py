@@ -75,7 +75,7 @@ def slurm_request(**changes) -> DispatchRequest:
 
 def test_a_projects_slurm_job_runs_under_the_projects_account():
     job = submit_payload(slurm_request(project="vision"))["job"]
-    assert job["account"] == "research-vision" and job["qos"] == "research"
+    assert job["account"] == "research--vision" and job["qos"] == "research"
     assert "RACKPLANE_PROJECT=vision" in job["environment"]
     plain = submit_payload(slurm_request())["job"]
     assert plain["account"] == "research" and not any(
@@ -86,7 +86,7 @@ def test_a_projects_slurm_job_runs_under_the_projects_account():
 def test_a_projects_kubernetes_job_runs_in_the_projects_namespace():
     work = {"image": "nvcr.io/nvidia/pytorch:25.01-py3", "command": ["torchrun"]}
     objects = kube_jobs.render_job_objects(slurm_request(project="vision", work=work))
-    assert {o["metadata"]["namespace"] for o in objects} == {"research-vision"}
+    assert {o["metadata"]["namespace"] for o in objects} == {"research--vision"}
     plain = kube_jobs.render_job_objects(slurm_request(work=work))
     assert {o["metadata"]["namespace"] for o in plain} == {"research"}
 
@@ -104,10 +104,10 @@ def test_the_configuration_output_has_the_account_tree_once_a_department_has_pro
     assert script.splitlines()[2:] == [
         "sacctmgr -i add account research parent=root",
         "sacctmgr -i add account vision parent=root",
-        "sacctmgr -i add account research-vm parent=research",
+        "sacctmgr -i add account research--vm parent=research",
         "sacctmgr -i modify account name=research set GrpTRES=gres/gpu=96",
         "sacctmgr -i modify account name=vision set GrpTRES=gres/gpu=-1",
-        "sacctmgr -i modify account name=research-vm set GrpTRES=gres/gpu=48",
+        "sacctmgr -i modify account name=research--vm set GrpTRES=gres/gpu=48",
     ]
-    assert "name: research-vm" in files["kubernetes/05-clusterqueues.yaml"]
+    assert "name: research--vm" in files["kubernetes/05-clusterqueues.yaml"]
     assert "kind: Cohort" in files["kubernetes/11-cohorts.yaml"]

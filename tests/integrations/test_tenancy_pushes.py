@@ -240,7 +240,7 @@ OTHER_VALUES = {
         "pkey_last": 0x7000,
         "tenant_supernet": "10.128.0.0/16",
         "tenant_prefix": 25,
-        "export_root": "/srv/tenants",
+        "export_root": "/exports",  # still holds Research's export (a root that does not is refused)
         "nfs_server": "nfs2.storage.internal",
         "default_storage_quota_gib": 2048,
         "idle_threshold_percent": 9.0,
@@ -293,7 +293,7 @@ def test_adding_and_changing_a_project_pushes_its_queue_and_account(
     assert push.reason == "project research/vision added"
     assert push.status == PushStatus.SUCCEEDED
     accounts = (render_dir / "current" / "slurm" / "accounts.sh").read_text()
-    assert "add account research-vision parent=research" in accounts
+    assert "add account research--vision parent=research" in accounts
 
     with django_capture_on_commit_callbacks(execute=True):
         update_project(platform_admin, project, guaranteed_gpus=40)

@@ -233,8 +233,10 @@ def test_an_agent_token_opens_no_other_endpoint(rack_secret):
 
 
 def test_a_gpu_claimed_by_two_hosts_is_flagged_and_never_moves(demo_inventory):
-    """Each node with its own host token; the neighbour keeps reporting one of HOST's GPUs as its own."""
-    ours, theirs = issue_by_command("--host", HOST), issue_by_command("--host", NEIGHBOUR)
+    """HOST with its host token, the neighbour with its rack's token (whose scope covers both trays: a host
+    token may not send the neighbour's GPU at all, test_agent_scope_content); the neighbour keeps reporting
+    one of HOST's GPUs as its own."""
+    ours, theirs = issue_by_command("--host", HOST), issue_by_command("--rack", "gb-r02")
     claimed = gpu_uuids(HOST)[0]
     assert agent(ours).post(REPORTS, report(HOST), format="json").status_code == 200
     for _ in range(3):

@@ -1,7 +1,7 @@
 """One rule for who sees a project (`Project.objects.visible_to`: platform admins all, a department's leads
 its projects, anyone else the projects they are in), followed alike by global search, the jobs list's
 project filter, `GET /api/v1/jobs/?project=`, `/api/v1/projects/` and the department page's projects panel.
-Search finds a project by its namespace / Slurm account (`<department>-<project>`) too."""
+Search finds a project by its namespace / Slurm account (`<department>--<project>`) too."""
 
 import pytest
 from django.urls import reverse
@@ -109,29 +109,30 @@ def test_search_finds_a_project_by_its_namespace_or_slurm_account(client, resear
     ada = research.memberships.get(user__username="ada").user
     client.force_login(ada)
     llm = Project.objects.get(slug="llm")
-    assert llm.namespace == "research-llm" and llm.account == "research-llm"
-    for q in ("research-llm", "RESEARCH-LLM"):
+    assert llm.namespace == "research--llm" and llm.account == "research--llm"
+    for q in ("research--llm", "RESEARCH--LLM"):
         response = client.get(SEARCH, {"q": q})
         assert response.status_code == 302, q
         assert response["Location"] == project_url("llm")
-    assert found_projects(client, "research-") == ["Research / LLM", "Research / Speech"]
-    assert found_projects(client, "research-sp") == ["Research / Speech"]
-    assert found_projects(client, "research-x") == []
+    assert found_projects(client, "research--") == ["Research / LLM", "Research / Speech"]
+    assert found_projects(client, "research--sp") == ["Research / Speech"]
+    assert found_projects(client, "research--x") == []
     # bob: his own project by its namespace; not the one he is not in.
     client.force_login(research.memberships.get(user__username="bob").user)
-    assert client.get(SEARCH, {"q": "research-speech"})["Location"] == project_url("speech")
-    assert found_projects(client, "research-") == ["Research / Speech"]
-    assert client.get(SEARCH, {"q": "research-llm"}).status_code == 200
+    assert client.get(SEARCH, {"q": "research--speech"})["Location"] == project_url("speech")
+    assert found_projects(client, "research--") == ["Research / Speech"]
+    assert client.get(SEARCH, {"q": "research--llm"}).status_code == 200
 
 
 def test_a_namespace_search_handles_a_department_slug_with_dashes(client, platform_admin):
     deep = make_department("Deep Learning", slug="deep-learning")
     Project.objects.create(department=deep, name="Vision", slug="vision-2")
     client.force_login(platform_admin)
-    response = client.get(SEARCH, {"q": "deep-learning-vision-2"})
+    response = client.get(SEARCH, {"q": "deep-learning--vision-2"})
     assert response.status_code == 302 and response["Location"] == project_url("vision-2", "deep-learning")
-    assert found_projects(client, "deep-learning-vis") == ["Deep Learning / Vision"]
-    assert found_projects(client, "deep-vision") == []
+    assert found_projects(client, "deep-learning--vis") == ["Deep Learning / Vision"]
+    assert found_projects(client, "deep--vision") == []
+    assert found_projects(client, "deep-learning-vision-2") == []  # the old single-dash form is no name
 
 
 def test_the_jobs_list_links_only_the_projects_one_may_see(client, research):

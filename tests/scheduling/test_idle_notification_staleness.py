@@ -7,11 +7,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core.access import Role
 from core.models import InboxItem, NotificationChannel, NotificationEvent, NotificationSubscription
 from scheduling.tasks import record_quota_snapshots
 from tenancy.activity import STALE_AFTER
 from tenancy.models import GpuActivity, QuotaSnapshot
-from tests.factories import healthy_gpus, make_department, run_job
+from tests.factories import healthy_gpus, make_department, make_member, run_job
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +21,7 @@ def test_stale_low_rows_do_not_tell_of_idle_gpus(demo_inventory, django_user_mod
     alpha = make_department("Alpha", guaranteed_gpus=8)
     gpus = healthy_gpus(4)
     run_job(alpha, gpus, "alpha-train", started_at=timezone.now() - timedelta(hours=4))
-    lead = django_user_model.objects.create_user("lead-alpha")
+    lead = make_member("lead-alpha", alpha, Role.LEAD)  # only a lead of Alpha is told of it
     NotificationSubscription.objects.create(
         name="alpha idle",
         channel=NotificationChannel.PORTAL,

@@ -6,8 +6,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core.access import Role
 from core.models import InboxItem, NotificationChannel, NotificationSubscription
 from scheduling.tasks import record_quota_snapshots
+from tests.factories import make_member
 from tests.scheduling.test_snapshots import departments  # noqa: F401  (Alpha 2 idle, Beta 4 GPUs short)
 
 pytestmark = pytest.mark.django_db
@@ -26,8 +28,8 @@ def subscribe(owner, department, events, **extra):
 
 def test_shortfall_and_idle_are_told_once_to_the_departments_subscribers(departments, django_user_model):  # noqa: F811
     alpha, beta, _ = departments
-    lead_alpha = django_user_model.objects.create_user("lead-alpha")
-    lead_beta = django_user_model.objects.create_user("lead-beta")
+    lead_alpha = make_member("lead-alpha", alpha, Role.LEAD)  # a department's notices go to its leads
+    lead_beta = make_member("lead-beta", beta, Role.LEAD)
     subscribe(lead_alpha, alpha, ["guarantee_short", "idle_gpus"])
     subscribe(lead_beta, beta, ["guarantee_short", "idle_gpus"])
     now = timezone.now()
@@ -45,7 +47,7 @@ def test_shortfall_and_idle_are_told_once_to_the_departments_subscribers(departm
 
 def test_idle_threshold_not_crossed_is_not_told(departments, django_user_model):  # noqa: F811
     alpha, _, _ = departments
-    lead = django_user_model.objects.create_user("lead-alpha")
+    lead = make_member("lead-alpha", alpha, Role.LEAD)
     subscribe(lead, alpha, ["idle_gpus"], threshold=4)
     record_quota_snapshots()
     assert not InboxItem.objects.exists()

@@ -163,7 +163,7 @@ def test_create_with_chosen_isolation_values(workload, staff):
         "vxlan_vni": 70000,
         "ib_pkey": 0x7000,
         "network_cidr": "10.80.0.0/22",
-        "export_path": "/srv/nfs/gamma",
+        "export_path": "/exports/tenants/nfs-gamma",
         "storage_quota_gib": 100,
     }
     response = staff.post(DEPARTMENTS, body, format="json")

@@ -41,7 +41,7 @@ def test_a_lead_creates_a_project_and_it_is_audited(api_as, lead_a, department_a
     assert response.status_code == 201, response.json()
     body = response.json()
     assert body["department"] == "research" and body["slug"] == "vision-models"
-    assert body["namespace"] == body["account"] == "research-vision-models"
+    assert body["namespace"] == body["account"] == "research--vision-models"
     assert (body["guaranteed_gpus"], body["over_quota_weight"], body["limit_gpus"]) == (16, "2.00", 24)
     event = AuditEvent.objects.get(object_type="tenancy.project", action="create")
     assert event.actor == lead_a and event.department_id == department_a.pk

@@ -87,8 +87,8 @@ EMPTY = tenant(
     network_cidr="10.42.5.0/24",
     storage_quota_gib=1,
 )
-ODD_SLUG = tenant(  # a plain `1e3` is a float to YAML 1.2 readers (kubectl): must be quoted
-    "1e3", pkey=0x0123, vlan_id=103, vxlan_vni=10103, network_cidr="fd00:42::/64", port_guids=()
+ODD_SLUG = tenant(  # a plain `no` is a boolean to YAML 1.1 readers: must be quoted (slugs start a-z)
+    "no", pkey=0x0123, vlan_id=103, vxlan_vni=10103, network_cidr="fd00:42::/64", port_guids=()
 )
 ALL_TENANTS = [ML, VISION, EMPTY, ODD_SLUG]
 NFS_SERVER = "nfs01.storage.example.com"
@@ -112,7 +112,9 @@ def test_every_object_validates_against_the_real_schemas(t):
     for obj in objects:
         validate(obj)
         labels = obj["metadata"]["labels"]
-        assert labels == {"app.kubernetes.io/managed-by": "rackplane", "rackplane.io/department": t.slug}
+        base = {"app.kubernetes.io/managed-by": "rackplane", "rackplane.io/department": t.slug}
+        # The namespace also carries Pod Security Admission `restricted` (enforce, audit and warn).
+        assert labels == (base | r.POD_SECURITY_LABELS if obj["kind"] == "Namespace" else base)
         if obj["kind"] not in ("Namespace", "ClusterQueue", "PersistentVolume"):
             assert obj["metadata"]["namespace"] == t.slug
 
@@ -143,8 +145,8 @@ def test_yaml_stream_round_trips_and_validates(t):
 
 def test_yaml_quotes_strings_that_yaml_1_2_reads_as_numbers():
     text = r.to_yaml([r.namespace(ODD_SLUG), r.cluster_queue(ODD_SLUG)])
-    assert "  name: '1e3'\n" in text
-    assert "rackplane.io/department: '1e3'\n" in text
+    assert "  name: 'no'\n" in text
+    assert "rackplane.io/department: 'no'\n" in text
     assert "nominalQuota: '16'\n" in text
     assert "cohortName: rackplane\n" in text  # ordinary strings stay plain
 
@@ -242,7 +244,7 @@ def test_network_policy_isolates_departments_but_not_system_namespaces():
 
     assert _ingress_allowed(policy, "ml-research", ns_labels(r.namespace(ML)))
     assert not _ingress_allowed(policy, "vision", ns_labels(r.namespace(VISION)))
-    assert not _ingress_allowed(policy, "1e3", ns_labels(r.namespace(ODD_SLUG)))
+    assert not _ingress_allowed(policy, "no", ns_labels(r.namespace(ODD_SLUG)))
     for system in ("kube-system", "monitoring", "ingress-nginx", "default"):
         assert _ingress_allowed(policy, system, ns_labels(system))
 
@@ -523,9 +525,9 @@ def test_port_guids_are_normalised_and_deduplicated():
 def test_exports_exact_text():
     text = r.render_nfs_exports([VISION, ML, EMPTY, ODD_SLUG])
     assert text == (
-        "/exports/tenants/1e3 fd00:42::/64(rw,sync,no_subtree_check,root_squash)\n"
         "/exports/tenants/ml-research 10.42.3.0/24(rw,sync,no_subtree_check,root_squash)\n"
         "/exports/tenants/new-dept 10.42.5.0/24(rw,sync,no_subtree_check,root_squash)\n"
+        "/exports/tenants/no fd00:42::/64(rw,sync,no_subtree_check,root_squash)\n"
         "/exports/tenants/vision 10.42.4.0/24(rw,sync,no_subtree_check,root_squash)\n"
     )
     assert r.render_nfs_exports([]) == ""
@@ -569,10 +571,11 @@ def test_exports_reject_shared_nested_or_overlapping_storage():
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        ({"slug": "ML"}, "DNS-1123"),
-        ({"slug": "-ml"}, "DNS-1123"),
-        ({"slug": "ml.research"}, "DNS-1123"),
-        ({"slug": "a" * 64}, "DNS-1123"),
+        ({"slug": "ML"}, "lower-case"),
+        ({"slug": "-ml"}, "start with a letter"),
+        ({"slug": "ml.research"}, "single hyphens"),
+        ({"slug": "a" * 64}, "at most 30"),
+        ({"slug": "ml--research"}, "no '--'"),
         ({"slug": "kube-system"}, "reserved"),
         ({"slug": "default"}, "reserved"),
         ({"name": " "}, "name"),

@@ -233,7 +233,7 @@ def test_valid_isolation_values_may_be_chosen_by_hand(capacity):
         vxlan_vni=70000,
         ib_pkey=0x7000,
         network_cidr="10.80.0.0/22",
-        export_path="/srv/nfs/alpha",
+        export_path="/exports/tenants/nfs-alpha",
         storage_quota_gib=500,
     )
     alpha.refresh_from_db()
@@ -242,12 +242,12 @@ def test_valid_isolation_values_may_be_chosen_by_hand(capacity):
         70000,
         "0x7000",
         "10.80.0.0/22",
-        "/srv/nfs/alpha",
+        "/exports/tenants/nfs-alpha",
     )
     assert alpha.storage_quota_gib == 500
     # A sibling path that merely shares a prefix is not an overlap.
-    beta = department("Beta", export_path="/srv/nfs/alpha2")
-    assert beta.export_path == "/srv/nfs/alpha2"
+    beta = department("Beta", export_path="/exports/tenants/nfs-alpha2")
+    assert beta.export_path == "/exports/tenants/nfs-alpha2"
 
 
 def test_names_and_slugs_are_unique(capacity):

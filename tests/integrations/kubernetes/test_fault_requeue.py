@@ -24,7 +24,7 @@ from scheduling import requeue
 from scheduling.choices import FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import FaultPolicy
 from tenancy.renderers import local_queue
-from tests.factories import make_department, make_job
+from tests.factories import make_department, make_job, make_user
 from tests.integrations.kubernetes.test_jobs import VISION, _service_account, add_pod
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -57,7 +57,15 @@ def test_a_requeue_deletes_the_job_and_creates_it_again_elsewhere(
         priority_class=PriorityClass.TRAIN, defaults={"action": FaultAction.CHECKPOINT, "grace_s": 60}
     )
     trays = list(ComputeTray.objects.filter(rack__name="gb-r03").order_by("slot")[:2])
-    job = make_job(cluster, "pretrain", state=JobState.STARTING, trays=trays, backend="kubernetes", work=WORK)
+    job = make_job(
+        cluster,
+        "pretrain",
+        state=JobState.STARTING,
+        trays=trays,
+        backend="kubernetes",
+        work=WORK,
+        submitted_by=make_user("ada"),  # with a POSIX identity: a Kubernetes job runs as its person
+    )
     assert dispatch.dispatch(job.pk) == "submitted"
     job.refresh_from_db()
     assert job.backend_id == f"vision/rp-{job.pk}" and kube.names("Job") == [job.backend_id]

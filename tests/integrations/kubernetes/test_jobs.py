@@ -29,6 +29,7 @@ from typing import Any
 import certifi
 import pytest
 
+from core.posix import PosixIdentity
 from integrations.jobs import (
     BackendJobState,
     BackendRejected,
@@ -50,6 +51,7 @@ from tests.integrations.kubernetes.test_render import NFS, inventory, tenant
 
 VISION = tenant("vision", pkey=0x11, vlan_id=101, vxlan_vni=10101, guaranteed_gpus=8, limit_gpus=None)
 
+PERSON = PosixIdentity("ada", uid=10001, gid=10001, groups=(20001,))
 HOSTS = ("gb-r01-t03", "gb-r01-t04", "gb-r01-t05", "gb-r01-t06")
 RACK = [f"gb-r01-t{slot:02d}" for slot in range(1, 19)]
 
@@ -70,6 +72,7 @@ def request(job_id: int = 42, hostnames: tuple[str, ...] = HOSTS, **overrides: A
             "env": {"NCCL_MNNVL_ENABLE": "1", "EPOCHS": 3},
         },
         "segment": len(hostnames) if len(hostnames) > 1 else None,
+        "run_as": PERSON,  # a real Kubernetes target runs a job only as its person
     }
     fields.update(overrides)
     return DispatchRequest(**fields)

@@ -14,7 +14,7 @@ import pytest
 
 from integrations.kubernetes import render as r
 from integrations.kubernetes import validate as v
-from tenancy.renderers import ProjectSpec, TenantSpec, tenant_objects
+from tenancy.renderers import POD_SECURITY_LABELS, ProjectSpec, TenantSpec, tenant_objects
 from tests.integrations.kube_testbed import ApiError
 
 NFS = "nfs01.storage.example.com"
@@ -72,17 +72,17 @@ def test_the_department_is_a_cohort_and_each_project_a_cluster_queue_in_it():
         ],
         "fairSharing": {"weight": "2"},
     }
-    vision = of(objects, "ClusterQueue", "research-vision")
+    vision = of(objects, "ClusterQueue", "research--vision")
     assert vision["spec"]["cohortName"] == "research"
     assert vision["spec"]["namespaceSelector"] == {
-        "matchLabels": {"kubernetes.io/metadata.name": "research-vision"}
+        "matchLabels": {"kubernetes.io/metadata.name": "research--vision"}
     }
     assert vision["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
         {"name": "nvidia.com/gpu", "nominalQuota": "32", "borrowingLimit": "16"}
     ]
     assert vision["spec"]["fairSharing"] == {"weight": "1.5"}
     assert vision["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
-    nlp = of(objects, "ClusterQueue", "research-nlp")
+    nlp = of(objects, "ClusterQueue", "research--nlp")
     assert nlp["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
         {"name": "nvidia.com/gpu", "nominalQuota": "24"}  # no limit: borrows without bound
     ]
@@ -93,18 +93,19 @@ def test_the_department_is_a_cohort_and_each_project_a_cluster_queue_in_it():
         {"name": "nvidia.com/gpu", "nominalQuota": "8"}
     ]
     # Each project: namespace, GPU quota (its limit), isolation, LocalQueue `default` on its ClusterQueue.
-    namespace = of(objects, "Namespace", "research-vision")
+    namespace = of(objects, "Namespace", "research--vision")
     assert namespace["metadata"]["labels"] == {
         "app.kubernetes.io/managed-by": "rackplane",
         "rackplane.io/department": "research",
         "rackplane.io/project": "vision",
+        **POD_SECURITY_LABELS,
     }
-    assert of(objects, "ResourceQuota", "rackplane-gpu-quota", "research-vision")["spec"] == {
+    assert of(objects, "ResourceQuota", "rackplane-gpu-quota", "research--vision")["spec"] == {
         "hard": {"requests.nvidia.com/gpu": "48"}
     }
-    assert of(objects, "ResourceQuota", "rackplane-gpu-quota", "research-nlp")["spec"] == {"hard": {}}
-    assert of(objects, "LocalQueue", "default", "research-nlp")["spec"] == {"clusterQueue": "research-nlp"}
-    policy = of(objects, "NetworkPolicy", "rackplane-department-isolation", "research-vision")
+    assert of(objects, "ResourceQuota", "rackplane-gpu-quota", "research--nlp")["spec"] == {"hard": {}}
+    assert of(objects, "LocalQueue", "default", "research--nlp")["spec"] == {"clusterQueue": "research--nlp"}
+    policy = of(objects, "NetworkPolicy", "rackplane-department-isolation", "research--vision")
     assert policy["spec"]["ingress"][0] == {
         "from": [{"namespaceSelector": {"matchLabels": {"rackplane.io/department": "research"}}}]
     }
@@ -137,12 +138,18 @@ def test_a_department_without_projects_renders_exactly_as_before():
             "guaranteed 80 GPUs, more than",
         ),
         ({"projects": (ProjectSpec("a", "A", 1), ProjectSpec("a", "A again", 1))}, "appears more than once"),
-        ({"projects": (ProjectSpec("x" * 60, "Long", 1),)}, "project namespace"),
     ],
 )
 def test_projects_that_cannot_be_rendered_are_refused(overrides, words):
     with pytest.raises(ValueError, match=words):
         research(**overrides)
+
+
+@pytest.mark.parametrize("slug", ["x" * 31, "a--b", "Vision", "2d"])
+def test_a_project_slug_that_cannot_name_a_namespace_is_refused(slug):
+    """tenancy.naming: `<department>--<project>` is a namespace only for a valid project slug."""
+    with pytest.raises(ValueError, match="project slug"):
+        ProjectSpec(slug, "Long", 1)
 
 
 def test_a_project_limit_below_its_guarantee_is_refused():
@@ -177,10 +184,14 @@ def test_the_real_api_server_accepts_the_cohort_queues_and_quotas(kube):
     for obj in objects:
         kube.apply(obj, "rackplane")
     assert kube.get("Cohort", "research")["spec"]["parentName"] == "rackplane"
-    assert kube.names("ClusterQueue") == ["research", "research-nlp", "research-vision"]
-    assert kube.get("ClusterQueue", "research-vision")["spec"]["cohortName"] == "research"
-    assert kube.names("LocalQueue") == ["research-nlp/default", "research-vision/default", "research/default"]
-    quota = kube.get("ResourceQuota", "rackplane-gpu-quota", "research-vision")
+    assert kube.names("ClusterQueue") == ["research", "research--nlp", "research--vision"]
+    assert kube.get("ClusterQueue", "research--vision")["spec"]["cohortName"] == "research"
+    assert kube.names("LocalQueue") == [
+        "research--nlp/default",
+        "research--vision/default",
+        "research/default",
+    ]
+    quota = kube.get("ResourceQuota", "rackplane-gpu-quota", "research--vision")
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "48"}
     # And it refuses what the CRD's CEL rules refuse, as validate.py does before anything is sent.
     with pytest.raises(ApiError) as refused:
@@ -202,12 +213,12 @@ def test_rackplanes_own_account_pushes_and_prunes_a_departments_projects(kube, k
         result = target.apply(target.render(KubernetesState(inventory, (research(),), NFS)))
         assert "Cohort research" in result.created
         assert (
-            "ClusterQueue research-vision" in result.created
-            and "LocalQueue research-nlp/default" in result.created
+            "ClusterQueue research--vision" in result.created
+            and "LocalQueue research--nlp/default" in result.created
         )
         assert target.diff(target.render(KubernetesState(inventory, (research(),), NFS))).empty
         result = target.apply(target.render(KubernetesState(inventory, (research(projects=()),), NFS)))
-    assert {"Cohort research", "ClusterQueue research-vision", "ClusterQueue research-nlp"} <= set(
+    assert {"Cohort research", "ClusterQueue research--vision", "ClusterQueue research--nlp"} <= set(
         result.deleted
     )
     assert kube.names("Cohort") == []

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import pytest
 from django.core.exceptions import ValidationError
 
+from core.posix import PosixIdentity
 from integrations import registry
 from integrations.jobs import (
     BackendJobState,
@@ -434,7 +435,7 @@ def test_ids_that_are_not_slurm_job_ids_need_no_call():
 def test_imex_requests_need_a_target_that_runs_the_imex_switch_plugin():
     backend = SlurmJobBackend("http://127.0.0.1:9", "rackplane", token="t", imex=False, timeout=1)
     with pytest.raises(BackendRejected, match="switch/nvidia_imex"):
-        backend.submit(request(imex=True))
+        backend.submit(request(imex=True, run_as=PosixIdentity("rackplane", 20005, 20005)))  # its own user
 
 
 @pytest.mark.parametrize(

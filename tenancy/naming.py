@@ -1,0 +1,178 @@
+"""Every identifier Rackplane derives from a tenant's slugs, in one place (issue 26).
+
+Pure Python, no Django import: the models (validators, `Project.namespace`), the renderers (tenancy.renderers,
+integrations.state, integrations.slurm) and the job backends (integrations.jobs `DispatchRequest.home`) all
+call these functions, so a name is built one way only.
+
+Decision (collision-free by construction rather than by a table of reserved names):
+* A slug (department's or project's) is 1-30 characters: a lower-case letter, then lower-case letters and
+  digits, with single hyphens between them (`SLUG_PATTERN`). So no slug holds `--`, starts with a digit or a
+  hyphen, or ends with a hyphen.
+* A department's names are its slug: its Kubernetes namespace, Kueue ClusterQueue and Cohort, Slurm account
+  and QOS, the Slurm partition of its dedicated NVLink partitions, its OpenSM partition (with `_` for `-`),
+  the `<export root>/<slug>` storage path, the `rackplane-<slug>-data` PersistentVolume.
+* A project's names are `<department slug>--<project slug>`: its namespace, ClusterQueue and Slurm account.
+  No department slug holds `--`, so no project name can equal a department's; and since neither slug starts
+  or ends with `-` nor holds `--`, the `--` in a project name is exactly one place: it splits back into one
+  (department, project) pair, so two projects never share a name. Department slugs are unique (a database
+  constraint) and project slugs unique per department (another), hence every derived name is.
+* Lengths: a project namespace is at most 30 + 2 + 30 = 62 characters (a DNS-1123 label: at most 63); the
+  OpenSM partition name at most 30 (OpenSM keeps 31 characters of it, `char name[32]` in osm_prtn_t, and
+  compares names on those only).
+* Starting with a letter keeps every name a DNS-1035 label too (a Service name), never a number to a YAML
+  reader (`1e3`) and never all digits (Slurm takes a bare number for an id in several commands).
+* Reserved department slugs (`RESERVED_SLUGS`, prefix `kube-`): Kubernetes' own namespaces (`default`,
+  `kube-*`; `kube` too, since its projects' namespaces would be `kube--*`), the namespaces of what Rackplane
+  drives or runs in (Kueue, the NVIDIA DRA driver and GPU operator, Rackplane itself), Slurm's `root` account
+  and `normal` QOS, the shared Slurm partition `gpu` (integrations.state.SHARED_TIER), and `all`/`none`,
+  which Slurm reads as keywords in `AllowQos=` / `AllowAccounts=` (a QOS named `all` would open a dedicated
+  partition to every department). Project slugs reserve nothing: they never stand alone as a name.
+
+Slurm lower-cases account and QOS names; slugs are lower case already, so the name Rackplane renders is the
+name Slurm keeps.
+"""
+
+from __future__ import annotations
+
+import re
+
+SLUG_MAX = 30
+SEPARATOR = "--"  # between a department's slug and a project's; never inside a slug
+# A letter, then letters and digits with single hyphens between them. \A and \Z (not ^ and $: `$` matches
+# before a trailing newline in Python); PostgreSQL's regular expressions read them the same way.
+SLUG_PATTERN = r"\A[a-z](?:-?[a-z0-9])*\Z"
+_SLUG = re.compile(SLUG_PATTERN)
+
+SHARED_PARTITION = "gpu"  # the shared Slurm partition (integrations.state.SHARED_TIER)
+RESERVED_SLUGS = frozenset(
+    {
+        # Kubernetes
+        "default",
+        "kube",
+        # what Rackplane drives or runs in (deploy/kubernetes, Kueue, NVIDIA DRA driver and GPU operator)
+        "rackplane",
+        "kueue-system",
+        "nvidia-dra-driver-gpu",
+        "gpu-operator",
+        # Slurm: the root account, the default QOS, the shared partition, AllowQos/AllowAccounts keywords
+        "root",
+        "normal",
+        SHARED_PARTITION,
+        "all",
+        "none",
+    }
+)
+RESERVED_PREFIXES = ("kube-",)
+
+DNS1123_LABEL_MAX = 63
+OPENSM_NAME_MAX = 31
+
+
+def slug_error(slug: object, *, department: bool = True) -> str | None:
+    """Why `slug` cannot be a department's (`department=True`) or a project's slug; None when it can."""
+    if not isinstance(slug, str) or not slug:
+        return "a slug is required"
+    if len(slug) > SLUG_MAX:
+        return f"at most {SLUG_MAX} characters (this one has {len(slug)})"
+    if _SLUG.match(slug) is None:
+        if slug != slug.lower():
+            return "use lower-case letters: it becomes a Kubernetes namespace and a Slurm account"
+        if not slug[0].isalpha() or not slug[0].isascii():
+            return "start with a letter (a-z)"
+        if SEPARATOR in slug:
+            return f"no '{SEPARATOR}': it separates a department's slug from its projects' in their names"
+        if slug.endswith("-"):
+            return "end with a letter or a digit"
+        return "use only lower-case letters (a-z), digits and single hyphens"
+    if department and (slug in RESERVED_SLUGS or slug.startswith(RESERVED_PREFIXES)):
+        return f"{slug!r} is reserved (Kubernetes, Slurm or Rackplane use the name): choose another"
+    return None
+
+
+def is_slug(slug: object, *, department: bool = True) -> bool:
+    return slug_error(slug, department=department) is None
+
+
+def _check(department: str, project: str | None = None) -> None:
+    """Renderers are handed slugs from the database; a slug that slipped past validation (an old row, a
+    hand edit) stops the rendering with the reason instead of producing a name that may collide."""
+    if (why := slug_error(department)) is not None:
+        raise ValueError(f"department slug {department!r}: {why}")
+    if project is not None and (why := slug_error(project, department=False)) is not None:
+        raise ValueError(f"project slug {project!r} of {department!r}: {why}")
+
+
+# --- a department's names ---------------------------------------------------------------------------------
+
+
+def department_namespace(department: str) -> str:
+    """The department's Kubernetes namespace (also its ClusterQueue's, Cohort's and label value)."""
+    _check(department)
+    return department
+
+
+department_cluster_queue = department_namespace
+department_cohort = department_namespace
+department_account = department_namespace  # the Slurm account, a child of `root`
+department_qos = department_namespace  # the Slurm QOS holding its GPU limit
+dedicated_partition = department_namespace  # the Slurm partition of its dedicated NVLink partitions
+
+
+def opensm_partition(department: str) -> str:
+    """Its InfiniBand partition's name in OpenSM's partitions.conf: the slug with '_' for '-' (a one-to-one
+    change: slugs hold no '_'); never 'Default' (upper case), never one of the grammar's delimiters."""
+    _check(department)
+    return department.replace("-", "_")
+
+
+def persistent_volume(department: str) -> str:
+    """The cluster-scoped PersistentVolume of its NFS export."""
+    _check(department)
+    return f"rackplane-{department}-data"
+
+
+def export_path(root: str, department: str) -> str:
+    """Its default storage export: `<export root>/<slug>` (one component per department)."""
+    _check(department)
+    return f"{root.rstrip('/')}/{department}"
+
+
+# --- a project's names ------------------------------------------------------------------------------------
+
+
+def project_namespace(department: str, project: str) -> str:
+    """The project's Kubernetes namespace (also its ClusterQueue's): `<department>--<project>`."""
+    _check(department, project)
+    return f"{department}{SEPARATOR}{project}"
+
+
+project_cluster_queue = project_namespace
+project_account = project_namespace  # the Slurm account, a child of its department's
+
+
+def home(department: str, project: str = "") -> str:
+    """Where a job runs: its project's namespace / Slurm account, else its department's."""
+    return project_namespace(department, project) if project else department_namespace(department)
+
+
+def split(name: str) -> tuple[str, str | None]:
+    """A derived name back to (department slug, project slug or None): the inverse of `home`."""
+    department, sep, project = name.partition(SEPARATOR)
+    return (department, project) if sep else (department, None)
+
+
+def identifiers(department: str, projects: tuple[str, ...] | list[str] = ()) -> dict[str, set[str]]:
+    """Every name a department and its projects are given, by consumer (for tests and checks):
+    `namespace`, `slurm_account`, `slurm_qos`, `slurm_partition`, `opensm_partition`, `persistent_volume`."""
+    names = {
+        "namespace": {department_namespace(department)},
+        "slurm_account": {department_account(department)},
+        "slurm_qos": {department_qos(department)},
+        "slurm_partition": {dedicated_partition(department)},
+        "opensm_partition": {opensm_partition(department)},
+        "persistent_volume": {persistent_volume(department)},
+    }
+    for project in projects:
+        names["namespace"].add(project_namespace(department, project))
+        names["slurm_account"].add(project_account(department, project))
+    return names
