@@ -15,12 +15,15 @@ How the database maps to each scheduler (decisions, in one place):
 * Slurm nodes: every compute tray, `Gres=gpu:4` (trays that are drained or down stay defined: their state
   is slurmd's and the operator's, not the file's).
 * Slurm partitions, one per service tier: `gpu` (the default partition) with every tray that is not in a
-  dedicated NVLink partition, then one per department that has dedicated partitions, named after its slug,
-  holding exactly those trays, open only to the department's QOS (`AllowQos=<slug>`) and served first
-  (`PriorityTier=10`). Every department gets a QOS named after its slug whose `GrpTRES=gres/gpu` is its GPU
-  limit (sacctmgr; needs slurmdbd).
+  dedicated NVLink partition and has no tier, one per named tier (`gpu_<name>`, shared), then one per
+  department that has dedicated partitions, named after its slug, holding exactly those trays (a tier set on
+  a dedicated partition is not used), open only to the department's QOS (`AllowQos=<slug>`) and served
+  first (`PriorityTier=10`). Tiers and slugs cannot share a name (tenancy.naming.slurm_partition). Every
+  department gets a QOS named after its slug whose `GrpTRES=gres/gpu` is its GPU limit (sacctmgr; needs
+  slurmdbd).
 * Kubernetes: `integrations.kubernetes.render.desired_objects` with every rack, partition and tray;
-  a partition's service tier label is its Slurm partition's name (`gpu` or the department slug).
+  a partition's service tier label is its Slurm partition's name (`gpu`, `gpu_<name>` or the department
+  slug).
 * OpenSM: one InfiniBand partition per department whose members are the port GUIDs of the trays it owns
   (dedicated partitions) or runs on (trays holding a GPU of one of its running jobs).
 * NFS: one export per department.
@@ -35,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,9 +142,10 @@ def short_rack_names(names: list[str]) -> dict[str, str]:
 
 
 def partition_tier(service_tier: str, owner_slug: str | None) -> str:
-    """The Slurm partition serving an NVLink partition: the one the wizard named, else its department's
-    (dedicated), else the shared `gpu` partition."""
-    return service_tier or (owner_slug and naming.dedicated_partition(owner_slug)) or SHARED_TIER
+    """The Slurm partition serving an NVLink partition: its department's when it is dedicated to one, else
+    the service tier the wizard named (`gpu_<name>`), else the shared `gpu` partition (tenancy.naming
+    .slurm_partition: a tier can never name a department's partition, so each has one owner)."""
+    return naming.slurm_partition(service_tier, owner_slug)
 
 
 def block_name(rack_short: str, partition_name: str, clique_id: int) -> str:
@@ -249,7 +253,7 @@ def _slurm_blocks(rows: _Rows) -> tuple[SlurmBlock, ...]:
         if tray.partition_id is not None:
             hosts_of_partition[tray.partition_id].append(tray.hostname)
     short = short_rack_names([r.name for r in rows.racks])
-    blocks = []
+    found = []
     for p in sorted(
         rows.partitions,
         key=lambda p: (rows.rack_name[p.rack_id], p.clique_id == DEFAULT_CLIQUE_ID, p.clique_id, p.name),
@@ -257,13 +261,27 @@ def _slurm_blocks(rows: _Rows) -> tuple[SlurmBlock, ...]:
         hosts = hosts_of_partition.get(p.id)
         if hosts:
             rack = rows.rack_name[p.rack_id]
-            blocks.append(SlurmBlock(block_name(short[rack], p.name, p.clique_id), rack, tuple(hosts)))
-    return tuple(blocks)
+            found.append((block_name(short[rack], p.name, p.clique_id), rack, p.name, tuple(hosts)))
+    # Short names run together (rack `r1` + partition `1` and rack `r11` are both `r11`): a name given twice
+    # becomes `<rack>.<partition>` for each of its blocks. Rack and partition names are DNS labels
+    # (inventory.names), so they hold no dot: a dotted name never equals a plain one, and two dotted ones
+    # differ (rack names are unique, partition names unique in their rack).
+    given = Counter(name for name, *_ in found)
+    return tuple(
+        SlurmBlock(name if given[name] == 1 else f"{rack}.{partition}", rack, hosts)
+        for name, rack, partition, hosts in found
+    )
 
 
 def _tier_of_partition(rows: _Rows) -> dict[int, str]:
     """Partition -> the Slurm partition serving it (see `partition_tier`)."""
-    return {p.id: partition_tier(p.service_tier, rows.owner_slug(p)) for p in rows.partitions}
+    tiers = {}
+    for p in rows.partitions:
+        try:
+            tiers[p.id] = partition_tier(p.service_tier, rows.owner_slug(p))
+        except ValueError as error:  # a row written around the model's validation and constraint
+            raise ValueError(f"partition {rows.rack_name[p.rack_id]} {p.name}: {error}") from error
+    return tiers
 
 
 def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, ...]:

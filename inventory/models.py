@@ -7,6 +7,7 @@ side so drift between them is visible.
 """
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q, Value
@@ -16,6 +17,7 @@ from django.utils import timezone
 from core.access import is_admin
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, MAX_CLIQUE_ID, TRAYS_PER_RACK
 from core.text import TextValidator
+from inventory import names
 from inventory.choices import (
     ACTIVE_PLAN_STATES,
     ActionKind,
@@ -29,6 +31,35 @@ from inventory.choices import (
     TrayState,
 )
 
+# --- names every consumer takes (inventory.names; issue 26) ----------------------------------------------
+# A name Slurm or Kubernetes cannot take is refused at save, on its field, rather than at render time, where
+# one bad row stops the push of every target. The same patterns are the named check constraints below.
+
+
+def _refuse(why: str | None) -> None:
+    if why is not None:
+        raise ValidationError(why, code="invalid_name")
+
+
+def validate_rack_name(value):
+    """A rack's name: a DNS-1123 label (inventory.names.rack_name_error)."""
+    _refuse(names.rack_name_error(value))
+
+
+def validate_hostname(value):
+    """A compute tray's hostname: a DNS-1123 subdomain of at most 63 characters (inventory.names)."""
+    _refuse(names.hostname_error(value))
+
+
+def validate_partition_name(value):
+    """An NVLink partition's name: a DNS-1123 label of at most 31 characters (inventory.names)."""
+    _refuse(names.partition_name_error(value))
+
+
+def validate_service_tier(value):
+    """A service tier: empty, `gpu` or `gpu_<name>`, never a department's Slurm partition (inventory.names)"""
+    _refuse(names.service_tier_error(value))
+
 
 class RackQuerySet(models.QuerySet):
     def visible_to(self, user):
@@ -39,7 +70,12 @@ class RackQuerySet(models.QuerySet):
 class Rack(models.Model):
     """One NVL72 rack: a single NVLink domain whose GPUs all report the same cluster UUID."""
 
-    name = models.CharField(max_length=64, validators=[TextValidator()])
+    name = models.CharField(
+        max_length=64,
+        validators=[TextValidator(), validate_rack_name],
+        help_text=f"Up to {names.RACK_NAME_MAX} lower-case letters, digits and '-', starting and ending with "
+        "a letter or digit (a Kubernetes label value and part of Slurm block names).",
+    )
     system_model = models.CharField(
         max_length=32, choices=SystemModel.choices, default=SystemModel.GB200_NVL72
     )
@@ -61,6 +97,12 @@ class Rack(models.Model):
             models.UniqueConstraint(
                 fields=["cluster_uuid"], name="%(app_label)s_%(class)s_unique_cluster_uuid"
             ),
+            models.CheckConstraint(
+                condition=Q(name__regex=names.DNS_LABEL_PATTERN),
+                name="%(app_label)s_%(class)s_name_form",
+                violation_error_message="A rack's name is lower-case letters, digits and '-', starting and "
+                "ending with a letter or digit.",
+            ),
         ]
 
     def __str__(self):
@@ -79,12 +121,19 @@ class NVLinkPartition(models.Model):
     clique_id = models.PositiveIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(MAX_CLIQUE_ID)]
     )
-    name = models.CharField(max_length=64, validators=[TextValidator()])
+    name = models.CharField(
+        max_length=64,
+        validators=[TextValidator(), validate_partition_name],
+        help_text=f"Up to {names.PARTITION_NAME_MAX} lower-case letters, digits and '-', starting and ending "
+        "with a letter or digit.",
+    )
     service_tier = models.CharField(
         max_length=64,
         blank=True,
-        validators=[TextValidator()],
-        help_text="Slurm partition serving it; empty: the shared partition.",
+        validators=[TextValidator(), validate_service_tier],
+        help_text="Slurm partition serving it when it is dedicated to no department: 'gpu_<name>' (e.g. "
+        "gpu_interactive); empty: the shared partition 'gpu'. A dedicated partition is always served by "
+        "its department's Slurm partition.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # An NVLink/fabric fault on one tray affects every tray of the partition (inventory.health).
@@ -109,6 +158,17 @@ class NVLinkPartition(models.Model):
                 condition=Q(clique_id__gte=1, clique_id__lte=MAX_CLIQUE_ID),
                 name="%(app_label)s_%(class)s_clique_id_range",
             ),
+            models.CheckConstraint(
+                condition=Q(name__regex=names.DNS_LABEL_PATTERN),
+                name="%(app_label)s_%(class)s_name_form",
+                violation_error_message="An NVLink partition's name is lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit.",
+            ),
+            models.CheckConstraint(
+                condition=Q(service_tier="") | Q(service_tier__regex=names.TIER_PATTERN),
+                name="%(app_label)s_%(class)s_service_tier_form",
+                violation_error_message="A service tier is empty, 'gpu' or 'gpu_<name>'.",
+            ),
         ]
 
     def __str__(self):
@@ -131,7 +191,12 @@ class ComputeTray(models.Model):
     slot = models.PositiveSmallIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)]
     )
-    hostname = models.CharField(max_length=128)
+    hostname = models.CharField(
+        max_length=128,
+        validators=[validate_hostname],
+        help_text=f"Up to {names.HOSTNAME_MAX} lower-case letters, digits, '-' and '.' (a DNS name): the "
+        "Kubernetes node's name and the Slurm NodeName.",
+    )
     state = models.CharField(max_length=16, choices=TrayState.choices, default=TrayState.UP)
     state_reason = models.CharField(max_length=255, blank=True)
     ib_port_guids = models.JSONField(
@@ -172,6 +237,12 @@ class ComputeTray(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["rack", "slot"], name="%(app_label)s_%(class)s_unique_slot"),
             models.UniqueConstraint(fields=["hostname"], name="%(app_label)s_%(class)s_unique_hostname"),
+            models.CheckConstraint(
+                condition=Q(hostname__regex=names.HOSTNAME_PATTERN),
+                name="%(app_label)s_%(class)s_hostname_form",
+                violation_error_message="A tray's hostname is lower-case letters, digits, '-' and '.' (a "
+                "DNS name).",
+            ),
             models.CheckConstraint(
                 condition=Q(slot__gte=1, slot__lte=TRAYS_PER_RACK), name="%(app_label)s_%(class)s_slot_range"
             ),

@@ -6,15 +6,14 @@ A plan carves one rack (NVLink domain) into partitions of whole compute trays. T
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from core.hardware import DEFAULT_CLIQUE_ID, TRAYS_PER_RACK
+from inventory.names import partition_name_error, service_tier_error
 
 PRESETS = {"1x18": 18, "2x9": 9, "3x6": 6, "6x3": 3, "9x2": 2, "18x1": 1}
-NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 # A tray's state as the findings say it ("although it is drained").
 STATE_WORDS = {"drain": "drained", "maintenance": "in maintenance", "needs_service": "waiting for service"}
 
@@ -189,12 +188,8 @@ def _check_names(check: PlanCheck, partitions: list[PlannedPartition]) -> None:
     for name in sorted({n for n in names if names.count(n) > 1}):
         check.add(Level.ERROR, f"The name {name} is used by more than one partition: names must be unique.")
     for name in names:
-        if not NAME.match(name):
-            check.add(
-                Level.ERROR,
-                f"{name!r} is not a usable partition name: use lower-case letters, digits and dashes "
-                "(up to 31 characters, starting with a letter or digit).",
-            )
+        if (why := partition_name_error(name)) is not None:  # the model's rule (inventory.names)
+            check.add(Level.ERROR, f"{name!r} is not a usable partition name: {why}.")
 
 
 def _assign_trays(
@@ -227,9 +222,27 @@ def _assign_trays(
                 f"Partition {partition.name} is given to {partition.department!r}, "
                 "which is not a department.",
             )
-        if partition.slurm_partition and not NAME.match(partition.slurm_partition):
-            check.add(Level.ERROR, f"{partition.slurm_partition!r} is not a usable Slurm partition name.")
+        _check_slurm_partition(check, partition)
     return owner
+
+
+def _check_slurm_partition(check: PlanCheck, partition: PlannedPartition) -> None:
+    """A partition given to a department is served by the department's own Slurm partition (its slug, the
+    name tenancy.naming derives); any other by a service tier that can never be a department's (`gpu_<name>`,
+    inventory.names), so no Slurm partition ever holds two owners' trays."""
+    tier = partition.slurm_partition
+    if not tier:
+        return
+    if partition.department:
+        if tier != partition.department:
+            check.add(
+                Level.ERROR,
+                f"Partition {partition.name} is given to {partition.department}: it is served by the Slurm "
+                f"partition {partition.department}, not {tier!r}. Leave its Slurm partition empty.",
+            )
+        return
+    if (why := service_tier_error(tier)) is not None:
+        check.add(Level.ERROR, f"{tier!r} is not a usable Slurm partition name: {why}.")
 
 
 def _check_left_out(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:

@@ -30,7 +30,11 @@ from tenancy.models import Department, Membership, Project, ProjectMembership, P
 
 class ProjectForm(ServiceErrorsMixin, forms.Form):
     name = TextFormField(max_length=100)
-    slug = forms.SlugField(max_length=30, required=False, help_text="Leave empty to derive it from the name.")
+    slug = forms.SlugField(
+        max_length=30,
+        required=False,
+        help_text="Leave empty to derive it from the name (3D Vision: p-3d-vision).",
+    )
     guaranteed_gpus = forms.IntegerField(min_value=0, max_value=MAX_GPUS, initial=0, label="Guaranteed GPUs")
     over_quota_weight = forms.DecimalField(
         min_value=0, max_digits=6, decimal_places=2, initial=Decimal("1.00"), label="Over-quota weight"

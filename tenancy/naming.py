@@ -27,6 +27,11 @@ Decision (collision-free by construction rather than by a table of reserved name
   and `normal` QOS, the shared Slurm partition `gpu` (integrations.state.SHARED_TIER), and `all`/`none`,
   which Slurm reads as keywords in `AllowQos=` / `AllowAccounts=` (a QOS named `all` would open a dedicated
   partition to every department). Project slugs reserve nothing: they never stand alone as a name.
+* Slurm partitions (`slurm_partition`): an NVLink partition dedicated to a department is served by the
+  department's partition (its slug), whatever service tier it was given; any other by its service tier,
+  `gpu` or `gpu_<name>` (inventory.names, checked at save), or the shared `gpu` when it has none. No slug
+  holds `_` and `gpu` is reserved, so a tier never names a department's partition: every Slurm partition
+  has exactly one owner (everyone, or one department).
 
 Slurm lower-cases account and QOS names; slugs are lower case already, so the name Rackplane renders is the
 name Slurm keeps.
@@ -35,6 +40,9 @@ name Slurm keeps.
 from __future__ import annotations
 
 import re
+import unicodedata
+
+from inventory.names import SHARED_TIER, service_tier_error
 
 SLUG_MAX = 30
 SEPARATOR = "--"  # between a department's slug and a project's; never inside a slug
@@ -43,7 +51,7 @@ SEPARATOR = "--"  # between a department's slug and a project's; never inside a 
 SLUG_PATTERN = r"\A[a-z](?:-?[a-z0-9])*\Z"
 _SLUG = re.compile(SLUG_PATTERN)
 
-SHARED_PARTITION = "gpu"  # the shared Slurm partition (integrations.state.SHARED_TIER)
+SHARED_PARTITION = SHARED_TIER  # "gpu", the shared Slurm partition (inventory.names, integrations.state)
 RESERVED_SLUGS = frozenset(
     {
         # Kubernetes
@@ -93,6 +101,35 @@ def is_slug(slug: object, *, department: bool = True) -> bool:
     return slug_error(slug, department=department) is None
 
 
+DEFAULT_SLUG_PREFIX = "p-"  # before a name that starts with a digit ("3D Vision" -> "p-3d-vision")
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def default_slug(name: object, *, prefix: str = DEFAULT_SLUG_PREFIX) -> str:
+    """The slug made from a name when none is typed: always a valid project slug, or "" when the name holds
+    no letter or digit of the Latin alphabet (the caller then asks for one, `DEFAULT_SLUG_MISSING`).
+
+    Accents are dropped ("Équipe" -> "equipe"), every run of other characters becomes one '-' (so never
+    '--' or '_'), a name starting with a digit gets `prefix` ("3D Vision" -> "p-3d-vision"), and the result
+    is cut to `SLUG_MAX` characters without a trailing '-'. A department's may still be a reserved name
+    (`slug_error` says so)."""
+    if not isinstance(name, str):
+        return ""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    slug = _NOT_SLUG.sub("-", ascii_name.lower()).strip("-")
+    if not slug:
+        return ""
+    if not slug[0].isalpha():
+        slug = prefix + slug
+    return slug[:SLUG_MAX].rstrip("-")
+
+
+DEFAULT_SLUG_MISSING = (
+    "no slug can be made from this name (it has no letters a-z or digits): type one, lower-case letters, "
+    "digits and single hyphens, starting with a letter"
+)
+
+
 def _check(department: str, project: str | None = None) -> None:
     """Renderers are handed slugs from the database; a slug that slipped past validation (an old row, a
     hand edit) stops the rendering with the reason instead of producing a name that may collide."""
@@ -116,6 +153,16 @@ department_cohort = department_namespace
 department_account = department_namespace  # the Slurm account, a child of `root`
 department_qos = department_namespace  # the Slurm QOS holding its GPU limit
 dedicated_partition = department_namespace  # the Slurm partition of its dedicated NVLink partitions
+
+
+def slurm_partition(service_tier: str, department: str | None) -> str:
+    """The Slurm partition serving an NVLink partition: its department's when it is dedicated to one (the
+    service tier is then not used), else its service tier, else the shared `gpu` partition."""
+    if department:
+        return dedicated_partition(department)
+    if (why := service_tier_error(service_tier)) is not None:
+        raise ValueError(f"service tier {service_tier!r}: {why}")
+    return service_tier or SHARED_PARTITION
 
 
 def opensm_partition(department: str) -> str:

@@ -21,9 +21,9 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.db.models.functions import Lower
-from django.utils.text import slugify
 
 from core.access import may_use_project, require_project_manager
+from tenancy import naming
 from tenancy.models import Department, Membership, Project, ProjectMembership, ProjectRole, RoleOrigin
 
 QUOTA_FIELDS = ("guaranteed_gpus", "over_quota_weight", "limit_gpus")
@@ -158,7 +158,13 @@ def create_project(by, department: Department, *, name: str, slug: str = "", **q
     department = Department.objects.select_for_update().get(pk=department.pk)
     quota = _clean_quota({k: v for k, v in quota.items() if k in QUOTA_FIELDS})
     name = (name or "").strip()
-    project = Project(department=department, name=name, slug=slug or slugify(name)[:30].strip("-"), **quota)
+    if not slug:
+        # Derived so that it is always valid (tenancy.naming.default_slug: "3D Vision" -> "p-3d-vision"), or
+        # the person is asked to type one, on the slug field.
+        slug = naming.default_slug(name)
+        if not slug and name:
+            raise ValidationError({"slug": naming.DEFAULT_SLUG_MISSING})
+    project = Project(department=department, name=name, slug=slug, **quota)
     return _save(department, project)
 
 

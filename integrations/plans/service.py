@@ -434,7 +434,9 @@ def _repartition(rack: Rack, result: PlanCheck) -> None:
                 rack=rack,
                 name=planned.name,
                 clique_id=result.clique_ids[planned.name],
-                service_tier=planned.slurm_partition,
+                # A dedicated partition is served by its department's Slurm partition (tenancy.naming
+                # .slurm_partition): the plan check let only that name through for it, stored as "".
+                service_tier="" if planned.department else planned.slurm_partition,
             )
             ComputeTray.objects.filter(rack=rack, slot__in=planned.slots).update(partition=partition)
             if planned.department:

@@ -31,6 +31,7 @@ from inventory.discovery.nvidia_smi import (
     validate_report,
 )
 from inventory.discovery.report_hash import HASH_RE
+from inventory.names import hostname_error
 from inventory.services import (
     HEALTH_ONLY,
     OutOfScope,
@@ -180,6 +181,13 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
         "report, when the node's listing has not changed since (64 lower-case hex digits). Answered 200 "
         "with `unchanged: true` (a heartbeat) or 409 with `full_report_needed: true` (send the full report)",
     )
+
+    def validate_host(self, value):
+        # The inventory only holds hostnames Slurm and Kubernetes take (inventory.names): say why a host
+        # cannot be a tray's instead of looking it up and answering "not in the inventory".
+        if (why := hostname_error(value)) is not None:
+            raise serializers.ValidationError(f"{value!r} cannot be a compute tray's hostname: {why}")
+        return value
 
     def validate_report_sha256(self, value):
         if not HASH_RE.match(value):

@@ -94,16 +94,16 @@ def test_one_slurm_partition_per_service_tier(tenants):
 
 def test_a_partition_named_service_tier_becomes_its_own_slurm_partition(tenants):
     # The wizard's "Slurm partition" field: gb-r02 p1 (undedicated) gets a tier of its own.
-    NVLinkPartition.objects.filter(rack__name="gb-r02", name="p1").update(service_tier="interactive")
+    NVLinkPartition.objects.filter(rack__name="gb-r02", name="p1").update(service_tier="gpu_interactive")
     files = configstate.render_files(configstate.build_state())
     conf = files["slurm/rackplane.conf"]
     assert "PartitionName=gpu Nodes=gb-r[01,03]-t[01-18] Default=YES" in conf
     assert (
-        "PartitionName=interactive Nodes=gb-r02-t[01-09] Default=NO MaxTime=INFINITE PriorityTier=1 "
+        "PartitionName=gpu_interactive Nodes=gb-r02-t[01-09] Default=NO MaxTime=INFINITE PriorityTier=1 "
         "OverSubscribe=EXCLUSIVE State=UP"
     ) in conf
     assert "PartitionName=inference Nodes=gb-r02-t[10-18] Default=NO AllowQos=inference" in conf
-    assert f"{SERVICE_TIER_LABEL}: interactive" in files["kubernetes/02-nodes.yaml"]
+    assert f"{SERVICE_TIER_LABEL}: gpu_interactive" in files["kubernetes/02-nodes.yaml"]
 
 
 def test_qos_per_department(tenants):
@@ -289,3 +289,15 @@ def test_query_count_does_not_grow_with_racks(tenants):
     assert large == small
     assert small[0] <= 8
     assert len(configstate.build_state().slurm.nodes) == 9 * 18
+
+
+def test_block_names_that_run_together_are_told_apart(demo_inventory):
+    # Rack gb-r0's partition "2" and rack gb-r02 both shorten to `r02`: each gets `<rack>.<partition>`.
+    Rack.objects.filter(name="gb-r02").update(name="gb-r0")
+    Rack.objects.filter(name="gb-r03").update(name="gb-r02")
+    NVLinkPartition.objects.filter(rack__name="gb-r0", name="p1").update(name="2")
+    topology = configstate.render_files(configstate.build_state())["slurm/topology.conf"]
+    names = [line.split()[0].removeprefix("BlockName=") for line in topology.splitlines() if "BlockName=" in line]
+    assert len(names) == len(set(names)), topology
+    assert "BlockName=gb-r0.2 " in topology and "BlockName=gb-r02.default-1 " in topology
+    assert "BlockName=r0p2 " in topology  # a name given once keeps its short form

@@ -63,7 +63,7 @@ def test_applying_2x9_replaces_the_partitions_moves_trays_dedicates_and_queues_p
     assert layout_of(rack) == [("default", 32766, list(range(1, 19)))]
     planned = [
         PlannedPartition("p1", tuple(range(1, 10)), department="research"),
-        PlannedPartition("p2", tuple(range(10, 19)), slurm_partition="batch"),
+        PlannedPartition("p2", tuple(range(10, 19)), slurm_partition="gpu_batch"),
     ]
     plan = plans.create_plan(rack, planned, drain=False, user=admin_user)
     assert plan.status == PlanStatus.DRAFT
@@ -77,7 +77,7 @@ def test_applying_2x9_replaces_the_partitions_moves_trays_dedicates_and_queues_p
     assert plan.applied_at is not None
     assert layout_of(rack) == [("p1", 1, list(range(1, 10))), ("p2", 2, list(range(10, 19)))]
     assert not ComputeTray.objects.filter(rack=rack, partition__isnull=True).exists()
-    assert NVLinkPartition.objects.get(rack=rack, name="p2").service_tier == "batch"
+    assert NVLinkPartition.objects.get(rack=rack, name="p2").service_tier == "gpu_batch"
     # The dedication counts in the department's guarantee.
     p1 = NVLinkPartition.objects.get(rack=rack, name="p1")
     assert DedicatedPartition.objects.get(partition=p1).department == research
