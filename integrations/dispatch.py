@@ -34,6 +34,7 @@ from django.utils import timezone
 from core import posix
 from core.retry import backoff
 from integrations import registry
+from integrations.embedded import PREFIX as RENDERED_PREFIX
 from integrations.embedded import RenderedJobBackend
 from integrations.jobs import (
     FINISHED_BACKEND_STATES,
@@ -58,12 +59,16 @@ logger = logging.getLogger(__name__)
 LOST_AFTER = timedelta(seconds=settings.RACKPLANE_DISPATCH_LOST_AFTER_SECONDS)
 
 
-def backend_for(backend: str) -> tuple[JobBackend, str, dict]:
+def backend_for(backend: str, backend_id: str = "") -> tuple[JobBackend, str, dict]:
     """(job backend, label for messages, its target's settings) for Job.backend `backend`: the first
     enabled target of a kind that runs such jobs, else the embedded renderer (files under
-    RACKPLANE_RENDER_DIR/jobs)."""
+    RACKPLANE_RENDER_DIR/jobs). A job the renderer took (`backend_id` "rendered/...") stays the renderer's
+    when a live target is added later: the new target never knew it, and asking it would fail the job."""
     kinds = {kind.name: kind for kind in registry.kinds() if kind.backend == backend}
-    for target in ConfigTarget.objects.filter(kind__in=kinds, enabled=True).order_by("pk"):
+    targets = ConfigTarget.objects.filter(kind__in=kinds, enabled=True).order_by("pk")
+    if backend_id.startswith(RENDERED_PREFIX):
+        targets = targets.none()
+    for target in targets:
         kind = kinds[target.kind]
         values = target.connection_settings()  # with its outbound allowance (core.outbound)
         job_backend = kind.job_backend(values) if kind.job_backend else None
@@ -203,7 +208,7 @@ def process_cancels() -> int:
     done = 0
     rows = BackendCancel.objects.filter(done_at__isnull=True).select_related("job__submitted_by")
     for row in rows.order_by("pk")[:200]:
-        backend, label, _ = backend_for(row.backend)
+        backend, label, _ = backend_for(row.backend, row.backend_id)
         try:
             if _acts_as_person(backend):
                 # Stopped as the person it runs as (a job of another Unix user is never signalled).
@@ -238,54 +243,66 @@ def sync_states() -> dict:
             .exclude(backend_id="")
             .select_related("submitted_by")
         )
-        jobs = {job.backend_id: job.pk for job in running}
-        if not jobs:
-            continue
-        backend, label, _ = backend_for(kind)
-        try:
-            if _acts_as_person(backend):
-                # Each person's jobs are read as that person (Slurm PrivateData shows a user their own).
-                identities: dict = {}
-                people: dict = {}
-                for job in running:
-                    if job.submitted_by_id not in identities:
-                        identities[job.submitted_by_id] = posix_identity_of(job.submitted_by)
-                    people.setdefault(identities[job.submitted_by_id], []).append(job.backend_id)
-                statuses = {}
-                for identity, ids in people.items():
-                    statuses.update(backend.status(ids, run_as=identity))
-            else:
-                statuses = backend.status(list(jobs))
-        except BackendError as error:
-            unreachable += len(jobs)
-            note = f"{label} unreachable at {timezone.now():%H:%M:%S}: {error}; state not updated"[:500]
-            Job.objects.filter(pk__in=jobs.values()).update(backend_message=note)
-            continue
-        for backend_id, status in statuses.items():
-            job_id = jobs.get(backend_id)
-            if job_id is None:
-                continue
-            with transaction.atomic():
-                job = Job.objects.select_for_update().filter(pk=job_id, state=JobState.RUNNING).first()
-                if job is None or job.backend_id != backend_id:
-                    continue
-                if status.state in FINISHED_BACKEND_STATES:
-                    words = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
-                    if status.exit_code is not None:
-                        words += f", exit code {status.exit_code}"
-                    finish_job(job, _FINAL[status.state], words, status.exit_code)
-                    finished += 1
-                elif status.state == BackendJobState.UNKNOWN:
-                    finish_job(
-                        job,
-                        JobState.FAILED,
-                        f"{label} no longer knows {backend_id}: it ended while Rackplane was not watching "
-                        "(outcome unknown)",
-                    )
-                    finished += 1
-                else:
-                    message = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
-                    if job.backend_message != message[:500]:
-                        job.backend_message = message[:500]
-                        job.save(update_fields=["backend_message", "updated_at"])
+        # Jobs the embedded renderer took are read from it, the rest from the live target (backend_for).
+        rendered = [job for job in running if job.backend_id.startswith(RENDERED_PREFIX)]
+        live = [job for job in running if not job.backend_id.startswith(RENDERED_PREFIX)]
+        for group, first_id in ((rendered, RENDERED_PREFIX), (live, "")):
+            if group:
+                done, lost = _sync_group(kind, group, first_id)
+                finished += done
+                unreachable += lost
     return {"finished": finished, "unreachable": unreachable}
+
+
+def _sync_group(kind: str, running: list[Job], backend_id: str) -> tuple[int, int]:
+    """sync_states for RUNNING jobs of one backend (`backend_id`: one of theirs, see backend_for):
+    (finished, unreachable)."""
+    finished = 0
+    jobs = {job.backend_id: job.pk for job in running}
+    backend, label, _ = backend_for(kind, backend_id)
+    try:
+        if _acts_as_person(backend):
+            # Each person's jobs are read as that person (Slurm PrivateData shows a user their own).
+            identities: dict = {}
+            people: dict = {}
+            for job in running:
+                if job.submitted_by_id not in identities:
+                    identities[job.submitted_by_id] = posix_identity_of(job.submitted_by)
+                people.setdefault(identities[job.submitted_by_id], []).append(job.backend_id)
+            statuses = {}
+            for identity, ids in people.items():
+                statuses.update(backend.status(ids, run_as=identity))
+        else:
+            statuses = backend.status(list(jobs))
+    except BackendError as error:
+        note = f"{label} unreachable at {timezone.now():%H:%M:%S}: {error}; state not updated"[:500]
+        Job.objects.filter(pk__in=jobs.values()).update(backend_message=note)
+        return 0, len(jobs)
+    for job_backend_id, status in statuses.items():
+        job_id = jobs.get(job_backend_id)
+        if job_id is None:
+            continue
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(pk=job_id, state=JobState.RUNNING).first()
+            if job is None or job.backend_id != job_backend_id:
+                continue
+            if status.state in FINISHED_BACKEND_STATES:
+                words = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
+                if status.exit_code is not None:
+                    words += f", exit code {status.exit_code}"
+                finish_job(job, _FINAL[status.state], words, status.exit_code)
+                finished += 1
+            elif status.state == BackendJobState.UNKNOWN:
+                finish_job(
+                    job,
+                    JobState.FAILED,
+                    f"{label} no longer knows {job_backend_id}: it ended while Rackplane was not watching "
+                    "(outcome unknown)",
+                )
+                finished += 1
+            else:
+                message = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
+                if job.backend_message != message[:500]:
+                    job.backend_message = message[:500]
+                    job.save(update_fields=["backend_message", "updated_at"])
+    return finished, 0

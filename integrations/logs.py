@@ -216,7 +216,7 @@ def job_logs(job: Job, limit: int | None = DEFAULT_LIMIT) -> JobLogs:
     """The job's output as its backend keeps it, the last `limit` bytes of each stream (None: all, capped
     at MAX_DOWNLOAD). Never raises for an outside system's failure: the error is in the result, in words."""
     try:
-        backend, label, _ = backend_for(job.backend)
+        backend, label, _ = backend_for(job.backend, job.backend_id)
     except BackendError as error:
         return JobLogs(source=job.get_backend_display(), error=f"No backend runs this job: {error}")
     if isinstance(backend, RenderedJobBackend) or (job.backend_id or "").startswith(PREFIX):

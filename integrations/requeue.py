@@ -59,7 +59,7 @@ def signal_job(job_id: int, signal: str = decisions.DEFAULT_SIGNAL) -> str:
     if job is None or job.requeue_at is None or not job.backend_id:
         return "skipped"
     try:
-        backend, label, _ = backend_for(job.backend)
+        backend, label, _ = backend_for(job.backend, job.backend_id)
     except BackendError as error:
         return _note(job, f"could not ask it to checkpoint: {error}", "failed")
     send = getattr(backend, "signal", None)

@@ -48,6 +48,7 @@ from scheduling.services import (
     DEFAULT_FALLBACK_AFTER_MINUTES,
     IdempotencyKeyReused,
     check_fallback,
+    check_run_as,
     submission,
     submit_job,
     submittable_departments,
@@ -415,12 +416,14 @@ def job_preview(request):
         attrs = dict(serializer.validated_data)
         for name in ("name", "backend", "work"):
             attrs.pop(name, None)
-        # submit_job's own checks beyond the serializer's (the cluster's are preview_job's).
+        # submit_job's own checks beyond the serializer's (the cluster's are preview_job's), the person's
+        # POSIX identity for a live backend among them: the preview never says "it fits" to a refusal.
         errors = _messages(
             check_fallback(
                 attrs["topology"], attrs.get("fallback_topology") or "", attrs.get("fallback_after_minutes")
             )
             | check_job_project(request.user, attrs["department"], attrs.get("project"), attrs["gpus"])
+            | check_run_as(request.user, serializer.validated_data["backend"])
         )
         if not errors:
             preview = preview_job(**attrs)

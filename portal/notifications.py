@@ -80,6 +80,14 @@ class SubscriptionForm(forms.Form):
         assume_scheme="https",
         help_text="Rackplane POSTs signed JSON here. http:// or https://; redirects are not followed.",
     )
+    # core.outbound refuses private and loopback addresses unless this is ticked (the installation-wide
+    # RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS aside): the refusal tells the admin to tick it, here.
+    allow_private_address = forms.BooleanField(
+        required=False,
+        label="Allow a private address",
+        help_text="For a receiver inside your own network (a private or loopback address). Link-local and "
+        "cloud metadata addresses stay refused whatever this says.",
+    )
     email = forms.EmailField(label="Email address", help_text="One recipient (a list's address works).")
     events = forms.MultipleChoiceField(
         choices=SUBSCRIBABLE_EVENTS,
@@ -97,8 +105,11 @@ class SubscriptionForm(forms.Form):
     def __init__(self, *args, channel: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.channel = channel
-        # The other channel's field does not apply.
-        del self.fields["email" if channel == NotificationChannel.WEBHOOK else "url"]
+        # The other channel's fields do not apply.
+        if channel == NotificationChannel.WEBHOOK:
+            del self.fields["email"]
+        else:
+            del self.fields["url"], self.fields["allow_private_address"]
         if not self.is_bound and "events" not in self.initial:
             self.initial["events"] = list(HEALTH_EVENTS)
 
@@ -126,8 +137,7 @@ class SubscriptionForm(forms.Form):
                 "Write the address with its scheme: http://… or https://… (which one your receiver speaks).",
                 code="scheme",
             )
-        destinations.check_webhook_url(url)
-        return url
+        return url  # where it may go is clean()'s: it depends on allow_private_address
 
     def clean_scope(self):
         scope = self.cleaned_data["scope"].strip()
@@ -150,6 +160,18 @@ class SubscriptionForm(forms.Form):
                     code="scope",
                 )
         return scope
+
+    def clean(self):
+        cleaned = super().clean()
+        url = cleaned.get("url")
+        if url:
+            try:
+                destinations.check_webhook_url(
+                    url, allow_private_address=cleaned.get("allow_private_address", False)
+                )
+            except ValidationError as error:
+                self.add_error("url", error)
+        return cleaned
 
 
 class EditSubscriptionForm(SubscriptionForm):
@@ -174,6 +196,7 @@ def _fields(form: forms.Form) -> dict:
     data = {key: form.cleaned_data[key] for key in ("name", "events", "scope", "enabled")}
     if form.channel == NotificationChannel.WEBHOOK:
         data["url"] = form.cleaned_data["url"]
+        data["allow_private_address"] = form.cleaned_data["allow_private_address"]
     else:
         data["email"] = form.cleaned_data["email"]
     return data
@@ -253,6 +276,7 @@ def subscription_edit(request, pk: int):
         "events": subscription.events,
         "scope": subscription.scope,
         "enabled": subscription.enabled,
+        "allow_private_address": subscription.allow_private_address,
     }
     form = EditSubscriptionForm(
         request.POST if request.method == "POST" else None, channel=subscription.channel, initial=initial

@@ -190,6 +190,17 @@ def check_fallback(
     return {}
 
 
+def check_run_as(user, backend: str) -> dict[str, str]:
+    """Whether `user` may have a job run on `backend` now, by field (empty when so): jobs run as their
+    person's Unix user (integrations.dispatch), never as someone else's, so a live backend needs the person's
+    POSIX identity. submit_job refuses with it, and the job form's preview says it too."""
+    if posix.identity_required(backend) and posix_identity_of(user) is None:
+        return {
+            "backend": posix.no_identity_message(Backend(backend).label if backend in Backend else backend)
+        }
+    return {}
+
+
 class IdempotencyKeyReused(Exception):
     """An Idempotency-Key already used by this user for a different submission (answered 422)."""
 
@@ -343,11 +354,7 @@ def submit_job(
         raise ValidationError({"department": f"you are not a member of {department.slug}"})
     errors = check_job_project(user, department, project, gpus)  # a department with projects requires one
     errors = {**errors, **check_request(department, gpus, topology, priority_class)}
-    if posix.identity_required(backend) and posix_identity_of(user) is None:
-        # Jobs run as their person's Unix user (integrations.dispatch): never as someone else's.
-        errors["backend"] = posix.no_identity_message(
-            Backend(backend).label if backend in Backend else backend
-        )
+    errors.update(check_run_as(user, backend))
     if errors:
         raise ValidationError(errors)
     job = Job(

@@ -6,8 +6,16 @@ from django.forms.models import construct_instance
 
 from core.access import Role
 from core.text import TextFormField
-from tenancy.models import Department
+from tenancy import naming
+from tenancy.models import Department, TenancySettings
 from tenancy.services import ISOLATION_FIELDS, QUOTA_FIELDS
+
+
+def export_root() -> str:
+    """The export root departments' exports live under (TenancySettings; read without making the row: a page
+    GET never writes)."""
+    saved = TenancySettings.objects.filter(pk=1).values_list("export_root", flat=True).first()
+    return saved or TenancySettings._meta.get_field("export_root").default
 
 
 class ServiceErrorsMixin:
@@ -49,7 +57,17 @@ class DepartmentForm(ServiceErrorsMixin, forms.ModelForm):
             field.required = False
             field.help_text = "Leave empty to allocate from the pool."
         self.fields["storage_quota_gib"].help_text = "Leave empty for the default quota."
-        self.fields["slug"].help_text = self._meta.model._meta.get_field("slug").help_text
+        # Exports must lie inside the export root (Department.clean): say where before a path is refused.
+        root = export_root().rstrip("/")
+        self.fields[
+            "export_path"
+        ].help_text = f"Leave empty to allocate {root}/<slug>. Otherwise a directory inside {root}."
+        # The model's help names the module that derives the names (for developers); people read this.
+        self.fields["slug"].help_text = (
+            f"Its Kubernetes namespace, Slurm account and QOS: up to {naming.SLUG_MAX} lower-case letters, "
+            "digits and single hyphens, starting with a letter. Names Kubernetes, Slurm or Rackplane use "
+            "(default, kube-…, root, gpu, all …) are refused."
+        )
 
     def quota_fields(self):
         return [self[name] for name in QUOTA_FIELDS]

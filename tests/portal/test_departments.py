@@ -367,6 +367,29 @@ def test_department_form_shows_isolation_and_uniqueness_errors(client_as, depart
     assert Department.objects.count() == 1
 
 
+def test_the_export_path_and_slug_fields_say_what_they_take(client_as, department_a, platform_admin):
+    """Exports must lie inside the export root: the field says so before a path is refused, on the new
+    department form and the edit form, with the root the installation has set; the slug's rules too."""
+    from tenancy.models import TenancySettings
+
+    client = client_as(platform_admin)
+    response = client.get(LIST)
+    says = "Leave empty to allocate /exports/tenants/<slug>. Otherwise a directory inside /exports/tenants."
+    assert says in text(response)
+    # The slug's help is for people: the rules and the reserved names, not a module's name.
+    assert "starting with a letter. Names Kubernetes, Slurm or Rackplane use" in text(response)
+    assert "tenancy.naming" not in text(response)
+    refused = client.post(LIST, form_data(export_path="/etc/gamma"))
+    assert refused.context["form"].errors["export_path"] == [
+        "The export path '/etc/gamma' is not inside the export root /exports/tenants: departments' exports "
+        "live under it."
+    ]
+    assert says in text(refused)
+    TenancySettings.objects.update_or_create(pk=1, defaults={"export_root": "/srv/nfs"})
+    edit_page = text(client.get(edit(department_a)))
+    assert "Otherwise a directory inside /srv/nfs." in edit_page
+
+
 def test_admin_edits_a_department(client_as, department_a, platform_admin):
     client = client_as(platform_admin)
     data = form_data(

@@ -350,6 +350,40 @@ def test_the_preview_writes_nothing(client, member_a, department_a, department_b
     assert SchedulingRequest.objects.count() == requests
 
 
+def test_the_preview_says_a_person_without_a_posix_identity_is_refused(
+    client, member_a, department_a, tmp_path
+):
+    """A live Slurm backend runs jobs as their person: without a POSIX identity the submission is refused on
+    the backend field, and the preview beside it says so too instead of "It fits now"."""
+    from integrations.models import ConfigTarget
+    from tenancy.models import PosixAccount
+
+    key = tmp_path / "jwt_hs256.key"
+    key.write_bytes(b"k" * 32)
+    ConfigTarget.objects.create(  # nothing listens there: the refusal comes before anything is sent
+        name="cluster",
+        kind="slurm",
+        settings={
+            "config_dir": str(tmp_path),
+            "rest_url": "http://127.0.0.1:9",
+            "rest_user": "slurm",
+            "jwt_key_file": str(key),
+        },
+    )
+    PosixAccount.objects.filter(user=member_a).delete()
+    client.force_login(member_a)
+    refused = client.post(NEW, form_data())
+    assert refused.status_code == 400
+    assert "no POSIX identity" in " ".join(field_errors(refused, "backend"))
+    response = preview(client)
+    assert 'data-preview="invalid"' in response.content.decode()
+    assert 'data-preview="fits"' not in response.content.decode()
+    assert "Backend: Your account has no POSIX identity (uid/gid), and jobs on Slurm run as" in text(response)
+    # Kubernetes has no live cluster here (the embedded renderer): nothing to refuse there.
+    assert 'data-preview="fits"' in preview(client, backend="kubernetes").content.decode()
+    assert not Job.objects.exists()
+
+
 # --- projects (the serializer's `project` field drives a select) ----------------------------------------
 
 

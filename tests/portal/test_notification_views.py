@@ -330,6 +330,66 @@ def test_a_json_body_is_not_a_form(admin):
     assert not NotificationSubscription.objects.exists()
 
 
+# --- a webhook to a private address: the admin ticks "Allow a private address" on this page -------------
+
+
+def test_a_private_address_is_allowed_by_ticking_the_box_the_refusal_names(admin, settings):
+    settings.RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS = False  # production
+    assert 'name="allow_private_address"' in admin.get(NEW_WEBHOOK).content.decode()
+    assert 'name="allow_private_address"' not in admin.get(NEW_EMAIL).content.decode()
+    form = {"name": "internal", "url": "http://10.20.0.5/hook", "events": ALL_EVENTS, "enabled": "on"}
+    refused = admin.post(NEW_WEBHOOK, form)
+    assert refused.status_code == 400
+    page = refused.content.decode()
+    # The advice names a box, and the box is on the page, unticked, beside the address.
+    assert "tick “Allow a private address”" in page and 'id="id_allow_private_address"' in page
+    assert not NotificationSubscription.objects.exists()
+
+    response = admin.post(NEW_WEBHOOK, {**form, "allow_private_address": "on"})
+    assert response.status_code == 303
+    subscription = NotificationSubscription.objects.get()
+    assert subscription.url == "http://10.20.0.5/hook" and subscription.allow_private_address
+    [(action, _before, after)] = audit_of(subscription.pk)
+    assert action == "create" and after["allow_private_address"] is True
+    assert "private address allowed" in admin.get(LIST).content.decode()
+
+    # Metadata addresses stay refused, ticked or not.
+    metadata = admin.post(
+        NEW_WEBHOOK,
+        {**form, "name": "meta", "url": "http://169.254.169.254/x", "allow_private_address": "on"},
+    )
+    assert metadata.status_code == 400 and "No setting allows this address" in metadata.content.decode()
+    assert NotificationSubscription.objects.count() == 1
+
+
+def test_editing_a_webhook_that_allows_a_private_address_keeps_working(admin, settings):
+    settings.RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS = False  # production
+    subscription, _ = create_subscription(
+        name="internal",
+        channel="webhook",
+        url="http://10.20.0.5/hook",
+        events=ALL_EVENTS,
+        allow_private_address=True,  # e.g. set in the Django admin
+    )
+    edit = reverse("notification-edit", args=[subscription.pk])
+    assert 'id="id_allow_private_address" checked' in admin.get(edit).content.decode()
+    form = {
+        "name": "internal pager",
+        "url": "http://10.20.0.5/hook",
+        "events": ALL_EVENTS,
+        "allow_private_address": "on",
+    }
+    assert admin.post(edit, form).status_code == 303
+    subscription.refresh_from_db()
+    assert subscription.name == "internal pager" and subscription.allow_private_address
+    # Unticked, the private address no longer goes: refused, nothing changed.
+    del form["allow_private_address"]
+    refused = admin.post(edit, {**form, "name": "renamed"})
+    assert refused.status_code == 400 and "tick “Allow a private address”" in refused.content.decode()
+    subscription.refresh_from_db()
+    assert subscription.name == "internal pager" and subscription.allow_private_address
+
+
 # --- the Django admin ------------------------------------------------------------------------------------
 
 

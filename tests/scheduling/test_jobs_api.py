@@ -272,3 +272,34 @@ def test_a_job_cancelled_while_the_pass_decides_is_not_started(department_a, mon
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED
     assert not Allocation.objects.filter(job=job).exists()
+
+
+def test_a_live_target_added_later_leaves_the_rendered_jobs_to_the_renderer(
+    submit, tmp_path, django_capture_on_commit_callbacks
+):
+    """A job the embedded renderer took stays the renderer's: a Slurm target added afterwards never knew it,
+    and asking it used to fail the job ("no longer knows rendered/rp-N") or leave it unreachable."""
+    from integrations.models import ConfigTarget
+
+    job_id = submit().json()["id"]
+    key = tmp_path / "jwt_hs256.key"
+    key.write_bytes(b"k" * 32)
+    ConfigTarget.objects.create(
+        name="cluster",
+        kind="slurm",
+        settings={
+            "config_dir": str(tmp_path),
+            "rest_url": "http://127.0.0.1:9",
+            "rest_user": "slurm",
+            "jwt_key_file": str(key),
+        },
+    )  # nothing listens at port 9: a status asked there would be "unreachable"
+    assert sync_jobs()["unreachable"] == 0
+    job = Job.objects.get(pk=job_id)
+    assert job.state == JobState.RUNNING and "ends at its time limit" in job.backend_message
+
+    ends = settings.RACKPLANE_RENDER_DIR / "jobs" / f"rp-{job_id}.ends"
+    ends.write_text((timezone.now() - timedelta(seconds=1)).isoformat())
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_jobs()
+    assert Job.objects.get(pk=job_id).state == JobState.COMPLETED  # read from the renderer, as before
