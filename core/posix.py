@@ -69,6 +69,6 @@ def no_identity_message(where: str = "") -> str:
     """What a person without an identity is told (the submission form, the API, a refused dispatch)."""
     return (
         f"Your account has no POSIX identity (uid/gid), and jobs on {where or 'this backend'} run as their "
-        "person's Unix user: ask an admin to map one (Django admin, POSIX accounts) or sign in through "
-        "LDAP/OIDC, whose directory gives it."
+        "person's Unix user: ask a platform admin to map your login name, uid and gid, or sign in through "
+        "your site's LDAP or OpenID Connect, which gives them."
     )

@@ -60,7 +60,7 @@ def test_a_person_without_an_identity_cannot_submit_to_a_live_backend(
     response = api_as(person).post("/api/v1/jobs/", body(department_a), format="json")
     assert response.status_code == 400, response.content
     assert NO_IDENTITY in " ".join(response.json()["backend"])
-    assert "ask an admin" in " ".join(response.json()["backend"])
+    assert "ask a platform admin" in " ".join(response.json()["backend"])
     assert not Job.objects.exists()
     # With an identity the same request is taken.
     give_posix_account(person)
