@@ -84,6 +84,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "tenancy_metricssource",
     # Users' own notifications: the bell's inbox (issue 18).
     "core_inboxitem",
+    # Each person's POSIX identity, which their jobs run as (issue 26).
+    "tenancy_posixaccount",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",
@@ -400,8 +402,9 @@ def test_previous_release_database_migrates_forward_with_nothing_lost():
 
         target = ConfigTarget.objects.get(pk=ids["target"])
         assert target.settings == SLURM_SETTINGS
-        # Today's registry reads the previous release's settings; the token stays hidden.
-        assert target.cleaned_settings() == SLURM_SETTINGS
+        # Today's registry reads the previous release's settings (with the target's outbound allowance,
+        # on by default for targets: issue 26); the token stays hidden.
+        assert target.cleaned_settings() == {**SLURM_SETTINGS, "allow_private_address": True}
         assert target.masked_settings()["rest_token"] != SLURM_SETTINGS["rest_token"]
         assert sorted(target.pushes.values_list("pk", flat=True)) == sorted(
             [ids["succeeded"], ids["superseded"], ids["queued"]]
