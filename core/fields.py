@@ -19,6 +19,8 @@ from collections.abc import Mapping
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
+from rest_framework.exceptions import UnsupportedMediaType
+from rest_framework.settings import api_settings
 
 from core.textrule import text_problem
 
@@ -75,6 +77,9 @@ class JSONBooleanField(serializers.BooleanField):
         return data
 
 
+FORM = "application/x-www-form-urlencoded"
+
+
 class KnownFieldsOnly:
     """Serializer mixin: a body field the serializer does not take is a 400 naming it, with the closest field
     it does take; the OpenAPI document says so (`additionalProperties: false`, KnownFieldsOnlySchema)."""
@@ -103,6 +108,28 @@ class KnownFieldsOnly:
             else:
                 errors[name] = [f"Unknown field: this request takes {', '.join(known)}."]
         return errors
+
+
+def refuse_body(request) -> None:
+    """For a write endpoint that takes no body (cancel a job, rotate a token): a body with fields is a 400
+    naming each, as KnownFieldsOnly answers, rather than being dropped without a word (`{"force": true}` to a
+    cancel must not look as if it was heard). An empty body, `{}` or `null` is taken. A form (which the API's
+    parsers do not read) is read by Django's, so an empty one is taken and one with fields refused alike."""
+    try:
+        data = request.data
+    except UnsupportedMediaType:
+        if request.content_type.split(";")[0].strip() not in ("multipart/form-data", FORM):
+            raise
+        data = request._request.POST
+    if data is None or (isinstance(data, Mapping) and not data):
+        return
+    if not isinstance(data, Mapping):
+        raise serializers.ValidationError(
+            {api_settings.NON_FIELD_ERRORS_KEY: ["This request takes no body: send none, or {}."]}
+        )
+    raise serializers.ValidationError(
+        {str(name): ["Unknown field: this request takes no body (send none, or {})."] for name in data}
+    )
 
 
 class KnownFieldsOnlySchema(OpenApiSerializerExtension):

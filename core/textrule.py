@@ -15,6 +15,13 @@ reports) is checked by `text_problem`; core.text adapts it to Django validators,
   (a spoof of another tenant's name) and hide text in reviews. Exception: zero-width non-joiner and joiner
   (U+200C, U+200D) between two non-ASCII characters, where Persian, Indic scripts and emoji sequences need
   them to be spelled right; next to ASCII (or at an end) they do nothing but hide.
+- the other default-ignorable characters (Unicode's Default_Ignorable_Code_Point, which a renderer draws as
+  nothing) that are not format characters: the Hangul fillers U+3164, U+FFA0, U+115F, U+1160 and the Khmer
+  inherent vowels U+17B4/5 (letters that print blank: "admin\u3164" looks like "admin"), and the code points
+  Unicode reserves as default-ignorable (U+2065, U+FFF0-FFF8, U+E0000-E0FFF). Variation selectors
+  (U+FE00-FE0F, U+E0100-E01EF, the Mongolian U+180B-180D, U+180F) and the combining grapheme joiner U+034F
+  only modify the character before them: taken after a non-ASCII character (the emoji's "\u2764\ufe0f") or
+  in a keycap ("1\ufe0f\u20e3"), refused after ASCII or at the start, where they do nothing but hide.
 - line and paragraph separators (U+2028, U+2029): line breaks to JavaScript, YAML and many viewers.
 - private-use characters (category Co) and noncharacters (U+FDD0-FDEF, U+xxFFFE/F): they mean nothing
   portable and render differently per font or not at all.
@@ -35,6 +42,23 @@ BIDI_CONTROLS = frozenset(
     "\u200e\u200f\u061c"  # LRM, RLM, ALM
 )
 JOINERS = frozenset("\u200c\u200d")  # zero-width non-joiner and joiner: allowed between non-ASCII characters
+# Letters and marks that print as nothing (Default_Ignorable_Code_Point, not category Cf): always refused.
+BLANK_LETTERS = frozenset("\u3164\uffa0\u115f\u1160\u17b4\u17b5")
+KEYCAP = "\u20e3"  # COMBINING ENCLOSING KEYCAP: "1\ufe0f\u20e3" is the keycap emoji of an ASCII digit
+
+
+def _is_selector(cp: int) -> bool:
+    """A variation selector or the combining grapheme joiner: it modifies the character before it."""
+    return (
+        0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF or 0x180B <= cp <= 0x180D or cp in (0x180F, 0x034F)
+    )
+
+
+def _is_reserved_ignorable(cp: int) -> bool:
+    """Code points Unicode reserves as default-ignorable (invisible in any future version)."""
+    return cp == 0x2065 or 0xFFF0 <= cp <= 0xFFF8 or 0xE0000 <= cp <= 0xE0FFF
+
+
 MULTILINE_CONTROLS = frozenset("\n\t")  # and "\r" directly before "\n"
 
 # Only characters outside printable ASCII can be refused: the scan visits just those.
@@ -107,6 +131,17 @@ def _char_problem(text: str, index: int, multiline: bool) -> tuple[str, str] | N
         return "format", "an invisible formatting character"
     if category in ("Zl", "Zp"):
         return "separator", "a line or paragraph separator"
+    cp = ord(char)
+    if char in BLANK_LETTERS:
+        return "format", "an invisible filler that prints as nothing"
+    if _is_selector(cp):
+        before = text[index - 1 : index] if index else ""
+        after = text[index + 1 : index + 2]
+        if (before and not before.isascii()) or (before and after == KEYCAP):
+            return None
+        return "format", "an invisible selector that modifies nothing here"
+    if _is_reserved_ignorable(cp):
+        return "format", "a code point reserved as invisible (default-ignorable)"
     if category == "Co":
         return "private", "a private-use character: it means nothing outside one font"
     if _is_noncharacter(ord(char)):

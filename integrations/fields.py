@@ -7,16 +7,23 @@ from urllib.parse import urlsplit
 
 from django import forms
 
+from core.textrule import text_problem
+
 HOST_RE = re.compile(r"^[A-Za-z0-9.:-]+$")
 
 
 def text(value, key: str, errors: dict) -> str:
+    """A one-line text setting (a path, a user, an address, a token), held to the text rule (core.textrule):
+    a newline, control, bidi or invisible character in a target's settings is refused like anywhere else."""
     if value is None:
         return ""
     if not isinstance(value, str):
         errors[key] = "must be text"
         return ""
-    return value.strip()
+    value = value.strip()
+    if problem := text_problem(value):
+        errors[key] = problem.message("it")
+    return value
 
 
 def integer(value, key: str, errors: dict, low: int, high: int | None = None):

@@ -29,6 +29,7 @@ from rest_framework.views import APIView
 
 from core import tokens
 from core.access import is_admin
+from core.fields import refuse_body
 from core.models import AuditSource, PersonalToken
 from core.text import TextFormField
 from core.tokens import expires_at, is_expired, rotate
@@ -96,6 +97,7 @@ class TokenRotateView(APIView):
         },
     )
     def post(self, request):
+        refuse_body(request)  # nothing to choose: the new token keeps the old one's kind and expiry
         credential = request.auth
         try:
             if isinstance(credential, PersonalToken):

@@ -34,6 +34,29 @@ class LoginRequiredMiddleware(DjangoLoginRequiredMiddleware):
         return super().handle_no_permission(request, view_func)
 
 
+class NullCharacterMiddleware:
+    """A NUL (`%00`) in the path or the query string is a 400 before any view runs.
+
+    PostgreSQL's text cannot hold U+0000: a view that looks a path part or a query parameter up (a rack's
+    name, a department's slug, a member's username) would otherwise end in a DataError and a 500, on
+    PostgreSQL only (SQLite takes it). Filters refuse it field by field; this is the one place that covers
+    every URL, the API's and the pages'. No name Rackplane keeps can hold one (core.textrule)."""
+
+    DETAIL = "The address holds a NUL character (%00): no name or value in Rackplane contains one."
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or any(
+            "\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()
+        ):
+            if request.path.startswith("/api/"):
+                return JsonResponse({"detail": self.DETAIL}, status=400)
+            return HttpResponse(self.DETAIL, status=400, content_type="text/plain; charset=utf-8")
+        return self.get_response(request)
+
+
 class ContentSecurityPolicyMiddleware:
     """Sends settings.CONTENT_SECURITY_POLICY on every response that does not set its own.
 

@@ -114,6 +114,8 @@ MIDDLEWARE = [
     "portal.health.ProbeMiddleware",
     # The request id (X-Request-ID) for logs, the response and the Celery tasks sent (core.logs).
     "core.logs.RequestIdMiddleware",
+    # A NUL in the path or query string: 400 before any lookup (PostgreSQL text cannot hold one).
+    "portal.middleware.NullCharacterMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",

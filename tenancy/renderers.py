@@ -327,6 +327,24 @@ def _as_tenants(tenants: Iterable[TenantSpec]) -> list[TenantSpec]:
     return tenants
 
 
+_IPV4_MAPPED = int(ipaddress.IPv6Address("::ffff:0:0"))
+
+
+def _as_ipv6(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> ipaddress.IPv6Network:
+    """An IPv4 network as the IPv4-mapped IPv6 network (::ffff:a.b.c.d/96+n) its hosts are to a dual-stack
+    server; an IPv6 network as it is."""
+    if network.version == 6:
+        return network
+    return ipaddress.IPv6Network((_IPV4_MAPPED | int(network.network_address), 96 + network.prefixlen))
+
+
+def networks_overlap(a, b) -> bool:
+    """Whether two tenant networks share an address, across IP versions too: `::/0` and `::ffff:0:0/96`
+    hold every IPv4 host in its mapped form, so an export to them reaches every other department's hosts
+    (Python's `overlaps` says False for two versions)."""
+    return _as_ipv6(a).overlaps(_as_ipv6(b))
+
+
 def _check_exports_disjoint(tenants: Sequence[TenantSpec]) -> None:
     """Storage isolation: no department's export may contain another's, nor its network another's."""
     for i, a in enumerate(tenants):
@@ -339,7 +357,7 @@ def _check_exports_disjoint(tenants: Sequence[TenantSpec]) -> None:
                     f"export_path {inner.export_path!r} of {inner.slug!r} lies inside "
                     f"{outer.export_path!r} of {outer.slug!r}: {outer.slug!r} could read its data"
                 )
-            if a.network.version == b.network.version and a.network.overlaps(b.network):
+            if networks_overlap(a.network, b.network):
                 raise ValueError(
                     f"network_cidr {a.network_cidr} of {a.slug!r} overlaps {b.network_cidr} of {b.slug!r}: "
                     "hosts of one department could mount the other's export"

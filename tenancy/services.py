@@ -31,6 +31,7 @@ from tenancy.models import (
     TenancySettings,
 )
 from tenancy.projects import check_department_guarantee, forget_department_member
+from tenancy.renderers import networks_overlap
 
 # Fields the department form and API may set; isolation fields are allocated when left empty.
 QUOTA_FIELDS = ("name", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus", "priority")
@@ -177,7 +178,7 @@ def _validate_isolation(department: Department) -> None:
         errors["network_cidr"] = f"not a network address: {error}"
     else:
         for other in others.only("name", "network_cidr"):
-            if network.overlaps(ipaddress.ip_network(other.network_cidr)):
+            if networks_overlap(network, ipaddress.ip_network(other.network_cidr)):
                 errors["network_cidr"] = f"{network} overlaps {other.name}'s network {other.network_cidr}"
                 break
     if not department.export_path.startswith("/"):

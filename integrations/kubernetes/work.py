@@ -16,9 +16,12 @@ from __future__ import annotations
 import re
 
 from core.devices import DEVICE_VARIABLE_PREFIXES, DEVICE_VARIABLES
+from core.textrule import text_problem
 from core.workloads import WorkError, refuse_device_variables, refuse_unknown_keys
 
 WORK_KEYS = frozenset({"image", "command", "args", "env"})
+# The distribution reference grammar's longest image: a 255-character name, a 128-character tag and a digest.
+MAX_IMAGE = 512
 
 # Kubernetes' IsEnvVarName (k8s.io/apimachinery validation): letters, digits, "_", "-" and ".", not starting
 # with a digit, and not ".", ".." nor starting with "..". Servers with RelaxedEnvironmentVariableValidation
@@ -42,6 +45,7 @@ SCHEMA = {
         "image": {
             "type": "string",
             "pattern": "^[^\\s\\u0000\\u001c-\\u001f\\u0085]+$",
+            "maxLength": MAX_IMAGE,
             "description": "A container image.",
         },
         "command": {**_STRINGS, "description": "The entrypoint (the image's when left out)."},
@@ -83,11 +87,21 @@ def is_env_name(name) -> bool:
     return isinstance(name, str) and _ENV_NAME.fullmatch(name) is not None
 
 
+def _refuse_text(value: str, where: str, *, multiline: bool = True) -> None:
+    """The text rule (core.textrule) on what the user wrote into the pod: an image is one line; a command's
+    words and the environment's values may hold newlines and tabs (`bash -c` scripts), but no ESC, bidi or
+    invisible characters, which would make the job read otherwise on the portal than it runs."""
+    problem = text_problem(value, max_length=None if multiline else MAX_IMAGE, multiline=multiline)
+    if problem:
+        raise WorkError(problem.message(where))
+
+
 def validate_work(work: dict) -> dict:
     refuse_unknown_keys(work, WORK_KEYS, "a Kubernetes job")
     image = work.get("image")
     if not isinstance(image, str) or not image.strip() or any(c.isspace() or c == "\x00" for c in image):
         raise WorkError('a Kubernetes job needs "image": a container image')
+    _refuse_text(image, '"image"', multiline=False)
     out: dict = {"image": image}
     for key in ("command", "args"):
         value = work.get(key)
@@ -95,6 +109,8 @@ def validate_work(work: dict) -> dict:
             continue
         if not isinstance(value, list) or not all(isinstance(v, str) and not _has_nul(v) for v in value):
             raise WorkError(f'"{key}" must be a list of strings')
+        for index, word in enumerate(value):
+            _refuse_text(word, f'"{key}"[{index}]')
         out[key] = value
     env = work.get("env")
     if env is not None:
@@ -112,5 +128,8 @@ def validate_work(work: dict) -> dict:
                 f"{ENV_NAME_RULE}"
             )
         refuse_device_variables(env)
+        for name, value in env.items():
+            if isinstance(value, str):
+                _refuse_text(value, f'"env" {name}')
         out["env"] = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in env.items()}
     return out

@@ -27,7 +27,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from core.access import IsAdmin
-from core.fields import JSONBooleanField, KnownFieldsOnly, TextField
+from core.fields import JSONBooleanField, KnownFieldsOnly, TextField, refuse_body
 from core.hardware import TRAYS_PER_RACK
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
@@ -336,6 +336,7 @@ class PartitionPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
+        refuse_body(request)
         plan = self.get_object()
         try:
             plans.cancel_plan(plan)

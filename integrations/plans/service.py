@@ -285,7 +285,13 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
     result = Preview(check=check(rack, partitions, drain=drain))
     if not result.check.ok:
         return result
-    before = render_current()
+    # The renderers refuse a row they cannot render safely (a name or a network saved before a rule existed,
+    # integrations.state): the preview says so, in their words, instead of failing with a 500.
+    try:
+        before = render_current()
+    except ValueError as error:
+        result.check.add(Level.ERROR, f"Rackplane's configuration cannot be rendered as it is: {error}.")
+        return result
     after = before
     # An atomic block left by an exception rolls back, and with it whatever the changes asked to do on
     # commit (a configuration push, a scheduling pass): a preview writes nothing and sends nothing.
@@ -295,6 +301,8 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
             after = render_current()
         except ValidationError as error:
             result.check.add(Level.ERROR, " ".join(error.messages))
+        except ValueError as error:  # the renderers refuse what the plan would make
+            result.check.add(Level.ERROR, f"With this plan the configuration cannot be rendered: {error}.")
         raise _PreviewDone
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name, ""), after.get(name, "")

@@ -9,6 +9,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from core.api import api_validation_error
+from core.fields import refuse_body
 from scheduling.api.serializers import (
     JobDetailSerializer,
     JobSerializer,
@@ -83,6 +84,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return Response(
                 {"Idempotency-Key": [f"at most {MAX_KEY} characters"]}, status=status.HTTP_400_BAD_REQUEST
             )
+        # Header bytes beyond ASCII arrive decoded as Latin-1 (WSGI): C1 controls and mojibake that would be
+        # stored as the key. A key is printable ASCII (a UUID, a hash), as the IETF draft's sf-string is.
+        if not (key.isascii() and key.isprintable()):
+            return Response(
+                {"Idempotency-Key": ["use printable ASCII characters only (e.g. a UUID)"]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
         # A retry is validated for its shape only (not against today's memberships or capacity), then
         # compared with the first request: the same one gets the first job, another one a 422.
         context = {"request": request, "retried_job": submission(request.user, key)}
@@ -113,6 +121,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel a pending or running job (its submitter, its department's leads, staff)."""
+        refuse_body(request)
         job = self.get_object()
         if not may_cancel(request.user, job):
             raise PermissionDenied("only the job's submitter, its department's leads and staff may cancel it")

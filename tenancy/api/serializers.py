@@ -7,11 +7,12 @@ made by the viewset's queryset, never a query per row.
 """
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from rest_framework import serializers
 
 from core.access import Role
 from core.api import api_validation_error
-from core.fields import KnownFieldsOnly
+from core.fields import JSONIntegerField, KnownFieldsOnly
 from core.text import TextField
 from tenancy.models import DedicatedPartition, Department, Membership
 from tenancy.services import save_department
@@ -39,13 +40,26 @@ BORROWED = "GPUs in use by its running jobs marked over quota (borrowed, preempt
 
 
 class DepartmentSerializer(KnownFieldsOnly, serializers.ModelSerializer):
+    # Every number is a JSON integer ("4" and 4.0 are refused, core.fields), the model's own fields included.
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.IntegerField: JSONIntegerField,
+        models.PositiveIntegerField: JSONIntegerField,
+        models.PositiveSmallIntegerField: JSONIntegerField,
+        models.SmallIntegerField: JSONIntegerField,
+    }
     name = TextField(max_length=100)
     # Isolation values: optional (allocated when omitted), checked by the service (range, already assigned,
-    # overlapping network or export), so the API and the forms give the same messages.
-    vlan_id = serializers.IntegerField(required=False, help_text=f"VLAN ID (1-4094). {ALLOCATED}")
-    vxlan_vni = serializers.IntegerField(required=False, help_text=f"VXLAN VNI (1-16777215). {ALLOCATED}")
-    ib_pkey = serializers.IntegerField(
-        required=False, help_text=f"InfiniBand partition key, as a number (0x0001-0x7ffe). {ALLOCATED}"
+    # overlapping network or export), so the API and the forms give the same messages. 0 is not "allocate
+    # one" (the service allocates for a value left out): it is refused like any value out of range.
+    vlan_id = JSONIntegerField(required=False, min_value=1, help_text=f"VLAN ID (1-4094). {ALLOCATED}")
+    vxlan_vni = JSONIntegerField(
+        required=False, min_value=1, help_text=f"VXLAN VNI (1-16777215). {ALLOCATED}"
+    )
+    ib_pkey = JSONIntegerField(
+        required=False,
+        min_value=1,
+        help_text=f"InfiniBand partition key, as a number (0x0001-0x7ffe). {ALLOCATED}",
     )
     pkey_hex = serializers.CharField(read_only=True, help_text='The P_Key in hex, e.g. "0x0100".')
     network_cidr = TextField(
@@ -58,8 +72,8 @@ class DepartmentSerializer(KnownFieldsOnly, serializers.ModelSerializer):
         "'.', '_' and '-' between '/' (no whitespace, '..', '//', trailing '/' or exports(5) characters such "
         "as '*', '(', ','), not inside or around another department's. Defaults to <export root>/<slug>.",
     )
-    storage_quota_gib = serializers.IntegerField(
-        required=False, min_value=0, help_text="Storage capacity quota. Defaults to the tenancy settings'."
+    storage_quota_gib = JSONIntegerField(
+        required=False, min_value=1, help_text="Storage capacity quota. Defaults to the tenancy settings'."
     )
     dedicated_partitions = DedicatedPartitionSerializer(
         many=True,

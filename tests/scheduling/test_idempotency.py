@@ -117,3 +117,13 @@ def test_the_migration_fingerprints_older_jobs_as_the_service_does(submit):
     migration = importlib.import_module("scheduling.migrations.0007_job_idempotency_fingerprint")
     migration.fingerprint_jobs_with_a_key(apps, None)
     assert Job.objects.get(pk=job.pk).idempotency_fingerprint == stored
+
+
+@pytest.mark.parametrize("key", ["k\u00c0\u0080x", "k\u0085x", "caf\u00e9"])
+def test_a_key_that_is_not_printable_ascii_is_a_400_and_makes_nothing(submit, key):
+    # What a client's UTF-8 bytes in the header become once WSGI decodes them as Latin-1 (issue 26, outside
+    # test): C1 controls and mojibake were stored as the key.
+    response = submit(key)
+    assert response.status_code == 400, response.content
+    assert "printable ASCII" in response.json()["Idempotency-Key"][0]
+    assert rows() == (0, 0)
