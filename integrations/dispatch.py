@@ -146,7 +146,7 @@ def dispatch(job_id: int) -> str:
     """Submit one STARTING job; returns what happened ('submitted', 'retry', 'rejected', 'skipped')."""
     with transaction.atomic():
         job = (
-            Job.objects.select_for_update()
+            Job.objects.select_for_update(of=("self",))  # submitted_by is nullable: an outer join
             .select_related("department", "submitted_by")
             .filter(pk=job_id)
             .first()
