@@ -18,6 +18,25 @@ NAME_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")  # use fullmatch: "$" would let
 MIN_ID = 1
 MAX_ID = 2**31 - 1
 RESERVED_IDS = frozenset({0, 65534})
+# Slurm runs a job as the uid the NODE's user database gives the login name, whatever uid Rackplane holds:
+# a person must never be named as root, nobody or a daemon's account (Debian's base and Slurm's own users).
+RESERVED_NAMES = frozenset(
+    {
+        "root", "nobody", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp",
+        "proxy", "www-data", "backup", "list", "irc", "gnats", "_apt", "messagebus", "sshd", "polkitd",
+        "systemd-network", "systemd-resolve", "systemd-timesync", "slurm", "slurmrestd", "slurmrest",
+        "munge", "postgres", "redis", "mysql", "openldap", "prometheus",
+    }
+)  # fmt: skip
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` is not a login name a job may run as, or None."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        return "is not a POSIX user name (lower-case letters, digits, _ . -; at most 32)"
+    if name in RESERVED_NAMES:
+        return "is a system account's name: a job never runs as it"
+    return None
 
 
 def id_problem(value: object) -> str | None:
@@ -39,8 +58,8 @@ class PosixIdentity:
     groups: tuple[int, ...] = ()  # supplementary group ids, sorted, without the primary one
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
-            raise ValueError(f"{self.name!r} is not a POSIX user name")
+        if (why := name_problem(self.name)) is not None:
+            raise ValueError(f"{self.name!r} {why}")
         for label, value in (("uid", self.uid), ("gid", self.gid), *(("group", g) for g in self.groups)):
             problem = id_problem(value)
             if problem:

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.access import Role
@@ -376,12 +376,22 @@ def sync_posix(user, identity: PosixIdentity | None, provider: str) -> str:
             "gid": identity.gid,
             "groups": list(identity.groups),
         }
-        if account is None:
-            PosixAccount.objects.create(user=user, source=provider, **values)
-            return "made"
-        if all(getattr(account, key) == value for key, value in values.items()):
+        if account is not None and all(getattr(account, key) == value for key, value in values.items()):
             return "unchanged"
-        for key, value in values.items():
-            setattr(account, key, value)
-        account.save()
-        return "refreshed"
+        try:
+            # Two sign-ins at once may both pass the clash check above: the unique constraints decide, and
+            # the loser is refused like a clash (in a savepoint: the sign-in's transaction goes on).
+            with transaction.atomic():
+                if account is None:
+                    PosixAccount.objects.create(user=user, source=provider, **values)
+                    return "made"
+                for key, value in values.items():
+                    setattr(account, key, value)
+                account.save()
+                return "refreshed"
+        except IntegrityError:
+            why = f"uid {identity.uid} or login name {identity.name} was just given to someone else"
+            logger.warning(
+                "%s sign-in of %s: POSIX identity refused: %s", provider_label(provider), user, why
+            )
+            return f"refused: {why}"

@@ -606,6 +606,9 @@ class PosixAccount(models.Model):
                 "must be a POSIX user name: a lower case letter or _ first, then lower case letters, digits, "
                 "_ . - (at most 32)"
             )
+        elif self.name in posix.RESERVED_NAMES:
+            # Slurm takes the uid from the node's user database by name: root's name would run as root.
+            errors["name"] = f"{self.name} is a system account's name: a person's jobs never run as it"
         for field in ("uid", "gid"):
             problem = posix.id_problem(getattr(self, field))
             if problem:
@@ -643,8 +646,8 @@ def normalized_groups(groups, gid: int) -> list[int]:
 
 def posix_identity_of(user) -> posix.PosixIdentity | None:
     """The POSIX identity `user`'s jobs run as, or None when they have none (or it is no longer valid)."""
-    if user is None or not getattr(user, "pk", None):
-        return None
+    if user is None or not getattr(user, "pk", None) or not getattr(user, "is_active", True):
+        return None  # an inactive account is nobody: its queued jobs are refused at dispatch, not run as it
     account = PosixAccount.objects.filter(user_id=user.pk).first()
     if account is None:
         return None

@@ -20,6 +20,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from core import posix
 from core.access import Role
 from integrations.models import ConfigTarget
 from inventory.choices import GpuHealth, TrayState
@@ -52,7 +53,7 @@ def give_posix_account(user, name: str = "", uid: int | None = None, gid: int | 
     characters as _), uid and gid 30000 + the account's id unless given."""
     if not name:
         name = re.sub(r"[^a-z0-9_.-]", "_", user.get_username().lower())[:24] or "user"
-        if not re.match(r"[a-z_]", name):
+        if not re.match(r"[a-z_]", name) or name in posix.RESERVED_NAMES:
             name = f"u{name}"[:24]
         if PosixAccount.objects.filter(name=name).exists():
             name = f"{name[:20]}{user.pk}"

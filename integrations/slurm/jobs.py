@@ -75,6 +75,7 @@ from typing import Any
 
 import hostlist
 
+from core import posix
 from core.errors import ExternalError
 from core.http import HttpClient
 from core.outbound import ALLOW_PRIVATE_SETTING
@@ -459,7 +460,13 @@ class SlurmJobBackend:
         return run_as.name
 
     def _call(
-        self, method: str, path: str, body: Any = None, *, run_as: PosixIdentity | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        run_as: PosixIdentity | None = None,
+        as_user: str = "",
     ) -> tuple[int, Any]:
         """(HTTP status, decoded JSON or text) of a call made as `run_as` (None: the target's user);
         BackendUnavailable when slurmrestd cannot be reached.
@@ -467,7 +474,7 @@ class SlurmJobBackend:
         An answer that cannot be used (too large, an untrusted certificate) is BackendUnavailable too: the
         target's settings are wrong, not the job, which waits for an administrator.
         """
-        acting = self.acting_user(run_as)
+        acting = as_user or self.acting_user(run_as)  # as_user: the owner Slurm records (_own_job)
         headers = {"X-SLURM-USER-NAME": acting, "X-SLURM-USER-TOKEN": self._current_token()}
         try:
             response = self._http.request(method, path, body, headers=headers)
@@ -599,13 +606,22 @@ class SlurmJobBackend:
         for i in asked:
             if i not in numeric:
                 out[i] = BackendJobStatus(i, BackendJobState.UNKNOWN, "not a Slurm job id")
+        # A job the person cannot see (PrivateData=jobs) may still run under another name: submitted before
+        # jobs ran as their person, or before the person was renamed. SlurmUser sees every job: a job is
+        # only "unknown" (and failed) when slurmctld itself no longer knows it, never because of who asked.
+        see_all = self.acting_user(run_as) != self.user and not self._static_token
         if len(numeric) > MANY_IDS:
             by_id = {str(j.get("job_id")): j for j in self.jobs(run_as)}
+            if see_all and any(i not in by_id for i in numeric):
+                by_id = {**{str(j.get("job_id")): j for j in self.jobs()}, **by_id}
             for i in numeric:
                 out[i] = self._status_of(i, by_id.get(i))
             return out
         for i in numeric:
-            out[i] = self._status_of(i, self._job(i, run_as))
+            job = self._job(i, run_as)
+            if job is None and see_all:
+                job = self._job(i)
+            out[i] = self._status_of(i, job)
         return out
 
     @staticmethod
@@ -616,11 +632,16 @@ class SlurmJobBackend:
             )
         return job_status(job)
 
-    def _own_job(self, backend_id: str, run_as: PosixIdentity | None) -> Mapping[str, Any] | None:
-        """The job read as `run_as`, when it is theirs and unfinished; None when there is nothing to stop.
-        BackendRejected for another user's job: never signalled (Slurm 24.11.5 answers a DELETE of another
-        user's job with "Operation not permitted" and a hung job table: measured on the testbed, every later
-        job query timed out until slurmctld was restarted)."""
+    def _own_job(self, backend_id: str, run_as: PosixIdentity | None) -> tuple[Mapping[str, Any], str] | None:
+        """(the unfinished job, the Slurm user to stop it as), or None when there is nothing to stop.
+
+        A job is stopped as the user Slurm runs it as, never as someone else: Slurm 24.11.5 answers a DELETE
+        of another user's job with "Operation not permitted" and a hung job table (measured on the testbed:
+        every later job query timed out until slurmctld was restarted). That user is the person's (run_as),
+        or, with a key that may act as anyone (SlurmUser), the one Slurm records for a job Rackplane named
+        (`rp-...`): a job submitted before jobs ran as their person, or before the person was renamed or lost
+        their identity, is still stopped when a lead cancels it or a preemption reclaims its GPUs.
+        BackendRejected for a job of another user that is not Rackplane's, or with a static token."""
         owner = self.acting_user(run_as)
         job = self._job(backend_id, run_as)
         if job is None and owner != self.user and not self._static_token:
@@ -628,12 +649,34 @@ class SlurmJobBackend:
             job = self._job(backend_id)
         if job is None or job_status(job).state in FINISHED_BACKEND_STATES:
             return None
-        if job.get("user_name") != owner:
-            raise BackendRejected(
-                f"Slurm job {backend_id} belongs to {job.get('user_name') or 'another user'}, not {owner}: "
-                "it is never stopped as someone else"
+        recorded = job.get("user_name")
+        if recorded == owner:
+            return job, owner
+        ours = str(job.get("name") or "").startswith("rp-")
+        # The same person under another name: no identity any more (run_as None), the job submitted as the
+        # target's user before jobs ran as their person, or the person renamed (the same uid). Never another
+        # person's job: grace's identity does not stop ada's.
+        same_person = run_as is None or recorded == self.user or job.get("user_id") == run_as.uid
+        if (
+            not self._static_token
+            and ours
+            and same_person
+            and isinstance(recorded, str)
+            and posix.NAME_RE.fullmatch(recorded)
+        ):
+            log.warning(
+                "Slurm job %s runs as %s, not as %s (submitted before, or the person's identity changed): "
+                "stopped as %s",
+                backend_id,
+                recorded,
+                owner,
+                recorded,
             )
-        return job
+            return job, recorded
+        raise BackendRejected(
+            f"Slurm job {backend_id} belongs to {recorded or 'another user'}, not {owner}: "
+            "it is never stopped as someone else"
+        )
 
     def cancel(self, backend_id: str, run_as: PosixIdentity | None = None) -> None:
         """Stop the job as `run_as` (its person; None: the target's user); a job already gone is a success."""
@@ -641,9 +684,10 @@ class SlurmJobBackend:
         if not re.fullmatch(r"[1-9][0-9]{0,9}", backend_id):
             return  # never a Slurm job: nothing to stop
         # Look first: a job that is gone or finished needs nothing, and a job of another user is refused.
-        if self._own_job(backend_id, run_as) is None:
+        found = self._own_job(backend_id, run_as)
+        if found is None:
             return
-        status, decoded = self._call("DELETE", f"/job/{backend_id}", run_as=run_as)
+        status, decoded = self._call("DELETE", f"/job/{backend_id}", as_user=found[1])
         error = classify_error(status, decoded, f"cancelling Slurm job {backend_id}")
         if error is not None:
             raise error
@@ -672,11 +716,12 @@ class SlurmJobBackend:
             raise BackendRejected(f"{signal!r} is not a signal name (USR1, TERM, ...)")
         if not re.fullmatch(r"[1-9][0-9]{0,9}", backend_id):
             return False
-        if self._own_job(backend_id, run_as) is None:  # never signal another user's job (see cancel)
+        found = self._own_job(backend_id, run_as)  # signalled as its owner only (see _own_job)
+        if found is None:
             return False
         action = f"signalling Slurm job {backend_id} with SIG{name}"
         status, decoded = self._call(
-            "DELETE", f"/job/{backend_id}?signal=SIG{name}&flags=FULL_JOB", run_as=run_as
+            "DELETE", f"/job/{backend_id}?signal=SIG{name}&flags=FULL_JOB", as_user=found[1]
         )
         error = classify_error(status, decoded, action)
         if error is not None:

@@ -140,7 +140,9 @@ def test_another_persons_identity_can_neither_read_nor_stop_a_job(slurm_testbed,
     assert status == 404 and body["errors"][0]["error_number"] == 2017, body
     status, body = raw("GET", "/jobs/", "grace")
     assert status == 200 and backend_id not in {str(j["job_id"]) for j in body["jobs"]}
-    assert slurm.status([backend_id], run_as=grace)[backend_id].state == BackendJobState.UNKNOWN
+    # The backend's own status read falls back to SlurmUser, so a job hidden from the person asked is never
+    # taken for gone (and failed) while it runs: it tells Rackplane the state, nothing to grace.
+    assert slurm.status([backend_id], run_as=grace)[backend_id].state == BackendJobState.RUNNING
     assert slurm.status([backend_id], run_as=ada)[backend_id].state == BackendJobState.RUNNING
 
     # Stopping: the backend refuses before asking (it would hang Slurm 24.11.5, see below), and says whose.
@@ -238,3 +240,26 @@ def test_a_job_is_dispatched_read_and_cancelled_as_its_submitter(
     ada_job = jobs["ada"][0]
     still = slurm.status([ada_job.backend_id], run_as=people["ada"])[ada_job.backend_id]
     assert still.state in (BackendJobState.PENDING, BackendJobState.RUNNING), still  # ada's is not stopped
+
+
+def test_a_job_is_still_read_and_stopped_when_its_person_lost_or_changed_the_identity(slurm_testbed, people):
+    """A lead's cancel or a preemption must stop a job whose person has no identity any more (account removed,
+    the directory stopped giving one) or was renamed (same uid): stopped as the user Slurm runs it as; it is
+    never read as gone while it runs."""
+    from core.posix import PosixIdentity
+
+    people, started = people
+    ada = people["ada"]
+    slurm = backend()
+    lost = slurm.submit(request(ada, "vision", "gb-r01-t05", "#!/bin/bash\nsleep 300\n"))
+    renamed = slurm.submit(request(ada, "vision", "gb-r01-t06", "#!/bin/bash\nsleep 300\n"))
+    started.extend([lost, renamed])
+    wait(slurm, lost, ada, (BackendJobState.RUNNING,))
+    wait(slurm, renamed, ada, (BackendJobState.RUNNING,))
+    ada_now = PosixIdentity("grace", ada.uid, ada.gid)  # ada's uid under another login name
+    assert slurm.status([renamed], run_as=ada_now)[renamed].state == BackendJobState.RUNNING
+
+    slurm.cancel(lost, run_as=None)  # no identity: stopped as ada, whom Slurm runs it as
+    slurm.cancel(renamed, run_as=ada_now)
+    for backend_id in (lost, renamed):
+        assert wait(slurm, backend_id, ada, FINISHED_BACKEND_STATES).state == BackendJobState.CANCELLED

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.models import AuditEvent
-from core.posix import PosixIdentity
+from core.posix import RESERVED_NAMES, PosixIdentity
 from tenancy.identity import posix_identity_from, sync_posix
 from tenancy.models import PosixAccount, PosixSource, posix_identity_of
 from tests.factories import give_posix_account, make_user
@@ -33,6 +33,8 @@ def account(user, **fields) -> PosixAccount:
         ({"name": "Ada"}, "name", "POSIX user name"),
         ({"name": "-rf"}, "name", "POSIX user name"),
         ({"name": "a" * 33}, "name", "POSIX user name"),
+        ({"name": "root"}, "name", "system account"),  # Slurm takes the uid of the NAME from the node
+        ({"name": "slurm"}, "name", "system account"),
         ({"groups": [20100, 0]}, "groups", "root"),
         ({"groups": "20100"}, "groups", "list"),
     ],
@@ -115,7 +117,7 @@ def test_provider_values_are_read_as_numbers_or_ignored():
     assert posix_identity_from("ada", 20001, 20001, ["x", 20100]) == ADA  # a bad group is dropped
 
 
-names = st.from_regex(r"[a-z_][a-z0-9_.-]{0,31}", fullmatch=True)
+names = st.from_regex(r"[a-z_][a-z0-9_.-]{0,31}", fullmatch=True).filter(lambda n: n not in RESERVED_NAMES)
 ids = st.integers(1, 2**31 - 1).filter(lambda n: n != 65534)
 
 
@@ -145,3 +147,23 @@ def test_the_django_admin_saves_an_administrators_mapping(client):
     assert response.status_code == 200 and "uid 20001 belongs to another person" in response.content.decode()
     made = AuditEvent.objects.filter(object_type="tenancy.posixaccount", action="create", actor=admin)
     assert [(e.source, e.object_repr) for e in made] == [("admin", "ada (20001:20001)")]
+
+
+@pytest.mark.parametrize("name", ["root", "nobody", "slurm", "munge", "daemon"])
+def test_a_system_accounts_name_is_never_an_identity(name):
+    """Slurm runs a job as the uid the node's user database gives the NAME: a provider saying a person is
+    `root` (with any uid) would run their jobs as root."""
+    with pytest.raises(ValueError, match="system account"):
+        PosixIdentity(name, 20001, 20001)
+    assert posix_identity_from(name, 20001, 20001) is None
+    person = make_user("someone", posix=False)
+    assert sync_posix(person, posix_identity_from(name, 20001, 20001), "oidc") == "none"
+
+
+def test_an_inactive_account_has_no_identity():
+    """An inactive account is nobody: its queued jobs are refused at dispatch, never run as it."""
+    person = make_user("leaver")
+    assert posix_identity_of(person) is not None
+    person.is_active = False
+    person.save()
+    assert posix_identity_of(person) is None
