@@ -314,3 +314,22 @@ def set_activity(gpus, utilization: float, low_for=None, *, age=None) -> None:
                 "low_since": now - low_for if low_for is not None else None,
             },
         )
+
+
+def make_unreachable_slurm_target(directory):
+    """A live Slurm target (a slurmrestd address and a jwt_key under `directory`) where nothing listens: jobs
+    of people without an identity are refused before anything is sent, and a status asked there fails."""
+    from integrations.models import ConfigTarget
+
+    key = directory / "jwt_hs256.key"
+    key.write_bytes(b"k" * 32)
+    return ConfigTarget.objects.create(
+        name="cluster",
+        kind="slurm",
+        settings={
+            "config_dir": str(directory),
+            "rest_url": "http://127.0.0.1:9",
+            "rest_user": "slurm",
+            "jwt_key_file": str(key),
+        },
+    )

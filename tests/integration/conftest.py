@@ -196,6 +196,30 @@ def carve(layout: list[int]) -> None:
     nodes_report_their_partitions(rack)
 
 
+def carve_and_run_jobs(target, capture_on_commit) -> None:
+    """Carve gb-r01 2x9, push it to slurmctld (its partitions and blocks) and let `target` run jobs through
+    slurmrestd with SlurmUser's tokens (each job submitted, read and cancelled as its person)."""
+    from integrations import pushes
+    from integrations.models import PushStatus
+    from integrations.registry import clean_settings
+
+    carve([9, 9])
+    with capture_on_commit(execute=True):
+        [push] = pushes.queue_pushes(reason="carve gb-r01 2x9")
+    push.refresh_from_db()
+    assert push.status == PushStatus.SUCCEEDED, push.error
+    target.settings = clean_settings(
+        "slurm",
+        {
+            **target.settings,
+            "rest_url": os.environ["RACKPLANE_SLURMRESTD_URL"],
+            "rest_user": os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm"),
+            "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
+        },
+    )
+    target.save()
+
+
 @pytest.fixture
 def testbed_target(slurm_testbed, slurm_baseline, db):
     """The demo seed's first rack (its trays are the testbed's nodes) and a Slurm target for the testbed."""

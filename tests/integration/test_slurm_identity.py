@@ -20,7 +20,7 @@ import pytest
 
 from integrations.jobs import FINISHED_BACKEND_STATES, BackendJobState, BackendRejected, DispatchRequest
 from integrations.slurm.jobs import API, SlurmJobBackend, mint_token
-from tests.integration.conftest import carve, give_identity, tenant_people
+from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
 
 pytestmark = pytest.mark.integration
 
@@ -177,30 +177,13 @@ def test_a_job_is_dispatched_read_and_cancelled_as_its_submitter(
     reads each as its person, and a cancel stops it as its person."""
     from rest_framework.test import APIClient
 
-    from integrations import pushes
-    from integrations.models import PushStatus
-    from integrations.registry import clean_settings
     from integrations.tasks import sync_jobs
     from scheduling.choices import JobState
     from scheduling.models import Job
     from tests.factories import make_department, make_member
 
     people, started = people
-    carve([9, 9])  # the rack as Rackplane sees it, pushed to slurmctld (its partitions and blocks)
-    with django_capture_on_commit_callbacks(execute=True):
-        [push] = pushes.queue_pushes(reason="carve gb-r01 2x9")
-    push.refresh_from_db()
-    assert push.status == PushStatus.SUCCEEDED, push.error
-    testbed_target.settings = clean_settings(
-        "slurm",
-        {
-            **testbed_target.settings,
-            "rest_url": os.environ["RACKPLANE_SLURMRESTD_URL"],
-            "rest_user": REST_USER,
-            "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
-        },
-    )
-    testbed_target.save()
+    carve_and_run_jobs(testbed_target, django_capture_on_commit_callbacks)
     jobs = {}
     for name, slug in (("ada", "vision"), ("grace", "research")):
         department = make_department(slug.title(), slug=slug, guaranteed_gpus=8)

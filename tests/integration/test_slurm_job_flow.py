@@ -8,22 +8,18 @@ sync task shows it completed with its GPUs free.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 
 import pytest
 from rest_framework.test import APIClient
 
-from integrations import pushes
-from integrations.models import PushStatus
-from integrations.registry import clean_settings
 from integrations.tasks import sync_jobs
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, Job
 from tenancy.models import Department
 from tenancy.services import save_department
-from tests.integration.conftest import carve, give_identity, tenant_people
+from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -32,22 +28,7 @@ SCRIPT = '#!/bin/bash\necho "ran on $SLURM_JOB_NODELIST"\nsleep 2\n'
 
 @pytest.fixture
 def slurm_jobs(slurm_testbed, testbed_target, django_capture_on_commit_callbacks):
-    carve([9, 9])
-    with django_capture_on_commit_callbacks(execute=True):
-        [push] = pushes.queue_pushes(reason="carve gb-r01 2x9")
-    push.refresh_from_db()
-    assert push.status == PushStatus.SUCCEEDED, push.error
-    testbed_target.settings = clean_settings(
-        "slurm",
-        {
-            **testbed_target.settings,
-            "rest_url": os.environ["RACKPLANE_SLURMRESTD_URL"],
-            # SlurmUser's tokens: each job is submitted, read and cancelled as its person.
-            "rest_user": os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm"),
-            "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
-        },
-    )
-    testbed_target.save()
+    carve_and_run_jobs(testbed_target, django_capture_on_commit_callbacks)
     save_department(Department(name="Research", slug="research", guaranteed_gpus=64))
     yield testbed_target
     for job in Job.objects.filter(state__in=[JobState.RUNNING]).exclude(backend_id=""):

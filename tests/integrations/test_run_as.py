@@ -14,7 +14,7 @@ from integrations.slurm.jobs import SlurmJobBackend
 from scheduling.choices import JobState
 from scheduling.models import Job
 from tenancy.models import PosixAccount
-from tests.factories import give_posix_account, make_job, make_member
+from tests.factories import give_posix_account, make_job, make_member, make_unreachable_slurm_target
 
 pytestmark = pytest.mark.django_db
 
@@ -25,19 +25,8 @@ NO_IDENTITY = "Your account has no POSIX identity (uid/gid)"
 @pytest.fixture
 def slurm_target(tmp_path):
     """A live Slurm target (slurmrestd address and jwt_key); nothing listens there: nothing may be sent."""
-    key = tmp_path / "jwt_hs256.key"
-    key.write_bytes(b"k" * 32)
     ConfigTarget.objects.filter(kind="directory").update(enabled=False)
-    return ConfigTarget.objects.create(
-        name="cluster",
-        kind="slurm",
-        settings={
-            "config_dir": str(tmp_path),
-            "rest_url": "http://127.0.0.1:9",
-            "rest_user": "slurm",
-            "jwt_key_file": str(key),
-        },
-    )
+    return make_unreachable_slurm_target(tmp_path)
 
 
 def body(department, **fields):

@@ -18,7 +18,7 @@ from scheduling.api.serializers import JobSubmitSerializer
 from scheduling.choices import JobState
 from scheduling.models import Job, JobEvent, SchedulingRequest
 from scheduling.services import run_pass
-from tests.factories import make_department, make_job
+from tests.factories import make_department, make_job, make_unreachable_slurm_target
 
 pytestmark = pytest.mark.django_db
 
@@ -355,21 +355,9 @@ def test_the_preview_says_a_person_without_a_posix_identity_is_refused(
 ):
     """A live Slurm backend runs jobs as their person: without a POSIX identity the submission is refused on
     the backend field, and the preview beside it says so too instead of "It fits now"."""
-    from integrations.models import ConfigTarget
     from tenancy.models import PosixAccount
 
-    key = tmp_path / "jwt_hs256.key"
-    key.write_bytes(b"k" * 32)
-    ConfigTarget.objects.create(  # nothing listens there: the refusal comes before anything is sent
-        name="cluster",
-        kind="slurm",
-        settings={
-            "config_dir": str(tmp_path),
-            "rest_url": "http://127.0.0.1:9",
-            "rest_user": "slurm",
-            "jwt_key_file": str(key),
-        },
-    )
+    make_unreachable_slurm_target(tmp_path)  # nothing listens at its port
     PosixAccount.objects.filter(user=member_a).delete()
     client.force_login(member_a)
     refused = client.post(NEW, form_data())

@@ -16,7 +16,7 @@ from scheduling import services
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, BackendCancel, Job
 from tenancy.models import DedicatedPartition
-from tests.factories import make_department
+from tests.factories import make_department, make_unreachable_slurm_target
 
 pytestmark = pytest.mark.django_db
 
@@ -279,21 +279,9 @@ def test_a_live_target_added_later_leaves_the_rendered_jobs_to_the_renderer(
 ):
     """A job the embedded renderer took stays the renderer's: a Slurm target added afterwards never knew it,
     and asking it used to fail the job ("no longer knows rendered/rp-N") or leave it unreachable."""
-    from integrations.models import ConfigTarget
 
     job_id = submit().json()["id"]
-    key = tmp_path / "jwt_hs256.key"
-    key.write_bytes(b"k" * 32)
-    ConfigTarget.objects.create(
-        name="cluster",
-        kind="slurm",
-        settings={
-            "config_dir": str(tmp_path),
-            "rest_url": "http://127.0.0.1:9",
-            "rest_user": "slurm",
-            "jwt_key_file": str(key),
-        },
-    )  # nothing listens at port 9: a status asked there would be "unreachable"
+    make_unreachable_slurm_target(tmp_path)  # nothing listens at its port
     assert sync_jobs()["unreachable"] == 0
     job = Job.objects.get(pk=job_id)
     assert job.state == JobState.RUNNING and "ends at its time limit" in job.backend_message
