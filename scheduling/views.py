@@ -24,7 +24,7 @@ from scheduling.filters import JobFilter
 from scheduling.models import Allocation, Job
 from scheduling.resubmit import resubmit_offer, with_resubmit_facts
 from scheduling.services import cancel_job, may_cancel
-from tenancy.models import Department, Project
+from tenancy.models import Department, Project, posix_identity_of
 
 # --- jobs -----------------------------------------------------------------------------------------------
 # Everyone sees the jobs `Job.objects.visible_to` allows (their departments'; staff: all). The list and a
@@ -132,7 +132,9 @@ def job_list(request):
 
 
 def _visible_job(request, pk, resubmit_facts: bool = False) -> Job:
-    jobs = Job.objects.visible_to(request.user).select_related("department", "submitted_by", "project")
+    jobs = Job.objects.visible_to(request.user).select_related(
+        "department", "submitted_by__posix_account", "project"
+    )
     if resubmit_facts:  # what the page's Resubmit button needs, in the same query (scheduling.resubmit)
         jobs = with_resubmit_facts(jobs, request.user)
     return get_object_or_404(jobs, pk=pk)
@@ -210,6 +212,8 @@ def _job_status_context(request, job: Job, **extra) -> dict:
         "hostlist": _hostlist(job.placement),
         "events": events,
         "poll_seconds": JOB_POLL_SECONDS,
+        # The Unix user a live backend runs (and stops) the submitter's jobs as (integrations.dispatch).
+        "run_as": posix_identity_of(job.submitted_by, getattr(job.submitted_by, "posix_account", None)),
         **extra,
     }
 

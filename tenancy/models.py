@@ -644,11 +644,17 @@ def normalized_groups(groups, gid: int) -> list[int]:
     return sorted({g for g in groups or [] if isinstance(g, int) and not isinstance(g, bool) and g != gid})
 
 
-def posix_identity_of(user) -> posix.PosixIdentity | None:
-    """The POSIX identity `user`'s jobs run as, or None when they have none (or it is no longer valid)."""
+_READ = object()
+
+
+def posix_identity_of(user, account=_READ) -> posix.PosixIdentity | None:
+    """The POSIX identity `user`'s jobs run as, or None when they have none (or it is no longer valid).
+    `account`: their PosixAccount (or None) as the caller loaded it with the user in one query
+    (select_related("...__posix_account")); read now when not given."""
     if user is None or not getattr(user, "pk", None) or not getattr(user, "is_active", True):
         return None  # an inactive account is nobody: its queued jobs are refused at dispatch, not run as it
-    account = PosixAccount.objects.filter(user_id=user.pk).first()
+    if account is _READ:
+        account = PosixAccount.objects.filter(user_id=user.pk).first()
     if account is None:
         return None
     try:

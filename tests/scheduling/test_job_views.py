@@ -226,6 +226,8 @@ def test_the_detail_shows_placement_events_and_a_cancel_button(client_as, lead_a
     assert f'hx-post="/scheduling/jobs/{job.pk}/cancel/"' in html and "hx-confirm=" in html
     assert f'<div id="job-status" hx-get="/scheduling/jobs/{job.pk}/" hx-trigger="every 2s"' in html
     assert "srun python train.py" in page  # what it runs
+    account = member_a.posix_account  # the Unix user a live backend runs it as
+    assert f"Unix user {account.name} (uid {account.uid}, gid {account.gid})" in page
 
     # Another member of the department sees it, without a Cancel button; the lead may cancel it.
     other = submit(user="lead_a", name="leads-job")
