@@ -333,3 +333,9 @@ def make_unreachable_slurm_target(directory):
             "jwt_key_file": str(key),
         },
     )
+
+
+def post_kubernetes_job(client, work: dict):
+    """POST a one-GPU Kubernetes job of Research with `work` through the jobs API as `client`'s person."""
+    body = {"department": "research", "name": "train-llm", "gpus": 1, "backend": "kubernetes", "work": work}
+    return client.post("/api/v1/jobs/", body, format="json")

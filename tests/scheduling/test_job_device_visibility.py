@@ -10,7 +10,7 @@ import pytest
 from core import devices
 from core.workloads import WorkError, register_work_validator, validate_work, work_rules
 from scheduling.models import Job
-from tests.factories import make_department
+from tests.factories import make_department, post_kubernetes_job
 
 pytestmark = pytest.mark.django_db
 
@@ -34,14 +34,7 @@ def department_a(demo_inventory):
 @pytest.fixture
 def post(api_as, member_a):
     def post(env):
-        body = {
-            "department": "research",
-            "name": "train-llm",
-            "gpus": 1,
-            "backend": "kubernetes",
-            "work": {"image": IMAGE, "command": ["torchrun"], "env": env},
-        }
-        return api_as(member_a).post("/api/v1/jobs/", body, format="json")
+        return post_kubernetes_job(api_as(member_a), {"image": IMAGE, "command": ["torchrun"], "env": env})
 
     return post
 

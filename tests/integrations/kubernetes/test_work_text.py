@@ -14,7 +14,7 @@ import pytest
 
 from integrations.kubernetes.work import MAX_IMAGE
 from scheduling.models import Job
-from tests.factories import make_department
+from tests.factories import make_department, post_kubernetes_job
 
 pytestmark = pytest.mark.django_db
 
@@ -29,14 +29,7 @@ def department_a(demo_inventory):
 @pytest.fixture
 def post(api_as, member_a):
     def post(work):
-        body = {
-            "department": "research",
-            "name": "train-llm",
-            "gpus": 1,
-            "backend": "kubernetes",
-            "work": work,
-        }
-        return api_as(member_a).post("/api/v1/jobs/", body, format="json")
+        return post_kubernetes_job(api_as(member_a), work)
 
     return post
 
