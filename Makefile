@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: run test test-fast test-stack fuzz lint fmt bench clean venv venv-test
+.PHONY: run test test-fast test-stack coverage docs fuzz lint fmt bench clean venv venv-test
 
 run: ## serve the portal on http://127.0.0.1:8000 with a Celery worker and beat (DEBUG=1, SQLite, filesystem broker, demo data, admin login; Ctrl-C stops all)
 	bash scripts/run.sh
@@ -13,8 +13,14 @@ test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, p
 test-stack: ## the production-stack tests alone (tests/stack; `make test` runs them too): 2 replicas, worker/Redis/PostgreSQL/beat faults, upgrade, backup/restore
 	bash scripts/test-stack.sh
 
-test-fast: ## the quick check (about 3 minutes, no services): ruff, import layers, migrations, pytest on SQLite without e2e/integration/slow
+test-fast: ## the quick check (under 90 s, no services): ruff, import layers, types, migrations, docs, pytest on SQLite without e2e/integration/slow
 	bash scripts/test-fast.sh
+
+coverage: ## `make test` measuring line coverage of the product code (prints it; var/coverage.json)
+	RACKPLANE_COVERAGE=1 bash scripts/test.sh
+
+docs: venv-test ## the documentation site, built into var/site (open var/site/index.html)
+	.venv/bin/mkdocs build --strict
 
 FUZZ_EXAMPLES ?= 50
 fuzz: venv-test ## the long schemathesis run (examples, coverage, fuzzing; FUZZ_EXAMPLES per operation; 3 tokens): prints cases and failures

@@ -56,12 +56,28 @@ step() {
     "$@" || failed+=("$name")
 }
 
-# The checks that need no service: lint, format, the import-layer contracts, migrations in step with models.
+# The checks that need no service: lint, format, the import-layer contracts, types at the seams (mypy over
+# the modules pyproject.toml lists), migrations in step with models, and the documentation site (strict: a
+# broken link or a page outside the navigation fails it).
 static_checks() {
     step "ruff check" ruff check .
     step "ruff format" ruff format --check .
     step "import layers" lint-imports
+    step "types" mypy
     step "migrations" env DEBUG=1 python manage.py makemigrations --check --dry-run
+    step "docs site" mkdocs build --strict --quiet
+}
+
+# pytest in parallel (pytest-xdist): one worker per core and one more, since many tests wait on a browser, a
+# server or a subprocess rather than compute. Tests that share a service (the Slurm or Kubernetes testbed,
+# the identity providers, the production stack, `make run`'s stack) run in one worker, one after another
+# (`--dist loadgroup`; the groups are set in tests/conftest.py). RACKPLANE_TEST_WORKERS=0 runs in one process.
+parallel_pytest_args() {
+    local workers="${RACKPLANE_TEST_WORKERS:-$(($(nproc) + 1))}"
+    if [ "$workers" = 0 ]; then
+        return 0
+    fi
+    echo "-n $workers --dist loadgroup"
 }
 
 # A free TCP port on loopback (the testbeds and services pick theirs at start).

@@ -250,7 +250,7 @@ MpiDefault=none
 SwitchType=switch/none
 GresTypes=gpu
 TopologyPlugin=topology/block
-# Node and partition lines are Rackplane's (scheduling/backends/slurm); topology.conf is read beside this file.
+# Node and partition lines are Rackplane's (integrations/slurm); topology.conf is read beside this file.
 Include /etc/slurm/rackplane.conf
 EOF
 

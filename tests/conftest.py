@@ -1,6 +1,6 @@
 """Fixtures shared by the whole suite: the demo inventory, the shared personas, a render directory per test.
 
-The personas (DESIGN.md: "test with the shared personas") are fixtures over tests/factories.py:
+The personas (docs/developer/testing.md) are fixtures over tests/factories.py:
 
     platform_admin  staff account "platform-admin": sees and changes everything
     lead_a          "lead-a", lead of department_a        member_a  "member-a", member of department_a
@@ -13,6 +13,13 @@ module that needs them otherwise overrides the fixture (`def department_a(demo_i
 make_department("Research", guaranteed_gpus=96)`); the people attached to it follow.
 """
 
+import fcntl
+import hashlib
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
 import pytest
 
 from core.access import Role
@@ -21,11 +28,186 @@ from tests import factories
 # The real identity providers' fixtures (scripts/idp-testbed.sh): oidc_provider, oidc_settings,
 # ldap_directory, ldap_settings, for tests/identity and the sign-in browser tests.
 # The real Prometheus scraping test DCGM exporters (tests/tenancy/prometheus_server.py): prometheus.
-pytest_plugins = ["tests.identity_testbed", "tests.tenancy.prometheus_server"]
+# A clone prepared as `make run` prepares it, and `make run`'s stack serving from a copy of it (one per
+# session): prepared_clone, embedded_stack.
+pytest_plugins = [
+    "tests.identity_testbed",
+    "tests.tenancy.prometheus_server",
+    "tests.fresh_clone",
+    "tests.embedded_stack",
+    # pytest's own fixture for running pytest on made-up test files (tests/test_suite_machinery.py).
+    "pytester",
+]
 
 
-# Slow by design, in modules being written by others as this list was made: the marker belongs in the module
-# (`@pytest.mark.slow`); move it there and drop the entry.
+# --- the test database: migrated once, reused while the migrations are the same -----------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def migrations_fingerprint() -> str:
+    """What the migrated schema depends on: every migration file's path and bytes, and Django's version."""
+    import django
+
+    digest = hashlib.sha256(django.get_version().encode())
+    for path in sorted(REPO_ROOT.glob("*/migrations/*.py")):
+        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def pytest_configure(config):
+    """SQLite (`make test-fast`, a developer's runs): the migrated test database is kept as a pristine file
+    named by the migrations' fingerprint (var/test-db/), and each session starts from a copy of it instead of
+    running every migration again (as NetBox's test runner does); a change to any migration names a new file,
+    migrated from scratch once. Each session starts from the pristine copy, so nothing a previous run
+    committed (or flushed, as transactional tests do) can leak in. A worker's file is held by one session at
+    a time (a lock); a second session running at once gets a database in memory, as before. `--create-db`
+    migrates from nothing. PostgreSQL (`make test`, on a server started for the run) is migrated per session.
+    """
+    from django.conf import settings
+
+    if not settings.configured or config.getoption("create_db", default=False):
+        return
+    database = settings.DATABASES["default"]
+    if "sqlite" not in database["ENGINE"]:
+        return
+    fingerprint = migrations_fingerprint()
+    folder = REPO_ROOT / "var" / "test-db"
+    folder.mkdir(parents=True, exist_ok=True)
+    _remove_unused(folder, keep=fingerprint)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    held = _try_lock(folder / f"{fingerprint}-{worker}.lock")
+    if held is None:
+        return
+    # pytest-django appends the xdist worker (`_gw0`) to this name: one file per worker.
+    database.setdefault("TEST", {})["NAME"] = str(folder / f"{fingerprint}.sqlite3")
+    config.option.reuse_db = True
+    config.stash[_PRISTINE] = (folder / f"{fingerprint}.pristine", held)
+
+
+def _remove_unused(folder: Path, keep: str) -> None:
+    """The files of other fingerprints (`<fingerprint>.sqlite3_gw0`, `.pristine`, `-gw0.lock`), unless a
+    session still holds one of their locks."""
+    by_fingerprint: dict[str, list[Path]] = {}
+    for path in folder.iterdir():
+        by_fingerprint.setdefault(path.name.split(".")[0].split("-")[0], []).append(path)
+    for fingerprint, paths in by_fingerprint.items():
+        if fingerprint == keep:
+            continue
+        locks = [_try_lock(path) for path in paths if path.suffix == ".lock"]
+        if all(locks):
+            for path in paths:
+                path.unlink(missing_ok=True)
+        for lock in filter(None, locks):
+            lock.close()
+
+
+def _try_lock(path: Path):
+    """The open, exclusively locked file, or None when another process holds it."""
+    handle = path.open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle
+
+
+_PRISTINE = pytest.StashKey[tuple]()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_suffix):
+    """Before pytest-django opens the test database: this worker's file is a copy of the pristine one, or
+    absent (then it is created and migrated)."""
+    from django.conf import settings
+
+    if (kept := request.config.stash.get(_PRISTINE, None)) is None:
+        return
+    pristine, _ = kept
+    working = Path(settings.DATABASES["default"]["TEST"]["NAME"])
+    for leftover in working.parent.glob(f"{working.name}-*"):  # -journal, -wal, -shm
+        leftover.unlink(missing_ok=True)
+    if pristine.exists():
+        copy = working.with_name(working.name + ".copying")
+        shutil.copyfile(pristine, copy)
+        copy.replace(working)
+    else:
+        working.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(request, django_db_setup):
+    """After it: a database migrated from scratch becomes the pristine file for the next sessions."""
+    from django.conf import settings
+
+    kept = request.config.stash.get(_PRISTINE, None)
+    if kept is not None and not kept[0].exists():
+        pristine = kept[0]
+        copy = pristine.with_name(f"{pristine.name}.{os.getpid()}")
+        # SQLite's backup API: a consistent copy, whatever is still in the write-ahead log.
+        source, target = sqlite3.connect(settings.DATABASES["default"]["NAME"]), sqlite3.connect(copy)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+        copy.replace(pristine)
+
+
+# --- running in parallel (pytest-xdist, `--dist loadgroup`) -------------------------------------------------
+
+# Tests that share one service run in one worker, one after another: the service starts once per session and
+# tests that change it never race. The key is the fixture that gives the service.
+SHARED_SERVICES = {
+    "slurm_testbed": "slurm",
+    "kube_testbed": "kubernetes",
+    "oidc_testbed": "identity",
+    "ldap_testbed": "identity",
+    "prometheus": "prometheus",
+    "stack": "production-stack",
+    "embedded_stack": "embedded-stack",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every `slow` marker says why (`@pytest.mark.slow(reason="...")`), and each test joins the xdist group
+    of what it shares with others: a service (SHARED_SERVICES), or its module when it uses a module-scoped
+    fixture (set up once, not once per worker). A test sharing two of them joins both groups into one."""
+    unexplained = [
+        item.nodeid
+        for item in items
+        if (slow := item.get_closest_marker("slow")) and not slow.kwargs.get("reason")
+    ]
+    if unexplained:
+        raise pytest.UsageError(
+            'a slow marker without its reason: write @pytest.mark.slow(reason="...") in '
+            + ", ".join(unexplained)
+        )
+    parent: dict[str, str] = {}
+
+    def root(group: str) -> str:
+        while parent.setdefault(group, group) != group:
+            group = parent[group]
+        return group
+
+    shared: list[tuple[pytest.Item, list[str]]] = []
+    for item in items:
+        groups = [SHARED_SERVICES[name] for name in item.fixturenames if name in SHARED_SERVICES]
+        definitions = getattr(item, "_fixtureinfo", None)
+        for name in item.fixturenames:
+            defs = definitions.name2fixturedefs.get(name) if definitions else None
+            if defs and defs[-1].scope == "module":
+                groups.append(item.module.__name__ if item.module else item.nodeid.split("::")[0])
+        for group in groups[1:]:
+            parent[root(group)] = root(groups[0])
+        if groups:
+            shared.append((item, groups))
+    for item, groups in shared:
+        item.add_marker(pytest.mark.xdist_group(root(groups[0])))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _fast_test_settings():
     """Two costs that are there for production, paid again by every test otherwise:

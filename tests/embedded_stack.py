@@ -1,5 +1,9 @@
-"""`make run`'s embedded stack, started for a test: scripts/run.sh in a fresh clone (web server, Celery worker
-and beat on the filesystem broker), its state read from the clone's SQLite file."""
+"""`make run`'s embedded stack: scripts/run.sh in a fresh clone (web server, Celery worker and beat on the
+filesystem broker), its state read from the clone's SQLite file.
+
+The suite starts one per session (the `embedded_stack` fixture, tests/conftest.py), for every test that needs
+it; a test that stops it (the SIGINT test) leaves the next one a new stack.
+"""
 
 import contextlib
 import os
@@ -12,7 +16,9 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.fresh_clone import free_port, make_clone, shell_env
+import pytest
+
+from tests.fresh_clone import copy_clone, free_port, shell_env
 
 
 def wait_for(what: str, check, timeout: float, interval: float = 0.5):
@@ -70,20 +76,10 @@ class Stack:
 
 
 @contextlib.contextmanager
-def running_stack(directory: Path):
-    """scripts/run.sh in a fresh clone under `directory`, prepared (migrate, seed) and serving; stopped
-    (SIGINT, as Ctrl-C) at the end, with anything left behind killed."""
-    clone = make_clone(directory / "rackplane")
+def running_stack(clone: Path):
+    """scripts/run.sh serving in `clone` (a copy of the session's prepared clone, tests/fresh_clone.py);
+    stopped (SIGINT, as Ctrl-C) at the end, with anything left behind killed."""
     env = shell_env()
-    prepared = subprocess.run(
-        ["bash", "scripts/run.sh", "--prepare"],
-        cwd=clone,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
     # Forget what the seed did, so that whatever appears next is the stack's own work.
     with sqlite3.connect(clone / "var" / "rackplane.sqlite3") as database:
         database.execute("UPDATE scheduling_schedulerstate SET last_pass_at = NULL")
@@ -134,3 +130,40 @@ def stop(run: subprocess.Popen, clone: Path) -> None:
     for line in processes_in(clone):
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
+
+
+class EmbeddedStacks:
+    """The session's running stack: started at the first test that asks, kept for the next ones, started
+    again when a test stopped it."""
+
+    def __init__(self, template: Path, root: Path):
+        self.template, self.root, self.started = template, root, 0
+        self.current: Stack | None = None
+        self.exits = contextlib.ExitStack()
+
+    def running(self) -> Stack:
+        if self.current is None or self.current.run.poll() is not None:
+            self.close()
+            self.started += 1
+            clone = copy_clone(self.template, self.root / f"stack-{self.started}" / "rackplane")
+            self.current = self.exits.enter_context(running_stack(clone))
+        return self.current
+
+    def close(self) -> None:
+        self.exits.close()
+        self.current = None
+
+
+@pytest.fixture(scope="session")
+def embedded_stacks(prepared_clone_template, tmp_path_factory):
+    stacks = EmbeddedStacks(prepared_clone_template, tmp_path_factory.mktemp("embedded-stack"))
+    try:
+        yield stacks
+    finally:
+        stacks.close()
+
+
+@pytest.fixture
+def embedded_stack(embedded_stacks) -> Stack:
+    """`make run`'s stack, serving (shared by the session's tests; read it, act as its users would)."""
+    return embedded_stacks.running()

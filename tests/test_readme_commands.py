@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fresh_clone import REPO_ROOT, make_clone, shell_env
+from tests.fresh_clone import REPO_ROOT, copy_clone, shell_env
 
-pytestmark = pytest.mark.slow  # a clone, migrate + seed, every README command
+pytestmark = pytest.mark.slow(reason="a clone, migrate + seed, every README command")
 
 SHELL_LANGUAGES = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^```(?P<language>[\w-]*)\s*$")
@@ -90,17 +90,9 @@ def test_parsing_skips_marked_blocks_and_keeps_console_commands():
 
 
 @pytest.fixture(scope="module")
-def clone(tmp_path_factory) -> Path:
-    clone = make_clone(tmp_path_factory.mktemp("readme") / "rackplane")
-    prepared = subprocess.run(
-        ["bash", "scripts/run.sh", "--prepare"],
-        cwd=clone,
-        env=shell_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+def clone(prepared_clone_template, tmp_path_factory) -> Path:
+    """One copy of the session's prepared clone for the module: the blocks run in README order in it."""
+    clone = copy_clone(prepared_clone_template, tmp_path_factory.mktemp("readme") / "rackplane")
     assert (clone / "var" / "dev.env").is_file()
     return clone
 

@@ -36,7 +36,7 @@ def pytest_runtest_makereport(item, call):
 CALL_FAILED = pytest.StashKey[bool]()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium_executable():
     path = os.environ.get("RACKPLANE_CHROMIUM") or shutil.which("chromium")
     if not path:
@@ -48,7 +48,7 @@ def chromium_executable():
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser(chromium_executable):
     from playwright.sync_api import sync_playwright
 

@@ -1,4 +1,4 @@
-"""The portal tells the truth by itself (issue 11), tried as people would on `make run`'s own stack:
+"""The portal tells the truth by itself, tried as people would on `make run`'s own stack:
 scripts/run.sh in a fresh clone (web server, real Celery worker and beat, the demo's simulated fabric),
 Chromium for the admin and the lead, the REST API for a member. Nothing but the stack acts between the
 steps: the test only reads.
@@ -19,15 +19,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from playwright.sync_api import expect
 
-from tests.embedded_stack import running_stack, wait_for
+from tests.embedded_stack import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(reason="the embedded make-run stack and a browser")]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("truth")) as running:
-        yield running
+@pytest.fixture
+def stack(embedded_stack):
+    return embedded_stack
 
 
 def admin_login(stack) -> tuple[str, str]:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from integrations.slurm.render import ServiceTier, SlurmBlock, SlurmNode
+from integrations.slurm.render import ServiceTier, SlurmNode
 from integrations.slurm.target import MANAGED_FILES, SlurmState, SlurmTarget
+from integrations.slurm.topology import SlurmBlock
 
 HOW_TO_RUN = (
     "the Slurm testbed is not running: RACKPLANE_SLURM_TESTBED is not set. Run the integration tests through "
@@ -121,7 +122,8 @@ def tenant_people() -> dict:
 
 def give_identity(user, identity) -> None:
     """Map `user` to the testbed's Unix user `identity` (as an administrator would)."""
-    from tenancy.models import PosixAccount, PosixSource
+    from tenancy.choices import PosixSource
+    from tenancy.models import PosixAccount
 
     PosixAccount.objects.update_or_create(
         user=user,
@@ -137,20 +139,24 @@ def give_identity(user, identity) -> None:
 
 @pytest.fixture
 def slurm_baseline(slurm_testbed):
-    """Snapshot the managed files before the test; afterwards put them back and make slurmctld run them."""
+    """Snapshot the managed files before the test; afterwards put back those the test changed and make
+    slurmctld read them again (only then: a reconfigure costs seconds), and wait for every node idle."""
     conf = slurm_testbed.conf_dir
     saved = {name: (conf / name).read_text() for name in MANAGED_FILES}
     target = slurm_testbed.target()
     assert target.ping(), "slurmctld of the testbed is down before the test"
     topology = target.read_topology()
     yield saved, topology
-    if not target.ping():
+    restarted = not target.ping()
+    if restarted:
         slurm_testbed.control("start-ctld")
-    for name, text in saved.items():
-        (conf / name).write_text(text)
-        for leftover in (conf / f"{name}.rackplane-prev",):
-            leftover.unlink(missing_ok=True)
-    subprocess.run([slurm_testbed.scontrol, "reconfigure"], check=True, capture_output=True)
+    changed = [name for name, text in saved.items() if (conf / name).read_text() != text]
+    for name in changed:
+        (conf / name).write_text(saved[name])
+    for name in MANAGED_FILES:
+        (conf / f"{name}.rackplane-prev").unlink(missing_ok=True)
+    if changed or restarted or target.read_topology() != topology:
+        subprocess.run([slurm_testbed.scontrol, "reconfigure"], check=True, capture_output=True)
     deadline = time.monotonic() + 30
     while target.read_topology() != topology or not _all_idle(slurm_testbed):
         assert time.monotonic() < deadline, "the testbed did not come back to its baseline"

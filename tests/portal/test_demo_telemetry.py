@@ -1,4 +1,4 @@
-"""The demo's simulated DCGM exporters: the pure next-value rule (portal.demo_telemetry), the beat task that
+"""The demo's simulated DCGM exporters: the pure next-value rule (portal.demo.telemetry), the beat task that
 records a sample for every allocated GPU through tenancy.activity.record_samples only when
 RACKPLANE_DEMO_TELEMETRY is on (portal.tasks), and the seeded demo going on after the seed."""
 
@@ -13,8 +13,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from portal.demo import record_demo_telemetry
-from portal.demo_telemetry import (
+from portal.demo.seeding import record_demo_telemetry
+from portal.demo.telemetry import (
     BUSY_FLOOR,
     IDLE_BELOW,
     IDLE_RANGE,
@@ -29,7 +29,7 @@ from scheduling.models import Allocation, Job
 from scheduling.usage import idle_gpus_queryset
 from tenancy.activity import bucket_start
 from tenancy.models import GpuActivity, GpuUtilization
-from tests.embedded_stack import running_stack, wait_for
+from tests.embedded_stack import wait_for
 from tests.factories import healthy_gpus, make_department, run_job, seed_demo
 from tests.fresh_clone import REPO_ROOT, shell_env
 
@@ -184,7 +184,7 @@ def test_the_task_is_registered_and_the_beat_sends_it_only_in_the_demo():
     assert app.tasks[SIMULATE_DEMO_TELEMETRY].name == SIMULATE_DEMO_TELEMETRY
 
 
-@pytest.mark.slow  # a fresh Python per case: settings are read once per process
+@pytest.mark.slow(reason="a fresh Python per case: settings are read once per process")
 @pytest.mark.parametrize(
     ("line", "expected"), [("RACKPLANE_DEMO_TELEMETRY=1\n", "True 60.0"), ("", "False None")]
 )
@@ -217,32 +217,32 @@ STALE_HELD = """
 """
 
 
-@pytest.mark.slow  # a clone, migrate + seed, the three processes of `make run`
-def test_make_run_keeps_every_allocated_gpu_reporting(tmp_path_factory):
+@pytest.mark.slow(reason="a clone, migrate + seed, the three processes of `make run`")
+def test_make_run_keeps_every_allocated_gpu_reporting(embedded_stack):
     """scripts/run.sh turns it on (var/dev.env), the real beat sends it, the real worker records: soon after
     start every GPU a job holds has a sample newer than the start, and its bucket of now."""
-    with running_stack(tmp_path_factory.mktemp("demo-telemetry")) as stack:
-        started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
-        assert "RACKPLANE_DEMO_TELEMETRY=1" in (stack.clone / "var" / "dev.env").read_text()
+    stack = embedded_stack
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    assert "RACKPLANE_DEMO_TELEMETRY=1" in (stack.clone / "var" / "dev.env").read_text()
 
-        def all_fresh():
-            held, stale = stack.query(STALE_HELD, started)[0]
-            return held > 0 and stale == 0
+    def all_fresh():
+        held, stale = stack.query(STALE_HELD, started)[0]
+        return held > 0 and stale == 0
 
-        # Jobs the first scheduling pass starts just after a tick are sampled by the next one, a minute on.
-        wait_for("a fresh sample for every allocated GPU", all_fresh, timeout=150)
-        (buckets,) = stack.query(
-            "SELECT count(*) FROM tenancy_gpuutilization WHERE bucket_start >= ?",
-            str(bucket_start(datetime.now(UTC) - timedelta(minutes=1))).replace("+00:00", ""),
-        )[0]
-        assert buckets > 0
-        # The tick goes on after the samples: the simulated nodes' reports (the first tick reconciles each
-        # seeded tray once), then the worker logs its answer.
-        succeeded = re.compile(
-            r"Task portal.tasks.simulate_demo_telemetry\[[-0-9a-f]+\] succeeded in [0-9.]+s: "
-            r"\{'recorded': [1-9].*'nodes': \{'trays': [1-9]"
-        )
-        wait_for("the tick's answer", lambda: succeeded.search(stack.log("celery-worker.log")), timeout=60)
+    # Jobs the first scheduling pass starts just after a tick are sampled by the next one, a minute on.
+    wait_for("a fresh sample for every allocated GPU", all_fresh, timeout=150)
+    (buckets,) = stack.query(
+        "SELECT count(*) FROM tenancy_gpuutilization WHERE bucket_start >= ?",
+        str(bucket_start(datetime.now(UTC) - timedelta(minutes=1))).replace("+00:00", ""),
+    )[0]
+    assert buckets > 0
+    # The tick goes on after the samples: the simulated nodes' reports (the first tick reconciles each
+    # seeded tray once), then the worker logs its answer.
+    succeeded = re.compile(
+        r"Task portal.tasks.simulate_demo_telemetry\[[-0-9a-f]+\] succeeded in [0-9.]+s: "
+        r"\{'recorded': [1-9].*'nodes': \{'trays': [1-9]"
+    )
+    wait_for("the tick's answer", lambda: succeeded.search(stack.log("celery-worker.log")), timeout=60)
 
 
 # --- on the seeded demo -----------------------------------------------------------------------------------
@@ -293,8 +293,8 @@ def test_the_demo_nodes_keep_reporting_what_they_last_said(var_dir, settings):
     node agents now send their last report again each tick (the real heartbeat path): no tray goes silent,
     and the inventory does not change (what was heard is repeated, never what the inventory intends)."""
     from inventory.models import ComputeTray, Gpu
-    from inventory.services import silent_policy
-    from portal.demo import demo_nodes_report
+    from inventory.staleness import silent_policy
+    from portal.demo.seeding import demo_nodes_report
 
     seed_demo("--racks", "3")
     heard = {

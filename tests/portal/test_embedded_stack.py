@@ -18,15 +18,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.conf import settings
 
-from tests.embedded_stack import parse_time, processes_in, running_stack, wait_for
+from tests.embedded_stack import parse_time, processes_in, wait_for
 
-pytestmark = pytest.mark.slow  # a clone, migrate + seed, three long-running processes
+pytestmark = pytest.mark.slow(reason="a clone, migrate + seed, three long-running processes")
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("embedded")) as running:
-        yield running
+@pytest.fixture
+def stack(embedded_stack):
+    return embedded_stack
 
 
 def test_the_beat_runs_a_scheduling_pass_and_a_quota_snapshot_by_itself(stack):

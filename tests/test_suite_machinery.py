@@ -1,0 +1,124 @@
+"""The suite's own machinery (tests/conftest.py): slow markers say why, tests sharing a service or a
+module-scoped fixture land in one xdist group, and the kept test database is named by the migrations."""
+
+import pytest
+
+from tests import conftest
+
+HOOKS = """
+import pytest
+from tests.conftest import pytest_collection_modifyitems  # the hook under test
+
+@pytest.fixture(scope="session")
+def slurm_testbed():
+    return "slurm"
+
+@pytest.fixture(scope="session")
+def kube_testbed():
+    return "kube"
+
+@pytest.fixture(scope="module")
+def clone():
+    return "clone"
+"""
+
+
+def groups_of(items) -> dict[str, str | None]:
+    return {
+        item.name: (mark.args[0] if (mark := item.get_closest_marker("xdist_group")) else None)
+        for item in items
+    }
+
+
+def test_a_slow_marker_without_its_reason_stops_the_collection(pytester):
+    pytester.makeconftest(HOOKS)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.slow
+        def test_unexplained():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("--collect-only", "-p", "no:django", "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*a slow marker without its reason*test_unexplained*"])
+
+
+def test_tests_sharing_a_service_or_a_module_fixture_share_a_group(pytester):
+    pytester.makeconftest(HOOKS)
+    pytester.makepyfile(
+        test_groups="""
+        import pytest
+
+        @pytest.mark.slow(reason="explained")
+        def test_alone():
+            pass
+
+        def test_on_slurm(slurm_testbed):
+            pass
+
+        def test_on_kubernetes(kube_testbed):
+            pass
+
+        def test_on_both(slurm_testbed, kube_testbed):
+            pass
+
+        def test_with_the_module_clone(clone):
+            pass
+        """
+    )
+    items, _ = pytester.inline_genitems("-p", "no:django", "-p", "no:xdist")
+    groups = groups_of(items)
+    assert groups["test_alone"] is None
+    # Slurm and Kubernetes meet in test_on_both: all three run in one worker.
+    assert groups["test_on_slurm"] == groups["test_on_kubernetes"] == groups["test_on_both"] is not None
+    assert groups["test_with_the_module_clone"] == "test_groups"
+
+
+def test_the_database_fingerprint_follows_every_migration_file(tmp_path, monkeypatch):
+    migrations = tmp_path / "app" / "migrations"
+    migrations.mkdir(parents=True)
+    (migrations / "0001_initial.py").write_text("operations = []\n")
+    monkeypatch.setattr(conftest, "REPO_ROOT", tmp_path)
+    first = conftest.migrations_fingerprint()
+    assert first == conftest.migrations_fingerprint()
+    (migrations / "0001_initial.py").write_text("operations = [1]\n")
+    changed = conftest.migrations_fingerprint()
+    (migrations / "0002_more.py").write_text("operations = []\n")
+    added = conftest.migrations_fingerprint()
+    assert len({first, changed, added}) == 3
+
+
+@pytest.mark.slow(reason="starts pytest-xdist workers")
+def test_a_group_runs_in_one_worker_under_loadgroup(pytester, monkeypatch):
+    """What `make test` relies on, end to end: with `-n 3 --dist loadgroup` every test of a service's group
+    runs in one worker (it stops being true when pytest and pytest-xdist disagree on node ids)."""
+    monkeypatch.setenv("PYTHONPATH", str(conftest.REPO_ROOT))
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "portal.settings")
+    pytester.makeconftest("import django\n\ndjango.setup()\n" + HOOKS)
+    pytester.makepyfile(
+        test_workers="""
+        import os
+
+        def record(kind):
+            with open(f"{kind}.workers", "a") as seen:
+                seen.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+        def test_a(slurm_testbed): record("slurm")
+        def test_b(slurm_testbed): record("slurm")
+        def test_c(slurm_testbed): record("slurm")
+        def test_d(slurm_testbed): record("slurm")
+        def test_e(): record("free")
+        def test_f(): record("free")
+        def test_g(): record("free")
+        def test_h(): record("free")
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:django", "-n", "3", "--dist", "loadgroup", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=8)
+    workers = (pytester.path / "slurm.workers").read_text().split()
+    assert len(workers) == 4 and len(set(workers)) == 1, workers
