@@ -64,7 +64,7 @@ def seed(racks: int) -> dict:
 
     from inventory.demo import seed_datacenter
     from inventory.models import Gpu
-    from portal.demo import seed_tenants
+    from portal.demo.seeding import seed_tenants
     from tenancy.models import Membership
 
     settings.DEBUG = False

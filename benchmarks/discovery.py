@@ -74,20 +74,21 @@ def bodies(trays) -> list[dict]:
 
 def measure_in_process(reports: list[dict]) -> dict:
     """Through the service functions (what the view calls), no HTTP."""
-    from inventory.discovery import faults
+    from inventory.discovery import health_report
     from inventory.discovery.nvidia_smi import parse_any, validate_report
-    from inventory.services import flush_heartbeats, heartbeat, ingest_report, report_sha256
+    from inventory.ingest.heartbeats import flush_heartbeats, heartbeat
+    from inventory.ingest.reports import ingest_report, report_sha256
 
     parsed = []
     for body in reports:
         fmt, gpus = parse_any(body["nvidia_smi"])
-        health, _ = faults.validate_health(None, None, body["agent"])
+        health, _ = health_report.validate_health(None, None, body["agent"])
         parsed.append((body["host"], fmt, validate_report(gpus), health))
 
     # A changed report may ask for a scheduling pass (a SchedulingRequest row, then a task on commit). In
     # production the worker runs it, coalesced; here Celery is eager and would run a whole pass per report
     # in this process: the task is counted, not run.
-    from scheduling import services as scheduling_services
+    from scheduling.services import pass_requests as scheduling_services
 
     sent: list[str] = []
     original = scheduling_services.send_now

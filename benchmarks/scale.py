@@ -132,11 +132,11 @@ def random_requests(rng: random.Random, departments: list[str], count: int) -> l
 
 def measure_placement(rng: random.Random, decisions: int, fill: float) -> dict:
     """Single `place()` decisions (rackplane policy) on the cluster the portal builds (read cold by
-    `pass_inputs.load_cluster`), with the seeded running jobs allocated, brought to `fill` of its GPUs held
+    `pass_cluster.load_cluster`), with the seeded running jobs allocated, brought to `fill` of its GPUs held
     and kept there: before each decision a random job ends while the cluster is above `fill`; every decision
     that fits is allocated."""
     from scheduling.engine.placement import RACKPLANE, place
-    from scheduling.pass_inputs import load_cluster
+    from scheduling.pass_cluster import load_cluster
     from tenancy.models import Department
 
     started = time.perf_counter()
@@ -256,7 +256,7 @@ def measure_pass(rng: random.Random, pending: int, profile: str | None = None) -
     unchanged afterwards and no dispatch task is sent. An untimed round warms the process up (lazy imports,
     as in a worker that has been running for a while). Then the timed passes: one that reads the cluster
     cold (a worker's first pass, or the first after the inventory changed), then WARM_PASSES that find the
-    cluster their process kept (PostgreSQL: scheduling.pass_inputs; on SQLite every pass reads cold), of
+    cluster their process kept (PostgreSQL: scheduling.pass_cache; on SQLite every pass reads cold), of
     which the median is reported. Each is split into the engine (`schedule()`), the database (time in the
     driver's execute, every query of the pass counted) and the rest (Python around them: the engine's
     inputs, the cluster read, the writes' objects), with the CPU time of this process and of the database
@@ -264,13 +264,13 @@ def measure_pass(rng: random.Random, pending: int, profile: str | None = None) -
     dispatch messages sent after a commit are not (they leave after the scheduler's lock is released)."""
     from django.db import connection, transaction
 
-    from scheduling import pass_inputs, services
+    from scheduling import pass_cache, services
     from scheduling.models import Job, SchedulingRequest
     from tenancy.models import Department
 
     by_slug = {d.slug: d for d in Department.objects.order_by("slug")}
     requests = random_requests(rng, list(by_slug), pending)
-    originals = {"engine": services.schedule, "read_cluster": pass_inputs.read}
+    originals = {"engine": services.schedule, "read_cluster": pass_cache.read}
 
     def add_jobs(prefix: str) -> None:
         Job.objects.bulk_create(
@@ -324,11 +324,11 @@ def measure_pass(rng: random.Random, pending: int, profile: str | None = None) -
             services.run_pass()
             immediate_checks()
             if cold:
-                pass_inputs.forget()
+                pass_cache.forget()
             add_jobs("bench-pass")
             waiting = Job.objects.filter(state="pending").count()
             SchedulingRequest.objects.create(reason="benchmark")
-            services.schedule, pass_inputs.read = timed("engine"), timed("read_cluster")
+            services.schedule, pass_cache.read = timed("engine"), timed("read_cluster")
             try:
                 with connection.execute_wrapper(database):
                     database_cpu = backend()
@@ -343,7 +343,7 @@ def measure_pass(rng: random.Random, pending: int, profile: str | None = None) -
                     cpu_ms = (time.process_time() - cpu) * 1000
                     database_cpu_ms = backend() - database_cpu
             finally:
-                services.schedule, pass_inputs.read = originals["engine"], originals["read_cluster"]
+                services.schedule, pass_cache.read = originals["engine"], originals["read_cluster"]
             transaction.set_rollback(True)
         # The cluster read is partly database time: the engine and the database do not overlap it.
         figures = {
@@ -553,8 +553,8 @@ def measure_ingest(args: argparse.Namespace, rng: random.Random) -> float:
     """Node reports per second: each report is one node's four GPUs, consistent or drifting, reconciled in
     one transaction."""
     from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
+    from inventory.ingest.reports import ingest_report
     from inventory.models import ComputeTray
-    from inventory.services import ingest_report
 
     tray_ids = rng.sample(
         list(ComputeTray.objects.values_list("pk", flat=True)), k=min(args.reports, args.racks * 18)
@@ -616,7 +616,7 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
 
     from inventory.demo import seed_datacenter
     from inventory.models import Gpu
-    from portal.demo import seed_tenants
+    from portal.demo.seeding import seed_tenants
 
     settings.DEBUG = False  # no query log growing through the run
     database = database_label(origin)

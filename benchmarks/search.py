@@ -1,4 +1,4 @@
-"""Global search latency (portal/search.py) for `benchmarks/scale.py --only search` (part of `make bench`).
+"""Global search latency (portal/pages/search.py) for `benchmarks/scale.py --only search` (in `make bench`).
 
 Each query goes through Django's full request stack in-process (middleware, auth, the view, the template,
 the ORM, the database), as the pages part measures: `GET /search/?q=...`, answered with a redirect on an
@@ -11,7 +11,7 @@ department lead (every kind narrowed by `visible_to`):
 * rack_partial: the start of a rack name ("gb-r012": up to ten racks and their count);
 * job_name: the start of a job name;
 * job_whole_name: a whole job name (a redirect when one visible job has it, else the list, those first:
-  the exact name is not indexed, see portal/search.py);
+  the exact name is not indexed, see portal/pages/search.py);
 * project: the start of a project's name (only when the database has projects);
 * user: the start of a username.
 
@@ -96,7 +96,8 @@ def measure_search(rng: random.Random, requests: int = 60) -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from tenancy.models import Membership, Role
+    from core.access import Role
+    from tenancy.models import Membership
 
     texts = queries(rng, requests)
     admin, _ = get_user_model().objects.get_or_create(

@@ -101,8 +101,9 @@ def measure_prometheus(scratch: Path, collect_seconds: float) -> dict:
     from django.utils import timezone
 
     from inventory.models import Gpu
+    from tenancy.choices import MetricsSourceKind
     from tenancy.metrics_source import client_for, config_for, poll, utilization_history
-    from tenancy.models import GpuActivity, MetricsSource, MetricsSourceKind
+    from tenancy.models import GpuActivity, MetricsSource
 
     binary = shutil.which("prometheus")
     if binary is None:
@@ -209,7 +210,8 @@ def measure_prometheus(scratch: Path, collect_seconds: float) -> dict:
         for server in servers:
             server.shutdown()
             server.server_close()
-        from tenancy.models import MetricsSource, MetricsSourceKind
+        from tenancy.choices import MetricsSourceKind
+        from tenancy.models import MetricsSource
 
         MetricsSource.objects.filter(pk=1).update(kind=MetricsSourceKind.DIRECT)
 

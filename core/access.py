@@ -18,11 +18,12 @@ The `require_*` functions raise PermissionDenied with a sentence saying who may:
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
-from django.db import models
 from rest_framework import permissions
 
+from core.choices import TextChoices
 
-class Role(models.TextChoices):
+
+class Role(TextChoices):
     LEAD = "lead", "Department lead"
     MEMBER = "member", "Department member"
 

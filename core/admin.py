@@ -2,7 +2,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import NON_FIELD_ERRORS
 
-from core import notifications, tokens
+from core import tokens
 from core.access import is_admin
 from core.models import (
     AuditEvent,
@@ -11,6 +11,7 @@ from core.models import (
     NotificationSubscription,
     PersonalToken,
 )
+from core.notifications import recording
 
 # The Django admin lets in the portal's platform admins (core.access), not staff alone: the "Admin" link in
 # the portal's menu and the door it leads to follow the same rule.
@@ -135,7 +136,7 @@ class NotificationSubscriptionAdmin(admin.ModelAdmin):
     @admin.action(description="Send a test notification")
     def send_test(self, request, queryset):
         for subscription in queryset:
-            notifications.send_test(subscription, request.user)
+            recording.send_test(subscription, request.user)
         self.message_user(request, f"Test notifications queued for {queryset.count()} subscription(s).")
 
 

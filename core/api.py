@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, serializers, views
 from rest_framework.settings import api_settings
 
+from core.errors import RackplaneError
 from core.throttling import refusal_throttled
 from core.tokens import AgentTokenElsewhere
 
@@ -17,8 +18,24 @@ def api_validation_error(error: DjangoValidationError) -> serializers.Validation
     return serializers.ValidationError(detail)
 
 
+class ClientError(exceptions.APIException):
+    """A RackplaneError the caller made, without a field to name: `{"detail": text}`, 400."""
+
+    status_code = 400
+    default_code = "invalid"
+
+
+def client_error(error: RackplaneError) -> exceptions.APIException:
+    """A client RackplaneError as DRF's 400: `{field: [text]}` naming its field, else `{"detail": text}`."""
+    if error.field:
+        return serializers.ValidationError({error.field: [str(error)]})
+    return ClientError(str(error))
+
+
 def exception_handler(exc, context):
-    """DRF's, and a throttled request's answer also says in its JSON when to come back (`retry_after`, in
+    """DRF's, and the one place domain errors become 400s: a service's (Django's) ValidationError as
+    `api_validation_error` words it, a client RackplaneError (core.errors) as `client_error` does; views let
+    both propagate. A throttled request's answer also says in its JSON when to come back (`retry_after`, in
     seconds, as the Retry-After header does).
 
     A refused authentication (an unknown, invalid, revoked or expired token: 401; or none where one is
@@ -26,6 +43,11 @@ def exception_handler(exc, context):
     DRF refuses credentials before its throttles run, so a flood of guessed tokens would otherwise never be
     throttled. Within the rate the 401 stands; over it the answer is 429, as for anonymous requests. An agent
     token outside the node agent's endpoints (403, core.tokens.AgentTokenElsewhere) counts the same way."""
+    # The one mapping of domain errors to 400: a service's ValidationError, a RackplaneError the caller made.
+    if isinstance(exc, DjangoValidationError):
+        exc = api_validation_error(exc)
+    elif isinstance(exc, RackplaneError) and exc.client_error:
+        exc = client_error(exc)
     if isinstance(exc, (exceptions.AuthenticationFailed, exceptions.NotAuthenticated, AgentTokenElsewhere)):
         request, view = context.get("request"), context.get("view")
         if request is not None and view is not None:

@@ -6,6 +6,9 @@ class CoreConfig(AppConfig):
     verbose_name = "Core"
 
     def ready(self):
-        from core import audit
+        from django.core import checks
+
+        from core import audit, task_names
 
         audit.connect()
+        checks.register(task_names.check)  # every task name known, every beat entry naming one

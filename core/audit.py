@@ -178,7 +178,7 @@ LABEL_LIMIT = 200  # characters of a related row's name kept in an event's label
 
 
 @functools.cache
-def _references(model) -> dict:
+def _references(model: type[Model]) -> dict:
     """{field name: field} of the model's foreign keys and one-to-ones (a snapshot holds the related id).
     Cached per model: bulk recording asks twice per row."""
     return {f.name: f for f in model._meta.concrete_fields if f.is_relation}
@@ -196,7 +196,9 @@ def _names_on(instance, values: dict | None) -> dict:
     if instance is None or not values:
         return {}
     names = {}
-    for name, field in _references(type(instance)).items():
+    # As `type`: mypy does not count a type[X] as Hashable, which the cache's arguments must be.
+    model: type = type(instance)
+    for name, field in _references(model).items():
         value = getattr(instance, field.attname)
         if name not in values or value is None:
             continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.db.models import Model
 from django.db.models.signals import post_delete, post_save, pre_save
 
 from core.audit import bulk_changed
@@ -20,7 +21,7 @@ ADDED, CHANGED, DELETED, BULK = "added", "changed", "deleted", "bulk"
 
 @dataclass(frozen=True)
 class Change:
-    model: type
+    model: type[Model]
     action: str  # ADDED, CHANGED, DELETED, or BULK (rows updated together: no instance)
     instance: object | None = None
     # CHANGED: watched field name -> (before, after), in the order watched. BULK: the watched fields touched.
@@ -30,20 +31,20 @@ class Change:
 
 def watch(
     key: str,
-    watched: dict[type, tuple[str, ...]],
+    watched: dict[type[Model], tuple[str, ...]],
     on_change: Callable[[Change], None],
     *,
-    created_as_defaults: tuple[type, ...] = (),
+    created_as_defaults: tuple[type[Model], ...] = (),
 ) -> None:
     """Call `on_change` for each change of a watched field. `key` names the watcher (signal dispatch ids, the
     attribute a save's before-values wait in). A model of `created_as_defaults` that is created is compared
     with its fields' defaults instead of being reported as added (a settings row made on first use)."""
     before_attr = f"_watch_before_{key}"
 
-    def attnames(model: type) -> list[str]:
+    def attnames(model: type[Model]) -> list[str]:
         return [model._meta.get_field(name).attname for name in watched[model]]
 
-    def report_diff(model: type, instance, before: tuple) -> None:
+    def report_diff(model: type[Model], instance, before: tuple) -> None:
         after = tuple(getattr(instance, name) for name in attnames(model))
         pairs = zip(watched[model], before, after, strict=True)
         changed = {name: (old, new) for name, old, new in pairs if old != new}

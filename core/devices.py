@@ -24,6 +24,7 @@ NVIDIA_NVSWITCH, NVIDIA_GDRCOPY, NVIDIA_ALLOW_ADDITIONAL_GIDS) and the CUDA runt
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeGuard
 
 # name -> why a job may not set it. Matched case-insensitively.
 DEVICE_VARIABLES: dict[str, str] = {
@@ -55,7 +56,7 @@ DEVICE_VARIABLE_PREFIXES: dict[str, str] = {
 }
 
 
-def is_device_variable(name: object) -> bool:
+def is_device_variable(name: object) -> TypeGuard[str]:
     """Whether `name` is (case-insensitively) a variable the scheduler alone decides."""
     if not isinstance(name, str):
         return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
@@ -24,8 +25,16 @@ from rest_framework.settings import api_settings
 
 from core.textrule import text_problem
 
+# The mixins below go in front of a DRF field or serializer and call it through super(); to mypy that is
+# their base (at run time the class they are mixed into is).
+if TYPE_CHECKING:
+    from rest_framework.serializers import Field as _FieldBase
+    from rest_framework.serializers import Serializer as _SerializerBase
+else:
+    _FieldBase = _SerializerBase = object
 
-class StringOnly:
+
+class StringOnly(_FieldBase):
     default_error_messages = {"not_a_string": "Not a valid string."}
 
     def to_internal_value(self, data):
@@ -80,7 +89,7 @@ class JSONBooleanField(serializers.BooleanField):
 FORM = "application/x-www-form-urlencoded"
 
 
-class KnownFieldsOnly:
+class KnownFieldsOnly(_SerializerBase):
     """Serializer mixin: a body field the serializer does not take is a 400 naming it, with the closest field
     it does take; the OpenAPI document says so (`additionalProperties: false`, KnownFieldsOnlySchema)."""
 

@@ -131,8 +131,7 @@ _GuardedHTTPSConnection = _guarded(http.client.HTTPSConnection)
 def _request_guard(guard: Guard, request: urllib.request.Request) -> tuple[Guard, bool]:
     """(the guard for this request's connection, whether it goes through a proxy). The allowance is for
     the origin the request carries (the client's address; kept on redirects by _RedirectHandler)."""
-    origin = getattr(request, "rackplane_origin", None)
-    narrowed = Guard(guard.allow_private, origin)
+    narrowed = Guard(guard.allow_private, _origin_of(request))
     target = urllib.parse.urlsplit(request.full_url)
     # ProxyHandler points the request at the proxy (request.host); full_url still names the destination.
     proxied = (request.host or "").lower() != urllib.parse.unquote(target.netloc or "").lower()
@@ -158,13 +157,14 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, guard: Guard, context=None):
         super().__init__(context=context)
         self.guard = guard
+        self.context = context
 
     def https_open(self, req):
         guard, proxied = _request_guard(self.guard, req)
         connection = http.client.HTTPSConnection
         if not proxied:
             connection = functools.partial(_GuardedHTTPSConnection, guard=guard)  # type: ignore[assignment]
-        return self.do_open(connection, req, context=self._context)
+        return self.do_open(connection, req, context=self.context)
 
 
 class _RedirectHandler(urllib.request.HTTPRedirectHandler):
@@ -174,8 +174,20 @@ class _RedirectHandler(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None:
-            new.rackplane_origin = getattr(req, "rackplane_origin", None)
+            _set_origin(new, _origin_of(req))
         return new
+
+
+# The origin a request's allowance is for, carried on the urllib Request itself (redirect hops copy it).
+_ORIGIN_ATTR = "rackplane_origin"
+
+
+def _set_origin(request: urllib.request.Request, origin: tuple[str, int] | None) -> None:
+    setattr(request, _ORIGIN_ATTR, origin)
+
+
+def _origin_of(request: urllib.request.Request) -> tuple[str, int] | None:
+    return getattr(request, _ORIGIN_ATTR, None)
 
 
 def _origin(url: str) -> tuple[str, int]:
@@ -267,7 +279,7 @@ class HttpClient:
             all_headers.setdefault("Content-Type", "application/json")
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
         # The allowance is for the client's own address: its base URL's, else this request's.
-        request.rackplane_origin = _origin(self.base_url or url)  # type: ignore[attr-defined]
+        _set_origin(request, _origin(self.base_url or url))
         try:
             try:
                 answer = self._opener.open(request, timeout=self.timeout)

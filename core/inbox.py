@@ -1,6 +1,6 @@
 """The bell: a person's own notifications in the portal, read or unread.
 
-core.notifications.notify() calls `deliver` for each enabled subscription of the portal channel that
+core.notifications.recording.notify() calls `deliver` for each enabled subscription of the portal channel that
 receives the event: one InboxItem row for the subscription's owner, in the same transaction as the change
 (a rolled-back change leaves no item). A person whose subscriptions match one notification twice gets one
 item (notify() keeps count of the owners it rang; NotificationSubscription.clean refuses a second bell
@@ -8,8 +8,9 @@ subscription with the same scope and an event in common). The header shows `unre
 inbox page lists them; a GET never marks anything read: `mark_read` runs on a POST, and only ever touches
 the caller's own rows.
 
-`forget` removes a person's items about a department they left (core.notifications.forget_department,
-called by tenancy.services in the transaction that removes the membership), and says so in the audit log.
+`forget` removes a person's items about a department they left (core.notifications.subscriptions.
+forget_department, called by tenancy.services in the transaction that removes the membership), and says so
+in the audit log.
 """
 
 from __future__ import annotations

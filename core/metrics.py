@@ -19,11 +19,11 @@ A source that fails (the database is down) does not fail the scrape: its figures
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 
 import prometheus_client
+from django.conf import settings
 from prometheus_client import CollectorRegistry, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -85,7 +85,7 @@ class ScrapeCollector(Collector):
 
 
 def multiprocess_dir() -> str | None:
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    return settings.PROMETHEUS_MULTIPROC_DIR
 
 
 def process_registry() -> CollectorRegistry:

@@ -8,11 +8,12 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from core.access import is_admin, led_department_ids
+from core.choices import TextChoices
 from core.destinations import check_scope, check_webhook_url
 from core.text import TextValidator
 
 
-class AuditSource(models.TextChoices):
+class AuditSource(TextChoices):
     UI = "ui", "Web UI"
     API = "api", "REST API"
     ADMIN = "admin", "Django admin"
@@ -24,7 +25,7 @@ class AuditSource(models.TextChoices):
     LDAP = "ldap", "LDAP sign-in"
 
 
-class AuditAction(models.TextChoices):
+class AuditAction(TextChoices):
     CREATE = "create", "Created"
     UPDATE = "update", "Updated"
     DELETE = "delete", "Deleted"
@@ -131,7 +132,7 @@ class PersonalToken(models.Model):
 # --- notifications (core.notifications) ------------------------------------------------------------------
 
 
-class NotificationEvent(models.TextChoices):
+class NotificationEvent(TextChoices):
     """What a notification is about. Other parts of the portal add theirs here (and a migration)."""
 
     TRAY_DRAINED = "tray_drained", "Tray drained"
@@ -139,7 +140,8 @@ class NotificationEvent(models.TextChoices):
     JOB_REQUEUED = "job_requeued", "Job requeued by a fault"
     TRAY_RETURNED = "tray_returned", "Tray back in service"
     NEEDS_SERVICE = "needs_service", "Tray needs service"
-    # Users' own (portal.my_notifications): about their jobs, scoped user:<id>, job:<id>, department:<slug>.
+    # Users' own (portal.pages.my_notifications): about their jobs, scoped user:<id>, job:<id>,
+    # department:<slug>.
     JOB_STARTED = "job_started", "Job started"
     JOB_PREEMPTED = "job_preempted", "Job preempted"
     JOB_FINISHED = "job_finished", "Job finished"
@@ -156,14 +158,14 @@ class NotificationEvent(models.TextChoices):
 SUBSCRIBABLE_EVENTS = [(value, label) for value, label in NotificationEvent.choices if value != "test"]
 
 
-class NotificationChannel(models.TextChoices):
+class NotificationChannel(TextChoices):
     WEBHOOK = "webhook", "Webhook"
     EMAIL = "email", "Email"
     # A user's own subscription shown by the bell in the header (core.inbox): no URL, no address.
     PORTAL = "portal", "In the portal (bell)"
 
 
-class NotificationStatus(models.TextChoices):
+class NotificationStatus(TextChoices):
     PENDING = "pending", "Pending"  # waiting for its first attempt or for a retry (next_attempt_at)
     SENDING = "sending", "Sending"  # claimed by a worker
     DELIVERED = "delivered", "Delivered"
@@ -171,7 +173,7 @@ class NotificationStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"  # its subscription was disabled or deleted before it went out
 
 
-class AttemptOutcome(models.TextChoices):
+class AttemptOutcome(TextChoices):
     DELIVERED = "delivered", "Delivered"
     RETRY = "retry", "Failed, will retry"
     FAILED = "failed", "Failed for good"
@@ -179,7 +181,7 @@ class AttemptOutcome(models.TextChoices):
 
 class NotificationSubscriptionQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """Platform admins see every subscription; anyone else their own (portal.my_notifications)."""
+        """Platform admins see every subscription; anyone else their own (portal.pages.my_notifications)."""
         if is_admin(user):
             return self
         if not getattr(user, "is_authenticated", False):
@@ -224,7 +226,7 @@ class NotificationSubscription(models.Model):
     )
     # Idle GPUs: only when more than this many GPUs are idle (null: any notification of the event).
     threshold = models.PositiveIntegerField(null=True, blank=True)
-    # Empty: a platform subscription, managed by admins. Set: a user's own (portal.my_notifications).
+    # Empty: a platform subscription, managed by admins. Set: a user's own (portal.pages.my_notifications).
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
     )
@@ -353,8 +355,8 @@ class NotificationSubscription(models.Model):
         """Why this bell subscription repeats one of its owner's ("" when it does not).
 
         "The same" for the bell: the same owner, the same scope and at least one event in common. Each
-        notification of that event would ring the bell twice (core.notifications.notify() also delivers one
-        item per person and notification, whatever matches; this says so before it is saved)."""
+        notification of that event would ring the bell twice (core.notifications.recording.notify() also
+        delivers one item per person and notification, whatever matches; this says so before it is saved)."""
         events = set(self.events) if isinstance(self.events, list) else set()
         if not events:
             return ""

@@ -141,9 +141,11 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     8 silently (the last wins), and a proxy or a log reading the first would see another request."""
     result = dict(pairs)
     if len(result) != len(pairs):
-        seen = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise DuplicateKey(f"the JSON body gives the key {twice!r} twice in one object: send it once")
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"the JSON body gives the key {key!r} twice in one object: send it once")
+            seen.add(key)
     return result
 
 

@@ -11,8 +11,8 @@ The rows are the view's own queryset, already narrowed by `visible_to(user)` and
 exactly what the list shows, all its pages. Cells a spreadsheet would read as a formula (starting with
 = + - @, a tab or a carriage return) are prefixed with an apostrophe in CSV; JSON keeps values as they are.
 
-Templates: templates/portal/_table_th.html (a header cell linking to the other direction, with aria-sort)
-and templates/portal/_table_tools.html (page size, export links, the time display toggle).
+Templates: templates/_table_th.html (a header cell linking to the other direction, with aria-sort)
+and templates/_table_tools.html (page size, export links, the time display toggle).
 
 Lives in core (not portal) because list views of every layer use it: inventory, scheduling, integrations
 and the portal's own pages.

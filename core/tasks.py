@@ -11,12 +11,11 @@ import logging
 
 from celery import shared_task
 
-from core import notifications
 from core.enqueue import one_at_a_time, send_now
+from core.notifications import delivery
+from core.task_names import DELIVER_NOTIFICATION, RETRY_NOTIFICATIONS
 
 logger = logging.getLogger(__name__)
-
-DELIVER_NOTIFICATION = notifications.DELIVER_TASK
 
 
 def _can_schedule_retry(task) -> bool:
@@ -28,18 +27,18 @@ def _can_schedule_retry(task) -> bool:
 @shared_task(bind=True, name=DELIVER_NOTIFICATION, acks_late=True)
 def deliver_notification(self, notification_id: int) -> dict:
     retry = _can_schedule_retry(self)
-    outcome = notifications.deliver(notification_id, can_schedule_retry=retry)
+    outcome = delivery.deliver(notification_id, can_schedule_retry=retry)
     if outcome.retry_in is not None and retry:
         send_now(DELIVER_NOTIFICATION, notification_id, countdown=outcome.retry_in)
     return {"notification": notification_id, "status": outcome.status, "retry_in": outcome.retry_in}
 
 
-@shared_task(name="core.tasks.retry_notifications")
+@shared_task(name=RETRY_NOTIFICATIONS)
 @one_at_a_time
 def retry_notifications() -> dict:
     """Beat: put back notifications whose worker was lost, and send those due (retries, lost messages)."""
-    requeued = notifications.requeue_stale()
-    due = notifications.due()
+    requeued = delivery.requeue_stale()
+    due = delivery.due()
     for notification_id in due:
         send_now(DELIVER_NOTIFICATION, notification_id)
     if requeued or due:

@@ -83,9 +83,11 @@ class TextProblem:
         what = field or "The text"
         if self.code == "too_long":
             return f"{what} is {self.length} characters long: at most {self.max_length} are taken."
-        name = f" {char_name(self.char)}" if char_name(self.char) else ""
+        char = self.char
+        assert char is not None, "every problem but too_long names its character"
+        name = f" {char_name(char)}" if char_name(char) else ""
         return (
-            f"{what} contains {code_point(self.char)}{name} at position {self.position} "
+            f"{what} contains {code_point(char)}{name} at position {self.position} "
             f"({self.reason}): type it again without it."
         )
 
@@ -96,7 +98,9 @@ def code_point(char: str) -> str:
 
 def char_name(char: str) -> str:
     """The character's Unicode name ("" for those without one: surrogates, most controls, private use)."""
-    return _NAMES.get(char) or unicodedata.name(char, "")
+    if char in _NAMES:
+        return _NAMES[char]
+    return unicodedata.name(char, "")
 
 
 def _is_noncharacter(cp: int) -> bool:

@@ -2,8 +2,7 @@
 
 Both count in shared storage, so every replica of the portal agrees: failed sign-ins in the database
 (axes' database handler), API requests in the default cache (Redis in production: CACHE_URL). Both name a
-client by the same address rule, `client_address`. Rates and limits are settings (README, "Throttling,
-lockout and API tokens").
+client by the same address rule, `client_address`. Rates and limits are settings (docs/api/access.md).
 """
 
 import hashlib
@@ -39,6 +38,8 @@ class SignInLockoutBackend(AxesStandaloneBackend):
 class RatesFromSettings:
     """Reads the scope's rate when a throttle is made, not when DRF was imported, so a changed setting (tests,
     override_settings) takes effect."""
+
+    scope: str | None  # the throttle class's own (DRF's SimpleRateThrottle)
 
     def get_rate(self):
         return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)

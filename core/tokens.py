@@ -1,7 +1,8 @@
 """API tokens: personal tokens (named, several per user, each with its expiry) and the older single token.
 
 **Personal tokens** (PersonalToken): a user makes, names, lists and revokes their own on the portal's API
-tokens page (portal.account, /account/tokens/), with an expiry of up to RACKPLANE_PERSONAL_TOKEN_MAX_DAYS; the
+tokens page (portal.pages.account, /account/tokens/), with an expiry of up to
+RACKPLANE_PERSONAL_TOKEN_MAX_DAYS; the
 key ("rpt_" + 43 URL-safe characters) is shown once, only its SHA-256 is stored. Platform admins see and
 revoke anyone's there and in the Django admin. `PersonalTokenAuthentication` accepts `Authorization: Token
 rpt_...` (or `Bearer rpt_...`) and refuses an unknown, revoked or expired one with a 401 that says which.
@@ -9,10 +10,10 @@ rpt_...` (or `Bearer rpt_...`) and refuses an unknown, revoked or expired one wi
 **The single token** (DRF authtoken, kept working as it was): good for RACKPLANE_TOKEN_TTL_DAYS after it
 was made (`Token.created`); after that the API answers 401 saying so. Its owner replaces it (POST
 /api/v1/tokens/rotate/ with the current token, or the "API token" page when signed in; both in
-portal.account): the old key stops working at once and the new one is shown once. Platform admins revoke
+portal.pages.account): the old key stops working at once and the new one is shown once. Platform admins revoke
 tokens in the Django admin. Node agents' tokens are inventory's, not these.
 
-**Rotation never extends a token's life or changes its kind** (issue 26, finding 6). POST
+**Rotation never extends a token's life or changes its kind**. POST
 /api/v1/tokens/rotate/ replaces the very token it was called with: a personal token by a personal token of
 the same owner and name, expiring when the old one would have (`rotate_personal`); the single token by a
 single token that expires when the old one would have (`rotate(keep_expiry=True)`). The old one is revoked in

@@ -16,7 +16,7 @@ RACKPLANE_RENDER_DIR/jobs (the exact slurmrestd request or Kubernetes objects) a
 Every job runs as its person: the request carries the submitter's POSIX identity (`run_as`, from
 tenancy.PosixAccount). A live backend (Slurm, Kubernetes) never gets a job without one: such a job fails
 with the reason (the person lost their identity after submitting; submission itself refuses a person
-without one, scheduling.services.submit_job, through `needs_identity`). A backend that acts as the person
+without one, scheduling.services.admission, through `needs_identity`). A backend that acts as the person
 (`acts_as_person`: Slurm, whose slurmrestd takes the person's name with a SlurmUser token) also reads and
 stops each job as the person who submitted it.
 """
@@ -28,11 +28,9 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from core import posix
-from core.retry import backoff
+from core import claims, posix
 from integrations import registry
 from integrations.embedded import PREFIX as RENDERED_PREFIX
 from integrations.embedded import RenderedJobBackend
@@ -48,10 +46,10 @@ from integrations.jobs import (
 from integrations.models import ConfigTarget
 from integrations.state import partition_tier
 from inventory.models import ComputeTray
-from scheduling.choices import Backend, JobEventKind, JobState
+from scheduling.choices import JobEventKind, JobState
 from scheduling.models import BackendCancel, Job, JobEvent
-from scheduling.services import finish_job, notify_job
-from tenancy.models import posix_identity_of
+from scheduling.services.actions import finish_job, notify_job
+from tenancy.models.accounts import posix_identity_of
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +166,8 @@ def dispatch(job_id: int) -> str:
             backend_id = backend.submit(request)
         except BackendUnavailable as error:
             job.dispatch_attempts += 1
-            wait = backoff(job.dispatch_attempts)
-            job.next_dispatch_at = timezone.now() + timedelta(seconds=wait)
+            retry = claims.retry_later(job.dispatch_attempts, timezone.now())
+            wait, job.next_dispatch_at = retry.delay, retry.at
             job.backend_message = (
                 f"{label} unreachable: {error}; attempt {job.dispatch_attempts}, next in {wait} s "
                 "(the job keeps its GPUs)"
@@ -199,8 +197,10 @@ def dispatch(job_id: int) -> str:
 def due_dispatches(now=None) -> list[int]:
     """STARTING jobs whose retry is due, or whose task was lost (placed over a minute ago, never tried)."""
     now = now or timezone.now()
-    due = Q(next_dispatch_at__lte=now) | Q(next_dispatch_at__isnull=True, placed_at__lte=now - LOST_AFTER)
-    return list(Job.objects.filter(due, state=JobState.STARTING).values_list("pk", flat=True))
+    starting = Job.objects.filter(state=JobState.STARTING)
+    return claims.due(
+        starting, now, lost_after=LOST_AFTER, next_attempt="next_dispatch_at", since="placed_at__lte"
+    )
 
 
 def process_cancels() -> int:
@@ -237,7 +237,7 @@ _FINAL = {
 def sync_states() -> dict:
     """Read every running job's state from its backend; finish the ones that ended."""
     finished = unreachable = 0
-    for kind in Backend.values:
+    for kind in registry.backends():
         running = list(
             Job.objects.filter(state=JobState.RUNNING, backend=kind)
             .exclude(backend_id="")

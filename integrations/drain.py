@@ -8,7 +8,7 @@ One entry point for the health side (inventory.health's `tray_health_changed`) a
     end_maintenance("gb-r01-t07", 12)
 
 Each goes through every enabled configuration target whose kind registered a tray drainer
-(`integrations.registry.register_drainer`: Slurm and Kubernetes) and returns one `TrayOutcome` per target,
+(`Kind.drainer` in integrations.registry: Slurm and Kubernetes) and returns one `TrayOutcome` per target,
 in words. A target that fails does not stop the others: its outcome carries the error and whether it is
 transient (retry later: the controller or API server did not answer) or permanent (a person must act).
 
@@ -30,9 +30,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
+
+from core.errors import with_advice
+from integrations.interfaces import FAILED, TrayOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -56,44 +58,11 @@ NOT_REGISTERED = "not_registered"  # the scheduler does not know this tray (not 
 RESERVED = "reserved"
 RESERVATION_REMOVED = "reservation_removed"
 NOT_SUPPORTED = "not_supported"
-FAILED = "failed"
+# FAILED ("failed") is defined beside TrayOutcome, whose `ok` reads it (integrations.interfaces).
 WOULD_DRAIN = "would_drain"
 WOULD_RESUME = "would_resume"
 WOULD_RESERVE = "would_reserve"
 WOULD_REMOVE_RESERVATION = "would_remove_reservation"
-
-
-@dataclass
-class TrayOutcome:
-    """What one target did (or would do) for one tray, in words an admin reads.
-
-    `state` and `reason` are what the scheduler shows for the node after the action (read back), `owner`
-    who set that reason (Slurm's reason user, a Kubernetes field manager); `sent` the commands or requests
-    that changed something (or, in a dry run, would have); `error`/`transient` when it failed."""
-
-    target: str
-    kind: str
-    host: str
-    action: str
-    message: str
-    changed: bool = False
-    dry_run: bool = False
-    state: str = ""
-    reason: str = ""
-    owner: str = ""
-    sent: list[str] = field(default_factory=list)
-    error: str = ""
-    transient: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.action != FAILED
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def __str__(self) -> str:
-        return f"{self.target} ({self.kind}) {self.host}: {self.message}"
 
 
 def with_prefix(reason: str) -> str:
@@ -136,7 +105,7 @@ def failed(target: str, kind: str, host: str, error: BaseException, what: str) -
         kind=kind,
         host=host,
         action=FAILED,
-        message=f"could not {what}: {text}" + ("" if "What to do" in text else f"\nWhat to do: {advice}"),
+        message=with_advice(f"could not {what}: {text}", advice),
         error=text,
         transient=transient,
     )

@@ -13,13 +13,7 @@ KIND_MODULES = [
     "integrations.fabric.kind",
 ]
 
-# Each registers its kind's tray drainer (integrations.registry.register_drainer; integrations.drain).
-DRAINER_MODULES = [
-    "integrations.slurm.drain",
-    "integrations.kubernetes.drain",
-]
-
 
 def load() -> None:
-    for module in KIND_MODULES + DRAINER_MODULES:
+    for module in KIND_MODULES:
         import_module(module)

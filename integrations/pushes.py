@@ -4,7 +4,7 @@
 `ConfigPush` with the payload for that target's kind, then queues `integrations.tasks.push_config(pk)` with
 `core.enqueue` (on commit). The task `claim`s the row (an atomic UPDATE from queued to running: whoever else
 holds the same message does nothing), runs the target's adapter, appends timestamped lines to the push's log
-as it goes (each line committed at once, so the progress page can follow it) and records the outcome.
+as it goes (so the progress page can follow it) and records the outcome.
 
 Rules, and why:
 
@@ -15,66 +15,33 @@ Rules, and why:
 * Idempotent: a push whose payload is the same as the target's last successful push (and nothing failed
   since) is recorded as succeeded at once, log "unchanged", and nothing is sent. Re-running a push that has
   finished does nothing: only a queued push can be claimed.
-* Transient errors (`error.transient`, core.errors: the target did not answer, a refused or timed-out
-  connection) put the push back to queued with `next_attempt_at` = now + core.retry.backoff(attempts)
-  seconds, up to MAX_ATTEMPTS attempts. With a worker the task schedules itself again; with eager Celery
-  (no broker: `make run`) nothing sleeps in the request: the push stays queued with a "retrying" note and
-  the next `retry_stale_pushes` (beat) or `manage.py push_configs` run retries it.
-* Permanent errors (refused configuration, bad target settings, a state the scheduler cannot express)
-  fail the push with the error and a "What to do:" sentence. Every adapter leaves the previous live
-  configuration in place when it fails (Slurm rolls back; the directory target switches versions only
-  when every file is written); Kubernetes and the fabric have no transactions: a failure part-way is
-  logged with what was done, and the next push only does what is missing.
+
+Running a push (the task, its retries, the beat's requeue of lost pushes) is integrations.push_runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
-from django.db.models import F, Q, Value
+from django.db.models import F, Value
 from django.db.models.functions import Concat
-from django.urls import reverse
 from django.utils import timezone
 
 from core.enqueue import send_now
-from core.errors import ExternalError
-from core.models import NotificationEvent
-from core.notifications import notify
-from core.retry import backoff
+from core.errors import advice, with_advice
+from core.task_names import PUSH_CONFIG
 from integrations import registry
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.rendering import Rendered, needs_fabric
 
-logger = logging.getLogger(__name__)
-
-MAX_ATTEMPTS = 5
-# A running push whose row has not moved for this long lost its worker (killed, machine gone): requeued.
-# The worker running it renews it (integrations.tasks.push_lease) every fifth of it, so a slow single step
-# (an NMX-M operation may take up to 15 minutes) keeps its push; RACKPLANE_PUSH_LEASE_SECONDS, 5 minutes.
-STALE_RUNNING = timedelta(seconds=settings.RACKPLANE_PUSH_LEASE_SECONDS)
-# A queued push with no retry scheduled whose message never ran (broker down at commit time): sent again.
-LOST_QUEUED = timedelta(minutes=5)
-CLAIM_SLACK = timedelta(seconds=2)  # a countdown message may arrive a moment before next_attempt_at
 K8S_LOG_LINES = 200  # per-object lines kept in the log of a Kubernetes push (the counts are always there)
-
-PUSH_TASK = "integrations.tasks.push_config"
-
-
-def is_transient(error: BaseException) -> bool:
-    """What retry logic reads: the outside system's error says so (core.errors), or the OS could not
-    connect at all."""
-    return bool(getattr(error, "transient", False)) or isinstance(error, ConnectionError | TimeoutError)
 
 
 # --- helpers ------------------------------------------------------------------------------------------
@@ -93,7 +60,7 @@ def _stamp(now=None) -> str:
     return (now or timezone.now()).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _lines(messages: Iterable[Any], now=None) -> str:
+def log_lines(messages: Iterable[Any], now=None) -> str:
     stamp = _stamp(now)
     out = []
     for message in messages:
@@ -102,14 +69,14 @@ def _lines(messages: Iterable[Any], now=None) -> str:
     return "".join(out)
 
 
-def _concat_log(text: str):
+def concat_log(text: str):
     return Concat(F("log"), Value(text), output_field=models.TextField())
 
 
 def append_log(push_id: int, *messages: Any) -> None:
     """Append timestamped lines to a push's log: one UPDATE, committed at once outside a transaction."""
     now = timezone.now()
-    ConfigPush.objects.filter(pk=push_id).update(log=_concat_log(_lines(messages, now)), updated_at=now)
+    ConfigPush.objects.filter(pk=push_id).update(log=concat_log(log_lines(messages, now)), updated_at=now)
 
 
 def error_text(error: BaseException, kind: str) -> str:
@@ -120,19 +87,13 @@ def error_text(error: BaseException, kind: str) -> str:
             text = "; ".join(f"{key}: {m}" for key, msgs in error.message_dict.items() for m in msgs)
         else:
             text = "; ".join(error.messages)
-    if "What to do:" not in text:
-        kind_advice = registry.get(kind).what_to_do if registry.is_kind(kind) else registry.DEFAULT_WHAT_TO_DO
-        what = getattr(error, "what_to_do", "") or kind_advice
-        text += f"\nWhat to do: {what}"
-    return text
+    kind_advice = registry.get(kind).what_to_do if registry.is_kind(kind) else registry.DEFAULT_WHAT_TO_DO
+    return with_advice(text, getattr(error, "what_to_do", "") or kind_advice)
 
 
 def what_to_do(error: str) -> str:
     """The "What to do:" sentence of a recorded error (empty if none)."""
-    for line in reversed(error.splitlines()):
-        if line.startswith("What to do:"):
-            return line.removeprefix("What to do:").strip()
-    return ""
+    return advice(error)
 
 
 def target_summary(target: ConfigTarget) -> str:
@@ -148,7 +109,7 @@ def target_summary(target: ConfigTarget) -> str:
 def _dispatch(push_id: int) -> None:
     """Send the task (after commit). A broker that cannot be reached leaves the push queued and due: the
     beat's retry_stale_pushes (every minute) sends it again."""
-    if not send_now(PUSH_TASK, push_id):
+    if not send_now(PUSH_CONFIG, push_id):
         ConfigPush.objects.filter(pk=push_id, status=PushStatus.QUEUED, next_attempt_at__isnull=True).update(
             next_attempt_at=timezone.now()
         )
@@ -249,7 +210,7 @@ def _create_queued(target: ConfigTarget, fields: dict[str, Any], request: _PushR
             push = ConfigPush.objects.create(
                 **fields,
                 status=PushStatus.QUEUED,
-                log=_lines(
+                log=log_lines(
                     [f"queued: {request.reason}" + (" (forced)" if request.force else "")], request.now
                 ),
             )
@@ -289,7 +250,7 @@ def _create_push(
             status=PushStatus.FAILED,
             error=error,
             finished_at=now,
-            log=_lines([f"requested: {reason}", "failed before sending anything:", error], now),
+            log=log_lines([f"requested: {reason}", "failed before sending anything:", error], now),
         )
     if not request.force and _last_outcome_hash(target) == digest:
         return ConfigPush.objects.create(
@@ -297,7 +258,7 @@ def _create_push(
             status=PushStatus.SUCCEEDED,
             started_at=now,
             finished_at=now,
-            log=_lines(
+            log=log_lines(
                 [
                     f"requested: {reason}",
                     "unchanged: the target's last successful push has the same configuration; nothing sent",
@@ -332,7 +293,7 @@ def _queue_one(
     if older:
         ConfigPush.objects.filter(pk__in=older).update(
             superseded_by=push,
-            log=_concat_log(_lines([f"superseded by push #{push.pk} ({reason})"], request.now)),
+            log=concat_log(log_lines([f"superseded by push #{push.pk} ({reason})"], request.now)),
         )
     if target.follow_up:
         target.follow_up = None  # this push renders the newest state: it covers the waiting request
@@ -383,212 +344,6 @@ def _last_outcome_hash(target: ConfigTarget) -> str | None:
     if last is None or last[0] != PushStatus.SUCCEEDED:
         return None
     return last[1]
-
-
-# --- running ------------------------------------------------------------------------------------------
-
-
-def claim(push_id: int) -> bool:
-    """queued -> running in one UPDATE; False when the push is not queued (someone else has it, it finished,
-    or its retry is not due yet)."""
-    now = timezone.now()
-    return (
-        ConfigPush.objects.filter(pk=push_id, status=PushStatus.QUEUED)
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now + CLAIM_SLACK))
-        .update(
-            status=PushStatus.RUNNING,
-            started_at=now,
-            updated_at=now,
-            finished_at=None,
-            next_attempt_at=None,
-            attempts=F("attempts") + 1,
-        )
-        == 1
-    )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one run of a push did: `status` is the push's status after it; `retry_in` seconds when queued
-    again after a transient error."""
-
-    push_id: int
-    status: str
-    retry_in: int | None = None
-    message: str = ""
-
-
-def execute(push_id: int, *, can_schedule_retry: bool = False) -> Outcome:
-    """Claim and run one push. Never raises for the target's errors: they are recorded on the row.
-
-    `can_schedule_retry`: the caller (a task on a worker) will send itself again after `retry_in` seconds;
-    otherwise (eager Celery, a command) a transient failure leaves the push queued for retry_stale_pushes.
-    """
-    if not claim(push_id):
-        status = ConfigPush.objects.filter(pk=push_id).values_list("status", flat=True).first()
-        return Outcome(
-            push_id, status or "missing", message="not claimed: not queued (or its retry is not due)"
-        )
-    push = ConfigPush.objects.select_related("target").get(pk=push_id)
-    target = push.target
-    log = _Log(push.pk)
-    log(f"attempt {push.attempts} of {MAX_ATTEMPTS}: pushing to {target.kind} target {target.name}")
-    try:
-        adapter = adapter_for(target)
-        summary = adapter.apply(push.payload, log, push)
-        remember(target, adapter)
-    except Exception as error:
-        if is_transient(error):
-            return _transient(push, error, log, can_schedule_retry)
-        if not isinstance(error, ExternalError | ValueError | OSError):
-            logger.exception("push %s to %s failed unexpectedly", push.pk, target.name)
-        return _finish(push, PushStatus.FAILED, log, error=error_text(error, target.kind))
-    return _finish(push, PushStatus.SUCCEEDED, log, summary=summary)
-
-
-class _Log:
-    """Callable that appends timestamped lines to the push's log, committed at most every FLUSH_SECONDS
-    (the progress page polls every 2 s) and always before the push's status changes. One UPDATE per line
-    would rewrite the row thousands of times for a 1,000-rack fabric push (on SQLite, with its payload)."""
-
-    FLUSH_SECONDS = 1.0
-
-    def __init__(self, push_id: int):
-        self.push_id = push_id
-        self._pending: list[str] = []
-        self._flushed_at = float("-inf")  # the first line goes out at once: the page shows it started
-
-    def __call__(self, *messages: Any) -> None:
-        self._pending.append(_lines(messages))
-        if time.monotonic() - self._flushed_at >= self.FLUSH_SECONDS:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._pending:
-            now = timezone.now()
-            text = "".join(self._pending)
-            self._pending = []
-            ConfigPush.objects.filter(pk=self.push_id).update(log=_concat_log(text), updated_at=now)
-        self._flushed_at = time.monotonic()
-
-
-def _transient(push: ConfigPush, error: BaseException, log: _Log, can_schedule_retry: bool) -> Outcome:
-    text = error_text(error, push.target.kind)
-    if push.attempts >= MAX_ATTEMPTS:
-        return _finish(
-            push,
-            PushStatus.FAILED,
-            log,
-            error=f"gave up after {push.attempts} attempts; the target did not answer:\n{text}",
-        )
-    delay = backoff(push.attempts)
-    now = timezone.now()
-    if can_schedule_retry:
-        note = f"retrying in {delay}s (attempt {push.attempts + 1} of {MAX_ATTEMPTS})"
-    else:
-        note = (
-            f"retrying: attempt {push.attempts + 1} of {MAX_ATTEMPTS} is due in {delay}s; with no Celery "
-            "worker (eager mode) it runs at the next retry_stale_pushes or `manage.py push_configs`"
-        )
-    log(f"transient error: {text}", note)
-    log.flush()
-    ConfigPush.objects.filter(pk=push.pk, status=PushStatus.RUNNING).update(
-        status=PushStatus.QUEUED,
-        error=f"{text}\n({note})",
-        next_attempt_at=now + timedelta(seconds=delay),
-        updated_at=now,
-    )
-    return Outcome(push.pk, PushStatus.QUEUED, retry_in=delay, message=str(error))
-
-
-def _finish(push: ConfigPush, status: str, log: _Log, *, error: str = "", summary: str = "") -> Outcome:
-    now = timezone.now()
-    if status == PushStatus.SUCCEEDED:
-        log(f"succeeded: {summary}" if summary else "succeeded")
-    else:
-        log(f"failed: {error}")
-    log.flush()
-    ConfigPush.objects.filter(pk=push.pk, status=PushStatus.RUNNING).update(
-        status=status, error=error, finished_at=now, updated_at=now, next_attempt_at=None
-    )
-    if status == PushStatus.FAILED:
-        target = push.target
-        notify(
-            NotificationEvent.PUSH_FAILED,
-            f"Push #{push.pk} to {target.name} failed: {error.splitlines()[0] if error else 'see its log'}",
-            {"push": push.pk, "target": target.name, "kind": target.kind, "error": error[:2000]},
-            scope=[f"target:{target.name}"],
-            link=reverse("integrations:push-detail", args=[push.pk]),
-        )
-    prune_payloads(push.target_id)
-    run_follow_up(push.target_id)
-    return Outcome(push.pk, status, message=summary or error)
-
-
-def run_follow_up(target_id: int) -> list[ConfigPush]:
-    """Push a request that waited for this target's running push (if it is idle now)."""
-    with transaction.atomic():
-        target = ConfigTarget.objects.select_for_update().filter(pk=target_id).first()
-        if target is None or not target.follow_up or not target.enabled:
-            return []
-        if ConfigPush.objects.filter(target=target).active().exists():
-            return []
-        waiting = target.follow_up
-        user = get_user_model().objects.filter(pk=waiting.get("requested_by")).first()
-        target.follow_up = None
-        target.save(update_fields=["follow_up", "updated_at"])
-        return queue_pushes(
-            reason=f"{waiting.get('reason') or 'change'} (waited for the previous push)",
-            user=user,
-            plan_id=waiting.get("plan_id"),
-            targets=[target],
-        )
-
-
-# --- maintenance (beat) ------------------------------------------------------------------------------
-
-
-def requeue_stale(now=None) -> list[int]:
-    """Running pushes whose log has not moved for STALE_RUNNING lost their worker: back to queued."""
-    now = now or timezone.now()
-    cutoff = now - STALE_RUNNING
-    seconds = int(STALE_RUNNING.total_seconds())
-    minutes = f"{seconds // 60} minutes" if seconds % 60 == 0 else f"{seconds} seconds"
-    stale = ConfigPush.objects.filter(status=PushStatus.RUNNING, updated_at__lt=cutoff)
-    requeued = []
-    for pk, attempts, target_id in stale.values_list("pk", "attempts", "target_id"):
-        row = ConfigPush.objects.filter(pk=pk, status=PushStatus.RUNNING, updated_at__lt=cutoff)
-        if attempts >= MAX_ATTEMPTS:
-            error = (
-                f"no progress for {minutes} during the last of {attempts} attempts (worker lost?)\n"
-                "What to do: check the Celery worker and the target, then retry the push"
-            )
-            if row.update(
-                status=PushStatus.FAILED,
-                error=error,
-                finished_at=now,
-                updated_at=now,
-                log=_concat_log(_lines([f"failed: {error}"], now)),
-            ):
-                run_follow_up(target_id)
-            continue
-        note = _lines([f"no progress for {minutes} (worker lost?): requeued"], now)
-        if row.update(status=PushStatus.QUEUED, next_attempt_at=now, updated_at=now, log=_concat_log(note)):
-            requeued.append(pk)
-    return requeued
-
-
-def due_pushes(now=None) -> list[int]:
-    """Queued pushes to send now: a retry that is due, or a message that never ran (lost)."""
-    now = now or timezone.now()
-    return list(
-        ConfigPush.objects.filter(status=PushStatus.QUEUED, target__enabled=True)
-        .filter(
-            Q(next_attempt_at__lte=now) | Q(next_attempt_at__isnull=True, created_at__lt=now - LOST_QUEUED)
-        )
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
 
 
 def retry_now(push: ConfigPush, user=None) -> list[ConfigPush]:

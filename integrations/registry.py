@@ -3,13 +3,17 @@
 A kind is everything Rackplane needs to know about one outside system: its settings (defaults, which are
 secret, the form field for each, validation), what it is sent (`payload`, built from the desired state
 rendered once per request), the adapter that applies it, the advice shown when a push fails and whether a
-failure can leave it half changed, a one-line summary for the pages, and, for systems that run jobs, the job
-backend and the Job.backend it serves.
+failure can leave it half changed, a one-line summary for the pages, and, for systems that run jobs, all a
+job-running kind does, in the same one entry: the Job.backend it serves, its job backend, the renderer of
+the embedded mode, its rule for `Job.work` (core.workloads: the jobs API and the job form ask it there),
+its job log reader and its tray drainer (integrations.drain: what happens to a drained tray's work).
 Nothing outside a kind's folder switches on its name: the target form, the push pipeline, dispatch, the
-API and the admin ask this registry (in the spirit of NetBox's `register_data_backend`).
+job logs, the tray drains, the API and the admin ask this registry (in the spirit of NetBox's
+`register_data_backend`).
 
 A new kind is a new folder with a `kind.py` that calls `register(Kind(...))`, plus its line in
-`integrations.kinds.KIND_MODULES`.
+`integrations.kinds.KIND_MODULES`. What its adapter, job backend and tray drainer implement are the
+Protocols of integrations.interfaces; mypy checks each kind's `Kind(...)` against them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+
+from core import workloads
+from core.workloads import WorkRule
+from integrations.interfaces import JobBackend, PushAdapter, TrayDrainer
+from integrations.job_output import JobLogs
+from integrations.jobs import DispatchRequest
 
 MASK = "••••••••"
 DEFAULT_WHAT_TO_DO = "fix the cause and retry the push"
@@ -50,8 +60,8 @@ class Kind:
     settings: tuple[Setting, ...]
     # (values with every key, defaults filled; errors to add to) -> the cleaned values
     clean: Callable[[dict, dict], dict]
-    # (target, cleaned values) -> an object with apply(payload, log, push) -> str and diff(payload) -> [str]
-    adapter: Callable[[Any, dict], Any]
+    # (ConfigTarget, cleaned values) -> the adapter that pushes to it
+    adapter: Callable[[Any, dict], PushAdapter]
     # (integrations.pushes.Rendered, cleaned values) -> what is pushed (JSON)
     payload: Callable[[Any, dict], dict]
     # masked values -> one line saying where the target points (never a secret)
@@ -65,12 +75,20 @@ class Kind:
     # systems that run jobs: the Job.backend they serve and (cleaned values) -> a job backend, or None when
     # this target's settings do not run jobs (e.g. a Slurm target without slurmrestd)
     backend: str = ""
-    job_backend: Callable[[dict], Any] | None = None
+    job_backend: Callable[[dict], JobBackend | None] | None = None
     # the exact request the backend would get, as text, for the embedded mode (no live target): jobs are
     # written to RACKPLANE_RENDER_DIR/jobs/<name><job_file_suffix>
-    render_job: Callable[[Any], str] | None = None
+    render_job: Callable[[DispatchRequest], str] | None = None
     job_file_suffix: str = ".txt"
     short_label: str = ""  # in messages about jobs: "Slurm (prod-ctl)"
+    # the rule for Job.work of `backend` (validator, JSON Schema, example), registered with core.workloads so
+    # that the layers below integrations (the jobs API, the job form) can ask it
+    work: WorkRule | None = None
+    # (job backend, scheduling.models.Job, limit in bytes or None) -> the job's output
+    read_logs: Callable[[JobBackend, Any, int | None], JobLogs] | None = None
+    # (cleaned settings) -> its tray drainer: what a drained, resumed or reserved tray means to this system
+    # and the work running on it (integrations.drain)
+    drainer: Callable[[dict], TrayDrainer] | None = None
     order: int = 100
     # payload -> a few lines saying what a push carries (the push page)
     describe: Callable[[dict], list[str]] = lambda payload: describe_files(payload)
@@ -100,12 +118,20 @@ def register(kind: Kind) -> Kind:
     clash = sorted(names & {s.name for s in kind.settings})
     if clash:
         raise ValueError(f"form field names of kind {kind.name!r} are used by another kind: {clash}")
+    if kind.work is not None and kind.work.backend != kind.backend:
+        raise ValueError(
+            f"kind {kind.name!r} serves {kind.backend!r} jobs but its work rule is for {kind.work.backend!r}"
+        )
     _KINDS[kind.name] = kind
+    if kind.work is not None:
+        workloads.register_rule(kind.work)
     return kind
 
 
 def unregister(name: str) -> None:
-    _KINDS.pop(name, None)
+    kind = _KINDS.pop(name, None)
+    if kind is not None and kind.work is not None:
+        workloads.unregister_rule(kind.work)
 
 
 def kinds() -> list[Kind]:
@@ -164,23 +190,46 @@ def backend_targets(backend: str) -> list[str]:
     return [kind.name for kind in kinds() if kind.backend == backend and kind.job_backend is not None]
 
 
+# --- job-running kinds: one entry each, with every capability ------------------------------------------
+
+# What a kind that runs jobs provides, each a field of its Kind (JOB_CAPABILITIES: tests check them all).
+JOB_CAPABILITIES = ("job_backend", "render_job", "work", "read_logs", "drainer")
+
+
+def job_kinds() -> list[Kind]:
+    """The registered kinds that run jobs (a Job.backend), in their order."""
+    return [kind for kind in kinds() if kind.backend]
+
+
+def backends() -> list[str]:
+    """Every Job.backend a registered kind serves, in the kinds' order, each once."""
+    return list(dict.fromkeys(kind.backend for kind in job_kinds()))
+
+
+def backend_choices() -> list[tuple[str, str]]:
+    """(Job.backend, label) for each backend a registered kind serves."""
+    labels: dict[str, str] = {}
+    for kind in job_kinds():
+        labels.setdefault(kind.backend, kind.short_label or kind.label)
+    return list(labels.items())
+
+
+def job_kind(backend: str) -> Kind | None:
+    """The kind that serves Job.backend `backend` (the first, when several do), or None."""
+    return next((kind for kind in job_kinds() if kind.backend == backend), None)
+
+
 # --- tray drainers: drain, resume and maintenance windows of a compute tray (integrations.drain) --------
-
-_DRAINERS: dict[str, Callable[[dict], Any]] = {}
-
-
-def register_drainer(kind_name: str, factory: Callable[[dict], Any]) -> None:
-    """A kind's tray drainer: (cleaned settings) -> an object with drain(host, reason, *, owner, fault,
-    dry_run, resume_after_s), resume(host, *, owner, dry_run), schedule_maintenance(host, window_id, start,
-    end, reason, *, dry_run) and end_maintenance(host, window_id, *, dry_run), each returning an
-    integrations.drain.TrayOutcome. Registered by the kind's own folder (its drain.py)."""
-    _DRAINERS[kind_name] = factory
 
 
 def drainer_kinds() -> list[str]:
-    """Names of the registered kinds that drain trays."""
-    return [kind.name for kind in kinds() if kind.name in _DRAINERS]
+    """Names of the registered kinds that drain trays (Kind.drainer)."""
+    return [kind.name for kind in kinds() if kind.drainer is not None]
 
 
-def drainer(kind_name: str) -> Callable[[dict], Any]:
-    return _DRAINERS[kind_name]
+def drainer(kind_name: str) -> Callable[[dict], TrayDrainer]:
+    """The tray drainer factory of a kind among `drainer_kinds()`; KeyError for any other."""
+    factory = _KINDS[kind_name].drainer
+    if factory is None:
+        raise KeyError(f"target kind {kind_name!r} drains no trays")
+    return factory

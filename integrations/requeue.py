@@ -28,7 +28,7 @@ from inventory.models import ComputeTray
 from scheduling import requeue as decisions
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Job
-from tenancy.models import posix_identity_of
+from tenancy.models.accounts import posix_identity_of
 
 logger = logging.getLogger(__name__)
 

@@ -26,12 +26,13 @@ from django.db.models.signals import post_save, pre_save
 from core.audit import bulk_changed, current_actor
 from core.changes import ADDED, BULK, CHANGED, Change, watch
 from core.enqueue import send_now
+from core.task_names import SYNC_TRAY
 from integrations.models import ConfigPush, ConfigTarget
 from integrations.pushes import queue_pushes
 from integrations.requeue import tray_drained
 from integrations.trays import owner_name
 from inventory.choices import TrayState
-from inventory.health import tray_health_changed
+from inventory.health.actions import tray_health_changed
 from inventory.models import ComputeTray
 from tenancy.models import DedicatedPartition, Department, Project, TenancySettings
 
@@ -67,7 +68,6 @@ RENDERED: dict[type, dict[str, str]] = {
 CREATED_AS_DEFAULTS = (TenancySettings,)
 
 REASON_LENGTH = 255  # ConfigPush.reason
-SYNC_TRAY = "integrations.tasks.sync_tray_state"  # = integrations.tasks.SYNC_TRAY
 
 
 def _label(instance) -> str:

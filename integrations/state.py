@@ -47,6 +47,7 @@ import yaml
 from django.db.models import Prefetch
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY
+from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.render import (
     KIND_ORDER,
     InventoryState,
@@ -55,18 +56,19 @@ from integrations.kubernetes.render import (
     RackSpec,
     desired_objects,
 )
-from integrations.kubernetes.target import KubernetesState
+from integrations.kubernetes.tenants import _represent_str as _yaml_str  # the same quoting rules as to_yaml
+from integrations.kubernetes.tenants import to_yaml
 from integrations.slurm.render import (
     DepartmentQos,
     ServiceTier,
     SlurmAccount,
-    SlurmBlock,
     SlurmNode,
     render_account_script,
     render_rackplane_conf,
     render_topology_conf,
 )
 from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
+from integrations.slurm.topology import SlurmBlock
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
@@ -78,9 +80,7 @@ from tenancy.renderers import (
     export_path_problem,
     render_nfs_exports,
     render_opensm_partitions,
-    to_yaml,
 )
-from tenancy.renderers import _represent_str as _yaml_str  # the same quoting rules as to_yaml
 
 SHARED_TIER = naming.SHARED_PARTITION  # "gpu": no department may take the name (tenancy.naming)
 DEDICATED_PRIORITY_TIER = 10
@@ -507,7 +507,7 @@ def kubernetes_objects(state: ConfigState) -> list[dict[str, Any]]:
 if yaml.__with_libyaml__:
 
     class _FastDumper(yaml.CSafeDumper):
-        """`tenancy.renderers.to_yaml` with libyaml's emitter: byte-identical output (tested), about six
+        """`kubernetes.tenants.to_yaml` with libyaml's emitter: byte-identical output (tested), about six
         times faster (the node labels of 1,000 racks are 7 MB of YAML)."""
 
     _FastDumper.add_representer(str, _yaml_str)

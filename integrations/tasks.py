@@ -1,5 +1,5 @@
 """Tasks that act on the outside world. They take primary keys; the work and its rules live in
-integrations.pushes, integrations.dispatch and integrations.plans.service.
+integrations.push_runs, integrations.dispatch and integrations.plans.service.
 
 `push_config(pk)` claims a queued push, runs its target's adapter under the audit context of the user who
 asked for it, and records the outcome. On a worker a transient error sends the task again after the
@@ -25,10 +25,20 @@ from core.audit import audit_context
 from core.enqueue import one_at_a_time, send_now
 from core.models import AuditSource
 from core.retry import backoff
+from core.task_names import (
+    DISPATCH_JOB,
+    FOLLOW_ACTIVE_PLANS,
+    PUSH_CONFIG,
+    REPORT_NODES,
+    RETRY_STALE_PUSHES,
+    SIGNAL_JOB,
+    SYNC_JOBS,
+    SYNC_TRAY,
+)
+from core.task_names import RENAMED as ALL_RENAMED
 from integrations import dispatch as job_dispatch
-from integrations import pushes, requeue, trays
+from integrations import push_runs, requeue, trays
 from integrations.fabric import nodes as simulated_nodes
-from integrations.fabric.nodes import REPORT_NODES
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans.service import follow
 from inventory.choices import PlanStatus
@@ -36,12 +46,6 @@ from inventory.models import PartitionPlan
 from scheduling.models import Job
 
 logger = logging.getLogger(__name__)
-
-PUSH_CONFIG = "integrations.tasks.push_config"
-DISPATCH_JOB = "integrations.tasks.dispatch_job"
-SYNC_JOBS = "integrations.tasks.sync_jobs"
-SYNC_TRAY = "integrations.tasks.sync_tray_state"
-SIGNAL_JOB = "integrations.tasks.signal_job"  # = scheduling.requeue.SIGNAL_JOB
 
 
 def _can_schedule_retry(task) -> bool:
@@ -53,13 +57,13 @@ def _can_schedule_retry(task) -> bool:
 @contextlib.contextmanager
 def push_lease(push_id: int):
     """Renew the lease of a running push while this worker runs it: a thread touches the row's updated_at
-    every fifth of pushes.STALE_RUNNING. A worker killed mid-push (SIGKILL, OOM, node lost) stops renewing,
+    every fifth of push_runs.STALE_RUNNING. A worker killed mid-push (SIGKILL, OOM, node lost) stops renewing,
     and `retry_stale_pushes` queues the push again once the lease ran out: another worker finishes it, once
     (the claim is one conditional UPDATE). Chosen over Celery's reject_on_worker_lost because it also covers
     a whole worker host lost (a message redelivered only after the broker's visibility timeout, an hour) and
     a redelivered message could not claim a push left running anyway; the row is the truth."""
     stop = threading.Event()
-    every = max(0.5, pushes.STALE_RUNNING.total_seconds() / 5)
+    every = max(0.5, push_runs.STALE_RUNNING.total_seconds() / 5)
 
     def renew() -> None:
         try:
@@ -91,7 +95,7 @@ def push_config(self, push_id: int) -> dict:
     actor = get_user_model().objects.filter(pk=requested_by).first() if requested_by else None
     retry = _can_schedule_retry(self)
     with audit_context(AuditSource.TASK, actor=actor), push_lease(push_id):
-        outcome = pushes.execute(push_id, can_schedule_retry=retry)
+        outcome = push_runs.execute(push_id, can_schedule_retry=retry)
         if plan_id is not None and outcome.status in (PushStatus.SUCCEEDED, PushStatus.FAILED):
             for plan in PartitionPlan.objects.filter(pk=plan_id):
                 follow(plan)
@@ -100,20 +104,20 @@ def push_config(self, push_id: int) -> dict:
     return {"push": push_id, "status": outcome.status, "retry_in": outcome.retry_in}
 
 
-@shared_task(name="integrations.tasks.retry_stale_pushes")
+@shared_task(name=RETRY_STALE_PUSHES)
 @one_at_a_time
 def retry_stale_pushes() -> dict:
     """Beat, every minute: requeue pushes whose worker was lost, send the retries that are due (and
     messages that never ran), and push requests that waited for a push that has finished."""
-    requeued = pushes.requeue_stale()
-    due = pushes.due_pushes()
+    requeued = push_runs.requeue_stale()
+    due = push_runs.due_pushes()
     for push_id in due:
         send_now(PUSH_CONFIG, push_id)
     followed = 0
     for target_id in ConfigTarget.objects.filter(enabled=True, follow_up__isnull=False).values_list(
         "pk", flat=True
     ):
-        followed += len(pushes.run_follow_up(target_id))
+        followed += len(push_runs.run_follow_up(target_id))
     if requeued or due or followed:
         logger.info("pushes: %d requeued, %d sent, %d follow-ups", len(requeued), len(due), followed)
     return {"requeued": requeued, "sent": due, "follow_ups": followed}
@@ -162,7 +166,7 @@ def sync_tray_state(self, tray_id: int, owner: str = "rackplane", attempt: int =
     return {"tray": tray_id, **result}
 
 
-@shared_task(name="integrations.tasks.follow_active_plans")
+@shared_task(name=FOLLOW_ACTIVE_PLANS)
 @one_at_a_time
 def follow_active_plans() -> int:
     """Move draining plans on once their trays are free, and settle applying plans from their pushes."""
@@ -183,13 +187,8 @@ def report_simulated_nodes(reports: list[dict]) -> list[str]:
 
 # --- names of the previous release: forward what is still queued under them -----------------------------
 
-RENAMED = {
-    "scheduling.tasks.push_config": PUSH_CONFIG,
-    "scheduling.tasks.retry_stale_pushes": "integrations.tasks.retry_stale_pushes",
-    "scheduling.tasks.dispatch_job": DISPATCH_JOB,
-    "scheduling.tasks.sync_jobs": SYNC_JOBS,
-    "inventory.tasks.follow_active_plans": "integrations.tasks.follow_active_plans",
-}
+# The old names of this module's tasks (core.task_names.RENAMED; scheduling.tasks forwards its own).
+RENAMED = {old: new for old, new in ALL_RENAMED.items() if new.startswith("integrations.tasks.")}
 
 
 def _forwarder(old: str, new: str):

@@ -1,7 +1,8 @@
 from django.contrib import admin, messages
 
 from inventory import agent_tokens
-from inventory import health as health_rules
+from inventory.health import returns as health_returns
+from inventory.health.actions import HealthError
 from inventory.models import (
     AgentToken,
     ComputeTray,
@@ -45,8 +46,8 @@ class ComputeTrayAdmin(admin.ModelAdmin):
     def return_to_service(self, request, queryset):
         for tray in queryset:
             try:
-                health_rules.return_to_service(tray, actor=request.user, force=True, note="from the admin")
-            except health_rules.HealthError as error:
+                health_returns.return_to_service(tray, actor=request.user, force=True, note="from the admin")
+            except HealthError as error:
                 self.message_user(request, str(error), messages.WARNING)
             else:
                 self.message_user(request, f"{tray.hostname} is back in service.")

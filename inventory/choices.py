@@ -59,7 +59,7 @@ class HealthKind(models.TextChoices):
     DCGM_FIELD = "dcgm_field", "DCGM field"
     CHECK_FAILED = "check_failed", "Active check failed"
     # Not an event: a tray whose node has not reported for HealthSettings.node_silent_after_s (computed when
-    # read, never written); its rule says what the scheduler does (inventory.services.silent_policy).
+    # read, never written); its rule says what the scheduler does (inventory.staleness.silent_policy).
     NODE_SILENT = "node_silent", "Node silent (stopped reporting)"
 
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 from core.filters import BooleanFilter, IntegerFilter
 from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
-from inventory.services import silent_policy, silent_q
+from inventory.staleness import silent_policy, silent_q
 
 
 class RackFilter(django_filters.FilterSet):
@@ -57,7 +57,7 @@ class ComputeTrayFilter(django_filters.FilterSet):
         return queryset.exclude(fabric_problems=[]) if value else queryset.filter(fabric_problems=[])
 
     def filter_stale(self, queryset, name, value):
-        # The same judgement as the tray's `stale` field and the rack view (inventory.services).
+        # The same judgement as the tray's `stale` field and the rack view (inventory.staleness).
         silent = silent_q(silent_policy().cutoff(timezone.now()))
         return queryset.filter(silent) if value else queryset.exclude(silent)
 

@@ -1,4 +1,4 @@
-"""The inventory's names as every consumer takes them, checked at save (issue 26). Pure: no Django import.
+"""The inventory's names as every consumer takes them, checked at save. Pure: no Django import.
 
 A rack's name, a tray's hostname, an NVLink partition's name and its service tier reach slurm.conf,
 topology.conf, Kubernetes labels, node names and Kueue objects (integrations.state). The renderers refuse a
@@ -14,7 +14,7 @@ when it is typed, with these rules and messages.
 * **Tray hostname**: a DNS-1123 subdomain of at most 63 characters (dot-separated labels as above). It is the
   Kubernetes Node's name (a DNS-1123 subdomain) and its `kubernetes.io/hostname` label value (63 at most),
   and Slurm's NodeName (letters, digits, '.', '-'; no ',', '[', ']' or spaces, which are hostlist syntax).
-* **NVLink partition name**: a DNS-1123 label of at most 31 characters (the wizard's rule since issue 9,
+* **NVLink partition name**: a DNS-1123 label of at most 31 characters (the wizard's rule,
   now also ending with a letter or digit: `<rack>.<partition>` is a label value and a flavor name).
 * **Service tier** (the Slurm partition of an NVLink partition that is dedicated to no department): empty
   (the shared partition `gpu`), `gpu`, or `gpu_<name>` with `<name>` 1-30 lower-case letters, digits and

@@ -1,11 +1,23 @@
-"""Inventory's own pages, included by portal/urls.py in the `inventory` namespace (/inventory/)."""
+"""Inventory's pages, in the `inventory` namespace: the rack list, a GPU's and a tray's page, agent tokens.
+
+Paths are whole (included by portal/urls.py at the root): an app's pages sit in the site's sections by what
+users look for, its namespace says which app owns them (the rack view, which shows jobs, is scheduling's).
+"""
 
 from django.urls import path
 
-from inventory import views
+from inventory.views import agent_tokens, racks
 
+app_name = "inventory"
 urlpatterns = [
-    path("agent-tokens/", views.agent_token_list, name="agent-token-list"),
-    path("agent-tokens/<int:pk>/issued/", views.agent_token_issued, name="agent-token-issued"),
-    path("agent-tokens/<int:pk>/revoke/", views.agent_token_revoke, name="agent-token-revoke"),
+    path("inventory/racks/", racks.rack_list, name="rack-list"),
+    path("inventory/gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
+    path("inventory/trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
+    path("inventory/agent-tokens/", agent_tokens.agent_token_list, name="agent-token-list"),
+    path(
+        "inventory/agent-tokens/<int:pk>/issued/", agent_tokens.agent_token_issued, name="agent-token-issued"
+    ),
+    path(
+        "inventory/agent-tokens/<int:pk>/revoke/", agent_tokens.agent_token_revoke, name="agent-token-revoke"
+    ),
 ]

@@ -5,7 +5,7 @@ var/dev.env (DEBUG=1, the filesystem broker under var/celery/), read here when p
 celery in this clone run in development mode too; the process environment wins over it, and
 RACKPLANE_DEV_ENV names another file or, "0", none (the test suite sets it). Without a broker Celery runs
 tasks eagerly. Production mode (DEBUG off) refuses to start without a random SECRET_KEY and explicit
-ALLOWED_HOSTS; RACKPLANE_TLS=1 turns on the HTTPS group (README, "Production settings").
+ALLOWED_HOSTS; RACKPLANE_TLS=1 turns on the HTTPS group (docs/deployment/settings.md).
 """
 
 import math
@@ -16,6 +16,8 @@ from pathlib import Path
 import environ
 import plotly
 from django.core.exceptions import ImproperlyConfigured
+
+from core import task_names  # every Celery task's name (no Django import)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -110,23 +112,23 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First: /healthz, /readyz and /metrics are answered before the host check, HTTPS redirect, session and
-    # login (probes come with a pod IP as Host; portal.health).
-    "portal.health.ProbeMiddleware",
+    # login (probes come with a pod IP as Host; portal.ops.health).
+    "portal.ops.health.ProbeMiddleware",
     # The request id (X-Request-ID) for logs, the response and the Celery tasks sent (core.logs).
     "core.logs.RequestIdMiddleware",
     # A NUL in the path or query string: 400 before any lookup (PostgreSQL text cannot hold one).
-    "portal.middleware.NullCharacterMiddleware",
+    "portal.web.middleware.NullCharacterMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "portal.middleware.ContentSecurityPolicyMiddleware",
+    "portal.web.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "portal.middleware.LoginRequiredMiddleware",
-    # A view that loses the database answers 503 with the reason (portal.middleware).
-    "portal.middleware.DatabaseUnavailableMiddleware",
+    "portal.web.middleware.LoginRequiredMiddleware",
+    # A view that loses the database answers 503 with the reason (portal.web.middleware).
+    "portal.web.middleware.DatabaseUnavailableMiddleware",
     "core.audit.AuditMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -149,7 +151,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "portal.context_processors.capacity",
+                "portal.web.context_processors.capacity",
             ],
         },
     },
@@ -166,9 +168,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
     DATABASES["default"]["OPTIONS"].setdefault("timeout", 20)
 else:
-    # Several replicas (README, "Production"): connections kept CONN_MAX_AGE seconds (0: one per request)
-    # and checked before reuse, so a restarted PostgreSQL costs the requests in flight (a 503,
-    # portal.middleware) and nothing after: the next request opens a fresh connection by itself.
+    # Several replicas (docs/deployment/operations.md): connections kept CONN_MAX_AGE seconds (0: one per
+    # request) and checked before reuse, so a restarted PostgreSQL costs the requests in flight (a 503,
+    # portal.web.middleware) and nothing after: the next request opens a fresh connection by itself.
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Query and connection metrics (/metrics, django-prometheus): its wrappers of the same backends (the vendor
@@ -203,11 +205,11 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
-# plotly's 4.7 MB bundle also under a content-hashed name (portal.static_assets), cached for a year.
+# plotly's 4.7 MB bundle also under a content-hashed name (core.static_assets), cached for a year.
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "portal.static_assets.HashedPlotlyFinder",
+    "core.static_assets.HashedPlotlyFinder",
 ]
 # A name carrying a 12-hex content hash never changes content: WhiteNoise serves it `immutable`, 10 years.
 WHITENOISE_IMMUTABLE_FILE_TEST = r"\.[0-9a-f]{12}\.[A-Za-z0-9]+$"
@@ -262,7 +264,7 @@ SPECTACULAR_SETTINGS = {
         "TopologyEnum": "scheduling.choices.Topology",
         # A department role and a project role (tenancy.api.projects) are both `role`.
         "RoleEnum": "core.access.Role",
-        "ProjectRoleEnum": "tenancy.models.ProjectRole",
+        "ProjectRoleEnum": "tenancy.choices.ProjectRole",
         # The job request is one schema per backend (scheduling.api.serializers), each with its own value.
         "BackendEnum": "scheduling.choices.Backend",
         "SlurmBackendEnum": ["slurm"],
@@ -297,19 +299,19 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE: dict = {
-    "scrape-dcgm-exporters": {"task": "tenancy.tasks.scrape_exporters", "schedule": 60.0},
-    "prune-telemetry": {"task": "tenancy.tasks.prune_telemetry", "schedule": 3600.0},
-    "snapshot-quotas": {"task": "scheduling.tasks.snapshot_quotas", "schedule": 300.0},
-    "follow-partition-plans": {"task": "integrations.tasks.follow_active_plans", "schedule": 30.0},
+    "scrape-dcgm-exporters": {"task": task_names.SCRAPE_EXPORTERS, "schedule": 60.0},
+    "prune-telemetry": {"task": task_names.PRUNE_TELEMETRY, "schedule": 3600.0},
+    "snapshot-quotas": {"task": task_names.SNAPSHOT_QUOTAS, "schedule": 300.0},
+    "follow-partition-plans": {"task": task_names.FOLLOW_ACTIVE_PLANS, "schedule": 30.0},
     # Config pushes: requeue pushes whose worker was lost, send retries that are due (integrations.pushes).
-    "retry-stale-pushes": {"task": "integrations.tasks.retry_stale_pushes", "schedule": 60.0},
+    "retry-stale-pushes": {"task": task_names.RETRY_STALE_PUSHES, "schedule": 60.0},
     # Jobs: a scheduling pass every minute besides the ones submissions and completions trigger; job state
     # read back from Slurm/Kubernetes, backend cancels and dispatch retries every 30 s
     # (integrations.dispatch).
-    "schedule-jobs": {"task": "scheduling.tasks.schedule_jobs_periodically", "schedule": 60.0},
-    "sync-jobs": {"task": "integrations.tasks.sync_jobs", "schedule": 30.0},
+    "schedule-jobs": {"task": task_names.SCHEDULE_JOBS_PERIODICALLY, "schedule": 60.0},
+    "sync-jobs": {"task": task_names.SYNC_JOBS, "schedule": 30.0},
     # Notifications (core.notifications): retries that are due, messages lost while the broker was down.
-    "retry-notifications": {"task": "core.tasks.retry_notifications", "schedule": 30.0},
+    "retry-notifications": {"task": task_names.RETRY_NOTIFICATIONS, "schedule": 30.0},
 }
 # Every beat interval multiplied by this (tests/stack runs the real beat with 0.1: a minute becomes 6 s).
 RACKPLANE_BEAT_INTERVAL_SCALE = env.float("RACKPLANE_BEAT_INTERVAL_SCALE", default=1.0)
@@ -318,18 +320,22 @@ RACKPLANE_BEAT_INTERVAL_SCALE = env.float("RACKPLANE_BEAT_INTERVAL_SCALE", defau
 RACKPLANE_DEMO_TELEMETRY = env.bool("RACKPLANE_DEMO_TELEMETRY", default=False)
 if RACKPLANE_DEMO_TELEMETRY:  # the demo's simulated DCGM exporters; nothing to send anywhere else
     CELERY_BEAT_SCHEDULE["simulate-demo-telemetry"] = {
-        "task": "portal.tasks.simulate_demo_telemetry",
+        "task": task_names.SIMULATE_DEMO_TELEMETRY,
         "schedule": 60.0,
     }
 if RACKPLANE_BEAT_INTERVAL_SCALE != 1.0:
     for _entry in CELERY_BEAT_SCHEDULE.values():
         _entry["schedule"] = _entry["schedule"] * RACKPLANE_BEAT_INTERVAL_SCALE
+# Migrating to tenancy 0009 (docs/identifiers.md) renames the namespaces and Slurm accounts of projects with
+# jobs holding GPUs only with RACKPLANE_ALLOW_PROJECT_RENAME=1.
+RACKPLANE_ALLOW_PROJECT_RENAME = env.str("RACKPLANE_ALLOW_PROJECT_RENAME", default="") == "1"
 # Unchanged node reports (heartbeats) queue the tray's last-seen time, written once per this many seconds per
-# process (inventory.services); 0 writes each at once.
+# process (inventory.ingest.heartbeats); 0 writes each at once.
 RACKPLANE_HEARTBEAT_BATCH_S = env.float("RACKPLANE_HEARTBEAT_BATCH_S", default=1.0)
-# Work a worker was killed in (integrations.tasks, README "Production"): a running push holds a lease its
-# worker renews every fifth of it; a push whose lease ran out is queued again by retry_stale_pushes. A
-# placed job whose dispatch never completed is sent again by sync_jobs after this many seconds.
+# Work a worker was killed in (integrations.tasks, docs/deployment/operations.md): a running push holds a
+# lease its worker renews every fifth of it; a push whose lease ran out is queued again by
+# retry_stale_pushes. A placed job whose dispatch never completed is sent again by sync_jobs after this many
+# seconds.
 RACKPLANE_PUSH_LEASE_SECONDS = env.int("RACKPLANE_PUSH_LEASE_SECONDS", default=300)
 RACKPLANE_DISPATCH_LOST_AFTER_SECONDS = env.int("RACKPLANE_DISPATCH_LOST_AFTER_SECONDS", default=60)
 
@@ -381,14 +387,18 @@ LOGGING = {
     },
 }
 
-# Probes and metrics (portal.health, core.metrics; docs/metrics.md). /metrics needs this bearer token; without
+# Probes and metrics (portal.ops.health, core.metrics; docs/metrics.md). /metrics needs this bearer token;
+# without
 # one only loopback callers of a development portal (DEBUG) may read it. RACKPLANE_READY_REQUIRES_BROKER=0: a
 # broker outage shows in /readyz's body without taking the replicas out of service.
 RACKPLANE_METRICS_TOKEN = env.str("RACKPLANE_METRICS_TOKEN", default="")
 RACKPLANE_READY_REQUIRES_BROKER = env.bool("RACKPLANE_READY_REQUIRES_BROKER", default=True)
+# The folder gunicorn's workers share their request metrics in (`rackplane serve` sets it, portal.ops.cli);
+# prometheus_client reads the same variable from the process's environment. None: one process's own.
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="") or None
 
-# Error pages (portal.views): never a template that needs the request; JSON under /api/.
-CSRF_FAILURE_VIEW = "portal.views.csrf_failure"
+# Error pages (portal.pages.home): never a template that needs the request; JSON under /api/.
+CSRF_FAILURE_VIEW = "portal.pages.home.csrf_failure"
 
 # Security headers, in every mode (the development server is the place to notice a page that breaks them).
 SESSION_COOKIE_HTTPONLY = True
@@ -398,7 +408,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-# Content-Security-Policy (portal.middleware.ContentSecurityPolicyMiddleware): scripts, styles, images and
+# Content-Security-Policy (portal.web.middleware.ContentSecurityPolicyMiddleware): scripts, styles, images and
 # fetches from the portal itself only; no inline script (charts are JSON drawn by static/js/portal.js, Swagger
 # UI's setup script is its own URL). Style *attributes* stay allowed (bar widths, plotly.js); <style> elements
 # only with the exact content the bundled libraries inject, by hash. A new plotly.js or Swagger UI version may
@@ -442,7 +452,7 @@ if env.bool("RACKPLANE_TLS_PROXY", default=False):
 # SECURE_HSTS_PRELOAD=1, so `check --deploy` is not asked to warn about it.
 SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
-# --- Throttling and tokens (README, "Throttling, lockout and API tokens") ---------------------------------
+# --- Throttling and tokens (docs/api/access.md) ----------------------------------------------------------
 # The default cache holds the API's request counts: locmem is one process's (make run, a single gunicorn
 # worker); with several workers or replicas set CACHE_URL=redis://host:6379/2 so that they count together.
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
@@ -496,7 +506,7 @@ RACKPLANE_TOKEN_TTL_DAYS = env.int("RACKPLANE_TOKEN_TTL_DAYS", default=90)
 # Personal API tokens (core.tokens, the portal's API tokens page): the longest expiry a user may choose.
 RACKPLANE_PERSONAL_TOKEN_MAX_DAYS = env.int("RACKPLANE_PERSONAL_TOKEN_MAX_DAYS", default=365)
 
-# --- Single sign-on: OpenID Connect (tenancy.auth; README, "Single sign-on and LDAP") ---------------------
+# --- Single sign-on: OpenID Connect (tenancy.auth; docs/operators/sign-in.md) -----------------------------
 # Off while OIDC_RP_CLIENT_ID is empty (the login page then shows only the local form). The authorization code
 # flow with PKCE; the provider's endpoints from its discovery document unless set one by one.
 OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID", default="")

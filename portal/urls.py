@@ -1,8 +1,12 @@
-"""Every URL of the portal, composed here (the project shell is the one layer that sees every app).
+"""Every URL of the site, composed here (the project shell is the one layer that sees every app).
 
-Page namespaces are the sections users see: `inventory` (racks, trays, GPUs and the partition wizard),
-`tenancy` (departments and dashboards), `scheduling` (jobs), `integrations` (targets and pushes). The API
-is one router under /api/v1/.
+A page lives in the lowest app that can import all it shows, and its URL name is in that app's namespace:
+`inventory` (the rack list, GPU and tray pages, agent tokens), `scheduling` (jobs, the rack view, the jobs
+and utilization of GPUs and trays, departments, people and projects, the admin dashboard), `integrations`
+(targets, pushes, tray actions, a job's logs, department settings, the partition wizard). Each app's urls.py
+lists its pages with their whole paths, so the sections users see (/inventory/, /tenancy/, /scheduling/) do
+not change when a page moves between apps. The site's own pages (home, search, account, audit, notifications,
+probes) are the shell's (portal.pages, portal.ops), without a namespace. The API is one router under /api/v1/.
 """
 
 from django.contrib import admin
@@ -15,30 +19,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from integrations.api import ConfigTargetViewSet
-from integrations.plans import urls as plan_urls
 from integrations.plans.api import PartitionPlanViewSet
-from inventory import urls as inventory_urls
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
-from portal import (
-    account,
-    audit_views,
-    departments,
-    gpu_life,
-    health,
-    job_form,
-    my_notifications,
-    notifications,
-    people,
-    projects,
-    racks,
-    search,
-    tray_actions,
-    utilization,
-    views,
-)
 from portal.api.audit import AuditEventViewSet
-from portal.api.departments import DepartmentMemberViewSet, DepartmentViewSet
+from portal.ops import health
+from portal.pages import account, audit, home, my_notifications, notifications, search
+from scheduling.api.departments import DepartmentMemberViewSet, DepartmentViewSet
 from scheduling.api.views import JobViewSet
 from tenancy.api.projects import ProjectViewSet
 from tenancy.auth import OIDCCallbackView, OIDCSignInView
@@ -71,52 +58,10 @@ api_v1 = [
     ),
 ]
 
-inventory_pages = [
-    path("racks/", racks.rack_list, name="rack-list"),
-    path("racks/<str:name>/", racks.rack_detail, name="rack-detail"),
-    path("gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
-    path("gpus/<int:pk>/utilization/", utilization.gpu_utilization, name="gpu-utilization"),
-    path("trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
-    path("trays/<int:pk>/drain/", tray_actions.tray_drain, name="tray-drain"),
-    path("trays/<int:pk>/return/", tray_actions.tray_return, name="tray-return"),
-    path("trays/<int:pk>/maintenance/", tray_actions.tray_maintenance, name="tray-maintenance"),
-    path("racks/<str:name>/trays/", tray_actions.tray_bulk, name="tray-bulk"),
-    path("racks/<str:name>/trays/result/", tray_actions.tray_bulk_result, name="tray-bulk-result"),
-    *plan_urls.urlpatterns,
-    *inventory_urls.urlpatterns,
-]
-
-tenancy_pages = [
-    path("departments/", departments.department_list, name="department-list"),
-    path("departments/<slug:slug>/", departments.department_detail, name="department-detail"),
-    path("departments/<slug:slug>/edit/", departments.department_edit, name="department-edit"),
-    path("departments/<slug:slug>/members/", departments.member_set, name="member-set"),
-    path("departments/<slug:slug>/members/<int:pk>/remove/", departments.member_remove, name="member-remove"),
-    path("departments/<slug:slug>/people/search/", people.people_search, name="people-search"),
-    path("departments/<slug:slug>/projects/", projects.project_create, name="project-create"),
-    path("departments/<slug:slug>/projects/<int:pk>/", projects.project_update, name="project-update"),
-    path("departments/<slug:slug>/projects/<int:pk>/delete/", projects.project_delete, name="project-delete"),
-    path(
-        "departments/<slug:slug>/projects/<int:pk>/people/",
-        projects.project_member_set,
-        name="project-member-set",
-    ),
-    path(
-        "departments/<slug:slug>/project-people/<int:pk>/move/",
-        projects.project_member_move,
-        name="project-member-move",
-    ),
-    path(
-        "departments/<slug:slug>/project-people/<int:pk>/remove/",
-        projects.project_member_remove,
-        name="project-member-remove",
-    ),
-    path("dashboard/", departments.admin_dashboard, name="admin-dashboard"),
-]
-
 urlpatterns = [
-    path("", views.home, name="home"),
-    # Probes and metrics: answered by portal.health.ProbeMiddleware before the host check; here for reverse().
+    path("", home.home, name="home"),
+    # Probes and metrics: answered by portal.ops.health.ProbeMiddleware before the host check; here for
+    # reverse().
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
@@ -147,28 +92,22 @@ urlpatterns = [
     path("account/inbox/read/", my_notifications.inbox_read, name="my-inbox-read"),
     path("account/inbox/bell/", my_notifications.bell, name="my-inbox-bell"),
     path("admin/", admin.site.urls),
-    path("inventory/", include((inventory_pages, "inventory"))),
-    path("tenancy/", include((tenancy_pages, "tenancy"))),
-    # The job form (portal.job_form): beside the jobs list, and at the short address the menu names.
-    path("scheduling/jobs/new/", job_form.job_new, name="job-new"),
-    path("scheduling/jobs/new/preview/", job_form.job_preview, name="job-preview"),
-    path("jobs/new/", RedirectView.as_view(pattern_name="job-new", query_string=True), name="job-new-short"),
+    # The apps' pages, each app's under its own namespace with whole paths (see the docstring).
+    path("", include("inventory.urls")),
+    path("", include("scheduling.urls")),
+    path("", include("integrations.urls")),
+    # The short addresses the menu and old links use.
+    path(
+        "jobs/new/",
+        RedirectView.as_view(pattern_name="scheduling:job-new", query_string=True),
+        name="job-new-short",
+    ),
     path(
         "jobs/",
         RedirectView.as_view(pattern_name="scheduling:job-list", query_string=True),
         name="job-list-short",
     ),
-    path("scheduling/jobs/<int:pk>/utilization/", utilization.job_utilization, name="job-utilization"),
-    # The GPUs' life (portal.gpu_life): a job's logs and resubmit; the jobs that held a GPU or a tray.
-    path("scheduling/jobs/<int:pk>/logs/", gpu_life.job_logs, name="job-logs"),
-    path("scheduling/jobs/<int:pk>/resubmit/", gpu_life.job_resubmit, name="job-resubmit"),
-    path("inventory/gpus/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "gpu"}, name="gpu-held-jobs"),
-    path("inventory/trays/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "tray"}, name="tray-held-jobs"),
-    path("inventory/trays/<int:pk>/utilization/", gpu_life.tray_utilization, name="tray-utilization"),
-    path("tenancy/departments/<slug:slug>/quota-chart/", gpu_life.quota_chart, name="quota-chart"),
-    path("scheduling/", include("scheduling.urls")),
-    path("scheduling/", include("integrations.urls")),
-    path("audit/", audit_views.audit_list, name="audit-list"),
+    path("audit/", audit.audit_list, name="audit-list"),
     # Notifications (platform admins): webhook endpoints, email recipients, deliveries.
     path("notifications/", notifications.notification_list, name="notification-list"),
     path("notifications/new/<str:channel>/", notifications.subscription_new, name="notification-new"),
@@ -184,8 +123,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
 ]
 
-# Error pages that never fail (portal.views): JSON under /api/, HTML elsewhere.
-handler400 = views.bad_request
-handler403 = views.permission_denied
-handler404 = views.page_not_found
-handler500 = views.server_error
+# Error pages that never fail (portal.pages.home): JSON under /api/, HTML elsewhere.
+handler400 = home.bad_request
+handler403 = home.permission_denied
+handler404 = home.page_not_found
+handler500 = home.server_error

@@ -97,8 +97,9 @@ class Job(models.Model):
     requeue_note = models.CharField(max_length=500, blank=True)
     # A retried submission with the same key (per user) returns this job instead of making a second one.
     idempotency_key = models.CharField(max_length=200, blank=True)
-    # sha256 of the submission the key was first used with (scheduling.services.submission_fingerprint):
-    # the key reused with another request is refused, not answered with this job.
+    # sha256 of the submission the key was first used with
+    # (scheduling.services.admission.submission_fingerprint): the key reused with another request is
+    # refused, not answered with this job.
     idempotency_fingerprint = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     placed_at = models.DateTimeField(null=True, blank=True)

@@ -1,6 +1,7 @@
 """What would happen to a job if it were submitted now: the scheduling pass run dry, writing nothing.
 
-The job form's preview (portal.job_form) asks `preview_job` before a job exists. It reads what a pass reads
+The job form's preview (scheduling.views.job_form) asks `preview_job` before a job exists. It reads what a
+pass reads
 through the same function (`scheduling.pass_inputs.gather`: the departments, projects, running and pending
 jobs, the cluster with silent trays held out; cold, never the pass's kept cluster), adds the proposed job at
 the back of the queue (submitted now, as a submission would be) and runs the same engine
@@ -21,7 +22,7 @@ from django.utils import timezone
 from scheduling import pass_inputs
 from scheduling.engine.scheduler import schedule
 from scheduling.models import Job
-from scheduling.services import check_request
+from scheduling.services.admission import check_request
 from tenancy.models import Department
 
 PROBE_ID = -1  # the proposed job's id in the dry pass: no row has it

@@ -38,13 +38,12 @@ from django.utils import timezone
 from core.audit import record_bulk_change
 from core.enqueue import enqueue
 from core.models import NotificationEvent
-from core.notifications import notify
+from core.notifications.recording import notify
+from core.task_names import SIGNAL_JOB, SYNC_JOBS  # SIGNAL_JOB: the checkpoint signal
 from scheduling.choices import HOLDING_STATES, FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import Allocation, FaultPolicy, Job, JobEvent
-from scheduling.services import release_gpus, request_pass, stop_in_backend
-
-SIGNAL_JOB = "integrations.tasks.signal_job"  # integrations.requeue.signal_job: the checkpoint signal
-SYNC_JOBS = "integrations.tasks.sync_jobs"
+from scheduling.services.actions import release_gpus, stop_in_backend
+from scheduling.services.pass_requests import request_pass
 
 # A class without a FaultPolicy row (the same as migration scheduling 0013 seeds).
 DEFAULTS: dict[str, tuple[str, int]] = {

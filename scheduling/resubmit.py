@@ -11,7 +11,7 @@ of them offers a click that submit_job (tenancy.projects.check_job_project) woul
 
 Reads only: a few small queries, none for the common case (a job without a project in a department without
 projects) when the job was read through `with_resubmit_facts` (the job page). The submission itself stays
-scheduling.services.submit_job's.
+scheduling.services.admission.submit_job's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from django.db.models import Exists, OuterRef
 
 from scheduling.models import Job
-from scheduling.services import submittable_departments
+from scheduling.services.admission import submittable_departments
 from tenancy.models import Project
 from tenancy.projects import check_job_project, usable_projects
 

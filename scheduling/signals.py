@@ -1,5 +1,5 @@
-"""Pass triggers: every change the scheduler's decisions depend on asks for a pass (scheduling.services.
-request_pass: on commit, coalesced per transaction).
+"""Pass triggers: every change the scheduler's decisions depend on asks for a pass
+(scheduling.services.pass_requests.request_pass: on commit, coalesced per transaction).
 
 Watched, in the layers below: a department's guarantee, limit, weight or priority; a tray's state (drained,
 down, up again), partition or fabric problems; a GPU's health, tray, fabric state or reported clique; NVLink
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from core.changes import ADDED, BULK, CHANGED, Change, watch
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
-from scheduling.services import request_pass
+from scheduling.services.pass_requests import request_pass
 from tenancy.models import DedicatedPartition, Department
 
 # Model -> the fields a scheduling decision reads.

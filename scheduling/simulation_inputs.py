@@ -234,9 +234,9 @@ def split_guarantees(
     return {name: given.get(name, split.get(name, 0)) for name in gpu_hours}
 
 
-# --- node faults (issue 15): a real fault trace replayed on the cluster's trays -----------------------------
+# --- node faults: a real fault trace replayed on the cluster's trays ----------------------------------------
 
-FAULT_TRACE_NODES = 400  # servers in the InfiniteHBD fault trace (shared/traces/faults/README.md)
+FAULT_TRACE_NODES = 400  # servers in InfiniteHBD-Trace (not shipped here; docs/simulator.md)
 FAULT_START, FAULT_END = "fault_start", "fault_end"
 DAY_S = 86400.0
 
@@ -293,8 +293,9 @@ def _fault_event(event, where: str) -> tuple[str, float, str, dict]:
 
 
 def load_faults(path: str | Path, fleet: int = FAULT_TRACE_NODES) -> FaultTrace:
-    """Read a fault trace in the format of shared/traces/faults/ (a JSON list of fault_start/fault_end
-    events per node, times in days). Each node's events pair up in time order: a start, then its end."""
+    """Read a fault trace in InfiniteHBD-Trace's format (docs/simulator.md): a JSON list of fault_start and
+    fault_end events per node, times in days. Each node's events pair up in time order: a start, then its
+    end."""
     path = Path(path)
     try:
         events = json.loads(path.read_text())

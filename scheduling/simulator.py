@@ -11,7 +11,7 @@ Assumptions, each a choice that any figure rests on:
 * **Department = trace file.** Each trace file is one department (named after the file's stem), weight 1,
   priority 0, no limit. Guarantees split the cluster's GPUs in proportion to each file's GPU-hours
   (largest remainder, ties by name) unless given per department. With `projects` (trace -> department),
-  traces are projects of a department instead (hierarchical fair share, issue 16): each keeps its own
+  traces are projects of a department instead (hierarchical fair share): each keeps its own
   guarantee and books, and the department is guaranteed the sum of its projects'.
 * **GPUs.** A job of 1-4 GPUs takes that many GPUs on one tray; above 4 it takes whole trays, so its GPU
   count is rounded up to a multiple of 4.
@@ -136,7 +136,7 @@ DEFAULT_CHECKPOINT_LOSS_S = 600.0
 DEFAULT_FALLBACK_AFTER_S = 3600.0
 RESUME, RESTART = "resume", "restart"
 PREEMPTION_MODES = (RESUME, RESTART)
-# Node faults (issue 15): how a failed tray is handled, automated by Rackplane or by hand.
+# Node faults: how a failed tray is handled, automated by Rackplane or by hand.
 AUTOMATED, MANUAL = "automated", "manual"
 FAULT_MODES = (AUTOMATED, MANUAL)
 DEFAULT_DETECT_S = 60.0  # automated: the agent's report interval (the pass drains the tray at once)

@@ -16,9 +16,18 @@ from kombu.exceptions import OperationalError
 from core.audit import audit_context
 from core.enqueue import one_at_a_time, send_now
 from core.models import AuditSource, NotificationEvent
-from core.notifications import notify
+from core.notifications.recording import notify
+from core.task_names import (
+    OLD_SNAPSHOT_QUOTAS,
+    SCHEDULE_JOBS,
+    SCHEDULE_JOBS_PERIODICALLY,
+    SNAPSHOT_QUOTAS,
+    WHATIF_PREPARE,
+    WHATIF_REPLAY,
+)
 from scheduling import whatif_runs
-from scheduling.services import SCHEDULE_JOBS, request_pass, run_pass
+from scheduling.services.pass_requests import request_pass
+from scheduling.services.passes import run_pass
 from scheduling.usage import SNAPSHOT_FIELDS, department_positions
 from tenancy.models import QuotaSnapshot
 
@@ -33,7 +42,7 @@ def schedule_jobs() -> dict | None:
     return None if summary is None else summary.__dict__
 
 
-@shared_task(name="scheduling.tasks.schedule_jobs_periodically")
+@shared_task(name=SCHEDULE_JOBS_PERIODICALLY)
 @one_at_a_time
 def schedule_jobs_periodically() -> dict | None:
     """Beat: a pass even when nothing was submitted (time limits move reservations, capacity changes)."""
@@ -91,7 +100,7 @@ def _notify_changes(snapshots: list[QuotaSnapshot], taken_at) -> None:
     for row in snapshots:
         department, last = row.department, previous.get(row.department_id)
         scope = f"department:{department.slug}"
-        link = reverse("tenancy:department-detail", args=[department.slug])
+        link = reverse("scheduling:department-detail", args=[department.slug])
         short = _shortfall(row)
         if short and (last is None or not _shortfall(last)):
             notify(
@@ -116,20 +125,20 @@ def _notify_changes(snapshots: list[QuotaSnapshot], taken_at) -> None:
             )
 
 
-@shared_task(name="scheduling.tasks.snapshot_quotas")
+@shared_task(name=SNAPSHOT_QUOTAS)
 @one_at_a_time
 def snapshot_quotas() -> int:
     """Beat runs this every five minutes: the quota history the department dashboards chart."""
     return record_quota_snapshots()
 
 
-@shared_task(name="tenancy.tasks.snapshot_quotas")
+@shared_task(name=OLD_SNAPSHOT_QUOTAS)
 def snapshot_quotas_renamed() -> bool:
     """The previous release's name: a message still queued under it is forwarded."""
-    return send_now("scheduling.tasks.snapshot_quotas")
+    return send_now(SNAPSHOT_QUOTAS)
 
 
-@shared_task(name=whatif_runs.PREPARE)
+@shared_task(name=WHATIF_PREPARE)
 def whatif_prepare(run_id: int) -> list[int]:
     """Read a what-if's job history once, then replay its layouts in parallel: a Celery group of one task
     per layout, so more workers finish a sweep sooner (with eager Celery they run here, one after another).
@@ -147,7 +156,7 @@ def whatif_prepare(run_id: int) -> list[int]:
 
 
 @shared_task(
-    name=whatif_runs.REPLAY,
+    name=WHATIF_REPLAY,
     soft_time_limit=whatif_runs.REPLAY_TIME_LIMIT_S,
     time_limit=whatif_runs.REPLAY_TIME_LIMIT_S + 60,
 )

@@ -1,4 +1,6 @@
-"""Read-side queries for the department pages and dashboards, and the glue to the pure fair-share arithmetic.
+"""Read-side figures for the department pages and dashboards, and the glue to the pure fair-share arithmetic:
+each department's position, who is short of their guarantee, idle and free GPUs, who holds a rack's GPUs.
+The dashboards themselves are assembled in scheduling.dashboard_data.
 
 Every figure is aggregated in SQL, so a page makes the same few queries whatever the number of racks, GPUs
 or jobs, and every list is bounded. The dashboards read each table once per request: one GROUP BY over the
@@ -27,7 +29,7 @@ Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db.models import (
@@ -45,20 +47,12 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 from django.utils import timezone
-from hostlist import collect_hostlist
 
-from core.access import leads
 from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
-from tenancy.activity import STALE_AFTER, fresh_activity, fresh_since
-from tenancy.models import (
-    DedicatedPartition,
-    Department,
-    Membership,
-    QuotaSnapshot,
-    TenancySettings,
-)
+from tenancy.activity import fresh_activity, fresh_since
+from tenancy.models import Department, Membership, TenancySettings
 from tenancy.quota import DepartmentQuota, GuaranteePosition, fair_share, guarantee_positions
 from tenancy.services import (
     count_of,
@@ -67,13 +61,8 @@ from tenancy.services import (
     unschedulable_gpus,
 )
 
-HISTORY = timedelta(hours=24)
 # A Position's figures that a QuotaSnapshot records (scheduling.tasks) and the quota chart draws.
 SNAPSHOT_FIELDS = ("guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand", "idle")
-# Bounded lists: the rest is summarised as "N more".
-IDLE_LIMIT = 100
-JOB_LIMIT = 50
-ADMIN_IDLE_LIMIT = 50
 
 
 def _per_department(queryset: QuerySet, path: str, aggregate) -> Coalesce:
@@ -353,172 +342,6 @@ def department_list(user, positions: Positions | None = None) -> list[Position]:
 
 def visible_department(user, slug: str) -> Department | None:
     return Department.objects.visible_to(user).filter(slug=slug).first()
-
-
-# ------------------------------------------------------------------------------------ lead dashboard
-
-
-def members(user, department: Department) -> list[Membership]:
-    """The memberships of `department` the user may see (leads and admins: all; members: their own)."""
-    return list(
-        Membership.objects.visible_to(user)
-        .filter(department=department)
-        .select_related("user")
-        .order_by("role", "user__username")
-    )
-
-
-def quota_history(user, department: Department, now: datetime) -> list[dict]:
-    return list(
-        QuotaSnapshot.objects.visible_to(user)
-        .filter(department=department, taken_at__gte=now - HISTORY, taken_at__lte=now)
-        .order_by("taken_at")
-        .values("taken_at", *SNAPSHOT_FIELDS)
-    )
-
-
-@dataclass
-class DepartmentDashboard:
-    department: Department
-    position: Position
-    capacity: int
-    history: list[dict]  # the last 24 hours of QuotaSnapshot rows (every five minutes)
-    idle_gpus: list  # Gpu rows annotated by idle_gpus_queryset
-    running_jobs: list[Job]
-    pending_jobs: list[Job]
-    partitions: list[DedicatedPartition]
-    members: list[Membership]
-    can_manage: bool
-    taken_at: datetime
-    positions: Positions | None = None  # every department's (the shortfall banner for admins)
-    no_data_gpus: int = 0  # held GPUs neither idle nor freshly sampled (`held_without_data`)
-
-    @property
-    def history_to_now(self) -> list[dict]:
-        """The snapshots and a last point at `taken_at` from `position` (what the cards show), so the
-        chart ends at the live figures rather than at the last snapshot, up to five minutes old."""
-        return [*self.history, {"taken_at": self.taken_at, **self.position.figures()}]
-
-    @property
-    def idle_more(self) -> int:
-        return max(0, self.position.idle - len(self.idle_gpus))
-
-    @property
-    def running_more(self) -> int:
-        return max(0, self.position.running_jobs - len(self.running_jobs))
-
-    @property
-    def reporting_gpus(self) -> int:
-        """Held GPUs with utilization data (idle or working)."""
-        return max(0, self.position.in_use - self.no_data_gpus)
-
-    @property
-    def stale_after_minutes(self) -> int:
-        return int(STALE_AFTER.total_seconds() // 60)
-
-    @property
-    def pending_more(self) -> int:
-        return max(0, self.position.pending_jobs - len(self.pending_jobs))
-
-    @property
-    def dedicated_gpus(self) -> int:
-        return sum(p.gpus for p in self.partitions)
-
-
-def job_share(gpus: int, in_use: int) -> float:
-    """A running job's share of the GPUs its department holds, in percent (0 when it holds none)."""
-    return min(100.0, round(100 * gpus / in_use, 1)) if in_use else 0.0
-
-
-def department_dashboard(user, department: Department, now: datetime | None = None) -> DepartmentDashboard:
-    """Everything the department dashboard shows, in a fixed number of queries.
-
-    `department` must come from `Department.objects.visible_to(user)`.
-    """
-    now = now or timezone.now()
-    settings = TenancySettings.load()
-    positions = department_positions(now, settings)
-    idle = list(
-        idle_gpus_queryset(now=now, department=department, settings=settings).order_by(
-            "idle_since", "hostname", "index"
-        )[:IDLE_LIMIT]
-    )
-    position = positions.of(department)
-    jobs = Job.objects.visible_to(user).filter(department=department)
-    running_jobs = list(jobs.filter(state__in=HOLDING_STATES).order_by("-started_at", "-pk")[:JOB_LIMIT])
-    for job in running_jobs:  # a bounded page of jobs: "gb-r0001-t[01-09]" reads better than nine names
-        job.hostlist = collect_hostlist(job.placement or [])
-        job.share = job_share(job.gpus, position.in_use)
-    pending_jobs = list(jobs.filter(state=JobState.PENDING).order_by("created_at", "pk")[:JOB_LIMIT])
-    partitions = list(
-        DedicatedPartition.objects.visible_to(user)
-        .filter(department=department)
-        .select_related("partition__rack")
-        .annotate(gpus=Count("partition__trays__gpus"))
-        .order_by("partition__rack__name", "partition__clique_id")
-    )
-    return DepartmentDashboard(
-        department=department,
-        position=position,
-        capacity=positions.capacity,
-        history=quota_history(user, department, now),
-        idle_gpus=idle,
-        no_data_gpus=held_without_data(department, now, settings),
-        running_jobs=running_jobs,
-        pending_jobs=pending_jobs,
-        partitions=partitions,
-        members=members(user, department),
-        can_manage=leads(user, department),  # core.access: admins and its leads manage its members
-        taken_at=now,
-        positions=positions,
-    )
-
-
-# ----------------------------------------------------------------------------------- admin dashboard
-
-
-@dataclass
-class AdminDashboard:
-    positions: Positions
-    status: GuaranteeStatus
-    free: int
-    idle_gpus: list
-    owed: list[Position] = field(default_factory=list)  # owed GPUs of their guarantee (`starved` > 0)
-
-    @property
-    def owed_gpus(self) -> int:
-        return sum(p.starved for p in self.owed)
-
-    @property
-    def owed_beyond_free(self) -> int:
-        """Owed GPUs the free ones cannot cover: reclaimed from borrowers by preemption."""
-        return max(0, self.owed_gpus - self.free)
-
-    @property
-    def capacity(self) -> int:
-        return self.positions.capacity
-
-    @property
-    def idle_more(self) -> int:
-        return max(0, self.positions.idle - len(self.idle_gpus))
-
-
-def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
-    """All departments side by side, capacity, oversubscription, and the idle GPUs cluster-wide."""
-    now = now or timezone.now()
-    settings = TenancySettings.load()
-    positions = department_positions(now, settings)
-    free = free_gpus_count(schedulable=positions.capacity)
-    # Who is owed GPUs of its guarantee: guarantee_positions' `owed`, the one answer (Position.starved).
-    owed = [p for p in positions if p.starved > 0]
-    idle = list(
-        idle_gpus_queryset(now=now, settings=settings).order_by(
-            "idle_since", "department_name", "hostname", "index"
-        )[:ADMIN_IDLE_LIMIT]
-    )
-    return AdminDashboard(
-        positions=positions, status=positions.capacity_status(), free=free, idle_gpus=idle, owed=owed
-    )
 
 
 # ------------------------------------------------------------------------------------ idle and free GPUs

@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.enqueue import enqueue
+from core.task_names import WHATIF_PREPARE
 from inventory.models import ComputeTray
 from scheduling import whatif
 from scheduling.choices import WHATIF_ACTIVE_STATES, JobEventKind, WhatIfState
@@ -33,8 +34,6 @@ from tenancy.models import Department, Project
 
 log = logging.getLogger(__name__)
 
-PREPARE = "scheduling.tasks.whatif_prepare"
-REPLAY = "scheduling.tasks.whatif_replay"
 MAX_LAYOUTS = 6  # the cluster as it is, the plan, and up to four other candidates
 # A replay task is stopped after this long (Celery's soft time limit) and its layout marked failed.
 REPLAY_TIME_LIMIT_S = 600
@@ -151,7 +150,7 @@ def start(user, days: int, layouts: Sequence[tuple[str, Sequence[Carving]]], rac
             WhatIfLayout(run=run, position=position, label=label, carvings=[c.to_json() for c in carvings])
             for position, (label, carvings) in enumerate([(NOW, []), *layouts])
         )
-        enqueue(PREPARE, run.pk)
+        enqueue(WHATIF_PREPARE, run.pk)
     return run
 
 

@@ -20,7 +20,8 @@ site's Prometheus as the source the cycle records only the derived idle state (`
 only while its activity row was sampled within ``STALE_AFTER``; a stale row is "no data" on every screen,
 never idle and never working: the idle lists and counts (scheduling.usage), the department page and a
 person's home (``held_without_data``), the admin dashboard, the rack view's colour by utilization
-(portal.gpu_life), the /metrics gauges and the idle-GPU notification (both from the same counts). Nothing
+(scheduling.views.gpu_life), the /metrics gauges and the idle-GPU notification (both from the same counts).
+Nothing
 else decides it: Prometheus's own window (``MetricsSource.window_seconds``, its 5-minute staleness) only
 says which GPUs the cycle writes a row for, and the rack view's 5-minute mean only which buckets it averages.
 Rows are dropped once stale too (``forget_stale_activity``, direct; ``forget_others``, Prometheus), but the

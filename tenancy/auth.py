@@ -1,8 +1,8 @@
 """The doors of identity providers: OpenID Connect (mozilla-django-oidc) and LDAP (django-auth-ldap).
 
-Both are optional and off until configured from the environment (portal.settings; README, "Single sign-on
-and LDAP"), and both end in tenancy.identity: the account linked to the provider's identifier (made at the
-first sign-in) and the roles the group rules give.
+Both are optional and off until configured from the environment (portal.settings;
+docs/operators/sign-in.md), and both end in tenancy.identity: the account linked to the provider's
+identifier (made at the first sign-in) and the roles the group rules give.
 
 OpenID Connect: the authorization code flow with PKCE (S256), started from the login page's "Sign in with
 <name>" button (`OIDCSignInView`), finished on /oidc/callback/ (`OIDCCallbackView`); the ID token's
@@ -46,8 +46,9 @@ from rest_framework import exceptions
 from core import tokens
 from core.audit import audit_context
 from inventory import agent_tokens
+from tenancy.choices import IdentityProvider
 from tenancy.identity import SignInRefused, account_for, posix_identity_from, sync_posix, sync_roles
-from tenancy.models import ExternalIdentity, IdentityProvider
+from tenancy.models import ExternalIdentity
 
 logger = logging.getLogger(__name__)
 

@@ -39,17 +39,8 @@ from core.access import Role
 from core.audit import audit_context
 from core.models import AuditAction, AuditEvent
 from core.posix import PosixIdentity
-from tenancy.models import (
-    ExternalIdentity,
-    GrantedRole,
-    GroupRoleRule,
-    Membership,
-    PosixAccount,
-    PosixSource,
-    ProjectMembership,
-    ProjectRole,
-    RoleOrigin,
-)
+from tenancy.choices import GrantedRole, PosixSource, ProjectRole, RoleOrigin
+from tenancy.models import ExternalIdentity, GroupRoleRule, Membership, PosixAccount, ProjectMembership
 from tenancy.services import remove_membership, set_membership
 
 logger = logging.getLogger(__name__)

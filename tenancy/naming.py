@@ -1,4 +1,4 @@
-"""Every identifier Rackplane derives from a tenant's slugs, in one place (issue 26).
+"""Every identifier Rackplane derives from a tenant's slugs, in one place.
 
 Pure Python, no Django import: the models (validators, `Project.namespace`), the renderers (tenancy.renderers,
 integrations.state, integrations.slurm) and the job backends (integrations.jobs `DispatchRequest.home`) all

@@ -1,4 +1,4 @@
-"""Projects under departments (issue 16): create, change and delete them, move people between them, and the
+"""Projects under departments: create, change and delete them, move people between them, and the
 rule a job's project follows.
 
 A project is a team inside a department with its own guaranteed GPUs, over-quota weight and limit (Run:ai
@@ -10,7 +10,8 @@ department's leads and platform admins manage its projects; a project's members 
 is audited by core.audit's model signals (tenancy.project, tenancy.projectmembership).
 
 Jobs: a department with projects takes jobs only for one of them (`check_job_project`, from
-scheduling.services.submit_job); a department without projects takes them as before, with no project.
+scheduling.services.admission.submit_job); a department without projects takes them as before, with no
+project.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from django.db.models.functions import Lower
 
 from core.access import may_use_project, require_project_manager
 from tenancy import naming
-from tenancy.models import Department, Membership, Project, ProjectMembership, ProjectRole, RoleOrigin
+from tenancy.choices import ProjectRole, RoleOrigin
+from tenancy.models import Department, Membership, Project, ProjectMembership
 
 QUOTA_FIELDS = ("guaranteed_gpus", "over_quota_weight", "limit_gpus")
 

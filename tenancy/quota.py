@@ -324,7 +324,8 @@ def guarantee_positions(
 
 
 # The leaf of a department's work that names no project: guaranteed what its projects' guarantees leave of
-# the department's. Not a possible project slug (tenancy.models.PROJECT_SLUG_PATTERN), so it never clashes.
+# the department's. Not a possible project slug (tenancy.models.projects.PROJECT_SLUG_PATTERN), so it
+# never clashes.
 NO_PROJECT = "(no project)"
 
 

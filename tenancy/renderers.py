@@ -4,22 +4,21 @@ Pure Python, no Django import: the web app, the config-push tasks and the simula
 `TenantSpec` values built from the database. Every renderer is deterministic (same tenants in any order ->
 byte-identical output) so that a `ConfigPush` hash only changes when the configuration does.
 
-Outputs:
+This module holds what is not any one outside system's: the tenant model the renderers read (`TenantSpec`,
+`ProjectSpec`, their validation and the cross-department invariants), the names derived from it, and the
+files of the fabric and storage:
 - OpenSM `partitions.conf` (one InfiniBand partition key per department),
-- Kubernetes objects as plain dicts (Namespace, ResourceQuota, NetworkPolicy, Kueue ClusterQueue and
-  LocalQueue, NFS PersistentVolume + PersistentVolumeClaim), and `to_yaml` to serialise them,
 - NFS `/etc/exports` lines (one export per department, restricted to the department's network).
+The Kubernetes objects of a tenant (Namespace, ResourceQuota, NetworkPolicy, Kueue queues and cohorts, the
+NFS PersistentVolume and its claim) and `to_yaml` live with the Kubernetes integration:
+integrations.kubernetes.tenants (integrations import tenancy, never the reverse).
 
-Projects under departments (issue 16, `ProjectSpec`): a department with projects is a Kueue Cohort (child of
-the shared cohort, its limit as the subtree's borrowing limit) holding one ClusterQueue per project (its
-guarantee as nominal quota, its limit as borrowing limit, its over-quota weight as fair-sharing weight) and
-the department's own ClusterQueue (guaranteed what its projects leave); each project gets a namespace
-`<department>--<project>` (tenancy.naming) with a ResourceQuota (its limit), the department's isolation
-policy (open to the department's other namespaces) and a LocalQueue `default`. A department without
-projects renders exactly as before.
+Projects under departments (`ProjectSpec`): each project is a share of its department's GPUs with
+a namespace `<department>--<project>` (tenancy.naming); a department without projects renders exactly as
+before.
 
-Formats follow shared/REFERENCE.md; choices that the reference leaves open are documented where they are
-made (search for "Decision:").
+Formats follow OpenSM's partition-config.txt and exports(5); choices they leave open are documented where
+they are made (search for "Decision:").
 """
 
 from __future__ import annotations
@@ -32,49 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
-
 from tenancy import naming
-
-# --- labels and API versions --------------------------------------------------------------------------
-
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "rackplane"
-DEPARTMENT_LABEL = "rackplane.io/department"
-DEPARTMENT_NAME_ANNOTATION = "rackplane.io/department-name"
-PROJECT_LABEL = "rackplane.io/project"
-PROJECT_NAME_ANNOTATION = "rackplane.io/project-name"
-# Set by the API server on every namespace (Kubernetes >= 1.22); selects exactly one namespace by name.
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-# Pod Security Admission on every tenant namespace (department and project): the API server refuses a pod
-# that is not `restricted` (root, privileged, host namespaces or paths, added capabilities, no seccomp, ...),
-# and audits and warns on the same level. The version is pinned to the Kubernetes minor the tests prove it on
-# (testbed/kube-apiserver: v1.36), so a cluster upgrade cannot tighten or loosen the checks unseen; a server
-# older than the pin evaluates it as its `latest`. Rackplane's own job pods are compliant by construction
-# (integrations.kubernetes.jobs: runAsNonRoot, the person's uid, no privilege escalation, no capabilities,
-# seccomp RuntimeDefault).
-POD_SECURITY_LEVEL = "restricted"
-POD_SECURITY_VERSION = "v1.36"
-POD_SECURITY_LABELS = {
-    f"pod-security.kubernetes.io/{mode}{suffix}": value
-    for mode in ("enforce", "audit", "warn")
-    for suffix, value in (("", POD_SECURITY_LEVEL), ("-version", POD_SECURITY_VERSION))
-}
-
-GPU_RESOURCE = "nvidia.com/gpu"
-# Kueue: the CRDs in shared/reference/crds serve v1beta1 (deprecated) and v1beta2 (served + storage);
-# v1beta2 is the newest served version and the one whose ClusterQueue has `spec.cohortName`.
-KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
-
-DEFAULT_COHORT = "rackplane"
-DEFAULT_FLAVOR = "nvl72"
-# Decision: the department's LocalQueue is called "default". Kueue's LocalQueue defaulting admits Jobs that
-# carry no `kueue.x-k8s.io/queue-name` label through the LocalQueue named "default" of their namespace,
-# so department users get quota accounting without having to label every Job.
-LOCAL_QUEUE_NAME = "default"
-RESOURCE_QUOTA_NAME = "rackplane-gpu-quota"
-NETWORK_POLICY_NAME = "rackplane-department-isolation"
-PVC_NAME = "department-data"
 
 # --- validation helpers -------------------------------------------------------------------------------
 
@@ -103,11 +60,6 @@ def _check_dns_label(value: str, what: str) -> None:
             f"{what} {value!r} is not a DNS-1123 label (lower-case letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters)"
         )
-
-
-def _check_dns_subdomain(value: str, what: str) -> None:
-    if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
-        raise ValueError(f"{what} {value!r} is not a DNS-1123 subdomain")
 
 
 def _check_int_range(value: Any, lo: int, hi: int | None, what: str) -> None:
@@ -305,6 +257,12 @@ class TenantSpec:
         return ipaddress.ip_network(self.network_cidr)
 
 
+def project_namespace(t: TenantSpec, p: ProjectSpec) -> str:
+    """A project's namespace, also its ClusterQueue's name: `<department slug>--<project slug>`, which no
+    department's slug nor another project's namespace can equal (tenancy.naming)."""
+    return naming.project_namespace(t.slug, p.slug)
+
+
 def _check_unique(tenants: Sequence[TenantSpec], attr: str, fmt=str) -> None:
     seen: dict[Any, str] = {}
     for t in tenants:
@@ -425,7 +383,7 @@ def render_opensm_partitions(
     token. Keeping the entry reserves the PKey and creates the IPoIB broadcast group, so adding the first
     tray later only adds members.
 
-    `default_membership="full"` renders the default partition exactly as REFERENCE.md gives it
+    `default_membership="full"` renders the default partition exactly as OpenSM's default gives it
     (`Default=0x7fff, ipoib : ALL=full ;`). Note that with it every port stays a full member of 0x7fff and
     can reach every other port there, so the department PKeys separate IPoIB subnets but do not isolate the
     fabric. `"limited"` renders `Default=0x7fff, ipoib : ALL=limited, ALL_SWITCHES=full, SELF=full ;`:
@@ -447,189 +405,9 @@ def render_opensm_partitions(
     return "\n".join(lines) + "\n"
 
 
-# --- Kubernetes objects -------------------------------------------------------------------------------
+# --- NFS exports --------------------------------------------------------------------------------------
 
-
-def _labels(t: TenantSpec) -> dict[str, str]:
-    return {MANAGED_BY_LABEL: MANAGED_BY_VALUE, DEPARTMENT_LABEL: t.slug}
-
-
-def _metadata(t: TenantSpec, name: str, namespaced: bool) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name}
-    if namespaced:
-        metadata["namespace"] = naming.department_namespace(t.slug)
-    metadata["labels"] = _labels(t)
-    return metadata
-
-
-def _gib(value: int) -> str:
-    return f"{value}Gi"
-
-
-def namespace(t: TenantSpec) -> dict[str, Any]:
-    """The department's namespace. Its `rackplane.io/department` label is what the NetworkPolicies of the
-    other departments use to recognise it, so it must stay on the namespace."""
-    metadata = _metadata(t, naming.department_namespace(t.slug), namespaced=False)
-    metadata["labels"] = {**metadata["labels"], **POD_SECURITY_LABELS}
-    metadata["annotations"] = {DEPARTMENT_NAME_ANNOTATION: t.name}
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
-
-
-def resource_quota(t: TenantSpec) -> dict[str, Any]:
-    """Hard cap on GPUs requested in the namespace: `requests.nvidia.com/gpu` = limit_gpus.
-
-    Decision (no limit): the ResourceQuota is still rendered, with an empty `spec.hard`. The set of objects
-    per department then never changes shape, and when a limit is removed a server-side apply of this object
-    drops the GPU key that Rackplane owned, instead of leaving a stale cap behind that nothing deletes.
-    Extended resources cannot be overcommitted, so only the `requests.` form exists for nvidia.com/gpu.
-    """
-    hard: dict[str, str] = {}
-    if t.limit_gpus is not None:
-        hard[f"requests.{GPU_RESOURCE}"] = str(t.limit_gpus)
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": _metadata(t, RESOURCE_QUOTA_NAME, namespaced=True),
-        "spec": {"hard": hard},
-    }
-
-
-def network_policy(t: TenantSpec) -> dict[str, Any]:
-    """Ingress isolation between departments.
-
-    Decision: every pod in the department's namespace accepts ingress from
-      1. pods in the same namespace, and
-      2. pods in any namespace that is NOT a department namespace (no `rackplane.io/department` label):
-         kube-system, monitoring, ingress controllers, operators keep working (Prometheus scrapes,
-         webhooks, ingress).
-    Ingress from another department's namespace is denied. Egress is not restricted here: traffic towards
-    another department is stopped by that department's own policy. Traffic that does not come from a pod
-    (node/hostNetwork, outside the cluster) is treated as the CNI treats non-pod sources: kubelet probes are
-    allowed by common CNIs; external clients should come in through an ingress controller.
-    """
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _metadata(t, NETWORK_POLICY_NAME, namespaced=True),
-        "spec": {
-            "podSelector": {},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": {}}]},
-                {
-                    "from": [
-                        {
-                            "namespaceSelector": {
-                                "matchExpressions": [{"key": DEPARTMENT_LABEL, "operator": "DoesNotExist"}]
-                            }
-                        }
-                    ]
-                },
-            ],
-        },
-    }
-
-
-def cluster_queue(
-    t: TenantSpec, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
-) -> dict[str, Any]:
-    """Kueue ClusterQueue (v1beta2) named after the department.
-
-    nominalQuota = guaranteed GPUs; borrowingLimit = limit - guarantee (absent = may borrow without bound
-    when there is no limit). All departments share one cohort. Preemption: a department below its
-    guarantee reclaims from anyone borrowing (`reclaimWithinCohort: Any`), borrowing may preempt lower
-    priority work in the cohort, and within the queue lower priority work yields.
-    The namespaceSelector admits only the department's own namespace: Kueue's default (null) admits none,
-    and `{}` would let any namespace point a LocalQueue at this department's quota.
-    The ResourceFlavor named `flavor` must exist (it is cluster-wide, not per department).
-    """
-    _check_dns_subdomain(cohort, "cohort")
-    _check_dns_subdomain(flavor, "flavor")
-    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(t.guaranteed_gpus)}
-    if t.limit_gpus is not None:
-        resource["borrowingLimit"] = str(t.limit_gpus - t.guaranteed_gpus)
-    return {
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "ClusterQueue",
-        "metadata": _metadata(t, naming.department_cluster_queue(t.slug), namespaced=False),
-        "spec": {
-            "cohortName": cohort,
-            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: naming.department_namespace(t.slug)}},
-            "resourceGroups": [
-                {
-                    "coveredResources": [GPU_RESOURCE],
-                    "flavors": [{"name": flavor, "resources": [resource]}],
-                }
-            ],
-            "preemption": {
-                "reclaimWithinCohort": "Any",
-                "borrowWithinCohort": {"policy": "LowerPriority"},
-                "withinClusterQueue": "LowerPriority",
-            },
-        },
-    }
-
-
-def local_queue(t: TenantSpec, cluster_queue: str | None = None) -> dict[str, Any]:
-    """Kueue LocalQueue `default` in the department's namespace, backed by its ClusterQueue
-    (`cluster_queue`, by default the department's own, named after the slug)."""
-    cq = naming.department_cluster_queue(t.slug) if cluster_queue is None else cluster_queue
-    _check_dns_subdomain(cq, "cluster_queue")
-    return {
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "LocalQueue",
-        "metadata": _metadata(t, LOCAL_QUEUE_NAME, namespaced=True),
-        "spec": {"clusterQueue": cq},
-    }
-
-
-def persistent_volume_name(t: TenantSpec) -> str:
-    return naming.persistent_volume(t.slug)
-
-
-def persistent_volume(t: TenantSpec, nfs_server: str) -> dict[str, Any]:
-    """Statically provisioned NFS volume for the department's export, pre-bound to its claim.
-
-    `claimRef` reserves the volume for exactly `<slug>/department-data`; `storageClassName: ""` keeps any
-    dynamic provisioner away. Reclaim policy Retain: deleting the claim never deletes department data.
-    The capacity is informational for NFS; the quota is enforced on the file server.
-    """
-    _check_nfs_server(nfs_server)
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": _metadata(t, persistent_volume_name(t), namespaced=False),
-        "spec": {
-            "capacity": {"storage": _gib(t.storage_quota_gib)},
-            "volumeMode": "Filesystem",
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "claimRef": {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "namespace": naming.department_namespace(t.slug),
-                "name": PVC_NAME,
-            },
-            "nfs": {"server": nfs_server, "path": t.export_path},
-        },
-    }
-
-
-def persistent_volume_claim(t: TenantSpec) -> dict[str, Any]:
-    """The department's claim on its NFS volume (`volumeName` binds it to exactly that volume)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(t, PVC_NAME, namespaced=True),
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeMode": "Filesystem",
-            "volumeName": persistent_volume_name(t),
-            "resources": {"requests": {"storage": _gib(t.storage_quota_gib)}},
-        },
-    }
+NFS_EXPORT_OPTIONS = "rw,sync,no_subtree_check,root_squash"
 
 
 def _check_nfs_server(nfs_server: str) -> None:
@@ -642,225 +420,6 @@ def _check_nfs_server(nfs_server: str) -> None:
         if len(nfs_server) <= 253 and _DNS1123_SUBDOMAIN.match(nfs_server.lower()):
             return
     raise ValueError(f"nfs_server {nfs_server!r} is neither an IP address nor a DNS name")
-
-
-# --- projects under departments (module docstring) -----------------------------------------------------
-
-
-def project_namespace(t: TenantSpec, p: ProjectSpec) -> str:
-    """A project's namespace, also its ClusterQueue's name: `<department slug>--<project slug>`, which no
-    department's slug nor another project's namespace can equal (tenancy.naming)."""
-    return naming.project_namespace(t.slug, p.slug)
-
-
-def _project_metadata(t: TenantSpec, p: ProjectSpec, name: str, namespaced: bool) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name}
-    if namespaced:
-        metadata["namespace"] = project_namespace(t, p)
-    metadata["labels"] = {**_labels(t), PROJECT_LABEL: p.slug}
-    return metadata
-
-
-def _gpu_quota(flavor: str, guaranteed: int, limit: int | None) -> list[dict[str, Any]]:
-    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(guaranteed)}
-    if limit is not None:
-        resource["borrowingLimit"] = str(limit - guaranteed)
-    return [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [resource]}]}]
-
-
-def department_cohort(
-    t: TenantSpec, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
-) -> dict[str, Any]:
-    """Kueue Cohort (v1beta2) of a department with projects, named after it, child of the shared `cohort`.
-
-    Its own nominal quota is 0: a Cohort's quota is on top of its ClusterQueues' (the CRD's words), and the
-    department's guarantee is already theirs (projects', and its own queue's remainder), so the subtree
-    holds exactly the guarantee. Its borrowing limit (limit - guarantee) bounds what the whole department
-    borrows from the other departments; no limit, no bound. Its fair-sharing weight is the department's
-    over-quota weight (used when Kueue's fair sharing is on).
-    """
-    _check_dns_subdomain(cohort, "cohort")
-    _check_dns_subdomain(flavor, "flavor")
-    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": "0"}
-    if t.limit_gpus is not None:
-        resource["borrowingLimit"] = str(t.limit_gpus - t.guaranteed_gpus)
-    return {
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "Cohort",
-        "metadata": _metadata(t, naming.department_cohort(t.slug), namespaced=False),
-        "spec": {
-            "parentName": cohort,
-            "resourceGroups": [
-                {"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [resource]}]}
-            ],
-            "fairSharing": {"weight": t.weight},
-        },
-    }
-
-
-_PREEMPTION = {
-    "reclaimWithinCohort": "Any",
-    "borrowWithinCohort": {"policy": "LowerPriority"},
-    "withinClusterQueue": "LowerPriority",
-}
-
-
-def _queue(metadata, cohort: str, namespace_name: str, groups, weight: str) -> dict[str, Any]:
-    return {
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "ClusterQueue",
-        "metadata": metadata,
-        "spec": {
-            "cohortName": cohort,
-            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace_name}},
-            "resourceGroups": groups,
-            "preemption": dict(_PREEMPTION),
-            "fairSharing": {"weight": weight},
-        },
-    }
-
-
-def project_cluster_queue(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR) -> dict[str, Any]:
-    """A project's ClusterQueue, in its department's Cohort: nominal quota = its guarantee, borrowing limit
-    = limit - guarantee, fair-sharing weight = its over-quota weight; only its own namespace points at it.
-    Reclaim within the cohort: an in-quota project takes back what a sibling (or another department)
-    borrows."""
-    name = naming.project_cluster_queue(t.slug, p.slug)
-    return _queue(
-        _project_metadata(t, p, name, namespaced=False),
-        naming.department_cohort(t.slug),
-        project_namespace(t, p),
-        _gpu_quota(flavor, p.guaranteed_gpus, p.limit_gpus),
-        p.weight,
-    )
-
-
-def department_cluster_queue(t: TenantSpec, flavor: str = DEFAULT_FLAVOR) -> dict[str, Any]:
-    """The ClusterQueue of a department with projects for its work without a project (its own namespace):
-    in its Cohort, guaranteed what the projects' guarantees leave of the department's."""
-    rest = t.guaranteed_gpus - sum(p.guaranteed_gpus for p in t.projects)
-    slug = t.slug
-    return _queue(
-        _metadata(t, naming.department_cluster_queue(slug), namespaced=False),
-        naming.department_cohort(slug),
-        naming.department_namespace(slug),
-        _gpu_quota(flavor, rest, None),
-        "1",
-    )
-
-
-def project_objects(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR) -> list[dict[str, Any]]:
-    """A project's namespace, ResourceQuota (its limit), isolation policy, ClusterQueue and LocalQueue."""
-    name = project_namespace(t, p)
-    ns_metadata = _project_metadata(t, p, name, namespaced=False)
-    ns_metadata["labels"] = {**ns_metadata["labels"], **POD_SECURITY_LABELS}
-    ns_metadata["annotations"] = {DEPARTMENT_NAME_ANNOTATION: t.name, PROJECT_NAME_ANNOTATION: p.name}
-    hard = {} if p.limit_gpus is None else {f"requests.{GPU_RESOURCE}": str(p.limit_gpus)}
-    policy = network_policy(t)
-    policy["metadata"] = _project_metadata(t, p, NETWORK_POLICY_NAME, namespaced=True)
-    # Open to the department's own namespaces (its projects work together), closed to other departments.
-    policy["spec"]["ingress"][0] = {
-        "from": [{"namespaceSelector": {"matchLabels": {DEPARTMENT_LABEL: t.slug}}}]
-    }
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": ns_metadata},
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": _project_metadata(t, p, RESOURCE_QUOTA_NAME, namespaced=True),
-            "spec": {"hard": hard},
-        },
-        policy,
-        project_cluster_queue(t, p, flavor),
-        {
-            "apiVersion": KUEUE_API_VERSION,
-            "kind": "LocalQueue",
-            "metadata": _project_metadata(t, p, LOCAL_QUEUE_NAME, namespaced=True),
-            "spec": {"clusterQueue": naming.project_cluster_queue(t.slug, p.slug)},
-        },
-    ]
-
-
-def tenant_objects(
-    t: TenantSpec, nfs_server: str, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
-) -> list[dict[str, Any]]:
-    """All Kubernetes objects of one department, in apply order: the namespace before what lives in it,
-    the ClusterQueue before its LocalQueue, the volume before its claim. A department with projects is a
-    Cohort with its own ClusterQueue and each project's objects (module docstring)."""
-    if t.projects:
-        queue = [department_cohort(t, cohort, flavor), department_cluster_queue(t, flavor)]
-    else:
-        queue = [cluster_queue(t, cohort=cohort, flavor=flavor)]
-    objects = [
-        namespace(t),
-        resource_quota(t),
-        network_policy(t),
-        *queue,
-        local_queue(t, naming.department_cluster_queue(t.slug)),
-        persistent_volume(t, nfs_server),
-        persistent_volume_claim(t),
-    ]
-    for p in sorted(t.projects, key=lambda p: p.slug):
-        objects += project_objects(t, p, flavor)
-    return objects
-
-
-# --- YAML ---------------------------------------------------------------------------------------------
-
-# PyYAML writes YAML 1.1, but kubectl and the Go YAML libraries also read YAML 1.2 forms: a plain `1e3` or
-# `0o17` (possible department slugs) is a string to PyYAML, a number to Go. Quote every string that a
-# YAML 1.1 or 1.2 reader could take for something else.
-_YAML12_NON_STRING = re.compile(
-    r"""^(?:
-        [-+]?[0-9][0-9_]*                                   # int
-      | 0o[0-7]+ | 0x[0-9a-fA-F]+ | 0b[01]+                 # int, other bases
-      | [-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?  # float
-      | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)
-      | ~ | null | Null | NULL | y | Y | n | N
-      | (?:true|True|TRUE|false|False|FALSE|yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)
-    )$""",
-    re.VERBOSE,
-)
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-# Characters a plain or single-quoted scalar cannot carry intact: C0/C1 controls (a plain NEL, U+0085, is
-# read back as a line break folded to a space), line and paragraph separators, the BOM, surrogates and
-# noncharacters. A string holding one is written double-quoted, where YAML escapes it ("\N", "\t").
-_YAML_ESCAPE = re.compile("[^\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]|[\u2028\u2029\ufeff]")
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if _YAML_ESCAPE.search(value):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
-    if _YAML12_NON_STRING.match(value):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
-    return dumper.represent_str(value)
-
-
-_Dumper.add_representer(str, _represent_str)
-
-
-def to_yaml(objects: Iterable[dict[str, Any]]) -> str:
-    """A multi-document YAML stream, keys in the order the renderers build them (apiVersion, kind,
-    metadata, spec), each document starting with `---`."""
-    return yaml.dump_all(
-        list(objects),
-        Dumper=_Dumper,
-        sort_keys=False,
-        default_flow_style=False,
-        explicit_start=True,
-        allow_unicode=True,
-        width=120,
-    )
-
-
-# --- NFS exports --------------------------------------------------------------------------------------
-
-NFS_EXPORT_OPTIONS = "rw,sync,no_subtree_check,root_squash"
 
 
 def render_nfs_exports(tenants: Iterable[TenantSpec]) -> str:

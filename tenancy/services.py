@@ -13,23 +13,13 @@ from django.db import transaction
 from django.db.models import Count, Func, IntegerField, Q, QuerySet, Subquery, Sum
 
 from core.access import Role, is_admin
-from core.notifications import forget_department
+from core.notifications.subscriptions import forget_department
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu
 from tenancy import naming
-from tenancy.models import (
-    PKEY_MAX,
-    PKEY_MIN,
-    VLAN_MAX,
-    VLAN_MIN,
-    VNI_MAX,
-    VNI_MIN,
-    DedicatedPartition,
-    Department,
-    Membership,
-    RoleOrigin,
-    TenancySettings,
-)
+from tenancy.choices import RoleOrigin
+from tenancy.models import DedicatedPartition, Department, Membership, TenancySettings
+from tenancy.models.departments import PKEY_MAX, PKEY_MIN, VLAN_MAX, VLAN_MIN, VNI_MAX, VNI_MIN
 from tenancy.projects import check_department_guarantee, forget_department_member
 from tenancy.renderers import networks_overlap
 
@@ -349,7 +339,7 @@ def set_membership(
     )
     if was_lead and role != Role.LEAD:
         # No longer its lead: what only its leads hear (department-scoped subscriptions, their bell items)
-        # goes now, in this transaction (core.notifications.forget_department).
+        # goes now, in this transaction (core.notifications.subscriptions.forget_department).
         forget_department(user, department, still_member=True)
     return membership
 

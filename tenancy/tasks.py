@@ -24,7 +24,8 @@ from core.errors import ExternalError
 from core.http import HttpClient
 from core.models import AuditSource
 from core.retry import backoff
-from inventory import health as health_rules
+from core.task_names import PRUNE_TELEMETRY, SCRAPE_EXPORTER, SCRAPE_EXPORTERS
+from inventory.health.ingest import record_dcgm
 from tenancy.activity import downsample_history, forget_stale_activity, prune_history, record_samples
 from tenancy.metrics_source import poll
 from tenancy.models import ExporterEndpoint, MetricsSource
@@ -33,7 +34,6 @@ from tenancy.telemetry import UTILIZATION_METRIC, DcgmParseError, parse_dcgm
 
 logger = logging.getLogger(__name__)
 
-SCRAPE_EXPORTER = "tenancy.tasks.scrape_exporter"
 TIMEOUT_SECONDS = 5
 MAX_BYTES = 16 * 1024 * 1024  # a GB200 tray's full DCP page is ~60 KB; anything near this is not an exporter
 MAX_RETRIES = 3
@@ -120,7 +120,7 @@ def scrape_exporter(self, endpoint_id: int) -> dict:
 
     with audit_context(AuditSource.TASK):
         result = record_samples(samples, at=at)
-        health = health_rules.record_dcgm(samples.health, at=at)
+        health = record_dcgm(samples.health, at=at)
     error = ""
     if not samples.has_utilization:
         error = (
@@ -142,7 +142,7 @@ def scrape_exporter(self, endpoint_id: int) -> dict:
     }
 
 
-@shared_task(name="tenancy.tasks.scrape_exporters")
+@shared_task(name=SCRAPE_EXPORTERS)
 def scrape_exporters() -> int | dict:
     """The telemetry tick. With the site's Prometheus as the metrics source: one cycle of a few PromQL
     queries for the whole fleet (tenancy.metrics_source.poll), returning what it found. Direct: queue one
@@ -168,7 +168,7 @@ def scrape_exporters() -> int | dict:
     return sum(send_now(SCRAPE_EXPORTER, endpoint_id, expires=55) for endpoint_id in ids)
 
 
-@shared_task(name="tenancy.tasks.prune_telemetry")
+@shared_task(name=PRUNE_TELEMETRY)
 def prune_telemetry() -> dict:
     """Delete utilization buckets and quota snapshots past their retention (TenancySettings), then merge
     5-minute buckets older than a day into hourly ones and cap the rows per GPU (downsample_history), and

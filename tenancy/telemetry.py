@@ -26,7 +26,7 @@ Facts about that output this module relies on:
 
 Health fields (inventory.discovery.faults.DCGM_FIELDS: the last XID, the exporter's XID counts per ``xid``
 label, the fabric health mask, NVLink/NVSwitch/ECC error counters) are read too, into ``Samples.health``, for
-the health rules (inventory.health.record_dcgm). dcgm-exporter ships most of them commented out of its
+the health rules (inventory.health.ingest.record_dcgm). dcgm-exporter ships most of them commented out of its
 default counters: docs/dcgm-counters.csv is the counters file Rackplane needs.
 """
 
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.errors import RackplaneError
 from inventory.discovery.faults import DCGM_FIELDS, DCGM_XID_COUNT
 
 UTILIZATION_METRIC = "DCGM_FI_DEV_GPU_UTIL"
@@ -48,8 +49,11 @@ __all__ = ["UTILIZATION_METRIC", "DcgmParseError", "HealthSample", "Sample", "Sa
 HEALTH_METRICS = frozenset(DCGM_FIELDS)
 
 
-class DcgmParseError(ValueError):
-    """The text is not Prometheus exposition format; the message says where and why, in plain words."""
+class DcgmParseError(RackplaneError, ValueError):
+    """The text is not Prometheus exposition format; the message says where and why, in plain words. The
+    API answers it 400, `{"detail": message}`."""
+
+    client_error = True
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,14 @@ from core.access import Role
 from integrations.models import ConfigTarget
 from inventory.choices import GpuHealth, TrayState
 from inventory.discovery import nvidia_smi
+from inventory.ingest.reports import ingest_report
 from inventory.models import ComputeTray, Gpu
-from inventory.services import ingest_report
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Allocation, Job
 from scheduling.usage import department_positions
-from tenancy.models import Department, Membership, PosixAccount, PosixSource
+from tenancy.choices import PosixSource
+from tenancy.models import Department, Membership, PosixAccount
 from tenancy.quota import in_quota_prefix
 from tenancy.services import save_department
 

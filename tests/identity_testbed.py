@@ -326,8 +326,8 @@ def ldap_directory(ldap_testbed):
 
 @pytest.fixture
 def ldap_settings(settings, ldap_directory):
-    """Rackplane's login form checking passwords against the testbed's directory, as the README configures
-    it (portal.settings builds the same objects from AUTH_LDAP_* variables)."""
+    """Rackplane's login form checking passwords against the testbed's directory, as docs/operators/sign-in.md
+    configures it (portal.settings builds the same objects from AUTH_LDAP_* variables)."""
     import ldap
     from django_auth_ldap.config import GroupOfNamesType, LDAPSearch
 

@@ -1,4 +1,4 @@
-"""Every write endpoint of the API, walked from the OpenAPI document (issue 26: strict bodies).
+"""Every write endpoint of the API, walked from the OpenAPI document: strict bodies.
 
 A lone surrogate (`"\\ud800"`, a JSON escape: UTF-8 itself cannot carry one) used to be a 500 in several
 fields and keys of the jobs and discovery APIs; now core.parsers.JSONParser refuses it anywhere in any body

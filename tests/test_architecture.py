@@ -1,7 +1,7 @@
 """The house rules, checked: layers only point down (import-linter's contracts in pyproject.toml, and proof
 that they fail on an upward import), no import cycles, no function-level imports across packages.
 
-See ARCHITECTURE.md for what each layer holds and may import.
+See docs/developer/architecture.md for what each layer holds and may import.
 """
 
 import ast

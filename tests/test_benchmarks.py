@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # the whole benchmark, at a tiny size: seconds
+pytestmark = pytest.mark.slow(reason="the whole benchmark, at a tiny size: seconds")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALE = ROOT / "benchmarks" / "scale.py"

@@ -1,4 +1,4 @@
-"""The OpenAPI document tells the truth (issue 12, item 10): every error code, nullable fields, JSON-only
+"""The OpenAPI document tells the truth: every error code, nullable fields, JSON-only
 bodies, `work` per backend with examples that work, and filters that refuse what they cannot read.
 
 The document is checked here against itself and against requests made by hand; tests/test_openapi_fuzz.py

@@ -58,33 +58,33 @@ PREVIOUS_NAMES = {
 # their tables, so no core_* or integrations_* table of theirs appears.
 TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "inventory_agenttoken",
-    # Health (issue 15): events, rules, decisions, active check results, settings.
+    # Health: events, rules, decisions, active check results, settings.
     "inventory_healthevent",
     "inventory_healthrule",
     "inventory_healthaction",
     "inventory_healthcheckresult",
     "inventory_healthsettings",
-    # Identity (issue 16): personal API tokens, identity providers' group rules and linked identities.
+    # Identity: personal API tokens, identity providers' group rules and linked identities.
     "core_personaltoken",
     "tenancy_grouprolerule",
     "tenancy_externalidentity",
-    # Notifications (issue 15, core.notifications): subscriptions, notifications, delivery attempts.
+    # Notifications (core.notifications): subscriptions, notifications, delivery attempts.
     "core_notificationsubscription",
     "core_notification",
     "core_notificationattempt",
-    # What-if replays of the partition wizard (issue 14): a run and its layouts.
+    # What-if replays of the partition wizard: a run and its layouts.
     "scheduling_whatifrun",
     "scheduling_whatiflayout",
-    # Projects under departments (issue 16) and their people.
+    # Projects under departments and their people.
     "tenancy_project",
     "tenancy_projectmembership",
-    # What a priority class's running jobs do when their tray fails (issue 15).
+    # What a priority class's running jobs do when their tray fails.
     "scheduling_faultpolicy",
-    # The site's Prometheus as the metrics source (issue 19).
+    # The site's Prometheus as the metrics source.
     "tenancy_metricssource",
-    # Users' own notifications: the bell's inbox (issue 18).
+    # Users' own notifications: the bell's inbox.
     "core_inboxitem",
-    # Each person's POSIX identity, which their jobs run as (issue 26).
+    # Each person's POSIX identity, which their jobs run as.
     "tenancy_posixaccount",
 }
 SLURM_SETTINGS = {
@@ -335,7 +335,7 @@ def values_of(old_apps) -> dict[str, list[dict]]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="migrates a previous release's database forward")
 @pytest.mark.django_db(transaction=True)
 def test_previous_release_database_migrates_forward_with_nothing_lost():
     # The content types and permissions `migrate` makes (post_migrate), under today's app labels.
@@ -403,7 +403,7 @@ def test_previous_release_database_migrates_forward_with_nothing_lost():
         target = ConfigTarget.objects.get(pk=ids["target"])
         assert target.settings == SLURM_SETTINGS
         # Today's registry reads the previous release's settings (with the target's outbound allowance,
-        # on by default for targets: issue 26); the token stays hidden.
+        # on by default for targets); the token stays hidden.
         assert target.cleaned_settings() == {**SLURM_SETTINGS, "allow_private_address": True}
         assert target.masked_settings()["rest_token"] != SLURM_SETTINGS["rest_token"]
         assert sorted(target.pushes.values_list("pk", flat=True)) == sorted(

@@ -1,4 +1,4 @@
-"""Users' own notifications (issue 18): job and department events, the portal channel (the bell: InboxItem)
+"""Users' own notifications: job and department events, the portal channel (the bell: InboxItem)
 and an idle-GPU threshold on subscriptions."""
 
 import django.db.models.deletion

@@ -22,7 +22,8 @@ from integrations.fabric.base import (
     PartitionHealth,
     StepOutcome,
 )
-from integrations.fabric.nmx import GpuLocation, NmxFabricManager
+from integrations.fabric.nmx import NmxFabricManager
+from integrations.fabric.nmx_api import GpuLocation
 from integrations.fabric.simulated import SimulatedFabricManager
 
 __all__ = [

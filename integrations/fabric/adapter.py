@@ -111,7 +111,6 @@ class FabricAdapter:
                 error.details.append(
                     f"racks changed before the failure: {done}; racks not attempted: {len(racks) - number}"
                 )
-                error.args = (error._text(),)
                 raise
             if result.changed:
                 changed.append(name)

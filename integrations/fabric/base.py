@@ -87,6 +87,7 @@ class FabricError(ExternalError):
     """
 
     transient = False
+    advice_in_text = True  # core.errors.RackplaneError formats "What to do:" (and the details added later)
 
     def __init__(
         self,
@@ -99,22 +100,11 @@ class FabricError(ExternalError):
         status: int | None = None,
         result: FabricResult | None = None,
     ):
-        self.message = message
-        self.what_to_do = what_to_do
-        self.details = list(details)
+        super().__init__(message, what_to_do, details)
         self.partition = partition
         self.operation_id = operation_id
         self.status = status
         self.result = result
-        super().__init__(self._text())
-
-    def _text(self) -> str:
-        text = self.message
-        if self.details:
-            text += "\n" + "\n".join(f"  {d}" for d in self.details)
-        if self.what_to_do:
-            text += f"\nWhat to do: {self.what_to_do}"
-        return text
 
     def with_result(self, result: FabricResult) -> FabricError:
         self.result = result
@@ -509,7 +499,6 @@ def execute_plan(
             if error.partition is None:
                 error.partition = step.name
             error.details.extend(_partial_notes(result))
-            error.args = (error._text(),)
             error.with_result(result)
             report(number - 1, total, f"step {number}/{total} failed: {step.describe()}")
             raise
@@ -521,7 +510,6 @@ def execute_plan(
         result.read_back = read_back()
     except FabricError as error:
         error.details.append("every step was done; only the read-back after them failed")
-        error.args = (error._text(),)
         error.with_result(result)
         raise
     problems = compare_with_target(diff.target, result.read_back)

@@ -1,31 +1,8 @@
 """NmxFabricManager: NVLink partitions through NVIDIA NMX Manager's REST API (NMX-M), HTTP via core.http.
 
-The API shape, and where it comes from:
+The API shape, and where it comes from: nmx_api.py.
 
-* NMX-M documentation, "Partitions Management" (docs.nvidia.com/networking/display/nmxmv8513000/
-  Partitions+Management) and NetQ NVLink "Manage Partitions" (cumulus-netq-50/52):
-  `GET/POST /nmx/v1/partitions`, `GET/PUT/DELETE /nmx/v1/partitions/{id}`; create, update and delete
-  answer `202 Accepted` with `{"operationId": "..."}` and a `Location: /nmx/v1/operations/<op-id>` header;
-  an operation that created a resource answers, once completed, with a Location header pointing to it.
-  Members are either GPU IDs or location objects (domain, chassis, slot, host); the member type is fixed at
-  creation and a PUT with the other type is a `409 Conflict`. PUT carries the complete new member list (the
-  manager adds and removes the difference); the partition name cannot be changed. A GPU belongs to one
-  partition; a partition's GPUs are in one domain. Health values per resiliency mode.
-* NVIDIA's own Rust client, libnmxm (github.com/NVIDIA/ncx-infra-controller-core, crates/libnmxm,
-  nmxm_model.rs / nmxm_api.rs), for the field names:
-  Partition `{"ID", "PartitionID", "Name", "Type": ID_BASED|LOCATION_BASED|UNDEFINED, "Health", "Members",
-  "CreatedAt", "UpdatedAt"}`; location member `{"DomainUUID", "ChassisID", "SlotID", "HostID", "DeviceID"}`;
-  create body `{"Name", "Members"}` and update body `{"Members"}` (no PartitionID: the fabric assigns it);
-  Operation `{"ID", "Status": pending|in-progress|failed|completed|cancelled, "Percentage", "CurrentStep",
-  "Request": {...}, "Result": {"Data", "Error", "Details"}}`; GPU `{"ID", "DomainUUID", "LocationInfo":
-  {"ChassisID", "SlotID", "HostID", "TrayIndex"}, "DeviceID", "PartitionID", ...}` at `GET /nmx/v1/gpus`.
-  The `{id}` in partition paths is the partition's system `ID` (a 24-hex string), not its PartitionID.
-* NMX-C gRPC API documentation: PartitionID 1..32766, 32766 is the default partition ("Default
-  Partition"), names unique in a domain, up to 255 ASCII characters.
-* NMX-M "HTTPS/Authentication": HTTPS with Kong basic authentication (users ro-user and rw-user);
-  requests carry `Authorization: Basic <token>`.
-
-Assumed where nothing public says (and mirrored by tests/scheduling/nmx_standin.py):
+Assumed where nothing public says (and mirrored by tests/integrations/nmx_standin.py):
 
 * Rackplane identifies GPUs by their nvidia-smi UUID, which NMX-M does not use. With `locations` (GPU UUID ->
   `GpuLocation`, built by the caller from the inventory: rack cluster UUID, tray slot, GPU index) members are
@@ -48,11 +25,9 @@ compare-and-set on partitions, so two concurrent applies could interleave their 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import ExternalError
@@ -75,87 +50,23 @@ from integrations.fabric.base import (
     sort_partitions,
     validate_desired,
 )
-
-API = "/nmx/v1"
-ID_BASED = "ID_BASED"
-LOCATION_BASED = "LOCATION_BASED"
-UNDEFINED = "UNDEFINED"
-TERMINAL_OK = "completed"
-TERMINAL_BAD = ("failed", "cancelled")
-RUNNING = ("pending", "in-progress")
-FOREIGN_ID = "nmx-gpu:"  # a member NMX-M knows but the given locations do not
-FOREIGN_LOCATION = "nmx-location:"
-
-
-@dataclass(frozen=True)
-class GpuLocation:
-    """Where NMX-M finds a GPU: a location-based partition member."""
-
-    domain: str
-    chassis_id: int
-    slot_id: int
-    host_id: int
-    device_id: int
-
-    def __post_init__(self):
-        object.__setattr__(self, "domain", normalize_domain(self.domain))
-
-    @classmethod
-    def for_tray(
-        cls, domain: str, slot: int, gpu_index: int, *, chassis_id: int = 1, host_id: int = 1
-    ) -> GpuLocation:
-        """The location of GPU `gpu_index` of the compute tray in `slot` (assumed numbering, see module)."""
-        return cls(domain, chassis_id, slot, host_id, gpu_index)
-
-    @classmethod
-    def from_member(cls, member: Mapping[str, Any]) -> GpuLocation:
-        return cls(
-            str(member["DomainUUID"]),
-            int(member["ChassisID"]),
-            int(member["SlotID"]),
-            int(member["HostID"]),
-            int(member["DeviceID"]),
-        )
-
-    def member(self) -> dict[str, Any]:
-        return {
-            "DomainUUID": self.domain,
-            "ChassisID": self.chassis_id,
-            "SlotID": self.slot_id,
-            "HostID": self.host_id,
-            "DeviceID": self.device_id,
-        }
-
-    def text(self) -> str:
-        return f"{self.domain}/{self.chassis_id}.{self.slot_id}.{self.host_id}.{self.device_id}"
-
-
-@dataclass
-class _Live:
-    system_id: str
-    type: str
-    partition: FabricPartition
-
-
-@dataclass
-class _Snapshot:
-    domain: str
-    partitions: list[_Live] = field(default_factory=list)
-    gpu_location: dict[str, GpuLocation] = field(default_factory=dict)  # NMX-M GPU ID -> location
-    gpu_domain: dict[str, str] = field(default_factory=dict)  # NMX-M GPU ID -> domain
-    domain_gpus: list[str] = field(default_factory=list)  # every GPU of the domain, as Rackplane names it
-
-    @property
-    def current(self) -> list[FabricPartition]:
-        return [live.partition for live in self.partitions]
-
-    def find(self, step: FabricStep) -> _Live:
-        for live in self.partitions:
-            if (live.partition.is_default and step.is_default) or (
-                not live.partition.is_default and not step.is_default and live.partition.name == step.name
-            ):
-                return live
-        raise FabricRejected(f"partition {step.name} is not on the fabric any more", partition=step.name)
+from integrations.fabric.nmx_api import (
+    API,
+    FOREIGN_ID,
+    FOREIGN_LOCATION,
+    ID_BASED,
+    LOCATION_BASED,
+    TERMINAL_BAD,
+    TERMINAL_OK,
+    UNDEFINED,
+    FabricSnapshot,
+    GpuLocation,
+    LivePartition,
+    answer_operation_id,
+    answer_partition_id,
+    answer_reason,
+    what_to_do,
+)
 
 
 class NmxFabricManager:
@@ -260,8 +171,8 @@ class NmxFabricManager:
 
     # --- reading --------------------------------------------------------------------------------------
 
-    def _snapshot(self, domain: str) -> _Snapshot:
-        snapshot = _Snapshot(domain=domain)
+    def _snapshot(self, domain: str) -> FabricSnapshot:
+        snapshot = FabricSnapshot(domain=domain)
         gpus = self._get_list(f"{API}/gpus")
         for gpu in gpus:
             gpu_id = str(gpu.get("ID", ""))
@@ -301,11 +212,11 @@ class NmxFabricManager:
                     f"NMX-M returned a partition this adapter cannot read: {raw!r:.300}",
                     "check the NMX-M version against the adapter (see scheduling/backends/fabric/nmx.py)",
                 ) from error
-            snapshot.partitions.append(_Live(str(raw.get("ID", "")), member_type, partition))
+            snapshot.partitions.append(LivePartition(str(raw.get("ID", "")), member_type, partition))
         return snapshot
 
     @staticmethod
-    def _partition_domain(raw: Mapping[str, Any], members: list, snapshot: _Snapshot) -> str | None:
+    def _partition_domain(raw: Mapping[str, Any], members: list, snapshot: FabricSnapshot) -> str | None:
         if raw.get("DomainUUID"):
             return normalize_domain(raw["DomainUUID"])
         for member in members:
@@ -315,7 +226,7 @@ class NmxFabricManager:
                 return snapshot.gpu_domain[member]
         return None
 
-    def _token(self, member: Any, snapshot: _Snapshot, by_location: dict[GpuLocation, str]) -> str:
+    def _token(self, member: Any, snapshot: FabricSnapshot, by_location: dict[GpuLocation, str]) -> str:
         """A member as Rackplane names it: the GPU UUID when known, else a stable placeholder."""
         if isinstance(member, Mapping):
             try:
@@ -361,7 +272,9 @@ class NmxFabricManager:
                 problems,
             )
 
-    def _render_all(self, snapshot: _Snapshot, diff: FabricDiff) -> dict[FabricStep, tuple[str, str, Any]]:
+    def _render_all(
+        self, snapshot: FabricSnapshot, diff: FabricDiff
+    ) -> dict[FabricStep, tuple[str, str, Any]]:
         rendered = {}
         for step in diff.steps:
             if step.action == "create":
@@ -387,7 +300,7 @@ class NmxFabricManager:
                 rendered[step] = ("PUT", path, {"Members": self._members(step, member_type, snapshot)})
         return rendered
 
-    def _members(self, step: FabricStep, member_type: str, snapshot: _Snapshot) -> list:
+    def _members(self, step: FabricStep, member_type: str, snapshot: FabricSnapshot) -> list:
         members, problems = [], []
         for token in step.members:
             location = self._location_of(token, snapshot)
@@ -413,7 +326,7 @@ class NmxFabricManager:
             )
         return members
 
-    def _location_of(self, token: str, snapshot: _Snapshot) -> GpuLocation | None:
+    def _location_of(self, token: str, snapshot: FabricSnapshot) -> GpuLocation | None:
         if token in self.locations:
             return self.locations[token]
         if token.startswith(FOREIGN_LOCATION):
@@ -430,7 +343,7 @@ class NmxFabricManager:
             return snapshot.gpu_location.get(token[len(FOREIGN_ID) :])
         return snapshot.gpu_location.get(token)  # GPU UUIDs used as NMX-M GPU IDs
 
-    def _gpu_id_of(self, token: str, location: GpuLocation | None, snapshot: _Snapshot) -> str | None:
+    def _gpu_id_of(self, token: str, location: GpuLocation | None, snapshot: FabricSnapshot) -> str | None:
         if token.startswith(FOREIGN_ID):
             return token[len(FOREIGN_ID) :]
         if not self.locations and not token.startswith(FOREIGN_LOCATION):
@@ -448,8 +361,8 @@ class NmxFabricManager:
         status, headers, data = self._call(method, path, body, what=step.describe(), partition=step.name)
         if status != 202:
             # A synchronous answer (200/201/204): done already.
-            return StepOutcome(step=step, status="completed", partition_id=_partition_id(data))
-        operation_id = _operation_id(data, headers)
+            return StepOutcome(step=step, status="completed", partition_id=answer_partition_id(data))
+        operation_id = answer_operation_id(data, headers)
         if not operation_id:
             raise FabricRejected(
                 f"NMX-M accepted the request to {step.describe()} but named no operation to follow",
@@ -520,10 +433,10 @@ class NmxFabricManager:
                 _, _, partition = self._call(
                     "GET", urllib.parse.urlparse(location).path, None, what="read it"
                 )
-                return _partition_id(partition)
+                return answer_partition_id(partition)
             except FabricError:
                 return None
-        return _partition_id((operation.get("Result") or {}).get("Data"))
+        return answer_partition_id((operation.get("Result") or {}).get("Data"))
 
     # --- HTTP -----------------------------------------------------------------------------------------
 
@@ -555,7 +468,7 @@ class NmxFabricManager:
             ) from error
         code = response.status
         if not response.ok:
-            text = _reason(response.body) or response.reason
+            text = answer_reason(response.body) or response.reason
             if response.transient_failure:
                 raise FabricUnavailable(
                     f"NMX-M could not {what} ({method} {path}): HTTP {code}: {text}",
@@ -565,7 +478,7 @@ class NmxFabricManager:
                 )
             raise FabricRejected(
                 f"NMX-M refused to {what} ({method} {path}): HTTP {code}: {text}",
-                _what_to_do(code),
+                what_to_do(code),
                 partition=partition,
                 status=code,
             )
@@ -575,52 +488,3 @@ class NmxFabricManager:
             raise FabricRejected(
                 f"NMX-M answered with something else than JSON: {response.body[:200]!r}"
             ) from error
-
-
-def _reason(raw: bytes) -> str:
-    text = raw.decode(errors="replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text[:500]
-    if isinstance(data, dict):
-        for key in ("message", "Message", "detail", "Details", "details", "error", "Error", "title"):
-            value = data.get(key)
-            if isinstance(value, dict):
-                value = value.get("message") or value.get("Message")
-            if isinstance(value, str) and value.strip():
-                return value.strip()
-    return text[:500]
-
-
-def _what_to_do(code: int) -> str:
-    if code in (401, 403):
-        return "check the NMX-M credentials (changes need the rw-user)"
-    if code == 404:
-        return "the partition or operation is gone; apply again (it reads the fabric back first)"
-    if code == 409:
-        return (
-            "another partition holds these GPUs, the name is taken or the member type differs; "
-            "read the fabric back and re-plan"
-        )
-    return "fix the partition plan (NMX-M's reason above) and apply again"
-
-
-def _operation_id(data: Any, headers: Mapping[str, str]) -> str | None:
-    if isinstance(data, dict):
-        for key in ("operationId", "OperationID", "operationID", "ID"):
-            if data.get(key):
-                return str(data[key])
-    location = headers.get("Location") or ""
-    if "/operations/" in location:
-        return location.rstrip("/").rsplit("/", 1)[-1]
-    return None
-
-
-def _partition_id(data: Any) -> int | None:
-    if isinstance(data, dict) and data.get("PartitionID") is not None:
-        try:
-            return int(data["PartitionID"])
-        except (TypeError, ValueError):
-            return None
-    return None

@@ -1,6 +1,6 @@
 """The simulated fabric's node agents: after the simulated fabric re-carves a rack, its compute trays report
 their GPUs' new fabric state through the same discovery service a real node agent posts to
-(inventory.services.ingest_report, behind /api/v1/discovery/reports/).
+(inventory.ingest.reports.ingest_report, behind /api/v1/discovery/reports/).
 
 As on real hardware, the change is not instant. Right after the fabric applied a rack, every tray whose GPUs
 change clique reports them "in progress" (no clique yet: the inventory keeps their old one, so the rack shows
@@ -17,14 +17,15 @@ from __future__ import annotations
 from core.audit import audit_context
 from core.enqueue import enqueue
 from core.models import AuditSource
+from core.task_names import REPORT_NODES
 from integrations.fabric.base import normalize_domain
 from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
+from inventory.ingest.reports import ingest_report
+from inventory.ingest.results import UnknownHost
 from inventory.models import ComputeTray, Gpu
-from inventory.services import UnknownHost, ingest_report
 
 # How long the simulated fabric "takes" between a rack's apply and its nodes reporting the new cliques.
 SETTLE_SECONDS = 15
-REPORT_NODES = "integrations.tasks.report_simulated_nodes"
 
 
 def _gpu(entry: dict) -> ReportedGpu:

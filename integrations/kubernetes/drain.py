@@ -55,7 +55,6 @@ from integrations.drain import (
 from integrations.kubernetes.client import KubernetesClient
 from integrations.kubernetes.errors import KubernetesRejected, KubernetesUnavailable
 from integrations.kubernetes.target import APPLY_PATCH, KubernetesTarget
-from integrations.registry import register_drainer
 
 KIND = "kubernetes"
 HEALTH_MANAGER = "rackplane-health"  # the field manager of everything the drain writes
@@ -481,6 +480,3 @@ class KubernetesDrainer:
             "Kubernetes has no reservations: nothing to remove (return the tray to service to uncordon it)",
             dry_run=dry_run,
         )
-
-
-register_drainer(KIND, KubernetesDrainer)

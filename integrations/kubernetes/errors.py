@@ -12,6 +12,7 @@ class KubernetesError(ExternalError):
     """A push to Kubernetes failed. `what_to_do` says what an operator (or the retrying task) should do."""
 
     transient = False
+    advice_in_text = True  # core.errors.RackplaneError formats "What to do:"
 
     def __init__(
         self,
@@ -22,21 +23,10 @@ class KubernetesError(ExternalError):
         status: int | None = None,
         reason: str = "",
     ):
-        self.message = message
-        self.what_to_do = what_to_do
-        self.details = list(details)
+        super().__init__(message, what_to_do, details)
         self.status = status
         self.reason = reason
         self.result = None  # an interrupted apply's ApplyResult: what it had done
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        text = self.message
-        if self.details:
-            text += "\n" + "\n".join(f"  {d}" for d in self.details)
-        if self.what_to_do:
-            text += f"\nWhat to do: {self.what_to_do}"
-        return text
 
 
 class KubernetesUnavailable(KubernetesError):

@@ -4,12 +4,16 @@ Indexed Job."""
 
 import yaml
 
-from core.workloads import register_work_validator
+from core.workloads import WorkRule
 from integrations import fields as f
+from integrations.jobs import DispatchRequest
 from integrations.kubernetes import work
 from integrations.kubernetes.adapter import KubernetesAdapter
-from integrations.kubernetes.jobs import backend_from_settings, render_job_objects
-from integrations.kubernetes.target import FORCE_CONFLICTS_LABEL
+from integrations.kubernetes.changes import FORCE_CONFLICTS_LABEL
+from integrations.kubernetes.drain import KubernetesDrainer
+from integrations.kubernetes.job_objects import render_job_objects
+from integrations.kubernetes.jobs import backend_from_settings
+from integrations.kubernetes.logs import read_logs
 from integrations.registry import Kind, Setting, register
 
 
@@ -44,11 +48,9 @@ def describe(payload: dict) -> list[str]:
     return [f"{count:,} {kind}" for kind, count in kinds.items()]
 
 
-def render_job(request) -> str:
+def render_job(request: DispatchRequest) -> str:
     return yaml.safe_dump_all(render_job_objects(request), sort_keys=False)
 
-
-register_work_validator("kubernetes", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE)
 
 KIND = register(
     Kind(
@@ -93,6 +95,11 @@ KIND = register(
         job_backend=backend_from_settings,
         render_job=render_job,
         job_file_suffix=".yaml",
+        work=WorkRule(
+            "kubernetes", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE, form=work.FORM
+        ),
+        read_logs=read_logs,
+        drainer=KubernetesDrainer,
         describe=describe,
         order=30,
     )

@@ -11,7 +11,7 @@ What a node is labelled with, and why:
   Scheduler and NVSentinel already read them.
 * `accelerator.topograph.run/sub-domain` = the NVLink partition, as `<cluster-uuid>.<clique-id>`.
   Topograph documents the sub-domain as "an optional accelerator sub-domain within that domain" and writes
-  it qualified by its domain (`nvl1` / `nvl1.rack01` in docs/k8s.md; `domain-1.rack-1` in the labeler
+  it qualified by its domain (`nvl1` / `nvl1.rack01` in its docs/k8s.md; `domain-1.rack-1` in the labeler
   tests), so a value is unique cluster-wide on its own. `<cluster-uuid>.<clique-id>` is also exactly what
   GPU Feature Discovery writes as `nvidia.com/gpu.clique`, so the two can be compared by eye.
 * Values longer than 63 characters are hashed with Topograph's rule (pkg/engines/k8s/labeler.go,
@@ -22,7 +22,7 @@ What a node is labelled with, and why:
   the department that owns the partition as a dedicated tier; absent otherwise, so server-side apply
   removes it when the dedication ends), `rackplane.io/service-tier` (absent when the partition has none).
 * `rackplane.io/pool` = the shared Kueue ResourceFlavor's name (Decision: every ClusterQueue that
-  `tenancy.renderers.cluster_queue` renders references that one flavor, and a topology-aware flavor must
+  `tenants.cluster_queue` renders references that one flavor, and a topology-aware flavor must
   select its nodes by at least one label; this is it). Only nodes that have both Topograph labels are in
   the pool, since Kueue's topology-aware scheduling cannot place pods on nodes without them.
 
@@ -44,17 +44,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tenancy import naming
-from tenancy.renderers import (
+from integrations.kubernetes.tenants import (
+    _DNS1123_SUBDOMAIN,
     DEFAULT_COHORT,
     DEFAULT_FLAVOR,
     DEPARTMENT_LABEL,
     KUEUE_API_VERSION,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    TenantSpec,
     tenant_objects,
 )
+from tenancy import naming
+from tenancy.renderers import TenantSpec
 
 # --- label keys and names -----------------------------------------------------------------------------
 
@@ -65,7 +66,7 @@ RACK_LABEL = "rackplane.io/rack"
 PARTITION_LABEL = "rackplane.io/nvlink-partition"
 SERVICE_TIER_LABEL = "rackplane.io/service-tier"
 POOL_LABEL = "rackplane.io/pool"
-# DEPARTMENT_LABEL ("rackplane.io/department") is shared with the tenancy renderers.
+# DEPARTMENT_LABEL ("rackplane.io/department") is shared with the tenant objects (tenants.py).
 
 # Every node label Rackplane may set: the target uses it to tell Rackplane's labels from others'.
 NODE_LABEL_KEYS = (
@@ -102,7 +103,6 @@ KIND_ORDER = (
 )
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 MAX_CLIQUE_ID = 32766
 _FNV64_OFFSET = 0xCBF29CE484222325
@@ -455,7 +455,7 @@ def desired_objects(
     """Everything Rackplane wants in the cluster, in apply order (see KIND_ORDER).
 
     Node label patches, the Kueue Topology, the shared and per-partition ResourceFlavors, and for each
-    department `tenancy.renderers.tenant_objects` (namespace, quota, network policy, queues, volume).
+    department `tenants.tenant_objects` (namespace, quota, network policy, queues, volume).
     ValueError when two objects would have the same identity (e.g. a slug listed twice).
     """
     objects: list[dict[str, Any]] = []

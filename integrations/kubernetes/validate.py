@@ -5,7 +5,7 @@
   schemas type a Quantity as any string and know nothing of ObjectMeta's name and label rules, so those
   are checked here the way the API server does.
 * Custom resources (Kueue, NVIDIA's ComputeDomain): jsonschema against the openAPIV3Schema of the CRDs in
-  `crds/` (copies of shared/reference/crds: the versions the cluster runs) for the object's apiVersion,
+  `crds/` (copies of the published CRDs: the versions the cluster runs) for the object's apiVersion,
   made strict the same way, then the CRDs' CEL rules (`x-kubernetes-validations`, evaluated with
   cel-python after applying the schema's defaults, as the API server does) and the list-type constraints
   (`x-kubernetes-list-type: map|set`). Transition rules (those that read `oldSelf`) only apply to updates

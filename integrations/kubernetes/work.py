@@ -13,11 +13,14 @@ whatever the scheduler counted. The GPUs come from the pod's `nvidia.com/gpu` re
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+from collections.abc import Mapping
 
 from core.devices import DEVICE_VARIABLE_PREFIXES, DEVICE_VARIABLES
 from core.textrule import text_problem
-from core.workloads import WorkError, refuse_device_variables, refuse_unknown_keys
+from core.workloads import WorkError, WorkForm, WorkInput, refuse_device_variables, refuse_unknown_keys
 
 WORK_KEYS = frozenset({"image", "command", "args", "env"})
 # The distribution reference grammar's longest image: a 255-character name, a 128-character tag and a digest.
@@ -133,3 +136,66 @@ def validate_work(work: dict) -> dict:
                 _refuse_text(value, f'"env" {name}')
         out["env"] = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in env.items()}
     return out
+
+
+# --- the job form (scheduling.views.job_form): an image, command and arguments as a shell splits them, and
+# the environment one NAME=value a line ---------------------------------------------------------------------
+
+
+def from_form(values: Mapping[str, str]) -> dict:
+    """The work the form's inputs make; WorkError when the words or the environment cannot be read."""
+    work: dict = {"image": values.get("image", "").strip()}
+    for key in ("command", "args"):
+        text = values.get(key, "").strip()
+        if text:
+            try:
+                work[key] = shlex.split(text)
+            except ValueError as error:
+                raise WorkError(f"the {key} cannot be split into words: {error} (close the quotes)") from None
+    env = {}
+    for number, line in enumerate(values.get("env", "").splitlines(), 1):
+        if not line.strip():
+            continue
+        name, sep, value = line.strip().partition("=")
+        if not sep:
+            raise WorkError(f"environment line {number} ({line.strip()!r}) has no '=': write NAME=value")
+        env[name.strip()] = value
+    if env:
+        work["env"] = env
+    return work
+
+
+def to_form(work: dict) -> dict[str, str]:
+    # Numbers and booleans as the container reads them (true, not True).
+    env = (work.get("env") or {}).items()
+    return {
+        "image": work.get("image", ""),
+        "command": shlex.join(work.get("command") or []),
+        "args": shlex.join(work.get("args") or []),
+        "env": "\n".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in env),
+    }
+
+
+FORM = WorkForm(
+    label="Kubernetes",
+    inputs=(
+        WorkInput("image", "Container image (Kubernetes)", placeholder="nvcr.io/nvidia/pytorch:25.01-py3"),
+        WorkInput(
+            "command",
+            "Command",
+            placeholder="torchrun",
+            help="Words as a shell splits them; empty: the image's entrypoint.",
+        ),
+        WorkInput("args", "Arguments", placeholder="--nproc-per-node=4 train.py"),
+        WorkInput(
+            "env",
+            "Environment",
+            multiline=True,
+            rows=3,
+            placeholder="NCCL_DEBUG=INFO",
+            help="One `NAME=value` a line.",
+        ),
+    ),
+    from_form=from_form,
+    to_form=to_form,
+)

@@ -1,4 +1,4 @@
-"""Issue 18, pushes you can trust: what Rackplane learned about each target when it last tested or pushed it
+"""Pushes you can trust: what Rackplane learned about each target when it last tested or pushed it
 (ConfigTarget.facts: the Slurm version the partition wizard reads). Pushes already keep what they rendered
 (ConfigPush.payload); integrations.push_history bounds how many keep it."""
 

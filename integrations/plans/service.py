@@ -27,7 +27,7 @@ from django.utils import timezone
 from core.audit import recording_changes, update_recorded
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.pushes import queue_pushes
-from integrations.slurm.render import SlurmBlock, plan_topology
+from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import render_current
 from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, PlanStatus, TrayState
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
@@ -43,7 +43,7 @@ from inventory.planning import (
 )
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
-from scheduling.services import request_pass
+from scheduling.services.pass_requests import request_pass
 from tenancy.models import DedicatedPartition, Department
 from tenancy.services import dedicate_partition
 

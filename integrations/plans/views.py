@@ -92,7 +92,7 @@ def pick_rack(request):
         rack.active_plan = active.get(rack.pk)
     return render(
         request,
-        "inventory/wizard/pick_rack.html",
+        "integrations/wizard/pick_rack.html",
         {"filter": filterset, "page": page, "step": "rack", "steps": _steps("rack")},
     )
 
@@ -167,11 +167,6 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
     health = gpu_health(rack)
     rows = _drawing(trays, form, check, health)
     params = form.plan_params()
-    partitions = list(
-        NVLinkPartition.objects.filter(rack=rack).annotate(tray_count=Count("trays")).order_by("clique_id")
-    )
-    running = sorted({job for tray in trays for job in tray.running_jobs})
-    departments = list(Department.objects.order_by("name").only("name", "slug", "guaranteed_gpus"))
     return {
         "rack": rack,
         "form": form,
@@ -181,37 +176,54 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "check": check,
         "rows": rows,
         "health": health,
-        "planned": [
-            {
-                "partition": p,
-                "ranges": slot_ranges(p.slots),
-                "gpus": len(p.slots) * GPUS_PER_TRAY,
-                "colour": i % PARTITION_COLOURS,
-                "clique_id": check.clique_ids.get(p.name),
-            }
-            for i, p in enumerate(form.partitions)
-        ],
-        "current_partitions": partitions,
-        "running_jobs": running,
-        "trays_up": sum(1 for tray in trays if tray.state == "up"),
-        "gpus_healthy": sum(tray.healthy_gpus for tray in trays),
-        "gpus_total": len(trays) * GPUS_PER_TRAY,
-        "attention": [tray for tray in trays if not tray.schedulable],
-        "departments": departments,
+        "planned": _planned(form, check),
+        **_rack_now(rack, trays),
         "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
         "query": params.urlencode(),
         "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
         **_presets(rack),
-        "layout_url": reverse("inventory:plan-layout", args=[rack.name]),
+        "layout_url": reverse("integrations:plan-layout", args=[rack.name]),
         # Where a finding's "Drain first" leads: the step it is on (the preview overrides it).
-        "drain_first_url": reverse("inventory:plan-layout", args=[rack.name]),
-        "names_url": reverse("inventory:plan-names", args=[rack.name]),
+        "drain_first_url": reverse("integrations:plan-layout", args=[rack.name]),
+        "names_url": reverse("integrations:plan-names", args=[rack.name]),
         "layout_hidden": form.hidden_fields_list(exclude=("name", "department", "slurm")),
         "slurm_partitions": sorted(
             set(NVLinkPartition.objects.exclude(service_tier="").values_list("service_tier", flat=True))
         ),
         # The custom rows follow the preset (out of band) unless the user is typing in them.
         "rows_oob": step == "layout" and request.htmx and request.htmx.trigger_name != "slots",
+    }
+
+
+def _planned(form: PlanForm, check: PlanCheck) -> list[dict]:
+    """The plan's partitions as the page draws them: slot ranges, GPUs, colour and clique."""
+    return [
+        {
+            "partition": p,
+            "ranges": slot_ranges(p.slots),
+            "gpus": len(p.slots) * GPUS_PER_TRAY,
+            "colour": i % PARTITION_COLOURS,
+            "clique_id": check.clique_ids.get(p.name),
+        }
+        for i, p in enumerate(form.partitions)
+    ]
+
+
+def _rack_now(rack: Rack, trays: list[TrayInfo]) -> dict:
+    """The rack as it is: its partitions, running jobs, trays up, healthy GPUs, trays that need attention,
+    and the departments a plan may give partitions to."""
+    return {
+        "current_partitions": list(
+            NVLinkPartition.objects.filter(rack=rack)
+            .annotate(tray_count=Count("trays"))
+            .order_by("clique_id")
+        ),
+        "running_jobs": sorted({job for tray in trays for job in tray.running_jobs}),
+        "trays_up": sum(1 for tray in trays if tray.state == "up"),
+        "gpus_healthy": sum(tray.healthy_gpus for tray in trays),
+        "gpus_total": len(trays) * GPUS_PER_TRAY,
+        "attention": [tray for tray in trays if not tray.schedulable],
+        "departments": list(Department.objects.order_by("name").only("name", "slug", "guaranteed_gpus")),
     }
 
 
@@ -254,8 +266,10 @@ def plan_layout(request, name):
     rack = _rack(request, name)
     form = plan_form(rack, request.GET)
     context = _rack_context(request, rack, form, "layout")
-    response = _render(request, "inventory/wizard/layout.html", "inventory/wizard/_drawing.html", context)
-    return _push_canonical_url(request, response, "inventory:plan-layout", rack, context)
+    response = _render(
+        request, "integrations/wizard/layout.html", "integrations/wizard/_drawing.html", context
+    )
+    return _push_canonical_url(request, response, "integrations:plan-layout", rack, context)
 
 
 @require_GET
@@ -264,8 +278,10 @@ def plan_names(request, name):
     rack = _rack(request, name)
     form = plan_form(rack, request.GET)
     context = _rack_context(request, rack, form, "names")
-    response = _render(request, "inventory/wizard/names.html", "inventory/wizard/_drawing.html", context)
-    return _push_canonical_url(request, response, "inventory:plan-names", rack, context)
+    response = _render(
+        request, "integrations/wizard/names.html", "integrations/wizard/_drawing.html", context
+    )
+    return _push_canonical_url(request, response, "integrations:plan-names", rack, context)
 
 
 def _push_canonical_url(request, response, view: str, rack: Rack, context: dict):
@@ -343,7 +359,7 @@ def _preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfFor
         whatif_form=whatif_form or WhatIfForm(),
         whatif_presets=list(PRESETS),
         # "Drain first" beside a finding re-runs this preview in place, not the layout step.
-        drain_first_url=reverse("inventory:plan-preview", args=[rack.name]),
+        drain_first_url=reverse("integrations:plan-preview", args=[rack.name]),
     )
     return context
 
@@ -353,7 +369,7 @@ def plan_preview(request, name):
     """Step 4: every finding in plain words and the exact diff of every file the plan changes."""
     rack = _rack(request, name)
     form = plan_form(rack, request.GET)
-    return render(request, "inventory/wizard/preview.html", _preview_context(request, rack, form))
+    return render(request, "integrations/wizard/preview.html", _preview_context(request, rack, form))
 
 
 # ---- the preview's what-if: this cluster's own jobs replayed under the plan ------------------------------
@@ -383,32 +399,33 @@ def plan_whatif(request, name):
     except WhatIfError as error:
         return _whatif_refused(request, rack, form, whatif_form, str(error))
     if not request.htmx:
-        return redirect("inventory:whatif-detail", pk=run.pk)
+        return redirect("integrations:whatif-detail", pk=run.pk)
     return _whatif_partial(request, run)
 
 
 def _whatif_refused(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm, refusal: str):
     errors = [refusal] if refusal else [m for messages in whatif_form.errors.values() for m in messages]
     if request.htmx:
-        response = render(request, "inventory/wizard/_whatif_errors.html", {"errors": errors}, status=400)
+        response = render(request, "integrations/wizard/_whatif_errors.html", {"errors": errors}, status=400)
         patch_vary_headers(response, ["HX-Request"])
         return response
     context = _preview_context(request, rack, form, whatif_form)
     context["whatif_errors"] = errors
-    return render(request, "inventory/wizard/preview.html", context, status=400)
+    return render(request, "integrations/wizard/preview.html", context, status=400)
 
 
 def _whatif_partial(request, run: WhatIfRun):
     context = whatif_page.context(whatif_runs.progress(run))
     # Polled from the run's own page, the partial links to no other.
     context["own_page"] = request.htmx.current_url_abs_path == reverse(
-        "inventory:whatif-detail", args=[run.pk]
+        "integrations:whatif-detail", args=[run.pk]
     )
     if context["whatif"].done:
         return HttpResponseStopPolling(
-            render(request, "inventory/wizard/_whatif.html", context).content, headers={"Vary": "HX-Request"}
+            render(request, "integrations/wizard/_whatif.html", context).content,
+            headers={"Vary": "HX-Request"},
         )
-    response = render(request, "inventory/wizard/_whatif.html", context)
+    response = render(request, "integrations/wizard/_whatif.html", context)
     patch_vary_headers(response, ["HX-Request"])
     return response
 
@@ -424,7 +441,7 @@ def whatif_detail(request, pk):
         return _whatif_partial(request, run)
     context = whatif_page.context(whatif_runs.progress(run))
     context["rack"] = Rack.objects.filter(name=run.rack).first()
-    return render(request, "inventory/wizard/whatif.html", context)
+    return render(request, "integrations/wizard/whatif.html", context)
 
 
 # ---- step 5: apply, then follow ---------------------------------------------------------------------------
@@ -444,12 +461,12 @@ def plan_apply(request, name):
     except plans.PlanConflict as error:
         context = _preview_context(request, rack, form)
         context.update(apply_error=str(error), conflict=True)
-        return render(request, "inventory/wizard/preview.html", context, status=409)
+        return render(request, "integrations/wizard/preview.html", context, status=409)
     except ValidationError as error:
         context = _preview_context(request, rack, form)
         context.update(apply_error=" ".join(error.messages), conflict=False)
-        return render(request, "inventory/wizard/preview.html", context, status=400)
-    return redirect("inventory:plan-detail", pk=plan.pk)
+        return render(request, "integrations/wizard/preview.html", context, status=400)
+    return redirect("integrations:plan-detail", pk=plan.pk)
 
 
 def _push_url(push) -> str:
@@ -565,10 +582,12 @@ def plan_detail(request, pk):
     context = _progress_context(plan)
     if request.htmx and context["done"]:
         return HttpResponseStopPolling(
-            render(request, "inventory/wizard/_progress.html", context).content,
+            render(request, "integrations/wizard/_progress.html", context).content,
             headers={"Vary": "HX-Request"},
         )
-    return _render(request, "inventory/wizard/progress.html", "inventory/wizard/_progress.html", context)
+    return _render(
+        request, "integrations/wizard/progress.html", "integrations/wizard/_progress.html", context
+    )
 
 
 def _retry_query(plan: PartitionPlan) -> str:
@@ -595,7 +614,7 @@ def plan_cancel(request, pk):
         messages.error(request, str(error))
     else:
         messages.success(request, f"Plan #{plan.pk} cancelled; its drained trays are back in service.")
-    return redirect("inventory:plan-detail", pk=plan.pk)
+    return redirect("integrations:plan-detail", pk=plan.pk)
 
 
 @require_GET
@@ -613,7 +632,7 @@ def plan_list(request):
     active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
     return render(
         request,
-        "inventory/wizard/plan_list.html",
+        "integrations/wizard/plan_list.html",
         {
             "plans": page.object_list,
             "page": page,
@@ -641,13 +660,13 @@ PLAN_SORTS = {
 
 def _steps(current: str, rack: Rack | None = None, query: str = "", done: bool = False) -> list[dict]:
     """The five steps with a link for those reachable from here (later steps only through the forms)."""
-    urls = {"rack": reverse("inventory:plan-new")}
+    urls = {"rack": reverse("integrations:plan-new")}
     if rack is not None:
         suffix = f"?{query}" if query else ""
-        urls["layout"] = reverse("inventory:plan-layout", args=[rack.name]) + suffix
+        urls["layout"] = reverse("integrations:plan-layout", args=[rack.name]) + suffix
         if query:
-            urls["names"] = reverse("inventory:plan-names", args=[rack.name]) + suffix
-            urls["preview"] = reverse("inventory:plan-preview", args=[rack.name]) + suffix
+            urls["names"] = reverse("integrations:plan-names", args=[rack.name]) + suffix
+            urls["preview"] = reverse("integrations:plan-preview", args=[rack.name]) + suffix
     labels = {"rack": "Rack", "layout": "Layout", "names": "Names", "preview": "Preview", "apply": "Apply"}
     position = STEPS.index(current)
     return [

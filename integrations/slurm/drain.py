@@ -52,7 +52,6 @@ from integrations.drain import (
     is_ours,
     with_prefix,
 )
-from integrations.registry import register_drainer
 from integrations.slurm.target import _UNREACHABLE, SlurmRejected, SlurmTarget, SlurmUnavailable
 
 KIND = "slurm"
@@ -493,6 +492,3 @@ def _times(reservation: Reservation) -> dict[str, str]:
     start = datetime.fromtimestamp(reservation.start, UTC).isoformat()
     end = datetime.fromtimestamp(reservation.end, UTC).isoformat()
     return {"state": f"{','.join(reservation.flags)} {start} to {end}"}
-
-
-register_drainer(KIND, SlurmDrainer)

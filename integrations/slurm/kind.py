@@ -4,12 +4,16 @@ rolled back on failure), department QOS through sacctmgr, and jobs through slurm
 import json
 import re
 
-from core.workloads import register_work_validator
+from core.workloads import WorkRule
 from integrations import fields as f
+from integrations.jobs import DispatchRequest
 from integrations.registry import Kind, Setting, register
 from integrations.slurm import work
 from integrations.slurm.adapter import SlurmAdapter
-from integrations.slurm.jobs import backend_from_settings, submit_payload
+from integrations.slurm.drain import SlurmDrainer
+from integrations.slurm.jobs import SlurmJobBackend, backend_from_settings
+from integrations.slurm.logs import slurm_logs
+from integrations.slurm.rest import submit_payload
 
 USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
 NODE_OVERRIDES = ("cpus", "memory_mb", "node_hostname", "node_address", "node_port_base")
@@ -73,7 +77,7 @@ def clean(values: dict, errors: dict) -> dict:
     return out
 
 
-def payload(rendered, values: dict) -> dict:
+def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Rendered
     overrides = {key: values.get(key) for key in NODE_OVERRIDES}
     overrides["node_hostname"] = overrides["node_hostname"] or ""
     overrides["node_address"] = overrides["node_address"] or ""
@@ -83,14 +87,14 @@ def payload(rendered, values: dict) -> dict:
     }
 
 
-def job_backend(values: dict):
+def job_backend(values: dict) -> SlurmJobBackend | None:
     """The slurmrestd job backend of a target that has one (rest_url), else None."""
     if not (values.get("rest_url") or "").strip():
         return None
     return backend_from_settings(values)
 
 
-def render_job(request) -> str:
+def render_job(request: DispatchRequest) -> str:
     """The slurmrestd request: its body, and under "headers" the user it is sent as (the job's person; the
     token, minted at send time, is never written)."""
     rendered = submit_payload(request)
@@ -105,8 +109,6 @@ def render_job(request) -> str:
         }
     return json.dumps(rendered, indent=2, sort_keys=True) + "\n"
 
-
-register_work_validator("slurm", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE)
 
 KIND = register(
     Kind(
@@ -213,6 +215,9 @@ KIND = register(
         job_backend=job_backend,
         render_job=render_job,
         job_file_suffix=".json",
+        work=WorkRule("slurm", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE, form=work.FORM),
+        read_logs=slurm_logs,
+        drainer=SlurmDrainer,
         order=20,
     )
 )

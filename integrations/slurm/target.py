@@ -30,27 +30,29 @@ import os
 import re
 import shlex
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ExternalError
+from integrations.slurm.files import atomic_write
 from integrations.slurm.render import (
     DepartmentQos,
     ServiceTier,
-    SlurmBlock,
     SlurmNode,
-    compare_topology,
-    compress,
-    expand,
     parse_conf_lines,
-    parse_show_topology,
-    parse_topology_conf,
     render_rackplane_conf,
     render_topology_conf,
     sacctmgr_qos_commands,
+)
+from integrations.slurm.topology import (
+    SlurmBlock,
+    compare_topology,
+    compress,
+    expand,
+    parse_show_topology,
+    parse_topology_conf,
 )
 
 RACKPLANE_CONF = "rackplane.conf"
@@ -76,17 +78,10 @@ class SlurmError(ExternalError):
     """A push to Slurm failed. `what_to_do` says what an operator (or the retrying task) should do."""
 
     transient = False
+    advice_in_text = True  # core.errors.RackplaneError formats "What to do:"
 
     def __init__(self, message: str, what_to_do: str = "", details: Sequence[str] = ()):
-        self.message = message
-        self.what_to_do = what_to_do
-        self.details = list(details)
-        text = message
-        if self.details:
-            text += "\n" + "\n".join(f"  {d}" for d in self.details)
-        if what_to_do:
-            text += f"\nWhat to do: {what_to_do}"
-        super().__init__(text)
+        super().__init__(message, what_to_do, details)
 
 
 class SlurmUnavailable(SlurmError):
@@ -292,8 +287,8 @@ class SlurmTarget:
                     continue
                 previous[name] = live
                 if live is not None:
-                    _atomic_write(path.with_name(name + PREV_SUFFIX), live, like=path)
-                _atomic_write(path, text, like=path if live is not None else None)
+                    atomic_write(path.with_name(name + PREV_SUFFIX), live, like=path)
+                atomic_write(path, text, like=path if live is not None else None)
                 result.changed.append(name)
                 result.log.append(f"wrote {path}")
 
@@ -381,7 +376,7 @@ class SlurmTarget:
                     path.unlink(missing_ok=True)
                     notes.append(f"removed {name} (it did not exist before)")
                 else:
-                    _atomic_write(path, text, like=path)
+                    atomic_write(path, text, like=path)
                     notes.append(f"restored the previous {name}")
             except OSError as error:
                 notes.append(
@@ -572,28 +567,3 @@ class SlurmTarget:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _atomic_write(path: Path, text: str, like: Path | None = None) -> None:
-    """Write `text` to `path` atomically: temp file beside it, fsync, rename, fsync the directory."""
-    mode = 0o644
-    if like is not None:
-        with contextlib.suppress(OSError):
-            mode = like.stat().st_mode & 0o777
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -17,8 +17,10 @@ in cgroup.conf (with `ProctrackType=proctrack/cgroup` and `TaskPlugin=task/cgrou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from core.textrule import text_problem
-from core.workloads import WorkError, refuse_unknown_keys
+from core.workloads import WorkError, WorkForm, WorkInput, refuse_unknown_keys
 
 MAX_SCRIPT = 1_000_000
 
@@ -53,3 +55,32 @@ def validate_work(work: dict) -> dict:
     if problem:
         raise WorkError(problem.message("the script"))
     return {"script": script}
+
+
+# --- the job form (scheduling.views.job_form): the script in a textarea ----------------------------------
+
+
+def from_form(values: Mapping[str, str]) -> dict:
+    return {"script": values.get("script", "").replace("\r\n", "\n")}
+
+
+def to_form(work: dict) -> dict[str, str]:
+    return {"script": work.get("script", "")}
+
+
+FORM = WorkForm(
+    label="Slurm",
+    inputs=(
+        WorkInput(
+            "script",
+            "Batch script (Slurm)",
+            multiline=True,
+            rows=9,
+            placeholder="#!/bin/bash\nsrun python train.py",
+            help="sbatch runs it; the first line names the interpreter (`#!/bin/bash`). Rackplane sets the "
+            "GPUs, nodes and time limit.",
+        ),
+    ),
+    from_form=from_form,
+    to_form=to_form,
+)

@@ -17,7 +17,7 @@ from core.fields import JSONBooleanField, JSONIntegerField, KnownFieldsOnly, Str
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 from core.throttling import NodeAgentRateThrottle
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, agent_token, require_host_in_scope
-from inventory.discovery import faults
+from inventory.discovery import faults, health_report
 from inventory.discovery.nvidia_smi import (
     FabricFlag,
     FabricState,
@@ -31,17 +31,10 @@ from inventory.discovery.nvidia_smi import (
     validate_report,
 )
 from inventory.discovery.report_hash import HASH_RE
+from inventory.ingest.heartbeats import heartbeat
+from inventory.ingest.reports import check_report, ingest_health, ingest_report, report_sha256
+from inventory.ingest.results import HEALTH_ONLY, OutOfScope
 from inventory.names import hostname_error
-from inventory.services import (
-    HEALTH_ONLY,
-    OutOfScope,
-    UnknownHost,
-    check_report,
-    heartbeat,
-    ingest_health,
-    ingest_report,
-    report_sha256,
-)
 
 
 # Every field of a report takes only the JSON type the schema gives it (core.fields): a hash sent as a number,
@@ -112,7 +105,7 @@ class ReportedGpuSerializer(KnownFieldsOnly, serializers.Serializer):
 
 
 class XidEntrySerializer(KnownFieldsOnly, serializers.Serializer):
-    """Documentation of one `xids` entry; inventory.discovery.faults.validate_xid checks it."""
+    """Documentation of one `xids` entry; inventory.discovery.health_report.validate_xid checks it."""
 
     time = serializers.DateTimeField(help_text="when the kernel logged it, ISO 8601 with a zone")
     pci_bus_id = TextField(
@@ -120,13 +113,13 @@ class XidEntrySerializer(KnownFieldsOnly, serializers.Serializer):
     )
     xid = serializers.IntegerField(min_value=faults.XID_RANGE[0], max_value=faults.XID_RANGE[1])
     pid = serializers.IntegerField(required=False, allow_null=True)
-    text = TextField(max_length=faults.MAX_XID_TEXT, help_text="the kernel line")
+    text = TextField(max_length=health_report.MAX_XID_TEXT, help_text="the kernel line")
 
 
 class CheckEntrySerializer(KnownFieldsOnly, serializers.Serializer):
-    """Documentation of one `checks` entry; inventory.discovery.faults.validate_check checks it."""
+    """Documentation of one `checks` entry; inventory.discovery.health_report.validate_check checks it."""
 
-    name = TextField(max_length=faults.MAX_CHECK_NAME, help_text='e.g. "dcgmi diag -r 2"')
+    name = TextField(max_length=health_report.MAX_CHECK_NAME, help_text='e.g. "dcgmi diag -r 2"')
     exit_status = serializers.IntegerField(min_value=-255, max_value=255)
     output = TextField(
         multiline=True, help_text="the tail of its output, at most 64 KiB (verbatim: NUL refused)"
@@ -136,10 +129,10 @@ class CheckEntrySerializer(KnownFieldsOnly, serializers.Serializer):
 
 
 class AgentInfoSerializer(KnownFieldsOnly, serializers.Serializer):
-    """Documentation of `agent`; inventory.discovery.faults.validate_agent checks it."""
+    """Documentation of `agent`; inventory.discovery.health_report.validate_agent checks it."""
 
-    version = TextField(max_length=faults.MAX_AGENT_VERSION)
-    interval_s = serializers.IntegerField(min_value=1, max_value=faults.MAX_AGENT_INTERVAL)
+    version = TextField(max_length=health_report.MAX_AGENT_VERSION)
+    interval_s = serializers.IntegerField(min_value=1, max_value=health_report.MAX_AGENT_INTERVAL)
 
 
 # Taken as JSON and checked, with every other path into the health rules, by inventory.discovery.faults (one
@@ -171,7 +164,7 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
     dry_run = JSONBooleanField(required=False, default=False, help_text="check only, write nothing")
     xids = XidsField(
         required=False,
-        help_text=f"kernel XID lines since the last report, each once, at most {faults.MAX_XIDS}",
+        help_text=f"kernel XID lines since the last report, each once, at most {health_report.MAX_XIDS}",
     )
     checks = ChecksField(required=False, help_text="active check results (e.g. dcgmi diag), when configured")
     agent = AgentField(required=False, help_text="the node agent's version and report interval")
@@ -198,26 +191,14 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
         return value
 
     def validate(self, attrs):
-        health, errors = faults.validate_health(
+        health, errors = health_report.validate_health(
             attrs.get("xids"), attrs.get("checks"), attrs.get("agent"), now=timezone.now()
         )
         if errors:
             raise serializers.ValidationError(errors)
         attrs["health"] = health
         if "report_sha256" in attrs:
-            extra = sorted(k for k in ("gpus", "nvidia_smi", "xids", "checks") if k in attrs)
-            if extra:
-                raise serializers.ValidationError(
-                    {
-                        "report_sha256": f"a hash-only report carries no {', '.join(extra)}: send either the "
-                        "full report or, when nothing changed and there are no XIDs or check results, "
-                        "only its hash"
-                    }
-                )
-            if attrs.get("dry_run"):
-                raise serializers.ValidationError(
-                    {"report_sha256": "a dry run needs the full report: a hash alone has nothing to check"}
-                )
+            self._refuse_more_than_the_hash(attrs)
             attrs["format"], attrs["parsed"] = "hash", None
             return attrs
         if "gpus" not in attrs and "nvidia_smi" not in attrs and (health.xids or health.checks):
@@ -240,6 +221,23 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
         except ReportError as error:
             raise serializers.ValidationError({field: str(error)}) from error
         return attrs
+
+    @staticmethod
+    def _refuse_more_than_the_hash(attrs) -> None:
+        """A hash-only report carries nothing but the hash, and is never a dry run."""
+        extra = sorted(k for k in ("gpus", "nvidia_smi", "xids", "checks") if k in attrs)
+        if extra:
+            raise serializers.ValidationError(
+                {
+                    "report_sha256": f"a hash-only report carries no {', '.join(extra)}: send either the "
+                    "full report or, when nothing changed and there are no XIDs or check results, "
+                    "only its hash"
+                }
+            )
+        if attrs.get("dry_run"):
+            raise serializers.ValidationError(
+                {"report_sha256": "a dry run needs the full report: a hash alone has nothing to check"}
+            )
 
     @staticmethod
     def _gpu(data) -> ReportedGpu:
@@ -416,31 +414,11 @@ class DiscoveryReportView(APIView):
         try:
             if "report_sha256" in data:
                 return self._hash_only(data["host"], data["report_sha256"])
-            # A heartbeat before the content's scope check is safe: it matches only the hash of the tray's
-            # last applied report (whose GPUs were in scope then) and writes only the last-seen times of the
-            # reporting tray and the GPUs on it now.
-            if (
-                data["parsed"] is not None
-                and not data["dry_run"]
-                and not (data["health"].xids or data["health"].checks)
-            ):
-                sha256 = report_sha256(data["format"], data["parsed"], data["health"])
-                beat = heartbeat(data["host"], sha256)
-                if beat is not None:
-                    report = summarize(
-                        beat.host, data["format"], data["parsed"], expected_cluster_uuid=beat.cluster_uuid
-                    )
-                    return Response({**report.as_dict(), **UNCHANGED, "report_sha256": sha256})
-            if data["parsed"] is None:
-                result = ingest_health(data["host"], data["health"], dry_run=data["dry_run"])
-            elif data["dry_run"]:
-                result = check_report(data["host"], data["format"], data["parsed"], scope=token)
-            else:
-                result = ingest_report(
-                    data["host"], data["format"], data["parsed"], data["health"], scope=token
-                )
-        except UnknownHost as error:
-            return Response({"host": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
+            unchanged = self._unchanged(data)
+            if unchanged is not None:
+                return unchanged
+            result = self._ingest(data, token)
+        # UnknownHost: 400 {"host": [...]} (core.api.exception_handler)
         except OutOfScope as refused:
             # After the ingest's transaction rolled back: the attempt is recorded, nothing of the report.
             record_refused(refused.token, {**refused.as_detail(), "dry_run": data["dry_run"]})
@@ -453,6 +431,32 @@ class DiscoveryReportView(APIView):
             # Nothing was recorded, so the health rules did not run: no outcome to give, not a null one.
             del answer["health"]
         return Response(answer, status=status.HTTP_200_OK)
+
+    @staticmethod
+    def _unchanged(data) -> Response | None:
+        """The answer to a full report with the hash of the tray's last reconciled one (and no XIDs or check
+        results, not a dry run): only a heartbeat is recorded. None for any other report.
+
+        A heartbeat before the content's scope check is safe: it matches only the hash of the tray's last
+        applied report (whose GPUs were in scope then) and writes only the last-seen times of the reporting
+        tray and the GPUs on it now."""
+        if data["parsed"] is None or data["dry_run"] or data["health"].xids or data["health"].checks:
+            return None
+        sha256 = report_sha256(data["format"], data["parsed"], data["health"])
+        beat = heartbeat(data["host"], sha256)
+        if beat is None:
+            return None
+        report = summarize(beat.host, data["format"], data["parsed"], expected_cluster_uuid=beat.cluster_uuid)
+        return Response({**report.as_dict(), **UNCHANGED, "report_sha256": sha256})
+
+    @staticmethod
+    def _ingest(data, token):
+        """Record the report (only its health when nvidia-smi failed on the node), or check it (dry run)."""
+        if data["parsed"] is None:
+            return ingest_health(data["host"], data["health"], dry_run=data["dry_run"])
+        if data["dry_run"]:
+            return check_report(data["host"], data["format"], data["parsed"], scope=token)
+        return ingest_report(data["host"], data["format"], data["parsed"], data["health"], scope=token)
 
     @staticmethod
     def _hash_only(host: str, sha256: str) -> Response:

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
-from inventory.services import silent_policy
+from inventory.staleness import silent_policy
 
 
 class RackSerializer(serializers.ModelSerializer):

@@ -1,4 +1,4 @@
-"""GPU UUIDs: one row per GPU whatever case a report used (issue 12).
+"""GPU UUIDs: one row per GPU whatever case a report used.
 
 Existing UUIDs are first brought to the canonical form ("GPU-" + lower-case hex). Rows that were upper-case
 copies of another row (the bug this closes: a report in upper case created a second row for a known GPU) are

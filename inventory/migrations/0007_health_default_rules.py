@@ -5,7 +5,7 @@ has (same name) are left alone; reversing removes only rules still exactly as se
 
 from django.db import migrations
 
-from inventory.discovery.faults import default_rules
+from inventory.discovery.rule_defaults import default_rules
 
 
 def _fields(rule) -> dict:

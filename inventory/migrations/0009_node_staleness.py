@@ -1,6 +1,6 @@
-"""Discovery at fleet scale and nodes that stop reporting (issue 19).
+"""Discovery at fleet scale and nodes that stop reporting.
 
-* ComputeTray.report_key: what an unchanged report is compared with (inventory.services.heartbeat);
+* ComputeTray.report_key: what an unchanged report is compared with (inventory.ingest.heartbeats);
 * HealthSettings.node_silent_after_s and the node_silent rule kind with its "hold" action (place no new work);
   the default rule "node silent hold" is seeded here for databases migrated past 0007 (0007 seeds it in new
   ones: it reads the live default list).
@@ -11,7 +11,7 @@ import importlib
 import django.core.validators
 from django.db import migrations, models
 
-from inventory.discovery.faults import NODE_SILENT_RULE
+from inventory.discovery.rule_defaults import NODE_SILENT_RULE
 
 SAME_RACK = "inventory.migrations.0002_tray_partition_same_rack"
 

@@ -1,4 +1,4 @@
-"""Inventory names valid for every consumer at save (issue 26, inventory.names, docs/identifiers.md).
+"""Inventory names valid for every consumer at save (inventory.names, docs/identifiers.md).
 
 Rack names and NVLink partition names become DNS-1123 labels (63 and 31 characters at most), tray hostnames
 DNS-1123 subdomains of at most 63 characters, and a service tier is empty, `gpu` or `gpu_<name>`: no tier can
@@ -14,7 +14,7 @@ then migrate again.
 import importlib
 
 import core.text
-import inventory.models
+import inventory.validators
 from django.db import migrations, models
 
 from inventory import names
@@ -76,22 +76,22 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='computetray',
             name='hostname',
-            field=models.CharField(help_text="Up to 63 lower-case letters, digits, '-' and '.' (a DNS name): the Kubernetes node's name and the Slurm NodeName.", max_length=128, validators=[inventory.models.validate_hostname]),
+            field=models.CharField(help_text="Up to 63 lower-case letters, digits, '-' and '.' (a DNS name): the Kubernetes node's name and the Slurm NodeName.", max_length=128, validators=[inventory.validators.validate_hostname]),
         ),
         migrations.AlterField(
             model_name='nvlinkpartition',
             name='name',
-            field=models.CharField(help_text="Up to 31 lower-case letters, digits and '-', starting and ending with a letter or digit.", max_length=64, validators=[core.text.TextValidator(), inventory.models.validate_partition_name]),
+            field=models.CharField(help_text="Up to 31 lower-case letters, digits and '-', starting and ending with a letter or digit.", max_length=64, validators=[core.text.TextValidator(), inventory.validators.validate_partition_name]),
         ),
         migrations.AlterField(
             model_name='nvlinkpartition',
             name='service_tier',
-            field=models.CharField(blank=True, help_text="Slurm partition serving it when it is dedicated to no department: 'gpu_<name>' (e.g. gpu_interactive); empty: the shared partition 'gpu'. A dedicated partition is always served by its department's Slurm partition.", max_length=64, validators=[core.text.TextValidator(), inventory.models.validate_service_tier]),
+            field=models.CharField(blank=True, help_text="Slurm partition serving it when it is dedicated to no department: 'gpu_<name>' (e.g. gpu_interactive); empty: the shared partition 'gpu'. A dedicated partition is always served by its department's Slurm partition.", max_length=64, validators=[core.text.TextValidator(), inventory.validators.validate_service_tier]),
         ),
         migrations.AlterField(
             model_name='rack',
             name='name',
-            field=models.CharField(help_text="Up to 63 lower-case letters, digits and '-', starting and ending with a letter or digit (a Kubernetes label value and part of Slurm block names).", max_length=64, validators=[core.text.TextValidator(), inventory.models.validate_rack_name]),
+            field=models.CharField(help_text="Up to 63 lower-case letters, digits and '-', starting and ending with a letter or digit (a Kubernetes label value and part of Slurm block names).", max_length=64, validators=[core.text.TextValidator(), inventory.validators.validate_rack_name]),
         ),
         migrations.AddConstraint(
             model_name='computetray',

@@ -1,7 +1,8 @@
 """GET /api/v1/audit-events/: the audit log, read-only, as `AuditEvent.objects.visible_to(user)` allows.
 
 Staff see every event, department leads their departments' events, everyone else none. Filtered with the
-FilterSet the audit page uses (portal.filters). A foreign key is an id in before/after, and the name its row
+FilterSet the audit page uses (portal.pages.filters). A foreign key is an id in before/after, and the name
+its row
 had at the time in `labels`.
 """
 
@@ -9,7 +10,7 @@ from django.db.models import OuterRef, Subquery
 from rest_framework import serializers, viewsets
 
 from core.models import AuditEvent
-from portal.filters import AuditEventFilter
+from portal.pages.filters import AuditEventFilter
 from tenancy.models import Department
 
 

@@ -1,5 +1,6 @@
 """Job API serializers. Validation of a job against the cluster and its department is in
-scheduling.services (the same rules for every client); these check shapes and say which field is wrong."""
+scheduling.services.admission (the same rules for every client); these check shapes and say which field is
+wrong."""
 
 from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
@@ -8,7 +9,7 @@ from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextFi
 from core.workloads import WorkError, WorkRule, validate_work, work_rules
 from scheduling.choices import Backend, PriorityClass, Topology
 from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
-from scheduling.services import (
+from scheduling.services.admission import (
     DEFAULT_FALLBACK_AFTER_MINUTES,
     check_fallback,
     default_topology,
@@ -137,8 +138,8 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
         user = self.context["request"].user
         retried = self.context.get("retried_job")  # the job this request's Idempotency-Key already made
         if department is not None and retried is not None and retried.department_id == department.pk:
-            # A retry is answered by what it asks for (scheduling.services.submit_job compares it with the
-            # first request), even if the user has since left the department.
+            # A retry is answered by what it asks for (scheduling.services.admission.submit_job compares it
+            # with the first request), even if the user has since left the department.
             return department
         if department is None or not submittable_departments(user).filter(pk=department.pk).exists():
             # Slugs are case-sensitive (a SlugField may hold capitals): one of the user's own departments
@@ -167,7 +168,8 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
 
     def _project(self, department, slug):
         """The named project of the department (whether the user may use it, and whether the department
-        requires one, is scheduling.services.submit_job's rule: tenancy.projects.check_job_project)."""
+        requires one, is scheduling.services.admission.submit_job's rule:
+        tenancy.projects.check_job_project)."""
         if not slug:
             return None
         project = Project.objects.filter(department=department, slug=slug).first()

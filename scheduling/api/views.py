@@ -1,6 +1,5 @@
 """Jobs API: submit (with Idempotency-Key), list and read what `visible_to` allows, cancel."""
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -8,7 +7,6 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from core.api import api_validation_error
 from core.fields import refuse_body
 from scheduling.api.serializers import (
     JobDetailSerializer,
@@ -19,7 +17,8 @@ from scheduling.api.serializers import (
 )
 from scheduling.filters import JobFilter
 from scheduling.models import Job
-from scheduling.services import IdempotencyKeyReused, cancel_job, may_cancel, submission, submit_job
+from scheduling.services.actions import cancel_job, may_cancel
+from scheduling.services.admission import IdempotencyKeyReused, submission, submit_job
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -100,8 +99,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             job, created = submit_job(user=request.user, idempotency_key=key, **serializer.validated_data)
         except IdempotencyKeyReused as error:
             return Response({"Idempotency-Key": [str(error)]}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
-        except DjangoValidationError as error:
-            raise api_validation_error(error) from error
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(self._detail(job), status=code)
 
@@ -125,8 +122,5 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = self.get_object()
         if not may_cancel(request.user, job):
             raise PermissionDenied("only the job's submitter, its department's leads and staff may cancel it")
-        try:
-            job = cancel_job(job, request.user)
-        except DjangoValidationError as error:
-            raise api_validation_error(error) from error
+        job = cancel_job(job, request.user)  # its ValidationError: a 400 (core.api.exception_handler)
         return Response(self._detail(job))

@@ -1,7 +1,7 @@
 """One scheduling pass: quota-aware admission, gang placement, reclaim by preemption, reservation, backfill.
 
-Pure Python, shared by the portal (scheduling.services.run_pass builds the inputs from the database) and
-the simulator (scheduling.simulator replays traces in virtual time). Times are seconds on any clock.
+Pure Python, shared by the portal (scheduling.services.passes.run_pass builds the inputs from the database)
+and the simulator (scheduling.simulator replays traces in virtual time). Times are seconds on any clock.
 
 Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
 
@@ -335,7 +335,9 @@ class _Pass:
                 for job_id in cluster.tray_jobs[t]:
                     job = self.running.get(job_id)
                     if job is not None and job.department != owner and job_id not in found:
-                        found[job_id] = self._dedicated_owner(job)  # its first such tray's owner
+                        first = self._dedicated_owner(job)  # its first such tray's owner
+                        if first is not None:  # always: this tray is one
+                            found[job_id] = first
         return found
 
     def _restand(self) -> None:
@@ -352,15 +354,15 @@ class _Pass:
                 else:
                     group.append(job)
         in_quota: set[int] = set()  # in quota within its leaf
-        for name, jobs in by_department.items():
-            if name not in self.in_quota:
+        for leaf, jobs in by_department.items():
+            if leaf not in self.in_quota:
                 continue  # unknown department: nothing is guaranteed to it
             _sort_standing(jobs)
-            in_quota |= in_quota_prefix(self.in_quota[name], [(j.id, j.gpus) for j in jobs])
+            in_quota |= in_quota_prefix(self.in_quota[leaf], [(j.id, j.gpus) for j in jobs])
         # Towards other departments a department with projects is judged against its own in-quota share:
         # its leaves' in-quota jobs hold it first (they add up to no more than it), then its other jobs in
         # standing order while they fit. Without projects a leaf is its department: nothing changes.
-        self.leaf_over = set()
+        self.leaf_over: set[int] = set()
         if not plain:
             leaves_of: dict[str, list[tuple[str, str | None]]] = {}
             for leaf in by_department:
@@ -586,16 +588,18 @@ class _Pass:
         for group in groups:
             left = sorted(t for p in group for t in cluster.part_free[p])
             stopped: set[int] = set()
-            cost = 0
-            chosen = []
+            cost = 0.0
+            chosen: list[int] = []
             while len(chosen) < n:
-                pick, add = None, None
+                pick: int | None = None
+                add: float | None = None
                 for t in left:
                     extra = sum(lost[v.id] for v in victims_on.get(t, ()) if v.id not in stopped)
                     if add is None or extra < add:
                         pick, add = t, extra
                         if extra == 0:
                             break
+                assert pick is not None and add is not None, "the group has n trays free or released"
                 left.remove(pick)
                 chosen.append(pick)
                 cost += add

@@ -7,7 +7,7 @@ from django.db import migrations, models
 def fingerprint_jobs_with_a_key(apps, schema_editor):
     """Jobs submitted with an Idempotency-Key before this field get the fingerprint of what they were
     submitted with (a Job keeps every field of its submission): the same canonical form and hash as
-    scheduling.services.submission_fingerprint (tests/scheduling/test_idempotency.py checks they agree)."""
+    scheduling.services.admission.submission_fingerprint (tests/scheduling/test_idempotency.py checks they agree)."""
     Job = apps.get_model("scheduling", "Job")
     jobs = Job.objects.exclude(idempotency_key="").filter(idempotency_fingerprint="")
     for job in jobs.iterator():

@@ -1,7 +1,7 @@
 """PostgreSQL: log which transactions change what the scheduling pass builds its cluster from.
 
 The pass keeps the engine's cluster (18,000 trays at 1,000 racks) between passes and rebuilds it only when
-the inventory it was read from changed (scheduling.pass_inputs). Triggers on the tables it reads write the
+the inventory it was read from changed (scheduling.pass_cache). Triggers on the tables it reads write the
 id of every transaction that changes one of the columns below (or inserts, deletes, truncates) into
 `scheduling_inventorychange`; a cached cluster remembers the snapshot it was read under, and any logged
 transaction that snapshot did not see means a rebuild. In the database, so nothing can change the inventory
@@ -9,13 +9,13 @@ without the pass knowing: a save, a bulk update, raw SQL, the admin, a restore.
 
 The columns are compared inside the function (`to_jsonb(OLD)`), not in a WHEN clause, so that other apps'
 migrations may alter or drop these columns freely; a column that is gone counts as changed on every update
-(the cache is then rebuilt every pass: slower, never stale). scheduling.pass_inputs.CACHED_COLUMNS is the
+(the cache is then rebuilt every pass: slower, never stale). scheduling.pass_cache.CACHED_COLUMNS is the
 same list; a test compares the installed triggers with it. SQLite (the embedded default) has no cache.
 """
 
 from django.db import migrations
 
-# Table -> the columns the pass's cluster is built from (scheduling.pass_inputs.CACHED_COLUMNS).
+# Table -> the columns the pass's cluster is built from (scheduling.pass_cache.CACHED_COLUMNS).
 COLUMNS = {
     "inventory_rack": ("name",),
     "inventory_computetray": ("hostname", "rack_id", "slot", "partition_id", "state", "fabric_problems"),
@@ -25,7 +25,7 @@ COLUMNS = {
     "tenancy_department": ("slug",),
 }
 # Allocations are made and deleted by passes (a kept cluster checks their count and highest id); one changed
-# in place (the admin) is logged like an inventory change (scheduling.pass_inputs.ALLOCATION_COLUMNS).
+# in place (the admin) is logged like an inventory change (scheduling.pass_cache.ALLOCATION_COLUMNS).
 ALLOCATION_COLUMNS = {"scheduling_allocation": ("job_id", "gpu_id")}
 TRIGGER = "scheduling_inventory_changed"
 
@@ -65,7 +65,7 @@ def forwards(apps, schema_editor):
         return
     schema_editor.execute("CREATE SEQUENCE scheduling_inventorychange_seq")
     # xid: txid_current() of a transaction that changed the inventory; the row xid 0 is the pruning
-    # horizon (scheduling.pass_inputs: rows below it are gone, caches read before it rebuild).
+    # horizon (scheduling.pass_cache: rows below it are gone, caches read before it rebuild).
     schema_editor.execute(
         "CREATE TABLE scheduling_inventorychange (xid bigint PRIMARY KEY, seq bigint NOT NULL)"
     )

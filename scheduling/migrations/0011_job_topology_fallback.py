@@ -1,4 +1,4 @@
-"""Jobs may opt in to a wider topology after a bounded wait (issue 14): Job.fallback_topology and
+"""Jobs may opt in to a wider topology after a bounded wait: Job.fallback_topology and
 Job.fallback_after_minutes, with their constraints."""
 
 from django.db import migrations, models

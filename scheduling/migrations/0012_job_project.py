@@ -1,4 +1,4 @@
-"""Jobs are submitted to a project of their department (issue 16): Job.project."""
+"""Jobs are submitted to a project of their department: Job.project."""
 
 import django.db.models.deletion
 from django.db import migrations, models

@@ -6,7 +6,7 @@
   minutes' grace, build and inference are requeued at once).
 * PostgreSQL: the pass's cluster is built from NVLinkPartition.degraded_reason too (a degraded partition
   takes no job spanning trays), so the inventory change trigger of migration 0010 on that table watches it
-  (scheduling.pass_inputs.CACHED_COLUMNS).
+  (scheduling.pass_cache.CACHED_COLUMNS).
 """
 
 from django.db import migrations, models

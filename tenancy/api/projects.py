@@ -1,4 +1,4 @@
-"""Projects API (/api/v1/projects/): a department's projects, their quota and their people (issue 16).
+"""Projects API (/api/v1/projects/): a department's projects, their quota and their people.
 
 Everyone lists and reads the projects they may see (`Project.objects.visible_to`: admins all, a department's
 leads its projects, anyone else the projects they are in). A department's leads and platform admins create,
@@ -8,7 +8,6 @@ change and delete its projects and put people in them, take them out and move th
 """
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
@@ -17,10 +16,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from core.access import require_project_manager
-from core.api import api_validation_error
 from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextField
 from tenancy import projects as service
-from tenancy.models import Department, Project, ProjectMembership, ProjectRole
+from tenancy.choices import ProjectRole
+from tenancy.models import Department, Project, ProjectMembership
 
 MAX_GPUS = 1_000_000  # far beyond any cluster; keeps the numbers inside the database's integer columns
 
@@ -86,10 +85,6 @@ class ProjectMoveSerializer(KnownFieldsOnly, serializers.Serializer):
     )
 
 
-def _invalid(error: DjangoValidationError):
-    return api_validation_error(error)
-
-
 @extend_schema_view(
     create=extend_schema(request=ProjectWriteSerializer, responses={201: ProjectSerializer}),
     update=extend_schema(request=ProjectWriteSerializer, responses=ProjectSerializer),
@@ -133,10 +128,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
             raise serializers.ValidationError(
                 {"department": [f"you are not a member of a department {slug!r}"]}
             )
-        try:
-            project = service.create_project(request.user, department, **values)
-        except DjangoValidationError as error:
-            raise _invalid(error) from error
+        project = service.create_project(request.user, department, **values)
         return self._answer(project, status.HTTP_201_CREATED)
 
     def update(self, request, pk=None, partial=False):
@@ -146,20 +138,14 @@ class ProjectViewSet(viewsets.ModelViewSet):
         values = dict(data.validated_data)
         if "department" in values and values.pop("department") != project.department.slug:
             raise serializers.ValidationError({"department": ["a project stays in its department"]})
-        try:
-            project = service.update_project(request.user, project, **values)
-        except DjangoValidationError as error:
-            raise _invalid(error) from error
+        project = service.update_project(request.user, project, **values)
         return self._answer(project)
 
     def partial_update(self, request, pk=None):
         return self.update(request, pk, partial=True)
 
     def destroy(self, request, pk=None):
-        try:
-            service.delete_project(request.user, self.get_object())
-        except DjangoValidationError as error:
-            raise _invalid(error) from error
+        service.delete_project(request.user, self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=ProjectMemberWriteSerializer, responses=ProjectSerializer)
@@ -181,10 +167,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
                     ]
                 }
             )
-        try:
-            service.set_project_member(request.user, project, user, data.validated_data["role"])
-        except DjangoValidationError as error:
-            raise _invalid(error) from error
+        service.set_project_member(request.user, project, user, data.validated_data["role"])
         return self._answer(project)
 
     @extend_schema(request=None, responses={200: ProjectSerializer})
@@ -213,8 +196,5 @@ class ProjectViewSet(viewsets.ModelViewSet):
         to = Project.objects.filter(pk=data.validated_data["to"], department=project.department).first()
         if to is None:
             raise serializers.ValidationError({"to": [f"{project.department} has no project with that id"]})
-        try:
-            service.move_member(request.user, membership, to)
-        except DjangoValidationError as error:
-            raise _invalid(error) from error
+        service.move_member(request.user, membership, to)
         return self._answer(to)

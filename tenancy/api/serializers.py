@@ -6,12 +6,10 @@ becomes a 400 naming the field. Usage figures (in_use, in_quota, borrowed, pendi
 made by the viewset's queryset, never a query per row.
 """
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from rest_framework import serializers
 
 from core.access import Role
-from core.api import api_validation_error
 from core.fields import JSONIntegerField, KnownFieldsOnly
 from core.text import TextField
 from tenancy.models import DedicatedPartition, Department, Membership
@@ -127,10 +125,7 @@ class DepartmentSerializer(KnownFieldsOnly, serializers.ModelSerializer):
 
     @staticmethod
     def _save(department):
-        try:
-            return save_department(department)
-        except DjangoValidationError as error:
-            raise api_validation_error(error) from error
+        return save_department(department)  # its ValidationError: a 400 (core.api.exception_handler)
 
 
 class QuotaSerializer(serializers.Serializer):

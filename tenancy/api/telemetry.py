@@ -20,11 +20,11 @@ from rest_framework.views import APIView
 from core.access import is_admin
 from core.parsers import decode_body, read_body
 from core.throttling import NodeAgentRateThrottle
-from inventory import health as health_rules
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, agent_token, is_fleet_agent, require_gpus_in_scope
+from inventory.health.ingest import record_dcgm
 from tenancy.activity import RecordResult, record_samples
 from tenancy.models import MetricsSource
-from tenancy.telemetry import DcgmParseError, parse_dcgm
+from tenancy.telemetry import parse_dcgm
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # a GB200 tray's full page is ~60 KB
 
@@ -128,14 +128,11 @@ class DcgmPushView(APIView):
                 {"detail": "the body is empty: send the exporter's /metrics page as text/plain"},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        try:
-            samples = parse_dcgm(text)
-        except DcgmParseError as error:
-            return Response({"detail": str(error)}, status=status.HTTP_400_BAD_REQUEST)
+        samples = parse_dcgm(text)  # DcgmParseError: 400 {"detail": ...} (core.api.exception_handler)
         require_gpus_in_scope(request, [sample.uuid for sample in [*samples, *samples.health]])
         from_prometheus = MetricsSource.load().is_prometheus
         result = RecordResult(recorded=0) if from_prometheus else record_samples(samples)
-        health = health_rules.record_dcgm(samples.health)
+        health = record_dcgm(samples.health)
         return Response(
             {
                 **result.as_dict(),

@@ -1,4 +1,4 @@
-"""Projects under departments (issue 16): tenancy.Project and tenancy.ProjectMembership."""
+"""Projects under departments: tenancy.Project and tenancy.ProjectMembership."""
 
 import django.core.validators
 import django.db.models.deletion

@@ -1,4 +1,4 @@
-"""One derivation for every name made from tenant slugs (issue 26, tenancy.naming, docs/identifiers.md).
+"""One derivation for every name made from tenant slugs (tenancy.naming, docs/identifiers.md).
 
 Slugs become 1-30 lower-case letters, digits and single hyphens starting with a letter; department slugs may
 not be reserved names (Kubernetes' own namespaces, Slurm's root account...). A project's namespace and Slurm
@@ -11,11 +11,11 @@ target prunes the old `<department>-<project>` namespace with what runs in it. L
 them), or set RACKPLANE_ALLOW_PROJECT_RENAME=1 to migrate anyway.
 """
 
-import os
-
+from django.conf import settings
 from django.db import migrations, models
 
-import tenancy.models
+import tenancy.models.departments
+import tenancy.models.projects
 from tenancy import naming
 
 HOLDING_STATES = ("starting", "running")  # scheduling.choices.HOLDING_STATES
@@ -46,7 +46,7 @@ def check_existing_slugs(apps, schema_editor):
         .order_by("pk")
         .values_list("pk", "project__department__slug", "project__slug")
     )
-    if running and os.environ.get("RACKPLANE_ALLOW_PROJECT_RENAME") != "1":
+    if running and not settings.RACKPLANE_ALLOW_PROJECT_RENAME:
         jobs = ", ".join(f"job {pk} in {d}-{p}" for pk, d, p in running[:20])
         raise RuntimeError(
             f"{len(running)} job(s) of projects still hold GPUs ({jobs}). This release renames every "
@@ -72,7 +72,7 @@ class Migration(migrations.Migration):
                 help_text="Its Kubernetes namespace, Slurm account and QOS (tenancy.naming): up to 30 "
                 "lower-case letters, digits and single hyphens, starting with a letter.",
                 max_length=30,
-                validators=[tenancy.models.validate_department_slug],
+                validators=[tenancy.models.departments.validate_department_slug],
             ),
         ),
         migrations.AlterField(
@@ -83,7 +83,7 @@ class Migration(migrations.Migration):
                 "with the department's slug, the Kubernetes namespace and Slurm account "
                 "<department>--<project> (tenancy.naming).",
                 max_length=30,
-                validators=[tenancy.models.validate_project_slug],
+                validators=[tenancy.models.projects.validate_project_slug],
             ),
         ),
         migrations.AddConstraint(

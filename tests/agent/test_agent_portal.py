@@ -31,7 +31,10 @@ from tests.agent.conftest import (
 )
 
 # Each test starts agent processes against a live server: `make test` runs them, test-fast does not.
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow(reason="runs agent processes against a live server"),
+    pytest.mark.django_db(transaction=True),
+]
 
 
 class Node:

@@ -25,7 +25,9 @@ import pytest
 
 from tests.agent.conftest import fake_nvidia_smi, read_state, run_agent
 
-pytestmark = pytest.mark.slow  # agent processes and a journald: `make test` runs them, test-fast does not
+pytestmark = pytest.mark.slow(
+    reason="agent processes and a journald: `make test` runs them, test-fast does not"
+)
 
 KMSG = Path("/dev/kmsg")
 JOURNALD = next(

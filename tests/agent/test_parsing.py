@@ -15,7 +15,7 @@ import pytest
 from rest_framework import serializers
 
 from core.fields import KnownFieldsOnly
-from inventory.discovery import faults
+from inventory.discovery import health_report
 from tests.agent.conftest import AGENT, SAMPLE_PCI
 
 
@@ -60,7 +60,7 @@ def test_xid_lines_of_every_driver_form(agent, line, xid, gpu, pid):
         "text": line[line.index("NVRM:") :],
     }
     # The portal's own check of an entry takes it as it is (inventory.discovery.faults, the contract).
-    faults.validate_xid(entry, now=datetime.now(UTC))
+    health_report.validate_xid(entry, now=datetime.now(UTC))
 
 
 def test_an_xid_maps_to_the_pci_bus_id_nvidia_smi_prints(agent):
@@ -90,7 +90,7 @@ def test_other_lines_are_no_xids(agent, line):
 def test_an_xid_text_is_cut_to_512_characters_and_loses_nul_characters(agent):
     entry = agent.parse_xid("NVRM: Xid (PCI:0000:1b:00): 13, pid=1, x\x00y " + "z" * 600, WHEN, GPUS)
     assert len(entry["text"]) == 512 and "\x00" not in entry["text"] and "xy" in entry["text"]
-    faults.validate_xid(entry)
+    health_report.validate_xid(entry)
 
 
 @pytest.mark.parametrize(

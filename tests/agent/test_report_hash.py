@@ -153,7 +153,7 @@ def tray() -> ComputeTray:
     return ComputeTray.objects.get(hostname=HOST)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="runs the agent process against a live server")
 @pytest.mark.django_db(transaction=True)
 def test_an_unchanged_listing_is_posted_as_its_hash(live_server, node):
     said = node.once(live_server.url)
@@ -187,7 +187,7 @@ def test_an_unchanged_listing_is_posted_as_its_hash(live_server, node):
     assert read_state(node.state).get("report", {}).get("sha256") != remembered["sha256"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="runs the agent process against a live server")
 @pytest.mark.django_db(transaction=True)
 def test_xids_always_go_with_the_full_report(live_server, node):
     node.once(live_server.url)
@@ -198,7 +198,7 @@ def test_xids_always_go_with_the_full_report(live_server, node):
     assert not lines(said, "report hash"), said
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="runs the agent process against a live server")
 @pytest.mark.django_db(transaction=True)
 def test_no_hash_only_always_sends_the_full_report(live_server, node):
     node.once(live_server.url)

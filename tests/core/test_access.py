@@ -17,7 +17,7 @@ from core.access import IsAdmin, IsAdminOrReadOnly, Role, is_admin, leads, leads
 from inventory.models import PartitionPlan, Rack
 from scheduling.choices import JobState
 from scheduling.models import Job
-from scheduling.services import may_cancel
+from scheduling.services.actions import may_cancel
 from tenancy.api.telemetry import EXAMPLE as DCGM_PAGE
 from tenancy.models import Department, Membership
 from tenancy.services import save_department
@@ -163,12 +163,15 @@ def refused(response, reason: str) -> bool:
 
 
 ADMIN_PAGES = [
-    (reverse("inventory:plan-list"), "Only platform admins may use the NVLink partition wizard."),
-    (reverse("inventory:plan-new"), "Only platform admins may use the NVLink partition wizard."),
+    (reverse("integrations:plan-list"), "Only platform admins may use the NVLink partition wizard."),
+    (reverse("integrations:plan-new"), "Only platform admins may use the NVLink partition wizard."),
     (reverse("integrations:push-list"), "Only platform admins may use configuration targets and pushes."),
     (reverse("integrations:target-list"), "Only platform admins may use configuration targets and pushes."),
-    (reverse("tenancy:department-edit", args=["alpha"]), "Only platform admins may use department settings."),
-    (reverse("tenancy:admin-dashboard"), "Only platform admins may use the capacity dashboard."),
+    (
+        reverse("integrations:department-edit", args=["alpha"]),
+        "Only platform admins may use department settings.",
+    ),
+    (reverse("scheduling:admin-dashboard"), "Only platform admins may use the capacity dashboard."),
 ]
 
 
@@ -185,7 +188,7 @@ def test_admin_pages_let_in_staff_and_a_superuser_who_is_not_staff(browser, page
 
 
 def test_a_lead_may_not_create_a_department(browser):
-    response = browser("lead").post(reverse("tenancy:department-list"), {"name": "Gamma", "slug": "gamma"})
+    response = browser("lead").post(reverse("scheduling:department-list"), {"name": "Gamma", "slug": "gamma"})
     assert refused(response, "Only platform admins may use department creation.")
     assert not Department.objects.filter(slug="gamma").exists()
 
@@ -199,16 +202,16 @@ def test_the_menu_and_the_django_admin_follow_the_rule(browser):
 
 
 def test_members_pages_leads_manage_members_refuse_with_the_reason(browser, world):
-    url = reverse("tenancy:member-set", args=["alpha"])
+    url = reverse("scheduling:member-set", args=["alpha"])
     body = {"username": world["lead_b"].username, "role": Role.MEMBER}
     response = browser("member").post(url, body)
     assert refused(response, "Only leads of Alpha and platform admins may change its members.")
     assert not Membership.objects.filter(user=world["lead_b"], department=world["alpha"]).exists()
     assert browser("lead").post(url, body).status_code == 302
     assert Membership.objects.filter(user=world["lead_b"], department=world["alpha"]).exists()
-    page = browser("lead").get(reverse("tenancy:department-detail", args=["alpha"])).content.decode()
+    page = browser("lead").get(reverse("scheduling:department-detail", args=["alpha"])).content.decode()
     assert 'name="username"' in page  # the form is shown to whom may use it
-    page = browser("member").get(reverse("tenancy:department-detail", args=["alpha"])).content.decode()
+    page = browser("member").get(reverse("scheduling:department-detail", args=["alpha"])).content.decode()
     assert 'name="username"' not in page
 
 
@@ -238,7 +241,7 @@ def test_the_plan_api_and_pages_are_for_admins(api, browser):
     assert response.json()["detail"] == "Only platform admins may use this endpoint."
     # PartitionPlan.objects.visible_to asks the rule too: a superuser who is not staff sees the plan.
     assert api("superuser").get(f"/api/v1/partition-plans/{plan.pk}/").json()["id"] == plan.pk
-    assert browser("superuser").get(reverse("inventory:plan-detail", args=[plan.pk])).status_code == 200
+    assert browser("superuser").get(reverse("integrations:plan-detail", args=[plan.pk])).status_code == 200
 
 
 def test_the_config_targets_api_is_for_admins(api):

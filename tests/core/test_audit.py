@@ -15,7 +15,7 @@ from django.utils import timezone
 from core.access import Role
 from core.audit import audit_context
 from core.models import AuditAction, AuditEvent, AuditSource
-from portal.audit_views import EVENTS_PER_PAGE
+from portal.pages.audit import EVENTS_PER_PAGE
 from tenancy.models import Department, Membership, TenancySettings
 from tenancy.services import save_department
 from tests.forms import admin_department_form
@@ -231,7 +231,7 @@ def test_a_lead_cannot_filter_their_way_into_another_department(client, tenants,
     assert [d.slug for d in response.context["departments"]] == ["alpha"]
 
 
-@pytest.mark.slow  # grows the data to compare query counts
+@pytest.mark.slow(reason="grows the data to compare query counts")
 def test_the_page_is_paginated_with_a_constant_number_of_queries(client, admin_user):
     def queries(page: int) -> int:
         with CaptureQueriesContext(connection) as captured:
@@ -261,9 +261,9 @@ def test_every_model_of_tenancy_scheduling_and_portal_is_in_the_admin():
             assert model in admin.site._registry, model
 
 
-@pytest.mark.slow  # every Django admin page, one by one
+@pytest.mark.slow(reason="every Django admin page, one by one")
 def test_every_admin_page_renders(staff_browser, demo_inventory):
-    from portal.demo import seed_tenants
+    from portal.demo.seeding import seed_tenants
 
     seed_tenants(password="demo-password-1")
     for app_label in ("tenancy", "scheduling", "portal"):

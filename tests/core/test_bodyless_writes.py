@@ -1,4 +1,4 @@
-"""The write endpoints that take no body refuse one (issue 26, outside test: "unknown fields refused on every
+"""The write endpoints that take no body refuse one (an outside test: "unknown fields refused on every
 write endpoint"). Cancelling a job, cancelling a partition plan and rotating a token used to answer 200 to
 `{"force": true}` or `{"expires_at": "2099-01-01"}`, dropping the fields without a word, while every endpoint
 with a body refuses an unknown field (core.fields.KnownFieldsOnly). Now such a body is a 400 naming each field

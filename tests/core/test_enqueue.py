@@ -127,7 +127,7 @@ def test_eager_celery_still_raises_the_tasks_own_error():
         send_now("tests.core.test_enqueue.breaks")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="waits for the broker's socket timeouts")
 def test_a_broker_that_accepts_connections_but_never_answers_does_not_hold_the_caller(caplog):
     """A broker host that is gone without closing its connections (the socket timeouts portal.celery sets,
     and one retry: PUBLISH_RETRY_POLICY). A listening socket that never answers stands in for it."""

@@ -1,4 +1,5 @@
-"""/metrics content (core.metrics, portal.metrics): Rackplane's gauges equal what the database holds, a scrape
+"""/metrics content (core.metrics, portal.ops.metrics): Rackplane's gauges equal what the database holds, a
+scrape
 costs the same few queries whatever the number of departments, a failing source does not fail the scrape;
 and the request id in logs, responses and Celery tasks (core.logs)."""
 
@@ -149,7 +150,7 @@ def test_rackplane_figures_equal_the_database(cluster, client, settings):
     assert value(samples, "rackplane_discovery_trays_never_reported") == (
         ComputeTray.objects.filter(last_report_at__isnull=True).count()
     )
-    from inventory.services import silent_policy, silent_q
+    from inventory.staleness import silent_policy, silent_q
 
     silent = ComputeTray.objects.filter(silent_q(timezone.now() - silent_policy().after)).count()
     assert value(samples, "rackplane_discovery_trays_silent") == silent

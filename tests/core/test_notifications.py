@@ -15,7 +15,6 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from core import notifications
 from core.destinations import check_webhook_url
 from core.models import (
     SUBSCRIBABLE_EVENTS,
@@ -25,7 +24,10 @@ from core.models import (
     NotificationStatus,
     NotificationSubscription,
 )
-from core.notifications import MAX_ATTEMPTS, create_subscription, notify
+from core.notifications import delivery, recording, signing
+from core.notifications.delivery import MAX_ATTEMPTS
+from core.notifications.recording import notify
+from core.notifications.subscriptions import create_subscription
 from core.tasks import retry_notifications
 from tests.core.notification_receiver import closed_port, serve
 
@@ -111,13 +113,11 @@ def test_a_webhook_is_a_signed_json_post_the_receiver_can_verify(
     assert (attempt.number, attempt.http_status, attempt.outcome) == (1, 200, AttemptOutcome.DELIVERED)
 
     # The reference check a receiver can copy: right secret and fresh timestamp only.
-    assert notifications.verify_signature(
-        secret, request.body, timestamp, request.header("X-Rackplane-Signature")
-    )
-    assert not notifications.verify_signature(
+    assert signing.verify_signature(secret, request.body, timestamp, request.header("X-Rackplane-Signature"))
+    assert not signing.verify_signature(
         secret, request.body + b" ", timestamp, request.header("X-Rackplane-Signature")
     )
-    assert not notifications.verify_signature(
+    assert not signing.verify_signature(
         secret, request.body, timestamp, request.header("X-Rackplane-Signature"), now=int(timestamp) + 301
     )
 
@@ -156,7 +156,7 @@ def test_a_503_is_retried_after_the_backoff_and_then_delivered_with_the_same_id(
         assert request.header("X-Rackplane-Signature") == expected_signature(secret, timestamp, request.body)
 
     # Delivered: nothing more is ever sent.
-    assert notifications.due(now=timezone.now() + timedelta(days=1)) == []
+    assert delivery.due(now=timezone.now() + timedelta(days=1)) == []
 
 
 @pytest.mark.django_db
@@ -184,7 +184,7 @@ def test_a_400_is_not_retried(receiver, allow_private, django_capture_on_commit_
     assert "not retried" in notification.error
     [attempt] = notification.attempt_log.all()
     assert (attempt.http_status, attempt.outcome) == (400, AttemptOutcome.FAILED)
-    assert notifications.due(now=timezone.now() + timedelta(days=1)) == []
+    assert delivery.due(now=timezone.now() + timedelta(days=1)) == []
     retry_notifications()
     assert len(receiver.requests) == 1
 
@@ -221,7 +221,7 @@ def test_it_gives_up_after_the_last_attempt(receiver, allow_private, django_capt
         [notification] = drained()
     # As if MAX_ATTEMPTS - 1 attempts had failed already.
     Notification.objects.filter(pk=notification.pk).update(attempts=MAX_ATTEMPTS - 1)
-    outcome = notifications.deliver(notification.pk)
+    outcome = delivery.deliver(notification.pk)
     assert outcome.status == NotificationStatus.FAILED
     notification.refresh_from_db()
     assert notification.attempts == MAX_ATTEMPTS
@@ -281,9 +281,7 @@ def test_callers_mistakes_are_refused():
     with pytest.raises(TypeError, match="scope"):
         notify(NotificationEvent.TRAY_DRAINED, "drained", {}, scope=[42])
     with pytest.raises(ValueError, match="at most"):
-        notify(
-            NotificationEvent.TRAY_DRAINED, "drained", {"log": "x" * (notifications.MAX_PAYLOAD_BYTES + 1)}
-        )
+        notify(NotificationEvent.TRAY_DRAINED, "drained", {"log": "x" * (recording.MAX_PAYLOAD_BYTES + 1)})
 
 
 @pytest.mark.django_db
@@ -323,7 +321,7 @@ def test_a_test_notification_goes_to_one_subscription_even_disabled(
     target, _ = webhook(receiver.url, name="target", enabled=False)
     webhook(receiver.url, name="bystander")
     with django_capture_on_commit_callbacks(execute=True):
-        notification = notifications.send_test(target, platform_admin)
+        notification = recording.send_test(target, platform_admin)
     [request] = receiver.requests
     body = json.loads(request.body)
     assert body["event"] == "test" and body["payload"]["requested_by"] == "platform-admin"
@@ -342,11 +340,11 @@ def test_a_lost_worker_or_a_lost_message_is_picked_up_by_the_beat(
     with django_capture_on_commit_callbacks():  # the messages are never sent: the broker was down
         lost, claimed = drained(), drained()
     lost, claimed = lost[0], claimed[0]
-    assert notifications.due() == []  # a message may still be on its way
+    assert delivery.due() == []  # a message may still be on its way
     long_ago = timezone.now() - timedelta(minutes=10)
     Notification.objects.filter(pk=lost.pk).update(created_at=long_ago)
     # A worker claimed this one and died.
-    assert notifications.claim(claimed.pk)
+    assert delivery.claim(claimed.pk)
     Notification.objects.filter(pk=claimed.pk).update(claimed_at=long_ago)
 
     result = retry_notifications()
@@ -362,8 +360,8 @@ def test_a_notification_is_claimed_once(receiver, allow_private, django_capture_
     webhook(receiver.url)
     with django_capture_on_commit_callbacks():
         [row] = drained()
-    assert notifications.deliver(row.pk).status == NotificationStatus.DELIVERED
-    again = notifications.deliver(row.pk)  # a duplicate message
+    assert delivery.deliver(row.pk).status == NotificationStatus.DELIVERED
+    again = delivery.deliver(row.pk)  # a duplicate message
     assert again.status == NotificationStatus.DELIVERED and "not claimed" in again.message
     assert len(receiver.requests) == 1
 

@@ -1,4 +1,4 @@
-"""core.parsers: no JSON body can cost the server more than its limits (issue 12, finding 3).
+"""core.parsers: no JSON body can cost the server more than its limits.
 
 Deeply nested JSON (2,500 levels, 6 KB) used to end in a RecursionError, a 500, on every JSON endpoint.
 Each hostile body goes to the real endpoints with a real token; the answer names the limit and nothing is

@@ -20,7 +20,7 @@ from core.models import (
     NotificationEvent,
     NotificationStatus,
 )
-from core.notifications import create_subscription
+from core.notifications.subscriptions import create_subscription
 from integrations.models import ConfigPush, PushStatus
 from inventory.models import PartitionPlan, Rack
 from scheduling.choices import JobState
@@ -92,7 +92,7 @@ def three_departments(db):
 def test_departments_sort_by_network_and_storage(
     client_as, platform_admin, three_departments, key, ascending
 ):
-    client, url = client_as(platform_admin), reverse("tenancy:department-list")
+    client, url = client_as(platform_admin), reverse("scheduling:department-list")
     pattern = r'class="dept-link"[^>]*>([^<]+)<'
     assert _in_order(_get(client, url, sort=key), pattern) == ascending
     assert _in_order(_get(client, url, sort=f"-{key}"), pattern) == ascending[::-1]
@@ -100,7 +100,7 @@ def test_departments_sort_by_network_and_storage(
 
 @pytest.mark.parametrize("raw", UNKNOWN)
 def test_departments_unknown_sort_falls_back_to_names(client_as, platform_admin, three_departments, raw):
-    html = _get(client_as(platform_admin), reverse("tenancy:department-list"), sort=raw)
+    html = _get(client_as(platform_admin), reverse("scheduling:department-list"), sort=raw)
     assert _in_order(html, r'class="dept-link"[^>]*>([^<]+)<') == ["Mars", "Neptune", "Venus"]
 
 
@@ -125,14 +125,14 @@ def _plan_ids(html: str) -> list[int]:
 
 def test_plans_sort_by_partition_count_both_ways(client_as, platform_admin, plans):
     two, none, one = plans
-    client, url = client_as(platform_admin), reverse("inventory:plan-list")
+    client, url = client_as(platform_admin), reverse("integrations:plan-list")
     assert _plan_ids(_get(client, url, sort="partitions")) == [none, one, two]
     assert _plan_ids(_get(client, url, sort="-partitions")) == [two, one, none]
 
 
 @pytest.mark.parametrize("raw", UNKNOWN)
 def test_plans_unknown_sort_falls_back_to_newest_first(client_as, platform_admin, plans, raw):
-    html = _get(client_as(platform_admin), reverse("inventory:plan-list"), sort=raw)
+    html = _get(client_as(platform_admin), reverse("integrations:plan-list"), sort=raw)
     assert _plan_ids(html) == plans[::-1]
 
 
@@ -266,8 +266,8 @@ def test_every_shown_column_sorts_except_the_audit_change_and_last_answer(
     for name in (
         "inventory:rack-list",
         "scheduling:job-list",
-        "tenancy:department-list",
-        "inventory:plan-list",
+        "scheduling:department-list",
+        "integrations:plan-list",
         "integrations:push-list",
     ):
         html = _get(client, reverse(name))

@@ -1,4 +1,4 @@
-"""core.textrule / core.text: the one rule for names and free text (issue 26).
+"""core.textrule / core.text: the one rule for names and free text.
 
 Job names with a newline or a bidi override (U+202E) used to be accepted, by the API and the admin alike,
 while a tray's drain reason refused them; now every name and free-text input holds to one rule, and the error
@@ -45,7 +45,7 @@ REFUSED = [
     ("private\ue000", "private", "U+E000", 8),
     ("non\ufdd0char", "noncharacter", "U+FDD0", 4),
     ("non\U0010ffff", "noncharacter", "U+10FFFF", 4),
-    # Default-ignorable characters outside category Cf print as nothing too (the outside test of issue 26):
+    # Default-ignorable characters outside category Cf print as nothing too (found by an outside test):
     ("admin\u3164", "format", "U+3164 HANGUL FILLER", 6),
     ("a\uffa0b", "format", "U+FFA0 HALFWIDTH HANGUL FILLER", 2),
     ("a\u115fb", "format", "U+115F HANGUL CHOSEONG FILLER", 2),

@@ -1,4 +1,4 @@
-"""Rules that make the text rule and strict bodies hard to forget (issue 26), in the style of
+"""Rules that make the text rule and strict bodies hard to forget, in the style of
 tests/test_architecture.py: they walk what the project declares, so a new endpoint or field is covered
 without anyone listing it.
 

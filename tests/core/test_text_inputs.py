@@ -65,11 +65,11 @@ def test_a_job_name_in_another_script_is_taken(api_as, member_a, research):
 
 
 def test_the_job_service_refuses_it_too(member_a, research):
-    """scheduling.services.submit_job (every other path: resubmission, the admin) runs full_clean: the model
-    field's validator is the rule there."""
+    """scheduling.services.admission.submit_job (every other path: resubmission, the admin) runs full_clean:
+    the model field's validator is the rule there."""
     from django.core.exceptions import ValidationError
 
-    from scheduling.services import submit_job
+    from scheduling.services.admission import submit_job
 
     with pytest.raises(ValidationError) as caught:
         submit_job(

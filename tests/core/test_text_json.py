@@ -1,4 +1,4 @@
-"""core.parsers: a lone surrogate anywhere in a body is a 400 naming where (issue 26).
+"""core.parsers: a lone surrogate anywhere in a body is a 400 naming where.
 
 Python's json module reads `"\\ud800"` into a str that UTF-8 cannot encode; it used to travel on until the
 database, a log or a rendered file failed with a 500.

@@ -1,4 +1,4 @@
-"""Brute force and floods (issue 12, finding 8): sign-in lockout on the portal's and the admin's login forms
+"""Brute force and floods: sign-in lockout on the portal's and the admin's login forms
 (django-axes), API request rates per account and per address with node agents apart (DRF throttles), and
 the one rule that names a client's address behind proxies."""
 

@@ -1,4 +1,4 @@
-"""Unknown and invalid tokens count against the anonymous rate of their address (issue 26, finding 6).
+"""Unknown and invalid tokens count against the anonymous rate of their address.
 
 DRF refuses bad credentials before its throttles run: a flood of guessed tokens used to get 401 after 401,
 never a 429, while the same client without any token was throttled. Now every refused authentication counts

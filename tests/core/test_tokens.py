@@ -1,4 +1,4 @@
-"""API tokens expire and their owner rotates them (issue 12, finding 8): an expired token is a 401 that says
+"""API tokens expire and their owner rotates them: an expired token is a 401 that says
 so, rotation replaces the key (the old one stops at once, the new one is shown once) and is audited without
 the key; platform admins revoke tokens in the Django admin. The page makes a token by Post/Redirect/Get: a
 reload shows the key no more and makes nothing; replacing a working token needs a confirmation."""
@@ -12,7 +12,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from core.models import AuditEvent
-from portal import account
+from portal.pages import account
 from tests import factories
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Tokens never outlive their limits (issue 26, finding 6): rotation keeps a token's kind and expiry (a
+"""Tokens never outlive their limits: rotation keeps a token's kind and expiry (a
 short-lived personal token used to rotate into a 90-day single token that outlived its revocation), the old
 key stops at once, a revoked token is refused on the very next request, and a token used beyond its scope
 stays refused."""

@@ -1,4 +1,4 @@
-"""`rackplane` (portal/cli.py): the command lines it builds, and the real thing: `rackplane migrate` on a
+"""`rackplane` (portal/ops/cli.py): the command lines it builds, and the real thing: `rackplane migrate` on a
 fresh SQLite database, `rackplane serve` under gunicorn answering a request and stopping on SIGTERM."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from portal import cli
+from portal.ops import cli
 
 REPO = Path(__file__).resolve().parents[2]
 RACKPLANE = Path(sys.executable).with_name("rackplane")
@@ -34,7 +34,7 @@ def option(command: list[str], name: str) -> str:
 def test_serve_defaults():
     command = cli.serve_command({}, control_socket=True)
     assert command[:2] == ["gunicorn", "portal.wsgi:application"]
-    assert option(command, "--config") == "python:portal.gunicorn_conf"
+    assert option(command, "--config") == "python:portal.ops.gunicorn_conf"
     assert option(command, "--bind") == "0.0.0.0:8000"
     assert option(command, "--worker-class") == "gthread"
     assert (option(command, "--workers"), option(command, "--threads")) == ("2", "4")
@@ -192,7 +192,7 @@ def applied_migrations(database: Path) -> int:
         return connection.execute("SELECT count(*) FROM django_migrations").fetchone()[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="migrates a fresh database in a subprocess")
 def test_migrate_applies_then_finds_nothing_to_do(tmp_path):
     environ = production_environment(tmp_path)
     first = rackplane("migrate", environ=environ)
@@ -207,7 +207,7 @@ def test_migrate_applies_then_finds_nothing_to_do(tmp_path):
     assert applied_migrations(tmp_path / "rackplane.sqlite3") == count
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="waits out the database wait timeout")
 def test_migrate_fails_clearly_when_the_database_never_answers(tmp_path):
     environ = production_environment(tmp_path)
     environ["DATABASE_URL"] = "postgres://rackplane:x@127.0.0.1:1/rackplane"  # nothing listens on port 1
@@ -220,7 +220,7 @@ def test_migrate_fails_clearly_when_the_database_never_answers(tmp_path):
     assert time.monotonic() - started < 60
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="a fresh Python imports Celery and Django")
 @pytest.mark.parametrize("command", ["worker", "beat"])
 def test_celery_accepts_the_built_command_line(command, tmp_path):
     # click rejects an unknown option before it answers --help: this proves every option we pass exists.
@@ -235,7 +235,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="migrates, starts gunicorn and stops it")
 def test_serve_answers_then_stops_on_sigterm(tmp_path):
     environ = production_environment(tmp_path)
     assert rackplane("migrate", environ=environ).returncode == 0

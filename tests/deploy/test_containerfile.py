@@ -1,7 +1,7 @@
 """The Containerfile, checked as far as this machine allows.
 
 No image can be built here: no registry is reachable for a base image, no container engine is installed
-(README, "Production deployment", says how to build one from a debootstrap root file system). So the file is
+(docs/deployment/image.md says how to build one from a debootstrap root file system). So the file is
 parsed and its promises are checked: two stages, a non-root numeric USER, static files collected at build with
 no secret kept, no ADD of remote URLs, every COPY source present, the entry point; and the build's
 collectstatic step is run here, with the same settings, to prove it works without a database or a real key.
@@ -114,7 +114,7 @@ def test_containerignore_keeps_local_state_out():
     assert not copied & ignored
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="collectstatic in a subprocess")
 def test_the_build_collectstatic_step_works_here(tmp_path):
     """The build's collectstatic RUN, with its settings, into a temporary STATIC_ROOT."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("RACKPLANE_", "DATABASE", "CELERY_"))}

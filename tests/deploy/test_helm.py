@@ -23,7 +23,7 @@ CHART = REPO / "deploy" / "helm" / "rackplane"
 PRODUCTION = CHART / "ci" / "production-values.yaml"
 WORKLOADS = ("Deployment", "Job")
 
-pytestmark = pytest.mark.slow  # subprocesses; the first run builds Helm
+pytestmark = pytest.mark.slow(reason="subprocesses; the first run builds Helm")
 
 
 def helm_run(helm: str, *args: str) -> subprocess.CompletedProcess:

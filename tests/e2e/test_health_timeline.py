@@ -9,12 +9,12 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from inventory import health
 from inventory.demo import seed_datacenter
-from inventory.discovery import faults
+from inventory.discovery import health_report
 from inventory.discovery.nvidia_smi import parse_xml
+from inventory.health.rules import seed_default_rules
+from inventory.ingest.reports import ingest_report
 from inventory.models import ComputeTray
-from inventory.services import ingest_report
 from tests.e2e.browser import sign_in
 from tests.inventory.health_reports import nvidia_smi_xml, xid
 
@@ -24,12 +24,12 @@ PASSWORD = "e2e-operator-password-1"
 @pytest.fixture
 def drained_tray(transactional_db):
     seed_datacenter(racks=2)
-    health.seed_default_rules()  # a transactional test before this one may have flushed the seeded rules
+    seed_default_rules()  # a transactional test before this one may have flushed the seeded rules
     tray = ComputeTray.objects.select_related("rack", "partition").get(hostname="gb-r02-t10")
     now = timezone.now()
-    old, _ = faults.validate_health([xid(13, gpu_index=1, at=now - timedelta(days=3))])
+    old, _ = health_report.validate_health([xid(13, gpu_index=1, at=now - timedelta(days=3))])
     ingest_report(tray.hostname, "xml", parse_xml(nvidia_smi_xml(tray)), old)
-    fault, errors = faults.validate_health(
+    fault, errors = health_report.validate_health(
         [xid(79, gpu_index=2, at=now - timedelta(minutes=5))], agent={"version": "0.1.0", "interval_s": 60}
     )
     assert errors == {}

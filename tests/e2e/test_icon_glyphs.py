@@ -14,8 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from inventory import health
 from inventory.demo import seed_datacenter
+from inventory.health.rules import seed_default_rules
 from inventory.models import ComputeTray
 from tests.e2e.browser import sign_in
 
@@ -95,7 +95,7 @@ def test_every_icon_symbol_has_a_glyph_in_the_pages_fonts(live_server, page, adm
 
 @pytest.mark.e2e
 def test_the_silent_tray_chip_draws_its_pause_sign(live_server, page, admin, shots):
-    health.seed_default_rules()
+    seed_default_rules()
     ComputeTray.objects.filter(hostname="gb-r01-t05").update(
         last_report_at=timezone.now() - timedelta(minutes=42)
     )

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from inventory.demo import seed_datacenter
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
-from scheduling.services import submit_job
+from scheduling.services.admission import submit_job
 from tests.factories import make_department, make_member
 
 PASSWORD = "e2e-researcher-password-1"

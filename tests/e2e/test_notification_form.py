@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from core.models import SUBSCRIBABLE_EVENTS, NotificationSubscription
-from portal.notifications import EVENT_DESCRIPTIONS, HEALTH_EVENTS
+from portal.pages.notifications import EVENT_DESCRIPTIONS, HEALTH_EVENTS
 from tests.e2e.browser import sign_in
 
 PASSWORD = "e2e-admin-password-1"

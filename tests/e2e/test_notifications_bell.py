@@ -1,6 +1,6 @@
 """A member's own notifications in a real browser: she subscribes to "my job finished" in the portal, her
-job finishes (its backend reports it: scheduling.services.finish_job), the bell in the header counts one
-unread, she opens the inbox, follows nothing yet, marks it read (a POST) and the bell goes back to 0.
+job finishes (its backend reports it: scheduling.services.actions.finish_job), the bell in the header counts
+one unread, she opens the inbox, follows nothing yet, marks it read (a POST) and the bell goes back to 0.
 Screenshots at desktop and phone width (390 px) through `shots`."""
 
 import pytest
@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from core.models import InboxItem, NotificationSubscription
 from scheduling.choices import JobState
-from scheduling.services import finish_job
+from scheduling.services.actions import finish_job
 from tests import factories
 from tests.e2e.browser import sign_in
 

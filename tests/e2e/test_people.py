@@ -8,7 +8,8 @@ from playwright.sync_api import expect
 from core.access import Role
 from core.models import AuditAction, AuditEvent
 from inventory.demo import seed_datacenter
-from tenancy.models import Membership, RoleOrigin
+from tenancy.choices import RoleOrigin
+from tenancy.models import Membership
 from tests.e2e.browser import sign_in
 from tests.factories import make_department, make_member, make_user
 

@@ -104,7 +104,7 @@ def test_search_finds_projects_and_jumps_to_a_job_by_its_whole_name(live_server,
     page.screenshot(path=str(shots / "search-projects.png"), full_page=True)
     # Its whole slug goes to its row on the department page.
     search("vision")
-    department_page = reverse("tenancy:department-detail", args=["research"])
+    department_page = reverse("scheduling:department-detail", args=["research"])
     expect(page).to_have_url(f"{live_server.url}{department_page}#project-vision")
     expect(page.locator("#project-vision")).to_contain_text("Vision Models")
     page.screenshot(path=str(shots / "search-landed-on-project.png"), full_page=True)

@@ -14,7 +14,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tenancy.models import GrantedRole, GroupRoleRule
+from tenancy.choices import GrantedRole
+from tenancy.models import GroupRoleRule
 from tests.factories import make_department
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]

@@ -9,15 +9,9 @@ from django.db import IntegrityError, transaction
 
 from core.access import Role, is_admin, leads
 from core.models import AuditEvent
+from tenancy.choices import GrantedRole, IdentityProvider, RoleOrigin
 from tenancy.identity import SignInRefused, account_for, groups_in_scope, sync_roles
-from tenancy.models import (
-    ExternalIdentity,
-    GrantedRole,
-    GroupRoleRule,
-    IdentityProvider,
-    Membership,
-    RoleOrigin,
-)
+from tenancy.models import ExternalIdentity, GroupRoleRule, Membership
 from tenancy.services import set_membership
 from tests.factories import make_department, make_user
 

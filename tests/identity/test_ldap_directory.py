@@ -7,7 +7,8 @@ import pytest
 
 from core.access import is_admin
 from core.models import AuditEvent
-from tenancy.models import ExternalIdentity, GrantedRole, GroupRoleRule, Membership
+from tenancy.choices import GrantedRole
+from tenancy.models import ExternalIdentity, GroupRoleRule, Membership
 from tests.factories import make_user
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]

@@ -7,7 +7,9 @@ import pytest
 
 from core.models import AuditEvent
 from core.posix import PosixIdentity
-from tenancy.models import PosixAccount, PosixSource, posix_identity_of
+from tenancy.choices import PosixSource
+from tenancy.models import PosixAccount
+from tenancy.models.accounts import posix_identity_of
 from tests.factories import give_posix_account
 from tests.identity.test_oidc_provider import CALLBACK, sign_in
 

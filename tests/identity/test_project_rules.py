@@ -11,16 +11,9 @@ from django.db import IntegrityError, transaction
 
 from core.access import Role
 from core.models import AuditEvent
+from tenancy.choices import GrantedRole, IdentityProvider
 from tenancy.identity import account_for, sync_roles
-from tenancy.models import (
-    ExternalIdentity,
-    GrantedRole,
-    GroupRoleRule,
-    IdentityProvider,
-    Membership,
-    Project,
-    ProjectMembership,
-)
+from tenancy.models import ExternalIdentity, GroupRoleRule, Membership, Project, ProjectMembership
 from tenancy.projects import move_member, set_project_member
 from tests.factories import make_user
 

@@ -1,7 +1,7 @@
-"""The single sign-on and LDAP settings read from the environment (portal.settings), as the README gives them:
-off when unset, refused at start with a sentence when half set, and the LDAP searches the variables build
-find the testbed directory's people and groups. Settings are read once per process: each case starts a fresh
-Python."""
+"""The single sign-on and LDAP settings read from the environment (portal.settings), as
+docs/operators/sign-in.md gives them: off when unset, refused at start with a sentence when half set, and
+the LDAP searches the variables build find the testbed directory's people and groups. Settings are read once
+per process: each case starts a fresh Python."""
 
 import os
 import subprocess
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # a fresh Python per case
+pytestmark = pytest.mark.slow(reason="a fresh Python per case")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IDENTITY_VARIABLES = ("OIDC_", "AUTH_LDAP_")

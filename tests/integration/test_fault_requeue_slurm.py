@@ -1,4 +1,4 @@
-"""Issue 15's "done when", on the real Slurm 24.11 testbed (scripts/slurm-testbed.sh): from a node agent's
+"""Fault requeue end to end, on the real Slurm 24.11 testbed (scripts/slurm-testbed.sh): from a node agent's
 XID 79 to the tray back in service.
 
 gb-r01 (the testbed's 18 nodes) is carved 2x9 and pushed to slurmctld; the Slurm target names slurmrestd. A
@@ -33,7 +33,7 @@ from integrations.models import PushStatus
 from integrations.registry import clean_settings
 from integrations.tasks import sync_jobs
 from inventory.choices import TrayState
-from inventory.health import seed_default_rules
+from inventory.health.rules import seed_default_rules
 from inventory.models import ComputeTray, HealthSettings, Rack
 from scheduling.choices import FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import FaultPolicy, Job
@@ -42,7 +42,11 @@ from tenancy.services import save_department
 from tests.agent.conftest import fake_nvidia_smi, issue_token, run_agent, tray_xml, xid_line
 from tests.integration.conftest import carve, give_identity, tenant_people
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow(reason="a live server, the real Slurm testbed and its requeue timers"),
+    pytest.mark.django_db(transaction=True),
+]
 
 CHECK = "sh -c 'echo dcgmi diag -r 2: pass; exit 0'"
 SCRIPT = (

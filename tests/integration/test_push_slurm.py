@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from integrations import pushes, tasks
 from integrations.models import ConfigPush, PushStatus
-from integrations.slurm.render import parse_show_topology
 from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF
+from integrations.slurm.topology import parse_show_topology
 from tests.integration.conftest import carve
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]

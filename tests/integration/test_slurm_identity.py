@@ -19,7 +19,8 @@ import urllib.request
 import pytest
 
 from integrations.jobs import FINISHED_BACKEND_STATES, BackendJobState, BackendRejected, DispatchRequest
-from integrations.slurm.jobs import API, SlurmJobBackend, mint_token
+from integrations.slurm.jobs import SlurmJobBackend
+from integrations.slurm.rest import API, mint_token
 from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
 
 pytestmark = pytest.mark.integration

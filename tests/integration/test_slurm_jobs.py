@@ -27,13 +27,8 @@ from integrations.jobs import (
     BackendUnavailable,
     DispatchRequest,
 )
-from integrations.slurm.jobs import (
-    IMEX_NETWORK,
-    SlurmJobBackend,
-    backend_from_settings,
-    mint_token,
-    submit_payload,
-)
+from integrations.slurm.jobs import SlurmJobBackend, backend_from_settings
+from integrations.slurm.rest import IMEX_NETWORK, mint_token, submit_payload
 
 pytestmark = pytest.mark.integration
 

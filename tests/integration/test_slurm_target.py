@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from integrations.slurm.render import ServiceTier, parse_show_topology
+from integrations.slurm.render import ServiceTier
 from integrations.slurm.target import (
     PREV_SUFFIX,
     RACKPLANE_CONF,
@@ -22,6 +22,7 @@ from integrations.slurm.target import (
     SlurmTarget,
     SlurmUnavailable,
 )
+from integrations.slurm.topology import parse_show_topology
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """A local stand-in for NVIDIA NMX Manager's partition API (http.server in a thread on 127.0.0.1:0).
 
-It speaks the shape NmxFabricManager follows (see scheduling/backends/fabric/nmx.py for the sources):
+It speaks the shape NmxFabricManager follows (see integrations/fabric/nmx.py for the sources):
 `GET/POST /nmx/v1/partitions`, `GET/PUT/DELETE /nmx/v1/partitions/{ID}`, `GET /nmx/v1/operations[/{ID}]`,
 `GET /nmx/v1/gpus`. Writes answer 202 `{"operationId"}` with a Location header; an operation goes pending ->
 in-progress -> completed over successive polls (`operation_steps`) and its change takes effect when it

@@ -8,11 +8,11 @@ from django.test.utils import CaptureQueriesContext
 
 from integrations import state as configstate
 from integrations.kubernetes.render import DEPARTMENT_LABEL, SERVICE_TIER_LABEL
+from integrations.kubernetes.tenants import to_yaml
 from integrations.slurm.render import MANAGED_HEADER
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import JobState
 from scheduling.models import Job
-from tenancy.renderers import to_yaml
 from tenancy.services import dedicate_partition
 from tests.factories import make_department, make_job, run_job
 

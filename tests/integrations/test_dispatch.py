@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from integrations import pushes
 from integrations import state as configstate
-from integrations.kubernetes.jobs import CONTROLLER_UID_LABEL, QUEUE_NAME_LABEL
+from integrations.kubernetes.job_objects import CONTROLLER_UID_LABEL, QUEUE_NAME_LABEL
 from integrations.kubernetes.render import RACK_LABEL
 from integrations.models import ConfigTarget, PushStatus
 from integrations.registry import clean_settings

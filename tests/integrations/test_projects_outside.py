@@ -1,4 +1,4 @@
-"""Projects under departments outside Rackplane (issue 16): the Slurm account tree as exact sacctmgr commands
+"""Projects under departments outside Rackplane: the Slurm account tree as exact sacctmgr commands
 in the configuration output, a project's jobs under its account (Slurm) and in its namespace (Kubernetes).
 
 The Slurm testbed has no slurmdbd, so the commands are checked as text here (scripts/slurm-testbed.sh);
@@ -11,9 +11,9 @@ import pytest
 
 from integrations import state as configstate
 from integrations.jobs import DispatchRequest
-from integrations.kubernetes import jobs as kube_jobs
-from integrations.slurm.jobs import submit_payload
+from integrations.kubernetes import job_objects as kube_jobs
 from integrations.slurm.render import SlurmAccount, render_account_script, sacctmgr_account_commands
+from integrations.slurm.rest import submit_payload
 from tenancy.models import Project
 from tests.factories import make_department
 

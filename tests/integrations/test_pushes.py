@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.models import AuditSource
-from integrations import pushes, tasks
+from integrations import push_runs, pushes, tasks
 from integrations.directory import adapter as directory_adapter
 from integrations.fabric import adapter as fabric_adapter
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
@@ -176,8 +176,8 @@ def test_re_running_a_finished_push_does_nothing(local, monkeypatch, django_capt
 
 def test_claim_is_atomic(local):
     push = ConfigPush.objects.create(target=local, payload={"files": {}})
-    assert pushes.claim(push.pk) is True
-    assert pushes.claim(push.pk) is False
+    assert push_runs.claim(push.pk) is True
+    assert push_runs.claim(push.pk) is False
     push.refresh_from_db()
     assert (push.status, push.attempts) == (PushStatus.RUNNING, 1)
 
@@ -193,7 +193,7 @@ def test_two_workers_claiming_at_once_one_wins(render_dir):
     def worker():
         try:
             barrier.wait()
-            results.append(pushes.claim(push.pk))
+            results.append(push_runs.claim(push.pk))
         finally:
             connection.close()
 
@@ -209,7 +209,7 @@ def test_a_retry_that_is_not_due_is_not_claimed(local):
     push = ConfigPush.objects.create(
         target=local, payload={}, next_attempt_at=timezone.now() + timedelta(minutes=1)
     )
-    assert pushes.claim(push.pk) is False
+    assert push_runs.claim(push.pk) is False
 
 
 def test_a_newer_push_supersedes_a_queued_one(local, django_capture_on_commit_callbacks):
@@ -296,12 +296,12 @@ def test_a_transient_error_leaves_the_push_queued_with_a_retry_note(
 
     # After the last attempt it fails, saying so.
     ConfigPush.objects.filter(pk=push.pk).update(
-        attempts=pushes.MAX_ATTEMPTS - 1, next_attempt_at=timezone.now()
+        attempts=push_runs.MAX_ATTEMPTS - 1, next_attempt_at=timezone.now()
     )
     tasks.retry_stale_pushes()
     push.refresh_from_db()
     assert push.status == PushStatus.FAILED
-    assert f"gave up after {pushes.MAX_ATTEMPTS} attempts" in push.error
+    assert f"gave up after {push_runs.MAX_ATTEMPTS} attempts" in push.error
     assert "What to do:" in push.error
 
 
@@ -381,7 +381,7 @@ def test_invalid_target_settings_fail_the_push_and_a_retry_pushes_again(
 
 def test_a_push_whose_worker_was_lost_is_requeued(local, django_capture_on_commit_callbacks):
     push = ConfigPush.objects.create(target=local, payload={"files": {"a.txt": "a\n"}}, payload_hash="x")
-    assert pushes.claim(push.pk)
+    assert push_runs.claim(push.pk)
     ConfigPush.objects.filter(pk=push.pk).update(updated_at=timezone.now() - timedelta(hours=1))
 
     result = tasks.retry_stale_pushes()

@@ -7,6 +7,7 @@ switches on its name, and no other kind's name is switched on outside its own fo
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from importlib import import_module
@@ -19,8 +20,9 @@ from rest_framework.authtoken.models import Token
 
 from core.access import Role
 from core.errors import ExternalError
+from core.workloads import work_rules
 from integrations import fields as f
-from integrations import pushes, registry
+from integrations import push_runs, pushes, registry
 from integrations import state as configstate
 from integrations.directory.adapter import DirectoryAdapter
 from integrations.kinds import KIND_MODULES
@@ -208,7 +210,7 @@ def test_a_transient_error_leaves_the_push_queued_for_a_retry(
 
     echo.error = None
     ConfigPush.objects.filter(pk=push.pk).update(next_attempt_at=push.created_at)
-    assert pushes.execute(push.pk).status == PushStatus.SUCCEEDED
+    assert push_runs.execute(push.pk).status == PushStatus.SUCCEEDED
     assert len(echo.sent) == 1
 
 
@@ -363,3 +365,98 @@ def test_the_directory_target_is_one_folder_and_one_registration():
         if importer not in inside
     }
     assert importers == set()
+
+
+# --- job-running kinds: one entry each, every capability, nothing else switches on their names ----------
+
+
+def test_every_job_running_kind_provides_every_capability():
+    job_kinds = registry.job_kinds()
+    assert {kind.name: kind.backend for kind in job_kinds} == {"slurm": "slurm", "kubernetes": "kubernetes"}
+    for kind in job_kinds:
+        missing = [name for name in registry.JOB_CAPABILITIES if getattr(kind, name) is None]
+        assert missing == [], f"{kind.name} lacks {missing}"
+        assert kind.work.backend == kind.backend
+        assert registry.job_kind(kind.backend) is kind
+    # What the layers below integrations ask (core.workloads) is exactly what the kinds registered.
+    assert {rule.backend: rule for rule in work_rules()} == {kind.backend: kind.work for kind in job_kinds}
+    # The tray drainers are the job-running kinds' own (integrations.drain asks the registry).
+    assert registry.drainer_kinds() == [kind.name for kind in job_kinds]
+
+
+def test_backend_choices_in_the_job_form_and_api_are_the_registrys():
+    from scheduling.api.serializers import JobSubmitSerializer
+    from scheduling.filters import JobFilter
+
+    expected = registry.backend_choices()
+    assert expected == [("slurm", "Slurm"), ("kubernetes", "Kubernetes")]
+    api = JobSubmitSerializer().fields["backend"]
+    assert sorted(api.choices.items()) == sorted(expected)
+    assert api.default in registry.backends()
+    listing = JobFilter().filters["backend"].extra["choices"]
+    assert sorted(listing) == sorted(expected)
+    # The job form's work sections: one per backend whose rule is registered.
+    assert sorted(rule.backend for rule in work_rules()) == sorted(registry.backends())
+
+
+# Modules that still compare a job's backend to a literal kind name, each with what is left to do. The
+# list may only shrink: a file named here that no longer switches fails the test below too.
+STILL_SWITCHING: set[str] = set()
+
+
+def job_kind_names() -> set[str]:
+    """The job-running kinds' names and backends (every kind's name: the regex test above)."""
+    return {kind.name for kind in registry.job_kinds()} | set(registry.backends())
+
+
+def literal_kind_comparisons(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of `x == "slurm"`, `x != "kubernetes"`, `x in ("slurm", ...)`, `"slurm" in x` and the same
+    with `Backend.SLURM`/`Backend.KUBERNETES` (scheduling.choices: the enum's members are kind names)."""
+
+    def is_name(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value in names
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            return node.value.id == "Backend" and node.attr.lower() in names
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(is_name(element) for element in node.elts)
+        return False
+
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops)
+        and any(is_name(side) for side in (node.left, *node.comparators))
+    )
+
+
+def test_literal_kind_comparisons_are_found():
+    names = {"slurm", "kubernetes"}
+    source = """
+if job.backend == "slurm": pass
+if backend != Backend.KUBERNETES: pass
+x = [b for b in backends if b not in ("slurm", "kubernetes")]
+y = "slurm" in backends
+z = kind == "gpu" or key in ("slots", "name")
+"""
+    assert literal_kind_comparisons(ast.parse(source), names) == [2, 3, 4, 5]
+
+
+def test_nothing_outside_a_kinds_folder_and_the_registry_compares_a_kind_to_its_name():
+    names = job_kind_names()
+    folders = set(kind_folders().values())
+    allowed = {ROOT / "integrations" / "registry.py", ROOT / "integrations" / "kinds.py"}
+    found, still = [], set()
+    for path in source_files():
+        if path.suffix != ".py" or path in allowed or any(folder in path.parents for folder in folders):
+            continue
+        lines = literal_kind_comparisons(ast.parse(path.read_text()), names)
+        relative = str(path.relative_to(ROOT))
+        if relative in STILL_SWITCHING:
+            if lines:
+                still.add(relative)
+            continue
+        found += [f"{relative}:{line}" for line in lines]
+    assert found == []
+    assert still == STILL_SWITCHING  # a file that stopped switching leaves the list

@@ -67,7 +67,7 @@ def test_the_job_form_says_why(client, demo_inventory, department_a, slurm_targe
         "backend": "slurm",
         "script": SCRIPT,
     }
-    response = client.post(reverse("job-new"), data)
+    response = client.post(reverse("scheduling:job-new"), data)
     assert response.status_code == 400 and NO_IDENTITY in response.content.decode()
     assert not Job.objects.exists()
 

@@ -1,4 +1,4 @@
-"""A configuration target's text settings are held to the text rule (issue 26, outside test).
+"""A configuration target's text settings are held to the text rule (found by an outside test).
 
 Names, reasons and job text refuse control, bidi and invisible characters everywhere; a target's settings
 (its directory, slurm.conf directory, slurmrestd user, CA file, addresses, tokens) did not: the target form

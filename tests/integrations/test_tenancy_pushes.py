@@ -73,7 +73,7 @@ def test_raising_a_guarantee_on_the_edit_page_pushes_the_new_quota(
 ):
     with django_capture_on_commit_callbacks(execute=True):
         response = client_as(platform_admin).post(
-            reverse("tenancy:department-edit", args=["research"]),
+            reverse("integrations:department-edit", args=["research"]),
             edit_form(research, guaranteed_gpus=120),
             follow=True,
         )
@@ -94,7 +94,7 @@ def test_without_an_enabled_target_the_edit_page_says_nothing_was_pushed(
     ConfigTarget.objects.update(enabled=False)  # the data migration's local target, among others
     with django_capture_on_commit_callbacks(execute=True):
         response = client_as(platform_admin).post(
-            reverse("tenancy:department-edit", args=["research"]),
+            reverse("integrations:department-edit", args=["research"]),
             edit_form(research, guaranteed_gpus=104),
             follow=True,
         )
@@ -108,7 +108,7 @@ def test_a_change_nothing_renders_queues_nothing(
     """Weight and priority are scheduling decisions and memberships are the portal's: no file holds them."""
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client_as(platform_admin).post(
-            reverse("tenancy:department-edit", args=["research"]),
+            reverse("integrations:department-edit", args=["research"]),
             edit_form(research, over_quota_weight="2.50", priority=3),
             follow=True,
         )

@@ -10,8 +10,9 @@ from django.urls import reverse
 
 from integrations.models import ConfigTarget
 from integrations.trays import sync_tray
-from inventory import health
 from inventory.choices import TrayState
+from inventory.health.actions import drain_tray
+from inventory.health.returns import return_to_service
 from inventory.models import ComputeTray
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -43,7 +44,7 @@ def test_a_drained_tray_is_cordoned_and_tainted_and_returns_uncordoned(
     tray, target, kube, kube_proxy, django_capture_on_commit_callbacks, admin_client
 ):
     with django_capture_on_commit_callbacks(execute=True):
-        health.drain_tray(tray, "XID 79 on GPU-0 (test)")
+        drain_tray(tray, "XID 79 on GPU-0 (test)")
     live = node(kube, tray)
     assert live["spec"]["unschedulable"] is True
     assert any(t["key"] == TAINT and t["effect"] == "NoSchedule" for t in live["spec"]["taints"])
@@ -58,7 +59,7 @@ def test_a_drained_tray_is_cordoned_and_tainted_and_returns_uncordoned(
     assert "gb-cluster" in page and outcome["message"] in page
 
     with django_capture_on_commit_callbacks(execute=True):
-        health.return_to_service(tray, force=True, note="fixed")
+        return_to_service(tray, force=True, note="fixed")
     live = node(kube, tray)
     assert not live["spec"].get("unschedulable")
     assert not any(t["key"] == TAINT for t in live["spec"].get("taints") or [])
@@ -73,7 +74,7 @@ def test_an_unreachable_api_server_is_recorded_and_retried(
 ):
     kube_proxy.refuse_connections()
     with django_capture_on_commit_callbacks(execute=True):
-        health.drain_tray(tray, "XID 79 on GPU-0 (test)")
+        drain_tray(tray, "XID 79 on GPU-0 (test)")
     tray.refresh_from_db()
     [outcome] = tray.scheduler_state
     assert outcome["action"] == "failed" and outcome["transient"] is True

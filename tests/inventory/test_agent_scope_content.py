@@ -1,4 +1,4 @@
-"""Issue 26, finding 5: an agent token's scope covers what its report says, not only the host it names.
+"""An agent token's scope covers what its report says, not only the host it names.
 
 A rack's (or a host's) agent token may report only for its trays; before this, a report for one of them
 that listed GPUs the inventory had on another rack's tray moved them onto the reporting tray (unless that

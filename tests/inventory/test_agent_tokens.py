@@ -1,4 +1,4 @@
-"""Issue 12, finding 1 (the rest): agent tokens bound to the hosts they may report for.
+"""Agent tokens bound to the hosts they may report for.
 
 A token is issued for one rack (all its trays) or one host, in the portal or by `manage.py
 discovery_agent_token`; only a hash of its secret is stored. Discovery reports and telemetry pushes outside
@@ -23,8 +23,9 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from core.models import AuditEvent
-from inventory import agent_tokens, views
+from inventory import agent_tokens
 from inventory.models import AgentToken, ComputeTray, Gpu, Rack
+from inventory.views import agent_tokens as views
 from tenancy.models import GpuActivity
 from tests import factories
 

@@ -421,7 +421,7 @@ def wipe_inventory():
     Rack.objects.all().delete()
 
 
-@pytest.mark.slow  # grows the data to compare query counts
+@pytest.mark.slow(reason="grows the data to compare query counts")
 @pytest.mark.parametrize("url", LISTS)
 def test_list_query_count_does_not_grow_with_rows_or_page_size(
     url, demo_inventory, client, django_assert_num_queries

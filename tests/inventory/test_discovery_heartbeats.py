@@ -1,6 +1,6 @@
 """Discovery at fleet scale: a report identical to the node's last one is a heartbeat (last-seen time only,
 batched), the agent may send the report's hash instead of its body, and changed reports are reconciled
-in bulk with every rule kept (inventory.services, inventory.api.discovery)."""
+in bulk with every rule kept (inventory.ingest.heartbeats, inventory.api.discovery)."""
 
 from datetime import timedelta
 
@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.models import AuditEvent
-from inventory import services
 from inventory.choices import GpuHealth
+from inventory.ingest import heartbeats
 from inventory.models import ComputeTray, Gpu, HealthEvent, NVLinkPartition
 from tests.factories import node_report, token_client
 
@@ -222,7 +222,7 @@ def test_heartbeats_are_batched_outside_a_transaction(transactional_db, settings
     seed_datacenter(racks=3)
     client = token_client(node_agent)
     settings.RACKPLANE_HEARTBEAT_BATCH_S = 3600  # the batch thread will not write during this test
-    services.flush_heartbeats()
+    heartbeats.flush_heartbeats()
     sha256 = client.post(URL, body(tray()), format="json").json()["report_sha256"]
     seen = tray().last_report_at
     with CaptureQueriesContext(connection) as queries:
@@ -230,14 +230,14 @@ def test_heartbeats_are_batched_outside_a_transaction(transactional_db, settings
     assert answer.status_code == 200 and answer.json()["unchanged"] is True
     assert writes(queries.captured_queries) == []
     assert tray().last_report_at == seen
-    assert services.flush_heartbeats() == 1
+    assert heartbeats.flush_heartbeats() == 1
     assert tray().last_report_at > seen
-    assert services.flush_heartbeats() == 0
+    assert heartbeats.flush_heartbeats() == 0
 
 
 def test_last_seen_never_goes_back(agent):
     agent.post(URL, body(tray()), format="json")
     later = timezone.now() + timedelta(minutes=5)
     ComputeTray.objects.filter(hostname=HOST).update(last_report_at=later)
-    services._write_last_seen({tray().pk: timezone.now()})
+    heartbeats._write_last_seen({tray().pk: timezone.now()})
     assert tray().last_report_at == later

@@ -1,4 +1,4 @@
-"""Reconciling node reports with the inventory: inventory.services.ingest_report / check_report."""
+"""Reconciling node reports with the inventory: inventory.ingest.reports: ingest_report / check_report."""
 
 import uuid
 
@@ -6,8 +6,10 @@ import pytest
 from django.utils import timezone
 
 from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
+from inventory.ingest.gpus import CLAIM_WINDOW
+from inventory.ingest.reports import check_report, ingest_report
+from inventory.ingest.results import UnknownHost
 from inventory.models import ComputeTray, Gpu, Rack
-from inventory.services import CLAIM_WINDOW, UnknownHost, check_report, ingest_report
 
 pytestmark = pytest.mark.django_db
 

@@ -11,15 +11,15 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from inventory import health
 from inventory.choices import HealthKind, RuleAction, TrayState
-from inventory.discovery.faults import NODE_SILENT_RULE
+from inventory.discovery.rule_defaults import NODE_SILENT_RULE
+from inventory.health.rules import seed_default_rules
 from inventory.models import ComputeTray, HealthRule, HealthSettings
-from inventory.services import silent_policy
-from scheduling import pass_inputs
+from inventory.staleness import silent_policy
+from scheduling import pass_cache, pass_inputs
 from scheduling.choices import JobState, Topology
 from scheduling.models import Job
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from tests.factories import free_trays, make_department
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def go_silent(*hosts: str, minutes: int = 30, all_but: tuple[str, ...] = ()) -> 
 
 
 def node_silent_rule() -> HealthRule:
-    health.seed_default_rules()
+    seed_default_rules()
     return HealthRule.objects.get(kind=HealthKind.NODE_SILENT)
 
 
@@ -90,13 +90,13 @@ def test_the_api_shows_and_filters_stale_trays(demo_inventory, admin_client_logg
 def test_the_rack_view_and_the_tray_page_show_the_silence(demo_inventory, admin_client_logged_in):
     node_silent_rule()
     go_silent(SILENT, minutes=42)
-    page = admin_client_logged_in.get(reverse("inventory:rack-detail", args=["gb-r01"])).content.decode()
+    page = admin_client_logged_in.get(reverse("scheduling:rack-detail", args=["gb-r01"])).content.decode()
     assert 'data-silent-trays="1"' in page
     assert page.count("silent-badge") == 1
     row = page[page.index(f'data-tray-hostname="{SILENT}"') :]
     row = row[: row.index("</li>")]
     assert "silent-badge" in row and "silent 42" in row and "no new work is placed on it" in row
-    other = admin_client_logged_in.get(reverse("inventory:rack-detail", args=["gb-r02"])).content.decode()
+    other = admin_client_logged_in.get(reverse("scheduling:rack-detail", args=["gb-r02"])).content.decode()
     assert "silent-badge" not in other and "data-silent-trays" not in other
 
     pk = ComputeTray.objects.get(hostname=SILENT).pk
@@ -133,7 +133,7 @@ def test_the_scheduler_places_no_new_work_on_silent_trays(demo_inventory):
     """Every up tray but two is silent: of three whole-tray jobs two start, on the two that report, and
     the third waits. Nothing is drained."""
     node_silent_rule()
-    pass_inputs.forget()
+    pass_cache.forget()
     hosts = schedulable_hosts()
     reporting = hosts[:2]
     go_silent(all_but=tuple(reporting))
@@ -152,7 +152,7 @@ def test_with_the_rule_set_to_warn_silent_trays_get_work(demo_inventory):
     rule = node_silent_rule()
     rule.action = RuleAction.WARN
     rule.save()
-    pass_inputs.forget()
+    pass_cache.forget()
     go_silent(all_but=("none",))
     jobs = whole_tray_jobs(3)
     run_pass()
@@ -163,7 +163,7 @@ def test_a_disabled_rule_does_not_hold_either(demo_inventory):
     rule = node_silent_rule()
     rule.enabled = False
     rule.save()
-    pass_inputs.forget()
+    pass_cache.forget()
     go_silent(all_but=("none",))
     jobs = whole_tray_jobs(1)
     run_pass()
@@ -172,7 +172,7 @@ def test_a_disabled_rule_does_not_hold_either(demo_inventory):
 
 def test_a_tray_that_reports_again_gets_work_again(demo_inventory):
     node_silent_rule()
-    pass_inputs.forget()
+    pass_cache.forget()
     hosts = schedulable_hosts()
     go_silent(all_but=("none",))
     jobs = whole_tray_jobs(1)
@@ -187,7 +187,7 @@ def test_a_tray_that_reports_again_gets_work_again(demo_inventory):
 def test_a_one_gpu_job_is_not_placed_on_a_silent_tray_either(demo_inventory):
     """Partial-tray jobs too: with every schedulable tray silent, a 1-GPU job waits."""
     node_silent_rule()
-    pass_inputs.forget()
+    pass_cache.forget()
     go_silent(all_but=("no-such-host",))
     research = make_department("Research", guaranteed_gpus=120)
     job = Job.objects.create(department=research, name="one-gpu", gpus=1, topology=Topology.ANY)
@@ -202,14 +202,14 @@ def test_gpus_a_preemption_frees_on_a_silent_tray_take_no_new_work(demo_inventor
     from tests.factories import make_job
 
     node_silent_rule()
-    pass_inputs.forget()
+    pass_cache.forget()
     research = make_department("Research", guaranteed_gpus=0)
     tray = free_trays(1)[0]
     running = make_job(research, "on-a-silent-tray", trays=[tray])
     go_silent(tray.hostname)
     rows = pass_inputs.read_running()
-    state = pass_inputs.read({row[0]: row[-1] for row in rows})
-    pass_inputs.silence(state)
+    state = pass_cache.read({row[0]: row[-1] for row in rows})
+    pass_cache.silence(state)
     cluster = state.cluster
     free_before = cluster.free_gpus
     cluster.release(running.pk)  # what a preemption does in the engine

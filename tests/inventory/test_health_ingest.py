@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from inventory.choices import HealthKind, HealthSource, TrayState
-from inventory.discovery import faults
+from inventory.discovery import faults, health_report
 from inventory.discovery.nvidia_smi import FabricFlag, RecoveryAction, parse_xml
 from inventory.models import ComputeTray, HealthAction, HealthCheckResult, HealthEvent, HealthSettings
 from tests.factories import token_client
@@ -267,8 +267,11 @@ def test_a_dry_run_checks_health_input_and_writes_nothing(agent):
 
 
 def test_the_validator_is_the_same_for_every_path():
-    """The API, a command or a test calling the service pass the same check (faults.validate_health)."""
-    health, errors = faults.validate_health([GOOD_XID], [GOOD_CHECK], {"version": "2", "interval_s": 30})
+    """The API, a command or a test calling the service pass the same check
+    (health_report.validate_health)."""
+    health, errors = health_report.validate_health(
+        [GOOD_XID], [GOOD_CHECK], {"version": "2", "interval_s": 30}
+    )
     assert errors == {} and health.xids[0].pci == (8, 1, 0) and health.checks[0].passed
-    health, errors = faults.validate_health("not a list", [{}], {"version": 2})
+    health, errors = health_report.validate_health("not a list", [{}], {"version": 2})
     assert set(errors) == {"xids", "checks", "agent"} and not health

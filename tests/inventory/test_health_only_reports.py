@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from inventory import health
 from inventory.choices import TrayState
+from inventory.health.actions import HealthError, drain_tray
 from inventory.models import ComputeTray, Gpu, HealthEvent
 from tests.factories import token_client
 from tests.inventory.health_reports import URL, xid
@@ -113,8 +113,8 @@ def test_an_old_fault_is_recorded_as_history_and_drains_nothing(agent):
 
 def test_a_drained_tray_is_not_drained_again_over_its_reason(demo_inventory):
     tray = ComputeTray.objects.get(hostname=HOST)
-    health.drain_tray(tray, "fan swap")
-    with pytest.raises(health.HealthError, match="already drain"):
-        health.drain_tray(tray, "another reason")
+    drain_tray(tray, "fan swap")
+    with pytest.raises(HealthError, match="already drain"):
+        drain_tray(tray, "another reason")
     tray.refresh_from_db()
     assert tray.state_reason.endswith("fan swap")

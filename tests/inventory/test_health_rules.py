@@ -6,9 +6,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from inventory import agent_tokens, health
+from inventory import agent_tokens
 from inventory.choices import ActionKind, HealthKind, RuleAction, TrayState
-from inventory.discovery import faults
+from inventory.discovery import faults, rule_defaults
+from inventory.health.actions import HealthError, drain_tray, tray_health_changed
+from inventory.health.returns import return_eligibility, return_to_service
+from inventory.health.rules import breaker_tripped, reset_breaker
+from inventory.health.timeline import timeline
 from inventory.models import (
     ComputeTray,
     HealthAction,
@@ -56,7 +60,7 @@ def kinds(t) -> list[str]:
 
 def test_the_seeded_rules_are_nvidias_catalog_defaults(db):
     rules = list(HealthRule.objects.all())
-    assert {r.name for r in rules} == {r.name for r in faults.default_rules()}
+    assert {r.name for r in rules} == {r.name for r in rule_defaults.default_rules()}
 
     def action_for(number):
         matched = {r.action for r in rules if r.matches(HealthKind.XID, number, str(number), None)}
@@ -95,7 +99,7 @@ def test_xid_79_drains_the_tray_with_a_reason_saying_who_and_why(agent, django_c
     gpu = t.gpus.get(index=1)
     SchedulingRequest.objects.all().delete()
     heard = []
-    health.tray_health_changed.connect(lambda **kw: heard.append(kw), weak=False, dispatch_uid="test-heard")
+    tray_health_changed.connect(lambda **kw: heard.append(kw), weak=False, dispatch_uid="test-heard")
     try:
         with django_capture_on_commit_callbacks() as callbacks:
             outcome = post(agent, t, xids=[xid(79, gpu_index=1)])
@@ -106,7 +110,7 @@ def test_xid_79_drains_the_tray_with_a_reason_saying_who_and_why(agent, django_c
         for callback in callbacks:
             callback()
     finally:
-        health.tray_health_changed.disconnect(dispatch_uid="test-heard")
+        tray_health_changed.disconnect(dispatch_uid="test-heard")
     t = tray()
     assert t.state == TrayState.DRAIN
     assert t.state_reason.startswith(f"rackplane: XID 79 (GPU_HAS_FALLEN_OFF_THE_BUS) on {gpu.uuid} at ")
@@ -118,7 +122,7 @@ def test_xid_79_drains_the_tray_with_a_reason_saying_who_and_why(agent, django_c
     # Backends (Slurm, Kubernetes, notifications) hear of it once it committed.
     assert heard == [
         {
-            "signal": health.tray_health_changed,
+            "signal": tray_health_changed,
             "sender": ComputeTray,
             "tray_id": t.pk,
             "state": TrayState.DRAIN,
@@ -184,7 +188,7 @@ def test_an_nvlink_fault_degrades_the_whole_partition_and_recovers(agent, outsid
 
     # Another tray of the partition sees the degrade in its timeline.
     neighbour = partition.trays.exclude(pk=t.pk).first()
-    entries, _ = health.timeline(outsider, tray=neighbour)
+    entries, _ = timeline(outsider, tray=neighbour)
     assert [entry.item for entry in entries] == [degrade]
 
     # Quiet for return_after_s on every tray of the partition: no longer degraded.
@@ -217,15 +221,13 @@ def test_the_circuit_breaker_stops_draining_past_its_share_and_alerts(
     settings(breaker_percent=5)  # 54 trays: at most 2 per window
     trays = [tray(f"gb-r03-t{slot:02d}") for slot in (1, 2, 3, 4)]
     alerts = []
-    health.breaker_tripped.connect(
-        lambda **kw: alerts.append(kw["note"]), weak=False, dispatch_uid="test-alerts"
-    )
+    breaker_tripped.connect(lambda **kw: alerts.append(kw["note"]), weak=False, dispatch_uid="test-alerts")
     try:
         with django_capture_on_commit_callbacks(execute=True):
             for t in trays:
                 post(agent, t, xids=[xid(79)])
     finally:
-        health.breaker_tripped.disconnect(dispatch_uid="test-alerts")
+        breaker_tripped.disconnect(dispatch_uid="test-alerts")
     states = [tray(t.hostname).state for t in trays]
     assert states == [TrayState.DRAIN, TrayState.DRAIN, TrayState.UP, TrayState.UP]
     assert kinds(trays[2]) == [ActionKind.BREAKER_TRIPPED, ActionKind.BLOCKED]
@@ -238,7 +240,7 @@ def test_the_circuit_breaker_stops_draining_past_its_share_and_alerts(
 
     # Cleared by an admin: the rules drain again (the window still counts two, so one more is too many only
     # once the window is over; here a quiet fleet lets it through).
-    health.reset_breaker()
+    reset_breaker()
     HealthAction.objects.filter(kind=ActionKind.DRAIN).update(created_at=timezone.now() - timedelta(hours=2))
     post(agent, trays[3], xids=[xid(79, at=timezone.now())])
     assert tray(trays[3].hostname).state == TrayState.DRAIN
@@ -292,7 +294,7 @@ def test_a_repeat_offender_goes_to_needs_service_and_never_returns_by_itself(age
         post(agent, t, xids=[xid(79, at=timezone.now())])
         if fault < 2:
             assert tray().state == TrayState.DRAIN
-            health.return_to_service(tray(), force=True)
+            return_to_service(tray(), force=True)
     t = tray()
     assert t.state == TrayState.NEEDS_SERVICE
     assert t.state_reason.startswith("rackplane: needs service: 3 faults in 7 days, the last XID 79")
@@ -301,7 +303,7 @@ def test_a_repeat_offender_goes_to_needs_service_and_never_returns_by_itself(age
     for _ in range(2):  # healthy reports do not bring it back
         post(agent, t)
     assert tray().state == TrayState.NEEDS_SERVICE
-    assert "needs service" in health.return_eligibility(tray()).why
+    assert "needs service" in return_eligibility(tray()).why
 
 
 # --- return to service --------------------------------------------------------------------------------------
@@ -315,7 +317,7 @@ def test_a_drained_tray_returns_after_healthy_reports_for_the_configured_time(ag
     post(agent, t)  # healthy, but not for long enough
     t = tray()
     assert t.state == TrayState.DRAIN and t.healthy_since is not None
-    verdict = health.return_eligibility(t)
+    verdict = return_eligibility(t)
     assert not verdict.eligible and "more minutes" in verdict.why
 
     ComputeTray.objects.filter(pk=t.pk).update(healthy_since=timezone.now() - timedelta(minutes=31))
@@ -333,7 +335,7 @@ def test_a_fault_in_between_restarts_the_healthy_time(agent):
     ComputeTray.objects.filter(pk=t.pk).update(healthy_since=timezone.now() - timedelta(minutes=20))
     post(agent, t, nvidia_smi=nvidia_smi_xml(t, recovery={0: "GPU Reset Required"}))
     assert tray().healthy_since is None
-    assert not health.return_eligibility(tray()).eligible
+    assert not return_eligibility(tray()).eligible
 
 
 def test_return_needs_the_configured_check_to_pass_after_the_fault(agent):
@@ -351,7 +353,7 @@ def test_return_needs_the_configured_check_to_pass_after_the_fault(agent):
     post(agent, t, xids=[xid(79)])
     post(agent, t)
     assert tray().state == TrayState.DRAIN
-    assert "no 'dcgmi diag -r 2' check has run since it was drained" in health.return_eligibility(tray()).why
+    assert "no 'dcgmi diag -r 2' check has run since it was drained" in return_eligibility(tray()).why
 
     failed = {**check, "exit_status": 1, "output": "Fail: memory", "started": timezone.now().isoformat()}
     post(agent, t, checks=[failed])
@@ -378,13 +380,13 @@ def test_auto_return_off_records_that_it_would_return(agent):
 
 def test_drain_and_return_by_hand(platform_admin, demo_inventory):
     t = tray()
-    action = health.drain_tray(t, "reseating GPU 2", actor=platform_admin)
+    action = drain_tray(t, "reseating GPU 2", actor=platform_admin)
     t = tray()
     assert t.state_reason == "rackplane: platform-admin: reseating GPU 2"
     assert (action.kind, action.actor) == (ActionKind.DRAIN, platform_admin)
-    with pytest.raises(health.HealthError, match="has not reported it healthy"):
-        health.return_to_service(t, actor=platform_admin)
-    health.return_to_service(t, actor=platform_admin, force=True, note="reseated")
+    with pytest.raises(HealthError, match="has not reported it healthy"):
+        return_to_service(t, actor=platform_admin)
+    return_to_service(t, actor=platform_admin, force=True, note="reseated")
     t = tray()
     assert t.state == TrayState.UP
     last = HealthAction.objects.filter(tray=t).first()
@@ -393,18 +395,18 @@ def test_drain_and_return_by_hand(platform_admin, demo_inventory):
     ComputeTray.objects.filter(pk=t.pk).update(
         state=TrayState.MAINTENANCE, state_reason="slurm: maint window"
     )
-    with pytest.raises(health.HealthError, match="another owner's reason"):
-        health.return_to_service(tray(), force=True)
-    with pytest.raises(health.HealthError, match="owner's reason is kept"):
-        health.drain_tray(tray(), "x")
-    with pytest.raises(health.HealthError, match="Say why"):
-        health.drain_tray(tray("gb-r02-t11"), "  ")
+    with pytest.raises(HealthError, match="another owner's reason"):
+        return_to_service(tray(), force=True)
+    with pytest.raises(HealthError, match="owner's reason is kept"):
+        drain_tray(tray(), "x")
+    with pytest.raises(HealthError, match="Say why"):
+        drain_tray(tray("gb-r02-t11"), "  ")
 
 
 def test_a_manual_drain_is_not_returned_by_the_rules(agent, platform_admin):
     settings(return_after_s=0)
     t = tray()
-    health.drain_tray(t, "burn-in", actor=platform_admin)
+    drain_tray(t, "burn-in", actor=platform_admin)
     post(agent, t)
     post(agent, t)
     assert tray().state == TrayState.DRAIN
@@ -525,7 +527,7 @@ def test_platform_admins_edit_rules_and_settings_in_the_admin(client, platform_a
     assert bad.status_code == 200 and "The last XID cannot come before the first." in bad.content.decode()
 
     t = tray()
-    health.drain_tray(t, "burn-in", actor=platform_admin)
+    drain_tray(t, "burn-in", actor=platform_admin)
     response = client.post(
         "/admin/inventory/computetray/", {"action": "return_to_service", "_selected_action": [t.pk]}
     )

@@ -1,4 +1,4 @@
-"""Inventory names are refused at save when Slurm or Kubernetes cannot take them (issue 26, inventory.names).
+"""Inventory names are refused at save when Slurm or Kubernetes cannot take them (inventory.names).
 
 A rack name with a space used to be saved and then stop the push of every target at render time. Now the
 rules are the renderers' own: whatever a model validator accepts, the real renderers accept (hypothesis over
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from integrations import state as configstate
 from integrations.kubernetes.render import NodeSpec, PartitionSpec, RackSpec, partition_flavor_name
-from integrations.slurm.render import SlurmBlock, SlurmNode, render_node_lines, render_topology_conf
+from integrations.slurm.render import SlurmNode, render_node_lines, render_topology_conf
+from integrations.slurm.topology import SlurmBlock
 from inventory import names
 from inventory.models import ComputeTray, NVLinkPartition, Rack
 from tests.factories import token_client

@@ -609,7 +609,7 @@ cluster_values = st.one_of(st.none(), st.just(NO_CLUSTER), uuids)  # None -> N/A
 clique_values = st.integers(min_value=0, max_value=MAX_REPORTED_CLIQUE_ID)  # beyond: test_report_validation
 
 
-@pytest.mark.slow  # generated cases: make test-fast leaves them to make test
+@pytest.mark.slow(reason="generated cases: make test-fast leaves them to make test")
 @settings(deadline=None, max_examples=150)
 @given(
     rows=st.lists(st.tuples(gpu_uuids, cluster_values, clique_values), min_size=1, max_size=8),
@@ -678,7 +678,7 @@ def render_q(gpus, width: int) -> str:
     return "\n".join(out)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="generated cases")
 @settings(deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(
     gpus=st.lists(
@@ -722,7 +722,7 @@ reported_gpus = st.builds(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="generated cases")
 @settings(deadline=None, max_examples=300)
 @given(specs=st.lists(reported_gpus, min_size=0, max_size=6), expected=st.sampled_from([None, RACK]))
 def test_tray_clique_is_set_iff_all_fabric_attached_gpus_agree(specs, expected):

@@ -142,7 +142,7 @@ def test_departments_must_exist():
 
 
 def test_findings_are_grouped_per_job_one_finding_listing_its_trays():
-    # One job on all 18 trays (issue 18: 18 near-identical boxes for one job): one finding, every tray named.
+    # One job on all 18 trays (not 18 near-identical boxes for one job): one finding, every tray named.
     trays = rack(**{f"t{s:02d}": {"running_jobs": ("train-big",)} for s in range(1, 19)})
     trays[0] = TrayInfo(1, "gb-r01-t01", partition="default", running_jobs=("train-big", "probe-1"))
     refused = check_plan("gb-r01", trays, preset_layout("2x9"))

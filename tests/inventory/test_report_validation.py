@@ -1,4 +1,4 @@
-"""Issue 12, findings 1 and 4: no node report corrupts the inventory or causes a 500, whatever path it takes.
+"""No node report corrupts the inventory or causes a 500, whatever path it takes.
 
 Each hostile report goes through every input path: the structured JSON API, raw nvidia-smi text/XML/CSV in the
 API body, and `manage.py ingest_nvidia_smi` run as from a shell. Each is refused (400, or the command exits
@@ -20,9 +20,10 @@ from django.utils import timezone
 
 from core.models import AuditEvent
 from inventory.discovery.nvidia_smi import ReportError, parse_any, validate_report
+from inventory.ingest.gpus import CLAIM_WINDOW
+from inventory.ingest.reports import ingest_report
 from inventory.management.commands.ingest_nvidia_smi import Command as IngestCommand
 from inventory.models import ComputeTray, Gpu, Rack
-from inventory.services import CLAIM_WINDOW, ingest_report
 from tests.factories import token_client
 
 pytestmark = pytest.mark.django_db

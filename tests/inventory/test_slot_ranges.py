@@ -1,4 +1,4 @@
-"""Partition-plan tray ranges are bounded by the rack before they are expanded (issue 12, finding 6).
+"""Partition-plan tray ranges are bounded by the rack before they are expanded.
 
 `"1-200000"` used to be expanded into 200,000 slots (a 21.7 MB answer, 250 MB more server memory), through
 the API and the wizard alike. Now a range outside the rack's 18 trays, or one that names a tray again, is a
@@ -93,7 +93,7 @@ def test_parse_ranges_checks_bounds_before_expanding():
 
 
 def wizard(view, **params) -> str:
-    return reverse(f"inventory:{view}", args=["gb-r01"]) + "?" + urlencode(params, doseq=True)
+    return reverse(f"integrations:{view}", args=["gb-r01"]) + "?" + urlencode(params, doseq=True)
 
 
 @pytest.fixture

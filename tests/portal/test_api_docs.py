@@ -35,7 +35,7 @@ def test_schema_and_docs_need_a_login(client):
         assert "Location" not in response, url
 
 
-@pytest.mark.slow  # generates the whole OpenAPI schema
+@pytest.mark.slow(reason="generates the whole OpenAPI schema")
 def test_schema_is_served_and_describes_the_inventory_api(user_client):
     response = user_client.get("/api/schema/")
     assert response.status_code == 200
@@ -53,7 +53,7 @@ def test_schema_is_served_and_describes_the_inventory_api(user_client):
     assert {"tokenAuth", "cookieAuth"} <= set(schema["components"]["securitySchemes"])
 
 
-@pytest.mark.slow  # generates the whole OpenAPI schema
+@pytest.mark.slow(reason="generates the whole OpenAPI schema")
 def test_schema_generates_valid_without_warnings(tmp_path):
     # Same as `manage.py spectacular --validate --fail-on-warn`: a warning or an invalid schema raises.
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))

@@ -6,11 +6,12 @@ import json
 import pytest
 from django.conf import settings
 
-from portal.demo import seed_tenants
+from portal.demo.seeding import seed_tenants
 from portal.management.commands.seed_demo import adopt_running_jobs
 from scheduling.choices import Backend, JobState
 from scheduling.models import Job
-from tenancy.models import Membership, PosixAccount, PosixSource
+from tenancy.choices import PosixSource
+from tenancy.models import Membership, PosixAccount
 
 pytestmark = pytest.mark.django_db
 

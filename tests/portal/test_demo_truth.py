@@ -14,10 +14,10 @@ from integrations.tasks import sync_jobs
 from inventory.choices import FabricState, GpuHealth, TrayState
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu
-from portal.demo import NAME_PREFIX, seed_tenants
+from portal.demo.seeding import NAME_PREFIX, seed_tenants
 from scheduling.choices import HOLDING_STATES, JobEventKind, JobState, PriorityClass, Topology
 from scheduling.models import Allocation, Job, JobEvent
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot
 from tenancy.quota import in_quota_prefix
 from tests.factories import seed_demo
@@ -212,7 +212,7 @@ def test_the_demo_make_run_shows_is_true(var_dir):
     # The simulated nodes do not report every minute: the demo's node-silent rule warns, so the demo keeps
     # scheduling once its trays read as silent.
     from inventory.models import HealthRule
-    from inventory.services import silent_policy
+    from inventory.staleness import silent_policy
 
     assert not silent_policy().hold
     assert HealthRule.objects.get(kind="node_silent").action == "warn"

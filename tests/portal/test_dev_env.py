@@ -12,7 +12,7 @@ import pytest
 
 from tests.fresh_clone import REPO_ROOT, shell_env
 
-pytestmark = pytest.mark.slow  # a fresh Python per case
+pytestmark = pytest.mark.slow(reason="a fresh Python per case")
 
 PRINT_SETTINGS = (
     "import django; django.setup(); from django.conf import settings; "

@@ -1,4 +1,4 @@
-"""/healthz, /readyz and /metrics (portal.health): probes with a pod IP as Host in production mode, the
+"""/healthz, /readyz and /metrics (portal.ops.health): probes with a pod IP as Host in production mode, the
 readiness checks against real failures (a closed port, an unapplied migration, an unwritable broker folder),
 and who may read the metrics."""
 
@@ -9,7 +9,7 @@ import pytest
 from django.db import connections
 from django.db.migrations.recorder import MigrationRecorder
 
-from portal import health
+from portal.ops import health
 
 POD_IP = "10.42.3.17"  # what a kubelet sends as Host (the pod's address), never in ALLOWED_HOSTS
 
@@ -219,4 +219,4 @@ def test_metrics_without_a_token_are_open_to_loopback_in_development(settings, c
 
 
 def test_settings_route_the_probes_before_everything_else(settings):
-    assert settings.MIDDLEWARE[0] == "portal.health.ProbeMiddleware"
+    assert settings.MIDDLEWARE[0] == "portal.ops.health.ProbeMiddleware"

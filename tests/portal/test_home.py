@@ -10,7 +10,8 @@ from inventory.selectors import overview
 
 pytestmark = pytest.mark.django_db
 
-# Session + user, the user's roles (which home: portal.views.home), then the overview's own aggregate queries.
+# Session + user, the user's roles (which home: portal.pages.home.home), then the overview's own aggregate
+# queries.
 OVERVIEW_MAX_QUERIES = 11
 
 
@@ -76,7 +77,7 @@ def test_overview_counts_and_problems(user_client, demo_inventory):
     # The in-progress fabric problem the seed puts on gb-r03's tray 5, linking to its rack.
     assert "gb-r03-t05" in html
     assert "fabric registration is still in progress" in html
-    assert reverse("inventory:rack-detail", args=["gb-r03"]) + "#tray-5" in html
+    assert reverse("scheduling:rack-detail", args=["gb-r03"]) + "#tray-5" in html
     # Unhealthy GPUs are listed.
     for gpu in Gpu.objects.filter(health=GpuHealth.UNHEALTHY)[:3]:
         assert reverse("inventory:gpu-detail", args=[gpu.pk]) in html

@@ -1,4 +1,5 @@
-"""Users' own notifications (portal.my_notifications, core.inbox, core.notifications): subscriptions only to
+"""Users' own notifications (portal.pages.my_notifications, core.inbox, core.notifications): subscriptions
+only to
 one's own jobs and led departments (other users' ids and other departments refused, nothing saved), events
 emitted where they happen and heard only by those they are about, the bell's count, read by POST only."""
 
@@ -10,7 +11,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from core import inbox, notifications
+from core import inbox
 from core.models import (
     InboxItem,
     Notification,
@@ -18,8 +19,9 @@ from core.models import (
     NotificationEvent,
     NotificationSubscription,
 )
+from core.notifications import recording, signing
 from scheduling.choices import JobEventKind, JobState
-from scheduling.services import finish_job, notify_job
+from scheduling.services.actions import finish_job, notify_job
 from tests.core.notification_receiver import serve
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +103,7 @@ def test_owned_subscription_without_scope_hears_nothing_unless_admin(member_a, p
         NotificationSubscription.objects.create(
             name="all", channel=NotificationChannel.PORTAL, events=["push_failed"], owner=owner
         )
-    notifications.notify(NotificationEvent.PUSH_FAILED, "Push #1 to local failed", scope=["target:local"])
+    recording.notify(NotificationEvent.PUSH_FAILED, "Push #1 to local failed", scope=["target:local"])
     assert list(InboxItem.objects.values_list("user", flat=True)) == [platform_admin.pk]
 
 
@@ -131,7 +133,7 @@ def test_idle_threshold_is_heard_when_crossed(lead_a, department_a):
     )
     scope = f"department:{department_a.slug}"
     for idle, before in ((6, 0), (12, 6), (16, 12)):
-        notifications.notify(
+        recording.notify(
             NotificationEvent.IDLE_GPUS,
             f"{idle} idle",
             {"idle_gpus": idle, "previous_idle_gpus": before},
@@ -173,7 +175,7 @@ def test_webhook_and_email_subscriptions_deliver_through_the_existing_mechanism(
     [request] = receiver.requests
     body = json.loads(request.body)
     assert body["event"] == "job_started" and body["payload"]["job"] == job.pk
-    assert notifications.verify_signature(
+    assert signing.verify_signature(
         secret, request.body, request.header("X-Rackplane-Timestamp"), request.header("X-Rackplane-Signature")
     )
 
@@ -194,8 +196,8 @@ def test_bell_count_and_mark_read_by_post_only(client_as, member_a, member_b):
         scope=f"user:{member_b.pk}",
     )
     for n in range(3):
-        notifications.notify("job_finished", f"job {n} finished", scope=[f"user:{member_a.pk}"])
-    notifications.notify("job_finished", "b's job finished", scope=[f"user:{member_b.pk}"])
+        recording.notify("job_finished", f"job {n} finished", scope=[f"user:{member_a.pk}"])
+    recording.notify("job_finished", "b's job finished", scope=[f"user:{member_b.pk}"])
     client = client_as(member_a)
     home = client.get("/").content.decode()
     assert 'hx-get="/account/inbox/bell/" hx-trigger="load, every 60s"' in home  # the count comes by itself

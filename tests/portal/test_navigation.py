@@ -49,7 +49,7 @@ def test_the_header_has_the_search_box(client_as):
 
 
 def test_the_current_section_is_marked(client_as):
-    html = client_as("platform_admin").get(reverse("inventory:plan-list")).content.decode()
+    html = client_as("platform_admin").get(reverse("integrations:plan-list")).content.decode()
     nav = NAV.search(html).group(1)
     assert re.search(r'href="/inventory/plans/" aria-current="page">Partition plans', nav)
     assert 'aria-current="page">Racks' not in nav
@@ -92,7 +92,7 @@ def test_a_lead_sees_their_departments_work_not_the_fleet(
     assert [j.pk for j in work.pending_jobs] == [pending.pk]
     assert "alpha-training" in html and "alpha-waiting" in html and "Waiting for 16 GPUs." in html
     assert "beta-training" not in html and other.name not in html
-    assert reverse("tenancy:department-detail", args=[department_a.slug]) in html
+    assert reverse("scheduling:department-detail", args=[department_a.slug]) in html
 
 
 def test_a_members_home_shows_idle_gpus_of_their_department(
@@ -175,7 +175,7 @@ def test_django_admin_is_branded(client_as):
 
 def test_the_403_page_is_styled_and_says_why_with_debug_off(client_as, settings):
     settings.DEBUG = False
-    response = client_as("member_a").get(reverse("inventory:plan-list"))
+    response = client_as("member_a").get(reverse("integrations:plan-list"))
     assert response.status_code == 403
     html = response.content.decode()
     assert "<h1>Not allowed</h1>" in html

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from core.models import InboxItem, NotificationChannel, NotificationSubscription
 from scheduling.choices import JobEventKind
 from scheduling.models import Job
-from scheduling.services import notify_job
+from scheduling.services.actions import notify_job
 
 pytestmark = pytest.mark.django_db
 

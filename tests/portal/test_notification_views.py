@@ -8,9 +8,9 @@ import json
 import pytest
 from django.urls import reverse
 
-from core import notifications
 from core.models import SUBSCRIBABLE_EVENTS, AuditEvent, Notification, NotificationSubscription
-from core.notifications import create_subscription
+from core.notifications import recording
+from core.notifications.subscriptions import create_subscription
 from tests.core.notification_receiver import serve
 
 pytestmark = pytest.mark.django_db
@@ -401,7 +401,7 @@ def test_the_django_admin_shows_subscriptions_and_deliveries_never_the_secret(
     subscription, secret = create_subscription(
         name="pager", channel="webhook", url=receiver.url, events=ALL_EVENTS
     )
-    notification = notifications.send_test(subscription)  # no transaction open: sent at once
+    notification = recording.send_test(subscription)  # no transaction open: sent at once
     pages = [
         reverse("admin:core_notificationsubscription_changelist"),
         reverse("admin:core_notificationsubscription_change", args=[subscription.pk]),

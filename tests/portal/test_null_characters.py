@@ -1,8 +1,8 @@
-"""A NUL (`%00`) in a URL is a 400 before any view runs (issue 26, outside test in production mode).
+"""A NUL (`%00`) in a URL is a 400 before any view runs (found by an outside test in production mode).
 
 On PostgreSQL, GET /api/v1/racks/gb%00/, /api/v1/departments/<slug>/members/bob%00/ and
 /api/v1/projects/?department=a%00 answered 500: the view looked the value up and PostgreSQL's text cannot
-hold U+0000 (psycopg DataError). SQLite takes it, so the suite never saw it. portal.middleware
+hold U+0000 (psycopg DataError). SQLite takes it, so the suite never saw it. portal.web.middleware
 .NullCharacterMiddleware now refuses a NUL anywhere in the path or the query string, for the API (JSON) and
 the pages alike, before a lookup can reach the database.
 """

@@ -1,4 +1,4 @@
-"""Personal API tokens (issue 16): every user makes (named, with an expiry), lists and revokes their own on
+"""Personal API tokens: every user makes (named, with an expiry), lists and revokes their own on
 the portal; the key is shown once (Post/Redirect/Get) and stored hashed; platform admins see and revoke
 anyone's; the API takes them and refuses an expired, revoked or unknown one with a 401 that says which. The
 older single token keeps working beside them."""
@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from core import tokens
 from core.models import AuditEvent, PersonalToken
-from portal import account
+from portal.pages import account
 from scheduling.choices import JobState
 from scheduling.models import Job
 from tests.factories import make_department

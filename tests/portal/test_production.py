@@ -1,7 +1,7 @@
 """The production stack as deployed: gunicorn serving portal.wsgi with DEBUG off, a random SECRET_KEY and
 explicit hosts. Unknown URLs are 404 (never 500) for everyone, every response carries the security headers,
 RACKPLANE_TLS=1 adds HSTS and Secure cookies, the settings refuse wildcard hosts and weak keys, and
-`manage.py check --deploy` is clean in the documented production configuration (README: Production settings).
+`manage.py check --deploy` is clean in the documented production configuration (docs/deployment/settings.md).
 
 Settings are read once per process, so each case starts its own Python (or gunicorn) with a controlled
 environment.
@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-pytestmark = pytest.mark.slow  # subprocesses: migrate, gunicorn, fresh Pythons
+pytestmark = pytest.mark.slow(reason="subprocesses: migrate, gunicorn, fresh Pythons")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).parent / "gunicorn"

@@ -1,4 +1,5 @@
-"""Global search (portal.search): every kind, the jump to an exact match, visibility, bad input, cost."""
+"""Global search (portal.pages.search): every kind, the jump to an exact match, visibility, bad input,
+cost."""
 
 import pytest
 from django.db import connection
@@ -6,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from inventory.models import ComputeTray, Gpu, Rack
-from portal.search import LIMIT, MAX_QUERY
+from portal.pages.search import LIMIT, MAX_QUERY
 from tests.factories import make_job, make_member
 
 pytestmark = pytest.mark.django_db
@@ -97,10 +98,10 @@ def test_a_rack_name_and_a_cluster_uuid_jump_to_the_rack(client_as, demo_invento
     rack = Rack.objects.get(name="gb-r02")
     client = client_as("member_a")
     assert client.get(SEARCH, {"q": "gb-r02"})["Location"] == reverse(
-        "inventory:rack-detail", args=["gb-r02"]
+        "scheduling:rack-detail", args=["gb-r02"]
     )
     response = client.get(SEARCH, {"q": str(rack.cluster_uuid).upper()})
-    assert response["Location"] == reverse("inventory:rack-detail", args=["gb-r02"])
+    assert response["Location"] == reverse("scheduling:rack-detail", args=["gb-r02"])
 
 
 def test_a_rack_prefix_lists_racks(client_as, demo_inventory):
@@ -126,7 +127,7 @@ def test_departments_and_users(client_as, department_a, lead_a, member_a):
     assert kinds(response)["department"] == ["Alpha"]
     response = client.get(SEARCH, {"q": "member-"})
     assert kinds(response)["user"] == ["member-a"]
-    assert reverse("tenancy:department-detail", args=[department_a.slug]) in response.content.decode()
+    assert reverse("scheduling:department-detail", args=[department_a.slug]) in response.content.decode()
 
 
 def test_results_per_kind_are_bounded_with_a_count_of_the_rest(client_as, demo_inventory):
@@ -212,7 +213,8 @@ def test_control_characters_are_searched_as_spaces(client_as, demo_inventory):
     response = client.get(SEARCH, {"q": "gb\x1br01\x7f"})
     assert response.status_code == 200
     assert response.context["q"] == "gb r01"
-    # A NUL is refused before any view (portal.middleware.NullCharacterMiddleware: PostgreSQL cannot hold it).
+    # A NUL is refused before any view (portal.web.middleware.NullCharacterMiddleware: PostgreSQL cannot hold
+    # it).
     assert client.get(SEARCH, {"q": "\x00gb-r01-t05"}).status_code == 400
 
 
@@ -223,7 +225,7 @@ def test_wrong_types_in_the_query_string(client_as, demo_inventory):
     assert response.status_code == 200 and "results" not in response.context
     # Repeated q: the last one is searched.
     response = client.get(SEARCH + "?q=nothing&q=gb-r02")
-    assert response["Location"] == reverse("inventory:rack-detail", args=["gb-r02"])
+    assert response["Location"] == reverse("scheduling:rack-detail", args=["gb-r02"])
     for q in ("%", "_", "'; DROP TABLE inventory_gpu; --", "\\", "99999999999999999999999"):
         response = client.get(SEARCH, {"q": q})
         assert response.status_code == 200, q
@@ -246,13 +248,13 @@ def test_the_number_of_queries_does_not_grow_with_the_results(client_as, departm
     assert len(many) <= len(few) + 2
 
 
-# --- the fast path (issue 18: p95 under 100 ms at 1,000 racks) ----------------------------------------------
+# --- the fast path (the goal: p95 under 100 ms at 1,000 racks) ----------------------------------------------
 
 
 def test_the_exact_fast_path_names_the_same_object_as_the_full_search(
     client_as, department_a, department_b, member_a, platform_admin
 ):
-    from portal.search import exact_url, search
+    from portal.pages.search import exact_url, search
 
     tray = ComputeTray.objects.get(hostname="gb-r02-t05")
     gpu = Gpu.objects.filter(tray=tray).order_by("index").first()

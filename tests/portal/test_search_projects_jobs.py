@@ -1,4 +1,5 @@
-"""Global search (portal.search) finds projects (by name or slug, as `Project.objects.visible_to` allows) and
+"""Global search (portal.pages.search) finds projects (by name or slug, as `Project.objects.visible_to`
+allows) and
 jumps to a job by its whole name when one visible job has it; several jobs of one name are listed, those
 first. The cost stays a fixed number of queries whatever the number of rows."""
 
@@ -7,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from portal.search import exact_url, search
+from portal.pages.search import exact_url, search
 from scheduling.choices import JobState
 from tenancy.models import Project, ProjectMembership
 from tests.factories import make_department, make_job
@@ -40,7 +41,9 @@ def kinds(response) -> dict[str, list[str]]:
 
 
 def project_url(project) -> str:
-    return reverse("tenancy:department-detail", args=[project.department.slug]) + f"#project-{project.slug}"
+    return (
+        reverse("scheduling:department-detail", args=[project.department.slug]) + f"#project-{project.slug}"
+    )
 
 
 # --- projects -----------------------------------------------------------------------------------------------
@@ -63,7 +66,7 @@ def test_a_projects_whole_name_or_slug_jumps_to_it(client_as, vision):
         assert response.status_code == 302, q
         assert response["Location"] == project_url(vision)
     # The place it jumps to exists: the project's row on its department page.
-    page = client.get(reverse("tenancy:department-detail", args=["alpha"])).content.decode()
+    page = client.get(reverse("scheduling:department-detail", args=["alpha"])).content.decode()
     assert 'id="project-vision"' in page
 
 
@@ -138,7 +141,7 @@ def test_a_department_goes_before_a_project_and_a_job_of_the_same_name(
     Project.objects.create(department=department_a, name="Alpha Team", slug="alpha")
     make_job(department_a, "alpha", JobState.PENDING)
     assert client_as(member_a).get(SEARCH, {"q": "alpha"})["Location"] == reverse(
-        "tenancy:department-detail", args=["alpha"]
+        "scheduling:department-detail", args=["alpha"]
     )
 
 

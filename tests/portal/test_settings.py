@@ -13,7 +13,7 @@ import pytest
 
 from portal.settings import DEV_SECRET_KEY
 
-pytestmark = pytest.mark.slow  # a fresh Python per case
+pytestmark = pytest.mark.slow(reason="a fresh Python per case")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REAL_KEY = secrets.token_urlsafe(40)  # made per run: a real, random key

@@ -226,7 +226,7 @@ def test_departments_sort_and_export_with_usage(client_as, platform_admin, demo_
     factories.make_department("Large", guaranteed_gpus=64)
     factories.make_department("Medium", guaranteed_gpus=16)
     client = client_as(platform_admin)
-    url = reverse("tenancy:department-list")
+    url = reverse("scheduling:department-list")
     html = client.get(url, {"sort": "-guarantee"}).content.decode()
     assert _names_in(html, "dept-link") == ["Large", "Medium", "Small"]
     rows = _csv(client.get(url, {"sort": "guarantee", "export": "csv"}))
@@ -239,7 +239,7 @@ def test_plans_and_pushes_sort(client_as, platform_admin, demo_inventory):
         ConfigPush.objects.create(target=factories.local_target(), reason="test", status=PushStatus.SUCCEEDED)
         PartitionPlan.objects.create(rack=Rack.objects.first(), layout=[], base_layout="")
     client = client_as(platform_admin)
-    for url in (reverse("inventory:plan-list"), reverse("integrations:push-list")):
+    for url in (reverse("integrations:plan-list"), reverse("integrations:push-list")):
         response = client.get(url, {"sort": "created", "per_page": 25})
         assert response.status_code == 200, url
         assert 'aria-sort="ascending"' in response.content.decode(), url

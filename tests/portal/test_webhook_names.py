@@ -1,6 +1,6 @@
 """One name, one webhook (core.models.NotificationSubscription.clean): the portal's Webhooks & email page, its
 edit page and the Django admin refuse a name another webhook of the same owner has, whatever its case, and
-write nothing; people's own webhooks (portal.my_notifications, named for them) get a number instead."""
+write nothing; people's own webhooks (portal.pages.my_notifications, named for them) get a number instead."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 from core.access import Role
 from core.enqueue import send_now
-from integrations import pushes
+from integrations import push_runs, pushes
 from integrations.dispatch import LOST_AFTER
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from portal.celery import app as celery_app
@@ -117,7 +117,7 @@ def test_a_push_queued_while_the_broker_is_down_is_sent_by_the_beat(demo_invento
     push.refresh_from_db()
     assert push.status == PushStatus.QUEUED and push.attempts == 0
     assert "could not reach the task queue" in push.log
-    assert pushes.due_pushes() == [push.pk]  # due at the beat's next run, not LOST_QUEUED later
+    assert push_runs.due_pushes() == [push.pk]  # due at the beat's next run, not LOST_QUEUED later
 
     with use_broker(None):
         result = celery_app.tasks["integrations.tasks.retry_stale_pushes"].delay().get()

@@ -16,15 +16,16 @@ from django.utils import timezone
 
 from core.audit import update_recorded
 from core.models import AuditEvent, Notification, NotificationEvent
-from core.notifications import create_subscription
-from inventory import health
+from core.notifications.subscriptions import create_subscription
 from inventory.choices import TrayState
-from inventory.models import ComputeTray, NVLinkPartition
+from inventory.health.actions import drain_tray
+from inventory.health.ingest import record_admin_event
+from inventory.models import ComputeTray, HealthSettings, NVLinkPartition
 from scheduling import requeue
 from scheduling.choices import FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import Allocation, BackendCancel, FaultPolicy, Job
 from scheduling.requeue import REQUEUE, SIGNAL, WAIT, decide
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from tests.factories import free_trays, make_department, make_job
 
 pytestmark = pytest.mark.django_db
@@ -81,7 +82,7 @@ def xid_79(tray: ComputeTray, capture) -> None:
     """An XID 79 on the tray's first GPU, judged by the default rules (drain), the commit's callbacks run."""
     uuid = tray.gpus.order_by("index").first().uuid
     with capture(execute=True):
-        health.record_admin_event(tray, code="", xid=79, gpu_uuid=uuid, message="NVRM: Xid 79, fell off")
+        record_admin_event(tray, code="", xid=79, gpu_uuid=uuid, message="NVRM: Xid 79, fell off")
     tray.refresh_from_db()
     assert tray.state == TrayState.DRAIN, tray.state_reason
 
@@ -195,7 +196,7 @@ def test_wait_and_maintenance_let_running_jobs_finish(
 
     xid_79(first, django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):  # build's policy is stop, but this is maintenance
-        health.drain_tray(second, "maintenance: fan swap", actor=platform_admin)
+        drain_tray(second, "maintenance: fan swap", actor=platform_admin)
 
     for job in (serving, built):
         job.refresh_from_db()
@@ -212,14 +213,14 @@ def test_an_admins_drain_for_a_fault_follows_the_policy(
     [tray] = up_trays("gb-r03", 1)
     job = make_job(research, "build", trays=[tray], priority_class=PriorityClass.BUILD, backend_id="11")
     with django_capture_on_commit_callbacks(execute=True):
-        health.drain_tray(tray, "GPU 2 ECC errors reported by the technician", actor=platform_admin)
+        drain_tray(tray, "GPU 2 ECC errors reported by the technician", actor=platform_admin)
     job.refresh_from_db()
     assert job.fault_requeues == 1
     assert "GPU 2 ECC errors reported by the technician drained" in job.events.get(kind="requeued").message
 
 
 def test_the_policies_are_shown_on_the_health_settings_page(admin_client, db):
-    health.HealthSettings.load()
+    HealthSettings.load()
     page = admin_client.get("/admin/inventory/healthsettings/1/change/").content.decode()
     assert "Running work on a failing tray" in page
     assert (
@@ -241,7 +242,7 @@ def test_a_degraded_partition_takes_no_new_job_spanning_trays_and_the_reason_say
     assert len(rack3) == 18
     uuid = rack3[4].gpus.order_by("index").first().uuid
     with django_capture_on_commit_callbacks(execute=True):
-        health.record_admin_event(rack3[4], code="", xid=149, gpu_uuid=uuid)
+        record_admin_event(rack3[4], code="", xid=149, gpu_uuid=uuid)
     partition = NVLinkPartition.objects.get(pk=rack3[0].partition_id)
     assert partition.degraded_reason
     rack3 = [t for t in rack3 if ComputeTray.objects.get(pk=t.pk).state == TrayState.UP]

@@ -1,4 +1,4 @@
-"""Guarantees for gang jobs: the engine's rules for in-quota gangs (issue 14), each checked on its own.
+"""Guarantees for gang jobs: the engine's rules for in-quota gangs, each checked on its own.
 
 * in-quota work is never preempted, whatever the cluster holds (property);
 * reclaim takes borrowers in order (least priority, most recently started first) and, of the placements

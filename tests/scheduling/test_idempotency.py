@@ -1,4 +1,4 @@
-"""An Idempotency-Key reused with a different request is a 422, never the first job (issue 12, finding 9).
+"""An Idempotency-Key reused with a different request is a 422, never the first job.
 
 It used to answer 200 with the first job, so a client that reused a key by mistake lost its second job
 without a word. As the IETF Idempotency-Key draft says: the same key and the same request get the first
@@ -11,7 +11,7 @@ import pytest
 from django.apps import apps
 
 from scheduling.models import Job, JobEvent
-from scheduling.services import submission_fingerprint
+from scheduling.services.admission import submission_fingerprint
 from tenancy.models import Membership
 from tests.factories import make_department
 
@@ -121,8 +121,8 @@ def test_the_migration_fingerprints_older_jobs_as_the_service_does(submit):
 
 @pytest.mark.parametrize("key", ["k\u00c0\u0080x", "k\u0085x", "caf\u00e9"])
 def test_a_key_that_is_not_printable_ascii_is_a_400_and_makes_nothing(submit, key):
-    # What a client's UTF-8 bytes in the header become once WSGI decodes them as Latin-1 (issue 26, outside
-    # test): C1 controls and mojibake were stored as the key.
+    # What a client's UTF-8 bytes in the header become once WSGI decodes them as Latin-1 (found by an
+    # outside test): C1 controls and mojibake were stored as the key.
     response = submit(key)
     assert response.status_code == 400, response.content
     assert "printable ASCII" in response.json()["Idempotency-Key"][0]

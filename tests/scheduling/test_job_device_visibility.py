@@ -1,4 +1,4 @@
-"""Device visibility comes only from the scheduler (issue 26): POST /api/v1/jobs/ refuses a job whose
+"""Device visibility comes only from the scheduler: POST /api/v1/jobs/ refuses a job whose
 environment sets a variable the NVIDIA container runtime or CUDA reads to choose GPUs, MIG instances, IMEX
 channels or driver capabilities (core.devices), in any case, with a 400 naming the variable, and makes no
 job; ordinary variables are still taken."""

@@ -41,7 +41,7 @@ def test_the_jobs_list_has_a_project_column_linking_to_the_projects_row(client, 
     client.force_login(member_a)
     html = client.get(JOBS).content.decode()
     assert '<a href="?sort=project"' in html or "sort=project" in html  # a sortable header
-    department_page = reverse("tenancy:department-detail", args=["alpha"])
+    department_page = reverse("scheduling:department-detail", args=["alpha"])
     assert f'<td class="project"><a href="{department_page}#project-zeta">Zeta</a></td>' in html
     assert f'<td class="project"><a href="{department_page}#project-beta-team">Beta team</a></td>' in html
     assert '<td class="project"></td>' in html  # job-none: blank
@@ -141,7 +141,7 @@ def test_the_job_page_and_the_resubmit_page_say_the_topology_alike(client, depar
     job = make_job(department_a, "done", JobState.COMPLETED, submitted_by=member, gpus=8, **fields)
     client.force_login(member)
     detail = client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
-    resubmit = client.get(reverse("job-resubmit", args=[job.pk]))
+    resubmit = client.get(reverse("scheduling:job-resubmit", args=[job.pk]))
     assert resubmit.status_code == 200
     assert f"<dd>{words}</dd>" in detail
     assert f"<dd>{words}</dd>" in resubmit.content.decode()

@@ -1,4 +1,4 @@
-"""Jobs filtered by project (issue 16): `GET /api/v1/jobs/?project=<slug>` and the jobs page's Project filter.
+"""Jobs filtered by project: `GET /api/v1/jobs/?project=<slug>` and the jobs page's Project filter.
 The slug, the word a job's `project` shows (the id is no longer read). Strict, like the other filters: a
 slug that is unknown, a number, or a project of a department whose jobs the user cannot see is a 400 naming
 `project` (the same answer for all: no probing), as is a project of another department than the

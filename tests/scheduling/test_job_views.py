@@ -170,7 +170,7 @@ def test_htmx_gets_the_table_and_polling_stops_when_nothing_is_active(client_as,
     assert 'id="job-table"' in client.get(LIST).content.decode()
 
 
-@pytest.mark.slow  # grows the data to compare query counts
+@pytest.mark.slow(reason="grows the data to compare query counts")
 def test_list_queries_do_not_grow_with_the_jobs(
     client_as, department_a, lead_a, member_a, django_assert_max_num_queries
 ):
@@ -349,7 +349,7 @@ def test_the_rack_view_marks_exactly_the_jobs_trays(client_as, department_b, mem
     other = make_job(department_b, "vision-neighbour", trays=free_trays(1, skip=0))
     rack = "gb-r02"
     assert {host.rsplit("-t", 1)[0] for host in job.placement} == {rack}
-    url = reverse("inventory:rack-detail", args=[rack])
+    url = reverse("scheduling:rack-detail", args=[rack])
 
     html = client_as("member_a").get(url, {"job": job.pk}).content.decode()
     marked = set(re.findall(rf'id="tray-(\d+)" data-job-tray="{job.pk}"', html))
@@ -373,7 +373,7 @@ def test_the_rack_view_marks_exactly_the_jobs_trays(client_as, department_b, mem
 
     # Without ?job= nothing is highlighted; another department's job is shown without its name.
     plain = client_as("member_a").get(
-        reverse("inventory:rack-detail", args=[other.placement[0].rsplit("-t", 1)[0]])
+        reverse("scheduling:rack-detail", args=[other.placement[0].rsplit("-t", 1)[0]])
     )
     plain_html = plain.content.decode()
     assert "data-job-tray" not in plain_html and "vision-neighbour" not in plain_html
@@ -384,7 +384,7 @@ def test_the_rack_view_marks_exactly_the_jobs_trays(client_as, department_b, mem
     assert "marked-job" not in outsider
 
 
-@pytest.mark.slow  # grows the data to compare query counts
+@pytest.mark.slow(reason="grows the data to compare query counts")
 def test_the_rack_view_stays_within_its_queries_with_jobs(
     client_as, department_a, department_b, member_a, django_assert_max_num_queries
 ):
@@ -394,13 +394,13 @@ def test_the_rack_view_stays_within_its_queries_with_jobs(
     rack = trays[0].rack.name
     job = Job.objects.get(name="job-1")
     client = client_as("member_a")
-    client.get(reverse("inventory:rack-detail", args=[rack]))
+    client.get(reverse("scheduling:rack-detail", args=[rack]))
     # Session, user, rack, partitions, trays, GPUs with the job holding each, dedications, the menu's roles,
     # the "node silent" rule (stale trays); ?job= adds the job.
     with django_assert_max_num_queries(9):
-        assert client.get(reverse("inventory:rack-detail", args=[rack])).status_code == 200
+        assert client.get(reverse("scheduling:rack-detail", args=[rack])).status_code == 200
     with django_assert_max_num_queries(10):
-        response = client.get(reverse("inventory:rack-detail", args=[rack]), {"job": job.pk})
+        response = client.get(reverse("scheduling:rack-detail", args=[rack]), {"job": job.pk})
     assert re.findall(r'data-job-tray="(\d+)"', response.content.decode()) == [str(job.pk)]
 
 
@@ -412,7 +412,7 @@ def test_the_department_dashboard_shows_each_running_jobs_share(client_as, depar
     big = make_job(research, "big-train", trays=free_trays(6))
     small = make_job(research, "small-train", trays=free_trays(2))
     queued = make_job(research, "waiting-train", JobState.PENDING, gpus=8)
-    response = client_as("lead_a").get(reverse("tenancy:department-detail", args=["research"]))
+    response = client_as("lead_a").get(reverse("scheduling:department-detail", args=["research"]))
     html = response.content.decode()
     shares = dict(re.findall(r'<tr data-job="(\d+)">.*?data-share="([\d.]+)"', html, re.S))
     assert shares == {str(big.pk): "75.0", str(small.pk): "25.0"}
@@ -430,7 +430,7 @@ def test_the_admin_dashboard_counts_running_and_pending_jobs(client_as, departme
     make_job(department_a, "r1", trays=free_trays(1))
     make_job(department_a, "r2", JobState.STARTING, trays=free_trays(1, skip=1))
     make_job(department_a, "r3", JobState.PENDING)
-    html = client_as("platform_admin").get(reverse("tenancy:admin-dashboard")).content.decode()
+    html = client_as("platform_admin").get(reverse("scheduling:admin-dashboard")).content.decode()
     row = re.search(r'<tr data-department="research">(.*?)</tr>', html, re.S).group(1)
     counts = re.search(r'<td class="num job-counts">.*?>(\d+)</a> / <a[^>]*>(\d+)</a>', row, re.S)
     assert counts.groups() == ("2", "1")

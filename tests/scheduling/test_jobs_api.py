@@ -12,9 +12,9 @@ from rest_framework.test import APIClient
 from integrations.tasks import sync_jobs
 from inventory.choices import FabricState
 from inventory.models import ComputeTray, Gpu
-from scheduling import services
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, BackendCancel, Job
+from scheduling.services import passes as services
 from tenancy.models import DedicatedPartition
 from tests.factories import make_department, make_unreachable_slurm_target
 

@@ -13,7 +13,8 @@ from django.db.models import Count, Sum
 
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job, SchedulingRequest
-from scheduling.services import run_pass, submit_job
+from scheduling.services.admission import submit_job
+from scheduling.services.passes import run_pass
 from tenancy.models import Department
 from tenancy.services import save_department
 

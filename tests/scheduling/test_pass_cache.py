@@ -1,4 +1,4 @@
-"""The cluster a process keeps between passes (scheduling.pass_inputs) is always the one a cold read builds.
+"""The cluster a process keeps between passes (scheduling.pass_cache) is always the one a cold read builds.
 
 On PostgreSQL, where triggers (migration scheduling 0010) log every transaction that changes what the cluster
 is built from. Each test compares the kept cluster with a cold read after changes of every kind: jobs
@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu
-from scheduling import pass_inputs
+from scheduling import pass_cache, pass_cluster, pass_inputs
 from scheduling.choices import JobState, Topology
 from scheduling.models import Allocation, Job
-from scheduling.services import cancel_job, finish_job, run_pass
+from scheduling.services.actions import cancel_job, finish_job
+from scheduling.services.passes import run_pass
 from tests.factories import free_trays, make_department, make_job
 
 postgresql = pytest.mark.skipif(
@@ -27,7 +28,7 @@ postgresql = pytest.mark.skipif(
 )
 
 
-def picture(state: pass_inputs.ClusterState) -> dict:
+def picture(state: pass_cluster.ClusterState) -> dict:
     """Everything a pass reads of a cluster state, comparable between two builds: every attribute of the
     engine's cluster (whatever the engine keeps there; dicts compare without their order) and the GPUs."""
     return {
@@ -50,11 +51,11 @@ def kept_is_cold(expect_cold: bool | None = None):
         assert summary.cold is expect_cold
     placed = {row[0]: row[-1] for row in pass_inputs.read_running()}
     with CaptureQueriesContext(connection) as queries:
-        state = pass_inputs.read(placed)
+        state = pass_cache.read(placed)
     # Caught up with the pass's starts (noted by the pass: not read again) and preemptions: one check.
     assert state.cold is False and len(queries) == 1
-    assert picture(state) == picture(pass_inputs.build(placed))
-    pass_inputs.keep(state)
+    assert picture(state) == picture(pass_cluster.build(placed))
+    pass_cache.keep(state)
     return summary
 
 
@@ -76,12 +77,12 @@ def columns_read(sql: str) -> set[tuple[str, str]]:
 
 def test_the_cached_columns_are_every_column_the_cold_read_reads(db):
     read = set()
-    for query in pass_inputs.INVENTORY_QUERIES:
+    for query in pass_cluster.INVENTORY_QUERIES:
         read |= columns_read(str(query().query))
-    cached = {(table, column) for table, columns in pass_inputs.CACHED_COLUMNS.items() for column in columns}
+    cached = {(table, column) for table, columns in pass_cache.CACHED_COLUMNS.items() for column in columns}
     # A row's id never changes; its insert and delete are logged whatever the columns.
     assert {(table, column) for table, column in read if column != "id"} <= cached, read
-    assert {table for table, _ in read} == set(pass_inputs.CACHED_COLUMNS), read
+    assert {table for table, _ in read} == set(pass_cache.CACHED_COLUMNS), read
 
 
 @postgresql
@@ -98,8 +99,8 @@ def test_the_installed_triggers_watch_the_cached_columns(db):
         for table, name, arguments in rows
         if name.endswith("_update")
     }
-    assert watched == pass_inputs.CACHED_COLUMNS | pass_inputs.ALLOCATION_COLUMNS
-    assert {table for table, name, _ in rows if name.endswith("_rows")} == set(pass_inputs.CACHED_COLUMNS)
+    assert watched == pass_cache.CACHED_COLUMNS | pass_cache.ALLOCATION_COLUMNS
+    assert {table for table, name, _ in rows if name.endswith("_rows")} == set(pass_cache.CACHED_COLUMNS)
 
 
 @postgresql
@@ -145,7 +146,7 @@ def test_a_kept_cluster_catches_up_with_jobs_and_rereads_a_changed_inventory(dem
     for n in range(4):
         pending(research, f"small-{n}", 1 + n)
     pending(research, "gang", 16, Topology.PARTITION)
-    pass_inputs.forget()
+    pass_cache.forget()
     kept_is_cold(expect_cold=True)
 
     # Jobs come and go: the kept cluster catches up, no cold read.
@@ -163,7 +164,7 @@ def test_a_kept_cluster_catches_up_with_jobs_and_rereads_a_changed_inventory(dem
     [gpu] = Allocation.objects.filter(job=holder).values_list("gpu_id", flat=True)[:1]
     Gpu.objects.filter(pk=gpu).update(health=GpuHealth.UNHEALTHY)
     kept_is_cold(expect_cold=True)
-    assert gpu in pass_inputs.kept().allocated and gpu not in pass_inputs.kept().gpu_tray
+    assert gpu in pass_cache.kept().allocated and gpu not in pass_cache.kept().gpu_tray
     finish_job(Job.objects.get(pk=holder.pk), JobState.FAILED, "XID 79")
     kept_is_cold(expect_cold=False)
 
@@ -202,18 +203,18 @@ def test_a_change_rolled_back_after_the_read_is_not_kept(demo_inventory):
     with transaction.atomic():
         ComputeTray.objects.filter(pk=tray.pk).update(state=TrayState.DOWN, state_reason="no heartbeat")
         run_pass()  # reads the tray down
-        index = pass_inputs.kept().tray_index[tray.pk]
-        assert pass_inputs.kept().cluster.tray_cap[index] == 0
+        index = pass_cache.kept().tray_index[tray.pk]
+        assert pass_cache.kept().cluster.tray_cap[index] == 0
         transaction.set_rollback(True)
     kept_is_cold(expect_cold=True)  # what it had read was rolled back
-    assert pass_inputs.kept().cluster.tray_cap[index] == 4
+    assert pass_cache.kept().cluster.tray_cap[index] == 4
 
 
 @postgresql
 def test_pruning_the_log_keeps_the_cluster_read_after_it(demo_inventory, monkeypatch):
-    monkeypatch.setattr(pass_inputs, "PRUNE_AT", 0)
+    monkeypatch.setattr(pass_cache, "PRUNE_AT", 0)
     ComputeTray.objects.filter(pk=free_trays(1)[0].pk).update(state=TrayState.DRAIN, state_reason="XID 79")
-    pass_inputs.forget()
+    pass_cache.forget()
     kept_is_cold(expect_cold=True)  # prunes while reading cold
     with connection.cursor() as cursor:
         cursor.execute("SELECT seq FROM scheduling_inventorychange WHERE xid = 0")
@@ -227,7 +228,7 @@ def test_changes_committed_between_passes_are_read(demo_inventory):
     """Real commits (no test transaction around): the pass's own commit, then another transaction's."""
     research = make_department("Research", guaranteed_gpus=16)
     pending(research, "small", 2)
-    pass_inputs.forget()
+    pass_cache.forget()
     assert run_pass().cold is True
     assert run_pass().cold is False
     ComputeTray.objects.filter(pk=free_trays(1)[0].pk).update(last_report_at=timezone.now())
@@ -235,6 +236,6 @@ def test_changes_committed_between_passes_are_read(demo_inventory):
     tray = free_trays(1)[0]
     ComputeTray.objects.filter(pk=tray.pk).update(state=TrayState.DRAIN, state_reason="XID 79")  # committed
     kept_is_cold(expect_cold=True)
-    assert pass_inputs.kept().cluster.tray_cap[pass_inputs.kept().tray_index[tray.pk]] == 0
+    assert pass_cache.kept().cluster.tray_cap[pass_cache.kept().tray_index[tray.pk]] == 0
     pending(research, "more", 4)
     assert kept_is_cold().cold is False

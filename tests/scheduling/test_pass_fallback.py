@@ -1,4 +1,4 @@
-"""A job's opt-in to a wider topology after a bounded wait (issue 14): the API takes and refuses it, the pass
+"""A job's opt-in to a wider topology after a bounded wait: the API takes and refuses it, the pass
 passes it to the engine, and the job's history says when it fell back.
 
 On the demo inventory: gb-r01 and gb-r03 have one default partition each, gb-r02 is carved p1/p2 (9 trays)."""
@@ -13,7 +13,7 @@ from django.utils import timezone
 from inventory.models import ComputeTray
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Job
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from tests.factories import make_department, make_job
 
 pytestmark = pytest.mark.django_db

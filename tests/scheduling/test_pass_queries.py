@@ -2,7 +2,7 @@
 change it writes, whatever the number of jobs it starts, preempts or leaves waiting (an N+1 must not come
 back). And it still writes everything the per-row version wrote: allocations, job events, audit events.
 
-Every pass here reads its cluster cold (scheduling.pass_inputs.forget): the count of a cold pass does not
+Every pass here reads its cluster cold (scheduling.pass_cache.forget): the count of a cold pass does not
 depend on what a kept cluster had to catch up with. tests/scheduling/test_pass_cache.py covers kept ones.
 On the demo inventory: gb-r01 and gb-r03 have one default partition each, gb-r02 is carved p1/p2."""
 
@@ -11,10 +11,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from core.models import AuditEvent
-from scheduling import pass_inputs
+from scheduling import pass_cache
 from scheduling.choices import JobEventKind, JobState, Topology
 from scheduling.models import Allocation, BackendCancel, Job, JobEvent
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from tests.factories import free_trays, make_department, make_job
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 def counted_pass():
     """(the pass's summary, the queries it made, the SQL of each) for a pass that reads cold."""
-    pass_inputs.forget()
+    pass_cache.forget()
     with CaptureQueriesContext(connection) as queries:
         summary = run_pass()
     return summary, len(queries), [query["sql"][:120] for query in queries]

@@ -1,5 +1,5 @@
 """The pass acts on current facts: what asks for a pass (scheduling.signals), the in-quota/borrowed standing
-every pass recomputes, and dedicated partitions lent only as borrowed work (the Inference case of issue 11).
+every pass recomputes, and dedicated partitions lent only as borrowed work (the Inference case).
 
 On the demo inventory: gb-r01 and gb-r03 have one default partition each, gb-r02 is carved p1/p2 (9 trays)."""
 
@@ -15,7 +15,7 @@ from inventory.choices import GpuHealth, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
 from scheduling.choices import JobEventKind, JobState, PriorityClass
 from scheduling.models import Job, JobEvent, SchedulerState, SchedulingRequest
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from scheduling.tasks import schedule_jobs
 from tenancy.models import DedicatedPartition
 from tenancy.services import dedicate_partition
@@ -116,7 +116,7 @@ def test_a_changed_guarantee_restands_the_running_jobs_at_the_pass_it_asks_for(
 
 
 def test_inference_reclaims_its_dedicated_partition_from_researchs_borrowed_job_first(demo_inventory):
-    """Issue 11's case: Inference owns a dedicated partition; Research's 36-GPU training job may run there
+    """The Inference case: Inference owns a dedicated partition; Research's 36-GPU training job may run there
     only as borrowed work; Inference's in-quota job then preempts it before any other borrower."""
     tier = NVLinkPartition.objects.get(rack__name="gb-r02", name="p2")  # 9 trays
     tier_trays = set(tier.trays.values_list("pk", flat=True))

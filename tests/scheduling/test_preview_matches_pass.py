@@ -7,14 +7,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from inventory import health
 from inventory.choices import HealthKind
+from inventory.health.rules import seed_default_rules
 from inventory.models import ComputeTray, HealthRule
-from scheduling import pass_inputs
+from scheduling import pass_cache
 from scheduling.choices import JobState, PriorityClass, Topology
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.preview import preview_job
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from tenancy.models import Project
 from tests.factories import free_trays, make_department, make_job
 
@@ -27,9 +27,9 @@ def test_the_preview_places_a_project_job_as_the_pass_then_does_beside_a_silent_
     nlp's guarantee cannot go to the silent tray: it reclaims a tray from one of vision's borrowers. The
     preview says so (without a project it would have to borrow and wait; without the silent rule it would
     take the free tray) and the pass then does exactly that."""
-    health.seed_default_rules()
+    seed_default_rules()
     assert HealthRule.objects.get(kind=HealthKind.NODE_SILENT).enabled
-    pass_inputs.forget()
+    pass_cache.forget()
     research = make_department("Research", guaranteed_gpus=16)
     vision = Project.objects.create(department=research, name="Vision", slug="vision", guaranteed_gpus=8)
     nlp = Project.objects.create(department=research, name="NLP", slug="nlp", guaranteed_gpus=8)

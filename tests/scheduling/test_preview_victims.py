@@ -4,7 +4,7 @@ departments"."""
 
 import pytest
 
-from scheduling import pass_inputs
+from scheduling import pass_cache
 from scheduling.choices import PriorityClass, Topology
 from scheduling.preview import preview_job
 from tenancy.models import Project
@@ -18,7 +18,7 @@ ASKED = {"gpus": 4, "topology": Topology.ANY, "priority_class": PriorityClass.TR
 @pytest.fixture
 def research(demo_inventory):
     """Research (guaranteed 16, project LLM 8) holds every tray with jobs without a project."""
-    pass_inputs.forget()
+    pass_cache.forget()
     research = make_department("Research", guaranteed_gpus=16)
     Project.objects.create(department=research, name="LLM", slug="llm", guaranteed_gpus=8)
     trays = free_trays(500)

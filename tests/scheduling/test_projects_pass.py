@@ -1,4 +1,4 @@
-"""Projects under departments in the scheduling pass (issue 16): hierarchical fair share in admission,
+"""Projects under departments in the scheduling pass: hierarchical fair share in admission,
 Standing and reclaim (scheduling.engine.scheduler, Projects), in the pure engine and in the portal's pass.
 """
 
@@ -16,7 +16,7 @@ from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import ANY, RACKPLANE, Request, place
 from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
 from scheduling.models import Job, JobEvent
-from scheduling.services import run_pass
+from scheduling.services.passes import run_pass
 from tenancy.models import Project as ProjectRow
 from tests.factories import free_trays, make_department, make_job
 

@@ -479,7 +479,7 @@ def simulate(*args) -> str:
     return out.getvalue()
 
 
-@pytest.mark.slow  # a replay of a real trace
+@pytest.mark.slow(reason="a replay of a real trace")
 def test_command_end_to_end_on_a_slice_of_a_real_trace(tmp_path):
     traces = [
         slice_of(ITP / "cluster03-head.csv", tmp_path / "cluster03.csv", 150),

@@ -1,4 +1,4 @@
-"""The simulator's node fault replay (issue 15): the fault trace's format, each node mapped onto a tray, and
+"""The simulator's node fault replay: the fault trace's format, each node mapped onto a tray, and
 faults handled automated (drain, requeue from the last checkpoint, validated return) against manual (the
 jobs die and are resubmitted by hand later; the tray returns at the repair), results worked out by hand."""
 

@@ -1,4 +1,4 @@
-"""Projects in the trace simulator (issue 16): a trace replayed as a project of a department keeps its own
+"""Projects in the trace simulator: a trace replayed as a project of a department keeps its own
 guarantee inside the department's (hierarchical fair share), and results.json gives each project's figures.
 
 The hand-made workload, on one rack carved as one 18-tray partition (72 GPUs), every job one tray (4 GPUs):

@@ -10,12 +10,13 @@ from django.utils import timezone
 
 from inventory.choices import GpuHealth, TrayState
 from inventory.models import Gpu
-from portal import charts as dashboards
-from portal.departments import _set_urls
+from scheduling import charts as dashboards
+from scheduling import dashboard_data
 from scheduling import usage as selectors
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
 from scheduling.usage import free_gpus_count, free_gpus_queryset, idle_gpus_queryset
+from scheduling.views.departments import _set_urls
 from tenancy.models import Department, GpuActivity, QuotaSnapshot, TenancySettings
 from tenancy.services import schedulable_gpus, schedulable_gpus_q
 from tests.factories import make_department, make_job, run_job
@@ -185,7 +186,7 @@ def test_gpu_counts_match_the_joins_they_replaced(datacenter):
     assert schedulable_gpus() == Gpu.objects.filter(schedulable_gpus_q()).count() == expected["capacity"]
     assert free_gpus_count() == free_gpus_queryset().count() == expected["free"]
     assert free_gpus_count(schedulable=expected["capacity"]) == expected["free"]
-    assert selectors.admin_dashboard().free == expected["free"]
+    assert dashboard_data.admin_dashboard().free == expected["free"]
 
 
 def test_empty_inventory_counts_zero(db):

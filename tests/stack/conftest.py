@@ -15,7 +15,10 @@ import pytest
 
 from tests.stack.harness import Stack, StackServices, seed
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.slow(reason="the production stack: gunicorn, Celery, PostgreSQL and Redis processes"),
+    pytest.mark.integration,
+]
 
 
 @pytest.fixture(scope="session")

@@ -75,8 +75,9 @@ def big_push(files: int) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     django.setup()
     from core.enqueue import send_now
+    from core.task_names import PUSH_CONFIG
     from integrations.models import ConfigPush, ConfigTarget, PushStatus
-    from integrations.pushes import PUSH_TASK, payload_hash
+    from integrations.pushes import payload_hash
 
     target = ConfigTarget.objects.get(name="stack-directory")
     payload = {
@@ -90,7 +91,7 @@ def big_push(files: int) -> None:
         reason="stack test: a large push",
     )
     print(push.pk, flush=True)
-    if not send_now(PUSH_TASK, push.pk):
+    if not send_now(PUSH_CONFIG, push.pk):
         raise SystemExit("the push task was not sent")
 
 
@@ -107,13 +108,13 @@ def queue_push() -> None:
 
 
 def cancel_all() -> None:
-    """Cancel every job still pending or holding GPUs (scheduling.services.cancel_job: GPUs freed at once),
-    so that the next test starts on an empty cluster. Prints how many."""
+    """Cancel every job still pending or holding GPUs (scheduling.services.actions.cancel_job: GPUs freed at
+    once), so that the next test starts on an empty cluster. Prints how many."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     django.setup()
     from scheduling.choices import ACTIVE_STATES
     from scheduling.models import Job
-    from scheduling.services import cancel_job
+    from scheduling.services.actions import cancel_job
 
     jobs = list(Job.objects.filter(state__in=ACTIVE_STATES))
     for job in jobs:

@@ -20,7 +20,10 @@ import pytest
 
 from core.enqueue import advisory_key
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.slow(reason="the production stack: gunicorn, Celery, PostgreSQL and Redis processes"),
+    pytest.mark.integration,
+]
 
 # Entry: interval in seconds at the test's clock (portal.settings CELERY_BEAT_SCHEDULE x 0.1).
 ENTRIES = {

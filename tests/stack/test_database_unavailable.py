@@ -1,5 +1,6 @@
-"""The 503 a lost database gets (portal.middleware), without a stack: from a view (process_exception) and from
-outside one (handler500, portal.views.server_error). The real outage is tests/stack/test_outages.py."""
+"""The 503 a lost database gets (portal.web.middleware), without a stack: from a view (process_exception) and
+from
+outside one (handler500, portal.pages.home.server_error). The real outage is tests/stack/test_outages.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 from django.db import IntegrityError, OperationalError
 from django.test import RequestFactory
 
-from portal.middleware import DatabaseUnavailableMiddleware
-from portal.views import server_error
+from portal.pages.home import server_error
+from portal.web.middleware import DatabaseUnavailableMiddleware
 
 
 def test_a_view_that_loses_the_database_answers_503_json_under_the_api():

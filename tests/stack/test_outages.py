@@ -22,7 +22,10 @@ from tests.stack.checks import dispatch_counts, push_versions, wait_drained
 from tests.stack.harness import api, job_body, sign_in, wait_until
 from tests.stack.seed import ADMIN_PASSWORD
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.slow(reason="the production stack: gunicorn, Celery, PostgreSQL and Redis processes"),
+    pytest.mark.integration,
+]
 
 OUTAGE_S = 8
 

@@ -29,7 +29,10 @@ from tests.stack.checks import (
 )
 from tests.stack.harness import api, job_body
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.slow(reason="the production stack: gunicorn, Celery, PostgreSQL and Redis processes"),
+    pytest.mark.integration,
+]
 
 CLIENTS = 6
 PER_CLIENT = 6

@@ -1,4 +1,4 @@
-"""Upgrades and backups, as README "Production" says to do them:
+"""Upgrades and backups, as docs/deployment/operations.md says to do them:
 
 1. A database of the previous release with data (tests/stack/previous_release.py: the migrations of commit
    2b15314, rows written through that state's models) is upgraded with `rackplane migrate` (what the chart's
@@ -18,7 +18,10 @@ import requests
 
 from tests.stack.harness import RACKPLANE, ROOT, Stack, api, job_body, pg_bindir
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.slow(reason="the production stack: gunicorn, Celery, PostgreSQL and Redis processes"),
+    pytest.mark.integration,
+]
 
 
 def run(argv: list[str], env: dict[str, str]) -> str:

@@ -25,7 +25,10 @@ import pytest
 from tests.stack.checks import allocation_problems, dispatch_counts, push_versions, rendered_job_files
 from tests.stack.harness import api, job_body, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.slow(reason="the production stack: gunicorn, Celery, PostgreSQL and Redis processes"),
+    pytest.mark.integration,
+]
 
 FILES = 6000  # about 2 s of writing (one fsync per file): long enough to be caught half-way
 

@@ -499,7 +499,7 @@ def grow(extra: int, lead_a, alpha):
         make_member(f"extra-member-{number}", alpha)
 
 
-@pytest.mark.slow  # grows the data to compare query counts
+@pytest.mark.slow(reason="grows the data to compare query counts")
 @pytest.mark.parametrize(
     ("url", "params"),
     [
@@ -525,7 +525,7 @@ def test_list_query_count_does_not_grow_with_rows_or_page_size(
     assert rows[("small", 100)] < rows[("large", 100)], rows
 
 
-@pytest.mark.slow  # grows the data to compare query counts
+@pytest.mark.slow(reason="grows the data to compare query counts")
 def test_lead_list_query_counts_are_constant_too(lead_api, lead_a, department_a):
     before = queries_for(lead_api, DEPARTMENTS, {})
     audit_before = queries_for(lead_api, "/api/v1/audit-events/", {})
@@ -539,7 +539,7 @@ def test_lead_list_query_counts_are_constant_too(lead_api, lead_a, department_a)
 # --- schema -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # generates the whole OpenAPI schema
+@pytest.mark.slow(reason="generates the whole OpenAPI schema")
 def test_schema_describes_the_tenancy_and_audit_api(workload, client_as, platform_admin):
     client = client_as(platform_admin)
     schema = yaml.safe_load(client.get("/api/schema/").content)

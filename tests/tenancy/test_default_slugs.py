@@ -1,4 +1,4 @@
-"""A project created without a slug gets one that is valid, or a plain request to type one (issue 26).
+"""A project created without a slug gets one that is valid, or a plain request to type one.
 
 The default used to be Django's slugify cut at 30: "3D Vision" became `3d-vision`, then refused ("start with a
 letter") on a field the person had left empty, and "a_b" kept its `_`. tenancy.naming.default_slug now always

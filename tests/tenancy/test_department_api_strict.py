@@ -1,4 +1,4 @@
-"""Departments through the API, cases from the outside test of issue 26.
+"""Departments through the API, cases found by an outside test.
 
 - A tenant network of the other IP version used to pass the overlap check (Python's `overlaps` is False for
   an IPv4 and an IPv6 network), so `::/0` or `::ffff:0:0/96` was saved and rendered into /etc/exports as

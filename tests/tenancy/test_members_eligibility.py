@@ -1,5 +1,5 @@
 """Leads add only active accounts that are not platform admins, and cannot tell an unknown username from an
-ineligible one (issue 12, finding 11): the same status and the same words, on the page and in the API.
+ineligible one: the same status and the same words, on the page and in the API.
 Platform admins may still add anyone."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Leaving revokes at once (issue 26, finding 7): a lead removed from a department (or demoted to member)
+"""Leaving revokes at once: a lead removed from a department (or demoted to member)
 used to keep hearing of it. Now every path that removes or demotes a membership (the API, the services the
 pages and the admin call, an identity provider's sync) removes, in its transaction and audited, the
 person's subscriptions and bell items tied to the department; and a notification is checked again when it
@@ -7,7 +7,6 @@ is sent, so nothing about a department reaches someone no longer in it."""
 import pytest
 from django.core import mail
 
-from core import notifications
 from core.access import Role
 from core.audit import audit_context
 from core.models import (
@@ -20,10 +19,12 @@ from core.models import (
     NotificationStatus,
     NotificationSubscription,
 )
+from core.notifications import delivery, recording, subscriptions
 from scheduling.choices import JobEventKind, JobState
-from scheduling.services import notify_job
+from scheduling.services.actions import notify_job
+from tenancy.choices import GrantedRole, IdentityProvider
 from tenancy.identity import account_for, sync_roles
-from tenancy.models import GrantedRole, GroupRoleRule, IdentityProvider, Membership
+from tenancy.models import GroupRoleRule, Membership
 from tenancy.services import remove_membership, set_membership
 from tests import factories
 
@@ -37,7 +38,7 @@ def second_lead(department_a):
 
 
 def bell(owner, scope: str, events, name="bell") -> NotificationSubscription:
-    subscription, _ = notifications.create_subscription(
+    subscription, _ = subscriptions.create_subscription(
         name=name, channel=NotificationChannel.PORTAL, owner=owner, events=list(events), scope=scope
     )
     return subscription
@@ -45,7 +46,7 @@ def bell(owner, scope: str, events, name="bell") -> NotificationSubscription:
 
 def short_of_guarantee(department) -> None:
     """What scheduling.tasks tells a department's leads (its scope and payload)."""
-    notifications.notify(
+    recording.notify(
         NotificationEvent.GUARANTEE_SHORT,
         f"{department.name} is 4 GPUs short of its guarantee",
         {"department": department.slug, "short_gpus": 4, "guaranteed": 8},
@@ -122,7 +123,7 @@ def test_a_member_who_left_hears_nothing_more_of_their_jobs_there(department_a, 
 
 def test_delivery_checks_again_when_it_sends(department_a, member_a, settings):
     """An email recorded while they were a member, sent after they left: cancelled, not sent."""
-    notifications.create_subscription(
+    subscriptions.create_subscription(
         name="my jobs by mail",
         channel=NotificationChannel.EMAIL,
         email="member-a@example.com",
@@ -135,7 +136,7 @@ def test_delivery_checks_again_when_it_sends(department_a, member_a, settings):
     pending = Notification.objects.get()
     remove_membership(Membership.objects.get(user=member_a, department=department_a))
 
-    outcome = notifications.deliver(pending.pk)
+    outcome = delivery.deliver(pending.pk)
     pending.refresh_from_db()
     assert pending.status == NotificationStatus.CANCELLED == outcome.status
     assert "may no longer see" in pending.error

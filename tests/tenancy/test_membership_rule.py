@@ -5,7 +5,8 @@ anyone else only their own."""
 import pytest
 from django.db import IntegrityError, transaction
 
-from tenancy.models import Membership, Project, ProjectMembership, RoleOrigin
+from tenancy.choices import RoleOrigin
+from tenancy.models import Membership, Project, ProjectMembership
 
 pytestmark = pytest.mark.django_db
 

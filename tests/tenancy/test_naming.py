@@ -1,11 +1,12 @@
-"""Identifiers derived from tenant slugs are valid for their consumers and distinct by construction (issue 26,
-tenancy.naming).
+"""Identifiers derived from tenant slugs are valid for their consumers and distinct by construction
+(tenancy.naming).
 
 Random departments and projects (slugs from a tiny alphabet so that prefixes, `a`/`a-b` pairs and equal
 project slugs in different departments are frequent, plus maximum lengths and reserved words) are rendered
-with the real renderers: the Kubernetes objects (tenancy.renderers through integrations.kubernetes.render,
-read back from their YAML), the Slurm account tree, QOS and dedicated partitions (integrations.slurm.render),
-OpenSM partitions.conf and the NFS exports. Every name must be valid where it goes and owned by one tenant.
+with the real renderers: the Kubernetes objects (integrations.kubernetes.tenants through
+integrations.kubernetes.render, read back from their YAML), the Slurm account tree, QOS and dedicated
+partitions (integrations.slurm.render), OpenSM partitions.conf and the NFS exports. Every name must be valid
+where it goes and owned by one tenant.
 The database paths (models, API, migration) are in test_naming_save.py.
 """
 
@@ -21,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from integrations.kubernetes.render import InventoryState, desired_objects
+from integrations.kubernetes.tenants import to_yaml
 from integrations.kubernetes.validate import validate
 from integrations.slurm.render import (
     DepartmentQos,
@@ -36,7 +38,6 @@ from tenancy.renderers import (
     TenantSpec,
     render_nfs_exports,
     render_opensm_partitions,
-    to_yaml,
 )
 
 NFS = "nfs.storage.example.com"

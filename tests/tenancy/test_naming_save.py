@@ -1,5 +1,5 @@
-"""Slugs are refused at save when a name derived from them would be invalid or could collide (issue 26,
-tenancy.naming): the API, the HTML and admin forms, the models and the database all refuse, naming the field;
+"""Slugs are refused at save when a name derived from them would be invalid or could collide
+(tenancy.naming): the API, the HTML and admin forms, the models and the database all refuse, naming the field;
 random departments and projects made through the API render (integrations.state, the real renderers) into
 valid, distinct identifiers; the migration refuses to rename the namespaces of projects with running jobs."""
 
@@ -154,9 +154,7 @@ def test_tenants_made_through_the_api_render_into_valid_distinct_identifiers(dem
 
 
 @pytest.mark.django_db
-def test_the_migration_will_not_rename_the_namespace_of_a_project_with_running_jobs(
-    department_a, monkeypatch
-):
+def test_the_migration_will_not_rename_the_namespace_of_a_project_with_running_jobs(department_a, settings):
     migration = importlib.import_module("tenancy.migrations.0009_tenant_slug_naming")
     project = Project.objects.create(department=department_a, name="Vision", slug="vision")
     make_job(department_a, "finished", JobState.COMPLETED, project=project)
@@ -164,5 +162,5 @@ def test_the_migration_will_not_rename_the_namespace_of_a_project_with_running_j
     running = make_job(department_a, "running", JobState.RUNNING, project=project)
     with pytest.raises(RuntimeError, match=rf"job {running.pk} in alpha-vision.*<department>--<project>"):
         migration.check_existing_slugs(django_apps, None)
-    monkeypatch.setenv("RACKPLANE_ALLOW_PROJECT_RENAME", "1")
+    settings.RACKPLANE_ALLOW_PROJECT_RENAME = True
     migration.check_existing_slugs(django_apps, None)

@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from core.models import AuditEvent
 from core.posix import RESERVED_NAMES, PosixIdentity
+from tenancy.choices import PosixSource
 from tenancy.identity import posix_identity_from, sync_posix
-from tenancy.models import PosixAccount, PosixSource, posix_identity_of
+from tenancy.models import PosixAccount
+from tenancy.models.accounts import posix_identity_of
 from tests.factories import give_posix_account, make_user
 
 pytestmark = pytest.mark.django_db

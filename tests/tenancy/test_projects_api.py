@@ -1,4 +1,4 @@
-"""Projects under departments through the API (issue 16): /api/v1/projects/ (who may do what, guarantees
+"""Projects under departments through the API: /api/v1/projects/ (who may do what, guarantees
 that fit, names, people), the audit of each change, and jobs submitted to a project (/api/v1/jobs/)."""
 
 import pytest

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from inventory.models import Gpu
-from portal.charts import utilization_figure, utilization_html
+from scheduling.charts import utilization_figure, utilization_html
 from tenancy.activity import (
     STALE_AFTER,
     department_utilization,
@@ -19,8 +19,9 @@ from tenancy.activity import (
     record_activity,
     record_samples,
 )
+from tenancy.choices import MetricsSourceKind
 from tenancy.metrics_source import poll, utilization_history
-from tenancy.models import GpuActivity, GpuUtilization, MetricsSource, MetricsSourceKind, TenancySettings
+from tenancy.models import GpuActivity, GpuUtilization, MetricsSource, TenancySettings
 from tenancy.prometheus import PrometheusClient, PrometheusError, QueryConfig, choose_step, labels_error
 from tenancy.telemetry import Sample
 from tests.factories import make_department, run_job, token_client
@@ -255,7 +256,7 @@ def test_a_gpu_page_loads_its_chart_for_the_range_asked(demo_inventory, client_a
     _buckets(gpu, now - timedelta(minutes=30), 3, mean=lambda n: 42.0)
     client = client_as("platform_admin")
     page = client.get(reverse("inventory:gpu-detail", args=[gpu.pk]))
-    url = reverse("inventory:gpu-utilization", args=[gpu.pk])
+    url = reverse("scheduling:gpu-utilization", args=[gpu.pk])
     assert url in page.content.decode()
 
     answer = client.get(url, {"range": "1h"})
@@ -274,7 +275,7 @@ def test_a_job_page_loads_its_chart_and_says_when_prometheus_cannot_answer(demo_
     research = make_department("Research")
     job = run_job(research, trays=["gb-r01-t01"], started_at=timezone.now() - timedelta(hours=1))
     client = client_as("platform_admin")
-    url = reverse("job-utilization", args=[job.pk])
+    url = reverse("scheduling:job-utilization", args=[job.pk])
     assert url in client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
     empty = client.get(url).content.decode()
     assert "No utilization samples in this range" in empty and 'aria-current="true">Its run<' in empty
@@ -290,7 +291,7 @@ def test_a_job_page_loads_its_chart_and_says_when_prometheus_cannot_answer(demo_
 @pytest.mark.django_db
 def test_someone_outside_the_department_gets_no_job_chart(demo_inventory, client_as):
     job = run_job(make_department("Research"), trays=["gb-r01-t01"])
-    assert client_as("outsider").get(reverse("job-utilization", args=[job.pk])).status_code == 404
+    assert client_as("outsider").get(reverse("scheduling:job-utilization", args=[job.pk])).status_code == 404
 
 
 # --- the admin ------------------------------------------------------------------------------------------

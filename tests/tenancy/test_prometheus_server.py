@@ -9,10 +9,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from inventory.models import Gpu
-from scheduling.usage import department_dashboard, department_positions, idle_gpus_queryset
+from scheduling.dashboard_data import department_dashboard
+from scheduling.usage import department_positions, idle_gpus_queryset
 from tenancy.activity import department_utilization, record_samples
+from tenancy.choices import MetricsSourceKind
 from tenancy.metrics_source import check_connection, client_for, poll, utilization_history
-from tenancy.models import GpuActivity, GpuUtilization, MetricsSource, MetricsSourceKind, TenancySettings
+from tenancy.models import GpuActivity, GpuUtilization, MetricsSource, TenancySettings
 from tenancy.prometheus import PrometheusError
 from tenancy.tasks import scrape_exporters
 from tenancy.telemetry import Sample
@@ -306,7 +308,7 @@ def test_a_gpu_page_chart_comes_from_prometheus(prometheus, source, client_as):
     prometheus.wait_for_values({gpu.uuid: 37.0}, window="15s")
 
     answer = client_as("platform_admin").get(
-        reverse("inventory:gpu-utilization", args=[gpu.pk]), {"range": "1h"}
+        reverse("scheduling:gpu-utilization", args=[gpu.pk]), {"range": "1h"}
     )
 
     text = answer.content.decode()

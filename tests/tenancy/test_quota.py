@@ -294,7 +294,9 @@ capacities = st.integers(0, 150)
 
 def many_cases(test):
     """200 generated cases per property: seconds in all, so `make test-fast` leaves them to `make test`."""
-    return pytest.mark.slow(settings(max_examples=200, deadline=None)(test))
+    return pytest.mark.slow(reason="200 generated cases per property")(
+        settings(max_examples=200, deadline=None)(test)
+    )
 
 
 def cap_of(d: DepartmentQuota) -> int:

@@ -1,6 +1,6 @@
 """Free text that reaches a rendered file is refused at save, or rendered as one entry with the value intact.
 
-Issue 26 (tenant isolation): a department export path with a newline, a '..' or a `*(rw)` clause was saved
+Tenant isolation: a department export path with a newline, a '..' or a `*(rw)` clause was saved
 and written into /etc/exports. Each rendered format is parsed back here with a parser of its own grammar:
 exports(5) lines (a strict parser below: one line per export, path, whitespace, client(options)),
 slurm.conf lines (key=value tokens; the renderer module's own parse_conf_lines and python-hostlist), and
@@ -20,13 +20,9 @@ from django.urls import reverse
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from integrations.slurm.render import (
-    ServiceTier,
-    SlurmNode,
-    expand,
-    parse_conf_lines,
-    render_rackplane_conf,
-)
+from integrations.kubernetes import tenants as k
+from integrations.slurm.render import ServiceTier, SlurmNode, parse_conf_lines, render_rackplane_conf
+from integrations.slurm.topology import expand
 from integrations.state import render_current
 from tenancy import renderers as r
 from tenancy.models import Department, TenancySettings
@@ -172,7 +168,7 @@ def test_the_api_refuses_an_injected_export_path_with_a_400_naming_the_field(res
 @pytest.mark.django_db
 def test_the_department_form_shows_the_refusal_on_the_field(research, client, platform_admin):
     client.force_login(platform_admin)
-    url = reverse("tenancy:department-edit", args=[research.slug])
+    url = reverse("integrations:department-edit", args=[research.slug])
     form = department_form(name="Research", slug="research", guaranteed_gpus=8, export_path="/exports/x*(rw)")
     response = client.post(url, form)
     assert response.status_code == 200
@@ -262,7 +258,7 @@ def test_an_export_path_is_refused_or_rendered_as_one_intact_entry(path):
     validate_export_path(path)  # what renders is what the model takes: one rule
     [(parsed_path, client, options)] = parse_exports(r.render_nfs_exports([spec]))
     assert (parsed_path, client, options) == (path, "10.64.0.0/24", r.NFS_EXPORT_OPTIONS.split(","))
-    [volume] = yaml.safe_load_all(r.to_yaml([r.persistent_volume(spec, "nfs.storage.internal")]))
+    [volume] = yaml.safe_load_all(k.to_yaml([k.persistent_volume(spec, "nfs.storage.internal")]))
     assert volume["spec"]["nfs"]["path"] == path
 
 
@@ -344,9 +340,9 @@ def test_department_and_project_names_are_refused_or_read_back_intact(name, proj
         spec = tenant(name=name, projects=(r.ProjectSpec("vision", project_name, 0),), guaranteed_gpus=8)
     except ValueError:
         return
-    objects = r.tenant_objects(spec, "nfs.storage.internal")
-    documents = list(yaml.safe_load_all(r.to_yaml(objects)))
+    objects = k.tenant_objects(spec, "nfs.storage.internal")
+    documents = list(yaml.safe_load_all(k.to_yaml(objects)))
     assert documents == objects  # one document per object, every value as it went in
     namespaces = [d for d in documents if d["kind"] == "Namespace"]
-    assert namespaces[0]["metadata"]["annotations"][r.DEPARTMENT_NAME_ANNOTATION] == name
-    assert namespaces[1]["metadata"]["annotations"][r.PROJECT_NAME_ANNOTATION] == project_name
+    assert namespaces[0]["metadata"]["annotations"][k.DEPARTMENT_NAME_ANNOTATION] == name
+    assert namespaces[1]["metadata"]["annotations"][k.PROJECT_NAME_ANNOTATION] == project_name

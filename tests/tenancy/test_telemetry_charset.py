@@ -1,4 +1,4 @@
-"""POST /api/v1/telemetry/dcgm/ with a charset that is not text (issue 12, finding 5).
+"""POST /api/v1/telemetry/dcgm/ with a charset that is not text.
 
 `charset=rot13` or `charset=hex` used to end in a LookupError, a 500: Python knows them, but as bytes-to-bytes
 or str-to-str codecs. Now any charset that does not decode bytes to text is a 415 naming it, and nothing is

@@ -5,7 +5,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.discovery.nvidia_smi import ReportError, parse_any, validate_report
-from inventory.services import UnknownHost, check_report, ingest_report
+from inventory.ingest.reports import check_report, ingest_report
+from inventory.ingest.results import UnknownHost
 
 
 class Command(BaseCommand):

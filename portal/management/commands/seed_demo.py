@@ -16,7 +16,7 @@ from integrations.registry import clean_settings
 from inventory.choices import FabricState, HealthKind, RuleAction, SystemModel
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu, HealthRule, NVLinkPartition, Rack
-from portal.demo import (
+from portal.demo.seeding import (
     BATCH,
     DEPARTMENTS,
     KINDS,
@@ -34,7 +34,8 @@ from scheduling.choices import Backend, JobState
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import Request, place
 from scheduling.models import Job, JobEvent
-from scheduling.services import check_request, default_topology, run_pass
+from scheduling.services.admission import check_request, default_topology
+from scheduling.services.passes import run_pass
 from scheduling.tasks import record_quota_snapshots
 from tenancy.models import Department
 from tenancy.services import schedulable_gpus_q

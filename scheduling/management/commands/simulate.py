@@ -62,7 +62,7 @@ def _parse_projects(items: list[str]) -> dict[str, str]:
 
 
 def _command(options: dict) -> str:
-    """The command line that made these results (the report and README show it)."""
+    """The command line that made these results (the report and docs/simulator.md show it)."""
     words = ["manage.py", "simulate"]
     for path in options["trace"]:
         words += ["--trace", path]

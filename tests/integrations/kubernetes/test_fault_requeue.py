@@ -16,14 +16,14 @@ import pytest
 
 from integrations import dispatch
 from integrations.kubernetes.jobs import CHECKPOINT_ANNOTATION
+from integrations.kubernetes.tenants import local_queue
 from integrations.models import ConfigTarget
-from inventory import health
 from inventory.choices import TrayState
+from inventory.health.ingest import record_admin_event
 from inventory.models import ComputeTray
 from scheduling import requeue
 from scheduling.choices import FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import FaultPolicy
-from tenancy.renderers import local_queue
 from tests.factories import make_department, make_job, make_user
 from tests.integrations.kubernetes.test_jobs import VISION, _service_account, add_pod
 
@@ -74,7 +74,7 @@ def test_a_requeue_deletes_the_job_and_creates_it_again_elsewhere(
     failing = trays[1]
     uuid = failing.gpus.order_by("index").first().uuid
     with django_capture_on_commit_callbacks(execute=True):
-        health.record_admin_event(failing, code="", xid=79, gpu_uuid=uuid)
+        record_admin_event(failing, code="", xid=79, gpu_uuid=uuid)
     failing.refresh_from_db()
     assert failing.state == TrayState.DRAIN
     assert kube.get("Node", failing.hostname)["spec"]["unschedulable"] is True  # cordoned

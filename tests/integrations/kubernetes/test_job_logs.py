@@ -1,4 +1,4 @@
-"""A Kubernetes job's logs (integrations.logs.kubernetes_logs) against the testbed's real API server.
+"""A Kubernetes job's logs (integrations.kubernetes.logs) against the testbed's real API server.
 
 The testbed has no kubelet, so no pod log can be served: what is tested is the call path (the Job's pods by
 the `job-name` label the Job controller sets, then each pod's `/log`) and that the real server's answer for
@@ -10,7 +10,7 @@ endpoint, where the server answers that it cannot reach the node; without that r
 import pytest
 
 from integrations.kubernetes.jobs import KubernetesJobBackend
-from integrations.logs import kubernetes_logs
+from integrations.kubernetes.logs import kubernetes_logs
 
 pytestmark = [pytest.mark.integration]
 

@@ -36,16 +36,14 @@ from integrations.jobs import (
     BackendUnavailable,
     DispatchRequest,
 )
+from integrations.kubernetes import job_objects as ko
 from integrations.kubernetes import jobs as kj
 from integrations.kubernetes import render as r
 from integrations.kubernetes import validate as v
-from integrations.kubernetes.jobs import (
-    KubernetesJobBackend,
-    backend_from_settings,
-    render_job_objects,
-)
+from integrations.kubernetes.job_objects import render_job_objects
+from integrations.kubernetes.jobs import KubernetesJobBackend, backend_from_settings
 from integrations.kubernetes.target import MANAGED_KINDS
-from tenancy.renderers import local_queue
+from integrations.kubernetes.tenants import local_queue
 from tests.integrations.kube_testbed import ApiError
 from tests.integrations.kubernetes.test_render import NFS, inventory, tenant
 
@@ -171,7 +169,7 @@ def test_rendering_validates_what_it_renders(monkeypatch):
         domain["spec"]["channel"]["allocationMode"] = "Many"
         return domain
 
-    monkeypatch.setattr(kj, "compute_domain", bad_domain)
+    monkeypatch.setattr(ko, "compute_domain", bad_domain)
     with pytest.raises(v.ValidationError, match=r"spec.channel.allocationMode"):
         render_job_objects(request())
 
@@ -280,7 +278,7 @@ def test_names_labels_work_and_limits():
     assert (container["command"], container["args"]) == (["torchrun"], ["--nnodes=4", "train.py"])
     assert container["env"] == [{"name": "NCCL_MNNVL_ENABLE", "value": "1"}, {"name": "EPOCHS", "value": "3"}]
     # Pod hostnames are "<job>-<index>" and must stay DNS labels; the name leaves room for that.
-    assert len(kj.job_name(request(job_id=10**40))) <= kj.MAX_JOB_NAME
+    assert len(ko.job_name(request(job_id=10**40))) <= ko.MAX_JOB_NAME
 
 
 def test_a_run_after_a_preemption_gets_its_own_objects():
@@ -309,8 +307,8 @@ def test_job_objects_are_never_pruned_by_a_configuration_push():
         ({"work": {"image": "x", "args": "train.py"}}, '"args" must be a list of strings'),
         ({"department": "Vision"}, "namespace"),
         # Beyond what the API server can store (the boundaries are checked on the real server below).
-        ({"time_limit_minutes": kj.MAX_TIME_LIMIT_MINUTES + 1}, r"time limit \(minutes\) must be at most"),
-        ({"gpus_per_tray": kj.MAX_GPUS_PER_TRAY + 1}, "gpus_per_tray must be at most"),
+        ({"time_limit_minutes": ko.MAX_TIME_LIMIT_MINUTES + 1}, r"time limit \(minutes\) must be at most"),
+        ({"gpus_per_tray": ko.MAX_GPUS_PER_TRAY + 1}, "gpus_per_tray must be at most"),
     ],
 )
 def test_requests_that_cannot_run_are_refused(overrides, match):
@@ -328,12 +326,12 @@ def work_of_size(size: int) -> dict[str, Any]:
 
 def test_objects_the_api_server_could_not_store_are_refused_in_words():
     # A Job much over 1 MiB fails in etcd with a 422 about its controller-uid label: refused here instead.
-    assert render_job_objects(request(hostnames=HOSTS[:1], work=work_of_size(kj.MAX_OBJECT_BYTES)))
+    assert render_job_objects(request(hostnames=HOSTS[:1], work=work_of_size(ko.MAX_OBJECT_BYTES)))
     with pytest.raises(ValueError, match=r"Job vision/rp-42 would be 1048577 bytes.*keep the work's command"):
-        render_job_objects(request(hostnames=HOSTS[:1], work=work_of_size(kj.MAX_OBJECT_BYTES + 1)))
+        render_job_objects(request(hostnames=HOSTS[:1], work=work_of_size(ko.MAX_OBJECT_BYTES + 1)))
     # The job's name is an annotation: annotations hold 256 KiB in all (the server's 422 otherwise).
     with pytest.raises(ValueError, match=r"ComputeDomain vision/rp-42: its annotations .* a shorter name"):
-        render_job_objects(request(name="x" * kj.MAX_ANNOTATIONS_BYTES))
+        render_job_objects(request(name="x" * ko.MAX_ANNOTATIONS_BYTES))
 
 
 # --- the job state, from a live Job ---------------------------------------------------------------------
@@ -369,7 +367,7 @@ def _condition(kind: str, reason: str = "", message: str = "") -> dict[str, str]
 )
 def test_job_status_mapping(spec, status, metadata, state, words):
     job = {"metadata": {"name": "rp-1", **metadata}, "spec": {"completions": 4, **spec}, "status": status}
-    result = kj.job_status("vision/rp-1", job)
+    result = ko.job_status("vision/rp-1", job)
     assert result.state == BackendJobState(state)
     assert words in result.message
 
@@ -808,7 +806,7 @@ def test_server_errors_are_transient(kube, kube_proxy, backend, status):
 
 
 @pytest.mark.integration
-@pytest.mark.slow  # waits for the client to give up
+@pytest.mark.slow(reason="waits for the client to give up")
 def test_timeout_is_transient(kube_proxy, kube_testbed, department):
     kube_proxy.fail(0, method="GET", path="/jobs/", delay=1.5)
     with (
@@ -824,7 +822,7 @@ def test_timeout_is_transient(kube_proxy, kube_testbed, department):
 def test_a_job_the_api_server_refuses_is_rejected_in_its_words_and_leaves_nothing(kube, backend, monkeypatch):
     # A renderer bug the local checks cannot see: the schemas allow any restartPolicy, a Job takes only
     # Never or OnFailure. The real server's 422 reaches the admin, and the ComputeDomain made before goes.
-    render = kj.render_job_objects
+    render = ko.render_job_objects
 
     def restart_always(req):
         objects = render(req)
@@ -858,15 +856,15 @@ def test_a_job_the_api_server_refuses_is_rejected_in_its_words_and_leaves_nothin
         ({}, ("spec", "completion"), 4, '400.*unknown field "spec.completion"'),
         ({}, (*_CONTAINER, "resources", "limits", "nvidia.com/gpu"), "four", "400.*quantities must match"),
         (
-            {"gpus_per_tray": kj.MAX_GPUS_PER_TRAY + 1},
+            {"gpus_per_tray": ko.MAX_GPUS_PER_TRAY + 1},
             (*_CONTAINER, "resources", "limits", "nvidia.com/gpu"),
-            str(kj.MAX_GPUS_PER_TRAY + 1),
+            str(ko.MAX_GPUS_PER_TRAY + 1),
             "422.*must be an integer",
         ),
         (
-            {"time_limit_minutes": kj.MAX_TIME_LIMIT_MINUTES + 1},
+            {"time_limit_minutes": ko.MAX_TIME_LIMIT_MINUTES + 1},
             ("spec", "activeDeadlineSeconds"),
-            (kj.MAX_TIME_LIMIT_MINUTES + 1) * 60,
+            (ko.MAX_TIME_LIMIT_MINUTES + 1) * 60,
             "400.*cannot unmarshal number",
         ),
     ],
@@ -897,15 +895,15 @@ def test_the_largest_job_rackplane_renders_is_one_the_real_server_stores(
         # The int64 bounds, exactly: the largest time limit and GPU count pass the server's own checks.
         largest = request(
             hostnames=HOSTS[:1],
-            gpus_per_tray=kj.MAX_GPUS_PER_TRAY,
-            time_limit_minutes=kj.MAX_TIME_LIMIT_MINUTES,
+            gpus_per_tray=ko.MAX_GPUS_PER_TRAY,
+            time_limit_minutes=ko.MAX_TIME_LIMIT_MINUTES,
         )
         assert dry.submit(largest) == "vision/rp-42"
         # The longest name (50 characters) for a Job, its ComputeDomain and its "-imex-channel" template.
         longest = dry.submit(request(job_id=10**46))
-        assert len(longest.split("/")[1]) == kj.MAX_JOB_NAME
+        assert len(longest.split("/")[1]) == ko.MAX_JOB_NAME
     # A Job of the largest size Rackplane sends is stored (etcd refuses requests over 1.5 MiB).
-    work = work_of_size(kj.MAX_OBJECT_BYTES)
+    work = work_of_size(ko.MAX_OBJECT_BYTES)
     assert backend.submit(request(hostnames=HOSTS[:1], work=work)) == "vision/rp-42"
     env = pod_spec(kube.get("Job", "rp-42", "vision"))["containers"][0]["env"]
     assert env == [{"name": "BLOB", "value": work["env"]["BLOB"]}]
@@ -1027,7 +1025,7 @@ def test_an_invalid_request_is_rejected_before_anything_is_sent(kube_proxy, back
     with pytest.raises(BackendRejected, match=r"needs \"image\""):
         backend.submit(request(work={"command": ["python"]}))
     with pytest.raises(BackendRejected, match=r"would be .* bytes"):
-        backend.submit(request(hostnames=HOSTS[:1], work=work_of_size(kj.MAX_OBJECT_BYTES + 1)))
+        backend.submit(request(hostnames=HOSTS[:1], work=work_of_size(ko.MAX_OBJECT_BYTES + 1)))
     assert kube_proxy.requests == []
 
 

@@ -1,4 +1,4 @@
-"""A Kubernetes job runs as its person under Pod Security `restricted` (issue 26).
+"""A Kubernetes job runs as its person under Pod Security `restricted`.
 
 Rendering (no server): the pod's securityContext takes the person's POSIX identity, every container drops
 all capabilities and cannot escalate, seccomp is RuntimeDefault; the rendered-files backend (`make run`)
@@ -24,8 +24,10 @@ from integrations.embedded import RenderedJobBackend
 from integrations.jobs import BackendRejected
 from integrations.kubernetes import kind as kubernetes_kind
 from integrations.kubernetes import validate as v
-from integrations.kubernetes.jobs import KubernetesJobBackend, render_job_objects
-from tenancy.renderers import POD_SECURITY_LABELS, ProjectSpec, tenant_objects
+from integrations.kubernetes.job_objects import render_job_objects
+from integrations.kubernetes.jobs import KubernetesJobBackend
+from integrations.kubernetes.tenants import POD_SECURITY_LABELS, tenant_objects
+from tenancy.renderers import ProjectSpec
 from tests.integrations.kubernetes.test_jobs import HOSTS, PERSON, _service_account, pod_spec, request
 from tests.integrations.kubernetes.test_render import INFERENCE, NFS, inventory, tenant
 from tests.integrations.kubernetes.test_target import connect, register_nodes, state
@@ -204,7 +206,7 @@ def _host_path(pod):
 
 
 def _image_user(pod):
-    """The image's user (root, usually): no securityContext at all, as pods were before issue 26."""
+    """The image's user (root, usually): no securityContext at all, as before jobs ran as their person."""
     _without(pod, "spec", "securityContext")
     return _without(pod, "spec", "containers", 0, "securityContext")
 

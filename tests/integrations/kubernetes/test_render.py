@@ -18,7 +18,8 @@ import yaml
 
 from integrations.kubernetes import render as r
 from integrations.kubernetes import validate as v
-from tenancy.renderers import TenantSpec, to_yaml
+from integrations.kubernetes.tenants import to_yaml
+from tenancy.renderers import TenantSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SHARED_CRDS = REPO_ROOT.parent / "shared" / "reference" / "crds"

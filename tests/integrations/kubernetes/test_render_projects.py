@@ -1,5 +1,6 @@
-"""Projects under departments on Kubernetes (issue 16): the department as a Kueue Cohort, each project a
-ClusterQueue in it with a LocalQueue, a namespace and a ResourceQuota of its own (tenancy.renderers).
+"""Projects under departments on Kubernetes: the department as a Kueue Cohort, each project a
+ClusterQueue in it with a LocalQueue, a namespace and a ResourceQuota of its own
+(integrations.kubernetes.tenants).
 
 Rendered objects are validated against the packaged schemas and CRDs (CEL rules included, validate.py) and
 applied to the real kube-apiserver of the testbed (`integration`), whose Kueue CRDs accept or refuse them.
@@ -14,7 +15,8 @@ import pytest
 
 from integrations.kubernetes import render as r
 from integrations.kubernetes import validate as v
-from tenancy.renderers import POD_SECURITY_LABELS, ProjectSpec, TenantSpec, tenant_objects
+from integrations.kubernetes.tenants import POD_SECURITY_LABELS, tenant_objects
+from tenancy.renderers import ProjectSpec, TenantSpec
 from tests.integrations.kube_testbed import ApiError
 
 NFS = "nfs01.storage.example.com"
@@ -204,7 +206,8 @@ def test_the_real_api_server_accepts_the_cohort_queues_and_quotas(kube):
 def test_rackplanes_own_account_pushes_and_prunes_a_departments_projects(kube, kube_proxy, kube_testbed):
     """Through the Kubernetes target with the rackplane service account (exactly the shipped RBAC): the
     Cohort and the projects' queues are created, and pruned when the department stops having projects."""
-    from integrations.kubernetes.target import KubernetesState, KubernetesTarget
+    from integrations.kubernetes.changes import KubernetesState
+    from integrations.kubernetes.target import KubernetesTarget
 
     inventory = r.InventoryState()
     with KubernetesTarget(

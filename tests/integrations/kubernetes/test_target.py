@@ -27,12 +27,12 @@ import pytest
 import yaml
 
 from integrations.kubernetes import render as r
+from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.target import (
     FIELD_MANAGER,
     FieldChange,
     KubernetesConfigurationError,
     KubernetesRejected,
-    KubernetesState,
     KubernetesTarget,
     KubernetesUnavailable,
     owned_paths,
@@ -618,7 +618,7 @@ def test_server_errors_and_throttling_are_transient(kube, kube_proxy, target, st
 
 
 @integration
-@pytest.mark.slow  # waits for the client to give up
+@pytest.mark.slow(reason="waits for the client to give up")
 def test_timeout_is_transient(cluster, kube_proxy, kube_testbed):
     kube_proxy.fail(0, method="GET", path="/api/v1/nodes", delay=1.5)
     with (

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 
 from core.workloads import WorkError
-from integrations.kubernetes.jobs import render_job_objects
+from integrations.kubernetes.job_objects import render_job_objects
 from integrations.kubernetes.work import SCHEMA, validate_work
 from tests.integrations.kubernetes.test_jobs import pod_spec, request
 

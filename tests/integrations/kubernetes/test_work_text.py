@@ -1,4 +1,4 @@
-"""What a member writes into a Kubernetes job's pod is held to the text rule (issue 26, outside test).
+"""What a member writes into a Kubernetes job's pod is held to the text rule (found by an outside test).
 
 The job's name and a Slurm job's script were refused with a bidi override, ESC or an invisible character,
 but a Kubernetes job's image, its command and arguments and its environment's values were not: a job whose

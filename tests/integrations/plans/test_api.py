@@ -14,7 +14,7 @@ from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import preset_layout
 from scheduling.choices import JobState
 from scheduling.models import Job
-from scheduling.services import finish_job
+from scheduling.services.actions import finish_job
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests.factories import make_department, run_job
@@ -246,7 +246,7 @@ def test_only_staff_may_use_partition_plans(client, operator, demo_inventory, ad
     assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.DRAFT
 
 
-@pytest.mark.slow  # generates the whole OpenAPI schema
+@pytest.mark.slow(reason="generates the whole OpenAPI schema")
 def test_the_schema_describes_partition_plans_without_warnings(tmp_path):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
     text = (tmp_path / "schema.yml").read_text()

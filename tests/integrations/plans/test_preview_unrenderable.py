@@ -1,4 +1,4 @@
-"""A plan preview when the renderers refuse what is in the database (issue 26, outside test).
+"""A plan preview when the renderers refuse what is in the database (found by an outside test).
 
 The renderers stop at a row they cannot render safely (a department's export path or network saved before
 the rules existed, a service tier Slurm reads as a keyword) rather than writing it. The partition plan

@@ -304,7 +304,7 @@ def test_a_failed_push_fails_the_plan_and_a_successful_retry_applies_it(
 
 def test_after_apply_nodes_still_reporting_the_old_partition_show_as_drift(rack, admin_user):
     from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
-    from inventory.services import ingest_report
+    from inventory.ingest.reports import ingest_report
 
     plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=False, user=admin_user))
 

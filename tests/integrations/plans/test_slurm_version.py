@@ -54,7 +54,9 @@ def test_old_slurm_greys_out_split_layouts_with_the_reason(
     assert not refused.ok and reason in [f.message for f in refused.findings if f.level == Level.ERROR]
     assert reason not in [f.message for f in plans.check(rack, preset_layout("1x18")).findings]
 
-    page = client_as(platform_admin).get(reverse("inventory:plan-layout", args=["gb-r01"])).content.decode()
+    page = (
+        client_as(platform_admin).get(reverse("integrations:plan-layout", args=["gb-r01"])).content.decode()
+    )
     assert 'id="preset-2x9" disabled aria-describedby="preset-2x9-why preset-notes"' in page
     assert 'id="preset-1x18" disabled' not in page
     assert page.count("topology/block needs Slurm 23.11 or later") == 1

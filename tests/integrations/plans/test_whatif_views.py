@@ -24,7 +24,7 @@ HTMX = {"HX-Request": "true"}
 
 def url(view, /, *args, **params) -> str:
     query = urlencode(params, doseq=True)
-    return reverse(f"inventory:{view}", args=args) + (f"?{query}" if query else "")
+    return reverse(f"integrations:{view}", args=args) + (f"?{query}" if query else "")
 
 
 def start_url(rack="gb-r01") -> str:

@@ -20,7 +20,7 @@ from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, R
 from inventory.planning import preset_layout
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
-from scheduling.services import finish_job
+from scheduling.services.actions import finish_job
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests.factories import make_department, nodes_report_their_partitions, run_job
@@ -34,7 +34,7 @@ HTMX = {"HX-Request": "true"}
 
 def url(view, /, *args, **params) -> str:
     query = urlencode(params, doseq=True)
-    return reverse(f"inventory:{view}", args=args) + (f"?{query}" if query else "")
+    return reverse(f"integrations:{view}", args=args) + (f"?{query}" if query else "")
 
 
 def rows(response) -> dict[int, str | None]:
@@ -86,7 +86,7 @@ def test_only_admins_may_use_the_wizard(client, user_client, demo_inventory, adm
 
 def test_the_rack_page_offers_the_wizard_to_admins_only(admin, user):
     carve = f'href="{url("plan-layout", "gb-r01")}"'
-    rack_page = reverse("inventory:rack-detail", args=["gb-r01"])
+    rack_page = reverse("scheduling:rack-detail", args=["gb-r01"])
     assert carve in admin.get(rack_page).content.decode()
     operator = Client()
     operator.force_login(user)

@@ -20,7 +20,7 @@ def test_one_finding_per_job_with_drain_first_inline(demo_inventory, client_as, 
     trays = [f"gb-r01-t{slot:02d}" for slot in range(1, 19)]
     run_job(department, trays=trays, name="ops-train", over_quota=True)
     client = client_as(platform_admin)
-    layout = reverse("inventory:plan-layout", args=["gb-r01"])
+    layout = reverse("integrations:plan-layout", args=["gb-r01"])
     page = client.get(layout, {"preset": "2x9"})
     errors = [f for f in page.context["check"].findings if f.job == "ops-train"]
     assert len(errors) == 1 and errors[0].level == "error"
@@ -51,7 +51,7 @@ def test_greyed_layouts_say_why_about_the_rack_being_planned_once(demo_inventory
     """gb-r03's layouts that Slurm 24.11's block sizes refuse beside gb-r01 (18 trays) and gb-r02 (2x9) are
     greyed out: the rule is said once, naming the rack being planned; each greyed layout says briefly why,
     naming no other rack's partition."""
-    page = client_as(platform_admin).get(reverse("inventory:plan-layout", args=["gb-r03"]))
+    page = client_as(platform_admin).get(reverse("integrations:plan-layout", args=["gb-r03"]))
     text = page.content.decode()
     why = {
         preset: html.unescape(reason)

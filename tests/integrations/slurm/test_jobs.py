@@ -29,15 +29,8 @@ from integrations.jobs import (
     DispatchRequest,
 )
 from integrations.registry import MASK, clean_settings, mask_settings
-from integrations.slurm.jobs import (
-    IMEX_NETWORK,
-    SlurmJobBackend,
-    backend_from_settings,
-    classify_error,
-    job_status,
-    mint_token,
-    submit_payload,
-)
+from integrations.slurm.jobs import SlurmJobBackend, backend_from_settings
+from integrations.slurm.rest import IMEX_NETWORK, classify_error, job_status, mint_token, submit_payload
 
 HOSTS = ("gb-r01-t03", "gb-r01-t04", "gb-r01-t05", "gb-r01-t06")
 
@@ -397,7 +390,7 @@ def test_a_proxy_503_is_transient_and_the_headers_are_sent():
     assert headers["x-slurm-user-token"] == "static-token"
 
 
-@pytest.mark.slow  # waits for the client to give up
+@pytest.mark.slow(reason="waits for the client to give up")
 def test_a_hung_slurmrestd_times_out():
     with standin((200, "application/json", b"{}", 3)) as (url, _):
         backend = SlurmJobBackend(url, "rackplane", token="t", timeout=0.5)

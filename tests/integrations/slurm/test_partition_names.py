@@ -1,4 +1,4 @@
-"""A Slurm partition has one owner: everyone or one department (issue 26, tenancy.naming.slurm_partition).
+"""A Slurm partition has one owner: everyone or one department (tenancy.naming.slurm_partition).
 
 A service tier (free text in the partition wizard) names a Slurm partition, and so does a department's slug
 (its dedicated NVLink partitions). A tier `research` and a department `research` used to merge into one

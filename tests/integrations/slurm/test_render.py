@@ -16,19 +16,21 @@ from integrations.slurm.render import (
     MANAGED_HEADER,
     DepartmentQos,
     ServiceTier,
-    SlurmBlock,
     SlurmNode,
-    check_block_sizes,
-    compare_topology,
-    compress,
     parse_conf_lines,
-    parse_show_topology,
-    parse_topology_conf,
-    plan_topology,
     render_rackplane_conf,
     render_topology_conf,
     render_topology_yaml,
     sacctmgr_qos_commands,
+)
+from integrations.slurm.topology import (
+    SlurmBlock,
+    check_block_sizes,
+    compare_topology,
+    compress,
+    parse_show_topology,
+    parse_topology_conf,
+    plan_topology,
     slurm_aggregates,
 )
 

@@ -47,7 +47,7 @@ app.kubernetes.io/component: {{ .component }}
 migration hook, which runs before any other object of the release exists, sees the same settings) and the
 secrets by reference. */}}
 {{- define "rackplane.env" -}}
-{{- $secret := required "secrets.existingSecret: name the Secret holding SECRET_KEY (README, Production deployment)" .Values.secrets.existingSecret -}}
+{{- $secret := required "secrets.existingSecret: name the Secret holding SECRET_KEY (docs/deployment/helm.md)" .Values.secrets.existingSecret -}}
 - name: DEBUG
   value: "0"
 - name: ALLOWED_HOSTS

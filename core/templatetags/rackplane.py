@@ -1,0 +1,44 @@
+"""Small display helpers shared by every app's templates: `{% load rackplane %}`. The icons of a tray's or a
+GPU's health and state are inventory's (inventory/templatetags/inventory.py)."""
+
+import re
+
+from django import template
+from django.utils.html import conditional_escape
+from django.utils.safestring import mark_safe
+
+register = template.Library()
+
+
+@register.filter
+def short_uuid(value, length=8):
+    """The first characters of a UUID (the full value belongs in a title attribute)."""
+    if not value:
+        return ""
+    return str(value)[: int(length)]
+
+
+@register.filter
+def gib(mib):
+    """MiB as GiB with one decimal ("184.9 GiB")."""
+    if mib in (None, ""):
+        return ""
+    return f"{int(mib) / 1024:,.1f} GiB"
+
+
+@register.filter
+def site_section(match):
+    """The section of the site a page is in, for the menu: the first segment of its URL pattern
+    ("inventory", "tenancy", "scheduling"), or its URL name for a top-level page ("home"). By path, not by
+    URL namespace: a page's namespace is the app that owns it (the rack view is scheduling's), its path the
+    section users see (/inventory/racks/<name>/)."""
+    if match is None:
+        return ""
+    head, slash, _ = (getattr(match, "route", "") or "").partition("/")
+    return head if slash and head else (match.url_name or "")
+
+
+@register.filter
+def code_spans(text):
+    """Plain text, escaped, with its `backquoted` words shown as code (a backend's help in the job form)."""
+    return mark_safe(re.sub(r"`([^`\n]+)`", r"<code>\1</code>", conditional_escape(str(text))))

@@ -1,0 +1,430 @@
+"""Slurm topology from NVLink partitions: how the blocks of topology/block are laid out (`plan_topology`), and
+`scontrol show topology` and topology.conf read back (`parse_show_topology`, `parse_topology_conf`,
+`compare_topology`), so the adapter (`target.py`) can check what the controller really loaded. Pure
+functions, no Django, no I/O; the files themselves are written by render.py.
+
+How NVLink partitions become Slurm 24.11 blocks (topology/block; rules read in Slurm 24.11.5's
+src/plugins/topology/block/block_record.c, `_read_topo_file` and `block_record_validate`, and confirmed on
+the testbed, scripts/slurm-testbed.sh):
+
+* `BlockSizes` counts nodes. Its first value is the *base block size*; every value must be the base times a
+  power of two (2**0 .. 2**15: `MAX_BLOCK_LEVELS` is 16), otherwise slurmctld stops with "Invalid
+  BlockSizes value". The values are levels in a bit set, so their order after the first does not matter to
+  Slurm; Rackplane writes them ascending (each a power-of-two multiple of the one before).
+* Without `BlockSizes` the base is the node count of the first block and levels 1, 2, 4, 8, 16 (base blocks)
+  are implied; Rackplane always writes `BlockSizes` so nothing depends on file order by accident.
+* Every block must have at least the base size of nodes ("Block configuration (X) children count lower
+  than bblock_node_cnt", fatal in 24.11; 25.05 allows smaller blocks). A block *larger* than the base is
+  accepted but counted as one base block (`scontrol show topology` prints `BlockSize=<base>` for it), so a
+  job of more than base nodes would not be kept inside it.
+* Level k (base * 2**k nodes) aggregates 2**k *consecutive blocks in file order*, aligned on multiples of
+  2**k, whatever their node counts. A trailing short group is kept only when it has more blocks than the
+  previous configured level. Levels at or beyond the one that covers every block are ignored.
+* Node names Slurm does not know are only warned about, and nodes outside every block are allowed (they are
+  just unreachable for topology-aware jobs): the renderer checks names itself.
+
+So Rackplane renders, for Slurm 24.11:
+
+* base = the smallest NVLink partition (node count);
+* a partition of base * 2**k nodes (k > 0) is written as 2**k blocks of base nodes named `<name>-1..`,
+  placed so that level k aggregates exactly them: a job of up to base * 2**k nodes then stays in that
+  NVLink partition. A partition whose size is not base * 2**k cannot be expressed in 24.11: ValueError;
+* blocks are ordered by NVLink domain (rack), then largest partition first (keeps the split ones aligned),
+  then by name (natural order);
+* one more level for the NVLink domain (the rack) when every domain has the same number of blocks and
+  Slurm's aggregation then groups exactly each rack: jobs larger than a partition prefer one rack. No level
+  ever groups two racks (Rackplane does not know the network between racks);
+* levels that would only group blocks by file order (pairs inside a rack of three partitions, say) are left
+  out: with them Slurm would refuse to combine, e.g., partitions 2 and 3 of a rack.
+
+For 25.05+ (`topology.yaml`), blocks may be smaller than the base, so the base is the *largest* partition
+and no block is split: a job of up to one partition's size is kept in one partition.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import hostlist
+
+MAX_BLOCK_LEVELS = 16  # Slurm 24.11 block_record.h: levels 0..15
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*\Z")
+
+
+@dataclass(frozen=True)
+class SlurmBlock:
+    """One NVLink partition as a topology/block block.
+
+    `name` is the Slurm block name (e.g. `r01p1`, unique in the cluster); `domain` the NVLink domain (rack)
+    it is carved from; `hostnames` its compute trays.
+    """
+
+    name: str
+    domain: str
+    hostnames: tuple[str, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "hostnames", tuple(self.hostnames))
+
+
+@dataclass(frozen=True)
+class PlannedBlock:
+    """A block as slurmctld will report it: base blocks and aggregated blocks."""
+
+    name: str
+    hostnames: frozenset[str]
+    size: int
+    aggregated: bool = False
+    partition: str = ""  # the NVLink partition a base block belongs to (== name unless split)
+
+
+@dataclass(frozen=True)
+class TopologyPlan:
+    """What `render_topology_conf` writes and what `scontrol show topology` should then print."""
+
+    blocks: tuple[tuple[str, tuple[str, ...], str], ...]  # (slurm block name, hostnames, partition)
+    block_sizes: tuple[int, ...]
+    expected: tuple[PlannedBlock, ...] = field(default=())
+
+    @property
+    def base(self) -> int:
+        return self.block_sizes[0]
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def compress(hostnames: Iterable[str]) -> str:
+    """Slurm's compressed hostlist form (`gb-r01-t[01-09]`), sorted numerically."""
+    names = list(hostnames)
+    if not names:
+        raise ValueError("an empty host list has no Slurm form")
+    return hostlist.collect_hostlist(names)
+
+
+def expand(expression: str) -> list[str]:
+    return hostlist.expand_hostlist(expression)
+
+
+def natural_key(name: str):
+    return hostlist.numeric_sort_key(name)
+
+
+def check_name(kind: str, name: str) -> None:
+    if not _NAME.match(name or ""):
+        raise ValueError(
+            f"{kind} name {name!r} is not a valid Slurm name (letters, digits, '.', '_', '-'; no spaces)"
+        )
+
+
+def check_blocks(blocks: Sequence[SlurmBlock]) -> None:
+    if not blocks:
+        raise ValueError("no NVLink partitions: topology/block needs at least one block")
+    seen_names: set[str] = set()
+    owner: dict[str, str] = {}
+    for block in blocks:
+        check_name("block", block.name)
+        if not block.domain:
+            raise ValueError(f"block {block.name} has no NVLink domain (rack)")
+        if block.name in seen_names:
+            raise ValueError(f"block name {block.name} is used twice")
+        seen_names.add(block.name)
+        if not block.hostnames:
+            raise ValueError(f"block {block.name} has no nodes (Slurm: 'lacks children')")
+        for host in block.hostnames:
+            if not HOSTNAME.match(host):
+                raise ValueError(f"block {block.name}: {host!r} is not a valid node name")
+            if host in owner and owner[host] != block.name:
+                raise ValueError(f"node {host} is in two blocks: {owner[host]} and {block.name}")
+            owner[host] = block.name
+        if len(set(block.hostnames)) != len(block.hostnames):
+            raise ValueError(f"block {block.name} lists a node twice")
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def check_block_sizes(block_sizes: Sequence[int], block_node_counts: Sequence[int]) -> None:
+    """Raise ValueError where Slurm 24.11's topology/block would refuse `BlockSizes` for these blocks."""
+    if not block_sizes:
+        raise ValueError("BlockSizes is empty")
+    base = block_sizes[0]
+    for size in block_sizes:
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"BlockSizes value {size!r} is not a positive integer")
+        if size % base:
+            raise ValueError(f"BlockSizes value {size} is not a multiple of the base block size {base}")
+        multiple = size // base
+        if not _is_power_of_two(multiple):
+            raise ValueError(
+                f"BlockSizes value {size} is {multiple} x the base {base}: "
+                "Slurm needs a power-of-two multiple"
+            )
+        if multiple.bit_length() - 1 >= MAX_BLOCK_LEVELS:
+            raise ValueError(
+                f"BlockSizes value {size} is 2**{multiple.bit_length() - 1} x the base: Slurm 24.11 allows "
+                f"at most {MAX_BLOCK_LEVELS} levels (up to 2**{MAX_BLOCK_LEVELS - 1} base blocks)"
+            )
+    small = [n for n in block_node_counts if n < base]
+    if small:
+        raise ValueError(
+            f"a block has {min(small)} nodes, fewer than the base block size {base}: Slurm 24.11 refuses "
+            "blocks smaller than the first BlockSizes value (25.05 and later allow them)"
+        )
+
+
+def slurm_aggregates(
+    block_count: int, levels: Sequence[int]
+) -> tuple[list[int], list[tuple[int, list[int]]]]:
+    """The levels Slurm 24.11 keeps and the aggregated blocks it forms, as block indexes.
+
+    Mirrors `block_record_validate`: levels (exponents, base blocks = 2**level) are taken in increasing
+    order up to the first that covers every block; level j groups blocks i .. i + 2**level - 1 for i a
+    multiple of 2**level, and drops a trailing group no larger than the previous kept level.
+    """
+    kept: list[int] = []
+    for level in sorted(set(levels)):
+        kept.append(level)
+        if (1 << level) >= block_count:
+            break
+    sizes = [1 << level for level in kept]
+    groups: list[tuple[int, list[int]]] = []
+    for j in range(1, len(sizes)):
+        for start in range(0, block_count, sizes[j]):
+            remaining = block_count - start
+            if sizes[j] > remaining and sizes[j - 1] >= remaining:
+                continue
+            groups.append((kept[j], list(range(start, min(start + sizes[j], block_count)))))
+    return kept, groups
+
+
+def order_blocks(blocks: Sequence[SlurmBlock], key_size) -> list[SlurmBlock]:
+    return sorted(blocks, key=lambda b: (natural_key(b.domain), -key_size(b), natural_key(b.name)))
+
+
+def _split_name(name: str, part: int) -> str:
+    return f"{name}-{part}"
+
+
+def _expected_blocks(rows, base: int, groups) -> tuple[PlannedBlock, ...]:
+    """What `scontrol show topology` should list: each base block, then Slurm's aggregated ones."""
+    expected = [PlannedBlock(name=r[0], hostnames=frozenset(r[1]), size=base, partition=r[2]) for r in rows]
+    for level, members in sorted(groups, key=lambda g: g[0]):
+        expected.append(
+            PlannedBlock(
+                name=compress(rows[i][0] for i in members),
+                hostnames=frozenset(h for i in members for h in rows[i][1]),
+                size=base << level,
+                aggregated=True,
+            )
+        )
+    return tuple(expected)
+
+
+def plan_topology(blocks: Sequence[SlurmBlock]) -> TopologyPlan:
+    """The Slurm 24.11 block layout for these NVLink partitions (see the module docstring for the rules)."""
+    check_blocks(blocks)
+    base = min(len(b.hostnames) for b in blocks)
+    for block in blocks:
+        count = len(block.hostnames)
+        if count % base or not _is_power_of_two(count // base):
+            raise ValueError(
+                f"Slurm 24.11 cannot express NVLink partition {block.name} ({count} nodes) next to a "
+                f"partition of {base} nodes: a block larger than the base block size is only kept whole "
+                "when it is the base times a power of two (Slurm aggregates 2, 4, 8... base blocks), and "
+                "blocks smaller than the base are refused. Carve the racks so that every partition is the "
+                "smallest one times a power of two, or use Slurm 25.05+ (topology.yaml), where blocks may "
+                "be smaller than the base."
+            )
+        if (count // base).bit_length() - 1 >= MAX_BLOCK_LEVELS:
+            raise ValueError(f"NVLink partition {block.name} needs more than {MAX_BLOCK_LEVELS} block levels")
+
+    ordered = order_blocks(blocks, lambda b: len(b.hostnames))
+    rows: list[tuple[str, tuple[str, ...], str, str]] = []  # name, hosts, partition, domain
+    for block in ordered:
+        hosts = hostlist.numerically_sorted(list(block.hostnames))
+        parts = len(hosts) // base
+        if parts == 1:
+            rows.append((block.name, tuple(hosts), block.name, block.domain))
+        else:
+            for part in range(parts):
+                chunk = tuple(hosts[part * base : (part + 1) * base])
+                rows.append((_split_name(block.name, part + 1), chunk, block.name, block.domain))
+    names = [r[0] for r in rows]
+    if len(set(names)) != len(names):
+        raise ValueError("splitting a large partition gave a block name that is already taken: rename blocks")
+
+    # Levels that keep a split partition whole.
+    levels = {0}
+    for block in blocks:
+        parts = len(block.hostnames) // base
+        if parts > 1:
+            levels.add(parts.bit_length() - 1)
+
+    def groups_ok(candidate: set[int]) -> tuple[bool, str]:
+        kept, groups = slurm_aggregates(len(rows), sorted(candidate))
+        for level, members in groups:
+            domains = {rows[i][3] for i in members}
+            if len(domains) > 1:
+                return (
+                    False,
+                    f"level {base << level} would group blocks of racks {', '.join(sorted(domains))}",
+                )
+        for block in blocks:
+            parts = len(block.hostnames) // base
+            if parts == 1:
+                continue
+            level = parts.bit_length() - 1
+            whole = [m for lvl, m in groups if lvl == level and {rows[i][2] for i in m} == {block.name}]
+            if level not in kept or not whole:
+                return False, f"partition {block.name} would not be one aggregated block of {base << level}"
+        return True, ""
+
+    ok, why = groups_ok(levels)
+    if not ok:
+        raise ValueError(
+            f"Slurm 24.11 cannot express these NVLink partitions: {why}. Slurm groups consecutive blocks "
+            "by count, not by rack; carve the racks alike (same partition sizes in every rack) or use Slurm "
+            "25.05+ (topology.yaml)."
+        )
+
+    # The NVLink domain (rack) level, when Slurm would group exactly each rack.
+    per_domain: dict[str, int] = {}
+    for row in rows:
+        per_domain[row[3]] = per_domain.get(row[3], 0) + 1
+    counts = set(per_domain.values())
+    if len(counts) == 1:
+        count = counts.pop()
+        if count > 1:
+            rack_level = (count - 1).bit_length()  # ceil(log2(count))
+            candidate = levels | {rack_level}
+            if rack_level < MAX_BLOCK_LEVELS and groups_ok(candidate)[0]:
+                _, groups = slurm_aggregates(len(rows), sorted(candidate))
+                rack_groups = [set(m) for lvl, m in groups if lvl == rack_level]
+                spans = [
+                    {i for i, r in enumerate(rows) if r[3] == d} for d in sorted(per_domain, key=natural_key)
+                ]
+                if all(span in rack_groups for span in spans):
+                    levels = candidate
+
+    kept, groups = slurm_aggregates(len(rows), sorted(levels))
+    block_sizes = tuple(base << level for level in kept)
+    check_block_sizes(block_sizes, [len(r[1]) for r in rows])
+
+    return TopologyPlan(
+        blocks=tuple((r[0], r[1], r[2]) for r in rows),
+        block_sizes=block_sizes,
+        expected=_expected_blocks(rows, base, groups),
+    )
+
+
+# --- parsing ------------------------------------------------------------------------------------------
+
+PAIR = re.compile(r"(\w+)=(\S*)")
+
+
+def parse_show_topology(text: str) -> list[dict]:
+    """Parse `scontrol show topology` of topology/block.
+
+    Each `BlockName=...` / `AggregatedBlock=...` line becomes {"name", "index", "nodes" (as printed),
+    "hostnames" (expanded, sorted), "size", "aggregated"}. Blank lines are skipped; any other line is an
+    error (the output is not what this parser knows, e.g. another topology plugin).
+    """
+    result = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        fields = dict(PAIR.findall(line))
+        if "BlockName" in fields:
+            name, aggregated = fields["BlockName"], False
+        elif "AggregatedBlock" in fields:
+            name, aggregated = fields["AggregatedBlock"], True
+        else:
+            raise ValueError(f"line {number} of scontrol show topology is not a block line: {line!r}")
+        nodes = fields.get("Nodes", "")
+        try:
+            hosts = hostlist.numerically_sorted(expand(nodes)) if nodes and nodes != "(null)" else []
+        except hostlist.BadHostlist as error:
+            raise ValueError(f"line {number}: bad node list {nodes!r}: {error}") from error
+        result.append(
+            {
+                "name": name,
+                "index": int(fields["BlockIndex"]) if "BlockIndex" in fields else None,
+                "nodes": nodes,
+                "hostnames": hosts,
+                "size": int(fields["BlockSize"]) if fields.get("BlockSize", "").isdigit() else None,
+                "aggregated": aggregated,
+            }
+        )
+    return result
+
+
+def compare_topology(plan: TopologyPlan, shown: Sequence[dict]) -> list[str]:
+    """Differences between the plan and parsed `scontrol show topology` output (empty: they agree)."""
+    problems = []
+    want = {(b.aggregated, b.name): b for b in plan.expected}
+    have = {(bool(s["aggregated"]), s["name"]): s for s in shown}
+    for key in sorted(set(want) - set(have)):
+        problems.append(f"{'aggregated block' if key[0] else 'block'} {key[1]} is missing")
+    for key in sorted(set(have) - set(want)):
+        problems.append(f"{'aggregated block' if key[0] else 'block'} {key[1]} is not in the plan")
+    for key in sorted(set(want) & set(have)):
+        planned, live = want[key], have[key]
+        if set(live["hostnames"]) != planned.hostnames:
+            problems.append(f"block {key[1]}: nodes {live['nodes']}, planned {compress(planned.hostnames)}")
+        if live["size"] is not None and live["size"] != planned.size:
+            problems.append(f"block {key[1]}: BlockSize={live['size']}, planned {planned.size}")
+    return problems
+
+
+def parse_topology_conf(text: str) -> TopologyPlan:
+    """Read a topology.conf back into the plan Slurm 24.11 will make of it (blocks, BlockSizes, aggregates).
+
+    Follows Slurm's reading: BlockSizes absent means base = the first block's node count and levels 1..16
+    base blocks. Raises ValueError for what slurmctld would refuse.
+    """
+    rows: list[tuple[str, tuple[str, ...], str]] = []
+    sizes_text = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = dict(PAIR.findall(line))
+        key = line.split("=", 1)[0].lower()
+        if key == "blockname":
+            name = line.split("=", 1)[1].split()[0]
+            nodes = next((v for k, v in fields.items() if k.lower() == "nodes"), "")
+            if not nodes:
+                raise ValueError(f"line {number}: block {name} has no Nodes=")
+            rows.append((name, tuple(hostlist.numerically_sorted(expand(nodes))), name))
+        elif key == "blocksizes":
+            sizes_text = line.split("=", 1)[1].strip()
+        else:
+            raise ValueError(f"line {number}: unknown topology.conf line {line!r}")
+    if not rows:
+        raise ValueError("topology.conf has no BlockName lines")
+    if len({r[0] for r in rows}) != len(rows):
+        raise ValueError("topology.conf names a block twice")
+    if sizes_text is None:
+        base = len(rows[0][1])
+        levels = [0, 1, 2, 3, 4]
+    else:
+        try:
+            values = [int(v) for v in sizes_text.split(",")]
+        except ValueError:
+            raise ValueError(f"BlockSizes={sizes_text} is not a list of numbers") from None
+        check_block_sizes(values, [len(r[1]) for r in rows])
+        base = values[0]
+        levels = [(v // base).bit_length() - 1 for v in values]
+    check_block_sizes([base], [len(r[1]) for r in rows])
+    kept, groups = slurm_aggregates(len(rows), levels)
+    return TopologyPlan(
+        blocks=tuple(rows),
+        block_sizes=tuple(base << lv for lv in kept),
+        expected=_expected_blocks(rows, base, groups),
+    )

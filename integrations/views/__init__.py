@@ -1,0 +1,1 @@
+"""Integrations' pages (see integrations/urls.py); the partition wizard's are integrations.plans.views."""

@@ -1,0 +1,48 @@
+"""A job's logs: read from the backend that ran it (integrations.logs), so integrations' page (the
+`integrations` namespace, at /scheduling/jobs/<pk>/logs/, loaded by the job page with htmx)."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils.cache import patch_vary_headers
+
+from integrations.logs import DEFAULT_LIMIT as LOG_LIMIT
+from integrations.logs import job_logs as read_job_logs
+from scheduling.models import Job
+
+
+def _exit_words(job: Job) -> str:
+    """How the job ended, in one sentence: its state, exit code (and signal), and the backend's word."""
+    if not job.is_finished:
+        return ""
+    words = job.get_state_display()
+    if job.exit_code is not None:
+        words += f" with exit code {job.exit_code}"
+        if job.exit_code > 128:
+            words += f" (killed by signal {job.exit_code - 128})"
+    last = job.events.filter(kind__in=["completed", "failed", "cancelled"]).order_by("-at", "-pk").first()
+    reason = (last.message if last and last.message else "") or job.backend_message
+    return f"{words}: {reason}" if reason else f"{words}."
+
+
+def job_logs(request, pk):
+    """The job's output, bounded (the last 64 KiB of each stream, escaped in a <pre>); `?download=1`: all of
+    it as a text file (capped at integrations.job_output.MAX_DOWNLOAD)."""
+    job = get_object_or_404(Job.objects.visible_to(request.user).select_related("department"), pk=pk)
+    if request.GET.get("download"):
+        logs = read_job_logs(job, limit=None)
+        if logs.error and not logs.parts:
+            return HttpResponse(logs.error + "\n", content_type="text/plain; charset=utf-8", status=404)
+        response = HttpResponse(logs.as_text(), content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.log"'
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
+    logs = read_job_logs(job, limit=LOG_LIMIT)
+    response = render(
+        request,
+        "integrations/_job_logs.html",
+        {"job": job, "logs": logs, "limit_kib": LOG_LIMIT // 1024, "exit_words": _exit_words(job)},
+    )
+    patch_vary_headers(response, ["HX-Request"])
+    return response

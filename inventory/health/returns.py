@@ -1,0 +1,137 @@
+"""Return to service: when a tray the health rules (or drain_tray) took out may come back, and bringing it.
+
+Step 6 of the loop (the package docstring): a tray the rules drained returns by itself (`consider_return`,
+on ingest) when its agent has reported it healthy for `return_after_s` and, when `return_check` names an
+active check, that check passed after the drain; with dry run or without `auto_return` that is recorded
+as "would return". `return_to_service` is the return by hand (an admin may force it); another owner's
+drain is never undone here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.choices import QUARANTINE_ACTIONS, ActionKind, TrayState
+from inventory.health.actions import HealthError, owned_by_rules, record_action, set_state
+from inventory.health.events import HealthOutcome, timestamp
+from inventory.health.rules import RulesContext
+from inventory.models import ComputeTray, HealthAction, HealthCheckResult, HealthSettings
+
+NOTE_LIMIT = 300  # a return-to-service note
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    eligible: bool
+    why: str
+
+
+def return_eligibility(
+    tray: ComputeTray, settings: HealthSettings | None = None, now: datetime | None = None
+) -> Eligibility:
+    """Whether a tray the rules drained may return: healthy for return_after_s and, when return_check is
+    set, that check passed after the drain. Needs-service trays and other owners' drains never qualify."""
+    settings = settings or HealthSettings.load()
+    now = now or timezone.now()
+    if tray.state == TrayState.UP:
+        return Eligibility(False, "it is in service")
+    if not owned_by_rules(tray):
+        return Eligibility(
+            False, f"it is out for another owner's reason ({tray.state_reason}); they return it"
+        )
+    if tray.state == TrayState.NEEDS_SERVICE:
+        return Eligibility(False, "it needs service; return it by hand once repaired")
+    drained = (
+        HealthAction.objects.filter(tray=tray, kind__in=QUARANTINE_ACTIONS)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    drained_at = drained.created_at if drained else None
+    if tray.healthy_since is None:
+        # A drain by hand (an admin, a maintenance window) has no fault: the drain is what it waits on.
+        by_rules = drained is not None and (drained.rule_name or drained.event_id is not None)
+        since = "the fault" if by_rules else "it was drained"
+        return Eligibility(False, f"its agent has not reported it healthy since {since}")
+    needed = timedelta(seconds=settings.return_after_s)
+    if now - tray.healthy_since < needed:
+        left = needed - (now - tray.healthy_since)
+        return Eligibility(
+            False,
+            f"healthy since {timestamp(tray.healthy_since)}; {left.total_seconds() / 60:.0f} more minutes",
+        )
+    if settings.return_check:
+        checks = HealthCheckResult.objects.filter(tray=tray, name=settings.return_check)
+        if drained_at is not None:
+            checks = checks.filter(started__gte=drained_at)
+        last = checks.order_by("-started", "-pk").first()
+        if last is None:
+            return Eligibility(False, f"no {settings.return_check!r} check has run since it was drained")
+        if not last.passed:
+            return Eligibility(
+                False, f"the last {settings.return_check!r} check failed (exit status {last.exit_status})"
+            )
+        return Eligibility(
+            True,
+            f"healthy since {timestamp(tray.healthy_since)} and {settings.return_check!r} passed at "
+            f"{timestamp(last.started)}",
+        )
+    return Eligibility(True, f"healthy since {timestamp(tray.healthy_since)}")
+
+
+def consider_return(tray: ComputeTray, context: RulesContext, outcome: HealthOutcome) -> None:
+    """Return a tray the rules drained once it qualifies; a drain by hand (drain_tray) is returned by hand."""
+    if tray.state != TrayState.DRAIN or not owned_by_rules(tray):
+        return
+    drained = HealthAction.objects.filter(tray=tray, kind__in=QUARANTINE_ACTIONS).order_by(
+        "-created_at", "-pk"
+    )
+    last = drained.first()
+    if last is None or not last.rule_name:
+        return
+    verdict = return_eligibility(tray, context.settings, context.now)
+    if not verdict.eligible:
+        return
+    if context.settings.dry_run or not context.settings.auto_return:
+        last = HealthAction.objects.filter(tray=tray).order_by("-created_at", "-pk").first()
+        if last is None or last.kind != ActionKind.WOULD_RETURN:
+            record_action(
+                outcome,
+                tray,
+                ActionKind.WOULD_RETURN,
+                f"eligible to return: {verdict.why}",
+                dry_run=True,
+                at=context.now,
+            )
+        return
+    set_state(tray, TrayState.UP, "", source="rules", actor=None)
+    record_action(outcome, tray, ActionKind.RETURN, f"returned to service: {verdict.why}", at=context.now)
+
+
+def return_to_service(tray: ComputeTray, *, actor=None, note: str = "", force: bool = False) -> HealthAction:
+    """Put a tray the health rules (or drain_tray) took out back in service.
+
+    Without `force` the tray must qualify (return_eligibility); an admin may force it (a needs-service tray
+    repaired, an eligibility rule they know to be wrong), and the note says why. Another owner's drain (an
+    admin in Slurm, a partition plan) is never undone here: HealthError.
+    """
+    with transaction.atomic():
+        tray = ComputeTray.objects.select_for_update().get(pk=tray.pk)
+        if tray.state == TrayState.UP:
+            raise HealthError(f"{tray.hostname} is already in service.")
+        if not owned_by_rules(tray):
+            raise HealthError(
+                f"{tray.hostname} is out for another owner's reason ({tray.state_reason}); Rackplane "
+                "does not undo it. Its owner returns it."
+            )
+        verdict = return_eligibility(tray)
+        if not verdict.eligible and not force:
+            raise HealthError(f"{tray.hostname} cannot return yet: {verdict.why}.")
+        who = f"{actor.get_username()}: " if actor is not None else ""
+        why = verdict.why if verdict.eligible else f"forced ({verdict.why})"
+        text = f"{who}returned to service: {why}" + (f"; {note.strip()}" if note and note.strip() else "")
+        set_state(tray, TrayState.UP, "", source="admin" if actor else "rules", actor=actor)
+        return record_action(None, tray, ActionKind.RETURN, text, actor=actor)

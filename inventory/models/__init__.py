@@ -1,0 +1,32 @@
+"""The fabric inventory: racks (NVLink domains), compute trays, GPUs and NVLink partitions, partition plans,
+node agents' tokens and health.
+
+A rack is one NVLink domain of 18 compute trays x 4 GPUs. It is carved into NVLink partitions at tray
+granularity; the default partition (clique ID 32766) covers the whole rack. What the inventory *intends*
+(a tray's partition) and what the nodes *report* (each GPU's cluster UUID and clique ID) are kept side by
+side so drift between them is visible.
+
+Django finds an app's models through this package: it imports every model module, and `from
+inventory.models import Rack` keeps working. Everything else (query sets, validators) is imported from its
+own module.
+"""
+
+from inventory.models.agent_tokens import AgentToken
+from inventory.models.health import HealthAction, HealthCheckResult, HealthEvent, HealthRule, HealthSettings
+from inventory.models.plans import PartitionPlan
+from inventory.models.racks import NVLinkPartition, Rack
+from inventory.models.trays import ComputeTray, Gpu
+
+__all__ = [
+    "AgentToken",
+    "ComputeTray",
+    "Gpu",
+    "HealthAction",
+    "HealthCheckResult",
+    "HealthEvent",
+    "HealthRule",
+    "HealthSettings",
+    "NVLinkPartition",
+    "PartitionPlan",
+    "Rack",
+]

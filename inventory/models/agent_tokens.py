@@ -1,0 +1,87 @@
+"""Node agents' credentials, each bound to the hosts it may report for (inventory.agent_tokens makes and
+checks them)."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from core.access import is_admin
+from core.text import TextValidator
+from inventory.models.racks import Rack
+from inventory.models.trays import ComputeTray
+
+
+class AgentTokenQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Agent tokens are platform admins' business: they see all of them, nobody else any."""
+        return self if is_admin(user) else self.none()
+
+    def active(self):
+        return self.filter(revoked_at__isnull=True)
+
+
+class AgentToken(models.Model):
+    """A node agent's credential, bound to the hosts it may report for: one rack (all its trays) or one host.
+
+    Only a SHA-256 hash of the secret is stored (inventory.agent_tokens makes and checks it); `prefix`, the
+    secret's first characters, tells tokens apart on the page and in logs. A revoked token is kept, with
+    when, so the page shows what was used until then.
+    """
+
+    prefix = models.CharField(max_length=16, help_text='The secret\'s first characters ("rpa_" + 8).')
+    secret_hash = models.CharField(max_length=64, help_text="SHA-256 of the secret, hex.")
+    rack = models.ForeignKey(
+        Rack,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="agent_tokens",
+        help_text="Scope: every compute tray of this rack.",
+    )
+    hostname = models.CharField(max_length=128, blank=True, help_text="Scope: this one compute tray.")
+    description = models.CharField(max_length=200, blank=True, validators=[TextValidator()])
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AgentTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["secret_hash"], name="%(app_label)s_%(class)s_unique_secret_hash"
+            ),
+            models.CheckConstraint(
+                condition=Q(rack__isnull=False, hostname="") | Q(rack__isnull=True) & ~Q(hostname=""),
+                name="%(app_label)s_%(class)s_one_scope",
+                violation_error_message="An agent token is for one rack or for one host, not both or none.",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.scope})"
+
+    @property
+    def scope(self) -> str:
+        return f"rack {self.rack.name}" if self.rack_id else f"host {self.hostname}"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def trays(self):
+        """The compute trays this token may report for."""
+        if self.rack_id:
+            return ComputeTray.objects.filter(rack_id=self.rack_id)
+        return ComputeTray.objects.filter(hostname=self.hostname)
+
+    def covers_host(self, hostname: str) -> bool:
+        """A host token covers its host (known to the inventory yet or not: a dry run may come first); a rack
+        token covers the hosts of its rack's trays."""
+        if not self.rack_id:
+            return hostname == self.hostname
+        return self.trays().filter(hostname=hostname).exists()

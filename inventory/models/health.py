@@ -1,0 +1,284 @@
+"""Health: fault events, rules, decisions, active check results and the rules' settings (inventory.health
+holds the workflows)."""
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from core.text import TextValidator
+from inventory.choices import ActionKind, HealthKind, HealthSource, RuleAction
+from inventory.models.racks import NVLinkPartition
+from inventory.models.trays import ComputeTray, Gpu
+
+
+class HealthSettings(models.Model):
+    """How the health rules act: dry run, the circuit breaker, return to service, repeat offenders. One row
+    (pk=1), edited by platform admins in the Django admin."""
+
+    dry_run = models.BooleanField(
+        default=False, help_text="Record what the rules would do (would-drain decisions) and change nothing."
+    )
+    dedup_window_s = models.PositiveIntegerField(
+        default=3600,
+        validators=[MinValueValidator(1)],
+        help_text="Repeats of one fault on one GPU within this many seconds update the event's count.",
+    )
+    breaker_percent = models.PositiveSmallIntegerField(
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Circuit breaker: at most this % of all trays (at least one) taken out per window.",
+    )
+    breaker_window_s = models.PositiveIntegerField(default=3600, validators=[MinValueValidator(1)])
+    breaker_tripped_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Set when the breaker tripped; clear it to let the rules drain again.",
+    )
+    breaker_note = models.CharField(max_length=500, blank=True, validators=[TextValidator()])
+    auto_return = models.BooleanField(
+        default=True, help_text="Return trays the rules drained once they qualify (else only record it)."
+    )
+    return_after_s = models.PositiveIntegerField(
+        default=1800, help_text="A drained tray's agent must report it healthy for this many seconds."
+    )
+    return_check = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text='Active check that must pass after the fault before return (e.g. "dcgmi diag -r 2"); '
+        "empty: none needed.",
+    )
+    repeat_faults = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1)],
+        help_text="A tray drained this many times within repeat_days needs service instead.",
+    )
+    repeat_days = models.PositiveSmallIntegerField(default=7, validators=[MinValueValidator(1)])
+    node_silent_after_s = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(30)],
+        help_text="A tray whose node has reported before but not for this many seconds is stale (node "
+        "silent); the node_silent health rule says what the scheduler does with it.",
+    )
+
+    class Meta:
+        verbose_name = "health settings"
+        verbose_name_plural = "health settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_singleton"),
+            models.CheckConstraint(
+                condition=Q(breaker_percent__gte=1, breaker_percent__lte=100),
+                name="%(app_label)s_%(class)s_breaker_percent_range",
+            ),
+        ]
+
+    def __str__(self):
+        return "Health settings"
+
+    @classmethod
+    def load(cls) -> "HealthSettings":
+        return cls.objects.get_or_create(pk=1)[0]
+
+
+class HealthRule(models.Model):
+    """Which health events drain a tray, degrade its NVLink partition, or only warn. Every enabled rule that
+    matches an event acts; seeded with defaults from NVIDIA's XID catalog (migration 0007)."""
+
+    name = models.CharField(max_length=100, validators=[TextValidator()])
+    enabled = models.BooleanField(default=True)
+    kind = models.CharField(max_length=20, choices=HealthKind.choices, help_text="What the event is.")
+    xid_first = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(999)]
+    )
+    xid_last = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(999)]
+    )
+    code = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="Recovery action (GPU_RESET ...), fabric flag (ROUTE_UNHEALTHY ...), DCGM field or check "
+        "name; empty matches any.",
+    )
+    threshold = models.FloatField(
+        null=True, blank=True, help_text="DCGM fields: the event's value must be at least this."
+    )
+    action = models.CharField(max_length=16, choices=RuleAction.choices)
+    note = models.CharField(
+        max_length=300, blank=True, validators=[TextValidator()], help_text="Why; NVIDIA's immediate action."
+    )
+
+    class Meta:
+        ordering = ["kind", "xid_first", "code", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
+            models.CheckConstraint(
+                condition=~Q(kind=HealthKind.XID) | Q(xid_first__isnull=False, xid_last__isnull=False),
+                name="%(app_label)s_%(class)s_xid_range_set",
+                violation_error_message="An XID rule needs its first and last XID.",
+            ),
+            models.CheckConstraint(
+                condition=Q(xid_first__isnull=True) | Q(xid_last__gte=models.F("xid_first")),
+                name="%(app_label)s_%(class)s_xid_range_order",
+                violation_error_message="The last XID cannot come before the first.",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind=HealthKind.NODE_SILENT, action__in=[RuleAction.HOLD, RuleAction.WARN])
+                | (~Q(kind=HealthKind.NODE_SILENT) & ~Q(action=RuleAction.HOLD)),
+                name="%(app_label)s_%(class)s_node_silent_actions",
+                violation_error_message="A node silent rule either holds the tray (places no new work) or "
+                "only warns; hold is for node silent rules only.",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    def matches(self, kind: str, xid: int | None, code: str, value: float | None) -> bool:
+        if not self.enabled or kind != self.kind:
+            return False
+        if self.kind == HealthKind.XID:
+            return xid is not None and self.xid_first <= xid <= self.xid_last
+        if self.code and self.code != code:
+            return False
+        if self.threshold is not None:
+            return value is not None and value >= self.threshold
+        return True
+
+
+class HealthEventQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Whoever may see the tray sees its health history (the inventory is shared with signed-in users)."""
+        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
+
+
+class HealthEvent(models.Model):
+    """One fault on one tray (and GPU, when known): repeats within the settings' window raise `count` and
+    `last_seen` instead of adding rows. What the rules made of it is in `drains`/`degrades`/`warns`."""
+
+    tray = models.ForeignKey(ComputeTray, on_delete=models.CASCADE, related_name="health_events")
+    gpu = models.ForeignKey(
+        Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="health_events"
+    )
+    gpu_uuid = models.CharField(max_length=64, blank=True, help_text="Kept if the GPU row goes.")
+    source = models.CharField(max_length=16, choices=HealthSource.choices)
+    kind = models.CharField(max_length=20, choices=HealthKind.choices)
+    code = models.CharField(
+        max_length=128, help_text="XID number, recovery action, fabric flag, DCGM field or check name."
+    )
+    xid = models.PositiveSmallIntegerField(null=True, blank=True)
+    mnemonic = models.CharField(max_length=64, blank=True)
+    value = models.FloatField(null=True, blank=True, help_text="DCGM field value, check exit status.")
+    message = models.TextField(blank=True, help_text="The kernel line or the check's output tail.")
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    count = models.PositiveIntegerField(default=1)
+    drains = models.BooleanField(default=False)
+    degrades = models.BooleanField(default=False)
+    warns = models.BooleanField(default=False)
+
+    objects = HealthEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_seen", "-pk"]
+        constraints = [
+            models.CheckConstraint(condition=Q(count__gte=1), name="%(app_label)s_%(class)s_count_positive"),
+            models.CheckConstraint(
+                condition=Q(last_seen__gte=models.F("first_seen")),
+                name="%(app_label)s_%(class)s_seen_order",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["tray", "kind", "code", "gpu_uuid", "last_seen"], name="inventory_health_dedup"
+            ),
+            models.Index(fields=["gpu", "last_seen"], name="inventory_health_gpu"),
+        ]
+
+    def __str__(self):
+        return f"{self.title} on {self.gpu_uuid or self.tray_id}"
+
+    @property
+    def title(self) -> str:
+        if self.kind == HealthKind.XID:
+            return f"XID {self.xid}" + (f" ({self.mnemonic})" if self.mnemonic else "")
+        if self.kind == HealthKind.DCGM_FIELD:
+            return f"{self.code} = {self.value:g}" if self.value is not None else self.code
+        if self.kind == HealthKind.CHECK_FAILED:
+            status = f" (exit status {self.value:g})" if self.value is not None else ""
+            return f"check {self.code} failed{status}"
+        if self.kind == HealthKind.RECOVERY_ACTION:
+            return f"recovery action {self.code}"
+        return f"fabric {self.code}"
+
+
+class HealthActionQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
+
+
+class HealthAction(models.Model):
+    """A decision the health rules (or an admin) took about a tray, as data: why, when, what changed."""
+
+    tray = models.ForeignKey(ComputeTray, on_delete=models.CASCADE, related_name="health_actions")
+    kind = models.CharField(max_length=24, choices=ActionKind.choices)
+    event = models.ForeignKey(
+        HealthEvent, on_delete=models.SET_NULL, null=True, blank=True, related_name="actions"
+    )
+    rule = models.ForeignKey(HealthRule, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    rule_name = models.CharField(max_length=100, blank=True)
+    partition = models.ForeignKey(
+        NVLinkPartition, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    dry_run = models.BooleanField(default=False)
+    reason = models.CharField(max_length=500)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = HealthActionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [
+            models.Index(fields=["tray", "created_at"], name="inventory_healthaction_tray"),
+            models.Index(fields=["kind", "created_at"], name="inventory_healthaction_kind"),
+        ]
+
+    def __str__(self):
+        return f"{self.get_kind_display()}: {self.tray_id}"
+
+
+class HealthCheckResultQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
+
+
+class HealthCheckResult(models.Model):
+    """An active check the node agent ran (e.g. `dcgmi diag -r 2`): exit status, output tail, when."""
+
+    tray = models.ForeignKey(ComputeTray, on_delete=models.CASCADE, related_name="health_checks")
+    name = models.CharField(max_length=128)
+    exit_status = models.SmallIntegerField()
+    output = models.TextField(blank=True)
+    started = models.DateTimeField()
+    seconds = models.FloatField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    objects = HealthCheckResultQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tray", "name", "started"], name="%(app_label)s_%(class)s_unique_run"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} on {self.tray_id}: exit {self.exit_status}"
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_status == 0

@@ -1,0 +1,162 @@
+"""Compute trays and their GPUs. What the inventory *intends* (a tray's partition) and what the nodes
+*report* (each GPU's cluster UUID and clique ID) are kept side by side so drift between them is visible."""
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q, Value
+from django.db.models.functions import Concat, Lower, Substr
+
+from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
+from inventory import names
+from inventory.choices import FabricState, GpuHealth, TrayState
+from inventory.models.racks import NVLinkPartition, Rack
+from inventory.validators import validate_hostname
+
+
+class ComputeTrayQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if user.is_authenticated else self.none()
+
+
+class ComputeTray(models.Model):
+    """One compute tray (a node: 4 GPUs, 2 Grace CPUs) in a rack slot."""
+
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="trays")
+    slot = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)]
+    )
+    hostname = models.CharField(
+        max_length=128,
+        validators=[validate_hostname],
+        help_text=f"Up to {names.HOSTNAME_MAX} lower-case letters, digits, '-' and '.' (a DNS name): the "
+        "Kubernetes node's name and the Slurm NodeName.",
+    )
+    state = models.CharField(max_length=16, choices=TrayState.choices, default=TrayState.UP)
+    state_reason = models.CharField(max_length=255, blank=True)
+    ib_port_guids = models.JSONField(
+        default=list, blank=True, help_text='InfiniBand port GUIDs, "0x" + 16 hex.'
+    )
+    # The partition the inventory intends this tray to be in. One foreign key: a tray can never be in two
+    # partitions; the composite foreign key (partition, rack) added in migration 0002 keeps it in its rack.
+    partition = models.ForeignKey(
+        NVLinkPartition, on_delete=models.PROTECT, null=True, blank=True, related_name="trays"
+    )
+    # What the node last reported, as "<cluster_uuid>.<clique_id>" (GPU Feature Discovery rule); kept at
+    # the last good value when a later report has problems.
+    reported_clique = models.CharField(max_length=64, blank=True)
+    fabric_problems = models.JSONField(default=list, blank=True)
+    last_report = models.JSONField(null=True, blank=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    # Health (inventory.health): since when the agent's reports have shown nothing wrong (None: the last one
+    # did, or none came since a fault), and the node agent that reports for it.
+    healthy_since = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=64, blank=True)
+    agent_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    # sha256 of (the canonical hash of the last reconciled report, what the inventory intended then): a
+    # report with the same hash is a heartbeat (inventory.ingest.heartbeats); empty while the tray has
+    # open health business (every report is then reconciled in full).
+    report_key = models.CharField(max_length=64, blank=True, editable=False)
+    # What each scheduler (Slurm, Kubernetes target) says about the tray after Rackplane last made it agree
+    # with `state` (integrations.trays): [{target, kind, action, message, state, reason, owner, error}], and
+    # when. Derived data, written without signals or audit.
+    scheduler_state = models.JSONField(default=list, blank=True)
+    scheduler_state_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ComputeTrayQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["rack__name", "slot"]
+        verbose_name = "compute tray"
+        permissions = [("report_discovery", "Can post fabric discovery reports (node agents)")]
+        constraints = [
+            models.UniqueConstraint(fields=["rack", "slot"], name="%(app_label)s_%(class)s_unique_slot"),
+            models.UniqueConstraint(fields=["hostname"], name="%(app_label)s_%(class)s_unique_hostname"),
+            models.CheckConstraint(
+                condition=Q(hostname__regex=names.HOSTNAME_PATTERN),
+                name="%(app_label)s_%(class)s_hostname_form",
+                violation_error_message="A tray's hostname is lower-case letters, digits, '-' and '.' (a "
+                "DNS name).",
+            ),
+            models.CheckConstraint(
+                condition=Q(slot__gte=1, slot__lte=TRAYS_PER_RACK), name="%(app_label)s_%(class)s_slot_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(state=TrayState.UP) | ~Q(state_reason=""),
+                name="%(app_label)s_%(class)s_reason_unless_up",
+                violation_error_message="A tray that is not up needs a reason.",
+            ),
+        ]
+
+    def __str__(self):
+        return self.hostname
+
+
+class GpuQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if user.is_authenticated else self.none()
+
+
+class Gpu(models.Model):
+    """One GPU. `tray` is empty for a GPU that was removed from its tray (kept, not forgotten)."""
+
+    tray = models.ForeignKey(
+        ComputeTray, on_delete=models.PROTECT, null=True, blank=True, related_name="gpus"
+    )
+    index = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(GPUS_PER_TRAY - 1)]
+    )
+    uuid = models.CharField(max_length=64, help_text='As nvidia-smi prints it: "GPU-..."')
+    serial = models.CharField(max_length=64, blank=True)
+    product = models.CharField(max_length=64, blank=True)
+    memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    health = models.CharField(max_length=20, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN)
+    fabric_state = models.CharField(max_length=16, choices=FabricState.choices, blank=True)
+    fabric_status = models.CharField(max_length=64, blank=True)
+    reported_cluster_uuid = models.UUIDField(null=True, blank=True)
+    reported_clique_id = models.PositiveIntegerField(null=True, blank=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    # While the GPU is on no tray: the tray discovery detached it from. A rack's or a host's agent token may
+    # put a GPU back only where its scope covers the tray it left (inventory.ingest.gpus.require_in_scope), so
+    # a node cannot claim a GPU that fell off another rack's bus.
+    detached_from = models.ForeignKey(
+        ComputeTray,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The tray the GPU was last on, while it is on none (set by discovery).",
+    )
+
+    objects = GpuQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tray__rack__name", "tray__slot", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.UniqueConstraint(fields=["uuid"], name="%(app_label)s_%(class)s_unique_uuid"),  # lookups
+            # One GPU, one row, whatever case a report used: unique ignoring case, and stored canonical
+            # ("GPU-" + lower-case hex, as nvidia-smi prints it; inventory.discovery normalises reports).
+            models.UniqueConstraint(Lower("uuid"), name="%(app_label)s_%(class)s_unique_uuid_ci"),
+            models.CheckConstraint(
+                condition=Q(uuid=Concat(Value("GPU-"), Lower(Substr("uuid", 5)))),
+                name="%(app_label)s_%(class)s_uuid_lower_case",
+            ),
+            models.UniqueConstraint(fields=["tray", "index"], name="%(app_label)s_%(class)s_unique_index"),
+            models.CheckConstraint(
+                condition=Q(index__isnull=True) | Q(index__gte=0, index__lt=GPUS_PER_TRAY),
+                name="%(app_label)s_%(class)s_index_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(tray__isnull=True, index__isnull=True)
+                | Q(tray__isnull=False, index__isnull=False),
+                name="%(app_label)s_%(class)s_index_iff_tray",
+            ),
+            models.CheckConstraint(
+                condition=Q(tray__isnull=True) | Q(detached_from__isnull=True),
+                name="%(app_label)s_%(class)s_detached_only_off_tray",
+            ),
+        ]
+        indexes = [models.Index(fields=["health"], name="inventory_gpu_health_idx")]
+
+    def __str__(self):
+        return self.uuid

@@ -1,0 +1,26 @@
+"""The icons of a tray's or a GPU's health and state: `{% load inventory %}`, then
+`{{ tray.health|health_icon }}` or `{{ tray.state|state_icon }}`. Icons always come with a text label or a
+title: colour is never the only carrier of meaning."""
+
+from django import template
+
+register = template.Library()
+
+HEALTH_ICONS = {
+    "healthy": "✓",
+    "limited_capacity": "◐",
+    "unhealthy": "✕",
+    "not_supported": "\u2013",  # en dash
+    "unknown": "?",
+}
+STATE_ICONS = {"up": "●", "drain": "◒", "down": "✕", "maintenance": "⚙", "needs_service": "⚑"}
+
+
+@register.filter
+def health_icon(value):
+    return HEALTH_ICONS.get(str(value), "?")
+
+
+@register.filter
+def state_icon(value):
+    return STATE_ICONS.get(str(value), "•")

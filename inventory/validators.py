@@ -1,0 +1,32 @@
+"""Field validators of the inventory's names: a name Slurm or Kubernetes cannot take is refused at save, on
+its field, rather than at render time, where one bad row stops the push of every target (inventory.names
+has the rules). The same patterns are the models' named check constraints."""
+
+from django.core.exceptions import ValidationError
+
+from inventory import names
+
+
+def _refuse(why: str | None) -> None:
+    if why is not None:
+        raise ValidationError(why, code="invalid_name")
+
+
+def validate_rack_name(value):
+    """A rack's name: a DNS-1123 label (inventory.names.rack_name_error)."""
+    _refuse(names.rack_name_error(value))
+
+
+def validate_hostname(value):
+    """A compute tray's hostname: a DNS-1123 subdomain of at most 63 characters (inventory.names)."""
+    _refuse(names.hostname_error(value))
+
+
+def validate_partition_name(value):
+    """An NVLink partition's name: a DNS-1123 label of at most 31 characters (inventory.names)."""
+    _refuse(names.partition_name_error(value))
+
+
+def validate_service_tier(value):
+    """A service tier: empty, `gpu` or `gpu_<name>`, never a department's Slurm partition (inventory.names)"""
+    _refuse(names.service_tier_error(value))

@@ -1,0 +1,1 @@
+"""Inventory's pages (see inventory/urls.py)."""

@@ -1,0 +1,206 @@
+"""The tray action forms (drain, return to service, maintenance, and the rack view's bulk form) and what the
+tray page needs to show them: input checks only, in inventory's words (inventory.health's text rules).
+
+The actions themselves (the POSTs, which tell the schedulers) are integrations.views.tray_actions.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.utils import timezone
+
+from core.access import is_admin
+from inventory.choices import TrayState
+from inventory.health.actions import TYPED_REASON_LIMIT, owned_by_rules, typed_text_problem
+from inventory.health.returns import NOTE_LIMIT, return_eligibility
+from inventory.models import ComputeTray
+
+WHAT = "tray actions"
+BULK_LIMIT = 72  # trays per bulk request (four racks' worth; a rack view offers at most 18)
+REASON_MAX = TYPED_REASON_LIMIT
+NOTE_MAX = NOTE_LIMIT
+# Window clocks may lag the browser's a little: a start this close to now is "now", not the past.
+PAST_SLACK_S = 120
+# A maintenance window is for work on a tray, not a way to retire it: longer than this is a typo (a year for
+# a day) or a decommission, which is "needs service". Slurm would hold the reservation for the whole time.
+MAX_WINDOW_DAYS = 30
+MAX_LEAD_DAYS = 365
+# A refusal carried to the tray page after the redirect: shown in its actions (_tray_actions.html), not in the
+# page's message list (base.html leaves "in-place" messages to the part of the page that shows them).
+REFUSED_TAGS = "in-place tray-action"
+MAINTENANCE_WINDOW = "maintenance window "
+
+
+def _checked(form: forms.Form, field: str, what: str, limit: int) -> str:
+    """A typed reason or note as plain text (inventory.health.actions.typed_text_problem): a form error
+    naming the field otherwise, so nothing is saved."""
+    value = form.cleaned_data.get(field, "")
+    problem = typed_text_problem(value, what=what, limit=limit) if value else ""
+    if problem:
+        raise forms.ValidationError(problem, code="typed_text")
+    return value
+
+
+class ReasonMixin:
+    """The reason field's checks, shared by the drain, maintenance and bulk forms."""
+
+    def clean_reason(self):
+        return _checked(self, "reason", "The reason", REASON_MAX)
+
+    def clean_note(self):
+        return _checked(self, "note", "The note", NOTE_MAX)
+
+
+_TOO_LONG = (
+    "At most %(limit_value)d characters (Rackplane and your name go in front): this is %(show_value)d."
+)
+
+
+class DrainForm(ReasonMixin, forms.Form):
+    reason = forms.CharField(
+        max_length=REASON_MAX,
+        strip=True,
+        help_text="Shown to operators and sent to Slurm and Kubernetes as “rackplane: <you>: <reason>”.",
+        error_messages={
+            "required": "Say why the tray is drained: operators and Slurm see this reason.",
+            "max_length": _TOO_LONG,
+        },
+    )
+
+
+class ReturnForm(ReasonMixin, forms.Form):
+    note = forms.CharField(
+        max_length=NOTE_MAX, required=False, strip=True, help_text="Optional: what was done, e.g. “reseated”."
+    )
+    force = forms.BooleanField(
+        required=False,
+        label="Return it although it is not eligible",
+        help_text="Only when you know the tray is sound (repaired, or the eligibility rule is wrong).",
+    )
+
+
+class DateTimeInput(forms.DateTimeInput):
+    input_type = "datetime-local"
+
+    def __init__(self, **kwargs):
+        super().__init__(format="%Y-%m-%dT%H:%M", **kwargs)
+
+
+class MaintenanceForm(ReasonMixin, forms.Form):
+    reason = forms.CharField(
+        max_length=REASON_MAX,
+        strip=True,
+        help_text="E.g. “fan swap”. The tray is drained now with this reason.",
+        error_messages={
+            "required": "Say what the maintenance is for: operators and Slurm see it.",
+            "max_length": _TOO_LONG,
+        },
+    )
+    start = forms.DateTimeField(
+        required=False,
+        widget=DateTimeInput(),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        help_text="Optional window (UTC): Slurm reserves the node for maintenance from start to end.",
+    )
+    end = forms.DateTimeField(
+        required=False,
+        widget=DateTimeInput(),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        help_text=f"At most {MAX_WINDOW_DAYS} days after the start.",
+    )
+
+    def clean(self):
+        data = super().clean()
+        start, end = data.get("start"), data.get("end")
+        if self.errors:
+            return data
+        if (start is None) != (end is None):
+            raise forms.ValidationError(
+                "Give both the start and the end of the maintenance window, or neither (drain only)."
+            )
+        if start is not None:
+            now = timezone.now()
+            if start < now - timedelta(seconds=PAST_SLACK_S):
+                self.add_error("start", "The window starts in the past: choose a start from now on (UTC).")
+            if end <= start:
+                self.add_error("end", "The window ends before it starts: choose an end after the start.")
+            elif end - start > timedelta(days=MAX_WINDOW_DAYS):
+                self.add_error(
+                    "end",
+                    f"A maintenance window lasts at most {MAX_WINDOW_DAYS} days: choose an earlier end (a "
+                    "tray out for longer is marked “needs service” instead).",
+                )
+            if start > now + timedelta(days=MAX_LEAD_DAYS):
+                self.add_error(
+                    "start", f"The window starts more than {MAX_LEAD_DAYS} days from now: check the year."
+                )
+        return data
+
+
+def _forms(tray: ComputeTray, **bound) -> dict:
+    return {
+        "drain_form": bound.get("drain") or DrainForm(prefix="drain"),
+        "return_form": bound.get("return") or ReturnForm(prefix="return"),
+        "maintenance_form": bound.get("maintenance") or MaintenanceForm(prefix="maintenance"),
+    }
+
+
+def actions_context(user, tray: ComputeTray, **bound) -> dict:
+    """What the tray page needs for its action forms (nothing for anyone but a platform admin)."""
+    if not is_admin(user):
+        return {}
+    context = _forms(tray, **bound)
+    if tray.state != TrayState.UP:
+        context["return_eligibility"] = return_eligibility(tray)
+        context["return_ours"] = owned_by_rules(tray)
+    context["tray_actions"] = True
+    return context
+
+
+class BulkForm(ReasonMixin, forms.Form):
+    action = forms.ChoiceField(
+        choices=[("drain", "Drain"), ("return", "Return to service")],
+        error_messages={
+            "invalid_choice": "Choose Drain or Return to service.",
+            "required": "Choose an action.",
+        },
+    )
+    reason = forms.CharField(
+        max_length=REASON_MAX, required=False, strip=True, error_messages={"max_length": _TOO_LONG}
+    )
+    note = forms.CharField(max_length=NOTE_MAX, required=False, strip=True)
+    force = forms.BooleanField(required=False)
+
+    def __init__(self, data, *, rack, **kwargs):
+        super().__init__(data, **kwargs)
+        self.rack = rack
+        self.raw_trays = data.getlist("tray") if data is not None else []
+        self.trays: list[ComputeTray] = []
+
+    def clean(self):
+        data = super().clean()
+        if data.get("action") == "drain" and not data.get("reason") and "reason" not in self.errors:
+            self.add_error("reason", "Say why the trays are drained: operators and Slurm see this reason.")
+        raw = self.raw_trays
+        if not raw:
+            raise forms.ValidationError("Select at least one tray.")
+        if len(raw) > BULK_LIMIT:
+            raise forms.ValidationError(
+                f"{len(raw)} trays selected; at most {BULK_LIMIT} go in one request. Select fewer."
+            )
+        if not all(value.isdigit() and len(value) <= 18 for value in raw):
+            raise forms.ValidationError("The selection names trays by number only; reload the page.")
+        ids = [int(value) for value in raw]
+        if len(set(ids)) != len(ids):
+            raise forms.ValidationError("A tray is selected twice; reload the page and select again.")
+        trays = {tray.pk: tray for tray in ComputeTray.objects.filter(rack=self.rack, pk__in=ids)}
+        missing = [pk for pk in ids if pk not in trays]
+        if missing:
+            raise forms.ValidationError(
+                f"{len(missing)} of the selected trays are not in rack {self.rack.name} (or no longer "
+                "exist); reload the page and select again."
+            )
+        self.trays = sorted(trays.values(), key=lambda tray: tray.slot)
+        return data

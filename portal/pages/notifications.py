@@ -1,0 +1,401 @@
+"""The notifications page (platform admins only): webhook endpoints and email recipients, what each receives,
+a test notification, and the recent deliveries with every attempt.
+
+Changes go through core.notifications and are recorded in the audit log (core.audit: the subscription's
+secret never is). A webhook's signing secret follows Post/Redirect/Get: the POST that makes it (adding a
+webhook, or "make a new secret") redirects (303) to a page that shows it once, taking it out of the session
+as it does; that page is never cached, so a reload shows no secret and makes none.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from core import destinations
+from core.access import require_admin
+from core.models import (
+    SUBSCRIBABLE_EVENTS,
+    Notification,
+    NotificationChannel,
+    NotificationStatus,
+    NotificationSubscription,
+)
+from core.notifications import recording, signing, subscriptions
+from core.tables import Table
+from core.text import TextFormField
+from inventory.models import ComputeTray, Rack
+from tenancy.models import Department
+
+WHAT = "notification settings"
+DELIVERIES_PER_PAGE = 50
+# core.tables: the deliveries' sortable columns ("Last answer", a line from the attempt log, is not one).
+DELIVERY_SORTS = {
+    "when": ("created_at",),
+    "event": ("event", "-created_at"),
+    "subject": ("subject", "-created_at"),
+    "to": ("subscription__name", "destination", "-created_at"),
+    "status": ("status", "-created_at"),
+    "attempts": ("attempts", "-created_at"),
+}
+# The session key that holds new webhook secrets ({subscription id: secret}) until their page shows them.
+NEW_SECRETS_SESSION_KEY = "portal_new_webhook_secrets"
+# One line per event for the form, beside its label: when it is sent.
+EVENT_DESCRIPTIONS = {
+    "tray_drained": "A health rule or an admin took a tray out of service: no new work is placed on it.",
+    "breaker_tripped": "Too many trays drained in a short time: more automatic drains wait for an admin.",
+    "job_requeued": "A hardware fault stopped a job and it was put back in the queue.",
+    "tray_returned": "A drained tray passed its checks and takes work again.",
+    "needs_service": "A tray needs hands-on repair (e.g. a GPU fell off the bus).",
+    "job_started": "A job got its GPUs and began running.",
+    "job_preempted": "A job was stopped so that its GPUs go back to a department within its quota.",
+    "job_finished": "A job ended on its own.",
+    "job_failed": "A job ended with an error.",
+    "guarantee_short": "A department's jobs wait while it holds fewer GPUs than it is guaranteed.",
+    "idle_gpus": "A department's GPUs sit allocated but idle, more of them than at the last count.",
+    "push_failed": "A configuration push to Slurm or Kubernetes failed: the cluster runs the old settings.",
+}
+# What a new endpoint or recipient starts with ticked: the rack-health events the list page leads with.
+HEALTH_EVENTS = ["tray_drained", "breaker_tripped", "job_requeued", "tray_returned", "needs_service"]
+
+
+class SubscriptionForm(forms.Form):
+    """One endpoint or recipient: where, which events, about what. The channel is fixed when it is made."""
+
+    name = TextFormField(
+        max_length=100,
+        help_text="Who or what receives it, e.g. “on-call pager” or “facilities team”.",
+        error_messages={"required": "Name it after who or what receives it."},
+    )
+    url = forms.URLField(
+        label="Webhook address",
+        max_length=2000,
+        assume_scheme="https",
+        help_text="Rackplane POSTs signed JSON here. http:// or https://; redirects are not followed.",
+    )
+    # core.outbound refuses private and loopback addresses unless this is ticked (the installation-wide
+    # RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS aside): the refusal tells the admin to tick it, here.
+    allow_private_address = forms.BooleanField(
+        required=False,
+        label="Allow a private address",
+        help_text="For a receiver inside your own network (a private or loopback address). Link-local and "
+        "cloud metadata addresses stay refused whatever this says.",
+    )
+    email = forms.EmailField(label="Email address", help_text="One recipient (a list's address works).")
+    events = forms.MultipleChoiceField(
+        choices=SUBSCRIBABLE_EVENTS,
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Choose at least one event."},
+    )
+    scope = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="Empty: every notification of these events. Otherwise only those about this rack, tray or "
+        "department, written kind:name (rack:gb-r08, tray:gb-r08-t03, department:<slug>).",
+    )
+    enabled = forms.BooleanField(required=False, initial=True, help_text="Disabled: nothing is sent to it.")
+
+    def __init__(self, *args, channel: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.channel = channel
+        # The other channel's fields do not apply.
+        if channel == NotificationChannel.WEBHOOK:
+            del self.fields["email"]
+        else:
+            del self.fields["url"], self.fields["allow_private_address"]
+        if not self.is_bound and "events" not in self.initial:
+            self.initial["events"] = list(HEALTH_EVENTS)
+
+    def event_choices(self) -> list[dict]:
+        """The events as the form shows them: a checkbox left of each label, a line on when it is sent."""
+        chosen = set(self["events"].value() or [])
+        return [
+            {
+                "value": value,
+                "label": label,
+                "description": EVENT_DESCRIPTIONS.get(value, ""),
+                "id": f"id_events_{index}",
+                "checked": value in chosen,
+            }
+            for index, (value, label) in enumerate(self.fields["events"].choices)
+        ]
+
+    def clean_url(self):
+        url = self.cleaned_data["url"]
+        # The field would add "https://" to an address typed without a scheme; a receiver on plain http
+        # (e.g. 127.0.0.1:8799/hook) would then never get a delivery. Ask for the scheme instead.
+        typed = (self.data.get(self.add_prefix("url")) or "").strip()
+        if "://" not in typed:
+            raise forms.ValidationError(
+                "Write the address with its scheme: http://… or https://… (which one your receiver speaks).",
+                code="scheme",
+            )
+        return url  # where it may go is clean()'s: it depends on allow_private_address
+
+    def clean_scope(self):
+        scope = self.cleaned_data["scope"].strip()
+        if scope:
+            destinations.check_scope(scope)
+            # Scopes match exactly: one naming nothing that exists would silently never receive anything.
+            kind, _, name = scope.partition(":")
+            lookups = {
+                "rack": lambda: Rack.objects.filter(name=name).exists(),
+                "tray": lambda: ComputeTray.objects.filter(hostname=name).exists(),
+                "department": lambda: Department.objects.filter(slug=name).exists(),
+            }
+            if kind not in lookups:
+                raise forms.ValidationError(
+                    f"Unknown scope kind {kind!r}: use rack:, tray: or department:.", code="scope"
+                )
+            if not lookups[kind]():
+                raise forms.ValidationError(
+                    f"There is no {kind} named {name!r} (names are lower-case, as on their pages).",
+                    code="scope",
+                )
+        return scope
+
+    def clean(self):
+        cleaned = super().clean()
+        url = cleaned.get("url")
+        if url:
+            try:
+                destinations.check_webhook_url(
+                    url, allow_private_address=cleaned.get("allow_private_address", False)
+                )
+            except ValidationError as error:
+                self.add_error("url", error)
+        return cleaned
+
+
+class EditSubscriptionForm(SubscriptionForm):
+    new_secret = forms.BooleanField(
+        required=False,
+        label="Make a new signing secret",
+        help_text="The current one stops verifying at once; the new one is shown once, after saving.",
+    )
+
+    def __init__(self, *args, channel: str, **kwargs):
+        super().__init__(*args, channel=channel, **kwargs)
+        if channel != NotificationChannel.WEBHOOK:
+            del self.fields["new_secret"]
+
+
+def _apply_model_errors(form: forms.Form, error: ValidationError) -> None:
+    for field, problems in error.message_dict.items():
+        form.add_error(field if field in form.fields else None, problems)
+
+
+def _fields(form: forms.Form) -> dict:
+    data = {key: form.cleaned_data[key] for key in ("name", "events", "scope", "enabled")}
+    if form.channel == NotificationChannel.WEBHOOK:
+        data["url"] = form.cleaned_data["url"]
+        data["allow_private_address"] = form.cleaned_data["allow_private_address"]
+    else:
+        data["email"] = form.cleaned_data["email"]
+    return data
+
+
+def _keep_secret(request, subscription: NotificationSubscription, secret: str) -> HttpResponseRedirect:
+    new_secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
+    request.session[NEW_SECRETS_SESSION_KEY] = {**new_secrets, str(subscription.pk): secret}
+    return HttpResponseRedirect(reverse("notification-secret", args=[subscription.pk]), status=303)
+
+
+def _subscriptions(user):
+    # Platform subscriptions only: users' own (owner set) get their own page with a later issue.
+    return NotificationSubscription.objects.visible_to(user).filter(owner__isnull=True)
+
+
+@require_http_methods(["GET"])
+def notification_list(request):
+    """Endpoints and recipients, and the recent deliveries, newest first."""
+    require_admin(request.user, WHAT)
+    deliveries = Notification.objects.select_related("subscription").prefetch_related("attempt_log")
+    status = request.GET.get("status", "")
+    if status in NotificationStatus.values:
+        deliveries = deliveries.filter(status=status)
+    table = Table(request, "deliveries", DELIVERY_SORTS, "-when", per_page=DELIVERIES_PER_PAGE, exports=False)
+    page = table.page(table.order(deliveries))
+    subscriptions = list(_subscriptions(request.user).select_related("created_by"))
+    labels = dict(SUBSCRIBABLE_EVENTS)
+    for subscription in subscriptions:  # the events as the form names them, not their codes
+        subscription.event_labels = [str(labels.get(event, event)) for event in subscription.events or []]
+    context = {
+        "table": table,
+        "subscriptions": subscriptions,
+        "page": page,
+        "statuses": NotificationStatus.choices,
+        "status": status,
+        "allow_private": destinations.allow_private_targets(),
+    }
+    return render(request, "portal/notification_list.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+def subscription_new(request, channel: str):
+    """Add a webhook endpoint or an email recipient; a webhook's secret is shown once, on the next page."""
+    require_admin(request.user, WHAT)
+    if channel not in NotificationChannel.values:
+        raise Http404("No such channel.")
+    form = SubscriptionForm(request.POST if request.method == "POST" else None, channel=channel)
+    if request.method == "POST" and form.is_valid():
+        try:
+            subscription, secret = subscriptions.create_subscription(
+                channel=channel, created_by=request.user, **_fields(form)
+            )
+        except ValidationError as error:
+            _apply_model_errors(form, error)
+        else:
+            messages.success(request, f"Added {subscription}.")
+            if secret:
+                return _keep_secret(request, subscription, secret)
+            return HttpResponseRedirect(reverse("notification-list"), status=303)
+    return render(
+        request,
+        "portal/notification_form.html",
+        {"form": form, "channel": channel, "channel_label": NotificationChannel(channel).label},
+        status=400 if form.is_bound else 200,
+    )
+
+
+# What the edit form starts from: the subscription's own values.
+EDITED_FIELDS = ("name", "url", "email", "events", "scope", "enabled", "allow_private_address")
+
+
+@require_http_methods(["GET", "POST"])
+def subscription_edit(request, pk: int):
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    form = EditSubscriptionForm(
+        request.POST if request.method == "POST" else None,
+        channel=subscription.channel,
+        initial={name: getattr(subscription, name) for name in EDITED_FIELDS},
+    )
+    if request.method == "POST" and form.is_valid():
+        for field, value in _fields(form).items():
+            setattr(subscription, field, value)
+        secret = ""
+        if form.cleaned_data.get("new_secret"):
+            secret = subscriptions.new_secret(subscription)
+        try:
+            subscription.full_clean()
+        except ValidationError as error:
+            _apply_model_errors(form, error)
+        else:
+            subscription.save()
+            messages.success(request, f"Saved {subscription}.")
+            if secret:
+                return _keep_secret(request, subscription, secret)
+            return HttpResponseRedirect(reverse("notification-list"), status=303)
+    return render(
+        request,
+        "portal/notification_form.html",
+        {
+            "form": form,
+            "subscription": subscription,
+            "channel": subscription.channel,
+            "channel_label": subscription.get_channel_display(),
+        },
+        status=400 if form.is_bound else 200,
+    )
+
+
+@never_cache
+@require_http_methods(["GET"])
+def subscription_secret(request, pk: int):
+    """The secret the last POST made for this webhook, once; after that, a note that it was shown."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    new_secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
+    secret = new_secrets.pop(str(pk), None)
+    if secret is not None:
+        if new_secrets:
+            request.session[NEW_SECRETS_SESSION_KEY] = new_secrets
+        else:
+            del request.session[NEW_SECRETS_SESSION_KEY]
+        if secret != subscription.secret:
+            secret = None  # replaced since (another tab): that secret no longer verifies
+    return render(
+        request,
+        "portal/notification_secret.html",
+        {
+            "subscription": subscription,
+            "secret": secret,
+            "signature_header": signing.SIGNATURE_HEADER,
+            "timestamp_header": signing.TIMESTAMP_HEADER,
+        },
+    )
+
+
+@require_http_methods(["POST"])
+def subscription_toggle(request, pk: int):
+    """Enable or disable (pending deliveries to a disabled one are cancelled when their turn comes)."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    subscription.enabled = not subscription.enabled
+    subscription.save(update_fields=["enabled", "updated_at"])
+    state = "enabled: it receives its events again" if subscription.enabled else "disabled: nothing is sent"
+    messages.success(request, f"{subscription.name} {state}.")
+    return HttpResponseRedirect(reverse("notification-list"), status=303)
+
+
+@require_http_methods(["GET", "POST"])
+def subscription_delete(request, pk: int):
+    """GET asks to confirm; POST deletes (its past deliveries stay, with their destination)."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    if request.method == "POST":
+        name = str(subscription)
+        subscription.delete()
+        messages.success(request, f"Deleted {name}.")
+        return HttpResponseRedirect(reverse("notification-list"), status=303)
+    return render(request, "portal/notification_delete.html", {"subscription": subscription})
+
+
+@require_http_methods(["POST"])
+def subscription_test(request, pk: int):
+    """Send a test notification to this subscription alone, and say how it went (or that it is on its way)."""
+    require_admin(request.user, WHAT)
+    subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
+    notification = recording.send_test(subscription, request.user)  # sent now: no transaction is open
+    notification.refresh_from_db()
+    if notification.status == NotificationStatus.DELIVERED:
+        messages.success(request, f"Test notification delivered to {subscription.destination}.")
+    elif notification.status == NotificationStatus.FAILED:
+        messages.error(
+            request, f"Test notification to {subscription.destination} failed. {notification.error}"
+        )
+    elif notification.attempts:
+        messages.warning(
+            request,
+            f"Test notification to {subscription.destination} not delivered yet. {notification.error}",
+        )
+    else:
+        messages.info(
+            request, f"Test notification to {subscription.destination} queued: see its delivery below."
+        )
+    return HttpResponseRedirect(reverse("notification-list"), status=303)
+
+
+@require_http_methods(["GET"])
+def delivery_detail(request, pk: int):
+    """One notification: what was sent, to where, and every attempt."""
+    require_admin(request.user, WHAT)
+    notification = get_object_or_404(Notification.objects.select_related("subscription"), pk=pk)
+    return render(
+        request,
+        "portal/notification_delivery.html",
+        {
+            "notification": notification,
+            "attempts": notification.attempt_log.all(),
+            "payload_json": json.dumps(notification.payload, indent=2, ensure_ascii=False),
+        },
+    )

@@ -1,0 +1,443 @@
+"""Global search (the box in the header, `/search/?q=`): GPUs, trays, racks, jobs, departments, projects and
+users.
+
+Each kind is searched through its model's `visible_to(user)`, so a member finds only their departments' jobs
+and the people they may see (users: platform admins see everyone, others the members of the departments they
+lead and themselves, as `Membership.objects.visible_to` says; projects: `Project.objects.visible_to`, i.e.
+admins, the department's leads and the project's own members). An exact match (a full GPU UUID or serial, a
+tray hostname, a job id, a rack name or cluster UUID, an IB port GUID, a department's or a project's name or
+slug or namespace / Slurm account (`research-llm`), a job's whole name) answers with a redirect to the
+object. A project's or a job's name redirects only
+when one visible object has it: several projects with one slug (one per department), or several jobs with
+one name, are listed instead (the jobs with that very name first).
+
+Cost at 1,000 racks (72,000 GPUs, 18,000 trays): every lookup on the inventory is an equality or a prefix
+*range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a filter) on a column with a unique index
+(GPU uuid, tray hostname, rack name, rack cluster UUID), so each is an index range scan reading at most
+LIMIT + 1 rows, plus one bounded count per kind when there are more. The inventory stores these names in
+lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is lower-cased for them, which
+makes the search case-insensitive without a case-folding index. Three lookups are not on an index: the GPU
+serial (exact only, and only for a query that looks like a serial; a scan of the GPU table, about 72,000 short
+rows), the IB port GUID (only when the query
+looks like a GUID; a scan of the tray table's JSON lists), job, department and project names
+(case-insensitive prefix; departments and projects are few, jobs are narrowed by `visible_to`) and the exact
+job name (case-sensitive equality, narrowed by `visible_to`, reading at most two rows; an index on
+scheduling_job.name would make it an index lookup and needs a migration).
+
+A query naming one object exactly is answered by exact_url() alone (one to seven lookups, one per kind, no
+grouped search) unless `all=1` asks for every result; the GPU UUID prefix search is skipped for queries no
+UUID can start with. `make bench` measures it (benchmarks/search.py).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+from dataclasses import dataclass, field
+
+from django.contrib.auth import get_user_model
+from django.db.models import Case, IntegerField, Q, Value, When
+from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
+from django.urls import reverse
+
+from core.access import is_admin
+from inventory.models import ComputeTray, Gpu, Rack
+from scheduling.models import Job
+from tenancy import naming
+from tenancy.models import Department, Membership, Project
+
+MAX_QUERY = 200
+LIMIT = 20  # results shown per kind; the rest is counted ("and N more")
+HIGH = "\uffff"
+GUID = re.compile(r"^(0x)?[0-9a-f]{16}$")
+GUID_PREFIX = re.compile(r"^0x[0-9a-f]{4,16}$")
+UUID_TAIL = re.compile(r"^[0-9a-f-]*$")
+# A GPU serial as nvidia-smi prints it is a number (13 digits on GB200); letters are allowed, separators are
+# not. Only such a query looks at the serial column, which has no index (a scan of every GPU).
+SERIAL = re.compile(r"^(?=.*[0-9])[0-9A-Za-z]{6,64}$")
+
+
+class QueryTooLong(ValueError):
+    pass
+
+
+@dataclass
+class Hit:
+    title: str
+    url: str
+    note: str = ""
+
+
+@dataclass
+class Group:
+    kind: str
+    label: str
+    hits: list[Hit] = field(default_factory=list)
+    more: int = 0
+    note: str = ""  # a sentence above the hits (several jobs with the name searched for)
+
+
+@dataclass
+class Results:
+    query: str
+    groups: list[Group]
+    exact: str | None = None  # the URL of the one object the query names exactly
+
+    @property
+    def total(self) -> int:
+        return sum(len(g.hits) + g.more for g in self.groups)
+
+
+def clean(raw) -> str:
+    """The query as searched: control characters become spaces, then trimmed. Longer than MAX_QUERY
+    characters raises QueryTooLong."""
+    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in str(raw or "")).strip()
+    if len(text) > MAX_QUERY:
+        raise QueryTooLong(
+            f"The search is {len(text)} characters long; at most {MAX_QUERY} are searched. "
+            "Search for a shorter part of the name, for example the start of a hostname or a GPU UUID."
+        )
+    return text
+
+
+def _prefix(field_name: str, value: str) -> Q:
+    """`field_name` starts with `value`, as an index range scan (see the module docstring)."""
+    return Q(
+        **{f"{field_name}__gte": value, f"{field_name}__lt": value + HIGH, f"{field_name}__startswith": value}
+    )
+
+
+def _bounded(queryset, limit: int = LIMIT) -> tuple[list, int]:
+    rows = list(queryset[: limit + 1])
+    if len(rows) <= limit:
+        return rows, 0
+    return rows[:limit], queryset.count() - limit
+
+
+def _gpu_uuid(q: str) -> str:
+    lower = q.lower()
+    return "GPU-" + lower[4:] if lower.startswith("gpu-") else "GPU-" + lower
+
+
+def _could_be_uuid_prefix(canonical: str) -> bool:
+    """Whether any GPU UUID ("GPU-" + lower-case hex and dashes) can start with `canonical`."""
+    return UUID_TAIL.match(canonical[4:]) is not None
+
+
+def _gpu_exact(q: str) -> Q:
+    """The GPU `q` names: its UUID (indexed), or its serial when `q` looks like one (SERIAL)."""
+    condition = Q(uuid=_gpu_uuid(q))
+    if SERIAL.match(q):
+        condition |= Q(serial__in={q, q.upper()})
+    return condition
+
+
+def _gpus(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    gpus = Gpu.objects.visible_to(user).select_related("tray").order_by("uuid")
+    canonical = _gpu_uuid(q)
+    exact = gpus.filter(_gpu_exact(q)).first() if look_exact else None
+    group = Group("gpu", "GPUs")
+    if _could_be_uuid_prefix(canonical):
+        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)))
+    else:  # "gb-r01", "train-llm": no UUID starts so, no query
+        rows = []
+    if exact is not None and all(row.pk != exact.pk for row in rows):
+        rows = [exact, *rows[: LIMIT - 1]]
+    for gpu in rows:
+        where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else "removed from its tray"
+        serial = f" · serial {gpu.serial}" if gpu.serial else ""
+        group.hits.append(Hit(gpu.uuid, reverse("inventory:gpu-detail", args=[gpu.pk]), where + serial))
+    return group, reverse("inventory:gpu-detail", args=[exact.pk]) if exact else None
+
+
+def _trays(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    trays = ComputeTray.objects.visible_to(user).select_related("rack").order_by("hostname")
+    lower = q.lower()
+    group = Group("tray", "Compute trays")
+    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)))
+    exact = next((t for t in rows if t.hostname == lower), None)
+    guid = lower if lower.startswith("0x") else "0x" + lower
+    if GUID.match(lower) or GUID_PREFIX.match(lower):
+        # Not indexed (a JSON list per tray): only for a query that looks like a GUID.
+        by_guid = list(trays.filter(ib_port_guids__icontains=guid)[:LIMIT])
+        if len(by_guid) == 1 and guid in [str(g).lower() for g in by_guid[0].ib_port_guids or []]:
+            exact = exact or by_guid[0]
+        rows = [*rows, *(t for t in by_guid if t not in rows)][:LIMIT]
+    for tray in rows:
+        group.hits.append(
+            Hit(
+                tray.hostname,
+                reverse("inventory:tray-detail", args=[tray.pk]),
+                f"{tray.rack.name} · slot {tray.slot}",
+            )
+        )
+    return group, reverse("inventory:tray-detail", args=[exact.pk]) if exact else None
+
+
+def _racks(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    racks = Rack.objects.visible_to(user).order_by("name")
+    group = Group("rack", "Racks")
+    exact = racks.filter(name__in={q, q.lower()}).first() if look_exact else None
+    try:
+        cluster = uuid.UUID(q) if look_exact else None
+    except ValueError:
+        cluster = None
+    if cluster is not None:
+        exact = exact or racks.filter(cluster_uuid=cluster).first()
+    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())))
+    if exact is not None and exact not in rows:
+        rows = [exact, *rows[: LIMIT - 1]]
+    for rack in rows:
+        note = f"cluster {rack.cluster_uuid}" if rack.cluster_uuid else rack.location
+        group.hits.append(Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), note))
+    return group, reverse("scheduling:rack-detail", args=[exact.name]) if exact else None
+
+
+def _job_named(user, q: str) -> str | None:
+    """The job whose whole name is `q` when exactly one visible job has it (at most two rows read)."""
+    jobs = list(Job.objects.visible_to(user).filter(name=q).order_by().values_list("pk", flat=True)[:2])
+    return reverse("scheduling:job-detail", args=[jobs[0]]) if len(jobs) == 1 else None
+
+
+def _jobs(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    """Jobs by number, or by the start of their name; those named exactly `q` first. The exact URL is the
+    job number's only: a job's name comes last among exact matches (search() asks _job_named)."""
+    jobs = Job.objects.visible_to(user).select_related("department", "project")
+    group = Group("job", "Jobs")
+    number = q.removeprefix("#")
+    by_number = look_exact and number.isdigit() and len(number) < 19
+    exact = jobs.filter(pk=int(number)).first() if by_number else None
+    named_first = Case(When(name=q, then=Value(0)), default=Value(1), output_field=IntegerField())
+    rows, group.more = _bounded(jobs.filter(name__istartswith=q).order_by(named_first, "-created_at", "-pk"))
+    if exact is not None and exact not in rows:
+        rows = [exact, *rows[: LIMIT - 1]]
+    same_name = sum(1 for job in rows if job.name == q)
+    if same_name > 1:
+        count = f"At least {same_name}" if group.more and same_name >= LIMIT - 1 else str(same_name)
+        group.note = f"{count} jobs are named {q!r}: they are listed first, newest first."
+    for job in rows:
+        where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
+        group.hits.append(
+            Hit(
+                f"#{job.pk} {job.name}",
+                reverse("scheduling:job-detail", args=[job.pk]),
+                f"{where} · {job.get_state_display()} · {job.gpus} GPU{pluralize(job.gpus)}",
+            )
+        )
+    return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
+
+
+def _departments(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    departments = Department.objects.visible_to(user).order_by("name")
+    group = Group("department", "Departments")
+    rows, group.more = _bounded(departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q)))
+    for department in rows:
+        group.hits.append(
+            Hit(
+                department.name,
+                reverse("scheduling:department-detail", args=[department.slug]),
+                department.slug,
+            )
+        )
+    exact = next((d for d in rows if q.lower() in (d.name.lower(), d.slug.lower())), None)
+    return group, reverse("scheduling:department-detail", args=[exact.slug]) if exact else None
+
+
+def _project_url(department_slug: str, project_slug: str) -> str:
+    """A project's place: its row in its department page's projects panel."""
+    return f"{reverse('scheduling:department-detail', args=[department_slug])}#project-{project_slug}"
+
+
+def _namespace_q(q: str, exact: bool) -> Q:
+    """Projects whose namespace / Slurm account (`<department slug>--<project slug>`, tenancy.naming) is
+    `q` (`exact`) or starts with it. The `--` splits it in exactly one place (no slug holds `--`); nothing
+    for a query without it. `research--` (not exact): all of its projects."""
+    department, separator, project = q.lower().partition(naming.SEPARATOR)
+    if not separator or not department or (exact and not project):
+        return Q(pk__in=[])
+    return Q(department__slug=department, **({"slug": project} if exact else {"slug__startswith": project}))
+
+
+def _project_named(user, q: str) -> str | None:
+    """The project whose name, slug or namespace / Slurm account is `q` (any case) when exactly one visible
+    project has it (a slug is unique per department only); at most two rows read."""
+    found = list(
+        Project.objects.visible_to(user)
+        .filter(Q(name__iexact=q) | Q(slug=q.lower()) | _namespace_q(q, exact=True))
+        .order_by()
+        .values_list("department__slug", "slug")[:2]
+    )
+    return _project_url(*found[0]) if len(found) == 1 else None
+
+
+def _projects(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    projects = (
+        Project.objects.visible_to(user).select_related("department").order_by("department__name", "name")
+    )
+    group = Group("project", "Projects")
+    rows, group.more = _bounded(
+        projects.filter(
+            Q(name__istartswith=q) | Q(slug__istartswith=q.lower()) | _namespace_q(q, exact=False)
+        )
+    )
+    for project in rows:
+        group.hits.append(
+            Hit(
+                f"{project.department.name} / {project.name}",
+                _project_url(project.department.slug, project.slug),
+                project.slug,
+            )
+        )
+    return group, _project_named(user, q) if look_exact else None
+
+
+def visible_users(user):
+    """The accounts `user` may find: everyone for platform admins; else themselves and the members of the
+    departments they lead (the memberships `Membership.objects.visible_to` shows them)."""
+    users = get_user_model().objects.all()
+    if is_admin(user):
+        return users
+    return users.filter(
+        Q(pk=user.pk) | Q(pk__in=Membership.objects.visible_to(user).values("user_id"))
+    ).distinct()
+
+
+def _users(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+    group = Group("user", "Users")
+    rows, group.more = _bounded(visible_users(user).filter(username__istartswith=q).order_by("username"))
+    can_open_admin = is_admin(user) and user.is_staff and user.has_perm("auth.view_user")
+    memberships = {}
+    if rows and not can_open_admin:
+        for membership in (
+            Membership.objects.visible_to(user).filter(user__in=rows).select_related("department")
+        ):
+            memberships.setdefault(membership.user_id, membership.department)
+    for found in rows:
+        if can_open_admin:
+            url = reverse("admin:auth_user_change", args=[found.pk])
+        elif found.pk in memberships:
+            url = reverse("scheduling:department-detail", args=[memberships[found.pk].slug])
+        else:
+            url = reverse("personal-tokens") if found.pk == user.pk else ""
+        name = found.get_full_name()
+        group.hits.append(Hit(found.get_username(), url, name))
+    return group, None
+
+
+SEARCHES = (_gpus, _trays, _racks, _jobs, _departments, _projects, _users)
+
+
+def exact_url(user, q: str) -> str | None:
+    """The URL of the one object `q` names exactly, in the order search() picks it (GPU UUID or serial, tray
+    hostname or IB port GUID, rack name or cluster UUID, job id, department name or slug, the one project
+    with that name or slug, the one job with that whole name), or None.
+
+    The fast path of the search page: a query naming an object answers with its redirect after one or two
+    indexed lookups, without searching every kind (see search() for the grouped results).
+    """
+    for lookup in EXACT_LOOKUPS:
+        url = lookup(user, q)
+        if url:
+            return url
+    return None
+
+
+def _exact_gpu(user, q: str) -> str | None:
+    # order_by("pk"): .first() would otherwise sort by the model's order, a join with the racks.
+    gpus = Gpu.objects.visible_to(user).filter(_gpu_exact(q)).order_by("pk")
+    gpu = gpus.values_list("pk", flat=True).first()
+    return reverse("inventory:gpu-detail", args=[gpu]) if gpu is not None else None
+
+
+def _exact_tray(user, q: str) -> str | None:
+    lower = q.lower()
+    trays = ComputeTray.objects.visible_to(user)
+    tray = trays.filter(hostname=lower).order_by("pk").values_list("pk", flat=True).first()
+    if tray is not None:
+        return reverse("inventory:tray-detail", args=[tray])
+    if GUID.match(lower) or GUID_PREFIX.match(lower):
+        return _trays(user, q)[1]  # the GUID rules live there
+    return None
+
+
+def _exact_rack(user, q: str) -> str | None:
+    racks = Rack.objects.visible_to(user).order_by("name")
+    rack = racks.filter(name__in={q, q.lower()}).values_list("name", flat=True).first()
+    if rack is None:
+        try:
+            rack = racks.filter(cluster_uuid=uuid.UUID(q)).values_list("name", flat=True).first()
+        except ValueError:
+            rack = None
+    return reverse("scheduling:rack-detail", args=[rack]) if rack is not None else None
+
+
+def _exact_job(user, q: str) -> str | None:
+    number = q.removeprefix("#")
+    if not (number.isdigit() and len(number) < 19):
+        return None
+    job = Job.objects.visible_to(user).filter(pk=int(number)).values_list("pk", flat=True).first()
+    return reverse("scheduling:job-detail", args=[job]) if job is not None else None
+
+
+def _exact_department(user, q: str) -> str | None:
+    department = (
+        Department.objects.visible_to(user)
+        .filter(Q(name__iexact=q) | Q(slug__iexact=q))
+        .order_by("name")
+        .values_list("slug", flat=True)
+        .first()
+    )
+    return reverse("scheduling:department-detail", args=[department]) if department else None
+
+
+# exact_url()'s lookups, in search()'s order: a job's name last (it is anyone's to choose).
+EXACT_LOOKUPS = (
+    _exact_gpu,
+    _exact_tray,
+    _exact_rack,
+    _exact_job,
+    _exact_department,
+    _project_named,
+    _job_named,
+)
+
+
+def search(user, q: str, look_exact: bool = True) -> Results:
+    """Every kind's bounded results for the cleaned query `q` (see clean()), and the exact match's URL.
+    `look_exact=False` skips the lookups for an exact match (the caller knows there is none: exact_url)."""
+    groups, exact = [], None
+    for kind in SEARCHES:
+        group, url = kind(user, q, look_exact)
+        exact = exact or url
+        if group.hits:
+            groups.append(group)
+    if look_exact and exact is None:
+        exact = _job_named(user, q)  # a job's name last: it is anyone's to choose
+    return Results(query=q, groups=groups, exact=exact)
+
+
+# ---------------------------------------------------------------------------------------------- the page
+
+
+def search_page(request):
+    """`/search/?q=`: the results grouped by kind, a 302 to the object on an exact match, the page with a
+    hint when the query is empty, and 400 (in words) when it is too long."""
+    raw = request.GET.getlist("q")
+    try:
+        q = clean(raw[-1] if raw else "")
+    except QueryTooLong as error:
+        return render(request, "portal/search.html", {"q": "", "error": str(error)}, status=400)
+    if not q:
+        return render(request, "portal/search.html", {"q": ""})
+    if request.GET.get("all") != "1":
+        url = exact_url(request.user, q)
+        if url:
+            return redirect(url)
+        results = search(request.user, q, look_exact=False)  # none to find: exact_url looked
+    else:
+        results = search(request.user, q)
+    if results.exact and request.GET.get("all") != "1":
+        return redirect(results.exact)
+    return render(request, "portal/search.html", {"q": q, "results": results, "limit": LIMIT})

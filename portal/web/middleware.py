@@ -1,0 +1,131 @@
+import contextlib
+import logging
+
+from django.conf import settings
+from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequiredMiddleware
+from django.contrib.auth.views import redirect_to_login
+from django.db import InterfaceError, OperationalError, connection
+from django.http import HttpResponse, JsonResponse
+from django.templatetags.static import static
+from django_htmx.http import HttpResponseClientRedirect
+
+log = logging.getLogger(__name__)
+
+
+class LoginRequiredMiddleware(DjangoLoginRequiredMiddleware):
+    """Login required for every page except the login page.
+
+    The API is left to Django REST framework, which authenticates sessions *and* tokens and answers
+    401/403 in JSON; a redirect to the HTML login page would be wrong for a REST client. An htmx request
+    whose session expired gets an HX-Redirect, so the whole page goes to the login form instead of the
+    login form being swapped into a panel.
+    """
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        if request.path_info.startswith("/api/"):
+            return None
+        return super().process_view(request, view_func, view_args, view_kwargs)
+
+    def handle_no_permission(self, request, view_func):
+        if getattr(request, "htmx", False):
+            page = request.htmx.current_url_abs_path or request.get_full_path()
+            login = redirect_to_login(page, self.get_login_url(view_func))
+            return HttpResponseClientRedirect(login["Location"])
+        return super().handle_no_permission(request, view_func)
+
+
+class NullCharacterMiddleware:
+    """A NUL (`%00`) in the path or the query string is a 400 before any view runs.
+
+    PostgreSQL's text cannot hold U+0000: a view that looks a path part or a query parameter up (a rack's
+    name, a department's slug, a member's username) would otherwise end in a DataError and a 500, on
+    PostgreSQL only (SQLite takes it). Filters refuse it field by field; this is the one place that covers
+    every URL, the API's and the pages'. No name Rackplane keeps can hold one (core.textrule)."""
+
+    DETAIL = "The address holds a NUL character (%00): no name or value in Rackplane contains one."
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path or any(
+            "\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()
+        ):
+            if request.path.startswith("/api/"):
+                return JsonResponse({"detail": self.DETAIL}, status=400)
+            return HttpResponse(self.DETAIL, status=400, content_type="text/plain; charset=utf-8")
+        return self.get_response(request)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Sends settings.CONTENT_SECURITY_POLICY on every response that does not set its own.
+
+    Django 5.2 has no CSP of its own. Admin pages and the error pages get the same policy as the portal.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.policy = settings.CONTENT_SECURITY_POLICY
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if self.policy and not (settings.DEBUG and response.status_code in (404, 500)):
+            # With DEBUG on, 404 and 500 are Django's technical pages, whose inline styles the policy
+            # would block: they are a developer's tool and never served in production.
+            response.headers.setdefault("Content-Security-Policy", self.policy)
+        return response
+
+
+# --- the database gone mid-request --------------------------------------------------------------------------
+
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+DATABASE_DETAIL = (
+    "The database is not answering right now, so this request was not completed and nothing of it was saved. "
+    "Try again in a moment; if it keeps happening, tell your platform administrators."
+)
+DATABASE_RETRY_AFTER_S = 5
+
+
+def is_database_unavailable(error: BaseException | None) -> bool:
+    """Whether `error` says the database cannot be reached (restarted, failed over, connection dropped)."""
+    return isinstance(error, DATABASE_ERRORS)
+
+
+def database_unavailable(request, error: BaseException) -> HttpResponse:
+    """503 with the reason: JSON under /api/ ({"detail", "reason"}), else a short page; Retry-After set.
+
+    The connection is dropped so that the next request on this thread opens a fresh one."""
+    log.warning("database unavailable during %s %s: %s", request.method, request.path, error)
+    with contextlib.suppress(Exception):
+        connection.close()
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": DATABASE_DETAIL, "reason": "database_unavailable"}, status=503)
+    else:
+        response = HttpResponse(
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            "<title>Unavailable · Rackplane</title>"
+            f'<link rel="stylesheet" href="{static("css/portal.css")}"></head><body><main id="content">'
+            '<section class="card"><h1>The database is not answering</h1>'
+            f"<p>{DATABASE_DETAIL}</p></section></main></body></html>",
+            status=503,
+        )
+    response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A view that loses the database answers 503 with the reason instead of a 500 and a traceback in the log;
+    errors outside views (middleware reading the session) get the same answer from handler500
+    (portal.pages.home.server_error)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if is_database_unavailable(exception):
+            return database_unavailable(request, exception)
+        return None

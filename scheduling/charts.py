@@ -1,0 +1,286 @@
+"""Plotly figures for the department and admin dashboards, built server-side from selector results.
+
+Figures are embedded as JSON in a <div data-plotly-figure> that static/js/portal.js draws (no inline script:
+the Content-Security-Policy allows none); pages load the plotly.js the portal serves from the plotly package
+(`{% static 'plotly/plotly.min.js' %}`), never a CDN.
+
+Each figure is one spec (plain dicts of traces and layout). `*_figure` builds the validated go.Figure from it
+(for tests and notebooks); the pages use `*_html`, which serializes the spec directly to the same HTML.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from django.utils.html import format_html
+
+from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
+
+# The portal's palette (static/css/portal.css): colour is paired with a legend name, never alone.
+GUARANTEE = "#334155"
+IN_QUOTA = "#16a34a"
+BORROWED = "#f59e0b"
+FAIR_SHARE = "#2563eb"
+PENDING = "#94a3b8"
+
+
+def _layout(**extra) -> dict:
+    return {
+        "margin": {"l": 56, "r": 16, "t": 36, "b": 44},
+        "font": {"family": FONT, "size": 12, "color": TEXT},
+        "paper_bgcolor": TRANSPARENT,
+        "plot_bgcolor": TRANSPARENT,
+        # Unified hover boxes default to the paper colour: transparent would leave their text on the lines.
+        # (Nested keys first, as plotly orders them: the pages are byte for byte the validated figure.)
+        "hoverlabel": {"font": {"color": "#17202c"}, "bgcolor": "#ffffff", "bordercolor": GRID},
+        "modebar": {"activecolor": "#2563eb", "bgcolor": TRANSPARENT, "color": TEXT},
+        "legend": {
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.02,
+            "xanchor": "left",
+            "x": 0,
+            "traceorder": "normal",
+        },
+        "yaxis": {
+            "title": {"text": "GPUs"},
+            "rangemode": "tozero",
+            "gridcolor": GRID,
+            "zeroline": False,
+        },
+        "xaxis": {"gridcolor": GRID},
+        **extra,
+    }
+
+
+def _quota_history_spec(rows: list[dict], times: list) -> dict:
+    def series(name: str) -> list[int]:
+        return [row[name] for row in rows]
+
+    traces = [
+        {
+            "type": "scatter",
+            "name": "In use, in quota",
+            "x": times,
+            "y": series("in_quota"),
+            "stackgroup": "in_use",
+            "mode": "lines",
+            "line": {"color": IN_QUOTA, "width": 1},
+            "fillcolor": "rgba(22,163,74,0.35)",
+            "hovertemplate": "%{y:,} GPUs",
+        },
+        {
+            "type": "scatter",
+            "name": "In use, borrowed",
+            "x": times,
+            "y": series("borrowed"),
+            "stackgroup": "in_use",
+            "mode": "lines",
+            "line": {"color": BORROWED, "width": 1},
+            "fillcolor": "rgba(245,158,11,0.45)",
+            "hovertemplate": "%{y:,} GPUs",
+        },
+        {
+            "type": "scatter",
+            "name": "Guaranteed",
+            "x": times,
+            "y": series("guaranteed"),
+            "mode": "lines",
+            "line": {"color": GUARANTEE, "width": 2, "dash": "dash", "shape": "hv"},
+            "hovertemplate": "%{y:,} GPUs",
+        },
+        {
+            "type": "scatter",
+            "name": "Fair share",
+            "x": times,
+            "y": series("fair_share"),
+            "mode": "lines",
+            "line": {"color": FAIR_SHARE, "width": 2},
+            "hovertemplate": "%{y:,} GPUs",
+        },
+        {
+            "type": "scatter",
+            "name": "Pending demand",
+            "x": times,
+            "y": series("pending_demand"),
+            "mode": "lines",
+            "line": {"color": PENDING, "width": 1.5, "dash": "dot"},
+            "hovertemplate": "%{y:,} GPUs",
+            "visible": "legendonly",
+        },
+    ]
+    layout = _layout(hovermode="x unified", xaxis={"title": {"text": "UTC"}, "gridcolor": GRID})
+    return {"data": traces, "layout": layout}
+
+
+def quota_history_figure(history: Iterable[dict]) -> go.Figure:
+    """Guaranteed vs in use (in quota + borrowed, stacked) vs fair share over time, from QuotaSnapshot rows.
+
+    `history` rows carry taken_at, guaranteed, in_quota, borrowed, fair_share and pending_demand: the
+    QuotaSnapshot values, then on the dashboard a last point of the live figures
+    (scheduling.dashboard_data.DepartmentDashboard.history_to_now).
+    """
+    rows = list(history)
+    return _figure(_quota_history_spec(rows, [row["taken_at"] for row in rows]))
+
+
+def quota_history_html(history: Iterable[dict], div_id: str, height: int = 360) -> str:
+    """`to_html(quota_history_figure(history))`, without building the validated figure objects.
+
+    The same traces and layout as plain dicts, and the same HTML (tests compare the two): for a day of
+    five-minute snapshots plotly's validation and datetime encoding took ~35 ms of every dashboard request.
+    """
+    rows = list(history)
+    # The ISO 8601 text plotly's JSON encoder writes for a datetime, made once for the five traces.
+    times = [row["taken_at"].isoformat() for row in rows]
+    return to_html(_quota_history_spec(rows, times), div_id=div_id, height=height)
+
+
+BARS = (
+    ("Guarantee", "guaranteed", GUARANTEE),
+    ("In use, in quota", "in_quota", IN_QUOTA),
+    ("In use, borrowed", "borrowed", BORROWED),
+    ("Fair share", "fair_share", FAIR_SHARE),
+    ("Pending demand", "pending_demand", PENDING),
+)
+
+
+def _departments_spec(positions: list) -> dict:
+    names = [p.department.name for p in positions]
+    bars = [
+        {
+            "type": "bar",
+            "name": label,
+            "x": names,
+            "y": [getattr(p, attribute) for p in positions],
+            "marker": {"color": colour},
+            "hovertemplate": "%{x}: %{y:,} GPUs<extra>" + label + "</extra>",
+        }
+        for label, attribute, colour in BARS
+    ]
+    return {"data": bars, "layout": _layout(barmode="group", bargap=0.22, bargroupgap=0.04)}
+
+
+def departments_figure(positions: Iterable) -> go.Figure:
+    """All departments side by side: guarantee, in quota, borrowed, fair share, pending demand (grouped bars).
+
+    `positions` are `scheduling.usage.Position` objects.
+    """
+    return _figure(_departments_spec(list(positions)))
+
+
+def departments_html(positions: Iterable, div_id: str, height: int = 360) -> str:
+    """`to_html(departments_figure(positions))` from plain dicts, like `quota_history_html`."""
+    return to_html(_departments_spec(list(positions)), div_id=div_id, height=height)
+
+
+def _figure(spec: dict) -> go.Figure:
+    """The validated plotly figure of one of our specs, built as go.Figure(traces) + update_layout(layout)."""
+    figure = go.Figure(spec["data"])
+    figure.update_layout(spec["layout"])
+    return figure
+
+
+def _as_figure_dict(spec: dict) -> dict:
+    """``_figure(spec).to_dict()`` without building it, keys in the order plotly gives them, so the page is
+    byte for byte the same (tests compare). Each trace's keys sorted (nested ones too), ``type`` last; in the
+    layout the default template, then the nested objects we set, then the plain values (each in our order).
+    """
+
+    def by_name(value):
+        return {key: by_name(value[key]) for key in sorted(value)} if isinstance(value, dict) else value
+
+    data = [
+        {**by_name({k: v for k, v in trace.items() if k != "type"}), "type": trace["type"]}
+        for trace in spec["data"]
+    ]
+    layout = spec["layout"]
+    return {
+        "data": data,
+        "layout": {
+            "template": pio.templates[pio.templates.default].to_plotly_json(),
+            **{key: value for key, value in layout.items() if isinstance(value, dict)},
+            **{key: value for key, value in layout.items() if not isinstance(value, dict)},
+        },
+    }
+
+
+def to_html(figure: go.Figure | dict, div_id: str, height: int = 360) -> str:
+    """The figure as an embeddable <div> holding its JSON; static/js/portal.js draws it with plotly.js.
+
+    `figure` may also be a ``{"data": [...], "layout": {...}}`` spec of ours: it is not validated.
+    """
+    if isinstance(figure, dict):
+        figure = _as_figure_dict(figure)
+    return format_html(
+        '<div id="{}" class="plotly-chart" data-plotly-figure="{}" data-plotly-config="{}" '
+        'style="height: {}px; width: 100%"></div>',
+        div_id,
+        pio.to_json(figure, validate=False),
+        json.dumps(CONFIG),
+        height,
+    )
+
+
+UTILIZATION = "#7c3aed"
+LINE_COLOURS = ("#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#0891b2", "#7c3aed", "#db2777", "#65a30d")
+
+
+def _utilization_spec(
+    series: dict[str, list[tuple]], names: dict[str, str] | None = None, x_range: tuple | None = None
+) -> dict:
+    names = names or {}
+    traces = []
+    for number, (key, points) in enumerate(series.items()):
+        colour = UTILIZATION if key == "mean" else LINE_COLOURS[number % len(LINE_COLOURS)]
+        traces.append(
+            {
+                "type": "scatter",
+                "name": names.get(key, "Mean of its GPUs" if key == "mean" else key),
+                "x": [at.isoformat() for at, _ in points],
+                "y": [round(value, 2) for _, value in points],
+                # One or two samples (a job that just started) would draw no line: show them as points.
+                "mode": "lines" if len(points) > 2 else "lines+markers",
+                "line": {"color": colour, "width": 1.5},
+                "hovertemplate": "%{y:.1f} %",
+                # A gap in the samples (the GPU had no data) stays a gap, not a straight line across it.
+                "connectgaps": False,
+            }
+        )
+    xaxis = {"title": {"text": "UTC"}, "gridcolor": GRID}
+    if x_range:  # the range asked for, so the chart ends now even when the last sample is minutes old
+        xaxis["range"] = [moment.isoformat() for moment in x_range]
+    layout = _layout(
+        hovermode="x unified",
+        xaxis=xaxis,
+        yaxis={
+            "title": {"text": "Utilization (%)"},
+            "range": [0, 100],
+            "gridcolor": GRID,
+            "zeroline": False,
+        },
+    )
+    return {"data": traces, "layout": layout}
+
+
+def utilization_figure(
+    series: dict[str, list[tuple]], names: dict[str, str] | None = None, x_range: tuple | None = None
+) -> go.Figure:
+    """GPU utilization over time: one line per key of `series` ({key: [(datetime, percent)]}, as
+    tenancy.metrics_source.utilization_history returns it), labelled by `names` (key -> legend name), over
+    `x_range` (start, end) when given."""
+    return _figure(_utilization_spec(series, names, x_range))
+
+
+def utilization_html(
+    series: dict[str, list[tuple]],
+    div_id: str,
+    names: dict | None = None,
+    height=300,
+    x_range: tuple | None = None,
+) -> str:
+    """`to_html(utilization_figure(...))` from plain dicts, like `quota_history_html`."""
+    return to_html(_utilization_spec(series, names, x_range), div_id=div_id, height=height)

@@ -1,0 +1,287 @@
+"""The cluster a process keeps between scheduling passes (PostgreSQL), checked with one query and brought up
+to date instead of read cold (scheduling.pass_cluster):
+
+* **the inventory** (racks, trays, GPUs, NVLink partitions, dedications, department slugs): triggers
+  (migration scheduling 0010) log the id of every transaction that changes a column the cluster is built
+  from (`CACHED_COLUMNS`), whatever made the change (a save, a bulk update, raw SQL, the admin). A kept
+  cluster remembers the snapshot its inventory was read under; a logged transaction that snapshot did not
+  see, or the log pruned past it, means a cold read. Exact: never a heuristic on counts or times.
+* **the running jobs' GPUs** change at every pass: allocations are made by passes only (one at a time) and
+  deleted with their job's end or preemption. The running jobs are read every pass anyway (the engine needs
+  them); a job that is new, or placed again since (``placed_at``), has its allocations read (one query for
+  all of them), a job that left is released. Then the kept allocations must match the table's row count and
+  highest id (the same query as the inventory check), else a cold read.
+
+The engine changes the cluster it is given (starts, preemptions, held trays). After the pass `keep` puts it
+back as it was read, by the difference of its jobs, so the next pass starts from the database's state
+whether this one committed or rolled back; its own allocations arrive through the second point above.
+Whatever the cache believes, Allocation's unique GPU constraint still refuses a GPU given twice.
+
+SQLite (the embedded default) has no triggers: every pass reads cold.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from django.db import connection
+from django.utils import timezone
+
+from inventory.staleness import silent_policy, silent_tray_pks
+from scheduling.models import Allocation
+from scheduling.pass_cluster import ClusterState, Held, Mark, build, group_allocations
+
+# Table -> the columns the cluster is built from; the triggers of migration scheduling 0010 watch exactly
+# these (tests/scheduling/test_pass_cache.py compares both with the SQL of the cold read's queries,
+# scheduling.pass_cluster.INVENTORY_QUERIES).
+CACHED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "inventory_rack": ("name",),
+    "inventory_computetray": ("hostname", "rack_id", "slot", "partition_id", "state", "fabric_problems"),
+    "inventory_gpu": ("tray_id", "index", "health", "fabric_state", "reported_clique_id"),
+    "inventory_nvlinkpartition": ("rack_id", "clique_id", "name", "degraded_reason"),
+    "tenancy_dedicatedpartition": ("partition_id", "department_id"),
+    "tenancy_department": ("slug",),
+}
+# Allocations changed in place (never by a pass: the admin) are logged too; made and deleted ones are not.
+ALLOCATION_COLUMNS: dict[str, tuple[str, ...]] = {"scheduling_allocation": ("job_id", "gpu_id")}
+CHANGE_LOG = "scheduling_inventorychange"
+PRUNE_AT = 1000  # log rows: a cold read past this many deletes the ones every snapshot since has seen
+
+_kept: dict[tuple, ClusterState] = {}
+_kept_lock = threading.Lock()
+_logged: dict[tuple, bool] = {}  # database -> whether its change log exists (checked once per process)
+
+
+def _database() -> tuple:
+    settings = connection.settings_dict
+    return (connection.alias, settings.get("NAME"), settings.get("HOST"), settings.get("PORT"))
+
+
+def forget() -> None:
+    """Drop every kept cluster in this process (the next pass reads cold)."""
+    with _kept_lock:
+        _kept.clear()
+
+
+def kept() -> ClusterState | None:
+    """The cluster this process keeps for the database in use, if any (for tests and the benchmark)."""
+    with _kept_lock:
+        return _kept.get(_database())
+
+
+# --- PostgreSQL: the change log -------------------------------------------------------------------------
+
+
+def _has_log() -> bool:
+    if connection.vendor != "postgresql":
+        return False
+    key = _database()
+    if key not in _logged:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [CHANGE_LOG])
+            _logged[key] = bool(cursor.fetchone()[0])
+    return _logged[key]
+
+
+def _mark() -> Mark:
+    """Where a cold read starts: taken before its first query, so whatever it reads was committed by then
+    or later (never earlier than the snapshot says). Prunes the log now and then."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT txid_current_snapshot()::text, txid_current_if_assigned(), "
+            f"(SELECT seq FROM {CHANGE_LOG} WHERE xid = txid_current_if_assigned()), "
+            f"pg_postmaster_start_time(), (SELECT count(*) FROM {CHANGE_LOG})"
+        )
+        snapshot, own, own_seq, postmaster, logged = cursor.fetchone()
+        mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, own_seq, postmaster)
+        if logged > PRUNE_AT:
+            # Every transaction older than this snapshot's oldest running one had ended before it; caches
+            # read before the horizon (row xid 0) can no longer be checked and read cold.
+            cursor.execute(f"DELETE FROM {CHANGE_LOG} WHERE xid > 0 AND xid < %s", [mark.xmin])
+            cursor.execute(
+                f"INSERT INTO {CHANGE_LOG} (xid, seq) VALUES (0, %s) ON CONFLICT (xid) "
+                f"DO UPDATE SET seq = GREATEST({CHANGE_LOG}.seq, EXCLUDED.seq)",
+                [mark.xmin],
+            )
+    return mark
+
+
+_CHECK = f"""
+SELECT
+    pg_postmaster_start_time() = %(postmaster)s
+    AND NOT EXISTS (
+        SELECT 1 FROM {CHANGE_LOG}
+        WHERE xid >= %(xmin)s
+          AND NOT txid_visible_in_snapshot(xid, %(snapshot)s::txid_snapshot)
+          AND (xid, seq) IS DISTINCT FROM (%(own)s::bigint, %(own_seq)s::bigint)
+    )
+    AND COALESCE((SELECT seq FROM {CHANGE_LOG} WHERE xid = 0), 0) <= %(xmin)s
+    AND (
+        %(own_seq)s::bigint IS NULL
+        OR (
+            EXISTS (SELECT 1 FROM {CHANGE_LOG} WHERE xid = %(own)s::bigint AND seq = %(own_seq)s::bigint)
+            AND (
+                %(own)s::bigint = txid_current_if_assigned()
+                OR txid_status(%(own)s::bigint) = 'committed'
+            )
+        )
+    ),
+    (SELECT count(*) FROM scheduling_allocation),
+    (SELECT COALESCE(max(id), 0) FROM scheduling_allocation)
+"""
+
+
+def _check(mark: Mark) -> tuple[bool, int, int]:
+    """(the inventory is as `mark` read it, allocation rows, highest allocation id): one query.
+
+    Unchanged means: no transaction the snapshot did not see has changed the inventory since, but the
+    reader's own, if its changes before the read are all it made and it committed (or is still this one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CHECK,
+            {
+                "postmaster": mark.postmaster,
+                "xmin": mark.xmin,
+                "snapshot": mark.snapshot,
+                "own": mark.own,
+                "own_seq": mark.own_seq,
+            },
+        )
+        unchanged, rows, last = cursor.fetchone()
+    return bool(unchanged), rows, last
+
+
+# --- kept clusters brought up to date -------------------------------------------------------------------
+
+
+def _set_capacity(state: ClusterState, t: int) -> None:
+    state.cluster.set_capacity(t, state.capacity(t))
+
+
+def _drop(state: ClusterState, job_id: int) -> None:
+    held = state.held.pop(job_id)
+    if held.placement:
+        state.cluster.release(job_id)
+    for t, n in held.unschedulable:
+        state.held_unschedulable[t] -= n
+        _set_capacity(state, t)
+    state.allocated.difference_update(held.gpus)
+
+
+def _add(state: ClusterState, job_id: int, placed, allocation: tuple) -> None:
+    placement, unschedulable, gpus, last = allocation
+    for t, n in unschedulable:
+        state.held_unschedulable[t] += n
+        _set_capacity(state, t)
+    if placement:
+        state.cluster.allocate(job_id, placement)
+    state.held[job_id] = Held(placed, placement, unschedulable, gpus, last)
+    state.allocated.update(gpus)
+
+
+def _catch_up(state: ClusterState, placed: dict[int, object], rows: int, last: int) -> bool:
+    """Release the jobs that left or were placed again, allocate the new ones; True when the result has
+    the table's allocation rows and highest id (else the caller reads cold)."""
+    gone = object()
+    for job_id in [j for j, held in state.held.items() if placed.get(j, gone) != held.placed]:
+        _drop(state, job_id)
+    new = [job_id for job_id in placed if job_id not in state.held]
+    recorded, state.recorded = state.recorded, {}
+    if recorded:  # placed by this process's last pass, which committed: no need to read them
+        known = [job_id for job_id in new if job_id in recorded and recorded[job_id][0] == placed[job_id]]
+        for job_id in known:
+            _add(state, job_id, placed[job_id], recorded[job_id][1:])
+        if known:
+            new = [job_id for job_id in new if job_id not in state.held]
+    if new:
+        # Passes allocate schedulable GPUs of the cluster only: their trays are known. Any other GPU (a
+        # job made by hand) is read cold.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT job_id, gpu_id, id FROM {Allocation._meta.db_table} "
+                "WHERE job_id = ANY(%s::bigint[])",
+                ["{" + ",".join(map(str, new)) + "}"],
+            )
+            allocations = cursor.fetchall()
+        gpu_tray = state.gpu_tray
+        if any(gpu not in gpu_tray for _, gpu, _ in allocations):
+            return False
+        jobs = group_allocations(((job, gpu, gpu_tray[gpu], pk) for job, gpu, pk in allocations), state)
+        for job_id in new:
+            _add(state, job_id, placed[job_id], jobs.get(job_id, ((), (), (), 0)))
+    highest = max((held.last for held in state.held.values()), default=0)
+    return state.rows == rows and highest == last
+
+
+def read(placed: dict[int, object]) -> ClusterState:
+    """The cluster for a pass, with the allocations of the running jobs in `placed` (pk -> when it was
+    placed, as the pass read it): the one this process kept, checked and brought up to date, or read cold."""
+    key = _database()
+    with _kept_lock:
+        state = _kept.pop(key, None)
+    if state is not None:
+        state.cold = False
+        try:
+            unchanged, rows, last = _check(state.mark)
+            if not unchanged or not _catch_up(state, placed, rows, last):
+                state = None
+        except (ValueError, KeyError):  # the cluster's own checks refused a change (never expected)
+            state = None
+    if state is None:
+        state = build(placed, _mark() if _has_log() else None)
+    cluster = state.cluster
+    state.jobs_before = dict(cluster.jobs)
+    state.free_before = cluster.free_gpus
+    state.cap_before = list(cluster.tray_cap)
+    state.settled_before = list(cluster.tray_settled)
+    return state
+
+
+def silence(state: ClusterState) -> None:
+    """After `read`, for the pass: trays whose node stopped reporting get no new work while an enabled
+    node_silent rule says "hold" (inventory.staleness.silent_policy; computed from last-seen times, never
+    written, so no change the kept cluster's check could see): they are held out of the engine's indexes
+    for the pass (as a reservation holds trays), which keep() undoes. Jobs there keep running. One query,
+    two when the rule holds."""
+    policy = silent_policy()
+    if not policy.hold:
+        return
+    cluster = state.cluster
+    for pk in silent_tray_pks(policy, timezone.now()):
+        t = state.tray_index.get(pk)
+        if t is not None:
+            state.silenced[t] = cluster.tray_cap[t]
+    # Held, not shrunk: GPUs a preemption frees there during the pass must not take new work either.
+    cluster.hold(list(state.silenced))
+
+
+def keep(state: ClusterState) -> None:
+    """Put the cluster back as `read` returned it (undoing the engine's starts, preemptions and held trays)
+    and keep it for this process's next pass. Not kept when it cannot be (SQLite) or does not come back
+    exactly."""
+    if state.mark is None:
+        return
+    cluster = state.cluster
+    try:
+        silenced, state.silenced = state.silenced, {}
+        for t, capacity in silenced.items():
+            cluster.set_capacity(t, capacity)
+        if True in cluster.tray_held:
+            cluster.unhold([t for t, held in enumerate(cluster.tray_held) if held])
+        before = state.jobs_before
+        for job_id, placement in list(cluster.jobs.items()):
+            if before.get(job_id) != placement:
+                cluster.release(job_id)
+        for job_id, placement in before.items():
+            if job_id not in cluster.jobs:
+                cluster.allocate(job_id, placement)
+    except (ValueError, KeyError):  # the cluster's own checks refused: read cold next time
+        return
+    if (
+        cluster.free_gpus != state.free_before
+        or cluster.tray_cap != state.cap_before
+        or cluster.tray_settled != state.settled_before
+    ):
+        return
+    with _kept_lock:
+        _kept[_database()] = state

@@ -1,0 +1,135 @@
+"""What is done to one job after its submission: cancel it, finish it (its backend reported the end), stop
+it in its backend, give its GPUs back, tell its subscribers. A backend job that must be stopped (cancelled
+or preempted) becomes a BackendCancel row that the sync task retries until the backend confirms.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from core.access import leads
+from core.enqueue import enqueue
+from core.models import NotificationEvent
+from core.notifications.recording import notify
+from core.task_names import FOLLOW_ACTIVE_PLANS, SYNC_JOBS
+from inventory.choices import TrayState
+from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState
+from scheduling.models import Allocation, BackendCancel, Job, JobEvent
+from scheduling.services.pass_requests import request_pass
+from tenancy.models import Department
+
+# Tasks are started by name (core.enqueue): the job sync and the plans belong to integrations, which this
+# layer does not import.
+
+
+def may_cancel(user, job: Job) -> bool:
+    """The job's submitter, its department's leads and platform admins may cancel it."""
+    if job.submitted_by_id is not None and job.submitted_by_id == user.pk:
+        return True
+    return leads(user, job.department_id)
+
+
+# --- cancel ------------------------------------------------------------------------------------------
+
+
+def release_gpus(job: Job) -> None:
+    """Give the job's GPUs back (its allocations deleted). A partition plan waiting for a drained tray to
+    empty moves on at once."""
+    allocations = Allocation.objects.filter(job=job)
+    if allocations.filter(gpu__tray__state=TrayState.DRAIN).exists():
+        enqueue(FOLLOW_ACTIVE_PLANS)
+    allocations.delete()
+
+
+def stop_in_backend(job: Job, reason: str) -> None:
+    """Ask the backend to stop the job, if it has a backend job: a BackendCancel row the sync task retries
+    until the backend confirms (one per backend job; `reason` kept for the record)."""
+    if job.backend_id:
+        BackendCancel.objects.get_or_create(
+            backend=job.backend, backend_id=job.backend_id, defaults={"job": job, "reason": reason[:200]}
+        )
+        enqueue(SYNC_JOBS)
+
+
+def cancel_job(job: Job, user=None) -> Job:
+    """Cancel a pending, starting or running job. Its GPUs are free at once; a backend job is stopped by
+    the sync task (retried until the backend confirms)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.state in FINISHED_STATES:
+            raise ValidationError(f"job {job.pk} has already ended ({job.get_state_display().lower()})")
+        who = f" by {user.get_username()}" if user is not None and user.is_authenticated else ""
+        stop_in_backend(job, f"cancelled{who}")
+        release_gpus(job)
+        was = job.state
+        job.state = JobState.CANCELLED
+        job.finished_at = timezone.now()
+        job.pending_reason = ""
+        job.next_dispatch_at = None
+        job.save()
+        JobEvent.objects.create(job=job, kind=JobEventKind.CANCELLED, message=f"cancelled{who} while {was}")
+        if was in HOLDING_STATES:
+            request_pass(f"cancelled job {job.pk}")
+    return job
+
+
+# Job events people subscribe to (core.notifications; portal.pages.my_notifications): JobEventKind -> event.
+JOB_NOTICES = {
+    JobEventKind.STARTED: NotificationEvent.JOB_STARTED,
+    JobEventKind.PREEMPTED: NotificationEvent.JOB_PREEMPTED,
+    JobEventKind.COMPLETED: NotificationEvent.JOB_FINISHED,
+    JobEventKind.FAILED: NotificationEvent.JOB_FAILED,
+}
+
+
+def notify_job(
+    job: Job, kind: str, message: str = "", *, department_slug: str | None = None, subscriptions=None
+) -> None:
+    """Tell the job's subscribers (its submitter's own subscriptions: scope user:<id>; its department's:
+    department:<slug>; this job's: job:<id>) that it started, was preempted, finished or failed. Recorded in
+    the caller's transaction, sent after it commits."""
+    event = JOB_NOTICES.get(kind)
+    if event is None:
+        return
+    slug = (
+        department_slug or Department.objects.filter(pk=job.department_id).values_list("slug", flat=True)[0]
+    )
+    verb = {
+        NotificationEvent.JOB_STARTED: "started",
+        NotificationEvent.JOB_PREEMPTED: "was preempted",
+        NotificationEvent.JOB_FINISHED: "finished",
+        NotificationEvent.JOB_FAILED: "failed",
+    }[event]
+    scope = [f"job:{job.pk}", f"department:{slug}"]
+    if job.submitted_by_id:
+        scope.insert(0, f"user:{job.submitted_by_id}")
+    notify(
+        event,
+        f"Job {job.name} (#{job.pk}) {verb}" + (f": {message}" if message else ""),
+        {"job": job.pk, "name": job.name, "department": slug, "event": event, "message": message[:500]},
+        scope=scope,
+        link=reverse("scheduling:job-detail", args=[job.pk]),
+        subscriptions=subscriptions,
+    )
+
+
+def finish_job(job: Job, state: str, message: str = "", exit_code: int | None = None) -> None:
+    """A holding job ended in its backend: record it, free its GPUs, ask for a pass. Caller holds the lock."""
+    kind = {
+        JobState.COMPLETED: JobEventKind.COMPLETED,
+        JobState.FAILED: JobEventKind.FAILED,
+        JobState.CANCELLED: JobEventKind.CANCELLED,
+    }[state]
+    release_gpus(job)
+    job.state = state
+    job.finished_at = timezone.now()
+    job.exit_code = exit_code
+    job.backend_message = message[:500]
+    job.next_dispatch_at = None
+    job.save()
+    JobEvent.objects.create(job=job, kind=kind, message=message)
+    notify_job(job, kind, message)
+    request_pass(f"job {job.pk} {state}")

@@ -1,0 +1,148 @@
+"""The scheduling pass: `run_pass` runs the pure engine (scheduling.engine) on the database's state, and
+writes back (scheduling.services.pass_writes) every running job's in-quota/borrowed standing and every
+pending job's reason. Passes run one at a time: each holds the row lock of the single SchedulerState row
+(taken with SKIP LOCKED: a pass that finds it taken leaves; the holder runs again while scheduling requests
+newer than its start remain). A pass makes a fixed number of queries whatever the number of racks or jobs:
+one per table it reads, one statement per kind of change it writes; the engine's cluster comes from
+scheduling.pass_cluster, and on PostgreSQL scheduling.pass_cache keeps it between passes and checks it
+against the database at each one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from core.audit import record_bulk_change
+from core.enqueue import enqueue
+from core.task_names import DISPATCH_JOB
+from scheduling import pass_cache, pass_inputs
+from scheduling.choices import JobState
+from scheduling.engine.scheduler import schedule
+from scheduling.models import Job, SchedulerState, SchedulingRequest
+from scheduling.services.pass_writes import (
+    insert_events,
+    keep_decisions_still_valid,
+    lock_decided,
+    preempt,
+    record_waiting_reasons,
+    start_jobs,
+    write_standing,
+)
+
+# Tasks are started by name (core.enqueue): dispatch belongs to integrations, which this layer does not
+# import.
+
+
+@dataclass
+class PassSummary:
+    started: int
+    preempted: int
+    waiting: int
+    decisions: int
+    ms: float
+    cold: bool = True  # the cluster was read cold, not kept from this process's last pass (pass_cache)
+
+
+def _pass(now) -> PassSummary:
+    """Read the cluster and the queue, let the engine decide, then apply what is still valid under lock.
+
+    A fixed number of queries whatever the number of racks, jobs or decisions: every read is one query
+    per table, every write one statement per kind of change (tests/scheduling/test_pass_queries.py)."""
+    started_clock = time.perf_counter()
+    # The pass's inputs (the job form's dry run, scheduling.preview, reads the same through `gather`).
+    inputs = pass_inputs.gather()
+    state, departments, slug = inputs.state, inputs.departments, inputs.slug
+    project_rows, running, pending = inputs.project_rows, inputs.running, inputs.pending
+    result = schedule(*inputs.engine_args(now))
+
+    decided = {s.job_id for s in result.started} | set(result.preempted)
+    restand = {
+        pk: over
+        for pk, over in result.over_quota.items()
+        if pk in running and pk not in decided and running[pk][pass_inputs.OVER_QUOTA] != over
+    }
+    locked = lock_decided(result, restand)
+    holding = keep_decisions_still_valid(result, locked)
+    by_pk = {d.pk: d for d in departments}
+    reasons = {pk: row.pending_reason for pk, row in pending.items()}
+    reasons.update((pk, row.pending_reason) for pk, row in locked.items() if row.state == JobState.PENDING)
+    changes, events = preempt(result, holding, pending, slug)
+    started_changes, started_events = start_jobs(result, state, locked, now, pending)
+    projects_by_pk = {row[0]: row for row in project_rows}
+    standing_changes, standing_events = write_standing(result, restand, holding, by_pk, projects_by_pk)
+    record_bulk_change(
+        Job,
+        {**changes, **started_changes, **standing_changes},
+        # The jobs as the audit names them (Job.__str__: name and department), from the rows locked above.
+        described={
+            pk: (f"{row.name} ({by_pk[row.department_id]})", row.department_id) for pk, row in locked.items()
+        },
+    )
+    record_waiting_reasons(result.waiting, reasons)
+    insert_events([*events, *started_events, *standing_events])
+    for start in result.started:
+        enqueue(DISPATCH_JOB, start.job_id)
+    pass_cache.keep(state)
+    return PassSummary(
+        started=len(result.started),
+        preempted=len(result.preempted),
+        waiting=len(result.waiting),
+        decisions=result.decisions,
+        ms=(time.perf_counter() - started_clock) * 1000,
+        cold=state.cold,
+    )
+
+
+@contextlib.contextmanager
+def _collection_deferred():
+    """Python's cycle collector paused while a pass holds the scheduler's lock: a full collection walks every
+    object of the process (the kept cluster's too: ~70 ms at 1,000 racks) and may fall in any pass. It runs
+    once the lock is released instead; the pass's own garbage is freed by reference counting as before."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
+    """Run passes while scheduling requests are waiting; None when another pass holds the lock (it will
+    see our requests), or, with `only_if_requested` (the task), when no request is left: a pass that ran
+    meanwhile answered it (eighteen node reports in a row ask eighteen times, and one or two passes run)."""
+    with contextlib.suppress(IntegrityError):  # made by a concurrent pass just now
+        SchedulerState.objects.get_or_create(pk=1)
+    summary = None
+    while True:
+        with _collection_deferred(), transaction.atomic():
+            state = SchedulerState.objects.select_for_update(skip_locked=True).filter(pk=1).first()
+            if state is None:
+                return summary
+            upto = SchedulingRequest.objects.aggregate(last=Max("pk"))["last"]
+            if upto is None and only_if_requested:
+                return summary
+            now = timezone.now()
+            summary = _pass(now)
+            if upto is not None:
+                SchedulingRequest.objects.filter(pk__lte=upto).delete()
+            state.last_pass_at = now
+            state.last_pass_ms = summary.ms
+            state.last_summary = {
+                "started": summary.started,
+                "preempted": summary.preempted,
+                "waiting": summary.waiting,
+                "decisions": summary.decisions,
+            }
+            state.save()
+        # Checked after the lock is released: a request that came in meanwhile either is seen here or its
+        # own task finds the lock free.
+        if not SchedulingRequest.objects.exists():
+            return summary

@@ -1,0 +1,1 @@
+"""Scheduling's pages (see scheduling/urls.py)."""

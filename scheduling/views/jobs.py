@@ -1,0 +1,273 @@
+"""Job pages (everyone, for the jobs they may see): list, detail with live status, cancel.
+
+Configuration targets and pushes have their pages in integrations.views.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseStopPolling
+from hostlist import collect_hostlist
+
+from core.hardware import GPUS_PER_TRAY
+from core.tables import Column, Table
+from inventory.models import ComputeTray
+from scheduling.choices import Backend, JobState, PriorityClass, Topology
+from scheduling.filters import JobFilter
+from scheduling.models import Allocation, Job
+from scheduling.resubmit import resubmit_offer, with_resubmit_facts
+from scheduling.services.actions import cancel_job, may_cancel
+from tenancy.models import Department, Project
+from tenancy.models.accounts import posix_identity_of
+
+# --- jobs -----------------------------------------------------------------------------------------------
+# Everyone sees the jobs `Job.objects.visible_to` allows (their departments'; staff: all). The list and a
+# job's status poll every few seconds while something shown can still change, and are told to stop (HTTP
+# 286) once nothing can. Cancelling goes through scheduling.services (may_cancel, cancel_job).
+
+JOBS_PER_PAGE = 50
+JOB_POLL_SECONDS = 2  # long work polls every 2 s (htmx), as every progress page does
+TOPOLOGY_WORDS = {
+    Topology.PARTITION: "in one NVLink partition",
+    Topology.RACK: "in one rack (one NVLink domain)",
+    Topology.ANY: "anywhere in the cluster",
+}
+
+
+def _hostlist(hosts) -> str:
+    return collect_hostlist(list(hosts)) if hosts else ""
+
+
+JOB_SORTS = {
+    "id": ("pk",),
+    "name": ("name",),
+    "department": ("department__name",),
+    # Jobs without a project sort together (NULL names: first ascending on SQLite, last on PostgreSQL).
+    "project": ("project__name",),
+    "gpus": ("gpus",),
+    "topology": ("topology",),
+    "class": ("priority_class",),
+    "state": ("state",),
+    # "Where / why waiting": pending jobs by their reason; placed ones (no reason) by their first host.
+    "where": ("pending_reason", "placement__0"),
+    "created": ("created_at",),
+    "started": ("started_at",),
+}
+JOB_COLUMNS = [
+    Column("id", lambda j: j.pk),
+    Column("name", lambda j: j.name),
+    Column("department", lambda j: j.department.slug),
+    Column("project", lambda j: j.project.slug if j.project_id else ""),
+    Column("submitted_by", lambda j: j.submitted_by.get_username() if j.submitted_by else ""),
+    Column("backend", lambda j: j.backend),
+    Column("gpus", lambda j: j.gpus),
+    Column("topology", lambda j: j.topology),
+    Column("priority_class", lambda j: j.priority_class),
+    Column("state", lambda j: j.state),
+    Column("over_quota", lambda j: j.over_quota),
+    Column("pending_reason", lambda j: j.pending_reason),
+    Column("placement", lambda j: _hostlist(j.placement)),
+    Column("exit_code", lambda j: j.exit_code),
+    Column("created_at", lambda j: j.created_at),
+    Column("started_at", lambda j: j.started_at),
+    Column("finished_at", lambda j: j.finished_at),
+]
+
+
+def job_list(request):
+    """Jobs the user may see, filtered (JobFilter, as in the API), sorted and paginated (core.tables);
+    `?export=csv|json`: every filtered job; `request.htmx`: the table only (the page polls it while a shown
+    job is pending, starting or running)."""
+    table = Table(request, "jobs", JOB_SORTS, "-created", per_page=JOBS_PER_PAGE)
+    queryset = table.order(
+        Job.objects.visible_to(request.user)
+        .select_related("department", "submitted_by", "project")
+        .defer("work", "backend_message")
+    )
+    filterset = JobFilter(request.GET, queryset=queryset, request=request)
+    if table.export_format:
+        return table.export(JOB_COLUMNS, filterset.qs)
+    page = table.page(filterset.qs)
+    _annotate_rows(request.user, page.object_list)
+    polling = any(job.is_active for job in page.object_list)
+    context = {
+        "page": page,
+        "table": table,
+        "filter": filterset,
+        "polling": polling,
+        "poll_seconds": JOB_POLL_SECONDS,
+        "filtered": any(request.GET.getlist(name) for name in filterset.filters),
+    }
+    if request.htmx:
+        response = render(request, "scheduling/_job_table.html", context)
+        if not polling:
+            response = HttpResponseStopPolling(response.content)
+        patch_vary_headers(response, ["HX-Request"])
+        return response
+    context.update(
+        {
+            "departments": Department.objects.visible_to(request.user).order_by("name").only("slug", "name"),
+            "states": JobState.choices,
+            "backends": Backend.choices,
+            "priority_classes": PriorityClass.choices,
+            "selected_states": request.GET.getlist("state"),
+        }
+    )
+    return render(request, "scheduling/job_list.html", context)
+
+
+def _annotate_rows(user, jobs) -> None:
+    """Each shown job's `where` (its placement as a host list) and `project_linked`: the Project column links
+    to the project's row on its department page for the projects the user may see there
+    (Project.objects.visible_to); a job of another project of the department shows its name."""
+    shown_projects = {job.project_id for job in jobs if job.project_id}
+    linked = set()
+    if shown_projects:
+        visible = Project.objects.visible_to(user).filter(pk__in=shown_projects)
+        linked = set(visible.values_list("pk", flat=True))
+    for job in jobs:
+        job.where = _hostlist(job.placement)
+        job.project_linked = job.project_id in linked
+
+
+def _visible_job(request, pk, resubmit_facts: bool = False) -> Job:
+    jobs = Job.objects.visible_to(request.user).select_related(
+        "department", "submitted_by__posix_account", "project"
+    )
+    if resubmit_facts:  # what the page's Resubmit button needs, in the same query (scheduling.resubmit)
+        jobs = with_resubmit_facts(jobs, request.user)
+    return get_object_or_404(jobs, pk=pk)
+
+
+def _waiting_words(job: Job) -> list[str]:
+    """Why a pending job waits, in sentences: the scheduler's reason first, then what the job asks for."""
+    reason = job.pending_reason.strip()
+    if reason.lower().startswith("waiting:"):
+        reason = reason[len("waiting:") :].strip()
+    if reason:
+        reason = reason[:1].upper() + reason[1:]
+        words = [reason if reason.endswith((".", "!", "?")) else f"{reason}."]
+    else:
+        words = ["It waits for the next scheduling pass."]
+    trays = job.gpus // GPUS_PER_TRAY
+    shape = f" ({trays} whole trays)" if job.gpus > GPUS_PER_TRAY else ""
+    words.append(
+        f"It asks for {job.gpus} GPU{pluralize(job.gpus)}{shape} {TOPOLOGY_WORDS.get(job.topology, '')}."
+    )
+    if job.preemptions:
+        # Fault requeues count as preemptions too (each run has its own backend name): told apart here.
+        preempted, requeued = job.preemptions - job.fault_requeues, job.fault_requeues
+        what = [f"preempted {preempted} time{pluralize(preempted)}"] if preempted > 0 else []
+        if requeued:
+            what.append(f"requeued {requeued} time{pluralize(requeued)} after a fault on its trays")
+        words.append(
+            f"It was {' and '.join(what)} and kept its place in the queue (queued by submission time)."
+        )
+    return words
+
+
+def _placement(job: Job) -> list[dict]:
+    """The job's trays grouped by rack: hostnames (compressed), partitions, GPUs held now. Two queries."""
+    if not job.placement:
+        return []
+    trays = {
+        tray.hostname: tray
+        for tray in ComputeTray.objects.filter(hostname__in=job.placement).select_related("rack", "partition")
+    }
+    held: dict[int, list[int]] = {}
+    for tray_id, index in (
+        Allocation.objects.filter(job=job).order_by("gpu__index").values_list("gpu__tray_id", "gpu__index")
+    ):
+        held.setdefault(tray_id, []).append(index)
+    racks: dict[str, dict] = {}
+    for hostname in job.placement:
+        tray = trays.get(hostname)
+        name = tray.rack.name if tray else ""
+        group = racks.setdefault(name, {"rack": name, "trays": [], "partitions": []})
+        group["trays"].append(
+            {
+                "hostname": hostname,
+                "tray": tray,
+                "partition": tray.partition.name if tray and tray.partition else "",
+                "gpus": held.get(tray.pk, []) if tray else [],
+            }
+        )
+        if tray and tray.partition and tray.partition.name not in group["partitions"]:
+            group["partitions"].append(tray.partition.name)
+    for group in racks.values():
+        group["hostlist"] = _hostlist(row["hostname"] for row in group["trays"])
+    return sorted(racks.values(), key=lambda group: group["rack"])
+
+
+def _job_status_context(request, job: Job, **extra) -> dict:
+    events = list(job.events.all())
+    for event in events:
+        event.hostlist = _hostlist(event.placement)
+    return {
+        "job": job,
+        "can_cancel": job.is_active and may_cancel(request.user, job),
+        "waiting_words": _waiting_words(job) if job.state == JobState.PENDING else [],
+        "placement": _placement(job),
+        "hostlist": _hostlist(job.placement),
+        "events": events,
+        "poll_seconds": JOB_POLL_SECONDS,
+        # The Unix user a live backend runs (and stops) the submitter's jobs as (integrations.dispatch).
+        "run_as": posix_identity_of(job.submitted_by, getattr(job.submitted_by, "posix_account", None)),
+        **extra,
+    }
+
+
+def _job_status_response(request, job: Job, **extra):
+    """The live part of a job's page (state, why, placement, events, cancel): 286 once it has finished."""
+    response = render(request, "scheduling/_job_status.html", _job_status_context(request, job, **extra))
+    if job.is_finished:
+        response = HttpResponseStopPolling(response.content)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def job_detail(request, pk):
+    """Everything about a job; `request.htmx`: its live status only (polled while it is active)."""
+    job = _visible_job(request, pk, resubmit_facts=not request.htmx)
+    if request.htmx:
+        return _job_status_response(request, job)
+    context = _job_status_context(request, job)
+    context["work"] = [
+        (key, value if isinstance(value, str) else json.dumps(value, indent=2))
+        for key, value in (job.work or {}).items()
+    ]
+    # The Resubmit button tells the truth before the click (scheduling.resubmit).
+    context["resubmit"] = resubmit_offer(request.user, job)
+    return render(request, "scheduling/job_detail.html", context)
+
+
+@require_POST
+def job_cancel(request, pk):
+    """Cancel a job (its submitter, its department's leads, staff). htmx: the status partial, with the
+    outcome in words; a plain form post: back to the job's page with a message."""
+    job = _visible_job(request, pk)
+    error = ""
+    if not may_cancel(request.user, job):
+        error = "Only the job's submitter, its department's leads and platform admins may cancel it."
+    else:
+        try:
+            job = cancel_job(job, request.user)
+        except ValidationError as refused:
+            error = f"Not cancelled: {' '.join(refused.messages)}."
+        else:
+            job = _visible_job(request, pk)
+    if request.htmx:
+        notice = "" if error else "Cancelled: its GPUs are free again."
+        return _job_status_response(request, job, cancel_error=error, cancel_notice=notice)
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"Job #{job.pk} {job.name} cancelled: its GPUs are free again.")
+    return redirect("scheduling:job-detail", pk=job.pk)

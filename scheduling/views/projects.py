@@ -1,0 +1,298 @@
+"""The department page's projects panel: each project's guarantee, limit, weight and use, and for
+the department's leads (and platform admins) forms to create and change projects, put members in them and
+move members between them. Every change goes through tenancy.projects (validated there, audited by
+core.audit); the panel is refreshed in place with htmx (a plain form post goes back to the page).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Prefetch, Q
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+
+from core.access import leads, require_project_manager
+from core.text import TextFormField
+from scheduling.choices import HOLDING_STATES
+from scheduling.models import Allocation
+from tenancy import projects as service
+from tenancy.api.projects import MAX_GPUS
+from tenancy.choices import ProjectRole
+from tenancy.forms import ServiceErrorsMixin
+from tenancy.models import Department, Membership, Project, ProjectMembership
+
+
+class ProjectForm(ServiceErrorsMixin, forms.Form):
+    name = TextFormField(max_length=100)
+    slug = forms.SlugField(
+        max_length=30,
+        required=False,
+        help_text="Leave empty to derive it from the name (3D Vision: p-3d-vision).",
+    )
+    guaranteed_gpus = forms.IntegerField(min_value=0, max_value=MAX_GPUS, initial=0, label="Guaranteed GPUs")
+    over_quota_weight = forms.DecimalField(
+        min_value=0, max_digits=6, decimal_places=2, initial=Decimal("1.00"), label="Over-quota weight"
+    )
+    limit_gpus = forms.IntegerField(
+        min_value=0, max_value=MAX_GPUS, required=False, label="Limit (GPUs)", help_text="Empty: none."
+    )
+
+
+class ProjectMemberForm(ServiceErrorsMixin, forms.Form):
+    username = TextFormField(max_length=150)
+    role = forms.ChoiceField(choices=ProjectRole.choices, initial=ProjectRole.MEMBER)
+
+
+class MoveForm(ServiceErrorsMixin, forms.Form):
+    to = forms.IntegerField(min_value=1, max_value=2**31 - 1)
+
+
+class Remainder:
+    """A row of figures that is not a project: the work without one, or the department's total."""
+
+
+def _figures(row, guaranteed: int, use: dict):
+    """Set a row's figures: its guarantee, GPUs in use, in quota and borrowed for its department (the jobs'
+    standing, scheduling.engine.scheduler: only borrowed GPUs are another department's to reclaim), and
+    how many of its in-quota GPUs are beyond its own guarantee (its siblings' unused guarantee, which
+    only they reclaim). Returns the row."""
+    row.guaranteed = guaranteed
+    row.in_use = use.get("in_use", 0)
+    row.borrowed = use.get("borrowed", 0)
+    row.in_quota = row.in_use - row.borrowed
+    row.from_siblings = max(0, row.in_quota - guaranteed)
+    return row
+
+
+def _total(rows) -> dict:
+    rows = list(rows)
+    return {key: sum(r[key] for r in rows) for key in ("in_use", "borrowed")}
+
+
+def _department(request, slug: str) -> Department:
+    department = Department.objects.visible_to(request.user).filter(slug=slug).first()
+    if department is None:
+        raise Http404("No such department.")
+    return department
+
+
+def panel_context(
+    request, department: Department, *, manage: bool | None = None, members: list | None = None, **extra
+) -> dict:
+    """The projects panel's context: the projects the user may see, each with its GPUs in use and borrowed
+    (one query for the figures), its people, and what a lead may do. `manage`: whether the user may manage
+    the department (core.access.leads), when the caller has asked already (the department page asks once
+    for its panels); `members`: the department's memberships, when the caller has read them all (a
+    manager's view of the members table), else read here. A lead may add to each project the department
+    members not yet in it (`project.addable`)."""
+    if manage is None:
+        manage = leads(request.user, department)
+    projects, use = _projects_in_use(request.user, department)
+    # Every project's guarantee, the hidden ones' too (a member sees only theirs): the work without a
+    # project keeps what they leave of the department's (tenancy.quota.NO_PROJECT).
+    all_guaranteed = (
+        sum(p.guaranteed_gpus for p in projects)
+        if manage
+        else sum(Project.objects.filter(department=department).values_list("guaranteed_gpus", flat=True))
+    )
+    unassigned = _figures(Remainder(), max(0, department.guaranteed_gpus - all_guaranteed), use.get(None, {}))
+    context = {
+        "department": department,
+        "projects": projects,
+        "can_manage_projects": manage,
+        "projects_guaranteed": sum(p.guaranteed_gpus for p in projects),
+        "unassigned": unassigned,
+        # The department's figures (every project is visible to a manager): the rows add up to them.
+        "department_use": _figures(Remainder(), department.guaranteed_gpus, _total(use.values()))
+        if manage
+        else None,
+    }
+    if manage:
+        context.update(_manager_context(department, projects, members))
+    context.update(extra)
+    return context
+
+
+def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]:
+    """The department's projects `user` may see, each with its figures (`_figures`), people and siblings;
+    and the GPUs in use and borrowed per project (None: the work without a project), in one query."""
+    projects = list(
+        Project.objects.visible_to(user)
+        .filter(department=department)
+        .order_by("name")
+        .prefetch_related(Prefetch("memberships", queryset=ProjectMembership.objects.select_related("user")))
+    )
+    use = {
+        row["job__project"]: row
+        for row in Allocation.objects.filter(job__department=department, job__state__in=HOLDING_STATES)
+        .values("job__project")
+        .annotate(in_use=Count("pk"), borrowed=Count("pk", filter=Q(job__over_quota=True)))
+    }
+    for project in projects:
+        _figures(project, project.guaranteed_gpus, use.get(project.pk, {}))
+        project.people = list(project.memberships.all())
+        project.siblings = [p for p in projects if p.pk != project.pk]
+    return projects, use
+
+
+def _manager_context(department: Department, projects: list[Project], members: list | None) -> dict:
+    """What a manager of the department sees more: its members, those in no project, the members each
+    project may add (`project.addable`) and the form for a new project."""
+    in_a_project = {m.user_id for p in projects for m in p.people}
+    if members is None:
+        members = Membership.objects.filter(department=department).select_related("user")
+    department_members = sorted(members, key=lambda m: m.user.username)
+    for project in projects:
+        already = {m.user_id for m in project.people}
+        project.addable = [m for m in department_members if m.user_id not in already]
+    return {
+        "department_members": department_members,
+        "without_project": [m for m in department_members if m.user_id not in in_a_project],
+        "project_form": ProjectForm(),
+    }
+
+
+def _panel(request, department: Department, error: str = "", status: int = 200, **extra):
+    """htmx: the panel, refreshed in place (with `status`: 400 for a refusal its form swaps in, see
+    data-swap-errors in static/js/portal.js). A plain form post: back to the department page."""
+    if not request.htmx:
+        if error:
+            messages.error(request, error)
+        form = extra.get("project_form")
+        for errors in form.errors.values() if form is not None else []:
+            for message in errors:
+                messages.error(request, message)
+        return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
+    response = render(
+        request,
+        "scheduling/_projects.html",
+        panel_context(request, department, projects_error=error, **extra),
+        status=status,
+    )
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def _words(error: ValidationError) -> str:
+    if hasattr(error, "error_dict"):
+        return " ".join(
+            f"{field.replace('_', ' ')}: {' '.join(m)}" for field, m in error.message_dict.items()
+        )
+    return " ".join(error.messages)
+
+
+@require_POST
+def project_create(request, slug):
+    department = _department(request, slug)
+    require_project_manager(request.user, department)
+    form = ProjectForm(request.POST)
+    if form.is_valid():
+        try:
+            project = service.create_project(request.user, department, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            if not request.htmx:
+                messages.success(request, f"Project {project.name} created.")
+            return _panel(request, department)
+    return _panel(request, department, project_form=form)
+
+
+@require_POST
+def project_update(request, slug, pk):
+    department = _department(request, slug)
+    project = get_object_or_404(Project, department=department, pk=pk)
+    require_project_manager(request.user, department)
+    form = ProjectForm(request.POST)
+    if not form.is_valid():
+        return _panel(
+            request,
+            department,
+            error=f"{project.name}: " + " ".join(m for e in form.errors.values() for m in e),
+        )
+    changes = {k: v for k, v in form.cleaned_data.items() if k != "slug" or v}
+    try:
+        service.update_project(request.user, project, **changes)
+    except ValidationError as error:
+        return _panel(request, department, error=f"{project.name} was not changed: {_words(error)}")
+    return _panel(request, department)
+
+
+@require_POST
+def project_delete(request, slug, pk):
+    department = _department(request, slug)
+    project = get_object_or_404(Project, department=department, pk=pk)
+    try:
+        service.delete_project(request.user, project)
+    except ValidationError as error:
+        return _panel(request, department, error=_words(error))
+    return _panel(request, department)
+
+
+@require_POST
+def project_member_set(request, slug, pk):
+    department = _department(request, slug)
+    project = get_object_or_404(Project, department=department, pk=pk)
+    require_project_manager(request.user, department, "change who is in its projects")
+    form = ProjectMemberForm(request.POST)
+    membership = (
+        Membership.objects.filter(department=department, user__username=form.data.get("username", ""))
+        .select_related("user")
+        .first()
+    )
+    if not form.is_valid() or membership is None:
+        return _panel(
+            request,
+            department,
+            error=f"Choose a member of {department.name} to add to {project.name}.",
+            status=400,
+        )
+    if ProjectMembership.objects.filter(project=project, user=membership.user).exists():
+        # The panel offers only people not in the project yet: a stale page, or a second click.
+        return _panel(
+            request,
+            department,
+            error=f"{membership.user} is already in {project.name}: nothing was changed. To change their "
+            "project role, take them out and add them again with the new role.",
+            status=400,
+        )
+    try:
+        service.set_project_member(request.user, project, membership.user, form.cleaned_data["role"])
+    except ValidationError as error:
+        return _panel(request, department, error=_words(error))
+    return _panel(request, department)
+
+
+@require_POST
+def project_member_move(request, slug, pk):
+    department = _department(request, slug)
+    membership = get_object_or_404(
+        ProjectMembership.objects.select_related("project", "user"), pk=pk, project__department=department
+    )
+    require_project_manager(request.user, department, "move its members between projects")
+    form = MoveForm(request.POST)
+    to = form.is_valid() and Project.objects.filter(department=department, pk=form.cleaned_data["to"]).first()
+    if not to:
+        return _panel(request, department, error="Choose one of the department's projects to move them to.")
+    try:
+        service.move_member(request.user, membership, to)
+    except ValidationError as error:
+        return _panel(request, department, error=_words(error))
+    if not request.htmx:
+        messages.success(request, f"{membership.user} moved from {membership.project.name} to {to.name}.")
+    return _panel(request, department)
+
+
+@require_POST
+def project_member_remove(request, slug, pk):
+    department = _department(request, slug)
+    membership = get_object_or_404(ProjectMembership, pk=pk, project__department=department)
+    service.remove_project_member(request.user, membership)
+    return _panel(request, department)

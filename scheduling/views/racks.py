@@ -1,0 +1,82 @@
+"""The rack view: a rack's trays and GPUs with the jobs holding them (scheduling.usage), its partitions'
+dedications to departments (tenancy), the "colour by" switch and a job's trays highlighted (`?job=`).
+
+It is scheduling's page (in the `scheduling` namespace, at /inventory/racks/<name>/) because it shows jobs;
+the rack list, GPU and tray pages are inventory's (inventory.views.racks).
+"""
+
+from django.db.models import Exists, OuterRef
+from django.shortcuts import get_object_or_404, render
+
+from core.access import is_admin
+from inventory import selectors
+from inventory.staleness import mark_silent
+from inventory.views.tray_forms import BULK_LIMIT
+from scheduling.models import Job
+from scheduling.usage import holder_annotations
+from scheduling.views.gpu_life import colour_layout, colour_links, colour_mode
+from tenancy.models import DedicatedPartition, Department
+
+
+def _shown_job(request):
+    """The job whose trays the rack view highlights (`?job=<pk>`), if the user may see it; one query."""
+    pk = request.GET.get("job", "")
+    if not pk.isdigit():
+        return None
+    return (
+        Job.objects.visible_to(request.user)
+        .select_related("department")
+        .only("pk", "name", "state", "gpus", "placement", "department__name")
+        .filter(pk=int(pk))
+        .first()
+    )
+
+
+def mark_dedications(user, rack, partitions) -> None:
+    """Set `dedicated_to` on each partition of `rack`: the department it is dedicated to ("" when shared;
+    "another department" for one `user` may not see). One query."""
+    visible = Department.objects.visible_to(user).filter(pk=OuterRef("department_id"))
+    owners = {
+        partition_id: name if shown else "another department"
+        for partition_id, name, shown in DedicatedPartition.objects.filter(partition__rack=rack)
+        .annotate(shown=Exists(visible))
+        .values_list("partition_id", "department__name", "shown")
+    }
+    for partition in partitions:
+        partition.dedicated_to = owners.get(partition.pk, "")
+
+
+def rack_detail(request, name):
+    rack = get_object_or_404(selectors.racks(request.user), name=name)
+    layout = selectors.rack_layout(request.user, rack, holder_annotations(request.user))
+    mark_dedications(request.user, rack, layout.partitions)  # the rows' tray.partition are these objects
+    context = {
+        "layout": layout,
+        "silent_trays": mark_silent([row.tray for row in layout.rows]),  # nodes that stopped reporting
+        "job_param": request.GET.get("job", ""),
+        "bulk_limit": BULK_LIMIT,
+        "bulk_actions": is_admin(request.user) and bool(layout.rows),
+    }
+    # The "colour by" switch (scheduling.views.gpu_life): partition, health, or recent utilization (fresh
+    # rows only).
+    colour_by = colour_mode(request)
+    context.update(
+        colour_by=colour_by,
+        colour_links=colour_links(request, colour_by),
+        utilization_legend=colour_layout(layout, colour_by),
+    )
+    job = _shown_job(request) if context["job_param"] else None
+    if job is not None:
+        # Its trays (kept after it ends, for history); its GPUs too while it holds them.
+        hosts = set(job.placement or [])
+        for row in layout.rows:
+            row.job_tray = row.tray.hostname in hosts
+            for cell in row.cells:
+                if cell is not None:
+                    cell.job_gpu = cell.gpu.held_job_id == job.pk
+        context.update(
+            shown_job=job,
+            shown_here=sum(1 for row in layout.rows if row.job_tray),
+            shown_elsewhere=len(hosts) - sum(1 for row in layout.rows if row.job_tray),
+        )
+    return render(request, "scheduling/rack_detail.html", context)

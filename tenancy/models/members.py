@@ -1,0 +1,100 @@
+"""A person's place in a department (Membership) or in one of its projects (ProjectMembership): the role,
+and where it came from (by hand, or an identity provider's group)."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from core.access import Role, is_admin, is_signed_in, led_department_ids
+from tenancy.choices import ProjectRole, RoleOrigin
+from tenancy.models.departments import Department
+from tenancy.models.projects import Project
+
+
+class MembershipRuleQuerySet(models.QuerySet):
+    """The one visibility rule of a person's place in a department or a project: admins see all; a
+    department's leads see its members (and its projects' members); anyone else sees their own."""
+
+    department_id_path = "department_id"  # the lookup from the row to its department
+
+    def visible_to(self, user):
+        if is_admin(user):
+            return self
+        if not is_signed_in(user):
+            return self.none()
+        return self.filter(Q(**{f"{self.department_id_path}__in": led_department_ids(user)}) | Q(user=user))
+
+
+class MembershipQuerySet(MembershipRuleQuerySet):
+    department_id_path = "department_id"
+
+
+class MembershipBase(models.Model):
+    """What a department Membership and a ProjectMembership share: where the role came from, when it was
+    granted, and how it reads. Each keeps its own user, scope and role fields (their related names and
+    choices differ) and its own `unique_member` constraint (same name, its own scope). Abstract: no table,
+    no migration."""
+
+    origin = models.CharField(
+        max_length=10,
+        choices=RoleOrigin.choices,
+        default=RoleOrigin.MANUAL,
+        help_text="Granted by hand (stays until removed by hand), or by an identity provider's group "
+        "(re-synced at each sign-in through it, removed when the group is gone). A change by hand makes it "
+        "a hand grant.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    scope_field = "department"  # the field naming what it is a membership of
+
+    class Meta:
+        abstract = True
+
+    def __str__(self):
+        return f"{self.user} ({self.get_role_display()}, {getattr(self, self.scope_field)})"
+
+
+class Membership(MembershipBase):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+
+    objects = MembershipQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["department__name", "role", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "department"], name="%(app_label)s_%(class)s_unique_member"
+            ),
+        ]
+
+
+class ProjectMembershipQuerySet(MembershipRuleQuerySet):
+    department_id_path = "project__department_id"
+
+
+class ProjectMembership(MembershipBase):
+    """A department member's place in one of the department's projects (a person may be in several, as
+    in Run:ai); the department Membership stays the one record of their department role. Removing the
+    department membership removes these (tenancy.projects)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=ProjectRole.choices, default=ProjectRole.MEMBER)
+
+    objects = ProjectMembershipQuerySet.as_manager()
+    scope_field = "project"
+
+    class Meta:
+        ordering = ["project__name", "role", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="%(app_label)s_%(class)s_unique_member"),
+        ]
+
+    @property
+    def department_id(self) -> int:
+        """Its project's department (the audit files its changes under it)."""
+        return self.project.department_id

@@ -1,0 +1,176 @@
+"""Jobs and projects on the job page (scheduling.resubmit): a job without a project, in a department that now
+shares its GPUs among projects, is offered for resubmit with a project to choose (or, when the person has
+none there, a disabled button that says why), never a button the submission then refuses; its clone
+preselects the job's project, or says the department now needs one.
+
+On the demo inventory (submit_job checks the cluster can hold the job)."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from scheduling.choices import JobState
+from scheduling.models import Job
+from tenancy.models import Project, ProjectMembership
+from tests.factories import make_department, make_job
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = "#!/bin/bash\nsrun python train.py\n"
+NEW = "/scheduling/jobs/new/"
+
+
+@pytest.fixture
+def department_a(demo_inventory):
+    return make_department("Alpha", guaranteed_gpus=40)
+
+
+@pytest.fixture
+def old_job(department_a, member_a):
+    """Alpha's own work from before it had projects."""
+    return make_job(department_a, "nightly", JobState.FAILED, submitted_by=member_a, work={"script": SCRIPT})
+
+
+@pytest.fixture
+def projects(department_a):
+    return {
+        "vision": Project.objects.create(department=department_a, name="Vision", slug="vision"),
+        "speech": Project.objects.create(department=department_a, name="Speech", slug="speech"),
+    }
+
+
+def page(client, job) -> str:
+    response = client.get(reverse("scheduling:job-detail", args=[job.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def resubmit_control(markup: str) -> str:
+    """The Resubmit link or button of the job page's actions."""
+    found = re.search(r'<(a|button)[^>]*data-resubmit="[^"]*"[^>]*>.*?</\1>', markup, re.S)
+    assert found, "no Resubmit control on the job page"
+    return found.group(0)
+
+
+def test_a_job_whose_values_pass_offers_a_plain_resubmit(client_as, old_job):
+    client = client_as("member_a")
+    control = resubmit_control(page(client, old_job))
+    assert 'data-resubmit="ready"' in control
+    assert f'href="{reverse("scheduling:job-resubmit", args=[old_job.pk])}"' in control
+    assert 'id="resubmit-why"' not in page(client, old_job)
+    confirm = client.get(reverse("scheduling:job-resubmit", args=[old_job.pk])).content.decode()
+    assert 'name="project"' not in confirm
+
+
+def test_a_job_without_project_in_a_department_with_projects_asks_for_one(
+    client_as, member_a, old_job, projects
+):
+    ProjectMembership.objects.create(user=member_a, project=projects["vision"])
+    client = client_as(member_a)
+    markup = page(client, old_job)
+    control = resubmit_control(markup)
+    assert 'data-resubmit="choose-project"' in control and "disabled" not in control
+    assert (
+        "This job ran as Alpha&#x27;s own work, but Alpha now shares its GPUs among projects: choose one of "
+        "your projects to run it under." in markup
+    )
+
+    url = reverse("scheduling:job-resubmit", args=[old_job.pk])
+    confirm = client.get(url)
+    markup = confirm.content.decode()
+    # Only the projects member_a may use; the one project is the choice.
+    assert '<option value="vision">Vision (vision)</option>' in markup
+    assert "speech" not in markup
+    assert Job.objects.count() == 1  # a GET never writes
+
+    # No project, or one not theirs: a clear 400, nothing written.
+    refused = client.post(url, {"key": confirm.context["key"]})
+    assert refused.status_code == 400
+    assert "Choose the project to run the job under (yours in Alpha: Vision)." in refused.content.decode()
+    refused = client.post(url, {"key": confirm.context["key"], "project": "speech"})
+    assert refused.status_code == 400
+    assert Job.objects.count() == 1
+
+    response = client.post(url, {"key": confirm.context["key"], "project": "vision"})
+    new = Job.objects.exclude(pk=old_job.pk).get()
+    assert response.status_code == 302, response.content
+    assert response["Location"] == reverse("scheduling:job-detail", args=[new.pk])
+    assert new.project == projects["vision"] and new.name == "nightly" and new.work == old_job.work
+    assert new.submitted_by == member_a
+
+
+def test_with_no_project_of_theirs_the_button_is_disabled_with_the_reason(client_as, old_job, projects):
+    client = client_as("member_a")  # in none of Alpha's projects
+    markup = page(client, old_job)
+    control = resubmit_control(markup)
+    assert control.startswith("<button") and " disabled" in control and 'data-resubmit="blocked"' in control
+    assert reverse("scheduling:job-resubmit", args=[old_job.pk]) not in markup
+    assert (
+        "and you are in none of Alpha&#x27;s projects: ask a lead of Alpha to add you to one, then resubmit."
+        in markup
+    )
+    # Posting anyway (an old tab): the same words, nothing written.
+    response = client.post(reverse("scheduling:job-resubmit", args=[old_job.pk]), {"key": "k-1"})
+    assert response.status_code == 400
+    assert "ask a lead of Alpha to add you to one" in response.content.decode()
+    assert Job.objects.count() == 1
+
+
+def test_a_job_over_its_projects_limit_cannot_be_resubmitted_and_says_why(
+    client_as, department_a, projects, lead_a
+):
+    projects["vision"].limit_gpus = 4
+    projects["vision"].save()
+    job = make_job(
+        department_a, "big", JobState.COMPLETED, gpus=8, project=projects["vision"], work={"script": SCRIPT}
+    )
+    markup = page(client_as(lead_a), job)
+    assert 'data-resubmit="blocked"' in resubmit_control(markup)
+    assert (
+        "over project Vision&#x27;s limit of 4 GPUs" in markup and "clone it and ask for fewer GPUs" in markup
+    )
+
+
+# --- clone ----------------------------------------------------------------------------------------------
+
+
+def selected_project(markup: str) -> str:
+    select = re.search(r'<select name="project".*?</select>', markup, re.S)
+    assert select, "no project field"
+    chosen = re.findall(r'<option value="([^"]*)" selected>', select.group(0))
+    return chosen[0] if chosen else ""
+
+
+def test_clone_preselects_the_jobs_project(client_as, member_a, department_a, projects):
+    ProjectMembership.objects.create(user=member_a, project=projects["speech"])
+    ProjectMembership.objects.create(user=member_a, project=projects["vision"])
+    job = make_job(
+        department_a, "asr", JobState.COMPLETED, project=projects["speech"], work={"script": SCRIPT}
+    )
+    markup = client_as(member_a).get(NEW, {"clone": job.pk}).content.decode()
+    assert selected_project(markup) == "speech"
+    assert "data-clone-note" not in markup
+
+
+def test_clone_of_a_job_without_project_chooses_the_one_project_and_says_so(
+    client_as, member_a, old_job, projects
+):
+    ProjectMembership.objects.create(user=member_a, project=projects["vision"])
+    markup = client_as(member_a).get(NEW, {"clone": old_job.pk}).content.decode()
+    assert selected_project(markup) == "vision"
+    assert (
+        "Alpha now shares its GPUs among projects: Vision, your one project there, is chosen; change it if "
+        "the job belongs elsewhere." in markup
+    )
+
+
+def test_clone_of_a_job_without_project_says_one_is_needed(client_as, lead_a, old_job, projects):
+    markup = client_as(lead_a).get(NEW, {"clone": old_job.pk}).content.decode()  # a lead: every project
+    assert selected_project(markup) == ""
+    note = re.search(r'<p class="note note-warn" id="id_project_note" data-clone-note>([^<]*)</p>', markup)
+    assert note and note.group(1) == (
+        "This job ran as Alpha&#x27;s own work, but Alpha now shares its GPUs among projects: choose one of "
+        "your projects (Speech, Vision)."
+    )
+    assert 'aria-describedby="id_project_note"' in markup

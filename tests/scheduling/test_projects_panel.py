@@ -1,0 +1,149 @@
+"""The department page's projects panel (scheduling.views.projects): what each role sees, a lead's changes
+(audited),
+bad input answered in words with nothing written."""
+
+import pytest
+
+from core.models import AuditEvent
+from scheduling.choices import JobState
+from tenancy.models import Project, ProjectMembership
+from tests.factories import free_trays, make_department, make_job
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def department_a(demo_inventory):
+    return make_department("Research", guaranteed_gpus=32)
+
+
+@pytest.fixture
+def vision(department_a):
+    return Project.objects.create(department=department_a, name="Vision", slug="vision", guaranteed_gpus=16)
+
+
+@pytest.fixture
+def nlp(department_a):
+    return Project.objects.create(department=department_a, name="NLP", slug="nlp", guaranteed_gpus=8)
+
+
+def test_the_page_shows_each_projects_guarantee_and_use(
+    client_as, lead_a, member_a, department_a, vision, nlp
+):
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    make_job(department_a, "v", trays=free_trays(2), project=vision, over_quota=False)
+    page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
+    assert 'id="projects"' in page and "24 of its 32 guaranteed GPUs" in page
+    row = page.split('data-project="vision"')[1].split("</tr>")[0]
+    assert 'data-figure="guaranteed">16<' in row and 'data-figure="in-use">8<' in row
+    assert "Create project" in page and "Move" in page
+    # A member sees their own project, read-only.
+    page = client_as(member_a).get("/tenancy/departments/research/").content.decode()
+    assert 'data-project="vision"' in page and 'data-project="nlp"' not in page
+    assert "Create project" not in page and "Move</button>" not in page
+
+
+def test_a_lead_creates_a_project_in_place_and_it_is_audited(client_as, lead_a, department_a):
+    response = client_as(lead_a).post(
+        "/tenancy/departments/research/projects/",
+        {"name": "Speech", "guaranteed_gpus": 8, "over_quota_weight": "1.50", "limit_gpus": ""},
+        **HTMX,
+    )
+    assert response.status_code == 200 and 'data-project="speech"' in response.content.decode()
+    project = Project.objects.get()
+    assert (project.slug, project.guaranteed_gpus, project.limit_gpus) == ("speech", 8, None)
+    assert AuditEvent.objects.filter(object_type="tenancy.project", action="create", actor=lead_a).exists()
+
+
+def test_a_guarantee_that_does_not_fit_is_answered_in_words(client_as, lead_a, vision, nlp):
+    response = client_as(lead_a).post(
+        "/tenancy/departments/research/projects/",
+        {"name": "Big", "guaranteed_gpus": 10, "over_quota_weight": "1"},
+        **HTMX,
+    )
+    page = response.content.decode()
+    assert "Research&#x27;s projects would be guaranteed 34 GPUs but the department is guaranteed 32" in page
+    assert Project.objects.count() == 2
+
+
+def test_a_lead_moves_a_member_between_projects(client_as, lead_a, member_a, vision, nlp):
+    placed = ProjectMembership.objects.create(user=member_a, project=vision)
+    response = client_as(lead_a).post(
+        f"/tenancy/departments/research/project-people/{placed.pk}/move/", {"to": nlp.pk}, **HTMX
+    )
+    assert response.status_code == 200
+    assert ProjectMembership.objects.get(user=member_a).project == nlp
+    event = AuditEvent.objects.get(object_type="tenancy.projectmembership", action="update")
+    assert event.actor == lead_a and event.after["project"] == nlp.pk
+
+
+def test_members_cannot_change_projects(client_as, member_a, vision, nlp):
+    placed = ProjectMembership.objects.create(user=member_a, project=vision)
+    client = client_as(member_a)
+    assert client.post("/tenancy/departments/research/projects/", {"name": "X"}).status_code == 403
+    assert (
+        client.post(
+            f"/tenancy/departments/research/project-people/{placed.pk}/move/", {"to": nlp.pk}
+        ).status_code
+        == 403
+    )
+    assert client.post(f"/tenancy/departments/research/projects/{vision.pk}/delete/").status_code == 403
+    assert ProjectMembership.objects.get(user=member_a).project == vision and Project.objects.count() == 2
+
+
+def test_someone_outside_the_department_gets_a_404(client_as, vision):
+    assert (
+        client_as("lead_b").post("/tenancy/departments/research/projects/", {"name": "X"}).status_code == 404
+    )
+
+
+def test_a_project_with_jobs_is_not_deleted_and_the_lead_is_told_why(client_as, lead_a, department_a, vision):
+    make_job(department_a, "done", JobState.COMPLETED, project=vision)
+    page = (
+        client_as(lead_a)
+        .post(f"/tenancy/departments/research/projects/{vision.pk}/delete/", **HTMX)
+        .content.decode()
+    )
+    assert "has jobs (their history names it): it cannot be deleted" in page
+    assert Project.objects.filter(pk=vision.pk).exists()
+
+
+def _offered(page: str, project: Project) -> list[str]:
+    """The usernames the lead's "Add to <project>" list offers."""
+    select = page.split(f'id="add-{project.pk}"')[1].split("</select>")[0]
+    return [part.split('"')[0] for part in select.split('<option value="')[1:]]
+
+
+def test_add_to_a_project_offers_only_members_not_yet_in_it(client_as, lead_a, member_a, vision, nlp):
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
+    assert _offered(page, vision) == [lead_a.username]
+    assert _offered(page, nlp) == sorted([lead_a.username, member_a.username])
+    ProjectMembership.objects.create(user=lead_a, project=vision)
+    page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
+    assert f'id="add-{vision.pk}"' not in page  # everyone is in it: no list to offer
+    assert _offered(page, nlp) == sorted([lead_a.username, member_a.username])
+
+
+def test_adding_someone_already_in_the_project_is_refused_in_words(client_as, lead_a, member_a, vision):
+    placed = ProjectMembership.objects.create(user=member_a, project=vision)
+    before = AuditEvent.objects.count()
+    response = client_as(lead_a).post(
+        f"/tenancy/departments/research/projects/{vision.pk}/people/",
+        {"username": member_a.username, "role": "lead"},
+        **HTMX,
+    )
+    assert response.status_code == 400
+    assert f"{member_a.username} is already in Vision: nothing was changed." in response.content.decode()
+    assert list(ProjectMembership.objects.values_list("pk", "role")) == [(placed.pk, "member")]
+    assert AuditEvent.objects.count() == before
+    # Someone not yet in it is added as before.
+    response = client_as(lead_a).post(
+        f"/tenancy/departments/research/projects/{vision.pk}/people/",
+        {"username": lead_a.username, "role": "member"},
+        **HTMX,
+    )
+    assert response.status_code == 200
+    assert ProjectMembership.objects.filter(user=lead_a, project=vision).exists()

@@ -1,0 +1,157 @@
+"""One staleness rule for utilization (tenancy.activity.STALE_AFTER, fresh_activity): a GPU whose activity row
+was not sampled within STALE_AFTER is "no data" on every screen, never idle and never working: the idle
+lists and counts, the department page, a person's home, the admin dashboard, the rack view's colour by
+utilization and the /metrics gauges. And a GPU sampled a few minutes ago is known everywhere alike."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from portal.pages.home import work_home
+from scheduling import dashboard_data, usage
+from scheduling.views import gpu_life
+from tenancy.activity import STALE_AFTER, bucket_start, fresh_activity, record_samples
+from tenancy.models import GpuActivity
+from tenancy.telemetry import Sample
+from tests.factories import healthy_gpus, run_job
+
+pytestmark = pytest.mark.django_db
+
+WORKING = "every allocated GPU is working"
+TOKEN = "staleness-test-token"
+
+
+@pytest.fixture
+def gpus(demo_inventory):
+    return healthy_gpus(8)
+
+
+@pytest.fixture
+def held(department_a, gpus):
+    run_job(department_a, gpus, "alpha-train", started_at=timezone.now() - timedelta(hours=3))
+    return gpus
+
+
+def low_row(gpu, age: timedelta, *, low_for=timedelta(hours=3), utilization=2.0):
+    """The walkthrough's row: low for hours (well past the 30-minute idle window), last sampled `age` ago."""
+    now = timezone.now()
+    GpuActivity.objects.update_or_create(
+        gpu=gpu,
+        defaults={"utilization": utilization, "sampled_at": now - age, "low_since": now - low_for},
+    )
+
+
+def idle_panel(markup: str) -> str:
+    start = markup.index('aria-labelledby="idle-gpus"')
+    return markup[start : markup.index("</section>", start)]
+
+
+def idle_gauge(client, settings, slug: str) -> float:
+    settings.RACKPLANE_METRICS_TOKEN = TOKEN
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            if sample.name == "rackplane_department_idle_gpus" and sample.labels == {"department": slug}:
+                return sample.value
+    raise AssertionError("no rackplane_department_idle_gpus sample for " + slug)
+
+
+def test_a_stale_low_row_is_idle_nowhere_and_no_data_everywhere(
+    client, client_as, settings, platform_admin, lead_a, department_a, held
+):
+    """2 GPUs low for hours and freshly sampled are idle; 2 as low whose telemetry stopped STALE_AFTER + 1
+    minute ago are "no data"; the other 4 never reported."""
+    fresh, stale = held[:2], held[2:4]
+    for gpu in fresh:
+        low_row(gpu, timedelta(seconds=30))
+    for gpu in stale:
+        low_row(gpu, STALE_AFTER + timedelta(minutes=1))
+    idle_uuids = {gpu.uuid for gpu in fresh}
+    stale_ids = {gpu.pk for gpu in stale}
+
+    assert not set(usage.idle_activity_queryset().values_list("gpu_id", flat=True)) & stale_ids
+    assert {gpu.uuid for gpu in usage.idle_gpus_queryset()} == idle_uuids
+    assert usage.department_positions().of(department_a).idle == 2
+    assert usage.held_without_data(department_a) == 6  # 2 stale + 4 never reported
+    assert {gpu.uuid for gpu in dashboard_data.admin_dashboard().idle_gpus} == idle_uuids
+    dashboard = dashboard_data.department_dashboard(lead_a, department_a)
+    assert {gpu.uuid for gpu in dashboard.idle_gpus} == idle_uuids and dashboard.no_data_gpus == 6
+
+    home = work_home(lead_a)  # a person's home
+    assert {gpu.uuid for gpu in home.idle_gpus} == idle_uuids and home.no_data == 6
+
+    page = client_as(lead_a).get(reverse("scheduling:department-detail", args=[department_a.slug]))
+    panel = idle_panel(page.content.decode())
+    assert set(re.findall(r'<tr data-gpu-uuid="([^"]+)">', panel)) == idle_uuids
+    assert 'data-no-data="6"' in panel and WORKING not in panel
+
+    admin = client_as(platform_admin).get("/tenancy/dashboard/").content.decode()
+    for gpu in stale:
+        assert gpu.uuid not in admin
+
+    assert gpu_life.recent_utilization([gpu.pk for gpu in held]) == {gpu.pk: 2.0 for gpu in fresh}
+    assert idle_gauge(client, settings, department_a.slug) == 2
+
+
+def test_the_rack_view_and_the_department_page_agree_six_minutes_after_telemetry_stopped(
+    client_as, platform_admin, lead_a, department_a, held
+):
+    """Direct source, the sample's 5-minute bucket already outside the rack view's last five minutes: the
+    GPU is still known (the row is fresh) on both screens; STALE_AFTER later it is "no data" on both."""
+    base = bucket_start(timezone.now()) - timedelta(hours=1)
+    sampled, now = base + timedelta(minutes=4), base + timedelta(minutes=10)  # 6 minutes stale
+    assert bucket_start(sampled) < bucket_start(now - gpu_life.RECENT)
+    record_samples([Sample(gpu.uuid, "", gpu.index, 80.0) for gpu in held], at=sampled)
+    ids = [gpu.pk for gpu in held]
+    assert gpu_life.recent_utilization(ids, now=now) == {pk: 80.0 for pk in ids}
+    assert usage.held_without_data(department_a, now=now) == 0
+    later = sampled + STALE_AFTER + timedelta(seconds=1)
+    assert gpu_life.recent_utilization(ids, now=later) == {}
+    assert usage.held_without_data(department_a, now=later) == len(held)
+
+    # The same through the pages, at the real clock: the rows 6 minutes old.
+    GpuActivity.objects.update(sampled_at=timezone.now() - timedelta(minutes=6))
+    rack = held[0].tray.rack.name
+    response = client_as(platform_admin).get(
+        reverse("scheduling:rack-detail", args=[rack]), {"colour": "utilization"}
+    )
+    markup = response.content.decode()
+    for gpu in held:
+        assert f'data-gpu-uuid="{gpu.uuid}" data-utilization="80"' in markup
+    on_rack = sum(1 for row in response.context["layout"].rows for cell in row.cells if cell is not None)
+    assert response.context["utilization_legend"]["no_data"] == on_rack - len(
+        [gpu for gpu in held if gpu.tray.rack.name == rack]
+    )
+    assert "nothing reported for 10 minutes" in markup
+    page = client_as(lead_a).get(reverse("scheduling:department-detail", args=[department_a.slug]))
+    panel = idle_panel(page.content.decode())
+    assert WORKING in panel and "data-no-data" not in panel
+
+    # Past STALE_AFTER: "no data" on both.
+    GpuActivity.objects.update(sampled_at=timezone.now() - STALE_AFTER - timedelta(minutes=1))
+    response = client_as(platform_admin).get(
+        reverse("scheduling:rack-detail", args=[rack]), {"colour": "utilization"}
+    )
+    markup = response.content.decode()
+    for gpu in held:
+        assert f'data-gpu-uuid="{gpu.uuid}" data-utilization="none"' in markup
+    panel = idle_panel(
+        client_as(lead_a)
+        .get(reverse("scheduling:department-detail", args=[department_a.slug]))
+        .content.decode()
+    )
+    assert WORKING not in panel and f'data-no-data="{len(held)}"' in panel
+
+
+def test_fresh_activity_is_the_one_rule(gpus):
+    now = timezone.now()
+    GpuActivity.objects.create(gpu=gpus[0], utilization=1.0, sampled_at=now - STALE_AFTER)
+    GpuActivity.objects.create(
+        gpu=gpus[1], utilization=1.0, sampled_at=now - STALE_AFTER - timedelta(seconds=1)
+    )
+    assert list(fresh_activity(now).values_list("gpu_id", flat=True)) == [gpus[0].pk]
