@@ -264,8 +264,9 @@ def measure_pass(rng: random.Random, pending: int, profile: str | None = None) -
     dispatch messages sent after a commit are not (they leave after the scheduler's lock is released)."""
     from django.db import connection, transaction
 
-    from scheduling import pass_cache, services
+    from scheduling import pass_cache
     from scheduling.models import Job, SchedulingRequest
+    from scheduling.services import passes as services
     from tenancy.models import Department
 
     by_slug = {d.slug: d for d in Department.objects.order_by("slug")}

@@ -125,7 +125,7 @@ pytest_started=$SECONDS
 coverage_args=()
 # `make coverage`: the same run, measuring which lines of the product code the tests execute.
 [ "${RACKPLANE_COVERAGE:-0}" = 1 ] && coverage_args=(--cov --cov-report=term --cov-report=json:var/coverage.json)
-pytest -p no:cacheprovider $(parallel_pytest_args) "${coverage_args[@]}" "$@" || pytest_status=$?
+pytest -p no:cacheprovider $(parallel_pytest_args extra) "${coverage_args[@]}" "$@" || pytest_status=$?
 log "pytest took $((SECONDS - pytest_started)) s (the goal: at most 12 minutes on 2 cores)"
 log "screenshots of the browser tests: $(find "$RACKPLANE_SCREENSHOTS" -name '*.png' | wc -l) in $RACKPLANE_SCREENSHOTS"
 

@@ -137,10 +137,13 @@ def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(request, django_db_setup):
-    """After it: a database migrated from scratch becomes the pristine file for the next sessions."""
+def django_db_setup(request, django_db_setup, django_db_blocker):
+    """After it: the rows the data migrations made are kept (restored after every test that empties the
+    tables), and a database migrated from scratch becomes the pristine file for the next sessions."""
     from django.conf import settings
 
+    with django_db_blocker.unblock():
+        request.config.stash[_MIGRATED_ROWS] = _migrated_rows()
     kept = request.config.stash.get(_PRISTINE, None)
     if kept is not None and not kept[0].exists():
         pristine = kept[0]
@@ -153,6 +156,54 @@ def django_db_setup(request, django_db_setup):
             source.close()
             target.close()
         copy.replace(pristine)
+
+
+_MIGRATED_ROWS = pytest.StashKey[str]()
+PROJECT_APPS = ("core", "inventory", "tenancy", "scheduling", "integrations", "portal")
+
+
+def _migrated_rows() -> str:
+    """The rows of Rackplane's own tables in the freshly migrated database (what its data migrations made;
+    Django's own tables, which `flush` fills again itself, are left out), as JSON."""
+    from django.apps import apps
+    from django.core import serializers
+
+    querysets = [
+        model._base_manager.order_by("pk")
+        for app in PROJECT_APPS
+        for model in apps.get_app_config(app).get_models()
+        if model._meta.managed and not model._meta.proxy
+    ]
+    return serializers.serialize("json", (row for queryset in querysets for row in queryset.iterator()))
+
+
+def _restore_migrated_rows(rows: str) -> None:
+    from django.core import serializers
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.constraint_checks_disabled():
+        for row in serializers.deserialize("json", rows):
+            row.save()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A transactional test (transaction=True, live_server, transactional_db) empties every table when it
+    ends. The rows the data migrations made (the default health rules, fault policies, the local target)
+    are put back at once, so that the next test in this worker sees the database as migrated: in one process
+    pytest-django runs transactional tests last, but an xdist worker takes tests in any order."""
+    result = yield
+    marker = item.get_closest_marker("django_db")
+    transactional = (marker is not None and marker.kwargs.get("transaction", False)) or bool(
+        {"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ()))
+    )
+    rows = item.config.stash.get(_MIGRATED_ROWS, None)
+    if transactional and rows and rows != "[]":
+        from pytest_django.plugin import blocking_manager_key
+
+        with item.config.stash[blocking_manager_key].unblock():
+            _restore_migrated_rows(rows)
+    return result
 
 
 # --- running in parallel (pytest-xdist, `--dist loadgroup`) -------------------------------------------------

@@ -92,6 +92,7 @@ def test_the_walk_finds_the_write_endpoints(django_db_setup, django_db_blocker):
         assert expected in paths
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize(("case", "body", "where"), HOSTILE_BODIES, ids=[c[0] for c in HOSTILE_BODIES])
 def test_a_lone_surrogate_is_a_400_naming_where_on_every_write_endpoint(
     api_as, endpoint_world, case, body, where
@@ -158,6 +159,7 @@ def test_every_request_body_schema_refuses_unknown_fields(django_db_setup, djang
     assert not open_objects, f"request bodies that take unknown fields: {sorted(set(open_objects))}"
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("persona", "method", "path", "body", "unknown"),
     [
@@ -239,6 +241,7 @@ JOB_BODIES = [
 ]
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize(("case", "fields", "where"), JOB_BODIES, ids=[c[0] for c in JOB_BODIES])
 def test_a_job_with_a_lone_surrogate_is_a_400_not_a_500(
     api_as, member_a, demo_inventory, case, fields, where
@@ -272,6 +275,7 @@ REPORT_FIELDS = [
 ]
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(("case", "change", "where"), REPORT_FIELDS, ids=[c[0] for c in REPORT_FIELDS])
 def test_a_node_report_with_a_lone_surrogate_is_a_400_not_a_500(
     api_as, node_agent, demo_inventory, case, change, where

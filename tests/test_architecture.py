@@ -34,12 +34,14 @@ def lint_imports(cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_import_contracts_are_kept():
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("module", "statement", "contract"),
     [
@@ -96,6 +98,7 @@ def _function_level_imports(path: Path):
                 yield node.lineno, alias.name
 
 
+@pytest.mark.slow(reason="runs migrations")
 def test_no_function_level_imports_across_packages():
     found = []
     for package in PACKAGES:

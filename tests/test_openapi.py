@@ -15,6 +15,8 @@ from drf_spectacular.validation import validate_schema
 from core.workloads import WorkError, work_rules
 from tests import factories
 
+pytestmark = pytest.mark.slow(reason="generates the whole OpenAPI schema once for the module")
+
 METHODS = {"get", "post", "put", "patch", "delete"}
 
 
@@ -195,6 +197,7 @@ def test_a_reused_idempotency_key_is_answered_as_documented(schema, api_as, memb
 # ---- filters and pagination refuse what they cannot read ---------------------------------------------------
 
 
+@pytest.mark.slow(reason="14 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("url", "parameter"),
     [
@@ -267,6 +270,7 @@ def test_a_form_encoded_body_is_refused_with_415(api_as, member_a):
     assert "detail" in response.json()
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_boolean_must_be_a_json_boolean(api_as, platform_admin, department_a):
     body = {"rack": "gb-r01", "layout": {"preset": "2x9"}, "dry_run": 1}
     response = api_as(platform_admin).post("/api/v1/partition-plans/", body, format="json")

@@ -62,6 +62,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize("persona", PERSONAS)
 def test_the_rule_for_every_persona(world, persona):
     user = world[persona]
@@ -69,6 +70,7 @@ def test_the_rule_for_every_persona(world, persona):
     assert got == EXPECTED[persona]
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize("persona", PERSONAS)
 def test_visibility_follows_the_rule(world, persona):
     """visible_to stays per model, but asks the same rule: inactive accounts see nothing."""
@@ -110,6 +112,7 @@ def test_the_template_filters_ask_the_rule(world):
     }
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize("persona", PERSONAS)
 def test_the_drf_permission_classes_ask_the_rule(world, persona):
     factory = APIRequestFactory()
@@ -175,12 +178,14 @@ ADMIN_PAGES = [
 ]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize("page, reason", ADMIN_PAGES)
 def test_admin_pages_refuse_leads_and_members_with_the_reason(browser, page, reason):
     assert refused(browser("lead").get(page), reason), page
     assert refused(browser("member").get(page), reason), page
 
 
+@pytest.mark.slow(reason="12 cases, each a full request through the stack")
 @pytest.mark.parametrize("page", [page for page, _reason in ADMIN_PAGES])
 @pytest.mark.parametrize("persona", ["staff", "superuser"])
 def test_admin_pages_let_in_staff_and_a_superuser_who_is_not_staff(browser, page, persona):

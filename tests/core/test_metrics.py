@@ -302,6 +302,7 @@ def test_a_task_sent_through_a_broker_carries_the_id_to_the_worker(json_lines):
     assert logs.current_request_id.get() is None  # reset after the task
 
 
+@pytest.mark.slow(reason="subprocesses")
 def test_log_format_json_makes_every_line_a_json_object(tmp_path):
     env = {
         **os.environ,

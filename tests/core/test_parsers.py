@@ -47,6 +47,7 @@ def client_for(api_as, demo_inventory):
     return client
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize(("url", "persona"), JSON_ENDPOINTS)
 def test_deeply_nested_json_is_a_400_naming_the_depth_limit_and_writes_nothing(client_for, url, persona):
     client = client_for(persona)
@@ -59,6 +60,7 @@ def test_deeply_nested_json_is_a_400_naming_the_depth_limit_and_writes_nothing(c
     assert rows() == before
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize(("url", "persona"), JSON_ENDPOINTS)
 def test_a_key_given_twice_is_a_400_naming_it_and_writes_nothing(client_for, url, persona):
     client = client_for(persona)
@@ -82,6 +84,7 @@ def test_a_key_given_twice_deep_inside_is_found_and_different_objects_may_share_
     assert parsed == [{"a": 1}, {"a": 2, "b": {"a": 3}}]
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize(("url", "persona"), JSON_ENDPOINTS)
 def test_a_body_over_the_size_limit_is_a_413_naming_it_and_writes_nothing(client_for, url, persona):
     client = client_for(persona)
@@ -93,6 +96,7 @@ def test_a_body_over_the_size_limit_is_a_413_naming_it_and_writes_nothing(client
     assert rows() == before
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("charset", ["rot13", "hex", "base64", "no-such-charset"])
 def test_a_charset_that_is_not_text_is_a_415_naming_it(client_for, charset):
     client = client_for("member_a")

@@ -66,6 +66,7 @@ def test_jobs_sort_by_where_or_why_waiting_both_ways(client_as, platform_admin, 
     assert _in_order(_get(client, url, sort="-where"), r'class="job-link"[^>]*>([^<]+)<') == expected[::-1]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize("raw", UNKNOWN)
 def test_jobs_unknown_sort_falls_back_to_newest_first(client_as, platform_admin, waiting_and_placed, raw):
     names = _in_order(
@@ -98,6 +99,7 @@ def test_departments_sort_by_network_and_storage(
     assert _in_order(_get(client, url, sort=f"-{key}"), pattern) == ascending[::-1]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize("raw", UNKNOWN)
 def test_departments_unknown_sort_falls_back_to_names(client_as, platform_admin, three_departments, raw):
     html = _get(client_as(platform_admin), reverse("scheduling:department-list"), sort=raw)
@@ -130,6 +132,7 @@ def test_plans_sort_by_partition_count_both_ways(client_as, platform_admin, plan
     assert _plan_ids(_get(client, url, sort="-partitions")) == [two, one, none]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize("raw", UNKNOWN)
 def test_plans_unknown_sort_falls_back_to_newest_first(client_as, platform_admin, plans, raw):
     html = _get(client_as(platform_admin), reverse("integrations:plan-list"), sort=raw)
@@ -159,6 +162,7 @@ def test_pushes_sort_by_reason_both_ways(client_as, platform_admin, pushes):
     assert _push_ids(_get(client, url, sort="-reason")) == ascending[::-1]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize("raw", UNKNOWN)
 def test_pushes_unknown_sort_falls_back_to_newest_first(client_as, platform_admin, pushes, raw):
     html = _get(client_as(platform_admin), reverse("integrations:push-list"), sort=raw)
@@ -201,6 +205,7 @@ def _delivery_ids(html: str) -> list[int]:
     return [int(pk) for pk in re.findall(r'<tr data-notification="(\d+)"', html)]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "key, ascending",
     [

@@ -24,6 +24,8 @@ from rest_framework import serializers
 from core.fields import KnownFieldsOnly
 from core.text import TextField, TextValidator
 
+pytestmark = pytest.mark.slow(reason="walks every API endpoint and serializer of the project")
+
 WRITE_METHODS = ("POST", "PUT", "PATCH")
 FORMAT_CHECKED = (
     serializers.SlugField,

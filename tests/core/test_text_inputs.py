@@ -31,6 +31,7 @@ def research(demo_inventory, member_a):
     return department
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("name", "named"),
     [
@@ -138,6 +139,7 @@ def test_a_node_reports_xid_line_with_an_escape_sequence_is_refused(api_as, node
     assert "U+001B" in str(response.json())
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("script", "named"),
     [

@@ -68,6 +68,7 @@ def nominal_quota(render_dir, slug: str) -> int:
     return int(resource["nominalQuota"])
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_raising_a_guarantee_on_the_edit_page_pushes_the_new_quota(
     research, local_target, render_dir, client_as, platform_admin, django_capture_on_commit_callbacks
 ):
@@ -88,6 +89,7 @@ def test_raising_a_guarantee_on_the_edit_page_pushes_the_new_quota(
     assert f'<a href="{reverse("integrations:push-list")}">see the pushes</a>' in page
 
 
+@pytest.mark.slow(reason="runs migrations")
 def test_without_an_enabled_target_the_edit_page_says_nothing_was_pushed(
     research, client_as, platform_admin, django_capture_on_commit_callbacks
 ):
@@ -171,6 +173,7 @@ def test_a_long_list_of_changes_says_how_many_did_not_fit():
     assert signals._reason(reasons[:2]) == "; ".join(reasons[:2])
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_dedications_and_deleted_departments_push(research, local_target, django_capture_on_commit_callbacks):
     partition = NVLinkPartition.objects.get(rack__name="gb-r02", name="p1")
     with django_capture_on_commit_callbacks(execute=True):
@@ -252,6 +255,7 @@ OTHER_VALUES = {
 SET_BY_DJANGO = {"id", "created_at", "updated_at"}
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("model", [Department, TenancySettings], ids=lambda m: m.__name__)
 def test_the_watched_fields_are_exactly_those_the_configuration_renders(model, research):
     row = research if model is Department else TenancySettings.load()

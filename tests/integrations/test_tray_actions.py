@@ -61,6 +61,7 @@ def _window(start_in: timedelta, length: timedelta) -> dict:
 # ------------------------------------------------------------------------------------------------ access
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("persona", ["lead_a", "member_a", "outsider"])
 def test_only_platform_admins_see_and_use_the_actions(client_as, persona, rack):
     tray = _tray("gb-r02-t03")
@@ -269,6 +270,7 @@ def test_maintenance_with_a_window_names_it_and_ends_it_on_return(client_as, rac
     assert tray_actions._open_windows(tray) == []  # the window ended with the return
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "window, message",
     [
@@ -370,6 +372,7 @@ def test_bulk_return_without_force_rolls_back_every_tray(client_as, rack):
     assert HealthAction.objects.filter(kind=ActionKind.RETURN).count() == 0
 
 
+@pytest.mark.slow(reason="12 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "data, message",
     [

@@ -34,6 +34,7 @@ def _url(name, tray):
     return reverse(f"{namespace}:tray-{name}", args=[tray.pk])
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "typed, says",
     [
@@ -111,6 +112,7 @@ def test_state_words(state, words):
     assert state_words(state) == words
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_another_owners_drain_says_what_an_admin_can_do_here(admin):
     """The demo's seeded drain (gb-r01-t07) is no Slurm's: the page says how to clear it in this portal."""
     tray = _tray("gb-r01-t07")

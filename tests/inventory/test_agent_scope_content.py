@@ -137,6 +137,7 @@ KINDS = {
 }
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_rack_token_may_not_move_a_gpu_of_another_rack_in_any_report(rack_secret, kind):
     foreign = gpu_on(ELSEWHERE, 1)

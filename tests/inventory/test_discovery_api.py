@@ -75,6 +75,7 @@ def test_failed_registration_is_reported_without_a_clique(agent):
     assert any("Insufficient Resources" in problem for problem in data["problems"])
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "mutate, field",
     [

@@ -168,6 +168,7 @@ def test_a_tray_with_open_health_business_is_always_reconciled(agent):
     assert Gpu.objects.get(tray=tray(), index=1).health == GpuHealth.HEALTHY
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_xids_are_never_a_heartbeat(agent):
     agent.post(URL, body(tray()), format="json")
     xid = {"time": timezone.now().isoformat(), "xid": 13, "text": "NVRM: Xid (PCI:0008:01:00): 13, pid=1"}
@@ -175,6 +176,7 @@ def test_xids_are_never_a_heartbeat(agent):
     assert answer["unchanged"] is False and answer["health"]["new_events"] == 1
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_gpu_claimed_by_two_hosts_stays_flagged_under_heartbeats(agent):
     """The claim rule still holds: the other host's report names the GPU of this tray; this tray's
     heartbeats keep the GPU's last-seen time, so the GPU is not moved while this tray reports it."""

@@ -92,6 +92,7 @@ WRONG_TYPES = [
 ]
 
 
+@pytest.mark.slow(reason="22 cases, each a full request through the stack")
 @pytest.mark.parametrize(("path", "value"), WRONG_TYPES, ids=lambda v: repr(v))
 def test_a_field_of_the_wrong_json_type_is_a_400_naming_it(agent, path, value):
     body = report()

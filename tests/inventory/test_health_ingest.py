@@ -193,6 +193,7 @@ GOOD_XID = {
 GOOD_CHECK = {"name": "dcgmi diag -r 2", "exit_status": 0, "output": "", "started": NOW, "seconds": 1.0}
 
 
+@pytest.mark.slow(reason="25 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("extra", "field", "words"),
     [

@@ -108,6 +108,7 @@ def test_platform_admins_see_kernel_lines_and_check_output(client_as, faulty):
     assert "secret_training_job" in html and "Fail: GPU 0 memory bandwidth" in html
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_range_and_the_order(client_as, faulty):
     client = client_as("member_a")
     html = tray_page(client, faulty, "?health=all")

@@ -57,6 +57,7 @@ ASCENDING = {
 }
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("key", sorted(ASCENDING))
 def test_computed_columns_sort_both_ways(user_client, figures, key):
     assert _names(user_client.get(URL, {"sort": key})) == ASCENDING[key]
@@ -74,6 +75,7 @@ def test_the_page_shows_the_figures_it_sorted_by(user_client, figures):
     ]
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("key", sorted(ASCENDING))
 def test_computed_headers_are_links_saying_which_way_they_sort(user_client, figures, key):
     html = user_client.get(URL, {"sort": key}).content.decode()
@@ -87,6 +89,7 @@ def test_computed_headers_are_links_saying_which_way_they_sort(user_client, figu
     assert f'href="{URL}?sort={key}"' in plain
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "raw", ["bogus", "-bogus", "-", "problems;drop table", "trays_with_problems", "gpus_total", "__class__"]
 )
@@ -123,6 +126,7 @@ def test_figure_sorted_pages_neither_overlap_nor_skip(user_client):
     assert seen == ["gb-r02", "gb-r03", *(f"spare-{n:02}" for n in range(60)), "gb-r01"]
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 @pytest.mark.parametrize("sort", ["problems", "-trays", "gpus", "-partitions"])
 def test_figure_sorts_do_not_query_per_rack(user_client, django_assert_max_num_queries, sort):
     seed_datacenter(racks=3)

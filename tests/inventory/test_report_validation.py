@@ -175,6 +175,7 @@ def test_more_gpus_than_a_tray_has_are_refused_not_a_500(agent):
 # ---------------------------------------------------------------------------------------- clique ID range
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize("clique", ["32768", "40000", str(2**31), str(10**20), "9" * 5000])
 def test_a_clique_id_out_of_range_is_refused_on_every_path(agent, capsys, tmp_path, clique):
     raws = [
@@ -299,6 +300,7 @@ def test_the_database_refuses_an_upper_case_uuid(demo_inventory):
 BEFORE_0004 = [("inventory", "0003_partition_plans")]
 
 
+@pytest.mark.slow(reason="runs migrations")
 @pytest.mark.django_db(transaction=True)
 def test_migration_0004_lower_cases_uuids_and_drops_case_copies_and_is_reversible():
     executor = MigrationExecutor(connection)

@@ -32,6 +32,7 @@ def plan(slots, **fields) -> dict:
     return {"rack": "gb-r01", "layout": {"partitions": [{"name": "p1", "slots": slots}]}, **fields}
 
 
+@pytest.mark.slow(reason="14 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("slots", "reason"),
     [

@@ -112,6 +112,7 @@ def held(demo_inventory):
     }
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_when_on_every_allocated_gpu_gets_a_fresh_sample_and_keeps_its_character(held, settings):
     settings.RACKPLANE_DEMO_TELEMETRY = True
@@ -252,6 +253,7 @@ def allocated_gpus() -> set[int]:
     return set(Allocation.objects.filter(job__state__in=HOLDING_STATES).values_list("gpu_id", flat=True))
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 @pytest.mark.django_db
 def test_the_seeded_demo_goes_on_reporting_and_seeding_again_neither_breaks_nor_duplicates(
     var_dir, settings, django_assert_max_num_queries
@@ -287,6 +289,7 @@ def test_the_seeded_demo_goes_on_reporting_and_seeding_again_neither_breaks_nor_
     assert result.recorded == len(allocated_gpus()) and result.unknown_gpus == ()
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 @pytest.mark.django_db
 def test_the_demo_nodes_keep_reporting_what_they_last_said(var_dir, settings):
     """The walkthrough: five minutes after `make run` every tray of the demo showed "silent". The simulated

@@ -180,6 +180,7 @@ def picture():
 # --- the tests ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 def test_the_demo_make_run_shows_is_true(var_dir):
     out = seed_demo()
     assert "Seeded 8 racks" in out and "First scheduling pass" in out
@@ -218,6 +219,7 @@ def test_the_demo_make_run_shows_is_true(var_dir):
     assert HealthRule.objects.get(kind="node_silent").action == "warn"
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 def test_seeded_running_jobs_end_at_their_time_limits(
     var_dir, render_dir, django_capture_on_commit_callbacks
 ):
@@ -239,6 +241,7 @@ def test_seeded_running_jobs_end_at_their_time_limits(
     assert Job.objects.filter(state=JobState.RUNNING).count() >= len(running) - 1
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 def test_the_scheduler_agrees_with_the_seeded_state(var_dir):
     """Right after seeding, a pass starts what fits from the queue and nothing else: no preemption, no
     running job re-flagged or moved; the pass after it changes nothing."""
@@ -272,6 +275,7 @@ def check_demo_is_true_after_pass():
     check_dedicated_partitions()
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 def test_seeding_again_changes_nothing_and_keeps_it_true(var_dir):
     seed_demo()
     counts = {
@@ -290,6 +294,7 @@ def test_seeding_again_changes_nothing_and_keeps_it_true(var_dir):
     check_demo_is_true()
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 def test_reseeding_with_reset_is_true_and_its_logins_work(var_dir):
     seed_demo("--racks", "3")
     seed_demo("--racks", "3", "--reset")
@@ -301,6 +306,7 @@ def test_reseeding_with_reset_is_true_and_its_logins_work(var_dir):
     assert authenticate(username="alice", password=password) is not None
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 @pytest.mark.parametrize("racks", [1, 3])
 def test_smaller_demos_are_true_too(var_dir, racks):
     seed_demo("--racks", str(racks))

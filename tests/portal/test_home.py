@@ -113,6 +113,7 @@ def test_overview_on_an_empty_inventory(user_client):
     assert "No tray reports a fabric problem." in response.content.decode()
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 def test_overview_queries_do_not_grow_with_racks(user_client, django_assert_max_num_queries):
     seed_datacenter(racks=3)
     with CaptureQueriesContext(connection) as three:

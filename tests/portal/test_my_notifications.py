@@ -150,6 +150,7 @@ def receiver(settings):
         yield running
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_webhook_and_email_subscriptions_deliver_through_the_existing_mechanism(
     client_as, member_a, department_a, receiver, mailoutbox, django_capture_on_commit_callbacks
 ):

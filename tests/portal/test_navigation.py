@@ -22,6 +22,7 @@ def menu(client) -> dict[str, str]:
     return {label.strip(): href for href, label in LINK.findall(NAV.search(html).group(1))}
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "persona, shown, hidden",
     [

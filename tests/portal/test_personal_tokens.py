@@ -228,6 +228,7 @@ def test_the_username_in_the_top_bar_leads_to_the_tokens_page(client_as, member_
     assert '<a class="who" href="/account/tokens/"' in page
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_api_docs_say_how_to_get_a_token(api_as, member_a):
     schema = api_as(member_a).get("/api/schema/?format=json").json()
     assert "/account/tokens/" in schema["info"]["description"]

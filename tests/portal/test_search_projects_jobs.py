@@ -145,6 +145,7 @@ def test_a_department_goes_before_a_project_and_a_job_of_the_same_name(
     )
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_fast_path_and_the_full_search_agree(
     department_a, department_b, member_a, platform_admin, vision
 ):
@@ -161,6 +162,7 @@ def test_the_fast_path_and_the_full_search_agree(
 # --- cost ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_queries_per_search_do_not_grow_with_projects_or_jobs(client_as, department_a, lead_a):
     client = client_as(lead_a)
     client.get(SEARCH, {"q": "warm-up"})

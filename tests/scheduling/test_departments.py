@@ -273,6 +273,7 @@ def test_admin_manages_any_department(client_as, department_b, member_b, platfor
 # --------------------------------------------------------------------------------------------- admin pages
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_admin_only_pages(client_as, department_a, department_b, lead_a, member_b, outsider, platform_admin):
     for user in (lead_a, member_b, outsider):
         client = client_as(user)
@@ -289,6 +290,7 @@ def test_admin_only_pages(client_as, department_a, department_b, lead_a, member_
     assert client.get(edit(Department(slug="missing"))).status_code == 404
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_nav_links(client_as, lead_a, platform_admin):
     markup = client_as(lead_a).get("/").content.decode()
     assert f'href="{LIST}"' in markup

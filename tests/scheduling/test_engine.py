@@ -73,6 +73,7 @@ def check_indexes(c: Cluster) -> None:
         )
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(

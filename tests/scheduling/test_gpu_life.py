@@ -389,6 +389,7 @@ def test_resubmit_makes_the_same_job_audited_once(client_as, member_a, lead_a, d
     assert Job.objects.count() == 2
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_resubmit_refused_for_jobs_one_may_not_see_or_submit(
     client_as, member_b, outsider, department_a, demo_inventory
 ):

@@ -49,6 +49,7 @@ def partition_of(c: Cluster, placement) -> set[str]:
 DEPARTMENTS = ("a", "b", "c")
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=120, deadline=None)
 @given(
     guarantees=st.tuples(*(st.integers(0, 48) for _ in DEPARTMENTS)),

@@ -61,6 +61,7 @@ def test_the_list_has_what_the_nvidia_runtime_and_cuda_read():
         assert len(why) > 20
 
 
+@pytest.mark.slow(reason="39 cases, each a full request through the stack")
 @pytest.mark.parametrize(("name", "spelling"), SPELLINGS, ids=[s for _, s in SPELLINGS])
 def test_a_device_variable_in_any_case_is_a_400_naming_it_and_makes_no_job(post, name, spelling):
     response = post({"NCCL_DEBUG": "INFO", spelling: "all"})
@@ -84,6 +85,7 @@ def test_every_device_variable_of_a_job_is_named_at_once(post):
     assert Job.objects.count() == 0
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "env",
     [

@@ -118,6 +118,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow(reason="13 cases, each a full request through the stack")
 @pytest.mark.parametrize(("form", "api", "field"), BAD)
 def test_bad_input_gets_the_apis_words_next_to_its_field_and_writes_nothing(
     client, api_as, member_a, department_b, form, api, field
@@ -229,6 +230,7 @@ def test_a_double_click_makes_one_job(client, member_a):
     assert Job.objects.count() == 2
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_an_admin_submits_for_any_department(client, platform_admin, department_a, department_b):
     client.force_login(platform_admin)
     assert '<option value="beta">Beta</option>' in client.get(NEW).content.decode()

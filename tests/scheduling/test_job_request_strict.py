@@ -61,6 +61,7 @@ def test_unknown_fields_are_reported_with_the_other_field_errors(post):
     assert errors["gpus"] == ["Ensure this value is greater than or equal to 1."]
 
 
+@pytest.mark.slow(reason="10 cases, each a full request through the stack")
 @pytest.mark.parametrize("field", ["gpus", "time_limit_minutes"])
 @pytest.mark.parametrize("value", ["8", 8.0, True, None, [8]])
 def test_an_integer_field_takes_only_a_json_integer(post, field, value):

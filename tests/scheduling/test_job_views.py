@@ -71,6 +71,7 @@ def text(response) -> str:
 # ------------------------------------------------------------------------------------------------- list
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_list_shows_only_the_jobs_each_user_may_see(client_as, lead_a, member_a, submit):
     research = submit(name="research-train")
     vision = submit(user="lead_b", department="vision", name="vision-train")
@@ -98,6 +99,7 @@ def test_the_list_shows_only_the_jobs_each_user_may_see(client_as, lead_a, membe
     assert "No jobs yet" in client_as("outsider").get(LIST).content.decode()
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_filters_narrow_the_list(client_as, department_a, department_b, member_a):
     research, vision = department_a, department_b
     running = make_job(research, "llm-pretrain", trays=free_trays(2), backend="slurm")
@@ -203,6 +205,7 @@ def test_list_queries_do_not_grow_with_the_jobs(
 # ----------------------------------------------------------------------------------------------- detail
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_detail_shows_placement_events_and_a_cancel_button(client_as, lead_a, member_a, submit):
     job = submit(user="member_a", name="two-trays")
     JobEvent.objects.create(
@@ -239,6 +242,7 @@ def test_the_detail_shows_placement_events_and_a_cancel_button(client_as, lead_a
     )
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_detail_is_404_for_jobs_the_user_may_not_see(client_as, department_a, lead_a, member_a):
     job = make_job(department_a, "secret", trays=free_trays(1))
     url = reverse("scheduling:job-detail", args=[job.pk])
@@ -292,6 +296,7 @@ def test_detail_queries_do_not_grow_with_events_or_trays(
 # ----------------------------------------------------------------------------------------------- cancel
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_submitter_cancels_and_the_gpus_are_freed(
     client_as, member_a, submit, django_capture_on_commit_callbacks
 ):
@@ -344,6 +349,7 @@ def test_cancelling_a_finished_job_says_why_not(client_as, department_a, member_
 # ------------------------------------------------------------------------------------------ rack view
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_rack_view_marks_exactly_the_jobs_trays(client_as, department_b, member_a, submit):
     job = submit(user="member_a", name="marked-job")
     other = make_job(department_b, "vision-neighbour", trays=free_trays(1, skip=0))

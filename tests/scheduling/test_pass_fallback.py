@@ -68,6 +68,7 @@ def test_the_bound_defaults_to_two_hours_and_no_fallback_is_strict(submit):
     assert Job.objects.get(pk=body["id"]).fallback_topology == ""
 
 
+@pytest.mark.slow(reason="11 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("fields", "field", "words"),
     [

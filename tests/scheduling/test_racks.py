@@ -140,6 +140,7 @@ def test_rack_list_pagination(user_client, django_assert_max_num_queries):
     assert user_client.get(url, {"page": 99}).context["page"].number == 3
 
 
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
 def test_rack_list_queries_do_not_grow_with_racks(user_client, django_assert_max_num_queries):
     url = reverse("inventory:rack-list")
     seed_datacenter(racks=3)
@@ -260,6 +261,7 @@ def test_gpu_detail_plain_request_is_a_full_page(user_client, demo_inventory):
     assert reverse("scheduling:rack-detail", args=["gb-r01"]) in html
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_gpu_detail_shows_drift(user_client, demo_inventory):
     gpu = Gpu.objects.get(tray__hostname="gb-r02-t12", index=3)  # partition p2, clique 2
     Gpu.objects.filter(pk=gpu.pk).update(reported_clique_id=1)

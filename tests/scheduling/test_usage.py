@@ -197,6 +197,7 @@ def banner_figures(status) -> tuple:
     return status.capacity, status.guaranteed, status.shortfall, status.cut, status.affected
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("keep", [None, 30, 20, 5])
 def test_capacity_status_from_positions_matches_the_query(datacenter, keep):
     # One computation of who is short (tenancy.quota.guarantee_positions): the dashboards' positions and
@@ -214,6 +215,7 @@ def test_capacity_status_from_positions_matches_the_query(datacenter, keep):
         assert sum(gpus for _, gpus in status.cut) == status.shortfall
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_department_page_gives_admins_the_banner_from_its_own_figures(
     client_as, datacenter, platform_admin, lead_a
 ):

@@ -173,6 +173,7 @@ def test_create_with_chosen_isolation_values(workload, staff):
     assert saved["pkey_hex"] == "0x7000"
 
 
+@pytest.mark.slow(reason="11 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [
@@ -218,6 +219,7 @@ def test_the_shortfall_message_gives_the_numbers(workload, staff):
     )
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_update_goes_through_the_service(workload, staff, department_a):
     url = f"{DEPARTMENTS}beta/"
     response = staff.patch(url, {"guaranteed_gpus": 24, "limit_gpus": 48}, format="json")
@@ -273,6 +275,7 @@ def test_put_replaces_the_quota_fields(workload, staff, department_b):
     assert beta_after.vlan_id == beta.vlan_id  # isolation values left out stay as they were
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_lowering_a_guarantee_is_allowed_when_capacity_shrank(workload, staff):
     from inventory.models import ComputeTray
 
@@ -339,6 +342,7 @@ def test_quota_is_the_fair_share_position_from_the_database(workload, staff):
     )
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_quota_shows_what_can_be_reclaimed_when_capacity_is_short(workload, staff):
     # Alpha borrows while Beta waits; then the fleet shrinks to 56 schedulable GPUs.
     from inventory.models import ComputeTray
@@ -423,6 +427,7 @@ def test_member_refusals(lead_api):
 # --- audit events -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_audit_events_list_and_filters(workload, staff, department_a, department_b):
     staff.patch(f"{DEPARTMENTS}alpha/", {"guaranteed_gpus": 44}, format="json")
     staff.patch(f"{DEPARTMENTS}beta/", {"priority": 7}, format="json")

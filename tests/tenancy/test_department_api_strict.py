@@ -74,6 +74,7 @@ def test_the_exports_renderer_refuses_an_overlap_across_ip_versions():
     assert rendered.count("\n") == 2
 
 
+@pytest.mark.slow(reason="9 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("field", "value"),
     [

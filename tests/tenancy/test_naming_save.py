@@ -103,8 +103,10 @@ def test_a_random_slug_is_saved_exactly_when_it_is_one(staff, text):
     def check():
         body = {"name": "Gamma", "slug": text, "guaranteed_gpus": 0}
         response = staff.post(DEPARTMENTS, body, format="json")
-        if naming.is_slug(text):
+        # The API trims surrounding white space from text fields (DRF's CharField) before the rule judges it.
+        if naming.is_slug(text.strip()):
             assert response.status_code == 201, response.content
+            assert response.json()["slug"] == text.strip()
         else:
             assert response.status_code == 400 and "slug" in response.json(), response.content
             assert not Department.objects.exists()
@@ -115,6 +117,7 @@ def test_a_random_slug_is_saved_exactly_when_it_is_one(staff, text):
 # --- random tenants through the API render into valid, distinct names --------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(

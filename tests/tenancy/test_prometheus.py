@@ -240,6 +240,7 @@ def test_the_direct_source_charts_its_buckets(demo_inventory):
 # --- charts and pages -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_chart_html_is_the_validated_figure():
     series = {"GPU-a": [(T0, 10.0), (T0 + timedelta(minutes=5), 55.5)]}
     html = utilization_html(series, div_id="u", names={"GPU-a": "GPU 0"}, height=360)

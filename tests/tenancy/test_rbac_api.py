@@ -37,6 +37,7 @@ def usernames(response):
 # --- departments --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("user", "visible"),
     [
@@ -55,6 +56,7 @@ def test_department_list_shows_only_visible_departments(api_as, user, visible):
         assert client.get(f"/api/v1/departments/{slug}/quota/").status_code == expected, slug
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("user", ["lead_a", "member_b", "outsider"])
 def test_only_staff_write_departments(api_as, user):
     client = api_as(user)
@@ -110,6 +112,7 @@ def test_anonymous_gets_nothing():
 # --- members ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("user", "alpha", "beta"),
     [

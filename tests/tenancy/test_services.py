@@ -174,6 +174,7 @@ def test_allocation_never_reuses_a_value_while_it_is_assigned(capacity):
     )
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("pool_fields", "message"),
     [
@@ -195,6 +196,7 @@ def test_an_exhausted_pool_is_a_clear_error(capacity, pool_fields, message):
     assert Department.objects.count() == 2
 
 
+@pytest.mark.slow(reason="13 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("edit", "field", "message"),
     [
@@ -313,6 +315,7 @@ def people(django_user_model):
     return {name: django_user_model.objects.create_user(name) for name in "abc"}
 
 
+@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
 def test_set_membership_adds_and_changes_roles(capacity, people):
     alpha = department("Alpha")
     membership = set_membership(alpha, "a", Role.LEAD)

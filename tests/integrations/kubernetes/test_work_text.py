@@ -34,6 +34,7 @@ def post(api_as, member_a):
     return post
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("work", "named"),
     [

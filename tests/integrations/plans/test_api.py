@@ -142,6 +142,7 @@ def test_create_applies_the_plan_and_answers_201_with_it(staff, admin_user):
     assert detail["status"] == "applied"
 
 
+@pytest.mark.slow(reason="8 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "body, field, reason",
     [

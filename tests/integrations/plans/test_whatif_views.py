@@ -140,6 +140,7 @@ def test_a_plan_with_errors_offers_no_what_if_and_refuses_one(admin):
 # --- bad input ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="7 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("days", "words"),
     [
