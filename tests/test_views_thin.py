@@ -11,8 +11,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("core", "inventory", "tenancy", "scheduling", "integrations", "portal")
 MAX_LINES = 40
-# The view modules, per app: views packages and modules, portal's pages, the API modules and packages.
-PATTERNS = ("views/*.py", "views.py", "*/views.py", "pages/*.py", "api/*.py", "api.py", "*/api.py")
+# The view modules, per app: views packages and modules (a sub-package's may be split by job into
+# `*_views.py`, as integrations/plans/), portal's pages, the API modules and packages.
+PATTERNS = (
+    "views/*.py",
+    "views.py",
+    "*/views.py",
+    "*/*_views.py",
+    "pages/*.py",
+    "api/*.py",
+    "api.py",
+    "*/api.py",
+)
 
 
 def view_modules() -> list[Path]:
@@ -42,6 +52,8 @@ def test_the_view_modules_are_found():
         "scheduling/views/job_form.py",
         "inventory/api/discovery.py",
         "integrations/plans/views.py",
+        "integrations/plans/whatif_views.py",
+        "integrations/plans/progress_views.py",
         "portal/pages/search.py",
     ):
         assert expected in found

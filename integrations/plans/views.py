@@ -1,59 +1,46 @@
-"""The NVLink partition wizard: pick a rack, lay it out, name the partitions, preview, apply, follow.
+"""The NVLink partition wizard's steps: pick a rack, lay it out, name the partitions, preview, apply.
 
 Platform admins only (core.access.require_admin). The plan travels in the URL (GET steps) and in hidden
 fields (the apply POST), never in the session, so back, refresh and a shared link show the same plan.
 Views are thin: every rule is in `integrations.plans.service` (check, preview, create_plan, apply_plan,
 continue_draining, refresh_status, cancel_plan).
-The layout and names steps answer htmx requests with the drawing + findings only; the progress page polls
-itself every 2 s and stops (HTTP 286) once the plan and its pushes are done. It only reads: the plan
-moves on in tasks (the beat, and the end of each of its pushes: integrations.tasks).
+The layout and names steps answer htmx requests with the drawing + findings only. After the apply the plan is
+followed in integrations.plans.progress_views (its progress page, cancel, the plan list); the preview's
+what-if replays are integrations.plans.whatif_views.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 
-from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count
-from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling, push_url
+from django_htmx.http import push_url
 
 from core.access import require_admin
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
-from core.tables import JsonArrayLength, Table
-from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
-from integrations.plans import whatif as whatif_page
-from integrations.plans.forms import CUSTOM, PlanForm, WhatIfForm, current_layout, plan_form
+from integrations.plans.forms import CUSTOM, PlanForm, WhatIfForm, plan_form
 from integrations.plans.service import create_and_apply
 from inventory import selectors
-from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
+from inventory.choices import ACTIVE_PLAN_STATES
 from inventory.models import Gpu, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import PRESETS, Finding, Level, PlanCheck, TrayInfo
 from inventory.planning import _ranges as slot_ranges
 from inventory.selectors import PARTITION_COLOURS
-from scheduling import whatif_runs
 from scheduling.choices import HOLDING_STATES
-from scheduling.models import Allocation, WhatIfRun
-from scheduling.whatif import WhatIfError
+from scheduling.models import Allocation
 from tenancy.models import Department
 
-# How many lines of a push's log the progress view shows (the push page has all of it).
-LOG_TAIL_LINES = 12
 STEPS = ("rack", "layout", "names", "preview", "apply")
 WIZARD = "the NVLink partition wizard"  # in the 403 reason: "Only platform admins may use ..."
-# Plans that move on by themselves no more (a draft waits for an admin): the progress page stops polling.
-SETTLED_PLAN_STATES = (PlanStatus.APPLIED, PlanStatus.FAILED, PlanStatus.CANCELLED, PlanStatus.DRAFT)
 
 
-def _render(request, full_template, partial_template, context, status=200):
+def render_step(request, full_template, partial_template, context, status=200):
     """htmx asks for the partial only; a plain request (link, reload, back) gets the whole page."""
     response = render(request, partial_template if request.htmx else full_template, context, status=status)
     patch_vary_headers(response, ["HX-Request"])
@@ -93,7 +80,7 @@ def pick_rack(request):
     return render(
         request,
         "integrations/wizard/pick_rack.html",
-        {"filter": filterset, "page": page, "step": "rack", "steps": _steps("rack")},
+        {"filter": filterset, "page": page, "step": "rack", "steps": wizard_steps("rack")},
     )
 
 
@@ -171,7 +158,7 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "rack": rack,
         "form": form,
         "step": step,
-        "steps": _steps(step, rack, params.urlencode()),
+        "steps": wizard_steps(step, rack, params.urlencode()),
         "trays": trays,
         "check": check,
         "rows": rows,
@@ -255,7 +242,7 @@ def _preset_options(blocked: dict[str, str] | None = None) -> list[dict]:
     return options
 
 
-def _rack(request, name: str) -> Rack:
+def admin_rack(request, name: str) -> Rack:
     require_admin(request.user, WIZARD)
     return get_object_or_404(selectors.racks(request.user), name=name)
 
@@ -263,10 +250,10 @@ def _rack(request, name: str) -> Rack:
 @require_GET
 def plan_layout(request, name):
     """Step 2: a preset or custom ranges, trays left out, drain first; the drawing follows every change."""
-    rack = _rack(request, name)
+    rack = admin_rack(request, name)
     form = plan_form(rack, request.GET)
     context = _rack_context(request, rack, form, "layout")
-    response = _render(
+    response = render_step(
         request, "integrations/wizard/layout.html", "integrations/wizard/_drawing.html", context
     )
     return _push_canonical_url(request, response, "integrations:plan-layout", rack, context)
@@ -275,10 +262,10 @@ def plan_layout(request, name):
 @require_GET
 def plan_names(request, name):
     """Step 3: a name for each partition, optionally a department (service tier) and a Slurm partition."""
-    rack = _rack(request, name)
+    rack = admin_rack(request, name)
     form = plan_form(rack, request.GET)
     context = _rack_context(request, rack, form, "names")
-    response = _render(
+    response = render_step(
         request, "integrations/wizard/names.html", "integrations/wizard/_drawing.html", context
     )
     return _push_canonical_url(request, response, "integrations:plan-names", rack, context)
@@ -341,7 +328,7 @@ def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
     return sorted(files, key=lambda f: (order.get(f.group, len(order)), f.path))
 
 
-def _preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm | None = None) -> dict:
+def preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm | None = None) -> dict:
     context = _rack_context(request, rack, form, "preview")
     check = context["check"]
     files: list[FileDiff] = []
@@ -367,90 +354,18 @@ def _preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfFor
 @require_GET
 def plan_preview(request, name):
     """Step 4: every finding in plain words and the exact diff of every file the plan changes."""
-    rack = _rack(request, name)
+    rack = admin_rack(request, name)
     form = plan_form(rack, request.GET)
-    return render(request, "integrations/wizard/preview.html", _preview_context(request, rack, form))
+    return render(request, "integrations/wizard/preview.html", preview_context(request, rack, form))
 
 
-# ---- the preview's what-if: this cluster's own jobs replayed under the plan ------------------------------
-
-
-@require_POST
-def plan_whatif(request, name):
-    """Start a what-if from the preview: the last N days of this portal's jobs replayed under the cluster as
-    it is, this plan and the other layouts asked for, in Celery tasks (scheduling.whatif_runs), never here.
-    Answers the run's progress (htmx, which then polls it) or redirects to its page. Bad input is a 400 that
-    says what to change, and writes nothing."""
-    rack = _rack(request, name)
-    form = plan_form(rack, request.POST)
-    whatif_form = WhatIfForm(request.POST)
-    refusal = ""
-    if not form.partitions or getattr(form, "layout_errors", None) or form.errors:
-        refusal = "The plan has errors: fix them in the layout first, then run the what-if."
-    elif not plans.check(rack, form.partitions, drain=bool(form.cleaned_data.get("drain_first"))).ok:
-        refusal = "The plan has errors (see the checks): fix them first, then run the what-if."
-    if refusal or not whatif_form.is_valid():
-        return _whatif_refused(request, rack, form, whatif_form, refusal)
-    chosen = whatif_page.layouts(
-        rack, form.partitions, current_layout(rack).partitions, whatif_form.cleaned_data["also"]
-    )
-    try:
-        run = whatif_runs.start(request.user, whatif_form.cleaned_data["days"], chosen, rack=rack.name)
-    except WhatIfError as error:
-        return _whatif_refused(request, rack, form, whatif_form, str(error))
-    if not request.htmx:
-        return redirect("integrations:whatif-detail", pk=run.pk)
-    return _whatif_partial(request, run)
-
-
-def _whatif_refused(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm, refusal: str):
-    errors = [refusal] if refusal else [m for messages in whatif_form.errors.values() for m in messages]
-    if request.htmx:
-        response = render(request, "integrations/wizard/_whatif_errors.html", {"errors": errors}, status=400)
-        patch_vary_headers(response, ["HX-Request"])
-        return response
-    context = _preview_context(request, rack, form, whatif_form)
-    context["whatif_errors"] = errors
-    return render(request, "integrations/wizard/preview.html", context, status=400)
-
-
-def _whatif_partial(request, run: WhatIfRun):
-    context = whatif_page.context(whatif_runs.progress(run))
-    # Polled from the run's own page, the partial links to no other.
-    context["own_page"] = request.htmx.current_url_abs_path == reverse(
-        "integrations:whatif-detail", args=[run.pk]
-    )
-    if context["whatif"].done:
-        return HttpResponseStopPolling(
-            render(request, "integrations/wizard/_whatif.html", context).content,
-            headers={"Vary": "HX-Request"},
-        )
-    response = render(request, "integrations/wizard/_whatif.html", context)
-    patch_vary_headers(response, ["HX-Request"])
-    return response
-
-
-@require_GET
-def whatif_detail(request, pk):
-    """A what-if's progress, then its comparison (table and chart); polls every 2 s until it is done.
-
-    Read-only: the replays move on in tasks (scheduling.tasks.whatif_prepare, whatif_replay)."""
-    require_admin(request.user, WIZARD)
-    run = get_object_or_404(WhatIfRun.objects.visible_to(request.user), pk=pk)
-    if request.htmx:
-        return _whatif_partial(request, run)
-    context = whatif_page.context(whatif_runs.progress(run))
-    context["rack"] = Rack.objects.filter(name=run.rack).first()
-    return render(request, "integrations/wizard/whatif.html", context)
-
-
-# ---- step 5: apply, then follow ---------------------------------------------------------------------------
+# ---- step 5: apply (then follow it: integrations.plans.progress_views) -----------------------------------
 
 
 @require_POST
 def plan_apply(request, name):
     """Save and apply the previewed plan, then follow it; a refusal re-shows the preview with what to do."""
-    rack = _rack(request, name)
+    rack = admin_rack(request, name)
     form = plan_form(rack, request.POST)
     try:
         if not form.partitions or getattr(form, "layout_errors", None):
@@ -459,206 +374,20 @@ def plan_apply(request, name):
             rack, form.partitions, drain=bool(form.cleaned_data.get("drain_first")), user=request.user
         )
     except plans.PlanConflict as error:
-        context = _preview_context(request, rack, form)
+        context = preview_context(request, rack, form)
         context.update(apply_error=str(error), conflict=True)
         return render(request, "integrations/wizard/preview.html", context, status=409)
     except ValidationError as error:
-        context = _preview_context(request, rack, form)
+        context = preview_context(request, rack, form)
         context.update(apply_error=" ".join(error.messages), conflict=False)
         return render(request, "integrations/wizard/preview.html", context, status=400)
     return redirect("integrations:plan-detail", pk=plan.pk)
 
 
-def _push_url(push) -> str:
-    """The push's own page: its whole log, and the retry button when it failed."""
-    return reverse("integrations:push-detail", args=[push.pk])
-
-
-def _pushes(plan: PartitionPlan) -> list:
-    pushes = list(ConfigPush.objects.filter(plan_id=plan.pk).select_related("target").order_by("pk"))
-    latest = {push.target_id: push.pk for push in pushes}  # a retry is a later push to the same target
-    for push in pushes:
-        push.retried = latest[push.target_id] if latest[push.target_id] != push.pk else None
-        log = (push.log or "").rstrip().splitlines()
-        push.log_tail = "\n".join(log[-LOG_TAIL_LINES:])
-        push.log_lines = len(log)
-        push.log_more = len(log) > LOG_TAIL_LINES
-        push.url = _push_url(push)
-    return pushes
-
-
-# How long after an applied plan the progress page waits for the rack's nodes to report their new cliques
-# before it stops following them and says which GPUs have not.
-NODES_SETTLE_WINDOW = timedelta(minutes=10)
-
-
-@dataclass(frozen=True)
-class NodeReports:
-    """After the fabric applied a plan: how many of the rack's GPUs already report their new partition."""
-
-    total: int
-    unsettled: int  # drift, or a fabric registration still in progress (inventory.selectors)
-    given_up: bool  # past NODES_SETTLE_WINDOW: stop waiting and say so
-
-    @property
-    def settled(self) -> int:
-        return self.total - self.unsettled
-
-
-def _node_reports(plan: PartitionPlan, now) -> NodeReports | None:
-    """What the rack's node agents report once the plan is applied (None before that)."""
-    if plan.status != PlanStatus.APPLIED:
-        return None
-    counts = Gpu.objects.filter(tray__rack=plan.rack, tray__partition__isnull=False).aggregate(
-        total=Count("pk"), unsettled=Count("pk", filter=selectors.GPU_FABRIC_UNSETTLED)
-    )
-    finished = plan.finished_at or plan.applied_at or now
-    return NodeReports(counts["total"], counts["unsettled"], now - finished > NODES_SETTLE_WINDOW)
-
-
-def _done(plan: PartitionPlan, pushes, nodes: NodeReports | None) -> bool:
-    """Nothing left to follow: the plan has settled, no push of it (a retry included) is still active, and
-    the rack's nodes report their new cliques (or have had NODES_SETTLE_WINDOW to)."""
-    if nodes is not None and nodes.unsettled and not nodes.given_up:
-        return False
-    return plan.status in SETTLED_PLAN_STATES and all(push.is_finished for push in pushes)
-
-
-def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
-    """(slot, hostname) of the trays the plan drained, while it waits for them or until it is cancelled."""
-    return list(
-        plan.rack.trays.filter(state_reason=plans.drain_reason(plan))
-        .order_by("slot")
-        .values_list("slot", "hostname")
-    )
-
-
-def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str]:
-    """The running jobs a draining plan waits for (by name)."""
-    if plan.status != PlanStatus.DRAINING:
-        return []
-    busy = Allocation.objects.filter(
-        job__state__in=HOLDING_STATES,
-        gpu__tray__rack=plan.rack,
-        gpu__tray__slot__in=[slot for slot, _hostname in drained],
-    )
-    return sorted(set(busy.values_list("job__name", flat=True)))
-
-
-def _progress_context(plan: PartitionPlan) -> dict:
-    pushes = _pushes(plan)
-    nodes = _node_reports(plan, timezone.now())
-    done = _done(plan, pushes, nodes)
-    drained = _drained(plan)
-    return {
-        "plan": plan,
-        "nodes": nodes,
-        "rack": plan.rack,
-        "pushes": pushes,
-        "done": done,
-        "drained": drained,
-        "waiting_on": _waiting_on(plan, drained),
-        "failed_pushes": [push for push in pushes if push.status == PushStatus.FAILED and not push.retried],
-        "layout": [
-            {**p, "ranges": slot_ranges(p["slots"]), "colour": i % PARTITION_COLOURS}
-            for i, p in enumerate(plan.layout)
-        ],
-        "can_cancel": plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING),
-        "steps": _steps("apply", plan.rack, done=plan.status == PlanStatus.APPLIED),
-        "step": "apply",
-        "retry_query": _retry_query(plan),
-    }
-
-
-@require_GET
-def plan_detail(request, pk):
-    """The plan's progress: its status, each push with its status and log tail; polls until done.
-
-    Read-only: what it shows was moved on by the tasks (integrations.tasks)."""
-    require_admin(request.user, WIZARD)
-    plan = get_object_or_404(
-        PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by"), pk=pk
-    )
-    context = _progress_context(plan)
-    if request.htmx and context["done"]:
-        return HttpResponseStopPolling(
-            render(request, "integrations/wizard/_progress.html", context).content,
-            headers={"Vary": "HX-Request"},
-        )
-    return _render(
-        request, "integrations/wizard/progress.html", "integrations/wizard/_progress.html", context
-    )
-
-
-def _retry_query(plan: PartitionPlan) -> str:
-    """The plan as wizard parameters: 'preview again' starts from exactly this plan."""
-    params = QueryDict(mutable=True)
-    params["preset"] = "custom"
-    params.setlist("slots", [slot_ranges(p["slots"]) for p in plan.layout])
-    params.setlist("name", [p["name"] for p in plan.layout])
-    params.setlist("department", [p.get("department") or "" for p in plan.layout])
-    params.setlist("slurm", [p.get("slurm_partition") or "" for p in plan.layout])
-    if plan.drain_first:
-        params["drain_first"] = "on"
-    return params.urlencode()
-
-
-@require_POST
-def plan_cancel(request, pk):
-    """Cancel a draft or draining plan; its drained trays return to service."""
-    require_admin(request.user, WIZARD)
-    plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
-    try:
-        plans.cancel_plan(plan)
-    except plans.PlanConflict as error:
-        messages.error(request, str(error))
-    else:
-        messages.success(request, f"Plan #{plan.pk} cancelled; its drained trays are back in service.")
-    return redirect("integrations:plan-detail", pk=plan.pk)
-
-
-@require_GET
-def plan_list(request):
-    """Plans with their status, newest first unless sorted otherwise (core.tables), a page at a time."""
-    require_admin(request.user, WIZARD)
-    table = Table(request, "plans", PLAN_SORTS, "-id", per_page=50, exports=False)
-    page = table.page(
-        table.order(
-            PartitionPlan.objects.visible_to(request.user)
-            .select_related("rack", "created_by")
-            .annotate(partition_count=JsonArrayLength("layout"))
-        )
-    )
-    active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
-    return render(
-        request,
-        "integrations/wizard/plan_list.html",
-        {
-            "plans": page.object_list,
-            "page": page,
-            "table": table,
-            "active": active,
-            "steps": _steps("rack"),
-            "step": "rack",
-        },
-    )
-
-
-PLAN_SORTS = {
-    "id": ("pk",),
-    "rack": ("rack__name",),
-    "status": ("status",),
-    "partitions": ("partition_count",),  # how many partitions the layout carves (annotated by plan_list)
-    "by": ("created_by__username",),
-    "created": ("created_at",),
-    "finished": ("finished_at",),
-}
-
-
 # ---- the step bar ----------------------------------------------------------------------------------------
 
 
-def _steps(current: str, rack: Rack | None = None, query: str = "", done: bool = False) -> list[dict]:
+def wizard_steps(current: str, rack: Rack | None = None, query: str = "", done: bool = False) -> list[dict]:
     """The five steps with a link for those reachable from here (later steps only through the forms)."""
     urls = {"rack": reverse("integrations:plan-new")}
     if rack is not None:

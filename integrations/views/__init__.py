@@ -1,1 +1,2 @@
-"""Integrations' pages (see integrations/urls.py); the partition wizard's are integrations.plans.views."""
+"""Integrations' pages (see integrations/urls.py); the partition wizard's are integrations.plans.views
+(its steps), whatif_views and progress_views."""

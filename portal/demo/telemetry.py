@@ -2,11 +2,11 @@
 
 `make run` turns on RACKPLANE_DEMO_TELEMETRY (scripts/run.sh, var/dev.env); the beat then runs
 portal.tasks.simulate_demo_telemetry every minute, which reads each allocated GPU's previous sample
-(portal.demo.seeding.record_demo_telemetry) and records the values computed here through the direct scrape's
+(portal.demo.agents.record_demo_telemetry) and records the values computed here through the direct scrape's
 own
 path (tenancy.activity.record_samples), so the dashboards' charts go on to "now".
 
-A job keeps the character the seed gave it (portal.demo.seeding._seed_telemetry): a GPU whose previous sample
+A job keeps the character the seed gave it (portal.demo.history.seed_telemetry): a GPU whose previous sample
 of
 this job was low stays low (0-3 %: an idle job stays idle, so it shows on the idle lists); a busy one varies
 around a level of its own (55-98 %). A job with no sample yet (started after the seed) is idle with the

@@ -1,4 +1,4 @@
-"""The demo seeds 30 days of quota history (portal.demo.seeding._seed_history) the way the product keeps it
+"""The demo seeds 30 days of quota history (portal.demo.history.seed_history) the way the product keeps it
 (tenancy.quota_history): five-minute rows for the last day, hourly rows before, within the retention; so
 the department quota chart's 7-day and 30-day ranges show a week and a month, not one day."""
 

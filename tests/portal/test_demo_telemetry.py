@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from portal.demo.seeding import record_demo_telemetry
+from portal.demo.agents import record_demo_telemetry
 from portal.demo.telemetry import (
     BUSY_FLOOR,
     IDLE_BELOW,
@@ -297,7 +297,7 @@ def test_the_demo_nodes_keep_reporting_what_they_last_said(var_dir, settings):
     and the inventory does not change (what was heard is repeated, never what the inventory intends)."""
     from inventory.models import ComputeTray, Gpu
     from inventory.staleness import silent_policy
-    from portal.demo.seeding import demo_nodes_report
+    from portal.demo.agents import demo_nodes_report
 
     seed_demo("--racks", "3")
     heard = {

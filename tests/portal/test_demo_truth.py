@@ -14,7 +14,8 @@ from integrations.tasks import sync_jobs
 from inventory.choices import FabricState, GpuHealth, TrayState
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu
-from portal.demo.seeding import NAME_PREFIX, seed_tenants
+from portal.demo.jobs import NAME_PREFIX
+from portal.demo.seeding import seed_tenants
 from scheduling.choices import HOLDING_STATES, JobEventKind, JobState, PriorityClass, Topology
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services.passes import run_pass

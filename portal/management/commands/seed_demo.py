@@ -16,9 +16,8 @@ from integrations.registry import clean_settings
 from inventory.choices import FabricState, HealthKind, RuleAction, SystemModel
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu, HealthRule, NVLinkPartition, Rack
-from portal.demo.seeding import (
+from portal.demo.jobs import (
     BATCH,
-    DEPARTMENTS,
     KINDS,
     NAME_PREFIX,
     SIZES,
@@ -26,10 +25,9 @@ from portal.demo.seeding import (
     TRAIN,
     demo_work,
     job_story,
-    seed_tenants,
     trays_phrase,
-    write_demo_logins,
 )
+from portal.demo.seeding import DEPARTMENTS, seed_tenants, write_demo_logins
 from scheduling.choices import Backend, JobState
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import Request, place

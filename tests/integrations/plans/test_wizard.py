@@ -13,7 +13,7 @@ from django.urls import reverse
 from core.models import AuditEvent
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
-from integrations.plans.views import NODES_SETTLE_WINDOW
+from integrations.plans.progress_views import NODES_SETTLE_WINDOW
 from integrations.tasks import follow_active_plans
 from inventory.choices import GpuHealth, PlanStatus, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack

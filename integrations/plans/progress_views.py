@@ -1,0 +1,227 @@
+"""Following a partition plan once the wizard applied it: its progress page, its cancel, the list of plans.
+
+Platform admins only, as the wizard (integrations.plans.views). The progress page polls itself every 2 s and
+stops (HTTP 286) once the plan and its pushes are done. It only reads: the plan moves on in tasks (the beat,
+and the end of each of its pushes: integrations.tasks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db.models import Count
+from django.http import QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseStopPolling
+
+from core.access import require_admin
+from core.tables import JsonArrayLength, Table
+from integrations.models import ConfigPush, PushStatus
+from integrations.plans import service as plans
+from integrations.plans.views import WIZARD, render_step, wizard_steps
+from inventory import selectors
+from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
+from inventory.models import Gpu, PartitionPlan
+from inventory.planning import _ranges as slot_ranges
+from inventory.selectors import PARTITION_COLOURS
+from scheduling.choices import HOLDING_STATES
+from scheduling.models import Allocation
+
+# How many lines of a push's log the progress view shows (the push page has all of it).
+LOG_TAIL_LINES = 12
+# Plans that move on by themselves no more (a draft waits for an admin): the progress page stops polling.
+SETTLED_PLAN_STATES = (PlanStatus.APPLIED, PlanStatus.FAILED, PlanStatus.CANCELLED, PlanStatus.DRAFT)
+
+
+# ---- following a plan: its progress, its cancel, the list ----------------------------------------------
+
+
+def _push_url(push) -> str:
+    """The push's own page: its whole log, and the retry button when it failed."""
+    return reverse("integrations:push-detail", args=[push.pk])
+
+
+def _pushes(plan: PartitionPlan) -> list:
+    pushes = list(ConfigPush.objects.filter(plan_id=plan.pk).select_related("target").order_by("pk"))
+    latest = {push.target_id: push.pk for push in pushes}  # a retry is a later push to the same target
+    for push in pushes:
+        push.retried = latest[push.target_id] if latest[push.target_id] != push.pk else None
+        log = (push.log or "").rstrip().splitlines()
+        push.log_tail = "\n".join(log[-LOG_TAIL_LINES:])
+        push.log_lines = len(log)
+        push.log_more = len(log) > LOG_TAIL_LINES
+        push.url = _push_url(push)
+    return pushes
+
+
+# How long after an applied plan the progress page waits for the rack's nodes to report their new cliques
+# before it stops following them and says which GPUs have not.
+NODES_SETTLE_WINDOW = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class NodeReports:
+    """After the fabric applied a plan: how many of the rack's GPUs already report their new partition."""
+
+    total: int
+    unsettled: int  # drift, or a fabric registration still in progress (inventory.selectors)
+    given_up: bool  # past NODES_SETTLE_WINDOW: stop waiting and say so
+
+    @property
+    def settled(self) -> int:
+        return self.total - self.unsettled
+
+
+def _node_reports(plan: PartitionPlan, now) -> NodeReports | None:
+    """What the rack's node agents report once the plan is applied (None before that)."""
+    if plan.status != PlanStatus.APPLIED:
+        return None
+    counts = Gpu.objects.filter(tray__rack=plan.rack, tray__partition__isnull=False).aggregate(
+        total=Count("pk"), unsettled=Count("pk", filter=selectors.GPU_FABRIC_UNSETTLED)
+    )
+    finished = plan.finished_at or plan.applied_at or now
+    return NodeReports(counts["total"], counts["unsettled"], now - finished > NODES_SETTLE_WINDOW)
+
+
+def _done(plan: PartitionPlan, pushes, nodes: NodeReports | None) -> bool:
+    """Nothing left to follow: the plan has settled, no push of it (a retry included) is still active, and
+    the rack's nodes report their new cliques (or have had NODES_SETTLE_WINDOW to)."""
+    if nodes is not None and nodes.unsettled and not nodes.given_up:
+        return False
+    return plan.status in SETTLED_PLAN_STATES and all(push.is_finished for push in pushes)
+
+
+def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
+    """(slot, hostname) of the trays the plan drained, while it waits for them or until it is cancelled."""
+    return list(
+        plan.rack.trays.filter(state_reason=plans.drain_reason(plan))
+        .order_by("slot")
+        .values_list("slot", "hostname")
+    )
+
+
+def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str]:
+    """The running jobs a draining plan waits for (by name)."""
+    if plan.status != PlanStatus.DRAINING:
+        return []
+    busy = Allocation.objects.filter(
+        job__state__in=HOLDING_STATES,
+        gpu__tray__rack=plan.rack,
+        gpu__tray__slot__in=[slot for slot, _hostname in drained],
+    )
+    return sorted(set(busy.values_list("job__name", flat=True)))
+
+
+def _progress_context(plan: PartitionPlan) -> dict:
+    pushes = _pushes(plan)
+    nodes = _node_reports(plan, timezone.now())
+    done = _done(plan, pushes, nodes)
+    drained = _drained(plan)
+    return {
+        "plan": plan,
+        "nodes": nodes,
+        "rack": plan.rack,
+        "pushes": pushes,
+        "done": done,
+        "drained": drained,
+        "waiting_on": _waiting_on(plan, drained),
+        "failed_pushes": [push for push in pushes if push.status == PushStatus.FAILED and not push.retried],
+        "layout": [
+            {**p, "ranges": slot_ranges(p["slots"]), "colour": i % PARTITION_COLOURS}
+            for i, p in enumerate(plan.layout)
+        ],
+        "can_cancel": plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING),
+        "steps": wizard_steps("apply", plan.rack, done=plan.status == PlanStatus.APPLIED),
+        "step": "apply",
+        "retry_query": _retry_query(plan),
+    }
+
+
+@require_GET
+def plan_detail(request, pk):
+    """The plan's progress: its status, each push with its status and log tail; polls until done.
+
+    Read-only: what it shows was moved on by the tasks (integrations.tasks)."""
+    require_admin(request.user, WIZARD)
+    plan = get_object_or_404(
+        PartitionPlan.objects.visible_to(request.user).select_related("rack", "created_by"), pk=pk
+    )
+    context = _progress_context(plan)
+    if request.htmx and context["done"]:
+        return HttpResponseStopPolling(
+            render(request, "integrations/wizard/_progress.html", context).content,
+            headers={"Vary": "HX-Request"},
+        )
+    return render_step(
+        request, "integrations/wizard/progress.html", "integrations/wizard/_progress.html", context
+    )
+
+
+def _retry_query(plan: PartitionPlan) -> str:
+    """The plan as wizard parameters: 'preview again' starts from exactly this plan."""
+    params = QueryDict(mutable=True)
+    params["preset"] = "custom"
+    params.setlist("slots", [slot_ranges(p["slots"]) for p in plan.layout])
+    params.setlist("name", [p["name"] for p in plan.layout])
+    params.setlist("department", [p.get("department") or "" for p in plan.layout])
+    params.setlist("slurm", [p.get("slurm_partition") or "" for p in plan.layout])
+    if plan.drain_first:
+        params["drain_first"] = "on"
+    return params.urlencode()
+
+
+@require_POST
+def plan_cancel(request, pk):
+    """Cancel a draft or draining plan; its drained trays return to service."""
+    require_admin(request.user, WIZARD)
+    plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
+    try:
+        plans.cancel_plan(plan)
+    except plans.PlanConflict as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"Plan #{plan.pk} cancelled; its drained trays are back in service.")
+    return redirect("integrations:plan-detail", pk=plan.pk)
+
+
+@require_GET
+def plan_list(request):
+    """Plans with their status, newest first unless sorted otherwise (core.tables), a page at a time."""
+    require_admin(request.user, WIZARD)
+    table = Table(request, "plans", PLAN_SORTS, "-id", per_page=50, exports=False)
+    page = table.page(
+        table.order(
+            PartitionPlan.objects.visible_to(request.user)
+            .select_related("rack", "created_by")
+            .annotate(partition_count=JsonArrayLength("layout"))
+        )
+    )
+    active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
+    return render(
+        request,
+        "integrations/wizard/plan_list.html",
+        {
+            "plans": page.object_list,
+            "page": page,
+            "table": table,
+            "active": active,
+            "steps": wizard_steps("rack"),
+            "step": "rack",
+        },
+    )
+
+
+PLAN_SORTS = {
+    "id": ("pk",),
+    "rack": ("rack__name",),
+    "status": ("status",),
+    "partitions": ("partition_count",),  # how many partitions the layout carves (annotated by plan_list)
+    "by": ("created_by__username",),
+    "created": ("created_at",),
+    "finished": ("finished_at",),
+}
