@@ -139,24 +139,21 @@ def give_identity(user, identity) -> None:
 
 @pytest.fixture
 def slurm_baseline(slurm_testbed):
-    """Snapshot the managed files before the test; afterwards put back those the test changed and make
-    slurmctld read them again (only then: a reconfigure costs seconds), and wait for every node idle."""
+    """Snapshot the managed files before the test; afterwards put them back and make slurmctld run them. The
+    reconfigure runs even when no file changed: a test may change slurmctld's state in memory (`scontrol
+    update`), which only a reconfigure undoes (skipping it left later tests' jobs pending)."""
     conf = slurm_testbed.conf_dir
     saved = {name: (conf / name).read_text() for name in MANAGED_FILES}
     target = slurm_testbed.target()
     assert target.ping(), "slurmctld of the testbed is down before the test"
     topology = target.read_topology()
     yield saved, topology
-    restarted = not target.ping()
-    if restarted:
+    if not target.ping():
         slurm_testbed.control("start-ctld")
-    changed = [name for name, text in saved.items() if (conf / name).read_text() != text]
-    for name in changed:
-        (conf / name).write_text(saved[name])
-    for name in MANAGED_FILES:
+    for name, text in saved.items():
+        (conf / name).write_text(text)
         (conf / f"{name}.rackplane-prev").unlink(missing_ok=True)
-    if changed or restarted or target.read_topology() != topology:
-        subprocess.run([slurm_testbed.scontrol, "reconfigure"], check=True, capture_output=True)
+    subprocess.run([slurm_testbed.scontrol, "reconfigure"], check=True, capture_output=True)
     deadline = time.monotonic() + 30
     while target.read_topology() != topology or not _all_idle(slurm_testbed):
         assert time.monotonic() < deadline, "the testbed did not come back to its baseline"
