@@ -275,7 +275,7 @@ REPORT_FIELDS = [
 ]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(("case", "change", "where"), REPORT_FIELDS, ids=[c[0] for c in REPORT_FIELDS])
 def test_a_node_report_with_a_lone_surrogate_is_a_400_not_a_500(
     api_as, node_agent, demo_inventory, case, change, where
@@ -300,6 +300,7 @@ def test_a_node_report_with_a_lone_surrogate_is_a_400_not_a_500(
 # ---- not JSON: a query string or a form post with bytes that are not UTF-8 -------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "url",
     [

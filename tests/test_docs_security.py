@@ -16,7 +16,7 @@ def defined_tests(path: Path) -> set[str]:
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_every_test_the_threat_model_names_exists():
     text = (ROOT / "docs" / "security.md").read_text()
     missing, named, current = [], 0, None

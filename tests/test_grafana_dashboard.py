@@ -46,6 +46,7 @@ def test_metric_names_are_found_in_queries():
     assert metric_names("label_values(rackplane_gpus, job)") == {"rackplane_gpus"}
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_every_dashboard_metric_is_exposed(client, settings, demo_inventory, department_a):
     settings.RACKPLANE_METRICS_TOKEN = TOKEN

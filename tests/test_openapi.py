@@ -270,7 +270,7 @@ def test_a_form_encoded_body_is_refused_with_415(api_as, member_a):
     assert "detail" in response.json()
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_boolean_must_be_a_json_boolean(api_as, platform_admin, department_a):
     body = {"rack": "gb-r01", "layout": {"preset": "2x9"}, "dry_run": 1}
     response = api_as(platform_admin).post("/api/v1/partition-plans/", body, format="json")

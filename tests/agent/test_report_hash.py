@@ -70,7 +70,7 @@ def variants(xml: str):
         yield element.tag, ET.tostring(copy, encoding="unicode")
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("name", LISTINGS)
 def test_whatever_the_digest_ignores_the_portal_ignores(agent_module, name):
     xml = (SAMPLES / name).read_text()

@@ -140,6 +140,7 @@ def test_a_closed_port_is_unreachable_and_named():
     assert str(caught.value) == f"connection refused by 127.0.0.1:{port}"
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_server_that_does_not_answer_in_time_is_unreachable(url):
     with pytest.raises(Unreachable) as caught:
         HttpClient(url, timeout=0.3).request("GET", "/slow")

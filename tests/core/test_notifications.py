@@ -78,7 +78,7 @@ def expected_signature(secret: str, timestamp: str, body: bytes) -> str:
 # --- webhooks against a real HTTP server -----------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_webhook_is_a_signed_json_post_the_receiver_can_verify(
     receiver, allow_private, django_capture_on_commit_callbacks
@@ -123,7 +123,7 @@ def test_a_webhook_is_a_signed_json_post_the_receiver_can_verify(
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_503_is_retried_after_the_backoff_and_then_delivered_with_the_same_id(
     receiver, allow_private, django_capture_on_commit_callbacks
@@ -161,7 +161,7 @@ def test_a_503_is_retried_after_the_backoff_and_then_delivered_with_the_same_id(
     assert delivery.due(now=timezone.now() + timedelta(days=1)) == []
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_429_waits_as_long_as_retry_after_asks(receiver, allow_private, django_capture_on_commit_callbacks):
     webhook(receiver.url)
@@ -174,7 +174,7 @@ def test_a_429_waits_as_long_as_retry_after_asks(receiver, allow_private, django
     assert notification.attempt_log.get().http_status == 429
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_400_is_not_retried(receiver, allow_private, django_capture_on_commit_callbacks):
     webhook(receiver.url)
@@ -193,7 +193,7 @@ def test_a_400_is_not_retried(receiver, allow_private, django_capture_on_commit_
     assert len(receiver.requests) == 1
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_redirect_is_not_followed(receiver, allow_private, django_capture_on_commit_callbacks):
     webhook(receiver.url)
@@ -218,7 +218,7 @@ def test_an_endpoint_that_refuses_connections_is_retried(allow_private, django_c
     assert attempt.http_status is None and attempt.outcome == AttemptOutcome.RETRY
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_it_gives_up_after_the_last_attempt(receiver, allow_private, django_capture_on_commit_callbacks):
     webhook(receiver.url)
@@ -234,7 +234,7 @@ def test_it_gives_up_after_the_last_attempt(receiver, allow_private, django_capt
     assert notification.error.startswith(f"Gave up after {MAX_ATTEMPTS} attempts")
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db(transaction=True)
 def test_nothing_is_sent_when_the_transaction_rolls_back(receiver, allow_private):
     webhook(receiver.url)
@@ -259,7 +259,7 @@ def test_nothing_is_sent_when_the_transaction_rolls_back(receiver, allow_private
 # --- who receives what -----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_subscribers_get_their_events_and_scopes_only(receiver, allow_private):
     everything, _ = webhook(receiver.url, name="everything")
@@ -292,7 +292,7 @@ def test_callers_mistakes_are_refused():
         notify(NotificationEvent.TRAY_DRAINED, "drained", {"log": "x" * (recording.MAX_PAYLOAD_BYTES + 1)})
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_subject_is_one_line(receiver, allow_private):
     webhook(receiver.url)
@@ -300,7 +300,7 @@ def test_a_subject_is_one_line(receiver, allow_private):
     assert "\n" not in row.subject and "\r" not in row.subject and len(row.subject) == 200
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_disabling_or_deleting_a_subscription_cancels_what_it_had_pending(
     receiver, allow_private, django_capture_on_commit_callbacks
@@ -324,7 +324,7 @@ def test_disabling_or_deleting_a_subscription_cancels_what_it_had_pending(
     }
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_test_notification_goes_to_one_subscription_even_disabled(
     receiver, allow_private, django_capture_on_commit_callbacks, platform_admin
@@ -343,7 +343,7 @@ def test_a_test_notification_goes_to_one_subscription_even_disabled(
 # --- at least once: lost workers and lost messages -------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_lost_worker_or_a_lost_message_is_picked_up_by_the_beat(
     receiver, allow_private, django_capture_on_commit_callbacks
@@ -367,7 +367,7 @@ def test_a_lost_worker_or_a_lost_message_is_picked_up_by_the_beat(
     assert claimed.attempts == 2  # the lost attempt counts
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_notification_is_claimed_once(receiver, allow_private, django_capture_on_commit_callbacks):
     webhook(receiver.url)
@@ -438,7 +438,7 @@ def test_a_public_address_or_an_allowed_private_one_passes(settings):
     check_webhook_url("http://127.0.0.1:8080/hook")
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_a_private_target_is_refused_on_save_and_again_before_sending(
     settings, receiver, django_capture_on_commit_callbacks
@@ -529,7 +529,7 @@ def test_a_subscription_that_makes_no_sense_is_refused(fields, field, says):
     assert not NotificationSubscription.objects.exists()
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_events_are_kept_in_catalog_order_and_uuid_is_unique(receiver, allow_private):
     subscription, _ = webhook(receiver.url, events=["needs_service", "tray_drained"])

@@ -233,7 +233,7 @@ def internal_name(monkeypatch):
     monkeypatch.setattr(outbound, "resolve", resolve)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("address", ["127.0.0.1", "[::ffff:127.0.0.1]", "internal.example"])
 def test_a_refused_address_is_never_connected_to(internal_name, address):
     with server() as (port, hits):
@@ -245,7 +245,7 @@ def test_a_refused_address_is_never_connected_to(internal_name, address):
         assert hits == ["/x"]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_vetted_address_is_the_one_connected_to(monkeypatch):
     """One lookup: a name that resolves to a public address when checked and to 127.0.0.1 later (DNS
     rebinding) is connected to at the address the guard vetted, never at a second lookup's answer."""
@@ -264,7 +264,7 @@ def test_the_vetted_address_is_the_one_connected_to(monkeypatch):
         assert seen == ["192.0.2.10"] and hits == []  # one resolution, and 127.0.0.1 was never asked
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_webhook_delivery_to_a_name_resolving_inside_is_refused(internal_name, settings):
     settings.RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS = False
     with server() as (port, hits):
@@ -275,7 +275,7 @@ def test_a_webhook_delivery_to_a_name_resolving_inside_is_refused(internal_name,
         assert hits == []
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_redirect_to_another_internal_host_does_not_share_the_allowance():
     with (
         server() as (inner_port, inner_hits),
@@ -287,7 +287,7 @@ def test_a_redirect_to_another_internal_host_does_not_share_the_allowance():
         assert hits == ["/start"] and inner_hits == []  # the other port (another service) got nothing
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_redirect_on_the_allowed_address_itself_is_followed():
     with server(redirect_to="/next") as (port, hits):
         client = HttpClient(f"http://127.0.0.1:{port}", allow_private=True)
@@ -295,7 +295,7 @@ def test_a_redirect_on_the_allowed_address_itself_is_followed():
         assert hits == ["/start", "/next"]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_redirect_from_a_public_name_to_metadata_is_refused(monkeypatch):
     """The first hop is allowed (here: a name the test points at the local server, with the allowance for
     it); its redirect to the metadata address is refused before any connection."""
@@ -338,7 +338,7 @@ def embeddings(v4: ipaddress.IPv4Address, prefix: int, subnet: int) -> list[ipad
     ]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @hypothesis_settings(max_examples=300, deadline=None)
 @given(
     network=st.sampled_from(PRIVATE_V4),

@@ -96,7 +96,7 @@ def test_a_body_over_the_size_limit_is_a_413_naming_it_and_writes_nothing(client
     assert rows() == before
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("charset", ["rot13", "hex", "base64", "no-such-charset"])
 def test_a_charset_that_is_not_text_is_a_415_naming_it(client_for, charset):
     client = client_for("member_a")

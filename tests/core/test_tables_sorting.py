@@ -87,6 +87,7 @@ def three_departments(db):
         Department.objects.filter(pk=department.pk).update(vlan_id=vlan)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "key, ascending", [("network", ["Neptune", "Venus", "Mars"]), ("storage", ["Venus", "Mars", "Neptune"])]
 )
@@ -224,6 +225,7 @@ def test_deliveries_sort_by_each_column_both_ways(client_as, platform_admin, del
     assert _delivery_ids(_get(client, url, sort=f"-{key}")) == expected[::-1]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize("raw", UNKNOWN)
 def test_deliveries_unknown_sort_falls_back_to_newest_first(client_as, platform_admin, deliveries, raw):
     html = _get(client_as(platform_admin), reverse("notification-list"), sort=raw)

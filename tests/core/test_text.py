@@ -138,7 +138,7 @@ def _allowed(char: str, before: str, after: str, multiline: bool) -> bool:
     return not (0xFDD0 <= cp <= 0xFDEF or (cp & 0xFFFE) == 0xFFFE)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet=st.characters(codec=None), max_size=40), st.booleans(), st.integers(0, 50))
 @example("a\u202eb", False, 10)

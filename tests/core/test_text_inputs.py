@@ -31,7 +31,7 @@ def research(demo_inventory, member_a):
     return department
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("name", "named"),
     [
@@ -88,6 +88,7 @@ def test_the_job_service_refuses_it_too(member_a, research):
     assert Job.objects.count() == 0
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("method", "url", "body"),
     [
@@ -139,7 +140,7 @@ def test_a_node_reports_xid_line_with_an_escape_sequence_is_refused(api_as, node
     assert "U+001B" in str(response.json())
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("script", "named"),
     [

@@ -45,7 +45,7 @@ def let_the_cool_off_pass():
 # --- sign-in lockout ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_30_wrong_passwords_then_the_right_one_is_refused_until_the_cool_off_passes(client, operator):
     for _ in range(30):
         assert sign_in(client, "night-operator", "guess").status_code in (200, 429)

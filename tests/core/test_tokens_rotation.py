@@ -38,6 +38,7 @@ def personal(user, days: float = 1, name: str = "nightly script") -> tuple[Perso
 # --- personal tokens ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_rotating_a_short_lived_personal_token_makes_a_personal_token_expiring_no_later(member_a):
     original, key = personal(member_a, days=1)
     response = client_with(key).post(ROTATE)

@@ -153,6 +153,7 @@ def test_old_payloads_are_let_go_beyond_the_bound(two_pushes):
     assert "let go" in push_history.can_push_again(first)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_finishing_a_push_prunes_payloads(local_target, demo_inventory, django_capture_on_commit_callbacks):
     ids = []
     for n in range(3):

@@ -54,6 +54,7 @@ def test_rolled_back_names_the_rollback_its_version_and_the_current_push(rolled_
     )
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_targets_page_and_the_rollbacks_page_show_it_with_the_button(rolled_back, client_as, platform_admin):
     first, second, again = rolled_back
     client = client_as(platform_admin)
@@ -71,6 +72,7 @@ def test_targets_page_and_the_rollbacks_page_show_it_with_the_button(rolled_back
         assert "rollback-badge" not in other
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_push_the_current_configuration_queues_a_normal_push_and_the_badge_goes(
     rolled_back, local_target, client_as, platform_admin, render_dir, django_capture_on_commit_callbacks
 ):
@@ -95,6 +97,7 @@ def test_push_the_current_configuration_queues_a_normal_push_and_the_badge_goes(
     assert "rollback-badge" not in client.get(TARGETS).content.decode()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_push_queued_after_the_rollback_is_named_instead_of_the_button(
     rolled_back, local_target, client_as, platform_admin
 ):

@@ -142,7 +142,7 @@ def test_push_to_the_local_directory(local, render_dir, admin_user, django_captu
     assert "succeeded" in lines[-1]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_an_unchanged_configuration_is_not_pushed_again(
     local, render_dir, django_capture_on_commit_callbacks
 ):
@@ -234,6 +234,7 @@ def test_a_newer_push_supersedes_a_queued_one(local, django_capture_on_commit_ca
     assert "vision" in second.payload["files"]["nfs/exports"]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_change_during_a_running_push_is_pushed_after_it(
     local, monkeypatch, django_capture_on_commit_callbacks
 ):
@@ -326,7 +327,7 @@ def test_a_worker_schedules_the_retry_with_exponential_backoff(
     assert "retrying in 4s (attempt 3 of 5)" in ConfigPush.objects.get(pk=push.pk).log
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_permanent_error_fails_and_leaves_the_previous_files(
     demo_inventory, slurm_dir, tmp_path, django_capture_on_commit_callbacks
 ):
@@ -413,6 +414,7 @@ def test_the_task_runs_as_the_requesting_user(
 # --- the directory target ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_directory_versions_are_switched_atomically_and_the_previous_one_is_kept(
     local, render_dir, monkeypatch, django_capture_on_commit_callbacks
 ):
@@ -474,7 +476,7 @@ def test_directory_paths(settings, tmp_path):
 # --- the other adapters ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_simulated_fabric_push_reports_progress_per_rack(demo_inventory, django_capture_on_commit_callbacks):
     target = ConfigTarget.objects.create(name="fabric", kind="fabric", settings={"kind": "simulated"})
     # The simulated fabric starts as the nodes last reported; gb-r02's nodes have not reported a clique yet.
@@ -645,7 +647,7 @@ def page_urls(push: ConfigPush) -> list[str]:
     ]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_pages_are_for_platform_admins_only(
     client, local, lead_a, outsider, platform_admin, django_capture_on_commit_callbacks
 ):

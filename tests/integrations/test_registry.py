@@ -332,7 +332,7 @@ def test_the_switch_pattern_finds_what_it_is_for():
     assert not pattern.search('Job.objects.filter(backend="fabric")')
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_nothing_outside_a_kinds_folder_switches_on_its_name():
     folders = kind_folders()
     assert set(folders) == {"directory", "slurm", "kubernetes", "fabric"}
@@ -444,7 +444,7 @@ z = kind == "gpu" or key in ("slots", "name")
     assert literal_kind_comparisons(ast.parse(source), names) == [2, 3, 4, 5]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_nothing_outside_a_kinds_folder_and_the_registry_compares_a_kind_to_its_name():
     names = job_kind_names()
     folders = set(kind_folders().values())

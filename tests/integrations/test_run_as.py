@@ -56,7 +56,7 @@ def test_a_person_without_an_identity_cannot_submit_to_a_live_backend(
     assert api_as(person).post("/api/v1/jobs/", body(department_a), format="json").status_code == 201
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_job_form_says_why(client, demo_inventory, department_a, slurm_target):
     person = make_member("no-posix", department_a)
     PosixAccount.objects.filter(user=person).delete()

@@ -68,7 +68,7 @@ def nominal_quota(render_dir, slug: str) -> int:
     return int(resource["nominalQuota"])
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_raising_a_guarantee_on_the_edit_page_pushes_the_new_quota(
     research, local_target, render_dir, client_as, platform_admin, django_capture_on_commit_callbacks
 ):
@@ -104,6 +104,7 @@ def test_without_an_enabled_target_the_edit_page_says_nothing_was_pushed(
     assert "No configuration target is enabled, so nothing was pushed" in response.content.decode()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_change_nothing_renders_queues_nothing(
     research, local_target, client_as, platform_admin, django_capture_on_commit_callbacks
 ):
@@ -126,6 +127,7 @@ def test_a_change_nothing_renders_queues_nothing(
     assert "A configuration push was queued" not in response.content.decode()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_two_changes_in_one_transaction_queue_one_push(
     research, local_target, render_dir, django_capture_on_commit_callbacks
 ):
@@ -173,7 +175,7 @@ def test_a_long_list_of_changes_says_how_many_did_not_fit():
     assert signals._reason(reasons[:2]) == "; ".join(reasons[:2])
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_dedications_and_deleted_departments_push(research, local_target, django_capture_on_commit_callbacks):
     partition = NVLinkPartition.objects.get(rack__name="gb-r02", name="p1")
     with django_capture_on_commit_callbacks(execute=True):
@@ -187,6 +189,7 @@ def test_dedications_and_deleted_departments_push(research, local_target, django
     assert "research" not in push.payload["files"].get(CLUSTER_QUEUES, "")
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_plan_that_dedicates_a_partition_pushes_once(
     research, local_target, admin_user, django_capture_on_commit_callbacks
 ):
@@ -255,7 +258,7 @@ OTHER_VALUES = {
 SET_BY_DJANGO = {"id", "created_at", "updated_at"}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("model", [Department, TenancySettings], ids=lambda m: m.__name__)
 def test_the_watched_fields_are_exactly_those_the_configuration_renders(model, research):
     row = research if model is Department else TenancySettings.load()

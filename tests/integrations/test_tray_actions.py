@@ -61,7 +61,7 @@ def _window(start_in: timedelta, length: timedelta) -> dict:
 # ------------------------------------------------------------------------------------------------ access
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("persona", ["lead_a", "member_a", "outsider"])
 def test_only_platform_admins_see_and_use_the_actions(client_as, persona, rack):
     tray = _tray("gb-r02-t03")
@@ -145,6 +145,7 @@ def test_drain_from_the_tray_page_records_who_and_why(client_as, platform_admin,
     assert "state-drain" in page and expected in page and _url("return", tray) in page
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "reason, message",
     [
@@ -310,6 +311,7 @@ def _ids(*hostnames: str) -> list[int]:
     return [_tray(hostname).pk for hostname in hostnames]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_bulk_drain_then_return(client_as, platform_admin, rack):
     client = client_as("platform_admin")
     hosts = ("gb-r02-t05", "gb-r02-t02", "gb-r02-t09")

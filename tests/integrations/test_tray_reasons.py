@@ -112,7 +112,7 @@ def test_state_words(state, words):
     assert state_words(state) == words
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_another_owners_drain_says_what_an_admin_can_do_here(admin):
     """The demo's seeded drain (gb-r01-t07) is no Slurm's: the page says how to clear it in this portal."""
     tray = _tray("gb-r01-t07")

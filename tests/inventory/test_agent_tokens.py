@@ -150,7 +150,7 @@ def test_the_fleet_token_is_kept_for_aggregators_and_shown_again(demo_inventory)
     assert response.status_code == 200, response.content
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_an_expired_fleet_token_is_replaced_not_shown_again(demo_inventory, settings):
     first = issue_by_command("--fleet")
     expired = timezone.now() - timedelta(days=settings.RACKPLANE_TOKEN_TTL_DAYS + 1)
@@ -440,7 +440,7 @@ def test_an_admin_revokes_a_token_after_confirming(client, platform_admin, host_
     assert agent(host_secret).post(REPORTS, report(HOST), format="json").status_code == 401
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("persona", ["lead_a", "member_a", "outsider"])
 def test_leads_and_members_may_not_see_issue_or_revoke_tokens(client_as, persona, host_secret):
     token = AgentToken.objects.get()

@@ -284,6 +284,7 @@ def test_gpu_removed_from_its_tray_has_no_rack_tray_or_intent(demo_inventory, cl
     assert len(everything(client, "/api/v1/gpus/")) == 216
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_gpu_filters(demo_inventory, client):
     def uuids(**params):
         return {row["uuid"] for row in everything(client, "/api/v1/gpus/", **params)}

@@ -102,6 +102,7 @@ def test_the_hash_alone_is_a_heartbeat_and_a_stranger_hash_asks_for_the_full_rep
     assert "Post the full report" in refused.json()["detail"]
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
@@ -168,7 +169,7 @@ def test_a_tray_with_open_health_business_is_always_reconciled(agent):
     assert Gpu.objects.get(tray=tray(), index=1).health == GpuHealth.HEALTHY
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_xids_are_never_a_heartbeat(agent):
     agent.post(URL, body(tray()), format="json")
     xid = {"time": timezone.now().isoformat(), "xid": 13, "text": "NVRM: Xid (PCI:0008:01:00): 13, pid=1"}
@@ -176,7 +177,7 @@ def test_xids_are_never_a_heartbeat(agent):
     assert answer["unchanged"] is False and answer["health"]["new_events"] == 1
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_gpu_claimed_by_two_hosts_stays_flagged_under_heartbeats(agent):
     """The claim rule still holds: the other host's report names the GPU of this tray; this tray's
     heartbeats keep the GPU's last-seen time, so the GPU is not moved while this tray reports it."""

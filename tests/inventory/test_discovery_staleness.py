@@ -87,6 +87,7 @@ def test_the_api_shows_and_filters_stale_trays(demo_inventory, admin_client_logg
     assert admin_client_logged_in.get(f"/api/v1/trays/{pk}/").json()["stale"] is False
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_rack_view_and_the_tray_page_show_the_silence(demo_inventory, admin_client_logged_in):
     node_silent_rule()
     go_silent(SILENT, minutes=42)

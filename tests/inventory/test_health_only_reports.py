@@ -60,7 +60,7 @@ def test_a_passing_check_without_a_listing_is_no_evidence_of_health(agent):
     assert ComputeTray.objects.get(hostname=HOST).healthy_since is None
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "body",
     [

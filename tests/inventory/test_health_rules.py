@@ -215,7 +215,7 @@ def test_fabric_health_flags_degrade_the_partition(agent):
 # --- circuit breaker ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_circuit_breaker_stops_draining_past_its_share_and_alerts(
     agent, django_capture_on_commit_callbacks
 ):
@@ -264,7 +264,7 @@ def test_dry_run_records_would_drain_and_changes_nothing(agent):
     assert HealthSettings.load().breaker_tripped_at is None
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_dry_run_records_a_fault_the_tray_keeps_reporting_once(agent):
     settings(dry_run=True)
     t = tray()
@@ -311,6 +311,7 @@ def test_a_repeat_offender_goes_to_needs_service_and_never_returns_by_itself(age
 # --- return to service --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_drained_tray_returns_after_healthy_reports_for_the_configured_time(agent):
     settings(return_after_s=1800)
     t = tray()
@@ -340,6 +341,7 @@ def test_a_fault_in_between_restarts_the_healthy_time(agent):
     assert not return_eligibility(tray()).eligible
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_return_needs_the_configured_check_to_pass_after_the_fault(agent):
     settings(return_after_s=0, return_check="dcgmi diag -r 2")
     t = tray()
@@ -485,7 +487,7 @@ def test_a_dcgm_push_for_gpus_outside_the_tokens_trays_is_refused(demo_inventory
 # --- the admin: rules and settings are platform admins' to edit ---------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_platform_admins_edit_rules_and_settings_in_the_admin(client, platform_admin, demo_inventory):
     platform_admin.is_superuser = True
     platform_admin.save()

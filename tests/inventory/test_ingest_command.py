@@ -95,6 +95,7 @@ def test_a_missing_file_is_a_clear_error(demo_inventory, tmp_path):
         run("--host", "gb-r01-t01", str(tmp_path / "absent.txt"))
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "fixture, fmt",
     [

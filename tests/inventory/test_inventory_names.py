@@ -46,6 +46,7 @@ def _accepted(validator, value) -> bool:
 # --- whatever is saved is rendered -------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(name=st.one_of(NAME_TEXT, st.sampled_from(ADVERSARIAL)), partition=st.sampled_from(["p1", "default"]))
 def test_a_rack_name_the_model_accepts_is_one_every_renderer_takes(name, partition):
@@ -62,6 +63,7 @@ def test_a_rack_name_the_model_accepts_is_one_every_renderer_takes(name, partiti
     assert len(name) <= 63
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(hostname=st.one_of(NAME_TEXT, st.sampled_from(ADVERSARIAL)))
 def test_a_hostname_the_model_accepts_is_one_slurm_and_kubernetes_take(hostname):
@@ -76,7 +78,7 @@ def test_a_hostname_the_model_accepts_is_one_slurm_and_kubernetes_take(hostname)
     assert len(hostname) <= 63
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(name=st.one_of(NAME_TEXT, st.sampled_from(ADVERSARIAL)))
 def test_a_partition_name_the_model_accepts_is_one_every_renderer_takes(name):
@@ -115,7 +117,7 @@ def test_the_names_in_use_stay_valid(name):
     assert names.hostname_error("gb-r01-c01-node01.hall-a") is None  # a site's longer hostname
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_the_demo_and_the_fixtures_names_are_valid(demo_inventory):
     for rack in Rack.objects.all():
@@ -204,7 +206,7 @@ def test_a_node_report_from_a_host_that_cannot_be_a_tray_is_a_400_naming_the_hos
     assert "cannot be a compute tray's hostname" in " ".join(response.json()["host"]), response.json()
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_the_wizard_refuses_a_partition_name_a_flavor_cannot_take(demo_inventory):
     from integrations.plans import service as plans

@@ -57,7 +57,7 @@ ASCENDING = {
 }
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("key", sorted(ASCENDING))
 def test_computed_columns_sort_both_ways(user_client, figures, key):
     assert _names(user_client.get(URL, {"sort": key})) == ASCENDING[key]
@@ -75,7 +75,7 @@ def test_the_page_shows_the_figures_it_sorted_by(user_client, figures):
     ]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("key", sorted(ASCENDING))
 def test_computed_headers_are_links_saying_which_way_they_sort(user_client, figures, key):
     html = user_client.get(URL, {"sort": key}).content.decode()

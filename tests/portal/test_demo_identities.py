@@ -16,7 +16,7 @@ from tenancy.models import Membership, PosixAccount
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_demo_people_have_identities_and_rendered_jobs_show_them(demo_inventory):
     seed_tenants(password="demo-password-1")
     people = set(Membership.objects.values_list("user__username", flat=True))

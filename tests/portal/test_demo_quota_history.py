@@ -33,7 +33,7 @@ def stored_points(client, department, key: str) -> int:
     return int(POINTS.search(response.content.decode()).group(1))
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_30_day_chart_has_points_older_than_a_week(seeded, client_as, platform_admin):
     now = seeded
     client = client_as(platform_admin)
@@ -49,7 +49,7 @@ def test_the_30_day_chart_has_points_older_than_a_week(seeded, client_as, platfo
         assert len(in_use) > 5, f"{department}: {sorted(in_use)}"
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_seeded_history_is_what_the_product_keeps(seeded):
     now = seeded
     cutoff = (now - FULL_RESOLUTION).replace(minute=0, second=0, microsecond=0)

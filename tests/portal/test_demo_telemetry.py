@@ -112,7 +112,7 @@ def held(demo_inventory):
     }
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_when_on_every_allocated_gpu_gets_a_fresh_sample_and_keeps_its_character(held, settings):
     settings.RACKPLANE_DEMO_TELEMETRY = True

@@ -63,6 +63,7 @@ def assert_html_error(response, status: int, heading: str):
     return html
 
 
+@pytest.mark.slow(reason="9 cases, each a full request through the stack")
 @pytest.mark.parametrize("url", UNKNOWN_PAGES)
 def test_unknown_pages_are_a_styled_404_for_everyone(visitor, url):
     html = assert_html_error(visitor.get(url), 404, "Not found")

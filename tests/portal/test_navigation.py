@@ -22,7 +22,7 @@ def menu(client) -> dict[str, str]:
     return {label.strip(): href for href, label in LINK.findall(NAV.search(html).group(1))}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "persona, shown, hidden",
     [
@@ -145,6 +145,7 @@ def test_a_home_never_calls_gpus_without_data_working(client_as, demo_inventory,
     assert "every held GPU is working" in html and "data-no-data" not in html
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_work_home_is_a_fixed_number_of_queries(
     client_as, demo_inventory, department_a, member_a, django_assert_max_num_queries
 ):

@@ -71,7 +71,7 @@ def pages(pk):
     ]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("persona", ["lead_a", "member_a", "outsider"])
 def test_only_platform_admins_may_use_the_page(client_as, persona, email_subscription):
     client = client_as(persona)
@@ -108,7 +108,7 @@ def test_the_menu_entry_is_for_admins_only(client_as, lead_a):
 # --- adding a webhook: the secret shown once -------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_adding_a_webhook_shows_its_secret_once_and_audits_without_it(
     admin, allow_private, receiver, demo_inventory
 ):
@@ -162,7 +162,7 @@ def test_adding_an_email_recipient_needs_no_secret(admin):
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_new_secret_is_audited_as_its_time_and_shown_once(admin, allow_private, receiver):
     admin.post(NEW_WEBHOOK, {"name": "pager", "url": receiver.url, "events": ALL_EVENTS, "enabled": "on"})
     subscription = NotificationSubscription.objects.get()
@@ -229,7 +229,7 @@ def test_the_toggle_does_not_answer_a_get(admin, email_subscription):
 # --- a test notification --------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db(transaction=True)  # sent when the request's work commits, as in production
 def test_send_a_test_notification_to_a_real_receiver(admin, allow_private, receiver):
     subscription, secret = create_subscription(
@@ -246,7 +246,7 @@ def test_send_a_test_notification_to_a_real_receiver(admin, allow_private, recei
     assert str(notification.uuid) in detail and "200" in detail and secret not in detail
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_test_notification_says_why(admin, allow_private, receiver):
     subscription, _ = create_subscription(
@@ -403,7 +403,7 @@ def test_editing_a_webhook_that_allows_a_private_address_keeps_working(admin, se
 # --- the Django admin ------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db(transaction=True)
 def test_the_django_admin_shows_subscriptions_and_deliveries_never_the_secret(
     admin_client_logged_in, allow_private, receiver

@@ -14,6 +14,7 @@ import pytest
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.slow(reason="5 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "url",
     [

@@ -43,6 +43,7 @@ def make_token_on_the_portal(client, name="nightly training", days=30) -> str:
     return page[start : page.index("</code>", start)]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_member_makes_a_token_on_the_portal_and_submits_a_job_with_it(
     client_as, demo_inventory, django_capture_on_commit_callbacks
 ):
@@ -228,7 +229,7 @@ def test_the_username_in_the_top_bar_leads_to_the_tokens_page(client_as, member_
     assert '<a class="who" href="/account/tokens/"' in page
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_api_docs_say_how_to_get_a_token(api_as, member_a):
     schema = api_as(member_a).get("/api/schema/?format=json").json()
     assert "/account/tokens/" in schema["info"]["description"]

@@ -59,6 +59,7 @@ def test_projects_are_found_by_the_start_of_their_name_or_slug(client_as, vision
     assert kinds(client.get(SEARCH, {"q": "visi"}))["project"] == ["Alpha / Computer Vision"]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_projects_whole_name_or_slug_jumps_to_it(client_as, vision):
     client = client_as("member_a")
     for q in ("vision", "VISION", "Computer Vision", "computer vision"):
@@ -70,6 +71,7 @@ def test_a_projects_whole_name_or_slug_jumps_to_it(client_as, vision):
     assert 'id="project-vision"' in page
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_projects_are_found_only_by_who_may_see_them(client_as, vision, department_a, department_b, member_b):
     Project.objects.create(department=department_a, name="Speech", slug="speech")  # member_a is not in it
     assert "project" not in kinds(client_as("member_a").get(SEARCH, {"q": "spe"}))
@@ -145,7 +147,7 @@ def test_a_department_goes_before_a_project_and_a_job_of_the_same_name(
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_fast_path_and_the_full_search_agree(
     department_a, department_b, member_a, platform_admin, vision
 ):
@@ -162,7 +164,7 @@ def test_the_fast_path_and_the_full_search_agree(
 # --- cost ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_queries_per_search_do_not_grow_with_projects_or_jobs(client_as, department_a, lead_a):
     client = client_as(lead_a)
     client.get(SEARCH, {"q": "warm-up"})

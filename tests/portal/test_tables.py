@@ -265,7 +265,7 @@ def test_api_lists_sort_by_whitelisted_columns_and_refuse_others(api_as, platfor
     assert [gpu["uuid"] for gpu in gpus] == sorted((gpu["uuid"] for gpu in gpus), reverse=True)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_api_schema_lists_the_sort_values():
     from drf_spectacular.generators import SchemaGenerator
 

@@ -136,6 +136,7 @@ def test_member_dashboard_figures(client_as, workload, member_b):
     assert "No idle GPUs" in text(response)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_quota_history_chart(client_as, workload, department_a, lead_a):
     alpha = department_a
     now = timezone.now().replace(second=0, microsecond=0)
@@ -179,7 +180,7 @@ def test_no_history_no_chart(client_as, workload, lead_a):
     assert "plotly.min.js" not in markup
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_departments_figure_and_admin_dashboard(client, workload, platform_admin):
     positions = selectors.department_positions()
     traces = {trace.name: trace for trace in dashboards.departments_figure(positions).data}
@@ -212,7 +213,7 @@ def test_departments_figure_and_admin_dashboard(client, workload, platform_admin
     assert "every guarantee fits" in text(response)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_admin_dashboard_names_the_departments_owed_gpus(client, workload, department_b, platform_admin):
     # The walkthrough: "None: every guarantee ... can be met from free GPUs" while two departments were owed
     # GPUs of their guarantee. The list is now guarantee_positions' `owed` (Position.starved), nothing else.
@@ -256,7 +257,7 @@ def chart_traces(markup: str, div_id: str) -> dict[str, dict]:
     return {trace["name"]: trace for trace in json.loads(html.unescape(match.group(1)))["data"]}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_cards_badges_chart_api_and_snapshots_agree_across_a_guarantee_change(
     client_as, demo_inventory, lead_a, platform_admin
 ):
@@ -343,7 +344,7 @@ def banner(response) -> str:
 STAFF_PAGES = ["/", "/inventory/racks/", "/tenancy/departments/", "/admin/", "/admin/auth/user/"]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_banner_for_staff_on_every_page_until_fixed(client, workload, admin_user):
     client.force_login(admin_user)  # a superuser: the Django admin's pages are among them
     for url in STAFF_PAGES:
@@ -386,7 +387,7 @@ def test_banner_and_admin_dashboard_name_the_same_departments(client, workload, 
     assert owed == {name: p.owed for name, p in status.positions}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_no_banner_for_non_staff(client, workload, lead_a, member_b):
     fail_gpus(keep=5)
     for user in (lead_a, member_b):
@@ -398,6 +399,7 @@ def test_no_banner_for_non_staff(client, workload, lead_a, member_b):
             assert "capacity_status" not in (response.context or {}), (user, url)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_banner_costs_staff_two_queries_and_nobody_else_any(client_as, workload, lead_a, platform_admin):
     client = client_as(lead_a)
     with CaptureQueriesContext(connection) as non_staff:

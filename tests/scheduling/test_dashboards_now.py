@@ -49,7 +49,7 @@ def test_downsampling_keeps_a_day_of_five_minute_rows_and_hourly_before(departme
     assert (again.merged, again.hourly) == (0, 0)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_thirty_days_of_history_fit_a_bounded_number_of_rows(department_a):
     now = timezone.now().replace(second=0, microsecond=0)
     QuotaSnapshot.objects.bulk_create(

@@ -117,6 +117,7 @@ def test_list_row_shows_quota_network_and_storage(client_as, department_a, lead_
 # ------------------------------------------------------------------------------------- department dashboard
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_dashboard_of_a(client_as, department_a, lead_a, member_b, outsider, platform_admin):
     response = client_as(lead_a).get(detail(department_a))
     assert response.status_code == 200
@@ -129,6 +130,7 @@ def test_dashboard_of_a(client_as, department_a, lead_a, member_b, outsider, pla
     assert "Edit department" in text(response)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_dashboard_of_b_is_read_only_for_its_member(
     client_as, department_b, department_a, lead_a, lead_b, member_b, outsider
 ):
@@ -219,6 +221,7 @@ def test_lead_adds_changes_and_removes_a_member_with_audit(client_as, department
     assert (deleted.source, deleted.actor) == (AuditSource.UI, lead_a)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_member_management_without_htmx_redirects_with_a_message(client_as, department_a, lead_a, outsider):
     client = client_as(lead_a)
     response = client.post(member_set(department_a), {"username": "outsider", "role": "member"})
@@ -273,7 +276,7 @@ def test_admin_manages_any_department(client_as, department_b, member_b, platfor
 # --------------------------------------------------------------------------------------------- admin pages
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_admin_only_pages(client_as, department_a, department_b, lead_a, member_b, outsider, platform_admin):
     for user in (lead_a, member_b, outsider):
         client = client_as(user)
@@ -290,7 +293,7 @@ def test_admin_only_pages(client_as, department_a, department_b, lead_a, member_
     assert client.get(edit(Department(slug="missing"))).status_code == 404
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_nav_links(client_as, lead_a, platform_admin):
     markup = client_as(lead_a).get("/").content.decode()
     assert f'href="{LIST}"' in markup

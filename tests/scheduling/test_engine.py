@@ -73,7 +73,7 @@ def check_indexes(c: Cluster) -> None:
         )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(

@@ -93,6 +93,7 @@ def set_policy(priority_class: str, action: str, grace_s: int = 300) -> None:
     )
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_gang_on_a_failing_tray_is_requeued_whole_with_its_place_in_line_and_history(
     research, django_capture_on_commit_callbacks, admin_client
 ):
@@ -145,6 +146,7 @@ def test_a_gang_on_a_failing_tray_is_requeued_whole_with_its_place_in_line_and_h
     assert other.state == JobState.RUNNING and other.preemptions == 0
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_checkpoint_signals_first_and_requeues_when_the_grace_period_ends(
     research, django_capture_on_commit_callbacks
 ):

@@ -176,6 +176,7 @@ def test_jobs_that_held_a_tray_respect_range_and_visibility(
 # ----------------------------------------------------------------------------- GPU and tray life pages
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_held_jobs_fragment_range_picker_and_bad_range(client_as, member_a, department_a, demo_inventory):
     from tests.factories import make_job
 
@@ -389,7 +390,7 @@ def test_resubmit_makes_the_same_job_audited_once(client_as, member_a, lead_a, d
     assert Job.objects.count() == 2
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_resubmit_refused_for_jobs_one_may_not_see_or_submit(
     client_as, member_b, outsider, department_a, demo_inventory
 ):

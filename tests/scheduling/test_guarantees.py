@@ -49,7 +49,7 @@ def partition_of(c: Cluster, placement) -> set[str]:
 DEPARTMENTS = ("a", "b", "c")
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=120, deadline=None)
 @given(
     guarantees=st.tuples(*(st.integers(0, 48) for _ in DEPARTMENTS)),
@@ -224,6 +224,7 @@ def _reservation_spy(monkeypatch):
     return firsts
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=40, deadline=None)
 @given(
     blockers=st.lists(st.tuples(st.integers(1, 4), st.integers(100, 5000)), min_size=2, max_size=6),

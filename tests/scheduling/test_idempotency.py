@@ -120,7 +120,7 @@ def test_the_migration_fingerprints_older_jobs_as_the_service_does(submit):
     assert Job.objects.get(pk=job.pk).idempotency_fingerprint == stored
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("key", ["k\u00c0\u0080x", "k\u0085x", "caf\u00e9"])
 def test_a_key_that_is_not_printable_ascii_is_a_400_and_makes_nothing(submit, key):
     # What a client's UTF-8 bytes in the header become once WSGI decodes them as Latin-1 (found by an

@@ -85,7 +85,7 @@ def test_every_device_variable_of_a_job_is_named_at_once(post):
     assert Job.objects.count() == 0
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "env",
     [

@@ -230,7 +230,7 @@ def test_a_double_click_makes_one_job(client, member_a):
     assert Job.objects.count() == 2
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_an_admin_submits_for_any_department(client, platform_admin, department_a, department_b):
     client.force_login(platform_admin)
     assert '<option value="beta">Beta</option>' in client.get(NEW).content.decode()
@@ -388,6 +388,7 @@ def projects(platform_admin, department_a, member_a):
     return vision
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_department_with_projects_offers_the_members_own(client, api_as, member_a, projects):
     client.force_login(member_a)
     markup = client.get(NEW).content.decode()

@@ -76,6 +76,7 @@ def api_schema() -> dict:
     return SchemaGenerator().get_schema(request=None, public=True)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_api_schema_offers_the_project_sort():
     parameters = api_schema()["paths"]["/api/v1/jobs/"]["get"]["parameters"]
     sort = next(p for p in parameters if p["name"] == "sort")
@@ -94,6 +95,7 @@ def test_the_short_jobs_address_redirects_to_the_list_keeping_the_query(client, 
 # --- the fallback bound's default ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_fallback_bounds_default_is_stated_in_the_form_and_the_api_schema(client, member_a):
     client.force_login(member_a)
     form = client.get("/scheduling/jobs/new/").content.decode()
@@ -125,6 +127,7 @@ def test_a_department_slug_in_the_wrong_case_is_named_right(member_a, department
     assert response.json()["department"] == ["you are not a member of a department 'GAMMA'"]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("fields", "words"),
     [

@@ -57,7 +57,7 @@ def test_the_api_lists_the_jobs_of_one_project(member_a, projects, jobs):
     ]
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("value", ["999999", "abc", "robotics", "id-of-vision"])
 def test_an_unknown_project_or_one_of_a_department_out_of_sight_is_a_400_naming_it(
     member_a, projects, jobs, value

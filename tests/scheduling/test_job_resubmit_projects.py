@@ -63,7 +63,7 @@ def test_a_job_whose_values_pass_offers_a_plain_resubmit(client_as, old_job):
     assert 'name="project"' not in confirm
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_job_without_project_in_a_department_with_projects_asks_for_one(
     client_as, member_a, old_job, projects
 ):

@@ -71,7 +71,7 @@ def text(response) -> str:
 # ------------------------------------------------------------------------------------------------- list
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_list_shows_only_the_jobs_each_user_may_see(client_as, lead_a, member_a, submit):
     research = submit(name="research-train")
     vision = submit(user="lead_b", department="vision", name="vision-train")
@@ -99,7 +99,7 @@ def test_the_list_shows_only_the_jobs_each_user_may_see(client_as, lead_a, membe
     assert "No jobs yet" in client_as("outsider").get(LIST).content.decode()
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_filters_narrow_the_list(client_as, department_a, department_b, member_a):
     research, vision = department_a, department_b
     running = make_job(research, "llm-pretrain", trays=free_trays(2), backend="slurm")
@@ -145,6 +145,7 @@ def test_a_pending_job_says_why_in_the_list_and_on_its_page(client_as, departmen
     )
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_htmx_gets_the_table_and_polling_stops_when_nothing_is_active(client_as, department_a, member_a):
     job = make_job(department_a, "live-job", trays=free_trays(1))
     client = client_as("member_a")
@@ -205,7 +206,7 @@ def test_list_queries_do_not_grow_with_the_jobs(
 # ----------------------------------------------------------------------------------------------- detail
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_detail_shows_placement_events_and_a_cancel_button(client_as, lead_a, member_a, submit):
     job = submit(user="member_a", name="two-trays")
     JobEvent.objects.create(
@@ -242,7 +243,7 @@ def test_the_detail_shows_placement_events_and_a_cancel_button(client_as, lead_a
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_detail_is_404_for_jobs_the_user_may_not_see(client_as, department_a, lead_a, member_a):
     job = make_job(department_a, "secret", trays=free_trays(1))
     url = reverse("scheduling:job-detail", args=[job.pk])
@@ -270,6 +271,7 @@ def test_the_status_partial_polls_until_the_job_finishes(client_as, department_a
     assert "hx-trigger" not in done.content.decode() and "Failed with exit code 3" in text(done)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_detail_queries_do_not_grow_with_events_or_trays(
     client_as, department_a, lead_a, member_a, django_assert_max_num_queries
 ):
@@ -296,7 +298,7 @@ def test_detail_queries_do_not_grow_with_events_or_trays(
 # ----------------------------------------------------------------------------------------------- cancel
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_submitter_cancels_and_the_gpus_are_freed(
     client_as, member_a, submit, django_capture_on_commit_callbacks
 ):
@@ -322,6 +324,7 @@ def test_a_plain_post_cancels_and_redirects_with_a_message(client_as, department
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_plain_member_may_not_cancel_anothers_job(client_as, department_a, lead_a, member_a):
     job = make_job(department_a, "leads-run", trays=free_trays(2), submitted_by=lead_a)
     url = reverse("scheduling:job-cancel", args=[job.pk])
@@ -337,6 +340,7 @@ def test_a_plain_member_may_not_cancel_anothers_job(client_as, department_a, lea
     assert job.state == JobState.RUNNING and Allocation.objects.filter(job=job).count() == 8
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_cancelling_a_finished_job_says_why_not(client_as, department_a, member_a):
     job = make_job(department_a, "finished", JobState.COMPLETED, submitted_by=member_a)
     response = client_as("member_a").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
@@ -349,7 +353,7 @@ def test_cancelling_a_finished_job_says_why_not(client_as, department_a, member_
 # ------------------------------------------------------------------------------------------ rack view
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_rack_view_marks_exactly_the_jobs_trays(client_as, department_b, member_a, submit):
     job = submit(user="member_a", name="marked-job")
     other = make_job(department_b, "vision-neighbour", trays=free_trays(1, skip=0))

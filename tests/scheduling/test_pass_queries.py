@@ -39,6 +39,7 @@ def in_a_rolled_back_block(make, count: int):
     return (*outcome, started)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_starting_5_or_50_jobs_makes_the_same_queries(demo_inventory):
     research = make_department("Research", guaranteed_gpus=120)
     run_pass()  # a process's first pass looks up once whether the database logs inventory changes
@@ -56,6 +57,7 @@ def test_starting_5_or_50_jobs_makes_the_same_queries(demo_inventory):
     assert many_queries < 30, many_sql
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_preempting_2_or_10_jobs_makes_the_same_queries(demo_inventory):
     """Every whole tray holds a borrowed job of Vision; each of Research's in-quota 4-GPU jobs takes one
     back by preemption (its backend job stopped, its GPUs freed, it goes back in the queue)."""

@@ -115,6 +115,7 @@ def test_a_changed_guarantee_restands_the_running_jobs_at_the_pass_it_asks_for(
     assert latest.message.startswith("now borrowed (preemptible): research's guarantee is 8 GPUs")
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_inference_reclaims_its_dedicated_partition_from_researchs_borrowed_job_first(demo_inventory):
     """The Inference case: Inference owns a dedicated partition; Research's 36-GPU training job may run there
     only as borrowed work; Inference's in-quota job then preempts it before any other borrower."""

@@ -79,7 +79,7 @@ def test_the_search_needs_three_characters_and_answers_at_most_its_maximum(clien
     assert f"More than {INVITE_SEARCH_MAX} match" in text(response)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 @pytest.mark.parametrize(("persona", "status"), [("member_a", 403), ("lead_b", 404), ("outsider", 404)])
 def test_nobody_else_can_probe_usernames(client, request, department_a, people, persona, status):

@@ -21,7 +21,7 @@ from tests.factories import free_trays, make_department, make_job
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_preview_places_a_project_job_as_the_pass_then_does_beside_a_silent_tray(demo_inventory):
     """Research splits its guarantee between vision and nlp (8 GPUs each). vision holds every tray but one,
     which is free and silent (its node stopped reporting; the node_silent rule holds it). An nlp job within

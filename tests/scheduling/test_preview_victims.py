@@ -28,7 +28,7 @@ def research(demo_inventory):
     return research
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_projects_job_reclaiming_its_departments_work_says_of_your_department(research):
     preview = preview_job(department=research, project=Project.objects.get(slug="llm"), **ASKED)
     assert preview.fits and not preview.over_quota and preview.preempts == 1
@@ -39,7 +39,7 @@ def test_a_projects_job_reclaiming_its_departments_work_says_of_your_department(
     assert "other departments" not in words
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_another_departments_job_reclaiming_borrowed_work_says_of_other_departments(research):
     beta = make_department("Beta", guaranteed_gpus=8)
     preview = preview_job(department=beta, **ASKED)

@@ -76,7 +76,7 @@ def seen_everywhere(client, username: str) -> dict[str, set[str]]:
     return seen
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("username", "projects"),
     [("bob", {"Speech"}), ("ada", {"Speech", "LLM"})],

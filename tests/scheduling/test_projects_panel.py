@@ -29,6 +29,7 @@ def nlp(department_a):
     return Project.objects.create(department=department_a, name="NLP", slug="nlp", guaranteed_gpus=8)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_page_shows_each_projects_guarantee_and_use(
     client_as, lead_a, member_a, department_a, vision, nlp
 ):

@@ -92,6 +92,7 @@ def test_work_without_a_project_in_a_department_with_projects_gets_what_the_proj
     assert result.sibling_borrowed == {3}
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=60, deadline=None)
 @given(
     running=st.lists(

@@ -261,7 +261,7 @@ def test_gpu_detail_plain_request_is_a_full_page(user_client, demo_inventory):
     assert reverse("scheduling:rack-detail", args=["gb-r01"]) in html
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_gpu_detail_shows_drift(user_client, demo_inventory):
     gpu = Gpu.objects.get(tray__hostname="gb-r02-t12", index=3)  # partition p2, clique 2
     Gpu.objects.filter(pk=gpu.pk).update(reported_clique_id=1)

@@ -535,7 +535,7 @@ def test_command_end_to_end_on_a_slice_of_a_real_trace(tmp_path):
     assert set(rackplane["wait_by_size"]) == {"1-4", "8-16", "20-36", ">36"}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_command_runs_the_policies_asked_for(tmp_path):
     trace = write_trace(tmp_path / "t.csv", SPAN)
     out = tmp_path / "r.json"

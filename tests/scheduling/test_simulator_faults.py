@@ -265,7 +265,7 @@ def test_command_adds_both_modes_per_policy_and_the_report_shows_them(tmp_path, 
     assert "manage.py simulate --trace" in html
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_replays_side_by_side_in_processes_give_the_same_figures(tmp_path):
     faults = write_faults(
         tmp_path / "faults.json",

@@ -73,7 +73,7 @@ def replay(tmp: Path) -> dict:
     return {"jobs": results["config"]["jobs"], "policies": _strip(results["policies"])}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_small_replay_gives_the_pinned_figures(tmp_path):
     got = replay(tmp_path)
     want = json.loads(GOLDEN.read_text())

@@ -197,7 +197,7 @@ def test_the_what_if_replay_honours_a_projects_guarantee_against_its_sibling():
     assert figures["avg_wait_s"] > 0
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_the_what_if_reads_each_jobs_project_and_the_projects_guarantees(demo_inventory):
     alpha = make_department("Alpha", guaranteed_gpus=48)

@@ -139,6 +139,7 @@ def shown(positions) -> dict:
     return {p.department.slug: {field: getattr(p, field) for field in FIELDS} for p in positions}
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_positions_match_straightforward_counts(datacenter):
     now = timezone.now()
     expected = straightforward(now)
@@ -181,6 +182,7 @@ def test_positions_match_the_correlated_subqueries_they_replaced(datacenter):
         assert selectors.department_positions(now).of(department).idle == idle
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_gpu_counts_match_the_joins_they_replaced(datacenter):
     expected = straightforward(timezone.now())
     assert schedulable_gpus() == Gpu.objects.filter(schedulable_gpus_q()).count() == expected["capacity"]
@@ -197,7 +199,7 @@ def banner_figures(status) -> tuple:
     return status.capacity, status.guaranteed, status.shortfall, status.cut, status.affected
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("keep", [None, 30, 20, 5])
 def test_capacity_status_from_positions_matches_the_query(datacenter, keep):
     # One computation of who is short (tenancy.quota.guarantee_positions): the dashboards' positions and
@@ -215,7 +217,7 @@ def test_capacity_status_from_positions_matches_the_query(datacenter, keep):
         assert sum(gpus for _, gpus in status.cut) == status.shortfall
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_department_page_gives_admins_the_banner_from_its_own_figures(
     client_as, datacenter, platform_admin, lead_a
 ):
@@ -230,6 +232,7 @@ def test_department_page_gives_admins_the_banner_from_its_own_figures(
     assert 'class="capacity-banner"' not in response.content.decode()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_charts_are_byte_identical_to_the_plotly_figures(datacenter, department_a):
     alpha = department_a
     now = timezone.now().replace(second=0, microsecond=0)

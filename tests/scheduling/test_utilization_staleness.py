@@ -61,7 +61,7 @@ def idle_gauge(client, settings, slug: str) -> float:
     raise AssertionError("no rackplane_department_idle_gpus sample for " + slug)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_stale_low_row_is_idle_nowhere_and_no_data_everywhere(
     client, client_as, settings, platform_admin, lead_a, department_a, held
 ):
@@ -99,7 +99,7 @@ def test_a_stale_low_row_is_idle_nowhere_and_no_data_everywhere(
     assert idle_gauge(client, settings, department_a.slug) == 2
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_rack_view_and_the_department_page_agree_six_minutes_after_telemetry_stopped(
     client_as, platform_admin, lead_a, department_a, held
 ):

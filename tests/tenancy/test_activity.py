@@ -560,7 +560,7 @@ def test_a_bad_body_is_a_400_with_a_plain_message(agent):
     assert response.status_code == 415
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_anonymous_is_refused(api_client, demo_inventory):
     response = push(api_client, tray_page(tray_gpus()))
     assert response.status_code == 401

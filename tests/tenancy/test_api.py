@@ -131,6 +131,7 @@ def test_department_filters(workload, staff):
 # --- departments: writing through save_department -----------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_create_allocates_isolation_when_omitted(workload, staff):
     TenancySettings.objects.filter(pk=1).update(default_storage_quota_gib=2048)
     response = staff.post(
@@ -151,6 +152,7 @@ def test_create_allocates_isolation_when_omitted(workload, staff):
     assert Department.objects.get(slug="gamma").guaranteed_gpus == 8
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_create_with_chosen_isolation_values(workload, staff):
     body = {
         "name": "Gamma",
@@ -219,7 +221,7 @@ def test_the_shortfall_message_gives_the_numbers(workload, staff):
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_update_goes_through_the_service(workload, staff, department_a):
     url = f"{DEPARTMENTS}beta/"
     response = staff.patch(url, {"guaranteed_gpus": 24, "limit_gpus": 48}, format="json")
@@ -275,7 +277,7 @@ def test_put_replaces_the_quota_fields(workload, staff, department_b):
     assert beta_after.vlan_id == beta.vlan_id  # isolation values left out stay as they were
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_lowering_a_guarantee_is_allowed_when_capacity_shrank(workload, staff):
     from inventory.models import ComputeTray
 
@@ -290,6 +292,7 @@ def test_lowering_a_guarantee_is_allowed_when_capacity_shrank(workload, staff):
     assert staff.patch(f"{DEPARTMENTS}beta/", {"guaranteed_gpus": 10}, format="json").status_code == 200
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_delete_a_department_without_jobs_and_refuse_one_with_jobs(workload, staff):
     make_department("Gamma")
     assert staff.delete(f"{DEPARTMENTS}gamma/").status_code == 204
@@ -342,7 +345,7 @@ def test_quota_is_the_fair_share_position_from_the_database(workload, staff):
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_quota_shows_what_can_be_reclaimed_when_capacity_is_short(workload, staff):
     # Alpha borrows while Beta waits; then the fleet shrinks to 56 schedulable GPUs.
     from inventory.models import ComputeTray
@@ -375,6 +378,7 @@ def lead_api(workload, lead_a):
     return token_client(lead_a)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_lead_lists_adds_changes_and_removes_members(lead_api, department_a):
     make_user("newbie")
     rows = results(lead_api.get(members_url("alpha")))
@@ -406,6 +410,7 @@ def test_lead_lists_adds_changes_and_removes_members(lead_api, department_a):
     assert not Membership.objects.filter(user__username="newbie").exists()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_member_refusals(lead_api):
     response = lead_api.post(members_url("alpha"), {"username": "ghost"}, format="json")
     assert response.status_code == 400
@@ -427,7 +432,7 @@ def test_member_refusals(lead_api):
 # --- audit events -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_audit_events_list_and_filters(workload, staff, department_a, department_b):
     staff.patch(f"{DEPARTMENTS}alpha/", {"guaranteed_gpus": 44}, format="json")
     staff.patch(f"{DEPARTMENTS}beta/", {"priority": 7}, format="json")

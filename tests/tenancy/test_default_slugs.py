@@ -44,7 +44,7 @@ def in_rollback(check) -> None:
         pass
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=500, deadline=None)
 @given(name=NAMES)
 def test_the_default_slug_is_valid_or_empty(name):
@@ -54,6 +54,7 @@ def test_the_default_slug_is_valid_or_empty(name):
         assert slug, name  # a name with a Latin letter or digit always gives a slug
 
 
+@pytest.mark.slow(reason="6 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     ("name", "slug"),
     [
@@ -80,7 +81,7 @@ def test_a_name_without_latin_letters_asks_for_a_slug_on_the_slug_field(lead_a, 
     assert create_project(lead_a, department_a, name="日本語", slug="nihongo").slug == "nihongo"
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=NAMES)
@@ -101,7 +102,7 @@ def test_the_api_saves_a_valid_default_or_names_the_field(api_as, lead_a, depart
     in_rollback(check)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=NAMES)

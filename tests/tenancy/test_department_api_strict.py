@@ -34,6 +34,7 @@ def staff(platform_admin):
     return token_client(platform_admin)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("cidr", ["::/0", "::ffff:0:0/96", "::ffff:10.64.0.0/112", "::/1"])
 def test_a_network_holding_another_departments_hosts_in_ipv6_form_is_refused(staff, department_a, cidr):
     assert ipaddress.ip_network(department_a.network_cidr).version == 4

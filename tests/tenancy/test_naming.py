@@ -193,7 +193,7 @@ def test_the_longest_names_still_fit_their_consumers():
 # --- the property ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=60, deadline=None)
 @given(LAYOUTS)
 def test_every_rendered_identifier_is_valid_and_owned_by_one_tenant(layout):
@@ -222,7 +222,7 @@ TEXT = st.one_of(
 )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(TEXT)
 def test_a_slug_is_exactly_what_the_rule_says(text):

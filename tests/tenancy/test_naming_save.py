@@ -117,7 +117,7 @@ def test_a_random_slug_is_saved_exactly_when_it_is_one(staff, text):
 # --- random tenants through the API render into valid, distinct names --------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(

@@ -123,7 +123,7 @@ names = st.from_regex(r"[a-z_][a-z0-9_.-]{0,31}", fullmatch=True).filter(lambda 
 ids = st.integers(1, 2**31 - 1).filter(lambda n: n != 65534)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @given(name=names, uid=ids, gid=ids, groups=st.lists(ids, max_size=6))
 def test_any_valid_identity_reads_back_the_same_from_text_attributes(name, uid, gid, groups):
     identity = posix_identity_from(name, str(uid), str(gid), [str(g) for g in groups])

@@ -74,7 +74,7 @@ def test_a_departments_guarantee_is_not_lowered_below_its_projects(api_as, lead_
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_names_are_unique_per_department_whatever_their_case(api_as, lead_a, lead_b):
     assert create(api_as(lead_a), guaranteed_gpus=1).status_code == 201
     response = create(api_as(lead_a), name="VISION models", slug="other", guaranteed_gpus=1)
@@ -100,7 +100,7 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(api_as, lead
     assert not Project.objects.exists()
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("persona", ["member_a", "lead_b", "outsider"])
 def test_only_the_departments_leads_and_admins_create_projects(api_as, persona):
     response = create(api_as(persona))
@@ -181,7 +181,7 @@ def submit(api_as, django_capture_on_commit_callbacks):
     return post
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_department_with_projects_requires_one_and_names_the_users(submit, member_a, department_a):
     ours = Project.objects.create(department=department_a, name="Ours", slug="ours", guaranteed_gpus=8)
     Project.objects.create(department=department_a, name="Theirs", slug="theirs", guaranteed_gpus=8)
@@ -237,7 +237,7 @@ def test_a_member_of_a_department_in_a_project_of_another_cannot_use_it(submit, 
 # --- concurrent leads ------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db(transaction=True)
 def test_two_leads_at_once_cannot_both_fit_a_guarantee(department_a):
     """Each of 8 leads adds a 20-GPU project to a 32-GPU department at the same moment: the department's row

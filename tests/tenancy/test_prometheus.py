@@ -240,7 +240,7 @@ def test_the_direct_source_charts_its_buckets(demo_inventory):
 # --- charts and pages -----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_chart_html_is_the_validated_figure():
     series = {"GPU-a": [(T0, 10.0), (T0 + timedelta(minutes=5), 55.5)]}
     html = utilization_html(series, div_id="u", names={"GPU-a": "GPU 0"}, height=360)
@@ -298,6 +298,7 @@ def test_someone_outside_the_department_gets_no_job_chart(demo_inventory, client
 # --- the admin ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_the_admin_keeps_secrets_unshown_and_tests_the_connection(admin_client):
     client = admin_client

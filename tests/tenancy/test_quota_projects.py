@@ -118,7 +118,7 @@ def hierarchies(draw):
     return capacity, departments, projects
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(hierarchies())
 def test_each_department_splits_exactly_its_own_share(case):
@@ -134,7 +134,7 @@ def test_each_department_splits_exactly_its_own_share(case):
         assert sum(s.allocated for s in split.shares.values()) == department.allocated
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(hierarchies())
 def test_each_project_in_quota_within_guarantee_and_demand_fair_share_within_limit(case):
@@ -150,7 +150,7 @@ def test_each_project_in_quota_within_guarantee_and_demand_fair_share_within_lim
             assert share.starved == max(0, share.in_quota - p.allocated)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(hierarchies())
 def test_projects_guarantees_are_met_whenever_the_department_is(case):
@@ -165,7 +165,7 @@ def test_projects_guarantees_are_met_whenever_the_department_is(case):
                 assert result.projects[name].shares[p.name].in_quota == min(p.guaranteed, p.demand)
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=200, deadline=None)
 @given(hierarchies())
 def test_departments_without_projects_are_exactly_todays_fair_share(case):
@@ -179,7 +179,7 @@ def test_departments_without_projects_are_exactly_todays_fair_share(case):
     assert hierarchical_fair_share(capacity, departments, {}).projects == {}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=200, deadline=None)
 @given(hierarchies(), st.randoms(use_true_random=False))
 def test_order_of_departments_and_projects_does_not_matter(case, rnd: random.Random):

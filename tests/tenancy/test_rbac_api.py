@@ -37,7 +37,7 @@ def usernames(response):
 # --- departments --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("user", "visible"),
     [
@@ -56,7 +56,7 @@ def test_department_list_shows_only_visible_departments(api_as, user, visible):
         assert client.get(f"/api/v1/departments/{slug}/quota/").status_code == expected, slug
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("user", ["lead_a", "member_b", "outsider"])
 def test_only_staff_write_departments(api_as, user):
     client = api_as(user)
@@ -85,6 +85,7 @@ def test_a_lead_is_told_why_a_department_write_is_refused(api_as):
     assert response.json()["detail"] == "Only platform admins may create, change or delete departments."
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_staff_write_departments(api_as):
     staff = api_as("platform_admin")
     response = staff.post("/api/v1/departments/", {"name": "Gamma", "slug": "gamma"}, format="json")
@@ -112,7 +113,7 @@ def test_anonymous_gets_nothing():
 # --- members ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("user", "alpha", "beta"),
     [
@@ -211,6 +212,7 @@ def changes(api_as):
     api_as("lead_b").post("/api/v1/departments/beta/members/", {"username": "newbie"})
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_audit_events_by_user(changes, api_as, department_a, department_b):
     a, b = department_a.pk, department_b.pk
     lead_a_rows = api_as("lead_a").get("/api/v1/audit-events/", {"page_size": 1000}).json()["results"]
@@ -237,6 +239,7 @@ def test_audit_events_by_user(changes, api_as, department_a, department_b):
     assert api_as("lead_a").get("/api/v1/audit-events/", {"department": "beta"}).status_code == 400
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_api_changes_record_actor_and_source(changes, department_a, department_b, platform_admin, newbie):
     staff_event = AuditEvent.objects.get(
         object_type="tenancy.department", action="update", department_id=department_a.pk

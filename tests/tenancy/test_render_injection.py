@@ -243,7 +243,7 @@ def test_a_row_saved_before_the_rule_is_not_rendered(research):
 # --- property: every export path is refused or rendered as one intact entry ----------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=400, deadline=None)
 @example("/exports/tenants/a\n")
 @example("/exports/tenants/a\n/ *(rw,no_root_squash)")
@@ -264,7 +264,7 @@ def test_an_export_path_is_refused_or_rendered_as_one_intact_entry(path):
     assert volume["spec"]["nfs"]["path"] == path
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.from_regex(r"/exports/tenants(/[a-z.]{1,3}){1,3}", fullmatch=True), min_size=2, max_size=4)
@@ -334,7 +334,7 @@ def test_slurm_names_are_refused_or_rendered_as_one_intact_token(
 # --- property: Kubernetes YAML ------------------------------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @example(name="Research", project_name="Vision\x85")  # a plain NEL is read back as a space
 @example(name="true\n", project_name="Vision\u2028kind: Secret")

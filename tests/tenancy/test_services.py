@@ -174,7 +174,7 @@ def test_allocation_never_reuses_a_value_while_it_is_assigned(capacity):
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("pool_fields", "message"),
     [
@@ -315,7 +315,7 @@ def people(django_user_model):
     return {name: django_user_model.objects.create_user(name) for name in "abc"}
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_set_membership_adds_and_changes_roles(capacity, people):
     alpha = department("Alpha")
     membership = set_membership(alpha, "a", Role.LEAD)
@@ -486,6 +486,7 @@ def test_admin_shows_the_services_refusal_on_the_form_and_saves_nothing(capacity
     assert alpha.limit_gpus is None
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_admin_isolation_edit_is_validated_by_the_service(capacity, staff_client):
     alpha = department("Alpha")
     beta = department("Beta")

@@ -508,7 +508,7 @@ def test_a_partition_someone_else_made_is_read_back_and_replaced(standin):
 # --- the simulated fabric: same results as the NMX adapter ------------------------------------------------
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_simulated_manager_gives_the_same_results_as_the_nmx_adapter():
     server = NmxStandin(default_name="default")
     server.add_domain(RACK, rack_gpus(RACK))
@@ -581,7 +581,7 @@ def random_layout(rng: random.Random, domain: str, with_default: bool) -> list[F
     return partitions
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_no_step_order_ever_puts_a_gpu_in_two_partitions():
     rng = random.Random(20250607)
     for _ in range(500):

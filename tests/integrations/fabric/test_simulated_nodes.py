@@ -28,7 +28,7 @@ def drift(user, rack: Rack) -> int:
     return rack_layout(user, rack).drift
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_drift_appears_while_the_simulated_fabric_changes_and_clears_when_its_nodes_report(
     fabric, admin_user, django_capture_on_commit_callbacks
 ):
@@ -96,7 +96,7 @@ def test_drift_appears_while_the_simulated_fabric_changes_and_clears_when_its_no
     )
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_settled_reports_are_sent_to_arrive_later(
     fabric, admin_user, django_capture_on_commit_callbacks, monkeypatch
 ):

@@ -85,7 +85,7 @@ def test_each_person_gets_their_own_ids_and_only_their_groups():
     assert "supplementalGroups" not in context and context["supplementalGroupsPolicy"] == "Strict"
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_request_without_a_person_renders_non_root_but_is_never_submitted_to_a_cluster():
     anonymous = request(hostnames=HOSTS[:1], run_as=None)
     pod = pod_spec(job_of(render_job_objects(anonymous)))

@@ -94,6 +94,7 @@ def pass_reasons(monkeypatch) -> list[str]:
     return reasons
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_plan_asks_for_a_pass_when_it_is_applied_fails_or_is_cancelled(
     rack, admin_user, pass_reasons, django_capture_on_commit_callbacks
 ):

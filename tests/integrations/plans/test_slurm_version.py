@@ -62,7 +62,7 @@ def test_old_slurm_greys_out_split_layouts_with_the_reason(
     assert page.count("topology/block needs Slurm 23.11 or later") == 1
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_current_slurm_greys_out_nothing_for_its_version(tmp_path, demo_inventory):
     slurm_target(tmp_path, "24.11.1")
     assert plans.slurm_too_old() == ""

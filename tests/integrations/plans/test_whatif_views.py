@@ -79,6 +79,7 @@ def counts():
 # --- who may -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("persona", ["lead_a", "member_a", "outsider"])
 def test_only_platform_admins_may_run_or_follow_a_what_if(client_as, persona, demo_inventory, admin_user):
     run = WhatIfRun.objects.create(days=7, created_by=admin_user)
@@ -177,6 +178,7 @@ def test_an_unknown_layout_to_try_is_refused(admin):
 # --- a run, start to end -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_post_starts_a_sweep_whose_tasks_replay_each_layout_and_the_poll_shows_the_comparison(
     admin, history, django_capture_on_commit_callbacks
 ):

@@ -81,7 +81,7 @@ def rendered_partitions(departments: list[str], partitions: list[tuple[int | Non
     return result, owner_of_host
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=400, deadline=None)
 @given(
     departments=DEPARTMENTS.filter(bool),
@@ -165,7 +165,7 @@ def test_a_dedicated_partition_is_served_by_its_department_whatever_its_tier(res
     assert "PartitionName=research Nodes=gb-r02-t[10-18] Default=NO AllowQos=research " in conf
 
 
-@pytest.mark.slow(reason="over 0.4 s on 2 cores, measured: beyond make test-fast's budget")
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_the_wizard_refuses_a_tier_that_names_a_department_or_a_dedicated_partitions_tier(
     research, admin_user
