@@ -1,4 +1,4 @@
-// Dashboards that are "now" (portal/gpu_life.py): every element with data-refresh-every="<seconds>" and
+// Dashboards that are "now" (scheduling/views/gpu_life.py): every element with data-refresh-every="<seconds>" and
 // hx-trigger="refresh" is refreshed by htmx that often, only while the tab is shown. A tab that comes
 // back after being hidden longer than the period refreshes at once. Charts take the page's theme colours
 // (below). No inline script (CSP).
@@ -40,7 +40,7 @@
     document.head.appendChild(script);
   }
 
-  // The charts follow the page's theme (prefers-color-scheme, static/css/portal.css): portal/charts.py gives
+  // The charts follow the page's theme (prefers-color-scheme, static/css/portal.css): scheduling/charts.py gives
   // them transparent backgrounds; here each drawn chart takes its text, grid and hover colours from the
   // page's CSS custom properties, and takes them again when the system switches between light and dark.
   var DARK = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
@@ -89,7 +89,7 @@
     });
   }
 
-  // Trace colours too dark to see on the dark surface (portal/charts.py GUARANTEE), and what they become there.
+  // Trace colours too dark to see on the dark surface (scheduling/charts.py GUARANTEE), and what they become there.
   var ON_DARK = { "#334155": "#cbd5e1" };
 
   function recolourTraces(el, scheme) {

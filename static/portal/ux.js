@@ -1,4 +1,4 @@
-// Rackplane portal, issue 18: a collapsible menu on phones, keyboard shortcuts, times in the viewer's
+// Rackplane portal: a collapsible menu on phones, keyboard shortcuts, times in the viewer's
 // time zone (absolute or relative, remembered in localStorage) and rows-per-page menus that apply at once.
 // Served from static/ (no CDN); no inline script anywhere (Content-Security-Policy). Pages work without it.
 (function () {
