@@ -25,6 +25,14 @@ CHROMIUM_ARGS = [
 TIMEOUT_MS = 15_000
 
 
+def pytest_configure(config):
+    # Playwright's `expect` waits 5 s by default, whatever the page's timeout: on 2 cores shared by several
+    # test workers a page can take longer to arrive, so the assertions wait as long as the actions do.
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
