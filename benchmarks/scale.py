@@ -451,6 +451,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--telemetry-scrapes", type=int, default=500, help="direct scrapes timed")
     parser.add_argument(
+        "--telemetry-scrape-seconds",
+        type=float,
+        default=telemetry.SCRAPE_SECONDS,
+        help="Prometheus's scrape interval (15 s, as DCGM exporter sites use; the tests use 1)",
+    )
+    parser.add_argument(
         "--telemetry-sources", default="prometheus,direct", help="which metrics sources to measure"
     )
     parser.add_argument("--decisions", type=int, default=20000, help="timed placement decisions")
@@ -691,7 +697,11 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         figures["telemetry"] = {
             "database": database,
             **telemetry.measure_telemetry(
-                scratch, args.telemetry_seconds, args.telemetry_scrapes, args.telemetry_sources.split(",")
+                scratch,
+                args.telemetry_seconds,
+                args.telemetry_scrapes,
+                args.telemetry_sources.split(","),
+                scrape_seconds=args.telemetry_scrape_seconds,
             ),
         }
 

@@ -6,7 +6,9 @@ Run by benchmarks/scale.py (`--only telemetry`) after it seeded the inventory, i
 
 * **Prometheus source**: starts the real ``prometheus`` binary (Debian's package) scraping test DCGM
   exporters (Python HTTP servers, EXPORTERS of them) that serve every seeded GPU's
-  ``DCGM_FI_DEV_GPU_UTIL`` (72,000 series at 1,000 racks), every SCRAPE_SECONDS; lets it collect for
+  ``DCGM_FI_DEV_GPU_UTIL`` (72,000 series at 1,000 racks), every SCRAPE_SECONDS
+  (``--telemetry-scrape-seconds`` changes it: the tests use 1 s, so Prometheus has every series at once); lets
+  it collect for
   ``--telemetry-seconds``, then times the cycle (tenancy.metrics_source.poll: its two instant queries for
   the whole fleet, and the activity rows written) and a 24-hour chart range query for one job's 72 GPUs.
   What the portal stores: the activity rows (one per GPU, updated in place), so per-GPU storage does not
@@ -96,7 +98,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def measure_prometheus(scratch: Path, collect_seconds: float) -> dict:
+def measure_prometheus(scratch: Path, collect_seconds: float, scrape_seconds: float = SCRAPE_SECONDS) -> dict:
     from django.db import connection
     from django.utils import timezone
 
@@ -116,7 +118,7 @@ def measure_prometheus(scratch: Path, collect_seconds: float) -> dict:
     directory.mkdir()
     targets = ", ".join(f'"{_address(server)}"' for server in servers)
     (directory / "prometheus.yml").write_text(
-        f"global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  scrape_timeout: 10s\n"
+        f"global:\n  scrape_interval: {scrape_seconds:g}s\n  scrape_timeout: {min(10, scrape_seconds):g}s\n"
         f"scrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: [{targets}]\n"
     )
     port = _free_port()
@@ -137,7 +139,7 @@ def measure_prometheus(scratch: Path, collect_seconds: float) -> dict:
 
     def change_values():
         tick = 0
-        while not stop.wait(SCRAPE_SECONDS):
+        while not stop.wait(scrape_seconds):
             tick += 1
             pages.render(tick)
 
@@ -186,7 +188,7 @@ def measure_prometheus(scratch: Path, collect_seconds: float) -> dict:
         return {
             "gpus": len(uuids),
             "series_in_prometheus": int(rows[0][1]),
-            "scrape_interval_s": SCRAPE_SECONDS,
+            "scrape_interval_s": scrape_seconds,
             "collected_s": collect_seconds,
             "queries_per_cycle": result.queries,
             "cycle_s": {"median": round(statistics.median(cycles), 3), "all": [round(c, 3) for c in cycles]},
@@ -310,7 +312,11 @@ def measure_direct(scrapes: int) -> dict:
 
 
 def measure_telemetry(
-    scratch: Path, collect_seconds: float = 120, scrapes: int = 500, sources=("prometheus", "direct")
+    scratch: Path,
+    collect_seconds: float = 120,
+    scrapes: int = 500,
+    sources=("prometheus", "direct"),
+    scrape_seconds: float = SCRAPE_SECONDS,
 ) -> dict:
     """The figures of each source asked for (see the module docstring)."""
     figures = {}
@@ -319,7 +325,7 @@ def measure_telemetry(
         figures["direct"] = measure_direct(scrapes)
     if "prometheus" in sources:
         _log("prometheus source: a real Prometheus scraping the fleet's exporters")
-        figures["prometheus"] = measure_prometheus(scratch, collect_seconds)
+        figures["prometheus"] = measure_prometheus(scratch, collect_seconds, scrape_seconds)
     return figures
 
 
