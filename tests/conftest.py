@@ -257,6 +257,17 @@ def pytest_collection_modifyitems(config, items):
             shared.append((item, groups))
     for item, groups in shared:
         item.add_marker(pytest.mark.xdist_group(root(groups[0])))
+    items.sort(key=_start_order)
+
+
+def _start_order(item) -> int:
+    """Long tests first, short ones last (a stable sort: otherwise in the order collected). xdist hands a
+    worker its next unit of work as it runs dry (a group is one unit, sent first when it holds more tests),
+    so the many short tests at the end even the workers out instead of one worker starting a minute-long
+    benchmark or browser test while the others finish."""
+    if item.get_closest_marker("xdist_group") or not item.get_closest_marker("slow"):
+        return 2
+    return 0 if item.get_closest_marker("e2e") or item.get_closest_marker("integration") else 1
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -77,6 +77,50 @@ def test_tests_sharing_a_service_or_a_module_fixture_share_a_group(pytester):
     assert groups["test_with_the_module_clone"] == "test_groups"
 
 
+def test_long_tests_are_handed_out_first_and_short_ones_even_the_workers_out(pytester):
+    pytester.makeconftest(HOOKS)
+    pytester.makepyfile(
+        test_order="""
+        import pytest
+
+        def test_short():
+            pass
+
+        def test_on_slurm(slurm_testbed):
+            pass
+
+        @pytest.mark.slow(reason="explained")
+        def test_slow():
+            pass
+
+        @pytest.mark.slow(reason="a browser")
+        @pytest.mark.e2e
+        def test_browser():
+            pass
+
+        def test_short_too():
+            pass
+
+        @pytest.mark.slow(reason="a real server")
+        @pytest.mark.integration
+        def test_server():
+            pass
+        """
+    )
+    recorded = pytester.inline_run("--collect-only", "-p", "no:django", "-p", "no:xdist")
+    items = recorded.getcall("pytest_collection_finish").session.items  # as sorted, not as collected
+    # The browser and server tests, then the other slow ones, then the rest (each in the order written);
+    # a group is one unit of work whatever its place (xdist sends the largest groups first).
+    assert [item.name for item in items] == [
+        "test_browser",
+        "test_server",
+        "test_slow",
+        "test_short",
+        "test_on_slurm",
+        "test_short_too",
+    ]
+
+
 def test_the_database_fingerprint_follows_every_migration_file(tmp_path, monkeypatch):
     migrations = tmp_path / "app" / "migrations"
     migrations.mkdir(parents=True)
