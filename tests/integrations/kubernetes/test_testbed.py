@@ -77,6 +77,43 @@ def test_wipe_removes_terminating_namespaces_and_protected_claims(kube):
     assert kube.names("PersistentVolumeClaim", live_only=False) == []
 
 
+def test_wipe_deletes_by_collection_and_skips_a_cluster_nobody_wrote_to(kube, monkeypatch):
+    for namespace in ("wipe-a", "wipe-b"):
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for name in ("one", "two"):
+            config = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace},
+            }
+            kube.create(config)
+    kube.register_node("gb-r09-t01")
+    kube.register_node("gb-r09-t02")
+    sent = []
+    request = kube.request
+
+    def recording(method, path, *args, **kwargs):
+        sent.append((method, path))
+        return request(method, path, *args, **kwargs)
+
+    monkeypatch.setattr(kube, "request", recording)
+    kube.wipe()
+    deletes = [path for method, path in sent if method == "DELETE"]
+    # One request per kind and namespace, none per object.
+    assert {"/api/v1/namespaces/wipe-a/configmaps", "/api/v1/namespaces/wipe-b/configmaps"} <= set(deletes)
+    assert "/api/v1/nodes" in deletes and not [path for path in deletes if path.endswith(("/one", "/two"))]
+    assert not [name for name in kube.names("ConfigMap", live_only=False) if name.startswith("wipe-")]
+    assert kube.names("Node", live_only=False) == []
+
+    sent.clear()
+    kube.wipe()  # nothing written since: one read of the revision, and nothing else
+    assert sent == [("GET", "/api/v1/namespaces")]
+    kube.register_node("gb-r09-t03")
+    sent.clear()
+    kube.wipe()  # a write since: wiped again
+    assert ("DELETE", "/api/v1/nodes") in sent and kube.names("Node", live_only=False) == []
+
+
 def test_the_proxy_passes_real_answers_and_injects_faults(kube, kube_proxy, kube_testbed):
     kube.register_node("gb-r01-t02")
     with client(kube_proxy.url, kube_testbed) as c:
