@@ -17,7 +17,10 @@ export PATH="$REPO_ROOT/.venv/bin:$PATH"
 unset DATABASE_URL CELERY_BROKER_URL
 
 failed=()
+compile_tests &
+compiling=$!
 static_checks
+wait "$compiling"
 # shellcheck disable=SC2046
 step "pytest" pytest -p no:cacheprovider $(parallel_pytest_args) -m "not e2e and not integration and not slow" "$@"
 

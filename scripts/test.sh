@@ -15,6 +15,11 @@ cd "$REPO_ROOT"
 
 started=$SECONDS
 bash scripts/system-deps.sh
+# The Go-built servers (on a new machine: minutes of compiling, then cached in ~/.cache/rackplane) build in the
+# background while the Python environment, the services, the Slurm chroot and the identity testbed are set up.
+go_builds_log="$(mktemp -t rackplane-go-builds.XXXXXX)"
+(bash scripts/kube-testbed.sh build && bash scripts/helm.sh build) >"$go_builds_log" 2>&1 &
+go_builds=$!
 bash scripts/venv.sh test
 
 runtime=""
@@ -69,6 +74,12 @@ else
 fi
 
 # A real kube-apiserver + etcd built from the Go modules (first run: a few minutes; then cached in ~/.cache/rackplane).
+log "== kubernetes testbed and helm: waiting for their builds (started in the background)"
+if ! wait "$go_builds"; then
+    log "warning: building the Go servers failed:"
+    tail -n 30 "$go_builds_log" >&2
+fi
+rm -f "$go_builds_log"
 log "== kubernetes testbed: scripts/kube-testbed.sh start"
 kube_testbed="$(mktemp -d -t rackplane-kube.XXXXXX)"
 if bash scripts/kube-testbed.sh start "$kube_testbed" >/dev/null; then
@@ -111,7 +122,10 @@ with connection.cursor() as cursor:
           f"{connection.settings_dict['PORT']} ({cursor.fetchone()[0].split(',')[0]})")
 PY
 
+compile_tests &
+compiling=$!
 static_checks
+wait "$compiling"
 # The browser tests' screenshots (desktop and 390 px, light and dark) are kept as the run's artefacts.
 if [ -z "${RACKPLANE_SCREENSHOTS:-}" ]; then
     export RACKPLANE_SCREENSHOTS="$REPO_ROOT/var/test-artifacts/screenshots"
