@@ -198,7 +198,9 @@ def pytest_runtest_teardown(item, nextitem):
         {"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ()))
     )
     rows = item.config.stash.get(_MIGRATED_ROWS, None)
-    if transactional and rows and rows != "[]":
+    # No next test: the session's teardown has already dropped the test database and pointed the connection
+    # back at the configured one (a developer's own database), which must not be written to.
+    if transactional and rows and rows != "[]" and nextitem is not None:
         from pytest_django.plugin import blocking_manager_key
 
         with item.config.stash[blocking_manager_key].unblock():
@@ -216,7 +218,9 @@ SHARED_SERVICES = {
     "oidc_testbed": "identity",
     "ldap_testbed": "identity",
     "prometheus": "prometheus",
-    "stack": "production-stack",
+    # tests/stack's PostgreSQL and Redis (its `stack` fixture starts processes on them). Keyed on `services`,
+    # not on `stack`: tests of `make run`'s stack name their alias of `embedded_stack` `stack` too.
+    "services": "production-stack",
     "embedded_stack": "embedded-stack",
 }
 
