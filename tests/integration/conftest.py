@@ -7,6 +7,7 @@ Slurm tests fail and say how to run them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -139,15 +140,20 @@ def give_identity(user, identity) -> None:
 
 @pytest.fixture
 def slurm_baseline(slurm_testbed):
-    """Snapshot the managed files before the test; afterwards put them back and make slurmctld run them. The
-    reconfigure runs even when no file changed: a test may change slurmctld's state in memory (`scontrol
-    update`), which only a reconfigure undoes (skipping it left later tests' jobs pending)."""
+    """Snapshot the managed files and slurmctld's state before the test; afterwards, if anything differs, put
+    the files back and make slurmctld run them. A test may change slurmctld's state in memory (`scontrol
+    update`: a node drained, a partition changed), which only a reconfigure undoes, so the state compared is
+    what such a change shows (`_slurm_state`), not only the files; a test that left everything as it found it
+    costs no reconfigure."""
     conf = slurm_testbed.conf_dir
     saved = {name: (conf / name).read_text() for name in MANAGED_FILES}
     target = slurm_testbed.target()
     assert target.ping(), "slurmctld of the testbed is down before the test"
     topology = target.read_topology()
+    state = _slurm_state(slurm_testbed)
     yield saved, topology
+    if target.ping() and _unchanged(slurm_testbed, saved) and _slurm_state(slurm_testbed) == state:
+        return
     if not target.ping():
         slurm_testbed.control("start-ctld")
     for name, text in saved.items():
@@ -158,6 +164,35 @@ def slurm_baseline(slurm_testbed):
     while target.read_topology() != topology or not _all_idle(slurm_testbed):
         assert time.monotonic() < deadline, "the testbed did not come back to its baseline"
         time.sleep(0.5)
+
+
+# Node fields slurmd updates by itself: left out of the comparison.
+_MOVING_NODE_FIELDS = re.compile(r"\b(CPULoad|FreeMem|LastBusyTime|CurrentWatts|AveWatts)=\S*")
+
+
+def _slurm_state(testbed: SlurmTestbed) -> tuple[str, ...]:
+    """What a test can change in slurmctld's memory: partitions, nodes (state, reason, features, weight),
+    reservations, the running topology, and any job still known to it."""
+
+    def run(*args: str) -> str:
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        return f"{done.returncode}\n{done.stdout}"
+
+    scontrol = testbed.scontrol
+    return (
+        run(scontrol, "-o", "show", "partitions"),
+        _MOVING_NODE_FIELDS.sub("", run(scontrol, "-o", "show", "nodes")),
+        run(scontrol, "-o", "show", "reservations"),
+        run(scontrol, "show", "topology"),
+        run(str(testbed.bin / "squeue"), "-h", "-o", "%i %T"),
+    )
+
+
+def _unchanged(testbed: SlurmTestbed, saved: dict[str, str]) -> bool:
+    conf = testbed.conf_dir
+    return all((conf / name).read_text() == text for name, text in saved.items()) and not any(
+        (conf / f"{name}.rackplane-prev").exists() for name in saved
+    )
 
 
 def _all_idle(testbed: SlurmTestbed) -> bool:
