@@ -56,9 +56,6 @@ step() {
     "$@" || failed+=("$name")
 }
 
-# The checks that need no service: lint, format, the import-layer contracts, types at the seams (mypy over
-# the modules pyproject.toml lists), migrations in step with models, and the documentation site (strict: a
-# broken link or a page outside the navigation fails it).
 # Python writes its bytecode even where the machine's image says not to (PYTHONDONTWRITEBYTECODE): otherwise
 # every test worker rewrites the asserts of every test module again (about 10 s of CPU each, pytest keeps the
 # result in __pycache__), and every process the tests start compiles the portal again.
@@ -70,6 +67,9 @@ compile_tests() {
     pytest -p no:cacheprovider --collect-only -q "$@" >/dev/null 2>&1 || true
 }
 
+# The checks that need no service: lint, format, the import-layer contracts, types at the seams (mypy over
+# the modules pyproject.toml lists), migrations in step with models, and the documentation site (strict: a
+# broken link or a page outside the navigation fails it).
 static_checks() {
     step "ruff check" ruff check .
     step "ruff format" ruff format --check .

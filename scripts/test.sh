@@ -46,6 +46,7 @@ cleanup() {
     if [ -n "$runtime" ]; then
         bash scripts/services.sh stop "$runtime" || log "warning: stopping the services failed"
     fi
+    rm -f "${go_builds_log:-}"
     log "finished in $((SECONDS - started))s with status $status"
     exit "$status"
 }
