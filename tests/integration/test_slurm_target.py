@@ -235,3 +235,24 @@ def test_slurmrestd_answers_with_a_jwt(slurm_testbed):
     assert body["errors"] == []
     assert sorted(n["name"] for n in body["nodes"]) == slurm_testbed.hostnames()
     assert {n["gres"] for n in body["nodes"]} == {"gpu:4"}
+
+
+def test_the_baseline_sees_what_a_test_changes_in_slurmctlds_memory(slurm_testbed, slurm_baseline):
+    """`slurm_baseline` skips its reconfigure only when nothing changed: its snapshot of slurmctld sees a
+    drained node and a changed partition (changes no file shows), and stays the same when nothing is done.
+    What it changed is left for the fixture to undo."""
+    from tests.integration.conftest import _slurm_state
+
+    before = _slurm_state(slurm_testbed)
+    assert _slurm_state(slurm_testbed) == before
+    host = "gb-r01-t18"
+    subprocess.run(
+        [slurm_testbed.scontrol, "update", f"NodeName={host}", "State=DRAIN", "Reason=baseline check"],
+        check=True,
+    )
+    assert _slurm_state(slurm_testbed) != before
+    # Back in service, schedulable; the reason slurmctld keeps from the drain is still a change.
+    subprocess.run([slurm_testbed.scontrol, "update", f"NodeName={host}", "State=RESUME"], check=True)
+    subprocess.run([slurm_testbed.scontrol, "update", "PartitionName=batch", "MaxTime=60"], check=True)
+    changed = _slurm_state(slurm_testbed)
+    assert changed != before and "MaxTime=01:00:00" in changed[0]
