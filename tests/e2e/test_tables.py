@@ -1,7 +1,10 @@
 """Tables as a person uses them (core.tables, static/portal/ux.js): sort the rack list by clicking a header,
 change the rows per page, filter and download CSV and JSON (parsed here), switch times between absolute (in
 the browser's time zone) and relative, and have the choice remembered. Screenshots of the lists at desktop
-and phone width in `shots`."""
+and phone width in `shots`.
+
+Sorting the department list by a figure, and the rack list by a computed column both ways with its aria-sort,
+need no browser (plain links): tests/portal/test_tables.py and tests/inventory/test_racks_sorting.py."""
 
 import csv
 import io
@@ -142,18 +145,3 @@ def test_export_jobs_and_toggle_times(live_server, page, fleet, shots):
     page.goto(f"{live_server.url}/scheduling/jobs/")
     page.screenshot(path=str(shots / "jobs-phone.png"), full_page=True)
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
-
-
-@pytest.mark.e2e
-def test_departments_sort_by_usage(live_server, page, fleet):
-    make_department("Vision", guaranteed_gpus=32)
-    sign_in_as_admin(page, live_server)
-    page.goto(f"{live_server.url}/tenancy/departments/")
-    with page.expect_navigation():
-        page.locator("table.departments thead th", has_text="Guarantee").get_by_role("link").click()
-    assert page.locator("table.departments a.dept-link").all_inner_texts() == ["Research", "Vision"]
-    with page.expect_navigation():
-        page.locator("table.departments thead th", has_text="Guarantee").get_by_role("link").click()
-    assert page.locator("table.departments a.dept-link").all_inner_texts() == ["Vision", "Research"]
-    _, body = download(page, page.get_by_role("link", name="CSV", exact=True))
-    assert [row["slug"] for row in csv.DictReader(io.StringIO(body))] == ["vision", "research"]

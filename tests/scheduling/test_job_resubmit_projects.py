@@ -115,6 +115,10 @@ def test_with_no_project_of_theirs_the_button_is_disabled_with_the_reason(client
     response = client.post(reverse("scheduling:job-resubmit", args=[old_job.pk]), {"key": "k-1"})
     assert response.status_code == 400
     assert "ask a lead of Alpha to add you to one" in response.content.decode()
+    # Clone says the same over the project field.
+    clone = client.get(NEW, {"clone": old_job.pk}).content.decode()
+    note = re.search(r'<p class="note note-warn" id="id_project_note" data-clone-note>([^<]*)</p>', clone)
+    assert note and "you are in none of Alpha&#x27;s projects" in note.group(1)
     assert Job.objects.count() == 1
 
 
