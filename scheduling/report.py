@@ -16,7 +16,7 @@ from plotly.colors import qualitative
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from scheduling.simulator import SIZE_CLASSES, PolicyRun
+from scheduling.simulator import SIZE_CLASSES, PolicyRun, quirks
 
 CDF_POINTS = 400  # wait-time CDFs are drawn through this many quantiles
 MIN_WAIT_S = 60.0  # the CDF's x axis is logarithmic: shorter waits are drawn at one minute
@@ -116,6 +116,14 @@ last checkpoint, and it returns {config["check_s"] / 60:g} min after the trace's
 an active check). Manual: the jobs on the tray die (all their work lost), a person resubmits them and drains
 the tray {config["manual_delay_s"] / 3600:g} h later, and the tray returns at the trace's repair.</p>
 <table><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>"""
+
+
+def _quirks(config: dict) -> str:
+    found = quirks(config)
+    if not found:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in found)
+    return f"<p>Read from the inputs with these quirks (counted, not stopped on):</p><ul>{items}</ul>"
 
 
 def _cdf(waits: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -255,6 +263,7 @@ tbody th {{ text-align: left; font-weight: normal; }}
 {config["jobs"]:,} jobs{f", offered load {load:.0%}" if load is not None else ""}, span slowdown
 {config["span_slowdown"]}x, preempted jobs {html.escape(config["preempted_jobs"])}{loss}.
 Departments (one per trace file): {departments}.</p>
+{_quirks(config)}
 {_table(results)}
 {_command(config)}
 {_fault_table(results)}

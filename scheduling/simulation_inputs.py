@@ -10,8 +10,9 @@ import csv
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core.hardware import GPUS_PER_TRAY
@@ -53,32 +54,41 @@ class Trace:
     department: str
     path: str
     jobs: tuple[TraceJob, ...]
+    quirks: Mapping[str, int] = field(default_factory=dict)  # rows left out, by why: how many
 
     @property
     def gpu_hours(self) -> float:
         return sum(job.gpus * job.duration_s for job in self.jobs) / 3600
 
 
-def _trace_job(row: dict[str, str], where: str, department: str, job_id: int) -> TraceJob:
-    """One CSV row as a job; SimulationError naming the file and line when it is not a valid job."""
+def _trace_job(row: dict[str, str | None], department: str, job_id: int) -> TraceJob | str:
+    """One CSV row as a job, or why it is not one (a quirk: `load_trace` counts it)."""
     try:
-        submitted = float(row["submission_time"])
-        duration = float(row["duration"])
-        gpus = int(row["num_gpu"])
+        submitted = float(row["submission_time"] or "")
+        duration = float(row["duration"] or "")
+        gpus = int(row["num_gpu"] or "")
     except (TypeError, ValueError):
-        raise SimulationError(
-            f"{where}: submission_time and duration must be numbers and num_gpu a whole number"
-        ) from None
-    if not (math.isfinite(submitted) and math.isfinite(duration)) or duration <= 0 or gpus < 1:
-        raise SimulationError(f"{where}: duration must be > 0 seconds and num_gpu >= 1")
-    return TraceJob(job_id, row["job_id"], department, submitted, duration, round_gpus(gpus), gpus)
+        return "submission_time or duration not a number, or num_gpu not a whole number"
+    if not (math.isfinite(submitted) and math.isfinite(duration)):
+        return "a time that is not finite"
+    if duration <= 0:
+        return "duration 0 or less"
+    if gpus < 1:
+        return "no GPU (num_gpu 0 or less)"
+    return TraceJob(job_id, row["job_id"] or "", department, submitted, duration, round_gpus(gpus), gpus)
 
 
 def load_trace(path: str | Path, department: str | None = None, first_id: int = 0) -> Trace:
-    """Read one ITP-style CSV (job_id,submission_time,duration,num_gpu); times in seconds."""
+    """Read one ITP-style CSV (job_id,submission_time,duration,num_gpu); times in seconds.
+
+    A file without those columns is an error; a row that is not a job a GPU cluster runs (a field that is
+    not a number, no GPU, no run time) is left out and counted in `Trace.quirks`, with the first line of
+    each kind, so a real trace never stops the replay."""
     path = Path(path)
     department = department or path.stem
     jobs: list[TraceJob] = []
+    quirks: Counter[str] = Counter()
+    first_line: dict[str, int] = {}
     try:
         with path.open(newline="") as handle:
             reader = csv.DictReader(handle)
@@ -89,14 +99,27 @@ def load_trace(path: str | Path, department: str | None = None, first_id: int = 
                     f"(expected {','.join(TRACE_COLUMNS)})"
                 )
             for row in reader:
-                jobs.append(_trace_job(row, f"{path}:{reader.line_num}", department, first_id + len(jobs)))
+                job = _trace_job(row, department, first_id + len(jobs))
+                if isinstance(job, str):
+                    quirks[job] += 1
+                    first_line.setdefault(job, reader.line_num)
+                else:
+                    jobs.append(job)
     except OSError as error:
         raise SimulationError(f"cannot read trace {path}: {error.strerror or error}") from error
     except UnicodeDecodeError as error:
         raise SimulationError(f"{path} is not a text CSV file: {error}") from error
+    except csv.Error as error:
+        raise SimulationError(f"{path} is not a CSV file: {error}") from error
     if not jobs:
-        raise SimulationError(f"{path}: no jobs")
-    return Trace(department, str(path), tuple(jobs))
+        left_out = f" ({sum(quirks.values())} rows left out: {', '.join(sorted(quirks))})" if quirks else ""
+        raise SimulationError(f"{path}: no jobs{left_out}")
+    return Trace(
+        department,
+        str(path),
+        tuple(jobs),
+        {f"rows left out: {why} (first: line {first_line[why]})": n for why, n in sorted(quirks.items())},
+    )
 
 
 def load_traces(paths: Sequence[str | Path]) -> list[Trace]:
@@ -112,6 +135,27 @@ def load_traces(paths: Sequence[str | Path]) -> list[Trace]:
         first_id += len(trace.jobs)
         traces.append(trace)
     return traces
+
+
+def fit_traces(traces: Sequence[Trace], capacity: int) -> list[Trace]:
+    """`traces` without the jobs larger than a cluster of `capacity` GPUs (they could never start), each
+    trace that lost some saying how many in its quirks. Idempotent: a second call leaves nothing out."""
+    fitted = []
+    for trace in traces:
+        kept = tuple(job for job in trace.jobs if job.gpus <= capacity)
+        if len(kept) == len(trace.jobs):
+            fitted.append(trace)
+            continue
+        largest = max(job.gpus for job in trace.jobs)
+        why = f"jobs larger than the cluster's {capacity} GPUs, left out (the largest: {largest})"
+        fitted.append(replace(trace, jobs=kept, quirks={**trace.quirks, why: len(trace.jobs) - len(kept)}))
+    if not any(trace.jobs for trace in fitted):
+        smallest = min((job.gpus for trace in traces for job in trace.jobs), default=0)
+        raise SimulationError(
+            f"every job needs more GPUs than the cluster's {capacity} (the smallest needs {smallest}): "
+            "give more racks"
+        )
+    return fitted
 
 
 def parse_layout(text: str) -> tuple[int, ...]:
@@ -252,6 +296,7 @@ class NodeFault:
     level: str
     kind: str  # the trace's Class (GPU, NIC, Power Supply, ...)
     desc: str
+    merged: int = 1  # faults of the trace in this outage (more than 1: they overlapped, see load_faults)
 
 
 @dataclass(frozen=True)
@@ -259,6 +304,7 @@ class FaultTrace:
     path: str
     faults: tuple[NodeFault, ...]
     fleet: int = FAULT_TRACE_NODES  # servers the trace watched, faulty or not
+    quirks: Mapping[str, int] = field(default_factory=dict)  # what was merged or left out: how often
 
     @property
     def nodes(self) -> list[str]:
@@ -276,26 +322,35 @@ class TrayFault:
     desc: str
 
 
-def _fault_event(event, where: str) -> tuple[str, float, str, dict]:
+def _fault_event(event) -> tuple[str, float, str, dict] | str:
+    """One event as (node, day, kind, fault type), or why it is left out (a quirk, counted)."""
     if not isinstance(event, dict):
-        raise SimulationError(f"{where}: each event must be an object with node_id, event_time, event_type")
+        return "an event that is not an object"
     node, at, kind = event.get("node_id"), event.get("event_time"), event.get("event_type")
     if not isinstance(node, str) or not node:
-        raise SimulationError(f"{where}: node_id must be a non-empty string")
+        return "no node_id"
     if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at) or at < 0:
-        raise SimulationError(f"{where}: event_time must be a number of days >= 0")
+        return "event_time not a number of days >= 0"
     if kind not in (FAULT_START, FAULT_END):
-        raise SimulationError(f"{where}: event_type must be {FAULT_START} or {FAULT_END}, not {kind!r}")
-    fault_type = event.get("fault_type") or {}
-    if not isinstance(fault_type, dict):
-        raise SimulationError(f"{where}: fault_type must be an object (Level, Class, Desc)")
+        return f"event_type not {FAULT_START} or {FAULT_END}"
+    fault_type = event.get("fault_type")
+    if fault_type is None:
+        fault_type = {}
+    elif not isinstance(fault_type, dict):
+        return "fault_type not an object"
     return node, float(at), kind, fault_type
 
 
 def load_faults(path: str | Path, fleet: int = FAULT_TRACE_NODES) -> FaultTrace:
     """Read a fault trace in InfiniteHBD-Trace's format (docs/simulator.md): a JSON list of fault_start and
-    fault_end events per node, times in days. Each node's events pair up in time order: a start, then its
-    end."""
+    fault_end events per node, times in days.
+
+    Real fault data is not tidy, and a replay must not stop on it: each quirk is counted in
+    `FaultTrace.quirks` instead. A node's faults may **overlap** (a second fault starting before the first
+    is repaired): the node is down from the first start until every fault that began meanwhile has ended,
+    one outage (`NodeFault.merged` counts the faults in it; its kind is the first's). An end with no fault
+    open is left out, and so is an event that is not one (no node, a time that is not a number of days,
+    another event type). A file that is not a JSON list, or holds no fault at all, is an error."""
     path = Path(path)
     try:
         events = json.loads(path.read_text())
@@ -305,43 +360,84 @@ def load_faults(path: str | Path, fleet: int = FAULT_TRACE_NODES) -> FaultTrace:
         raise SimulationError(f"{path} is not a JSON fault trace: {error}") from error
     if not isinstance(events, list):
         raise SimulationError(f"{path}: a fault trace is a JSON list of events")
-    parsed = [_fault_event(event, f"{path}: event {i}") for i, event in enumerate(events)]
-    # Per node in time order. At one instant a node may end a fault and start the next, or start and end
-    # one (a zero-length fault: the shared trace has 14): an open fault ends first, then one starts.
-    parsed.sort(key=lambda e: (e[0], e[1], e[2] != FAULT_START))
+    quirks: Counter[str] = Counter()
+    parsed = []
+    for event in events:
+        one = _fault_event(event)
+        if isinstance(one, str):
+            quirks[f"events left out: {one}"] += 1
+        else:
+            parsed.append(one)
+    parsed.sort(key=lambda e: (e[0], e[1]))
     faults: list[NodeFault] = []
-    open_at: dict[str, tuple[float, dict]] = {}
     i = 0
     while i < len(parsed):
-        node, at = parsed[i][0], parsed[i][1]
-        group = []
-        while i < len(parsed) and parsed[i][0] == node and parsed[i][1] == at:
-            group.append(parsed[i])
-            i += 1
-        starts = [fault_type for _, _, kind, fault_type in group if kind == FAULT_START]
-        ends = len(group) - len(starts)
-        while starts or ends:
-            if ends and node in open_at:
-                start, fault_type = open_at.pop(node)
-                faults.append(_node_fault(node, start, at, fault_type))
-                ends -= 1
-            elif starts and node not in open_at:
-                open_at[node] = (at, starts.pop(0))
-            elif starts:
-                raise SimulationError(f"{path}: node {node} starts a fault at day {at} before its last ended")
-            else:
-                raise SimulationError(f"{path}: node {node} ends a fault at day {at} that never started")
-    faults += [_node_fault(node, start, None, fault_type) for node, (start, fault_type) in open_at.items()]
+        node = parsed[i][0]
+        j = i
+        while j < len(parsed) and parsed[j][0] == node:
+            j += 1
+        faults += _outages(node, parsed[i:j], quirks)
+        i = j
     if not faults:
         raise SimulationError(f"{path}: no faults")
     nodes = len({fault.node for fault in faults})
     if nodes > fleet:
         raise SimulationError(f"{path}: {nodes} faulty nodes, more than the fleet of {fleet} it watched")
     faults.sort(key=lambda f: (f.start_s, f.node))
-    return FaultTrace(str(path), tuple(faults), fleet)
+    return FaultTrace(str(path), tuple(faults), fleet, dict(sorted(quirks.items())))
 
 
-def _node_fault(node: str, start: float, end: float | None, fault_type: dict) -> NodeFault:
+def _outages(node: str, events: list[tuple[str, float, str, dict]], quirks: Counter[str]) -> list[NodeFault]:
+    """One node's events (in time order) as its outages. At one instant, faults open before it end first
+    (a node may end a fault and start the next at one instant: two outages), then faults start, then the
+    instant's other ends close those (a zero-length fault: the shared trace has 14)."""
+    outages: list[NodeFault] = []
+    depth = 0  # faults open now
+    opened: tuple[float, dict, int] | None = None  # the current outage: start, first fault's type, faults
+
+    def close(at: float) -> None:
+        nonlocal opened
+        assert opened is not None
+        start, fault_type, merged = opened
+        outages.append(_node_fault(node, start, at, fault_type, merged))
+        opened = None
+
+    i = 0
+    while i < len(events):
+        at = events[i][1]
+        starts: list[dict] = []
+        ends = 0
+        while i < len(events) and events[i][1] == at:
+            if events[i][2] == FAULT_START:
+                starts.append(events[i][3])
+            else:
+                ends += 1
+            i += 1
+        for phase in ("before", "after"):
+            matched = min(ends, depth)
+            depth -= matched
+            ends -= matched
+            if matched and depth == 0:
+                close(at)
+            if phase == "after":
+                break
+            for fault_type in starts:
+                if depth == 0:
+                    opened = (at, fault_type, 1)
+                else:
+                    assert opened is not None
+                    opened = (opened[0], opened[1], opened[2] + 1)
+                    quirks["overlapping faults merged into an earlier one"] += 1
+                depth += 1
+        if ends:
+            quirks["fault ends with no fault open, left out"] += ends
+    if opened is not None:
+        start, fault_type, merged = opened
+        outages.append(_node_fault(node, start, None, fault_type, merged))
+    return outages
+
+
+def _node_fault(node: str, start: float, end: float | None, fault_type: dict, merged: int) -> NodeFault:
     return NodeFault(
         node,
         start * DAY_S,
@@ -349,6 +445,7 @@ def _node_fault(node: str, start: float, end: float | None, fault_type: dict) ->
         str(fault_type.get("Level", "")),
         str(fault_type.get("Class", "")),
         str(fault_type.get("Desc", "")),
+        merged,
     )
 
 

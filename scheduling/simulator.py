@@ -82,6 +82,7 @@ from scheduling.simulation_inputs import (
     TrayFault,
     build_cluster,
     fallback,
+    fit_traces,
     load_faults,
     load_trace,
     load_traces,
@@ -827,16 +828,11 @@ def simulate(
     if cluster is None:
         sizes = parse_layout(layout) if isinstance(layout, str) else tuple(layout)
         cluster = build_cluster(racks, sizes)
+    if not any(trace.jobs for trace in traces):
+        raise SimulationError("no jobs to replay")
+    traces = fit_traces(traces, cluster.capacity)  # jobs larger than the cluster: left out, counted
     guarantees = split_guarantees(cluster.capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
     jobs = [job for trace in traces for job in trace.jobs]
-    if not jobs:
-        raise SimulationError("no jobs to replay")
-    too_big = [job for job in jobs if job.gpus > cluster.capacity]
-    if too_big:
-        raise SimulationError(
-            f"{len(too_big)} jobs need more GPUs than the cluster's {cluster.capacity} (the largest "
-            f"needs {max(j.gpus for j in too_big)}): give more racks"
-        )
     started = time.perf_counter()
     replay = _Replay(
         jobs,
@@ -924,6 +920,7 @@ def run(
     sizes = parse_layout(layout)
     _check_policies(policies)
     capacity = racks * RACK_TRAYS * GPUS_PER_TRAY
+    traces = fit_traces(traces, capacity)
     split = split_guarantees(capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
     options = {
         "span_slowdown": span_slowdown,
@@ -972,6 +969,8 @@ def run(
         "checkpoint_loss_s": checkpoint_loss_s,
         "fallback_after_s": fallback_after_s,
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
+        # What of the traces was left out or merged so that they replay (load_trace, fit_traces): by file.
+        "trace_quirks": {trace.path: dict(trace.quirks) for trace in traces if trace.quirks},
         "projects": options["projects"],  # trace -> its department, for the traces that are projects
         **_workload(traces, capacity, split, options["projects"]),
         "wall_s": round(time.perf_counter() - started, 2),
@@ -991,6 +990,7 @@ def _fault_config(plan: FaultPlan, trays: int) -> dict:
         "trace": plan.trace.path,
         "fleet_nodes": plan.trace.fleet,
         "trace_faults": len(plan.trace.faults),
+        "trace_quirks": dict(plan.trace.quirks),  # overlapping faults merged, events left out (load_faults)
         "cluster_faults": len(mapped),
         "trays_with_faults": len({f.tray for f in mapped}),
         "mapping": "each fleet node onto one compute tray: tray t replays the node in place t of the fleet "
@@ -999,6 +999,21 @@ def _fault_config(plan: FaultPlan, trays: int) -> dict:
         "check_s": plan.check_s,
         "manual_delay_s": plan.manual_delay_s,
     }
+
+
+def quirks(config: dict) -> list[str]:
+    """What of the inputs was left out or merged so that the replay runs (results `config.trace_quirks`
+    per job trace, `config.faults.trace_quirks`), one sentence each: "FILE: N QUIRK"."""
+    lines = [
+        f"{path}: {count:,} {quirk}"
+        for path, found in (config.get("trace_quirks") or {}).items()
+        for quirk, count in found.items()
+    ]
+    faults = config.get("faults") or {}
+    lines += [
+        f"{faults['trace']}: {count:,} {quirk}" for quirk, count in (faults.get("trace_quirks") or {}).items()
+    ]
+    return lines
 
 
 def _check_policies(policies: Sequence[str]) -> None:

@@ -330,6 +330,8 @@ class Command(BaseCommand):
             raise CommandError(f"cannot write the results: {error}") from error
 
         config = results["config"]
+        for line in simulator.quirks(config):
+            self.stderr.write(f"note: {line}")
         self.stdout.write(
             f"{config['jobs']:,} jobs from {len(traces)} trace(s) on {config['racks']} racks "
             f"({config['layout']}, {config['capacity_gpus']} GPUs), span slowdown "
