@@ -326,6 +326,14 @@ if RACKPLANE_DEMO_TELEMETRY:  # the demo's simulated DCGM exporters; nothing to 
 if RACKPLANE_BEAT_INTERVAL_SCALE != 1.0:
     for _entry in CELERY_BEAT_SCHEDULE.values():
         _entry["schedule"] = _entry["schedule"] * RACKPLANE_BEAT_INTERVAL_SCALE
+# Preemption bounds (scheduling.pass_inputs.engine_options, docs/scheduling.md): a running job of a priority
+# class is not preempted for another department's guarantee before it has run this many minutes
+# ("train=30"; KAI's reclaim-min-runtime, Slurm's PreemptExemptTime), and an in-quota job preempts borrowed
+# work only once it has waited RACKPLANE_PREEMPT_AFTER_MINUTES since its submission. 0 or unset: at once.
+RACKPLANE_MIN_RUNTIME_MINUTES = env.dict(
+    "RACKPLANE_MIN_RUNTIME_MINUTES", default={}
+)  # checked: scheduling.checks
+RACKPLANE_PREEMPT_AFTER_MINUTES = env.str("RACKPLANE_PREEMPT_AFTER_MINUTES", default="0")  # checked, as above
 # Migrating to tenancy 0009 (docs/identifiers.md) renames the namespaces and Slurm accounts of projects with
 # jobs holding GPUs only with RACKPLANE_ALLOW_PROJECT_RENAME=1.
 RACKPLANE_ALLOW_PROJECT_RENAME = env.str("RACKPLANE_ALLOW_PROJECT_RENAME", default="") == "1"

@@ -6,6 +6,10 @@ class SchedulingConfig(AppConfig):
     verbose_name = "Scheduling"
 
     def ready(self):
+        from django.core import checks
+
         from scheduling import signals
+        from scheduling.checks import preemption_bounds
 
         signals.connect()
+        checks.register(preemption_bounds)

@@ -13,15 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import FloatField, Func
 from django.db.models.functions import Coalesce
 
 from scheduling import pass_cache
+from scheduling.checks import minutes_of
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.scheduler import Department as EngineDepartment
-from scheduling.engine.scheduler import PendingJob, RunningJob
+from scheduling.engine.scheduler import PassResult, PendingJob, RunningJob, schedule
 from scheduling.engine.scheduler import Project as EngineProject
 from scheduling.jobspec import JobSpec
 from scheduling.models import Job
@@ -196,6 +198,11 @@ class PassInputs:
     def cluster(self) -> Cluster:
         return self.state.cluster
 
+    def decide(self, now: datetime, extra_pending: Iterable = ()) -> PassResult:
+        """Run the engine on these inputs with the site's rules (`engine_options`): the pass and the dry
+        run both call this, so they cannot decide by different rules."""
+        return schedule(*self.engine_args(now, extra_pending), **engine_options())
+
     def engine_args(self, now: datetime, extra_pending: Iterable = ()) -> tuple:
         """The engine's `schedule` arguments: (cluster, departments, running jobs, pending jobs, now).
         `extra_pending`: jobs (Job objects) queued behind the pending ones (the dry run's proposed job)."""
@@ -206,6 +213,24 @@ class PassInputs:
             engine_pending_jobs([*self.pending.values(), *extra_pending], self.slug, self.project_slug),
             now.timestamp(),
         )
+
+
+def engine_options() -> dict:
+    """The site's scheduling rules that differ from the engine's defaults (scheduling.engine.scheduler.
+    Options), from settings: the minimum run time before a running job of a class may be preempted
+    (RACKPLANE_MIN_RUNTIME_MINUTES, per priority class), the grace an in-quota job waits before it may
+    preempt (RACKPLANE_PREEMPT_AFTER_MINUTES). Checked at start-up (scheduling.checks)."""
+    options: dict = {}
+    min_runtime = {
+        name: minutes * 60.0
+        for name, value in settings.RACKPLANE_MIN_RUNTIME_MINUTES.items()
+        if (minutes := minutes_of(value))
+    }
+    if min_runtime:
+        options["min_runtime_s"] = min_runtime
+    if grace := minutes_of(settings.RACKPLANE_PREEMPT_AFTER_MINUTES):
+        options["preempt_after_s"] = grace * 60.0
+    return options
 
 
 def gather(*, kept: bool = True) -> PassInputs:

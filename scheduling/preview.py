@@ -5,7 +5,7 @@ pass reads
 through the same function (`scheduling.pass_inputs.gather`: the departments, projects, running and pending
 jobs, the cluster with silent trays held out; cold, never the pass's kept cluster), adds the proposed job at
 the back of the queue (submitted now, as a submission would be) and runs the same engine
-(`scheduling.engine.scheduler.schedule`) with the same arguments (`PassInputs.engine_args`). The
+(`scheduling.engine.scheduler.schedule`) with the same arguments and rules (`PassInputs.decide`). The
 answer is the engine's own decision for that job: where it would start (trays, NVLink partitions, racks; in
 quota or borrowed; what it would preempt), or why it would wait, in the words the job's page would show.
 
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 
 from scheduling import pass_inputs
-from scheduling.engine.scheduler import schedule
 from scheduling.models import Job
 from scheduling.services.admission import check_request
 from tenancy.models import Department
@@ -142,7 +141,7 @@ def preview_job(
         **{name: value for name, value in job_fields.items() if name in known},
     )
     probe.pk = PROBE_ID
-    result = schedule(*inputs.engine_args(now, extra_pending=[probe]))
+    result = inputs.decide(now, extra_pending=[probe])
     ahead = len(inputs.pending)
     start = next((s for s in result.started if s.job_id == PROBE_ID), None)
     if start is None:

@@ -10,6 +10,7 @@ import csv
 import hashlib
 import json
 import math
+import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -135,6 +136,22 @@ def load_traces(paths: Sequence[str | Path]) -> list[Trace]:
         first_id += len(trace.jobs)
         traces.append(trace)
     return traces
+
+
+def jitter_traces(traces: Sequence[Trace], seconds: float, seed: int) -> list[Trace]:
+    """`traces` with every submission shifted later by a random 0 to `seconds` (uniform, from a generator
+    seeded with `seed`, in the traces' order): the replay is chaotic (docs/simulator.md), so a rule is
+    judged over several such samples, each reproducible from its seed. 0 seconds: the traces as they are."""
+    if seconds <= 0:
+        return list(traces)
+    draw = random.Random(seed).random
+    return [
+        replace(
+            trace,
+            jobs=tuple(replace(job, submitted_at=job.submitted_at + draw() * seconds) for job in trace.jobs),
+        )
+        for trace in traces
+    ]
 
 
 def fit_traces(traces: Sequence[Trace], capacity: int) -> list[Trace]:

@@ -83,6 +83,7 @@ from scheduling.simulation_inputs import (
     build_cluster,
     fallback,
     fit_traces,
+    jitter_traces,
     load_faults,
     load_trace,
     load_traces,
@@ -118,6 +119,7 @@ __all__ = [
     "TraceJob",
     "build_cluster",
     "fallback",
+    "jitter_traces",
     "load_faults",
     "load_trace",
     "load_traces",
@@ -291,6 +293,11 @@ class _Replay:
         self.epoch = dict.fromkeys(self.by_id, 0)  # bumped on preemption: its completion event is void
         self.events: list[tuple[float, int, int]] = []  # (end, job id, epoch)
         self.wakes: list[tuple[float, int]] = []  # (when, job): a waiting job's fallback bound passes
+        # When a borrower's minimum run time ends (engine option `min_runtime_s`): a waiting in-quota job may
+        # preempt it from then, so a pass runs then if jobs wait.
+        self.timers: list[float] = []
+        self.min_runtime_s = float(dict(self.engine_options.get("min_runtime_s") or {}).get("train", 0.0))
+        self.preempt_after_s = float(self.engine_options.get("preempt_after_s") or 0.0)
         self.held = dict.fromkeys(self.names, 0)
         self.demand = dict.fromkeys(self.names, 0)  # GPUs of running and waiting jobs
         self.allocated = 0
@@ -404,6 +411,8 @@ class _Replay:
         self.pending_since[job.id] = now
         if job.id in self.fallback and self.queued_at[job.id] + self.fallback_after_s > now:
             heapq.heappush(self.wakes, (self.queued_at[job.id] + self.fallback_after_s, job.id))
+        if self.preempt_after_s and self.queued_at[job.id] + self.preempt_after_s > now:
+            heapq.heappush(self.wakes, (self.queued_at[job.id] + self.preempt_after_s, job.id))
 
     def _submit(self, job: TraceJob, now: float) -> None:
         self.demand[job.department] += job.gpus
@@ -443,6 +452,8 @@ class _Replay:
             job.department if job.department in self.parent else None,
         )
         heapq.heappush(self.events, (now + run_s, job.id, self.epoch[job.id]))
+        if self.min_runtime_s and start.over_quota and run_s > self.min_runtime_s:
+            heapq.heappush(self.timers, now + self.min_runtime_s)
         self.wait[job.id] += now - self.pending_since.pop(job.id)
         self.held[job.department] += job.gpus
         self.allocated += job.gpus
@@ -626,13 +637,17 @@ class _Replay:
                 heapq.heappop(wakes)  # the job started before its bound
             next_wake = wakes[0][0] if wakes else math.inf
             next_fault = faults[0][0] if faults else math.inf
-            t = min(next_submit, next_end, next_wake, next_fault)
+            timers = self.timers
+            next_timer = timers[0] if timers and self.pending else math.inf
+            t = min(next_submit, next_end, next_wake, next_fault, next_timer)
             if t == math.inf:
                 break
             self._advance(now, t)
             now = t
             while wakes and wakes[0][0] <= now:
-                heapq.heappop(wakes)  # a waiting job's fallback bound: it may start wider now
+                heapq.heappop(wakes)  # a waiting job's fallback bound or preemption grace: it may start now
+            while timers and timers[0] <= now:
+                heapq.heappop(timers)  # a borrower's minimum run time ended: it may be preempted now
             while events and events[0][0] <= now:
                 _, job_id, epoch = heapq.heappop(events)
                 if epoch == self.epoch[job_id]:
@@ -968,6 +983,10 @@ def run(
         "preempted_jobs": preempted,
         "checkpoint_loss_s": checkpoint_loss_s,
         "fallback_after_s": fallback_after_s,
+        # The preemption bounds (engine options; 0: none): a borrower's minimum run time, an in-quota job's
+        # grace before it may preempt.
+        "min_runtime_s": dict((engine_options or {}).get("min_runtime_s") or {}),
+        "preempt_after_s": float((engine_options or {}).get("preempt_after_s") or 0.0),
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
         # What of the traces was left out or merged so that they replay (load_trace, fit_traces): by file.
         "trace_quirks": {trace.path: dict(trace.quirks) for trace in traces if trace.quirks},

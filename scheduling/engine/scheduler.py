@@ -62,6 +62,7 @@ what it decided; the caller makes it so.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
@@ -177,6 +178,10 @@ class PassResult:
     # Running jobs in quota for their department but beyond their project's (or the work without a project's)
     # in-quota share: they borrow their siblings' unused guarantee, which only a sibling reclaims (Projects).
     sibling_borrowed: set[int] = field(default_factory=set)
+    # In-quota jobs that wait although borrowed work could make room, only because of the preemption grace
+    # (`Options.preempt_after_s`) or borrowers' minimum run time (`Options.min_runtime_s`) -> the time
+    # (the pass's clock) from which they may preempt.
+    may_preempt_at: dict[int, float] = field(default_factory=dict)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -218,6 +223,8 @@ class _Pass:
         self.in_quota_reservations = options.in_quota_reservations
         self.fallback_borrowers = options.fallback_borrowers
         self.checkpoint_loss_s = options.checkpoint_loss_s
+        self.min_runtime = {name: s for name, s in options.min_runtime_s.items() if s > 0}
+        self.preempt_why: dict[int, str] = {}  # job -> why it may not preempt yet (see may_preempt_at)
         self.result = PassResult()
         self.own_topology: dict[int, str] = {}  # job -> its own topology, when it takes its fallback
         # Leaves (module docstring, Projects): (department, project) in departments with projects, work
@@ -458,14 +465,54 @@ class _Pass:
     # --- reclaim -----------------------------------------------------------------------------------
 
     def _reclaim(self, job: PendingJob) -> bool:
-        """Preempt over-quota work of other departments until the in-quota `job` fits."""
+        """Preempt over-quota work of other departments until the in-quota `job` fits (once it has waited
+        out `Options.preempt_after_s`, and only work past its minimum run time: `_may_lose`)."""
+        grace_ends = job.submitted_at + self.options.preempt_after_s
+        if self.now < grace_ends:
+            if self._could_reclaim(job):
+                self.result.may_preempt_at[job.id] = grace_ends
+                grace = _minutes(self.options.preempt_after_s)
+                self.preempt_why[job.id] = f"a job preempts only after waiting {grace} (the preemption grace)"
+            return False
         key = (job.gpus, job.topology, self._leaf(job))
         if key in self.reclaim_failed:
             return False
         if self.cluster.free_gpus + self._reclaimable() < job.gpus or not self._try_reclaim(job):
             self.reclaim_failed.add(key)
+            if self.min_runtime and self.explain:
+                young = self._protected_until(job)
+                if young is not None:
+                    self.result.may_preempt_at[job.id] = young
+                    self.preempt_why[job.id] = "that work has not run its minimum run time yet"
             return False
         return True
+
+    def _could_reclaim(self, job: PendingJob) -> bool:
+        """Whether some borrowed work is there for `job` to preempt, minimum run times aside (a cheap
+        test: enough such GPUs; the reason and a replay's wake need no more)."""
+        return (
+            self.cluster.free_gpus
+            + sum(r.gpus for r in self.running.values() if self._may_lose(r, job.department, young_too=True))
+            >= job.gpus
+        )
+
+    def _protected_until(self, job: PendingJob) -> float | None:
+        """When `job`, whose reclaim failed, might preempt: the first borrower it may not preempt yet only
+        because of its minimum run time reaches it (None: none is protected so, or even all of them
+        would not make room)."""
+        young = [
+            r
+            for r in self.running.values()
+            if self._may_lose(r, job.department, young_too=True) and not self._ran_enough(r)
+        ]
+        if not young or not self._could_reclaim(job):
+            return None
+        return min(r.started_at + self.min_runtime[r.priority_class] for r in young)
+
+    def _ran_enough(self, r: RunningJob) -> bool:
+        """Whether running `r` is past its class's minimum run time (`Options.min_runtime_s`)."""
+        least = self.min_runtime.get(r.priority_class)
+        return least is None or self.now - r.started_at >= least
 
     def _try_reclaim(self, job: PendingJob) -> bool:
         cluster = self.cluster
@@ -787,10 +834,13 @@ class _Pass:
     def _reclaimable(self) -> int:
         return sum(r.gpus for r in self.running.values() if self._may_lose(r))
 
-    def _may_lose(self, r: RunningJob, department: str | None = None) -> bool:
+    def _may_lose(self, r: RunningJob, department: str | None = None, young_too: bool = False) -> bool:
         """Whether running `r` may be preempted for an in-quota job (of `department`, None: of any): it
-        borrows from other departments, or (the job's sibling, or any) from its siblings (Projects)."""
+        borrows from other departments, or (the job's sibling, or any) from its siblings (Projects), and it
+        has run its minimum run time (`young_too`: whatever it has run)."""
         if r.priority_class not in PREEMPTIBLE_CLASSES:
+            return False
+        if self.min_runtime and not young_too and not self._ran_enough(r):
             return False
         if r.over_quota:
             return True
@@ -831,6 +881,11 @@ class _Pass:
                         )
                     else:
                         reason += f"; trays are reserved for it, expected to start in {wait}"
+        if self.explain and job.id in self.result.may_preempt_at:
+            reason += (
+                f"; borrowed work could make room, but {self.preempt_why[job.id]}: it may preempt in "
+                f"{_minutes(self.result.may_preempt_at[job.id] - self.now)}"
+            )
         self.result.waiting[job.id] = reason
 
     def _may_reserve(self, job: PendingJob, in_quota: bool) -> bool:
@@ -940,6 +995,13 @@ class Options:
     # GPU-seconds than the preempted work loses. Off: it trades guarantee shortfall for lost work under
     # every policy (docs/simulator.md), and the guarantee comes first.
     reclaim_when_cheaper: bool = False
+    # A running job is not preempted (reclaimed) before it has run this long, per priority class (KAI's
+    # reclaim-min-runtime, Slurm's PreemptExemptTime): work that just started keeps running long enough to
+    # make progress (and checkpoint) instead of thrashing. Absent or 0: preemptible at once.
+    min_runtime_s: Mapping[str, float] = field(default_factory=dict)
+    # An in-quota job may preempt borrowed work only once it has waited this long since its submission
+    # (trays that free up by themselves meanwhile cost nobody any work). 0: at once.
+    preempt_after_s: float = 0.0
 
 
 def schedule(

@@ -24,7 +24,6 @@ from core.enqueue import enqueue
 from core.task_names import DISPATCH_JOB
 from scheduling import pass_cache, pass_inputs
 from scheduling.choices import JobState
-from scheduling.engine.scheduler import schedule
 from scheduling.models import Job, SchedulerState, SchedulingRequest
 from scheduling.services.pass_writes import (
     insert_events,
@@ -60,7 +59,7 @@ def _pass(now) -> PassSummary:
     inputs = pass_inputs.gather()
     state, departments, slug = inputs.state, inputs.departments, inputs.slug
     project_rows, running, pending = inputs.project_rows, inputs.running, inputs.pending
-    result = schedule(*inputs.engine_args(now))
+    result = inputs.decide(now)
 
     decided = {s.job_id for s in result.started} | set(result.preempted)
     restand = {

@@ -14,6 +14,7 @@ from inventory.choices import FabricState
 from inventory.models import ComputeTray, Gpu
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import Allocation, BackendCancel, Job
+from scheduling.pass_inputs import PassInputs
 from scheduling.services import passes as services
 from tenancy.models import DedicatedPartition
 from tests.factories import make_department, make_unreachable_slurm_target
@@ -266,15 +267,15 @@ def test_small_jobs_packed_on_one_tray_in_one_pass_get_different_gpus(department
 
 def test_a_job_cancelled_while_the_pass_decides_is_not_started(department_a, monkeypatch):
     job = Job.objects.create(department=department_a, name="late-cancel", gpus=8, work={})
-    real_schedule = services.schedule
+    real_decide = PassInputs.decide
 
-    def schedule_then_cancel(*args, **kwargs):
-        result = real_schedule(*args, **kwargs)
+    def decide_then_cancel(self, *args, **kwargs):
+        result = real_decide(self, *args, **kwargs)
         assert [s.job_id for s in result.started] == [job.pk]
         Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # a cancel that committed meanwhile
         return result
 
-    monkeypatch.setattr(services, "schedule", schedule_then_cancel)
+    monkeypatch.setattr(PassInputs, "decide", decide_then_cancel)
     assert services.run_pass().started == 0
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED

@@ -607,3 +607,118 @@ def test_command_refuses_bad_arguments(tmp_path, args, message):
     options.update(zip(args[::2], args[1::2], strict=True))
     with pytest.raises(CommandError, match=message):
         simulate(*(item for pair in options.items() for item in pair))
+
+
+# --- preemption bounds: the replay wakes when they end ------------------------------------------------------
+
+
+def _borrower_and_owner(tmp_path: Path) -> list:
+    """b borrows the whole rack from t=0 for 10,000 s; at t=1000 a (guaranteed all 72 GPUs) wants 4."""
+    return simulator.load_traces(
+        [
+            write_trace(tmp_path / "a.csv", [("owner", 1000, 100, 4)]),
+            write_trace(tmp_path / "b.csv", [("borrower", 0, 10_000, 72)]),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("engine_options", "owner_waits"),
+    [
+        (None, 0.0),  # reclaims at once
+        ({"preempt_after_s": 600.0}, 600.0),  # its grace ends at 1600: a pass runs then
+        ({"min_runtime_s": {"train": 3000.0}}, 2000.0),  # the borrower may be preempted from 3000
+        ({"min_runtime_s": {"train": 3000.0}, "preempt_after_s": 600.0}, 2000.0),  # the later of both
+        ({"min_runtime_s": {"train": 20_000.0}}, 9000.0),  # never within the borrower's run: it ends first
+    ],
+)
+def test_the_replay_starts_the_owner_when_the_preemption_bounds_allow(tmp_path, engine_options, owner_waits):
+    traces = _borrower_and_owner(tmp_path)
+    run = simulator.simulate(
+        traces, 1, "1x18", RACKPLANE, guarantees={"a": 72, "b": 0}, engine_options=engine_options
+    )
+    owner, borrower = traces[0].jobs[0], traces[1].jobs[0]
+    in_order = sorted([owner, borrower], key=lambda j: (j.submitted_at, j.id))  # the order of run.waits
+    waits = dict(zip((j.id for j in in_order), run.waits, strict=True))
+    assert waits[owner.id] == pytest.approx(owner_waits)
+    assert run.metrics["preemptions"] == (0 if owner_waits == 9000.0 else 1)
+
+
+def test_the_command_takes_the_preemption_bounds_and_records_them(tmp_path):
+    _borrower_and_owner(tmp_path)
+    out = tmp_path / "r.json"
+    call_command(
+        "simulate",
+        "--trace",
+        str(tmp_path / "a.csv"),
+        "--trace",
+        str(tmp_path / "b.csv"),
+        "--racks",
+        "1",
+        "--guarantee",
+        "a=72",
+        "--min-runtime",
+        "50m",
+        "--preempt-after",
+        "10m",
+        "--policy",
+        RACKPLANE,
+        "--out",
+        str(out),
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
+    config = json.loads(out.read_text())["config"]
+    assert config["min_runtime_s"] == {"train": 3000.0} and config["preempt_after_s"] == 600.0
+    assert "--min-runtime 50m --preempt-after 10m" in config["command"]
+    with pytest.raises(CommandError, match="'soon' is not a duration"):
+        call_command(
+            "simulate",
+            "--trace",
+            str(tmp_path / "a.csv"),
+            "--racks",
+            "1",
+            "--preempt-after",
+            "soon",
+            "--out",
+            str(out),
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
+
+
+def test_jitter_shifts_each_submission_later_by_at_most_its_bound_the_same_for_a_seed(tmp_path):
+    traces = simulator.load_traces([ITP / "cluster03-head.csv", ITP / "cluster06-head.csv"])
+    one = simulator.jitter_traces(traces, 300.0, seed=7)
+    shifts = [
+        b.submitted_at - a.submitted_at
+        for t, u in zip(traces, one, strict=True)
+        for a, b in zip(t.jobs, u.jobs, strict=True)
+    ]
+    assert all(0 <= shift < 300 for shift in shifts) and len(set(shifts)) == len(shifts)
+    assert [j.id for t in one for j in t.jobs] == [
+        j.id for t in traces for j in t.jobs
+    ]  # same jobs, same ids
+    assert simulator.jitter_traces(traces, 300.0, seed=7) == one
+    assert simulator.jitter_traces(traces, 300.0, seed=8) != one
+    assert simulator.jitter_traces(traces, 0, seed=7) == traces
+    out = tmp_path / "r.json"
+    call_command(
+        "simulate",
+        "--trace",
+        str(ITP / "cluster03-head.csv"),
+        "--racks",
+        "2",
+        "--policy",
+        RACKPLANE,
+        "--jitter",
+        "5m",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
+    config = json.loads(out.read_text())["config"]
+    assert config["jitter"] == {"max_s": 300.0, "seed": 3} and "--jitter 5m --seed 3" in config["command"]

@@ -83,6 +83,11 @@ def _command(options: dict) -> str:
         "--fallback-after",
         options["fallback_after"],
     ]
+    if simulator.parse_duration(options["jitter"]):
+        words += ["--jitter", options["jitter"], "--seed", str(options["seed"])]
+    for name in ("min_runtime", "preempt_after"):
+        if simulator.parse_duration(options[name]):
+            words += [f"--{name.replace('_', '-')}", options[name]]
     if options["faults"]:
         words += ["--faults", options["faults"], "--detect", options["detect"]]
         words += ["--check-time", options["check_time"], "--manual-delay", options["manual_delay"]]
@@ -201,6 +206,31 @@ class Command(BaseCommand):
             "takes a rack (and a rack-sized gang any trays); default 60m, 'off' keeps every job strict",
         )
         parser.add_argument(
+            "--jitter",
+            default="0",
+            metavar="DURATION",
+            help="shift every submission later by a random 0 to DURATION (default 0: as in the trace); one "
+            "sample of the chaotic replay, reproducible with --seed",
+        )
+        parser.add_argument(
+            "--seed", type=int, default=1, help="the random generator's seed for --jitter (default 1)"
+        )
+        parser.add_argument(
+            "--min-runtime",
+            default="0",
+            metavar="DURATION",
+            help="how long a borrowing (training) job runs before it may be preempted for another "
+            "department's guarantee (KAI's reclaim-min-runtime, Slurm's PreemptExemptTime); default 0: "
+            "at once",
+        )
+        parser.add_argument(
+            "--preempt-after",
+            default="0",
+            metavar="DURATION",
+            help="how long an in-quota job waits after its submission before it may preempt borrowed work "
+            "(the preemption grace); default 0: at once",
+        )
+        parser.add_argument(
             "--faults",
             metavar="FILE",
             help="a node fault trace (the JSON of shared/traces/faults/) replayed with the jobs, each node "
@@ -289,7 +319,14 @@ class Command(BaseCommand):
             fallback_after_s = (
                 None if fallback.strip().lower() == "off" else simulator.parse_duration(fallback)
             )
+            engine_options = {}
+            if min_runtime_s := simulator.parse_duration(options["min_runtime"]):
+                engine_options["min_runtime_s"] = {"train": min_runtime_s}
+            if preempt_after_s := simulator.parse_duration(options["preempt_after"]):
+                engine_options["preempt_after_s"] = preempt_after_s
             traces = simulator.load_traces(options["trace"])
+            jitter_s = simulator.parse_duration(options["jitter"])
+            traces = simulator.jitter_traces(traces, jitter_s, options["seed"])
             faults = None
             if options["faults"]:
                 faults = simulator.FaultPlan(
@@ -308,6 +345,7 @@ class Command(BaseCommand):
                 preempted=options["preempted"],
                 checkpoint_loss_s=checkpoint_loss_s,
                 fallback_after_s=fallback_after_s,
+                engine_options=engine_options or None,
                 faults=faults,
                 workers=options["workers"],
                 projects=projects,
@@ -319,6 +357,8 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from error
         results["config"]["machine"] = _machine()
         results["config"]["command"] = _command(options)
+        if jitter_s:
+            results["config"]["jitter"] = {"max_s": jitter_s, "seed": options["seed"]}
 
         try:
             Path(options["out"]).write_text(json.dumps(results, indent=2) + "\n")
