@@ -45,7 +45,8 @@ Each stranded GPU is given one cause, decided in this order:
   held) would make up ``n``; else ``running``: the partition fits the job once work running there ends.
 
 Cost: one walk of the partitions and of the trays that are not whole free (the ``partial`` index), and a
-look at the trays of partitions that strand whole trays; about 10 ms at 1,000 racks (`make bench`).
+look at the trays of partitions that strand whole trays: about 3 ms at 1,000 racks (`make bench`'s
+`placement.stranded`).
 """
 
 from __future__ import annotations
