@@ -70,3 +70,13 @@ class WhatIfState(models.TextChoices):
 
 
 WHATIF_ACTIVE_STATES = (WhatIfState.QUEUED, WhatIfState.PREPARING, WhatIfState.RUNNING)
+
+
+class StrandedCause(models.TextChoices):
+    """Why a free GPU is stranded: no waiting job can use it (scheduling.engine.stranded, whose CAUSES
+    these values are; tests/scheduling/test_stranded_portal.py keeps the two lists equal)."""
+
+    FRAGMENTS = "fragments", "Partition fragments"  # free trays split across partitions, or one too small
+    UNAVAILABLE = "unavailable", "Drained or unhealthy trays"  # also unsettled fabric, degraded partitions
+    RUNNING = "running", "Running work"  # on the tray's other GPUs, or the partition's other trays
+    DEDICATED = "dedicated", "Dedicated, nobody waiting may use it"

@@ -14,8 +14,8 @@ from django.utils import timezone
 from hostlist import collect_hostlist
 
 from core.access import leads
-from scheduling.choices import HOLDING_STATES, JobState
-from scheduling.models import Job
+from scheduling.choices import HOLDING_STATES, JobState, StrandedCause
+from scheduling.models import Job, SchedulerState
 from scheduling.usage import (
     SNAPSHOT_FIELDS,
     GuaranteeStatus,
@@ -159,12 +159,45 @@ def department_dashboard(user, department: Department, now: datetime | None = No
 
 
 @dataclass
+class StrandedCapacity:
+    """Stranded NVLink capacity as the last scheduling pass computed it (scheduling.engine.stranded's
+    `Stranded.as_dict`, kept in SchedulerState.last_summary): read, never computed, by a GET."""
+
+    as_of: datetime  # the pass's time
+    figures: dict
+
+    @property
+    def causes(self) -> list[tuple[str, str, int]]:
+        """(value, label, stranded GPUs) of every cause, in StrandedCause's order."""
+        by_cause = self.figures.get("by_cause", {})
+        return [(c.value, c.label, by_cause.get(c.value, 0)) for c in StrandedCause]
+
+    @property
+    def worst_racks(self) -> list[dict]:
+        """The worst racks, each with its causes as (value, label, GPUs) in StrandedCause's order."""
+        return [
+            {**rack, "causes": [(c.value, c.label, rack["by_cause"].get(c.value, 0)) for c in StrandedCause]}
+            for rack in self.figures.get("worst_racks", [])
+        ]
+
+
+def last_stranded() -> StrandedCapacity | None:
+    """The last pass's stranded-capacity figures; None before a pass has computed them. One query."""
+    state = SchedulerState.objects.filter(pk=1).only("last_pass_at", "last_summary").first()
+    figures = (state.last_summary or {}).get("stranded") if state is not None else None
+    if not figures or state.last_pass_at is None:
+        return None
+    return StrandedCapacity(as_of=state.last_pass_at, figures=figures)
+
+
+@dataclass
 class AdminDashboard:
     positions: Positions
     status: GuaranteeStatus
     free: int
     idle_gpus: list
     owed: list[Position] = field(default_factory=list)  # owed GPUs of their guarantee (`starved` > 0)
+    stranded: StrandedCapacity | None = None  # as of the last scheduling pass
 
     @property
     def owed_gpus(self) -> int:
@@ -198,5 +231,10 @@ def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
         )[:ADMIN_IDLE_LIMIT]
     )
     return AdminDashboard(
-        positions=positions, status=positions.capacity_status(), free=free, idle_gpus=idle, owed=owed
+        positions=positions,
+        status=positions.capacity_status(),
+        free=free,
+        idle_gpus=idle,
+        owed=owed,
+        stranded=last_stranded(),
     )

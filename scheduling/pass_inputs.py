@@ -198,10 +198,11 @@ class PassInputs:
     def cluster(self) -> Cluster:
         return self.state.cluster
 
-    def decide(self, now: datetime, extra_pending: Iterable = ()) -> PassResult:
+    def decide(self, now: datetime, extra_pending: Iterable = (), args: tuple | None = None) -> PassResult:
         """Run the engine on these inputs with the site's rules (`engine_options`): the pass and the dry
-        run both call this, so they cannot decide by different rules."""
-        return schedule(*self.engine_args(now, extra_pending), **engine_options())
+        run both call this, so they cannot decide by different rules. `args`: `engine_args(now,
+        extra_pending)` when the caller made them already (the pass reads the pending jobs it gave)."""
+        return schedule(*(args or self.engine_args(now, extra_pending)), **engine_options())
 
     def engine_args(self, now: datetime, extra_pending: Iterable = ()) -> tuple:
         """The engine's `schedule` arguments: (cluster, departments, running jobs, pending jobs, now).

@@ -40,6 +40,16 @@ TABLE_ROWS = (
     ("preemptions", "preemptions", "{:,}"),
     ("lost_work_gpu_s", "work lost to preemptions (GPU-h)", "gpu-hours"),
     ("guarantee_shortfall_gpu_s", "guarantee shortfall (GPU-h)", "gpu-hours"),
+    ("avg_stranded_gpus", "stranded GPUs, time-averaged", "{:,.1f}"),
+    ("stranded_gpu_s", "stranded NVLink capacity (GPU-h)", "gpu-hours"),
+    *(
+        (("stranded_by_cause_gpu_s", cause), f"... stranded by {word} (GPU-h)", "gpu-hours")
+        for cause, word in (
+            ("fragments", "partition fragments"),
+            ("unavailable", "drained or unhealthy trays"),
+            ("running", "running work"),
+        )
+    ),
     ("decisions_per_s", "placement decisions per second", "{:,}"),
 )
 

@@ -57,7 +57,9 @@ jobs that fit the largest partition. *Guarantee shortfall* integrates, per depar
 waiting jobs that admission would call in quota (see `_Replay._count_in_quota`); *guarantee gap* is the
 cruder ``min(guarantee, demand) - held``, which also counts gang jobs larger than what is left of the
 guarantee. *Decisions per second* is placement decisions (the engine's `PassResult.decisions`) over the
-wall-clock time spent in scheduling passes.
+wall-clock time spent in scheduling passes. *Stranded NVLink capacity* integrates the free GPUs no waiting
+job could be given (scheduling.engine.stranded, by cause) from each instant's passes to the next
+(`_Replay._sample_stranded`).
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ from operator import attrgetter
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
-from scheduling.engine.placement import PARTITION, POLICIES, RACKPLANE
+from scheduling.engine.placement import PARTITION, POLICIES, RACKPLANE, Request
 from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
+from scheduling.engine.stranded import CAUSES, stranded
 from scheduling.simulation_inputs import (
     RACK_TRAYS,
     FaultTrace,
@@ -287,6 +290,12 @@ class _Replay:
         }
         self.remaining = {job.id: job.duration_s for job in jobs}  # work left, in trace seconds
         self.pending: dict[int, PendingJob] = {}
+        # Stranded capacity (`_sample_stranded`): the waiting jobs' distinct requests, counted, and the
+        # stranded GPUs by cause as the last instant left them.
+        self.waiting_shapes: dict[Request, int] = {}
+        self.stranded_now: dict[str, int] = {}
+        self.stranded_gpu_s = dict.fromkeys(CAUSES, 0.0)
+        self.stranded_stale = False  # the cluster or the set of waiting shapes changed since the sample
         self.pending_since: dict[int, float] = {}
         self.running: dict[int, RunningJob] = {}
         self.factor: dict[int, float] = {}  # running job -> its slowdown where it is
@@ -371,6 +380,8 @@ class _Replay:
         for label, gpus in self.waiting_in_quota_by_size.items():
             if gpus:
                 self.shortfall_by_size[label] += gpus * dt
+        for cause, gpus in self.stranded_now.items():
+            self.stranded_gpu_s[cause] += gpus * dt
         if self.fault_plan is not None:
             self.out_gpu_s += GPUS_PER_TRAY * sum(1 for n in self.down if n) * dt
         if self.allocated == 0:
@@ -409,6 +420,11 @@ class _Replay:
             project=job.department if job.department in self.parent else None,
         )
         self.pending_since[job.id] = now
+        shape = self._shape(job)
+        if shape not in self.waiting_shapes:
+            self.waiting_shapes[shape] = 0
+            self.stranded_stale = True
+        self.waiting_shapes[shape] += 1
         if job.id in self.fallback and self.queued_at[job.id] + self.fallback_after_s > now:
             heapq.heappush(self.wakes, (self.queued_at[job.id] + self.fallback_after_s, job.id))
         if self.preempt_after_s and self.queued_at[job.id] + self.preempt_after_s > now:
@@ -421,6 +437,7 @@ class _Replay:
     def _finish(self, job_id: int, now: float) -> None:
         job = self.by_id[job_id]
         self.cluster.release(job_id)
+        self.stranded_stale = True
         del self.running[job_id]
         self.held[job.department] -= job.gpus
         self.demand[job.department] -= job.gpus
@@ -430,6 +447,11 @@ class _Replay:
     def _start(self, start, now: float) -> None:
         job = self.by_id[start.job_id]
         del self.pending[job.id]
+        shape = self._shape(job)
+        self.waiting_shapes[shape] -= 1
+        if not self.waiting_shapes[shape]:
+            del self.waiting_shapes[shape]
+        self.stranded_stale = True  # the cluster changed
         cluster = self.cluster
         partitions = {cluster.tray_part[t] for t, _ in start.placement}
         racks = {cluster.tray_rack[t] for t, _ in start.placement}
@@ -461,6 +483,7 @@ class _Replay:
     def _preempt(self, job_id: int, now: float) -> None:
         job = self.by_id[job_id]
         victim = self.running.pop(job_id)  # the pass already released its GPUs
+        self.stranded_stale = True
         self.epoch[job_id] += 1
         factor = self.factor.pop(job_id)
         ran = now - victim.started_at
@@ -506,6 +529,7 @@ class _Replay:
         self.down[t] += 1
         if self.down[t] == 1:
             self.cluster.set_capacity(t, 0)
+            self.stranded_stale = True
         self.quarantine_s.append(plan.detect_s if plan.mode == AUTOMATED else plan.manual_delay_s)
         if fault.end is not None:
             back = max(fault.end, now) + (plan.check_s if plan.mode == AUTOMATED else 0.0)
@@ -517,12 +541,14 @@ class _Replay:
         self.down[fault.tray] -= 1
         if self.down[fault.tray] == 0:
             self.cluster.set_capacity(fault.tray, GPUS_PER_TRAY)
+            self.stranded_stale = True
 
     def _hit(self, job_id: int, now: float) -> None:
         """A running job on a failed tray stops (all its trays are released)."""
         job = self.by_id[job_id]
         victim = self.running.pop(job_id)
         self.cluster.release(job_id)
+        self.stranded_stale = True
         self.epoch[job_id] += 1
         factor = self.factor.pop(job_id)
         ran = now - victim.started_at
@@ -595,6 +621,25 @@ class _Replay:
         self._count_in_quota()
         return bool(result.preempted)
 
+    def _shape(self, job: TraceJob) -> Request:
+        """The request a waiting job's shape is judged by for stranded capacity: its own topology (not its
+        fallback), as borrowed work (every job here is preemptible training, so it may use any partition)."""
+        return Request(job.gpus, self.topology[job.id], self.parent.get(job.department, job.department), True)
+
+    def _sample_stranded(self) -> None:
+        """Stranded GPUs by cause (scheduling.engine.stranded) on the cluster as this instant's passes left
+        it, held until the next instant; none while nothing waits. Judged by the engine's placement rules
+        (the job's topology), whatever the policy replayed. Computed again only when the cluster or the set
+        of waiting shapes changed: most instants change neither (a submission of a shape already waiting)."""
+        if not self.stranded_stale:
+            return
+        self.stranded_stale = False
+        if not self.waiting_shapes:
+            self.stranded_now = {}
+            return
+        by_cause = stranded(self.cluster, self.waiting_shapes).by_cause
+        self.stranded_now = {cause: gpus for cause, gpus in by_cause.items() if gpus}
+
     def _count_in_quota(self) -> None:
         """GPUs of waiting jobs that are within their department's guarantee, per department.
 
@@ -661,6 +706,7 @@ class _Replay:
             # each preemption starts one, so this ends.
             while self.pending and self._pass(now):
                 pass
+            self._sample_stranded()
         if self.pending:  # nothing runs and nothing will come: the rest can never start
             raise SimulationError(
                 f"{len(self.pending)} jobs can never start on this cluster under {self.policy} "
@@ -773,6 +819,15 @@ class _Replay:
             },
             "decisions": self.decisions,
             "passes": self.passes,
+            # Stranded NVLink capacity (`_sample_stranded`): GPU-seconds of free GPUs no waiting job could be
+            # given, and their average over the makespan, by cause and in all.
+            "stranded_gpu_s": round(sum(self.stranded_gpu_s.values()), 1),
+            "avg_stranded_gpus": round(sum(self.stranded_gpu_s.values()) / (end - first), 2)
+            if end > first
+            else 0.0,
+            "stranded_by_cause_gpu_s": {
+                cause: round(gpu_s, 1) for cause, gpu_s in self.stranded_gpu_s.items()
+            },
             "scheduling_wall_s": round(self.pass_wall, 3),
             "departments": departments,
             **({"projects": projects} if projects else {}),

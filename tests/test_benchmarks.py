@@ -101,6 +101,15 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     assert set(placement["p99_us_by_gpus"]) <= {"1", "2", "4", "8", "16", "32", "36", "64"}
     assert 0 < placement["seeded_fill"] < 1 and 0 < placement["steady_fill_mean"] < 1
     assert placement["load_cluster_ms"] > 0
+    # The fleet's stranded capacity: against a queue (what did not fit, 200 of the mix), and one rack gang.
+    stranded = placement["stranded"]
+    assert stranded["queue"]["waiting_requests"] == placement["did_not_fit"] + 200
+    assert stranded["rack_gang_waiting"]["waiting_shapes"] == 1
+    for measured in stranded.values():
+        assert 0 <= measured["stranded_gpus"] <= measured["free_gpus"] <= placement["gpus"]
+        assert measured["stranded_gpus"] == sum(measured["by_cause"].values())
+        assert measured["largest_partition_gang"] <= measured["largest_rack_gang"] <= 72
+        assert 0 < measured["p50_ms"] <= measured["max_ms"]
 
     render = figures["config_render"]
     assert render["racks"] == 3
@@ -131,6 +140,8 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     assert isinstance(goals["search_p95_under_100ms"], bool)
     assert goals["placement_p99_us"] == placement["p99_us"]
     assert isinstance(goals["placement_p99_under_1ms"], bool)
+    assert goals["stranded_fleet_ms"] == max(measured["p50_ms"] for measured in stranded.values())
+    assert isinstance(goals["stranded_fleet_under_50ms"], bool)
     assert isinstance(goals["dashboards_p95_under_300ms"], bool)
 
 

@@ -19,7 +19,7 @@ from integrations.models import ACTIVE_PUSH_STATES, ConfigPush, PushStatus
 from inventory.choices import GpuHealth, HealthKind, TrayState
 from inventory.models import ComputeTray, Gpu, HealthEvent
 from inventory.staleness import silent_policy, silent_q
-from scheduling.choices import JobState
+from scheduling.choices import JobState, StrandedCause
 from scheduling.models import Job, SchedulerState, SchedulingRequest
 from scheduling.usage import department_positions
 
@@ -118,6 +118,37 @@ def scheduler_figures():
         "Jobs the last scheduling pass started, preempted, or left waiting.",
         ["outcome"],
         {(outcome,): summary.get(outcome, 0) for outcome in ("started", "preempted", "waiting")},
+    )
+    if summary.get("stranded"):
+        yield from stranded_figures(summary["stranded"])
+
+
+def stranded_figures(stranded: dict):
+    """Stranded NVLink capacity as the last pass computed it (scheduling.engine.stranded). Fleet figures
+    only, no rack label: at 10,000 racks one series per rack and cause is 40,000 series, and a top-N label
+    would make series come and go with every pass; the dashboard lists the worst racks instead."""
+    yield single(
+        "rackplane_stranded_free_gpus",
+        "Free GPUs after the last scheduling pass (schedulable, held by no job, not held out).",
+        stranded["free_gpus"],
+    )
+    yield gauge(
+        "rackplane_stranded_gpus",
+        "Free GPUs no job waiting after the last pass can be given under the engine's placement rules, by "
+        "cause (0 when nothing waits).",
+        ["cause"],
+        {(cause,): stranded["by_cause"].get(cause, 0) for cause in StrandedCause.values},
+    )
+    yield gauge(
+        "rackplane_largest_gang_gpus",
+        "The most GPUs one job could be given now after the last pass: in one NVLink partition, or one rack.",
+        ["scope"],
+        {("partition",): stranded["largest_partition_gang"], ("rack",): stranded["largest_rack_gang"]},
+    )
+    yield single(
+        "rackplane_stranded_racks",
+        "Racks with at least one stranded GPU after the last scheduling pass.",
+        stranded["racks_stranding"],
     )
 
 

@@ -24,6 +24,7 @@ from core.enqueue import enqueue
 from core.task_names import DISPATCH_JOB
 from scheduling import pass_cache, pass_inputs
 from scheduling.choices import JobState
+from scheduling.engine.stranded import stranded
 from scheduling.models import Job, SchedulerState, SchedulingRequest
 from scheduling.services.pass_writes import (
     insert_events,
@@ -47,6 +48,8 @@ class PassSummary:
     decisions: int
     ms: float
     cold: bool = True  # the cluster was read cold, not kept from this process's last pass (pass_cache)
+    # Stranded NVLink capacity after the pass's decisions (scheduling.engine.stranded, `Stranded.as_dict`).
+    stranded: dict | None = None
 
 
 def _pass(now) -> PassSummary:
@@ -59,7 +62,13 @@ def _pass(now) -> PassSummary:
     inputs = pass_inputs.gather()
     state, departments, slug = inputs.state, inputs.departments, inputs.slug
     project_rows, running, pending = inputs.project_rows, inputs.running, inputs.pending
-    result = inputs.decide(now)
+    engine_args = inputs.engine_args(now)
+    result = inputs.decide(now, args=engine_args)
+    # Stranded capacity on the cluster as the engine left it (its starts and preemptions made), against the
+    # jobs it left waiting: borrowing when they may (a preemptible job may borrow, so it may use any
+    # partition). Read before `keep` puts the cluster back.
+    left_waiting = [job.request(borrow=job.preemptible) for job in engine_args[3] if job.id in result.waiting]
+    stranded_now = stranded(inputs.cluster, left_waiting).as_dict()
 
     decided = {s.job_id for s in result.started} | set(result.preempted)
     restand = {
@@ -96,6 +105,7 @@ def _pass(now) -> PassSummary:
         decisions=result.decisions,
         ms=(time.perf_counter() - started_clock) * 1000,
         cold=state.cold,
+        stranded=stranded_now,
     )
 
 
@@ -139,6 +149,7 @@ def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
                 "preempted": summary.preempted,
                 "waiting": summary.waiting,
                 "decisions": summary.decisions,
+                "stranded": summary.stranded,
             }
             state.save()
         # Checked after the lock is released: a request that came in meanwhile either is seen here or its

@@ -456,7 +456,8 @@ MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "S
     # (scheduling.views.departments).
     # +1: the idle panel's held GPUs with no utilization data (scheduling.usage.held_without_data).
     "/tenancy/departments/alpha/": 18,
-    "/tenancy/dashboard/": 8,
+    # +1: the stranded NVLink capacity the last pass kept (scheduling.dashboard_data.last_stranded).
+    "/tenancy/dashboard/": 9,
 }
 
 
