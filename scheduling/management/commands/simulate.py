@@ -82,6 +82,8 @@ def _command(options: dict) -> str:
         options["checkpoint_loss"],
         "--fallback-after",
         options["fallback_after"],
+        "--half-life",
+        options["half_life"],
     ]
     if options["faults"]:
         words += ["--faults", options["faults"], "--detect", options["detect"]]
@@ -201,6 +203,15 @@ class Command(BaseCommand):
             "takes a rack (and a rack-sized gang any trays); default 60m, 'off' keeps every job strict",
         )
         parser.add_argument(
+            "--half-life",
+            default="off",
+            metavar="DURATION",
+            help="historical fair share: borrowers are ordered by their GPU usage decayed with this "
+            "half-life (7d is Slurm's PriorityDecayHalfLife default) as well as by the instant's share; "
+            "default off "
+            "(docs/simulator.md, Historical fair share)",
+        )
+        parser.add_argument(
             "--faults",
             metavar="FILE",
             help="a node fault trace (the JSON of shared/traces/faults/) replayed with the jobs, each node "
@@ -289,6 +300,8 @@ class Command(BaseCommand):
             fallback_after_s = (
                 None if fallback.strip().lower() == "off" else simulator.parse_duration(fallback)
             )
+            half_life = options["half_life"]
+            half_life_s = None if half_life.strip().lower() == "off" else simulator.parse_duration(half_life)
             traces = simulator.load_traces(options["trace"])
             faults = None
             if options["faults"]:
@@ -311,6 +324,7 @@ class Command(BaseCommand):
                 faults=faults,
                 workers=options["workers"],
                 projects=projects,
+                half_life_s=half_life_s,
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),
