@@ -142,7 +142,7 @@ def preview_job(
         **{name: value for name, value in job_fields.items() if name in known},
     )
     probe.pk = PROBE_ID
-    result = schedule(*inputs.engine_args(now, extra_pending=[probe]))
+    result = schedule(*inputs.engine_args(now, extra_pending=[probe]), **inputs.options)
     ahead = len(inputs.pending)
     start = next((s for s in result.started if s.job_id == PROBE_ID), None)
     if start is None:

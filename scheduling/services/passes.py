@@ -60,7 +60,7 @@ def _pass(now) -> PassSummary:
     inputs = pass_inputs.gather()
     state, departments, slug = inputs.state, inputs.departments, inputs.slug
     project_rows, running, pending = inputs.project_rows, inputs.running, inputs.pending
-    result = schedule(*inputs.engine_args(now))
+    result = schedule(*inputs.engine_args(now), **inputs.options)
 
     decided = {s.job_id for s in result.started} | set(result.preempted)
     restand = {
