@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import FloatField, Func
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from scheduling import pass_cache
 from scheduling.checks import minutes_of
@@ -28,6 +29,7 @@ from scheduling.engine.scheduler import Project as EngineProject
 from scheduling.jobspec import JobSpec
 from scheduling.models import Job
 from scheduling.pass_cluster import ClusterState, build
+from scheduling.usage import decayed_usage, department_usage
 from tenancy.models import Department, Project
 
 
@@ -56,14 +58,26 @@ def project_slugs(projects: list[tuple] | None = None) -> dict[int, str]:
 
 
 def engine_departments(
-    departments: list[Department], projects: list[tuple] | None = None
+    departments: list[Department],
+    projects: list[tuple] | None = None,
+    usage: dict[tuple[int, int | None], float] | None = None,
 ) -> list[EngineDepartment]:
-    """The engine's departments, each with its projects (`project_rows`; read when not given)."""
+    """The engine's departments, each with its projects (`project_rows`; read when not given), and, given
+    `usage` (scheduling.usage.decayed_usage), their decayed usage (Historical fair share)."""
     by_department: dict[int, list[EngineProject]] = {}
-    for _, department_id, slug, guaranteed, weight, limit in project_rows() if projects is None else projects:
+    for pk, department_id, slug, guaranteed, weight, limit in (
+        project_rows() if projects is None else projects
+    ):
         by_department.setdefault(department_id, []).append(
-            EngineProject(slug, guaranteed, float(weight), limit)
+            EngineProject(
+                slug,
+                guaranteed,
+                float(weight),
+                limit,
+                decayed_usage=None if usage is None else usage.get((department_id, pk), 0.0),
+            )
         )
+    totals = None if usage is None else department_usage(usage)
     return [
         EngineDepartment(
             d.slug,
@@ -72,6 +86,7 @@ def engine_departments(
             d.limit_gpus,
             d.priority,
             tuple(by_department.get(d.pk, ())),
+            decayed_usage=None if totals is None else totals.get(d.pk, 0.0),
         )
         for d in departments
     ]
@@ -193,23 +208,29 @@ class PassInputs:
     project_slug: dict[int, str]  # project pk -> slug
     running: dict[int, tuple]  # pk -> `read_running` row, of the running jobs on the cluster
     pending: dict[int, tuple]  # pk -> `PENDING_COLUMNS` row (named), of the pending jobs
+    # Historical fair share, when the pass orders borrowers by it (settings): decayed GPU-seconds per
+    # (department pk, project pk or None), and the engine's options that go with it.
+    usage: dict[tuple[int, int | None], float] | None = None
+    options: dict = field(default_factory=dict)
 
     @property
     def cluster(self) -> Cluster:
         return self.state.cluster
 
     def decide(self, now: datetime, extra_pending: Iterable = (), args: tuple | None = None) -> PassResult:
-        """Run the engine on these inputs with the site's rules (`engine_options`): the pass and the dry
-        run both call this, so they cannot decide by different rules. `args`: `engine_args(now,
-        extra_pending)` when the caller made them already (the pass reads the pending jobs it gave)."""
-        return schedule(*(args or self.engine_args(now, extra_pending)), **engine_options())
+        """Run the engine on these inputs with the site's rules (`engine_options`, and `options`: the
+        historical fair share's): the pass and the dry run both call this, so they cannot decide by
+        different rules. `args`: `engine_args(now, extra_pending)` when the caller made them already (the
+        pass reads the pending jobs it gave)."""
+        return schedule(*(args or self.engine_args(now, extra_pending)), **engine_options(), **self.options)
 
     def engine_args(self, now: datetime, extra_pending: Iterable = ()) -> tuple:
-        """The engine's `schedule` arguments: (cluster, departments, running jobs, pending jobs, now).
-        `extra_pending`: jobs (Job objects) queued behind the pending ones (the dry run's proposed job)."""
+        """The engine's `schedule` arguments: (cluster, departments, running jobs, pending jobs, now); its
+        keyword arguments are `options`. `extra_pending`: jobs (Job objects) queued behind the pending ones
+        (the dry run's proposed job)."""
         return (
             self.cluster,
-            engine_departments(self.departments, self.project_rows),
+            engine_departments(self.departments, self.project_rows, self.usage),
             engine_running_jobs(self.running.values(), self.slug, self.state.running_jobs, self.project_slug),
             engine_pending_jobs([*self.pending.values(), *extra_pending], self.slug, self.project_slug),
             now.timestamp(),
@@ -238,9 +259,14 @@ def gather(*, kept: bool = True) -> PassInputs:
     """Read everything a pass decides from, in a fixed handful of queries (tests/scheduling/
     test_pass_queries.py): the departments, the projects, the running jobs, the cluster with their GPUs
     (`read`: the one this process keeps when `kept`, else cold and not to be kept: a dry run must not touch
-    the pass's), the silent trays held out (`silence`), the pending jobs. A pass calls `keep(state)` after."""
+    the pass's), the silent trays held out (`silence`), the pending jobs, and the departments' decayed
+    usage when the pass orders borrowers by it (settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS: one query
+    more). A pass calls `keep(state)` after."""
     departments = list(Department.objects.all())
     projects = project_rows()
+    half_life_s = settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S
+    ordered = settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS and half_life_s is not None
+    usage = decayed_usage(timezone.now(), half_life_s) if ordered else None  # one query, when used
     holding_rows = read_running()
     placed = {row[0]: row[-1] for row in holding_rows}
     state = pass_cache.read(placed) if kept else build(placed)
@@ -259,4 +285,6 @@ def gather(*, kept: bool = True) -> PassInputs:
             .order_by()
             .values_list(*PENDING_COLUMNS, named=True)
         },
+        usage=usage,
+        options={"half_life_s": half_life_s} if ordered else {},
     )

@@ -219,11 +219,11 @@ def locality(gpus: int, cluster: Cluster) -> str:
     return ANY
 
 
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str | float) -> float:
-    """'10m' -> 600.0; a bare number is seconds; units s, m, h."""
+    """'10m' -> 600.0; a bare number is seconds; units s, m, h, d."""
     if isinstance(text, int | float) and not isinstance(text, bool):
         value = float(text)
     else:
@@ -235,7 +235,9 @@ def parse_duration(text: str | float) -> float:
         except ValueError:
             value = math.nan
     if not (math.isfinite(value) and value >= 0):
-        raise SimulationError(f"{text!r} is not a duration: write seconds, or a number with s, m or h (10m)")
+        raise SimulationError(
+            f"{text!r} is not a duration: write seconds, or a number with s, m, h or d (10m)"
+        )
     return value
 
 

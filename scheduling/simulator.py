@@ -42,6 +42,10 @@ Assumptions, each a choice that any figure rests on:
   work and its jobs stop, then either requeue from their last checkpoint and the tray returns after a
   check (automated) or die and are resubmitted by hand later, the tray returning at the repair (manual):
   `_Replay._fail`. `run` replays each policy without faults and with both.
+* **Historical fair share** (optional, `half_life_s`; the command's ``--half-life``): every trace accrues
+  its GPU-seconds in virtual time, halved every half-life (`tenancy.usage_decay.accrue`, exact between
+  events), and each pass gets them as the departments' (and projects') `decayed_usage`: borrowers are then
+  ordered by recent usage as well as the instant's share (scheduling.engine.scheduler).
 * **Passes.** A pass runs after every instant at which something happened (submissions, completions, a
   waiting job's fallback bound passing) while jobs are waiting, with ``explain=False``; all events of one
   instant are applied before the pass. A pass that preempted jobs is followed at once by another, in which
@@ -98,6 +102,7 @@ from scheduling.simulation_inputs import (
     round_gpus,
     split_guarantees,
 )
+from tenancy.usage_decay import DEFAULT_HALF_LIFE_S, accrue
 
 __all__ = [
     "AUTOMATED",
@@ -105,6 +110,7 @@ __all__ = [
     "DEFAULT_CHECK_S",
     "DEFAULT_DETECT_S",
     "DEFAULT_FALLBACK_AFTER_S",
+    "DEFAULT_HALF_LIFE_S",
     "DEFAULT_MANUAL_DELAY_S",
     "DEFAULT_SPAN_SLOWDOWN",
     "FAULT_MODES",
@@ -254,6 +260,7 @@ class _Replay:
         fallback_after_s: float | None = None,
         faults: FaultPlan | None = None,
         projects: Mapping[str, str] | None = None,
+        half_life_s: float | None = None,
     ):
         self.jobs = sorted(jobs, key=lambda j: (j.submitted_at, j.id))
         self.by_id = {job.id: job for job in jobs}
@@ -269,6 +276,11 @@ class _Replay:
         )
         self.names = list(guarantees)
         self.departments = _engine_departments(guarantees, projects or {})
+        # Historical fair share (module docstring): each trace's decayed GPU-seconds, accrued in virtual time.
+        self.half_life_s = half_life_s
+        self.usage = dict.fromkeys(self.names, 0.0)
+        if half_life_s is not None:
+            self.engine_options["half_life_s"] = half_life_s
         self.parent = dict(projects or {})  # trace -> its department, when the trace is a project
         self.guaranteed = dict(guarantees)
         self.topology = {job.id: locality(job.gpus, cluster) for job in jobs}
@@ -382,6 +394,10 @@ class _Replay:
                 self.shortfall_by_size[label] += gpus * dt
         for cause, gpus in self.stranded_now.items():
             self.stranded_gpu_s[cause] += gpus * dt
+        if self.half_life_s is not None:
+            usage, held, half_life = self.usage, self.held, self.half_life_s
+            for name in self.names:
+                usage[name] = accrue(usage[name], held[name], dt, half_life)
         if self.fault_plan is not None:
             self.out_gpu_s += GPUS_PER_TRAY * sum(1 for n in self.down if n) * dt
         if self.allocated == 0:
@@ -597,7 +613,7 @@ class _Replay:
         started = time.perf_counter()
         result = schedule(
             self.cluster,
-            self.departments,
+            self.departments if self.half_life_s is None else self._departments_with_usage(),
             list(self.running.values()),
             list(self.pending.values()),
             now,
@@ -639,6 +655,20 @@ class _Replay:
             return
         by_cause = stranded(self.cluster, self.waiting_shapes).by_cause
         self.stranded_now = {cause: gpus for cause, gpus in by_cause.items() if gpus}
+
+    def _departments_with_usage(self) -> list[Department]:
+        """The engine's departments carrying their decayed usage as of now (a department with projects:
+        the sum of its projects', each project its own). O(traces) per pass."""
+        usage = self.usage
+        departments = []
+        for department in self.departments:
+            if department.projects:
+                projects = tuple(replace(p, decayed_usage=usage[p.name]) for p in department.projects)
+                total = sum(p.decayed_usage for p in projects)
+                departments.append(replace(department, projects=projects, decayed_usage=total))
+            else:
+                departments.append(replace(department, decayed_usage=usage[department.name]))
+        return departments
 
     def _count_in_quota(self) -> None:
         """GPUs of waiting jobs that are within their department's guarantee, per department.
@@ -860,6 +890,7 @@ def simulate(
     fallback_after_s: float | None = DEFAULT_FALLBACK_AFTER_S,
     faults: FaultPlan | None = None,
     projects: Mapping[str, str] | None = None,
+    half_life_s: float | None = None,
 ) -> PolicyRun:
     """Replay `traces` (one department each) on a fresh cluster under one placement policy.
 
@@ -870,6 +901,7 @@ def simulate(
     measuring the engine's rules against each other; the default is what the portal runs.
     `faults` replays a node fault trace with the jobs (the run's `faults` are then its fault figures).
     `projects` maps a trace to the department it is a project of (module docstring).
+    `half_life_s` turns on historical fair share (module docstring); None: off.
     """
     if faults is not None:
         _check_fault_plan(faults)
@@ -895,6 +927,7 @@ def simulate(
         raise SimulationError(
             f"the fallback bound must be a number of seconds >= 0, not {fallback_after_s!r}"
         )
+    _check_half_life(half_life_s)
     if cluster is None:
         sizes = parse_layout(layout) if isinstance(layout, str) else tuple(layout)
         cluster = build_cluster(racks, sizes)
@@ -916,6 +949,7 @@ def simulate(
         fallback_after_s,
         faults,
         projects,
+        half_life_s,
     )
     replay.run()
     metrics = replay.metrics()
@@ -952,6 +986,13 @@ def _engine_departments(guarantees: Mapping[str, int], projects: Mapping[str, st
     return departments
 
 
+def _check_half_life(half_life_s: float | None) -> None:
+    if half_life_s is not None and not (
+        isinstance(half_life_s, int | float) and math.isfinite(half_life_s) and half_life_s > 0
+    ):
+        raise SimulationError(f"the half-life must be a number of seconds > 0 (or off), not {half_life_s!r}")
+
+
 def _check_fault_plan(plan: FaultPlan) -> None:
     if plan.mode not in FAULT_MODES:
         raise SimulationError(f"fault handling {plan.mode!r}? (known: {', '.join(FAULT_MODES)})")
@@ -977,6 +1018,7 @@ def run(
     faults: FaultPlan | None = None,
     workers: int | None = None,
     projects: Mapping[str, str] | None = None,
+    half_life_s: float | None = None,
 ) -> tuple[dict, list[PolicyRun]]:
     """Replay under each policy; returns (results dict for results.json, the runs for the report).
 
@@ -1000,7 +1042,9 @@ def run(
         "engine_options": engine_options,
         "fallback_after_s": fallback_after_s,
         "projects": dict(projects or {}),
+        "half_life_s": half_life_s,
     }
+    _check_half_life(half_life_s)
     _engine_departments(split, options["projects"])  # a wrong mapping fails here, before any replay
     # Per policy its replay, then with faults handled each way: independent replays, run side by side in
     # `workers` processes (spawned: the replay is pure Python and shares nothing with the caller).
@@ -1042,6 +1086,7 @@ def run(
         # grace before it may preempt.
         "min_runtime_s": dict((engine_options or {}).get("min_runtime_s") or {}),
         "preempt_after_s": float((engine_options or {}).get("preempt_after_s") or 0.0),
+        "half_life_s": half_life_s,
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
         # What of the traces was left out or merged so that they replay (load_trace, fit_traces): by file.
         "trace_quirks": {trace.path: dict(trace.quirks) for trace in traces if trace.quirks},

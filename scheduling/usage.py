@@ -29,14 +29,20 @@ Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import (
     Count,
+    DateTimeField,
     Exists,
+    ExpressionWrapper,
     F,
     FilteredRelation,
+    FloatField,
+    Func,
     IntegerField,
     OuterRef,
     Q,
@@ -45,9 +51,10 @@ from django.db.models import (
     Sum,
     Value,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Exp
 from django.utils import timezone
 
+from core.access import leads
 from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
@@ -60,6 +67,7 @@ from tenancy.services import (
     schedulable_gpus_q,
     unschedulable_gpus,
 )
+from tenancy.usage_decay import average_gpus, history_standing
 
 # A Position's figures that a QuotaSnapshot records (scheduling.tasks) and the quota chart draws.
 SNAPSHOT_FIELDS = ("guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand", "idle")
@@ -447,3 +455,99 @@ def holder_annotations(user) -> dict:
         "held_job_department": F("allocations__job__department__name"),
         "held_job_visible": Exists(Job.objects.visible_to(user).filter(pk=OuterRef("allocations__job_id"))),
     }
+
+
+# --- historical fair share -------------------------------------------------------------------------------
+
+
+class _EpochSeconds(Func):
+    """A timestamp as seconds since 1970 (a float), in SQL: PostgreSQL's EXTRACT, SQLite's julianday (Django
+    stores SQLite datetimes as UTC text, which julianday reads)."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
+    output_field = FloatField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)", **extra
+        )
+
+
+# Usage older than this many half-lives is under 2 ** -20 of what it was: left out of the query.
+FORGOTTEN_AFTER_HALF_LIVES = 20
+
+
+def decayed_usage(now: datetime, half_life_s: float) -> dict[tuple[int, int | None], float]:
+    """Decayed GPU-seconds (tenancy.usage_decay.interval_usage, summed in SQL) per (department pk, project
+    pk or None), in ONE aggregate query over the jobs that ran: each job's run from its start (started, else
+    placed) to its end (finished, or now while it holds its GPUs). Jobs that ended more than
+    `FORGOTTEN_AFTER_HALF_LIVES` half-lives ago are not read. A preempted job's earlier runs are not kept
+    on its row (it is pending again, its start cleared or replaced at its next start): they are not counted.
+    """
+    cutoff = now - timedelta(seconds=FORGOTTEN_AFTER_HALF_LIVES * half_life_s)
+    at = now.timestamp()
+    rate = math.log(2) / half_life_s
+    start = _EpochSeconds(Coalesce("started_at", "placed_at"))
+    end = _EpochSeconds(Coalesce("finished_at", Value(now, output_field=DateTimeField())))
+    # gpus * h / ln 2 * (2 ** -((now - end) / h) - 2 ** -((now - start) / h)), as exponentials.
+    value = ExpressionWrapper(F("gpus") * Value(1.0 / rate), output_field=FloatField()) * (
+        Exp((end - Value(at)) * Value(rate)) - Exp((start - Value(at)) * Value(rate))
+    )
+    rows = (
+        Job.objects.filter(Q(started_at__isnull=False) | Q(placed_at__isnull=False))
+        .filter(Q(state__in=HOLDING_STATES, finished_at__isnull=True) | Q(finished_at__gte=cutoff))
+        .order_by()
+        .values("department_id", "project_id")
+        .annotate(usage=Sum(value, output_field=FloatField()))
+        .values_list("department_id", "project_id", "usage")
+    )
+    return {(department, project): max(0.0, usage or 0.0) for department, project, usage in rows}
+
+
+def department_usage(usage: dict[tuple[int, int | None], float]) -> dict[int, float]:
+    """`decayed_usage` summed per department pk."""
+    total: dict[int, float] = {}
+    for (department, _), value in usage.items():
+        total[department] = total.get(department, 0.0) + value
+    return total
+
+
+@dataclass(frozen=True)
+class FairShareHistory:
+    """A department's historical fair share, as its page shows it (leads and admins only)."""
+
+    gpu_hours: float  # decayed GPU-hours
+    average_gpus: float  # GPUs held on average over the decayed window
+    standing: float  # average beyond the guarantee per unit of weight (tenancy.usage_decay.history_standing)
+    rank: int | None  # 1: borrows first among the departments that may borrow; None: weight 0
+    borrowers: int  # departments that may borrow (over-quota weight above 0)
+    half_life_days: float
+    orders_borrowers: bool  # whether the pass uses it (settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS)
+
+
+def fairshare_history(user, department: Department, now: datetime | None = None) -> FairShareHistory | None:
+    """The department's decayed usage and its rank among borrowers, for a lead of it or an admin (None for
+    anyone else, and when the half-life setting is off). Two queries: the departments, the usage."""
+    half_life_s = settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S
+    if half_life_s is None or not leads(user, department):
+        return None
+    now = now or timezone.now()
+    usage = department_usage(decayed_usage(now, half_life_s))
+    standings = {
+        pk: history_standing(usage.get(pk, 0.0), guaranteed, float(weight), half_life_s)
+        for pk, guaranteed, weight in Department.objects.values_list(
+            "pk", "guaranteed_gpus", "over_quota_weight"
+        )
+    }
+    borrowers = sorted((s, pk) for pk, s in standings.items() if math.isfinite(s))
+    rank = next((i for i, (_, pk) in enumerate(borrowers, 1) if pk == department.pk), None)
+    own = usage.get(department.pk, 0.0)
+    return FairShareHistory(
+        gpu_hours=own / 3600,
+        average_gpus=average_gpus(own, half_life_s),
+        standing=standings.get(department.pk, math.inf),
+        rank=rank,
+        borrowers=len(borrowers),
+        half_life_days=half_life_s / 86400,
+        orders_borrowers=settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS,
+    )

@@ -12,7 +12,8 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
 2. **Then over quota.** Preemptible (training) jobs beyond the guarantee borrow free GPUs, departments
    furthest below their fair share first, never past a department's limit. Non-preemptible classes
    (build, inference) only run in quota. Borrowed work may also use partitions dedicated to other
-   departments (after its own and the shared ones).
+   departments (after its own and the shared ones). With a half-life (`Options.half_life_s`) "furthest
+   below" also counts the recent past (Historical fair share, below).
 3. **Reclaim.** An in-quota job that does not fit preempts over-quota work of other departments: first
    the borrowers on partitions dedicated to the job's department, then the least-priority department's,
    most recently started first, until the job fits. Of the placements the borrowers taken so far leave
@@ -45,6 +46,16 @@ quota, its projects' in-quota work first); inside it, a project (or the work wit
 its own share borrows its siblings' unused guarantee (`sibling_borrowed`): only a sibling's in-quota job
 reclaims that, never another department's. Work of such a department without a project is one more
 leaf (`tenancy.quota.NO_PROJECT`). A department without projects is its own single leaf: exactly as before.
+
+**Historical fair share.** With `Options.half_life_s` set, each department (and project) may carry its
+`decayed_usage` (GPU-seconds, each halved every half-life: Slurm's PriorityDecayHalfLife, KAI's time-aware
+fairness; tenancy.usage_decay). Over-quota work is then ordered by the sum of two standings in GPUs, lowest
+first: the instant one (GPUs held minus fair share now, as without history) and the historical one (GPUs
+held on average over the decayed window minus the guarantee, per unit of over-quota weight; a project
+leaf adds its own to its department's). A department that lent its guarantee lately borrows before one
+that borrowed a lot. Only that order changes: in-quota admission, guarantees, limits and reclaim (whose
+victims are chosen by standing and least lost work) are the same, and without a half-life, or without
+usage, the order is exactly the instant one. O(departments + projects) per pass.
 
 **Standing.** Every pass recomputes which running jobs are in quota and which borrow (`standing`), before
 admission (so reclaim preempts today's borrowers, not the ones of when they started) and after it (the
@@ -79,6 +90,7 @@ from scheduling.engine.placement import (
     why_not,
 )
 from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
+from tenancy.usage_decay import history_standing
 
 PREEMPTIBLE_CLASSES = ("train",)
 CHECKPOINT_LOSS_S = 600.0  # work lost per preemption, by default (the simulator's --checkpoint-loss)
@@ -93,6 +105,7 @@ class Project:
     weight: float = 1.0
     limit: int | None = None
     priority: int = 0
+    decayed_usage: float | None = None  # GPU-seconds, decayed (Historical fair share); None: unknown
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,8 @@ class Department:
     limit: int | None = None
     priority: int = 0
     projects: tuple[Project, ...] = ()  # empty: the department is its own single leaf
+    # Its GPU-seconds, decayed with `Options.half_life_s` (tenancy.usage_decay); None: no history known.
+    decayed_usage: float | None = None
 
 
 @dataclass(frozen=True)
@@ -831,6 +846,27 @@ class _Pass:
         self._wait(job, borrow=borrow)
         return True
 
+    def _history(self) -> dict[tuple[str, str | None], float]:
+        """Each leaf's historical standing (module docstring, Historical fair share): its department's,
+        plus its project's own when the project's history is known. O(departments + projects)."""
+        half_life = self.options.half_life_s
+        history: dict[tuple[str, str | None], float] = {}
+        for leaf in self.fair:
+            department = self.departments[leaf[0]]
+            standing = 0.0
+            if department.decayed_usage is not None:
+                standing = history_standing(
+                    department.decayed_usage, department.guaranteed, department.weight, half_life
+                )
+            project = self.projects.get(leaf[0], {}).get(leaf[1]) if leaf[1] is not None else None
+            if project is not None and project.decayed_usage is not None:
+                standing += history_standing(
+                    project.decayed_usage, project.guaranteed, project.weight, half_life
+                )
+            if standing:
+                history[leaf] = standing
+        return history
+
     def _reclaimable(self) -> int:
         return sum(r.gpus for r in self.running.values() if self._may_lose(r))
 
@@ -940,6 +976,9 @@ class _Pass:
         # Over quota: departments furthest below their fair share first. `later` is in queue order, so a
         # stable sort by (priority, standing) leaves it in (priority, standing, submission, id) order.
         below = {leaf: leaf_held[leaf] - self.fair[leaf] for leaf in self.fair}
+        if self.options.half_life_s is not None:
+            for leaf, standing in self._history().items():
+                below[leaf] += standing
         later.sort(key=lambda j: (rank.get(j.department, 0), below.get(leaves[j.id], 0)))
         # An over-quota job stops at `failed` and waits without a reservation when its shape did not fit,
         # no more reservations are taken, and neither its fallback nor words are asked for.
@@ -1002,6 +1041,9 @@ class Options:
     # An in-quota job may preempt borrowed work only once it has waited this long since its submission
     # (trays that free up by themselves meanwhile cost nobody any work). 0: at once.
     preempt_after_s: float = 0.0
+    # Historical fair share (module docstring): the half-life the departments' `decayed_usage` was decayed
+    # with; None: over-quota work is ordered by the instant's standing only (the usage is ignored).
+    half_life_s: float | None = None
 
 
 def schedule(

@@ -722,3 +722,49 @@ def test_jitter_shifts_each_submission_later_by_at_most_its_bound_the_same_for_a
     )
     config = json.loads(out.read_text())["config"]
     assert config["jitter"] == {"max_s": 300.0, "seed": 3} and "--jitter 5m --seed 3" in config["command"]
+
+
+# --- historical fair share (--half-life) ----------------------------------------------------------------
+
+DAY = 86400
+
+
+def history_traces(tmp_path: Path):
+    """One rack of one partition (72 GPUs); c is guaranteed 64 and holds them all but a's 8 borrowed GPUs
+    for ten days. When a's job ends, a and b each want those 8 GPUs for a day, equally below their fair share
+    now; a asked a second earlier. Only a has history: 8 GPUs for ten days."""
+    a = write_trace(tmp_path / "a.csv", [("a1", 0, 10 * DAY, 8), ("a2", 10 * DAY - 2, DAY, 8)])
+    b = write_trace(tmp_path / "b.csv", [("b1", 10 * DAY - 1, DAY, 8)])
+    c = write_trace(tmp_path / "c.csv", [("c1", 0, 30 * DAY, 56), ("c2", 0, 20 * DAY, 8)])
+    return simulator.load_traces([a, b, c])
+
+
+@pytest.mark.parametrize(("half_life_s", "first"), [(None, "a2"), (7 * DAY, "b1"), (3600, "b1")])
+def test_the_half_life_lets_the_department_with_less_recent_usage_borrow_first(tmp_path, half_life_s, first):
+    """Off: submission order. With a half-life b, which has no history, borrows first: a held 8 GPUs until
+    this very moment, which counts under a week's half-life and an hour's alike."""
+    traces = history_traces(tmp_path)
+    run = simulator.simulate(
+        traces, 1, "1x18", RACKPLANE, guarantees={"a": 0, "b": 0, "c": 64}, half_life_s=half_life_s
+    )
+    waits = by_name(run, traces)
+    second = {"a2": "b1", "b1": "a2"}[first]
+    # The first borrows as a's first job ends; the other waits for it (a day).
+    assert waits[first] <= 2
+    assert waits[second] >= DAY
+
+
+def test_command_takes_a_half_life_and_off(tmp_path):
+    traces = [tmp_path / f"{name}.csv" for name in "abc"]
+    history_traces(tmp_path)
+    for half_life, want in (("7d", 7 * DAY), ("off", None)):
+        out = tmp_path / f"r-{half_life}.json"
+        args = [item for path in traces for item in ("--trace", str(path))]
+        args += ["--racks", "1", "--layout", "1x18", "--policy", RACKPLANE, "--half-life", half_life]
+        simulate(*args, "--guarantee", "c=64", "--guarantee", "a=0", "--guarantee", "b=0", "--out", str(out))
+        results = json.loads(out.read_text())
+        assert results["config"]["half_life_s"] == want
+    with pytest.raises(CommandError, match="half-life must be a number of seconds > 0"):
+        simulate(*args[:-2], "--half-life", "0", "--out", str(out))
+    with pytest.raises(CommandError, match="'soon' is not a duration"):
+        simulate(*args[:-2], "--half-life", "soon", "--out", str(out))

@@ -82,6 +82,8 @@ def _command(options: dict) -> str:
         options["checkpoint_loss"],
         "--fallback-after",
         options["fallback_after"],
+        "--half-life",
+        options["half_life"],
     ]
     if simulator.parse_duration(options["jitter"]):
         words += ["--jitter", options["jitter"], "--seed", str(options["seed"])]
@@ -231,6 +233,15 @@ class Command(BaseCommand):
             "(the preemption grace); default 0: at once",
         )
         parser.add_argument(
+            "--half-life",
+            default="off",
+            metavar="DURATION",
+            help="historical fair share: borrowers are ordered by their GPU usage decayed with this "
+            "half-life (7d is Slurm's PriorityDecayHalfLife default) as well as by the instant's share; "
+            "default off "
+            "(docs/simulator.md, Historical fair share)",
+        )
+        parser.add_argument(
             "--faults",
             metavar="FILE",
             help="a node fault trace (the JSON of shared/traces/faults/) replayed with the jobs, each node "
@@ -324,6 +335,8 @@ class Command(BaseCommand):
                 engine_options["min_runtime_s"] = {"train": min_runtime_s}
             if preempt_after_s := simulator.parse_duration(options["preempt_after"]):
                 engine_options["preempt_after_s"] = preempt_after_s
+            half_life = options["half_life"]
+            half_life_s = None if half_life.strip().lower() == "off" else simulator.parse_duration(half_life)
             traces = simulator.load_traces(options["trace"])
             jitter_s = simulator.parse_duration(options["jitter"])
             traces = simulator.jitter_traces(traces, jitter_s, options["seed"])
@@ -349,6 +362,7 @@ class Command(BaseCommand):
                 faults=faults,
                 workers=options["workers"],
                 projects=projects,
+                half_life_s=half_life_s,
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),

@@ -1,0 +1,116 @@
+"""Historical fair share in the portal: decayed usage from the job history in one aggregate query
+(scheduling.usage.decayed_usage), into the pass's inputs when the setting asks for it, and on the department
+page for its leads and admins only."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduling import pass_inputs
+from scheduling.choices import JobState
+from scheduling.models import Job
+from scheduling.usage import decayed_usage
+from tenancy.models import Project
+from tenancy.usage_decay import DEFAULT_HALF_LIFE_S, interval_usage
+from tests.factories import make_job
+
+DAY = 86400.0
+
+
+def ran(department, gpus, start_days_ago, end_days_ago=None, now=None, **fields):
+    """A job that held `gpus` GPUs from `start_days_ago` until `end_days_ago` (None: still running)."""
+    now = now or timezone.now()
+    state = JobState.RUNNING if end_days_ago is None else JobState.COMPLETED
+    finished = None if end_days_ago is None else now - timedelta(days=end_days_ago)
+    return make_job(
+        department,
+        state=state,
+        gpus=gpus,
+        started_at=now - timedelta(days=start_days_ago),
+        finished_at=finished,
+        over_quota=False,
+        **fields,
+    )
+
+
+def expected(now, *runs):
+    at = now.timestamp()
+    return sum(
+        interval_usage(gpus, at - start * DAY, at - (end or 0) * DAY, at, DEFAULT_HALF_LIFE_S)
+        for gpus, start, end in runs
+    )
+
+
+def test_decayed_usage_sums_each_run_decayed_in_one_query(
+    department_a, department_b, django_assert_num_queries
+):
+    now = timezone.now()
+    vision = Project.objects.create(department=department_a, name="Vision", slug="vision")
+    ran(department_a, 8, 10, 3, now)  # ended three days ago
+    ran(department_a, 4, 2, None, now)  # still running
+    ran(department_a, 16, 1, 0.5, now, project=vision)
+    ran(department_b, 8, 1, 0, now)
+    ran(department_b, 64, 400, 300, now)  # 300 days ago: beyond 20 half-lives, not read
+    make_job(department_b, state=JobState.PENDING, gpus=72)  # never ran: nothing
+    with django_assert_num_queries(1):
+        usage = decayed_usage(now, DEFAULT_HALF_LIFE_S)
+    assert usage[(department_a.pk, None)] == pytest.approx(expected(now, (8, 10, 3), (4, 2, None)), rel=1e-6)
+    assert usage[(department_a.pk, vision.pk)] == pytest.approx(expected(now, (16, 1, 0.5)), rel=1e-6)
+    assert usage[(department_b.pk, None)] == pytest.approx(expected(now, (8, 1, 0)), rel=1e-6)
+    # Halve the half-life: older use weighs less (a's run of three days ago most).
+    short = decayed_usage(now, DEFAULT_HALF_LIFE_S / 2)
+    assert short[(department_a.pk, None)] < usage[(department_a.pk, None)]
+
+
+def test_the_pass_reads_usage_only_when_it_orders_borrowers_by_it(department_a, settings):
+    ran(department_a, 8, 2, 1)
+    settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS = False
+    inputs = pass_inputs.gather(kept=False)
+    assert inputs.usage is None and inputs.options == {}
+    assert pass_inputs.engine_departments(inputs.departments, inputs.project_rows)[0].decayed_usage is None
+    settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS = True
+    inputs = pass_inputs.gather(kept=False)
+    assert inputs.options == {"half_life_s": DEFAULT_HALF_LIFE_S}
+    (department,) = inputs.engine_args(timezone.now())[1]
+    assert department.decayed_usage == pytest.approx(expected(timezone.now(), (8, 2, 1)), rel=1e-3)
+
+
+def page(client, user, department):
+    client.force_login(user)
+    return client.get(reverse("scheduling:department-detail", args=[department.slug]))
+
+
+@pytest.mark.parametrize("persona", ["lead_a", "platform_admin"])
+def test_leads_and_admins_see_the_departments_decayed_usage_and_rank(
+    client, request, persona, department_a, department_b
+):
+    user = request.getfixturevalue(persona)
+    ran(department_a, 8, 30, 0)  # 8 GPUs for a month: about 7.6 on average over a week's half-life
+    ran(department_b, 1, 30, 0)
+    count = Job.objects.count()
+    response = page(client, user, department_a)
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Historical fair share" in body
+    assert 'data-figure="borrower-rank">2 of 2<' in body  # b held less beyond its guarantee: b first
+    figure = response.context["history"]
+    assert figure.gpu_hours == pytest.approx(expected(timezone.now(), (8, 30, 0)) / 3600, rel=1e-3)
+    assert f"{figure.gpu_hours:,.0f} GPU-hours" in body
+    assert Job.objects.count() == count  # a GET writes nothing
+
+
+@pytest.mark.parametrize("persona", ["member_a", "lead_b", "member_b"])
+def test_others_see_nothing_of_it(client, request, persona, department_a, department_b):
+    user = request.getfixturevalue(persona)
+    ran(department_a, 8, 30, 0)
+    response = page(client, user, department_a)
+    assert "Historical fair share" not in response.content.decode()
+    if persona != "member_a":
+        assert response.status_code == 404  # another department's page is not theirs to see at all
+
+
+def test_the_setting_off_shows_nothing(client, lead_a, department_a, settings):
+    settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S = None
+    assert "Historical fair share" not in page(client, lead_a, department_a).content.decode()
