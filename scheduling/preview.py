@@ -36,6 +36,9 @@ class Victim:
     department: str
     project: str | None
     own_department: bool  # of the proposed job's department (borrowing its project's unused guarantee)
+    # Of the proposed job's own project (or, both without one, its department's work without a project): its
+    # borrowed training, which a build or inference job within the guarantee displaces (engine: Standing).
+    own_work: bool = False
 
     @property
     def label(self) -> str:
@@ -85,8 +88,15 @@ class Preview:
                 f"It fits now: it would start {quota} on {trays} ({', '.join(self.trays)}) "
                 f"in {', '.join(self.partitions)}."
             ]
-            own = [v for v in self.victims if v.own_department]
+            mine = [v for v in self.victims if v.own_work]
+            own = [v for v in self.victims if v.own_department and not v.own_work]
             others = [v for v in self.victims if not v.own_department]
+            if mine:
+                words.append(
+                    _victim_sentence(mine, "borrowed training ", "of your own")
+                    + " Build and inference work holds the guarantee first; they borrow beyond it, and"
+                    " run again when GPUs free up."
+                )
             if own:
                 words.append(
                     _victim_sentence(own, "", "of your department")
@@ -147,12 +157,14 @@ def preview_job(
     if start is None:
         return Preview(reason=result.waiting.get(PROBE_ID, ""), queued_ahead=ahead)
     victim_ids = [victim for victim, beneficiary in result.preempted.items() if beneficiary == PROBE_ID]
+    project_pk = probe.project_id
     victims = tuple(
         Victim(
             name=job.name,
             department=job.department.name,
             project=job.project.name if job.project_id else None,
             own_department=job.department_id == department.pk,
+            own_work=job.department_id == department.pk and job.project_id == project_pk,
         )
         for job in Job.objects.filter(pk__in=victim_ids)
         .select_related("department", "project")

@@ -525,11 +525,14 @@ class FairShareHistory:
     orders_borrowers: bool  # whether the pass uses it (settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS)
 
 
-def fairshare_history(user, department: Department, now: datetime | None = None) -> FairShareHistory | None:
+def fairshare_history(
+    user, department: Department, now: datetime | None = None, *, leads_it: bool | None = None
+) -> FairShareHistory | None:
     """The department's decayed usage and its rank among borrowers, for a lead of it or an admin (None for
-    anyone else, and when the half-life setting is off). Two queries: the departments, the usage."""
+    anyone else, and when the half-life setting is off). Two queries: the departments, the usage.
+    `leads_it`: whether `user` leads it, when the caller asked already (the department page has)."""
     half_life_s = settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S
-    if half_life_s is None or not leads(user, department):
+    if half_life_s is None or not (leads(user, department) if leads_it is None else leads_it):
         return None
     now = now or timezone.now()
     usage = department_usage(decayed_usage(now, half_life_s))

@@ -23,7 +23,11 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
    trays the job needs free up by themselves (by the running jobs' time limits) soon enough that its GPUs
    waiting cost no more GPU-seconds than the
    preempted work would lose, the job may wait instead (`Options.reclaim_when_cheaper`, measured, off by
-   default: the guarantee comes first).
+   default: the guarantee comes first). A build or inference job is in quota while its department's (its
+   leaf's) non-preemptible work and it fit in the in-quota share, whatever training the department runs:
+   Standing puts non-preemptible work first. When the department's own borrowed training holds the GPUs it
+   needs, that training gives way, newest first, before any other department's (a 1-GPU build job used to
+   wait behind its own department's borrowed jobs for as long as they ran).
 4. **Reservation and backfill.** The first jobs that still do not fit (the head of the queue; two by
    default, `max_reservations`) get reservations: the trays that free up earliest for each (by the running
    jobs' time limits) are held for the rest of the pass. A later job may use held trays only if its time
@@ -240,6 +244,8 @@ class _Pass:
         self.checkpoint_loss_s = options.checkpoint_loss_s
         self.min_runtime = {name: s for name, s in options.min_runtime_s.items() if s > 0}
         self.preempt_why: dict[int, str] = {}  # job -> why it may not preempt yet (see may_preempt_at)
+        # Non-preemptible jobs in quota only because their leaf's training gives way (`_consider`).
+        self.displacing: set[int] = set()
         self.result = PassResult()
         self.own_topology: dict[int, str] = {}  # job -> its own topology, when it takes its fallback
         # Leaves (module docstring, Projects): (department, project) in departments with projects, work
@@ -260,10 +266,16 @@ class _Pass:
                 self.leaf_guaranteed[(d.name, None)] -= p.guaranteed
         self.held: dict[str, int] = {name: 0 for name in self.departments}
         self.leaf_held: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
+        # Per leaf, the GPUs its non-preemptible jobs hold: they hold its in-quota share first (Standing), so
+        # a new one is in quota while these and it fit, whatever training the leaf runs (`_consider`).
+        self.leaf_firm: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
         for job in running:
             if job.department in self.held:
+                leaf = (job.department, None) if not self.projects else self._leaf(job)
                 self.held[job.department] += job.gpus
-                self.leaf_held[(job.department, None) if not self.projects else self._leaf(job)] += job.gpus
+                self.leaf_held[leaf] += job.gpus
+                if job.priority_class not in PREEMPTIBLE_CLASSES:
+                    self.leaf_firm[leaf] += job.gpus
         demand = dict(self.held)
         leaf_demand = dict(self.leaf_held)
         # Each waiting job's leaf, looked up once per pass (sweeps and sorts read it; job ids are unique).
@@ -454,6 +466,8 @@ class _Pass:
         self.cluster.allocate(job.id, placement)
         self.held[job.department] += job.gpus
         self.leaf_held[self._leaf(job)] += job.gpus
+        if not job.preemptible:
+            self.leaf_firm[self._leaf(job)] += job.gpus
         if over_quota:
             self.leaf_over.add(job.id)
         self.running[job.id] = RunningJob(
@@ -489,7 +503,7 @@ class _Pass:
                 grace = _minutes(self.options.preempt_after_s)
                 self.preempt_why[job.id] = f"a job preempts only after waiting {grace} (the preemption grace)"
             return False
-        key = (job.gpus, job.topology, self._leaf(job))
+        key = (job.gpus, job.topology, self._leaf(job), job.id in self.displacing)
         if key in self.reclaim_failed:
             return False
         if self.cluster.free_gpus + self._reclaimable() < job.gpus or not self._try_reclaim(job):
@@ -537,15 +551,29 @@ class _Pass:
                 cluster.part_owner[cluster.tray_part[t]] == job.department for t, _ in cluster.jobs[r.id]
             )
 
+        leaf = self._leaf(job)
+        # A non-preemptible job in quota over its leaf's training (`displacing`) takes that leaf's borrowed
+        # training first, newest first: it is what holds the share the job is owed.
+        displacing = job.id in self.displacing
+
+        def own(r: RunningJob) -> bool:
+            return displacing and r.over_quota and self._leaf(r) == leaf
+
         victims = sorted(
             (
-                (not on_its_partitions(r), r)
+                (not own(r) and not on_its_partitions(r), r)
                 for r in self.running.values()
                 if self._may_lose(r, job.department)
-                and self._leaf(r) != self._leaf(job)
+                and (self._leaf(r) != leaf or own(r))
                 and r.id in cluster.jobs
             ),
-            key=lambda v: (v[0], self.departments[v[1].department].priority, -v[1].started_at, -v[1].id),
+            key=lambda v: (
+                v[0],
+                not own(v[1]),
+                self.departments[v[1].department].priority,
+                -v[1].started_at,
+                -v[1].id,
+            ),
         )
         if not victims:
             return False
@@ -802,6 +830,11 @@ class _Pass:
                 )
                 return True
         in_quota = self.leaf_held[leaf] + job.gpus <= self.in_quota[leaf]
+        if not in_quota and not job.preemptible and self.leaf_firm[leaf] + job.gpus <= self.in_quota[leaf]:
+            # Its own training holds the share: non-preemptible work holds it first (Standing), so this job
+            # is in quota, and its leaf's borrowed training gives way to it if it must (`_try_reclaim`).
+            in_quota = True
+            self.displacing.add(job.id)
         if sweep == 1 and not in_quota:
             return False  # over quota: the second sweep, after every in-quota job
         if not in_quota and not job.preemptible:
@@ -968,7 +1001,11 @@ class _Pass:
             department = departments.get(job.department)
             if department is not None and department.limit is None:
                 leaf = leaves[job.id]
-                if leaf[1] is None and leaf_held[leaf] + job.gpus > in_quota[leaf]:
+                if (
+                    leaf[1] is None
+                    and leaf_held[leaf] + job.gpus > in_quota[leaf]
+                    and job.priority_class in PREEMPTIBLE_CLASSES  # else its training may give way
+                ):
                     later.append(job)  # over quota: the second sweep, after every in-quota job
                     continue
             if not self._consider(job, sweep=1):

@@ -145,7 +145,7 @@ def department_detail(request, slug):
         "position": dashboard.position,
         # Historical fair share: its decayed usage and rank among borrowers, for its leads and admins only
         # (None for anyone else).
-        "history": selectors.fairshare_history(request.user, department),
+        "history": selectors.fairshare_history(request.user, department, leads_it=dashboard.can_manage),
         # The quota chart over ?range= (1h, 24h, 7d, 30d), ending now; it refreshes itself
         # (scheduling.views.gpu_life).
         **quota_chart_context(

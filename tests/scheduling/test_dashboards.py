@@ -455,7 +455,9 @@ MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "S
     # this user manage it?" once and its panels share the answer and the members it read
     # (scheduling.views.departments).
     # +1: the idle panel's held GPUs with no utilization data (scheduling.usage.held_without_data).
-    "/tenancy/departments/alpha/": 18,
+    # +2: the historical fair share panel (the departments' weights and guarantees; the decayed usage, one
+    # aggregate: scheduling.usage.fairshare_history), for the lead.
+    "/tenancy/departments/alpha/": 20,
     # +1: the stranded NVLink capacity the last pass kept (scheduling.dashboard_data.last_stranded).
     "/tenancy/dashboard/": 9,
 }

@@ -49,3 +49,22 @@ def test_another_departments_job_reclaiming_borrowed_work_says_of_other_departme
     words = " ".join(preview.sentences)
     assert f"preempt 1 borrowed job of other departments: {victim.name} (Research, no project)." in words
     assert "your department" not in words
+
+
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
+def test_a_build_job_within_the_guarantee_names_the_borrowed_training_of_its_own_it_displaces(demo_inventory):
+    pass_cache.forget()
+    vision = make_department("Vision", guaranteed_gpus=8)
+    trays = free_trays(500)
+    for n, tray in enumerate(trays):
+        make_job(vision, f"sweep-{n:03d}", trays=[tray], backend_id=f"{900 + n}")
+    asked = {**ASKED, "priority_class": PriorityClass.BUILD}  # 4 GPUs: a whole tray
+    preview = preview_job(department=vision, **asked)
+    assert preview.fits and not preview.over_quota and preview.preempts == 1
+    [victim] = preview.victims
+    assert victim.own_work and victim.own_department and victim.department == "Vision"
+    words = " ".join(preview.sentences)
+    assert f"preempt 1 borrowed training job of your own: {victim.name} (Vision, no project)." in words
+    assert "Build and inference work holds the guarantee first" in words
+    # Training asked the same way borrows nothing of its own: it waits.
+    assert not preview_job(department=vision, **{**asked, "priority_class": PriorityClass.TRAIN}).fits
