@@ -883,6 +883,7 @@ class _Pass:
         """Each leaf's historical standing (module docstring, Historical fair share): its department's,
         plus its project's own when the project's history is known. O(departments + projects)."""
         half_life = self.options.half_life_s
+        assert half_life is not None  # asked only with a half-life (run)
         history: dict[tuple[str, str | None], float] = {}
         for leaf in self.fair:
             department = self.departments[leaf[0]]
@@ -1012,7 +1013,9 @@ class _Pass:
                 later.append(job)
         # Over quota: departments furthest below their fair share first. `later` is in queue order, so a
         # stable sort by (priority, standing) leaves it in (priority, standing, submission, id) order.
-        below = {leaf: leaf_held[leaf] - self.fair[leaf] for leaf in self.fair}
+        below: dict[tuple[str, str | None], float] = {
+            leaf: leaf_held[leaf] - self.fair[leaf] for leaf in self.fair
+        }
         if self.options.half_life_s is not None:
             for leaf, standing in self._history().items():
                 below[leaf] += standing
