@@ -291,7 +291,9 @@ def why_not(cluster: Cluster, request: Request) -> str:
             cluster, unsettled
         )
     free = sum(cluster.whole_by_owner[owner] for owner in owners)
-    return f"{n} whole trays are needed and {free} are free" + _left_out(cluster, unsettled)
+    return f"{n} whole trays are needed and {free} {'is' if free == 1 else 'are'} free" + _left_out(
+        cluster, unsettled
+    )
 
 
 NAMED_TRAYS = 9  # trays named in a reason; the rest are counted

@@ -159,6 +159,12 @@ def test_partition_requirement_waits_rather_than_spanning_and_says_why():
     assert describe(c, spanned) == {"partitions": 2, "racks": 1}
 
 
+def test_the_count_of_free_trays_is_said_in_the_singular_too():
+    c = cluster_of({"r1": [9, 9]})
+    c.allocate(1, [(t, 4) for t in range(1, 18)])
+    assert why_not(c, Request(8, ANY)) == "2 whole trays are needed and 1 is free"
+
+
 def test_rack_and_any_jobs_use_as_few_partitions_and_racks_as_possible():
     c = cluster_of({"r1": [6, 6, 6], "r2": [6, 6, 6]})
     c.allocate(1, [(t, 4) for t in (0, 1, 2, 3, 6, 7, 12)])  # r1: 2 + 4 + 5 free
