@@ -497,7 +497,8 @@ class _Pass:
         """Preempt over-quota work of other departments until the in-quota `job` fits (once it has waited
         out `Options.preempt_after_s`, and only work past its minimum run time: `_may_lose`)."""
         grace_ends = job.submitted_at + self.options.preempt_after_s
-        if self.now < grace_ends:
+        # No grace set: no wait either, even for a job submitted after the pass's clock was read.
+        if self.options.preempt_after_s and self.now < grace_ends:
             if self._could_reclaim(job):
                 self.result.may_preempt_at[job.id] = grace_ends
                 grace = _minutes(self.options.preempt_after_s)

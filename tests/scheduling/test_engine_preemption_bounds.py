@@ -33,6 +33,10 @@ def test_without_bounds_an_in_quota_job_reclaims_at_once():
     result = run(c, running, [PendingJob(1, "a", 4, ANY, submitted_at=1000.0)], now=1000.0)
     assert result.preempted == {11: 1}  # the most recent borrower
     assert result.may_preempt_at == {}
+    # Even a job submitted after the pass read its clock (a submission racing the pass).
+    c, running = borrowed_rack(started=(900.0, 950.0))
+    result = run(c, running, [PendingJob(1, "a", 4, ANY, submitted_at=1000.5)], now=1000.0)
+    assert result.preempted == {11: 1} and result.may_preempt_at == {}
 
 
 def test_a_borrower_inside_its_minimum_run_time_is_not_reclaimed_and_the_reason_says_when():
