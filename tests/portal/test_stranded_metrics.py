@@ -11,6 +11,7 @@ from tests.scheduling.test_stranded_portal import department_a, stranding  # noq
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_fleet_figures_of_the_last_pass_are_exported(stranding, client, settings):  # noqa: F811
     samples = scrape(client, settings)
     assert value(samples, "rackplane_stranded_free_gpus") == 174

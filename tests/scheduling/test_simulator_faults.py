@@ -158,6 +158,7 @@ _NODE_EVENTS = st.lists(
 )
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=300, deadline=None)
 @given(events=_NODE_EVENTS)
 def test_any_sequence_of_events_reads_as_outages_that_never_overlap_on_a_node(tmp_path_factory, events):

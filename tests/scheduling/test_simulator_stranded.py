@@ -34,6 +34,7 @@ def test_free_trays_split_across_partitions_are_stranded_by_fragments(tmp_path):
     assert m["stranded_gpu_s"] == 32 * 999
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_report_table_has_the_stranded_rows(tmp_path):
     traces = simulator.load_traces([write_trace(tmp_path / "research.csv", SPAN)])
     results, runs = simulator.run(traces, 1, "2x9", [RACKPLANE, FIRST_FIT], workers=1)
