@@ -377,6 +377,8 @@ def load_faults(path: str | Path, fleet: int = FAULT_TRACE_NODES) -> FaultTrace:
         raise SimulationError(f"cannot read fault trace {path}: {error.strerror or error}") from error
     except (UnicodeDecodeError, ValueError) as error:
         raise SimulationError(f"{path} is not a JSON fault trace: {error}") from error
+    except RecursionError:
+        raise SimulationError(f"{path} is not a fault trace: nested too deeply") from None
     if not isinstance(events, list):
         raise SimulationError(f"{path}: a fault trace is a JSON list of events")
     quirks: Counter[str] = Counter()

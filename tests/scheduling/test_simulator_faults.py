@@ -82,6 +82,7 @@ def test_faults_pair_up_per_node_in_time_order(tmp_path):
         ("[1, {}]", "no faults"),  # nothing in it is an event
         ('[{"node_id": "n", "event_time": 1, "event_type": "fault_end"}]', "no faults"),
         ("not json", "is not a JSON fault trace"),
+        pytest.param("[" * 100_000 + "]" * 100_000, "nested too deeply", id="nested-100000-deep"),
     ],
 )
 def test_a_file_that_is_no_fault_trace_says_so(tmp_path, text, message):
