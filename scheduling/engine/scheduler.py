@@ -520,11 +520,7 @@ class _Pass:
     def _could_reclaim(self, job: PendingJob) -> bool:
         """Whether some borrowed work is there for `job` to preempt, minimum run times aside (a cheap
         test: enough such GPUs; the reason and a replay's wake need no more)."""
-        return (
-            self.cluster.free_gpus
-            + sum(r.gpus for r in self.running.values() if self._may_lose(r, job.department, young_too=True))
-            >= job.gpus
-        )
+        return self.cluster.free_gpus + self._reclaimable(job.department, young_too=True) >= job.gpus
 
     def _protected_until(self, job: PendingJob) -> float | None:
         """When `job`, whose reclaim failed, might preempt: the first borrower it may not preempt yet only
@@ -902,8 +898,9 @@ class _Pass:
                 history[leaf] = standing
         return history
 
-    def _reclaimable(self) -> int:
-        return sum(r.gpus for r in self.running.values() if self._may_lose(r))
+    def _reclaimable(self, department: str | None = None, young_too: bool = False) -> int:
+        """GPUs of the running jobs `_may_lose` gives up (for an in-quota job of `department`)."""
+        return sum(r.gpus for r in self.running.values() if self._may_lose(r, department, young_too))
 
     def _may_lose(self, r: RunningJob, department: str | None = None, young_too: bool = False) -> bool:
         """Whether running `r` may be preempted for an in-quota job (of `department`, None: of any): it

@@ -67,7 +67,8 @@ def _pass(now) -> PassSummary:
     # Stranded capacity on the cluster as the engine left it (its starts and preemptions made), against the
     # jobs it left waiting: borrowing when they may (a preemptible job may borrow, so it may use any
     # partition). Read before `keep` puts the cluster back.
-    left_waiting = [job.request(borrow=job.preemptible) for job in engine_args[3] if job.id in result.waiting]
+    _, _, _, engine_pending, _ = engine_args
+    left_waiting = [job.request(borrow=job.preemptible) for job in engine_pending if job.id in result.waiting]
     stranded_now = stranded(inputs.cluster, left_waiting).as_dict()
 
     decided = {s.job_id for s in result.started} | set(result.preempted)
