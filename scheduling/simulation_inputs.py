@@ -176,14 +176,17 @@ def fit_traces(traces: Sequence[Trace], capacity: int) -> list[Trace]:
 
 
 def parse_layout(text: str) -> tuple[int, ...]:
-    """'2x9' -> (9, 9): NVLink partitions of one rack in trays; terms may be joined with '+' ('1x10+2x4')."""
+    """'2x9' -> (9, 9): NVLink partitions of one rack in trays; terms may be joined with '+' ('1x10+2x4'), and
+    a bare number is one partition ('16+2', '8+8+2': buddy-style carvings)."""
     sizes: list[int] = []
     for term in text.replace(" ", "").lower().split("+"):
+        if term.isdigit():
+            term = f"1x{term}"
         count, sep, size = term.partition("x")
         if not (sep and count.isdigit() and size.isdigit() and int(count) > 0 and int(size) > 0):
             raise SimulationError(
                 f"layout {text!r}: write the partitions of a rack as COUNTxTRAYS, e.g. 1x18, 2x9, 3x6 "
-                f"or 1x10+2x4"
+                f"or 1x10+2x4, or as trays joined with '+' (16+2)"
             )
         sizes += [int(size)] * int(count)
     if sum(sizes) != RACK_TRAYS:
