@@ -90,6 +90,7 @@ from scheduling.simulation_inputs import (
     TraceJob,
     TrayFault,
     build_cluster,
+    dedicated_owners,
     fallback,
     fit_traces,
     jitter_traces,
@@ -344,6 +345,9 @@ class _Replay:
             for job in jobs
             if fallback_after_s is not None and (wider := fallback(job.gpus, cluster)) is not None
         }
+        # When each job's fallback is due (in quota), and as a borrower where it has one (re-carving).
+        self.fallback_after = dict.fromkeys(self.fallback, fallback_after_s)
+        self.borrower_fallback_after: dict[int, float] = {}
         # What a waiting job's time limit is multiplied by (see the module's "exact time limits").
         self.limit_factor = {
             job.id: (
@@ -487,8 +491,9 @@ class _Replay:
             "train",
             self.queued_at[job.id],
             self.remaining[job.id] * self.limit_factor[job.id],
-            *((self.fallback[job.id], self.fallback_after_s) if job.id in self.fallback else ()),
+            *((self.fallback[job.id], self.fallback_after[job.id]) if job.id in self.fallback else ()),
             project=job.department if job.department in self.parent else None,
+            borrower_fallback_after_s=self.borrower_fallback_after.get(job.id),
         )
         self.pending_since[job.id] = now
         shape = self._shape(job)
@@ -496,8 +501,11 @@ class _Replay:
             self.waiting_shapes[shape] = 0
             self.stranded_stale = True
         self.waiting_shapes[shape] += 1
-        if job.id in self.fallback and self.queued_at[job.id] + self.fallback_after_s > now:
-            heapq.heappush(self.wakes, (self.queued_at[job.id] + self.fallback_after_s, job.id))
+        if (
+            job.id in self.fallback
+            and now < (wake := self.queued_at[job.id] + self.fallback_after[job.id]) < math.inf
+        ):
+            heapq.heappush(self.wakes, (wake, job.id))
         if self.preempt_after_s and self.queued_at[job.id] + self.preempt_after_s > now:
             heapq.heappush(self.wakes, (self.queued_at[job.id] + self.preempt_after_s, job.id))
 
@@ -787,11 +795,14 @@ class _Replay:
             return
         for job in jobs:
             if self.topology[job.id] == RACK and job.trays <= largest:
+                # In quota it waits for a re-carve, then (after the fallback bound, if any) takes a rack; as a
+                # borrower (re-carving never serves one) it takes a rack at once, preferring one partition.
                 self.topology[job.id] = PARTITION
-                if self.fallback_after_s is not None:
-                    self.fallback[job.id] = RACK
-                if job.trays > 1:
-                    self.limit_factor[job.id] = self.slowdown if job.id in self.fallback else 1.0
+                self.fallback[job.id] = RACK
+                self.fallback_after[job.id] = (
+                    math.inf if self.fallback_after_s is None else self.fallback_after_s
+                )
+                self.borrower_fallback_after[job.id] = 0.0
 
     def _largest_recarved(self) -> int:
         """The largest partition a re-carve may make: one rack's trays carved as one partition of the most
@@ -1086,6 +1097,7 @@ def simulate(
     projects: Mapping[str, str] | None = None,
     half_life_s: float | None = None,
     recarve: RecarvePlan | None = None,
+    dedicated: Mapping[str, int] | None = None,
 ) -> PolicyRun:
     """Replay `traces` (one department each) on a fresh cluster under one placement policy.
 
@@ -1098,7 +1110,8 @@ def simulate(
     `projects` maps a trace to the department it is a project of (module docstring).
     `half_life_s` turns on historical fair share (module docstring); None: off.
     `recarve` turns on carving that follows demand for rackplane (RecarvePlan); its run's metrics then have
-    `recarve` (`_Replay.recarve_metrics`).
+    `recarve` (`_Replay.recarve_metrics`). `dedicated` (department -> racks) dedicates whole racks' partitions
+    to departments (the first racks, in the order given; `simulation_inputs.dedicated_owners`).
     """
     if faults is not None:
         _check_fault_plan(faults)
@@ -1129,7 +1142,8 @@ def simulate(
     _check_half_life(half_life_s)
     if cluster is None:
         sizes = parse_layout(layout) if isinstance(layout, str) else tuple(layout)
-        cluster = build_cluster(racks, sizes)
+        owners = dedicated_owners(dedicated, racks, {t.department for t in traces}) if dedicated else ()
+        cluster = build_cluster(racks, sizes, owners)
     if not any(trace.jobs for trace in traces):
         raise SimulationError("no jobs to replay")
     traces = fit_traces(traces, cluster.capacity)  # jobs larger than the cluster: left out, counted
@@ -1233,6 +1247,7 @@ def run(
     projects: Mapping[str, str] | None = None,
     half_life_s: float | None = None,
     recarve: RecarvePlan | None = None,
+    dedicated: Mapping[str, int] | None = None,
 ) -> tuple[dict, list[PolicyRun]]:
     """Replay under each policy; returns (results dict for results.json, the runs for the report).
 
@@ -1260,8 +1275,11 @@ def run(
         "projects": dict(projects or {}),
         "half_life_s": half_life_s,
         "recarve": recarve,
+        "dedicated": dict(dedicated or {}),
     }
     _check_half_life(half_life_s)
+    if dedicated:
+        dedicated_owners(dedicated, racks, {t.department for t in traces})  # a wrong name fails here
     _engine_departments(split, options["projects"])  # a wrong mapping fails here, before any replay
     # Per policy its replay, then with faults handled each way: independent replays, run side by side in
     # `workers` processes (spawned: the replay is pure Python and shares nothing with the caller).
@@ -1314,6 +1332,7 @@ def run(
             "delay_s": recarve.delay_s,
             "rule": recarve.rule,
         },
+        "dedicated_racks": dict(dedicated or {}),  # department -> whole racks dedicated to it
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
         # What of the traces was left out or merged so that they replay (load_trace, fit_traces): by file.
         "trace_quirks": {trace.path: dict(trace.quirks) for trace in traces if trace.quirks},

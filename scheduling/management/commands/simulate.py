@@ -62,6 +62,19 @@ def _parse_projects(items: list[str]) -> dict[str, str]:
     return projects
 
 
+def _parse_dedicated(items: list[str]) -> dict[str, int]:
+    """['cluster03=2', ...] -> {'cluster03': 2}: two whole racks dedicated to department cluster03."""
+    dedicated: dict[str, int] = {}
+    for item in items:
+        name, sep, racks = (part.strip() for part in item.partition("="))
+        if not sep or not name or not racks.isdigit():
+            raise simulator.SimulationError(f"--dedicate {item!r}: write DEPARTMENT=RACKS")
+        if name in dedicated:
+            raise simulator.SimulationError(f"--dedicate {name} is given twice")
+        dedicated[name] = int(racks)
+    return dedicated
+
+
 def _command(options: dict) -> str:
     """The command line that made these results (the report and docs/simulator.md show it)."""
     words = ["manage.py", "simulate"]
@@ -91,6 +104,8 @@ def _command(options: dict) -> str:
     for name in ("min_runtime", "preempt_after"):
         if simulator.parse_duration(options[name]):
             words += [f"--{name.replace('_', '-')}", options[name]]
+    for item in options["dedicate"]:
+        words += ["--dedicate", item]
     if options["recarve"]:
         words += ["--recarve", "--recarve-smallest", str(options["recarve_smallest"])]
         words += ["--recarve-max-per-hour", str(options["recarve_max_per_hour"])]
@@ -247,6 +262,14 @@ class Command(BaseCommand):
             "(docs/simulator.md, Historical fair share)",
         )
         parser.add_argument(
+            "--dedicate",
+            action="append",
+            default=[],
+            metavar="DEPARTMENT=RACKS",
+            help="dedicate whole racks' partitions to a department (its in-quota work there first, others' "
+            "only as borrowed work); the first racks, in the order given (repeat per department)",
+        )
+        parser.add_argument(
             "--recarve",
             action="store_true",
             help="carving that follows demand, for rackplane: after each pass, wholly idle partitions of a "
@@ -381,6 +404,7 @@ class Command(BaseCommand):
             traces = simulator.load_traces(options["trace"])
             jitter_s = simulator.parse_duration(options["jitter"])
             traces = simulator.jitter_traces(traces, jitter_s, options["seed"])
+            dedicated = _parse_dedicated(options["dedicate"]) or None
             recarve = None
             if options["recarve"]:
                 recarve = simulator.RecarvePlan(
@@ -412,6 +436,7 @@ class Command(BaseCommand):
                 projects=projects,
                 half_life_s=half_life_s,
                 recarve=recarve,
+                dedicated=dedicated,
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),
