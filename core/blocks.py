@@ -22,7 +22,7 @@ racks: rack 2's 16 would start at block 9, not on a multiple of 8).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import hostlist
@@ -117,6 +117,38 @@ class BlockLayout:
         return tuple(self.base << level for level in self.levels)
 
 
+def _size_fault(nodes: int, base: int) -> str | None:
+    """Why a partition of `nodes` cannot stand beside a smallest one of `base` ("{name}": its name)."""
+    if nodes % base or not is_power_of_two(nodes // base):
+        return (
+            f"Slurm 24.11 cannot express NVLink partition {{name}} ({nodes} nodes) next to a "
+            f"partition of {base} nodes: a block larger than the base block size is only kept whole "
+            "when it is the base times a power of two (Slurm aggregates 2, 4, 8... base blocks), and "
+            "blocks smaller than the base are refused. Carve the racks so that every partition is the "
+            "smallest one times a power of two, or use Slurm 25.05+ (topology.yaml), where blocks may "
+            "be smaller than the base."
+        )
+    if (nodes // base).bit_length() - 1 >= MAX_BLOCK_LEVELS:
+        return f"NVLink partition {{name}} needs more than {MAX_BLOCK_LEVELS} block levels"
+    return None
+
+
+def sizes_error(sizes: Iterable[int]) -> str | None:
+    """The size half of the rule alone, for the fleet's partition sizes (a set will do): why some size
+    cannot stand beside the smallest one, or None. Necessary, not sufficient: `block_layout` also checks
+    how Slurm aggregates the blocks by rack. O(distinct sizes): to search many layouts before the full rule.
+    """
+    sizes = set(sizes)
+    if not sizes:
+        return None
+    base = min(sizes)
+    for nodes in sorted(sizes):
+        why = _size_fault(nodes, base)
+        if why is not None:
+            return why.format(name=f"of {nodes} nodes")
+    return None
+
+
 def block_layout(partitions: Sequence[BlockPartition]) -> BlockLayout:
     """The Slurm 24.11 block layout of these partitions, or ValueError in the words the wizard shows."""
     if not partitions:
@@ -125,17 +157,9 @@ def block_layout(partitions: Sequence[BlockPartition]) -> BlockLayout:
     if base < 1:
         raise ValueError("an NVLink partition has no nodes (Slurm: 'lacks children')")
     for p in partitions:
-        if p.nodes % base or not is_power_of_two(p.nodes // base):
-            raise ValueError(
-                f"Slurm 24.11 cannot express NVLink partition {p.name} ({p.nodes} nodes) next to a "
-                f"partition of {base} nodes: a block larger than the base block size is only kept whole "
-                "when it is the base times a power of two (Slurm aggregates 2, 4, 8... base blocks), and "
-                "blocks smaller than the base are refused. Carve the racks so that every partition is the "
-                "smallest one times a power of two, or use Slurm 25.05+ (topology.yaml), where blocks may "
-                "be smaller than the base."
-            )
-        if (p.nodes // base).bit_length() - 1 >= MAX_BLOCK_LEVELS:
-            raise ValueError(f"NVLink partition {p.name} needs more than {MAX_BLOCK_LEVELS} block levels")
+        why = _size_fault(p.nodes, base)
+        if why is not None:
+            raise ValueError(why.format(name=p.name))
 
     order = sorted(
         range(len(partitions)),
@@ -159,20 +183,23 @@ def block_layout(partitions: Sequence[BlockPartition]) -> BlockLayout:
 
     def groups_ok(candidate: set[int]) -> tuple[bool, str]:
         kept, groups = slurm_aggregates(len(rows), sorted(candidate))
+        alone: set[tuple[int, int]] = set()  # (level, partition) of groups of one partition's blocks only
         for level, members in groups:
-            domains = {partitions[rows[m][0]].domain for m in members}
+            inside = {rows[m][0] for m in members}
+            domains = {partitions[i].domain for i in inside}
             if len(domains) > 1:
                 return (
                     False,
                     f"level {base << level} would group blocks of racks {', '.join(sorted(domains))}",
                 )
+            if len(inside) == 1:
+                alone.add((level, next(iter(inside))))
         for i, p in enumerate(partitions):
             parts = p.nodes // base
             if parts == 1:
                 continue
             level = parts.bit_length() - 1
-            whole = [m for lvl, m in groups if lvl == level and {rows[k][0] for k in m} == {i}]
-            if level not in kept or not whole:
+            if level not in kept or (level, i) not in alone:
                 return False, f"partition {p.name} would not be one aggregated block of {base << level}"
         return True, ""
 
@@ -197,12 +224,11 @@ def block_layout(partitions: Sequence[BlockPartition]) -> BlockLayout:
             candidate = levels | {rack_level}
             if rack_level < MAX_BLOCK_LEVELS and groups_ok(candidate)[0]:
                 _, groups = slurm_aggregates(len(rows), sorted(candidate))
-                rack_groups = [set(m) for lvl, m in groups if lvl == rack_level]
-                spans = [
-                    {k for k, (i, _) in enumerate(rows) if partitions[i].domain == d}
-                    for d in sorted(per_domain, key=natural_key)
-                ]
-                if all(span in rack_groups for span in spans):
+                rack_groups = {frozenset(m) for lvl, m in groups if lvl == rack_level}
+                spans: dict[str, set[int]] = {}
+                for k, (i, _) in enumerate(rows):
+                    spans.setdefault(partitions[i].domain, set()).add(k)
+                if all(frozenset(span) in rack_groups for span in spans.values()):
                     levels = candidate
 
     kept, groups = slurm_aggregates(len(rows), sorted(levels))

@@ -75,7 +75,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
-from core.blocks import BlockPartition, block_layout_error
+from core.blocks import BlockPartition, block_layout_error, sizes_error
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.placement import PARTITION, POLICIES, RACK, RACKPLANE, Request
@@ -836,7 +836,13 @@ class _Replay:
             if times:
                 recent[rack] = len(times)
         proposals = propose(
-            self.cluster, gangs, self.recarve_policies, recent=recent, block_check=self.block_check, now=now
+            self.cluster,
+            gangs,
+            self.recarve_policies,
+            recent=recent,
+            block_check=self.block_check,
+            now=now,
+            size_rule=sizes_error if plan.rule == SLURM_24_11 else None,
         )
         cluster = self.cluster
         for recarve in proposals:

@@ -32,10 +32,11 @@ The rules (issue 28; each a bound the admin's per-rack `RecarvePolicy` or the de
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from core.blocks import BlockPartition, block_layout_error
+from core.blocks import BlockPartition, block_layout_error, sizes_error
 from core.hardware import GPUS_PER_TRAY
 from inventory.names import partition_name_error
 from scheduling.engine.cluster import Cluster, Owner
@@ -73,6 +74,8 @@ class Recarve:
     reason: str  # one plain sentence for the plan page and the audit log
 
 
+# The fleet's partition sizes -> why the size rule refuses them, or None (core.blocks.sizes_error).
+SizeRule = Callable[[Iterable[int]], str | None]
 # (rack name, {partition name: hostnames} the rack would have) -> why the fleet's layout would be refused
 # (the wizard's words), or None when it would be accepted.
 BlockCheck = Callable[[str, Mapping[str, tuple[str, ...]]], str | None]
@@ -176,6 +179,7 @@ def propose(
     recent: Mapping[str, int] | None = None,
     block_check: BlockCheck | None = None,
     now: float = 0.0,
+    size_rule: SizeRule | None = sizes_error,
 ) -> list[Recarve]:
     """The re-carves to make now, at most one per rack and per gang (module docstring).
 
@@ -186,6 +190,9 @@ def propose(
     states. `policies`: rack name -> its bounds, only racks whose admin enabled re-carving. `recent`: rack
     name -> re-carves of it in the last hour. `block_check`: the fleet-wide block rule (default: core.blocks
     over `cluster`, `cluster_block_check`). `now`: the pass's clock (same clock as `submitted_at`).
+    `size_rule`: the size half of the same rule over the fleet's partition sizes (core.blocks.sizes_error),
+    asked first because it is cheap (O(distinct sizes)); None only with a `block_check` that has no size
+    rule (the simulator's what-if without a fleet rule).
 
     Does not change the cluster: the caller applies each proposal (`Cluster.replace_partitions`, or a plan).
     """
@@ -200,7 +207,7 @@ def propose(
     if not racks:
         return []
     check = block_check or cluster_block_check(cluster)
-    fleet_sizes = {len(trays) for trays in cluster.part_trays if trays}
+    fleet = Counter(len(trays) for trays in cluster.part_trays if trays)  # partitions by size
     proposals: list[Recarve] = []
     used: set[int] = set()  # racks re-carved in this pass
     for job in waiting:
@@ -212,20 +219,32 @@ def propose(
         owners = cluster.usable_owners(job.department)
         if cluster.largest_free_partition(owners)[0] >= need:
             continue  # a partition has its trays free: it waits for something else than carving
-        best: _Option | None = None
+        # Each rack's best move by arithmetic alone first (cheap), then the block rule on the racks in that
+        # order, until no rack's unchecked move can beat the best checked one (a check only makes it worse).
+        candidates = []
         for rank, owner in enumerate(owners):
             for r in racks:
                 if r in used:
                     continue
                 policy = policies[cluster.rack_name[r]]
-                option = _best_in_rack(cluster, r, owner, need, policy, fleet_sizes, check)
-                if option is not None:
-                    key = (*option.key, rank, r)
-                    if best is None or key < best.key:
-                        best = _Option(key, r, owner, option.removed, option.carving)
+                bound = _best_in_rack(cluster, r, owner, need, policy, fleet, size_rule, None)
+                if bound is not None:
+                    candidates.append(((*bound.key, rank, r), r, owner, policy))
+        candidates.sort(key=lambda c: c[0])
+        best: _Option | None = None
+        for bound_key, r, owner, policy in candidates:
+            if best is not None and bound_key >= best.key:
+                break
+            option = _best_in_rack(cluster, r, owner, need, policy, fleet, size_rule, check)
+            if option is not None:
+                key = (*option.key, *bound_key[3:])
+                if best is None or key < best.key:
+                    best = _Option(key, r, owner, option.removed, option.carving)
         if best is None:
             continue
         used.add(best.rack)
+        fleet.subtract(len(cluster.part_trays[p]) for p in best.removed)
+        fleet.update(best.carving)
         proposals.append(_recarve(cluster, best, job, now))
     return proposals
 
@@ -246,11 +265,13 @@ def _best_in_rack(
     owner: Owner,
     need: int,
     policy: RecarvePolicy,
-    fleet_sizes: set[int],
-    check: BlockCheck,
+    fleet: Counter[int],
+    size_rule: SizeRule | None,
+    check: BlockCheck | None,
 ) -> _Option | None:
     """The tightest re-carve of rack r's idle partitions of `owner` that gives a partition of `need` trays:
-    key (trays beyond the need, trays touched, partitions touched), smallest first."""
+    key (trays beyond the need, trays touched, partitions touched), smallest first. Without `check`, by
+    arithmetic alone (a lower bound of the key with it)."""
     idle = [p for p in cluster.rack_parts[r] if cluster.part_owner[p] == owner and cluster.wholly_idle(p)]
     size = {p: len(cluster.part_trays[p]) for p in idle}
     if sum(size.values()) < need:
@@ -260,7 +281,7 @@ def _best_in_rack(
     smallest = max(1, policy.smallest_trays)
     # Sizes worth trying: the fleet's partition sizes (and the policy's floor) times powers of two; the
     # block rule has the last word on each carving.
-    bases = fleet_sizes | {smallest}
+    bases = {size for size, count in fleet.items() if count > 0} | {smallest}
     best: _Option | None = None
     looked = 0
     for count in range(1, len(idle) + 1):
@@ -278,6 +299,14 @@ def _best_in_rack(
                     break
                 if sorted(carving) == now_sizes:
                     continue  # the same partitions: nothing to change
+                if size_rule is not None:
+                    gone = Counter(now_sizes)
+                    after = {size for size, count in fleet.items() if count - gone[size] > 0}
+                    if size_rule(after | set(carving)) is not None:
+                        continue
+                if check is None:
+                    best = _Option(key, r, owner, tuple(subset), carving)
+                    break
                 planned = {cluster.part_name[p]: _hosts(cluster, p) for p in kept if p not in subset}
                 names = _free_names(set(planned) | {cluster.part_name[p] for p in subset}, len(carving))
                 planned.update(zip(names, _assign(cluster, subset, carving), strict=True))

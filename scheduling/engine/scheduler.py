@@ -853,7 +853,7 @@ class _Pass:
             and job.fallback_topology != job.topology
             and self.now - job.submitted_at
             >= (
-                job.fallback_after_s if in_quota or self.fallback_borrowers else job.borrower_fallback_after_s  # type: ignore[operator]
+                job.fallback_after_s if in_quota or self.fallback_borrowers else job.borrower_fallback_after_s
             )
         ):
             self.own_topology[job.id] = job.topology
