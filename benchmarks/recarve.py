@@ -14,7 +14,9 @@ Configurations (the layout every rack starts with; block-best-fit and first-fit 
 
 * rackplane, block-best-fit, first-fit on 2x9 (base 9: re-carving can only merge 9+9 into 18);
 * rackplane 2x9 with re-carving (every rack: smallest partition 1 tray, 2 re-carves an hour, 2-minute delay,
-  Slurm 24.11's block rule as the wizard checks it);
+  Slurm 24.11's block rule as the wizard checks it); an in-quota gang larger than a partition waits for a
+  re-carve up to the fallback bound (1 h), or, in the "gangs wait 2 min" variant, only as long as a
+  re-carve takes before it spans the rack;
 * rackplane and block-best-fit on 1x18 (every rack one partition: where merging 9+9 leads);
 * 8+8+2 (buddy-style, base 2): Slurm 24.11 refuses it on more than one rack (its aggregation of blocks is
   by file order, not by rack: core/blocks.py), so these runs are a what-if for Slurm 25.05+ (topology.yaml),
@@ -46,11 +48,13 @@ HALVES = {
 SLOWDOWNS = (1.5, 1.0)
 SAMPLES = ((0, 1), (300, 1), (300, 2))  # (jitter s, seed)
 DEFAULT = simulator.RecarvePlan()
+SHORT_WAIT = simulator.RecarvePlan(wait_s=DEFAULT.delay_s)
 BUDDY = simulator.RecarvePlan(RecarvePolicy(smallest_trays=2), rule=simulator.NO_BLOCK_RULE)
 CONFIGS = {
     # name: (policy, layout, recarve plan, dedicate the gang-heavy department)
     "rackplane 2x9": ("rackplane", "2x9", None, False),
     "rackplane 2x9 + re-carving": ("rackplane", "2x9", DEFAULT, False),
+    "rackplane 2x9 + re-carving, gangs wait 2 min": ("rackplane", "2x9", SHORT_WAIT, False),
     "block-best-fit 2x9": ("block-best-fit", "2x9", None, False),
     "first-fit 2x9": ("first-fit", "2x9", None, False),
     "rackplane 1x18": ("rackplane", "1x18", None, False),

@@ -271,6 +271,9 @@ class RecarvePlan:
     policy: RecarvePolicy = field(default_factory=RecarvePolicy)
     delay_s: float = DEFAULT_RECARVE_DELAY_S
     rule: str = SLURM_24_11
+    # How long an in-quota gang that only a re-carve can give one partition waits for one before it takes
+    # a rack (its fallback); None: the replay's fallback bound, like every other gang.
+    wait_s: float | None = None
 
 
 def layout_error(cluster: Cluster) -> str | None:
@@ -799,9 +802,12 @@ class _Replay:
                 # borrower (re-carving never serves one) it takes a rack at once, preferring one partition.
                 self.topology[job.id] = PARTITION
                 self.fallback[job.id] = RACK
-                self.fallback_after[job.id] = (
-                    math.inf if self.fallback_after_s is None else self.fallback_after_s
-                )
+                if plan.wait_s is not None:
+                    self.fallback_after[job.id] = plan.wait_s
+                elif self.fallback_after_s is not None:
+                    self.fallback_after[job.id] = self.fallback_after_s
+                else:
+                    self.fallback_after[job.id] = math.inf
                 self.borrower_fallback_after[job.id] = 0.0
 
     def _largest_recarved(self) -> int:
@@ -1220,6 +1226,8 @@ def _check_recarve(plan: RecarvePlan) -> None:
         raise SimulationError(f"re-carving rule {plan.rule!r}? (known: {', '.join(RECARVE_RULES)})")
     if not (isinstance(plan.delay_s, int | float) and math.isfinite(plan.delay_s) and plan.delay_s >= 0):
         raise SimulationError(f"the re-carve delay must be a number of seconds >= 0, not {plan.delay_s!r}")
+    if plan.wait_s is not None and not (isinstance(plan.wait_s, int | float) and plan.wait_s >= 0):
+        raise SimulationError(f"the re-carve wait must be a number of seconds >= 0, not {plan.wait_s!r}")
     if plan.policy.smallest_trays < 1 or plan.policy.max_per_hour < 1:
         raise SimulationError(
             "re-carving needs a smallest partition of at least 1 tray and at least 1 per hour"
@@ -1337,6 +1345,7 @@ def run(
             "max_per_hour": recarve.policy.max_per_hour,
             "delay_s": recarve.delay_s,
             "rule": recarve.rule,
+            "wait_s": recarve.wait_s,
         },
         "dedicated_racks": dict(dedicated or {}),  # department -> whole racks dedicated to it
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),

@@ -60,6 +60,21 @@ def test_a_policy_bound_holds_the_rack_back(tmp_path):
     assert by_name(run, traces)["g"] == simulator.DEFAULT_FALLBACK_AFTER_S
 
 
+def test_a_gang_waits_for_a_recarve_only_as_long_as_the_plan_says(tmp_path):
+    # Both racks run work until 5000 (rack001 two 9-tray jobs, rack002 one GPU in p1): no merge is
+    # possible. With the replay's fallback bound (1 h) the 10-tray gang waits an hour, then spans rack002;
+    # with `wait_s` 120 s only that long.
+    path = write_trace(
+        tmp_path / "d.csv", [("r1", 0, 5000, 36), ("r2", 0, 5000, 36), ("s", 0, 5000, 1), ("g", 10, 1000, 40)]
+    )
+    traces = simulator.load_traces([path])
+    waited = simulator.simulate(traces, 2, "2x9", RACKPLANE, recarve=simulator.RecarvePlan())
+    short = simulator.simulate(traces, 2, "2x9", RACKPLANE, recarve=simulator.RecarvePlan(wait_s=120))
+    assert waited.metrics["recarve"]["recarves"] == short.metrics["recarve"]["recarves"] == 0
+    assert by_name(waited, traces)["g"] == simulator.DEFAULT_FALLBACK_AFTER_S
+    assert by_name(short, traces)["g"] == 120
+
+
 def test_a_layout_the_wizard_refuses_is_refused_unless_the_rule_is_off(tmp_path):
     traces = simulator.load_traces([write_trace(tmp_path / "d.csv", GANG)])
     with pytest.raises(simulator.SimulationError, match="would group blocks of racks"):
@@ -121,6 +136,7 @@ def test_the_command_records_the_plan_and_the_report_lists_the_recarves(tmp_path
         "max_per_hour": 1,
         "delay_s": 300.0,
         "rule": "slurm-24.11",
+        "wait_s": None,
     }
     assert "--recarve-delay 5m" in results["config"]["command"]
     figures = results["policies"]["rackplane"]["recarve"]

@@ -110,6 +110,7 @@ def _command(options: dict) -> str:
         words += ["--recarve", "--recarve-smallest", str(options["recarve_smallest"])]
         words += ["--recarve-max-per-hour", str(options["recarve_max_per_hour"])]
         words += ["--recarve-delay", options["recarve_delay"], "--recarve-rule", options["recarve_rule"]]
+        words += ["--recarve-wait", options["recarve_wait"]]
     if options["faults"]:
         words += ["--faults", options["faults"], "--detect", options["detect"]]
         words += ["--check-time", options["check_time"], "--manual-delay", options["manual_delay"]]
@@ -298,6 +299,13 @@ class Command(BaseCommand):
             "operation and the nodes' new cliques reported; default 2m)",
         )
         parser.add_argument(
+            "--recarve-wait",
+            default="fallback",
+            metavar="DURATION",
+            help="with --recarve: how long an in-quota gang larger than the layout's largest partition waits "
+            "for a re-carve before it takes a rack (default 'fallback': --fallback-after, like other gangs)",
+        )
+        parser.add_argument(
             "--recarve-rule",
             default=simulator.SLURM_24_11,
             choices=simulator.RECARVE_RULES,
@@ -411,6 +419,9 @@ class Command(BaseCommand):
                     RecarvePolicy(options["recarve_smallest"], options["recarve_max_per_hour"]),
                     delay_s=simulator.parse_duration(options["recarve_delay"]),
                     rule=options["recarve_rule"],
+                    wait_s=None
+                    if options["recarve_wait"].strip().lower() == "fallback"
+                    else simulator.parse_duration(options["recarve_wait"]),
                 )
             faults = None
             if options["faults"]:
