@@ -99,11 +99,13 @@ def _replay(task: tuple) -> tuple[str, dict]:
 FIGURES = (
     # (column, how to read it from the metrics, format)
     ("shortfall GPU-h", lambda m: m["guarantee_shortfall_gpu_s"] / 3600, "{:,.0f}"),
+    ("of it 8-16 GPU jobs", lambda m: m["guarantee_shortfall_by_size_gpu_s"]["8-16"] / 3600, "{:,.0f}"),
     ("fitting in one partition", lambda m: 100 * m["fitting_multi_tray_in_one_partition"], "{:.1f}%"),
     ("avg wait h", lambda m: m["avg_wait_s"] / 3600, "{:.2f}"),
     ("avg JCT h", lambda m: m["avg_jct_s"] / 3600, "{:.2f}"),
     ("lost work GPU-h", lambda m: m["lost_work_gpu_s"] / 3600, "{:,.0f}"),
     ("p95 wait > 36 GPUs h", lambda m: (m["wait_by_size"][">36"]["p95_wait_s"] or 0) / 3600, "{:,.0f}"),
+    ("stranded in fragments GPU-h", lambda m: m["stranded_by_cause_gpu_s"]["fragments"] / 3600, "{:,.0f}"),
     ("re-carves", lambda m: (m.get("recarve") or {}).get("recarves", 0), "{:,.0f}"),
     ("re-carving GPU-h", lambda m: (m.get("recarve") or {}).get("recarving_gpu_s", 0) / 3600, "{:,.1f}"),
 )
@@ -205,7 +207,12 @@ def main(argv=None) -> int:
                 print(f"done {key}: {metrics['wall_s']} s", file=sys.stderr, flush=True)
     results = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
     print(tables(results, list(CONFIGS)))
-    for config in ("rackplane 2x9", "rackplane 2x9 + re-carving", "rackplane 2x9, dedicated + re-carving"):
+    for config in (
+        "rackplane 2x9",
+        "rackplane 2x9 + re-carving",
+        "rackplane 2x9 + re-carving, gangs wait 2 min",
+        "rackplane 1x18",
+    ):
         print(goals(results, config))
     return 0
 

@@ -511,6 +511,8 @@ class _Replay:
             heapq.heappush(self.wakes, (wake, job.id))
         if self.preempt_after_s and self.queued_at[job.id] + self.preempt_after_s > now:
             heapq.heappush(self.wakes, (self.queued_at[job.id] + self.preempt_after_s, job.id))
+        if self.promoted and job.id in self.promoted:
+            self._promoted_enqueued(job.id, now)
 
     def _submit(self, job: TraceJob, now: float) -> None:
         self.demand[job.department] += job.gpus
@@ -781,6 +783,10 @@ class _Replay:
         self.recarving_gpu_s = 0.0
         self.recarved_starts = 0  # gangs started on a partition a re-carve made for them
         self.recarved_for: dict[int, set[int]] = {}  # job -> partitions re-carved for it
+        # Gangs asking for one partition only because a re-carve can make it: job -> (how long it waits for
+        # one in quota, its fallback without re-carving), and when each waiting one stops waiting.
+        self.promoted: dict[int, tuple[float, str | None]] = {}
+        self.demotions: list[tuple[float, int]] = []
         if plan is None:
             return
         cluster = self.cluster
@@ -796,18 +802,19 @@ class _Replay:
         self.max_recarved_trays = largest
         if largest <= cluster.max_partition_trays:
             return
+        if plan.wait_s is not None:
+            wait = plan.wait_s
+        else:
+            wait = math.inf if self.fallback_after_s is None else self.fallback_after_s
         for job in jobs:
             if self.topology[job.id] == RACK and job.trays <= largest:
-                # In quota it waits for a re-carve, then (after the fallback bound, if any) takes a rack; as a
-                # borrower (re-carving never serves one) it takes a rack at once, preferring one partition.
+                # In quota it waits for a re-carve up to `wait`, then asks for what it asks without
+                # re-carving (a rack, any trays after the fallback bound: `_demote`); as a borrower
+                # (re-carving never serves one) it takes a rack at once, in as few partitions as possible.
+                self.promoted[job.id] = (wait, self.fallback.get(job.id))
                 self.topology[job.id] = PARTITION
                 self.fallback[job.id] = RACK
-                if plan.wait_s is not None:
-                    self.fallback_after[job.id] = plan.wait_s
-                elif self.fallback_after_s is not None:
-                    self.fallback_after[job.id] = self.fallback_after_s
-                else:
-                    self.fallback_after[job.id] = math.inf
+                self.fallback_after[job.id] = wait
                 self.borrower_fallback_after[job.id] = 0.0
 
     def _largest_recarved(self) -> int:
@@ -878,6 +885,34 @@ class _Replay:
             )
             self.stranded_stale = True
 
+    def _promoted_enqueued(self, job_id: int, now: float) -> None:
+        wait, _ = self.promoted[job_id]
+        due = self.queued_at[job_id] + wait
+        if now >= due:
+            self._demote(job_id, now)
+        elif due < math.inf:
+            heapq.heappush(self.demotions, (due, job_id))  # a wake at `due` runs a pass (its fallback bound)
+
+    def _demote(self, job_id: int, now: float) -> None:
+        """A promoted gang has waited for a re-carve as long as it may: from now on it asks for exactly what
+        it asks for without re-carving (a rack; any trays once the fallback bound passes)."""
+        job = self.pending.get(job_id)
+        if job is None or job.topology != PARTITION:
+            return
+        _, base = self.promoted[job_id]
+        after = self.fallback_after_s if base is not None and self.fallback_after_s is not None else 0.0
+        self.pending[job_id] = replace(
+            job, topology=RACK, fallback_topology=base, fallback_after_s=after, borrower_fallback_after_s=None
+        )
+        if base is not None and now < self.queued_at[job_id] + after:
+            heapq.heappush(self.wakes, (self.queued_at[job_id] + after, job_id))
+
+    def _demotions_due(self, now: float) -> None:
+        demotions = self.demotions
+        while demotions and demotions[0][0] <= now:
+            _, job_id = heapq.heappop(demotions)
+            self._demote(job_id, now)
+
     def _recarves_settle(self, now: float) -> None:
         ends = self.recarve_ends
         while ends and ends[0][0] <= now:
@@ -946,6 +981,8 @@ class _Replay:
                 self._fault_events_until(now)
             if recarve_ends and recarve_ends[0][0] <= now:
                 self._recarves_settle(now)
+            if self.demotions and self.demotions[0][0] <= now:
+                self._demotions_due(now)
             while i < n and jobs[i].submitted_at <= now:
                 self._submit(jobs[i], now)
                 i += 1

@@ -75,6 +75,24 @@ def test_a_gang_waits_for_a_recarve_only_as_long_as_the_plan_says(tmp_path):
     assert by_name(short, traces)["g"] == 120
 
 
+@pytest.mark.parametrize("wait_s", [None, 120.0])
+def test_a_gang_that_got_no_recarve_asks_for_what_it_asks_without_recarving(tmp_path, wait_s):
+    # From 5 on, rack001 runs a 9-tray job in p1 and rack002 one in p1 until 20000: no merge, and no rack
+    # has 16 free trays. The in-quota 16-tray gang waits for a re-carve (up to wait_s), then asks for a
+    # rack, and once its fallback bound (1 h) passes for any trays, as it does without re-carving: it spans
+    # both racks at 3610.
+    path = write_trace(
+        tmp_path / "d.csv",
+        [("a", 0, 20000, 36), ("b", 0, 5, 36), ("c", 0, 20000, 36), ("g", 10, 1000, 64)],
+    )
+    traces = simulator.load_traces([path])
+    run = simulator.simulate(traces, 2, "2x9", RACKPLANE, recarve=simulator.RecarvePlan(wait_s=wait_s))
+    assert by_name(run, traces)["g"] == simulator.DEFAULT_FALLBACK_AFTER_S
+    assert run.metrics["cross_rack_jobs"] == 1
+    plain = simulator.simulate(traces, 2, "2x9", RACKPLANE)
+    assert by_name(plain, traces)["g"] == simulator.DEFAULT_FALLBACK_AFTER_S
+
+
 def test_a_layout_the_wizard_refuses_is_refused_unless_the_rule_is_off(tmp_path):
     traces = simulator.load_traces([write_trace(tmp_path / "d.csv", GANG)])
     with pytest.raises(simulator.SimulationError, match="would group blocks of racks"):
