@@ -181,6 +181,7 @@ def _replay_checking_layouts(traces, racks, layout, plan, monkeypatch) -> list[s
     return seen
 
 
+@pytest.mark.slow(reason="25 small replays: about 0.2-0.5 s on 2 shared cores")
 @settings(max_examples=25, deadline=None)
 @given(
     layout=st.sampled_from(["2x9", "3x6", "6x3", "1x18"]),
