@@ -35,6 +35,8 @@ pytest_plugins = [
     "tests.tenancy.prometheus_server",
     "tests.fresh_clone",
     "tests.embedded_stack",
+    # Each worker's tests on a timeline, summed per worker and group at the end (RACKPLANE_TEST_TIMELINE).
+    "tests.timeline",
     # pytest's own fixture for running pytest on made-up test files (tests/test_suite_machinery.py).
     "pytester",
 ]
