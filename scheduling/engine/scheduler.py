@@ -201,6 +201,9 @@ class PassResult:
     # (`Options.preempt_after_s`) or borrowers' minimum run time (`Options.min_runtime_s`) -> the time
     # (the pass's clock) from which they may preempt.
     may_preempt_at: dict[int, float] = field(default_factory=dict)
+    # In-quota multi-tray jobs left waiting, in the pass's order: the gangs a re-carve may serve
+    # (scheduling.engine.recarve.propose).
+    in_quota_gangs: list[int] = field(default_factory=list)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -864,6 +867,8 @@ class _Pass:
             return True
         if in_quota and self._reclaim(job):
             return True
+        if in_quota and job.gpus > GPUS_PER_TRAY:
+            self.result.in_quota_gangs.append(job.id)  # what re-carving may serve (engine.recarve)
         if (
             not self.explain
             and len(self.reserved) >= self.max_reservations
