@@ -10,6 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.fields import KnownFieldsOnly
 from inventory import recarving
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack, RecarvePolicy
 from inventory.staleness import silent_policy
@@ -190,7 +191,7 @@ class RecarveSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RecarvePolicySerializer(serializers.ModelSerializer):
+class RecarvePolicySerializer(KnownFieldsOnly, serializers.ModelSerializer):
     """A rack's re-carving policy: off (the default) or on, within its bounds. Writes go through
     inventory.recarving.set_policy (the model's bounds, the rack's lock, the audit)."""
 
