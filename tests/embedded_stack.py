@@ -76,10 +76,11 @@ class Stack:
 
 
 @contextlib.contextmanager
-def running_stack(clone: Path):
+def running_stack(clone: Path, **environment: str):
     """scripts/run.sh serving in `clone` (a copy of the session's prepared clone, tests/fresh_clone.py);
-    stopped (SIGINT, as Ctrl-C) at the end, with anything left behind killed."""
-    env = shell_env()
+    stopped (SIGINT, as Ctrl-C) at the end, with anything left behind killed. `environment`: settings an
+    operator would export before `make run` (e.g. RACKPLANE_PREEMPT_AFTER_MINUTES)."""
+    env = shell_env(**environment)
     # Forget what the seed did, so that whatever appears next is the stack's own work.
     with sqlite3.connect(clone / "var" / "rackplane.sqlite3") as database:
         database.execute("UPDATE scheduling_schedulerstate SET last_pass_at = NULL")
