@@ -43,3 +43,4 @@ class RecarvePolicyForm(forms.ModelForm):
         model = RecarvePolicy
         fields = ["enabled", "smallest_trays", "max_per_hour"]
         labels = {"enabled": "Let the scheduler re-carve idle trays"}
+        help_texts = {"enabled": "Off by default. Work in progress and other departments' trays are safe."}

@@ -10,11 +10,11 @@ the job it is for, no user) and audited under AuditSource.SCHEDULER.
 
 Everything is checked again under the rack's row lock, the one `apply_plan` takes, since the pass decided on
 a state that may have moved since: the policy still on, the hourly bound (the scheduler's plans of the rack in
-the last hour), no other plan in flight, every tray to re-carve still idle and in the partitions the pass saw,
-owners kept (a department's dedicated trays only ever go to a partition of that department), no partition
-under the policy's smallest. Anything off refuses the whole proposal, with a log line and nothing written:
-never half a re-carve. A proposal refused, or lost with a broker that was down, costs nothing more: the next
-pass proposes again from the state it then sees.
+the last hour), no other plan in flight, none made for the job already, every tray to re-carve still idle and
+in the partitions the pass saw, owners kept (a department's dedicated trays only ever go to a partition of
+that department), no partition under the policy's smallest. Anything off refuses the whole proposal, with a
+log line and nothing written: never half a re-carve. A proposal refused, or lost with a broker that was down,
+costs nothing more: the next pass proposes again from the state it then sees.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from core.audit import audit_context
 from core.models import AuditSource
 from integrations.plans.service import PlanConflict, Recarve, apply_plan, create_plan, rack_trays
 from inventory import recarving
-from inventory.choices import ACTIVE_PLAN_STATES
+from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
 from inventory.models import NVLinkPartition, PartitionPlan, Rack, RecarvePolicy
 from inventory.planning import PlannedPartition
 from tenancy.models import DedicatedPartition
@@ -77,6 +77,7 @@ def apply(message: dict) -> PartitionPlan | None:
                 rack = Rack.objects.select_for_update().filter(name=proposal.rack).first()
                 if rack is None:
                     raise Refused("no such rack")
+                _not_served(proposal)
                 partitions = _layout(rack, proposal, _policy(rack))
                 plan = create_plan(
                     rack,
@@ -116,6 +117,16 @@ def _policy(rack: Rack) -> RecarvePolicy:
     if PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).exists():
         raise Refused("another plan is in flight on the rack")
     return policy
+
+
+def _not_served(proposal: Proposal) -> None:
+    """A job gets one re-carve an hour (a second proposal for it, sent before the first became a plan, is
+    refused: the gang waits for the first one's partition)."""
+    served = recarving.scheduler_plans().filter(
+        for_job_id=proposal.job_id, created_at__gte=timezone.now() - recarving.RATE_WINDOW
+    )
+    if served.exclude(status__in=[PlanStatus.CANCELLED, PlanStatus.FAILED]).exists():
+        raise Refused("a re-carve was made for the job already")
 
 
 def _layout(rack: Rack, proposal: Proposal, policy: RecarvePolicy) -> list[PlannedPartition]:

@@ -93,7 +93,8 @@ def test_an_admin_turns_recarving_on_and_a_waiting_gang_gets_its_partition(stack
     [(reason,)] = wait_for(
         "the gang waiting for a partition",
         lambda: stack.query(
-            "SELECT pending_reason FROM scheduling_job WHERE id = ? AND state = 'pending' AND pending_reason != ''",
+            "SELECT pending_reason FROM scheduling_job WHERE id = ? AND state = 'pending' "
+            "AND pending_reason LIKE 'waiting:%'",
             gang["id"],
         ),
         timeout=60,

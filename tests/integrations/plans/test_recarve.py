@@ -173,6 +173,12 @@ def test_the_hourly_bound_counts_only_the_schedulers_plans_of_the_last_hour(rack
     assert "2 re-carves in the last hour already" in refused(caplog, rack, merge(rack))
 
 
+def test_a_second_proposal_for_the_same_job_is_refused(rack, caplog):
+    assert recarve.apply(merge(rack)) is not None
+    PartitionPlan.objects.update(status=PlanStatus.APPLIED)
+    assert "a re-carve was made for the job already" in refused(caplog, rack, merge(rack))
+
+
 def test_another_plan_in_flight_refuses(rack, caplog):
     PartitionPlan.objects.create(rack=rack, layout=[], base_layout="", status=PlanStatus.APPLYING)
     assert "another plan is in flight" in refused(caplog, rack, merge(rack))
