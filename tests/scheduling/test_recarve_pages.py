@@ -7,28 +7,21 @@ import pytest
 from django.urls import reverse
 
 from inventory import recarving
-from inventory.choices import PlanOrigin, PlanStatus
+from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan, Rack
+from tests.factories import scheduler_plan
 
 pytestmark = pytest.mark.django_db
-
-
-def recarve(rack, reason, ago=timedelta(0), status=PlanStatus.APPLIED):
-    plan = PartitionPlan.objects.create(
-        rack=rack, layout=[], base_layout="", status=status, origin=PlanOrigin.SCHEDULER, reason=reason
-    )
-    PartitionPlan.objects.filter(pk=plan.pk).update(created_at=plan.created_at - ago)
-    return plan
 
 
 @pytest.mark.slow(reason="the admin dashboard (its chart) and two rack pages: over 1 s on 2 cores")
 def test_the_rack_page_and_the_dashboard_count_the_same_recarves(client_as, platform_admin):
     r1, r2 = Rack.objects.create(name="gb-r01"), Rack.objects.create(name="gb-r02")
     recarving.set_policy(r2, enabled=True, smallest_trays=2, max_per_hour=4)
-    recarve(r2, "long ago", ago=timedelta(hours=25))  # outside both windows
-    recarve(r2, "an hour ago", ago=timedelta(hours=1))
-    last = recarve(r2, "job 9 waited: merging p1 and p2", status=PlanStatus.APPLYING)
-    recarve(r1, "job 3 waited: splitting default", ago=timedelta(hours=2))
+    scheduler_plan(r2, "long ago", ago=timedelta(hours=25))  # outside both windows
+    scheduler_plan(r2, "an hour ago", ago=timedelta(hours=1))
+    last = scheduler_plan(r2, "job 9 waited: merging p1 and p2", status=PlanStatus.APPLYING)
+    scheduler_plan(r1, "job 3 waited: splitting default", ago=timedelta(hours=2))
     PartitionPlan.objects.create(rack=r1, layout=[], base_layout="", status=PlanStatus.APPLIED)  # an admin's
 
     client = client_as(platform_admin)
@@ -47,7 +40,7 @@ def test_the_rack_page_and_the_dashboard_count_the_same_recarves(client_as, plat
 
 def test_a_member_sees_the_last_recarve_without_a_link_to_the_admins_plan_page(client_as, member_a):
     rack = Rack.objects.create(name="gb-r01")
-    plan = recarve(rack, "job 3 waited: splitting default")
+    plan = scheduler_plan(rack, "job 3 waited: splitting default")
     page = client_as(member_a).get(reverse("scheduling:rack-detail", args=["gb-r01"])).content.decode()
     assert f"plan #{plan.pk}," in page and "job 3 waited: splitting default" in page
     assert reverse("integrations:plan-detail", args=[plan.pk]) not in page  # a page they may not open

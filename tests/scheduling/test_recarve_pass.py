@@ -17,7 +17,13 @@ from scheduling.models import Job
 from scheduling.services.passes import run_pass
 from tenancy.models import DedicatedPartition
 from tenancy.services import dedicate_partition
-from tests.factories import make_department, make_job, nodes_report_their_partitions, run_job
+from tests.factories import (
+    make_department,
+    make_job,
+    nodes_report_their_partitions,
+    run_job,
+    scheduler_plan,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 
@@ -112,14 +118,7 @@ def test_a_partition_with_work_on_one_tray_is_not_idle(carved, gang):
 
 def test_the_hourly_bound_holds(carved, gang):
     turn_on(carved, max_per_hour=1)
-    PartitionPlan.objects.create(
-        rack=carved,
-        layout=[],
-        base_layout="",
-        status=PlanStatus.APPLIED,
-        origin=PlanOrigin.SCHEDULER,
-        reason="an earlier re-carve",
-    )
+    scheduler_plan(carved)
     assert run_pass().recarves == 0
     turn_on(carved, max_per_hour=2)
     assert run_pass().recarves == 1
@@ -135,15 +134,7 @@ def test_a_rack_with_another_plan_in_flight_is_left_alone(carved, gang):
 
 def test_a_gang_a_recent_plan_was_made_for_waits_for_that_one(carved, gang):
     turn_on(carved, max_per_hour=5)
-    PartitionPlan.objects.create(
-        rack=carved,
-        layout=[],
-        base_layout="",
-        status=PlanStatus.APPLIED,
-        origin=PlanOrigin.SCHEDULER,
-        reason="an earlier re-carve",
-        for_job_id=gang.pk,
-    )
+    scheduler_plan(carved, for_job_id=gang.pk)
     assert run_pass().recarves == 0
     PartitionPlan.objects.update(status=PlanStatus.FAILED)  # that plan failed: the gang may have another
     assert run_pass().recarves == 1

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from core.hardware import DEFAULT_CLIQUE_ID
 from core.models import AuditEvent, AuditSource
@@ -19,7 +20,7 @@ from inventory import recarving
 from inventory.choices import PlanOrigin, PlanStatus
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from tenancy.services import dedicate_partition
-from tests.factories import make_department, run_job
+from tests.factories import make_department, run_job, scheduler_plan
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 REASON = "job 41 (research, 48 GPUs in quota) has waited 12 min: merging idle partitions p1 and p2 of gb-r02"
@@ -153,24 +154,15 @@ def test_a_policy_turned_off_meanwhile_refuses(rack, caplog):
 
 
 def test_the_hourly_bound_counts_only_the_schedulers_plans_of_the_last_hour(rack, caplog):
-    def earlier(origin=PlanOrigin.SCHEDULER):
-        return PartitionPlan.objects.create(
-            rack=rack,
-            layout=[],
-            base_layout="",
-            status=PlanStatus.APPLIED,
-            origin=origin,
-            reason="earlier" if origin == PlanOrigin.SCHEDULER else "",
-        )
-
-    earlier()
-    earlier(PlanOrigin.ADMIN)  # an admin's plan does not count
-    old = earlier()
-    an_hour_ago = old.created_at - recarving.RATE_WINDOW - timedelta(seconds=1)
-    PartitionPlan.objects.filter(pk=old.pk).update(created_at=an_hour_ago)
-    assert recarving.recarves_in_window(rack, old.created_at) == 1
-    earlier()
+    scheduler_plan(rack)
+    PartitionPlan.objects.create(
+        rack=rack, layout=[], base_layout="", status=PlanStatus.APPLIED
+    )  # an admin's
+    old = scheduler_plan(rack, ago=recarving.RATE_WINDOW + timedelta(seconds=1))
+    assert recarving.recarves_in_window(rack, timezone.now()) == 1
+    scheduler_plan(rack)
     assert "2 re-carves in the last hour already" in refused(caplog, rack, merge(rack))
+    assert old.created_at < timezone.now() - recarving.RATE_WINDOW
 
 
 def test_a_second_proposal_for_the_same_job_is_refused(rack, caplog):
@@ -217,28 +209,25 @@ def test_a_proposal_that_no_longer_matches_the_rack_is_refused(rack, caplog, cha
     assert words in refused(caplog, rack, merge(rack, **change))
 
 
-def test_a_partition_under_the_policys_smallest_is_refused(rack, caplog):
-    recarving.set_policy(rack, enabled=True, smallest_trays=4, max_per_hour=2)
-    split = merge(
+def split_16_2(rack: Rack) -> dict:
+    """p1 and p2 re-carved into partitions of 16 and 2 trays."""
+    return merge(
         rack,
         created=[
             {"name": "rc1", "hostnames": hosts(rack, range(1, 17)), "owner": None},
             {"name": "rc2", "hostnames": hosts(rack, range(17, 19)), "owner": None},
         ],
     )
-    assert "rc2 would have 2 trays, under the policy's 4" in refused(caplog, rack, split)
+
+
+def test_a_partition_under_the_policys_smallest_is_refused(rack, caplog):
+    recarving.set_policy(rack, enabled=True, smallest_trays=4, max_per_hour=2)
+    assert "rc2 would have 2 trays, under the policy's 4" in refused(caplog, rack, split_16_2(rack))
 
 
 def test_a_layout_slurm_cannot_express_is_refused_by_the_wizards_check(rack, caplog):
     """16 + 2 on gb-r02 beside the other racks' 18-tray partitions: not the smallest (2) times 2**k."""
-    split = merge(
-        rack,
-        created=[
-            {"name": "rc1", "hostnames": hosts(rack, range(1, 17)), "owner": None},
-            {"name": "rc2", "hostnames": hosts(rack, range(17, 19)), "owner": None},
-        ],
-    )
-    assert "power of two" in refused(caplog, rack, split)
+    assert "power of two" in refused(caplog, rack, split_16_2(rack))
 
 
 @pytest.mark.slow(reason="two admin pages and the API rendered: over 0.3 s on 2 cores")
