@@ -6,6 +6,7 @@ it; a test that stops it (the SIGINT test) leaves the next one a new stack.
 """
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -69,6 +70,16 @@ class Stack:
         )
         assert created.returncode == 0, created.stderr
         return created.stdout.split()[2]
+
+    def placement_once_running(self, job_id: int, timeout: float = 60) -> list[str]:
+        """The hostnames job `job_id` runs on, once the stack has started it (within `timeout` seconds)."""
+        wait_for(
+            f"job {job_id} running",
+            lambda: self.query("SELECT 1 FROM scheduling_job WHERE id = ? AND state = 'running'", job_id),
+            timeout=timeout,
+        )
+        [(placement,)] = self.query("SELECT placement FROM scheduling_job WHERE id = ?", job_id)
+        return json.loads(placement)
 
     def log(self, name: str) -> str:
         path = self.clone / "var" / "log" / name

@@ -149,13 +149,7 @@ def test_an_admin_turns_recarving_on_and_a_waiting_gang_gets_its_partition(stack
     page.screenshot(path=str(shots / "3-plan-list.png"), full_page=True)
 
     # The gang gets its partition: it starts on gb-r08's trays, with nothing else asked of anyone.
-    wait_for(
-        "the gang running",
-        lambda: stack.query("SELECT 1 FROM scheduling_job WHERE id = ? AND state = 'running'", gang["id"]),
-        timeout=90,
-    )
-    [(placement,)] = stack.query("SELECT placement FROM scheduling_job WHERE id = ?", gang["id"])
-    hosts = json.loads(placement)
+    hosts = stack.placement_once_running(gang["id"], timeout=90)
     assert len(hosts) == 12 and all(host.startswith("gb-r08-") for host in hosts), hosts
 
     # The rack page and the dashboard agree: one re-carve of gb-r08 in the last 24 h, this plan.
