@@ -230,7 +230,7 @@ def test_a_layout_slurm_cannot_express_is_refused_by_the_wizards_check(rack, cap
     assert "power of two" in refused(caplog, rack, split_16_2(rack))
 
 
-@pytest.mark.slow(reason="two admin pages and the API rendered: over 0.3 s on 2 cores")
+@pytest.mark.slow(reason="three admin pages and the API rendered: over 0.3 s on 2 cores")
 def test_the_plan_pages_say_the_scheduler_made_it_and_why(rack, client_as, platform_admin):
     plan = recarve.apply(merge(rack))
     client = client_as(platform_admin)
@@ -239,6 +239,8 @@ def test_the_plan_pages_say_the_scheduler_made_it_and_why(rack, client_as, platf
     page = client.get(reverse("integrations:plan-detail", args=[plan.pk])).content.decode()
     assert "Why the scheduler re-carved:" in page and REASON in page
     assert 'By <span class="badge scheduler-badge">the scheduler</span>' in page
+    audit = client.get(reverse("audit-list")).content.decode()
+    assert "The scheduler" in audit and REASON in audit
     api = client.get(f"/api/v1/partition-plans/{plan.pk}/").json()
     assert (api["origin"], api["reason"], api["for_job_id"]) == ("scheduler", REASON, 41)
     assert api["created_by"] is None
