@@ -10,11 +10,11 @@ the job it is for, no user) and audited under AuditSource.SCHEDULER.
 
 Everything is checked again under the rack's row lock, the one `apply_plan` takes, since the pass decided on
 a state that may have moved since: the policy still on, the hourly bound (the scheduler's plans of the rack in
-the last hour), no other plan in flight, none made for the job already, every tray to re-carve still idle and
-in the partitions the pass saw, owners kept (a department's dedicated trays only ever go to a partition of
-that department), no partition under the policy's smallest. Anything off refuses the whole proposal, with a
-log line and nothing written: never half a re-carve. A proposal refused, or lost with a broker that was down,
-costs nothing more: the next pass proposes again from the state it then sees.
+the last hour), no other plan in flight, the job still waiting and none made for it already, every tray to
+re-carve still idle and in the partitions the pass saw, owners kept (a department's dedicated trays only ever
+go to a partition of that department), no partition under the policy's smallest. Anything off refuses the
+whole proposal, with a log line and nothing written: never half a re-carve. A proposal refused, or lost with a
+broker that was down, costs nothing more: the next pass proposes again from the state it then sees.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from inventory import recarving
 from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
 from inventory.models import NVLinkPartition, PartitionPlan, Rack, RecarvePolicy
 from inventory.planning import PlannedPartition
+from scheduling.choices import JobState
+from scheduling.models import Job
 from tenancy.models import DedicatedPartition
 
 logger = logging.getLogger(__name__)
@@ -120,8 +122,10 @@ def _policy(rack: Rack) -> RecarvePolicy:
 
 
 def _not_served(proposal: Proposal) -> None:
-    """A job gets one re-carve an hour (a second proposal for it, sent before the first became a plan, is
-    refused: the gang waits for the first one's partition)."""
+    """The job still waits, and gets one re-carve an hour (a second proposal for it, sent before the first
+    became a plan, is refused: the gang waits for the first one's partition)."""
+    if not Job.objects.filter(pk=proposal.job_id, state=JobState.PENDING).exists():
+        raise Refused("the job no longer waits")
     served = recarving.scheduler_plans().filter(
         for_job_id=proposal.job_id, created_at__gte=timezone.now() - recarving.RATE_WINDOW
     )

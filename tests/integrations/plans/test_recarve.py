@@ -19,8 +19,10 @@ from integrations.tasks import recarve_rack
 from inventory import recarving
 from inventory.choices import PlanOrigin, PlanStatus
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
+from scheduling.choices import JobState, Topology
+from scheduling.models import Job
 from tenancy.services import dedicate_partition
-from tests.factories import make_department, run_job, scheduler_plan
+from tests.factories import make_department, make_job, run_job, scheduler_plan
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 REASON = "job 41 (research, 48 GPUs in quota) has waited 12 min: merging idle partitions p1 and p2 of gb-r02"
@@ -30,7 +32,14 @@ REASON = "job 41 (research, 48 GPUs in quota) has waited 12 min: merging idle pa
 def rack(demo_inventory) -> Rack:
     rack = Rack.objects.get(name="gb-r02")
     recarving.set_policy(rack, enabled=True, smallest_trays=1, max_per_hour=2)
+    waiting_gang()
     return rack
+
+
+def waiting_gang() -> Job:
+    """The in-quota gang the pass proposed for: 12 trays in one partition, pending."""
+    research = make_department("Research", guaranteed_gpus=48)
+    return make_job(research, "gang", state=JobState.PENDING, gpus=48, topology=Topology.PARTITION)
 
 
 def hosts(rack: Rack, slots) -> list[str]:
@@ -44,7 +53,7 @@ def merge(of: Rack, **changes) -> dict:
         "rack": rack.name,
         "removed": ["p1", "p2"],
         "created": [{"name": "rc1", "hostnames": hosts(rack, range(1, 19)), "owner": None}],
-        "job_id": 41,
+        "job_id": Job.objects.get(name="gang").pk,
         "gpus": 48,
         "reason": REASON,
     }
@@ -65,7 +74,7 @@ def test_a_proposal_becomes_the_schedulers_plan_through_the_wizards_path_and_is_
     assert (plan.origin, plan.reason, plan.for_job_id, plan.created_by) == (
         PlanOrigin.SCHEDULER,
         REASON,
-        41,
+        Job.objects.get(name="gang").pk,
         None,
     )
     assert plan.status in (PlanStatus.APPLYING, PlanStatus.APPLIED) and not plan.drain_first
@@ -108,7 +117,7 @@ def test_the_other_partitions_of_the_rack_keep_their_rows_clique_ids_and_work(de
         "rack": rack.name,
         "removed": ["p2", "p3"],
         "created": [{"name": "rc1", "hostnames": hosts(rack, range(3, 7)), "owner": None}],
-        "job_id": 7,
+        "job_id": waiting_gang().pk,
         "gpus": 16,
         "reason": "job 7 (ops, 16 GPUs in quota) has waited 3 min: merging p2 and p3 of gb-r01",
     }
@@ -169,6 +178,11 @@ def test_a_second_proposal_for_the_same_job_is_refused(rack, caplog):
     assert recarve.apply(merge(rack)) is not None
     PartitionPlan.objects.update(status=PlanStatus.APPLIED)
     assert "a re-carve was made for the job already" in refused(caplog, rack, merge(rack))
+
+
+def test_a_job_that_no_longer_waits_gets_no_recarve(rack, caplog):
+    Job.objects.filter(name="gang").update(state=JobState.CANCELLED)
+    assert "the job no longer waits" in refused(caplog, rack, merge(rack))
 
 
 def test_another_plan_in_flight_refuses(rack, caplog):
@@ -242,5 +256,5 @@ def test_the_plan_pages_say_the_scheduler_made_it_and_why(rack, client_as, platf
     audit = client.get(reverse("audit-list")).content.decode()
     assert "The scheduler" in audit and REASON in audit
     api = client.get(f"/api/v1/partition-plans/{plan.pk}/").json()
-    assert (api["origin"], api["reason"], api["for_job_id"]) == ("scheduler", REASON, 41)
+    assert (api["origin"], api["reason"], api["for_job_id"]) == ("scheduler", REASON, plan.for_job_id)
     assert api["created_by"] is None
