@@ -10,8 +10,9 @@ again from what it sees; one lost with the broker, or refused, is simply propose
 while the gang still waits.
 
 What the engine needs to count (the hourly bound) is the scheduler's partition plans, which are inventory's
-rows (PartitionPlan, origin "scheduler"): inventory.recarving.pass_view reads them, with the enabled policies,
-in two queries, and only when some rack has re-carving on. So this layer never reads integrations' models.
+rows (PartitionPlan, origin "scheduler"): inventory.recarving.pass_view reads the enabled policies (one query,
+only when an in-quota gang waits) and, when there are some, those plans (one more). So this layer never reads
+integrations' models, and a pass with nothing to re-carve pays nothing.
 A rack with a plan in flight is left out (one plan at a time per rack), and so is a gang a scheduler plan of
 the last hour was made for (it waits for that partition, not for a second one).
 """
