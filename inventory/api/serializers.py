@@ -196,6 +196,9 @@ class RecarvePolicySerializer(KnownFieldsOnly, serializers.ModelSerializer):
     inventory.recarving.set_policy (the model's bounds, the rack's lock, the audit)."""
 
     rack = serializers.CharField(source="rack.name", read_only=True, help_text="The rack's name.")
+    updated_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="When an admin last set it; null: never (the defaults)."
+    )
     recarves_last_hour = serializers.SerializerMethodField(
         help_text="The scheduler's re-carves of this rack in the last hour (bounded by max_per_hour)."
     )
