@@ -128,6 +128,51 @@ the tray {config["manual_delay_s"] / 3600:g} h later, and the tray returns at th
 <table><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>"""
 
 
+def _recarve_table(results: dict) -> str:
+    """Per policy that re-carved (results `recarve`): how often, the GPU-time trays spent re-carving, and
+    each re-carve with its reason (the first 200); "" when re-carving was off."""
+    config = results["config"].get("recarve")
+    if not config:
+        return ""
+    rule = (
+        "the partition wizard's Slurm 24.11 block rule"
+        if config["rule"] == "slurm-24.11"
+        else "no fleet rule: a Slurm 25.05+ what-if the wizard refuses today"
+    )
+    parts = [
+        f"""<h2>Carving that follows demand</h2>
+<p>Every rack under one policy: no partition made below {config["smallest_trays"]} trays, at most
+{config["max_per_hour"]} re-carves of a rack an hour, each keeping its trays out of service for
+{config["delay_s"] / 60:g} min (the NMX-M partition operation and the nodes reporting their new clique);
+layouts held to {html.escape(config["rule"])} ({rule}).
+Only wholly idle partitions are re-carved, each for an in-quota gang that waits.</p>"""
+    ]
+    for policy, metrics in results["policies"].items():
+        figures = metrics.get("recarve")
+        if figures is None:
+            continue
+        layout = ", ".join(f"{n} x {html.escape(k)}" for k, n in figures["final_layout"].items())
+        parts.append(
+            f"<p>{html.escape(policy)}: {figures['recarves']:,} re-carves ({figures['merges']:,} merges) of "
+            f"{figures['racks_recarved']} racks, {figures['recarving_gpu_s'] / 3600:,.1f} GPU-h of trays "
+            f"re-carving; {figures['gangs_started_on_recarved_partition']:,} gangs started on the partition "
+            f"made for them; racks at the end: {layout}.</p>"
+        )
+        rows = "".join(
+            f"<tr><td>{entry['at_s'] / 3600:,.1f}</td><td>{html.escape(entry['rack'])}</td>"
+            f"<td>{' + '.join(map(str, entry['from_trays']))}</td>"
+            f"<td>{' + '.join(map(str, entry['to_trays']))}</td>"
+            f"<th>{html.escape(entry['reason'])}</th></tr>"
+            for entry in figures.get("log", [])
+        )
+        if rows:
+            parts.append(
+                "<table><thead><tr><th>at (h)</th><th>rack</th><th>from (trays)</th><th>to (trays)</th>"
+                f"<th>reason</th></tr></thead><tbody>{rows}</tbody></table>"
+            )
+    return "\n".join(parts)
+
+
 def _quirks(config: dict) -> str:
     found = quirks(config)
     if not found:
@@ -277,6 +322,7 @@ Departments (one per trace file): {departments}.</p>
 {_table(results)}
 {_command(config)}
 {_fault_table(results)}
+{_recarve_table(results)}
 {body}
 <details><summary>results.json</summary><pre>{html.escape(json.dumps(results, indent=2))}</pre></details>
 </body>

@@ -176,14 +176,17 @@ def fit_traces(traces: Sequence[Trace], capacity: int) -> list[Trace]:
 
 
 def parse_layout(text: str) -> tuple[int, ...]:
-    """'2x9' -> (9, 9): NVLink partitions of one rack in trays; terms may be joined with '+' ('1x10+2x4')."""
+    """'2x9' -> (9, 9): NVLink partitions of one rack in trays; terms may be joined with '+' ('1x10+2x4'), and
+    a bare number is one partition ('16+2', '8+8+2': buddy-style carvings)."""
     sizes: list[int] = []
     for term in text.replace(" ", "").lower().split("+"):
+        if term.isdigit():
+            term = f"1x{term}"
         count, sep, size = term.partition("x")
         if not (sep and count.isdigit() and size.isdigit() and int(count) > 0 and int(size) > 0):
             raise SimulationError(
                 f"layout {text!r}: write the partitions of a rack as COUNTxTRAYS, e.g. 1x18, 2x9, 3x6 "
-                f"or 1x10+2x4"
+                f"or 1x10+2x4, or as trays joined with '+' (16+2)"
             )
         sizes += [int(size)] * int(count)
     if sum(sizes) != RACK_TRAYS:
@@ -194,19 +197,40 @@ def parse_layout(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def build_cluster(racks: int, sizes: Sequence[int]) -> Cluster:
-    """`racks` NVL72 racks, each carved into partitions p1, p2... of `sizes` trays, in slot order."""
+def build_cluster(racks: int, sizes: Sequence[int], owners: Sequence[str | None] = ()) -> Cluster:
+    """`racks` NVL72 racks, each carved into partitions p1, p2... of `sizes` trays, in slot order; rack r's
+    partitions are dedicated to `owners[r]` (a department) where given, else shared."""
     if racks < 1:
         raise SimulationError("a cluster needs at least one rack")
     specs = []
     for r in range(1, racks + 1):
         rack = f"rack{r:03d}"
+        owner = owners[r - 1] if r - 1 < len(owners) else None
         slot = 0
         for number, size in enumerate(sizes, 1):
             for _ in range(size):
                 slot += 1
-                specs.append(TraySpec(f"{rack}-t{slot:02d}", rack, f"p{number}"))
+                specs.append(TraySpec(f"{rack}-t{slot:02d}", rack, f"p{number}", owner=owner))
     return Cluster(specs)
+
+
+def dedicated_owners(
+    dedicated: Mapping[str, int], racks: int, departments: Iterable[str]
+) -> list[str | None]:
+    """Per rack, the department its partitions are dedicated to: `dedicated` gives each department a number
+    of whole racks, the first racks in the order given; the rest are shared."""
+    known = set(departments)
+    unknown = sorted(set(dedicated) - known)
+    if unknown:
+        raise SimulationError(
+            f"dedicated racks for {', '.join(unknown)}: no such department ({', '.join(sorted(known))})"
+        )
+    if any(n < 0 for n in dedicated.values()) or sum(dedicated.values()) > racks:
+        raise SimulationError(
+            f"dedicated racks: {sum(dedicated.values())} asked for, the cluster has {racks}"
+        )
+    owners: list[str | None] = [name for name, n in dedicated.items() for _ in range(n)]
+    return owners + [None] * (racks - len(owners))
 
 
 def locality(gpus: int, cluster: Cluster) -> str:

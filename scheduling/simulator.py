@@ -75,9 +75,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
+from core.blocks import BlockPartition, block_layout_error
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
-from scheduling.engine.placement import PARTITION, POLICIES, RACKPLANE, Request
+from scheduling.engine.placement import PARTITION, POLICIES, RACK, RACKPLANE, Request
+from scheduling.engine.recarve import RecarvePolicy, cluster_block_check, propose, waiting_gangs
 from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
 from scheduling.engine.stranded import CAUSES, stranded
 from scheduling.simulation_inputs import (
@@ -88,6 +90,7 @@ from scheduling.simulation_inputs import (
     TraceJob,
     TrayFault,
     build_cluster,
+    dedicated_owners,
     fallback,
     fit_traces,
     jitter_traces,
@@ -112,17 +115,20 @@ __all__ = [
     "DEFAULT_FALLBACK_AFTER_S",
     "DEFAULT_HALF_LIFE_S",
     "DEFAULT_MANUAL_DELAY_S",
+    "DEFAULT_RECARVE_DELAY_S",
     "DEFAULT_SPAN_SLOWDOWN",
     "FAULT_MODES",
     "MANUAL",
     "METRICS",
     "PREEMPTION_MODES",
+    "RECARVE_RULES",
     "RESTART",
     "RESUME",
     "SIZE_CLASSES",
     "FaultPlan",
     "FaultTrace",
     "PolicyRun",
+    "RecarvePlan",
     "SimulationError",
     "Trace",
     "TraceJob",
@@ -242,6 +248,51 @@ class FaultPlan:
     manual_delay_s: float = DEFAULT_MANUAL_DELAY_S
 
 
+# Carving that follows demand (docs/simulator.md): how long a re-carve keeps its trays out of service. NMX-M
+# partition operations are asynchronous (POST/PUT/DELETE /nmx/v1/partitions answer 202 with an operationId,
+# polled at /nmx/v1/operations/<id>: pending, in-progress, completed); then each tray's GPUs re-register
+# with the fabric (nvidia-smi Fabric State In Progress -> Completed, the new CliqueId) and the node agent
+# reports it. No duration is published: 2 minutes is assumed (about one minute for the operation and one
+# agent report interval, DEFAULT_DETECT_S), and `RecarvePlan.delay_s` / `--recarve-delay` changes it.
+DEFAULT_RECARVE_DELAY_S = 120.0
+# The fleet-wide rule every layout a re-carve makes obeys: Slurm 24.11 topology/block as the partition
+# wizard checks it (core.blocks), or none (what Slurm 25.05+'s topology.yaml accepts: blocks of any size;
+# the wizard still refuses such layouts today, so figures under it are a what-if, labelled so).
+SLURM_24_11, NO_BLOCK_RULE = "slurm-24.11", "none"
+RECARVE_RULES = (SLURM_24_11, NO_BLOCK_RULE)
+
+
+@dataclass(frozen=True)
+class RecarvePlan:
+    """Carving that follows demand in the replay: every rack under `policy` (scheduling.engine.recarve),
+    each re-carve taking `delay_s`, layouts held to `rule` (RECARVE_RULES). Only rackplane re-carves: the
+    baselines keep the layout they started with."""
+
+    policy: RecarvePolicy = field(default_factory=RecarvePolicy)
+    delay_s: float = DEFAULT_RECARVE_DELAY_S
+    rule: str = SLURM_24_11
+
+
+def layout_error(cluster: Cluster) -> str | None:
+    """Why the partition wizard (Slurm 24.11's block rule, core.blocks) would refuse the cluster's layout."""
+    return block_layout_error(
+        [
+            BlockPartition(cluster.rack_name[cluster.part_rack[p]], cluster.part_name[p], len(trays))
+            for p, trays in enumerate(cluster.part_trays)
+            if trays
+        ]
+    )
+
+
+def _layout_summary(cluster: Cluster) -> dict[str, int]:
+    """How many racks are carved each way, e.g. {"9+9": 2, "18": 2}."""
+    layouts: dict[str, int] = {}
+    for parts in cluster.rack_parts:
+        key = "+".join(str(n) for n in sorted((len(cluster.part_trays[p]) for p in parts), reverse=True))
+        layouts[key] = layouts.get(key, 0) + 1
+    return dict(sorted(layouts.items()))
+
+
 # Fault events at one instant, in this order: a tray comes back, a tray fails, a job is resubmitted by hand.
 _RETURN, _FAIL, _RESUBMIT = 0, 1, 2
 
@@ -261,6 +312,7 @@ class _Replay:
         faults: FaultPlan | None = None,
         projects: Mapping[str, str] | None = None,
         half_life_s: float | None = None,
+        recarve: RecarvePlan | None = None,
     ):
         self.jobs = sorted(jobs, key=lambda j: (j.submitted_at, j.id))
         self.by_id = {job.id: job for job in jobs}
@@ -283,6 +335,9 @@ class _Replay:
             self.engine_options["half_life_s"] = half_life_s
         self.parent = dict(projects or {})  # trace -> its department, when the trace is a project
         self.guaranteed = dict(guarantees)
+        # The largest partition of the layout the replay starts with: the "fitting" figures' yardstick,
+        # whatever re-carving makes later.
+        self.max_partition_trays = cluster.max_partition_trays
         self.topology = {job.id: locality(job.gpus, cluster) for job in jobs}
         self.fallback_after_s = fallback_after_s
         self.fallback = {
@@ -290,6 +345,9 @@ class _Replay:
             for job in jobs
             if fallback_after_s is not None and (wider := fallback(job.gpus, cluster)) is not None
         }
+        # When each job's fallback is due (in quota), and as a borrower where it has one (re-carving).
+        self.fallback_after = dict.fromkeys(self.fallback, fallback_after_s)
+        self.borrower_fallback_after: dict[int, float] = {}
         # What a waiting job's time limit is multiplied by (see the module's "exact time limits").
         self.limit_factor = {
             job.id: (
@@ -300,6 +358,7 @@ class _Replay:
             )
             for job in jobs
         }
+        self._init_recarve(recarve if policy == RACKPLANE else None, jobs)
         self.remaining = {job.id: job.duration_s for job in jobs}  # work left, in trace seconds
         self.pending: dict[int, PendingJob] = {}
         # Stranded capacity (`_sample_stranded`): the waiting jobs' distinct requests, counted, and the
@@ -432,8 +491,9 @@ class _Replay:
             "train",
             self.queued_at[job.id],
             self.remaining[job.id] * self.limit_factor[job.id],
-            *((self.fallback[job.id], self.fallback_after_s) if job.id in self.fallback else ()),
+            *((self.fallback[job.id], self.fallback_after[job.id]) if job.id in self.fallback else ()),
             project=job.department if job.department in self.parent else None,
+            borrower_fallback_after_s=self.borrower_fallback_after.get(job.id),
         )
         self.pending_since[job.id] = now
         shape = self._shape(job)
@@ -441,8 +501,11 @@ class _Replay:
             self.waiting_shapes[shape] = 0
             self.stranded_stale = True
         self.waiting_shapes[shape] += 1
-        if job.id in self.fallback and self.queued_at[job.id] + self.fallback_after_s > now:
-            heapq.heappush(self.wakes, (self.queued_at[job.id] + self.fallback_after_s, job.id))
+        if (
+            job.id in self.fallback
+            and now < (wake := self.queued_at[job.id] + self.fallback_after[job.id]) < math.inf
+        ):
+            heapq.heappush(self.wakes, (wake, job.id))
         if self.preempt_after_s and self.queued_at[job.id] + self.preempt_after_s > now:
             heapq.heappush(self.wakes, (self.queued_at[job.id] + self.preempt_after_s, job.id))
 
@@ -471,6 +534,8 @@ class _Replay:
         cluster = self.cluster
         partitions = {cluster.tray_part[t] for t, _ in start.placement}
         racks = {cluster.tray_rack[t] for t, _ in start.placement}
+        if self.recarved_for and job.id in self.recarved_for and partitions & self.recarved_for.pop(job.id):
+            self.recarved_starts += 1
         factor = self.slowdown if len(partitions) > 1 else 1.0
         if len(partitions) > 1:
             self.one_partition[job.id] = False
@@ -635,6 +700,8 @@ class _Replay:
             if job is not None and job.over_quota != over:
                 running[job_id] = replace(job, over_quota=over)
         self._count_in_quota()
+        if self.recarve is not None and result.in_quota_gangs:
+            self._recarve(result, now)
         return bool(result.preempted)
 
     def _shape(self, job: TraceJob) -> Request:
@@ -698,12 +765,147 @@ class _Replay:
         self.waiting_in_quota = counted
         self.waiting_in_quota_by_size = by_size
 
+    # --- carving that follows demand (RecarvePlan) ------------------------------------------------
+
+    def _init_recarve(self, plan: RecarvePlan | None, jobs: list[TraceJob]) -> None:
+        """With a plan, gangs that fit the largest partition a re-carve can make ask for one partition (a
+        gang larger than the layout's largest partition then waits for a merge, and accepts a rack after
+        `fallback_after_s` like any gang above half a partition); every rack is under the plan's policy."""
+        self.recarve = plan
+        self.recarve_ends: list[tuple[float, int, tuple[int, ...]]] = []  # (when, order, trays)
+        self.recarves: list[dict] = []  # one entry per re-carve, as results.json lists them
+        self.recarve_times: dict[str, list[float]] = {}  # rack -> when its re-carves began
+        self.recarving_gpu_s = 0.0
+        self.recarved_starts = 0  # gangs started on a partition a re-carve made for them
+        self.recarved_for: dict[int, set[int]] = {}  # job -> partitions re-carved for it
+        if plan is None:
+            return
+        cluster = self.cluster
+        if plan.rule == SLURM_24_11 and (why := layout_error(cluster)) is not None:
+            raise SimulationError(
+                f"re-carving keeps the partition wizard's block rule, and this layout breaks it: {why}"
+            )
+        self.block_check = (
+            cluster_block_check(cluster) if plan.rule == SLURM_24_11 else (lambda rack, planned: None)
+        )
+        self.recarve_policies = dict.fromkeys(cluster.rack_name, plan.policy)
+        largest = self._largest_recarved()
+        self.max_recarved_trays = largest
+        if largest <= cluster.max_partition_trays:
+            return
+        for job in jobs:
+            if self.topology[job.id] == RACK and job.trays <= largest:
+                # In quota it waits for a re-carve, then (after the fallback bound, if any) takes a rack; as a
+                # borrower (re-carving never serves one) it takes a rack at once, preferring one partition.
+                self.topology[job.id] = PARTITION
+                self.fallback[job.id] = RACK
+                self.fallback_after[job.id] = (
+                    math.inf if self.fallback_after_s is None else self.fallback_after_s
+                )
+                self.borrower_fallback_after[job.id] = 0.0
+
+    def _largest_recarved(self) -> int:
+        """The largest partition a re-carve may make: one rack's trays carved as one partition of the most
+        trays the rule accepts beside the other racks as they start (at least the policy's floor)."""
+        cluster = self.cluster
+        r = 0
+        rack = cluster.rack_name[r]
+        hosts = tuple(cluster.tray_host[t] for p in cluster.rack_parts[r] for t in cluster.part_trays[p])
+        floor = max(1, self.recarve.policy.smallest_trays)
+        for size in range(len(hosts), cluster.max_partition_trays, -1):
+            rest = len(hosts) - size
+            if rest and rest < floor:
+                continue
+            planned = {"big": hosts[:size], **({"rest": hosts[size:]} if rest else {})}
+            if self.block_check(rack, planned) is None:
+                return size
+        return cluster.max_partition_trays
+
+    def _recarve(self, result, now: float) -> None:
+        """After a pass: re-carve idle partitions for the in-quota gangs it left waiting (engine.recarve),
+        as the portal does after its pass; the trays stay out of service for the plan's delay."""
+        plan = self.recarve
+        gangs = waiting_gangs(result, self.pending.values())
+        if not gangs:
+            return
+        hour = now - 3600.0
+        recent = {}
+        for rack, times in self.recarve_times.items():
+            while times and times[0] <= hour:
+                times.pop(0)
+            if times:
+                recent[rack] = len(times)
+        proposals = propose(
+            self.cluster, gangs, self.recarve_policies, recent=recent, block_check=self.block_check, now=now
+        )
+        cluster = self.cluster
+        for recarve in proposals:
+            before = sorted(
+                len(cluster.part_trays[p])
+                for p in cluster.rack_parts[cluster.rack_index(recarve.rack)]
+                if cluster.part_name[p] in recarve.removed
+            )
+            new = cluster.replace_partitions(
+                recarve.rack, recarve.removed, [(p.name, p.hostnames, p.owner) for p in recarve.created]
+            )
+            trays = tuple(t for p in new for t in cluster.part_trays[p])
+            heapq.heappush(self.recarve_ends, (now + plan.delay_s, len(self.recarves), trays))
+            self.recarve_times.setdefault(recarve.rack, []).append(now)
+            self.recarving_gpu_s += len(trays) * GPUS_PER_TRAY * plan.delay_s
+            self.recarved_for.setdefault(recarve.job_id, set()).add(new[0])
+            self.recarves.append(
+                {
+                    "at_s": round(now - self.window[0], 1),
+                    "rack": recarve.rack,
+                    "from_trays": before,
+                    "to_trays": [len(p.hostnames) for p in recarve.created],
+                    "job": self.by_id[recarve.job_id].name,
+                    "gpus": recarve.gpus,
+                    "reason": recarve.reason,
+                }
+            )
+            self.stranded_stale = True
+
+    def _recarves_settle(self, now: float) -> None:
+        ends = self.recarve_ends
+        while ends and ends[0][0] <= now:
+            _, _, trays = heapq.heappop(ends)
+            self.cluster.end_change(trays)
+            self.stranded_stale = True
+
+    def _fitting(self, trays: int, name: str) -> dict:
+        fitting = [j for j in self.jobs if 1 < j.trays <= trays]
+        share = sum(self.one_partition[j.id] for j in fitting) / len(fitting) if fitting else None
+        return {
+            f"multi_tray_jobs_fitting_{name}": len(fitting),
+            f"fitting_{name}_in_one_partition": None if share is None else round(share, 4),
+        }
+
+    def recarve_metrics(self) -> dict:
+        """The re-carving figures of a replay with a RecarvePlan (results.json `recarve` per policy)."""
+        return {
+            "recarves": len(self.recarves),
+            "merges": sum(len(r["from_trays"]) > 1 and len(r["to_trays"]) == 1 for r in self.recarves),
+            "recarving_gpu_s": round(self.recarving_gpu_s, 1),
+            "gangs_started_on_recarved_partition": self.recarved_starts,
+            "largest_partition_trays": self.max_recarved_trays,
+            # Multi-tray jobs that fit the largest partition a re-carve can make, and the share of them that
+            # ran in one partition (the "fitting" figures keep the starting layout's largest partition).
+            **self._fitting(self.max_recarved_trays, "recarvable"),
+            "racks_recarved": len(self.recarve_times),
+            "final_layout": _layout_summary(self.cluster),
+            "log": self.recarves[:200],  # the first 200, with their reasons
+        }
+
     def run(self) -> None:
         jobs, events, wakes, faults = self.jobs, self.events, self.wakes, self.fault_events
         n, i = len(jobs), 0
         now = jobs[0].submitted_at
         # Fault events matter while jobs run, wait, or wait to be resubmitted.
-        while i < n or events or wakes or (faults and (self.pending or self.awaiting_resubmit)):
+        recarve_ends = self.recarve_ends
+        while (
+            i < n or events or wakes or recarve_ends or (faults and (self.pending or self.awaiting_resubmit))
+        ):
             while events and events[0][2] != self.epoch[events[0][1]]:
                 heapq.heappop(events)  # the job was preempted: this end never comes
             next_submit = jobs[i].submitted_at if i < n else math.inf
@@ -714,7 +916,8 @@ class _Replay:
             next_fault = faults[0][0] if faults else math.inf
             timers = self.timers
             next_timer = timers[0] if timers and self.pending else math.inf
-            t = min(next_submit, next_end, next_wake, next_fault, next_timer)
+            next_recarve = recarve_ends[0][0] if recarve_ends else math.inf
+            t = min(next_submit, next_end, next_wake, next_fault, next_timer, next_recarve)
             if t == math.inf:
                 break
             self._advance(now, t)
@@ -729,6 +932,8 @@ class _Replay:
                     self._finish(job_id, now)
             if faults and faults[0][0] <= now:
                 self._fault_events_until(now)
+            if recarve_ends and recarve_ends[0][0] <= now:
+                self._recarves_settle(now)
             while i < n and jobs[i].submitted_at <= now:
                 self._submit(jobs[i], now)
                 i += 1
@@ -786,7 +991,7 @@ class _Replay:
         waits = sorted(self.wait.values())
         jct = [self.end[j.id] - j.submitted_at for j in jobs]
         multi = [j for j in jobs if j.trays > 1]
-        fitting = [j for j in multi if j.trays <= self.cluster.max_partition_trays]
+        fitting = [j for j in multi if j.trays <= self.max_partition_trays]
 
         def fraction(group):
             return sum(self.one_partition[j.id] for j in group) / len(group) if group else None
@@ -891,6 +1096,8 @@ def simulate(
     faults: FaultPlan | None = None,
     projects: Mapping[str, str] | None = None,
     half_life_s: float | None = None,
+    recarve: RecarvePlan | None = None,
+    dedicated: Mapping[str, int] | None = None,
 ) -> PolicyRun:
     """Replay `traces` (one department each) on a fresh cluster under one placement policy.
 
@@ -902,9 +1109,14 @@ def simulate(
     `faults` replays a node fault trace with the jobs (the run's `faults` are then its fault figures).
     `projects` maps a trace to the department it is a project of (module docstring).
     `half_life_s` turns on historical fair share (module docstring); None: off.
+    `recarve` turns on carving that follows demand for rackplane (RecarvePlan); its run's metrics then have
+    `recarve` (`_Replay.recarve_metrics`). `dedicated` (department -> racks) dedicates whole racks' partitions
+    to departments (the first racks, in the order given; `simulation_inputs.dedicated_owners`).
     """
     if faults is not None:
         _check_fault_plan(faults)
+    if recarve is not None:
+        _check_recarve(recarve)
     if policy not in POLICIES:
         raise SimulationError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     if preempted not in PREEMPTION_MODES:
@@ -930,7 +1142,8 @@ def simulate(
     _check_half_life(half_life_s)
     if cluster is None:
         sizes = parse_layout(layout) if isinstance(layout, str) else tuple(layout)
-        cluster = build_cluster(racks, sizes)
+        owners = dedicated_owners(dedicated, racks, {t.department for t in traces}) if dedicated else ()
+        cluster = build_cluster(racks, sizes, owners)
     if not any(trace.jobs for trace in traces):
         raise SimulationError("no jobs to replay")
     traces = fit_traces(traces, cluster.capacity)  # jobs larger than the cluster: left out, counted
@@ -950,9 +1163,12 @@ def simulate(
         faults,
         projects,
         half_life_s,
+        recarve,
     )
     replay.run()
     metrics = replay.metrics()
+    if replay.recarve is not None:
+        metrics["recarve"] = replay.recarve_metrics()
     metrics["wall_s"] = round(time.perf_counter() - started, 2)
     fault_metrics = None
     if faults is not None:
@@ -993,6 +1209,17 @@ def _check_half_life(half_life_s: float | None) -> None:
         raise SimulationError(f"the half-life must be a number of seconds > 0 (or off), not {half_life_s!r}")
 
 
+def _check_recarve(plan: RecarvePlan) -> None:
+    if plan.rule not in RECARVE_RULES:
+        raise SimulationError(f"re-carving rule {plan.rule!r}? (known: {', '.join(RECARVE_RULES)})")
+    if not (isinstance(plan.delay_s, int | float) and math.isfinite(plan.delay_s) and plan.delay_s >= 0):
+        raise SimulationError(f"the re-carve delay must be a number of seconds >= 0, not {plan.delay_s!r}")
+    if plan.policy.smallest_trays < 1 or plan.policy.max_per_hour < 1:
+        raise SimulationError(
+            "re-carving needs a smallest partition of at least 1 tray and at least 1 per hour"
+        )
+
+
 def _check_fault_plan(plan: FaultPlan) -> None:
     if plan.mode not in FAULT_MODES:
         raise SimulationError(f"fault handling {plan.mode!r}? (known: {', '.join(FAULT_MODES)})")
@@ -1019,6 +1246,8 @@ def run(
     workers: int | None = None,
     projects: Mapping[str, str] | None = None,
     half_life_s: float | None = None,
+    recarve: RecarvePlan | None = None,
+    dedicated: Mapping[str, int] | None = None,
 ) -> tuple[dict, list[PolicyRun]]:
     """Replay under each policy; returns (results dict for results.json, the runs for the report).
 
@@ -1029,6 +1258,8 @@ def run(
     then have `projects` (per project: its department and figures, as `departments` has per trace)."""
     if faults is not None:
         _check_fault_plan(faults)
+    if recarve is not None:
+        _check_recarve(recarve)
     sizes = parse_layout(layout)
     _check_policies(policies)
     capacity = racks * RACK_TRAYS * GPUS_PER_TRAY
@@ -1043,8 +1274,12 @@ def run(
         "fallback_after_s": fallback_after_s,
         "projects": dict(projects or {}),
         "half_life_s": half_life_s,
+        "recarve": recarve,
+        "dedicated": dict(dedicated or {}),
     }
     _check_half_life(half_life_s)
+    if dedicated:
+        dedicated_owners(dedicated, racks, {t.department for t in traces})  # a wrong name fails here
     _engine_departments(split, options["projects"])  # a wrong mapping fails here, before any replay
     # Per policy its replay, then with faults handled each way: independent replays, run side by side in
     # `workers` processes (spawned: the replay is pure Python and shares nothing with the caller).
@@ -1087,6 +1322,17 @@ def run(
         "min_runtime_s": dict((engine_options or {}).get("min_runtime_s") or {}),
         "preempt_after_s": float((engine_options or {}).get("preempt_after_s") or 0.0),
         "half_life_s": half_life_s,
+        # Carving that follows demand (RecarvePlan; None: off): rackplane only, every rack under one policy.
+        "recarve": None
+        if recarve is None
+        else {
+            "policies": [RACKPLANE],
+            "smallest_trays": recarve.policy.smallest_trays,
+            "max_per_hour": recarve.policy.max_per_hour,
+            "delay_s": recarve.delay_s,
+            "rule": recarve.rule,
+        },
+        "dedicated_racks": dict(dedicated or {}),  # department -> whole racks dedicated to it
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
         # What of the traces was left out or merged so that they replay (load_trace, fit_traces): by file.
         "trace_quirks": {trace.path: dict(trace.quirks) for trace in traces if trace.quirks},

@@ -49,7 +49,34 @@ from dataclasses import dataclass, field
 
 import hostlist
 
-MAX_BLOCK_LEVELS = 16  # Slurm 24.11 block_record.h: levels 0..15
+from core.blocks import (
+    MAX_BLOCK_LEVELS,
+    BlockPartition,
+    block_layout,
+    check_block_sizes,
+    natural_key,
+    slurm_aggregates,
+)
+
+__all__ = [
+    "MAX_BLOCK_LEVELS",
+    "PlannedBlock",
+    "SlurmBlock",
+    "TopologyPlan",
+    "check_block_sizes",
+    "check_blocks",
+    "check_name",
+    "compare_topology",
+    "compress",
+    "expand",
+    "natural_key",
+    "order_blocks",
+    "parse_show_topology",
+    "parse_topology_conf",
+    "plan_topology",
+    "slurm_aggregates",
+]
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*\Z")
 
@@ -109,10 +136,6 @@ def expand(expression: str) -> list[str]:
     return hostlist.expand_hostlist(expression)
 
 
-def natural_key(name: str):
-    return hostlist.numeric_sort_key(name)
-
-
 def check_name(kind: str, name: str) -> None:
     if not _NAME.match(name or ""):
         raise ValueError(
@@ -144,64 +167,6 @@ def check_blocks(blocks: Sequence[SlurmBlock]) -> None:
             raise ValueError(f"block {block.name} lists a node twice")
 
 
-def _is_power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-def check_block_sizes(block_sizes: Sequence[int], block_node_counts: Sequence[int]) -> None:
-    """Raise ValueError where Slurm 24.11's topology/block would refuse `BlockSizes` for these blocks."""
-    if not block_sizes:
-        raise ValueError("BlockSizes is empty")
-    base = block_sizes[0]
-    for size in block_sizes:
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError(f"BlockSizes value {size!r} is not a positive integer")
-        if size % base:
-            raise ValueError(f"BlockSizes value {size} is not a multiple of the base block size {base}")
-        multiple = size // base
-        if not _is_power_of_two(multiple):
-            raise ValueError(
-                f"BlockSizes value {size} is {multiple} x the base {base}: "
-                "Slurm needs a power-of-two multiple"
-            )
-        if multiple.bit_length() - 1 >= MAX_BLOCK_LEVELS:
-            raise ValueError(
-                f"BlockSizes value {size} is 2**{multiple.bit_length() - 1} x the base: Slurm 24.11 allows "
-                f"at most {MAX_BLOCK_LEVELS} levels (up to 2**{MAX_BLOCK_LEVELS - 1} base blocks)"
-            )
-    small = [n for n in block_node_counts if n < base]
-    if small:
-        raise ValueError(
-            f"a block has {min(small)} nodes, fewer than the base block size {base}: Slurm 24.11 refuses "
-            "blocks smaller than the first BlockSizes value (25.05 and later allow them)"
-        )
-
-
-def slurm_aggregates(
-    block_count: int, levels: Sequence[int]
-) -> tuple[list[int], list[tuple[int, list[int]]]]:
-    """The levels Slurm 24.11 keeps and the aggregated blocks it forms, as block indexes.
-
-    Mirrors `block_record_validate`: levels (exponents, base blocks = 2**level) are taken in increasing
-    order up to the first that covers every block; level j groups blocks i .. i + 2**level - 1 for i a
-    multiple of 2**level, and drops a trailing group no larger than the previous kept level.
-    """
-    kept: list[int] = []
-    for level in sorted(set(levels)):
-        kept.append(level)
-        if (1 << level) >= block_count:
-            break
-    sizes = [1 << level for level in kept]
-    groups: list[tuple[int, list[int]]] = []
-    for j in range(1, len(sizes)):
-        for start in range(0, block_count, sizes[j]):
-            remaining = block_count - start
-            if sizes[j] > remaining and sizes[j - 1] >= remaining:
-                continue
-            groups.append((kept[j], list(range(start, min(start + sizes[j], block_count)))))
-    return kept, groups
-
-
 def order_blocks(blocks: Sequence[SlurmBlock], key_size) -> list[SlurmBlock]:
     return sorted(blocks, key=lambda b: (natural_key(b.domain), -key_size(b), natural_key(b.name)))
 
@@ -226,99 +191,28 @@ def _expected_blocks(rows, base: int, groups) -> tuple[PlannedBlock, ...]:
 
 
 def plan_topology(blocks: Sequence[SlurmBlock]) -> TopologyPlan:
-    """The Slurm 24.11 block layout for these NVLink partitions (see the module docstring for the rules)."""
+    """The Slurm 24.11 block layout for these NVLink partitions (see the module docstring for the rules,
+    which live in core/blocks.py: one rule for this renderer, the wizard and the scheduler's re-carving)."""
     check_blocks(blocks)
-    base = min(len(b.hostnames) for b in blocks)
-    for block in blocks:
-        count = len(block.hostnames)
-        if count % base or not _is_power_of_two(count // base):
-            raise ValueError(
-                f"Slurm 24.11 cannot express NVLink partition {block.name} ({count} nodes) next to a "
-                f"partition of {base} nodes: a block larger than the base block size is only kept whole "
-                "when it is the base times a power of two (Slurm aggregates 2, 4, 8... base blocks), and "
-                "blocks smaller than the base are refused. Carve the racks so that every partition is the "
-                "smallest one times a power of two, or use Slurm 25.05+ (topology.yaml), where blocks may "
-                "be smaller than the base."
-            )
-        if (count // base).bit_length() - 1 >= MAX_BLOCK_LEVELS:
-            raise ValueError(f"NVLink partition {block.name} needs more than {MAX_BLOCK_LEVELS} block levels")
-
-    ordered = order_blocks(blocks, lambda b: len(b.hostnames))
-    rows: list[tuple[str, tuple[str, ...], str, str]] = []  # name, hosts, partition, domain
-    for block in ordered:
+    layout = block_layout([BlockPartition(b.domain, b.name, len(b.hostnames)) for b in blocks])
+    base = layout.base
+    rows: list[tuple[str, tuple[str, ...], str]] = []  # name, hosts, partition
+    for index, part in layout.rows:
+        block = blocks[index]
         hosts = hostlist.numerically_sorted(list(block.hostnames))
-        parts = len(hosts) // base
-        if parts == 1:
-            rows.append((block.name, tuple(hosts), block.name, block.domain))
+        if part == 0:
+            rows.append((block.name, tuple(hosts), block.name))
         else:
-            for part in range(parts):
-                chunk = tuple(hosts[part * base : (part + 1) * base])
-                rows.append((_split_name(block.name, part + 1), chunk, block.name, block.domain))
+            chunk = tuple(hosts[(part - 1) * base : part * base])
+            rows.append((_split_name(block.name, part), chunk, block.name))
     names = [r[0] for r in rows]
     if len(set(names)) != len(names):
         raise ValueError("splitting a large partition gave a block name that is already taken: rename blocks")
-
-    # Levels that keep a split partition whole.
-    levels = {0}
-    for block in blocks:
-        parts = len(block.hostnames) // base
-        if parts > 1:
-            levels.add(parts.bit_length() - 1)
-
-    def groups_ok(candidate: set[int]) -> tuple[bool, str]:
-        kept, groups = slurm_aggregates(len(rows), sorted(candidate))
-        for level, members in groups:
-            domains = {rows[i][3] for i in members}
-            if len(domains) > 1:
-                return (
-                    False,
-                    f"level {base << level} would group blocks of racks {', '.join(sorted(domains))}",
-                )
-        for block in blocks:
-            parts = len(block.hostnames) // base
-            if parts == 1:
-                continue
-            level = parts.bit_length() - 1
-            whole = [m for lvl, m in groups if lvl == level and {rows[i][2] for i in m} == {block.name}]
-            if level not in kept or not whole:
-                return False, f"partition {block.name} would not be one aggregated block of {base << level}"
-        return True, ""
-
-    ok, why = groups_ok(levels)
-    if not ok:
-        raise ValueError(
-            f"Slurm 24.11 cannot express these NVLink partitions: {why}. Slurm groups consecutive blocks "
-            "by count, not by rack; carve the racks alike (same partition sizes in every rack) or use Slurm "
-            "25.05+ (topology.yaml)."
-        )
-
-    # The NVLink domain (rack) level, when Slurm would group exactly each rack.
-    per_domain: dict[str, int] = {}
-    for row in rows:
-        per_domain[row[3]] = per_domain.get(row[3], 0) + 1
-    counts = set(per_domain.values())
-    if len(counts) == 1:
-        count = counts.pop()
-        if count > 1:
-            rack_level = (count - 1).bit_length()  # ceil(log2(count))
-            candidate = levels | {rack_level}
-            if rack_level < MAX_BLOCK_LEVELS and groups_ok(candidate)[0]:
-                _, groups = slurm_aggregates(len(rows), sorted(candidate))
-                rack_groups = [set(m) for lvl, m in groups if lvl == rack_level]
-                spans = [
-                    {i for i, r in enumerate(rows) if r[3] == d} for d in sorted(per_domain, key=natural_key)
-                ]
-                if all(span in rack_groups for span in spans):
-                    levels = candidate
-
-    kept, groups = slurm_aggregates(len(rows), sorted(levels))
-    block_sizes = tuple(base << level for level in kept)
-    check_block_sizes(block_sizes, [len(r[1]) for r in rows])
-
+    check_block_sizes(layout.block_sizes, [len(r[1]) for r in rows])
     return TopologyPlan(
-        blocks=tuple((r[0], r[1], r[2]) for r in rows),
-        block_sizes=block_sizes,
-        expected=_expected_blocks(rows, base, groups),
+        blocks=tuple(rows),
+        block_sizes=layout.block_sizes,
+        expected=_expected_blocks(rows, base, [(level, list(members)) for level, members in layout.groups]),
     )
 
 

@@ -22,6 +22,13 @@ registration). Multi-tray jobs take whole free trays only: a job spread over tra
 partition it was promised, and a tray whose GPUs report another clique (a fabric change in progress, or
 drift) is not in it. Single-tray jobs may use unsettled trays. Trays can be *held* (kept out of the indexes)
 by a reservation for the rest of a pass.
+
+**Re-carving** (scheduling.engine.recarve): `replace_partitions` swaps wholly idle partitions of one rack
+for new ones over the same trays; those trays are then *changing* (held and unsettled: no job of any size
+until `end_change`, which the fabric's report of the new cliques brings) so the partition a waiting gang
+was re-carved for is still whole when the change settles. A changing tray stays held through a pass's own
+holds and unholds. The old partitions' indexes stay allocated but empty (no trays, in no bucket and no
+rack), so partition indexes held elsewhere never shift.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ class Cluster:
         self.rack_whole: list[int] = []  # whole free trays in shared partitions
         self.host_index: dict[str, int] = {}
         self.jobs: dict[int, tuple[tuple[int, int], ...]] = {}
+        self.changing: set[int] = set()  # trays whose partition is being re-carved (`replace_partitions`)
 
         rack_of: dict[str, int] = {}
         part_of: dict[tuple[str, str], int] = {}
@@ -276,10 +284,104 @@ class Cluster:
                 self.tray_held[t] = True
 
     def unhold(self, trays: Iterable[int]) -> None:
+        """Give held trays back to the indexes; trays whose partition is being re-carved stay held."""
+        changing = self.changing
         for t in trays:
-            if self.tray_held[t]:
+            if self.tray_held[t] and (not changing or t not in changing):
                 self.tray_held[t] = False
                 self._index(t)
+
+    # --- re-carving (scheduling.engine.recarve) ------------------------------------------------------
+
+    def rack_index(self, rack: str) -> int:
+        for r, name in enumerate(self.rack_name):
+            if name == rack:
+                return r
+        raise ValueError(f"no rack {rack}")
+
+    def wholly_idle(self, p: int) -> bool:
+        """Every tray of partition p is whole free (all GPUs schedulable and free, fabric settled, not held):
+        no job runs there and nothing is reserved or changing. O(1)."""
+        return bool(self.part_trays[p]) and self.part_whole[p] == len(self.part_trays[p])
+
+    def replace_partitions(
+        self,
+        rack: str,
+        removed: Iterable[str],
+        created: Iterable[tuple[str, Iterable[str], Owner]],
+        *,
+        change: bool = True,
+    ) -> list[int]:
+        """Re-carve: partitions `removed` of `rack` give way to `created` ((name, hostnames, owner) each), the
+        same trays carved anew; returns the new partitions' indexes. No tray of a removed partition may run
+        work. With `change` (the default) the trays are then changing (held, unsettled) until `end_change`;
+        without it the new partitions are settled at once. Every index stays exact."""
+        r = self.rack_index(rack)
+        removed = list(removed)
+        carved = [(name, tuple(hosts), owner) for name, hosts, owner in created]
+        by_name = {self.part_name[p]: p for p in self.rack_parts[r]}
+        missing = [name for name in removed if name not in by_name]
+        if missing or len(set(removed)) != len(removed) or not removed:
+            raise ValueError(f"rack {rack}: no partitions {', '.join(missing) or '(none given)'} to re-carve")
+        old = [by_name[name] for name in removed]
+        trays = sorted(t for p in old for t in self.part_trays[p])
+        busy = [self.tray_host[t] for t in trays if self.tray_jobs[t]]
+        if busy:
+            raise ValueError(f"rack {rack}: trays {', '.join(busy)} run work; a re-carve never touches them")
+        hosts = [h for _, members, _ in carved for h in members]
+        if sorted(self.host_index.get(h, -1) for h in hosts) != trays:
+            raise ValueError(
+                f"rack {rack}: the new partitions must hold exactly the trays of {', '.join(removed)}"
+            )
+        names = [name for name, _, _ in carved]
+        kept = set(by_name) - set(removed)
+        if len(set(names)) != len(names) or kept & set(names) or any(not members for _, members, _ in carved):
+            raise ValueError(f"rack {rack}: new partition names must be unique in the rack, each with trays")
+        unknown = {owner for _, _, owner in carved} - self.owners
+        if unknown:
+            raise ValueError(f"rack {rack}: unknown owners {unknown}")
+        for t in trays:
+            self._unindex(t)
+        for p in old:
+            del self.part_buckets[self.part_owner[p]][self.part_whole[p]][p]
+            self.rack_parts[r].remove(p)
+            self.part_trays[p] = []
+            self.part_degraded.pop(p, None)
+        largest = max(len(members) for _, members, _ in carved)
+        if largest > self.max_partition_trays:
+            for buckets in self.part_buckets.values():
+                buckets.extend({} for _ in range(largest - self.max_partition_trays))
+        new = []
+        for name, members, owner in carved:
+            p = self._add_partition(name, r, owner)
+            self.part_buckets[owner][0][p] = None
+            for host in members:
+                t = self.host_index[host]
+                self.tray_part[t] = p
+                self.part_trays[p].append(t)
+            new.append(p)
+        self.max_partition_trays = max(len(t) for t in self.part_trays)
+        for t in trays:
+            self._index(t)
+        if change:
+            self.begin_change(trays)
+        return new
+
+    def begin_change(self, trays: Iterable[int]) -> None:
+        """The trays' fabric is being changed (a re-carve): no job of any size until `end_change`."""
+        trays = list(trays)
+        self.hold(trays)
+        for t in trays:
+            self.changing.add(t)
+            self.tray_settled[t] = False  # held: no index reads it until the change ends
+
+    def end_change(self, trays: Iterable[int]) -> None:
+        """The trays report their new partition's clique: settled and back in the indexes."""
+        trays = [t for t in trays if t in self.changing]
+        for t in trays:
+            self.changing.discard(t)
+            self.tray_settled[t] = True
+        self.unhold(trays)
 
     def set_fabric_ok(self, t: int, ok: bool) -> None:
         """The tray's fabric became settled (ok) or unsettled (a fabric change began, or drift)."""

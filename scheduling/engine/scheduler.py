@@ -137,6 +137,10 @@ class PendingJob:
     fallback_topology: str | None = None
     fallback_after_s: float = 0.0
     project: str | None = None  # its project inside the department (None: none)
+    # Its fallback granted as a borrower too, once it has waited this long (None: only with
+    # `Options.fallback_borrowers`). The simulator gives it to gangs only a re-carve can give one partition
+    # (re-carving serves in-quota gangs only: scheduling.engine.recarve).
+    borrower_fallback_after_s: float | None = None
 
     @property
     def preemptible(self) -> bool:
@@ -201,6 +205,9 @@ class PassResult:
     # (`Options.preempt_after_s`) or borrowers' minimum run time (`Options.min_runtime_s`) -> the time
     # (the pass's clock) from which they may preempt.
     may_preempt_at: dict[int, float] = field(default_factory=dict)
+    # In-quota multi-tray jobs left waiting, in the pass's order: the gangs a re-carve may serve
+    # (scheduling.engine.recarve.propose).
+    in_quota_gangs: list[int] = field(default_factory=list)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -842,9 +849,12 @@ class _Pass:
             return True
         if (
             job.fallback_topology is not None
-            and (in_quota or self.fallback_borrowers)
+            and (in_quota or self.fallback_borrowers or job.borrower_fallback_after_s is not None)
             and job.fallback_topology != job.topology
-            and self.now - job.submitted_at >= job.fallback_after_s
+            and self.now - job.submitted_at
+            >= (
+                job.fallback_after_s if in_quota or self.fallback_borrowers else job.borrower_fallback_after_s  # type: ignore[operator]
+            )
         ):
             self.own_topology[job.id] = job.topology
             job = replace(job, topology=job.fallback_topology)
@@ -864,6 +874,8 @@ class _Pass:
             return True
         if in_quota and self._reclaim(job):
             return True
+        if in_quota and job.gpus > GPUS_PER_TRAY:
+            self.result.in_quota_gangs.append(job.id)  # what re-carving may serve (engine.recarve)
         if (
             not self.explain
             and len(self.reserved) >= self.max_reservations
@@ -1037,6 +1049,7 @@ class _Pass:
                         leaf[1] is None
                         and leaf_held[leaf] + job.gpus > in_quota[leaf]
                         and job.priority_class in PREEMPTIBLE_CLASSES
+                        and job.borrower_fallback_after_s is None  # else its fallback may be due
                     ):
                         name = job.department
                         backfill = self.all_reserved if now + job.time_limit_s <= self.reserved_from else ()

@@ -50,6 +50,10 @@ def check_indexes(c: Cluster) -> None:
     free = sum(c.tray_free[t] for t in range(len(c)) if not c.tray_held[t])
     assert c.free_gpus == free
     for p, trays in enumerate(c.part_trays):
+        if not trays:  # a partition a re-carve replaced: in no index
+            assert all(p not in bucket for buckets in c.part_buckets.values() for bucket in buckets)
+            assert all(p not in parts for parts in c.rack_parts)
+            continue
         whole = [t for t in trays if c.is_whole(t) and not c.tray_held[t]]
         assert set(c.part_free[p]) == set(whole)
         assert c.part_whole[p] == len(whole)

@@ -414,6 +414,8 @@ def test_layouts():
     assert simulator.parse_layout("2x9") == (9, 9)
     assert simulator.parse_layout("3x6") == (6, 6, 6)
     assert simulator.parse_layout("1x10+2x4") == (10, 4, 4)
+    assert simulator.parse_layout("16+2") == (16, 2)
+    assert simulator.parse_layout("8+8+2") == (8, 8, 2)
     cluster = simulator.build_cluster(2, (9, 9))
     assert (len(cluster), cluster.capacity, len(cluster.part_name), cluster.max_partition_trays) == (
         36,
@@ -430,8 +432,10 @@ def test_layouts():
     [
         ("2x8", "hold 16 trays"),
         ("4x5", "hold 20 trays"),
-        ("9", "COUNTxTRAYS"),
+        ("9", "hold 9 trays"),
+        ("16+1", "hold 17 trays"),
         ("0x18", "COUNTxTRAYS"),
+        ("16+-2", "COUNTxTRAYS"),
         ("axb", "COUNTxTRAYS"),
     ],
 )

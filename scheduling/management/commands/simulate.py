@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduling import simulator
 from scheduling.engine.placement import POLICIES
+from scheduling.engine.recarve import RecarvePolicy
 
 COLUMNS = (
     ("policy", "{:<15}", "{:<15}"),
@@ -61,6 +62,19 @@ def _parse_projects(items: list[str]) -> dict[str, str]:
     return projects
 
 
+def _parse_dedicated(items: list[str]) -> dict[str, int]:
+    """['cluster03=2', ...] -> {'cluster03': 2}: two whole racks dedicated to department cluster03."""
+    dedicated: dict[str, int] = {}
+    for item in items:
+        name, sep, racks = (part.strip() for part in item.partition("="))
+        if not sep or not name or not racks.isdigit():
+            raise simulator.SimulationError(f"--dedicate {item!r}: write DEPARTMENT=RACKS")
+        if name in dedicated:
+            raise simulator.SimulationError(f"--dedicate {name} is given twice")
+        dedicated[name] = int(racks)
+    return dedicated
+
+
 def _command(options: dict) -> str:
     """The command line that made these results (the report and docs/simulator.md show it)."""
     words = ["manage.py", "simulate"]
@@ -90,6 +104,12 @@ def _command(options: dict) -> str:
     for name in ("min_runtime", "preempt_after"):
         if simulator.parse_duration(options[name]):
             words += [f"--{name.replace('_', '-')}", options[name]]
+    for item in options["dedicate"]:
+        words += ["--dedicate", item]
+    if options["recarve"]:
+        words += ["--recarve", "--recarve-smallest", str(options["recarve_smallest"])]
+        words += ["--recarve-max-per-hour", str(options["recarve_max_per_hour"])]
+        words += ["--recarve-delay", options["recarve_delay"], "--recarve-rule", options["recarve_rule"]]
     if options["faults"]:
         words += ["--faults", options["faults"], "--detect", options["detect"]]
         words += ["--check-time", options["check_time"], "--manual-delay", options["manual_delay"]]
@@ -156,7 +176,7 @@ class Command(BaseCommand):
             "--layout",
             default="1x18",
             help="NVLink partitions of every rack as COUNTxTRAYS, summing to 18 trays: 1x18 (default), 2x9, "
-            "3x6, or mixed like 1x10+2x4",
+            "3x6, or mixed like 1x10+2x4; bare tray counts joined with + too (16+2, 8+8+2)",
         )
         parser.add_argument(
             "--policy",
@@ -240,6 +260,50 @@ class Command(BaseCommand):
             "half-life (7d is Slurm's PriorityDecayHalfLife default) as well as by the instant's share; "
             "default off "
             "(docs/simulator.md, Historical fair share)",
+        )
+        parser.add_argument(
+            "--dedicate",
+            action="append",
+            default=[],
+            metavar="DEPARTMENT=RACKS",
+            help="dedicate whole racks' partitions to a department (its in-quota work there first, others' "
+            "only as borrowed work); the first racks, in the order given (repeat per department)",
+        )
+        parser.add_argument(
+            "--recarve",
+            action="store_true",
+            help="carving that follows demand, for rackplane: after each pass, wholly idle partitions of a "
+            "rack are merged or split into the partition a waiting in-quota gang needs (every rack under "
+            "the bounds below; docs/simulator.md, Carving that follows demand)",
+        )
+        parser.add_argument(
+            "--recarve-smallest",
+            type=int,
+            default=1,
+            metavar="TRAYS",
+            help="with --recarve: no partition a re-carve makes is smaller (default 1)",
+        )
+        parser.add_argument(
+            "--recarve-max-per-hour",
+            type=int,
+            default=2,
+            metavar="N",
+            help="with --recarve: re-carves of one rack in any rolling hour (default 2)",
+        )
+        parser.add_argument(
+            "--recarve-delay",
+            default=f"{simulator.DEFAULT_RECARVE_DELAY_S / 60:g}m",
+            metavar="DURATION",
+            help="with --recarve: how long a re-carve keeps its trays out of service (the NMX-M partition "
+            "operation and the nodes' new cliques reported; default 2m)",
+        )
+        parser.add_argument(
+            "--recarve-rule",
+            default=simulator.SLURM_24_11,
+            choices=simulator.RECARVE_RULES,
+            help="with --recarve: the fleet-wide rule every layout obeys: slurm-24.11 (default, what the "
+            "partition wizard checks) or none (a what-if: Slurm 25.05+ topology.yaml; the wizard refuses "
+            "such layouts today)",
         )
         parser.add_argument(
             "--faults",
@@ -340,6 +404,14 @@ class Command(BaseCommand):
             traces = simulator.load_traces(options["trace"])
             jitter_s = simulator.parse_duration(options["jitter"])
             traces = simulator.jitter_traces(traces, jitter_s, options["seed"])
+            dedicated = _parse_dedicated(options["dedicate"]) or None
+            recarve = None
+            if options["recarve"]:
+                recarve = simulator.RecarvePlan(
+                    RecarvePolicy(options["recarve_smallest"], options["recarve_max_per_hour"]),
+                    delay_s=simulator.parse_duration(options["recarve_delay"]),
+                    rule=options["recarve_rule"],
+                )
             faults = None
             if options["faults"]:
                 faults = simulator.FaultPlan(
@@ -363,6 +435,8 @@ class Command(BaseCommand):
                 workers=options["workers"],
                 projects=projects,
                 half_life_s=half_life_s,
+                recarve=recarve,
+                dedicated=dedicated,
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),
@@ -399,6 +473,16 @@ class Command(BaseCommand):
         self.stdout.write("  ".join(head.format(name) for name, head, _ in COLUMNS))
         for policy, metrics in results["policies"].items():
             self.stdout.write(_row(policy, metrics))
+        for policy, metrics in results["policies"].items():
+            if "recarve" in metrics:
+                r = metrics["recarve"]
+                self.stdout.write(
+                    f"{policy} re-carved {r['recarves']:,} times ({r['merges']:,} merges) on "
+                    f"{r['racks_recarved']} racks, {r['recarving_gpu_s'] / 3600:,.1f} GPU-h of trays "
+                    "re-carving; "
+                    f"{r['gangs_started_on_recarved_partition']:,} gangs started on their new partition; "
+                    f"racks at the end: {', '.join(f'{n} x {k}' for k, n in r['final_layout'].items())}"
+                )
         if faults is not None:
             self._fault_table(results)
         written = ", ".join(str(path) for path in outputs)

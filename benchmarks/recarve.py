@@ -1,0 +1,210 @@
+"""Carving that follows demand, measured: the tables of docs/simulator.md from one command.
+
+    ITP_TRACES=/path/to/itp .venv/bin/python benchmarks/recarve.py [--out DIR] [--workers 2] [--only NAME ...]
+
+Replays (scheduling.simulator.simulate, the engine the portal runs) every configuration below on both halves
+of the shipped ITP traces, as the "Preemption bounds" protocol fixed them before any of these runs: the
+tuning half is clusters 01+02+03 on 4 racks, the validation half clusters 05+06 on 2 racks; span slowdown 1.5
+and 1.0; 10-minute checkpoint loss; three samples each (the traces as they are, and every submission shifted
+by a random 0-5 minutes with seeds 1 and 2). Each replay's figures are kept in DIR (one JSON file each, so
+an interrupted run resumes where it stopped); then the tables are printed as Markdown: per configuration,
+the range over the three samples and the mean in brackets.
+
+Configurations (the layout every rack starts with; block-best-fit and first-fit never re-carve):
+
+* rackplane, block-best-fit, first-fit on 2x9 (base 9: re-carving can only merge 9+9 into 18);
+* rackplane 2x9 with re-carving (every rack: smallest partition 1 tray, 2 re-carves an hour, 2-minute delay,
+  Slurm 24.11's block rule as the wizard checks it);
+* rackplane and block-best-fit on 1x18 (every rack one partition: where merging 9+9 leads);
+* 8+8+2 (buddy-style, base 2): Slurm 24.11 refuses it on more than one rack (its aggregation of blocks is
+  by file order, not by rack: core/blocks.py), so these runs are a what-if for Slurm 25.05+ (topology.yaml),
+  re-carving held to no fleet rule, smallest partition 2 trays;
+* dedicated racks for the gang-heavy department (the one with the largest share of its GPU-hours in
+  multi-tray jobs, floor(guarantee / 72) whole racks: cluster03 gets 2 of the tuning half's 4, cluster06 1 of
+  the validation half's 2), with and without re-carving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scheduling import simulator
+from scheduling.engine.recarve import RecarvePolicy
+
+HALVES = {
+    "tuning": {"clusters": ("01", "02", "03"), "racks": 4, "dedicated": {"cluster03": 2}},
+    "validation": {"clusters": ("05", "06"), "racks": 2, "dedicated": {"cluster06": 1}},
+}
+SLOWDOWNS = (1.5, 1.0)
+SAMPLES = ((0, 1), (300, 1), (300, 2))  # (jitter s, seed)
+DEFAULT = simulator.RecarvePlan()
+BUDDY = simulator.RecarvePlan(RecarvePolicy(smallest_trays=2), rule=simulator.NO_BLOCK_RULE)
+CONFIGS = {
+    # name: (policy, layout, recarve plan, dedicate the gang-heavy department)
+    "rackplane 2x9": ("rackplane", "2x9", None, False),
+    "rackplane 2x9 + re-carving": ("rackplane", "2x9", DEFAULT, False),
+    "block-best-fit 2x9": ("block-best-fit", "2x9", None, False),
+    "first-fit 2x9": ("first-fit", "2x9", None, False),
+    "rackplane 1x18": ("rackplane", "1x18", None, False),
+    "block-best-fit 1x18": ("block-best-fit", "1x18", None, False),
+    "rackplane 8+8+2 (25.05 what-if)": ("rackplane", "8+8+2", None, False),
+    "rackplane 8+8+2 + re-carving (25.05 what-if)": ("rackplane", "8+8+2", BUDDY, False),
+    "block-best-fit 8+8+2 (25.05 what-if)": ("block-best-fit", "8+8+2", None, False),
+    "rackplane 2x9, dedicated": ("rackplane", "2x9", None, True),
+    "rackplane 2x9, dedicated + re-carving": ("rackplane", "2x9", DEFAULT, True),
+}
+BASELINES = ("block-best-fit 2x9", "first-fit 2x9")
+
+
+def _key(config: str, half: str, slowdown: float, sample: tuple[int, int]) -> str:
+    slug = config.replace(" ", "_").replace("+", "p").replace(",", "").replace("(", "").replace(")", "")
+    return f"{slug}__{half}__{slowdown:g}__j{sample[0]}s{sample[1]}"
+
+
+def _replay(task: tuple) -> tuple[str, dict]:
+    key, config, half, slowdown, sample, folder = task
+    policy, layout, recarve, dedicate = CONFIGS[config]
+    spec = HALVES[half]
+    traces = simulator.load_traces([f"{folder}/cluster{c}.csv" for c in spec["clusters"]])
+    traces = simulator.jitter_traces(traces, sample[0], sample[1])
+    run = simulator.simulate(
+        traces,
+        spec["racks"],
+        layout,
+        policy,
+        span_slowdown=slowdown,
+        checkpoint_loss_s=600.0,
+        recarve=recarve,
+        dedicated=spec["dedicated"] if dedicate else None,
+    )
+    metrics = dict(run.metrics)
+    metrics.pop("departments", None)
+    if "recarve" in metrics:
+        metrics["recarve"] = {k: v for k, v in metrics["recarve"].items() if k != "log"}
+    return key, metrics
+
+
+FIGURES = (
+    # (column, how to read it from the metrics, format)
+    ("shortfall GPU-h", lambda m: m["guarantee_shortfall_gpu_s"] / 3600, "{:,.0f}"),
+    ("fitting in one partition", lambda m: 100 * m["fitting_multi_tray_in_one_partition"], "{:.1f}%"),
+    ("avg wait h", lambda m: m["avg_wait_s"] / 3600, "{:.2f}"),
+    ("avg JCT h", lambda m: m["avg_jct_s"] / 3600, "{:.2f}"),
+    ("lost work GPU-h", lambda m: m["lost_work_gpu_s"] / 3600, "{:,.0f}"),
+    ("p95 wait > 36 GPUs h", lambda m: (m["wait_by_size"][">36"]["p95_wait_s"] or 0) / 3600, "{:,.0f}"),
+    ("re-carves", lambda m: (m.get("recarve") or {}).get("recarves", 0), "{:,.0f}"),
+    ("re-carving GPU-h", lambda m: (m.get("recarve") or {}).get("recarving_gpu_s", 0) / 3600, "{:,.1f}"),
+)
+
+
+def _cell(values: list[float], form: str) -> str:
+    if not values:
+        return "-"
+    low, high, mean = min(values), max(values), statistics.fmean(values)
+    if form.format(low) == form.format(high):
+        return form.format(mean)
+    return f"{form.format(low)}-{form.format(high)} ({form.format(mean)})"
+
+
+def tables(results: dict[str, dict], configs: list[str]) -> str:
+    lines = []
+    for half in HALVES:
+        for slowdown in SLOWDOWNS:
+            lines.append(f"\n{half} half, slowdown {slowdown:g} (range over 3 samples, mean in brackets)\n")
+            lines.append("| configuration | " + " | ".join(name for name, _, _ in FIGURES) + " |")
+            lines.append("| --- " * (len(FIGURES) + 1) + "|")
+            for config in configs:
+                runs = [results.get(_key(config, half, slowdown, s)) for s in SAMPLES]
+                runs = [m for m in runs if m is not None]
+                if not runs:
+                    continue
+                cells = [_cell([read(m) for m in runs], form) for _, read, form in FIGURES]
+                lines.append(
+                    f"| {config}{'' if len(runs) == 3 else f' ({len(runs)} of 3)'} | "
+                    + " | ".join(cells)
+                    + " |"
+                )
+    return "\n".join(lines)
+
+
+def _mean(results: dict, config: str, half: str, slowdown: float, read) -> float | None:
+    runs = [results.get(_key(config, half, slowdown, s)) for s in SAMPLES]
+    runs = [m for m in runs if m is not None]
+    return statistics.fmean(read(m) for m in runs) if runs else None
+
+
+GOALS = (
+    # (goal, figure, test against (own, bbf, ff), format)
+    ("shortfall <= bbf", "shortfall GPU-h", lambda o, b, f: o <= b, "{:,.0f}"),
+    (">= 99% fitting in one", "fitting in one partition", lambda o, b, f: o >= 99, "{:.1f}%"),
+    ("avg JCT < both", "avg JCT h", lambda o, b, f: o < min(b, f), "{:.2f}"),
+    ("avg wait < both", "avg wait h", lambda o, b, f: o < min(b, f), "{:.2f}"),
+    ("lost work <= bbf", "lost work GPU-h", lambda o, b, f: o <= b, "{:,.0f}"),
+    ("p95 wait > 36 GPUs <= bbf", "p95 wait > 36 GPUs h", lambda o, b, f: o <= b, "{:,.0f}"),
+)
+
+
+def goals(results: dict[str, dict], config: str) -> str:
+    """Issue 28's goals for one configuration against the 2x9 baselines, per half and slowdown (means)."""
+    figure = {name: read for name, read, _ in FIGURES}
+    lines = [
+        f"\nGoals for {config} (means over the samples; own vs block-best-fit 2x9 / first-fit 2x9)\n",
+        "| half | slowdown | " + " | ".join(goal for goal, _, _, _ in GOALS) + " |",
+        "| --- " * (len(GOALS) + 2) + "|",
+    ]
+    for half in HALVES:
+        for slowdown in SLOWDOWNS:
+            cells = []
+            for _, name, test, form in GOALS:
+                own, bbf, ff = (_mean(results, c, half, slowdown, figure[name]) for c in (config, *BASELINES))
+                if own is None or bbf is None or ff is None:
+                    break
+                verdict = "met" if test(own, bbf, ff) else "**missed**"
+                cells.append(f"{verdict} ({form.format(own)} vs {form.format(bbf)} / {form.format(ff)})")
+            else:
+                lines.append(f"| {half} | {slowdown:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", default=os.environ.get("ITP_TRACES", "/work/shared/traces/itp"))
+    parser.add_argument("--out", default="benchmarks/results/recarve", help="folder of per-replay JSON")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--only", action="append", choices=list(CONFIGS), help="configurations to run")
+    parser.add_argument("--tables-only", action="store_true", help="print the tables of what is there")
+    args = parser.parse_args(argv)
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    configs = args.only or list(CONFIGS)
+    tasks = [
+        (_key(c, h, sd, s), c, h, sd, s, args.traces)
+        for c in configs
+        for h in HALVES
+        for sd in SLOWDOWNS
+        for s in SAMPLES
+        if not (folder / f"{_key(c, h, sd, s)}.json").exists()
+    ]
+    if tasks and not args.tables_only:
+        print(f"{len(tasks)} replays to run in {args.workers} processes", file=sys.stderr, flush=True)
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            for key, metrics in pool.map(_replay, tasks):
+                (folder / f"{key}.json").write_text(json.dumps(metrics, indent=1))
+                print(f"done {key}: {metrics['wall_s']} s", file=sys.stderr, flush=True)
+    results = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
+    print(tables(results, list(CONFIGS)))
+    for config in ("rackplane 2x9", "rackplane 2x9 + re-carving", "rackplane 2x9, dedicated + re-carving"):
+        print(goals(results, config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
