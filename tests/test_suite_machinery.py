@@ -173,6 +173,7 @@ def test_the_timeline_says_where_each_workers_time_went(pytester, tmp_path, monk
     worker's busy time split by group and each group's total."""
     folder = tmp_path / "timeline"
     monkeypatch.setenv("RACKPLANE_TEST_TIMELINE", str(folder))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # when this suite runs under xdist
     pytester.makeconftest(HOOKS + "\npytest_plugins = ['tests.timeline']\n")
     pytester.makepyfile(
         test_time="""
