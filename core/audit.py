@@ -77,6 +77,7 @@ AUDITED: dict[str, set[str]] = {
     },
     "inventory.nvlinkpartition": set(),
     "inventory.partitionplan": {"findings"},
+    "inventory.recarvepolicy": {"updated_at"},
     "inventory.agenttoken": {"secret_hash", "last_used_at"},
     "inventory.healthrule": set(),
     "inventory.healthsettings": set(),

@@ -23,6 +23,8 @@ class AuditSource(TextChoices):
     # (tenancy.identity).
     OIDC = "oidc", "OpenID Connect sign-in"
     LDAP = "ldap", "LDAP sign-in"
+    # The scheduling pass's own decisions carried out (a re-carve of idle trays: integrations.plans.recarve).
+    SCHEDULER = "scheduler", "The scheduler"
 
 
 class AuditAction(TextChoices):

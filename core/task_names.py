@@ -35,6 +35,7 @@ SYNC_JOBS = "integrations.tasks.sync_jobs"
 SIGNAL_JOB = "integrations.tasks.signal_job"
 SYNC_TRAY = "integrations.tasks.sync_tray_state"
 FOLLOW_ACTIVE_PLANS = "integrations.tasks.follow_active_plans"
+RECARVE_RACK = "integrations.tasks.recarve_rack"
 REPORT_NODES = "integrations.tasks.report_simulated_nodes"
 # portal.tasks
 SIMULATE_DEMO_TELEMETRY = "portal.tasks.simulate_demo_telemetry"
@@ -58,6 +59,7 @@ TASKS = frozenset(
         SIGNAL_JOB,
         SYNC_TRAY,
         FOLLOW_ACTIVE_PLANS,
+        RECARVE_RACK,
         REPORT_NODES,
         SIMULATE_DEMO_TELEMETRY,
     }

@@ -29,6 +29,7 @@ from core.task_names import (
     DISPATCH_JOB,
     FOLLOW_ACTIVE_PLANS,
     PUSH_CONFIG,
+    RECARVE_RACK,
     REPORT_NODES,
     RETRY_STALE_PUSHES,
     SIGNAL_JOB,
@@ -40,6 +41,7 @@ from integrations import dispatch as job_dispatch
 from integrations import push_runs, requeue, trays
 from integrations.fabric import nodes as simulated_nodes
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
+from integrations.plans import recarve
 from integrations.plans.service import follow
 from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan
@@ -176,6 +178,14 @@ def follow_active_plans() -> int:
             before = plan.status
             moved += follow(plan).status != before
     return moved
+
+
+@shared_task(name=RECARVE_RACK)
+def recarve_rack(proposal: dict) -> int | None:
+    """A re-carve the scheduling pass proposed (integrations.plans.recarve): the scheduler's plan's id, or
+    None when it was refused (logged). Not retried: the next pass proposes again from what it then sees."""
+    plan = recarve.apply(proposal)
+    return plan.pk if plan is not None else None
 
 
 @shared_task(name=REPORT_NODES)

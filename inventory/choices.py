@@ -43,6 +43,14 @@ class PlanStatus(models.TextChoices):
 ACTIVE_PLAN_STATES = (PlanStatus.DRAINING, PlanStatus.APPLYING)
 
 
+class PlanOrigin(models.TextChoices):
+    """Who made a partition plan: an admin in the wizard or the API, or the scheduler re-carving idle trays
+    for a waiting gang under the rack's RecarvePolicy (integrations.plans.recarve)."""
+
+    ADMIN = "admin", "Admin"
+    SCHEDULER = "scheduler", "Scheduler"
+
+
 # --- Health: fault events, the rules that judge them, and the decisions taken (inventory.health) -----------
 
 

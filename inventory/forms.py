@@ -2,7 +2,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core.text import TextFormField
-from inventory.models import ComputeTray, Rack
+from inventory.models import ComputeTray, Rack, RecarvePolicy
 
 
 class AgentTokenForm(forms.Form):
@@ -34,3 +34,13 @@ class AgentTokenForm(forms.Form):
         if not self.errors and bool(data.get("rack")) == bool(data.get("hostname")):
             raise ValidationError("Choose a rack or type a host: a token is for one of them.")
         return data
+
+
+class RecarvePolicyForm(forms.ModelForm):
+    """A rack's re-carving policy (inventory.recarving.set_policy saves it, with the model's bounds)."""
+
+    class Meta:
+        model = RecarvePolicy
+        fields = ["enabled", "smallest_trays", "max_per_hour"]
+        labels = {"enabled": "Let the scheduler re-carve idle trays"}
+        help_texts = {"enabled": "Off by default. Work in progress and other departments' trays are safe."}

@@ -54,6 +54,9 @@ class PlannedPartition:
     slots: tuple[int, ...]
     department: str | None = None  # slug of the department it is dedicated to
     slurm_partition: str = ""  # Slurm partition (service tier); empty: the shared one
+    # The clique ID it must keep (a partition the scheduler's re-carve leaves as it is: its running work's
+    # fabric partition is not renumbered); None: numbered by its place in the plan (_number_cliques).
+    clique_id: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "slots", tuple(sorted(self.slots)))
@@ -277,10 +280,21 @@ def _check_unschedulable(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: 
 
 
 def _number_cliques(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:
-    """Clique IDs: one partition covering the whole rack is the default partition; others count from 1."""
+    """Clique IDs: one partition covering the whole rack is the default partition; others count from 1 in
+    the plan's order, except a partition that keeps its clique ID (PlannedPartition.clique_id): the others
+    skip the numbers kept."""
     whole = len(check.partitions) == 1 and set(owner) == set(by_slot)
-    for number, partition in enumerate(check.partitions, start=1):
-        check.clique_ids[partition.name] = DEFAULT_CLIQUE_ID if whole else number
+    kept = [p.clique_id for p in check.partitions if p.clique_id is not None and not whole]
+    for clique in sorted({c for c in kept if kept.count(c) > 1}):
+        check.add(Level.ERROR, f"Clique ID {clique} is kept by two partitions: clique IDs are unique.")
+    free = (number for number in range(1, DEFAULT_CLIQUE_ID) if number not in kept)
+    for partition in check.partitions:
+        if whole:
+            check.clique_ids[partition.name] = DEFAULT_CLIQUE_ID
+        elif partition.clique_id is not None:
+            check.clique_ids[partition.name] = partition.clique_id
+        else:
+            check.clique_ids[partition.name] = next(free)
 
 
 def _tray_changes(

@@ -6,13 +6,14 @@ users look for, its namespace says which app owns them (the rack view, which sho
 
 from django.urls import path
 
-from inventory.views import agent_tokens, racks
+from inventory.views import agent_tokens, racks, recarving
 
 app_name = "inventory"
 urlpatterns = [
     path("inventory/racks/", racks.rack_list, name="rack-list"),
     path("inventory/gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
     path("inventory/trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
+    path("inventory/racks/<str:name>/recarving/", recarving.recarve_policy, name="recarve-policy"),
     path("inventory/agent-tokens/", agent_tokens.agent_token_list, name="agent-token-list"),
     path(
         "inventory/agent-tokens/<int:pk>/issued/", agent_tokens.agent_token_issued, name="agent-token-issued"

@@ -14,6 +14,7 @@ from django.utils import timezone
 from hostlist import collect_hostlist
 
 from core.access import leads
+from inventory.recarving import RecentRecarves, recent_recarves
 from scheduling.choices import HOLDING_STATES, JobState, StrandedCause
 from scheduling.models import Job, SchedulerState
 from scheduling.usage import (
@@ -198,6 +199,8 @@ class AdminDashboard:
     idle_gpus: list
     owed: list[Position] = field(default_factory=list)  # owed GPUs of their guarantee (`starved` > 0)
     stranded: StrandedCapacity | None = None  # as of the last scheduling pass
+    # The scheduler's re-carves in the last 24 h (inventory.recarving: the rack page counts the same way).
+    recarves: RecentRecarves | None = None
 
     @property
     def owed_gpus(self) -> int:
@@ -237,4 +240,5 @@ def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
         idle_gpus=idle,
         owed=owed,
         stranded=last_stranded(),
+        recarves=recent_recarves(now),
     )

@@ -3,14 +3,15 @@
 
 Watched, in the layers below: a department's guarantee, limit, weight or priority; a tray's state (drained,
 down, up again), partition or fabric problems; a GPU's health, tray, fabric state or reported clique; NVLink
-partitions and dedications appearing, changing or going (core.changes.watch: saves compared with the stored
-row, deletes, bulk changes). Discovery saves trays on every report, mostly unchanged: those ask nothing.
+partitions and dedications appearing, changing or going; a rack's re-carving policy (core.changes.watch:
+saves compared with the stored row, deletes, bulk changes). Discovery saves trays on every report, mostly
+unchanged: those ask nothing.
 """
 
 from __future__ import annotations
 
 from core.changes import ADDED, BULK, CHANGED, Change, watch
-from inventory.models import ComputeTray, Gpu, NVLinkPartition
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, RecarvePolicy
 from scheduling.services.pass_requests import request_pass
 from tenancy.models import DedicatedPartition, Department
 
@@ -21,6 +22,8 @@ WATCHED: dict[type, tuple[str, ...]] = {
     Gpu: ("health", "tray", "fabric_state", "reported_clique_id"),
     NVLinkPartition: ("rack", "clique_id", "name"),
     DedicatedPartition: ("partition", "department"),
+    # Carving that follows demand: a rack whose re-carving is turned on may serve a gang waiting now.
+    RecarvePolicy: ("enabled", "smallest_trays", "max_per_hour"),
 }
 
 

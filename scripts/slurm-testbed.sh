@@ -6,6 +6,8 @@
 #   scripts/slurm-testbed.sh status [DIR]  tell whether the daemons answer (exit 1 if not)
 #   scripts/slurm-testbed.sh stop   [DIR]  stop every daemon, unmount, remove DIR (safe to run twice)
 #   scripts/slurm-testbed.sh stop-ctld  [DIR]  stop only slurmctld (the "controller down" case)
+#   scripts/slurm-testbed.sh kill-ctld  [DIR]  the same with SIGKILL at once (a hung controller, which
+#                                              ignores SIGTERM: stop-ctld would wait 20 s for it)
 #   scripts/slurm-testbed.sh start-ctld [DIR]  start slurmctld again and wait until it answers and every
 #                                              node is idle or allocated (jobs survive the restart)
 #
@@ -246,6 +248,9 @@ PrivateData=jobs
 # Finished jobs stay visible to squeue and slurmrestd for an hour (the default is 300 s), so a status poll
 # after a slow test still finds them (tests/integration/test_slurm_jobs.py).
 MinJobAge=3600
+# A client (slurmrestd too) retries a controller it cannot reach once a second for MessageTimeout seconds
+# before it gives up: 5 instead of the default 10 halves what each controller-down test waits out.
+MessageTimeout=5
 MpiDefault=none
 SwitchType=switch/none
 GresTypes=gpu
@@ -390,7 +395,7 @@ ctld_pids_in_root() {
 }
 
 stop_ctld() {
-    local dir="$1" pid deadline
+    local dir="$1" grace="${2:-20}" pid deadline
     # `scontrol reconfigure` re-executes slurmctld (Slurm 23.11+): for a moment the pid file may still name
     # the old process. Find the running one by its chroot instead of believing a stale file.
     pid="$(ctld_pid "$dir" || true)"
@@ -398,7 +403,7 @@ stop_ctld() {
     [ -n "$pid" ] || { log "slurmctld: not running"; return 0; }
     log "slurmctld: stopping (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    deadline=$((SECONDS + 20))
+    deadline=$((SECONDS + grace))
     while kill -0 "$pid" 2>/dev/null; do
         if [ "$SECONDS" -ge "$deadline" ]; then
             kill -KILL "$pid" 2>/dev/null || true
@@ -573,7 +578,7 @@ stop)
     dir="$(testbed_dir_arg "${2:-}")"
     stop_dir "$dir"
     ;;
-env | status | stop-ctld | start-ctld)
+env | status | stop-ctld | kill-ctld | start-ctld)
     dir="$(testbed_dir_arg "${2:-}")"
     [ -f "$dir/ports" ] || die "$dir has no running testbed (start did not finish)"
     NODE_COUNT="$(cat "$dir/node-count")"
@@ -581,6 +586,7 @@ env | status | stop-ctld | start-ctld)
     env) cat "$dir/env" ;;
     status) cmd_status "$dir" ;;
     stop-ctld) require_root && stop_ctld "$dir" ;;
+    kill-ctld) require_root && stop_ctld "$dir" 0 ;;
     start-ctld)
         require_root
         start_ctld "$dir"
@@ -589,7 +595,7 @@ env | status | stop-ctld | start-ctld)
     esac
     ;;
 *)
-    echo "usage: $0 start [DIR] | env [DIR] | status [DIR] | stop [DIR] | stop-ctld [DIR] | start-ctld [DIR]" >&2
+    echo "usage: $0 start [DIR] | env [DIR] | status [DIR] | stop [DIR] | stop-ctld [DIR] | kill-ctld [DIR] | start-ctld [DIR]" >&2
     exit 2
     ;;
 esac

@@ -133,6 +133,9 @@ if [ -z "${RACKPLANE_SCREENSHOTS:-}" ]; then
     rm -rf "$RACKPLANE_SCREENSHOTS"  # this run's only
 fi
 mkdir -p "$RACKPLANE_SCREENSHOTS"
+# Each worker's tests on a timeline (tests/timeline.py): pytest ends with where the time went, per worker and
+# per group of tests sharing a service.
+export RACKPLANE_TEST_TIMELINE="${RACKPLANE_TEST_TIMELINE:-$REPO_ROOT/var/test-artifacts/timeline}"
 pytest_status=0
 log "== pytest"
 pytest_started=$SECONDS

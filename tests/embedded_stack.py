@@ -6,6 +6,7 @@ it; a test that stops it (the SIGINT test) leaves the next one a new stack.
 """
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -70,16 +71,27 @@ class Stack:
         assert created.returncode == 0, created.stderr
         return created.stdout.split()[2]
 
+    def placement_once_running(self, job_id: int, timeout: float = 60) -> list[str]:
+        """The hostnames job `job_id` runs on, once the stack has started it (within `timeout` seconds)."""
+        wait_for(
+            f"job {job_id} running",
+            lambda: self.query("SELECT 1 FROM scheduling_job WHERE id = ? AND state = 'running'", job_id),
+            timeout=timeout,
+        )
+        [(placement,)] = self.query("SELECT placement FROM scheduling_job WHERE id = ?", job_id)
+        return json.loads(placement)
+
     def log(self, name: str) -> str:
         path = self.clone / "var" / "log" / name
         return path.read_text() if path.exists() else ""
 
 
 @contextlib.contextmanager
-def running_stack(clone: Path):
+def running_stack(clone: Path, **environment: str):
     """scripts/run.sh serving in `clone` (a copy of the session's prepared clone, tests/fresh_clone.py);
-    stopped (SIGINT, as Ctrl-C) at the end, with anything left behind killed."""
-    env = shell_env()
+    stopped (SIGINT, as Ctrl-C) at the end, with anything left behind killed. `environment`: settings an
+    operator would export before `make run` (e.g. RACKPLANE_PREEMPT_AFTER_MINUTES)."""
+    env = shell_env(**environment)
     # Forget what the seed did, so that whatever appears next is the stack's own work.
     with sqlite3.connect(clone / "var" / "rackplane.sqlite3") as database:
         database.execute("UPDATE scheduling_schedulerstate SET last_pass_at = NULL")

@@ -340,3 +340,22 @@ def post_kubernetes_job(client, work: dict):
     """POST a one-GPU Kubernetes job of Research with `work` through the jobs API as `client`'s person."""
     body = {"department": "research", "name": "train-llm", "gpus": 1, "backend": "kubernetes", "work": work}
     return client.post("/api/v1/jobs/", body, format="json")
+
+
+# --- partition plans ---------------------------------------------------------------------------------------
+
+
+def scheduler_plan(rack, reason: str = "an earlier re-carve", *, ago=None, **fields):
+    """A partition plan the scheduler made (carving that follows demand), applied unless `status` says
+    otherwise, created `ago` (a timedelta) before now: what the hourly bound and the pages count."""
+    from inventory.choices import PlanOrigin, PlanStatus
+    from inventory.models import PartitionPlan
+
+    fields.setdefault("status", PlanStatus.APPLIED)
+    plan = PartitionPlan.objects.create(
+        rack=rack, layout=[], base_layout="", origin=PlanOrigin.SCHEDULER, reason=reason, **fields
+    )
+    if ago:
+        PartitionPlan.objects.filter(pk=plan.pk).update(created_at=plan.created_at - ago)
+        plan.refresh_from_db()
+    return plan

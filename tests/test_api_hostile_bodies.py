@@ -64,6 +64,7 @@ def endpoint_world(demo_inventory, department_a, platform_admin, lead_a, member_
         "department_slug": department_a.slug,
         "username": member_a.username,
         "id": str(project.pk),
+        "name": "gb-r01",  # a rack (its re-carving policy)
     }
 
 

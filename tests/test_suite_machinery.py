@@ -166,3 +166,59 @@ def test_a_group_runs_in_one_worker_under_loadgroup(pytester, monkeypatch):
     result.assert_outcomes(passed=8)
     workers = (pytester.path / "slurm.workers").read_text().split()
     assert len(workers) == 4 and len(set(workers)) == 1, workers
+
+
+def test_the_timeline_says_where_each_workers_time_went(pytester, tmp_path, monkeypatch):
+    """tests/timeline.py: each test's start and end go to the worker's file, and the run ends with each
+    worker's busy time split by group and each group's total."""
+    folder = tmp_path / "timeline"
+    monkeypatch.setenv("RACKPLANE_TEST_TIMELINE", str(folder))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # when this suite runs under xdist
+    pytester.makeconftest(HOOKS + "\npytest_plugins = ['tests.timeline']\n")
+    pytester.makepyfile(
+        test_time="""
+        import time
+
+        def test_on_slurm(slurm_testbed):
+            time.sleep(0.2)
+
+        def test_alone():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess("-p", "no:django", "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*where the time went*",
+            "1 worker, * s from the start to the last test",
+            "  main: busy 0 s (CPU 0 s), from 0 s to 0 s: slurm 0 s, 1 ungrouped tests 0 s",
+            "  groups (one worker each): slurm 0 s (1)",
+        ]
+    )
+    lines = (folder / "main.jsonl").read_text().splitlines()
+    assert [line.split('"test": ')[1].split(",")[0] for line in lines] == [
+        '"test_time.py::test_on_slurm"',
+        '"test_time.py::test_alone"',
+    ]
+
+
+def test_the_timeline_summary_adds_up_each_worker_and_group(tmp_path):
+    from tests.timeline import summary
+
+    (tmp_path / "gw0.jsonl").write_text(
+        '{"test": "a", "group": "slurm", "start": 100, "stop": 130, "cpu": 2.5}\n'
+        '{"test": "b", "group": "", "start": 130, "stop": 140, "cpu": 9}\n'
+    )
+    (tmp_path / "gw1.jsonl").write_text(
+        '{"test": "c", "group": "slurm", "start": 101, "stop": 111}\n'
+        '{"test": "d", "group": "kubernetes", "start": 111, "stop": 171}\n'
+    )
+    assert summary(tmp_path, started=95) == [
+        "2 workers, 76 s from the start to the last test",
+        "  gw0: busy 40 s (CPU 12 s), from 5 s to 45 s: slurm 30 s, 1 ungrouped tests 10 s",
+        "  gw1: busy 70 s (CPU 0 s), from 6 s to 76 s: kubernetes 60 s, slurm 10 s, 0 ungrouped tests 0 s",
+        "  groups (one worker each): kubernetes 60 s (1), slurm 40 s (2)",
+    ]
+    (tmp_path / "none").mkdir()
+    assert summary(tmp_path / "none") == []

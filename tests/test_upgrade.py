@@ -86,6 +86,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "core_inboxitem",
     # Each person's POSIX identity, which their jobs run as.
     "tenancy_posixaccount",
+    # Carving that follows demand: each rack's re-carving policy.
+    "inventory_recarvepolicy",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",

@@ -204,11 +204,21 @@ class PartitionPlanSerializer(serializers.ModelSerializer):
             "error",
             "pushes",
             "created_by",
+            "origin",
+            "reason",
+            "for_job_id",
             "created_at",
             "applied_at",
             "finished_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "origin": {
+                "help_text": "admin: made in the wizard or this API; scheduler: a re-carve of idle trays "
+                "for a waiting gang under the rack's re-carving policy."
+            },
+            "reason": {"help_text": "Why the scheduler re-carved (its plans only)."},
+        }
 
     @extend_schema_field(PlanPushSerializer(many=True))
     def get_pushes(self, plan):

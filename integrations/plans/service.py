@@ -29,7 +29,7 @@ from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.pushes import queue_pushes
 from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import render_current
-from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, PlanStatus, TrayState
+from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, PlanOrigin, PlanStatus, TrayState
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import (
     PRESETS,
@@ -316,16 +316,19 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
 
 
 def _layout_json(check: PlanCheck) -> list[dict]:
-    return [
-        {
+    rows = []
+    for p in check.partitions:
+        row = {
             "name": p.name,
             "slots": list(p.slots),
             "clique_id": check.clique_ids[p.name],
             "department": p.department,
             "slurm_partition": p.slurm_partition,
         }
-        for p in check.partitions
-    ]
+        if p.clique_id is not None:  # a partition the plan keeps as it is, clique ID included
+            row["keeps_clique_id"] = True
+        rows.append(row)
+    return rows
 
 
 def partitions_from_rows(rows: list[dict]) -> list[PlannedPartition]:
@@ -336,6 +339,8 @@ def partitions_from_rows(rows: list[dict]) -> list[PlannedPartition]:
             slots=tuple(p["slots"]),
             department=p.get("department") or None,
             slurm_partition=p.get("slurm_partition") or "",
+            # Only a saved plan's row says so (the API's `partitions` have no such field).
+            clique_id=p["clique_id"] if p.get("keeps_clique_id") else None,
         )
         for p in rows
     ]
@@ -345,8 +350,13 @@ def planned_partitions(plan: PartitionPlan) -> list[PlannedPartition]:
     return partitions_from_rows(plan.layout)
 
 
-def create_plan(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user) -> PartitionPlan:
-    """Save a checked plan as a draft. Raises ValidationError listing the errors if it cannot be applied."""
+def create_plan(
+    rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user, scheduler: Recarve | None = None
+) -> PartitionPlan:
+    """Save a checked plan as a draft. Raises ValidationError listing the errors if it cannot be applied.
+
+    `scheduler`: the plan is the scheduler's re-carve (integrations.plans.recarve): no user, its reason and
+    the job it is for recorded with it."""
     result = check(rack, partitions, drain=drain)
     if not result.ok:
         raise ValidationError([f.message for f in result.findings if f.level == Level.ERROR])
@@ -356,8 +366,19 @@ def create_plan(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, 
         base_layout=layout_signature(rack),
         drain_first=drain,
         findings=[{"level": f.level.value, "message": f.message} for f in result.findings],
-        created_by=user,
+        created_by=None if scheduler else user,
+        origin=PlanOrigin.SCHEDULER if scheduler else PlanOrigin.ADMIN,
+        reason=scheduler.reason if scheduler else "",
+        for_job_id=scheduler.job_id if scheduler else None,
     )
+
+
+@dataclass(frozen=True)
+class Recarve:
+    """What makes a plan the scheduler's: why it was made, and for which waiting job."""
+
+    reason: str
+    job_id: int
 
 
 def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
@@ -371,6 +392,8 @@ def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
             )
             if (other := active.select_related("created_by").first()) is not None:
                 who = other.created_by.get_username() if other.created_by else "someone"
+                if other.by_scheduler:
+                    who = "the scheduler"
                 raise PlanConflict(
                     f"Plan #{other.pk} by {who} is being applied to {rack.name} right now: wait for it to "
                     "finish (or cancel it), then preview your plan again."
@@ -431,13 +454,19 @@ def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:
 def _repartition(rack: Rack, result: PlanCheck) -> None:
     """Replace the rack's partitions with the planned ones; dedications go through tenancy's rules.
 
-    Each tray's move is recorded once, from its old partition to its new one."""
+    A partition the plan leaves exactly as it is (same name, clique ID, trays, dedication and Slurm partition:
+    the ones a scheduler's re-carve keeps beside the trays it re-carves) stays untouched, row and all; the
+    others are deleted and the planned ones made. Each tray's move is recorded once, from its old partition
+    to its new one."""
+    kept = _unchanged(rack, result)
     with recording_changes(ComputeTray.objects.filter(rack=rack), "partition"):
-        ComputeTray.objects.filter(rack=rack).update(partition=None)
-        for partition in NVLinkPartition.objects.filter(rack=rack):
+        ComputeTray.objects.filter(rack=rack).exclude(partition_id__in=kept.values()).update(partition=None)
+        for partition in NVLinkPartition.objects.filter(rack=rack).exclude(pk__in=kept.values()):
             partition.delete()  # one by one: audited, and dedications go with them
         departments = {d.slug: d for d in Department.objects.all()}
         for planned in result.partitions:
+            if planned.name in kept:
+                continue
             partition = NVLinkPartition.objects.create(
                 rack=rack,
                 name=planned.name,
@@ -449,6 +478,33 @@ def _repartition(rack: Rack, result: PlanCheck) -> None:
             ComputeTray.objects.filter(rack=rack, slot__in=planned.slots).update(partition=partition)
             if planned.department:
                 dedicate_partition(departments[planned.department], partition)
+
+
+def _unchanged(rack: Rack, result: PlanCheck) -> dict[str, int]:
+    """Planned name -> pk of the rack's partition that the plan leaves exactly as it is. Three queries."""
+    current = {p.name: p for p in NVLinkPartition.objects.filter(rack=rack)}
+    slots: dict[int, set[int]] = {}
+    for partition_id, slot in ComputeTray.objects.filter(rack=rack, partition__isnull=False).values_list(
+        "partition_id", "slot"
+    ):
+        slots.setdefault(partition_id, set()).add(slot)
+    owners = dict(
+        DedicatedPartition.objects.filter(partition__rack=rack).values_list(
+            "partition_id", "department__slug"
+        )
+    )
+    kept = {}
+    for planned in result.partitions:
+        partition = current.get(planned.name)
+        if (
+            partition is not None
+            and partition.clique_id == result.clique_ids[planned.name]
+            and slots.get(partition.pk, set()) == set(planned.slots)
+            and owners.get(partition.pk) == planned.department
+            and partition.service_tier == ("" if planned.department else planned.slurm_partition)
+        ):
+            kept[planned.name] = partition.pk
+    return kept
 
 
 def refresh_status(plan: PartitionPlan) -> PartitionPlan:

@@ -16,7 +16,8 @@ serves at `/openapi/v3` and from measuring the testbed (scripts/slurm-testbed.sh
   an HTTP **500** with a Slurm error number (invalid partition: 2000, impossible node configuration: 2014,
   topology: 2178); slurmctld down is a 502 with 1800 "Unable to contact slurm controller" for submit and
   the job list, a 500 with -1 "Unspecified error" for one job and a 500 with errno 1 for a cancel, each
-  after slurmrestd's own retries (9-18 s). A bad token is HTTP 511 with 1007 "Protocol authentication error".
+  after slurmrestd's own retries (once a second for slurm.conf's MessageTimeout, 10 s by default, sometimes
+  twice). A bad token is HTTP 511 with 1007 "Protocol authentication error".
   So the error number, not the HTTP status, tells a refused request from an unavailable controller:
   `classify_error`.
 * `GET /slurm/v0.0.42/job/{id}` of an id slurmctld has forgotten (older than MinJobAge) is a 404 with 2017

@@ -10,7 +10,9 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from core.fields import KnownFieldsOnly
+from inventory import recarving
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack, RecarvePolicy
 from inventory.staleness import silent_policy
 
 
@@ -178,3 +180,51 @@ class NVLinkPartitionSerializer(serializers.ModelSerializer):
         model = NVLinkPartition
         fields = ["id", "rack", "clique_id", "name", "is_default", "tray_count", "trays", "created_at"]
         read_only_fields = fields
+
+
+class RecarveSerializer(serializers.ModelSerializer):
+    """A re-carve the scheduler made: its partition plan (the plan API has the rest; admins only)."""
+
+    class Meta:
+        model = PartitionPlan
+        fields = ["id", "status", "reason", "for_job_id", "created_at", "finished_at"]
+        read_only_fields = fields
+
+
+class RecarvePolicySerializer(KnownFieldsOnly, serializers.ModelSerializer):
+    """A rack's re-carving policy: off (the default) or on, within its bounds. Writes go through
+    inventory.recarving.set_policy (the model's bounds, the rack's lock, the audit)."""
+
+    rack = serializers.CharField(source="rack.name", read_only=True, help_text="The rack's name.")
+    updated_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="When an admin last set it; null: never (the defaults)."
+    )
+    recarves_last_hour = serializers.SerializerMethodField(
+        help_text="The scheduler's re-carves of this rack in the last hour (bounded by max_per_hour)."
+    )
+    last_recarve = serializers.SerializerMethodField(help_text="The scheduler's latest re-carve of the rack.")
+
+    class Meta:
+        model = RecarvePolicy
+        fields = ["rack", "enabled", "smallest_trays", "max_per_hour", "updated_at"]
+        fields += ["recarves_last_hour", "last_recarve"]
+        read_only_fields = ["updated_at"]
+        # A PUT says all three (the model's defaults are for a rack never set); a PATCH only what changes.
+        extra_kwargs = {name: {"required": True} for name in ("enabled", "smallest_trays", "max_per_hour")}
+
+    def get_recarves_last_hour(self, policy) -> int:
+        return recarving.recarves_in_window(policy.rack, timezone.now())
+
+    @extend_schema_field(RecarveSerializer(allow_null=True))
+    def get_last_recarve(self, policy):
+        plan = recarving.last_recarve(policy.rack)
+        return RecarveSerializer(plan).data if plan is not None else None
+
+    def save(self, **kwargs):
+        policy = self.instance
+        values = {
+            name: self.validated_data.get(name, getattr(policy, name))
+            for name in ("enabled", "smallest_trays", "max_per_hour")
+        }
+        self.instance = recarving.set_policy(policy.rack, **values)
+        return self.instance

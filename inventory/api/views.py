@@ -7,17 +7,23 @@ list page issues a constant number of queries whatever its size.
 
 from django.db.models import BooleanField, Case, Count, F, IntegerField, OuterRef, Prefetch, Q, Subquery, When
 from django.db.models.functions import Coalesce
-from rest_framework import viewsets
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import permissions, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
 
+from core.access import IsAdminOrReadOnly
 from inventory.api.serializers import (
     ComputeTraySerializer,
     GpuSerializer,
     NVLinkPartitionSerializer,
     RackSerializer,
+    RecarvePolicySerializer,
 )
 from inventory.choices import GpuHealth
 from inventory.filters import ComputeTrayFilter, GpuFilter, NVLinkPartitionFilter, RackFilter
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack, RecarvePolicy
 
 
 def _count_per(queryset, parent_field):
@@ -34,6 +40,12 @@ def _count_per(queryset, parent_field):
         .values("n")
     )
     return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+class RecarvePolicyWrites(IsAdminOrReadOnly):
+    """core.access's rule, with the reason in the API's words."""
+
+    message = "Only platform admins may change a rack's re-carving policy."
 
 
 class RackViewSet(viewsets.ReadOnlyModelViewSet):
@@ -56,6 +68,32 @@ class RackViewSet(viewsets.ReadOnlyModelViewSet):
             healthy_gpu_count=_count_per(Gpu.objects.filter(health=GpuHealth.HEALTHY), "tray__rack"),
             partition_count=_count_per(NVLinkPartition.objects.all(), "rack"),
         )
+
+    @extend_schema(methods=["GET"], responses=RecarvePolicySerializer, filters=False)
+    @extend_schema(
+        methods=["PUT", "PATCH"], request=RecarvePolicySerializer, responses=RecarvePolicySerializer
+    )
+    @action(
+        detail=True,
+        methods=["get", "put", "patch"],
+        url_path="recarve-policy",
+        serializer_class=RecarvePolicySerializer,
+        filterset_class=None,
+        permission_classes=[permissions.IsAuthenticated, RecarvePolicyWrites],
+    )
+    def recarve_policy(self, request, name=None):
+        """The rack's re-carving policy (carving that follows demand): everyone reads it, platform admins
+        change it. A rack never set has the defaults: off, partitions of at least 1 tray, at most 2 re-carves
+        an hour. The scheduler never re-carves a tray that runs work, nor a partition dedicated to a
+        department into another department's."""
+        rack = get_object_or_404(Rack.objects.visible_to(request.user), name=name)
+        policy = RecarvePolicy.of(rack)
+        if request.method == "GET":
+            return Response(RecarvePolicySerializer(policy).data)
+        serializer = RecarvePolicySerializer(policy, data=request.data, partial=request.method == "PATCH")
+        serializer.is_valid(raise_exception=True)
+        serializer.save()
+        return Response(RecarvePolicySerializer(serializer.instance).data)
 
 
 class ComputeTrayViewSet(viewsets.ReadOnlyModelViewSet):

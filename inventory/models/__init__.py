@@ -15,6 +15,7 @@ from inventory.models.agent_tokens import AgentToken
 from inventory.models.health import HealthAction, HealthCheckResult, HealthEvent, HealthRule, HealthSettings
 from inventory.models.plans import PartitionPlan
 from inventory.models.racks import NVLinkPartition, Rack
+from inventory.models.recarving import RecarvePolicy
 from inventory.models.trays import ComputeTray, Gpu
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "NVLinkPartition",
     "PartitionPlan",
     "Rack",
+    "RecarvePolicy",
 ]

@@ -5,7 +5,7 @@ from django.db import models
 from django.db.models import Q
 
 from core.access import is_admin
-from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
+from inventory.choices import ACTIVE_PLAN_STATES, PlanOrigin, PlanStatus
 from inventory.models.racks import Rack
 
 
@@ -20,6 +20,11 @@ class PartitionPlan(models.Model):
 
     `layout` is a list of {"name", "slots", "clique_id", "department", "slurm_partition"}. `base_layout` is
     the rack's layout when the plan was checked: applying refuses a plan whose rack changed since.
+
+    `origin` says who made it: an admin (the wizard, the API), or the scheduler re-carving idle trays for a
+    waiting gang under the rack's RecarvePolicy (integrations.plans.recarve), with `reason`, the sentence
+    saying why, and `for_job_id`, the job it was made for (a plain id: jobs are scheduling's, above this
+    app). A scheduler's plan has no `created_by`.
     """
 
     rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="plans")
@@ -35,6 +40,13 @@ class PartitionPlan(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     applied_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    origin = models.CharField(max_length=16, choices=PlanOrigin.choices, default=PlanOrigin.ADMIN)
+    reason = models.CharField(
+        max_length=300, blank=True, help_text="Why the scheduler re-carved (its plans only)."
+    )
+    for_job_id = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The waiting job the scheduler re-carved for (its plans only)."
+    )
 
     objects = PartitionPlanQuerySet.as_manager()
 
@@ -48,10 +60,24 @@ class PartitionPlan(models.Model):
                 name="%(app_label)s_%(class)s_one_active_per_rack",
                 violation_error_message="Another plan is already being applied to this rack.",
             ),
+            # The scheduler's plans say why, and are nobody's.
+            models.CheckConstraint(
+                condition=~Q(origin=PlanOrigin.SCHEDULER) | (~Q(reason="") & Q(created_by__isnull=True)),
+                name="%(app_label)s_%(class)s_scheduler_plan_has_reason",
+                violation_error_message="A plan of the scheduler has a reason and no user.",
+            ),
+        ]
+        indexes = [
+            # The pass counts each rack's recent re-carves by the scheduler (the hourly bound).
+            models.Index(fields=["origin", "created_at"], name="inventory_plan_origin_created"),
         ]
 
     def __str__(self):
         return f"Plan #{self.pk} for {self.rack.name}"
+
+    @property
+    def by_scheduler(self) -> bool:
+        return self.origin == PlanOrigin.SCHEDULER
 
     @property
     def is_active(self) -> bool:

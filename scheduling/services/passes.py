@@ -35,9 +35,10 @@ from scheduling.services.pass_writes import (
     start_jobs,
     write_standing,
 )
+from scheduling.services.recarving import propose_recarves
 
-# Tasks are started by name (core.enqueue): dispatch belongs to integrations, which this layer does not
-# import.
+# Tasks are started by name (core.enqueue): dispatch and re-carving belong to integrations, which this layer
+# does not import.
 
 
 @dataclass
@@ -50,6 +51,7 @@ class PassSummary:
     cold: bool = True  # the cluster was read cold, not kept from this process's last pass (pass_cache)
     # Stranded NVLink capacity after the pass's decisions (scheduling.engine.stranded, `Stranded.as_dict`).
     stranded: dict | None = None
+    recarves: int = 0  # re-carves proposed to integrations (scheduling.services.recarving)
 
 
 def _pass(now) -> PassSummary:
@@ -70,6 +72,9 @@ def _pass(now) -> PassSummary:
     _, _, _, engine_pending, _ = engine_args
     left_waiting = [job.request(borrow=job.preemptible) for job in engine_pending if job.id in result.waiting]
     stranded_now = stranded(inputs.cluster, left_waiting).as_dict()
+    # Carving that follows demand: re-carves of idle trays for the in-quota gangs left waiting, proposed on
+    # the same cluster and sent to integrations on commit (scheduling.services.recarving).
+    recarves = propose_recarves(inputs.cluster, result, engine_pending, now)
 
     decided = {s.job_id for s in result.started} | set(result.preempted)
     restand = {
@@ -107,6 +112,7 @@ def _pass(now) -> PassSummary:
         ms=(time.perf_counter() - started_clock) * 1000,
         cold=state.cold,
         stranded=stranded_now,
+        recarves=len(recarves),
     )
 
 

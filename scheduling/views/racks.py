@@ -7,9 +7,11 @@ the rack list, GPU and tray pages are inventory's (inventory.views.racks).
 
 from django.db.models import Exists, OuterRef
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 
 from core.access import is_admin
-from inventory import selectors
+from inventory import recarving, selectors
+from inventory.forms import RecarvePolicyForm
 from inventory.staleness import mark_silent
 from inventory.views.tray_forms import BULK_LIMIT
 from scheduling.models import Job
@@ -47,7 +49,7 @@ def mark_dedications(user, rack, partitions) -> None:
 
 
 def rack_detail(request, name):
-    rack = get_object_or_404(selectors.racks(request.user), name=name)
+    rack = get_object_or_404(selectors.racks(request.user).select_related("recarve_policy"), name=name)
     layout = selectors.rack_layout(request.user, rack, holder_annotations(request.user))
     mark_dedications(request.user, rack, layout.partitions)  # the rows' tray.partition are these objects
     context = {
@@ -56,7 +58,11 @@ def rack_detail(request, name):
         "job_param": request.GET.get("job", ""),
         "bulk_limit": BULK_LIMIT,
         "bulk_actions": is_admin(request.user) and bool(layout.rows),
+        # Carving that follows demand: the policy for everyone, its form for admins (inventory's view saves).
+        **recarving.policy_context(rack, timezone.now()),
     }
+    if is_admin(request.user):
+        context["recarve_form"] = RecarvePolicyForm(instance=context["policy"])
     # The "colour by" switch (scheduling.views.gpu_life): partition, health, or recent utilization (fresh
     # rows only).
     colour_by = colour_mode(request)

@@ -129,7 +129,7 @@ NOT_TYPED = {
     "inventory.ComputeTray": {"hostname", "reported_clique", "agent_version", "state_reason"},  # reports
     "inventory.Gpu": {"uuid", "serial", "product", "fabric_status"},  # node reports: TextField in the API
     "inventory.NVLinkPartition": {"degraded_reason"},
-    "inventory.PartitionPlan": {"base_layout", "error"},
+    "inventory.PartitionPlan": {"base_layout", "error", "reason"},  # reason: the scheduler's sentence
     "inventory.AgentToken": {"prefix", "secret_hash", "hostname"},
     "inventory.HealthRule": {"code"},
     "inventory.HealthSettings": {"return_check"},

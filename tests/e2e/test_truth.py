@@ -123,13 +123,7 @@ def test_a_recarved_rack_settles_by_itself_and_the_waiting_job_starts(stack, bro
     rack.screenshot(path=str(shots / "3-rack-settled.png"), full_page=True)
 
     # The job started with no other request: on the new partition's trays, and the member's page says so.
-    wait_for(
-        "the job running",
-        lambda: stack.query("SELECT 1 FROM scheduling_job WHERE id = ? AND state = 'running'", job["id"]),
-        timeout=60,
-    )
-    [(placement,)] = stack.query("SELECT placement FROM scheduling_job WHERE id = ?", job["id"])
-    hosts = json.loads(placement)
+    hosts = stack.placement_once_running(job["id"])
     assert len(hosts) == 9 and all(host.startswith("gb-r08-") for host in hosts), hosts
     member = browser.new_context(viewport={"width": 1400, "height": 1000})
     member_page = member.new_page()

@@ -310,7 +310,7 @@ def test_controller_down_is_unavailable_then_works_again(slurm, slurm_testbed):
             "status": lambda: slurm.status([running]),
             "cancel": lambda: slurm.cancel(running),
         }
-        with ThreadPoolExecutor(len(calls)) as pool:  # each waits out slurmrestd's retries (9-18 s)
+        with ThreadPoolExecutor(len(calls)) as pool:  # each waits out slurmrestd's retries (5-10 s)
             futures = {name: pool.submit(call) for name, call in calls.items()}
         for name, future in futures.items():
             error = future.exception()

@@ -459,7 +459,9 @@ MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "S
     # aggregate: scheduling.usage.fairshare_history), for the lead.
     "/tenancy/departments/alpha/": 20,
     # +1: the stranded NVLink capacity the last pass kept (scheduling.dashboard_data.last_stranded).
-    "/tenancy/dashboard/": 9,
+    # +2: the scheduler's re-carves of the last 24 h per rack, and the racks that allow them
+    # (inventory.recarving.recent_recarves).
+    "/tenancy/dashboard/": 11,
 }
 
 

@@ -10,7 +10,9 @@ The `prometheus` fixture (session-scoped, registered in tests/conftest.py) start
 * the real ``prometheus`` binary with a generated config scraping them every second, its query API behind
   HTTP basic authentication (``--web.config.file``, a bcrypt hash of PASSWORD), on a free port.
 
-Tests wait for the samples they set (`Prometheus.wait_for`), never for a fixed time. Without the binary the
+Tests wait for the samples they set (`Prometheus.wait_for`), never for a fixed time; a test that needs the
+past (a GPU low for the last minute) writes it through Prometheus's remote-write receiver
+(`Prometheus.history`) instead of waiting for it. Without the binary the
 tests fail saying how to install it (scripts/system-deps.sh installs it for `make test`).
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -70,6 +73,18 @@ class Exporter:
             self.gpus = dict(gpus)
             self.with_utilization = with_utilization
 
+    def labels(self, index: int, gpu_uuid: str) -> dict[str, str]:
+        """One GPU's DCGM_FI_DEV_GPU_UTIL labels as the page shows them (a scrape adds job and instance)."""
+        uuid, host = ("uuid", "hostname") if self.lower_case_labels else ("UUID", "Hostname")
+        return {
+            "gpu": str(index),
+            uuid: gpu_uuid,
+            "device": f"nvidia{index}",
+            "modelName": "NVIDIA GB200",
+            host: self.hostname,
+            "DCGM_FI_DRIVER_VERSION": "580.82.07",
+        }
+
     def page(self) -> str:
         uuid, host = ("uuid", "hostname") if self.lower_case_labels else ("UUID", "Hostname")
         with self.lock:
@@ -81,11 +96,8 @@ class Exporter:
                 "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
             ]
             for index, (gpu_uuid, value) in enumerate(gpus.items()):
-                lines.append(
-                    f'DCGM_FI_DEV_GPU_UTIL{{gpu="{index}",{uuid}="{gpu_uuid}",device="nvidia{index}",'
-                    f'modelName="NVIDIA GB200",{host}="{self.hostname}",'
-                    f'DCGM_FI_DRIVER_VERSION="580.82.07"}} {value:g}'
-                )
+                labels = ",".join(f'{k}="{v}"' for k, v in self.labels(index, gpu_uuid).items())
+                lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {value:g}")
         lines += [
             "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).",
             "# TYPE DCGM_FI_DEV_SM_CLOCK gauge",
@@ -146,6 +158,36 @@ class Prometheus:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.loads(answer.read())["data"]["result"]
 
+    def history(self, tray: int, gpus: dict[str, float], seconds: float) -> None:
+        """Write the past `seconds` of these GPUs' utilization (one sample a second, up to a second ago) as
+        tray `tray`'s exporter would have had them scraped: the same series (job, instance and labels),
+        through Prometheus's remote-write receiver. A test that needs a minute of history then has it at
+        once instead of waiting a minute. Call it before the exporter serves these GPUs: a series takes
+        samples only in time order."""
+        exporter = self.exporters[tray]
+        job = "dcgm-lower" if exporter.lower_case_labels else "dcgm"
+        now_ms = int(time.time() * 1000)
+        stamps = range(now_ms - int(seconds * 1000), now_ms - 1000, 1000)
+        series = []
+        for index, (gpu_uuid, value) in enumerate(gpus.items()):
+            labels = {
+                "__name__": "DCGM_FI_DEV_GPU_UTIL",
+                "job": job,
+                "instance": exporter.address,
+                **exporter.labels(index, gpu_uuid),
+            }
+            series.append((labels, [(value, stamp) for stamp in stamps]))
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/write", data=_snappy_block(_write_request(series)), method="POST"
+        )
+        token = b64encode(f"{self.username}:{self.password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+        request.add_header("Content-Encoding", "snappy")
+        request.add_header("Content-Type", "application/x-protobuf")
+        request.add_header("X-Prometheus-Remote-Write-Version", "0.1.0")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 204, answer.read()
+
     def wait_for(self, promql: str, check: Callable[[list[dict]], bool], timeout: float = 30.0) -> list[dict]:
         """Query until `check(result)` holds (the scrapes have caught up); fail with the last result."""
         deadline = time.monotonic() + timeout
@@ -181,6 +223,57 @@ class Prometheus:
             )
 
         self.wait_for("DCGM_FI_DEV_GPU_UTIL", holds, timeout)
+
+
+# Remote write 1.0 by hand (no protobuf or snappy package in the venv for one test helper): the
+# prometheus.WriteRequest message (prompb/remote.proto, types.proto) and the snappy block format with
+# literals only (valid snappy, not compressed).
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        out.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _write_request(series: list[tuple[dict[str, str], list[tuple[float, int]]]]) -> bytes:
+    """WriteRequest{timeseries: [TimeSeries{labels (by name), samples: [Sample{value, timestamp}]}]}."""
+    out = b""
+    for labels, samples in series:
+        body = b"".join(
+            _field(1, _field(1, name.encode()) + _field(2, value.encode()))
+            for name, value in sorted(labels.items())
+        )
+        for value, stamp in samples:
+            # value: field 1, fixed64 (a double); timestamp: field 2, varint (milliseconds, positive here).
+            sample = bytes([1 << 3 | 1]) + struct.pack("<d", value) + _varint(2 << 3) + _varint(stamp)
+            body += _field(2, sample)
+        out += _field(1, body)
+    return out
+
+
+def _snappy_block(data: bytes) -> bytes:
+    """The snappy block format: the length, then literal elements of at most 65,536 bytes."""
+    out = bytearray(_varint(len(data)))
+    for start in range(0, len(data), 65536):
+        chunk = data[start : start + 65536]
+        size = len(chunk) - 1
+        if size < 60:
+            out.append(size << 2)
+        elif size < 256:
+            out += bytes([60 << 2, size])
+        else:
+            out += bytes([61 << 2]) + size.to_bytes(2, "little")
+        out += chunk
+    return bytes(out)
 
 
 def _config(exporters: list[Exporter]) -> str:
@@ -225,6 +318,8 @@ def prometheus(tmp_path_factory):
                 f"--web.config.file={directory / 'web.yml'}",
                 f"--storage.tsdb.path={directory / 'data'}",
                 f"--web.listen-address=127.0.0.1:{port}",
+                # Prometheus.history: a test writes the past it needs instead of waiting for it.
+                "--web.enable-remote-write-receiver",
                 "--log.level=warn",
             ],
             stdout=output,

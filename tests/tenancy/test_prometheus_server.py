@@ -281,17 +281,18 @@ def test_a_gpu_low_for_the_whole_window_in_prometheus_is_idle_at_the_first_cycle
     run_job(research, trays=["gb-r02-t01", "gb-r02-t02"], name="idle-train")
     early, late = tray_gpus("gb-r02-t01"), tray_gpus("gb-r02-t02")
     assert len(early) == len(late) == 4
+    # The early GPUs' last 75 s, as tray 0's exporter would have had them scraped; then both trays serve.
+    prometheus.history(0, {gpu.uuid: 1.0 for gpu in early}, seconds=75)
     serve(prometheus, 0, dict.fromkeys(early, 1.0))
-    selector = 'DCGM_FI_DEV_GPU_UTIL{{UUID=~"{}"}}'.format("|".join(gpu.uuid for gpu in early))
-    prometheus.wait_for(
-        f"last_over_time({selector}[{WINDOW}s] offset 40s)", lambda result: len(result) == 4, 60
-    )
     serve(prometheus, 1, dict.fromkeys(late, 1.0))
-    # Until the early GPUs have a sample from before the window (1 minute) began.
+    selector = 'DCGM_FI_DEV_GPU_UTIL{{UUID=~"{}"}}'.format("|".join(gpu.uuid for gpu in early))
+    # The early GPUs have a sample from before the window (1 minute) began; the late ones none.
     prometheus.wait_for(
-        f"last_over_time({selector}[{WINDOW}s] offset 1m)", lambda result: len(result) == 4, 60
+        f"last_over_time({selector}[{WINDOW}s] offset 1m)", lambda result: len(result) == 4, 10
     )
     settle(prometheus, {**dict.fromkeys(early, 1.0), **dict.fromkeys(late, 1.0)})
+    late_selector = 'DCGM_FI_DEV_GPU_UTIL{{UUID=~"{}"}}'.format("|".join(gpu.uuid for gpu in late))
+    assert prometheus.query(f"last_over_time({late_selector}[{WINDOW}s] offset 1m)") == []
 
     result = poll()
 
