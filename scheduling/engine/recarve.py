@@ -23,13 +23,13 @@ The rules (issue 28; each a bound the admin's per-rack `RecarvePolicy` or the de
   ones, then rack order.
 * **How often.** At most `RecarvePolicy.max_per_hour` re-carves of a rack in any rolling hour (the caller
   counts them: `recent`), at most one per rack per pass, one per waiting gang; no partition is in two.
-* **The portal's side.** After its pass: `propose(cluster, waiting_gangs(result, pending), policies,
-  recent=..., block_check=..., now=...)` with `policies` from the racks whose admin enabled re-carving and
-  `block_check` wrapping the wizard's own check (integrations.plans.service `_block_checker(rack)(planned)`,
-  same rule as core.blocks); each `Recarve` becomes a partition plan (removed -> created, the reason as the
-  scheduler's audit entry). Until the nodes report the new cliques, its trays are held out of the pass's
-  cluster (`Cluster.begin_change`, or `TraySpec.fabric_ok=False` for partly carved ones) so that no job,
-  however small, takes the trays the gang is waiting for; the simulator does the same for its delay.
+* **The portal's side** (scheduling.services.recarving): after its pass, `propose(cluster,
+  waiting_gangs(result, pending), policies, recent=..., now=...)` with `policies` from the racks whose admin
+  enabled re-carving, the default block check over the pass's cluster (core.blocks); integrations turns each
+  `Recarve` into the scheduler's partition plan through the wizard's own path, which checks the same rule
+  again on the database's racks under the rack's lock (integrations.plans.recarve). The simulator applies
+  a proposal with `Cluster.replace_partitions` and holds its trays (`Cluster.begin_change`) until the
+  fabric change settles, so that no job, however small, takes the trays the gang is waiting for.
 * **Only when carving is what is missing.** A gang is served only when no partition it may use has its
   trays whole free now (otherwise it waits for something else: a reservation, its department's limit).
   A gang that asks for more than one partition's worth of topology (`rack`, `any`) is not served: it does
