@@ -124,6 +124,8 @@ def cluster_block_check(cluster: Cluster) -> BlockCheck:
 
 def _minutes(seconds: float) -> str:
     minutes = max(0, round(seconds / 60))
+    if minutes == 0:
+        return "under a minute"
     return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 

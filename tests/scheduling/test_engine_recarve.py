@@ -123,6 +123,12 @@ def test_a_gang_larger_than_any_partition_gets_two_idle_partitions_merged():
     check_indexes(c)
 
 
+def test_a_gang_that_just_arrived_has_waited_under_a_minute():
+    c = cluster_of({"r1": [9, 9]})
+    [recarve] = propose(c, [gang(42, 40, submitted_at=100.0)], {"r1": ON}, now=120.0)
+    assert recarve.reason.startswith("job 42 (a, 40 GPUs in quota) has waited under a minute: ")
+
+
 def test_a_partition_with_any_work_is_never_touched():
     c = cluster_of({"r1": [9, 9]})
     c.allocate(5, [(17, 1)])  # one GPU on p2
