@@ -270,16 +270,44 @@ class Cluster:
 
     def hold(self, trays: Iterable[int]) -> None:
         """Keep trays out of every index (a reservation) until `unhold`."""
-        for t in trays:
-            if not self.tray_held[t]:
-                self._unindex(t)
-                self.tray_held[t] = True
+        self._hold_or_unhold(trays, True)
 
     def unhold(self, trays: Iterable[int]) -> None:
+        self._hold_or_unhold(trays, False)
+
+    def _hold_or_unhold(self, trays: Iterable[int], hold: bool) -> None:
+        """`_unindex` (hold) or `_index` (unhold) each tray not already so, with each partition (and rack)
+        moved between buckets once by its count of whole trays instead of once per tray: a pass holds and
+        frees its reservations' trays again and again. The indexes end exactly as tray by tray: partial
+        trays are added or removed in the same order, and a partition (rack) lands at the end of its final
+        bucket after the others moved, in the order of their last tray, as moving tray by tray leaves it."""
+        held, free_of, settled, part_of = self.tray_held, self.tray_free, self.tray_settled, self.tray_part
+        part_free, part_owner, partial = self.part_free, self.part_owner, self.partial
+        step = -1 if hold else 1
+        moved: dict[int, int] = {}  # partition -> whole trays moved, in the order of its last tray
+        gpus = 0
         for t in trays:
-            if self.tray_held[t]:
-                self.tray_held[t] = False
-                self._index(t)
+            if held[t] == hold:
+                continue
+            held[t] = hold
+            free = free_of[t]
+            if not free:
+                continue
+            gpus += free
+            p = part_of[t]
+            if free == GPUS_PER_TRAY and settled[t]:  # whole (free == GPUS_PER_TRAY: so is its capacity)
+                if hold:
+                    del part_free[p][t]
+                else:
+                    part_free[p][t] = None
+                moved[p] = moved.pop(p, 0) + step
+            elif hold:
+                del partial[part_owner[p]][free][t]
+            else:
+                partial[part_owner[p]][free][t] = None
+        self.free_gpus += -gpus if hold else gpus
+        for p, delta in moved.items():
+            self._part_move(p, delta)
 
     def set_fabric_ok(self, t: int, ok: bool) -> None:
         """The tray's fabric became settled (ok) or unsettled (a fabric change began, or drift)."""
