@@ -77,6 +77,7 @@ what it decided; the caller makes it so.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -211,6 +212,7 @@ def _standing_order(job: RunningJob) -> tuple:
 
 
 _STANDING_TIE_ORDER = attrgetter("started_at", "over_quota", "id")
+_QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line, within one priority
 
 
 def _sort_standing(jobs: list[RunningJob]) -> None:
@@ -269,23 +271,27 @@ class _Pass:
         # Per leaf, the GPUs its non-preemptible jobs hold: they hold its in-quota share first (Standing), so
         # a new one is in quota while these and it fit, whatever training the leaf runs (`_consider`).
         self.leaf_firm: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
-        for job in running:
-            if job.department in self.held:
-                leaf = (job.department, None) if not self.projects else self._leaf(job)
-                self.held[job.department] += job.gpus
-                self.leaf_held[leaf] += job.gpus
-                if job.priority_class not in PREEMPTIBLE_CLASSES:
-                    self.leaf_firm[leaf] += job.gpus
-        demand = dict(self.held)
-        leaf_demand = dict(self.leaf_held)
         # Each waiting job's leaf, looked up once per pass (sweeps and sorts read it; job ids are unique).
         self.pending_leaf: dict[int, tuple[str, str | None]] = {}
-        for job in pending:
-            leaf = (job.department, None) if not self.projects else self._leaf(job)
-            self.pending_leaf[job.id] = leaf
-            if job.department in demand:
-                demand[job.department] += job.gpus
-                leaf_demand[leaf] += job.gpus
+        if not self.projects:
+            demand = self._count_plain(running, pending)
+            leaf_demand = {}  # read only for the projects' split: none here
+        else:
+            for job in running:
+                if job.department in self.held:
+                    leaf = self._leaf(job)
+                    self.held[job.department] += job.gpus
+                    self.leaf_held[leaf] += job.gpus
+                    if job.priority_class not in PREEMPTIBLE_CLASSES:
+                        self.leaf_firm[leaf] += job.gpus
+            demand = dict(self.held)
+            leaf_demand = dict(self.leaf_held)
+            for job in pending:
+                leaf = self._leaf(job)
+                self.pending_leaf[job.id] = leaf
+                if job.department in demand:
+                    demand[job.department] += job.gpus
+                    leaf_demand[leaf] += job.gpus
         shares = hierarchical_fair_share(
             cluster.capacity,
             [
@@ -328,6 +334,8 @@ class _Pass:
         self.held_trays: set[int] = set()
         self.in_quota_reserved = 0
         self.staying: list[RunningJob] | None = None  # see _staying_borrowers
+        self.ends: list[float] | None = None  # see _reserve (None: not computed since the last change)
+        self.requests: dict[tuple, Request] = {}  # see _request
         # Shapes that did not fit in this pass: nothing frees up during a pass except by preemption.
         self.failed: dict[tuple, str] = {}
         # (GPUs, topology, department) whose reclaim failed in this pass. Within a pass only in-quota jobs
@@ -335,6 +343,35 @@ class _Pass:
         # keep their department within its guarantee; reservations) only takes capacity away, so a failed
         # reclaim fails again until capacity moves (a reclaim succeeds): then both caches are cleared.
         self.reclaim_failed: set[tuple] = set()
+
+    def _count_plain(self, running: list[RunningJob], pending: list[PendingJob]) -> dict[str, int]:
+        """`held`, `leaf_held`, `leaf_firm` and `pending_leaf` when no department has projects (every leaf is
+        (department, None)): the loops of `__init__` without a leaf per job. Returns the demand per
+        department (running and waiting GPUs)."""
+        held = self.held
+        firm: dict[str, int] = {}
+        for job in running:
+            name = job.department
+            if name in held:
+                held[name] += job.gpus
+                if job.priority_class not in PREEMPTIBLE_CLASSES:
+                    firm[name] = firm.get(name, 0) + job.gpus
+        demand = dict(held)
+        leaf_of = {name: (name, None) for name in held}  # one tuple per department, shared by its jobs
+        pending_leaf = self.pending_leaf
+        for job in pending:
+            name = job.department
+            leaf = leaf_of.get(name)
+            if leaf is None:  # an unknown department: its own leaf, counted nowhere
+                pending_leaf[job.id] = (name, None)
+            else:
+                pending_leaf[job.id] = leaf
+                demand[name] += job.gpus
+        for name, leaf in leaf_of.items():
+            self.leaf_held[leaf] = held[name]
+        for name, gpus in firm.items():
+            self.leaf_firm[leaf_of[name]] = gpus
+        return demand
 
     # --- standing: in quota or borrowed ------------------------------------------------------------
 
@@ -376,8 +413,54 @@ class _Pass:
 
     def _restand(self) -> None:
         """Recompute every running job's over_quota (module docstring, Standing)."""
-        by_department: dict[tuple[str, str | None], list[RunningJob]] = {}  # by leaf
         on_dedicated = self._on_dedicated()
+        self.leaf_over: set[int] = set()
+        if not self.projects:  # every leaf is (department, None)
+            in_quota = self._in_quota_plain(on_dedicated)
+        else:
+            in_quota = self._in_quota_by_leaf(on_dedicated)
+        running = self.running
+        over_quota: dict[int, bool] = {}
+        for job_id, job in running.items():
+            over = job_id not in in_quota
+            if job.over_quota != over:
+                running[job_id] = replace(job, over_quota=over)
+                over_quota[job_id] = over
+            else:
+                over_quota[job_id] = job.over_quota
+        self.result.over_quota = over_quota
+        self.result.on_dedicated = on_dedicated
+        self.result.sibling_borrowed = {j for j in self.leaf_over if j in self.running and j in in_quota}
+        self.result.in_quota_share = dict(self.department_in_quota)
+        self.result.project_in_quota_share = {
+            leaf: share for leaf, share in self.in_quota.items() if leaf[0] in self.projects
+        }
+
+    def _in_quota_plain(self, on_dedicated: dict[int, str]) -> set[int]:
+        """`_in_quota_by_leaf` when no department has projects, in one walk: the running jobs sorted once in
+        standing order (restricted to one department, the order its own sort gives: both sorts are stable),
+        each department's longest prefix within its in-quota share (`in_quota_prefix`)."""
+        jobs = [job for job in self.running.values() if job.id not in on_dedicated]
+        _sort_standing(jobs)
+        room = {leaf[0]: share for leaf, share in self.in_quota.items()}  # absent: unknown, or prefix ended
+        in_quota: set[int] = set()
+        for job in jobs:
+            name = job.department
+            left = room.get(name)
+            if left is None:
+                continue  # unknown department (nothing is guaranteed to it), or past its prefix
+            left -= job.gpus
+            if left < 0:
+                del room[name]  # this job and the department's later ones borrow
+            else:
+                room[name] = left
+                in_quota.add(job.id)
+        return in_quota
+
+    def _in_quota_by_leaf(self, on_dedicated: dict[int, str]) -> set[int]:
+        """The running jobs in quota (module docstring, Standing): per leaf, the longest prefix in standing
+        order within its in-quota share; then, towards other departments, a department with projects."""
+        by_department: dict[tuple[str, str | None], list[RunningJob]] = {}  # by leaf
         plain = not self.projects  # every leaf is (department, None)
         for job in self.running.values():
             if job.id not in on_dedicated:
@@ -396,7 +479,6 @@ class _Pass:
         # Towards other departments a department with projects is judged against its own in-quota share:
         # its leaves' in-quota jobs hold it first (they add up to no more than it), then its other jobs in
         # standing order while they fit. Without projects a leaf is its department: nothing changes.
-        self.leaf_over: set[int] = set()
         if not plain:
             leaves_of: dict[str, list[tuple[str, str | None]]] = {}
             for leaf in by_department:
@@ -412,17 +494,7 @@ class _Pass:
                 in_quota |= in_quota_prefix(
                     self.department_in_quota[name] - held, [(j.id, j.gpus) for j in rest]
                 )
-        for job_id, job in self.running.items():
-            over = job_id not in in_quota
-            if job.over_quota != over:
-                self.running[job_id] = replace(job, over_quota=over)
-        self.result.over_quota = {job_id: job.over_quota for job_id, job in self.running.items()}
-        self.result.on_dedicated = on_dedicated
-        self.result.sibling_borrowed = {j for j in self.leaf_over if j in self.running and j in in_quota}
-        self.result.in_quota_share = dict(self.department_in_quota)
-        self.result.project_in_quota_share = {
-            leaf: share for leaf, share in self.in_quota.items() if leaf[0] in self.projects
-        }
+        return in_quota
 
     # --- placement with reservations respected ---------------------------------------------------
 
@@ -433,7 +505,7 @@ class _Pass:
         whose trays it may use, see `_backfill`), counting the decision and caching a failure."""
         if not backfill:
             self.result.decisions += 1
-            placement = place(self.cluster, job.request(borrow), self.policy)
+            placement = place(self.cluster, self._request(job, borrow), self.policy)
             if placement is None:
                 self.failed[key] = ""
             return placement
@@ -441,12 +513,20 @@ class _Pass:
         self.cluster.unhold(trays)
         try:
             self.result.decisions += 1
-            placement = place(self.cluster, job.request(borrow), self.policy)
+            placement = place(self.cluster, self._request(job, borrow), self.policy)
         finally:
             self.cluster.hold(trays)
         if placement is None:
             self.failed[key] = ""
         return placement
+
+    def _request(self, job: PendingJob, borrow: bool) -> Request:
+        """`job.request(borrow)`, made once per shape in the pass (a long queue asks for few shapes)."""
+        key = (job.gpus, job.topology, job.department, borrow)
+        request = self.requests.get(key)
+        if request is None:
+            request = self.requests[key] = job.request(borrow)
+        return request
 
     def _backfill(self, job: PendingJob) -> tuple[int, ...]:
         """The reservations (indexes in `reserved`) whose trays `job` may use: those that start after it
@@ -464,6 +544,11 @@ class _Pass:
         if own is not None and not self._within(placement, own):
             fell_back_from = own
         self.cluster.allocate(job.id, placement)
+        if self.ends is not None:  # it runs until its time limit: its trays end no earlier
+            ends, at = self.ends, self.now + job.time_limit_s
+            for t, _ in placement:
+                if at > ends[t]:
+                    ends[t] = at
         self.held[job.department] += job.gpus
         self.leaf_held[self._leaf(job)] += job.gpus
         if not job.preemptible:
@@ -624,6 +709,7 @@ class _Pass:
         self.failed.clear()  # capacity moved: earlier failures may fit now
         self.reclaim_failed.clear()
         self.staying = None
+        self.ends = None
         self._start(job, placement, over_quota=False, victims=preempted)
         return True
 
@@ -702,9 +788,7 @@ class _Pass:
         """The trays that free up earliest for `job`, by the running jobs' time limits. For an in-quota job,
         other departments' borrowed work counts as gone now: the job reclaims it when the rest is free."""
         cluster = self.cluster
-        now = self.now
-        n = job.request().trays
-        running = self.running
+        n = max(1, job.gpus // GPUS_PER_TRAY)  # job.request().trays; its GPUs were checked by `_place`
         gone: set[int] = set()  # borrowers counted as ended now
         if in_quota and self.options.reclaim_aware_reservations:
             gone = {
@@ -713,32 +797,41 @@ class _Pass:
                 if self._leaf(r) != self._leaf(job) and (r.over_quota or r.department == job.department)
             }
 
-        ends = [now] * len(cluster)  # when each tray's jobs have all ended
-        for job_id, placed in cluster.jobs.items():
-            r = running.get(job_id)
-            if r is None or job_id in gone:
-                continue  # ends now (or is not known to the pass)
-            at = r.expected_end
-            for t, _ in placed:
-                if at > ends[t]:
-                    ends[t] = at
+        if gone:
+            ends = self._tray_ends(gone)
+        else:  # kept for the pass: `_start` adds to it, a reclaim that preempts drops it
+            if self.ends is None:
+                self.ends = self._tray_ends(gone)
+            ends = self.ends
 
         # When each tray is ready for the job (None: never in this pass): full GPUs, not held by another
         # reservation, settled fabric for a multi-tray job, usable by the job's department.
         held, cap, settled = self.held_trays, cluster.tray_cap, cluster.tray_settled
         part_owner, tray_part, department = cluster.part_owner, cluster.tray_part, job.department
-        ready: list[float | None] = [
-            ends[t]
-            if cap[t] == GPUS_PER_TRAY
-            and t not in held
-            and (n == 1 or settled[t])
-            and ((owner := part_owner[tray_part[t]]) is None or owner == department)
-            else None
-            for t in range(len(cluster))
-        ]
+        ready: list[float | None]
+        if not cluster.dedicated_owners:  # every partition is shared: the same test, tray by tray in C
+            full = GPUS_PER_TRAY
+            if n == 1:
+                ready = [at if c == full else None for at, c in zip(ends, cap, strict=True)]
+            else:
+                ready = [
+                    at if c == full and ok else None for at, c, ok in zip(ends, cap, settled, strict=True)
+                ]
+            for t in held:
+                ready[t] = None
+        else:
+            ready = [
+                ends[t]
+                if cap[t] == GPUS_PER_TRAY
+                and t not in held
+                and (n == 1 or settled[t])
+                and ((owner := part_owner[tray_part[t]]) is None or owner == department)
+                else None
+                for t in range(len(cluster))
+            ]
 
         def best_of(trays) -> tuple[float, tuple[int, ...]] | None:
-            times = sorted((at, t) for t in trays if (at := ready[t]) is not None)
+            times = sorted([(at, t) for t in trays if (at := ready[t]) is not None])
             if len(times) < n:
                 return None
             chosen = times[:n]
@@ -759,6 +852,21 @@ class _Pass:
         if best is None:
             return None
         return Reservation(job.id, best[1], best[0])
+
+    def _tray_ends(self, gone: set[int]) -> list[float]:
+        """When each tray's jobs have all ended, by the running jobs' time limits (now when none runs there,
+        or its jobs are `gone` or not known to the pass)."""
+        cluster, running = self.cluster, self.running
+        ends = [self.now] * len(cluster)
+        for job_id, placed in cluster.jobs.items():
+            r = running.get(job_id)
+            if r is None or job_id in gone:
+                continue  # ends now (or is not known to the pass)
+            at = r.expected_end
+            for t, _ in placed:
+                if at > ends[t]:
+                    ends[t] = at
+        return ends
 
     def _staying_borrowers(self) -> list[RunningJob]:
         """The borrowers that stay borrowers until they end, by the running jobs' time limits: reclaimable
@@ -995,7 +1103,8 @@ class _Pass:
             self.leaf_held,
             self.in_quota,
         )
-        later = []
+        # Over-quota jobs wait for the second sweep, by leaf, each leaf's in queue order.
+        later: dict[tuple[str, str | None], list[PendingJob]] = defaultdict(list)
         for job in order:
             department = departments.get(job.department)
             if department is not None and department.limit is None:
@@ -1005,21 +1114,34 @@ class _Pass:
                     and leaf_held[leaf] + job.gpus > in_quota[leaf]
                     and job.priority_class in PREEMPTIBLE_CLASSES  # else its training may give way
                 ):
-                    later.append(job)  # over quota: the second sweep, after every in-quota job
+                    later[leaf].append(job)  # over quota: the second sweep, after every in-quota job
                     continue
             if not self._consider(job, sweep=1):
-                later.append(job)
-        # Over quota: departments furthest below their fair share first. `later` is in queue order, so a
-        # stable sort by (priority, standing) leaves it in (priority, standing, submission, id) order.
+                later[leaves[job.id]].append(job)
+        # Over quota: departments furthest below their fair share first, in (priority, standing, submission,
+        # id) order: a leaf's jobs are in queue order, and leaves whose (priority, standing) ties are merged
+        # back into queue order (submission, id: their priorities are equal), as a stable sort of them all
+        # in queue order by (priority, standing) would leave them.
         below: dict[tuple[str, str | None], float] = {
             leaf: leaf_held[leaf] - self.fair[leaf] for leaf in self.fair
         }
         if self.options.half_life_s is not None:
             for leaf, standing in self._history().items():
                 below[leaf] += standing
-        later.sort(key=lambda j: (rank.get(j.department, 0), below.get(leaves[j.id], 0)))
+        tied: dict[tuple, list[tuple[str, str | None]]] = {}
+        for leaf in later:
+            tied.setdefault((rank.get(leaf[0], 0), below.get(leaf, 0)), []).append(leaf)
+        segments: list[tuple[tuple[str, str | None] | None, list[PendingJob]]] = []
+        for standing in sorted(tied):
+            group = tied[standing]
+            if len(group) == 1:
+                segments.append((group[0], later[group[0]]))
+            else:
+                merged = sorted((job for leaf in group for job in later[leaf]), key=_QUEUE_ORDER)
+                segments.append((None, merged))
         # An over-quota job stops at `failed` and waits without a reservation when its shape did not fit,
-        # no more reservations are taken, and neither its fallback nor words are asked for.
+        # no more reservations are taken, and neither its fallback nor words are asked for: answered here,
+        # with what depends only on the job's leaf looked up once per leaf.
         quick = not self.explain and not self.fallback_borrowers and not self.options.per_reservation_backfill
         failed, reserved, waiting, owners = (
             self.failed,
@@ -1027,24 +1149,34 @@ class _Pass:
             self.result.waiting,
             self.cluster.owners,
         )
-        now = self.now
-        for job in later:
-            if quick and len(reserved) >= self.max_reservations:
-                department = departments.get(job.department)
-                if department is not None and department.limit is None:
-                    leaf = leaves[job.id]
+        now, max_reservations, consider = self.now, self.max_reservations, self._consider
+
+        def plain(leaf: tuple[str, str | None]) -> tuple[bool, str | None]:
+            """Whether the first sweep's test applies to the leaf's jobs (a department without a limit, no
+            project), and the owner its jobs' shapes are cached under."""
+            department = departments.get(leaf[0])
+            simple = leaf[1] is None and department is not None and department.limit is None
+            return simple, leaf[0] if leaf[0] in owners else None
+
+        for own, jobs in segments:
+            if own is not None:
+                leaf = own
+                simple, owner = plain(leaf)
+            for job in jobs:
+                if quick and len(reserved) >= max_reservations:
+                    if own is None:
+                        leaf = leaves[job.id]
+                        simple, owner = plain(leaf)
                     if (
-                        leaf[1] is None
+                        simple
                         and leaf_held[leaf] + job.gpus > in_quota[leaf]
                         and job.priority_class in PREEMPTIBLE_CLASSES
                     ):
-                        name = job.department
                         backfill = self.all_reserved if now + job.time_limit_s <= self.reserved_from else ()
-                        key = (job.gpus, job.topology, name if name in owners else None, backfill, True)
-                        if key in failed:
+                        if (job.gpus, job.topology, owner, backfill, True) in failed:
                             waiting[job.id] = ""
                             continue
-            self._consider(job, sweep=2)
+                consider(job, sweep=2)
         self.cluster.unhold(self.held_trays)
         if self.result.started or self.result.preempted:  # else the standing is the one of the start
             self._restand()
