@@ -232,9 +232,7 @@ def fair_share(capacity: int, departments: Iterable[DepartmentQuota]) -> FairSha
     if sum(asks.values()) <= capacity:
         in_quota = asks
     else:
-        in_quota = _water_fill(
-            capacity, [(d.name, _exact(d.guaranteed), asks[d.name]) for d in departments]
-        )
+        in_quota = _water_fill(capacity, [(d.name, _exact(d.guaranteed), asks[d.name]) for d in departments])
     surplus = capacity - sum(in_quota.values())
 
     # 2. Over quota: priority tiers, highest first; by weight within a tier, capped by limit and demand.
