@@ -78,9 +78,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from functools import partial
+from operator import attrgetter, is_not, itemgetter
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
@@ -213,13 +214,25 @@ def _standing_order(job: RunningJob) -> tuple:
 
 _STANDING_TIE_ORDER = attrgetter("started_at", "over_quota", "id")
 _QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line, within one priority
+_PRIORITY_CLASS = attrgetter("priority_class")
+_NOT_NONE = partial(is_not, None)
+
+
+def _getter(trays: list[int]) -> Callable:
+    """A function giving the items at `trays` of a list, as a tuple (in C: `itemgetter`)."""
+    if len(trays) > 1:
+        return itemgetter(*trays)
+    if trays:
+        only = trays[0]
+        return lambda values: (values[only],)
+    return lambda values: ()
 
 
 def _sort_standing(jobs: list[RunningJob]) -> None:
     """Sort `jobs` in `_standing_order`, with C-level keys: by (start, standing, id), then stably by class
     (non-preemptible first) only when there is such a job."""
     jobs.sort(key=_STANDING_TIE_ORDER)
-    if any(job.priority_class not in PREEMPTIBLE_CLASSES for job in jobs):
+    if not frozenset(PREEMPTIBLE_CLASSES).issuperset(map(_PRIORITY_CLASS, jobs)):  # a non-preemptible job
         jobs.sort(key=lambda job: job.priority_class in PREEMPTIBLE_CLASSES)
 
 
@@ -336,6 +349,8 @@ class _Pass:
         self.staying: list[RunningJob] | None = None  # see _staying_borrowers
         self.ends: list[float] | None = None  # see _reserve (None: not computed since the last change)
         self.requests: dict[tuple, Request] = {}  # see _request
+        self.ready_base: dict[bool, list[float | None]] = {}  # see _reserve: by single-tray or not
+        self.group_cache: dict[tuple, list] = {}  # see _reservation_groups
         # Shapes that did not fit in this pass: nothing frees up during a pass except by preemption.
         self.failed: dict[tuple, str] = {}
         # (GPUs, topology, department) whose reclaim failed in this pass. Within a pass only in-quota jobs
@@ -545,10 +560,13 @@ class _Pass:
             fell_back_from = own
         self.cluster.allocate(job.id, placement)
         if self.ends is not None:  # it runs until its time limit: its trays end no earlier
-            ends, at = self.ends, self.now + job.time_limit_s
+            ends, at, bases = self.ends, self.now + job.time_limit_s, self.ready_base.values()
             for t, _ in placement:
                 if at > ends[t]:
                     ends[t] = at
+                    for base in bases:  # the ready times kept with them (None stays None)
+                        if base[t] is not None:
+                            base[t] = at
         self.held[job.department] += job.gpus
         self.leaf_held[self._leaf(job)] += job.gpus
         if not job.preemptible:
@@ -625,7 +643,10 @@ class _Pass:
         least = self.min_runtime.get(r.priority_class)
         return least is None or self.now - r.started_at >= least
 
-    def _try_reclaim(self, job: PendingJob) -> bool:
+    def _victims(self, job: PendingJob, leaf: tuple[str, str | None], displacing: bool) -> list:
+        """The running jobs `job` may preempt, as (elsewhere, job) in the order they are taken: its leaf's
+        own borrowed training when displacing, those on its department's dedicated partitions, then the
+        least-priority department's, newest first."""
         cluster = self.cluster
 
         def on_its_partitions(r: RunningJob) -> bool:  # a borrower on the job's department's dedicated ones
@@ -633,15 +654,22 @@ class _Pass:
                 cluster.part_owner[cluster.tray_part[t]] == job.department for t, _ in cluster.jobs[r.id]
             )
 
-        leaf = self._leaf(job)
-        # A non-preemptible job in quota over its leaf's training (`displacing`) takes that leaf's borrowed
-        # training first, newest first: it is what holds the share the job is owed.
-        displacing = job.id in self.displacing
-
         def own(r: RunningJob) -> bool:
             return displacing and r.over_quota and self._leaf(r) == leaf
 
-        victims = sorted(
+        if not displacing and not self.projects and job.department not in cluster.owners:
+            # The common case, the same victims in the same order, found with less: no project (a leaf is
+            # its department), not displacing (none is its own), no partition dedicated to its department
+            # (none is on them), so every victim is another department's, and `elsewhere`.
+            department, may_lose, departments = job.department, self._may_lose, self.departments
+            borrowers = [
+                r
+                for r in self.running.values()
+                if r.department != department and may_lose(r, department) and r.id in cluster.jobs
+            ]
+            borrowers.sort(key=lambda r: (departments[r.department].priority, -r.started_at, -r.id))
+            return [(True, r) for r in borrowers]
+        return sorted(
             (
                 (not own(r) and not on_its_partitions(r), r)
                 for r in self.running.values()
@@ -657,6 +685,11 @@ class _Pass:
                 -v[1].id,
             ),
         )
+
+    def _try_reclaim(self, job: PendingJob) -> bool:
+        # A non-preemptible job in quota over its leaf's training (`displacing`) takes that leaf's borrowed
+        # training first, newest first: it is what holds the share the job is owed.
+        victims = self._victims(job, self._leaf(job), job.id in self.displacing)
         if not victims:
             return False
         natural = None  # when the job would start without preempting (by time limits), if asked for
@@ -710,6 +743,7 @@ class _Pass:
         self.reclaim_failed.clear()
         self.staying = None
         self.ends = None
+        self.ready_base.clear()
         self._start(job, placement, over_quota=False, victims=preempted)
         return True
 
@@ -797,29 +831,30 @@ class _Pass:
                 if self._leaf(r) != self._leaf(job) and (r.over_quota or r.department == job.department)
             }
 
-        if gone:
-            ends = self._tray_ends(gone)
-        else:  # kept for the pass: `_start` adds to it, a reclaim that preempts drops it
-            if self.ends is None:
-                self.ends = self._tray_ends(gone)
-            ends = self.ends
-
         # When each tray is ready for the job (None: never in this pass): full GPUs, not held by another
         # reservation, settled fabric for a multi-tray job, usable by the job's department.
         held, cap, settled = self.held_trays, cluster.tray_cap, cluster.tray_settled
         part_owner, tray_part, department = cluster.part_owner, cluster.tray_part, job.department
         ready: list[float | None]
         if not cluster.dedicated_owners:  # every partition is shared: the same test, tray by tray in C
-            full = GPUS_PER_TRAY
-            if n == 1:
-                ready = [at if c == full else None for at, c in zip(ends, cap, strict=True)]
-            else:
-                ready = [
-                    at if c == full and ok else None for at, c, ok in zip(ends, cap, settled, strict=True)
-                ]
+            if gone:
+                ready = self._ready_shared(self._tray_ends(gone), n == 1)
+            else:  # kept for the pass with the trays' end times: `_start` updates both
+                if self.ends is None:
+                    self.ends = self._tray_ends(gone)
+                base = self.ready_base.get(n == 1)
+                if base is None:
+                    base = self.ready_base[n == 1] = self._ready_shared(self.ends, n == 1)
+                ready = base.copy()
             for t in held:
                 ready[t] = None
         else:
+            if gone:
+                ends = self._tray_ends(gone)
+            else:
+                if self.ends is None:
+                    self.ends = self._tray_ends(gone)
+                ends = self.ends
             ready = [
                 ends[t]
                 if cap[t] == GPUS_PER_TRAY
@@ -830,28 +865,55 @@ class _Pass:
                 for t in range(len(cluster))
             ]
 
-        def best_of(trays) -> tuple[float, tuple[int, ...]] | None:
-            times = sorted([(at, t) for t in trays if (at := ready[t]) is not None])
+        # Each group's start: when its n earliest ready trays are all ready (not before now); the first
+        # group with the earliest start wins, and gets its n earliest trays (ties: the lower slot).
+        now = self.now
+        best, best_start = None, None
+        for trays, ready_of in self._reservation_groups(job, n):
+            times = sorted(filter(_NOT_NONE, ready_of(ready)))
             if len(times) < n:
-                return None
-            chosen = times[:n]
-            return max(self.now, chosen[-1][0]), tuple(sorted(t for _, t in chosen))
-
-        groups: list[list[int]]
-        if self.policy == RACKPLANE and job.topology == PARTITION and job.gpus > GPUS_PER_TRAY:
-            groups = [trays for trays in cluster.part_trays if len(trays) >= n]
-        elif self.policy == RACKPLANE and job.topology == RACK and job.gpus > GPUS_PER_TRAY:
-            groups = [[t for p in parts for t in cluster.part_trays[p]] for parts in cluster.rack_parts]
-        else:
-            groups = [list(range(len(cluster)))]
-        best = None
-        for trays in groups:
-            candidate = best_of(trays)
-            if candidate is not None and (best is None or candidate[0] < best[0]):
-                best = candidate
+                continue
+            start = max(now, times[n - 1])
+            if best is None or start < best_start:
+                best, best_start = trays, start
         if best is None:
             return None
-        return Reservation(job.id, best[1], best[0])
+        chosen = sorted([(at, t) for t in best if (at := ready[t]) is not None])[:n]
+        return Reservation(job.id, tuple(sorted([t for _, t in chosen])), best_start)
+
+    def _ready_shared(self, ends: list[float], single: bool) -> list[float | None]:
+        """`_reserve`'s ready times with no partition dedicated to anyone, before the held trays: a tray's
+        end time when it has all its GPUs (and, for a multi-tray job, its fabric settled), else None."""
+        cluster, full = self.cluster, GPUS_PER_TRAY
+        if single:
+            return [at if c == full else None for at, c in zip(ends, cluster.tray_cap, strict=True)]
+        return [
+            at if c == full and ok else None
+            for at, c, ok in zip(ends, cluster.tray_cap, cluster.tray_settled, strict=True)
+        ]
+
+    def _reservation_groups(self, job: PendingJob, n: int) -> list[tuple[list[int], Callable]]:
+        """The groups of trays a reservation for `job` (n trays) may take, each with a function giving the
+        ready times of its trays from the list of all: every partition of at least n trays for a
+        partition job under rackplane, every rack for a rack job, else the whole cluster. Made once per
+        pass and kind."""
+        cluster = self.cluster
+        if self.policy == RACKPLANE and job.topology == PARTITION and job.gpus > GPUS_PER_TRAY:
+            kind = (PARTITION, n)
+        elif self.policy == RACKPLANE and job.topology == RACK and job.gpus > GPUS_PER_TRAY:
+            kind = (RACK, 0)
+        else:
+            kind = (None, 0)
+        groups = self.group_cache.get(kind)
+        if groups is None:
+            if kind[0] == PARTITION:
+                trays_of = [trays for trays in cluster.part_trays if len(trays) >= n]
+            elif kind[0] == RACK:
+                trays_of = [[t for p in parts for t in cluster.part_trays[p]] for parts in cluster.rack_parts]
+            else:
+                trays_of = [list(range(len(cluster)))]
+            groups = self.group_cache[kind] = [(trays, _getter(trays)) for trays in trays_of]
+        return groups
 
     def _tray_ends(self, gone: set[int]) -> list[float]:
         """When each tray's jobs have all ended, by the running jobs' time limits (now when none runs there,
