@@ -302,6 +302,7 @@ class _Replay:
         }
         self.remaining = {job.id: job.duration_s for job in jobs}  # work left, in trace seconds
         self.pending: dict[int, PendingJob] = {}
+        self.waiting_of: dict[str, dict[int, PendingJob]] = {name: {} for name in self.names}  # by trace
         # Stranded capacity (`_sample_stranded`): the waiting jobs' distinct requests, counted, and the
         # stranded GPUs by cause as the last instant left them.
         self.waiting_shapes: dict[Request, int] = {}
@@ -424,7 +425,7 @@ class _Replay:
     # --- events --------------------------------------------------------------------------------
 
     def _enqueue(self, job: TraceJob, now: float) -> None:
-        self.pending[job.id] = PendingJob(
+        self.pending[job.id] = self.waiting_of[job.department][job.id] = PendingJob(
             job.id,
             self.parent.get(job.department, job.department),
             job.gpus,
@@ -463,6 +464,7 @@ class _Replay:
     def _start(self, start, now: float) -> None:
         job = self.by_id[start.job_id]
         del self.pending[job.id]
+        del self.waiting_of[job.department][job.id]
         shape = self._shape(job)
         self.waiting_shapes[shape] -= 1
         if not self.waiting_shapes[shape]:
@@ -677,24 +679,24 @@ class _Replay:
         guarantee after what the department holds and the counted jobs before it: the jobs admission would
         call in quota. A job larger than what is left of the guarantee is over quota, not a shortfall.
         """
-        room = {name: self.guaranteed[name] - self.held[name] for name in self.names}
         counted = dict.fromkeys(self.names, 0)
         by_size = dict.fromkeys(self.shortfall_by_size, 0)
-        open_rooms = sum(1 for left in room.values() if left > 0)  # a job of >= 1 GPU may still count
-        if open_rooms:
-            size = self.size
-            for job in sorted(self.pending.values(), key=_QUEUE_ORDER):
-                name = job.project or job.department  # its trace: a project's books are its own
+        size = self.size
+        # Each trace's count depends on its own waiting jobs only (a project's books are its own): only the
+        # traces with room left are looked at, each its own jobs in queue order, until no room is left.
+        for name in self.names:
+            left = self.guaranteed[name] - self.held[name]
+            waiting = self.waiting_of[name]
+            if left <= 0 or not waiting:
+                continue  # a job of >= 1 GPU cannot count
+            for job in sorted(waiting.values(), key=_QUEUE_ORDER):
                 gpus = job.gpus
-                left = room[name]
                 if gpus <= left:
-                    room[name] = left - gpus
+                    left -= gpus
                     counted[name] += gpus
                     by_size[size[job.id]] += gpus
-                    if left - gpus <= 0:
-                        open_rooms -= 1
-                        if not open_rooms:
-                            break  # no guarantee has room left: no later job counts
+                    if left <= 0:
+                        break  # no later job of this trace counts
         self.waiting_in_quota = counted
         self.waiting_in_quota_by_size = by_size
 

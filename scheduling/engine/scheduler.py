@@ -1167,17 +1167,28 @@ class _Pass:
         )
         # Over-quota jobs wait for the second sweep, by leaf, each leaf's in queue order.
         later: dict[tuple[str, str | None], list[PendingJob]] = defaultdict(list)
+        # The departments the inline test applies to, by name -> their leaf without a project (no limit; a
+        # job of a department with projects looks its own leaf up).
+        unlimited = {
+            name: (name, None)
+            for name, department in departments.items()
+            if department.limit is None and name not in self.projects
+        }
         for job in order:
-            department = departments.get(job.department)
-            if department is not None and department.limit is None:
-                leaf = leaves[job.id]
-                if (
-                    leaf[1] is None
-                    and leaf_held[leaf] + job.gpus > in_quota[leaf]
-                    and job.priority_class in PREEMPTIBLE_CLASSES  # else its training may give way
-                ):
-                    later[leaf].append(job)  # over quota: the second sweep, after every in-quota job
-                    continue
+            leaf = unlimited.get(job.department)
+            if leaf is None:
+                department = departments.get(job.department)
+                if department is not None and department.limit is None:
+                    leaf = leaves[job.id]
+                    if leaf[1] is not None:
+                        leaf = None
+            if (
+                leaf is not None
+                and leaf_held[leaf] + job.gpus > in_quota[leaf]
+                and job.priority_class in PREEMPTIBLE_CLASSES  # else its training may give way
+            ):
+                later[leaf].append(job)  # over quota: the second sweep, after every in-quota job
+                continue
             if not self._consider(job, sweep=1):
                 later[leaves[job.id]].append(job)
         # Over quota: departments furthest below their fair share first, in (priority, standing, submission,
@@ -1220,15 +1231,16 @@ class _Pass:
             simple = leaf[1] is None and department is not None and department.limit is None
             return simple, leaf[0] if leaf[0] in owners else None
 
+        plain_of = {leaf: plain(leaf) for leaf in later}
         for own, jobs in segments:
             if own is not None:
                 leaf = own
-                simple, owner = plain(leaf)
+                simple, owner = plain_of[leaf]
             for job in jobs:
                 if quick and len(reserved) >= max_reservations:
                     if own is None:
                         leaf = leaves[job.id]
-                        simple, owner = plain(leaf)
+                        simple, owner = plain_of[leaf]
                     if (
                         simple
                         and leaf_held[leaf] + job.gpus > in_quota[leaf]
