@@ -73,6 +73,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress
 from operator import attrgetter
 
 from core.hardware import GPUS_PER_TRAY
@@ -206,6 +207,7 @@ class PolicyRun:
 
 
 _QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line
+_BORROWS = attrgetter("over_quota")
 
 
 def _percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -630,12 +632,15 @@ class _Replay:
             self._start(start, now)
         for victim in result.preempted:
             self._preempt(victim, now)
-        # The standing the pass gave every running job, as the portal stores it for the next pass.
-        running = self.running
-        for job_id, over in result.over_quota.items():
+        # The standing the pass gave every running job, as the portal stores it for the next pass: only the
+        # jobs borrowing now and not before or the other way round change (found with set operations).
+        running, standing = self.running, result.over_quota
+        before = set(compress(running, map(_BORROWS, running.values())))
+        after = set(compress(standing, standing.values()))
+        for job_id in before.symmetric_difference(after):
             job = running.get(job_id)
-            if job is not None and job.over_quota != over:
-                running[job_id] = replace(job, over_quota=over)
+            if job is not None and job_id in standing and job.over_quota != standing[job_id]:
+                running[job_id] = replace(job, over_quota=standing[job_id])
         self._count_in_quota()
         return bool(result.preempted)
 
