@@ -291,6 +291,7 @@ class _Pass:
         # Per leaf, the GPUs its non-preemptible jobs hold: they hold its in-quota share first (Standing), so
         # a new one is in quota while these and it fit, whatever training the leaf runs (`_consider`).
         self.leaf_firm: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
+        self.standing_order: list[RunningJob] | None = None  # see _in_quota_plain
         # Each waiting job's leaf, looked up once per pass (sweeps and sorts read it; job ids are unique).
         self.pending_leaf: dict[int, tuple[str, str | None]] = {}
         if not self.projects:
@@ -459,10 +460,19 @@ class _Pass:
         """`_in_quota_by_leaf` when no department has projects, in one walk: the running jobs sorted once in
         standing order (restricted to one department, the order its own sort gives: both sorts are stable),
         each department's longest prefix within its in-quota share (`in_quota_prefix`)."""
-        running = self.running.values()
-        jobs = [job for job in running if job.id not in on_dedicated] if on_dedicated else list(running)
+        running = self.running
+        if self.standing_order is None:
+            jobs = list(running.values())
+        else:  # the pass's second look: the last order, as the jobs stand now, then the started ones
+            jobs = list(filter(None, map(running.get, map(_ID, self.standing_order))))
+            jobs += map(running.__getitem__, running.keys() - set(map(_ID, self.standing_order)))
+        if on_dedicated:
+            jobs = [job for job in jobs if job.id not in on_dedicated]
+        # The standing order is total (ids are unique): the same whatever the order it starts from, and
+        # quick to sort again from the last one.
         _sort_standing(jobs)
-        jobs.sort(key=_DEPARTMENT)  # stable: each department's jobs together, in standing order
+        self.standing_order = jobs
+        jobs = sorted(jobs, key=_DEPARTMENT)  # stable: each department's jobs together, in standing order
         share = {leaf[0]: share for leaf, share in self.in_quota.items()}
         in_quota: set[int] = set()
         for name, group in groupby(jobs, key=_DEPARTMENT):
@@ -1176,14 +1186,21 @@ class _Pass:
             for name, department in departments.items()
             if department.limit is None and name not in self.projects
         }
+        # Their room in the in-quota share: what `leaf_held[leaf] + gpus > in_quota[leaf]` compares, kept
+        # as it changes (only `_consider` changes what a leaf holds).
+        room = {name: in_quota[leaf] - leaf_held[leaf] for name, leaf in unlimited.items()}
         for job in order:
-            leaf = unlimited.get(job.department)
-            if leaf is None:
+            left = room.get(job.department)
+            if left is not None:
+                if job.gpus > left and job.priority_class in PREEMPTIBLE_CLASSES:
+                    later[unlimited[job.department]].append(job)  # over quota: the second sweep
+                    continue
+                leaf = None  # a candidate: `_consider` below
+            else:
+                leaf = None
                 department = departments.get(job.department)
-                if department is not None and department.limit is None:
+                if department is not None and department.limit is None and leaves[job.id][1] is None:
                     leaf = leaves[job.id]
-                    if leaf[1] is not None:
-                        leaf = None
             if (
                 leaf is not None
                 and leaf_held[leaf] + job.gpus > in_quota[leaf]
@@ -1193,6 +1210,8 @@ class _Pass:
                 continue
             if not self._consider(job, sweep=1):
                 later[leaves[job.id]].append(job)
+            for name, own in unlimited.items():
+                room[name] = in_quota[own] - leaf_held[own]
         # Over quota: departments furthest below their fair share first, in (priority, standing, submission,
         # id) order: a leaf's jobs are in queue order, and leaves whose (priority, standing) ties are merged
         # back into queue order (submission, id: their priorities are equal), as a stable sort of them all
@@ -1238,21 +1257,23 @@ class _Pass:
             if own is not None:
                 leaf = own
                 simple, owner = plain_of[leaf]
+                # Its room in the in-quota share (`leaf_held[leaf] + gpus > in_quota[leaf]` compares it), read
+                # again after each `_consider`: nothing else changes what the leaf holds.
+                left = in_quota[leaf] - leaf_held[leaf] if simple else 0
             for job in jobs:
                 if quick and len(reserved) >= max_reservations:
                     if own is None:
                         leaf = leaves[job.id]
                         simple, owner = plain_of[leaf]
-                    if (
-                        simple
-                        and leaf_held[leaf] + job.gpus > in_quota[leaf]
-                        and job.priority_class in PREEMPTIBLE_CLASSES
-                    ):
+                        left = in_quota[leaf] - leaf_held[leaf] if simple else 0
+                    if simple and job.gpus > left and job.priority_class in PREEMPTIBLE_CLASSES:
                         backfill = self.all_reserved if now + job.time_limit_s <= self.reserved_from else ()
                         if (job.gpus, job.topology, owner, backfill, True) in failed:
                             waiting[job.id] = ""
                             continue
                 consider(job, sweep=2)
+                if own is not None and simple:
+                    left = in_quota[leaf] - leaf_held[leaf]
         self.cluster.unhold(self.held_trays)
         if self.result.started or self.result.preempted:  # else the standing is the one of the start
             self._restand()
