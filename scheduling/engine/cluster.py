@@ -252,13 +252,7 @@ class Cluster:
         if len({t for t, _ in trays}) != len(trays):
             raise ValueError(f"job {job_id}: a tray is listed twice")
         # `_unindex`, take the GPUs, `_index`, tray by tray, with each partition moved once (see `_moved`).
-        held, free_of, settled, part_of, jobs_of = (
-            self.tray_held,
-            self.tray_free,
-            self.tray_settled,
-            self.tray_part,
-            self.tray_jobs,
-        )
+        held, free_of, settled, part_of, jobs_of = self._tray_lists()
         moved: dict[int, int] = {}
         taken = 0
         for t, gpus in trays:
@@ -281,17 +275,15 @@ class Cluster:
         self._moved(moved)
         self.jobs[job_id] = trays
 
+    def _tray_lists(self) -> tuple[list[bool], list[int], list[bool], list[int], list[dict[int, int]]]:
+        """The per-tray lists `allocate` and `release` read, as locals."""
+        return self.tray_held, self.tray_free, self.tray_settled, self.tray_part, self.tray_jobs
+
     def release(self, job_id: int) -> tuple[tuple[int, int], ...]:
         """Free the GPUs of a job; returns what it held."""
         trays = self.jobs.pop(job_id)
         # `_unindex`, give the GPUs back, `_index`, tray by tray, with each partition moved once (`_moved`).
-        held, free_of, settled, part_of, jobs_of = (
-            self.tray_held,
-            self.tray_free,
-            self.tray_settled,
-            self.tray_part,
-            self.tray_jobs,
-        )
+        held, free_of, settled, part_of, jobs_of = self._tray_lists()
         moved: dict[int, int] = {}
         given = 0
         for t, gpus in trays:
