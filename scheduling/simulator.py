@@ -73,6 +73,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress
 from operator import attrgetter
 
 from core.blocks import BlockPartition, block_layout_error, sizes_error
@@ -212,6 +213,7 @@ class PolicyRun:
 
 
 _QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line
+_BORROWS = attrgetter("over_quota")
 
 
 def _percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -364,6 +366,7 @@ class _Replay:
         self._init_recarve(recarve if policy == RACKPLANE else None, jobs)
         self.remaining = {job.id: job.duration_s for job in jobs}  # work left, in trace seconds
         self.pending: dict[int, PendingJob] = {}
+        self.waiting_of: dict[str, dict[int, PendingJob]] = {name: {} for name in self.names}  # by trace
         # Stranded capacity (`_sample_stranded`): the waiting jobs' distinct requests, counted, and the
         # stranded GPUs by cause as the last instant left them.
         self.waiting_shapes: dict[Request, int] = {}
@@ -486,7 +489,7 @@ class _Replay:
     # --- events --------------------------------------------------------------------------------
 
     def _enqueue(self, job: TraceJob, now: float) -> None:
-        self.pending[job.id] = PendingJob(
+        self.pending[job.id] = self.waiting_of[job.department][job.id] = PendingJob(
             job.id,
             self.parent.get(job.department, job.department),
             job.gpus,
@@ -531,6 +534,7 @@ class _Replay:
     def _start(self, start, now: float) -> None:
         job = self.by_id[start.job_id]
         del self.pending[job.id]
+        del self.waiting_of[job.department][job.id]
         shape = self._shape(job)
         self.waiting_shapes[shape] -= 1
         if not self.waiting_shapes[shape]:
@@ -698,12 +702,15 @@ class _Replay:
             self._start(start, now)
         for victim in result.preempted:
             self._preempt(victim, now)
-        # The standing the pass gave every running job, as the portal stores it for the next pass.
-        running = self.running
-        for job_id, over in result.over_quota.items():
+        # The standing the pass gave every running job, as the portal stores it for the next pass: only the
+        # jobs borrowing now and not before or the other way round change (found with set operations).
+        running, standing = self.running, result.over_quota
+        before = set(compress(running, map(_BORROWS, running.values())))
+        after = set(compress(standing, standing.values()))
+        for job_id in before.symmetric_difference(after):
             job = running.get(job_id)
-            if job is not None and job.over_quota != over:
-                running[job_id] = replace(job, over_quota=over)
+            if job is not None and job_id in standing and job.over_quota != standing[job_id]:
+                running[job_id] = replace(job, over_quota=standing[job_id])
         self._count_in_quota()
         if self.recarve is not None and result.in_quota_gangs:
             self._recarve(result, now)
@@ -749,24 +756,24 @@ class _Replay:
         guarantee after what the department holds and the counted jobs before it: the jobs admission would
         call in quota. A job larger than what is left of the guarantee is over quota, not a shortfall.
         """
-        room = {name: self.guaranteed[name] - self.held[name] for name in self.names}
         counted = dict.fromkeys(self.names, 0)
         by_size = dict.fromkeys(self.shortfall_by_size, 0)
-        open_rooms = sum(1 for left in room.values() if left > 0)  # a job of >= 1 GPU may still count
-        if open_rooms:
-            size = self.size
-            for job in sorted(self.pending.values(), key=_QUEUE_ORDER):
-                name = job.project or job.department  # its trace: a project's books are its own
+        size = self.size
+        # Each trace's count depends on its own waiting jobs only (a project's books are its own): only the
+        # traces with room left are looked at, each its own jobs in queue order, until no room is left.
+        for name in self.names:
+            left = self.guaranteed[name] - self.held[name]
+            waiting = self.waiting_of[name]
+            if left <= 0 or not waiting:
+                continue  # a job of >= 1 GPU cannot count
+            for job in sorted(waiting.values(), key=_QUEUE_ORDER):
                 gpus = job.gpus
-                left = room[name]
                 if gpus <= left:
-                    room[name] = left - gpus
+                    left -= gpus
                     counted[name] += gpus
                     by_size[size[job.id]] += gpus
-                    if left - gpus <= 0:
-                        open_rooms -= 1
-                        if not open_rooms:
-                            break  # no guarantee has room left: no later job counts
+                    if left <= 0:
+                        break  # no later job of this trace counts
         self.waiting_in_quota = counted
         self.waiting_in_quota_by_size = by_size
 

@@ -130,7 +130,7 @@ class FairShareResult:
     unallocated: int  # capacity - sum(fair_share)
 
 
-def _water_fill(amount: int, claims: list[tuple[str, Fraction, int]]) -> dict[str, int]:
+def _water_fill(amount: int, claims: list[tuple[str, int | Fraction, int]]) -> dict[str, int]:
     """Split ``amount`` GPUs among ``(name, weight, cap)`` claims in proportion to weight, never past a cap.
 
     Claims whose exact proportional quota reaches their cap get the cap, and the rest is split again among
@@ -154,16 +154,33 @@ def _water_fill(amount: int, claims: list[tuple[str, Fraction, int]]) -> dict[st
                 remaining -= cap
             active = [c for c in active if c not in capped]
             continue
-        quotas = {name: remaining * weight / total_weight for name, weight, _ in active}
-        floors = {name: math.floor(q) for name, q in quotas.items()}
+        if all(type(weight) is int for _, weight, _ in active):
+            # Whole weights (the usual case: guarantees, weight 1): the same split in integers, each exact
+            # quota's remainder over the common denominator `total_weight` instead of as a Fraction.
+            floors, remainders = {}, {}
+            for name, weight, _ in active:
+                floors[name], remainders[name] = divmod(remaining * weight, total_weight)
+        else:
+            quotas = {name: remaining * weight / total_weight for name, weight, _ in active}
+            floors = {name: math.floor(q) for name, q in quotas.items()}
+            remainders = {name: q - floors[name] for name, q in quotas.items()}
         leftover = remaining - sum(floors.values())
-        by_remainder = sorted(quotas, key=lambda name: (-(quotas[name] - floors[name]), name))
-        for name in quotas:
+        by_remainder = sorted(floors, key=lambda name: (-remainders[name], name))
+        for name in floors:
             given[name] = floors[name]
         for name in by_remainder[:leftover]:
             given[name] += 1
         return given
     return given
+
+
+def _exact(weight: int | float) -> int | Fraction:
+    """A weight as `_water_fill` splits by: a whole number as an int, anything else as an exact Fraction."""
+    if type(weight) is int:
+        return weight
+    if isinstance(weight, float) and weight.is_integer():
+        return int(weight)
+    return Fraction(weight)
 
 
 def _reclaims(capacity: int, departments: list[DepartmentQuota], shares: dict[str, Share]) -> list[Reclaim]:
@@ -215,9 +232,7 @@ def fair_share(capacity: int, departments: Iterable[DepartmentQuota]) -> FairSha
     if sum(asks.values()) <= capacity:
         in_quota = asks
     else:
-        in_quota = _water_fill(
-            capacity, [(d.name, Fraction(d.guaranteed), asks[d.name]) for d in departments]
-        )
+        in_quota = _water_fill(capacity, [(d.name, _exact(d.guaranteed), asks[d.name]) for d in departments])
     surplus = capacity - sum(in_quota.values())
 
     # 2. Over quota: priority tiers, highest first; by weight within a tier, capped by limit and demand.
@@ -227,7 +242,7 @@ def fair_share(capacity: int, departments: Iterable[DepartmentQuota]) -> FairSha
             break
         tier = [d for d in departments if d.priority == priority]
         given = _water_fill(
-            surplus, [(d.name, Fraction(d.weight), max(0, d.cap - in_quota[d.name])) for d in tier]
+            surplus, [(d.name, _exact(d.weight), max(0, d.cap - in_quota[d.name])) for d in tier]
         )
         over_quota.update(given)
         surplus -= sum(given.values())

@@ -259,37 +259,111 @@ class Cluster:
                 )
         if len({t for t, _ in trays}) != len(trays):
             raise ValueError(f"job {job_id}: a tray is listed twice")
+        # `_unindex`, take the GPUs, `_index`, tray by tray, with each partition moved once (see `_moved`).
+        held, free_of, settled, part_of, jobs_of = self._tray_lists()
+        moved: dict[int, int] = {}
+        taken = 0
         for t, gpus in trays:
-            self._unindex(t)
-            self.tray_free[t] -= gpus
-            self.tray_jobs[t][job_id] = gpus
-            self._index(t)
+            free = free_of[t]
+            free_of[t] = free - gpus
+            jobs_of[t][job_id] = gpus
+            if held[t]:
+                continue  # out of every index until unheld
+            taken += gpus
+            p = part_of[t]
+            partial = self.partial[self.part_owner[p]]
+            if free == GPUS_PER_TRAY and settled[t]:  # it was whole
+                del self.part_free[p][t]
+                moved[p] = moved.pop(p, 0) - 1
+            else:
+                del partial[free][t]
+            if free > gpus:  # partly used now (never whole: some GPUs are taken)
+                partial[free - gpus][t] = None
+        self.free_gpus -= taken
+        self._moved(moved)
         self.jobs[job_id] = trays
+
+    def _tray_lists(self) -> tuple[list[bool], list[int], list[bool], list[int], list[dict[int, int]]]:
+        """The per-tray lists `allocate` and `release` read, as locals."""
+        return self.tray_held, self.tray_free, self.tray_settled, self.tray_part, self.tray_jobs
 
     def release(self, job_id: int) -> tuple[tuple[int, int], ...]:
         """Free the GPUs of a job; returns what it held."""
         trays = self.jobs.pop(job_id)
+        # `_unindex`, give the GPUs back, `_index`, tray by tray, with each partition moved once (`_moved`).
+        held, free_of, settled, part_of, jobs_of = self._tray_lists()
+        moved: dict[int, int] = {}
+        given = 0
         for t, gpus in trays:
-            self._unindex(t)
-            self.tray_free[t] += gpus
-            del self.tray_jobs[t][job_id]
-            self._index(t)
+            free = free_of[t]
+            free_of[t] = free + gpus
+            del jobs_of[t][job_id]
+            if held[t]:
+                continue  # out of every index until unheld
+            given += gpus
+            p = part_of[t]
+            partial = self.partial[self.part_owner[p]]
+            if free:  # partly used (never whole: the job held GPUs here)
+                del partial[free][t]
+            free += gpus
+            if free == GPUS_PER_TRAY and settled[t]:  # whole again
+                self.part_free[p][t] = None
+                moved[p] = moved.pop(p, 0) + 1
+            else:
+                partial[free][t] = None
+        self.free_gpus += given
+        self._moved(moved)
         return trays
 
     def hold(self, trays: Iterable[int]) -> None:
         """Keep trays out of every index (a reservation) until `unhold`."""
-        for t in trays:
-            if not self.tray_held[t]:
-                self._unindex(t)
-                self.tray_held[t] = True
+        self._hold_or_unhold(trays, True)
 
     def unhold(self, trays: Iterable[int]) -> None:
         """Give held trays back to the indexes; trays whose partition is being re-carved stay held."""
-        changing = self.changing
+        if self.changing:
+            trays = [t for t in trays if t not in self.changing]
+        self._hold_or_unhold(trays, False)
+
+    def _hold_or_unhold(self, trays: Iterable[int], hold: bool) -> None:
+        """`_unindex` (hold) or `_index` (unhold) each tray not already so, with each partition (and rack)
+        moved between buckets once by its count of whole trays instead of once per tray (`_moved`): a pass
+        holds and frees its reservations' trays again and again. Partial trays are added or removed in the
+        same order as tray by tray."""
+        held, free_of, settled, part_of = self.tray_held, self.tray_free, self.tray_settled, self.tray_part
+        part_free, part_owner, partial = self.part_free, self.part_owner, self.partial
+        step = -1 if hold else 1
+        moved: dict[int, int] = {}  # partition -> whole trays moved, in the order of its last tray
+        gpus = 0
         for t in trays:
-            if self.tray_held[t] and (not changing or t not in changing):
-                self.tray_held[t] = False
-                self._index(t)
+            if held[t] == hold:
+                continue
+            held[t] = hold
+            free = free_of[t]
+            if not free:
+                continue
+            gpus += free
+            p = part_of[t]
+            if free == GPUS_PER_TRAY and settled[t]:  # whole (free == GPUS_PER_TRAY: so is its capacity)
+                if hold:
+                    del part_free[p][t]
+                else:
+                    part_free[p][t] = None
+                moved[p] = moved.pop(p, 0) + step
+            elif hold:
+                del partial[part_owner[p]][free][t]
+            else:
+                partial[part_owner[p]][free][t] = None
+        self.free_gpus += -gpus if hold else gpus
+        self._moved(moved)
+
+    def _moved(self, moved: dict[int, int]) -> None:
+        """Move each partition (and its rack) by its change of whole free trays, `moved` in the order of
+        each partition's last changed tray. Moving once by the sum instead of once per tray leaves every
+        bucket in the same order: a partition (rack) that moved lands at the end of its final bucket, after
+        the others that did, in the order of their last move, exactly as tray by tray."""
+        for p, delta in moved.items():
+            self._part_move(p, delta)
 
     # --- re-carving (scheduling.engine.recarve) ------------------------------------------------------
 

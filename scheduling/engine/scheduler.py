@@ -77,9 +77,13 @@ what it decided; the caller makes it so.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from functools import partial
+from itertools import accumulate, compress, groupby
+from operator import attrgetter, is_not, itemgetter
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
@@ -218,14 +222,32 @@ def _standing_order(job: RunningJob) -> tuple:
 
 
 _STANDING_TIE_ORDER = attrgetter("started_at", "over_quota", "id")
+_QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line, within one priority
+_PRIORITY_CLASS = attrgetter("priority_class")
+_OVER_QUOTA = attrgetter("over_quota")
+_DEPARTMENT = attrgetter("department")
+_GPUS = attrgetter("gpus")
+_ID = attrgetter("id")
+_NOT_NONE = partial(is_not, None)
+
+
+def _getter(trays: list[int]) -> Callable:
+    """A function giving the items at `trays` of a list, as a tuple (in C: `itemgetter`)."""
+    if len(trays) > 1:
+        return itemgetter(*trays)
+    if trays:
+        only = trays[0]
+        return lambda values: (values[only],)
+    return lambda values: ()
 
 
 def _sort_standing(jobs: list[RunningJob]) -> None:
     """Sort `jobs` in `_standing_order`, with C-level keys: by (start, standing, id), then stably by class
     (non-preemptible first) only when there is such a job."""
     jobs.sort(key=_STANDING_TIE_ORDER)
-    if any(job.priority_class not in PREEMPTIBLE_CLASSES for job in jobs):
-        jobs.sort(key=lambda job: job.priority_class in PREEMPTIBLE_CLASSES)
+    preemptible = list(map(frozenset(PREEMPTIBLE_CLASSES).__contains__, map(_PRIORITY_CLASS, jobs)))
+    if len(jobs) > 1 and not all(preemptible):  # a non-preemptible job: a stable sort by class, keyed in C
+        jobs[:] = itemgetter(*sorted(range(len(jobs)), key=preemptible.__getitem__))(jobs)
 
 
 def _minutes(seconds: float) -> str:
@@ -239,7 +261,7 @@ class _Pass:
     def __init__(self, cluster, departments, running, pending, now, policy, explain, options: Options):
         self.cluster = cluster
         self.departments = {d.name: d for d in departments}
-        self.running = {job.id: job for job in running}
+        self.running = dict(zip(map(_ID, running), running, strict=True))
         self.pending = pending
         self.now = now
         self.policy = policy
@@ -276,23 +298,28 @@ class _Pass:
         # Per leaf, the GPUs its non-preemptible jobs hold: they hold its in-quota share first (Standing), so
         # a new one is in quota while these and it fit, whatever training the leaf runs (`_consider`).
         self.leaf_firm: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
-        for job in running:
-            if job.department in self.held:
-                leaf = (job.department, None) if not self.projects else self._leaf(job)
-                self.held[job.department] += job.gpus
-                self.leaf_held[leaf] += job.gpus
-                if job.priority_class not in PREEMPTIBLE_CLASSES:
-                    self.leaf_firm[leaf] += job.gpus
-        demand = dict(self.held)
-        leaf_demand = dict(self.leaf_held)
+        self.standing_order: list[RunningJob] | None = None  # see _in_quota_plain
         # Each waiting job's leaf, looked up once per pass (sweeps and sorts read it; job ids are unique).
         self.pending_leaf: dict[int, tuple[str, str | None]] = {}
-        for job in pending:
-            leaf = (job.department, None) if not self.projects else self._leaf(job)
-            self.pending_leaf[job.id] = leaf
-            if job.department in demand:
-                demand[job.department] += job.gpus
-                leaf_demand[leaf] += job.gpus
+        if not self.projects:
+            demand = self._count_plain(running, pending)
+            leaf_demand = {}  # read only for the projects' split: none here
+        else:
+            for job in running:
+                if job.department in self.held:
+                    leaf = self._leaf(job)
+                    self.held[job.department] += job.gpus
+                    self.leaf_held[leaf] += job.gpus
+                    if job.priority_class not in PREEMPTIBLE_CLASSES:
+                        self.leaf_firm[leaf] += job.gpus
+            demand = dict(self.held)
+            leaf_demand = dict(self.leaf_held)
+            for job in pending:
+                leaf = self._leaf(job)
+                self.pending_leaf[job.id] = leaf
+                if job.department in demand:
+                    demand[job.department] += job.gpus
+                    leaf_demand[leaf] += job.gpus
         shares = hierarchical_fair_share(
             cluster.capacity,
             [
@@ -335,6 +362,10 @@ class _Pass:
         self.held_trays: set[int] = set()
         self.in_quota_reserved = 0
         self.staying: list[RunningJob] | None = None  # see _staying_borrowers
+        self.ends: list[float] | None = None  # see _reserve (None: not computed since the last change)
+        self.requests: dict[tuple, Request] = {}  # see _request
+        self.ready_base: dict[bool, list[float | None]] = {}  # see _reserve: by single-tray or not
+        self.group_cache: dict[tuple, list] = {}  # see _reservation_groups
         # Shapes that did not fit in this pass: nothing frees up during a pass except by preemption.
         self.failed: dict[tuple, str] = {}
         # (GPUs, topology, department) whose reclaim failed in this pass. Within a pass only in-quota jobs
@@ -342,6 +373,36 @@ class _Pass:
         # keep their department within its guarantee; reservations) only takes capacity away, so a failed
         # reclaim fails again until capacity moves (a reclaim succeeds): then both caches are cleared.
         self.reclaim_failed: set[tuple] = set()
+
+    def _count_plain(self, running: list[RunningJob], pending: list[PendingJob]) -> dict[str, int]:
+        """`held`, `leaf_held`, `leaf_firm` and `pending_leaf` when no department has projects (every leaf is
+        (department, None)): the loops of `__init__` without a leaf per job. Returns the demand per
+        department (running and waiting GPUs)."""
+        held = self.held
+        firm: dict[str, int] = {}
+        for job in running:
+            name = job.department
+            if name in held:
+                held[name] += job.gpus
+                if job.priority_class not in PREEMPTIBLE_CLASSES:
+                    firm[name] = firm.get(name, 0) + job.gpus
+        demand = dict(held)
+        # One tuple per department, shared by its jobs.
+        leaf_of: dict[str, tuple[str, str | None]] = {name: (name, None) for name in held}
+        pending_leaf = self.pending_leaf
+        for waiting in pending:
+            name = waiting.department
+            leaf = leaf_of.get(name)
+            if leaf is None:  # an unknown department: its own leaf, counted nowhere
+                pending_leaf[waiting.id] = (name, None)
+            else:
+                pending_leaf[waiting.id] = leaf
+                demand[name] += waiting.gpus
+        for name, leaf in leaf_of.items():
+            self.leaf_held[leaf] = held[name]
+        for name, gpus in firm.items():
+            self.leaf_firm[leaf_of[name]] = gpus
+        return demand
 
     # --- standing: in quota or borrowed ------------------------------------------------------------
 
@@ -383,8 +444,58 @@ class _Pass:
 
     def _restand(self) -> None:
         """Recompute every running job's over_quota (module docstring, Standing)."""
-        by_department: dict[tuple[str, str | None], list[RunningJob]] = {}  # by leaf
         on_dedicated = self._on_dedicated()
+        self.leaf_over: set[int] = set()
+        if not self.projects:  # every leaf is (department, None)
+            in_quota = self._in_quota_plain(on_dedicated)
+        else:
+            in_quota = self._in_quota_by_leaf(on_dedicated)
+        running = self.running
+        # The jobs whose standing changes: borrowing now and not before, or the other way round (found with
+        # set operations: thousands of running jobs at 1,000 racks, few of them changing).
+        borrowing = set(compress(running, map(_OVER_QUOTA, running.values())))
+        for job_id in borrowing.symmetric_difference(running.keys() - in_quota):
+            running[job_id] = replace(running[job_id], over_quota=job_id not in in_quota)
+        self.result.over_quota = dict(zip(running, map(_OVER_QUOTA, running.values()), strict=True))
+        self.result.on_dedicated = on_dedicated
+        self.result.sibling_borrowed = {j for j in self.leaf_over if j in self.running and j in in_quota}
+        self.result.in_quota_share = dict(self.department_in_quota)
+        self.result.project_in_quota_share = {
+            leaf: share for leaf, share in self.in_quota.items() if leaf[0] in self.projects
+        }
+
+    def _in_quota_plain(self, on_dedicated: dict[int, str]) -> set[int]:
+        """`_in_quota_by_leaf` when no department has projects, in one walk: the running jobs sorted once in
+        standing order (restricted to one department, the order its own sort gives: both sorts are stable),
+        each department's longest prefix within its in-quota share (`in_quota_prefix`)."""
+        running = self.running
+        if self.standing_order is None:
+            jobs = list(running.values())
+        else:  # the pass's second look: the last order, as the jobs stand now, then the started ones
+            jobs = list(filter(None, map(running.get, map(_ID, self.standing_order))))
+            jobs += map(running.__getitem__, running.keys() - set(map(_ID, self.standing_order)))
+        if on_dedicated:
+            jobs = [job for job in jobs if job.id not in on_dedicated]
+        # The standing order is total (ids are unique): the same whatever the order it starts from, and
+        # quick to sort again from the last one.
+        _sort_standing(jobs)
+        self.standing_order = jobs
+        jobs = sorted(jobs, key=_DEPARTMENT)  # stable: each department's jobs together, in standing order
+        share = {leaf[0]: share for leaf, share in self.in_quota.items()}
+        in_quota: set[int] = set()
+        for name, members in groupby(jobs, key=_DEPARTMENT):
+            if name not in share:
+                continue  # unknown department: nothing is guaranteed to it
+            group = list(members)
+            # The longest prefix whose GPUs stay within the share (the running sums only grow: GPUs >= 0).
+            within = bisect_right(list(accumulate(map(_GPUS, group))), share[name])
+            in_quota.update(map(_ID, group[:within]))
+        return in_quota
+
+    def _in_quota_by_leaf(self, on_dedicated: dict[int, str]) -> set[int]:
+        """The running jobs in quota (module docstring, Standing): per leaf, the longest prefix in standing
+        order within its in-quota share; then, towards other departments, a department with projects."""
+        by_department: dict[tuple[str, str | None], list[RunningJob]] = {}  # by leaf
         plain = not self.projects  # every leaf is (department, None)
         for job in self.running.values():
             if job.id not in on_dedicated:
@@ -403,7 +514,6 @@ class _Pass:
         # Towards other departments a department with projects is judged against its own in-quota share:
         # its leaves' in-quota jobs hold it first (they add up to no more than it), then its other jobs in
         # standing order while they fit. Without projects a leaf is its department: nothing changes.
-        self.leaf_over: set[int] = set()
         if not plain:
             leaves_of: dict[str, list[tuple[str, str | None]]] = {}
             for leaf in by_department:
@@ -419,17 +529,7 @@ class _Pass:
                 in_quota |= in_quota_prefix(
                     self.department_in_quota[name] - held, [(j.id, j.gpus) for j in rest]
                 )
-        for job_id, job in self.running.items():
-            over = job_id not in in_quota
-            if job.over_quota != over:
-                self.running[job_id] = replace(job, over_quota=over)
-        self.result.over_quota = {job_id: job.over_quota for job_id, job in self.running.items()}
-        self.result.on_dedicated = on_dedicated
-        self.result.sibling_borrowed = {j for j in self.leaf_over if j in self.running and j in in_quota}
-        self.result.in_quota_share = dict(self.department_in_quota)
-        self.result.project_in_quota_share = {
-            leaf: share for leaf, share in self.in_quota.items() if leaf[0] in self.projects
-        }
+        return in_quota
 
     # --- placement with reservations respected ---------------------------------------------------
 
@@ -440,7 +540,7 @@ class _Pass:
         whose trays it may use, see `_backfill`), counting the decision and caching a failure."""
         if not backfill:
             self.result.decisions += 1
-            placement = place(self.cluster, job.request(borrow), self.policy)
+            placement = place(self.cluster, self._request(job, borrow), self.policy)
             if placement is None:
                 self.failed[key] = ""
             return placement
@@ -448,12 +548,20 @@ class _Pass:
         self.cluster.unhold(trays)
         try:
             self.result.decisions += 1
-            placement = place(self.cluster, job.request(borrow), self.policy)
+            placement = place(self.cluster, self._request(job, borrow), self.policy)
         finally:
             self.cluster.hold(trays)
         if placement is None:
             self.failed[key] = ""
         return placement
+
+    def _request(self, job: PendingJob, borrow: bool) -> Request:
+        """`job.request(borrow)`, made once per shape in the pass (a long queue asks for few shapes)."""
+        key = (job.gpus, job.topology, job.department, borrow)
+        request = self.requests.get(key)
+        if request is None:
+            request = self.requests[key] = job.request(borrow)
+        return request
 
     def _backfill(self, job: PendingJob) -> tuple[int, ...]:
         """The reservations (indexes in `reserved`) whose trays `job` may use: those that start after it
@@ -471,6 +579,14 @@ class _Pass:
         if own is not None and not self._within(placement, own):
             fell_back_from = own
         self.cluster.allocate(job.id, placement)
+        if self.ends is not None:  # it runs until its time limit: its trays end no earlier
+            ends, at, bases = self.ends, self.now + job.time_limit_s, self.ready_base.values()
+            for t, _ in placement:
+                if at > ends[t]:
+                    ends[t] = at
+                    for base in bases:  # the ready times kept with them (None stays None)
+                        if base[t] is not None:
+                            base[t] = at
         self.held[job.department] += job.gpus
         self.leaf_held[self._leaf(job)] += job.gpus
         if not job.preemptible:
@@ -547,7 +663,10 @@ class _Pass:
         least = self.min_runtime.get(r.priority_class)
         return least is None or self.now - r.started_at >= least
 
-    def _try_reclaim(self, job: PendingJob) -> bool:
+    def _victims(self, job: PendingJob, leaf: tuple[str, str | None], displacing: bool) -> list:
+        """The running jobs `job` may preempt, as (elsewhere, job) in the order they are taken: its leaf's
+        own borrowed training when displacing, those on its department's dedicated partitions, then the
+        least-priority department's, newest first."""
         cluster = self.cluster
 
         def on_its_partitions(r: RunningJob) -> bool:  # a borrower on the job's department's dedicated ones
@@ -555,15 +674,22 @@ class _Pass:
                 cluster.part_owner[cluster.tray_part[t]] == job.department for t, _ in cluster.jobs[r.id]
             )
 
-        leaf = self._leaf(job)
-        # A non-preemptible job in quota over its leaf's training (`displacing`) takes that leaf's borrowed
-        # training first, newest first: it is what holds the share the job is owed.
-        displacing = job.id in self.displacing
-
         def own(r: RunningJob) -> bool:
             return displacing and r.over_quota and self._leaf(r) == leaf
 
-        victims = sorted(
+        if not displacing and not self.projects and job.department not in cluster.owners:
+            # The common case, the same victims in the same order, found with less: no project (a leaf is
+            # its department), not displacing (none is its own), no partition dedicated to its department
+            # (none is on them), so every victim is another department's, and `elsewhere`.
+            department, may_lose, departments = job.department, self._may_lose, self.departments
+            borrowers = [
+                r
+                for r in self.running.values()
+                if r.department != department and may_lose(r, department) and r.id in cluster.jobs
+            ]
+            borrowers.sort(key=lambda r: (departments[r.department].priority, -r.started_at, -r.id))
+            return [(True, r) for r in borrowers]
+        return sorted(
             (
                 (not own(r) and not on_its_partitions(r), r)
                 for r in self.running.values()
@@ -579,6 +705,11 @@ class _Pass:
                 -v[1].id,
             ),
         )
+
+    def _try_reclaim(self, job: PendingJob) -> bool:
+        # A non-preemptible job in quota over its leaf's training (`displacing`) takes that leaf's borrowed
+        # training first, newest first: it is what holds the share the job is owed.
+        victims = self._victims(job, self._leaf(job), job.id in self.displacing)
         if not victims:
             return False
         natural = None  # when the job would start without preempting (by time limits), if asked for
@@ -631,6 +762,8 @@ class _Pass:
         self.failed.clear()  # capacity moved: earlier failures may fit now
         self.reclaim_failed.clear()
         self.staying = None
+        self.ends = None
+        self.ready_base.clear()
         self._start(job, placement, over_quota=False, victims=preempted)
         return True
 
@@ -709,9 +842,7 @@ class _Pass:
         """The trays that free up earliest for `job`, by the running jobs' time limits. For an in-quota job,
         other departments' borrowed work counts as gone now: the job reclaims it when the rest is free."""
         cluster = self.cluster
-        now = self.now
-        n = job.request().trays
-        running = self.running
+        n = max(1, job.gpus // GPUS_PER_TRAY)  # job.request().trays; its GPUs were checked by `_place`
         gone: set[int] = set()  # borrowers counted as ended now
         if in_quota and self.options.reclaim_aware_reservations:
             gone = {
@@ -720,7 +851,97 @@ class _Pass:
                 if self._leaf(r) != self._leaf(job) and (r.over_quota or r.department == job.department)
             }
 
-        ends = [now] * len(cluster)  # when each tray's jobs have all ended
+        # When each tray is ready for the job (None: never in this pass): full GPUs, not held by another
+        # reservation, settled fabric for a multi-tray job, usable by the job's department.
+        held, cap, settled = self.held_trays, cluster.tray_cap, cluster.tray_settled
+        part_owner, tray_part, department = cluster.part_owner, cluster.tray_part, job.department
+        ready: list[float | None]
+        if not cluster.dedicated_owners:  # every partition is shared: the same test, tray by tray in C
+            if gone:
+                ready = self._ready_shared(self._tray_ends(gone), n == 1)
+            else:  # kept for the pass with the trays' end times: `_start` updates both
+                if self.ends is None:
+                    self.ends = self._tray_ends(gone)
+                base = self.ready_base.get(n == 1)
+                if base is None:
+                    base = self.ready_base[n == 1] = self._ready_shared(self.ends, n == 1)
+                ready = base.copy()
+            for t in held:
+                ready[t] = None
+        else:
+            if gone:
+                ends = self._tray_ends(gone)
+            else:
+                if self.ends is None:
+                    self.ends = self._tray_ends(gone)
+                ends = self.ends
+            ready = [
+                ends[t]
+                if cap[t] == GPUS_PER_TRAY
+                and t not in held
+                and (n == 1 or settled[t])
+                and ((owner := part_owner[tray_part[t]]) is None or owner == department)
+                else None
+                for t in range(len(cluster))
+            ]
+
+        # Each group's start: when its n earliest ready trays are all ready (not before now); the first
+        # group with the earliest start wins, and gets its n earliest trays (ties: the lower slot).
+        now = self.now
+        best: list[int] | None = None
+        best_start = 0.0
+        for trays, ready_of in self._reservation_groups(job, n):
+            times = sorted(filter(_NOT_NONE, ready_of(ready)))
+            if len(times) < n:
+                continue
+            start = max(now, times[n - 1])
+            if best is None or start < best_start:
+                best, best_start = trays, start
+        if best is None:
+            return None
+        chosen = sorted([(at, t) for t in best if (at := ready[t]) is not None])[:n]
+        return Reservation(job.id, tuple(sorted([t for _, t in chosen])), best_start)
+
+    def _ready_shared(self, ends: list[float], single: bool) -> list[float | None]:
+        """`_reserve`'s ready times with no partition dedicated to anyone, before the held trays: a tray's
+        end time when it has all its GPUs (and, for a multi-tray job, its fabric settled), else None."""
+        cluster, full = self.cluster, GPUS_PER_TRAY
+        if single:
+            return [at if c == full else None for at, c in zip(ends, cluster.tray_cap, strict=True)]
+        return [
+            at if c == full and ok else None
+            for at, c, ok in zip(ends, cluster.tray_cap, cluster.tray_settled, strict=True)
+        ]
+
+    def _reservation_groups(self, job: PendingJob, n: int) -> list[tuple[list[int], Callable]]:
+        """The groups of trays a reservation for `job` (n trays) may take, each with a function giving the
+        ready times of its trays from the list of all: every partition of at least n trays for a
+        partition job under rackplane, every rack for a rack job, else the whole cluster. Made once per
+        pass and kind."""
+        cluster = self.cluster
+        kind: tuple[str | None, int]
+        if self.policy == RACKPLANE and job.topology == PARTITION and job.gpus > GPUS_PER_TRAY:
+            kind = (PARTITION, n)
+        elif self.policy == RACKPLANE and job.topology == RACK and job.gpus > GPUS_PER_TRAY:
+            kind = (RACK, 0)
+        else:
+            kind = (None, 0)
+        groups = self.group_cache.get(kind)
+        if groups is None:
+            if kind[0] == PARTITION:
+                trays_of = [trays for trays in cluster.part_trays if len(trays) >= n]
+            elif kind[0] == RACK:
+                trays_of = [[t for p in parts for t in cluster.part_trays[p]] for parts in cluster.rack_parts]
+            else:
+                trays_of = [list(range(len(cluster)))]
+            groups = self.group_cache[kind] = [(trays, _getter(trays)) for trays in trays_of]
+        return groups
+
+    def _tray_ends(self, gone: set[int]) -> list[float]:
+        """When each tray's jobs have all ended, by the running jobs' time limits (now when none runs there,
+        or its jobs are `gone` or not known to the pass)."""
+        cluster, running = self.cluster, self.running
+        ends = [self.now] * len(cluster)
         for job_id, placed in cluster.jobs.items():
             r = running.get(job_id)
             if r is None or job_id in gone:
@@ -729,43 +950,7 @@ class _Pass:
             for t, _ in placed:
                 if at > ends[t]:
                     ends[t] = at
-
-        # When each tray is ready for the job (None: never in this pass): full GPUs, not held by another
-        # reservation, settled fabric for a multi-tray job, usable by the job's department.
-        held, cap, settled = self.held_trays, cluster.tray_cap, cluster.tray_settled
-        part_owner, tray_part, department = cluster.part_owner, cluster.tray_part, job.department
-        ready: list[float | None] = [
-            ends[t]
-            if cap[t] == GPUS_PER_TRAY
-            and t not in held
-            and (n == 1 or settled[t])
-            and ((owner := part_owner[tray_part[t]]) is None or owner == department)
-            else None
-            for t in range(len(cluster))
-        ]
-
-        def best_of(trays) -> tuple[float, tuple[int, ...]] | None:
-            times = sorted((at, t) for t in trays if (at := ready[t]) is not None)
-            if len(times) < n:
-                return None
-            chosen = times[:n]
-            return max(self.now, chosen[-1][0]), tuple(sorted(t for _, t in chosen))
-
-        groups: list[list[int]]
-        if self.policy == RACKPLANE and job.topology == PARTITION and job.gpus > GPUS_PER_TRAY:
-            groups = [trays for trays in cluster.part_trays if len(trays) >= n]
-        elif self.policy == RACKPLANE and job.topology == RACK and job.gpus > GPUS_PER_TRAY:
-            groups = [[t for p in parts for t in cluster.part_trays[p]] for parts in cluster.rack_parts]
-        else:
-            groups = [list(range(len(cluster)))]
-        best = None
-        for trays in groups:
-            candidate = best_of(trays)
-            if candidate is not None and (best is None or candidate[0] < best[0]):
-                best = candidate
-        if best is None:
-            return None
-        return Reservation(job.id, best[1], best[0])
+        return ends
 
     def _staying_borrowers(self) -> list[RunningJob]:
         """The borrowers that stay borrowers until they end, by the running jobs' time limits: reclaimable
@@ -1007,31 +1192,66 @@ class _Pass:
             self.leaf_held,
             self.in_quota,
         )
-        later = []
+        # Over-quota jobs wait for the second sweep, by leaf, each leaf's in queue order.
+        later: dict[tuple[str, str | None], list[PendingJob]] = defaultdict(list)
+        # The departments the inline test applies to, by name -> their leaf without a project (no limit; a
+        # job of a department with projects looks its own leaf up).
+        unlimited: dict[str, tuple[str, str | None]] = {
+            name: (name, None)
+            for name, department in departments.items()
+            if department.limit is None and name not in self.projects
+        }
+        # Their room in the in-quota share: what `leaf_held[leaf] + gpus > in_quota[leaf]` compares, kept
+        # as it changes (only `_consider` changes what a leaf holds).
+        room = {name: in_quota[leaf] - leaf_held[leaf] for name, leaf in unlimited.items()}
+        leaf: tuple[str, str | None] | None
         for job in order:
-            department = departments.get(job.department)
-            if department is not None and department.limit is None:
-                leaf = leaves[job.id]
-                if (
-                    leaf[1] is None
-                    and leaf_held[leaf] + job.gpus > in_quota[leaf]
-                    and job.priority_class in PREEMPTIBLE_CLASSES  # else its training may give way
-                ):
-                    later.append(job)  # over quota: the second sweep, after every in-quota job
+            left = room.get(job.department)
+            if left is not None:
+                if job.gpus > left and job.priority_class in PREEMPTIBLE_CLASSES:
+                    later[unlimited[job.department]].append(job)  # over quota: the second sweep
                     continue
+                leaf = None  # a candidate: `_consider` below
+            else:
+                leaf = None
+                department = departments.get(job.department)
+                if department is not None and department.limit is None and leaves[job.id][1] is None:
+                    leaf = leaves[job.id]
+            if (
+                leaf is not None
+                and leaf_held[leaf] + job.gpus > in_quota[leaf]
+                and job.priority_class in PREEMPTIBLE_CLASSES  # else its training may give way
+            ):
+                later[leaf].append(job)  # over quota: the second sweep, after every in-quota job
+                continue
             if not self._consider(job, sweep=1):
-                later.append(job)
-        # Over quota: departments furthest below their fair share first. `later` is in queue order, so a
-        # stable sort by (priority, standing) leaves it in (priority, standing, submission, id) order.
+                later[leaves[job.id]].append(job)
+            for name, own in unlimited.items():
+                room[name] = in_quota[own] - leaf_held[own]
+        # Over quota: departments furthest below their fair share first, in (priority, standing, submission,
+        # id) order: a leaf's jobs are in queue order, and leaves whose (priority, standing) ties are merged
+        # back into queue order (submission, id: their priorities are equal), as a stable sort of them all
+        # in queue order by (priority, standing) would leave them.
         below: dict[tuple[str, str | None], float] = {
             leaf: leaf_held[leaf] - self.fair[leaf] for leaf in self.fair
         }
         if self.options.half_life_s is not None:
             for leaf, standing in self._history().items():
                 below[leaf] += standing
-        later.sort(key=lambda j: (rank.get(j.department, 0), below.get(leaves[j.id], 0)))
+        tied: dict[tuple, list[tuple[str, str | None]]] = {}
+        for leaf in later:
+            tied.setdefault((rank.get(leaf[0], 0), below.get(leaf, 0)), []).append(leaf)
+        segments: list[tuple[tuple[str, str | None] | None, list[PendingJob]]] = []
+        for key in sorted(tied):
+            group = tied[key]
+            if len(group) == 1:
+                segments.append((group[0], later[group[0]]))
+            else:
+                merged = sorted((job for leaf in group for job in later[leaf]), key=_QUEUE_ORDER)
+                segments.append((None, merged))
         # An over-quota job stops at `failed` and waits without a reservation when its shape did not fit,
-        # no more reservations are taken, and neither its fallback nor words are asked for.
+        # no more reservations are taken, and neither its fallback nor words are asked for: answered here,
+        # with what depends only on the job's leaf looked up once per leaf.
         quick = not self.explain and not self.fallback_borrowers and not self.options.per_reservation_backfill
         failed, reserved, waiting, owners = (
             self.failed,
@@ -1039,25 +1259,42 @@ class _Pass:
             self.result.waiting,
             self.cluster.owners,
         )
-        now = self.now
-        for job in later:
-            if quick and len(reserved) >= self.max_reservations:
-                department = departments.get(job.department)
-                if department is not None and department.limit is None:
-                    leaf = leaves[job.id]
+        now, max_reservations, consider = self.now, self.max_reservations, self._consider
+
+        def plain(leaf: tuple[str, str | None]) -> tuple[bool, str | None]:
+            """Whether the first sweep's test applies to the leaf's jobs (a department without a limit, no
+            project), and the owner its jobs' shapes are cached under."""
+            department = departments.get(leaf[0])
+            simple = leaf[1] is None and department is not None and department.limit is None
+            return simple, leaf[0] if leaf[0] in owners else None
+
+        plain_of = {leaf: plain(leaf) for leaf in later}
+        for one_leaf, jobs in segments:
+            if one_leaf is not None:
+                sweep_leaf = one_leaf
+                simple, owner = plain_of[sweep_leaf]
+                # Its room in the in-quota share (`leaf_held[leaf] + gpus > in_quota[leaf]` compares it), read
+                # again after each `_consider`: nothing else changes what the leaf holds.
+                room_left = in_quota[sweep_leaf] - leaf_held[sweep_leaf] if simple else 0
+            for job in jobs:
+                if quick and len(reserved) >= max_reservations:
+                    if one_leaf is None:
+                        sweep_leaf = leaves[job.id]
+                        simple, owner = plain_of[sweep_leaf]
+                        room_left = in_quota[sweep_leaf] - leaf_held[sweep_leaf] if simple else 0
                     if (
-                        leaf[1] is None
-                        and leaf_held[leaf] + job.gpus > in_quota[leaf]
+                        simple
+                        and job.gpus > room_left
                         and job.priority_class in PREEMPTIBLE_CLASSES
                         and job.borrower_fallback_after_s is None  # else its fallback may be due
                     ):
-                        name = job.department
                         backfill = self.all_reserved if now + job.time_limit_s <= self.reserved_from else ()
-                        key = (job.gpus, job.topology, name if name in owners else None, backfill, True)
-                        if key in failed:
+                        if (job.gpus, job.topology, owner, backfill, True) in failed:
                             waiting[job.id] = ""
                             continue
-            self._consider(job, sweep=2)
+                consider(job, sweep=2)
+                if one_leaf is not None and simple:
+                    room_left = in_quota[sweep_leaf] - leaf_held[sweep_leaf]
         self.cluster.unhold(self.held_trays)
         if self.result.started or self.result.preempted:  # else the standing is the one of the start
             self._restand()
