@@ -79,14 +79,16 @@ static_checks() {
     step "docs site" mkdocs build --strict --quiet
 }
 
-# pytest in parallel (pytest-xdist). `make test` takes one worker per core and one more (its argument
-# "extra"), since many of its tests wait on a browser, a server or a subprocess rather than compute;
-# `make test-fast`, all computing, one per core. Tests that share a service (the Slurm or Kubernetes testbed,
+# pytest in parallel (pytest-xdist). `make test` takes one worker per core and two more (its argument
+# "extra"), since most of its tests' time is spent waiting on a browser, a server or a subprocess rather
+# than computing (tests/timeline.py: each worker's CPU time is about a third of its busy time; on 2 cores 4
+# workers ran the suite in 12 min 5 s where 3 took 14 min 13 s); `make test-fast`, all computing, one per
+# core. Tests that share a service (the Slurm or Kubernetes testbed,
 # the identity providers, the production stack, `make run`'s stack) run in one worker, one after another
 # (`--dist loadgroup`; the groups are set in tests/conftest.py). RACKPLANE_TEST_WORKERS=0 runs in one process.
 parallel_pytest_args() {
     local extra=0
-    [ "${1:-}" = extra ] && extra=1
+    [ "${1:-}" = extra ] && extra=2
     local workers="${RACKPLANE_TEST_WORKERS:-$(($(nproc) + extra))}"
     if [ "$workers" = 0 ]; then
         return 0
