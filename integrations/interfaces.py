@@ -11,10 +11,9 @@ against them, and the push pipeline, dispatch and the tray drains rely on nothin
   FAILED, so that integrations.drain, which asks the registry for the drainers, needs no import back;
   integrations.drain names the other actions).
 
-Some kinds do more, asked with getattr where it is used and not part of the Protocols: an adapter's
-`check()` (Test connection, integrations.push_history) and the `facts` it learned (integrations.pushes),
-a job backend's `close()`, `signal(backend_id, signal, ...)` (integrations.requeue) and `acts_as_person`
-(integrations.dispatch).
+Some kinds do more, asked with getattr where it is used and not part of the Protocols: the `facts` an
+adapter learned (integrations.pushes: the Slurm version, the path NMX-M serves), a job backend's `close()`,
+`signal(backend_id, signal, ...)` (integrations.requeue) and `acts_as_person` (integrations.dispatch).
 """
 
 from __future__ import annotations
@@ -40,6 +39,11 @@ class PushAdapter(Protocol):
 
     def diff(self, payload: dict) -> list[str]:
         """What applying `payload` would change, as lines (empty: nothing); changes nothing."""
+        ...
+
+    def check(self) -> list[str]:
+        """Test connection (integrations.push_history): whether the target answers with these settings, as
+        lines (the first is the summary); writes nothing. Raises what `apply` raises when it does not."""
         ...
 
 

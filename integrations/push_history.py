@@ -297,7 +297,6 @@ class ConnectionCheck:
     ok: bool
     summary: str
     details: list[str]
-    tested: bool = True  # False: the kind has no read-only check (not a failure: nothing was tried)
 
 
 def test_connection(target: ConfigTarget) -> ConnectionCheck:
@@ -310,16 +309,8 @@ def test_connection(target: ConfigTarget) -> ConnectionCheck:
         return ConnectionCheck(
             False, f"The settings of {target.name} are not valid: {'; '.join(error.messages)}", []
         )
-    check = getattr(adapter, "check", None)
-    if check is None:
-        return ConnectionCheck(
-            False,
-            f"A {registry.label(target.kind)} target has no read-only check: a push is what tests it.",
-            [],
-            tested=False,
-        )
     try:
-        details = list(check())
+        details = list(adapter.check())
         pushes.remember(target, adapter)
     except Exception as error:  # the check reports what went wrong in words, whatever it was
         text = pushes.error_text(error, target.kind)

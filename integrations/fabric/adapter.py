@@ -63,6 +63,7 @@ class FabricAdapter:
     def __init__(self, target, values: dict):
         self.target = target
         self.values = values
+        self.facts: dict[str, str] = {}  # what NMX-M told (the path it serves), kept on the target
 
     def _manager(self, racks: list[dict]):
         if self.values["kind"] == "simulated":
@@ -80,7 +81,30 @@ class FabricAdapter:
             verify=not self.values.get("insecure"),
             locations=locations,
             allow_private=bool(self.values.get(ALLOW_PRIVATE_SETTING, True)),
+            api=(self.target.facts or {}).get("nmx_api"),
         )
+
+    def _learned(self, manager) -> None:
+        self.facts = dict(getattr(manager, "facts", {}))
+
+    def check(self) -> list[str]:
+        """Test connection (integrations.push_history): NMX-M answers its partition and GPU lists under the
+        path it serves (found here and remembered on the target); nothing is written."""
+        manager = self._manager([])
+        if self.values["kind"] == "simulated":
+            domains = manager.domains()
+            partitions = sum(len(manager.read_back(domain)) for domain in domains)
+            held = f"{len(domains):,} NVLink domains, {partitions:,} partitions"
+            return [f"simulated fabric in this process: {held}"]
+        api = manager.probe()
+        self._learned(manager)
+        partitions = manager.collection("partitions")
+        gpus = manager.collection("gpus")
+        release = "NetQ 5.2 or later" if api == "/v1" else "NMX-M or NetQ 5.0"
+        return [
+            f"NMX-M answers at {manager.base_url}{api} (the path of {release})",
+            f"{len(gpus):,} GPUs and {len(partitions):,} partitions visible with this token",
+        ]
 
     @staticmethod
     def _desired(rack: dict) -> list[FabricPartition]:
@@ -106,7 +130,9 @@ class FabricAdapter:
 
             try:
                 result = manager.apply(rack["domain"], self._desired(rack), progress=progress)
+                self._learned(manager)
             except FabricError as error:
+                self._learned(manager)
                 done = ", ".join(changed) or "none"
                 error.details.append(
                     f"racks changed before the failure: {done}; racks not attempted: {len(racks) - number}"
@@ -138,5 +164,6 @@ class FabricAdapter:
                 out.append(f"{rack['rack']}: skipped (no cluster UUID known yet)")
                 continue
             summary = manager.diff(rack["domain"], self._desired(rack)).summary()
+            self._learned(manager)
             out.extend(f"{rack['rack']}: {line}" for line in summary)
         return out

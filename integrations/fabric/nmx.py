@@ -6,7 +6,7 @@ Assumed where nothing public says (and mirrored by tests/integrations/nmx_standi
 
 * Rackplane identifies GPUs by their nvidia-smi UUID, which NMX-M does not use. With `locations` (GPU UUID ->
   `GpuLocation`, built by the caller from the inventory: rack cluster UUID, tray slot, GPU index) members are
-  written as location objects and read back through them; `GET /nmx/v1/gpus` translates GPU IDs of ID-based
+  written as location objects and read back through them; `GET <api>/gpus` translates GPU IDs of ID-based
   partitions (the default partition may be one) to locations. Without `locations`, the GPU UUID strings are
   used as NMX-M GPU IDs as they are (an NMX-M set up to identify GPUs by UUID, and the tests).
   `GpuLocation.for_tray` assumes SlotID = tray slot, HostID = 1 and DeviceID = GPU index; sites whose
@@ -52,6 +52,7 @@ from integrations.fabric.base import (
 )
 from integrations.fabric.nmx_api import (
     API,
+    API_PREFIXES,
     FOREIGN_ID,
     FOREIGN_LOCATION,
     ID_BASED,
@@ -72,7 +73,9 @@ from integrations.fabric.nmx_api import (
 class NmxFabricManager:
     """NVLink partitions of one or more NVLink domains managed by one NMX-M.
 
-    base_url: NMX-M's address (`https://nmx-m.example`; a trailing `/nmx/v1` is accepted). token: the
+    base_url: NMX-M's address (`https://nmx-m.example`; a trailing `/nmx/v1` or `/v1` is accepted and then
+      used as the API's path). api: the path prefix the server serves (one of API_PREFIXES, as remembered on
+      the target), or None to find it with the first request (`probe`). token: the
       basic-auth token (`Authorization: Basic <token>`; a value that already starts with a scheme such as
       "Bearer " is sent as it is), or give username/password. verify: False, True or a CA bundle path.
       timeout: seconds per HTTP request.
@@ -100,10 +103,15 @@ class NmxFabricManager:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         allow_private: bool = True,
+        api: str | None = None,
     ):
         base = base_url.rstrip("/")
-        if base.endswith(API):
-            base = base[: -len(API)]
+        for prefix in sorted(API_PREFIXES, key=len, reverse=True):  # /nmx/v1 also ends with /v1
+            if base.endswith(prefix):
+                base, api = base[: -len(prefix)], prefix
+                break
+        self.api = api if api in API_PREFIXES else None
+        self._probed = False
         parsed = urllib.parse.urlparse(base)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"NMX-M address must be http(s)://host[:port], not {base_url!r}")
@@ -130,6 +138,50 @@ class NmxFabricManager:
             insecure=verify is False,
             allow_private=allow_private,  # the target's outbound allowance (core.outbound)
         )
+
+    # --- where the API is served ----------------------------------------------------------------------
+
+    @property
+    def facts(self) -> dict[str, str]:
+        """What a push or Test connection learned, kept on the target (integrations.pushes.remember)."""
+        return {"nmx_api": self.api} if self.api else {}
+
+    def served_api(self) -> str:
+        """The path prefix this server answers under: the remembered one, else found by `probe`."""
+        return self.api or self.probe()
+
+    def probe(self) -> str:
+        """Find which of API_PREFIXES the server serves (newest first): the first whose partition list does
+        not answer 404. A refusal other than 404 (401, say) comes from a server that routed the path, so it is
+        raised as it is. Nothing is written."""
+        self._probed = True
+        for prefix in API_PREFIXES:
+            try:
+                self._call("GET", f"{prefix}/partitions", None, what="list the partitions")
+            except FabricRejected as error:
+                if error.status == 404:
+                    continue
+                self.api = prefix
+                raise
+            self.api = prefix
+            return prefix
+        tried = " nor ".join(f"{prefix}/partitions" for prefix in API_PREFIXES)
+        raise FabricRejected(
+            f"{self.base_url} serves neither {tried} (both answered 404): "
+            "it does not look like NMX-M or NetQ",
+            "check the address: NMX-M's or NetQ's own https://host[:port], without a path",
+        )
+
+    def collection(self, name: str) -> list[dict]:
+        """GET <api>/<name>; a remembered prefix that answers 404 (the server was upgraded, NMX-M moved into
+        NetQ) is looked for again once."""
+        try:
+            return self._get_list(f"{self.served_api()}/{name}")
+        except FabricRejected as error:
+            if error.status != 404 or self._probed:
+                raise
+        self.probe()
+        return self._get_list(f"{self.served_api()}/{name}")
 
     # --- the FabricManager interface ------------------------------------------------------------------
 
@@ -173,7 +225,7 @@ class NmxFabricManager:
 
     def _snapshot(self, domain: str) -> FabricSnapshot:
         snapshot = FabricSnapshot(domain=domain)
-        gpus = self._get_list(f"{API}/gpus")
+        gpus = self.collection("gpus")
         for gpu in gpus:
             gpu_id = str(gpu.get("ID", ""))
             info = gpu.get("LocationInfo") or {}
@@ -191,7 +243,7 @@ class NmxFabricManager:
             for gpu_id, d in snapshot.gpu_domain.items()
             if d == domain
         ]
-        for raw in self._get_list(f"{API}/partitions"):
+        for raw in self.collection("partitions"):
             members = raw.get("Members") or []
             if isinstance(members, dict):  # tolerate {"ids": [...]} / {"locations": [...]} wrappers
                 members = next((v for v in members.values() if isinstance(v, list)), [])
@@ -287,10 +339,10 @@ class NmxFabricManager:
                     )
                 member_type = LOCATION_BASED if self.locations else ID_BASED
                 body = {"Name": step.name, "Members": self._members(step, member_type, snapshot)}
-                rendered[step] = ("POST", f"{API}/partitions", body)
+                rendered[step] = ("POST", f"{self.served_api()}/partitions", body)
                 continue
             live = snapshot.find(step)
-            path = f"{API}/partitions/{urllib.parse.quote(live.system_id, safe='')}"
+            path = f"{self.served_api()}/partitions/{urllib.parse.quote(live.system_id, safe='')}"
             if step.action == "delete":
                 rendered[step] = ("DELETE", path, None)
             else:
@@ -320,7 +372,7 @@ class NmxFabricManager:
         if problems:
             raise FabricInvalid(
                 f"cannot write the {member_type} members of partition {step.name}; nothing was sent",
-                "refresh the inventory and NMX-M's GPU list (GET /nmx/v1/gpus), then apply again",
+                f"refresh the inventory and NMX-M's GPU list (GET {self.api or API}/gpus), then apply again",
                 problems,
                 partition=step.name,
             )
@@ -380,7 +432,7 @@ class NmxFabricManager:
 
     def _wait(self, operation_id: str, step: FabricStep) -> tuple[dict, Mapping[str, str]]:
         """Poll the operation until it ends: completed returns; failed/cancelled raise FabricRejected."""
-        path = f"{API}/operations/{urllib.parse.quote(operation_id, safe='')}"
+        path = f"{self.served_api()}/operations/{urllib.parse.quote(operation_id, safe='')}"
         deadline = self._clock() + self.poll_timeout
         interval = self.poll_interval
         failures = 0

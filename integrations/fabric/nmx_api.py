@@ -23,6 +23,10 @@ The API shape, and where it comes from:
   The `{id}` in partition paths is the partition's system `ID` (a 24-hex string), not its PartitionID.
 * NMX-C gRPC API documentation: PartitionID 1..32766, 32766 is the default partition ("Default
   Partition"), names unique in a domain, up to 255 ASCII characters.
+* Where the API is served: NMX-M v85 and NetQ 5.0 ("NetQ NVLink", NMX-M shipped inside NetQ) write every
+  path under `/nmx/v1`; NetQ 5.2's "Manage Partitions" writes the same resources under `/v1`. Rackplane finds
+  which one a server answers (API_PREFIXES, newest first) at Test connection and on first use, keeps it on
+  the target (its facts, `nmx_api`), and looks again when a remembered prefix stops answering.
 * NMX-M "HTTPS/Authentication": HTTPS with Kong basic authentication (users ro-user and rw-user);
   requests carry `Authorization: Basic <token>`.
 """
@@ -41,7 +45,8 @@ from integrations.fabric.base import (
     normalize_domain,
 )
 
-API = "/nmx/v1"
+API = "/nmx/v1"  # NMX-M and NetQ 5.0
+API_PREFIXES = ("/v1", API)  # newest first: NetQ 5.2 and later, then NMX-M / NetQ 5.0
 ID_BASED = "ID_BASED"
 LOCATION_BASED = "LOCATION_BASED"
 UNDEFINED = "UNDEFINED"

@@ -284,10 +284,7 @@ def target_test(request, pk):
     if request.htmx:
         return render(request, "integrations/push_target_check.html", {"target": target, "result": result})
     text = " ".join([result.summary, *(f"{line}." for line in result.details)])
-    if not result.tested:
-        messages.info(request, text)
-    else:
-        (messages.success if result.ok else messages.error)(request, text)
+    (messages.success if result.ok else messages.error)(request, text)
     return redirect("integrations:target-list")
 
 

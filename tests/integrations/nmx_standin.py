@@ -93,6 +93,7 @@ class NmxStandin:
     expose_domain: bool = True
     operation_steps: tuple[str, ...] = ("pending", "in-progress", "completed")
     hold_operations: bool = False
+    prefix: str = API  # where the API is served: /nmx/v1 (NMX-M, NetQ 5.0) or /v1 (NetQ 5.2)
     requests: list[Recorded] = field(default_factory=list)
 
     def __post_init__(self):
@@ -227,16 +228,18 @@ class NmxStandin:
     def handle(self, method: str, path: str, headers, body: Any) -> tuple[int, dict[str, str], Any]:
         with self._lock:
             self.requests.append(Recorded(method, path, body))
+            parts = [urllib.parse.unquote(p) for p in path.split("?")[0].strip("/").split("/")]
+            prefix = self.prefix.strip("/").split("/")
+            if parts[: len(prefix)] != prefix or len(parts) <= len(prefix):
+                # Kong (NMX-M's and NetQ's gateway) matches the route before it asks for credentials.
+                raise _Refuse(404, f"no such endpoint {path}")
             if self.token and headers.get("Authorization") != f"Basic {self.token}":
                 raise _Refuse(401, "unauthorized")
             for index, (status, message, methods) in enumerate(self._fail_requests):
                 if methods is None or method in methods:
                     del self._fail_requests[index]
                     raise _Refuse(status, message)
-            parts = [urllib.parse.unquote(p) for p in path.split("?")[0].strip("/").split("/")]
-            if parts[:2] != ["nmx", "v1"] or len(parts) < 3:
-                raise _Refuse(404, f"no such endpoint {path}")
-            resource, rest = parts[2], parts[3:]
+            resource, rest = parts[len(prefix)], parts[len(prefix) + 1 :]
             if resource == "gpus" and method == "GET" and not rest:
                 return 200, {}, [self._gpu_json(g) for g in self._gpus.values()]
             if resource == "operations" and method == "GET":
@@ -280,7 +283,7 @@ class NmxStandin:
                 self._free_id(domain), name, domain, member_type or "UNDEFINED", gpu_ids
             )
 
-        return self._accept("POST", f"{API}/partitions", body, effect)
+        return self._accept("POST", f"{self.prefix}/partitions", body, effect)
 
     def _update(self, partition: _Partition, body: Any):
         body = self._body(body, allowed={"Name", "Members"}, required={"Members"})
@@ -310,7 +313,7 @@ class NmxStandin:
             partition.updated = _now()
             return partition
 
-        return self._accept("PUT", f"{API}/partitions/{partition.id}", body, effect)
+        return self._accept("PUT", f"{self.prefix}/partitions/{partition.id}", body, effect)
 
     def _delete(self, partition: _Partition):
         if partition.partition_id == DEFAULT_PARTITION_ID:
@@ -321,7 +324,7 @@ class NmxStandin:
                 return f"partition {partition.name} no longer exists"
             return None
 
-        return self._accept("DELETE", f"{API}/partitions/{partition.id}", None, effect)
+        return self._accept("DELETE", f"{self.prefix}/partitions/{partition.id}", None, effect)
 
     def _accept(self, method: str, uri: str, body: Any, effect) -> tuple[int, dict, dict]:
         operation = _Operation(
@@ -334,7 +337,7 @@ class NmxStandin:
                 break
         self._fail_operations = [(max(0, s - 1), st, m) for s, st, m in self._fail_operations]
         self._operations[operation.id] = operation
-        location = f"{API}/operations/{operation.id}"
+        location = f"{self.prefix}/operations/{operation.id}"
         return 202, {"Location": location}, {"operationId": operation.id}
 
     def _poll(self, operation_id: str):
@@ -362,7 +365,7 @@ class NmxStandin:
                         data = self._partition_json(outcome) if isinstance(outcome, _Partition) else None
                         operation.result = {"Data": data}
                         if isinstance(outcome, _Partition):
-                            operation.target_path = f"{API}/partitions/{outcome.id}"
+                            operation.target_path = f"{self.prefix}/partitions/{outcome.id}"
             else:
                 operation.status = step
             operation.updated = _now()

@@ -10,6 +10,7 @@ from django.urls import reverse
 from core.models import AuditEvent
 from integrations import push_history, pushes
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
+from inventory.models import Rack
 from tenancy.models import Department
 from tenancy.services import save_department
 
@@ -211,8 +212,13 @@ def test_a_failed_push_notifies_its_subscribers(
     assert item.link == reverse("integrations:push-detail", args=[push.pk])
 
 
-def test_a_kind_without_a_read_only_check_says_it_was_not_tested(db, client_as, platform_admin):
+def test_the_simulated_fabric_answers_test_connection_with_what_it_holds(
+    db, client_as, platform_admin, demo_inventory, monkeypatch
+):
+    from integrations.fabric import adapter
     from integrations.registry import clean_settings
+
+    monkeypatch.setattr(adapter, "_SIMULATED", {})  # a fresh in-memory fabric, as in a new process
 
     target = ConfigTarget.objects.create(
         name="fabric", kind="fabric", settings=clean_settings("fabric", {"kind": "simulated"})
@@ -221,5 +227,6 @@ def test_a_kind_without_a_read_only_check_says_it_was_not_tested(db, client_as, 
         reverse("integrations:target-test", args=[target.pk]), HTTP_HX_REQUEST="true"
     )
     html = response.content.decode()
-    assert response.status_code == 200 and "Not tested." in html and "Connection failed" not in html
-    assert "has no read-only check: a push is what tests it" in html and "note-info" in html
+    assert response.status_code == 200 and "Connection works." in html and "note-info" in html
+    racks = Rack.objects.exclude(cluster_uuid=None).count()
+    assert f"simulated fabric in this process: {racks:,} NVLink domains" in html

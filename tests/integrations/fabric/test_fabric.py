@@ -386,6 +386,63 @@ def test_credentials_are_sent_as_basic_auth(standin):
     assert len(nmx(standin, username="rw-user", password="secret").read_back(RACK)) == 1
 
 
+# --- where the API is served: /nmx/v1 (NMX-M, NetQ 5.0) or /v1 (NetQ 5.2) -------------------------------
+
+
+def paths(server: NmxStandin) -> list[str]:
+    return [f"{r.method} {r.path}" for r in server.requests]
+
+
+@pytest.mark.parametrize("prefix", ["/v1", "/nmx/v1"])
+def test_the_path_the_server_serves_is_found_then_used_for_everything(standin, prefix):
+    standin.prefix = prefix
+    fabric = nmx(standin)
+    result = fabric.apply(RACK, carve(RACK, 9, 9))
+    assert result.complete and fabric.facts == {"nmx_api": prefix}
+    # Newest first: /v1, then /nmx/v1; once found, every read, write and poll goes there.
+    probes = ["GET /v1/partitions"] + (["GET /nmx/v1/partitions"] if prefix == "/nmx/v1" else [])
+    assert paths(standin)[: len(probes)] == probes
+    assert all(path.split(" ", 1)[1].startswith(f"{prefix}/") for path in paths(standin)[len(probes) :])
+    assert [p.name for p in fabric.read_back(RACK)] == ["p1", "p2"]
+
+
+@pytest.mark.parametrize("prefix", ["/v1", "/nmx/v1"])
+def test_an_address_with_the_path_or_a_remembered_path_asks_nothing_first(standin, prefix):
+    standin.prefix = prefix
+    for fabric in (
+        NmxFabricManager(f"{standin.url}{prefix}/", locations=locations(RACK)),
+        nmx(standin, api=prefix),
+    ):
+        standin.requests.clear()
+        assert len(fabric.read_back(RACK)) == 1
+        assert paths(standin) == [f"GET {prefix}/gpus", f"GET {prefix}/partitions"]
+
+
+def test_a_remembered_path_that_stopped_answering_is_looked_for_again_once(standin):
+    standin.prefix = "/v1"  # the site moved from NMX-M to NetQ 5.2 since the target was tested
+    fabric = nmx(standin, api="/nmx/v1")
+    assert fabric.apply(RACK, carve(RACK, 18)).complete
+    assert paths(standin)[:3] == ["GET /nmx/v1/gpus", "GET /v1/partitions", "GET /v1/gpus"]
+    assert fabric.facts == {"nmx_api": "/v1"}
+
+
+def test_a_server_serving_neither_path_is_refused_in_words_and_nothing_is_written(standin):
+    standin.prefix = "/api/v3"
+    with pytest.raises(FabricRejected) as caught:
+        nmx(standin).apply(RACK, carve(RACK, 9, 9))
+    assert "serves neither /v1/partitions nor /nmx/v1/partitions" in caught.value.message
+    assert "without a path" in caught.value.what_to_do
+    assert standin.writes == [] and paths(standin) == ["GET /v1/partitions", "GET /nmx/v1/partitions"]
+
+
+def test_wrong_credentials_while_looking_for_the_path_say_credentials(standin):
+    standin.token = "cnctdXNlcjpzZWNyZXQ="
+    with pytest.raises(FabricRejected) as caught:
+        nmx(standin).read_back(RACK)
+    assert caught.value.status == 401 and "credentials" in caught.value.what_to_do
+    assert "serves neither" not in caught.value.message
+
+
 def test_an_operation_that_never_finishes_times_out_as_unavailable(standin):
     standin.hold_operations = True
     fabric = nmx(standin, poll_timeout=0.05)
