@@ -152,6 +152,8 @@ class NotificationEvent(TextChoices):
     GUARANTEE_SHORT = "guarantee_short", "Department short of its guarantee"
     IDLE_GPUS = "idle_gpus", "Idle GPUs above a threshold"
     PUSH_FAILED = "push_failed", "Configuration push failed"
+    # Admins' (target:<name>): a version a target uses is removed soon (integrations.versions).
+    REMOVAL_AHEAD = "removal_ahead", "A version a target uses is about to be removed"
     # Sent by the "Send a test notification" button to one subscription only; nobody subscribes to it.
     TEST = "test", "Test notification"
 

@@ -37,6 +37,7 @@ SYNC_TRAY = "integrations.tasks.sync_tray_state"
 FOLLOW_ACTIVE_PLANS = "integrations.tasks.follow_active_plans"
 RECARVE_RACK = "integrations.tasks.recarve_rack"
 REPORT_NODES = "integrations.tasks.report_simulated_nodes"
+WATCH_REMOVALS = "integrations.tasks.watch_removals"
 # portal.tasks
 SIMULATE_DEMO_TELEMETRY = "portal.tasks.simulate_demo_telemetry"
 
@@ -61,6 +62,7 @@ TASKS = frozenset(
         FOLLOW_ACTIVE_PLANS,
         RECARVE_RACK,
         REPORT_NODES,
+        WATCH_REMOVALS,
         SIMULATE_DEMO_TELEMETRY,
     }
 )

@@ -30,6 +30,7 @@ from core.workloads import WorkRule
 from integrations.interfaces import JobBackend, PushAdapter, TrayDrainer
 from integrations.job_output import JobLogs
 from integrations.jobs import DispatchRequest
+from integrations.versions import Removal
 
 MASK = "••••••••"
 DEFAULT_WHAT_TO_DO = "fix the cause and retry the push"
@@ -92,6 +93,12 @@ class Kind:
     order: int = 100
     # payload -> a few lines saying what a push carries (the push page)
     describe: Callable[[dict], list[str]] = lambda payload: describe_files(payload)
+    # Versions (integrations.versions, the versions page): the facts its check keeps that are versions, as
+    # (key, label); (facts, cleaned settings) -> what Rackplane speaks to it; the removals ahead that can
+    # touch it, each dated and with its source.
+    version_facts: tuple[tuple[str, str], ...] = ()
+    uses: Callable[[dict, dict], str] = lambda facts, settings: ""
+    removals: tuple[Removal, ...] = ()
 
     def defaults(self) -> dict:
         return {setting.key: setting.default for setting in self.settings}

@@ -35,10 +35,11 @@ from core.task_names import (
     SIGNAL_JOB,
     SYNC_JOBS,
     SYNC_TRAY,
+    WATCH_REMOVALS,
 )
 from core.task_names import RENAMED as ALL_RENAMED
 from integrations import dispatch as job_dispatch
-from integrations import push_runs, requeue, trays
+from integrations import push_runs, removals, requeue, trays
 from integrations.fabric import nodes as simulated_nodes
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans import recarve
@@ -104,6 +105,17 @@ def push_config(self, push_id: int) -> dict:
     if outcome.status == PushStatus.QUEUED and outcome.retry_in is not None and retry:
         send_now(PUSH_CONFIG, push_id, countdown=outcome.retry_in)
     return {"push": push_id, "status": outcome.status, "retry_in": outcome.retry_in}
+
+
+@shared_task(name=WATCH_REMOVALS)
+@one_at_a_time
+def watch_removals() -> dict:
+    """Beat, daily: tell the subscribers of removal_ahead once per target and removal that bites soon
+    (integrations.versions: the dated table; integrations.removals)."""
+    told = removals.notify_biting()
+    if told:
+        logger.info("removals ahead told: %s", ", ".join(told))
+    return {"told": told}
 
 
 @shared_task(name=RETRY_STALE_PUSHES)

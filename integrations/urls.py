@@ -17,6 +17,7 @@ urlpatterns = [
     path("scheduling/targets/new/", targets.target_create, name="target-create"),
     path("scheduling/targets/<int:pk>/edit/", targets.target_edit, name="target-edit"),
     path("scheduling/targets/<int:pk>/test/", targets.target_test, name="target-test"),
+    path("scheduling/targets/versions/", targets.target_versions, name="versions"),
     path("scheduling/pushes/", targets.push_list, name="push-list"),
     path("scheduling/pushes/<int:pk>/", targets.push_detail, name="push-detail"),
     path("scheduling/pushes/<int:pk>/retry/", targets.push_retry, name="push-retry"),

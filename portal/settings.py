@@ -152,6 +152,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.web.context_processors.capacity",
+                "portal.web.context_processors.removals",
             ],
         },
     },
@@ -305,6 +306,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "follow-partition-plans": {"task": task_names.FOLLOW_ACTIVE_PLANS, "schedule": 30.0},
     # Config pushes: requeue pushes whose worker was lost, send retries that are due (integrations.pushes).
     "retry-stale-pushes": {"task": task_names.RETRY_STALE_PUSHES, "schedule": 60.0},
+    # Versions a target uses that a coming release removes (integrations.versions): told once a day at most.
+    "watch-removals": {"task": task_names.WATCH_REMOVALS, "schedule": 86400.0},
     # Jobs: a scheduling pass every minute besides the ones submissions and completions trigger; job state
     # read back from Slurm/Kubernetes, backend cancels and dispatch retries every 30 s
     # (integrations.dispatch).

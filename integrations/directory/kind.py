@@ -36,5 +36,6 @@ KIND = register(
             "check that the directory is writable by the portal and has free space, then retry the push"
         ),
         order=10,
+        uses=lambda facts, settings: "files written to a folder (the embedded default)",
     )
 )

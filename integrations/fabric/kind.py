@@ -2,6 +2,7 @@
 fabric of the embedded mode."""
 
 from integrations import fields as f
+from integrations.fabric import versions as fabric_versions
 from integrations.fabric.adapter import FabricAdapter
 from integrations.registry import Kind, Setting, register
 
@@ -71,5 +72,8 @@ KIND = register(
         atomic=False,
         describe=describe,
         order=40,
+        version_facts=fabric_versions.VERSION_FACTS,
+        uses=fabric_versions.uses,
+        removals=fabric_versions.REMOVALS,
     )
 )

@@ -9,6 +9,8 @@ from integrations.common import clip
 from integrations.kubernetes.errors import KubernetesRejected
 from integrations.kubernetes.target import KubernetesError, KubernetesTarget
 
+# API groups whose served versions Test connection reads (integrations.versions: the removals ahead).
+SERVED_GROUPS = {"kueue.x-k8s.io": "Kueue APIs served", "resource.nvidia.com": "ComputeDomain APIs served"}
 K8S_LOG_LINES = 200  # per-object lines kept in the log of a Kubernetes push (the counts are always there)
 
 
@@ -25,6 +27,7 @@ class KubernetesAdapter:
 
     def __init__(self, target, values: dict):
         self.values = values
+        self.facts: dict = {}  # what Test connection read: versions (integrations.versions)
 
     def _target(self) -> KubernetesTarget:
         v = self.values
@@ -95,11 +98,34 @@ class KubernetesAdapter:
                 )
             if status >= 400:
                 raise KubernetesRejected(f"GET /api/v1/nodes answered {status}", "check the API server")
+            served = {group: self._served(target, group) for group in SERVED_GROUPS}
+        self.facts = {
+            "kubernetes_version": version,
+            "kueue_versions": served["kueue.x-k8s.io"],
+            "compute_domain_versions": served["resource.nvidia.com"],
+        }
         return [
             f"Kubernetes {version} at {url}",
             "the TLS certificate was verified" if not self.values.get("insecure") else "TLS not verified",
             "the token is accepted and may read Nodes",
+            *(
+                f"{label}: {', '.join(served[group]) or f'not installed ({group} is not served)'}"
+                for group, label in SERVED_GROUPS.items()
+            ),
         ]
+
+    @staticmethod
+    def _served(target: KubernetesTarget, group: str) -> list[str]:
+        """The versions of an API group the server serves (API discovery, which every authenticated
+        client may read), preferred first; none when the group is not installed."""
+        status, data = target.request("GET", f"/apis/{group}")
+        if status == 404 or not isinstance(data, dict):
+            return []
+        if status >= 400:
+            raise KubernetesRejected(f"GET /apis/{group} answered {status}", "check the API server")
+        versions = [str(v.get("version")) for v in data.get("versions") or [] if isinstance(v, dict)]
+        preferred = (data.get("preferredVersion") or {}).get("version")
+        return sorted(versions, key=lambda v: v != preferred)
 
     def diff(self, payload: dict) -> list[str]:
         with self._target() as target:

@@ -7,6 +7,7 @@ import yaml
 from core.workloads import WorkRule
 from integrations import fields as f
 from integrations.jobs import DispatchRequest
+from integrations.kubernetes import versions as kubernetes_versions
 from integrations.kubernetes import work
 from integrations.kubernetes.adapter import KubernetesAdapter
 from integrations.kubernetes.changes import FORCE_CONFLICTS_LABEL
@@ -102,5 +103,8 @@ KIND = register(
         drainer=KubernetesDrainer,
         describe=describe,
         order=30,
+        version_facts=kubernetes_versions.VERSION_FACTS,
+        uses=kubernetes_versions.uses,
+        removals=kubernetes_versions.REMOVALS,
     )
 )

@@ -8,6 +8,7 @@ from core.workloads import WorkRule
 from integrations import fields as f
 from integrations.jobs import DispatchRequest
 from integrations.registry import Kind, Setting, register
+from integrations.slurm import versions as slurm_versions
 from integrations.slurm import work
 from integrations.slurm.adapter import SlurmAdapter
 from integrations.slurm.drain import SlurmDrainer
@@ -219,5 +220,8 @@ KIND = register(
         read_logs=slurm_logs,
         drainer=SlurmDrainer,
         order=20,
+        version_facts=slurm_versions.VERSION_FACTS,
+        uses=slurm_versions.uses,
+        removals=slurm_versions.REMOVALS,
     )
 )

@@ -14,13 +14,13 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Max
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_vary_headers
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.http import HttpResponseStopPolling
 
 from core.access import require_admin
 from core.htmx import page_or_partial
 from core.tables import Table
-from integrations import push_history, pushes, registry
+from integrations import push_history, pushes, registry, removals, versions
 from integrations.forms import ConfigTargetForm
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
@@ -64,6 +64,18 @@ def target_list(request):
             }
         )
     return render(request, "integrations/target_list.html", {"rows": rows, "kinds": registry.kinds()})
+
+
+@require_safe
+def target_versions(request):
+    """What each target runs, what Rackplane uses there, and the removals ahead (integrations.versions)."""
+    require_admin(request.user, "configuration targets and pushes")
+    context = {
+        "rows": removals.target_versions(),
+        "removals": removals.all_removals(),
+        "lead_days": versions.LEAD_DAYS,
+    }
+    return render(request, "integrations/target_versions.html", context)
 
 
 @require_http_methods(["GET", "POST"])

@@ -36,8 +36,20 @@ def test_check_works_and_writes_nothing(kube_proxy, kube_testbed, client_as, pla
     assert 'data-ok="true"' in html and "Connection works." in html
     assert "gb-cluster answers: Kubernetes v1." in html
     assert "the token is accepted and may read Nodes" in html
-    assert [r.path.split("?")[0] for r in kube_proxy.requests] == ["/version", "/api/v1/nodes"]
+    assert "Kueue APIs served: v1beta2, v1beta1" in html and "ComputeDomain APIs served: v1beta1" in html
+    assert [r.path.split("?")[0] for r in kube_proxy.requests] == [
+        "/version",
+        "/api/v1/nodes",
+        "/apis/kueue.x-k8s.io",
+        "/apis/resource.nvidia.com",
+    ]
     assert kube_proxy.writes == []
+    # What it read is kept for the versions page (integrations.versions).
+    t.refresh_from_db()
+    assert t.facts["kubernetes_version"].startswith("v1.")
+    # The preferred version first (the testbed's CRDs serve both Kueue versions, as Kueue 0.15-0.19 do).
+    assert t.facts["kueue_versions"] == ["v1beta2", "v1beta1"]
+    assert t.facts["compute_domain_versions"] == ["v1beta1"]
 
 
 def test_check_says_the_token_was_refused(kube_proxy, kube_testbed):
