@@ -6,6 +6,9 @@
 #   scripts/kube-testbed.sh env    [DIR]  print the `export ...` lines for it (also in DIR/env)
 #   scripts/kube-testbed.sh status [DIR]  tell whether the API server is ready (exit 1 if not)
 #   scripts/kube-testbed.sh stop   [DIR]  stop both servers and remove DIR (safe to run twice)
+#   scripts/kube-testbed.sh kueue-build        build the Kueue controller into ~/.cache/rackplane/kueue/ (once)
+#   scripts/kube-testbed.sh kueue-start [DIR]  install Kueue's own CRDs on the testbed in DIR and start Kueue
+#   scripts/kube-testbed.sh kueue-stop  [DIR]  stop Kueue, delete its Workloads, put back Rackplane's CRDs
 #
 # DIR defaults to $RACKPLANE_KUBE_TESTBED for everything but start.
 #
@@ -24,6 +27,18 @@
 # Rackplane writes (integrations/kubernetes/crds/) and Rackplane's RBAC (deploy/kubernetes/rbac.yaml), then
 # asks for a token of the `rackplane` service account, which is all Rackplane gets.
 #
+# Kueue (kueue-start): testbed/kueue/ is a small Go module whose `main` runs the upstream controller from the
+# published sigs.k8s.io/kueue module, as upstream's test/performance/scheduler/minimalkueue does (core
+# controllers, the scheduler, topology-aware scheduling) plus the batch/Job integration; no webhooks, so no
+# certificates. Built and cached like the API server (~/.cache/rackplane/kueue/<kueue version>-<hash>/, with
+# that version's CRDs beside the binary). kueue-start server-side applies those CRDs over the packaged ones
+# (same field manager, so kueue-stop's re-apply of integrations/kubernetes/crds/ restores them exactly), then
+# runs Kueue as the testbed admin until /readyz (its caches synced) answers. kueue-stop deletes the objects
+# of Kueue's other kinds (Workloads...) but leaves those CRDs installed, empty (deleting a CRD keeps the API
+# server busy for seconds). Nodes are not made here: Kueue's topology-aware scheduling counts only Ready,
+# untainted Nodes with allocatable GPUs, which the tests register (tests/integrations/kube_testbed.py
+# `register_ready_node`). Log: DIR/log/kueue.log.
+#
 # DIR/env exports:
 #   RACKPLANE_KUBE_TESTBED      DIR
 #   RACKPLANE_KUBE_URL          https://127.0.0.1:<port>
@@ -39,6 +54,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MODULE_DIR="$REPO_ROOT/testbed/kube-apiserver"
 CACHE_ROOT="$RACKPLANE_CACHE/kube-testbed"
+KUEUE_MODULE_DIR="$REPO_ROOT/testbed/kueue"
+KUEUE_CACHE_ROOT="$RACKPLANE_CACHE/kueue"
 MARKER=".rackplane-kube-testbed"
 READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-60}"
 GO_MINIMUM="1.26"
@@ -242,10 +259,110 @@ EOF
 }
 
 
+# --- Kueue ------------------------------------------------------------------------------------------------
+
+kueue_version() {
+    awk '$1 == "sigs.k8s.io/kueue" {print $2} $1 == "require" && $2 == "sigs.k8s.io/kueue" {print $3}' \
+        "$KUEUE_MODULE_DIR/go.mod" | head -n 1
+}
+
+kueue_cache_dir() {
+    local hash
+    hash="$(cat "$KUEUE_MODULE_DIR/go.mod" "$KUEUE_MODULE_DIR/go.sum" "$KUEUE_MODULE_DIR/main.go" | sha256sum | cut -c1-12)"
+    echo "$KUEUE_CACHE_ROOT/$(kueue_version)-$hash"
+}
+
+cmd_kueue_build() {
+    local cache tmp started=$SECONDS
+    cache="$(kueue_cache_dir)"
+    if [ -x "$cache/kueue" ] && [ -d "$cache/crds" ]; then
+        echo "$cache"
+        return 0
+    fi
+    check_go
+    mkdir -p "$KUEUE_CACHE_ROOT"
+    exec 8>"$KUEUE_CACHE_ROOT/.build.lock"
+    flock 8
+    if [ -x "$cache/kueue" ] && [ -d "$cache/crds" ]; then
+        echo "$cache"
+        return 0
+    fi
+    log "building Kueue $(kueue_version) from its Go module (first time only; several minutes)"
+    tmp="$(mktemp -d "$KUEUE_CACHE_ROOT/.build.XXXXXX")"
+    (
+        cd "$KUEUE_MODULE_DIR"
+        export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+        "$GO" build -trimpath -ldflags="-s -w" -o "$tmp/kueue" . &&
+            module_dir="$("$GO" list -m -f '{{.Dir}}' sigs.k8s.io/kueue)" &&
+            mkdir "$tmp/crds" &&
+            cp "$module_dir"/config/components/crd/bases/*.yaml "$tmp/crds/" &&
+            chmod u+w "$tmp"/crds/*.yaml
+    ) >"$tmp/build.log" 2>&1 || {
+        tail -n 30 "$tmp/build.log" >&2
+        die "building Kueue failed (log above, also in $tmp/build.log): check that the Go module proxy is reachable (go env GOPROXY) and that Go is $GO_MINIMUM or newer"
+    }
+    rm -rf "$cache"
+    mv "$tmp" "$cache"
+    log "built Kueue in $((SECONDS - started))s: $cache"
+    echo "$cache"
+}
+
+cmd_kueue_start() {
+    local dir bin port deadline python
+    dir="$(testbed_dir_arg "${1:-}")"
+    bin="$(cmd_kueue_build)"
+    python="$REPO_ROOT/.venv/bin/python"
+    [ -x "$python" ] || die "no .venv: run 'bash scripts/venv.sh test' first (the set-up uses PyYAML)"
+    if pid_alive "$dir/kueue.pid"; then
+        log "Kueue already runs on $dir"
+        return 0
+    fi
+    "$python" "$REPO_ROOT/scripts/kube_testbed.py" crds --kubeconfig "$dir/admin.kubeconfig" \
+        --crds "$bin/crds" >>"$dir/log/setup.log" 2>&1 || {
+        tail -n 20 "$dir/log/setup.log" >&2
+        die "installing Kueue's CRDs on the test API server failed (log above)"
+    }
+    port="$(free_port)"
+    KUBECONFIG="$dir/admin.kubeconfig" "$bin/kueue" --health-probe-bind-address "127.0.0.1:$port" \
+        >"$dir/log/kueue.log" 2>&1 &
+    echo $! >"$dir/kueue.pid"
+    deadline=$((SECONDS + READY_TIMEOUT))
+    until curl -fsS -m 2 "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do
+        if ! pid_alive "$dir/kueue.pid"; then
+            tail -n 20 "$dir/log/kueue.log" >&2 || true
+            rm -f "$dir/kueue.pid"
+            die "Kueue stopped while starting (log above, in $dir/log/kueue.log)"
+        fi
+        [ "$SECONDS" -lt "$deadline" ] || {
+            tail -n 20 "$dir/log/kueue.log" >&2 || true
+            die "Kueue was not ready within ${READY_TIMEOUT}s (log in $dir/log/kueue.log)"
+        }
+        sleep 0.1
+    done
+    kueue_version >"$dir/kueue.version"
+    log "Kueue $(kueue_version) running on $dir"
+}
+
+cmd_kueue_stop() {
+    local dir="${1:-${RACKPLANE_KUBE_TESTBED:-}}" bin
+    [ -n "$dir" ] && [ -d "$dir" ] || return 0
+    dir="$(testbed_dir_arg "$dir")"
+    [ -f "$dir/kueue.version" ] || [ -f "$dir/kueue.pid" ] || return 0
+    stop_pid "$dir/kueue.pid"
+    bin="$(kueue_cache_dir)"
+    "$REPO_ROOT/.venv/bin/python" "$REPO_ROOT/scripts/kube_testbed.py" crds --kubeconfig "$dir/admin.kubeconfig" \
+        --crds "$REPO_ROOT/integrations/kubernetes/crds" --empty-others "$bin/crds" >>"$dir/log/setup.log" 2>&1 || {
+        tail -n 20 "$dir/log/setup.log" >&2
+        die "putting Rackplane's CRDs back on the test API server failed (log above)"
+    }
+    rm -f "$dir/kueue.version"
+}
+
 cmd_stop() {
     local dir="${1:-${RACKPLANE_KUBE_TESTBED:-}}"
     [ -n "$dir" ] && [ -d "$dir" ] || return 0 # already gone
     dir="$(testbed_dir_arg "$dir")"
+    stop_pid "$dir/kueue.pid"
     stop_pid "$dir/apiserver.pid"
     stop_pid "$dir/etcd.pid"
     if [ "${RACKPLANE_KEEP_RUNTIME:-0}" = 1 ]; then
@@ -275,8 +392,11 @@ start) cmd_start "${2:-}" ;;
 stop) cmd_stop "${2:-}" ;;
 status) cmd_status "${2:-}" ;;
 env) cat "$(testbed_dir_arg "${2:-}")/env" ;;
+kueue-build) cmd_kueue_build >/dev/null ;;
+kueue-start) cmd_kueue_start "${2:-}" ;;
+kueue-stop) cmd_kueue_stop "${2:-}" ;;
 *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

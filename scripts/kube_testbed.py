@@ -1,10 +1,17 @@
 """Set up the test Kubernetes API server started by scripts/kube-testbed.sh (run with the project's .venv).
 
     kube_testbed.py setup --kubeconfig ADMIN --crds DIR --rbac FILE --token-out FILE
+    kube_testbed.py crds --kubeconfig ADMIN --crds DIR [--empty-others DIR2]
 
-Server-side applies every CRD in DIR and waits until each is Established, applies the RBAC file (the
+`setup` server-side applies every CRD in DIR and waits until each is Established, applies the RBAC file (the
 `rackplane` ServiceAccount and exactly the permissions Rackplane needs), then asks the TokenRequest API for
-a token of that service account and writes it to FILE. Talks to the server as the admin of the kubeconfig.
+a token of that service account and writes it to FILE. `crds` only applies DIR's CRDs (Kueue's own, when
+scripts/kube-testbed.sh starts Kueue); with `--empty-others DIR2` it first deletes every object of the CRDs
+of DIR2 that DIR has not (their finalizers dropped: the controller that would remove them has stopped), so
+that after Kueue stops its Workloads hold nothing and DIR's CRDs (Rackplane's) are again the ones served for
+the kinds both have. Every apply has the same field manager, so applying one set over another leaves no
+field of the other behind. Talks to the server as
+the admin of the kubeconfig.
 """
 
 from __future__ import annotations
@@ -38,6 +45,12 @@ PATHS = {
     ),
 }
 TOKEN_SECONDS = 7 * 24 * 3600
+# libyaml's parser when PyYAML has it: Kueue's Workload CRD (1.4 MB) takes seconds in the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(path: pathlib.Path):
+    return yaml.load(path.read_text(), Loader=_LOADER)
 
 
 class Server:
@@ -63,6 +76,15 @@ class Server:
                 f"{method} {path}: {error.code} {error.read().decode(errors='replace')}"
             ) from None
 
+    def request_or_none(self, method: str, path: str, body=None, content_type="application/json"):
+        """`request`, with None for an object that is not there (404)."""
+        try:
+            return self.request(method, path, body, content_type)
+        except SystemExit as error:
+            if ": 404 " in str(error):
+                return None
+            raise
+
     def served(self, path: str) -> bool:
         request = urllib.request.Request(self.url + path)
         request.add_header("Authorization", f"Bearer {self.token}")
@@ -87,11 +109,11 @@ class Server:
         )
 
 
-def setup(args: argparse.Namespace) -> None:
-    server = Server(pathlib.Path(args.kubeconfig))
+def apply_crds(server: Server, directory: str) -> None:
+    """Server-side apply every CRD in `directory`; return once each is Established and served."""
     names = []
-    for path in sorted(pathlib.Path(args.crds).glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+    for path in sorted(pathlib.Path(directory).glob("*.yaml")):
+        crd = load_yaml(path)
         server.apply(crd)
         names.append(crd["metadata"]["name"])
     deadline = time.monotonic() + 30
@@ -115,6 +137,38 @@ def setup(args: argparse.Namespace) -> None:
                 raise SystemExit(f"{plural}.{group} was not served within 30 s")
             time.sleep(0.1)
     print(f"CRDs established and served: {', '.join(names)}")
+
+
+def empty_crds(server: Server, directory: str, keep: str) -> None:
+    """Delete every object of the CRDs of `directory` that `keep` has not, finalizers dropped first (the
+    controller that would remove them has stopped). The CRDs themselves stay: deleting one keeps the API
+    server busy for seconds, and an empty kind changes nothing for anyone."""
+    kept = {load_yaml(p)["metadata"]["name"] for p in pathlib.Path(keep).glob("*.yaml")}
+    crds_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for path in sorted(pathlib.Path(directory).glob("*.yaml")):
+        crd = load_yaml(path)
+        name = crd["metadata"]["name"]
+        if name in kept or server.request_or_none("GET", f"{crds_path}/{name}") is None:
+            continue
+        group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+        version = next(v["name"] for v in crd["spec"]["versions"] if v.get("storage"))
+        items = (server.request("GET", f"/apis/{group}/{version}/{plural}") or {}).get("items") or []
+        for item in items:
+            meta = item["metadata"]
+            where = f"namespaces/{meta['namespace']}/" if meta.get("namespace") else ""
+            path_of = f"/apis/{group}/{version}/{where}{plural}/{meta['name']}"
+            if meta.get("finalizers"):
+                server.request_or_none(
+                    "PATCH", path_of, {"metadata": {"finalizers": None}}, "application/merge-patch+json"
+                )
+            server.request_or_none("DELETE", path_of)
+        if items:
+            print(f"deleted {len(items)} {plural}.{group}")
+
+
+def setup(args: argparse.Namespace) -> None:
+    server = Server(pathlib.Path(args.kubeconfig))
+    apply_crds(server, args.crds)
     for obj in yaml.safe_load_all(pathlib.Path(args.rbac).read_text()):
         if obj:
             server.apply(obj)
@@ -142,8 +196,18 @@ def main(argv: list[str]) -> None:
     p.add_argument("--crds", required=True)
     p.add_argument("--rbac", required=True)
     p.add_argument("--token-out", required=True)
+    p = commands.add_parser("crds")
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--crds", required=True)
+    p.add_argument("--empty-others", metavar="DIR")
     args = parser.parse_args(argv)
-    setup(args)
+    if args.command == "setup":
+        setup(args)
+        return
+    server = Server(pathlib.Path(args.kubeconfig))
+    if args.empty_others:
+        empty_crds(server, args.empty_others, keep=args.crds)
+    apply_crds(server, args.crds)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ bash scripts/system-deps.sh
 # The Go-built servers (on a new machine: minutes of compiling, then cached in ~/.cache/rackplane) build in the
 # background while the Python environment, the services, the Slurm chroot and the identity testbed are set up.
 go_builds_log="$(mktemp -t rackplane-go-builds.XXXXXX)"
-(bash scripts/kube-testbed.sh build && bash scripts/helm.sh build) >"$go_builds_log" 2>&1 &
+(bash scripts/kube-testbed.sh build && bash scripts/kube-testbed.sh kueue-build && bash scripts/helm.sh build) \
+    >"$go_builds_log" 2>&1 &
 go_builds=$!
 bash scripts/venv.sh test
 
@@ -74,7 +75,8 @@ else
     log "warning: the Slurm testbed did not start (messages above); Slurm integration tests will fail"
 fi
 
-# A real kube-apiserver + etcd built from the Go modules (first run: a few minutes; then cached in ~/.cache/rackplane).
+# A real kube-apiserver + etcd built from the Go modules (first run: a few minutes; then cached in ~/.cache/rackplane),
+# and the Kueue controller that tests/integrations/kubernetes/test_kueue.py starts on it (kueue-start).
 log "== kubernetes testbed and helm: waiting for their builds (started in the background)"
 if ! wait "$go_builds"; then
     log "warning: building the Go servers failed:"

@@ -4,8 +4,9 @@
 `integration` use these fixtures:
 
 * `kube`: a `KubeAdmin` (admin token) on a cluster wiped clean before the test: no Rackplane objects, no
-  department namespaces, no Nodes. It registers fake Nodes (no kubelet runs), reads objects back, writes what
-  a controller would (`set_status`), and applies objects as another field manager.
+  department namespaces, no Nodes. It registers fake Nodes (no kubelet runs; `register_ready_node` also
+  reports them Ready with allocatable GPUs, for Kueue), reads objects back, writes what a controller would
+  (`set_status`), and applies objects as another field manager.
 * `kube_proxy`: a `FaultProxy` in front of the real server. Rackplane talks to it with the `rackplane`
   service account's token (exactly deploy/kubernetes/rbac.yaml) and the cluster CA; it records every request
   (`requests`, `writes`) and can inject what a real server cannot be made to do on demand: an answer of
@@ -60,6 +61,8 @@ KINDS = {
     ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): ("clusterqueues", False),
     ("kueue.x-k8s.io/v1beta2", "Cohort"): ("cohorts", False),
     ("kueue.x-k8s.io/v1beta2", "LocalQueue"): ("localqueues", True),
+    # Served once Kueue was started on the testbed (kube-testbed.sh kueue-start installs its CRDs; they stay).
+    ("kueue.x-k8s.io/v1beta2", "Workload"): ("workloads", True),
     ("resource.nvidia.com/v1beta1", "ComputeDomain"): ("computedomains", True),
 }
 BY_KIND = {kind: (api_version, *rest) for (api_version, kind), rest in KINDS.items()}
@@ -67,6 +70,7 @@ BY_KIND = {kind: (api_version, *rest) for (api_version, kind), rest in KINDS.ite
 WIPE_ORDER = [
     "Pod",
     "Job",
+    "Workload",  # after its Job: Kueue (when it runs) would make a new one for a Job still there
     "ComputeDomain",
     "LocalQueue",
     "NetworkPolicy",
@@ -208,6 +212,11 @@ class KubeAdmin:
         api_version, _, _ = BY_KIND[kind]
         return self.ok("GET", path_for(api_version, kind), **query).get("items") or []
 
+    def served(self, kind: str) -> bool:
+        """Whether the server serves the kind now (Workloads: only while Kueue's CRDs are installed)."""
+        api_version, _, _ = BY_KIND[kind]
+        return self.request("GET", path_for(api_version, kind), limit="1")[0] != 404
+
     def names(self, kind: str, *, live_only: bool = True) -> list[str]:
         """Sorted names (`namespace/name` for namespaced kinds) of the kind's objects; objects that are being
         deleted (a deletionTimestamp: waiting on a controller that does not run here) are left out unless
@@ -258,10 +267,36 @@ class KubeAdmin:
         node["metadata"]["labels"].setdefault("kubernetes.io/hostname", name)
         return self.create(node, manager="kubelet")
 
+    def register_ready_node(
+        self, name: str, labels: dict[str, str] | None = None, gpus: int = 4
+    ) -> dict[str, Any]:
+        """A Node as a kubelet with the NVIDIA device plugin would report it: registered, then its status
+        Ready with `gpus` allocatable `nvidia.com/gpu`, and the `node.kubernetes.io/not-ready` taint the API
+        server puts on every new Node removed, as the node lifecycle controller does once it is Ready.
+        Kueue's topology-aware scheduling counts only such nodes (Ready, untainted or tolerated, with
+        allocatable); no kubelet or controller runs here to do it."""
+        self.register_node(name, labels)
+        capacity = {"nvidia.com/gpu": str(gpus), "cpu": "144", "memory": "900Gi", "pods": "110"}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        self.set_status(
+            "Node", name, "", {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}
+        )
+        return self.merge_patch("Node", name, {"spec": {"taints": None}}, fieldManager="node-controller")
+
     def resource_versions(self) -> dict[str, str]:
         """Every test-owned object's resourceVersion: equal before and after = nothing was written."""
         out = {}
         for kind in [*WIPE_ORDER, "Namespace"]:
+            if kind == "Workload" and not self.served(kind):
+                continue
             for item in self.list(kind):
                 meta = item["metadata"]
                 if kind == "Namespace" and meta["name"] in SYSTEM_NAMESPACES:
@@ -285,6 +320,8 @@ class KubeAdmin:
         if _CLEAN_AT.get(self.testbed.url) == self.revision():
             return
         for kind in WIPE_ORDER:
+            if kind == "Workload" and not self.served(kind):
+                continue
             api_version, _, namespaced = BY_KIND[kind]
             collections = set()
             for item in self.list(kind):
@@ -306,6 +343,17 @@ class KubeAdmin:
                     gracePeriodSeconds="0",
                     propagationPolicy="Background",
                 )
+            # A controller that runs (Kueue, while a test module runs it) may have put its finalizer back
+            # between the patch and the delete; on an object being deleted none can be added again.
+            for item in self.list(kind) if collections else ():
+                meta = item["metadata"]
+                if meta.get("finalizers") and meta.get("deletionTimestamp"):
+                    self.request(
+                        "PATCH",
+                        path_for(api_version, kind, meta["name"], meta.get("namespace")),
+                        {"metadata": {"finalizers": None}},
+                        content_type="application/merge-patch+json",
+                    )
         for item in self.list("Namespace"):
             name = item["metadata"]["name"]
             if name in SYSTEM_NAMESPACES:
