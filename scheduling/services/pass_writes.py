@@ -347,16 +347,20 @@ def start_jobs(
             gpus = free_on.get(t, [])
             allocations.extend((start.job_id, gpu_id, t) for gpu_id in gpus[:n])
             del gpus[:n]
-        hosts = [cluster.tray_host[t] for t, _ in start.placement]
-        own[start.job_id] = {"placement": hosts, "over_quota": start.over_quota}
-        waited = None
-        if start.fell_back_from is not None and pending and start.job_id in pending:
-            waited = now.timestamp() - pass_inputs.epoch(pending[start.job_id].created_at)
-        events.append(_placed_event(start.job_id, start, cluster, hosts, waited))
+        own[start.job_id] = {
+            "placement": [cluster.tray_host[t] for t, _ in start.placement],
+            "over_quota": start.over_quota,
+        }
     # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
     last = _insert_allocations(allocations, now)
     common = _placed(now)
     _update_each(own, common)
+    # The job events once the writes are sent (inside `pipelined`, the database makes them meanwhile).
+    for start in result.started:
+        waited = None
+        if start.fell_back_from is not None and pending and start.job_id in pending:
+            waited = now.timestamp() - pass_inputs.epoch(pending[start.job_id].created_at)
+        events.append(_placed_event(start.job_id, start, cluster, own[start.job_id]["placement"], waited))
 
     def record() -> None:
         # The next pass of this process finds them here (if this one commits) instead of reading them; their
