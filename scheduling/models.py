@@ -182,7 +182,9 @@ class FaultPolicy(models.Model):
 
 class Allocation(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
-    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    # No index of its own: the unique constraint's (one job per GPU) is the index on gpu, a second one only
+    # made every allocation a pass writes cost one more index insert.
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations", db_index=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

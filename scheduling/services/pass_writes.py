@@ -7,7 +7,10 @@ the number of jobs; Allocation's unique GPU constraint makes giving one GPU twic
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+from collections.abc import Callable
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
@@ -146,26 +149,68 @@ def _int_array(values) -> str:
     return "{" + ",".join(map(str, map(int, values))) + "}"
 
 
-def _insert_allocations(allocations: list[tuple], now) -> dict[int, int]:
-    """Allocation rows for (job, GPU, ...) tuples, made at `now`; each job's highest allocation id (the
-    kept cluster's check, scheduling.pass_cache). PostgreSQL: one INSERT from two arrays (no model
-    instance per row); elsewhere bulk_create."""
+@contextlib.contextmanager
+def pipelined():
+    """PostgreSQL: the statements made inside are sent without waiting for each one's answer (psycopg's
+    pipeline mode): the server runs them while the pass goes on with its Python work (the audit's and the
+    job events' rows, the kept cluster), and the block waits for them all as it ends. A statement's error
+    raises there at the latest (as Django's error: IntegrityError for a GPU given twice), inside the pass's
+    transaction, which rolls back as before. Only writes belong inside: a read waits for everything sent
+    before it, and Django's `save()` and `update()` cannot count the rows of an unanswered statement.
+    Elsewhere: nothing changes."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+
+
+@functools.cache
+def _allocation_foreign_keys() -> str:
+    """Allocation's foreign-key constraints (to its job and to its GPU), as SET CONSTRAINTS names them:
+    the names Django's schema editor gave them."""
+    editor = connection.SchemaEditorClass(connection)
+    return ", ".join(
+        str(editor._fk_constraint_name(Allocation, field, "_fk_%(to_table)s_%(to_column)s"))
+        for field in (Allocation._meta.get_field("job"), Allocation._meta.get_field("gpu"))
+    )
+
+
+def _insert_allocations(allocations: list[tuple], now) -> Callable[[], dict[int, int]]:
+    """Allocation rows for (job, GPU, ...) tuples, made at `now`; returns what gives each job's highest
+    allocation id (the kept cluster's check, scheduling.pass_cache), to call once the id is needed (inside
+    `pipelined`, the insert's answer is waited for then). PostgreSQL: one INSERT from two arrays (no model
+    instance per row), then its rows' foreign keys checked at once: the checks a commit would make (deferred
+    constraints), the same ones, made while the pass goes on (`pipelined`) instead of after it; elsewhere
+    bulk_create."""
     if not allocations:
-        return {}
+        return dict
     if connection.vendor != "postgresql":
         made = Allocation.objects.bulk_create(Allocation(job_id=row[0], gpu_id=row[1]) for row in allocations)
         last: dict[int, int] = {}
         for allocation in made:
             last[allocation.job_id] = max(last.get(allocation.job_id, 0), allocation.pk or 0)
-        return last
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH made AS (INSERT INTO {Allocation._meta.db_table} (job_id, gpu_id, created_at) "
-            "SELECT job_id, gpu_id, %s FROM unnest(%s::bigint[], %s::bigint[]) AS v(job_id, gpu_id) "
-            "RETURNING job_id, id) SELECT job_id, max(id) FROM made GROUP BY job_id",
-            [now, _int_array(row[0] for row in allocations), _int_array(row[1] for row in allocations)],
-        )
-        return dict(cursor.fetchall())
+        return lambda: last
+    cursor = connection.cursor()
+    cursor.execute(
+        f"WITH made AS (INSERT INTO {Allocation._meta.db_table} (job_id, gpu_id, created_at) "
+        "SELECT job_id, gpu_id, %s FROM unnest(%s::bigint[], %s::bigint[]) AS v(job_id, gpu_id) "
+        "RETURNING job_id, id) SELECT job_id, max(id) FROM made GROUP BY job_id",
+        [now, _int_array(row[0] for row in allocations), _int_array(row[1] for row in allocations)],
+    )
+    constraints = _allocation_foreign_keys()
+    with connection.cursor() as checks:
+        # Back to deferred after: Allocation's constraints are (Django's default), and the pass makes no
+        # other allocation after these.
+        checks.execute(f"SET CONSTRAINTS {constraints} IMMEDIATE")
+        checks.execute(f"SET CONSTRAINTS {constraints} DEFERRED")
+
+    def last_ids() -> dict[int, int]:
+        with cursor:
+            return dict(cursor.fetchall())
+
+    return last_ids
 
 
 def _changes(before: dict[int, tuple], after: dict[int, dict]) -> dict[int, dict]:
@@ -283,13 +328,14 @@ def _placed_event(
 def start_jobs(
     result: PassResult, state: pass_cluster.ClusterState, locked: dict, now, pending: dict | None = None
 ):
-    """Allocate each started job its GPUs and mark it placed (STARTING, for dispatch); (changes, events).
+    """Allocate each started job its GPUs and mark it placed (STARTING, for dispatch); (changes, events,
+    `record`: to call once the pass has sent its writes, it notes the allocations for the kept cluster).
 
     The free GPUs of the trays come from the cluster as it was read (with the preempted jobs' GPUs free);
     each start takes from the front of its trays' lists, so two small jobs packed on one tray get
     different GPUs."""
     if not result.started:
-        return {}, []
+        return {}, [], lambda: None
     cluster = state.cluster
     freed = {gpu for victim in result.preempted if victim in state.held for gpu in state.held[victim].gpus}
     free_on = state.free_gpus({t for start in result.started for t, _ in start.placement}, freed)
@@ -301,20 +347,27 @@ def start_jobs(
             gpus = free_on.get(t, [])
             allocations.extend((start.job_id, gpu_id, t) for gpu_id in gpus[:n])
             del gpus[:n]
-        hosts = [cluster.tray_host[t] for t, _ in start.placement]
-        own[start.job_id] = {"placement": hosts, "over_quota": start.over_quota}
+        own[start.job_id] = {
+            "placement": [cluster.tray_host[t] for t, _ in start.placement],
+            "over_quota": start.over_quota,
+        }
+    # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
+    last = _insert_allocations(allocations, now)
+    common = _placed(now)
+    _update_each(own, common)
+    # The job events once the writes are sent (inside `pipelined`, the database makes them meanwhile).
+    for start in result.started:
         waited = None
         if start.fell_back_from is not None and pending and start.job_id in pending:
             waited = now.timestamp() - pass_inputs.epoch(pending[start.job_id].created_at)
-        events.append(_placed_event(start.job_id, start, cluster, hosts, waited))
-    # The unique GPU constraint refuses a double allocation outright (the whole pass rolls back).
-    last = _insert_allocations(allocations, now)
-    # The next pass of this process finds them here (if this one commits) instead of reading them; their
-    # version is placed_at as pass_inputs.read_running gives it.
-    state.record(now.timestamp(), allocations, last)
-    common = _placed(now)
-    _update_each(own, common)
-    return _changes(locked, {pk: {**common, **values} for pk, values in own.items()}), events
+        events.append(_placed_event(start.job_id, start, cluster, own[start.job_id]["placement"], waited))
+
+    def record() -> None:
+        # The next pass of this process finds them here (if this one commits) instead of reading them; their
+        # version is placed_at as pass_inputs.read_running gives it.
+        state.record(now.timestamp(), allocations, last())
+
+    return _changes(locked, {pk: {**common, **values} for pk, values in own.items()}), events, record
 
 
 def _standing_words(

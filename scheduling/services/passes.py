@@ -30,6 +30,7 @@ from scheduling.services.pass_writes import (
     insert_events,
     keep_decisions_still_valid,
     lock_decided,
+    pipelined,
     preempt,
     record_waiting_reasons,
     start_jobs,
@@ -71,7 +72,6 @@ def _pass(now) -> PassSummary:
     # partition). Read before `keep` puts the cluster back.
     _, _, _, engine_pending, _ = engine_args
     left_waiting = [job.request(borrow=job.preemptible) for job in engine_pending if job.id in result.waiting]
-    stranded_now = stranded(inputs.cluster, left_waiting).as_dict()
     # Carving that follows demand: re-carves of idle trays for the in-quota gangs left waiting, proposed on
     # the same cluster and sent to integrations on commit (scheduling.services.recarving).
     recarves = propose_recarves(inputs.cluster, result, engine_pending, now)
@@ -87,23 +87,32 @@ def _pass(now) -> PassSummary:
     by_pk = {d.pk: d for d in departments}
     reasons = {pk: row.pending_reason for pk, row in pending.items()}
     reasons.update((pk, row.pending_reason) for pk, row in locked.items() if row.state == JobState.PENDING)
-    changes, events = preempt(result, holding, pending, slug)
-    started_changes, started_events = start_jobs(result, state, locked, now, pending)
-    projects_by_pk = {row[0]: row for row in project_rows}
-    standing_changes, standing_events = write_standing(result, restand, holding, by_pk, projects_by_pk)
-    record_bulk_change(
-        Job,
-        {**changes, **started_changes, **standing_changes},
-        # The jobs as the audit names them (Job.__str__: name and department), from the rows locked above.
-        described={
-            pk: (f"{row.name} ({by_pk[row.department_id]})", row.department_id) for pk, row in locked.items()
-        },
-    )
-    record_waiting_reasons(result.waiting, reasons)
-    insert_events([*events, *started_events, *standing_events])
-    for start in result.started:
-        enqueue(DISPATCH_JOB, start.job_id)
-    pass_cache.keep(state)
+    # The writes are sent without waiting for each (PostgreSQL): the database makes them, and checks the
+    # allocations' foreign keys, while the Python work below them goes on.
+    with pipelined():
+        changes, events = preempt(result, holding, pending, slug)
+        started_changes, started_events, record = start_jobs(result, state, locked, now, pending)
+        projects_by_pk = {row[0]: row for row in project_rows}
+        standing_changes, standing_events = write_standing(result, restand, holding, by_pk, projects_by_pk)
+        record_bulk_change(
+            Job,
+            {**changes, **started_changes, **standing_changes},
+            # The jobs as the audit names them (Job.__str__: name and department), from the rows locked above.
+            described={
+                pk: (f"{row.name} ({by_pk[row.department_id]})", row.department_id)
+                for pk, row in locked.items()
+            },
+        )
+        record_waiting_reasons(result.waiting, reasons)
+        insert_events([*events, *started_events, *standing_events])
+        for start in result.started:
+            enqueue(DISPATCH_JOB, start.job_id)
+        # Stranded capacity on the cluster as the engine left it (the writes do not change it).
+        stranded_now = stranded(inputs.cluster, left_waiting).as_dict()
+        # Kept before the writes are answered: a kept cluster is checked against the database at the next
+        # pass, so it stays right if they fail (the pass rolls back) as if they were made.
+        pass_cache.keep(state)
+        record()  # waits for the allocations' ids
     return PassSummary(
         started=len(result.started),
         preempted=len(result.preempted),
