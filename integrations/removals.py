@@ -23,6 +23,7 @@ class TargetVersions:
     target: ConfigTarget
     label: str
     seen: list[tuple[str, str]]
+    versioned: bool  # its kind has version facts to read (a folder of files has none)
     checked_at: str
     uses: str
     touches: list[versions.Touch]
@@ -42,6 +43,7 @@ def target_versions(today: date | None = None) -> list[TargetVersions]:
                 target=target,
                 label=kind.label if kind else target.kind,
                 seen=versions.seen(kind.version_facts if kind else (), facts),
+                versioned=bool(kind and kind.version_facts),
                 checked_at=str(facts.get("checked_at", ""))[:16].replace("T", " "),
                 uses=kind.uses(facts, target.settings or {}) if kind else "",
                 touches=_touches(target.kind, facts, today),

@@ -85,12 +85,16 @@ class FabricAdapter:
         )
 
     def _learned(self, manager) -> None:
-        self.facts = dict(getattr(manager, "facts", {}))
+        if self.values["kind"] == "simulated":
+            self.facts = {"fabric_manager": "simulated"}
+        else:
+            self.facts = {"fabric_manager": "NMX-M", **getattr(manager, "facts", {})}
 
     def check(self) -> list[str]:
         """Test connection (integrations.push_history): NMX-M answers its partition and GPU lists under the
         path it serves (found here and remembered on the target); nothing is written."""
         manager = self._manager([])
+        self._learned(manager)
         if self.values["kind"] == "simulated":
             domains = manager.domains()
             partitions = sum(len(manager.read_back(domain)) for domain in domains)

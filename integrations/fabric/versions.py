@@ -3,7 +3,7 @@ keep it), what Rackplane speaks to it, and the removals ahead that can touch it.
 
 from integrations.versions import Facts, Removal
 
-VERSION_FACTS = (("nmx_api", "NMX-M path"),)
+VERSION_FACTS = (("fabric_manager", "Fabric manager"), ("nmx_api", "NMX-M path"))
 
 
 def uses(facts: Facts, settings: Facts) -> str:

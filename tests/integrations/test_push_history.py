@@ -230,3 +230,5 @@ def test_the_simulated_fabric_answers_test_connection_with_what_it_holds(
     assert response.status_code == 200 and "Connection works." in html and "note-info" in html
     racks = Rack.objects.exclude(cluster_uuid=None).count()
     assert f"simulated fabric in this process: {racks:,} NVLink domains" in html
+    target.refresh_from_db()
+    assert target.facts["fabric_manager"] == "simulated"  # the versions page shows what it is

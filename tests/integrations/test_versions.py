@@ -90,6 +90,7 @@ def targets(db):
         name="hpc", kind="slurm", settings={}, facts={"slurm_version": "24.11.5", "slurm_rest": "v0.0.42"}
     )
     ConfigTarget.objects.create(name="nvlink", kind="fabric", settings={"kind": "nmx"}, facts={})
+    ConfigTarget.objects.get_or_create(name="local", defaults={"kind": "directory", "settings": {}})
     return old
 
 
@@ -102,6 +103,7 @@ def test_the_page_shows_what_each_target_runs_uses_and_what_is_removed(targets, 
     assert 'data-removal="slurm-rest-v0.0.42" data-action="false"' in html
     assert "NMX-M partitions API (its path is found at Test connection)" in html
     assert "not read yet: press Test connection" in html  # the fabric target was never tested
+    assert "no versions to read" in html  # a folder of files has none
     for _, removal in removals.all_removals():  # the table, each with its source
         assert removal.source.replace("'", "&#x27;") in html
 

@@ -61,7 +61,7 @@ def test_test_connection_finds_the_path_keeps_it_and_a_push_goes_straight_there(
     assert "72 GPUs and 1 partitions visible with this token" in html
     assert standin.writes == []
     target.refresh_from_db()
-    assert target.facts["nmx_api"] == standin.prefix
+    assert target.facts["nmx_api"] == standin.prefix and target.facts["fabric_manager"] == "NMX-M"
 
     standin.requests.clear()
     adapter = pushes.adapter_for(target)
