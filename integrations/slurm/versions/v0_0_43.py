@@ -1,0 +1,20 @@
+"""slurmrestd's v0.0.43 API (data_parser/v0.0.43): Slurm 25.05 (newest there) to 26.11.
+
+What changed from v0.0.42 for what Rackplane uses (CHANGELOG/slurm-25.05.md, openapi_spec_v43.json):
+* `v0.0.43_job_info` gained `stdout_expanded` (with `stderr_expanded`, `stdin_expanded`): the output path
+  with Slurm's own expansion of %j, %x, %u and the rest ("Job stdout with expanded fields"; parsers.c
+  JOB_INFO_STDOUT_EXP, dump only). The job log page reads it instead of expanding `standard_output` itself.
+* `v0.0.43_job_info` gained `segment_size` and `licenses_allocated` (not read).
+Unchanged: the submit body's fields and types, job_state's values, DELETE's parameters and answer, nodes.
+"""
+
+import dataclasses
+
+from integrations.slurm.versions import v0_0_42
+
+DIALECT = dataclasses.replace(
+    v0_0_42.DIALECT,
+    version="v0.0.43",
+    expanded_output_field="stdout_expanded",
+    changes=("job records say where the output is with Slurm's own expansion (stdout_expanded)",),
+)
