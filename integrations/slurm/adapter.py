@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable
 
 from integrations.common import clip
+from integrations.jobs import API_VERSION_SETTING, BackendRejected
 from integrations.slurm.target import SlurmConfigurationError, SlurmError, SlurmTarget, SlurmUnavailable
 
 
@@ -14,6 +15,7 @@ class SlurmAdapter:
 
     def __init__(self, target, values: dict):
         self.target = target
+        self.values = values
         self.facts: dict = {}  # what check() and apply() learned (integrations.pushes.remember)
         self.slurm = SlurmTarget(
             values["config_dir"], values["scontrol"], slurmctld_log=values.get("slurmctld_log") or None
@@ -46,7 +48,8 @@ class SlurmAdapter:
 
     def check(self) -> list[str]:
         """Test connection (integrations.push_history): slurmctld answers `scontrol ping` and the
-        configuration directory is there; nothing is written."""
+        configuration directory is there; with slurmrestd (rest_url), the API version is chosen afresh with
+        it and remembered on the target (integrations.slurm.versions). Nothing is written to Slurm."""
         if not self.slurm.ping():
             raise SlurmUnavailable(
                 "slurmctld does not answer `scontrol ping`", "start slurmctld or fix the scontrol setting"
@@ -61,7 +64,21 @@ class SlurmAdapter:
         return [
             f"Slurm {version}: slurmctld answers scontrol ping",
             f"configuration directory {self.slurm.config_dir} found",
+            *self._check_rest(),
         ]
+
+    def _check_rest(self) -> list[str]:
+        """Choose the slurmrestd API version again (what it serves may have changed with an upgrade)."""
+        from integrations.slurm.kind import job_backend  # kind.py registers this adapter
+
+        try:
+            backend = job_backend({**self.values, API_VERSION_SETTING: ""})  # "": ask slurmrestd anew
+        except BackendRejected:
+            return []
+        if backend is None:
+            return ["no slurmrestd (rest_url): this target does not run jobs"]
+        dialect = backend.negotiate()
+        return [f"slurmrestd serves {', '.join(backend.served)}: Rackplane speaks {dialect.version}"]
 
     def diff(self, payload: dict) -> list[str]:
         diffs = self.slurm.diff(payload.get("files") or {})

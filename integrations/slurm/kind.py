@@ -3,10 +3,11 @@ rolled back on failure), department QOS through sacctmgr, and jobs through slurm
 
 import json
 import re
+from collections.abc import Callable
 
 from core.workloads import WorkRule
 from integrations import fields as f
-from integrations.jobs import DispatchRequest
+from integrations.jobs import TARGET_ID_SETTING, DispatchRequest
 from integrations.registry import Kind, Setting, register
 from integrations.slurm import versions as slurm_versions
 from integrations.slurm import work
@@ -89,10 +90,23 @@ def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Re
 
 
 def job_backend(values: dict) -> SlurmJobBackend | None:
-    """The slurmrestd job backend of a target that has one (rest_url), else None."""
+    """The slurmrestd job backend of a target that has one (rest_url), else None. It speaks the API version
+    the target remembers, and has the target remember the one it chooses when it must choose."""
     if not (values.get("rest_url") or "").strip():
         return None
-    return backend_from_settings(values)
+    return backend_from_settings(values, on_api_version=remembering(values))
+
+
+def remembering(values: dict) -> Callable[[str], None]:
+    """A callback keeping the chosen API version on the target `values` came from (TARGET_ID_SETTING)."""
+    target_id = values.get(TARGET_ID_SETTING)
+
+    def remember(version: str) -> None:
+        from integrations.models import remember_api_version  # models import the registry, which loads kinds
+
+        remember_api_version(target_id if isinstance(target_id, int) else None, version)
+
+    return remember
 
 
 def render_job(request: DispatchRequest) -> str:
