@@ -20,7 +20,7 @@ import pytest
 
 from integrations.jobs import FINISHED_BACKEND_STATES, BackendJobState, BackendRejected, DispatchRequest
 from integrations.slurm.jobs import SlurmJobBackend
-from integrations.slurm.rest import API, mint_token
+from integrations.slurm.rest import mint_token
 from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
 
 pytestmark = pytest.mark.integration
@@ -54,11 +54,13 @@ def request(person, department: str, host: str, script: str) -> DispatchRequest:
 
 
 def raw(method: str, path: str, as_user: str) -> tuple[int, dict]:
-    """slurmrestd answered directly, with SlurmUser's token and `as_user`'s name (what the backend sends)."""
+    """slurmrestd answered directly, with SlurmUser's token and `as_user`'s name (what the backend sends),
+    under the API version Rackplane chooses with it."""
     with open(os.environ["RACKPLANE_SLURM_JWT_KEY"], "rb") as handle:
         token = mint_token(handle.read(), REST_USER)
+    api = backend().dialect.api
     call = urllib.request.Request(
-        os.environ["RACKPLANE_SLURMRESTD_URL"] + API + path,
+        os.environ["RACKPLANE_SLURMRESTD_URL"] + api + path,
         method=method,
         headers={"X-SLURM-USER-NAME": as_user, "X-SLURM-USER-TOKEN": token},
     )
