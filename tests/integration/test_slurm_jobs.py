@@ -144,7 +144,7 @@ def test_the_submit_body_uses_fields_of_the_served_openapi_document(slurm_testbe
     job_info = schemas[f"{version}_job_info"]["properties"]
     states = resolved(resolved(job_info["job_state"])["items"])["enum"]
     assert set(states) == backend.dialect.job_states
-    assert bool(backend.dialect.expanded_output_field) == ("stdout_expanded" in job_info)
+    assert backend.dialect.expanded_output_field in job_info
 
 
 def test_a_two_tray_job_runs_on_exactly_the_chosen_trays_and_completes(slurm, slurm_testbed, caplog):
@@ -168,13 +168,26 @@ def test_a_two_tray_job_runs_on_exactly_the_chosen_trays_and_completes(slurm, sl
     ]
 
 
+def slurm_release() -> tuple[int, int]:
+    """(24, 11) for the testbed's Slurm (`scontrol --version`: "slurm 24.11.5")."""
+    printed = subprocess.run(
+        [os.environ["RACKPLANE_SLURM_SCONTROL"], "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+    major, minor = printed.split(".")[:2]
+    return int(major), int(minor)
+
+
 def test_a_multi_segment_job_is_pinned_without_segment_size(slurm):
     """Slurm 24.11 refuses --segment with --nodelist for several segments; the pinned trays are enough."""
     four = ["gb-r01-t01", "gb-r01-t02", "gb-r01-t10", "gb-r01-t11"]
     raw = submit_payload(job(four, segment=4))
     raw["job"]["segment_size"] = {"set": True, "infinite": False, "number": 2}
-    with pytest.raises(BackendRejected, match="Requested topology configuration is not available"):
-        slurm._checked("POST", "/job/submit", "submitting with segment 2", raw)
+    if slurm_release() < (25, 5):
+        with pytest.raises(BackendRejected, match="Requested topology configuration is not available"):
+            slurm._checked("POST", "/job/submit", "submitting with segment 2", raw)
+    else:  # 25.05 added "limited support" for it (measured on 26.05.5: taken); Rackplane still leaves it out
+        taken = slurm._checked("POST", "/job/submit", "submitting with segment 2", raw)["job_id"]
+        slurm.cancel(str(taken))
 
     backend_id = slurm.submit(job(four, segment=2))
     done = wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)[backend_id]

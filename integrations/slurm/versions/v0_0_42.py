@@ -7,7 +7,8 @@ The whole of what Rackplane uses is written down in integrations/slurm/rest.py, 
 `status[].error.code`, `GET /nodes/` (`nodes[].name`) and `GET /ping/` (`pings[].responding`). The later
 versions are this one plus their own changes.
 
-The job record's `standard_output` is the pattern as submitted (`/tmp/rp-7-%j.out`): Rackplane expands it.
+A job record's `standard_output` is the output path with Slurm's patterns expanded (`/tmp/rp-7-27.out` for
+`/tmp/rp-7-%j.out`): measured on 24.11.5, and on 26.05.5 under /slurm/v0.0.42.
 """
 
 from integrations.slurm.versions.dialect import Dialect

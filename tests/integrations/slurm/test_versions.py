@@ -88,10 +88,10 @@ def test_each_module_says_what_slurm_says_of_its_version(version):
     assert dialect.version == version and dialect.api == f"/slurm/{version}"
     # job_states is the version's enum exactly; each is a base state Rackplane maps or a flag it shows.
     assert dialect.job_states == set(facts["job_state"])
-    # The output path as Slurm expanded it: a field of v0.0.43 and later only.
-    assert bool(dialect.expanded_output_field) == ("stdout_expanded" in facts["job_info"])
-    if dialect.expanded_output_field:
-        assert facts["job_info"][dialect.expanded_output_field] == "string"
+    # The output path as Slurm expanded it: stdout_expanded where the version has it, else standard_output.
+    expanded = "stdout_expanded" if "stdout_expanded" in facts["job_info"] else "standard_output"
+    assert dialect.expanded_output_field == expanded
+    assert facts["job_info"][expanded] == "string"
     assert dialect.requeue_flags <= dialect.job_states
     assert not dialect.requeue_flags & set(BASE_STATES)
     assert versions.served_versions({"paths": dict.fromkeys(facts["paths"])}) == [version]
@@ -116,11 +116,13 @@ def test_an_expedited_requeue_is_pending_where_the_version_has_it():
     assert job_status(failing).state == BackendJobState.FAILED  # v0.0.42 never sends it
 
 
-def test_the_output_path_is_slurms_own_from_v0_0_43():
+def test_the_expanded_output_path_moved_to_stdout_expanded_in_v0_0_43():
+    """As measured on Slurm 26.05.5: v0.0.42 expands standard_output, v0.0.45 keeps the pattern there."""
+    expanded = {"standard_output": "/tmp/rp-7-27.out"}
+    assert versions.KNOWN["v0.0.42"].output_path(expanded) == "/tmp/rp-7-27.out"
     job = {**record(["COMPLETED"]), "standard_output": "/tmp/rp-7-%j.out"}
-    job["stdout_expanded"] = "/tmp/rp-7-7.out"
-    assert versions.KNOWN["v0.0.42"].output_path(job) == ""
-    assert versions.KNOWN["v0.0.43"].output_path(job) == "/tmp/rp-7-7.out"
+    job["stdout_expanded"] = "/tmp/rp-7-27.out"
+    assert versions.KNOWN["v0.0.43"].output_path(job) == "/tmp/rp-7-27.out"
     assert versions.KNOWN["v0.0.45"].output_path({"stdout_expanded": None}) == ""
 
 
