@@ -5,8 +5,8 @@
 # test` keeps Slurm 24.11 (trixie): both releases in one run would not fit its 12 minutes on 2 cores.
 # Measured on 2 cores: the testbed starts in 71 s the first time (debootstrap), 5 s from its cache; pytest
 # 3 min 17 s (235 tests). The tests run on SQLite (no PostgreSQL needed); the testbed is always stopped.
-# RACKPLANE_SLURM_SUITE picks another suite (trixie reruns the default's). Extra arguments go to pytest
-# (e.g. `scripts/test-slurm-next.sh tests/integration/test_slurm_versions.py -x`).
+# RACKPLANE_SLURM_SUITE picks another suite (trixie reruns the default's). Extra arguments go to pytest;
+# ones naming tests replace the Slurm ones (`scripts/test-slurm-next.sh tests/integration/test_slurm_versions.py`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
@@ -38,7 +38,10 @@ bash scripts/slurm-testbed.sh start "$testbed" >/dev/null
 log "the testbed started in $((SECONDS - testbed_started)) s"
 # shellcheck disable=SC1091
 source "$testbed/env"
-# No arguments: every Slurm test; with some, only what they name.
-[ "$#" -eq 0 ] && set -- tests/integration tests/integrations/slurm
+# Every Slurm test, unless the arguments name tests (tests/...): then only those.
+paths=(tests/integration tests/integrations/slurm)
+for arg in "$@"; do
+    case "$arg" in tests/*) paths=() ;; esac
+done
 # shellcheck disable=SC2046
-pytest -p no:cacheprovider $(parallel_pytest_args) "$@"
+pytest -p no:cacheprovider $(parallel_pytest_args) "${paths[@]}" "$@"
