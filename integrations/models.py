@@ -10,7 +10,7 @@ The tables were created by the scheduling app before the re-cut and keep their n
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 
 from core.access import is_admin
@@ -137,10 +137,17 @@ class ConfigTarget(models.Model):
         return {**(self.settings or {}), **self._for_clients()}
 
 
-def remember_api_version(target_id: int | None, version: str) -> None:
-    """Keep the API version a client chose with a target (one UPDATE: never races a push's facts)."""
-    if target_id is not None:
-        ConfigTarget.objects.filter(pk=target_id).update(api_version=version)
+def remember_api_version(target_id: int | None, version: str, facts: dict | None = None) -> None:
+    """Keep the API version a client chose with a target, and the facts that go with it (merged into the
+    target's, under its row lock: a push or Test connection may be keeping others at the same moment)."""
+    if target_id is None:
+        return
+    with transaction.atomic():
+        target = ConfigTarget.objects.select_for_update().filter(pk=target_id).only("facts").first()
+        if target is None:
+            return
+        merged = {**(target.facts or {}), **(facts or {})}
+        ConfigTarget.objects.filter(pk=target_id).update(api_version=version, facts=merged)
 
 
 def outbound_problems(values: dict, allow_private_address: bool) -> dict[str, str]:

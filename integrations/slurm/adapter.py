@@ -78,6 +78,8 @@ class SlurmAdapter:
         if backend is None:
             return ["no slurmrestd (rest_url): this target does not run jobs"]
         dialect = backend.negotiate()
+        # Kept by integrations.pushes.remember with the Slurm version (the versions page shows them).
+        self.facts.update(slurm_rest=dialect.version, slurm_rest_served=list(backend.served))
         return [f"slurmrestd serves {', '.join(backend.served)}: Rackplane speaks {dialect.version}"]
 
     def diff(self, payload: dict) -> list[str]:

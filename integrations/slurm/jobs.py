@@ -87,8 +87,8 @@ class SlurmJobBackend:
     account and QOS. imex: the cluster runs switch/nvidia_imex (a request asking for IMEX is refused
     otherwise). timeout: seconds for each HTTP call (slurmrestd itself waits up to ~18 s for a dead
     slurmctld). workdir: the jobs' working directory on the nodes. api_version: the version the target
-    remembers ("": ask slurmrestd first); on_api_version: called with the version chosen when it differs
-    from that one (the target remembers it).
+    remembers ("": ask slurmrestd first); on_api_version: called with the version chosen and the versions
+    slurmrestd serves when the choice differs from that one (the target remembers them).
     """
 
     acts_as_person = True  # status, cancel and signal take run_as (integrations.dispatch)
@@ -106,7 +106,7 @@ class SlurmJobBackend:
         workdir: str = DEFAULT_WORKDIR,
         allow_private: bool = True,
         api_version: str = "",
-        on_api_version: Callable[[str], None] | None = None,
+        on_api_version: Callable[[str, list[str]], None] | None = None,
     ):
         parts = urllib.parse.urlsplit(rest_url or "")
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -211,7 +211,7 @@ class SlurmJobBackend:
                     self._remembered or "not chosen yet",
                 )
                 if self._on_api_version is not None:
-                    self._on_api_version(chosen.version)
+                    self._on_api_version(chosen.version, served)
                 self._remembered = chosen.version
             self._dialect = chosen
             return chosen
@@ -554,7 +554,9 @@ def _release(openapi: Mapping[str, Any]) -> str:
 
 
 def backend_from_settings(
-    settings: Mapping[str, Any], on_api_version: Callable[[str], None] | None = None, **kwargs: Any
+    settings: Mapping[str, Any],
+    on_api_version: Callable[[str, list[str]], None] | None = None,
+    **kwargs: Any,
 ) -> SlurmJobBackend:
     """The job backend of a Slurm ConfigTarget's cleaned settings (`integrations.registry.clean_settings`),
     speaking the API version the target remembers (API_VERSION_SETTING; "": chosen at the first call, and

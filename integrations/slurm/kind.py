@@ -97,14 +97,16 @@ def job_backend(values: dict) -> SlurmJobBackend | None:
     return backend_from_settings(values, on_api_version=remembering(values))
 
 
-def remembering(values: dict) -> Callable[[str], None]:
-    """A callback keeping the chosen API version on the target `values` came from (TARGET_ID_SETTING)."""
+def remembering(values: dict) -> Callable[[str, list[str]], None]:
+    """A callback keeping the chosen API version on the target `values` came from (TARGET_ID_SETTING), with
+    the facts the versions page shows (slurm_rest, slurm_rest_served: versions.VERSION_FACTS)."""
     target_id = values.get(TARGET_ID_SETTING)
 
-    def remember(version: str) -> None:
+    def remember(version: str, served: list[str]) -> None:
         from integrations.models import remember_api_version  # models import the registry, which loads kinds
 
-        remember_api_version(target_id if isinstance(target_id, int) else None, version)
+        facts = {"slurm_rest": version, "slurm_rest_served": list(served)}
+        remember_api_version(target_id if isinstance(target_id, int) else None, version, facts)
 
     return remember
 

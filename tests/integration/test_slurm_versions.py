@@ -47,27 +47,28 @@ def slurm_release(client: SlurmJobBackend) -> str:
 
 
 def test_the_newest_version_this_slurmrestd_serves_is_chosen_and_remembered(slurm_testbed):
-    chosen: list[str] = []
-    client = backend(on_api_version=chosen.append)
+    chosen: list[tuple] = []
+    client = backend(on_api_version=lambda *a: chosen.append(a))
     dialect = client.negotiate()
     assert dialect == versions.choose(client.served)
     release = slurm_release(client)
     if release in SERVED:  # a testbed of another release: only the rule above holds
         assert (client.served, dialect.version) == SERVED[release]
-    assert chosen == [dialect.version]
+    assert chosen == [(dialect.version, client.served)]
     assert client.ping()  # and it speaks it
     assert client.jobs(None) is not None
 
 
 def test_a_version_slurmrestd_does_not_serve_is_replaced_at_its_first_404(slurm_testbed):
     """As after an upgrade of slurmrestd: the remembered version's paths answer the router's 404."""
-    chosen: list[str] = []
-    client = backend(api_version="v0.0.42", on_api_version=chosen.append)
+    chosen: list[tuple] = []
+    client = backend(api_version="v0.0.42", on_api_version=lambda *a: chosen.append(a))
     gone = dataclasses.replace(versions.KNOWN["v0.0.42"], version="v0.0.39")  # served by no testbed
     client._dialect, client._remembered = gone, gone.version
     nodes = client.missing_nodes(slurm_testbed.hostnames())
     assert nodes == []
-    assert chosen == [versions.choose(client.served).version] == [client.api_version]
+    assert chosen == [(client.api_version, client.served)]
+    assert client.api_version == versions.choose(client.served).version
 
 
 @pytest.mark.django_db
@@ -89,8 +90,12 @@ def test_test_connection_chooses_the_version_and_the_target_remembers_it(testbed
     result = test_connection(testbed_target)
     assert result.ok, (result.summary, result.details)
     testbed_target.refresh_from_db()
-    expected = backend().negotiate().version
+    client = backend()
+    expected = client.negotiate().version
     assert testbed_target.api_version == expected
+    # The versions page's facts (integrations.versions): the version in use and what slurmrestd serves.
+    assert testbed_target.facts["slurm_rest"] == expected
+    assert testbed_target.facts["slurm_rest_served"] == client.served
     assert any(f"Rackplane speaks {expected}" in line for line in result.details), result.details
     # The job backend dispatch builds speaks the remembered version without asking again.
     from integrations.dispatch import backend_for

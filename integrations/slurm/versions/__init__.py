@@ -20,12 +20,17 @@ Rackplane sends changed: `v0.0.4N_job_desc_msg` keeps every field `submit_payloa
 type, the submit answer keeps `job_id`, DELETE /job/{id} keeps `signal` and `flags=FULL_JOB` and answers
 `status[].error.code` the same, and a node keeps `name`. What changed is read-side only (see each module).
 tests/integrations/slurm/test_versions.py checks every module against trimmed copies of those documents.
+
+The Slurm target's part of the versions page (integrations.versions) is here too: the facts its check and
+the job backend keep (`slurm_rest`, the version in use, and `slurm_rest_served`), what Rackplane speaks to
+it (`uses`) and the removals ahead that can touch it (`REMOVALS`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import date
 from typing import Any
 
 from integrations.slurm.versions.dialect import Dialect
@@ -33,8 +38,19 @@ from integrations.slurm.versions.v0_0_42 import DIALECT as V0_0_42
 from integrations.slurm.versions.v0_0_43 import DIALECT as V0_0_43
 from integrations.slurm.versions.v0_0_44 import DIALECT as V0_0_44
 from integrations.slurm.versions.v0_0_45 import DIALECT as V0_0_45
+from integrations.versions import Facts, Removal
 
-__all__ = ["KNOWN", "Dialect", "choose", "known_range", "served_versions", "version_key"]
+__all__ = [
+    "KNOWN",
+    "REMOVALS",
+    "VERSION_FACTS",
+    "Dialect",
+    "choose",
+    "known_range",
+    "served_versions",
+    "uses",
+    "version_key",
+]
 
 # Oldest first.
 KNOWN: dict[str, Dialect] = {d.version: d for d in (V0_0_42, V0_0_43, V0_0_44, V0_0_45)}
@@ -69,3 +85,38 @@ def known_range() -> str:
     """ "v0.0.42-v0.0.45": the versions Rackplane speaks, for messages and the docs."""
     versions = list(KNOWN)
     return versions[0] if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
+
+
+# --- the versions page (integrations.versions) ----------------------------------------------------------
+
+VERSION_FACTS = (
+    ("slurm_version", "Slurm"),
+    ("slurm_rest", "slurmrestd API in use"),
+    ("slurm_rest_served", "slurmrestd serves"),
+)
+
+
+def uses(facts: Facts, settings: Facts) -> str:
+    rest = facts.get("slurm_rest") or "(its version is read at Test connection or the first job)"
+    jobs = f"slurmrestd {rest}" if settings.get("rest_url") else "no jobs (no slurmrestd set)"
+    return f"{jobs}; slurm.conf include files, scontrol reconfigure, topology/block"
+
+
+REMOVALS = (
+    Removal(
+        key="slurm-rest-v0.0.42",
+        what="slurmrestd API v0.0.42 (/slurm/v0.0.42/)",
+        deprecated_in="Slurm 26.05",
+        removed_in="Slurm 26.11",
+        due=date(2026, 11, 1),  # Slurm's November release
+        touches=lambda facts: facts.get("slurm_rest") == "v0.0.42",
+        # Rackplane reads which versions slurmrestd serves and takes the newest it knows: after the upgrade
+        # it speaks a newer one without a change here.
+        handled=lambda facts: True,
+        what_to_do=(
+            "nothing on Rackplane's side: it moves to the newest version slurmrestd serves after the "
+            "upgrade; press Test connection once Slurm is upgraded to see the version it took"
+        ),
+        source="Slurm 26.05 RELEASE_NOTES: v0.0.42 deprecated, to be removed in 26.11",
+    ),
+)

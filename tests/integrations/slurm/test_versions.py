@@ -162,10 +162,16 @@ def openapi_answer(*served: str, release: str = "Slurm-27.05.0") -> tuple:
     return (200, "application/json", body, 0)
 
 
+def keep(chosen: list):
+    return lambda version, served: chosen.append((version, served))
+
+
 def test_a_slurmrestd_serving_no_known_version_says_so_and_what_to_do():
-    chosen: list[str] = []
+    chosen: list[tuple] = []
     with standin(openapi_answer("v0.0.46", "v0.0.47")) as (url, seen):
-        backend = SlurmJobBackend(url, "slurm", token="t", timeout=5, on_api_version=chosen.append)
+        backend = SlurmJobBackend(
+            url, "slurm", token="t", timeout=5, on_api_version=lambda *a: chosen.append(a)
+        )
         with pytest.raises(BackendUnavailable) as raised:
             backend.jobs()
     [(method, path, headers, _)] = seen
@@ -189,7 +195,7 @@ def test_a_remembered_version_is_used_without_asking():
 
 def test_a_404_without_a_slurm_answer_chooses_again_and_resends():
     """slurmrestd upgraded under a remembered version: its router's text 404, then the OpenAPI document."""
-    chosen: list[str] = []
+    chosen: list[tuple] = []
     not_routed = b"Unable to find requested URL endpoint. Please query the '/openapi/v3' endpoint"
     with standin(
         (404, "text/plain", not_routed, 0),
@@ -197,11 +203,17 @@ def test_a_404_without_a_slurm_answer_chooses_again_and_resends():
         (200, "application/json", b'{"jobs": [], "meta": {}}', 0),
     ) as (url, seen):
         backend = SlurmJobBackend(
-            url, "slurm", token="t", timeout=5, api_version="v0.0.42", on_api_version=chosen.append
+            url,
+            "slurm",
+            token="t",
+            timeout=5,
+            api_version="v0.0.42",
+            on_api_version=lambda *a: chosen.append(a),
         )
         assert backend.jobs() == []
     assert [p for _, p, _, _ in seen] == ["/slurm/v0.0.42/jobs/", "/openapi/v3", "/slurm/v0.0.45/jobs/"]
-    assert chosen == ["v0.0.45"] and backend.api_version == "v0.0.45"
+    assert chosen == [("v0.0.45", ["v0.0.43", "v0.0.44", "v0.0.45", "v0.0.46"])]
+    assert backend.api_version == "v0.0.45"
 
 
 def test_a_404_of_slurm_itself_is_an_answer_not_a_missing_version():
