@@ -3,8 +3,9 @@
 # Slurm Debian carries: a second testbed built from Debian sid (Slurm 26.05.5 in November 2026; forky has the
 # same) by scripts/slurm-testbed.sh with RACKPLANE_SLURM_SUITE=sid, its chroot cached beside trixie's. `make
 # test` keeps Slurm 24.11 (trixie): both releases in one run would not fit its 12 minutes on 2 cores.
-# Measured on 2 cores: the testbed starts in 71 s the first time (debootstrap), 5 s from its cache; pytest
-# 3 min 17 s (235 tests). The tests run on SQLite (no PostgreSQL needed); the testbed is always stopped.
+# Measured on 2 cores: the testbed starts in 71 s the first time (debootstrap), 3 to 5 s from its cache;
+# pytest 2 min 34 s to 3 min 17 s (235 tests; RACKPLANE_SLURM_SUITE=trixie: 2 min 23 s). The tests run on
+# SQLite (no PostgreSQL needed); the testbed is always stopped.
 # RACKPLANE_SLURM_SUITE picks another suite (trixie reruns the default's). Extra arguments go to pytest;
 # ones naming tests replace the Slurm ones (`scripts/test-slurm-next.sh tests/integration/test_slurm_versions.py`).
 set -euo pipefail
