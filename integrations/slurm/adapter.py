@@ -6,7 +6,8 @@ import contextlib
 from collections.abc import Callable
 
 from integrations.common import clip
-from integrations.jobs import API_VERSION_SETTING, BackendRejected
+from integrations.jobs import API_VERSION_SETTING, TARGET_ID_SETTING, BackendRejected
+from integrations.slurm.jobs import backend_from_settings
 from integrations.slurm.target import SlurmConfigurationError, SlurmError, SlurmTarget, SlurmUnavailable
 
 
@@ -69,14 +70,13 @@ class SlurmAdapter:
 
     def _check_rest(self) -> list[str]:
         """Choose the slurmrestd API version again (what it serves may have changed with an upgrade)."""
-        from integrations.slurm.kind import job_backend  # kind.py registers this adapter
-
+        if not (self.values.get("rest_url") or "").strip():
+            return ["no slurmrestd (rest_url): this target does not run jobs"]
+        values = {**self.values, API_VERSION_SETTING: ""}  # "": ask slurmrestd anew
         try:
-            backend = job_backend({**self.values, API_VERSION_SETTING: ""})  # "": ask slurmrestd anew
+            backend = backend_from_settings(values, on_api_version=remembering(values))
         except BackendRejected:
             return []
-        if backend is None:
-            return ["no slurmrestd (rest_url): this target does not run jobs"]
         dialect = backend.negotiate()
         # Kept by integrations.pushes.remember with the Slurm version (the versions page shows them).
         self.facts.update(slurm_rest=dialect.version, slurm_rest_served=list(backend.served))
@@ -88,3 +88,17 @@ class SlurmAdapter:
         for name, text in diffs.items():
             out.extend(clip(text.splitlines(), 400, name))
         return out
+
+
+def remembering(values: dict) -> Callable[[str, list[str]], None]:
+    """A callback keeping the chosen API version on the target `values` came from (TARGET_ID_SETTING), with
+    the facts the versions page shows (slurm_rest, slurm_rest_served: versions.VERSION_FACTS)."""
+    target_id = values.get(TARGET_ID_SETTING)
+
+    def remember(version: str, served: list[str]) -> None:
+        from integrations.models import remember_api_version  # models import the registry, which loads kinds
+
+        facts = {"slurm_rest": version, "slurm_rest_served": list(served)}
+        remember_api_version(target_id if isinstance(target_id, int) else None, version, facts)
+
+    return remember

@@ -3,15 +3,14 @@ rolled back on failure), department QOS through sacctmgr, and jobs through slurm
 
 import json
 import re
-from collections.abc import Callable
 
 from core.workloads import WorkRule
 from integrations import fields as f
-from integrations.jobs import TARGET_ID_SETTING, DispatchRequest
+from integrations.jobs import DispatchRequest
 from integrations.registry import Kind, Setting, register
 from integrations.slurm import versions as slurm_versions
 from integrations.slurm import work
-from integrations.slurm.adapter import SlurmAdapter
+from integrations.slurm.adapter import SlurmAdapter, remembering
 from integrations.slurm.drain import SlurmDrainer
 from integrations.slurm.jobs import SlurmJobBackend, backend_from_settings
 from integrations.slurm.logs import slurm_logs
@@ -95,20 +94,6 @@ def job_backend(values: dict) -> SlurmJobBackend | None:
     if not (values.get("rest_url") or "").strip():
         return None
     return backend_from_settings(values, on_api_version=remembering(values))
-
-
-def remembering(values: dict) -> Callable[[str, list[str]], None]:
-    """A callback keeping the chosen API version on the target `values` came from (TARGET_ID_SETTING), with
-    the facts the versions page shows (slurm_rest, slurm_rest_served: versions.VERSION_FACTS)."""
-    target_id = values.get(TARGET_ID_SETTING)
-
-    def remember(version: str, served: list[str]) -> None:
-        from integrations.models import remember_api_version  # models import the registry, which loads kinds
-
-        facts = {"slurm_rest": version, "slurm_rest_served": list(served)}
-        remember_api_version(target_id if isinstance(target_id, int) else None, version, facts)
-
-    return remember
 
 
 def render_job(request: DispatchRequest) -> str:
