@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: run test test-fast test-stack coverage docs fuzz lint fmt bench clean venv venv-test
+.PHONY: run test test-fast test-stack test-slurm-next coverage docs fuzz lint fmt bench clean venv venv-test
 
 run: ## serve the portal on http://127.0.0.1:8000 with a Celery worker and beat (DEBUG=1, SQLite, filesystem broker, demo data, admin login; Ctrl-C stops all)
 	bash scripts/run.sh
@@ -12,6 +12,9 @@ test: ## the full check: real PostgreSQL + Redis + Chromium, ruff, migrations, p
 
 test-stack: ## the production-stack tests alone (tests/stack; `make test` runs them too): 2 replicas, worker/Redis/PostgreSQL/beat faults, upgrade, backup/restore
 	bash scripts/test-stack.sh
+
+test-slurm-next: ## the Slurm tests against a second testbed on the newest Slurm Debian carries (sid: 26.05; `make test` runs 24.11); RACKPLANE_SLURM_SUITE picks another
+	bash scripts/test-slurm-next.sh
 
 test-fast: ## the quick check (under 90 s, no services): ruff, import layers, types, migrations, docs, pytest on SQLite without e2e/integration/slow
 	bash scripts/test-fast.sh

@@ -44,6 +44,12 @@ class BackendJobState(StrEnum):
     UNKNOWN = "unknown"  # the backend does not know this id (any more)
 
 
+# Keys a configuration target adds to its settings for the kinds' clients (ConfigTarget.connection_settings):
+# the API version it remembers for the target ("" until one is chosen; Slurm: slurmrestd's "v0.0.42") and
+# the target's primary key, so a client that chooses another version can have the target remember it.
+API_VERSION_SETTING = "api_version"
+TARGET_ID_SETTING = "target_id"
+
 FINISHED_BACKEND_STATES = (BackendJobState.COMPLETED, BackendJobState.FAILED, BackendJobState.CANCELLED)
 
 

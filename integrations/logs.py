@@ -3,8 +3,8 @@
 Each job-running kind reads its own (`Kind.read_logs`, in its folder's logs.py); this module picks the
 reader from the registry (integrations.job_output holds what they share: JobLogs, LogPart, bounded reads):
 
-* **Slurm**: slurmrestd has no endpoint that returns a job's output; ``GET /slurm/v0.0.42/job/{id}`` gives
-  the path it writes to (``standard_output``, with ``%j`` and friends expanded by Slurm) on the job's first
+* **Slurm**: slurmrestd has no endpoint that returns a job's output; ``GET /slurm/v0.0.4N/job/{id}`` gives
+  the path it writes to (``%j`` and friends expanded by Slurm; integrations.slurm.logs) on the job's first
   node. Rackplane submits with ``standard_output = <workdir>/<name>-%j.out`` (integrations.slurm.jobs), so a
   job slurmctld has forgotten still has a known path. The file is read when the portal can see it (the
   jobs' working directory is a shared filesystem mounted at the same path on the portal); otherwise the page

@@ -10,7 +10,7 @@ The tables were created by the scheduling app before the re-cut and keep their n
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 
 from core.access import is_admin
@@ -18,6 +18,7 @@ from core.destinations import check_outbound_url
 from core.outbound import ALLOW_PRIVATE_SETTING
 from core.text import TextValidator
 from integrations import registry
+from integrations.jobs import API_VERSION_SETTING, TARGET_ID_SETTING
 
 
 class PushStatus(models.TextChoices):
@@ -30,6 +31,9 @@ class PushStatus(models.TextChoices):
 
 ACTIVE_PUSH_STATES = (PushStatus.QUEUED, PushStatus.RUNNING)
 FINISHED_PUSH_STATES = (PushStatus.SUCCEEDED, PushStatus.FAILED, PushStatus.SUPERSEDED)
+
+
+API_VERSION_PATTERN = r"^v[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$"  # "v0.0.42"
 
 
 class ConfigTargetQuerySet(models.QuerySet):
@@ -62,6 +66,16 @@ class ConfigTarget(models.Model):
     # What Rackplane learned about the target when it last tested or pushed it (integrations.push_history):
     # {"slurm_version": "24.11.1", "checked_at": "..."}. The partition wizard reads the Slurm version.
     facts = models.JSONField(default=dict, blank=True, editable=False)
+    # The API version Rackplane speaks with the target, chosen with it and kept until Test connection or a
+    # request that answers "no such path" chooses again (Slurm: slurmrestd's "v0.0.42"; integrations.slurm.
+    # versions). Empty: not chosen yet. Written only by that choice (remember_api_version), never a form.
+    api_version = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        editable=False,
+        help_text="The API version chosen with the target (Slurm: v0.0.42 to v0.0.45); empty until chosen.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -73,6 +87,10 @@ class ConfigTarget(models.Model):
         verbose_name = "configuration target"
         constraints = [
             models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
+            models.CheckConstraint(
+                condition=Q(api_version="") | Q(api_version__regex=API_VERSION_PATTERN),
+                name="%(app_label)s_%(class)s_api_version_form",
+            ),
         ]
 
     def __str__(self):
@@ -101,14 +119,35 @@ class ConfigTarget(models.Model):
     def masked_settings(self) -> dict:
         return registry.mask_settings(self.kind, self.settings or {})
 
+    def _for_clients(self) -> dict:
+        return {
+            ALLOW_PRIVATE_SETTING: self.allow_private_address,
+            API_VERSION_SETTING: self.api_version,
+            TARGET_ID_SETTING: self.pk,
+        }
+
     def cleaned_settings(self) -> dict:
-        """The kind's cleaned settings, with the target's outbound allowance for its clients."""
+        """The kind's cleaned settings, with the target's outbound allowance and API version (its clients)."""
         values = registry.clean_settings(self.kind, self.settings or {})
-        return {**values, ALLOW_PRIVATE_SETTING: self.allow_private_address}
+        return {**values, **self._for_clients()}
 
     def connection_settings(self) -> dict:
-        """The stored settings (unvalidated) with the target's outbound allowance (integrations.dispatch)."""
-        return {**(self.settings or {}), ALLOW_PRIVATE_SETTING: self.allow_private_address}
+        """The stored settings (unvalidated) with the target's outbound allowance and API version
+        (integrations.dispatch)."""
+        return {**(self.settings or {}), **self._for_clients()}
+
+
+def remember_api_version(target_id: int | None, version: str, facts: dict | None = None) -> None:
+    """Keep the API version a client chose with a target, and the facts that go with it (merged into the
+    target's, under its row lock: a push or Test connection may be keeping others at the same moment)."""
+    if target_id is None:
+        return
+    with transaction.atomic():
+        target = ConfigTarget.objects.select_for_update().filter(pk=target_id).only("facts").first()
+        if target is None:
+            return
+        merged = {**(target.facts or {}), **(facts or {})}
+        ConfigTarget.objects.filter(pk=target_id).update(api_version=version, facts=merged)
 
 
 def outbound_problems(values: dict, allow_private_address: bool) -> dict[str, str]:

@@ -34,6 +34,10 @@
 # The built chroot is cached as a tarball under ~/.cache/rackplane/slurm-testbed/ (scripts/lib.sh), so
 # only the first start pays for debootstrap (~45 s plus downloads). Delete that folder to rebuild.
 #
+# RACKPLANE_SLURM_SUITE picks the Debian release the chroot is built from: trixie (Slurm 24.11, the default)
+# or sid (the newest Slurm Debian has: 26.05 in November 2026; `make test-slurm-next`). Each suite has its
+# own cached tarball (the file name starts with the suite).
+#
 # Settings: RACKPLANE_SLURM_NODES (number of fake trays, 1-18, default 18), RACKPLANE_SLURM_NO_CACHE=1 (do
 # not read or write the chroot cache), RACKPLANE_KEEP_RUNTIME=1 (stop keeps DIR/log), RACKPLANE_READY_TIMEOUT.
 #
@@ -43,7 +47,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SUITE="trixie"
+SUITE="${RACKPLANE_SLURM_SUITE:-trixie}"
 PACKAGES="slurmctld,slurmd,slurm-client,munge,slurmrestd,slurm-wlm-jwt-plugin"
 NODE_COUNT="${RACKPLANE_SLURM_NODES:-18}"
 READY_TIMEOUT="${RACKPLANE_READY_TIMEOUT:-90}"

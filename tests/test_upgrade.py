@@ -405,8 +405,13 @@ def test_previous_release_database_migrates_forward_with_nothing_lost():
         target = ConfigTarget.objects.get(pk=ids["target"])
         assert target.settings == SLURM_SETTINGS
         # Today's registry reads the previous release's settings (with the target's outbound allowance,
-        # on by default for targets); the token stays hidden.
-        assert target.cleaned_settings() == {**SLURM_SETTINGS, "allow_private_address": True}
+        # on by default for targets, and no API version chosen yet); the token stays hidden.
+        assert target.cleaned_settings() == {
+            **SLURM_SETTINGS,
+            "allow_private_address": True,
+            "api_version": "",
+            "target_id": target.pk,
+        }
         assert target.masked_settings()["rest_token"] != SLURM_SETTINGS["rest_token"]
         assert sorted(target.pushes.values_list("pk", flat=True)) == sorted(
             [ids["succeeded"], ids["superseded"], ids["queued"]]

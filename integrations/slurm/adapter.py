@@ -6,6 +6,8 @@ import contextlib
 from collections.abc import Callable
 
 from integrations.common import clip
+from integrations.jobs import API_VERSION_SETTING, TARGET_ID_SETTING, BackendRejected
+from integrations.slurm.jobs import backend_from_settings
 from integrations.slurm.target import SlurmConfigurationError, SlurmError, SlurmTarget, SlurmUnavailable
 
 
@@ -14,6 +16,7 @@ class SlurmAdapter:
 
     def __init__(self, target, values: dict):
         self.target = target
+        self.values = values
         self.facts: dict = {}  # what check() and apply() learned (integrations.pushes.remember)
         self.slurm = SlurmTarget(
             values["config_dir"], values["scontrol"], slurmctld_log=values.get("slurmctld_log") or None
@@ -46,7 +49,8 @@ class SlurmAdapter:
 
     def check(self) -> list[str]:
         """Test connection (integrations.push_history): slurmctld answers `scontrol ping` and the
-        configuration directory is there; nothing is written."""
+        configuration directory is there; with slurmrestd (rest_url), the API version is chosen afresh with
+        it and remembered on the target (integrations.slurm.versions). Nothing is written to Slurm."""
         if not self.slurm.ping():
             raise SlurmUnavailable(
                 "slurmctld does not answer `scontrol ping`", "start slurmctld or fix the scontrol setting"
@@ -61,7 +65,22 @@ class SlurmAdapter:
         return [
             f"Slurm {version}: slurmctld answers scontrol ping",
             f"configuration directory {self.slurm.config_dir} found",
+            *self._check_rest(),
         ]
+
+    def _check_rest(self) -> list[str]:
+        """Choose the slurmrestd API version again (what it serves may have changed with an upgrade)."""
+        if not (self.values.get("rest_url") or "").strip():
+            return ["no slurmrestd (rest_url): this target does not run jobs"]
+        values = {**self.values, API_VERSION_SETTING: ""}  # "": ask slurmrestd anew
+        try:
+            backend = backend_from_settings(values, on_api_version=remembering(values))
+        except BackendRejected:
+            return []
+        dialect = backend.negotiate()
+        # Kept by integrations.pushes.remember with the Slurm version (the versions page shows them).
+        self.facts.update(slurm_rest=dialect.version, slurm_rest_served=list(backend.served))
+        return [f"slurmrestd serves {', '.join(backend.served)}: Rackplane speaks {dialect.version}"]
 
     def diff(self, payload: dict) -> list[str]:
         diffs = self.slurm.diff(payload.get("files") or {})
@@ -69,3 +88,17 @@ class SlurmAdapter:
         for name, text in diffs.items():
             out.extend(clip(text.splitlines(), 400, name))
         return out
+
+
+def remembering(values: dict) -> Callable[[str, list[str]], None]:
+    """A callback keeping the chosen API version on the target `values` came from (TARGET_ID_SETTING), with
+    the facts the versions page shows (slurm_rest, slurm_rest_served: versions.VERSION_FACTS)."""
+    target_id = values.get(TARGET_ID_SETTING)
+
+    def remember(version: str, served: list[str]) -> None:
+        from integrations.models import remember_api_version  # models import the registry, which loads kinds
+
+        facts = {"slurm_rest": version, "slurm_rest_served": list(served)}
+        remember_api_version(target_id if isinstance(target_id, int) else None, version, facts)
+
+    return remember

@@ -1,4 +1,4 @@
-"""SlurmJobBackend: Rackplane jobs as Slurm batch jobs through slurmrestd (OpenAPI v0.0.42, Slurm 24.11).
+"""SlurmJobBackend: Rackplane jobs as Slurm batch jobs through slurmrestd (OpenAPI v0.0.42 to v0.0.45).
 
 HTTP through core.http, no Django. What is sent and how the answers are read (with the facts about
 slurmrestd they rest on) is rest.py; this is the backend that talks to slurmrestd: submit, status, cancel,
@@ -16,6 +16,14 @@ With `PrivateData=jobs` (a shared cluster's setting) a user sees only their own 
 another's is a 404 with 2017, and a `DELETE` of another's is a 500 "Operation not permitted" after ~10 s that
 leaves Slurm 24.11.5's job table hung until slurmctld restarts; so a job is only signalled after reading it
 as the same person, and a job the person cannot see is checked as SlurmUser before it counts as gone.
+
+Which API version: the one the target remembers (ConfigTarget.api_version), else the newest one both
+Rackplane and the slurmrestd know, read from its OpenAPI document (`GET /openapi/v3`, which lists every
+`/slurm/v0.0.NN/` path it serves; integrations.slurm.versions) and remembered through `on_api_version`.
+It is asked again when Test connection runs, and when a request answers 404 without a Slurm answer (the text
+"Unable to find requested URL endpoint": slurmrestd was upgraded and no longer serves that version); the
+request is then sent once more under the new version. A slurmrestd that serves no version Rackplane knows
+is BackendUnavailable saying which it serves and what to do: the jobs wait, nothing is refused for it.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from core import posix
@@ -34,6 +42,7 @@ from core.http import HttpClient
 from core.outbound import ALLOW_PRIVATE_SETTING
 from core.posix import PosixIdentity
 from integrations.jobs import (
+    API_VERSION_SETTING,
     FINISHED_BACKEND_STATES,
     BackendJobState,
     BackendJobStatus,
@@ -41,8 +50,8 @@ from integrations.jobs import (
     BackendUnavailable,
     DispatchRequest,
 )
+from integrations.slurm import versions
 from integrations.slurm.rest import (
-    API,
     DEFAULT_WORKDIR,
     ESLURM_ALREADY_DONE,
     ESLURM_INVALID_JOB_ID,
@@ -61,13 +70,14 @@ MANY_IDS = 20  # status of more ids than this: one GET /jobs/ instead of one GET
 # GET /jobs/ lists every job slurmctld holds (up to MaxJobCount, a few KB each): the limit only stops a wrong
 # URL that streams without end.
 MAX_ANSWER_BYTES = 1024 * 1024 * 1024
+OPENAPI_PATH = "/openapi/v3"  # slurmrestd's OpenAPI document: every path it serves (~0.9 MB on 26.05)
 
 
 # --- the backend -----------------------------------------------------------------------------------------
 
 
 class SlurmJobBackend:
-    """The JobBackend of a Slurm cluster, over slurmrestd's v0.0.42 API with JWT.
+    """The JobBackend of a Slurm cluster, over slurmrestd's API (v0.0.42 to v0.0.45) with JWT.
 
     rest_url: slurmrestd's address (http:// or https://). user: the Slurm user the tokens are for: SlurmUser
     (or root) with a jwt_key_file, so that each job is submitted, read and cancelled as its person (the
@@ -76,7 +86,9 @@ class SlurmJobBackend:
     minted. accounting: send the department as
     account and QOS. imex: the cluster runs switch/nvidia_imex (a request asking for IMEX is refused
     otherwise). timeout: seconds for each HTTP call (slurmrestd itself waits up to ~18 s for a dead
-    slurmctld). workdir: the jobs' working directory on the nodes.
+    slurmctld). workdir: the jobs' working directory on the nodes. api_version: the version the target
+    remembers ("": ask slurmrestd first); on_api_version: called with the version chosen and the versions
+    slurmrestd serves when the choice differs from that one (the target remembers them).
     """
 
     acts_as_person = True  # status, cancel and signal take run_as (integrations.dispatch)
@@ -93,6 +105,8 @@ class SlurmJobBackend:
         timeout: float = 30.0,
         workdir: str = DEFAULT_WORKDIR,
         allow_private: bool = True,
+        api_version: str = "",
+        on_api_version: Callable[[str, list[str]], None] | None = None,
     ):
         parts = urllib.parse.urlsplit(rest_url or "")
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -112,8 +126,13 @@ class SlurmJobBackend:
         self._token = ""
         self._token_expires = 0.0
         self._lock = threading.Lock()
+        self._remembered = api_version
+        self._dialect: versions.Dialect | None = versions.KNOWN.get(api_version)
+        self._on_api_version = on_api_version
+        self._version_lock = threading.Lock()
+        self.served: list[str] = []  # what slurmrestd served when last asked (negotiate)
         self._http = HttpClient(
-            self.rest_url + API,
+            self.rest_url,
             headers={"Accept": "application/json"},
             timeout=timeout,
             max_bytes=MAX_ANSWER_BYTES,
@@ -140,6 +159,62 @@ class SlurmJobBackend:
                 self._token = mint_token(key, self.user, lifespan=TOKEN_LIFESPAN, now=now)
                 self._token_expires = now + TOKEN_LIFESPAN
             return self._token
+
+    # -- the API version --
+
+    @property
+    def dialect(self) -> versions.Dialect:
+        """The API version this backend speaks: the remembered one, else negotiated now."""
+        dialect = self._dialect
+        return dialect if dialect is not None else self.negotiate()
+
+    @property
+    def api_version(self) -> str:
+        return self.dialect.version
+
+    def negotiate(self) -> versions.Dialect:
+        """Ask slurmrestd which API versions it serves (GET /openapi/v3) and take the newest Rackplane knows.
+
+        BackendUnavailable when it cannot be asked, or serves none Rackplane knows (the message names what it
+        serves; a newer Rackplane or another slurmrestd fixes it, the jobs wait meanwhile)."""
+        with self._version_lock:
+            status, decoded = self._send("GET", OPENAPI_PATH, None, self.user)
+            if status >= 400 or not isinstance(decoded, Mapping):
+                action = f"reading slurmrestd's OpenAPI document ({OPENAPI_PATH}) at {self.rest_url}"
+                error = classify_error(status, decoded, action)
+                if isinstance(error, BackendUnavailable):
+                    raise error  # down, or the credentials refused
+                raise BackendUnavailable(
+                    str(error) if error else f"{action}: HTTP {status} without a JSON object",
+                    "check that rest_url is slurmrestd's address (with the openapi/slurmctld plugin)",
+                )
+            served = versions.served_versions(decoded)
+            self.served = served
+            chosen = versions.choose(served)
+            if chosen is None:
+                release = _release(decoded)
+                raise BackendUnavailable(
+                    f"slurmrestd at {self.rest_url}{release} serves "
+                    f"{', '.join(served) or 'no /slurm/ API'}, and Rackplane speaks only "
+                    f"{versions.known_range()}",
+                    "run a Rackplane release that speaks one of the versions it serves, or let slurmrestd "
+                    f"serve one of {versions.known_range()} (every Slurm from 24.11 to 26.11 serves one; "
+                    "slurmrestd -d lists its data_parser plugins; without openapi/slurmctld it serves no "
+                    "/slurm/ path), then press Test connection on the target",
+                )
+            if chosen.version != self._remembered:
+                log.info(
+                    "slurmrestd at %s serves %s: using %s (was %s)",
+                    self.rest_url,
+                    ", ".join(served),
+                    chosen.version,
+                    self._remembered or "not chosen yet",
+                )
+                if self._on_api_version is not None:
+                    self._on_api_version(chosen.version, served)
+                self._remembered = chosen.version
+            self._dialect = chosen
+            return chosen
 
     def acting_user(self, run_as: PosixIdentity | None) -> str:
         """The Slurm user a call for `run_as` is made as (None: the target's own user). A static token is
@@ -170,16 +245,25 @@ class SlurmJobBackend:
         target's settings are wrong, not the job, which waits for an administrator.
         """
         acting = as_user or self.acting_user(run_as)  # as_user: the owner Slurm records (_own_job)
-        headers = {"X-SLURM-USER-NAME": acting, "X-SLURM-USER-TOKEN": self._current_token()}
-        try:
-            response = self._http.request(method, path, body, headers=headers)
-        except ExternalError as error:
-            if error.transient:
-                message = f"{method} {path}: slurmrestd at {self.rest_url} did not answer ({error})"
-            else:
-                message = f"{method} {path}: slurmrestd at {self.rest_url}: {error}"
-            raise BackendUnavailable(message, error.what_to_do or None) from error
-        status, decoded = response.status, response.json_or_text()
+        dialect = self.dialect
+        status, decoded = self._send(method, dialect.api + path, body, acting)
+        if status == 404 and _not_routed(decoded):
+            # slurmrestd does not serve this version (any more): upgraded under us. Ask again, send again.
+            log.warning(
+                "slurmrestd at %s answered 404 for %s%s: asking it which API versions it serves",
+                self.rest_url,
+                dialect.api,
+                path,
+            )
+            self._dialect = None
+            renewed = self.negotiate()
+            if renewed.version == dialect.version:
+                raise BackendUnavailable(
+                    f"{method} {dialect.api}{path}: slurmrestd at {self.rest_url} lists this path's API "
+                    f"version {dialect.version} in its OpenAPI document but answers 404 for it",
+                    "check that rest_url points at slurmrestd itself, not a proxy that rewrites paths",
+                )
+            status, decoded = self._send(method, renewed.api + path, body, acting)
         if acting != self.user and (
             status in (401, 403, 511) or {1007} & {e.get("error_number") for e in errors_of(decoded)}
         ):
@@ -198,6 +282,18 @@ class SlurmJobBackend:
             if isinstance(warning, Mapping) and warning.get("description") not in (None, "Zero jobs to dump"):
                 log.warning("slurmrestd %s %s: %s", method, path, warning.get("description"))
         return status, decoded
+
+    def _send(self, method: str, path: str, body: Any, acting: str) -> tuple[int, Any]:
+        headers = {"X-SLURM-USER-NAME": acting, "X-SLURM-USER-TOKEN": self._current_token()}
+        try:
+            response = self._http.request(method, path, body, headers=headers)
+        except ExternalError as error:
+            if error.transient:
+                message = f"{method} {path}: slurmrestd at {self.rest_url} did not answer ({error})"
+            else:
+                message = f"{method} {path}: slurmrestd at {self.rest_url}: {error}"
+            raise BackendUnavailable(message, error.what_to_do or None) from error
+        return response.status, response.json_or_text()
 
     def _checked(
         self, method: str, path: str, action: str, body: Any = None, *, run_as: PosixIdentity | None = None
@@ -226,7 +322,7 @@ class SlurmJobBackend:
             if j.get("name") == name
             and j.get("user_name") == owner
             and isinstance(j.get("job_id"), int)
-            and job_status(j).state in (BackendJobState.PENDING, BackendJobState.RUNNING)
+            and job_status(j, self.dialect).state in (BackendJobState.PENDING, BackendJobState.RUNNING)
         )
         if len(found) > 1:
             log.warning(
@@ -319,13 +415,12 @@ class SlurmJobBackend:
             out[i] = self._status_of(i, job)
         return out
 
-    @staticmethod
-    def _status_of(backend_id: str, job: Mapping[str, Any] | None) -> BackendJobStatus:
+    def _status_of(self, backend_id: str, job: Mapping[str, Any] | None) -> BackendJobStatus:
         if job is None:
             return BackendJobStatus(
                 backend_id, BackendJobState.UNKNOWN, "Slurm does not know this job (any more)"
             )
-        return job_status(job)
+        return job_status(job, self.dialect)
 
     def _own_job(self, backend_id: str, run_as: PosixIdentity | None) -> tuple[Mapping[str, Any], str] | None:
         """(the unfinished job, the Slurm user to stop it as), or None when there is nothing to stop.
@@ -342,7 +437,7 @@ class SlurmJobBackend:
         if job is None and owner != self.user and not self._static_token:
             # PrivateData hides other users' jobs: gone, or someone else's? SlurmUser sees them all.
             job = self._job(backend_id)
-        if job is None or job_status(job).state in FINISHED_BACKEND_STATES:
+        if job is None or job_status(job, self.dialect).state in FINISHED_BACKEND_STATES:
             return None
         recorded = job.get("user_name")
         if recorded == owner:
@@ -441,8 +536,31 @@ class SlurmJobBackend:
         return any(p.get("responding") for p in pings)
 
 
-def backend_from_settings(settings: Mapping[str, Any], **kwargs: Any) -> SlurmJobBackend:
-    """The job backend of a Slurm ConfigTarget's cleaned settings (`integrations.registry.clean_settings`).
+def _not_routed(decoded: Any) -> bool:
+    """A 404 of slurmrestd's router (a text answer, no Slurm errors), not a Slurm answer such as a job
+    slurmctld no longer knows (a JSON 404 with error 2017)."""
+    if isinstance(decoded, Mapping):
+        return not errors_of(decoded) and not decoded.get("meta")
+    return True  # slurmrestd's "Unable to find requested URL endpoint..." (text/plain), or an empty answer
+
+
+def _release(openapi: Mapping[str, Any]) -> str:
+    """ " (Slurm 26.05.5)" from an OpenAPI document's info.version ("Slurm-26.05.5"), else ""."""
+    info = openapi.get("info")
+    version = info.get("version") if isinstance(info, Mapping) else None
+    if isinstance(version, str) and version.startswith("Slurm-"):
+        return f" (Slurm {version.removeprefix('Slurm-').split('&')[0]})"
+    return ""
+
+
+def backend_from_settings(
+    settings: Mapping[str, Any],
+    on_api_version: Callable[[str, list[str]], None] | None = None,
+    **kwargs: Any,
+) -> SlurmJobBackend:
+    """The job backend of a Slurm ConfigTarget's cleaned settings (`integrations.registry.clean_settings`),
+    speaking the API version the target remembers (API_VERSION_SETTING; "": chosen at the first call, and
+    handed to `on_api_version` for the target to remember).
 
     Raises BackendRejected when the target has no `rest_url` (it does not run jobs), BackendUnavailable
     when its other job settings are incomplete (stored unvalidated: an administrator can fix them, and the
@@ -460,6 +578,8 @@ def backend_from_settings(settings: Mapping[str, Any], **kwargs: Any) -> SlurmJo
             accounting=bool(settings.get("accounting")),
             imex=bool(settings.get("imex")),
             allow_private=bool(settings.get(ALLOW_PRIVATE_SETTING, True)),
+            api_version=str(settings.get(API_VERSION_SETTING) or ""),
+            on_api_version=on_api_version,
             **kwargs,
         )
     except ValueError as error:

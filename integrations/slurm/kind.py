@@ -10,7 +10,7 @@ from integrations.jobs import DispatchRequest
 from integrations.registry import Kind, Setting, register
 from integrations.slurm import versions as slurm_versions
 from integrations.slurm import work
-from integrations.slurm.adapter import SlurmAdapter
+from integrations.slurm.adapter import SlurmAdapter, remembering
 from integrations.slurm.drain import SlurmDrainer
 from integrations.slurm.jobs import SlurmJobBackend, backend_from_settings
 from integrations.slurm.logs import slurm_logs
@@ -89,10 +89,11 @@ def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Re
 
 
 def job_backend(values: dict) -> SlurmJobBackend | None:
-    """The slurmrestd job backend of a target that has one (rest_url), else None."""
+    """The slurmrestd job backend of a target that has one (rest_url), else None. It speaks the API version
+    the target remembers, and has the target remember the one it chooses when it must choose."""
     if not (values.get("rest_url") or "").strip():
         return None
-    return backend_from_settings(values)
+    return backend_from_settings(values, on_api_version=remembering(values))
 
 
 def render_job(request: DispatchRequest) -> str:

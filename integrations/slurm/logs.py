@@ -1,7 +1,9 @@
 """A Slurm job's output (Kind.read_logs of the Slurm kind; integrations.logs picks it from the registry).
 
-slurmrestd has no endpoint that returns a job's output; ``GET /slurm/v0.0.42/job/{id}`` gives the path it
-writes to (``standard_output``, with ``%j`` and friends expanded by Slurm) on the job's first node. Rackplane
+slurmrestd has no endpoint that returns a job's output; ``GET /slurm/v0.0.4N/job/{id}`` gives the path it
+writes to on the job's first node, with ``%j`` and friends expanded by Slurm: ``standard_output`` in v0.0.42,
+``stdout_expanded`` from v0.0.43 on (where ``standard_output`` is the pattern as submitted; the version's
+module says which, integrations.slurm.versions). A pattern left unexpanded is expanded here. Rackplane
 submits with ``standard_output = <workdir>/<name>-%j.out`` (integrations.slurm.jobs), so a job slurmctld has
 forgotten still has a known path. The file is read when the portal can see it (the jobs' working directory
 is a shared filesystem mounted at the same path on the portal); otherwise the page says where the output is
@@ -39,7 +41,7 @@ def slurm_logs(backend, job: Job, limit: int | None) -> JobLogs:
     except BackendError as error:
         logs.error = f"slurmrestd could not be asked where the output is: {error}"
     if record is not None:
-        stdout = record.get("standard_output") or ""
+        stdout = backend.dialect.output_path(record) or record.get("standard_output") or ""
         if stdout:
             path = _expand_slurm_path(
                 stdout, backend_id, str(record.get("name") or run_name), str(record.get("user_name") or "")

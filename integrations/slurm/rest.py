@@ -1,11 +1,13 @@
-"""slurmrestd's job API as Rackplane speaks it (OpenAPI v0.0.42, Slurm 24.11): the submit request
-(`submit_payload`), the answers read back (`job_status`, `classify_error`) and the JWTs (`mint_token`). No
-I/O; SlurmJobBackend (jobs.py) sends them through core.http.
+"""slurmrestd's job API as Rackplane speaks it (OpenAPI v0.0.42 to v0.0.45, Slurm 24.11 to 26.11): the
+submit request (`submit_payload`), the answers read back (`job_status`, `classify_error`) and the JWTs
+(`mint_token`). No I/O; SlurmJobBackend (jobs.py) sends them through core.http, under the path prefix of the
+API version it chose with the slurmrestd (integrations.slurm.versions: which versions exist, and the little
+that differs between them for what is used here; the facts below hold for all four unless they say).
 
 Facts this module and the backend rely on, from the OpenAPI document slurmrestd 24.11
 serves at `/openapi/v3` and from measuring the testbed (scripts/slurm-testbed.sh):
 
-* `POST /slurm/v0.0.42/job/submit` takes `{"job": v0.0.42_job_desc_msg}`. The fields used here: `name`,
+* `POST /slurm/v0.0.4N/job/submit` takes `{"job": v0.0.4N_job_desc_msg}`. The fields used here: `name`,
   `comment`, `script`, `partition`, `required_nodes` (a list of host names), `minimum_nodes` /
   `maximum_nodes`, `tres_per_node` ("gres/gpu:4", what `--gres=gpu:4` becomes), `segment_size` and
   `time_limit` (minutes) as `{"set", "infinite", "number"}` objects, `account`, `qos`,
@@ -20,7 +22,7 @@ serves at `/openapi/v3` and from measuring the testbed (scripts/slurm-testbed.sh
   twice). A bad token is HTTP 511 with 1007 "Protocol authentication error".
   So the error number, not the HTTP status, tells a refused request from an unavailable controller:
   `classify_error`.
-* `GET /slurm/v0.0.42/job/{id}` of an id slurmctld has forgotten (older than MinJobAge) is a 404 with 2017
+* `GET /slurm/v0.0.4N/job/{id}` of an id slurmctld has forgotten (older than MinJobAge) is a 404 with 2017
   "Invalid job id specified"; `DELETE` of it is a 200 whose `status[].error.code` is 2017, and of a
   finished job 2021 "Job/step already completing or completed".
 * `job_state` is a list: the base state (PENDING, RUNNING, SUSPENDED, COMPLETED, CANCELLED, FAILED, TIMEOUT,
@@ -28,7 +30,7 @@ serves at `/openapi/v3` and from measuring the testbed (scripts/slurm-testbed.sh
   ...). `exit_code` is `{"status", "return_code": {set, number}, "signal": {"id": {set, number}, "name"}}`.
 * slurmrestd 24.11 does NOT refuse a `required_nodes` entry slurmctld does not know: it drops it and runs
   the job on any other node (sbatch refuses the same request with "Invalid node name specified"). `submit`
-  therefore checks every chosen tray against `GET /slurm/v0.0.42/nodes/` first.
+  therefore checks every chosen tray against `GET /slurm/v0.0.4N/nodes/` first.
 * Slurm 24.11 refuses `--segment` together with `--nodelist` when the job has more than one segment (2178
   "Requested topology configuration is not available"; Slurm 25.05 added "limited support" for it). The
   placement engine already chose trays segment by segment, so `segment_size` is sent only when the whole
@@ -69,10 +71,10 @@ from integrations.jobs import (
     BackendUnavailable,
     DispatchRequest,
 )
+from integrations.slurm.versions import V0_0_42, Dialect
 from integrations.slurm.work import validate_work
 from tenancy import naming
 
-API = "/slurm/v0.0.42"
 DEFAULT_WORKDIR = "/tmp"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 IMEX_NETWORK = "unique-channel-per-segment"
@@ -132,7 +134,7 @@ def _no_val(number: int) -> dict:
 def submit_payload(
     request: DispatchRequest, *, account: bool = True, qos: bool = True, workdir: str = DEFAULT_WORKDIR
 ) -> dict:
-    """The body of `POST /slurm/v0.0.42/job/submit` for one placed job (raises BackendRejected if unusable).
+    """The body of `POST /slurm/v0.0.4N/job/submit` for one placed job (raises BackendRejected if unusable).
 
     Pinned to exactly `request.hostnames` (`required_nodes`, node count = their number), `gpus_per_tray`
     GPUs on each (`tres_per_node`), in partition `service_tier`; `account` / `qos` = the department when the
@@ -226,12 +228,13 @@ def _expand(nodes: Any) -> tuple[str, ...]:
         return tuple(n for n in nodes.split(",") if n)
 
 
-def job_status(job: Mapping[str, Any]) -> BackendJobStatus:
-    """One `v0.0.42_job_info` record as Rackplane sees it.
+def job_status(job: Mapping[str, Any], dialect: Dialect = V0_0_42) -> BackendJobStatus:
+    """One `v0.0.4N_job_info` record (of `dialect`'s version) as Rackplane sees it.
 
     PENDING -> pending; RUNNING, SUSPENDED -> running (but RUNNING + CONFIGURING, nodes still booting, ->
     pending); COMPLETED -> completed; CANCELLED -> cancelled; FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY,
     BOOT_FAIL, DEADLINE, PREEMPTED -> failed. A finished state stays finished while the job is COMPLETING.
+    A flag the version says means "being requeued" (v0.0.44+: EXPEDITING) makes any base state pending.
     The message names the telling base state and flags and Slurm's reason; the exit code (finished jobs
     only) is the return code, or 128 + the signal for a job killed by a signal.
     """
@@ -242,6 +245,8 @@ def job_status(job: Mapping[str, Any]) -> BackendJobStatus:
     state = BASE_STATES.get(base, BackendJobState.UNKNOWN)
     if state == BackendJobState.RUNNING and base == "RUNNING" and "CONFIGURING" in flags:
         state = BackendJobState.PENDING
+    if dialect.requeue_flags.intersection(flags):
+        state = BackendJobState.PENDING  # on its way back to the queue: its trays stay held
     parts: list[str] = []
     if base in TELLING_STATES or not base:
         parts.append(base or "/".join(states) or "no state")

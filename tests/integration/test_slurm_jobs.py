@@ -117,22 +117,34 @@ def test_minted_token_is_the_one_scontrol_token_makes(slurm_testbed):
 
 
 def test_the_submit_body_uses_fields_of_the_served_openapi_document(slurm_testbed):
+    """Under the version Rackplane chooses with this slurmrestd (v0.0.42 on 24.11, v0.0.45 on 26.05)."""
     backend = make_backend()
+    version = backend.api_version
     request = urllib.request.Request(
         os.environ["RACKPLANE_SLURMRESTD_URL"] + "/openapi/v3",
         headers={"X-SLURM-USER-NAME": backend.user, "X-SLURM-USER-TOKEN": backend._current_token()},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         schemas = json.load(response)["components"]["schemas"]
-    fields = schemas["v0.0.42_job_desc_msg"]["properties"]
+
+    def resolved(schema: dict) -> dict:
+        while "$ref" in schema:
+            schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+        return schema
+
+    fields = schemas[f"{version}_job_desc_msg"]["properties"]
     body = submit_payload(job(["gb-r01-t01", "gb-r01-t02"], segment=2, imex=True, clique="u.1"))
-    assert set(body) <= set(schemas["v0.0.42_job_submit_req"]["properties"])
+    assert set(body) <= set(schemas[f"{version}_job_submit_req"]["properties"])
     assert set(body["job"]) <= set(fields), set(body["job"]) - set(fields)
-    no_val = set(schemas["v0.0.42_uint32_no_val_struct"]["properties"])
-    assert set(body["job"]["time_limit"]) <= no_val
-    assert fields["segment_size"]["$ref"].endswith("v0.0.42_uint16_no_val_struct")
-    assert fields["required_nodes"]["$ref"].endswith("v0.0.42_csv_string")
-    assert schemas["v0.0.42_csv_string"]["type"] == "array"
+    for no_val in ("time_limit", "segment_size"):
+        assert set(resolved(fields[no_val])["properties"]) == {"set", "infinite", "number"}
+    assert set(body["job"]["time_limit"]) == {"set", "infinite", "number"}
+    assert resolved(fields["required_nodes"])["type"] == "array"
+    # What the version module says of the job record matches what this slurmrestd serves.
+    job_info = schemas[f"{version}_job_info"]["properties"]
+    states = resolved(resolved(job_info["job_state"])["items"])["enum"]
+    assert set(states) == backend.dialect.job_states
+    assert backend.dialect.expanded_output_field in job_info
 
 
 def test_a_two_tray_job_runs_on_exactly_the_chosen_trays_and_completes(slurm, slurm_testbed, caplog):
@@ -156,13 +168,25 @@ def test_a_two_tray_job_runs_on_exactly_the_chosen_trays_and_completes(slurm, sl
     ]
 
 
+def slurm_release() -> tuple[int, int]:
+    """(24, 11) for the testbed's Slurm (`scontrol --version`: "slurm 24.11.5")."""
+    printed = subprocess.run(
+        [os.environ["RACKPLANE_SLURM_SCONTROL"], "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+    major, minor = printed.split(".")[:2]
+    return int(major), int(minor)
+
+
 def test_a_multi_segment_job_is_pinned_without_segment_size(slurm):
     """Slurm 24.11 refuses --segment with --nodelist for several segments; the pinned trays are enough."""
     four = ["gb-r01-t01", "gb-r01-t02", "gb-r01-t10", "gb-r01-t11"]
     raw = submit_payload(job(four, segment=4))
     raw["job"]["segment_size"] = {"set": True, "infinite": False, "number": 2}
-    with pytest.raises(BackendRejected, match="Requested topology configuration is not available"):
-        slurm._checked("POST", "/job/submit", "submitting with segment 2", raw)
+    # 25.05 added "limited support" for it (26.05.5 takes such a job): shown on 24.11 only; Rackplane leaves
+    # segment_size out for several segments whatever the release.
+    if slurm_release() < (25, 5):
+        with pytest.raises(BackendRejected, match="Requested topology configuration is not available"):
+            slurm._checked("POST", "/job/submit", "submitting with segment 2", raw)
 
     backend_id = slurm.submit(job(four, segment=2))
     done = wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)[backend_id]

@@ -426,10 +426,12 @@ def test_slurm_output_path_patterns():
 
 
 def test_slurm_logs_read_only_inside_the_working_directory(tmp_path):
+    from integrations.slurm import versions
     from integrations.slurm.logs import slurm_logs as _slurm_logs
 
     class FakeRecordBackend:  # stands in for slurmrestd's answer only: the file reading is what is tested
         workdir = str(tmp_path)
+        dialect = versions.KNOWN["v0.0.42"]
 
         def __init__(self, stdout):
             self.stdout = stdout
@@ -450,6 +452,14 @@ def test_slurm_logs_read_only_inside_the_working_directory(tmp_path):
     assert inside.parts[0].text == "step 1 <ok>\n" and inside.source.endswith(f"{tmp_path}/rp-5-77.out")
     outside = _slurm_logs(FakeRecordBackend("/etc/passwd"), Job(), 1024)
     assert outside.parts[0].text == "" and "outside the jobs' working directory" in outside.parts[0].error
+    # v0.0.43 on: standard_output is the pattern as submitted, stdout_expanded Slurm's expansion.
+    expanded = FakeRecordBackend(f"{tmp_path}/%x-%j.out")
+    expanded.dialect = versions.KNOWN["v0.0.45"]
+    expanded._job = lambda backend_id: {
+        "standard_output": "/tmp/%j",
+        "stdout_expanded": f"{tmp_path}/rp-5-77.out",
+    }
+    assert _slurm_logs(expanded, Job(), 1024).parts[0].text == "step 1 <ok>\n"
     missing = _slurm_logs(FakeRecordBackend(f"{tmp_path}/gone-%j.out"), Job(), 1024)
     assert (
         "does not exist" in missing.parts[0].error

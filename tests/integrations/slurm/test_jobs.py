@@ -381,7 +381,7 @@ def standin(*answers):
 
 def test_a_proxy_503_is_transient_and_the_headers_are_sent():
     with standin((503, "text/html", b"<html>no upstream</html>", 0)) as (url, seen):
-        backend = SlurmJobBackend(url, "rackplane", token="static-token", timeout=5)
+        backend = SlurmJobBackend(url, "rackplane", token="static-token", timeout=5, api_version="v0.0.42")
         with pytest.raises(BackendUnavailable, match="HTTP 503"):
             backend.status(["12"])
     [(method, path, headers, _)] = seen
@@ -393,7 +393,7 @@ def test_a_proxy_503_is_transient_and_the_headers_are_sent():
 @pytest.mark.slow(reason="waits for the client to give up")
 def test_a_hung_slurmrestd_times_out():
     with standin((200, "application/json", b"{}", 3)) as (url, _):
-        backend = SlurmJobBackend(url, "rackplane", token="t", timeout=0.5)
+        backend = SlurmJobBackend(url, "rackplane", token="t", timeout=0.5, api_version="v0.0.42")
         started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="did not answer"):
             backend.jobs()
@@ -405,7 +405,7 @@ def test_a_success_that_is_not_json_is_transient():
         standin((200, "text/plain", b"hello", 0)) as (url, _),
         pytest.raises(BackendUnavailable, match="without a JSON object"),
     ):
-        SlurmJobBackend(url, "rackplane", token="t", timeout=5).jobs()
+        SlurmJobBackend(url, "rackplane", token="t", timeout=5, api_version="v0.0.42").jobs()
 
 
 def test_a_closed_port_is_transient():
