@@ -495,6 +495,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "scheduling.tasks.schedule_jobs_periodically": 60.0,
         "integrations.tasks.sync_jobs": 30.0,
         "core.tasks.retry_notifications": 30.0,
+        "integrations.tasks.watch_removals": 86400.0,
     }
     app.loader.import_default_modules()
     assert {
@@ -502,6 +503,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "tenancy.tasks.scrape_exporters",
         "scheduling.tasks.schedule_jobs_periodically",
         "integrations.tasks.sync_jobs",
+        "integrations.tasks.watch_removals",
     } <= set(app.tasks)
 
 
