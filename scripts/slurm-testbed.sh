@@ -53,8 +53,13 @@ CLIENTS="scontrol sinfo sbatch squeue sacct sacctmgr scancel srun"
 JOB_USER="rackplane"
 # Tenant users (name:uid:gid): the people of tests/integration/test_slurm_identity.py, same names and ids as
 # the LDAP and OpenID Connect testbeds give them (testbed/ldap, testbed/oidc-provider).
-TENANT_USERS="ada:20001:20001 grace:20002:20002"
+TENANT_USERS="ada:20001:20001 grace:20002:20002 eve:20003:20003"
 SHARED_GROUP="rp-shared:20100"
+# Accounting: slurmdbd on MariaDB in the same chroot. Part of PACKAGES, and so of the cache key (cache_file):
+# a cache built without them is not used.
+ACCOUNTING_PACKAGES="slurmdbd,mariadb-server"
+PACKAGES="$PACKAGES,$ACCOUNTING_PACKAGES"
+DB_PASSWORD_FILE="db-password"  # in DIR: slurmdbd's MariaDB password (fresh per testbed)
 
 require_root() {
     [ "$(id -u)" -eq 0 ] || die "the Slurm testbed needs root (debootstrap, chroot, mount); run it as root"
@@ -238,7 +243,13 @@ SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+# Accounting through slurmdbd (write_dbd_config): jobs need an association (user, account) and a QOS it
+# allows; a QOS's GrpTRES=gres/gpu limit holds jobs over it (pending, reason QOSGrpGRES).
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$(cat "$dir/dbd-port")
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -431,7 +442,7 @@ start_restd() {
     log "slurmrestd: starting on 127.0.0.1:$port"
     # slurmrestd does not daemonize; it runs in the background and is found again by its chroot.
     SLURM_JWT=daemon setsid chroot "$dir/root" /usr/sbin/slurmrestd -u slurmrest -g slurmrest \
-        -a rest_auth/jwt -s openapi/slurmctld "127.0.0.1:$port" >>"$dir/log/slurmrestd.log" 2>&1 </dev/null &
+        -a rest_auth/jwt -s openapi/slurmctld,openapi/slurmdbd "127.0.0.1:$port" >>"$dir/log/slurmrestd.log" 2>&1 </dev/null &
     echo $! >"$dir/slurmrestd.pid"
     if ! wait_until "slurmrestd" python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)"; then
         tail -n 20 "$dir/log/slurmrestd.log" >&2 || true
@@ -464,6 +475,95 @@ nodes_ready() {
     [ "$ready" -eq "$NODE_COUNT" ]
 }
 
+# --- accounting: MariaDB and slurmdbd -------------------------------------------------------------------
+
+# A free loopback port for slurmdbd (picked apart from pick_ports' block, which stays as it is).
+pick_dbd_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# MariaDB answers on its socket only (no TCP port to collide with); slurmdbd reaches it as StorageHost
+# localhost. The database is a throwaway: no durability settings worth the fsyncs.
+write_dbd_config() {
+    local dir="$1" root="$1/root" password
+    password="$(head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')"
+    echo "$password" >"$dir/$DB_PASSWORD_FILE"
+    chmod 0600 "$dir/$DB_PASSWORD_FILE"
+    mkdir -p "$root/etc/mysql/mariadb.conf.d" "$root/run/mysqld"
+    cat >"$root/etc/mysql/mariadb.conf.d/99-rackplane-testbed.cnf" <<EOF
+# Written by Rackplane's scripts/slurm-testbed.sh: a throwaway database for slurmdbd, socket only.
+[mariadbd]
+skip-networking
+skip-name-resolve
+skip-log-bin
+socket = /run/mysqld/mysqld.sock
+pid-file = /run/mysqld/mysqld.pid
+innodb_flush_log_at_trx_commit = 0
+innodb_doublewrite = 0
+innodb_buffer_pool_size = 64M
+# slurmdbd's own advice (accounting.shtml): long enough for its table conversions.
+innodb_lock_wait_timeout = 900
+EOF
+    in_root "$dir" chown mysql:mysql /run/mysqld
+    cat >"$root/etc/slurm/slurmdbd.conf" <<EOF
+# slurmdbd of the Slurm testbed made by Rackplane's scripts/slurm-testbed.sh (throwaway; loopback only).
+AuthType=auth/munge
+# slurmrestd's /slurmdb/ endpoints pass the caller's JWT on to slurmdbd.
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$(cat "$dir/dbd-port")
+SlurmUser=slurm
+PidFile=/run/slurm/slurmdbd.pid
+LogFile=/var/log/slurm/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageLoc=slurm_acct_db
+StorageUser=slurm
+StoragePass=$password
+EOF
+    in_root "$dir" chown slurm:slurm /etc/slurm/slurmdbd.conf
+    chmod 0600 "$root/etc/slurm/slurmdbd.conf" # slurmdbd refuses one others may read
+}
+
+start_mariadb() {
+    local dir="$1" password
+    password="$(cat "$dir/$DB_PASSWORD_FILE")"
+    log "mariadb: starting"
+    if [ ! -d "$dir/root/var/lib/mysql/mysql" ]; then
+        # The package's postinst normally made the system tables already (they are in the cached chroot).
+        in_root "$dir" mariadb-install-db --user=mysql --datadir=/var/lib/mysql --skip-test-db \
+            >>"$dir/log/mariadb.out" 2>&1 || die "mariadb-install-db failed (see $dir/log/mariadb.out)"
+    fi
+    setsid chroot "$dir/root" /usr/sbin/mariadbd --user=mysql >>"$dir/log/mariadb.out" 2>&1 </dev/null &
+    if ! wait_until "mariadb" in_root "$dir" mariadb-admin --socket=/run/mysqld/mysqld.sock ping; then
+        tail -n 20 "$dir/log/mariadb.out" >&2 || true
+        die "mariadbd does not answer (end of $dir/log/mariadb.out above)"
+    fi
+    in_root "$dir" mariadb --socket=/run/mysqld/mysqld.sock -e "
+        CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+        CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$password';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" || die "could not make slurmdbd's database user"
+}
+
+# slurmdbd, then the cluster registered (before slurmctld first starts, so that it finds its cluster).
+start_dbd() {
+    local dir="$1"
+    log "slurmdbd: starting"
+    if ! in_root "$dir" /usr/sbin/slurmdbd >>"$dir/log/slurmdbd.out" 2>&1; then
+        tail -n 20 "$dir/root/var/log/slurm/slurmdbd.log" >&2 2>/dev/null || true
+        die "slurmdbd did not start (end of its log above)"
+    fi
+    if ! wait_until "slurmdbd" in_root "$dir" /usr/bin/sacctmgr -n -P list cluster format=cluster; then
+        tail -n 20 "$dir/root/var/log/slurm/slurmdbd.log" >&2 2>/dev/null || true
+        die "slurmdbd does not answer (end of its log above)"
+    fi
+    in_root "$dir" /usr/bin/sacctmgr -i add cluster rackplane-testbed >/dev/null ||
+        die "sacctmgr could not register the cluster rackplane-testbed"
+}
+
 # --- commands -----------------------------------------------------------------------------------------
 
 cmd_start() {
@@ -491,9 +591,13 @@ cmd_start() {
     read -r ctld_port restd_port node_port _ <<<"$ports"
     echo "$ctld_port $restd_port $node_port" >"$dir/ports"
     echo "$NODE_COUNT" >"$dir/node-count"
+    pick_dbd_port >"$dir/dbd-port" || die "no free loopback port for slurmdbd"
     write_config "$dir" "$ctld_port" "$node_port"
+    write_dbd_config "$dir"
     write_wrappers "$dir"
     start_munge "$dir"
+    start_mariadb "$dir"
+    start_dbd "$dir"
     start_ctld "$dir"
     start_slurmds "$dir"
     start_restd "$dir" "$restd_port"
