@@ -447,12 +447,21 @@ class SlurmTarget:
 
     # --- accounting (sacctmgr; needs slurmdbd) ----------------------------------------------------
 
-    def slurmdbd_configured(self) -> bool:
+    def _config_value(self, key: str) -> str:
         done = self.scontrol_run("show", "config")
         if done.returncode != 0:
             raise SlurmUnavailable(f"cannot read slurmctld's configuration: {done.output}", "retry later")
-        match = re.search(r"^AccountingStorageType\s*=\s*(\S+)", done.stdout, re.MULTILINE)
-        return bool(match and match.group(1) == "accounting_storage/slurmdbd")
+        match = re.search(rf"^{key}\s*=\s*(\S+)", done.stdout, re.MULTILINE)
+        return match.group(1) if match else ""
+
+    def slurmdbd_configured(self) -> bool:
+        return self._config_value("AccountingStorageType") == "accounting_storage/slurmdbd"
+
+    def accounting_cluster(self) -> str | None:
+        """The cluster's name in slurmdbd (ClusterName), or None when slurmctld keeps no accounting there."""
+        if not self.slurmdbd_configured():
+            return None
+        return self._config_value("ClusterName") or None
 
     def ensure_qos(self, name: str, gpu_limit: int | None) -> QosResult:
         """Create QOS `name` if missing and set its GrpTRES=gres/gpu limit (None clears it).
