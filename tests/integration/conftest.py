@@ -140,7 +140,16 @@ def ensure_testbed_people():
         accounts=tuple(SlurmAccount(d, "root", None, d) for d in TESTBED_DEPARTMENTS),
         associations=tuple(SlurmAssociation(d, p) for d in TESTBED_DEPARTMENTS for p in people),
     )
-    testbed_accounting().apply(plan)
+    accounting = testbed_accounting()
+    accounting.apply(plan)
+    # A job sent without an account runs under its person's default account. A test's push may have moved
+    # it (a person leaving the account that was their default gets another of theirs): back to the first
+    # testbed department, whose QOS has no GPU limit.
+    live = accounting.live_associations()
+    moved = [p for p in people if not live[(TESTBED_DEPARTMENTS[0], p)].get("is_default")]
+    if moved:
+        users = [{"name": p, "default": {"account": TESTBED_DEPARTMENTS[0]}} for p in moved]
+        accounting._call("POST", "/users/", {"users": users})
 
 
 def tenant_people() -> dict:
