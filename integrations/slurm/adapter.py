@@ -86,6 +86,15 @@ class SlurmAdapter:
             ) from error
         log(*(f"slurmdbd: {line}" for line in done.changed))
         log(*(f"slurmdbd: not done: {line}" for line in done.left))
+        if done.changed:
+            lacking = self.slurm.wait_for_assoc_mgr(
+                {q.name: q.gpu_limit for q in plan.qos},
+                {(a.name, "") for a in plan.accounts} | {(a.account, a.user) for a in plan.associations},
+            )
+            if lacking:
+                log(f"slurmctld does not hold yet: {', '.join(lacking[:8])} (slurmdbd sends it by itself)")
+            else:
+                log("slurmctld holds the new QOS limits and associations (scontrol show assoc_mgr)")
         if not done.changed:
             log(
                 f"slurmdbd already holds the {len(plan.qos)} QOS, {len(plan.accounts)} accounts and "

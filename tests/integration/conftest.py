@@ -141,7 +141,7 @@ def ensure_testbed_people():
         associations=tuple(SlurmAssociation(d, p) for d in TESTBED_DEPARTMENTS for p in people),
     )
     accounting = testbed_accounting()
-    accounting.apply(plan)
+    done = accounting.apply(plan)
     # A job sent without an account runs under its person's default account. A test's push may have moved
     # it (a person leaving the account that was their default gets another of theirs): back to the first
     # testbed department, whose QOS has no GPU limit.
@@ -150,6 +150,13 @@ def ensure_testbed_people():
     if moved:
         users = [{"name": p, "default": {"account": TESTBED_DEPARTMENTS[0]}} for p in moved]
         accounting._call("POST", "/users/", {"users": users})
+    if done.changed or moved:
+        # As a push does (integrations.slurm.adapter): slurmctld holds it before anything reconfigures it.
+        scontrol = os.environ["RACKPLANE_SLURM_SCONTROL"]
+        lacking = SlurmTarget(os.environ["RACKPLANE_SLURM_CONF_DIR"], scontrol).wait_for_assoc_mgr(
+            {q.name: q.gpu_limit for q in plan.qos}, {(a.account, a.user) for a in plan.associations}
+        )
+        assert not lacking, f"slurmctld did not get the testbed's accounting from slurmdbd: {lacking}"
 
 
 def tenant_people() -> dict:
