@@ -34,6 +34,11 @@ def _files(testbed):
 def test_2x9_plan_applied_shows_two_blocks(slurm_testbed, slurm_baseline):
     target = slurm_testbed.target()
     hosts = slurm_testbed.hostnames()
+    # With slurmdbd a partition's QOS must exist there, or slurmctld refuses the file (fatal: "Partition
+    # batch has an invalid qos").
+    for name in ("batch", "inference"):
+        assert target.ensure_qos(name, None).applied
+    assert not target.wait_for_assoc_mgr({"batch": None, "inference": None}, set())
     tiers = [
         ServiceTier("batch", tuple(hosts), qos="batch", default=True),
         ServiceTier("inference", tuple(hosts[9:]), qos="inference", priority_tier=10, max_time_minutes=240),
