@@ -145,6 +145,7 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     assert isinstance(goals["dashboards_p95_under_300ms"], bool)
 
 
+@pytest.mark.integration  # a real Prometheus (benchmarks/telemetry.py): handed out with the long tests
 def test_scale_benchmark_prints_every_figure_on_embedded_sqlite():
     figures = run_scale("--no-stack")
     check_every_in_process_figure(figures, "SQLite")

@@ -105,20 +105,31 @@ def test_long_tests_are_handed_out_first_and_short_ones_even_the_workers_out(pyt
         @pytest.mark.integration
         def test_server():
             pass
+
+        @pytest.fixture(scope="module")
+        def own_stack():
+            return "a module's own stack: a group of its own"
+
+        @pytest.mark.slow(reason="its own stack and a browser")
+        @pytest.mark.e2e
+        def test_on_its_own_stack(own_stack):
+            pass
         """
     )
     recorded = pytester.inline_run("--collect-only", "-p", "no:django", "-p", "no:xdist")
     items = recorded.getcall("pytest_collection_finish").session.items  # as sorted, not as collected
-    # The browser and server tests, then the other slow ones, then the rest (each in the order written);
-    # a group is one unit of work whatever its place (xdist sends the largest groups first).
+    # The browser and server tests (a one-test group among them), then the other slow ones, then the rest
+    # (each in the order written); xdist sends the largest groups first whatever their place.
     assert [item.name for item in items] == [
         "test_browser",
         "test_server",
+        "test_on_its_own_stack",
         "test_slow",
         "test_short",
         "test_on_slurm",
         "test_short_too",
     ]
+    assert items[2].get_closest_marker("xdist_group").args == ("test_order",)
 
 
 def test_the_database_fingerprint_follows_every_migration_file(tmp_path, monkeypatch):

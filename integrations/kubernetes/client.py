@@ -22,12 +22,9 @@ import os
 import re
 import tempfile
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
 
 from core.outbound import Guard, OutboundRefused, urllib3_pool_classes
 from integrations.kubernetes import validate as schema
@@ -40,6 +37,13 @@ from integrations.kubernetes.errors import (
     status_reason,
 )
 from integrations.kubernetes.fields import FIELD_MANAGER
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
+
+# The `kubernetes` package (~0.25 s to import: its whole generated client, config and dynamic modules) is
+# imported where a connection is made, not at import: every portal process imports this module at start-up
+# (the Kubernetes kind's registration), and most never talk to a cluster.
 
 # Core kinds the target can write: (apiVersion, kind) -> (plural, namespaced). CRD kinds come from the CRDs.
 CORE_KINDS = {
@@ -99,6 +103,8 @@ class KubernetesClient:
         self.field_manager = field_manager
         self._ca_file: str | None = None
         if api_client is None:
+            from kubernetes import client as k8s_client
+
             api_client = k8s_client.ApiClient(
                 self._configuration(api_url, token, ca_cert, insecure, kubeconfig, context)
             )
@@ -114,6 +120,9 @@ class KubernetesClient:
                     self._kinds[key] = (names["plural"], crd["spec"]["scope"] == "Namespaced")
 
     def _configuration(self, api_url, token, ca_cert, insecure, kubeconfig, context):
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+
         configuration = k8s_client.Configuration()
         if kubeconfig is not None:
             try:
@@ -181,6 +190,8 @@ class KubernetesClient:
     ) -> tuple[int, Any]:
         """One API request -> (status, decoded JSON). Raises KubernetesUnavailable when the server cannot be
         reached, times out, throttles or fails (5xx); returns 4xx answers for the caller to judge."""
+        from kubernetes.client.rest import ApiException
+
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type

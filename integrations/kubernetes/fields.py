@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
-
 FIELD_MANAGER = "rackplane"  # Rackplane's name as a server-side apply field manager
 
 # Paths whose scalars are Kubernetes quantities: the API server canonicalises them (2048Gi -> 2Ti).
@@ -52,6 +50,9 @@ def _is_quantity_path(path: Sequence[Any]) -> bool:
 
 
 def _quantity(value: Any) -> Decimal | None:
+    # Importing it imports the whole `kubernetes` package (client.py says why that waits for a use).
+    from kubernetes.utils.quantity import parse_quantity
+
     try:
         return parse_quantity(value)
     except (ValueError, TypeError, InvalidOperation):

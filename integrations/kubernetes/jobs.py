@@ -32,12 +32,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes.client.rest import ApiException
 
 from core.outbound import ALLOW_PRIVATE_SETTING, OutboundRefused
 from integrations.jobs import (
@@ -61,6 +59,9 @@ from integrations.kubernetes.target import (
     KubernetesConfigurationError,
     KubernetesTarget,
 )
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
 
 COMPUTE_DOMAIN_GROUP, _, COMPUTE_DOMAIN_VERSION = COMPUTE_DOMAIN_API_VERSION.partition("/")
 COMPUTE_DOMAIN_PLURAL = "computedomains"
@@ -115,6 +116,8 @@ class KubernetesJobBackend:
         self.timeout = timeout
         self.dry_run = dry_run
         self.api = self._target.api
+        from kubernetes import client as k8s_client  # imported with a connection (client.py says why)
+
         self.batch = k8s_client.BatchV1Api(self.api)
         self.core = k8s_client.CoreV1Api(self.api)
         self.custom = k8s_client.CustomObjectsApi(self.api)
@@ -134,6 +137,8 @@ class KubernetesJobBackend:
         """One API call -> (status, decoded JSON). Raises BackendUnavailable when the API server cannot be
         reached, times out, throttles (429) or fails (5xx), BackendRejected on TLS failures; returns other
         4xx answers for the caller to judge."""
+        from kubernetes.client.rest import ApiException
+
         host = self.api.configuration.host
         try:
             response = method(

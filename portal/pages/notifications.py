@@ -62,6 +62,10 @@ EVENT_DESCRIPTIONS = {
     "guarantee_short": "A department's jobs wait while it holds fewer GPUs than it is guaranteed.",
     "idle_gpus": "A department's GPUs sit allocated but idle, more of them than at the last count.",
     "push_failed": "A configuration push to Slurm or Kubernetes failed: the cluster runs the old settings.",
+    "removal_ahead": (
+        "A version a target uses (an API of Slurm, Kueue, the DRA driver or NMX-M) is removed soon and "
+        "the site must act: once per target, from 90 days before the release."
+    ),
 }
 # What a new endpoint or recipient starts with ticked: the rack-health events the list page leads with.
 HEALTH_EVENTS = ["tray_drained", "breaker_tripped", "job_requeued", "tray_returned", "needs_service"]

@@ -25,15 +25,8 @@ print(len(check()))  # the start-up check imports the tasks modules itself: ever
 
 
 @pytest.mark.slow(reason="a fresh Python process")
-def test_a_process_that_imported_no_tasks_finds_them_by_name(tmp_path):
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DEBUG": "1",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=300
-    )
+def test_a_process_that_imported_no_tasks_finds_them_by_name(migrated_sqlite):
+    env = {"PATH": "/usr/bin:/bin", "DEBUG": "1", "DATABASE_URL": f"sqlite:///{migrated_sqlite}"}
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )

@@ -235,10 +235,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow(reason="migrates, starts gunicorn and stops it")
-def test_serve_answers_then_stops_on_sigterm(tmp_path):
-    environ = production_environment(tmp_path)
-    assert rackplane("migrate", environ=environ).returncode == 0
+@pytest.mark.slow(reason="starts gunicorn and stops it")
+def test_serve_answers_then_stops_on_sigterm(tmp_path, migrated_sqlite):
+    environ = production_environment(tmp_path)  # its database: migrated_sqlite (the migrate test is above)
     port = free_port()
     environ.update(
         BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY="2", GUNICORN_THREADS="2", GUNICORN_GRACEFUL_TIMEOUT="10"

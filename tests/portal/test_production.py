@@ -22,7 +22,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-pytestmark = pytest.mark.slow(reason="subprocesses: migrate, gunicorn, fresh Pythons")
+from tests.fresh_clone import copy_database
+
+pytestmark = pytest.mark.slow(reason="subprocesses: gunicorn, fresh Pythons")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).parent / "gunicorn"
@@ -68,12 +70,10 @@ def run(args: list[str], env: dict, timeout: int = 180) -> subprocess.CompletedP
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory) -> Path:
-    """A migrated SQLite database with a department member and a platform admin."""
-    database = tmp_path_factory.mktemp("production") / "rackplane.sqlite3"
+def database(tmp_path_factory, prepared_clone_template) -> Path:
+    """A migrated SQLite database (the demo's, tests/fresh_clone.py) with a member and a platform admin."""
+    database = copy_database(prepared_clone_template, tmp_path_factory.mktemp("production"))
     env = production_env(database)
-    migrated = run([sys.executable, "manage.py", "migrate", "--no-input"], env)
-    assert migrated.returncode == 0, migrated.stderr
     users = run(
         [
             sys.executable,

@@ -407,9 +407,10 @@ def test_banner_costs_staff_two_queries_and_nobody_else_any(client_as, workload,
     client.force_login(platform_admin)
     with CaptureQueriesContext(connection) as staff:
         client.get("/inventory/racks/")
-    # The banner costs staff two queries; the lead's page asks once more than staff's whether they lead a
-    # department (the menu's audit log link; an admin needs no query for it).
-    assert len(staff) == len(non_staff) + 2 - 1
+    # The banners cost staff three queries (the capacity banner two, the removals banner one: the enabled
+    # targets' facts, integrations.removals.biting); the lead's page asks once more than staff's whether
+    # they lead a department (the menu's audit log link; an admin needs no query for it).
+    assert len(staff) == len(non_staff) + 3 - 1
 
 
 # ------------------------------------------------------------------------------------------ query counts
@@ -450,7 +451,8 @@ def grow(alpha, beta, factor: int, offset: int = 0) -> None:
 # Session and user, then the page's own queries. Equal before and after growth; these caps catch a
 # query per row slipping in.
 MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "Submit job")
-    "/tenancy/departments/": 8,
+    # +1 for admins: the removals banner (the enabled targets' facts, integrations.removals.biting).
+    "/tenancy/departments/": 9,
     # +2 since projects management: the projects panel (projects; their GPUs in use). The page asks "may
     # this user manage it?" once and its panels share the answer and the members it read
     # (scheduling.views.departments).
@@ -461,7 +463,8 @@ MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "S
     # +1: the stranded NVLink capacity the last pass kept (scheduling.dashboard_data.last_stranded).
     # +2: the scheduler's re-carves of the last 24 h per rack, and the racks that allow them
     # (inventory.recarving.recent_recarves).
-    "/tenancy/dashboard/": 11,
+    # +1: the removals banner (admins only, as this page).
+    "/tenancy/dashboard/": 12,
 }
 
 
