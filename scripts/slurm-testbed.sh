@@ -537,6 +537,13 @@ innodb_buffer_pool_size = 64M
 innodb_lock_wait_timeout = 900
 EOF
     in_root "$dir" chown mysql:mysql /run/mysqld
+    # slurmdbd's client library looks for the socket where its release's server puts it: /run/mysqld on
+    # trixie, /run/mariadbd on sid (measured: "Can't connect to local server through socket
+    # '/run/mariadbd/mysqld.sock'"). One server, both paths.
+    if [ -d "$root/run/mariadbd" ] && [ ! -L "$root/run/mariadbd" ]; then
+        rmdir "$root/run/mariadbd"
+    fi
+    [ -e "$root/run/mariadbd" ] || ln -s mysqld "$root/run/mariadbd"
     cat >"$root/etc/slurm/slurmdbd.conf" <<EOF
 # slurmdbd of the Slurm testbed made by Rackplane's scripts/slurm-testbed.sh (throwaway; loopback only).
 AuthType=auth/munge

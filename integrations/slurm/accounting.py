@@ -1,5 +1,6 @@
 """Slurm accounting pushed for real: department QOS, the account tree and who may submit, through slurmrestd's
-`/slurmdb/v0.0.42/` endpoints (the same slurmrestd and JWT the job backend uses; no sacctmgr).
+`/slurmdb/v0.0.NN/` endpoints (the same slurmrestd, JWT and API version the job backend uses, negotiated with
+slurmrestd: integrations.slurm.versions; no sacctmgr).
 
 What Rackplane decides (integrations.state: `slurm_accounts`, `ConfigState.qos`, `ConfigState.associations`)
 is made true in slurmdbd here, diffed first so that a second push sends nothing:
@@ -25,7 +26,8 @@ What slurmrestd 24.11 does, measured on the testbed (scripts/slurm-testbed.sh, s
   (`defaultaccount`). `POST /associations/` changes an existing association (an account's with `user: ""`)
   and adds a user association for a user slurmdbd already knows; its `user` field is required.
 * In v0.0.42 an association's GrpTRES is `max.tres.total` and a QOS's is `limits.max.tres.total`; a TRES
-  with count -1 clears the limit.
+  with count -1 clears the limit. The same fields, requests and answers in v0.0.45 on Slurm 26.05.5 (the
+  accounting tests pass on both testbeds, each at the newest version it serves).
 * Every write answers 200 with `errors: []` also when it changed nothing.
 """
 
@@ -45,7 +47,7 @@ from integrations.slurm.rest import classify_error
 from integrations.slurm.target import SlurmError, SlurmRejected, SlurmUnavailable
 from integrations.slurm.topology import check_name
 
-DB_API = "/slurmdb/v0.0.42"
+DB_API = "/slurmdb"  # then the job backend's API version: /slurmdb/v0.0.45/qos/
 ORGANIZATION = "rackplane"  # marks the accounts Rackplane made (and may change)
 GPU = {"type": "gres", "name": "gpu"}
 
@@ -183,19 +185,25 @@ class SlurmAccounting:
         self.backend = backend
         self.cluster = cluster
         self._http = HttpClient(
-            backend.rest_url + DB_API,
+            backend.rest_url,
             headers={"Accept": "application/json"},
             timeout=backend.timeout,
             allow_private=allow_private,
         )
 
     def _call(self, method: str, path: str, body: Any = None) -> Mapping[str, Any]:
-        action = f"{method} {DB_API}{path}"
+        try:
+            where = f"{DB_API}/{self.backend.api_version}{path}"  # asks slurmrestd once, when not known yet
+        except BackendUnavailable as error:
+            raise SlurmUnavailable(str(error), "retry later") from error
+        except BackendRejected as error:
+            raise SlurmRejected(str(error), "point the target at a slurmrestd Rackplane knows") from error
+        action = f"{method} {where}"
         try:
             token = self.backend._current_token()
             response = self._http.request(
                 method,
-                path,
+                where,
                 body,
                 headers={"X-SLURM-USER-NAME": self.backend.user, "X-SLURM-USER-TOKEN": token},
             )

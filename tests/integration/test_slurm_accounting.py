@@ -1,5 +1,6 @@
 """Slurm accounting for real: Rackplane's push writes department QOS, the account tree and who may submit into
-the testbed's slurmdbd (MariaDB) through slurmrestd's /slurmdb/v0.0.42/ endpoints, and slurmctld enforces them
+the testbed's slurmdbd (MariaDB) through slurmrestd's /slurmdb/ endpoints (at the API version the job backend
+negotiated: v0.0.42 on 24.11, v0.0.45 on 26.05), and slurmctld enforces them
 (AccountingStorageEnforce=associations,limits,qos; scripts/slurm-testbed.sh).
 
 The portal's side (fixture `site`): department `optics<n>` (GPU limit 4: its QOS GrpTRES=gres/gpu=4) with
