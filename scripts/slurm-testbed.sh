@@ -409,17 +409,24 @@ start_munge() {
     wait_until "munge" in_root "$dir" sh -c 'munge -n | unmunge >/dev/null'
 }
 
+# A Slurm daemon ($2: slurmctld, slurmdbd) started in the chroot, then waited for until the command after
+# it answers; when either fails, the end of the daemon's log and the script stops.
+start_slurm_daemon() {
+    local dir="$1" name="$2"
+    shift 2
+    log "$name: starting"
+    if ! in_root "$dir" "/usr/sbin/$name" >>"$dir/log/$name.out" 2>&1; then
+        tail -n 20 "$dir/root/var/log/slurm/$name.log" >&2 2>/dev/null || true
+        die "$name did not start (end of its log above)"
+    fi
+    if ! wait_until "$name" in_root "$dir" "$@"; then
+        tail -n 20 "$dir/root/var/log/slurm/$name.log" >&2 2>/dev/null || true
+        die "$name does not answer (end of its log above)"
+    fi
+}
+
 start_ctld() {
-    local dir="$1"
-    log "slurmctld: starting"
-    if ! in_root "$dir" /usr/sbin/slurmctld >>"$dir/log/slurmctld.out" 2>&1; then
-        tail -n 20 "$dir/root/var/log/slurm/slurmctld.log" >&2 2>/dev/null || true
-        die "slurmctld did not start (end of its log above)"
-    fi
-    if ! wait_until "slurmctld" in_root "$dir" /usr/bin/scontrol ping; then
-        tail -n 20 "$dir/root/var/log/slurm/slurmctld.log" >&2 2>/dev/null || true
-        die "slurmctld does not answer (end of its log above)"
-    fi
+    start_slurm_daemon "$1" slurmctld /usr/bin/scontrol ping
 }
 
 # slurmctld processes running in this testbed's chroot (whatever the pid file says).
@@ -590,15 +597,7 @@ start_mariadb() {
 # slurmdbd, then the cluster registered (before slurmctld first starts, so that it finds its cluster).
 start_dbd() {
     local dir="$1"
-    log "slurmdbd: starting"
-    if ! in_root "$dir" /usr/sbin/slurmdbd >>"$dir/log/slurmdbd.out" 2>&1; then
-        tail -n 20 "$dir/root/var/log/slurm/slurmdbd.log" >&2 2>/dev/null || true
-        die "slurmdbd did not start (end of its log above)"
-    fi
-    if ! wait_until "slurmdbd" in_root "$dir" /usr/bin/sacctmgr -n -P list cluster format=cluster; then
-        tail -n 20 "$dir/root/var/log/slurm/slurmdbd.log" >&2 2>/dev/null || true
-        die "slurmdbd does not answer (end of its log above)"
-    fi
+    start_slurm_daemon "$dir" slurmdbd /usr/bin/sacctmgr -n -P list cluster format=cluster
     in_root "$dir" /usr/bin/sacctmgr -i add cluster rackplane-testbed >/dev/null ||
         die "sacctmgr could not register the cluster rackplane-testbed"
 }
