@@ -40,8 +40,9 @@ from typing import Any
 
 from core.errors import ExternalError
 from core.http import HttpClient
+from core.outbound import ALLOW_PRIVATE_SETTING
 from integrations.jobs import BackendRejected, BackendUnavailable
-from integrations.slurm.jobs import SlurmJobBackend
+from integrations.slurm.jobs import SlurmJobBackend, backend_from_settings
 from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
 from integrations.slurm.rest import classify_error
 from integrations.slurm.target import SlurmError, SlurmRejected, SlurmUnavailable
@@ -374,9 +375,6 @@ class SlurmAccounting:
 
 def accounting_from_settings(settings: Mapping[str, Any], cluster: str) -> SlurmAccounting:
     """The accounting client of a Slurm target's cleaned settings (its slurmrestd, rest_user and JWT)."""
-    from core.outbound import ALLOW_PRIVATE_SETTING
-    from integrations.slurm.jobs import backend_from_settings
-
     try:
         backend = backend_from_settings(settings)
     except (BackendRejected, BackendUnavailable) as error:
