@@ -51,8 +51,9 @@ def parse_time(value: str) -> datetime:
 
 
 class Stack:
-    def __init__(self, clone: Path, address: str, run: subprocess.Popen, output: Path):
+    def __init__(self, clone: Path, address: str, run: subprocess.Popen, output: Path, started: datetime):
         self.clone, self.address, self.run, self.output = clone, address, run, output
+        self.started = started  # when run.sh was started (UTC): what the stack did since is its own work
 
     def query(self, sql: str, *params):
         with sqlite3.connect(self.clone / "var" / "rackplane.sqlite3", timeout=20) as database:
@@ -102,6 +103,7 @@ def running_stack(clone: Path, **environment: str):
 
     address = f"127.0.0.1:{free_port()}"
     output = clone.parent / "run.out"
+    started_at = datetime.now(UTC)
     started = time.monotonic()
     run = subprocess.Popen(
         ["bash", "scripts/run.sh"],
@@ -127,7 +129,7 @@ def running_stack(clone: Path, **environment: str):
     wait_for("the web server answers", answers, timeout=120)
     print(f"embedded stack answering {time.monotonic() - started:.1f} s after run.sh started")
     try:
-        yield Stack(clone, address, run, output)
+        yield Stack(clone, address, run, output, started_at)
     finally:
         stop(run, clone)
 
