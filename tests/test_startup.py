@@ -2,13 +2,10 @@
 suite's many subprocesses): `django.setup()` imports no `kubernetes` package and builds no CEL parser; both
 wait for their first use (integrations/kubernetes/client.py, validate.py). Measured: 0.5 s of each start."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.processes import fresh_python
+
 SCRIPT = """
 import os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -22,8 +19,6 @@ print("kubernetes" in sys.modules, validate._cel_env.cache_info().currsize)
 @pytest.mark.slow(reason="a fresh Python process")
 def test_django_setup_leaves_the_kubernetes_client_and_the_cel_parser_for_their_first_use(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "DEBUG": "1", "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = fresh_python(SCRIPT, env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "0"]

@@ -1,13 +1,9 @@
 """A web process has imported no tasks module when it first enqueues: the task is still found by name, and
 the start-up check of core.task_names finds every task of the table."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import fresh_python
 
 SCRIPT = """
 import os, sys
@@ -27,8 +23,6 @@ print(len(check()))  # the start-up check imports the tasks modules itself: ever
 @pytest.mark.slow(reason="a fresh Python process")
 def test_a_process_that_imported_no_tasks_finds_them_by_name(migrated_sqlite):
     env = {"PATH": "/usr/bin:/bin", "DEBUG": "1", "DATABASE_URL": f"sqlite:///{migrated_sqlite}"}
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = fresh_python(SCRIPT, env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False", "0"]
