@@ -237,7 +237,20 @@ def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False
     if too_old:
         result.findings.insert(0, Finding(Level.ERROR, too_old))
     _check_dedications(rack, result)
+    if result.ok and _changes_nothing(rack, result):
+        result.add(
+            Level.ERROR,
+            f"{rack.name} is already carved exactly like this (same partitions, trays, dedications and Slurm "
+            "partitions): the plan would change nothing.",
+        )
     return result
+
+
+def _changes_nothing(rack: Rack, result: PlanCheck) -> bool:
+    """Whether the plan leaves every partition of the rack as it is and adds none: a plan that would push
+    the same configuration again (e.g. one sent twice, the second made after the first applied)."""
+    kept = _unchanged(rack, result)
+    return len(kept) == len(result.partitions) == NVLinkPartition.objects.filter(rack=rack).count()
 
 
 def _check_dedications(rack: Rack, result: PlanCheck) -> None:

@@ -279,3 +279,15 @@ def test_a_draining_plan_moves_on_once_its_work_ends_and_the_detail_shows_it(
     detail = staff.get(f"{PLANS}{plan['id']}/").json()
     assert detail["status"] == "applied" and detail["pushes"]
     assert layout_of() == [("p1", 1, list(range(1, 10))), ("p2", 2, list(range(10, 19)))]
+
+
+def test_a_plan_for_the_layout_the_rack_already_has_is_400_and_saves_nothing(staff):
+    # The demo's gb-r02 is carved 2x9 already.
+    body = {"rack": "gb-r02", "layout": {"preset": "2x9"}}
+    response = staff.post(PLANS, body, format="json")
+    assert response.status_code == 400, response.data
+    assert "gb-r02 is already carved exactly like this" in str(response.json())
+    assert not PartitionPlan.objects.exists()
+    preview = staff.post(PLANS, {**body, "dry_run": True}, format="json")
+    assert preview.status_code == 200 and preview.json()["ok"] is False
+    assert any("already carved exactly like this" in f["message"] for f in preview.json()["findings"])

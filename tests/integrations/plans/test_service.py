@@ -327,3 +327,31 @@ def test_after_apply_nodes_still_reporting_the_old_partition_show_as_drift(rack,
     assert stale.drift == ["drift: the node reports clique 32766, the inventory intends gb-r01 p1 (clique 1)"]
     assert ComputeTray.objects.get(rack=rack, slot=1).fabric_problems == stale.drift
     assert ingest_report("gb-r01-t01", "json", report(1)).drift == []
+
+
+def test_a_plan_that_changes_nothing_is_refused_and_a_changed_dedication_is_not(rack, research, admin_user):
+    """A plan made from the layout it asks for (the same plan sent twice, the second made after the first
+    applied) would push the same configuration again: refused in words, nothing saved."""
+    planned = [
+        PlannedPartition("p1", tuple(range(1, 10)), department="research"),
+        PlannedPartition("p2", tuple(range(10, 19)), slurm_partition="gpu_batch"),
+    ]
+    plans.apply_plan(plans.create_plan(rack, planned, drain=False, user=admin_user), user=admin_user)
+    saved = PartitionPlan.objects.count()
+
+    with pytest.raises(ValidationError, match="gb-r01 is already carved exactly like this"):
+        plans.create_plan(rack, planned, drain=False, user=admin_user)
+    assert PartitionPlan.objects.count() == saved
+    assert not plans.check(rack, planned).ok
+
+    # The same trays with another dedication, Slurm partition or name each change something.
+    for changed in (
+        [PlannedPartition("p1", tuple(range(1, 10))), planned[1]],
+        [planned[0], PlannedPartition("p2", tuple(range(10, 19)))],
+        [planned[0], PlannedPartition("p3", tuple(range(10, 19)), slurm_partition="gpu_batch")],
+    ):
+        assert plans.check(rack, changed).ok, (changed, plans.check(rack, changed).findings)
+    # Trays left out of any partition change something too (Slurm's block rule refuses this one for its
+    # own reason).
+    findings = plans.check(rack, [planned[0]]).findings
+    assert not any("already carved" in f.message for f in findings), findings

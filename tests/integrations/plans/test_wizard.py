@@ -522,3 +522,15 @@ def test_a_plan_that_only_dedicates_a_partition_can_be_applied(admin, local_targ
     assert applied.status_code == 302
     partition = NVLinkPartition.objects.get(rack__name="gb-r01")
     assert (partition.name, partition.dedication.department.slug) == ("default", "research")
+
+
+def test_a_preview_of_the_layout_the_rack_already_has_says_so_and_cannot_apply(admin):
+    """The demo's gb-r02 is carved 2x9 (p1, p2): previewing 2x9 again names the reason and Apply is off."""
+    params = {"preset": "2x9", "name": ["p1", "p2"], "department": ["", ""], "slurm": ["", ""]}
+    preview = admin.get(url("plan-preview", "gb-r02", **params))
+    assert preview.status_code == 200
+    html = preview.content.decode()
+    assert "gb-r02 is already carved exactly like this" in html
+    assert preview.context["can_apply"] is False and "Fix the errors in the checks first." in html
+    assert admin.post(url("plan-apply", "gb-r02"), params).status_code == 400
+    assert not PartitionPlan.objects.exists()
