@@ -48,6 +48,10 @@ class Rendered:
         key = "slurm:" + json.dumps(overrides, sort_keys=True)
         return self.get(key, lambda: configstate.slurm_files(self.state, **overrides))
 
+    def slurm_accounts(self) -> list:
+        """The Slurm account tree (integrations.slurm.render.SlurmAccount), departments and projects."""
+        return self.get("slurm_accounts", lambda: configstate.slurm_accounts(self.state))
+
     def fabric_racks(self) -> list[dict]:
         if self.state.fabric is None:  # a caller that did not ask for the fabric up front
             self._fabric = True

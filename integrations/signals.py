@@ -5,10 +5,12 @@ transaction, with a reason naming the change ("department research: guarantee 16
 What the configuration renders from tenancy (integrations.state.build_state): each department's name, slug,
 guarantee, limit, P_Key, network, export path and storage quota (Slurm QOS, Kueue ClusterQueues, namespaces,
 OpenSM, NFS); which department each NVLink partition is dedicated to (Slurm partitions, node labels); the NFS
-server of the tenancy settings. A department's weight and priority (decisions only: scheduling.signals asks
-for a pass), its VLAN and VNI (checked, but no file holds them yet), memberships and the other settings render
-nothing and queue nothing. Changes are heard through core.changes.watch, as scheduling.signals hears its own:
-saves compared with the stored row, deletes, and bulk changes (core.audit.bulk_changed).
+server of the tenancy settings; who may submit under each Slurm account (slurmdbd's associations: memberships
+of departments and projects, POSIX login names, and who is active or a platform admin). A department's weight
+and priority (decisions only: scheduling.signals asks for a pass), its VLAN and VNI (checked, but no file
+holds them yet) and the other settings render nothing and queue nothing. Changes are heard through
+core.changes.watch, as scheduling.signals hears its own: saves compared with the stored row, deletes, and bulk
+changes (core.audit.bulk_changed).
 
 Coalescing: every change of a transaction joins one batch and registers an on-commit callback; the first of
 them to run pushes once for all. A push that the same transaction saved after the batch's last change (a
@@ -20,11 +22,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from django.contrib.auth.models import User
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.db.models.signals import post_save, pre_save
 
 from core.audit import bulk_changed, current_actor
-from core.changes import ADDED, BULK, CHANGED, Change, watch
+from core.changes import ADDED, BULK, CHANGED, DELETED, Change, watch
 from core.enqueue import send_now
 from core.task_names import SYNC_TRAY
 from integrations.models import ConfigPush, ConfigTarget
@@ -34,7 +38,15 @@ from integrations.trays import owner_name
 from inventory.choices import TrayState
 from inventory.health.actions import tray_health_changed
 from inventory.models import ComputeTray
-from tenancy.models import DedicatedPartition, Department, Project, TenancySettings
+from tenancy.models import (
+    DedicatedPartition,
+    Department,
+    Membership,
+    PosixAccount,
+    Project,
+    ProjectMembership,
+    TenancySettings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +74,11 @@ RENDERED: dict[type, dict[str, str]] = {
         "limit_gpus": "limit",
     },
     TenancySettings: {"nfs_server": "NFS server"},
+    # Who may submit under each Slurm account (integrations.state._submitters: slurmdbd's associations).
+    Membership: {"user": "person", "department": "department", "role": "role"},
+    ProjectMembership: {"user": "person", "project": "project"},
+    PosixAccount: {"user": "person", "name": "login name"},
+    User: {"is_active": "active", "is_staff": "platform admin", "is_superuser": "superuser"},
 }
 # Created with its defaults, these render what was rendered before they existed (TenancySettings.load()
 # makes the row on first use, even while a push renders): only the fields set otherwise count as a change.
@@ -77,6 +94,18 @@ def _label(instance) -> str:
         return f"dedication {instance}"
     if isinstance(instance, Project):
         return f"project {instance.department.slug}/{instance.slug}"
+    try:
+        if isinstance(instance, Membership):
+            return f"{instance.user.username} in department {instance.department.slug}"
+        if isinstance(instance, ProjectMembership):
+            project = instance.project
+            return f"{instance.user.username} in project {project.department.slug}/{project.slug}"
+        if isinstance(instance, PosixAccount):
+            return f"POSIX account of {instance.user.username}"
+    except ObjectDoesNotExist:  # deleted with the person or the department it named
+        pass
+    if isinstance(instance, User):
+        return f"person {instance.username}"
     return str(instance._meta.verbose_name)
 
 
@@ -184,6 +213,8 @@ def _forget_reason(sender, instance, **kwargs):
 
 
 def _ask_for_a_push(change: Change) -> None:
+    if change.model is User and change.action in (ADDED, DELETED):
+        return  # a new person submits nowhere yet; a deleted one's memberships and POSIX account go too
     words = RENDERED[change.model]
     if change.action == BULK:
         touched = ", ".join(words[name] for name in sorted(change.fields))

@@ -46,6 +46,8 @@ import hostlist
 import yaml
 from django.db.models import Prefetch
 
+from core import posix
+from core.access import Role
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY
 from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.render import (
@@ -62,6 +64,7 @@ from integrations.slurm.render import (
     DepartmentQos,
     ServiceTier,
     SlurmAccount,
+    SlurmAssociation,
     SlurmNode,
     render_account_script,
     render_rackplane_conf,
@@ -73,7 +76,7 @@ from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
 from tenancy import naming
-from tenancy.models import Department, Project, TenancySettings
+from tenancy.models import Department, Membership, PosixAccount, Project, ProjectMembership, TenancySettings
 from tenancy.renderers import (
     ProjectSpec,
     TenantSpec,
@@ -125,6 +128,8 @@ class ConfigState:
     kubernetes: KubernetesState
     tenants: tuple[TenantSpec, ...]
     fabric: tuple[FabricRack, ...] | None = None
+    # Who may submit under which Slurm account (slurm_associations): pushed with the accounts and QOS.
+    associations: tuple[SlurmAssociation, ...] = ()
     # Data that was left out because it cannot be rendered (e.g. a malformed port GUID), in plain words.
     problems: tuple[str, ...] = ()
 
@@ -191,6 +196,7 @@ class _Rows:
     departments: list[Department]
     running: set[tuple[int, int]]  # (department, tray) of every job holding GPUs
     tenancy: TenancySettings
+    submitters: tuple[tuple[str, str], ...] = ()  # (Slurm account, login name): _submitters
 
     @functools.cached_property
     def rack_name(self) -> dict[int, str]:
@@ -243,7 +249,47 @@ def _read_rows() -> _Rows:
         .values_list("job__department_id", "gpu__tray_id")
         .distinct()
     )
-    return _Rows(racks, partitions, trays, departments, running, TenancySettings.load())
+    return _Rows(
+        racks, partitions, trays, departments, running, TenancySettings.load(), _submitters(departments)
+    )
+
+
+def _submitters(departments: list[Department]) -> tuple[tuple[str, str], ...]:
+    """(Slurm account, login name) of everyone who may submit under each account, as the portal decides
+    (core.access, scheduling.services.admission.submittable_departments): under a department's account its
+    members (any role) and the platform admins; under a project's account (`may_use_project`) its members who
+    are still members of its department, the department's leads and the platform admins. Only active people
+    with a usable POSIX account count: a Slurm job runs as its person's login name, and someone without one
+    never submits to Slurm. Three queries, whatever the number of people."""
+    people = {
+        user_id: (name, staff or superuser)
+        for user_id, name, staff, superuser in PosixAccount.objects.filter(user__is_active=True).values_list(
+            "user_id", "name", "user__is_staff", "user__is_superuser"
+        )
+        if posix.name_problem(name) is None
+    }
+    admins = sorted(name for name, staff in people.values() if staff)
+    members: dict[int, dict[int, str]] = defaultdict(dict)  # department -> user -> role
+    for department_id, user_id, role in Membership.objects.values_list("department_id", "user_id", "role"):
+        if user_id in people:
+            members[department_id][user_id] = role
+    in_project: dict[int, set[int]] = defaultdict(set)
+    for project_id, user_id in ProjectMembership.objects.values_list("project_id", "user_id"):
+        in_project[project_id].add(user_id)
+    pairs: set[tuple[str, str]] = set()
+    for d in departments:
+        account = naming.department_account(d.slug)
+        pairs.update((account, name) for name in admins)
+        pairs.update((account, people[u][0]) for u in members[d.pk])
+        for p in d.projects.all():
+            project = naming.project_account(d.slug, p.slug)
+            pairs.update((project, name) for name in admins)
+            pairs.update(
+                (project, people[u][0])
+                for u, role in members[d.pk].items()
+                if role == Role.LEAD or u in in_project[p.pk]
+            )
+    return tuple(sorted(pairs))
 
 
 def _slurm_blocks(rows: _Rows) -> tuple[SlurmBlock, ...]:
@@ -450,6 +496,7 @@ def build_state(*, fabric: bool = False) -> ConfigState:
         kubernetes=kubernetes,
         tenants=tenants,
         fabric=_fabric_racks(rows) if fabric else None,
+        associations=tuple(SlurmAssociation(account, user) for account, user in rows.submitters),
         problems=tuple(problems),
     )
 
@@ -555,14 +602,16 @@ def render_files(state: ConfigState, objects: list[dict[str, Any]] | None = None
 
 def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     """The Slurm account tree: each department's account under root (its GPU limit), each project's
-    (`<department>--<project>`, tenancy.Project.account) under its department's (the project's limit).
+    (`<department>--<project>`, tenancy.Project.account) under its department's (the project's limit); both
+    allow only the department's QOS and default to it, so its GPU limit holds every job of the department.
     Jobs of a project run under its account (integrations.slurm.jobs). Names: tenancy.naming."""
     accounts = []
     for t in state.tenants:
-        department = naming.department_account(t.slug)
-        accounts.append(SlurmAccount(department, "root", t.limit_gpus))
+        department, qos = naming.department_account(t.slug), naming.department_qos(t.slug)
+        accounts.append(SlurmAccount(department, "root", t.limit_gpus, qos))
         accounts += [
-            SlurmAccount(naming.project_account(t.slug, p.slug), department, p.limit_gpus) for p in t.projects
+            SlurmAccount(naming.project_account(t.slug, p.slug), department, p.limit_gpus, qos)
+            for p in t.projects
         ]
     return accounts
 

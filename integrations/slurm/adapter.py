@@ -1,4 +1,5 @@
-"""The Slurm target's adapter: SlurmTarget.apply (atomic files, reconfigure, read back, roll back), QOS."""
+"""The Slurm target's adapter: SlurmTarget.apply (atomic files, reconfigure, read back, roll back), then
+slurmdbd's QOS, accounts and associations (integrations.slurm.accounting)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,16 @@ from collections.abc import Callable
 
 from integrations.common import clip
 from integrations.jobs import API_VERSION_SETTING, TARGET_ID_SETTING, BackendRejected
+from integrations.slurm.accounting import AccountingPlan, accounting_from_settings
 from integrations.slurm.jobs import backend_from_settings
-from integrations.slurm.target import SlurmConfigurationError, SlurmError, SlurmTarget, SlurmUnavailable
+from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
+from integrations.slurm.target import (
+    SlurmConfigurationError,
+    SlurmError,
+    SlurmRejected,
+    SlurmTarget,
+    SlurmUnavailable,
+)
 
 
 class SlurmAdapter:
@@ -31,21 +40,70 @@ class SlurmAdapter:
         if blocks:
             shown = ", ".join(f"{b['name']}={b['nodes']}" for b in blocks[:8])
             log(f"slurmctld runs {len(blocks)} blocks: {shown}" + (", ..." if len(blocks) > 8 else ""))
-        qos = payload.get("qos") or []
-        if qos:
-            if self.slurm.slurmdbd_configured():
-                for entry in qos:
-                    log(self.slurm.ensure_qos(entry["name"], entry.get("gpu_limit")).note)
-            else:
-                log(
-                    f"{len(qos)} department QOS not set: this cluster has no slurmdbd, which sacctmgr needs "
-                    "(GPU limits are then not enforced by Slurm)"
-                )
+        accounting = self._apply_accounting(payload, log)
         with contextlib.suppress(SlurmError):  # the version is a fact for the wizard, not the push's outcome
             self.facts = {"slurm_version": self.slurm.version()}
         if result.changed:
-            return f"changed {', '.join(result.changed)}; slurmctld reconfigured and verified"
-        return "files already in place; slurmctld runs them"
+            return f"changed {', '.join(result.changed)}; slurmctld reconfigured and verified{accounting}"
+        return f"files already in place; slurmctld runs them{accounting}"
+
+    def _apply_accounting(self, payload: dict, log: Callable[..., None]) -> str:
+        """QOS, accounts and associations into slurmdbd (integrations.slurm.accounting, through slurmrestd);
+        without slurmrestd only the QOS, through sacctmgr. Returns what the push's summary adds."""
+        qos = payload.get("qos") or []
+        accounts = payload.get("accounts") or []
+        if not qos and not accounts:
+            return ""
+        cluster = self.slurm.accounting_cluster()
+        if cluster is None:
+            log(
+                f"{len(qos)} department QOS and {len(accounts)} accounts not set: this cluster has no "
+                "slurmdbd (GPU limits and who may submit are then not enforced by Slurm)"
+            )
+            return ""
+        if not (self.values.get("rest_url") or "").strip():
+            # sacctmgr makes QOS only here: the account tree and its users need slurmrestd's slurmdb API.
+            for entry in qos:
+                log(self.slurm.ensure_qos(entry["name"], entry.get("gpu_limit")).note)
+            log(
+                f"{len(accounts)} accounts and their users not set: give the target slurmrestd (rest_url and "
+                "a JWT), through which Rackplane writes slurmdbd's accounts and associations"
+            )
+            return ""
+        plan = AccountingPlan(
+            qos=tuple(DepartmentQos(q["name"], q.get("gpu_limit")) for q in qos),
+            accounts=tuple(
+                SlurmAccount(a["name"], a.get("parent") or "root", a.get("gpu_limit"), a.get("qos") or "")
+                for a in accounts
+            ),
+            associations=tuple(
+                SlurmAssociation(a["account"], a["user"]) for a in payload.get("associations") or []
+            ),
+        )
+        try:
+            done = accounting_from_settings(self.values, cluster).apply(plan)
+        except ValueError as error:
+            raise SlurmRejected(
+                f"the accounting cannot be written to slurmdbd: {error}", "fix the names"
+            ) from error
+        log(*(f"slurmdbd: {line}" for line in done.changed))
+        log(*(f"slurmdbd: not done: {line}" for line in done.left))
+        if done.changed:
+            lacking = self.slurm.wait_for_assoc_mgr(
+                {q.name: q.gpu_limit for q in plan.qos},
+                {(a.name, "") for a in plan.accounts} | {(a.account, a.user) for a in plan.associations},
+            )
+            if lacking:
+                log(f"slurmctld does not hold yet: {', '.join(lacking[:8])} (slurmdbd sends it by itself)")
+            else:
+                log("slurmctld holds the new QOS limits and associations (scontrol show assoc_mgr)")
+        if not done.changed:
+            log(
+                f"slurmdbd already holds the {len(plan.qos)} QOS, {len(plan.accounts)} accounts and "
+                f"{len(plan.associations)} user associations"
+            )
+            return "; slurmdbd unchanged"
+        return f"; slurmdbd: {len(done.changed)} changes"
 
     def check(self) -> list[str]:
         """Test connection (integrations.push_history): slurmctld answers `scontrol ping` and the

@@ -1,5 +1,7 @@
 """The Slurm target: topology.conf and rackplane.conf pushed to slurmctld (atomic, reconfigure, read back,
-rolled back on failure), department QOS through sacctmgr, and jobs through slurmrestd."""
+rolled back on failure), department QOS, accounts and who may submit through slurmrestd's slurmdb endpoints
+(integrations.slurm.accounting; without slurmrestd sacctmgr sets the QOS alone), and jobs through
+slurmrestd."""
 
 import json
 import re
@@ -82,9 +84,16 @@ def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Re
     overrides = {key: values.get(key) for key in NODE_OVERRIDES}
     overrides["node_hostname"] = overrides["node_hostname"] or ""
     overrides["node_address"] = overrides["node_address"] or ""
+    state = rendered.state
     return {
         "files": rendered.slurm(overrides),
-        "qos": [{"name": q.name, "gpu_limit": q.gpu_limit} for q in rendered.state.qos],
+        "qos": [{"name": q.name, "gpu_limit": q.gpu_limit} for q in state.qos],
+        # slurmdbd's account tree and who may submit where (integrations.slurm.accounting).
+        "accounts": [
+            {"name": a.name, "parent": a.parent, "gpu_limit": a.gpu_limit, "qos": a.qos}
+            for a in rendered.slurm_accounts()
+        ],
+        "associations": [{"account": a.account, "user": a.user} for a in state.associations],
     }
 
 

@@ -90,11 +90,22 @@ class DepartmentQos:
 @dataclass(frozen=True)
 class SlurmAccount:
     """One account of the account tree (needs slurmdbd): a department's (parent `root`) or a project's (its
-    department's account as parent). `gpu_limit` is its GrpTRES gres/gpu limit (None: no limit)."""
+    department's account as parent). `gpu_limit` is its GrpTRES gres/gpu limit (None: no limit); `qos` the
+    one QOS its jobs may run under and their default (its department's; "": Slurm's default)."""
 
     name: str
     parent: str = "root"
     gpu_limit: int | None = None
+    qos: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmAssociation:
+    """A person who may submit under `account`: a user association (needs slurmdbd). `user` is their Slurm
+    user name, which is their POSIX login name (jobs run as it)."""
+
+    account: str
+    user: str
 
 
 # --- renderers ----------------------------------------------------------------------------------------

@@ -99,7 +99,64 @@ def slurm_testbed() -> SlurmTestbed:
         pytest.fail(
             f"RACKPLANE_SLURM_TESTBED={testbed.dir} does not exist (stale environment?). {HOW_TO_RUN}"
         )
+    ensure_testbed_people()
     return testbed
+
+
+# The departments the job and identity tests submit for without a portal behind them, and the testbed's
+# people who submit there: the job user (`rackplane`) and the tenant users ada and grace. The third, eve, may
+# submit nowhere (tests/integration/test_slurm_accounting.py).
+TESTBED_DEPARTMENTS = ("research", "vision")
+TESTBED_SUBMITTERS = ("ada", "grace")
+
+
+def testbed_accounting():
+    """Rackplane's accounting client for the testbed's slurmdbd (slurmrestd's /slurmdb/ endpoints, SlurmUser's
+    minted tokens), the one a Slurm target's push uses."""
+    from integrations.slurm.accounting import SlurmAccounting
+    from integrations.slurm.jobs import SlurmJobBackend
+
+    backend = SlurmJobBackend(
+        os.environ["RACKPLANE_SLURMRESTD_URL"],
+        os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm"),
+        jwt_key_file=os.environ["RACKPLANE_SLURM_JWT_KEY"],
+        timeout=60,
+    )
+    return SlurmAccounting(backend, "rackplane-testbed")
+
+
+def ensure_testbed_people():
+    """With AccountingStorageEnforce=associations,limits,qos Slurm runs a job only for a user with an
+    association: the testbed's people may submit under the departments the tests name (each account
+    allowing its own QOS, without a GPU limit), made by the same code as a push (integrations.slurm
+    .accounting), so a test finds them whatever an earlier one pushed. Nothing is sent when slurmdbd already
+    holds them."""
+    from integrations.slurm.accounting import AccountingPlan
+    from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
+
+    people = [os.environ.get("RACKPLANE_SLURM_JOB_USER", "rackplane"), *TESTBED_SUBMITTERS]
+    plan = AccountingPlan(
+        qos=tuple(DepartmentQos(d) for d in TESTBED_DEPARTMENTS),
+        accounts=tuple(SlurmAccount(d, "root", None, d) for d in TESTBED_DEPARTMENTS),
+        associations=tuple(SlurmAssociation(d, p) for d in TESTBED_DEPARTMENTS for p in people),
+    )
+    accounting = testbed_accounting()
+    done = accounting.apply(plan)
+    # A job sent without an account runs under its person's default account. A test's push may have moved
+    # it (a person leaving the account that was their default gets another of theirs): back to the first
+    # testbed department, whose QOS has no GPU limit.
+    live = accounting.live_associations()
+    moved = [p for p in people if not live[(TESTBED_DEPARTMENTS[0], p)].get("is_default")]
+    if moved:
+        users = [{"name": p, "default": {"account": TESTBED_DEPARTMENTS[0]}} for p in moved]
+        accounting._call("POST", "/users/", {"users": users})
+    if done.changed or moved:
+        # As a push does (integrations.slurm.adapter): slurmctld holds it before anything reconfigures it.
+        scontrol = os.environ["RACKPLANE_SLURM_SCONTROL"]
+        lacking = SlurmTarget(os.environ["RACKPLANE_SLURM_CONF_DIR"], scontrol).wait_for_assoc_mgr(
+            {q.name: q.gpu_limit for q in plan.qos}, {(a.account, a.user) for a in plan.associations}
+        )
+        assert not lacking, f"slurmctld did not get the testbed's accounting from slurmdbd: {lacking}"
 
 
 def tenant_people() -> dict:
@@ -149,6 +206,7 @@ def slurm_baseline(slurm_testbed):
     saved = {name: (conf / name).read_text() for name in MANAGED_FILES}
     target = slurm_testbed.target()
     assert target.ping(), "slurmctld of the testbed is down before the test"
+    ensure_testbed_people()
     topology = target.read_topology()
     state = _slurm_state(slurm_testbed)
     yield saved, topology

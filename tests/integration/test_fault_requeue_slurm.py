@@ -130,6 +130,7 @@ def slurm_cluster(slurm_testbed, testbed_target):
             # SlurmUser's tokens: each job is submitted, read and cancelled as its person.
             "rest_user": os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm"),
             "jwt_key_file": os.environ["RACKPLANE_SLURM_JWT_KEY"],
+            "accounting": True,  # jobs carry their department's account and QOS (slurmdbd enforces them)
         },
     )
     testbed_target.save()
@@ -159,6 +160,11 @@ def test_an_xid_79_drains_the_node_requeues_its_job_elsewhere_and_the_node_retur
 ):
     api = APIClient()
     give_identity(admin_user, tenant_people()["ada"])  # jobs run as their person's Unix user
+    # slurmdbd enforces associations: a POSIX account given by hand reaches Slurm with the next push (as
+    # "Push now" does), which lets ada submit under research's account; jobs carry it (accounting on).
+    [push] = pushes.queue_pushes(reason="ada may submit under research")
+    push.refresh_from_db()
+    assert push.status == PushStatus.SUCCEEDED, push.error
     api.force_authenticate(admin_user)
     body = {
         "department": "research",

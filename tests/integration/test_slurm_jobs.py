@@ -237,7 +237,8 @@ def test_unknown_ids_are_unknown_and_cancel_of_them_succeeds(slurm):
 
 
 def test_account_qos_and_imex_reach_slurmctld(slurm):
-    """Without slurmdbd slurmctld keeps account and QOS as labels; 24.11 stores the IMEX network request."""
+    """The department's account and QOS (slurmdbd holds both, and the job user's association:
+    conftest.ensure_testbed_people); 24.11 stores the IMEX network request."""
     backend = make_backend(accounting=True, imex=True)
     request = job(["gb-r01-t09"], "#!/bin/bash\nsleep 300\n", imex=True)
     backend_id = backend.submit(request)

@@ -23,7 +23,6 @@ from integrations.slurm.target import (
     SlurmUnavailable,
 )
 from integrations.slurm.topology import parse_show_topology
-from tests.integration.test_slurm_jobs import slurm_release
 
 pytestmark = pytest.mark.integration
 
@@ -35,18 +34,14 @@ def _files(testbed):
 def test_2x9_plan_applied_shows_two_blocks(slurm_testbed, slurm_baseline):
     target = slurm_testbed.target()
     hosts = slurm_testbed.hostnames()
-    # A partition QOS without slurmdbd: 24.11 takes it as a label; 26.05 refuses the file ("Partition batch
-    # has an invalid qos": Rackplane quotes it and rolls back), so on 26.05 the tiers carry none.
-    qos = slurm_release() < (26, 5)
+    # With slurmdbd a partition's QOS must exist there, or slurmctld refuses the file (fatal: "Partition
+    # batch has an invalid qos").
+    for name in ("batch", "inference"):
+        assert target.ensure_qos(name, None).applied
+    assert not target.wait_for_assoc_mgr({"batch": None, "inference": None}, set())
     tiers = [
-        ServiceTier("batch", tuple(hosts), qos="batch" if qos else "", default=True),
-        ServiceTier(
-            "inference",
-            tuple(hosts[9:]),
-            qos="inference" if qos else "",
-            priority_tier=10,
-            max_time_minutes=240,
-        ),
+        ServiceTier("batch", tuple(hosts), qos="batch", default=True),
+        ServiceTier("inference", tuple(hosts[9:]), qos="inference", priority_tier=10, max_time_minutes=240),
     ]
     rendered = target.render(slurm_testbed.state([9, 9], tiers))
     assert set(target.diff(rendered)) == {RACKPLANE_CONF, TOPOLOGY_CONF}
@@ -200,31 +195,28 @@ def test_read_back_mismatch_is_rolled_back(slurm_testbed, slurm_baseline, conf_c
     assert target.read_topology() == topology
 
 
-def test_qos_is_skipped_without_slurmdbd(slurm_testbed):
-    result = slurm_testbed.target().ensure_qos("dept-a", 16)
+def test_qos_is_skipped_without_slurmdbd(tmp_path):
+    """A cluster without slurmdbd (a stand-in scontrol says so: the testbed has one): nothing is run."""
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'AccountingStorageType   = accounting_storage/none'\n")
+    scontrol.chmod(0o755)
+    result = SlurmTarget(tmp_path, str(scontrol), sacctmgr=str(tmp_path / "no-sacctmgr")).ensure_qos(
+        "dept-a", 16
+    )
     assert not result.applied
     assert "no slurmdbd" in result.note
 
 
-def test_ensure_qos_runs_sacctmgr_when_slurmdbd_is_configured(tmp_path):
-    """No slurmdbd in the testbed: stand-in scontrol and sacctmgr record what the target runs."""
-    calls = tmp_path / "calls"
-    scontrol = tmp_path / "scontrol"
-    scontrol.write_text("#!/bin/sh\necho 'AccountingStorageType   = accounting_storage/slurmdbd'\n")
-    sacctmgr = tmp_path / "sacctmgr"
-    sacctmgr.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
-    for tool in (scontrol, sacctmgr):
-        tool.chmod(0o755)
-    target = SlurmTarget(tmp_path, str(scontrol))
+def test_ensure_qos_runs_sacctmgr_against_slurmdbd(slurm_testbed):
+    """The sacctmgr path (a target without slurmrestd): a QOS is made, its limit changed, then cleared."""
+    target = slurm_testbed.target()
+    sacctmgr = [str(slurm_testbed.bin / "sacctmgr"), "-n", "-P", "show", "qos", "name=sacctmgr-qos"]
 
-    result = target.ensure_qos("dept-a", 16)
-
-    assert result.applied
-    assert calls.read_text().splitlines() == [
-        "-n -P show qos name=dept-a format=name",
-        "-i add qos dept-a",
-        "-i modify qos where name=dept-a set GrpTRES=gres/gpu=16",
-    ]
+    for limit, shown in ((16, "gres/gpu=16"), (8, "gres/gpu=8"), (None, "")):
+        result = target.ensure_qos("sacctmgr-qos", limit)
+        assert result.applied, result.note
+        out = subprocess.run([*sacctmgr, "format=name,grptres"], capture_output=True, text=True, check=True)
+        assert out.stdout.split() == [f"sacctmgr-qos|{shown}"]
 
 
 def test_slurmrestd_answers_with_a_jwt(slurm_testbed):

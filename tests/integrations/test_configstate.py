@@ -287,7 +287,9 @@ def test_query_count_does_not_grow_with_racks(tenants):
     large = (count(False), count(True))
 
     assert large == small
-    assert small[0] <= 8
+    # 8 before slurmdbd's associations, whose three queries (POSIX accounts, department and project
+    # memberships: integrations.state._submitters) read everyone at once.
+    assert small[0] <= 11
     assert len(configstate.build_state().slurm.nodes) == 9 * 18
 
 

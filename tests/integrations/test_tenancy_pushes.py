@@ -1,6 +1,7 @@
 """Pushes follow tenancy changes (integrations.signals): what the configuration renders from a department,
-a dedication or the tenancy settings queues one push per transaction, on commit, saying what changed; what
-nothing renders queues nothing; a partition plan's own push is not doubled."""
+a dedication, the tenancy settings or who may submit under a Slurm account (memberships, POSIX accounts, who
+is active or an admin) queues one push per transaction, on commit, saying what changed; what nothing renders
+queues nothing; a partition plan's own push is not doubled."""
 
 import contextlib
 from decimal import Decimal
@@ -14,12 +15,20 @@ from integrations import signals
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans import service as plans
 from integrations.pushes import queue_pushes
-from integrations.state import KUBERNETES_FILES, render_current
+from integrations.state import KUBERNETES_FILES, build_state, render_current
 from inventory.models import NVLinkPartition, Rack
 from inventory.planning import PlannedPartition
-from tenancy.models import DedicatedPartition, Department, Membership, TenancySettings
+from tenancy.models import (
+    DedicatedPartition,
+    Department,
+    Membership,
+    PosixAccount,
+    ProjectMembership,
+    TenancySettings,
+)
+from tenancy.projects import create_project
 from tenancy.services import dedicate_partition, save_department
-from tests.factories import make_department, make_user
+from tests.factories import make_department, make_member, make_user
 from tests.forms import department_form
 
 pytestmark = pytest.mark.django_db
@@ -108,14 +117,13 @@ def test_without_an_enabled_target_the_edit_page_says_nothing_was_pushed(
 def test_a_change_nothing_renders_queues_nothing(
     research, local_target, client_as, platform_admin, django_capture_on_commit_callbacks
 ):
-    """Weight and priority are scheduling decisions and memberships are the portal's: no file holds them."""
+    """Weight and priority are scheduling decisions: no file holds them, nor the idle window."""
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client_as(platform_admin).post(
             reverse("integrations:department-edit", args=["research"]),
             edit_form(research, over_quota_weight="2.50", priority=3),
             follow=True,
         )
-        Membership.objects.create(user=make_user("alice"), department=research)
         settings = TenancySettings.load()
         settings.idle_window_minutes = 45
         settings.save()
@@ -306,3 +314,62 @@ def test_adding_and_changing_a_project_pushes_its_queue_and_account(
         update_project(platform_admin, project, guaranteed_gpus=40)
     latest = ConfigPush.objects.order_by("-pk").first()
     assert latest.reason == "project research/vision: guarantee 48 -> 40"
+
+
+def submitters() -> set[tuple[str, str]]:
+    """Who may submit under which Slurm account: slurmdbd's associations, as a push writes them."""
+    return {(a.account, a.user) for a in build_state().associations}
+
+
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
+def test_who_may_submit_is_watched_exactly_as_the_associations_read_it(research, django_user_model):
+    """Each watched field of a membership, a project membership, a POSIX account and a person changes who may
+    submit under some Slurm account (so a change of it must reach slurmdbd), and each is in RENDERED."""
+    vision = make_department("Vision", guaranteed_gpus=8)
+    admin = make_user("root-admin", staff=True)
+    alice = make_member("alice", research)
+    project = create_project(admin, research, name="Lens", guaranteed_gpus=4)
+    create_project(admin, research, name="Mirror", guaranteed_gpus=2)  # a lead's, not alice's as a member
+    in_project = ProjectMembership.objects.create(user=alice, project=project)
+    other_project = create_project(admin, vision, name="Optics", guaranteed_gpus=4)
+    membership = Membership.objects.get(user=alice)
+    changes = [
+        (Membership, membership.pk, {"user": admin, "department": vision, "role": "lead"}),
+        (ProjectMembership, in_project.pk, {"user": admin, "project": other_project}),
+        (
+            PosixAccount,
+            alice.posix_account.pk,
+            {"user": make_user("no-login", posix=False), "name": "alice2"},
+        ),
+        (django_user_model, alice.pk, {"is_active": False, "is_staff": True, "is_superuser": True}),
+    ]
+    baseline = submitters()
+    for model, pk, values in changes:
+        for name, value in values.items():
+            sid = transaction.savepoint()
+            model.objects.filter(pk=pk).update(**{name: value})
+            assert submitters() != baseline, (model.__name__, name)
+            transaction.savepoint_rollback(sid)
+        assert set(signals.RENDERED[model]) == set(values), model.__name__
+
+
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
+def test_a_new_member_and_a_person_leaving_reach_slurmdbd_with_a_push_of_their_own(
+    research, local_target, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        alice = make_member("alice", research)
+    [push] = ConfigPush.objects.all()
+    assert push.reason == "alice in department research added"
+    assert ("research", "alice") in submitters()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        Membership.objects.filter(user=alice).delete()
+    assert ConfigPush.objects.count() == 2
+    assert ConfigPush.objects.latest("pk").reason == "alice in department research deleted"
+    assert ("research", "alice") not in submitters()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.is_active = False
+        alice.save()
+    assert ConfigPush.objects.latest("pk").reason == "person alice: active True -> False"

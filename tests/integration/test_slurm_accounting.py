@@ -1,0 +1,242 @@
+"""Slurm accounting for real: Rackplane's push writes department QOS, the account tree and who may submit into
+the testbed's slurmdbd (MariaDB) through slurmrestd's /slurmdb/ endpoints (at the API version the job backend
+negotiated: v0.0.42 on 24.11, v0.0.45 on 26.05), and slurmctld enforces them
+(AccountingStorageEnforce=associations,limits,qos; scripts/slurm-testbed.sh).
+
+The portal's side (fixture `site`): department `optics<n>` (GPU limit 4: its QOS GrpTRES=gres/gpu=4) with
+project `lens`; ada is a member of both, grace leads `photonics<n>` only; eve is a Unix user of the nodes in
+no department. Jobs here go through the job backend directly, as the portal's dispatch sends them, because
+Rackplane's own admission never dispatches a job over the limit: the point is that Slurm holds it by itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from integrations.jobs import BackendJobState, BackendRejected, DispatchRequest
+from integrations.slurm.jobs import SlurmJobBackend
+from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+_ids = iter(range(int(time.time()) % 100_000 * 1000 + 700_000_000, 10**9))
+
+
+def sacctmgr(testbed, *args: str) -> list[str]:
+    done = subprocess.run(
+        [str(testbed.bin / "sacctmgr"), "-n", "-P", *args], capture_output=True, text=True, check=True
+    )
+    return sorted(line for line in done.stdout.splitlines() if line)
+
+
+def associations(testbed, *accounts: str) -> list[str]:
+    """`account|user|parent|QOS|default QOS|GrpTRES` of the accounts' associations, as sacctmgr shows them."""
+    rows = sacctmgr(testbed, "show", "assoc", "format=account,user,parentname,qos,defaultqos,grptres")
+    return [row for row in rows if row.split("|")[0] in accounts]
+
+
+def qos(testbed, name: str) -> list[str]:
+    return sacctmgr(testbed, "show", "qos", f"name={name}", "format=name,grptres")
+
+
+def slurmdbd_snapshot(testbed) -> tuple[list[str], ...]:
+    return (
+        sacctmgr(testbed, "show", "qos", "format=name,grptres,description"),
+        sacctmgr(testbed, "show", "account", "format=account,description,organization"),
+        sacctmgr(testbed, "show", "user", "format=user,defaultaccount"),
+        sacctmgr(testbed, "show", "assoc", "format=cluster,account,user,parentname,qos,defaultqos,grptres"),
+    )
+
+
+def push(capture, reason: str, *, force: bool = False):
+    from integrations import pushes
+    from integrations.models import PushStatus
+
+    with capture(execute=True):
+        [done] = pushes.queue_pushes(reason=reason, force=force)
+    done.refresh_from_db()
+    assert done.status == PushStatus.SUCCEEDED, done.error
+    return done
+
+
+@dataclass(frozen=True)
+class Site:
+    push: Any  # the first push, which wrote the accounting
+    department: Any  # the Department of D
+    d: str  # optics<n>: the department (account and QOS), GPU limit 4
+    p: str  # optics<n>--lens: its project's account, GPU limit 4
+    g: str  # photonics<n>: grace's department
+
+
+@pytest.fixture
+def site(slurm_testbed, testbed_target, django_capture_on_commit_callbacks):
+    """gb-r01 carved 2x9 and pushed, the target with slurmrestd; department optics<n> (limit 4) with project
+    lens and ada in both, photonics<n> led by grace; then one push, which writes the accounting. slurmdbd
+    outlives each test's database: every test names its departments afresh, so its first push starts from
+    nothing."""
+    from core.access import Role
+    from tenancy.projects import create_project, set_project_member
+    from tests.factories import make_department, make_member, make_user
+
+    carve_and_run_jobs(testbed_target, django_capture_on_commit_callbacks)
+    n = next(_ids) % 1_000_000
+    people = tenant_people()
+    admin = make_user("platform-admin", staff=True, posix=False)
+    optics = make_department(f"Optics {n}", slug=f"optics{n}", guaranteed_gpus=4, limit_gpus=4)
+    photonics = make_department(f"Photonics {n}", slug=f"photonics{n}", guaranteed_gpus=8)
+    lens = create_project(admin, optics, name="Lens", slug="lens", guaranteed_gpus=4, limit_gpus=4)
+    ada = make_member("ada-portal", optics)
+    give_identity(ada, people["ada"])
+    set_project_member(admin, lens, ada)
+    grace = make_member("grace-portal", photonics, role=Role.LEAD)
+    give_identity(grace, people["grace"])
+    first = push(django_capture_on_commit_callbacks, "accounting for optics", force=True)
+    yield Site(first, optics, optics.slug, f"{optics.slug}--lens", photonics.slug)
+    # Whatever a test left running (as root: any user's).
+    accounts = f"{optics.slug},{optics.slug}--lens,{photonics.slug}"
+    subprocess.run([str(slurm_testbed.bin / "scancel"), "-A", accounts], check=False)
+
+
+def backend() -> SlurmJobBackend:
+    return SlurmJobBackend(
+        os.environ["RACKPLANE_SLURMRESTD_URL"],
+        os.environ.get("RACKPLANE_SLURM_REST_USER", "slurm"),
+        jwt_key_file=os.environ["RACKPLANE_SLURM_JWT_KEY"],
+        accounting=True,  # the department's account and QOS, as a target with `accounting` ticked sends them
+        timeout=40,
+    )
+
+
+def request(person, host: str, department: str, project: str = "") -> DispatchRequest:
+    return DispatchRequest(
+        job_id=next(_ids),
+        name="accounting",
+        department=department,
+        project=project,
+        priority_class="train",
+        hostnames=(host,),
+        gpus_per_tray=4,
+        time_limit_minutes=5,
+        work={"script": "#!/bin/bash\nsleep 300\n"},
+        service_tier="gpu",
+        run_as=person,
+    )
+
+
+def squeue(testbed, backend_id: str) -> tuple[str, str, str, str]:
+    """(state, reason, account, QOS) as slurmctld shows the job."""
+    out = subprocess.run(
+        [str(testbed.bin / "squeue"), "-h", "-t", "all", "-j", backend_id, "-o", "%T|%r|%a|%q"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    state, reason, account, qos_name = out.split("|")
+    return state, reason, account, qos_name
+
+
+def wait_state(testbed, backend_id: str, state: str, timeout: float = 60) -> tuple[str, str, str, str]:
+    deadline = time.monotonic() + timeout
+    while (shown := squeue(testbed, backend_id))[0] != state:
+        assert time.monotonic() < deadline, f"job {backend_id}: {shown}"
+        time.sleep(0.5)
+    return shown
+
+
+def test_a_push_writes_the_account_tree_and_a_second_push_changes_nothing(
+    slurm_testbed, site, django_capture_on_commit_callbacks
+):
+    d, p, g = site.d, site.p, site.g
+    assert qos(slurm_testbed, d) == [f"{d}|gres/gpu=4"]
+    assert qos(slurm_testbed, g) == [f"{g}|"]
+    assert associations(slurm_testbed, d, p, g) == sorted(
+        [
+            f"{p}|ada||{d}|{d}|",
+            f"{p}||{d}|{d}|{d}|gres/gpu=4",
+            f"{d}|ada||{d}|{d}|",
+            f"{d}||root|{d}|{d}|gres/gpu=4",
+            f"{g}|grace||{g}|{g}|",
+            f"{g}||root|{g}|{g}|",
+        ]
+    )
+    for line in (
+        f"slurmdbd: QOS {d}: added, GrpTRES=gres/gpu=4",
+        f"slurmdbd: account {d}: added under root, QOS {d}, GrpTRES=gres/gpu=4",
+        f"slurmdbd: account {p}: added under {d}, QOS {d}, GrpTRES=gres/gpu=4",
+        f"slurmdbd: user ada: may submit under {p}",
+        f"slurmdbd: user grace: may submit under {g}",
+    ):
+        assert line in site.push.log
+
+    before = slurmdbd_snapshot(slurm_testbed)
+    again = push(django_capture_on_commit_callbacks, "the same again", force=True)
+    assert "slurmdbd already holds the 2 QOS, 3 accounts and 3 user associations" in again.log
+    assert "slurmdbd unchanged" in again.log
+    assert not [line for line in again.log.splitlines() if "slurmdbd: " in line]
+    assert slurmdbd_snapshot(slurm_testbed) == before
+
+
+def test_a_job_over_its_departments_qos_gpu_limit_is_held_by_slurm(slurm_testbed, site):
+    ada = tenant_people()["ada"]
+    slurm = backend()
+    first = slurm.submit(request(ada, "gb-r01-t01", site.d))
+    assert wait_state(slurm_testbed, first, "RUNNING")[2:] == (site.d, site.d)
+    # The project's job runs under the project's account, and the department's QOS holds them both.
+    second = slurm.submit(request(ada, "gb-r01-t02", site.d, project="lens"))
+    deadline = time.monotonic() + 60
+    while (shown := squeue(slurm_testbed, second))[1] == "None":  # until a scheduling pass looked at it
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+    state, reason, account, qos_name = shown
+    assert (state, account, qos_name) == ("PENDING", site.p, site.d)
+    assert reason.startswith("QOSGrpGRES"), reason
+    assert slurm.status([second], run_as=ada)[second].state == BackendJobState.PENDING
+
+    slurm.cancel(first, run_as=ada)  # 4 GPUs free again under the QOS: Slurm starts the held one
+    wait_state(slurm_testbed, second, "RUNNING")
+    slurm.cancel(second, run_as=ada)
+
+
+def test_a_person_without_an_association_is_refused_by_slurm(slurm_testbed, site):
+    people = tenant_people()
+    slurm = backend()
+    # grace may submit under her department, not under optics: slurmctld refuses her job there.
+    with pytest.raises(BackendRejected, match="Invalid account"):
+        slurm.submit(request(people["grace"], "gb-r01-t03", site.d))
+    # eve is a Unix user of the nodes whom no department lets submit: refused under any account.
+    eve = people["eve"]
+    assert not sacctmgr(slurm_testbed, "show", "assoc", "user=eve", "format=account")
+    for department in (site.d, site.g):
+        with pytest.raises(BackendRejected, match="Invalid account"):
+            slurm.submit(request(eve, "gb-r01-t04", department))
+
+
+def test_a_limit_change_and_a_member_leaving_reach_slurmdbd_with_the_next_push(
+    slurm_testbed, site, django_capture_on_commit_callbacks
+):
+    from tenancy.models import Department, Membership
+    from tenancy.services import save_department
+
+    d, p = site.d, site.p
+    department = Department.objects.get(pk=site.department.pk)
+    department.guaranteed_gpus, department.limit_gpus = 8, 12
+    with django_capture_on_commit_callbacks(execute=True):
+        save_department(department)  # integrations.signals: a rendered field changed, a push follows
+    assert qos(slurm_testbed, d) == [f"{d}|gres/gpu=12"]
+    assert f"{d}||root|{d}|{d}|gres/gpu=12" in associations(slurm_testbed, d)
+
+    # ada leaves the department (and so may no longer use lens): the next push takes her associations there
+    # away. Her default account stays the testbed's (conftest.ensure_testbed_people).
+    Membership.objects.filter(user__username="ada-portal").delete()
+    done = push(django_capture_on_commit_callbacks, "ada left", force=True)
+    assert f"slurmdbd: user ada: may no longer submit under {p}" in done.log
+    assert f"slurmdbd: user ada: may no longer submit under {d}" in done.log
+    assert [row for row in associations(slurm_testbed, d, p) if "|ada|" in row] == []
+    with pytest.raises(BackendRejected, match="Invalid account"):
+        backend().submit(request(tenant_people()["ada"], "gb-r01-t05", d))

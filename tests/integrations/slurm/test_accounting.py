@@ -1,0 +1,125 @@
+"""Who may submit under which Slurm account (integrations.state: the decision) and what the accounting push
+sends for it (integrations.slurm.accounting: the pure parts). The push against the real slurmdbd:
+tests/integration/test_slurm_accounting.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.access import Role
+from integrations.slurm.accounting import (
+    AccountingPlan,
+    account_association_body,
+    account_differs,
+    account_levels,
+    new_account_body,
+    qos_body,
+)
+from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
+from integrations.state import build_state, slurm_accounts
+from tests.factories import give_posix_account, make_department, make_member, make_user
+
+
+@pytest.mark.django_db
+def test_who_may_submit_follows_the_portals_rule():
+    from tenancy.models import Membership
+    from tenancy.projects import create_project, set_project_member
+
+    admin = make_user("root-admin", staff=True)  # a platform admin with a POSIX account: everywhere
+    make_user("admin-without-posix", staff=True, posix=False)  # never submits to Slurm
+    optics = make_department("Optics", slug="optics", guaranteed_gpus=0)
+    make_department("Vision", slug="vision", guaranteed_gpus=0)
+    lens = create_project(admin, optics, name="Lens", slug="lens", guaranteed_gpus=0)
+    lead = make_member("lead", optics, role=Role.LEAD)  # uses every project of the department
+    member = make_member("member", optics)
+    set_project_member(admin, lens, member)
+    other = make_member("other", optics)  # in the department, not in the project
+    gone = make_member("gone", optics)
+    gone.is_active = False  # an inactive account is nobody
+    gone.save()
+    left = make_user("left")  # still in the project, no longer in the department: may not use it
+    Membership.objects.create(user=left, department=optics)
+    set_project_member(admin, lens, left)
+    Membership.objects.filter(user=left).delete()
+    no_posix = make_user("no-posix", posix=False)
+    Membership.objects.create(user=no_posix, department=optics)
+    names = {u.pk: u.posix_account.name for u in (admin, lead, member, other)}
+
+    pairs = {(a.account, a.user) for a in build_state().associations}
+
+    assert pairs == {
+        ("optics", names[admin.pk]),
+        ("optics", names[lead.pk]),
+        ("optics", names[member.pk]),
+        ("optics", names[other.pk]),
+        ("optics--lens", names[admin.pk]),
+        ("optics--lens", names[lead.pk]),
+        ("optics--lens", names[member.pk]),
+        ("vision", names[admin.pk]),
+    }
+    give_posix_account(no_posix, name="nopos")
+    assert ("optics", "nopos") in {(a.account, a.user) for a in build_state().associations}
+
+
+@pytest.mark.django_db
+def test_the_account_tree_allows_only_the_departments_qos():
+    from tenancy.projects import create_project
+
+    optics = make_department("Optics", slug="optics", guaranteed_gpus=0, limit_gpus=16)
+    create_project(make_user("admin", staff=True), optics, name="Lens", slug="lens", guaranteed_gpus=0)
+    state = build_state()
+    assert slurm_accounts(state) == [
+        SlurmAccount("optics", "root", 16, "optics"),
+        SlurmAccount("optics--lens", "optics", None, "optics"),
+    ]
+    assert [(q.name, q.gpu_limit) for q in state.qos] == [("optics", 16)]
+
+
+def test_accounts_are_made_parents_first():
+    accounts = [SlurmAccount("b--x", "b"), SlurmAccount("a"), SlurmAccount("b"), SlurmAccount("a--y", "a")]
+    assert [a.name for a in account_levels(accounts)] == ["a", "b", "a--y", "b--x"]
+
+
+def test_the_bodies_slurmrestd_takes():
+    account = SlurmAccount("optics--lens", "optics", 4, "optics")
+    assert new_account_body(account, "c1") == {
+        "association_condition": {
+            "accounts": ["optics--lens"],
+            "clusters": ["c1"],
+            "association": {
+                "parent": "optics",
+                "grptres": [{"type": "gres", "name": "gpu", "count": 4}],
+                "qoslevel": ["optics"],
+                "defaultqos": "optics",
+            },
+        },
+        "account": {"description": "Rackplane account optics--lens", "organization": "rackplane"},
+    }
+    assert account_association_body(SlurmAccount("optics", "root", None, "optics"), "c1")["max"] == {
+        "tres": {"total": [{"type": "gres", "name": "gpu", "count": -1}]}  # -1 clears the limit
+    }
+    assert qos_body(DepartmentQos("optics", 8))["limits"] == {
+        "max": {"tres": {"total": [{"type": "gres", "name": "gpu", "count": 8}]}}
+    }
+
+
+def test_what_differs_from_the_live_association():
+    account = SlurmAccount("optics", "root", 8, "optics")
+    live = {
+        "parent_account": "root",
+        "qos": ["optics"],
+        "default": {"qos": "optics"},
+        "max": {"tres": {"total": [{"type": "gres", "name": "gpu", "id": 1001, "count": 8}]}},
+    }
+    assert account_differs(account, live) == []
+    assert account_differs(SlurmAccount("optics", "root", None, "optics"), live) == [
+        "GrpTRES gres/gpu 8 -> none"
+    ]
+    assert account_differs(account, {**live, "qos": ["normal", "optics"]}) == ["QOS normal,optics -> optics"]
+
+
+def test_a_plan_with_a_name_slurm_cannot_take_is_refused():
+    with pytest.raises(ValueError, match="not a valid Slurm name"):
+        AccountingPlan((), (SlurmAccount("a"),), (SlurmAssociation("a", "bad name"),)).check()
+    with pytest.raises(ValueError, match="not in the tree"):
+        AccountingPlan((), (SlurmAccount("a"),), (SlurmAssociation("b", "ada"),)).check()
