@@ -674,6 +674,12 @@ stop_dir() {
         mounts_under "$dir/root" >&2
         return 1
     fi
+    # The daemons' logs outlive the testbed where asked (scripts/test.sh: var/test-artifacts), for a failed
+    # run's post-mortem: a test that fails under load names what the controller did only there.
+    if [ -n "${RACKPLANE_SLURM_LOGS_TO:-}" ]; then
+        mkdir -p "$RACKPLANE_SLURM_LOGS_TO" &&
+            cp -a "$dir/root/var/log/slurm/." "$dir/log/." "$RACKPLANE_SLURM_LOGS_TO/" 2>/dev/null || true
+    fi
     if [ "${RACKPLANE_KEEP_RUNTIME:-0}" = "1" ]; then
         mkdir -p "$dir/log/slurm" && cp -a "$dir/root/var/log/slurm/." "$dir/log/slurm/" 2>/dev/null || true
         rm -rf --one-file-system "$dir/root"

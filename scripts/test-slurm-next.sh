@@ -22,7 +22,8 @@ testbed="$(mktemp -d -t rackplane-slurm-next.XXXXXX)"
 cleanup() {
     local status=$?
     if [ -f "$testbed/.rackplane-slurm-testbed" ]; then
-        bash scripts/slurm-testbed.sh stop "$testbed" || log "warning: stopping the Slurm testbed failed"
+        RACKPLANE_SLURM_LOGS_TO="$REPO_ROOT/var/test-artifacts/slurm-testbed-next" \
+            bash scripts/slurm-testbed.sh stop "$testbed" || log "warning: stopping the Slurm testbed failed"
     else
         rmdir "$testbed" 2>/dev/null || true
     fi

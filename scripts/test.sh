@@ -40,7 +40,8 @@ cleanup() {
         rmdir "$kube_testbed" 2>/dev/null || true
     fi
     if [ -n "$slurm_testbed" ] && [ -f "$slurm_testbed/.rackplane-slurm-testbed" ]; then
-        bash scripts/slurm-testbed.sh stop "$slurm_testbed" || log "warning: stopping the Slurm testbed failed"
+        RACKPLANE_SLURM_LOGS_TO="$REPO_ROOT/var/test-artifacts/slurm-testbed" \
+            bash scripts/slurm-testbed.sh stop "$slurm_testbed" || log "warning: stopping the Slurm testbed failed"
     elif [ -n "$slurm_testbed" ]; then
         rmdir "$slurm_testbed" 2>/dev/null || true
     fi

@@ -46,10 +46,24 @@ class SlurmTestbed:
         )
         return done.stdout.split()
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of slurmctld's and slurmdbd's logs, for a failure's message."""
+        text = ""
+        for name in ("slurmctld.log", "slurmdbd.log"):
+            path = self.log_dir / name
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                text += f"\n--- end of {name} ---\n" + "\n".join(tail)
+        return text
+
     def control(self, command: str) -> None:
         """stop-ctld / start-ctld / status through the testbed script."""
-        subprocess.run(
-            ["bash", self.script, command, str(self.dir)], check=True, capture_output=True, text=True
+        done = subprocess.run(
+            ["bash", self.script, command, str(self.dir)], check=False, capture_output=True, text=True
+        )
+        assert done.returncode == 0, (
+            f"slurm-testbed.sh {command} failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+            + self.log_tail()
         )
 
     def target(self, **kwargs) -> SlurmTarget:
@@ -217,11 +231,32 @@ def slurm_baseline(slurm_testbed):
     for name, text in saved.items():
         (conf / name).write_text(text)
         (conf / f"{name}.rackplane-prev").unlink(missing_ok=True)
-    subprocess.run([slurm_testbed.scontrol, "reconfigure"], check=True, capture_output=True)
-    deadline = time.monotonic() + 30
+    reconfigure(slurm_testbed)
+    deadline = time.monotonic() + 60
     while target.read_topology() != topology or not _all_idle(slurm_testbed):
-        assert time.monotonic() < deadline, "the testbed did not come back to its baseline"
+        assert time.monotonic() < deadline, (
+            "the testbed did not come back to its baseline:\n"
+            + "\n".join(_slurm_state(slurm_testbed))
+            + slurm_testbed.log_tail()
+        )
         time.sleep(0.5)
+
+
+def reconfigure(testbed: SlurmTestbed, timeout: float = 60) -> None:
+    """`scontrol reconfigure`, until slurmctld takes it. Since Slurm 23.11 a reconfigure re-executes the
+    controller, which (with slurmdbd) reloads its accounting first: under load a second reconfigure, or one
+    sent while an earlier one is still re-executing, is refused ("Unspecified error", "Slurm backup
+    controller in standby mode"); the controller is then asked again once it answers a ping."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run([testbed.scontrol, "reconfigure"], capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            return
+        assert time.monotonic() < deadline, (
+            f"scontrol reconfigure kept failing: {done.stderr.strip() or done.stdout.strip()}"
+            + testbed.log_tail()
+        )
+        time.sleep(1)
 
 
 # Node fields slurmd updates by itself: left out of the comparison.
