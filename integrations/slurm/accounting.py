@@ -81,6 +81,7 @@ class AccountingResult:
     changed: list[str] = field(default_factory=list)  # one line per change, in the order made
     unchanged: int = 0  # QOS, accounts and associations already as wanted
     left: list[str] = field(default_factory=list)  # what was not done, and why
+    removed: list[tuple[str, str]] = field(default_factory=list)  # (account, user) associations deleted
 
 
 # --- what slurmdbd holds, and what to send (pure) --------------------------------------------------------
@@ -371,6 +372,7 @@ class SlurmAccounting:
                 )
                 continue
             result.changed.append(f"user {user}: may no longer submit under {account}")
+            result.removed.append((account, user))
 
 
 def accounting_from_settings(settings: Mapping[str, Any], cluster: str) -> SlurmAccounting:

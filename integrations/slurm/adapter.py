@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from integrations.common import clip
 from integrations.jobs import API_VERSION_SETTING, TARGET_ID_SETTING, BackendRejected
+from integrations.slurm import assoc_mgr
 from integrations.slurm.accounting import AccountingPlan, accounting_from_settings
 from integrations.slurm.jobs import backend_from_settings
 from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
@@ -89,9 +90,11 @@ class SlurmAdapter:
         log(*(f"slurmdbd: {line}" for line in done.changed))
         log(*(f"slurmdbd: not done: {line}" for line in done.left))
         if done.changed:
-            lacking = self.slurm.wait_for_assoc_mgr(
+            lacking = assoc_mgr.wait(
+                self.slurm,
                 {q.name: q.gpu_limit for q in plan.qos},
                 {(a.name, "") for a in plan.accounts} | {(a.account, a.user) for a in plan.associations},
+                removed=done.removed,
             )
             if lacking:
                 log(f"slurmctld does not hold yet: {', '.join(lacking[:8])} (slurmdbd sends it by itself)")

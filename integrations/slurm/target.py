@@ -488,47 +488,6 @@ class SlurmTarget:
                 )
         return QosResult(True, f"QOS {name}: GrpTRES=gres/gpu={'none' if gpu_limit is None else gpu_limit}")
 
-    def assoc_mgr_differences(
-        self, qos: dict[str, int | None], associations: set[tuple[str, str]]
-    ) -> list[str]:
-        """What slurmctld's own cache of slurmdbd (`scontrol show assoc_mgr`) does not hold yet of these QOS
-        GPU limits and (account, user) associations ("" user: the account's own); [] when it holds them all.
-        slurmdbd sends slurmctld every change by itself, a moment later."""
-        done = self.scontrol_run("show", "assoc_mgr", "flags=assoc,qos")
-        if done.returncode != 0:
-            raise SlurmUnavailable(f"cannot read slurmctld's associations: {done.output}", "retry later")
-        held = {
-            (m.group(1), m.group(2))
-            for m in re.finditer(r"^ClusterName=\S+ Account=(\S+) UserName=([^\s(]*)", done.stdout, re.M)
-        }
-        limits = {
-            m.group(1): None if m.group(2) == "N" else int(m.group(2))
-            for m in re.finditer(
-                r"^QOS=([^\s(]+)\(\d+\)\n(?:[ \t].*\n)*?[ \t]+GrpTRES=\S*?gres/gpu=(N|\d+)\(",
-                done.stdout,
-                re.M,
-            )
-        }
-        missing = [f"association {a or '?'}/{u or '(account)'}" for a, u in sorted(associations - held)]
-        missing += [
-            f"QOS {name} GrpTRES gres/gpu"
-            for name, limit in sorted(qos.items())
-            if limits.get(name, -1) != limit
-        ]
-        return missing
-
-    def wait_for_assoc_mgr(
-        self, qos: dict[str, int | None], associations: set[tuple[str, str]], timeout: float = 20.0
-    ) -> list[str]:
-        """Wait until slurmctld holds what was written to slurmdbd (`assoc_mgr_differences`); what it still
-        lacks after `timeout` seconds. Waiting also keeps the next reconfigure from racing slurmdbd's update:
-        measured with Slurm 24.11.5, a reconfigure while slurmdbd was sending one left the new slurmctld
-        hanging in its registration with slurmdbd, and the old one waiting for it, for good."""
-        deadline = time.monotonic() + timeout
-        while (missing := self.assoc_mgr_differences(qos, associations)) and time.monotonic() < deadline:
-            time.sleep(0.3)
-        return missing
-
     # --- helpers ----------------------------------------------------------------------------------
 
     @staticmethod

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from integrations.slurm import assoc_mgr
 from integrations.slurm.render import ServiceTier, SlurmNode
 from integrations.slurm.target import MANAGED_FILES, SlurmState, SlurmTarget
 from integrations.slurm.topology import SlurmBlock
@@ -167,8 +168,10 @@ def ensure_testbed_people():
     if done.changed or moved:
         # As a push does (integrations.slurm.adapter): slurmctld holds it before anything reconfigures it.
         scontrol = os.environ["RACKPLANE_SLURM_SCONTROL"]
-        lacking = SlurmTarget(os.environ["RACKPLANE_SLURM_CONF_DIR"], scontrol).wait_for_assoc_mgr(
-            {q.name: q.gpu_limit for q in plan.qos}, {(a.account, a.user) for a in plan.associations}
+        lacking = assoc_mgr.wait(
+            SlurmTarget(os.environ["RACKPLANE_SLURM_CONF_DIR"], scontrol),
+            {q.name: q.gpu_limit for q in plan.qos},
+            {(a.account, a.user) for a in plan.associations},
         )
         assert not lacking, f"slurmctld did not get the testbed's accounting from slurmdbd: {lacking}"
 

@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from integrations.slurm import assoc_mgr
 from integrations.slurm.render import ServiceTier
 from integrations.slurm.target import (
     PREV_SUFFIX,
@@ -38,7 +39,7 @@ def test_2x9_plan_applied_shows_two_blocks(slurm_testbed, slurm_baseline):
     # batch has an invalid qos").
     for name in ("batch", "inference"):
         assert target.ensure_qos(name, None).applied
-    assert not target.wait_for_assoc_mgr({"batch": None, "inference": None}, set())
+    assert not assoc_mgr.wait(target, {"batch": None, "inference": None}, set())
     tiers = [
         ServiceTier("batch", tuple(hosts), qos="batch", default=True),
         ServiceTier("inference", tuple(hosts[9:]), qos="inference", priority_tier=10, max_time_minutes=240),
