@@ -24,6 +24,7 @@ stops each job as the person who submitted it.
 from __future__ import annotations
 
 import logging
+import math
 from datetime import timedelta
 
 from django.conf import settings
@@ -101,6 +102,21 @@ def _acts_as_person(backend) -> bool:
     return bool(getattr(backend, "acts_as_person", False))
 
 
+def segment_size(hosts: list[str], trays: dict[str, dict]) -> int | None:
+    """The trays per segment (Slurm `--segment`): all of them when they share one NVLink partition; for a job
+    the engine placed across partitions, the largest size that splits every partition's share into whole
+    segments (9 + 9 trays: 9; 8 + 4: 4); None for one tray, a tray outside any partition, or shares with no
+    common size above 1 (9 + 7)."""
+    counts: dict[int, int] = {}
+    for host in hosts:
+        partition = trays.get(host, {}).get("partition_id")
+        if partition is None:
+            return None
+        counts[partition] = counts.get(partition, 0) + 1
+    size = math.gcd(*counts.values()) if counts else 0
+    return size if size > 1 else None
+
+
 def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
     hosts = list(job.placement)
     trays = {
@@ -132,7 +148,7 @@ def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
         service_tier=partition_tier(
             first.get("partition__service_tier") or "", first.get("partition__dedication__department__slug")
         ),
-        segment=len(hosts) if one_partition and len(hosts) > 1 else None,
+        segment=segment_size(hosts, trays),
         clique=clique,
         imex=bool(target_settings.get("imex")),
         attempt=job.preemptions,

@@ -59,10 +59,12 @@ class DispatchRequest:
 
     `hostnames` are the compute trays chosen by the placement engine (all of them, in order); each tray gives
     the job `gpus_per_tray` GPUs (4 for multi-tray jobs; 1-4 for a job on one tray). `segment` is the number
-    of trays that must share one NVLink partition (Slurm `--segment`), or None when the job spans partitions
-    or has one tray. `service_tier` is the Slurm partition serving the trays. `work` is
-    {"script": "#!/bin/bash ..."} for Slurm and {"image": ..., "command": [...], "args": [...], "env": {...}}
-    for Kubernetes. `clique` is "<cluster uuid>.<clique id>" of the NVLink partition when all trays share one.
+    of trays per segment, each inside one NVLink partition (Slurm `--segment`): all of them when they share
+    one partition, else the size that splits each partition's share into whole segments
+    (integrations.dispatch.segment_size); None for one tray or when no size does. `service_tier` is the
+    Slurm partition serving the trays. `work` is {"script": "#!/bin/bash ..."} for Slurm and {"image": ...,
+    "command": [...], "args": [...], "env": {...}} for Kubernetes. `clique` is "<cluster uuid>.<clique id>"
+    of the NVLink partition when all trays share one.
     """
 
     job_id: int

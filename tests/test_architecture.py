@@ -13,6 +13,8 @@ from pathlib import Path
 import grimp
 import pytest
 
+from tests.python_source import parse
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["core", "inventory", "tenancy", "scheduling", "integrations", "portal"]  # bottom to top
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -83,7 +85,7 @@ def test_there_are_no_import_cycles():
 
 
 def _function_level_imports(path: Path):
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     inside = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

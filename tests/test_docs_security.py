@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.python_source import parse
+
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = re.compile(r"`(tests/[\w/]+\.py)?(?:::(\w+))?`")
 
 
 def defined_tests(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 

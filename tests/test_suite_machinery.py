@@ -233,3 +233,39 @@ def test_the_timeline_summary_adds_up_each_worker_and_group(tmp_path):
     ]
     (tmp_path / "none").mkdir()
     assert summary(tmp_path / "none") == []
+
+
+def test_a_syntax_tree_is_asked_again_when_cpython_miscounts_its_recursion(monkeypatch):
+    """tests.python_source.parse: CPython 3.11's per-interpreter AST recursion counter (python/cpython#106905)
+    is asked again; any other SystemError, and a mismatch every time, still fail."""
+    import ast
+
+    from tests import python_source
+
+    real, calls = ast.parse, []
+
+    def flaky(text, *args, **kwargs):
+        calls.append(text)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=141, after=33)")
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", flaky)
+    assert isinstance(python_source.parse("x = 1").body[0], ast.Assign) and len(calls) == 2
+
+    def always(text, *args, **kwargs):
+        raise SystemError("AST constructor recursion depth mismatch (before=2, after=1)")
+
+    monkeypatch.setattr(ast, "parse", always)
+    with pytest.raises(SystemError, match="mismatch"):
+        python_source.parse("x = 1")
+
+    def other(text, *args, **kwargs):
+        calls.append(text)
+        raise SystemError("something else")
+
+    calls.clear()
+    monkeypatch.setattr(ast, "parse", other)
+    with pytest.raises(SystemError, match="something else"):
+        python_source.parse("x = 1")
+    assert len(calls) == 1

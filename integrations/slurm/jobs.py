@@ -350,7 +350,9 @@ class SlurmJobBackend:
                 "the job asks for an IMEX channel but this Slurm target does not run switch/nvidia_imex "
                 "(its imex setting is off)"
             )
-        payload = submit_payload(request, account=self.accounting, qos=self.accounting, workdir=self.workdir)
+        payload = submit_payload(
+            request, account=self.accounting, qos=self.accounting, workdir=self.workdir, dialect=self.dialect
+        )
         adopted = self.find(request.rackplane_name, run_as)
         if adopted is not None:
             log.info("adopting Slurm job %s (%s)", adopted, request.rackplane_name)

@@ -33,9 +33,12 @@ serves at `/openapi/v3` and from measuring the testbed (scripts/slurm-testbed.sh
   therefore checks every chosen tray against `GET /slurm/v0.0.4N/nodes/` first.
 * Slurm 24.11 refuses `--segment` together with `--nodelist` when the job has more than one segment (2178
   "Requested topology configuration is not available"; Slurm 25.05 added "limited support" for it). The
-  placement engine already chose trays segment by segment, so `segment_size` is sent only when the whole
-  job is one segment: Slurm then checks that the pinned trays lie in one block. (With topology/block a job
-  smaller than the base block size must fit in one block anyway: 2014 otherwise.)
+  placement engine already chose trays segment by segment, so under v0.0.42 and v0.0.43 `segment_size` is
+  sent only when the whole job is one segment: Slurm then checks that the pinned trays lie in one block.
+  (With topology/block a job smaller than the base block size must fit in one block anyway: 2014
+  otherwise.) Slurm 25.11 (the first to serve v0.0.44) takes it for several segments too: a job placed
+  across NVLink partitions is sent with its segment size, and Slurm refuses (2014) a node list that does
+  not split into whole segments inside blocks (26.05.5 measured; `scontrol show job` shows `SegmentSize=`).
 * Account and QOS: without slurmdbd (accounting_storage/none, the testbed) slurmctld stores any account and
   QOS as labels and ignores a partition's AllowQos ("We have no QOS on the system"). With slurmdbd and
   AccountingStorageEnforce an account (ESLURM_INVALID_ACCOUNT, 2045) or QOS (2066) without an association
@@ -132,15 +135,21 @@ def _no_val(number: int) -> dict:
 
 
 def submit_payload(
-    request: DispatchRequest, *, account: bool = True, qos: bool = True, workdir: str = DEFAULT_WORKDIR
+    request: DispatchRequest,
+    *,
+    account: bool = True,
+    qos: bool = True,
+    workdir: str = DEFAULT_WORKDIR,
+    dialect: Dialect = V0_0_42,
 ) -> dict:
     """The body of `POST /slurm/v0.0.4N/job/submit` for one placed job (raises BackendRejected if unusable).
 
     Pinned to exactly `request.hostnames` (`required_nodes`, node count = their number), `gpus_per_tray`
     GPUs on each (`tres_per_node`), in partition `service_tier`; `account` / `qos` = the department when the
-    flags say so; `segment_size` when the job is one segment (see the module docstring for why not
-    otherwise); `network` = unique-channel-per-segment when it asks for IMEX. Runs in `workdir` with a
-    minimal environment (PATH, LANG and RACKPLANE_* variables) and writes `<workdir>/<name>-<jobid>.out`.
+    flags say so; `segment_size` when the job is one segment, or of several when `dialect`'s Slurm takes
+    that (see the module docstring); `network` = unique-channel-per-segment when it asks for IMEX. Runs in
+    `workdir` with a minimal environment (PATH, LANG and RACKPLANE_* variables) and writes
+    `<workdir>/<name>-<jobid>.out`.
     """
     # The one rule for a Slurm job's work (the jobs API asks the same one through core.workloads).
     try:
@@ -189,7 +198,7 @@ def submit_payload(
     if request.segment is not None:
         if request.segment < 1 or len(hosts) % request.segment:
             raise BackendRejected(f"segment {request.segment} does not divide the job's {len(hosts)} trays")
-        if request.segment == len(hosts):
+        if request.segment == len(hosts) or dialect.segments_with_nodelist:
             job["segment_size"] = _no_val(request.segment)
     try:  # tenancy.naming: the one derivation of accounts and QOS from the slugs
         home, department_qos = request.home, naming.department_qos(request.department)

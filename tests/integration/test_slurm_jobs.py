@@ -177,20 +177,46 @@ def slurm_release() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def test_a_multi_segment_job_is_pinned_without_segment_size(slurm):
-    """Slurm 24.11 refuses --segment with --nodelist for several segments; the pinned trays are enough."""
+def test_a_job_across_two_nvlink_partitions_is_sent_in_segments_where_slurm_takes_them(slurm, slurm_testbed):
+    """The engine placed 2 + 2 trays in two NVLink partitions (blocks r01p1 = t01-t09, r01p2 = t10-t18), with
+    an IMEX channel per segment asked. Slurm 25.11 and later (API v0.0.44+) get `segment_size` 2 beside the
+    trays and report the segments and the network as the job's (`scontrol show job`: SegmentSize=2,
+    Network=unique-channel-per-segment; SLURM_JOB_SEGMENT_SIZE in the job). Slurm 24.11 refuses several
+    segments beside a node list (2178), so there the trays alone are sent; the placement is the same."""
+    target = slurm_testbed.target()
+    target.apply(target.render(slurm_testbed.state([9, 9])))
     four = ["gb-r01-t01", "gb-r01-t02", "gb-r01-t10", "gb-r01-t11"]
     raw = submit_payload(job(four, segment=4))
     raw["job"]["segment_size"] = {"set": True, "infinite": False, "number": 2}
-    # 25.05 added "limited support" for it (26.05.5 takes such a job): shown on 24.11 only; Rackplane leaves
-    # segment_size out for several segments whatever the release.
     if slurm_release() < (25, 5):
         with pytest.raises(BackendRejected, match="Requested topology configuration is not available"):
             slurm._checked("POST", "/job/submit", "submitting with segment 2", raw)
+    # Trays that do not split into whole segments inside the blocks: Slurm 25.11+ refuses them itself.
+    if slurm.dialect.segments_with_nodelist:
+        uneven = ["gb-r01-t01", "gb-r01-t02", "gb-r01-t03", "gb-r01-t10"]
+        with pytest.raises(BackendRejected, match="Requested node configuration is not available"):
+            slurm.submit(job(uneven, segment=2))
 
-    backend_id = slurm.submit(job(four, segment=2))
-    done = wait_for(slurm, [backend_id], FINISHED_BACKEND_STATES)[backend_id]
+    script = "#!/bin/bash\necho segment=${SLURM_JOB_SEGMENT_SIZE:-none} network=${SLURM_NETWORK:-none}\n"
+    request = job(four, script, segment=2, imex=True)
+    imex = make_backend(imex=True)
+    backend_id = imex.submit(request)
+    try:
+        done = wait_for(imex, [backend_id], FINISHED_BACKEND_STATES)[backend_id]
+    finally:
+        imex.cancel(backend_id)  # a no-op once it finished
     assert (done.state, done.nodes) == (BackendJobState.COMPLETED, tuple(four))
+    shown = subprocess.run(
+        [slurm_testbed.scontrol, "show", "job", backend_id], capture_output=True, text=True, check=True
+    ).stdout
+    output = slurm_testbed.dir / "root" / "tmp" / f"{request.rackplane_name}-{backend_id}.out"
+    assert f"Network={IMEX_NETWORK}" in shown  # every release keeps the request
+    if slurm.dialect.segments_with_nodelist:
+        assert "SegmentSize=2" in shown, shown
+        assert output.read_text().split() == ["segment=2", f"network={IMEX_NETWORK}"]
+    else:
+        assert "SegmentSize=2" not in shown, shown
+        assert output.read_text().split()[0] == "segment=none"
 
 
 def test_a_failing_script_fails_with_its_exit_code(slurm):

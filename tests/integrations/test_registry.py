@@ -30,6 +30,7 @@ from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.registry import MASK, Kind, Setting
 from tenancy.models import Department, Membership
 from tenancy.services import save_department
+from tests.python_source import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "echo-password-never-shown"
@@ -441,7 +442,7 @@ x = [b for b in backends if b not in ("slurm", "kubernetes")]
 y = "slurm" in backends
 z = kind == "gpu" or key in ("slots", "name")
 """
-    assert literal_kind_comparisons(ast.parse(source), names) == [2, 3, 4, 5]
+    assert literal_kind_comparisons(parse(source), names) == [2, 3, 4, 5]
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
@@ -453,7 +454,7 @@ def test_nothing_outside_a_kinds_folder_and_the_registry_compares_a_kind_to_its_
     for path in source_files():
         if path.suffix != ".py" or path in allowed or any(folder in path.parents for folder in folders):
             continue
-        lines = literal_kind_comparisons(ast.parse(path.read_text()), names)
+        lines = literal_kind_comparisons(parse(path), names)
         relative = str(path.relative_to(ROOT))
         if relative in STILL_SWITCHING:
             if lines:

@@ -29,6 +29,7 @@ from integrations.jobs import (
     DispatchRequest,
 )
 from integrations.registry import MASK, clean_settings, mask_settings
+from integrations.slurm import versions
 from integrations.slurm.jobs import SlurmJobBackend, backend_from_settings
 from integrations.slurm.rest import IMEX_NETWORK, classify_error, job_status, mint_token, submit_payload
 
@@ -101,6 +102,19 @@ def test_segment_smaller_than_the_job_is_left_to_the_pinned_trays():
     assert job["required_nodes"] == list(eight)
     with pytest.raises(BackendRejected, match="does not divide"):
         submit_payload(request(hostnames=eight, segment=3))
+
+
+@pytest.mark.parametrize(
+    ("version", "sent"), [("v0.0.42", False), ("v0.0.43", False), ("v0.0.44", True), ("v0.0.45", True)]
+)
+def test_several_segments_are_sent_beside_the_trays_from_slurm_25_11s_api_on(version, sent):
+    # Slurm 25.11 (v0.0.44 and later) takes --segment with --nodelist for several segments; 24.11 refuses it.
+    eight = tuple(f"gb-r01-t{i:02d}" for i in (1, 2, 3, 4, 10, 11, 12, 13))
+    job = submit_payload(request(hostnames=eight, segment=4), dialect=versions.KNOWN[version])["job"]
+    assert job.get("segment_size") == ({"set": True, "infinite": False, "number": 4} if sent else None)
+    assert job["required_nodes"] == list(eight)
+    with pytest.raises(BackendRejected, match="does not divide"):
+        submit_payload(request(hostnames=eight, segment=3), dialect=versions.KNOWN[version])
 
 
 @pytest.mark.parametrize(("account", "qos"), [(True, True), (True, False), (False, True), (False, False)])
