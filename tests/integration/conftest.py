@@ -57,6 +57,14 @@ class SlurmTestbed:
                 text += f"\n--- end of {name} ---\n" + "\n".join(tail)
         return text
 
+    def wait_idle(self, timeout: float = 60) -> None:
+        """Until every node is idle again (after a reconfigure the nodes answer again a moment later, and
+        slurmctld judges a job's topology only against nodes that answer)."""
+        deadline = time.monotonic() + timeout
+        while not _all_idle(self):
+            assert time.monotonic() < deadline, "the testbed's nodes did not all come back idle"
+            time.sleep(0.3)
+
     def control(self, command: str) -> None:
         """stop-ctld / start-ctld / status through the testbed script."""
         done = subprocess.run(
