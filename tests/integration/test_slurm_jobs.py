@@ -178,13 +178,15 @@ def slurm_release() -> tuple[int, int]:
 
 
 def test_a_job_across_two_nvlink_partitions_is_sent_in_segments_where_slurm_takes_them(slurm, slurm_testbed):
-    """The engine placed 2 + 2 trays in two NVLink partitions (blocks r01p1 = t01-t09, r01p2 = t10-t18), with
-    an IMEX channel per segment asked. Slurm 25.11 and later (API v0.0.44+) get `segment_size` 2 beside the
-    trays and report the segments and the network as the job's (`scontrol show job`: SegmentSize=2,
+    """The engine placed 9 + 9 trays in two NVLink partitions (blocks r01p1 = t01-t09, r01p2 = t10-t18), with
+    an IMEX channel per segment asked. Slurm 25.11 and later (API v0.0.44+) get `segment_size` 9 beside the
+    trays and report the segments and the network as the job's (`scontrol show job`: SegmentSize=9,
     Network=unique-channel-per-segment; SLURM_JOB_SEGMENT_SIZE in the job). Slurm 24.11 refuses several
-    segments beside a node list (2178), so there the trays alone are sent; the placement is the same."""
-    four = ["gb-r01-t01", "gb-r01-t02", "gb-r01-t10", "gb-r01-t11"]
-    raw = submit_payload(job(four, segment=4))
+    segments beside a node list (2178), so there the trays alone are sent; the placement is the same. (A job
+    smaller than the base block, 2 + 2 trays, Slurm 24.11 refuses across blocks whatever is sent: 2014.)"""
+    hosts = slurm_testbed.hostnames()
+    two = [hosts[0], hosts[1], hosts[9], hosts[10]]
+    raw = submit_payload(job(two, segment=4))
     raw["job"]["segment_size"] = {"set": True, "infinite": False, "number": 2}
     if slurm_release() < (25, 5):  # measured on the baseline's one block of 18, every node idle
         with pytest.raises(BackendRejected, match="Requested topology configuration is not available"):
@@ -194,29 +196,29 @@ def test_a_job_across_two_nvlink_partitions_is_sent_in_segments_where_slurm_take
     slurm_testbed.wait_idle()
     # Trays that do not split into whole segments inside the blocks: Slurm 25.11+ refuses them itself.
     if slurm.dialect.segments_with_nodelist:
-        uneven = ["gb-r01-t01", "gb-r01-t02", "gb-r01-t03", "gb-r01-t10"]
+        uneven = [hosts[0], hosts[1], hosts[2], hosts[9]]
         with pytest.raises(BackendRejected, match="Requested node configuration is not available"):
             slurm.submit(job(uneven, segment=2))
 
     script = "#!/bin/bash\necho segment=${SLURM_JOB_SEGMENT_SIZE:-none} network=${SLURM_NETWORK:-none}\n"
-    request = job(four, script, segment=2, imex=True)
+    request = job(hosts, script, segment=9, imex=True)
     imex = make_backend(imex=True)
     backend_id = imex.submit(request)
     try:
         done = wait_for(imex, [backend_id], FINISHED_BACKEND_STATES)[backend_id]
     finally:
         imex.cancel(backend_id)  # a no-op once it finished
-    assert (done.state, done.nodes) == (BackendJobState.COMPLETED, tuple(four))
+    assert (done.state, done.nodes) == (BackendJobState.COMPLETED, tuple(hosts))
     shown = subprocess.run(
         [slurm_testbed.scontrol, "show", "job", backend_id], capture_output=True, text=True, check=True
     ).stdout
     output = slurm_testbed.dir / "root" / "tmp" / f"{request.rackplane_name}-{backend_id}.out"
     assert f"Network={IMEX_NETWORK}" in shown  # every release keeps the request
     if slurm.dialect.segments_with_nodelist:
-        assert "SegmentSize=2" in shown, shown
-        assert output.read_text().split() == ["segment=2", f"network={IMEX_NETWORK}"]
+        assert "SegmentSize=9" in shown, shown
+        assert output.read_text().split() == ["segment=9", f"network={IMEX_NETWORK}"]
     else:
-        assert "SegmentSize=2" not in shown, shown
+        assert "SegmentSize=" not in shown or "SegmentSize=0" in shown, shown
         assert output.read_text().split()[0] == "segment=none"
 
 
