@@ -33,7 +33,9 @@
 # certificates. Built and cached like the API server (~/.cache/rackplane/kueue/<kueue version>-<hash>/, with
 # that version's CRDs beside the binary). kueue-start server-side applies those CRDs over the packaged ones
 # (same field manager, so kueue-stop's re-apply of integrations/kubernetes/crds/ restores them exactly), then
-# runs Kueue as the testbed admin until /readyz (its caches synced) answers. kueue-stop deletes the objects
+# runs Kueue as the testbed admin, with the configuration Rackplane asks a site to give Kueue (DIR/kueue-config.yaml
+# from integrations.kubernetes.tenants.kueue_configuration: the IMEX channel DeviceClass mapped to a quota
+# resource), until /readyz (its caches synced) answers. kueue-stop deletes the objects
 # of Kueue's other kinds (Workloads...) but leaves those CRDs installed, empty (deleting a CRD keeps the API
 # server busy for seconds). Nodes are not made here: Kueue's topology-aware scheduling counts only Ready,
 # untainted Nodes with allocatable GPUs, which the tests register (tests/integrations/kube_testbed.py
@@ -322,9 +324,12 @@ cmd_kueue_start() {
         tail -n 20 "$dir/log/setup.log" >&2
         die "installing Kueue's CRDs on the test API server failed (log above)"
     }
+    # Kueue's configuration as Rackplane asks a site to set it (the IMEX channel DeviceClass mapped to quota).
+    "$python" "$REPO_ROOT/scripts/kube_testbed.py" kueue-config --out "$dir/kueue-config.yaml" ||
+        die "writing Kueue's configuration failed"
     port="$(free_port)"
     KUBECONFIG="$dir/admin.kubeconfig" "$bin/kueue" --health-probe-bind-address "127.0.0.1:$port" \
-        >"$dir/log/kueue.log" 2>&1 &
+        --config "$dir/kueue-config.yaml" >"$dir/log/kueue.log" 2>&1 &
     echo $! >"$dir/kueue.pid"
     deadline=$((SECONDS + READY_TIMEOUT))
     until curl -fsS -m 2 "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do

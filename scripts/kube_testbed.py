@@ -2,6 +2,7 @@
 
     kube_testbed.py setup --kubeconfig ADMIN --crds DIR --rbac FILE --token-out FILE
     kube_testbed.py crds --kubeconfig ADMIN --crds DIR [--empty-others DIR2]
+    kube_testbed.py kueue-config --out FILE
 
 `setup` server-side applies every CRD in DIR and waits until each is Established, applies the RBAC file (the
 `rackplane` ServiceAccount and exactly the permissions Rackplane needs), then asks the TokenRequest API for
@@ -11,7 +12,9 @@ of DIR2 that DIR has not (their finalizers dropped: the controller that would re
 that after Kueue stops its Workloads hold nothing and DIR's CRDs (Rackplane's) are again the ones served for
 the kinds both have. Every apply has the same field manager, so applying one set over another leaves no
 field of the other behind. Talks to the server as
-the admin of the kubeconfig.
+the admin of the kubeconfig. `kueue-config` writes the Kueue Configuration Rackplane asks a site to give
+Kueue (integrations.kubernetes.tenants.kueue_configuration: the IMEX channel DeviceClass mapped to a quota
+resource), which scripts/kube-testbed.sh starts the testbed's Kueue with.
 """
 
 from __future__ import annotations
@@ -200,9 +203,17 @@ def main(argv: list[str]) -> None:
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--crds", required=True)
     p.add_argument("--empty-others", metavar="DIR")
+    p = commands.add_parser("kueue-config")
+    p.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.command == "setup":
         setup(args)
+        return
+    if args.command == "kueue-config":
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+        from integrations.kubernetes.tenants import kueue_configuration
+
+        pathlib.Path(args.out).write_text(yaml.safe_dump(kueue_configuration(), sort_keys=False))
         return
     server = Server(pathlib.Path(args.kubeconfig))
     if args.empty_others:

@@ -59,6 +59,16 @@ POD_SECURITY_LABELS = {
 }
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# A multi-tray job's pods each claim an IMEX channel of their ComputeDomain: a ResourceClaimTemplate of
+# NVIDIA's DRA driver whose device class is CHANNEL_DEVICE_CLASS. From Kueue 0.18 its DRA integration counts
+# such claims against quota and leaves a workload Inadmissible ("DeviceClass ... is not mapped in DRA
+# configuration") unless Kueue's configuration maps the class to a resource its ClusterQueues cover.
+# Decision: the mapping's resource is IMEX_CHANNEL_RESOURCE, covered beside the GPUs with the same quota
+# numbers, so it never binds before the GPUs do (a pod claims one channel and holds at least one GPU); Kueue's
+# own configuration carries the mapping (`kueue_configuration`, the part of kueue-manager-config it needs).
+CHANNEL_DEVICE_CLASS = "compute-domain-default-channel.nvidia.com"
+IMEX_CHANNEL_RESOURCE = "resource.nvidia.com/imex-channel"
+QUOTA_RESOURCES = (GPU_RESOURCE, IMEX_CHANNEL_RESOURCE)
 # Kueue: the CRDs in crds/ serve v1beta1 (deprecated) and v1beta2 (served + storage);
 # v1beta2 is the newest served version and the one whose ClusterQueue has `spec.cohortName`.
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -180,9 +190,6 @@ def cluster_queue(
     """
     _check_dns_subdomain(cohort, "cohort")
     _check_dns_subdomain(flavor, "flavor")
-    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(t.guaranteed_gpus)}
-    if t.limit_gpus is not None:
-        resource["borrowingLimit"] = str(t.limit_gpus - t.guaranteed_gpus)
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "ClusterQueue",
@@ -190,12 +197,7 @@ def cluster_queue(
         "spec": {
             "cohortName": cohort,
             "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: naming.department_namespace(t.slug)}},
-            "resourceGroups": [
-                {
-                    "coveredResources": [GPU_RESOURCE],
-                    "flavors": [{"name": flavor, "resources": [resource]}],
-                }
-            ],
+            "resourceGroups": _gpu_quota(flavor, t.guaranteed_gpus, t.limit_gpus),
             "preemption": {
                 "reclaimWithinCohort": "Any",
                 "borrowWithinCohort": {"policy": "LowerPriority"},
@@ -279,10 +281,30 @@ def _project_metadata(t: TenantSpec, p: ProjectSpec, name: str, namespaced: bool
 
 
 def _gpu_quota(flavor: str, guaranteed: int, limit: int | None) -> list[dict[str, Any]]:
-    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": str(guaranteed)}
-    if limit is not None:
-        resource["borrowingLimit"] = str(limit - guaranteed)
-    return [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [resource]}]}]
+    """One resource group: the GPUs and the IMEX channels (see IMEX_CHANNEL_RESOURCE), the same numbers."""
+    quotas = []
+    for name in QUOTA_RESOURCES:
+        resource: dict[str, Any] = {"name": name, "nominalQuota": str(guaranteed)}
+        if limit is not None:
+            resource["borrowingLimit"] = str(limit - guaranteed)
+        quotas.append(resource)
+    return [{"coveredResources": list(QUOTA_RESOURCES), "flavors": [{"name": flavor, "resources": quotas}]}]
+
+
+def kueue_configuration() -> dict[str, Any]:
+    """What Kueue's own configuration (the kueue-manager-config ConfigMap of its installation,
+    `config.kueue.x-k8s.io/v1beta2`) needs for Rackplane's multi-tray jobs: the IMEX channel device class
+    mapped to IMEX_CHANNEL_RESOURCE. An admin merges it into the installed configuration; Kueue reads it at
+    start."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "resources": {
+            "deviceClassMappings": [
+                {"name": IMEX_CHANNEL_RESOURCE, "deviceClassNames": [CHANNEL_DEVICE_CLASS]}
+            ]
+        },
+    }
 
 
 def department_cohort(
@@ -298,18 +320,14 @@ def department_cohort(
     """
     _check_dns_subdomain(cohort, "cohort")
     _check_dns_subdomain(flavor, "flavor")
-    resource: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": "0"}
-    if t.limit_gpus is not None:
-        resource["borrowingLimit"] = str(t.limit_gpus - t.guaranteed_gpus)
+    quota = _gpu_quota(flavor, 0, None if t.limit_gpus is None else t.limit_gpus - t.guaranteed_gpus)
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "Cohort",
         "metadata": _metadata(t, naming.department_cohort(t.slug), namespaced=False),
         "spec": {
             "parentName": cohort,
-            "resourceGroups": [
-                {"coveredResources": [GPU_RESOURCE], "flavors": [{"name": flavor, "resources": [resource]}]}
-            ],
+            "resourceGroups": quota,
             "fairSharing": {"weight": t.weight},
         },
     }

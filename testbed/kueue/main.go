@@ -6,6 +6,12 @@
 // no visibility server, no metrics or probe listeners. Kueue's own logic is
 // not changed; only which of its controllers run is chosen here.
 //
+// With --config it reads a Kueue Configuration file (config.kueue.x-k8s.io/v1beta2,
+// the one a Kueue installation keeps in its kueue-manager-config ConfigMap) and
+// takes from it what cmd/kueue takes for the parts run here: the DRA device class
+// mappings (resources.deviceClassMappings), wired into the workload controller
+// and the queues exactly as cmd/kueue wires them.
+//
 // Without the webhooks the API server does not default or validate Kueue
 // objects on their way in: Rackplane renders Jobs suspended and labelled with
 // their LocalQueue, as the webhook would leave them, so the Job reconciler
@@ -46,13 +52,19 @@ import (
 	"sigs.k8s.io/kueue/pkg/controller/jobs/job"
 	"sigs.k8s.io/kueue/pkg/controller/tas"
 	tasindexer "sigs.k8s.io/kueue/pkg/controller/tas/indexer"
+	"sigs.k8s.io/kueue/pkg/dra"
+	"sigs.k8s.io/kueue/pkg/features"
+	"sigs.k8s.io/kueue/pkg/resources"
 	"sigs.k8s.io/kueue/pkg/scheduler"
 	preemptexpectations "sigs.k8s.io/kueue/pkg/scheduler/preemption/expectations"
+	utildra "sigs.k8s.io/kueue/pkg/util/dra"
+	"sigs.k8s.io/yaml"
 )
 
 var (
-	scheme    = runtime.NewScheme()
-	probeAddr = flag.String("health-probe-bind-address", "0", "address of /healthz and /readyz (0: none)")
+	scheme     = runtime.NewScheme()
+	probeAddr  = flag.String("health-probe-bind-address", "0", "address of /healthz and /readyz (0: none)")
+	configFile = flag.String("config", "", "a Kueue Configuration file (config.kueue.x-k8s.io/v1beta2); empty: the defaults")
 )
 
 func init() {
@@ -77,6 +89,17 @@ func main() {
 func run(log logr.Logger) int {
 	// The defaults cmd/kueue starts from when its configuration file is empty.
 	cfg := configapi.Configuration{}
+	if *configFile != "" {
+		data, err := os.ReadFile(*configFile)
+		if err != nil {
+			log.Error(err, "read the configuration file")
+			return 1
+		}
+		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+			log.Error(err, "parse the configuration file")
+			return 1
+		}
+	}
 	scheme.Default(&cfg)
 
 	kubeConfig, err := ctrl.GetConfig()
@@ -129,6 +152,22 @@ func run(log logr.Logger) int {
 		return 1
 	}
 
+	// DRA: as cmd/kueue sets it up (KueueDRAIntegration is on by default from Kueue 0.18).
+	resourceFormatter := resources.NewResourceFormatter()
+	var draMapper *dra.ResourceMapper
+	var draBackedResources *dra.ExtendedResourceCache
+	if features.Enabled(features.KueueDRAIntegration) {
+		draMapper = dra.NewResourceMapper()
+		draBackedResources = dra.NewExtendedResourceCache()
+		if cfg.Resources != nil && len(cfg.Resources.DeviceClassMappings) > 0 {
+			if err := draMapper.PopulateFromConfiguration(cfg.Resources.DeviceClassMappings); err != nil {
+				log.Error(err, "DRA device class mappings")
+				return 1
+			}
+			log.Info("DRA mapper initialized from configuration", "mappings", len(cfg.Resources.DeviceClassMappings))
+		}
+	}
+
 	cCache := schdcache.New(mgr.GetClient())
 	requeuer := qcache.NewRequeuer()
 	if err := mgr.Add(requeuer); err != nil {
@@ -136,12 +175,22 @@ func run(log logr.Logger) int {
 		return 1
 	}
 	expectations := preemptexpectations.New()
-	queues := qcache.NewManager(mgr.GetClient(), cCache, requeuer, qcache.WithPreemptionExpectations(expectations))
+	queueOptions := []qcache.Option{qcache.WithPreemptionExpectations(expectations)}
+	if draBackedResources != nil {
+		queueOptions = append(queueOptions, qcache.WithDRABackedResources(draBackedResources))
+	}
+	queues := qcache.NewManager(mgr.GetClient(), cCache, requeuer, queueOptions...)
 	go queues.CleanUpOnContext(ctx)
 	go cCache.CleanUpOnContext(ctx)
 
 	if name, err := core.SetupControllers(mgr, queues, cCache, &cfg,
-		core.SetupControllersOpts{PreemptionExpectations: expectations}); err != nil {
+		core.SetupControllersOpts{
+			PreemptionExpectations:    expectations,
+			DRAMapper:                 draMapper,
+			DRABackedResources:        draBackedResources,
+			ResourceFormatter:         resourceFormatter,
+			ResourceSliceAPIAvailable: utildra.CheckResourceSliceAPIAvailable(mgr),
+		}); err != nil {
 		log.Error(err, "core controller", "controller", name)
 		return 1
 	}

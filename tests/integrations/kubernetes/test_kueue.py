@@ -29,7 +29,13 @@ from core.posix import PosixIdentity
 from integrations.jobs import DispatchRequest
 from integrations.kubernetes import render as r
 from integrations.kubernetes.jobs import KubernetesJobBackend
-from integrations.kubernetes.tenants import DEFAULT_FLAVOR
+from integrations.kubernetes.tenants import (
+    CHANNEL_DEVICE_CLASS,
+    DEFAULT_FLAVOR,
+    GPU_RESOURCE,
+    IMEX_CHANNEL_RESOURCE,
+    kueue_configuration,
+)
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import PARTITION
 from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
@@ -44,8 +50,6 @@ UUID_1 = "3f0d2b8a-1c4e-4f6a-9b7d-2e5c8a1f0b31"
 UUID_2 = "7a9e4c1d-5b2f-4e8a-8c3d-6f1b9e2a4d72"
 PERSON = PosixIdentity("ada", uid=10001, gid=10001, groups=())
 TIMEOUT = 30.0
-# The DeviceClass of the IMEX channel NVIDIA's DRA driver puts in a ComputeDomain's ResourceClaimTemplate.
-CHANNEL_DEVICE_CLASS = "compute-domain-default-channel.nvidia.com"
 
 
 # --- Kueue on the testbed ----------------------------------------------------------------------------
@@ -219,7 +223,11 @@ def test_kueue_admits_a_dispatched_job_through_the_rendered_queue_on_its_trays(k
         ),
     )
     (usage,) = queue["status"]["flavorsUsage"]
-    assert usage["resources"] == [{"name": "nvidia.com/gpu", "total": "4", "borrowed": "0"}]
+    # A one-tray job claims no IMEX channel: the channels' quota is covered, nothing of it used.
+    assert usage["resources"] == [
+        {"name": GPU_RESOURCE, "total": "4", "borrowed": "0"},
+        {"name": IMEX_CHANNEL_RESOURCE, "total": "0", "borrowed": "0"},
+    ]
 
 
 # --- borrowing and reclaim: Kueue and the placement engine on the same scenario ---------------------------
@@ -413,15 +421,21 @@ def test_a_topology_request_lands_inside_one_nvlink_domain(kube, backend, kueue)
     assert 'topology "nvlink" allows to fit only 2 out of 3 pod(s)' in message, message
 
 
-def test_a_multi_tray_job_waits_until_kueue_maps_the_imex_channel_device_class(kube, backend, kueue):
-    """What Kueue (>= 0.18: KueueDRAIntegration on by default) does with Rackplane's multi-tray job today:
-    its pods claim an IMEX channel from the ComputeDomain's ResourceClaimTemplate, and Kueue counts DRA
-    claims against quota, so it will not admit the job while its configuration maps no resource to the
-    channel's DeviceClass. The template is written here as NVIDIA's DRA driver writes it for the
-    ComputeDomain. Admitting these jobs needs Kueue's `resources.deviceClassMappings` (and the mapped
-    resource in the ClusterQueues), or that Kueue feature off: a gap, recorded here until it is closed."""
+def test_a_multi_tray_job_is_admitted_with_its_imex_channels_counted(kube, backend, kueue):
+    """Rackplane's multi-tray job: its pods claim an IMEX channel from the ComputeDomain's
+    ResourceClaimTemplate, and Kueue (>= 0.18: KueueDRAIntegration on by default) counts DRA claims against
+    quota. With the configuration Rackplane asks a site to give Kueue (tenants.kueue_configuration: the
+    channel's DeviceClass mapped to IMEX_CHANNEL_RESOURCE, which the testbed's Kueue is started with) and
+    the ClusterQueues covering that resource beside the GPUs, the job is admitted, one channel per pod
+    counted, on its trays. Without the mapping Kueue leaves it Inadmissible ("DeviceClass ... is not mapped in
+    DRA configuration"): measured with Kueue 0.19.2 before Rackplane rendered it. The template is written
+    here as NVIDIA's DRA driver writes it for the ComputeDomain."""
+    assert kueue_configuration()["resources"]["deviceClassMappings"] == [
+        {"name": IMEX_CHANNEL_RESOURCE, "deviceClassNames": [CHANNEL_DEVICE_CLASS]}
+    ]
     push(kube, inventory(), [tenant("vision", guaranteed_gpus=8, limit_gpus=16)])
-    name = backend.submit(request(401, "vision", ("gb-r02-t02", "gb-r02-t03"))).split("/")[1]
+    hosts = ("gb-r02-t02", "gb-r02-t03")
+    name = backend.submit(request(401, "vision", hosts)).split("/")[1]
     template = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -437,17 +451,13 @@ def test_a_multi_tray_job_waits_until_kueue_maps_the_imex_channel_device_class(k
     templates = "/apis/resource.k8s.io/v1/namespaces/vision/resourceclaimtemplates"
     status, answer = kube.request("POST", templates, template)
     assert status in (201, 409), answer  # 409: left by a run that stopped before its clean-up
-
-    def refused():
-        workload = workload_of(kube, "vision", name)
-        message = conditions(workload or {}).get("QuotaReserved", {}).get("message", "")
-        return "is not mapped in DRA configuration" in message and workload
-
-    workload = wait_for("refuse the multi-tray job", refused)
-    assert conditions(workload)["QuotaReserved"]["reason"] == "Inadmissible"
-    assert (
-        f"DeviceClass {CHANNEL_DEVICE_CLASS} is not mapped"
-        in conditions(workload)["QuotaReserved"]["message"]
-    )
-    # ResourceClaimTemplates are not among the kinds the wipe removes: leave none behind.
-    kube.request("DELETE", f"{templates}/{name}-imex-channel")
+    try:
+        workload = wait_for("admit the multi-tray job", lambda: admitted(kube, "vision", name), kube=kube)
+        (podset,) = workload["status"]["admission"]["podSetAssignments"]
+        assert podset["count"] == 2
+        assert podset["resourceUsage"][GPU_RESOURCE] == "8"
+        assert podset["resourceUsage"][IMEX_CHANNEL_RESOURCE] == "2"  # one channel per pod
+        assert assigned_nodes(workload) == sorted(hosts)
+    finally:
+        # ResourceClaimTemplates are not among the kinds the wipe removes: leave none behind.
+        kube.request("DELETE", f"{templates}/{name}-imex-channel")

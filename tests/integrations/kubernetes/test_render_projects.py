@@ -61,12 +61,17 @@ def test_the_department_is_a_cohort_and_each_project_a_cluster_queue_in_it():
         "parentName": "rackplane",
         "resourceGroups": [
             {
-                "coveredResources": ["nvidia.com/gpu"],
+                "coveredResources": ["nvidia.com/gpu", "resource.nvidia.com/imex-channel"],
                 "flavors": [
                     {
                         "name": "nvl72",
                         "resources": [
-                            {"name": "nvidia.com/gpu", "nominalQuota": "0", "borrowingLimit": "32"}
+                            {"name": "nvidia.com/gpu", "nominalQuota": "0", "borrowingLimit": "32"},
+                            {
+                                "name": "resource.nvidia.com/imex-channel",
+                                "nominalQuota": "0",
+                                "borrowingLimit": "32",
+                            },
                         ],
                     }
                 ],
@@ -79,21 +84,21 @@ def test_the_department_is_a_cohort_and_each_project_a_cluster_queue_in_it():
     assert vision["spec"]["namespaceSelector"] == {
         "matchLabels": {"kubernetes.io/metadata.name": "research--vision"}
     }
-    assert vision["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+    assert vision["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == (
         {"name": "nvidia.com/gpu", "nominalQuota": "32", "borrowingLimit": "16"}
-    ]
+    )
     assert vision["spec"]["fairSharing"] == {"weight": "1.5"}
     assert vision["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
     nlp = of(objects, "ClusterQueue", "research--nlp")
-    assert nlp["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
-        {"name": "nvidia.com/gpu", "nominalQuota": "24"}  # no limit: borrows without bound
-    ]
+    assert nlp["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == (
+        {"name": "nvidia.com/gpu", "nominalQuota": "24"}
+    )  # no limit: borrows without bound
     # The department's own queue (work without a project) holds what the projects leave: 64 - 56.
     own = of(objects, "ClusterQueue", "research")
     assert own["spec"]["cohortName"] == "research"
-    assert own["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+    assert own["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == (
         {"name": "nvidia.com/gpu", "nominalQuota": "8"}
-    ]
+    )
     # Each project: namespace, GPU quota (its limit), isolation, LocalQueue `default` on its ClusterQueue.
     namespace = of(objects, "Namespace", "research--vision")
     assert namespace["metadata"]["labels"] == {

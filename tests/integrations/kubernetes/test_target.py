@@ -197,6 +197,9 @@ def test_diff_reports_creates_field_changes_and_removals(kube, target):
         "ClusterQueue inference": [
             FieldChange("spec.resourceGroups[0].flavors[0].resources[0].nominalQuota", "36", "40"),
             FieldChange("spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit", "36", None),
+            # The IMEX channels (Kueue's DRA mapping) follow the GPUs' numbers.
+            FieldChange("spec.resourceGroups[0].flavors[0].resources[1].nominalQuota", "36", "40"),
+            FieldChange("spec.resourceGroups[0].flavors[0].resources[1].borrowingLimit", "36", None),
         ],
         "ResourceQuota inference/rackplane-gpu-quota": [
             FieldChange('spec.hard["requests.nvidia.com/gpu"]', "72", None)
@@ -210,8 +213,10 @@ def test_diff_reports_creates_field_changes_and_removals(kube, target):
     rq = kube.get("ResourceQuota", "rackplane-gpu-quota", "inference")
     assert "requests.nvidia.com/gpu" not in (rq["spec"].get("hard") or {})
     cq = kube.get("ClusterQueue", "inference")
-    (resource,) = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
-    assert resource == {"name": "nvidia.com/gpu", "nominalQuota": "40"}
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+        {"name": "nvidia.com/gpu", "nominalQuota": "40"},
+        {"name": "resource.nvidia.com/imex-channel", "nominalQuota": "40"},
+    ]
     assert target.diff(target.render(state(bigger))).empty
 
 

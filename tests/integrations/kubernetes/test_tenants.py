@@ -105,11 +105,15 @@ def test_cluster_queue_quota_borrowing_and_preemption():
     assert spec["cohortName"] == "rackplane"
     assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "ml-research"}}
     (group,) = spec["resourceGroups"]
-    assert group["coveredResources"] == ["nvidia.com/gpu"]
+    # The IMEX channels a multi-tray job's pods claim (Kueue's DRA mapping) beside the GPUs, the same quota.
+    assert group["coveredResources"] == ["nvidia.com/gpu", "resource.nvidia.com/imex-channel"]
     assert group["flavors"] == [
         {
             "name": "nvl72",
-            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "16", "borrowingLimit": "32"}],
+            "resources": [
+                {"name": "nvidia.com/gpu", "nominalQuota": "16", "borrowingLimit": "32"},
+                {"name": "resource.nvidia.com/imex-channel", "nominalQuota": "16", "borrowingLimit": "32"},
+            ],
         }
     ]
     assert spec["preemption"] == {
@@ -120,7 +124,13 @@ def test_cluster_queue_quota_borrowing_and_preemption():
     unlimited = r.cluster_queue(VISION, cohort="site-a", flavor="gb300")["spec"]
     assert unlimited["cohortName"] == "site-a"
     assert unlimited["resourceGroups"][0]["flavors"] == [
-        {"name": "gb300", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]}
+        {
+            "name": "gb300",
+            "resources": [
+                {"name": "nvidia.com/gpu", "nominalQuota": "8"},
+                {"name": "resource.nvidia.com/imex-channel", "nominalQuota": "8"},
+            ],
+        }
     ]
     assert r.cluster_queue(EMPTY)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0] == {
         "name": "nvidia.com/gpu",
@@ -259,7 +269,7 @@ RES = ("spec", "resourceGroups", 0, "flavors", 0, "resources", 0)
             id="cq-cel-borrowing-without-cohort",
         ),
         pytest.param(
-            _broken(CQ, ("spec", "resourceGroups", 0, "coveredResources"), ["nvidia.com/gpu", "cpu"]),
+            _broken(CQ, ("spec", "resourceGroups", 0, "coveredResources"), ["nvidia.com/gpu"]),
             "same number of resources",
             id="cq-cel-resource-count",
         ),
