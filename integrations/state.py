@@ -604,13 +604,21 @@ def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     """The Slurm account tree: each department's account under root (its GPU limit), each project's
     (`<department>--<project>`, tenancy.Project.account) under its department's (the project's limit); both
     allow only the department's QOS and default to it, so its GPU limit holds every job of the department.
+    Each account's fairshare is its guarantee in GPUs (at least 1): Slurm's priority then weighs usage
+    against the guarantees, as Rackplane's engine does; the cap is the limit, so borrowing stays possible.
     Jobs of a project run under its account (integrations.slurm.jobs). Names: tenancy.naming."""
     accounts = []
     for t in state.tenants:
         department, qos = naming.department_account(t.slug), naming.department_qos(t.slug)
-        accounts.append(SlurmAccount(department, "root", t.limit_gpus, qos))
+        accounts.append(SlurmAccount(department, "root", t.limit_gpus, qos, max(t.guaranteed_gpus, 1)))
         accounts += [
-            SlurmAccount(naming.project_account(t.slug, p.slug), department, p.limit_gpus, qos)
+            SlurmAccount(
+                naming.project_account(t.slug, p.slug),
+                department,
+                p.limit_gpus,
+                qos,
+                max(p.guaranteed_gpus, 1),
+            )
             for p in t.projects
         ]
     return accounts

@@ -130,6 +130,7 @@ def account_association_body(account: SlurmAccount, cluster: str) -> dict:
         "user": "",
         "parent_account": account.parent,
         "max": {"tres": {"total": _gpu_tres(account.gpu_limit)}},
+        "shares_raw": account.shares,
     }
     if account.qos:
         body["qos"] = [account.qos]
@@ -139,7 +140,7 @@ def account_association_body(account: SlurmAccount, cluster: str) -> dict:
 
 def new_account_body(account: SlurmAccount, cluster: str) -> dict:
     """POST /accounts_association/: the account and its association in one call."""
-    association: dict[str, Any] = {"parent": account.parent}
+    association: dict[str, Any] = {"parent": account.parent, "fairshare": account.shares}
     if account.gpu_limit is not None:
         association["grptres"] = _gpu_tres(account.gpu_limit)
     if account.qos:
@@ -163,6 +164,8 @@ def account_differs(account: SlurmAccount, live: Mapping[str, Any]) -> list[str]
     limit = _gpus(((live.get("max") or {}).get("tres") or {}).get("total"))
     if limit != account.gpu_limit:
         differences.append(f"GrpTRES gres/gpu {_text(limit)} -> {_text(account.gpu_limit)}")
+    if live.get("shares_raw") != account.shares:
+        differences.append(f"fairshare {live.get('shares_raw')} -> {account.shares}")
     if account.qos:
         if list(live.get("qos") or []) != [account.qos]:
             differences.append(f"QOS {','.join(live.get('qos') or []) or 'none'} -> {account.qos}")
@@ -300,7 +303,7 @@ class SlurmAccounting:
                 result.changed.append(
                     f"account {account.name}: added under {account.parent}"
                     + (f", QOS {account.qos}" if account.qos else "")
-                    + f", GrpTRES=gres/gpu={_text(account.gpu_limit)}"
+                    + f", GrpTRES=gres/gpu={_text(account.gpu_limit)}, fairshare {account.shares}"
                 )
             elif differences := account_differs(account, current):
                 changed.append(account)

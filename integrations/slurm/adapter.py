@@ -74,7 +74,13 @@ class SlurmAdapter:
         plan = AccountingPlan(
             qos=tuple(DepartmentQos(q["name"], q.get("gpu_limit")) for q in qos),
             accounts=tuple(
-                SlurmAccount(a["name"], a.get("parent") or "root", a.get("gpu_limit"), a.get("qos") or "")
+                SlurmAccount(
+                    a["name"],
+                    a.get("parent") or "root",
+                    a.get("gpu_limit"),
+                    a.get("qos") or "",
+                    a.get("shares") or 1,
+                )
                 for a in accounts
             ),
             associations=tuple(

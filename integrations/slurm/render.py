@@ -91,12 +91,15 @@ class DepartmentQos:
 class SlurmAccount:
     """One account of the account tree (needs slurmdbd): a department's (parent `root`) or a project's (its
     department's account as parent). `gpu_limit` is its GrpTRES gres/gpu limit (None: no limit); `qos` the
-    one QOS its jobs may run under and their default (its department's; "": Slurm's default)."""
+    one QOS its jobs may run under and their default (its department's; "": Slurm's default); `shares` its
+    fairshare (Slurm's raw shares among its siblings, what the multifactor priority weighs usage against):
+    the guarantee in GPUs, at least 1 (Slurm's own default)."""
 
     name: str
     parent: str = "root"
     gpu_limit: int | None = None
     qos: str = ""
+    shares: int = 1
 
 
 @dataclass(frozen=True)
@@ -298,9 +301,9 @@ def sacctmgr_qos_commands(qos: DepartmentQos) -> list[list[str]]:
 
 def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str]]:
     """sacctmgr arguments that build the account tree: each account added under its parent (parents first;
-    `-i add` of an existing account changes nothing) and its GPU limit set (`-1` clears it), e.g.
+    `-i add` of an existing account changes nothing), its GPU limit (`-1` clears it) and fairshare set, e.g.
     `-i add account research-vision parent=research` then
-    `-i modify account name=research-vision set GrpTRES=gres/gpu=48`."""
+    `-i modify account name=research-vision set GrpTRES=gres/gpu=48 Fairshare=32`."""
     names = {a.name for a in accounts}
     for account in accounts:
         check_name("account", account.name)
@@ -309,6 +312,8 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
             raise ValueError(f"account {account.name}: its parent {account.parent} is not in the tree")
         if account.gpu_limit is not None and account.gpu_limit < 0:
             raise ValueError(f"account {account.name}: the GPU limit must be >= 0 or None")
+        if account.shares < 1:
+            raise ValueError(f"account {account.name}: the fairshare must be at least 1")
     if len(names) != len(accounts):
         raise ValueError("an account is listed twice")
     depth = {}
@@ -325,7 +330,15 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
     for account in sorted(accounts, key=lambda a: (level(a), a.name)):
         limit = "-1" if account.gpu_limit is None else str(account.gpu_limit)
         commands.append(
-            ["-i", "modify", "account", f"name={account.name}", "set", f"GrpTRES=gres/gpu={limit}"]
+            [
+                "-i",
+                "modify",
+                "account",
+                f"name={account.name}",
+                "set",
+                f"GrpTRES=gres/gpu={limit}",
+                f"Fairshare={account.shares}",
+            ]
         )
     return commands
 

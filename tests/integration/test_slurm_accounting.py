@@ -41,6 +41,12 @@ def associations(testbed, *accounts: str) -> list[str]:
     return [row for row in rows if row.split("|")[0] in accounts]
 
 
+def fairshares(testbed, *accounts: str) -> dict[str, str]:
+    """Account -> its association's Fairshare (raw shares), as sacctmgr shows them."""
+    rows = sacctmgr(testbed, "show", "assoc", "format=account,user,fairshare")
+    return {a: share for a, user, share in (row.split("|") for row in rows) if a in accounts and not user}
+
+
 def qos(testbed, name: str) -> list[str]:
     return sacctmgr(testbed, "show", "qos", f"name={name}", "format=name,grptres")
 
@@ -50,7 +56,12 @@ def slurmdbd_snapshot(testbed) -> tuple[list[str], ...]:
         sacctmgr(testbed, "show", "qos", "format=name,grptres,description"),
         sacctmgr(testbed, "show", "account", "format=account,description,organization"),
         sacctmgr(testbed, "show", "user", "format=user,defaultaccount"),
-        sacctmgr(testbed, "show", "assoc", "format=cluster,account,user,parentname,qos,defaultqos,grptres"),
+        sacctmgr(
+            testbed,
+            "show",
+            "assoc",
+            "format=cluster,account,user,parentname,qos,defaultqos,grptres,fairshare",
+        ),
     )
 
 
@@ -167,12 +178,14 @@ def test_a_push_writes_the_account_tree_and_a_second_push_changes_nothing(
     )
     for line in (
         f"slurmdbd: QOS {d}: added, GrpTRES=gres/gpu=4",
-        f"slurmdbd: account {d}: added under root, QOS {d}, GrpTRES=gres/gpu=4",
-        f"slurmdbd: account {p}: added under {d}, QOS {d}, GrpTRES=gres/gpu=4",
+        f"slurmdbd: account {d}: added under root, QOS {d}, GrpTRES=gres/gpu=4, fairshare 4",
+        f"slurmdbd: account {p}: added under {d}, QOS {d}, GrpTRES=gres/gpu=4, fairshare 4",
         f"slurmdbd: user ada: may submit under {p}",
         f"slurmdbd: user grace: may submit under {g}",
     ):
         assert line in site.push.log
+    # Each account's fairshare is its guarantee in GPUs: Slurm's priority weighs usage against it.
+    assert fairshares(slurm_testbed, d, p, g) == {d: "4", p: "4", g: "8"}
 
     before = slurmdbd_snapshot(slurm_testbed)
     again = push(django_capture_on_commit_callbacks, "the same again", force=True)
@@ -217,7 +230,7 @@ def test_a_person_without_an_association_is_refused_by_slurm(slurm_testbed, site
             slurm.submit(request(eve, "gb-r01-t04", department))
 
 
-def test_a_limit_change_and_a_member_leaving_reach_slurmdbd_with_the_next_push(
+def test_a_guarantee_and_limit_change_and_a_member_leaving_reach_slurmdbd_with_the_next_push(
     slurm_testbed, site, django_capture_on_commit_callbacks
 ):
     from tenancy.models import Department, Membership
@@ -230,6 +243,7 @@ def test_a_limit_change_and_a_member_leaving_reach_slurmdbd_with_the_next_push(
         save_department(department)  # integrations.signals: a rendered field changed, a push follows
     assert qos(slurm_testbed, d) == [f"{d}|gres/gpu=12"]
     assert f"{d}||root|{d}|{d}|gres/gpu=12" in associations(slurm_testbed, d)
+    assert fairshares(slurm_testbed, d)[d] == "8"  # the new guarantee
 
     # ada leaves the department (and so may no longer use lens): the next push takes her associations there
     # away. Her default account stays the testbed's (conftest.ensure_testbed_people).

@@ -22,24 +22,28 @@ HOSTS = ("gb-r01-t01", "gb-r01-t02")
 
 def test_the_account_tree_is_exact_sacctmgr_commands_parents_first():
     accounts = [
-        SlurmAccount("research-vision", "research", 48),
-        SlurmAccount("research", "root", 96),
+        SlurmAccount("research-vision", "research", 48, shares=32),
+        SlurmAccount("research", "root", 96, shares=64),
         SlurmAccount("research-nlp", "research", None),
-        SlurmAccount("vision", "root", None),
+        SlurmAccount("vision", "root", None, shares=8),
     ]
     assert sacctmgr_account_commands(accounts) == [
         ["-i", "add", "account", "research", "parent=root"],
         ["-i", "add", "account", "vision", "parent=root"],
         ["-i", "add", "account", "research-nlp", "parent=research"],
         ["-i", "add", "account", "research-vision", "parent=research"],
-        ["-i", "modify", "account", "name=research", "set", "GrpTRES=gres/gpu=96"],
-        ["-i", "modify", "account", "name=vision", "set", "GrpTRES=gres/gpu=-1"],
-        ["-i", "modify", "account", "name=research-nlp", "set", "GrpTRES=gres/gpu=-1"],
-        ["-i", "modify", "account", "name=research-vision", "set", "GrpTRES=gres/gpu=48"],
+        ["-i", "modify", "account", "name=research", "set", "GrpTRES=gres/gpu=96", "Fairshare=64"],
+        ["-i", "modify", "account", "name=vision", "set", "GrpTRES=gres/gpu=-1", "Fairshare=8"],
+        ["-i", "modify", "account", "name=research-nlp", "set", "GrpTRES=gres/gpu=-1", "Fairshare=1"],
+        ["-i", "modify", "account", "name=research-vision", "set", "GrpTRES=gres/gpu=48", "Fairshare=32"],
     ]
     script = render_account_script(accounts)
     assert "sacctmgr -i add account research-vision parent=research\n" in script
-    assert script.endswith("sacctmgr -i modify account name=research-vision set GrpTRES=gres/gpu=48\n")
+    assert script.endswith(
+        "sacctmgr -i modify account name=research-vision set GrpTRES=gres/gpu=48 Fairshare=32\n"
+    )
+    with pytest.raises(ValueError, match="fairshare must be at least 1"):
+        sacctmgr_account_commands([SlurmAccount("vision", "root", None, shares=0)])
 
 
 @pytest.mark.parametrize(
@@ -105,9 +109,10 @@ def test_the_configuration_output_has_the_account_tree_once_a_department_has_pro
         "sacctmgr -i add account research parent=root",
         "sacctmgr -i add account vision parent=root",
         "sacctmgr -i add account research--vm parent=research",
-        "sacctmgr -i modify account name=research set GrpTRES=gres/gpu=96",
-        "sacctmgr -i modify account name=vision set GrpTRES=gres/gpu=-1",
-        "sacctmgr -i modify account name=research--vm set GrpTRES=gres/gpu=48",
+        # The fairshare is the guarantee in GPUs (at least 1): research 64 of which its project vm 32.
+        "sacctmgr -i modify account name=research set GrpTRES=gres/gpu=96 Fairshare=64",
+        "sacctmgr -i modify account name=vision set GrpTRES=gres/gpu=-1 Fairshare=8",
+        "sacctmgr -i modify account name=research--vm set GrpTRES=gres/gpu=48 Fairshare=32",
     ]
     assert "name: research--vm" in files["kubernetes/05-clusterqueues.yaml"]
     assert "kind: Cohort" in files["kubernetes/11-cohorts.yaml"]

@@ -72,7 +72,11 @@ def nominal_quota(render_dir, slug: str) -> int:
     text = (render_dir / "current" / CLUSTER_QUEUES).read_text()
     [queue] = [q for q in yaml.safe_load_all(text) if q["metadata"]["name"] == slug]
     [resource] = [
-        r for group in queue["spec"]["resourceGroups"] for f in group["flavors"] for r in f["resources"]
+        r
+        for group in queue["spec"]["resourceGroups"]
+        for f in group["flavors"]
+        for r in f["resources"]
+        if r["name"] == "nvidia.com/gpu"
     ]
     return int(resource["nominalQuota"])
 

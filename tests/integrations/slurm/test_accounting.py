@@ -81,13 +81,14 @@ def test_accounts_are_made_parents_first():
 
 
 def test_the_bodies_slurmrestd_takes():
-    account = SlurmAccount("optics--lens", "optics", 4, "optics")
+    account = SlurmAccount("optics--lens", "optics", 4, "optics", shares=2)
     assert new_account_body(account, "c1") == {
         "association_condition": {
             "accounts": ["optics--lens"],
             "clusters": ["c1"],
             "association": {
                 "parent": "optics",
+                "fairshare": 2,  # the project's guarantee (assoc_rec_set.fairshare in v0.0.42's schema)
                 "grptres": [{"type": "gres", "name": "gpu", "count": 4}],
                 "qoslevel": ["optics"],
                 "defaultqos": "optics",
@@ -95,24 +96,28 @@ def test_the_bodies_slurmrestd_takes():
         },
         "account": {"description": "Rackplane account optics--lens", "organization": "rackplane"},
     }
-    assert account_association_body(SlurmAccount("optics", "root", None, "optics"), "c1")["max"] == {
+    body = account_association_body(SlurmAccount("optics", "root", None, "optics", shares=8), "c1")
+    assert body["max"] == {
         "tres": {"total": [{"type": "gres", "name": "gpu", "count": -1}]}  # -1 clears the limit
     }
+    assert body["shares_raw"] == 8  # assoc.shares_raw: what sacctmgr shows as Fairshare
     assert qos_body(DepartmentQos("optics", 8))["limits"] == {
         "max": {"tres": {"total": [{"type": "gres", "name": "gpu", "count": 8}]}}
     }
 
 
 def test_what_differs_from_the_live_association():
-    account = SlurmAccount("optics", "root", 8, "optics")
+    account = SlurmAccount("optics", "root", 8, "optics", shares=4)
     live = {
         "parent_account": "root",
         "qos": ["optics"],
         "default": {"qos": "optics"},
         "max": {"tres": {"total": [{"type": "gres", "name": "gpu", "id": 1001, "count": 8}]}},
+        "shares_raw": 4,
     }
     assert account_differs(account, live) == []
-    assert account_differs(SlurmAccount("optics", "root", None, "optics"), live) == [
+    assert account_differs(account, {**live, "shares_raw": 1}) == ["fairshare 1 -> 4"]
+    assert account_differs(SlurmAccount("optics", "root", None, "optics", shares=4), live) == [
         "GrpTRES gres/gpu 8 -> none"
     ]
     assert account_differs(account, {**live, "qos": ["normal", "optics"]}) == ["QOS normal,optics -> optics"]
