@@ -22,7 +22,15 @@ from integrations.slurm.target import (
 
 
 class SlurmAdapter:
-    """SlurmTarget.apply (atomic files, reconfigure, read-back, rollback), then the departments' QOS."""
+    """slurmdbd's QOS, accounts and associations, then SlurmTarget.apply (atomic files, reconfigure,
+    read-back, rollback).
+
+    Accounting first: a dedicated partition's `AllowQos=<department>` naming a QOS slurmdbd does not hold yet
+    is dropped by slurmctld when it loads the file ("error: Ignoring invalid Allow/DenyQOS value", measured
+    with 24.11.5), and stays dropped until the next reconfigure, which would leave the partition open to any
+    QOS; a tier's `QOS=` naming one is refused outright ("fatal: Partition ... has an invalid qos"). Waiting
+    for slurmctld to hold the accounting (integrations.slurm.assoc_mgr) before the reconfigure also keeps the
+    two from racing."""
 
     def __init__(self, target, values: dict):
         self.target = target
@@ -33,6 +41,7 @@ class SlurmAdapter:
         )
 
     def apply(self, payload: dict, log: Callable[..., None], push) -> str:
+        accounting = self._apply_accounting(payload, log)
         files = payload.get("files") or {}
         log(f"writing {', '.join(sorted(files))} to {self.slurm.config_dir} and reconfiguring slurmctld")
         result = self.slurm.apply(files)
@@ -41,7 +50,6 @@ class SlurmAdapter:
         if blocks:
             shown = ", ".join(f"{b['name']}={b['nodes']}" for b in blocks[:8])
             log(f"slurmctld runs {len(blocks)} blocks: {shown}" + (", ..." if len(blocks) > 8 else ""))
-        accounting = self._apply_accounting(payload, log)
         with contextlib.suppress(SlurmError):  # the version is a fact for the wizard, not the push's outcome
             self.facts = {"slurm_version": self.slurm.version()}
         if result.changed:

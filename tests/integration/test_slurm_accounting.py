@@ -254,3 +254,33 @@ def test_a_guarantee_and_limit_change_and_a_member_leaving_reach_slurmdbd_with_t
     assert [row for row in associations(slurm_testbed, d, p) if "|ada|" in row] == []
     with pytest.raises(BackendRejected, match="Invalid account"):
         backend().submit(request(tenant_people()["ada"], "gb-r01-t05", d))
+
+
+def test_a_partition_dedicated_to_a_new_department_allows_its_qos_from_the_first_push(
+    slurm_testbed, site, django_capture_on_commit_callbacks
+):
+    """One push makes the department's QOS and dedicates a partition to it (`AllowQos=<its QOS>`). The QOS is
+    written to slurmdbd before the files: slurmctld drops an AllowQos value it does not know when it loads
+    the file ("Ignoring invalid Allow/DenyQOS value"), which would leave the partition open to any QOS until
+    the next reconfigure."""
+    from inventory.models import NVLinkPartition
+    from tenancy.services import dedicate_partition
+    from tests.factories import make_department
+
+    n = next(_ids) % 1_000_000
+    owner = make_department(f"Metrology {n}", slug=f"metrology{n}", guaranteed_gpus=36, limit_gpus=36)
+    partition = NVLinkPartition.objects.filter(rack__name="gb-r01").order_by("clique_id").first()
+    log = slurm_testbed.log_dir / "slurmctld.log"
+    offset = log.stat().st_size
+    dedicate_partition(owner, partition)
+    done = push(django_capture_on_commit_callbacks, "dedicate a partition", force=True)
+    shown = subprocess.run(
+        [slurm_testbed.scontrol, "-o", "show", "partitions"], capture_output=True, text=True, check=True
+    ).stdout
+    [line] = [row for row in shown.splitlines() if f"AllowQos={owner.slug}" in row]
+    with log.open("rb") as handle:
+        handle.seek(offset)
+        written = handle.read().decode(errors="replace")
+    assert f"Ignoring invalid Allow/DenyQOS value: {owner.slug}" not in written, line
+    assert f"slurmdbd: QOS {owner.slug}: added, GrpTRES=gres/gpu=36" in done.log
+    assert done.log.index("slurmdbd: QOS") < done.log.index("reconfiguring slurmctld")
