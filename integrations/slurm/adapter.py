@@ -41,8 +41,9 @@ class SlurmAdapter:
         )
 
     def apply(self, payload: dict, log: Callable[..., None], push) -> str:
-        accounting = self._apply_accounting(payload, log)
         files = payload.get("files") or {}
+        self.slurm.check_files(files)  # a misconfigured target fails as such before slurmdbd is asked
+        accounting = self._apply_accounting(payload, log)
         log(f"writing {', '.join(sorted(files))} to {self.slurm.config_dir} and reconfiguring slurmctld")
         result = self.slurm.apply(files)
         log(*result.log)

@@ -258,15 +258,21 @@ class SlurmTarget:
 
     # --- apply ------------------------------------------------------------------------------------
 
-    def apply(self, rendered: dict[str, str], *, check_controller_first: bool = True) -> ApplyResult:
-        """Write the files, reconfigure slurmctld, confirm what it loaded; roll back on any failure."""
+    def check_files(self, rendered: dict[str, str]):
+        """What `apply` refuses before it asks slurmctld anything (a permanent error, not a retry): a file it
+        does not manage, a configuration directory that is not there, a topology Slurm could not take.
+        Returns the topology the files mean."""
         self._check_names(rendered)
         if not self.config_dir.is_dir():
             raise SlurmConfigurationError(
                 f"Slurm configuration directory {self.config_dir} does not exist",
                 "point the Slurm target at the directory that holds slurmctld's slurm.conf",
             )
-        expected = self._expected_topology(rendered)
+        return self._expected_topology(rendered)
+
+    def apply(self, rendered: dict[str, str], *, check_controller_first: bool = True) -> ApplyResult:
+        """Write the files, reconfigure slurmctld, confirm what it loaded; roll back on any failure."""
+        expected = self.check_files(rendered)
         expected_partitions = self._expected_partitions(rendered)
         result = ApplyResult()
 
