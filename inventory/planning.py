@@ -21,6 +21,7 @@ STATE_WORDS = {"drain": "drained", "maintenance": "in maintenance", "needs_servi
 class Level(StrEnum):
     ERROR = "error"
     WARNING = "warning"
+    INFO = "info"  # neither good nor bad: e.g. the wizard's first steps showing the rack as it is
     OK = "ok"
 
 
@@ -77,6 +78,7 @@ class PlanCheck:
     clique_ids: dict[str, int]
     findings: list[Finding] = field(default_factory=list)
     changes: list[TrayChange] = field(default_factory=list)
+    unchanged: bool = False  # the plan is the rack's layout as it is (integrations.plans.check decides)
 
     @property
     def ok(self) -> bool:
@@ -145,6 +147,10 @@ def _ranges(slots: Sequence[int]) -> str:
     return ",".join(out)
 
 
+def no_tray_changes(rack: str) -> str:
+    return f"The plan does not change {rack}'s partitions."
+
+
 def check_plan(
     rack: str,
     trays: Sequence[TrayInfo],
@@ -172,7 +178,7 @@ def check_plan(
     _number_cliques(check, by_slot, owner)
     check.changes.extend(_tray_changes(trays, by_slot, partitions, owner))
     if not check.changes:
-        check.add(Level.WARNING, f"The plan does not change {rack}'s partitions.")
+        check.add(Level.WARNING, no_tray_changes(rack))
     _check_busy_trays(check, drain)
     if check.ok and check_blocks is not None:
         hosts = {p.name: tuple(by_slot[s].hostname for s in p.slots) for p in partitions}

@@ -39,6 +39,7 @@ from inventory.planning import (
     PlannedPartition,
     TrayInfo,
     check_plan,
+    no_tray_changes,
     preset_layout,
 )
 from scheduling.choices import HOLDING_STATES
@@ -238,12 +239,18 @@ def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False
         result.findings.insert(0, Finding(Level.ERROR, too_old))
     _check_dedications(rack, result)
     if result.ok and _changes_nothing(rack, result):
-        result.add(
-            Level.ERROR,
-            f"{rack.name} is already carved exactly like this (same partitions, trays, dedications and Slurm "
-            "partitions): the plan would change nothing.",
-        )
+        result.unchanged = True
+        # The error says all the tray-level warning said ("does not change the partitions"), and more.
+        result.findings = [f for f in result.findings if f.message != no_tray_changes(rack.name)]
+        result.add(Level.ERROR, already_carved(rack.name))
     return result
+
+
+def already_carved(rack_name: str) -> str:
+    return (
+        f"{rack_name} is already carved exactly like this (same partitions, trays, dedications and Slurm "
+        "partitions): the plan would change nothing."
+    )
 
 
 def _changes_nothing(rack: Rack, result: PlanCheck) -> bool:

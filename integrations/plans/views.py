@@ -131,11 +131,25 @@ def _drawing(trays: list[TrayInfo], form: PlanForm, check: PlanCheck, health: di
     return rows
 
 
-def _check(rack: Rack, form: PlanForm, trays: list[TrayInfo]) -> PlanCheck:
-    """plans.check on the form's partitions, with the form's own parse errors first."""
+def _check(rack: Rack, form: PlanForm, step: str) -> PlanCheck:
+    """plans.check on the form's partitions, with the form's own parse errors first.
+
+    Steps 2 and 3 start from the rack as it is, so a plan that changes nothing is where the admin begins,
+    not a mistake: it is said as information there, and as the error that keeps Apply off on the preview."""
     drain = bool(form.cleaned_data.get("drain_first"))
     if form.partitions:
         result = plans.check(rack, form.partitions, drain=drain)
+        if result.unchanged and step in ("layout", "names"):
+            result.findings = [
+                Finding(
+                    Level.INFO,
+                    f"This is {rack.name} as it is carved now: choose another layout, or change a name, "
+                    "department or Slurm partition, to make a plan.",
+                )
+                if f.message == plans.already_carved(rack.name)
+                else f
+                for f in result.findings
+            ]
     else:
         result = PlanCheck(partitions=[], clique_ids={})
         result.add(Level.ERROR, f"The plan for {rack.name} has no partitions: give it at least one.")
@@ -150,7 +164,7 @@ def _check(rack: Rack, form: PlanForm, trays: list[TrayInfo]) -> PlanCheck:
 
 def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
     trays = plans.rack_trays(rack)
-    check = _check(rack, form, trays)
+    check = _check(rack, form, step)
     health = gpu_health(rack)
     rows = _drawing(trays, form, check, health)
     params = form.plan_params()

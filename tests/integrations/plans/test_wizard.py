@@ -17,7 +17,7 @@ from integrations.plans.progress_views import NODES_SETTLE_WINDOW
 from integrations.tasks import follow_active_plans
 from inventory.choices import GpuHealth, PlanStatus, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
-from inventory.planning import preset_layout
+from inventory.planning import Level, preset_layout
 from scheduling.choices import JobState
 from scheduling.models import Allocation, Job
 from scheduling.services.actions import finish_job
@@ -115,8 +115,21 @@ def test_step_2_starts_from_the_rack_as_it_is(admin):
     assert response.status_code == 200
     assert response.context["form"].cleaned_data["preset"] == "2x9"
     assert rows(response) == {slot: "p1" if slot <= 9 else "p2" for slot in range(1, 19)}
-    assert "does not change gb-r02's partitions" in findings(response)
+    # The rack as it is is where the admin starts, not a mistake: said as information, no error, no
+    # repeated warning (the preview refuses it: test_a_preview_of_the_layout_the_rack_already_has_...).
+    check = response.context["check"]
+    assert [(f.level, f.message) for f in check.findings if f.level != Level.OK] == [
+        (
+            Level.INFO,
+            "This is gb-r02 as it is carved now: choose another layout, or change a name, department or "
+            "Slurm partition, to make a plan.",
+        )
+    ]
+    assert check.ok and check.unchanged
+    names = admin.get(url("plan-names", "gb-r02", preset="2x9", name=["p1", "p2"], department=["", ""]))
+    assert [f.level for f in names.context["check"].findings if f.level != Level.OK] == [Level.INFO]
     html = response.content.decode()
+    assert 'class="finding finding-info"' in html
     assert 'id="preset-2x9" checked' in html.replace('hx-get="/inventory/racks/gb-r02/plan/" ', "")
     assert "<html" in html and 'id="plan-check"' in html
 
@@ -531,6 +544,7 @@ def test_a_preview_of_the_layout_the_rack_already_has_says_so_and_cannot_apply(a
     assert preview.status_code == 200
     html = preview.content.decode()
     assert "gb-r02 is already carved exactly like this" in html
+    assert "does not change gb-r02's partitions" not in html  # the error says it; no second line repeats it
     assert preview.context["can_apply"] is False and "Fix the errors in the checks first." in html
     assert admin.post(url("plan-apply", "gb-r02"), params).status_code == 400
     assert not PartitionPlan.objects.exists()
