@@ -89,6 +89,10 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     held = _try_lock(folder / f"{fingerprint}-{worker}.lock")
     if held is None:
+        # Said outright: with no test name pytest-django names an xdist worker's database after the
+        # settings' NAME (`test_<path>_gw0`) unless the ENGINE is exactly Django's SQLite one (ours is
+        # django-prometheus's), a file that cannot be opened.
+        database.setdefault("TEST", {})["NAME"] = ":memory:"
         return
     # pytest-django appends the xdist worker (`_gw0`) to this name: one file per worker.
     database.setdefault("TEST", {})["NAME"] = str(folder / f"{fingerprint}.sqlite3")

@@ -146,6 +146,32 @@ def test_the_database_fingerprint_follows_every_migration_file(tmp_path, monkeyp
     assert len({first, changed, added}) == 3
 
 
+def test_a_second_session_at_once_gets_each_worker_a_database_in_memory(tmp_path, monkeypatch, settings):
+    """Two sessions at once (`make test-fast` beside a Slurm run): the second finds the kept database's lock
+    held and runs in memory; it used to get `test_<settings NAME>_gw0`, a file that cannot be opened, and
+    every database test errored."""
+    from types import SimpleNamespace
+
+    from pytest_django.fixtures import _set_suffix_to_test_databases
+
+    (tmp_path / "app" / "migrations").mkdir(parents=True)
+    (tmp_path / "app" / "migrations" / "0001_initial.py").write_text("operations = []\n")
+    monkeypatch.setattr(conftest, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    folder = tmp_path / "var" / "test-db"
+    folder.mkdir(parents=True)
+    held = conftest._try_lock(folder / f"{conftest.migrations_fingerprint()}-gw0.lock")  # the first session
+    databases = {
+        "default": {"ENGINE": "django_prometheus.db.backends.sqlite3", "NAME": "/x/rackplane.sqlite3"}
+    }
+    settings.DATABASES = databases
+    config = SimpleNamespace(getoption=lambda *a, **k: False, option=SimpleNamespace(), stash={})
+    conftest.pytest_configure(config)
+    _set_suffix_to_test_databases("gw0")
+    assert databases["default"]["TEST"]["NAME"] == ":memory:"
+    held.close()
+
+
 @pytest.mark.slow(reason="starts pytest-xdist workers")
 def test_a_group_runs_in_one_worker_under_loadgroup(pytester, monkeypatch):
     """What `make test` relies on, end to end: with `-n 3 --dist loadgroup` every test of a service's group
