@@ -19,6 +19,15 @@ with the reason (the person lost their identity after submitting; submission its
 without one, scheduling.services.admission, through `needs_identity`). A backend that acts as the person
 (`acts_as_person`: Slurm, whose slurmrestd takes the person's name with a SlurmUser token) also reads and
 stops each job as the person who submitted it.
+
+Slurm QOS (`job_qos`): a department has two (integrations.state.department_qos), its own holding its
+guarantee and `<department>--borrowed`. A job goes under its department's own when the engine admitted it in
+quota and it fits beside the GPUs its department's running jobs already hold under that QOS (what Slurm
+counts); otherwise under the borrowed one. Counting Slurm's side, not only the engine's flags, keeps Slurm
+from holding a job the engine started: a running job the engine later counts as borrowed (its guarantee was
+lowered) still uses the guarantee QOS in Slurm. Two of a department's jobs dispatched at the same moment may
+both take the last room there; Slurm then holds the second (QOSGrpGRES) until GPUs free, and its page
+shows why.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from core import claims, posix
@@ -50,6 +60,7 @@ from inventory.models import ComputeTray
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import BackendCancel, Job, JobEvent
 from scheduling.services.actions import finish_job, notify_job
+from tenancy import naming
 from tenancy.models.accounts import posix_identity_of
 
 logger = logging.getLogger(__name__)
@@ -117,6 +128,27 @@ def segment_size(hosts: list[str], trays: dict[str, dict]) -> int | None:
     return size if size > 1 else None
 
 
+def job_qos(job: Job) -> str:
+    """The QOS a job is submitted under (see the module doc): its department's own when the engine admitted
+    it in quota and it fits the guarantee beside what its department's running jobs on the same backend
+    hold there. Slurm runs it under that QOS; the Kubernetes backend does not use it."""
+    department = job.department
+    own = naming.department_qos(department.slug)
+    if job.over_quota:
+        return naming.department_borrowed_qos(department.slug)
+    held = (
+        Job.objects.filter(department_id=department.pk, backend=job.backend, state=JobState.RUNNING, qos=own)
+        .exclude(pk=job.pk)
+        .aggregate(gpus=Sum("gpus"))["gpus"]
+        or 0
+    )
+    return (
+        own
+        if held + job.gpus <= department.guaranteed_gpus
+        else naming.department_borrowed_qos(department.slug)
+    )
+
+
 def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
     hosts = list(job.placement)
     trays = {
@@ -153,6 +185,7 @@ def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
         imex=bool(target_settings.get("imex")),
         attempt=job.preemptions,
         run_as=posix_identity_of(job.submitted_by),
+        qos=job_qos(job),
     )
 
 
@@ -199,6 +232,7 @@ def dispatch(job_id: int) -> str:
             return "rejected"
         job.state = JobState.RUNNING
         job.backend_id = backend_id
+        job.qos = request.qos
         job.started_at = timezone.now()
         job.next_dispatch_at = None
         job.backend_message = ""

@@ -85,6 +85,8 @@ class DispatchRequest:
     # as `run_as.name`; Kubernetes sets runAsUser/runAsGroup/supplementalGroups. None: the person has none,
     # which only the embedded renderer accepts (integrations.dispatch refuses it for a live backend).
     run_as: PosixIdentity | None = None
+    # The department QOS to run under (integrations.dispatch.job_qos; Slurm's): "": the department's own.
+    qos: str = ""
 
     @property
     def home(self) -> str:

@@ -340,7 +340,8 @@ def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, .
         tier_hosts.setdefault(tier, []).append(tray.hostname)
         owner = rows.owner_of_tray(tray)
         if owner is not None:
-            tier_departments[tier].add(naming.department_qos(rows.department_slug[owner]))
+            slug = rows.department_slug[owner]
+            tier_departments[tier].update((naming.department_qos(slug), naming.department_borrowed_qos(slug)))
     tiers = []
     if tier_hosts[SHARED_TIER]:
         tiers.append(ServiceTier(SHARED_TIER, tuple(tier_hosts[SHARED_TIER]), default=True, priority_tier=1))
@@ -476,6 +477,19 @@ def _fabric_racks(rows: _Rows) -> tuple[FabricRack, ...]:
     )
 
 
+def department_qos(slug: str, guaranteed: int) -> tuple[DepartmentQos, DepartmentQos]:
+    """A department's two Slurm QOS: its own (`GrpTRES=gres/gpu=<guarantee>`, its jobs' default: what runs
+    within the guarantee) and `<slug>--borrowed` (no GPU limit of its own: what the engine starts beyond
+    the guarantee). Slurm takes a Grp limit from the first place that sets it, job QOS before the
+    associations (resource_limits.html, "Hierarchy"): a borrowed job is held by its department's account
+    association (GrpTRES = the department's limit), which counts every job of the department, in quota and
+    borrowed; an in-quota job by the guarantee. integrations.dispatch picks the QOS of each job."""
+    return (
+        DepartmentQos(naming.department_qos(slug), guaranteed),
+        DepartmentQos(naming.department_borrowed_qos(slug), None),
+    )
+
+
 def build_state(*, fabric: bool = False) -> ConfigState:
     """Read the database once (a fixed number of queries) and build the desired state.
 
@@ -492,7 +506,7 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     )
     return ConfigState(
         slurm=SlurmState(nodes=nodes, tiers=_service_tiers(rows, tier_of), blocks=_slurm_blocks(rows)),
-        qos=tuple(DepartmentQos(naming.department_qos(d.slug), d.limit_gpus) for d in rows.departments),
+        qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus)),
         kubernetes=kubernetes,
         tenants=tenants,
         fabric=_fabric_racks(rows) if fabric else None,
@@ -596,20 +610,22 @@ def render_files(state: ConfigState, objects: list[dict[str, Any]] | None = None
     files[OPENSM_PARTITIONS] = render_opensm_partitions(state.tenants)
     files[NFS_EXPORTS] = render_nfs_exports(state.tenants)
     if any(t.projects for t in state.tenants):
-        files[SLURM_ACCOUNTS] = render_account_script(slurm_accounts(state))
+        files[SLURM_ACCOUNTS] = render_account_script(slurm_accounts(state), state.qos)
     return dict(sorted(files.items()))
 
 
 def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     """The Slurm account tree: each department's account under root (its GPU limit), each project's
     (`<department>--<project>`, tenancy.Project.account) under its department's (the project's limit); both
-    allow only the department's QOS and default to it, so its GPU limit holds every job of the department.
+    allow only the department's two QOS (`department_qos`) and default to its own, so Slurm holds the
+    department's in-quota jobs at its guarantee and all of its jobs at its limit (the account's GrpTRES).
     Each account's fairshare is its guarantee in GPUs (at least 1): Slurm's priority then weighs usage
     against the guarantees, as Rackplane's engine does; the cap is the limit, so borrowing stays possible.
     Jobs of a project run under its account (integrations.slurm.jobs). Names: tenancy.naming."""
     accounts = []
     for t in state.tenants:
-        department, qos = naming.department_account(t.slug), naming.department_qos(t.slug)
+        department = naming.department_account(t.slug)
+        qos = (naming.department_qos(t.slug), naming.department_borrowed_qos(t.slug))
         accounts.append(SlurmAccount(department, "root", t.limit_gpus, qos, max(t.guaranteed_gpus, 1)))
         accounts += [
             SlurmAccount(

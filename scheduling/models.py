@@ -82,6 +82,10 @@ class Job(models.Model):
     placement = models.JSONField(default=list, blank=True, help_text="Hostnames of the trays it ran on.")
     # Where it runs in its backend: Slurm job id, or "<namespace>/<job name>" in Kubernetes.
     backend_id = models.CharField(max_length=200, blank=True)
+    # The department QOS of its latest submission: its department's own (within the guarantee) or
+    # `<department>--borrowed` (integrations.dispatch.job_qos). Slurm runs the job under it; Kubernetes
+    # ignores it (Kueue decides borrowing from the ClusterQueues). Counted while RUNNING only.
+    qos = models.CharField(max_length=64, blank=True)
     backend_message = models.CharField(
         max_length=500, blank=True, help_text="The backend's latest word (state reason, dispatch error)."
     )

@@ -9,8 +9,9 @@ Decision (collision-free by construction rather than by a table of reserved name
   digits, with single hyphens between them (`SLUG_PATTERN`). So no slug holds `--`, starts with a digit or a
   hyphen, or ends with a hyphen.
 * A department's names are its slug: its Kubernetes namespace, Kueue ClusterQueue and Cohort, Slurm account
-  and QOS, the Slurm partition of its dedicated NVLink partitions, its OpenSM partition (with `_` for `-`),
-  the `<export root>/<slug>` storage path, the `rackplane-<slug>-data` PersistentVolume.
+  and QOS (and `<slug>--borrowed`, the QOS of its jobs beyond the guarantee), the Slurm partition of its
+  dedicated NVLink partitions, its OpenSM partition (with `_` for `-`), the `<export root>/<slug>` storage
+  path, the `rackplane-<slug>-data` PersistentVolume.
 * A project's names are `<department slug>--<project slug>`: its namespace, ClusterQueue and Slurm account.
   No department slug holds `--`, so no project name can equal a department's; and since neither slug starts
   or ends with `-` nor holds `--`, the `--` in a project name is exactly one place: it splits back into one
@@ -151,7 +152,17 @@ def department_namespace(department: str) -> str:
 department_cluster_queue = department_namespace
 department_cohort = department_namespace
 department_account = department_namespace  # the Slurm account, a child of `root`
-department_qos = department_namespace  # the Slurm QOS holding its GPU limit
+department_qos = department_namespace  # the Slurm QOS holding its guarantee (GrpTRES), its jobs' default
+
+
+def department_borrowed_qos(department: str) -> str:
+    """The Slurm QOS of its jobs beyond the guarantee (borrowed GPUs): `<department>--borrowed`. QOS names
+    are their own namespace in Slurm and no department slug holds `--`, so it never equals a department's
+    QOS (a department slugged `ml-borrowed` has the QOS `ml-borrowed`, not `ml--borrowed`)."""
+    _check(department)
+    return f"{department}{SEPARATOR}borrowed"
+
+
 dedicated_partition = department_namespace  # the Slurm partition of its dedicated NVLink partitions
 
 
@@ -214,7 +225,7 @@ def identifiers(department: str, projects: tuple[str, ...] | list[str] = ()) -> 
     names = {
         "namespace": {department_namespace(department)},
         "slurm_account": {department_account(department)},
-        "slurm_qos": {department_qos(department)},
+        "slurm_qos": {department_qos(department), department_borrowed_qos(department)},
         "slurm_partition": {dedicated_partition(department)},
         "opensm_partition": {opensm_partition(department)},
         "persistent_volume": {persistent_volume(department)},

@@ -5,10 +5,11 @@ slurmrestd: integrations.slurm.versions; no sacctmgr).
 What Rackplane decides (integrations.state: `slurm_accounts`, `ConfigState.qos`, `ConfigState.associations`)
 is made true in slurmdbd here, diffed first so that a second push sends nothing:
 
-1. QOS: each department's, `GrpTRES=gres/gpu=<limit>` (no limit: the TRES cleared with count -1).
+1. QOS: each department's two (integrations.state.department_qos): its own, `GrpTRES=gres/gpu=<guarantee>`,
+   and `<department>--borrowed`, without a GPU limit (the TRES cleared with count -1): its account's holds it.
 2. Accounts, parents first: a department's account under `root`, its projects' under it; each account's
-   association allows only its department's QOS, makes it the default, and carries the account's own
-   `GrpTRES=gres/gpu` limit.
+   association allows only its department's two QOS, makes its own the default, and carries the account's
+   own `GrpTRES=gres/gpu` limit (the department's limit holds in-quota and borrowed jobs together).
 3. Users: an association for every (account, person) Rackplane lets submit; a person Slurm does not know yet
    is added with that account as their default account. A person's association in a Rackplane account that
    is no longer wanted (left the department) is deleted, unless it is their default account and they still
@@ -68,8 +69,8 @@ class AccountingPlan:
         names = {a.name for a in self.accounts}
         for account in self.accounts:
             check_name("account", account.name)
-            if account.qos:
-                check_name("QOS", account.qos)
+            for qos in account.qos:
+                check_name("QOS", qos)
         for association in self.associations:
             check_name("user", association.user)
             if association.account not in names:
@@ -133,8 +134,8 @@ def account_association_body(account: SlurmAccount, cluster: str) -> dict:
         "shares_raw": account.shares,
     }
     if account.qos:
-        body["qos"] = [account.qos]
-        body["default"] = {"qos": account.qos}
+        body["qos"] = list(account.qos)
+        body["default"] = {"qos": account.default_qos}
     return body
 
 
@@ -144,8 +145,8 @@ def new_account_body(account: SlurmAccount, cluster: str) -> dict:
     if account.gpu_limit is not None:
         association["grptres"] = _gpu_tres(account.gpu_limit)
     if account.qos:
-        association["qoslevel"] = [account.qos]
-        association["defaultqos"] = account.qos
+        association["qoslevel"] = list(account.qos)
+        association["defaultqos"] = account.default_qos
     return {
         "association_condition": {
             "accounts": [account.name],
@@ -167,10 +168,11 @@ def account_differs(account: SlurmAccount, live: Mapping[str, Any]) -> list[str]
     if live.get("shares_raw") != account.shares:
         differences.append(f"fairshare {live.get('shares_raw')} -> {account.shares}")
     if account.qos:
-        if list(live.get("qos") or []) != [account.qos]:
-            differences.append(f"QOS {','.join(live.get('qos') or []) or 'none'} -> {account.qos}")
-        if (live.get("default") or {}).get("qos") != account.qos:
-            differences.append(f"default QOS -> {account.qos}")
+        live_qos = sorted(live.get("qos") or [])  # slurmdbd answers them in its own order
+        if live_qos != sorted(account.qos):
+            differences.append(f"QOS {','.join(live_qos) or 'none'} -> {','.join(sorted(account.qos))}")
+        if (live.get("default") or {}).get("qos") != account.default_qos:
+            differences.append(f"default QOS -> {account.default_qos}")
     return differences
 
 
@@ -302,7 +304,7 @@ class SlurmAccounting:
                 self._call("POST", "/accounts_association/", new_account_body(account, self.cluster))
                 result.changed.append(
                     f"account {account.name}: added under {account.parent}"
-                    + (f", QOS {account.qos}" if account.qos else "")
+                    + (f", QOS {','.join(account.qos)}" if account.qos else "")
                     + f", GrpTRES=gres/gpu={_text(account.gpu_limit)}, fairshare {account.shares}"
                 )
             elif differences := account_differs(account, current):

@@ -90,7 +90,13 @@ def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Re
         "qos": [{"name": q.name, "gpu_limit": q.gpu_limit} for q in state.qos],
         # slurmdbd's account tree and who may submit where (integrations.slurm.accounting).
         "accounts": [
-            {"name": a.name, "parent": a.parent, "gpu_limit": a.gpu_limit, "qos": a.qos, "shares": a.shares}
+            {
+                "name": a.name,
+                "parent": a.parent,
+                "gpu_limit": a.gpu_limit,
+                "qos": list(a.qos),
+                "shares": a.shares,
+            }
             for a in rendered.slurm_accounts()
         ],
         "associations": [{"account": a.account, "user": a.user} for a in state.associations],

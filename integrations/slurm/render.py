@@ -91,15 +91,24 @@ class DepartmentQos:
 class SlurmAccount:
     """One account of the account tree (needs slurmdbd): a department's (parent `root`) or a project's (its
     department's account as parent). `gpu_limit` is its GrpTRES gres/gpu limit (None: no limit); `qos` the
-    one QOS its jobs may run under and their default (its department's; "": Slurm's default); `shares` its
+    QOS its jobs may run under, the first their default (its department's two, integrations.state
+    .department_qos; empty: Slurm's default); `shares` its
     fairshare (Slurm's raw shares among its siblings, what the multifactor priority weighs usage against):
     the guarantee in GPUs, at least 1 (Slurm's own default)."""
 
     name: str
     parent: str = "root"
     gpu_limit: int | None = None
-    qos: str = ""
+    qos: tuple[str, ...] = ()
     shares: int = 1
+
+    def __post_init__(self):
+        qos = self.qos
+        object.__setattr__(self, "qos", ((qos,) if qos else ()) if isinstance(qos, str) else tuple(qos))
+
+    @property
+    def default_qos(self) -> str:
+        return self.qos[0] if self.qos else ""
 
 
 @dataclass(frozen=True)
@@ -303,7 +312,8 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
     """sacctmgr arguments that build the account tree: each account added under its parent (parents first;
     `-i add` of an existing account changes nothing), its GPU limit (`-1` clears it) and fairshare set, e.g.
     `-i add account research-vision parent=research` then
-    `-i modify account name=research-vision set GrpTRES=gres/gpu=48 Fairshare=32`."""
+    `-i modify account name=research-vision set GrpTRES=gres/gpu=48 Fairshare=32
+    QOS=research,research--borrowed DefaultQOS=research` (the QOS exist first: `render_account_script`)."""
     names = {a.name for a in accounts}
     for account in accounts:
         check_name("account", account.name)
@@ -314,6 +324,8 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
             raise ValueError(f"account {account.name}: the GPU limit must be >= 0 or None")
         if account.shares < 1:
             raise ValueError(f"account {account.name}: the fairshare must be at least 1")
+        for qos in account.qos:
+            check_name("QOS", qos)
     if len(names) != len(accounts):
         raise ValueError("an account is listed twice")
     depth = {}
@@ -329,6 +341,7 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
         commands.append(["-i", "add", "account", account.name, f"parent={account.parent}"])
     for account in sorted(accounts, key=lambda a: (level(a), a.name)):
         limit = "-1" if account.gpu_limit is None else str(account.gpu_limit)
+        qos = [f"QOS={','.join(account.qos)}", f"DefaultQOS={account.default_qos}"] if account.qos else []
         commands.append(
             [
                 "-i",
@@ -338,18 +351,20 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
                 "set",
                 f"GrpTRES=gres/gpu={limit}",
                 f"Fairshare={account.shares}",
+                *qos,
             ]
         )
     return commands
 
 
-def render_account_script(accounts: Sequence[SlurmAccount]) -> str:
-    """The account tree as the exact sacctmgr commands, one a line (`sacctmgr_account_commands`): a script
-    an operator runs on a host with slurmdbd (`sh accounts.sh`)."""
+def render_account_script(accounts: Sequence[SlurmAccount], qos: Sequence[DepartmentQos] = ()) -> str:
+    """The QOS and the account tree as the exact sacctmgr commands, one a line (`sacctmgr_qos_commands`,
+    `sacctmgr_account_commands`): a script an operator runs on a host with slurmdbd (`sh accounts.sh`)."""
     lines = [
         MANAGED_HEADER,
-        "# Slurm accounts: departments under root, their projects under them (needs slurmdbd).",
+        "# Slurm QOS, then accounts: departments under root, their projects under them (needs slurmdbd).",
     ]
+    lines += ["sacctmgr " + " ".join(command) for q in qos for command in sacctmgr_qos_commands(q)]
     lines += ["sacctmgr " + " ".join(command) for command in sacctmgr_account_commands(accounts)]
     return "\n".join(lines) + "\n"
 

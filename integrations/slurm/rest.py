@@ -201,7 +201,7 @@ def submit_payload(
         if request.segment == len(hosts) or dialect.segments_with_nodelist:
             job["segment_size"] = _no_val(request.segment)
     try:  # tenancy.naming: the one derivation of accounts and QOS from the slugs
-        home, department_qos = request.home, naming.department_qos(request.department)
+        home, department_qos = request.home, request.qos or naming.department_qos(request.department)
     except ValueError as error:
         raise BackendRejected(str(error)) from error
     if account:

@@ -3,10 +3,13 @@ the testbed's slurmdbd (MariaDB) through slurmrestd's /slurmdb/ endpoints (at th
 negotiated: v0.0.42 on 24.11, v0.0.45 on 26.05), and slurmctld enforces them
 (AccountingStorageEnforce=associations,limits,qos; scripts/slurm-testbed.sh).
 
-The portal's side (fixture `site`): department `optics<n>` (GPU limit 4: its QOS GrpTRES=gres/gpu=4) with
-project `lens`; ada is a member of both, grace leads `photonics<n>` only; eve is a Unix user of the nodes in
-no department. Jobs here go through the job backend directly, as the portal's dispatch sends them, because
-Rackplane's own admission never dispatches a job over the limit: the point is that Slurm holds it by itself.
+The portal's side (fixture `site`): department `optics<n>` (guarantee 4: its QOS GrpTRES=gres/gpu=4;
+limit 8: its account's GrpTRES, which holds the jobs of its `optics<n>--borrowed` QOS, a QOS without a GPU
+limit) with project `lens`; ada is a member of both, grace leads `photonics<n>` only; eve is a Unix user of
+the nodes in no department. Jobs here go through the job backend directly, as the portal's dispatch sends
+them (integrations.dispatch.job_qos picks the QOS, tests/integrations/test_dispatch_qos.py), because
+Rackplane's own admission never dispatches a job over the guarantee or the limit: the point is that Slurm
+holds it by itself.
 """
 
 from __future__ import annotations
@@ -80,14 +83,14 @@ def push(capture, reason: str, *, force: bool = False):
 class Site:
     push: Any  # the first push, which wrote the accounting
     department: Any  # the Department of D
-    d: str  # optics<n>: the department (account and QOS), GPU limit 4
+    d: str  # optics<n>: the department (account and QOS), guarantee 4, limit 8
     p: str  # optics<n>--lens: its project's account, GPU limit 4
     g: str  # photonics<n>: grace's department
 
 
 @pytest.fixture
 def site(slurm_testbed, testbed_target, django_capture_on_commit_callbacks):
-    """gb-r01 carved 2x9 and pushed, the target with slurmrestd; department optics<n> (limit 4) with project
+    """gb-r01 carved 2x9 and pushed, the target with slurmrestd; department optics<n> (4 to 8) with project
     lens and ada in both, photonics<n> led by grace; then one push, which writes the accounting. slurmdbd
     outlives each test's database: every test names its departments afresh, so its first push starts from
     nothing."""
@@ -99,7 +102,7 @@ def site(slurm_testbed, testbed_target, django_capture_on_commit_callbacks):
     n = next(_ids) % 1_000_000
     people = tenant_people()
     admin = make_user("platform-admin", staff=True, posix=False)
-    optics = make_department(f"Optics {n}", slug=f"optics{n}", guaranteed_gpus=4, limit_gpus=4)
+    optics = make_department(f"Optics {n}", slug=f"optics{n}", guaranteed_gpus=4, limit_gpus=8)
     photonics = make_department(f"Photonics {n}", slug=f"photonics{n}", guaranteed_gpus=8)
     lens = create_project(admin, optics, name="Lens", slug="lens", guaranteed_gpus=4, limit_gpus=4)
     ada = make_member("ada-portal", optics)
@@ -124,7 +127,7 @@ def backend() -> SlurmJobBackend:
     )
 
 
-def request(person, host: str, department: str, project: str = "") -> DispatchRequest:
+def request(person, host: str, department: str, project: str = "", qos: str = "") -> DispatchRequest:
     return DispatchRequest(
         job_id=next(_ids),
         name="accounting",
@@ -137,6 +140,7 @@ def request(person, host: str, department: str, project: str = "") -> DispatchRe
         work={"script": "#!/bin/bash\nsleep 300\n"},
         service_tier="gpu",
         run_as=person,
+        qos=qos,
     )
 
 
@@ -164,22 +168,27 @@ def test_a_push_writes_the_account_tree_and_a_second_push_changes_nothing(
     slurm_testbed, site, django_capture_on_commit_callbacks
 ):
     d, p, g = site.d, site.p, site.g
+    # Two QOS a department: its own at the guarantee, the borrowed one without a GPU limit of its own.
     assert qos(slurm_testbed, d) == [f"{d}|gres/gpu=4"]
-    assert qos(slurm_testbed, g) == [f"{g}|"]
+    assert qos(slurm_testbed, f"{d}--borrowed") == [f"{d}--borrowed|"]
+    assert qos(slurm_testbed, g) == [f"{g}|gres/gpu=8"]
+    assert qos(slurm_testbed, f"{g}--borrowed") == [f"{g}--borrowed|"]
+    both, g_both = f"{d},{d}--borrowed", f"{g},{g}--borrowed"
     assert associations(slurm_testbed, d, p, g) == sorted(
         [
-            f"{p}|ada||{d}|{d}|",
-            f"{p}||{d}|{d}|{d}|gres/gpu=4",
-            f"{d}|ada||{d}|{d}|",
-            f"{d}||root|{d}|{d}|gres/gpu=4",
-            f"{g}|grace||{g}|{g}|",
-            f"{g}||root|{g}|{g}|",
+            f"{p}|ada||{both}|{d}|",
+            f"{p}||{d}|{both}|{d}|gres/gpu=4",
+            f"{d}|ada||{both}|{d}|",
+            f"{d}||root|{both}|{d}|gres/gpu=8",
+            f"{g}|grace||{g_both}|{g}|",
+            f"{g}||root|{g_both}|{g}|",
         ]
     )
     for line in (
         f"slurmdbd: QOS {d}: added, GrpTRES=gres/gpu=4",
-        f"slurmdbd: account {d}: added under root, QOS {d}, GrpTRES=gres/gpu=4, fairshare 4",
-        f"slurmdbd: account {p}: added under {d}, QOS {d}, GrpTRES=gres/gpu=4, fairshare 4",
+        f"slurmdbd: QOS {d}--borrowed: added, GrpTRES=gres/gpu=none",
+        f"slurmdbd: account {d}: added under root, QOS {both}, GrpTRES=gres/gpu=8, fairshare 4",
+        f"slurmdbd: account {p}: added under {d}, QOS {both}, GrpTRES=gres/gpu=4, fairshare 4",
         f"slurmdbd: user ada: may submit under {p}",
         f"slurmdbd: user grace: may submit under {g}",
     ):
@@ -189,31 +198,48 @@ def test_a_push_writes_the_account_tree_and_a_second_push_changes_nothing(
 
     before = slurmdbd_snapshot(slurm_testbed)
     again = push(django_capture_on_commit_callbacks, "the same again", force=True)
-    assert "slurmdbd already holds the 2 QOS, 3 accounts and 3 user associations" in again.log
+    assert "slurmdbd already holds the 4 QOS, 3 accounts and 3 user associations" in again.log
     assert "slurmdbd unchanged" in again.log
     assert not [line for line in again.log.splitlines() if "slurmdbd: " in line]
     assert slurmdbd_snapshot(slurm_testbed) == before
 
 
-def test_a_job_over_its_departments_qos_gpu_limit_is_held_by_slurm(slurm_testbed, site):
-    ada = tenant_people()["ada"]
-    slurm = backend()
-    first = slurm.submit(request(ada, "gb-r01-t01", site.d))
-    assert wait_state(slurm_testbed, first, "RUNNING")[2:] == (site.d, site.d)
-    # The project's job runs under the project's account, and the department's QOS holds them both.
-    second = slurm.submit(request(ada, "gb-r01-t02", site.d, project="lens"))
+def held(testbed, backend_id: str) -> tuple[str, str, str, str]:
+    """The job as slurmctld shows it once a scheduling pass has looked at it (its reason is set)."""
     deadline = time.monotonic() + 60
-    while (shown := squeue(slurm_testbed, second))[1] == "None":  # until a scheduling pass looked at it
+    while (shown := squeue(testbed, backend_id))[1] == "None":
         assert time.monotonic() < deadline, shown
         time.sleep(0.5)
-    state, reason, account, qos_name = shown
-    assert (state, account, qos_name) == ("PENDING", site.p, site.d)
+    return shown
+
+
+def test_a_job_over_its_departments_guarantee_qos_or_its_limit_is_held_by_slurm(slurm_testbed, site):
+    ada = tenant_people()["ada"]
+    slurm = backend()
+    d, borrowed = site.d, f"{site.d}--borrowed"
+    first = slurm.submit(request(ada, "gb-r01-t01", d))
+    assert wait_state(slurm_testbed, first, "RUNNING")[2:] == (d, d)
+    # The project's job runs under the project's account, and the department's QOS (its guarantee, 4 GPUs)
+    # holds them both.
+    second = slurm.submit(request(ada, "gb-r01-t02", d, project="lens"))
+    state, reason, account, qos_name = held(slurm_testbed, second)
+    assert (state, account, qos_name) == ("PENDING", site.p, d)
     assert reason.startswith("QOSGrpGRES"), reason
     assert slurm.status([second], run_as=ada)[second].state == BackendJobState.PENDING
+    # Beyond the guarantee the department borrows under its borrowed QOS, up to its limit (8 GPUs): that
+    # QOS sets no GPU limit, so its account's association holds it, counting all the department's jobs.
+    third = slurm.submit(request(ada, "gb-r01-t03", d, qos=borrowed))
+    assert wait_state(slurm_testbed, third, "RUNNING")[2:] == (d, borrowed)
+    fourth = slurm.submit(request(ada, "gb-r01-t04", d, qos=borrowed))
+    state, reason, account, qos_name = held(slurm_testbed, fourth)
+    assert (state, account, qos_name) == ("PENDING", d, borrowed)
+    assert reason.startswith("AssocGrpGRES"), reason
 
+    slurm.cancel(fourth, run_as=ada)
     slurm.cancel(first, run_as=ada)  # 4 GPUs free again under the QOS: Slurm starts the held one
     wait_state(slurm_testbed, second, "RUNNING")
     slurm.cancel(second, run_as=ada)
+    slurm.cancel(third, run_as=ada)
 
 
 def test_a_person_without_an_association_is_refused_by_slurm(slurm_testbed, site):
@@ -241,8 +267,9 @@ def test_a_guarantee_and_limit_change_and_a_member_leaving_reach_slurmdbd_with_t
     department.guaranteed_gpus, department.limit_gpus = 8, 12
     with django_capture_on_commit_callbacks(execute=True):
         save_department(department)  # integrations.signals: a rendered field changed, a push follows
-    assert qos(slurm_testbed, d) == [f"{d}|gres/gpu=12"]
-    assert f"{d}||root|{d}|{d}|gres/gpu=12" in associations(slurm_testbed, d)
+    assert qos(slurm_testbed, d) == [f"{d}|gres/gpu=8"]  # the new guarantee
+    assert qos(slurm_testbed, f"{d}--borrowed") == [f"{d}--borrowed|"]
+    assert f"{d}||root|{d},{d}--borrowed|{d}|gres/gpu=12" in associations(slurm_testbed, d)
     assert fairshares(slurm_testbed, d)[d] == "8"  # the new guarantee
 
     # ada leaves the department (and so may no longer use lens): the next push takes her associations there
@@ -259,10 +286,10 @@ def test_a_guarantee_and_limit_change_and_a_member_leaving_reach_slurmdbd_with_t
 def test_a_partition_dedicated_to_a_new_department_allows_its_qos_from_the_first_push(
     slurm_testbed, site, django_capture_on_commit_callbacks
 ):
-    """One push makes the department's QOS and dedicates a partition to it (`AllowQos=<its QOS>`). The QOS is
-    written to slurmdbd before the files: slurmctld drops an AllowQos value it does not know when it loads
-    the file ("Ignoring invalid Allow/DenyQOS value"), which would leave the partition open to any QOS until
-    the next reconfigure."""
+    """One push makes the department's two QOS and dedicates a partition to it (`AllowQos=<its QOS>`). The
+    QOS are written to slurmdbd before the files: slurmctld drops an AllowQos value it does not know when it
+    loads the file ("Ignoring invalid Allow/DenyQOS value"), which would leave the partition open to any QOS
+    until the next reconfigure."""
     from inventory.models import NVLinkPartition
     from tenancy.services import dedicate_partition
     from tests.factories import make_department
@@ -277,10 +304,10 @@ def test_a_partition_dedicated_to_a_new_department_allows_its_qos_from_the_first
     shown = subprocess.run(
         [slurm_testbed.scontrol, "-o", "show", "partitions"], capture_output=True, text=True, check=True
     ).stdout
-    [line] = [row for row in shown.splitlines() if f"AllowQos={owner.slug}" in row]
+    [line] = [row for row in shown.splitlines() if f"AllowQos={owner.slug},{owner.slug}--borrowed " in row]
     with log.open("rb") as handle:
         handle.seek(offset)
         written = handle.read().decode(errors="replace")
-    assert f"Ignoring invalid Allow/DenyQOS value: {owner.slug}" not in written, line
+    assert f"Ignoring invalid Allow/DenyQOS value: {owner.slug}" not in written, line  # either of them
     assert f"slurmdbd: QOS {owner.slug}: added, GrpTRES=gres/gpu=36" in done.log
     assert done.log.index("slurmdbd: QOS") < done.log.index("reconfiguring slurmctld")

@@ -84,9 +84,9 @@ def test_one_slurm_partition_per_service_tier(tenants):
             # The shared tier: every tray outside a dedicated partition; the default partition.
             "PartitionName=gpu Nodes=gb-r02-t[01-09],gb-r[01,03]-t[01-18] Default=YES MaxTime=INFINITE "
             "PriorityTier=1 OverSubscribe=EXCLUSIVE State=UP",
-            # One per department with dedicated partitions: only its QOS, served first.
-            "PartitionName=inference Nodes=gb-r02-t[10-18] Default=NO AllowQos=inference MaxTime=INFINITE "
-            "PriorityTier=10 OverSubscribe=EXCLUSIVE State=UP",
+            # One per department with dedicated partitions: only its two QOS, served first.
+            "PartitionName=inference Nodes=gb-r02-t[10-18] Default=NO AllowQos=inference,inference--borrowed "
+            "MaxTime=INFINITE PriorityTier=10 OverSubscribe=EXCLUSIVE State=UP",
             "",
         ]
     )
@@ -108,7 +108,13 @@ def test_a_partition_named_service_tier_becomes_its_own_slurm_partition(tenants)
 
 def test_qos_per_department(tenants):
     state = configstate.build_state()
-    assert [(q.name, q.gpu_limit) for q in state.qos] == [("inference", 72), ("research", None)]
+    # Its own at the guarantee, the borrowed one without a GPU limit of its own (the account's holds it).
+    assert [(q.name, q.gpu_limit) for q in state.qos] == [
+        ("inference", 36),
+        ("inference--borrowed", None),
+        ("research", 16),
+        ("research--borrowed", None),
+    ]
 
 
 def test_opensm_members_are_the_trays_a_department_owns_or_runs_on(tenants):

@@ -105,14 +105,26 @@ def test_the_configuration_output_has_the_account_tree_once_a_department_has_pro
     )
     files = configstate.render_files(configstate.build_state())
     script = files[configstate.SLURM_ACCOUNTS]
+    both = "QOS=research,research--borrowed DefaultQOS=research"
     assert script.splitlines()[2:] == [
+        # The QOS first (the accounts name them): each department's own at its guarantee, the borrowed
+        # one without a GPU limit of its own (the department's account holds it at the limit).
+        "sacctmgr -i add qos research",
+        "sacctmgr -i modify qos where name=research set GrpTRES=gres/gpu=64",
+        "sacctmgr -i add qos research--borrowed",
+        "sacctmgr -i modify qos where name=research--borrowed set GrpTRES=gres/gpu=-1",
+        "sacctmgr -i add qos vision",
+        "sacctmgr -i modify qos where name=vision set GrpTRES=gres/gpu=8",
+        "sacctmgr -i add qos vision--borrowed",
+        "sacctmgr -i modify qos where name=vision--borrowed set GrpTRES=gres/gpu=-1",
         "sacctmgr -i add account research parent=root",
         "sacctmgr -i add account vision parent=root",
         "sacctmgr -i add account research--vm parent=research",
         # The fairshare is the guarantee in GPUs (at least 1): research 64 of which its project vm 32.
-        "sacctmgr -i modify account name=research set GrpTRES=gres/gpu=96 Fairshare=64",
-        "sacctmgr -i modify account name=vision set GrpTRES=gres/gpu=-1 Fairshare=8",
-        "sacctmgr -i modify account name=research--vm set GrpTRES=gres/gpu=48 Fairshare=32",
+        f"sacctmgr -i modify account name=research set GrpTRES=gres/gpu=96 Fairshare=64 {both}",
+        "sacctmgr -i modify account name=vision set GrpTRES=gres/gpu=-1 Fairshare=8 "
+        "QOS=vision,vision--borrowed DefaultQOS=vision",
+        f"sacctmgr -i modify account name=research--vm set GrpTRES=gres/gpu=48 Fairshare=32 {both}",
     ]
     assert "name: research--vm" in files["kubernetes/05-clusterqueues.yaml"]
     assert "kind: Cohort" in files["kubernetes/11-cohorts.yaml"]

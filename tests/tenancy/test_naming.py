@@ -25,13 +25,12 @@ from integrations.kubernetes.render import InventoryState, desired_objects
 from integrations.kubernetes.tenants import to_yaml
 from integrations.kubernetes.validate import validate
 from integrations.slurm.render import (
-    DepartmentQos,
     ServiceTier,
     render_account_script,
     render_partition_lines,
     sacctmgr_qos_commands,
 )
-from integrations.state import SHARED_TIER, partition_tier, slurm_accounts
+from integrations.state import SHARED_TIER, department_qos, partition_tier, slurm_accounts
 from tenancy import naming
 from tenancy.renderers import (
     ProjectSpec,
@@ -118,11 +117,16 @@ def rendered_identifiers(tenants: list[TenantSpec]) -> dict[str, list[str]]:
     qos = [
         args[3]
         for t in tenants
-        for args in sacctmgr_qos_commands(DepartmentQos(naming.department_qos(t.slug), 8))
+        for q in department_qos(t.slug, 8)
+        for args in sacctmgr_qos_commands(q)
         if args[:3] == ["-i", "add", "qos"]
     ]
     tiers = [  # each department's dedicated NVLink partitions, as integrations.state serves them
-        ServiceTier(partition_tier("", t.slug), (host(i),), allow_qos=(naming.department_qos(t.slug),))
+        ServiceTier(
+            partition_tier("", t.slug),
+            (host(i),),
+            allow_qos=tuple(q.name for q in department_qos(t.slug, 8)),
+        )
         for i, t in enumerate(tenants)
     ]
     lines = render_partition_lines(tiers, known_nodes=[host(i) for i in range(len(tenants))])
@@ -161,7 +165,7 @@ def assert_valid_and_distinct(layout: dict[str, list[str]]) -> None:
             assert SLURM_NAME.fullmatch(name) and name == name.lower(), (kind, name)
             assert name not in ("root", "normal", "all", "none", "default"), (kind, name)
     assert SHARED_TIER not in ids["slurm_partition"]
-    assert set(ids["slurm_qos"]) == set(layout)
+    assert set(ids["slurm_qos"]) == set(layout) | {f"{d}--borrowed" for d in layout}
     for name in ids["opensm_partition"]:
         assert len(name) <= naming.OPENSM_NAME_MAX and re.fullmatch(r"[a-z][a-z0-9_]*", name), name
     assert sorted(ids["export"]) == sorted(f"{EXPORT_ROOT}/{d}" for d in layout)

@@ -62,17 +62,21 @@ def test_who_may_submit_follows_the_portals_rule():
 
 
 @pytest.mark.django_db
-def test_the_account_tree_allows_only_the_departments_qos():
+def test_the_account_tree_allows_only_the_departments_qos(demo_inventory):
+    """Two QOS a department: its own at the guarantee (the default), the borrowed one without a GPU limit
+    of its own (the account's, the department's limit, holds it)."""
     from tenancy.projects import create_project
 
-    optics = make_department("Optics", slug="optics", guaranteed_gpus=0, limit_gpus=16)
+    optics = make_department("Optics", slug="optics", guaranteed_gpus=8, limit_gpus=16)
     create_project(make_user("admin", staff=True), optics, name="Lens", slug="lens", guaranteed_gpus=0)
     state = build_state()
+    both = ("optics", "optics--borrowed")
     assert slurm_accounts(state) == [
-        SlurmAccount("optics", "root", 16, "optics"),
-        SlurmAccount("optics--lens", "optics", None, "optics"),
+        SlurmAccount("optics", "root", 16, both, shares=8),
+        SlurmAccount("optics--lens", "optics", None, both),
     ]
-    assert [(q.name, q.gpu_limit) for q in state.qos] == [("optics", 16)]
+    assert slurm_accounts(state)[0].default_qos == "optics"
+    assert [(q.name, q.gpu_limit) for q in state.qos] == [("optics", 8), ("optics--borrowed", None)]
 
 
 def test_accounts_are_made_parents_first():
@@ -81,7 +85,7 @@ def test_accounts_are_made_parents_first():
 
 
 def test_the_bodies_slurmrestd_takes():
-    account = SlurmAccount("optics--lens", "optics", 4, "optics", shares=2)
+    account = SlurmAccount("optics--lens", "optics", 4, ("optics", "optics--borrowed"), shares=2)
     assert new_account_body(account, "c1") == {
         "association_condition": {
             "accounts": ["optics--lens"],
@@ -90,7 +94,7 @@ def test_the_bodies_slurmrestd_takes():
                 "parent": "optics",
                 "fairshare": 2,  # the project's guarantee (assoc_rec_set.fairshare in v0.0.42's schema)
                 "grptres": [{"type": "gres", "name": "gpu", "count": 4}],
-                "qoslevel": ["optics"],
+                "qoslevel": ["optics", "optics--borrowed"],
                 "defaultqos": "optics",
             },
         },
@@ -107,20 +111,26 @@ def test_the_bodies_slurmrestd_takes():
 
 
 def test_what_differs_from_the_live_association():
-    account = SlurmAccount("optics", "root", 8, "optics", shares=4)
+    account = SlurmAccount("optics", "root", 8, ("optics", "optics--borrowed"), shares=4)
     live = {
         "parent_account": "root",
-        "qos": ["optics"],
+        "qos": ["optics--borrowed", "optics"],  # in slurmdbd's order, not ours
         "default": {"qos": "optics"},
         "max": {"tres": {"total": [{"type": "gres", "name": "gpu", "id": 1001, "count": 8}]}},
         "shares_raw": 4,
     }
     assert account_differs(account, live) == []
     assert account_differs(account, {**live, "shares_raw": 1}) == ["fairshare 1 -> 4"]
-    assert account_differs(SlurmAccount("optics", "root", None, "optics", shares=4), live) == [
+    assert account_differs(SlurmAccount("optics", "root", None, account.qos, shares=4), live) == [
         "GrpTRES gres/gpu 8 -> none"
     ]
-    assert account_differs(account, {**live, "qos": ["normal", "optics"]}) == ["QOS normal,optics -> optics"]
+    assert account_differs(account, {**live, "qos": ["normal", "optics"]}) == [
+        "QOS normal,optics -> optics,optics--borrowed"
+    ]
+    assert account_differs(account, {**live, "default": {"qos": "optics--borrowed"}}) == [
+        "default QOS -> optics"
+    ]
+    assert SlurmAccount("a", qos="a").qos == ("a",) and SlurmAccount("a", qos="").qos == ()
 
 
 def test_a_plan_with_a_name_slurm_cannot_take_is_refused():

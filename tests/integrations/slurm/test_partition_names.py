@@ -102,8 +102,9 @@ def test_random_tiers_and_departments_never_share_a_slurm_partition(departments,
         (owner,) = owners
         if owner is None:  # shared: open to everyone, never a department's name
             assert allow_qos == () and not naming.is_slug(name), (name, allow_qos)
-        else:  # a department's: its name, its QOS only
-            assert name == naming.dedicated_partition(owner) and allow_qos == (naming.department_qos(owner),)
+        else:  # a department's: its name, its two QOS only
+            qos = (naming.department_qos(owner), naming.department_borrowed_qos(owner))
+            assert name == naming.dedicated_partition(owner) and allow_qos == qos
 
 
 @pytest.mark.parametrize("slug", ["research", "a", "inference", "a-b", "x" * 30])
@@ -162,7 +163,10 @@ def test_a_dedicated_partition_is_served_by_its_department_whatever_its_tier(res
         "PartitionName=gpu_fast Nodes=gb-r02-t[01-09] Default=NO MaxTime=INFINITE PriorityTier=1 "
         "OverSubscribe=EXCLUSIVE State=UP"
     ) in conf
-    assert "PartitionName=research Nodes=gb-r02-t[10-18] Default=NO AllowQos=research " in conf
+    assert (
+        "PartitionName=research Nodes=gb-r02-t[10-18] Default=NO AllowQos=research,research--borrowed "
+        in conf
+    )
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")

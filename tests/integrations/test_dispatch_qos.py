@@ -1,0 +1,78 @@
+"""The Slurm QOS a placed job is dispatched under (integrations.dispatch.job_qos): its department's own, which
+Slurm holds at the guarantee, when the engine admitted it in quota and it fits beside what the department's
+running jobs already hold under that QOS; else `<department>--borrowed`. What slurmdbd does with the two QOS
+on both Slurm releases: tests/integration/test_slurm_accounting.py."""
+
+import json
+
+import pytest
+from django.conf import settings
+
+from integrations import dispatch
+from scheduling.choices import Backend, JobState, PriorityClass
+from tests.factories import make_department, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def optics(demo_inventory):
+    return make_department("Optics", slug="optics", guaranteed_gpus=8, limit_gpus=16)
+
+
+WORK = {"script": "#!/bin/bash\nsrun python train.py\n"}
+
+
+def starting(department, tray: str, gpus: int = 4, **fields):
+    """A job the engine placed; in quota unless `over_quota=True` (the factory's own standing is not wanted:
+    it counts jobs on every backend, as the engine does, where the QOS counts Slurm's side only)."""
+    fields.setdefault("over_quota", False)
+    return make_job(
+        department, f"job-{tray}", state=JobState.STARTING, trays=[tray], gpus=gpus, work=WORK, **fields
+    )
+
+
+def dispatched(job) -> dict:
+    """Dispatch to the embedded backend (no target enabled) and read the slurmrestd request it rendered."""
+    assert dispatch.dispatch(job.pk) == "submitted"
+    job.refresh_from_db()
+    return json.loads((settings.RACKPLANE_RENDER_DIR / "jobs" / f"rp-{job.pk}.json").read_text())["job"]
+
+
+def test_in_quota_work_runs_under_the_guarantee_qos_until_it_is_full_then_borrows(optics, render_dir):
+    first = starting(optics, "gb-r01-t01")
+    assert dispatched(first)["qos"] == "optics" and first.qos == "optics"
+    second = starting(optics, "gb-r01-t02")
+    assert dispatched(second)["qos"] == "optics"  # 4 + 4 = the guarantee of 8
+    # The engine counts a third job in quota (e.g. an inference job ranks before the older training jobs,
+    # which it now counts as borrowed), but Slurm's guarantee QOS already holds 8 GPUs: it borrows there.
+    third = starting(optics, "gb-r01-t03", priority_class=PriorityClass.INFERENCE)
+    assert dispatched(third)["qos"] == "optics--borrowed" and third.qos == "optics--borrowed"
+
+
+def test_a_job_the_engine_started_over_quota_borrows(optics, render_dir):
+    job = starting(optics, "gb-r01-t01", over_quota=True)
+    assert dispatched(job)["qos"] == "optics--borrowed"
+
+
+def test_only_the_departments_running_jobs_under_its_own_qos_on_the_same_backend_count(optics, render_dir):
+    other = make_department("Vision", slug="vision", guaranteed_gpus=8)
+    make_job(other, "theirs", trays=["gb-r01-t05", "gb-r01-t06"], gpus=8, qos="vision")
+    make_job(optics, "borrowing", trays=["gb-r01-t07"], gpus=4, qos="optics--borrowed")
+    make_job(optics, "on-kubernetes", trays=["gb-r01-t08"], gpus=4, backend=Backend.KUBERNETES, qos="optics")
+    make_job(optics, "finished", state=JobState.COMPLETED, trays=["gb-r01-t09"], gpus=4, qos="optics")
+    make_job(optics, "held", trays=["gb-r01-t10"], gpus=4, qos="optics")
+    assert dispatched(starting(optics, "gb-r01-t01"))["qos"] == "optics"  # 4 held + 4 = 8
+    assert dispatched(starting(optics, "gb-r01-t02", gpus=1))["qos"] == "optics--borrowed"
+
+
+def test_a_job_larger_than_the_guarantee_borrows_from_the_start(optics, render_dir):
+    job = make_job(
+        optics,
+        "wide",
+        state=JobState.STARTING,
+        trays=["gb-r01-t01", "gb-r01-t02", "gb-r01-t03"],
+        gpus=12,
+        work=WORK,
+    )
+    assert dispatched(job)["qos"] == "optics--borrowed"
