@@ -65,6 +65,27 @@ class SlurmTestbed:
             assert time.monotonic() < deadline, "the testbed's nodes did not all come back idle"
             time.sleep(0.3)
 
+    def cancel_all_jobs(self, timeout: float = 60) -> None:
+        """Cancel every job slurmctld still holds (as root: anyone's) and wait until none is pending, running
+        or completing. A controller restarted from its saved state (SIGKILL, then start) may bring back jobs
+        a test had cancelled just before (measured: two came back RUNNING and failed every Slurm test
+        after), and it may not take a request at once: it is asked again until the queue is empty."""
+        squeue, scancel = str(self.bin / "squeue"), str(self.bin / "scancel")
+        deadline = time.monotonic() + timeout
+        while True:
+            left = subprocess.run(
+                [squeue, "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%i"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if left.returncode == 0 and not left.stdout.split():
+                return
+            if left.returncode == 0:
+                subprocess.run([scancel, *left.stdout.split()], capture_output=True, check=False)
+            assert time.monotonic() < deadline, f"jobs still there: {left.stdout}{self.log_tail()}"
+            time.sleep(1)
+
     def control(self, command: str) -> None:
         """stop-ctld / start-ctld / status through the testbed script."""
         done = subprocess.run(
@@ -239,6 +260,7 @@ def slurm_baseline(slurm_testbed):
         return
     if not target.ping():
         slurm_testbed.control("start-ctld")
+    slurm_testbed.cancel_all_jobs()  # a job a test left behind would keep its nodes from coming back idle
     for name, text in saved.items():
         (conf / name).write_text(text)
         (conf / f"{name}.rackplane-prev").unlink(missing_ok=True)

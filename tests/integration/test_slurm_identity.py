@@ -187,25 +187,8 @@ def test_another_persons_identity_can_neither_read_nor_stop_a_job(slurm_testbed,
         slurm_testbed.control("kill-ctld")  # hung: it would ignore SIGTERM
         slurm_testbed.control("start-ctld")
         # A SIGKILLed slurmctld restarts from its last saved state: it may still hold the victim (running its
-        # sleep 300) and even jobs an earlier test had cancelled just before (measured: two of them came back
-        # RUNNING on gb-r01-t01/t02 and failed every Slurm test after). Every job left is cancelled as root
-        # and waited for until none is pending or running; the restarted controller may not take a request
-        # at once, so it is asked again.
-        squeue, scancel = str(slurm_testbed.bin / "squeue"), str(slurm_testbed.bin / "scancel")
-        deadline = time.monotonic() + 60
-        while True:
-            left = subprocess.run(
-                [squeue, "-h", "-t", "PENDING,RUNNING,COMPLETING", "-o", "%i"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if left.returncode == 0 and not left.stdout.split():
-                break
-            if left.returncode == 0:
-                subprocess.run([scancel, *left.stdout.split()], capture_output=True, check=False)
-            assert time.monotonic() < deadline, f"jobs still there after slurmctld restarted: {left.stdout}"
-            time.sleep(1)
+        # sleep 300) and even jobs an earlier test had cancelled just before.
+        slurm_testbed.cancel_all_jobs()
 
 
 def test_a_job_is_dispatched_read_and_cancelled_as_its_submitter(
