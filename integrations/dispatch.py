@@ -88,7 +88,9 @@ def backend_for(backend: str, backend_id: str = "") -> tuple[JobBackend, str, di
     if renderer is None:
         raise BackendUnavailable(f"no integration renders or runs {backend} jobs")
     directory = settings.RACKPLANE_RENDER_DIR / "jobs"
-    rendered = RenderedJobBackend(directory, backend, renderer.render_job, renderer.job_file_suffix)
+    rendered = RenderedJobBackend(
+        directory, backend, renderer.render_job, renderer.job_file_suffix, submits_qos=renderer.job_qos
+    )
     return rendered, "rendered files", {}
 
 
@@ -149,7 +151,8 @@ def job_qos(job: Job) -> str:
     )
 
 
-def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
+def dispatch_request(job: Job, target_settings: dict, *, qos: bool = False) -> DispatchRequest:
+    """The request for a placed job; `qos`: its backend runs it under a department QOS (`job_qos`)."""
     hosts = list(job.placement)
     trays = {
         t["hostname"]: t
@@ -185,7 +188,7 @@ def dispatch_request(job: Job, target_settings: dict) -> DispatchRequest:
         imex=bool(target_settings.get("imex")),
         attempt=job.preemptions,
         run_as=posix_identity_of(job.submitted_by),
-        qos=job_qos(job),
+        qos=job_qos(job) if qos else "",
     )
 
 
@@ -202,7 +205,7 @@ def dispatch(job_id: int) -> str:
             return "skipped"
         backend, label, target_settings = backend_for(job.backend)
         try:
-            request = dispatch_request(job, target_settings)
+            request = dispatch_request(job, target_settings, qos=bool(getattr(backend, "submits_qos", False)))
             if request.run_as is None and not isinstance(backend, RenderedJobBackend):
                 # Never sent as anyone else (the target's own user, another person): refused with the reason.
                 who = (

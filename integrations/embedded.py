@@ -59,11 +59,19 @@ class RenderedJobBackend:
     """`render(request) -> text` is the backend's own offline rendering (its kind's `render_job`), written
     to `<name><suffix>`."""
 
-    def __init__(self, directory: Path, kind: str, render: Callable[[DispatchRequest], str], suffix: str):
+    def __init__(
+        self,
+        directory: Path,
+        kind: str,
+        render: Callable[[DispatchRequest], str],
+        suffix: str,
+        submits_qos: bool = False,
+    ):
         self.directory = Path(directory)
         self.kind = kind
         self.render = render
         self.suffix = suffix
+        self.submits_qos = submits_qos  # the rendering carries the job's QOS (integrations.registry.Kind)
 
     def _file(self, name: str) -> Path:
         return self.directory / f"{name}{self.suffix}"

@@ -81,6 +81,9 @@ class Kind:
     # written to RACKPLANE_RENDER_DIR/jobs/<name><job_file_suffix>
     render_job: Callable[[DispatchRequest], str] | None = None
     job_file_suffix: str = ".txt"
+    # its jobs run under their department's QOS (`DispatchRequest.qos`, integrations.dispatch.job_qos), as
+    # rendered; a live backend says so itself (`submits_qos`: Slurm's only with accounting)
+    job_qos: bool = False
     short_label: str = ""  # in messages about jobs: "Slurm (prod-ctl)"
     # the rule for Job.work of `backend` (validator, JSON Schema, example), registered with core.workloads so
     # that the layers below integrations (the jobs API, the job form) can ask it

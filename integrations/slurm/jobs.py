@@ -93,6 +93,12 @@ class SlurmJobBackend:
 
     acts_as_person = True  # status, cancel and signal take run_as (integrations.dispatch)
 
+    @property
+    def submits_qos(self) -> bool:
+        """Jobs go under their department's QOS (integrations.dispatch.job_qos) when the target sends the
+        accounting (its account and QOS); without it Slurm gets neither."""
+        return self.accounting
+
     def __init__(
         self,
         rest_url: str,

@@ -232,6 +232,7 @@ KIND = register(
         job_backend=job_backend,
         render_job=render_job,
         job_file_suffix=".json",
+        job_qos=True,
         work=WorkRule("slurm", work.validate_work, schema=work.SCHEMA, example=work.EXAMPLE, form=work.FORM),
         read_logs=slurm_logs,
         drainer=SlurmDrainer,

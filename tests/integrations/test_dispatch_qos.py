@@ -8,7 +8,9 @@ import json
 import pytest
 from django.conf import settings
 
+from core.access import Role
 from integrations import dispatch
+from integrations.slurm.jobs import SlurmJobBackend
 from scheduling.choices import Backend, JobState, PriorityClass
 from tests.factories import make_department, make_job
 
@@ -27,9 +29,8 @@ def starting(department, tray: str, gpus: int = 4, **fields):
     """A job the engine placed; in quota unless `over_quota=True` (the factory's own standing is not wanted:
     it counts jobs on every backend, as the engine does, where the QOS counts Slurm's side only)."""
     fields.setdefault("over_quota", False)
-    return make_job(
-        department, f"job-{tray}", state=JobState.STARTING, trays=[tray], gpus=gpus, work=WORK, **fields
-    )
+    fields.setdefault("work", WORK)
+    return make_job(department, f"job-{tray}", state=JobState.STARTING, trays=[tray], gpus=gpus, **fields)
 
 
 def dispatched(job) -> dict:
@@ -76,3 +77,30 @@ def test_a_job_larger_than_the_guarantee_borrows_from_the_start(optics, render_d
         work=WORK,
     )
     assert dispatched(job)["qos"] == "optics--borrowed"
+
+
+def test_a_backend_that_runs_no_department_qos_records_none(optics, render_dir):
+    """Kubernetes (Kueue decides borrowing from the ClusterQueues) and a Slurm target without accounting
+    (Slurm gets no account or QOS) run no department QOS: the job records none, and counts for none."""
+    work = {"image": "nvcr.io/nvidia/pytorch:25.01-py3", "command": ["torchrun"]}
+    job = starting(optics, "gb-r01-t01", backend=Backend.KUBERNETES, work=work)
+    assert dispatch.dispatch(job.pk) == "submitted"
+    job.refresh_from_db()
+    assert job.backend_id.startswith("rendered/") and job.qos == ""
+    without = SlurmJobBackend("http://slurmrestd:6820", "slurm", token="t", accounting=False)
+    assert without.submits_qos is False
+    assert SlurmJobBackend("http://slurmrestd:6820", "slurm", token="t", accounting=True).submits_qos
+
+
+def test_the_job_page_says_which_qos_it_runs_under(optics, render_dir, client_as):
+    from django.urls import reverse
+
+    from tests.factories import make_member
+
+    lead = make_member("optics-lead", optics, role=Role.LEAD)
+    inside, beyond = starting(optics, "gb-r01-t01"), starting(optics, "gb-r01-t02", over_quota=True)
+    dispatched(inside), dispatched(beyond)
+    page = client_as(lead).get(reverse("scheduling:job-detail", args=[inside.pk])).content.decode()
+    assert "<dt>QOS</dt><dd><code>optics</code> (its department's guarantee)" in page
+    page = client_as(lead).get(reverse("scheduling:job-detail", args=[beyond.pk])).content.decode()
+    assert "<code>optics--borrowed</code> (borrowed: beyond the guarantee)" in page

@@ -52,9 +52,13 @@ def adopt_running_jobs() -> int:
     for job in Job.objects.filter(state=JobState.RUNNING, backend_id="").order_by("pk"):
         backend, _label, values = backend_for(job.backend)
         if isinstance(backend, RenderedJobBackend):
-            job.backend_id = backend.submit(dispatch_request(job, values), started_at=job.started_at)
+            request = dispatch_request(job, values, qos=backend.submits_qos)
+            job.backend_id = backend.submit(request, started_at=job.started_at)
+            job.qos = request.qos
+            # One at a time: the next job's QOS counts what this one holds (integrations.dispatch.job_qos).
+            # Seed data: recorded by nothing, like its creation.
+            Job.objects.filter(pk=job.pk).update(backend_id=job.backend_id, qos=job.qos)
             adopted.append(job)
-    Job.objects.bulk_update(adopted, ["backend_id"])  # seed data: recorded by nothing, like its creation
     return len(adopted)
 
 
