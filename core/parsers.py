@@ -5,7 +5,8 @@ over `max_body_bytes` is a 413, nesting deeper than `max_depth` a 400 (Python's 
 level, so a few KB of brackets would otherwise end in a RecursionError), a charset that is not a text
 encoding a 415, a key given twice in one object a 400, a lone surrogate (`"\ud800"`, in a key or a value, at
 any depth) a 400 naming where it is (`$.work.env`): Python's json module reads such an escape into a str that
-UTF-8 cannot encode, which would otherwise end in a 500 at the database or a log.
+UTF-8 cannot encode, which would otherwise end in a 500 at the database or a log. An integer of more than 100
+digits is a 400 in words.
 Other parsers (tenancy's telemetry text) read and decode their bodies with `read_body` and `decode_body`.
 """
 
@@ -115,9 +116,10 @@ class JSONParser(parsers.BaseParser):
             data = json.loads(
                 text,
                 parse_constant=json.strict_constant if self.strict else None,
+                parse_int=bounded_int,
                 object_pairs_hook=unique_keys,
             )
-        except DuplicateKey as error:
+        except (DuplicateKey, NumberTooLong) as error:
             raise ParseError(str(error)) from error
         except ValueError as error:
             raise ParseError(f"JSON parse error - {error}") from error
@@ -134,6 +136,26 @@ class JSONParser(parsers.BaseParser):
 
 class DuplicateKey(ValueError):
     pass
+
+
+class NumberTooLong(ValueError):
+    pass
+
+
+# Beyond any count or id this API takes (an int64 has 19 digits), and room for a field sent a 128-bit UUID
+# or a SHA-256 as a number (39 and 78 digits), which its serializer then refuses by name.
+MAX_INTEGER_DIGITS = 100
+
+
+def bounded_int(text: str) -> int:
+    """A JSON integer of at most MAX_INTEGER_DIGITS digits: longer ones are refused in words (Python's own
+    limit, 4,300 digits, answered "use sys.set_int_max_str_digits() to increase the limit")."""
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise NumberTooLong(
+            f"the JSON body holds an integer of {len(text.lstrip('-'))} digits: no field of this API takes "
+            f"more than {MAX_INTEGER_DIGITS}"
+        )
+    return int(text)
 
 
 def unique_keys(pairs: list[tuple[str, object]]) -> dict:

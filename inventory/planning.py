@@ -6,6 +6,7 @@ A plan carves one rack (NVLink domain) into partitions of whole compute trays. T
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -107,6 +108,9 @@ def preset_layout(preset: str, leave_out: Iterable[int] = ()) -> list[PlannedPar
     return partitions
 
 
+_RANGE = re.compile(r"(\d+)\s*(?:-\s*(\d+))?", re.ASCII)
+
+
 def parse_ranges(text: str, highest: int = TRAYS_PER_RACK) -> tuple[int, ...]:
     """`1-9`, `10-12,15` -> slots; ValueError in plain words otherwise.
 
@@ -115,11 +119,12 @@ def parse_ranges(text: str, highest: int = TRAYS_PER_RACK) -> tuple[int, ...]:
     """
     slots: list[int] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
-        low, _, high = part.partition("-")
-        try:
-            first, last = int(low), int(high or low)
-        except ValueError:
-            raise ValueError(f"{part!r} is not a tray number or range like 1-9") from None
+        # ASCII digits only (int() also reads other scripts' digits, Arabic-Indic ones as 1-9); a number
+        # of more than 9 digits is beyond any rack without being converted.
+        found = _RANGE.fullmatch(part)
+        if found is None:
+            raise ValueError(f"{part!r} is not a tray number or range like 1-9")
+        first, last = (int(n) if len(n) <= 9 else highest + 1 for n in (found[1], found[2] or found[1]))
         if first > last:
             raise ValueError(f"{part!r} runs backwards")
         if first < 1 or last > highest:
@@ -226,10 +231,11 @@ def _assign_trays(
             else:
                 owner[slot] = partition.name
         if partition.department and partition.department not in known_departments:
+            near = [slug for slug in known_departments if slug == partition.department.strip().lower()]
             check.add(
                 Level.ERROR,
-                f"Partition {partition.name} is given to {partition.department!r}, "
-                "which is not a department.",
+                f"Partition {partition.name} is given to {partition.department!r}, which is not a department"
+                + (f": did you mean {near[0]!r} (departments are named by their slug)?" if near else "."),
             )
         _check_slurm_partition(check, partition)
     return owner

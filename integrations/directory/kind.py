@@ -1,16 +1,39 @@
 """The directory target: every rendered file (Slurm, Kubernetes YAML, NFS exports, OpenSM partitions)
 written to a folder as versions, `current` switched atomically. The embedded default of `make run`."""
 
+from pathlib import PurePosixPath
+
 from integrations import fields as f
 from integrations.common import display_path
 from integrations.directory.adapter import DirectoryAdapter, directory_path
 from integrations.registry import Kind, Setting, register
 
+# The operating system's own directories: a push writes `versions/` and a `current` link into the folder.
+SYSTEM_DIRECTORIES = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root")
+SYSTEM_DIRECTORIES += ("/run", "/sbin", "/sys", "/usr")
+
+
+def path_error(path: str) -> str | None:
+    """Why `path` cannot be a directory target's folder; None when it can."""
+    if "\x00" in path:
+        return "must not contain NUL"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "must not contain control characters"
+    pure = PurePosixPath(path)
+    if ".." in pure.parts:
+        return "must not contain `..`: give the folder itself (absolute, or relative to var/)"
+    if pure.is_absolute() and any(
+        pure == PurePosixPath(system) or (system != "/" and pure.is_relative_to(system))
+        for system in SYSTEM_DIRECTORIES
+    ):
+        return f"{path} is a system directory: choose a folder of its own (e.g. /srv/rackplane/rendered)"
+    return None
+
 
 def clean(values: dict, errors: dict) -> dict:
     path = f.text(values["path"], "path", errors)
-    if "\x00" in path:
-        errors["path"] = "must not contain NUL"
+    if (why := path_error(path)) is not None:
+        errors["path"] = why
     return {"path": path, "keep": f.integer(values["keep"], "keep", errors, 1, 100) or 5}
 
 

@@ -27,7 +27,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from core.access import IsAdmin
-from core.fields import JSONBooleanField, KnownFieldsOnly, TextField, refuse_body
+from core.fields import JSONBooleanField, JSONIntegerField, KnownFieldsOnly, TextField, refuse_body
 from core.hardware import TRAYS_PER_RACK
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
@@ -35,7 +35,7 @@ from integrations.plans.forms import api_partitions
 from integrations.plans.service import create_and_apply
 from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan, Rack
-from inventory.planning import PRESETS, parse_ranges
+from inventory.planning import PRESETS, Finding, Level, parse_ranges
 
 
 class PartitionPlanFilter(django_filters.FilterSet):
@@ -112,10 +112,11 @@ class PlanLayoutSerializer(KnownFieldsOnly, serializers.Serializer):
         help_text="Equal runs of consecutive trays: '2x9' is 1-9, 10-18.",
     )
     leave_out = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=TRAYS_PER_RACK),
+        child=JSONIntegerField(min_value=1, max_value=TRAYS_PER_RACK),
         required=False,
         default=list,
-        help_text="Trays in no partition (with a preset).",
+        max_length=TRAYS_PER_RACK,
+        help_text="Trays in no partition (with a preset), each named once.",
     )
     # Each partition has a tray at least: a rack has room for TRAYS_PER_RACK of them.
     partitions = PlannedPartitionSerializer(many=True, required=False, max_length=TRAYS_PER_RACK)
@@ -123,7 +124,10 @@ class PlanLayoutSerializer(KnownFieldsOnly, serializers.Serializer):
     def validate(self, attrs):
         if ("preset" in attrs) == ("partitions" in attrs):
             raise serializers.ValidationError("give exactly one of 'preset' or 'partitions'")
-        if "partitions" in attrs and attrs.get("leave_out"):
+        leave_out = attrs.get("leave_out") or []
+        if twice := sorted({slot for slot in leave_out if leave_out.count(slot) > 1}):
+            raise serializers.ValidationError({"leave_out": f"tray {twice[0]} is named twice"})
+        if "partitions" in attrs and leave_out:
             raise serializers.ValidationError(
                 {"leave_out": "with explicit partitions, leave trays out by not listing them"}
             )
@@ -309,6 +313,8 @@ class PartitionPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         if data.validated_data["dry_run"]:
             result = plans.preview(rack, partitions, drain=drain)
             check = result.check
+            if (busy := plans.in_flight(rack)) is not None:  # `ok` means it can be applied now (a 201)
+                check.findings.insert(0, Finding(Level.ERROR, busy))
             body = {
                 "ok": check.ok,
                 "findings": [{"level": f.level.value, "message": f.message} for f in check.findings],

@@ -401,23 +401,31 @@ class Recarve:
     job_id: int
 
 
+def in_flight(rack: Rack, *, but: PartitionPlan | None = None) -> str | None:
+    """Why no plan can be applied to `rack` now: another plan (not `but`) is draining or applying; None."""
+    active = PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES)
+    if but is not None:
+        active = active.exclude(pk=but.pk)
+    other = active.select_related("created_by").first()
+    if other is None:
+        return None
+    who = other.created_by.get_username() if other.created_by else "someone"
+    if other.by_scheduler:
+        who = "the scheduler"
+    return (
+        f"Plan #{other.pk} by {who} is being applied to {rack.name} right now: wait for it to finish (or "
+        "cancel it), then preview your plan again."
+    )
+
+
 def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
     """Apply a draft plan: drain its busy trays first if asked, else repartition and queue the pushes."""
     try:
         with transaction.atomic():
             rack = Rack.objects.select_for_update().get(pk=plan.rack_id)
             plan = PartitionPlan.objects.select_for_update().get(pk=plan.pk)
-            active = PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).exclude(
-                pk=plan.pk
-            )
-            if (other := active.select_related("created_by").first()) is not None:
-                who = other.created_by.get_username() if other.created_by else "someone"
-                if other.by_scheduler:
-                    who = "the scheduler"
-                raise PlanConflict(
-                    f"Plan #{other.pk} by {who} is being applied to {rack.name} right now: wait for it to "
-                    "finish (or cancel it), then preview your plan again."
-                )
+            if (busy := in_flight(rack, but=plan)) is not None:
+                raise PlanConflict(busy)
             if plan.status != PlanStatus.DRAFT:
                 raise PlanConflict(f"Plan #{plan.pk} is {plan.get_status_display().lower()}, not a draft.")
             if layout_signature(rack) != plan.base_layout:
@@ -592,14 +600,15 @@ def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
 
 
 def create_and_apply(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user) -> PartitionPlan:
-    """Save the plan and apply it. ValidationError: it cannot be applied; PlanConflict: not now.
+    """Save the plan and apply it, or neither. ValidationError: it cannot be applied; PlanConflict: not now.
 
-    A plan refused at apply time (another plan in flight, the rack changed) is cancelled rather than left
-    as a draft nobody will apply: the admin previews again and gets a new one.
+    One transaction with the rack locked first: a plan refused (another plan in flight, checks failing)
+    leaves no plan and no audit event behind, and a request racing another for the same rack waits for it
+    and is then refused as in flight (the admin previews again and gets a new plan).
     """
-    plan = create_plan(rack, partitions, drain=drain, user=user)
-    try:
+    with transaction.atomic():
+        rack = Rack.objects.select_for_update().get(pk=rack.pk)
+        if (busy := in_flight(rack)) is not None:
+            raise PlanConflict(busy)
+        plan = create_plan(rack, partitions, drain=drain, user=user)
         return apply_plan(plan, user=user)
-    except (PlanConflict, ValidationError):
-        cancel_plan(plan)
-        raise

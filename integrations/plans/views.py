@@ -185,7 +185,9 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         **_presets(rack),
         "layout_url": reverse("integrations:plan-layout", args=[rack.name]),
         # Where a finding's "Drain first" leads: the step it is on (the preview overrides it).
-        "drain_first_url": reverse("integrations:plan-layout", args=[rack.name]),
+        "drain_first_url": reverse(
+            f"integrations:plan-{'names' if step == 'names' else 'layout'}", args=[rack.name]
+        ),
         "names_url": reverse("integrations:plan-names", args=[rack.name]),
         "layout_hidden": form.hidden_fields_list(exclude=("name", "department", "slurm")),
         "slurm_partitions": sorted(

@@ -4,6 +4,7 @@ import logging
 from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequiredMiddleware
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import TooManyFieldsSent
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.templatetags.static import static
@@ -40,21 +41,36 @@ class NullCharacterMiddleware:
     PostgreSQL's text cannot hold U+0000: a view that looks a path part or a query parameter up (a rack's
     name, a department's slug, a member's username) would otherwise end in a DataError and a 500, on
     PostgreSQL only (SQLite takes it). Filters refuse it field by field; this is the one place that covers
-    every URL, the API's and the pages'. No name Rackplane keeps can hold one (core.textrule)."""
+    every URL, the API's and the pages'. No name Rackplane keeps can hold one (core.textrule). An address
+    with more query parameters than Django reads is a 400 here as well."""
 
     DETAIL = "The address holds a NUL character (%00): no name or value in Rackplane contains one."
 
     def __init__(self, get_response):
         self.get_response = get_response
 
+    TOO_MANY = (
+        "The address holds more than {limit} query parameters (DATA_UPLOAD_MAX_NUMBER_FIELDS): send fewer."
+    )
+
     def __call__(self, request):
+        try:
+            query = request.GET.lists()
+        except TooManyFieldsSent:
+            # Answered here: Django makes it a 400 too, except with DEBUG on, where its technical error page
+            # reads the query again and fails with a 500 (`make run`).
+            return self._refuse(request, self.TOO_MANY.format(limit=settings.DATA_UPLOAD_MAX_NUMBER_FIELDS))
         if "\x00" in request.path or any(
-            "\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()
+            "\x00" in key or any("\x00" in value for value in values) for key, values in query
         ):
-            if request.path.startswith("/api/"):
-                return JsonResponse({"detail": self.DETAIL}, status=400)
-            return HttpResponse(self.DETAIL, status=400, content_type="text/plain; charset=utf-8")
+            return self._refuse(request, self.DETAIL)
         return self.get_response(request)
+
+    @staticmethod
+    def _refuse(request, detail: str):
+        if request.path.startswith("/api/"):
+            return JsonResponse({"detail": detail}, status=400)
+        return HttpResponse(detail, status=400, content_type="text/plain; charset=utf-8")
 
 
 class ContentSecurityPolicyMiddleware:

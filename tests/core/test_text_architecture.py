@@ -161,6 +161,7 @@ NOT_TYPED = {
         "requeue_note",
         "idempotency_key",
         "idempotency_fingerprint",
+        "qos",  # set by integrations.dispatch from tenancy.naming, never typed
     },
     "scheduling.FaultPolicy": {"signal"},
     "scheduling.JobEvent": {"message"},

@@ -45,3 +45,17 @@ def test_a_nul_in_a_write_is_refused_before_the_view(api_as, lead_a, member_a):
 
 def test_ordinary_addresses_are_untouched(api_as, member_a):
     assert api_as(member_a).get("/api/v1/projects/?department=alpha").status_code == 200
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_an_address_with_too_many_query_parameters_is_a_400_with_debug_on_or_off(
+    client_as, api_as, admin_user, settings, debug
+):
+    """Found by an outside test on `make run`: 5,000 `slots=1` on a wizard page answered 500 with DEBUG on
+    (Django's technical error page reads the query again and fails); 400 in production."""
+    settings.DEBUG = debug
+    query = "&".join(["slots=1"] * (settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    page = client_as(admin_user).get(f"/inventory/racks/gb-r01/plan/?preset=custom&{query}")
+    assert page.status_code == 400 and b"more than 1000 query parameters" in page.content
+    api = api_as(admin_user).get(f"/api/v1/jobs/?{query}")
+    assert api.status_code == 400 and "more than 1000 query parameters" in api.json()["detail"]

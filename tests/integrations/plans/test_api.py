@@ -6,6 +6,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from core.models import AuditEvent
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
 from integrations.tasks import follow_active_plans
@@ -142,7 +143,7 @@ def test_create_applies_the_plan_and_answers_201_with_it(staff, admin_user):
     assert detail["status"] == "applied"
 
 
-@pytest.mark.slow(reason="8 cases, each a full request through the stack")
+@pytest.mark.slow(reason="12 cases, each a full request through the stack")
 @pytest.mark.parametrize(
     "body, field, reason",
     [
@@ -180,14 +181,48 @@ def test_create_applies_the_plan_and_answers_201_with_it(staff, admin_user):
             "layout",
             "Slurm 24.11 cannot express",
         ),
+        # Found by an outside test: leave_out took "1" and 1.0, and a tray named twice; slots took other
+        # scripts' digits (Arabic-Indic 1-9); a 5,000-digit integer was refused with Python's own advice.
+        ({"rack": "gb-r01", "layout": {"preset": "2x9", "leave_out": ["1"]}}, "layout", "a JSON integer"),
+        ({"rack": "gb-r01", "layout": {"preset": "2x9", "leave_out": [1.0]}}, "layout", "a JSON integer"),
+        (
+            {"rack": "gb-r01", "layout": {"preset": "2x9", "leave_out": [3, 3]}},
+            "layout",
+            "tray 3 is named twice",
+        ),
+        (
+            {"rack": "gb-r01", "layout": {"partitions": [{"name": "a", "slots": "\u0661-\u0669"}]}},
+            "layout",
+            "is not a tray number or range like 1-9",
+        ),
     ],
 )
 def test_an_invalid_plan_is_400_naming_the_reason(staff, body, field, reason):
     response = staff.post(PLANS, body, format="json")
     assert response.status_code == 400, response.data
     assert reason in str(response.json()[field])
-    assert not PartitionPlan.objects.exclude(status=PlanStatus.CANCELLED).exists()
+    assert not PartitionPlan.objects.exists()
     assert layout_of() == DEFAULT
+
+
+def test_an_integer_of_thousands_of_digits_is_refused_in_words(staff):
+    body = '{"rack": "gb-r01", "layout": {"preset": "2x9", "leave_out": [' + "9" * 5000 + "]}}"
+    response = staff.post(PLANS, body, content_type="application/json")
+    assert response.status_code == 400
+    assert "an integer of 5000 digits: no field of this API takes more than 100" in response.json()["detail"]
+    assert "sys.set_int_max_str_digits" not in response.json()["detail"]
+    assert not PartitionPlan.objects.exists()
+
+
+def test_a_department_in_the_wrong_case_is_refused_with_its_slug(staff):
+    make_department("Research")
+    body = {
+        "rack": "gb-r01",
+        "layout": {"partitions": [{"name": "a", "slots": "1-18", "department": "Research"}]},
+    }
+    response = staff.post(PLANS, body, format="json")
+    assert response.status_code == 400
+    assert "did you mean 'research' (departments are named by their slug)?" in str(response.json()["layout"])
 
 
 def _busy(slot=2) -> Job:
@@ -223,13 +258,17 @@ def test_a_plan_while_another_is_in_flight_is_409(staff):
     )
     assert first.json()["status"] == "draining"
     layout = {"partitions": [{"name": "a", "slots": "1-9"}, {"name": "b", "slots": "10-18"}]}
-    second = staff.post(PLANS, {"rack": "gb-r01", "layout": layout, "drain_first": True}, format="json")
+    body = {"rack": "gb-r01", "layout": layout, "drain_first": True}
+    said = f"Plan #{first.json()['id']} by admin is being applied to gb-r01 right now"
+    # The preview says it cannot be applied now, as the apply will.
+    preview = staff.post(PLANS, {**body, "dry_run": True}, format="json").json()
+    assert preview["ok"] is False and said in preview["findings"][0]["message"]
+    plans_before, events_before = PartitionPlan.objects.count(), AuditEvent.objects.count()
+    second = staff.post(PLANS, body, format="json")
     assert second.status_code == 409
-    assert (
-        f"Plan #{first.json()['id']} by admin is being applied to gb-r01 right now" in second.json()["detail"]
-    )
-    # The refused plan is cancelled, not left as a draft.
-    assert PartitionPlan.objects.filter(status=PlanStatus.CANCELLED).count() == 1
+    assert said in second.json()["detail"]
+    # A refusal writes nothing: no cancelled plan, no audit event (each retry used to add both).
+    assert (PartitionPlan.objects.count(), AuditEvent.objects.count()) == (plans_before, events_before)
 
 
 def test_only_staff_may_use_partition_plans(client, operator, demo_inventory, admin_user):

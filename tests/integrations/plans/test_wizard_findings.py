@@ -46,6 +46,14 @@ def test_one_finding_per_job_with_drain_first_inline(demo_inventory, client_as, 
     assert "drain-first-inline" not in again.content.decode()
     assert 'id="drain-first" checked' in again.content.decode()
 
+    # On the names step it stays on the names step (it led back to the layout step: an outside test).
+    names = reverse("integrations:plan-names", args=["gb-r01"])
+    text = client.get(names, {"preset": "2x9"}).content.decode()
+    href = html.unescape(
+        re.search(r'<a class="button small drain-first-inline" href="([^"]+)"', text).group(1)
+    )
+    assert href.startswith(names + "?") and "drain_first=on" in href
+
 
 def test_greyed_layouts_say_why_about_the_rack_being_planned_once(demo_inventory, client_as, platform_admin):
     """gb-r03's layouts that Slurm 24.11's block sizes refuse beside gb-r01 (18 trays) and gb-r02 (2x9) are
