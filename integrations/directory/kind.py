@@ -9,16 +9,16 @@ from integrations.directory.adapter import DirectoryAdapter, directory_path
 from integrations.registry import Kind, Setting, register
 
 # The operating system's own directories: a push writes `versions/` and a `current` link into the folder.
-SYSTEM_DIRECTORIES = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root")
-SYSTEM_DIRECTORIES += ("/run", "/sbin", "/sys", "/usr")
+SYSTEM_DIRECTORIES = (
+    *("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64"),
+    *("/proc", "/root", "/run", "/sbin", "/sys", "/usr"),
+)
 
 
 def path_error(path: str) -> str | None:
     """Why `path` cannot be a directory target's folder; None when it can."""
     if "\x00" in path:
         return "must not contain NUL"
-    if any(ord(c) < 32 or ord(c) == 127 for c in path):
-        return "must not contain control characters"
     pure = PurePosixPath(path)
     if ".." in pure.parts:
         return "must not contain `..`: give the folder itself (absolute, or relative to var/)"
@@ -31,8 +31,8 @@ def path_error(path: str) -> str | None:
 
 
 def clean(values: dict, errors: dict) -> dict:
-    path = f.text(values["path"], "path", errors)
-    if (why := path_error(path)) is not None:
+    path = f.text(values["path"], "path", errors)  # the text rule first: control characters, lengths
+    if "path" not in errors and (why := path_error(path)) is not None:
         errors["path"] = why
     return {"path": path, "keep": f.integer(values["keep"], "keep", errors, 1, 100) or 5}
 
