@@ -116,7 +116,9 @@ def _target_form(request, target: ConfigTarget | None):
     form.fields["kind"].widget.attrs.update(
         {"hx-get": request.path, "hx-target": "#target-settings", "hx-swap": "outerHTML"}
     )
-    return render(request, "integrations/target_form.html", {"form": form, "target": target})
+    # A refused POST says so in its status too (nothing was saved), as the portal's other forms do.
+    status = 400 if request.method == "POST" else 200
+    return render(request, "integrations/target_form.html", {"form": form, "target": target}, status=status)
 
 
 # --- pushes ---------------------------------------------------------------------------------------------

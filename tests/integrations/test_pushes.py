@@ -724,7 +724,7 @@ def test_target_form_creates_edits_and_keeps_the_token(admin_client_logged_in, d
     }
 
     missing = admin_client_logged_in.post(create, fields)
-    assert missing.status_code == 200
+    assert missing.status_code == 400
     assert "needs its CA file" in missing.content.decode()
 
     response = admin_client_logged_in.post(

@@ -151,7 +151,7 @@ def test_the_target_form_validates_with_the_kind_and_keeps_the_secret(echo, admi
     fields = {"name": "echo-1", "kind": "echo", "enabled": "on", "echo_password": PASSWORD}
 
     loud = admin_client_logged_in.post(create, {**fields, "echo_greeting": "hi!"})
-    assert loud.status_code == 200
+    assert loud.status_code == 400  # refused, nothing saved
     assert loud.context["form"].errors["echo_greeting"] == ["an echo repeats calmly: no exclamation marks"]
     assert not ConfigTarget.objects.filter(name="echo-1").exists()
 

@@ -44,3 +44,15 @@ def test_no_accepted_path_climbs_out_of_where_it_starts(parts, absolute):
     path = ("/" if absolute else "") + "/".join(parts)
     if path_error(path) is None:
         assert ".." not in parts
+
+
+@pytest.mark.django_db
+def test_the_target_form_refuses_it_with_a_400_and_saves_nothing(admin_client_logged_in):
+    from django.urls import reverse
+
+    from integrations.models import ConfigTarget
+
+    fields = {"name": "evil", "kind": "directory", "path": "../../etc", "keep": "5", "enabled": "on"}
+    response = admin_client_logged_in.post(reverse("integrations:target-create"), fields)
+    assert response.status_code == 400 and "must not contain `..`" in response.content.decode()
+    assert not ConfigTarget.objects.filter(name="evil").exists()
