@@ -12,6 +12,7 @@ from core.access import Role
 from integrations import dispatch
 from integrations.slurm.jobs import SlurmJobBackend
 from scheduling.choices import Backend, JobState, PriorityClass
+from scheduling.models import Job
 from tests.factories import make_department, make_job
 
 pytestmark = pytest.mark.django_db
@@ -104,3 +105,25 @@ def test_the_job_page_says_which_qos_it_runs_under(optics, render_dir, client_as
     assert "<dt>QOS</dt><dd><code>optics</code> (its department's guarantee)" in page
     page = client_as(lead).get(reverse("scheduling:job-detail", args=[beyond.pk])).content.decode()
     assert "<code>optics--borrowed</code> (borrowed: beyond the guarantee)" in page
+
+
+def test_jobs_running_on_slurm_before_the_two_qos_count_in_the_departments_own(optics):
+    """scheduling 0017: a job submitted before under the department's one QOS holds its GPUs there."""
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("scheduling.migrations.0017_running_slurm_jobs_qos")
+    live = make_job(optics, "live", trays=["gb-r01-t01"], gpus=4, backend_id="4242")
+    rendered = make_job(optics, "rendered", trays=["gb-r01-t02"], gpus=4, backend_id="rendered/rp-9")
+    kube = make_job(
+        optics, "kube", trays=["gb-r01-t03"], gpus=4, backend=Backend.KUBERNETES, backend_id="a/b"
+    )
+    waiting = make_job(optics, "waiting", state=JobState.PENDING, gpus=4)
+    migration.count_running_slurm_jobs(apps, None)
+    assert [(j.name, Job.objects.get(pk=j.pk).qos) for j in (live, rendered, kube, waiting)] == [
+        ("live", "optics"),
+        ("rendered", ""),
+        ("kube", ""),
+        ("waiting", ""),
+    ]
