@@ -87,7 +87,8 @@ class SlurmAdapter:
                     a["name"],
                     a.get("parent") or "root",
                     a.get("gpu_limit"),
-                    _qos_list(a.get("qos")),
+                    a.get("qos")
+                    or (),  # a list; one name in a payload queued before (SlurmAccount takes both)
                     a.get("shares") or 1,
                 )
                 for a in accounts
@@ -178,11 +179,3 @@ def remembering(values: dict) -> Callable[[str, list[str]], None]:
         remember_api_version(target_id if isinstance(target_id, int) else None, version, facts)
 
     return remember
-
-
-def _qos_list(value) -> tuple[str, ...]:
-    """An account's QOS in a push's payload: a list, the first its default (a payload queued before the
-    department's borrowed QOS has one name)."""
-    if not value:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(value)
