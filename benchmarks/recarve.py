@@ -21,6 +21,9 @@ Configurations (the layout every rack starts with; block-best-fit and first-fit 
 * 8+8+2 (buddy-style, base 2): Slurm 24.11 refuses it on more than one rack (its aggregation of blocks is
   by file order, not by rack: core/blocks.py), so these runs are a what-if for Slurm 25.05+ (topology.yaml),
   re-carving held to no fleet rule, smallest partition 2 trays;
+* rackplane 2x9 with re-carving that also gathers idle trays out of partitions that run work
+  (RecarvePolicy.idle_trays): Slurm 24.11 refuses every such layout on 2x9, so a 25.05+ what-if (no fleet
+  rule);
 * dedicated racks for the gang-heavy department (the one with the largest share of its GPU-hours in
   multi-tray jobs, floor(guarantee / 72) whole racks: cluster03 gets 2 of the tuning half's 4, cluster06 1 of
   the validation half's 2), with and without re-carving.
@@ -50,6 +53,7 @@ SAMPLES = ((0, 1), (300, 1), (300, 2))  # (jitter s, seed)
 DEFAULT = simulator.RecarvePlan()
 SHORT_WAIT = simulator.RecarvePlan(wait_s=DEFAULT.delay_s)
 BUDDY = simulator.RecarvePlan(RecarvePolicy(smallest_trays=2), rule=simulator.NO_BLOCK_RULE)
+IDLE_TRAYS = simulator.RecarvePlan(RecarvePolicy(idle_trays=True), rule=simulator.NO_BLOCK_RULE)
 CONFIGS = {
     # name: (policy, layout, recarve plan, dedicate the gang-heavy department)
     "rackplane 2x9": ("rackplane", "2x9", None, False),
@@ -62,6 +66,7 @@ CONFIGS = {
     "rackplane 8+8+2 (25.05 what-if)": ("rackplane", "8+8+2", None, False),
     "rackplane 8+8+2 + re-carving (25.05 what-if)": ("rackplane", "8+8+2", BUDDY, False),
     "block-best-fit 8+8+2 (25.05 what-if)": ("block-best-fit", "8+8+2", None, False),
+    "rackplane 2x9 + re-carving idle trays (25.05 what-if)": ("rackplane", "2x9", IDLE_TRAYS, False),
     "rackplane 2x9, dedicated": ("rackplane", "2x9", None, True),
     "rackplane 2x9, dedicated + re-carving": ("rackplane", "2x9", DEFAULT, True),
 }
@@ -182,12 +187,18 @@ def goals(results: dict[str, dict], config: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", default=os.environ.get("ITP_TRACES", "/work/shared/traces/itp"))
+    parser.add_argument(
+        "--traces",
+        default=os.environ.get("ITP_TRACES"),
+        help="the folder of the ITP clusters' CSVs (default: $ITP_TRACES)",
+    )
     parser.add_argument("--out", default="benchmarks/results/recarve", help="folder of per-replay JSON")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", action="append", choices=list(CONFIGS), help="configurations to run")
     parser.add_argument("--tables-only", action="store_true", help="print the tables of what is there")
     args = parser.parse_args(argv)
+    if not args.traces and not args.tables_only:
+        parser.error("name the ITP traces' folder: --traces DIR or ITP_TRACES=DIR")
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     configs = args.only or list(CONFIGS)

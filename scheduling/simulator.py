@@ -866,13 +866,17 @@ class _Replay:
         )
         cluster = self.cluster
         for recarve in proposals:
+            donors = {name for name, _ in recarve.taken}
             before = sorted(
                 len(cluster.part_trays[p])
                 for p in cluster.rack_parts[cluster.rack_index(recarve.rack)]
-                if cluster.part_name[p] in recarve.removed
+                if cluster.part_name[p] in recarve.removed or cluster.part_name[p] in donors
             )
             new = cluster.replace_partitions(
-                recarve.rack, recarve.removed, [(p.name, p.hostnames, p.owner) for p in recarve.created]
+                recarve.rack,
+                recarve.removed,
+                [(p.name, p.hostnames, p.owner) for p in recarve.created],
+                taken=recarve.taken,
             )
             trays = tuple(t for p in new for t in cluster.part_trays[p])
             heapq.heappush(self.recarve_ends, (now + plan.delay_s, len(self.recarves), trays))
@@ -884,13 +888,18 @@ class _Replay:
                     "at_s": round(now - self.window[0], 1),
                     "rack": recarve.rack,
                     "from_trays": before,
-                    "to_trays": [len(p.hostnames) for p in recarve.created],
+                    "to_trays": [len(p.hostnames) for p in recarve.created]
+                    + [len(cluster.part_trays[p]) for p in self._partitions(recarve.rack, donors)],
                     "job": self.by_id[recarve.job_id].name,
                     "gpus": recarve.gpus,
                     "reason": recarve.reason,
                 }
             )
             self.stranded_stale = True
+
+    def _partitions(self, rack: str, names: set[str]) -> list[int]:
+        cluster = self.cluster
+        return [p for p in cluster.rack_parts[cluster.rack_index(rack)] if cluster.part_name[p] in names]
 
     def _promoted_enqueued(self, job_id: int, now: float) -> None:
         wait, _ = self.promoted[job_id]

@@ -23,8 +23,9 @@ partition it was promised, and a tray whose GPUs report another clique (a fabric
 drift) is not in it. Single-tray jobs may use unsettled trays. Trays can be *held* (kept out of the indexes)
 by a reservation for the rest of a pass.
 
-**Re-carving** (scheduling.engine.recarve): `replace_partitions` swaps wholly idle partitions of one rack
-for new ones over the same trays; those trays are then *changing* (held and unsettled: no job of any size
+**Re-carving** (scheduling.engine.recarve): `replace_partitions` swaps wholly idle partitions of one rack,
+and idle trays taken out of partitions that keep their running ones, for new partitions over those trays;
+those trays are then *changing* (held and unsettled: no job of any size
 until `end_change`, which the fabric's report of the new cliques brings) so the partition a waiting gang
 was re-carved for is still whole when the change settles. A changing tray stays held through a pass's own
 holds and unholds. The old partitions' indexes stay allocated but empty (no trays, in no bucket and no
@@ -384,29 +385,44 @@ class Cluster:
         removed: Iterable[str],
         created: Iterable[tuple[str, Iterable[str], Owner]],
         *,
+        taken: Iterable[tuple[str, Iterable[str]]] = (),
         change: bool = True,
     ) -> list[int]:
         """Re-carve: partitions `removed` of `rack` give way to `created` ((name, hostnames, owner) each), the
-        same trays carved anew; returns the new partitions' indexes. No tray of a removed partition may run
-        work. With `change` (the default) the trays are then changing (held, unsettled) until `end_change`;
-        without it the new partitions are settled at once. Every index stays exact."""
+        same trays carved anew, with the trays `taken` ((partition, hostnames) each) out of partitions that
+        keep their other trays; returns the new partitions' indexes. No tray re-carved may run work. With
+        `change` (the default) the trays are then changing (held, unsettled) until `end_change`; without it
+        the new partitions are settled at once. Every index stays exact."""
         r = self.rack_index(rack)
         removed = list(removed)
         carved = [(name, tuple(hosts), owner) for name, hosts, owner in created]
         by_name = {self.part_name[p]: p for p in self.rack_parts[r]}
-        missing = [name for name in removed if name not in by_name]
-        if missing or len(set(removed)) != len(removed) or not removed:
+        given = [(name, tuple(hosts)) for name, hosts in taken]
+        missing = [name for name in removed + [name for name, _ in given] if name not in by_name]
+        donors = [name for name, _ in given]
+        if (
+            missing
+            or len(set(removed)) != len(removed)
+            or len(set(donors)) != len(donors)
+            or set(removed) & set(donors)
+            or not (removed or given)
+        ):
             raise ValueError(f"rack {rack}: no partitions {', '.join(missing) or '(none given)'} to re-carve")
         old = [by_name[name] for name in removed]
-        trays = sorted(t for p in old for t in self.part_trays[p])
+        shrunk: list[tuple[int, set[int]]] = []
+        for name, hosts in given:
+            p = by_name[name]
+            ts = {self.host_index.get(h, -1) for h in hosts}
+            if not hosts or len(ts) != len(hosts) or not ts < set(self.part_trays[p]):
+                raise ValueError(f"rack {rack}: trays taken from {name} must be some of its trays, not all")
+            shrunk.append((p, ts))
+        trays = sorted([t for p in old for t in self.part_trays[p]] + [t for _, ts in shrunk for t in ts])
         busy = [self.tray_host[t] for t in trays if self.tray_jobs[t]]
         if busy:
             raise ValueError(f"rack {rack}: trays {', '.join(busy)} run work; a re-carve never touches them")
-        hosts = [h for _, members, _ in carved for h in members]
-        if sorted(self.host_index.get(h, -1) for h in hosts) != trays:
-            raise ValueError(
-                f"rack {rack}: the new partitions must hold exactly the trays of {', '.join(removed)}"
-            )
+        members_given = [h for _, members, _ in carved for h in members]
+        if sorted(self.host_index.get(h, -1) for h in members_given) != trays:
+            raise ValueError(f"rack {rack}: the new partitions must hold exactly the trays re-carved")
         names = [name for name, _, _ in carved]
         kept = set(by_name) - set(removed)
         if len(set(names)) != len(names) or kept & set(names) or any(not members for _, members, _ in carved):
@@ -421,6 +437,8 @@ class Cluster:
             self.rack_parts[r].remove(p)
             self.part_trays[p] = []
             self.part_degraded.pop(p, None)
+        for p, ts in shrunk:
+            self.part_trays[p] = [t for t in self.part_trays[p] if t not in ts]
         largest = max(len(members) for _, members, _ in carved)
         if largest > self.max_partition_trays:
             for buckets in self.part_buckets.values():

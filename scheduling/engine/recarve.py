@@ -62,6 +62,10 @@ class RecarvePolicy:
 
     smallest_trays: int = 1  # no partition it makes is smaller
     max_per_hour: int = 2  # re-carves of this rack in any rolling hour
+    # Also take idle trays out of partitions whose other trays run work (never a tray that runs work; the
+    # partition keeps its name, its running trays and their jobs): "merge free trays split across
+    # partitions". Off: only wholly idle partitions are re-carved.
+    idle_trays: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ class Recarve:
     job_id: int  # the waiting gang it is for
     gpus: int
     reason: str  # one plain sentence for the plan page and the audit log
+    # Idle trays taken out of partitions that keep running work (RecarvePolicy.idle_trays): (partition name,
+    # hostnames taken); they go to the first created partition with the removed partitions' trays.
+    taken: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 # The fleet's partition sizes -> why the size rule refuses them, or None (core.blocks.sizes_error).
@@ -178,6 +185,10 @@ class _Option:
     owner: Owner
     removed: tuple[int, ...]
     carving: tuple[int, ...]
+    # A gather (RecarvePolicy.idle_trays): partition -> its idle trays taken (partitions that keep running
+    # work), and the gang's partition's trays in slot order.
+    taken: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    trays: tuple[int, ...] = ()
 
 
 def propose(
@@ -250,12 +261,118 @@ def propose(
                 if best is None or key < best.key:
                     best = _Option(key, r, owner, option.removed, option.carving)
         if best is None:
+            best = _best_gather(cluster, racks, used, owners, need, policies, fleet, size_rule, check)
+        if best is None:
             continue
         used.add(best.rack)
         fleet.subtract(len(cluster.part_trays[p]) for p in best.removed)
+        for p, trays in best.taken:
+            fleet.subtract([len(cluster.part_trays[p])])
+            fleet.update([len(cluster.part_trays[p]) - len(trays)])
         fleet.update(best.carving)
         proposals.append(_recarve(cluster, best, job, now))
     return proposals
+
+
+def _best_gather(
+    cluster: Cluster,
+    racks: Sequence[int],
+    used: set[int],
+    owners: Sequence[Owner],
+    need: int,
+    policies: Mapping[str, RecarvePolicy],
+    fleet: Counter[int],
+    size_rule: SizeRule | None,
+    check: BlockCheck,
+) -> _Option | None:
+    """Where no idle partition can be re-carved for the gang: gather `need` idle trays of one rack's
+    partitions into one partition, on racks whose policy allows it (`idle_trays`). Of the racks where it
+    works, the one touching the fewest partitions, then the fewest that run work, then the gang's
+    department's own partitions before shared ones, then rack order."""
+    best: _Option | None = None
+    for rank, owner in enumerate(owners):
+        for r in racks:
+            policy = policies[cluster.rack_name[r]]
+            if r in used or not policy.idle_trays:
+                continue
+            option = _gather_in_rack(cluster, r, owner, need, policy, fleet, size_rule, check)
+            if option is not None:
+                key = (*option.key, rank, r)
+                if best is None or key < best.key:
+                    best = _Option(key, r, owner, option.removed, option.carving, option.taken, option.trays)
+    return best
+
+
+def _gather_in_rack(
+    cluster: Cluster,
+    r: int,
+    owner: Owner,
+    need: int,
+    policy: RecarvePolicy,
+    fleet: Counter[int],
+    size_rule: SizeRule | None,
+    check: BlockCheck,
+) -> _Option | None:
+    """`need` idle trays of rack r's partitions of `owner` as one new partition of exactly `need` trays.
+
+    Idle is whole free (`Cluster.part_free`: no job, every GPU schedulable, fabric settled, nothing held or
+    changing); trays that run work stay where they are. Partitions with the most idle trays give first (the
+    fewest touched); a partition left with no tray is removed, one left with fewer than the policy's
+    smallest is not a move. Key: (partitions touched, of them running work, trays taken)."""
+    smallest = max(1, policy.smallest_trays)
+    if need < smallest:
+        return None
+    donors = [
+        (p, sorted(cluster.part_free[p]))
+        for p in cluster.rack_parts[r]
+        if cluster.part_owner[p] == owner and cluster.part_free[p]
+    ]
+    if sum(len(trays) for _, trays in donors) < need:
+        return None
+    # Most idle trays first; among equals a wholly idle partition (removed whole) before one that runs work.
+    donors.sort(key=lambda d: (-len(d[1]), not cluster.wholly_idle(d[0]), cluster.part_trays[d[0]][0]))
+    left = need
+    removed: list[int] = []
+    taken: list[tuple[int, tuple[int, ...]]] = []
+    trays: list[int] = []
+    for p, idle in donors:
+        if left == 0:
+            break
+        give = idle[:left]
+        remains = len(cluster.part_trays[p]) - len(give)
+        if 0 < remains < smallest:
+            continue
+        trays += give
+        left -= len(give)
+        if remains == 0:
+            removed.append(p)
+        else:
+            taken.append((p, tuple(give)))
+    if left:
+        return None
+    if not taken:
+        return None  # wholly idle partitions only: the move `_best_in_rack` looks at
+    if size_rule is not None:
+        after = Counter(fleet)
+        after.subtract(len(cluster.part_trays[p]) for p in removed)
+        for p, given in taken:
+            after.subtract([len(cluster.part_trays[p])])
+            after.update([len(cluster.part_trays[p]) - len(given)])
+        after.update([need])
+        if size_rule({size for size, count in after.items() if count > 0}) is not None:
+            return None
+    gone = set(trays)
+    planned = {
+        cluster.part_name[p]: tuple(cluster.tray_host[t] for t in cluster.part_trays[p] if t not in gone)
+        for p in cluster.rack_parts[r]
+        if p not in removed
+    }
+    [name] = _free_names(set(planned) | {cluster.part_name[p] for p in removed}, 1)
+    planned[name] = tuple(cluster.tray_host[t] for t in sorted(trays))
+    if check(cluster.rack_name[r], planned) is not None:
+        return None
+    key = (len(removed) + len(taken), len(taken), len(trays))
+    return _Option(key, r, owner, tuple(removed), (need,), tuple(taken), tuple(sorted(trays)))
 
 
 def _assign(cluster: Cluster, subset: Sequence[int], carving: Sequence[int]) -> list[tuple[str, ...]]:
@@ -330,6 +447,8 @@ def _hosts(cluster: Cluster, p: int) -> tuple[str, ...]:
 
 
 def _recarve(cluster: Cluster, option: _Option, job: PendingJob, now: float) -> Recarve:
+    if option.taken:
+        return _gathered(cluster, option, job, now)
     r = option.rack
     rack = cluster.rack_name[r]
     removed = tuple(cluster.part_name[p] for p in option.removed)
@@ -363,3 +482,25 @@ def _recarve(cluster: Cluster, option: _Option, job: PendingJob, now: float) -> 
         f"no partition it may use has {need} free trays; {verb} {where}{owner} makes {makes}"
     )
     return Recarve(rack, removed, created, job.id, job.gpus, reason)
+
+
+def _gathered(cluster: Cluster, option: _Option, job: PendingJob, now: float) -> Recarve:
+    """A gather as a Recarve: the new partition holds the removed partitions' trays and the trays taken."""
+    r = option.rack
+    rack = cluster.rack_name[r]
+    [name] = _free_names({cluster.part_name[p] for p in cluster.rack_parts[r]}, 1)
+    hosts = tuple(cluster.tray_host[t] for t in option.trays)
+    taken = tuple(
+        (cluster.part_name[p], tuple(cluster.tray_host[t] for t in trays)) for p, trays in option.taken
+    )
+    removed = tuple(cluster.part_name[p] for p in option.removed)
+    need = job.gpus // GPUS_PER_TRAY
+    sources = [f"{len(trays)} of {name_} (its other trays run work)" for name_, trays in taken]
+    sources += [f"all {len(cluster.part_trays[p])} of {cluster.part_name[p]}" for p in option.removed]
+    owner = f", dedicated to {option.owner}" if option.owner is not None else ""
+    reason = (
+        f"job {job.id} ({job.department}, {job.gpus} GPUs in quota) has waited "
+        f"{_minutes(now - job.submitted_at)}: no partition it may use has {need} free trays; "
+        f"gathering idle trays of {rack} ({_and(sources)}) makes one of {len(hosts)}{owner}"
+    )
+    return Recarve(rack, removed, (NewPartition(name, hosts, option.owner),), job.id, job.gpus, reason, taken)

@@ -223,3 +223,26 @@ def test_the_shipped_heads_make_only_layouts_the_wizard_accepts(monkeypatch):
     traces = simulator.load_traces([ITP / "cluster03-head.csv", ITP / "cluster06-head.csv"])
     seen = _replay_checking_layouts(traces, 2, "2x9", simulator.RecarvePlan(), monkeypatch)
     assert seen and all(why is None for why in seen)
+
+
+def test_a_replay_gathering_idle_trays_never_moves_running_work(monkeypatch):
+    # The 25.05 what-if (no fleet rule) with the policy's idle-trays bound: the shipped heads make gathers,
+    # every one moves only trays that run nothing, and the cluster's indexes stay exact.
+    traces = simulator.load_traces([ITP / "cluster03-head.csv", ITP / "cluster06-head.csv"])
+    plan = simulator.RecarvePlan(RecarvePolicy(idle_trays=True), rule=simulator.NO_BLOCK_RULE)
+    original = Cluster.replace_partitions
+    gathers = []
+
+    def checked(self, rack, removed, created, *, taken=(), change=True):
+        taken = tuple(taken)
+        moved = [self.host_index[h] for _, hosts in taken for h in hosts]
+        assert not any(self.tray_jobs[t] for t in moved)
+        new = original(self, rack, removed, created, taken=taken, change=change)
+        check_indexes(self)
+        gathers.append(bool(taken))
+        return new
+
+    monkeypatch.setattr(Cluster, "replace_partitions", checked)
+    run = simulator.simulate(traces, 1, "2x9", RACKPLANE, recarve=plan)
+    assert any(gathers), "the heads should make at least one gather"
+    assert run.metrics["recarve"]["recarves"] == len(gathers)

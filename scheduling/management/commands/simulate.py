@@ -111,6 +111,8 @@ def _command(options: dict) -> str:
         words += ["--recarve-max-per-hour", str(options["recarve_max_per_hour"])]
         words += ["--recarve-delay", options["recarve_delay"], "--recarve-rule", options["recarve_rule"]]
         words += ["--recarve-wait", options["recarve_wait"]]
+        if options["recarve_idle_trays"]:
+            words += ["--recarve-idle-trays"]
     if options["faults"]:
         words += ["--faults", options["faults"], "--detect", options["detect"]]
         words += ["--check-time", options["check_time"], "--manual-delay", options["manual_delay"]]
@@ -306,6 +308,12 @@ class Command(BaseCommand):
             "for a re-carve before it takes a rack (default 'fallback': --fallback-after, like other gangs)",
         )
         parser.add_argument(
+            "--recarve-idle-trays",
+            action="store_true",
+            help="with --recarve: also gather idle trays out of partitions whose other trays run work "
+            "(the policy's 'idle trays' bound; default: only wholly idle partitions are re-carved)",
+        )
+        parser.add_argument(
             "--recarve-rule",
             default=simulator.SLURM_24_11,
             choices=simulator.RECARVE_RULES,
@@ -416,7 +424,11 @@ class Command(BaseCommand):
             recarve = None
             if options["recarve"]:
                 recarve = simulator.RecarvePlan(
-                    RecarvePolicy(options["recarve_smallest"], options["recarve_max_per_hour"]),
+                    RecarvePolicy(
+                        options["recarve_smallest"],
+                        options["recarve_max_per_hour"],
+                        idle_trays=options["recarve_idle_trays"],
+                    ),
                     delay_s=simulator.parse_duration(options["recarve_delay"]),
                     rule=options["recarve_rule"],
                     wait_s=None
