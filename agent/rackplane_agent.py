@@ -9,7 +9,10 @@ says how to install it as a systemd service or a Kubernetes DaemonSet.
 Every interval (60 s by default, jittered so a fleet's agents do not report in the same second) it
 
 * runs `nvidia-smi -q -x` and sends its raw XML (the portal reads the GPUs, the NVLink fabric state and health
-  bits and the NVML recovery action out of it);
+  bits, the NVML recovery action and the MIG mode out of it);
+* when a GPU is in MIG mode (current or pending), also runs `nvidia-smi mig -lgip`, `mig -lgipp`, `mig -lgi`
+  and `nvidia-smi -L` and sends what they print as "mig" ({"lgip", "lgipp", "lgi", "list"}, 256 KiB each; a
+  command that fails or hangs is left out);
 * reads the kernel log lines written since the last report (journald through `journalctl -k -o json
   --after-cursor`, /dev/kmsg by sequence number, or a plain file by offset), keeps the `NVRM: Xid` ones and
   sends each once, in order, as "xids" (at most 256 per report; the rest follow in the next reports);
@@ -18,11 +21,12 @@ Every interval (60 s by default, jittered so a fleet's agents do not report in t
 * posts one report with its agent token (`Authorization: Bearer rpa_...`, read from a file).
 
 Unchanged listings cost a hash: the portal answers every full report with its `report_sha256`. When the next
-listing has the same digest (the parts of `nvidia-smi -q -x` the portal reads: see `listing_digest`; never
-temperatures, clocks or utilization), the same agent version and interval, and no XID or check result waits,
-the agent posts only `{"host", "report_sha256", "agent"}`. The portal answers 200 `unchanged` (a heartbeat)
-or 409 `full_report_needed`, and then the agent posts the full report at once. A portal that does not know
-`report_sha256` (400 naming it) gets full reports from then on. `--no-hash-only` always sends the full report.
+listing has the same digest (the parts of `nvidia-smi -q -x` the portal reads and the "mig" outputs: see
+`listing_digest`; never temperatures, clocks or utilization), the same agent version and interval, and no
+XID or check result waits, the agent posts only `{"host", "report_sha256", "agent"}`. The portal answers 200
+`unchanged` (a heartbeat) or 409 `full_report_needed`, and then the agent posts the full report at once. A
+portal that does not know `report_sha256` (400 naming it) gets full reports from then on. `--no-hash-only`
+always sends the full report.
 
 Where it stopped reading the kernel log, and the XIDs and check results not yet accepted by the portal, are
 kept in a state file (written atomically before and after each post): a restart neither repeats nor loses an
@@ -77,7 +81,18 @@ CHECKS_BUDGET = 2 * 1024 * 1024
 # A Retry-After is honoured up to an hour: a longer one is a misconfigured proxy, not a plan.
 RETRY_AFTER_LIMIT = 3600
 # The keys this agent adds to the discovery report; an older portal refuses them as unknown fields.
-NEWER_KEYS = ("xids", "checks", "agent")
+NEWER_KEYS = ("xids", "checks", "agent", "mig")
+# What the agent runs when a GPU is in MIG mode (now or after its next reset): the report's "mig" key, and
+# what the portal lacks when it fails. Each output is sent as printed, up to 256 KiB.
+MIG_COMMANDS = (
+    ("lgip", ("mig", "-lgip"), "GPU instance profiles"),
+    ("lgipp", ("mig", "-lgipp"), "GPU instance placements"),
+    ("lgi", ("mig", "-lgi"), "GPU instances"),
+    ("list", ("-L",), "MIG device UUIDs"),
+)
+MAX_MIG_OUTPUT = 256 * 1024
+# `nvidia-smi mig -lgi` on a GPU in MIG mode without instances exits non-zero, saying so: that is its state.
+NO_INSTANCES = re.compile(r"No (?:GPU|compute) instances? found", re.IGNORECASE)
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 FILE_READ_LIMIT = 8 * 1024 * 1024  # of a plain kernel log file per cycle; the rest is read next time
@@ -118,6 +133,14 @@ def clean(text: str) -> str:
     """Text the portal takes: valid UTF-8 (no lone surrogates: a command line may hold them) without NUL
     characters (a kernel line or a check's output may)."""
     return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
+
+
+def head_utf8(text: str, limit: int) -> str:
+    """The start of `text`, at most `limit` bytes of UTF-8 (a character cut in two is left out)."""
+    encoded = text.encode("utf-8")
+    if len(encoded) <= limit:
+        return text
+    return encoded[:limit].decode("utf-8", "ignore")
 
 
 def tail_utf8(text: str, limit: int) -> str:
@@ -174,28 +197,37 @@ def parse_xid(message: str, when: datetime, gpus_by_pci: dict[str, str]) -> dict
 # --- nvidia-smi ---------------------------------------------------------------------------------------------
 
 
+def in_mig_mode(xml: str | None) -> bool:
+    """Whether a GPU of a `nvidia-smi -q -x` listing is in MIG mode, or will be after its next reset."""
+    try:
+        root = ET.fromstring(xml) if xml is not None else None
+    except ET.ParseError:
+        return False
+    if root is None:
+        return False
+    return any(
+        (gpu.findtext(path) or "").strip().lower() == "enabled"
+        for gpu in root.findall("gpu")
+        for path in ("mig_mode/current_mig", "mig_mode/pending_mig")
+    )
+
+
 class NvidiaSmi:
     def __init__(self, path: str, timeout: float):
         self.path, self.timeout = path, timeout
+        self._mig_told: set = set()  # (command, failure kind) already logged: once each
 
-    def run(self) -> tuple[str | None, dict[str, str]]:
-        """(the raw `nvidia-smi -q -x` XML, None when there was none; {PCI key: pci_bus_id as printed})."""
-        try:
-            process = subprocess.Popen(
-                [self.path, "-q", "-x"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except FileNotFoundError:
-            error(
-                f"nvidia-smi was not found at {self.path!r}: install the NVIDIA driver or pass --nvidia-smi."
-            )
-            return None, {}
-        except OSError as failure:
-            error(f"cannot run {self.path}: {failure}. This report carries no GPU listing.")
-            return None, {}
+    def _call(self, *arguments: str) -> subprocess.CompletedProcess:
+        """nvidia-smi with `arguments`, in a process group of its own. When it does not answer within the
+        timeout the whole group is killed and subprocess.TimeoutExpired raised; OSError when it cannot
+        start."""
+        process = subprocess.Popen(
+            [self.path, *arguments],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             stdout, stderr = process.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
@@ -205,12 +237,27 @@ class NvidiaSmi:
                 process.communicate(timeout=5)
             except subprocess.TimeoutExpired:  # stuck in the driver (uninterruptible): left behind
                 warn(f"{self.path} (pid {process.pid}) does not even die: it is stuck in the driver.")
+            raise
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+    def run(self) -> tuple[str | None, dict[str, str]]:
+        """(the raw `nvidia-smi -q -x` XML, None when there was none; {PCI key: pci_bus_id as printed})."""
+        try:
+            done = self._call("-q", "-x")
+        except FileNotFoundError:
+            error(
+                f"nvidia-smi was not found at {self.path!r}: install the NVIDIA driver or pass --nvidia-smi."
+            )
+            return None, {}
+        except OSError as failure:
+            error(f"cannot run {self.path}: {failure}. This report carries no GPU listing.")
+            return None, {}
+        except subprocess.TimeoutExpired:
             error(
                 f"{self.path} -q -x did not answer within {self.timeout:g} s (a GPU may have fallen off the "
                 "bus): this report carries no GPU listing."
             )
             return None, {}
-        done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
         text = done.stdout.decode("utf-8", "replace")
         try:
             root = ET.fromstring(text)
@@ -240,11 +287,76 @@ class NvidiaSmi:
                 warn(f"GPU {printed} ({uuid}) reports the NVML recovery action {action!r}.")
         return text, gpus_by_pci
 
+    def _mig_lacking(self, command: str, kind: str, message: str) -> None:
+        if (command, kind) not in self._mig_told:
+            self._mig_told.add((command, kind))
+            warn(message)
+
+    def mig(self, xml: str | None) -> dict[str, str] | None:
+        """When a GPU of the listing is in MIG mode: what `nvidia-smi mig -lgip`, `mig -lgipp`, `mig -lgi` and
+        `nvidia-smi -L` print, as the report's {"lgip", "lgipp", "lgi", "list"} without the commands that
+        failed. None, and nothing run, when no GPU is in MIG mode."""
+        if not in_mig_mode(xml):
+            return None
+        outputs: dict[str, str] = {}
+        for number, (key, arguments, what) in enumerate(MIG_COMMANDS):
+            shown = " ".join((self.path, *arguments))
+            rest = [w for _, _, w in MIG_COMMANDS[number + 1 :]]
+            skipped = f" (nor {', '.join(rest)}: not run after it)" if rest else ""
+            try:
+                done = self._call(*arguments)
+            except FileNotFoundError:
+                self._mig_lacking(
+                    shown,
+                    "missing",
+                    f"nvidia-smi is no longer at {self.path!r}: the portal gets no {what}{skipped}.",
+                )
+                break
+            except OSError as failure:
+                self._mig_lacking(
+                    shown,
+                    "unrunnable",
+                    f"cannot run {shown} ({failure}): the portal gets no {what}{skipped}.",
+                )
+                break
+            except subprocess.TimeoutExpired:  # the others would hang as well: the cycle goes on without them
+                self._mig_lacking(
+                    shown,
+                    "timeout",
+                    f"{shown} did not answer within {self.timeout:g} s: the portal gets no {what}{skipped} "
+                    "while it hangs.",
+                )
+                break
+            text = clean(done.stdout.decode("utf-8", "replace"))
+            if done.returncode != 0:
+                said = clean(done.stderr.decode("utf-8", "replace"))
+                if NO_INSTANCES.search(text) or NO_INSTANCES.search(said):
+                    text = text if text.strip() else said  # a state, not a failure: sent
+                else:
+                    self._mig_lacking(
+                        shown,
+                        "failed",
+                        f"{shown} failed with exit status {done.returncode} "
+                        f"({(said or text).strip()[:300] or 'no output'}): the portal gets no {what} while "
+                        "it fails.",
+                    )
+                    continue
+            if len(text.encode("utf-8")) > MAX_MIG_OUTPUT:
+                self._mig_lacking(
+                    shown,
+                    "cut",
+                    f"{shown} printed more than {MAX_MIG_OUTPUT // 1024} KiB: the portal gets only the "
+                    f"first {MAX_MIG_OUTPUT // 1024} KiB of its {what}.",
+                )
+                text = head_utf8(text, MAX_MIG_OUTPUT)
+            outputs[key] = text
+        return outputs
+
 
 # What the portal reads of each <gpu> (inventory.discovery.nvidia_smi.parse_xml): when none of it changed,
-# neither did the portal's parsed report. Whole subtrees for fabric and pci (a superset is safe: it only
-# makes the digest change more often). tests/agent/test_report_hash.py changes every other element of a
-# real listing and checks the portal's parse does not move.
+# neither did the portal's parsed report. Whole subtrees for fabric, pci and the MIG mode and devices (a
+# superset is safe: it only makes the digest change more often). tests/agent/test_report_hash.py changes
+# every other element of a real listing and checks the portal's parse does not move.
 DIGEST_PATHS = (
     "uuid",
     "serial",
@@ -254,6 +366,16 @@ DIGEST_PATHS = (
     "gpu_recovery_action",
     "fabric",
     "minor_number",
+    "mig_mode",
+)
+# What the portal reads of each <mig_device> (inventory.discovery.mig): not its memory in use, which moves
+# while jobs run and would make every report of a busy MIG node a full one.
+MIG_DEVICE_PATHS = (
+    "index",
+    "gpu_instance_id",
+    "compute_instance_id",
+    "device_attributes/shared/multiprocessor_count",
+    "fb_memory_usage/total",
 )
 
 
@@ -267,9 +389,10 @@ def _element_text(element) -> list:
     ]
 
 
-def listing_digest(xml: str, version: str, interval: int) -> str | None:
-    """sha256 of what the portal reads of a `nvidia-smi -q -x` listing, with this agent's version and
-    interval (the portal's report hash covers them too); None when the XML cannot be read."""
+def listing_digest(xml: str, version: str, interval: int, mig: dict | None = None) -> str | None:
+    """sha256 of what the portal reads of a `nvidia-smi -q -x` listing and of the report's "mig" outputs
+    (each line without its trailing whitespace), with this agent's version and interval (the portal's report
+    hash covers them too); None when the XML cannot be read."""
     import hashlib
 
     try:
@@ -282,8 +405,19 @@ def listing_digest(xml: str, version: str, interval: int) -> str | None:
         for path in DIGEST_PATHS:
             found = gpu.find(path)
             parts.append(_element_text(found) if found is not None else None)
+        parts.append((gpu.findtext("mig_devices") or "").strip())  # "None" when there are none
+        parts.append(
+            [
+                [(device.findtext(path) or "").strip() for path in MIG_DEVICE_PATHS]
+                for device in gpu.findall("mig_devices/mig_device")
+            ]
+        )
         gpus.append(parts)
     canonical = [version, interval, (root.findtext("attached_gpus") or "").strip(), gpus]
+    if mig:
+        canonical.append(
+            sorted([key, [line.rstrip() for line in text.splitlines()]] for key, text in mig.items())
+        )
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -1004,11 +1138,13 @@ class Agent:
                 del checks[:dropped]
                 warn(f"{dropped} check results were dropped, the oldest first: the portal did not take them.")
 
-    def report(self, xml: str | None, with_newer_keys: bool = True) -> dict:
+    def report(self, xml: str | None, with_newer_keys: bool = True, mig: dict | None = None) -> dict:
         body: dict = {"host": self.args.host}
         if xml is not None:
             body["nvidia_smi"] = xml
         if with_newer_keys:
+            if xml is not None and mig:
+                body["mig"] = mig
             if self.state["pending_xids"]:
                 body["xids"] = self.state["pending_xids"][:MAX_XIDS_PER_REPORT]
             checks, size = [], 0
@@ -1026,10 +1162,11 @@ class Agent:
         """Collect, post, remember. The answer (None when there was nothing to post, or with --dry-run)."""
         token = None if self.args.dry_run else read_token(self.args.token_file, self._warned_token)
         xml, gpus_by_pci = self.nvidia_smi.run()
+        mig = self.nvidia_smi.mig(xml)  # None (and nothing run) unless a GPU is in MIG mode
         self.collect_xids(gpus_by_pci)
         self.collect_check()
         self.save()  # what was read is kept before posting: a crash now loses nothing
-        body = self.report(xml)
+        body = self.report(xml, mig=mig)
         if self.args.dry_run:
             sys.stdout.write(json.dumps(body, indent=2) + "\n")
             sys.stdout.flush()
@@ -1038,7 +1175,9 @@ class Agent:
             warn("nothing to report this time (no GPU listing, no XID, no check result).")
             return None
         digest = (
-            listing_digest(xml, VERSION, self.args.interval) if xml is not None and self.hashing() else None
+            listing_digest(xml, VERSION, self.args.interval, mig)
+            if xml is not None and self.hashing()
+            else None
         )
         known = self.state.get("report") or {}
         if (

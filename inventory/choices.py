@@ -31,6 +31,14 @@ class GpuHealth(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
 
 
+class MigMode(models.TextChoices):
+    """A GPU's MIG (Multi-Instance GPU) mode as nvidia-smi reports it (inventory.discovery.mig.MigMode)."""
+
+    DISABLED = "disabled", "Disabled"
+    ENABLED = "enabled", "Enabled"
+    NOT_SUPPORTED = "not_supported", "Not supported"
+
+
 class PlanStatus(models.TextChoices):
     DRAFT = "draft", "Draft"
     DRAINING = "draining", "Draining trays"

@@ -1,8 +1,9 @@
 """A realistic, deterministic demo datacenter, written with bulk inserts so 1,000 racks take seconds.
 
 Every rack gets a default partition (clique 32766) except the second, carved 2x9. A few GPUs are degraded,
-one tray is drained, and one tray's GPU is still registering with the fabric, so every screen has
-something to show. The same seed always yields the same UUIDs, serials and GUIDs.
+one tray is drained, and one tray's GPU is still registering with the fabric, so every screen has something
+to show; `seed_mig_gpu` (the `seed_demo` command's) puts the last GB200 tray's GPU 0 in MIG mode with four
+instances. The same seed always yields the same UUIDs, serials and GUIDs.
 """
 
 import random
@@ -13,7 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
-from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
+from inventory.choices import FabricState, GpuHealth, MigMode, SystemModel, TrayState
+from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
 PRODUCTS = {
@@ -21,6 +23,21 @@ PRODUCTS = {
     SystemModel.GB300_NVL72: ("NVIDIA GB300", 284208),
 }
 BATCH = 5000
+
+# The GB200's MIG profiles as `nvidia-smi mig -lgip` / `-lgipp` print them (driver 580; NVIDIA/mig-parted#227
+# and shared reference operations.md 1.1): (ID, name, instances, memory MiB, SMs, placement starts, size).
+GB200_MIG_PROFILES = (
+    (0, "7g.186gb", 1, 189184, 148, (0,), 8),
+    (5, "4g.93gb", 1, 93952, 76, (0,), 4),
+    (9, "3g.93gb", 2, 93952, 66, (0, 4), 4),
+    (14, "2g.47gb", 3, 46592, 38, (0, 2, 4), 2),
+    (15, "1g.47gb", 4, 46592, 32, (0, 2, 4, 6), 2),
+    (19, "1g.23gb", 7, 22528, 18, (0, 1, 2, 3, 4, 5, 6), 1),
+    (20, "1g.23gb+me", 1, 22528, 18, (0, 1, 2, 3, 4, 5, 6), 1),
+)
+# The demo's MIG GPU: (GPU instance ID, profile ID, placement start) of each instance, the layout mig-parted's
+# "all-balanced" gives a GB200 (2g.47gb, 2 x 1g.23gb, 3g.93gb), every slice taken.
+DEMO_MIG_INSTANCES = ((3, 14, 0), (9, 19, 2), (10, 19, 3), (2, 9, 4))
 
 
 @dataclass(frozen=True)
@@ -134,6 +151,8 @@ def seed_datacenter(racks: int = 8, system_model: str = SystemModel.GB200_NVL72,
             )
 
     _degrade(rng, trays, gpus)
+    for gpu in gpus:
+        gpu.mig_mode = gpu.mig_pending = MigMode.DISABLED
     Gpu.objects.bulk_create(gpus, batch_size=BATCH)
     return SeedResult(racks=len(rack_rows), trays=len(trays), gpus=len(gpus), partitions=len(partitions))
 
@@ -159,3 +178,43 @@ def _degrade(rng: random.Random, trays: list[ComputeTray], gpus: list[Gpu]) -> N
         registering.fabric_problems = [f"GPU 1 ({gpu.uuid}) fabric registration is still in progress"]
         ComputeTray.objects.filter(pk=registering.pk).update(fabric_problems=registering.fabric_problems)
     ComputeTray.objects.filter(pk=drained.pk).update(state=drained.state, state_reason=drained.state_reason)
+
+
+def seed_mig_gpu(seed: int = 7) -> Gpu | None:
+    """The demo's GPU in MIG mode (`manage.py seed_demo`, GB200 racks): GPU 0 of the last rack's last tray,
+    with the instances and profiles its node would report (DEMO_MIG_INSTANCES). Before any job is placed: a
+    GPU in MIG mode is not given whole. None when there is no GB200 rack."""
+    gpu = (
+        Gpu.objects.filter(index=0, tray__rack__system_model=SystemModel.GB200_NVL72)
+        .order_by("-tray__rack__name", "-tray__slot")
+        .first()
+    )
+    if gpu is None:
+        return None
+    rng = random.Random(seed)
+    profiles = {
+        pid: MigProfile(pid, name, 0, count, memory, False, sms, tuple((start, size) for start in starts))
+        for pid, name, count, memory, sms, starts, size in GB200_MIG_PROFILES
+    }
+    instances = []
+    for gi, pid, start in DEMO_MIG_INSTANCES:
+        profile = profiles[pid]
+        instances.append(
+            MigInstance(
+                gpu_instance_id=gi,
+                compute_instance_id=0,
+                profile=profile.name,
+                profile_id=pid,
+                placement_start=start,
+                placement_size=profile.placements[0][1],
+                uuid=f"MIG-{uuid.UUID(int=rng.getrandbits(128), version=4)}",
+                multiprocessors=profile.multiprocessors,
+                memory_mib=profile.memory_mib,
+            )
+        )
+    gpu.mig_mode = gpu.mig_pending = MigMode.ENABLED
+    gpu.mig = GpuMig(
+        gpu.uuid, MigMode.ENABLED, MigMode.ENABLED, tuple(instances), tuple(profiles.values()), True
+    ).as_dict()
+    gpu.save(update_fields=["mig_mode", "mig_pending", "mig"])
+    return gpu

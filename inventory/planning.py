@@ -44,6 +44,7 @@ class TrayInfo:
     problems: tuple[str, ...] = ()
     running_jobs: tuple[str, ...] = ()
     partition: str | None = None  # current partition name
+    mig_gpus: int = 0  # GPUs in MIG mode: no NVLink peer-to-peer, so no job spanning trays here
 
     @property
     def schedulable(self) -> bool:
@@ -288,6 +289,18 @@ def _check_unschedulable(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: 
                 Level.WARNING,
                 f"Tray {slot} ({tray.hostname}) is in {owner[slot]} although {' and '.join(why)}: "
                 "leave it out unless it will be fixed soon.",
+            )
+    size = {name: sum(1 for o in owner.values() if o == name) for name in set(owner.values())}
+    for slot in sorted(owner):
+        tray = by_slot[slot]
+        if tray.mig_gpus and size[owner[slot]] > 1:
+            gpus = "1 of its GPUs is" if tray.mig_gpus == 1 else f"{tray.mig_gpus} of its GPUs are"
+            check.add(
+                Level.WARNING,
+                f"Tray {slot} ({tray.hostname}) is in {owner[slot]} with other trays although {gpus} in MIG "
+                "mode: MIG instances have no NVLink peer-to-peer (every MIG profile reports P2P No), so the "
+                "tray takes no job spanning trays while MIG is on. Give it a partition of its own, or turn "
+                "MIG off first.",
             )
 
 

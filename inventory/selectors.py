@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce
 
 from core.hardware import GPUS_PER_TRAY
 from inventory.choices import FabricState, GpuHealth, TrayState
+from inventory.discovery.mig import GpuMig, MigReportError
 from inventory.filters import RackFilter
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
@@ -427,6 +428,26 @@ def gpu_context(gpu: Gpu) -> dict:
             and gpu.reported_cluster_uuid != rack.cluster_uuid
         ),
         "degraded": gpu.health in DEGRADED_HEALTH,
+        "mig": mig_view(gpu),
+    }
+
+
+def mig_view(gpu: Gpu) -> dict | None:
+    """What the GPU page shows of its MIG state: the instances (with the last memory slice each holds) and
+    the profiles the driver offers, read back through the report's own rule; None when none is stored."""
+    if not gpu.mig:
+        return None
+    try:
+        state = GpuMig.from_dict(gpu.mig)
+    except MigReportError:
+        return None  # stored by an older portal: shown when the next report comes
+    return {
+        "complete": state.complete,
+        "instances": [
+            {**i.as_dict(), "placement_end": i.placement_start + i.placement_size - 1}
+            for i in state.instances
+        ],
+        "profiles": [p.as_dict() for p in state.profiles],
     }
 
 

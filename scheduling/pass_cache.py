@@ -37,7 +37,7 @@ from scheduling.pass_cluster import ClusterState, Held, Mark, build, group_alloc
 CACHED_COLUMNS: dict[str, tuple[str, ...]] = {
     "inventory_rack": ("name",),
     "inventory_computetray": ("hostname", "rack_id", "slot", "partition_id", "state", "fabric_problems"),
-    "inventory_gpu": ("tray_id", "index", "health", "fabric_state", "reported_clique_id"),
+    "inventory_gpu": ("tray_id", "index", "health", "fabric_state", "reported_clique_id", "mig_mode"),
     "inventory_nvlinkpartition": ("rack_id", "clique_id", "name", "degraded_reason"),
     "tenancy_dedicatedpartition": ("partition_id", "department_id"),
     "tenancy_department": ("slug",),

@@ -2,10 +2,10 @@
 (scheduling.services.pass_requests.request_pass: on commit, coalesced per transaction).
 
 Watched, in the layers below: a department's guarantee, limit, weight or priority; a tray's state (drained,
-down, up again), partition or fabric problems; a GPU's health, tray, fabric state or reported clique; NVLink
-partitions and dedications appearing, changing or going; a rack's re-carving policy (core.changes.watch:
-saves compared with the stored row, deletes, bulk changes). Discovery saves trays on every report, mostly
-unchanged: those ask nothing.
+down, up again), partition or fabric problems; a GPU's health, tray, fabric state, reported clique or MIG
+mode; NVLink partitions and dedications appearing, changing or going; a rack's re-carving policy
+(core.changes.watch: saves compared with the stored row, deletes, bulk changes). Discovery saves trays on
+every report, mostly unchanged: those ask nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tenancy.models import DedicatedPartition, Department
 WATCHED: dict[type, tuple[str, ...]] = {
     Department: ("guaranteed_gpus", "limit_gpus", "over_quota_weight", "priority"),
     ComputeTray: ("state", "partition", "fabric_problems"),
-    Gpu: ("health", "tray", "fabric_state", "reported_clique_id"),
+    Gpu: ("health", "tray", "fabric_state", "reported_clique_id", "mig_mode"),
     NVLinkPartition: ("rack", "clique_id", "name"),
     DedicatedPartition: ("partition", "department"),
     # Carving that follows demand: a rack whose re-carving is turned on may serve a gang waiting now.

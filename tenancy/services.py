@@ -14,7 +14,7 @@ from django.db.models import Count, Func, IntegerField, Q, QuerySet, Subquery, S
 
 from core.access import Role, is_admin
 from core.notifications.subscriptions import forget_department
-from inventory.choices import GpuHealth, TrayState
+from inventory.choices import GpuHealth, MigMode, TrayState
 from inventory.models import ComputeTray, Gpu
 from tenancy import naming
 from tenancy.choices import RoleOrigin
@@ -29,17 +29,26 @@ ISOLATION_FIELDS = ("vlan_id", "vxlan_vni", "ib_pkey", "network_cidr", "export_p
 
 
 def schedulable_gpus_q(prefix: str = "") -> Q:
-    """GPUs a job may be given: in a tray that is up, and not unhealthy."""
-    return Q(**{f"{prefix}tray__state": TrayState.UP}) & ~Q(**{f"{prefix}health": GpuHealth.UNHEALTHY})
+    """GPUs a job may be given whole: in a tray that is up, not unhealthy, and not in MIG mode (a GPU cut
+    into MIG instances is not a whole GPU, and its instances have no NVLink peer-to-peer: never part of a
+    job spanning GPUs or trays)."""
+    return (
+        Q(**{f"{prefix}tray__state": TrayState.UP})
+        & ~Q(**{f"{prefix}health": GpuHealth.UNHEALTHY})
+        & ~Q(**{f"{prefix}mig_mode": MigMode.ENABLED})
+    )
 
 
 def unschedulable_gpus() -> QuerySet[Gpu]:
-    """The complement of `schedulable_gpus_q`: GPUs out of any tray, unhealthy, or in a tray that is not up.
+    """The complement of `schedulable_gpus_q`: GPUs out of any tray, unhealthy, in MIG mode, or in a tray that
+    is not up.
 
     Written as a union of index lookups (GPUs by tray_id / health, trays that are not up) because these are
     few: counting them is cheap, where filtering all 72,000 GPUs joined to their trays is not.
     """
-    trayless_or_unhealthy = Gpu.objects.filter(Q(tray__isnull=True) | Q(health=GpuHealth.UNHEALTHY))
+    trayless_or_unhealthy = Gpu.objects.filter(
+        Q(tray__isnull=True) | Q(health=GpuHealth.UNHEALTHY) | Q(mig_mode=MigMode.ENABLED)
+    )
     in_trays_not_up = Gpu.objects.filter(tray__in=ComputeTray.objects.exclude(state=TrayState.UP))
     return Gpu.objects.filter(
         pk__in=trayless_or_unhealthy.order_by().values("pk").union(in_trays_not_up.order_by().values("pk"))

@@ -29,7 +29,7 @@ from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.pushes import queue_pushes
 from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import render_current
-from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, PlanOrigin, PlanStatus, TrayState
+from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, MigMode, PlanOrigin, PlanStatus, TrayState
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import (
     PRESETS,
@@ -69,7 +69,10 @@ def rack_trays(rack: Rack) -> list[TrayInfo]:
     trays = (
         ComputeTray.objects.filter(rack=rack)
         .select_related("partition")
-        .annotate(healthy=Count("gpus", filter=~Q(gpus__health=GpuHealth.UNHEALTHY)))
+        .annotate(
+            healthy=Count("gpus", filter=~Q(gpus__health=GpuHealth.UNHEALTHY)),
+            mig=Count("gpus", filter=Q(gpus__mig_mode=MigMode.ENABLED)),
+        )
         .order_by("slot")
     )
     return [
@@ -81,6 +84,7 @@ def rack_trays(rack: Rack) -> list[TrayInfo]:
             problems=tuple(tray.fabric_problems),
             running_jobs=tuple(sorted(running.get(tray.slot, ()))),
             partition=tray.partition.name if tray.partition else None,
+            mig_gpus=tray.mig,
         )
         for tray in trays
     ]

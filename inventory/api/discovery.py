@@ -17,7 +17,7 @@ from core.fields import JSONBooleanField, JSONIntegerField, KnownFieldsOnly, Str
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 from core.throttling import NodeAgentRateThrottle
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, agent_token, require_host_in_scope
-from inventory.discovery import faults, health_report
+from inventory.discovery import faults, health_report, mig
 from inventory.discovery.nvidia_smi import (
     FabricFlag,
     FabricState,
@@ -75,6 +75,88 @@ class ReportedFabricSerializer(KnownFieldsOnly, serializers.Serializer):
     )
 
 
+class MigInstanceSerializer(KnownFieldsOnly, serializers.Serializer):
+    """Documentation of one `mig.instances` entry; inventory.discovery.mig.GpuMig.from_dict checks it."""
+
+    gpu_instance_id = serializers.IntegerField(min_value=0, max_value=mig.MAX_INSTANCE_ID)
+    compute_instance_id = serializers.IntegerField(
+        min_value=0, max_value=mig.MAX_INSTANCE_ID, allow_null=True, help_text="null: no compute instance yet"
+    )
+    profile = TextField(max_length=32, help_text='as the driver names it, e.g. "1g.23gb"')
+    profile_id = serializers.IntegerField(min_value=0, max_value=mig.MAX_PROFILE_ID)
+    placement_start = serializers.IntegerField(min_value=0, max_value=mig.MEMORY_SLICES - 1)
+    placement_size = serializers.IntegerField(min_value=1, max_value=mig.MEMORY_SLICES)
+    uuid = TextField(max_length=96, allow_null=True, help_text='"MIG-<uuid>"')
+    multiprocessors = serializers.IntegerField(allow_null=True, min_value=0)
+    memory_mib = serializers.IntegerField(allow_null=True, min_value=0)
+
+
+class MigProfileSerializer(KnownFieldsOnly, serializers.Serializer):
+    """Documentation of one `mig.profiles` entry (a row of `nvidia-smi mig -lgip`)."""
+
+    profile_id = serializers.IntegerField(min_value=0, max_value=mig.MAX_PROFILE_ID)
+    name = TextField(max_length=32)
+    instances_free = serializers.IntegerField(min_value=0)
+    instances_total = serializers.IntegerField(min_value=0)
+    memory_mib = serializers.IntegerField(min_value=0)
+    p2p = serializers.BooleanField()
+    multiprocessors = serializers.IntegerField(min_value=0)
+    placements = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        help_text="[start, size] in memory slices (nvidia-smi mig -lgipp)",
+    )
+
+
+class MigStateSerializer(KnownFieldsOnly, serializers.Serializer):
+    """Documentation of a GPU's `mig`; inventory.discovery.mig.GpuMig.from_dict checks it (every key)."""
+
+    uuid = TextField(max_length=64, help_text="the GPU's own UUID")
+    current = StringChoiceField(choices=[m.value for m in mig.MigMode])
+    pending = StringChoiceField(choices=[m.value for m in mig.MigMode], help_text="after the next reset")
+    complete = serializers.BooleanField(help_text="the instances are known (false: only the mode)")
+    instances = MigInstanceSerializer(many=True)
+    profiles = MigProfileSerializer(many=True)
+
+
+@extend_schema_field(MigStateSerializer)
+class MigStateField(serializers.JSONField):
+    pass
+
+
+class MigOutputsSerializer(KnownFieldsOnly, serializers.Serializer):
+    """The node's raw `nvidia-smi mig` listings, sent with the `-q -x` listing when a GPU is in MIG mode
+    (inventory.discovery.mig.combine reads them)."""
+
+    lgip = TextField(
+        multiline=True,
+        required=False,
+        trim_whitespace=False,
+        max_length=mig.MAX_INPUT_CHARS,
+        help_text="`nvidia-smi mig -lgip`: the profiles the driver offers",
+    )
+    lgipp = TextField(
+        multiline=True,
+        required=False,
+        trim_whitespace=False,
+        max_length=mig.MAX_INPUT_CHARS,
+        help_text="`nvidia-smi mig -lgipp`: each profile's possible placements",
+    )
+    lgi = TextField(
+        multiline=True,
+        required=False,
+        trim_whitespace=False,
+        max_length=mig.MAX_INPUT_CHARS,
+        help_text="`nvidia-smi mig -lgi`: the GPU instances, with their placements",
+    )
+    list = TextField(
+        multiline=True,
+        required=False,
+        trim_whitespace=False,
+        max_length=mig.MAX_INPUT_CHARS,
+        help_text="`nvidia-smi -L`: the GPUs and MIG devices, with their UUIDs",
+    )
+
+
 class ReportedGpuSerializer(KnownFieldsOnly, serializers.Serializer):
     uuid = TextField(
         max_length=64, help_text='As NVML reports it: "GPU-<uuid>" (stored with lower-case hex digits)'
@@ -96,6 +178,10 @@ class ReportedGpuSerializer(KnownFieldsOnly, serializers.Serializer):
         help_text="NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; absent or null: not available",
     )
     fabric = ReportedFabricSerializer()
+    mig = MigStateField(
+        required=False,
+        help_text="the GPU's MIG mode and instances (absent: not reported; what was known stays)",
+    )
 
     def validate_uuid(self, value):
         try:
@@ -161,6 +247,11 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
         trim_whitespace=False,
         help_text="raw `nvidia-smi -q`, `-q -x` or compact CSV output",
     )
+    mig = MigOutputsSerializer(
+        required=False,
+        help_text="with a `nvidia-smi -q -x` listing whose GPUs are in MIG mode: the node's `nvidia-smi mig` "
+        "listings (profiles, placements, instances, MIG UUIDs)",
+    )
     dry_run = JSONBooleanField(required=False, default=False, help_text="check only, write nothing")
     xids = XidsField(
         required=False,
@@ -216,16 +307,34 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
             if field == "nvidia_smi":
                 attrs["format"], parsed = parse_any(attrs["nvidia_smi"])
             else:
-                attrs["format"], parsed = "json", [self._gpu(gpu) for gpu in attrs["gpus"]]
+                attrs["format"], parsed = "json", [self._gpu(gpu, i) for i, gpu in enumerate(attrs["gpus"])]
+            parsed = self._with_mig(attrs, parsed)
             attrs["parsed"] = validate_report(parsed)
+        except mig.MigReportError as error:
+            raise serializers.ValidationError({"mig" if "mig" in attrs else field: str(error)}) from error
         except ReportError as error:
             raise serializers.ValidationError({field: str(error)}) from error
         return attrs
 
     @staticmethod
+    def _with_mig(attrs, parsed: list[ReportedGpu]) -> list[ReportedGpu]:
+        """The GPUs with their MIG state: read from the `-q -x` listing and the `mig` listings beside it.
+        Text and CSV listings do not say (what was known stays); the structured path carries `gpus[].mig`."""
+        if attrs["format"] != "xml":
+            if "mig" in attrs:
+                raise serializers.ValidationError(
+                    {
+                        "mig": "the nvidia-smi mig listings go with the `nvidia-smi -q -x` listing (this "
+                        f"report's is {attrs['format']}); a structured report gives each GPU's `mig`"
+                    }
+                )
+            return parsed
+        return mig.with_mig(parsed, attrs["nvidia_smi"], dict(attrs.get("mig", {})))
+
+    @staticmethod
     def _refuse_more_than_the_hash(attrs) -> None:
         """A hash-only report carries nothing but the hash, and is never a dry run."""
-        extra = sorted(k for k in ("gpus", "nvidia_smi", "xids", "checks") if k in attrs)
+        extra = sorted(k for k in ("gpus", "nvidia_smi", "mig", "xids", "checks") if k in attrs)
         if extra:
             raise serializers.ValidationError(
                 {
@@ -240,7 +349,14 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
             )
 
     @staticmethod
-    def _gpu(data) -> ReportedGpu:
+    def _gpu(data, position: int = 0) -> ReportedGpu:
+        state_of_mig = None
+        if "mig" in data:
+            state_of_mig = mig.GpuMig.from_dict(data["mig"], f"gpus[{position}].mig")
+            if state_of_mig.uuid != data["uuid"]:
+                raise mig.MigReportError(
+                    f"gpus[{position}].mig: uuid {state_of_mig.uuid} is not the GPU's own ({data['uuid']})"
+                )
         fabric = data["fabric"]
         state = FabricState(fabric["state"])
         status = fabric.get("status") or None
@@ -269,6 +385,7 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
             memory_mib=data.get("memory_mib"),
             raw_cluster_uuid=str(cluster) if cluster is not None else None,
             raw_clique_id=str(clique) if clique is not None else None,
+            mig=state_of_mig,
         )
 
 

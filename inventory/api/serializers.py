@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from core.fields import KnownFieldsOnly
 from inventory import recarving
+from inventory.api.discovery import MigStateField
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack, RecarvePolicy
 from inventory.staleness import silent_policy
 
@@ -142,6 +143,12 @@ class GpuSerializer(serializers.ModelSerializer):
         "and for a GPU removed from its tray).",
     )
 
+    mig = MigStateField(
+        read_only=True,
+        allow_null=True,
+        help_text="MIG instances and offered profiles as the node last reported them (null: never reported)",
+    )
+
     class Meta:
         model = Gpu
         fields = [
@@ -160,6 +167,9 @@ class GpuSerializer(serializers.ModelSerializer):
             "reported_clique_id",
             "intended_clique_id",
             "drift",
+            "mig_mode",
+            "mig_pending",
+            "mig",
             "last_report_at",
         ]
         read_only_fields = fields

@@ -55,6 +55,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 
@@ -160,6 +161,19 @@ def fabric_flags(
     return tuple(flags)
 
 
+class MigState(Protocol):
+    """A GPU's MIG state as a ReportedGpu holds it: inventory.discovery.mig.GpuMig (which reads this module's
+    XML helpers, so it is named here by what the portal uses of it)."""
+
+    @property
+    def current(self) -> enum.StrEnum: ...
+
+    @property
+    def pending(self) -> enum.StrEnum: ...
+
+    def as_dict(self) -> dict: ...
+
+
 class ReportError(ValueError):
     """Input could not be understood; message says what was wrong in plain words (which line/element, what
     was expected)."""
@@ -185,6 +199,9 @@ class ReportedGpu:
     pci_bus_id: str | None = None
     recovery_action: RecoveryAction | None = None
     fabric_flags: tuple[FabricFlag, ...] = ()
+    # MIG mode and instances (inventory.discovery.mig: from `-q -x` and the node's `nvidia-smi mig` outputs,
+    # or the structured report's `mig`); None: the report did not say (text and CSV listings).
+    mig: MigState | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -626,27 +643,35 @@ def _xml_flags(health: ET.Element | None) -> tuple[FabricFlag, ...]:
     )
 
 
-def parse_xml(text: str) -> list[ReportedGpu]:
-    """GPUs from ``nvidia-smi -q -x`` output, in the order of their ``<gpu>`` elements."""
-    text = _clean(text).strip()
+def gpu_elements(text: str, error: type[ReportError] = ReportError) -> tuple[ET.Element, list[ET.Element]]:
+    """The root and the ``<gpu>`` elements of ``nvidia-smi -q -x`` output, or `error` saying why not (no
+    entities are expanded). Shared with inventory.discovery.mig, which reads the same listing."""
+    text = text.strip()
     if not text:
-        raise ReportError("the nvidia-smi -q -x output is empty")
+        raise error("the nvidia-smi -q -x output is empty")
     if re.search(r"<!ENTITY", text, re.IGNORECASE):
-        raise ReportError(
-            "the XML declares entities (<!ENTITY>); nvidia-smi never does, refusing to expand them"
-        )
+        raise error("the XML declares entities (<!ENTITY>); nvidia-smi never does, refusing to expand them")
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
         line, column = exc.position
-        raise ReportError(f"the XML is malformed at line {line}, column {column + 1}: {exc}") from None
+        raise error(f"the XML is malformed at line {line}, column {column + 1}: {exc}") from None
+    except ValueError as exc:
+        raise error(f"the XML could not be read: {_short(str(exc))}") from None
     if root.tag != "nvidia_smi_log":
-        raise ReportError(
-            f"the XML root element is <{root.tag}>, expected <nvidia_smi_log> from nvidia-smi -q -x"
+        raise error(
+            f"the XML root element is <{_short(str(root.tag), 40)}>, "
+            "expected <nvidia_smi_log> from nvidia-smi -q -x"
         )
     elements = [child for child in root if child.tag == "gpu"]
     if not elements:
-        raise ReportError("the XML has no <gpu> elements")
+        raise error("the XML has no <gpu> elements")
+    return root, elements
+
+
+def parse_xml(text: str) -> list[ReportedGpu]:
+    """GPUs from ``nvidia-smi -q -x`` output, in the order of their ``<gpu>`` elements."""
+    root, elements = gpu_elements(_clean(text))
     _check_attached(_xtext(root, "attached_gpus"), len(elements), "<gpu> elements")
     gpus = []
     for index, gpu in enumerate(elements):

@@ -2,9 +2,9 @@
 
 Pure (no Django). Two reports hash alike exactly when reconciling the second could change nothing the first
 did not: the same GPUs (every field the parsers read, including the raw values problem messages quote, the
-PCI bus ids XIDs map to, the recovery actions and fabric health flags), the same input format, and the same
-agent version and interval (written on the tray). Volatile readings nvidia-smi prints (temperatures,
-clocks, utilization, a timestamp) are never parsed, so they never count.
+PCI bus ids XIDs map to, the recovery actions and fabric health flags, the MIG mode and instances), the same
+input format, and the same agent version and interval (written on the tray). Volatile readings nvidia-smi
+prints (temperatures, clocks, utilization, a timestamp) are never parsed, so they never count.
 
 The hash is what the portal answers (`report_sha256`) and what a node agent may send back instead of its
 body (inventory.api.discovery): 64 lower-case hex digits.
@@ -19,7 +19,7 @@ import re
 from inventory.discovery.nvidia_smi import ReportedGpu
 
 HASH_RE = re.compile(r"^[0-9a-f]{64}$")
-VERSION = 1  # part of the hashed text: a change of what is hashed makes every stored hash differ
+VERSION = 2  # part of the hashed text: a change of what is hashed makes every stored hash differ
 
 
 def _gpu(gpu: ReportedGpu) -> list:
@@ -39,6 +39,7 @@ def _gpu(gpu: ReportedGpu) -> list:
         gpu.pci_bus_id,
         str(gpu.recovery_action.value) if gpu.recovery_action is not None else None,
         sorted(str(flag.value) for flag in gpu.fabric_flags),
+        gpu.mig.as_dict() if gpu.mig is not None else None,
     ]
 
 

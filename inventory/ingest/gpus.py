@@ -15,6 +15,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
 from core.audit import record_bulk_change
+from inventory.choices import MigMode
 from inventory.discovery.nvidia_smi import ReportedGpu
 from inventory.ingest.results import IngestResult, OutOfScope
 from inventory.models import AgentToken, ComputeTray, Gpu
@@ -23,7 +24,8 @@ from inventory.models import AgentToken, ComputeTray, Gpu
 CLAIM_WINDOW = timedelta(minutes=15)
 
 # The GPU columns whose bulk changes are announced (attname -> field name where they differ); freshness,
-# serial, product and memory are not decisions' inputs.
+# serial, product and memory are not decisions' inputs. A MIG mode change is announced only into or out of
+# "enabled" (the first report saying "disabled" or "not supported" changes no decision).
 _ANNOUNCED = (
     "tray_id",
     "index",
@@ -32,6 +34,7 @@ _ANNOUNCED = (
     "fabric_status",
     "reported_cluster_uuid",
     "reported_clique_id",
+    "mig_mode",
 )
 _FIELD_NAME = {"tray_id": "tray"}
 
@@ -150,6 +153,7 @@ def reconcile_gpus(
     # and one bulk_update (CASE per row) of the GPUs that changed, with the fields any of them changed.
     changes: dict[tuple, list[int]] = {}
     created = []
+    mig_changed: list[Gpu] = []  # GPUs whose MIG instances or profiles changed (a JSON column: written apart)
     for wanted in gpus:
         values = {
             "tray_id": tray.pk,
@@ -165,11 +169,18 @@ def reconcile_gpus(
         for name in ("serial", "product", "memory_mib"):
             if getattr(wanted, name):
                 values[name] = getattr(wanted, name)
+        if wanted.mig is not None:  # a report that does not say (text, CSV) leaves what was known
+            values["mig_mode"] = wanted.mig.current.value
+            values["mig_pending"] = wanted.mig.pending.value
         gpu = known.get(wanted.uuid)
+        mig = wanted.mig.as_dict() if wanted.mig is not None else None
         if gpu is None:
-            created.append(Gpu(uuid=wanted.uuid, last_report_at=now, **values))
+            created.append(Gpu(uuid=wanted.uuid, last_report_at=now, mig=mig, **values))
             result.created.append(wanted.uuid)
             continue
+        if mig is not None and gpu.mig != mig:
+            gpu.mig = mig
+            mig_changed.append(gpu)
         if gpu.pk in vacated:  # as the database has it now
             gpu.detached_from_id = gpu.tray_id if gpu.tray_id is not None else gpu.detached_from_id
             gpu.tray_id = gpu.index = None
@@ -197,11 +208,17 @@ def reconcile_gpus(
         # Each row writes every field any changed: its others as loaded (locked above; vacated rows were
         # set to no tray above, as the database has them).
         Gpu.objects.bulk_update(rows, sorted(fields))
+    if mig_changed:
+        Gpu.objects.bulk_update(mig_changed, ["mig"])
     if created:
         Gpu.objects.bulk_create(created)
     announced = {}
     for pk, old in before.items():
-        diff = {_FIELD_NAME.get(k, k): (v, after[pk][k]) for k, v in old.items() if v != after[pk][k]}
+        diff = {
+            _FIELD_NAME.get(k, k): (v, after[pk][k])
+            for k, v in old.items()
+            if v != after[pk][k] and (k != "mig_mode" or MigMode.ENABLED in (v, after[pk][k]))
+        }
         if diff:
             announced[pk] = diff
     record_bulk_change(Gpu, announced)

@@ -8,7 +8,7 @@ from django.db.models.functions import Concat, Lower, Substr
 
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from inventory import names
-from inventory.choices import FabricState, GpuHealth, TrayState
+from inventory.choices import FabricState, GpuHealth, MigMode, TrayState
 from inventory.models.racks import NVLinkPartition, Rack
 from inventory.validators import validate_hostname
 
@@ -114,6 +114,12 @@ class Gpu(models.Model):
     fabric_status = models.CharField(max_length=64, blank=True)
     reported_cluster_uuid = models.UUIDField(null=True, blank=True)
     reported_clique_id = models.PositiveIntegerField(null=True, blank=True)
+    # MIG (Multi-Instance GPU) as the node last reported it (inventory.discovery.mig): the mode now, the mode
+    # after the next GPU reset, and what the node listed (instances with profile, placement and UUID, the
+    # profiles the driver offers: GpuMig.as_dict()). Blank and None until a report that says.
+    mig_mode = models.CharField(max_length=16, choices=MigMode.choices, blank=True)
+    mig_pending = models.CharField(max_length=16, choices=MigMode.choices, blank=True)
+    mig = models.JSONField(null=True, blank=True)
     last_report_at = models.DateTimeField(null=True, blank=True)
     # While the GPU is on no tray: the tray discovery detached it from. A rack's or a host's agent token may
     # put a GPU back only where its scope covers the tray it left (inventory.ingest.gpus.require_in_scope), so
@@ -156,7 +162,11 @@ class Gpu(models.Model):
                 name="%(app_label)s_%(class)s_detached_only_off_tray",
             ),
         ]
-        indexes = [models.Index(fields=["health"], name="inventory_gpu_health_idx")]
+        indexes = [
+            models.Index(fields=["health"], name="inventory_gpu_health_idx"),
+            # GPUs in MIG mode are few and not given whole (tenancy.services.unschedulable_gpus).
+            models.Index(fields=["mig_mode"], name="inventory_gpu_mig_mode_idx"),
+        ]
 
     def __str__(self):
         return self.uuid

@@ -20,6 +20,7 @@ from inventory.models import ComputeTray, Gpu, HealthCheckResult, HealthEvent
 from tests.agent.conftest import (
     HOST,
     SAMPLE,
+    SAMPLE_CLUSTER,
     SAMPLE_PCI,
     fake_nvidia_smi,
     issue_token,
@@ -434,3 +435,45 @@ def test_the_portal_takes_the_xids_checks_and_agent_keys(live_server, node):
     assert events[13].gpu.index == 1 and events[13].mnemonic == "ROBUST_CHANNEL_GR_EXCEPTION"
     [check] = HealthCheckResult.objects.filter(tray=tray)
     assert (check.name, check.exit_status, check.output) == ("sh -c 'echo pass'", 0, "pass\n")
+
+
+# --- MIG: what the agent collects is what the portal reads ------------------------------------------------
+
+MIG_FIXTURES = SAMPLE.parent.parent / "mig"  # tests/inventory/fixtures/mig: the parser's own fixtures
+
+
+def mig_nvidia_smi(node: Node) -> None:
+    """The node's nvidia-smi answers as a GB200 with GPU 0 in MIG mode: `-q -x` and the four MIG listings."""
+    xml = (MIG_FIXTURES / "gb200_mig.xml").read_text()
+    fixture_uuids = re.findall(r"<uuid>(GPU-[^<]+)</uuid>", xml)
+    answers = {"-q -x": xml}
+    for key in ("lgip", "lgipp", "lgi"):
+        answers[f"mig -{key}"] = (MIG_FIXTURES / f"gb200_{key}.txt").read_text()
+    answers["-L"] = (MIG_FIXTURES / "gb200_list.txt").read_text()
+    script = ["#!/bin/sh", 'case "$*" in']
+    for number, (arguments, text) in enumerate(answers.items()):
+        for fixture_uuid, gpu in zip(fixture_uuids, node.tray.gpus.order_by("index"), strict=True):
+            text = text.replace(fixture_uuid, gpu.uuid)
+        text = text.replace(SAMPLE_CLUSTER, str(node.tray.rack.cluster_uuid))
+        text = text.replace(
+            "<cliqueId>32766</cliqueId>", f"<cliqueId>{node.tray.partition.clique_id}</cliqueId>"
+        )
+        answer = node.folder / f"mig-answer-{number}.txt"
+        answer.write_text(text)
+        script.append(f"  '{arguments}') cat '{answer}' ;;")
+    script += ['  *) echo "fake nvidia-smi: no answer for $*" >&2; exit 2 ;;', "esac", ""]
+    node.nvidia_smi.write_text("\n".join(script))
+
+
+def test_a_node_in_mig_mode_reports_its_instances_and_the_portal_stores_them(live_server, node):
+    mig_nvidia_smi(node)
+    done = node.once(live_server.url)
+    assert done.returncode == 0, done.stderr
+    assert lines(done.stderr, "posted the report for gb-r01-t03: 200, 4 GPUs"), done.stderr
+    gpu = Gpu.objects.get(tray=node.tray, index=0)
+    assert gpu.mig_mode == "enabled" and gpu.mig["complete"] is True
+    assert sorted(i["profile"] for i in gpu.mig["instances"]) == ["1g.23gb", "1g.23gb", "2g.47gb", "3g.93gb"]
+    assert all(i["uuid"].startswith("MIG-") for i in gpu.mig["instances"])
+    # The same state next time: the agent sends only its hash, and the portal takes it as unchanged.
+    again = node.once(live_server.url)
+    assert lines(again.stderr, "posted the report hash for gb-r01-t03: 200, unchanged"), again.stderr

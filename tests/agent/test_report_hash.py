@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from inventory.discovery.mig import with_mig
 from inventory.discovery.nvidia_smi import ReportError, parse_xml, validate_report
 from inventory.discovery.report_hash import report_hash
 from inventory.models import ComputeTray
@@ -46,7 +47,7 @@ def agent_module():
 def portal_view(xml: str) -> str:
     """The portal's canonical hash of a listing, or the refusal."""
     try:
-        return report_hash("xml", validate_report(parse_xml(xml)), "0.1.0", 60)
+        return report_hash("xml", validate_report(with_mig(parse_xml(xml), xml, None)), "0.1.0", 60)
     except ReportError as refusal:
         return f"refused: {refusal}"
 

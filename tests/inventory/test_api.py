@@ -239,6 +239,9 @@ def test_gpu_list_content(demo_inventory, client):
         "reported_clique_id": 2,
         "intended_clique_id": 2,
         "drift": False,
+        "mig_mode": "disabled",
+        "mig_pending": "disabled",
+        "mig": None,
         "last_report_at": row["last_report_at"],
     }
     assert not any(r["drift"] for r in rows)

@@ -95,6 +95,19 @@ def test_left_out_and_unhealthy_trays_are_warnings():
     assert check.ok
 
 
+def test_a_tray_with_mig_gpus_in_a_multi_tray_partition_is_a_warning_and_alone_it_is_not():
+    trays = rack(t03={"mig_gpus": 2}, t12={"mig_gpus": 1})
+    layout = [PlannedPartition("p1", tuple(range(1, 10))), PlannedPartition("solo", (12,))]
+    check = check_plan("gb-r01", trays, layout)
+    warnings = [w for w in messages(check, Level.WARNING) if "MIG" in w]
+    assert warnings == [
+        "Tray 3 (gb-r01-t03) is in p1 with other trays although 2 of its GPUs are in MIG mode: MIG instances "
+        "have no NVLink peer-to-peer (every MIG profile reports P2P No), so the tray takes no job spanning "
+        "trays while MIG is on. Give it a partition of its own, or turn MIG off first."
+    ]
+    assert check.ok  # a warning: the rest of the partition still serves gangs
+
+
 def test_running_work_on_a_changing_tray_refuses_the_plan_unless_drained_first():
     trays = rack(t03={"running_jobs": ("train-7",)})
     refused = check_plan("gb-r01", trays, preset_layout("2x9"))

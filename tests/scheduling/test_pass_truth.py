@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from core.audit import bulk_changed
 from core.models import AuditEvent
-from inventory.choices import GpuHealth, TrayState
+from inventory.choices import GpuHealth, MigMode, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
 from scheduling.choices import JobEventKind, JobState, PriorityClass
 from scheduling.models import Job, JobEvent, SchedulerState, SchedulingRequest
@@ -59,6 +59,7 @@ def test_only_changes_a_decision_depends_on_ask_for_a_pass(demo_inventory):
     ]
     assert requests_made(save(gpu, health=GpuHealth.UNHEALTHY)) == [f"GPU {gpu.uuid}: health"]
     assert requests_made(save(gpu, reported_clique_id=7)) == [f"GPU {gpu.uuid}: reported_clique_id"]
+    assert requests_made(save(gpu, mig_mode=MigMode.ENABLED)) == [f"GPU {gpu.uuid}: mig_mode"]
     assert requests_made(save(department, guaranteed_gpus=24, priority=2)) == [
         "department Research and Development: guaranteed_gpus, priority"
     ]

@@ -11,7 +11,9 @@ from django.db import connection, connections
 
 from core.access import Role
 from core.models import AuditEvent
-from inventory.choices import GpuHealth, TrayState
+from inventory.choices import GpuHealth, MigMode, TrayState
+from inventory.demo import seed_mig_gpu
+from inventory.discovery.mig import GpuMig
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
 from tenancy import services
 from tenancy.models import DedicatedPartition, Department, Membership, TenancySettings
@@ -51,6 +53,12 @@ def test_schedulable_gpus_leave_out_trays_not_up_and_unhealthy_gpus(capacity):
         Gpu.objects.filter(tray__state=TrayState.UP).exclude(health=GpuHealth.UNHEALTHY).count()
     )
     assert 0 < capacity < 216  # the seed drains one tray and breaks a GPU
+    # The demo's MIG GPU (seed_demo's): not given whole, so one GPU less, and counted among the unschedulable.
+    gpu = seed_mig_gpu()
+    assert gpu is not None and gpu.mig_mode == MigMode.ENABLED
+    assert schedulable_gpus() == capacity - 1
+    assert services.unschedulable_gpus().filter(pk=gpu.pk).exists()
+    assert GpuMig.from_dict(Gpu.objects.get(pk=gpu.pk).mig).complete  # what it stores reads back
 
 
 def test_guarantees_may_fill_the_capacity_but_never_exceed_it(capacity):

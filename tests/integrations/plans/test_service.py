@@ -10,7 +10,7 @@ from django.db import connection, connections
 
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
-from inventory.choices import PlanStatus, TrayState
+from inventory.choices import MigMode, PlanStatus, TrayState
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import PlannedPartition, preset_layout
 from scheduling.choices import JobState
@@ -355,3 +355,13 @@ def test_a_plan_that_changes_nothing_is_refused_and_a_changed_dedication_is_not(
     # own reason).
     findings = plans.check(rack, [planned[0]]).findings
     assert not any("already carved" in f.message for f in findings), findings
+
+
+def test_the_check_warns_of_a_tray_whose_gpu_is_in_mig_mode_in_a_multi_tray_partition(rack):
+    tray = ComputeTray.objects.get(rack=rack, slot=3)
+    tray.gpus.filter(index__in=[0, 1]).update(mig_mode=MigMode.ENABLED)
+    findings = plans.check(rack, preset_layout("2x9")).findings
+    [warning] = [f.message for f in findings if "MIG" in f.message]
+    assert warning.startswith(f"Tray 3 ({tray.hostname}) is in p1 with other trays although 2 of its GPUs")
+    alone = [PlannedPartition("p1", (3,)), PlannedPartition("p2", tuple(s for s in range(1, 19) if s != 3))]
+    assert not [f for f in plans.check(rack, alone).findings if "MIG" in f.message]
