@@ -324,9 +324,12 @@ def test_a_vanished_nvidia_smi_gives_no_mig_and_does_not_crash(agent, tmp_path, 
 
 def test_the_digest_follows_the_mig_state(agent):
     digest = agent.listing_digest(MIG_XML, "0.1.0", 60, OUTPUTS)
-    # Nothing the portal reads changed: a temperature, and blanks at the ends of lines.
-    assert "<gpu_temp>" in MIG_XML
-    same_xml = MIG_XML.replace("<gpu_temp>", "<gpu_temp>1", 1)
+    # Nothing the portal reads changed: a temperature, a MIG device's memory in use (it moves while jobs
+    # run), and blanks at the ends of lines.
+    assert "<gpu_temp>" in MIG_XML and "<used>13 MiB</used>" in MIG_XML
+    same_xml = MIG_XML.replace("<gpu_temp>", "<gpu_temp>1", 1).replace(
+        "<used>13 MiB</used>", "<used>9000 MiB</used>"
+    )
     padded = {key: text.replace("\n", "   \n") for key, text in OUTPUTS.items()}
     assert agent.listing_digest(same_xml, "0.1.0", 60, dict(reversed(list(padded.items())))) == digest
     # Only the GPU instances changed.
