@@ -353,10 +353,11 @@ class NvidiaSmi:
         return outputs
 
 
-# What the portal reads of each <gpu> (inventory.discovery.nvidia_smi.parse_xml): when none of it changed,
-# neither did the portal's parsed report. Whole subtrees for fabric, pci and the MIG mode (a superset is
-# safe: it only makes the digest change more often); of the MIG devices, what MIG_DEVICE_PATHS names. tests/agent/test_report_hash.py changes
-# every other element of a real listing and checks the portal's parse does not move.
+# What the portal reads of each <gpu> (inventory.discovery.nvidia_smi.parse_xml and inventory.discovery.mig):
+# when none of it changed, neither did the portal's parsed report. Whole subtrees for fabric, pci and the MIG
+# mode (a superset is safe: it only makes the digest change more often); of the MIG devices, what
+# MIG_DEVICE_PATHS names. tests/agent/test_report_hash.py changes every other element of a real listing and
+# checks the portal's parse does not move.
 DIGEST_PATHS = (
     "uuid",
     "serial",

@@ -16,6 +16,7 @@ from django.utils import timezone
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
 from inventory.choices import FabricState, GpuHealth, MigMode, SystemModel, TrayState
 from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
+from inventory.ingest.gpus import write_mig_devices
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
 PRODUCTS = {
@@ -191,7 +192,7 @@ def seed_mig_gpu(seed: int = 7) -> Gpu | None:
     )
     if gpu is None:
         return None
-    rng = random.Random(seed)
+    rng = random.Random(f"mig-{seed}")  # not the datacenter's sequence: its UUIDs are the racks'
     profiles = {
         pid: MigProfile(pid, name, 0, count, memory, False, sms, tuple((start, size) for start in starts))
         for pid, name, count, memory, sms, starts, size in GB200_MIG_PROFILES
@@ -217,4 +218,5 @@ def seed_mig_gpu(seed: int = 7) -> Gpu | None:
         gpu.uuid, MigMode.ENABLED, MigMode.ENABLED, tuple(instances), tuple(profiles.values()), True
     ).as_dict()
     gpu.save(update_fields=["mig_mode", "mig_pending", "mig"])
+    write_mig_devices({gpu.pk: gpu.mig})
     return gpu

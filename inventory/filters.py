@@ -5,7 +5,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.filters import BooleanFilter, IntegerFilter
-from inventory.choices import FabricState, GpuHealth, SystemModel, TrayState
+from inventory.choices import FabricState, GpuHealth, MigMode, SystemModel, TrayState
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from inventory.staleness import silent_policy, silent_q
 
@@ -67,9 +67,19 @@ class GpuFilter(django_filters.FilterSet):
     tray = django_filters.CharFilter(field_name="tray__hostname")
     health = django_filters.MultipleChoiceFilter(choices=GpuHealth.choices)
     fabric_state = django_filters.MultipleChoiceFilter(choices=FabricState.choices)
+    mig_mode = django_filters.MultipleChoiceFilter(choices=MigMode.choices)
     clique_id = IntegerFilter(field_name="reported_clique_id")
     intended_clique_id = IntegerFilter(field_name="tray__partition__clique_id")
 
     class Meta:
         model = Gpu
-        fields = ["rack", "tray", "health", "fabric_state", "clique_id", "intended_clique_id", "uuid"]
+        fields = [
+            "rack",
+            "tray",
+            "health",
+            "fabric_state",
+            "mig_mode",
+            "clique_id",
+            "intended_clique_id",
+            "uuid",
+        ]

@@ -290,18 +290,36 @@ def _check_unschedulable(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: 
                 f"Tray {slot} ({tray.hostname}) is in {owner[slot]} although {' and '.join(why)}: "
                 "leave it out unless it will be fixed soon.",
             )
-    size = {name: sum(1 for o in owner.values() if o == name) for name in set(owner.values())}
+    _check_mig(check, by_slot, owner)
+
+
+def _check_mig(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:
+    """One warning per planned partition of more than one tray that holds trays with GPUs in MIG mode."""
+    members: dict[str, list[int]] = {}
     for slot in sorted(owner):
-        tray = by_slot[slot]
-        if tray.mig_gpus and size[owner[slot]] > 1:
-            gpus = "1 of its GPUs is" if tray.mig_gpus == 1 else f"{tray.mig_gpus} of its GPUs are"
-            check.add(
-                Level.WARNING,
-                f"Tray {slot} ({tray.hostname}) is in {owner[slot]} with other trays although {gpus} in MIG "
-                "mode: MIG instances have no NVLink peer-to-peer (every MIG profile reports P2P No), so the "
-                "tray takes no job spanning trays while MIG is on. Give it a partition of its own, or turn "
-                "MIG off first.",
-            )
+        members.setdefault(owner[slot], []).append(slot)
+    for name, slots in members.items():
+        mig = [by_slot[slot] for slot in slots if by_slot[slot].mig_gpus]
+        if not mig or len(slots) == 1:
+            continue
+        one = len(mig) == 1
+        trays = _and_words([f"{tray.slot} ({tray.hostname}, {_gpus(tray.mig_gpus)})" for tray in mig])
+        check.add(
+            Level.WARNING,
+            f"{name} holds {'tray' if one else 'trays'} {trays} in MIG mode. MIG instances have no NVLink "
+            "peer-to-peer (every MIG profile reports P2P No), so while MIG is on, jobs spanning trays in "
+            f"{name} use only its other {len(slots) - len(mig)} trays; the other GPUs of "
+            f"{'that tray' if one else 'those trays'} still take jobs of one tray. Turn MIG off on "
+            f"{'it' if one else 'them'} to give {name} all its trays.",
+        )
+
+
+def _gpus(n: int) -> str:
+    return "1 GPU" if n == 1 else f"{n} GPUs"
+
+
+def _and_words(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _number_cliques(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:

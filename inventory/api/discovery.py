@@ -310,8 +310,6 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
                 attrs["format"], parsed = "json", [self._gpu(gpu, i) for i, gpu in enumerate(attrs["gpus"])]
             parsed = self._with_mig(attrs, parsed)
             attrs["parsed"] = validate_report(parsed)
-        except mig.MigReportError as error:
-            raise serializers.ValidationError({"mig" if "mig" in attrs else field: str(error)}) from error
         except ReportError as error:
             raise serializers.ValidationError({field: str(error)}) from error
         return attrs
@@ -329,7 +327,13 @@ class NodeReportSerializer(KnownFieldsOnly, serializers.Serializer):
                     }
                 )
             return parsed
-        return mig.with_mig(parsed, attrs["nvidia_smi"], dict(attrs.get("mig", {})))
+        if "mig" not in attrs:
+            return mig.with_mig(parsed, attrs["nvidia_smi"], None)  # a refusal: the listing's, as before
+        mig.combine(attrs["nvidia_smi"], None)  # the listing's own MIG fields first: refused as the listing's
+        try:
+            return mig.with_mig(parsed, attrs["nvidia_smi"], dict(attrs["mig"]))
+        except mig.MigReportError as error:
+            raise serializers.ValidationError({"mig": str(error)}) from error
 
     @staticmethod
     def _refuse_more_than_the_hash(attrs) -> None:

@@ -122,7 +122,9 @@ from inventory.discovery.nvidia_smi import (
     gpu_elements,
 )
 
-MAX_INPUT_CHARS = 1 << 20  # each of the five inputs; a 4-GPU tray's -q -x is ~25 KB
+MAX_INPUT_CHARS = 1 << 20  # each of the four mig outputs; a 4-GPU tray's -q -x is ~25 KB
+# The -q -x listing itself is bounded where it arrives (the request body), as it was before MIG was read.
+MAX_XML_CHARS = 64 << 20
 MAX_LINE_CHARS = 512  # the longest real line is ~85 characters; bounds every regex below
 MAX_INSTANCES = 7  # per GPU: 7 compute slices, at most 7 GPU instances (MIG User Guide, operations.md 1.1)
 MEMORY_SLICES = 8  # placements are start:size in these units
@@ -641,7 +643,7 @@ def _instance_from_dict(data: Any, parent: str, where: str) -> MigInstance:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _text(value: Any, what: str) -> str:
+def _text(value: Any, what: str, limit: int = MAX_INPUT_CHARS) -> str:
     if isinstance(value, bytes | bytearray):
         try:
             value = bytes(value).decode("utf-8")
@@ -649,10 +651,8 @@ def _text(value: Any, what: str) -> str:
             raise MigReportError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(value, str):
         raise MigReportError(f"{what}: expected the command's output as text, got {type(value).__name__}")
-    if len(value) > MAX_INPUT_CHARS:
-        raise MigReportError(
-            f"{what} is longer than {MAX_INPUT_CHARS} characters; that is not nvidia-smi output"
-        )
+    if len(value) > limit:
+        raise MigReportError(f"{what} is longer than {limit} characters; that is not nvidia-smi output")
     return value.lstrip("\ufeff")
 
 
@@ -1212,7 +1212,7 @@ def combine(xml: str, mig: Mapping[str, str] | None) -> dict[str, GpuMig]:
     order). ``mig`` holds the raw outputs of ``nvidia-smi mig -lgip`` / ``mig -lgipp`` / ``mig -lgi`` / ``-L``
     under ``lgip`` / ``lgipp`` / ``lgi`` / ``list`` (each optional; None: not sent). MigReportError, in plain
     words, for anything that cannot be read or describes an impossible layout (module docstring)."""
-    gpus = _parse_xml(_text(xml, "the nvidia-smi -q -x output"))
+    gpus = _parse_xml(_text(xml, "the nvidia-smi -q -x output", MAX_XML_CHARS))
     outputs = _outputs(mig)
     profiles = _profiles(outputs, gpus)
     complete = "lgi" in outputs

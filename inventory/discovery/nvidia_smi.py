@@ -212,6 +212,8 @@ class ReportedGpu:
             "state": str(self.state.value),
             "status": self.status,
             "health": str(self.health.value),
+            # What the report said of MIG (None: nothing; text and CSV listings do not say).
+            "mig_mode": str(self.mig.current.value) if self.mig is not None else None,
         }
 
 

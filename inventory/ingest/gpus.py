@@ -9,16 +9,17 @@ fleet token (scope None) may move any GPU: a real RMA moves GPUs between racks.
 """
 
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 
 from django.db.models import F, Q
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Lower
 
 from core.audit import record_bulk_change
 from inventory.choices import MigMode
 from inventory.discovery.nvidia_smi import ReportedGpu
 from inventory.ingest.results import IngestResult, OutOfScope
-from inventory.models import AgentToken, ComputeTray, Gpu
+from inventory.models import AgentToken, ComputeTray, Gpu, MigDevice
 
 # A GPU another tray reported within this window is still that tray's: see contested.
 CLAIM_WINDOW = timedelta(minutes=15)
@@ -106,6 +107,64 @@ def contested(tray: ComputeTray, gpus: list[ReportedGpu], known, now) -> dict[st
     }
 
 
+def mig_claims(tray: ComputeTray, gpus: list[ReportedGpu], now) -> dict[str, str]:
+    """GPUs of this report whose MIG UUIDs another GPU still holds, as {GPU uuid: problem}.
+
+    The GPU rule (`contested`) for MIG devices: a MIG UUID another GPU's node reported within CLAIM_WINDOW
+    stays with that GPU, and this report's MIG state for the GPU claiming it is not applied (a problem on the
+    tray names both); a holder that stopped reporting gives it up (its rows go as this GPU's are written)."""
+    claimed = {
+        instance.uuid.lower(): (gpu, instance.uuid)
+        for gpu in gpus
+        if gpu.mig is not None
+        for instance in getattr(gpu.mig, "instances", ())
+        if instance.uuid
+    }
+    if not claimed:
+        return {}
+    problems: dict[str, str] = {}
+    since = now - CLAIM_WINDOW
+    for device_uuid, holder, host, seen in (
+        MigDevice.objects.annotate(lowered=Lower("uuid"))
+        .filter(lowered__in=list(claimed))
+        .values_list("lowered", "gpu__uuid", "gpu__tray__hostname", "gpu__last_report_at")
+    ):
+        gpu, printed = claimed[device_uuid]
+        if holder == gpu.uuid or seen is None or seen < since or gpu.uuid in problems:
+            continue
+        problems[gpu.uuid] = (
+            f"GPU {gpu.index} ({gpu.uuid}) reports MIG device {printed}, which GPU {holder} on "
+            f"{host or 'no tray'} reported at {seen:%Y-%m-%d %H:%M:%S %Z}; this GPU's MIG state is not "
+            "updated until that GPU stops reporting it"
+        )
+    return problems
+
+
+def write_mig_devices(gpus: dict[int, dict]) -> None:
+    """Replace the MIG device rows of the GPUs (pk -> GpuMig.as_dict()) with those their state lists; rows of
+    other GPUs holding the same UUIDs (their nodes stopped reporting them: mig_claims) go."""
+    rows = [
+        MigDevice(
+            gpu_id=pk,
+            uuid=instance["uuid"],
+            gpu_instance_id=instance["gpu_instance_id"],
+            compute_instance_id=instance["compute_instance_id"],
+            profile=instance["profile"],
+            placement_start=instance["placement_start"],
+            placement_size=instance["placement_size"],
+        )
+        for pk, state in gpus.items()
+        for instance in state.get("instances", ())
+        if instance.get("uuid") and instance.get("compute_instance_id") is not None
+    ]
+    MigDevice.objects.filter(gpu_id__in=list(gpus)).delete()
+    if rows:
+        MigDevice.objects.annotate(lowered=Lower("uuid")).filter(
+            lowered__in=[row.uuid.lower() for row in rows]
+        ).delete()
+        MigDevice.objects.bulk_create(rows)
+
+
 def reconcile_gpus(
     tray: ComputeTray, gpus: list[ReportedGpu], now, result: IngestResult, scope: AgentToken | None = None
 ) -> None:
@@ -120,6 +179,9 @@ def reconcile_gpus(
     result.report.problems.extend(claims.values())
     result.contested = len(claims)
     gpus = [gpu for gpu in gpus if gpu.uuid not in claims]
+    mig_held = mig_claims(tray, gpus, now)
+    result.report.problems.extend(mig_held.values())
+    gpus = [replace(gpu, mig=None) if gpu.uuid in mig_held else gpu for gpu in gpus]
     reported = {gpu.uuid: gpu for gpu in gpus}
     known = {gpu.uuid: gpu for gpu in locked if gpu.uuid not in claims}
 
@@ -211,7 +273,11 @@ def reconcile_gpus(
     if mig_changed:
         Gpu.objects.bulk_update(mig_changed, ["mig"])
     if created:
-        Gpu.objects.bulk_create(created)
+        created = Gpu.objects.bulk_create(created)
+    devices = {gpu.pk: gpu.mig for gpu in mig_changed}
+    devices.update((gpu.pk, gpu.mig) for gpu in created if gpu.mig is not None)
+    if devices:
+        write_mig_devices(devices)
     announced = {}
     for pk, old in before.items():
         diff = {

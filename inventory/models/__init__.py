@@ -16,7 +16,7 @@ from inventory.models.health import HealthAction, HealthCheckResult, HealthEvent
 from inventory.models.plans import PartitionPlan
 from inventory.models.racks import NVLinkPartition, Rack
 from inventory.models.recarving import RecarvePolicy
-from inventory.models.trays import ComputeTray, Gpu
+from inventory.models.trays import ComputeTray, Gpu, MigDevice
 
 __all__ = [
     "AgentToken",
@@ -27,6 +27,7 @@ __all__ = [
     "HealthEvent",
     "HealthRule",
     "HealthSettings",
+    "MigDevice",
     "NVLinkPartition",
     "PartitionPlan",
     "Rack",

@@ -170,3 +170,41 @@ class Gpu(models.Model):
 
     def __str__(self):
         return self.uuid
+
+
+class MigDeviceQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if user.is_authenticated else self.none()
+
+
+class MigDevice(models.Model):
+    """One MIG device (a compute instance of a GPU instance) with its UUID, as a node reported it.
+
+    Written with `Gpu.mig` from the same report (inventory.ingest.gpus): the GPU's JSON is what its page and
+    API show; these rows make a MIG UUID belong to one GPU of the fleet (a report claiming one another GPU
+    still holds is not applied to that GPU: inventory.ingest.gpus.mig_claims) and are what jobs holding a
+    slice will point at."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="mig_devices")
+    uuid = models.CharField(max_length=96, help_text='As nvidia-smi -L prints it: "MIG-..."')
+    gpu_instance_id = models.PositiveSmallIntegerField()
+    compute_instance_id = models.PositiveSmallIntegerField()
+    profile = models.CharField(max_length=32)
+    placement_start = models.PositiveSmallIntegerField()
+    placement_size = models.PositiveSmallIntegerField()
+
+    objects = MigDeviceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["gpu", "placement_start", "gpu_instance_id", "compute_instance_id"]
+        verbose_name = "MIG device"
+        constraints = [
+            models.UniqueConstraint(Lower("uuid"), name="%(app_label)s_%(class)s_unique_uuid_ci"),
+            models.UniqueConstraint(
+                fields=["gpu", "gpu_instance_id", "compute_instance_id"],
+                name="%(app_label)s_%(class)s_unique_instance",
+            ),
+        ]
+
+    def __str__(self):
+        return self.uuid

@@ -4,14 +4,16 @@ whole, with nothing written, when it cannot be read."""
 
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from inventory.choices import MigMode
-from inventory.models import ComputeTray, Gpu
+from inventory.models import ComputeTray, Gpu, MigDevice
 from tests.factories import node_report, token_client
 
 pytestmark = pytest.mark.django_db
@@ -62,10 +64,13 @@ def test_a_mig_report_is_stored_on_the_gpu_and_shown_on_its_page(agent, tray, ad
     client = Client()
     client.force_login(admin_user)
     html = client.get(reverse("inventory:gpu-detail", args=[gpu.pk])).content.decode()
-    assert "MIG (Multi-Instance GPU)" in html and "memory slices 4\u20137" in html
+    assert "MIG (Multi-Instance GPU)" in html and '4\u20137 <span class="muted">of 0\u20137' in html
     assert "MIG-6f1a2b3c-4d5e-5f60-8a7b-9c0d1e2f3a4b" in html and "1g.47gb" in html  # an offered profile
     rack = client.get(reverse("scheduling:rack-detail", args=[tray.rack.name])).content.decode()
     assert 'aria-label="MIG mode"' in rack
+    listed = client.get("/api/v1/gpus/?mig_mode=enabled").json()
+    assert [row["id"] for row in listed["results"]] == [gpu.pk]
+    assert client.get("/api/v1/gpus/?mig_mode=on").status_code == 400
     api = client.get(f"/api/v1/gpus/{gpu.pk}/").json()
     assert (api["mig_mode"], api["mig"]["instances"][3]["uuid"]) == (
         "enabled",
@@ -129,3 +134,36 @@ def test_a_structured_report_carries_each_gpus_mig_and_a_listing_without_it_keep
     )
     assert agent.post(URL, {"host": tray.hostname, "nvidia_smi": csv}, format="json").status_code == 200
     assert Gpu.objects.get(tray=tray, index=0).mig_mode == MigMode.ENABLED
+
+
+def test_a_mig_uuid_another_gpu_still_holds_is_not_taken_and_the_tray_says_why(agent, tray):
+    assert agent.post(URL, report(tray), format="json").status_code == 200
+    held = set(MigDevice.objects.filter(gpu__tray=tray).values_list("uuid", flat=True))
+    assert len(held) == 4  # the fixture's four MIG devices
+    # Another tray's node reports the same MIG UUIDs on its GPU 0 (a copied listing, a broken agent).
+    other = ComputeTray.objects.select_related("rack", "partition").get(hostname="gb-r02-t11")
+    answer = agent.post(URL, report(other), format="json")
+    assert answer.status_code == 200, answer.content
+    [problem] = [p for p in answer.json()["problems"] if "MIG device" in p]
+    assert "which GPU" in problem and tray.hostname in problem
+    assert Gpu.objects.get(tray=other, index=0).mig is None  # not applied to the claiming GPU
+    assert set(MigDevice.objects.filter(gpu__tray=tray).values_list("uuid", flat=True)) == held
+    assert not MigDevice.objects.filter(gpu__tray=other).exists()
+    # Once the holder stopped reporting (past the claim window), the devices move with the next report.
+    Gpu.objects.filter(tray=tray).update(last_report_at=timezone.now() - timedelta(hours=1))
+    assert agent.post(URL, report(other), format="json").status_code == 200
+    assert set(MigDevice.objects.filter(gpu__tray=other).values_list("uuid", flat=True)) == held
+    assert not MigDevice.objects.filter(gpu__tray=tray).exists()
+
+
+def test_a_refusal_names_the_input_at_fault(agent, tray):
+    bad_mode = report(tray)
+    bad_mode["nvidia_smi"] = bad_mode["nvidia_smi"].replace(
+        "<current_mig>Enabled</current_mig>", "<current_mig>Sometimes</current_mig>", 1
+    )
+    for body in (bad_mode, {key: value for key, value in bad_mode.items() if key != "mig"}):
+        answer = agent.post(URL, body, format="json")
+        assert answer.status_code == 400 and set(answer.json()) == {"nvidia_smi"}, answer.json()
+    bad_listing = report(tray, lgi=OUTPUTS["lgi"].replace("4:4", "4:5"))
+    answer = agent.post(URL, bad_listing, format="json")
+    assert answer.status_code == 400 and set(answer.json()) == {"mig"}, answer.json()

@@ -44,6 +44,7 @@ def test_csv_report_is_reconciled_and_printed_as_one_json_object(demo_inventory,
         "state",
         "status",
         "health",
+        "mig_mode",
     }
     tray.refresh_from_db()
     # gb-r02-t03 is intended for p1 (clique 1): reporting clique 2 is drift, flagged on the tray.

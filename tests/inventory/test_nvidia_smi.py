@@ -141,7 +141,16 @@ def test_as_dict_shapes_are_exact():
     assert data["tray_clique"] == TRAY
     assert data["problems"] == []
     first = data["gpus"][0]
-    assert list(first) == ["uuid", "index", "cluster_uuid", "clique_id", "state", "status", "health"]
+    assert list(first) == [
+        "uuid",
+        "index",
+        "cluster_uuid",
+        "clique_id",
+        "state",
+        "status",
+        "health",
+        "mig_mode",
+    ]
     assert first == {
         "uuid": report.gpus[0].uuid,
         "index": 0,
@@ -150,6 +159,7 @@ def test_as_dict_shapes_are_exact():
         "state": "completed",
         "status": "Success",
         "health": "healthy",
+        "mig_mode": None,  # analyze() reads the listing alone: the MIG state comes with the report's
     }
     # Plain str/int/None only: the StrEnum members are converted, and it all survives JSON.
     assert type(first["state"]) is str and type(first["health"]) is str
@@ -167,6 +177,7 @@ def test_as_dict_of_a_node_without_a_domain():
         "state": "not_supported",
         "status": None,
         "health": "unknown",
+        "mig_mode": None,
     }
 
 

@@ -95,15 +95,16 @@ def test_left_out_and_unhealthy_trays_are_warnings():
     assert check.ok
 
 
-def test_a_tray_with_mig_gpus_in_a_multi_tray_partition_is_a_warning_and_alone_it_is_not():
-    trays = rack(t03={"mig_gpus": 2}, t12={"mig_gpus": 1})
+def test_trays_with_mig_gpus_in_a_multi_tray_partition_are_one_warning_and_alone_none():
+    trays = rack(t03={"mig_gpus": 2}, t05={"mig_gpus": 1}, t12={"mig_gpus": 1})
     layout = [PlannedPartition("p1", tuple(range(1, 10))), PlannedPartition("solo", (12,))]
     check = check_plan("gb-r01", trays, layout)
     warnings = [w for w in messages(check, Level.WARNING) if "MIG" in w]
     assert warnings == [
-        "Tray 3 (gb-r01-t03) is in p1 with other trays although 2 of its GPUs are in MIG mode: MIG instances "
-        "have no NVLink peer-to-peer (every MIG profile reports P2P No), so the tray takes no job spanning "
-        "trays while MIG is on. Give it a partition of its own, or turn MIG off first."
+        "p1 holds trays 3 (gb-r01-t03, 2 GPUs) and 5 (gb-r01-t05, 1 GPU) in MIG mode. MIG instances have "
+        "no NVLink peer-to-peer (every MIG profile reports P2P No), so while MIG is on, jobs spanning trays "
+        "in p1 use only its other 7 trays; the other GPUs of those trays still take jobs of one tray. Turn "
+        "MIG off on them to give p1 all its trays."
     ]
     assert check.ok  # a warning: the rest of the partition still serves gangs
 

@@ -362,6 +362,6 @@ def test_the_check_warns_of_a_tray_whose_gpu_is_in_mig_mode_in_a_multi_tray_part
     tray.gpus.filter(index__in=[0, 1]).update(mig_mode=MigMode.ENABLED)
     findings = plans.check(rack, preset_layout("2x9")).findings
     [warning] = [f.message for f in findings if "MIG" in f.message]
-    assert warning.startswith(f"Tray 3 ({tray.hostname}) is in p1 with other trays although 2 of its GPUs")
+    assert warning.startswith(f"p1 holds tray 3 ({tray.hostname}, 2 GPUs) in MIG mode.")
     alone = [PlannedPartition("p1", (3,)), PlannedPartition("p2", tuple(s for s in range(1, 19) if s != 3))]
     assert not [f for f in plans.check(rack, alone).findings if "MIG" in f.message]
