@@ -127,6 +127,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "portal.web.middleware.LoginRequiredMiddleware",
+    # DEBUG on: a 404 is the portal's page with the menu, not Django's list of every URL pattern.
+    "portal.web.middleware.DevErrorPages",
     # A view that loses the database answers 503 with the reason (portal.web.middleware).
     "portal.web.middleware.DatabaseUnavailableMiddleware",
     "core.audit.AuditMiddleware",
@@ -261,6 +263,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.choices.JobState",
         "TrayStateEnum": "inventory.choices.TrayState",
+        # A GPU's MIG mode now and after its next reset (the GPU API, the discovery report's `mig`).
+        "MigModeEnum": "inventory.choices.MigMode",
         # A job's topology and its fallback topology are one choice set.
         "TopologyEnum": "scheduling.choices.Topology",
         # A department role and a project role (tenancy.api.projects) are both `role`.

@@ -17,6 +17,7 @@ from core.fields import JSONBooleanField, JSONIntegerField, KnownFieldsOnly, Str
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 from core.throttling import NodeAgentRateThrottle
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, agent_token, require_host_in_scope
+from inventory.choices import MigMode
 from inventory.discovery import faults, health_report, mig
 from inventory.discovery.nvidia_smi import (
     FabricFlag,
@@ -111,8 +112,8 @@ class MigStateSerializer(KnownFieldsOnly, serializers.Serializer):
     """Documentation of a GPU's `mig`; inventory.discovery.mig.GpuMig.from_dict checks it (every key)."""
 
     uuid = TextField(max_length=64, help_text="the GPU's own UUID")
-    current = StringChoiceField(choices=[m.value for m in mig.MigMode])
-    pending = StringChoiceField(choices=[m.value for m in mig.MigMode], help_text="after the next reset")
+    current = StringChoiceField(choices=MigMode.choices)
+    pending = StringChoiceField(choices=MigMode.choices, help_text="after the next reset")
     complete = serializers.BooleanField(help_text="the instances are known (false: only the mode)")
     instances = MigInstanceSerializer(many=True)
     profiles = MigProfileSerializer(many=True)

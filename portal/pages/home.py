@@ -116,17 +116,36 @@ def home(request):
     return render(request, "portal/home.html", {"overview": selectors.overview(user)})
 
 
-def error_response(request, status: int, template_name: str, detail: str, context: dict | None = None):
-    """JSON under /api/, else `template_name` rendered without the request (plain text if that fails)."""
+def error_response(
+    request,
+    status: int,
+    template_name: str,
+    detail: str,
+    context: dict | None = None,
+    *,
+    with_request: bool = False,
+):
+    """JSON under /api/, else `template_name` rendered: with the request (`with_request`: the menu and the
+    signed-in person, for 403 and 404 pages), falling back to without it, then to plain text."""
     if request.path.startswith(API_PREFIX):
         return JsonResponse({"detail": detail}, status=status)
-    try:
-        body = loader.get_template(template_name).render({"detail": detail, **(context or {})})
-    except Exception:
-        logger.exception("the %s error page did not render", status)
-        body = f"{status}: {detail}"
-        return HttpResponse(body, status=status, content_type="text/plain; charset=utf-8")
-    return HttpResponse(body, status=status)
+    values = {"detail": detail, **(context or {})}
+    body = None
+    if with_request:
+        try:
+            body = loader.get_template(template_name).render(values, request)
+        except Exception:
+            logger.exception("the %s error page did not render with the request", status)
+    if body is None:
+        try:
+            body = loader.get_template(template_name).render(values)
+        except Exception:
+            logger.exception("the %s error page did not render", status)
+            body = f"{status}: {detail}"
+            return HttpResponse(body, status=status, content_type="text/plain; charset=utf-8")
+    response = HttpResponse(body, status=status)
+    response.portal_error_page = True  # not Django's technical page (portal.web.middleware.DevErrorPages)
+    return response
 
 
 def bad_request(request, exception=None):
@@ -136,11 +155,11 @@ def bad_request(request, exception=None):
 def permission_denied(request, exception=None):
     """403 with the reason the code gave (PermissionDenied("...")), or a general one."""
     reason = str(exception or "") or "You may not open this page."
-    return error_response(request, 403, "403.html", reason)
+    return error_response(request, 403, "403.html", reason, with_request=True)
 
 
 def page_not_found(request, exception=None):
-    return error_response(request, 404, "404.html", "Not found.", {"path": request.path})
+    return error_response(request, 404, "404.html", "Not found.", {"path": request.path}, with_request=True)
 
 
 def server_error(request):

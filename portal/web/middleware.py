@@ -85,9 +85,15 @@ class ContentSecurityPolicyMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        if self.policy and not (settings.DEBUG and response.status_code in (404, 500)):
-            # With DEBUG on, 404 and 500 are Django's technical pages, whose inline styles the policy
-            # would block: they are a developer's tool and never served in production.
+        technical = (
+            settings.DEBUG
+            and response.status_code in (404, 500)
+            and not getattr(response, "portal_error_page", False)
+        )
+        if self.policy and not technical:
+            # With DEBUG on, a 500 (and a 404 asked for with ?technical=1: DevErrorPages) is Django's
+            # technical page, whose inline styles the policy would block: a developer's tool, never served in
+            # production.
             response.headers.setdefault("Content-Security-Policy", self.policy)
         return response
 
@@ -145,3 +151,26 @@ class DatabaseUnavailableMiddleware:
         if is_database_unavailable(exception):
             return database_unavailable(request, exception)
         return None
+
+
+class DevErrorPages:
+    """With DEBUG on (`make run`), a 404 is the portal's own page, with the menu, as in production: Django's
+    technical 404 lists every URL pattern of the portal to whoever mistypes an address. `?technical=1` still
+    shows Django's page to a developer who wants it. Off with DEBUG off (Django uses the handler itself)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            settings.DEBUG
+            and response.status_code == 404
+            and not getattr(response, "portal_error_page", False)
+            and response.get("Content-Type", "").startswith("text/html")
+            and "technical" not in request.GET
+        ):
+            from portal.pages.home import page_not_found  # the handler404 production uses
+
+            return page_not_found(request)
+        return response

@@ -1,6 +1,7 @@
 """Error pages in production mode (DEBUG off): 404, 403 and 500 render, styled, for everyone; JSON in /api/.
 
-DEBUG on shows Django's technical pages instead, which is how a 500 on every unknown URL once went unseen.
+DEBUG on shows Django's technical 500 instead, which is how a 500 on every unknown URL once went unseen; a 404
+is the portal's page there too (portal.web.middleware.DevErrorPages).
 """
 
 import pytest
@@ -160,12 +161,32 @@ def test_an_error_page_that_cannot_render_falls_back_to_plain_text(client, setti
 
 
 def test_debug_mode_leaves_djangos_technical_error_pages_without_the_policy(client, settings):
-    """`make run` (DEBUG on) shows Django's technical 404, styled inline: the policy would blank it. Every
-    other answer keeps the policy, and with DEBUG off the error pages keep it too (assert_html_error)."""
+    """`make run` (DEBUG on) shows the portal's 404, with the policy; Django's technical 404, asked for with
+    ?technical=1, is styled inline: the policy would blank it. Every other answer keeps the policy, and with
+    DEBUG off the error pages keep it too (assert_html_error)."""
     settings.DEBUG = True
-    missing = client.get("/nonexistent/")
+    assert "Content-Security-Policy" in client.get("/nonexistent/").headers
+    missing = client.get("/nonexistent/?technical=1")
     assert missing.status_code == 404
     assert "Content-Security-Policy" not in missing.headers
     login = client.get("/login/")
     assert login.status_code == 200
     assert "Content-Security-Policy" in login.headers
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_404_and_a_403_show_the_menu_of_the_signed_in_person_in_production_and_development(
+    client_as, settings, debug
+):
+    settings.DEBUG = debug  # `make run` serves with DEBUG on: the same pages, never the URL list
+    client = client_as("member_a")
+    for url, status, heading in (
+        ("/no/such/page/", 404, "Not found"),
+        ("/inventory/racks/no-such-rack/", 404, "Not found"),
+        ("/tenancy/dashboard/", 403, "Not allowed"),
+    ):
+        html = assert_html_error(client.get(url), status, heading)
+        assert '<nav aria-label="Main">' in html and 'href="/scheduling/jobs/"' in html, url
+        assert "URL patterns" not in html and "DEBUG = True" not in html
+    if debug:  # a developer may still ask for Django's page
+        assert "URL patterns" in client.get("/no/such/page/?technical=1").content.decode()
