@@ -8,6 +8,7 @@ from django.core.exceptions import TooManyFieldsSent
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.templatetags.static import static
+from django.urls import get_resolver
 from django_htmx.http import HttpResponseClientRedirect
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,5 @@ class DevErrorPages:
             and response.get("Content-Type", "").startswith("text/html")
             and "technical" not in request.GET
         ):
-            from portal.pages.home import page_not_found  # the handler404 production uses
-
-            return page_not_found(request)
+            return get_resolver().resolve_error_handler(404)(request)  # the handler404 production uses
         return response
