@@ -126,6 +126,22 @@ def test_the_header_and_pages_fit_a_phone(live_server, browser, fleet, shots):
             assert_fits_the_phone(page, path)
             page.screenshot(path=str(shots / f"{name}-phone.png"), full_page=True)
 
+        # The jobs list: a phone row shows the job's name, state and GPUs without scrolling sideways.
+        page.goto(f"{live_server.url}/scheduling/jobs/")
+        row = page.locator("table.jobs tbody tr").first
+        row.scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / "jobs-rows-phone.png"))
+        for cell in (
+            row.locator(".job-link"),
+            row.locator(".badge.job-pending"),
+            row.locator("td.num").nth(1),
+        ):
+            box = cell.bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
+        wrap = page.locator("table.jobs").locator("xpath=..")
+        assert wrap.evaluate("el => el.scrollWidth <= el.clientWidth")
+        page.screenshot(path=str(shots / "jobs-rows-phone.png"))
+
         # The department's people search (an htmx fragment with a role choice and a button per person).
         page.goto(f"{live_server.url}/tenancy/departments/research/")
         page.fill("#id_people_q", "e2e-phone")
