@@ -141,8 +141,8 @@ def test_the_jobs_list_links_only_the_projects_one_may_see(client, research):
     his own project's row (LLM has none on his department page)."""
     client.force_login(research.memberships.get(user__username="bob").user)
     html = client.get("/scheduling/jobs/").content.decode()
-    assert f'<td class="project"><a href="{project_url("speech")}">Speech</a></td>' in html
-    assert '<td class="project">LLM</td>' in html
+    assert f'<td class="project phone-hide"><a href="{project_url("speech")}">Speech</a></td>' in html
+    assert '<td class="project phone-hide">LLM</td>' in html
     client.force_login(research.memberships.get(user__username="ada").user)
     html = client.get("/scheduling/jobs/").content.decode()
-    assert f'<td class="project"><a href="{project_url("llm")}">LLM</a></td>' in html
+    assert f'<td class="project phone-hide"><a href="{project_url("llm")}">LLM</a></td>' in html
