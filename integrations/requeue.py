@@ -32,7 +32,9 @@ from tenancy.models.accounts import posix_identity_of
 
 logger = logging.getLogger(__name__)
 
-OUT_BY_FAULT = (ActionKind.DRAIN, ActionKind.NEEDS_SERVICE)
+# The drains whose running jobs are handled here: a fault's, a hand drain, and a maintenance drain (whose
+# jobs scheduling.requeue lets finish: it reads the reason).
+OUT_BY_FAULT = (ActionKind.DRAIN, ActionKind.MAINTENANCE, ActionKind.NEEDS_SERVICE)
 
 
 def tray_drained(sender, tray_id: int, state: str, reason: str, action: str = "", **kwargs) -> list:

@@ -88,6 +88,7 @@ class RuleAction(models.TextChoices):
 
 class ActionKind(models.TextChoices):
     DRAIN = "drain", "Drained"
+    MAINTENANCE = "maintenance", "Out for maintenance"
     NEEDS_SERVICE = "needs_service", "Needs service"
     DEGRADE = "degrade", "Partition degraded"
     RECOVER = "recover", "Partition no longer degraded"
@@ -103,4 +104,4 @@ class ActionKind(models.TextChoices):
 
 
 # Decisions that take a tray out of service (the circuit breaker counts these).
-QUARANTINE_ACTIONS = (ActionKind.DRAIN, ActionKind.NEEDS_SERVICE)
+QUARANTINE_ACTIONS = (ActionKind.DRAIN, ActionKind.MAINTENANCE, ActionKind.NEEDS_SERVICE)

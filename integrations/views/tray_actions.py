@@ -97,7 +97,7 @@ def _open_windows(tray: ComputeTray) -> list[HealthAction]:
         HealthAction.objects.filter(tray=tray, kind=ActionKind.RETURN).order_by("-created_at", "-pk").first()
     )
     drains = HealthAction.objects.filter(
-        tray=tray, kind=ActionKind.DRAIN, reason__contains=MAINTENANCE_WINDOW
+        tray=tray, kind__in=[ActionKind.MAINTENANCE, ActionKind.DRAIN], reason__contains=MAINTENANCE_WINDOW
     )
     if last_return is not None:
         drains = drains.filter(pk__gt=last_return.pk)
@@ -154,7 +154,9 @@ def tray_maintenance(request, pk):
     data = form.cleaned_data
     start, end = data.get("start"), data.get("end")
     try:
-        action = drain_tray(tray, maintenance_reason(data["reason"], start, end), actor=request.user)
+        action = drain_tray(
+            tray, maintenance_reason(data["reason"], start, end), actor=request.user, maintenance=True
+        )
     except HealthError as error:
         return _conflict(request, tray, str(error), maintenance=form)
     messages.success(request, f"{tray.hostname} is out for maintenance: {action.reason}")

@@ -147,11 +147,14 @@ def set_state(tray: ComputeTray, state: str, reason: str, *, source: str, actor)
     )
 
 
-def drain_tray(tray: ComputeTray, reason: str, *, actor=None, needs_service: bool = False) -> HealthAction:
+def drain_tray(
+    tray: ComputeTray, reason: str, *, actor=None, needs_service: bool = False, maintenance: bool = False
+) -> HealthAction:
     """Take a tray out of service by hand (an admin, or another service), recorded as a health decision.
 
     The reason is prefixed with "rackplane: " (the owner, as in Slurm) and the actor's name. A tray already
-    out for another owner's reason keeps it: HealthError.
+    out for another owner's reason keeps it: HealthError. `maintenance`: planned work, not a fault (recorded
+    as such: the tray may return as soon as its owner says, unless a fault came since: returns).
     """
     text = (reason or "").strip()
     if not text:
@@ -180,5 +183,11 @@ def drain_tray(tray: ComputeTray, reason: str, *, actor=None, needs_service: boo
         full = f"{prefix}{who}{text}"[:REASON_LIMIT]
         state = TrayState.NEEDS_SERVICE if needs_service else TrayState.DRAIN
         set_state(tray, state, full, source="admin", actor=actor)
-        kind = ActionKind.NEEDS_SERVICE if needs_service else ActionKind.DRAIN
+        kind = (
+            ActionKind.NEEDS_SERVICE
+            if needs_service
+            else ActionKind.MAINTENANCE
+            if maintenance
+            else ActionKind.DRAIN
+        )
         return record_action(None, tray, kind, full, actor=actor)

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from inventory.choices import QUARANTINE_ACTIONS, ActionKind, TrayState
 from inventory.health.actions import HealthError, owned_by_rules, record_action, set_state
 from inventory.health.events import HealthOutcome, timestamp
 from inventory.health.rules import RulesContext
-from inventory.models import ComputeTray, HealthAction, HealthCheckResult, HealthSettings
+from inventory.models import ComputeTray, HealthAction, HealthCheckResult, HealthEvent, HealthSettings
 
 NOTE_LIMIT = 300  # a return-to-service note
 
@@ -51,6 +52,20 @@ def return_eligibility(
         .first()
     )
     drained_at = drained.created_at if drained else None
+    if drained is not None and drained.kind == ActionKind.MAINTENANCE:
+        # Planned work, not a fault: back when its owner says, unless a fault came while it was out.
+        fault = (
+            HealthEvent.objects.filter(tray=tray, last_seen__gte=drained_at)
+            .filter(Q(drains=True) | Q(degrades=True))
+            .order_by("-last_seen")
+            .first()
+        )
+        if fault is None:
+            return Eligibility(True, "it was out for maintenance, with no fault since")
+        return Eligibility(
+            False,
+            f"a fault came while it was out for maintenance ({fault.mnemonic or fault.code or fault.kind})",
+        )
     if tray.healthy_since is None:
         # A drain by hand (an admin, a maintenance window) has no fault: the drain is what it waits on.
         by_rules = drained is not None and (drained.rule_name or drained.event_id is not None)

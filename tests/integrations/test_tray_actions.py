@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from core.models import AuditEvent
 from integrations.views import tray_actions
-from inventory.choices import ActionKind, TrayState
-from inventory.models import ComputeTray, HealthAction
+from inventory.choices import ActionKind, HealthKind, HealthSource, TrayState
+from inventory.models import ComputeTray, HealthAction, HealthEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -269,6 +269,33 @@ def test_maintenance_with_a_window_names_it_and_ends_it_on_return(client_as, rac
     client.post(_url("return", tray), {"return-force": "on"})
     assert _state("gb-r02-t03")[0] == TrayState.UP
     assert tray_actions._open_windows(tray) == []  # the window ended with the return
+
+
+def test_a_maintenance_drain_returns_when_its_owner_says_unless_a_fault_came_since(client_as, rack):
+    client = client_as("platform_admin")
+    tray = _tray("gb-r02-t03")
+    client.post(_url("maintenance", tray), {"maintenance-reason": "firmware update"})
+    assert HealthAction.objects.filter(tray=tray).latest("pk").kind == ActionKind.MAINTENANCE
+    page = client.get(_url("detail", tray)).content.decode()
+    assert "it was out for maintenance, with no fault since" in page
+    response = client.post(_url("return", tray), {"return-note": "firmware 1.2.3"})  # no force needed
+    assert response.status_code == 303
+    assert _state("gb-r02-t03") == (TrayState.UP, "")
+    assert HealthAction.objects.filter(tray=tray).latest("pk").reason == (
+        "platform-admin: returned to service: it was out for maintenance, with no fault since; firmware 1.2.3"
+    )
+    # A fault while it was out: then it waits like any drained tray (or an admin forces it).
+    client.post(_url("maintenance", tray), {"maintenance-reason": "cable swap"})
+    now = timezone.now()
+    HealthEvent.objects.create(
+        tray=tray, source=HealthSource.AGENT, kind=HealthKind.XID, code="XID_79", xid=79,
+        mnemonic="GPU_HAS_FALLEN_OFF_THE_BUS",
+        first_seen=now, last_seen=now, drains=True,
+    )  # fmt: skip
+    page = client.get(_url("detail", tray)).content.decode()
+    assert "a fault came while it was out for maintenance (GPU_HAS_FALLEN_OFF_THE_BUS)" in page
+    client.post(_url("return", tray), {"return-note": "cables"})
+    assert _state("gb-r02-t03")[0] == TrayState.DRAIN
 
 
 @pytest.mark.slow(reason="7 cases, each a full request through the stack")
