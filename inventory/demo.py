@@ -9,13 +9,15 @@ instances. The same seed always yields the same UUIDs, serials and GUIDs.
 import random
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
-from inventory.choices import FabricState, GpuHealth, MigMode, SystemModel, TrayState
+from inventory.choices import FabricState, GpuHealth, HealthKind, MigMode, SystemModel, TrayState
 from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
+from inventory.health.events import Observation, record_event
 from inventory.ingest.gpus import write_mig_devices
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
@@ -220,3 +222,24 @@ def seed_mig_gpu(seed: int = 7) -> Gpu | None:
     gpu.save(update_fields=["mig_mode", "mig_pending", "mig"])
     write_mig_devices({gpu.pk: gpu.mig})
     return gpu
+
+
+def seed_health_history(now=None) -> int:
+    """What the node agents of the demo's faulty trays reported before the demo starts: the kernel's XID 79
+    for each tray drained for a GPU that fell off the bus, on that GPU, as an event of its timeline (the same
+    row the health rules record for a real report). The number of events recorded."""
+    now = now or timezone.now()
+    recorded = 0
+    for tray in ComputeTray.objects.filter(state=TrayState.DRAIN, state_reason__startswith="XID 79"):
+        gpu = tray.gpus.filter(index=2).first()
+        if gpu is None:
+            continue
+        when = now - timedelta(hours=3)
+        # A GB200 tray's GPU 2 is at PCI 0018:01:00 (tests/inventory/fixtures/nvidia_smi's real listing).
+        line = "NVRM: Xid (PCI:0018:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+        observation = Observation(
+            kind=HealthKind.XID, code="79", at=when, gpu_uuid=gpu.uuid, xid=79, message=line
+        )
+        record_event(tray, observation, timedelta(minutes=10), {gpu.uuid: gpu.pk})
+        recorded += 1
+    return recorded

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from core.hardware import GPUS_PER_TRAY
 from integrations.tasks import sync_jobs
-from inventory.choices import FabricState, GpuHealth, TrayState
+from inventory.choices import FabricState, GpuHealth, MigMode, TrayState
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu
 from portal.demo.jobs import NAME_PREFIX
@@ -212,6 +212,17 @@ def test_the_demo_make_run_shows_is_true(var_dir):
     drained = ComputeTray.objects.get(state=TrayState.DRAIN)
     assert "GPU 2" in drained.state_reason
     assert drained.gpus.get(index=2).health == GpuHealth.UNHEALTHY
+    # Its timeline shows why: the XID 79 its node reported, on that GPU (the health rules' own event row).
+    [event] = drained.health_events.all()
+    assert (event.xid, event.gpu, event.mnemonic) == (
+        79,
+        drained.gpus.get(index=2),
+        "GPU_HAS_FALLEN_OFF_THE_BUS",
+    )
+    # And the MIG GPU of the last tray: in MIG mode, with its devices, not held by any job.
+    mig = Gpu.objects.get(mig_mode=MigMode.ENABLED)
+    assert mig.tray.hostname == "gb-r08-t18" and mig.mig_devices.count() == 4
+    assert not mig.allocations.exists()
     # The simulated nodes do not report every minute: the demo's node-silent rule warns, so the demo keeps
     # scheduling once its trays read as silent.
     from inventory.models import HealthRule

@@ -14,7 +14,7 @@ from integrations.embedded import RenderedJobBackend
 from integrations.models import ConfigTarget
 from integrations.registry import clean_settings
 from inventory.choices import FabricState, HealthKind, RuleAction, SystemModel
-from inventory.demo import seed_datacenter, seed_mig_gpu
+from inventory.demo import seed_datacenter, seed_health_history, seed_mig_gpu
 from inventory.models import ComputeTray, Gpu, HealthRule, NVLinkPartition, Rack
 from portal.demo.jobs import (
     BATCH,
@@ -290,6 +290,7 @@ class Command(BaseCommand):
                 Rack.objects.all().delete()
             result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
             seed_mig_gpu(seed=seed)
+            seed_health_history()
             tenants = None if no_tenants else seed_tenants(seed=seed)
             history = 0 if no_tenants else seed_job_history(seed=seed)
             fabric = ensure_simulated_fabric()
