@@ -290,7 +290,10 @@ def personal_token_new(request):
             "one below if you lost it (and revoke the lost one).",
         )
         return HttpResponseRedirect(reverse("personal-tokens"), status=303)
-    return render(request, "portal/account/tokens_new.html", {"token": token, "key": key})
+    api_root = request.build_absolute_uri("/api/v1/")
+    return render(
+        request, "portal/account/tokens_new.html", {"token": token, "key": key, "api_root": api_root}
+    )
 
 
 @login_required

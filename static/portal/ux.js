@@ -121,6 +121,32 @@
     });
   }
 
+  // ---- copy buttons: <button data-copy="ID"> copies the text of #ID (shown only with JavaScript) ---------
+  function setupCopy() {
+    document.querySelectorAll("[data-copy]").forEach(function (button) {
+      button.hidden = false;
+    });
+    document.addEventListener("click", function (event) {
+      var button = event.target.closest && event.target.closest("[data-copy]");
+      if (!button) return;
+      var source = document.getElementById(button.getAttribute("data-copy"));
+      if (!source || !navigator.clipboard) return;
+      var label = button.getAttribute("data-label") || button.textContent;
+      button.setAttribute("data-label", label);
+      navigator.clipboard.writeText(source.textContent.trim()).then(
+        function () {
+          button.textContent = "Copied";
+        },
+        function () {
+          button.textContent = "Select and copy it";
+        }
+      );
+      setTimeout(function () {
+        button.textContent = label;
+      }, 2000);
+    });
+  }
+
   // ---- keyboard shortcuts ---------------------------------------------------------------------------
   var SHORTCUTS = [
     ["/", "Focus the search box"],
@@ -237,6 +263,7 @@
     setupMenu();
     setupTimes();
     setupAutosubmit();
+    setupCopy();
     setupShortcuts();
   });
 })();

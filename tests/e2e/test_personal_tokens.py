@@ -3,6 +3,8 @@ page that shows it once, submits a job with it through the API of the live serve
 on the same page: the API refuses it from then on, with a 401 that says so."""
 
 import re
+import subprocess
+import sys
 
 import pytest
 import requests
@@ -51,6 +53,15 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     expect(page).to_have_url(f"{live_server.url}/account/tokens/new/")
     key = page.locator("#new-token").inner_text()
     assert re.fullmatch(r"rpt_[\w-]{43}", key), key
+    # The Copy button puts the key on the clipboard; the snippets carry it, ready to run.
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    copy = page.locator('button[data-copy="new-token"]')
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == key
+    curl = page.locator("#snippet-curl").inner_text()
+    assert curl == f'curl -H "Authorization: Token {key}" {live_server.url}/api/v1/jobs/'
+    python = page.locator("#snippet-python").inner_text()
     page.screenshot(path=str(shots / "01-new-token-shown-once.png"), full_page=True)
     page.reload()
     expect(page.locator("#new-token")).to_have_count(0)  # shown once
@@ -58,6 +69,11 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     response = submit(live_server, key)
     assert response.status_code == 201, response.text
     assert Job.objects.get(pk=response.json()["id"]).submitted_by == researcher
+    # The page's Python snippet, run as it is, lists that job.
+    ran = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    job_id, name, state = ran.stdout.split()
+    assert (job_id, name, state) == (str(response.json()["id"]), "from-a-script", Job.objects.get().state)
 
     page.goto(f"{live_server.url}/account/tokens/")
     row = page.locator("#own-tokens tr.token-row")
