@@ -107,12 +107,16 @@ def contested(tray: ComputeTray, gpus: list[ReportedGpu], known, now) -> dict[st
     }
 
 
-def mig_claims(tray: ComputeTray, gpus: list[ReportedGpu], now) -> dict[str, str]:
+def mig_claims(
+    tray: ComputeTray, gpus: list[ReportedGpu], now, scope: AgentToken | None = None
+) -> dict[str, str]:
     """GPUs of this report whose MIG UUIDs another GPU still holds, as {GPU uuid: problem}.
 
     The GPU rule (`contested`) for MIG devices: a MIG UUID another GPU's node reported within CLAIM_WINDOW
     stays with that GPU, and this report's MIG state for the GPU claiming it is not applied (a problem on the
-    tray names both); a holder that stopped reporting gives it up (its rows go as this GPU's are written)."""
+    tray names both); a holder that stopped reporting gives it up (its rows go as this GPU's are written).
+    A rack's or a host's agent token (`scope`) never takes one from a GPU outside what it speaks for
+    (require_in_scope's rule), however long that GPU has been silent."""
     claimed = {
         instance.uuid.lower(): (gpu, instance.uuid)
         for gpu in gpus
@@ -124,18 +128,34 @@ def mig_claims(tray: ComputeTray, gpus: list[ReportedGpu], now) -> dict[str, str
         return {}
     problems: dict[str, str] = {}
     since = now - CLAIM_WINDOW
-    for device_uuid, holder, host, seen in (
+    for device_uuid, holder, host, holder_tray, holder_rack, seen in (
         MigDevice.objects.annotate(lowered=Lower("uuid"))
         .filter(lowered__in=list(claimed))
-        .values_list("lowered", "gpu__uuid", "gpu__tray__hostname", "gpu__last_report_at")
+        .values_list(
+            "lowered",
+            "gpu__uuid",
+            "gpu__tray__hostname",
+            "gpu__tray_id",
+            "gpu__tray__rack_id",
+            "gpu__last_report_at",
+        )
     ):
         gpu, printed = claimed[device_uuid]
-        if holder == gpu.uuid or seen is None or seen < since or gpu.uuid in problems:
+        in_scope = (
+            scope is None
+            or holder_tray == tray.pk
+            or (scope.rack_id is not None and holder_rack == scope.rack_id)
+        )
+        silent = seen is None or seen < since
+        if holder == gpu.uuid or (silent and in_scope) or gpu.uuid in problems:
             continue
+        last = f" (last reported {seen:%Y-%m-%d %H:%M:%S %Z})" if seen else ""
+        until = (
+            "until that GPU stops reporting it" if in_scope else "(that GPU is outside this token's scope)"
+        )
         problems[gpu.uuid] = (
             f"GPU {gpu.index} ({gpu.uuid}) reports MIG device {printed}, which GPU {holder} on "
-            f"{host or 'no tray'} reported at {seen:%Y-%m-%d %H:%M:%S %Z}; this GPU's MIG state is not "
-            "updated until that GPU stops reporting it"
+            f"{host or 'no tray'} holds{last}; this GPU's MIG state is not updated {until}"
         )
     return problems
 
@@ -179,7 +199,7 @@ def reconcile_gpus(
     result.report.problems.extend(claims.values())
     result.contested = len(claims)
     gpus = [gpu for gpu in gpus if gpu.uuid not in claims]
-    mig_held = mig_claims(tray, gpus, now)
+    mig_held = mig_claims(tray, gpus, now, scope)
     result.report.problems.extend(mig_held.values())
     gpus = [replace(gpu, mig=None) if gpu.uuid in mig_held else gpu for gpu in gpus]
     reported = {gpu.uuid: gpu for gpu in gpus}

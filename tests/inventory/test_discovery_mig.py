@@ -5,12 +5,15 @@ whole, with nothing written, when it cannot be read."""
 import json
 import re
 from datetime import timedelta
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from inventory.choices import MigMode
 from inventory.models import ComputeTray, Gpu, MigDevice
@@ -167,3 +170,19 @@ def test_a_refusal_names_the_input_at_fault(agent, tray):
     bad_listing = report(tray, lgi=OUTPUTS["lgi"].replace("4:4", "4:5"))
     answer = agent.post(URL, bad_listing, format="json")
     assert answer.status_code == 400 and set(answer.json()) == {"mig"}, answer.json()
+
+
+def test_a_host_token_never_takes_a_mig_uuid_from_another_racks_gpu_however_silent(agent, tray):
+    assert agent.post(URL, report(tray), format="json").status_code == 200  # gb-r02-t10 holds the devices
+    held = set(MigDevice.objects.filter(gpu__tray=tray).values_list("uuid", flat=True))
+    Gpu.objects.filter(tray=tray).update(last_report_at=timezone.now() - timedelta(days=1))  # silent
+    elsewhere = ComputeTray.objects.select_related("rack", "partition").get(hostname="gb-r01-t05")
+    out = StringIO()
+    call_command("discovery_agent_token", "--host", elsewhere.hostname, stdout=out)
+    scoped = APIClient()
+    scoped.credentials(HTTP_AUTHORIZATION=f"Bearer {out.getvalue().strip().rsplit(' ', 1)[1]}")
+    answer = scoped.post(URL, report(elsewhere), format="json")
+    assert answer.status_code == 200, answer.content
+    assert any("outside this token's scope" in p for p in answer.json()["problems"]), answer.json()
+    assert set(MigDevice.objects.filter(gpu__tray=tray).values_list("uuid", flat=True)) == held
+    assert Gpu.objects.get(tray=elsewhere, index=0).mig is None
