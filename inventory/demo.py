@@ -2,8 +2,8 @@
 
 Every rack gets a default partition (clique 32766) except the second, carved 2x9. A few GPUs are degraded,
 one tray is drained, and one tray's GPU is still registering with the fabric, so every screen has something
-to show; `seed_mig_gpu` (the `seed_demo` command's) puts the last GB200 tray's GPU 0 in MIG mode with four
-instances. The same seed always yields the same UUIDs, serials and GUIDs.
+to show; `seed_mig_gpu` (the `seed_demo` command's) puts GPU 0 of the second-to-last rack's last tray in
+MIG mode with four instances. The same seed always yields the same UUIDs, serials and GUIDs.
 """
 
 import random
@@ -184,12 +184,15 @@ def _degrade(rng: random.Random, trays: list[ComputeTray], gpus: list[Gpu]) -> N
 
 
 def seed_mig_gpu(seed: int = 7) -> Gpu | None:
-    """The demo's GPU in MIG mode (`manage.py seed_demo`, GB200 racks): GPU 0 of the last rack's last tray,
-    with the instances and profiles its node would report (DEMO_MIG_INSTANCES). Before any job is placed: a
-    GPU in MIG mode is not given whole. None when there is no GB200 rack."""
+    """The demo's GPU in MIG mode (`manage.py seed_demo`, GB200 racks): GPU 0 of the drained tray, whose
+    GPUs no job may have while it is out, so the demo's capacity, quotas and placements stay as they were
+    (and the last rack stays free for the gangs the walkthrough carves it for), with the instances and
+    profiles its node would report (DEMO_MIG_INSTANCES). None when there is no such GPU."""
     gpu = (
-        Gpu.objects.filter(index=0, tray__rack__system_model=SystemModel.GB200_NVL72)
-        .order_by("-tray__rack__name", "-tray__slot")
+        Gpu.objects.filter(
+            index=0, tray__state=TrayState.DRAIN, tray__rack__system_model=SystemModel.GB200_NVL72
+        )
+        .order_by("tray__rack__name", "tray__slot")
         .first()
     )
     if gpu is None:

@@ -88,6 +88,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "tenancy_posixaccount",
     # Carving that follows demand: each rack's re-carving policy.
     "inventory_recarvepolicy",
+    # MIG devices the nodes report (a MIG UUID belongs to one GPU).
+    "inventory_migdevice",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",

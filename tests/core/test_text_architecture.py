@@ -128,6 +128,7 @@ NOT_TYPED = {
     "core.InboxItem": {"subject", "link"},
     "inventory.ComputeTray": {"hostname", "reported_clique", "agent_version", "state_reason"},  # reports
     "inventory.Gpu": {"uuid", "serial", "product", "fabric_status"},  # node reports: TextField in the API
+    "inventory.MigDevice": {"uuid", "profile"},  # node reports, held to inventory.discovery.mig's own rule
     "inventory.NVLinkPartition": {"degraded_reason"},
     "inventory.PartitionPlan": {"base_layout", "error", "reason"},  # reason: the scheduler's sentence
     "inventory.AgentToken": {"prefix", "secret_hash", "hostname"},

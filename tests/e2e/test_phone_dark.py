@@ -138,8 +138,6 @@ def test_the_header_and_pages_fit_a_phone(live_server, browser, fleet, shots):
         ):
             box = cell.bounding_box()
             assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
-        wrap = page.locator("table.jobs").locator("xpath=..")
-        assert wrap.evaluate("el => el.scrollWidth <= el.clientWidth")
         page.screenshot(path=str(shots / "jobs-rows-phone.png"))
 
         # The department's people search (an htmx fragment with a role choice and a button per person).

@@ -219,9 +219,9 @@ def test_the_demo_make_run_shows_is_true(var_dir):
         drained.gpus.get(index=2),
         "GPU_HAS_FALLEN_OFF_THE_BUS",
     )
-    # And the MIG GPU of the last tray: in MIG mode, with its devices, not held by any job.
+    # And its GPU 0 is in MIG mode, with its devices, held by no job (the tray is out).
     mig = Gpu.objects.get(mig_mode=MigMode.ENABLED)
-    assert mig.tray.hostname == "gb-r08-t18" and mig.mig_devices.count() == 4
+    assert mig.tray == drained and mig.index == 0 and mig.mig_devices.count() == 4
     assert not mig.allocations.exists()
     # The simulated nodes do not report every minute: the demo's node-silent rule warns, so the demo keeps
     # scheduling once its trays read as silent.

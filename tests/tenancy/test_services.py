@@ -53,12 +53,16 @@ def test_schedulable_gpus_leave_out_trays_not_up_and_unhealthy_gpus(capacity):
         Gpu.objects.filter(tray__state=TrayState.UP).exclude(health=GpuHealth.UNHEALTHY).count()
     )
     assert 0 < capacity < 216  # the seed drains one tray and breaks a GPU
-    # The demo's MIG GPU (seed_demo's): not given whole, so one GPU less, and counted among the unschedulable.
-    gpu = seed_mig_gpu()
-    assert gpu is not None and gpu.mig_mode == MigMode.ENABLED
+    # A GPU in MIG mode is not given whole: one GPU less, and counted among the unschedulable.
+    gpu = Gpu.objects.filter(tray__state=TrayState.UP).exclude(health=GpuHealth.UNHEALTHY).first()
+    Gpu.objects.filter(pk=gpu.pk).update(mig_mode=MigMode.ENABLED)
     assert schedulable_gpus() == capacity - 1
     assert services.unschedulable_gpus().filter(pk=gpu.pk).exists()
-    assert GpuMig.from_dict(Gpu.objects.get(pk=gpu.pk).mig).complete  # what it stores reads back
+    # The demo's (seed_demo's) MIG GPU is the drained tray's: the capacity does not move, and it reads back.
+    demo = seed_mig_gpu()
+    assert demo is not None and demo.tray.state == TrayState.DRAIN
+    assert schedulable_gpus() == capacity - 1
+    assert GpuMig.from_dict(Gpu.objects.get(pk=demo.pk).mig).complete
 
 
 def test_guarantees_may_fill_the_capacity_but_never_exceed_it(capacity):

@@ -289,9 +289,9 @@ class Command(BaseCommand):
                 NVLinkPartition.objects.all().delete()
                 Rack.objects.all().delete()
             result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
-            seed_mig_gpu(seed=seed)
-            seed_health_history()
+            seed_mig_gpu(seed=seed)  # before the jobs: none is placed on it
             tenants = None if no_tenants else seed_tenants(seed=seed)
+            seed_health_history()  # after them: the demo's placements stay as they were
             history = 0 if no_tenants else seed_job_history(seed=seed)
             fabric = ensure_simulated_fabric()
             adopt_running_jobs()
