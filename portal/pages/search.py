@@ -4,10 +4,10 @@ users.
 Each kind is searched through its model's `visible_to(user)`, so a member finds only their departments' jobs
 and the people they may see (users: platform admins see everyone, others the members of the departments they
 lead and themselves, as `Membership.objects.visible_to` says; projects: `Project.objects.visible_to`, i.e.
-admins, the department's leads and the project's own members). An exact match (a full GPU UUID or serial, a
-tray hostname, a job id, a rack name or cluster UUID, an IB port GUID, a department's or a project's name or
-slug or namespace / Slurm account (`research-llm`), a job's whole name) answers with a redirect to the
-object. A project's or a job's name redirects only
+admins, the department's leads and the project's own members). An exact match (a full GPU UUID or serial,
+a MIG device's UUID, a tray hostname, a job id, a rack name or cluster UUID, an IB port GUID, a department's
+or a project's name or slug or namespace / Slurm account (`research-llm`), a job's whole name) answers with a
+redirect to the object. A project's or a job's name redirects only
 when one visible object has it: several projects with one slug (one per department), or several jobs with
 one name, are listed instead (the jobs with that very name first).
 
@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db.models import Case, IntegerField, Q, Value, When
+from django.db.models.functions import Lower
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 
 from core.access import is_admin
-from inventory.models import ComputeTray, Gpu, Rack
+from inventory.models import ComputeTray, Gpu, MigDevice, Rack
 from scheduling.models import Job
 from tenancy import naming
 from tenancy.models import Department, Membership, Project
@@ -127,10 +128,14 @@ def _could_be_uuid_prefix(canonical: str) -> bool:
 
 
 def _gpu_exact(q: str) -> Q:
-    """The GPU `q` names: its UUID (indexed), or its serial when `q` looks like one (SERIAL)."""
+    """The GPU `q` names: its UUID (indexed), its serial when `q` looks like one (SERIAL), or one of its MIG
+    devices' UUIDs ("MIG-...", the unique index on the lower-cased UUID)."""
     condition = Q(uuid=_gpu_uuid(q))
     if SERIAL.match(q):
         condition |= Q(serial__in={q, q.upper()})
+    if q.lower().startswith("mig-"):
+        devices = MigDevice.objects.annotate(lowered=Lower("uuid")).filter(lowered=q.lower())
+        condition |= Q(pk__in=devices.values("gpu_id"))
     return condition
 
 

@@ -6,6 +6,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from inventory.demo import seed_mig_gpu
 from inventory.models import ComputeTray, Gpu, Rack
 from portal.pages.search import LIMIT, MAX_QUERY
 from tests.factories import make_job, make_member
@@ -69,6 +70,18 @@ def test_a_full_gpu_uuid_in_any_case_jumps_to_the_gpu(client_as, demo_inventory)
     response = client_as("member_a").get(SEARCH, {"q": gpu.uuid.upper()})
     assert response.status_code == 302
     assert response["Location"] == reverse("inventory:gpu-detail", args=[gpu.pk])
+
+
+def test_a_mig_device_uuid_in_any_case_jumps_to_its_gpu(client_as, demo_inventory):
+    gpu = seed_mig_gpu()
+    device = gpu.mig_devices.order_by("pk").first()
+    for q in (device.uuid, device.uuid.upper(), device.uuid.lower()):
+        response = client_as("member_a").get(SEARCH, {"q": q})
+        assert response.status_code == 302, q
+        assert response["Location"] == reverse("inventory:gpu-detail", args=[gpu.pk])
+    # Not a MIG device of the fleet: no jump, nothing found.
+    response = client_as("member_a").get(SEARCH, {"q": "MIG-00000000-0000-0000-0000-000000000000"})
+    assert response.status_code == 200
 
 
 def test_a_gpu_uuid_prefix_lists_gpus(client_as, demo_inventory):
