@@ -124,38 +124,21 @@ class MigStateField(serializers.JSONField):
     pass
 
 
+def _mig_output(what: str) -> TextField:
+    """One raw `nvidia-smi mig` listing, as printed (inventory.discovery.mig.combine bounds and reads it)."""
+    return TextField(
+        multiline=True, required=False, trim_whitespace=False, max_length=mig.MAX_INPUT_CHARS, help_text=what
+    )
+
+
 class MigOutputsSerializer(KnownFieldsOnly, serializers.Serializer):
     """The node's raw `nvidia-smi mig` listings, sent with the `-q -x` listing when a GPU is in MIG mode
     (inventory.discovery.mig.combine reads them)."""
 
-    lgip = TextField(
-        multiline=True,
-        required=False,
-        trim_whitespace=False,
-        max_length=mig.MAX_INPUT_CHARS,
-        help_text="`nvidia-smi mig -lgip`: the profiles the driver offers",
-    )
-    lgipp = TextField(
-        multiline=True,
-        required=False,
-        trim_whitespace=False,
-        max_length=mig.MAX_INPUT_CHARS,
-        help_text="`nvidia-smi mig -lgipp`: each profile's possible placements",
-    )
-    lgi = TextField(
-        multiline=True,
-        required=False,
-        trim_whitespace=False,
-        max_length=mig.MAX_INPUT_CHARS,
-        help_text="`nvidia-smi mig -lgi`: the GPU instances, with their placements",
-    )
-    list = TextField(
-        multiline=True,
-        required=False,
-        trim_whitespace=False,
-        max_length=mig.MAX_INPUT_CHARS,
-        help_text="`nvidia-smi -L`: the GPUs and MIG devices, with their UUIDs",
-    )
+    lgip = _mig_output("`nvidia-smi mig -lgip`: the profiles the driver offers")
+    lgipp = _mig_output("`nvidia-smi mig -lgipp`: each profile's possible placements")
+    lgi = _mig_output("`nvidia-smi mig -lgi`: the GPU instances, with their placements")
+    list = _mig_output("`nvidia-smi -L`: the GPUs and MIG devices, with their UUIDs")
 
 
 class ReportedGpuSerializer(KnownFieldsOnly, serializers.Serializer):

@@ -116,6 +116,8 @@ from inventory.discovery.nvidia_smi import (
     MAX_MEMORY_MIB,
     ReportedGpu,
     ReportError,
+    _short,
+    _token,
     _xchild,
     _xtext,
     canonical_gpu_uuid,
@@ -284,18 +286,6 @@ _MODES = {
     "not supported": MigMode.NOT_SUPPORTED,
     "": MigMode.NOT_SUPPORTED,
 }
-
-
-def _short(value: str, limit: int = 80) -> str:
-    value = value.strip()
-    return value if len(value) <= limit else value[: limit - 1] + "…"
-
-
-def _token(value: str) -> str:
-    text = value.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1].strip()
-    return " ".join(text.lower().split())
 
 
 def _gpu_uuid(raw: str | None, where: str) -> str:

@@ -171,6 +171,9 @@ class MigState(Protocol):
     @property
     def pending(self) -> enum.StrEnum: ...
 
+    @property
+    def instances(self) -> tuple: ...  # of inventory.discovery.mig.MigInstance (each with its `uuid`)
+
     def as_dict(self) -> dict: ...
 
 

@@ -121,7 +121,7 @@ def mig_claims(
         instance.uuid.lower(): (gpu, instance.uuid)
         for gpu in gpus
         if gpu.mig is not None
-        for instance in getattr(gpu.mig, "instances", ())
+        for instance in gpu.mig.instances
         if instance.uuid
     }
     if not claimed:
