@@ -126,7 +126,8 @@ NOT_TYPED = {
     "core.Notification": {"destination", "subject", "error"},  # built by Rackplane
     "core.NotificationAttempt": {"message"},
     "core.InboxItem": {"subject", "link"},
-    "inventory.ComputeTray": {"hostname", "reported_clique", "agent_version", "state_reason"},  # reports
+    # reports; mig_layout: a choice from inventory.mig_layouts' catalogue, held to its name rule
+    "inventory.ComputeTray": {"hostname", "reported_clique", "agent_version", "state_reason", "mig_layout"},
     "inventory.Gpu": {"uuid", "serial", "product", "fabric_status"},  # node reports: TextField in the API
     "inventory.MigDevice": {"uuid", "profile"},  # node reports, held to inventory.discovery.mig's own rule
     "inventory.NVLinkPartition": {"degraded_reason"},
