@@ -165,7 +165,8 @@ def _forms(tray: ComputeTray, gpus: list | None, **bound) -> dict:
         "drain_form": bound.get("drain") or DrainForm(prefix="drain"),
         "return_form": bound.get("return") or ReturnForm(prefix="return"),
         "maintenance_form": bound.get("maintenance") or MaintenanceForm(prefix="maintenance"),
-        "mig_form": bound.get("mig") or MigLayoutForm(prefix="mig", options=options),
+        "mig_form": bound.get("mig")
+        or MigLayoutForm(prefix="mig", options=options, initial={"layout": tray.mig_layout or None}),
         "mig_options": options,
         "mig_status": layout_status(tray, tray_layout(tray), gpus),
     }

@@ -136,6 +136,23 @@ def test_an_admin_applies_a_layout_and_everything_renders_it(
     assert (status.applied, status.gpus, status.done) == (0, 4, False)
     page = admin_client_logged_in.get(reverse("inventory:tray-detail", args=[tray.pk])).content.decode()
     assert "0 of 4 GPUs report it so far" in page
+    assert '<option value="all-1g.23gb" selected>' in page  # the form shows the chosen layout
+
+    # The GPUs report the layout: the page says so.
+    for gpu in tray.gpus.all():
+        instances = [
+            {**REPORTED.instances[0].as_dict(), "gpu_instance_id": gi, "profile": "1g.23gb", "profile_id": 19}
+            | {"placement_start": gi, "placement_size": 1, "uuid": None, "compute_instance_id": 0}
+            for gi in range(7)
+        ]
+        Gpu.objects.filter(pk=gpu.pk).update(
+            mig_mode=MigMode.ENABLED,
+            mig={**REPORTED.as_dict(), "uuid": gpu.uuid, "instances": instances},
+        )
+    status = layout_status(tray, tray_layout(tray))
+    assert (status.applied, status.done) == (4, True), status.differs
+    page = admin_client_logged_in.get(reverse("inventory:tray-detail", args=[tray.pk])).content.decode()
+    assert "All 4 GPUs report it." in page
 
 
 def test_whole_gpus_again(fleet, admin_client_logged_in):
