@@ -5,7 +5,9 @@ GPUs' model reported.
 
 `set_mig_layout` refuses, changing nothing, when the tray holds running work (the GPU Operator's MIG manager
 stops every GPU client before it repartitions, and Slurm does not repartition at all: a busy tray would lose
-its jobs) or when the layout is not one its GPUs allow. A tray with a layout stays in its NVLink partition:
+its jobs), when the layout is not one its GPUs allow, or when another tray has a layout of that name with
+other devices (a GPU model with other profiles: one label value and one mig-parted config cannot mean both).
+A tray with a layout stays in its NVLink partition:
 the pass never gives its GPUs whole, so no multi-tray job lands on it (every MIG profile has P2P "No"), and
 the partition wizard says so. It takes the scheduler's pass lock first (SchedulerState, as
 scheduling.services.passes does), so no pass places work on the tray between the check and the save. The
@@ -55,6 +57,17 @@ def set_mig_layout(tray_pk: int, name: str) -> ComputeTray:
                 chosen = find(name, options.profiles)
             except LayoutError as error:
                 raise MigLayoutRefused(str(error)) from None
+        other = (
+            ComputeTray.objects.filter(mig_layout=chosen.name)
+            .exclude(mig_layout_devices=chosen.as_dict())
+            .values_list("hostname", "mig_layout_devices")
+            .first()
+        )
+        if other is not None:  # one label value, one mig-parted config: the same name must mean one layout
+            raise MigLayoutRefused(
+                f"{other[0]} already has a layout named {chosen.name} with other devices ({other[1]}): a GPU "
+                "model with other profiles needs layouts of other names."
+            )
         busy = _busy(tray)
         if busy:
             raise MigLayoutRefused(

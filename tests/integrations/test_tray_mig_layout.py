@@ -201,3 +201,17 @@ def test_only_platform_admins_choose_layouts(fleet, client, request, persona):
     tray.refresh_from_db()
     assert tray.mig_layout == ""
     assert client.get(reverse("integrations:tray-mig-layout", args=[tray.pk])).status_code in (403, 405)
+
+
+def test_one_layout_name_means_one_layout_across_the_fleet(fleet, admin_client_logged_in):
+    # Another GPU model's all-balanced (a GB300's profiles) already on a tray: the name cannot mean both.
+    ComputeTray.objects.filter(hostname="gb-r03-t09").update(
+        mig_layout="all-balanced", mig_layout_devices={"1g.35gb": 2, "2g.70gb": 1, "3g.139gb": 1}
+    )
+    tray = _tray()
+    response = _post(admin_client_logged_in, tray, "all-balanced")
+    assert response.status_code == 303
+    page = admin_client_logged_in.get(response["Location"]).content.decode()
+    assert "gb-r03-t09 already has a layout named all-balanced with other devices" in page
+    tray.refresh_from_db()
+    assert tray.mig_layout == ""
