@@ -104,7 +104,7 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         required=False,
         widget=DateTimeInput(),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
-        help_text="Optional window (UTC): Slurm reserves the node for maintenance from start to end.",
+        help_text="Optional window, in %(zone)s: Slurm reserves the node for maintenance from start to end.",
     )
     end = forms.DateTimeField(
         required=False,
@@ -112,6 +112,12 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
         help_text=f"At most {MAX_WINDOW_DAYS} days after the start.",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Typed in the viewer's time zone (portal.web.middleware.ViewerTimezoneMiddleware; UTC without it).
+        zone = timezone.get_current_timezone_name()
+        self.fields["start"].help_text = self.fields["start"].help_text % {"zone": zone}
 
     def clean(self):
         data = super().clean()
@@ -125,7 +131,11 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         if start is not None:
             now = timezone.now()
             if start < now - timedelta(seconds=PAST_SLACK_S):
-                self.add_error("start", "The window starts in the past: choose a start from now on (UTC).")
+                self.add_error(
+                    "start",
+                    "The window starts in the past: choose a start from now on "
+                    f"({timezone.get_current_timezone_name()}).",
+                )
             if end <= start:
                 self.add_error("end", "The window ends before it starts: choose an end after the start.")
             elif end - start > timedelta(days=MAX_WINDOW_DAYS):

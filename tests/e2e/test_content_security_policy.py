@@ -23,7 +23,6 @@ PAGES = [
     "/tenancy/dashboard/",
     "/scheduling/jobs/",
     "/audit/",
-    "/inventory/health/",  # the health centre's chart
     "/api/docs/",
     "/admin/",
     "/nonexistent/",
