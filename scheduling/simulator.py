@@ -404,7 +404,13 @@ def mig_trays(cluster: Cluster, trays_per_rack: int) -> list[int]:
     return chosen
 
 
-def _check_mig(plan: MigPlan) -> dict[str, SliceProfile]:
+def _check_mig(
+    plan: MigPlan, faults: FaultPlan | None = None, recarve: RecarvePlan | None = None
+) -> dict[str, SliceProfile]:
+    if faults is not None:
+        raise SimulationError("MIG trays and a fault trace are not replayed together")
+    if recarve is not None:  # a re-carve could merge a MIG tray's partition into a gang's
+        raise SimulationError("MIG trays and re-carving are not replayed together")
     if plan.rule not in SLICE_RULES:
         raise SimulationError(f"slice rule {plan.rule!r}? (known: {', '.join(SLICE_RULES)})")
     if not (isinstance(plan.trays_per_rack, int) and 0 <= plan.trays_per_rack < RACK_TRAYS):
@@ -1514,9 +1520,7 @@ def simulate(
     if faults is not None:
         _check_fault_plan(faults)
     if mig is not None:
-        _check_mig(mig)
-        if faults is not None:
-            raise SimulationError("MIG trays and a fault trace are not replayed together")
+        _check_mig(mig, faults, recarve)
     if recarve is not None:
         _check_recarve(recarve)
     if policy not in POLICIES:
@@ -1679,9 +1683,7 @@ def run(
     capacity = racks * RACK_TRAYS * GPUS_PER_TRAY
     mig_config = None
     if mig is not None:
-        _check_mig(mig)
-        if faults is not None:
-            raise SimulationError("MIG trays and a fault trace are not replayed together")
+        _check_mig(mig, faults, recarve)
         chosen = mig_trays(build_cluster(racks, sizes), mig.trays_per_rack)  # a layout that cannot: here
         capacity -= len(chosen) * mig.gpus_per_tray  # what the engine may give whole (guarantees split it)
         mig_config = {

@@ -103,12 +103,12 @@ def _slots(starts: Iterable[int], size: int) -> tuple[tuple[int, int], ...]:
     return tuple((start, size) for start in starts)
 
 
-# GB200 (HGX/NVL, PCI 0x294110DE, 186 GB), the simulator's default. Source: docs/../operations.md 1.1 (the
-# project's reference, read from NVIDIA/gpu-operator's default-mig-parted-config after PR #1590 and the GB200
-# `nvidia-smi mig -lgip` in NVIDIA/mig-parted#227): names, IDs, instance counts, the 22.00 / 45.50 GiB memory
-# of the 1g and 2g profiles; the 3g/4g/7g memory (91.75 / 91.75 / 184.75 GiB) is the repository's lgip
-# fixture (tests/inventory/fixtures/mig), extrapolated there, not captured. Placements: the A100/H100
-# geometry GB200 shares (operations.md 1.1).
+# GB200 (HGX/NVL, PCI 0x294110DE, 186 GB), the simulator's default. Source: operations.md 1.1 (the
+# project's shared reference notes, read from NVIDIA/gpu-operator's default-mig-parted-config after PR
+# #1590 and the GB200 `nvidia-smi mig -lgip` in NVIDIA/mig-parted#227): names, IDs, instance counts, the
+# 22.00 / 45.50 GiB memory of the 1g and 2g profiles; the 3g/4g/7g memory (91.75 / 91.75 / 184.75 GiB) is
+# the repository's lgip fixture (tests/inventory/fixtures/mig), extrapolated there, not captured.
+# Placements: the A100/H100 geometry GB200 shares (operations.md 1.1).
 GB200_PROFILES: tuple[SliceProfile, ...] = (
     SliceProfile("1g.23gb", 1, 1, 22528, _slots(range(7), 1), 7, 19),
     SliceProfile("1g.23gb+me", 1, 1, 22528, _slots(range(7), 1), 1, 20),

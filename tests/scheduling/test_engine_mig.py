@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inventory.discovery import mig as discovery
 from scheduling.engine import mig
 from scheduling.engine.mig import (
     BEST_FIT,
@@ -191,10 +193,6 @@ def test_profiles_from_what_a_node_reported(mig_fixture_profiles):
 
 @pytest.fixture
 def mig_fixture_profiles():
-    from pathlib import Path
-
-    from inventory.discovery import mig as discovery
-
     folder = Path(__file__).resolve().parent.parent / "inventory" / "fixtures" / "mig"
     reported = discovery.combine(
         (folder / "gb200_mig.xml").read_text(),

@@ -17,6 +17,7 @@ from tests.scheduling.test_simulator import by_name, write_trace
 
 ITP = Path(__file__).resolve().parent / "fixtures" / "traces"
 ONE_G = SliceConversion(mix=(("1g.23gb", 1.0),))
+HEADS = ("--trace", str(ITP / "cluster03-head.csv"), "--trace", str(ITP / "cluster06-head.csv"))
 
 
 waits = by_name  # job name -> its wait in a run
@@ -128,34 +129,20 @@ def test_a_plan_that_cannot_run_is_refused_saying_why(tmp_path, kwargs, layout, 
         simulator.simulate(traces, 1, layout, mig=MigPlan(**kwargs))
 
 
+def test_mig_is_not_replayed_with_re_carving_or_faults(tmp_path):
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", SEVEN)])
+    with pytest.raises(SimulationError, match="re-carving"):
+        simulator.simulate(traces, 1, "17+1", mig=MigPlan(), recarve=simulator.RecarvePlan())
+    with pytest.raises(SimulationError, match="re-carving"):
+        simulator.run(traces, 1, "17+1", ["rackplane"], mig=MigPlan(), recarve=simulator.RecarvePlan())
+
+
 def test_the_command_replays_mig_and_says_how_jobs_became_slices(tmp_path):
     out = tmp_path / "results.json"
     stdout = StringIO()
-    call_command(
-        "simulate",
-        "--trace",
-        str(ITP / "cluster03-head.csv"),
-        "--trace",
-        str(ITP / "cluster06-head.csv"),
-        "--racks",
-        "1",
-        "--layout",
-        "9+8+1",
-        "--policy",
-        "rackplane",
-        "--mig-trays",
-        "1",
-        "--mig-rule",
-        "fragmentation-aware",
-        "--slice-mix",
-        "1g.23gb=1,2g.47gb=1",
-        "--workers",
-        "1",
-        "--out",
-        str(out),
-        stdout=stdout,
-        stderr=StringIO(),
-    )
+    words = "--racks 1 --layout 9+8+1 --policy rackplane --mig-trays 1 --mig-rule fragmentation-aware"
+    words += " --slice-mix 1g.23gb=1,2g.47gb=1 --workers 1"
+    call_command("simulate", *HEADS, *words.split(), "--out", str(out), stdout=stdout, stderr=StringIO())
     results = json.loads(out.read_text())
     config = results["config"]["mig"]
     assert config["trays"] == 1 and config["rule"] == "fragmentation-aware"
@@ -190,8 +177,7 @@ def test_the_command_refuses_a_mig_plan_that_cannot_run(tmp_path, words, why):
     with pytest.raises(CommandError, match=why):
         call_command(
             "simulate",
-            "--trace",
-            str(ITP / "cluster03-head.csv"),
+            *HEADS,
             "--racks",
             "1",
             *words,
