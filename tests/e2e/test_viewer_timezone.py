@@ -2,30 +2,18 @@
 the `rackplane_tz` cookie equal to the browser's zone and the server prints times there
 (portal.web.middleware.ViewerTimezoneMiddleware)."""
 
-from datetime import UTC, datetime
-
 import pytest
 
-from core.models import AuditEvent
 from tests.e2e.browser import sign_in
+from tests.portal.test_viewer_timezone import AT, audit_event_at
 
 PASSWORD = "e2e-admin-password-1"
-AT = datetime(2026, 11, 30, 1, 2, 3, tzinfo=UTC)
 
 
 @pytest.fixture
 def admin(transactional_db, django_user_model):
     user = django_user_model.objects.create_superuser("e2e-admin", "e2e-admin@example.com", PASSWORD)
-    event = AuditEvent.objects.create(
-        actor=user,
-        actor_name=user.username,
-        source="web",
-        action="change",
-        object_type="tenancy.department",
-        object_id="1",
-        object_repr="Alpha",
-    )
-    AuditEvent.objects.filter(pk=event.pk).update(at=AT)
+    audit_event_at(user, AT)
     return user
 
 

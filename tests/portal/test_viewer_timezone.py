@@ -20,20 +20,24 @@ pytestmark = pytest.mark.django_db
 AT = datetime(2026, 11, 30, 1, 2, 3, tzinfo=UTC)
 
 
-@pytest.fixture
-def audited(platform_admin):
-    """One audit event at a known time, shown on the audit log (a page every admin has)."""
+def audit_event_at(user, at: datetime) -> AuditEvent:
+    """One audit event by `user` at `at`, shown on the audit log (a page every admin has)."""
     event = AuditEvent.objects.create(
-        actor=platform_admin,
-        actor_name=platform_admin.username,
+        actor=user,
+        actor_name=user.username,
         source="web",
         action="change",
         object_type="tenancy.department",
         object_id="1",
         object_repr="Alpha",
     )
-    AuditEvent.objects.filter(pk=event.pk).update(at=AT)
+    AuditEvent.objects.filter(pk=event.pk).update(at=at)
     return event
+
+
+@pytest.fixture
+def audited(platform_admin):
+    return audit_event_at(platform_admin, AT)
 
 
 def _audit_page(client) -> str:
