@@ -65,6 +65,13 @@ def auth_scheme(token: str) -> str:
     return "Bearer"
 
 
+class NoAnswer(RpError):
+    """No answer came (refused, reset, timed out): the one failure a request may be sent again after."""
+
+    def __init__(self, message: str):
+        super().__init__(Exit.SERVER, message)
+
+
 class Api:
     def __init__(self, config: Config, *, transport: httpx.BaseTransport | None = None):
         self.url = config.url
@@ -123,8 +130,8 @@ class Api:
         while True:
             try:
                 status, content_type, data = self._send(method, url, params, body, headers)
-            except RpError as error:
-                if not delays or error.code != Exit.SERVER:
+            except NoAnswer:
+                if not delays:
                     raise
                 time.sleep(delays.pop(0))
                 continue
@@ -158,14 +165,12 @@ class Api:
                 content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
                 return response.status_code, content_type, b"".join(chunks)
         except httpx.TimeoutException as error:
-            raise RpError(
-                Exit.SERVER, f"{self.url} did not answer in time ({type(error).__name__})"
-            ) from error
+            raise NoAnswer(f"{self.url} did not answer in time ({type(error).__name__})") from error
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as error:
             raise RpError(Exit.USAGE, f"cannot send a request to {url}: {error}") from error
         except httpx.TransportError as error:
             reason = str(error) or type(error).__name__
-            raise RpError(Exit.SERVER, f"could not reach {self.url}: {printable(reason, 300)}") from error
+            raise NoAnswer(f"could not reach {self.url}: {printable(reason, 300)}") from error
 
     def _answer(self, method, url, status, content_type, data, not_found) -> Any:
         where = f"{method} {urllib.parse.urlsplit(url).path}"

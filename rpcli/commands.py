@@ -7,7 +7,6 @@ import datetime
 import getpass
 import sys
 import time
-import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,6 @@ BACKOFF = 1.5
 
 def _api(args: argparse.Namespace) -> Api:
     return Api(config.load())
-
-
-def _job_path(job_id: int, suffix: str = "") -> str:
-    return f"{spec.API_PREFIX}/jobs/{job_id}/{suffix}"
 
 
 def _not_found(job_id: int) -> str:
@@ -64,7 +59,7 @@ def login(args: argparse.Namespace) -> int:
         )
     fresh = config.Config(url, token)
     with Api(fresh) as api:  # verify before saving: a refused token is never written
-        departments = [d.get("slug") for d in api.pages(spec.OPERATIONS["departments_list"][1], limit=50)]
+        departments = [d.get("slug") for d in api.pages(spec.path("departments_list"), limit=50)]
     path = config.save(fresh)
     names = ", ".join(printable(str(slug), 100) for slug in departments) or "none yet"
     print(f"Logged in to {url} (your departments: {names}). Token saved to {path} (mode 0600).")
@@ -133,7 +128,7 @@ def _default_name(args: argparse.Namespace) -> str:
 
 
 def _only_department(api: Api) -> str:
-    slugs = [d.get("slug") for d in api.pages(spec.OPERATIONS["departments_list"][1], limit=50)]
+    slugs = [d.get("slug") for d in api.pages(spec.path("departments_list"), limit=50)]
     if len(slugs) == 1 and isinstance(slugs[0], str):
         return slugs[0]
     if not slugs:
@@ -182,8 +177,6 @@ def submission_body(args: argparse.Namespace) -> dict[str, Any]:
         "time_limit_minutes": args.time_limit,
     }
     body.update({key: value for key, value in optional.items() if value is not None})
-    unknown = set(body) - set(spec.SUBMIT_FIELDS)
-    assert not unknown, unknown  # rpcli.spec names every field the API takes
     return body
 
 
@@ -199,7 +192,7 @@ def submit(args: argparse.Namespace) -> int:
             body["department"] = _only_department(api)
         try:
             job = api.post(
-                spec.OPERATIONS["jobs_create"][1],
+                spec.path("jobs_create"),
                 body,
                 headers={spec.IDEMPOTENCY_HEADER: key},
                 retry=True,  # the key makes a resent submission return the first job
@@ -242,7 +235,7 @@ def ls(args: argparse.Namespace) -> int:
         if getattr(args, name):
             params[name] = getattr(args, name)
     with _api(args) as api:
-        jobs = list(api.pages(spec.OPERATIONS["jobs_list"][1], params, limit=args.limit))
+        jobs = list(api.pages(spec.path("jobs_list"), params, limit=args.limit))
     if args.json:
         output.as_json(jobs)
         return Exit.OK
@@ -270,7 +263,7 @@ def ls(args: argparse.Namespace) -> int:
 
 
 def _get_job(api: Api, job_id: int) -> dict:
-    job = api.get(_job_path(job_id), not_found=_not_found(job_id))
+    job = api.get(spec.path("jobs_retrieve", id=job_id), not_found=_not_found(job_id))
     if not isinstance(job, dict) or "state" not in job:
         raise RpError(Exit.SERVER, f"the portal's answer for job {job_id} is not a job")
     return job
@@ -321,7 +314,7 @@ def show(args: argparse.Namespace) -> int:
 
 def cancel(args: argparse.Namespace) -> int:
     with _api(args) as api:
-        job = api.post(_job_path(args.job, "cancel/"), not_found=_not_found(args.job))
+        job = api.post(spec.path("jobs_cancel", id=args.job), not_found=_not_found(args.job))
     if args.json:
         output.as_json(job)
     else:
@@ -417,8 +410,8 @@ def watch(args: argparse.Namespace) -> int:
 
 class _LogFollower:
     """What is new in each stream since the last read. The API sends the end of each stream (and its size
-    when the backend knows it): the new bytes are the growth in size; without a size, the text after the end
-    of what was shown before."""
+    when the backend knows it): the new bytes are the growth in size; without a size, what follows the
+    longest end of the text shown before that the new text begins with."""
 
     def __init__(self) -> None:
         self.sizes: dict[str, int] = {}
@@ -442,15 +435,26 @@ class _LogFollower:
             if grown > len(data):
                 return f"[... {grown - len(data)} bytes not shown ...]\n" + text
             return data[-grown:].decode("utf-8", "replace")
-        if text.startswith(before_text):
-            return text[len(before_text) :]
-        anchor = before_text[-512:]
-        at = text.rfind(anchor) if anchor else -1
-        return text[at + len(anchor) :] if at >= 0 else text
+        return text[_overlap(before_text, text) :]
+
+
+def _overlap(before: str, after: str) -> int:
+    """The length of the longest end of `before` that `after` begins with (Knuth-Morris-Pratt's prefix
+    function over after + a separator + before: linear in their lengths)."""
+    joined = after + "\uffff" + before
+    prefix = [0] * len(joined)
+    for i in range(1, len(joined)):
+        k = prefix[i - 1]
+        while k and joined[i] != joined[k]:
+            k = prefix[k - 1]
+        if joined[i] == joined[k]:
+            k += 1
+        prefix[i] = k
+    return min(prefix[-1], len(after))
 
 
 def _read_logs(api: Api, job_id: int) -> dict:
-    logs = api.get(_job_path(job_id, "logs/"), not_found=_not_found(job_id))
+    logs = api.get(spec.path("jobs_logs", id=job_id), not_found=_not_found(job_id))
     if not isinstance(logs, dict) or not isinstance(logs.get("parts"), list):
         raise RpError(Exit.SERVER, f"the portal's answer for job {job_id}'s logs is not logs")
     return logs
@@ -495,12 +499,11 @@ def logs(args: argparse.Namespace) -> int:
 
 def quota(args: argparse.Namespace) -> int:
     with _api(args) as api:
-        departments = list(api.pages(spec.OPERATIONS["departments_list"][1]))
+        departments = list(api.pages(spec.path("departments_list")))
         positions = []
         for department in departments:
-            slug = urllib.parse.quote(str(department.get("slug")), safe="")
-            positions.append(api.get(f"{spec.API_PREFIX}/departments/{slug}/quota/"))
-        projects = list(api.pages(spec.OPERATIONS["projects_list"][1]))
+            positions.append(api.get(spec.path("departments_quota", slug=department.get("slug"))))
+        projects = list(api.pages(spec.path("projects_list")))
     if args.json:
         output.as_json({"departments": positions, "projects": projects})
         return Exit.OK

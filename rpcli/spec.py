@@ -2,14 +2,15 @@
 
 `rp` is a thin layer over the API rather than a generated client (docs/api/rp.md says why); what it takes
 from the document is written here, and tests/cli/test_openapi_contract.py checks every line against the
-document the portal serves: each operation exists with its method, each query parameter and submit field is
-the API's, and each list of choices is the API's enum. A change of the API that would break `rp` fails that
-test.
+document the portal serves: each operation exists with its method, each query parameter and header is the
+API's, and each list of choices is the API's enum. The same test checks that a submission `rp` builds has
+exactly the fields the API takes and that every field rpcli/commands.py reads of an answer is in the
+document. A change of the API that would break `rp` fails there.
 """
 
 from __future__ import annotations
 
-API_PREFIX = "/api/v1"
+import urllib.parse
 
 # name -> (method, path template under the portal's address)
 OPERATIONS: dict[str, tuple[str, str]] = {
@@ -23,24 +24,19 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "projects_list": ("GET", "/api/v1/projects/"),
 }
 
+
+def path(operation: str, **values: object) -> str:
+    """The operation's path with its parameters filled in (each quoted: a slug cannot add a path segment)."""
+    template = OPERATIONS[operation][1]
+    return template.format(
+        **{name: urllib.parse.quote(str(value), safe="") for name, value in values.items()}
+    )
+
+
 # The filters `rp ls` passes to jobs_list, and the page size it asks for.
 JOB_FILTERS = ("state", "department", "project", "name", "backend", "page", "page_size")
 PAGE_SIZE = 100
 
-# The fields of a submission (the JobSubmit schema); `rp submit` sends only these.
-SUBMIT_FIELDS = (
-    "department",
-    "project",
-    "name",
-    "gpus",
-    "topology",
-    "fallback_topology",
-    "fallback_after_minutes",
-    "priority_class",
-    "backend",
-    "time_limit_minutes",
-    "work",
-)
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 # The API's enums (Job.state, topology, priority_class, backend): choices and shell completion.
@@ -49,40 +45,3 @@ FINAL_STATES = ("completed", "failed", "cancelled")
 TOPOLOGIES = ("partition", "rack", "any")
 PRIORITY_CLASSES = ("train", "build", "inference")
 BACKENDS = ("slurm", "kubernetes")
-
-# The fields of a job `rp` reads (the Job schema) and of a job's detail (JobDetail adds these).
-JOB_FIELDS = (
-    "id",
-    "name",
-    "department",
-    "project",
-    "submitted_by",
-    "gpus",
-    "topology",
-    "priority_class",
-    "backend",
-    "time_limit_minutes",
-    "state",
-    "pending_reason",
-    "over_quota",
-    "placement",
-    "backend_id",
-    "backend_message",
-    "exit_code",
-    "preemptions",
-    "created_at",
-    "started_at",
-    "finished_at",
-)
-JOB_DETAIL_FIELDS = ("work", "events")
-QUOTA_FIELDS = (
-    "department",
-    "guaranteed",
-    "limit",
-    "in_use",
-    "in_quota",
-    "borrowed",
-    "pending_demand",
-    "fair_share",
-)
-PROJECT_FIELDS = ("department", "name", "slug", "guaranteed_gpus", "limit_gpus")
