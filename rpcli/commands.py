@@ -380,14 +380,18 @@ def watch(args: argparse.Namespace) -> int:
                 tuple(job.get("placement") or ()),
                 job.get("backend_message"),
             )
-            changed = key != last
+            changed, first = key != last, last is None
             last = key
             if args.json:
                 if changed:
                     output.json_line(job)
             elif tty:
+                # A terminal: the line of the current state is rewritten as the job runs (its time, its
+                # share of the time limit); a new state starts a new line, so the story stays on screen.
+                if changed and not first:
+                    sys.stdout.write("\n")
                 sys.stdout.write("\r\x1b[K" + time.strftime("%H:%M:%S ") + progress(job))
-                if changed and state in spec.FINAL_STATES:
+                if state in spec.FINAL_STATES:
                     sys.stdout.write("\n")
                 sys.stdout.flush()
             elif changed:
@@ -462,36 +466,47 @@ def _read_logs(api: Api, job_id: int) -> dict:
 
 def logs(args: argparse.Namespace) -> int:
     follower = _LogFollower()
-    several = False
     with _api(args) as api:
         while True:
             data = _read_logs(api, args.job)
             parts = [p for p in data["parts"] if isinstance(p, dict)]
             ended = data.get("state") in spec.FINAL_STATES
+            if args.json and not args.follow:
+                output.as_json(data)
+            else:
+                _print_new_output(args, follower, data, parts)
             if data.get("error") and not parts and (not args.follow or ended):
                 raise RpError(Exit.NOT_FOUND, f"no logs for job {args.job}: {printable(str(data['error']))}")
-            several = several or len(parts) > 1
-            for part in parts:
-                if part.get("error"):
-                    if part.get("name") not in follower.texts:
-                        print(f"rp: {part.get('name')}: {printable(str(part['error']))}", file=sys.stderr)
-                        follower.texts[str(part.get("name"))] = ""
-                    continue
-                first = str(part.get("name")) not in follower.texts
-                text = follower.new_text(part)
-                if first and part.get("truncated"):
-                    print(
-                        f"rp: {part.get('name')}: only its last {data.get('limit_bytes', '?')} bytes",
-                        file=sys.stderr,
-                    )
-                if text:
-                    if several:
-                        sys.stdout.write(f"==> {part.get('name')} <==\n")
-                    sys.stdout.write(text)
-                    sys.stdout.flush()
-            if not args.follow or data.get("state") in spec.FINAL_STATES:
+            if not args.follow or ended:
                 return Exit.OK
             time.sleep(args.interval)
+
+
+def _print_new_output(
+    args: argparse.Namespace, follower: _LogFollower, data: dict, parts: list[dict]
+) -> None:
+    """What is new in each stream: raw text (under a `==> name <==` line when there are several streams), or
+    one JSON line per stream with --json. A stream's error and a cut stream are said once, on stderr."""
+    for part in parts:
+        name = str(part.get("name"))
+        first = name not in follower.texts
+        if part.get("error"):
+            if first:
+                print(f"rp: {name}: {printable(str(part['error']))}", file=sys.stderr)
+                follower.texts[name] = ""
+            continue
+        if first and part.get("truncated"):
+            print(f"rp: {name}: only its last {data.get('limit_bytes', '?')} bytes", file=sys.stderr)
+        text = follower.new_text(part)
+        if not text:
+            continue
+        if args.json:
+            output.json_line({"job": args.job, "stream": name, "text": text})
+            continue
+        if len(parts) > 1:
+            sys.stdout.write(f"==> {name} <==\n")
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 # --- quota ------------------------------------------------------------------------------------------------

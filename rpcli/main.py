@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", type=job_id, help="the job's number")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the job ends")
     p.add_argument(
+        "--json", action="store_true", help="the API's JSON; with -f one JSON line per new piece of output"
+    )
+    p.add_argument(
         "--interval", type=_positive(float, 0.1, 3600), default=2.0, help="seconds between reads with -f"
     )
 

@@ -5,6 +5,10 @@ is "not found" with nothing changed; an expired or revoked token is the authenti
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import signal
 import stat
 import subprocess
 import time
@@ -181,11 +185,25 @@ def test_logs_print_the_jobs_output_and_follow_stops_when_it_ends(logged_in, rp,
 
     assert done.code == 0, done.err
     assert "srun python train.py --epochs 1" in done.out
+    as_json = json.loads(rp("logs", str(job["id"]), "--json").out)
+    assert as_json["job"] == job["id"] and as_json["error"] == ""
+    [part] = as_json["parts"]
+    assert part["text"] == done.out and part["size"] == len(done.out.encode())
 
     with transaction.atomic():
         finish_job(Job.objects.select_for_update().get(pk=job["id"]), JobState.COMPLETED, "exit code 0", 0)
     followed = rp("logs", "-f", "--interval", "0.2", str(job["id"]), timeout=30)
-    assert followed.code == 0 and "srun python train.py" in followed.out
+    assert followed.code == 0 and followed.out == done.out
+    lines = rp("logs", "-f", "--json", str(job["id"]), timeout=30).out.splitlines()
+    assert [json.loads(line)["text"] for line in lines] == [done.out]
+
+
+def test_logs_of_a_job_not_yet_handed_to_a_backend_are_not_found(logged_in, rp, research, researcher):
+    waiting = Job.objects.create(department=research, name="waiting", gpus=4, submitted_by=researcher)
+
+    done = rp("logs", str(waiting.pk))
+
+    assert done.code == NOT_FOUND and "not been handed to a backend" in done.err
 
 
 def test_quota_shows_the_departments_guarantee_and_use(logged_in, rp, script):
@@ -230,12 +248,69 @@ def test_watch_follows_the_job_until_it_ends(logged_in, rp_env, script, rp, stat
     assert f"job {job['id']} {state}" in out.splitlines()[-1]
 
 
+def test_watch_on_a_terminal_rewrites_the_line_of_the_running_job(logged_in, rp_env, rp, script):
+    job = submitted(rp, script)
+    terminal, its_end = pty.openpty()
+    watcher = subprocess.Popen(
+        [str(RP), "watch", str(job["id"]), "--interval", "0.2"],
+        stdout=its_end,
+        stderr=subprocess.PIPE,
+        env=rp_env,
+    )
+    os.close(its_end)
+    shown = b""
+    try:
+        while shown.count(b"\r\x1b[K") < 2:  # the running job's line, then written again in place
+            ready, _, _ = select.select([terminal], [], [], 30)
+            assert ready, shown
+            shown += os.read(terminal, 4096)
+        with transaction.atomic():
+            finish_job(Job.objects.select_for_update().get(pk=job["id"]), JobState.COMPLETED, "done", 0)
+        assert watcher.wait(timeout=30) == 0
+        while select.select([terminal], [], [], 1)[0]:
+            try:
+                chunk = os.read(terminal, 4096)
+            except OSError:  # the other end closed
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        watcher.kill()
+        os.close(terminal)
+    text = shown.decode()
+    assert f"job {job['id']} running for" in text
+    assert text.rstrip().endswith("with exit code 0: done") and f"job {job['id']} completed" in text
+    assert text.count("\n") == 2  # running, then completed: one line each (the terminal's \r\n)
+
+
 def test_watch_gives_up_at_its_timeout(logged_in, rp, script):
     job = submitted(rp, script)
 
-    done = rp("watch", str(job["id"]), "--interval", "0.2", "--timeout", "1")
+    done = rp("watch", str(job["id"]), "--interval", "0.2", "--timeout", "1", "--json")
 
-    assert done.code == 7 and "still" in done.err
+    assert done.code == 7 and f"job {job['id']} is still running" in done.err
+    [seen] = [json.loads(line) for line in done.out.splitlines()]  # one line: the job did not change
+    assert seen["id"] == job["id"] and seen["state"] == "running"
+
+
+def test_ctrl_c_stops_watching_with_130_and_no_traceback(logged_in, rp_env, rp, script):
+    job = submitted(rp, script)
+    watcher = subprocess.Popen(
+        [str(RP), "watch", str(job["id"])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=rp_env,
+    )
+    try:
+        assert f"job {job['id']} running" in watcher.stdout.readline()
+        watcher.send_signal(signal.SIGINT)
+        _, err = watcher.communicate(timeout=30)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
 
 
 # --- another tenant's job, tokens that no longer work ------------------------------------------------------
