@@ -4,7 +4,10 @@ watch line and what `rp logs -f` prints of each new read."""
 from __future__ import annotations
 
 import datetime
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,33 @@ def test_following_logs_prints_only_what_is_new():
     assert follow.new_text(pod) == "a\nb\n"
     assert follow.new_text({**pod, "text": "a\nb\nc\n"}) == "c\n"
     assert follow.new_text({**pod, "text": "b\nc\nd\n"}) == "d\n"
+
+
+@pytest.mark.slow(reason="runs rp in three Python subprocesses")
+def test_rp_runs_where_the_portal_cannot_be_imported(tmp_path):
+    """The import contract checks rpcli's imports as written; this runs it with Django and every package of
+    the portal made unimportable, as on a laptop that only has rp."""
+    blocked = [
+        "django",
+        "rest_framework",
+        "celery",
+        "core",
+        "inventory",
+        "tenancy",
+        "scheduling",
+        "integrations",
+    ]
+    code = (
+        "import sys\n"
+        f"for name in {[*blocked, 'portal']!r}: sys.modules[name] = None\n"
+        "from rpcli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    env.pop("RP_URL", None)
+    for argv, expected in ((["--help"], 0), (["completion", "zsh"], 0), (["ls"], Exit.AUTH)):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert done.returncode == expected, done.stderr
+        assert "Traceback" not in done.stderr

@@ -330,6 +330,19 @@ def test_another_departments_job_is_not_found_and_left_alone(logged_in, rp):
     assert json.loads(rp("ls", "--json").out) == []
 
 
+def test_a_colleagues_job_may_be_seen_but_not_cancelled(logged_in, rp, research):
+    colleague = make_member("colleague", research)
+    theirs = Job.objects.create(department=research, name="theirs", gpus=4, submitted_by=colleague)
+
+    assert json.loads(rp("show", str(theirs.pk), "--json").out)["submitted_by"] == "colleague"
+    done = rp("cancel", str(theirs.pk))
+
+    assert done.code == AUTH
+    assert "not allowed: only the job's submitter" in done.err
+    theirs.refresh_from_db()
+    assert theirs.state == JobState.PENDING
+
+
 @pytest.mark.parametrize("how", ["revoked", "expired"])
 def test_a_token_that_no_longer_works_is_the_authentication_exit_code(logged_in, rp, how):
     token, _ = logged_in
