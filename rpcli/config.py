@@ -69,7 +69,10 @@ def check_url(raw: str) -> str:
     netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     if port is not None:
         netloc += f":{port}"
-    return urllib.parse.urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
+    path = parts.path.rstrip("/")
+    for api in ("/api/v1", "/api"):  # the API's address given for the portal's: rp adds /api/v1/ itself
+        path = path.removesuffix(api) if path.endswith(api) else path
+    return urllib.parse.urlunsplit((parts.scheme.lower(), netloc, path, "", ""))
 
 
 def is_plain_http_elsewhere(url: str) -> bool:

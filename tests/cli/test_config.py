@@ -59,6 +59,10 @@ def test_an_address_is_normalised():
         == "https://portal.example.org:8443/rackplane"
     )
     assert config.check_url("http://[::1]:8000") == "http://[::1]:8000"
+    assert config.check_url("https://portal.example.org/api/v1/") == "https://portal.example.org"
+    assert (
+        config.check_url("https://portal.example.org/rackplane/api") == "https://portal.example.org/rackplane"
+    )
 
 
 @given(st.text(max_size=80))
