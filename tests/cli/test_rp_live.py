@@ -20,6 +20,7 @@ from core import tokens
 from scheduling.choices import JobState
 from scheduling.models import Job
 from scheduling.services.actions import finish_job
+from tenancy.projects import create_project, set_project_member
 from tests.cli.conftest import RP, SCRIPT, personal_token
 from tests.factories import make_department, make_member
 
@@ -101,6 +102,11 @@ def test_submit_then_ls_and_show_as_tables_and_json(logged_in, rp, script, resea
     assert job.work == {"script": SCRIPT} and job.backend == "slurm"
     assert len(job.idempotency_key) == 36  # a UUID by default
     assert f"Submitted job {job.pk}" in done.out and f"rp watch {job.pk}" in done.out
+
+    from_stdin = rp("submit", "-", "--gpus", "4", "--name", "from-stdin", "--json", input=SCRIPT)
+    assert from_stdin.code == 0, from_stdin.err
+    assert Job.objects.get(name="from-stdin").work == {"script": SCRIPT}
+    Job.objects.filter(name="from-stdin").delete()
 
     listed = rp("ls")
     assert listed.code == 0
@@ -206,19 +212,23 @@ def test_logs_of_a_job_not_yet_handed_to_a_backend_are_not_found(logged_in, rp, 
     assert done.code == NOT_FOUND and "not been handed to a backend" in done.err
 
 
-def test_quota_shows_the_departments_guarantee_and_use(logged_in, rp, script):
+def test_quota_shows_the_departments_guarantee_and_use_and_its_projects(
+    logged_in, rp, script, research, researcher, platform_admin
+):
     submitted(rp, script)
+    vision = create_project(platform_admin, research, name="Vision", guaranteed_gpus=8, limit_gpus=16)
+    set_project_member(platform_admin, vision, researcher)
 
     table = rp("quota")
     as_json = json.loads(rp("quota", "--json").out)
 
     assert table.code == 0
-    row = next(line.split() for line in table.out.splitlines() if line.startswith("research"))
-    assert row[1] == "32"  # guaranteed
+    departments, projects = table.out.split("\n\n")
+    assert departments.splitlines()[1].split() == ["research", "32", "none", "4", "4", "0", "0", "4"]
+    assert projects.splitlines()[1].split() == ["research", "vision", "8", "16"]
     [position] = as_json["departments"]
-    assert position["department"] == "research" and position["guaranteed"] == 32
-    assert position["in_use"] + position["pending_demand"] == 4
-    assert as_json["projects"] == []
+    assert position["department"] == "research" and position["guaranteed"] == 32 and position["in_use"] == 4
+    assert [(p["slug"], p["guaranteed_gpus"]) for p in as_json["projects"]] == [("vision", 8)]
 
 
 @pytest.mark.parametrize(("state", "code"), [(JobState.COMPLETED, 0), (JobState.FAILED, 1)])
