@@ -28,7 +28,7 @@ RETRY_DELAYS = (0.5, 1.5)  # a retried request waits these (so three tries in al
 MAX_PAGES = 10_000  # a server whose `next` never ends is not followed forever
 
 
-def _version() -> str:
+def version() -> str:
     try:
         return metadata.version("rackplane")
     except metadata.PackageNotFoundError:
@@ -80,7 +80,7 @@ class Api:
             headers={
                 "Authorization": f"{auth_scheme(config.token)} {config.token}",
                 "Accept": "application/json",
-                "User-Agent": f"rp/{_version()}",
+                "User-Agent": f"rp/{version()}",
             },
             timeout=TIMEOUT,
             follow_redirects=False,

@@ -20,7 +20,7 @@ MAX_WATCH_INTERVAL = 15.0
 BACKOFF = 1.5
 
 
-def _api(args: argparse.Namespace) -> Api:
+def _api() -> Api:
     return Api(config.load())
 
 
@@ -187,7 +187,7 @@ def submit(args: argparse.Namespace) -> int:
         raise RpError(
             Exit.USAGE, "--idempotency-key takes up to 200 printable ASCII characters (e.g. a UUID)"
         )
-    with _api(args) as api:
+    with _api() as api:
         if "department" not in body:
             body["department"] = _only_department(api)
         try:
@@ -234,7 +234,7 @@ def ls(args: argparse.Namespace) -> int:
     for name in ("department", "project", "name", "backend"):
         if getattr(args, name):
             params[name] = getattr(args, name)
-    with _api(args) as api:
+    with _api() as api:
         jobs = list(api.pages(spec.path("jobs_list"), params, limit=args.limit))
     if args.json:
         output.as_json(jobs)
@@ -270,7 +270,7 @@ def _get_job(api: Api, job_id: int) -> dict:
 
 
 def show(args: argparse.Namespace) -> int:
-    with _api(args) as api:
+    with _api() as api:
         job = _get_job(api, args.job)
     if args.json:
         output.as_json(job)
@@ -313,7 +313,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    with _api(args) as api:
+    with _api() as api:
         job = api.post(spec.path("jobs_cancel", id=args.job), not_found=_not_found(args.job))
     if args.json:
         output.as_json(job)
@@ -370,7 +370,7 @@ def watch(args: argparse.Namespace) -> int:
     started = time.monotonic()
     delay = args.interval
     last: tuple | None = None
-    with _api(args) as api:
+    with _api() as api:
         while True:
             job = _get_job(api, args.job)
             state = job.get("state")
@@ -466,7 +466,7 @@ def _read_logs(api: Api, job_id: int) -> dict:
 
 def logs(args: argparse.Namespace) -> int:
     follower = _LogFollower()
-    with _api(args) as api:
+    with _api() as api:
         while True:
             data = _read_logs(api, args.job)
             parts = [p for p in data["parts"] if isinstance(p, dict)]
@@ -513,7 +513,7 @@ def _print_new_output(
 
 
 def quota(args: argparse.Namespace) -> int:
-    with _api(args) as api:
+    with _api() as api:
         departments = list(api.pages(spec.path("departments_list")))
         positions = []
         for department in departments:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import shtab
 
 from rpcli import commands, spec
-from rpcli.api import _version
+from rpcli.api import version
 from rpcli.errors import EXIT_CODES_HELP, Exit, RpError
 
 DESCRIPTION = """\
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"rp {_version()}")
+    parser.add_argument("--version", action="version", version=f"rp {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help: str, func) -> argparse.ArgumentParser:

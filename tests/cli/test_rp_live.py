@@ -39,6 +39,25 @@ def script(tmp_path):
     return path
 
 
+def read_terminal(terminal: int, shown: bytes = b"", until=None, wait: float = 30) -> bytes:
+    """What a program wrote to its terminal, after `shown`: until `until(shown)` holds (the test fails when
+    nothing comes for `wait` seconds before it does), or without `until` until the program closes its
+    terminal or is quiet for `wait` seconds."""
+    while until is None or not until(shown):
+        if not select.select([terminal], [], [], wait)[0]:
+            assert until is None, f"waited {wait} s in vain; the terminal shows {shown!r}"
+            break
+        try:
+            chunk = os.read(terminal, 4096)
+        except OSError:  # the program closed its terminal
+            chunk = b""
+        if not chunk:
+            assert until is None, f"the program closed its terminal; it showed {shown!r}"
+            break
+        shown += chunk
+    return shown
+
+
 def submitted(rp, script, *extra: str) -> dict:
     done = rp("submit", str(script), "--gpus", "4", "--json", *extra)
     assert done.code == 0, done.err
@@ -75,6 +94,29 @@ def test_login_keeps_the_token_in_a_private_file_and_refuses_one_others_can_read
     assert not config_file.exists()
     after = rp("ls")
     assert after.code == AUTH and "not logged in" in after.err
+
+
+def test_login_asks_for_the_token_at_a_prompt_that_does_not_echo_it(
+    live_server, researcher, rp_env, config_file
+):
+    _, key = personal_token(researcher)
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: rp on a terminal of its own, as a person runs it
+        os.execve(str(RP), [str(RP), "login", "--url", live_server.url], rp_env)
+    shown, status = b"", None
+    try:
+        shown = read_terminal(terminal, until=lambda shown: b"API token (rpt_...): " in shown)
+        os.write(terminal, key.encode() + b"\n")
+        shown = read_terminal(terminal, shown)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        if status is None:  # it never got what it waited for
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(terminal)
+    assert os.waitstatus_to_exitcode(status) == 0, shown
+    assert b"Logged in to" in shown and key.encode() not in shown  # not echoed, not printed
+    assert json.loads(config_file.read_text())["token"] == key
 
 
 def test_a_refused_token_is_never_saved(live_server, researcher, rp, config_file):
@@ -268,23 +310,13 @@ def test_watch_on_a_terminal_rewrites_the_line_of_the_running_job(logged_in, rp_
         env=rp_env,
     )
     os.close(its_end)
-    shown = b""
     try:
-        while shown.count(b"\r\x1b[K") < 2:  # the running job's line, then written again in place
-            ready, _, _ = select.select([terminal], [], [], 30)
-            assert ready, shown
-            shown += os.read(terminal, 4096)
+        # the running job's line, then written again in place
+        shown = read_terminal(terminal, until=lambda shown: shown.count(b"\r\x1b[K") >= 2)
         with transaction.atomic():
             finish_job(Job.objects.select_for_update().get(pk=job["id"]), JobState.COMPLETED, "done", 0)
         assert watcher.wait(timeout=30) == 0
-        while select.select([terminal], [], [], 1)[0]:
-            try:
-                chunk = os.read(terminal, 4096)
-            except OSError:  # the other end closed
-                break
-            if not chunk:
-                break
-            shown += chunk
+        shown = read_terminal(terminal, shown, wait=1)
     finally:
         watcher.kill()
         os.close(terminal)
