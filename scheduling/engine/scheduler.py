@@ -212,6 +212,10 @@ class PassResult:
     # In-quota multi-tray jobs left waiting, in the pass's order: the gangs a re-carve may serve
     # (scheduling.engine.recarve.propose).
     in_quota_gangs: list[int] = field(default_factory=list)
+    # The jobs left waiting in the order the pass considered them last (with `explain`; empty without): in
+    # quota first, in queue order, then the over-quota sweep, departments furthest below their fair share
+    # first. A job's place here is its position in the queue: who the pass serves before it.
+    queue: list[int] = field(default_factory=list)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -1296,6 +1300,11 @@ class _Pass:
                 if one_leaf is not None and simple:
                     room_left = in_quota[sweep_leaf] - leaf_held[sweep_leaf]
         self.cluster.unhold(self.held_trays)
+        if self.explain:
+            deferred = {job.id for jobs in later.values() for job in jobs}
+            self.result.queue = [job.id for job in order if job.id in waiting and job.id not in deferred] + [
+                job.id for _, jobs in segments for job in jobs if job.id in waiting
+            ]
         if self.result.started or self.result.preempted:  # else the standing is the one of the start
             self._restand()
         # A start is reported with its standing after the pass (same as the jobs already running).

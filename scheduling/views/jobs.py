@@ -22,6 +22,7 @@ from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobState, PriorityClass, Topology
 from scheduling.filters import JobFilter
 from scheduling.models import Allocation, Job
+from scheduling.queue_standing import queue_standing
 from scheduling.resubmit import resubmit_offer, with_resubmit_facts
 from scheduling.services.actions import cancel_job, may_cancel
 from tenancy.models import Department, Project
@@ -214,6 +215,7 @@ def _job_status_context(request, job: Job, **extra) -> dict:
         "job": job,
         "can_cancel": job.is_active and may_cancel(request.user, job),
         "waiting_words": _waiting_words(job) if job.state == JobState.PENDING else [],
+        "standing": queue_standing(job.pk) if job.state == JobState.PENDING else None,
         "placement": _placement(job),
         "hostlist": _hostlist(job.placement),
         "events": events,

@@ -434,6 +434,25 @@ def test_by_default_the_first_two_waiting_jobs_get_reservations():
     assert not any(c.tray_held)
 
 
+def test_the_queue_lists_waiting_jobs_in_the_order_the_pass_serves_them_in_quota_first():
+    c = cluster_of({"r1": [18]})
+    c.allocate(10, [(t, 4) for t in range(18)])  # the rack is full: everyone waits
+    running = [RunningJob(10, "b", 72, started_at=0, expected_end=5000)]
+    pending = [
+        PendingJob(1, "b", 8, submitted_at=1),  # b holds 72 of a guarantee of 72: over quota
+        PendingJob(2, "a", 8, submitted_at=2),  # a: in quota
+        PendingJob(3, "a", 4, submitted_at=3),
+        PendingJob(4, "b", 4, submitted_at=4),
+    ]
+    departments = [Department("a", guaranteed=16), Department("b", guaranteed=72)]
+    result = run(c, departments, running, pending, now=1000.0)
+    assert set(result.waiting) == {1, 2, 3, 4}
+    assert result.queue == [2, 3, 1, 4]  # in-quota work first, each sweep in submission order
+    # Without words (the simulator's passes) no queue is kept.
+    quiet = schedule(cluster_of({"r1": [18]}), departments, [], [], 1000.0, explain=False)
+    assert quiet.queue == []
+
+
 # --- standing: in quota or borrowed, recomputed every pass ---------------------------------------------
 
 
