@@ -146,7 +146,9 @@ class HealthRule(models.Model):
         return True
 
 
-class HealthEventQuerySet(models.QuerySet):
+class TrayRowQuerySet(models.QuerySet):
+    """Rows about a tray (its events, decisions, checks, service steps)."""
+
     def visible_to(self, user):
         """Whoever may see the tray sees its health history (the inventory is shared with signed-in users)."""
         return self.filter(tray__in=ComputeTray.objects.visible_to(user))
@@ -177,7 +179,7 @@ class HealthEvent(models.Model):
     degrades = models.BooleanField(default=False)
     warns = models.BooleanField(default=False)
 
-    objects = HealthEventQuerySet.as_manager()
+    objects = TrayRowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_seen", "-pk"]
@@ -214,11 +216,6 @@ class HealthEvent(models.Model):
         return f"fabric {self.code}"
 
 
-class HealthActionQuerySet(models.QuerySet):
-    def visible_to(self, user):
-        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
-
-
 class HealthAction(models.Model):
     """A decision the health rules (or an admin) took about a tray, as data: why, when, what changed."""
 
@@ -239,7 +236,7 @@ class HealthAction(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
 
-    objects = HealthActionQuerySet.as_manager()
+    objects = TrayRowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -250,11 +247,6 @@ class HealthAction(models.Model):
 
     def __str__(self):
         return f"{self.get_kind_display()}: {self.tray_id}"
-
-
-class HealthCheckResultQuerySet(models.QuerySet):
-    def visible_to(self, user):
-        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
 
 
 class HealthCheckResult(models.Model):
@@ -268,7 +260,7 @@ class HealthCheckResult(models.Model):
     seconds = models.FloatField()
     received_at = models.DateTimeField(default=timezone.now)
 
-    objects = HealthCheckResultQuerySet.as_manager()
+    objects = TrayRowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-started", "-pk"]
@@ -284,11 +276,6 @@ class HealthCheckResult(models.Model):
     @property
     def passed(self) -> bool:
         return self.exit_status == 0
-
-
-class ServiceRecordQuerySet(models.QuerySet):
-    def visible_to(self, user):
-        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
 
 
 class ServiceRecord(models.Model):
@@ -313,7 +300,7 @@ class ServiceRecord(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
 
-    objects = ServiceRecordQuerySet.as_manager()
+    objects = TrayRowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-pk"]

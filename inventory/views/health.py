@@ -43,16 +43,19 @@ SERVICE_HISTORY_PER_PAGE = 50
 OPEN_MARKS_SHOWN = 200
 
 
-def _filtered(request, filterset) -> bool:
-    return any(request.GET.get(name) for name in filterset.filters)
+def _filtered(request, filter_class, tab: str):
+    """For a platform admin, the FilterSet of the centre's events bound to the request, and the page's
+    context (the invalid filter is the caller's 400)."""
+    require_admin(request.user, WHAT)
+    filterset = filter_class(request.GET, queryset=HealthEvent.objects.visible_to(request.user))
+    filtered = any(request.GET.get(name) for name in filterset.filters)
+    return filterset, {"tab": tab, "filter": filterset, "filtered": filtered}
 
 
 @require_GET
 def health_events(request):
     """The fleet's events, newest first, a keyset page at a time (`?before=`), with the chart."""
-    require_admin(request.user, WHAT)
-    filterset = HealthEventFilter(request.GET, queryset=HealthEvent.objects.visible_to(request.user))
-    context = {"tab": "events", "filter": filterset, "filtered": _filtered(request, filterset)}
+    filterset, context = _filtered(request, HealthEventFilter, "events")
     if not filterset.is_valid():
         return render(request, "inventory/health_events.html", context, status=400)
     before = request.GET.get("before", "")
@@ -73,9 +76,7 @@ def health_events(request):
 @require_GET
 def health_offenders(request):
     """Trays and GPUs ranked by their faults in the window (30 days unless chosen)."""
-    require_admin(request.user, WHAT)
-    filterset = OffenderFilter(request.GET, queryset=HealthEvent.objects.visible_to(request.user))
-    context = {"tab": "offenders", "filter": filterset, "filtered": _filtered(request, filterset)}
+    filterset, context = _filtered(request, OffenderFilter, "offenders")
     if not filterset.is_valid():
         return render(request, "inventory/health_offenders.html", context, status=400)
     since = filterset.since()
