@@ -146,15 +146,40 @@ class TimeRangeForm(forms.Form):
         return data
 
 
-class HealthEventFilter(django_filters.FilterSet):
+class WithoutEmptyValues:
+    """A FilterSet whose empty values are no filter (a form's "Any" sends `kind=`), also for its several-
+    valued filters, which would read "" as a choice that does not exist."""
+
+    def __init__(self, data=None, *args, **kwargs):
+        if data is not None:
+            data = data.copy()
+            for key in list(data):
+                values = [value for value in data.getlist(key) if value != ""]
+                if values:
+                    data.setlist(key, values)
+                else:
+                    del data[key]
+        super().__init__(data, *args, **kwargs)
+
+
+def _choice_error(what: str) -> dict:
+    return {"invalid_choice": f"{what}: %(value)s is not one of the choices."}
+
+
+class HealthEventFilter(WithoutEmptyValues, django_filters.FilterSet):
     """The health centre's fleet events: by rack, tray, GPU, kind, severity and time (last seen)."""
 
     rack = _names_filter("tray__rack__name", "Rack", validate_rack_name)
     tray = _names_filter("tray__hostname", "Tray (hostname)", validate_hostname)
     gpu = TextFilter(method="filter_gpu", label="GPU UUID", max_length=64, validators=[validate_gpu_uuid])
-    kind = django_filters.MultipleChoiceFilter(choices=EVENT_KINDS, label="Kind")
+    kind = django_filters.MultipleChoiceFilter(
+        choices=EVENT_KINDS, label="Kind", error_messages=_choice_error("Kind")
+    )
     severity = django_filters.MultipleChoiceFilter(
-        choices=HealthSeverity.choices, method="filter_severity", label="Severity"
+        choices=HealthSeverity.choices,
+        method="filter_severity",
+        label="Severity",
+        error_messages=_choice_error("Severity"),
     )
     since = django_filters.IsoDateTimeFilter(
         field_name="last_seen", lookup_expr="gte", label="Seen at or after (UTC)"
@@ -179,7 +204,7 @@ class HealthEventFilter(django_filters.FilterSet):
         return queryset.filter(condition)
 
 
-class OffenderFilter(django_filters.FilterSet):
+class OffenderFilter(WithoutEmptyValues, django_filters.FilterSet):
     """The repeat-offender ranking: the rack and the window its faults are counted in (30 days unless
     chosen)."""
 
@@ -189,6 +214,7 @@ class OffenderFilter(django_filters.FilterSet):
         method="filter_window",
         label="Window",
         empty_label=None,
+        error_messages=_choice_error("Window"),
     )
 
     class Meta:
@@ -198,7 +224,7 @@ class OffenderFilter(django_filters.FilterSet):
     def __init__(self, data=None, *args, **kwargs):
         if data is not None and not data.get("window"):
             data = data.copy()
-            data["window"] = OFFENDER_WINDOW_DEFAULT
+            data.setlist("window", [OFFENDER_WINDOW_DEFAULT])
         super().__init__(data, *args, **kwargs)
 
     def since(self):

@@ -27,6 +27,7 @@ from inventory.health.actions import (
     owned_by_rules,
     record_action,
     set_state,
+    state_words,
     typed_text_problem,
 )
 from inventory.health.events import timestamp
@@ -148,7 +149,7 @@ def _take_out(tray: ComputeTray, record: ServiceRecord, actor) -> tuple[bool, st
         return False, ""
     if tray.state != TrayState.UP and not owned_by_rules(tray):
         return False, (
-            f"it stays {tray.get_state_display().lower()} for its owner's reason ({tray.state_reason}); "
+            f"it stays {state_words(tray.state)} for its owner's reason ({tray.state_reason}); "
             "the mark keeps Rackplane from returning it"
         )
     who = f"{actor.get_username()}: " if actor is not None else ""

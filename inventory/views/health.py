@@ -138,21 +138,21 @@ def tray_service(request, pk):
         tray.refresh_from_db()
     else:
         form = ServiceMarkForm(tray=tray)
+    return render(request, "inventory/health_tray_service.html", _service_context(tray, form), status=status)
+
+
+def _service_context(tray, form) -> dict:
+    """A tray's service page: its mark (open), its last step and its history, newest first."""
     record = latest_record(tray)
     history = ServiceRecord.objects.filter(tray=tray).select_related("actor").order_by("-created_at", "-pk")
-    return render(
-        request,
-        "inventory/health_tray_service.html",
-        {
-            "tab": "service",
-            "tray": tray,
-            "form": form,
-            "mark": record if record is not None and record.status != ServiceStatus.RETURNED else None,
-            "last_record": record,
-            "history": history[:SERVICE_HISTORY_PER_PAGE],
-        },
-        status=status,
-    )
+    return {
+        "tab": "service",
+        "tray": tray,
+        "form": form,
+        "mark": record if record is not None and record.status != ServiceStatus.RETURNED else None,
+        "last_record": record,
+        "history": history[:SERVICE_HISTORY_PER_PAGE],
+    }
 
 
 def _done_words(hostname: str, outcome) -> str:

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.models import AuditEvent
 from inventory.choices import ActionKind, HealthKind, HealthSource, ServiceStatus, TrayState
+from inventory.demo import FLEET_WARNINGS, seed_health_history
 from inventory.health.actions import HealthError, drain_reason, record_action, set_state
 from inventory.health.centre import (
     EVENTS_PER_PAGE,
@@ -23,9 +24,16 @@ from inventory.health.centre import (
 )
 from inventory.health.events import HealthOutcome
 from inventory.health.returns import consider_return, return_eligibility, return_to_service
-from inventory.health.rules import RulesContext
+from inventory.health.rules import RulesContext, seed_default_rules
 from inventory.health.service import mark_service, open_mark
-from inventory.models import ComputeTray, HealthAction, HealthEvent, HealthSettings, ServiceRecord
+from inventory.models import (
+    ComputeTray,
+    HealthAction,
+    HealthEvent,
+    HealthRule,
+    HealthSettings,
+    ServiceRecord,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -172,6 +180,14 @@ def test_the_filters(client_as, demo_inventory, params, shown):
         assert "No health events match the filter" in page
 
 
+def test_the_forms_empty_values_are_no_filter(client_as, demo_inventory):
+    event("gb-r02-t05", gpu=2)
+    empty = {name: "" for name in ("rack", "tray", "gpu", "kind", "severity", "since", "until")}
+    response = client_as("platform_admin").get(EVENTS, empty)
+    assert response.status_code == 200 and response.content.decode().count('class="event-row"') == 1
+    assert client_as("platform_admin").get(OFFENDERS, {"rack": "", "window": ""}).status_code == 200
+
+
 def test_a_gpu_filter_matches_its_uuid_in_any_case(client_as, demo_inventory):
     e = event("gb-r02-t05", gpu=2)
     event("gb-r02-t05", gpu=1)
@@ -183,9 +199,9 @@ def test_a_gpu_filter_matches_its_uuid_in_any_case(client_as, demo_inventory):
 @pytest.mark.parametrize(
     "params, words",
     [
-        ({"kind": "XID"}, "Select a valid choice"),  # wrong case
-        ({"kind": "node_silent"}, "Select a valid choice"),  # not an event
-        ({"severity": "fatal"}, "Select a valid choice"),
+        ({"kind": "XID"}, "Kind: XID is not one of the choices"),  # wrong case
+        ({"kind": "node_silent"}, "Kind: node_silent is not one"),  # not an event
+        ({"severity": ["warn", "fatal"]}, "Severity: fatal is not one"),
         ({"since": "yesterday"}, "Enter a valid date/time"),
         ({"since": "99999-01-01T00:00"}, "Enter a valid date/time"),
         ({"since": "2026-11-02T00:00", "until": "2026-11-01T00:00"}, "must be after"),
@@ -534,3 +550,30 @@ def test_a_post_without_the_csrf_token_is_refused(platform_admin, demo_inventory
     t = tray("gb-r02-t03")
     assert client.post(service_url(t), {"status": "rma", "note": "x"}).status_code == 403
     assert not ServiceRecord.objects.exists()
+
+
+# ------------------------------------------------------------------------------------------------- demo
+
+
+def test_the_demo_explains_each_drained_tray_and_changes_no_state(client_as, demo_inventory):
+    states = dict(ComputeTray.objects.values_list("hostname", "state"))
+    HealthRule.objects.all().delete()
+    seed_default_rules()
+    up = ComputeTray.objects.filter(state=TrayState.UP).count()
+    assert seed_health_history() == 1 + len([w for w in FLEET_WARNINGS if w[0] < up])  # 3 racks: 4 of 5
+    assert dict(ComputeTray.objects.values_list("hostname", "state")) == states
+    drained = ComputeTray.objects.exclude(state=TrayState.UP)
+    assert drained.exists()
+    client = client_as("platform_admin")
+    for t in drained:
+        events = HealthEvent.objects.filter(tray=t, drains=True)
+        assert [e.xid for e in events] == [79], t.hostname
+        page = client.get(reverse("inventory:tray-detail", args=[t.pk])).content.decode()
+        assert "XID 79 (GPU_HAS_FALLEN_OFF_THE_BUS)" in page and "awaiting RMA" in page
+        centre = client.get(EVENTS, {"tray": t.hostname}).content.decode()
+        assert centre.count('class="event-row"') == 1
+        assert open_mark(t).status == ServiceStatus.NEEDS_SERVICE
+    # The warnings are warnings: nothing of them drains or degrades.
+    assert not HealthEvent.objects.filter(tray__state=TrayState.UP).exclude(warns=True).exists()
+    ranking = client.get(OFFENDERS).context["trays"]
+    assert ranking[0].tray.state != TrayState.UP  # the drained tray leads the repeat offenders
