@@ -80,6 +80,7 @@ def test_filter_by_a_rack_and_mark_a_tray_for_rma(live_server, page, admin, shot
     page.goto(f"{live_server.url}/inventory/trays/{drained.pk}/")
     expect(page.locator(".service-mark")).to_contain_text("Sent for RMA")
     expect(page.locator("section.health-timeline tr.timeline-service").first).to_contain_text("RMA 4711")
+    page.screenshot(path=str(shots / "health-tray-page-1400.png"), full_page=True)
 
     # On a phone: the filtered list, the ranking and the service page fit the screen.
     page.set_viewport_size(PHONE)
