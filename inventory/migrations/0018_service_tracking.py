@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0016_maintenance_action'),
+        ('inventory', '0017_tray_mig_layout'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
