@@ -137,6 +137,7 @@ NOT_TYPED = {
     "inventory.HealthSettings": {"return_check"},
     "inventory.HealthEvent": {"gpu_uuid", "code", "mnemonic", "message"},
     "inventory.HealthAction": {"rule_name", "reason"},
+    "inventory.ServiceRecord": {"gpu_uuid"},  # a copy of the GPU row's uuid (inventory.health.service)
     "inventory.HealthCheckResult": {"name", "output"},  # node reports (inventory.discovery.faults)
     "tenancy.Department": {"network_cidr", "export_path"},  # a CIDR; tenancy.validators.validate_export_path
     "tenancy.GroupRoleRule": {"group"},  # the directory's group name, matched exactly
