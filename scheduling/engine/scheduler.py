@@ -97,6 +97,7 @@ from scheduling.engine.placement import (
     place,
     why_not,
 )
+from scheduling.engine.placement import explain as explain_placement
 from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
 from tenancy.usage_decay import history_standing
 
@@ -179,6 +180,8 @@ class Start:
     # The job's own topology when it was placed by its fallback beyond it (e.g. "partition" for a job
     # placed on two partitions of a rack as its submitter allowed); None when its own topology held.
     fell_back_from: str | None = None
+    # Why there, in one sentence (scheduling.engine.placement.explain; with `explain` only).
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -582,6 +585,9 @@ class _Pass:
         own = self.own_topology.get(job.id)
         if own is not None and not self._within(placement, own):
             fell_back_from = own
+        why = ""
+        if self.explain and self.policy == RACKPLANE:
+            why = explain_placement(self.cluster, self._request(job, over_quota), placement)
         self.cluster.allocate(job.id, placement)
         if self.ends is not None:  # it runs until its time limit: its trays end no earlier
             ends, at, bases = self.ends, self.now + job.time_limit_s, self.ready_base.values()
@@ -607,7 +613,7 @@ class _Pass:
             job.priority_class,
             job.project,
         )
-        self.result.started.append(Start(job.id, placement, over_quota, tuple(victims), fell_back_from))
+        self.result.started.append(Start(job.id, placement, over_quota, tuple(victims), fell_back_from, why))
 
     def _within(self, placement: Placement, topology: str) -> bool:
         """True when `placement` meets `topology` (one partition, one rack, or anywhere)."""

@@ -1,4 +1,5 @@
-"""A waiting job's place in line and estimated start (scheduling.queue_standing): written by the pass
+"""Who and why on a job's page: a waiting job's place in line and estimated start (scheduling.queue_standing),
+and a placed job's one sentence of why there (scheduling.engine.placement.explain). Written by the pass
 (SchedulerState.queue / .estimated_starts), shown on the job page and in the job API as an estimate, never
 naming other departments' jobs. On the demo inventory (3 racks, 216 GPUs)."""
 
@@ -54,3 +55,14 @@ def test_a_job_submitted_after_the_pass_has_no_standing_yet(submit, client_as):
     job = submit("late", 4)
     page = client_as("member_a").get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
     assert "data-queue-position" not in page
+
+
+def test_a_placed_job_says_why_there_on_its_page(submit, client_as):
+    job = submit("fits", 8)
+    run_pass()
+    job.refresh_from_db()
+    assert job.state in ("starting", "running")
+    placed = job.events.filter(kind="placed").latest("at")
+    assert " · why here: in NVLink partition " in placed.message and "(best fit)" in placed.message
+    page = client_as("member_a").get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    assert '<p class="why-here"><b>Why here:</b> in NVLink partition ' in page
