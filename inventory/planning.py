@@ -46,6 +46,9 @@ class TrayInfo:
     partition: str | None = None  # current partition name
     mig_gpus: int = 0  # GPUs in MIG mode: no NVLink peer-to-peer, so no job spanning trays here
     mig_layout: str = ""  # the MIG layout an admin chose for the tray (ComputeTray.mig_layout), if any
+    # Seconds from now until the last of its running jobs reaches its time limit (None: no job, or unknown):
+    # when a drain-first plan would apply at the latest, if no job ends earlier.
+    work_ends_in_s: float | None = None
 
     @property
     def schedulable(self) -> bool:
@@ -186,7 +189,7 @@ def check_plan(
     check.changes.extend(_tray_changes(trays, by_slot, partitions, owner))
     if not check.changes:
         check.add(Level.WARNING, no_tray_changes(rack))
-    _check_busy_trays(check, drain)
+    _check_busy_trays(check, drain, by_slot)
     if check.ok and check_blocks is not None:
         hosts = {p.name: tuple(by_slot[s].hostname for s in p.slots) for p in partitions}
         reason = check_blocks(hosts)
@@ -370,13 +373,48 @@ def _tray_changes(
     return changes
 
 
-def _check_busy_trays(check: PlanCheck, drain: bool) -> None:
+BUSY_SUMMARY_AT = 3  # this many jobs or more on changing trays: one summary finding, not one per job
+BUSY_NAMED = 5  # jobs named in that summary
+
+
+def _duration(seconds: float) -> str:
+    minutes = max(1, round(seconds / 60))
+    if minutes < 120:
+        return f"about {minutes} min"
+    return f"about {minutes / 60:.1f} h"
+
+
+def _check_busy_trays(check: PlanCheck, drain: bool, by_slot: dict[int, TrayInfo] | None = None) -> None:
     """Trays that run work and change partition: drained first (`drain`), else the plan is refused. One
-    finding per job, listing its trays (a job on 18 trays is one finding, not 18)."""
+    finding per job, listing its trays (a job on 18 trays is one finding, not 18); from BUSY_SUMMARY_AT jobs
+    on, one finding for all of them, with when a drain-first plan applies at the latest (the jobs' time
+    limits: `TrayInfo.work_ends_in_s`)."""
     trays_of: dict[str, list[TrayChange]] = {}
     for change in check.busy_trays:
         for job in change.running_jobs:
             trays_of.setdefault(job, []).append(change)
+    if len(trays_of) >= BUSY_SUMMARY_AT:
+        slots = sorted({c.slot for changes in trays_of.values() for c in changes})
+        jobs = sorted(trays_of, key=lambda job: (min(c.slot for c in trays_of[job]), job))  # rack order
+        more = len(jobs) - BUSY_NAMED
+        named = ", ".join(jobs[:BUSY_NAMED]) + (f" and {more} more" if more > 0 else "")
+        ends = [by_slot[slot].work_ends_in_s for slot in slots if by_slot and slot in by_slot]
+        when = (
+            f". Drained first, the plan applies once they end: within {_duration(max(ends))} at the latest, "
+            "when the last reaches its time limit"
+            if ends and all(end is not None for end in ends)
+            else ""
+        )
+        what = f"{len(jobs)} jobs run on trays {_ranges(slots)}, which would change partition ({named})"
+        if drain:
+            check.add(Level.WARNING, f"{what}: they will be drained{when}.")
+        else:
+            check.add(
+                Level.ERROR,
+                f"{what}: choose 'drain first' or wait for the work to finish{when}.",
+                jobs[0],
+            )
+        return
     for job, changes in trays_of.items():
         hosts = ", ".join(c.hostname for c in changes)
         if len(changes) == 1:

@@ -61,12 +61,18 @@ def drain_reason(plan: PartitionPlan) -> str:
 def rack_trays(rack: Rack) -> list[TrayInfo]:
     """The rack's trays as a plan sees them: state, healthy GPUs, problems, running jobs. Two queries."""
     running: dict[int, set[str]] = {}
-    for slot, job in (
+    ends: dict[int, float] = {}  # slot -> seconds until its last job reaches its time limit
+    now = timezone.now()
+    for slot, job, started, placed, limit in (
         Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__rack=rack)
-        .values_list("gpu__tray__slot", "job__name")
+        .values_list(
+            "gpu__tray__slot", "job__name", "job__started_at", "job__placed_at", "job__time_limit_minutes"
+        )
         .distinct()
     ):
         running.setdefault(slot, set()).add(job)
+        since = started or placed or now
+        ends[slot] = max(ends.get(slot, 0.0), (since - now).total_seconds() + limit * 60)
     trays = (
         ComputeTray.objects.filter(rack=rack)
         .select_related("partition")
@@ -89,6 +95,7 @@ def rack_trays(rack: Rack) -> list[TrayInfo]:
             # A tray given a MIG layout counts whole from the choice on (the pass keeps whole-GPU work off).
             mig_gpus=tray.mig if tray.mig_layout in WHOLE_GPU_LAYOUTS else max(tray.mig, tray.gpu_count),
             mig_layout="" if tray.mig_layout in WHOLE_GPU_LAYOUTS else tray.mig_layout,
+            work_ends_in_s=ends.get(tray.slot),
         )
         for tray in trays
     ]

@@ -177,3 +177,30 @@ def test_findings_are_grouped_per_job_one_finding_listing_its_trays():
     ]
     drained = check_plan("gb-r01", trays, preset_layout("2x9"), drain=True)
     assert drained.ok and len([m for m in messages(drained, Level.WARNING) if "will be drained" in m]) == 2
+
+
+def test_a_busy_rack_gets_one_summary_with_when_a_drain_first_plan_applies():
+    busy = {
+        f"t{slot:02d}": {"running_jobs": (f"job-{slot}",), "work_ends_in_s": 600.0 * slot}
+        for slot in range(1, 8)
+    }
+    trays = rack(**busy)
+    refused = check_plan("gb-r01", trays, preset_layout("2x9"))
+    errors = [f for f in refused.findings if f.level == Level.ERROR and "jobs run on" in f.message]
+    assert len(errors) == 1 and not refused.ok
+    assert errors[0].message == (
+        "7 jobs run on trays 1-7, which would change partition (job-1, job-2, job-3, job-4, job-5 and 2 "
+        "more): choose 'drain first' or wait for the work to finish. Drained first, the plan applies once "
+        "they end: within about 70 min at the latest, when the last reaches its time limit."
+    )
+    assert errors[0].job == "job-1"  # one "drain first" beside the summary
+    drained = check_plan("gb-r01", trays, preset_layout("2x9"), drain=True)
+    [warning] = [f for f in drained.findings if "jobs run on" in f.message]
+    assert warning.level == Level.WARNING and warning.message.endswith(
+        "when the last reaches its time limit."
+    )
+    # Two jobs keep a finding each, naming their trays.
+    two = check_plan(
+        "gb-r01", rack(t03={"running_jobs": ("a",)}, t04={"running_jobs": ("b",)}), preset_layout("2x9")
+    )
+    assert len([f for f in two.findings if f.level == Level.ERROR and f.job]) == 2

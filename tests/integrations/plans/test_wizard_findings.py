@@ -55,6 +55,23 @@ def test_one_finding_per_job_with_drain_first_inline(demo_inventory, client_as, 
     assert href.startswith(names + "?") and "drain_first=on" in href
 
 
+def test_a_busy_rack_gets_one_summary_and_one_drain_first(demo_inventory, client_as, platform_admin):
+    department = make_department("Ops")
+    for first in (1, 5, 9, 13):
+        trays = [f"gb-r01-t{slot:02d}" for slot in range(first, first + 4)]
+        run_job(department, trays=trays, name=f"ops-{first}", over_quota=True, time_limit_minutes=120)
+    page = client_as(platform_admin).get(
+        reverse("integrations:plan-layout", args=["gb-r01"]), {"preset": "2x9"}
+    )
+    busy = [f for f in page.context["check"].findings if "jobs run on" in f.message]
+    assert len(busy) == 1 and busy[0].level == "error"
+    assert busy[0].message.startswith(
+        "4 jobs run on trays 1-16, which would change partition (ops-1, ops-5, ops-9,"
+    )
+    assert "within about 2.0 h at the latest" in busy[0].message
+    assert page.content.decode().count('class="button small drain-first-inline"') == 1
+
+
 def test_greyed_layouts_say_why_about_the_rack_being_planned_once(demo_inventory, client_as, platform_admin):
     """gb-r03's layouts that Slurm 24.11's block sizes refuse beside gb-r01 (18 trays) and gb-r02 (2x9) are
     greyed out: the rule is said once, naming the rack being planned; each greyed layout says briefly why,
