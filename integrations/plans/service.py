@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import hashlib
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
@@ -25,13 +26,15 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from core.audit import recording_changes, update_recorded
+from integrations.fabric import FabricError, FabricPartition
+from integrations.fabric.base import plan_changes
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.pushes import queue_pushes
 from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import render_current
 from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, MigMode, PlanOrigin, PlanStatus, TrayState
 from inventory.mig_layouts import WHOLE_GPU_LAYOUTS
-from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import (
     PRESETS,
     Finding,
@@ -305,6 +308,9 @@ def _check_dedications(rack: Rack, result: PlanCheck) -> None:
 class Preview:
     check: PlanCheck
     diffs: dict[str, str] = field(default_factory=dict)  # rendered file -> unified diff
+    # The requests the fabric manager gets, in the order the push sends them (integrations.fabric.base
+    # .plan_changes from the rack's partitions now to the plan's): "delete partition default (ID 32766) ...".
+    fabric_steps: list[str] = field(default_factory=list)
 
 
 class _PreviewDone(Exception):
@@ -339,6 +345,8 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
         except ValueError as error:  # the renderers refuse what the plan would make
             result.check.add(Level.ERROR, f"With this plan the configuration cannot be rendered: {error}.")
         raise _PreviewDone
+    if result.check.ok:
+        result.fabric_steps = fabric_steps(rack, result.check)
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name, ""), after.get(name, "")
         if old != new:
@@ -348,6 +356,39 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
                 )
             )
     return result
+
+
+def fabric_steps(rack: Rack, check: PlanCheck) -> list[str]:
+    """What the push asks the rack's fabric manager to do, step by step, from the partitions the inventory
+    holds now (what the fabric reported last) to the plan's; [] for a rack whose NVLink domain is unknown."""
+    if rack.cluster_uuid is None:
+        return []
+    domain = str(rack.cluster_uuid)
+    gpus_of_slot: dict[int, list[str]] = defaultdict(list)
+    current: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for slot, uuid, name, clique in (
+        Gpu.objects.filter(tray__rack=rack)
+        .order_by("tray__slot", "index")
+        .values_list("tray__slot", "uuid", "tray__partition__name", "tray__partition__clique_id")
+    ):
+        gpus_of_slot[slot].append(uuid)
+        if name is not None:
+            current[(name, clique)].append(uuid)
+    now = [FabricPartition(name, clique, tuple(uuids), domain) for (name, clique), uuids in current.items()]
+    planned = [
+        FabricPartition(
+            p.name,
+            check.clique_ids[p.name],
+            tuple(uuid for slot in p.slots for uuid in gpus_of_slot[slot]),
+            domain,
+        )
+        for p in check.partitions
+    ]
+    try:
+        diff = plan_changes(domain, now, planned, (u for uuids in gpus_of_slot.values() for u in uuids))
+    except FabricError as error:
+        return [f"the fabric manager would refuse this layout: {error}"]
+    return [step.describe() for step in diff.steps]
 
 
 def _layout_json(check: PlanCheck) -> list[dict]:

@@ -365,6 +365,7 @@ def preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm
         check = result.check
         context["rows"] = _drawing(context["trays"], form, check, context["health"])
         files = _file_diffs(result.diffs)
+        context["fabric_steps"] = result.fabric_steps
     context.update(
         check=check,
         files=files,

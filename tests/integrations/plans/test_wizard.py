@@ -589,3 +589,16 @@ def test_every_layout_row_names_the_slurm_partition_the_rendered_configuration_s
         hosts = {f"gb-r01-t{slot:02d}" for slot in slots}
         assert hosts <= served[slurm_partition], (name, slurm_partition, served)
     assert '<td class="served-by">research</td>' in page.content.decode()
+
+
+def test_the_preview_lists_the_fabric_managers_operations_in_order(admin):
+    """gb-r01 is one default partition (clique 32766): 2x9 takes every GPU out of it, then makes p1 and p2."""
+    params = {"preset": "2x9", "name": ["p1", "p2"], "department": ["", ""], "slurm": ["", ""]}
+    preview = admin.get(url("plan-preview", "gb-r01", **params))
+    assert preview.context["fabric_steps"] == [
+        "remove 72 GPUs from partition default (ID 32766), 0 stay",  # the default partition stays, empty
+        "create partition p1: 36 GPUs",
+        "create partition p2: 36 GPUs",
+    ]
+    html = preview.content.decode()
+    assert "Fabric manager operations" in html and "<li>create partition p1: 36 GPUs</li>" in html
