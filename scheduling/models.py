@@ -138,6 +138,8 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["department", "state"], name="scheduling_job_dept_state_idx"),
             models.Index(fields=["state", "created_at"], name="scheduling_job_state_idx"),
+            # The search's exact name (portal.pages.search._job_named): a lookup, not a scan of every job.
+            models.Index(fields=["name"], name="scheduling_job_name_idx"),
         ]
 
     def __str__(self):

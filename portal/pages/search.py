@@ -31,26 +31,38 @@ UUID can start with. `make bench` measures it (benchmarks/search.py).
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
+from functools import reduce
 
 from django.contrib.auth import get_user_model
+from django.contrib.postgres.search import TrigramSimilarity, TrigramWordSimilarity
+from django.db import connections
 from django.db.models import Case, IntegerField, Q, Value, When
-from django.db.models.functions import Lower
+from django.db.models.functions import Greatest, Lower
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
+from django.views.decorators.http import require_safe
 
 from core.access import is_admin
 from inventory.models import ComputeTray, Gpu, MigDevice, Rack
+from portal.pages import search_indexes
 from scheduling.models import Job
 from tenancy import naming
 from tenancy.models import Department, Membership, Project
 
 MAX_QUERY = 200
 LIMIT = 20  # results shown per kind; the rest is counted ("and N more")
+SUGGEST_LIMIT = 5  # the header's typeahead: at most this many per kind, nothing counted
+MIN_SUBSTRING = 3  # a substring or word search needs a word this long (a trigram; shorter: prefixes only)
+WORD_MARKS = (" ", "-", "_", ".", "/", ":")  # what starts a word inside a name
+COUNT_CAP = 1000  # substring matches are counted up to this many ("and at least N more" beyond)
 HIGH = "\uffff"
 GUID = re.compile(r"^(0x)?[0-9a-f]{16}$")
 GUID_PREFIX = re.compile(r"^0x[0-9a-f]{4,16}$")
@@ -58,6 +70,7 @@ UUID_TAIL = re.compile(r"^[0-9a-f-]*$")
 # A GPU serial as nvidia-smi prints it is a number (13 digits on GB200); letters are allowed, separators are
 # not. Only such a query looks at the serial column, which has no index (a scan of every GPU).
 SERIAL = re.compile(r"^(?=.*[0-9])[0-9A-Za-z]{6,64}$")
+SERIAL_FRAGMENT = re.compile(r"^(?=.*[0-9])[0-9A-Za-z]{3,64}$")  # a part of one: looked for inside serials
 
 
 class QueryTooLong(ValueError):
@@ -77,6 +90,7 @@ class Group:
     label: str
     hits: list[Hit] = field(default_factory=list)
     more: int = 0
+    more_at_least: bool = False  # `more` stopped at COUNT_CAP matches: there may be more
     note: str = ""  # a sentence above the hits (several jobs with the name searched for)
 
 
@@ -92,9 +106,9 @@ class Results:
 
 
 def clean(raw) -> str:
-    """The query as searched: control characters become spaces, then trimmed. Longer than MAX_QUERY
-    characters raises QueryTooLong."""
-    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in str(raw or "")).strip()
+    """The query as searched: control characters and lone surrogates (no database can hold one) become
+    spaces, then trimmed. Longer than MAX_QUERY characters raises QueryTooLong."""
+    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in str(raw or "")).strip()
     if len(text) > MAX_QUERY:
         raise QueryTooLong(
             f"The search is {len(text)} characters long; at most {MAX_QUERY} are searched. "
@@ -110,11 +124,93 @@ def _prefix(field_name: str, value: str) -> Q:
     )
 
 
-def _bounded(queryset, limit: int = LIMIT) -> tuple[list, int]:
+def _bounded(queryset, limit: int = LIMIT, count: bool = True) -> tuple[list, int]:
+    """The first `limit` rows and how many more there are (0 when not `count`ed)."""
     rows = list(queryset[: limit + 1])
     if len(rows) <= limit:
         return rows, 0
-    return rows[:limit], queryset.count() - limit
+    return rows[:limit], queryset.count() - limit if count else 0
+
+
+def _inside(fields: tuple[str, ...], text: str) -> Q:
+    """`text` inside one of `fields`, in any case (`icontains`: on PostgreSQL `UPPER(field::text) LIKE
+    '%TEXT%'`, the expression the trigram indexes of migration portal 0003 are built on)."""
+    return reduce(operator.or_, (Q(**{f"{name}__icontains": text}) for name in fields))
+
+
+def _word_start(fields: tuple[str, ...], word: str) -> Q:
+    """A short `word` at the start of a word of one of `fields` ("b" in "hall B row 12", not in "gb-r01")."""
+    return reduce(
+        operator.or_,
+        (
+            Q(**{f"{name}__istartswith": word})
+            | reduce(operator.or_, (Q(**{f"{name}__icontains": mark + word}) for mark in WORD_MARKS))
+            for name in fields
+        ),
+    )
+
+
+def _substring(fields: tuple[str, ...], q: str) -> Q | None:
+    """The third rank: `q` inside one of `fields`, or each of its words in one of them, in any order
+    ("llama pretrain", "hall b row 12": a word shorter than MIN_SUBSTRING at the start of a word). None when
+    no word has MIN_SUBSTRING characters: a trigram index cannot narrow shorter ones, so such a query
+    looks at prefixes only."""
+    words = q.split()
+    if not any(len(word) >= MIN_SUBSTRING for word in words):
+        return None
+    condition = _inside(fields, q)
+    if len(words) > 1:
+        condition |= reduce(
+            operator.and_,
+            (_inside(fields, w) if len(w) >= MIN_SUBSTRING else _word_start(fields, w) for w in words),
+        )
+    return condition
+
+
+@functools.cache
+def _has_trigrams(alias: str) -> bool:
+    """Whether the database can rank by trigram similarity: PostgreSQL with pg_trgm installed (migration
+    portal 0003 creates it when the role may; without it the same matches come back in name order). Asked
+    once per process."""
+    connection = connections[alias]
+    return connection.vendor == "postgresql" and search_indexes.has_extension(connection)
+
+
+def _alike_first(queryset, fields: tuple[str, ...], q: str, order: tuple) -> tuple:
+    """`order` behind the trigram similarity of `q` to the best of `fields` on PostgreSQL: the word most
+    like it first, then (among equals) the name most like it as a whole (the shorter "Vision" before "Big
+    vision transformer zoo"); `order` alone elsewhere. Only for the small tables: it is computed for every
+    match."""
+    if not _has_trigrams(queryset.db):
+        return order
+
+    def best(alike: list):
+        return (Greatest(*alike) if len(alike) > 1 else alike[0]).desc()
+
+    words = best([TrigramWordSimilarity(q, name) for name in fields])
+    wholes = best([TrigramSimilarity(name, q) for name in fields])  # (expression, string): Django's order
+    return (words, wholes, *order)
+
+
+def _widen(found, rows: list, more: int, order: tuple, limit: int, count: bool) -> tuple[list, int, bool]:
+    """The exact and prefix rows `rows` (`more`: how many prefix matches are left out), then the substring
+    and word matches `found` (a queryset, or None) that are not among them, in `order`: at most `limit` rows
+    in all, the rest counted up to COUNT_CAP (the third value: the count stopped there)."""
+    if found is None:
+        return rows, more, False
+    found = found.order_by(*order)
+    if len(rows) < limit:
+        seen = {row.pk for row in rows}
+        fetched = list(found[: limit + len(seen) + 1])
+        extra = [row for row in fetched if row.pk not in seen]
+        room = limit - len(rows)
+        rows = [*rows, *extra[:room]]
+        if len(fetched) <= limit + len(seen):  # every match is here: the rest is known without a count
+            return rows, max(0, len(extra) - room), False
+    if not count:
+        return rows, 0, False
+    total = found.order_by()[:COUNT_CAP].count()
+    return rows, max(more, total - len(rows)), total >= COUNT_CAP
 
 
 def _gpu_uuid(q: str) -> str:
@@ -139,17 +235,32 @@ def _gpu_exact(q: str) -> Q:
     return condition
 
 
-def _gpus(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _gpu_inside(q: str) -> Q | None:
+    """GPUs with `q` inside their UUID (a hex fragment: "3fa9c", "-4e1b-") or their serial (a fragment of
+    letters and digits with a digit); None for a query that can be in neither."""
+    fragment = q.lower().removeprefix("gpu-")
+    conditions = []
+    if len(fragment) >= MIN_SUBSTRING and UUID_TAIL.match(fragment):
+        conditions.append(Q(uuid__icontains=fragment))
+    if SERIAL_FRAGMENT.match(q):
+        conditions.append(Q(serial__icontains=q))
+    return reduce(operator.or_, conditions) if conditions else None
+
+
+def _gpus(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     gpus = Gpu.objects.visible_to(user).select_related("tray").order_by("uuid")
     canonical = _gpu_uuid(q)
     exact = gpus.filter(_gpu_exact(q)).first() if look_exact else None
     group = Group("gpu", "GPUs")
     if _could_be_uuid_prefix(canonical):
-        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)))
+        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)), limit, count)
     else:  # "gb-r01", "train-llm": no UUID starts so, no query
         rows = []
     if exact is not None and all(row.pk != exact.pk for row in rows):
-        rows = [exact, *rows[: LIMIT - 1]]
+        rows = [exact, *rows[: limit - 1]]
+    inside = _gpu_inside(q)
+    found = gpus.filter(inside) if inside is not None else None
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("uuid",), limit, count)
     for gpu in rows:
         where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else "removed from its tray"
         serial = f" · serial {gpu.serial}" if gpu.serial else ""
@@ -157,19 +268,22 @@ def _gpus(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, reverse("inventory:gpu-detail", args=[exact.pk]) if exact else None
 
 
-def _trays(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     trays = ComputeTray.objects.visible_to(user).select_related("rack").order_by("hostname")
     lower = q.lower()
     group = Group("tray", "Compute trays")
-    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)))
+    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)), limit, count)
     exact = next((t for t in rows if t.hostname == lower), None)
+    inside = _substring(("hostname",), lower)
+    found = trays.filter(inside) if inside is not None else None
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("hostname",), limit, count)
     guid = lower if lower.startswith("0x") else "0x" + lower
     if GUID.match(lower) or GUID_PREFIX.match(lower):
         # Not indexed (a JSON list per tray): only for a query that looks like a GUID.
-        by_guid = list(trays.filter(ib_port_guids__icontains=guid)[:LIMIT])
+        by_guid = list(trays.filter(ib_port_guids__icontains=guid)[:limit])
         if len(by_guid) == 1 and guid in [str(g).lower() for g in by_guid[0].ib_port_guids or []]:
             exact = exact or by_guid[0]
-        rows = [*rows, *(t for t in by_guid if t not in rows)][:LIMIT]
+        rows = [*rows, *(t for t in by_guid if t not in rows)][:limit]
     for tray in rows:
         group.hits.append(
             Hit(
@@ -181,7 +295,7 @@ def _trays(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, reverse("inventory:tray-detail", args=[exact.pk]) if exact else None
 
 
-def _racks(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     racks = Rack.objects.visible_to(user).order_by("name")
     group = Group("rack", "Racks")
     exact = racks.filter(name__in={q, q.lower()}).first() if look_exact else None
@@ -191,9 +305,14 @@ def _racks(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
         cluster = None
     if cluster is not None:
         exact = exact or racks.filter(cluster_uuid=cluster).first()
-    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())))
+    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())), limit, count)
     if exact is not None and exact not in rows:
-        rows = [exact, *rows[: LIMIT - 1]]
+        rows = [exact, *rows[: limit - 1]]
+    fields = ("name", "location")
+    inside = _substring(fields, q)
+    found = racks.filter(inside) if inside is not None else None
+    order = _alike_first(racks, fields, q, ("name",))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for rack in rows:
         note = f"cluster {rack.cluster_uuid}" if rack.cluster_uuid else rack.location
         group.hits.append(Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), note))
@@ -206,22 +325,29 @@ def _job_named(user, q: str) -> str | None:
     return reverse("scheduling:job-detail", args=[jobs[0]]) if len(jobs) == 1 else None
 
 
-def _jobs(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
-    """Jobs by number, or by the start of their name; those named exactly `q` first. The exact URL is the
-    job number's only: a job's name comes last among exact matches (search() asks _job_named)."""
+def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
+    """Jobs by number, by the start of their name (those named exactly `q` first), then by a part or the
+    words of their name, newest first. The exact URL is the job number's only: a job's name comes last
+    among exact matches (search() asks _job_named)."""
     jobs = Job.objects.visible_to(user).select_related("department", "project")
     group = Group("job", "Jobs")
     number = q.removeprefix("#")
     by_number = look_exact and number.isdigit() and len(number) < 19
     exact = jobs.filter(pk=int(number)).first() if by_number else None
     named_first = Case(When(name=q, then=Value(0)), default=Value(1), output_field=IntegerField())
-    rows, group.more = _bounded(jobs.filter(name__istartswith=q).order_by(named_first, "-created_at", "-pk"))
+    rows, group.more = _bounded(
+        jobs.filter(name__istartswith=q).order_by(named_first, "-created_at", "-pk"), limit, count
+    )
     if exact is not None and exact not in rows:
-        rows = [exact, *rows[: LIMIT - 1]]
+        rows = [exact, *rows[: limit - 1]]
     same_name = sum(1 for job in rows if job.name == q)
+    inside = _substring(("name",), q)
+    found = jobs.filter(inside) if inside is not None else None
+    newest = ("-created_at", "-pk")
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, newest, limit, count)
     if same_name > 1:
-        count = f"At least {same_name}" if group.more and same_name >= LIMIT - 1 else str(same_name)
-        group.note = f"{count} jobs are named {q!r}: they are listed first, newest first."
+        named = f"At least {same_name}" if group.more and same_name >= limit - 1 else str(same_name)
+        group.note = f"{named} jobs are named {q!r}: they are listed first, newest first."
     for job in rows:
         where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
         group.hits.append(
@@ -234,10 +360,17 @@ def _jobs(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
 
-def _departments(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     departments = Department.objects.visible_to(user).order_by("name")
     group = Group("department", "Departments")
-    rows, group.more = _bounded(departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q)))
+    rows, group.more = _bounded(
+        departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q)), limit, count
+    )
+    fields = ("name", "slug")
+    inside = _substring(fields, q)
+    found = departments.filter(inside) if inside is not None else None
+    order = _alike_first(departments, fields, q, ("name",))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for department in rows:
         group.hits.append(
             Hit(
@@ -277,7 +410,7 @@ def _project_named(user, q: str) -> str | None:
     return _project_url(*found[0]) if len(found) == 1 else None
 
 
-def _projects(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     projects = (
         Project.objects.visible_to(user).select_related("department").order_by("department__name", "name")
     )
@@ -285,8 +418,15 @@ def _projects(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]
     rows, group.more = _bounded(
         projects.filter(
             Q(name__istartswith=q) | Q(slug__istartswith=q.lower()) | _namespace_q(q, exact=False)
-        )
+        ),
+        limit,
+        count,
     )
+    fields = ("name", "slug")
+    inside = _substring(fields, q)
+    found = projects.filter(inside) if inside is not None else None
+    order = _alike_first(projects, fields, q, ("department__name", "name"))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for project in rows:
         group.hits.append(
             Hit(
@@ -309,9 +449,15 @@ def visible_users(user):
     ).distinct()
 
 
-def _users(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     group = Group("user", "Users")
-    rows, group.more = _bounded(visible_users(user).filter(username__istartswith=q).order_by("username"))
+    users = visible_users(user).order_by("username")
+    rows, group.more = _bounded(users.filter(username__istartswith=q), limit, count)
+    fields = ("username", "first_name", "last_name")
+    inside = _substring(fields, q)
+    found = users.filter(inside) if inside is not None else None
+    order = _alike_first(users, fields, q, ("username",))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     can_open_admin = is_admin(user) and user.is_staff and user.has_perm("auth.view_user")
     memberships = {}
     if rows and not can_open_admin:
@@ -446,3 +592,31 @@ def search_page(request):
     if results.exact and request.GET.get("all") != "1":
         return redirect(results.exact)
     return render(request, "portal/search.html", {"q": q, "results": results, "limit": LIMIT})
+
+
+def suggestions(user, q: str) -> list[Group]:
+    """The header box's typeahead: each kind's first SUGGEST_LIMIT results for the cleaned query `q`, in
+    search()'s ranks, with nothing counted and only the hits that have a page (a person one may not open
+    is left out)."""
+    groups = []
+    for kind in SEARCHES:
+        group, _ = kind(user, q, True, SUGGEST_LIMIT, False)
+        group.hits = [hit for hit in group.hits if hit.url]
+        group.more, group.note = 0, ""
+        if group.hits:
+            groups.append(group)
+    return groups
+
+
+@require_safe
+def suggest(request):
+    """`/search/suggest/?q=`: the list under the header box as one types (an HTML fragment that
+    static/portal/search.js places; it never writes). An empty query: an empty list; a query over MAX_QUERY
+    characters: 400 with the sentence why."""
+    raw = request.GET.getlist("q")
+    try:
+        q = clean(raw[-1] if raw else "")
+    except QueryTooLong as error:
+        return HttpResponse(str(error), status=400, content_type="text/plain; charset=utf-8")
+    groups = suggestions(request.user, q) if q else []
+    return render(request, "portal/_search_suggest.html", {"q": q, "groups": groups})

@@ -1,0 +1,118 @@
+"""The search's trigram indexes (portal.pages.search_indexes, migration portal 0003): on PostgreSQL each
+exists as a GIN index with gin_trgm_ops on UPPER(column), and the search's own queries can use it; a role
+that cannot create pg_trgm leaves a warning and a working migration; on SQLite nothing is made."""
+
+import importlib
+from types import SimpleNamespace
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from benchmarks.search import seed_job_history
+from inventory.models import ComputeTray, Gpu, Rack
+from portal.pages import search_indexes
+from scheduling.models import Job
+from tenancy.models import Project
+
+pytestmark = pytest.mark.django_db
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_trgm is PostgreSQL's")
+
+MIGRATION = importlib.import_module("portal.migrations.0003_search_trigram_indexes")
+
+
+def index_definitions() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE %s", ["%_trgm_idx"])
+        return dict(cursor.fetchall())
+
+
+@postgresql_only
+def test_every_index_exists_with_the_trigram_opclass_on_upper():
+    definitions = index_definitions()
+    assert set(definitions) == {name for name, _, _ in search_indexes.INDEXES}
+    for name, table, column in search_indexes.INDEXES:
+        definition = definitions[name]
+        assert f"ON public.{table} USING gin" in definition, definition
+        assert f"upper(({column})::text) gin_trgm_ops" in definition, definition
+
+
+def plan(queryset) -> str:
+    """EXPLAIN of the ORM's own SQL with sequential scans priced out: which index it can use."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    try:
+        return queryset.order_by().explain()  # no ORDER BY: a b-tree read in order is no way round it
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = on")
+
+
+@postgresql_only
+def test_the_searchs_substring_and_prefix_lookups_can_use_the_indexes(demo_inventory):
+    cases = [
+        (Job.objects.filter(name__icontains="pretrain"), "scheduling_job_name_trgm_idx"),
+        (Job.objects.filter(name__istartswith="train-pre"), "scheduling_job_name_trgm_idx"),
+        (Rack.objects.filter(location__icontains="hall b row 12"), "inventory_rack_location_trgm_idx"),
+        (Rack.objects.filter(name__icontains="r03"), "inventory_rack_name_trgm_idx"),
+        (ComputeTray.objects.filter(hostname__icontains="r03-t1"), "inventory_computetray_hostname_trgm_idx"),
+        (Gpu.objects.filter(serial__icontains="4471"), "inventory_gpu_serial_trgm_idx"),
+        (Gpu.objects.filter(uuid__icontains="9f3a-4c"), "inventory_gpu_uuid_trgm_idx"),
+        (Project.objects.filter(name__icontains="vision"), "tenancy_project_name_trgm_idx"),
+    ]
+    for queryset, index in cases:
+        explained = plan(queryset)
+        assert f"Bitmap Index Scan on {index}" in explained, (index, explained)
+
+
+@postgresql_only
+@pytest.mark.slow(reason="writes 20,000 jobs: beyond make test-fast's budget")
+def test_the_planner_picks_the_index_for_a_rare_part_of_many_jobs(department_a, department_b):
+    """Without any nudge, the search's own query: 20,000 jobs, one of them holding the part searched for."""
+    assert seed_job_history(count=20_000) == 20_000  # the benchmark's year of jobs, smaller
+    assert Job.objects.filter(name__startswith="train-pretrain-h").count() > 1000
+    Job.objects.filter(name="train-pretrain-h000011").update(name="train-needle-h000011")
+    explained = Job.objects.filter(name__icontains="needle").order_by("-created_at", "-pk")[:21].explain()
+    assert "scheduling_job_name_trgm_idx" in explained, explained
+
+
+@postgresql_only
+def test_a_role_that_cannot_create_the_extension_gets_a_warning_not_a_failed_migration(monkeypatch, capsys):
+    # A real refusal by PostgreSQL (an extension it cannot create), as a role without the right would get.
+    monkeypatch.setattr(search_indexes, "EXTENSION", "rackplane_no_such_extension")
+    with connection.schema_editor(atomic=False) as editor:
+        MIGRATION.create(None, editor)
+    warning = capsys.readouterr().err
+    assert "rackplane_no_such_extension extension could not be created" in warning
+    assert "Search still finds every match" in warning and "manage.py search_indexes" in warning
+    # The transaction is intact (the failure was in a savepoint) and nothing else was tried.
+    assert Rack.objects.count() == 0
+    with pytest.raises(Exception, match="could not be created"):
+        call_command("search_indexes")
+
+
+@postgresql_only
+def test_the_command_makes_a_missing_index_again():
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX scheduling_job_name_trgm_idx")
+    assert "scheduling_job_name_trgm_idx" not in index_definitions()
+    made = search_indexes.create_indexes(connection, concurrently=False)  # in the test's transaction
+    assert made == ["scheduling_job_name_trgm_idx"]
+    assert "gin_trgm_ops" in index_definitions()["scheduling_job_name_trgm_idx"]
+    assert search_indexes.create_indexes(connection, concurrently=False) == []
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the embedded default")
+def test_on_sqlite_nothing_is_made_and_the_command_says_so(capsys):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE '%trgm%'")
+        assert cursor.fetchall() == []
+    call_command("search_indexes")
+    assert "Nothing to do on sqlite" in capsys.readouterr().out
+    # The migration's two ways do nothing here (they read only the schema editor's connection).
+    editor = SimpleNamespace(connection=connection)
+    MIGRATION.create(None, editor)
+    MIGRATION.drop(None, editor)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE '%trgm%'")
+        assert cursor.fetchone() == (0,)
