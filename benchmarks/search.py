@@ -23,7 +23,7 @@ department lead (every kind narrowed by `visible_to`):
 * typeahead: `GET /search/suggest/?q=` (the header box's list) with the parts above and the prefixes.
 
 Before measuring, a year of finished jobs is added (seed_job_history: the rate the seeded fleet runs jobs at,
-about 900,000 at 1,000 racks), so that the job searches read a table of the size a site keeps, and the
+2.1 million at 1,000 racks), so that the job searches read a table of the size a site keeps, and the
 parts measured after search see them too.
 
 The figure the product aims at: p95 under 100 ms for every kind at 1,000 racks (SEARCH_GOAL_MS).

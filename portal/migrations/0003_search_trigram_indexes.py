@@ -1,8 +1,8 @@
 """The global search's trigram indexes (portal.pages.search_indexes): PostgreSQL's pg_trgm extension and a
-GIN index on UPPER(column) per searched name, built CONCURRENTLY so that an upgrade does not hold writes to
+GIN index on UPPER(column) per searched name (and a b-tree for job name prefixes), built CONCURRENTLY so that an upgrade does not hold writes to
 the jobs or the inventory while they build (hence `atomic = False`). Nothing on other databases. A role that
-may not create the extension gets a warning naming what to run, and the migration still succeeds: search
-then scans (`manage.py search_indexes` makes them later)."""
+may not create the extension gets a warning naming what to run, and the migration still succeeds with the
+b-tree alone: search then scans for substrings (`manage.py search_indexes` makes the rest later)."""
 
 import sys
 
@@ -18,8 +18,8 @@ def create(apps, schema_editor):
     reason = search_indexes.create_extension(connection)
     if reason is not None:
         sys.stderr.write(search_indexes.missing_extension_message(connection, reason) + "\n")
-        return
-    search_indexes.create_indexes(connection, concurrently=not connection.in_atomic_block)
+    concurrently = not connection.in_atomic_block
+    search_indexes.create_indexes(connection, concurrently=concurrently, trigram=reason is None)
 
 
 def drop(apps, schema_editor):

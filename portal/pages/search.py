@@ -1,5 +1,5 @@
-"""Global search (the box in the header, `/search/?q=`): GPUs, trays, racks, jobs, departments, projects and
-users.
+"""Global search (the box in the header, `/search/?q=`, and its typeahead `/search/suggest/?q=`): GPUs,
+trays, racks, jobs, departments, projects and users.
 
 Each kind is searched through its model's `visible_to(user)`, so a member finds only their departments' jobs
 and the people they may see (users: platform admins see everyone, others the members of the departments they
@@ -11,22 +11,44 @@ redirect to the object. A project's or a job's name redirects only
 when one visible object has it: several projects with one slug (one per department), or several jobs with
 one name, are listed instead (the jobs with that very name first).
 
-Cost at 1,000 racks (72,000 GPUs, 18,000 trays): every lookup on the inventory is an equality or a prefix
-*range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a filter) on a column with a unique index
-(GPU uuid, tray hostname, rack name, rack cluster UUID), so each is an index range scan reading at most
-LIMIT + 1 rows, plus one bounded count per kind when there are more. The inventory stores these names in
-lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is lower-cased for them, which
-makes the search case-insensitive without a case-folding index. Three lookups are not on an index: the GPU
-serial (exact only, and only for a query that looks like a serial; a scan of the GPU table, about 72,000 short
-rows), the IB port GUID (only when the query
-looks like a GUID; a scan of the tray table's JSON lists), job, department and project names
-(case-insensitive prefix; departments and projects are few, jobs are narrowed by `visible_to`) and the exact
-job name (case-sensitive equality, narrowed by `visible_to`, reading at most two rows; an index on
-scheduling_job.name would make it an index lookup and needs a migration).
+What matches, in three ranks per kind (each kind shows at most LIMIT, the typeahead SUGGEST_LIMIT):
+1. the exact match; 2. names that start with the query; 3. names that hold it anywhere, or hold each of its
+words in any order ("pretrain" in `train-pretrain-0042`, "r03" in `gb-r03-t07`, "hall b row 12" in a rack's
+location, "jane smith" across a person's first and last names; a word shorter than MIN_SUBSTRING must start
+a word there: "b" finds "hall B", not "gb-r01"). Rank 3 looks at: GPU UUIDs (a hex fragment) and serials (a
+fragment with a digit), tray hostnames, rack names and locations, job names, department and project names
+and slugs, usernames and first and last names; MIG device UUIDs are found exactly only. A query without a
+word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank 3, jobs come newest first, GPUs and
+trays in name order, and racks, departments, projects and people by trigram similarity on PostgreSQL (the
+word most like the query, then the whole name most like it; name order elsewhere).
+
+Cost at 1,000 racks (72,000 GPUs, 18,000 trays) and a year of jobs (2.1 million): ranks 1 and 2 on the
+inventory are an equality or a prefix *range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a
+filter) on a column with a unique index (GPU uuid, tray hostname, rack name, rack cluster UUID), so each is an
+index range scan reading at most LIMIT + 1 rows, plus one bounded count per kind when there are more. The
+inventory stores these names in lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is
+lower-cased for them, which makes the search case-insensitive without a case-folding index. The exact job
+name reads the b-tree index on scheduling_job.name (at most two rows). Rank 3 and the case-insensitive
+prefixes of job, project and user names are Django's `icontains` / `istartswith`, which PostgreSQL runs as
+`UPPER(column::text) LIKE '%Q%'`: migration portal 0003 (portal.pages.search_indexes) gives each of those
+columns a GIN index on that very expression with pg_trgm's `gin_trgm_ops`, so the database reads the rows
+holding the query's trigrams instead of the table (a rare part of 2.1 million job names: about 1 ms
+instead of 500), and job names a b-tree on it with `text_pattern_ops` for prefixes (a trigram index would
+return every name *holding* "pretrain" for the prefix "pretrain"). Jobs are read newest first from the
+index on (created_at, id) (scheduling 0019): for a word in a tenth of all jobs the planner walks it
+backwards and stops at the first LIMIT + 1 that match (0.2 ms instead of sorting 190,000 matches in
+900). Each rank is its own bounded query; rank 3 is fetched only while the first ranks leave room (at most
+LIMIT + the rows shown + 1 rows), and every count stops at COUNT_CAP ("and at least N more"): it never
+counts a million jobs. On SQLite (`make run`), and on a
+PostgreSQL whose role could not create pg_trgm, the same lookups scan the tables: the same results, slower
+at scale, and no similarity ranking. Three lookups are not on an index: the exact GPU serial (only for a
+query that looks like a serial; a scan of the GPU table, about 72,000 short rows), the IB port GUID (only
+when the query looks like a GUID; a scan of the tray table's JSON lists) and departments (tens of rows).
 
 A query naming one object exactly is answered by exact_url() alone (one to seven lookups, one per kind, no
 grouped search) unless `all=1` asks for every result; the GPU UUID prefix search is skipped for queries no
-UUID can start with. `make bench` measures it (benchmarks/search.py).
+UUID can start with. The typeahead runs the same ranks with SUGGEST_LIMIT rows per kind and counts nothing.
+`make bench` measures both (benchmarks/search.py).
 """
 
 from __future__ import annotations
@@ -42,7 +64,7 @@ from functools import reduce
 from django.contrib.auth import get_user_model
 from django.contrib.postgres.search import TrigramSimilarity, TrigramWordSimilarity
 from django.db import connections
-from django.db.models import Case, IntegerField, Q, Value, When
+from django.db.models import Q
 from django.db.models.functions import Greatest, Lower
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -125,11 +147,17 @@ def _prefix(field_name: str, value: str) -> Q:
 
 
 def _bounded(queryset, limit: int = LIMIT, count: bool = True) -> tuple[list, int]:
-    """The first `limit` rows and how many more there are (0 when not `count`ed)."""
+    """The first `limit` rows and how many more there are, counted up to COUNT_CAP rows in all (0 when not
+    `count`ed): a prefix shared by a tenth of a year's jobs is not counted to the end."""
     rows = list(queryset[: limit + 1])
     if len(rows) <= limit:
         return rows, 0
-    return rows[:limit], queryset.count() - limit if count else 0
+    return rows[:limit], _count(queryset) - limit if count else 0
+
+
+def _count(queryset) -> int:
+    """The rows of `queryset`, counted up to COUNT_CAP (`SELECT COUNT(*) FROM (... LIMIT COUNT_CAP)`)."""
+    return queryset.order_by()[:COUNT_CAP].count()
 
 
 def _inside(fields: tuple[str, ...], text: str) -> Q:
@@ -197,7 +225,7 @@ def _widen(found, rows: list, more: int, order: tuple, limit: int, count: bool) 
     and word matches `found` (a queryset, or None) that are not among them, in `order`: at most `limit` rows
     in all, the rest counted up to COUNT_CAP (the third value: the count stopped there)."""
     if found is None:
-        return rows, more, False
+        return rows, more, len(rows) + more >= COUNT_CAP
     found = found.order_by(*order)
     if len(rows) < limit:
         seen = {row.pk for row in rows}
@@ -209,8 +237,8 @@ def _widen(found, rows: list, more: int, order: tuple, limit: int, count: bool) 
             return rows, max(0, len(extra) - room), False
     if not count:
         return rows, 0, False
-    total = found.order_by()[:COUNT_CAP].count()
-    return rows, max(more, total - len(rows)), total >= COUNT_CAP
+    more = max(more, _count(found) - len(rows))
+    return rows, more, len(rows) + more >= COUNT_CAP
 
 
 def _gpu_uuid(q: str) -> str:
@@ -327,27 +355,31 @@ def _job_named(user, q: str) -> str | None:
 
 def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     """Jobs by number, by the start of their name (those named exactly `q` first), then by a part or the
-    words of their name, newest first. The exact URL is the job number's only: a job's name comes last
-    among exact matches (search() asks _job_named)."""
+    words of their name, each newest first. The exact URL is the job number's only: a job's name comes last
+    among exact matches (search() asks _job_named).
+
+    Each rank is its own query in the jobs' newest-first order, which the index on (created_at, id) gives:
+    a name shared by a tenth of a year's jobs is read from the newest until LIMIT match, not sorted whole.
+    """
     jobs = Job.objects.visible_to(user).select_related("department", "project")
     group = Group("job", "Jobs")
     number = q.removeprefix("#")
     by_number = look_exact and number.isdigit() and len(number) < 19
     exact = jobs.filter(pk=int(number)).first() if by_number else None
-    named_first = Case(When(name=q, then=Value(0)), default=Value(1), output_field=IntegerField())
-    rows, group.more = _bounded(
-        jobs.filter(name__istartswith=q).order_by(named_first, "-created_at", "-pk"), limit, count
-    )
+    newest = ("-created_at", "-pk")
+    named = list(jobs.filter(name=q).order_by(*newest)[: limit + 1])  # the index on the name
+    starting, group.more = _bounded(jobs.filter(name__istartswith=q).order_by(*newest), limit, count)
+    rows = [*named, *(job for job in starting if job.name != q)][:limit]
+    group.more = max(0, len(starting) + group.more - len(rows))  # the named jobs start with it too
     if exact is not None and exact not in rows:
         rows = [exact, *rows[: limit - 1]]
     same_name = sum(1 for job in rows if job.name == q)
     inside = _substring(("name",), q)
     found = jobs.filter(inside) if inside is not None else None
-    newest = ("-created_at", "-pk")
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, newest, limit, count)
     if same_name > 1:
-        named = f"At least {same_name}" if group.more and same_name >= limit - 1 else str(same_name)
-        group.note = f"{named} jobs are named {q!r}: they are listed first, newest first."
+        many = f"At least {same_name}" if len(named) > same_name else str(same_name)
+        group.note = f"{many} jobs are named {q!r}: they are listed first, newest first."
     for job in rows:
         where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
         group.hits.append(

@@ -1,10 +1,13 @@
 """The global search's trigram indexes (PostgreSQL's pg_trgm), made by migration portal 0003 and, after a
 database role could not make the extension there, by `manage.py search_indexes`.
 
-Each index is a GIN index on `UPPER(column::text)` with `gin_trgm_ops`: the very expression Django's
-`icontains` and `istartswith` compare on PostgreSQL (`UPPER("t"."c"::text) LIKE UPPER('%q%')`), so a substring
-or prefix search of three characters or more (portal.pages.search.MIN_SUBSTRING) reads the index instead of
-the table. Departments are left out: a site has tens of them, and scanning them is cheaper than an index.
+Each index is on `UPPER(column::text)`, the very expression Django's `icontains` and `istartswith` compare
+on PostgreSQL (`UPPER("t"."c"::text) LIKE UPPER('%q%')`): a GIN index with `gin_trgm_ops` per searched
+name, so a substring search of three characters or more (portal.pages.search.MIN_SUBSTRING) reads the rows
+holding its trigrams instead of the table; and for job names also a b-tree with `text_pattern_ops`, which
+answers `LIKE 'Q%'` as a range: a trigram index finds every name *holding* "pretrain" for the prefix
+"pretrain" (a tenth of a year's jobs) and throws most away. Departments are left out: a site has tens of
+them, and scanning them is cheaper than an index.
 
 On any other database (SQLite: `make run`'s embedded default) nothing is made: search uses the same
 `icontains` there, by scanning. PostgreSQL 13 and later let a database owner create pg_trgm (a trusted
@@ -17,19 +20,25 @@ from __future__ import annotations
 from django.db import DatabaseError, transaction
 
 EXTENSION = "pg_trgm"
-# (index name, table, column): names follow the project's <table>_<column>_<kind> form.
+# (index name, table, column, how): names follow the project's <table>_<column>_<kind>_idx form; how:
+# TRIGRAM (GIN, gin_trgm_ops) or PREFIX (b-tree, text_pattern_ops).
+TRIGRAM, PREFIX = (
+    "USING gin ((UPPER({column}::text)) gin_trgm_ops)",
+    "((UPPER({column}::text)) text_pattern_ops)",
+)
 INDEXES = (
-    ("inventory_rack_name_trgm_idx", "inventory_rack", "name"),
-    ("inventory_rack_location_trgm_idx", "inventory_rack", "location"),
-    ("inventory_computetray_hostname_trgm_idx", "inventory_computetray", "hostname"),
-    ("inventory_gpu_uuid_trgm_idx", "inventory_gpu", "uuid"),
-    ("inventory_gpu_serial_trgm_idx", "inventory_gpu", "serial"),
-    ("scheduling_job_name_trgm_idx", "scheduling_job", "name"),
-    ("tenancy_project_name_trgm_idx", "tenancy_project", "name"),
-    ("tenancy_project_slug_trgm_idx", "tenancy_project", "slug"),
-    ("auth_user_username_trgm_idx", "auth_user", "username"),
-    ("auth_user_first_name_trgm_idx", "auth_user", "first_name"),
-    ("auth_user_last_name_trgm_idx", "auth_user", "last_name"),
+    ("inventory_rack_name_trgm_idx", "inventory_rack", "name", TRIGRAM),
+    ("inventory_rack_location_trgm_idx", "inventory_rack", "location", TRIGRAM),
+    ("inventory_computetray_hostname_trgm_idx", "inventory_computetray", "hostname", TRIGRAM),
+    ("inventory_gpu_uuid_trgm_idx", "inventory_gpu", "uuid", TRIGRAM),
+    ("inventory_gpu_serial_trgm_idx", "inventory_gpu", "serial", TRIGRAM),
+    ("scheduling_job_name_trgm_idx", "scheduling_job", "name", TRIGRAM),
+    ("scheduling_job_name_prefix_idx", "scheduling_job", "name", PREFIX),
+    ("tenancy_project_name_trgm_idx", "tenancy_project", "name", TRIGRAM),
+    ("tenancy_project_slug_trgm_idx", "tenancy_project", "slug", TRIGRAM),
+    ("auth_user_username_trgm_idx", "auth_user", "username", TRIGRAM),
+    ("auth_user_first_name_trgm_idx", "auth_user", "first_name", TRIGRAM),
+    ("auth_user_last_name_trgm_idx", "auth_user", "last_name", TRIGRAM),
 )
 
 
@@ -53,13 +62,16 @@ def create_extension(connection) -> str | None:
     return None
 
 
-def create_indexes(connection, concurrently: bool) -> list[str]:
+def create_indexes(connection, concurrently: bool, trigram: bool = True) -> list[str]:
     """Make the missing indexes (an invalid one left by an interrupted concurrent build is made again);
-    returns the names made. `concurrently`: without blocking writes (outside a transaction only)."""
+    returns the names made. `concurrently`: without blocking writes (outside a transaction only);
+    `trigram=False`: only those that need no pg_trgm (the prefix b-tree)."""
     made = []
-    how = "CONCURRENTLY " if concurrently else ""
+    concurrent = "CONCURRENTLY " if concurrently else ""
     with connection.cursor() as cursor:
-        for name, table, column in INDEXES:
+        for name, table, column, how in INDEXES:
+            if how == TRIGRAM and not trigram:
+                continue
             cursor.execute(
                 "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
                 "WHERE c.relname = %s",
@@ -69,10 +81,8 @@ def create_indexes(connection, concurrently: bool) -> list[str]:
             if found is not None and found[0]:
                 continue
             if found is not None:
-                cursor.execute(f"DROP INDEX {how}IF EXISTS {name}")
-            cursor.execute(
-                f"CREATE INDEX {how}{name} ON {table} USING gin ((UPPER({column}::text)) gin_trgm_ops)"
-            )
+                cursor.execute(f"DROP INDEX {concurrent}IF EXISTS {name}")
+            cursor.execute(f"CREATE INDEX {concurrent}{name} ON {table} {how.format(column=column)}")
             made.append(name)
     return made
 
@@ -80,7 +90,7 @@ def create_indexes(connection, concurrently: bool) -> list[str]:
 def drop_indexes(connection) -> None:
     """The indexes gone (the extension stays: something else may use it)."""
     with connection.cursor() as cursor:
-        for name, _, _ in INDEXES:
+        for name, *_ in INDEXES:
             cursor.execute(f"DROP INDEX IF EXISTS {name}")
 
 
