@@ -20,25 +20,27 @@ from __future__ import annotations
 from django.db import DatabaseError, transaction
 
 EXTENSION = "pg_trgm"
-# (index name, table, column, how): names follow the project's <table>_<column>_<kind>_idx form; how:
-# TRIGRAM (GIN, gin_trgm_ops) or PREFIX (b-tree, text_pattern_ops).
+# (index name, table, column, how). how: TRIGRAM (GIN, gin_trgm_ops) or PREFIX (b-tree, text_pattern_ops);
+# named <table>_<column>_trgm_idx and _prefix_idx, as the project names its indexes.
 TRIGRAM, PREFIX = (
     "USING gin ((UPPER({column}::text)) gin_trgm_ops)",
     "((UPPER({column}::text)) text_pattern_ops)",
 )
+SEARCHED = {  # table: the columns searched inside
+    "inventory_rack": ("name", "location"),
+    "inventory_computetray": ("hostname",),
+    "inventory_gpu": ("uuid", "serial"),
+    "scheduling_job": ("name",),
+    "tenancy_project": ("name", "slug"),
+    "auth_user": ("username", "first_name", "last_name"),
+}
 INDEXES = (
-    ("inventory_rack_name_trgm_idx", "inventory_rack", "name", TRIGRAM),
-    ("inventory_rack_location_trgm_idx", "inventory_rack", "location", TRIGRAM),
-    ("inventory_computetray_hostname_trgm_idx", "inventory_computetray", "hostname", TRIGRAM),
-    ("inventory_gpu_uuid_trgm_idx", "inventory_gpu", "uuid", TRIGRAM),
-    ("inventory_gpu_serial_trgm_idx", "inventory_gpu", "serial", TRIGRAM),
-    ("scheduling_job_name_trgm_idx", "scheduling_job", "name", TRIGRAM),
+    *(
+        (f"{table}_{column}_trgm_idx", table, column, TRIGRAM)
+        for table, cs in SEARCHED.items()
+        for column in cs
+    ),
     ("scheduling_job_name_prefix_idx", "scheduling_job", "name", PREFIX),
-    ("tenancy_project_name_trgm_idx", "tenancy_project", "name", TRIGRAM),
-    ("tenancy_project_slug_trgm_idx", "tenancy_project", "slug", TRIGRAM),
-    ("auth_user_username_trgm_idx", "auth_user", "username", TRIGRAM),
-    ("auth_user_first_name_trgm_idx", "auth_user", "first_name", TRIGRAM),
-    ("auth_user_last_name_trgm_idx", "auth_user", "last_name", TRIGRAM),
 )
 
 

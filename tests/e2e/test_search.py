@@ -127,7 +127,9 @@ def test_search_finds_projects_and_jumps_to_a_job_by_its_whole_name(live_server,
 
 
 @pytest.mark.e2e
-def test_the_typeahead_lists_matches_as_one_types_and_the_keyboard_opens_one(live_server, page, member, shots):
+def test_the_typeahead_lists_matches_as_one_types_and_the_keyboard_opens_one(
+    live_server, page, member, shots
+):
     from scheduling.models import Job
 
     job = Job.objects.get(name="research-llama-pretrain")
