@@ -220,6 +220,11 @@ def _alike_first(queryset, fields: tuple[str, ...], q: str, order: tuple) -> tup
     return (words, wholes, *order)
 
 
+def _matching(queryset, condition: Q | None):
+    """`queryset` narrowed to rank 3's `condition`, or None when there is none (a query too short)."""
+    return queryset.filter(condition) if condition is not None else None
+
+
 def _widen(found, rows: list, more: int, order: tuple, limit: int, count: bool) -> tuple[list, int, bool]:
     """The exact and prefix rows `rows` (`more`: how many prefix matches are left out), then the substring
     and word matches `found` (a queryset, or None) that are not among them, in `order`: at most `limit` rows
@@ -280,14 +285,13 @@ def _gpus(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     canonical = _gpu_uuid(q)
     exact = gpus.filter(_gpu_exact(q)).first() if look_exact else None
     group = Group("gpu", "GPUs")
+    found = _matching(gpus, _gpu_inside(q))  # holds the prefix matches too: its count is theirs
     if _could_be_uuid_prefix(canonical):
-        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)), limit, count)
+        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)), limit, count and found is None)
     else:  # "gb-r01", "train-llm": no UUID starts so, no query
         rows = []
     if exact is not None and all(row.pk != exact.pk for row in rows):
         rows = [exact, *rows[: limit - 1]]
-    inside = _gpu_inside(q)
-    found = gpus.filter(inside) if inside is not None else None
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("uuid",), limit, count)
     for gpu in rows:
         where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else "removed from its tray"
@@ -300,10 +304,9 @@ def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     trays = ComputeTray.objects.visible_to(user).select_related("rack").order_by("hostname")
     lower = q.lower()
     group = Group("tray", "Compute trays")
-    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)), limit, count)
+    found = _matching(trays, _substring(("hostname",), lower))
+    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)), limit, count and found is None)
     exact = next((t for t in rows if t.hostname == lower), None)
-    inside = _substring(("hostname",), lower)
-    found = trays.filter(inside) if inside is not None else None
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("hostname",), limit, count)
     guid = lower if lower.startswith("0x") else "0x" + lower
     if GUID.match(lower) or GUID_PREFIX.match(lower):
@@ -333,12 +336,11 @@ def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
         cluster = None
     if cluster is not None:
         exact = exact or racks.filter(cluster_uuid=cluster).first()
-    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())), limit, count)
+    fields = ("name", "location")
+    found = _matching(racks, _substring(fields, q))
+    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())), limit, count and found is None)
     if exact is not None and exact not in rows:
         rows = [exact, *rows[: limit - 1]]
-    fields = ("name", "location")
-    inside = _substring(fields, q)
-    found = racks.filter(inside) if inside is not None else None
     order = _alike_first(racks, fields, q, ("name",))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for rack in rows:
@@ -368,14 +370,15 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     exact = jobs.filter(pk=int(number)).first() if by_number else None
     newest = ("-created_at", "-pk")
     named = list(jobs.filter(name=q).order_by(*newest)[: limit + 1])  # the index on the name
-    starting, group.more = _bounded(jobs.filter(name__istartswith=q).order_by(*newest), limit, count)
+    found = _matching(jobs, _substring(("name",), q))
+    starting, group.more = _bounded(
+        jobs.filter(name__istartswith=q).order_by(*newest), limit, count and found is None
+    )
     rows = [*named, *(job for job in starting if job.name != q)][:limit]
     group.more = max(0, len(starting) + group.more - len(rows))  # the named jobs start with it too
     if exact is not None and exact not in rows:
         rows = [exact, *rows[: limit - 1]]
     same_name = sum(1 for job in rows if job.name == q)
-    inside = _substring(("name",), q)
-    found = jobs.filter(inside) if inside is not None else None
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, newest, limit, count)
     if same_name > 1:
         many = f"At least {same_name}" if len(named) > same_name else str(same_name)
@@ -395,12 +398,10 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
 def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     departments = Department.objects.visible_to(user).order_by("name")
     group = Group("department", "Departments")
-    rows, group.more = _bounded(
-        departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q)), limit, count
-    )
     fields = ("name", "slug")
-    inside = _substring(fields, q)
-    found = departments.filter(inside) if inside is not None else None
+    found = _matching(departments, _substring(fields, q))
+    starting = departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q))
+    rows, group.more = _bounded(starting, limit, count and found is None)
     order = _alike_first(departments, fields, q, ("name",))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for department in rows:
@@ -455,8 +456,7 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
         count,
     )
     fields = ("name", "slug")
-    inside = _substring(fields, q)
-    found = projects.filter(inside) if inside is not None else None
+    found = _matching(projects, _substring(fields, q))  # not every namespace prefix match: both counted
     order = _alike_first(projects, fields, q, ("department__name", "name"))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for project in rows:
@@ -484,10 +484,9 @@ def visible_users(user):
 def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     group = Group("user", "Users")
     users = visible_users(user).order_by("username")
-    rows, group.more = _bounded(users.filter(username__istartswith=q), limit, count)
     fields = ("username", "first_name", "last_name")
-    inside = _substring(fields, q)
-    found = users.filter(inside) if inside is not None else None
+    found = _matching(users, _substring(fields, q))
+    rows, group.more = _bounded(users.filter(username__istartswith=q), limit, count and found is None)
     order = _alike_first(users, fields, q, ("username",))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     can_open_admin = is_admin(user) and user.is_staff and user.has_perm("auth.view_user")

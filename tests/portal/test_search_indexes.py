@@ -121,3 +121,32 @@ def test_on_sqlite_nothing_is_made_and_the_command_says_so(capsys):
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE '%trgm%'")
         assert cursor.fetchone() == (0,)
+
+
+def test_the_benchmarks_year_of_jobs_is_made_by_the_database(department_a, department_b):
+    """benchmarks/search.py's seed_job_history on either database: demo-like names, every department,
+    finished states, submissions spread over the year, searchable like any job."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.pages.search import search
+    from scheduling.choices import JobState
+    from tests.factories import make_user
+
+    assert seed_job_history(days=365, count=550) == 550
+    jobs = Job.objects.all()
+    assert jobs.count() == 550
+    assert set(jobs.values_list("department_id", flat=True)) == {department_a.pk, department_b.pk}
+    assert set(jobs.values_list("state", flat=True)) == {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+    names = set(jobs.values_list("name", flat=True))
+    assert "train-pretrain-h000011" in names and "build-profile-h000010" in names and len(names) == 550
+    oldest, newest = jobs.order_by("created_at").first(), jobs.order_by("created_at").last()
+    now = timezone.now()
+    assert now - timedelta(days=366) < oldest.created_at < now - timedelta(days=364)
+    assert now - timedelta(days=2) < newest.created_at <= now
+    assert all(j.created_at < j.started_at < j.finished_at for j in jobs[:20])
+    admin = make_user("bench-admin", staff=True)
+    group = next(g for g in search(admin, "pretrain").groups if g.kind == "job")
+    assert group.hits[0].title.endswith("train-pretrain-h000011")  # the newest "pretrain" first
+    assert len(group.hits) + group.more == 50
