@@ -138,7 +138,11 @@ def test_the_benchmarks_year_of_jobs_is_made_by_the_database(department_a, depar
     jobs = Job.objects.all()
     assert jobs.count() == 550
     assert set(jobs.values_list("department_id", flat=True)) == {department_a.pk, department_b.pk}
-    assert set(jobs.values_list("state", flat=True)) == {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+    assert set(jobs.values_list("state", flat=True)) == {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+    }
     names = set(jobs.values_list("name", flat=True))
     assert "train-pretrain-h000011" in names and "build-profile-h000010" in names and len(names) == 550
     oldest, newest = jobs.order_by("created_at").first(), jobs.order_by("created_at").last()
