@@ -355,6 +355,12 @@ def _job_named(user, q: str) -> str | None:
     return reverse("scheduling:job-detail", args=[jobs[0]]) if len(jobs) == 1 else None
 
 
+def _job_number(text: str) -> bool:
+    """Whether `text` is a job number: ASCII digits that fit the id column ("¹" and "٣" are digits to
+    str.isdigit(), and "¹" is no number to int())."""
+    return text.isascii() and text.isdigit() and len(text) < 19
+
+
 def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     """Jobs by number, by the start of their name (those named exactly `q` first), then by a part or the
     words of their name, each newest first. The exact URL is the job number's only: a job's name comes last
@@ -366,7 +372,7 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     jobs = Job.objects.visible_to(user).select_related("department", "project")
     group = Group("job", "Jobs")
     number = q.removeprefix("#")
-    by_number = look_exact and number.isdigit() and len(number) < 19
+    by_number = look_exact and _job_number(number)
     exact = jobs.filter(pk=int(number)).first() if by_number else None
     newest = ("-created_at", "-pk")
     named = list(jobs.filter(name=q).order_by(*newest)[: limit + 1])  # the index on the name
@@ -557,7 +563,7 @@ def _exact_rack(user, q: str) -> str | None:
 
 def _exact_job(user, q: str) -> str | None:
     number = q.removeprefix("#")
-    if not (number.isdigit() and len(number) < 19):
+    if not _job_number(number):
         return None
     job = Job.objects.visible_to(user).filter(pk=int(number)).values_list("pk", flat=True).first()
     return reverse("scheduling:job-detail", args=[job]) if job is not None else None

@@ -97,6 +97,10 @@ def test_hostile_characters(client_as, demo_inventory):
     for raw in ("q=%ED%A0%80r03", "q=%FF%FEr03", "q=r03%ED%B3%BF", "q[]=r03", "q=%25%5F%5C"):
         response = client.get(f"{SUGGEST}?{raw}")
         assert response.status_code == 200, raw
+    # Digits that are no ASCII digits (hypothesis found "¹": a digit to str.isdigit(), no number to int()).
+    for q in ("¹", "#²³", "٣", "#٣"):
+        assert client.get(SUGGEST, {"q": q}).status_code == 200, q
+        assert client.get("/search/", {"q": q}).status_code == 200, q
     # And the cleaning itself turns a lone surrogate into a space.
     assert clean("r0\ud8003") == "r0 3"
 
