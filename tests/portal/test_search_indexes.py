@@ -3,6 +3,8 @@ exists as a GIN index with gin_trgm_ops on UPPER(column), and the search's own q
 that cannot create pg_trgm leaves a warning and a working migration; on SQLite nothing is made."""
 
 import importlib
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +20,7 @@ from tenancy.models import Project
 pytestmark = pytest.mark.django_db
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_trgm is PostgreSQL's")
 
+ROOT = Path(__file__).resolve().parents[2]
 MIGRATION = importlib.import_module("portal.migrations.0003_search_trigram_indexes")
 
 
@@ -154,3 +157,99 @@ def test_the_benchmarks_year_of_jobs_is_made_by_the_database(department_a, depar
     group = next(g for g in search(admin, "pretrain").groups if g.kind == "job")
     assert group.hits[0].title.endswith("train-pretrain-h000011")  # the newest "pretrain" first
     assert len(group.hits) + group.more == 50
+
+
+def _superuser_connection(settings_dict):
+    """A superuser's connection to the test server (services.sh: `postgres` as root, else the user who ran
+    initdb), or None."""
+    import getpass
+
+    import psycopg
+
+    for user in ("postgres", getpass.getuser()):
+        try:
+            connection = psycopg.connect(
+                host=settings_dict["HOST"] or "127.0.0.1",
+                port=settings_dict["PORT"] or 5432,
+                user=user,
+                dbname="postgres",
+                autocommit=True,
+                connect_timeout=5,
+            )
+        except psycopg.Error:
+            continue
+        if connection.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+            return connection
+        connection.close()
+    return None
+
+
+@postgresql_only
+@pytest.mark.slow(reason="migrates a new database from nothing as a restricted role, in a subprocess")
+def test_a_role_without_the_right_migrates_with_a_warning_and_the_command_finishes_later():
+    """A real refusal: a role that may create tables but not extensions (no CREATE on the database), as
+    on a managed PostgreSQL. `migrate` succeeds, says what to run, and makes the prefix b-tree; once a
+    superuser has made pg_trgm, `manage.py search_indexes` makes the rest."""
+    import secrets
+    import subprocess
+    import sys
+
+    import psycopg
+    from django.conf import settings as django_settings
+
+    database = django_settings.DATABASES["default"]
+    admin = _superuser_connection(database)
+    if admin is None:
+        pytest.skip("no superuser on this PostgreSQL to make a restricted role with")
+    name = f"rp_search_{secrets.token_hex(4)}"
+    admin.execute(f"CREATE ROLE {name} LOGIN")
+    admin.execute(f"CREATE DATABASE {name} OWNER {admin.info.user}")
+    try:
+        dsn = {"host": admin.info.host, "port": admin.info.port, "user": admin.info.user, "dbname": name}
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            inside.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {name}")
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PG")},
+            "DEBUG": "1",
+            "DATABASE_URL": f"postgres://{name}@{admin.info.host}:{admin.info.port}/{name}",
+        }
+
+        def manage(*args):
+            return subprocess.run(
+                [sys.executable, "manage.py", *args],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+
+        migrated = manage("migrate", "--no-input")
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        assert 'permission denied to create extension "pg_trgm"' in migrated.stderr
+        assert f'`CREATE EXTENSION pg_trgm;` in the database "{name}"' in migrated.stderr
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            made = {
+                row[0]
+                for row in inside.execute(
+                    "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'scheduling_job_name_%'"
+                )
+            }
+            assert made == {"scheduling_job_name_idx", "scheduling_job_name_prefix_idx"}
+        refused = manage("search_indexes")
+        assert refused.returncode != 0 and "could not be created" in refused.stderr
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            inside.execute("CREATE EXTENSION pg_trgm")
+        finished = manage("search_indexes")
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        assert "Made inventory_rack_name_trgm_idx" in finished.stdout
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            count = inside.execute(
+                "SELECT count(*) FROM pg_indexes WHERE indexname LIKE '%_trgm_idx'"
+            ).fetchone()
+            assert count == (len(search_indexes.INDEXES) - 1,)
+        assert manage("search_indexes").stdout.startswith("All 12 search indexes exist")
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"DROP ROLE IF EXISTS {name}")
+        admin.close()
