@@ -114,3 +114,11 @@ def test_any_text_is_a_list_or_a_400(client_as, demo_inventory, q):
         assert response.status_code == 400
     else:
         assert response.status_code == 200
+
+
+def test_signed_out_it_sends_the_page_to_the_login_form(client):
+    # As htmx asks (the session expired while typing): the whole page goes to the login form, nothing of
+    # the login page is put into the list.
+    response = client.get(SUGGEST, {"q": "r03"}, headers={"HX-Request": "true", "HX-Current-URL": "/jobs/"})
+    assert response.status_code == 200 and response["HX-Redirect"].startswith(reverse("login"))
+    assert client.get(SUGGEST, {"q": "r03"})["Location"].startswith(reverse("login"))
