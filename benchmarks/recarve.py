@@ -78,27 +78,27 @@ def _key(config: str, half: str, slowdown: float, sample: tuple[int, int]) -> st
     return f"{slug}__{half}__{slowdown:g}__j{sample[0]}s{sample[1]}"
 
 
-def _replay(task: tuple) -> tuple[str, dict]:
-    key, config, half, slowdown, sample, folder = task
-    policy, layout, recarve, dedicate = CONFIGS[config]
+def replay_one(task: tuple, policy: str, layout: str, **options) -> tuple[str, dict]:
+    """One replay of a half's traces (one sample, one slowdown, 10-minute checkpoint loss) with `options`
+    for simulator.simulate; its figures without the per-department ones (and the re-carve log)."""
+    key, _, half, slowdown, sample, folder = task
     spec = HALVES[half]
     traces = simulator.load_traces([f"{folder}/cluster{c}.csv" for c in spec["clusters"]])
     traces = simulator.jitter_traces(traces, sample[0], sample[1])
     run = simulator.simulate(
-        traces,
-        spec["racks"],
-        layout,
-        policy,
-        span_slowdown=slowdown,
-        checkpoint_loss_s=600.0,
-        recarve=recarve,
-        dedicated=spec["dedicated"] if dedicate else None,
+        traces, spec["racks"], layout, policy, span_slowdown=slowdown, checkpoint_loss_s=600.0, **options
     )
     metrics = dict(run.metrics)
     metrics.pop("departments", None)
     if "recarve" in metrics:
         metrics["recarve"] = {k: v for k, v in metrics["recarve"].items() if k != "log"}
     return key, metrics
+
+
+def _replay(task: tuple) -> tuple[str, dict]:
+    policy, layout, recarve, dedicate = CONFIGS[task[1]]
+    dedicated = HALVES[task[2]]["dedicated"] if dedicate else None
+    return replay_one(task, policy, layout, recarve=recarve, dedicated=dedicated)
 
 
 FIGURES = (
@@ -125,25 +125,31 @@ def _cell(values: list[float], form: str) -> str:
     return f"{form.format(low)}-{form.format(high)} ({form.format(mean)})"
 
 
-def tables(results: dict[str, dict], configs: list[str]) -> str:
+def range_tables(results: dict[str, dict], configs: list[str], figures: tuple, key) -> str:
+    """Per half and slowdown a Markdown table of `figures` ((column, read(metrics), format)) for each of
+    `configs` replayed: the range over the samples, the mean in brackets."""
     lines = []
     for half in HALVES:
         for slowdown in SLOWDOWNS:
             lines.append(f"\n{half} half, slowdown {slowdown:g} (range over 3 samples, mean in brackets)\n")
-            lines.append("| configuration | " + " | ".join(name for name, _, _ in FIGURES) + " |")
-            lines.append("| --- " * (len(FIGURES) + 1) + "|")
+            lines.append("| configuration | " + " | ".join(name for name, _, _ in figures) + " |")
+            lines.append("| --- " * (len(figures) + 1) + "|")
             for config in configs:
-                runs = [results.get(_key(config, half, slowdown, s)) for s in SAMPLES]
+                runs = [results.get(key(config, half, slowdown, s)) for s in SAMPLES]
                 runs = [m for m in runs if m is not None]
                 if not runs:
                     continue
-                cells = [_cell([read(m) for m in runs], form) for _, read, form in FIGURES]
+                cells = [_cell([read(m) for m in runs], form) for _, read, form in figures]
                 lines.append(
                     f"| {config}{'' if len(runs) == 3 else f' ({len(runs)} of 3)'} | "
                     + " | ".join(cells)
                     + " |"
                 )
     return "\n".join(lines)
+
+
+def tables(results: dict[str, dict], configs: list[str]) -> str:
+    return range_tables(results, configs, FIGURES, _key)
 
 
 def _mean(results: dict, config: str, half: str, slowdown: float, read) -> float | None:
@@ -163,60 +169,83 @@ GOALS = (
 )
 
 
-def goals(results: dict[str, dict], config: str) -> str:
-    """Issue 28's goals for one configuration against the 2x9 baselines, per half and slowdown (means)."""
-    figure = {name: read for name, read, _ in FIGURES}
+def goal_table(title: str, goals: tuple, mean, config: str, baselines: tuple[str, ...]) -> str:
+    """A Markdown table of `goals` ((goal, figure, test(own, *baselines), format)) for `config` per half
+    and slowdown, each cell "met" or "**missed**" with the figures; `mean(config, half, slowdown, figure)`
+    is a figure's mean over the samples (None: not replayed)."""
     lines = [
-        f"\nGoals for {config} (means over the samples; own vs block-best-fit 2x9 / first-fit 2x9)\n",
-        "| half | slowdown | " + " | ".join(goal for goal, _, _, _ in GOALS) + " |",
-        "| --- " * (len(GOALS) + 2) + "|",
+        f"\n{title}\n",
+        "| half | slowdown | " + " | ".join(goal for goal, _, _, _ in goals) + " |",
+        "| --- " * (len(goals) + 2) + "|",
     ]
     for half in HALVES:
         for slowdown in SLOWDOWNS:
             cells = []
-            for _, name, test, form in GOALS:
-                own, bbf, ff = (_mean(results, c, half, slowdown, figure[name]) for c in (config, *BASELINES))
-                if own is None or bbf is None or ff is None:
+            for _, name, test, form in goals:
+                values = [mean(c, half, slowdown, name) for c in (config, *baselines)]
+                if any(v is None for v in values):
                     break
-                verdict = "met" if test(own, bbf, ff) else "**missed**"
-                cells.append(f"{verdict} ({form.format(own)} vs {form.format(bbf)} / {form.format(ff)})")
+                verdict = "met" if test(*values) else "**missed**"
+                others = " / ".join(form.format(v) for v in values[1:])
+                cells.append(f"{verdict} ({form.format(values[0])} vs {others})")
             else:
                 lines.append(f"| {half} | {slowdown:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def goals(results: dict[str, dict], config: str) -> str:
+    """Issue 28's goals for one configuration against the 2x9 baselines, per half and slowdown (means)."""
+    figure = {name: read for name, read, _ in FIGURES}
+    return goal_table(
+        f"Goals for {config} (means over the samples; own vs block-best-fit 2x9 / first-fit 2x9)",
+        GOALS,
+        lambda c, half, slowdown, name: _mean(results, c, half, slowdown, figure[name]),
+        config,
+        BASELINES,
+    )
+
+
+def replay_halves(doc: str, default_out: str, configs: dict, key, replay, argv=None, always=()) -> dict:
+    """The command line both benchmarks share: parse it, replay every (configuration, half, slowdown,
+    sample) not yet in the output folder (`replay(task)` -> (key, metrics), in `--workers` processes, each
+    kept as one JSON file) and return every replay's figures there, by key. `always`: configurations
+    replayed even when `--only` leaves them out (what goals are measured against)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument(
         "--traces",
         default=os.environ.get("ITP_TRACES"),
         help="the folder of the ITP clusters' CSVs (default: $ITP_TRACES)",
     )
-    parser.add_argument("--out", default="benchmarks/results/recarve", help="folder of per-replay JSON")
+    parser.add_argument("--out", default=default_out, help="folder of per-replay JSON")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--only", action="append", choices=list(CONFIGS), help="configurations to run")
+    parser.add_argument("--only", action="append", choices=list(configs), help="configurations to run")
     parser.add_argument("--tables-only", action="store_true", help="print the tables of what is there")
     args = parser.parse_args(argv)
     if not args.traces and not args.tables_only:
         parser.error("name the ITP traces' folder: --traces DIR or ITP_TRACES=DIR")
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
-    configs = args.only or list(CONFIGS)
+    chosen = args.only or list(configs)
+    chosen = [c for c in always if c not in chosen] + chosen
     tasks = [
-        (_key(c, h, sd, s), c, h, sd, s, args.traces)
-        for c in configs
+        (key(c, h, sd, s), c, h, sd, s, args.traces)
+        for c in chosen
         for h in HALVES
         for sd in SLOWDOWNS
         for s in SAMPLES
-        if not (folder / f"{_key(c, h, sd, s)}.json").exists()
+        if not (folder / f"{key(c, h, sd, s)}.json").exists()
     ]
     if tasks and not args.tables_only:
         print(f"{len(tasks)} replays to run in {args.workers} processes", file=sys.stderr, flush=True)
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            for key, metrics in pool.map(_replay, tasks):
-                (folder / f"{key}.json").write_text(json.dumps(metrics, indent=1))
-                print(f"done {key}: {metrics['wall_s']} s", file=sys.stderr, flush=True)
-    results = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
+            for name, metrics in pool.map(replay, tasks):
+                (folder / f"{name}.json").write_text(json.dumps(metrics, indent=1))
+                print(f"done {name}: {metrics['wall_s']} s", file=sys.stderr, flush=True)
+    return {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
+
+
+def main(argv=None) -> int:
+    results = replay_halves(__doc__, "benchmarks/results/recarve", CONFIGS, _key, _replay, argv)
     print(tables(results, list(CONFIGS)))
     for config in (
         "rackplane 2x9",

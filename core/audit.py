@@ -81,6 +81,8 @@ AUDITED: dict[str, set[str]] = {
     "inventory.agenttoken": {"secret_hash", "last_used_at"},
     "inventory.healthrule": set(),
     "inventory.healthsettings": set(),
+    # Service and RMA marks (inventory.health.service): who marked a tray, when, with what note.
+    "inventory.servicerecord": set(),
     "scheduling.faultpolicy": set(),
     "tenancy.department": {"updated_at"},
     "tenancy.membership": set(),

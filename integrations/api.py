@@ -1,15 +1,21 @@
 """GET /api/v1/config-targets/ (platform admins): the targets, their kind and settings with secrets masked;
 GET /api/v1/config-targets/kinds/: every registered kind with its settings (key, label, default, secret), so
-a client knows what a target of each kind takes."""
+a client knows what a target of each kind takes. GET /api/v1/jobs/{id}/logs/: a job's output as its backend
+keeps it (integrations.logs, the job page's Logs panel), for REST clients such as `rp logs`."""
 
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import permissions, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from core.access import IsAdmin
 from integrations import pushes, registry
+from integrations.job_output import DEFAULT_LIMIT
+from integrations.logs import job_logs
 from integrations.models import ConfigTarget
+from scheduling.models import Job
 
 
 class ConfigTargetSerializer(serializers.ModelSerializer):
@@ -72,4 +78,50 @@ class ConfigTargetViewSet(viewsets.ReadOnlyModelViewSet):
                 }
                 for kind in registry.kinds()
             ]
+        )
+
+
+class JobLogPartSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The stream: a file's path, or a pod's name.")
+    text = serializers.CharField(help_text="Its last `limit_bytes` bytes (from a whole line), as UTF-8.")
+    size = serializers.IntegerField(allow_null=True, help_text="Bytes in the whole stream; null: not known.")
+    truncated = serializers.BooleanField(help_text="Only the end of the stream is in `text`.")
+    error = serializers.CharField(help_text="Why this stream could not be read; empty when it could.")
+
+
+class JobLogsSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    state = serializers.CharField(help_text="The job's state now (its output may still grow until it ends).")
+    source = serializers.CharField(help_text="Where the output comes from, in words.")
+    error = serializers.CharField(help_text="Why nothing could be read at all; empty otherwise.")
+    limit_bytes = serializers.IntegerField(help_text="At most this many bytes of each stream are sent.")
+    parts = JobLogPartSerializer(many=True)
+
+
+class JobLogsView(APIView):
+    """A job's output, read from the backend that runs it (the job page's Logs panel): the last 64 KiB of each
+    stream. Jobs are those the caller may see (`Job.objects.visible_to`): another department's is a 404."""
+
+    @extend_schema(operation_id="jobs_logs_retrieve", responses=JobLogsSerializer)
+    def get(self, request, pk):
+        job = get_object_or_404(Job.objects.visible_to(request.user).select_related("department"), pk=pk)
+        logs = job_logs(job, limit=DEFAULT_LIMIT)
+        return Response(
+            {
+                "job": job.pk,
+                "state": job.state,
+                "source": logs.source,
+                "error": logs.error,
+                "limit_bytes": DEFAULT_LIMIT,
+                "parts": [
+                    {
+                        "name": part.name,
+                        "text": part.text,
+                        "size": part.size,
+                        "truncated": part.truncated,
+                        "error": part.error,
+                    }
+                    for part in logs.parts
+                ],
+            }
         )

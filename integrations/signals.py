@@ -79,6 +79,8 @@ RENDERED: dict[type, dict[str, str]] = {
     ProjectMembership: {"user": "person", "project": "project"},
     PosixAccount: {"user": "person", "name": "login name"},
     User: {"is_active": "active", "is_staff": "platform admin", "is_superuser": "superuser"},
+    # A tray's MIG layout: its node's nvidia.com/mig.config label, the mig-parted ConfigMap, Slurm's GRES.
+    ComputeTray: {"mig_layout": "MIG layout", "mig_layout_devices": "MIG devices"},
 }
 # Created with its defaults, these render what was rendered before they existed (TenancySettings.load()
 # makes the row on first use, even while a push renders): only the fields set otherwise count as a change.
@@ -106,6 +108,8 @@ def _label(instance) -> str:
         pass
     if isinstance(instance, User):
         return f"person {instance.username}"
+    if isinstance(instance, ComputeTray):
+        return f"tray {instance.hostname}"
     return str(instance._meta.verbose_name)
 
 

@@ -72,6 +72,8 @@ from integrations.slurm.render import (
 )
 from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
 from integrations.slurm.topology import SlurmBlock
+from inventory.mig_layouts import MigLayout
+from inventory.mig_layouts import layout as mig_layout
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
@@ -184,6 +186,15 @@ class _TrayRow:
     hostname: str
     partition_id: int | None
     port_guids: Any
+    mig_layout_name: str = ""
+    mig_layout_devices: Any = None
+
+    @property
+    def mig_layout(self) -> MigLayout | None:
+        """The MIG layout chosen for the tray (ComputeTray.mig_layout), None when none was."""
+        if not self.mig_layout_name:
+            return None
+        return mig_layout(self.mig_layout_name, self.mig_layout_devices or {})
 
 
 @dataclass(frozen=True)
@@ -234,7 +245,14 @@ def _read_rows() -> _Rows:
         (
             _TrayRow(*row)
             for row in ComputeTray.objects.values_list(
-                "id", "rack_id", "slot", "hostname", "partition_id", "ib_port_guids"
+                "id",
+                "rack_id",
+                "slot",
+                "hostname",
+                "partition_id",
+                "ib_port_guids",
+                "mig_layout",
+                "mig_layout_devices",
             )
         ),
         key=lambda t: (rack_name[t.rack_id], t.slot),
@@ -447,10 +465,18 @@ def _kubernetes_inventory(rows: _Rows, tier_of: dict[int, str]) -> InventoryStat
                 t.hostname,
                 rows.rack_name[t.rack_id],
                 partition_name[t.partition_id] if t.partition_id is not None else None,
+                mig_layout=t.mig_layout,
             )
             for t in rows.trays
         ),
     )
+
+
+def _slurm_mig(layout: MigLayout | None) -> tuple[tuple[str, int], ...]:
+    """A tray's MIG devices as Slurm GRES types and counts for the whole node (every GPU has the layout)."""
+    if layout is None or not layout.enabled:
+        return ()
+    return tuple((name, count * GPUS_PER_TRAY) for name, count in layout.devices)
 
 
 def _fabric_racks(rows: _Rows) -> tuple[FabricRack, ...]:
@@ -499,7 +525,10 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     rows = _read_rows()
     problems: list[str] = []
     tier_of = _tier_of_partition(rows)
-    nodes = tuple(SlurmNode(hostname=t.hostname, gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS) for t in rows.trays)
+    nodes = tuple(
+        SlurmNode(hostname=t.hostname, gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS, mig=_slurm_mig(t.mig_layout))
+        for t in rows.trays
+    )
     tenants = _tenants(rows, problems)
     kubernetes = KubernetesState(
         inventory=_kubernetes_inventory(rows, tier_of), tenants=tenants, nfs_server=rows.tenancy.nfs_server

@@ -39,7 +39,15 @@ class ComputeTrayAdmin(admin.ModelAdmin):
     search_fields = ["hostname", "rack__name"]
     list_select_related = ["rack", "partition__rack"]
     raw_id_fields = ["rack", "partition"]
-    readonly_fields = ["healthy_since", "agent_version", "agent_interval_s"]
+    # The MIG layout is chosen on the tray page (scheduling.services.mig_layouts checks it against the
+    # reported profiles, the tray's jobs and the other trays' layouts), never typed here.
+    readonly_fields = [
+        "healthy_since",
+        "agent_version",
+        "agent_interval_s",
+        "mig_layout",
+        "mig_layout_devices",
+    ]
     actions = ["return_to_service"]
 
     @admin.action(description="Return the selected trays to service (drained by Rackplane's health rules)")

@@ -105,3 +105,26 @@ class ActionKind(models.TextChoices):
 
 # Decisions that take a tray out of service (the circuit breaker counts these).
 QUARANTINE_ACTIONS = (ActionKind.DRAIN, ActionKind.MAINTENANCE, ActionKind.NEEDS_SERVICE)
+
+
+class ServiceStatus(models.TextChoices):
+    """Where a tray (or one of its GPUs) is in service or RMA tracking (inventory.health.service): an admin
+    marks it, with a note; while a mark other than "returned" is open the tray is never returned to service
+    (automatically or by hand) until an admin marks it returned."""
+
+    NEEDS_SERVICE = "needs_service", "Needs service"
+    RMA = "rma", "Sent for RMA"
+    RETURNED = "returned", "Returned from service"
+
+
+OPEN_SERVICE = (ServiceStatus.NEEDS_SERVICE, ServiceStatus.RMA)
+
+
+class HealthSeverity(models.TextChoices):
+    """How serious an event was, by what the rules made of it (HealthEvent.drains/degrades/warns): the
+    health centre's filter and colours."""
+
+    DRAIN = "drain", "Drains the tray"
+    DEGRADE = "degrade", "Degrades the partition"
+    WARN = "warn", "Warning"
+    INFO = "info", "Recorded only"

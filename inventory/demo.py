@@ -15,11 +15,20 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
-from inventory.choices import FabricState, GpuHealth, HealthKind, MigMode, SystemModel, TrayState
+from inventory.choices import (
+    FabricState,
+    GpuHealth,
+    HealthKind,
+    MigMode,
+    RuleAction,
+    ServiceStatus,
+    SystemModel,
+    TrayState,
+)
 from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
 from inventory.health.events import Observation, record_event
 from inventory.ingest.gpus import write_mig_devices
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.models import ComputeTray, Gpu, HealthEvent, HealthRule, NVLinkPartition, Rack, ServiceRecord
 
 PRODUCTS = {
     SystemModel.GB200_NVL72: ("NVIDIA GB200", 189471),
@@ -227,22 +236,83 @@ def seed_mig_gpu(seed: int = 7) -> Gpu | None:
     return gpu
 
 
+# What the demo's fleet reported before it starts, besides the drained tray's faults: (position among the
+# trays in service by rack and slot, GPU index or None for the tray, kind, code, XID, hours ago). Warnings
+# only (an application's XID 13 or 31, a fabric route recovery): no rule takes a tray out for them, so the
+# demo's capacity and placements stay as they are.
+FLEET_WARNINGS = (
+    (22, 1, HealthKind.XID, "13", 13, 30),
+    (22, 1, HealthKind.XID, "13", 13, 170),
+    (40, 3, HealthKind.XID, "31", 31, 52),
+    (47, None, HealthKind.FABRIC, "ROUTE_RECOVERY", None, 8),
+    (61, 0, HealthKind.XID, "13", 13, 300),
+)
+# A GB200 tray's GPU 2 is at PCI 0018:01:00 (tests/inventory/fixtures/nvidia_smi's real listing).
+XID_79_LINE = "NVRM: Xid (PCI:0018:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def _judged(tray: ComputeTray, observation: Observation, gpu_ids: dict) -> HealthEvent:
+    """The event as the rules file it (drains, degrades or warns, by the enabled rules it matches), without
+    acting on it: the demo's trays keep the states it seeded."""
+    event, _new = record_event(tray, observation, timedelta(minutes=10), gpu_ids)
+    actions = {
+        rule.action
+        for rule in HealthRule.objects.filter(enabled=True)
+        if rule.matches(event.kind, event.xid, event.code, event.value)
+    }
+    event.drains = RuleAction.DRAIN in actions
+    event.degrades = RuleAction.DEGRADE in actions
+    event.warns = RuleAction.WARN in actions
+    event.save(update_fields=["drains", "degrades", "warns"])
+    return event
+
+
 def seed_health_history(now=None) -> int:
-    """What the node agents of the demo's faulty trays reported before the demo starts: the kernel's XID 79
-    for each tray drained for a GPU that fell off the bus, on that GPU, as an event of its timeline (the same
-    row the health rules record for a real report). The number of events recorded."""
+    """What the node agents of the demo's trays reported before the demo starts, as events of their
+    timelines and the health centre (the same rows the health rules record for a real report): for each tray
+    drained for a GPU that fell off the bus, the kernel's XID 79 on that GPU three hours ago and its service
+    mark (needs service: awaiting RMA, as its reason says); and a few warnings across
+    the fleet (FLEET_WARNINGS). No tray changes state. The number of events recorded."""
     now = now or timezone.now()
     recorded = 0
     for tray in ComputeTray.objects.filter(state=TrayState.DRAIN, state_reason__startswith="XID 79"):
         gpu = tray.gpus.filter(index=2).first()
         if gpu is None:
             continue
-        when = now - timedelta(hours=3)
-        # A GB200 tray's GPU 2 is at PCI 0018:01:00 (tests/inventory/fixtures/nvidia_smi's real listing).
-        line = "NVRM: Xid (PCI:0018:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
         observation = Observation(
-            kind=HealthKind.XID, code="79", at=when, gpu_uuid=gpu.uuid, xid=79, message=line
+            kind=HealthKind.XID,
+            code="79",
+            at=now - timedelta(hours=3),
+            gpu_uuid=gpu.uuid,
+            xid=79,
+            message=XID_79_LINE,
         )
-        record_event(tray, observation, timedelta(minutes=10), {gpu.uuid: gpu.pk})
+        _judged(tray, observation, {gpu.uuid: gpu.pk})
+        recorded += 1
+        ServiceRecord.objects.get_or_create(
+            tray=tray,
+            status=ServiceStatus.NEEDS_SERVICE,
+            defaults={
+                "gpu": gpu,
+                "gpu_uuid": gpu.uuid,
+                "note": "GPU 2 fell off the bus; awaiting RMA",
+                "created_at": now - timedelta(hours=2),
+            },
+        )
+    in_service = list(ComputeTray.objects.filter(state=TrayState.UP).order_by("rack__name", "slot"))
+    for position, index, kind, code, xid, hours in FLEET_WARNINGS:
+        if position >= len(in_service):
+            continue
+        tray = in_service[position]
+        gpu = tray.gpus.filter(index=index).first() if index is not None else None
+        observation = Observation(
+            kind=kind,
+            code=code,
+            at=now - timedelta(hours=hours),
+            gpu_uuid=gpu.uuid if gpu is not None else "",
+            xid=xid,
+            occurrence=True,
+        )
+        _judged(tray, observation, {gpu.uuid: gpu.pk} if gpu is not None else {})
         recorded += 1
     return recorded

@@ -1,13 +1,28 @@
 """One FilterSet per model, shared by the HTML lists and the API."""
 
+import re
+from datetime import timedelta
+
 import django_filters
+from django import forms
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.utils import timezone
 
 from core.filters import BooleanFilter, IntegerFilter
-from inventory.choices import FabricState, GpuHealth, MigMode, SystemModel, TrayState
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from core.text import TextFormField
+from inventory.choices import (
+    FabricState,
+    GpuHealth,
+    HealthKind,
+    HealthSeverity,
+    MigMode,
+    SystemModel,
+    TrayState,
+)
+from inventory.models import ComputeTray, Gpu, HealthEvent, NVLinkPartition, Rack
 from inventory.staleness import silent_policy, silent_q
+from inventory.validators import validate_hostname, validate_rack_name
 
 
 class RackFilter(django_filters.FilterSet):
@@ -83,3 +98,139 @@ class GpuFilter(django_filters.FilterSet):
             "intended_clique_id",
             "uuid",
         ]
+
+
+# --- The health centre (inventory.views.health) ------------------------------------------------------------
+
+GPU_UUID = re.compile(r"GPU-[0-9A-Fa-f][0-9A-Fa-f-]{0,59}")
+# The kinds an event can be (node silent is computed when read, never an event).
+EVENT_KINDS = [(value, label) for value, label in HealthKind.choices if value != HealthKind.NODE_SILENT]
+SEVERITY_Q = {
+    HealthSeverity.DRAIN: Q(drains=True),
+    HealthSeverity.DEGRADE: Q(degrades=True),
+    HealthSeverity.WARN: Q(warns=True, drains=False, degrades=False),
+    HealthSeverity.INFO: Q(drains=False, degrades=False, warns=False),
+}
+# The windows the repeat-offender ranking counts faults in: key -> days.
+OFFENDER_WINDOWS = {"7d": 7, "30d": 30, "90d": 90}
+OFFENDER_WINDOW_DEFAULT = "30d"
+
+
+def validate_gpu_uuid(value):
+    if not GPU_UUID.fullmatch(value):
+        raise ValidationError(
+            "A GPU UUID as nvidia-smi prints it: GPU- then hex digits and dashes (GPU-1a2b3c4d-...).",
+            code="invalid",
+        )
+
+
+class TextFilter(django_filters.CharFilter):
+    """A text filter held to the text rule (core.textrule): a control or invisible character is an error
+    naming the filter, not a search that finds nothing."""
+
+    field_class = TextFormField
+
+
+def _names_filter(field_name: str, label: str, validator, **extra) -> TextFilter:
+    return TextFilter(field_name=field_name, label=label, max_length=128, validators=[validator], **extra)
+
+
+class TimeRangeForm(forms.Form):
+    """A filter form with a `since` and an `until`: the end must come after the start."""
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since is not None and until is not None and until <= since:
+            raise ValidationError("“Seen before” must be after “seen at or after”.", code="range")
+        return data
+
+
+class WithoutEmptyValues:
+    """A FilterSet whose empty values are no filter (a form's "Any" sends `kind=`), also for its several-
+    valued filters, which would read "" as a choice that does not exist."""
+
+    def __init__(self, data=None, *args, **kwargs):
+        if data is not None:
+            data = data.copy()
+            for key in list(data):
+                values = [value for value in data.getlist(key) if value != ""]
+                if values:
+                    data.setlist(key, values)
+                else:
+                    del data[key]
+        super().__init__(data, *args, **kwargs)
+
+
+def _choice_error(what: str) -> dict:
+    return {"invalid_choice": f"{what}: %(value)s is not one of the choices."}
+
+
+class HealthEventFilter(WithoutEmptyValues, django_filters.FilterSet):
+    """The health centre's fleet events: by rack, tray, GPU, kind, severity and time (last seen)."""
+
+    rack = _names_filter("tray__rack__name", "Rack", validate_rack_name)
+    tray = _names_filter("tray__hostname", "Tray (hostname)", validate_hostname)
+    gpu = TextFilter(method="filter_gpu", label="GPU UUID", max_length=64, validators=[validate_gpu_uuid])
+    kind = django_filters.MultipleChoiceFilter(
+        choices=EVENT_KINDS, label="Kind", error_messages=_choice_error("Kind")
+    )
+    severity = django_filters.MultipleChoiceFilter(
+        choices=HealthSeverity.choices,
+        method="filter_severity",
+        label="Severity",
+        error_messages=_choice_error("Severity"),
+    )
+    since = django_filters.IsoDateTimeFilter(
+        field_name="last_seen", lookup_expr="gte", label="Seen at or after (UTC)"
+    )
+    until = django_filters.IsoDateTimeFilter(
+        field_name="last_seen", lookup_expr="lt", label="Seen before (UTC)"
+    )
+
+    class Meta:
+        model = HealthEvent
+        fields = ["rack", "tray", "gpu", "kind", "severity", "since", "until"]
+        form = TimeRangeForm
+
+    def filter_gpu(self, queryset, name, value):
+        # GPU UUIDs compare without case (nvidia-smi prints lower case; people paste upper case).
+        return queryset.filter(gpu_uuid__iexact=value)
+
+    def filter_severity(self, queryset, name, value):
+        condition = Q()
+        for severity in value:
+            condition |= SEVERITY_Q[severity]
+        return queryset.filter(condition)
+
+
+class OffenderFilter(WithoutEmptyValues, django_filters.FilterSet):
+    """The repeat-offender ranking: the rack and the window its faults are counted in (30 days unless
+    chosen)."""
+
+    rack = _names_filter("tray__rack__name", "Rack", validate_rack_name)
+    window = django_filters.ChoiceFilter(
+        choices=[(key, f"{days} days") for key, days in OFFENDER_WINDOWS.items()],
+        method="filter_window",
+        label="Window",
+        empty_label=None,
+        error_messages=_choice_error("Window"),
+    )
+
+    class Meta:
+        model = HealthEvent
+        fields = ["rack", "window"]
+
+    def __init__(self, data=None, *args, **kwargs):
+        if data is not None and not data.get("window"):
+            data = data.copy()
+            data.setlist("window", [OFFENDER_WINDOW_DEFAULT])
+        super().__init__(data, *args, **kwargs)
+
+    def since(self):
+        """The start of the window (the form must be valid)."""
+        days = OFFENDER_WINDOWS[self.form.cleaned_data.get("window") or OFFENDER_WINDOW_DEFAULT]
+        return timezone.now() - timedelta(days=days)
+
+    def filter_window(self, queryset, name, value):
+        return queryset.filter(last_seen__gte=self.since())

@@ -2,6 +2,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core.text import TextFormField
+from inventory.choices import ServiceStatus
+from inventory.health.actions import typed_text_problem
+from inventory.health.service import NOTE_REQUIRED, SERVICE_NOTE_LIMIT
 from inventory.models import ComputeTray, Rack, RecarvePolicy
 
 
@@ -44,3 +47,52 @@ class RecarvePolicyForm(forms.ModelForm):
         fields = ["enabled", "smallest_trays", "max_per_hour"]
         labels = {"enabled": "Let the scheduler re-carve idle trays"}
         help_texts = {"enabled": "Off by default. Work in progress and other departments' trays are safe."}
+
+
+class ServiceMarkForm(forms.Form):
+    """The next step of a tray's service or RMA tracking (inventory.health.service.mark_service): which, for
+    the whole tray or one of its GPUs, and a note."""
+
+    status = forms.ChoiceField(
+        choices=ServiceStatus.choices,
+        widget=forms.RadioSelect,
+        label="Mark it",
+        error_messages={
+            "required": "Choose a step: needs service, sent for RMA or returned.",
+            "invalid_choice": "Choose needs service, sent for RMA or returned (not %(value)s).",
+        },
+    )
+    gpu = forms.ChoiceField(
+        required=False,
+        label="Which part",
+        error_messages={"invalid_choice": "Choose the whole tray or one of its GPUs (not %(value)s)."},
+    )
+    note = forms.CharField(
+        max_length=SERVICE_NOTE_LIMIT,
+        required=False,
+        strip=True,
+        help_text="What is wrong, the RMA number, what was done. Needed for “needs service” and “sent for "
+        "RMA”.",
+    )
+
+    def __init__(self, data=None, *, tray: ComputeTray, **kwargs):
+        super().__init__(data, **kwargs)
+        self.gpus = {str(gpu.index): gpu for gpu in tray.gpus.order_by("index")}
+        self.fields["gpu"].choices = [("", "The whole tray")] + [
+            (index, f"GPU {index} ({gpu.uuid})") for index, gpu in self.gpus.items()
+        ]
+
+    def clean_note(self):
+        note = self.cleaned_data.get("note", "")
+        problem = typed_text_problem(note, what="The note", limit=SERVICE_NOTE_LIMIT) if note else ""
+        if problem:
+            raise ValidationError(problem, code="typed_text")
+        return note
+
+    def clean(self):
+        data = super().clean()
+        status = data.get("status")
+        if status in NOTE_REQUIRED and not data.get("note") and "note" not in self.errors:
+            self.add_error("note", NOTE_REQUIRED[status])
+        data["gpu"] = self.gpus.get(data.get("gpu") or "")
+        return data

@@ -45,6 +45,7 @@ class TrayInfo:
     running_jobs: tuple[str, ...] = ()
     partition: str | None = None  # current partition name
     mig_gpus: int = 0  # GPUs in MIG mode: no NVLink peer-to-peer, so no job spanning trays here
+    mig_layout: str = ""  # the MIG layout an admin chose for the tray (ComputeTray.mig_layout), if any
 
     @property
     def schedulable(self) -> bool:
@@ -303,14 +304,22 @@ def _check_mig(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, 
         if not mig or len(slots) == 1:
             continue
         one = len(mig) == 1
-        trays = _and_words([f"{tray.slot} ({tray.hostname}, {_gpus(tray.mig_gpus)})" for tray in mig])
+        trays = _and_words(
+            [
+                f"{tray.slot} ({tray.hostname}, {_gpus(tray.mig_gpus)}"
+                + (f", layout {tray.mig_layout}" if tray.mig_layout else "")
+                + ")"
+                for tray in mig
+            ]
+        )
         check.add(
             Level.WARNING,
             f"{name} holds {'tray' if one else 'trays'} {trays} in MIG mode. MIG instances have no NVLink "
             "peer-to-peer (every MIG profile reports P2P No), so while MIG is on, jobs spanning trays in "
             f"{name} use only its other {len(slots) - len(mig)} trays; the other GPUs of "
             f"{'that tray' if one else 'those trays'} still take jobs of one tray. Turn MIG off on "
-            f"{'it' if one else 'them'} to give {name} all its trays.",
+            f"{'it' if one else 'them'} (the MIG layout all-disabled on the tray page) to give {name} all "
+            "its trays.",
         )
 
 

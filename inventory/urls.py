@@ -1,4 +1,5 @@
-"""Inventory's pages, in the `inventory` namespace: the rack list, a GPU's and a tray's page, agent tokens.
+"""Inventory's pages, in the `inventory` namespace: the rack list, a GPU's and a tray's page, agent tokens,
+the health centre.
 
 Paths are whole (included by portal/urls.py at the root): an app's pages sit in the site's sections by what
 users look for, its namespace says which app owns them (the rack view, which shows jobs, is scheduling's).
@@ -6,7 +7,7 @@ users look for, its namespace says which app owns them (the rack view, which sho
 
 from django.urls import path
 
-from inventory.views import agent_tokens, racks, recarving
+from inventory.views import agent_tokens, health, racks, recarving
 
 app_name = "inventory"
 urlpatterns = [
@@ -21,4 +22,8 @@ urlpatterns = [
     path(
         "inventory/agent-tokens/<int:pk>/revoke/", agent_tokens.agent_token_revoke, name="agent-token-revoke"
     ),
+    path("inventory/health/", health.health_events, name="health-events"),
+    path("inventory/health/offenders/", health.health_offenders, name="health-offenders"),
+    path("inventory/health/service/", health.health_service, name="health-service"),
+    path("inventory/health/service/trays/<int:pk>/", health.tray_service, name="health-tray-service"),
 ]

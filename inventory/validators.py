@@ -5,6 +5,7 @@ has the rules). The same patterns are the models' named check constraints."""
 from django.core.exceptions import ValidationError
 
 from inventory import names
+from inventory.mig_layouts import NAME as MIG_LAYOUT_NAME
 
 
 def _refuse(why: str | None) -> None:
@@ -30,3 +31,12 @@ def validate_partition_name(value):
 def validate_service_tier(value):
     """A service tier: empty, `gpu` or `gpu_<name>`, never a department's Slurm partition (inventory.names)"""
     _refuse(names.service_tier_error(value))
+
+
+def validate_mig_layout_name(value):
+    """A MIG layout's name: a Kubernetes label value and a mig-parted config name (inventory.mig_layouts)."""
+    if value and not MIG_LAYOUT_NAME.match(value):
+        raise ValidationError(
+            "A MIG layout name is lower-case letters, digits, '.', '+' and '-' (at most 63).",
+            code="invalid_name",
+        )

@@ -127,6 +127,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "portal.web.middleware.LoginRequiredMiddleware",
+    # Times in the viewer's time zone (the browser's, kept in a cookie by static/portal/ux.js); UTC without.
+    "portal.web.middleware.ViewerTimezoneMiddleware",
     # DEBUG on: a 404 is the portal's page with the menu, not Django's list of every URL pattern.
     "portal.web.middleware.DevErrorPages",
     # A view that loses the database answers 503 with the reason (portal.web.middleware).

@@ -18,7 +18,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from integrations.api import ConfigTargetViewSet
+from integrations.api import ConfigTargetViewSet, JobLogsView
 from integrations.plans.api import PartitionPlanViewSet
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
@@ -52,6 +52,7 @@ api_v1 = [
     path("discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
     path("telemetry/", include("tenancy.api.telemetry")),
     path("tokens/rotate/", account.TokenRotateView.as_view(), name="token-rotate"),
+    path("jobs/<int:pk>/logs/", JobLogsView.as_view(), name="job-logs"),
     path("departments/<slug:department_slug>/members/", members, name="department-member-list"),
     path(
         "departments/<slug:department_slug>/members/<str:username>/", member, name="department-member-detail"

@@ -10,14 +10,16 @@ Each figure is one spec (plain dicts of traces and layout). `*_figure` builds th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 import plotly.graph_objects as go
-import plotly.io as pio
-from django.utils.html import format_html
 
-from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
+from core.chart_style import GRID
+from core.charts import figure as _figure
+from core.charts import layout as _layout
+from core.charts import to_html
+
+__all__ = ["to_html"]  # the HTML of a figure, for the dashboards' views (core.charts)
 
 # The portal's palette (static/css/portal.css): colour is paired with a legend name, never alone.
 GUARANTEE = "#334155"
@@ -25,35 +27,6 @@ IN_QUOTA = "#16a34a"
 BORROWED = "#f59e0b"
 FAIR_SHARE = "#2563eb"
 PENDING = "#94a3b8"
-
-
-def _layout(**extra) -> dict:
-    return {
-        "margin": {"l": 56, "r": 16, "t": 36, "b": 44},
-        "font": {"family": FONT, "size": 12, "color": TEXT},
-        "paper_bgcolor": TRANSPARENT,
-        "plot_bgcolor": TRANSPARENT,
-        # Unified hover boxes default to the paper colour: transparent would leave their text on the lines.
-        # (Nested keys first, as plotly orders them: the pages are byte for byte the validated figure.)
-        "hoverlabel": {"font": {"color": "#17202c"}, "bgcolor": "#ffffff", "bordercolor": GRID},
-        "modebar": {"activecolor": "#2563eb", "bgcolor": TRANSPARENT, "color": TEXT},
-        "legend": {
-            "orientation": "h",
-            "yanchor": "bottom",
-            "y": 1.02,
-            "xanchor": "left",
-            "x": 0,
-            "traceorder": "normal",
-        },
-        "yaxis": {
-            "title": {"text": "GPUs"},
-            "rangemode": "tozero",
-            "gridcolor": GRID,
-            "zeroline": False,
-        },
-        "xaxis": {"gridcolor": GRID},
-        **extra,
-    }
 
 
 def _quota_history_spec(rows: list[dict], times: list) -> dict:
@@ -175,54 +148,6 @@ def departments_figure(positions: Iterable) -> go.Figure:
 def departments_html(positions: Iterable, div_id: str, height: int = 360) -> str:
     """`to_html(departments_figure(positions))` from plain dicts, like `quota_history_html`."""
     return to_html(_departments_spec(list(positions)), div_id=div_id, height=height)
-
-
-def _figure(spec: dict) -> go.Figure:
-    """The validated plotly figure of one of our specs, built as go.Figure(traces) + update_layout(layout)."""
-    figure = go.Figure(spec["data"])
-    figure.update_layout(spec["layout"])
-    return figure
-
-
-def _as_figure_dict(spec: dict) -> dict:
-    """``_figure(spec).to_dict()`` without building it, keys in the order plotly gives them, so the page is
-    byte for byte the same (tests compare). Each trace's keys sorted (nested ones too), ``type`` last; in the
-    layout the default template, then the nested objects we set, then the plain values (each in our order).
-    """
-
-    def by_name(value):
-        return {key: by_name(value[key]) for key in sorted(value)} if isinstance(value, dict) else value
-
-    data = [
-        {**by_name({k: v for k, v in trace.items() if k != "type"}), "type": trace["type"]}
-        for trace in spec["data"]
-    ]
-    layout = spec["layout"]
-    return {
-        "data": data,
-        "layout": {
-            "template": pio.templates[pio.templates.default].to_plotly_json(),
-            **{key: value for key, value in layout.items() if isinstance(value, dict)},
-            **{key: value for key, value in layout.items() if not isinstance(value, dict)},
-        },
-    }
-
-
-def to_html(figure: go.Figure | dict, div_id: str, height: int = 360) -> str:
-    """The figure as an embeddable <div> holding its JSON; static/js/portal.js draws it with plotly.js.
-
-    `figure` may also be a ``{"data": [...], "layout": {...}}`` spec of ours: it is not validated.
-    """
-    if isinstance(figure, dict):
-        figure = _as_figure_dict(figure)
-    return format_html(
-        '<div id="{}" class="plotly-chart" data-plotly-figure="{}" data-plotly-config="{}" '
-        'style="height: {}px; width: 100%"></div>',
-        div_id,
-        pio.to_json(figure, validate=False),
-        json.dumps(CONFIG),
-        height,
-    )
 
 
 UTILIZATION = "#7c3aed"

@@ -252,6 +252,11 @@ class SchedulerState(models.Model):
     last_pass_at = models.DateTimeField(null=True, blank=True)
     last_pass_ms = models.FloatField(null=True, blank=True)
     last_summary = models.JSONField(default=dict, blank=True)
+    # What the last pass said of the jobs it left waiting (scheduling.services.passes): their order (job ids:
+    # a job's index is its queue position) and, for the jobs trays are reserved for, when those trays free
+    # up ({job id: ISO time}: an estimate, from the running jobs' time limits). Read by the job page and API.
+    queue = models.JSONField(default=list, blank=True)
+    estimated_starts = models.JSONField(default=dict, blank=True)
 
     def __str__(self):
         return "scheduler"

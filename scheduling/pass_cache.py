@@ -36,7 +36,15 @@ from scheduling.pass_cluster import ClusterState, Held, Mark, build, group_alloc
 # scheduling.pass_cluster.INVENTORY_QUERIES).
 CACHED_COLUMNS: dict[str, tuple[str, ...]] = {
     "inventory_rack": ("name",),
-    "inventory_computetray": ("hostname", "rack_id", "slot", "partition_id", "state", "fabric_problems"),
+    "inventory_computetray": (
+        "hostname",
+        "rack_id",
+        "slot",
+        "partition_id",
+        "state",
+        "fabric_problems",
+        "mig_layout",
+    ),
     "inventory_gpu": ("tray_id", "index", "health", "fabric_state", "reported_clique_id", "mig_mode"),
     "inventory_nvlinkpartition": ("rack_id", "clique_id", "name", "degraded_reason"),
     "tenancy_dedicatedpartition": ("partition_id", "department_id"),

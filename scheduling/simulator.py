@@ -68,6 +68,7 @@ job could be given (scheduling.engine.stranded, by cause) from each instant's pa
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 import time
@@ -79,6 +80,20 @@ from operator import attrgetter
 from core.blocks import BlockPartition, block_layout_error, sizes_error
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
+from scheduling.engine.mig import (
+    BEST_FIT,
+    COMPUTE_SLICES,
+    GB200_LAYOUTS,
+    GB200_PROFILES,
+    SLICE_RULES,
+    MigLayout,
+    MigLayoutError,
+    SliceFleet,
+    SliceProfile,
+    fragmentation,
+    normalised_mix,
+    profile_table,
+)
 from scheduling.engine.placement import PARTITION, POLICIES, RACK, RACKPLANE, Request
 from scheduling.engine.recarve import RecarvePolicy, cluster_block_check, propose, waiting_gangs
 from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
@@ -110,6 +125,7 @@ from tenancy.usage_decay import DEFAULT_HALF_LIFE_S, accrue
 
 __all__ = [
     "AUTOMATED",
+    "BEST_FIT",
     "DEFAULT_CHECKPOINT_LOSS_S",
     "DEFAULT_CHECK_S",
     "DEFAULT_DETECT_S",
@@ -126,11 +142,14 @@ __all__ = [
     "RESTART",
     "RESUME",
     "SIZE_CLASSES",
+    "SLICE_RULES",
     "FaultPlan",
     "FaultTrace",
+    "MigPlan",
     "PolicyRun",
     "RecarvePlan",
     "SimulationError",
+    "SliceConversion",
     "Trace",
     "TraceJob",
     "build_cluster",
@@ -141,9 +160,11 @@ __all__ = [
     "load_traces",
     "locality",
     "map_faults",
+    "mig_trays",
     "parse_duration",
     "parse_guarantees",
     "parse_layout",
+    "parse_mig_plan",
     "round_gpus",
     "run",
     "simulate",
@@ -278,6 +299,143 @@ class RecarvePlan:
     wait_s: float | None = None
 
 
+@dataclass(frozen=True)
+class SliceConversion:
+    """Which trace jobs become MIG slice requests, and of which profile. The ITP traces record no GPU
+    utilisation or memory (columns job_id, submission_time, duration, num_gpu), so the rule is a stated
+    share, not a measurement: a job of 1 GPU becomes a slice request with probability `share`, and its
+    profile is drawn from `mix` (profile name -> weight). Both draws are a hash of the job's department and
+    trace id (SHA-256), not a random generator: the same jobs become the same requests in every
+    configuration and every jittered sample. A slice job runs as long as the trace's 1-GPU run (its work fits
+    the slice: the request is right-sized by assumption)."""
+
+    share: float = 1.0
+    mix: tuple[tuple[str, float], ...] = (("1g.23gb", 5.0), ("2g.47gb", 3.0), ("3g.93gb", 2.0))
+
+    def request(self, job: TraceJob, profiles: Mapping[str, SliceProfile]) -> SliceProfile | None:
+        """The slice `job` asks for, or None: it stays a whole-GPU job."""
+        if job.trace_gpus != 1 or job.gpus != 1:
+            return None
+        digest = hashlib.sha256(f"{job.department}/{job.name}".encode()).digest()
+        if int.from_bytes(digest[:8], "big") / 2**64 >= self.share:
+            return None
+        draw = int.from_bytes(digest[8:16], "big") / 2**64
+        weights = normalised_mix(dict(self.mix), profiles)
+        total = 0.0
+        for name, weight in weights.items():
+            total += weight
+            if draw < total:
+                return profiles[name]
+        return profiles[next(reversed(weights))]
+
+
+@dataclass(frozen=True)
+class MigPlan:
+    """MIG in the replay: the last `trays_per_rack` trays of every rack are in MIG mode, every GPU of them
+    carved by `layout` (static: never re-made), and the jobs `conversion` picks ask for slices, which take
+    free instances by `rule` (scheduling.engine.mig). The MIG trays must be whole NVLink partitions at the
+    end of the rack's layout (``9+8+1`` with 1 MIG tray): chosen by the layout, never by where work
+    happens to be. The engine sees them as trays with no schedulable GPU, so no whole-GPU job and no
+    multi-tray job ever lands there (every MIG profile has P2P No). `gpus_per_tray` of each MIG tray's GPUs
+    are in MIG mode (the first ones); the tray's other GPUs stay whole for jobs of 1-3 GPUs, and the tray
+    is never whole, so no gang takes it. ``trays_per_rack=0`` is whole-GPU placement on the same hardware,
+    with the same figures (slice requests then run as 1-GPU jobs)."""
+
+    trays_per_rack: int = 1
+    layout: MigLayout = GB200_LAYOUTS["all-balanced"]
+    rule: str = BEST_FIT
+    conversion: SliceConversion = field(default_factory=SliceConversion)
+    profiles: tuple[SliceProfile, ...] = GB200_PROFILES
+    gpus_per_tray: int = GPUS_PER_TRAY
+
+
+def parse_mig_plan(
+    trays_per_rack: int,
+    layout: str = "all-balanced",
+    rule: str = BEST_FIT,
+    share: float = 1.0,
+    mix: str | None = None,
+    gpus_per_tray: int = GPUS_PER_TRAY,
+) -> MigPlan:
+    """A MigPlan from the command's words: `layout` a GB200 layout's name (GB200_LAYOUTS) or instances as
+    mig-parted writes them (``1g.23gb:2,2g.47gb:1,3g.93gb:1``), `mix` ``PROFILE=WEIGHT`` joined with ','."""
+    try:
+        chosen = GB200_LAYOUTS.get(layout.strip()) or MigLayout.parse(layout)
+    except MigLayoutError as error:
+        raise SimulationError(str(error)) from error
+    conversion = SliceConversion(share=share)
+    if mix is not None:
+        weights: list[tuple[str, float]] = []
+        for term in mix.replace(" ", "").split(","):
+            name, sep, weight = term.partition("=")
+            try:
+                value = float(weight)
+            except ValueError:
+                value = math.nan
+            if not sep or not name or not (math.isfinite(value) and value >= 0):
+                raise SimulationError(f"slice mix {mix!r}: write PROFILE=WEIGHT joined with ',' (1g.23gb=5)")
+            weights.append((name, value))
+        conversion = replace(conversion, mix=tuple(weights))
+    plan = MigPlan(trays_per_rack, chosen, rule, conversion, gpus_per_tray=gpus_per_tray)
+    _check_mig(plan)
+    return plan
+
+
+def mig_trays(cluster: Cluster, trays_per_rack: int) -> list[int]:
+    """The trays a MigPlan puts in MIG mode: the last `trays_per_rack` of every rack, which must be whole
+    partitions (SimulationError otherwise)."""
+    chosen: list[int] = []
+    if trays_per_rack <= 0:
+        return chosen
+    for r, parts in enumerate(cluster.rack_parts):
+        trays = sorted(t for p in parts for t in cluster.part_trays[p])
+        if trays_per_rack >= len(trays):
+            raise SimulationError(f"{trays_per_rack} MIG trays per rack leave no tray of rack {r + 1} whole")
+        last = set(trays[-trays_per_rack:])
+        for p in parts:
+            own = set(cluster.part_trays[p])
+            if own & last and not own <= last:
+                raise SimulationError(
+                    f"the last {trays_per_rack} trays of each rack must be whole partitions of the layout to "
+                    f"be MIG trays (e.g. layout 9+8+1 for 1, 9+7+2 for 2): partition "
+                    f"{cluster.part_name[p]} has {len(own & last)} of its {len(own)} trays among them"
+                )
+        chosen.extend(sorted(last))
+    return chosen
+
+
+def _check_mig(
+    plan: MigPlan, faults: FaultPlan | None = None, recarve: RecarvePlan | None = None
+) -> dict[str, SliceProfile]:
+    if faults is not None:
+        raise SimulationError("MIG trays and a fault trace are not replayed together")
+    if recarve is not None:  # a re-carve could merge a MIG tray's partition into a gang's
+        raise SimulationError("MIG trays and re-carving are not replayed together")
+    if plan.rule not in SLICE_RULES:
+        raise SimulationError(f"slice rule {plan.rule!r}? (known: {', '.join(SLICE_RULES)})")
+    if not (isinstance(plan.trays_per_rack, int) and 0 <= plan.trays_per_rack < RACK_TRAYS):
+        raise SimulationError(f"MIG trays per rack must be 0-{RACK_TRAYS - 1}, not {plan.trays_per_rack!r}")
+    if not (isinstance(plan.gpus_per_tray, int) and 1 <= plan.gpus_per_tray <= GPUS_PER_TRAY):
+        raise SimulationError(f"MIG GPUs per MIG tray must be 1-{GPUS_PER_TRAY}, not {plan.gpus_per_tray!r}")
+    share = plan.conversion.share
+    if not (isinstance(share, int | float) and 0 <= share <= 1):
+        raise SimulationError(f"the slice share must be a number from 0 to 1, not {share!r}")
+    try:
+        profiles = profile_table(plan.profiles)
+        normalised_mix(dict(plan.conversion.mix), profiles)
+        fleet = SliceFleet.build(1, plan.layout, profiles)
+    except MigLayoutError as error:
+        raise SimulationError(str(error)) from error
+    if plan.trays_per_rack:
+        never = [name for name, w in plan.conversion.mix if w > 0 and not fleet.hostable(profiles[name])]
+        if never:
+            raise SimulationError(
+                f"MIG layout {plan.layout.name} has no instance a {', '.join(never)} request fits: "
+                "those slice jobs could never start"
+            )
+    return profiles
+
+
 def layout_error(cluster: Cluster) -> str | None:
     """Why the partition wizard (Slurm 24.11's block rule, core.blocks) would refuse the cluster's layout."""
     return block_layout_error(
@@ -318,6 +476,8 @@ class _Replay:
         projects: Mapping[str, str] | None = None,
         half_life_s: float | None = None,
         recarve: RecarvePlan | None = None,
+        mig: MigPlan | None = None,
+        mig_tray_list: Sequence[int] = (),
     ):
         self.jobs = sorted(jobs, key=lambda j: (j.submitted_at, j.id))
         self.by_id = {job.id: job for job in jobs}
@@ -435,6 +595,79 @@ class _Replay:
             self.tray_faults = map_faults(faults.trace, len(cluster), first)
             for order, fault in enumerate(self.tray_faults):
                 heapq.heappush(self.fault_events, (fault.start, _FAIL, order))
+        self._init_mig(mig, mig_tray_list)
+
+    # --- MIG slices (MigPlan) ------------------------------------------------------------------
+
+    def _init_mig(self, plan: MigPlan | None, trays: Sequence[int]) -> None:
+        """Slice jobs and the MIG GPUs (the engine never sees either: the MIG trays have no schedulable
+        GPU for it, and slice jobs are placed by `_mig_pass`)."""
+        self.mig = plan
+        self.slice_of: dict[int, SliceProfile] = {}
+        self.slice_waiting: dict[int, SliceProfile] = {}  # in queue order (never preempted: arrival order)
+        self.slice_events: list[tuple[float, int]] = []  # (end, job id)
+        self.slice_busy = 0  # compute slices held
+        self.window_slice_busy = 0.0
+        self.stranded_slices_now = 0
+        self.stranded_slice_s = 0.0
+        self.fragmentation_now = 0.0
+        self.fragmentation_s = 0.0
+        self.slice_started: dict[int, tuple[float, str]] = {}  # job -> (start, instance profile)
+        self.slices_changed = False  # a slice job came or went since the last `_mig_pass`
+        self.mig_tray_list = list(trays)
+        if plan is None:
+            self.fleet = None
+            return
+        self.slice_profiles = profile_table(plan.profiles)
+        self.slice_mix = normalised_mix(dict(plan.conversion.mix), self.slice_profiles)
+        requests = {job.id: plan.conversion.request(job, self.slice_profiles) for job in self.jobs}
+        self.converted = {job_id: r for job_id, r in requests.items() if r is not None}
+        self.fleet = SliceFleet.build(len(trays) * plan.gpus_per_tray, plan.layout, self.slice_profiles)
+        if trays:  # MIG trays: slice jobs take instances there; without them they run as 1-GPU jobs
+            self.slice_of = self.converted
+
+    def _mig_pass(self, now: float) -> None:
+        """Waiting slice jobs, in queue order, each take a free instance that can host them (by the plan's
+        rule) or keep waiting; a later job may take an instance an earlier one cannot use (no reservation:
+        instances are exclusive and static, so a larger request is not helped by holding smaller ones)."""
+        fleet, plan = self.fleet, self.mig
+        free = fleet.free()
+        failed: set[str] = set()
+        for job_id, request in list(self.slice_waiting.items()):
+            if not free:
+                break
+            if request.name in failed:
+                continue
+            chosen = fleet.place(job_id, request, plan.rule, self.slice_mix, free=free)
+            if chosen is None:
+                failed.add(request.name)
+                continue
+            free.remove(chosen)
+            del self.slice_waiting[job_id]
+            self.wait[job_id] += now - self.pending_since.pop(job_id)
+            self.slice_busy += chosen.profile.compute_slices
+            self.slice_started[job_id] = (now, chosen.profile.name)
+            heapq.heappush(self.slice_events, (now + self.remaining[job_id], job_id))
+        self._sample_slices(free)
+
+    def _sample_slices(self, free=None) -> None:
+        """Stranded slices (the compute slices of free instances no waiting slice request can use; 0 while
+        none waits) and the fleet's fragmentation for the expected mix, held until the next instant."""
+        fleet = self.fleet
+        free_profiles = [i.profile for i in free] if free is not None else fleet.free_profiles()
+        self.fragmentation_now = fragmentation(free_profiles, self.slice_mix, self.slice_profiles)
+        wanted = {request.name: request for request in self.slice_waiting.values()}
+        self.stranded_slices_now = (
+            sum(p.compute_slices for p in free_profiles if not any(p.can_host(r) for r in wanted.values()))
+            if wanted
+            else 0
+        )
+
+    def _finish_slice(self, job_id: int, now: float) -> None:
+        self.fleet.release(job_id)
+        self.slice_busy -= self.slice_profiles[self.slice_started[job_id][1]].compute_slices
+        self.end[job_id] = now
+        self.slices_changed = True
 
     # --- accounting between events -------------------------------------------------------------
 
@@ -465,6 +698,11 @@ class _Replay:
                 usage[name] = accrue(usage[name], held[name], dt, half_life)
         if self.fault_plan is not None:
             self.out_gpu_s += GPUS_PER_TRAY * sum(1 for n in self.down if n) * dt
+        if self.fleet is not None:
+            if hi > lo:
+                self.window_slice_busy += self.slice_busy * (hi - lo)
+            self.stranded_slice_s += self.stranded_slices_now * dt
+            self.fragmentation_s += self.fragmentation_now * dt
         if self.allocated == 0:
             return
         width = self.bin_s
@@ -518,6 +756,11 @@ class _Replay:
             self._promoted_enqueued(job.id, now)
 
     def _submit(self, job: TraceJob, now: float) -> None:
+        if job.id in self.slice_of:  # a slice job: `_mig_pass` places it, the engine never sees it
+            self.slice_waiting[job.id] = self.slice_of[job.id]
+            self.pending_since[job.id] = now
+            self.slices_changed = True
+            return
         self.demand[job.department] += job.gpus
         self._enqueue(job, now)
 
@@ -966,8 +1209,14 @@ class _Replay:
         now = jobs[0].submitted_at
         # Fault events matter while jobs run, wait, or wait to be resubmitted.
         recarve_ends = self.recarve_ends
+        slice_events = self.slice_events
         while (
-            i < n or events or wakes or recarve_ends or (faults and (self.pending or self.awaiting_resubmit))
+            i < n
+            or events
+            or wakes
+            or recarve_ends
+            or slice_events
+            or (faults and (self.pending or self.awaiting_resubmit))
         ):
             while events and events[0][2] != self.epoch[events[0][1]]:
                 heapq.heappop(events)  # the job was preempted: this end never comes
@@ -980,7 +1229,8 @@ class _Replay:
             timers = self.timers
             next_timer = timers[0] if timers and self.pending else math.inf
             next_recarve = recarve_ends[0][0] if recarve_ends else math.inf
-            t = min(next_submit, next_end, next_wake, next_fault, next_timer, next_recarve)
+            next_slice = slice_events[0][0] if slice_events else math.inf
+            t = min(next_submit, next_end, next_wake, next_fault, next_timer, next_recarve, next_slice)
             if t == math.inf:
                 break
             self._advance(now, t)
@@ -993,6 +1243,8 @@ class _Replay:
                 _, job_id, epoch = heapq.heappop(events)
                 if epoch == self.epoch[job_id]:
                     self._finish(job_id, now)
+            while slice_events and slice_events[0][0] <= now:
+                self._finish_slice(heapq.heappop(slice_events)[1], now)
             if faults and faults[0][0] <= now:
                 self._fault_events_until(now)
             if recarve_ends and recarve_ends[0][0] <= now:
@@ -1007,10 +1259,14 @@ class _Replay:
             while self.pending and self._pass(now):
                 pass
             self._sample_stranded()
-        if self.pending:  # nothing runs and nothing will come: the rest can never start
+            if self.slices_changed:
+                self.slices_changed = False
+                self._mig_pass(now)
+        stuck = [*self.pending, *self.slice_waiting]
+        if stuck:  # nothing runs and nothing will come: the rest can never start
             raise SimulationError(
-                f"{len(self.pending)} jobs can never start on this cluster under {self.policy} "
-                f"(first: job {self.by_id[next(iter(self.pending))].name})"
+                f"{len(stuck)} jobs can never start on this cluster under {self.policy} "
+                f"(first: job {self.by_id[stuck[0]].name})"
             )
 
     # --- results -------------------------------------------------------------------------------
@@ -1133,6 +1389,86 @@ class _Replay:
             **({"projects": projects} if projects else {}),
         }
 
+    def mig_metrics(self) -> dict:
+        """The MIG figures (results.json `mig`): slice use, stranded slices, the waits of jobs of 1 GPU or
+        smaller, and the multi-tray figures to compare configurations by."""
+        plan = self.mig
+        jobs = self.jobs
+        first, last = self.window
+        end = max(self.end.values())
+        slices = len(self.fleet) * COMPUTE_SLICES
+
+        def waits(group) -> dict:
+            own = sorted(self.wait[j.id] for j in group)
+            jct = [self.end[j.id] - j.submitted_at for j in group]
+            return {
+                "jobs": len(own),
+                "avg_wait_s": round(sum(own) / len(own), 1) if own else None,
+                "p95_wait_s": round(_percentile(own, 0.95), 1) if own else None,
+                "avg_jct_s": round(sum(jct) / len(jct), 1) if jct else None,
+            }
+
+        multi = [j for j in jobs if j.trays > 1]
+        fitting = [j for j in multi if j.trays <= self.max_partition_trays]
+        taken: dict[str, int] = {}
+        for job_id, (_, instance) in self.slice_started.items():
+            key = f"{self.slice_of[job_id].name} on {instance}"
+            taken[key] = taken.get(key, 0) + 1
+        span = last - first
+        cluster, in_mig = self.cluster, set(self.mig_tray_list)
+        gang_blocks = [
+            BlockPartition(cluster.rack_name[cluster.part_rack[p]], cluster.part_name[p], len(trays))
+            for p, trays in enumerate(cluster.part_trays)
+            if trays and not set(trays) <= in_mig
+        ]
+        return {
+            "mig_trays": len(self.mig_tray_list),
+            # Whether Slurm 24.11's topology/block can express the gang partitions, the MIG trays left out
+            # of every block (P2P No): None when it can, else why not (core.blocks, the wizard's check).
+            "slurm_24_11_blocks": block_layout_error(gang_blocks),
+            "mig_gpus": len(self.fleet),
+            "layout": plan.layout.name,
+            "rule": plan.rule,
+            "slice_share": plan.conversion.share,
+            "slice_mix": dict(plan.conversion.mix),
+            "converted_jobs": len(self.converted),
+            "slice_jobs": len(self.slice_of),
+            # Busy compute slices over the MIG GPUs' 7 each, from the first to the last submission.
+            "slice_utilization": round(self.window_slice_busy / (slices * span), 4)
+            if slices and span
+            else None,
+            # Free instances' compute slices no waiting slice job could use, integrated; and averaged.
+            "stranded_slice_s": round(self.stranded_slice_s, 1),
+            "avg_stranded_slices": round(self.stranded_slice_s / (end - first), 3) if end > first else 0.0,
+            # The fleet's fragmentation for the expected mix (scheduling.engine.mig.fragmentation), averaged.
+            "avg_fragmentation_slices": round(self.fragmentation_s / (end - first), 3)
+            if end > first
+            else 0.0,
+            # Whole GPUs allocated plus slices as g/7, over the whole hardware's GPUs.
+            "gpu_equivalent_utilization": round(
+                (self.window_busy + self.window_slice_busy / COMPUTE_SLICES)
+                / ((self.cluster_gpus + len(self.fleet)) * span),
+                4,
+            )
+            if span
+            else None,
+            "one_gpu_or_smaller": waits([j for j in jobs if j.gpus == 1]),
+            "slices": waits([j for j in jobs if j.id in self.slice_of]),
+            "instances_taken": dict(sorted(taken.items())),
+            "multi_tray": {
+                **waits(multi),
+                "in_one_partition": round(sum(self.one_partition[j.id] for j in multi) / len(multi), 4)
+                if multi
+                else None,
+                "fitting_in_one_partition": round(
+                    sum(self.one_partition[j.id] for j in fitting) / len(fitting), 4
+                )
+                if fitting
+                else None,
+                "cross_rack_jobs": sum(self.cross_rack[j.id] for j in multi),
+            },
+        }
+
     def _guarantee_figures(self, name: str) -> dict:
         """How well a trace's (department's or project's) guarantee was honoured: `in_quota_gpu_hours`,
         the GPU-hours it held within its guarantee; `guarantee_met`, the share of what it was owed (at
@@ -1163,6 +1499,7 @@ def simulate(
     half_life_s: float | None = None,
     recarve: RecarvePlan | None = None,
     dedicated: Mapping[str, int] | None = None,
+    mig: MigPlan | None = None,
 ) -> PolicyRun:
     """Replay `traces` (one department each) on a fresh cluster under one placement policy.
 
@@ -1177,9 +1514,13 @@ def simulate(
     `recarve` turns on carving that follows demand for rackplane (RecarvePlan); its run's metrics then have
     `recarve` (`_Replay.recarve_metrics`). `dedicated` (department -> racks) dedicates whole racks' partitions
     to departments (the first racks, in the order given; `simulation_inputs.dedicated_owners`).
+    `mig` puts trays in MIG mode and turns jobs into slice requests (MigPlan); the run's metrics then have
+    `mig` (`_Replay.mig_metrics`).
     """
     if faults is not None:
         _check_fault_plan(faults)
+    if mig is not None:
+        _check_mig(mig, faults, recarve)
     if recarve is not None:
         _check_recarve(recarve)
     if policy not in POLICIES:
@@ -1211,6 +1552,9 @@ def simulate(
         cluster = build_cluster(racks, sizes, owners)
     if not any(trace.jobs for trace in traces):
         raise SimulationError("no jobs to replay")
+    mig_tray_list = mig_trays(cluster, mig.trays_per_rack) if mig is not None else []
+    for t in mig_tray_list:  # the MIG GPUs are not the engine's; the tray is never whole: no gang lands there
+        cluster.set_capacity(t, GPUS_PER_TRAY - mig.gpus_per_tray)
     traces = fit_traces(traces, cluster.capacity)  # jobs larger than the cluster: left out, counted
     guarantees = split_guarantees(cluster.capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
     jobs = [job for trace in traces for job in trace.jobs]
@@ -1229,11 +1573,15 @@ def simulate(
         projects,
         half_life_s,
         recarve,
+        mig,
+        mig_tray_list,
     )
     replay.run()
     metrics = replay.metrics()
     if replay.recarve is not None:
         metrics["recarve"] = replay.recarve_metrics()
+    if mig is not None:
+        metrics["mig"] = replay.mig_metrics()
     metrics["wall_s"] = round(time.perf_counter() - started, 2)
     fault_metrics = None
     if faults is not None:
@@ -1315,6 +1663,7 @@ def run(
     half_life_s: float | None = None,
     recarve: RecarvePlan | None = None,
     dedicated: Mapping[str, int] | None = None,
+    mig: MigPlan | None = None,
 ) -> tuple[dict, list[PolicyRun]]:
     """Replay under each policy; returns (results dict for results.json, the runs for the report).
 
@@ -1322,7 +1671,9 @@ def run(
     automated and manual (FaultPlan), and its results get ``faults: {automated: {...}, manual: {...}}``.
     `workers` > 1 runs the replays in that many processes (the figures are the same).
     `projects` maps a trace to the department it is a project of (module docstring); each policy's results
-    then have `projects` (per project: its department and figures, as `departments` has per trace)."""
+    then have `projects` (per project: its department and figures, as `departments` has per trace).
+    `mig` (MigPlan) puts trays in MIG mode; each policy's results then have `mig` (figures) and the config
+    says which trays and how jobs became slice requests."""
     if faults is not None:
         _check_fault_plan(faults)
     if recarve is not None:
@@ -1330,6 +1681,27 @@ def run(
     sizes = parse_layout(layout)
     _check_policies(policies)
     capacity = racks * RACK_TRAYS * GPUS_PER_TRAY
+    mig_config = None
+    if mig is not None:
+        _check_mig(mig, faults, recarve)
+        chosen = mig_trays(build_cluster(racks, sizes), mig.trays_per_rack)  # a layout that cannot: here
+        capacity -= len(chosen) * mig.gpus_per_tray  # what the engine may give whole (guarantees split it)
+        mig_config = {
+            "trays_per_rack": mig.trays_per_rack,
+            "trays": len(chosen),
+            "gpus_per_tray": mig.gpus_per_tray,
+            "layout": mig.layout.name,
+            "instances": [
+                f"{p.profile}@{p.start}:{p.size}"
+                for p in SliceFleet.build(1, mig.layout, profile_table(mig.profiles)).instances[0]
+            ],
+            "rule": mig.rule,
+            "conversion": "a job of 1 GPU becomes a slice request with probability slice_share, its profile "
+            "drawn from slice_mix (both by a SHA-256 hash of department/job id); a slice job runs the "
+            "trace's duration on the instance it takes",
+            "slice_share": mig.conversion.share,
+            "slice_mix": dict(mig.conversion.mix),
+        }
     traces = fit_traces(traces, capacity)
     split = split_guarantees(capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
     options = {
@@ -1343,6 +1715,7 @@ def run(
         "half_life_s": half_life_s,
         "recarve": recarve,
         "dedicated": dict(dedicated or {}),
+        "mig": mig,
     }
     _check_half_life(half_life_s)
     if dedicated:
@@ -1401,6 +1774,7 @@ def run(
             "wait_s": recarve.wait_s,
         },
         "dedicated_racks": dict(dedicated or {}),  # department -> whole racks dedicated to it
+        **({"mig": mig_config} if mig_config is not None else {}),
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
         # What of the traces was left out or merged so that they replay (load_trace, fit_traces): by file.
         "trace_quirks": {trace.path: dict(trace.quirks) for trace in traces if trace.quirks},

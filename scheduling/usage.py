@@ -378,7 +378,9 @@ def idle_gpus_queryset(
     """GPUs allocated to a running job whose utilization has stayed under the threshold for the window.
 
     One query (two without `settings`, the loaded TenancySettings); each row is annotated with ``job_id``,
-    ``job_name``, ``department_id``, ``department_name``, ``hostname``, ``utilization`` and ``idle_since``.
+    ``job_name``, ``submitted_by`` (the username of the person who submitted the job, None for a job nobody
+    submitted through the portal), ``department_id``, ``department_name``, ``hostname``, ``utilization`` and
+    ``idle_since``.
     `department` (a Department or its pk) narrows it.
     """
     now = now or timezone.now()
@@ -397,6 +399,7 @@ def idle_gpus_queryset(
     return queryset.annotate(
         job_id=F("allocations__job_id"),
         job_name=F("allocations__job__name"),
+        submitted_by=F("allocations__job__submitted_by__username"),
         department_id=F("allocations__job__department_id"),
         department_name=F("allocations__job__department__name"),
         hostname=F("tray__hostname"),

@@ -245,6 +245,13 @@ write_config() {
     for i in 0 1 2 3; do
         [ -e "$root/opt/fakegpu/nvidia$i" ] || mknod "$root/opt/fakegpu/nvidia$i" c 1 3
     done
+    # And MIG device files (a real node's /dev/nvidia-caps/nvidia-cap<N>, one per MIG device: slurmd ignores a
+    # GPU GRES without a file) for tests that give a tray a MIG layout (tests/integration/test_slurm_mig.py):
+    # 28 covers seven instances on each of four GPUs.
+    mkdir -p "$root/opt/fakegpu/nvidia-caps"
+    for i in $(seq 0 27); do
+        [ -e "$root/opt/fakegpu/nvidia-caps/nvidia-cap$i" ] || mknod "$root/opt/fakegpu/nvidia-caps/nvidia-cap$i" c 1 3
+    done
 
     cat >"$etc/slurm.conf" <<EOF
 # Slurm testbed made by Rackplane's scripts/slurm-testbed.sh (throwaway; loopback only).

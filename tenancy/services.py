@@ -15,6 +15,7 @@ from django.db.models import Count, Func, IntegerField, Q, QuerySet, Subquery, S
 from core.access import Role, is_admin
 from core.notifications.subscriptions import forget_department
 from inventory.choices import GpuHealth, MigMode, TrayState
+from inventory.mig_layouts import WHOLE_GPU_LAYOUTS
 from inventory.models import ComputeTray, Gpu
 from tenancy import naming
 from tenancy.choices import RoleOrigin
@@ -29,13 +30,15 @@ ISOLATION_FIELDS = ("vlan_id", "vxlan_vni", "ib_pkey", "network_cidr", "export_p
 
 
 def schedulable_gpus_q(prefix: str = "") -> Q:
-    """GPUs a job may be given whole: in a tray that is up, not unhealthy, and not in MIG mode (a GPU cut
+    """GPUs a job may be given whole: in a tray that is up, not unhealthy, not in MIG mode (a GPU cut
     into MIG instances is not a whole GPU, and its instances have no NVLink peer-to-peer: never part of a
-    job spanning GPUs or trays)."""
+    job spanning GPUs or trays), and in a tray no MIG layout was chosen for (inventory.services.mig: from the
+    choice on, whole-GPU work is kept off it, so the GPU Operator's MIG manager finds it idle)."""
     return (
         Q(**{f"{prefix}tray__state": TrayState.UP})
         & ~Q(**{f"{prefix}health": GpuHealth.UNHEALTHY})
         & ~Q(**{f"{prefix}mig_mode": MigMode.ENABLED})
+        & Q(**{f"{prefix}tray__mig_layout__in": WHOLE_GPU_LAYOUTS})
     )
 
 
@@ -49,7 +52,9 @@ def unschedulable_gpus() -> QuerySet[Gpu]:
     trayless_or_unhealthy = Gpu.objects.filter(
         Q(tray__isnull=True) | Q(health=GpuHealth.UNHEALTHY) | Q(mig_mode=MigMode.ENABLED)
     )
-    in_trays_not_up = Gpu.objects.filter(tray__in=ComputeTray.objects.exclude(state=TrayState.UP))
+    in_trays_not_up = Gpu.objects.filter(
+        tray__in=ComputeTray.objects.exclude(state=TrayState.UP, mig_layout__in=WHOLE_GPU_LAYOUTS)
+    )
     return Gpu.objects.filter(
         pk__in=trayless_or_unhealthy.order_by().values("pk").union(in_trays_not_up.order_by().values("pk"))
     )

@@ -17,6 +17,7 @@ from tests.python_source import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["core", "inventory", "tenancy", "scheduling", "integrations", "portal"]  # bottom to top
+CLIENTS = ["rpcli"]  # `rp`, the REST client: beside the layers, importing none of them (its own contract)
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 # Function-level imports across packages that are deliberate, with the reason: none today. An import placed
@@ -55,13 +56,24 @@ def test_the_import_contracts_are_kept():
             "Pure logic imports no Django",
         ),
         ("integrations/slurm/probe_kind.py", "import integrations.kubernetes.target\n", "stands alone"),
+        ("rpcli/probe_portal.py", "from scheduling.models import Job\n", "rp stands alone"),
+        ("rpcli/probe_django.py", "import django.conf\n", "rp stands alone"),
+        ("portal/probe_rp.py", "import rpcli.api\n", "The portal does not import rp"),
     ],
-    ids=["core-to-portal", "inventory-to-scheduling", "engine-to-django", "slurm-to-kubernetes"],
+    ids=[
+        "core-to-portal",
+        "inventory-to-scheduling",
+        "engine-to-django",
+        "slurm-to-kubernetes",
+        "rp-to-scheduling",
+        "rp-to-django",
+        "portal-to-rp",
+    ],
 )
 def test_a_forbidden_import_breaks_the_build(tmp_path, module, statement, contract):
     """The same contracts, on a copy of the tree with one forbidden import added: lint-imports fails and
     names the contract and the import (so `make test` fails on it)."""
-    for package in PACKAGES:
+    for package in PACKAGES + CLIENTS:
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / module).write_text(statement)

@@ -64,6 +64,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "inventory_healthaction",
     "inventory_healthcheckresult",
     "inventory_healthsettings",
+    # Service and RMA tracking of trays and GPUs (the health centre).
+    "inventory_servicerecord",
     # Identity: personal API tokens, identity providers' group rules and linked identities.
     "core_personaltoken",
     "tenancy_grouprolerule",

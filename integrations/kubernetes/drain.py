@@ -54,6 +54,7 @@ from integrations.drain import (
 )
 from integrations.kubernetes.client import KubernetesClient
 from integrations.kubernetes.errors import KubernetesRejected, KubernetesUnavailable
+from integrations.kubernetes.render import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from integrations.kubernetes.target import APPLY_PATCH, KubernetesTarget
 
 KIND = "kubernetes"
@@ -137,6 +138,11 @@ def node_words(node: dict[str, Any]) -> str:
     condition = _condition(node)
     if condition:
         parts.append(f"{CONDITION} {condition.get('status')} ({condition.get('reason', '')})")
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if MIG_CONFIG_LABEL in labels:  # the MIG layout asked for, and the GPU Operator's MIG manager's progress
+        parts.append(
+            f"MIG config {labels[MIG_CONFIG_LABEL]} ({labels.get(MIG_CONFIG_STATE_LABEL) or 'no state yet'})"
+        )
     return "; ".join(parts)
 
 

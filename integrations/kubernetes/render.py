@@ -44,6 +44,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from integrations.kubernetes.tenants import (
     _DNS1123_SUBDOMAIN,
     DEFAULT_COHORT,
@@ -54,6 +56,7 @@ from integrations.kubernetes.tenants import (
     MANAGED_BY_VALUE,
     tenant_objects,
 )
+from inventory.mig_layouts import LayoutError, MigLayout, mig_parted_config
 from tenancy import naming
 from tenancy.renderers import TenantSpec
 
@@ -66,6 +69,15 @@ RACK_LABEL = "rackplane.io/rack"
 PARTITION_LABEL = "rackplane.io/nvlink-partition"
 SERVICE_TIER_LABEL = "rackplane.io/service-tier"
 POOL_LABEL = "rackplane.io/pool"
+# The GPU Operator's MIG manager applies the mig-parted config this label names (its result comes back as
+# nvidia.com/mig.config.state: pending, rebooting, success or failed; the manager's label, never Rackplane's).
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+# The mig-parted configuration (key config.yaml) holding every layout a tray was given: the ClusterPolicy's
+# spec.migManager.config.name names it (docs/operators/inventory.md, "MIG layouts").
+MIG_CONFIG_MAP = "rackplane-mig-parted-config"
+MIG_CONFIG_KEY = "config.yaml"
+DEFAULT_MIG_NAMESPACE = "gpu-operator"
 # DEPARTMENT_LABEL ("rackplane.io/department") is shared with the tenant objects (tenants.py).
 
 # Every node label Rackplane may set: the target uses it to tell Rackplane's labels from others'.
@@ -77,6 +89,7 @@ NODE_LABEL_KEYS = (
     DEPARTMENT_LABEL,
     SERVICE_TIER_LABEL,
     POOL_LABEL,
+    MIG_CONFIG_LABEL,
 )
 
 TOPOLOGY_NAME = "nvlink"
@@ -100,6 +113,8 @@ KIND_ORDER = (
     # Last, so that the numbered files of `integrations.state.render_files` keep their names: Kueue takes a
     # ClusterQueue naming a Cohort that does not exist yet (an implicit cohort until the Cohort is made).
     "Cohort",
+    # mig-parted's configuration, read by the MIG manager when a node's label changes.
+    "ConfigMap",
 )
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
@@ -181,8 +196,12 @@ class NodeSpec:
     hostname: str
     rack: str
     partition: str | None = None
+    # The MIG layout chosen for the tray (inventory.mig_layouts): "" leaves MIG alone.
+    mig_layout: MigLayout | None = None
 
     def __post_init__(self):
+        if self.mig_layout is not None:
+            _check_label_value(self.mig_layout.name, f"node {self.hostname}: MIG layout")
         if len(self.hostname) > 253 or not _DNS1123_SUBDOMAIN.match(self.hostname):
             raise ValueError(
                 f"hostname {self.hostname!r} cannot be a Kubernetes node name (DNS-1123 subdomain)"
@@ -326,6 +345,8 @@ def node_labels(state: InventoryState, pool: str = DEFAULT_FLAVOR) -> dict[str, 
                 labels[DEPARTMENT_LABEL] = partition.department
             if partition.service_tier:
                 labels[SERVICE_TIER_LABEL] = partition.service_tier
+        if node.mig_layout is not None:
+            labels[MIG_CONFIG_LABEL] = node.mig_layout.name
         result[node.hostname] = dict(sorted(labels.items()))
     return result
 
@@ -443,6 +464,24 @@ def sort_for_apply(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
+def mig_config_map(state: InventoryState, namespace: str = DEFAULT_MIG_NAMESPACE) -> dict[str, Any] | None:
+    """mig-parted's configuration with every layout a node was given (None when no node has one): the
+    ConfigMap the GPU Operator's ClusterPolicy names in spec.migManager.config.name."""
+    layouts = [node.mig_layout for node in state.nodes if node.mig_layout is not None]
+    if not layouts:
+        return None
+    try:
+        config = mig_parted_config(layouts)
+    except LayoutError as error:
+        raise ValueError(str(error)) from error
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": MIG_CONFIG_MAP, "namespace": namespace, "labels": _managed_labels()},
+        "data": {MIG_CONFIG_KEY: yaml.safe_dump(config, sort_keys=False, default_flow_style=False)},
+    }
+
+
 def desired_objects(
     state: InventoryState,
     tenants: Sequence[TenantSpec],
@@ -451,6 +490,7 @@ def desired_objects(
     cohort: str = DEFAULT_COHORT,
     flavor: str = DEFAULT_FLAVOR,
     topology_name: str = TOPOLOGY_NAME,
+    mig_namespace: str = DEFAULT_MIG_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """Everything Rackplane wants in the cluster, in apply order (see KIND_ORDER).
 
@@ -466,6 +506,8 @@ def desired_objects(
         if not isinstance(tenant, TenantSpec):
             raise TypeError(f"expected TenantSpec, got {type(tenant).__name__}")
         objects += tenant_objects(tenant, nfs_server, cohort=cohort, flavor=flavor)
+    if (config_map := mig_config_map(state, mig_namespace)) is not None:
+        objects.append(config_map)
     seen: set[tuple[str, str, str, str]] = set()
     for obj in objects:
         key = object_key(obj)

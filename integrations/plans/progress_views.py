@@ -23,7 +23,7 @@ from core.access import require_admin
 from core.tables import JsonArrayLength, Table
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
-from integrations.plans.views import WIZARD, render_step, wizard_steps
+from integrations.plans.views import WIZARD, render_step, served_by, wizard_steps
 from inventory import selectors
 from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
 from inventory.models import Gpu, PartitionPlan
@@ -132,7 +132,12 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "waiting_on": _waiting_on(plan, drained),
         "failed_pushes": [push for push in pushes if push.status == PushStatus.FAILED and not push.retried],
         "layout": [
-            {**p, "ranges": slot_ranges(p["slots"]), "colour": i % PARTITION_COLOURS}
+            {
+                **p,
+                "ranges": slot_ranges(p["slots"]),
+                "colour": i % PARTITION_COLOURS,
+                "served_by": served_by(p.get("slurm_partition") or "", p.get("department")),
+            }
             for i, p in enumerate(plan.layout)
         ],
         "can_cancel": plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING),

@@ -30,6 +30,7 @@ from integrations.pushes import queue_pushes
 from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import render_current
 from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, MigMode, PlanOrigin, PlanStatus, TrayState
+from inventory.mig_layouts import WHOLE_GPU_LAYOUTS
 from inventory.models import ComputeTray, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import (
     PRESETS,
@@ -72,6 +73,7 @@ def rack_trays(rack: Rack) -> list[TrayInfo]:
         .annotate(
             healthy=Count("gpus", filter=~Q(gpus__health=GpuHealth.UNHEALTHY)),
             mig=Count("gpus", filter=Q(gpus__mig_mode=MigMode.ENABLED)),
+            gpu_count=Count("gpus"),
         )
         .order_by("slot")
     )
@@ -84,7 +86,9 @@ def rack_trays(rack: Rack) -> list[TrayInfo]:
             problems=tuple(tray.fabric_problems),
             running_jobs=tuple(sorted(running.get(tray.slot, ()))),
             partition=tray.partition.name if tray.partition else None,
-            mig_gpus=tray.mig,
+            # A tray given a MIG layout counts whole from the choice on (the pass keeps whole-GPU work off).
+            mig_gpus=tray.mig if tray.mig_layout in WHOLE_GPU_LAYOUTS else max(tray.mig, tray.gpu_count),
+            mig_layout="" if tray.mig_layout in WHOLE_GPU_LAYOUTS else tray.mig_layout,
         )
         for tray in trays
     ]

@@ -34,6 +34,7 @@ from inventory.planning import _ranges as slot_ranges
 from inventory.selectors import PARTITION_COLOURS
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
+from tenancy import naming
 from tenancy.models import Department
 
 STEPS = ("rack", "layout", "names", "preview", "apply")
@@ -207,9 +208,20 @@ def _planned(form: PlanForm, check: PlanCheck) -> list[dict]:
             "gpus": len(p.slots) * GPUS_PER_TRAY,
             "colour": i % PARTITION_COLOURS,
             "clique_id": check.clique_ids.get(p.name),
+            "served_by": served_by(p.slurm_partition, p.department),
         }
         for i, p in enumerate(form.partitions)
     ]
+
+
+def served_by(slurm_partition: str, department: str | None) -> str:
+    """The Slurm partition the configuration renders for a planned partition, by the renderer's own rule
+    (tenancy.naming.slurm_partition: a department's dedicated partition is served by its department's Slurm
+    partition whatever was typed; else the tier, else the shared `gpu`); "" for a name the checks refuse."""
+    try:
+        return naming.slurm_partition("" if department else slurm_partition, department)
+    except ValueError:
+        return ""
 
 
 def _rack_now(rack: Rack, trays: list[TrayInfo]) -> dict:

@@ -52,9 +52,14 @@ class SlurmNode:
     address: str = ""
     node_hostname: str = ""
     port: int | None = None
+    # A tray in MIG mode: its MIG devices as GRES types and counts for the whole node (("1g.23gb", 28)),
+    # rendered instead of `gpu:<gpus>`. The type is the profile name, a substring of the type slurmd's NVML
+    # plugin builds for the device ("nvidia_gb200_1g.23gb"), which is how Slurm matches them.
+    mig: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "features", tuple(sorted(set(self.features))))
+        object.__setattr__(self, "mig", tuple(sorted((str(t), int(n)) for t, n in self.mig)))
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def render_topology_yaml(
 
 
 def _node_attrs(node: SlurmNode) -> tuple:
-    return (node.node_hostname, node.address, node.cpus, node.memory_mb, node.gpus, node.features)
+    return (node.node_hostname, node.address, node.cpus, node.memory_mb, node.gpus, node.features, node.mig)
 
 
 def render_node_lines(nodes: Sequence[SlurmNode]) -> list[str]:
@@ -185,6 +190,11 @@ def render_node_lines(nodes: Sequence[SlurmNode]) -> list[str]:
         for feature in node.features:
             if not _FEATURE.match(feature):
                 raise ValueError(f"node {node.hostname}: feature {feature!r} is not a valid Slurm feature")
+        for gres_type, count in node.mig:
+            if not _FEATURE.match(gres_type) or count < 1:
+                raise ValueError(
+                    f"node {node.hostname}: MIG GRES {gres_type}:{count} is not a GRES type and count"
+                )
         for key, value in (("NodeHostName", node.node_hostname), ("NodeAddr", node.address)):
             if value and not _ADDRESS.match(value):
                 raise ValueError(f"node {node.hostname}: {key} {value!r} is not a host name or an IP address")
@@ -223,7 +233,9 @@ def render_node_lines(nodes: Sequence[SlurmNode]) -> list[str]:
         parts.append(f"CPUs={first.cpus}")
         if first.memory_mb:
             parts.append(f"RealMemory={first.memory_mb}")
-        if first.gpus:
+        if first.mig:
+            parts.append("Gres=" + ",".join(f"gpu:{gres_type}:{count}" for gres_type, count in first.mig))
+        elif first.gpus:
             parts.append(f"Gres=gpu:{first.gpus}")
         if first.features:
             parts.append("Features=" + ",".join(first.features))

@@ -34,6 +34,7 @@ from inventory import selectors
 from inventory.choices import ActionKind
 from inventory.health.actions import HealthError, drain_tray
 from inventory.health.returns import return_to_service
+from inventory.mig_options import layout_options
 from inventory.models import ComputeTray, HealthAction
 from inventory.views.racks import tray_page
 from inventory.views.tray_forms import (
@@ -43,8 +44,10 @@ from inventory.views.tray_forms import (
     BulkForm,
     DrainForm,
     MaintenanceForm,
+    MigLayoutForm,
     ReturnForm,
 )
+from scheduling.services.mig_layouts import MigLayoutRefused, set_mig_layout
 
 BULK_RESULT_SESSION_KEY = "portal_tray_bulk_result"
 _WINDOW_FORMAT = "%Y-%m-%d %H:%M"
@@ -73,6 +76,26 @@ def _conflict(request, tray: ComputeTray, error: str, **bound):
     if getattr(request, "htmx", False):
         return _refused(request, tray, 409, error, **bound)
     messages.error(request, f"Nothing was changed: {error}", extra_tags=REFUSED_TAGS)
+    return _done(tray)
+
+
+@require_POST
+def tray_mig_layout(request, pk):
+    """Give every GPU of the tray a MIG layout (scheduling.services.mig_layouts.set_mig_layout): the push
+    that follows labels the node for the GPU Operator's MIG manager and gives Slurm the MIG GRES."""
+    tray = _tray(request, pk)
+    form = MigLayoutForm(request.POST, prefix="mig", options=layout_options(tray))
+    if not form.is_valid():
+        return _refused(request, tray, 400, mig=form)
+    try:
+        tray = set_mig_layout(tray.pk, form.cleaned_data["layout"])
+    except MigLayoutRefused as error:
+        return _conflict(request, tray, str(error), mig=form)
+    messages.success(
+        request,
+        f"{tray.hostname}: MIG layout {tray.mig_layout} chosen; the configuration push applies it, and the "
+        "GPUs' next reports show when it is in place.",
+    )
     return _done(tray)
 
 

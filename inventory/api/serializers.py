@@ -80,6 +80,16 @@ class ComputeTraySerializer(serializers.ModelSerializer):
     holds_new_work = serializers.SerializerMethodField(
         help_text="Stale and the node silent health rule holds it: the scheduler places no new work there."
     )
+    mig_layout = serializers.CharField(
+        read_only=True,
+        help_text="The MIG layout a platform admin chose for every GPU of the tray (a mig-parted config "
+        'name: "all-balanced", "all-1g.23gb"; "all-disabled": whole GPUs), empty when none was.',
+    )
+    mig_layout_devices = serializers.DictField(
+        child=serializers.IntegerField(),
+        read_only=True,
+        help_text='MIG devices per GPU of that layout, by profile ({"1g.23gb": 7}).',
+    )
 
     def _silent(self, tray) -> tuple[bool, float | None, bool]:
         # One policy and one "now" for the whole page, as the rack view judges it.
@@ -119,6 +129,8 @@ class ComputeTraySerializer(serializers.ModelSerializer):
             "stale",
             "silent_for_s",
             "holds_new_work",
+            "mig_layout",
+            "mig_layout_devices",
         ]
         read_only_fields = fields
 

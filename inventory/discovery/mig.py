@@ -337,7 +337,7 @@ def _device_name(name: str, where: str) -> str:
     )
 
 
-def _gi_part(name: str) -> str:
+def gi_profile(name: str) -> str:
     """``1c.3g.93gb`` -> ``3g.93gb``; a GPU instance profile name is returned as is."""
     match = _CI_NAME_RE.fullmatch(name)
     return match.group("gi") if match else name
@@ -444,7 +444,7 @@ def _check_against_profile(instance: MigInstance, by_id: dict[int, MigProfile], 
         raise MigReportError(
             f"{where}: profile ID {instance.profile_id} is not among the GPU's profiles ({known})"
         )
-    if _gi_part(instance.profile) != profile.name:
+    if gi_profile(instance.profile) != profile.name:
         raise MigReportError(
             f"{where}: named {instance.profile}, but profile ID {instance.profile_id} is {profile.name}"
         )
@@ -508,7 +508,7 @@ def _check_gpu(gpu: GpuMig, where: str) -> None:
                 instance.profile_id,
                 instance.placement_start,
                 instance.placement_size,
-            ) or _gi_part(first.profile) != _gi_part(instance.profile):
+            ) or gi_profile(first.profile) != gi_profile(instance.profile):
                 raise MigReportError(
                     f"{where}: the compute instances of GPU instance {gi} disagree on its profile or "
                     f"placement ({first.profile} ID {first.profile_id} at "
@@ -1273,7 +1273,7 @@ def _instances(
                     f"nvidia-smi -L lists no 'Device {device.index}' under GPU {gpu.position}"
                 )
             spot = f"nvidia-smi -L line {line.line}"
-            if _gi_part(line.name) != row.name:
+            if gi_profile(line.name) != row.name:
                 raise MigReportError(
                     f"{spot}: MIG device {device.index} is {line.name} but its GPU instance {device.gi} is "
                     f"{row.name} in nvidia-smi mig -lgi"

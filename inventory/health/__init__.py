@@ -43,8 +43,12 @@ Modules, in the order they import one another (each only from the ones above it)
   reasons' wording (`REASON_PREFIX`, `typed_text_problem`) and `HealthError`.
 - `rules`: matching `HealthRule`s and their decisions: drain, degrade and recover, warn, the circuit breaker
   (`breaker_tripped`, `reset_breaker`), dry run, repeat offenders (steps 2-5); `seed_default_rules`.
+- `service`: service and RMA tracking (`mark_service`, `open_mark`): an admin's marks, which keep a tray out
+  of service until it is marked returned.
 - `returns`: return to service: `return_eligibility`, the rules' own return, `return_to_service` (step 6).
 - `ingest`: the entry points that run the loop: `record_report_health`, `record_dcgm`,
   `record_admin_event`.
 - `timeline`: what a tray's or GPU's page shows (`timeline`, `latest_checks`).
+- `centre`: the health centre's reads (the fleet's events a keyset page at a time, events over time, the
+  repeat offenders).
 """

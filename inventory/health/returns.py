@@ -4,7 +4,9 @@ Step 6 of the loop (the package docstring): a tray the rules drained returns by 
 on ingest) when its agent has reported it healthy for `return_after_s` and, when `return_check` names an
 active check, that check passed after the drain; with dry run or without `auto_return` that is recorded
 as "would return". `return_to_service` is the return by hand (an admin may force it); another owner's
-drain is never undone here.
+drain is never undone here. A tray with an open service mark (needs service, sent for RMA:
+inventory.health.service) returns neither way until an admin marks it returned; then, needs service or
+drained, it returns like a drained tray, its healthy time and check counted from the return.
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from inventory.choices import QUARANTINE_ACTIONS, ActionKind, TrayState
+from inventory.choices import OPEN_SERVICE, QUARANTINE_ACTIONS, ActionKind, ServiceStatus, TrayState
 from inventory.health.actions import HealthError, owned_by_rules, record_action, set_state
 from inventory.health.events import HealthOutcome, timestamp
 from inventory.health.rules import RulesContext
-from inventory.models import ComputeTray, HealthAction, HealthCheckResult, HealthEvent, HealthSettings
+from inventory.health.service import latest_record, mark_words
+from inventory.models import (
+    ComputeTray,
+    HealthAction,
+    HealthCheckResult,
+    HealthEvent,
+    HealthSettings,
+    ServiceRecord,
+)
 
 NOTE_LIMIT = 300  # a return-to-service note
 
@@ -35,23 +45,33 @@ def return_eligibility(
     tray: ComputeTray, settings: HealthSettings | None = None, now: datetime | None = None
 ) -> Eligibility:
     """Whether a tray the rules drained may return: healthy for return_after_s and, when return_check is
-    set, that check passed after the drain. Needs-service trays and other owners' drains never qualify."""
+    set, that check passed after the drain. Other owners' drains, trays with an open service mark and
+    needs-service trays not marked returned from service never qualify; a tray marked returned is judged
+    from its return."""
     settings = settings or HealthSettings.load()
     now = now or timezone.now()
     if tray.state == TrayState.UP:
         return Eligibility(False, "it is in service")
+    record = latest_record(tray)
+    if record is not None and record.status in OPEN_SERVICE:
+        return Eligibility(False, f"it is {mark_words(record)}; mark it returned from service first")
     if not owned_by_rules(tray):
         return Eligibility(
             False, f"it is out for another owner's reason ({tray.state_reason}); they return it"
         )
-    if tray.state == TrayState.NEEDS_SERVICE:
-        return Eligibility(False, "it needs service; return it by hand once repaired")
     drained = (
         HealthAction.objects.filter(tray=tray, kind__in=QUARANTINE_ACTIONS)
         .order_by("-created_at", "-pk")
         .first()
     )
     drained_at = drained.created_at if drained else None
+    back = _back_from_service(record, drained_at)
+    if tray.state == TrayState.NEEDS_SERVICE and back is None:
+        return Eligibility(False, "it needs service; return it by hand once repaired")
+    if back is not None:
+        # Back from service: the healthy time and the check count from the return, not from the fault.
+        words = "it came back from service"
+        return _healthy_enough(tray, settings, now, back, words, words, healthy_from=back)
     if drained is not None and drained.kind == ActionKind.MAINTENANCE:
         # Planned work, not a fault: back when its owner says, unless a fault came while it was out.
         fault = (
@@ -66,46 +86,73 @@ def return_eligibility(
             False,
             f"a fault came while it was out for maintenance ({fault.mnemonic or fault.code or fault.kind})",
         )
+    # A drain by hand (an admin, a maintenance window) has no fault: the drain is what it waits on.
+    by_rules = drained is not None and (drained.rule_name or drained.event_id is not None)
+    since = "the fault" if by_rules else "it was drained"
+    return _healthy_enough(tray, settings, now, drained_at, since, "it was drained")
+
+
+def _back_from_service(record: ServiceRecord | None, drained_at: datetime | None) -> datetime | None:
+    """When an admin marked the tray returned from service, if that is its newest mark and came after it was
+    last taken out (a later drain starts a new story)."""
+    if record is None or record.status != ServiceStatus.RETURNED:
+        return None
+    if drained_at is not None and record.created_at < drained_at:
+        return None
+    return record.created_at
+
+
+def _healthy_enough(
+    tray: ComputeTray,
+    settings: HealthSettings,
+    now: datetime,
+    since: datetime | None,
+    since_words: str,
+    check_words: str,
+    healthy_from: datetime | None = None,
+) -> Eligibility:
+    """Healthy for return_after_s (counted from `healthy_from` at the earliest) and, when return_check is
+    set, that check passed after `since`."""
     if tray.healthy_since is None:
-        # A drain by hand (an admin, a maintenance window) has no fault: the drain is what it waits on.
-        by_rules = drained is not None and (drained.rule_name or drained.event_id is not None)
-        since = "the fault" if by_rules else "it was drained"
-        return Eligibility(False, f"its agent has not reported it healthy since {since}")
+        return Eligibility(False, f"its agent has not reported it healthy since {since_words}")
+    healthy_since = max(tray.healthy_since, healthy_from) if healthy_from else tray.healthy_since
     needed = timedelta(seconds=settings.return_after_s)
-    if now - tray.healthy_since < needed:
-        left = needed - (now - tray.healthy_since)
+    if now - healthy_since < needed:
+        left = needed - (now - healthy_since)
         return Eligibility(
             False,
-            f"healthy since {timestamp(tray.healthy_since)}; {left.total_seconds() / 60:.0f} more minutes",
+            f"healthy since {timestamp(healthy_since)}; {left.total_seconds() / 60:.0f} more minutes",
         )
     if settings.return_check:
         checks = HealthCheckResult.objects.filter(tray=tray, name=settings.return_check)
-        if drained_at is not None:
-            checks = checks.filter(started__gte=drained_at)
+        if since is not None:
+            checks = checks.filter(started__gte=since)
         last = checks.order_by("-started", "-pk").first()
         if last is None:
-            return Eligibility(False, f"no {settings.return_check!r} check has run since it was drained")
+            return Eligibility(False, f"no {settings.return_check!r} check has run since {check_words}")
         if not last.passed:
             return Eligibility(
                 False, f"the last {settings.return_check!r} check failed (exit status {last.exit_status})"
             )
         return Eligibility(
             True,
-            f"healthy since {timestamp(tray.healthy_since)} and {settings.return_check!r} passed at "
+            f"healthy since {timestamp(healthy_since)} and {settings.return_check!r} passed at "
             f"{timestamp(last.started)}",
         )
-    return Eligibility(True, f"healthy since {timestamp(tray.healthy_since)}")
+    return Eligibility(True, f"healthy since {timestamp(healthy_since)}")
 
 
 def consider_return(tray: ComputeTray, context: RulesContext, outcome: HealthOutcome) -> None:
-    """Return a tray the rules drained once it qualifies; a drain by hand (drain_tray) is returned by hand."""
-    if tray.state != TrayState.DRAIN or not owned_by_rules(tray):
+    """Return a tray the rules drained, or one an admin marked returned from service, once it qualifies; a
+    drain by hand (drain_tray) is returned by hand."""
+    if tray.state not in (TrayState.DRAIN, TrayState.NEEDS_SERVICE) or not owned_by_rules(tray):
         return
     drained = HealthAction.objects.filter(tray=tray, kind__in=QUARANTINE_ACTIONS).order_by(
         "-created_at", "-pk"
     )
     last = drained.first()
-    if last is None or not last.rule_name:
+    back = _back_from_service(latest_record(tray), last.created_at if last is not None else None)
+    if back is None and (tray.state != TrayState.DRAIN or last is None or not last.rule_name):
         return
     verdict = return_eligibility(tray, context.settings, context.now)
     if not verdict.eligible:
@@ -137,6 +184,13 @@ def return_to_service(tray: ComputeTray, *, actor=None, note: str = "", force: b
         tray = ComputeTray.objects.select_for_update().get(pk=tray.pk)
         if tray.state == TrayState.UP:
             raise HealthError(f"{tray.hostname} is already in service.")
+        record = latest_record(tray)
+        if record is not None and record.status in OPEN_SERVICE:
+            # Not even forced: the tray (or its GPU) may be at the vendor; marked returned, it is back.
+            raise HealthError(
+                f"{tray.hostname} is {mark_words(record)}: mark it returned from service first (Service / "
+                "RMA), then return it."
+            )
         if not owned_by_rules(tray):
             raise HealthError(
                 f"{tray.hostname} is out for another owner's reason ({tray.state_reason}); Rackplane "

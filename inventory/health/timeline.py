@@ -1,5 +1,5 @@
-"""The health timeline: what a tray's (or a GPU's) page shows of its events, decisions and active checks,
-filtered by who may see them (visible_to)."""
+"""The health timeline: what a tray's (or a GPU's) page shows of its events, decisions, service marks and
+active checks, filtered by who may see them (visible_to)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from inventory.choices import ActionKind
-from inventory.models import ComputeTray, Gpu, HealthAction, HealthCheckResult, HealthEvent
+from inventory.models import ComputeTray, Gpu, HealthAction, HealthCheckResult, HealthEvent, ServiceRecord
 
 TIMELINE_RANGES = {
     "24h": timedelta(hours=24),
@@ -25,7 +25,7 @@ TIMELINE_LIMIT = 200
 @dataclass(frozen=True)
 class TimelineEntry:
     at: datetime
-    what: str  # "event" | "action"
+    what: str  # "event" | "action" | "service"
     item: object
 
 
@@ -37,19 +37,23 @@ def timeline(
     range_key: str = TIMELINE_DEFAULT,
     now: datetime | None = None,
 ) -> tuple[list[TimelineEntry], str]:
-    """Events and actions of a tray (or one GPU: its events, and its tray's actions about them), newest
-    first, within the range; returns the entries and the range used. Visibility: visible_to(user)."""
+    """Events, actions and service marks of a tray (or one GPU: its events, its tray's actions about them
+    and the marks naming it), newest first, within the range; returns the entries and the range used.
+    Visibility: visible_to(user)."""
     if range_key not in TIMELINE_RANGES:
         range_key = TIMELINE_DEFAULT
     span = TIMELINE_RANGES[range_key]
     since = (now or timezone.now()) - span if span else None
     events = HealthEvent.objects.visible_to(user).select_related("gpu")
     actions = HealthAction.objects.visible_to(user).select_related("event", "actor", "tray")
+    marks = ServiceRecord.objects.visible_to(user).select_related("actor", "tray")
     if gpu is not None:
         events = events.filter(Q(gpu=gpu) | Q(gpu_uuid=gpu.uuid))
         actions = actions.filter(Q(event__gpu=gpu) | Q(event__gpu_uuid=gpu.uuid))
+        marks = marks.filter(Q(gpu=gpu) | Q(gpu_uuid=gpu.uuid))
     elif tray is not None:
         events = events.filter(tray=tray)
+        marks = marks.filter(tray=tray)
         partition_actions = Q(
             partition_id=tray.partition_id, kind__in=[ActionKind.DEGRADE, ActionKind.RECOVER]
         )
@@ -61,12 +65,17 @@ def timeline(
     if since is not None:
         events = events.filter(last_seen__gte=since)
         actions = actions.filter(created_at__gte=since)
+        marks = marks.filter(created_at__gte=since)
     entries = [
         TimelineEntry(e.last_seen, "event", e) for e in events.order_by("-last_seen", "-pk")[:TIMELINE_LIMIT]
     ]
     entries += [
         TimelineEntry(a.created_at, "action", a)
         for a in actions.order_by("-created_at", "-pk")[:TIMELINE_LIMIT]
+    ]
+    entries += [
+        TimelineEntry(m.created_at, "service", m)
+        for m in marks.order_by("-created_at", "-pk")[:TIMELINE_LIMIT]
     ]
     entries.sort(key=lambda entry: entry.at, reverse=True)
     return entries[:TIMELINE_LIMIT], range_key

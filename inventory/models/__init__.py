@@ -12,7 +12,14 @@ own module.
 """
 
 from inventory.models.agent_tokens import AgentToken
-from inventory.models.health import HealthAction, HealthCheckResult, HealthEvent, HealthRule, HealthSettings
+from inventory.models.health import (
+    HealthAction,
+    HealthCheckResult,
+    HealthEvent,
+    HealthRule,
+    HealthSettings,
+    ServiceRecord,
+)
 from inventory.models.plans import PartitionPlan
 from inventory.models.racks import NVLinkPartition, Rack
 from inventory.models.recarving import RecarvePolicy
@@ -32,4 +39,5 @@ __all__ = [
     "PartitionPlan",
     "Rack",
     "RecarvePolicy",
+    "ServiceRecord",
 ]

@@ -8,7 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.text import TextValidator
-from inventory.choices import ActionKind, HealthKind, HealthSource, RuleAction
+from inventory.choices import ActionKind, HealthKind, HealthSource, RuleAction, ServiceStatus
 from inventory.models.racks import NVLinkPartition
 from inventory.models.trays import ComputeTray, Gpu
 
@@ -146,7 +146,9 @@ class HealthRule(models.Model):
         return True
 
 
-class HealthEventQuerySet(models.QuerySet):
+class TrayRowQuerySet(models.QuerySet):
+    """Rows about a tray (its events, decisions, checks, service steps)."""
+
     def visible_to(self, user):
         """Whoever may see the tray sees its health history (the inventory is shared with signed-in users)."""
         return self.filter(tray__in=ComputeTray.objects.visible_to(user))
@@ -177,7 +179,7 @@ class HealthEvent(models.Model):
     degrades = models.BooleanField(default=False)
     warns = models.BooleanField(default=False)
 
-    objects = HealthEventQuerySet.as_manager()
+    objects = TrayRowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_seen", "-pk"]
@@ -193,6 +195,8 @@ class HealthEvent(models.Model):
                 fields=["tray", "kind", "code", "gpu_uuid", "last_seen"], name="inventory_health_dedup"
             ),
             models.Index(fields=["gpu", "last_seen"], name="inventory_health_gpu"),
+            # The health centre's fleet list, newest first, a page at a time (keyset on last_seen, pk).
+            models.Index(fields=["-last_seen", "-id"], name="inventory_health_seen"),
         ]
 
     def __str__(self):
@@ -210,11 +214,6 @@ class HealthEvent(models.Model):
         if self.kind == HealthKind.RECOVERY_ACTION:
             return f"recovery action {self.code}"
         return f"fabric {self.code}"
-
-
-class HealthActionQuerySet(models.QuerySet):
-    def visible_to(self, user):
-        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
 
 
 class HealthAction(models.Model):
@@ -237,7 +236,7 @@ class HealthAction(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
 
-    objects = HealthActionQuerySet.as_manager()
+    objects = TrayRowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -248,11 +247,6 @@ class HealthAction(models.Model):
 
     def __str__(self):
         return f"{self.get_kind_display()}: {self.tray_id}"
-
-
-class HealthCheckResultQuerySet(models.QuerySet):
-    def visible_to(self, user):
-        return self.filter(tray__in=ComputeTray.objects.visible_to(user))
 
 
 class HealthCheckResult(models.Model):
@@ -266,7 +260,7 @@ class HealthCheckResult(models.Model):
     seconds = models.FloatField()
     received_at = models.DateTimeField(default=timezone.now)
 
-    objects = HealthCheckResultQuerySet.as_manager()
+    objects = TrayRowQuerySet.as_manager()
 
     class Meta:
         ordering = ["-started", "-pk"]
@@ -282,3 +276,41 @@ class HealthCheckResult(models.Model):
     @property
     def passed(self) -> bool:
         return self.exit_status == 0
+
+
+class ServiceRecord(models.Model):
+    """One step of a tray's (or one of its GPUs') service or RMA tracking, as an admin recorded it: marked
+    needing service, sent for RMA, returned. Rows are only added; the newest row of a tray is its current
+    mark (inventory.health.service), and a mark other than "returned" keeps the tray out of service."""
+
+    tray = models.ForeignKey(ComputeTray, on_delete=models.CASCADE, related_name="service_records")
+    gpu = models.ForeignKey(
+        Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="service_records"
+    )
+    gpu_uuid = models.CharField(max_length=64, blank=True, help_text="Kept if the GPU row goes.")
+    status = models.CharField(max_length=16, choices=ServiceStatus.choices)
+    note = models.CharField(
+        max_length=300,
+        blank=True,
+        validators=[TextValidator()],
+        help_text="What is wrong, the RMA number, what was done.",
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TrayRowQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["tray", "created_at"], name="inventory_service_tray")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=ServiceStatus.values),
+                name="%(app_label)s_%(class)s_status_known",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.get_status_display()}: {self.gpu_uuid or self.tray_id}"

@@ -10,7 +10,7 @@ from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from inventory import names
 from inventory.choices import FabricState, GpuHealth, MigMode, TrayState
 from inventory.models.racks import NVLinkPartition, Rack
-from inventory.validators import validate_hostname
+from inventory.validators import validate_hostname, validate_mig_layout_name
 
 
 class ComputeTrayQuerySet(models.QuerySet):
@@ -61,6 +61,17 @@ class ComputeTray(models.Model):
     # when. Derived data, written without signals or audit.
     scheduler_state = models.JSONField(default=list, blank=True)
     scheduler_state_at = models.DateTimeField(null=True, blank=True)
+    # The MIG layout an admin chose for every GPU of the tray (inventory.mig_layouts; inventory.services
+    # .mig.set_mig_layout): the mig-parted config named by the node's `nvidia.com/mig.config` label, and its
+    # devices per GPU ({"1g.23gb": 7}) as chosen, so what is rendered does not move when reports do. Blank:
+    # Rackplane leaves MIG alone; "all-disabled": whole GPUs, MIG off.
+    mig_layout = models.CharField(
+        max_length=63,
+        blank=True,
+        validators=[validate_mig_layout_name],
+        help_text="MIG layout (mig-parted config)",
+    )
+    mig_layout_devices = models.JSONField(default=dict, blank=True)
 
     objects = ComputeTrayQuerySet.as_manager()
 

@@ -100,7 +100,8 @@ def gpu_detail(request, pk):
 
 def tray_detail(request, pk):
     tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
-    context = {**tray_context(request, tray), **actions_context(request.user, tray)}
+    context = tray_context(request, tray)
+    context.update(actions_context(request.user, tray, context.get("gpus")))
     return page_or_partial(request, "inventory/tray_detail.html", "inventory/_tray_detail.html", context)
 
 
@@ -108,7 +109,8 @@ def tray_page(request, tray, status: int = 200, **extra):
     """The tray page (or its partial, for htmx) again, with `extra` in its context: how the tray actions
     (integrations.views.tray_actions) show a refused form without naming inventory's templates."""
     tray.refresh_from_db()
-    context = {**tray_context(request, tray), **actions_context(request.user, tray, **extra.pop("bound", {}))}
+    context = tray_context(request, tray)
+    context.update(actions_context(request.user, tray, context.get("gpus"), **extra.pop("bound", {})))
     context.update(extra)
     template = (
         "inventory/_tray_detail.html" if getattr(request, "htmx", False) else "inventory/tray_detail.html"

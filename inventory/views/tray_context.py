@@ -6,6 +6,7 @@ renders the tray page again after a refused action)."""
 from __future__ import annotations
 
 from inventory import selectors
+from inventory.health.service import latest_record
 from inventory.health.timeline import TIMELINE_LIMIT, latest_checks, timeline
 from inventory.staleness import mark_silent
 
@@ -30,4 +31,5 @@ def tray_context(request, tray) -> dict:
         **selectors.tray_context(request.user, tray),
         **health_context(request, tray=tray),
         "health_checks": latest_checks(request.user, tray),
+        "service_record": latest_record(tray),  # its service / RMA mark (inventory.health.service)
     }

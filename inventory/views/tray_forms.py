@@ -15,6 +15,8 @@ from core.access import is_admin
 from inventory.choices import TrayState
 from inventory.health.actions import TYPED_REASON_LIMIT, owned_by_rules, typed_text_problem
 from inventory.health.returns import NOTE_LIMIT, return_eligibility
+from inventory.mig_layouts import DISABLED
+from inventory.mig_options import LayoutOptions, layout_options, layout_status, tray_layout
 from inventory.models import ComputeTray
 
 WHAT = "tray actions"
@@ -102,7 +104,7 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         required=False,
         widget=DateTimeInput(),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
-        help_text="Optional window (UTC): Slurm reserves the node for maintenance from start to end.",
+        help_text="Optional window, in %(zone)s: Slurm reserves the node for maintenance from start to end.",
     )
     end = forms.DateTimeField(
         required=False,
@@ -110,6 +112,12 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
         help_text=f"At most {MAX_WINDOW_DAYS} days after the start.",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Typed in the viewer's time zone (portal.web.middleware.ViewerTimezoneMiddleware; UTC without it).
+        zone = timezone.get_current_timezone_name()
+        self.fields["start"].help_text = self.fields["start"].help_text % {"zone": zone}
 
     def clean(self):
         data = super().clean()
@@ -123,7 +131,11 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         if start is not None:
             now = timezone.now()
             if start < now - timedelta(seconds=PAST_SLACK_S):
-                self.add_error("start", "The window starts in the past: choose a start from now on (UTC).")
+                self.add_error(
+                    "start",
+                    "The window starts in the past: choose a start from now on "
+                    f"({timezone.get_current_timezone_name()}).",
+                )
             if end <= start:
                 self.add_error("end", "The window ends before it starts: choose an end after the start.")
             elif end - start > timedelta(days=MAX_WINDOW_DAYS):
@@ -139,19 +151,43 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         return data
 
 
-def _forms(tray: ComputeTray, **bound) -> dict:
+class MigLayoutForm(forms.Form):
+    """The MIG layout for every GPU of the tray: one of the catalogue's (inventory.mig_options)."""
+
+    layout = forms.ChoiceField(
+        label="MIG layout",
+        error_messages={
+            "invalid_choice": "%(value)s is not a layout these GPUs allow: choose one of the list.",
+            "required": "Choose a layout.",
+        },
+    )
+
+    def __init__(self, *args, options: LayoutOptions, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["layout"].choices = [(o.name, f"{o.name}: {o.summary()}") for o in options.layouts] or [
+            (DISABLED, f"{DISABLED}: MIG off (whole GPUs)")
+        ]
+
+
+def _forms(tray: ComputeTray, gpus: list | None, **bound) -> dict:
+    options = layout_options(tray, gpus)
     return {
         "drain_form": bound.get("drain") or DrainForm(prefix="drain"),
         "return_form": bound.get("return") or ReturnForm(prefix="return"),
         "maintenance_form": bound.get("maintenance") or MaintenanceForm(prefix="maintenance"),
+        "mig_form": bound.get("mig")
+        or MigLayoutForm(prefix="mig", options=options, initial={"layout": tray.mig_layout or None}),
+        "mig_options": options,
+        "mig_status": layout_status(tray, tray_layout(tray), gpus),
     }
 
 
-def actions_context(user, tray: ComputeTray, **bound) -> dict:
-    """What the tray page needs for its action forms (nothing for anyone but a platform admin)."""
+def actions_context(user, tray: ComputeTray, gpus: list | None = None, **bound) -> dict:
+    """What the tray page needs for its action forms (nothing for anyone but a platform admin). `gpus`: the
+    tray's GPUs when the page has them (inventory.selectors.tray_context)."""
     if not is_admin(user):
         return {}
-    context = _forms(tray, **bound)
+    context = _forms(tray, gpus, **bound)
     if tray.state != TrayState.UP:
         context["return_eligibility"] = return_eligibility(tray)
         context["return_ours"] = owned_by_rules(tray)

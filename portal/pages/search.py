@@ -35,7 +35,7 @@ columns a GIN index on that very expression with pg_trgm's `gin_trgm_ops`, so th
 holding the query's trigrams instead of the table (a rare part of 2.1 million job names: about 1 ms
 instead of 500), and job names a b-tree on it with `text_pattern_ops` for prefixes (a trigram index would
 return every name *holding* "pretrain" for the prefix "pretrain"). Jobs are read newest first from the
-index on (created_at, id) (scheduling 0019): for a word in a tenth of all jobs the planner walks it
+index on (created_at, id) (scheduling 0021): for a word in a tenth of all jobs the planner walks it
 backwards and stops at the first LIMIT + 1 that match (0.2 ms instead of sorting 190,000 matches in
 900). Each rank is its own bounded query; rank 3 is fetched only while the first ranks leave room (at most
 LIMIT + the rows shown + 1 rows), and every count stops at COUNT_CAP ("and at least N more"): it never

@@ -1,5 +1,7 @@
 import contextlib
+import functools
 import logging
+import zoneinfo
 
 from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequiredMiddleware
@@ -9,6 +11,7 @@ from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpResponse, JsonResponse
 from django.templatetags.static import static
 from django.urls import get_resolver
+from django.utils import timezone
 from django_htmx.http import HttpResponseClientRedirect
 
 log = logging.getLogger(__name__)
@@ -173,3 +176,40 @@ class DevErrorPages:
         ):
             return get_resolver().resolve_error_handler(404)(request)  # the handler404 production uses
         return response
+
+
+TIMEZONE_COOKIE = "rackplane_tz"  # set by static/portal/ux.js from the browser's Intl time zone
+
+
+@functools.cache
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def viewer_timezone(value: str | None) -> zoneinfo.ZoneInfo | None:
+    """The IANA time zone a cookie names, or None: anything else (unknown, too long, a path) is ignored, never
+    opened as a file (zoneinfo would read any name under its search path)."""
+    if not value or len(value) > 64 or value not in _zones():
+        return None
+    return zoneinfo.ZoneInfo(value)
+
+
+class ViewerTimezoneMiddleware:
+    """Times in the viewer's own zone: the browser's time zone (the `rackplane_tz` cookie ux.js keeps equal to
+    `Intl.DateTimeFormat().resolvedOptions().timeZone`) is made current for the request, so every `date`
+    filter and form field (a maintenance window typed in) speaks it, and the pages print its name next to
+    times. Without the cookie (the first page, a script, the API) times stay in UTC, as stored."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        zone = viewer_timezone(request.COOKIES.get(TIMEZONE_COOKIE))
+        if zone is None:
+            timezone.deactivate()
+        else:
+            timezone.activate(zone)
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()

@@ -7,8 +7,9 @@ from rest_framework import serializers
 
 from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextField
 from core.workloads import WorkError, WorkRule, validate_work, work_rules
-from scheduling.choices import Backend, PriorityClass, Topology
+from scheduling.choices import Backend, JobState, PriorityClass, Topology
 from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
+from scheduling.queue_standing import queue_standing
 from scheduling.services.admission import (
     DEFAULT_FALLBACK_AFTER_MINUTES,
     check_fallback,
@@ -81,11 +82,34 @@ class JobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class QueueStandingSerializer(serializers.Serializer):
+    position = serializers.IntegerField(help_text="1: the first waiting job the pass serves.")
+    ahead = serializers.IntegerField(help_text="Waiting jobs (of any department) the pass serves before it.")
+    as_of = serializers.DateTimeField(allow_null=True, help_text="The pass that said so.")
+    estimated_start = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When the trays reserved for it should free up, if the jobs on them run to their time "
+        "limits; null: no trays are reserved for it yet.",
+    )
+
+
 class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
+    queue = serializers.SerializerMethodField(
+        help_text="A waiting job's place in line and estimated start, as the last scheduling pass left the "
+        "queue (an estimate: the next pass may change it); null for a job that is not waiting, or was "
+        "submitted after that pass."
+    )
+
+    @extend_schema_field(QueueStandingSerializer(allow_null=True))
+    def get_queue(self, job):
+        if job.state != JobState.PENDING:
+            return None
+        standing = queue_standing(job.pk)
+        return None if standing is None else QueueStandingSerializer(standing).data
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "work", "events"]
+        fields = [*JobSerializer.Meta.fields, "work", "events", "queue"]
         read_only_fields = fields
 
 

@@ -85,6 +85,47 @@ def place(cluster: Cluster, request: Request, policy: str = RACKPLANE) -> Placem
     raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
 
 
+def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
+    """One sentence of why the job goes where `placement` puts it (Rackplane's rule), and what else could
+    have taken it, read on the cluster before the job is allocated (the pass's job page and event)."""
+    owners = cluster.usable_owners(request.department, request.borrow)
+    parts = sorted({cluster.tray_part[t] for t, _ in placement})
+    racks = sorted({cluster.part_rack[p] for p in parts})
+    if request.small:
+        ((t, _),) = placement
+        label = cluster.partition_label(cluster.tray_part[t])
+        if cluster.tray_free[t] < GPUS_PER_TRAY:
+            return (
+                f"on a tray already partly in use in {label}, whose {cluster.tray_free[t]} free GPUs fit it "
+                "best: whole trays stay free for jobs that span trays"
+            )
+        return f"on a free tray of {label}, the smallest NVLink partition with room: larger ones stay whole"
+    n = request.trays
+    fitting = sum(len(b) for owner in owners for b in cluster.part_buckets[owner][n:])
+    if len(parts) == 1:
+        others = fitting - 1
+        alternatives = (
+            f"; {others} other partition{'s' if others != 1 else ''} could have taken it, kept for "
+            "larger jobs"
+            if others > 0
+            else "; no other partition could take it"
+        )
+        return (
+            f"in NVLink partition {cluster.partition_label(parts[0])}, the smallest with {n} free trays "
+            f"(best fit){alternatives}"
+        )
+    if len(racks) == 1:
+        return (
+            f"no NVLink partition had {n} free trays, so on rack {cluster.rack_name[racks[0]]} across "
+            f"{len(parts)} of its partitions: the rack with the fewest free trays that fit (its "
+            f"{request.topology} topology allowed one rack)"
+        )
+    return (
+        f"no rack had {n} free trays, so across {len(racks)} racks and {len(parts)} NVLink partitions, the "
+        f"largest free blocks first (its topology allowed any trays)"
+    )
+
+
 # --- rackplane ---------------------------------------------------------------------------------------
 
 

@@ -97,6 +97,7 @@ from scheduling.engine.placement import (
     place,
     why_not,
 )
+from scheduling.engine.placement import explain as explain_placement
 from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
 from tenancy.usage_decay import history_standing
 
@@ -179,6 +180,8 @@ class Start:
     # The job's own topology when it was placed by its fallback beyond it (e.g. "partition" for a job
     # placed on two partitions of a rack as its submitter allowed); None when its own topology held.
     fell_back_from: str | None = None
+    # Why there, in one sentence (scheduling.engine.placement.explain; with `explain` only).
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,10 @@ class PassResult:
     # In-quota multi-tray jobs left waiting, in the pass's order: the gangs a re-carve may serve
     # (scheduling.engine.recarve.propose).
     in_quota_gangs: list[int] = field(default_factory=list)
+    # The jobs left waiting in the order the pass considered them last (with `explain`; empty without): in
+    # quota first, in queue order, then the over-quota sweep, departments furthest below their fair share
+    # first. A job's place here is its position in the queue: who the pass serves before it.
+    queue: list[int] = field(default_factory=list)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -578,6 +585,9 @@ class _Pass:
         own = self.own_topology.get(job.id)
         if own is not None and not self._within(placement, own):
             fell_back_from = own
+        why = ""
+        if self.explain and self.policy == RACKPLANE:
+            why = explain_placement(self.cluster, self._request(job, over_quota), placement)
         self.cluster.allocate(job.id, placement)
         if self.ends is not None:  # it runs until its time limit: its trays end no earlier
             ends, at, bases = self.ends, self.now + job.time_limit_s, self.ready_base.values()
@@ -603,7 +613,7 @@ class _Pass:
             job.priority_class,
             job.project,
         )
-        self.result.started.append(Start(job.id, placement, over_quota, tuple(victims), fell_back_from))
+        self.result.started.append(Start(job.id, placement, over_quota, tuple(victims), fell_back_from, why))
 
     def _within(self, placement: Placement, topology: str) -> bool:
         """True when `placement` meets `topology` (one partition, one rack, or anywhere)."""
@@ -1296,6 +1306,11 @@ class _Pass:
                 if one_leaf is not None and simple:
                     room_left = in_quota[sweep_leaf] - leaf_held[sweep_leaf]
         self.cluster.unhold(self.held_trays)
+        if self.explain:
+            deferred = {job.id for jobs in later.values() for job in jobs}
+            self.result.queue = [job.id for job in order if job.id in waiting and job.id not in deferred] + [
+                job.id for _, jobs in segments for job in jobs if job.id in waiting
+            ]
         if self.result.started or self.result.preempted:  # else the standing is the one of the start
             self._restand()
         # A start is reported with its standing after the pass (same as the jobs already running).

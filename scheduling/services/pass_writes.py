@@ -298,6 +298,7 @@ def preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, st
 
 
 _ONE = {Topology.PARTITION: "one NVLink partition", Topology.RACK: "one rack"}
+WHY_HERE = " · why here: "  # before the engine's sentence in a placed event (the job page reads it back)
 
 
 def _placed_event(
@@ -320,7 +321,8 @@ def _placed_event(
         JobEventKind.PLACED,
         fallback
         + f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
-        + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else ""),
+        + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else "")
+        + (f"{WHY_HERE}{start.why}" if start.why else ""),
         hosts,
     )
 

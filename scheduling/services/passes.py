@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -53,6 +55,8 @@ class PassSummary:
     # Stranded NVLink capacity after the pass's decisions (scheduling.engine.stranded, `Stranded.as_dict`).
     stranded: dict | None = None
     recarves: int = 0  # re-carves proposed to integrations (scheduling.services.recarving)
+    queue: list[int] = field(default_factory=list)  # the waiting jobs in the pass's order (PassResult.queue)
+    estimated_starts: dict[str, str] = field(default_factory=dict)  # reserved job id -> ISO start estimate
 
 
 def _pass(now) -> PassSummary:
@@ -122,6 +126,12 @@ def _pass(now) -> PassSummary:
         cold=state.cold,
         stranded=stranded_now,
         recarves=len(recarves),
+        queue=result.queue,
+        estimated_starts={
+            str(r.job_id): datetime.fromtimestamp(r.start_at, tz=UTC).isoformat(timespec="seconds")
+            for r in result.reservations
+            if r.job_id in result.waiting and math.isfinite(r.start_at)
+        },
     )
 
 
@@ -160,6 +170,8 @@ def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
                 SchedulingRequest.objects.filter(pk__lte=upto).delete()
             state.last_pass_at = now
             state.last_pass_ms = summary.ms
+            state.queue = summary.queue
+            state.estimated_starts = summary.estimated_starts
             state.last_summary = {
                 "started": summary.started,
                 "preempted": summary.preempted,

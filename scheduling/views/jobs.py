@@ -19,11 +19,13 @@ from hostlist import collect_hostlist
 from core.hardware import GPUS_PER_TRAY
 from core.tables import Column, Table
 from inventory.models import ComputeTray
-from scheduling.choices import Backend, JobState, PriorityClass, Topology
+from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass, Topology
 from scheduling.filters import JobFilter
 from scheduling.models import Allocation, Job
+from scheduling.queue_standing import queue_standing
 from scheduling.resubmit import resubmit_offer, with_resubmit_facts
 from scheduling.services.actions import cancel_job, may_cancel
+from scheduling.services.pass_writes import WHY_HERE
 from tenancy.models import Department, Project
 from tenancy.models.accounts import posix_identity_of
 
@@ -206,6 +208,16 @@ def _placement(job: Job) -> list[dict]:
     return sorted(racks.values(), key=lambda group: group["rack"])
 
 
+def _why_here(events: list) -> str:
+    """Why the job went where it is: the engine's sentence in its last placement event
+    (scheduling.engine.placement.explain, written after WHY_HERE by scheduling.services.pass_writes); ""
+    when none gives one."""
+    for event in reversed(events):
+        if event.kind == JobEventKind.PLACED:
+            return event.message.partition(WHY_HERE)[2]
+    return ""
+
+
 def _job_status_context(request, job: Job, **extra) -> dict:
     events = list(job.events.all())
     for event in events:
@@ -214,7 +226,9 @@ def _job_status_context(request, job: Job, **extra) -> dict:
         "job": job,
         "can_cancel": job.is_active and may_cancel(request.user, job),
         "waiting_words": _waiting_words(job) if job.state == JobState.PENDING else [],
+        "standing": queue_standing(job.pk) if job.state == JobState.PENDING else None,
         "placement": _placement(job),
+        "why_here": _why_here(events),
         "hostlist": _hostlist(job.placement),
         "events": events,
         "poll_seconds": JOB_POLL_SECONDS,

@@ -98,7 +98,20 @@
     });
   }
 
+  // The server prints times in the zone this cookie names (portal.web.middleware.ViewerTimezoneMiddleware):
+  // kept equal to the browser's, so the next page is in the viewer's zone (this one may still be in UTC).
+  function keepZoneCookie() {
+    // IANA names are letters, digits, "_", "+", "-" and "/": all allowed in a cookie value as they are.
+    if (!zone || zone.length > 64 || !/^[A-Za-z0-9_+\-\/]+$/.test(zone)) return;
+    var name = "rackplane_tz=";
+    var current = document.cookie.split("; ").filter(function (c) { return c.indexOf(name) === 0; })[0];
+    if (current && current.slice(name.length) === zone) return;
+    document.cookie = name + zone + "; path=/; max-age=31536000; SameSite=Lax" +
+      (window.location.protocol === "https:" ? "; Secure" : "");
+  }
+
   function setupTimes() {
+    keepZoneCookie();
     mode = storedMode();
     rewriteTimes(document);
     document.addEventListener("click", function (event) {

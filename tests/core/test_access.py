@@ -175,17 +175,20 @@ ADMIN_PAGES = [
         "Only platform admins may use department settings.",
     ),
     (reverse("scheduling:admin-dashboard"), "Only platform admins may use the capacity dashboard."),
+    (reverse("inventory:health-events"), "Only platform admins may use the health centre."),
+    (reverse("inventory:health-offenders"), "Only platform admins may use the health centre."),
+    (reverse("inventory:health-service"), "Only platform admins may use the health centre."),
 ]
 
 
-@pytest.mark.slow(reason="6 cases, each a full request through the stack")
+@pytest.mark.slow(reason="9 cases, each a full request through the stack")
 @pytest.mark.parametrize("page, reason", ADMIN_PAGES)
 def test_admin_pages_refuse_leads_and_members_with_the_reason(browser, page, reason):
     assert refused(browser("lead").get(page), reason), page
     assert refused(browser("member").get(page), reason), page
 
 
-@pytest.mark.slow(reason="12 cases, each a full request through the stack")
+@pytest.mark.slow(reason="18 cases, each a full request through the stack")
 @pytest.mark.parametrize("page", [page for page, _reason in ADMIN_PAGES])
 @pytest.mark.parametrize("persona", ["staff", "superuser"])
 def test_admin_pages_let_in_staff_and_a_superuser_who_is_not_staff(browser, page, persona):

@@ -126,7 +126,8 @@ NOT_TYPED = {
     "core.Notification": {"destination", "subject", "error"},  # built by Rackplane
     "core.NotificationAttempt": {"message"},
     "core.InboxItem": {"subject", "link"},
-    "inventory.ComputeTray": {"hostname", "reported_clique", "agent_version", "state_reason"},  # reports
+    # reports; mig_layout: a choice from inventory.mig_layouts' catalogue, held to its name rule
+    "inventory.ComputeTray": {"hostname", "reported_clique", "agent_version", "state_reason", "mig_layout"},
     "inventory.Gpu": {"uuid", "serial", "product", "fabric_status"},  # node reports: TextField in the API
     "inventory.MigDevice": {"uuid", "profile"},  # node reports, held to inventory.discovery.mig's own rule
     "inventory.NVLinkPartition": {"degraded_reason"},
@@ -136,6 +137,7 @@ NOT_TYPED = {
     "inventory.HealthSettings": {"return_check"},
     "inventory.HealthEvent": {"gpu_uuid", "code", "mnemonic", "message"},
     "inventory.HealthAction": {"rule_name", "reason"},
+    "inventory.ServiceRecord": {"gpu_uuid"},  # a copy of the GPU row's uuid (inventory.health.service)
     "inventory.HealthCheckResult": {"name", "output"},  # node reports (inventory.discovery.faults)
     "tenancy.Department": {"network_cidr", "export_path"},  # a CIDR; tenancy.validators.validate_export_path
     "tenancy.GroupRoleRule": {"group"},  # the directory's group name, matched exactly

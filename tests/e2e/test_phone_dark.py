@@ -27,6 +27,9 @@ PAGES = {
     "search": "/search/?q=gb-r0",
     "job-form": "/scheduling/jobs/new/",
     "wizard-layout": "/inventory/racks/gb-r03/plan/",  # the rack drawing scrolls inside its box
+    "health": "/inventory/health/",
+    "health-offenders": "/inventory/health/offenders/",
+    "health-service": "/inventory/health/service/",
 }
 
 

@@ -165,6 +165,8 @@ def test_tray_list_content(demo_inventory, client):
         "stale": False,
         "silent_for_s": None,
         "holds_new_work": False,
+        "mig_layout": "",
+        "mig_layout_devices": {},
     }
     assert first["last_report_at"]
     assert len(first["ib_port_guids"]) == 4

@@ -104,9 +104,16 @@ def test_trays_with_mig_gpus_in_a_multi_tray_partition_are_one_warning_and_alone
         "p1 holds trays 3 (gb-r01-t03, 2 GPUs) and 5 (gb-r01-t05, 1 GPU) in MIG mode. MIG instances have "
         "no NVLink peer-to-peer (every MIG profile reports P2P No), so while MIG is on, jobs spanning trays "
         "in p1 use only its other 7 trays; the other GPUs of those trays still take jobs of one tray. Turn "
-        "MIG off on them to give p1 all its trays."
+        "MIG off on them (the MIG layout all-disabled on the tray page) to give p1 all its trays."
     ]
     assert check.ok  # a warning: the rest of the partition still serves gangs
+
+
+def test_a_tray_given_a_mig_layout_is_named_with_it_before_its_gpus_report_mig():
+    trays = rack(t04={"mig_gpus": 4, "mig_layout": "all-1g.23gb"})
+    check = check_plan("gb-r01", trays, preset_layout("2x9"))
+    [warning] = [w for w in messages(check, Level.WARNING) if "MIG" in w]
+    assert warning.startswith("p1 holds tray 4 (gb-r01-t04, 4 GPUs, layout all-1g.23gb) in MIG mode.")
 
 
 def test_running_work_on_a_changing_tray_refuses_the_plan_unless_drained_first():

@@ -153,3 +153,12 @@ def test_the_admin_dashboard_and_the_department_page_agree_on_idle_gpus(
     pill = re.search(r'id="idle-gpus">.*?class="count-pill">(\d+)<', department.content.decode(), re.S)
     assert int(pill.group(1)) == len(expected) == selectors.department_positions().of(alpha).idle
     assert 'data-no-data="3"' in panel  # 2 stale; 8 and 9 never reported; 3 reported (low, not yet idle)
+
+
+def test_an_idle_gpu_row_names_the_person_whose_job_holds_it(page, alpha, gpus, member_a):
+    run_job(alpha, gpus[:4], name="notebook", submitted_by=member_a)
+    sample(gpus[:4], 1.0, low_for=timedelta(hours=1))
+    rows = dict(IDLE_ROW.findall(idle_panel(page())))
+    assert set(rows) == {gpu.uuid for gpu in gpus[:4]}
+    for row in rows.values():
+        assert '<td class="person">member-a</td>' in row

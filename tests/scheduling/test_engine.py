@@ -434,6 +434,62 @@ def test_by_default_the_first_two_waiting_jobs_get_reservations():
     assert not any(c.tray_held)
 
 
+def test_the_queue_lists_waiting_jobs_in_the_order_the_pass_serves_them_in_quota_first():
+    c = cluster_of({"r1": [18]})
+    c.allocate(10, [(t, 4) for t in range(18)])  # the rack is full: everyone waits
+    running = [RunningJob(10, "b", 72, started_at=0, expected_end=5000)]
+    pending = [
+        PendingJob(1, "b", 8, submitted_at=1),  # b holds 72 of a guarantee of 72: over quota
+        PendingJob(2, "a", 8, submitted_at=2),  # a: in quota
+        PendingJob(3, "a", 4, submitted_at=3),
+        PendingJob(4, "b", 4, submitted_at=4),
+    ]
+    departments = [Department("a", guaranteed=16), Department("b", guaranteed=72)]
+    result = run(c, departments, running, pending, now=1000.0)
+    assert set(result.waiting) == {1, 2, 3, 4}
+    assert result.queue == [2, 3, 1, 4]  # in-quota work first, each sweep in submission order
+    # Without words (the simulator's passes) no queue is kept.
+    quiet = schedule(cluster_of({"r1": [18]}), departments, [], [], 1000.0, explain=False)
+    assert quiet.queue == []
+
+
+def test_each_start_says_in_one_sentence_why_there_and_what_else_could_have_taken_it():
+    c = cluster_of({"r1": [9, 9], "r2": [18]})
+    c.allocate(10, [(t, 4) for t in range(0, 5)])  # r1 p1 keeps 4 free trays
+    running = [RunningJob(10, "b", 20, started_at=0, expected_end=9000)]
+    pending = [
+        PendingJob(1, "a", 16, submitted_at=1),  # 4 trays: r1 p1 fits exactly; r1 p2 and r2 could too
+        PendingJob(2, "a", 2, submitted_at=2),  # a small job: the smallest partition with a free tray
+        PendingJob(3, "a", 2, submitted_at=3),  # then the partly used tray job 2 left
+    ]
+    result = run(c, [Department("a", 100), Department("b", 20)], running, pending, now=10.0)
+    why = {s.job_id: s.why for s in result.started}
+    assert why[1] == (
+        "in NVLink partition r1 p1, the smallest with 4 free trays (best fit); 2 other partitions could "
+        "have taken it, kept for larger jobs"
+    )
+    assert why[2].startswith("on a free tray of r1 p2, the smallest NVLink partition with room")
+    assert why[3].startswith("on a tray already partly in use in r1 p2, whose 2 free GPUs fit it best")
+    # Across partitions of one rack when no partition has room (its topology allows a rack).
+    c2 = cluster_of({"r1": [9, 9]})
+    c2.allocate(20, [(t, 4) for t in range(0, 5)])
+    c2.allocate(21, [(t, 4) for t in range(9, 14)])
+    result = run(
+        c2,
+        [Department("a", 100), Department("b", 40)],
+        [
+            RunningJob(20, "b", 20, started_at=0, expected_end=9000),
+            RunningJob(21, "b", 20, started_at=0, expected_end=9000),
+        ],
+        [PendingJob(4, "a", 32, "rack", submitted_at=1)],
+        now=10.0,
+    )
+    [start] = result.started
+    assert start.why.startswith(
+        "no NVLink partition had 8 free trays, so on rack r1 across 2 of its partitions"
+    )
+
+
 # --- standing: in quota or borrowed, recomputed every pass ---------------------------------------------
 
 

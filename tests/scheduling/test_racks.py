@@ -296,8 +296,10 @@ def test_tray_detail(user_client, demo_inventory):
 
 def test_detail_queries_are_constant(user_client, demo_inventory, django_assert_max_num_queries):
     gpu = Gpu.objects.first()
-    # + the health timeline: its events and its decisions (and, on the tray, its active checks).
-    with django_assert_max_num_queries(5):
+    # + the health timeline: its events, its decisions and its service steps (and, on the tray, its active
+    # checks).
+    with django_assert_max_num_queries(6):
         user_client.get(reverse("inventory:gpu-detail", args=[gpu.pk]), headers=HTMX)
-    with django_assert_max_num_queries(8):  # + the node silent policy (a stale tray)
+    # + the node silent policy (a stale tray) and the tray's service mark.
+    with django_assert_max_num_queries(10):
         user_client.get(reverse("inventory:tray-detail", args=[gpu.tray_id]), headers=HTMX)

@@ -55,6 +55,12 @@ def handle_from_history(command, options) -> None:
         )
     if options.get("guarantee"):
         raise CommandError("--from-history uses the departments' own guarantees: --guarantee does not apply")
+    if options.get("mig_trays"):
+        raise CommandError(
+            "--mig-trays does not apply to --from-history yet: the what-if of a MIG layout on the portal's "
+            "own history is not built (MIG in the replay needs the MIG trays as whole partitions at the end "
+            "of each rack's layout, docs/simulator.md); replay the traces with it instead"
+        )
     racks = list(Rack.objects.order_by("name").values_list("name", flat=True))
     if not racks:
         raise CommandError("The inventory has no racks: there is no cluster to replay on.")

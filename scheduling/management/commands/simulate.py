@@ -49,6 +49,36 @@ def _row(policy: str, m: dict) -> str:
     return "  ".join(form.format(value) for (_, _, form), value in zip(COLUMNS, values, strict=True))
 
 
+MIG_COLUMNS = (
+    ("policy", "{:<15}", "{:<15}"),
+    ("slice jobs", "{:>10}", "{:>10,}"),
+    ("slice util", "{:>10}", "{:>10}"),
+    ("stranded", "{:>9}", "{:>9.2f}"),
+    ("<=1 GPU wait h", "{:>15}", "{:>15.2f}"),
+    ("p95 h", "{:>8}", "{:>8.2f}"),
+    ("gang wait h", "{:>12}", "{:>12.2f}"),
+    ("gang JCT h", "{:>11}", "{:>11.2f}"),
+    ("gang 1-part (fit)", "{:>18}", "{:>18}"),
+)
+
+
+def _mig_row(policy: str, m: dict) -> str:
+    small, multi = m["one_gpu_or_smaller"], m["multi_tray"]
+    one, fit = multi["in_one_partition"], multi["fitting_in_one_partition"]
+    values = (
+        policy,
+        m["slice_jobs"],
+        "n/a" if m["slice_utilization"] is None else f"{m['slice_utilization']:.1%}",
+        m["avg_stranded_slices"],
+        (small["avg_wait_s"] or 0) / 3600,
+        (small["p95_wait_s"] or 0) / 3600,
+        (multi["avg_wait_s"] or 0) / 3600,
+        (multi["avg_jct_s"] or 0) / 3600,
+        "n/a" if one is None else f"{one:.1%} ({'n/a' if fit is None else f'{fit:.1%}'})",
+    )
+    return "  ".join(form.format(value) for (_, _, form), value in zip(MIG_COLUMNS, values, strict=True))
+
+
 def _parse_projects(items: list[str]) -> dict[str, str]:
     """['vision=alpha', ...] -> {'vision': 'alpha'}: the trace `vision` is a project of department alpha."""
     projects: dict[str, str] = {}
@@ -113,6 +143,11 @@ def _command(options: dict) -> str:
         words += ["--recarve-wait", options["recarve_wait"]]
         if options["recarve_idle_trays"]:
             words += ["--recarve-idle-trays"]
+    if options["mig_trays"] is not None:
+        words += ["--mig-trays", str(options["mig_trays"]), "--mig-layout", options["mig_layout"]]
+        words += ["--mig-gpus-per-tray", str(options["mig_gpus_per_tray"])]
+        words += ["--mig-rule", options["mig_rule"], "--slice-share", f"{options['slice_share']:g}"]
+        words += ["--slice-mix", options["slice_mix"]]
     if options["faults"]:
         words += ["--faults", options["faults"], "--detect", options["detect"]]
         words += ["--check-time", options["check_time"], "--manual-delay", options["manual_delay"]]
@@ -350,6 +385,51 @@ class Command(BaseCommand):
             "drained (default 2h)",
         )
         parser.add_argument(
+            "--mig-trays",
+            type=int,
+            metavar="N",
+            help="MIG (docs/simulator.md): the last N trays of every rack in MIG mode, which must be whole "
+            "partitions at the end of --layout (9+8+1 for 1, 9+7+2 for 2); slice jobs take their instances, "
+            "no whole-GPU or multi-tray job lands there; 0: whole-GPU placement with the same figures",
+        )
+        parser.add_argument(
+            "--mig-gpus-per-tray",
+            type=int,
+            default=4,
+            metavar="N",
+            help="with --mig-trays: how many GPUs of each MIG tray are in MIG mode (1-4, default 4); the "
+            "others stay whole for jobs of 1-3 GPUs",
+        )
+        parser.add_argument(
+            "--mig-layout",
+            default="all-balanced",
+            metavar="LAYOUT",
+            help="with --mig-trays: every MIG GPU's instances, a GB200 layout's name (all-balanced, "
+            "all-1g.23gb, all-2g.47gb, all-3g.93gb, ...) or PROFILE:COUNT joined with ',' (default "
+            "all-balanced: 1g.23gb:2,2g.47gb:1,3g.93gb:1)",
+        )
+        parser.add_argument(
+            "--mig-rule",
+            default=simulator.BEST_FIT,
+            choices=simulator.SLICE_RULES,
+            help="with --mig-trays: which free instance a slice job takes (default best-fit)",
+        )
+        parser.add_argument(
+            "--slice-share",
+            type=float,
+            default=1.0,
+            metavar="SHARE",
+            help="with --mig-trays: the share of 1-GPU jobs that ask for a slice (0-1, default 1; the ITP "
+            "traces record no GPU utilisation or memory, so this is stated, not measured)",
+        )
+        parser.add_argument(
+            "--slice-mix",
+            default="1g.23gb=5,2g.47gb=3,3g.93gb=2",
+            metavar="PROFILE=WEIGHT,...",
+            help="with --mig-trays: the profiles slice jobs ask for and their weights (default "
+            "1g.23gb=5,2g.47gb=3,3g.93gb=2); also the fragmentation-aware rule's expected mix",
+        )
+        parser.add_argument(
             "--workers",
             type=int,
             default=os.cpu_count() or 1,
@@ -435,6 +515,16 @@ class Command(BaseCommand):
                     if options["recarve_wait"].strip().lower() == "fallback"
                     else simulator.parse_duration(options["recarve_wait"]),
                 )
+            mig = None
+            if options["mig_trays"] is not None:
+                mig = simulator.parse_mig_plan(
+                    options["mig_trays"],
+                    options["mig_layout"],
+                    options["mig_rule"],
+                    options["slice_share"],
+                    options["slice_mix"],
+                    options["mig_gpus_per_tray"],
+                )
             faults = None
             if options["faults"]:
                 faults = simulator.FaultPlan(
@@ -460,6 +550,7 @@ class Command(BaseCommand):
                 half_life_s=half_life_s,
                 recarve=recarve,
                 dedicated=dedicated,
+                mig=mig,
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),
@@ -506,10 +597,24 @@ class Command(BaseCommand):
                     f"{r['gangs_started_on_recarved_partition']:,} gangs started on their new partition; "
                     f"racks at the end: {', '.join(f'{n} x {k}' for k, n in r['final_layout'].items())}"
                 )
+        if mig is not None:
+            self._mig_table(results)
         if faults is not None:
             self._fault_table(results)
         written = ", ".join(str(path) for path in outputs)
         self.stdout.write(self.style.SUCCESS(f"Replayed in {config['wall_s']:.1f}s; wrote {written}."))
+
+    def _mig_table(self, results: dict) -> None:
+        config = results["config"]["mig"]
+        self.stdout.write(
+            f"MIG: {config['trays']} trays ({config['trays_per_rack']} per rack, {config['gpus_per_tray']} "
+            "GPUs of each in MIG mode), every MIG GPU "
+            f"{config['layout']} ({', '.join(config['instances'])}), slices by {config['rule']}; "
+            f"{config['slice_share']:.0%} of 1-GPU jobs ask for a slice of {config['slice_mix']}:"
+        )
+        self.stdout.write("  ".join(head.format(name) for name, head, _ in MIG_COLUMNS))
+        for policy, metrics in results["policies"].items():
+            self.stdout.write(_mig_row(policy, metrics["mig"]))
 
     def _fault_table(self, results: dict) -> None:
         config = results["config"]["faults"]

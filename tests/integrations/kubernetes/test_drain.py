@@ -34,6 +34,7 @@ from integrations.kubernetes.drain import (
     KubernetesDrainer,
     condition_reason,
     field_managers,
+    node_words,
     taint_value,
 )
 from integrations.kubernetes.errors import KubernetesRejected, KubernetesUnavailable
@@ -101,6 +102,14 @@ def test_reasons_classes_and_taint_values():
     assert condition_reason("", "needs-service") == "NeedsService"
     with pytest.raises(ValueError, match="unknown tray state"):
         apply_tray_state(HOST, "sideways", targets=[])
+
+
+def test_node_words_name_the_mig_layout_and_the_mig_managers_progress():
+    node = {"metadata": {"labels": {"nvidia.com/mig.config": "all-balanced"}}, "spec": {}}
+    assert node_words(node) == "schedulable; MIG config all-balanced (no state yet)"
+    node["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+    assert node_words(node) == "schedulable; MIG config all-balanced (failed)"
+    assert "MIG" not in node_words({"metadata": {"labels": {}}, "spec": {}})
 
 
 # --- the real API server -----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ import re
 from datetime import timedelta
 from urllib.parse import urlencode
 
+import hostlist
 import pytest
 from django.db import connection
 from django.test import Client
@@ -547,3 +548,44 @@ def test_a_preview_of_the_layout_the_rack_already_has_says_so_and_cannot_apply(a
     assert preview.context["can_apply"] is False and "Fix the errors in the checks first." in html
     assert admin.post(url("plan-apply", "gb-r02"), params).status_code == 400
     assert not PartitionPlan.objects.exists()
+
+
+@pytest.mark.slow(reason="a plan applied and rendered: over 0.3 s on 2 cores")
+def test_every_layout_row_names_the_slurm_partition_the_rendered_configuration_serves_it_from(
+    admin, django_capture_on_commit_callbacks, render_dir
+):
+    """The wizard showed a partition given to a department, its Slurm partition left empty, as served by the
+    shared partition while the rendered slurm.conf gave it the department's own (a walkthrough found it).
+    Every row the preview and the plan page show is checked against the rendered PartitionName lines."""
+    make_department("Research", guaranteed_gpus=72)
+    params = {
+        "preset": "2x9",
+        "name": ["train", "open"],
+        "department": ["research", ""],
+        "slurm": ["", ""],
+    }
+    preview = admin.get(url("plan-preview", "gb-r01", **params))
+    shown = {row["partition"].name: row["served_by"] for row in preview.context["planned"]}
+    assert shown == {"train": "research", "open": "gpu"}
+    html = preview.content.decode()
+    assert "· Slurm research" in html and "· Slurm gpu" in html
+
+    with django_capture_on_commit_callbacks(execute=True):
+        applied = admin.post(url("plan-apply", "gb-r01"), params)
+    assert applied.status_code == 302
+    plan = PartitionPlan.objects.latest("pk")
+    page = admin.get(url("plan-detail", plan.pk))
+    rows = {row["name"]: (row["served_by"], row["slots"]) for row in page.context["layout"]}
+    assert {name: served for name, (served, _) in rows.items()} == shown
+    conf = (render_dir / "current" / "slurm" / "rackplane.conf").read_text()
+    served = {
+        line.split()[0].split("=", 1)[1]: set(
+            hostlist.expand_hostlist(re.search(r"\bNodes=(\S+)", line).group(1))
+        )
+        for line in conf.splitlines()
+        if line.startswith("PartitionName=")
+    }
+    for name, (slurm_partition, slots) in rows.items():
+        hosts = {f"gb-r01-t{slot:02d}" for slot in slots}
+        assert hosts <= served[slurm_partition], (name, slurm_partition, served)
+    assert '<td class="served-by">research</td>' in page.content.decode()

@@ -19,7 +19,7 @@ class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
 class Migration(migrations.Migration):
     atomic = False
 
-    dependencies = [("scheduling", "0018_watch_gpu_mig_mode")]
+    dependencies = [("scheduling", "0020_pass_queue_and_estimates")]
 
     operations = [
         AddIndexConcurrentlyOnPostgreSQL(

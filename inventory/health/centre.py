@@ -1,0 +1,270 @@
+"""The health centre's reads: the fleet's events a page at a time, events over time, and the repeat offenders.
+
+Nothing here counts the whole table: the event list is a keyset page (newest first by `last_seen`, then id;
+the index `inventory_health_seen`), the chart groups the filtered events of its window by hour, day or
+week in the database, and the ranking groups the window's events by tray (or GPU) and keeps the worst
+`OFFENDERS_SHOWN`. Every query starts from `visible_to(user)` (the views are for platform admins).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Case, CharField, Count, Max, Prefetch, Q, Sum, Value, When
+from django.db.models.functions import TruncDay, TruncHour, TruncWeek
+from django.utils import timezone
+
+from core.chart_style import GRID
+from core.charts import layout, to_html
+from inventory.choices import QUARANTINE_ACTIONS, HealthSeverity
+from inventory.health.service import current_marks
+from inventory.models import ComputeTray, Gpu, HealthAction, ServiceRecord
+
+EVENTS_PER_PAGE = 50
+OFFENDERS_SHOWN = 50
+CHART_DEFAULT_DAYS = 30  # the chart's window when the filter names no start
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CURSOR_MAX = 40  # characters: two whole numbers and a dash
+
+
+class CursorError(ValueError):
+    """A `before` cursor the page cannot read (it is made by the page itself: `next_cursor`)."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    last_seen: datetime
+    pk: int
+
+
+def cursor_text(event) -> str:
+    """`<microseconds since 1970>-<id>` of an event: the next page starts after it."""
+    return f"{(event.last_seen - EPOCH) // timedelta(microseconds=1)}-{event.pk}"
+
+
+def parse_cursor(text: str) -> Cursor:
+    micros, dash, pk = text.partition("-")
+    if (
+        len(text) > CURSOR_MAX
+        or not dash
+        or not (micros.isascii() and micros.isdigit())
+        or not (pk.isascii() and pk.isdigit())
+    ):
+        raise CursorError("The page link is not one this page made (“before” must be two whole numbers).")
+    try:
+        at = EPOCH + timedelta(microseconds=int(micros))
+    except OverflowError:
+        raise CursorError("The page link names a time out of range.") from None
+    return Cursor(at, int(pk))
+
+
+def events_page(events, cursor: Cursor | None, per_page: int = EVENTS_PER_PAGE) -> tuple[list, str]:
+    """One page of `events` (a filtered HealthEvent query set), newest first, after `cursor`; the cursor of
+    the next page ("" on the last). Each event carries its decisions (`decisions`) and tray and GPU."""
+    if cursor is not None:
+        events = events.filter(
+            Q(last_seen__lt=cursor.last_seen) | Q(last_seen=cursor.last_seen, pk__lt=cursor.pk)
+        )
+    decisions = HealthAction.objects.select_related("actor").order_by("created_at", "pk")
+    rows = list(
+        events.select_related("tray__rack", "gpu")
+        .prefetch_related(Prefetch("actions", queryset=decisions, to_attr="decisions"))
+        .order_by("-last_seen", "-pk")[: per_page + 1]
+    )
+    more = len(rows) > per_page
+    rows = rows[:per_page]
+    return rows, cursor_text(rows[-1]) if more else ""
+
+
+# --------------------------------------------------------------------------------------------- the chart
+
+SEVERITY_COLOURS = {
+    HealthSeverity.DRAIN: "#dc2626",
+    HealthSeverity.DEGRADE: "#f59e0b",
+    HealthSeverity.WARN: "#2563eb",
+    HealthSeverity.INFO: "#94a3b8",
+}
+_SEVERITY = Case(
+    When(drains=True, then=Value(HealthSeverity.DRAIN.value)),
+    When(degrades=True, then=Value(HealthSeverity.DEGRADE.value)),
+    When(warns=True, then=Value(HealthSeverity.WARN.value)),
+    default=Value(HealthSeverity.INFO.value),
+    output_field=CharField(),
+)
+
+
+@dataclass
+class Chart:
+    html: str
+    since: datetime
+    until: datetime
+    bucket: str  # "hour" | "day" | "week"
+    total: int = 0
+    counts: dict = field(default_factory=dict)  # {(bucket start, severity): events}
+
+
+def _bucket(span: timedelta):
+    if span <= timedelta(days=3):
+        return "hour", TruncHour, timedelta(hours=1)
+    if span <= timedelta(days=120):
+        return "day", TruncDay, timedelta(days=1)
+    return "week", TruncWeek, timedelta(weeks=1)
+
+
+def events_chart(
+    events, since: datetime | None, until: datetime | None, now: datetime | None = None
+) -> Chart:
+    """Events per hour, day or week (by the span) and severity, stacked, over [since, until) (the last
+    CHART_DEFAULT_DAYS days when the filter names no start). One grouped query."""
+    until = until or now or timezone.now()
+    since = since or until - timedelta(days=CHART_DEFAULT_DAYS)
+    name, trunc, step = _bucket(until - since)
+    rows = (
+        events.filter(last_seen__gte=since, last_seen__lt=until)
+        .order_by()
+        .annotate(bucket=trunc("last_seen", tzinfo=UTC), severity=_SEVERITY)
+        .values("bucket", "severity")
+        .annotate(events=Count("pk"))
+    )
+    counts = {(row["bucket"], row["severity"]): row["events"] for row in rows}
+    starts = _starts(since, until, name, step)
+    traces = []
+    for severity in HealthSeverity:
+        traces.append(
+            {
+                "type": "bar",
+                "name": severity.label,
+                "x": [moment.isoformat() for moment in starts],
+                "y": [counts.get((moment, severity.value), 0) for moment in starts],
+                "marker": {"color": SEVERITY_COLOURS[severity]},
+                "hovertemplate": "%{y:,} events<extra>" + severity.label + "</extra>",
+            }
+        )
+    spec = {
+        "data": traces,
+        "layout": layout(
+            barmode="stack",
+            bargap=0.15,
+            hovermode="x unified",
+            xaxis={"title": {"text": f"UTC, per {name}"}, "gridcolor": GRID},
+            yaxis={"title": {"text": "Events"}, "rangemode": "tozero", "gridcolor": GRID, "zeroline": False},
+        ),
+    }
+    return Chart(
+        html=to_html(spec, div_id="health-events-chart", height=280),
+        since=since,
+        until=until,
+        bucket=name,
+        total=sum(counts.values()),
+        counts=counts,
+    )
+
+
+def _starts(since: datetime, until: datetime, name: str, step: timedelta) -> list[datetime]:
+    """The buckets' starts from the one holding `since` to the one holding the last moment before `until`,
+    in UTC (as the database truncates them)."""
+    first = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    if name in ("day", "week"):
+        first = first.replace(hour=0)
+    if name == "week":
+        first -= timedelta(days=first.weekday())  # weeks start on Monday, as TruncWeek's
+    starts, moment = [], first
+    while moment < until:
+        starts.append(moment)
+        moment += step
+    return starts
+
+
+# ------------------------------------------------------------------------------------- repeat offenders
+
+
+@dataclass
+class Offender:
+    """A tray (or GPU) and its faults in the window: `serious` (drained the tray or degraded its partition),
+    every event, every occurrence (events count repeats), when last seen, and (trays) how often the tray was
+    taken out."""
+
+    tray: ComputeTray
+    gpu: Gpu | None
+    serious: int
+    events: int
+    occurrences: int
+    last_seen: datetime
+    taken_out: int = 0
+    mark: ServiceRecord | None = None
+
+
+def _ranked(events, key: str, limit: int) -> list[dict]:
+    return list(
+        events.order_by()
+        .values(key)
+        .annotate(
+            serious=Count("pk", filter=Q(drains=True) | Q(degrades=True)),
+            events=Count("pk"),
+            occurrences=Sum("count"),
+            last=Max("last_seen"),
+        )
+        .order_by("-serious", "-events", "-occurrences", key)[:limit]
+    )
+
+
+def tray_offenders(events, since: datetime, limit: int = OFFENDERS_SHOWN) -> list[Offender]:
+    """The trays with the most serious faults among `events` (the window's, filtered), then the most
+    events, then the most occurrences; each with how often it was taken out since `since` and its service
+    mark. Four queries."""
+    rows = _ranked(events, "tray", limit)
+    trays = ComputeTray.objects.select_related("rack").in_bulk([row["tray"] for row in rows])
+    taken_out = dict(
+        HealthAction.objects.filter(
+            tray__in=list(trays), kind__in=QUARANTINE_ACTIONS, created_at__gte=since, dry_run=False
+        )
+        .order_by()
+        .values("tray")
+        .annotate(n=Count("pk"))
+        .values_list("tray", "n")
+    )
+    marks = _marks(list(trays))
+    return [
+        Offender(
+            tray=trays[row["tray"]],
+            gpu=None,
+            serious=row["serious"],
+            events=row["events"],
+            occurrences=row["occurrences"],
+            last_seen=row["last"],
+            taken_out=taken_out.get(row["tray"], 0),
+            mark=marks.get(row["tray"]),
+        )
+        for row in rows
+    ]
+
+
+def gpu_offenders(events, limit: int = OFFENDERS_SHOWN) -> list[Offender]:
+    """The GPUs ranked as trays are (events naming no GPU left out); each with its tray's service mark
+    when that mark names it. Three queries."""
+    rows = _ranked(events.filter(gpu__isnull=False), "gpu", limit)
+    gpus = Gpu.objects.select_related("tray__rack").in_bulk([row["gpu"] for row in rows])
+    marks = _marks([gpu.tray_id for gpu in gpus.values()])
+    out = []
+    for row in rows:
+        gpu = gpus[row["gpu"]]
+        mark = marks.get(gpu.tray_id)
+        out.append(
+            Offender(
+                tray=gpu.tray,
+                gpu=gpu,
+                serious=row["serious"],
+                events=row["events"],
+                occurrences=row["occurrences"],
+                last_seen=row["last"],
+                mark=mark if mark is not None and mark.gpu_id == gpu.pk else None,
+            )
+        )
+    return out
+
+
+def _marks(tray_ids: list[int]) -> dict[int, ServiceRecord]:
+    """{tray id: its current service record} (open or returned) of these trays."""
+    records = current_marks(ServiceRecord.objects.filter(tray_id__in=tray_ids)).select_related("actor")
+    return {record.tray_id: record for record in records}

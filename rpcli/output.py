@@ -1,0 +1,61 @@
+"""What `rp` prints: plain tables for people, JSON for scripts (`--json`), dates shortened to the minute."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+from rpcli.api import printable
+
+MAX_CELL = 60
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        value = ",".join(str(item) for item in value)
+    text = printable(str(value), MAX_CELL).replace("\n", " ").replace("\t", " ")
+    return text
+
+
+def when(value: Any) -> str:
+    """An ISO 8601 time as `2026-11-30 14:02` (the API's time zone, which it states in the value)."""
+    if not isinstance(value, str) or len(value) < 16 or value[10] != "T":
+        return cell(value)
+    return value[:10] + " " + value[11:16]
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    cells = [[cell(value) for value in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = [headers, *cells]
+    for line in lines:
+        out.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n")
+
+
+def pairs(items: Sequence[tuple[str, Any]], out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    width = max(len(key) for key, _ in items)
+    for key, value in items:
+        out.write(
+            f"{key.ljust(width)}  {cell(value) if not isinstance(value, str) else printable(value, 500)}\n"
+        )
+
+
+def as_json(data: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def json_line(data: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    out.write(json.dumps(data, ensure_ascii=False) + "\n")
+    out.flush()

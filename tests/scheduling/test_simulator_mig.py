@@ -1,0 +1,199 @@
+"""MIG in the trace replay (simulator.MigPlan, `manage.py simulate --mig-trays`): hand-made traces whose
+outcome is worked out by hand."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduling import simulator
+from scheduling.engine.mig import GB200_LAYOUTS, MigLayout
+from scheduling.simulator import MigPlan, SimulationError, SliceConversion
+from tests.scheduling.test_simulator import by_name, write_trace
+
+ITP = Path(__file__).resolve().parent / "fixtures" / "traces"
+ONE_G = SliceConversion(mix=(("1g.23gb", 1.0),))
+HEADS = ("--trace", str(ITP / "cluster03-head.csv"), "--trace", str(ITP / "cluster06-head.csv"))
+
+
+waits = by_name  # job name -> its wait in a run
+
+
+# One rack carved 17+1. "big" (17 trays) holds every whole-GPU tray but one from t=0 to 10,000 s; at t=1
+# seven 1-GPU jobs of 100 s arrive.
+#   whole-GPU (no MIG tray): the last tray has 4 GPUs: four start at once, three wait 100 s for them.
+#   MIG (the 1-tray partition in MIG mode, all-1g.23gb): the seven take seven 1g instances at once (best-fit
+#   puts all seven on one GPU), none waits; the whole-GPU job "big" runs as before.
+SEVEN = [("big", 0, 10_000, 68)] + [(f"s{i}", 1, 100, 1) for i in range(7)]
+
+
+def test_seven_1g_jobs_share_one_mig_gpu_where_whole_gpus_run_them_in_turn(tmp_path):
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", SEVEN)])
+    whole = simulator.simulate(traces, 1, "17+1", mig=MigPlan(trays_per_rack=0, conversion=ONE_G))
+    sliced = simulator.simulate(
+        traces,
+        1,
+        "17+1",
+        mig=MigPlan(trays_per_rack=1, layout=GB200_LAYOUTS["all-1g.23gb"], conversion=ONE_G),
+    )
+    whole_waits, sliced_waits = waits(whole, traces), waits(sliced, traces)
+    assert sorted(whole_waits[f"s{i}"] for i in range(7)) == [0, 0, 0, 0, 100, 100, 100]
+    assert all(sliced_waits[f"s{i}"] == 0 for i in range(7))
+    assert whole_waits["big"] == sliced_waits["big"] == 0
+    m = sliced.metrics["mig"]
+    assert (m["mig_trays"], m["mig_gpus"], m["slice_jobs"], m["converted_jobs"]) == (1, 4, 7, 7)
+    assert m["instances_taken"] == {"1g.23gb on 1g.23gb": 7}
+    assert m["one_gpu_or_smaller"]["avg_wait_s"] == 0
+    assert whole.metrics["mig"]["one_gpu_or_smaller"]["avg_wait_s"] == pytest.approx(300 / 7, abs=0.1)
+    assert whole.metrics["mig"]["slice_jobs"] == 0  # no MIG tray: they ran as 1-GPU jobs
+    # Utilisation counts from the first to the last submission, [0, 1]: the slices start at its end.
+    assert m["slice_utilization"] == 0.0
+
+
+def test_slice_utilisation_stranded_slices_and_instances_taken(tmp_path):
+    # One MIG tray all-balanced (per GPU: 2 x 1g.23gb, 2g.47gb, 3g.93gb; 4 GPUs). At t=0 eight 3g requests
+    # arrive for 1,000 s: four run (the four 3g instances), four wait. The 1g and 2g instances are free and
+    # no waiting request fits them: 4 x (1+1+2) = 16 compute slices stranded from 0 to 1,000 s. At t=2,000 a
+    # 1-GPU job marks the end of the window.
+    rows = [(f"b{i}", 0, 1_000, 1) for i in range(8)] + [("last", 2_000, 10, 1)]
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", rows)])
+    conversion = SliceConversion(mix=(("3g.93gb", 1.0),))
+    run = simulator.simulate(traces, 1, "17+1", mig=MigPlan(trays_per_rack=1, conversion=conversion))
+    m = run.metrics["mig"]
+    got = waits(run, traces)
+    assert sorted(got[f"b{i}"] for i in range(8)) == [0] * 4 + [1_000] * 4
+    assert m["instances_taken"] == {"3g.93gb on 3g.93gb": 9}
+    assert m["stranded_slice_s"] == pytest.approx(16 * 1_000)
+    # Busy: 4 x 3 slices for 2,000 s (two rounds) of the 4 x 7 slices over the 2,000 s window.
+    assert m["slice_utilization"] == pytest.approx(12 * 2_000 / (28 * 2_000), abs=1e-4)
+    # The mix is all 3g: each GPU's 1g, 1g and 2g, free throughout, are fragmentation (no expected request
+    # fits them): 16 slices from the first submission to the end; a free 3g is none.
+    assert m["avg_fragmentation_slices"] == 16.0
+
+
+def test_whole_gpu_jobs_and_gangs_never_land_on_a_mig_tray(tmp_path):
+    # 17 jobs of 4 GPUs fill the 17 whole-GPU trays; an 18th waits for one though the MIG tray is idle.
+    rows = [(f"w{i}", 0, 1_000, 4) for i in range(18)]
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", rows)])
+    run = simulator.simulate(traces, 1, "17+1", mig=MigPlan(trays_per_rack=1))
+    assert sorted(waits(run, traces).values()) == [0] * 17 + [1_000]
+    assert simulator.simulate(traces, 1, "17+1", mig=MigPlan(trays_per_rack=0)).metrics["avg_wait_s"] == 0
+    # A 72-GPU gang needs every tray of the rack: with one in MIG mode the cluster has 68 GPUs to give whole.
+    gang = simulator.load_traces([write_trace(tmp_path / "b.csv", [("g", 0, 100, 72)])])
+    with pytest.raises(SimulationError, match="cluster's 68"):
+        simulator.simulate(gang, 1, "17+1", mig=MigPlan(trays_per_rack=1))
+    assert simulator.simulate(gang, 1, "17+1", mig=MigPlan(trays_per_rack=0)).metrics["avg_wait_s"] == 0
+
+
+def test_the_conversion_is_stated_and_the_same_for_every_configuration(tmp_path):
+    rows = [(f"j{i}", i, 100, 1) for i in range(400)] + [("four", 0, 100, 4)]
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", rows)])
+    profiles = {p.name: p for p in MigPlan().profiles}
+    half = SliceConversion(share=0.5)
+    asked = [half.request(job, profiles) for job in traces[0].jobs]
+    assert asked[-1] is None  # a 4-GPU job never asks for a slice
+    chosen = [a for a in asked if a is not None]
+    assert 160 < len(chosen) < 240  # about half of the 1-GPU jobs
+    counts = {name: sum(a.name == name for a in chosen) for name in ("1g.23gb", "2g.47gb", "3g.93gb")}
+    assert counts["1g.23gb"] > counts["2g.47gb"] > counts["3g.93gb"] > 0  # weights 5 / 3 / 2
+    # A hash of department and job id, not a random draw: the same after jitter.
+    jittered = simulator.jitter_traces(traces, 300, 7)
+    assert [half.request(job, profiles) for job in jittered[0].jobs] == asked
+    run = simulator.simulate(traces, 1, "17+1", mig=MigPlan(trays_per_rack=1, conversion=half))
+    assert run.metrics["mig"]["slice_jobs"] == len(chosen)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "layout", "why"),
+    [
+        ({"trays_per_rack": 1}, "2x9", "must be whole partitions"),
+        ({"trays_per_rack": 2}, "9+8+1", "must be whole partitions"),
+        ({"trays_per_rack": 1, "rule": "worst-fit"}, "17+1", "slice rule 'worst-fit'"),
+        (
+            {"trays_per_rack": 1, "layout": GB200_LAYOUTS["all-1g.23gb"]},
+            "17+1",
+            "no instance a 2g.47gb, 3g.93gb request fits",
+        ),
+        ({"trays_per_rack": 1, "layout": MigLayout.parse("3g.93gb:3")}, "17+1", "9 compute"),
+        ({"trays_per_rack": 1, "conversion": SliceConversion(share=1.5)}, "17+1", "slice share"),
+        ({"trays_per_rack": 1, "conversion": SliceConversion(mix=(("9g.1gb", 1.0),))}, "17+1", "no profile"),
+    ],
+)
+def test_a_plan_that_cannot_run_is_refused_saying_why(tmp_path, kwargs, layout, why):
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", SEVEN)])
+    with pytest.raises(SimulationError, match=why):
+        simulator.simulate(traces, 1, layout, mig=MigPlan(**kwargs))
+
+
+def test_mig_is_not_replayed_with_re_carving_or_faults(tmp_path):
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", SEVEN)])
+    with pytest.raises(SimulationError, match="re-carving"):
+        simulator.simulate(traces, 1, "17+1", mig=MigPlan(), recarve=simulator.RecarvePlan())
+    with pytest.raises(SimulationError, match="re-carving"):
+        simulator.run(traces, 1, "17+1", ["rackplane"], mig=MigPlan(), recarve=simulator.RecarvePlan())
+
+
+def test_the_command_replays_mig_and_says_how_jobs_became_slices(tmp_path):
+    out = tmp_path / "results.json"
+    stdout = StringIO()
+    words = "--racks 1 --layout 9+8+1 --policy rackplane --mig-trays 1 --mig-rule fragmentation-aware"
+    words += " --slice-mix 1g.23gb=1,2g.47gb=1 --workers 1"
+    call_command("simulate", *HEADS, *words.split(), "--out", str(out), stdout=stdout, stderr=StringIO())
+    results = json.loads(out.read_text())
+    config = results["config"]["mig"]
+    assert config["trays"] == 1 and config["rule"] == "fragmentation-aware"
+    assert config["instances"] == ["2g.47gb@0:2", "1g.23gb@2:1", "1g.23gb@3:1", "3g.93gb@4:4"]
+    assert config["slice_mix"] == {"1g.23gb": 1.0, "2g.47gb": 1.0}
+    assert results["config"]["capacity_gpus"] == 68  # the MIG tray's GPUs are not given whole
+    m = results["policies"]["rackplane"]["mig"]
+    assert m["slice_jobs"] == m["converted_jobs"] > 0
+    assert set(m["instances_taken"]) <= {
+        "1g.23gb on 1g.23gb",
+        "1g.23gb on 2g.47gb",
+        "1g.23gb on 3g.93gb",
+        "2g.47gb on 2g.47gb",
+        "2g.47gb on 3g.93gb",
+    }
+    assert "--mig-trays 1" in results["config"]["command"]
+    assert "MIG: 1 trays" in stdout.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("words", "why"),
+    [
+        (["--layout", "2x9", "--mig-trays", "1"], "must be whole partitions"),
+        (["--layout", "9+8+1", "--mig-trays", "1", "--slice-mix", "1g.23gb"], "PROFILE=WEIGHT"),
+        (["--layout", "9+8+1", "--mig-trays", "1", "--slice-mix", "1g.23gb=-1"], "PROFILE=WEIGHT"),
+        (["--layout", "9+8+1", "--mig-trays", "1", "--mig-layout", "1g.23gb:9"], "at most 7"),
+        (["--layout", "9+8+1", "--mig-trays", "1", "--slice-share", "2"], "slice share"),
+        (["--layout", "9+8+1", "--mig-trays", "-1"], "MIG trays per rack"),
+    ],
+)
+def test_the_command_refuses_a_mig_plan_that_cannot_run(tmp_path, words, why):
+    with pytest.raises(CommandError, match=why):
+        call_command(
+            "simulate",
+            *HEADS,
+            "--racks",
+            "1",
+            *words,
+            "--out",
+            str(tmp_path / "r.json"),
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_the_figures_say_whether_slurm_24_11_blocks_can_express_the_gang_partitions(tmp_path):
+    # MIG trays belong to no block (P2P No): 8+8 in every rack is two blocks of 8, as Slurm 24.11 wants;
+    # 9+7 is not (blocks are the base times a power of two).
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", SEVEN)])
+    even = simulator.simulate(traces, 2, "8+8+2", mig=MigPlan(trays_per_rack=2, conversion=ONE_G))
+    assert even.metrics["mig"]["slurm_24_11_blocks"] is None
+    uneven = simulator.simulate(traces, 2, "9+7+2", mig=MigPlan(trays_per_rack=2, conversion=ONE_G))
+    assert "9 nodes" in uneven.metrics["mig"]["slurm_24_11_blocks"]
