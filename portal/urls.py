@@ -73,6 +73,7 @@ urlpatterns = [
         name="favicon",
     ),
     path("search/", search.search_page, name="search"),
+    path("search/suggest/", search.suggest, name="search-suggest"),
     path("login/", account.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Single sign-on (tenancy.auth; 404 while it is not configured): the button, and the provider's return.

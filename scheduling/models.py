@@ -138,6 +138,11 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["department", "state"], name="scheduling_job_dept_state_idx"),
             models.Index(fields=["state", "created_at"], name="scheduling_job_state_idx"),
+            # The search's exact name (portal.pages.search._job_named): a lookup, not a scan of every job.
+            models.Index(fields=["name"], name="scheduling_job_name_idx"),
+            # Newest first (the search's and the job list's order): a search matching many of a year's jobs
+            # reads this backwards and stops at its first 21, instead of sorting every match.
+            models.Index(fields=["created_at", "id"], name="scheduling_job_created_idx"),
         ]
 
     def __str__(self):

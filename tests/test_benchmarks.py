@@ -128,12 +128,17 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     assert direct["downsample_merged"] == 3 * 72 * 12 and direct["downsample_hourly_rows"] == 3 * 72
 
     search = figures["search"]  # benchmarks/search.py
+    substring = ("job_substring", "job_words", "rack_fragment", "location", "uuid_fragment", "typeahead")
     for viewer in ("admin", "lead"):
-        for kind in ("gpu_uuid", "tray_hostname", "rack_partial", "job_name", "user"):
+        for kind in ("gpu_uuid", "tray_hostname", "rack_partial", "job_name", "user", *substring):
             measured = search[viewer][kind]
             assert 0 < measured["p50_ms"] <= measured["p95_ms"] <= measured["max_ms"], (viewer, kind)
         assert search[viewer]["gpu_uuid"]["exact_redirects"] == search[viewer]["gpu_uuid"]["requests"]
         assert search[viewer]["rack_partial"]["exact_redirects"] == 0
+        assert search[viewer]["typeahead"]["exact_redirects"] == 0  # a list, never a redirect
+    # A year of finished jobs at the seeded fleet's rate was added before measuring.
+    assert search["job_history"]["days"] == 365 and search["job_history"]["jobs_added"] > 0
+    assert search["job_history"]["jobs"] >= search["job_history"]["jobs_added"] + figures["jobs"]
 
     goals = figures["goals"]
     assert goals["search_p95_ms"] == search["p95_ms"]

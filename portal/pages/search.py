@@ -1,5 +1,5 @@
-"""Global search (the box in the header, `/search/?q=`): GPUs, trays, racks, jobs, departments, projects and
-users.
+"""Global search (the box in the header, `/search/?q=`, and its typeahead `/search/suggest/?q=`): GPUs,
+trays, racks, jobs, departments, projects and users.
 
 Each kind is searched through its model's `visible_to(user)`, so a member finds only their departments' jobs
 and the people they may see (users: platform admins see everyone, others the members of the departments they
@@ -11,46 +11,80 @@ redirect to the object. A project's or a job's name redirects only
 when one visible object has it: several projects with one slug (one per department), or several jobs with
 one name, are listed instead (the jobs with that very name first).
 
-Cost at 1,000 racks (72,000 GPUs, 18,000 trays): every lookup on the inventory is an equality or a prefix
-*range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a filter) on a column with a unique index
-(GPU uuid, tray hostname, rack name, rack cluster UUID), so each is an index range scan reading at most
-LIMIT + 1 rows, plus one bounded count per kind when there are more. The inventory stores these names in
-lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is lower-cased for them, which
-makes the search case-insensitive without a case-folding index. Three lookups are not on an index: the GPU
-serial (exact only, and only for a query that looks like a serial; a scan of the GPU table, about 72,000 short
-rows), the IB port GUID (only when the query
-looks like a GUID; a scan of the tray table's JSON lists), job, department and project names
-(case-insensitive prefix; departments and projects are few, jobs are narrowed by `visible_to`) and the exact
-job name (case-sensitive equality, narrowed by `visible_to`, reading at most two rows; an index on
-scheduling_job.name would make it an index lookup and needs a migration).
+What matches, in three ranks per kind (each kind shows at most LIMIT, the typeahead SUGGEST_LIMIT):
+1. the exact match; 2. names that start with the query; 3. names that hold it anywhere, or hold each of its
+words in any order ("pretrain" in `train-pretrain-0042`, "r03" in `gb-r03-t07`, "hall b row 12" in a rack's
+location, "jane smith" across a person's first and last names; a word shorter than MIN_SUBSTRING must start
+a word there: "b" finds "hall B", not "gb-r01"). Rank 3 looks at: GPU UUIDs (a hex fragment) and serials (a
+fragment with a digit), tray hostnames, rack names and locations, job names, department and project names
+and slugs, usernames and first and last names; MIG device UUIDs are found exactly only. A query without a
+word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank 3, jobs come newest first, GPUs and
+trays in name order, and racks, departments, projects and people by trigram similarity on PostgreSQL (the
+word most like the query, then the whole name most like it; name order elsewhere).
+
+Cost at 1,000 racks (72,000 GPUs, 18,000 trays) and a year of jobs (2.1 million): ranks 1 and 2 on the
+inventory are an equality or a prefix *range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a
+filter) on a column with a unique index (GPU uuid, tray hostname, rack name, rack cluster UUID), so each is an
+index range scan reading at most LIMIT + 1 rows, plus one bounded count per kind when there are more. The
+inventory stores these names in lower case (GPU UUIDs are canonical "GPU-" + lower-case hex), so the query is
+lower-cased for them, which makes the search case-insensitive without a case-folding index. The exact job
+name reads the b-tree index on scheduling_job.name (at most two rows). Rank 3 and the case-insensitive
+prefixes of job, project and user names are Django's `icontains` / `istartswith`, which PostgreSQL runs as
+`UPPER(column::text) LIKE '%Q%'`: migration portal 0003 (portal.pages.search_indexes) gives each of those
+columns a GIN index on that very expression with pg_trgm's `gin_trgm_ops`, so the database reads the rows
+holding the query's trigrams instead of the table (a rare part of 2.1 million job names: about 1 ms
+instead of 500), and job names a b-tree on it with `text_pattern_ops` for prefixes (a trigram index would
+return every name *holding* "pretrain" for the prefix "pretrain"). Jobs are read newest first from the
+index on (created_at, id) (scheduling 0021): for a word in a tenth of all jobs the planner walks it
+backwards and stops at the first LIMIT + 1 that match (0.2 ms instead of sorting 190,000 matches in
+900). Each rank is its own bounded query; rank 3 is fetched only while the first ranks leave room (at most
+LIMIT + the rows shown + 1 rows), and every count stops at COUNT_CAP ("and at least N more"): it never
+counts a million jobs. On SQLite (`make run`), and on a
+PostgreSQL whose role could not create pg_trgm, the same lookups scan the tables: the same results, slower
+at scale, and no similarity ranking. Three lookups are not on an index: the exact GPU serial (only for a
+query that looks like a serial; a scan of the GPU table, about 72,000 short rows), the IB port GUID (only
+when the query looks like a GUID; a scan of the tray table's JSON lists) and departments (tens of rows).
 
 A query naming one object exactly is answered by exact_url() alone (one to seven lookups, one per kind, no
 grouped search) unless `all=1` asks for every result; the GPU UUID prefix search is skipped for queries no
-UUID can start with. `make bench` measures it (benchmarks/search.py).
+UUID can start with. The typeahead runs the same ranks with SUGGEST_LIMIT rows per kind and counts nothing.
+`make bench` measures both (benchmarks/search.py).
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
+from functools import reduce
 
 from django.contrib.auth import get_user_model
-from django.db.models import Case, IntegerField, Q, Value, When
-from django.db.models.functions import Lower
+from django.contrib.postgres.search import TrigramSimilarity, TrigramWordSimilarity
+from django.db import connections
+from django.db.models import Q
+from django.db.models.functions import Greatest, Lower
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
+from django.views.decorators.http import require_safe
 
 from core.access import is_admin
 from inventory.models import ComputeTray, Gpu, MigDevice, Rack
+from portal.pages import search_indexes
 from scheduling.models import Job
 from tenancy import naming
 from tenancy.models import Department, Membership, Project
 
 MAX_QUERY = 200
 LIMIT = 20  # results shown per kind; the rest is counted ("and N more")
+SUGGEST_LIMIT = 5  # the header's typeahead: at most this many per kind, nothing counted
+MIN_SUBSTRING = 3  # a substring or word search needs a word this long (a trigram; shorter: prefixes only)
+WORD_MARKS = (" ", "-", "_", ".", "/", ":")  # what starts a word inside a name
+COUNT_CAP = 1000  # substring matches are counted up to this many ("and at least N more" beyond)
 HIGH = "\uffff"
 GUID = re.compile(r"^(0x)?[0-9a-f]{16}$")
 GUID_PREFIX = re.compile(r"^0x[0-9a-f]{4,16}$")
@@ -58,6 +92,7 @@ UUID_TAIL = re.compile(r"^[0-9a-f-]*$")
 # A GPU serial as nvidia-smi prints it is a number (13 digits on GB200); letters are allowed, separators are
 # not. Only such a query looks at the serial column, which has no index (a scan of every GPU).
 SERIAL = re.compile(r"^(?=.*[0-9])[0-9A-Za-z]{6,64}$")
+SERIAL_FRAGMENT = re.compile(r"^(?=.*[0-9])[0-9A-Za-z]{3,64}$")  # a part of one: looked for inside serials
 
 
 class QueryTooLong(ValueError):
@@ -77,6 +112,7 @@ class Group:
     label: str
     hits: list[Hit] = field(default_factory=list)
     more: int = 0
+    more_at_least: bool = False  # `more` stopped at COUNT_CAP matches: there may be more
     note: str = ""  # a sentence above the hits (several jobs with the name searched for)
 
 
@@ -92,9 +128,9 @@ class Results:
 
 
 def clean(raw) -> str:
-    """The query as searched: control characters become spaces, then trimmed. Longer than MAX_QUERY
-    characters raises QueryTooLong."""
-    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in str(raw or "")).strip()
+    """The query as searched: control characters and lone surrogates (no database can hold one) become
+    spaces, then trimmed. Longer than MAX_QUERY characters raises QueryTooLong."""
+    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in str(raw or "")).strip()
     if len(text) > MAX_QUERY:
         raise QueryTooLong(
             f"The search is {len(text)} characters long; at most {MAX_QUERY} are searched. "
@@ -110,11 +146,104 @@ def _prefix(field_name: str, value: str) -> Q:
     )
 
 
-def _bounded(queryset, limit: int = LIMIT) -> tuple[list, int]:
+def _bounded(queryset, limit: int = LIMIT, count: bool = True) -> tuple[list, int]:
+    """The first `limit` rows and how many more there are, counted up to COUNT_CAP rows in all (0 when not
+    `count`ed): a prefix shared by a tenth of a year's jobs is not counted to the end."""
     rows = list(queryset[: limit + 1])
     if len(rows) <= limit:
         return rows, 0
-    return rows[:limit], queryset.count() - limit
+    return rows[:limit], _count(queryset) - limit if count else 0
+
+
+def _count(queryset) -> int:
+    """The rows of `queryset`, counted up to COUNT_CAP (`SELECT COUNT(*) FROM (... LIMIT COUNT_CAP)`)."""
+    return queryset.order_by()[:COUNT_CAP].count()
+
+
+def _inside(fields: tuple[str, ...], text: str) -> Q:
+    """`text` inside one of `fields`, in any case (`icontains`: on PostgreSQL `UPPER(field::text) LIKE
+    '%TEXT%'`, the expression the trigram indexes of migration portal 0003 are built on)."""
+    return reduce(operator.or_, (Q(**{f"{name}__icontains": text}) for name in fields))
+
+
+def _word_start(fields: tuple[str, ...], word: str) -> Q:
+    """A short `word` at the start of a word of one of `fields` ("b" in "hall B row 12", not in "gb-r01")."""
+    return reduce(
+        operator.or_,
+        (
+            Q(**{f"{name}__istartswith": word})
+            | reduce(operator.or_, (Q(**{f"{name}__icontains": mark + word}) for mark in WORD_MARKS))
+            for name in fields
+        ),
+    )
+
+
+def _substring(fields: tuple[str, ...], q: str) -> Q | None:
+    """The third rank: `q` inside one of `fields`, or each of its words in one of them, in any order
+    ("llama pretrain", "hall b row 12": a word shorter than MIN_SUBSTRING at the start of a word). None when
+    no word has MIN_SUBSTRING characters: a trigram index cannot narrow shorter ones, so such a query
+    looks at prefixes only."""
+    words = q.split()
+    if not any(len(word) >= MIN_SUBSTRING for word in words):
+        return None
+    condition = _inside(fields, q)
+    if len(words) > 1:
+        condition |= reduce(
+            operator.and_,
+            (_inside(fields, w) if len(w) >= MIN_SUBSTRING else _word_start(fields, w) for w in words),
+        )
+    return condition
+
+
+@functools.cache
+def _has_trigrams(alias: str) -> bool:
+    """Whether the database can rank by trigram similarity: PostgreSQL with pg_trgm installed (migration
+    portal 0003 creates it when the role may; without it the same matches come back in name order). Asked
+    once per process."""
+    connection = connections[alias]
+    return connection.vendor == "postgresql" and search_indexes.has_extension(connection)
+
+
+def _alike_first(queryset, fields: tuple[str, ...], q: str, order: tuple) -> tuple:
+    """`order` behind the trigram similarity of `q` to the best of `fields` on PostgreSQL: the word most
+    like it first, then (among equals) the name most like it as a whole (the shorter "Vision" before "Big
+    vision transformer zoo"); `order` alone elsewhere. Only for the small tables: it is computed for every
+    match."""
+    if not _has_trigrams(queryset.db):
+        return order
+
+    def best(alike: list):
+        return (Greatest(*alike) if len(alike) > 1 else alike[0]).desc()
+
+    words = best([TrigramWordSimilarity(q, name) for name in fields])
+    wholes = best([TrigramSimilarity(name, q) for name in fields])  # (expression, string): Django's order
+    return (words, wholes, *order)
+
+
+def _matching(queryset, condition: Q | None):
+    """`queryset` narrowed to rank 3's `condition`, or None when there is none (a query too short)."""
+    return queryset.filter(condition) if condition is not None else None
+
+
+def _widen(found, rows: list, more: int, order: tuple, limit: int, count: bool) -> tuple[list, int, bool]:
+    """The exact and prefix rows `rows` (`more`: how many prefix matches are left out), then the substring
+    and word matches `found` (a queryset, or None) that are not among them, in `order`: at most `limit` rows
+    in all, the rest counted up to COUNT_CAP (the third value: the count stopped there)."""
+    if found is None:
+        return rows, more, len(rows) + more >= COUNT_CAP
+    found = found.order_by(*order)
+    if len(rows) < limit:
+        seen = {row.pk for row in rows}
+        fetched = list(found[: limit + len(seen) + 1])
+        extra = [row for row in fetched if row.pk not in seen]
+        room = limit - len(rows)
+        rows = [*rows, *extra[:room]]
+        if len(fetched) <= limit + len(seen):  # every match is here: the rest is known without a count
+            return rows, max(0, len(extra) - room), False
+    if not count:
+        return rows, 0, False
+    more = max(more, _count(found) - len(rows))
+    return rows, more, len(rows) + more >= COUNT_CAP
 
 
 def _gpu_uuid(q: str) -> str:
@@ -139,17 +268,31 @@ def _gpu_exact(q: str) -> Q:
     return condition
 
 
-def _gpus(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _gpu_inside(q: str) -> Q | None:
+    """GPUs with `q` inside their UUID (a hex fragment: "3fa9c", "-4e1b-") or their serial (a fragment of
+    letters and digits with a digit); None for a query that can be in neither."""
+    fragment = q.lower().removeprefix("gpu-")
+    conditions = []
+    if len(fragment) >= MIN_SUBSTRING and UUID_TAIL.match(fragment):
+        conditions.append(Q(uuid__icontains=fragment))
+    if SERIAL_FRAGMENT.match(q):
+        conditions.append(Q(serial__icontains=q))
+    return reduce(operator.or_, conditions) if conditions else None
+
+
+def _gpus(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     gpus = Gpu.objects.visible_to(user).select_related("tray").order_by("uuid")
     canonical = _gpu_uuid(q)
     exact = gpus.filter(_gpu_exact(q)).first() if look_exact else None
     group = Group("gpu", "GPUs")
+    found = _matching(gpus, _gpu_inside(q))  # holds the prefix matches too: its count is theirs
     if _could_be_uuid_prefix(canonical):
-        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)))
+        rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)), limit, count and found is None)
     else:  # "gb-r01", "train-llm": no UUID starts so, no query
         rows = []
     if exact is not None and all(row.pk != exact.pk for row in rows):
-        rows = [exact, *rows[: LIMIT - 1]]
+        rows = [exact, *rows[: limit - 1]]
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("uuid",), limit, count)
     for gpu in rows:
         where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else "removed from its tray"
         serial = f" · serial {gpu.serial}" if gpu.serial else ""
@@ -157,19 +300,21 @@ def _gpus(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, reverse("inventory:gpu-detail", args=[exact.pk]) if exact else None
 
 
-def _trays(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     trays = ComputeTray.objects.visible_to(user).select_related("rack").order_by("hostname")
     lower = q.lower()
     group = Group("tray", "Compute trays")
-    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)))
+    found = _matching(trays, _substring(("hostname",), lower))
+    rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)), limit, count and found is None)
     exact = next((t for t in rows if t.hostname == lower), None)
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("hostname",), limit, count)
     guid = lower if lower.startswith("0x") else "0x" + lower
     if GUID.match(lower) or GUID_PREFIX.match(lower):
         # Not indexed (a JSON list per tray): only for a query that looks like a GUID.
-        by_guid = list(trays.filter(ib_port_guids__icontains=guid)[:LIMIT])
+        by_guid = list(trays.filter(ib_port_guids__icontains=guid)[:limit])
         if len(by_guid) == 1 and guid in [str(g).lower() for g in by_guid[0].ib_port_guids or []]:
             exact = exact or by_guid[0]
-        rows = [*rows, *(t for t in by_guid if t not in rows)][:LIMIT]
+        rows = [*rows, *(t for t in by_guid if t not in rows)][:limit]
     for tray in rows:
         group.hits.append(
             Hit(
@@ -181,7 +326,7 @@ def _trays(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, reverse("inventory:tray-detail", args=[exact.pk]) if exact else None
 
 
-def _racks(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     racks = Rack.objects.visible_to(user).order_by("name")
     group = Group("rack", "Racks")
     exact = racks.filter(name__in={q, q.lower()}).first() if look_exact else None
@@ -191,9 +336,13 @@ def _racks(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
         cluster = None
     if cluster is not None:
         exact = exact or racks.filter(cluster_uuid=cluster).first()
-    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())))
+    fields = ("name", "location")
+    found = _matching(racks, _substring(fields, q))
+    rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())), limit, count and found is None)
     if exact is not None and exact not in rows:
-        rows = [exact, *rows[: LIMIT - 1]]
+        rows = [exact, *rows[: limit - 1]]
+    order = _alike_first(racks, fields, q, ("name",))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for rack in rows:
         note = f"cluster {rack.cluster_uuid}" if rack.cluster_uuid else rack.location
         group.hits.append(Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), note))
@@ -206,22 +355,40 @@ def _job_named(user, q: str) -> str | None:
     return reverse("scheduling:job-detail", args=[jobs[0]]) if len(jobs) == 1 else None
 
 
-def _jobs(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
-    """Jobs by number, or by the start of their name; those named exactly `q` first. The exact URL is the
-    job number's only: a job's name comes last among exact matches (search() asks _job_named)."""
+def _job_number(text: str) -> bool:
+    """Whether `text` is a job number: ASCII digits that fit the id column ("¹" and "٣" are digits to
+    str.isdigit(), and "¹" is no number to int())."""
+    return text.isascii() and text.isdigit() and len(text) < 19
+
+
+def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
+    """Jobs by number, by the start of their name (those named exactly `q` first), then by a part or the
+    words of their name, each newest first. The exact URL is the job number's only: a job's name comes last
+    among exact matches (search() asks _job_named).
+
+    Each rank is its own query in the jobs' newest-first order, which the index on (created_at, id) gives:
+    a name shared by a tenth of a year's jobs is read from the newest until LIMIT match, not sorted whole.
+    """
     jobs = Job.objects.visible_to(user).select_related("department", "project")
     group = Group("job", "Jobs")
     number = q.removeprefix("#")
-    by_number = look_exact and number.isdigit() and len(number) < 19
+    by_number = look_exact and _job_number(number)
     exact = jobs.filter(pk=int(number)).first() if by_number else None
-    named_first = Case(When(name=q, then=Value(0)), default=Value(1), output_field=IntegerField())
-    rows, group.more = _bounded(jobs.filter(name__istartswith=q).order_by(named_first, "-created_at", "-pk"))
+    newest = ("-created_at", "-pk")
+    named = list(jobs.filter(name=q).order_by(*newest)[: limit + 1])  # the index on the name
+    found = _matching(jobs, _substring(("name",), q))
+    starting, group.more = _bounded(
+        jobs.filter(name__istartswith=q).order_by(*newest), limit, count and found is None
+    )
+    rows = [*named, *(job for job in starting if job.name != q)][:limit]
+    group.more = max(0, len(starting) + group.more - len(rows))  # the named jobs start with it too
     if exact is not None and exact not in rows:
-        rows = [exact, *rows[: LIMIT - 1]]
+        rows = [exact, *rows[: limit - 1]]
     same_name = sum(1 for job in rows if job.name == q)
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, newest, limit, count)
     if same_name > 1:
-        count = f"At least {same_name}" if group.more and same_name >= LIMIT - 1 else str(same_name)
-        group.note = f"{count} jobs are named {q!r}: they are listed first, newest first."
+        many = f"At least {same_name}" if len(named) > same_name else str(same_name)
+        group.note = f"{many} jobs are named {q!r}: they are listed first, newest first."
     for job in rows:
         where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
         group.hits.append(
@@ -234,10 +401,15 @@ def _jobs(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
 
-def _departments(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     departments = Department.objects.visible_to(user).order_by("name")
     group = Group("department", "Departments")
-    rows, group.more = _bounded(departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q)))
+    fields = ("name", "slug")
+    found = _matching(departments, _substring(fields, q))
+    starting = departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q))
+    rows, group.more = _bounded(starting, limit, count and found is None)
+    order = _alike_first(departments, fields, q, ("name",))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for department in rows:
         group.hits.append(
             Hit(
@@ -277,7 +449,7 @@ def _project_named(user, q: str) -> str | None:
     return _project_url(*found[0]) if len(found) == 1 else None
 
 
-def _projects(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     projects = (
         Project.objects.visible_to(user).select_related("department").order_by("department__name", "name")
     )
@@ -285,8 +457,14 @@ def _projects(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]
     rows, group.more = _bounded(
         projects.filter(
             Q(name__istartswith=q) | Q(slug__istartswith=q.lower()) | _namespace_q(q, exact=False)
-        )
+        ),
+        limit,
+        count,
     )
+    fields = ("name", "slug")
+    found = _matching(projects, _substring(fields, q))  # not every namespace prefix match: both counted
+    order = _alike_first(projects, fields, q, ("department__name", "name"))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for project in rows:
         group.hits.append(
             Hit(
@@ -309,9 +487,14 @@ def visible_users(user):
     ).distinct()
 
 
-def _users(user, q: str, look_exact: bool = True) -> tuple[Group, str | None]:
+def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     group = Group("user", "Users")
-    rows, group.more = _bounded(visible_users(user).filter(username__istartswith=q).order_by("username"))
+    users = visible_users(user).order_by("username")
+    fields = ("username", "first_name", "last_name")
+    found = _matching(users, _substring(fields, q))
+    rows, group.more = _bounded(users.filter(username__istartswith=q), limit, count and found is None)
+    order = _alike_first(users, fields, q, ("username",))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     can_open_admin = is_admin(user) and user.is_staff and user.has_perm("auth.view_user")
     memberships = {}
     if rows and not can_open_admin:
@@ -380,7 +563,7 @@ def _exact_rack(user, q: str) -> str | None:
 
 def _exact_job(user, q: str) -> str | None:
     number = q.removeprefix("#")
-    if not (number.isdigit() and len(number) < 19):
+    if not _job_number(number):
         return None
     job = Job.objects.visible_to(user).filter(pk=int(number)).values_list("pk", flat=True).first()
     return reverse("scheduling:job-detail", args=[job]) if job is not None else None
@@ -446,3 +629,31 @@ def search_page(request):
     if results.exact and request.GET.get("all") != "1":
         return redirect(results.exact)
     return render(request, "portal/search.html", {"q": q, "results": results, "limit": LIMIT})
+
+
+def suggestions(user, q: str) -> list[Group]:
+    """The header box's typeahead: each kind's first SUGGEST_LIMIT results for the cleaned query `q`, in
+    search()'s ranks, with nothing counted and only the hits that have a page (a person one may not open
+    is left out)."""
+    groups = []
+    for kind in SEARCHES:
+        group, _ = kind(user, q, True, SUGGEST_LIMIT, False)
+        group.hits = [hit for hit in group.hits if hit.url]
+        group.more, group.note = 0, ""
+        if group.hits:
+            groups.append(group)
+    return groups
+
+
+@require_safe
+def suggest(request):
+    """`/search/suggest/?q=`: the list under the header box as one types (an HTML fragment that
+    static/portal/search.js places; it never writes). An empty query: an empty list; a query over MAX_QUERY
+    characters: 400 with the sentence why."""
+    raw = request.GET.getlist("q")
+    try:
+        q = clean(raw[-1] if raw else "")
+    except QueryTooLong as error:
+        return HttpResponse(str(error), status=400, content_type="text/plain; charset=utf-8")
+    groups = suggestions(request.user, q) if q else []
+    return render(request, "portal/_search_suggest.html", {"q": q, "groups": groups})

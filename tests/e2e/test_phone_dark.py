@@ -112,7 +112,7 @@ def test_the_header_and_pages_fit_a_phone(live_server, browser, fleet, shots):
         expect(toggle).to_be_visible()
         expect(toggle).to_have_attribute("aria-expanded", "false")
         expect(nav).to_be_hidden()
-        expect(page.get_by_role("searchbox", name=re.compile("Search GPUs"))).to_be_visible()
+        expect(page.get_by_role("combobox", name=re.compile("Search GPUs"))).to_be_visible()
         assert page_width(page) <= PHONE["width"]
         toggle.click()
         expect(toggle).to_have_attribute("aria-expanded", "true")

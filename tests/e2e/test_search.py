@@ -42,7 +42,7 @@ def test_search_from_the_header_lands_on_the_tray(live_server, page, member, sho
     expect(page.locator("main")).not_to_contain_text("Trays with fabric problems")
     page.screenshot(path=str(shots / "home-member-desktop.png"), full_page=True)
 
-    box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
     box.fill("research-ll")
     with page.expect_navigation():
         box.press("Enter")
@@ -51,7 +51,7 @@ def test_search_from_the_header_lands_on_the_tray(live_server, page, member, sho
     expect(jobs).to_contain_text("research-llama-pretrain")
     expect(page.locator("main")).not_to_contain_text("research-llama-elsewhere")
 
-    box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
     box.fill("gb-r02-t0")
     with page.expect_navigation():
         box.press("Enter")
@@ -63,7 +63,7 @@ def test_search_from_the_header_lands_on_the_tray(live_server, page, member, sho
     page.set_viewport_size({"width": 1400, "height": 1000})
 
     tray = ComputeTray.objects.get(hostname="gb-r02-t05")
-    box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
     box.fill("GB-R02-T05")
     with page.expect_navigation():
         box.press("Enter")
@@ -89,7 +89,7 @@ def test_search_finds_projects_and_jumps_to_a_job_by_its_whole_name(live_server,
     sign_in(page, live_server)
 
     def search(text: str) -> None:
-        box = page.get_by_role("searchbox", name=re.compile("Search GPUs, trays"))
+        box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
         box.fill(text)
         with page.expect_navigation():
             box.press("Enter")
@@ -124,3 +124,67 @@ def test_search_finds_projects_and_jumps_to_a_job_by_its_whole_name(live_server,
         "2 jobs are named 'sweep-lr': they are listed first, newest first."
     )
     page.screenshot(path=str(shots / "search-jobs-sharing-a-name.png"), full_page=True)
+
+
+@pytest.mark.e2e
+def test_the_typeahead_lists_matches_as_one_types_and_the_keyboard_opens_one(
+    live_server, page, member, shots
+):
+    from scheduling.models import Job
+
+    job = Job.objects.get(name="research-llama-pretrain")
+    sign_in(page, live_server)
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
+    listbox = page.get_by_role("listbox", name="Matches")
+    expect(box).to_have_attribute("aria-expanded", "false")
+    expect(listbox).to_be_hidden()
+
+    # A word from the middle of the job's name: the list opens under the box, the other tenant's job absent.
+    box.press_sequentially("pretrain", delay=30)
+    expect(listbox).to_be_visible()
+    expect(box).to_have_attribute("aria-expanded", "true")
+    jobs = listbox.get_by_role("group", name="Jobs")
+    expect(jobs.get_by_role("option")).to_have_count(1)
+    expect(jobs.get_by_role("option")).to_contain_text("research-llama-pretrain")
+    expect(listbox).not_to_contain_text("research-llama-elsewhere")
+    expect(listbox.get_by_role("option").last).to_contain_text("Every result for")
+    page.screenshot(path=str(shots / "typeahead-desktop.png"))
+
+    # Arrows move the highlight (aria-activedescendant), Escape closes and keeps the text, Enter opens.
+    box.press("ArrowDown")
+    first = listbox.get_by_role("option").first
+    expect(first).to_have_attribute("aria-selected", "true")
+    expect(box).to_have_attribute("aria-activedescendant", first.get_attribute("id"))
+    box.press("ArrowUp")  # wraps to the last option ("every result")
+    expect(listbox.get_by_role("option").last).to_have_attribute("aria-selected", "true")
+    box.press("Escape")
+    expect(listbox).to_be_hidden()
+    expect(box).to_have_attribute("aria-expanded", "false")
+    expect(box).to_have_value("pretrain")
+    box.press("ArrowDown")
+    expect(listbox).to_be_visible()
+    expect(first).to_have_attribute("aria-selected", "true")
+    with page.expect_navigation():
+        box.press("Enter")
+    expect(page).to_have_url(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+
+    # On a phone: a part of a rack's name lists the rack and its trays; the keyboard picks a tray.
+    page.set_viewport_size({"width": 390, "height": 844})
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
+    box.press_sequentially("r03-t0", delay=30)
+    trays = listbox.get_by_role("group", name="Compute trays")
+    expect(trays.get_by_role("option")).to_have_count(5)
+    expect(trays.get_by_role("option").first).to_contain_text("gb-r03-t01")
+    box_right = box.bounding_box()
+    shown = listbox.bounding_box()
+    assert shown["x"] >= 0 and shown["x"] + shown["width"] <= 390, shown  # the list fits the phone
+    assert shown["y"] >= box_right["y"] + box_right["height"] - 1, (shown, box_right)  # under the box
+    page.screenshot(path=str(shots / "typeahead-phone.png"))
+    box.press("ArrowDown")
+    box.press("ArrowDown")
+    tray = ComputeTray.objects.get(hostname="gb-r03-t02")
+    expect(trays.get_by_role("option").nth(1)).to_have_attribute("aria-selected", "true")
+    with page.expect_navigation():
+        box.press("Enter")
+    expect(page).to_have_url(f"{live_server.url}/inventory/trays/{tray.pk}/")
+    page.set_viewport_size({"width": 1400, "height": 1000})

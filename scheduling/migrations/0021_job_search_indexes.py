@@ -1,0 +1,31 @@
+"""Two indexes on the jobs for the global search (portal.pages.search): the name, which its exact-name
+lookup (`_job_named`) reads instead of every job, and (created_at, id), the newest-first order in which it
+reads the jobs whose name holds a common word ("pretrain": a tenth of a year's jobs), stopping at the first
+21 instead of sorting every match. Built CONCURRENTLY on PostgreSQL: an upgrade does not hold the writes to the jobs while
+it builds (docs/deployment/operations.md, Upgrading), hence `atomic = False`; a plain index elsewhere."""
+
+from django.db import migrations, models
+
+
+class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor != "postgresql" or schema_editor.connection.in_atomic_block:
+            return super().database_forwards(app_label, schema_editor, from_state, to_state)
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            schema_editor.add_index(model, self.index, concurrently=True)
+
+
+class Migration(migrations.Migration):
+    atomic = False
+
+    dependencies = [("scheduling", "0020_pass_queue_and_estimates")]
+
+    operations = [
+        AddIndexConcurrentlyOnPostgreSQL(
+            model_name="job", index=models.Index(fields=["name"], name="scheduling_job_name_idx")
+        ),
+        AddIndexConcurrentlyOnPostgreSQL(
+            model_name="job", index=models.Index(fields=["created_at", "id"], name="scheduling_job_created_idx")
+        ),
+    ]

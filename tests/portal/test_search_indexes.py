@@ -1,0 +1,255 @@
+"""The search's trigram indexes (portal.pages.search_indexes, migration portal 0003): on PostgreSQL each
+exists as a GIN index with gin_trgm_ops on UPPER(column), and the search's own queries can use it; a role
+that cannot create pg_trgm leaves a warning and a working migration; on SQLite nothing is made."""
+
+import importlib
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from benchmarks.search import seed_job_history
+from inventory.models import ComputeTray, Gpu, Rack
+from portal.pages import search_indexes
+from scheduling.models import Job
+from tenancy.models import Project
+
+pytestmark = pytest.mark.django_db
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_trgm is PostgreSQL's")
+
+ROOT = Path(__file__).resolve().parents[2]
+MIGRATION = importlib.import_module("portal.migrations.0003_search_trigram_indexes")
+
+
+def index_definitions() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE ANY(%s)",
+            [["%_trgm_idx", "%_prefix_idx"]],
+        )
+        return dict(cursor.fetchall())
+
+
+@postgresql_only
+def test_every_index_exists_with_the_trigram_opclass_on_upper():
+    definitions = index_definitions()
+    assert set(definitions) == {name for name, *_ in search_indexes.INDEXES} and len(definitions) == 12
+    for name, table, column, how in search_indexes.INDEXES:
+        definition = definitions[name]
+        if how == search_indexes.TRIGRAM:
+            assert f"ON public.{table} USING gin (upper(({column})::text) gin_trgm_ops)" in definition
+        else:
+            assert f"ON public.{table} USING btree (upper(({column})::text) text_pattern_ops)" in definition
+
+
+def plan(queryset) -> str:
+    """EXPLAIN of the ORM's own SQL with sequential scans priced out: which index it can use."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    try:
+        return queryset.order_by().explain()  # no ORDER BY: a b-tree read in order is no way round it
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = on")
+
+
+@postgresql_only
+def test_the_searchs_substring_and_prefix_lookups_can_use_the_indexes(demo_inventory):
+    cases = [
+        (Job.objects.filter(name__icontains="pretrain"), "scheduling_job_name_trgm_idx"),
+        (Job.objects.filter(name__istartswith="train-pre"), "scheduling_job_name_prefix_idx"),
+        (Rack.objects.filter(location__icontains="hall b row 12"), "inventory_rack_location_trgm_idx"),
+        (Rack.objects.filter(name__icontains="r03"), "inventory_rack_name_trgm_idx"),
+        (ComputeTray.objects.filter(hostname__icontains="r03-t1"), "inventory_computetray_hostname_trgm_idx"),
+        (Gpu.objects.filter(serial__icontains="4471"), "inventory_gpu_serial_trgm_idx"),
+        (Gpu.objects.filter(uuid__icontains="9f3a-4c"), "inventory_gpu_uuid_trgm_idx"),
+        (Project.objects.filter(name__icontains="vision"), "tenancy_project_name_trgm_idx"),
+    ]
+    for queryset, index in cases:
+        explained = plan(queryset)
+        assert f" on {index}" in explained or f" using {index}" in explained, (index, explained)
+
+
+@postgresql_only
+@pytest.mark.slow(reason="writes 20,000 jobs: beyond make test-fast's budget")
+def test_the_planner_picks_the_index_for_a_rare_part_of_many_jobs(department_a, department_b):
+    """Without any nudge, the search's own query: 20,000 jobs, one of them holding the part searched for."""
+    assert seed_job_history(count=20_000) == 20_000  # the benchmark's year of jobs, smaller
+    assert Job.objects.filter(name__startswith="train-pretrain-h").count() > 1000
+    Job.objects.filter(name="train-pretrain-h000011").update(name="train-needle-h000011")
+    explained = Job.objects.filter(name__icontains="needle").order_by("-created_at", "-pk")[:21].explain()
+    assert "scheduling_job_name_trgm_idx" in explained, explained
+
+
+@postgresql_only
+def test_a_role_that_cannot_create_the_extension_gets_a_warning_not_a_failed_migration(monkeypatch, capsys):
+    # A real refusal by PostgreSQL (an extension it cannot create), as a role without the right would get.
+    monkeypatch.setattr(search_indexes, "EXTENSION", "rackplane_no_such_extension")
+    with connection.schema_editor(atomic=False) as editor:
+        MIGRATION.create(None, editor)
+    warning = capsys.readouterr().err
+    assert "rackplane_no_such_extension extension could not be created" in warning
+    assert "Search still finds every match" in warning and "manage.py search_indexes" in warning
+    # The transaction is intact (the failure was in a savepoint) and nothing else was tried.
+    assert Rack.objects.count() == 0
+    with pytest.raises(Exception, match="could not be created"):
+        call_command("search_indexes")
+
+
+@postgresql_only
+def test_the_command_makes_a_missing_index_again():
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX scheduling_job_name_trgm_idx")
+    assert "scheduling_job_name_trgm_idx" not in index_definitions()
+    made = search_indexes.create_indexes(connection, concurrently=False)  # in the test's transaction
+    assert made == ["scheduling_job_name_trgm_idx"]
+    assert "gin_trgm_ops" in index_definitions()["scheduling_job_name_trgm_idx"]
+    assert search_indexes.create_indexes(connection, concurrently=False) == []
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the embedded default")
+def test_on_sqlite_nothing_is_made_and_the_command_says_so(capsys):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE '%trgm%'")
+        assert cursor.fetchall() == []
+    call_command("search_indexes")
+    assert "Nothing to do on sqlite" in capsys.readouterr().out
+    # The migration's two ways do nothing here (they read only the schema editor's connection).
+    editor = SimpleNamespace(connection=connection)
+    MIGRATION.create(None, editor)
+    MIGRATION.drop(None, editor)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE '%trgm%'")
+        assert cursor.fetchone() == (0,)
+
+
+def test_the_benchmarks_year_of_jobs_is_made_by_the_database(department_a, department_b):
+    """benchmarks/search.py's seed_job_history on either database: demo-like names, every department,
+    finished states, submissions spread over the year, searchable like any job."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.pages.search import search
+    from scheduling.choices import JobState
+    from tests.factories import make_user
+
+    assert seed_job_history(days=365, count=550) == 550
+    jobs = Job.objects.all()
+    assert jobs.count() == 550
+    assert set(jobs.values_list("department_id", flat=True)) == {department_a.pk, department_b.pk}
+    assert set(jobs.values_list("state", flat=True)) == {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+    }
+    names = set(jobs.values_list("name", flat=True))
+    assert "train-pretrain-h000011" in names and "build-profile-h000010" in names and len(names) == 550
+    oldest, newest = jobs.order_by("created_at").first(), jobs.order_by("created_at").last()
+    now = timezone.now()
+    assert now - timedelta(days=366) < oldest.created_at < now - timedelta(days=364)
+    assert now - timedelta(days=2) < newest.created_at <= now
+    assert all(j.created_at < j.started_at < j.finished_at for j in jobs[:20])
+    admin = make_user("bench-admin", staff=True)
+    group = next(g for g in search(admin, "pretrain").groups if g.kind == "job")
+    assert group.hits[0].title.endswith("train-pretrain-h000011")  # the newest "pretrain" first
+    assert len(group.hits) + group.more == 50
+
+
+def _superuser_connection(settings_dict):
+    """A superuser's connection to the test server (services.sh: `postgres` as root, else the user who ran
+    initdb), or None."""
+    import getpass
+
+    import psycopg
+
+    for user in ("postgres", getpass.getuser()):
+        try:
+            connection = psycopg.connect(
+                host=settings_dict["HOST"] or "127.0.0.1",
+                port=settings_dict["PORT"] or 5432,
+                user=user,
+                dbname="postgres",
+                autocommit=True,
+                connect_timeout=5,
+            )
+        except psycopg.Error:
+            continue
+        if connection.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+            return connection
+        connection.close()
+    return None
+
+
+@postgresql_only
+@pytest.mark.slow(reason="migrates a new database from nothing as a restricted role, in a subprocess")
+def test_a_role_without_the_right_migrates_with_a_warning_and_the_command_finishes_later():
+    """A real refusal: a role that may create tables but not extensions (no CREATE on the database), as
+    on a managed PostgreSQL. `migrate` succeeds, says what to run, and makes the prefix b-tree; once a
+    superuser has made pg_trgm, `manage.py search_indexes` makes the rest."""
+    import secrets
+    import subprocess
+    import sys
+
+    import psycopg
+    from django.conf import settings as django_settings
+
+    database = django_settings.DATABASES["default"]
+    admin = _superuser_connection(database)
+    if admin is None:
+        pytest.skip("no superuser on this PostgreSQL to make a restricted role with")
+    name = f"rp_search_{secrets.token_hex(4)}"
+    admin.execute(f"CREATE ROLE {name} LOGIN")
+    admin.execute(f"CREATE DATABASE {name} OWNER {admin.info.user}")
+    try:
+        dsn = {"host": admin.info.host, "port": admin.info.port, "user": admin.info.user, "dbname": name}
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            inside.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {name}")
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PG")},
+            "DEBUG": "1",
+            "DATABASE_URL": f"postgres://{name}@{admin.info.host}:{admin.info.port}/{name}",
+        }
+
+        def manage(*args):
+            return subprocess.run(
+                [sys.executable, "manage.py", *args],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+
+        migrated = manage("migrate", "--no-input")
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        assert 'permission denied to create extension "pg_trgm"' in migrated.stderr
+        assert f'`CREATE EXTENSION pg_trgm;` in the database "{name}"' in migrated.stderr
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            made = {
+                row[0]
+                for row in inside.execute(
+                    "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'scheduling_job_name_%'"
+                )
+            }
+            assert made == {"scheduling_job_name_idx", "scheduling_job_name_prefix_idx"}
+        refused = manage("search_indexes")
+        assert refused.returncode != 0 and "could not be created" in refused.stderr
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            inside.execute("CREATE EXTENSION pg_trgm")
+        finished = manage("search_indexes")
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        assert "Made inventory_rack_name_trgm_idx" in finished.stdout
+        with psycopg.connect(**dsn, autocommit=True) as inside:
+            count = inside.execute(
+                "SELECT count(*) FROM pg_indexes WHERE indexname LIKE '%_trgm_idx'"
+            ).fetchone()
+            assert count == (len(search_indexes.INDEXES) - 1,)
+        assert manage("search_indexes").stdout.startswith("All 12 search indexes exist")
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"DROP ROLE IF EXISTS {name}")
+        admin.close()
