@@ -135,11 +135,21 @@ def _names_filter(field_name: str, label: str, validator, **extra) -> TextFilter
     return TextFilter(field_name=field_name, label=label, max_length=128, validators=[validator], **extra)
 
 
+FIRST_YEAR, LAST_YEAR = 2000, 2099  # health events' times: anything else is a typo (and 0001 overflows)
+
+
 class TimeRangeForm(forms.Form):
-    """A filter form with a `since` and an `until`: the end must come after the start."""
+    """A filter form with a `since` and an `until` (typed in the viewer's time zone: portal.web.middleware
+    .ViewerTimezoneMiddleware): each within FIRST_YEAR-LAST_YEAR (checked on the typed value: a year-1 time
+    east of UTC cannot even be converted to UTC), and the end after the start."""
 
     def clean(self):
         data = super().clean()
+        for name, words in (("since", "“Seen at or after”"), ("until", "“Seen before”")):
+            value = data.get(name)
+            if value is not None and not FIRST_YEAR <= value.year <= LAST_YEAR:
+                self.add_error(name, f"{words} must be a time between {FIRST_YEAR} and {LAST_YEAR}.")
+                data.pop(name, None)
         since, until = data.get("since"), data.get("until")
         if since is not None and until is not None and until <= since:
             raise ValidationError("“Seen before” must be after “seen at or after”.", code="range")
@@ -182,10 +192,10 @@ class HealthEventFilter(WithoutEmptyValues, django_filters.FilterSet):
         error_messages=_choice_error("Severity"),
     )
     since = django_filters.IsoDateTimeFilter(
-        field_name="last_seen", lookup_expr="gte", label="Seen at or after (UTC)"
+        field_name="last_seen", lookup_expr="gte", label="Seen at or after (your time zone)"
     )
     until = django_filters.IsoDateTimeFilter(
-        field_name="last_seen", lookup_expr="lt", label="Seen before (UTC)"
+        field_name="last_seen", lookup_expr="lt", label="Seen before (your time zone)"
     )
 
     class Meta:

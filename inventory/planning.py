@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from core.hardware import DEFAULT_CLIQUE_ID, TRAYS_PER_RACK
+from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
 from inventory.names import partition_name_error, service_tier_error
 
 PRESETS = {"1x18": 18, "2x9": 9, "3x6": 6, "6x3": 3, "9x2": 2, "18x1": 1}
@@ -319,8 +319,13 @@ def _check_mig(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, 
             Level.WARNING,
             f"{name} holds {'tray' if one else 'trays'} {trays} in MIG mode. MIG instances have no NVLink "
             "peer-to-peer (every MIG profile reports P2P No), so while MIG is on, jobs spanning trays in "
-            f"{name} use only its other {len(slots) - len(mig)} trays; the other GPUs of "
-            f"{'that tray' if one else 'those trays'} still take jobs of one tray. Turn MIG off on "
+            f"{name} use only its other {len(slots) - len(mig)} trays"
+            + (
+                f"; the other GPUs of {'that tray' if one else 'those trays'} still take jobs of one tray"
+                if any(tray.mig_gpus < GPUS_PER_TRAY and not tray.mig_layout for tray in mig)
+                else ""
+            )
+            + f". Turn MIG off on "
             f"{'it' if one else 'them'} (the MIG layout all-disabled on the tray page) to give {name} all "
             "its trays.",
         )

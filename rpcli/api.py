@@ -197,8 +197,8 @@ class Api:
         if status == 401:
             raise RpError(
                 Exit.AUTH,
-                f"the portal refused the token: {message or 'not authenticated'}. Make a new one on "
-                f"{self.url}/account/tokens/ and run `rp login` again.",
+                f"the portal refused the token: {message.rstrip('.') or 'not authenticated'}. Make a new one "
+                f"on {self.url}/account/tokens/ and run `rp login` again.",
             )
         if status == 403:
             raise RpError(Exit.AUTH, f"not allowed: {message or 'permission denied'}")

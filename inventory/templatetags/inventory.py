@@ -4,6 +4,8 @@ title: colour is never the only carrier of meaning."""
 
 from django import template
 
+from inventory.choices import TrayState
+
 register = template.Library()
 
 HEALTH_ICONS = {
@@ -24,3 +26,12 @@ def health_icon(value):
 @register.filter
 def state_icon(value):
     return STATE_ICONS.get(str(value), "•")
+
+
+@register.filter
+def state_label(value):
+    """A tray state in words ("Needs service"), as the model's choices say it; the value if unknown."""
+    try:
+        return TrayState(str(value)).label
+    except ValueError:
+        return str(value)

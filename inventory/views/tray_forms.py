@@ -157,7 +157,8 @@ class MigLayoutForm(forms.Form):
     layout = forms.ChoiceField(
         label="MIG layout",
         error_messages={
-            "invalid_choice": "%(value)s is not a layout these GPUs allow: choose one of the list.",
+            # Not echoing the value: it may be anything (5,000 characters, control or bidi characters).
+            "invalid_choice": "That is not a layout these GPUs allow: choose one of the list.",
             "required": "Choose a layout.",
         },
     )

@@ -400,6 +400,7 @@ def test_a_token_that_no_longer_works_is_the_authentication_exit_code(logged_in,
 
     assert done.code == AUTH
     assert "refused the token" in done.err and how in done.err.lower()
+    assert ".." not in done.err  # the portal's sentence ends with a full stop; rp adds none
 
 
 # --- hostile input ----------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from inventory.models import (
     HealthSettings,
     ServiceRecord,
 )
+from portal.web.middleware import TIMEZONE_COOKIE
 
 pytestmark = pytest.mark.django_db
 
@@ -215,6 +216,8 @@ def test_a_gpu_filter_matches_its_uuid_in_any_case(client_as, fleet):
         ({"since": "yesterday"}, "Enter a valid date/time"),
         ({"since": "99999-01-01T00:00"}, "Enter a valid date/time"),
         ({"since": "2026-11-02T00:00", "until": "2026-11-01T00:00"}, "must be after"),
+        ({"since": "0001-01-01T00:00"}, "between 2000 and 2099"),
+        ({"until": "9999-12-31T23:59"}, "between 2000 and 2099"),
         ({"rack": "GB-R01"}, ""),  # not a rack name: lower case only
         ({"rack": "gb-r01\u202e"}, ""),  # a bidi override
         ({"tray": "gb\x00r01"}, "NUL character"),  # the portal's own guard answers first
@@ -234,6 +237,17 @@ def test_hostile_filter_values_are_a_400_that_says_why_and_writes_nothing(client
     page = response.content.decode()
     assert ('role="alert"' in page or "NUL" in words) and words in page
     assert 'class="event-row"' not in page
+
+
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/New_York", "Etc/GMT+12"])
+@pytest.mark.parametrize("params", [{"since": "0001-01-01T00:00"}, {"until": "9999-12-31T23:59"}])
+def test_extreme_times_typed_in_any_zone_are_a_400_not_a_500(client_as, fleet, zone, params):
+    client = client_as("platform_admin")
+    client.cookies[TIMEZONE_COOKIE] = zone
+    response = client.get(EVENTS, params)
+    assert response.status_code == 400 and "between 2000 and 2099" in response.content.decode()
+    shown = {"Etc/GMT+12": "-12"}.get(zone, zone)  # a fixed-offset zone is named by its offset
+    assert f"Seen from ({shown})" in response.content.decode()
 
 
 def test_keyset_pages_walk_every_event_once_without_counting(client_as, fleet):

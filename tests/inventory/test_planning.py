@@ -114,6 +114,7 @@ def test_a_tray_given_a_mig_layout_is_named_with_it_before_its_gpus_report_mig()
     check = check_plan("gb-r01", trays, preset_layout("2x9"))
     [warning] = [w for w in messages(check, Level.WARNING) if "MIG" in w]
     assert warning.startswith("p1 holds tray 4 (gb-r01-t04, 4 GPUs, layout all-1g.23gb) in MIG mode.")
+    assert "still take jobs of one tray" not in warning  # a layout takes every GPU of the tray
 
 
 def test_running_work_on_a_changing_tray_refuses_the_plan_unless_drained_first():
