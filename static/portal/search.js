@@ -54,10 +54,20 @@
       highlight(all[next]);
     }
 
-    // A new list: shown while the box has focus and something typed, nothing highlighted.
+    // A new list: shown while the box has focus and something typed. The option highlighted before it came
+    // stays highlighted when the new list has it too (same link): a list answering a keystroke typed before
+    // the arrow keys must not undo them.
+    var kept = null;
+    document.body.addEventListener("htmx:beforeSwap", function (event) {
+      if (event.detail.target !== list) return;
+      var current = active();
+      kept = current ? current.getAttribute("href") : null;
+    });
     document.body.addEventListener("htmx:afterSwap", function (event) {
       if (event.detail.target !== list) return;
-      highlight(null);
+      var again = kept ? options().filter(function (el) { return el.getAttribute("href") === kept; })[0] : null;
+      kept = null;
+      highlight(again || null);
       if (document.activeElement === box && box.value.trim()) open();
       else close();
     });

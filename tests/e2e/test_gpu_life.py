@@ -91,7 +91,7 @@ def test_rack_view_colours_by_utilization(live_server, page, fleet, shots):
     page.screenshot(path=str(shots / "rack-utilization-390.png"), full_page=True)
 
     page.set_viewport_size({"width": 1400, "height": 1000})
-    page.get_by_role("link", name="Health", exact=True).click()
+    page.locator(".colour-by").get_by_role("link", name="Health", exact=True).click()
     expect(page.locator("ol.rack-grid")).to_have_class(re.compile(r"\bcolour-by-health\b"))
     expect(page.locator(".health-legend")).to_contain_text("Unhealthy")
 
