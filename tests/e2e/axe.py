@@ -27,7 +27,10 @@ def axe_source() -> str:
         assert npm, (
             "npm is needed once to fetch axe-core for the accessibility tests (Debian: apt install npm)"
         )
-        with tempfile.TemporaryDirectory() as tmp:
+        target = _cache()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Unpacked beside its place (one file system: the rename below is atomic).
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             done = subprocess.run(
                 [npm, "pack", f"axe-core@{AXE_VERSION}", "--silent", "--pack-destination", tmp],
                 capture_output=True,
@@ -39,10 +42,14 @@ def axe_source() -> str:
                 f"npm pack axe-core@{AXE_VERSION} failed: {done.stderr.strip()[-500:]}"
             )
             [archive] = Path(tmp).glob("axe-core-*.tgz")
-            target = _cache()
-            target.mkdir(parents=True, exist_ok=True)
+            unpacked = Path(tmp) / "unpacked"
             with tarfile.open(archive) as tar:
-                tar.extractall(target, filter="data")
+                tar.extractall(unpacked, filter="data")
+            # Whole or not at all: another test process may be fetching the same version at the same time.
+            try:
+                unpacked.rename(target)
+            except OSError:
+                assert script.exists(), f"could not put axe-core into {target}"
     return script.read_text()
 
 
