@@ -219,6 +219,8 @@ def _forget_reason(sender, instance, **kwargs):
 def _ask_for_a_push(change: Change) -> None:
     if change.model is User and change.action in (ADDED, DELETED):
         return  # a new person submits nowhere yet; a deleted one's memberships and POSIX account go too
+    if change.model is ComputeTray and change.action in (ADDED, DELETED):
+        return  # only a tray's MIG layout is watched here; trays come and go through discovery and plans
     words = RENDERED[change.model]
     if change.action == BULK:
         touched = ", ".join(words[name] for name in sorted(change.fields))

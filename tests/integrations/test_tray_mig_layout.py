@@ -219,3 +219,28 @@ def test_one_layout_name_means_one_layout_across_the_fleet(fleet, admin_client_l
     assert "gb-r03-t09 already has a layout named all-balanced with other devices" in page
     tray.refresh_from_db()
     assert tray.mig_layout == ""
+
+
+def test_a_tray_added_or_removed_asks_for_no_push_only_its_mig_layout_does(
+    fleet, django_capture_on_commit_callbacks
+):
+    """Trays come and go through discovery and partition plans, which push on their own terms; the push
+    watcher hears a tray only for its MIG layout (integrations.signals.RENDERED)."""
+    from integrations import signals
+
+    def pushes(callbacks) -> int:
+        return sum(isinstance(c, signals._PushOnCommit) for c in callbacks)
+
+    tray = ComputeTray.objects.get(hostname="gb-r03-t18")
+    rack, slot, partition = tray.rack, tray.slot, tray.partition
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        Gpu.objects.filter(tray=tray).update(tray=None, index=None)
+        tray.delete()
+        ComputeTray.objects.create(rack=rack, slot=slot, hostname="gb-r03-t18", partition=partition)
+    assert pushes(callbacks) == 0
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        ComputeTray.objects.filter(hostname="gb-r03-t18").update(mig_layout="all-disabled")  # bulk, no signal
+        again = ComputeTray.objects.get(hostname="gb-r03-t18")
+        again.mig_layout = "all-balanced"
+        again.save()
+    assert pushes(callbacks) == 1
