@@ -44,8 +44,8 @@ def test_the_pass_keeps_the_line_and_the_page_and_api_show_it(submit, client_as,
     body = api_as("member_a").get(f"/api/v1/jobs/{last}/").json()
     assert body["queue"]["position"] == len(waiting) and body["queue"]["ahead"] == len(waiting) - 1
     first = api_as("member_a").get(f"/api/v1/jobs/{waiting[0]}/").json()["queue"]
-    if str(waiting[0]) in state.estimated_starts:
-        assert first["estimated_start"]  # trays are reserved for the head of the line
+    # Trays are reserved for the head of the line (the pass reserves for the first two waiting jobs).
+    assert str(waiting[0]) in state.estimated_starts and first["estimated_start"]
     running = [job.pk for job in jobs if job.pk not in waiting]
     assert api_as("member_a").get(f"/api/v1/jobs/{running[0]}/").json()["queue"] is None
 
