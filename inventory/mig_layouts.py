@@ -24,7 +24,7 @@ says why none exists.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inventory.discovery.mig import MEMORY_SLICES, MigProfile
@@ -144,29 +144,46 @@ def place(devices: Mapping[str, int], profiles: Iterable[MigProfile]) -> list[tu
         raise LayoutError(f"{slices} compute slices asked: a GPU has {COMPUTE_SLICES}")
     # Largest first: fewer choices early, so the search stays tiny.
     wanted.sort(key=lambda p: (-max(size for _, size in p.placements), p.name))
-    chosen: list[tuple[str, int, int]] = []
-
-    def free(start: int, size: int) -> bool:
-        return all(start + size <= s or s + z <= start for _, s, z in chosen)
-
-    def search(i: int) -> bool:
-        if i == len(wanted):
-            return True
-        profile = wanted[i]
-        for start, size in sorted(profile.placements):
-            if start + size <= MEMORY_SLICES and free(start, size):
-                chosen.append((profile.name, start, size))
-                if search(i + 1):
-                    return True
-                chosen.pop()
-        return False
-
-    if not search(0):
+    chosen = search_placements([(p.name, p.placements) for p in wanted])
+    if chosen is None:
         raise LayoutError(
             "these instances cannot be placed together on one GPU: their possible placements overlap "
             f"({', '.join(f'{count} x {name}' for name, count in devices.items() if count)})"
         )
-    return sorted(chosen, key=lambda c: c[1])
+    return chosen
+
+
+def search_placements(
+    wanted: Sequence[tuple[str, Iterable[tuple[int, int]]]],
+) -> list[tuple[str, int, int]] | None:
+    """One placement (profile, start, size) for each instance of `wanted` (profile name and its allowed
+    (start, size) placements, in the order to try them: larger first keeps the search tiny), none sharing a
+    memory slice, sorted by start; None when there is none. Exhaustive, depth first, each profile's
+    placements in start order, so the answer is deterministic; identical profiles take increasing starts
+    (the same set is not searched twice). The one search both the layouts offered to admins (`place`) and
+    the simulator's (scheduling.engine.mig.expand) use."""
+    used = [False] * MEMORY_SLICES
+    chosen: list[tuple[str, int, int]] = []
+    options = [(name, sorted(placements)) for name, placements in wanted]
+
+    def search(i: int) -> bool:
+        if i == len(options):
+            return True
+        name, placements = options[i]
+        for start, size in placements:
+            if start + size > MEMORY_SLICES or any(used[start : start + size]):
+                continue
+            if i and options[i - 1][0] == name and start < chosen[-1][1]:
+                continue
+            used[start : start + size] = [True] * size
+            chosen.append((name, start, size))
+            if search(i + 1):
+                return True
+            chosen.pop()
+            used[start : start + size] = [False] * size
+        return False
+
+    return sorted(chosen, key=lambda c: c[1]) if search(0) else None
 
 
 def _fits(devices: Mapping[str, int], profiles: list[MigProfile]) -> bool:

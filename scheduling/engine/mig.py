@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-COMPUTE_SLICES = 7  # per GPU in MIG mode (A100 to Blackwell: operations.md 1.1)
-MEMORY_SLICES = 8
-MAX_INSTANCES = 7
+# Per GPU in MIG mode (A100 to Blackwell: operations.md 1.1), and the one placement search: the inventory's
+# (the layouts admins choose from), which this module's simulator layouts share.
+from inventory.mig_layouts import COMPUTE_SLICES, MAX_INSTANCES, MEMORY_SLICES, search_placements
 
 BEST_FIT = "best-fit"
 FRAGMENTATION_AWARE = "fragmentation-aware"
@@ -265,29 +265,10 @@ def expand(layout: MigLayout, profiles: Mapping[str, SliceProfile]) -> tuple[Pla
         if n > profile.max_count:
             raise MigLayoutError(f"layout {layout.name}: {n} x {profile.name}, at most {profile.max_count}")
     wanted.sort(key=lambda p: (-p.memory_slices, -p.compute_slices, p.name))
-    chosen: list[Placement] = []
-    used = [False] * MEMORY_SLICES
-
-    def place(i: int) -> bool:
-        if i == len(wanted):
-            return True
-        profile = wanted[i]
-        for start, size in sorted(profile.placements):
-            if any(used[start : start + size]):
-                continue
-            # Identical profiles in increasing start order: the same set is not searched twice.
-            if i and wanted[i - 1].name == profile.name and start < chosen[-1].start:
-                continue
-            used[start : start + size] = [True] * size
-            chosen.append(Placement(profile.name, start, size))
-            if place(i + 1):
-                return True
-            chosen.pop()
-            used[start : start + size] = [False] * size
-        return False
-
-    if not place(0):
+    found = search_placements([(p.name, p.placements) for p in wanted])
+    if found is None:
         raise MigLayoutError(f"layout {layout.name}: its instances fit no set of allowed placements")
+    chosen = [Placement(name, start, size) for name, start, size in found]
     result = tuple(sorted(chosen, key=lambda p: p.start))
     check_placements(result, profiles)
     return result
