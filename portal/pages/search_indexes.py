@@ -13,6 +13,10 @@ On any other database (SQLite: `make run`'s embedded default) nothing is made: s
 `icontains` there, by scanning. PostgreSQL 13 and later let a database owner create pg_trgm (a trusted
 extension); a role that may not gets a warning, not a failed migration, and search scans until the
 extension and the indexes are made (docs/deployment/operations.md).
+
+Migration 0003 builds from this module's list, so the list only grows: a new index goes here and into a new
+migration calling `create_indexes` (it makes only the missing ones); removing one needs a migration that
+drops it, and its line stays here until that migration is squashed.
 """
 
 from __future__ import annotations
