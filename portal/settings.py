@@ -123,6 +123,8 @@ MIDDLEWARE = [
     "portal.web.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The viewer's language (the header's switch, else the browser's); after the session, before common.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -195,9 +197,16 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
+# English and Japanese (every page, form and message marked for translation; the catalogues are each app's
+# locale/ja and the project's locale/ja, compiled .mo files kept next to them). The language comes from the
+# switch in the header (a cookie, django.views.i18n.set_language) or else the browser's Accept-Language.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("ja", "日本語")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+LANGUAGE_COOKIE_NAME = "rackplane_language"
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
-USE_I18N = False
+USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
@@ -467,6 +476,7 @@ RACKPLANE_TLS = env.bool("RACKPLANE_TLS", default=False)
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=RACKPLANE_TLS)
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=RACKPLANE_TLS)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=RACKPLANE_TLS)
+LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if RACKPLANE_TLS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=RACKPLANE_TLS)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
