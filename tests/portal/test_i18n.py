@@ -1,8 +1,8 @@
-"""English and Japanese: the catalogues are complete, compiled, up to date with the code, and the switch works.
+"""English and Japanese: the catalogues are complete, compiled, up to date with the code; the switch works.
 
 Every user-visible string is marked for translation (Django's i18n); each app keeps its catalogue in
-<app>/locale/ja/LC_MESSAGES/django.po, the shared templates and scripts theirs in locale/ja/LC_MESSAGES, and the
-compiled .mo files are committed beside them (as Django itself does), checked here against the .po files.
+<app>/locale/ja/LC_MESSAGES/django.po, the shared templates and scripts theirs in locale/ja/LC_MESSAGES, and
+the compiled .mo files are committed beside them (as Django itself does), checked here against the .po files.
 """
 
 from __future__ import annotations
@@ -153,4 +153,4 @@ def test_the_sign_in_page_is_japanese(client):
 def test_the_checker_finds_english_and_ignores_names():
     assert english_left("<p>Jobs waiting for the rack</p>") == ["Jobs waiting for the rack"]
     assert english_left('<p>ジョブ <code>train-pre the</code> <span translate="no">Show all</span></p>') == []
-    assert english_left('<button title="Close this">×</button>') == ["Close this"]
+    assert english_left('<button title="Close this">x</button>') == ["Close this"]
