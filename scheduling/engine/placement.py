@@ -106,7 +106,7 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
         others = fitting - 1
         alternatives = (
             f"; {others} other partition{'s' if others != 1 else ''} could have taken it, kept for "
-            "larger jobs"
+            f"larger jobs: {_next_best(cluster, owners, n, parts[0])}"
             if others > 0
             else "; no other partition could take it"
         )
@@ -124,6 +124,22 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
         f"no rack had {n} free trays, so across {len(racks)} racks and {len(parts)} NVLink partitions, the "
         f"largest free blocks first (its topology allowed any trays)"
     )
+
+
+def _next_best(cluster: Cluster, owners, n: int, chosen: int, shown: int = 3) -> str:
+    """The next partitions best fit would have taken, smallest first (at most `shown`, then how many more)."""
+    names: list[str] = []
+    total = 0
+    for owner in owners:
+        for k, bucket in enumerate(cluster.part_buckets[owner][n:], start=n):
+            for p in bucket:
+                if p == chosen:
+                    continue
+                total += 1
+                if len(names) < shown:
+                    names.append(f"{cluster.partition_label(p)} ({k} free tray{'s' if k != 1 else ''})")
+    more = total - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
 # --- rackplane ---------------------------------------------------------------------------------------
