@@ -82,6 +82,14 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     expect(row.locator(".token-status")).to_have_text("Active")
     expect(row.locator("td").nth(4)).not_to_have_text("never")  # the job's request used it
     page.screenshot(path=str(shots / "02-token-listed.png"), full_page=True)
+    # On a phone the row keeps its name, expiry, status and Revoke button on screen (the rest is left out).
+    page.set_viewport_size({"width": 390, "height": 844})
+    revoke = row.get_by_role("button", name="Revoke training launcher")
+    box = revoke.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(shots / "02-token-listed-390.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
 
     row.get_by_role("button", name="Revoke training launcher").click()
     expect(page.locator(".message.success")).to_contain_text("the API refuses it from now on")
