@@ -41,9 +41,11 @@ from core.models import NotificationEvent
 from core.notifications.recording import notify
 from core.task_names import SIGNAL_JOB, SYNC_JOBS  # SIGNAL_JOB: the checkpoint signal
 from scheduling.choices import HOLDING_STATES, FaultAction, JobEventKind, JobState, PriorityClass
+from scheduling.engine.words import CLAUSES, WAITING, say
 from scheduling.models import Allocation, FaultPolicy, Job, JobEvent
 from scheduling.services.actions import release_gpus, stop_in_backend
 from scheduling.services.pass_requests import request_pass
+from scheduling.words import BACK_IN_QUEUE_IN_PLACE, ITS_TRAYS, REQUEUED_AFTER_FAULT
 
 # A class without a FaultPolicy row (the same as migration scheduling 0013 seeds).
 DEFAULTS: dict[str, tuple[str, int]] = {
@@ -232,8 +234,11 @@ def requeue(job: Job, message: str, *, host: str = "") -> None:
         next_dispatch_at=None,
         requeue_at=None,
         requeue_note="",
-        pending_reason=f"waiting: requeued after a fault on {host or 'its trays'}; back in the queue "
-        "with its place in line"[:500],
+        pending_reason=(
+            say(WAITING, reason=say(REQUEUED_AFTER_FAULT, host=host or ITS_TRAYS))
+            + CLAUSES
+            + BACK_IN_QUEUE_IN_PLACE
+        )[:500],
         preemptions=F("preemptions") + 1,
         fault_requeues=F("fault_requeues") + 1,
         updated_at=timezone.now(),

@@ -130,6 +130,12 @@ def test_the_switch_sets_the_language_and_returns_to_the_page(client, platform_a
     assert page.headers["Content-Language"] == "ja"
     assert '<html lang="ja">' in page.content.decode()
     assert "ラック" in page.content.decode()
+    # The header's form sends no `next`: the view goes back to the page it was sent from (the Referer).
+    back = client.post(
+        reverse("set_language"), {"language": "en"}, headers={"referer": f"http://testserver{racks}?q=x"}
+    )
+    assert back.status_code == 302 and back["Location"] == f"http://testserver{racks}?q=x"
+    assert client.get(racks).headers["Content-Language"] == "en"
 
 
 def test_the_switch_refuses_an_unknown_language_and_an_outside_address(client, platform_admin):
