@@ -291,8 +291,11 @@ def personal_token_new(request):
         )
         return HttpResponseRedirect(reverse("personal-tokens"), status=303)
     api_root = request.build_absolute_uri("/api/v1/")
+    site = request.build_absolute_uri("/").rstrip("/")
     return render(
-        request, "portal/account/tokens_new.html", {"token": token, "key": key, "api_root": api_root}
+        request,
+        "portal/account/tokens_new.html",
+        {"token": token, "key": key, "api_root": api_root, "site": site},
     )
 
 
