@@ -74,9 +74,10 @@ def test_the_eight_findings_at_both_widths(stack, browser, shots):
     # 4. A busy rack (gb-r01 holds the demo's jobs): splitting it gives one summary, not one line per job.
     go(page, stack, "/inventory/racks/gb-r01/plan/")
     page.locator("#preset-2x9").check()
-    summary = page.locator(".plan-side .busy-summary")
-    expect(summary).to_have_count(1)
-    expect(summary.get_by_role("button", name=re.compile("Drain first"))).to_have_count(1)
+    drain = page.locator(".plan-side ul.findings a.drain-first-inline")
+    expect(drain).to_have_count(1)
+    summary = page.locator(".plan-side ul.findings > li", has=drain)
+    expect(summary).to_contain_text(re.compile(r"\d+ jobs"))
     both_widths(page, shots, "finding-4-busy-rack", lambda: expect(summary).to_be_visible())
 
     # 5. The health centre: the fleet's events, the demo's drained tray among them.
