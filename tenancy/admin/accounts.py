@@ -3,6 +3,8 @@
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from tenancy.choices import PosixSource
 from tenancy.models import ExternalIdentity, GroupRoleRule, PosixAccount
@@ -37,8 +39,8 @@ class PosixAccountForm(forms.ModelForm):
 
     groups = forms.CharField(
         required=False,
-        label="Supplementary group ids",
-        help_text="gid numbers separated by commas (posixGroup gidNumbers), e.g. 20100, 20101.",
+        label=gettext_lazy("Supplementary group ids"),
+        help_text=gettext_lazy("gid numbers separated by commas (posixGroup gidNumbers), e.g. 20100, 20101."),
     )
 
     class Meta:
@@ -55,7 +57,7 @@ class PosixAccountForm(forms.ModelForm):
         parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
         bad = [p for p in parts if not p.isdigit()]
         if bad:
-            raise ValidationError(f"not a group id number: {', '.join(bad)}")
+            raise ValidationError(_("not a group id number: %(values)s") % {"values": ", ".join(bad)})
         return [int(p) for p in parts]
 
 
