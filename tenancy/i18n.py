@@ -21,7 +21,8 @@ def interpolate_lazy(message, **params):
 
 
 def english(text) -> str:
-    """`text` (a lazy translation, e.g. a choice's label) in English whatever the request's language: for
-    what is stored (audit records keep objects' names as they read in English)."""
+    """`text` (a lazy translation, e.g. a choice's label, or a function that makes one, e.g. a model's
+    get_role_display) in English whatever the request's language: for what is stored (audit records keep
+    objects' names as they read in English) and logged."""
     with override("en"):
-        return str(text)
+        return str(text() if callable(text) else text)

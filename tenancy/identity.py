@@ -226,14 +226,14 @@ def sync_roles(user, groups: Iterable, provider: str, prefix: str = "") -> SyncR
             if department_id not in wanted:
                 remove_membership(membership, keep_a_lead=False)
                 result.removed.append(
-                    f"{_role_words(membership.get_role_display())} of {membership.department}"
+                    f"{_role_words(membership.get_role_display)} of {membership.department}"
                 )
         for department_id, (role, department, group) in sorted(
             wanted.items(), key=lambda item: item[1][1].name
         ):
             membership = memberships.get(department_id)
             if membership is not None and membership.origin != provider:
-                result.kept_by_hand.append(f"{_role_words(membership.get_role_display())} of {department}")
+                result.kept_by_hand.append(f"{_role_words(membership.get_role_display)} of {department}")
                 continue
             if membership is not None and membership.role == role:
                 continue
@@ -278,12 +278,12 @@ def _sync_project_roles(user, wanted: dict[int, tuple], provider: str, result: S
     for project_id, membership in held.items():
         if membership.origin == provider and project_id not in wanted:
             membership.delete()
-            result.removed.append(f"{_role_words(membership.get_role_display())} of {membership.project}")
+            result.removed.append(f"{_role_words(membership.get_role_display)} of {membership.project}")
     departments = set(Membership.objects.filter(user=user).values_list("department_id", flat=True))
     for project_id, (role, project, group) in sorted(wanted.items(), key=lambda item: str(item[1][1])):
         membership = held.get(project_id)
         if membership is not None and membership.origin != provider:
-            result.kept_by_hand.append(f"{_role_words(membership.get_role_display())} of {project}")
+            result.kept_by_hand.append(f"{_role_words(membership.get_role_display)} of {project}")
             continue
         if membership is not None and membership.role == role:
             continue

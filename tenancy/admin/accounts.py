@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from tenancy.choices import PosixSource
+from tenancy.labels import labelled_form, labels_for
 from tenancy.models import ExternalIdentity, GroupRoleRule, PosixAccount
 
 
@@ -15,6 +16,7 @@ class GroupRoleRuleAdmin(admin.ModelAdmin):
     """Which identity-provider group gives which role. Applied at each sign-in through OpenID Connect or LDAP:
     a change here takes effect at the person's next sign-in."""
 
+    form = labelled_form(GroupRoleRule)
     list_display = ["group", "role", "department", "project", "description", "created_at"]
     list_filter = ["role", "department"]
     search_fields = ["group", "description", "department__name", "project__name"]
@@ -27,6 +29,7 @@ class ExternalIdentityAdmin(admin.ModelAdmin):
     """Who signs in as whom. Add one to link an identity provider's user to an account that exists already
     (their first sign-in would otherwise be refused, its username being taken)."""
 
+    form = labelled_form(ExternalIdentity)
     list_display = ["provider", "subject", "user", "granted_admin", "last_sign_in_at"]
     list_filter = ["provider", "granted_admin"]
     search_fields = ["subject", "user__username", "user__email"]
@@ -46,6 +49,7 @@ class PosixAccountForm(forms.ModelForm):
     class Meta:
         model = PosixAccount
         fields = ["user", "name", "uid", "gid", "groups"]
+        labels = labels_for(PosixAccount)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -6,6 +6,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from tenancy.admin.checked import ServiceCheckedForm
+from tenancy.labels import labelled_form, labels_for
 from tenancy.models import DedicatedPartition, Department, Membership
 from tenancy.services import ISOLATION_FIELDS, QUOTA_FIELDS, dedicate_partition, save_department
 
@@ -14,6 +15,7 @@ class DepartmentAdminForm(ServiceCheckedForm):
     class Meta:
         model = Department
         fields = [*QUOTA_FIELDS, *ISOLATION_FIELDS]
+        labels = labels_for(Department)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -45,6 +47,7 @@ class MembershipInline(admin.TabularInline):
     """Read-only here: members are added and removed on the membership pages, which keep a lead."""
 
     model = Membership
+    form = labelled_form(Membership)
     fields = ["user", "role", "origin", "created_at"]
     readonly_fields = fields
     extra = 0
@@ -63,6 +66,7 @@ class MembershipInline(admin.TabularInline):
 
 class DedicatedPartitionInline(admin.TabularInline):
     model = DedicatedPartition
+    form = labelled_form(DedicatedPartition)
     fields = ["partition", "created_at"]
     readonly_fields = fields
     extra = 0
@@ -129,6 +133,7 @@ class DedicatedPartitionAdminForm(ServiceCheckedForm):
     class Meta:
         model = DedicatedPartition
         fields = ["partition", "department"]
+        labels = labels_for(DedicatedPartition)
 
     def run_service(self, instance):
         dedicate_partition(instance.department, instance.partition)

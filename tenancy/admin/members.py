@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy, ngettext
 
 from tenancy.admin.checked import ServiceCheckedForm
+from tenancy.labels import labels_for
 from tenancy.models import Membership
 from tenancy.services import remove_membership, set_membership
 
@@ -16,6 +17,7 @@ class MembershipAdminForm(ServiceCheckedForm):
     class Meta:
         model = Membership
         fields = ["user", "department", "role"]
+        labels = labels_for(Membership)
 
     def run_service(self, instance):
         set_membership(instance.department, instance.user.get_username(), instance.role)

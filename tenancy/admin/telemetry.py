@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from core.enqueue import send_now
 from core.task_names import SCRAPE_EXPORTER
+from tenancy.labels import FIELD_LABELS, labelled_form, labels_for
 from tenancy.metrics_source import check_connection
 from tenancy.models import ExporterEndpoint, GpuActivity, GpuUtilization, MetricsSource, QuotaSnapshot
 from tenancy.prometheus import PrometheusError, QueryConfig
@@ -17,6 +18,7 @@ from tenancy.prometheus import PrometheusError, QueryConfig
 
 @admin.register(ExporterEndpoint)
 class ExporterEndpointAdmin(admin.ModelAdmin):
+    form = labelled_form(ExporterEndpoint)
     list_display = ["url", "enabled", "last_scraped_at", "last_sample_count", "short_error"]
     list_filter = ["enabled"]
     search_fields = ["url"]
@@ -74,15 +76,18 @@ class MetricsSourceForm(forms.ModelForm):
         required=False,
         max_length=500,
         assume_scheme="https",
+        label=FIELD_LABELS["url"],
         help_text=MetricsSource._meta.get_field("url").help_text,
     )
     bearer_token = forms.CharField(
         required=False,
+        label=FIELD_LABELS["bearer_token"],
         widget=forms.PasswordInput(render_value=False),
         help_text=gettext_lazy("Sent as 'Authorization: Bearer'. Leave empty to keep the saved one."),
     )
     password = forms.CharField(
         required=False,
+        label=FIELD_LABELS["password"],
         widget=forms.PasswordInput(render_value=False),
         help_text=gettext_lazy("Leave empty to keep the saved one."),
     )
@@ -94,6 +99,7 @@ class MetricsSourceForm(forms.ModelForm):
 
     class Meta:
         model = MetricsSource
+        labels = labels_for(MetricsSource)
         fields = [
             "kind",
             "url",
@@ -242,6 +248,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(GpuActivity)
 class GpuActivityAdmin(ReadOnlyAdmin):
+    form = labelled_form(GpuActivity)
     list_display = ["gpu", "hostname", "utilization", "sampled_at", "low_since"]
     list_select_related = ["gpu__tray"]
     search_fields = ["gpu__uuid", "gpu__tray__hostname"]
@@ -255,6 +262,7 @@ class GpuActivityAdmin(ReadOnlyAdmin):
 
 @admin.register(GpuUtilization)
 class GpuUtilizationAdmin(ReadOnlyAdmin):
+    form = labelled_form(GpuUtilization)
     list_display = ["gpu", "hostname", "bucket_start", "mean", "peak", "samples"]
     list_select_related = ["gpu__tray"]
     search_fields = ["gpu__uuid", "gpu__tray__hostname"]
@@ -268,6 +276,7 @@ class GpuUtilizationAdmin(ReadOnlyAdmin):
 
 @admin.register(QuotaSnapshot)
 class QuotaSnapshotAdmin(ReadOnlyAdmin):
+    form = labelled_form(QuotaSnapshot)
     list_display = [
         "department",
         "taken_at",

@@ -9,12 +9,14 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from tenancy.labels import labels_for
 from tenancy.models import TenancySettings
 
 
 class TenancySettingsForm(forms.ModelForm):
     class Meta:
         model = TenancySettings
+        labels = labels_for(TenancySettings)
         fields = [
             "vlan_first",
             "vlan_last",

@@ -103,7 +103,7 @@ class GroupRoleRule(models.Model):
             return f"{self.group} -> platform admin"
         if self.project_id is not None:
             return f"{self.group} -> project {self.role} of {self.project}"
-        return f"{self.group} -> {english(self.get_role_display()).lower()} of {self.department}"
+        return f"{self.group} -> {english(self.get_role_display).lower()} of {self.department}"
 
     def clean(self):
         super().clean()
@@ -167,7 +167,7 @@ class ExternalIdentity(models.Model):
         ]
 
     def __str__(self):
-        return f"{english(self.get_provider_display())} {self.subject} -> {self.user}"
+        return f"{english(self.get_provider_display)} {self.subject} -> {self.user}"
 
 
 class PosixAccount(models.Model):

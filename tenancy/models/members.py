@@ -55,7 +55,7 @@ class MembershipBase(models.Model):
         abstract = True
 
     def __str__(self):
-        return f"{self.user} ({english(self.get_role_display())}, {getattr(self, self.scope_field)})"
+        return f"{self.user} ({english(self.get_role_display)}, {getattr(self, self.scope_field)})"
 
 
 class Membership(MembershipBase):

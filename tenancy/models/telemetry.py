@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy
 
 from core.destinations import check_outbound_url
 from tenancy.choices import MetricsSourceKind
+from tenancy.i18n import english
 from tenancy.models.departments import Department
 
 
@@ -108,7 +109,7 @@ class MetricsSource(models.Model):
         ]
 
     def __str__(self):
-        return self.get_kind_display()
+        return english(self.get_kind_display)  # audit records keep it: the same in every language
 
     @classmethod
     def load(cls) -> "MetricsSource":
