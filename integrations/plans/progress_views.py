@@ -230,4 +230,5 @@ PLAN_SORTS = {
     "by": ("created_by__username",),
     "created": ("created_at",),
     "finished": ("finished_at",),
+    "window": ("window__starts_at",),  # a maintenance window's start (integrations.plans.windows)
 }

@@ -43,6 +43,10 @@ class JobInTheWay:
     grace_s: int  # a checkpointable job's time to checkpoint before it is requeued
     ends_in_s: float | None  # seconds until it reaches its time limit
 
+    @property
+    def grace_minutes(self) -> float:
+        return self.grace_s / 60
+
 
 @dataclass
 class RequeueSummary:
@@ -51,6 +55,10 @@ class RequeueSummary:
     requeued: list[JobInTheWay] = field(default_factory=list)
     waited: list[JobInTheWay] = field(default_factory=list)
     now: datetime = field(default_factory=timezone.now)
+
+    @property
+    def count(self) -> int:
+        return len(self.requeued) + len(self.waited)
 
     @property
     def applies_within_s(self) -> float | None:
