@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from integrations.plans import service as plans
@@ -40,7 +41,7 @@ def plan_requeue(request, name):
     form = plan_form(rack, request.POST)
     try:
         if not form.partitions or getattr(form, "layout_errors", None) or form.errors:
-            raise ValidationError("The plan has errors: go back to the layout and fix them.")
+            raise ValidationError(_("The plan has errors: go back to the layout and fix them."))
         plan = requeue_now(rack, form.partitions, user=request.user)
     except plans.PlanConflict as error:
         return _refused(
@@ -70,7 +71,7 @@ def plan_schedule(request, name):
         return _refused(request, template, context, " ".join(messages))
     try:
         if not form.partitions or getattr(form, "layout_errors", None) or form.errors:
-            raise ValidationError("The plan has errors: go back to the layout and fix them.")
+            raise ValidationError(_("The plan has errors: go back to the layout and fix them."))
         plan = windows.schedule(
             rack,
             form.partitions,
