@@ -22,12 +22,11 @@ from inventory.models import PartitionPlan
 from scheduling.choices import JobState, PriorityClass
 from scheduling.models import Job
 from tests.e2e.browser import sign_in
+from tests.e2e.test_wizard_findings import DESKTOP, both_widths
 from tests.factories import make_department, run_job
 
 PASSWORD = "e2e-admin-password-1"
 TOKYO = ZoneInfo("Asia/Tokyo")
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1400, "height": 1000}
 
 
 @pytest.fixture
@@ -40,13 +39,6 @@ def admin(transactional_db, django_user_model, local_target):
     run_job(ops, trays=["gb-r01-t03"], name="train-b", **started)
     run_job(ops, trays=["gb-r01-t05"], name="build-a", priority_class=PriorityClass.BUILD, **started)
     return django_user_model.objects.create_superuser("e2e-admin", "e2e-admin@example.com", PASSWORD)
-
-
-def both_widths(page, shots, name: str) -> None:
-    page.screenshot(path=str(shots / f"{name}-1400.png"), full_page=True)
-    page.set_viewport_size(PHONE)
-    page.screenshot(path=str(shots / f"{name}-390.png"), full_page=True)
-    page.set_viewport_size(DESKTOP)
 
 
 @pytest.mark.e2e
