@@ -100,9 +100,12 @@ def step(pk: int, now: datetime) -> str:
         plan = (
             PartitionPlan.objects.select_for_update(of=("self",))
             .select_related("rack", "created_by")
-            .get(window__pk=pk)
+            .filter(window__pk=pk)
+            .first()
         )
-        window = PlanWindow.objects.select_for_update().get(pk=pk)
+        window = PlanWindow.objects.select_for_update().filter(pk=pk).first()
+        if plan is None or window is None:  # the plan was cancelled (and its window removed) meanwhile
+            return "gone"
         if window.state not in OPEN_STATES or window.starts_at > now:
             return "gone"
         if window.state == WindowState.SCHEDULED:

@@ -291,6 +291,7 @@ def test_a_window_waits_for_another_plan_in_flight_and_cancelling_removes_it(rac
 
     plans.cancel_plan(waiting)
     assert not PlanWindow.objects.filter(plan=waiting).exists()
+    assert windows.step(window.pk, t0 + HOUR) == "gone"  # a beat that read the window before the cancel
     assert PartitionPlan.objects.get(pk=waiting.pk).status == PlanStatus.CANCELLED
 
 
