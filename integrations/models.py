@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
 from core.destinations import check_outbound_url
@@ -234,3 +235,56 @@ class ConfigPush(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_PUSH_STATES
+
+
+class WindowState(models.TextChoices):
+    SCHEDULED = "scheduled", _("Waiting for its window")
+    STARTED = "started", _("Started: draining")
+    DONE = "done", _("Applied in its window")
+    EXPIRED = "expired", _("Expired")
+
+
+class PlanWindowQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Like the plans they schedule: platform admins' work."""
+        return self if is_admin(user) else self.none()
+
+
+class PlanWindow(models.Model):
+    """A maintenance window for a partition plan (integrations.plans.windows): the plan waits as a draft until
+    `starts_at`, is then started by the beat (its busy trays drained, and its checkpointable jobs requeued if
+    `requeue`), and applies once its trays are free, before `ends_at`; a plan not applied by then is not
+    applied at all: cancelled, its trays back in service, and the window marked expired with `reason`.
+    Cancelling the plan before that removes the window."""
+
+    plan = models.OneToOneField("inventory.PartitionPlan", on_delete=models.CASCADE, related_name="window")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    requeue = models.BooleanField(
+        default=False, help_text="At the window's start, requeue the checkpointable jobs in the plan's way."
+    )
+    state = models.CharField(max_length=16, choices=WindowState.choices, default=WindowState.SCHEDULED)
+    reason = models.CharField(
+        max_length=500, blank=True, validators=[TextValidator()], help_text="Why it expired (or still waits)."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = PlanWindowQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["starts_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=models.F("starts_at")),
+                name="%(app_label)s_%(class)s_ends_after_start",
+                violation_error_message="A maintenance window ends after it starts.",
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "starts_at"], name="integrations_window_due")]
+
+    def __str__(self):
+        return f"Window of plan #{self.plan_id}: {self.starts_at:%Y-%m-%d %H:%M} to {self.ends_at:%H:%M} UTC"

@@ -319,6 +319,9 @@ CELERY_BEAT_SCHEDULE: dict = {
     "prune-telemetry": {"task": task_names.PRUNE_TELEMETRY, "schedule": 3600.0},
     "snapshot-quotas": {"task": task_names.SNAPSHOT_QUOTAS, "schedule": 300.0},
     "follow-partition-plans": {"task": task_names.FOLLOW_ACTIVE_PLANS, "schedule": 30.0},
+    # Partition plans scheduled for a maintenance window: started, applied or expired (integrations.plans
+    # .windows).
+    "run-plan-windows": {"task": task_names.RUN_PLAN_WINDOWS, "schedule": 30.0},
     # Config pushes: requeue pushes whose worker was lost, send retries that are due (integrations.pushes).
     "retry-stale-pushes": {"task": task_names.RETRY_STALE_PUSHES, "schedule": 60.0},
     # Versions a target uses that a coming release removes (integrations.versions): told once a day at most.

@@ -26,6 +26,9 @@ BACK_IN_QUEUE = gettext_noop("back in the queue")
 REQUEUED_AFTER_FAULT = gettext_noop("requeued after a fault on %(host)s")
 ITS_TRAYS = gettext_noop("its trays")
 BACK_IN_QUEUE_IN_PLACE = gettext_noop("back in the queue with its place in line")
+# A partition plan's "Requeue now" (integrations.plans.requeue_now) or maintenance window.
+REQUEUED_FOR_PLAN = gettext_noop("requeued because plan #%(plan)s re-carves %(rack)s")
+REQUEUED_FOR_A_PLAN = gettext_noop("requeued for a partition plan")
 
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 DEPTH = 4  # values inside values: a reason in a reason, a duration in it

@@ -9,15 +9,21 @@ that input into `PlannedPartition`s; every rule about a plan is `integrations.pl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django import forms
 from django.http import QueryDict
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.hardware import TRAYS_PER_RACK
 from integrations.plans.service import partitions_from_rows
+from inventory.filters import FIRST_YEAR, LAST_YEAR
 from inventory.models import Rack
 from inventory.planning import PRESETS, PlannedPartition, parse_ranges, preset_layout
 from inventory.planning import _ranges as slot_ranges
+from inventory.views.tray_forms import MAX_LEAD_DAYS, MAX_WINDOW_DAYS, PAST_SLACK_S, DateTimeInput
 from scheduling import whatif
 from tenancy.models import DedicatedPartition
 
@@ -252,3 +258,70 @@ class WhatIfForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         error_messages={"invalid_choice": "%(value)s is not a preset layout to try."},
     )
+
+
+# ---- a maintenance window for the plan (integrations.plans.windows) -------------------------------------
+
+WINDOW_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+
+
+class WindowForm(forms.Form):
+    """When the plan may be applied: a start and an end, typed in the viewer's time zone
+    (portal.web.middleware.ViewerTimezoneMiddleware; UTC without it), each within FIRST_YEAR-LAST_YEAR, the
+    end after the start and at most MAX_WINDOW_DAYS later; and whether to requeue the checkpointable jobs in
+    the plan's way when it starts."""
+
+    window_start = forms.DateTimeField(
+        label=gettext_lazy("Window start"), widget=DateTimeInput(), input_formats=WINDOW_FORMATS
+    )
+    window_end = forms.DateTimeField(
+        label=gettext_lazy("Window end"), widget=DateTimeInput(), input_formats=WINDOW_FORMATS
+    )
+    window_requeue = forms.BooleanField(
+        required=False,
+        label=gettext_lazy("Requeue checkpointable jobs at the start"),
+        help_text=gettext_lazy("Otherwise the plan waits for the jobs in its way to end, within the window."),
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.zone = timezone.get_current_timezone_name()
+        self.fields["window_start"].help_text = _("In your time zone (%(zone)s).") % {"zone": self.zone}
+
+    def clean(self):
+        data = super().clean()
+        # Checked on the typed value first: a year-1 time east of UTC cannot even be compared with now.
+        for name in ("window_start", "window_end"):
+            value = data.get(name)
+            if value is not None and not FIRST_YEAR <= value.year <= LAST_YEAR:
+                self.add_error(
+                    name,
+                    _("Give a time between %(first)s and %(last)s.")
+                    % {"first": FIRST_YEAR, "last": LAST_YEAR},
+                )
+        start, end = data.get("window_start"), data.get("window_end")
+        if self.errors or start is None or end is None:
+            return data
+        now = timezone.now()
+        if end <= start:
+            self.add_error(
+                "window_end", _("The window ends before it starts: choose an end after the start.")
+            )
+        elif end - start > timedelta(days=MAX_WINDOW_DAYS):
+            self.add_error(
+                "window_end",
+                _("A window lasts at most %(days)s days: choose an earlier end.") % {"days": MAX_WINDOW_DAYS},
+            )
+        if start < now - timedelta(seconds=PAST_SLACK_S):
+            self.add_error(
+                "window_start",
+                _("The window starts in the past: choose a start from now on (%(zone)s).")
+                % {"zone": self.zone},
+            )
+        elif start > now + timedelta(days=MAX_LEAD_DAYS):
+            self.add_error(
+                "window_start",
+                _("The window starts more than %(days)s days from now: check the year.")
+                % {"days": MAX_LEAD_DAYS},
+            )
+        return data

@@ -21,7 +21,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from core.access import require_admin
 from core.tables import JsonArrayLength, Table
-from integrations.models import ConfigPush, PushStatus
+from integrations.models import ConfigPush, PlanWindow, PushStatus
 from integrations.plans import service as plans
 from integrations.plans.views import WIZARD, render_step, served_by, wizard_steps
 from inventory import selectors
@@ -144,6 +144,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "steps": wizard_steps("apply", plan.rack, done=plan.status == PlanStatus.APPLIED),
         "step": "apply",
         "retry_query": _retry_query(plan),
+        "window": PlanWindow.objects.filter(plan=plan).first(),
     }
 
 
@@ -202,7 +203,7 @@ def plan_list(request):
     page = table.page(
         table.order(
             PartitionPlan.objects.visible_to(request.user)
-            .select_related("rack", "created_by")
+            .select_related("rack", "created_by", "window")
             .annotate(partition_count=JsonArrayLength("layout"))
         )
     )
@@ -229,4 +230,5 @@ PLAN_SORTS = {
     "by": ("created_by__username",),
     "created": ("created_at",),
     "finished": ("finished_at",),
+    "window": ("window__starts_at",),  # a maintenance window's start (integrations.plans.windows)
 }

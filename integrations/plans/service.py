@@ -28,7 +28,7 @@ from django.utils import timezone
 from core.audit import recording_changes, update_recorded
 from integrations.fabric import FabricError, FabricPartition
 from integrations.fabric.base import plan_changes
-from integrations.models import ConfigPush, ConfigTarget, PushStatus
+from integrations.models import ConfigPush, ConfigTarget, PlanWindow, PushStatus
 from integrations.pushes import queue_pushes
 from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import render_current
@@ -515,6 +515,9 @@ def continue_draining(plan: PartitionPlan) -> bool:
         plan = PartitionPlan.objects.select_for_update().select_related("rack").get(pk=plan.pk)
         if plan.status != PlanStatus.DRAINING:
             return False
+        # A plan with a maintenance window is never applied after it (integrations.plans.windows expires it).
+        if PlanWindow.objects.filter(plan=plan, ends_at__lte=timezone.now()).exists():
+            return False
         result = check(plan.rack, planned_partitions(plan), drain=True)
         if result.busy_trays:
             return False
@@ -635,24 +638,32 @@ def follow(plan: PartitionPlan) -> PartitionPlan:
 
 
 def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
-    """Cancel a draft or a plan still draining (its drained trays return to service)."""
+    """Cancel a draft or a plan still draining (its drained trays return to service); its maintenance
+    window, if it had one, goes with it (integrations.plans.windows)."""
     with transaction.atomic():
         plan = PartitionPlan.objects.select_for_update().select_related("rack").get(pk=plan.pk)
         if plan.status not in (PlanStatus.DRAFT, PlanStatus.DRAINING):
             raise PlanConflict(
                 f"Plan #{plan.pk} is {plan.get_status_display().lower()}: it can no longer be cancelled."
             )
-        update_recorded(
-            ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)),
-            state=TrayState.UP,
-            state_reason="",
-        )
-        drained = plan.status == PlanStatus.DRAINING
-        plan.status, plan.finished_at = PlanStatus.CANCELLED, timezone.now()
-        plan.save(update_fields=["status", "finished_at"])
-        if drained:  # a draft changed nothing the scheduler sees
-            request_pass(f"plan #{plan.pk} cancelled")
+        PlanWindow.objects.filter(plan=plan).delete()
+        withdraw(plan)
     return plan
+
+
+def withdraw(plan: PartitionPlan, error: str = "") -> None:
+    """End a draft or draining plan (locked by the caller) unapplied: its drained trays return to service,
+    and `error` says why when it was not an admin's cancel (a maintenance window that ended)."""
+    update_recorded(
+        ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)),
+        state=TrayState.UP,
+        state_reason="",
+    )
+    drained = plan.status == PlanStatus.DRAINING
+    plan.status, plan.finished_at, plan.error = PlanStatus.CANCELLED, timezone.now(), error
+    plan.save(update_fields=["status", "finished_at", "error"])
+    if drained:  # a draft changed nothing the scheduler sees
+        request_pass(f"plan #{plan.pk} {'withdrawn' if error else 'cancelled'}")
 
 
 def create_and_apply(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user) -> PartitionPlan:

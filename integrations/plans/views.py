@@ -24,7 +24,8 @@ from django_htmx.http import push_url
 from core.access import require_admin
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from integrations.plans import service as plans
-from integrations.plans.forms import CUSTOM, PlanForm, WhatIfForm, plan_form
+from integrations.plans.forms import CUSTOM, PlanForm, WhatIfForm, WindowForm, plan_form
+from integrations.plans.requeue_now import summarize
 from integrations.plans.service import create_and_apply
 from inventory import selectors
 from inventory.choices import ACTIVE_PLAN_STATES
@@ -179,6 +180,9 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "rows": rows,
         "health": health,
         "planned": _planned(form, check),
+        # The jobs in the plan's way: which "Requeue now" would requeue, which it would wait for.
+        "requeue": summarize(rack, check),
+        "requeue_url": reverse("integrations:plan-requeue", args=[rack.name]),
         **_rack_now(rack, trays),
         "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
         "query": params.urlencode(),
@@ -356,7 +360,13 @@ def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
     return sorted(files, key=lambda f: (order.get(f.group, len(order)), f.path))
 
 
-def preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm | None = None) -> dict:
+def preview_context(
+    request,
+    rack: Rack,
+    form: PlanForm,
+    whatif_form: WhatIfForm | None = None,
+    window_form: WindowForm | None = None,
+) -> dict:
     context = _rack_context(request, rack, form, "preview")
     check = context["check"]
     files: list[FileDiff] = []
@@ -373,6 +383,7 @@ def preview_context(request, rack: Rack, form: PlanForm, whatif_form: WhatIfForm
         # A plan may change no tray's partition and still change what is pushed (a dedication): it applies.
         can_apply=check.ok and bool(check.changes or files) and context["active_plan"] is None,
         whatif_form=whatif_form or WhatIfForm(),
+        window_form=window_form or WindowForm(),
         whatif_presets=list(PRESETS),
         # "Drain first" beside a finding re-runs this preview in place, not the layout step.
         drain_first_url=reverse("integrations:plan-preview", args=[rack.name]),
