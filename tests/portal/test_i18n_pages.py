@@ -11,6 +11,7 @@ from django.urls import reverse
 from core.audit import AUDITED
 from core.models import AuditEvent, NotificationChannel, NotificationSubscription
 from inventory.choices import GpuHealth, TrayState
+from portal.pages.audit import changes_of
 from tests.i18n_check import assert_japanese, english_left
 
 pytestmark = pytest.mark.django_db
@@ -41,12 +42,14 @@ def _other_apps_words() -> list[str]:
     return sorted(words, key=len, reverse=True)
 
 
-def english_of_portal_and_core(html: str) -> list[str]:
+def english_of_portal_and_core(html: str, data: frozenset[str] = frozenset()) -> list[str]:
     """english_left(html), without the texts that are English only by other apps' words (their own
-    catalogues translate them)."""
+    catalogues translate them) and the texts in `data` (stored values, shown as stored)."""
     words = _other_apps_words()
     left = []
     for text in english_left(html):
+        if text in data:
+            continue
         rest = text
         for word in words:
             rest = re.sub(rf"(?<![A-Za-z]){re.escape(word)}(?![A-Za-z])", "", rest)
@@ -55,13 +58,13 @@ def english_of_portal_and_core(html: str) -> list[str]:
     return left
 
 
-def japanese_page(client, url: str) -> str:
-    """`url` in Japanese: a 200 whose texts of the portal and core are all translated."""
+def japanese_page(client, url: str, data: frozenset[str] = frozenset()) -> str:
+    """`url` in Japanese: a 200 whose texts of the portal and core are all translated (but `data`)."""
     response = client.get(url, HTTP_ACCEPT_LANGUAGE="ja")
     assert response.status_code == 200, (url, response.status_code)
     assert response.headers["Content-Language"] == "ja"
     html = response.content.decode()
-    left = english_of_portal_and_core(html)
+    left = english_of_portal_and_core(html, data)
     assert not left, f"{url} in Japanese still shows English: {left}"
     return html
 
@@ -122,8 +125,16 @@ def test_a_new_token_and_its_list_are_japanese(client, member_a):
 @pytest.mark.parametrize("persona", ["platform_admin", "lead_a"])
 def test_the_audit_log_is_japanese(client, persona, request, webhook):
     sign_in(client, request.getfixturevalue(persona))
-    assert AuditEvent.objects.exists() or persona == "lead_a"
-    html = japanese_page(client, reverse("audit-list"))
+    assert AuditEvent.objects.exists()
+    # The recorded values are the audit log's data, shown as recorded (never translated).
+    recorded = frozenset(
+        " ".join(str(value).split())
+        for event in AuditEvent.objects.all()
+        for change in changes_of(event)
+        for value in (change.before, change.after, change.before_title, change.after_title)
+        if value
+    )
+    html = japanese_page(client, reverse("audit-list"), recorded)
     assert "監査ログ" in html
     japanese_page(client, reverse("audit-list") + "?actor=nobody-at-all")
 
@@ -205,3 +216,49 @@ def test_a_text_rule_refusal_is_japanese(client, member_a):
     assert response.status_code == 400
     html = response.content.decode()
     assert "U+202E" in html and "双方向制御文字" in html
+
+
+def test_the_shared_pieces_of_list_pages_are_japanese(rf):
+    """The pager, the table tools, the filter buttons and the banners (templates/), as lists show them."""
+    import datetime
+    from types import SimpleNamespace
+
+    from django.core.paginator import Paginator
+    from django.template.loader import render_to_string
+    from django.utils import translation
+
+    request = rf.get("/inventory/racks/?page=2")
+    page = Paginator(range(100), 10).page(2)
+    table = SimpleNamespace(
+        name="racks",
+        kept_params=[],
+        size_choices=[(10, True), (50, False)],
+        export_urls={"csv": "?export=csv", "json": "?export=json"},
+    )
+    removal = SimpleNamespace(
+        what="slurmrestd v0.0.40",
+        removed_in="Slurm 25.05",
+        due=datetime.date(2026, 5, 1),
+        what_to_do="v0.0.42",
+    )
+    pieces = {
+        "_pager.html": {"page": page, "noun": "ラック"},
+        "_table_tools.html": {"table": table, "noun": "ラック"},
+        "_filter_actions.html": {"filtered": True, "clear_url": "/inventory/racks/"},
+        "_capacity_banner.html": {
+            "capacity_status": SimpleNamespace(
+                shortfall=8, capacity=64, guaranteed=72, affected=["Alpha", "Beta"]
+            )
+        },
+        "_removals_banner.html": {"removals_ahead": [("slurm-main", SimpleNamespace(removal=removal))]},
+    }
+    with translation.override("ja"):
+        for template, context in pieces.items():
+            html = render_to_string(template, context, request=request)
+            assert not english_left(html), (template, english_left(html))
+            assert html.strip(), template
+        pager = render_to_string("_pager.html", pieces["_pager.html"], request=request)
+    assert "10 ページ中 2 ページ目" in pager and "ラック 11\u201320" in pager
+    with translation.override("en"):
+        pager = render_to_string("_pager.html", {"page": page, "noun": "racks"}, request=request)
+    assert "Page 2 of 10 · racks 11\u201320" in pager
