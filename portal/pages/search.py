@@ -365,6 +365,25 @@ def _job_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) < 19
 
 
+def _same_name_note(q: str, same_name: int, at_least: bool) -> str:
+    """The sentence above jobs that share the name searched for."""
+    if at_least:
+        note = _("At least %(n)s jobs are named %(name)s: they are listed first, newest first.")
+    else:
+        note = _("%(n)s jobs are named %(name)s: they are listed first, newest first.")
+    return note % {"n": same_name, "name": repr(q)}
+
+
+def _job_note(job) -> str:
+    """Where a job found is, its state and its GPUs."""
+    where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
+    return ngettext("%(where)s · %(state)s · %(n)s GPU", "%(where)s · %(state)s · %(n)s GPUs", job.gpus) % {
+        "where": where,
+        "state": job.get_state_display(),
+        "n": job.gpus,
+    }
+
+
 def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     """Jobs by number, by the start of their name (those named exactly `q` first), then by a part or the
     words of their name, each newest first. The exact URL is the job number's only: a job's name comes last
@@ -391,20 +410,10 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     same_name = sum(1 for job in rows if job.name == q)
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, newest, limit, count)
     if same_name > 1:
-        if len(named) > same_name:
-            note = _("At least %(n)s jobs are named %(name)s: they are listed first, newest first.")
-        else:
-            note = _("%(n)s jobs are named %(name)s: they are listed first, newest first.")
-        group.note = note % {"n": same_name, "name": repr(q)}
+        group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
     for job in rows:
-        where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
         group.hits.append(
-            Hit(
-                f"#{job.pk} {job.name}",
-                reverse("scheduling:job-detail", args=[job.pk]),
-                ngettext("%(where)s · %(state)s · %(n)s GPU", "%(where)s · %(state)s · %(n)s GPUs", job.gpus)
-                % {"where": where, "state": job.get_state_display(), "n": job.gpus},
-            )
+            Hit(f"#{job.pk} {job.name}", reverse("scheduling:job-detail", args=[job.pk]), _job_note(job))
         )
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
