@@ -262,3 +262,19 @@ def test_the_shared_pieces_of_list_pages_are_japanese(rf):
     with translation.override("en"):
         pager = render_to_string("_pager.html", {"page": page, "noun": "racks"}, request=request)
     assert "Page 2 of 10 · racks 11\u201320" in pager
+
+
+@pytest.mark.parametrize("ldap", [True, False])
+def test_the_sign_in_page_with_single_sign_on_is_japanese(rf, ldap):
+    from django.contrib.auth.forms import AuthenticationForm
+    from django.contrib.auth.models import AnonymousUser
+    from django.template.loader import render_to_string
+    from django.utils import translation
+
+    request = rf.get("/login/")
+    request.user = AnonymousUser()
+    context = {"form": AuthenticationForm(), "oidc_enabled": True, "oidc_provider_name": "Keycloak"}
+    with translation.override("ja"):
+        html = render_to_string("registration/login.html", {**context, "ldap_enabled": ldap}, request=request)
+    assert not english_left(html), english_left(html)
+    assert "Keycloak でサインイン" in html
