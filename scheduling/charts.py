@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 import plotly.graph_objects as go
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.chart_style import GRID
 from core.charts import figure as _figure
@@ -37,7 +39,7 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
     traces = [
         {
             "type": "scatter",
-            "name": "In use, in quota",
+            "name": _("In use, in quota"),
             "x": times,
             "y": series("in_quota"),
             "stackgroup": "in_use",
@@ -48,7 +50,7 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
         },
         {
             "type": "scatter",
-            "name": "In use, borrowed",
+            "name": _("In use, borrowed"),
             "x": times,
             "y": series("borrowed"),
             "stackgroup": "in_use",
@@ -59,7 +61,7 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
         },
         {
             "type": "scatter",
-            "name": "Guaranteed",
+            "name": _("Guaranteed"),
             "x": times,
             "y": series("guaranteed"),
             "mode": "lines",
@@ -68,7 +70,7 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
         },
         {
             "type": "scatter",
-            "name": "Fair share",
+            "name": _("Fair share"),
             "x": times,
             "y": series("fair_share"),
             "mode": "lines",
@@ -77,7 +79,7 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
         },
         {
             "type": "scatter",
-            "name": "Pending demand",
+            "name": _("Pending demand"),
             "x": times,
             "y": series("pending_demand"),
             "mode": "lines",
@@ -114,11 +116,11 @@ def quota_history_html(history: Iterable[dict], div_id: str, height: int = 360) 
 
 
 BARS = (
-    ("Guarantee", "guaranteed", GUARANTEE),
-    ("In use, in quota", "in_quota", IN_QUOTA),
-    ("In use, borrowed", "borrowed", BORROWED),
-    ("Fair share", "fair_share", FAIR_SHARE),
-    ("Pending demand", "pending_demand", PENDING),
+    (gettext_lazy("Guarantee"), "guaranteed", GUARANTEE),
+    (gettext_lazy("In use, in quota"), "in_quota", IN_QUOTA),
+    (gettext_lazy("In use, borrowed"), "borrowed", BORROWED),
+    (gettext_lazy("Fair share"), "fair_share", FAIR_SHARE),
+    (gettext_lazy("Pending demand"), "pending_demand", PENDING),
 )
 
 
@@ -127,11 +129,11 @@ def _departments_spec(positions: list) -> dict:
     bars = [
         {
             "type": "bar",
-            "name": label,
+            "name": str(label),
             "x": names,
             "y": [getattr(p, attribute) for p in positions],
             "marker": {"color": colour},
-            "hovertemplate": "%{x}: %{y:,} GPUs<extra>" + label + "</extra>",
+            "hovertemplate": "%{x}: %{y:,} GPUs<extra>" + str(label) + "</extra>",
         }
         for label, attribute, colour in BARS
     ]
@@ -176,7 +178,7 @@ def _utilization_spec(
         traces.append(
             {
                 "type": "scatter",
-                "name": names.get(key, "Mean of its GPUs" if key == "mean" else key),
+                "name": names.get(key, _("Mean of its GPUs") if key == "mean" else key),
                 "x": [_wall(at) for at, _ in points],
                 "y": [round(value, 2) for _, value in points],
                 # One or two samples (a job that just started) would draw no line: show them as points.
@@ -194,7 +196,7 @@ def _utilization_spec(
         hovermode="x unified",
         xaxis=xaxis,
         yaxis={
-            "title": {"text": "Utilization (%)"},
+            "title": {"text": _("Utilization (%)")},
             "range": [0, 100],
             "gridcolor": GRID,
             "zeroline": False,

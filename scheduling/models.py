@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
 from core.text import TextValidator
@@ -74,12 +75,14 @@ class Job(models.Model):
         max_length=16, choices=PriorityClass.choices, default=PriorityClass.TRAIN
     )
     backend = models.CharField(max_length=16, choices=Backend.choices, default=Backend.SLURM)
-    work = models.JSONField(default=dict, blank=True, help_text="Batch script (Slurm) or image and command.")
+    work = models.JSONField(
+        default=dict, blank=True, help_text=_("Batch script (Slurm) or image and command.")
+    )
     time_limit_minutes = models.PositiveIntegerField(default=60)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     pending_reason = models.CharField(max_length=500, blank=True)
-    over_quota = models.BooleanField(default=False, help_text="Running on borrowed GPUs (preemptible).")
-    placement = models.JSONField(default=list, blank=True, help_text="Hostnames of the trays it ran on.")
+    over_quota = models.BooleanField(default=False, help_text=_("Running on borrowed GPUs (preemptible)."))
+    placement = models.JSONField(default=list, blank=True, help_text=_("Hostnames of the trays it ran on."))
     # Where it runs in its backend: Slurm job id, or "<namespace>/<job name>" in Kubernetes.
     backend_id = models.CharField(max_length=200, blank=True)
     # The department QOS of its latest submission: its department's own (within the guarantee) or
@@ -87,7 +90,7 @@ class Job(models.Model):
     # ignores it (Kueue decides borrowing from the ClusterQueues). Counted while RUNNING only.
     qos = models.CharField(max_length=64, blank=True)
     backend_message = models.CharField(
-        max_length=500, blank=True, help_text="The backend's latest word (state reason, dispatch error)."
+        max_length=500, blank=True, help_text=_("The backend's latest word (state reason, dispatch error).")
     )
     exit_code = models.IntegerField(null=True, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
@@ -166,16 +169,16 @@ class FaultPolicy(models.Model):
     priority_class = models.CharField(max_length=16, choices=PriorityClass.choices, unique=True)
     action = models.CharField(max_length=16, choices=FaultAction.choices, default=FaultAction.CHECKPOINT)
     grace_s = models.PositiveIntegerField(
-        default=300, help_text="Checkpoint: seconds between the signal and the requeue."
+        default=300, help_text=_("Checkpoint: seconds between the signal and the requeue.")
     )
     signal = models.CharField(
         max_length=16,
         default="USR1",
-        help_text="Checkpoint: the signal Slurm sends to the job (Kubernetes pods get an annotation).",
+        help_text=_("Checkpoint: the signal Slurm sends to the job (Kubernetes pods get an annotation)."),
     )
 
     class Meta:
-        verbose_name_plural = "fault policies"
+        verbose_name_plural = _("fault policies")
         constraints = [
             models.CheckConstraint(
                 condition=Q(action__in=FaultAction.values), name="%(app_label)s_%(class)s_action_valid"
@@ -289,7 +292,7 @@ class WhatIfRun(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    rack = models.CharField(max_length=100, blank=True, help_text="The rack the previewed plan carves.")
+    rack = models.CharField(max_length=100, blank=True, help_text=_("The rack the previewed plan carves."))
     days = models.PositiveSmallIntegerField()
     window_start = models.DateTimeField(null=True, blank=True)
     window_end = models.DateTimeField(null=True, blank=True)
@@ -297,8 +300,10 @@ class WhatIfRun(models.Model):
     error = models.CharField(max_length=500, blank=True)
     notes = models.JSONField(default=list, blank=True)
     jobs = models.PositiveIntegerField(default=0)
-    history = models.JSONField(default=dict, blank=True, help_text="The replayed jobs (scheduling.whatif).")
-    trays = models.JSONField(default=list, blank=True, help_text="The cluster's trays and partitions.")
+    history = models.JSONField(
+        default=dict, blank=True, help_text=_("The replayed jobs (scheduling.whatif).")
+    )
+    trays = models.JSONField(default=list, blank=True, help_text=_("The cluster's trays and partitions."))
     finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = WhatIfRunQuerySet.as_manager()

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from scheduling import pass_inputs
 from scheduling.models import Job
@@ -42,19 +44,42 @@ class Victim:
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.name} ({self.department}, {f'project {self.project}' if self.project else 'no project'})"
-        )
+        if self.project:
+            return _("%(name)s (%(department)s, project %(project)s)") % {
+                "name": self.name,
+                "department": self.department,
+                "project": self.project,
+            }
+        return _("%(name)s (%(department)s, no project)") % {"name": self.name, "department": self.department}
 
 
-def _victim_sentence(victims: list[Victim], kind: str, whose: str) -> str:
-    """One sentence naming the jobs it would preempt (the first MAX_NAMED; the rest counted)."""
+def _victim_sentence(victims: list[Victim], whose: str) -> str:
+    """One sentence naming the jobs it would preempt (the first MAX_NAMED; the rest counted): `whose` is
+    "mine" (borrowed training of the job's own work), "own" (of its department) or "others" (borrowed, of
+    other departments)."""
     named = ", ".join(v.label for v in victims[:MAX_NAMED])
-    more = f" and {len(victims) - MAX_NAMED} more" if len(victims) > MAX_NAMED else ""
-    return (
-        f"To make room it would preempt {len(victims)} {kind}job{'s' if len(victims) != 1 else ''} "
-        f"{whose}: {named}{more}."
-    )
+    if len(victims) > MAX_NAMED:
+        named = _("%(named)s and %(more)s more") % {"named": named, "more": len(victims) - MAX_NAMED}
+    count = len(victims)
+    if whose == "mine":
+        sentence = ngettext(
+            "To make room it would preempt %(count)s borrowed training job of your own: %(named)s.",
+            "To make room it would preempt %(count)s borrowed training jobs of your own: %(named)s.",
+            count,
+        )
+    elif whose == "own":
+        sentence = ngettext(
+            "To make room it would preempt %(count)s job of your department: %(named)s.",
+            "To make room it would preempt %(count)s jobs of your department: %(named)s.",
+            count,
+        )
+    else:
+        sentence = ngettext(
+            "To make room it would preempt %(count)s borrowed job of other departments: %(named)s.",
+            "To make room it would preempt %(count)s borrowed jobs of other departments: %(named)s.",
+            count,
+        )
+    return sentence % {"count": count, "named": named}
 
 
 @dataclass(frozen=True)
@@ -76,48 +101,81 @@ class Preview:
     def sentences(self) -> list[str]:
         """The decision in plain sentences."""
         if self.errors:
-            return [f"{message[:1].upper()}{message[1:]}." for message in self.errors.values()]
+            return [
+                _("%(message)s.") % {"message": f"{message[:1].upper()}{message[1:]}"}
+                for message in self.errors.values()
+            ]
         if self.fits:
-            quota = (
-                "over quota (borrowed GPUs: preemptible when their owners need them)"
-                if self.over_quota
-                else "in quota"
-            )
-            trays = f"{len(self.trays)} tray{'s' if len(self.trays) != 1 else ''}"
+            if self.over_quota:
+                fits = ngettext(
+                    "It fits now: it would start over quota (borrowed GPUs: preemptible when their owners "
+                    "need them) on %(count)s tray (%(trays)s) in %(partitions)s.",
+                    "It fits now: it would start over quota (borrowed GPUs: preemptible when their owners "
+                    "need them) on %(count)s trays (%(trays)s) in %(partitions)s.",
+                    len(self.trays),
+                )
+            else:
+                fits = ngettext(
+                    "It fits now: it would start in quota on %(count)s tray (%(trays)s) in %(partitions)s.",
+                    "It fits now: it would start in quota on %(count)s trays (%(trays)s) in %(partitions)s.",
+                    len(self.trays),
+                )
             words = [
-                f"It fits now: it would start {quota} on {trays} ({', '.join(self.trays)}) "
-                f"in {', '.join(self.partitions)}."
+                fits
+                % {
+                    "count": len(self.trays),
+                    "trays": ", ".join(self.trays),
+                    "partitions": ", ".join(self.partitions),
+                }
             ]
             mine = [v for v in self.victims if v.own_work]
             own = [v for v in self.victims if v.own_department and not v.own_work]
             others = [v for v in self.victims if not v.own_department]
             if mine:
                 words.append(
-                    _victim_sentence(mine, "borrowed training ", "of your own")
-                    + " Build and inference work holds the guarantee first; they borrow beyond it, and"
-                    " run again when GPUs free up."
+                    _victim_sentence(mine, "mine")
+                    + " "
+                    + _(
+                        "Build and inference work holds the guarantee first; they borrow beyond it, and run "
+                        "again when GPUs free up."
+                    )
                 )
             if own:
                 words.append(
-                    _victim_sentence(own, "", "of your department")
-                    + " They run beyond their own share of your department's guarantee (their project's, or"
-                    " the share of the work without a project), and your job's share takes it back."
+                    _victim_sentence(own, "own")
+                    + " "
+                    + _(
+                        "They run beyond their own share of your department's guarantee (their project's, or "
+                        "the share of the work without a project), and your job's share takes it back."
+                    )
                 )
             if others:
-                words.append(_victim_sentence(others, "borrowed ", "of other departments"))
+                words.append(_victim_sentence(others, "others"))
             if self.preempts and not self.victims:  # the jobs ended meanwhile: counted only
                 words.append(
-                    f"To make room it would preempt {self.preempts} job{'s' if self.preempts != 1 else ''}."
+                    ngettext(
+                        "To make room it would preempt %(count)s job.",
+                        "To make room it would preempt %(count)s jobs.",
+                        self.preempts,
+                    )
+                    % {"count": self.preempts}
                 )
             return words
         reason = self.reason.strip()
         if reason.lower().startswith("waiting:"):
             reason = reason[len("waiting:") :].strip()
-        words = [f"It would wait: {reason or 'no room for it now'}."]
+        if reason:
+            words = [_("It would wait: %(reason)s.") % {"reason": reason}]
+        else:
+            words = [_("It would wait: no room for it now.")]
         if self.queued_ahead:
             words.append(
-                f"{self.queued_ahead} pending job{'s are' if self.queued_ahead != 1 else ' is'} ahead of it "
-                "in the queue."
+                ngettext(
+                    "%(count)s pending job is ahead of it in the queue.",
+                    "%(count)s pending jobs are ahead of it in the queue.",
+                    self.queued_ahead,
+                )
+                % {"count": self.queued_ahead}
             )
         return words
 

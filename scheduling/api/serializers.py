@@ -2,6 +2,9 @@
 scheduling.services.admission (the same rules for every client); these check shapes and say which field is
 wrong."""
 
+from django.utils.text import format_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
@@ -117,40 +120,52 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
     """A job to run. `work` is {"script": "#!/bin/bash ..."} for Slurm and {"image": ..., "command": [...],
     "args": [...], "env": {...}} for Kubernetes. A field it does not take is refused, not ignored."""
 
-    department = SlugTextField(help_text="The department's slug (you must be a member).")
+    department = SlugTextField(help_text=_("The department's slug (you must be a member)."))
     project = SlugTextField(
         required=False,
         allow_null=True,
-        help_text="The slug of the department's project the job runs under (you must be in it); required "
-        "when the department shares its GPUs among projects, absent or null otherwise.",
+        help_text=_(
+            "The slug of the department's project the job runs under (you must be in it); required "
+            "when the department shares its GPUs among projects, absent or null otherwise."
+        ),
     )
     name = TextField(max_length=200)
     gpus = JSONIntegerField(
-        min_value=1, help_text="1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that."
+        min_value=1, help_text=_("1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that.")
     )
     topology = serializers.ChoiceField(
         choices=Topology.choices,
         required=False,
-        help_text="partition (the default above one tray): one NVLink partition; rack: one NVLink domain; "
-        "any: anywhere.",
+        help_text=_(
+            "partition (the default above one tray): one NVLink partition; rack: one NVLink domain; "
+            "any: anywhere."
+        ),
     )
     fallback_topology = serializers.ChoiceField(
         choices=Topology.choices,
         required=False,
         allow_null=True,
-        help_text="Opt in to a wider topology than `topology` (rack or any for a partition job, any for a "
-        "rack job) once the job has waited fallback_after_minutes (default "
-        f"{DEFAULT_FALLBACK_AFTER_MINUTES}) within its department's guarantee. Absent or null: the topology "
-        "stays strict.",
+        help_text=format_lazy(
+            _(
+                "Opt in to a wider topology than `topology` (rack or any for a partition job, any for a "
+                "rack job) once the job has waited fallback_after_minutes (default {minutes}) within its "
+                "department's guarantee. Absent or null: the topology stays strict."
+            ),
+            minutes=DEFAULT_FALLBACK_AFTER_MINUTES,
+        ),
     )
     fallback_after_minutes = JSONIntegerField(
         min_value=1,
         max_value=FALLBACK_AFTER_MAX_MINUTES,
         required=False,
         allow_null=True,
-        help_text="Minutes of waiting since submission before the fallback topology is allowed (1 to 10080); "
-        "only with fallback_topology. Absent or null with a fallback_topology: "
-        f"{DEFAULT_FALLBACK_AFTER_MINUTES} (two hours).",
+        help_text=format_lazy(
+            _(
+                "Minutes of waiting since submission before the fallback topology is allowed (1 to 10080); "
+                "only with fallback_topology. Absent or null with a fallback_topology: {minutes} (two hours)."
+            ),
+            minutes=DEFAULT_FALLBACK_AFTER_MINUTES,
+        ),
     )
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.TRAIN)
     backend = serializers.ChoiceField(choices=Backend.choices, default=Backend.SLURM)
@@ -172,10 +187,13 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
             right = list(same_but_case.values_list("slug", flat=True)[:2])
             if len(right) == 1:
                 raise serializers.ValidationError(
-                    f"department slugs are case-sensitive: yours is {right[0]!r}, not {slug!r}"
+                    gettext("department slugs are case-sensitive: yours is %(right)s, not %(slug)s")
+                    % {"right": repr(right[0]), "slug": repr(slug)}
                 )
             # The same answer for a department that does not exist and one the user is not in.
-            raise serializers.ValidationError(f"you are not a member of a department {slug!r}")
+            raise serializers.ValidationError(
+                gettext("you are not a member of a department %(slug)s") % {"slug": repr(slug)}
+            )
         return department
 
     def validate(self, attrs):
@@ -198,7 +216,12 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
             return None
         project = Project.objects.filter(department=department, slug=slug).first()
         if project is None:
-            raise serializers.ValidationError({"project": f"{department.slug} has no project {slug!r}"})
+            raise serializers.ValidationError(
+                {
+                    "project": gettext("%(department)s has no project %(slug)s")
+                    % {"department": department.slug, "slug": repr(slug)}
+                }
+            )
         return project
 
     def _work(self, backend, work):

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from core.access import leads
 from core.enqueue import enqueue
@@ -60,7 +61,10 @@ def cancel_job(job: Job, user=None) -> Job:
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.state in FINISHED_STATES:
-            raise ValidationError(f"job {job.pk} has already ended ({job.get_state_display().lower()})")
+            raise ValidationError(
+                _("job %(pk)s has already ended (%(state)s)")
+                % {"pk": job.pk, "state": job.get_state_display().lower()}
+            )
         who = f" by {user.get_username()}" if user is not None and user.is_authenticated else ""
         stop_in_backend(job, f"cancelled{who}")
         release_gpus(job)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
+from django.utils.translation import gettext as _
 
 from core import posix
 from core.access import is_admin
@@ -78,34 +79,38 @@ def check_request(department: Department, gpus: int, topology: str, priority_cla
     except ValueError as error:
         return {"gpus": str(error)}
     if department.limit_gpus is not None and gpus > department.limit_gpus:
-        errors["gpus"] = (
-            f"{gpus} GPUs is over the department's limit of {department.limit_gpus} GPUs: it could never run"
-        )
+        errors["gpus"] = _(
+            "%(gpus)s GPUs is over the department's limit of %(limit)s GPUs: it could never run"
+        ) % {"gpus": gpus, "limit": department.limit_gpus}
         return errors
     if priority_class not in PREEMPTIBLE_CLASSES and gpus > department.guaranteed_gpus:
-        errors["priority_class"] = (
-            f"{priority_class} jobs are not preemptible and run only within the department's guarantee "
-            f"({department.guaranteed_gpus} GPUs); this job asks for {gpus}: submit it as train, or ask "
-            "for a larger guarantee"
-        )
+        errors["priority_class"] = _(
+            "%(class)s jobs are not preemptible and run only within the department's guarantee "
+            "(%(guarantee)s GPUs); this job asks for %(gpus)s: submit it as train, or ask for a larger "
+            "guarantee"
+        ) % {"class": priority_class, "guarantee": department.guaranteed_gpus, "gpus": gpus}
         return errors
     trays = max(1, gpus // GPUS_PER_TRAY)
     capacity = capacity_for(department)
     if gpus > GPUS_PER_TRAY:
         if topology == Topology.PARTITION and trays > capacity.partition_trays:
-            errors["gpus"] = (
-                f"{gpus} GPUs is {trays} trays, more than any NVLink partition can hold (the largest has "
-                f"{capacity.partition_trays} trays): ask for topology rack or any, or for fewer GPUs"
-            )
+            errors["gpus"] = _(
+                "%(gpus)s GPUs is %(trays)s trays, more than any NVLink partition can hold (the largest has "
+                "%(largest)s trays): ask for topology rack or any, or for fewer GPUs"
+            ) % {"gpus": gpus, "trays": trays, "largest": capacity.partition_trays}
         elif topology == Topology.RACK and trays > capacity.rack_trays:
-            errors["gpus"] = (
-                f"{gpus} GPUs is {trays} trays, more than any rack can hold (the largest has "
-                f"{capacity.rack_trays} trays usable): ask for topology any, or for fewer GPUs"
-            )
+            errors["gpus"] = _(
+                "%(gpus)s GPUs is %(trays)s trays, more than any rack can hold (the largest has "
+                "%(largest)s trays usable): ask for topology any, or for fewer GPUs"
+            ) % {"gpus": gpus, "trays": trays, "largest": capacity.rack_trays}
         elif trays > capacity.trays:
-            errors["gpus"] = f"{gpus} GPUs is {trays} trays; the cluster has {capacity.trays}"
+            errors["gpus"] = _("%(gpus)s GPUs is %(trays)s trays; the cluster has %(total)s") % {
+                "gpus": gpus,
+                "trays": trays,
+                "total": capacity.trays,
+            }
     elif capacity.trays == 0:
-        errors["gpus"] = "the cluster has no tray this department may use"
+        errors["gpus"] = _("the cluster has no tray this department may use")
     return errors
 
 
@@ -126,22 +131,34 @@ def check_fallback(
     if not fallback_topology:
         if fallback_after_minutes is not None:
             return {
-                "fallback_after_minutes": "a wait bound needs a fallback_topology (the wider topology the "
-                "job accepts after it): give one, or leave both out"
+                "fallback_after_minutes": _(
+                    "a wait bound needs a fallback_topology (the wider topology the job accepts after it): "
+                    "give one, or leave both out"
+                )
             }
         return {}
     if fallback_topology not in TOPOLOGY_WIDTH:
-        return {"fallback_topology": f"{fallback_topology!r} is not a topology: partition, rack or any"}
+        return {
+            "fallback_topology": _("%(value)s is not a topology: partition, rack or any")
+            % {"value": repr(fallback_topology)}
+        }
     if TOPOLOGY_WIDTH[fallback_topology] <= TOPOLOGY_WIDTH.get(topology, 0):
         wider = [t.value for t in Topology if TOPOLOGY_WIDTH[t] > TOPOLOGY_WIDTH.get(topology, 0)]
-        return {
-            "fallback_topology": f"the fallback must be wider than the job's topology ({topology}): "
-            + (f"give {' or '.join(wider)}, or leave it out" if wider else "nothing is wider; leave it out")
-        }
+        if wider:
+            why = _(
+                "the fallback must be wider than the job's topology (%(topology)s): give %(wider)s, "
+                "or leave it out"
+            )
+        else:
+            why = _(
+                "the fallback must be wider than the job's topology (%(topology)s): nothing is "
+                "wider; leave it out"
+            )
+        return {"fallback_topology": why % {"topology": topology, "wider": _(" or ").join(wider)}}
     if fallback_after_minutes is not None and not 1 <= fallback_after_minutes <= FALLBACK_AFTER_MAX_MINUTES:
         return {
-            "fallback_after_minutes": f"between 1 and {FALLBACK_AFTER_MAX_MINUTES} minutes (a week); "
-            f"{fallback_after_minutes} is out of range"
+            "fallback_after_minutes": _("between 1 and %(max)s minutes (a week); %(value)s is out of range")
+            % {"max": FALLBACK_AFTER_MAX_MINUTES, "value": fallback_after_minutes}
         }
     return {}
 
@@ -163,8 +180,11 @@ class IdempotencyKeyReused(Exception):
     def __init__(self, key: str, job: Job):
         self.key, self.job = key, job
         super().__init__(
-            f"the Idempotency-Key {key!r} was used for job {job.pk} with a different request: send that "
-            "request again to get the job, or use a new key for a new job"
+            _(
+                "the Idempotency-Key %(key)s was used for job %(pk)s with a different request: send that "
+                "request again to get the job, or use a new key for a new job"
+            )
+            % {"key": repr(key), "pk": job.pk}
         )
 
 
@@ -215,7 +235,9 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
         return existing, False
     department, gpus = spec.department, spec.gpus
     if not submittable_departments(user).filter(pk=department.pk).exists():
-        raise ValidationError({"department": f"you are not a member of {department.slug}"})
+        raise ValidationError(
+            {"department": _("you are not a member of %(slug)s") % {"slug": department.slug}}
+        )
     # A department with projects requires one.
     errors = check_job_project(user, department, spec.project, gpus)
     errors = {**errors, **check_request(department, gpus, spec.topology, spec.priority_class)}

@@ -33,6 +33,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
 from inventory import selectors
@@ -51,9 +53,9 @@ from tenancy.quota_history import snapshot_rows
 # ------------------------------------------------------------------------------------------ colour by
 
 COLOUR_MODES = {
-    "partition": "Partition",
-    "health": "Health",
-    "utilization": "Utilization",
+    "partition": gettext_lazy("Partition"),
+    "health": gettext_lazy("Health"),
+    "utilization": gettext_lazy("Utilization"),
 }
 DEFAULT_COLOUR = "partition"
 # The direct source's buckets averaged for a GPU with a fresh activity row (whether it has data is not
@@ -61,17 +63,17 @@ DEFAULT_COLOUR = "partition"
 RECENT = timedelta(minutes=5)
 # (band, lowest percent, legend); a GPU's band is the last whose lowest its value reaches.
 UTILIZATION_BANDS = (
-    (0, 0.0, "under 5 %"),
+    (0, 0.0, gettext_lazy("under 5 %")),
     (1, 5.0, "5-25 %"),
     (2, 25.0, "25-50 %"),
     (3, 50.0, "50-75 %"),
-    (4, 75.0, "75 % and over"),
+    (4, 75.0, gettext_lazy("75 % and over")),
 )
 HEALTH_LEGEND = (
-    ("healthy", "Healthy"),
-    ("limited_capacity", "Limited capacity"),
-    ("unhealthy", "Unhealthy"),
-    ("unknown", "Unknown or not supported"),
+    ("healthy", gettext_lazy("Healthy")),
+    ("limited_capacity", gettext_lazy("Limited capacity")),
+    ("unhealthy", gettext_lazy("Unhealthy")),
+    ("unknown", gettext_lazy("Unknown or not supported")),
 )
 
 
@@ -85,7 +87,7 @@ def utilization_band(value: float | None) -> str:
     if value is None:
         return "none"
     band = 0
-    for number, lowest, _ in UTILIZATION_BANDS:
+    for number, lowest, _label in UTILIZATION_BANDS:
         if value >= lowest:
             band = number
     return str(band)
@@ -145,7 +147,9 @@ def colour_layout(layout, mode: str, now: datetime | None = None) -> dict:
         "bands": [(str(number), label, counts[str(number)]) for number, _, label in UTILIZATION_BANDS],
         "no_data": counts["none"],
         "mean": sum(with_data) / len(with_data) if with_data else None,
-        "source": "the site's Prometheus" if MetricsSource.load().is_prometheus else "the DCGM exporters",
+        "source": _("the site's Prometheus")
+        if MetricsSource.load().is_prometheus
+        else _("the DCGM exporters"),
         "stale_after_minutes": int(STALE_AFTER.total_seconds() // 60),
     }
 
@@ -166,10 +170,10 @@ def colour_links(request, mode: str) -> list[tuple[str, str, str, bool]]:
 # --------------------------------------------------------------------------------------------- ranges
 
 RANGES = {
-    "1h": ("1 hour", timedelta(hours=1)),
-    "24h": ("24 hours", timedelta(hours=24)),
-    "7d": ("7 days", timedelta(days=7)),
-    "30d": ("30 days", timedelta(days=30)),
+    "1h": (gettext_lazy("1 hour"), timedelta(hours=1)),
+    "24h": (gettext_lazy("24 hours"), timedelta(hours=24)),
+    "7d": (gettext_lazy("7 days"), timedelta(days=7)),
+    "30d": (gettext_lazy("30 days"), timedelta(days=30)),
 }
 DEFAULT_RANGE = "24h"
 
@@ -196,10 +200,9 @@ def parse_range(value: str | None, now: datetime | None = None, default: str = D
     if key not in RANGES:
         if key:
             shown = (value or "")[:20]
-            note = (
-                f"There is no time range \u201c{shown}\u201d: showing the last {RANGES[default][0]}. "
-                f"Choose one of {', '.join(RANGES)}."
-            )
+            note = _(
+                "There is no time range “%(shown)s”: showing the last %(default)s. Choose one of %(keys)s."
+            ) % {"shown": shown, "default": RANGES[default][0], "keys": ", ".join(RANGES)}
         key = default
     label, length = RANGES[key]
     return RangeChoice(key=key, label=label, start=now - length, end=now, note=note)
@@ -262,10 +265,14 @@ def held_jobs(request, kind: str, pk: int):
             [gpu.tray.hostname] if gpu.tray_id else [],
             reverse("scheduling:gpu-held-jobs", args=[pk]),
         )
-        what = "its tray"
+        what = _("its tray")
     else:
         tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
-        hostnames, url, what = [tray.hostname], reverse("scheduling:tray-held-jobs", args=[pk]), "this tray"
+        hostnames, url, what = (
+            [tray.hostname],
+            reverse("scheduling:tray-held-jobs", args=[pk]),
+            _("this tray"),
+        )
     chosen = parse_range(request.GET.get("range"))
     held = jobs_that_held(request.user, hostnames=hostnames, start=chosen.start, end=chosen.end)
     response = render(
@@ -323,8 +330,11 @@ def job_resubmit(request, pk):
     )
     if not _may_resubmit(request.user, job):
         raise PermissionDenied(
-            f"Only members of {job.department.name} and platform admins may submit its jobs: "
-            "ask its lead to add you."
+            _(
+                "Only members of %(department)s and platform admins may submit its jobs: ask its lead to add "
+                "you."
+            )
+            % {"department": job.department.name}
         )
     errors: list[str] = []
     # A job without a project, in a department that now has projects, asks for one (scheduling.resubmit).
@@ -336,8 +346,8 @@ def job_resubmit(request, pk):
         if new is not None:
             messages.success(
                 request,
-                f"Job #{new.pk} {new.name} submitted with the spec of job #{job.pk}: it waits for the "
-                "scheduler.",
+                _("Job #%(pk)s %(name)s submitted with the spec of job #%(old)s: it waits for the scheduler.")
+                % {"pk": new.pk, "name": new.name, "old": job.pk},
             )
             return redirect("scheduling:job-detail", pk=new.pk)
     context = {
@@ -360,7 +370,10 @@ def _resubmit(user, job: Job, offer, chosen: str, key: str) -> tuple[Job | None,
         return None, [offer.reason]
     if project is None and offer.needs_project:
         names = ", ".join(p.name for p in offer.projects)
-        return None, [f"Choose the project to run the job under (yours in {job.department.name}: {names})."]
+        return None, [
+            _("Choose the project to run the job under (yours in %(department)s: %(names)s).")
+            % {"department": job.department.name, "names": names}
+        ]
     try:
         new, created = submit_job(user=user, spec=JobSpec.from_job(job, project=project), idempotency_key=key)
     except ValidationError as refused:
@@ -416,7 +429,7 @@ def quota_chart(request, slug):
     live_charts.js, paused while the tab is hidden). A GET never writes."""
     department = usage.visible_department(request.user, slug)
     if department is None:
-        raise Http404("No such department.")
+        raise Http404(_("No such department."))
     response = render(request, "scheduling/_quota_chart.html", quota_chart_context(request, department))
     patch_vary_headers(response, ["HX-Request"])
     response["Cache-Control"] = "no-store"

@@ -35,6 +35,9 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, pgettext
 from django.views.decorators.http import require_GET, require_http_methods
 from rest_framework import serializers
 
@@ -60,16 +63,27 @@ from tenancy.projects import check_job_project
 KEY_FIELD = "submission_key"  # the page's one-time Idempotency-Key
 KEY_PREFIX = "form-"
 NOT_PREVIEWED = ("csrfmiddlewaretoken", KEY_FIELD, "name")  # with the work's inputs: the preview ignores them
-NOT_A_NUMBER = "Enter a whole number (for example 4)."
+NOT_A_NUMBER = gettext_lazy("Enter a whole number (for example 4).")
 _INTEGER = re.compile(r"[+-]?\d{1,12}")
 
 
 def _label(name: str) -> str:
-    return {
-        "gpus": "GPUs",
-        "time_limit_minutes": "Time limit (minutes)",
-        "fallback_after_minutes": "Fall back after (minutes)",
-    }.get(name, name.replace("_", " ").capitalize())
+    return str(LABELS.get(name, name.replace("_", " ").capitalize()))
+
+
+# Each field's label (any other: its name, capitalised).
+LABELS = {
+    "gpus": gettext_lazy("GPUs"),
+    "time_limit_minutes": gettext_lazy("Time limit (minutes)"),
+    "fallback_after_minutes": gettext_lazy("Fall back after (minutes)"),
+    "name": gettext_lazy("Name"),
+    "department": gettext_lazy("Department"),
+    "project": gettext_lazy("Project"),
+    "topology": gettext_lazy("Topology"),
+    "fallback_topology": gettext_lazy("Fallback topology"),
+    "priority_class": gettext_lazy("Priority class"),
+    "backend": gettext_lazy("Backend"),
+}
 
 
 @dataclass
@@ -140,7 +154,7 @@ def build_fields(
             notice=notices.get(name, ""),
         )
         _shape(request, item, f)
-        item.help_text = FORM_HELP.get(name, item.help_text)
+        item.help_text = str(FORM_HELP.get(name, item.help_text))
         if name == "department" and len(item.choices) == 1 and not item.value:
             item.value = item.choices[0][0]  # the one department the user may submit to
         out.append(item)
@@ -151,21 +165,21 @@ def _shape(request, item: FormField, f: serializers.Field) -> None:
     """The input's kind, choices, bounds and help, by its serializer field."""
     if item.name == "department":
         item.kind = "select"
-        item.blank = "Choose a department"
+        item.blank = _("Choose a department")
         item.choices = [
             (d.slug, d.name)
             for d in submittable_departments(request.user).order_by("name").only("slug", "name")
         ]
         item.help_text = (
-            "Your department: the job runs on its quota."
+            _("Your department: the job runs on its quota.")
             if item.choices
-            else "No department exists yet: a platform admin creates one on the Departments page."
+            else _("No department exists yet: a platform admin creates one on the Departments page.")
         )
     elif item.name == "project":
         item.kind = "select"
-        item.blank = "" if f.required else "None (the department's own work)"
+        item.blank = "" if f.required else _("None (the department's own work)")
         item.groups = _projects(request, f)
-        item.help_text = (
+        item.help_text = _(
             "The project whose share the job uses (a department that shares its GPUs among projects "
             "needs one; you see the projects you are in)."
         )
@@ -175,7 +189,7 @@ def _shape(request, item: FormField, f: serializers.Field) -> None:
         item.kind = "select"
         item.choices = [(str(k), str(v)) for k, v in f.choices.items()]
         if not f.required and not _default(f):
-            item.blank = "Default" if item.name == "topology" else "None"
+            item.blank = _("Default") if item.name == "topology" else pgettext("an empty choice", "None")
     elif isinstance(f, serializers.IntegerField):
         item.kind = "number"
         item.min_value, item.max_value = f.min_value, f.max_value
@@ -183,11 +197,18 @@ def _shape(request, item: FormField, f: serializers.Field) -> None:
 
 # Where the API's help speaks of JSON (`fields`, "absent or null"), the form says it in its own words.
 FORM_HELP = {
-    "fallback_topology": "Optional: a wider placement the job accepts once it has waited the time below "
-    "(e.g. one rack instead of one NVLink partition). Leave it at None to keep the topology strict.",
-    "fallback_after_minutes": "How long the job waits for its own topology before it may take the wider one "
-    f"(minutes, 1 to 10,080; only with a wider placement above). Empty with a wider placement: "
-    f"{DEFAULT_FALLBACK_AFTER_MINUTES} minutes (two hours).",
+    "fallback_topology": gettext_lazy(
+        "Optional: a wider placement the job accepts once it has waited the time below "
+        "(e.g. one rack instead of one NVLink partition). Leave it at None to keep the topology strict."
+    ),
+    "fallback_after_minutes": format_lazy(
+        gettext_lazy(
+            "How long the job waits for its own topology before it may take the wider one "
+            "(minutes, 1 to 10,080; only with a wider placement above). Empty with a wider placement: "
+            "{minutes} minutes (two hours)."
+        ),
+        minutes=DEFAULT_FALLBACK_AFTER_MINUTES,
+    ),
 }
 
 
@@ -258,8 +279,10 @@ def _may_submit(request) -> None:
     the form to every admin)."""
     if not is_admin(request.user) and not submittable_departments(request.user).exists():
         raise PermissionDenied(
-            "Only members of a department and platform admins may submit jobs: ask a department lead to add "
-            "you to their department."
+            _(
+                "Only members of a department and platform admins may submit jobs: ask a department lead to "
+                "add you to their department."
+            )
         )
 
 
@@ -277,13 +300,19 @@ def _clone_project(request, job: Job, values: dict[str, str]) -> dict[str, str]:
     if offer.needs_project and len(offer.projects) == 1:
         values["project"] = offer.projects[0].slug
         return {
-            "project": f"{offer.why}: {offer.projects[0].name}, your one project there, is chosen; change "
-            "it if the job belongs elsewhere."
+            "project": _(
+                "%(why)s: %(project)s, your one project there, is chosen; change it if the job belongs "
+                "elsewhere."
+            )
+            % {"why": offer.why, "project": offer.projects[0].name}
         }
     if offer.needs_project:
         values["project"] = ""
         names = ", ".join(p.name for p in offer.projects)
-        return {"project": f"{offer.why}: choose one of your projects ({names})."}
+        return {
+            "project": _("%(why)s: choose one of your projects (%(names)s).")
+            % {"why": offer.why, "names": names}
+        }
     return {"project" if offer.why else "gpus": offer.reason}
 
 
@@ -385,17 +414,28 @@ def job_new(request):
     except IdempotencyKeyReused as error:
         refused = {
             "": [
-                f"This form already submitted job #{error.job.pk} with other values. Submit again to "
-                "make a new job with these."
+                _(
+                    "This form already submitted job #%(pk)s with other values. Submit again to make a new "
+                    "job with these."
+                )
+                % {"pk": error.job.pk}
             ]
         }
         return _render(request, values, refused, _new_key(), status=400)
     except DjangoValidationError as error:
         return _render(request, values, _messages(serializers.as_serializer_error(error)), key, status=400)
     if created:
-        messages.success(request, f"Job #{job.pk} {job.name} submitted: the scheduler decides where it runs.")
+        messages.success(
+            request,
+            _("Job #%(pk)s %(name)s submitted: the scheduler decides where it runs.")
+            % {"pk": job.pk, "name": job.name},
+        )
     else:
-        messages.info(request, f"Job #{job.pk} {job.name} was already submitted by this form (sent twice).")
+        messages.info(
+            request,
+            _("Job #%(pk)s %(name)s was already submitted by this form (sent twice).")
+            % {"pk": job.pk, "name": job.name},
+        )
     return redirect(reverse("scheduling:job-list"))
 
 

@@ -10,8 +10,10 @@ import json
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.defaultfilters import pluralize
 from django.utils.cache import patch_vary_headers
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from hostlist import collect_hostlist
@@ -37,9 +39,9 @@ from tenancy.models.accounts import posix_identity_of
 JOBS_PER_PAGE = 50
 JOB_POLL_SECONDS = 2  # long work polls every 2 s (htmx), as every progress page does
 TOPOLOGY_WORDS = {
-    Topology.PARTITION: "in one NVLink partition",
-    Topology.RACK: "in one rack (one NVLink domain)",
-    Topology.ANY: "anywhere in the cluster",
+    Topology.PARTITION: gettext_lazy("in one NVLink partition"),
+    Topology.RACK: gettext_lazy("in one rack (one NVLink domain)"),
+    Topology.ANY: gettext_lazy("anywhere in the cluster"),
 }
 
 
@@ -155,22 +157,46 @@ def _waiting_words(job: Job) -> list[str]:
         reason = reason[len("waiting:") :].strip()
     if reason:
         reason = reason[:1].upper() + reason[1:]
-        words = [reason if reason.endswith((".", "!", "?")) else f"{reason}."]
+        # The engine's stored words (scheduling.engine is pure: English), shown as data.
+        words = [
+            format_html(
+                '<span translate="no">{}</span>', reason if reason.endswith((".", "!", "?")) else f"{reason}."
+            )
+        ]
     else:
-        words = ["It waits for the next scheduling pass."]
+        words = [_("It waits for the next scheduling pass.")]
     trays = job.gpus // GPUS_PER_TRAY
-    shape = f" ({trays} whole trays)" if job.gpus > GPUS_PER_TRAY else ""
-    words.append(
-        f"It asks for {job.gpus} GPU{pluralize(job.gpus)}{shape} {TOPOLOGY_WORDS.get(job.topology, '')}."
-    )
+    where = TOPOLOGY_WORDS.get(job.topology, "")
+    if job.gpus > GPUS_PER_TRAY:
+        asks = _("It asks for %(gpus)s GPUs (%(trays)s whole trays) %(where)s.")
+    else:
+        asks = ngettext(
+            "It asks for %(gpus)s GPU %(where)s.", "It asks for %(gpus)s GPUs %(where)s.", job.gpus
+        )
+    words.append(asks % {"gpus": job.gpus, "trays": trays, "where": where})
     if job.preemptions:
         # Fault requeues count as preemptions too (each run has its own backend name): told apart here.
         preempted, requeued = job.preemptions - job.fault_requeues, job.fault_requeues
-        what = [f"preempted {preempted} time{pluralize(preempted)}"] if preempted > 0 else []
-        if requeued:
-            what.append(f"requeued {requeued} time{pluralize(requeued)} after a fault on its trays")
+        if preempted > 0 and requeued:
+            sentence = _(
+                "It was preempted %(preempted)s and requeued %(requeued)s after a fault on its trays and "
+                "kept its place in the queue (queued by submission time)."
+            )
+        elif requeued:
+            sentence = _(
+                "It was requeued %(requeued)s after a fault on its trays and kept its place in the queue "
+                "(queued by submission time)."
+            )
+        else:
+            sentence = _(
+                "It was preempted %(preempted)s and kept its place in the queue (queued by submission time)."
+            )
         words.append(
-            f"It was {' and '.join(what)} and kept its place in the queue (queued by submission time)."
+            sentence
+            % {
+                "preempted": ngettext("%(n)s time", "%(n)s times", preempted) % {"n": preempted},
+                "requeued": ngettext("%(n)s time", "%(n)s times", requeued) % {"n": requeued},
+            }
         )
     return words
 
@@ -269,19 +295,22 @@ def job_cancel(request, pk):
     job = _visible_job(request, pk)
     error = ""
     if not may_cancel(request.user, job):
-        error = "Only the job's submitter, its department's leads and platform admins may cancel it."
+        error = _("Only the job's submitter, its department's leads and platform admins may cancel it.")
     else:
         try:
             job = cancel_job(job, request.user)
         except ValidationError as refused:
-            error = f"Not cancelled: {' '.join(refused.messages)}."
+            error = _("Not cancelled: %(why)s.") % {"why": " ".join(refused.messages)}
         else:
             job = _visible_job(request, pk)
     if request.htmx:
-        notice = "" if error else "Cancelled: its GPUs are free again."
+        notice = "" if error else _("Cancelled: its GPUs are free again.")
         return _job_status_response(request, job, cancel_error=error, cancel_notice=notice)
     if error:
         messages.error(request, error)
     else:
-        messages.success(request, f"Job #{job.pk} {job.name} cancelled: its GPUs are free again.")
+        messages.success(
+            request,
+            _("Job #%(pk)s %(name)s cancelled: its GPUs are free again.") % {"pk": job.pk, "name": job.name},
+        )
     return redirect("scheduling:job-detail", pk=job.pk)

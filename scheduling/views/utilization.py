@@ -13,6 +13,8 @@ from datetime import timedelta
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from inventory import selectors
 from inventory.models import Gpu
@@ -23,11 +25,11 @@ from tenancy.models import MetricsSource
 from tenancy.prometheus import PrometheusError
 
 RANGES = {
-    "1h": ("Last hour", timedelta(hours=1)),
-    "6h": ("6 hours", timedelta(hours=6)),
-    "24h": ("24 hours", timedelta(hours=24)),
-    "7d": ("7 days", timedelta(days=7)),
-    "30d": ("30 days", timedelta(days=30)),
+    "1h": (gettext_lazy("Last hour"), timedelta(hours=1)),
+    "6h": (gettext_lazy("6 hours"), timedelta(hours=6)),
+    "24h": (gettext_lazy("24 hours"), timedelta(hours=24)),
+    "7d": (gettext_lazy("7 days"), timedelta(days=7)),
+    "30d": (gettext_lazy("30 days"), timedelta(days=30)),
 }
 JOB_RANGE = "job"  # the job's own run, start to end (or now)
 MAX_LINES = 8  # a job on more GPUs is drawn as their mean
@@ -35,10 +37,10 @@ MAX_LINES = 8  # a job on more GPUs is drawn as their mean
 
 def _step_words(seconds: int) -> str:
     if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
+        return _("%(n)s h") % {"n": seconds // 3600}
     if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
+        return _("%(n)s min") % {"n": seconds // 60}
+    return _("%(n)s s") % {"n": seconds}
 
 
 def _chart(
@@ -51,19 +53,21 @@ def _chart(
         "url": url,
         "ranges": ranges,
         "range": chosen,
-        "source": "the site's Prometheus" if source.is_prometheus else "Rackplane's own samples",
+        "source": _("the site's Prometheus") if source.is_prometheus else _("Rackplane's own samples"),
     }
     if not uuids:
-        context["empty"] = "No GPUs to show."
+        context["empty"] = _("No GPUs to show.")
         return render(request, "scheduling/_utilization.html", context)
     mean = len(uuids) > MAX_LINES
     try:
         series, step = utilization_history(uuids, start, end, mean=mean, source=source)
     except PrometheusError as error:
-        context["error"] = f"Prometheus could not be asked: {error}. The chart is back once it answers."
+        context["error"] = _(
+            "Prometheus could not be asked: %(error)s. The chart is back once it answers."
+        ) % {"error": error}
         return render(request, "scheduling/_utilization.html", context)
     if not any(series.values()):
-        context["empty"] = (
+        context["empty"] = _(
             "No utilization samples in this range: the exporter did not report, or was not scraped."
         )
     else:
@@ -106,7 +110,7 @@ def job_utilization(request, pk):
             .select_related("tray")
             .order_by("tray__hostname", "index")
         )
-    ranges = [(JOB_RANGE, "Its run"), *((key, label) for key, (label, _) in RANGES.items())]
+    ranges = [(JOB_RANGE, _("Its run")), *((key, label) for key, (label, _) in RANGES.items())]
     asked = request.GET.get("range")
     chosen = asked if asked in RANGES or (asked == JOB_RANGE and job.started_at) else None
     chosen = chosen or (JOB_RANGE if job.started_at else "6h")

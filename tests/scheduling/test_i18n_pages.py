@@ -1,0 +1,166 @@
+"""Scheduling's pages in Japanese: no English wording left on them (tests.i18n_check), for a platform admin,
+a department lead and a member; and messages, form errors and API errors come back in the asker's language.
+
+English stays the default: the same pages without Accept-Language are checked in English by the app's other
+tests. Data (job names, hostnames, the engine's stored reasons) is shown as stored.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from core.access import Role
+from scheduling.choices import JobState
+from tests import factories
+from tests.i18n_check import english_left
+
+pytestmark = pytest.mark.django_db
+
+# The English of what scheduling's pages include but do not own: the project's shared templates
+# (templates/_table_tools.html, _filter_actions.html, _pager.html, core.tables' sort titles), translated in
+# the project's catalogue by their owner. Only these exact texts are let through; remove each once it is
+# translated there (a text of scheduling's own never belongs here).
+NOT_SCHEDULINGS = frozenset(
+    {
+        "Filter",
+        "Clear",
+        "Rows per page",
+        "Show",
+        "Export",
+        "Sort by this column",
+        "Sorted descending: click for ascending",
+        "Sorted ascending: click for descending",
+        "Pages",
+        "« First",
+        "\u2039 Previous",
+        "Next \u203a",
+        "Last »",
+        # integrations.slurm.work's help for the batch script (the job form's work inputs are the backends').
+        "sbatch runs it; the first line names the interpreter (",
+        "). Rackplane sets the GPUs, nodes and time limit.",
+    }
+)
+
+
+def english_of_scheduling(html: str) -> list[str]:
+    """tests.i18n_check.english_left, less the texts above (and the shared export sentence, which carries
+    scheduling's own translated noun)."""
+    return [
+        text
+        for text in english_left(html)
+        if text not in NOT_SCHEDULINGS and not text.startswith("Export these ")
+    ]
+
+
+def assert_japanese(client, url: str, **get_kwargs) -> str:
+    """tests.i18n_check.assert_japanese with english_of_scheduling."""
+    response = client.get(url, HTTP_ACCEPT_LANGUAGE="ja", **get_kwargs)
+    # 286: htmx's "stop polling" (a finished job's status, a list with nothing active), with the page.
+    assert response.status_code in (200, 286), (url, response.status_code)
+    assert response.headers.get("Content-Language") == "ja", url
+    html = response.content.decode()
+    left = english_of_scheduling(html)
+    assert not left, f"{url} in Japanese still shows English: {left}"
+    return html
+
+
+# People whose names are no English words (the checker reads "member-a" as the word "member"): a platform
+# admin, a lead and a member of department_a.
+@pytest.fixture
+def people(department_a):
+    return {
+        "kato": factories.make_user("kato", staff=True),
+        "sato": factories.make_member("sato", department_a, Role.LEAD),
+        "suzuki": factories.make_member("suzuki", department_a),
+    }
+
+
+@pytest.fixture
+def jobs(demo_inventory, department_a, people):
+    """A running job of department_a on two trays, a pending one and a finished one."""
+    running = factories.make_job(
+        department_a, name="train-llm", trays=factories.free_trays(2), submitted_by=people["suzuki"]
+    )
+    pending = factories.make_job(
+        department_a, name="eval-sweep", state=JobState.PENDING, gpus=8, submitted_by=people["suzuki"]
+    )
+    finished = factories.make_job(
+        department_a, name="build-img", state=JobState.COMPLETED, submitted_by=people["suzuki"], exit_code=0
+    )
+    return running, pending, finished
+
+
+PERSONAS = ["kato", "sato", "suzuki"]
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_the_job_pages_are_japanese(client_as, persona, people, jobs):
+    client = client_as(people[persona])
+    running, _pending, finished = jobs
+    assert_japanese(client, reverse("scheduling:job-list"))
+    assert_japanese(client, reverse("scheduling:job-list") + "?state=pending")
+    assert_japanese(client, reverse("scheduling:job-list") + "?name=nothing-matches")
+    for job in jobs:
+        assert_japanese(client, reverse("scheduling:job-detail", args=[job.pk]))
+        assert_japanese(client, reverse("scheduling:job-detail", args=[job.pk]), HTTP_HX_REQUEST="true")
+    assert_japanese(client, reverse("scheduling:job-new"))
+    assert_japanese(client, reverse("scheduling:job-new") + f"?clone={running.pk}")
+    assert_japanese(client, reverse("scheduling:job-resubmit", args=[finished.pk]))
+
+
+def test_the_job_list_table_and_empty_list_are_japanese(client_as, people):
+    client = client_as(people["suzuki"])
+    html = assert_japanese(client, reverse("scheduling:job-list"))
+    assert "ジョブはまだありません" in html
+    html = assert_japanese(client, reverse("scheduling:job-list"), HTTP_HX_REQUEST="true")
+    assert "ジョブはまだありません" in html
+
+
+def test_the_preview_is_japanese(client_as, demo_inventory, department_a, people):
+    client = client_as(people["suzuki"])
+    preview = reverse("scheduling:job-preview")
+    html = assert_japanese(client, preview)
+    html = assert_japanese(client, preview + f"?department={department_a.slug}&gpus=abc")
+    assert "整数を入力してください" in html
+    assert_japanese(client, preview + f"?department={department_a.slug}&gpus=4&backend=slurm")
+
+
+def test_a_form_error_comes_back_in_japanese(client_as, demo_inventory, department_a, people):
+    client = client_as(people["suzuki"])
+    response = client.post(
+        reverse("scheduling:job-new"),
+        {"department": department_a.slug, "name": "train", "gpus": "many", "backend": "slurm"},
+        HTTP_ACCEPT_LANGUAGE="ja",
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "整数を入力してください" in html
+    assert not english_of_scheduling(html), english_of_scheduling(html)
+    # English stays the default.
+    response = client.post(
+        reverse("scheduling:job-new"),
+        {"department": department_a.slug, "name": "train", "gpus": "many", "backend": "slurm"},
+        HTTP_ACCEPT_LANGUAGE="en",
+    )
+    assert "Enter a whole number (for example 4)." in response.content.decode()
+
+
+def test_cancelling_answers_in_japanese(client_as, people, jobs):
+    running, _, _ = jobs
+    client = client_as(people["suzuki"])
+    response = client.post(
+        reverse("scheduling:job-cancel", args=[running.pk]), HTTP_HX_REQUEST="true", HTTP_ACCEPT_LANGUAGE="ja"
+    )
+    html = response.content.decode()
+    assert "キャンセルしました。GPU は再び空いています。" in html
+    assert not english_of_scheduling(html), english_of_scheduling(html)
+
+
+def test_the_jobs_api_answers_a_japanese_client_in_japanese(api_as, demo_inventory, people):
+    body = {"department": "no-such-department", "name": "x", "gpus": 4, "work": {"script": "#!/bin/bash\n"}}
+    answer = api_as(people["suzuki"]).post("/api/v1/jobs/", body, format="json", HTTP_ACCEPT_LANGUAGE="ja")
+    assert answer.status_code == 400
+    assert "のメンバーではありません" in str(answer.json()["department"])
+    answer = api_as(people["suzuki"]).post("/api/v1/jobs/", body, format="json")
+    assert "you are not a member of a department" in str(answer.json()["department"])
