@@ -13,6 +13,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -38,7 +39,7 @@ def _set_urls(rows, viewname: str, key: str, attribute: str) -> None:
     One reverse() per list instead of a {% url %} per row: on a dashboard's 100 idle GPUs and 50 jobs the URL
     resolver was a quarter of the rendering time. Only for routes whose one argument is an ``<int:pk>``.
     """
-    prefix, _, suffix = reverse(viewname, args=[_PK_MARKER]).rpartition(str(_PK_MARKER))
+    prefix, _marker, suffix = reverse(viewname, args=[_PK_MARKER]).rpartition(str(_PK_MARKER))
     for row in rows:
         pk = getattr(row, key)
         setattr(row, attribute, None if pk is None else f"{prefix}{pk}{suffix}")
@@ -109,7 +110,7 @@ def department_list(request):
         form = DepartmentForm(request.POST)
         department = save_form(request, form)
         if department is not None:
-            messages.success(request, f"Department {department.name} created.")
+            messages.success(request, _("Department %(name)s created.") % {"name": department.name})
             return redirect("scheduling:department-detail", slug=department.slug)
     elif is_admin(request.user):
         form = DepartmentForm()
@@ -128,7 +129,7 @@ def department_list(request):
 def _visible(request, slug: str) -> Department:
     department = selectors.visible_department(request.user, slug)
     if department is None:
-        raise Http404("No such department.")
+        raise Http404(_("No such department."))
     return department
 
 
@@ -219,7 +220,12 @@ def member_set(request, slug):
             if not request.htmx:
                 messages.success(
                     request,
-                    f"{membership.user} is now {membership.get_role_display().lower()} of {department}.",
+                    _("%(user)s is now %(role)s of %(department)s.")
+                    % {
+                        "user": membership.user,
+                        "role": membership.get_role_display().lower(),
+                        "department": department,
+                    },
                 )
             return _members_response(request, department)
     return _members_response(request, department, form)
@@ -238,7 +244,10 @@ def member_remove(request, slug, pk):
     except ValidationError as error:
         return _members_response(request, department, error=" ".join(error.messages))
     if not request.htmx:
-        messages.success(request, f"{membership.user} removed from {department}.")
+        messages.success(
+            request,
+            _("%(user)s removed from %(department)s.") % {"user": membership.user, "department": department},
+        )
     return _members_response(request, department)
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from django.http import Http404
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
 from core.access import Role, require_lead
@@ -28,7 +30,7 @@ from tenancy.choices import RoleOrigin
 from tenancy.models import Department, Membership
 from tenancy.services import INVITE_SEARCH_MAX, INVITE_SEARCH_MIN, invitable_users
 
-IDENTITY_REASON = (
+IDENTITY_REASON = gettext_lazy(
     "Roles from the identity provider follow the person's groups there: they are re-synced at every sign-in, "
     "so they are changed at the provider, not here."
 )
@@ -39,10 +41,10 @@ def identity_lock(membership: Membership | None) -> str:
     if membership is None or membership.origin == RoleOrigin.MANUAL:
         return ""
     source = membership.get_origin_display()
-    return (
-        f"{membership.user}'s role in {membership.department} comes from an {source}: change their group at "
-        "the identity provider (it is re-synced at every sign-in), not here."
-    )
+    return _(
+        "%(user)s's role in %(department)s comes from an %(source)s: change their group at the identity "
+        "provider (it is re-synced at every sign-in), not here."
+    ) % {"user": membership.user, "department": membership.department, "source": source}
 
 
 def identity_lock_for(department: Department, username: str) -> str:
@@ -60,7 +62,7 @@ def people_search(request, slug):
     """htmx: accounts the lead may invite whose username or name contains `q` (3 characters or more)."""
     department = selectors.visible_department(request.user, slug)
     if department is None:
-        raise Http404("No such department.")
+        raise Http404(_("No such department."))
     require_lead(request.user, department, "invite people")
     text = request.GET.get("q", "").strip()[:150]
     found = invitable_users(department, request.user, text)

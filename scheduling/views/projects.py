@@ -16,6 +16,8 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from core.access import leads, require_project_manager
@@ -30,18 +32,29 @@ from tenancy.models import Department, Membership, Project, ProjectMembership
 
 
 class ProjectForm(ServiceErrorsMixin, forms.Form):
-    name = TextFormField(max_length=100)
+    name = TextFormField(max_length=100, label=gettext_lazy("Name"))
     slug = forms.SlugField(
         max_length=30,
         required=False,
-        help_text="Leave empty to derive it from the name (3D Vision: p-3d-vision).",
+        label=gettext_lazy("Slug"),
+        help_text=gettext_lazy("Leave empty to derive it from the name (3D Vision: p-3d-vision)."),
     )
-    guaranteed_gpus = forms.IntegerField(min_value=0, max_value=MAX_GPUS, initial=0, label="Guaranteed GPUs")
+    guaranteed_gpus = forms.IntegerField(
+        min_value=0, max_value=MAX_GPUS, initial=0, label=gettext_lazy("Guaranteed GPUs")
+    )
     over_quota_weight = forms.DecimalField(
-        min_value=0, max_digits=6, decimal_places=2, initial=Decimal("1.00"), label="Over-quota weight"
+        min_value=0,
+        max_digits=6,
+        decimal_places=2,
+        initial=Decimal("1.00"),
+        label=gettext_lazy("Over-quota weight"),
     )
     limit_gpus = forms.IntegerField(
-        min_value=0, max_value=MAX_GPUS, required=False, label="Limit (GPUs)", help_text="Empty: none."
+        min_value=0,
+        max_value=MAX_GPUS,
+        required=False,
+        label=gettext_lazy("Limit (GPUs)"),
+        help_text=gettext_lazy("Empty: none."),
     )
 
 
@@ -79,7 +92,7 @@ def _total(rows) -> dict:
 def _department(request, slug: str) -> Department:
     department = Department.objects.visible_to(request.user).filter(slug=slug).first()
     if department is None:
-        raise Http404("No such department.")
+        raise Http404(_("No such department."))
     return department
 
 
@@ -155,6 +168,9 @@ def _manager_context(department: Department, projects: list[Project], members: l
     return {
         "department_members": department_members,
         "without_project": [m for m in department_members if m.user_id not in in_a_project],
+        "without_project_names": ", ".join(
+            m.user.username for m in department_members if m.user_id not in in_a_project
+        ),
         "project_form": ProjectForm(),
     }
 
@@ -200,7 +216,7 @@ def project_create(request, slug):
             form.add_service_errors(error)
         else:
             if not request.htmx:
-                messages.success(request, f"Project {project.name} created.")
+                messages.success(request, _("Project %(name)s created.") % {"name": project.name})
             return _panel(request, department)
     return _panel(request, department, project_form=form)
 
@@ -215,13 +231,18 @@ def project_update(request, slug, pk):
         return _panel(
             request,
             department,
-            error=f"{project.name}: " + " ".join(m for e in form.errors.values() for m in e),
+            error=_("%(project)s: %(errors)s")
+            % {"project": project.name, "errors": " ".join(m for e in form.errors.values() for m in e)},
         )
     changes = {k: v for k, v in form.cleaned_data.items() if k != "slug" or v}
     try:
         service.update_project(request.user, project, **changes)
     except ValidationError as error:
-        return _panel(request, department, error=f"{project.name} was not changed: {_words(error)}")
+        return _panel(
+            request,
+            department,
+            error=_("%(project)s was not changed: %(why)s") % {"project": project.name, "why": _words(error)},
+        )
     return _panel(request, department)
 
 
@@ -251,7 +272,8 @@ def project_member_set(request, slug, pk):
         return _panel(
             request,
             department,
-            error=f"Choose a member of {department.name} to add to {project.name}.",
+            error=_("Choose a member of %(department)s to add to %(project)s.")
+            % {"department": department.name, "project": project.name},
             status=400,
         )
     if ProjectMembership.objects.filter(project=project, user=membership.user).exists():
@@ -259,8 +281,11 @@ def project_member_set(request, slug, pk):
         return _panel(
             request,
             department,
-            error=f"{membership.user} is already in {project.name}: nothing was changed. To change their "
-            "project role, take them out and add them again with the new role.",
+            error=_(
+                "%(user)s is already in %(project)s: nothing was changed. To change their project role, take "
+                "them out and add them again with the new role."
+            )
+            % {"user": membership.user, "project": project.name},
             status=400,
         )
     try:
@@ -280,13 +305,19 @@ def project_member_move(request, slug, pk):
     form = MoveForm(request.POST)
     to = form.is_valid() and Project.objects.filter(department=department, pk=form.cleaned_data["to"]).first()
     if not to:
-        return _panel(request, department, error="Choose one of the department's projects to move them to.")
+        return _panel(
+            request, department, error=_("Choose one of the department's projects to move them to.")
+        )
     try:
         service.move_member(request.user, membership, to)
     except ValidationError as error:
         return _panel(request, department, error=_words(error))
     if not request.htmx:
-        messages.success(request, f"{membership.user} moved from {membership.project.name} to {to.name}.")
+        messages.success(
+            request,
+            _("%(user)s moved from %(from)s to %(to)s.")
+            % {"user": membership.user, "from": membership.project.name, "to": to.name},
+        )
     return _panel(request, department)
 
 

@@ -8,6 +8,7 @@ the rack list, GPU and tray pages are inventory's (inventory.views.racks).
 from django.db.models import Exists, OuterRef
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from core.access import is_admin
 from inventory import recarving, selectors
@@ -39,7 +40,7 @@ def mark_dedications(user, rack, partitions) -> None:
     "another department" for one `user` may not see). One query."""
     visible = Department.objects.visible_to(user).filter(pk=OuterRef("department_id"))
     owners = {
-        partition_id: name if shown else "another department"
+        partition_id: name if shown else _("another department")
         for partition_id, name, shown in DedicatedPartition.objects.filter(partition__rack=rack)
         .annotate(shown=Exists(visible))
         .values_list("partition_id", "department__name", "shown")

@@ -164,3 +164,57 @@ def test_the_jobs_api_answers_a_japanese_client_in_japanese(api_as, demo_invento
     assert "のメンバーではありません" in str(answer.json()["department"])
     answer = api_as(people["suzuki"]).post("/api/v1/jobs/", body, format="json")
     assert "you are not a member of a department" in str(answer.json()["department"])
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_the_department_pages_are_japanese(client_as, persona, people, jobs, department_a, department_b):
+    client = client_as(people[persona])
+    assert_japanese(client, reverse("scheduling:department-list"))
+    page = reverse("scheduling:department-detail", args=[department_a.slug])
+    assert_japanese(client, page)
+    for key in ("1h", "24h", "7d", "30d", "nonsense"):
+        assert_japanese(client, reverse("scheduling:quota-chart", args=[department_a.slug]) + f"?range={key}")
+
+
+def test_a_department_with_projects_is_japanese(client_as, people, jobs, department_a):
+    from tenancy.models import Project
+
+    Project.objects.create(department=department_a, name="Vision", slug="vision", guaranteed_gpus=0)
+    for persona in PERSONAS:
+        assert_japanese(
+            client_as(people[persona]), reverse("scheduling:department-detail", args=[department_a.slug])
+        )
+
+
+def test_the_empty_department_list_is_japanese(client, db):
+    client.force_login(factories.make_user("yamada"))
+    html = assert_japanese(client, reverse("scheduling:department-list"))
+    assert "どの部門のメンバーでもありません" in html
+
+
+def test_the_admin_dashboard_and_the_rack_view_are_japanese(client_as, people, jobs):
+    running, _pending, _finished = jobs
+    client = client_as(people["kato"])
+    assert_japanese(client, reverse("scheduling:admin-dashboard"))
+    rack = running.placement[0].rsplit("-", 1)[0]
+    for query in ("", "?colour=health", "?colour=utilization", f"?job={running.pk}", "?job=999999"):
+        assert_japanese(client, reverse("scheduling:rack-detail", args=[rack]) + query)
+    for persona in ("sato", "suzuki"):
+        assert_japanese(client_as(people[persona]), reverse("scheduling:rack-detail", args=[rack]))
+
+
+def test_people_search_and_member_errors_are_japanese(client_as, people, department_a):
+    client = client_as(people["sato"])
+    search = reverse("scheduling:people-search", args=[department_a.slug])
+    html = assert_japanese(client, search + "?q=ab", HTTP_HX_REQUEST="true")
+    assert "文字以上入力してください" in html
+    assert_japanese(client, search + "?q=zzzzzz", HTTP_HX_REQUEST="true")
+    response = client.post(
+        reverse("scheduling:member-set", args=[department_a.slug]),
+        {"username": "", "role": "member"},
+        HTTP_HX_REQUEST="true",
+        HTTP_ACCEPT_LANGUAGE="ja",
+    )
+    html = response.content.decode()
+    assert "メンバーを追加" in html
+    assert not english_of_scheduling(html), english_of_scheduling(html)
