@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from inventory.admin import HealthSettingsAdmin
 from inventory.models import HealthSettings
@@ -65,7 +67,7 @@ class AllocationInline(ReadOnlyInline):
             .order_by("gpu__tray__hostname", "gpu__index")
         )
 
-    @admin.display(description="Tray")
+    @admin.display(description=gettext_lazy("Tray"))
     def tray(self, obj):
         return obj.gpu.tray.hostname if obj.gpu.tray_id else "—"
 
@@ -102,11 +104,11 @@ class AllocationAdmin(admin.ModelAdmin):
     raw_id_fields = ["job", "gpu"]
     readonly_fields = ["created_at"]
 
-    @admin.display(description="Tray", ordering="gpu__tray__hostname")
+    @admin.display(description=gettext_lazy("Tray"), ordering="gpu__tray__hostname")
     def tray(self, obj):
         return obj.gpu.tray.hostname if obj.gpu.tray_id else "—"
 
-    @admin.display(description="Department", ordering="job__department__name")
+    @admin.display(description=gettext_lazy("Department"), ordering="job__department__name")
     def department(self, obj):
         return obj.job.department
 
@@ -173,15 +175,17 @@ class HealthSettingsWithJobPolicies(HealthSettingsAdmin):
 
     fieldsets = [
         *HealthSettingsAdmin.fieldsets,
-        ("Running work on a failing tray", {"fields": ["job_policies"]}),
+        (gettext_lazy("Running work on a failing tray"), {"fields": ["job_policies"]}),
     ]
     readonly_fields = [*HealthSettingsAdmin.readonly_fields, "job_policies"]
 
-    @admin.display(description="Policy per priority class")
+    @admin.display(description=gettext_lazy("Policy per priority class"))
     def job_policies(self, obj):
         rows = format_html_join("", "<li>{}: {}</li>", ((p["label"], p["words"]) for p in requeue.policies()))
         link = reverse("admin:scheduling_faultpolicy_changelist")
-        return format_html('<ul class="fault-policies">{}</ul><a href="{}">Edit the policies</a>', rows, link)
+        return format_html(
+            '<ul class="fault-policies">{}</ul><a href="{}">{}</a>', rows, link, _("Edit the policies")
+        )
 
 
 admin.site.unregister(HealthSettings)

@@ -8,6 +8,8 @@ department's or a project of one's own department one is not in (no probing)."""
 
 import django_filters
 from django import forms
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.filters import BooleanFilter
 from scheduling.choices import Backend, JobState, PriorityClass
@@ -34,11 +36,17 @@ class JobFilterForm(forms.Form):
         cleaned = super().clean()
         projects, department = cleaned.get("project"), cleaned.get("department")
         if projects and department and all(p.department.slug != department for p in projects):
-            names = ", ".join(f"{p.department.name}'s {p.name}" for p in projects)
+            names = ", ".join(
+                _("%(department)s's %(project)s") % {"department": p.department.name, "project": p.name}
+                for p in projects
+            )
             self.add_error(
                 "project",
-                f"Project {projects[0].slug!r} ({names}) is not a project of the department {department!r}: "
-                "choose one of its projects, or leave out the department.",
+                _(
+                    "Project %(slug)s (%(names)s) is not a project of the department %(department)s: choose "
+                    "one of its projects, or leave out the department."
+                )
+                % {"slug": repr(projects[0].slug), "names": names, "department": repr(department)},
             )
         elif projects and department:
             cleaned["project"] = [p for p in projects if p.department.slug == department]
@@ -50,8 +58,10 @@ class ProjectSlugField(forms.CharField):
     department only); a slug none of them has is invalid."""
 
     default_error_messages = {
-        "invalid_choice": "No project with the slug %(value)r among the projects you can see (your own; a "
-        "department's leads: all of its projects): use a slug from /api/v1/projects/."
+        "invalid_choice": gettext_lazy(
+            "No project with the slug %(value)r among the projects you can see (your own; a department's "
+            "leads: all of its projects): use a slug from /api/v1/projects/."
+        )
     }
 
     def __init__(self, *, queryset, **kwargs):
@@ -83,8 +93,10 @@ class ProjectSlugFilter(django_filters.filters.QuerySetRequestMixin, django_filt
 
 class JobFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains")
-    department = django_filters.CharFilter(field_name="department__slug", label="Department (slug)")
-    project = ProjectSlugFilter(queryset=projects_with_visible_jobs, label="Project (slug)")
+    department = django_filters.CharFilter(
+        field_name="department__slug", label=gettext_lazy("Department (slug)")
+    )
+    project = ProjectSlugFilter(queryset=projects_with_visible_jobs, label=gettext_lazy("Project (slug)"))
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     backend = django_filters.ChoiceFilter(choices=Backend.choices)
     priority_class = django_filters.ChoiceFilter(choices=PriorityClass.choices)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db.models import Exists, OuterRef
+from django.utils.translation import gettext as _
 
 from scheduling.models import Job
 from scheduling.services.admission import submittable_departments
@@ -66,8 +67,11 @@ def resubmit_offer(user, job: Job) -> ResubmitOffer:
         return ResubmitOffer(
             may_submit=False,
             ready=False,
-            reason=f"Only members of {department.name} and platform admins may submit its jobs: ask its "
-            "lead to add you.",
+            reason=_(
+                "Only members of %(department)s and platform admins may submit its jobs: ask its lead to add "
+                "you."
+            )
+            % {"department": department.name},
         )
     if job.project_id is None and getattr(job, "resubmit_department_has_projects", None) is False:
         return ResubmitOffer(may_submit=True, ready=True)  # check_job_project's answer, without asking
@@ -78,29 +82,34 @@ def resubmit_offer(user, job: Job) -> ResubmitOffer:
         return ResubmitOffer(
             may_submit=True,
             ready=False,
-            reason=f"This job's {job.gpus} GPUs are over project {job.project.name}'s limit of "
-            f"{job.project.limit_gpus} GPUs, so it could never run: clone it and ask for fewer GPUs.",
+            reason=_(
+                "This job's %(gpus)s GPUs are over project %(project)s's limit of %(limit)s GPUs, so it "
+                "could never run: clone it and ask for fewer GPUs."
+            )
+            % {"gpus": job.gpus, "project": job.project.name, "limit": job.project.limit_gpus},
         )
     projects = list(usable_projects(user, department))
     if job.project_id is None:
-        why = (
-            f"This job ran as {department.name}'s own work, but {department.name} now shares its GPUs "
-            "among projects"
-        )
+        why = _(
+            "This job ran as %(department)s's own work, but %(department)s now shares its GPUs among projects"
+        ) % {"department": department.name}
     else:
-        why = f"You may no longer submit to this job's project, {job.project.name}"
+        why = _("You may no longer submit to this job's project, %(project)s") % {"project": job.project.name}
     if projects:
         return ResubmitOffer(
             may_submit=True,
             ready=False,
             projects=projects,
-            reason=f"{why}: choose one of your projects to run it under.",
+            reason=_("%(why)s: choose one of your projects to run it under.") % {"why": why},
             why=why,
         )
     return ResubmitOffer(
         may_submit=True,
         ready=False,
-        reason=f"{why}, and you are in none of {department.name}'s projects: ask a lead of "
-        f"{department.name} to add you to one, then resubmit.",
+        reason=_(
+            "%(why)s, and you are in none of %(department)s's projects: ask a lead of %(department)s to add "
+            "you to one, then resubmit."
+        )
+        % {"why": why, "department": department.name},
         why=why,
     )

@@ -53,6 +53,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Exp
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from core.access import leads
 from inventory.models import Gpu
@@ -219,7 +220,7 @@ class GuaranteeStatus:
 
     @property
     def affected(self) -> list[str]:
-        return [f"{name} ({gpus} short)" for name, gpus in self.cut]
+        return [_("%(name)s (%(gpus)s short)") % {"name": name, "gpus": gpus} for name, gpus in self.cut]
 
     @property
     def owed(self) -> list[tuple[str, int]]:
@@ -510,7 +511,7 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[tuple[int, int | No
 def department_usage(usage: dict[tuple[int, int | None], float]) -> dict[int, float]:
     """`decayed_usage` summed per department pk."""
     total: dict[int, float] = {}
-    for (department, _), value in usage.items():
+    for (department, _day), value in usage.items():
         total[department] = total.get(department, 0.0) + value
     return total
 

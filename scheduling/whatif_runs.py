@@ -22,6 +22,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from core.enqueue import enqueue
 from core.task_names import WHATIF_PREPARE
@@ -53,7 +54,10 @@ def history(days: int, now: datetime | None = None) -> History:
     """The replay's input: the jobs of the last `days` days (scheduling.whatif.history's rules). A few
     queries; at most whatif.MAX_JOBS job rows are read, the most recent."""
     if not 1 <= days <= whatif.MAX_DAYS:
-        raise WhatIfError(f"Replay between 1 and {whatif.MAX_DAYS} days of history, not {days}.")
+        raise WhatIfError(
+            _("Replay between 1 and %(max)s days of history, not %(days)s.")
+            % {"max": whatif.MAX_DAYS, "days": days}
+        )
     now = now or timezone.now()
     start = now - timedelta(days=days)
     window = Job.objects.filter(created_at__lte=now).filter(
@@ -140,10 +144,15 @@ def start(user, days: int, layouts: Sequence[tuple[str, Sequence[Carving]]], rac
     """Save a what-if of `days` days over `layouts` (label, racks carved anew) and queue it. The cluster as
     it is comes first, whether listed or not. WhatIfError for a window or a sweep out of bounds."""
     if not 1 <= days <= whatif.MAX_DAYS:
-        raise WhatIfError(f"Replay between 1 and {whatif.MAX_DAYS} days of history, not {days}.")
+        raise WhatIfError(
+            _("Replay between 1 and %(max)s days of history, not %(days)s.")
+            % {"max": whatif.MAX_DAYS, "days": days}
+        )
     layouts = [(label, list(carvings)) for label, carvings in layouts if carvings]
     if len(layouts) + 1 > MAX_LAYOUTS:
-        raise WhatIfError(f"At most {MAX_LAYOUTS} layouts at once (the cluster now included).")
+        raise WhatIfError(
+            _("At most %(max)s layouts at once (the cluster now included).") % {"max": MAX_LAYOUTS}
+        )
     with transaction.atomic():
         run = WhatIfRun.objects.create(created_by=user, days=days, rack=rack)
         WhatIfLayout.objects.bulk_create(

@@ -8,6 +8,8 @@ from django.db.models import Count, IntegerField, OuterRef, Prefetch, ProtectedE
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from django.utils.functional import cached_property
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, status, viewsets
@@ -33,7 +35,7 @@ from tenancy.services import remove_membership, set_membership
 
 class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "The request conflicts with the current state."
+    default_detail = _("The request conflicts with the current state.")
     default_code = "conflict"
 
 
@@ -61,7 +63,7 @@ def quota_position(department: Department) -> dict:
 class DepartmentWrites(IsAdminOrReadOnly):
     """core.access's rule, with the reason in the API's words."""
 
-    message = "Only platform admins may create, change or delete departments."
+    message = _("Only platform admins may create, change or delete departments.")
 
 
 @extend_schema_view(
@@ -117,8 +119,12 @@ class DepartmentViewSet(viewsets.ModelViewSet):
         except ProtectedError as error:
             jobs = len(error.protected_objects)
             raise Conflict(
-                f"{instance.name} still has {jobs} job{'s' if jobs != 1 else ''} on record: "
-                "a department with jobs cannot be deleted"
+                ngettext(
+                    "%(name)s still has %(jobs)s job on record: a department with jobs cannot be deleted",
+                    "%(name)s still has %(jobs)s jobs on record: a department with jobs cannot be deleted",
+                    jobs,
+                )
+                % {"name": instance.name, "jobs": jobs}
             ) from error
 
     @extend_schema(responses=QuotaSerializer, filters=False)

@@ -1,5 +1,6 @@
 """Jobs API: submit (with Idempotency-Key), list and read what `visible_to` allows, cancel."""
 
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -121,6 +122,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         refuse_body(request)
         job = self.get_object()
         if not may_cancel(request.user, job):
-            raise PermissionDenied("only the job's submitter, its department's leads and staff may cancel it")
+            raise PermissionDenied(
+                _("only the job's submitter, its department's leads and staff may cancel it")
+            )
         job = cancel_job(job, request.user)  # its ValidationError: a 400 (core.api.exception_handler)
         return Response(self._detail(job))

@@ -11,7 +11,6 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_vary_headers
-from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
@@ -28,6 +27,7 @@ from scheduling.queue_standing import queue_standing
 from scheduling.resubmit import resubmit_offer, with_resubmit_facts
 from scheduling.services.actions import cancel_job, may_cancel
 from scheduling.services.pass_writes import WHY_HERE
+from scheduling.words import translate as scheduler_words
 from tenancy.models import Department, Project
 from tenancy.models.accounts import posix_identity_of
 
@@ -156,12 +156,11 @@ def _waiting_words(job: Job) -> list[str]:
     if reason.lower().startswith("waiting:"):
         reason = reason[len("waiting:") :].strip()
     if reason:
+        # The engine's words, stored in English, in the viewer's language (scheduling.words).
+        reason = scheduler_words(reason)
         reason = reason[:1].upper() + reason[1:]
-        # The engine's stored words (scheduling.engine is pure: English), shown as data.
         words = [
-            format_html(
-                '<span translate="no">{}</span>', reason if reason.endswith((".", "!", "?")) else f"{reason}."
-            )
+            reason if reason.endswith((".", "!", "?", "。")) else _("%(message)s.") % {"message": reason}
         ]
     else:
         words = [_("It waits for the next scheduling pass.")]
@@ -240,7 +239,7 @@ def _why_here(events: list) -> str:
     when none gives one."""
     for event in reversed(events):
         if event.kind == JobEventKind.PLACED:
-            return event.message.partition(WHY_HERE)[2]
+            return scheduler_words(event.message.partition(WHY_HERE)[2])
     return ""
 
 

@@ -7,6 +7,8 @@ tests. Data (job names, hostnames, the engine's stored reasons) is shown as stor
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -17,12 +19,14 @@ from tests.i18n_check import english_left
 
 pytestmark = pytest.mark.django_db
 
-# The English of what scheduling's pages include but do not own: the project's shared templates
-# (templates/_table_tools.html, _filter_actions.html, _pager.html, core.tables' sort titles), translated in
-# the project's catalogue by their owner. Only these exact texts are let through; remove each once it is
-# translated there (a text of scheduling's own never belongs here).
+# The English of what scheduling's pages include but do not own, each translated in its owner's catalogue:
+# the project's shared templates (templates/_table_tools.html, _filter_actions.html, _pager.html, core.tables'
+# sort titles), core.access's role names, tenancy's department form, inventory's choices and rack partials,
+# integrations' work inputs. Only these exact texts (and these patterns) are let through; remove each once
+# its owner translates it (a text of scheduling's own never belongs here).
 NOT_SCHEDULINGS = frozenset(
     {
+        # templates/ (shared partials) and core.tables
         "Filter",
         "Clear",
         "Rows per page",
@@ -36,20 +40,62 @@ NOT_SCHEDULINGS = frozenset(
         "\u2039 Previous",
         "Next \u203a",
         "Last »",
-        # integrations.slurm.work's help for the batch script (the job form's work inputs are the backends').
+        # core.access.Role
+        "Department lead",
+        "Department member",
+        # tenancy.forms.DepartmentForm (the new-department form on the department list)
+        "Name",
+        "Its Kubernetes namespace, Slurm account and QOS: up to 30 lower-case letters, digits and "
+        "single hyphens, starting with a letter. Names Kubernetes, Slurm or Rackplane use (default, "
+        "kube-…, root, gpu, all …) are refused.",
+        "Guaranteed GPUs",
+        "Always available; reclaimed if lent.",
+        "Over-quota weight",
+        "Share of idle GPUs it may borrow, relative to other departments (0: never borrows).",
+        "Most GPUs it may hold, borrowing included; empty for no limit.",
+        "Higher priority is served first when borrowing.",
+        "Leave empty to allocate from the pool.",
+        "Export path",
+        "Leave empty to allocate /exports/tenants/<slug>. Otherwise a directory inside /exports/tenants.",
+        "Storage quota (GiB)",
+        "Leave empty for the default quota.",
+        # inventory/_recarve_policy.html (under the rack view)
+        "Carving that follows demand",
+        "Re-carving by the scheduler",
+        "When it is on, the scheduler may re-carve this rack's",
+        "idle",
+        "trays into the NVLink partition a waiting in-quota gang needs (merging idle partitions, or "
+        "splitting a large idle one), through the same plan, checks and pushes as the partition wizard. It "
+        "never touches a tray that runs work, and a partition dedicated to a department is only ever "
+        "re-carved into partitions of that same department, never across departments.",
+        "Let the scheduler re-carve idle trays",
+        "Off by default. Work in progress and other departments' trays are safe.",
+        "Smallest partition (trays)",
+        "The scheduler never makes a partition of fewer trays (1 to 18).",
+        "Re-carves per hour, at most",
+        "Scheduler re-carves of this rack in any rolling hour (1 to 60).",
+        "Save the policy",
+        # integrations.slurm.work's help for the batch script (the job form's work inputs are the backends')
         "sbatch runs it; the first line names the interpreter (",
         "). Rackplane sets the GPUs, nodes and time limit.",
     }
 )
+NOT_SCHEDULINGS_PATTERNS = (
+    re.compile(r"Export these .*:"),  # templates/_table_tools.html, with scheduling's own translated noun
+    re.compile(r"Re-carving policy of \S+"),  # inventory/_recarve_policy.html
+    # A GPU's title on the rack view: inventory's health names (Healthy ...) after scheduling's own words.
+    re.compile(r"GPU \d · GPU-[0-9a-f-]+ · (Healthy|Unhealthy|Unknown|Limited capacity)( · .*)?"),
+    # The demo's drained tray: inventory's state name, then its stored reason (data).
+    re.compile(r"(Drain: )?XID 79 \(GPU fell off the bus\) on GPU 2; awaiting RMA"),
+)
 
 
 def english_of_scheduling(html: str) -> list[str]:
-    """tests.i18n_check.english_left, less the texts above (and the shared export sentence, which carries
-    scheduling's own translated noun)."""
+    """tests.i18n_check.english_left, less the texts above."""
     return [
         text
         for text in english_left(html)
-        if text not in NOT_SCHEDULINGS and not text.startswith("Export these ")
+        if text not in NOT_SCHEDULINGS and not any(p.fullmatch(text) for p in NOT_SCHEDULINGS_PATTERNS)
     ]
 
 
@@ -218,3 +264,23 @@ def test_people_search_and_member_errors_are_japanese(client_as, people, departm
     html = response.content.decode()
     assert "メンバーを追加" in html
     assert not english_of_scheduling(html), english_of_scheduling(html)
+
+
+def test_the_schedulers_stored_reason_is_shown_in_japanese(client_as, people, demo_inventory, department_a):
+    """A pending reason is stored in English (scheduling.engine.words); the job list, the job page and the
+    department page show it in Japanese (scheduling.words), and in English to an English reader."""
+    reason = "waiting: no NVLink partition has 6 free trays; the largest free block is 4 trays in gb-r02 p2"
+    job = factories.make_job(department_a, "wide", JobState.PENDING, gpus=24, pending_reason=reason)
+    client = client_as(people["suzuki"])
+    for url in (
+        reverse("scheduling:job-list"),
+        reverse("scheduling:job-detail", args=[job.pk]),
+        reverse("scheduling:department-detail", args=[department_a.slug]),
+    ):
+        html = assert_japanese(client, url)
+        assert "空きトレイが 6 台ある NVLink パーティションがありません" in html, url
+        assert "最大の空きブロックは gb-r02 p2 の 4 トレイです" in html, url
+    english = client.get(reverse("scheduling:job-detail", args=[job.pk]), HTTP_ACCEPT_LANGUAGE="en")
+    assert (
+        "No NVLink partition has 6 free trays; the largest free block is 4 trays" in english.content.decode()
+    )
