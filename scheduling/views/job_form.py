@@ -64,6 +64,9 @@ KEY_FIELD = "submission_key"  # the page's one-time Idempotency-Key
 KEY_PREFIX = "form-"
 NOT_PREVIEWED = ("csrfmiddlewaretoken", KEY_FIELD, "name")  # with the work's inputs: the preview ignores them
 NOT_A_NUMBER = gettext_lazy("Enter a whole number (for example 4).")
+ALREADY_SUBMITTED = gettext_lazy(
+    "This form already submitted job #%(pk)s with other values. Submit again to make a new job with these."
+)
 _INTEGER = re.compile(r"[+-]?\d{1,12}")
 
 
@@ -412,31 +415,23 @@ def job_new(request):
     try:
         job, created = submit_job(user=request.user, idempotency_key=key, **serializer.validated_data)
     except IdempotencyKeyReused as error:
-        refused = {
-            "": [
-                _(
-                    "This form already submitted job #%(pk)s with other values. Submit again to make a new "
-                    "job with these."
-                )
-                % {"pk": error.job.pk}
-            ]
-        }
-        return _render(request, values, refused, _new_key(), status=400)
+        return _render(
+            request, values, {"": [ALREADY_SUBMITTED % {"pk": error.job.pk}]}, _new_key(), status=400
+        )
     except DjangoValidationError as error:
         return _render(request, values, _messages(serializers.as_serializer_error(error)), key, status=400)
-    if created:
-        messages.success(
-            request,
-            _("Job #%(pk)s %(name)s submitted: the scheduler decides where it runs.")
-            % {"pk": job.pk, "name": job.name},
-        )
-    else:
-        messages.info(
-            request,
-            _("Job #%(pk)s %(name)s was already submitted by this form (sent twice).")
-            % {"pk": job.pk, "name": job.name},
-        )
+    _say_submitted(request, job, created)
     return redirect(reverse("scheduling:job-list"))
+
+
+def _say_submitted(request, job: Job, created: bool) -> None:
+    """The message the job list shows after a submission (or a second click of the same form)."""
+    if created:
+        text = _("Job #%(pk)s %(name)s submitted: the scheduler decides where it runs.")
+        messages.success(request, text % {"pk": job.pk, "name": job.name})
+    else:
+        text = _("Job #%(pk)s %(name)s was already submitted by this form (sent twice).")
+        messages.info(request, text % {"pk": job.pk, "name": job.name})
 
 
 @require_GET

@@ -150,6 +150,30 @@ def _visible_job(request, pk, resubmit_facts: bool = False) -> Job:
     return get_object_or_404(jobs, pk=pk)
 
 
+def _requeued_words(job: Job) -> str:
+    """How often a pending job was preempted or requeued after a fault, and that it kept its place. Fault
+    requeues count as preemptions too (each run has its own backend name): told apart here."""
+    preempted, requeued = job.preemptions - job.fault_requeues, job.fault_requeues
+    if preempted > 0 and requeued:
+        sentence = _(
+            "It was preempted %(preempted)s and requeued %(requeued)s after a fault on its trays and "
+            "kept its place in the queue (queued by submission time)."
+        )
+    elif requeued:
+        sentence = _(
+            "It was requeued %(requeued)s after a fault on its trays and kept its place in the queue "
+            "(queued by submission time)."
+        )
+    else:
+        sentence = _(
+            "It was preempted %(preempted)s and kept its place in the queue (queued by submission time)."
+        )
+    return sentence % {
+        "preempted": ngettext("%(n)s time", "%(n)s times", preempted) % {"n": preempted},
+        "requeued": ngettext("%(n)s time", "%(n)s times", requeued) % {"n": requeued},
+    }
+
+
 def _waiting_words(job: Job) -> list[str]:
     """Why a pending job waits, in sentences: the scheduler's reason first, then what the job asks for."""
     reason = job.pending_reason.strip()
@@ -174,29 +198,7 @@ def _waiting_words(job: Job) -> list[str]:
         )
     words.append(asks % {"gpus": job.gpus, "trays": trays, "where": where})
     if job.preemptions:
-        # Fault requeues count as preemptions too (each run has its own backend name): told apart here.
-        preempted, requeued = job.preemptions - job.fault_requeues, job.fault_requeues
-        if preempted > 0 and requeued:
-            sentence = _(
-                "It was preempted %(preempted)s and requeued %(requeued)s after a fault on its trays and "
-                "kept its place in the queue (queued by submission time)."
-            )
-        elif requeued:
-            sentence = _(
-                "It was requeued %(requeued)s after a fault on its trays and kept its place in the queue "
-                "(queued by submission time)."
-            )
-        else:
-            sentence = _(
-                "It was preempted %(preempted)s and kept its place in the queue (queued by submission time)."
-            )
-        words.append(
-            sentence
-            % {
-                "preempted": ngettext("%(n)s time", "%(n)s times", preempted) % {"n": preempted},
-                "requeued": ngettext("%(n)s time", "%(n)s times", requeued) % {"n": requeued},
-            }
-        )
+        words.append(_requeued_words(job))
     return words
 
 
