@@ -24,6 +24,7 @@ from django.utils.translation import ngettext
 from scheduling import pass_inputs
 from scheduling.models import Job
 from scheduling.services.admission import check_request
+from scheduling.words import translate as scheduler_words
 from tenancy.models import Department
 
 PROBE_ID = -1  # the proposed job's id in the dry pass: no row has it
@@ -103,7 +104,7 @@ class Preview:
         if self.errors:
             return [
                 _("%(message)s.") % {"message": f"{message[:1].upper()}{message[1:]}"}
-                for message in self.errors.values()
+                for message in map(scheduler_words, self.errors.values())
             ]
         if self.fits:
             if self.over_quota:
@@ -164,8 +165,8 @@ class Preview:
         reason = self.reason.strip()
         if reason.lower().startswith("waiting:"):
             reason = reason[len("waiting:") :].strip()
-        if reason:
-            words = [_("It would wait: %(reason)s.") % {"reason": reason}]
+        if reason:  # the engine's words, in English, read back in the viewer's language
+            words = [_("It would wait: %(reason)s.") % {"reason": scheduler_words(reason)}]
         else:
             words = [_("It would wait: no room for it now.")]
         if self.queued_ahead:

@@ -58,13 +58,18 @@ class Request:
         return self.gpus <= GPUS_PER_TRAY
 
 
+NOT_A_GPU_COUNT = gettext_noop("GPUs must be a whole number >= 1, got %(gpus)s")
+NOT_WHOLE_TRAYS = gettext_noop(
+    "%(gpus)s GPUs: a job above one tray takes whole trays, so a multiple of %(per_tray)s"
+)
+
+
 def check_gpus(gpus: int) -> None:
+    """Refuse (ValueError, in a template's English: scheduling.words reads it back) a size no job can have."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ValueError(f"GPUs must be a whole number >= 1, got {gpus!r}")
+        raise ValueError(say(NOT_A_GPU_COUNT, gpus=repr(gpus)))
     if gpus > GPUS_PER_TRAY and gpus % GPUS_PER_TRAY:
-        raise ValueError(
-            f"{gpus} GPUs: a job above one tray takes whole trays, so a multiple of {GPUS_PER_TRAY}"
-        )
+        raise ValueError(say(NOT_WHOLE_TRAYS, gpus=gpus, per_tray=GPUS_PER_TRAY))
 
 
 def place(cluster: Cluster, request: Request, policy: str = RACKPLANE) -> Placement | None:

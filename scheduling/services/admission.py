@@ -30,6 +30,7 @@ from scheduling.jobspec import JobSpec
 from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
 from scheduling.services.pass_requests import request_pass
 from scheduling.words import WAITING_FOR_SCHEDULER
+from scheduling.words import translate as scheduler_words
 from tenancy.models import Department, Membership
 from tenancy.models.accounts import posix_identity_of
 from tenancy.projects import check_job_project
@@ -77,7 +78,7 @@ def check_request(department: Department, gpus: int, topology: str, priority_cla
     try:
         engine_placement.check_gpus(gpus)
     except ValueError as error:
-        return {"gpus": str(error)}
+        return {"gpus": scheduler_words(str(error))}  # the engine's English, in the asker's language
     if department.limit_gpus is not None and gpus > department.limit_gpus:
         errors["gpus"] = _(
             "%(gpus)s GPUs is over the department's limit of %(limit)s GPUs: it could never run"

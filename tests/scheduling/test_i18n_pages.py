@@ -284,3 +284,12 @@ def test_the_schedulers_stored_reason_is_shown_in_japanese(client_as, people, de
     assert (
         "No NVLink partition has 6 free trays; the largest free block is 4 trays" in english.content.decode()
     )
+
+
+def test_the_preview_reads_the_engines_refusal_in_japanese(client_as, people, demo_inventory, department_a):
+    client = client_as(people["suzuki"])
+    url = reverse("scheduling:job-preview") + f"?department={department_a.slug}&gpus=6&backend=slurm"
+    html = assert_japanese(client, url)
+    assert "1 トレイを超えるジョブはトレイ単位で使用するため、4 の倍数で指定してください" in html
+    english = client.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "6 GPUs: a job above one tray takes whole trays, so a multiple of 4" in english
