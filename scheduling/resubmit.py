@@ -3,9 +3,11 @@
 of them offers a click that submit_job (tenancy.projects.check_job_project) would refuse.
 
 * The job's values pass: "Resubmit" as before.
-* The job names no project (or one the person may no longer use) and its department now shares its GPUs
-  among projects: the confirmation asks which of the person's projects of that department to use
-  (`projects`); the clone says the same over its project field.
+* A job without a project (from before default projects) counts as one of the department's default project
+  (tenancy.projects): resubmitted, it goes where submit_job puts a job that names none.
+* The job's project is one the person may no longer use (a named project they left, or the default project
+  once they are in a named one): the confirmation asks which of the person's projects of that department
+  to use (`projects`); the clone says the same over its project field.
 * No project to choose (the person is in none of the department's projects), a job over its project's
   limit, or a department the person may not submit to: no resubmit; `reason` says why and what to do.
 
@@ -23,7 +25,7 @@ from django.db.models import Exists, OuterRef
 from scheduling.models import Job
 from scheduling.services.admission import submittable_departments
 from tenancy.models import Project
-from tenancy.projects import check_job_project, usable_projects
+from tenancy.projects import check_job_project, default_project, usable_projects
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def with_resubmit_facts(jobs, user):
     department = OuterRef("department_id")
     return jobs.annotate(
         resubmit_may_submit=Exists(submittable_departments(user).filter(pk=department)),
-        resubmit_department_has_projects=Exists(Project.objects.filter(department=department)),
+        resubmit_department_has_projects=Exists(Project.objects.named().filter(department=department)),
     )
 
 
@@ -71,24 +73,25 @@ def resubmit_offer(user, job: Job) -> ResubmitOffer:
         )
     if job.project_id is None and getattr(job, "resubmit_department_has_projects", None) is False:
         return ResubmitOffer(may_submit=True, ready=True)  # check_job_project's answer, without asking
-    problems = check_job_project(user, department, job.project, job.gpus)
+    project = job.project if job.project_id is not None else default_project(department)
+    problems = check_job_project(user, department, project, job.gpus)
     if not problems:
         return ResubmitOffer(may_submit=True, ready=True)
     if "gpus" in problems:
         return ResubmitOffer(
             may_submit=True,
             ready=False,
-            reason=f"This job's {job.gpus} GPUs are over project {job.project.name}'s limit of "
-            f"{job.project.limit_gpus} GPUs, so it could never run: clone it and ask for fewer GPUs.",
+            reason=f"This job's {job.gpus} GPUs are over project {project.name}'s limit of "
+            f"{project.limit_gpus} GPUs, so it could never run: clone it and ask for fewer GPUs.",
         )
     projects = list(usable_projects(user, department))
-    if job.project_id is None:
+    if project is None or project.is_default:
         why = (
             f"This job ran as {department.name}'s own work, but {department.name} now shares its GPUs "
             "among projects"
         )
     else:
-        why = f"You may no longer submit to this job's project, {job.project.name}"
+        why = f"You may no longer submit to this job's project, {project.name}"
     if projects:
         return ResubmitOffer(
             may_submit=True,

@@ -43,7 +43,11 @@ class JobSerializer(serializers.ModelSerializer):
     )
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     project = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True, allow_null=True, help_text="null: the department's own work"
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="its project (its department's default project for the department's own work); null "
+        "only for a job of a department without a default project",
     )
     submitted_by = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True, help_text="null once the account is deleted"
@@ -121,8 +125,9 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
     project = SlugTextField(
         required=False,
         allow_null=True,
-        help_text="The slug of the department's project the job runs under (you must be in it); required "
-        "when the department shares its GPUs among projects, absent or null otherwise.",
+        help_text="The slug of the department's project the job runs under (you must be able to use it). "
+        "Absent or null: your only project in the department, else its default project (the one every "
+        "member in no named project uses); someone in several named projects names one.",
     )
     name = TextField(max_length=200)
     gpus = JSONIntegerField(

@@ -30,7 +30,7 @@ from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
 from scheduling.services.pass_requests import request_pass
 from tenancy.models import Department, Membership
 from tenancy.models.accounts import posix_identity_of
-from tenancy.projects import check_job_project
+from tenancy.projects import check_job_project, default_job_project
 
 
 def submittable_departments(user):
@@ -215,7 +215,10 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
     department, gpus = spec.department, spec.gpus
     if not submittable_departments(user).filter(pk=department.pk).exists():
         raise ValidationError({"department": f"you are not a member of {department.slug}"})
-    # A department with projects requires one.
+    if spec.project is None:
+        # Named by no one: the person's only project there, else the department's default project
+        # (tenancy.projects); after the fingerprint, so a retry without it finds this job.
+        spec = dataclasses.replace(spec, project=default_job_project(user, department))
     errors = check_job_project(user, department, spec.project, gpus)
     errors = {**errors, **check_request(department, gpus, spec.topology, spec.priority_class)}
     errors.update(check_run_as(user, spec.backend))
