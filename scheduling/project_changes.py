@@ -35,7 +35,12 @@ def _default_work(department: Department) -> Q:
 @dataclass(frozen=True)
 class JobChange:
     job: Job
-    keeps_guarantee: bool  # still within the default project's guarantee after the step
+    keeps_guarantee: bool  # within the default project's guarantee after the step
+    was_within: bool = True  # within it before the step (else already beyond: unchanged)
+
+    @property
+    def loses_guarantee(self) -> bool:
+        return self.was_within and not self.keeps_guarantee
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,8 @@ class NewProjectChanges:
 
     @property
     def beyond(self) -> list[JobChange]:
-        return [change for change in self.running if not change.keeps_guarantee]
+        """The running jobs the step puts beyond the default project's guarantee."""
+        return [change for change in self.running if change.loses_guarantee]
 
     @property
     def beyond_gpus(self) -> int:
@@ -73,6 +79,7 @@ def new_project_changes(department: Department, guaranteed_gpus: int) -> NewProj
         .order_by("placed_at", "pk")
     )
     in_quota = [job for job in running if not job.over_quota]
+    kept_before = in_quota_prefix(before, [(job.pk, job.gpus) for job in in_quota])
     kept = in_quota_prefix(after, [(job.pk, job.gpus) for job in in_quota])
     return NewProjectChanges(
         department=department,
@@ -81,7 +88,7 @@ def new_project_changes(department: Department, guaranteed_gpus: int) -> NewProj
         guaranteed_gpus=guaranteed_gpus,
         default_before=before,
         default_after=after,
-        running=[JobChange(job, job.pk in kept) for job in in_quota],
+        running=[JobChange(job, job.pk in kept, job.pk in kept_before) for job in in_quota],
         borrowed_jobs=len(running) - len(in_quota),
     )
 
