@@ -120,8 +120,6 @@ def job_list(request):
             "backends": Backend.choices,
             "priority_classes": PriorityClass.choices,
             "selected_states": request.GET.getlist("state"),
-            # Worth a filter once a department the viewer sees has named projects (not only its default).
-            "project_filter": filterset.form.fields["project"].queryset.named().exists(),
         }
     )
     return render(request, "scheduling/job_list.html", context)

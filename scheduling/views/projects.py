@@ -109,18 +109,7 @@ def panel_context(
     shown, use = _projects_in_use(request.user, department)
     default = next((p for p in shown if p.is_default), None)
     projects = [p for p in shown if not p.is_default]
-    # The default project (and work from before it, without a project) keeps what the named projects
-    # leave of the department's guarantee (tenancy.projects.default_guarantee, tenancy.quota.NO_PROJECT):
-    # every project's counts, the hidden ones' too (a member sees only theirs).
-    default_use = _total(u for key, u in use.items() if key is None or (default and key == default.pk))
-    all_guaranteed = (
-        sum(p.guaranteed_gpus for p in projects)
-        if manage
-        else sum(
-            Project.objects.named().filter(department=department).values_list("guaranteed_gpus", flat=True)
-        )
-    )
-    unassigned = _figures(Remainder(), max(0, department.guaranteed_gpus - all_guaranteed), default_use)
+    unassigned = _default_figures(department, projects, default, use, manage)
     context = {
         "department": department,
         "projects": projects,
@@ -137,6 +126,21 @@ def panel_context(
         context.update(_manager_context(department, projects, members))
     context.update(extra)
     return context
+
+
+def _default_figures(department: Department, projects, default, use: dict, manage: bool) -> Remainder:
+    """The default project's row (with the work from before it, without a project): guaranteed what the
+    named projects leave of the department's (tenancy.projects.default_guarantee, tenancy.quota.NO_PROJECT),
+    every named project counted, the hidden ones too (a member sees only theirs)."""
+    default_use = _total(u for key, u in use.items() if key is None or (default and key == default.pk))
+    named = (
+        sum(p.guaranteed_gpus for p in projects)
+        if manage
+        else sum(
+            Project.objects.named().filter(department=department).values_list("guaranteed_gpus", flat=True)
+        )
+    )
+    return _figures(Remainder(), max(0, department.guaranteed_gpus - named), default_use)
 
 
 def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]:
@@ -370,24 +374,15 @@ def project_create_confirm(request, slug):
 MAX_PEOPLE_AT_ONCE = 500  # people put in a project in one step
 
 
-@require_http_methods(["GET", "POST"])
-def project_people_confirm(request, slug):
-    """People of the department (`username`, repeated) put in its named project (`project`, its pk) with a
-    project `role`, confirmed: GET says who leaves the default project (scheduling.project_changes), POST
-    puts them in, all or none. Another department's project is a 404; someone who is not a member of the
-    department, an unknown role, a project that is not a number, or the default project a 400; nothing
-    is written."""
-    department = _department(request, slug)
-    require_project_manager(request.user, department, "change who is in its projects")
+def _people_step(request, department: Department):
+    """The people step's (project, users, role, problems) from the request's values (GET or POST); a 404
+    for a project of another department. `problems` (sentences) when anything is wrong."""
     data = request.POST if request.method == "POST" else request.GET
     choice = MoveForm({"to": data.get("project", "")})
     if not choice.is_valid():
-        context = {"department": department, "problems": [_("Choose one of the department's projects.")]}
-        return _confirm_page(request, "scheduling/project_people_confirm.html", context, status=400)
+        return None, [], "", [_("Choose one of the department's projects.")]
     project = get_object_or_404(Project, department=department, pk=choice.cleaned_data["to"])
-    usernames = data.getlist("username")
-    role = data.get("role", ProjectRole.MEMBER)
-    problems = []
+    usernames, role, problems = data.getlist("username"), data.get("role", ProjectRole.MEMBER), []
     if project.is_default:
         problems.append(
             _("The default project's people are the members in no named project: choose a named project.")
@@ -409,10 +404,24 @@ def project_people_confirm(request, slug):
             _("Not members of %(department)s: %(names)s.")
             % {"department": department.name, "names": ", ".join(sorted(set(unknown)))[:1000]}
         )
+    users = [] if problems else list(dict.fromkeys(members[u] for u in usernames))
+    return project, users, role, problems
+
+
+@require_http_methods(["GET", "POST"])
+def project_people_confirm(request, slug):
+    """People of the department (`username`, repeated) put in its named project (`project`, its pk) with a
+    project `role`, confirmed: GET says who leaves the default project (scheduling.project_changes), POST
+    puts them in, all or none. Another department's project is a 404; someone who is not a member of the
+    department, an unknown role, a project that is not a number, or the default project a 400; nothing
+    is written."""
+    department = _department(request, slug)
+    require_project_manager(request.user, department, "change who is in its projects")
+    project, users, role, problems = _people_step(request, department)
     context = {"department": department, "project": project, "problems": problems, "role": role}
+    template = "scheduling/project_people_confirm.html"
     if problems:
-        return _confirm_page(request, "scheduling/project_people_confirm.html", context, status=400)
-    users = list(dict.fromkeys(members[u] for u in usernames))
+        return _confirm_page(request, template, context, status=400)
     if request.method == "POST":
         try:
             with transaction.atomic():
@@ -420,12 +429,11 @@ def project_people_confirm(request, slug):
                     service.set_project_member(request.user, project, user, role)
         except ValidationError as error:
             context["problems"] = [_words(error)]
-            return _confirm_page(request, "scheduling/project_people_confirm.html", context, status=400)
+            return _confirm_page(request, template, context, status=400)
+        names = ", ".join(u.get_username() for u in users)
         messages.success(
-            request,
-            _("%(names)s now in %(project)s.")
-            % {"names": ", ".join(u.get_username() for u in users), "project": project.name},
+            request, _("%(names)s now in %(project)s.") % {"names": names, "project": project.name}
         )
         return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
     context["changes"] = move_changes(department, project, users)
-    return _confirm_page(request, "scheduling/project_people_confirm.html", context)
+    return _confirm_page(request, template, context)
