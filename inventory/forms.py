@@ -55,11 +55,7 @@ class RecarvePolicyForm(forms.ModelForm):
     class Meta:
         model = RecarvePolicy
         fields = ["enabled", "smallest_trays", "max_per_hour"]
-        labels = {
-            "enabled": gettext_lazy("Let the scheduler re-carve idle trays"),
-            "smallest_trays": gettext_lazy("Smallest trays"),
-            "max_per_hour": gettext_lazy("Max per hour"),
-        }
+        labels = {"enabled": gettext_lazy("Let the scheduler re-carve idle trays")}
         help_texts = {
             "enabled": gettext_lazy("Off by default. Work in progress and other departments' trays are safe.")
         }

@@ -45,7 +45,7 @@ class RecarvePolicy(models.Model):
         ),
     )
     smallest_trays = models.PositiveSmallIntegerField(
-        "smallest partition (trays)",
+        _("smallest partition (trays)"),
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)],
         help_text=format_lazy(
@@ -53,7 +53,7 @@ class RecarvePolicy(models.Model):
         ),
     )
     max_per_hour = models.PositiveSmallIntegerField(
-        "re-carves per hour, at most",
+        _("re-carves per hour, at most"),
         default=2,
         validators=[MinValueValidator(1), MaxValueValidator(MAX_RECARVES_PER_HOUR)],
         help_text=format_lazy(
