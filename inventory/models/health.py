@@ -6,7 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.translation import gettext, override
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.text import TextValidator
@@ -279,9 +279,7 @@ class HealthAction(models.Model):
         ]
 
     def __str__(self):
-        # In English whatever the viewer's language: the audit log keeps it (core.audit's object_repr).
-        with override("en"):
-            return f"{self.get_kind_display()}: {self.tray_id}"
+        return f"{self.get_kind_display()}: {self.tray_id}"
 
 
 class HealthCheckResult(models.Model):
@@ -348,6 +346,4 @@ class ServiceRecord(models.Model):
         ]
 
     def __str__(self):
-        # In English whatever the viewer's language: the audit log keeps it (core.audit's object_repr).
-        with override("en"):
-            return f"{self.get_status_display()}: {self.gpu_uuid or self.tray_id}"
+        return f"{self.get_status_display()}: {self.gpu_uuid or self.tray_id}"

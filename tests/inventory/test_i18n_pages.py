@@ -8,11 +8,13 @@ stays in English whoever asked.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
-from django.utils import translation
+from django.utils import timezone, translation
 
+from core.models import AuditEvent
 from inventory import agent_tokens
 from inventory.choices import ServiceStatus, TrayState
 from inventory.demo import seed_health_history
@@ -110,11 +112,9 @@ def test_a_tray_out_for_rackplane_offers_its_return_in_japanese(client_as, fleet
 
 
 def test_a_silent_tray_and_a_mig_layout_are_explained_in_japanese(client_as, fleet):
-    from django.utils import timezone
-
     silent = tray("gb-r02-t04")
     ComputeTray.objects.filter(pk=silent.pk).update(
-        last_report_at=timezone.now() - timezone.timedelta(days=2),
+        last_report_at=timezone.now() - timedelta(days=2),
         agent_version="1.4.0",
         agent_interval_s=30,
         mig_layout="all-1g.23gb",
@@ -242,9 +242,9 @@ def test_what_is_kept_stays_english_whoever_asked(fleet, platform_admin):
     with translation.override("ja"):
         outcome = mark_service(target, ServiceStatus.RMA, actor=platform_admin, note="sent to vendor")
         action = HealthAction.objects.filter(tray=target).latest("pk")
-        record = outcome.record
-        assert str(record).startswith("Sent for RMA: ")  # the audit log's object_repr
-        assert str(action).startswith("Needs service: ")
+        assert str(outcome.record).startswith("RMA に送付: ")  # shown in the viewer's language
+    audited = AuditEvent.objects.get(object_type="inventory.servicerecord", object_id=str(outcome.record.pk))
+    assert audited.object_repr.startswith("Sent for RMA: ")  # the audit log keeps English (core.audit)
     target.refresh_from_db()
     assert target.state_reason == "rackplane: needs service: platform-admin: sent for RMA: sent to vendor"
     assert action.reason == target.state_reason
