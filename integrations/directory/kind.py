@@ -3,7 +3,7 @@ written to a folder as versions, `current` switched atomically. The embedded def
 
 from pathlib import PurePosixPath
 
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext, gettext_noop
 
 from integrations import fields as f
 from integrations.common import display_path
@@ -66,6 +66,6 @@ KIND = register(
             "check that the directory is writable by the portal and has free space, then retry the push"
         ),
         order=10,
-        uses=lambda facts, settings: "files written to a folder (the embedded default)",
+        uses=lambda facts, settings: gettext("files written to a folder (the embedded default)"),
     )
 )

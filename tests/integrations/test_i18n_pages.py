@@ -19,6 +19,7 @@ from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
 from integrations.plans.forms import current_layout
 from integrations.pushes import queue_pushes
+from integrations.slurm import versions as slurm_versions
 from inventory.models import Rack
 from inventory.planning import check_plan, preset_layout
 from tenancy.models import Department
@@ -130,6 +131,21 @@ def test_the_target_pages_are_japanese(admin, local_target):
         html = assert_japanese(admin, url("target-create", kind=kind))
         assert "新しい設定の配信先" in html
     assert_japanese(admin, url("target-edit", local_target.pk))
+
+
+def slurm_version_sentences() -> set[str]:
+    """integrations.slurm.versions is pure (no Django): its removals' and uses' sentences stay English."""
+    sentences = {words for _key, words in slurm_versions.VERSION_FACTS}
+    for removal in slurm_versions.REMOVALS:
+        sentences |= {removal.what, removal.deprecated_in, removal.removed_in, removal.what_to_do[1:]}
+    return sentences
+
+
+def test_the_versions_page_is_japanese(admin, local_target):
+    html = assert_japanese_here(admin, url("versions"), slurm_version_sentences())
+    assert "バージョンと廃止予定" in html and "Rackplane が監視している廃止予定" in html
+    assert "日付なし" in html  # the Kubernetes and fabric removals are not dated
+    assert "NMX-M のパーティションのパス(/nmx/v1 配下)" in html  # a removal marked in the fabric's folder
 
 
 def test_a_target_form_error_and_a_save_message_are_japanese(admin, local_target):
