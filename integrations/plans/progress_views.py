@@ -119,6 +119,24 @@ def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str
     return sorted(set(busy.values_list("job__name", flat=True)))
 
 
+def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
+    """The names the page's sentences hold, each list joined as one (a sentence is translated whole)."""
+    return {
+        "drained_hostnames": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((h,) for _s, h in drained)
+        ),
+        "waiting_on_names": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)
+        ),
+        "layout_names": format_html_join(", ", "<b>{}</b>", ((p["name"],) for p in plan.layout)),
+        "failed_push_links": format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((push.url, _("the push to %(target)s") % {"target": push.target}) for push in failed_pushes),
+        ),
+    }
+
+
 def _progress_context(plan: PartitionPlan) -> dict:
     pushes = _pushes(plan)
     nodes = _node_reports(plan, timezone.now())
@@ -135,19 +153,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "drained": drained,
         "waiting_on": waiting_on,
         "failed_pushes": failed_pushes,
-        # The names the page's sentences hold, each list joined as one (a sentence is translated whole).
-        "drained_hostnames": format_html_join(
-            ", ", '<span class="mono">{}</span>', ((h,) for _s, h in drained)
-        ),
-        "waiting_on_names": format_html_join(
-            ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)
-        ),
-        "layout_names": format_html_join(", ", "<b>{}</b>", ((p["name"],) for p in plan.layout)),
-        "failed_push_links": format_html_join(
-            ", ",
-            '<a href="{}">{}</a>',
-            ((push.url, _("the push to %(target)s") % {"target": push.target}) for push in failed_pushes),
-        ),
+        **_names_in_sentences(plan, drained, waiting_on, failed_pushes),
         "layout": [
             {
                 **p,

@@ -229,6 +229,33 @@ class _RollBack(Exception):
     pass
 
 
+def _not_changed(action: str, refused: list[str]) -> str:
+    """What a tray that could have changed says when others refused (the whole sentence, translated)."""
+    names = ", ".join(refused[:4])
+    if len(refused) > 4:
+        names = _("%(names)s and %(more)s more") % {"names": names, "more": len(refused) - 4}
+    if action == "drain":
+        sentence = ngettext(
+            "Not changed, although it could have been drained: %(names)s refused (see its row), and the "
+            "selected trays change all together or not at all. Deselect the refused trays and try again.",
+            "Not changed, although it could have been drained: %(names)s refused (see their rows), and "
+            "the selected trays change all together or not at all. Deselect the refused trays and try "
+            "again.",
+            len(refused),
+        )
+    else:
+        sentence = ngettext(
+            "Not changed, although it could have been returned to service: %(names)s refused (see its "
+            "row), and the selected trays change all together or not at all. Deselect the refused trays "
+            "and try again.",
+            "Not changed, although it could have been returned to service: %(names)s refused (see their "
+            "rows), and the selected trays change all together or not at all. Deselect the refused trays "
+            "and try again.",
+            len(refused),
+        )
+    return sentence % {"names": names}
+
+
 def _apply_bulk(form: BulkForm, user) -> tuple[bool, list[BulkOutcome]]:
     """All or nothing: every tray's action in one transaction, rolled back when any refuses."""
     data = form.cleaned_data
@@ -250,31 +277,10 @@ def _apply_bulk(form: BulkForm, user) -> tuple[bool, list[BulkOutcome]]:
                 raise _RollBack
     except _RollBack:
         refused = [outcome.hostname for outcome in outcomes if not outcome.ok]
-        names = ", ".join(refused[:4])
-        if len(refused) > 4:
-            names = _("%(names)s and %(more)s more") % {"names": names, "more": len(refused) - 4}
-        if data["action"] == "drain":
-            sentence = ngettext(
-                "Not changed, although it could have been drained: %(names)s refused (see its row), and the "
-                "selected trays change all together or not at all. Deselect the refused trays and try again.",
-                "Not changed, although it could have been drained: %(names)s refused (see their rows), and "
-                "the selected trays change all together or not at all. Deselect the refused trays and try "
-                "again.",
-                len(refused),
-            )
-        else:
-            sentence = ngettext(
-                "Not changed, although it could have been returned to service: %(names)s refused (see its "
-                "row), and the selected trays change all together or not at all. Deselect the refused trays "
-                "and try again.",
-                "Not changed, although it could have been returned to service: %(names)s refused (see their "
-                "rows), and the selected trays change all together or not at all. Deselect the refused trays "
-                "and try again.",
-                len(refused),
-            )
+        sentence = _not_changed(data["action"], refused)
         for outcome in outcomes:
             if outcome.ok:
-                outcome.message = sentence % {"names": names}
+                outcome.message = sentence
         return False, outcomes
     for tray in form.trays:
         for problem in _end_windows(tray, windows.get(tray.pk, [])):
