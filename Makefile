@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: run test test-fast test-stack test-slurm-next coverage docs fuzz lint fmt bench clean venv venv-test
+.PHONY: messages run test test-fast test-stack test-slurm-next coverage docs fuzz lint fmt bench clean venv venv-test
 
 run: ## serve the portal on http://127.0.0.1:8000 with a Celery worker and beat (DEBUG=1, SQLite, filesystem broker, demo data, admin login; Ctrl-C stops all)
 	bash scripts/run.sh
@@ -52,3 +52,6 @@ venv-test:
 clean: ## caches, build leftovers and the local data in var/ (dev database, admin credentials); keeps .venv
 	find . -path ./.venv -prune -o -type d -name __pycache__ -exec rm -rf {} +
 	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info var
+
+messages: venv-test ## the translation catalogues: collect every marked string into locale/ja (each app's and the project's), then compile the .mo files (needs GNU gettext)
+	bash scripts/messages.sh

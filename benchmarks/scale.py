@@ -25,8 +25,9 @@ Benchmarks print figures; they never fail on a time. `goals` in the output says 
 figures were met (placement p99 under 1 ms at 72,000 GPUs, dashboards p95 under 300 ms and a scheduling
 pass that starts ~200 jobs under 150 ms and the fleet's stranded capacity under 50 ms at 1,000 racks).
 `--only PART[,PART...]` measures only some parts
-(pages, search, placement, pass, render, ingest, submission, telemetry); seeding always runs. Search p95 is
-aimed under 100 ms at 1,000 racks (benchmarks/search.py).
+(pages, search, estimates, placement, pass, render, ingest, submission, telemetry); seeding always runs.
+Search p95 is aimed under 100 ms at 1,000 racks (benchmarks/search.py); `estimates` replays a workload to
+measure estimated starts against real ones (benchmarks/estimates.py; the ITP halves too with $ITP_TRACES).
 """
 
 import argparse
@@ -43,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import discovery, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
+from benchmarks import discovery, estimates, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
 
 PLACEMENT_GOAL_US = 1000
 DASHBOARD_GOAL_MS = 300
@@ -52,7 +53,7 @@ STRANDED_GOAL_MS = 50
 STRANDED_RUNS = 20  # timed computations of the fleet's stranded capacity (the median is reported)
 WARM_PASSES = 5  # timed passes with the cluster kept (the median is reported)
 # What `--only` may pick; `submission` needs the stack (not --no-stack).
-PARTS = ("pages", "search", "placement", "pass", "render", "ingest", "submission", "telemetry")
+PARTS = ("pages", "search", "estimates", "placement", "pass", "render", "ingest", "submission", "telemetry")
 # Request mix for placement decisions: (GPUs, weight); above one tray the topology is drawn from TOPOLOGY_MIX.
 SIZE_MIX = ((1, 20), (2, 10), (4, 15), (8, 15), (16, 12), (32, 10), (36, 8), (64, 10))
 TOPOLOGY_MIX = (("partition", 60), ("rack", 25), ("any", 15))
@@ -705,6 +706,9 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
     if "search" in parts:
         log("global search latencies (benchmarks/search.py)")
         figures["search"] = {"database": database, **search.measure_search(rng_for("search"), args.requests)}
+    if "estimates" in parts:
+        log("estimated starts against real starts in a replay (benchmarks/estimates.py)")
+        figures["estimates"] = estimates.measure_estimates(rng_for("estimates"), os.environ.get("ITP_TRACES"))
     if "placement" in parts:
         log(f"placement: {args.decisions} decisions at {args.fill:.0%} fill")
         figures["placement"] = {

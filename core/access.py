@@ -18,14 +18,16 @@ The `require_*` functions raise PermissionDenied with a sentence saying who may:
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from rest_framework import permissions
 
 from core.choices import TextChoices
 
 
 class Role(TextChoices):
-    LEAD = "lead", "Department lead"
-    MEMBER = "member", "Department member"
+    LEAD = "lead", gettext_lazy("Department lead")
+    MEMBER = "member", gettext_lazy("Department member")
 
 
 def is_signed_in(user) -> bool:
@@ -98,34 +100,53 @@ def leads_any(user) -> bool:
     return is_signed_in(user) and user.memberships.filter(role=Role.LEAD).exists()
 
 
-def require_admin(user, what: str = "this page") -> None:
-    """Refuse (403, with the reason) anyone but a platform admin."""
+def require_admin(user, what: str | None = None) -> None:
+    """Refuse (403, with the reason) anyone but a platform admin. `what` (a noun phrase: "notification
+    settings") names what is refused, in the viewer's language when the caller marked it (gettext_lazy)."""
     if not is_admin(user):
-        raise PermissionDenied(f"Only platform admins may use {what}.")
+        if what is None:
+            raise PermissionDenied(_("Only platform admins may use this page."))
+        raise PermissionDenied(_("Only platform admins may use %(what)s.") % {"what": what})
 
 
-def require_lead(user, department, what: str = "change its members") -> None:
-    """Refuse (403, with the reason) anyone but an admin or a lead of `department` (a Department)."""
+def require_lead(user, department, what: str | None = None) -> None:
+    """Refuse (403, with the reason) anyone but an admin or a lead of `department` (a Department). `what` (a
+    verb phrase: "change its projects") as in require_admin."""
     if not leads(user, department):
-        raise PermissionDenied(f"Only leads of {department} and platform admins may {what}.")
+        if what is None:
+            raise PermissionDenied(
+                _("Only leads of %(department)s and platform admins may change its members.")
+                % {"department": department}
+            )
+        raise PermissionDenied(
+            _("Only leads of %(department)s and platform admins may %(what)s.")
+            % {"department": department, "what": what}
+        )
 
 
-def require_project_manager(user, department, what: str = "change its projects") -> None:
+def require_project_manager(user, department, what: str | None = None) -> None:
     """Refuse (403) anyone but an admin or a lead of `department`: who creates, changes and deletes its
     projects and moves its members between them. (A project lead's role is for the work, not for quota.)"""
+    if what is None and not leads(user, department):
+        raise PermissionDenied(
+            _("Only leads of %(department)s and platform admins may change its projects.")
+            % {"department": department}
+        )
     require_lead(user, department, what)
 
 
 def require_any_lead(user, what: str) -> None:
     """Refuse (403, with the reason) anyone but an admin or a lead of some department."""
     if not leads_any(user):
-        raise PermissionDenied(f"Only platform admins and department leads may use {what}.")
+        raise PermissionDenied(
+            _("Only platform admins and department leads may use %(what)s.") % {"what": what}
+        )
 
 
 class IsAdmin(permissions.BasePermission):
     """DRF: platform admins only."""
 
-    message = "Only platform admins may use this endpoint."
+    message = gettext_lazy("Only platform admins may use this endpoint.")
 
     def has_permission(self, request, view):
         return is_admin(request.user)
@@ -134,7 +155,7 @@ class IsAdmin(permissions.BasePermission):
 class IsAdminOrReadOnly(permissions.BasePermission):
     """DRF: anyone signed in reads (visible_to narrows what), platform admins write."""
 
-    message = "Only platform admins may change this."
+    message = gettext_lazy("Only platform admins may change this.")
 
     def has_permission(self, request, view):
         return request.method in permissions.SAFE_METHODS or is_admin(request.user)

@@ -34,7 +34,7 @@ from django.db.models import Model
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.dispatch import Signal
 from django.forms.models import model_to_dict
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from core.models import AuditAction, AuditEvent, AuditSource
 
@@ -229,6 +229,9 @@ def _department_id(instance):
     return getattr(instance, "department_id", None)
 
 
+# The record is English whatever the language of the request that made the change (names with choice
+# labels, the labels of foreign keys): the audit log is data, shown as stored.
+@translation.override("en")
 def _record(instance, action, before, after, previous=None):
     """One event; `previous` is the row as it was before an update (for the names of its foreign keys)."""
     if action == AuditAction.UPDATE:
@@ -282,6 +285,7 @@ def _post_delete(sender, instance, **kwargs):
 # --- bulk changes ---------------------------------------------------------------------------------------
 
 
+@translation.override("en")
 def record_refused(instance, detail: dict) -> None:
     """One `refuse` event on `instance`, the credential a request was refused for (an agent token whose
     report reached outside its rack): who tried, under the current audit context, and `detail` (what it
@@ -369,6 +373,7 @@ def _diff(before: dict, after: dict) -> dict:
     return changes
 
 
+@translation.override("en")
 def record_bulk_change(
     model, changes: dict, names: dict | None = None, described: dict | None = None
 ) -> None:

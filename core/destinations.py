@@ -20,6 +20,7 @@ import urllib.parse
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext, gettext_lazy
 
 from core import outbound
 from core.errors import Unreachable
@@ -66,8 +67,10 @@ def check_destination(url: str, *, allow_private: bool | None = None, advice: st
     parts = urllib.parse.urlsplit(url)
     if advice is PRIVATE_ADVICE and (parts.username is not None or parts.password is not None):
         raise ValidationError(
-            "Put no user name or password in the address: Rackplane signs each request with the webhook's "
-            "secret instead.",
+            gettext(
+                "Put no user name or password in the address: Rackplane signs each request with the "
+                "webhook's secret instead."
+            ),
             code="credentials",
         )
     allow = allow_private_targets() if allow_private is None else allow_private
@@ -84,9 +87,9 @@ def check_destination(url: str, *, allow_private: bool | None = None, advice: st
 
 
 _SYNTAX_MESSAGES = {
-    "scheme": "Use an http:// or https:// address.",
-    "host": "The address has no host name.",
-    "port": "The address's port is not a number from 1 to 65535.",
+    "scheme": gettext_lazy("Use an http:// or https:// address."),
+    "host": gettext_lazy("The address has no host name."),
+    "port": gettext_lazy("The address's port is not a number from 1 to 65535."),
 }
 
 
@@ -117,7 +120,10 @@ def check_scope(scope: str) -> None:
     """A subscription's scope is one "<kind>:<name>" string (rack:gb-r08, department:<slug>)."""
     if not SCOPE_PATTERN.fullmatch(scope):
         raise ValidationError(
-            "Write the scope as kind:name without spaces: rack:<rack name>, tray:<hostname> or "
-            "department:<slug> (the department's short name in its address); leave it empty for everything.",
+            gettext(
+                "Write the scope as kind:name without spaces: rack:<rack name>, tray:<hostname> or "
+                "department:<slug> (the department's short name in its address); leave it empty for "
+                "everything."
+            ),
             code="scope",
         )

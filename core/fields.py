@@ -18,11 +18,13 @@ import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from django.utils.translation import gettext, gettext_lazy
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
 from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.settings import api_settings
 
+from core.text_i18n import problem_message
 from core.textrule import text_problem
 
 # The mixins below go in front of a DRF field or serializer and call it through super(); to mypy that is
@@ -35,7 +37,7 @@ else:
 
 
 class StringOnly(_FieldBase):
-    default_error_messages = {"not_a_string": "Not a valid string."}
+    default_error_messages = {"not_a_string": gettext_lazy("Not a valid string.")}
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -58,7 +60,9 @@ class TextField(StringOnly, serializers.CharField):
         value = super().to_internal_value(data)
         problem = text_problem(value, max_length=self.max_length, multiline=self.multiline)
         if problem:
-            raise serializers.ValidationError(problem.message(self.field_name or None), code=problem.code)
+            raise serializers.ValidationError(
+                problem_message(problem, self.field_name or None), code=problem.code
+            )
         return value
 
 
@@ -113,9 +117,11 @@ class KnownFieldsOnly(_SerializerBase):
                 continue
             close = difflib.get_close_matches(str(name), known, n=1)
             if close:
-                errors[name] = [f'Unknown field: did you mean "{close[0]}"?']
+                errors[name] = [gettext('Unknown field: did you mean "%(field)s"?') % {"field": close[0]}]
             else:
-                errors[name] = [f"Unknown field: this request takes {', '.join(known)}."]
+                errors[name] = [
+                    gettext("Unknown field: this request takes %(fields)s.") % {"fields": ", ".join(known)}
+                ]
         return errors
 
 
@@ -134,10 +140,13 @@ def refuse_body(request) -> None:
         return
     if not isinstance(data, Mapping):
         raise serializers.ValidationError(
-            {api_settings.NON_FIELD_ERRORS_KEY: ["This request takes no body: send none, or {}."]}
+            {api_settings.NON_FIELD_ERRORS_KEY: [gettext("This request takes no body: send none, or {}.")]}
         )
     raise serializers.ValidationError(
-        {str(name): ["Unknown field: this request takes no body (send none, or {})."] for name in data}
+        {
+            str(name): [gettext("Unknown field: this request takes no body (send none, or {}).")]
+            for name in data
+        }
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import django_filters
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 TRUE = frozenset({"true", "1"})
 FALSE = frozenset({"false", "0"})
@@ -21,7 +22,7 @@ class RawSelect(forms.Select):
     """A true/false/any select whose value reaches the field as sent (the field decides what it means)."""
 
     def __init__(self, attrs=None):
-        super().__init__(attrs, choices=[("", "Any"), ("true", "Yes"), ("false", "No")])
+        super().__init__(attrs, choices=[("", _("Any")), ("true", _("Yes")), ("false", _("No"))])
 
     def format_value(self, value):
         if isinstance(value, bool):
@@ -31,7 +32,7 @@ class RawSelect(forms.Select):
 
 class StrictBooleanField(forms.NullBooleanField):
     widget = RawSelect
-    default_error_messages = {"invalid": "Enter true or false (not %(value)r)."}
+    default_error_messages = {"invalid": _("Enter true or false (not %(value)r).")}
 
     def to_python(self, value):
         if value is None or value == "":

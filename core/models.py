@@ -6,6 +6,8 @@ The audit table was created by the portal app before the re-cut and keeps its na
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin, led_department_ids
 from core.choices import TextChoices
@@ -14,26 +16,26 @@ from core.text import TextValidator
 
 
 class AuditSource(TextChoices):
-    UI = "ui", "Web UI"
-    API = "api", "REST API"
-    ADMIN = "admin", "Django admin"
-    TASK = "task", "Background task"
-    COMMAND = "command", "Command line"
+    UI = "ui", _("Web UI")
+    API = "api", _("REST API")
+    ADMIN = "admin", _("Django admin")
+    TASK = "task", _("Background task")
+    COMMAND = "command", _("Command line")
     # A sign-in through an identity provider: its group-to-role rules changed the user's roles
     # (tenancy.identity).
-    OIDC = "oidc", "OpenID Connect sign-in"
-    LDAP = "ldap", "LDAP sign-in"
+    OIDC = "oidc", _("OpenID Connect sign-in")
+    LDAP = "ldap", _("LDAP sign-in")
     # The scheduling pass's own decisions carried out (a re-carve of idle trays: integrations.plans.recarve).
-    SCHEDULER = "scheduler", "The scheduler"
+    SCHEDULER = "scheduler", _("The scheduler")
 
 
 class AuditAction(TextChoices):
-    CREATE = "create", "Created"
-    UPDATE = "update", "Updated"
-    DELETE = "delete", "Deleted"
+    CREATE = "create", _("Created")
+    UPDATE = "update", _("Updated")
+    DELETE = "delete", _("Deleted")
     # A request refused for reaching outside its credential's rights (core.audit.record_refused): the event is
     # on the credential that tried, and says what it tried.
-    REFUSE = "refuse", "Refused"
+    REFUSE = "refuse", _("Refused")
 
 
 class AuditEventQuerySet(models.QuerySet):
@@ -50,10 +52,10 @@ class AuditEvent(models.Model):
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    actor_name = models.CharField(max_length=150, blank=True, help_text="Kept when the user is deleted.")
+    actor_name = models.CharField(max_length=150, blank=True, help_text=_("Kept when the user is deleted."))
     source = models.CharField(max_length=10, choices=AuditSource.choices)
     action = models.CharField(max_length=10, choices=AuditAction.choices)
-    object_type = models.CharField(max_length=100, help_text="app_label.model")
+    object_type = models.CharField(max_length=100, help_text=_("app_label.model"))
     object_id = models.CharField(max_length=64)
     object_repr = models.CharField(max_length=200)
     # A plain id, not a foreign key: events are written while departments and their members are being
@@ -66,7 +68,7 @@ class AuditEvent(models.Model):
     labels = models.JSONField(
         default=dict,
         blank=True,
-        help_text='str() of the rows foreign keys pointed to: {"before": {field: name}, "after": {...}}.',
+        help_text=_('str() of the rows foreign keys pointed to: {"before": {field: name}, "after": {...}}.'),
     )
 
     objects = AuditEventQuerySet.as_manager()
@@ -102,10 +104,10 @@ class PersonalToken(models.Model):
     name = models.CharField(
         max_length=100,
         validators=[TextValidator()],
-        help_text="What it is for, e.g. the script or machine using it.",
+        help_text=_("What it is for, e.g. the script or machine using it."),
     )
     prefix = models.CharField(max_length=16, help_text='The key\'s first characters ("rpt_" + 8).')
-    key_hash = models.CharField(max_length=64, help_text="SHA-256 of the key, hex.")
+    key_hash = models.CharField(max_length=64, help_text=_("SHA-256 of the key, hex."))
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -137,25 +139,25 @@ class PersonalToken(models.Model):
 class NotificationEvent(TextChoices):
     """What a notification is about. Other parts of the portal add theirs here (and a migration)."""
 
-    TRAY_DRAINED = "tray_drained", "Tray drained"
-    BREAKER_TRIPPED = "breaker_tripped", "Circuit breaker tripped"
-    JOB_REQUEUED = "job_requeued", "Job requeued by a fault"
-    TRAY_RETURNED = "tray_returned", "Tray back in service"
-    NEEDS_SERVICE = "needs_service", "Tray needs service"
+    TRAY_DRAINED = "tray_drained", _("Tray drained")
+    BREAKER_TRIPPED = "breaker_tripped", _("Circuit breaker tripped")
+    JOB_REQUEUED = "job_requeued", _("Job requeued by a fault")
+    TRAY_RETURNED = "tray_returned", _("Tray back in service")
+    NEEDS_SERVICE = "needs_service", _("Tray needs service")
     # Users' own (portal.pages.my_notifications): about their jobs, scoped user:<id>, job:<id>,
     # department:<slug>.
-    JOB_STARTED = "job_started", "Job started"
-    JOB_PREEMPTED = "job_preempted", "Job preempted"
-    JOB_FINISHED = "job_finished", "Job finished"
-    JOB_FAILED = "job_failed", "Job failed"
+    JOB_STARTED = "job_started", _("Job started")
+    JOB_PREEMPTED = "job_preempted", _("Job preempted")
+    JOB_FINISHED = "job_finished", _("Job finished")
+    JOB_FAILED = "job_failed", _("Job failed")
     # Leads' and admins' (department:<slug>; push failures: target:<name>).
-    GUARANTEE_SHORT = "guarantee_short", "Department short of its guarantee"
-    IDLE_GPUS = "idle_gpus", "Idle GPUs above a threshold"
-    PUSH_FAILED = "push_failed", "Configuration push failed"
+    GUARANTEE_SHORT = "guarantee_short", _("Department short of its guarantee")
+    IDLE_GPUS = "idle_gpus", _("Idle GPUs above a threshold")
+    PUSH_FAILED = "push_failed", _("Configuration push failed")
     # Admins' (target:<name>): a version a target uses is removed soon (integrations.versions).
-    REMOVAL_AHEAD = "removal_ahead", "A version a target uses is about to be removed"
+    REMOVAL_AHEAD = "removal_ahead", _("A version a target uses is about to be removed")
     # Sent by the "Send a test notification" button to one subscription only; nobody subscribes to it.
-    TEST = "test", "Test notification"
+    TEST = "test", _("Test notification")
 
 
 # The events a subscription may choose (the test event goes to one subscription, on request).
@@ -163,24 +165,24 @@ SUBSCRIBABLE_EVENTS = [(value, label) for value, label in NotificationEvent.choi
 
 
 class NotificationChannel(TextChoices):
-    WEBHOOK = "webhook", "Webhook"
-    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", _("Webhook")
+    EMAIL = "email", _("Email")
     # A user's own subscription shown by the bell in the header (core.inbox): no URL, no address.
-    PORTAL = "portal", "In the portal (bell)"
+    PORTAL = "portal", _("In the portal (bell)")
 
 
 class NotificationStatus(TextChoices):
-    PENDING = "pending", "Pending"  # waiting for its first attempt or for a retry (next_attempt_at)
-    SENDING = "sending", "Sending"  # claimed by a worker
-    DELIVERED = "delivered", "Delivered"
-    FAILED = "failed", "Failed"  # refused by the receiver, or out of attempts
-    CANCELLED = "cancelled", "Cancelled"  # its subscription was disabled or deleted before it went out
+    PENDING = "pending", _("Pending")  # waiting for its first attempt or for a retry (next_attempt_at)
+    SENDING = "sending", _("Sending")  # claimed by a worker
+    DELIVERED = "delivered", _("Delivered")
+    FAILED = "failed", _("Failed")  # refused by the receiver, or out of attempts
+    CANCELLED = "cancelled", _("Cancelled")  # its subscription was disabled or deleted before it went out
 
 
 class AttemptOutcome(TextChoices):
-    DELIVERED = "delivered", "Delivered"
-    RETRY = "retry", "Failed, will retry"
-    FAILED = "failed", "Failed for good"
+    DELIVERED = "delivered", _("Delivered")
+    RETRY = "retry", _("Failed, will retry")
+    FAILED = "failed", _("Failed for good")
 
 
 class NotificationSubscriptionQuerySet(models.QuerySet):
@@ -205,28 +207,36 @@ class NotificationSubscription(models.Model):
     name = models.CharField(
         max_length=100,
         validators=[TextValidator()],
-        help_text="Who or what receives it, e.g. “on-call pager”.",
+        help_text=_("Who or what receives it, e.g. “on-call pager”."),
     )
     channel = models.CharField(max_length=10, choices=NotificationChannel.choices)
-    url = models.URLField(max_length=2000, blank=True, help_text="Webhook: the address Rackplane POSTs to.")
-    secret = models.CharField(max_length=100, blank=True, help_text="Webhook: the HMAC-SHA256 signing key.")
+    url = models.URLField(
+        max_length=2000, blank=True, help_text=_("Webhook: the address Rackplane POSTs to.")
+    )
+    secret = models.CharField(
+        max_length=100, blank=True, help_text=_("Webhook: the HMAC-SHA256 signing key.")
+    )
     # Audited in its place (the secret never is): a new secret is a change people must see in the log.
-    secret_made_at = models.DateTimeField(null=True, blank=True, help_text="When its secret was made.")
-    email = models.EmailField(blank=True, help_text="Email: the recipient's address.")
-    events = models.JSONField(default=list, help_text="The NotificationEvent values it receives.")
+    secret_made_at = models.DateTimeField(null=True, blank=True, help_text=_("When its secret was made."))
+    email = models.EmailField(blank=True, help_text=_("Email: the recipient's address."))
+    events = models.JSONField(default=list, help_text=_("The NotificationEvent values it receives."))
     scope = models.CharField(
         max_length=200,
         blank=True,
-        help_text="Empty: every notification of its events. Otherwise only those about this scope "
-        "(e.g. rack:gb-r08).",
+        help_text=_(
+            "Empty: every notification of its events. Otherwise only those about "
+            "this scope (e.g. rack:gb-r08)."
+        ),
     )
     enabled = models.BooleanField(default=True)
     # The outbound guard (core.outbound, docs/outbound.md) refuses private and loopback addresses unless this
     # is set; only a platform admin sets it (the portal's Webhooks page, the Django admin), audited.
     allow_private_address = models.BooleanField(
         default=False,
-        help_text="Webhook: the address may be a private or loopback one (an internal receiver). Link-local "
-        "and metadata addresses stay refused, and a redirect to another host does not share this.",
+        help_text=_(
+            "Webhook: the address may be a private or loopback one (an internal receiver). Link-local and "
+            "metadata addresses stay refused, and a redirect to another host does not share this."
+        ),
     )
     # Idle GPUs: only when more than this many GPUs are idle (null: any notification of the event).
     threshold = models.PositiveIntegerField(null=True, blank=True)
@@ -275,9 +285,9 @@ class NotificationSubscription(models.Model):
         errors: dict[str, list[str]] = {}
         if self.channel == NotificationChannel.WEBHOOK:
             if self.email:
-                errors["email"] = ["A webhook has no email address: leave it empty."]
+                errors["email"] = [gettext("A webhook has no email address: leave it empty.")]
             if not self.url:
-                errors["url"] = ["Give the address Rackplane POSTs the webhook to."]
+                errors["url"] = [gettext("Give the address Rackplane POSTs the webhook to.")]
             else:
                 try:
                     check_webhook_url(self.url, allow_private_address=self.allow_private_address)
@@ -285,14 +295,16 @@ class NotificationSubscription(models.Model):
                     errors["url"] = error.messages
         elif self.channel == NotificationChannel.EMAIL:
             if self.url or self.secret:
-                errors["url"] = ["An email subscription has no webhook address or secret: leave them empty."]
+                errors["url"] = [
+                    gettext("An email subscription has no webhook address or secret: leave them empty.")
+                ]
             if not self.email:
-                errors["email"] = ["Give the address the email goes to."]
+                errors["email"] = [gettext("Give the address the email goes to.")]
         elif self.channel == NotificationChannel.PORTAL:
             if self.url or self.secret or self.email:
-                errors["url"] = ["A notification in the portal has no address: leave them empty."]
+                errors["url"] = [gettext("A notification in the portal has no address: leave them empty.")]
             if self.owner_id is None:
-                errors["channel"] = ["Only a person's own subscription can notify in the portal."]
+                errors["channel"] = [gettext("Only a person's own subscription can notify in the portal.")]
             elif twin_message := self._bell_twin():
                 errors["events"] = [twin_message]
         if self.channel == NotificationChannel.WEBHOOK and self.name.strip():
@@ -310,8 +322,12 @@ class NotificationSubscription(models.Model):
             )
             if namesake is not None:
                 errors["name"] = [
-                    f"A webhook is already named “{namesake.name}”: give this one another name (names tell "
-                    "webhooks apart in the lists and the audit log)."
+                    gettext(
+                        "A webhook is already named “%(name)s”: give this one another name "
+                        "(names tell webhooks "
+                        "apart in the lists and the audit log)."
+                    )
+                    % {"name": namesake.name}
                 ]
         field = "url" if self.channel == NotificationChannel.WEBHOOK else "email"
         if self.channel != NotificationChannel.PORTAL and field not in errors and self.destination:
@@ -332,19 +348,30 @@ class NotificationSubscription(models.Model):
             )
             if twin is not None:
                 about = twin.scope if self.channel == NotificationChannel.WEBHOOK else self.scope
-                errors[field] = [
-                    f"“{twin.name}” already sends to this address"
-                    + (f" about {about}" if about else "")
-                    + ": edit its events instead of adding a second one (notifications would arrive twice)."
-                ]
+                if about:
+                    message = gettext(
+                        "“%(name)s” already sends to this address about %(about)s: edit its "
+                        "events instead of "
+                        "adding a second one (notifications would arrive twice)."
+                    )
+                else:
+                    message = gettext(
+                        "“%(name)s” already sends to this address: edit its events instead of "
+                        "adding a second "
+                        "one (notifications would arrive twice)."
+                    )
+                errors[field] = [message % {"name": twin.name, "about": about}]
         known = {value for value, _ in SUBSCRIBABLE_EVENTS}
         events = self.events
         if not isinstance(events, list) or not all(isinstance(event, str) for event in events):
-            errors["events"] = ["Events are a list of event names."]
+            errors["events"] = [gettext("Events are a list of event names.")]
         elif not events:
-            errors["events"] = ["Choose at least one event."]
+            errors["events"] = [gettext("Choose at least one event.")]
         elif unknown := sorted(set(events) - known):
-            errors["events"] = [f"Unknown event{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}."]
+            errors["events"] = [
+                ngettext("Unknown event: %(events)s.", "Unknown events: %(events)s.", len(unknown))
+                % {"events": ", ".join(unknown)}
+            ]
         else:
             self.events = [value for value, _ in SUBSCRIBABLE_EVENTS if value in events]  # catalog order
         if self.scope:
@@ -377,13 +404,26 @@ class NotificationSubscription(models.Model):
             common = [e for e, _ in SUBSCRIBABLE_EVENTS if e in events and e in (other.events or [])]
             if common:
                 what = ", ".join(str(labels.get(e, e)).lower() for e in common)
-                mine = self.scope == f"user:{self.owner_id}"
-                about = " about your jobs" if mine else (f" about {self.scope}" if self.scope else "")
-                return (
-                    f"You already hear of {what}{about} in the portal (“{other.name}”): one subscription "
-                    "per event and scope, or each notification shows twice. Choose other events, or "
-                    "unsubscribe from that one first."
-                )
+                values = {"what": what, "scope": self.scope, "name": other.name}
+                if self.scope == f"user:{self.owner_id}":
+                    message = gettext(
+                        "You already hear of %(what)s about your jobs in the portal (“%(name)s”): one "
+                        "subscription per event and scope, or each notification shows twice. Choose other "
+                        "events, or unsubscribe from that one first."
+                    )
+                elif self.scope:
+                    message = gettext(
+                        "You already hear of %(what)s about %(scope)s in the portal (“%(name)s”): one "
+                        "subscription per event and scope, or each notification shows twice. Choose other "
+                        "events, or unsubscribe from that one first."
+                    )
+                else:
+                    message = gettext(
+                        "You already hear of %(what)s in the portal (“%(name)s”): one subscription per event "
+                        "and scope, or each notification shows twice. Choose other events, or unsubscribe "
+                        "from that one first."
+                    )
+                return message % values
         return ""
 
     def receives(self, event: str, scopes, payload=None) -> bool:
@@ -405,7 +445,9 @@ class Notification(models.Model):
     """One notification to one subscriber: recorded in the transaction that caused it, sent after it
     commits (core.notifications). `uuid` is the id receivers deduplicate by: delivery is at least once."""
 
-    uuid = models.UUIDField(unique=True, editable=False, help_text="Sent as `id`: the same on every attempt.")
+    uuid = models.UUIDField(
+        unique=True, editable=False, help_text=_("Sent as `id`: the same on every attempt.")
+    )
     subscription = models.ForeignKey(
         NotificationSubscription,
         on_delete=models.SET_NULL,
@@ -415,13 +457,13 @@ class Notification(models.Model):
     )
     channel = models.CharField(max_length=10, choices=NotificationChannel.choices)
     destination = models.CharField(
-        max_length=2000, help_text="The URL or address it was for (kept when the subscription goes)."
+        max_length=2000, help_text=_("The URL or address it was for (kept when the subscription goes).")
     )
     event = models.CharField(max_length=40, choices=NotificationEvent.choices)
     subject = models.CharField(max_length=200)
     payload = models.JSONField(default=dict, blank=True)
-    scope = models.JSONField(default=list, blank=True, help_text="The scopes it is about.")
-    created_at = models.DateTimeField(help_text="When it happened: the `time` sent.")
+    scope = models.JSONField(default=list, blank=True, help_text=_("The scopes it is about."))
+    created_at = models.DateTimeField(help_text=_("When it happened: the `time` sent."))
     status = models.CharField(
         max_length=10, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
     )
@@ -429,7 +471,7 @@ class Notification(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
-    error = models.TextField(blank=True, help_text="Why the last attempt failed, and what to do.")
+    error = models.TextField(blank=True, help_text=_("Why the last attempt failed, and what to do."))
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -452,10 +494,10 @@ class NotificationAttempt(models.Model):
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempt_log")
     number = models.PositiveIntegerField()
     at = models.DateTimeField()
-    seconds = models.FloatField(help_text="How long the attempt took.")
-    http_status = models.PositiveIntegerField(null=True, blank=True, help_text="Webhooks: the answer's.")
+    seconds = models.FloatField(help_text=_("How long the attempt took."))
+    http_status = models.PositiveIntegerField(null=True, blank=True, help_text=_("Webhooks: the answer's."))
     outcome = models.CharField(max_length=10, choices=AttemptOutcome.choices)
-    message = models.TextField(blank=True, help_text="What happened, in words (the answer's first lines).")
+    message = models.TextField(blank=True, help_text=_("What happened, in words (the answer's first lines)."))
 
     class Meta:
         ordering = ["notification", "number"]
@@ -491,7 +533,7 @@ class InboxItem(models.Model):
     event = models.CharField(max_length=40, choices=NotificationEvent.choices)
     subject = models.CharField(max_length=200)
     payload = models.JSONField(default=dict, blank=True)
-    link = models.CharField(max_length=300, blank=True, help_text="Where the subject is in the portal.")
+    link = models.CharField(max_length=300, blank=True, help_text=_("Where the subject is in the portal."))
     created_at = models.DateTimeField()
     read_at = models.DateTimeField(null=True, blank=True)
 

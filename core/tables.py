@@ -32,6 +32,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Func, IntegerField, QuerySet
 from django.http import QueryDict, StreamingHttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import BaseFilterBackend
 
@@ -94,10 +95,18 @@ class Header:
     @property
     def title(self) -> str:
         if self.aria_sort == "ascending":
-            return "Sorted ascending: click for descending"
+            return gettext("Sorted ascending: click for descending")
         if self.aria_sort == "descending":
-            return "Sorted descending: click for ascending"
-        return "Sort by this column"
+            return gettext("Sorted descending: click for ascending")
+        return gettext("Sort by this column")
+
+
+def unknown_sort(raw: str, sorts) -> str:
+    """Why a sort is refused (a 400), naming the keys there are."""
+    return gettext("Unknown sort %(sort)s. Sort by one of: %(keys)s (prefix with - for descending).") % {
+        "sort": repr(raw),
+        "keys": ", ".join(sorted(sorts)),
+    }
 
 
 def _flip(expression: str) -> str:
@@ -142,10 +151,7 @@ class Table:
         key = raw.removeprefix("-")
         if raw and key not in self.sorts:
             if strict:
-                raise BadRequest(
-                    f"Unknown sort {raw!r}. Sort by one of: {', '.join(sorted(self.sorts))} "
-                    "(prefix with - for descending)."
-                )
+                raise BadRequest(unknown_sort(raw, self.sorts))
             raw = ""
         self.sort = raw or default
         self.key = self.sort.removeprefix("-")
@@ -297,14 +303,7 @@ class SortFilter(BaseFilterBackend):
             return queryset
         key = raw.removeprefix("-")
         if key not in sorts:
-            raise ValidationError(
-                {
-                    "sort": [
-                        f"Unknown sort {raw!r}. Sort by one of: {', '.join(sorted(sorts))} "
-                        "(prefix with - for descending)."
-                    ]
-                }
-            )
+            raise ValidationError({"sort": [unknown_sort(raw, sorts)]})
         descending = raw.startswith("-")
         fields = [_flip(f) if descending else f for f in sorts[key]]
         if "pk" not in sorts[key]:

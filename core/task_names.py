@@ -35,6 +35,7 @@ SYNC_JOBS = "integrations.tasks.sync_jobs"
 SIGNAL_JOB = "integrations.tasks.signal_job"
 SYNC_TRAY = "integrations.tasks.sync_tray_state"
 FOLLOW_ACTIVE_PLANS = "integrations.tasks.follow_active_plans"
+RUN_PLAN_WINDOWS = "integrations.tasks.run_plan_windows"
 RECARVE_RACK = "integrations.tasks.recarve_rack"
 REPORT_NODES = "integrations.tasks.report_simulated_nodes"
 WATCH_REMOVALS = "integrations.tasks.watch_removals"
@@ -60,6 +61,7 @@ TASKS = frozenset(
         SIGNAL_JOB,
         SYNC_TRAY,
         FOLLOW_ACTIVE_PLANS,
+        RUN_PLAN_WINDOWS,
         RECARVE_RACK,
         REPORT_NODES,
         WATCH_REMOVALS,

@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.utils.deconstruct import deconstructible
 
 from core.fields import TextField
+from core.text_i18n import problem_message
 from core.textrule import BIDI_CONTROLS, TextProblem, is_clean_text, text_problem
 
 __all__ = [
@@ -35,7 +36,7 @@ def validate_text(value: str, *, field: str | None, max_length: int | None, mult
     text rule (or is longer than `max_length` characters; None: no limit here)."""
     problem = text_problem(value, max_length=max_length, multiline=multiline)
     if problem:
-        raise ValidationError(problem.message(field), code=problem.code)
+        raise ValidationError(problem_message(problem, field), code=problem.code)
 
 
 @deconstructible

@@ -35,6 +35,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.authentication import TokenAuthentication
@@ -152,7 +153,7 @@ def issue(user, name: str, expires_at: datetime.datetime) -> tuple[PersonalToken
     now = timezone.now()
     errors = {}
     if not name:
-        errors["name"] = "Name the token after what will use it (a script, a machine)."
+        errors["name"] = gettext("Name the token after what will use it (a script, a machine).")
     elif (
         PersonalToken.objects.filter(
             user=user, name__iexact=name, revoked_at__isnull=True, expires_at__gt=now
@@ -160,15 +161,15 @@ def issue(user, name: str, expires_at: datetime.datetime) -> tuple[PersonalToken
         .only("pk")
         .exists()
     ):
-        errors["name"] = (
-            f"You already have an active token named {name!r}: choose another name, or revoke that one first."
-        )
+        errors["name"] = gettext(
+            "You already have an active token named %(name)s: choose another name, or revoke that one first."
+        ) % {"name": repr(name)}
     if expires_at <= now:
-        errors["expires_at"] = "The expiry must be in the future."
+        errors["expires_at"] = gettext("The expiry must be in the future.")
     elif expires_at > now + datetime.timedelta(days=max_lifetime_days()):
-        errors["expires_at"] = (
-            f"A token may live at most {max_lifetime_days()} days: choose an earlier expiry."
-        )
+        errors["expires_at"] = gettext(
+            "A token may live at most %(days)s days: choose an earlier expiry."
+        ) % {"days": max_lifetime_days()}
     if errors:
         raise ValidationError(errors)
     key = KEY_PREFIX + secrets.token_urlsafe(32)

@@ -2,7 +2,7 @@ import json
 
 from django.contrib import admin
 
-from integrations.models import ConfigPush, ConfigTarget
+from integrations.models import ConfigPush, ConfigTarget, PlanWindow
 
 
 @admin.register(ConfigTarget)
@@ -64,6 +64,34 @@ class ConfigPushAdmin(admin.ModelAdmin):
             return "—"
         payload = ConfigPush.objects.filter(pk=obj.pk).values_list("payload", flat=True).first() or {}
         return f"{len(json.dumps(payload)):,} bytes of JSON ({', '.join(payload) or 'empty'})"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(PlanWindow)
+class PlanWindowAdmin(admin.ModelAdmin):
+    """Maintenance windows are made in the partition wizard and moved on by the beat
+    (integrations.plans.windows): read-only here."""
+
+    list_display = ["plan", "starts_at", "ends_at", "requeue", "state", "created_by"]
+    list_filter = ["state"]
+    list_select_related = ["plan__rack", "created_by"]
+    fields = [
+        "plan",
+        "starts_at",
+        "ends_at",
+        "requeue",
+        "state",
+        "reason",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = fields
 
     def has_add_permission(self, request):
         return False

@@ -32,6 +32,7 @@ from core.task_names import (
     RECARVE_RACK,
     REPORT_NODES,
     RETRY_STALE_PUSHES,
+    RUN_PLAN_WINDOWS,
     SIGNAL_JOB,
     SYNC_JOBS,
     SYNC_TRAY,
@@ -42,7 +43,7 @@ from integrations import dispatch as job_dispatch
 from integrations import push_runs, removals, requeue, trays
 from integrations.fabric import nodes as simulated_nodes
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
-from integrations.plans import recarve
+from integrations.plans import recarve, windows
 from integrations.plans.service import follow
 from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan
@@ -190,6 +191,15 @@ def follow_active_plans() -> int:
             before = plan.status
             moved += follow(plan).status != before
     return moved
+
+
+@shared_task(name=RUN_PLAN_WINDOWS)
+@one_at_a_time
+def run_plan_windows() -> dict:
+    """Plans scheduled for a maintenance window: started at its start, applied once their trays are free,
+    expired at its end when not applied (integrations.plans.windows)."""
+    with audit_context(AuditSource.TASK):
+        return windows.run_windows()
 
 
 @shared_task(name=RECARVE_RACK)

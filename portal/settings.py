@@ -123,6 +123,8 @@ MIDDLEWARE = [
     "portal.web.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The viewer's language (the header's switch, else the browser's); after the session, before common.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -195,9 +197,16 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
+# English and Japanese (every page, form and message marked for translation; the catalogues are each app's
+# locale/ja and the project's locale/ja, compiled .mo files kept next to them). The language comes from the
+# switch in the header (a cookie, django.views.i18n.set_language) or else the browser's Accept-Language.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("ja", "日本語")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+LANGUAGE_COOKIE_NAME = "rackplane_language"
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
-USE_I18N = False
+USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
@@ -310,6 +319,9 @@ CELERY_BEAT_SCHEDULE: dict = {
     "prune-telemetry": {"task": task_names.PRUNE_TELEMETRY, "schedule": 3600.0},
     "snapshot-quotas": {"task": task_names.SNAPSHOT_QUOTAS, "schedule": 300.0},
     "follow-partition-plans": {"task": task_names.FOLLOW_ACTIVE_PLANS, "schedule": 30.0},
+    # Partition plans scheduled for a maintenance window: started, applied or expired (integrations.plans
+    # .windows).
+    "run-plan-windows": {"task": task_names.RUN_PLAN_WINDOWS, "schedule": 30.0},
     # Config pushes: requeue pushes whose worker was lost, send retries that are due (integrations.pushes).
     "retry-stale-pushes": {"task": task_names.RETRY_STALE_PUSHES, "schedule": 60.0},
     # Versions a target uses that a coming release removes (integrations.versions): told once a day at most.
@@ -467,6 +479,7 @@ RACKPLANE_TLS = env.bool("RACKPLANE_TLS", default=False)
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=RACKPLANE_TLS)
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=RACKPLANE_TLS)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=RACKPLANE_TLS)
+LANGUAGE_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000 if RACKPLANE_TLS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=RACKPLANE_TLS)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)

@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
+from django.views.i18n import JavaScriptCatalog, set_language
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
@@ -72,6 +73,10 @@ urlpatterns = [
         login_not_required(RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
         name="favicon",
     ),
+    # The language switch (a POST that sets the language cookie) and the scripts' strings in that language;
+    # both before sign-in too (the login page has the switch).
+    path("i18n/setlang/", login_not_required(set_language), name="set_language"),
+    path("i18n/catalog.js", login_not_required(JavaScriptCatalog.as_view()), name="javascript-catalog"),
     path("search/", search.search_page, name="search"),
     path("search/suggest/", search.suggest, name="search-suggest"),
     path("login/", account.SignInView.as_view(), name="login"),

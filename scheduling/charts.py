@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import plotly.graph_objects as go
+from django.utils import timezone
 
 from core.chart_style import GRID
 from core.charts import figure as _figure
@@ -85,7 +86,7 @@ def _quota_history_spec(rows: list[dict], times: list) -> dict:
             "visible": "legendonly",
         },
     ]
-    layout = _layout(hovermode="x unified", xaxis={"title": {"text": "UTC"}, "gridcolor": GRID})
+    layout = _layout(hovermode="x unified", xaxis=_time_axis())
     return {"data": traces, "layout": layout}
 
 
@@ -97,7 +98,7 @@ def quota_history_figure(history: Iterable[dict]) -> go.Figure:
     (scheduling.dashboard_data.DepartmentDashboard.history_to_now).
     """
     rows = list(history)
-    return _figure(_quota_history_spec(rows, [row["taken_at"] for row in rows]))
+    return _figure(_quota_history_spec(rows, [_wall(row["taken_at"]) for row in rows]))
 
 
 def quota_history_html(history: Iterable[dict], div_id: str, height: int = 360) -> str:
@@ -108,7 +109,7 @@ def quota_history_html(history: Iterable[dict], div_id: str, height: int = 360) 
     """
     rows = list(history)
     # The ISO 8601 text plotly's JSON encoder writes for a datetime, made once for the five traces.
-    times = [row["taken_at"].isoformat() for row in rows]
+    times = [_wall(row["taken_at"]) for row in rows]
     return to_html(_quota_history_spec(rows, times), div_id=div_id, height=height)
 
 
@@ -150,6 +151,17 @@ def departments_html(positions: Iterable, div_id: str, height: int = 360) -> str
     return to_html(_departments_spec(list(positions)), div_id=div_id, height=height)
 
 
+def _wall(moment) -> str:
+    """A moment as plotly draws it: the wall-clock time in the viewer's zone (plotly.js ignores an ISO
+    offset and would draw UTC wall-clock time whatever the page around the chart says)."""
+    return timezone.localtime(moment).replace(tzinfo=None).isoformat()
+
+
+def _time_axis() -> dict:
+    """The time axis, titled with the viewer's zone (portal.web.middleware.ViewerTimezoneMiddleware)."""
+    return {"title": {"text": timezone.get_current_timezone_name()}, "gridcolor": GRID}
+
+
 UTILIZATION = "#7c3aed"
 LINE_COLOURS = ("#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#0891b2", "#7c3aed", "#db2777", "#65a30d")
 
@@ -165,7 +177,7 @@ def _utilization_spec(
             {
                 "type": "scatter",
                 "name": names.get(key, "Mean of its GPUs" if key == "mean" else key),
-                "x": [at.isoformat() for at, _ in points],
+                "x": [_wall(at) for at, _ in points],
                 "y": [round(value, 2) for _, value in points],
                 # One or two samples (a job that just started) would draw no line: show them as points.
                 "mode": "lines" if len(points) > 2 else "lines+markers",
@@ -175,9 +187,9 @@ def _utilization_spec(
                 "connectgaps": False,
             }
         )
-    xaxis = {"title": {"text": "UTC"}, "gridcolor": GRID}
+    xaxis = _time_axis()
     if x_range:  # the range asked for, so the chart ends now even when the last sample is minutes old
-        xaxis["range"] = [moment.isoformat() for moment in x_range]
+        xaxis["range"] = [_wall(moment) for moment in x_range]
     layout = _layout(
         hovermode="x unified",
         xaxis=xaxis,

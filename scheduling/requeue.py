@@ -20,9 +20,15 @@ trays that are in service. Its history (JobEvent `requeued`) says why, e.g. ``re
 (GPU_HAS_FALLEN_OFF_THE_BUS) on GPU-... drained gb-r01-t03 (policy checkpoint, grace 5 min)``, and a
 `job_requeued` notification is sent (core.notifications).
 
-`decide` is the pure policy function; `handle_drained_tray` and `requeue_due` are the services (rows locked,
-one transaction each). The effects outside (the signal) are integrations' (integrations.requeue), asked for
-by task name on commit; the cancel goes through the BackendCancel rows integrations.dispatch processes.
+A partition plan's "Requeue now" (integrations.plans.requeue_now) asks the same of the jobs in its way, but
+only of checkpointable ones (`checkpointable`: their class's policy is `checkpoint`): they are asked to
+checkpoint and requeued after the grace period, through the same path (`requeue_for_plan`); the others are
+left to finish.
+
+`decide` is the pure policy function; `handle_drained_tray`, `requeue_for_plan` and `requeue_due` are the
+services (rows locked, one transaction each). The effects outside (the signal) are integrations'
+(integrations.requeue), asked for by task name on commit; the cancel goes through the BackendCancel rows
+integrations.dispatch processes.
 """
 
 from __future__ import annotations
@@ -41,9 +47,17 @@ from core.models import NotificationEvent
 from core.notifications.recording import notify
 from core.task_names import SIGNAL_JOB, SYNC_JOBS  # SIGNAL_JOB: the checkpoint signal
 from scheduling.choices import HOLDING_STATES, FaultAction, JobEventKind, JobState, PriorityClass
+from scheduling.engine.words import CLAUSES, WAITING, say
 from scheduling.models import Allocation, FaultPolicy, Job, JobEvent
 from scheduling.services.actions import release_gpus, stop_in_backend
 from scheduling.services.pass_requests import request_pass
+from scheduling.words import (
+    BACK_IN_QUEUE_IN_PLACE,
+    ITS_TRAYS,
+    REQUEUED_AFTER_FAULT,
+    REQUEUED_FOR_A_PLAN,
+    REQUEUED_FOR_PLAN,
+)
 
 # A class without a FaultPolicy row (the same as migration scheduling 0013 seeds).
 DEFAULTS: dict[str, tuple[str, int]] = {
@@ -55,6 +69,8 @@ DEFAULT_SIGNAL = "USR1"
 NOTE_LIMIT = 500
 
 WAIT, SIGNAL, REQUEUE = "wait", "signal", "requeue"
+# How the requeue note of a partition plan's "Requeue now" starts (requeue_due tells it from a fault's).
+PLAN_NOTE = "requeued: plan #"
 # What a requeue changes that the audit log records (as a pass's preemption does).
 AUDITED_FIELDS = (
     "state",
@@ -178,15 +194,20 @@ def handle_drained_tray(
             Job.objects.select_for_update().filter(pk__in=ids, state__in=HOLDING_STATES).order_by("pk")
         ):
             action, grace, signal = policy_for(job.priority_class)
-            decision = decide(
-                action,
-                grace,
-                maintenance=maintenance,
-                in_backend=job.state == JobState.RUNNING and bool(job.backend_id),
-                signal_pending=job.requeue_at is not None,
-            )
+            decision = _decide_for(job, action, grace, maintenance=maintenance)
             handled.append(_apply(job, decision, host, reason, signal, now))
     return handled
+
+
+def _decide_for(job: Job, action: str, grace: int, *, maintenance: bool) -> Decision:
+    """`decide` for one locked holding job, from what its row says."""
+    return decide(
+        action,
+        grace,
+        maintenance=maintenance,
+        in_backend=job.state == JobState.RUNNING and bool(job.backend_id),
+        signal_pending=job.requeue_at is not None,
+    )
 
 
 def _apply(job: Job, decision: Decision, host: str, reason: str, signal: str, now: datetime) -> Handled:
@@ -195,20 +216,14 @@ def _apply(job: Job, decision: Decision, host: str, reason: str, signal: str, no
         requeue(job, message, host=host)
         return Handled(job.pk, REQUEUE, message)
     if decision.what == SIGNAL:
-        at = now + timedelta(seconds=decision.grace_s)
-        job.requeue_at = at
-        job.requeue_note = requeue_words(reason, host, decision)
-        job.save(update_fields=["requeue_at", "requeue_note", "updated_at"])
-        message = (
-            f"{cause(reason)} drained {host}: asked to checkpoint (SIG{signal}); requeued at "
-            f"{timezone.localtime(at, timezone.get_fixed_timezone(0)):%H:%M:%S} UTC unless it ends first "
-            f"(policy checkpoint, grace {_minutes(decision.grace_s)})"
-        )[:NOTE_LIMIT]
-        JobEvent.objects.create(job=job, kind=JobEventKind.FAULT, message=message, placement=job.placement)
-        enqueue(SIGNAL_JOB, job.pk, signal)  # sent when the transaction commits
-        if decision.grace_s == 0:
-            enqueue(SYNC_JOBS)
-        return Handled(job.pk, SIGNAL, message)
+        return _ask_to_checkpoint(
+            job,
+            requeue_words(reason, host, decision),
+            f"{cause(reason)} drained {host}",
+            decision,
+            signal,
+            now,
+        )
     if decision.why == "already asked to checkpoint":
         return Handled(job.pk, WAIT, decision.why)
     message = f"{cause(reason)} drained {host}: left to finish ({decision.why})"[:NOTE_LIMIT]
@@ -216,8 +231,76 @@ def _apply(job: Job, decision: Decision, host: str, reason: str, signal: str, no
     return Handled(job.pk, WAIT, message)
 
 
-def requeue(job: Job, message: str, *, host: str = "") -> None:
-    """Put a holding job (locked by the caller) back in the queue after a fault; see the module doc."""
+def _ask_to_checkpoint(
+    job: Job, note: str, what: str, decision: Decision, signal: str, now: datetime
+) -> Handled:
+    """Ask a holding job (locked) to checkpoint: requeued by requeue_due at the end of its grace period with
+    `note`; `what` says why, first in its history's line."""
+    at = now + timedelta(seconds=decision.grace_s)
+    job.requeue_at = at
+    job.requeue_note = note[:NOTE_LIMIT]
+    job.save(update_fields=["requeue_at", "requeue_note", "updated_at"])
+    message = (
+        f"{what}: asked to checkpoint (SIG{signal}); requeued at "
+        f"{timezone.localtime(at, timezone.get_fixed_timezone(0)):%H:%M:%S} UTC unless it ends first "
+        f"(policy checkpoint, grace {_minutes(decision.grace_s)})"
+    )[:NOTE_LIMIT]
+    JobEvent.objects.create(job=job, kind=JobEventKind.FAULT, message=message, placement=job.placement)
+    enqueue(SIGNAL_JOB, job.pk, signal)  # sent when the transaction commits
+    if decision.grace_s == 0:
+        enqueue(SYNC_JOBS)
+    return Handled(job.pk, SIGNAL, message)
+
+
+def checkpointable(priority_class: str) -> bool:
+    """Whether a class's running jobs may be stopped for planned work and requeued: its policy (FaultPolicy,
+    the Health settings page) checkpoints them. Jobs of other classes are waited for."""
+    return policy_for(priority_class)[0] == FaultAction.CHECKPOINT
+
+
+def requeue_for_plan(
+    job_ids: list[int], plan_id: int, rack: str, *, now: datetime | None = None
+) -> list[Handled]:
+    """A partition plan's "Requeue now": each checkpointable job of `job_ids` still holding GPUs is asked to
+    checkpoint and requeued after its class's grace period (at once when it does not run in its backend
+    yet); the others are left to finish (WAIT). Jobs locked in id order, in the caller's transaction (which
+    holds the rack's and the plan's locks first, as the plan service does)."""
+    now = now or timezone.now()
+    handled = []
+    for job in (
+        Job.objects.select_for_update().filter(pk__in=job_ids, state__in=HOLDING_STATES).order_by("pk")
+    ):
+        action, grace, signal = policy_for(job.priority_class)
+        if action != FaultAction.CHECKPOINT:
+            handled.append(Handled(job.pk, WAIT, "not checkpointable: left to finish"))
+            continue
+        decision = _decide_for(job, action, grace, maintenance=False)
+        note = (
+            f"{PLAN_NOTE}{plan_id} re-carves {rack} (requeue now, policy checkpoint, grace {_minutes(grace)})"
+        )
+        if decision.what == REQUEUE:
+            requeue(job, note, pending=_plan_pending(note))
+            handled.append(Handled(job.pk, REQUEUE, note))
+        elif decision.what == SIGNAL:
+            handled.append(
+                _ask_to_checkpoint(job, note, f"plan #{plan_id} re-carves {rack}", decision, signal, now)
+            )
+        else:
+            handled.append(Handled(job.pk, WAIT, decision.why))
+    return handled
+
+
+def _plan_pending(note: str) -> str:
+    """A job's pending reason after a plan's "Requeue now" (from its requeue note), in the scheduler's
+    templates (scheduling.words) so a page shows it in the viewer's language."""
+    match = re.match(rf"{re.escape(PLAN_NOTE)}(\d+) re-carves (\S+)", note)
+    reason = say(REQUEUED_FOR_PLAN, plan=match[1], rack=match[2]) if match else REQUEUED_FOR_A_PLAN
+    return say(WAITING, reason=reason) + CLAUSES + BACK_IN_QUEUE_IN_PLACE
+
+
+def requeue(job: Job, message: str, *, host: str = "", pending: str = "") -> None:
+    """Put a holding job (locked by the caller) back in the queue after a fault, or for a partition plan
+    (`pending`: its pending reason then); see the module doc."""
     stop_in_backend(job, message)
     release_gpus(job)
     placement = list(job.placement)
@@ -232,8 +315,12 @@ def requeue(job: Job, message: str, *, host: str = "") -> None:
         next_dispatch_at=None,
         requeue_at=None,
         requeue_note="",
-        pending_reason=f"waiting: requeued after a fault on {host or 'its trays'}; back in the queue "
-        "with its place in line"[:500],
+        pending_reason=(
+            pending
+            or say(WAITING, reason=say(REQUEUED_AFTER_FAULT, host=host or ITS_TRAYS))
+            + CLAUSES
+            + BACK_IN_QUEUE_IN_PLACE
+        )[:500],
         preemptions=F("preemptions") + 1,
         fault_requeues=F("fault_requeues") + 1,
         updated_at=timezone.now(),
@@ -258,7 +345,7 @@ def requeue(job: Job, message: str, *, host: str = "") -> None:
         },
         scope=[f"department:{job.department.slug}", *(f"tray:{h}" for h in placement)],
     )
-    request_pass(f"job {job.pk} requeued after a fault")
+    request_pass(f"job {job.pk} requeued {'for a partition plan' if pending else 'after a fault'}")
 
 
 def requeue_due(now: datetime | None = None) -> list[int]:
@@ -270,7 +357,11 @@ def requeue_due(now: datetime | None = None) -> list[int]:
             job = Job.objects.select_for_update().filter(pk=pk, state__in=HOLDING_STATES).first()
             if job is None or job.requeue_at is None or job.requeue_at > now:
                 continue
-            host = next(iter(re.findall(r"drained (\S+) \(policy", job.requeue_note)), "")
-            requeue(job, job.requeue_note or "requeued: its tray was drained by a fault", host=host)
+            note = job.requeue_note or "requeued: its tray was drained by a fault"
+            if note.startswith(PLAN_NOTE):
+                requeue(job, note, pending=_plan_pending(note))
+            else:
+                host = next(iter(re.findall(r"drained (\S+) \(policy", note)), "")
+                requeue(job, note, host=host)
             done.append(pk)
     return done

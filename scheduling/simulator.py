@@ -567,6 +567,11 @@ class _Replay:
         self.owed_gpu_s = dict.fromkeys(self.names, 0.0)  # min(guarantee, demand): what it was owed
         self.decisions = 0
         self.passes = 0
+        # Estimated starts as the portal shows them (a waiting job's reservation: when its trays should
+        # free up): the first one a job was given, and how far its real start fell from it
+        # (`estimate_metrics`).
+        self.first_estimate: dict[int, float] = {}
+        self.estimate_error_s: list[float] = []
         self.pass_wall = 0.0
         first = self.jobs[0].submitted_at
         last = self.jobs[-1].submitted_at
@@ -776,6 +781,9 @@ class _Replay:
 
     def _start(self, start, now: float) -> None:
         job = self.by_id[start.job_id]
+        estimate = self.first_estimate.pop(job.id, None)
+        if estimate is not None:
+            self.estimate_error_s.append(now - estimate)
         del self.pending[job.id]
         del self.waiting_of[job.department][job.id]
         shape = self._shape(job)
@@ -941,6 +949,9 @@ class _Replay:
         self.pass_wall += time.perf_counter() - started
         self.passes += 1
         self.decisions += result.decisions
+        first_estimate = self.first_estimate
+        for reservation in result.reservations:
+            first_estimate.setdefault(reservation.job_id, reservation.start_at)
         for start in result.started:
             self._start(start, now)
         for victim in result.preempted:
@@ -1385,8 +1396,32 @@ class _Replay:
                 cause: round(gpu_s, 1) for cause, gpu_s in self.stranded_gpu_s.items()
             },
             "scheduling_wall_s": round(self.pass_wall, 3),
+            "estimated_starts": self.estimate_metrics(),
             "departments": departments,
             **({"projects": projects} if projects else {}),
+        }
+
+    def estimate_metrics(self) -> dict:
+        """How true the estimated starts were: for every job that was given one (a reservation) and then
+        started, its real start minus the first estimate it was given (positive: later than said).
+
+        Running jobs end here exactly when the engine expects (the trace's run time is known), so the error is
+        the scheduler's own: work arriving later with a better claim (in-quota before borrowed), reclaim,
+        faults. The portal estimates from time limits, which users set longer than their jobs run: its
+        estimates err early on that account too (Slurm's `squeue --start` has the same caveat).
+        """
+        errors = sorted(self.estimate_error_s)
+        if not errors:
+            return {"jobs_with_estimate": 0}
+        absolute = sorted(abs(error) for error in errors)
+        return {
+            "jobs_with_estimate": len(errors),
+            "share_of_jobs": round(len(errors) / len(self.jobs), 4),
+            "median_abs_error_s": round(_percentile(absolute, 0.5), 1),
+            "p90_abs_error_s": round(_percentile(absolute, 0.9), 1),
+            "within_15_min": round(sum(e <= 900 for e in absolute) / len(errors), 4),
+            "later_than_estimate": round(sum(e > 60 for e in errors) / len(errors), 4),
+            "earlier_than_estimate": round(sum(e < -60 for e in errors) / len(errors), 4),
         }
 
     def mig_metrics(self) -> dict:

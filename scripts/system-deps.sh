@@ -21,6 +21,10 @@ command -v ldapsearch >/dev/null || missing+=(ldap-utils)
 command -v prometheus >/dev/null || missing+=(prometheus)
 [ -f /usr/include/ldap.h ] || missing+=(libldap2-dev)
 [ -f /usr/include/sasl/sasl.h ] || missing+=(libsasl2-dev)
+# A Japanese font, so the browser tests' screenshots of the Japanese pages show text, not empty boxes; GNU
+# gettext, whose xgettext the catalogue test runs (tests/portal/test_i18n.py, `make messages`).
+[ -d /usr/share/fonts/opentype/ipafont-gothic ] || missing+=(fonts-ipafont-gothic)
+command -v xgettext >/dev/null || missing+=(gettext)
 # Node.js 20.12+ with npm (NodeSource's nodejs package bundles npm; Debian's needs its npm package).
 if ! command -v node >/dev/null; then
     missing+=(nodejs)
@@ -29,7 +33,7 @@ elif ! command -v npm >/dev/null; then
 fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    log "system packages present (postgresql, redis-server, chromium, openssl, curl, slapd, ldap-utils, libldap2-dev, libsasl2-dev, nodejs, prometheus)"
+    log "system packages present (postgresql, redis-server, chromium, openssl, curl, slapd, ldap-utils, libldap2-dev, libsasl2-dev, fonts-ipafont-gothic, gettext, nodejs, prometheus)"
     exit 0
 fi
 

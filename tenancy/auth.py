@@ -35,6 +35,7 @@ from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
 from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.decorators import method_decorator
+from django.utils.translation import gettext as _
 from django_auth_ldap.backend import LDAPBackend as BaseLDAPBackend
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -195,11 +196,11 @@ class OIDCBackend(OIDCAuthenticationBackend):
         except SignInRefused as refusal:
             if self.request is not None:
                 messages.error(self.request, str(refusal))
-            logger.warning("OpenID Connect sign-in refused: %s", refusal)
+            logger.warning("OpenID Connect sign-in refused: %s", refusal.english)
             return None
         if not user.is_active:
             if self.request is not None:
-                messages.error(self.request, "Your Rackplane account is disabled: ask a platform admin.")
+                messages.error(self.request, _("Your Rackplane account is disabled: ask a platform admin."))
             return None
         sync_roles(user, groups_claim(claims), IdentityProvider.OIDC, settings.OIDC_GROUPS_PREFIX)
         sync_posix(user, oidc_posix_identity(claims), IdentityProvider.OIDC)
@@ -209,8 +210,8 @@ class OIDCBackend(OIDCAuthenticationBackend):
 def _sign_in_failed(request, reason: str) -> HttpResponseRedirect:
     messages.error(
         request,
-        f"Signing in with {settings.OIDC_PROVIDER_NAME} failed: {reason}. Try again, or sign in with a local "
-        "account.",
+        _("Signing in with %(provider)s failed: %(reason)s. Try again, or sign in with a local account.")
+        % {"provider": settings.OIDC_PROVIDER_NAME, "reason": reason},
     )
     return HttpResponseRedirect(reverse("login"))
 
@@ -227,12 +228,12 @@ class OIDCSignInView(OIDCAuthenticationRequestView):
 
     def get(self, request):
         if not oidc_enabled():
-            raise Http404("Single sign-on is not configured.")
+            raise Http404(_("Single sign-on is not configured."))
         try:
             self.OIDC_OP_AUTH_ENDPOINT = oidc_setting("OIDC_OP_AUTHORIZATION_ENDPOINT")
         except ProviderUnavailable as error:
             logger.warning("OpenID Connect sign-in could not start: %s", error)
-            return _sign_in_failed(request, "the identity provider does not answer")
+            return _sign_in_failed(request, _("the identity provider does not answer"))
         self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
         return super().get(request)
 
@@ -251,21 +252,25 @@ class OIDCCallbackView(OIDCAuthenticationCallbackView):
 
     def get(self, request):
         if not oidc_enabled():
-            raise Http404("Single sign-on is not configured.")
+            raise Http404(_("Single sign-on is not configured."))
         if request.GET.get("error"):
             description = request.GET.get("error_description") or request.GET["error"]
             super().get(request)  # forgets the state, signs nobody in
-            return _sign_in_failed(request, f"the identity provider answered {description!r}")
+            return _sign_in_failed(
+                request, _("the identity provider answered %(answer)s") % {"answer": repr(description)}
+            )
         try:
             response = super().get(request)
         except (requests.RequestException, ProviderUnavailable) as error:
             logger.warning("OpenID Connect sign-in failed: %s", error)
-            return _sign_in_failed(request, "the identity provider did not accept the sign-in")
+            return _sign_in_failed(request, _("the identity provider did not accept the sign-in"))
         except SuspiciousOperation as error:
             logger.warning("OpenID Connect sign-in refused: %s", error)
-            return _sign_in_failed(request, "the answer could not be verified (start again from this page)")
+            return _sign_in_failed(
+                request, _("the answer could not be verified (start again from this page)")
+            )
         if response.url == self.failure_url and not messages.get_messages(request):
-            return _sign_in_failed(request, "the sign-in did not complete")
+            return _sign_in_failed(request, _("the sign-in did not complete"))
         return response
 
 
@@ -290,11 +295,13 @@ class OIDCBearerAuthentication(OIDCAuthentication):
         except (requests.RequestException, ProviderUnavailable) as error:
             logger.warning("OpenID Connect bearer token not checked: %s", error)
             raise exceptions.AuthenticationFailed(
-                "The bearer token could not be checked: the identity provider did not answer. Try again "
-                "later."
+                _(
+                    "The bearer token could not be checked: the identity provider did not answer. Try again "
+                    "later."
+                )
             ) from error
         if not user.is_active:
-            raise exceptions.AuthenticationFailed("The bearer token's account is disabled in Rackplane.")
+            raise exceptions.AuthenticationFailed(_("The bearer token's account is disabled in Rackplane."))
         return user, token
 
 

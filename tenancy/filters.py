@@ -1,6 +1,7 @@
 """One FilterSet per model, shared by the HTML lists and the API."""
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from core.access import Role
 from core.filters import BooleanFilter, IntegerFilter
@@ -12,7 +13,7 @@ class DepartmentFilter(django_filters.FilterSet):
     slug = django_filters.CharFilter()
     priority = IntegerFilter()
     has_limit = BooleanFilter(
-        field_name="limit_gpus", lookup_expr="isnull", exclude=True, label="Has a GPU limit"
+        field_name="limit_gpus", lookup_expr="isnull", exclude=True, label=_("Has a GPU limit")
     )
 
     class Meta:

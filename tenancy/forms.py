@@ -3,6 +3,8 @@
 from django import forms
 from django.core.exceptions import ValidationError
 from django.forms.models import construct_instance
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.access import Role
 from core.text import TextFormField
@@ -39,15 +41,18 @@ class DepartmentForm(ServiceErrorsMixin, forms.ModelForm):
         model = Department
         fields = QUOTA_FIELDS + ISOLATION_FIELDS
         labels = {
-            "guaranteed_gpus": "Guaranteed GPUs",
-            "over_quota_weight": "Over-quota weight",
-            "limit_gpus": "Limit (GPUs)",
-            "vlan_id": "VLAN ID",
-            "vxlan_vni": "VXLAN VNI",
-            "ib_pkey": "InfiniBand P_Key",
-            "network_cidr": "Network (CIDR)",
-            "export_path": "Export path",
-            "storage_quota_gib": "Storage quota (GiB)",
+            "name": gettext_lazy("Name"),
+            "slug": gettext_lazy("Slug"),
+            "guaranteed_gpus": gettext_lazy("Guaranteed GPUs"),
+            "over_quota_weight": gettext_lazy("Over-quota weight"),
+            "limit_gpus": gettext_lazy("Limit (GPUs)"),
+            "priority": gettext_lazy("Priority"),
+            "vlan_id": gettext_lazy("VLAN ID"),
+            "vxlan_vni": gettext_lazy("VXLAN VNI"),
+            "ib_pkey": gettext_lazy("InfiniBand P_Key"),
+            "network_cidr": gettext_lazy("Network (CIDR)"),
+            "export_path": gettext_lazy("Export path"),
+            "storage_quota_gib": gettext_lazy("Storage quota (GiB)"),
         }
 
     def __init__(self, *args, **kwargs):
@@ -55,19 +60,19 @@ class DepartmentForm(ServiceErrorsMixin, forms.ModelForm):
         for name in ISOLATION_FIELDS:
             field = self.fields[name]
             field.required = False
-            field.help_text = "Leave empty to allocate from the pool."
-        self.fields["storage_quota_gib"].help_text = "Leave empty for the default quota."
+            field.help_text = _("Leave empty to allocate from the pool.")
+        self.fields["storage_quota_gib"].help_text = _("Leave empty for the default quota.")
         # Exports must lie inside the export root (Department.clean): say where before a path is refused.
         root = export_root().rstrip("/")
-        self.fields[
-            "export_path"
-        ].help_text = f"Leave empty to allocate {root}/<slug>. Otherwise a directory inside {root}."
+        self.fields["export_path"].help_text = _(
+            "Leave empty to allocate %(root)s/<slug>. Otherwise a directory inside %(root)s."
+        ) % {"root": root}
         # The model's help names the module that derives the names (for developers); people read this.
-        self.fields["slug"].help_text = (
-            f"Its Kubernetes namespace, Slurm account and QOS: up to {naming.SLUG_MAX} lower-case letters, "
-            "digits and single hyphens, starting with a letter. Names Kubernetes, Slurm or Rackplane use "
-            "(default, kube-…, root, gpu, all …) are refused."
-        )
+        self.fields["slug"].help_text = _(
+            "Its Kubernetes namespace, Slurm account and QOS: up to %(max)s lower-case letters, digits and "
+            "single hyphens, starting with a letter. Names Kubernetes, Slurm or Rackplane use (default, "
+            "kube-…, root, gpu, all …) are refused."
+        ) % {"max": naming.SLUG_MAX}
 
     def quota_fields(self):
         return [self[name] for name in QUOTA_FIELDS]
@@ -85,8 +90,8 @@ class DepartmentForm(ServiceErrorsMixin, forms.ModelForm):
 class MembershipForm(ServiceErrorsMixin, forms.Form):
     """Add a member by username, or change a member's role (tenancy.services.set_membership saves it)."""
 
-    username = TextFormField(max_length=150)
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+    username = TextFormField(max_length=150, label=gettext_lazy("Username"))
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER, label=gettext_lazy("Role"))
 
     def __init__(self, *args, department: Department, **kwargs):
         super().__init__(*args, **kwargs)

@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
 from core.access import Role
 from core.audit import audit_context
 from core.models import AuditAction, AuditEvent
 from core.posix import PosixIdentity
 from tenancy.choices import GrantedRole, PosixSource, ProjectRole, RoleOrigin
+from tenancy.i18n import english
 from tenancy.models import ExternalIdentity, GroupRoleRule, Membership, PosixAccount, ProjectMembership
 from tenancy.services import remove_membership, set_membership
 
@@ -52,7 +54,21 @@ SIGN_IN_RESOLUTION = datetime.timedelta(minutes=1)
 
 class SignInRefused(Exception):
     """The identity provider vouched for the person, but Rackplane does not let them in; the message says
-    why and what to do, in words for the person signing in."""
+    why and what to do, in words for the person signing in.
+
+    `message` is a translatable text (gettext_lazy) with %(name)s placeholders filled from `params`: str()
+    reads it in the language of the request, `english` for the logs."""
+
+    def __init__(self, message, **params):
+        super().__init__(message, params)
+        self.message, self.params = message, params
+
+    def __str__(self) -> str:
+        return str(self.message) % {name: str(value) for name, value in self.params.items()}
+
+    @property
+    def english(self) -> str:
+        return english(self)
 
 
 def groups_in_scope(groups: Iterable, prefix: str) -> list[str]:
@@ -79,6 +95,7 @@ def account_for(
     User = get_user_model()
     link = ExternalIdentity.objects.select_related("user").filter(provider=provider, subject=subject).first()
     label = provider_label(provider)
+    named = provider_name(provider)
     if link is not None:
         user = link.user
         profile = {"email": email, "first_name": first_name, "last_name": last_name}
@@ -90,13 +107,21 @@ def account_for(
         return user
     if not create:
         raise SignInRefused(
-            f"Your {label} account has no Rackplane account, and this portal does not make them at first "
-            "sign-in: ask a platform admin to make one and link it to your identity."
+            gettext_lazy(
+                "Your %(provider)s account has no Rackplane account, and this portal does not make them at "
+                "first sign-in: ask a platform admin to make one and link it to your identity."
+            ),
+            provider=named,
         )
     if not USERNAME.match(username or ""):
         raise SignInRefused(
-            f"Your {label} account's user name {username!r} cannot be a Rackplane user name (letters, digits "
-            "and @ . + - _ only, at most 150): ask a platform admin to make an account and link it."
+            gettext_lazy(
+                "Your %(provider)s account's user name %(username)s cannot be a Rackplane user name "
+                "(letters, digits and @ . + - _ only, at most 150): ask a platform admin to make an account "
+                "and link it."
+            ),
+            provider=named,
+            username=repr(username),
         )
     if User.objects.filter(username__iexact=username).exists():
         logger.warning(
@@ -107,8 +132,13 @@ def account_for(
             username,
         )
         raise SignInRefused(
-            f"A Rackplane account named {username!r} already exists and is not linked to your {label} "
-            "identity: ask a platform admin to link them (Django admin, External identities)."
+            gettext_lazy(
+                "A Rackplane account named %(username)s already exists and is not linked to your "
+                "%(provider)s identity: ask a platform admin to link them (Django admin, External "
+                "identities)."
+            ),
+            provider=named,
+            username=repr(username),
         )
     user = User.objects.create_user(
         username, email=email or "", password=None, first_name=first_name or "", last_name=last_name or ""
@@ -119,9 +149,22 @@ def account_for(
     return user
 
 
+def _role_words(label) -> str:
+    """A role as the logs and SyncResult name it ("lead"): English, whatever the request's language."""
+    return english(label).lower()
+
+
 def provider_label(provider: str) -> str:
-    """How messages name a provider to the person signing in."""
+    """How the logs name a provider."""
     return {RoleOrigin.OIDC: "single sign-on", RoleOrigin.LDAP: "LDAP"}.get(provider, provider)
+
+
+PROVIDER_NAMES = {RoleOrigin.OIDC: gettext_lazy("single sign-on"), RoleOrigin.LDAP: gettext_lazy("LDAP")}
+
+
+def provider_name(provider: str):
+    """How messages name a provider to the person signing in (in their language)."""
+    return PROVIDER_NAMES.get(provider, provider)
 
 
 @dataclass
@@ -185,18 +228,20 @@ def sync_roles(user, groups: Iterable, provider: str, prefix: str = "") -> SyncR
                 continue
             if department_id not in wanted:
                 remove_membership(membership, keep_a_lead=False)
-                result.removed.append(f"{membership.get_role_display().lower()} of {membership.department}")
+                result.removed.append(
+                    f"{_role_words(membership.get_role_display)} of {membership.department}"
+                )
         for department_id, (role, department, group) in sorted(
             wanted.items(), key=lambda item: item[1][1].name
         ):
             membership = memberships.get(department_id)
             if membership is not None and membership.origin != provider:
-                result.kept_by_hand.append(f"{membership.get_role_display().lower()} of {department}")
+                result.kept_by_hand.append(f"{_role_words(membership.get_role_display)} of {department}")
                 continue
             if membership is not None and membership.role == role:
                 continue
             set_membership(department, user.get_username(), role, origin=provider, keep_a_lead=False)
-            described = f"{role.label.lower()} of {department} (group {group})"
+            described = f"{_role_words(role.label)} of {department} (group {group})"
             (result.changed if membership is not None else result.added).append(described)
         _sync_project_roles(user, wanted_projects, provider, result)
         result.admin = _sync_admin(user, link, wants_admin, provider)
@@ -236,12 +281,12 @@ def _sync_project_roles(user, wanted: dict[int, tuple], provider: str, result: S
     for project_id, membership in held.items():
         if membership.origin == provider and project_id not in wanted:
             membership.delete()
-            result.removed.append(f"{membership.get_role_display().lower()} of {membership.project}")
+            result.removed.append(f"{_role_words(membership.get_role_display)} of {membership.project}")
     departments = set(Membership.objects.filter(user=user).values_list("department_id", flat=True))
     for project_id, (role, project, group) in sorted(wanted.items(), key=lambda item: str(item[1][1])):
         membership = held.get(project_id)
         if membership is not None and membership.origin != provider:
-            result.kept_by_hand.append(f"{membership.get_role_display().lower()} of {project}")
+            result.kept_by_hand.append(f"{_role_words(membership.get_role_display)} of {project}")
             continue
         if membership is not None and membership.role == role:
             continue
@@ -254,7 +299,7 @@ def _sync_project_roles(user, wanted: dict[int, tuple], provider: str, result: S
         else:
             membership.role = role
             membership.save(update_fields=["role"])
-        described = f"{role.label.lower()} of {project} (group {group})"
+        described = f"{_role_words(role.label)} of {project} (group {group})"
         (result.changed if membership is not None else result.added).append(described)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from core.audit import audit_context
 from core.models import AuditSource
@@ -76,7 +77,7 @@ def _current(
     """UUID -> utilization now; raises PrometheusError saying what is wrong when nothing usable came back."""
     problems = config.problems()
     if problems:
-        raise PrometheusError("; ".join(problems), "fix the metrics source's metric and label names")
+        raise PrometheusError("; ".join(problems), _("fix the metrics source's metric and label names"))
     rows = client.query(config.utilization_now(window), at=at)
     values, skipped = {}, []
     for labels, value in rows:
@@ -90,11 +91,18 @@ def _current(
         else:
             skipped.append(uuid)  # a DCGM blank sentinel or a wrong metric: not a utilization
     if not rows:
-        where = f" matching {config.selector}" if config.selector else ""
+        # The text of a scheduled cycle is stored as the source's last error (in English: no request).
+        missing = (
+            _("Prometheus has no %(metric)s samples matching %(selector)s in the last %(window)s seconds")
+            if config.selector
+            else _("Prometheus has no %(metric)s samples in the last %(window)s seconds")
+        )
         raise PrometheusError(
-            f"Prometheus has no {config.metric} samples{where} in the last {window} seconds",
-            "check that it scrapes the DCGM exporters, that their counters include the metric, and the "
-            "metric name and extra selector of the metrics source",
+            missing % {"metric": config.metric, "selector": config.selector, "window": window},
+            _(
+                "check that it scrapes the DCGM exporters, that their counters include the metric, and the "
+                "metric name and extra selector of the metrics source"
+            ),
         )
     return values, skipped
 
@@ -155,15 +163,38 @@ def check_connection(source: MetricsSource) -> str:
     uuids = sorted(values)
     for start in range(0, len(uuids), 2000):
         known += Gpu.objects.filter(uuid__in=uuids[start : start + 2000]).count()
-    message = (
-        f"Prometheus answered in {took:.0f} ms: {len(values)} GPU(s) report {config.metric} by "
-        f"{config.uuid_label}, {known} of them in the inventory"
-    )
-    if known < len(values):
-        message += f" ({len(values) - known} not in it: report their nodes' fabric first)"
-    if skipped:
-        message += f"; {len(skipped)} value(s) outside 0-100 % left out"
-    return message + "."
+    facts = {
+        "ms": f"{took:.0f}",
+        "gpus": len(values),
+        "metric": config.metric,
+        "label": config.uuid_label,
+        "known": known,
+        "unknown": len(values) - known,
+        "skipped": len(skipped),
+    }
+    # Whole sentences, one per case (word order differs between languages).
+    if known < len(values) and skipped:
+        message = _(
+            "Prometheus answered in %(ms)s ms: %(gpus)s GPU(s) report %(metric)s by %(label)s, %(known)s of "
+            "them in the inventory (%(unknown)s not in it: report their nodes' fabric first); %(skipped)s "
+            "value(s) outside 0-100 %% left out."
+        )
+    elif known < len(values):
+        message = _(
+            "Prometheus answered in %(ms)s ms: %(gpus)s GPU(s) report %(metric)s by %(label)s, %(known)s of "
+            "them in the inventory (%(unknown)s not in it: report their nodes' fabric first)."
+        )
+    elif skipped:
+        message = _(
+            "Prometheus answered in %(ms)s ms: %(gpus)s GPU(s) report %(metric)s by %(label)s, %(known)s of "
+            "them in the inventory; %(skipped)s value(s) outside 0-100 %% left out."
+        )
+    else:
+        message = _(
+            "Prometheus answered in %(ms)s ms: %(gpus)s GPU(s) report %(metric)s by %(label)s, %(known)s of "
+            "them in the inventory."
+        )
+    return message % facts
 
 
 def utilization_history(

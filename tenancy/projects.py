@@ -96,7 +96,10 @@ def check_job_project(
     """
     if project is not None:
         if project.department_id != department.pk:
-            return {"project": f"project {project.slug!r} is not a project of {department.slug}"}
+            return {
+                "project": _("project %(project)s is not a project of %(department)s")
+                % {"project": repr(project.slug), "department": department.slug}
+            }
         if project.is_default and not may_use_project(user, project):
             mine = ", ".join(p.slug for p in usable_projects(user, department))
             return {
@@ -107,11 +110,16 @@ def check_job_project(
                 % {"department": department.slug, "projects": mine}
             }
         if not may_use_project(user, project):
-            return {"project": f"you are not a member of project {project.slug!r} of {department.slug}"}
+            return {
+                "project": _("you are not a member of project %(project)s of %(department)s")
+                % {"project": repr(project.slug), "department": department.slug}
+            }
         if gpus is not None and project.limit_gpus is not None and gpus > project.limit_gpus:
             return {
-                "gpus": f"{gpus} GPUs is over project {project.slug}'s limit of {project.limit_gpus} GPUs: "
-                "it could never run"
+                "gpus": _(
+                    "%(gpus)s GPUs is over project %(project)s's limit of %(limit)s GPUs: it could never run"
+                )
+                % {"gpus": gpus, "project": project.slug, "limit": project.limit_gpus}
             }
         return {}
     if not Project.objects.named().filter(department=department).exists():
@@ -119,12 +127,17 @@ def check_job_project(
     usable = [p.slug for p in usable_projects(user, department)]
     if usable:
         return {
-            "project": f"{department.slug} shares its GPUs among projects: choose one of your projects "
-            f"({', '.join(usable)})"
+            "project": _(
+                "%(department)s shares its GPUs among projects: choose one of your projects (%(projects)s)"
+            )
+            % {"department": department.slug, "projects": ", ".join(usable)}
         }
     return {
-        "project": f"{department.slug} shares its GPUs among projects and you are in none of them: ask a "
-        "lead of the department to add you to one"
+        "project": _(
+            "%(department)s shares its GPUs among projects and you are in none of them: ask a lead of the "
+            "department to add you to one"
+        )
+        % {"department": department.slug}
     }
 
 
@@ -145,8 +158,11 @@ def check_department_guarantee(department: Department) -> None:
     if department.guaranteed_gpus < total:
         raise ValidationError(
             {
-                "guaranteed_gpus": f"its projects are guaranteed {total} GPUs together; lower their "
-                f"guarantees first, or keep the department's at {total} or more"
+                "guaranteed_gpus": _(
+                    "its projects are guaranteed %(total)s GPUs together; lower their guarantees first, or "
+                    "keep the department's at %(total)s or more"
+                )
+                % {"total": total}
             }
         )
 
@@ -158,13 +174,16 @@ def _clean_quota(values: dict) -> dict:
     limit = values.get("limit_gpus")
     weight = values.get("over_quota_weight", Decimal("1.00"))
     if isinstance(guaranteed, bool) or not isinstance(guaranteed, int) or guaranteed < 0:
-        errors["guaranteed_gpus"] = "a whole number of GPUs, 0 or more"
+        errors["guaranteed_gpus"] = _("a whole number of GPUs, 0 or more")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        errors["limit_gpus"] = "a whole number of GPUs, 0 or more, or empty for no limit"
+        errors["limit_gpus"] = _("a whole number of GPUs, 0 or more, or empty for no limit")
     elif limit is not None and not errors and limit < guaranteed:
-        errors["limit_gpus"] = f"the limit ({limit}) may not be below the guarantee ({guaranteed})"
+        errors["limit_gpus"] = _("the limit (%(limit)s) may not be below the guarantee (%(guarantee)s)") % {
+            "limit": limit,
+            "guarantee": guaranteed,
+        }
     if Decimal(str(weight)) < 0:
-        errors["over_quota_weight"] = "0 or more (0: the project never borrows)"
+        errors["over_quota_weight"] = _("0 or more (0: the project never borrows)")
     if errors:
         raise ValidationError(errors)
     return values
@@ -178,9 +197,16 @@ def _fit(department: Department, project: Project) -> None:
     if total > department.guaranteed_gpus:
         raise ValidationError(
             {
-                "guaranteed_gpus": f"{department.name}'s projects would be guaranteed {total} GPUs but the "
-                f"department is guaranteed {department.guaranteed_gpus}: at most "
-                f"{max(0, department.guaranteed_gpus - others)} for this project"
+                "guaranteed_gpus": _(
+                    "%(department)s's projects would be guaranteed %(total)s GPUs but the department is "
+                    "guaranteed %(guarantee)s: at most %(room)s for this project"
+                )
+                % {
+                    "department": department.name,
+                    "total": total,
+                    "guarantee": department.guaranteed_gpus,
+                    "room": max(0, department.guaranteed_gpus - others),
+                }
             }
         )
 
@@ -189,11 +215,17 @@ def _check_names(department: Department, project: Project) -> None:
     errors = {}
     siblings = Project.objects.filter(department=department).exclude(pk=project.pk)
     if not project.name.strip():
-        errors["name"] = "a name is required"
+        errors["name"] = _("a name is required")
     elif siblings.filter(name__iexact=project.name.strip()).exists():
-        errors["name"] = f"{department.name} already has a project named {project.name.strip()!r}"
+        errors["name"] = _("%(department)s already has a project named %(name)s") % {
+            "department": department.name,
+            "name": repr(project.name.strip()),
+        }
     if siblings.filter(slug=project.slug).exists():
-        errors["slug"] = f"{department.name} already has a project with the slug {project.slug!r}"
+        errors["slug"] = _("%(department)s already has a project with the slug %(slug)s") % {
+            "department": department.name,
+            "slug": repr(project.slug),
+        }
     # Its namespace and Slurm account (tenancy.naming: <department>--<project>) are valid and unique once
     # the slug is (the field's validator): no length or collision check is left to make here.
     if errors:
@@ -208,7 +240,9 @@ def _save(department: Department, project: Project) -> Project:
         with transaction.atomic():
             project.save()
     except IntegrityError as error:  # a concurrent create of the same name or slug in another department row
-        raise ValidationError({"name": f"{department.name} already has a project of this name"}) from error
+        raise ValidationError(
+            {"name": _("%(department)s already has a project of this name") % {"department": department.name}}
+        ) from error
     return project
 
 
@@ -246,7 +280,7 @@ def update_project(by, project: Project, **changes) -> Project:
         )
     if "slug" in changes and changes["slug"] != project.slug and project.jobs.exists():
         raise ValidationError(
-            {"slug": "jobs have run under this slug (its namespace and Slurm account): keep it"}
+            {"slug": _("jobs have run under this slug (its namespace and Slurm account): keep it")}
         )
     quota = {f: changes.get(f, getattr(project, f)) for f in QUOTA_FIELDS}
     _clean_quota(quota)
@@ -267,8 +301,11 @@ def delete_project(by, project: Project) -> None:
         )
     if project.jobs.exists():
         raise ValidationError(
-            f"{project} has jobs (their history names it): it cannot be deleted; set its guarantee to 0 "
-            "and move its members instead"
+            _(
+                "%(project)s has jobs (their history names it): it cannot be deleted; set its guarantee to 0 "
+                "and move its members instead"
+            )
+            % {"project": project}
         )
     project.delete()
 
@@ -288,7 +325,10 @@ def _refuse_default(project: Project) -> None:
 def _department_member(project: Project, user) -> None:
     if not Membership.objects.filter(user=user, department_id=project.department_id).exists():
         raise ValidationError(
-            {"user": f"{user} is not a member of {project.department}: add them to the department first"}
+            {
+                "user": _("%(user)s is not a member of %(department)s: add them to the department first")
+                % {"user": user, "department": project.department}
+            }
         )
 
 
@@ -297,7 +337,7 @@ def set_project_member(by, project: Project, user, role: str = ProjectRole.MEMBE
     """Put a member of the project's department in the project with `role` (or change their role)."""
     require_project_manager(by, project.department, "change who is in its projects")
     if role not in ProjectRole.values:
-        raise ValidationError({"role": f"one of {', '.join(ProjectRole.values)}"})
+        raise ValidationError({"role": _("one of %(roles)s") % {"roles": ", ".join(ProjectRole.values)}})
     _refuse_default(project)
     _department_member(project, user)
     membership, created = ProjectMembership.objects.select_for_update().get_or_create(
@@ -324,7 +364,12 @@ def move_member(by, membership: ProjectMembership, to: Project) -> ProjectMember
     require_project_manager(by, source.department, "move its members between projects")
     if to.department_id != source.department_id:
         raise ValidationError(
-            {"project": f"{to} is not a project of {source.department}: people move within their department"}
+            {
+                "project": _(
+                    "%(project)s is not a project of %(department)s: people move within their department"
+                )
+                % {"project": to, "department": source.department}
+            }
         )
     if to.pk == source.pk:
         return membership

@@ -11,6 +11,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Func, IntegerField, Q, QuerySet, Subquery, Sum
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.access import Role, is_admin
 from core.notifications.subscriptions import forget_department
@@ -27,6 +29,11 @@ from tenancy.renderers import networks_overlap
 # Fields the department form and API may set; isolation fields are allocated when left empty.
 QUOTA_FIELDS = ("name", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus", "priority")
 ISOLATION_FIELDS = ("vlan_id", "vxlan_vni", "ib_pkey", "network_cidr", "export_path", "storage_quota_gib")
+# The answer when a department's name or slug is taken (one sentence per field: word order differs).
+TAKEN = {
+    "name": gettext_lazy("a department with this name already exists"),
+    "slug": gettext_lazy("a department with this slug already exists"),
+}
 
 
 def schedulable_gpus_q(prefix: str = "") -> Q:
@@ -124,7 +131,10 @@ def _free(used: set[int], first: int, last: int, what: str) -> int:
     for value in range(first, last + 1):
         if value not in used:
             return value
-    raise ValidationError(f"the {what} pool {first}-{last} is exhausted: widen it in the tenancy settings")
+    raise ValidationError(
+        _("the %(what)s pool %(first)s-%(last)s is exhausted: widen it in the tenancy settings")
+        % {"what": what, "first": first, "last": last}
+    )
 
 
 def _free_network(pools: TenancySettings, used: set[str]) -> str:
@@ -134,7 +144,8 @@ def _free_network(pools: TenancySettings, used: set[str]) -> str:
         if not any(subnet.overlaps(other) for other in taken):
             return str(subnet)
     raise ValidationError(
-        f"no free /{pools.tenant_prefix} network left in {supernet}: widen the tenant supernet"
+        _("no free /%(prefix)s network left in %(supernet)s: widen the tenant supernet")
+        % {"prefix": pools.tenant_prefix, "supernet": supernet}
     )
 
 
@@ -153,7 +164,7 @@ def _allocate_isolation(department: Department, pools: TenancySettings) -> None:
             set(others.values_list("ib_pkey", flat=True)),
             pools.pkey_first,
             pools.pkey_last,
-            "InfiniBand P_Key",
+            _("InfiniBand P_Key"),
         )
     if not department.network_cidr:
         department.network_cidr = _free_network(pools, set(others.values_list("network_cidr", flat=True)))
@@ -169,32 +180,47 @@ def _validate_isolation(department: Department) -> None:
     for field, low, high, label in (
         ("vlan_id", VLAN_MIN, VLAN_MAX, "VLAN ID"),
         ("vxlan_vni", VNI_MIN, VNI_MAX, "VXLAN VNI"),
-        ("ib_pkey", PKEY_MIN, PKEY_MAX, "InfiniBand P_Key"),
+        ("ib_pkey", PKEY_MIN, PKEY_MAX, _("InfiniBand P_Key")),
     ):
         value = getattr(department, field)
         if not low <= value <= high:
-            errors[field] = f"{label} {value} is outside {low}-{high}"
+            errors[field] = _("%(label)s %(value)s is outside %(low)s-%(high)s") % {
+                "label": label,
+                "value": value,
+                "low": low,
+                "high": high,
+            }
         elif (owner := others.filter(**{field: value}).first()) is not None:
-            errors[field] = f"{label} {value} is already assigned to {owner.name}"
+            errors[field] = _("%(label)s %(value)s is already assigned to %(owner)s") % {
+                "label": label,
+                "value": value,
+                "owner": owner.name,
+            }
     try:
         network = ipaddress.ip_network(department.network_cidr, strict=True)
     except ValueError as error:
-        errors["network_cidr"] = f"not a network address: {error}"
+        errors["network_cidr"] = _("not a network address: %(error)s") % {"error": error}
     else:
         for other in others.only("name", "network_cidr"):
             if networks_overlap(network, ipaddress.ip_network(other.network_cidr)):
-                errors["network_cidr"] = f"{network} overlaps {other.name}'s network {other.network_cidr}"
+                errors["network_cidr"] = _("%(network)s overlaps %(other)s's network %(other_network)s") % {
+                    "network": network,
+                    "other": other.name,
+                    "other_network": other.network_cidr,
+                }
                 break
     if not department.export_path.startswith("/"):
-        errors["export_path"] = "the export path must be absolute"
+        errors["export_path"] = _("the export path must be absolute")
     else:
         path = department.export_path.rstrip("/") + "/"
         for other in others.only("name", "export_path"):
             theirs = other.export_path.rstrip("/") + "/"
             if path.startswith(theirs) or theirs.startswith(path):
-                errors["export_path"] = (
-                    f"{department.export_path} overlaps {other.name}'s export {other.export_path}"
-                )
+                errors["export_path"] = _("%(path)s overlaps %(other)s's export %(other_path)s") % {
+                    "path": department.export_path,
+                    "other": other.name,
+                    "other_path": other.export_path,
+                }
                 break
     if errors:
         raise ValidationError(errors)
@@ -217,8 +243,8 @@ def save_department(department: Department) -> Department:
     if department.limit_gpus is not None and department.limit_gpus < department.guaranteed_gpus:
         raise ValidationError(
             {
-                "limit_gpus": f"the limit ({department.limit_gpus}) may not be below the guarantee "
-                f"({department.guaranteed_gpus})"
+                "limit_gpus": _("the limit (%(limit)s) may not be below the guarantee (%(guarantee)s)")
+                % {"limit": department.limit_gpus, "guarantee": department.guaranteed_gpus}
             }
         )
     others = (
@@ -233,21 +259,24 @@ def save_department(department: Department) -> Department:
     if promised > capacity and department.guaranteed_gpus > previous:
         raise ValidationError(
             {
-                "guaranteed_gpus": (
-                    f"guarantees would total {promised} GPUs but only {capacity} schedulable healthy GPUs "
-                    f"exist: {promised - capacity} short ({others} already guaranteed to other departments)"
+                "guaranteed_gpus": _(
+                    "guarantees would total %(promised)s GPUs but only %(capacity)s schedulable healthy GPUs "
+                    "exist: %(short)s short (%(others)s already guaranteed to other departments)"
                 )
+                % {"promised": promised, "capacity": capacity, "short": promised - capacity, "others": others}
             }
         )
     if department.pk and (owned := dedicated_gpus(department)) > department.guaranteed_gpus:
         raise ValidationError(
             {
-                "guaranteed_gpus": f"its dedicated NVLink partitions hold {owned} GPUs; "
-                "the guarantee must cover them"
+                "guaranteed_gpus": _(
+                    "its dedicated NVLink partitions hold %(owned)s GPUs; the guarantee must cover them"
+                )
+                % {"owned": owned}
             }
         )
     taken = {
-        field: [f"a department with this {field} already exists"]
+        field: [TAKEN[field]]
         for field in ("name", "slug")
         if Department.objects.exclude(pk=department.pk).filter(**{field: getattr(department, field)}).exists()
     }
@@ -273,12 +302,18 @@ def dedicate_partition(department: Department, partition) -> DedicatedPartition:
     department = Department.objects.select_for_update().get(pk=department.pk)
     existing = DedicatedPartition.objects.filter(partition=partition).select_related("department").first()
     if existing and existing.department_id != department.pk:
-        raise ValidationError(f"{partition} is already dedicated to {existing.department.name}")
+        raise ValidationError(
+            _("%(partition)s is already dedicated to %(department)s")
+            % {"partition": partition, "department": existing.department.name}
+        )
     gpus = dedicated_gpus(department) + (0 if existing else partition.trays.aggregate(n=Count("gpus"))["n"])
     if gpus > department.guaranteed_gpus:
         raise ValidationError(
-            f"{department.name}'s dedicated partitions would hold {gpus} GPUs, more than its guarantee of "
-            f"{department.guaranteed_gpus}: raise the guarantee first"
+            _(
+                "%(department)s's dedicated partitions would hold %(gpus)s GPUs, more than its guarantee of "
+                "%(guarantee)s: raise the guarantee first"
+            )
+            % {"department": department.name, "gpus": gpus, "guarantee": department.guaranteed_gpus}
         )
     return existing or DedicatedPartition.objects.create(department=department, partition=partition)
 
@@ -339,18 +374,30 @@ def set_membership(
     lead).
     """
     if role not in Role.values:
-        raise ValidationError({"role": f"role must be one of {', '.join(Role.values)}"})
+        raise ValidationError(
+            {"role": _("role must be one of %(roles)s") % {"roles": ", ".join(Role.values)}}
+        )
     user = get_user_model().objects.filter(username=username).first()
     if user is None or not _may_add(by, user, department):
-        message = f"no user named {username!r} can be added to {department}"
         if by is not None and not is_admin(by):
-            message += ": leads add active accounts that are not platform admins"
+            message = _(
+                "no user named %(username)s can be added to %(department)s: leads add active accounts that "
+                "are not platform admins"
+            )
+        else:
+            message = _("no user named %(username)s can be added to %(department)s")
+        message %= {"username": repr(username), "department": department}
         raise ValidationError({"username": message})
     leads = Membership.objects.select_for_update().filter(department=department, role=Role.LEAD)
     if keep_a_lead and role != Role.LEAD and list(leads.values_list("user_id", flat=True)) == [user.pk]:
-        raise ValidationError({"role": f"{user} is the only lead of {department}: name another lead first"})
+        raise ValidationError(
+            {
+                "role": _("%(user)s is the only lead of %(department)s: name another lead first")
+                % {"user": user, "department": department}
+            }
+        )
     was_lead = Membership.objects.filter(user=user, department=department, role=Role.LEAD).exists()
-    membership, _ = Membership.objects.update_or_create(
+    membership, _created = Membership.objects.update_or_create(
         user=user, department=department, defaults={"role": role, "origin": origin}
     )
     if was_lead and role != Role.LEAD:
@@ -370,7 +417,8 @@ def remove_membership(membership: Membership, *, keep_a_lead: bool = True) -> No
     lead_users = list(leads.values_list("user_id", flat=True))
     if keep_a_lead and lead_users == [membership.user_id]:
         raise ValidationError(
-            f"{membership.user} is the only lead of {membership.department}: name another first"
+            _("%(user)s is the only lead of %(department)s: name another first")
+            % {"user": membership.user, "department": membership.department}
         )
     forget_department_member(membership)  # they leave its projects too
     membership.delete()

@@ -8,6 +8,7 @@ the rule existed is still stopped at render time, with an error naming its depar
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
 
 from tenancy.renderers import _check_nfs_server, export_path_problem
 
@@ -18,14 +19,20 @@ def validate_export_path(value: str) -> None:
     Whether it lies inside the export root and clear of the other departments' exports is
     Department.clean()'s (it needs the database)."""
     if problem := export_path_problem(value):
-        raise ValidationError(f"The export path {value!r} {problem}.", code="invalid_export_path")
+        raise ValidationError(
+            _("The export path %(path)s %(problem)s.") % {"path": repr(value), "problem": problem},
+            code="invalid_export_path",
+        )
 
 
 def validate_export_root(value: str) -> None:
     """The directory departments' exports live under (TenancySettings.export_root): the export path rules,
     except that it may be '/' itself."""
     if value != "/" and (problem := export_path_problem(value)):
-        raise ValidationError(f"The export root {value!r} {problem}.", code="invalid_export_root")
+        raise ValidationError(
+            _("The export root %(path)s %(problem)s.") % {"path": repr(value), "problem": problem},
+            code="invalid_export_root",
+        )
 
 
 def validate_nfs_server(value: str) -> None:
@@ -34,7 +41,10 @@ def validate_nfs_server(value: str) -> None:
         _check_nfs_server(value)
     except ValueError:
         raise ValidationError(
-            f"The NFS server {value!r} is neither an IP address nor a DNS name (letters, digits, '-' and "
-            "'.', at most 253 characters).",
+            _(
+                "The NFS server %(server)s is neither an IP address nor a DNS name (letters, digits, '-' and "
+                "'.', at most 253 characters)."
+            )
+            % {"server": repr(value)},
             code="invalid_nfs_server",
         ) from None

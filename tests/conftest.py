@@ -371,6 +371,18 @@ def _fresh_request_counts():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _default_language():
+    """Each test starts in the default language (English): a request in Japanese leaves Japanese active in the
+    thread after it (LocaleMiddleware activates the request's language and nothing deactivates it), which
+    would turn the next test's messages Japanese on the same worker."""
+    from django.utils import translation
+
+    translation.deactivate()
+    yield
+    translation.deactivate()
+
+
 @pytest.fixture
 def demo_inventory(db):
     """Three seeded racks: gb-r01 (default partition, one drained tray), gb-r02 (carved 2x9), gb-r03."""

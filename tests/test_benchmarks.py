@@ -140,6 +140,14 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     assert search["job_history"]["days"] == 365 and search["job_history"]["jobs_added"] > 0
     assert search["job_history"]["jobs"] >= search["job_history"]["jobs_added"] + figures["jobs"]
 
+    # benchmarks/estimates.py: estimated starts against real starts, in the stated synthetic replay.
+    replayed = figures["estimates"]["synthetic"]
+    assert replayed["racks"] == 8 and replayed["jobs"] > 1000
+    assert 0 < replayed["jobs_with_estimate"] <= replayed["jobs"]
+    assert 0 <= replayed["median_abs_error_s"] <= replayed["p90_abs_error_s"]
+    assert 0 <= replayed["within_15_min"] <= 1
+    assert replayed["later_than_estimate"] + replayed["earlier_than_estimate"] <= 1
+
     goals = figures["goals"]
     assert goals["search_p95_ms"] == search["p95_ms"]
     assert isinstance(goals["search_p95_under_100ms"], bool)
@@ -185,7 +193,7 @@ def test_scale_benchmark_through_the_real_stack_measures_only_the_parts_asked_fo
     check_common(figures, "PostgreSQL")
     check_pass(figures, "PostgreSQL")
     assert figures["only"] == ["pass", "ingest", "submission"]
-    skipped = {"placement", "config_render", "overview_page", "search", "telemetry"}
+    skipped = {"placement", "config_render", "overview_page", "search", "estimates", "telemetry"}
     assert not skipped & set(figures)
     assert figures["ingest_reports_per_s"] > 0 and figures["discovery"]
     assert set(figures["goals"]) == {

@@ -92,6 +92,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "inventory_recarvepolicy",
     # MIG devices the nodes report (a MIG UUID belongs to one GPU).
     "inventory_migdevice",
+    # Partition plans scheduled for a maintenance window.
+    "integrations_planwindow",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",

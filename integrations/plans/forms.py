@@ -9,22 +9,28 @@ that input into `PlannedPartition`s; every rule about a plan is `integrations.pl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django import forms
 from django.http import QueryDict
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.hardware import TRAYS_PER_RACK
 from integrations.plans.service import partitions_from_rows
+from inventory.filters import FIRST_YEAR, LAST_YEAR
 from inventory.models import Rack
 from inventory.planning import PRESETS, PlannedPartition, parse_ranges, preset_layout
 from inventory.planning import _ranges as slot_ranges
+from inventory.views.tray_forms import MAX_LEAD_DAYS, MAX_WINDOW_DAYS, PAST_SLACK_S, DateTimeInput
 from scheduling import whatif
 from tenancy.models import DedicatedPartition
 
 CUSTOM = "custom"
 PRESET_CHOICES = [
     *((preset, preset) for preset in PRESETS),
-    (CUSTOM, "Custom tray ranges"),
+    (CUSTOM, gettext_lazy("Custom tray ranges")),
 ]
 # Parameters that make up a plan; everything else in a query string (page, htmx's own) is not the plan's.
 PLAN_KEYS = ("preset", "slots", "leave_out", "drain_first", "name", "department", "slurm")
@@ -47,8 +53,10 @@ class PlanForm(forms.Form):
     )
     drain_first = forms.BooleanField(
         required=False,
-        label="Drain first",
-        help_text="Trays that run work and change partition are drained; the plan is applied once it ends.",
+        label=gettext_lazy("Drain first"),
+        help_text=gettext_lazy(
+            "Trays that run work and change partition are drained; the plan is applied once it ends."
+        ),
     )
     name = forms.Field(required=False, widget=ListInput)
     department = forms.Field(required=False, widget=ListInput)
@@ -77,8 +85,8 @@ class PlanForm(forms.Form):
             filled = sum(1 for text in rows if text)
             if filled > TRAYS_PER_RACK:  # each partition takes a tray at least
                 self.layout_errors.append(
-                    f"{filled} partitions: a rack has {TRAYS_PER_RACK} trays, so at most {TRAYS_PER_RACK} "
-                    "partitions."
+                    _("%(filled)s partitions: a rack has %(trays)s trays, so at most %(trays)s partitions.")
+                    % {"filled": filled, "trays": TRAYS_PER_RACK}
                 )
                 rows = []
             for number, text in enumerate(rows, start=1):
@@ -87,7 +95,9 @@ class PlanForm(forms.Form):
                 try:
                     slots = parse_ranges(text)
                 except ValueError as error:
-                    self.layout_errors.append(f"Partition {number}: {error}.")
+                    self.layout_errors.append(
+                        _("Partition %(number)s: %(error)s.") % {"number": number, "error": error}
+                    )
                     continue
                 kept = tuple(slot for slot in slots if slot not in leave_out)
                 if kept:
@@ -231,24 +241,91 @@ class WhatIfForm(forms.Form):
     the plan (the cluster as it is always comes first)."""
 
     days = forms.IntegerField(
-        label="Days of history",
+        label=gettext_lazy("Days of history"),
         initial=whatif.DEFAULT_DAYS,
         min_value=1,
         max_value=whatif.MAX_DAYS,
         error_messages={
-            "required": "Say how many days of history to replay, e.g. 7.",
-            "invalid": "Give the days as a whole number, e.g. 7.",
-            "min_value": "Replay at least 1 day of history.",
-            "max_value": (
-                f"At most {whatif.MAX_DAYS} days: a longer window replays more jobs than a layout comparison "
-                f"needs, and takes long. Choose {whatif.MAX_DAYS} or fewer."
+            "required": gettext_lazy("Say how many days of history to replay, e.g. 7."),
+            "invalid": gettext_lazy("Give the days as a whole number, e.g. 7."),
+            "min_value": gettext_lazy("Replay at least 1 day of history."),
+            "max_value": gettext_lazy(
+                "At most %(limit_value)s days: a longer window replays more jobs than a layout comparison "
+                "needs, and takes long. Choose %(limit_value)s or fewer."
             ),
         },
     )
     also = forms.MultipleChoiceField(
-        label="Also try",
+        label=gettext_lazy("Also try"),
         required=False,
         choices=[(preset, preset) for preset in PRESETS],
         widget=forms.CheckboxSelectMultiple,
-        error_messages={"invalid_choice": "%(value)s is not a preset layout to try."},
+        error_messages={"invalid_choice": gettext_lazy("%(value)s is not a preset layout to try.")},
     )
+
+
+# ---- a maintenance window for the plan (integrations.plans.windows) -------------------------------------
+
+WINDOW_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+
+
+class WindowForm(forms.Form):
+    """When the plan may be applied: a start and an end, typed in the viewer's time zone
+    (portal.web.middleware.ViewerTimezoneMiddleware; UTC without it), each within FIRST_YEAR-LAST_YEAR, the
+    end after the start and at most MAX_WINDOW_DAYS later; and whether to requeue the checkpointable jobs in
+    the plan's way when it starts."""
+
+    window_start = forms.DateTimeField(
+        label=gettext_lazy("Window start"), widget=DateTimeInput(), input_formats=WINDOW_FORMATS
+    )
+    window_end = forms.DateTimeField(
+        label=gettext_lazy("Window end"), widget=DateTimeInput(), input_formats=WINDOW_FORMATS
+    )
+    window_requeue = forms.BooleanField(
+        required=False,
+        label=gettext_lazy("Requeue checkpointable jobs at the start"),
+        help_text=gettext_lazy("Otherwise the plan waits for the jobs in its way to end, within the window."),
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.zone = timezone.get_current_timezone_name()
+        self.fields["window_start"].help_text = _("In your time zone (%(zone)s).") % {"zone": self.zone}
+
+    def clean(self):
+        data = super().clean()
+        # Checked on the typed value first: a year-1 time east of UTC cannot even be compared with now.
+        for name in ("window_start", "window_end"):
+            value = data.get(name)
+            if value is not None and not FIRST_YEAR <= value.year <= LAST_YEAR:
+                self.add_error(
+                    name,
+                    _("Give a time between %(first)s and %(last)s.")
+                    % {"first": FIRST_YEAR, "last": LAST_YEAR},
+                )
+        start, end = data.get("window_start"), data.get("window_end")
+        if self.errors or start is None or end is None:
+            return data
+        now = timezone.now()
+        if end <= start:
+            self.add_error(
+                "window_end", _("The window ends before it starts: choose an end after the start.")
+            )
+        elif end - start > timedelta(days=MAX_WINDOW_DAYS):
+            self.add_error(
+                "window_end",
+                _("A window lasts at most %(days)s days: choose an earlier end.") % {"days": MAX_WINDOW_DAYS},
+            )
+        if start < now - timedelta(seconds=PAST_SLACK_S):
+            self.add_error(
+                "window_start",
+                _("The window starts in the past: choose a start from now on (%(zone)s).")
+                % {"zone": self.zone},
+            )
+        elif start > now + timedelta(days=MAX_LEAD_DAYS):
+            self.add_error(
+                "window_start",
+                _("The window starts more than %(days)s days from now: check the year.")
+                % {"days": MAX_LEAD_DAYS},
+            )
+        return data

@@ -16,12 +16,14 @@ from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html_join
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from core.access import require_admin
 from core.tables import JsonArrayLength, Table
-from integrations.models import ConfigPush, PushStatus
+from integrations.models import ConfigPush, PlanWindow, PushStatus
 from integrations.plans import service as plans
 from integrations.plans.views import WIZARD, render_step, served_by, wizard_steps
 from inventory import selectors
@@ -117,11 +119,31 @@ def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str
     return sorted(set(busy.values_list("job__name", flat=True)))
 
 
+def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
+    """The names the page's sentences hold, each list joined as one (a sentence is translated whole)."""
+    return {
+        "drained_hostnames": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((h,) for _s, h in drained)
+        ),
+        "waiting_on_names": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)
+        ),
+        "layout_names": format_html_join(", ", "<b>{}</b>", ((p["name"],) for p in plan.layout)),
+        "failed_push_links": format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((push.url, _("the push to %(target)s") % {"target": push.target}) for push in failed_pushes),
+        ),
+    }
+
+
 def _progress_context(plan: PartitionPlan) -> dict:
     pushes = _pushes(plan)
     nodes = _node_reports(plan, timezone.now())
     done = _done(plan, pushes, nodes)
     drained = _drained(plan)
+    waiting_on = _waiting_on(plan, drained)
+    failed_pushes = [push for push in pushes if push.status == PushStatus.FAILED and not push.retried]
     return {
         "plan": plan,
         "nodes": nodes,
@@ -129,8 +151,9 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "pushes": pushes,
         "done": done,
         "drained": drained,
-        "waiting_on": _waiting_on(plan, drained),
-        "failed_pushes": [push for push in pushes if push.status == PushStatus.FAILED and not push.retried],
+        "waiting_on": waiting_on,
+        "failed_pushes": failed_pushes,
+        **_names_in_sentences(plan, drained, waiting_on, failed_pushes),
         "layout": [
             {
                 **p,
@@ -144,6 +167,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "steps": wizard_steps("apply", plan.rack, done=plan.status == PlanStatus.APPLIED),
         "step": "apply",
         "retry_query": _retry_query(plan),
+        "window": PlanWindow.objects.filter(plan=plan).first(),
     }
 
 
@@ -190,7 +214,9 @@ def plan_cancel(request, pk):
     except plans.PlanConflict as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, f"Plan #{plan.pk} cancelled; its drained trays are back in service.")
+        messages.success(
+            request, _("Plan #%(plan)s cancelled; its drained trays are back in service.") % {"plan": plan.pk}
+        )
     return redirect("integrations:plan-detail", pk=plan.pk)
 
 
@@ -202,7 +228,7 @@ def plan_list(request):
     page = table.page(
         table.order(
             PartitionPlan.objects.visible_to(request.user)
-            .select_related("rack", "created_by")
+            .select_related("rack", "created_by", "window")
             .annotate(partition_count=JsonArrayLength("layout"))
         )
     )
@@ -229,4 +255,5 @@ PLAN_SORTS = {
     "by": ("created_by__username",),
     "created": ("created_at",),
     "finished": ("finished_at",),
+    "window": ("window__starts_at",),  # a maintenance window's start (integrations.plans.windows)
 }

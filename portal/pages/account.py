@@ -19,6 +19,8 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -120,8 +122,10 @@ class ReplaceTokenForm(forms.Form):
     """The confirmation a user gives before their working token is replaced (a checkbox: no script)."""
 
     confirm = forms.BooleanField(
-        label="I understand my current token stops working at once",
-        error_messages={"required": "Tick the box to replace your token: the current one stops working."},
+        label=gettext_lazy("I understand my current token stops working at once"),
+        error_messages={
+            "required": gettext_lazy("Tick the box to replace your token: the current one stops working.")
+        },
     )
 
 
@@ -194,19 +198,21 @@ def lifetime_choices() -> list[tuple[int, str]]:
     """The expiries a user may pick: up to RACKPLANE_PERSONAL_TOKEN_MAX_DAYS (always that one too)."""
     longest = tokens.max_lifetime_days()
     days = sorted({d for d in LIFETIME_CHOICES if d <= longest} | {longest})
-    return [(d, f"{d} day{'s' if d != 1 else ''}") for d in days]
+    return [(d, ngettext("%(n)s day", "%(n)s days", d) % {"n": d}) for d in days]
 
 
 class PersonalTokenForm(forms.Form):
     name = TextFormField(
         max_length=100,
-        help_text="What will use it: a script, a notebook, a machine. Shown in the list and the audit log.",
-        error_messages={"required": "Name the token after what will use it."},
+        help_text=gettext_lazy(
+            "What will use it: a script, a notebook, a machine. Shown in the list and the audit log."
+        ),
+        error_messages={"required": gettext_lazy("Name the token after what will use it.")},
     )
     lifetime_days = forms.TypedChoiceField(
-        label="Expires in",
+        label=gettext_lazy("Expires in"),
         coerce=int,
-        help_text="The API refuses the token after that; make a new one then.",
+        help_text=gettext_lazy("The API refuses the token after that; make a new one then."),
     )
 
     def __init__(self, *args, **kwargs):
@@ -286,13 +292,18 @@ def personal_token_new(request):
         # form, is where one is made (this page never makes one).
         messages.info(
             request,
-            "There is no new token to show: a token's key is shown once, right after it is made. Make a new "
-            "one below if you lost it (and revoke the lost one).",
+            _(
+                "There is no new token to show: a token's key is shown once, right after it is made. Make a "
+                "new one below if you lost it (and revoke the lost one)."
+            ),
         )
         return HttpResponseRedirect(reverse("personal-tokens"), status=303)
     api_root = request.build_absolute_uri("/api/v1/")
+    site = request.build_absolute_uri("/").rstrip("/")
     return render(
-        request, "portal/account/tokens_new.html", {"token": token, "key": key, "api_root": api_root}
+        request,
+        "portal/account/tokens_new.html",
+        {"token": token, "key": key, "api_root": api_root, "site": site},
     )
 
 
@@ -303,13 +314,20 @@ def personal_token_revoke(request, pk: int):
     token = get_object_or_404(PersonalToken.objects.visible_to(request.user).select_related("user"), pk=pk)
     already = token.revoked_at is not None
     tokens.revoke(token, by=request.user)
-    whose = "" if token.user_id == request.user.pk else f" of {token.user.get_username()}"
+    values = {"prefix": token.prefix, "name": token.name, "user": token.user.get_username()}
+    own = token.user_id == request.user.pk
     if already:
-        messages.info(request, f"Token {token.prefix}… ({token.name}){whose} was already revoked.")
+        if own:
+            message = _("Token %(prefix)s… (%(name)s) was already revoked.")
+        else:
+            message = _("Token %(prefix)s… (%(name)s) of %(user)s was already revoked.")
+        messages.info(request, message % values)
     else:
-        messages.success(
-            request, f"Revoked token {token.prefix}… ({token.name}){whose}: the API refuses it from now on."
-        )
+        if own:
+            message = _("Revoked token %(prefix)s… (%(name)s): the API refuses it from now on.")
+        else:
+            message = _("Revoked token %(prefix)s… (%(name)s) of %(user)s: the API refuses it from now on.")
+        messages.success(request, message % values)
     back = request.POST.get("next", "")
     if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
         back = reverse("personal-tokens")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
 from django.shortcuts import render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from core.access import require_any_lead
 from core.models import AuditAction, AuditEvent, AuditSource
@@ -23,6 +25,29 @@ from core.tables import Column, Table, json_dumps
 from portal.pages.filters import AuditEventFilter
 from tenancy.models import Department
 
+# The field names of core's audited models (Django's own verbose names, made from the field's name: giving
+# them verbose_name would alter every migration), for the catalogue: the diff shows them translated.
+CORE_FIELD_NAMES = (
+    gettext_noop("user"),
+    gettext_noop("name"),
+    gettext_noop("prefix"),
+    gettext_noop("created at"),
+    gettext_noop("expires at"),
+    gettext_noop("revoked at"),
+    gettext_noop("revoked by"),
+    gettext_noop("channel"),
+    gettext_noop("url"),
+    gettext_noop("secret"),
+    gettext_noop("secret made at"),
+    gettext_noop("email"),
+    gettext_noop("events"),
+    gettext_noop("scope"),
+    gettext_noop("enabled"),
+    gettext_noop("allow private address"),
+    gettext_noop("threshold"),
+    gettext_noop("owner"),
+    gettext_noop("created by"),
+)
 EVENTS_PER_PAGE = 50
 VALUE_LIMIT = 80  # characters of a value shown in the diff; the whole value goes in the title
 
@@ -48,7 +73,7 @@ def _text(value) -> str:
     if value is None or value == "":
         return "—"
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return _("yes") if value else _("no")
     if isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, default=str)
@@ -77,7 +102,8 @@ def _labels(object_type: str) -> dict[str, str]:
     labels = {}
     for field in model._meta.get_fields():
         try:
-            labels[field.name] = str(model._meta.get_field(field.name).verbose_name)
+            # A lazy verbose name is in the viewer's language already; a made-up one is looked up.
+            labels[field.name] = _(str(model._meta.get_field(field.name).verbose_name))
         except (FieldDoesNotExist, AttributeError):
             continue
     return labels
@@ -161,7 +187,7 @@ AUDIT_CSV_COLUMNS = [
 def audit_list(request):
     """The events the user may see, filtered, sorted (newest first unless asked) and paginated;
     `?export=csv|json`: every filtered event (core.tables)."""
-    require_any_lead(request.user, "the audit log")
+    require_any_lead(request.user, _("the audit log"))
     table = Table(request, "audit", AUDIT_SORTS, "-when", per_page=EVENTS_PER_PAGE)
     filterset = AuditEventFilter(
         request.GET, queryset=table.order(AuditEvent.objects.visible_to(request.user)), request=request

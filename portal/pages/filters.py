@@ -3,6 +3,7 @@
 import django_filters
 from django.apps import apps
 from django.db.models import Q
+from django.utils.text import format_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
@@ -14,12 +15,14 @@ from tenancy.models import Department
 
 def object_type_choices():
     """The audited models, as "app_label.model" with their verbose name (the label alone, should this module
-    be imported before the models are loaded)."""
+    be imported before the models are loaded); lazy, so that each viewer reads the names in their language."""
     choices = []
     for label in AUDITED:
         if apps.models_ready:
             model = apps.get_model(label)
-            choices.append((label, f"{model._meta.app_config.verbose_name}: {model._meta.verbose_name}"))
+            choices.append(
+                (label, format_lazy("{}: {}", model._meta.app_config.verbose_name, model._meta.verbose_name))
+            )
         else:
             choices.append((label, label))
     return choices

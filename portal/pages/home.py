@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.access import is_admin
 from inventory import selectors
@@ -24,7 +26,7 @@ from scheduling.usage import Position, department_list, held_without_data, idle_
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
-CSRF_REASON = (
+CSRF_REASON = gettext_lazy(
     "The form's security token was missing or out of date (the page may have been open a long time, or "
     "cookies are blocked). Reload the page and try again."
 )
@@ -149,17 +151,19 @@ def error_response(
 
 
 def bad_request(request, exception=None):
-    return error_response(request, 400, "400.html", "Bad request.")
+    return error_response(request, 400, "400.html", _("Bad request."))
 
 
 def permission_denied(request, exception=None):
     """403 with the reason the code gave (PermissionDenied("...")), or a general one."""
-    reason = str(exception or "") or "You may not open this page."
+    reason = str(exception or "") or _("You may not open this page.")
     return error_response(request, 403, "403.html", reason, with_request=True)
 
 
 def page_not_found(request, exception=None):
-    return error_response(request, 404, "404.html", "Not found.", {"path": request.path}, with_request=True)
+    return error_response(
+        request, 404, "404.html", _("Not found."), {"path": request.path}, with_request=True
+    )
 
 
 def server_error(request):
@@ -167,10 +171,10 @@ def server_error(request):
     error = sys.exc_info()[1]
     if is_database_unavailable(error):
         return database_unavailable(request, error)
-    return error_response(request, 500, "500.html", "Server error.")
+    return error_response(request, 500, "500.html", _("Server error."))
 
 
 def csrf_failure(request, reason=""):
     """settings.CSRF_FAILURE_VIEW: the 403 page, saying what to do (Django's reason is in the log)."""
     logger.warning("CSRF check failed for %s: %s", request.path, reason)
-    return error_response(request, 403, "403.html", CSRF_REASON)
+    return error_response(request, 403, "403.html", str(CSRF_REASON))

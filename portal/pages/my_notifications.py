@@ -22,6 +22,8 @@ from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -53,13 +55,16 @@ def event_choices(user) -> list[tuple[str, str]]:
 
 def scope_choices(user) -> list[tuple[str, str]]:
     """What `user` may hear about: their own jobs, the departments they lead, anything (admins)."""
-    choices = [(f"user:{user.pk}", "My jobs")]
+    choices = [(f"user:{user.pk}", _("My jobs"))]
     departments = Department.objects.order_by("name")
     if not is_admin(user):
         departments = departments.filter(pk__in=led_department_ids(user))
-    choices += [(f"department:{d.slug}", f"Department {d.name}") for d in departments.only("name", "slug")]
+    choices += [
+        (f"department:{d.slug}", _("Department %(name)s") % {"name": d.name})
+        for d in departments.only("name", "slug")
+    ]
     if is_admin(user):
-        choices.append(("", "Everything (platform admins)"))
+        choices.append(("", _("Everything (platform admins)")))
     return choices
 
 
@@ -68,25 +73,31 @@ class MySubscriptionForm(forms.Form):
         choices=NotificationChannel.choices,
         initial=NotificationChannel.PORTAL,
         widget=forms.RadioSelect,
-        label="How",
+        label=gettext_lazy("How"),
     )
     events = forms.MultipleChoiceField(
-        widget=forms.CheckboxSelectMultiple, error_messages={"required": "Choose at least one event."}
+        label=gettext_lazy("Events"),
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": gettext_lazy("Choose at least one event.")},
     )
-    scope = forms.ChoiceField(label="About", required=False)
+    scope = forms.ChoiceField(label=gettext_lazy("About"), required=False)
     threshold = forms.IntegerField(
         min_value=0,
         required=False,
-        label="Idle GPUs above",
-        help_text="For the idle GPUs event only: tell only when more than this many are idle. Empty: "
-        "whenever they rise.",
+        label=gettext_lazy("Idle GPUs above"),
+        help_text=gettext_lazy(
+            "For the idle GPUs event only: tell only when more than this many are idle. Empty: whenever they "
+            "rise."
+        ),
     )
-    email = forms.EmailField(required=False, label="Email address", help_text="Email: where it goes.")
+    email = forms.EmailField(
+        required=False, label=gettext_lazy("Email address"), help_text=gettext_lazy("Email: where it goes.")
+    )
     url = forms.URLField(
         required=False,
         assume_scheme="https",
-        label="Webhook address",
-        help_text="Webhook: signed JSON, POSTed to an http:// or https:// address.",
+        label=gettext_lazy("Webhook address"),
+        help_text=gettext_lazy("Webhook: signed JSON, POSTed to an http:// or https:// address."),
     )
 
     def __init__(self, *args, user, **kwargs):
@@ -117,7 +128,10 @@ class MySubscriptionForm(forms.Form):
         typed = (self.data.get(self.add_prefix("url")) or "").strip()
         if typed and "://" not in typed:
             raise forms.ValidationError(
-                "Write the address with its scheme: http://… or https://… (which one your receiver speaks).",
+                _(
+                    "Write the address with its scheme: http://… or https://… (which one "
+                    "your receiver speaks)."
+                ),
                 code="scheme",
             )
         return url
@@ -129,18 +143,23 @@ class MySubscriptionForm(forms.Form):
         threshold_given = (self.data.get(self.add_prefix("threshold")) or "").strip() != ""
         if threshold_given and NotificationEvent.IDLE_GPUS.value not in chosen:
             # The threshold applies to the idle GPUs event only: refused rather than saved unused.
-            message = "The idle GPU threshold applies to the idle GPUs event only: leave it empty" + (
-                " or choose that event." if "threshold" in self.fields else "."
-            )
+            if "threshold" in self.fields:
+                message = _(
+                    "The idle GPU threshold applies to the idle GPUs event only: leave it "
+                    "empty or choose that "
+                    "event."
+                )
+            else:
+                message = _("The idle GPU threshold applies to the idle GPUs event only: leave it empty.")
             self.add_error("threshold" if "threshold" in self.fields else None, message)
         if channel == NotificationChannel.EMAIL and not data.get("email"):
-            self.add_error("email", "Give the address the email goes to.")
+            self.add_error("email", _("Give the address the email goes to."))
         if channel == NotificationChannel.WEBHOOK and not data.get("url"):
-            self.add_error("url", "Give the address Rackplane POSTs the webhook to.")
+            self.add_error("url", _("Give the address Rackplane POSTs the webhook to."))
         scope, events = data.get("scope", ""), set(data.get("events") or [])
         if scope.startswith("user:") and events & {e.value for e in DEPARTMENT_EVENTS}:
             self.add_error(
-                "scope", "A department's guarantee and idle GPUs are about a department: choose one."
+                "scope", _("A department's guarantee and idle GPUs are about a department: choose one.")
             )
         return data
 
@@ -179,11 +198,11 @@ def my_subscriptions(request):
         form = MySubscriptionForm(request.POST, user=user)
         if form.scope_refused():
             return HttpResponseBadRequest(
-                "You may subscribe only to your own jobs and the departments you lead: nothing was saved."
+                _("You may subscribe only to your own jobs and the departments you lead: nothing was saved.")
             )
         subscription, secret = _subscribe(form) if form.is_valid() else (None, "")
         if subscription is not None:
-            messages.success(request, f"Subscribed: {subscription.name}.")
+            messages.success(request, _("Subscribed: %(name)s.") % {"name": subscription.name})
             if not secret:
                 return redirect("my-notifications")
             form = MySubscriptionForm(user=user)
@@ -227,7 +246,7 @@ def my_subscription_delete(request, pk):
     subscription = get_object_or_404(NotificationSubscription.objects.filter(owner=request.user), pk=pk)
     name = subscription.name
     subscription.delete()
-    messages.success(request, f"Unsubscribed: {name}.")
+    messages.success(request, _("Unsubscribed: %(name)s.") % {"name": name})
     return redirect("my-notifications")
 
 
@@ -259,7 +278,10 @@ def inbox_read(request):
         try:
             ids = [int(value) for value in request.POST.getlist("item")]
         except ValueError:
-            return HttpResponseBadRequest("Item ids are numbers: nothing was marked read.")
+            return HttpResponseBadRequest(_("Item ids are numbers: nothing was marked read."))
         count = inbox.mark_read(request.user, ids)
-    messages.success(request, f"{count} notification{'s' if count != 1 else ''} marked read.")
+    messages.success(
+        request,
+        ngettext("%(n)s notification marked read.", "%(n)s notifications marked read.", count) % {"n": count},
+    )
     return redirect("my-inbox")

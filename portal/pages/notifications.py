@@ -17,6 +17,9 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
@@ -35,7 +38,7 @@ from core.text import TextFormField
 from inventory.models import ComputeTray, Rack
 from tenancy.models import Department
 
-WHAT = "notification settings"
+WHAT = gettext_lazy("notification settings")
 DELIVERIES_PER_PAGE = 50
 # core.tables: the deliveries' sortable columns ("Last answer", a line from the attempt log, is not one).
 DELIVERY_SORTS = {
@@ -50,19 +53,31 @@ DELIVERY_SORTS = {
 NEW_SECRETS_SESSION_KEY = "portal_new_webhook_secrets"
 # One line per event for the form, beside its label: when it is sent.
 EVENT_DESCRIPTIONS = {
-    "tray_drained": "A health rule or an admin took a tray out of service: no new work is placed on it.",
-    "breaker_tripped": "Too many trays drained in a short time: more automatic drains wait for an admin.",
-    "job_requeued": "A hardware fault stopped a job and it was put back in the queue.",
-    "tray_returned": "A drained tray passed its checks and takes work again.",
-    "needs_service": "A tray needs hands-on repair (e.g. a GPU fell off the bus).",
-    "job_started": "A job got its GPUs and began running.",
-    "job_preempted": "A job was stopped so that its GPUs go back to a department within its quota.",
-    "job_finished": "A job ended on its own.",
-    "job_failed": "A job ended with an error.",
-    "guarantee_short": "A department's jobs wait while it holds fewer GPUs than it is guaranteed.",
-    "idle_gpus": "A department's GPUs sit allocated but idle, more of them than at the last count.",
-    "push_failed": "A configuration push to Slurm or Kubernetes failed: the cluster runs the old settings.",
-    "removal_ahead": (
+    "tray_drained": gettext_lazy(
+        "A health rule or an admin took a tray out of service: no new work is placed on it."
+    ),
+    "breaker_tripped": gettext_lazy(
+        "Too many trays drained in a short time: more automatic drains wait for an admin."
+    ),
+    "job_requeued": gettext_lazy("A hardware fault stopped a job and it was put back in the queue."),
+    "tray_returned": gettext_lazy("A drained tray passed its checks and takes work again."),
+    "needs_service": gettext_lazy("A tray needs hands-on repair (e.g. a GPU fell off the bus)."),
+    "job_started": gettext_lazy("A job got its GPUs and began running."),
+    "job_preempted": gettext_lazy(
+        "A job was stopped so that its GPUs go back to a department within its quota."
+    ),
+    "job_finished": gettext_lazy("A job ended on its own."),
+    "job_failed": gettext_lazy("A job ended with an error."),
+    "guarantee_short": gettext_lazy(
+        "A department's jobs wait while it holds fewer GPUs than it is guaranteed."
+    ),
+    "idle_gpus": gettext_lazy(
+        "A department's GPUs sit allocated but idle, more of them than at the last count."
+    ),
+    "push_failed": gettext_lazy(
+        "A configuration push to Slurm or Kubernetes failed: the cluster runs the old settings."
+    ),
+    "removal_ahead": gettext_lazy(
         "A version a target uses (an API of Slurm, Kueue, the DRA driver or NMX-M) is removed soon and "
         "the site must act: once per target, from 90 days before the release."
     ),
@@ -76,36 +91,49 @@ class SubscriptionForm(forms.Form):
 
     name = TextFormField(
         max_length=100,
-        help_text="Who or what receives it, e.g. “on-call pager” or “facilities team”.",
-        error_messages={"required": "Name it after who or what receives it."},
+        label=gettext_lazy("Name"),
+        help_text=gettext_lazy("Who or what receives it, e.g. “on-call pager” or “facilities team”."),
+        error_messages={"required": gettext_lazy("Name it after who or what receives it.")},
     )
     url = forms.URLField(
-        label="Webhook address",
+        label=gettext_lazy("Webhook address"),
         max_length=2000,
         assume_scheme="https",
-        help_text="Rackplane POSTs signed JSON here. http:// or https://; redirects are not followed.",
+        help_text=gettext_lazy(
+            "Rackplane POSTs signed JSON here. http:// or https://; redirects are not followed."
+        ),
     )
     # core.outbound refuses private and loopback addresses unless this is ticked (the installation-wide
     # RACKPLANE_NOTIFICATION_ALLOW_PRIVATE_TARGETS aside): the refusal tells the admin to tick it, here.
     allow_private_address = forms.BooleanField(
         required=False,
-        label="Allow a private address",
-        help_text="For a receiver inside your own network (a private or loopback address). Link-local and "
-        "cloud metadata addresses stay refused whatever this says.",
+        label=gettext_lazy("Allow a private address"),
+        help_text=gettext_lazy(
+            "For a receiver inside your own network (a private or loopback address). Link-local and cloud "
+            "metadata addresses stay refused whatever this says."
+        ),
     )
-    email = forms.EmailField(label="Email address", help_text="One recipient (a list's address works).")
+    email = forms.EmailField(
+        label=gettext_lazy("Email address"), help_text=gettext_lazy("One recipient (a list's address works).")
+    )
     events = forms.MultipleChoiceField(
+        label=gettext_lazy("Events"),
         choices=SUBSCRIBABLE_EVENTS,
         widget=forms.CheckboxSelectMultiple,
-        error_messages={"required": "Choose at least one event."},
+        error_messages={"required": gettext_lazy("Choose at least one event.")},
     )
     scope = forms.CharField(
+        label=gettext_lazy("Scope"),
         max_length=200,
         required=False,
-        help_text="Empty: every notification of these events. Otherwise only those about this rack, tray or "
-        "department, written kind:name (rack:gb-r08, tray:gb-r08-t03, department:<slug>).",
+        # help_text: __init__'s (the syntax as code, in the viewer's language).
     )
-    enabled = forms.BooleanField(required=False, initial=True, help_text="Disabled: nothing is sent to it.")
+    enabled = forms.BooleanField(
+        label=gettext_lazy("Enabled"),
+        required=False,
+        initial=True,
+        help_text=gettext_lazy("Disabled: nothing is sent to it."),
+    )
 
     def __init__(self, *args, channel: str, **kwargs):
         super().__init__(*args, **kwargs)
@@ -115,6 +143,16 @@ class SubscriptionForm(forms.Form):
             del self.fields["email"]
         else:
             del self.fields["url"], self.fields["allow_private_address"]
+        self.fields["scope"].help_text = format_html(
+            _(
+                "Empty: every notification of these events. Otherwise only those about this rack, tray or "
+                "department, written {syntax} ({examples})."
+            ),
+            syntax=format_html("<code>{}</code>", "kind:name"),
+            examples=format_html_join(
+                ", ", "<code>{}</code>", [("rack:gb-r08",), ("tray:gb-r08-t03",), ("department:<slug>",)]
+            ),
+        )
         if not self.is_bound and "events" not in self.initial:
             self.initial["events"] = list(HEALTH_EVENTS)
 
@@ -139,7 +177,10 @@ class SubscriptionForm(forms.Form):
         typed = (self.data.get(self.add_prefix("url")) or "").strip()
         if "://" not in typed:
             raise forms.ValidationError(
-                "Write the address with its scheme: http://… or https://… (which one your receiver speaks).",
+                _(
+                    "Write the address with its scheme: http://… or https://… (which one "
+                    "your receiver speaks)."
+                ),
                 code="scheme",
             )
         return url  # where it may go is clean()'s: it depends on allow_private_address
@@ -149,7 +190,7 @@ class SubscriptionForm(forms.Form):
         if scope:
             destinations.check_scope(scope)
             # Scopes match exactly: one naming nothing that exists would silently never receive anything.
-            kind, _, name = scope.partition(":")
+            kind, _colon, name = scope.partition(":")
             lookups = {
                 "rack": lambda: Rack.objects.filter(name=name).exists(),
                 "tray": lambda: ComputeTray.objects.filter(hostname=name).exists(),
@@ -157,11 +198,13 @@ class SubscriptionForm(forms.Form):
             }
             if kind not in lookups:
                 raise forms.ValidationError(
-                    f"Unknown scope kind {kind!r}: use rack:, tray: or department:.", code="scope"
+                    _("Unknown scope kind %(kind)s: use rack:, tray: or department:.") % {"kind": repr(kind)},
+                    code="scope",
                 )
             if not lookups[kind]():
                 raise forms.ValidationError(
-                    f"There is no {kind} named {name!r} (names are lower-case, as on their pages).",
+                    _("There is no %(kind)s named %(name)s (names are lower-case, as on their pages).")
+                    % {"kind": kind, "name": repr(name)},
                     code="scope",
                 )
         return scope
@@ -182,14 +225,27 @@ class SubscriptionForm(forms.Form):
 class EditSubscriptionForm(SubscriptionForm):
     new_secret = forms.BooleanField(
         required=False,
-        label="Make a new signing secret",
-        help_text="The current one stops verifying at once; the new one is shown once, after saving.",
+        label=gettext_lazy("Make a new signing secret"),
+        help_text=gettext_lazy(
+            "The current one stops verifying at once; the new one is shown once, after saving."
+        ),
     )
 
     def __init__(self, *args, channel: str, **kwargs):
         super().__init__(*args, channel=channel, **kwargs)
         if channel != NotificationChannel.WEBHOOK:
             del self.fields["new_secret"]
+
+
+def _described(subscription: NotificationSubscription) -> str:
+    """str(subscription) in the viewer's language (its str() stays English: the audit log keeps it)."""
+    if subscription.channel == NotificationChannel.PORTAL:
+        return _("%(name)s (in the portal, by the bell)") % {"name": subscription.name}
+    return _("%(name)s (%(channel)s to %(destination)s)") % {
+        "name": subscription.name,
+        "channel": subscription.get_channel_display().lower(),
+        "destination": subscription.destination,
+    }
 
 
 def _apply_model_errors(form: forms.Form, error: ValidationError) -> None:
@@ -248,7 +304,7 @@ def subscription_new(request, channel: str):
     """Add a webhook endpoint or an email recipient; a webhook's secret is shown once, on the next page."""
     require_admin(request.user, WHAT)
     if channel not in NotificationChannel.values:
-        raise Http404("No such channel.")
+        raise Http404(_("No such channel."))
     form = SubscriptionForm(request.POST if request.method == "POST" else None, channel=channel)
     if request.method == "POST" and form.is_valid():
         try:
@@ -258,7 +314,9 @@ def subscription_new(request, channel: str):
         except ValidationError as error:
             _apply_model_errors(form, error)
         else:
-            messages.success(request, f"Added {subscription}.")
+            messages.success(
+                request, _("Added %(subscription)s.") % {"subscription": _described(subscription)}
+            )
             if secret:
                 return _keep_secret(request, subscription, secret)
             return HttpResponseRedirect(reverse("notification-list"), status=303)
@@ -295,7 +353,9 @@ def subscription_edit(request, pk: int):
             _apply_model_errors(form, error)
         else:
             subscription.save()
-            messages.success(request, f"Saved {subscription}.")
+            messages.success(
+                request, _("Saved %(subscription)s.") % {"subscription": _described(subscription)}
+            )
             if secret:
                 return _keep_secret(request, subscription, secret)
             return HttpResponseRedirect(reverse("notification-list"), status=303)
@@ -346,8 +406,11 @@ def subscription_toggle(request, pk: int):
     subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
     subscription.enabled = not subscription.enabled
     subscription.save(update_fields=["enabled", "updated_at"])
-    state = "enabled: it receives its events again" if subscription.enabled else "disabled: nothing is sent"
-    messages.success(request, f"{subscription.name} {state}.")
+    if subscription.enabled:
+        message = _("%(name)s enabled: it receives its events again.")
+    else:
+        message = _("%(name)s disabled: nothing is sent.")
+    messages.success(request, message % {"name": subscription.name})
     return HttpResponseRedirect(reverse("notification-list"), status=303)
 
 
@@ -357,9 +420,9 @@ def subscription_delete(request, pk: int):
     require_admin(request.user, WHAT)
     subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
     if request.method == "POST":
-        name = str(subscription)
+        name = _described(subscription)
         subscription.delete()
-        messages.success(request, f"Deleted {name}.")
+        messages.success(request, _("Deleted %(subscription)s.") % {"subscription": name})
         return HttpResponseRedirect(reverse("notification-list"), status=303)
     return render(request, "portal/notification_delete.html", {"subscription": subscription})
 
@@ -371,20 +434,28 @@ def subscription_test(request, pk: int):
     subscription = get_object_or_404(_subscriptions(request.user), pk=pk)
     notification = recording.send_test(subscription, request.user)  # sent now: no transaction is open
     notification.refresh_from_db()
+    destination = subscription.destination
     if notification.status == NotificationStatus.DELIVERED:
-        messages.success(request, f"Test notification delivered to {subscription.destination}.")
+        messages.success(
+            request, _("Test notification delivered to %(destination)s.") % {"destination": destination}
+        )
     elif notification.status == NotificationStatus.FAILED:
         messages.error(
-            request, f"Test notification to {subscription.destination} failed. {notification.error}"
+            request,
+            _("Test notification to %(destination)s failed. %(error)s")
+            % {"destination": destination, "error": notification.error},
         )
     elif notification.attempts:
         messages.warning(
             request,
-            f"Test notification to {subscription.destination} not delivered yet. {notification.error}",
+            _("Test notification to %(destination)s not delivered yet. %(error)s")
+            % {"destination": destination, "error": notification.error},
         )
     else:
         messages.info(
-            request, f"Test notification to {subscription.destination} queued: see its delivery below."
+            request,
+            _("Test notification to %(destination)s queued: see its delivery below.")
+            % {"destination": destination},
         )
     return HttpResponseRedirect(reverse("notification-list"), status=303)
 

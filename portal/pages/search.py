@@ -68,8 +68,9 @@ from django.db.models import Q
 from django.db.models.functions import Greatest, Lower
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.template.defaultfilters import pluralize
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_safe
 
 from core.access import is_admin
@@ -133,8 +134,11 @@ def clean(raw) -> str:
     text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in str(raw or "")).strip()
     if len(text) > MAX_QUERY:
         raise QueryTooLong(
-            f"The search is {len(text)} characters long; at most {MAX_QUERY} are searched. "
-            "Search for a shorter part of the name, for example the start of a hostname or a GPU UUID."
+            _(
+                "The search is %(length)s characters long; at most %(max)s are searched. Search for a "
+                "shorter part of the name, for example the start of a hostname or a GPU UUID."
+            )
+            % {"length": len(text), "max": MAX_QUERY}
         )
     return text
 
@@ -284,7 +288,7 @@ def _gpus(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     gpus = Gpu.objects.visible_to(user).select_related("tray").order_by("uuid")
     canonical = _gpu_uuid(q)
     exact = gpus.filter(_gpu_exact(q)).first() if look_exact else None
-    group = Group("gpu", "GPUs")
+    group = Group("gpu", _("GPUs"))
     found = _matching(gpus, _gpu_inside(q))  # holds the prefix matches too: its count is theirs
     if _could_be_uuid_prefix(canonical):
         rows, group.more = _bounded(gpus.filter(_prefix("uuid", canonical)), limit, count and found is None)
@@ -294,8 +298,8 @@ def _gpus(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
         rows = [exact, *rows[: limit - 1]]
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("uuid",), limit, count)
     for gpu in rows:
-        where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else "removed from its tray"
-        serial = f" · serial {gpu.serial}" if gpu.serial else ""
+        where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else _("removed from its tray")
+        serial = " · " + _("serial %(serial)s") % {"serial": gpu.serial} if gpu.serial else ""
         group.hits.append(Hit(gpu.uuid, reverse("inventory:gpu-detail", args=[gpu.pk]), where + serial))
     return group, reverse("inventory:gpu-detail", args=[exact.pk]) if exact else None
 
@@ -303,7 +307,7 @@ def _gpus(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
 def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     trays = ComputeTray.objects.visible_to(user).select_related("rack").order_by("hostname")
     lower = q.lower()
-    group = Group("tray", "Compute trays")
+    group = Group("tray", _("Compute trays"))
     found = _matching(trays, _substring(("hostname",), lower))
     rows, group.more = _bounded(trays.filter(_prefix("hostname", lower)), limit, count and found is None)
     exact = next((t for t in rows if t.hostname == lower), None)
@@ -320,7 +324,7 @@ def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
             Hit(
                 tray.hostname,
                 reverse("inventory:tray-detail", args=[tray.pk]),
-                f"{tray.rack.name} · slot {tray.slot}",
+                _("%(rack)s · slot %(slot)s") % {"rack": tray.rack.name, "slot": tray.slot},
             )
         )
     return group, reverse("inventory:tray-detail", args=[exact.pk]) if exact else None
@@ -328,7 +332,7 @@ def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
 
 def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     racks = Rack.objects.visible_to(user).order_by("name")
-    group = Group("rack", "Racks")
+    group = Group("rack", _("Racks"))
     exact = racks.filter(name__in={q, q.lower()}).first() if look_exact else None
     try:
         cluster = uuid.UUID(q) if look_exact else None
@@ -344,7 +348,7 @@ def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     order = _alike_first(racks, fields, q, ("name",))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for rack in rows:
-        note = f"cluster {rack.cluster_uuid}" if rack.cluster_uuid else rack.location
+        note = _("cluster %(uuid)s") % {"uuid": rack.cluster_uuid} if rack.cluster_uuid else rack.location
         group.hits.append(Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), note))
     return group, reverse("scheduling:rack-detail", args=[exact.name]) if exact else None
 
@@ -361,6 +365,25 @@ def _job_number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) < 19
 
 
+def _same_name_note(q: str, same_name: int, at_least: bool) -> str:
+    """The sentence above jobs that share the name searched for."""
+    if at_least:
+        note = _("At least %(n)s jobs are named %(name)s: they are listed first, newest first.")
+    else:
+        note = _("%(n)s jobs are named %(name)s: they are listed first, newest first.")
+    return note % {"n": same_name, "name": repr(q)}
+
+
+def _job_note(job) -> str:
+    """Where a job found is, its state and its GPUs."""
+    where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
+    return ngettext("%(where)s · %(state)s · %(n)s GPU", "%(where)s · %(state)s · %(n)s GPUs", job.gpus) % {
+        "where": where,
+        "state": job.get_state_display(),
+        "n": job.gpus,
+    }
+
+
 def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     """Jobs by number, by the start of their name (those named exactly `q` first), then by a part or the
     words of their name, each newest first. The exact URL is the job number's only: a job's name comes last
@@ -370,7 +393,7 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     a name shared by a tenth of a year's jobs is read from the newest until LIMIT match, not sorted whole.
     """
     jobs = Job.objects.visible_to(user).select_related("department", "project")
-    group = Group("job", "Jobs")
+    group = Group("job", _("Jobs"))
     number = q.removeprefix("#")
     by_number = look_exact and _job_number(number)
     exact = jobs.filter(pk=int(number)).first() if by_number else None
@@ -387,23 +410,17 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     same_name = sum(1 for job in rows if job.name == q)
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, newest, limit, count)
     if same_name > 1:
-        many = f"At least {same_name}" if len(named) > same_name else str(same_name)
-        group.note = f"{many} jobs are named {q!r}: they are listed first, newest first."
+        group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
     for job in rows:
-        where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
         group.hits.append(
-            Hit(
-                f"#{job.pk} {job.name}",
-                reverse("scheduling:job-detail", args=[job.pk]),
-                f"{where} · {job.get_state_display()} · {job.gpus} GPU{pluralize(job.gpus)}",
-            )
+            Hit(f"#{job.pk} {job.name}", reverse("scheduling:job-detail", args=[job.pk]), _job_note(job))
         )
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
 
 def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
     departments = Department.objects.visible_to(user).order_by("name")
-    group = Group("department", "Departments")
+    group = Group("department", _("Departments"))
     fields = ("name", "slug")
     found = _matching(departments, _substring(fields, q))
     starting = departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q))
@@ -458,7 +475,7 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
     projects = (
         Project.objects.visible_to(user).select_related("department").order_by("department__name", "name")
     )
-    group = Group("project", "Projects")
+    group = Group("project", _("Projects"))
     rows, group.more = _bounded(
         projects.filter(
             Q(name__istartswith=q) | Q(slug__istartswith=q.lower()) | _namespace_q(q, exact=False)
@@ -493,7 +510,7 @@ def visible_users(user):
 
 
 def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
-    group = Group("user", "Users")
+    group = Group("user", _("Users"))
     users = visible_users(user).order_by("username")
     fields = ("username", "first_name", "last_name")
     found = _matching(users, _substring(fields, q))
@@ -642,7 +659,7 @@ def suggestions(user, q: str) -> list[Group]:
     is left out)."""
     groups = []
     for kind in SEARCHES:
-        group, _ = kind(user, q, True, SUGGEST_LIMIT, False)
+        group, _exact = kind(user, q, True, SUGGEST_LIMIT, False)
         group.hits = [hit for hit in group.hits if hit.url]
         group.more, group.note = 0, ""
         if group.hits:

@@ -12,6 +12,8 @@ from django.http import HttpResponse, JsonResponse
 from django.templatetags.static import static
 from django.urls import get_resolver
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.translation import get_language, gettext, gettext_lazy
 from django_htmx.http import HttpResponseClientRedirect
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,7 @@ class ContentSecurityPolicyMiddleware:
 # --- the database gone mid-request --------------------------------------------------------------------------
 
 DATABASE_ERRORS = (OperationalError, InterfaceError)
-DATABASE_DETAIL = (
+DATABASE_DETAIL = gettext_lazy(
     "The database is not answering right now, so this request was not completed and nothing of it was saved. "
     "Try again in a moment; if it keeps happening, tell your platform administrators."
 )
@@ -125,14 +127,18 @@ def database_unavailable(request, error: BaseException) -> HttpResponse:
     with contextlib.suppress(Exception):
         connection.close()
     if request.path.startswith("/api/"):
-        response = JsonResponse({"detail": DATABASE_DETAIL, "reason": "database_unavailable"}, status=503)
+        response = JsonResponse(
+            {"detail": str(DATABASE_DETAIL), "reason": "database_unavailable"}, status=503
+        )
     else:
+        # Plain text in a fixed frame (no template: the templates' tags may need the database).
+        title, heading = gettext("Unavailable"), gettext("The database is not answering")
         response = HttpResponse(
-            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            "<title>Unavailable · Rackplane</title>"
+            f'<!doctype html><html lang="{escape(get_language() or "en")}"><head><meta charset="utf-8">'
+            f"<title>{escape(title)} · Rackplane</title>"
             f'<link rel="stylesheet" href="{static("css/portal.css")}"></head><body><main id="content">'
-            '<section class="card"><h1>The database is not answering</h1>'
-            f"<p>{DATABASE_DETAIL}</p></section></main></body></html>",
+            f'<section class="card"><h1>{escape(heading)}</h1>'
+            f"<p>{escape(DATABASE_DETAIL)}</p></section></main></body></html>",
             status=503,
         )
     response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
+from scheduling.engine.words import CLAUSES, gettext_noop, listed, plural, say
 
 PARTITION, RACK, ANY = "partition", "rack", "any"
 TOPOLOGIES = (PARTITION, RACK, ANY)
@@ -85,6 +86,72 @@ def place(cluster: Cluster, request: Request, policy: str = RACKPLANE) -> Placem
     raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
 
 
+# Why a job goes where it goes (`explain`), and why it does not fit now (`why_not`): clauses of
+# scheduling.engine.words, each a template the portal reads back in the viewer's language.
+ON_PARTLY_USED_TRAY = gettext_noop(
+    "on a tray already partly in use in %(partition)s, whose %(free)s free GPUs fit it best: whole trays "
+    "stay free for jobs that span trays"
+)
+ON_FREE_TRAY = gettext_noop(
+    "on a free tray of %(partition)s, the smallest NVLink partition with room: larger ones stay whole"
+)
+BEST_FIT = gettext_noop(
+    "in NVLink partition %(partition)s, the smallest with %(trays)s free trays (best fit)"
+)
+OTHERS_ONE = gettext_noop(
+    "%(others)s other partition could have taken it, kept for larger jobs (the next best, with their free "
+    "trays: %(next)s)"
+)
+OTHERS_MANY = gettext_noop(
+    "%(others)s other partitions could have taken it, kept for larger jobs (the next best, with their free "
+    "trays: %(next)s)"
+)
+NO_OTHER = gettext_noop("no other partition could take it")
+ACROSS_RACK_PARTITIONS = gettext_noop(
+    "no NVLink partition had %(trays)s free trays, so on rack %(rack)s across %(parts)s of its partitions: "
+    "the rack with the fewest free trays that fit (its %(topology)s topology allowed one rack)"
+)
+ACROSS_RACKS = gettext_noop(
+    "no rack had %(trays)s free trays, so across %(racks)s racks and %(parts)s NVLink partitions, the "
+    "largest free blocks first (its topology allowed any trays)"
+)
+NO_GPU_FREE = gettext_noop("no GPU is free")
+NO_TRAY_HAS_ONE = gettext_noop("no tray has %(gpus)s free GPU")
+NO_TRAY_HAS_MANY = gettext_noop("no tray has %(gpus)s free GPUs")
+LARGEST_BLOCK_ONE = gettext_noop("the largest free block is %(trays)s tray in %(partition)s")
+LARGEST_BLOCK_MANY = gettext_noop("the largest free block is %(trays)s trays in %(partition)s")
+NO_FREE_TRAY = gettext_noop("no NVLink partition has a free tray")
+NO_PARTITION_HAS = gettext_noop("no NVLink partition has %(trays)s free trays")
+NO_RACK_HAS = gettext_noop("no rack has %(trays)s free trays (the most in one rack is %(most)s)")
+WHOLE_TRAYS_ONE_FREE = gettext_noop("%(trays)s whole trays are needed and %(free)s is free")
+WHOLE_TRAYS_FREE = gettext_noop("%(trays)s whole trays are needed and %(free)s are free")
+DEGRADED_ONE = gettext_noop(
+    "%(partition)s has %(total)s free tray but is degraded (%(why)s): no job spanning trays is placed there "
+    "until it recovers"
+)
+DEGRADED_MANY = gettext_noop(
+    "%(partition)s has %(total)s free trays but is degraded (%(why)s): no job spanning trays is placed there "
+    "until it recovers"
+)
+UNSETTLED_ONE = gettext_noop(
+    "%(partition)s has %(total)s free tray but %(count)s of them report another NVLink clique than their "
+    "partition or unfinished fabric registration (fabric change in progress or drift): %(hosts)s"
+)
+UNSETTLED_MANY = gettext_noop(
+    "%(partition)s has %(total)s free trays but %(count)s of them report another NVLink clique than their "
+    "partition or unfinished fabric registration (fabric change in progress or drift): %(hosts)s"
+)
+DEGRADED_LEFT_OUT = gettext_noop("degraded NVLink partitions are left out: %(names)s")
+UNSETTLED_LEFT_OUT_ONE = gettext_noop(
+    "%(count)s more free tray is left out while its fabric is unsettled (another NVLink clique than the "
+    "partition's, or unfinished fabric registration): %(hosts)s"
+)
+UNSETTLED_LEFT_OUT_MANY = gettext_noop(
+    "%(count)s more free trays are left out while their fabric is unsettled (another NVLink clique than the "
+    "partition's, or unfinished fabric registration): %(hosts)s"
+)
+
+
 def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
     """One sentence of why the job goes where `placement` puts it (Rackplane's rule), and what else could
     have taken it, read on the cluster before the job is allocated (the pass's job page and event)."""
@@ -95,35 +162,41 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
         ((t, _),) = placement
         label = cluster.partition_label(cluster.tray_part[t])
         if cluster.tray_free[t] < GPUS_PER_TRAY:
-            return (
-                f"on a tray already partly in use in {label}, whose {cluster.tray_free[t]} free GPUs fit it "
-                "best: whole trays stay free for jobs that span trays"
-            )
-        return f"on a free tray of {label}, the smallest NVLink partition with room: larger ones stay whole"
+            return say(ON_PARTLY_USED_TRAY, partition=label, free=cluster.tray_free[t])
+        return say(ON_FREE_TRAY, partition=label)
     n = request.trays
     fitting = sum(len(b) for owner in owners for b in cluster.part_buckets[owner][n:])
     if len(parts) == 1:
         others = fitting - 1
         alternatives = (
-            f"; {others} other partition{'s' if others != 1 else ''} could have taken it, kept for "
-            "larger jobs"
+            say(
+                plural(others, OTHERS_ONE, OTHERS_MANY),
+                others=others,
+                next=_next_best(cluster, owners, n, parts[0]),
+            )
             if others > 0
-            else "; no other partition could take it"
+            else NO_OTHER
         )
-        return (
-            f"in NVLink partition {cluster.partition_label(parts[0])}, the smallest with {n} free trays "
-            f"(best fit){alternatives}"
-        )
+        return say(BEST_FIT, partition=cluster.partition_label(parts[0]), trays=n) + CLAUSES + alternatives
     if len(racks) == 1:
-        return (
-            f"no NVLink partition had {n} free trays, so on rack {cluster.rack_name[racks[0]]} across "
-            f"{len(parts)} of its partitions: the rack with the fewest free trays that fit (its "
-            f"{request.topology} topology allowed one rack)"
+        return say(
+            ACROSS_RACK_PARTITIONS,
+            trays=n,
+            rack=cluster.rack_name[racks[0]],
+            parts=len(parts),
+            topology=request.topology,
         )
-    return (
-        f"no rack had {n} free trays, so across {len(racks)} racks and {len(parts)} NVLink partitions, the "
-        f"largest free blocks first (its topology allowed any trays)"
-    )
+    return say(ACROSS_RACKS, trays=n, racks=len(racks), parts=len(parts))
+
+
+def _next_best(cluster: Cluster, owners, n: int, chosen: int, shown: int = 3) -> str:
+    """The next partitions best fit would have taken, smallest first, each with its free trays: "r1 p2 (9)"
+    (at most `shown`, then how many more)."""
+    names: list[str] = []
+    for owner in owners:
+        for k, bucket in enumerate(cluster.part_buckets[owner][n:], start=n):
+            names.extend(f"{cluster.partition_label(p)} ({k})" for p in bucket if p != chosen)
+    return listed(names, shown)
 
 
 # --- rackplane ---------------------------------------------------------------------------------------
@@ -302,16 +375,19 @@ def why_not(cluster: Cluster, request: Request) -> str:
     owners = cluster.usable_owners(request.department, request.borrow)
     if request.small:
         if cluster.free_gpus == 0:
-            return "no GPU is free"
-        return f"no tray has {request.gpus} free GPU{'s' if request.gpus > 1 else ''}"
+            return NO_GPU_FREE
+        return say(plural(request.gpus, NO_TRAY_HAS_ONE, NO_TRAY_HAS_MANY), gpus=request.gpus)
     n = request.trays
     unsettled = cluster.unsettled_free(owners)
     largest, where = cluster.largest_free_partition(owners)
     block = (
-        f"the largest free block is {largest} tray{'s' if largest != 1 else ''} in "
-        f"{cluster.partition_label(where)}"
+        say(
+            plural(largest, LARGEST_BLOCK_ONE, LARGEST_BLOCK_MANY),
+            trays=largest,
+            partition=cluster.partition_label(where),
+        )
         if where is not None
-        else "no NVLink partition has a free tray"
+        else NO_FREE_TRAY
     )
     if request.topology == PARTITION:
         # A partition that would fit but for its unsettled trays: that is the reason, not the block size.
@@ -319,7 +395,7 @@ def why_not(cluster: Cluster, request: Request) -> str:
         if fits:
             p = max(fits, key=lambda p: (cluster.part_whole[p] + len(unsettled[p]), -p))
             return _unsettled_words(cluster, p, unsettled[p])
-        return f"no NVLink partition has {n} free trays; {block}"
+        return say(NO_PARTITION_HAS, trays=n) + CLAUSES + block
     if request.topology == RACK:
         most = max(
             (
@@ -328,11 +404,9 @@ def why_not(cluster: Cluster, request: Request) -> str:
             ),
             default=0,
         )
-        return f"no rack has {n} free trays (the most in one rack is {most}); {block}" + _left_out(
-            cluster, unsettled
-        )
+        return say(NO_RACK_HAS, trays=n, most=most) + CLAUSES + block + _left_out(cluster, unsettled)
     free = sum(cluster.whole_by_owner[owner] for owner in owners)
-    return f"{n} whole trays are needed and {free} {'is' if free == 1 else 'are'} free" + _left_out(
+    return say(plural(free, WHOLE_TRAYS_ONE_FREE, WHOLE_TRAYS_FREE), trays=n, free=free) + _left_out(
         cluster, unsettled
     )
 
@@ -341,22 +415,24 @@ NAMED_TRAYS = 9  # trays named in a reason; the rest are counted
 
 
 def _hostnames(cluster: Cluster, trays: list[int]) -> str:
-    names = [cluster.tray_host[t] for t in sorted(trays)]
-    more = len(names) - NAMED_TRAYS
-    return ", ".join(names[:NAMED_TRAYS]) + (f" and {more} more" if more > 0 else "")
+    return listed([cluster.tray_host[t] for t in sorted(trays)], NAMED_TRAYS)
 
 
 def _unsettled_words(cluster: Cluster, p: int, trays: list[int]) -> str:
     total = cluster.part_whole[p] + len(trays)
     if p in cluster.part_degraded:
-        return (
-            f"{cluster.partition_label(p)} has {total} free tray{'s' if total != 1 else ''} but is degraded "
-            f"({cluster.part_degraded[p]}): no job spanning trays is placed there until it recovers"
+        return say(
+            plural(total, DEGRADED_ONE, DEGRADED_MANY),
+            partition=cluster.partition_label(p),
+            total=total,
+            why=cluster.part_degraded[p],
         )
-    return (
-        f"{cluster.partition_label(p)} has {total} free tray{'s' if total != 1 else ''} but {len(trays)} of "
-        "them report another NVLink clique than their partition or unfinished fabric registration (fabric "
-        f"change in progress or drift): {_hostnames(cluster, trays)}"
+    return say(
+        plural(total, UNSETTLED_ONE, UNSETTLED_MANY),
+        partition=cluster.partition_label(p),
+        total=total,
+        count=len(trays),
+        hosts=_hostnames(cluster, trays),
     )
 
 
@@ -365,13 +441,17 @@ def _left_out(cluster: Cluster, unsettled: dict[int, list[int]]) -> str:
     words = ""
     if degraded:
         names = ", ".join(cluster.partition_label(p) for p in degraded[:NAMED_TRAYS])
-        words = f"; degraded NVLink partitions are left out: {names}"
+        words = CLAUSES + say(DEGRADED_LEFT_OUT, names=names)
         unsettled = {p: trays for p, trays in unsettled.items() if p not in cluster.part_degraded}
     trays = [t for group in unsettled.values() for t in group]
     if not trays:
         return words
-    return words + (
-        f"; {len(trays)} more free tray{'s are' if len(trays) != 1 else ' is'} left out while "
-        f"{'their' if len(trays) != 1 else 'its'} fabric is unsettled (another NVLink clique than the "
-        f"partition's, or unfinished fabric registration): {_hostnames(cluster, trays)}"
+    return (
+        words
+        + CLAUSES
+        + say(
+            plural(len(trays), UNSETTLED_LEFT_OUT_ONE, UNSETTLED_LEFT_OUT_MANY),
+            count=len(trays),
+            hosts=_hostnames(cluster, trays),
+        )
     )

@@ -98,6 +98,7 @@ from scheduling.engine.placement import (
     why_not,
 )
 from scheduling.engine.placement import explain as explain_placement
+from scheduling.engine.words import CLAUSES, WAITING, gettext_noop, minutes, say
 from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
 from tenancy.usage_decay import history_standing
 
@@ -257,11 +258,27 @@ def _sort_standing(jobs: list[RunningJob]) -> None:
         jobs[:] = itemgetter(*sorted(range(len(jobs)), key=preemptible.__getitem__))(jobs)
 
 
-def _minutes(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
-    if minutes < 120:
-        return f"about {minutes} min"
-    return f"about {minutes / 60:.1f} h"
+_minutes = minutes  # "about 5 min"
+
+# Why a job waits (scheduling.engine.words: clauses joined by "; ", each a template read back by the portal).
+UNKNOWN_DEPARTMENT = gettext_noop("department %(department)s is unknown")
+DEPARTMENT_LIMIT = gettext_noop("the department's limit is %(limit)s GPUs")
+PROJECT_LIMIT = gettext_noop("the project's limit is %(limit)s GPUs")
+HOLDS_AND_NEEDS = gettext_noop("it holds %(held)s and this job needs %(gpus)s")
+GUARANTEE_ONLY = gettext_noop(
+    "%(priority_class)s jobs run only within the department's guarantee (%(guaranteed)s GPUs)"
+)
+PREEMPTION_GRACE = gettext_noop("a job preempts only after waiting %(grace)s (the preemption grace)")
+STARTS_WHEN_SETTLED = gettext_noop(
+    "it starts as soon as their nodes report the new partition (failing that, trays are reserved for it, "
+    "expected to start in %(wait)s)"
+)
+RESERVED_FOR_IT = gettext_noop("trays are reserved for it, expected to start in %(wait)s")
+MAY_PREEMPT_LATER = gettext_noop("borrowed work could make room, but %(why)s: it may preempt in %(wait)s")
+RESERVED_FOR_HEAD = gettext_noop(
+    "the free trays it fits on are reserved for job #%(job)s, which should start in %(wait)s"
+)
+WOULD_DELAY_HEAD = gettext_noop("this job's time limit would delay it")
 
 
 class _Pass:
@@ -635,7 +652,7 @@ class _Pass:
             if self._could_reclaim(job):
                 self.result.may_preempt_at[job.id] = grace_ends
                 grace = _minutes(self.options.preempt_after_s)
-                self.preempt_why[job.id] = f"a job preempts only after waiting {grace} (the preemption grace)"
+                self.preempt_why[job.id] = say(PREEMPTION_GRACE, grace=grace)
             return False
         key = (job.gpus, job.topology, self._leaf(job), job.id in self.displacing)
         if key in self.reclaim_failed:
@@ -1009,13 +1026,16 @@ class _Pass:
         """Try one job; True when it is settled for this pass (started or waiting with a reason)."""
         department = self.departments.get(job.department)
         if department is None:
-            self.result.waiting[job.id] = f"waiting: department {job.department} is unknown"
+            self.result.waiting[job.id] = say(
+                WAITING, reason=say(UNKNOWN_DEPARTMENT, department=job.department)
+            )
             return True
         held = self.held[job.department]
         if department.limit is not None and held + job.gpus > department.limit:
             self.result.waiting[job.id] = (
-                f"waiting: the department's limit is {department.limit} GPUs; it holds {held} "
-                f"and this job needs {job.gpus}"
+                say(WAITING, reason=say(DEPARTMENT_LIMIT, limit=department.limit))
+                + CLAUSES
+                + say(HOLDS_AND_NEEDS, held=held, gpus=job.gpus)
             )
             return True
         leaf = self.pending_leaf.get(job.id) or self._leaf(job)
@@ -1024,8 +1044,9 @@ class _Pass:
             project_held = self.leaf_held[leaf]
             if project.limit is not None and project_held + job.gpus > project.limit:
                 self.result.waiting[job.id] = (
-                    f"waiting: the project's limit is {project.limit} GPUs; it holds {project_held} "
-                    f"and this job needs {job.gpus}"
+                    say(WAITING, reason=say(PROJECT_LIMIT, limit=project.limit))
+                    + CLAUSES
+                    + say(HOLDS_AND_NEEDS, held=project_held, gpus=job.gpus)
                 )
                 return True
         in_quota = self.leaf_held[leaf] + job.gpus <= self.in_quota[leaf]
@@ -1038,8 +1059,14 @@ class _Pass:
             return False  # over quota: the second sweep, after every in-quota job
         if not in_quota and not job.preemptible:
             self.result.waiting[job.id] = (
-                f"waiting: {job.priority_class} jobs run only within the department's guarantee "
-                f"({department.guaranteed} GPUs); it holds {held} and this job needs {job.gpus}"
+                say(
+                    WAITING,
+                    reason=say(
+                        GUARANTEE_ONLY, priority_class=job.priority_class, guaranteed=department.guaranteed
+                    ),
+                )
+                + CLAUSES
+                + say(HOLDS_AND_NEEDS, held=held, gpus=job.gpus)
             )
             return True
         if (
@@ -1127,8 +1154,11 @@ class _Pass:
         reason = ""
         if self.explain:
             request = job.request(borrow)
-            reason = "waiting: " + (
-                why_not(self.cluster, request) if not self.held_trays else self._why_with_reservation(request)
+            reason = say(
+                WAITING,
+                reason=why_not(self.cluster, request)
+                if not self.held_trays
+                else self._why_with_reservation(request),
             )
         if self._may_reserve(job, in_quota=not borrow):
             reservation = self._reserve(job, in_quota=not borrow)
@@ -1150,16 +1180,14 @@ class _Pass:
                 if self.explain:
                     wait = _minutes(reservation.start_at - self.now)
                     if fits_when_settled(self.cluster, request):
-                        reason += (
-                            "; it starts as soon as their nodes report the new partition (failing that, "
-                            f"trays are reserved for it, expected to start in {wait})"
-                        )
+                        reason += CLAUSES + say(STARTS_WHEN_SETTLED, wait=wait)
                     else:
-                        reason += f"; trays are reserved for it, expected to start in {wait}"
+                        reason += CLAUSES + say(RESERVED_FOR_IT, wait=wait)
         if self.explain and job.id in self.result.may_preempt_at:
-            reason += (
-                f"; borrowed work could make room, but {self.preempt_why[job.id]}: it may preempt in "
-                f"{_minutes(self.result.may_preempt_at[job.id] - self.now)}"
+            reason += CLAUSES + say(
+                MAY_PREEMPT_LATER,
+                why=self.preempt_why[job.id],
+                wait=_minutes(self.result.may_preempt_at[job.id] - self.now),
             )
         self.result.waiting[job.id] = reason
 
@@ -1182,8 +1210,9 @@ class _Pass:
         if fits:
             head = self.reserved[0]
             return (
-                f"the free trays it fits on are reserved for job #{head.job_id}, which should start in "
-                f"{_minutes(head.start_at - self.now)}; this job's time limit would delay it"
+                say(RESERVED_FOR_HEAD, job=head.job_id, wait=_minutes(head.start_at - self.now))
+                + CLAUSES
+                + WOULD_DELAY_HEAD
             )
         return words
 

@@ -28,6 +28,7 @@ from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.jobspec import JobSpec
 from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
 from scheduling.services.pass_requests import request_pass
+from scheduling.words import WAITING_FOR_SCHEDULER
 from tenancy.models import Department, Membership
 from tenancy.models.accounts import posix_identity_of
 from tenancy.projects import check_job_project, default_job_project
@@ -229,7 +230,7 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
         submitted_by=user,
         idempotency_key=idempotency_key,
         idempotency_fingerprint=fingerprint if idempotency_key else "",
-        pending_reason="waiting for the scheduler",
+        pending_reason=WAITING_FOR_SCHEDULER,
     )
     job.full_clean(exclude=["submitted_by", "department", "project"])
     try:

@@ -25,9 +25,11 @@ from scheduling.choices import HOLDING_STATES, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES, PassResult, Start
+from scheduling.engine.words import CLAUSES, WAITING, say
 from scheduling.models import Allocation, BackendCancel, Job, JobEvent
 from scheduling.services.actions import notify_job
 from scheduling.services.admission import wait_words
+from scheduling.words import BACK_IN_QUEUE, PREEMPTED
 from tenancy.models import Department
 
 # The columns a pass reads of the jobs it decides about, under their row locks (the audit's before-values).
@@ -63,7 +65,7 @@ _REQUEUED = {
     "placed_at": None,
     "started_at": None,
     "next_dispatch_at": None,
-    "pending_reason": "waiting: preempted; back in the queue",
+    "pending_reason": say(WAITING, reason=PREEMPTED) + CLAUSES + BACK_IN_QUEUE,
 }
 
 

@@ -3,6 +3,8 @@
 // Served from static/ (no CDN); no inline script anywhere (Content-Security-Policy). Pages work without it.
 (function () {
   "use strict";
+  // The page's language (Django's JavaScript catalogue, /i18n/catalog.js, loaded before this script).
+  var _ = window.gettext || function (text) { return text; };
 
   document.documentElement.classList.add("js");
 
@@ -70,8 +72,9 @@
     else if (s < 3600) text = Math.round(s / 60) + " min";
     else if (s < 86400) text = Math.round(s / 3600) + " h";
     else text = Math.round(s / 86400) + " d";
-    if (s < 5) return "now";
-    return future ? "in " + text : text + " ago";
+    if (s < 5) return _("now");
+    var interpolate = window.interpolate || function (format, values) { return format.replace("%(time)s", values.time); };
+    return interpolate(future ? _("in %(time)s") : _("%(time)s ago"), { time: text }, true);
   }
 
   var mode = null;
@@ -91,10 +94,10 @@
     document.querySelectorAll("[data-time-toggle]").forEach(function (button) {
       button.hidden = !anyTime;
       var label = button.querySelector("[data-time-mode]");
-      var shown = mode === "relative" ? "relative" : mode === "absolute" ? "absolute" + (zone ? " (" + zone + ")" : "") : "as sent";
+      var shown = mode === "relative" ? _("relative") : mode === "absolute" ? _("absolute") + (zone ? " (" + zone + ")" : "") : _("as sent");
       if (label) label.textContent = shown;
       button.setAttribute("aria-pressed", mode === "relative" ? "true" : "false");
-      button.setAttribute("title", "Switch between absolute times in your time zone and relative times");
+      button.setAttribute("title", _("Switch between absolute times in your time zone and relative times"));
     });
   }
 
@@ -148,10 +151,10 @@
       button.setAttribute("data-label", label);
       navigator.clipboard.writeText(source.textContent.trim()).then(
         function () {
-          button.textContent = "Copied";
+          button.textContent = _("Copied");
         },
         function () {
-          button.textContent = "Select and copy it";
+          button.textContent = _("Select and copy it");
         }
       );
       setTimeout(function () {
@@ -162,11 +165,11 @@
 
   // ---- keyboard shortcuts ---------------------------------------------------------------------------
   var SHORTCUTS = [
-    ["/", "Focus the search box"],
-    ["j or ↓", "Next tray (rack view)"],
-    ["k or ↑", "Previous tray (rack view)"],
-    ["Esc", "Close the detail panel or this list"],
-    ["?", "Show this list"],
+    ["/", _("Focus the search box")],
+    [_("j or ↓"), _("Next tray (rack view)")],
+    [_("k or ↑"), _("Previous tray (rack view)")],
+    ["Esc", _("Close the detail panel or this list")],
+    ["?", _("Show this list")],
   ];
 
   function shortcutDialog() {
@@ -178,7 +181,7 @@
     dialog.setAttribute("aria-labelledby", "shortcuts-title");
     var title = document.createElement("h2");
     title.id = "shortcuts-title";
-    title.textContent = "Keyboard shortcuts";
+    title.textContent = _("Keyboard shortcuts");
     dialog.appendChild(title);
     var list = document.createElement("dl");
     SHORTCUTS.forEach(function (pair) {
@@ -197,7 +200,7 @@
     var close = document.createElement("button");
     close.type = "submit";
     close.className = "button";
-    close.textContent = "Close";
+    close.textContent = _("Close");
     form.appendChild(close);
     dialog.appendChild(form);
     document.body.appendChild(dialog);

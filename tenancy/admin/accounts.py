@@ -3,8 +3,11 @@
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from tenancy.choices import PosixSource
+from tenancy.labels import labelled_form, labels_for
 from tenancy.models import ExternalIdentity, GroupRoleRule, PosixAccount
 
 
@@ -13,6 +16,7 @@ class GroupRoleRuleAdmin(admin.ModelAdmin):
     """Which identity-provider group gives which role. Applied at each sign-in through OpenID Connect or LDAP:
     a change here takes effect at the person's next sign-in."""
 
+    form = labelled_form(GroupRoleRule)
     list_display = ["group", "role", "department", "project", "description", "created_at"]
     list_filter = ["role", "department"]
     search_fields = ["group", "description", "department__name", "project__name"]
@@ -25,6 +29,7 @@ class ExternalIdentityAdmin(admin.ModelAdmin):
     """Who signs in as whom. Add one to link an identity provider's user to an account that exists already
     (their first sign-in would otherwise be refused, its username being taken)."""
 
+    form = labelled_form(ExternalIdentity)
     list_display = ["provider", "subject", "user", "granted_admin", "last_sign_in_at"]
     list_filter = ["provider", "granted_admin"]
     search_fields = ["subject", "user__username", "user__email"]
@@ -37,13 +42,14 @@ class PosixAccountForm(forms.ModelForm):
 
     groups = forms.CharField(
         required=False,
-        label="Supplementary group ids",
-        help_text="gid numbers separated by commas (posixGroup gidNumbers), e.g. 20100, 20101.",
+        label=gettext_lazy("Supplementary group ids"),
+        help_text=gettext_lazy("gid numbers separated by commas (posixGroup gidNumbers), e.g. 20100, 20101."),
     )
 
     class Meta:
         model = PosixAccount
         fields = ["user", "name", "uid", "gid", "groups"]
+        labels = labels_for(PosixAccount)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -55,7 +61,7 @@ class PosixAccountForm(forms.ModelForm):
         parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
         bad = [p for p in parts if not p.isdigit()]
         if bad:
-            raise ValidationError(f"not a group id number: {', '.join(bad)}")
+            raise ValidationError(_("not a group id number: %(values)s") % {"values": ", ".join(bad)})
         return [int(p) for p in parts]
 
 

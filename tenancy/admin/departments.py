@@ -2,8 +2,11 @@
 (tenancy.admin.checked)."""
 
 from django.contrib import admin
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from tenancy.admin.checked import ServiceCheckedForm
+from tenancy.labels import labelled_form, labels_for
 from tenancy.models import DedicatedPartition, Department, Membership
 from tenancy.services import ISOLATION_FIELDS, QUOTA_FIELDS, dedicate_partition, save_department
 
@@ -12,19 +15,23 @@ class DepartmentAdminForm(ServiceCheckedForm):
     class Meta:
         model = Department
         fields = [*QUOTA_FIELDS, *ISOLATION_FIELDS]
+        labels = labels_for(Department)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         for name in ISOLATION_FIELDS:
             field = self.fields[name]
             field.required = False
-            field.help_text = " ".join(
-                filter(None, [str(field.help_text).rstrip("."), "Leave empty to allocate from the pools."])
+            field.help_text = (
+                _("%(help)s Leave empty to allocate from the pools.")
+                % {"help": str(field.help_text).rstrip(".")}
+                if field.help_text
+                else _("Leave empty to allocate from the pools.")
             )
         if self.instance.pk is None:
             # Empty, so the service applies the tenancy settings' default quota.
             self.fields["storage_quota_gib"].initial = None
-            self.fields["storage_quota_gib"].help_text = "Leave empty for the tenancy settings' default."
+            self.fields["storage_quota_gib"].help_text = _("Leave empty for the tenancy settings' default.")
 
     def _get_validation_exclusions(self):
         # Model validation is the service's: its own checks name the field with clearer messages ("the
@@ -40,6 +47,7 @@ class MembershipInline(admin.TabularInline):
     """Read-only here: members are added and removed on the membership pages, which keep a lead."""
 
     model = Membership
+    form = labelled_form(Membership)
     fields = ["user", "role", "origin", "created_at"]
     readonly_fields = fields
     extra = 0
@@ -58,12 +66,15 @@ class MembershipInline(admin.TabularInline):
 
 class DedicatedPartitionInline(admin.TabularInline):
     model = DedicatedPartition
+    form = labelled_form(DedicatedPartition)
     fields = ["partition", "created_at"]
     readonly_fields = fields
     extra = 0
     can_delete = False
     show_change_link = True
-    verbose_name_plural = "dedicated NVLink partitions (add them on the dedicated partition page)"
+    verbose_name_plural = gettext_lazy(
+        "dedicated NVLink partitions (add them on the dedicated partition page)"
+    )
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -97,14 +108,20 @@ class DepartmentAdmin(admin.ModelAdmin):
     readonly_fields = ["pkey_hex", "created_at", "updated_at"]
     fieldsets = [
         (None, {"fields": ["name", "slug"]}),
-        ("GPU quota", {"fields": ["guaranteed_gpus", "over_quota_weight", "limit_gpus", "priority"]}),
-        ("Network isolation", {"fields": ["vlan_id", "vxlan_vni", "ib_pkey", "pkey_hex", "network_cidr"]}),
-        ("Storage isolation", {"fields": ["export_path", "storage_quota_gib"]}),
-        ("Record", {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
+        (
+            gettext_lazy("GPU quota"),
+            {"fields": ["guaranteed_gpus", "over_quota_weight", "limit_gpus", "priority"]},
+        ),
+        (
+            gettext_lazy("Network isolation"),
+            {"fields": ["vlan_id", "vxlan_vni", "ib_pkey", "pkey_hex", "network_cidr"]},
+        ),
+        (gettext_lazy("Storage isolation"), {"fields": ["export_path", "storage_quota_gib"]}),
+        (gettext_lazy("Record"), {"fields": ["created_at", "updated_at"], "classes": ["collapse"]}),
     ]
     inlines = [MembershipInline, DedicatedPartitionInline]
 
-    @admin.display(description="P_Key", ordering="ib_pkey")
+    @admin.display(description=gettext_lazy("P_Key"), ordering="ib_pkey")
     def pkey_hex(self, obj):
         return obj.pkey_hex if obj.ib_pkey is not None else "—"
 
@@ -116,6 +133,7 @@ class DedicatedPartitionAdminForm(ServiceCheckedForm):
     class Meta:
         model = DedicatedPartition
         fields = ["partition", "department"]
+        labels = labels_for(DedicatedPartition)
 
     def run_service(self, instance):
         dedicate_partition(instance.department, instance.partition)

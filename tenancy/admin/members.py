@@ -5,8 +5,10 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.http import HttpResponseRedirect
 from django.urls import reverse
+from django.utils.translation import gettext_lazy, ngettext
 
 from tenancy.admin.checked import ServiceCheckedForm
+from tenancy.labels import labels_for
 from tenancy.models import Membership
 from tenancy.services import remove_membership, set_membership
 
@@ -15,6 +17,7 @@ class MembershipAdminForm(ServiceCheckedForm):
     class Meta:
         model = Membership
         fields = ["user", "department", "role"]
+        labels = labels_for(Membership)
 
     def run_service(self, instance):
         set_membership(instance.department, instance.user.get_username(), instance.role)
@@ -57,7 +60,9 @@ class MembershipAdmin(admin.ModelAdmin):
                 reverse("admin:tenancy_membership_change", args=[object_id], current_app=self.admin_site.name)
             )
 
-    @admin.action(description="Remove selected memberships (keeps every department's last lead)")
+    @admin.action(
+        description=gettext_lazy("Remove selected memberships (keeps every department's last lead)")
+    )
     def remove_selected(self, request, queryset):
         removed, refused = 0, []
         for membership in queryset.select_related("user", "department"):
@@ -68,6 +73,10 @@ class MembershipAdmin(admin.ModelAdmin):
             else:
                 removed += 1
         if removed:
-            self.message_user(request, f"Removed {removed} membership{'s' if removed != 1 else ''}.")
+            self.message_user(
+                request,
+                ngettext("Removed %(count)s membership.", "Removed %(count)s memberships.", removed)
+                % {"count": removed},
+            )
         for message in refused:
             self.message_user(request, message, messages.ERROR)

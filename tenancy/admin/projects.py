@@ -4,6 +4,7 @@ department's, names, members of the department)."""
 from django.contrib import admin
 
 from tenancy.admin.checked import ServiceCheckedForm
+from tenancy.labels import labels_for
 from tenancy.models import Project, ProjectMembership
 from tenancy.projects import create_project, delete_project, set_project_member, update_project
 
@@ -23,6 +24,7 @@ class ProjectAdminForm(ServiceCheckedForm):
     class Meta:
         model = Project
         fields = ["department", *PROJECT_FIELDS]
+        labels = labels_for(Project)
 
     def run_service(self, instance):
         _save_project(self.saved_by, instance)
@@ -59,6 +61,7 @@ class ProjectMembershipAdminForm(ServiceCheckedForm):
     class Meta:
         model = ProjectMembership
         fields = ["user", "project", "role"]
+        labels = labels_for(ProjectMembership)
 
     def run_service(self, instance):
         set_project_member(self.saved_by, instance.project, instance.user, instance.role)

@@ -5,9 +5,12 @@ from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from core.enqueue import send_now
 from core.task_names import SCRAPE_EXPORTER
+from tenancy.labels import FIELD_LABELS, labelled_form, labels_for
 from tenancy.metrics_source import check_connection
 from tenancy.models import ExporterEndpoint, GpuActivity, GpuUtilization, MetricsSource, QuotaSnapshot
 from tenancy.prometheus import PrometheusError, QueryConfig
@@ -15,39 +18,51 @@ from tenancy.prometheus import PrometheusError, QueryConfig
 
 @admin.register(ExporterEndpoint)
 class ExporterEndpointAdmin(admin.ModelAdmin):
+    form = labelled_form(ExporterEndpoint)
     list_display = ["url", "enabled", "last_scraped_at", "last_sample_count", "short_error"]
     list_filter = ["enabled"]
     search_fields = ["url"]
     readonly_fields = ["last_scraped_at", "last_sample_count", "last_error"]
     actions = ["scrape_now", "enable", "disable"]
 
-    @admin.display(description="Last error")
+    @admin.display(description=gettext_lazy("Last error"))
     def short_error(self, obj):
         if not obj.last_error:
             return "—"
         text = obj.last_error if len(obj.last_error) <= 80 else obj.last_error[:79] + "…"
         return format_html('<span title="{}">{}</span>', obj.last_error, text)
 
-    @admin.action(description="Scrape selected exporters now")
+    @admin.action(description=gettext_lazy("Scrape selected exporters now"))
     def scrape_now(self, request, queryset):
         ids = list(queryset.filter(enabled=True).values_list("pk", flat=True))
         queued = sum(send_now(SCRAPE_EXPORTER, endpoint_id) for endpoint_id in ids)
-        self.message_user(request, f"Queued {queued} scrape{'s' if queued != 1 else ''} (disabled skipped).")
+        self.message_user(
+            request,
+            ngettext(
+                "Queued %(count)s scrape (disabled skipped).",
+                "Queued %(count)s scrapes (disabled skipped).",
+                queued,
+            )
+            % {"count": queued},
+        )
         if queued < len(ids):
             self.message_user(
                 request,
-                f"{len(ids) - queued} not queued: the task queue could not be reached (the next scrape "
-                "every minute covers them).",
+                _(
+                    "%(count)s not queued: the task queue could not be reached (the next scrape every minute "
+                    "covers them)."
+                )
+                % {"count": len(ids) - queued},
                 messages.WARNING,
             )
 
-    @admin.action(description="Enable selected exporters")
+    @admin.action(description=gettext_lazy("Enable selected exporters"))
     def enable(self, request, queryset):
         for endpoint in queryset.filter(enabled=False):  # save(), so each change is audited
             endpoint.enabled = True
             endpoint.save(update_fields=["enabled"])
 
-    @admin.action(description="Disable selected exporters")
+    @admin.action(description=gettext_lazy("Disable selected exporters"))
     def disable(self, request, queryset):
         for endpoint in queryset.filter(enabled=True):
             endpoint.enabled = False
@@ -61,24 +76,30 @@ class MetricsSourceForm(forms.ModelForm):
         required=False,
         max_length=500,
         assume_scheme="https",
+        label=FIELD_LABELS["url"],
         help_text=MetricsSource._meta.get_field("url").help_text,
     )
     bearer_token = forms.CharField(
         required=False,
+        label=FIELD_LABELS["bearer_token"],
         widget=forms.PasswordInput(render_value=False),
-        help_text="Sent as 'Authorization: Bearer'. Leave empty to keep the saved one.",
+        help_text=gettext_lazy("Sent as 'Authorization: Bearer'. Leave empty to keep the saved one."),
     )
     password = forms.CharField(
         required=False,
+        label=FIELD_LABELS["password"],
         widget=forms.PasswordInput(render_value=False),
-        help_text="Leave empty to keep the saved one.",
+        help_text=gettext_lazy("Leave empty to keep the saved one."),
     )
     clear_credentials = forms.BooleanField(
-        required=False, help_text="Remove the saved token, user name and password."
+        required=False,
+        label=gettext_lazy("Clear credentials"),
+        help_text=gettext_lazy("Remove the saved token, user name and password."),
     )
 
     class Meta:
         model = MetricsSource
+        labels = labels_for(MetricsSource)
         fields = [
             "kind",
             "url",
@@ -114,7 +135,9 @@ class MetricsSourceForm(forms.ModelForm):
         self.instance.bearer_token, self.instance.password = data["bearer_token"], data["password"]
         ca_file = (data.get("ca_file") or "").strip()
         if ca_file and not ca_file.startswith("/"):
-            self.add_error("ca_file", "Give the CA bundle's absolute path, e.g. /etc/ssl/certs/site-ca.pem.")
+            self.add_error(
+                "ca_file", _("Give the CA bundle's absolute path, e.g. /etc/ssl/certs/site-ca.pem.")
+            )
         config = QueryConfig(
             metric=data.get("metric") or "",
             uuid_label=data.get("uuid_label") or "",
@@ -138,7 +161,7 @@ class MetricsSourceAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["kind"]}),
         (
-            "Prometheus query API",
+            gettext_lazy("Prometheus query API"),
             {
                 "fields": [
                     "url",
@@ -152,7 +175,7 @@ class MetricsSourceAdmin(admin.ModelAdmin):
             },
         ),
         (
-            "What to ask for",
+            gettext_lazy("What to ask for"),
             {
                 "fields": [
                     "metric",
@@ -162,16 +185,16 @@ class MetricsSourceAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Last cycle", {"fields": ["last_polled_at", "last_series_count", "last_error"]}),
+        (gettext_lazy("Last cycle"), {"fields": ["last_polled_at", "last_series_count", "last_error"]}),
     ]
 
-    @admin.display(description="Saved credentials")
+    @admin.display(description=gettext_lazy("Saved credentials"))
     def credentials(self, obj):
         if obj.bearer_token:
-            return "A bearer token (not shown)."
+            return _("A bearer token (not shown).")
         if obj.username:
-            return f"User {obj.username} and a password (not shown)."
-        return "None."
+            return _("User %(username)s and a password (not shown).") % {"username": obj.username}
+        return _("None.")
 
     def has_add_permission(self, request):
         return super().has_add_permission(request) and not MetricsSource.objects.exists()
@@ -195,15 +218,21 @@ class MetricsSourceAdmin(admin.ModelAdmin):
         if not obj.is_prometheus:
             self.message_user(
                 request,
-                "Saved. The direct source has no connection to test: choose Prometheus.",
+                _("Saved. The direct source has no connection to test: choose Prometheus."),
                 messages.WARNING,
             )
         else:
             try:
-                self.message_user(request, "Saved. " + check_connection(obj))
+                self.message_user(request, _("Saved. %(result)s") % {"result": check_connection(obj)})
             except PrometheusError as error:
-                advice = f" ({error.what_to_do})" if error.what_to_do else ""
-                self.message_user(request, f"Saved, but the test failed: {error}{advice}.", messages.ERROR)
+                failed = (
+                    _("Saved, but the test failed: %(error)s (%(advice)s).")
+                    if error.what_to_do
+                    else _("Saved, but the test failed: %(error)s.")
+                )
+                self.message_user(
+                    request, failed % {"error": error, "advice": error.what_to_do}, messages.ERROR
+                )
         return HttpResponseRedirect(request.path)
 
 
@@ -219,32 +248,35 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(GpuActivity)
 class GpuActivityAdmin(ReadOnlyAdmin):
+    form = labelled_form(GpuActivity)
     list_display = ["gpu", "hostname", "utilization", "sampled_at", "low_since"]
     list_select_related = ["gpu__tray"]
     search_fields = ["gpu__uuid", "gpu__tray__hostname"]
     ordering = ["-sampled_at"]
     show_full_result_count = False
 
-    @admin.display(description="Tray", ordering="gpu__tray__hostname")
+    @admin.display(description=gettext_lazy("Tray"), ordering="gpu__tray__hostname")
     def hostname(self, obj):
         return obj.gpu.tray.hostname if obj.gpu.tray_id else "—"
 
 
 @admin.register(GpuUtilization)
 class GpuUtilizationAdmin(ReadOnlyAdmin):
+    form = labelled_form(GpuUtilization)
     list_display = ["gpu", "hostname", "bucket_start", "mean", "peak", "samples"]
     list_select_related = ["gpu__tray"]
     search_fields = ["gpu__uuid", "gpu__tray__hostname"]
     ordering = ["-bucket_start"]
     show_full_result_count = False
 
-    @admin.display(description="Tray", ordering="gpu__tray__hostname")
+    @admin.display(description=gettext_lazy("Tray"), ordering="gpu__tray__hostname")
     def hostname(self, obj):
         return obj.gpu.tray.hostname if obj.gpu.tray_id else "—"
 
 
 @admin.register(QuotaSnapshot)
 class QuotaSnapshotAdmin(ReadOnlyAdmin):
+    form = labelled_form(QuotaSnapshot)
     list_display = [
         "department",
         "taken_at",

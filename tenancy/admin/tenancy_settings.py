@@ -6,13 +6,17 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpResponseRedirect
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
+from tenancy.labels import labels_for
 from tenancy.models import TenancySettings
 
 
 class TenancySettingsForm(forms.ModelForm):
     class Meta:
         model = TenancySettings
+        labels = labels_for(TenancySettings)
         fields = [
             "vlan_first",
             "vlan_last",
@@ -43,13 +47,17 @@ class TenancySettingsForm(forms.ModelForm):
             try:
                 network = ipaddress.ip_network(supernet, strict=True)
             except ValueError as error:
-                self.add_error("tenant_supernet", f"not a network address: {error}")
+                self.add_error("tenant_supernet", _("not a network address: %(error)s") % {"error": error})
             else:
                 if prefix is not None and not network.prefixlen <= prefix <= network.max_prefixlen:
                     self.add_error(
                         "tenant_prefix",
-                        f"a tenant network must fit in {network}: between /{network.prefixlen} and "
-                        f"/{network.max_prefixlen}",
+                        _("a tenant network must fit in %(network)s: between /%(shortest)s and /%(longest)s")
+                        % {
+                            "network": network,
+                            "shortest": network.prefixlen,
+                            "longest": network.max_prefixlen,
+                        },
                     )
         return data
 
@@ -59,7 +67,7 @@ class TenancySettingsAdmin(admin.ModelAdmin):
     form = TenancySettingsForm
     fieldsets = [
         (
-            "Network isolation pools",
+            gettext_lazy("Network isolation pools"),
             {
                 "fields": [
                     ("vlan_first", "vlan_last"),
@@ -69,9 +77,9 @@ class TenancySettingsAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Storage", {"fields": ["export_root", "nfs_server", "default_storage_quota_gib"]}),
+        (gettext_lazy("Storage"), {"fields": ["export_root", "nfs_server", "default_storage_quota_gib"]}),
         (
-            "Telemetry",
+            gettext_lazy("Telemetry"),
             {
                 "fields": [
                     "idle_threshold_percent",

@@ -10,6 +10,7 @@ change and delete its projects and put people in them, take them out and move th
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -124,7 +125,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
         values = dict(data.validated_data)
         slug = values.pop("department", None)
         errors = {
-            field: ["This field is required."]
+            field: [_("This field is required.")]
             for field, value in (("department", slug), ("name", values.get("name")))
             if not value
         }
@@ -133,7 +134,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
         department = Department.objects.visible_to(request.user).filter(slug=slug).first()
         if department is None:
             raise serializers.ValidationError(
-                {"department": [f"you are not a member of a department {slug!r}"]}
+                {"department": [_("you are not a member of a department %(slug)s") % {"slug": repr(slug)}]}
             )
         project = service.create_project(request.user, department, **values)
         return self._answer(project, status.HTTP_201_CREATED)
@@ -144,7 +145,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
         if "department" in values and values.pop("department") != project.department.slug:
-            raise serializers.ValidationError({"department": ["a project stays in its department"]})
+            raise serializers.ValidationError({"department": [_("a project stays in its department")]})
         project = service.update_project(request.user, project, **values)
         return self._answer(project)
 
@@ -169,8 +170,8 @@ class ProjectViewSet(viewsets.ModelViewSet):
             raise serializers.ValidationError(
                 {
                     "username": [
-                        f"no member of {project.department} has that username: add them to the "
-                        "department first"
+                        _("no member of %(department)s has that username: add them to the department first")
+                        % {"department": project.department}
                     ]
                 }
             )
@@ -199,9 +200,13 @@ class ProjectViewSet(viewsets.ModelViewSet):
             project=project, user__username=data.validated_data["username"]
         ).first()
         if membership is None:
-            raise serializers.ValidationError({"username": [f"nobody of that username is in {project}"]})
+            raise serializers.ValidationError(
+                {"username": [_("nobody of that username is in %(project)s") % {"project": project}]}
+            )
         to = Project.objects.filter(pk=data.validated_data["to"], department=project.department).first()
         if to is None:
-            raise serializers.ValidationError({"to": [f"{project.department} has no project with that id"]})
+            raise serializers.ValidationError(
+                {"to": [_("%(department)s has no project with that id") % {"department": project.department}]}
+            )
         service.move_member(request.user, membership, to)
         return self._answer(to)

@@ -5,10 +5,13 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core import posix
 from core.text import TextValidator
 from tenancy.choices import GrantedRole, IdentityProvider, PosixSource
+from tenancy.i18n import english
 from tenancy.models.departments import Department
 from tenancy.models.projects import Project
 
@@ -27,8 +30,10 @@ class GroupRoleRule(models.Model):
 
     group = models.CharField(
         max_length=255,
-        help_text="The group's name exactly as the identity provider sends it (OpenID Connect: an entry of "
-        "the groups claim; LDAP: the group's cn), prefix included.",
+        help_text=gettext_lazy(
+            "The group's name exactly as the identity provider sends it (OpenID Connect: an entry of the "
+            "groups claim; LDAP: the group's cn), prefix included."
+        ),
     )
     role = models.CharField(max_length=20, choices=GrantedRole.choices)
     department = models.ForeignKey(
@@ -37,7 +42,7 @@ class GroupRoleRule(models.Model):
         null=True,
         blank=True,
         related_name="group_rules",
-        help_text="For a lead or member role: the department. Empty for platform admin.",
+        help_text=gettext_lazy("For a lead or member role: the department. Empty for platform admin."),
     )
     project = models.ForeignKey(
         Project,
@@ -45,8 +50,10 @@ class GroupRoleRule(models.Model):
         null=True,
         blank=True,
         related_name="group_rules",
-        help_text="Optional, for a lead or member role: one of the department's projects. The group then "
-        "makes its people the project's leads or members (and members of the department).",
+        help_text=gettext_lazy(
+            "Optional, for a lead or member role: one of the department's projects. The group then makes its "
+            "people the project's leads or members (and members of the department)."
+        ),
     )
     description = models.CharField(max_length=200, blank=True, validators=[TextValidator()])
     created_at = models.DateTimeField(auto_now_add=True)
@@ -58,32 +65,36 @@ class GroupRoleRule(models.Model):
                 condition=Q(role=GrantedRole.PLATFORM_ADMIN, department__isnull=True)
                 | Q(role__in=[GrantedRole.LEAD, GrantedRole.MEMBER], department__isnull=False),
                 name="%(app_label)s_%(class)s_scope_fits_role",
-                violation_error_message="A platform admin rule names no department; a lead or member rule "
-                "names one.",
+                violation_error_message=gettext_lazy(
+                    "A platform admin rule names no department; a lead or member rule names one."
+                ),
             ),
             models.CheckConstraint(
                 condition=Q(project__isnull=True) | Q(department__isnull=False),
                 name="%(app_label)s_%(class)s_project_rule_names_department",
-                violation_error_message="A project rule names the project's department too.",
+                violation_error_message=gettext_lazy("A project rule names the project's department too."),
             ),
             models.UniqueConstraint(
                 fields=["group", "project"],
                 condition=Q(project__isnull=False),
                 name="%(app_label)s_%(class)s_one_role_per_project",
-                violation_error_message="This group already has a rule for this project: change that rule.",
+                violation_error_message=gettext_lazy(
+                    "This group already has a rule for this project: change that rule."
+                ),
             ),
             models.UniqueConstraint(
                 fields=["group", "department"],
                 condition=Q(department__isnull=False, project__isnull=True),
                 name="%(app_label)s_%(class)s_one_role_per_department",
-                violation_error_message="This group already has a rule for this department: change that "
-                "rule.",
+                violation_error_message=gettext_lazy(
+                    "This group already has a rule for this department: change that rule."
+                ),
             ),
             models.UniqueConstraint(
                 fields=["group"],
                 condition=Q(role=GrantedRole.PLATFORM_ADMIN),
                 name="%(app_label)s_%(class)s_one_admin_rule",
-                violation_error_message="This group already makes its members platform admins.",
+                violation_error_message=gettext_lazy("This group already makes its members platform admins."),
             ),
         ]
 
@@ -92,15 +103,25 @@ class GroupRoleRule(models.Model):
             return f"{self.group} -> platform admin"
         if self.project_id is not None:
             return f"{self.group} -> project {self.role} of {self.project}"
-        return f"{self.group} -> {self.get_role_display().lower()} of {self.department}"
+        return f"{self.group} -> {english(self.get_role_display).lower()} of {self.department}"
 
     def clean(self):
         super().clean()
         if self.project_id is not None and self.project.department_id != self.department_id:
             raise ValidationError(
                 {
-                    "project": f"{self.project} is not a project of {self.department or 'no department'}: "
-                    "choose one of the department's projects, or that project's department."
+                    "project": (
+                        _(
+                            "%(project)s is not a project of %(department)s: choose one of the department's "
+                            "projects, or that project's department."
+                        )
+                        if self.department
+                        else _(
+                            "%(project)s is not a project of no department: choose one of the department's "
+                            "projects, or that project's department."
+                        )
+                    )
+                    % {"project": self.project, "department": self.department}
                 }
             )
 
@@ -115,24 +136,28 @@ class ExternalIdentity(models.Model):
 
     provider = models.CharField(max_length=10, choices=IdentityProvider.choices)
     subject = models.CharField(
-        max_length=255, help_text="OpenID Connect: the `sub` claim. LDAP: the user's DN (lower case)."
+        max_length=255,
+        help_text=gettext_lazy("OpenID Connect: the `sub` claim. LDAP: the user's DN (lower case)."),
     )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
     )
     granted_admin = models.BooleanField(
         default=False,
-        help_text="The account is a platform admin because of this provider's group (removed with the "
-        "group).",
+        help_text=gettext_lazy(
+            "The account is a platform admin because of this provider's group (removed with the group)."
+        ),
     )
     groups = models.JSONField(
-        default=list, blank=True, help_text="The groups (within the prefix) at the last sign-in."
+        default=list,
+        blank=True,
+        help_text=gettext_lazy("The groups (within the prefix) at the last sign-in."),
     )
     last_sign_in_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        verbose_name_plural = "external identities"
+        verbose_name_plural = gettext_lazy("external identities")
         ordering = ["provider", "subject"]
         constraints = [
             models.UniqueConstraint(
@@ -142,7 +167,7 @@ class ExternalIdentity(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.get_provider_display()} {self.subject} -> {self.user}"
+        return f"{english(self.get_provider_display)} {self.subject} -> {self.user}"
 
 
 class PosixAccount(models.Model):
@@ -159,23 +184,27 @@ class PosixAccount(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="posix_account"
     )
     name = models.CharField(
-        "login name",
+        gettext_lazy("login name"),
         max_length=32,
-        help_text="The person's user name on the nodes (LDAP uid): lower case letters, digits, _ . -",
+        help_text=gettext_lazy(
+            "The person's user name on the nodes (LDAP uid): lower case letters, digits, _ . -"
+        ),
     )
-    uid = models.PositiveIntegerField("uid", help_text="uidNumber: never 0 (root) or 65534 (nobody).")
-    gid = models.PositiveIntegerField("gid", help_text="gidNumber of the primary group.")
+    uid = models.PositiveIntegerField(
+        "uid", help_text=gettext_lazy("uidNumber: never 0 (root) or 65534 (nobody).")
+    )
+    gid = models.PositiveIntegerField("gid", help_text=gettext_lazy("gidNumber of the primary group."))
     groups = models.JSONField(
-        "supplementary group ids",
+        gettext_lazy("supplementary group ids"),
         default=list,
         blank=True,
-        help_text="A list of gid numbers (posixGroup gidNumbers), without the primary group.",
+        help_text=gettext_lazy("A list of gid numbers (posixGroup gidNumbers), without the primary group."),
     )
     source = models.CharField(max_length=10, choices=PosixSource.choices, default=PosixSource.ADMIN)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        verbose_name = "POSIX account"
+        verbose_name = gettext_lazy("POSIX account")
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["uid"], name="%(app_label)s_%(class)s_unique_uid"),
@@ -198,34 +227,39 @@ class PosixAccount(models.Model):
     def clean(self):
         errors: dict[str, str] = {}
         if not posix.NAME_RE.fullmatch(self.name or ""):
-            errors["name"] = (
+            errors["name"] = _(
                 "must be a POSIX user name: a lower case letter or _ first, then lower case letters, digits, "
                 "_ . - (at most 32)"
             )
         elif self.name in posix.RESERVED_NAMES:
             # Slurm takes the uid from the node's user database by name: root's name would run as root.
-            errors["name"] = f"{self.name} is a system account's name: a person's jobs never run as it"
+            errors["name"] = _("%(name)s is a system account's name: a person's jobs never run as it") % {
+                "name": self.name
+            }
         for field in ("uid", "gid"):
             problem = posix.id_problem(getattr(self, field))
             if problem:
                 errors[field] = f"{field} {problem}"
         groups = self.groups
         if not isinstance(groups, list):
-            errors["groups"] = "must be a list of group id numbers"
+            errors["groups"] = _("must be a list of group id numbers")
         else:
             for group in groups:
                 problem = posix.id_problem(group)
                 if problem:
-                    errors["groups"] = f"group {group!r}: {problem}"
+                    errors["groups"] = _("group %(group)s: %(problem)s") % {
+                        "group": repr(group),
+                        "problem": problem,
+                    }
                     break
         if errors:
             raise ValidationError(errors)
         self.groups = normalized_groups(groups, self.gid)
         taken = PosixAccount.objects.exclude(pk=self.pk)
         if taken.filter(uid=self.uid).exists():
-            errors["uid"] = f"uid {self.uid} belongs to another person"
+            errors["uid"] = _("uid %(uid)s belongs to another person") % {"uid": self.uid}
         if taken.filter(name=self.name).exists():
-            errors["name"] = f"login name {self.name} belongs to another person"
+            errors["name"] = _("login name %(name)s belongs to another person") % {"name": self.name}
         if errors:
             raise ValidationError(errors)
 

@@ -11,11 +11,14 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.access import is_admin, led_department_ids, member_department_ids
 from core.text import TextValidator
 from inventory.models import NVLinkPartition
 from tenancy import naming
+from tenancy.i18n import interpolate_lazy
 from tenancy.renderers import export_path_problem, is_inside
 from tenancy.validators import validate_export_path, validate_export_root, validate_nfs_server
 
@@ -51,22 +54,33 @@ class Department(models.Model):
     slug = models.SlugField(
         max_length=naming.SLUG_MAX,
         validators=[validate_department_slug],
-        help_text="Its Kubernetes namespace, Slurm account and QOS (tenancy.naming): up to "
-        f"{naming.SLUG_MAX} lower-case letters, digits and single hyphens, starting with a letter.",
+        help_text=interpolate_lazy(
+            gettext_lazy(
+                "Its Kubernetes namespace, Slurm account and QOS (tenancy.naming): up to %(max)s lower-case "
+                "letters, digits and single hyphens, starting with a letter."
+            ),
+            max=naming.SLUG_MAX,
+        ),
     )
-    guaranteed_gpus = models.PositiveIntegerField(default=0, help_text="Always available; reclaimed if lent.")
+    guaranteed_gpus = models.PositiveIntegerField(
+        default=0, help_text=gettext_lazy("Always available; reclaimed if lent.")
+    )
     over_quota_weight = models.DecimalField(
         max_digits=6,
         decimal_places=2,
         default=Decimal("1.00"),
         validators=[MinValueValidator(Decimal("0"))],
-        help_text="Share of idle GPUs it may borrow, relative to other departments (0: never borrows).",
+        help_text=gettext_lazy(
+            "Share of idle GPUs it may borrow, relative to other departments (0: never borrows)."
+        ),
     )
     limit_gpus = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most GPUs it may hold, borrowing included; empty for no limit."
+        null=True,
+        blank=True,
+        help_text=gettext_lazy("Most GPUs it may hold, borrowing included; empty for no limit."),
     )
     priority = models.SmallIntegerField(
-        default=0, help_text="Higher priority is served first when borrowing."
+        default=0, help_text=gettext_lazy("Higher priority is served first when borrowing.")
     )
     # Network isolation, allocated from the pools in TenancySettings; unique while assigned.
     vlan_id = models.PositiveIntegerField(
@@ -76,17 +90,20 @@ class Department(models.Model):
         validators=[MinValueValidator(VNI_MIN), MaxValueValidator(VNI_MAX)]
     )
     ib_pkey = models.PositiveIntegerField(
-        validators=[MinValueValidator(PKEY_MIN), MaxValueValidator(PKEY_MAX)], help_text="InfiniBand P_Key"
+        validators=[MinValueValidator(PKEY_MIN), MaxValueValidator(PKEY_MAX)],
+        help_text=gettext_lazy("InfiniBand P_Key"),
     )
     network_cidr = models.CharField(
-        max_length=43, help_text="The department's tenant network, e.g. 10.64.3.0/24"
+        max_length=43, help_text=gettext_lazy("The department's tenant network, e.g. 10.64.3.0/24")
     )
     # Storage isolation. Written unquoted into /etc/exports and PersistentVolumes (docs/rendering.md).
     export_path = models.CharField(
         max_length=255,
         validators=[validate_export_path],
-        help_text="Absolute path of the department's NFS export, inside the tenancy settings' export root: "
-        "letters, digits, '.', '_' and '-' between '/', no trailing '/'.",
+        help_text=gettext_lazy(
+            "Absolute path of the department's NFS export, inside the tenancy settings' export root: "
+            "letters, digits, '.', '_' and '-' between '/', no trailing '/'."
+        ),
     )
     storage_quota_gib = models.PositiveIntegerField(default=10240)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -107,20 +124,23 @@ class Department(models.Model):
             models.CheckConstraint(
                 condition=SLUG_FORM,
                 name="%(app_label)s_%(class)s_slug_form",
-                violation_error_message="A department's slug is lower-case letters, digits and single "
-                "hyphens, starting with a letter and ending with a letter or digit.",
+                violation_error_message=gettext_lazy(
+                    "A department's slug is lower-case letters, digits and single hyphens, starting with a "
+                    "letter and ending with a letter or digit."
+                ),
             ),
             models.CheckConstraint(
                 condition=~Q(slug__in=sorted(naming.RESERVED_SLUGS))
                 & ~Q(slug__startswith=naming.RESERVED_PREFIXES[0]),
                 name="%(app_label)s_%(class)s_slug_not_reserved",
-                violation_error_message="This slug is reserved (Kubernetes, Slurm or Rackplane use the "
-                "name).",
+                violation_error_message=gettext_lazy(
+                    "This slug is reserved (Kubernetes, Slurm or Rackplane use the name)."
+                ),
             ),
             models.CheckConstraint(
                 condition=Q(limit_gpus__isnull=True) | Q(limit_gpus__gte=F("guaranteed_gpus")),
                 name="%(app_label)s_%(class)s_limit_not_below_guarantee",
-                violation_error_message="A department's limit may not be below its guarantee.",
+                violation_error_message=gettext_lazy("A department's limit may not be below its guarantee."),
             ),
             models.CheckConstraint(
                 condition=Q(over_quota_weight__gte=0), name="%(app_label)s_%(class)s_weight_not_negative"
@@ -159,7 +179,12 @@ class Department(models.Model):
             return
         root = TenancySettings.load().export_root
         if problem := export_path_problem(path, root=root):
-            raise ValidationError({"export_path": f"The export path {path!r} {problem}."})
+            raise ValidationError(
+                {
+                    "export_path": _("The export path %(path)s %(problem)s.")
+                    % {"path": repr(path), "problem": problem}
+                }
+            )
         others = Department.objects.exclude(pk=self.pk)
         ancestors = ["/".join(path.split("/")[:i]) for i in range(2, path.count("/") + 1)]
         outer = others.filter(export_path__in=ancestors).order_by("export_path").first()
@@ -167,15 +192,21 @@ class Department(models.Model):
         if outer is not None:
             raise ValidationError(
                 {
-                    "export_path": f"The export path {path} lies inside {outer.name}'s export "
-                    f"{outer.export_path}: {outer.name} could read its data. Choose a path outside it."
+                    "export_path": _(
+                        "The export path %(path)s lies inside %(other)s's export %(other_path)s: %(other)s "
+                        "could read its data. Choose a path outside it."
+                    )
+                    % {"path": path, "other": outer.name, "other_path": outer.export_path}
                 }
             )
         if inner is not None:
             raise ValidationError(
                 {
-                    "export_path": f"The export path {path} holds {inner.name}'s export {inner.export_path}: "
-                    f"this department could read {inner.name}'s data. Choose a path outside it."
+                    "export_path": _(
+                        "The export path %(path)s holds %(other)s's export %(other_path)s: this department "
+                        "could read %(other)s's data. Choose a path outside it."
+                    )
+                    % {"path": path, "other": inner.name, "other_path": inner.export_path}
                 }
             )
 
@@ -218,13 +249,15 @@ class TenancySettings(models.Model):
     pkey_last = models.PositiveIntegerField(default=0x7FFE)
     tenant_supernet = models.CharField(max_length=43, default="10.64.0.0/16")
     tenant_prefix = models.PositiveSmallIntegerField(
-        default=24, help_text="Prefix length of each tenant network"
+        default=24, help_text=gettext_lazy("Prefix length of each tenant network")
     )
     export_root = models.CharField(
         max_length=200,
         default="/exports/tenants",
         validators=[validate_export_root],
-        help_text="Every department's export path lies inside it; a new department's is <root>/<slug>.",
+        help_text=gettext_lazy(
+            "Every department's export path lies inside it; a new department's is <root>/<slug>."
+        ),
     )
     nfs_server = models.CharField(
         max_length=253, default="nfs.storage.internal", validators=[validate_nfs_server]
@@ -233,15 +266,15 @@ class TenancySettings(models.Model):
     idle_threshold_percent = models.FloatField(default=5.0)
     idle_window_minutes = models.PositiveIntegerField(default=30)
     utilization_history_hours = models.PositiveIntegerField(
-        default=24, help_text="How long per-GPU utilization (5-minute buckets) is kept."
+        default=24, help_text=gettext_lazy("How long per-GPU utilization (5-minute buckets) is kept.")
     )
     quota_history_days = models.PositiveIntegerField(
-        default=30, help_text="How long department quota snapshots are kept."
+        default=30, help_text=gettext_lazy("How long department quota snapshots are kept.")
     )
 
     class Meta:
-        verbose_name = "tenancy settings"
-        verbose_name_plural = "tenancy settings"
+        verbose_name = gettext_lazy("tenancy settings")
+        verbose_name_plural = gettext_lazy("tenancy settings")
         constraints = [
             models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_singleton"),
             models.CheckConstraint(
@@ -263,7 +296,7 @@ class TenancySettings(models.Model):
         ]
 
     def __str__(self):
-        return "Tenancy settings"
+        return "Tenancy settings"  # stored in audit records: not translated
 
     def clean(self):
         super().clean()
@@ -279,8 +312,11 @@ class TenancySettings(models.Model):
                 listed = ", ".join(f"{d.name} ({d.export_path})" for d in outside[:5])
                 raise ValidationError(
                     {
-                        "export_root": f"{len(outside)} department export(s) would lie outside {root}: "
-                        f"{listed}. Move them first, or choose a root that holds them."
+                        "export_root": _(
+                            "%(count)s department export(s) would lie outside %(root)s: %(listed)s. Move "
+                            "them first, or choose a root that holds them."
+                        )
+                        % {"count": len(outside), "root": root, "listed": listed}
                     }
                 )
 

@@ -4,9 +4,11 @@ and where it came from (by hand, or an identity provider's group)."""
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy
 
 from core.access import Role, is_admin, is_signed_in, led_department_ids
 from tenancy.choices import ProjectRole, RoleOrigin
+from tenancy.i18n import english
 from tenancy.models.departments import Department
 from tenancy.models.projects import Project
 
@@ -39,9 +41,11 @@ class MembershipBase(models.Model):
         max_length=10,
         choices=RoleOrigin.choices,
         default=RoleOrigin.MANUAL,
-        help_text="Granted by hand (stays until removed by hand), or by an identity provider's group "
-        "(re-synced at each sign-in through it, removed when the group is gone). A change by hand makes it "
-        "a hand grant.",
+        help_text=gettext_lazy(
+            "Granted by hand (stays until removed by hand), or by an identity provider's group (re-synced "
+            "at each sign-in through it, removed when the group is gone). A change by hand makes it a hand "
+            "grant."
+        ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -51,7 +55,7 @@ class MembershipBase(models.Model):
         abstract = True
 
     def __str__(self):
-        return f"{self.user} ({self.get_role_display()}, {getattr(self, self.scope_field)})"
+        return f"{self.user} ({english(self.get_role_display)}, {getattr(self, self.scope_field)})"
 
 
 class Membership(MembershipBase):

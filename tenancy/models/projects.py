@@ -7,10 +7,12 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Lower
+from django.utils.translation import gettext_lazy
 
 from core.access import is_admin, is_signed_in, led_department_ids, member_department_ids, member_project_ids
 from core.text import TextValidator
 from tenancy import naming
+from tenancy.i18n import interpolate_lazy
 from tenancy.models.departments import SLUG_FORM, Department
 
 
@@ -79,20 +81,31 @@ class Project(models.Model):
     slug = models.SlugField(
         max_length=naming.SLUG_MAX,
         validators=[validate_project_slug],
-        help_text=f"Up to {naming.SLUG_MAX} lower-case letters, digits and single hyphens, starting with a "
-        "letter; with the department's slug, the Kubernetes namespace and Slurm account "
-        "<department>--<project> (tenancy.naming).",
+        help_text=interpolate_lazy(
+            gettext_lazy(
+                "Up to %(max)s lower-case letters, digits and single hyphens, starting with a letter; with "
+                "the department's slug, the Kubernetes namespace and Slurm account <department>--<project> "
+                "(tenancy.naming)."
+            ),
+            max=naming.SLUG_MAX,
+        ),
     )
-    guaranteed_gpus = models.PositiveIntegerField(default=0, help_text="Always available; reclaimed if lent.")
+    guaranteed_gpus = models.PositiveIntegerField(
+        default=0, help_text=gettext_lazy("Always available; reclaimed if lent.")
+    )
     over_quota_weight = models.DecimalField(
         max_digits=6,
         decimal_places=2,
         default=Decimal("1.00"),
         validators=[MinValueValidator(Decimal("0"))],
-        help_text="Share of the department's idle GPUs it may borrow, relative to its sibling projects.",
+        help_text=gettext_lazy(
+            "Share of the department's idle GPUs it may borrow, relative to its sibling projects."
+        ),
     )
     limit_gpus = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Most GPUs it may hold, borrowing included; empty for no limit."
+        null=True,
+        blank=True,
+        help_text=gettext_lazy("Most GPUs it may hold, borrowing included; empty for no limit."),
     )
     is_default = models.BooleanField(
         default=False,
@@ -112,23 +125,25 @@ class Project(models.Model):
                 Lower("name"),
                 "department",
                 name="%(app_label)s_%(class)s_unique_name_per_department",
-                violation_error_message="The department already has a project of this name.",
+                violation_error_message=gettext_lazy("The department already has a project of this name."),
             ),
             models.UniqueConstraint(
                 fields=["department", "slug"],
                 name="%(app_label)s_%(class)s_unique_slug_per_department",
-                violation_error_message="The department already has a project with this slug.",
+                violation_error_message=gettext_lazy("The department already has a project with this slug."),
             ),
             models.CheckConstraint(
                 condition=SLUG_FORM,
                 name="%(app_label)s_%(class)s_slug_form",
-                violation_error_message="A project's slug is lower-case letters, digits and single hyphens, "
-                "starting with a letter and ending with a letter or digit.",
+                violation_error_message=gettext_lazy(
+                    "A project's slug is lower-case letters, digits and single hyphens, starting with a "
+                    "letter and ending with a letter or digit."
+                ),
             ),
             models.CheckConstraint(
                 condition=Q(limit_gpus__isnull=True) | Q(limit_gpus__gte=F("guaranteed_gpus")),
                 name="%(app_label)s_%(class)s_limit_not_below_guarantee",
-                violation_error_message="A project's limit may not be below its guarantee.",
+                violation_error_message=gettext_lazy("A project's limit may not be below its guarantee."),
             ),
             models.CheckConstraint(
                 condition=Q(over_quota_weight__gte=0), name="%(app_label)s_%(class)s_weight_not_negative"

@@ -5,9 +5,11 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy
 
 from core.destinations import check_outbound_url
 from tenancy.choices import MetricsSourceKind
+from tenancy.i18n import english
 from tenancy.models.departments import Department
 
 
@@ -25,17 +27,25 @@ class MetricsSource(models.Model):
     url = models.URLField(
         max_length=500,
         blank=True,
-        help_text="The query API's base address, e.g. https://prometheus.example.org:9090 (Rackplane adds "
-        "/api/v1/query); with a path prefix for Thanos, Mimir (/prometheus) or VictoriaMetrics.",
+        help_text=gettext_lazy(
+            "The query API's base address, e.g. https://prometheus.example.org:9090 (Rackplane adds "
+            "/api/v1/query); with a path prefix for Thanos, Mimir (/prometheus) or VictoriaMetrics."
+        ),
     )
-    bearer_token = models.CharField(max_length=4096, blank=True, help_text="Sent as 'Authorization: Bearer'.")
-    username = models.CharField(max_length=200, blank=True, help_text="HTTP basic authentication.")
+    bearer_token = models.CharField(
+        max_length=4096, blank=True, help_text=gettext_lazy("Sent as 'Authorization: Bearer'.")
+    )
+    username = models.CharField(
+        max_length=200, blank=True, help_text=gettext_lazy("HTTP basic authentication.")
+    )
     password = models.CharField(max_length=200, blank=True)
     ca_file = models.CharField(
         max_length=500,
         blank=True,
-        help_text="Absolute path of the CA bundle (PEM) that signed the server's certificate; empty for the "
-        "system's.",
+        help_text=gettext_lazy(
+            "Absolute path of the CA bundle (PEM) that signed the server's certificate; empty for the "
+            "system's."
+        ),
     )
     timeout_seconds = models.PositiveSmallIntegerField(default=10)
     # The outbound guard (core.outbound, docs/outbound.md): the site's Prometheus is usually an internal
@@ -43,49 +53,63 @@ class MetricsSource(models.Model):
     # default; link-local (cloud metadata) ones never are, nor a redirect to another host.
     allow_private_address = models.BooleanField(
         default=True,
-        help_text="The address may be a private or loopback one (an internal Prometheus). Link-local and "
-        "metadata addresses are refused whatever this says.",
+        help_text=gettext_lazy(
+            "The address may be a private or loopback one (an internal Prometheus). Link-local and "
+            "metadata addresses are refused whatever this says."
+        ),
     )
     window_seconds = models.PositiveIntegerField(
         default=300,
         validators=[MinValueValidator(2)],
-        help_text="Utilization is averaged over this window; a GPU with no sample in it has no data (never "
-        "idle). At least twice the exporters' scrape interval.",
+        help_text=gettext_lazy(
+            "Utilization is averaged over this window; a GPU with no sample in it has no data (never "
+            "idle). At least twice the exporters' scrape interval."
+        ),
     )
     metric = models.CharField(max_length=200, default="DCGM_FI_DEV_GPU_UTIL")
     uuid_label = models.CharField(
-        max_length=100, default="UUID", help_text="The label holding the GPU UUID (dcgm-exporter: UUID)."
+        max_length=100,
+        default="UUID",
+        help_text=gettext_lazy("The label holding the GPU UUID (dcgm-exporter: UUID)."),
     )
-    gpu_label = models.CharField(max_length=100, default="gpu", help_text="The GPU index label.")
-    hostname_label = models.CharField(max_length=100, default="Hostname", help_text="The node name label.")
+    gpu_label = models.CharField(
+        max_length=100, default="gpu", help_text=gettext_lazy("The GPU index label.")
+    )
+    hostname_label = models.CharField(
+        max_length=100, default="Hostname", help_text=gettext_lazy("The node name label.")
+    )
     selector = models.CharField(
         max_length=500,
         blank=True,
-        help_text='Extra label matchers for this site\'s exporters, e.g. cluster="gb-east",job="dcgm".',
+        help_text=gettext_lazy(
+            'Extra label matchers for this site\'s exporters, e.g. cluster="gb-east",job="dcgm".'
+        ),
     )
     last_polled_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_series_count = models.PositiveIntegerField(default=0)
 
     class Meta:
-        verbose_name = "metrics source"
-        verbose_name_plural = "metrics source"
+        verbose_name = gettext_lazy("metrics source")
+        verbose_name_plural = gettext_lazy("metrics source")
         constraints = [
             models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_singleton"),
             models.CheckConstraint(
                 condition=Q(kind="direct") | ~Q(url=""),
                 name="%(app_label)s_%(class)s_prometheus_has_url",
-                violation_error_message="A Prometheus source needs the query API's address.",
+                violation_error_message=gettext_lazy("A Prometheus source needs the query API's address."),
             ),
             models.CheckConstraint(
                 condition=Q(bearer_token="") | (Q(username="") & Q(password="")),
                 name="%(app_label)s_%(class)s_one_credential",
-                violation_error_message="Give a bearer token or a user name and password, not both.",
+                violation_error_message=gettext_lazy(
+                    "Give a bearer token or a user name and password, not both."
+                ),
             ),
         ]
 
     def __str__(self):
-        return self.get_kind_display()
+        return english(self.get_kind_display)  # audit records keep it: the same in every language
 
     @classmethod
     def load(cls) -> "MetricsSource":
@@ -127,14 +151,16 @@ class GpuActivity(models.Model):
     gpu = models.OneToOneField(
         "inventory.Gpu", on_delete=models.CASCADE, primary_key=True, related_name="activity"
     )
-    utilization = models.FloatField(help_text="Percent, 0-100, latest sample")
+    utilization = models.FloatField(help_text=gettext_lazy("Percent, 0-100, latest sample"))
     sampled_at = models.DateTimeField()
     low_since = models.DateTimeField(
-        null=True, blank=True, help_text="Start of the current run of samples under the idle threshold."
+        null=True,
+        blank=True,
+        help_text=gettext_lazy("Start of the current run of samples under the idle threshold."),
     )
 
     class Meta:
-        verbose_name_plural = "GPU activity"
+        verbose_name_plural = gettext_lazy("GPU activity")
         indexes = [models.Index(fields=["low_since"], name="tenancy_gpuactivity_low_idx")]
 
     def __str__(self):
@@ -153,7 +179,8 @@ class GpuUtilization(models.Model):
     peak = models.FloatField()
     samples = models.PositiveIntegerField(default=1)
     seconds = models.PositiveIntegerField(
-        default=BUCKET_SECONDS, help_text="The bucket's length: 300, or 3600 once downsampled (past a day)."
+        default=BUCKET_SECONDS,
+        help_text=gettext_lazy("The bucket's length: 300, or 3600 once downsampled (past a day)."),
     )
 
     class Meta:

@@ -1,5 +1,9 @@
 """What several browser tests do the same way."""
 
+# The widths the browser tests look at a page in: a phone's (the menu folds) and a desktop's.
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1400, "height": 1000}
+
 
 def sign_in(page, live_server, username: str, password: str) -> None:
     """Sign in through the portal's own login form and wait for the page it leads to."""

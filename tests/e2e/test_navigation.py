@@ -12,12 +12,10 @@ from playwright.sync_api import expect
 
 from core.access import Role
 from inventory.demo import seed_datacenter
-from tests.e2e.browser import sign_in
+from tests.e2e.browser import DESKTOP, PHONE, sign_in
 from tests.factories import free_trays, make_department, make_job, make_member, make_user
 
 PASSWORD = "e2e-navigation-password-1"
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1400, "height": 1000}
 
 
 @pytest.fixture

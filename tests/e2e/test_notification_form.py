@@ -28,7 +28,7 @@ def assert_checkbox_left_of_label(page) -> None:
         expect(text).to_have_text(str(label))
         assert text.evaluate("el => getComputedStyle(el).textTransform") == "none"
         assert text.evaluate("el => el.innerText") == str(label)  # as written: "Tray drained", not capitals
-        expect(page.locator(f"#id_events_{index}_what")).to_have_text(EVENT_DESCRIPTIONS[value])
+        expect(page.locator(f"#id_events_{index}_what")).to_have_text(str(EVENT_DESCRIPTIONS[value]))
         b, t = box.bounding_box(), text.bounding_box()
         assert b["x"] + b["width"] <= t["x"], (value, b, t)  # the box is on the left of its own label
         assert b["y"] < t["y"] + t["height"] and t["y"] < b["y"] + b["height"], (value, b, t)  # same row

@@ -2,9 +2,11 @@
 page that shows it once, submits a job with it through the API of the live server, then revokes the token
 on the same page: the API refuses it from then on, with a 401 that says so."""
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -36,7 +38,7 @@ def submit(live_server, key: str) -> requests.Response:
     )
 
 
-def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, shots, researcher):
+def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, shots, researcher, tmp_path):
     page.goto(f"{live_server.url}/login/")
     page.fill("#id_username", "e2e-tokens")
     page.fill("#id_password", PASSWORD)
@@ -62,6 +64,8 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     curl = page.locator("#snippet-curl").inner_text()
     assert curl == f'curl -H "Authorization: Token {key}" {live_server.url}/api/v1/jobs/'
     python = page.locator("#snippet-python").inner_text()
+    rp_lines = page.locator("#snippet-rp").inner_text().splitlines()
+    assert rp_lines == [f"rp login --url {live_server.url}", "rp ls"]
     page.screenshot(path=str(shots / "01-new-token-shown-once.png"), full_page=True)
     page.reload()
     expect(page.locator("#new-token")).to_have_count(0)  # shown once
@@ -74,6 +78,20 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     assert ran.returncode == 0, ran.stderr
     job_id, name, state = ran.stdout.split()
     assert (job_id, name, state) == (str(response.json()["id"]), "from-a-script", Job.objects.get().state)
+    # The rp snippet as a person types it (the key pasted at the prompt; here on standard input).
+    rp = Path(sys.executable).with_name("rp")
+    environment = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    login = [*rp_lines[0].split()[1:], "--token-stdin"]
+    ran = subprocess.run(
+        [rp, *login], input=key + "\n", capture_output=True, text=True, env=environment, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    listed = subprocess.run([rp, "ls"], capture_output=True, text=True, env=environment, timeout=60)
+    assert listed.returncode == 0 and "from-a-script" in listed.stdout, listed.stderr
 
     page.goto(f"{live_server.url}/account/tokens/")
     row = page.locator("#own-tokens tr.token-row")
@@ -82,6 +100,14 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     expect(row.locator(".token-status")).to_have_text("Active")
     expect(row.locator("td").nth(4)).not_to_have_text("never")  # the job's request used it
     page.screenshot(path=str(shots / "02-token-listed.png"), full_page=True)
+    # On a phone the row keeps its name, expiry, status and Revoke button on screen (the rest is left out).
+    page.set_viewport_size({"width": 390, "height": 844})
+    revoke = row.get_by_role("button", name="Revoke training launcher")
+    box = revoke.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(shots / "02-token-listed-390.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
 
     row.get_by_role("button", name="Revoke training launcher").click()
     expect(page.locator(".message.success")).to_contain_text("the API refuses it from now on")

@@ -15,6 +15,7 @@ import json
 import re
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import expect
@@ -147,7 +148,9 @@ def test_a_raised_guarantee_flips_the_borrowed_badges_and_the_chart_is_current(s
 
     # The chart's last point: the beat's snapshot, taken when the stack started, or since.
     figure = json.loads(lead_page.locator("[data-plotly-figure]").first.get_attribute("data-plotly-figure"))
-    last = max(datetime.fromisoformat(x) for trace in figure["data"] for x in trace["x"])
+    # Wall-clock times in the viewer's zone, which the time axis names (plotly draws them as written).
+    zone = ZoneInfo(figure["layout"]["xaxis"]["title"]["text"])
+    last = max(datetime.fromisoformat(x).replace(tzinfo=zone) for trace in figure["data"] for x in trace["x"])
     assert datetime.now(UTC) - last < timedelta(minutes=5), last
 
     [(held,)] = stack.query(

@@ -300,7 +300,10 @@ def test_cards_badges_chart_api_and_snapshots_agree_across_a_guarantee_change(
             "Pending demand": figure(response, "pending"),
         }
         assert traces["Guaranteed"]["y"] == [8, guaranteed]
-        assert traces["Guaranteed"]["x"][-1] == response.context["d"].taken_at.isoformat()
+        # Wall-clock time in the viewer's zone (UTC here), without an offset: plotly draws it as written.
+        assert (
+            traces["Guaranteed"]["x"][-1] == response.context["d"].taken_at.replace(tzinfo=None).isoformat()
+        )
         # The API's figures, and the snapshot the beat records now.
         row = api.get("/api/v1/departments/research/").json()
         quota = api.get("/api/v1/departments/research/quota/").json()

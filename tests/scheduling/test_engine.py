@@ -466,7 +466,7 @@ def test_each_start_says_in_one_sentence_why_there_and_what_else_could_have_take
     why = {s.job_id: s.why for s in result.started}
     assert why[1] == (
         "in NVLink partition r1 p1, the smallest with 4 free trays (best fit); 2 other partitions could "
-        "have taken it, kept for larger jobs"
+        "have taken it, kept for larger jobs (the next best, with their free trays: r1 p2 (9), r2 p1 (18))"
     )
     assert why[2].startswith("on a free tray of r1 p2, the smallest NVLink partition with room")
     assert why[3].startswith("on a tray already partly in use in r1 p2, whose 2 free GPUs fit it best")
@@ -606,3 +606,15 @@ def test_a_borrowers_reason_counts_the_dedicated_trays_it_may_borrow():
     )
     assert not result.started
     assert "the most in one rack is 9" in result.waiting[2], result.waiting[2]
+
+
+def test_a_start_names_at_most_three_alternatives_smallest_first_then_how_many_more():
+    c = cluster_of({"r1": [9, 9], "r2": [9, 9], "r3": [18]})
+    c.allocate(10, [(t, 4) for t in range(0, 6)])  # r1 p1 keeps 3 free trays: the best fit for 3
+    running = [RunningJob(10, "b", 24, started_at=0, expected_end=9000)]
+    result = run(c, [Department("a", 100), Department("b", 24)], running, [PendingJob(1, "a", 12)], now=10.0)
+    [start] = result.started
+    assert start.why.endswith(
+        "4 other partitions could have taken it, kept for larger jobs (the next best, with their free "
+        "trays: r1 p2 (9), r2 p1 (9), r2 p2 (9) and 1 more)"
+    ), start.why

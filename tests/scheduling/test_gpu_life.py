@@ -1,7 +1,7 @@
 """The GPUs' life (scheduling.views.gpu_life): the rack view's colour-by switch, time ranges, jobs that held
 a GPU."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.urls import reverse
@@ -253,12 +253,14 @@ def test_utilization_chart_ends_at_the_request_time_not_the_last_sample(
         .get(reverse("scheduling:tray-utilization", args=[tray.pk]), {"range": "1h"})
         .content.decode()
     )
+    # The chart's times are wall-clock times in the viewer's zone (UTC here), without an offset (plotly).
     start, end = (
-        timezone.datetime.fromisoformat(moment) for moment in _figure(html)["layout"]["xaxis"]["range"]
+        timezone.datetime.fromisoformat(moment).replace(tzinfo=UTC)
+        for moment in _figure(html)["layout"]["xaxis"]["range"]
     )
     assert before <= end <= timezone.now() and end - start == timedelta(hours=1)
     [trace] = [trace for trace in _figure(html)["data"] if trace["name"] == f"GPU {gpu.index}"]
-    assert timezone.datetime.fromisoformat(trace["x"][-1]) < end - timedelta(minutes=15)
+    assert timezone.datetime.fromisoformat(trace["x"][-1]).replace(tzinfo=UTC) < end - timedelta(minutes=15)
 
 
 def test_a_job_that_started_inside_the_current_bucket_shows_its_first_sample(
@@ -279,7 +281,7 @@ def test_a_job_that_started_inside_the_current_bucket_shows_its_first_sample(
     assert len(traces) == len(gpus) == 4
     for trace in traces:
         assert trace["y"] == [77.0] and trace["mode"] == "lines+markers"
-        assert timezone.datetime.fromisoformat(trace["x"][0]) >= job.started_at
+        assert timezone.datetime.fromisoformat(trace["x"][0]).replace(tzinfo=UTC) >= job.started_at
 
 
 # ------------------------------------------------------------------------------------ a job's logs

@@ -772,3 +772,30 @@ def test_command_takes_a_half_life_and_off(tmp_path):
         simulate(*args[:-2], "--half-life", "0", "--out", str(out))
     with pytest.raises(CommandError, match="'soon' is not a duration"):
         simulate(*args[:-2], "--half-life", "soon", "--out", str(out))
+
+
+def test_estimated_starts_are_measured_against_real_starts(tmp_path):
+    """A job given a reservation starts when it said (the rack frees at 1000 s); one overtaken by a later
+    in-quota job of another department starts 500 s after its first estimate: the figures say both."""
+    alone = simulator.load_traces(
+        [write_trace(tmp_path / "solo.csv", [("A", 0, 1000, 72), ("B", 10, 100, 72)])]
+    )
+    exact = simulator.simulate(alone, 1, "1x18", RACKPLANE).metrics["estimated_starts"]
+    assert exact == {
+        "jobs_with_estimate": 1,
+        "share_of_jobs": 0.5,
+        "median_abs_error_s": 0.0,
+        "p90_abs_error_s": 0.0,
+        "within_15_min": 1.0,
+        "later_than_estimate": 0.0,
+        "earlier_than_estimate": 0.0,
+    }
+    overtaken = simulator.load_traces(
+        [
+            write_trace(tmp_path / "x.csv", [("A", 0, 1000, 72), ("C", 20, 500, 72)]),
+            write_trace(tmp_path / "y.csv", [("B", 10, 100, 72)]),
+        ]
+    )
+    late = simulator.simulate(overtaken, 1, "1x18", RACKPLANE, guarantees={"x": 72, "y": 0})
+    figures = late.metrics["estimated_starts"]
+    assert figures["median_abs_error_s"] == 500.0 and figures["later_than_estimate"] == 1.0

@@ -492,6 +492,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "scheduling.tasks.snapshot_quotas": 300.0,
         "integrations.tasks.retry_stale_pushes": 60.0,
         "integrations.tasks.follow_active_plans": 30.0,
+        "integrations.tasks.run_plan_windows": 30.0,
         "scheduling.tasks.schedule_jobs_periodically": 60.0,
         "integrations.tasks.sync_jobs": 30.0,
         "core.tasks.retry_notifications": 30.0,
@@ -504,6 +505,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "scheduling.tasks.schedule_jobs_periodically",
         "integrations.tasks.sync_jobs",
         "integrations.tasks.watch_removals",
+        "integrations.tasks.run_plan_windows",
     } <= set(app.tasks)
 
 

@@ -3,6 +3,7 @@ source's downsampled and bounded history, stale activity, the idle run dated bac
 never shown back) and the chart fragments. The real-server tests are in test_prometheus_server.py."""
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -248,6 +249,21 @@ def test_the_chart_html_is_the_validated_figure():
     assert figure.data[0].name == "GPU 0" and list(figure.data[0].y) == [10.0, 55.5]
     assert figure.layout.yaxis.range == (0, 100)
     assert 'data-plotly-figure="' in html and "GPU 0" in html and "55.5" in html
+
+
+def test_the_chart_draws_times_in_the_viewers_zone_and_names_it():
+    """plotly.js draws an ISO time's wall clock whatever its offset: the chart gets the viewer's wall clock
+    and names the zone, so a viewer in Tokyo sees the same times on the chart as on the page around it."""
+    from django.utils import timezone as django_timezone
+
+    series = {"GPU-a": [(T0, 10.0)]}
+    with django_timezone.override("Asia/Tokyo"):
+        figure = utilization_figure(series, x_range=(T0, T0 + timedelta(hours=1)))
+    tokyo = T0.astimezone(ZoneInfo("Asia/Tokyo")).replace(tzinfo=None)
+    assert list(figure.data[0].x) == [tokyo.isoformat()]
+    assert figure.layout.xaxis.title.text == "Asia/Tokyo"
+    assert figure.layout.xaxis.range[0] == tokyo.isoformat()
+    assert utilization_figure(series).layout.xaxis.title.text == "UTC"
 
 
 @pytest.mark.django_db

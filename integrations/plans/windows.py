@@ -1,0 +1,178 @@
+"""Partition plans scheduled for a maintenance window (integrations.models.PlanWindow).
+
+An admin saves a plan with a window instead of applying it now (`schedule`): the plan waits as a draft. The
+beat (`run_windows`, task integrations.tasks.run_plan_windows, every 30 s) then, for each window:
+
+* at its start: applies the plan with drain first (its busy trays drained; with `requeue`, the
+  checkpointable jobs in its way asked to checkpoint and requeued: integrations.plans.requeue_now); another
+  plan in flight on the rack makes it wait (and say so), a rack whose partitions changed since the plan was
+  checked expires it;
+* while it is open: applies the plan once its trays are free (integrations.plans.service.continue_draining,
+  which also refuses to apply a plan past its window's end, whoever calls it);
+* at its end, when the plan has not been applied: withdraws it (cancelled, its trays back in service) and
+  marks the window expired with the reason (which jobs it still waited for).
+
+Each step is one transaction with the rack, the plan and the window locked in that order (the plan
+service's order), so the beat and an admin's cancel, or two beats, never act on a window twice.
+Cancelling the plan removes its window (service.cancel_plan).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import formats, timezone
+from django.utils.translation import gettext as _
+
+from integrations.models import PlanWindow, WindowState
+from integrations.plans import service
+from integrations.plans.requeue_now import jobs_in_the_way, requeue_plans_jobs
+from inventory.choices import PlanStatus
+from inventory.models import PartitionPlan, Rack
+from inventory.planning import PlannedPartition
+
+logger = logging.getLogger(__name__)
+
+OPEN_STATES = (WindowState.SCHEDULED, WindowState.STARTED)
+
+
+def _when(moment: datetime) -> str:
+    """A moment in words for a reason kept with the window (UTC: read by whoever opens it later)."""
+    return (
+        formats.date_format(timezone.localtime(moment, timezone.get_fixed_timezone(0)), "Y-m-d H:i") + " UTC"
+    )
+
+
+def schedule(
+    rack: Rack,
+    partitions: list[PlannedPartition],
+    *,
+    starts_at: datetime,
+    ends_at: datetime,
+    requeue: bool,
+    user,
+    now: datetime | None = None,
+) -> PartitionPlan:
+    """Save the plan as a draft with its window; a window already open starts at once. ValidationError: the
+    plan cannot be made, or the window is impossible (ends before it starts, or has ended)."""
+    now = now or timezone.now()
+    if ends_at <= starts_at:
+        raise ValidationError(_("The window ends before it starts: choose an end after the start."))
+    if ends_at <= now:
+        raise ValidationError(_("The window has already ended: choose an end in the future."))
+    with transaction.atomic():
+        rack = Rack.objects.select_for_update().get(pk=rack.pk)
+        plan = service.create_plan(rack, partitions, drain=True, user=user)
+        window = PlanWindow.objects.create(
+            plan=plan, starts_at=starts_at, ends_at=ends_at, requeue=requeue, created_by=user
+        )
+    if starts_at <= now:
+        step(window.pk, now)
+        plan.refresh_from_db()
+    return plan
+
+
+def run_windows(now: datetime | None = None) -> dict[str, int]:
+    """The beat's round: every open window whose start has come moves on by one step (see the module doc)."""
+    now = now or timezone.now()
+    counts = {"started": 0, "applied": 0, "expired": 0, "waiting": 0}
+    due = PlanWindow.objects.filter(state__in=OPEN_STATES, starts_at__lte=now).order_by("starts_at", "pk")
+    for pk in list(due.values_list("pk", flat=True)):
+        try:
+            outcome = step(pk, now)
+        except Exception:  # one window's trouble never stops the others; it is tried again next round
+            logger.exception("maintenance window %s: could not move on", pk)
+            continue
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def step(pk: int, now: datetime) -> str:
+    """Move one window on: 'started', 'applied', 'expired', 'waiting' or 'gone'."""
+    with transaction.atomic():
+        row = PlanWindow.objects.filter(pk=pk).values_list("plan__rack_id", flat=True).first()
+        if row is None:
+            return "gone"
+        Rack.objects.select_for_update().get(pk=row)
+        plan = (
+            PartitionPlan.objects.select_for_update(of=("self",))
+            .select_related("rack", "created_by")
+            .filter(window__pk=pk)
+            .first()
+        )
+        window = PlanWindow.objects.select_for_update().filter(pk=pk).first()
+        if plan is None or window is None:  # the plan was cancelled (and its window removed) meanwhile
+            return "gone"
+        if window.state not in OPEN_STATES or window.starts_at > now:
+            return "gone"
+        if window.state == WindowState.SCHEDULED:
+            return _start(plan, window, now)
+        return _follow(plan, window, now)
+
+
+def _start(plan: PartitionPlan, window: PlanWindow, now: datetime) -> str:
+    if plan.status != PlanStatus.DRAFT:  # cancelled another way (the window goes with a cancel)
+        return _expire(plan, window, _("The plan was no longer a draft when its window started."))
+    if now >= window.ends_at:
+        return _expire(
+            plan,
+            window,
+            _("The window ended at %(end)s before the plan could start.") % {"end": _when(window.ends_at)},
+        )
+    busy = service.in_flight(plan.rack, but=plan)
+    if busy is not None:
+        _save(window, reason=_("Waiting: %(busy)s") % {"busy": busy})
+        return "waiting"
+    try:
+        with transaction.atomic():
+            plan = service.apply_plan(plan, user=plan.created_by)
+            if window.requeue and plan.status == PlanStatus.DRAINING:
+                requeue_plans_jobs(plan, now)
+    except (service.PlanConflict, ValidationError) as error:
+        words = " ".join(error.messages) if isinstance(error, ValidationError) else str(error)
+        return _expire(plan, window, _("The plan could not start in its window: %(why)s") % {"why": words})
+    if plan.status == PlanStatus.DRAINING:
+        _save(window, state=WindowState.STARTED, reason="")
+        return "started"
+    _save(window, state=WindowState.DONE, reason="")
+    return "applied"
+
+
+def _follow(plan: PartitionPlan, window: PlanWindow, now: datetime) -> str:
+    if plan.status != PlanStatus.DRAINING:  # applied meanwhile (follow_active_plans), or ended otherwise
+        _save(window, state=WindowState.DONE, reason="")
+        return "applied"
+    if now >= window.ends_at:
+        slots = list(
+            plan.rack.trays.filter(state_reason=service.drain_reason(plan)).values_list("slot", flat=True)
+        )
+        names = ", ".join(job.name for job in jobs_in_the_way(plan.rack, slots, now)) or _("none")
+        return _expire(
+            plan,
+            window,
+            _("The window ended at %(end)s before the plan's trays were free (still running: %(jobs)s).")
+            % {"end": _when(window.ends_at), "jobs": names},
+        )
+    if service.continue_draining(plan):
+        _save(window, state=WindowState.DONE, reason="")
+        return "applied"
+    return "waiting"
+
+
+def _expire(plan: PartitionPlan, window: PlanWindow, reason: str) -> str:
+    """Not applied in its window: the plan withdrawn (trays back in service), the window expired, and why."""
+    reason = reason[:500]
+    if plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING):
+        service.withdraw(plan, error=_("Expired: %(why)s") % {"why": reason})
+    _save(window, state=WindowState.EXPIRED, reason=reason)
+    logger.info("plan #%s: maintenance window expired: %s", plan.pk, reason)
+    return "expired"
+
+
+def _save(window: PlanWindow, **values) -> None:
+    for name, value in values.items():
+        setattr(window, name, value)
+    window.save(update_fields=[*values, "updated_at"])

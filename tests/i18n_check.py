@@ -1,0 +1,97 @@
+"""Checks that a page shown in Japanese has no English left in it: the shared helper of the i18n tests.
+
+`english_left(html)` lists the English words still visible in a page (its text and the attributes people read:
+title, placeholder, aria-label, alt, value of buttons), skipping what is data rather than wording (code, kbd,
+samp, pre, script, style, and elements marked `translate="no"`: names, UUIDs, commands). The word list is
+the common words of English sentences and the portal's own verbs, whole words only, so a job called
+"train-pre" or a host name never trips it, and a sentence left in English always does.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+# Words that appear in any English sentence or label of the portal and in no name, UUID or command.
+ENGLISH_WORDS = frozenset(
+    """
+    the and of to for with from this that these those are is was were has have had not no none will would
+    can could may might must should your you when which what who why where how all any some each every more
+    less than only also into onto over under after before since until while about there here their them they
+    its it be been being do does did done yes show hide edit new save cancel delete submit back next previous
+    search filter apply close open change remove add create update choose select sign log out in at by or if
+    free used idle busy running pending waiting failed succeeded finished ago per page rows export list lists
+    details settings members member people person leads lead department departments project projects job jobs
+    rack racks tray trays partition partitions quota quotas guarantee guaranteed borrowed reclaim plan plans
+    push pushes health events event dashboard overview home submit status state reason time times name names
+    """.split()  # noqa: SIM905 (a word list reads better as words)
+)
+SKIPPED_ELEMENTS = frozenset({"script", "style", "code", "kbd", "samp", "pre", "template", "svg"})
+READ_ATTRIBUTES = ("title", "placeholder", "aria-label", "alt")
+VOID_ELEMENTS = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+)
+WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
+
+
+class _Visible(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, bool]] = []
+        self.texts: list[str] = []
+
+    def _skipping(self) -> bool:
+        return any(skip for _, skip in self.stack)
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        skip = tag in SKIPPED_ELEMENTS or attributes.get("translate") == "no" or "hidden" in attributes
+        if not skip and not self._skipping():
+            for name in READ_ATTRIBUTES:
+                if attributes.get(name):
+                    self.texts.append(attributes[name] or "")
+            if tag == "input" and attributes.get("type") in {"submit", "button"} and attributes.get("value"):
+                self.texts.append(attributes["value"] or "")
+        if tag not in VOID_ELEMENTS:
+            self.stack.append((tag, skip))
+
+    def handle_endtag(self, tag):
+        for index in range(len(self.stack) - 1, -1, -1):
+            if self.stack[index][0] == tag:
+                del self.stack[index:]
+                return
+
+    def handle_data(self, data):
+        if not self._skipping() and data.strip():
+            self.texts.append(data)
+
+
+def visible_texts(html: str) -> list[str]:
+    """The texts of `html` a person reads (see the module's docstring for what is skipped)."""
+    parser = _Visible()
+    parser.feed(html)
+    parser.close()
+    return parser.texts
+
+
+def english_left(html: str) -> list[str]:
+    """The visible texts of `html` that still hold an English word, each once, in page order."""
+    found: list[str] = []
+    for text in visible_texts(html):
+        words = {word.lower() for word in WORD.findall(text)}
+        if words & ENGLISH_WORDS:
+            cleaned = " ".join(text.split())
+            if cleaned not in found:
+                found.append(cleaned)
+    return found
+
+
+def assert_japanese(client, url: str, **get_kwargs) -> str:
+    """GET `url` in Japanese and fail with every English text left on it; returns the page."""
+    response = client.get(url, HTTP_ACCEPT_LANGUAGE="ja", **get_kwargs)
+    assert response.status_code == 200, (url, response.status_code)
+    assert response.headers.get("Content-Language") == "ja", url
+    html = response.content.decode()
+    left = english_left(html)
+    assert not left, f"{url} in Japanese still shows English: {left}"
+    return html

@@ -1,0 +1,73 @@
+"""The scheduler's sentences read back in the viewer's language (scheduling.words): every template the engine
+registers is found again from the English it writes, with its values, whatever the values are; a
+sentence of several clauses is translated clause by clause; English viewers get the text as stored."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import translation
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduling import words
+from scheduling.engine.words import CLAUSES, TEMPLATES, say
+
+# Values as the engine writes them: counts, partition labels, host lists, durations, job numbers.
+VALUES = st.one_of(
+    st.integers(min_value=0, max_value=100_000).map(str),
+    st.sampled_from(
+        ["gb-r01 p1", "r2 p2", "gb-r03-t04, gb-r03-t05", "about 5 min", "about 2.5 h", "research"]
+    ),
+    st.from_regex(r"[a-z][a-z0-9-]{0,12}( p[0-9])?", fullmatch=True),
+)
+
+
+def _names(template: str) -> list[str]:
+    return words.PLACEHOLDER.findall(template)
+
+
+def test_the_engine_registers_its_templates_once_each_and_with_distinct_values():
+    registered = list(dict.fromkeys(TEMPLATES))
+    assert len(registered) >= 40  # the scheduler's, placement's and the Django side's
+    for template in registered:
+        assert CLAUSES not in template, f"a template is one clause: {template!r}"
+        names = _names(template)
+        assert len(names) == len(set(names)), template
+
+
+@pytest.mark.parametrize("template", list(dict.fromkeys(TEMPLATES)))
+@settings(max_examples=12, deadline=None)  # ~50 templates: 600 sentences in all
+@given(data=st.data())
+def test_every_template_is_found_again_from_the_english_it_writes(template, data):
+    values = {name: data.draw(VALUES, label=name) for name in _names(template)}
+    text = say(template, **values)
+    found = next(
+        (
+            (candidate, match)
+            for candidate, match in ((t, p.match(text)) for p, t in words._patterns())
+            if match
+        ),
+        None,
+    )
+    assert found is not None, text
+    candidate, match = found
+    # Another template could read the same text only if it wrote the same text from these values.
+    assert say(candidate, **match.groupdict()) == text
+
+
+def test_english_viewers_get_the_stored_text():
+    text = "waiting: no tray has 2 free GPUs; trays are reserved for it, expected to start in about 5 min"
+    with translation.override("en"):
+        assert words.translate(text) == text
+
+
+def test_an_unknown_clause_is_kept_as_stored_and_the_known_ones_translated(monkeypatch):
+    """With a stand-in translation (in brackets), the known clauses and their values change, the unknown one
+    stays."""
+    monkeypatch.setattr(words, "gettext", lambda text: f"[{text}]")
+    monkeypatch.setattr(words, "pgettext", lambda context, text: " | ")
+    words._translated.cache_clear()
+    with translation.override("ja"):
+        out = words.translate("waiting: no GPU is free; something an older release wrote; back in the queue")
+    words._translated.cache_clear()
+    assert out == "[waiting: [no GPU is free]] | something an older release wrote | [back in the queue]"
