@@ -63,11 +63,19 @@ def member_project_ids(user):
 
 def may_use_project(user, project) -> bool:
     """Whether `user` may submit jobs to `project` (a tenancy Project) and see it: an admin, a lead of its
-    department, or one of its members who is still a member of its department."""
+    department, or one of its members who is still a member of its department. A department's default
+    project (`is_default`) is its members' who are in none of its named projects."""
     if leads(user, project.department_id):
         return True
     if not is_signed_in(user):
         return False
+    if getattr(project, "is_default", False):
+        return (
+            user.memberships.filter(department_id=project.department_id).exists()
+            and not user.project_memberships.filter(
+                project__department_id=project.department_id, project__is_default=False
+            ).exists()
+        )
     return (
         user.project_memberships.filter(project_id=project.pk).exists()
         and user.memberships.filter(department_id=project.department_id).exists()

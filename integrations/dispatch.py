@@ -174,7 +174,7 @@ def dispatch_request(job: Job, target_settings: dict, *, qos: bool = False) -> D
         job_id=job.pk,
         name=job.name,
         department=job.department.slug,
-        project=job.project.slug if job.project_id else "",
+        project=job.project.scheduling_slug if job.project_id else "",
         priority_class=job.priority_class,
         hostnames=tuple(hosts),
         gpus_per_tray=job.gpus if len(hosts) == 1 else job.gpus // len(hosts),

@@ -6,6 +6,7 @@ import re
 from urllib.parse import urlsplit
 
 from django import forms
+from django.utils.translation import gettext_lazy
 
 from core.textrule import text_problem
 
@@ -60,27 +61,38 @@ def absolute_path(value: str, key: str, errors: dict, what: str = "must be an ab
 
 
 # --- form fields (the target form shows the chosen kind's fields) -----------------------------------------
+# Labels, help texts and choice labels are each kind's English, marked there with gettext_noop and shown
+# here in the reader's language.
+
+
+def _words(text):
+    return gettext_lazy(text) if text else ""
 
 
 def text_field(label, help_text="", **kwargs):
-    return lambda: forms.CharField(label=label, required=False, help_text=help_text, **kwargs)
+    return lambda: forms.CharField(label=_words(label), required=False, help_text=_words(help_text), **kwargs)
 
 
 def number_field(label, help_text=""):
-    return lambda: forms.IntegerField(label=label, required=False, help_text=help_text)
+    return lambda: forms.IntegerField(label=_words(label), required=False, help_text=_words(help_text))
 
 
 def flag_field(label, help_text=""):
-    return lambda: forms.BooleanField(label=label, required=False, help_text=help_text)
+    return lambda: forms.BooleanField(label=_words(label), required=False, help_text=_words(help_text))
 
 
 def choice_field(label, choices, initial):
-    return lambda: forms.ChoiceField(label=label, choices=choices, initial=initial, required=False)
+    return lambda: forms.ChoiceField(
+        label=_words(label),
+        choices=[(value, _words(words)) for value, words in choices],
+        initial=initial,
+        required=False,
+    )
 
 
 def token_field(label):
     return lambda: forms.CharField(
-        label=label,
+        label=_words(label),
         required=False,
         strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),

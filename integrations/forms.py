@@ -6,24 +6,42 @@ from __future__ import annotations
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.text import TextFormField
 from integrations import registry
 from integrations.models import ConfigTarget, outbound_problems
 
 
+class _NameField(TextFormField):
+    """The target's name: labelled in the reader's language, its text-rule errors saying "The text" as
+    they did before the label was given."""
+
+    def validate(self, value) -> None:
+        label, self.label = self.label, None
+        try:
+            super().validate(value)
+        finally:
+            self.label = label
+
+
 class ConfigTargetForm(forms.Form):
-    name = TextFormField(max_length=64)
-    kind = forms.ChoiceField(choices=())
+    name = _NameField(max_length=64, label=gettext_lazy("Name"))
+    kind = forms.ChoiceField(choices=(), label=gettext_lazy("Kind"))
     enabled = forms.BooleanField(
-        label="Enabled", required=False, help_text="Disabled targets are left out of pushes."
-    )
-    clear_token = forms.BooleanField(label="Clear the stored token", required=False)
-    allow_private_address = forms.BooleanField(
-        label="Allow a private address",
+        label=gettext_lazy("Enabled"),
         required=False,
-        help_text="Its addresses may be private or loopback ones (an on-premises cluster: the usual case). "
-        "Link-local and metadata addresses are refused whatever this says; clear it for a public service.",
+        help_text=gettext_lazy("Disabled targets are left out of pushes."),
+    )
+    clear_token = forms.BooleanField(label=gettext_lazy("Clear the stored token"), required=False)
+    allow_private_address = forms.BooleanField(
+        label=gettext_lazy("Allow a private address"),
+        required=False,
+        help_text=gettext_lazy(
+            "Its addresses may be private or loopback ones (an on-premises cluster: the usual case). "
+            "Link-local and metadata addresses are refused whatever this says; clear it for a public service."
+        ),
     )
 
     def __init__(self, *args, instance: ConfigTarget | None = None, kind: str | None = None, **kwargs):
@@ -66,9 +84,9 @@ class ConfigTargetForm(forms.Form):
             for setting in each.settings:
                 if setting.secret:
                     self.fields[setting.name].help_text = (
-                        "A token is stored: leave empty to keep it, type a new one to replace it."
+                        _("A token is stored: leave empty to keep it, type a new one to replace it.")
                         if same_kind and each.name == self.kind_value and stored.get(setting.key)
-                        else "Stored as given; never shown again."
+                        else _("Stored as given; never shown again.")
                     )
 
     def settings_fields(self):
@@ -77,7 +95,7 @@ class ConfigTargetForm(forms.Form):
     def clean_name(self):
         name = self.cleaned_data["name"].strip()
         if ConfigTarget.objects.filter(name=name).exclude(pk=self.instance.pk).exists():
-            raise ValidationError(f"A target named {name} already exists.")
+            raise ValidationError(_("A target named %(name)s already exists.") % {"name": name})
         return name
 
     def clean(self):

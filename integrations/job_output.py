@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.utils.translation import gettext
+
 DEFAULT_LIMIT = 64 * 1024  # what the page shows: the last 64 KiB
 MAX_DOWNLOAD = (
     16 * 1024 * 1024
@@ -57,9 +59,16 @@ def _tail(path: Path, limit: int | None) -> LogPart:
             handle.seek(start)
             data = handle.read(cap)
     except FileNotFoundError:
-        return LogPart(str(path), error=f"{path} does not exist (yet) where the portal can read it")
+        return LogPart(
+            str(path),
+            error=gettext("%(path)s does not exist (yet) where the portal can read it") % {"path": path},
+        )
     except OSError as error:
-        return LogPart(str(path), error=f"{path} cannot be read: {error.strerror or error}")
+        return LogPart(
+            str(path),
+            error=gettext("%(path)s cannot be read: %(error)s")
+            % {"path": path, "error": error.strerror or error},
+        )
     if start and b"\n" in data:
         data = data[data.index(b"\n") + 1 :]  # begin at a whole line
     return LogPart(str(path), data.decode("utf-8", "replace"), size=size, truncated=start > 0)

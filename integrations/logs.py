@@ -22,6 +22,8 @@ MAX_DOWNLOAD). Text is returned as ``str``; escaping is the template's (autoesca
 
 from __future__ import annotations
 
+from django.utils.translation import gettext
+
 from integrations import registry
 from integrations.dispatch import backend_for
 from integrations.embedded import PREFIX, RenderedJobBackend
@@ -32,9 +34,11 @@ from scheduling.models import Job
 
 def _rendered_logs(backend: RenderedJobBackend, job: Job, limit: int | None) -> JobLogs:
     name = (job.backend_id or "").removeprefix(PREFIX)
-    logs = JobLogs(source="the embedded backend (no live scheduler): the request it rendered; nothing ran")
+    logs = JobLogs(
+        source=gettext("the embedded backend (no live scheduler): the request it rendered; nothing ran")
+    )
     if not job.backend_id.startswith(PREFIX) or not name or "/" in name:
-        logs.error = "The job has not been handed to a backend yet."
+        logs.error = gettext("The job has not been handed to a backend yet.")
         return logs
     logs.parts.append(_tail(backend._file(name), limit))
     return logs
@@ -46,12 +50,15 @@ def job_logs(job: Job, limit: int | None = DEFAULT_LIMIT) -> JobLogs:
     try:
         backend, label, _ = backend_for(job.backend, job.backend_id)
     except BackendError as error:
-        return JobLogs(source=job.get_backend_display(), error=f"No backend runs this job: {error}")
+        return JobLogs(
+            source=job.get_backend_display(),
+            error=gettext("No backend runs this job: %(error)s") % {"error": error},
+        )
     if isinstance(backend, RenderedJobBackend) or (job.backend_id or "").startswith(PREFIX):
         if not isinstance(backend, RenderedJobBackend):
             return JobLogs(
                 source=label,
-                error="The job ran on the embedded backend, which is no longer the one configured.",
+                error=gettext("The job ran on the embedded backend, which is no longer the one configured."),
             )
         return _rendered_logs(backend, job, limit)
     kind = registry.job_kind(job.backend)
@@ -62,4 +69,6 @@ def job_logs(job: Job, limit: int | None = DEFAULT_LIMIT) -> JobLogs:
         close = getattr(backend, "close", None)
         if close is not None:
             close()
-    return JobLogs(source=label, error=f"Rackplane cannot read logs from {label}.")
+    return JobLogs(
+        source=label, error=gettext("Rackplane cannot read logs from %(label)s.") % {"label": label}
+    )

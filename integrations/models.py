@@ -23,11 +23,11 @@ from integrations.jobs import API_VERSION_SETTING, TARGET_ID_SETTING
 
 
 class PushStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    SUPERSEDED = "superseded", "Superseded"
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    SUPERSEDED = "superseded", _("Superseded")
 
 
 ACTIVE_PUSH_STATES = (PushStatus.QUEUED, PushStatus.RUNNING)
@@ -48,8 +48,8 @@ class ConfigTarget(models.Model):
     an NVLink fabric manager, or any other registered kind."""
 
     name = models.CharField(max_length=64, validators=[TextValidator()])
-    kind = models.CharField(max_length=16, help_text="A registered kind (integrations.registry).")
-    enabled = models.BooleanField(default=True, help_text="Disabled targets are left out of pushes.")
+    kind = models.CharField(max_length=16, help_text=_("A registered kind (integrations.registry)."))
+    enabled = models.BooleanField(default=True, help_text=_("Disabled targets are left out of pushes."))
     settings = models.JSONField(default=dict, blank=True)
     # The outbound guard (core.outbound, docs/outbound.md) lets this target's own addresses (slurmrestd,
     # the API server, NMX-M) be private or loopback ones when set: on by default, since an on-premises
@@ -58,8 +58,10 @@ class ConfigTarget(models.Model):
     # vetted without it. Clear it for a target that must be public (a hosted API server).
     allow_private_address = models.BooleanField(
         default=True,
-        help_text="Its addresses may be private or loopback ones (an on-premises cluster). Link-local and "
-        "metadata addresses are refused whatever this says.",
+        help_text=_(
+            "Its addresses may be private or loopback ones (an on-premises cluster). Link-local and "
+            "metadata addresses are refused whatever this says."
+        ),
     )
     # A change that arrived while a push to this target was running (never two at once): pushed, rendered
     # afresh, when that push finishes. {"reason", "plan_id", "requested_by", "requested_at"}.
@@ -75,7 +77,9 @@ class ConfigTarget(models.Model):
         blank=True,
         default="",
         editable=False,
-        help_text="The API version chosen with the target (Slurm: v0.0.42 to v0.0.45); empty until chosen.",
+        help_text=_(
+            "The API version chosen with the target (Slurm: v0.0.42 to v0.0.45); empty until chosen."
+        ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -85,7 +89,7 @@ class ConfigTarget(models.Model):
     class Meta:
         db_table = "scheduling_configtarget"
         ordering = ["name"]
-        verbose_name = "configuration target"
+        verbose_name = _("configuration target")
         constraints = [
             models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
             models.CheckConstraint(
@@ -198,11 +202,13 @@ class ConfigPush(models.Model):
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="supersedes"
     )
     next_attempt_at = models.DateTimeField(
-        null=True, blank=True, help_text="A queued push that failed transiently is retried from then on."
+        null=True, blank=True, help_text=_("A queued push that failed transiently is retried from then on.")
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True, help_text="Last progress (log line or status change).")
+    updated_at = models.DateTimeField(
+        auto_now=True, help_text=_("Last progress (log line or status change).")
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = ConfigPushQuerySet.as_manager()
@@ -210,14 +216,14 @@ class ConfigPush(models.Model):
     class Meta:
         db_table = "scheduling_configpush"
         ordering = ["-created_at", "-pk"]
-        verbose_name = "configuration push"
+        verbose_name = _("configuration push")
         constraints = [
             # Never two pushes applying to one target at once (nor one queued behind a running one).
             models.UniqueConstraint(
                 fields=["target"],
                 condition=Q(status__in=ACTIVE_PUSH_STATES),
                 name="%(app_label)s_%(class)s_one_active_per_target",
-                violation_error_message="This target already has a queued or running push.",
+                violation_error_message=_("This target already has a queued or running push."),
             ),
             models.CheckConstraint(
                 condition=Q(status__in=PushStatus.values), name="%(app_label)s_%(class)s_status_valid"

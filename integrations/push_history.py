@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext_lazy
 
 from core.models import AuditAction, AuditEvent, AuditSource
 from integrations import pushes, registry
@@ -44,6 +46,15 @@ ROLLBACK_PREFIX = "version of push #"
 _ROLLBACK = re.compile(r"version of push #(\d+) pushed again")
 
 
+# An item's state as the push page says it.
+STATE_LABELS = {
+    "added": pgettext_lazy("diff item", "added"),
+    "removed": pgettext_lazy("diff item", "removed"),
+    "changed": pgettext_lazy("diff item", "changed"),
+    "unchanged": pgettext_lazy("diff item", "unchanged"),
+}
+
+
 @dataclass
 class ItemDiff:
     """One file/object/rack of a push against the previous push: `state` added, removed, changed or
@@ -53,6 +64,11 @@ class ItemDiff:
     state: str
     lines: list[str] = field(default_factory=list)
     clipped: int = 0
+
+    @property
+    def state_label(self) -> str:
+        """The state in the reader's language."""
+        return str(STATE_LABELS.get(self.state, self.state))
 
     @property
     def added(self) -> int:
@@ -165,14 +181,17 @@ def diff_items(old: dict[str, str], new: dict[str, str]) -> list[ItemDiff]:
 def push_diff(push: ConfigPush) -> PushDiff:
     """This push against the previous one to its target, item by item."""
     if not push.payload_hash:
-        return PushDiff(push, None, [], "This push rendered nothing (it failed before sending): no diff.")
+        return PushDiff(push, None, [], _("This push rendered nothing (it failed before sending): no diff."))
     if not has_payload(push):
         return PushDiff(
             push,
             None,
             [],
-            f"The content of this push was let go (only the newest {pushes.KEEP_PAYLOADS} pushes of a target "
-            "keep theirs); its hash is still shown above.",
+            _(
+                "The content of this push was let go (only the newest %(keep)s pushes of a target keep "
+                "theirs); its hash is still shown above."
+            )
+            % {"keep": pushes.KEEP_PAYLOADS},
         )
     previous = previous_push(push)
     new = payload_items(push.payload)
@@ -183,7 +202,8 @@ def push_diff(push: ConfigPush) -> PushDiff:
             push,
             previous,
             [],
-            f"The content of the previous push (#{previous.pk}) was let go: nothing to compare with.",
+            _("The content of the previous push (#%(previous)s) was let go: nothing to compare with.")
+            % {"previous": previous.pk},
         )
     return PushDiff(push, previous, diff_items(payload_items(previous.payload), new))
 
@@ -194,11 +214,13 @@ def push_diff(push: ConfigPush) -> PushDiff:
 def can_push_again(push: ConfigPush) -> str:
     """Why this push cannot be pushed again ("" when it can)."""
     if not push.payload_hash:
-        return "it rendered nothing"
+        return _("it rendered nothing")
     if not has_payload(push):
-        return f"its content was let go (only the newest {pushes.KEEP_PAYLOADS} pushes keep theirs)"
+        return _("its content was let go (only the newest %(keep)s pushes keep theirs)") % {
+            "keep": pushes.KEEP_PAYLOADS
+        }
     if not push.target.enabled:
-        return f"target {push.target.name} is disabled"
+        return _("target %(target)s is disabled") % {"target": push.target.name}
     return ""
 
 
@@ -206,7 +228,9 @@ def push_again(push: ConfigPush, user) -> ConfigPush:
     """Queue this push's payload again as a new push to its target (rollback), audited."""
     why = can_push_again(push)
     if why:
-        raise ValidationError(f"Push #{push.pk} cannot be pushed again: {why}.")
+        raise ValidationError(
+            _("Push #%(push)s cannot be pushed again: %(why)s.") % {"push": push.pk, "why": why}
+        )
     with transaction.atomic():
         created = pushes.queue_payload(
             push.target_id, push.payload, reason=ROLLBACK_REASON.format(pk=push.pk), user=user
@@ -302,12 +326,19 @@ class ConnectionCheck:
 def test_connection(target: ConfigTarget) -> ConnectionCheck:
     """Ask the target's adapter whether it can reach the target with these settings (nothing written)."""
     if not registry.is_kind(target.kind):
-        return ConnectionCheck(False, f"{target.name} has an unknown kind ({target.kind}).", [])
+        return ConnectionCheck(
+            False,
+            _("%(target)s has an unknown kind (%(kind)s).") % {"target": target.name, "kind": target.kind},
+            [],
+        )
     try:
         adapter = pushes.adapter_for(target)
     except ValidationError as error:
         return ConnectionCheck(
-            False, f"The settings of {target.name} are not valid: {'; '.join(error.messages)}", []
+            False,
+            _("The settings of %(target)s are not valid: %(errors)s")
+            % {"target": target.name, "errors": "; ".join(error.messages)},
+            [],
         )
     try:
         details = list(adapter.check())
@@ -315,5 +346,10 @@ def test_connection(target: ConfigTarget) -> ConnectionCheck:
     except Exception as error:  # the check reports what went wrong in words, whatever it was
         text = pushes.error_text(error, target.kind)
         first, *rest = text.splitlines() or [type(error).__name__]
-        return ConnectionCheck(False, f"Testing {target.name} failed: {first}", rest)
-    return ConnectionCheck(True, f"{target.name} answers: {details[0] if details else 'ok'}", details[1:])
+        return ConnectionCheck(
+            False, _("Testing %(target)s failed: %(first)s") % {"target": target.name, "first": first}, rest
+        )
+    answer = details[0] if details else _("ok")
+    return ConnectionCheck(
+        True, _("%(target)s answers: %(answer)s") % {"target": target.name, "answer": answer}, details[1:]
+    )

@@ -24,6 +24,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext
 
 from core import workloads
 from core.workloads import WorkRule
@@ -153,7 +154,7 @@ def names() -> list[str]:
 
 
 def choices() -> list[tuple[str, str]]:
-    return [(kind.name, kind.label) for kind in kinds()]
+    return [(kind.name, gettext(kind.label)) for kind in kinds()]
 
 
 def get(name: str) -> Kind:
@@ -170,7 +171,8 @@ def is_kind(name: str) -> bool:
 
 
 def label(name: str) -> str:
-    return _KINDS[name].label if name in _KINDS else name
+    """The kind's label in the reader's language (each kind marks its label with gettext_noop)."""
+    return gettext(_KINDS[name].label) if name in _KINDS else name
 
 
 def clean_settings(kind_name: str, raw: dict) -> dict:

@@ -41,7 +41,7 @@ def target_versions(today: date | None = None) -> list[TargetVersions]:
         rows.append(
             TargetVersions(
                 target=target,
-                label=kind.label if kind else target.kind,
+                label=registry.label(target.kind),
                 seen=versions.seen(kind.version_facts if kind else (), facts),
                 versioned=bool(kind and kind.version_facts),
                 checked_at=str(facts.get("checked_at", ""))[:16].replace("T", " "),
@@ -59,7 +59,7 @@ def _touches(kind: str, facts: dict, today: date) -> list[versions.Touch]:
 
 def all_removals() -> list[tuple[str, versions.Removal]]:
     """(kind label, removal) of every kind's table, for the page."""
-    return [(kind.label, removal) for kind in registry.kinds() for removal in kind.removals]
+    return [(registry.label(kind.name), removal) for kind in registry.kinds() for removal in kind.removals]
 
 
 def biting(today: date | None = None) -> list[tuple[str, versions.Touch]]:

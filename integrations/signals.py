@@ -221,6 +221,8 @@ def _ask_for_a_push(change: Change) -> None:
         return  # a new person submits nowhere yet; a deleted one's memberships and POSIX account go too
     if change.model is ComputeTray and change.action in (ADDED, DELETED):
         return  # only a tray's MIG layout is watched here; trays come and go through discovery and plans
+    if change.model is Project and change.action != BULK and change.instance.is_default:
+        return  # a department's default project renders as the department itself: nothing of its own
     words = RENDERED[change.model]
     if change.action == BULK:
         touched = ", ".join(words[name] for name in sorted(change.fields))

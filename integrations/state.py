@@ -259,7 +259,7 @@ def _read_rows() -> _Rows:
     )
     departments = list(
         Department.objects.order_by("slug").prefetch_related(
-            Prefetch("projects", queryset=Project.objects.order_by("slug"))
+            Prefetch("projects", queryset=Project.objects.named().order_by("slug"))
         )
     )
     running = set(

@@ -1,4 +1,6 @@
 from django.contrib import admin, messages
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from inventory import agent_tokens
 from inventory.health import returns as health_returns
@@ -50,7 +52,9 @@ class ComputeTrayAdmin(admin.ModelAdmin):
     ]
     actions = ["return_to_service"]
 
-    @admin.action(description="Return the selected trays to service (drained by Rackplane's health rules)")
+    @admin.action(
+        description=gettext_lazy("Return the selected trays to service (drained by Rackplane's health rules)")
+    )
     def return_to_service(self, request, queryset):
         for tray in queryset:
             try:
@@ -58,7 +62,7 @@ class ComputeTrayAdmin(admin.ModelAdmin):
             except HealthError as error:
                 self.message_user(request, str(error), messages.WARNING)
             else:
-                self.message_user(request, f"{tray.hostname} is back in service.")
+                self.message_user(request, _("%(host)s is back in service.") % {"host": tray.hostname})
 
 
 @admin.register(Gpu)
@@ -86,7 +90,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    @admin.action(description="Revoke the selected agent tokens")
+    @admin.action(description=gettext_lazy("Revoke the selected agent tokens"))
     def revoke(self, request, queryset):
         for token in queryset.filter(revoked_at__isnull=True):
             agent_tokens.revoke(token)
@@ -100,11 +104,11 @@ class HealthSettingsAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["dry_run", "dedup_window_s"]}),
         (
-            "Circuit breaker",
+            gettext_lazy("Circuit breaker"),
             {"fields": [("breaker_percent", "breaker_window_s"), ("breaker_tripped_at", "breaker_note")]},
         ),
-        ("Return to service", {"fields": ["auto_return", "return_after_s", "return_check"]}),
-        ("Repeat offenders", {"fields": [("repeat_faults", "repeat_days")]}),
+        (gettext_lazy("Return to service"), {"fields": ["auto_return", "return_after_s", "return_check"]}),
+        (gettext_lazy("Repeat offenders"), {"fields": [("repeat_faults", "repeat_days")]}),
     ]
     list_display = ["__str__", "dry_run", "breaker_percent", "breaker_tripped_at", "return_after_s"]
     readonly_fields = ["breaker_note"]

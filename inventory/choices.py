@@ -1,51 +1,52 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class SystemModel(models.TextChoices):
-    GB200_NVL72 = "gb200_nvl72", "GB200 NVL72"
-    GB300_NVL72 = "gb300_nvl72", "GB300 NVL72"
+    GB200_NVL72 = "gb200_nvl72", _("GB200 NVL72")
+    GB300_NVL72 = "gb300_nvl72", _("GB300 NVL72")
 
 
 class TrayState(models.TextChoices):
-    UP = "up", "Up"
-    DRAIN = "drain", "Drain"
-    DOWN = "down", "Down"
-    MAINTENANCE = "maintenance", "Maintenance"
+    UP = "up", _("Up")
+    DRAIN = "drain", _("Drain")
+    DOWN = "down", _("Down")
+    MAINTENANCE = "maintenance", _("Maintenance")
     # A repeat offender taken out by the health rules: stays out until someone services it (an RMA state).
-    NEEDS_SERVICE = "needs_service", "Needs service"
+    NEEDS_SERVICE = "needs_service", _("Needs service")
 
 
 # Values match inventory.discovery.nvidia_smi.FabricState / GpuHealth (the pure parser's enums).
 class FabricState(models.TextChoices):
-    COMPLETED = "completed", "Completed"
-    IN_PROGRESS = "in_progress", "In progress"
-    NOT_STARTED = "not_started", "Not started"
-    NOT_SUPPORTED = "not_supported", "Not supported"
+    COMPLETED = "completed", _("Completed")
+    IN_PROGRESS = "in_progress", _("In progress")
+    NOT_STARTED = "not_started", _("Not started")
+    NOT_SUPPORTED = "not_supported", _("Not supported")
 
 
 class GpuHealth(models.TextChoices):
-    HEALTHY = "healthy", "Healthy"
-    UNHEALTHY = "unhealthy", "Unhealthy"
-    LIMITED_CAPACITY = "limited_capacity", "Limited capacity"
-    NOT_SUPPORTED = "not_supported", "Not supported"
-    UNKNOWN = "unknown", "Unknown"
+    HEALTHY = "healthy", _("Healthy")
+    UNHEALTHY = "unhealthy", _("Unhealthy")
+    LIMITED_CAPACITY = "limited_capacity", _("Limited capacity")
+    NOT_SUPPORTED = "not_supported", _("Not supported")
+    UNKNOWN = "unknown", _("Unknown")
 
 
 class MigMode(models.TextChoices):
     """A GPU's MIG (Multi-Instance GPU) mode as nvidia-smi reports it (inventory.discovery.mig.MigMode)."""
 
-    DISABLED = "disabled", "Disabled"
-    ENABLED = "enabled", "Enabled"
-    NOT_SUPPORTED = "not_supported", "Not supported"
+    DISABLED = "disabled", _("Disabled")
+    ENABLED = "enabled", _("Enabled")
+    NOT_SUPPORTED = "not_supported", _("Not supported")
 
 
 class PlanStatus(models.TextChoices):
-    DRAFT = "draft", "Draft"
-    DRAINING = "draining", "Draining trays"
-    APPLYING = "applying", "Applying"
-    APPLIED = "applied", "Applied"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
+    DRAFT = "draft", _("Draft")
+    DRAINING = "draining", _("Draining trays")
+    APPLYING = "applying", _("Applying")
+    APPLIED = "applied", _("Applied")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 ACTIVE_PLAN_STATES = (PlanStatus.DRAINING, PlanStatus.APPLYING)
@@ -55,52 +56,52 @@ class PlanOrigin(models.TextChoices):
     """Who made a partition plan: an admin in the wizard or the API, or the scheduler re-carving idle trays
     for a waiting gang under the rack's RecarvePolicy (integrations.plans.recarve)."""
 
-    ADMIN = "admin", "Admin"
-    SCHEDULER = "scheduler", "Scheduler"
+    ADMIN = "admin", _("Admin")
+    SCHEDULER = "scheduler", _("Scheduler")
 
 
 # --- Health: fault events, the rules that judge them, and the decisions taken (inventory.health) -----------
 
 
 class HealthSource(models.TextChoices):
-    AGENT = "agent", "Node agent"
-    DCGM = "dcgm", "DCGM"
-    ADMIN = "admin", "Admin"
+    AGENT = "agent", _("Node agent")
+    DCGM = "dcgm", _("DCGM")
+    ADMIN = "admin", _("Admin")
 
 
 class HealthKind(models.TextChoices):
-    XID = "xid", "XID"
-    RECOVERY_ACTION = "recovery_action", "Recovery action"
-    FABRIC = "fabric", "Fabric health"
-    DCGM_FIELD = "dcgm_field", "DCGM field"
-    CHECK_FAILED = "check_failed", "Active check failed"
+    XID = "xid", _("XID")
+    RECOVERY_ACTION = "recovery_action", _("Recovery action")
+    FABRIC = "fabric", _("Fabric health")
+    DCGM_FIELD = "dcgm_field", _("DCGM field")
+    CHECK_FAILED = "check_failed", _("Active check failed")
     # Not an event: a tray whose node has not reported for HealthSettings.node_silent_after_s (computed when
     # read, never written); its rule says what the scheduler does (inventory.staleness.silent_policy).
-    NODE_SILENT = "node_silent", "Node silent (stopped reporting)"
+    NODE_SILENT = "node_silent", _("Node silent (stopped reporting)")
 
 
 class RuleAction(models.TextChoices):
-    DRAIN = "drain", "Drain the tray"
-    DEGRADE = "degrade", "Mark the NVLink partition degraded"
-    WARN = "warn", "Warn only"
-    HOLD = "hold", "Place no new work on the tray"  # node_silent rules only
+    DRAIN = "drain", _("Drain the tray")
+    DEGRADE = "degrade", _("Mark the NVLink partition degraded")
+    WARN = "warn", _("Warn only")
+    HOLD = "hold", _("Place no new work on the tray")  # node_silent rules only
 
 
 class ActionKind(models.TextChoices):
-    DRAIN = "drain", "Drained"
-    MAINTENANCE = "maintenance", "Out for maintenance"
-    NEEDS_SERVICE = "needs_service", "Needs service"
-    DEGRADE = "degrade", "Partition degraded"
-    RECOVER = "recover", "Partition no longer degraded"
-    WARN = "warn", "Warning"
-    RETURN = "return", "Returned to service"
-    WOULD_DRAIN = "would_drain", "Would drain (dry run)"
-    WOULD_NEEDS_SERVICE = "would_needs_service", "Would mark needs service (dry run)"
-    WOULD_DEGRADE = "would_degrade", "Would degrade the partition (dry run)"
-    WOULD_RETURN = "would_return", "Would return to service (dry run)"
-    BLOCKED = "blocked", "Blocked by the circuit breaker"
-    BREAKER_TRIPPED = "breaker_tripped", "Circuit breaker tripped"
-    NOT_OURS = "not_ours", "Left as another owner set it"
+    DRAIN = "drain", _("Drained")
+    MAINTENANCE = "maintenance", _("Out for maintenance")
+    NEEDS_SERVICE = "needs_service", _("Needs service")
+    DEGRADE = "degrade", _("Partition degraded")
+    RECOVER = "recover", _("Partition no longer degraded")
+    WARN = "warn", _("Warning")
+    RETURN = "return", _("Returned to service")
+    WOULD_DRAIN = "would_drain", _("Would drain (dry run)")
+    WOULD_NEEDS_SERVICE = "would_needs_service", _("Would mark needs service (dry run)")
+    WOULD_DEGRADE = "would_degrade", _("Would degrade the partition (dry run)")
+    WOULD_RETURN = "would_return", _("Would return to service (dry run)")
+    BLOCKED = "blocked", _("Blocked by the circuit breaker")
+    BREAKER_TRIPPED = "breaker_tripped", _("Circuit breaker tripped")
+    NOT_OURS = "not_ours", _("Left as another owner set it")
 
 
 # Decisions that take a tray out of service (the circuit breaker counts these).
@@ -112,9 +113,9 @@ class ServiceStatus(models.TextChoices):
     marks it, with a note; while a mark other than "returned" is open the tray is never returned to service
     (automatically or by hand) until an admin marks it returned."""
 
-    NEEDS_SERVICE = "needs_service", "Needs service"
-    RMA = "rma", "Sent for RMA"
-    RETURNED = "returned", "Returned from service"
+    NEEDS_SERVICE = "needs_service", _("Needs service")
+    RMA = "rma", _("Sent for RMA")
+    RETURNED = "returned", _("Returned from service")
 
 
 OPEN_SERVICE = (ServiceStatus.NEEDS_SERVICE, ServiceStatus.RMA)
@@ -124,7 +125,7 @@ class HealthSeverity(models.TextChoices):
     """How serious an event was, by what the rules made of it (HealthEvent.drains/degrades/warns): the
     health centre's filter and colours."""
 
-    DRAIN = "drain", "Drains the tray"
-    DEGRADE = "degrade", "Degrades the partition"
-    WARN = "warn", "Warning"
-    INFO = "info", "Recorded only"
+    DRAIN = "drain", _("Drains the tray")
+    DEGRADE = "degrade", _("Degrades the partition")
+    WARN = "warn", _("Warning")
+    INFO = "info", _("Recorded only")

@@ -8,6 +8,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.filters import BooleanFilter, IntegerFilter
 from core.text import TextFormField
@@ -29,7 +32,7 @@ class RackFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains")
     system_model = django_filters.ChoiceFilter(choices=SystemModel.choices)
     location = django_filters.CharFilter(lookup_expr="icontains")
-    has_problems = BooleanFilter(method="filter_has_problems", label="Has fabric problems")
+    has_problems = BooleanFilter(method="filter_has_problems", label=gettext_lazy("Has fabric problems"))
 
     class Meta:
         model = Rack
@@ -58,10 +61,12 @@ class ComputeTrayFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=TrayState.choices)
     clique_id = IntegerFilter(field_name="partition__clique_id")
     hostname = django_filters.CharFilter(lookup_expr="icontains")
-    has_problems = BooleanFilter(method="filter_has_problems", label="Has fabric problems")
+    has_problems = BooleanFilter(method="filter_has_problems", label=gettext_lazy("Has fabric problems"))
     stale = BooleanFilter(
         method="filter_stale",
-        label="Node stopped reporting (reported before, not within the health settings' node silent time)",
+        label=gettext_lazy(
+            "Node stopped reporting (reported before, not within the health settings' node silent time)"
+        ),
     )
 
     class Meta:
@@ -119,7 +124,7 @@ OFFENDER_WINDOW_DEFAULT = "30d"
 def validate_gpu_uuid(value):
     if not GPU_UUID.fullmatch(value):
         raise ValidationError(
-            "A GPU UUID as nvidia-smi prints it: GPU- then hex digits and dashes (GPU-1a2b3c4d-...).",
+            _("A GPU UUID as nvidia-smi prints it: GPU- then hex digits and dashes (GPU-1a2b3c4d-...)."),
             code="invalid",
         )
 
@@ -145,14 +150,17 @@ class TimeRangeForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        for name, words in (("since", "“Seen at or after”"), ("until", "“Seen before”")):
+        for name, message in (
+            ("since", _("“Seen at or after” must be a time between %(first)s and %(last)s.")),
+            ("until", _("“Seen before” must be a time between %(first)s and %(last)s.")),
+        ):
             value = data.get(name)
             if value is not None and not FIRST_YEAR <= value.year <= LAST_YEAR:
-                self.add_error(name, f"{words} must be a time between {FIRST_YEAR} and {LAST_YEAR}.")
+                self.add_error(name, message % {"first": FIRST_YEAR, "last": LAST_YEAR})
                 data.pop(name, None)
         since, until = data.get("since"), data.get("until")
         if since is not None and until is not None and until <= since:
-            raise ValidationError("“Seen before” must be after “seen at or after”.", code="range")
+            raise ValidationError(_("“Seen before” must be after “seen at or after”."), code="range")
         return data
 
 
@@ -172,30 +180,34 @@ class WithoutEmptyValues:
         super().__init__(data, *args, **kwargs)
 
 
-def _choice_error(what: str) -> dict:
-    return {"invalid_choice": f"{what}: %(value)s is not one of the choices."}
+def _choice_error(what) -> dict:
+    return {
+        "invalid_choice": format_lazy(gettext_lazy("{what}: %(value)s is not one of the choices."), what=what)
+    }
 
 
 class HealthEventFilter(WithoutEmptyValues, django_filters.FilterSet):
     """The health centre's fleet events: by rack, tray, GPU, kind, severity and time (last seen)."""
 
-    rack = _names_filter("tray__rack__name", "Rack", validate_rack_name)
-    tray = _names_filter("tray__hostname", "Tray (hostname)", validate_hostname)
-    gpu = TextFilter(method="filter_gpu", label="GPU UUID", max_length=64, validators=[validate_gpu_uuid])
+    rack = _names_filter("tray__rack__name", gettext_lazy("Rack"), validate_rack_name)
+    tray = _names_filter("tray__hostname", gettext_lazy("Tray (hostname)"), validate_hostname)
+    gpu = TextFilter(
+        method="filter_gpu", label=gettext_lazy("GPU UUID"), max_length=64, validators=[validate_gpu_uuid]
+    )
     kind = django_filters.MultipleChoiceFilter(
-        choices=EVENT_KINDS, label="Kind", error_messages=_choice_error("Kind")
+        choices=EVENT_KINDS, label=gettext_lazy("Kind"), error_messages=_choice_error(gettext_lazy("Kind"))
     )
     severity = django_filters.MultipleChoiceFilter(
         choices=HealthSeverity.choices,
         method="filter_severity",
-        label="Severity",
-        error_messages=_choice_error("Severity"),
+        label=gettext_lazy("Severity"),
+        error_messages=_choice_error(gettext_lazy("Severity")),
     )
     since = django_filters.IsoDateTimeFilter(
-        field_name="last_seen", lookup_expr="gte", label="Seen at or after (your time zone)"
+        field_name="last_seen", lookup_expr="gte", label=gettext_lazy("Seen at or after (your time zone)")
     )
     until = django_filters.IsoDateTimeFilter(
-        field_name="last_seen", lookup_expr="lt", label="Seen before (your time zone)"
+        field_name="last_seen", lookup_expr="lt", label=gettext_lazy("Seen before (your time zone)")
     )
 
     class Meta:
@@ -218,13 +230,16 @@ class OffenderFilter(WithoutEmptyValues, django_filters.FilterSet):
     """The repeat-offender ranking: the rack and the window its faults are counted in (30 days unless
     chosen)."""
 
-    rack = _names_filter("tray__rack__name", "Rack", validate_rack_name)
+    rack = _names_filter("tray__rack__name", gettext_lazy("Rack"), validate_rack_name)
     window = django_filters.ChoiceFilter(
-        choices=[(key, f"{days} days") for key, days in OFFENDER_WINDOWS.items()],
+        choices=[
+            (key, format_lazy(gettext_lazy("{days} days"), days=days))
+            for key, days in OFFENDER_WINDOWS.items()
+        ],
         method="filter_window",
-        label="Window",
+        label=gettext_lazy("Window"),
         empty_label=None,
-        error_messages=_choice_error("Window"),
+        error_messages=_choice_error(gettext_lazy("Window")),
     )
 
     class Meta:

@@ -1,5 +1,7 @@
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.text import TextFormField
 from inventory.choices import ServiceStatus
@@ -15,27 +17,35 @@ class AgentTokenForm(forms.Form):
         Rack.objects.order_by("name"),
         required=False,
         to_field_name="name",
-        empty_label="— no rack —",
-        help_text="Every compute tray of this rack (one token for a rack's agents or its aggregator).",
+        label=gettext_lazy("Rack"),
+        empty_label=gettext_lazy("— no rack —"),
+        help_text=gettext_lazy(
+            "Every compute tray of this rack (one token for a rack's agents or its aggregator)."
+        ),
     )
     hostname = forms.CharField(
         required=False,
         max_length=128,
-        label="Host",
-        help_text="One compute tray's hostname (a node's own token).",
+        label=gettext_lazy("Host"),
+        help_text=gettext_lazy("One compute tray's hostname (a node's own token)."),
     )
-    description = TextFormField(required=False, max_length=200, help_text="What the token is for.")
+    description = TextFormField(
+        required=False,
+        max_length=200,
+        label=gettext_lazy("Description"),
+        help_text=gettext_lazy("What the token is for."),
+    )
 
     def clean_hostname(self):
         hostname = self.cleaned_data["hostname"].strip()
         if hostname and not ComputeTray.objects.filter(hostname=hostname).exists():
-            raise ValidationError(f"{hostname} is not a compute tray of the inventory.")
+            raise ValidationError(_("%(host)s is not a compute tray of the inventory.") % {"host": hostname})
         return hostname
 
     def clean(self):
         data = super().clean()
         if not self.errors and bool(data.get("rack")) == bool(data.get("hostname")):
-            raise ValidationError("Choose a rack or type a host: a token is for one of them.")
+            raise ValidationError(_("Choose a rack or type a host: a token is for one of them."))
         return data
 
 
@@ -45,8 +55,22 @@ class RecarvePolicyForm(forms.ModelForm):
     class Meta:
         model = RecarvePolicy
         fields = ["enabled", "smallest_trays", "max_per_hour"]
-        labels = {"enabled": "Let the scheduler re-carve idle trays"}
-        help_texts = {"enabled": "Off by default. Work in progress and other departments' trays are safe."}
+        labels = {"enabled": gettext_lazy("Let the scheduler re-carve idle trays")}
+        help_texts = {
+            "enabled": gettext_lazy("Off by default. Work in progress and other departments' trays are safe.")
+        }
+
+
+class DataChoices(forms.Select):
+    """A select whose options (but the empty one) name data: a GPU's index and UUID, a MIG layout's name.
+    Marked translate="no", as identifiers are everywhere else on the pages (a layout's summary beside its
+    name is translated all the same: inventory.mig_options.layout_summary)."""
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        if value:
+            option["attrs"]["translate"] = "no"
+        return option
 
 
 class ServiceMarkForm(forms.Form):
@@ -56,35 +80,40 @@ class ServiceMarkForm(forms.Form):
     status = forms.ChoiceField(
         choices=ServiceStatus.choices,
         widget=forms.RadioSelect,
-        label="Mark it",
+        label=gettext_lazy("Mark it"),
         error_messages={
-            "required": "Choose a step: needs service, sent for RMA or returned.",
-            "invalid_choice": "Choose needs service, sent for RMA or returned (not %(value)s).",
+            "required": gettext_lazy("Choose a step: needs service, sent for RMA or returned."),
+            "invalid_choice": gettext_lazy("Choose needs service, sent for RMA or returned (not %(value)s)."),
         },
     )
     gpu = forms.ChoiceField(
         required=False,
-        label="Which part",
-        error_messages={"invalid_choice": "Choose the whole tray or one of its GPUs (not %(value)s)."},
+        label=gettext_lazy("Which part"),
+        widget=DataChoices,
+        error_messages={
+            "invalid_choice": gettext_lazy("Choose the whole tray or one of its GPUs (not %(value)s).")
+        },
     )
     note = forms.CharField(
         max_length=SERVICE_NOTE_LIMIT,
         required=False,
         strip=True,
-        help_text="What is wrong, the RMA number, what was done. Needed for “needs service” and “sent for "
-        "RMA”.",
+        label=gettext_lazy("Note"),
+        help_text=gettext_lazy(
+            "What is wrong, the RMA number, what was done. Needed for “needs service” and “sent for RMA”."
+        ),
     )
 
     def __init__(self, data=None, *, tray: ComputeTray, **kwargs):
         super().__init__(data, **kwargs)
         self.gpus = {str(gpu.index): gpu for gpu in tray.gpus.order_by("index")}
-        self.fields["gpu"].choices = [("", "The whole tray")] + [
+        self.fields["gpu"].choices = [("", _("The whole tray"))] + [
             (index, f"GPU {index} ({gpu.uuid})") for index, gpu in self.gpus.items()
         ]
 
     def clean_note(self):
         note = self.cleaned_data.get("note", "")
-        problem = typed_text_problem(note, what="The note", limit=SERVICE_NOTE_LIMIT) if note else ""
+        problem = typed_text_problem(note, what=_("The note"), limit=SERVICE_NOTE_LIMIT) if note else ""
         if problem:
             raise ValidationError(problem, code="typed_text")
         return note
@@ -93,6 +122,6 @@ class ServiceMarkForm(forms.Form):
         data = super().clean()
         status = data.get("status")
         if status in NOTE_REQUIRED and not data.get("note") and "note" not in self.errors:
-            self.add_error("note", NOTE_REQUIRED[status])
+            self.add_error("note", _(NOTE_REQUIRED[status]))
         data["gpu"] = self.gpus.get(data.get("gpu") or "")
         return data

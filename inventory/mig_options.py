@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+
 from inventory.choices import MigMode
 from inventory.discovery.mig import GpuMig, MigProfile, MigReportError, gi_profile
 from inventory.mig_layouts import MigLayout, catalogue, layout
@@ -50,16 +52,19 @@ def layout_options(tray: ComputeTray, gpus: list[Gpu] | None = None) -> LayoutOp
         if profiles:
             return LayoutOptions(tuple(catalogue(profiles)), gpu.uuid, product, profiles=profiles)
     if any(g.mig_mode == MigMode.NOT_SUPPORTED for g in gpus):
-        return LayoutOptions((), "", product, problem="These GPUs report that they cannot do MIG.")
+        return LayoutOptions((), "", product, problem=_("These GPUs report that they cannot do MIG."))
     return LayoutOptions(
         (),
         "",
         product,
-        problem=(
-            f"No {product or 'GPU of this model'} has reported its MIG profiles yet. A GPU lists them only "
-            "while in MIG mode: enable MIG on one GPU of this model (nvidia-smi -i 0 -mig 1) and let its "
-            "agent report, then the layouts its driver offers appear here."
-        ),
+        problem=_(
+            "No %(product)s has reported its MIG profiles yet. A GPU lists them only while in MIG mode: "
+            "enable "
+            "MIG on one GPU of this model (nvidia-smi -i 0 -mig 1) and let its agent report, then the "
+            "layouts "
+            "its driver offers appear here."
+        )
+        % {"product": product or _("GPU of this model")},
     )
 
 
@@ -95,13 +100,20 @@ def _matches(gpu: Gpu, layout: MigLayout) -> bool:
     return gpu.mig_mode == MigMode.ENABLED and reported_devices(gpu) == layout.counts
 
 
+def layout_summary(layout: MigLayout) -> str:
+    """MigLayout.summary() (English, for logs and the API) in the viewer's language, for the pages."""
+    if not layout.enabled:
+        return _("MIG off (whole GPUs)")
+    devices = ", ".join(f"{count} x {name}" for name, count in layout.devices)
+    return _("%(devices)s per GPU") % {"devices": devices}
+
+
 def _describe(gpu: Gpu) -> str:
     if gpu.mig_mode != MigMode.ENABLED:
-        return (
-            f"GPU {gpu.index}: MIG {gpu.get_mig_mode_display().lower() if gpu.mig_mode else 'not reported'}"
-        )
+        mode = gpu.get_mig_mode_display().lower() if gpu.mig_mode else _("not reported")
+        return _("GPU %(index)s: MIG %(mode)s") % {"index": gpu.index, "mode": mode}
     devices = reported_devices(gpu)
-    listed = ", ".join(f"{count} x {name}" for name, count in sorted(devices.items())) or "no instances"
+    listed = ", ".join(f"{count} x {name}" for name, count in sorted(devices.items())) or _("no instances")
     return f"GPU {gpu.index}: {listed}"
 
 

@@ -3,6 +3,7 @@ its field, rather than at render time, where one bad row stops the push of every
 has the rules). The same patterns are the models' named check constraints."""
 
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
 
 from inventory import names
 from inventory.mig_layouts import NAME as MIG_LAYOUT_NAME
@@ -37,6 +38,6 @@ def validate_mig_layout_name(value):
     """A MIG layout's name: a Kubernetes label value and a mig-parted config name (inventory.mig_layouts)."""
     if value and not MIG_LAYOUT_NAME.match(value):
         raise ValidationError(
-            "A MIG layout name is lower-case letters, digits, '.', '+' and '-' (at most 63).",
+            _("A MIG layout name is lower-case letters, digits, '.', '+' and '-' (at most 63)."),
             code="invalid_name",
         )

@@ -102,6 +102,12 @@ class JobFilter(django_filters.FilterSet):
     priority_class = django_filters.ChoiceFilter(choices=PriorityClass.choices)
     over_quota = BooleanFilter()
 
+    @property
+    def shows_projects(self) -> bool:
+        """Whether the jobs page offers the project filter: once a department the viewer sees has named
+        projects (a department with only its default project has nothing to tell apart)."""
+        return self.form.fields["project"].queryset.named().exists()
+
     class Meta:
         model = Job
         form = JobFilterForm

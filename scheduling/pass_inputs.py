@@ -47,9 +47,9 @@ PENDING_COLUMNS = ("pk", *JobSpec.ENGINE_COLUMNS, "created_at", "pending_reason"
 def project_rows() -> list[tuple]:
     """Every project as the engine reads it: (pk, department, slug, guarantee, weight, limit); one query."""
     return list(
-        Project.objects.order_by("pk").values_list(
-            "pk", "department_id", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus"
-        )
+        Project.objects.named()
+        .order_by("pk")
+        .values_list("pk", "department_id", "slug", "guaranteed_gpus", "over_quota_weight", "limit_gpus")
     )
 
 

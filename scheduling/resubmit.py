@@ -3,9 +3,11 @@
 of them offers a click that submit_job (tenancy.projects.check_job_project) would refuse.
 
 * The job's values pass: "Resubmit" as before.
-* The job names no project (or one the person may no longer use) and its department now shares its GPUs
-  among projects: the confirmation asks which of the person's projects of that department to use
-  (`projects`); the clone says the same over its project field.
+* A job without a project (from before default projects) counts as one of the department's default project
+  (tenancy.projects): resubmitted, it goes where submit_job puts a job that names none.
+* The job's project is one the person may no longer use (a named project they left, or the default project
+  once they are in a named one): the confirmation asks which of the person's projects of that department
+  to use (`projects`); the clone says the same over its project field.
 * No project to choose (the person is in none of the department's projects), a job over its project's
   limit, or a department the person may not submit to: no resubmit; `reason` says why and what to do.
 
@@ -24,7 +26,7 @@ from django.utils.translation import gettext as _
 from scheduling.models import Job
 from scheduling.services.admission import submittable_departments
 from tenancy.models import Project
-from tenancy.projects import check_job_project, usable_projects
+from tenancy.projects import check_job_project, default_project, usable_projects
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def with_resubmit_facts(jobs, user):
     department = OuterRef("department_id")
     return jobs.annotate(
         resubmit_may_submit=Exists(submittable_departments(user).filter(pk=department)),
-        resubmit_department_has_projects=Exists(Project.objects.filter(department=department)),
+        resubmit_department_has_projects=Exists(Project.objects.named().filter(department=department)),
     )
 
 
@@ -75,7 +77,8 @@ def resubmit_offer(user, job: Job) -> ResubmitOffer:
         )
     if job.project_id is None and getattr(job, "resubmit_department_has_projects", None) is False:
         return ResubmitOffer(may_submit=True, ready=True)  # check_job_project's answer, without asking
-    problems = check_job_project(user, department, job.project, job.gpus)
+    project = job.project if job.project_id is not None else default_project(department)
+    problems = check_job_project(user, department, project, job.gpus)
     if not problems:
         return ResubmitOffer(may_submit=True, ready=True)
     if "gpus" in problems:
@@ -86,15 +89,15 @@ def resubmit_offer(user, job: Job) -> ResubmitOffer:
                 "This job's %(gpus)s GPUs are over project %(project)s's limit of %(limit)s GPUs, so it "
                 "could never run: clone it and ask for fewer GPUs."
             )
-            % {"gpus": job.gpus, "project": job.project.name, "limit": job.project.limit_gpus},
+            % {"gpus": job.gpus, "project": project.name, "limit": project.limit_gpus},
         )
     projects = list(usable_projects(user, department))
-    if job.project_id is None:
+    if project is None or project.is_default:
         why = _(
             "This job ran as %(department)s's own work, but %(department)s now shares its GPUs among projects"
         ) % {"department": department.name}
     else:
-        why = _("You may no longer submit to this job's project, %(project)s") % {"project": job.project.name}
+        why = _("You may no longer submit to this job's project, %(project)s") % {"project": project.name}
     if projects:
         return ResubmitOffer(
             may_submit=True,

@@ -39,6 +39,16 @@ urlpatterns = [
     path("tenancy/departments/<slug:slug>/quota-chart/", gpu_life.quota_chart, name="quota-chart"),
     path("tenancy/departments/<slug:slug>/projects/", projects.project_create, name="project-create"),
     path(
+        "tenancy/departments/<slug:slug>/projects/confirm/",
+        projects.project_create_confirm,
+        name="project-create-confirm",
+    ),
+    path(
+        "tenancy/departments/<slug:slug>/project-people/confirm/",
+        projects.project_people_confirm,
+        name="project-people-confirm",
+    ),
+    path(
         "tenancy/departments/<slug:slug>/projects/<int:pk>/", projects.project_update, name="project-update"
     ),
     path(

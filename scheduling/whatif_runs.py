@@ -100,7 +100,7 @@ def history(days: int, now: datetime | None = None) -> History:
     guarantees = dict(Department.objects.values_list("slug", "guaranteed_gpus"))
     projects = {
         f"{department}/{slug}": gpus
-        for department, slug, gpus in Project.objects.values_list(
+        for department, slug, gpus in Project.objects.named().values_list(
             "department__slug", "slug", "guaranteed_gpus"
         )
     }

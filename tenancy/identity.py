@@ -208,7 +208,10 @@ def sync_roles(user, groups: Iterable, provider: str, prefix: str = "") -> SyncR
                 logger.warning("group rule %s ignored: its project is not its department's", rule.pk)
                 continue
             current = wanted_projects.get(rule.project_id)
-            if current is None or RANK[Role(rule.role)] > RANK[Role(current[0])]:
+            # A default project's people are the members in no named project: membership is its grant.
+            if not rule.project.is_default and (
+                current is None or RANK[Role(rule.role)] > RANK[Role(current[0])]
+            ):
                 wanted_projects[rule.project_id] = (ProjectRole(rule.role), rule.project, rule.group)
             role = Role.MEMBER  # the project's people are members of its department at least
         current = wanted.get(rule.department_id)

@@ -38,6 +38,7 @@ FIELD_LABELS = {
     "idle_window_minutes": _("Idle window minutes"),
     "in_quota": _("In quota"),
     "in_use": _("In use"),
+    "is_default": _("Is default"),
     "kind": _("Kind"),
     "last_error": _("Last error"),
     "last_polled_at": _("Last polled at"),

@@ -9,9 +9,22 @@ leads adding projects at once cannot both fit, and when a department's guarantee
 department's leads and platform admins manage its projects; a project's members submit to it). Every change
 is audited by core.audit's model signals (tenancy.project, tenancy.projectmembership).
 
-Jobs: a department with projects takes jobs only for one of them (`check_job_project`, from
-scheduling.services.admission.submit_job); a department without projects takes them as before, with no
-project.
+The default project: every department has one from its creation (`ensure_default_project`, called by
+tenancy.services.save_department in the transaction that makes the department; tenancy migration 0013 gave
+one to the departments made before). It holds what the named projects do not take: its guarantee is the
+department's minus theirs (`default_guarantee`; it stores none), its people are the department's members
+in no named project (implicit: putting someone in a named project takes them out of it, taking them out
+of their last named project puts them back), and it runs as the department itself (namespace, Slurm account,
+fair-share leaf). So a department's first named project is no cliff: whoever is in no named project still
+submits, to the default project, and the work running there keeps what the named projects leave of the
+guarantee. The pages ask a lead to confirm the step first (scheduling.project_changes says who and what
+changes).
+
+Jobs: every job submitted names a project. A submission without one gets `default_job_project`: the
+person's only usable project in the department, else the department's default project if they may use it;
+otherwise (someone in several named projects) they are asked to choose (`check_job_project`, from
+scheduling.services.admission.submit_job). Job.project stays nullable only for the jobs of a department
+whose default project is missing (none after migration 0013) and for that migration's way back.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from core.access import may_use_project, require_project_manager
 from tenancy import naming
 from tenancy.choices import ProjectRole, RoleOrigin
 from tenancy.models import Department, Membership, Project, ProjectMembership
+from tenancy.models.projects import DEFAULT_PROJECT_NAME, DEFAULT_PROJECT_SLUG
 
 QUOTA_FIELDS = ("guaranteed_gpus", "over_quota_weight", "limit_gpus")
 
@@ -37,19 +51,63 @@ def usable_projects(user, department: Department):
     return Project.objects.usable_by(user).filter(department=department).order_by(Lower("name"))
 
 
+def default_project(department: Department | int) -> Project | None:
+    """The department's default project (None only for a department made outside save_department)."""
+    return Project.objects.filter(department=department, is_default=True).first()
+
+
+def ensure_default_project(department: Department) -> Project:
+    """The department's default project, made if it has none (save_department, in its transaction). Its
+    name and slug are "Default" and "default", or the first free "Default 2"/"default-2", ..."""
+    existing = default_project(department)
+    if existing is not None:
+        return existing
+    siblings = Project.objects.filter(department=department)
+    names = {name.lower() for name in siblings.values_list("name", flat=True)}
+    slugs = set(siblings.values_list("slug", flat=True))
+    name, slug, n = DEFAULT_PROJECT_NAME, DEFAULT_PROJECT_SLUG, 2
+    while name.lower() in names or slug in slugs:
+        name, slug, n = f"{DEFAULT_PROJECT_NAME} {n}", f"{DEFAULT_PROJECT_SLUG}-{n}", n + 1
+    return Project.objects.create(department=department, name=name, slug=slug, is_default=True)
+
+
+def default_guarantee(department: Department) -> int:
+    """What the default project is guaranteed: the department's guarantee minus its named projects'."""
+    return max(0, department.guaranteed_gpus - _projects_guaranteed(department))
+
+
+def default_job_project(user, department: Department) -> Project | None:
+    """The project a job of `department` by `user` goes to when none is named: the person's only usable
+    project there, else the default project if they may use it, else None (they must choose)."""
+    usable = list(usable_projects(user, department)[:2])
+    if len(usable) == 1:
+        return usable[0]
+    return next((p for p in usable_projects(user, department) if p.is_default), None)
+
+
 def check_job_project(
     user, department: Department, project: Project | None, gpus: int | None = None
 ) -> dict[str, str]:
     """Errors (field -> sentence) for a job of `department` in `project` submitted by `user`; empty if fine.
 
-    A department with projects requires one that the user may use (the message names them); a department
-    without projects takes no project. A job larger than its project's limit could never run.
+    A job names a project the user may use (the message names theirs); no project is taken only by a
+    department with no named projects (one made without its default project). A job larger than its
+    project's limit could never run.
     """
     if project is not None:
         if project.department_id != department.pk:
             return {
                 "project": _("project %(project)s is not a project of %(department)s")
                 % {"project": repr(project.slug), "department": department.slug}
+            }
+        if project.is_default and not may_use_project(user, project):
+            mine = ", ".join(p.slug for p in usable_projects(user, department))
+            return {
+                "project": _(
+                    "the default project of %(department)s is for its members in no named project; "
+                    "submit to yours (%(projects)s)"
+                )
+                % {"department": department.slug, "projects": mine}
             }
         if not may_use_project(user, project):
             return {
@@ -64,7 +122,7 @@ def check_job_project(
                 % {"gpus": gpus, "project": project.slug, "limit": project.limit_gpus}
             }
         return {}
-    if not Project.objects.filter(department=department).exists():
+    if not Project.objects.named().filter(department=department).exists():
         return {}
     usable = [p.slug for p in usable_projects(user, department)]
     if usable:
@@ -211,6 +269,15 @@ def update_project(by, project: Project, **changes) -> Project:
     require_project_manager(by, project.department)
     department = Department.objects.select_for_update().get(pk=project.department_id)
     project = Project.objects.get(pk=project.pk)
+    if project.is_default and any(
+        f in changes and changes[f] != getattr(project, f) for f in ("slug", *QUOTA_FIELDS)
+    ):
+        raise ValidationError(
+            _(
+                "the default project holds what the named projects leave of the department's guarantee: "
+                "change theirs or the department's (only its name may change)"
+            )
+        )
     if "slug" in changes and changes["slug"] != project.slug and project.jobs.exists():
         raise ValidationError(
             {"slug": _("jobs have run under this slug (its namespace and Slurm account): keep it")}
@@ -228,6 +295,10 @@ def delete_project(by, project: Project) -> None:
     """Delete a project that never had jobs (their history keeps it otherwise)."""
     require_project_manager(by, project.department)
     Department.objects.select_for_update().get(pk=project.department_id)
+    if project.is_default:
+        raise ValidationError(
+            _("a department keeps its default project: it holds what named projects do not")
+        )
     if project.jobs.exists():
         raise ValidationError(
             _(
@@ -237,6 +308,18 @@ def delete_project(by, project: Project) -> None:
             % {"project": project}
         )
     project.delete()
+
+
+def _refuse_default(project: Project) -> None:
+    if project.is_default:
+        raise ValidationError(
+            {
+                "project": _(
+                    "the default project's people are the department's members in no named project: take "
+                    "them out of their named projects instead"
+                )
+            }
+        )
 
 
 def _department_member(project: Project, user) -> None:
@@ -255,6 +338,7 @@ def set_project_member(by, project: Project, user, role: str = ProjectRole.MEMBE
     require_project_manager(by, project.department, "change who is in its projects")
     if role not in ProjectRole.values:
         raise ValidationError({"role": _("one of %(roles)s") % {"roles": ", ".join(ProjectRole.values)}})
+    _refuse_default(project)
     _department_member(project, user)
     membership, created = ProjectMembership.objects.select_for_update().get_or_create(
         user=user, project=project, defaults={"role": role}
@@ -289,6 +373,7 @@ def move_member(by, membership: ProjectMembership, to: Project) -> ProjectMember
         )
     if to.pk == source.pk:
         return membership
+    _refuse_default(to)
     membership = ProjectMembership.objects.select_for_update().get(pk=membership.pk)
     if ProjectMembership.objects.filter(user_id=membership.user_id, project=to).exists():
         membership.delete()  # already in the target project: leaving the source is the move

@@ -23,7 +23,7 @@ from tenancy import naming
 from tenancy.choices import RoleOrigin
 from tenancy.models import DedicatedPartition, Department, Membership, TenancySettings
 from tenancy.models.departments import PKEY_MAX, PKEY_MIN, VLAN_MAX, VLAN_MIN, VNI_MAX, VNI_MIN
-from tenancy.projects import check_department_guarantee, forget_department_member
+from tenancy.projects import check_department_guarantee, ensure_default_project, forget_department_member
 from tenancy.renderers import networks_overlap
 
 # Fields the department form and API may set; isolation fields are allocated when left empty.
@@ -228,7 +228,8 @@ def _validate_isolation(department: Department) -> None:
 
 @transaction.atomic
 def save_department(department: Department) -> Department:
-    """Validate and save a new or changed department; allocate its isolation resources when empty.
+    """Validate and save a new or changed department; allocate its isolation resources when empty; a new
+    department gets its default project (tenancy.projects.ensure_default_project).
 
     Raises ValidationError naming the field: a limit below the guarantee, guarantees exceeding the
     schedulable healthy GPUs (with the shortfall), a guarantee below its dedicated partitions' GPUs, or an
@@ -291,6 +292,7 @@ def save_department(department: Department) -> Department:
         raise ValidationError({**problems, **taken})
     department.full_clean()
     department.save()
+    ensure_default_project(department)  # from its creation on (tenancy.projects): in this transaction
     return department
 
 

@@ -3,6 +3,8 @@ written to a folder as versions, `current` switched atomically. The embedded def
 
 from pathlib import PurePosixPath
 
+from django.utils.translation import gettext, gettext_noop
+
 from integrations import fields as f
 from integrations.common import display_path
 from integrations.directory.adapter import DirectoryAdapter, directory_path
@@ -40,16 +42,21 @@ def clean(values: dict, errors: dict) -> dict:
 KIND = register(
     Kind(
         name="directory",
-        label="Directory (rendered files)",
+        label=gettext_noop("Directory (rendered files)"),
         settings=(
             Setting(
                 "path",
                 "",
                 f.text_field(
-                    "Directory", "Absolute, or relative to var/. Empty: var/rendered (RACKPLANE_RENDER_DIR)."
+                    gettext_noop("Directory"),
+                    gettext_noop(
+                        "Absolute, or relative to var/. Empty: var/rendered (RACKPLANE_RENDER_DIR)."
+                    ),
                 ),
             ),
-            Setting("keep", 5, f.number_field("Previous versions kept", "Default 5.")),
+            Setting(
+                "keep", 5, f.number_field(gettext_noop("Previous versions kept"), gettext_noop("Default 5."))
+            ),
         ),
         clean=clean,
         adapter=DirectoryAdapter,
@@ -59,6 +66,6 @@ KIND = register(
             "check that the directory is writable by the portal and has free space, then retry the push"
         ),
         order=10,
-        uses=lambda facts, settings: "files written to a folder (the embedded default)",
+        uses=lambda facts, settings: gettext("files written to a folder (the embedded default)"),
     )
 )

@@ -1,6 +1,8 @@
 """The NVLink fabric manager target: partitions applied rack by rack through NMX-M, or the simulated
 fabric of the embedded mode."""
 
+from django.utils.translation import gettext_noop
+
 from integrations import fields as f
 from integrations.fabric import versions as fabric_versions
 from integrations.fabric.adapter import FabricAdapter
@@ -39,24 +41,33 @@ def describe(payload: dict) -> list[str]:
 KIND = register(
     Kind(
         name="fabric",
-        label="NVLink fabric manager",
+        label=gettext_noop("NVLink fabric manager"),
         settings=(
             Setting(
                 "kind",
                 "simulated",
                 f.choice_field(
-                    "Fabric manager",
-                    [("simulated", "Simulated (embedded)"), ("nmx", "NVIDIA NMX Manager")],
+                    gettext_noop("Fabric manager"),
+                    [
+                        ("simulated", gettext_noop("Simulated (embedded)")),
+                        ("nmx", gettext_noop("NVIDIA NMX Manager")),
+                    ],
                     "simulated",
                 ),
                 form_name="fabric_kind",
             ),
-            Setting("base_url", "", f.text_field("NMX-M address", "https://nmx-m.example")),
-            Setting("token", "", f.token_field("NMX-M token"), secret=True, form_name="fabric_token"),
+            Setting(
+                "base_url",
+                "",
+                f.text_field(gettext_noop("NMX-M address"), gettext_noop("https://nmx-m.example")),
+            ),
+            Setting(
+                "token", "", f.token_field(gettext_noop("NMX-M token")), secret=True, form_name="fabric_token"
+            ),
             Setting(
                 "insecure",
                 False,
-                f.flag_field("Skip TLS verification", "For testing only."),
+                f.flag_field(gettext_noop("Skip TLS verification"), gettext_noop("For testing only.")),
                 form_name="fabric_insecure",
             ),
         ),

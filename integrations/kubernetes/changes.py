@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.utils.translation import gettext_noop
+
 from integrations.kubernetes.fields import FieldChange
 from integrations.kubernetes.render import InventoryState
 from integrations.kubernetes.tenants import DEFAULT_COHORT, DEFAULT_FLAVOR
 from tenancy.renderers import TenantSpec
 
-FORCE_CONFLICTS_LABEL = "Take over fields other tools set"  # the target setting `force_conflicts`
+FORCE_CONFLICTS_LABEL = gettext_noop(
+    "Take over fields other tools set"
+)  # the target setting `force_conflicts`
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ manager `rackplane`, validated against the real schemas, pruned, dry-run), and j
 Indexed Job."""
 
 import yaml
+from django.utils.translation import gettext_noop
 
 from core.workloads import WorkRule
 from integrations import fields as f
@@ -56,20 +57,38 @@ def render_job(request: DispatchRequest) -> str:
 KIND = register(
     Kind(
         name="kubernetes",
-        label="Kubernetes API server",
+        label=gettext_noop("Kubernetes API server"),
         short_label="Kubernetes",
         settings=(
-            Setting("api_url", "", f.text_field("API server URL", "https://api.cluster.example:6443")),
-            Setting("token", "", f.token_field("Bearer token"), secret=True, form_name="k8s_token"),
             Setting(
-                "ca_file", "", f.text_field("CA file", "Absolute path of the cluster CA certificate (PEM).")
+                "api_url",
+                "",
+                f.text_field(
+                    gettext_noop("API server URL"), gettext_noop("https://api.cluster.example:6443")
+                ),
             ),
-            Setting("insecure", False, f.flag_field("Skip TLS verification", "For testing only.")),
+            Setting(
+                "token", "", f.token_field(gettext_noop("Bearer token")), secret=True, form_name="k8s_token"
+            ),
+            Setting(
+                "ca_file",
+                "",
+                f.text_field(
+                    gettext_noop("CA file"),
+                    gettext_noop("Absolute path of the cluster CA certificate (PEM)."),
+                ),
+            ),
+            Setting(
+                "insecure",
+                False,
+                f.flag_field(gettext_noop("Skip TLS verification"), gettext_noop("For testing only.")),
+            ),
             Setting(
                 "dry_run",
                 False,
                 f.flag_field(
-                    "Server-side dry run only", "Validates everything on the API server, changes nothing."
+                    gettext_noop("Server-side dry run only"),
+                    gettext_noop("Validates everything on the API server, changes nothing."),
                 ),
             ),
             Setting(
@@ -77,8 +96,10 @@ KIND = register(
                 False,
                 f.flag_field(
                     FORCE_CONFLICTS_LABEL,
-                    "When another tool (another field manager) set a field Rackplane sets to another value, "
-                    "Rackplane takes the field over instead of failing the push with a conflict.",
+                    gettext_noop(
+                        "When another tool (another field manager) set a field Rackplane sets to another "
+                        "value, Rackplane takes the field over instead of failing the push with a conflict."
+                    ),
                 ),
             ),
         ),

@@ -7,6 +7,8 @@ words, which the page shows as is.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext
+
 from integrations.job_output import DEFAULT_LIMIT, MAX_DOWNLOAD, JobLogs, LogPart
 from integrations.jobs import BackendError
 
@@ -27,9 +29,17 @@ def _pod_log(backend, namespace: str, pod: str, limit: int | None) -> LogPart:
         )
         data = response.data or b""
     except ApiException as error:
-        return LogPart(pod, error=f"the API server answered {error.status}: {_api_words(error.body)}")
+        return LogPart(
+            pod,
+            error=gettext("the API server answered %(status)s: %(words)s")
+            % {"status": error.status, "words": _api_words(error.body)},
+        )
     except Exception as error:  # urllib3/OS errors: the API server is not reachable
-        return LogPart(pod, error=f"the API server could not be reached: {type(error).__name__}: {error}")
+        return LogPart(
+            pod,
+            error=gettext("the API server could not be reached: %(error)s")
+            % {"error": f"{type(error).__name__}: {error}"},
+        )
     truncated = len(data) > cap
     if truncated:
         data = data[-cap:]
@@ -55,9 +65,9 @@ def _api_words(body) -> str:
 def kubernetes_logs(backend, backend_id: str, limit: int | None = DEFAULT_LIMIT) -> JobLogs:
     """The logs of the pods of Kubernetes Job `<namespace>/<name>`, each bounded to `limit` bytes."""
     namespace, _, name = (backend_id or "").partition("/")
-    logs = JobLogs(source=f"the pods of Kubernetes Job {backend_id}")
+    logs = JobLogs(source=gettext("the pods of Kubernetes Job %(job)s") % {"job": backend_id})
     if not namespace or not name or "/" in name:
-        logs.error = "The job has no Kubernetes Job yet: it has not been submitted to Kubernetes."
+        logs.error = gettext("The job has no Kubernetes Job yet: it has not been submitted to Kubernetes.")
         return logs
     try:
         status, data = backend._call(
@@ -67,17 +77,24 @@ def kubernetes_logs(backend, backend_id: str, limit: int | None = DEFAULT_LIMIT)
             label_selector=f"job-name={name}",
         )
     except BackendError as error:
-        logs.error = f"The pods could not be listed: {error}"
+        logs.error = gettext("The pods could not be listed: %(error)s") % {"error": error}
         return logs
     if status >= 400:
         message = data.get("message") if isinstance(data, dict) else data
-        logs.error = f"The pods could not be listed: the API server answered {status}: {message}"
+        logs.error = gettext(
+            "The pods could not be listed: the API server answered %(status)s: %(message)s"
+        ) % {
+            "status": status,
+            "message": message,
+        }
         return logs
     pods = sorted((item.get("metadata") or {}).get("name", "") for item in (data or {}).get("items") or [])[
         :MAX_PODS
     ]
     if not pods:
-        logs.error = f"Job {backend_id} has no pods (not started yet, or already cleaned up)."
+        logs.error = gettext("Job %(job)s has no pods (not started yet, or already cleaned up).") % {
+            "job": backend_id
+        }
         return logs
     logs.parts = [_pod_log(backend, namespace, pod, limit) for pod in pods if pod]
     return logs

@@ -1,17 +1,19 @@
 """The Kubernetes target's versions (integrations.versions): the facts its check keeps (API discovery), what
 Rackplane writes there, and the removals ahead that can touch it."""
 
+from django.utils.translation import gettext, gettext_noop
+
 from integrations.versions import Facts, Removal, served
 
 VERSION_FACTS = (
     ("kubernetes_version", "Kubernetes"),
-    ("kueue_versions", "Kueue APIs served"),
-    ("compute_domain_versions", "ComputeDomain APIs served"),
+    ("kueue_versions", gettext_noop("Kueue APIs served")),
+    ("compute_domain_versions", gettext_noop("ComputeDomain APIs served")),
 )
 
 
 def uses(facts: Facts, settings: Facts) -> str:
-    return (
+    return gettext(
         "kueue.x-k8s.io/v1beta2 (ClusterQueue, Cohort, ResourceFlavor, Topology); "
         "resource.nvidia.com/v1beta1 (ComputeDomain); batch/v1 Jobs"
     )
@@ -21,13 +23,13 @@ REMOVALS = (
     Removal(
         key="kueue-v1beta1",
         what="Kueue API kueue.x-k8s.io/v1beta1",
-        deprecated_in="Kueue 0.15 (v1beta2 served; the storage version from 0.16)",
-        removed_in="Kueue 0.20 stops serving it, 0.21 drops it",
+        deprecated_in=gettext_noop("Kueue 0.15 (v1beta2 served; the storage version from 0.16)"),
+        removed_in=gettext_noop("Kueue 0.20 stops serving it, 0.21 drops it"),
         due=None,
         touches=lambda facts: "v1beta1" in served(facts, "kueue_versions"),
         # Rackplane writes ClusterQueues, cohorts, flavors and the Topology as v1beta2.
         handled=lambda facts: "v1beta2" in served(facts, "kueue_versions"),
-        what_to_do=(
+        what_to_do=gettext_noop(
             "upgrade Kueue to 0.15 or later: Rackplane writes kueue.x-k8s.io/v1beta2, which this cluster "
             "does not serve, so its queues cannot be applied"
         ),
@@ -37,12 +39,12 @@ REMOVALS = (
         key="computedomain-numnodes",
         what="ComputeDomain spec.numNodes (resource.nvidia.com/v1beta1)",
         deprecated_in="NVIDIA DRA driver, resource.nvidia.com/v1beta1",
-        removed_in="the driver's next ComputeDomain API version",
+        removed_in=gettext_noop("the driver's next ComputeDomain API version"),
         due=None,
         touches=lambda facts: "v1beta1" in served(facts, "compute_domain_versions"),
         # Rackplane writes numNodes: 0, as the CRD recommends; v1beta1 is the only version served so far.
         handled=lambda facts: "v1beta1" in served(facts, "compute_domain_versions"),
-        what_to_do=(
+        what_to_do=gettext_noop(
             "nothing yet: Rackplane writes numNodes 0 as the driver recommends; a Rackplane release follows "
             "the next ComputeDomain API version"
         ),

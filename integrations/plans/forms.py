@@ -30,7 +30,7 @@ from tenancy.models import DedicatedPartition
 CUSTOM = "custom"
 PRESET_CHOICES = [
     *((preset, preset) for preset in PRESETS),
-    (CUSTOM, "Custom tray ranges"),
+    (CUSTOM, gettext_lazy("Custom tray ranges")),
 ]
 # Parameters that make up a plan; everything else in a query string (page, htmx's own) is not the plan's.
 PLAN_KEYS = ("preset", "slots", "leave_out", "drain_first", "name", "department", "slurm")
@@ -53,8 +53,10 @@ class PlanForm(forms.Form):
     )
     drain_first = forms.BooleanField(
         required=False,
-        label="Drain first",
-        help_text="Trays that run work and change partition are drained; the plan is applied once it ends.",
+        label=gettext_lazy("Drain first"),
+        help_text=gettext_lazy(
+            "Trays that run work and change partition are drained; the plan is applied once it ends."
+        ),
     )
     name = forms.Field(required=False, widget=ListInput)
     department = forms.Field(required=False, widget=ListInput)
@@ -83,8 +85,8 @@ class PlanForm(forms.Form):
             filled = sum(1 for text in rows if text)
             if filled > TRAYS_PER_RACK:  # each partition takes a tray at least
                 self.layout_errors.append(
-                    f"{filled} partitions: a rack has {TRAYS_PER_RACK} trays, so at most {TRAYS_PER_RACK} "
-                    "partitions."
+                    _("%(filled)s partitions: a rack has %(trays)s trays, so at most %(trays)s partitions.")
+                    % {"filled": filled, "trays": TRAYS_PER_RACK}
                 )
                 rows = []
             for number, text in enumerate(rows, start=1):
@@ -93,7 +95,9 @@ class PlanForm(forms.Form):
                 try:
                     slots = parse_ranges(text)
                 except ValueError as error:
-                    self.layout_errors.append(f"Partition {number}: {error}.")
+                    self.layout_errors.append(
+                        _("Partition %(number)s: %(error)s.") % {"number": number, "error": error}
+                    )
                     continue
                 kept = tuple(slot for slot in slots if slot not in leave_out)
                 if kept:
@@ -237,26 +241,26 @@ class WhatIfForm(forms.Form):
     the plan (the cluster as it is always comes first)."""
 
     days = forms.IntegerField(
-        label="Days of history",
+        label=gettext_lazy("Days of history"),
         initial=whatif.DEFAULT_DAYS,
         min_value=1,
         max_value=whatif.MAX_DAYS,
         error_messages={
-            "required": "Say how many days of history to replay, e.g. 7.",
-            "invalid": "Give the days as a whole number, e.g. 7.",
-            "min_value": "Replay at least 1 day of history.",
-            "max_value": (
-                f"At most {whatif.MAX_DAYS} days: a longer window replays more jobs than a layout comparison "
-                f"needs, and takes long. Choose {whatif.MAX_DAYS} or fewer."
+            "required": gettext_lazy("Say how many days of history to replay, e.g. 7."),
+            "invalid": gettext_lazy("Give the days as a whole number, e.g. 7."),
+            "min_value": gettext_lazy("Replay at least 1 day of history."),
+            "max_value": gettext_lazy(
+                "At most %(limit_value)s days: a longer window replays more jobs than a layout comparison "
+                "needs, and takes long. Choose %(limit_value)s or fewer."
             ),
         },
     )
     also = forms.MultipleChoiceField(
-        label="Also try",
+        label=gettext_lazy("Also try"),
         required=False,
         choices=[(preset, preset) for preset in PRESETS],
         widget=forms.CheckboxSelectMultiple,
-        error_messages={"invalid_choice": "%(value)s is not a preset layout to try."},
+        error_messages={"invalid_choice": gettext_lazy("%(value)s is not a preset layout to try.")},
     )
 
 

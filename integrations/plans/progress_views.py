@@ -16,6 +16,8 @@ from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html_join
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -117,11 +119,31 @@ def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str
     return sorted(set(busy.values_list("job__name", flat=True)))
 
 
+def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
+    """The names the page's sentences hold, each list joined as one (a sentence is translated whole)."""
+    return {
+        "drained_hostnames": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((h,) for _s, h in drained)
+        ),
+        "waiting_on_names": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)
+        ),
+        "layout_names": format_html_join(", ", "<b>{}</b>", ((p["name"],) for p in plan.layout)),
+        "failed_push_links": format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((push.url, _("the push to %(target)s") % {"target": push.target}) for push in failed_pushes),
+        ),
+    }
+
+
 def _progress_context(plan: PartitionPlan) -> dict:
     pushes = _pushes(plan)
     nodes = _node_reports(plan, timezone.now())
     done = _done(plan, pushes, nodes)
     drained = _drained(plan)
+    waiting_on = _waiting_on(plan, drained)
+    failed_pushes = [push for push in pushes if push.status == PushStatus.FAILED and not push.retried]
     return {
         "plan": plan,
         "nodes": nodes,
@@ -129,8 +151,9 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "pushes": pushes,
         "done": done,
         "drained": drained,
-        "waiting_on": _waiting_on(plan, drained),
-        "failed_pushes": [push for push in pushes if push.status == PushStatus.FAILED and not push.retried],
+        "waiting_on": waiting_on,
+        "failed_pushes": failed_pushes,
+        **_names_in_sentences(plan, drained, waiting_on, failed_pushes),
         "layout": [
             {
                 **p,
@@ -191,7 +214,9 @@ def plan_cancel(request, pk):
     except plans.PlanConflict as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, f"Plan #{plan.pk} cancelled; its drained trays are back in service.")
+        messages.success(
+            request, _("Plan #%(plan)s cancelled; its drained trays are back in service.") % {"plan": plan.pk}
+        )
     return redirect("integrations:plan-detail", pk=plan.pk)
 
 

@@ -24,6 +24,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from core.audit import recording_changes, update_recorded
 from integrations.fabric import FabricError, FabricPartition
@@ -159,10 +161,10 @@ def slurm_too_old() -> str:
     oldest = min(known)
     if oldest[0] >= BLOCK_TOPOLOGY_SINCE:
         return ""
-    return (
-        f"Slurm {oldest[1]} on target {oldest[2]} cannot express NVLink partitions: topology/block needs "
+    return _(
+        "Slurm %(version)s on target %(target)s cannot express NVLink partitions: topology/block needs "
         "Slurm 23.11 or later. Upgrade Slurm, or keep the whole rack as one partition."
-    )
+    ) % {"version": oldest[1], "target": oldest[2]}
 
 
 @dataclass
@@ -183,27 +185,42 @@ def _times_power_of_two(size: int, base: int) -> bool:
 
 def _trays(sizes) -> str:
     sizes = sorted(set(sizes))
-    words = ", ".join(map(str, sizes[:-1])) + (f" and {sizes[-1]}" if len(sizes) > 1 else str(sizes[-1]))
-    return f"{words} tray{'s' if sizes != [1] else ''}"
+    if len(sizes) > 1:
+        words = _("%(sizes)s and %(last)s") % {"sizes": ", ".join(map(str, sizes[:-1])), "last": sizes[-1]}
+    else:
+        words = str(sizes[-1])
+    return ngettext("%(sizes)s tray", "%(sizes)s trays", 1 if sizes == [1] else 2) % {"sizes": words}
 
 
 def _block_size_reason(here: list[int], elsewhere: list[int]) -> str:
     """Why partitions of `here` trays on this rack beside `elsewhere` on the other racks break Slurm 24.11's
     block sizes (every block the smallest one times a power of two), in a few words naming no rack."""
     if not here:
-        return "Slurm 24.11's block topology cannot express it beside the other racks' partitions."
+        return _("Slurm 24.11's block topology cannot express it beside the other racks' partitions.")
     base = min(here + elsewhere)
     bad_here = [size for size in here if not _times_power_of_two(size, base)]
     bad_elsewhere = [size for size in elsewhere if not _times_power_of_two(size, base)]
-    each = f"{_trays(here)} each" if len(set(here)) == 1 else f"partitions of {_trays(here)}"
-    multiple = "a power of two" if base == 1 else f"{base} times a power of two"
+    # The two noun phrases the sentences below hold (each translated whole, as the sentences are).
+    each = (
+        _("%(trays)s each") % {"trays": _trays(here)}
+        if len(set(here)) == 1
+        else _("partitions of %(trays)s") % {"trays": _trays(here)}
+    )
+    multiple = _("a power of two") if base == 1 else _("%(base)s times a power of two") % {"base": base}
+    words = {"each": each, "multiple": multiple, "base": base}
     if bad_here and base not in here:
-        return f"{each}: not {multiple} ({base}: the other racks' smallest partition)."
+        return _("%(each)s: not %(multiple)s (%(base)s: the other racks' smallest partition).") % words
     if bad_here:
-        return f"{each}: not all {multiple}."
+        return _("%(each)s: not all %(multiple)s.") % words
     if bad_elsewhere:
-        return f"{each}: the other racks' partitions of {_trays(bad_elsewhere)} are not {multiple}."
-    return f"{each}: Slurm 24.11's block topology cannot express it beside the other racks' partitions."
+        return _("%(each)s: the other racks' partitions of %(trays)s are not %(multiple)s.") % {
+            **words,
+            "trays": _trays(bad_elsewhere),
+        }
+    return (
+        _("%(each)s: Slurm 24.11's block topology cannot express it beside the other racks' partitions.")
+        % words
+    )
 
 
 def preset_limits(rack: Rack) -> PresetLimits:
@@ -224,7 +241,9 @@ def preset_limits(rack: Rack) -> PresetLimits:
     for preset in PRESETS:
         partitions = preset_layout(preset)
         if too_old and len(partitions) > 1:
-            limits.blocked[preset] = f"{len(partitions)} partitions need Slurm 23.11+ (topology/block)."
+            limits.blocked[preset] = _("%(count)s partitions need Slurm 23.11+ (topology/block).") % {
+                "count": len(partitions)
+            }
             continue
         planned = {p.name: tuple(hostnames[s] for s in p.slots if s in hostnames) for p in partitions}
         if checker(planned):
@@ -235,10 +254,13 @@ def preset_limits(rack: Rack) -> PresetLimits:
         limits.notes.append(too_old)
     if block_sizes:
         limits.notes.append(
-            "Slurm 24.11 keeps an NVLink partition whole only when, across the cluster, it has the smallest "
-            "partition's number of trays times a power of two (1, 2, 4, 8...). Layouts of "
-            f"{rack.name} that break this beside the other racks' partitions are greyed out; Slurm 25.05 or "
-            "later (topology.yaml) lifts the rule."
+            _(
+                "Slurm 24.11 keeps an NVLink partition whole only when, across the cluster, it has the "
+                "smallest partition's number of trays times a power of two (1, 2, 4, 8...). Layouts of "
+                "%(rack)s that break this beside the other racks' partitions are greyed out; Slurm 25.05 or "
+                "later (topology.yaml) lifts the rule."
+            )
+            % {"rack": rack.name}
         )
     return limits
 
@@ -265,10 +287,10 @@ def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False
 
 
 def already_carved(rack_name: str) -> str:
-    return (
-        f"{rack_name} is already carved exactly like this (same partitions, trays, dedications and Slurm "
+    return _(
+        "%(rack)s is already carved exactly like this (same partitions, trays, dedications and Slurm "
         "partitions): the plan would change nothing."
-    )
+    ) % {"rack": rack_name}
 
 
 def _changes_nothing(rack: Rack, result: PlanCheck) -> bool:
@@ -298,9 +320,18 @@ def _check_dedications(rack: Rack, result: PlanCheck) -> None:
         if lost:
             result.add(
                 Level.WARNING,
-                f"{len(lost)} of {name}'s dedicated trays on {rack.name} (slots {', '.join(map(str, lost))}) "
-                f"lose their dedication: no planned partition holding them is dedicated to {slug}. Give one "
-                f"the department {slug} to keep {name}'s dedicated tier.",
+                _(
+                    "%(count)s of %(name)s's dedicated trays on %(rack)s (slots %(slots)s) lose their "
+                    "dedication: no planned partition holding them is dedicated to %(slug)s. Give one the "
+                    "department %(slug)s to keep %(name)s's dedicated tier."
+                )
+                % {
+                    "count": len(lost),
+                    "name": name,
+                    "rack": rack.name,
+                    "slots": ", ".join(map(str, lost)),
+                    "slug": slug,
+                },
             )
 
 
@@ -331,7 +362,10 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
     try:
         before = render_current()
     except ValueError as error:
-        result.check.add(Level.ERROR, f"Rackplane's configuration cannot be rendered as it is: {error}.")
+        result.check.add(
+            Level.ERROR,
+            _("Rackplane's configuration cannot be rendered as it is: %(error)s.") % {"error": error},
+        )
         return result
     after = before
     # An atomic block left by an exception rolls back, and with it whatever the changes asked to do on
@@ -343,7 +377,10 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
         except ValidationError as error:
             result.check.add(Level.ERROR, " ".join(error.messages))
         except ValueError as error:  # the renderers refuse what the plan would make
-            result.check.add(Level.ERROR, f"With this plan the configuration cannot be rendered: {error}.")
+            result.check.add(
+                Level.ERROR,
+                _("With this plan the configuration cannot be rendered: %(error)s.") % {"error": error},
+            )
         raise _PreviewDone
     if result.check.ok:
         result.fabric_steps = fabric_steps(rack, result.check)
@@ -387,7 +424,7 @@ def fabric_steps(rack: Rack, check: PlanCheck) -> list[str]:
     try:
         diff = plan_changes(domain, now, planned, (u for uuids in gpus_of_slot.values() for u in uuids))
     except FabricError as error:
-        return [f"the fabric manager would refuse this layout: {error}"]
+        return [_("the fabric manager would refuse this layout: %(error)s") % {"error": error}]
     return [step.describe() for step in diff.steps]
 
 
@@ -465,13 +502,13 @@ def in_flight(rack: Rack, *, but: PartitionPlan | None = None) -> str | None:
     other = active.select_related("created_by").first()
     if other is None:
         return None
-    who = other.created_by.get_username() if other.created_by else "someone"
+    who = other.created_by.get_username() if other.created_by else _("someone")
     if other.by_scheduler:
-        who = "the scheduler"
-    return (
-        f"Plan #{other.pk} by {who} is being applied to {rack.name} right now: wait for it to finish (or "
+        who = _("the scheduler")
+    return _(
+        "Plan #%(plan)s by %(who)s is being applied to %(rack)s right now: wait for it to finish (or "
         "cancel it), then preview your plan again."
-    )
+    ) % {"plan": other.pk, "who": who, "rack": rack.name}
 
 
 def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
@@ -483,10 +520,14 @@ def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
             if (busy := in_flight(rack, but=plan)) is not None:
                 raise PlanConflict(busy)
             if plan.status != PlanStatus.DRAFT:
-                raise PlanConflict(f"Plan #{plan.pk} is {plan.get_status_display().lower()}, not a draft.")
+                raise PlanConflict(
+                    _("Plan #%(plan)s is %(status)s, not a draft.")
+                    % {"plan": plan.pk, "status": plan.get_status_display().lower()}
+                )
             if layout_signature(rack) != plan.base_layout:
                 raise PlanConflict(
-                    f"{rack.name}'s partitions changed since plan #{plan.pk} was checked: preview it again."
+                    _("%(rack)s's partitions changed since plan #%(plan)s was checked: preview it again.")
+                    % {"rack": rack.name, "plan": plan.pk}
                 )
             result = check(rack, planned_partitions(plan), drain=plan.drain_first)
             if not result.ok:
@@ -505,7 +546,9 @@ def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
             return plan
     except IntegrityError as error:
         # The partial unique index caught a concurrent apply that the row lock did not see (a new plan row).
-        raise PlanConflict(f"Another plan is already being applied to this rack: {error}") from error
+        raise PlanConflict(
+            _("Another plan is already being applied to this rack: %(error)s") % {"error": error}
+        ) from error
 
 
 def continue_draining(plan: PartitionPlan) -> bool:
@@ -644,7 +687,8 @@ def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
         plan = PartitionPlan.objects.select_for_update().select_related("rack").get(pk=plan.pk)
         if plan.status not in (PlanStatus.DRAFT, PlanStatus.DRAINING):
             raise PlanConflict(
-                f"Plan #{plan.pk} is {plan.get_status_display().lower()}: it can no longer be cancelled."
+                _("Plan #%(plan)s is %(status)s: it can no longer be cancelled.")
+                % {"plan": plan.pk, "status": plan.get_status_display().lower()}
             )
         PlanWindow.objects.filter(plan=plan).delete()
         withdraw(plan)

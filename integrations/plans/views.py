@@ -18,6 +18,8 @@ from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
@@ -39,7 +41,7 @@ from tenancy import naming
 from tenancy.models import Department
 
 STEPS = ("rack", "layout", "names", "preview", "apply")
-WIZARD = "the NVLink partition wizard"  # in the 403 reason: "Only platform admins may use ..."
+WIZARD = gettext_lazy("the NVLink partition wizard")  # in the 403 reason: "Only platform admins may use ..."
 
 
 def render_step(request, full_template, partial_template, context, status=200):
@@ -96,11 +98,27 @@ class DrawingRow:
     colour: int | None
     left_out: bool
     changes: bool
-    gpus: list  # (index, health or None when no GPU is recorded there), by index
+    gpus: list  # (index, health or None when no GPU is recorded there, health in words), by index
 
     @property
     def attention(self) -> bool:
         return not self.tray.schedulable
+
+
+# A GPU's health in the drawing's words (the stored value, in the reader's language).
+HEALTH_WORDS = {
+    "healthy": pgettext_lazy("GPU health", "healthy"),
+    "unhealthy": pgettext_lazy("GPU health", "unhealthy"),
+    "limited_capacity": pgettext_lazy("GPU health", "limited_capacity"),
+    "not_supported": pgettext_lazy("GPU health", "not_supported"),
+    "unknown": pgettext_lazy("GPU health", "unknown"),
+}
+
+
+def health_words(health: str | None) -> str:
+    if health is None:
+        return _("not recorded")
+    return str(HEALTH_WORDS.get(health, health))
 
 
 def gpu_health(rack: Rack) -> dict[int, dict[int, str]]:
@@ -127,7 +145,7 @@ def _drawing(trays: list[TrayInfo], form: PlanForm, check: PlanCheck, health: di
                 colour=None if index is None else index % PARTITION_COLOURS,
                 left_out=tray.slot in left_out,
                 changes=tray.slot in changed,
-                gpus=[(i, gpus.get(i)) for i in range(GPUS_PER_TRAY)],
+                gpus=[(i, gpus.get(i), health_words(gpus.get(i))) for i in range(GPUS_PER_TRAY)],
             )
         )
     return rows
@@ -145,8 +163,11 @@ def _check(rack: Rack, form: PlanForm, step: str) -> PlanCheck:
             result.findings = [
                 Finding(
                     Level.INFO,
-                    f"This is {rack.name} as it is carved now: choose another layout, or change a name, "
-                    "department or Slurm partition, to make a plan.",
+                    _(
+                        "This is %(rack)s as it is carved now: choose another layout, or change a name, "
+                        "department or Slurm partition, to make a plan."
+                    )
+                    % {"rack": rack.name},
                 )
                 if f.message == plans.already_carved(rack.name)
                 else f
@@ -154,10 +175,17 @@ def _check(rack: Rack, form: PlanForm, step: str) -> PlanCheck:
             ]
     else:
         result = PlanCheck(partitions=[], clique_ids={})
-        result.add(Level.ERROR, f"The plan for {rack.name} has no partitions: give it at least one.")
+        result.add(
+            Level.ERROR,
+            _("The plan for %(rack)s has no partitions: give it at least one.") % {"rack": rack.name},
+        )
     errors = [Finding(Level.ERROR, message) for message in getattr(form, "layout_errors", [])]
     errors += [
-        Finding(Level.ERROR, f"{form.fields[field].label or field}: {' '.join(messages)}")
+        Finding(
+            Level.ERROR,
+            _("%(field)s: %(errors)s")
+            % {"field": form.fields[field].label or field, "errors": " ".join(messages)},
+        )
         for field, messages in form.errors.items()
     ]
     result.findings[:0] = errors
@@ -263,14 +291,19 @@ def _preset_options(blocked: dict[str, str] | None = None) -> list[dict]:
             {
                 "value": value,
                 "title": value,
-                "description": "the whole rack, one partition"
+                "description": _("the whole rack, one partition")
                 if count == 1
-                else f"{count} partitions of {size} tray{'s' if size > 1 else ''}",
+                else ngettext(
+                    "%(count)s partitions of %(size)s tray", "%(count)s partitions of %(size)s trays", size
+                )
+                % {"count": count, "size": size},
                 "cells": [(slot - 1) // size % PARTITION_COLOURS for slot in range(1, TRAYS_PER_RACK + 1)],
                 "blocked": blocked.get(value, ""),
             }
         )
-    options.append({"value": CUSTOM, "title": "Custom", "description": "your own tray ranges", "cells": []})
+    options.append(
+        {"value": CUSTOM, "title": _("Custom"), "description": _("your own tray ranges"), "cells": []}
+    )
     return options
 
 
@@ -323,11 +356,11 @@ class FileDiff:
 
 
 GROUPS = (
-    ("topology", "Slurm topology"),
-    ("slurm", "Slurm partitions and nodes"),
-    ("kubernetes", "Kubernetes labels and Kueue objects"),
-    ("opensm", "OpenSM partitions"),
-    ("fabric", "NVLink fabric"),
+    ("topology", gettext_lazy("Slurm topology")),
+    ("slurm", gettext_lazy("Slurm partitions and nodes")),
+    ("kubernetes", gettext_lazy("Kubernetes labels and Kueue objects")),
+    ("opensm", gettext_lazy("OpenSM partitions")),
+    ("fabric", gettext_lazy("NVLink fabric")),
 )
 
 
@@ -335,8 +368,8 @@ def _group(path: str) -> str:
     lowered = path.lower()
     for key, label in GROUPS:
         if key in lowered:
-            return label
-    return "Other files"
+            return str(label)
+    return _("Other files")
 
 
 def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
@@ -356,7 +389,7 @@ def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
                 css = "diff-ctx"
             lines.append((css, line))
         files.append(FileDiff(path, _group(path), lines, added, removed))
-    order = {label: i for i, (_key, label) in enumerate(GROUPS)}
+    order = {str(label): i for i, (_key, label) in enumerate(GROUPS)}
     return sorted(files, key=lambda f: (order.get(f.group, len(order)), f.path))
 
 
@@ -409,7 +442,7 @@ def plan_apply(request, name):
     form = plan_form(rack, request.POST)
     try:
         if not form.partitions or getattr(form, "layout_errors", None):
-            raise ValidationError("The plan has errors: go back to the layout and fix them.")
+            raise ValidationError(_("The plan has errors: go back to the layout and fix them."))
         plan = create_and_apply(
             rack, form.partitions, drain=bool(form.cleaned_data.get("drain_first")), user=request.user
         )
@@ -436,7 +469,13 @@ def wizard_steps(current: str, rack: Rack | None = None, query: str = "", done: 
         if query:
             urls["names"] = reverse("integrations:plan-names", args=[rack.name]) + suffix
             urls["preview"] = reverse("integrations:plan-preview", args=[rack.name]) + suffix
-    labels = {"rack": "Rack", "layout": "Layout", "names": "Names", "preview": "Preview", "apply": "Apply"}
+    labels = {
+        "rack": _("Rack"),
+        "layout": _("Layout"),
+        "names": _("Names"),
+        "preview": _("Preview"),
+        "apply": _("Apply"),
+    }
     position = STEPS.index(current)
     return [
         {

@@ -12,6 +12,8 @@ import json
 from collections.abc import Sequence
 
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
 from inventory.models import Rack
@@ -24,10 +26,12 @@ THIS_PLAN = "This plan"
 COLOURS = ("#334155", "#2563eb", "#f59e0b", "#16a34a", "#9333ea", "#db2777")
 # The chart's three panels: (figure keys, title, unit).
 PANELS = (
-    (("avg_wait_s", "p95_wait_s", "avg_jct_s"), "Wait and job completion time", "hours"),
-    (("multi_tray_in_one_partition",), "Multi-tray jobs in one partition", "%"),
-    (("guarantee_shortfall_gpu_s",), "Guarantee shortfall", "GPU-hours"),
+    (("avg_wait_s", "p95_wait_s", "avg_jct_s"), gettext_lazy("Wait and job completion time"), "hours"),
+    (("multi_tray_in_one_partition",), gettext_lazy("Multi-tray jobs in one partition"), "%"),
+    (("guarantee_shortfall_gpu_s",), gettext_lazy("Guarantee shortfall"), "GPU-hours"),
 )
+# The units as the chart says them, in the reader's language.
+UNIT_WORDS = {"hours": gettext_lazy("hours"), "GPU-hours": gettext_lazy("GPU-hours")}
 DOMAINS = ((0.0, 0.44), (0.53, 0.73), (0.82, 1.0))
 
 
@@ -63,6 +67,7 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
     for index, layout in enumerate(done):
         colour = COLOURS[layout.position % len(COLOURS)]
         for panel, (keys, _title, unit) in enumerate(PANELS, start=1):
+            unit_words = UNIT_WORDS.get(unit, unit)
             labels = [next(row["label"] for row in progress.rows if row["key"] == key) for key in keys]
             values = [_value(layout.figures.get(key), unit) for key in keys]
             data.append(
@@ -76,7 +81,7 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
                     "marker": {"color": colour},
                     "xaxis": f"x{panel if panel > 1 else ''}",
                     "yaxis": f"y{panel if panel > 1 else ''}",
-                    "hovertemplate": f"{layout.label}<br>%{{x}}: %{{y:,.2f}} {unit}<extra></extra>",
+                    "hovertemplate": f"{layout.label}<br>%{{x}}: %{{y:,.2f}} {unit_words}<extra></extra>",
                     "offsetgroup": str(index),
                 }
             )
@@ -95,7 +100,7 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
         frame[f"xaxis{suffix}"] = {"domain": [left, right], "anchor": f"y{suffix}", "gridcolor": GRID}
         frame[f"yaxis{suffix}"] = {
             "anchor": f"x{suffix}",
-            "title": {"text": unit},
+            "title": {"text": str(UNIT_WORDS.get(unit, unit))},
             "rangemode": "tozero",
             "gridcolor": GRID,
             "zeroline": False,
@@ -120,7 +125,7 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
         json.dumps({"data": data, "layout": frame}),
         json.dumps(CONFIG),
         height,
-        "Bar chart of the comparison: " + ", ".join(one.label for one in done),
+        _("Bar chart of the comparison: %(layouts)s") % {"layouts": ", ".join(one.label for one in done)},
     )
 
 

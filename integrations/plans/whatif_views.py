@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -37,9 +38,9 @@ def plan_whatif(request, name):
     whatif_form = WhatIfForm(request.POST)
     refusal = ""
     if not form.partitions or getattr(form, "layout_errors", None) or form.errors:
-        refusal = "The plan has errors: fix them in the layout first, then run the what-if."
+        refusal = _("The plan has errors: fix them in the layout first, then run the what-if.")
     elif not plans.check(rack, form.partitions, drain=bool(form.cleaned_data.get("drain_first"))).ok:
-        refusal = "The plan has errors (see the checks): fix them first, then run the what-if."
+        refusal = _("The plan has errors (see the checks): fix them first, then run the what-if.")
     if refusal or not whatif_form.is_valid():
         return _whatif_refused(request, rack, form, whatif_form, refusal)
     chosen = whatif_page.layouts(

@@ -6,6 +6,8 @@ slurmrestd."""
 import json
 import re
 
+from django.utils.translation import gettext_noop
+
 from core.workloads import WorkRule
 from integrations import fields as f
 from integrations.jobs import DispatchRequest
@@ -130,94 +132,132 @@ def render_job(request: DispatchRequest) -> str:
 KIND = register(
     Kind(
         name="slurm",
-        label="Slurm controller",
+        label=gettext_noop("Slurm controller"),
         short_label="Slurm",
         settings=(
             Setting(
                 "config_dir",
                 "",
                 f.text_field(
-                    "Config directory", "The directory slurmctld reads (holds slurm.conf), absolute."
+                    gettext_noop("Config directory"),
+                    gettext_noop("The directory slurmctld reads (holds slurm.conf), absolute."),
                 ),
             ),
             Setting(
                 "scontrol",
                 "scontrol",
-                f.text_field("scontrol", "Path or command line; default: scontrol on the PATH."),
+                f.text_field(
+                    gettext_noop("scontrol"),
+                    gettext_noop("Path or command line; default: scontrol on the PATH."),
+                ),
             ),
             Setting(
                 "slurmctld_log",
                 "",
-                f.text_field("slurmctld log", "Optional: quoted when slurmctld refuses a configuration."),
+                f.text_field(
+                    gettext_noop("slurmctld log"),
+                    gettext_noop("Optional: quoted when slurmctld refuses a configuration."),
+                ),
             ),
             Setting(
                 "topology_format",
                 "conf",
                 f.choice_field(
-                    "Topology file",
-                    [("conf", "topology.conf (Slurm 24.11)"), ("yaml", "topology.yaml (Slurm 25.05+)")],
+                    gettext_noop("Topology file"),
+                    [
+                        ("conf", gettext_noop("topology.conf (Slurm 24.11)")),
+                        ("yaml", gettext_noop("topology.yaml (Slurm 25.05+)")),
+                    ],
                     "conf",
                 ),
             ),
-            Setting("cpus", None, f.number_field("CPUs per node", "Default 144 (two Grace CPUs).")),
-            Setting("memory_mb", None, f.number_field("Memory per node (MB)", "Empty: what slurmd reports.")),
+            Setting(
+                "cpus",
+                None,
+                f.number_field(gettext_noop("CPUs per node"), gettext_noop("Default 144 (two Grace CPUs).")),
+            ),
+            Setting(
+                "memory_mb",
+                None,
+                f.number_field(
+                    gettext_noop("Memory per node (MB)"), gettext_noop("Empty: what slurmd reports.")
+                ),
+            ),
             Setting(
                 "node_hostname",
                 "",
-                f.text_field("slurmd host name", "Only when slurmd does not run at the node's own name."),
+                f.text_field(
+                    gettext_noop("slurmd host name"),
+                    gettext_noop("Only when slurmd does not run at the node's own name."),
+                ),
             ),
             Setting(
                 "node_address",
                 "",
-                f.text_field("slurmd address", "Only when slurmd is reached at another address."),
+                f.text_field(
+                    gettext_noop("slurmd address"),
+                    gettext_noop("Only when slurmd is reached at another address."),
+                ),
             ),
             Setting(
                 "node_port_base",
                 None,
-                f.number_field("slurmd port base", "Several slurmd on one host: node i listens on base + i."),
+                f.number_field(
+                    gettext_noop("slurmd port base"),
+                    gettext_noop("Several slurmd on one host: node i listens on base + i."),
+                ),
             ),
             Setting(
                 "rest_url",
                 "",
                 f.text_field(
-                    "slurmrestd URL", "Where jobs are submitted (http://slurm-ctl:6820). Empty: no jobs here."
+                    gettext_noop("slurmrestd URL"),
+                    gettext_noop("Where jobs are submitted (http://slurm-ctl:6820). Empty: no jobs here."),
                 ),
             ),
             Setting(
                 "rest_user",
                 "",
                 f.text_field(
-                    "SlurmUser for tokens",
-                    "SlurmUser (or root): tokens are minted for it, and each job is submitted, read and "
-                    "cancelled as its person (X-SLURM-USER-NAME). Never a person's account.",
+                    gettext_noop("SlurmUser for tokens"),
+                    gettext_noop(
+                        "SlurmUser (or root): tokens are minted for it, and each job is submitted, read and "
+                        "cancelled as its person (X-SLURM-USER-NAME). Never a person's account."
+                    ),
                 ),
             ),
             Setting(
                 "rest_token",
                 "",
-                f.token_field("slurmrestd token (scontrol token): cannot act as other users"),
+                f.token_field(gettext_noop("slurmrestd token (scontrol token): cannot act as other users")),
                 secret=True,
             ),
             Setting(
                 "jwt_key_file",
                 "",
                 f.text_field(
-                    "JWT key file",
-                    "slurmctld's jwt_key (absolute path): short tokens of rest_user are minted from it, so "
-                    "each job runs as its person. The key itself is never sent.",
+                    gettext_noop("JWT key file"),
+                    gettext_noop(
+                        "slurmctld's jwt_key (absolute path): short tokens of rest_user are minted from it, "
+                        "so each job runs as its person. The key itself is never sent."
+                    ),
                 ),
             ),
             Setting(
                 "accounting",
                 False,
                 f.flag_field(
-                    "Account and QOS per department", "Needs slurmdbd with the department accounts."
+                    gettext_noop("Account and QOS per department"),
+                    gettext_noop("Needs slurmdbd with the department accounts."),
                 ),
             ),
             Setting(
                 "imex",
                 False,
-                f.flag_field("Per-job IMEX channels", "slurmctld runs SwitchType=switch/nvidia_imex."),
+                f.flag_field(
+                    gettext_noop("Per-job IMEX channels"),
+                    gettext_noop("slurmctld runs SwitchType=switch/nvidia_imex."),
+                ),
             ),
         ),
         clean=clean,

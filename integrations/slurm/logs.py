@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from django.utils.translation import gettext
+
 from integrations.job_output import JobLogs, LogPart, _tail
 from integrations.jobs import BackendError
 from scheduling.models import Job
@@ -31,7 +33,7 @@ def slurm_logs(backend, job: Job, limit: int | None) -> JobLogs:
     backend_id = job.backend_id
     logs = JobLogs(source="Slurm")
     if not re.fullmatch(r"[1-9][0-9]{0,9}", backend_id or ""):
-        logs.error = "The job has no Slurm job id yet: it has not been submitted to Slurm."
+        logs.error = gettext("The job has no Slurm job id yet: it has not been submitted to Slurm.")
         return logs
     run_name = f"rp-{job.pk}" if not job.preemptions else f"rp-{job.pk}-{job.preemptions}"
     path = f"{backend.workdir.rstrip('/')}/{run_name}-{backend_id}.out"
@@ -39,28 +41,34 @@ def slurm_logs(backend, job: Job, limit: int | None) -> JobLogs:
     try:
         record = backend._job(backend_id)
     except BackendError as error:
-        logs.error = f"slurmrestd could not be asked where the output is: {error}"
+        logs.error = gettext("slurmrestd could not be asked where the output is: %(error)s") % {
+            "error": error
+        }
     if record is not None:
         stdout = backend.dialect.output_path(record) or record.get("standard_output") or ""
         if stdout:
             path = _expand_slurm_path(
                 stdout, backend_id, str(record.get("name") or run_name), str(record.get("user_name") or "")
             )
-    logs.source = f"Slurm job {backend_id}'s output file {path}"
+    logs.source = gettext("Slurm job %(job)s's output file %(path)s") % {"job": backend_id, "path": path}
     if not path.startswith("/"):
         path = f"{backend.workdir.rstrip('/')}/{path}"
     # Only files inside the jobs' working directory: a path from the outside never opens other portal files.
     workdir = Path(backend.workdir).resolve()
     if not Path(path).resolve().is_relative_to(workdir):
         logs.parts.append(
-            LogPart(path, error=f"{path} is outside the jobs' working directory {workdir}: not read")
+            LogPart(
+                path,
+                error=gettext("%(path)s is outside the jobs' working directory %(workdir)s: not read")
+                % {"path": path, "workdir": workdir},
+            )
         )
         return logs
     part = _tail(Path(path), limit)
     if part.error:
-        part.error += (
-            " (Slurm writes it on the job's first node; mount the jobs' working directory at the same path "
-            "on the portal to read it here)"
-        )
+        part.error = gettext(
+            "%(error)s (Slurm writes it on the job's first node; mount the jobs' working directory at the "
+            "same path on the portal to read it here)"
+        ) % {"error": part.error}
     logs.parts.append(part)
     return logs

@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
 from core.access import require_admin
@@ -22,25 +23,30 @@ def _saved_message(department: Department):
     """What the save did, and whether Slurm and Kubernetes are told (integrations.signals queues the push)."""
     reason = requested_push(department)
     if reason is None:
-        return f"Department {department.name} saved."
+        return _("Department %(name)s saved.") % {"name": department.name}
     if not ConfigTarget.objects.filter(enabled=True).exists():
         return format_html(
-            "Department {} saved. No configuration target is enabled, so nothing was pushed: Slurm and "
-            'Kubernetes keep the old values (<a href="{}">configuration targets</a>).',
-            department.name,
-            reverse("integrations:target-list"),
+            _(
+                "Department {name} saved. No configuration target is enabled, so nothing was pushed: Slurm "
+                'and Kubernetes keep the old values (<a href="{url}">configuration targets</a>).'
+            ),
+            name=department.name,
+            url=reverse("integrations:target-list"),
         )
     return format_html(
-        'Department {} saved. A configuration push was queued ({}): <a href="{}">see the pushes</a>.',
-        department.name,
-        reason,
-        reverse("integrations:push-list"),
+        _(
+            "Department {name} saved. A configuration push was queued ({reason}): "
+            '<a href="{url}">see the pushes</a>.'
+        ),
+        name=department.name,
+        reason=reason,
+        url=reverse("integrations:push-list"),
     )
 
 
 @require_http_methods(["GET", "POST"])
 def department_edit(request, slug):
-    require_admin(request.user, "department settings")
+    require_admin(request.user, _("department settings"))
     department = get_object_or_404(Department.objects.visible_to(request.user), slug=slug)
     if request.method == "POST":
         form = DepartmentForm(request.POST, instance=department)

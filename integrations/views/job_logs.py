@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
 
 from integrations.logs import DEFAULT_LIMIT as LOG_LIMIT
 from integrations.logs import job_logs as read_job_logs
@@ -16,11 +17,16 @@ def _exit_words(job: Job) -> str:
     """How the job ended, in one sentence: its state, exit code (and signal), and the backend's word."""
     if not job.is_finished:
         return ""
-    words = job.get_state_display()
+    words = str(job.get_state_display())
     if job.exit_code is not None:
-        words += f" with exit code {job.exit_code}"
         if job.exit_code > 128:
-            words += f" (killed by signal {job.exit_code - 128})"
+            words = _("%(state)s with exit code %(code)s (killed by signal %(signal)s)") % {
+                "state": words,
+                "code": job.exit_code,
+                "signal": job.exit_code - 128,
+            }
+        else:
+            words = _("%(state)s with exit code %(code)s") % {"state": words, "code": job.exit_code}
     last = job.events.filter(kind__in=["completed", "failed", "cancelled"]).order_by("-at", "-pk").first()
     reason = (last.message if last and last.message else "") or job.backend_message
     return f"{words}: {reason}" if reason else f"{words}."

@@ -14,6 +14,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Max
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.http import HttpResponseStopPolling
 
@@ -25,6 +27,9 @@ from integrations.forms import ConfigTargetForm
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
 PUSHES_PER_PAGE = 50
+WHAT = gettext_lazy(
+    "configuration targets and pushes"
+)  # in the 403 reason: "Only platform admins may use ..."
 STATUS_BADGE = {
     PushStatus.QUEUED: "state-maintenance",
     PushStatus.RUNNING: "state-maintenance",
@@ -38,7 +43,7 @@ STATUS_BADGE = {
 
 
 def target_list(request):
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     targets = list(
         ConfigTarget.objects.visible_to(request.user)
         .annotate(push_count=Count("pushes"), last_push_id=Max("pushes__pk"))
@@ -69,7 +74,7 @@ def target_list(request):
 @require_safe
 def target_versions(request):
     """What each target runs, what Rackplane uses there, and the removals ahead (integrations.versions)."""
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     context = {
         "rows": removals.target_versions(),
         "removals": removals.all_removals(),
@@ -80,13 +85,13 @@ def target_versions(request):
 
 @require_http_methods(["GET", "POST"])
 def target_create(request):
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     return _target_form(request, None)
 
 
 @require_http_methods(["GET", "POST"])
 def target_edit(request, pk):
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     target = get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=pk)
     return _target_form(request, target)
 
@@ -100,7 +105,7 @@ def _target_form(request, target: ConfigTarget | None):
             except ValidationError as error:
                 form.add_error(None, error)
             else:
-                messages.success(request, f"Target {saved.name} saved.")
+                messages.success(request, _("Target %(name)s saved.") % {"name": saved.name})
                 return redirect("integrations:target-list")
     else:
         form = ConfigTargetForm(instance=target, kind=request.GET.get("kind"))
@@ -140,7 +145,7 @@ PUSH_SORTS = {  # core.tables: the push list's sortable columns
 def push_list(request):
     """Every push, newest first (filter by target and status); POST queues a push to all enabled targets,
     or to one (`target`)."""
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     if request.method == "POST":
         return _push_now(request)
     target = request.GET.get("target") or ""
@@ -172,7 +177,9 @@ def _push_now(request):
     if request.POST.get("target"):
         target = get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=request.POST["target"])
         if not target.enabled:
-            messages.error(request, f"Target {target.name} is disabled: enable it first.")
+            messages.error(
+                request, _("Target %(name)s is disabled: enable it first.") % {"name": target.name}
+            )
             return redirect("integrations:push-list")
         chosen = [target]
     reason = "pushed from the portal"
@@ -181,11 +188,11 @@ def _push_now(request):
         reason = f"current configuration pushed again after the rollback (push #{int(rollback)})"
     created = pushes.queue_pushes(reason=reason, user=request.user, targets=chosen)
     if not created:
-        messages.info(request, "A push is running on that target: the change is pushed right after it.")
+        messages.info(request, _("A push is running on that target: the change is pushed right after it."))
     elif len(created) == 1:
         return redirect("integrations:push-detail", pk=created[0].pk)
     else:
-        messages.success(request, f"{len(created)} pushes created.")
+        messages.success(request, _("%(count)s pushes created.") % {"count": len(created)})
     return redirect("integrations:push-list")
 
 
@@ -248,7 +255,7 @@ def _rolled_back_by(push: ConfigPush) -> push_history.RolledBack | None:
 def push_detail(request, pk):
     """The push, its log as it grows (htmx polls every 2 s while it is queued or running), what to do next
     when it failed."""
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     queryset = ConfigPush.objects.visible_to(request.user).select_related("target", "requested_by")
     polling = bool(request.htmx)
     if polling:
@@ -278,21 +285,25 @@ def push_detail(request, pk):
 @require_POST
 def push_again(request, pk):
     """Rollback: this push's version pushed again as a new push (audited; integrations.push_history)."""
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     push = get_object_or_404(ConfigPush.objects.visible_to(request.user).select_related("target"), pk=pk)
     try:
         created = push_history.push_again(push, request.user)
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
         return redirect("integrations:push-detail", pk=push.pk)
-    messages.success(request, f"The version of push #{push.pk} is being pushed again as push #{created.pk}.")
+    messages.success(
+        request,
+        _("The version of push #%(push)s is being pushed again as push #%(new)s.")
+        % {"push": push.pk, "new": created.pk},
+    )
     return redirect("integrations:push-detail", pk=created.pk)
 
 
 @require_POST
 def target_test(request, pk):
     """Test connection: the target's adapter checks reachability and credentials without writing."""
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     target = get_object_or_404(ConfigTarget.objects.visible_to(request.user), pk=pk)
     result = push_history.test_connection(target)
     if request.htmx:
@@ -305,7 +316,7 @@ def target_test(request, pk):
 @require_POST
 def push_retry(request, pk):
     """Retry a failed push (a new push of the current state) or send a push waiting for its retry now."""
-    require_admin(request.user, "configuration targets and pushes")
+    require_admin(request.user, WHAT)
     push = get_object_or_404(ConfigPush.objects.visible_to(request.user).select_related("target"), pk=pk)
     try:
         created = pushes.retry_now(push, user=request.user)
@@ -313,6 +324,6 @@ def push_retry(request, pk):
         messages.error(request, " ".join(error.messages))
         return redirect("integrations:push-detail", pk=push.pk)
     if not created:
-        messages.info(request, "A push is running on that target: the retry is pushed right after it.")
+        messages.info(request, _("A push is running on that target: the retry is pushed right after it."))
         return redirect("integrations:push-detail", pk=push.pk)
     return redirect("integrations:push-detail", pk=created[0].pk)

@@ -26,6 +26,8 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from core.access import require_admin
@@ -75,7 +77,7 @@ def _conflict(request, tray: ComputeTray, error: str, **bound):
     the tray page (Post/Redirect/Get: a reload does not post again), whose actions say why; htmx: in place."""
     if getattr(request, "htmx", False):
         return _refused(request, tray, 409, error, **bound)
-    messages.error(request, f"Nothing was changed: {error}", extra_tags=REFUSED_TAGS)
+    messages.error(request, _("Nothing was changed: %(error)s") % {"error": error}, extra_tags=REFUSED_TAGS)
     return _done(tray)
 
 
@@ -93,8 +95,11 @@ def tray_mig_layout(request, pk):
         return _conflict(request, tray, str(error), mig=form)
     messages.success(
         request,
-        f"{tray.hostname}: MIG layout {tray.mig_layout} chosen; the configuration push applies it, and the "
-        "GPUs' next reports show when it is in place.",
+        _(
+            "%(tray)s: MIG layout %(layout)s chosen; the configuration push applies it, and the GPUs' next "
+            "reports show when it is in place."
+        )
+        % {"tray": tray.hostname, "layout": tray.mig_layout},
     )
     return _done(tray)
 
@@ -109,7 +114,9 @@ def tray_drain(request, pk):
         action = drain_tray(tray, form.cleaned_data["reason"], actor=request.user)
     except HealthError as error:
         return _conflict(request, tray, str(error), drain=form)
-    messages.success(request, f"{tray.hostname} drained: {action.reason}")
+    messages.success(
+        request, _("%(tray)s drained: %(reason)s") % {"tray": tray.hostname, "reason": action.reason}
+    )
     return _done(tray)
 
 
@@ -153,9 +160,14 @@ def tray_return(request, pk):
         action, windows = _return(tray, request.user, form.cleaned_data["note"], form.cleaned_data["force"])
     except HealthError as error:
         return _conflict(request, tray, str(error), **{"return": form})
-    messages.success(request, f"{tray.hostname} is back in service: {action.reason}")
+    messages.success(
+        request,
+        _("%(tray)s is back in service: %(reason)s") % {"tray": tray.hostname, "reason": action.reason},
+    )
     for problem in _end_windows(tray, windows):
-        messages.warning(request, f"The maintenance reservation was not removed: {problem}")
+        messages.warning(
+            request, _("The maintenance reservation was not removed: %(problem)s") % {"problem": problem}
+        )
     return _done(tray)
 
 
@@ -182,7 +194,10 @@ def tray_maintenance(request, pk):
         )
     except HealthError as error:
         return _conflict(request, tray, str(error), maintenance=form)
-    messages.success(request, f"{tray.hostname} is out for maintenance: {action.reason}")
+    messages.success(
+        request,
+        _("%(tray)s is out for maintenance: %(reason)s") % {"tray": tray.hostname, "reason": action.reason},
+    )
     if start is not None:
         outcomes = schedulers.schedule_maintenance(tray.hostname, action.pk, start, end, action.reason)
         for outcome in outcomes:
@@ -191,7 +206,8 @@ def tray_maintenance(request, pk):
             else:
                 messages.warning(
                     request,
-                    f"The tray is drained, but the maintenance reservation failed: {outcome}",
+                    _("The tray is drained, but the maintenance reservation failed: %(outcome)s")
+                    % {"outcome": outcome},
                 )
     return _done(tray)
 
@@ -211,6 +227,33 @@ class BulkOutcome:
 
 class _RollBack(Exception):
     pass
+
+
+def _not_changed(action: str, refused: list[str]) -> str:
+    """What a tray that could have changed says when others refused (the whole sentence, translated)."""
+    names = ", ".join(refused[:4])
+    if len(refused) > 4:
+        names = _("%(names)s and %(more)s more") % {"names": names, "more": len(refused) - 4}
+    if action == "drain":
+        sentence = ngettext(
+            "Not changed, although it could have been drained: %(names)s refused (see its row), and the "
+            "selected trays change all together or not at all. Deselect the refused trays and try again.",
+            "Not changed, although it could have been drained: %(names)s refused (see their rows), and "
+            "the selected trays change all together or not at all. Deselect the refused trays and try "
+            "again.",
+            len(refused),
+        )
+    else:
+        sentence = ngettext(
+            "Not changed, although it could have been returned to service: %(names)s refused (see its "
+            "row), and the selected trays change all together or not at all. Deselect the refused trays "
+            "and try again.",
+            "Not changed, although it could have been returned to service: %(names)s refused (see their "
+            "rows), and the selected trays change all together or not at all. Deselect the refused trays "
+            "and try again.",
+            len(refused),
+        )
+    return sentence % {"names": names}
 
 
 def _apply_bulk(form: BulkForm, user) -> tuple[bool, list[BulkOutcome]]:
@@ -234,19 +277,21 @@ def _apply_bulk(form: BulkForm, user) -> tuple[bool, list[BulkOutcome]]:
                 raise _RollBack
     except _RollBack:
         refused = [outcome.hostname for outcome in outcomes if not outcome.ok]
-        names = ", ".join(refused[:4]) + (f" and {len(refused) - 4} more" if len(refused) > 4 else "")
-        done = "drained" if data["action"] == "drain" else "returned to service"
+        sentence = _not_changed(data["action"], refused)
         for outcome in outcomes:
             if outcome.ok:
-                outcome.message = (
-                    f"Not changed, although it could have been {done}: {names} refused (see "
-                    f"{'its row' if len(refused) == 1 else 'their rows'}), and the selected trays change all "
-                    "together or not at all. Deselect the refused trays and try again."
-                )
+                outcome.message = sentence
         return False, outcomes
     for tray in form.trays:
         for problem in _end_windows(tray, windows.get(tray.pk, [])):
-            outcomes.append(BulkOutcome(tray.hostname, tray.pk, True, f"reservation not removed: {problem}"))
+            outcomes.append(
+                BulkOutcome(
+                    tray.hostname,
+                    tray.pk,
+                    True,
+                    _("reservation not removed: %(problem)s") % {"problem": problem},
+                )
+            )
     return True, outcomes
 
 

@@ -14,6 +14,8 @@ from datetime import datetime
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop, override
 
 from core.models import NotificationEvent
 from core.notifications.recording import notify
@@ -30,11 +32,11 @@ REASON_LIMIT = 255  # ComputeTray.state_reason
 TYPED_REASON_LIMIT = 160
 # A tray's state in a sentence ("gb-r03-t03 is already drained"), as inventory.planning words it too.
 STATE_WORDS = {
-    TrayState.UP: "in service",
-    TrayState.DRAIN: "drained",
-    TrayState.DOWN: "down",
-    TrayState.MAINTENANCE: "in maintenance",
-    TrayState.NEEDS_SERVICE: "waiting for service",
+    TrayState.UP: gettext_noop("in service"),
+    TrayState.DRAIN: gettext_noop("drained"),
+    TrayState.DOWN: gettext_noop("down"),
+    TrayState.MAINTENANCE: gettext_noop("in maintenance"),
+    TrayState.NEEDS_SERVICE: gettext_noop("waiting for service"),
 }
 
 # Sent on commit when a tray's health state changed: sender=ComputeTray, tray_id, state, reason, source
@@ -57,26 +59,36 @@ def state_words(state: str) -> str:
     return STATE_WORDS.get(state, str(state).replace("_", " "))
 
 
+def shown_state_words(state: str) -> str:
+    """state_words in the viewer's language (pages and form errors; state_words is what reasons keep)."""
+    return _(STATE_WORDS[state]) if state in STATE_WORDS else state_words(state)
+
+
 def drain_reason(event: HealthEvent) -> str:
     """``rackplane: XID 79 (GPU_HAS_FALLEN_OFF_THE_BUS) on GPU-... at 2025-10-14 11:20:09 UTC``."""
     return f"{REASON_PREFIX}{event.title} on {where(event)} at {timestamp(event.last_seen)}"[:REASON_LIMIT]
 
 
-def typed_text_problem(text: str, *, what: str = "The reason", limit: int = TYPED_REASON_LIMIT) -> str:
+def typed_text_problem(text: str, *, what: str | None = None, limit: int = TYPED_REASON_LIMIT) -> str:
     """Why `text` typed by a person cannot be a reason or note ("" when it can): a control or invisible
     formatting character (a bidi override would show operators other words than Slurm keeps), Rackplane's
     own "rackplane:" prefix in front (it would read as one of Rackplane's reasons: Rackplane adds it), or
     more than `limit` characters."""
+    what = what or _("The reason")
     problem = text_problem(text)  # the one text rule (core.textrule): one line, nothing invisible
     if problem:
         return problem.message(what)
     if text.strip().lower().startswith(REASON_PREFIX.strip()):
-        return (
-            f"{what} starts with “rackplane:”: leave it out. Rackplane puts “rackplane: <your name>:” in "
+        return _(
+            "%(what)s starts with “rackplane:”: leave it out. Rackplane puts “rackplane: <your name>:” in "
             "front of every reason it sends to Slurm and Kubernetes."
-        )
+        ) % {"what": what}
     if len(text.strip()) > limit:
-        return f"{what} is {len(text.strip())} characters long: at most {limit}, please."
+        return _("%(what)s is %(length)s characters long: at most %(limit)s, please.") % {
+            "what": what,
+            "length": len(text.strip()),
+            "limit": limit,
+        }
     return ""
 
 
@@ -107,7 +119,8 @@ def record_action(
         created_at=at or timezone.now(),
     )
     if outcome is not None:
-        outcome.actions.append(f"{ActionKind(kind).label}: {reason}")
+        with override("en"):  # the node agent's answer, in English like the reason beside it
+            outcome.actions.append(f"{ActionKind(kind).label}: {reason}")
     return action
 
 
@@ -158,7 +171,9 @@ def drain_tray(
     """
     text = (reason or "").strip()
     if not text:
-        raise HealthError("Say why the tray is drained: the reason is shown to operators and sent to Slurm.")
+        raise HealthError(
+            _("Say why the tray is drained: the reason is shown to operators and sent to Slurm.")
+        )
     # Callers pass what a person typed (the portal's forms check it first, for a field error); a maintenance
     # window's dates come in front of it, so only the control characters and the prefix are checked here.
     problem = typed_text_problem(text, limit=REASON_LIMIT)
@@ -168,15 +183,23 @@ def drain_tray(
         tray = ComputeTray.objects.select_for_update().get(pk=tray.pk)
         if tray.state != TrayState.UP and not owned_by_rules(tray):
             raise HealthError(
-                f"{tray.hostname} is already {state_words(tray.state)} ({tray.state_reason}); that "
-                "owner's reason is kept. Return it first if Rackplane should own the drain."
+                _(
+                    "%(host)s is already %(state)s (%(reason)s); that owner's reason is kept. Return it "
+                    "first "
+                    "if Rackplane should own the drain."
+                )
+                % {"host": tray.hostname, "state": shown_state_words(tray.state), "reason": tray.state_reason}
             )
         if tray.state != TrayState.UP and not (needs_service and tray.state != TrayState.NEEDS_SERVICE):
             # Out already (the rules' or an admin's drain, a maintenance window): a second drain would replace
             # its reason and notify again.
             raise HealthError(
-                f"{tray.hostname} is already {state_words(tray.state)} ({tray.state_reason}). "
-                "Return it to service first to take it out for another reason."
+                _(
+                    "%(host)s is already %(state)s (%(reason)s). Return it to service first to take it out "
+                    "for "
+                    "another reason."
+                )
+                % {"host": tray.hostname, "state": shown_state_words(tray.state), "reason": tray.state_reason}
             )
         who = f"{actor.get_username()}: " if actor is not None else ""
         prefix = NEEDS_SERVICE_PREFIX if needs_service else REASON_PREFIX

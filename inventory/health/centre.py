@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Case, CharField, Count, Max, Prefetch, Q, Sum, Value, When
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.chart_style import GRID
 from core.charts import layout, to_html
@@ -51,11 +53,11 @@ def parse_cursor(text: str) -> Cursor:
         or not (micros.isascii() and micros.isdigit())
         or not (pk.isascii() and pk.isdigit())
     ):
-        raise CursorError("The page link is not one this page made (“before” must be two whole numbers).")
+        raise CursorError(_("The page link is not one this page made (“before” must be two whole numbers)."))
     try:
         at = EPOCH + timedelta(microseconds=int(micros))
     except OverflowError:
-        raise CursorError("The page link names a time out of range.") from None
+        raise CursorError(_("The page link names a time out of range.")) from None
     return Cursor(at, int(pk))
 
 
@@ -103,6 +105,15 @@ class Chart:
     total: int = 0
     counts: dict = field(default_factory=dict)  # {(bucket start, severity): events}
 
+    @property
+    def bucket_shown(self) -> str:
+        """`bucket` in the viewer's language."""
+        return str(BUCKET_WORDS[self.bucket])
+
+
+# A bucket's name as the chart's words say it ("per hour"); Chart.bucket_shown.
+BUCKET_WORDS = {"hour": gettext_lazy("hour"), "day": gettext_lazy("day"), "week": gettext_lazy("week")}
+
 
 def _bucket(span: timedelta):
     if span <= timedelta(days=3):
@@ -134,11 +145,12 @@ def events_chart(
         traces.append(
             {
                 "type": "bar",
-                "name": severity.label,
+                "name": str(severity.label),
                 "x": [moment.isoformat() for moment in starts],
                 "y": [counts.get((moment, severity.value), 0) for moment in starts],
                 "marker": {"color": SEVERITY_COLOURS[severity]},
-                "hovertemplate": "%{y:,} events<extra>" + severity.label + "</extra>",
+                "hovertemplate": _("%(count)s events") % {"count": "%{y:,}"}
+                + f"<extra>{severity.label}</extra>",
             }
         )
     spec = {
@@ -147,8 +159,16 @@ def events_chart(
             barmode="stack",
             bargap=0.15,
             hovermode="x unified",
-            xaxis={"title": {"text": f"UTC, per {name}"}, "gridcolor": GRID},
-            yaxis={"title": {"text": "Events"}, "rangemode": "tozero", "gridcolor": GRID, "zeroline": False},
+            xaxis={
+                "title": {"text": _("UTC, per %(bucket)s") % {"bucket": BUCKET_WORDS[name]}},
+                "gridcolor": GRID,
+            },
+            yaxis={
+                "title": {"text": _("Events")},
+                "rangemode": "tozero",
+                "gridcolor": GRID,
+                "zeroline": False,
+            },
         ),
     }
     return Chart(

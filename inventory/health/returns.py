@@ -17,12 +17,15 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from inventory.choices import OPEN_SERVICE, QUARANTINE_ACTIONS, ActionKind, ServiceStatus, TrayState
 from inventory.health.actions import HealthError, owned_by_rules, record_action, set_state
 from inventory.health.events import HealthOutcome, timestamp
+from inventory.health.phrases import Phrase
 from inventory.health.rules import RulesContext
-from inventory.health.service import latest_record, mark_words
+from inventory.health.service import latest_record, mark_phrase, shown_mark_words
 from inventory.models import (
     ComputeTray,
     HealthAction,
@@ -38,7 +41,25 @@ NOTE_LIMIT = 300  # a return-to-service note
 @dataclass(frozen=True)
 class Eligibility:
     eligible: bool
-    why: str
+    phrase: Phrase
+
+    @property
+    def why(self) -> str:
+        """In English: what the decisions and reasons keep."""
+        return self.phrase.english()
+
+    @property
+    def shown(self) -> str:
+        """In the viewer's language: what the tray page shows."""
+        return self.phrase.shown()
+
+
+def _no(text: str, **values) -> Eligibility:
+    return Eligibility(False, Phrase(text, values))
+
+
+def _yes(text: str, **values) -> Eligibility:
+    return Eligibility(True, Phrase(text, values))
 
 
 def return_eligibility(
@@ -51,13 +72,16 @@ def return_eligibility(
     settings = settings or HealthSettings.load()
     now = now or timezone.now()
     if tray.state == TrayState.UP:
-        return Eligibility(False, "it is in service")
+        return _no(gettext_noop("it is in service"))
     record = latest_record(tray)
     if record is not None and record.status in OPEN_SERVICE:
-        return Eligibility(False, f"it is {mark_words(record)}; mark it returned from service first")
+        return _no(
+            gettext_noop("it is %(mark)s; mark it returned from service first"), mark=mark_phrase(record)
+        )
     if not owned_by_rules(tray):
-        return Eligibility(
-            False, f"it is out for another owner's reason ({tray.state_reason}); they return it"
+        return _no(
+            gettext_noop("it is out for another owner's reason (%(reason)s); they return it"),
+            reason=tray.state_reason,
         )
     drained = (
         HealthAction.objects.filter(tray=tray, kind__in=QUARANTINE_ACTIONS)
@@ -67,10 +91,10 @@ def return_eligibility(
     drained_at = drained.created_at if drained else None
     back = _back_from_service(record, drained_at)
     if tray.state == TrayState.NEEDS_SERVICE and back is None:
-        return Eligibility(False, "it needs service; return it by hand once repaired")
+        return _no(gettext_noop("it needs service; return it by hand once repaired"))
     if back is not None:
         # Back from service: the healthy time and the check count from the return, not from the fault.
-        words = "it came back from service"
+        words = Phrase(gettext_noop("it came back from service"))
         return _healthy_enough(tray, settings, now, back, words, words, healthy_from=back)
     if drained is not None and drained.kind == ActionKind.MAINTENANCE:
         # Planned work, not a fault: back when its owner says, unless a fault came while it was out.
@@ -81,15 +105,16 @@ def return_eligibility(
             .first()
         )
         if fault is None:
-            return Eligibility(True, "it was out for maintenance, with no fault since")
-        return Eligibility(
-            False,
-            f"a fault came while it was out for maintenance ({fault.mnemonic or fault.code or fault.kind})",
+            return _yes(gettext_noop("it was out for maintenance, with no fault since"))
+        return _no(
+            gettext_noop("a fault came while it was out for maintenance (%(fault)s)"),
+            fault=fault.mnemonic or fault.code or fault.kind,
         )
     # A drain by hand (an admin, a maintenance window) has no fault: the drain is what it waits on.
     by_rules = drained is not None and (drained.rule_name or drained.event_id is not None)
-    since = "the fault" if by_rules else "it was drained"
-    return _healthy_enough(tray, settings, now, drained_at, since, "it was drained")
+    drained_words = Phrase(gettext_noop("it was drained"))
+    since = Phrase(gettext_noop("the fault")) if by_rules else drained_words
+    return _healthy_enough(tray, settings, now, drained_at, since, drained_words)
 
 
 def _back_from_service(record: ServiceRecord | None, drained_at: datetime | None) -> datetime | None:
@@ -107,21 +132,22 @@ def _healthy_enough(
     settings: HealthSettings,
     now: datetime,
     since: datetime | None,
-    since_words: str,
-    check_words: str,
+    since_words: Phrase,
+    check_words: Phrase,
     healthy_from: datetime | None = None,
 ) -> Eligibility:
     """Healthy for return_after_s (counted from `healthy_from` at the earliest) and, when return_check is
     set, that check passed after `since`."""
     if tray.healthy_since is None:
-        return Eligibility(False, f"its agent has not reported it healthy since {since_words}")
+        return _no(gettext_noop("its agent has not reported it healthy since %(since)s"), since=since_words)
     healthy_since = max(tray.healthy_since, healthy_from) if healthy_from else tray.healthy_since
     needed = timedelta(seconds=settings.return_after_s)
     if now - healthy_since < needed:
         left = needed - (now - healthy_since)
-        return Eligibility(
-            False,
-            f"healthy since {timestamp(healthy_since)}; {left.total_seconds() / 60:.0f} more minutes",
+        return _no(
+            gettext_noop("healthy since %(since)s; %(minutes)s more minutes"),
+            since=timestamp(healthy_since),
+            minutes=f"{left.total_seconds() / 60:.0f}",
         )
     if settings.return_check:
         checks = HealthCheckResult.objects.filter(tray=tray, name=settings.return_check)
@@ -129,17 +155,24 @@ def _healthy_enough(
             checks = checks.filter(started__gte=since)
         last = checks.order_by("-started", "-pk").first()
         if last is None:
-            return Eligibility(False, f"no {settings.return_check!r} check has run since {check_words}")
-        if not last.passed:
-            return Eligibility(
-                False, f"the last {settings.return_check!r} check failed (exit status {last.exit_status})"
+            return _no(
+                gettext_noop("no %(check)s check has run since %(since)s"),
+                check=repr(settings.return_check),
+                since=check_words,
             )
-        return Eligibility(
-            True,
-            f"healthy since {timestamp(healthy_since)} and {settings.return_check!r} passed at "
-            f"{timestamp(last.started)}",
+        if not last.passed:
+            return _no(
+                gettext_noop("the last %(check)s check failed (exit status %(status)s)"),
+                check=repr(settings.return_check),
+                status=last.exit_status,
+            )
+        return _yes(
+            gettext_noop("healthy since %(since)s and %(check)s passed at %(at)s"),
+            since=timestamp(healthy_since),
+            check=repr(settings.return_check),
+            at=timestamp(last.started),
         )
-    return Eligibility(True, f"healthy since {timestamp(healthy_since)}")
+    return _yes(gettext_noop("healthy since %(since)s"), since=timestamp(healthy_since))
 
 
 def consider_return(tray: ComputeTray, context: RulesContext, outcome: HealthOutcome) -> None:
@@ -183,22 +216,31 @@ def return_to_service(tray: ComputeTray, *, actor=None, note: str = "", force: b
     with transaction.atomic():
         tray = ComputeTray.objects.select_for_update().get(pk=tray.pk)
         if tray.state == TrayState.UP:
-            raise HealthError(f"{tray.hostname} is already in service.")
+            raise HealthError(_("%(host)s is already in service.") % {"host": tray.hostname})
         record = latest_record(tray)
         if record is not None and record.status in OPEN_SERVICE:
             # Not even forced: the tray (or its GPU) may be at the vendor; marked returned, it is back.
             raise HealthError(
-                f"{tray.hostname} is {mark_words(record)}: mark it returned from service first (Service / "
-                "RMA), then return it."
+                _(
+                    "%(host)s is %(mark)s: mark it returned from service first (Service / RMA), then "
+                    "return it."
+                )
+                % {"host": tray.hostname, "mark": shown_mark_words(record)}
             )
         if not owned_by_rules(tray):
             raise HealthError(
-                f"{tray.hostname} is out for another owner's reason ({tray.state_reason}); Rackplane "
-                "does not undo it. Its owner returns it."
+                _(
+                    "%(host)s is out for another owner's reason (%(reason)s); Rackplane does not undo it. "
+                    "Its "
+                    "owner returns it."
+                )
+                % {"host": tray.hostname, "reason": tray.state_reason}
             )
         verdict = return_eligibility(tray)
         if not verdict.eligible and not force:
-            raise HealthError(f"{tray.hostname} cannot return yet: {verdict.why}.")
+            raise HealthError(
+                _("%(host)s cannot return yet: %(why)s.") % {"host": tray.hostname, "why": verdict.shown}
+            )
         who = f"{actor.get_username()}: " if actor is not None else ""
         why = verdict.why if verdict.eligible else f"forced ({verdict.why})"
         text = f"{who}returned to service: {why}" + (f"; {note.strip()}" if note and note.strip() else "")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop, override
 
 from inventory.choices import OPEN_SERVICE, ActionKind, ServiceStatus, TrayState
 from inventory.health.actions import (
@@ -27,10 +29,11 @@ from inventory.health.actions import (
     owned_by_rules,
     record_action,
     set_state,
-    state_words,
+    shown_state_words,
     typed_text_problem,
 )
 from inventory.health.events import timestamp
+from inventory.health.phrases import Phrase
 from inventory.models import ComputeTray, Gpu, ServiceRecord
 
 SERVICE_NOTE_LIMIT = 300  # ServiceRecord.note
@@ -42,9 +45,12 @@ NEXT_MARKS = {
     ServiceStatus.RMA: (ServiceStatus.RETURNED,),
 }
 NOTE_REQUIRED = {
-    ServiceStatus.NEEDS_SERVICE: "Say what is wrong: the note is shown on the tray and in the health centre.",
-    ServiceStatus.RMA: "Give the RMA number or where the tray (or GPU) went: the note is what finds it "
-    "again.",
+    ServiceStatus.NEEDS_SERVICE: gettext_noop(
+        "Say what is wrong: the note is shown on the tray and in the health centre."
+    ),
+    ServiceStatus.RMA: gettext_noop(
+        "Give the RMA number or where the tray (or GPU) went: the note is what finds it again."
+    ),
 }
 
 
@@ -74,16 +80,37 @@ def open_marks(user):
     )
 
 
+def status_phrase(status: str) -> Phrase:
+    """A step as a sentence says it: “sent for RMA”, “needs service” (the label, its first letter lowered)."""
+    # The label's English text is its catalogue id (inventory.choices marks it): shown() translates it.
+    with override("en"):
+        english = str(ServiceStatus(status).label)
+    return Phrase(english, lower_first=True)
+
+
 def status_words(status: str) -> str:
-    """A step as a sentence says it: “sent for RMA”, “needs service”."""
-    label = ServiceStatus(status).label
-    return label[0].lower() + label[1:]
+    """A step as a sentence says it, in English (reasons and notes are kept, and sent to Slurm, in "
+    "English)."""
+    return status_phrase(status).english()
+
+
+def mark_phrase(record: ServiceRecord) -> Phrase:
+    """“sent for RMA by alice at 2026-11-30 01:00:00 UTC”."""
+    who = record.actor.get_username() if record.actor_id else "Rackplane"
+    return Phrase(
+        gettext_noop("%(step)s by %(name)s at %(at)s"),
+        {"step": status_phrase(record.status), "name": who, "at": timestamp(record.created_at)},
+    )
 
 
 def mark_words(record: ServiceRecord) -> str:
-    """“sent for RMA by alice at 2026-11-30 01:00:00 UTC”."""
-    who = record.actor.get_username() if record.actor_id else "Rackplane"
-    return f"{status_words(record.status)} by {who} at {timestamp(record.created_at)}"
+    """mark_phrase in English (kept in reasons and decisions)."""
+    return mark_phrase(record).english()
+
+
+def shown_mark_words(record: ServiceRecord) -> str:
+    """mark_phrase in the viewer's language (pages, form errors, messages)."""
+    return mark_phrase(record).shown()
 
 
 @dataclass(frozen=True)
@@ -100,17 +127,22 @@ def mark_service(
     nothing written, when the step cannot follow the tray's mark, the note is missing or not plain text, or
     the GPU is not the tray's."""
     if status not in ServiceStatus.values:
-        raise HealthError(f"Unknown service step {status!r}: one of {', '.join(ServiceStatus.values)}.")
+        raise HealthError(
+            _("Unknown service step %(step)r: one of %(steps)s.")
+            % {"step": status, "steps": ", ".join(ServiceStatus.values)}
+        )
     note = (note or "").strip()
     if not note and status in NOTE_REQUIRED:
-        raise HealthError(NOTE_REQUIRED[status])
-    problem = typed_text_problem(note, what="The note", limit=SERVICE_NOTE_LIMIT) if note else ""
+        raise HealthError(_(NOTE_REQUIRED[status]))
+    problem = typed_text_problem(note, what=_("The note"), limit=SERVICE_NOTE_LIMIT) if note else ""
     if problem:
         raise HealthError(problem)
     with transaction.atomic():
         tray = ComputeTray.objects.select_for_update().select_related("rack").get(pk=tray.pk)
         if gpu is not None and gpu.tray_id != tray.pk:
-            raise HealthError(f"GPU {gpu.uuid} is not in {tray.hostname}.")
+            raise HealthError(
+                _("GPU %(uuid)s is not in %(host)s.") % {"uuid": gpu.uuid, "host": tray.hostname}
+            )
         mark = open_mark(tray)
         current = mark.status if mark is not None else None
         if status not in NEXT_MARKS[current]:
@@ -132,14 +164,18 @@ def mark_service(
 
 
 def _refusal(tray: ComputeTray, mark: ServiceRecord | None, status: str) -> str:
-    label = status_words(status)
+    host = tray.hostname
     if mark is None:
-        return f"{tray.hostname} has no open service mark: mark it needing service or sent for RMA first."
+        return _("%(host)s has no open service mark: mark it needing service or sent for RMA first.") % {
+            "host": host
+        }
     if mark.status == status:
-        return f"{tray.hostname} is already {mark_words(mark)}."
-    return (
-        f"{tray.hostname} is {mark_words(mark)}: it cannot be marked “{label}” now (mark it returned first)."
-    )
+        return _("%(host)s is already %(mark)s.") % {"host": host, "mark": shown_mark_words(mark)}
+    return _("%(host)s is %(mark)s: it cannot be marked “%(step)s” now (mark it returned first).") % {
+        "host": host,
+        "mark": shown_mark_words(mark),
+        "step": status_phrase(status).shown(),
+    }
 
 
 def _take_out(tray: ComputeTray, record: ServiceRecord, actor) -> tuple[bool, str]:
@@ -149,8 +185,11 @@ def _take_out(tray: ComputeTray, record: ServiceRecord, actor) -> tuple[bool, st
         return False, ""
     if tray.state != TrayState.UP and not owned_by_rules(tray):
         return False, (
-            f"it stays {state_words(tray.state)} for its owner's reason ({tray.state_reason}); "
-            "the mark keeps Rackplane from returning it"
+            _(
+                "it stays %(state)s for its owner's reason (%(reason)s); the mark keeps Rackplane from "
+                "returning it"
+            )
+            % {"state": shown_state_words(tray.state), "reason": tray.state_reason}
         )
     who = f"{actor.get_username()}: " if actor is not None else ""
     what = f" ({record.gpu_uuid})" if record.gpu_uuid else ""

@@ -4,6 +4,8 @@ checks them)."""
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
 from core.text import TextValidator
@@ -28,17 +30,17 @@ class AgentToken(models.Model):
     when, so the page shows what was used until then.
     """
 
-    prefix = models.CharField(max_length=16, help_text='The secret\'s first characters ("rpa_" + 8).')
-    secret_hash = models.CharField(max_length=64, help_text="SHA-256 of the secret, hex.")
+    prefix = models.CharField(max_length=16, help_text=_('The secret\'s first characters ("rpa_" + 8).'))
+    secret_hash = models.CharField(max_length=64, help_text=_("SHA-256 of the secret, hex."))
     rack = models.ForeignKey(
         Rack,
         on_delete=models.CASCADE,
         null=True,
         blank=True,
         related_name="agent_tokens",
-        help_text="Scope: every compute tray of this rack.",
+        help_text=_("Scope: every compute tray of this rack."),
     )
-    hostname = models.CharField(max_length=128, blank=True, help_text="Scope: this one compute tray.")
+    hostname = models.CharField(max_length=128, blank=True, help_text=_("Scope: this one compute tray."))
     description = models.CharField(max_length=200, blank=True, validators=[TextValidator()])
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -58,7 +60,9 @@ class AgentToken(models.Model):
             models.CheckConstraint(
                 condition=Q(rack__isnull=False, hostname="") | Q(rack__isnull=True) & ~Q(hostname=""),
                 name="%(app_label)s_%(class)s_one_scope",
-                violation_error_message="An agent token is for one rack or for one host, not both or none.",
+                violation_error_message=_(
+                    "An agent token is for one rack or for one host, not both or none."
+                ),
             ),
         ]
 
@@ -68,6 +72,13 @@ class AgentToken(models.Model):
     @property
     def scope(self) -> str:
         return f"rack {self.rack.name}" if self.rack_id else f"host {self.hostname}"
+
+    @property
+    def shown_scope(self) -> str:
+        """`scope` in the viewer's language, for the pages (`scope` itself goes into logs and audit)."""
+        if self.rack_id:
+            return gettext("rack %(name)s") % {"name": self.rack.name}
+        return gettext("host %(name)s") % {"name": self.hostname}
 
     @property
     def is_revoked(self) -> bool:

@@ -6,6 +6,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from core.text import TextValidator
 from inventory.choices import ActionKind, HealthKind, HealthSource, RuleAction, ServiceStatus
@@ -18,53 +20,59 @@ class HealthSettings(models.Model):
     (pk=1), edited by platform admins in the Django admin."""
 
     dry_run = models.BooleanField(
-        default=False, help_text="Record what the rules would do (would-drain decisions) and change nothing."
+        default=False,
+        help_text=_("Record what the rules would do (would-drain decisions) and change nothing."),
     )
     dedup_window_s = models.PositiveIntegerField(
         default=3600,
         validators=[MinValueValidator(1)],
-        help_text="Repeats of one fault on one GPU within this many seconds update the event's count.",
+        help_text=_("Repeats of one fault on one GPU within this many seconds update the event's count."),
     )
     breaker_percent = models.PositiveSmallIntegerField(
         default=10,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="Circuit breaker: at most this % of all trays (at least one) taken out per window.",
+        # xgettext:no-python-format
+        help_text=_("Circuit breaker: at most this % of all trays (at least one) taken out per window."),
     )
     breaker_window_s = models.PositiveIntegerField(default=3600, validators=[MinValueValidator(1)])
     breaker_tripped_at = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="Set when the breaker tripped; clear it to let the rules drain again.",
+        help_text=_("Set when the breaker tripped; clear it to let the rules drain again."),
     )
     breaker_note = models.CharField(max_length=500, blank=True, validators=[TextValidator()])
     auto_return = models.BooleanField(
-        default=True, help_text="Return trays the rules drained once they qualify (else only record it)."
+        default=True, help_text=_("Return trays the rules drained once they qualify (else only record it).")
     )
     return_after_s = models.PositiveIntegerField(
-        default=1800, help_text="A drained tray's agent must report it healthy for this many seconds."
+        default=1800, help_text=_("A drained tray's agent must report it healthy for this many seconds.")
     )
     return_check = models.CharField(
         max_length=128,
         blank=True,
-        help_text='Active check that must pass after the fault before return (e.g. "dcgmi diag -r 2"); '
-        "empty: none needed.",
+        help_text=_(
+            'Active check that must pass after the fault before return (e.g. "dcgmi diag -r 2"); empty: none '
+            "needed."
+        ),
     )
     repeat_faults = models.PositiveSmallIntegerField(
         default=3,
         validators=[MinValueValidator(1)],
-        help_text="A tray drained this many times within repeat_days needs service instead.",
+        help_text=_("A tray drained this many times within repeat_days needs service instead."),
     )
     repeat_days = models.PositiveSmallIntegerField(default=7, validators=[MinValueValidator(1)])
     node_silent_after_s = models.PositiveIntegerField(
         default=300,
         validators=[MinValueValidator(30)],
-        help_text="A tray whose node has reported before but not for this many seconds is stale (node "
-        "silent); the node_silent health rule says what the scheduler does with it.",
+        help_text=_(
+            "A tray whose node has reported before but not for this many seconds is stale (node "
+            "silent); the node_silent health rule says what the scheduler does with it."
+        ),
     )
 
     class Meta:
-        verbose_name = "health settings"
-        verbose_name_plural = "health settings"
+        verbose_name = _("health settings")
+        verbose_name_plural = _("health settings")
         constraints = [
             models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_singleton"),
             models.CheckConstraint(
@@ -87,7 +95,7 @@ class HealthRule(models.Model):
 
     name = models.CharField(max_length=100, validators=[TextValidator()])
     enabled = models.BooleanField(default=True)
-    kind = models.CharField(max_length=20, choices=HealthKind.choices, help_text="What the event is.")
+    kind = models.CharField(max_length=20, choices=HealthKind.choices, help_text=_("What the event is."))
     xid_first = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(999)]
     )
@@ -97,15 +105,20 @@ class HealthRule(models.Model):
     code = models.CharField(
         max_length=128,
         blank=True,
-        help_text="Recovery action (GPU_RESET ...), fabric flag (ROUTE_UNHEALTHY ...), DCGM field or check "
-        "name; empty matches any.",
+        help_text=_(
+            "Recovery action (GPU_RESET ...), fabric flag (ROUTE_UNHEALTHY ...), DCGM field or check "
+            "name; empty matches any."
+        ),
     )
     threshold = models.FloatField(
-        null=True, blank=True, help_text="DCGM fields: the event's value must be at least this."
+        null=True, blank=True, help_text=_("DCGM fields: the event's value must be at least this.")
     )
     action = models.CharField(max_length=16, choices=RuleAction.choices)
     note = models.CharField(
-        max_length=300, blank=True, validators=[TextValidator()], help_text="Why; NVIDIA's immediate action."
+        max_length=300,
+        blank=True,
+        validators=[TextValidator()],
+        help_text=_("Why; NVIDIA's immediate action."),
     )
 
     class Meta:
@@ -115,19 +128,21 @@ class HealthRule(models.Model):
             models.CheckConstraint(
                 condition=~Q(kind=HealthKind.XID) | Q(xid_first__isnull=False, xid_last__isnull=False),
                 name="%(app_label)s_%(class)s_xid_range_set",
-                violation_error_message="An XID rule needs its first and last XID.",
+                violation_error_message=_("An XID rule needs its first and last XID."),
             ),
             models.CheckConstraint(
                 condition=Q(xid_first__isnull=True) | Q(xid_last__gte=models.F("xid_first")),
                 name="%(app_label)s_%(class)s_xid_range_order",
-                violation_error_message="The last XID cannot come before the first.",
+                violation_error_message=_("The last XID cannot come before the first."),
             ),
             models.CheckConstraint(
                 condition=Q(kind=HealthKind.NODE_SILENT, action__in=[RuleAction.HOLD, RuleAction.WARN])
                 | (~Q(kind=HealthKind.NODE_SILENT) & ~Q(action=RuleAction.HOLD)),
                 name="%(app_label)s_%(class)s_node_silent_actions",
-                violation_error_message="A node silent rule either holds the tray (places no new work) or "
-                "only warns; hold is for node silent rules only.",
+                violation_error_message=_(
+                    "A node silent rule either holds the tray (places no new work) or "
+                    "only warns; hold is for node silent rules only."
+                ),
             ),
         ]
 
@@ -162,16 +177,16 @@ class HealthEvent(models.Model):
     gpu = models.ForeignKey(
         Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="health_events"
     )
-    gpu_uuid = models.CharField(max_length=64, blank=True, help_text="Kept if the GPU row goes.")
+    gpu_uuid = models.CharField(max_length=64, blank=True, help_text=_("Kept if the GPU row goes."))
     source = models.CharField(max_length=16, choices=HealthSource.choices)
     kind = models.CharField(max_length=20, choices=HealthKind.choices)
     code = models.CharField(
-        max_length=128, help_text="XID number, recovery action, fabric flag, DCGM field or check name."
+        max_length=128, help_text=_("XID number, recovery action, fabric flag, DCGM field or check name.")
     )
     xid = models.PositiveSmallIntegerField(null=True, blank=True)
     mnemonic = models.CharField(max_length=64, blank=True)
-    value = models.FloatField(null=True, blank=True, help_text="DCGM field value, check exit status.")
-    message = models.TextField(blank=True, help_text="The kernel line or the check's output tail.")
+    value = models.FloatField(null=True, blank=True, help_text=_("DCGM field value, check exit status."))
+    message = models.TextField(blank=True, help_text=_("The kernel line or the check's output tail."))
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     count = models.PositiveIntegerField(default=1)
@@ -214,6 +229,24 @@ class HealthEvent(models.Model):
         if self.kind == HealthKind.RECOVERY_ACTION:
             return f"recovery action {self.code}"
         return f"fabric {self.code}"
+
+    @property
+    def shown_title(self) -> str:
+        """`title` in the viewer's language, for the pages (`title` itself goes into reasons and logs)."""
+        if self.kind == HealthKind.XID:
+            return self.title
+        if self.kind == HealthKind.DCGM_FIELD:
+            return self.title
+        if self.kind == HealthKind.CHECK_FAILED:
+            if self.value is not None:
+                return gettext("check %(code)s failed (exit status %(status)s)") % {
+                    "code": self.code,
+                    "status": f"{self.value:g}",
+                }
+            return gettext("check %(code)s failed") % {"code": self.code}
+        if self.kind == HealthKind.RECOVERY_ACTION:
+            return gettext("recovery action %(code)s") % {"code": self.code}
+        return gettext("fabric %(code)s") % {"code": self.code}
 
 
 class HealthAction(models.Model):
@@ -287,13 +320,13 @@ class ServiceRecord(models.Model):
     gpu = models.ForeignKey(
         Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="service_records"
     )
-    gpu_uuid = models.CharField(max_length=64, blank=True, help_text="Kept if the GPU row goes.")
+    gpu_uuid = models.CharField(max_length=64, blank=True, help_text=_("Kept if the GPU row goes."))
     status = models.CharField(max_length=16, choices=ServiceStatus.choices)
     note = models.CharField(
         max_length=300,
         blank=True,
         validators=[TextValidator()],
-        help_text="What is wrong, the RMA number, what was done.",
+        help_text=_("What is wrong, the RMA number, what was done."),
     )
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
 from inventory.choices import ACTIVE_PLAN_STATES, PlanOrigin, PlanStatus
@@ -42,10 +43,10 @@ class PartitionPlan(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     origin = models.CharField(max_length=16, choices=PlanOrigin.choices, default=PlanOrigin.ADMIN)
     reason = models.CharField(
-        max_length=300, blank=True, help_text="Why the scheduler re-carved (its plans only)."
+        max_length=300, blank=True, help_text=_("Why the scheduler re-carved (its plans only).")
     )
     for_job_id = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="The waiting job the scheduler re-carved for (its plans only)."
+        null=True, blank=True, help_text=_("The waiting job the scheduler re-carved for (its plans only).")
     )
 
     objects = PartitionPlanQuerySet.as_manager()
@@ -58,13 +59,13 @@ class PartitionPlan(models.Model):
                 fields=["rack"],
                 condition=Q(status__in=ACTIVE_PLAN_STATES),
                 name="%(app_label)s_%(class)s_one_active_per_rack",
-                violation_error_message="Another plan is already being applied to this rack.",
+                violation_error_message=_("Another plan is already being applied to this rack."),
             ),
             # The scheduler's plans say why, and are nobody's.
             models.CheckConstraint(
                 condition=~Q(origin=PlanOrigin.SCHEDULER) | (~Q(reason="") & Q(created_by__isnull=True)),
                 name="%(app_label)s_%(class)s_scheduler_plan_has_reason",
-                violation_error_message="A plan of the scheduler has a reason and no user.",
+                violation_error_message=_("A plan of the scheduler has a reason and no user."),
             ),
         ]
         indexes = [

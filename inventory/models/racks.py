@@ -7,6 +7,8 @@ granularity; the default partition (clique ID 32766) covers the whole rack.
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 
 from core.hardware import DEFAULT_CLIQUE_ID, MAX_CLIQUE_ID
 from core.text import TextValidator
@@ -27,17 +29,22 @@ class Rack(models.Model):
     name = models.CharField(
         max_length=64,
         validators=[TextValidator(), validate_rack_name],
-        help_text=f"Up to {names.RACK_NAME_MAX} lower-case letters, digits and '-', starting and ending with "
-        "a letter or digit (a Kubernetes label value and part of Slurm block names).",
+        help_text=format_lazy(
+            _(
+                "Up to {max} lower-case letters, digits and '-', starting and ending with "
+                "a letter or digit (a Kubernetes label value and part of Slurm block names)."
+            ),
+            max=names.RACK_NAME_MAX,
+        ),
     )
     system_model = models.CharField(
         max_length=32, choices=SystemModel.choices, default=SystemModel.GB200_NVL72
     )
     cluster_uuid = models.UUIDField(
-        null=True, blank=True, help_text="NVLink domain cluster UUID; learned from discovery when empty."
+        null=True, blank=True, help_text=_("NVLink domain cluster UUID; learned from discovery when empty.")
     )
     location = models.CharField(
-        max_length=128, blank=True, validators=[TextValidator()], help_text="Site, hall, row and position."
+        max_length=128, blank=True, validators=[TextValidator()], help_text=_("Site, hall, row and position.")
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -54,8 +61,10 @@ class Rack(models.Model):
             models.CheckConstraint(
                 condition=Q(name__regex=names.DNS_LABEL_PATTERN),
                 name="%(app_label)s_%(class)s_name_form",
-                violation_error_message="A rack's name is lower-case letters, digits and '-', starting and "
-                "ending with a letter or digit.",
+                violation_error_message=_(
+                    "A rack's name is lower-case letters, digits and '-', starting and "
+                    "ending with a letter or digit."
+                ),
             ),
         ]
 
@@ -78,21 +87,25 @@ class NVLinkPartition(models.Model):
     name = models.CharField(
         max_length=64,
         validators=[TextValidator(), validate_partition_name],
-        help_text=f"Up to {names.PARTITION_NAME_MAX} lower-case letters, digits and '-', starting and ending "
-        "with a letter or digit.",
+        help_text=format_lazy(
+            _("Up to {max} lower-case letters, digits and '-', starting and ending with a letter or digit."),
+            max=names.PARTITION_NAME_MAX,
+        ),
     )
     service_tier = models.CharField(
         max_length=64,
         blank=True,
         validators=[TextValidator(), validate_service_tier],
-        help_text="Slurm partition serving it when it is dedicated to no department: 'gpu_<name>' (e.g. "
-        "gpu_interactive); empty: the shared partition 'gpu'. A dedicated partition is always served by "
-        "its department's Slurm partition.",
+        help_text=_(
+            "Slurm partition serving it when it is dedicated to no department: 'gpu_<name>' (e.g. "
+            "gpu_interactive); empty: the shared partition 'gpu'. A dedicated partition is always served by "
+            "its department's Slurm partition."
+        ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # An NVLink/fabric fault on one tray affects every tray of the partition (inventory.health).
     degraded_reason = models.CharField(
-        max_length=255, blank=True, help_text="Why the health rules marked it degraded; empty when not."
+        max_length=255, blank=True, help_text=_("Why the health rules marked it degraded; empty when not.")
     )
     degraded_since = models.DateTimeField(null=True, blank=True)
 
@@ -100,7 +113,7 @@ class NVLinkPartition(models.Model):
 
     class Meta:
         ordering = ["rack__name", "clique_id"]
-        verbose_name = "NVLink partition"
+        verbose_name = _("NVLink partition")
         constraints = [
             models.UniqueConstraint(
                 fields=["rack", "clique_id"], name="%(app_label)s_%(class)s_unique_clique"
@@ -115,13 +128,15 @@ class NVLinkPartition(models.Model):
             models.CheckConstraint(
                 condition=Q(name__regex=names.DNS_LABEL_PATTERN),
                 name="%(app_label)s_%(class)s_name_form",
-                violation_error_message="An NVLink partition's name is lower-case letters, digits and '-', "
-                "starting and ending with a letter or digit.",
+                violation_error_message=_(
+                    "An NVLink partition's name is lower-case letters, digits and '-', "
+                    "starting and ending with a letter or digit."
+                ),
             ),
             models.CheckConstraint(
                 condition=Q(service_tier="") | Q(service_tier__regex=names.TIER_PATTERN),
                 name="%(app_label)s_%(class)s_service_tier_form",
-                violation_error_message="A service tier is empty, 'gpu' or 'gpu_<name>'.",
+                violation_error_message=_("A service tier is empty, 'gpu' or 'gpu_<name>'."),
             ),
         ]
 

@@ -15,6 +15,8 @@ owners), and a tray that runs work is never touched (the plan's check refuses it
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 
 from core.hardware import TRAYS_PER_RACK
 from inventory.models.racks import Rack
@@ -37,38 +39,48 @@ class RecarvePolicy(models.Model):
     rack = models.OneToOneField(Rack, on_delete=models.CASCADE, related_name="recarve_policy")
     enabled = models.BooleanField(
         default=False,
-        help_text="Let the scheduler re-carve this rack's idle trays into the partition a waiting in-quota "
-        "gang needs.",
+        help_text=_(
+            "Let the scheduler re-carve this rack's idle trays into the partition a waiting in-quota gang "
+            "needs."
+        ),
     )
     smallest_trays = models.PositiveSmallIntegerField(
-        "smallest partition (trays)",
+        _("smallest partition (trays)"),
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)],
-        help_text=f"The scheduler never makes a partition of fewer trays (1 to {TRAYS_PER_RACK}).",
+        help_text=format_lazy(
+            _("The scheduler never makes a partition of fewer trays (1 to {max})."), max=TRAYS_PER_RACK
+        ),
     )
     max_per_hour = models.PositiveSmallIntegerField(
-        "re-carves per hour, at most",
+        _("re-carves per hour, at most"),
         default=2,
         validators=[MinValueValidator(1), MaxValueValidator(MAX_RECARVES_PER_HOUR)],
-        help_text=f"Scheduler re-carves of this rack in any rolling hour (1 to {MAX_RECARVES_PER_HOUR}).",
+        help_text=format_lazy(
+            _("Scheduler re-carves of this rack in any rolling hour (1 to {max})."), max=MAX_RECARVES_PER_HOUR
+        ),
     )
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = RecarvePolicyQuerySet.as_manager()
 
     class Meta:
-        verbose_name = "re-carving policy"
-        verbose_name_plural = "re-carving policies"
+        verbose_name = _("re-carving policy")
+        verbose_name_plural = _("re-carving policies")
         constraints = [
             models.CheckConstraint(
                 condition=Q(smallest_trays__gte=1, smallest_trays__lte=TRAYS_PER_RACK),
                 name="%(app_label)s_%(class)s_smallest_trays_range",
-                violation_error_message=f"The smallest partition is 1 to {TRAYS_PER_RACK} trays.",
+                violation_error_message=format_lazy(
+                    _("The smallest partition is 1 to {max} trays."), max=TRAYS_PER_RACK
+                ),
             ),
             models.CheckConstraint(
                 condition=Q(max_per_hour__gte=1, max_per_hour__lte=MAX_RECARVES_PER_HOUR),
                 name="%(app_label)s_%(class)s_max_per_hour_range",
-                violation_error_message=f"At most 1 to {MAX_RECARVES_PER_HOUR} re-carves per hour.",
+                violation_error_message=format_lazy(
+                    _("At most 1 to {max} re-carves per hour."), max=MAX_RECARVES_PER_HOUR
+                ),
             ),
         ]
 

@@ -5,6 +5,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q, Value
 from django.db.models.functions import Concat, Lower, Substr
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from inventory import names
@@ -28,13 +30,18 @@ class ComputeTray(models.Model):
     hostname = models.CharField(
         max_length=128,
         validators=[validate_hostname],
-        help_text=f"Up to {names.HOSTNAME_MAX} lower-case letters, digits, '-' and '.' (a DNS name): the "
-        "Kubernetes node's name and the Slurm NodeName.",
+        help_text=format_lazy(
+            _(
+                "Up to {max} lower-case letters, digits, '-' and '.' (a DNS name): the "
+                "Kubernetes node's name and the Slurm NodeName."
+            ),
+            max=names.HOSTNAME_MAX,
+        ),
     )
     state = models.CharField(max_length=16, choices=TrayState.choices, default=TrayState.UP)
     state_reason = models.CharField(max_length=255, blank=True)
     ib_port_guids = models.JSONField(
-        default=list, blank=True, help_text='InfiniBand port GUIDs, "0x" + 16 hex.'
+        default=list, blank=True, help_text=_('InfiniBand port GUIDs, "0x" + 16 hex.')
     )
     # The partition the inventory intends this tray to be in. One foreign key: a tray can never be in two
     # partitions; the composite foreign key (partition, rack) added in migration 0002 keeps it in its rack.
@@ -69,7 +76,7 @@ class ComputeTray(models.Model):
         max_length=63,
         blank=True,
         validators=[validate_mig_layout_name],
-        help_text="MIG layout (mig-parted config)",
+        help_text=_("MIG layout (mig-parted config)"),
     )
     mig_layout_devices = models.JSONField(default=dict, blank=True)
 
@@ -77,7 +84,7 @@ class ComputeTray(models.Model):
 
     class Meta:
         ordering = ["rack__name", "slot"]
-        verbose_name = "compute tray"
+        verbose_name = _("compute tray")
         permissions = [("report_discovery", "Can post fabric discovery reports (node agents)")]
         constraints = [
             models.UniqueConstraint(fields=["rack", "slot"], name="%(app_label)s_%(class)s_unique_slot"),
@@ -85,8 +92,9 @@ class ComputeTray(models.Model):
             models.CheckConstraint(
                 condition=Q(hostname__regex=names.HOSTNAME_PATTERN),
                 name="%(app_label)s_%(class)s_hostname_form",
-                violation_error_message="A tray's hostname is lower-case letters, digits, '-' and '.' (a "
-                "DNS name).",
+                violation_error_message=_(
+                    "A tray's hostname is lower-case letters, digits, '-' and '.' (a DNS name)."
+                ),
             ),
             models.CheckConstraint(
                 condition=Q(slot__gte=1, slot__lte=TRAYS_PER_RACK), name="%(app_label)s_%(class)s_slot_range"
@@ -94,7 +102,7 @@ class ComputeTray(models.Model):
             models.CheckConstraint(
                 condition=Q(state=TrayState.UP) | ~Q(state_reason=""),
                 name="%(app_label)s_%(class)s_reason_unless_up",
-                violation_error_message="A tray that is not up needs a reason.",
+                violation_error_message=_("A tray that is not up needs a reason."),
             ),
         ]
 
@@ -116,7 +124,7 @@ class Gpu(models.Model):
     index = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(GPUS_PER_TRAY - 1)]
     )
-    uuid = models.CharField(max_length=64, help_text='As nvidia-smi prints it: "GPU-..."')
+    uuid = models.CharField(max_length=64, help_text=_('As nvidia-smi prints it: "GPU-..."'))
     serial = models.CharField(max_length=64, blank=True)
     product = models.CharField(max_length=64, blank=True)
     memory_mib = models.PositiveIntegerField(null=True, blank=True)
@@ -141,14 +149,14 @@ class Gpu(models.Model):
         null=True,
         blank=True,
         related_name="+",
-        help_text="The tray the GPU was last on, while it is on none (set by discovery).",
+        help_text=_("The tray the GPU was last on, while it is on none (set by discovery)."),
     )
 
     objects = GpuQuerySet.as_manager()
 
     class Meta:
         ordering = ["tray__rack__name", "tray__slot", "index"]
-        verbose_name = "GPU"
+        verbose_name = _("GPU")
         constraints = [
             models.UniqueConstraint(fields=["uuid"], name="%(app_label)s_%(class)s_unique_uuid"),  # lookups
             # One GPU, one row, whatever case a report used: unique ignoring case, and stored canonical
@@ -197,7 +205,7 @@ class MigDevice(models.Model):
     slice will point at."""
 
     gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="mig_devices")
-    uuid = models.CharField(max_length=96, help_text='As nvidia-smi -L prints it: "MIG-..."')
+    uuid = models.CharField(max_length=96, help_text=_('As nvidia-smi -L prints it: "MIG-..."'))
     gpu_instance_id = models.PositiveSmallIntegerField()
     compute_instance_id = models.PositiveSmallIntegerField()
     profile = models.CharField(max_length=32)
@@ -208,7 +216,7 @@ class MigDevice(models.Model):
 
     class Meta:
         ordering = ["gpu", "placement_start", "gpu_instance_id", "compute_instance_id"]
-        verbose_name = "MIG device"
+        verbose_name = _("MIG device")
         constraints = [
             models.UniqueConstraint(Lower("uuid"), name="%(app_label)s_%(class)s_unique_uuid_ci"),
             models.UniqueConstraint(

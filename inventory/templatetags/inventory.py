@@ -5,6 +5,7 @@ title: colour is never the only carrier of meaning."""
 from django import template
 
 from inventory.choices import TrayState
+from inventory.mig_options import layout_summary
 
 register = template.Library()
 
@@ -35,3 +36,15 @@ def state_label(value):
         return TrayState(str(value)).label
     except ValueError:
         return str(value)
+
+
+@register.filter
+def mig_devices(devices) -> str:
+    """A tray's MIG layout devices ({"1g.23gb": 7}) as "7 \u00d7 1g.23gb, ..." (names and numbers only)."""
+    return ", ".join(f"{count} \u00d7 {name}" for name, count in (devices or {}).items())
+
+
+@register.filter
+def mig_summary(layout) -> str:
+    """A MIG layout (inventory.mig_layouts.MigLayout) in the viewer's language (inventory.mig_options)."""
+    return layout_summary(layout)

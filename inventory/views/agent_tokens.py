@@ -14,6 +14,8 @@ from django.core.paginator import Paginator
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
@@ -23,7 +25,7 @@ from inventory.forms import AgentTokenForm
 from inventory.models import AgentToken
 
 TOKENS_PER_PAGE = 50
-WHAT = "agent tokens"
+WHAT = gettext_lazy("agent tokens")
 # The session key that holds new secrets (by token id) until their "issued" page shows them, once.
 NEW_SECRETS_SESSION_KEY = "inventory_new_agent_token_secrets"
 
@@ -88,6 +90,10 @@ def agent_token_revoke(request, pk):
     if request.method == "POST":
         if not token.is_revoked:
             agent_tokens.revoke(token)
-            messages.success(request, f"Agent token {token.prefix}… for {token.scope} revoked.")
+            messages.success(
+                request,
+                _("Agent token %(prefix)s… for %(scope)s revoked.")
+                % {"prefix": token.prefix, "scope": token.shown_scope},
+            )
         return redirect("inventory:agent-token-list")
     return render(request, "inventory/agent_token_revoke.html", {"token": token})

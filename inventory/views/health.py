@@ -19,6 +19,8 @@ from django.core.paginator import Paginator
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 
 from core.access import require_admin
@@ -35,10 +37,10 @@ from inventory.health.centre import (
     parse_cursor,
     tray_offenders,
 )
-from inventory.health.service import latest_record, mark_service, mark_words, open_marks
+from inventory.health.service import latest_record, mark_service, open_marks, shown_mark_words
 from inventory.models import HealthEvent, ServiceRecord
 
-WHAT = "the health centre"
+WHAT = gettext_lazy("the health centre")
 SERVICE_HISTORY_PER_PAGE = 50
 OPEN_MARKS_SHOWN = 200
 
@@ -156,11 +158,26 @@ def _service_context(tray, form) -> dict:
 
 
 def _done_words(hostname: str, outcome) -> str:
-    words = f"{hostname}: {mark_words(outcome.record)}."
+    values = {"host": hostname, "mark": shown_mark_words(outcome.record)}
     if outcome.taken_out:
-        words += " It is out of service (needs service) until it is marked returned and passes its checks."
-    elif outcome.kept_state:
-        words += f" Its state is unchanged: {outcome.kept_state}."
-    elif outcome.record.status == ServiceStatus.RETURNED:
-        words += " It goes back in service once its agent reports it healthy (and its return check passes)."
-    return words
+        return (
+            _(
+                "%(host)s: %(mark)s. It is out of service (needs service) until it is marked returned and "
+                "passes its checks."
+            )
+            % values
+        )
+    if outcome.kept_state:
+        return _("%(host)s: %(mark)s. Its state is unchanged: %(kept)s.") % {
+            **values,
+            "kept": outcome.kept_state,
+        }
+    if outcome.record.status == ServiceStatus.RETURNED:
+        return (
+            _(
+                "%(host)s: %(mark)s. It goes back in service once its agent reports it healthy (and its "
+                "return check passes)."
+            )
+            % values
+        )
+    return _("%(host)s: %(mark)s.") % values

@@ -6,6 +6,7 @@ actions' effects on the schedulers) are their own pages, which these link to or 
 """
 
 from django.shortcuts import get_object_or_404, render
+from django.utils.translation import gettext as _
 
 from core.htmx import page_or_partial
 from core.tables import Column, Table
@@ -85,7 +86,7 @@ def rack_list(request):
             "filter": filterset,
             "page": page,
             "table": table,
-            "gpu_exports": [("GPUs CSV", gpu_exports["csv"]), ("GPUs JSON", gpu_exports["json"])],
+            "gpu_exports": [(_("GPUs CSV"), gpu_exports["csv"]), (_("GPUs JSON"), gpu_exports["json"])],
             "filtered": any(request.GET.get(name) for name in filterset.filters),
             "system_models": SystemModel.choices,
         },

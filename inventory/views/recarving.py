@@ -11,6 +11,8 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_http_methods
 
 from core.access import require_admin
@@ -18,7 +20,7 @@ from inventory import recarving, selectors
 from inventory.forms import RecarvePolicyForm
 from inventory.models import RecarvePolicy
 
-WHAT = "a rack's re-carving policy"
+WHAT = gettext_lazy("a rack's re-carving policy")
 
 
 @require_http_methods(["GET", "POST"])
@@ -48,9 +50,32 @@ def recarve_policy(request, name):
 
 def _saved(policy: RecarvePolicy) -> str:
     if not policy.enabled:
-        return f"Re-carving of {policy.rack.name} is off: the scheduler leaves its partitions as they are."
+        return _("Re-carving of %(rack)s is off: the scheduler leaves its partitions as they are.") % {
+            "rack": policy.rack.name
+        }
+    values = {"rack": policy.rack.name, "trays": policy.smallest_trays, "rate": policy.max_per_hour}
+    if policy.max_per_hour == 1:
+        return (
+            ngettext(
+                "Re-carving of %(rack)s is on: partitions of at least %(trays)s tray, at most %(rate)s "
+                "re-carve an "
+                "hour.",
+                "Re-carving of %(rack)s is on: partitions of at least %(trays)s trays, at most %(rate)s "
+                "re-carve an "
+                "hour.",
+                policy.smallest_trays,
+            )
+            % values
+        )
     return (
-        f"Re-carving of {policy.rack.name} is on: partitions of at least {policy.smallest_trays} "
-        f"tray{'s' if policy.smallest_trays != 1 else ''}, at most {policy.max_per_hour} re-carve"
-        f"{'s' if policy.max_per_hour != 1 else ''} an hour."
+        ngettext(
+            "Re-carving of %(rack)s is on: partitions of at least %(trays)s tray, at most %(rate)s "
+            "re-carves an "
+            "hour.",
+            "Re-carving of %(rack)s is on: partitions of at least %(trays)s trays, at most %(rate)s "
+            "re-carves an "
+            "hour.",
+            policy.smallest_trays,
+        )
+        % values
     )

@@ -5,6 +5,8 @@ renders the tray page again after a refused action)."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
+
 from inventory import selectors
 from inventory.health.service import latest_record
 from inventory.health.timeline import TIMELINE_LIMIT, latest_checks, timeline
@@ -22,7 +24,7 @@ def health_context(request, **subject) -> dict:
     }
 
 
-HEALTH_RANGE_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "all": "All"}
+HEALTH_RANGE_LABELS = {"24h": _("24 hours"), "7d": _("7 days"), "30d": _("30 days"), "all": _("All")}
 
 
 def tray_context(request, tray) -> dict:

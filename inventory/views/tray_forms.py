@@ -10,13 +10,17 @@ from datetime import timedelta
 
 from django import forms
 from django.utils import timezone
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from core.access import is_admin
 from inventory.choices import TrayState
+from inventory.forms import DataChoices
 from inventory.health.actions import TYPED_REASON_LIMIT, owned_by_rules, typed_text_problem
 from inventory.health.returns import NOTE_LIMIT, return_eligibility
 from inventory.mig_layouts import DISABLED
-from inventory.mig_options import LayoutOptions, layout_options, layout_status, tray_layout
+from inventory.mig_options import LayoutOptions, layout_options, layout_status, layout_summary, tray_layout
 from inventory.models import ComputeTray
 
 WHAT = "tray actions"
@@ -49,13 +53,13 @@ class ReasonMixin:
     """The reason field's checks, shared by the drain, maintenance and bulk forms."""
 
     def clean_reason(self):
-        return _checked(self, "reason", "The reason", REASON_MAX)
+        return _checked(self, "reason", _("The reason"), REASON_MAX)
 
     def clean_note(self):
-        return _checked(self, "note", "The note", NOTE_MAX)
+        return _checked(self, "note", _("The note"), NOTE_MAX)
 
 
-_TOO_LONG = (
+_TOO_LONG = gettext_lazy(
     "At most %(limit_value)d characters (Rackplane and your name go in front): this is %(show_value)d."
 )
 
@@ -64,9 +68,12 @@ class DrainForm(ReasonMixin, forms.Form):
     reason = forms.CharField(
         max_length=REASON_MAX,
         strip=True,
-        help_text="Shown to operators and sent to Slurm and Kubernetes as “rackplane: <you>: <reason>”.",
+        label=gettext_lazy("Reason"),
+        help_text=gettext_lazy(
+            "Shown to operators and sent to Slurm and Kubernetes as “rackplane: <you>: <reason>”."
+        ),
         error_messages={
-            "required": "Say why the tray is drained: operators and Slurm see this reason.",
+            "required": gettext_lazy("Say why the tray is drained: operators and Slurm see this reason."),
             "max_length": _TOO_LONG,
         },
     )
@@ -74,12 +81,18 @@ class DrainForm(ReasonMixin, forms.Form):
 
 class ReturnForm(ReasonMixin, forms.Form):
     note = forms.CharField(
-        max_length=NOTE_MAX, required=False, strip=True, help_text="Optional: what was done, e.g. “reseated”."
+        max_length=NOTE_MAX,
+        required=False,
+        strip=True,
+        label=gettext_lazy("Note"),
+        help_text=gettext_lazy("Optional: what was done, e.g. “reseated”."),
     )
     force = forms.BooleanField(
         required=False,
-        label="Return it although it is not eligible",
-        help_text="Only when you know the tray is sound (repaired, or the eligibility rule is wrong).",
+        label=gettext_lazy("Return it although it is not eligible"),
+        help_text=gettext_lazy(
+            "Only when you know the tray is sound (repaired, or the eligibility rule is wrong)."
+        ),
     )
 
 
@@ -94,9 +107,10 @@ class MaintenanceForm(ReasonMixin, forms.Form):
     reason = forms.CharField(
         max_length=REASON_MAX,
         strip=True,
-        help_text="E.g. “fan swap”. The tray is drained now with this reason.",
+        label=gettext_lazy("Reason"),
+        help_text=gettext_lazy("E.g. “fan swap”. The tray is drained now with this reason."),
         error_messages={
-            "required": "Say what the maintenance is for: operators and Slurm see it.",
+            "required": gettext_lazy("Say what the maintenance is for: operators and Slurm see it."),
             "max_length": _TOO_LONG,
         },
     )
@@ -104,13 +118,17 @@ class MaintenanceForm(ReasonMixin, forms.Form):
         required=False,
         widget=DateTimeInput(),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
-        help_text="Optional window, in %(zone)s: Slurm reserves the node for maintenance from start to end.",
+        label=gettext_lazy("Start"),
+        help_text=gettext_lazy(
+            "Optional window, in %(zone)s: Slurm reserves the node for maintenance from start to end."
+        ),
     )
     end = forms.DateTimeField(
         required=False,
         widget=DateTimeInput(),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
-        help_text=f"At most {MAX_WINDOW_DAYS} days after the start.",
+        label=gettext_lazy("End"),
+        help_text=format_lazy(gettext_lazy("At most {days} days after the start."), days=MAX_WINDOW_DAYS),
     )
 
     def __init__(self, *args, **kwargs):
@@ -126,27 +144,32 @@ class MaintenanceForm(ReasonMixin, forms.Form):
             return data
         if (start is None) != (end is None):
             raise forms.ValidationError(
-                "Give both the start and the end of the maintenance window, or neither (drain only)."
+                _("Give both the start and the end of the maintenance window, or neither (drain only).")
             )
         if start is not None:
             now = timezone.now()
             if start < now - timedelta(seconds=PAST_SLACK_S):
                 self.add_error(
                     "start",
-                    "The window starts in the past: choose a start from now on "
-                    f"({timezone.get_current_timezone_name()}).",
+                    _("The window starts in the past: choose a start from now on (%(zone)s).")
+                    % {"zone": timezone.get_current_timezone_name()},
                 )
             if end <= start:
-                self.add_error("end", "The window ends before it starts: choose an end after the start.")
+                self.add_error("end", _("The window ends before it starts: choose an end after the start."))
             elif end - start > timedelta(days=MAX_WINDOW_DAYS):
                 self.add_error(
                     "end",
-                    f"A maintenance window lasts at most {MAX_WINDOW_DAYS} days: choose an earlier end (a "
-                    "tray out for longer is marked “needs service” instead).",
+                    _(
+                        "A maintenance window lasts at most %(days)s days: choose an earlier end (a tray out "
+                        "for longer is marked “needs service” instead)."
+                    )
+                    % {"days": MAX_WINDOW_DAYS},
                 )
             if start > now + timedelta(days=MAX_LEAD_DAYS):
                 self.add_error(
-                    "start", f"The window starts more than {MAX_LEAD_DAYS} days from now: check the year."
+                    "start",
+                    _("The window starts more than %(days)s days from now: check the year.")
+                    % {"days": MAX_LEAD_DAYS},
                 )
         return data
 
@@ -155,19 +178,20 @@ class MigLayoutForm(forms.Form):
     """The MIG layout for every GPU of the tray: one of the catalogue's (inventory.mig_options)."""
 
     layout = forms.ChoiceField(
-        label="MIG layout",
+        label=gettext_lazy("MIG layout"),
+        widget=DataChoices,
         error_messages={
             # Not echoing the value: it may be anything (5,000 characters, control or bidi characters).
-            "invalid_choice": "That is not a layout these GPUs allow: choose one of the list.",
-            "required": "Choose a layout.",
+            "invalid_choice": gettext_lazy("That is not a layout these GPUs allow: choose one of the list."),
+            "required": gettext_lazy("Choose a layout."),
         },
     )
 
     def __init__(self, *args, options: LayoutOptions, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["layout"].choices = [(o.name, f"{o.name}: {o.summary()}") for o in options.layouts] or [
-            (DISABLED, f"{DISABLED}: MIG off (whole GPUs)")
-        ]
+        self.fields["layout"].choices = [
+            (o.name, f"{o.name}: {layout_summary(o)}") for o in options.layouts
+        ] or [(DISABLED, f"{DISABLED}: {_('MIG off (whole GPUs)')}")]
 
 
 def _forms(tray: ComputeTray, gpus: list | None, **bound) -> dict:
@@ -198,10 +222,10 @@ def actions_context(user, tray: ComputeTray, gpus: list | None = None, **bound) 
 
 class BulkForm(ReasonMixin, forms.Form):
     action = forms.ChoiceField(
-        choices=[("drain", "Drain"), ("return", "Return to service")],
+        choices=[("drain", gettext_lazy("Drain")), ("return", gettext_lazy("Return to service"))],
         error_messages={
-            "invalid_choice": "Choose Drain or Return to service.",
-            "required": "Choose an action.",
+            "invalid_choice": gettext_lazy("Choose Drain or Return to service."),
+            "required": gettext_lazy("Choose an action."),
         },
     )
     reason = forms.CharField(
@@ -219,25 +243,29 @@ class BulkForm(ReasonMixin, forms.Form):
     def clean(self):
         data = super().clean()
         if data.get("action") == "drain" and not data.get("reason") and "reason" not in self.errors:
-            self.add_error("reason", "Say why the trays are drained: operators and Slurm see this reason.")
+            self.add_error("reason", _("Say why the trays are drained: operators and Slurm see this reason."))
         raw = self.raw_trays
         if not raw:
-            raise forms.ValidationError("Select at least one tray.")
+            raise forms.ValidationError(_("Select at least one tray."))
         if len(raw) > BULK_LIMIT:
             raise forms.ValidationError(
-                f"{len(raw)} trays selected; at most {BULK_LIMIT} go in one request. Select fewer."
+                _("%(n)s trays selected; at most %(limit)s go in one request. Select fewer.")
+                % {"n": len(raw), "limit": BULK_LIMIT}
             )
         if not all(value.isdigit() and len(value) <= 18 for value in raw):
-            raise forms.ValidationError("The selection names trays by number only; reload the page.")
+            raise forms.ValidationError(_("The selection names trays by number only; reload the page."))
         ids = [int(value) for value in raw]
         if len(set(ids)) != len(ids):
-            raise forms.ValidationError("A tray is selected twice; reload the page and select again.")
+            raise forms.ValidationError(_("A tray is selected twice; reload the page and select again."))
         trays = {tray.pk: tray for tray in ComputeTray.objects.filter(rack=self.rack, pk__in=ids)}
         missing = [pk for pk in ids if pk not in trays]
         if missing:
             raise forms.ValidationError(
-                f"{len(missing)} of the selected trays are not in rack {self.rack.name} (or no longer "
-                "exist); reload the page and select again."
+                _(
+                    "%(n)s of the selected trays are not in rack %(rack)s (or no longer exist); reload the "
+                    "page and select again."
+                )
+                % {"n": len(missing), "rack": self.rack.name}
             )
         self.trays = sorted(trays.values(), key=lambda tray: tray.slot)
         return data

@@ -23,6 +23,7 @@ from scheduling.engine.placement import Request, place
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services.admission import check_request, default_topology
 from tenancy.models import Department, Membership
+from tenancy.projects import default_project
 from tenancy.quota import in_quota_prefix
 from tenancy.services import schedulable_gpus_q
 
@@ -191,10 +192,20 @@ def _submitter(department):
     return cached
 
 
+def _default_project(department):
+    """The department's default project (made with it by save_department): the demo's jobs are its
+    own work, as every job submitted without a named project is."""
+    cached = getattr(department, "_demo_default_project", None)
+    if cached is None:
+        cached = department._demo_default_project = default_project(department)
+    return cached
+
+
 def _job(rng, numbers, department, priority_class, gpus, state, limit, kind=None, topology=None) -> Job:
     backend = _backend(rng)
     return Job(
         department=department,
+        project=_default_project(department),
         submitted_by=_submitter(department),
         name=numbers.name(rng, priority_class, kind),
         gpus=gpus,

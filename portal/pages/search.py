@@ -451,7 +451,12 @@ def _namespace_q(q: str, exact: bool) -> Q:
     department, separator, project = q.lower().partition(naming.SEPARATOR)
     if not separator or not department or (exact and not project):
         return Q(pk__in=[])
-    return Q(department__slug=department, **({"slug": project} if exact else {"slug__startswith": project}))
+    # A default project runs as its department (tenancy.Project.namespace): it has no `--` name.
+    return Q(
+        department__slug=department,
+        is_default=False,
+        **({"slug": project} if exact else {"slug__startswith": project}),
+    )
 
 
 def _project_named(user, q: str) -> str | None:

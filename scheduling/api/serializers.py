@@ -46,7 +46,11 @@ class JobSerializer(serializers.ModelSerializer):
     )
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     project = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True, allow_null=True, help_text="null: the department's own work"
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="its project (its department's default project for the department's own work); null "
+        "only for a job of a department without a default project",
     )
     submitted_by = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True, help_text="null once the account is deleted"
@@ -125,8 +129,9 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
         required=False,
         allow_null=True,
         help_text=_(
-            "The slug of the department's project the job runs under (you must be in it); required "
-            "when the department shares its GPUs among projects, absent or null otherwise."
+            "The slug of the department's project the job runs under (you must be able to use it). "
+            "Absent or null: your only project in the department, else its default project (the one every "
+            "member in no named project uses); someone in several named projects names one."
         ),
     )
     name = TextField(max_length=200)

@@ -33,7 +33,7 @@ from scheduling.words import WAITING_FOR_SCHEDULER
 from scheduling.words import translate as scheduler_words
 from tenancy.models import Department, Membership
 from tenancy.models.accounts import posix_identity_of
-from tenancy.projects import check_job_project
+from tenancy.projects import check_job_project, default_job_project
 
 
 def submittable_departments(user):
@@ -239,7 +239,10 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
         raise ValidationError(
             {"department": _("you are not a member of %(slug)s") % {"slug": department.slug}}
         )
-    # A department with projects requires one.
+    if spec.project is None:
+        # Named by no one: the person's only project there, else the department's default project
+        # (tenancy.projects); after the fingerprint, so a retry without it finds this job.
+        spec = dataclasses.replace(spec, project=default_job_project(user, department))
     errors = check_job_project(user, department, spec.project, gpus)
     errors = {**errors, **check_request(department, gpus, spec.topology, spec.priority_class)}
     errors.update(check_run_as(user, spec.backend))

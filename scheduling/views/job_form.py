@@ -58,7 +58,7 @@ from scheduling.services.admission import (
     submittable_departments,
 )
 from tenancy.models import Project
-from tenancy.projects import check_job_project
+from tenancy.projects import check_job_project, default_job_project
 
 KEY_FIELD = "submission_key"  # the page's one-time Idempotency-Key
 KEY_PREFIX = "form-"
@@ -136,6 +136,15 @@ def _projects(request, f: serializers.Field) -> list[tuple[str, list[tuple[str, 
     return list(groups.items())
 
 
+def _default_project(request, department_slug: str, f: serializers.Field) -> str:
+    """The project a job of the department goes to when none is chosen (tenancy.projects.
+    default_job_project: the person's only project there, else the default project), as the API names it;
+    "" when they must choose."""
+    department = submittable_departments(request.user).filter(slug=department_slug).first()
+    project = default_job_project(request.user, department) if department is not None else None
+    return str(getattr(project, getattr(f, "slug_field", "slug"))) if project is not None else ""
+
+
 def build_fields(
     request, values: dict[str, str], errors: dict[str, list[str]], notices: dict[str, str] | None = None
 ) -> list[FormField]:
@@ -160,6 +169,9 @@ def build_fields(
         item.help_text = str(FORM_HELP.get(name, item.help_text))
         if name == "department" and len(item.choices) == 1 and not item.value:
             item.value = item.choices[0][0]  # the one department the user may submit to
+        if name == "project" and not item.value and "project" not in values:
+            department = next((i.value for i in out if i.name == "department"), "")
+            item.value = _default_project(request, department, f) if department else ""
         out.append(item)
     return out
 
@@ -180,11 +192,11 @@ def _shape(request, item: FormField, f: serializers.Field) -> None:
         )
     elif item.name == "project":
         item.kind = "select"
-        item.blank = "" if f.required else _("None (the department's own work)")
+        item.blank = "" if f.required else _("Your project (your only one, else the department's default)")
         item.groups = _projects(request, f)
         item.help_text = _(
-            "The project whose share the job uses (a department that shares its GPUs among projects "
-            "needs one; you see the projects you are in)."
+            "The project whose share the job uses: your only project in the department is chosen, else its "
+            "default project (for everyone in no named project); you see the projects you may use."
         )
     elif isinstance(f, serializers.BooleanField):
         item.kind = "checkbox"
@@ -330,7 +342,11 @@ def _clone_values(request, pk) -> tuple[dict[str, str], dict[str, str]]:
             values[name] = job.department.slug
         elif name == "project":
             project = getattr(job, "project", None)
-            values[name] = str(getattr(project, getattr(f, "slug_field", "slug"))) if project else ""
+            values[name] = (
+                str(getattr(project, getattr(f, "slug_field", "slug")))
+                if project
+                else _default_project(request, job.department.slug, f)  # as a resubmit would place it
+            )
         elif name != "work" and hasattr(job, name):
             value = getattr(job, name)
             values[name] = "" if value is None else str(value)
@@ -470,6 +486,8 @@ def _preview(request, data: dict, errors: dict[str, list[str]]):
     attrs = dict(serializer.validated_data)
     for name in ("name", "backend", "work"):
         attrs.pop(name, None)
+    if attrs.get("project") is None:  # as submit_job chooses it
+        attrs["project"] = default_job_project(request.user, attrs["department"])
     # submit_job's own checks beyond the serializer's (the cluster's are preview_job's), the person's POSIX
     # identity for a live backend among them: the preview never says "it fits" to a refusal.
     errors = _messages(

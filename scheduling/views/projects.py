@@ -2,6 +2,13 @@
 the department's leads (and platform admins) forms to create and change projects, put members in them and
 move members between them. Every change goes through tenancy.projects (validated there, audited by
 core.audit); the panel is refreshed in place with htmx (a plain form post goes back to the page).
+
+The default project (tenancy.projects) is the panel's first row: guaranteed what the named projects leave,
+its people the members in no named project. A step that changes what someone has (a department's first
+named project, a new project that takes guarantee from running work, putting people of the default
+project in a named one) is confirmed first: the step's form is answered with a redirect to its
+confirmation page, whose GET says who and what changes (scheduling.project_changes) and never writes, and
+whose POST applies it.
 """
 
 from __future__ import annotations
@@ -11,19 +18,23 @@ from decimal import Decimal
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Count, Prefetch, Q
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from core.access import leads, require_project_manager
 from core.text import TextFormField
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
+from scheduling.project_changes import move_changes, new_project_changes
 from tenancy import projects as service
 from tenancy.api.projects import MAX_GPUS
 from tenancy.choices import ProjectRole
@@ -107,18 +118,14 @@ def panel_context(
     members not yet in it (`project.addable`)."""
     if manage is None:
         manage = leads(request.user, department)
-    projects, use = _projects_in_use(request.user, department)
-    # Every project's guarantee, the hidden ones' too (a member sees only theirs): the work without a
-    # project keeps what they leave of the department's (tenancy.quota.NO_PROJECT).
-    all_guaranteed = (
-        sum(p.guaranteed_gpus for p in projects)
-        if manage
-        else sum(Project.objects.filter(department=department).values_list("guaranteed_gpus", flat=True))
-    )
-    unassigned = _figures(Remainder(), max(0, department.guaranteed_gpus - all_guaranteed), use.get(None, {}))
+    shown, use = _projects_in_use(request.user, department)
+    default = next((p for p in shown if p.is_default), None)
+    projects = [p for p in shown if not p.is_default]
+    unassigned = _default_figures(department, projects, default, use, manage)
     context = {
         "department": department,
         "projects": projects,
+        "default_project": default,
         "can_manage_projects": manage,
         "projects_guaranteed": sum(p.guaranteed_gpus for p in projects),
         "unassigned": unassigned,
@@ -131,6 +138,21 @@ def panel_context(
         context.update(_manager_context(department, projects, members))
     context.update(extra)
     return context
+
+
+def _default_figures(department: Department, projects, default, use: dict, manage: bool) -> Remainder:
+    """The default project's row (with the work from before it, without a project): guaranteed what the
+    named projects leave of the department's (tenancy.projects.default_guarantee, tenancy.quota.NO_PROJECT),
+    every named project counted, the hidden ones too (a member sees only theirs)."""
+    default_use = _total(u for key, u in use.items() if key is None or (default and key == default.pk))
+    named = (
+        sum(p.guaranteed_gpus for p in projects)
+        if manage
+        else sum(
+            Project.objects.named().filter(department=department).values_list("guaranteed_gpus", flat=True)
+        )
+    )
+    return _figures(Remainder(), max(0, department.guaranteed_gpus - named), default_use)
 
 
 def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]:
@@ -151,14 +173,14 @@ def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]
     for project in projects:
         _figures(project, project.guaranteed_gpus, use.get(project.pk, {}))
         project.people = list(project.memberships.all())
-        project.siblings = [p for p in projects if p.pk != project.pk]
+        project.siblings = [p for p in projects if p.pk != project.pk and not p.is_default]
     return projects, use
 
 
 def _manager_context(department: Department, projects: list[Project], members: list | None) -> dict:
     """What a manager of the department sees more: its members, those in no project, the members each
     project may add (`project.addable`) and the form for a new project."""
-    in_a_project = {m.user_id for p in projects for m in p.people}
+    in_a_project = {m.user_id for p in projects if not p.is_default for m in p.people}
     if members is None:
         members = Membership.objects.filter(department=department).select_related("user")
     department_members = sorted(members, key=lambda m: m.user.username)
@@ -168,9 +190,6 @@ def _manager_context(department: Department, projects: list[Project], members: l
     return {
         "department_members": department_members,
         "without_project": [m for m in department_members if m.user_id not in in_a_project],
-        "without_project_names": ", ".join(
-            m.user.username for m in department_members if m.user_id not in in_a_project
-        ),
         "project_form": ProjectForm(),
     }
 
@@ -204,11 +223,25 @@ def _words(error: ValidationError) -> str:
     return " ".join(error.messages)
 
 
+def _to_confirmation(request, url: str, values) -> HttpResponseRedirect:
+    """Send the person to a step's confirmation page with the step's values (htmx: a full-page visit)."""
+    query = urlencode([(k, v) for k in values if k != "csrfmiddlewaretoken" for v in values.getlist(k)])
+    target = f"{url}?{query}"
+    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+
+
 @require_POST
 def project_create(request, slug):
     department = _department(request, slug)
     require_project_manager(request.user, department)
     form = ProjectForm(request.POST)
+    if (
+        form.is_valid()
+        and new_project_changes(department, form.cleaned_data["guaranteed_gpus"]).needs_confirmation
+    ):
+        return _to_confirmation(
+            request, reverse("scheduling:project-create-confirm", args=[department.slug]), request.POST
+        )
     if form.is_valid():
         try:
             project = service.create_project(request.user, department, **form.cleaned_data)
@@ -288,6 +321,12 @@ def project_member_set(request, slug, pk):
             % {"user": membership.user, "project": project.name},
             status=400,
         )
+    if not project.is_default and move_changes(department, project, [membership.user]).needs_confirmation:
+        values = request.POST.copy()
+        values["project"] = str(project.pk)
+        return _to_confirmation(
+            request, reverse("scheduling:project-people-confirm", args=[department.slug]), values
+        )
     try:
         service.set_project_member(request.user, project, membership.user, form.cleaned_data["role"])
     except ValidationError as error:
@@ -327,3 +366,101 @@ def project_member_remove(request, slug, pk):
     membership = get_object_or_404(ProjectMembership, pk=pk, project__department=department)
     service.remove_project_member(request.user, membership)
     return _panel(request, department)
+
+
+# --- the confirmed steps ------------------------------------------------------------------------------
+
+
+def _confirm_page(request, template: str, context: dict, status: int = 200):
+    return render(request, template, context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+def project_create_confirm(request, slug):
+    """A new named project, confirmed: GET says what it changes (scheduling.project_changes), POST creates
+    it. A form that does not validate is a 400 that names what is wrong, with nothing written."""
+    department = _department(request, slug)
+    require_project_manager(request.user, department)
+    form = ProjectForm(request.POST if request.method == "POST" else request.GET)
+    context = {"department": department, "form": form}
+    if not form.is_valid():
+        return _confirm_page(request, "scheduling/project_create_confirm.html", context, status=400)
+    if request.method == "POST":
+        try:
+            project = service.create_project(request.user, department, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
+            return _confirm_page(request, "scheduling/project_create_confirm.html", context, status=400)
+        messages.success(request, _("Project %(name)s created.") % {"name": project.name})
+        return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
+    context["changes"] = new_project_changes(department, form.cleaned_data["guaranteed_gpus"])
+    context["values"] = [(k, v) for k, v in form.data.items() if k != "csrfmiddlewaretoken"]
+    return _confirm_page(request, "scheduling/project_create_confirm.html", context)
+
+
+MAX_PEOPLE_AT_ONCE = 500  # people put in a project in one step
+
+
+def _people_step(request, department: Department):
+    """The people step's (project, users, role, problems) from the request's values (GET or POST); a 404
+    for a project of another department. `problems` (sentences) when anything is wrong."""
+    data = request.POST if request.method == "POST" else request.GET
+    choice = MoveForm({"to": data.get("project", "")})
+    if not choice.is_valid():
+        return None, [], "", [_("Choose one of the department's projects.")]
+    project = get_object_or_404(Project, department=department, pk=choice.cleaned_data["to"])
+    usernames, role, problems = data.getlist("username"), data.get("role", ProjectRole.MEMBER), []
+    if project.is_default:
+        problems.append(
+            _("The default project's people are the members in no named project: choose a named project.")
+        )
+    if not usernames or len(usernames) > MAX_PEOPLE_AT_ONCE:
+        problems.append(
+            _("Choose between 1 and %(n)d members of the department.") % {"n": MAX_PEOPLE_AT_ONCE}
+        )
+    if role not in ProjectRole.values:
+        problems.append(_("A project role is one of: %(roles)s.") % {"roles": ", ".join(ProjectRole.values)})
+    members = {
+        m.user.username: m.user
+        for m in Membership.objects.filter(
+            department=department, user__username__in=usernames[:MAX_PEOPLE_AT_ONCE]
+        ).select_related("user")
+    }
+    if not problems and (unknown := [u for u in usernames if u not in members]):
+        problems.append(
+            _("Not members of %(department)s: %(names)s.")
+            % {"department": department.name, "names": ", ".join(sorted(set(unknown)))[:1000]}
+        )
+    users = [] if problems else list(dict.fromkeys(members[u] for u in usernames))
+    return project, users, role, problems
+
+
+@require_http_methods(["GET", "POST"])
+def project_people_confirm(request, slug):
+    """People of the department (`username`, repeated) put in its named project (`project`, its pk) with a
+    project `role`, confirmed: GET says who leaves the default project (scheduling.project_changes), POST
+    puts them in, all or none. Another department's project is a 404; someone who is not a member of the
+    department, an unknown role, a project that is not a number, or the default project a 400; nothing
+    is written."""
+    department = _department(request, slug)
+    require_project_manager(request.user, department, "change who is in its projects")
+    project, users, role, problems = _people_step(request, department)
+    context = {"department": department, "project": project, "problems": problems, "role": role}
+    template = "scheduling/project_people_confirm.html"
+    if problems:
+        return _confirm_page(request, template, context, status=400)
+    if request.method == "POST":
+        try:
+            with transaction.atomic():
+                for user in users:
+                    service.set_project_member(request.user, project, user, role)
+        except ValidationError as error:
+            context["problems"] = [_words(error)]
+            return _confirm_page(request, template, context, status=400)
+        names = ", ".join(u.get_username() for u in users)
+        messages.success(
+            request, _("%(names)s now in %(project)s.") % {"names": names, "project": project.name}
+        )
+        return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
+    context["changes"] = move_changes(department, project, users)
+    return _confirm_page(request, template, context)

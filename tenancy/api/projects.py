@@ -41,6 +41,12 @@ class ProjectSerializer(serializers.ModelSerializer):
         read_only=True, help_text="Its Slurm account (a child of the department's)."
     )
     members = ProjectMemberSerializer(source="memberships", many=True, read_only=True)
+    is_default = serializers.BooleanField(
+        read_only=True,
+        help_text="The department's default project: guaranteed what its named projects leave of the "
+        "department's guarantee (its own guaranteed_gpus stays 0), used by every member in no named project "
+        "(members lists only hand grants: none), run as the department itself (namespace and account).",
+    )
 
     class Meta:
         model = Project
@@ -49,6 +55,7 @@ class ProjectSerializer(serializers.ModelSerializer):
             "department",
             "name",
             "slug",
+            "is_default",
             "guaranteed_gpus",
             "over_quota_weight",
             "limit_gpus",

@@ -25,9 +25,14 @@ def validate_project_slug(value):
 PROJECT_SLUG_PATTERN = naming.SLUG_PATTERN  # with its department's: a DNS label and a Slurm account name
 
 
+DEFAULT_PROJECT_NAME = "Default"  # stored data, as a lead may rename it (not a translated label)
+DEFAULT_PROJECT_SLUG = "default"
+
+
 class ProjectQuerySet(models.QuerySet):
     def visible_to(self, user):
-        """Admins: all; a department's leads: its projects; anyone else: the projects they are in."""
+        """Admins: all; a department's leads: its projects; anyone else: the projects they are in and their
+        departments' default projects."""
         if is_admin(user):
             return self
         if not is_signed_in(user):
@@ -35,11 +40,31 @@ class ProjectQuerySet(models.QuerySet):
         return self.filter(
             Q(department_id__in=led_department_ids(user))
             | Q(pk__in=member_project_ids(user), department_id__in=member_department_ids(user))
+            | Q(is_default=True, department_id__in=member_department_ids(user))
         )
 
     def usable_by(self, user):
-        """The projects `user` may submit jobs to: those it sees (core.access.may_use_project)."""
-        return self.visible_to(user)
+        """The projects `user` may submit jobs to (core.access.may_use_project): an admin all, a lead its
+        departments', anyone else the named projects they are in and, in a department where they are in no
+        named project, its default project."""
+        if is_admin(user):
+            return self
+        if not is_signed_in(user):
+            return self.none()
+        in_named = user.project_memberships.filter(project__is_default=False)
+        return self.filter(
+            Q(department_id__in=led_department_ids(user))
+            | Q(pk__in=member_project_ids(user), department_id__in=member_department_ids(user))
+            | (
+                Q(is_default=True, department_id__in=member_department_ids(user))
+                & ~Q(department_id__in=in_named.values("project__department_id"))
+            )
+        )
+
+    def named(self):
+        """The projects a lead made (not a department's default project): what the scheduling engine, the
+        Slurm account tree and the Kueue objects know as projects."""
+        return self.filter(is_default=False)
 
 
 class Project(models.Model):
@@ -82,6 +107,12 @@ class Project(models.Model):
         blank=True,
         help_text=gettext_lazy("Most GPUs it may hold, borrowing included; empty for no limit."),
     )
+    is_default = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="The department's default project: what its named projects do not take (its guarantee "
+        "is the department's minus theirs; every member in no named project may submit to it).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -117,6 +148,18 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(over_quota_weight__gte=0), name="%(app_label)s_%(class)s_weight_not_negative"
             ),
+            models.UniqueConstraint(
+                fields=["department"],
+                condition=Q(is_default=True),
+                name="%(app_label)s_%(class)s_one_default_per_department",
+                violation_error_message="A department has one default project.",
+            ),
+            models.CheckConstraint(
+                # What it is guaranteed and limited to follows from the department and its named projects.
+                condition=Q(is_default=False) | Q(guaranteed_gpus=0, limit_gpus__isnull=True),
+                name="%(app_label)s_%(class)s_default_holds_no_quota",
+                violation_error_message="A default project stores no guarantee or limit of its own.",
+            ),
         ]
 
     def __str__(self):
@@ -124,10 +167,22 @@ class Project(models.Model):
 
     @property
     def namespace(self) -> str:
-        """Its Kubernetes namespace (and Kueue LocalQueue's): <department slug>--<project slug>."""
+        """Its Kubernetes namespace (and Kueue LocalQueue's): <department slug>--<project slug>; the
+        department's own for its default project."""
+        if self.is_default:
+            return naming.home(self.department.slug)
         return naming.project_namespace(self.department.slug, self.slug)
 
     @property
     def account(self) -> str:
-        """Its Slurm account, a child of the department's account: <department slug>--<project slug>."""
+        """Its Slurm account, a child of the department's account: <department slug>--<project slug>; the
+        department's own for its default project."""
+        if self.is_default:
+            return naming.home(self.department.slug)
         return naming.project_account(self.department.slug, self.slug)
+
+    @property
+    def scheduling_slug(self) -> str:
+        """What the scheduler and the backends know it as: its slug, or "" for the default project (the
+        department's own work)."""
+        return "" if self.is_default else self.slug

@@ -118,7 +118,7 @@ def test_a_project_name_with_a_bidi_override_is_refused_on_the_page(client_as, l
     )
     assert response.status_code == 200
     assert "U+202E RIGHT-TO-LEFT OVERRIDE" in response.content.decode()
-    assert not Project.objects.exists()
+    assert not Project.objects.named().exists()
 
 
 def test_a_node_reports_product_name_with_a_bidi_override_is_refused(api_as, node_agent, demo_inventory):

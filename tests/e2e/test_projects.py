@@ -37,9 +37,9 @@ def test_a_lead_creates_a_project_and_moves_a_member_into_it(live_server, page, 
     page.goto(f"{live_server.url}/tenancy/departments/research/")
 
     panel = page.locator("#projects")
-    # One project (vision), the work without a project, and the department's totals.
+    # One project (vision), the default project (with the work without a project), and the totals.
     expect(panel.locator("tr[data-project]")).to_have_count(3)
-    expect(panel.locator('tr[data-project="without-project"]')).to_contain_text("Without a project")
+    expect(panel.locator('tr[data-project="default"]')).to_contain_text("Default")
     expect(panel.locator('tr[data-project="department-total"]')).to_be_visible()
 
     # Too large a guarantee: told in words, nothing made.

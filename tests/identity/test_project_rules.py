@@ -250,3 +250,15 @@ def test_a_directory_group_gives_the_project_lead_role_at_sign_in_and_takes_it_a
     ldap_directory.set_members("rackplane-vision-leads", [])
     assert client.post("/login/", {"username": "ada", "password": LDAP_PASSWORD}).status_code == 302
     assert project_roles("ada") == set() and department_roles("ada") == set()
+
+
+@pytest.mark.django_db
+def test_a_group_mapped_to_the_default_project_gives_department_membership_only(department_a):
+    default = Project.objects.get(department=department_a, is_default=True)
+    GroupRoleRule.objects.create(
+        group="rackplane-general", role=GrantedRole.MEMBER, department=department_a, project=default
+    )
+    sync_roles(signed_in(), ["rackplane-general"], OIDC, "rackplane-")
+    # Its people are the members in no named project: a membership makes ada one, no project row.
+    assert department_roles("ada") == {("alpha", Role.MEMBER, "oidc")}
+    assert project_roles("ada") == set()

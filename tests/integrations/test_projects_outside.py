@@ -128,3 +128,26 @@ def test_the_configuration_output_has_the_account_tree_once_a_department_has_pro
     ]
     assert "name: research--vm" in files["kubernetes/05-clusterqueues.yaml"]
     assert "kind: Cohort" in files["kubernetes/11-cohorts.yaml"]
+
+
+@pytest.mark.django_db
+def test_a_default_project_renders_and_runs_as_its_department(demo_inventory):
+    from integrations import dispatch
+    from scheduling.choices import JobState
+    from tests.factories import make_job
+
+    research = make_department("Research", guaranteed_gpus=64)
+    default = Project.objects.get(department=research, is_default=True)
+    before = configstate.render_files(configstate.build_state())
+    # Nothing of its own outside: no account, no namespace, no ClusterQueue, no Cohort.
+    assert configstate.SLURM_ACCOUNTS not in before
+    assert not any("research--" in text for text in before.values())
+    # Its jobs run as the department's own work: the department's account and namespace.
+    job = make_job(research, trays=["gb-r01-t01"], project=default, state=JobState.STARTING)
+    request = dispatch.dispatch_request(job, {})
+    assert (request.project, request.home) == ("", "research")
+    # With a named project beside it, it is still the department's own queue and account.
+    Project.objects.create(department=research, name="Vision", slug="vision", guaranteed_gpus=8)
+    files = configstate.render_files(configstate.build_state())
+    assert "research--vision" in files[configstate.SLURM_ACCOUNTS]
+    assert "research--default" not in "".join(files.values())

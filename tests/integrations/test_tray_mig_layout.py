@@ -136,7 +136,8 @@ def test_an_admin_applies_a_layout_and_everything_renders_it(
     assert (status.applied, status.gpus, status.done) == (0, 4, False)
     page = admin_client_logged_in.get(reverse("inventory:tray-detail", args=[tray.pk])).content.decode()
     assert "0 of 4 GPUs report it so far" in page
-    assert '<option value="all-1g.23gb" selected>' in page  # the form shows the chosen layout
+    # the form shows the chosen layout (its name is data: translate="no", inventory.forms.DataChoices)
+    assert '<option value="all-1g.23gb" selected translate="no">' in page
 
     # The GPUs report the layout: the page says so.
     for gpu in tray.gpus.all():

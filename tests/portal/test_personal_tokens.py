@@ -226,7 +226,7 @@ def test_the_older_single_token_is_shown_with_a_link_to_its_page(client_as, memb
 
 def test_the_username_in_the_top_bar_leads_to_the_tokens_page(client_as, member_a):
     page = client_as(member_a).get("/").content.decode()
-    assert '<a class="who" href="/account/tokens/"' in page
+    assert '<a class="who" translate="no" href="/account/tokens/"' in page
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")

@@ -392,20 +392,19 @@ def projects(platform_admin, department_a, member_a):
 def test_a_department_with_projects_offers_the_members_own(client, api_as, member_a, projects):
     client.force_login(member_a)
     markup = client.get(NEW).content.decode()
-    assert '<optgroup label="Alpha"><option value="vision">Vision</option></optgroup>' in markup
-    assert "speech" not in markup
-    # Without a project: the API's answer, next to the field.
+    # Their one project is offered and chosen (not "no project", which a department with projects refused).
+    assert '<optgroup label="Alpha"><option value="vision" selected>Vision</option></optgroup>' in markup
+    assert "speech" not in markup and 'value="default"' not in markup  # in a named project: not the default
+    # Without a project: the API takes their only project too (tenancy.projects.default_job_project).
     answer = api_as(member_a).post(
         "/api/v1/jobs/",
         {"department": "alpha", "name": "train-llm", "gpus": 4, "work": {"script": SCRIPT}},
         format="json",
     )
-    assert answer.status_code == 400
-    response = client.post(NEW, form_data())
-    assert field_errors(response, "project") == answer.json()["project"]
-    assert not Job.objects.exists()
-    assert "Project: alpha shares its GPUs among projects" in text(preview(client))
-    # With one: the preview answers for it, and the job runs under it.
+    assert answer.status_code == 201 and answer.json()["project"] == "vision"
+    Job.objects.all().delete()
+    # With it: the preview answers for it, and the job runs under it.
     assert 'data-preview="fits"' in preview(client, project="vision").content.decode()
+    assert 'data-preview="fits"' in preview(client).content.decode()  # none chosen: theirs
     assert client.post(NEW, form_data(project="vision")).status_code == 302
     assert Job.objects.get().project == projects

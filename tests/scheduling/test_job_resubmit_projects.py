@@ -1,6 +1,6 @@
 """Jobs and projects on the job page (scheduling.resubmit): a job without a project, in a department that now
-shares its GPUs among projects, is offered for resubmit with a project to choose (or, when the person has
-none there, a disabled button that says why), never a button the submission then refuses; its clone
+shares its GPUs among projects, is resubmitted into the default project by someone in no named project, or
+offered with one of their named projects to choose, never a button the submission then refuses; its clone
 preselects the job's project, or says the department now needs one.
 
 On the demo inventory (submit_job checks the cluster can hold the job)."""
@@ -101,25 +101,20 @@ def test_a_job_without_project_in_a_department_with_projects_asks_for_one(
     assert new.submitted_by == member_a
 
 
-def test_with_no_project_of_theirs_the_button_is_disabled_with_the_reason(client_as, old_job, projects):
-    client = client_as("member_a")  # in none of Alpha's projects
-    markup = page(client, old_job)
-    control = resubmit_control(markup)
-    assert control.startswith("<button") and " disabled" in control and 'data-resubmit="blocked"' in control
-    assert reverse("scheduling:job-resubmit", args=[old_job.pk]) not in markup
-    assert (
-        "and you are in none of Alpha&#x27;s projects: ask a lead of Alpha to add you to one, then resubmit."
-        in markup
-    )
-    # Posting anyway (an old tab): the same words, nothing written.
-    response = client.post(reverse("scheduling:job-resubmit", args=[old_job.pk]), {"key": "k-1"})
-    assert response.status_code == 400
-    assert "ask a lead of Alpha to add you to one" in response.content.decode()
-    # Clone says the same over the project field.
+def test_in_no_named_project_a_job_from_before_the_projects_goes_to_the_default_project(
+    client_as, old_job, projects
+):
+    client = client_as("member_a")  # in none of Alpha's named projects: in its default project
+    control = resubmit_control(page(client, old_job))
+    assert 'data-resubmit="ready"' in control and " disabled" not in control
+    url = reverse("scheduling:job-resubmit", args=[old_job.pk])
+    confirm = client.get(url)
+    assert client.post(url, {"key": confirm.context["key"]}).status_code == 302
+    new = Job.objects.exclude(pk=old_job.pk).get()
+    assert new.project == Project.objects.get(department=old_job.department, is_default=True)
+    # The clone chooses the default project too, with nothing to say.
     clone = client.get(NEW, {"clone": old_job.pk}).content.decode()
-    note = re.search(r'<p class="note note-warn" id="id_project_note" data-clone-note>([^<]*)</p>', clone)
-    assert note and "you are in none of Alpha&#x27;s projects" in note.group(1)
-    assert Job.objects.count() == 1
+    assert selected_project(clone) == "default" and "data-clone-note" not in clone
 
 
 def test_a_job_over_its_projects_limit_cannot_be_resubmitted_and_says_why(
@@ -170,12 +165,13 @@ def test_clone_of_a_job_without_project_chooses_the_one_project_and_says_so(
     )
 
 
-def test_clone_of_a_job_without_project_says_one_is_needed(client_as, lead_a, old_job, projects):
-    markup = client_as(lead_a).get(NEW, {"clone": old_job.pk}).content.decode()  # a lead: every project
+def test_clone_of_a_job_without_project_says_one_is_needed(client_as, member_a, old_job, projects):
+    ProjectMembership.objects.create(user=member_a, project=projects["vision"])
+    ProjectMembership.objects.create(user=member_a, project=projects["speech"])
+    markup = client_as(member_a).get(NEW, {"clone": old_job.pk}).content.decode()  # in two named projects
     assert selected_project(markup) == ""
     note = re.search(r'<p class="note note-warn" id="id_project_note" data-clone-note>([^<]*)</p>', markup)
     assert note and note.group(1) == (
         "This job ran as Alpha&#x27;s own work, but Alpha now shares its GPUs among projects: choose one of "
         "your projects (Speech, Vision)."
     )
-    assert 'aria-describedby="id_project_note"' in markup

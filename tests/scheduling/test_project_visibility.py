@@ -62,7 +62,11 @@ def seen_everywhere(client, username: str) -> dict[str, set[str]]:
             for slug, name in (("speech", "Speech"), ("llm", "LLM"))
             if api.get("/api/v1/jobs/", {"project": slug}).status_code == 200
         },
-        "projects api": {project["name"] for project in api.get("/api/v1/projects/").json()["results"]},
+        "projects api": {
+            project["name"]
+            for project in api.get("/api/v1/projects/").json()["results"]
+            if not project["is_default"]  # every member sees their department's default project
+        },
         "department page": set(),
     }
     jobs_page = client.get("/scheduling/jobs/").content.decode()

@@ -44,8 +44,8 @@ def test_work_without_a_project_keeps_the_departments_guarantee_and_the_rows_add
     assert (position.in_use, position.in_quota, position.borrowed) == (20, 16, 4)
 
     page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
-    row = _row(page, "without-project")
-    assert "Without a project" in row
+    row = _row(page, "default")  # the default project's row holds the work without a project
+    assert "Default" in row and "default project" in row
     assert 'data-figure="guaranteed">8<' in row and 'data-figure="in-use">20<' in row
     assert 'data-figure="in-quota">16<' in row and 'data-figure="borrowed">4<' in row
     assert "8 beyond its guarantee" in row
@@ -55,9 +55,9 @@ def test_work_without_a_project_keeps_the_departments_guarantee_and_the_rows_add
     assert 'data-figure="in-use">0<' in _row(page, "llm")
 
 
-def test_a_lead_creating_the_first_project_is_told_the_work_without_one_keeps_the_rest(client_as, lead_a):
+def test_a_lead_creating_the_first_project_is_told_the_default_project_keeps_the_rest(client_as, lead_a):
     page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
     form = page.split('class="add-project"')[1].split("</form>")[0]
-    assert "without a project keeps what the projects' guarantees leave" in form
-    assert "every new job names one" in form
-    assert "does not make the work already running borrowed" in form
+    assert "the default project keeps what they leave" in form
+    assert "Nobody loses the right to submit" in form
+    assert "you see who and what changes and confirm it" in form

@@ -479,7 +479,13 @@ def test_audit_event_of_a_deleted_department_keeps_its_id(workload, staff):
     gamma_id = Department.objects.get(slug="gamma").pk
     staff.delete(f"{DEPARTMENTS}gamma/")
     rows = results(staff.get("/api/v1/audit-events/", {"department_id": gamma_id}))
-    assert [r["action"] for r in rows] == ["delete", "create"]
+    # The department's, and its default project's (made with it, deleted with it).
+    assert [(r["object_type"], r["action"]) for r in rows] == [
+        ("tenancy.department", "delete"),
+        ("tenancy.project", "delete"),
+        ("tenancy.project", "create"),
+        ("tenancy.department", "create"),
+    ]
     assert all(r["department"] is None for r in rows)
     assert rows[0]["after"] is None and rows[0]["before"]["slug"] == "gamma"
 

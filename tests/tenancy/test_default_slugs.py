@@ -97,7 +97,7 @@ def test_the_api_saves_a_valid_default_or_names_the_field(api_as, lead_a, depart
             assert naming.is_slug(slug, department=False) and slug == naming.default_slug(name.strip())
         else:
             assert set(response.json()) & {"name", "slug"}, response.json()
-            assert not Project.objects.exists()
+            assert not Project.objects.named().exists()
 
     in_rollback(check)
 

@@ -166,8 +166,9 @@ def test_a_lead_adding_an_unknown_account_is_answered_in_japanese(api_as, lead_a
 def test_a_members_job_without_a_project_is_answered_in_japanese(
     api_as, platform_admin, member_a, department_a
 ):
-    project = create_project(platform_admin, department_a, name="Vision")
-    set_project_member(platform_admin, project, member_a)
+    # In two named projects (in one, or none, the job goes to it, or to the default project).
+    for name in ("Vision", "Speech"):
+        set_project_member(platform_admin, create_project(platform_admin, department_a, name=name), member_a)
     body = {
         "department": "alpha",
         "name": "train-llm",
@@ -178,7 +179,7 @@ def test_a_members_job_without_a_project_is_answered_in_japanese(
     assert answer.status_code == 400, answer.json()
     assert answer.json()["project"] == [
         "alpha は GPU をプロジェクトで分け合っています: "
-        "あなたのプロジェクトのひとつを選んでください（vision）"  # noqa: RUF001
+        "あなたのプロジェクトのひとつを選んでください（speech, vision）"  # noqa: RUF001
     ]
 
 

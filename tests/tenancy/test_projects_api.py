@@ -43,7 +43,9 @@ def test_a_lead_creates_a_project_and_it_is_audited(api_as, lead_a, department_a
     assert body["department"] == "research" and body["slug"] == "vision-models"
     assert body["namespace"] == body["account"] == "research--vision-models"
     assert (body["guaranteed_gpus"], body["over_quota_weight"], body["limit_gpus"]) == (16, "2.00", 24)
-    event = AuditEvent.objects.get(object_type="tenancy.project", action="create")
+    event = AuditEvent.objects.get(
+        object_type="tenancy.project", action="create", after__slug="vision-models"
+    )
     assert event.actor == lead_a and event.department_id == department_a.pk
     assert event.after["guaranteed_gpus"] == 16
 
@@ -56,7 +58,7 @@ def test_the_projects_guarantees_must_fit_inside_the_departments(api_as, lead_a)
         "Research's projects would be guaranteed 36 GPUs but the department is guaranteed 32: at most 8 "
         "for this project"
     ]
-    assert Project.objects.count() == 1
+    assert Project.objects.named().count() == 1
 
 
 def test_a_departments_guarantee_is_not_lowered_below_its_projects(api_as, lead_a, platform_admin):
@@ -97,7 +99,7 @@ def test_names_are_unique_per_department_whatever_their_case(api_as, lead_a, lea
 def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(api_as, lead_a, fields, field):
     response = create(api_as(lead_a), **fields)
     assert response.status_code == 400 and field in response.json(), response.json()
-    assert not Project.objects.exists()
+    assert not Project.objects.named().exists()
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
@@ -105,7 +107,7 @@ def test_bad_input_is_a_400_naming_the_field_and_nothing_is_written(api_as, lead
 def test_only_the_departments_leads_and_admins_create_projects(api_as, persona):
     response = create(api_as(persona))
     assert response.status_code in (400, 403)
-    assert not Project.objects.exists()
+    assert not Project.objects.named().exists()
 
 
 def test_members_read_their_own_projects_leads_all_of_the_department(api_as, lead_a, member_a, department_a):
@@ -113,9 +115,9 @@ def test_members_read_their_own_projects_leads_all_of_the_department(api_as, lea
     Project.objects.create(department=department_a, name="Theirs", slug="theirs")
     ProjectMembership.objects.create(user=member_a, project=ours)
     listed = lambda who: sorted(p["slug"] for p in api_as(who).get("/api/v1/projects/").json()["results"])  # noqa: E731
-    assert listed(member_a) == ["ours"]
-    assert listed(lead_a) == ["ours", "theirs"]
-    assert listed("outsider") == [] and listed("lead_b") == []
+    assert listed(member_a) == ["default", "ours"]  # the department's default project is everyone's to see
+    assert listed(lead_a) == ["default", "ours", "theirs"]
+    assert listed("outsider") == [] and listed("lead_b") == ["default"]  # their own department's
     assert (
         api_as(member_a)
         .patch(f"/api/v1/projects/{ours.pk}/", {"guaranteed_gpus": 1}, format="json")
@@ -182,18 +184,24 @@ def submit(api_as, django_capture_on_commit_callbacks):
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
-def test_a_department_with_projects_requires_one_and_names_the_users(submit, member_a, department_a):
+def test_someone_in_several_projects_chooses_one_and_the_message_names_theirs(submit, member_a, department_a):
     ours = Project.objects.create(department=department_a, name="Ours", slug="ours", guaranteed_gpus=8)
+    mine = Project.objects.create(department=department_a, name="Mine", slug="mine", guaranteed_gpus=4)
     Project.objects.create(department=department_a, name="Theirs", slug="theirs", guaranteed_gpus=8)
     ProjectMembership.objects.create(user=member_a, project=ours)
+    ProjectMembership.objects.create(user=member_a, project=mine)
     response = submit()
     assert response.status_code == 400
     assert response.json()["project"] == [
-        "research shares its GPUs among projects: choose one of your projects (ours)"
+        "research shares its GPUs among projects: choose one of your projects (mine, ours)"
     ]
     response = submit(project="theirs")
     assert response.status_code == 400
     assert response.json()["project"] == ["you are not a member of project 'theirs' of research"]
+    # In named projects: the default project is no longer theirs.
+    assert submit(project="default").json()["project"] == [
+        "the default project of research is for its members in no named project; submit to yours (mine, ours)"
+    ]
     assert submit(project="nope").json()["project"] == ["research has no project 'nope'"]
     assert not Job.objects.exists()
     response = submit(project="ours")
@@ -202,11 +210,19 @@ def test_a_department_with_projects_requires_one_and_names_the_users(submit, mem
     assert Job.objects.get().project == ours
 
 
-def test_someone_in_no_project_is_told_whom_to_ask(submit, department_a):
+def test_someone_in_one_project_submits_to_it_without_naming_it(submit, member_a, department_a):
+    ours = Project.objects.create(department=department_a, name="Ours", slug="ours", guaranteed_gpus=8)
+    ProjectMembership.objects.create(user=member_a, project=ours)
+    response = submit()
+    assert response.status_code == 201 and response.json()["project"] == "ours"
+
+
+def test_someone_in_no_named_project_submits_to_the_default_project(submit, department_a):
+    # The department's first named project is no cliff: who is in none of them keeps submitting.
     Project.objects.create(department=department_a, name="Ours", slug="ours", guaranteed_gpus=8)
     response = submit()
-    assert response.status_code == 400
-    assert "you are in none of them: ask a lead of the department" in response.json()["project"][0]
+    assert response.status_code == 201 and response.json()["project"] == "default"
+    assert submit(project="ours").json()["project"] == ["you are not a member of project 'ours' of research"]
 
 
 def test_a_job_over_its_projects_limit_could_never_run(submit, lead_a, department_a):
@@ -219,9 +235,10 @@ def test_a_job_over_its_projects_limit_could_never_run(submit, lead_a, departmen
     )
 
 
-def test_a_department_without_projects_takes_jobs_as_before(submit, department_a):
+def test_a_department_without_named_projects_takes_jobs_in_its_default_project(submit, department_a):
     response = submit()
-    assert response.status_code == 201 and response.json()["project"] is None
+    assert response.status_code == 201 and response.json()["project"] == "default"
+    assert Job.objects.get().project == Project.objects.get(department=department_a, is_default=True)
     assert submit(project="anything").json()["project"] == ["research has no project 'anything'"]
 
 
@@ -276,4 +293,4 @@ def test_two_leads_at_once_cannot_both_fit_a_guarantee(department_a):
     assert errors == []
     assert len(made) == 1 and len(refused) == 7
     assert all("would be guaranteed 40 GPUs" in words for words in refused)
-    assert Project.objects.count() == 1
+    assert Project.objects.named().count() == 1

@@ -1,0 +1,45 @@
+"""Sentences the health code both keeps and shows: in English where they are kept (a drain reason, a health
+decision's text, Slurm's reason) and in the viewer's language where a page shows them.
+
+A `Phrase` holds its English text (a catalogue message id, marked with gettext_noop where it is written) and
+its values, which may be phrases themselves ("it is %(mark)s", the mark being "sent for RMA by alice at ...").
+`english()` fills it in English whatever the request's language; `shown()` translates it and its phrase
+values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.utils.translation import gettext
+
+
+@dataclass(frozen=True)
+class Phrase:
+    text: str
+    values: dict = field(default_factory=dict)
+    lower_first: bool = False  # a label ("Sent for RMA") inside a sentence ("sent for RMA")
+
+    def english(self) -> str:
+        return self._fill(self.text, {name: _english(value) for name, value in self.values.items()})
+
+    def shown(self) -> str:
+        text = gettext(self.text)
+        # Only English lowers a label's first letter (a translation keeps its own: "RMA に送付").
+        lower = self.lower_first and text == self.text
+        return self._fill(text, {name: _shown(value) for name, value in self.values.items()}, lower)
+
+    def _fill(self, text: str, values: dict, lower: bool | None = None) -> str:
+        words = text % values if values else text
+        return words[:1].lower() + words[1:] if (self.lower_first if lower is None else lower) else words
+
+    def __str__(self) -> str:
+        return self.english()
+
+
+def _english(value):
+    return value.english() if isinstance(value, Phrase) else value
+
+
+def _shown(value):
+    return value.shown() if isinstance(value, Phrase) else value

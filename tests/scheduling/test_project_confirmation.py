@@ -1,0 +1,219 @@
+"""The confirmed steps towards named projects (scheduling.views.projects, scheduling.project_changes): a
+department's first named project and putting people of the default project in a named one are answered
+with a confirmation page whose GET says who and what changes and writes nothing, and whose POST applies
+the step; hostile input is a 4xx with nothing written."""
+
+import pytest
+from django.urls import reverse
+
+from core.models import AuditEvent
+from tenancy.models import Project, ProjectMembership
+from tests.factories import free_trays, make_department, make_job
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+CREATE = "/tenancy/departments/research/projects/"
+CONFIRM = "/tenancy/departments/research/projects/confirm/"
+PEOPLE = "/tenancy/departments/research/project-people/confirm/"
+
+
+@pytest.fixture
+def department_a(demo_inventory):
+    return make_department("Research", guaranteed_gpus=16)
+
+
+@pytest.fixture
+def running(department_a):
+    """Two running 4-GPU jobs of the default project, in quota (the older first)."""
+    default = Project.objects.get(department=department_a, is_default=True)
+    return [
+        make_job(department_a, name, trays=[tray], project=default, over_quota=False)
+        for name, tray in zip(("older", "newer"), free_trays(2), strict=True)
+    ]
+
+
+def written() -> tuple:
+    return (
+        AuditEvent.objects.count(),
+        Project.objects.count(),
+        ProjectMembership.objects.count(),
+    )
+
+
+def test_the_first_named_project_is_confirmed_with_who_and_what_changes(
+    client_as, lead_a, member_a, department_a, running
+):
+    client = client_as(lead_a)
+    before = written()
+    body = {"name": "LLM", "guaranteed_gpus": "12", "over_quota_weight": "1", "limit_gpus": ""}
+    response = client.post(CREATE, body, **HTMX)
+    assert response.status_code == 200 and response["HX-Redirect"].startswith(CONFIRM + "?")
+    assert written() == before
+    page = client.get(response["HX-Redirect"])
+    markup = page.content.decode()
+    assert page.status_code == 200 and 'data-confirm="new-project"' in markup
+    assert "first named project" in markup
+    assert "Default is guaranteed 16 GPUs now and 4 after it: the new project takes 12." in markup
+    # The newer job is beyond the default project's 4 GPUs left; the older keeps its guarantee.
+    assert "1 running job (4 GPUs) would be beyond the default project's new guarantee" in markup
+    newer = markup.split(f'data-job="{running[1].pk}"')[1].split("</tr>")[0]
+    older = markup.split(f'data-job="{running[0].pk}"')[1].split("</tr>")[0]
+    assert "may be reclaimed by the new project" in newer and "keeps its guarantee" in older
+    assert "Nobody loses the right to submit" in markup
+    assert written() == before  # a GET never writes
+
+    response = client.post(CONFIRM, dict(page.context["values"]))  # the page's hidden fields
+    assert response.status_code == 302
+    assert response["Location"] == reverse("scheduling:department-detail", args=["research"]) + "#projects"
+    assert Project.objects.named().get().slug == "llm"
+    # A later project that changes no running job's guarantee is created in place.
+    response = client.post(CREATE, {**body, "name": "Tiny", "guaranteed_gpus": "0"}, **HTMX)
+    assert "HX-Redirect" not in response and Project.objects.named().count() == 2
+
+
+def test_a_plain_form_post_goes_to_the_confirmation_too(client_as, lead_a, department_a):
+    response = client_as(lead_a).post(
+        CREATE, {"name": "LLM", "guaranteed_gpus": "0", "over_quota_weight": "1"}
+    )
+    assert response.status_code == 302 and response["Location"].startswith(CONFIRM + "?")
+    assert not Project.objects.named().exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "LLM", "guaranteed_gpus": "many", "over_quota_weight": "1"},
+        {"name": "LLM", "guaranteed_gpus": "-1", "over_quota_weight": "1"},
+        {"name": "LLM", "guaranteed_gpus": "99999999999999999999", "over_quota_weight": "1"},
+        {"name": "LLM", "guaranteed_gpus": "17", "over_quota_weight": "1"},  # more than the department's
+        {"name": "bad\x00name", "guaranteed_gpus": "1", "over_quota_weight": "1"},
+        {"name": "", "guaranteed_gpus": "1", "over_quota_weight": "1"},
+        {"name": "LLM", "slug": "Not A Slug", "guaranteed_gpus": "1", "over_quota_weight": "1"},
+        {"name": "Default", "guaranteed_gpus": "1", "over_quota_weight": "1"},  # the default's name
+    ],
+)
+def test_hostile_input_on_the_new_project_confirmation_is_a_400_and_writes_nothing(
+    client_as, lead_a, department_a, body
+):
+    client = client_as(lead_a)
+    before = written()
+    assert client.get(CONFIRM, body).status_code in (200, 400)  # a GET never writes, fit or not
+    response = client.post(CONFIRM, body)
+    assert response.status_code == 400, response.content
+    assert 'role="alert"' in response.content.decode()
+    assert written() == before
+
+
+def test_a_lone_surrogate_in_the_name_is_a_400_and_writes_nothing(client_as, lead_a, department_a):
+    # UTF-8 cannot carry one: sent as the bytes a careless encoder makes of U+D800.
+    raw = "name=%ED%A0%80&guaranteed_gpus=1&over_quota_weight=1"
+    client = client_as(lead_a)
+    before = written()
+    response = client.post(CONFIRM, raw, content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 400
+    assert written() == before
+
+
+def test_only_the_departments_leads_confirm_and_other_departments_are_404(
+    client_as, member_a, lead_b, department_a
+):
+    body = {"name": "LLM", "guaranteed_gpus": "1", "over_quota_weight": "1"}
+    before = written()
+    assert client_as(member_a).get(CONFIRM, body).status_code == 403
+    assert client_as(member_a).post(CONFIRM, body).status_code == 403
+    assert client_as(lead_b).get(CONFIRM, body).status_code == 404
+    assert client_as(lead_b).post(CONFIRM, body).status_code == 404
+    assert client_as(lead_b).post(PEOPLE, {"project": "1", "username": "member-a"}).status_code == 404
+    assert client_as("outsider").post(CONFIRM, body).status_code == 404
+    assert written() == before
+
+
+@pytest.fixture
+def vision(department_a, lead_a):
+    from tenancy.projects import create_project
+
+    return create_project(lead_a, department_a, name="Vision", guaranteed_gpus=8)
+
+
+def test_putting_someone_of_the_default_project_in_a_named_one_is_confirmed(
+    client_as, lead_a, member_a, vision, running
+):
+    running[0].submitted_by = member_a
+    running[0].save()
+    client = client_as(lead_a)
+    before = written()
+    response = client.post(
+        f"/tenancy/departments/research/projects/{vision.pk}/people/",
+        {"username": member_a.username, "role": "member"},
+        **HTMX,
+    )
+    assert response["HX-Redirect"].startswith(PEOPLE + "?") and written() == before
+    page = client.get(response["HX-Redirect"])
+    markup = page.content.decode()
+    assert page.status_code == 200 and 'data-confirm="people"' in markup
+    row = markup.split(f'data-username="{member_a.username}"')[1].split("</tr>")[0]
+    assert "no longer in Default: their next jobs go to Vision" in row
+    assert "1 running or pending job stays in the default project" in row
+    assert written() == before
+    response = client.post(PEOPLE, {"project": vision.pk, "username": member_a.username, "role": "member"})
+    assert response.status_code == 302
+    assert list(ProjectMembership.objects.values_list("user", "project")) == [(member_a.pk, vision.pk)]
+
+
+def test_the_default_project_row_moves_several_people_at_once_after_confirmation(
+    client_as, lead_a, member_a, vision, department_a
+):
+    from tests.factories import make_member
+
+    other = make_member("other-a", department_a)
+    client = client_as(lead_a)
+    page = client.get("/tenancy/departments/research/").content.decode()
+    row = page.split('data-project="default"')[1].split("</tr>")[0]
+    assert f'value="{member_a.username}"' in row and 'value="other-a"' in row and "Review the move" in row
+    query = {"project": vision.pk, "username": [member_a.username, "other-a"], "role": "member"}
+    assert client.get(PEOPLE, query).status_code == 200
+    assert not ProjectMembership.objects.exists()
+    assert client.post(PEOPLE, query).status_code == 302
+    assert set(ProjectMembership.objects.values_list("user", flat=True)) == {member_a.pk, other.pk}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"project": "x", "username": "member-a"},  # not a number
+        {"project": "-3", "username": "member-a"},
+        {"project": "99999999999999", "username": "member-a"},
+        {"username": "member-a"},  # no project
+        {"project": "VISION", "username": "member-a"},  # a slug, in the wrong case
+        {"project": "{vision}", "username": "member-b"},  # another department's member
+        {"project": "{vision}", "username": "nobody"},
+        {"project": "{vision}"},  # nobody chosen
+        {"project": "{vision}", "username": "member-a", "role": "admin"},
+        {"project": "{vision}", "username": "member-a", "role": "LEAD"},
+        {"project": "{default}", "username": "member-a"},  # the default project
+        {"project": "{vision}", "username": "member-a\x00"},
+    ],
+)
+def test_hostile_input_on_the_people_confirmation_is_a_4xx_and_writes_nothing(
+    client_as, lead_a, member_a, member_b, vision, department_a, query
+):
+    default = Project.objects.get(department=department_a, is_default=True)
+    query = {
+        k: v.format(vision=vision.pk, default=default.pk) if k == "project" else v for k, v in query.items()
+    }
+    client = client_as(lead_a)
+    before = written()
+    for response in (client.get(PEOPLE, query), client.post(PEOPLE, query)):
+        assert response.status_code in (400, 404), (query, response.status_code)
+    assert written() == before
+
+
+def test_another_departments_project_id_is_a_404(client_as, lead_a, member_a, department_a):
+    theirs = make_department("Beta", guaranteed_gpus=8)
+    other = Project.objects.create(department=theirs, name="B", slug="b")
+    query = {"project": other.pk, "username": member_a.username}
+    client = client_as(lead_a)
+    assert client.get(PEOPLE, query).status_code == 404
+    assert client.post(PEOPLE, query).status_code == 404
+    assert not ProjectMembership.objects.exists()
