@@ -41,6 +41,11 @@ from tenancy.choices import ProjectRole
 from tenancy.forms import ServiceErrorsMixin
 from tenancy.models import Department, Membership, Project, ProjectMembership
 
+ALREADY_IN = gettext_lazy(
+    "%(user)s is already in %(project)s: nothing was changed. To change their project role, take them out "
+    "and add them again with the new role."
+)
+
 
 class ProjectForm(ServiceErrorsMixin, forms.Form):
     name = TextFormField(max_length=100, label=gettext_lazy("Name"))
@@ -314,11 +319,7 @@ def project_member_set(request, slug, pk):
         return _panel(
             request,
             department,
-            error=_(
-                "%(user)s is already in %(project)s: nothing was changed. To change their project role, take "
-                "them out and add them again with the new role."
-            )
-            % {"user": membership.user, "project": project.name},
+            error=ALREADY_IN % {"user": membership.user, "project": project.name},
             status=400,
         )
     if not project.is_default and move_changes(department, project, [membership.user]).needs_confirmation:
