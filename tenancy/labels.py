@@ -9,6 +9,7 @@ name (PosixAccount's login name): theirs is translated where it is declared.
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 FIELD_LABELS = {
     "allow_private_address": _("Allow private address"),
@@ -73,7 +74,7 @@ FIELD_LABELS = {
     "slug": _("Slug"),
     "source": _("Source"),
     "storage_quota_gib": _("Storage quota gib"),
-    "subject": _("Subject"),
+    "subject": pgettext_lazy("the OpenID Connect claim", "Subject"),
     "taken_at": _("Taken at"),
     "tenant_prefix": _("Tenant prefix"),
     "tenant_supernet": _("Tenant supernet"),

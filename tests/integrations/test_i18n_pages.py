@@ -142,7 +142,7 @@ def slurm_version_sentences() -> set[str]:
 
 def test_the_versions_page_is_japanese(admin, local_target):
     html = assert_japanese_here(admin, url("versions"), slurm_version_sentences())
-    assert "バージョンと廃止予定" in html and "Rackplane が監視している廃止予定" in html
+    assert "バージョンと削除予定" in html and "Rackplane が監視している廃止予定" in html
     assert "日付なし" in html  # the Kubernetes and fabric removals are not dated
     assert "NMX-M のパーティションのパス(/nmx/v1 配下)" in html  # a removal marked in the fabric's folder
 

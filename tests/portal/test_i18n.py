@@ -160,3 +160,21 @@ def test_the_checker_finds_english_and_ignores_names():
     assert english_left("<p>Jobs waiting for the rack</p>") == ["Jobs waiting for the rack"]
     assert english_left('<p>ジョブ <code>train-pre the</code> <span translate="no">Show all</span></p>') == []
     assert english_left('<button title="Close this">x</button>') == ["Close this"]
+
+
+def test_a_text_has_one_translation_in_every_catalogue():
+    """Django merges the catalogues into one: a text translated two ways would show the first catalogue's
+    wherever it appears. A word with two meanings gets a context (pgettext) instead."""
+    seen: dict[tuple, dict[str, object]] = {}
+    for path in catalogues():
+        if path.name != "django.po":
+            continue
+        for entry in polib.pofile(str(path)):
+            translation = (
+                entry.msgstr if not entry.msgid_plural else tuple(sorted(entry.msgstr_plural.items()))
+            )
+            seen.setdefault((entry.msgctxt, entry.msgid, entry.msgid_plural), {})[
+                str(path.relative_to(ROOT))
+            ] = translation
+    differing = {key[1]: found for key, found in seen.items() if len(set(found.values())) > 1}
+    assert not differing, differing
