@@ -12,11 +12,115 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
+from core.sentences import AND_MORE, CLAUSES, gettext_noop, minutes, plural, say
 from inventory.names import partition_name_error, service_tier_error
 
 PRESETS = {"1x18": 18, "2x9": 9, "3x6": 6, "6x3": 3, "9x2": 2, "18x1": 1}
 # A tray's state as the findings say it ("although it is drained").
-STATE_WORDS = {"drain": "drained", "maintenance": "in maintenance", "needs_service": "waiting for service"}
+STATE_WORDS = {
+    "drain": gettext_noop("drained"),
+    "maintenance": gettext_noop("in maintenance"),
+    "needs_service": gettext_noop("waiting for service"),
+}
+
+# Every finding is a sentence of templates (core.sentences): stored and sent in English, shown in the
+# viewer's language by the portal (core.sentences_i18n).
+NO_CHANGE = gettext_noop("The plan does not change %(rack)s's partitions.")
+NO_PARTITIONS = gettext_noop("The plan for %(rack)s has no partitions: give it at least one.")
+SIZES = gettext_noop("%(rack)s: %(sizes)s")
+PARTITION_SIZE = gettext_noop("%(name)s %(trays)s trays")
+ALL_VALID = gettext_noop("no overlaps, names unique, Slurm block sizes valid.")
+NAME_TWICE = gettext_noop("The name %(name)s is used by more than one partition: names must be unique.")
+NAME_UNUSABLE = gettext_noop("%(name)s is not a usable partition name: %(why)s.")
+NO_TRAYS = gettext_noop("Partition %(name)s has no trays.")
+NO_SUCH_TRAY = gettext_noop(
+    "Partition %(name)s names tray %(slot)s, which %(rack)s does not have (it has trays %(trays)s)."
+)
+OVERLAP = gettext_noop(
+    "Tray %(slot)s (%(host)s) is in both %(first)s and %(second)s: partitions may not overlap."
+)
+NOT_A_DEPARTMENT = gettext_noop("Partition %(name)s is given to %(department)s, which is not a department.")
+NOT_A_DEPARTMENT_NEAR = gettext_noop(
+    "Partition %(name)s is given to %(department)s, which is not a department: did you mean %(near)s "
+    "(departments are named by their slug)?"
+)
+DEPARTMENT_SERVED = gettext_noop(
+    "Partition %(name)s is given to %(department)s: it is served by the Slurm partition "
+    "%(department_slurm)s, not %(tier)s. Leave its Slurm partition empty."
+)
+TIER_UNUSABLE = gettext_noop("%(tier)s is not a usable Slurm partition name: %(why)s.")
+LEFT_OUT_ONE = gettext_noop(
+    "Tray %(trays)s is left out: it will be in no NVLink partition and get no work until a later plan takes "
+    "it back."
+)
+LEFT_OUT_MANY = gettext_noop(
+    "Trays %(trays)s are left out: they will be in no NVLink partition and get no work until a later plan "
+    "takes them back."
+)
+IT_IS = gettext_noop("it is %(state)s")
+UNHEALTHY_GPUS = gettext_noop("%(count)s of its GPUs are unhealthy")
+FABRIC_PROBLEMS = gettext_noop("its fabric reports problems")
+BOTH = gettext_noop("%(first)s and %(second)s")
+UNSCHEDULABLE = gettext_noop(
+    "Tray %(slot)s (%(host)s) is in %(partition)s although %(why)s: leave it out unless it will be fixed "
+    "soon."
+)
+MIG_TRAY = gettext_noop("%(slot)s (%(host)s, %(mig_gpus)s)")
+MIG_TRAY_LAYOUT = gettext_noop("%(slot)s (%(host)s, %(mig_gpus)s, layout %(layout)s)")
+ONE_GPU = gettext_noop("1 GPU")
+GPUS = gettext_noop("%(count)s GPUs")
+MIG_ONE = gettext_noop(
+    "%(name)s holds tray %(tray_list)s in MIG mode. MIG instances have no NVLink peer-to-peer (every MIG "
+    "profile reports P2P No), so while MIG is on, jobs spanning trays in %(name_again)s use only its other "
+    "%(others)s trays"
+)
+MIG_MANY = gettext_noop(
+    "%(name)s holds trays %(tray_list)s in MIG mode. MIG instances have no NVLink peer-to-peer (every MIG "
+    "profile reports P2P No), so while MIG is on, jobs spanning trays in %(name_again)s use only its other "
+    "%(others)s trays"
+)
+MIG_REST_ONE = gettext_noop(
+    "the other GPUs of that tray still take jobs of one tray. Turn MIG off on it (the MIG layout "
+    "all-disabled on the tray page) to give %(name)s all its trays."
+)
+MIG_REST_MANY = gettext_noop(
+    "the other GPUs of those trays still take jobs of one tray. Turn MIG off on them (the MIG layout "
+    "all-disabled on the tray page) to give %(name)s all its trays."
+)
+MIG_OFF_ONE = gettext_noop(
+    "%(sentence)s. Turn MIG off on it (the MIG layout all-disabled on the tray page) to give %(name)s all "
+    "its trays."
+)
+MIG_OFF_MANY = gettext_noop(
+    "%(sentence)s. Turn MIG off on them (the MIG layout all-disabled on the tray page) to give %(name)s all "
+    "its trays."
+)
+CLIQUE_TWICE = gettext_noop("Clique ID %(clique)s is kept by two partitions: clique IDs are unique.")
+DRAIN_WHEN = gettext_noop(
+    "Drained first, the plan applies once they end: within %(wait)s at the latest, when the last reaches its "
+    "time limit"
+)
+BUSY_JOBS = gettext_noop("%(count)s jobs run on trays %(trays)s, which would change partition (%(jobs)s)")
+BUSY_DRAINED = gettext_noop("%(what)s: they will be drained.")
+BUSY_DRAINED_WHEN = gettext_noop("%(what)s: they will be drained. %(when)s.")
+BUSY_REFUSED = gettext_noop("%(what)s: choose 'drain first' or wait for the work to finish.")
+BUSY_REFUSED_WHEN = gettext_noop("%(what)s: choose 'drain first' or wait for the work to finish. %(when)s.")
+TRAY_RUNS_DRAINED = gettext_noop(
+    "Tray %(slot)s (%(hosts)s) runs %(job_name)s: it will be drained and the plan applied once the work has "
+    "finished."
+)
+TRAYS_RUN_DRAINED = gettext_noop(
+    "Trays %(slots)s (%(hosts)s) run %(job_name)s: they will be drained and the plan applied once the work "
+    "has finished."
+)
+TRAY_RUNS_REFUSED = gettext_noop(
+    "Tray %(slot)s (%(hosts)s) runs %(job_name)s and would change partition: choose 'drain first' or wait "
+    "for the work to finish."
+)
+TRAYS_RUN_REFUSED = gettext_noop(
+    "Trays %(slots)s (%(hosts)s) run %(job_name)s and would change partition: choose 'drain first' or wait "
+    "for the work to finish."
+)
 
 
 class Level(StrEnum):
@@ -158,7 +262,7 @@ def _ranges(slots: Sequence[int]) -> str:
 
 
 def no_tray_changes(rack: str) -> str:
-    return f"The plan does not change {rack}'s partitions."
+    return say(NO_CHANGE, rack=rack)
 
 
 def check_plan(
@@ -179,7 +283,7 @@ def check_plan(
     partitions = list(partitions)
     check = PlanCheck(partitions=partitions, clique_ids={})
     if not partitions:
-        check.add(Level.ERROR, f"The plan for {rack} has no partitions: give it at least one.")
+        check.add(Level.ERROR, say(NO_PARTITIONS, rack=rack))
         return check
     _check_names(check, partitions)
     owner = _assign_trays(check, rack, by_slot, set(departments))
@@ -196,8 +300,8 @@ def check_plan(
         if reason:
             check.add(Level.ERROR, reason)
     if check.ok:
-        sizes = ", ".join(f"{p.name} {len(p.slots)} trays" for p in partitions)
-        check.add(Level.OK, f"{rack}: {sizes}; no overlaps, names unique, Slurm block sizes valid.")
+        sizes = ", ".join(say(PARTITION_SIZE, name=p.name, trays=len(p.slots)) for p in partitions)
+        check.add(Level.OK, say(SIZES, rack=rack, sizes=sizes) + CLAUSES + ALL_VALID)
     return check
 
 
@@ -205,10 +309,10 @@ def _check_names(check: PlanCheck, partitions: list[PlannedPartition]) -> None:
     """Partition names are unique and usable."""
     names = [p.name for p in partitions]
     for name in sorted({n for n in names if names.count(n) > 1}):
-        check.add(Level.ERROR, f"The name {name} is used by more than one partition: names must be unique.")
+        check.add(Level.ERROR, say(NAME_TWICE, name=name))
     for name in names:
         if (why := partition_name_error(name)) is not None:  # the model's rule (inventory.names)
-            check.add(Level.ERROR, f"{name!r} is not a usable partition name: {why}.")
+            check.add(Level.ERROR, say(NAME_UNUSABLE, name=repr(name), why=why))
 
 
 def _assign_trays(
@@ -219,19 +323,29 @@ def _assign_trays(
     owner: dict[int, str] = {}
     for partition in check.partitions:
         if not partition.slots:
-            check.add(Level.ERROR, f"Partition {partition.name} has no trays.")
+            check.add(Level.ERROR, say(NO_TRAYS, name=partition.name))
         for slot in partition.slots:
             if slot not in by_slot:
                 check.add(
                     Level.ERROR,
-                    f"Partition {partition.name} names tray {slot}, which {rack} does not have "
-                    f"(it has trays {_ranges(sorted(by_slot))}).",
+                    say(
+                        NO_SUCH_TRAY,
+                        name=partition.name,
+                        slot=slot,
+                        rack=rack,
+                        trays=_ranges(sorted(by_slot)),
+                    ),
                 )
             elif slot in owner:
                 check.add(
                     Level.ERROR,
-                    f"Tray {slot} ({by_slot[slot].hostname}) is in both {owner[slot]} and {partition.name}: "
-                    "partitions may not overlap.",
+                    say(
+                        OVERLAP,
+                        slot=slot,
+                        host=by_slot[slot].hostname,
+                        first=owner[slot],
+                        second=partition.name,
+                    ),
                 )
             else:
                 owner[slot] = partition.name
@@ -239,8 +353,14 @@ def _assign_trays(
             near = [slug for slug in known_departments if slug == partition.department.strip().lower()]
             check.add(
                 Level.ERROR,
-                f"Partition {partition.name} is given to {partition.department!r}, which is not a department"
-                + (f": did you mean {near[0]!r} (departments are named by their slug)?" if near else "."),
+                say(
+                    NOT_A_DEPARTMENT_NEAR,
+                    name=partition.name,
+                    department=repr(partition.department),
+                    near=repr(near[0]),
+                )
+                if near
+                else say(NOT_A_DEPARTMENT, name=partition.name, department=repr(partition.department)),
             )
         _check_slurm_partition(check, partition)
     return owner
@@ -257,23 +377,24 @@ def _check_slurm_partition(check: PlanCheck, partition: PlannedPartition) -> Non
         if tier != partition.department:
             check.add(
                 Level.ERROR,
-                f"Partition {partition.name} is given to {partition.department}: it is served by the Slurm "
-                f"partition {partition.department}, not {tier!r}. Leave its Slurm partition empty.",
+                say(
+                    DEPARTMENT_SERVED,
+                    name=partition.name,
+                    department=partition.department,
+                    department_slurm=partition.department,
+                    tier=repr(tier),
+                ),
             )
         return
     if (why := service_tier_error(tier)) is not None:
-        check.add(Level.ERROR, f"{tier!r} is not a usable Slurm partition name: {why}.")
+        check.add(Level.ERROR, say(TIER_UNUSABLE, tier=repr(tier), why=why))
 
 
 def _check_left_out(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:
     left_out = sorted(set(by_slot) - set(owner))
     if left_out:
-        what = f"Tray {left_out[0]} is" if len(left_out) == 1 else f"Trays {_ranges(left_out)} are"
-        they = "it" if len(left_out) == 1 else "they"
         check.add(
-            Level.WARNING,
-            f"{what} left out: {they} will be in no NVLink partition and get no work until a later plan "
-            f"takes {'it' if len(left_out) == 1 else 'them'} back.",
+            Level.WARNING, say(plural(len(left_out), LEFT_OUT_ONE, LEFT_OUT_MANY), trays=_ranges(left_out))
         )
 
 
@@ -284,15 +405,17 @@ def _check_unschedulable(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: 
         if not tray.schedulable:
             why = []
             if tray.state != "up":
-                why.append(f"it is {STATE_WORDS.get(tray.state, tray.state)}")
+                why.append(say(IT_IS, state=STATE_WORDS.get(tray.state, tray.state)))
             if tray.healthy_gpus < 4:
-                why.append(f"{4 - tray.healthy_gpus} of its GPUs are unhealthy")
+                why.append(say(UNHEALTHY_GPUS, count=4 - tray.healthy_gpus))
             if tray.problems:
-                why.append("its fabric reports problems")
+                why.append(FABRIC_PROBLEMS)
+            reasons = why[0]
+            for more in why[1:]:
+                reasons = say(BOTH, first=reasons, second=more)
             check.add(
                 Level.WARNING,
-                f"Tray {slot} ({tray.hostname}) is in {owner[slot]} although {' and '.join(why)}: "
-                "leave it out unless it will be fixed soon.",
+                say(UNSCHEDULABLE, slot=slot, host=tray.hostname, partition=owner[slot], why=reasons),
             )
     _check_mig(check, by_slot, owner)
 
@@ -309,34 +432,38 @@ def _check_mig(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, 
         one = len(mig) == 1
         trays = _and_words(
             [
-                f"{tray.slot} ({tray.hostname}, {_gpus(tray.mig_gpus)}"
-                + (f", layout {tray.mig_layout}" if tray.mig_layout else "")
-                + ")"
+                say(
+                    MIG_TRAY_LAYOUT,
+                    slot=tray.slot,
+                    host=tray.hostname,
+                    mig_gpus=_gpus(tray.mig_gpus),
+                    layout=tray.mig_layout,
+                )
+                if tray.mig_layout
+                else say(MIG_TRAY, slot=tray.slot, host=tray.hostname, mig_gpus=_gpus(tray.mig_gpus))
                 for tray in mig
             ]
         )
-        check.add(
-            Level.WARNING,
-            f"{name} holds {'tray' if one else 'trays'} {trays} in MIG mode. MIG instances have no NVLink "
-            "peer-to-peer (every MIG profile reports P2P No), so while MIG is on, jobs spanning trays in "
-            f"{name} use only its other {len(slots) - len(mig)} trays"
-            + (
-                f"; the other GPUs of {'that tray' if one else 'those trays'} still take jobs of one tray"
-                if any(tray.mig_gpus < GPUS_PER_TRAY and not tray.mig_layout for tray in mig)
-                else ""
-            )
-            + f". Turn MIG off on "
-            f"{'it' if one else 'them'} (the MIG layout all-disabled on the tray page) to give {name} all "
-            "its trays.",
+        sentence = say(
+            MIG_ONE if one else MIG_MANY,
+            name=name,
+            tray_list=trays,
+            name_again=name,
+            others=len(slots) - len(mig),
         )
+        if any(tray.mig_gpus < GPUS_PER_TRAY and not tray.mig_layout for tray in mig):
+            message = sentence + CLAUSES + say(MIG_REST_ONE if one else MIG_REST_MANY, name=name)
+        else:
+            message = say(MIG_OFF_ONE if one else MIG_OFF_MANY, sentence=sentence, name=name)
+        check.add(Level.WARNING, message)
 
 
 def _gpus(n: int) -> str:
-    return "1 GPU" if n == 1 else f"{n} GPUs"
+    return ONE_GPU if n == 1 else say(GPUS, count=n)
 
 
 def _and_words(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+    return items[0] if len(items) == 1 else say(BOTH, first=", ".join(items[:-1]), second=items[-1])
 
 
 def _number_cliques(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[int, str]) -> None:
@@ -346,7 +473,7 @@ def _number_cliques(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: dict[
     whole = len(check.partitions) == 1 and set(owner) == set(by_slot)
     kept = [p.clique_id for p in check.partitions if p.clique_id is not None and not whole]
     for clique in sorted({c for c in kept if kept.count(c) > 1}):
-        check.add(Level.ERROR, f"Clique ID {clique} is kept by two partitions: clique IDs are unique.")
+        check.add(Level.ERROR, say(CLIQUE_TWICE, clique=clique))
     free = (number for number in range(1, DEFAULT_CLIQUE_ID) if number not in kept)
     for partition in check.partitions:
         if whole:
@@ -382,11 +509,7 @@ BUSY_SUMMARY_AT = 3  # this many jobs or more on changing trays: one summary fin
 BUSY_NAMED = 5  # jobs named in that summary
 
 
-def _duration(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
-    if minutes < 120:
-        return f"about {minutes} min"
-    return f"about {minutes / 60:.1f} h"
+_duration = minutes  # "about 5 min"
 
 
 def _check_busy_trays(check: PlanCheck, drain: bool, by_slot: dict[int, TrayInfo] | None = None) -> None:
@@ -402,40 +525,40 @@ def _check_busy_trays(check: PlanCheck, drain: bool, by_slot: dict[int, TrayInfo
         slots = sorted({c.slot for changes in trays_of.values() for c in changes})
         jobs = sorted(trays_of, key=lambda job: (min(c.slot for c in trays_of[job]), job))  # rack order
         more = len(jobs) - BUSY_NAMED
-        named = ", ".join(jobs[:BUSY_NAMED]) + (f" and {more} more" if more > 0 else "")
+        named = ", ".join(jobs[:BUSY_NAMED])
+        if more > 0:
+            named = say(AND_MORE, names=named, more=more)
         ends = [by_slot[slot].work_ends_in_s for slot in slots if by_slot and slot in by_slot]
         when = (
-            f". Drained first, the plan applies once they end: within {_duration(max(ends))} at the latest, "
-            "when the last reaches its time limit"
+            say(DRAIN_WHEN, wait=_duration(max(end for end in ends if end is not None)))
             if ends and all(end is not None for end in ends)
             else ""
         )
-        what = f"{len(jobs)} jobs run on trays {_ranges(slots)}, which would change partition ({named})"
+        what = say(BUSY_JOBS, count=len(jobs), trays=_ranges(slots), jobs=named)
         if drain:
-            check.add(Level.WARNING, f"{what}: they will be drained{when}.")
+            check.add(
+                Level.WARNING,
+                say(BUSY_DRAINED_WHEN, what=what, when=when) if when else say(BUSY_DRAINED, what=what),
+            )
         else:
             check.add(
                 Level.ERROR,
-                f"{what}: choose 'drain first' or wait for the work to finish{when}.",
+                say(BUSY_REFUSED_WHEN, what=what, when=when) if when else say(BUSY_REFUSED, what=what),
                 jobs[0],
             )
         return
     for job, changes in trays_of.items():
         hosts = ", ".join(c.hostname for c in changes)
-        if len(changes) == 1:
-            trays, verb, they = f"Tray {changes[0].slot} ({hosts})", "runs", "it"
-        else:
-            trays, verb, they = f"Trays {_ranges([c.slot for c in changes])} ({hosts})", "run", "they"
+        one = len(changes) == 1
+        slots = {"slot": changes[0].slot} if one else {"slots": _ranges([c.slot for c in changes])}
         if drain:
             check.add(
                 Level.WARNING,
-                f"{trays} {verb} {job}: {they} will be drained and the plan applied once the work has "
-                "finished.",
+                say(TRAY_RUNS_DRAINED if one else TRAYS_RUN_DRAINED, hosts=hosts, job_name=job, **slots),
             )
         else:
             check.add(
                 Level.ERROR,
-                f"{trays} {verb} {job} and would change partition: choose 'drain first' or wait for the "
-                "work to finish.",
+                say(TRAY_RUNS_REFUSED if one else TRAYS_RUN_REFUSED, hosts=hosts, job_name=job, **slots),
                 job,
             )

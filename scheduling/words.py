@@ -1,4 +1,4 @@
-"""The scheduler's sentences in the viewer's language.
+"""The scheduler's sentences in the viewer's language (core.sentences_i18n reads them back).
 
 Why a job waits (`Job.pending_reason`), why it runs where it does (its placed event) and the like are written
 by the engine in English, from clauses joined by "; ", each an English template with named values
@@ -11,13 +11,9 @@ is shown as stored.
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-
-from django.utils.translation import get_language, gettext, pgettext
-
+from core import sentences_i18n
 from scheduling.engine import placement, scheduler  # noqa: F401  (their templates register on import)
-from scheduling.engine.words import CLAUSES, TEMPLATES, gettext_noop
+from scheduling.engine.words import gettext_noop
 
 # Sentences written on the Django side of scheduling (the pass's writes, admission, fault requeue).
 WAITING_FOR_SCHEDULER = gettext_noop("waiting for the scheduler")
@@ -30,45 +26,10 @@ BACK_IN_QUEUE_IN_PLACE = gettext_noop("back in the queue with its place in line"
 REQUEUED_FOR_PLAN = gettext_noop("requeued because plan #%(plan)s re-carves %(rack)s")
 REQUEUED_FOR_A_PLAN = gettext_noop("requeued for a partition plan")
 
-PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-DEPTH = 4  # values inside values: a reason in a reason, a duration in it
-
-
-@lru_cache(maxsize=1)
-def _patterns() -> tuple[tuple[re.Pattern, str], ...]:
-    """Every registered template as a pattern, the longest literal text first (the most specific wins)."""
-    compiled = []
-    for template in dict.fromkeys(TEMPLATES):
-        parts = PLACEHOLDER.split(template)
-        pattern = "".join(
-            re.escape(part) if index % 2 == 0 else f"(?P<{part}>.+?)" for index, part in enumerate(parts)
-        )
-        literal = sum(len(part) for part in parts[::2])
-        compiled.append((literal, re.compile(pattern + r"\Z", re.DOTALL), template))
-    compiled.sort(key=lambda entry: -entry[0])
-    return tuple((pattern, template) for _, pattern, template in compiled)
-
-
-def _clause(text: str, depth: int) -> str:
-    if depth > DEPTH or not text:
-        return text
-    for pattern, template in _patterns():
-        match = pattern.match(text)
-        if match is not None:
-            values = {name: _clause(value, depth + 1) for name, value in match.groupdict().items()}
-            return gettext(template) % values if values else gettext(template)
-    return text
-
-
-@lru_cache(maxsize=4096)
-def _translated(text: str, language: str) -> str:
-    separator = pgettext("between the clauses of a scheduler's reason", "; ")
-    return separator.join(_clause(clause, 0) for clause in text.split(CLAUSES))
+PLACEHOLDER = sentences_i18n.PLACEHOLDER
 
 
 def translate(text: str) -> str:
-    """`text`, a sentence of the scheduler's stored in English, in the active language."""
-    language = get_language() or "en"
-    if not text or language.startswith("en"):
-        return text
-    return _translated(text, language)
+    """`text`, a sentence of the scheduler's stored in English, in the active language (its templates are
+    registered: this module imports the engine)."""
+    return sentences_i18n.translate(text)

@@ -29,6 +29,10 @@ def tidy(catalogue: polib.POFile) -> None:
     )
     for key in ("Last-Translator", "PO-Revision-Date", "Report-Msgid-Bugs-To"):
         catalogue.metadata.pop(key, None)
+    for entry in catalogue:
+        # What a fuzzy match guessed from (`#| msgid ...`): meaningless once the entry is translated by hand.
+        if "fuzzy" not in entry.flags:
+            entry.previous_msgid = entry.previous_msgid_plural = entry.previous_msgctxt = None
 
 
 def main(path: str, mapping_path: str | None = None) -> int:
@@ -49,6 +53,7 @@ def main(path: str, mapping_path: str | None = None) -> int:
             entry.msgstr = value
         if "fuzzy" in entry.flags:
             entry.flags.remove("fuzzy")
+        entry.previous_msgid = entry.previous_msgid_plural = entry.previous_msgctxt = None
     catalogue.save(path)
     left = [entry.msgid for entry in catalogue.untranslated_entries()]
     for msgid in left:

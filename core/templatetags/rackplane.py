@@ -42,3 +42,12 @@ def site_section(match):
 def code_spans(text):
     """Plain text, escaped, with its `backquoted` words shown as code (a backend's help in the job form)."""
     return mark_safe(re.sub(r"`([^`\n]+)`", r"<code>\1</code>", conditional_escape(str(text))))
+
+
+@register.filter
+def sentence_words(text):
+    """A sentence stored in English by code without Django (core.sentences: the wizard's findings, the
+    scheduler's reasons), in the viewer's language; text no template matches is shown as it is."""
+    from core.sentences_i18n import translate
+
+    return translate(str(text)) if text else text

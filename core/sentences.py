@@ -1,0 +1,53 @@
+"""Sentences written by code that may not import Django (the scheduler's engine, the NVLink planner), as
+templates the portal can show in the viewer's language.
+
+Each sentence is built from clauses joined by `CLAUSES` ("; "); each clause is an English template with
+named placeholders, marked by `gettext_noop` (the name GNU xgettext and Django's makemessages look for, so the
+templates land in the catalogue of the app that defines them) and registered in `TEMPLATES` when its module
+is imported. The sentence is stored and sent in English (jobs' pending reasons, placed events, the wizard's
+findings, the API); the portal shows it in the viewer's language by reading it back
+(core.sentences_i18n.translate): each clause is matched to its template, translated, and its values read the
+same way (a duration, a nested reason, a list). Pure: no Django.
+"""
+
+from __future__ import annotations
+
+CLAUSES = "; "
+TEMPLATES: list[str] = []
+
+
+def gettext_noop(template: str) -> str:
+    """Mark `template` for translation (the catalogue) and register it (the read-back); returns it."""
+    TEMPLATES.append(template)
+    return template
+
+
+def say(template: str, **values: object) -> str:
+    """`template` with its placeholders filled (every value as text)."""
+    return template % {name: str(value) for name, value in values.items()} if values else template
+
+
+def plural(count: int, one: str, many: str) -> str:
+    """The template for `count`: English has one and many; each is a template of its own."""
+    return one if count == 1 else many
+
+
+# Clauses shared by several modules.
+ABOUT_MINUTES = gettext_noop("about %(minutes)s min")
+ABOUT_HOURS = gettext_noop("about %(hours)s h")
+AND_MORE = gettext_noop("%(names)s and %(more)s more")
+
+
+def minutes(seconds: float) -> str:
+    """A duration as people read it: "about 5 min", "about 2.5 h"."""
+    whole = max(1, round(seconds / 60))
+    if whole < 120:
+        return say(ABOUT_MINUTES, minutes=whole)
+    return say(ABOUT_HOURS, hours=f"{whole / 60:.1f}")
+
+
+def listed(names: list[str], shown: int) -> str:
+    """At most `shown` names, then how many more."""
+    more = len(names) - shown
+    text = ", ".join(names[:shown])
+    return say(AND_MORE, names=text, more=more) if more > 0 else text

@@ -1,0 +1,120 @@
+"""Sentences stored in English (core.sentences), shown in the viewer's language.
+
+A sentence is split into its clauses ("; "); each clause is matched against the registered templates (the
+most specific first) and the template's translation is filled with the clause's values, themselves read the
+same way (a duration, a nested reason). A value that is a list ("a, b, c") is read item by item when every
+item is a template's ("p1 9 trays, p2 9 trays"); a value named like a count matches numbers only (NUMBERS);
+anything else (a name, a host
+list, a clause an older release wrote, a text cut at its column's length) is shown as stored. Templates
+register when their module is imported: the pages that show a module's sentences import it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from django.utils.translation import get_language, gettext, pgettext
+
+from core.sentences import CLAUSES, TEMPLATES
+
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+DEPTH = 5  # values inside values: a reason in a reason, a duration in it
+ITEMS = ", "
+# Values that are numbers (or tray ranges, "1-6,8,18"): matched as such, so a template's words are never
+# taken for part of a count ("1 of its GPUs are unhealthy" is not read as "<it is drained and 1> of ...").
+NUMBERS = frozenset(
+    {
+        "clique", "count", "days", "free", "gpus", "guaranteed", "held", "hours", "job", "limit", "minutes",
+        "more", "most", "others", "parts", "plan", "racks", "slot", "slots", "total", "trays",
+    }
+)  # fmt: skip
+NUMBER = r"[0-9][0-9.,-]*"
+# Values that are one name (a rack, a host, a planned partition's name, a job's): no spaces, so "gb-r03: p1
+# 9 trays" is a rack and its sizes, not a partition called "gb-r03: p1".
+IDENTIFIERS = frozenset(
+    {
+        "department",
+        "department_slurm",
+        "host",
+        "job_name",
+        "layout",
+        "name",
+        "name_again",
+        "near",
+        "rack",
+        "tier",
+    }
+)
+IDENTIFIER = r"[^\s;]+"
+# A tray's state in words ("drained", "in maintenance"): never holds " and " (that joins two reasons).
+PHRASES = frozenset({"state"})
+PHRASE = r"(?:(?! and )[^,;])+?"
+
+
+def _value_pattern(name: str) -> str:
+    if name in NUMBERS:
+        return NUMBER
+    if name in IDENTIFIERS:
+        return IDENTIFIER
+    return PHRASE if name in PHRASES else ".+?"
+
+
+@lru_cache(maxsize=4)
+def _patterns(count: int) -> tuple[tuple[re.Pattern, str], ...]:
+    """The first `count` registered templates as patterns, the longest literal text first (the most
+    specific wins). Keyed by the count: a module imported later adds templates."""
+    compiled = []
+    for template in dict.fromkeys(TEMPLATES[:count]):
+        parts = PLACEHOLDER.split(template)
+        pattern = "".join(
+            re.escape(part) if index % 2 == 0 else f"(?P<{part}>{_value_pattern(part)})"
+            for index, part in enumerate(parts)
+        )
+        literal = sum(len(part) for part in parts[::2])
+        compiled.append((literal, re.compile(pattern + r"\Z", re.DOTALL), template))
+    compiled.sort(key=lambda entry: -entry[0])
+    return tuple((pattern, template) for _, pattern, template in compiled)
+
+
+def patterns() -> tuple[tuple[re.Pattern, str], ...]:
+    return _patterns(len(TEMPLATES))
+
+
+def _match(text: str) -> tuple[str, dict[str, str]] | None:
+    for pattern, template in patterns():
+        match = pattern.match(text)
+        if match is not None:
+            return template, match.groupdict()
+    return None
+
+
+def _clause(text: str, depth: int) -> str:
+    if depth > DEPTH or not text:
+        return text
+    if depth and ITEMS in text:  # a value that is a list of template sentences: item by item
+        items = text.split(ITEMS)
+        if all(_match(item) is not None for item in items):
+            return pgettext("between the items of a list in a sentence", ", ").join(
+                _clause(item, depth + 1) for item in items
+            )
+    found = _match(text)
+    if found is not None:
+        template, values = found
+        translated = {name: _clause(value, depth + 1) for name, value in values.items()}
+        return gettext(template) % translated if translated else gettext(template)
+    return text
+
+
+@lru_cache(maxsize=4096)
+def _translated(text: str, language: str, count: int) -> str:
+    separator = pgettext("between the clauses of a scheduler's reason", "; ")
+    return separator.join(_clause(clause, 0) for clause in text.split(CLAUSES))
+
+
+def translate(text: str) -> str:
+    """`text`, a sentence stored in English, in the active language."""
+    language = get_language() or "en"
+    if not text or language.startswith("en"):
+        return text
+    return _translated(text, language, len(TEMPLATES))
