@@ -550,10 +550,32 @@ def quota(args: argparse.Namespace) -> int:
                 [
                     p.get("department"),
                     p.get("slug"),
-                    p.get("guaranteed_gpus"),
+                    _project_guarantee(p, positions, projects),
                     p.get("limit_gpus") if p.get("limit_gpus") is not None else "none",
                 ]
                 for p in projects
             ),
         )
     return Exit.OK
+
+
+def _project_guarantee(project: dict, positions: list, projects: list) -> object:
+    """A named project's guarantee; the default project's is what the named ones leave of its department's
+    ("24 (the rest)"), as the portal shows it."""
+    if not project.get("is_default"):
+        return project.get("guaranteed_gpus")
+    department = project.get("department")
+    guaranteed = next(
+        (q.get("guaranteed") for q in positions if isinstance(q, dict) and q.get("department") == department),
+        None,
+    )
+    if not isinstance(guaranteed, int):
+        return "the rest"
+    named = sum(
+        p.get("guaranteed_gpus") or 0
+        for p in projects
+        if p.get("department") == department
+        and not p.get("is_default")
+        and isinstance(p.get("guaranteed_gpus"), int)
+    )
+    return f"{max(0, guaranteed - named)} (the rest)"

@@ -421,6 +421,9 @@ def _people_step(request, department: Department):
         )
     if role not in ProjectRole.values:
         problems.append(_("A project role is one of: %(roles)s.") % {"roles": ", ".join(ProjectRole.values)})
+    if any("\x00" in username for username in usernames):  # a POST body: PostgreSQL text cannot hold one
+        problems.append(_("A username has no NUL character."))
+        usernames = []
     members = {
         m.user.username: m.user
         for m in Membership.objects.filter(

@@ -270,10 +270,15 @@ def test_quota_shows_the_departments_guarantee_and_use_and_its_projects(
     assert table.code == 0
     departments, projects = table.out.split("\n\n")
     assert departments.splitlines()[1].split() == ["research", "32", "none", "4", "4", "0", "0", "4"]
-    assert projects.splitlines()[1].split() == ["research", "vision", "8", "16"]
+    # The default project holds what the named one leaves of the department's 32 GPUs.
+    rows = sorted(line.split() for line in projects.splitlines()[1:])
+    assert rows == [["research", "default", "24", "(the", "rest)", "none"], ["research", "vision", "8", "16"]]
     [position] = as_json["departments"]
     assert position["department"] == "research" and position["guaranteed"] == 32 and position["in_use"] == 4
-    assert [(p["slug"], p["guaranteed_gpus"]) for p in as_json["projects"]] == [("vision", 8)]
+    assert sorted((p["slug"], p["guaranteed_gpus"], p["is_default"]) for p in as_json["projects"]) == [
+        ("default", 0, True),
+        ("vision", 8, False),
+    ]
 
 
 @pytest.mark.parametrize(("state", "code"), [(JobState.COMPLETED, 0), (JobState.FAILED, 1)])

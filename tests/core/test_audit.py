@@ -250,8 +250,10 @@ def test_the_page_is_paginated_with_a_constant_number_of_queries(client, admin_u
     assert queries(1) == few
     assert queries(2) == few
     response = client.get("/audit/", {"page": 2})
-    assert len(response.context["page"].object_list) == AuditEvent.objects.count() - EVENTS_PER_PAGE
-    assert "Page 2 of 2" in response.content.decode()
+    total = AuditEvent.objects.count()  # a department's creation is recorded with its default project's
+    pages = -(-total // EVENTS_PER_PAGE)
+    assert len(response.context["page"].object_list) == min(EVENTS_PER_PAGE, total - EVENTS_PER_PAGE)
+    assert f"Page 2 of {pages}" in response.content.decode()
 
 
 # --- admin registrations ------------------------------------------------------------------------------------
