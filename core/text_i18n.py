@@ -25,6 +25,7 @@ REASONS = (
     gettext_noop("a code point reserved as invisible (default-ignorable)"),
     gettext_noop("a private-use character: it means nothing outside one font"),
     gettext_noop("a Unicode noncharacter"),
+    gettext_noop("a replacement character (U+FFFD): what was sent was not valid UTF-8"),
 )
 
 

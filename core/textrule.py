@@ -148,6 +148,8 @@ def _char_problem(text: str, index: int, multiline: bool) -> tuple[str, str] | N
         return "format", "a code point reserved as invisible (default-ignorable)"
     if category == "Co":
         return "private", "a private-use character: it means nothing outside one font"
+    if char == "\ufffd":  # what a form's invalid UTF-8 is decoded to: the bytes sent were not text
+        return "replacement", "a replacement character (U+FFFD): what was sent was not valid UTF-8"
     if _is_noncharacter(ord(char)):
         return "noncharacter", "a Unicode noncharacter"
     return None

@@ -21,6 +21,7 @@ from django.db.models import Q
 
 from core.access import leads
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES
+from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Job
 from tenancy.models import Department, Project, ProjectMembership
 from tenancy.projects import default_guarantee, default_project
@@ -42,6 +43,11 @@ class JobChange:
     def loses_guarantee(self) -> bool:
         return self.was_within and not self.keeps_guarantee
 
+    @property
+    def preemptible(self) -> bool:
+        """Only preemptible classes are ever reclaimed: a build or interactive job beyond keeps running."""
+        return self.job.priority_class in PREEMPTIBLE_CLASSES
+
 
 @dataclass(frozen=True)
 class NewProjectChanges:
@@ -56,8 +62,8 @@ class NewProjectChanges:
 
     @property
     def beyond(self) -> list[JobChange]:
-        """The running jobs the step puts beyond the default project's guarantee."""
-        return [change for change in self.running if change.loses_guarantee]
+        """The running jobs the step puts beyond the default project's guarantee that could be reclaimed."""
+        return [change for change in self.running if change.loses_guarantee and change.preemptible]
 
     @property
     def beyond_gpus(self) -> int:

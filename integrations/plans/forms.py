@@ -18,6 +18,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from core.hardware import TRAYS_PER_RACK
+from core.textrule import is_clean_text
 from integrations.plans.service import partitions_from_rows
 from inventory.filters import FIRST_YEAR, LAST_YEAR
 from inventory.models import Rack
@@ -269,16 +270,26 @@ class WhatIfForm(forms.Form):
 WINDOW_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
 
 
+class WindowTimeField(forms.DateTimeField):
+    """A time as typed; a value holding anything but printable text (a NUL, a control character, a
+    replacement character from invalid UTF-8) is refused before parsing (the parser would drop some)."""
+
+    def to_python(self, value):
+        if isinstance(value, str) and not is_clean_text(value, max_length=40):
+            raise forms.ValidationError(_("Give a date and time such as 2026-12-10 05:00."), code="invalid")
+        return super().to_python(value)
+
+
 class WindowForm(forms.Form):
     """When the plan may be applied: a start and an end, typed in the viewer's time zone
     (portal.web.middleware.ViewerTimezoneMiddleware; UTC without it), each within FIRST_YEAR-LAST_YEAR, the
     end after the start and at most MAX_WINDOW_DAYS later; and whether to requeue the checkpointable jobs in
     the plan's way when it starts."""
 
-    window_start = forms.DateTimeField(
+    window_start = WindowTimeField(
         label=gettext_lazy("Window start"), widget=DateTimeInput(), input_formats=WINDOW_FORMATS
     )
-    window_end = forms.DateTimeField(
+    window_end = WindowTimeField(
         label=gettext_lazy("Window end"), widget=DateTimeInput(), input_formats=WINDOW_FORMATS
     )
     window_requeue = forms.BooleanField(

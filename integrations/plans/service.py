@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
@@ -494,14 +494,34 @@ class Recarve:
     job_id: int
 
 
+def waiting_window(rack: Rack, *, but: PartitionPlan | None = None) -> str | None:
+    """Why no other plan may be scheduled or applied on `rack`: a plan (not `but`) waits for its maintenance
+    window there (one per rack: two would re-carve it in turn, the second undoing the first); None."""
+    waiting = PlanWindow.objects.filter(plan__rack=rack, plan__status=PlanStatus.DRAFT)
+    if but is not None:
+        waiting = waiting.exclude(plan=but)
+    window = waiting.order_by("starts_at").first()
+    if window is None:
+        return None
+    return _(
+        "Plan #%(plan)s waits for its maintenance window on %(rack)s (from %(start)s): cancel it first, or "
+        "wait until it has been applied."
+    ) % {
+        "plan": window.plan_id,
+        "rack": rack.name,
+        "start": formats.date_format(timezone.localtime(window.starts_at), "Y-m-d H:i T"),
+    }
+
+
 def in_flight(rack: Rack, *, but: PartitionPlan | None = None) -> str | None:
-    """Why no plan can be applied to `rack` now: another plan (not `but`) is draining or applying; None."""
+    """Why no plan can be applied to `rack` now: another plan (not `but`) is draining or applying, or waits
+    for its maintenance window (`waiting_window`); None."""
     active = PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES)
     if but is not None:
         active = active.exclude(pk=but.pk)
     other = active.select_related("created_by").first()
     if other is None:
-        return None
+        return waiting_window(rack, but=but)
     who = other.created_by.get_username() if other.created_by else _("someone")
     if other.by_scheduler:
         who = _("the scheduler")

@@ -65,6 +65,8 @@ def schedule(
         raise ValidationError(_("The window has already ended: choose an end in the future."))
     with transaction.atomic():
         rack = Rack.objects.select_for_update().get(pk=rack.pk)
+        if (waiting := service.waiting_window(rack)) is not None:  # a plan being applied: this one waits
+            raise ValidationError(waiting)
         plan = service.create_plan(rack, partitions, drain=True, user=user)
         window = PlanWindow.objects.create(
             plan=plan, starts_at=starts_at, ends_at=ends_at, requeue=requeue, created_by=user

@@ -45,6 +45,8 @@ REFUSED = [
     ("private\ue000", "private", "U+E000", 8),
     ("non\ufdd0char", "noncharacter", "U+FDD0", 4),
     ("non\U0010ffff", "noncharacter", "U+10FFFF", 4),
+    # A form's invalid UTF-8 (a lone surrogate's bytes, %ED%A0%80) arrives decoded as replacement characters.
+    ("N\ufffd\ufffd\ufffd", "replacement", "U+FFFD REPLACEMENT CHARACTER", 2),
     # Default-ignorable characters outside category Cf print as nothing too (found by an outside test):
     ("admin\u3164", "format", "U+3164 HANGUL FILLER", 6),
     ("a\uffa0b", "format", "U+FFA0 HALFWIDTH HANGUL FILLER", 2),

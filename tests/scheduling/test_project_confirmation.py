@@ -88,6 +88,8 @@ def test_a_plain_form_post_goes_to_the_confirmation_too(client_as, lead_a, depar
         {"name": "LLM", "guaranteed_gpus": "99999999999999999999", "over_quota_weight": "1"},
         {"name": "LLM", "guaranteed_gpus": "17", "over_quota_weight": "1"},  # more than the department's
         {"name": "bad\x00name", "guaranteed_gpus": "1", "over_quota_weight": "1"},
+        # Invalid UTF-8 in a form (a lone surrogate's bytes) arrives as replacement characters.
+        {"name": "N\ufffd\ufffd\ufffd", "guaranteed_gpus": "1", "over_quota_weight": "1"},
         {"name": "", "guaranteed_gpus": "1", "over_quota_weight": "1"},
         {"name": "LLM", "slug": "Not A Slug", "guaranteed_gpus": "1", "over_quota_weight": "1"},
         {"name": "Default", "guaranteed_gpus": "1", "over_quota_weight": "1"},  # the default's name

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from core.access import may_use_project
+from scheduling.choices import PriorityClass
 from scheduling.models import Job
 from scheduling.project_changes import move_changes, new_project_changes
 from scheduling.services.admission import submit_job
@@ -143,6 +144,11 @@ def test_the_first_named_project_keeps_the_guarantee_of_the_work_running(departm
     assert [c.keeps_guarantee for c in changes.running] == [True, True, True] and not changes.beyond
     # One guaranteed 8 leaves it 8: the newest job would be beyond the default project's guarantee.
     assert [c.job.name for c in new_project_changes(department_a, 8).beyond] == ["d2"]
+    # A job of a class never preempted (build) beyond the guarantee keeps running: not said to be reclaimed.
+    Job.objects.filter(pk=jobs[2].pk).update(priority_class=PriorityClass.BUILD)
+    build = new_project_changes(department_a, 8)
+    assert build.beyond == [] and [c.loses_guarantee for c in build.running] == [False, False, True]
+    Job.objects.filter(pk=jobs[2].pk).update(priority_class=PriorityClass.TRAIN)
     assert Project.objects.named().count() == 0  # reading what changes wrote nothing
 
     service.create_project(lead_a, department_a, name="LLM", guaranteed_gpus=8)

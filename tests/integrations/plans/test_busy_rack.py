@@ -282,8 +282,8 @@ def test_a_window_the_beat_reaches_only_after_its_end_expires_unstarted(rack, ad
 
 def test_a_window_waits_for_another_plan_in_flight_and_cancelling_removes_it(rack, in_the_way, admin_user):
     t0 = timezone.now()
-    waiting = scheduled(rack, halves(), t0 + HOUR, t0 + 2 * HOUR, requeue=True, user=admin_user, now=t0)
     other = plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=True, user=admin_user))
+    waiting = scheduled(rack, halves(), t0 + HOUR, t0 + 2 * HOUR, requeue=True, user=admin_user, now=t0)
     assert windows.run_windows(t0 + HOUR)["waiting"] == 1
     window = PlanWindow.objects.get(plan=waiting)
     assert window.state == WindowState.SCHEDULED and f"Plan #{other.pk}" in window.reason
@@ -321,3 +321,17 @@ def test_the_beat_task_applies_a_due_window_and_expires_a_late_one(demo_inventor
     assert PartitionPlan.objects.get(pk=due.pk).status in (PlanStatus.APPLYING, PlanStatus.APPLIED)
     assert PartitionPlan.objects.get(pk=late.pk).status == PlanStatus.CANCELLED
     assert PlanWindow.objects.get(plan=late).state == WindowState.EXPIRED
+
+
+def test_a_rack_holds_one_waiting_window_and_no_other_plan_starts_beside_it(rack, admin_user):
+    """A second window, or any other plan applied, on a rack whose plan waits for its window is refused with
+    the waiting plan named: two plans would re-carve the rack in turn (a walkthrough's finding: three plans
+    waited on one rack and nothing said so)."""
+    start = timezone.now() + timedelta(days=1)
+    first = scheduled(rack, halves(), start, start + 4 * HOUR, requeue=False, user=admin_user)
+    with pytest.raises(ValidationError, match=f"Plan #{first.pk} waits for its maintenance window"):
+        scheduled(rack, halves(), start, start + 2 * HOUR, requeue=False, user=admin_user)
+    with pytest.raises(plans.PlanConflict, match=f"Plan #{first.pk} waits"):
+        plans.apply_plan(plans.create_plan(rack, preset_layout("2x9"), drain=True, user=admin_user))
+    assert plans.in_flight(rack, but=first) is None
+    assert PartitionPlan.objects.filter(rack=rack, window__isnull=False).count() == 1

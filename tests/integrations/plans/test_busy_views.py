@@ -150,6 +150,11 @@ HOSTILE = {
     # A form body cannot carry a lone surrogate but as the bytes UTF-8 forbids for one (sent raw below).
     "lone surrogate": ({"window_start": "2030-01-01T00:00%ED%A0%80", "window_end": "x"}, "window_start"),
     "control chars": ({"window_start": "2030-01-01\x00T00:00", "window_end": "\x1b"}, "window_start"),
+    # A NUL after a valid time was dropped by the parser and the window accepted (a walkthrough's finding).
+    "trailing NUL": (
+        {"window_start": "2030-01-01T05:00\x00", "window_end": "2030-01-01T06:00"},
+        "window_start",
+    ),
     "a list": ({"window_start": ["2030-01-01T00:00", "2031-01-01T00:00"], "window_end": ""}, "window_end"),
     "in the past": (
         {"window_start": "2001-01-01T00:00", "window_end": "2001-01-01T04:00"},

@@ -602,3 +602,15 @@ def test_the_preview_lists_the_fabric_managers_operations_in_order(admin):
     ]
     html = preview.content.decode()
     assert "Fabric manager operations" in html and "<li>create partition p1: 36 GPUs</li>" in html
+
+
+def test_each_tray_row_shows_the_work_on_it(admin):
+    """The drawing's Work column: a busy tray names its jobs (data), an idle one says so."""
+    run_job(make_department("Ops"), trays=["gb-r01-t02"], name="ops-busy")
+    html = admin.get(url("plan-layout", "gb-r01", preset="2x9")).content.decode()
+    row = re.search(r'<li class="plan-row[^"]*" data-slot="2".*?</li>', html, re.S).group(0)
+    assert re.search(
+        r'<span class="work-cell"><span class="job mono"[^>]*translate="no">ops-busy</span>', row
+    )
+    idle = re.search(r'<li class="plan-row[^"]*" data-slot="3".*?</li>', html, re.S).group(0)
+    assert '<span class="work-cell"><span class="muted">idle</span></span>' in idle
