@@ -18,6 +18,8 @@ import re
 import shlex
 from collections.abc import Mapping
 
+from django.utils.translation import gettext_lazy as _
+
 from core.devices import DEVICE_VARIABLE_PREFIXES, DEVICE_VARIABLES
 from core.textrule import text_problem
 from core.workloads import WorkError, WorkForm, WorkInput, refuse_device_variables, refuse_unknown_keys
@@ -179,21 +181,21 @@ def to_form(work: dict) -> dict[str, str]:
 FORM = WorkForm(
     label="Kubernetes",
     inputs=(
-        WorkInput("image", "Container image (Kubernetes)", placeholder="nvcr.io/nvidia/pytorch:25.01-py3"),
+        WorkInput("image", _("Container image (Kubernetes)"), placeholder="nvcr.io/nvidia/pytorch:25.01-py3"),
         WorkInput(
             "command",
-            "Command",
+            _("Command"),
             placeholder="torchrun",
-            help="Words as a shell splits them; empty: the image's entrypoint.",
+            help=_("Words as a shell splits them; empty: the image's entrypoint."),
         ),
-        WorkInput("args", "Arguments", placeholder="--nproc-per-node=4 train.py"),
+        WorkInput("args", _("Arguments"), placeholder="--nproc-per-node=4 train.py"),
         WorkInput(
             "env",
-            "Environment",
+            _("Environment"),
             multiline=True,
             rows=3,
             placeholder="NCCL_DEBUG=INFO",
-            help="One `NAME=value` a line.",
+            help=_("One `NAME=value` a line."),
         ),
     ),
     from_form=from_form,

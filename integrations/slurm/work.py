@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from django.utils.translation import gettext_lazy as _
+
 from core.textrule import text_problem
 from core.workloads import WorkError, WorkForm, WorkInput, refuse_unknown_keys
 
@@ -73,12 +75,14 @@ FORM = WorkForm(
     inputs=(
         WorkInput(
             "script",
-            "Batch script (Slurm)",
+            _("Batch script (Slurm)"),
             multiline=True,
             rows=9,
             placeholder="#!/bin/bash\nsrun python train.py",
-            help="sbatch runs it; the first line names the interpreter (`#!/bin/bash`). Rackplane sets the "
-            "GPUs, nodes and time limit.",
+            help=_(
+                "sbatch runs it; the first line names the interpreter (`#!/bin/bash`). Rackplane sets the "
+                "GPUs, nodes and time limit."
+            ),
         ),
     ),
     from_form=from_form,

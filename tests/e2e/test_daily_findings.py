@@ -16,6 +16,7 @@ among them.
 import re
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from tests.e2e.test_truth import admin_login, demo_password, sign_in
@@ -23,6 +24,23 @@ from tests.e2e.test_truth import admin_login, demo_password, sign_in
 pytestmark = [pytest.mark.e2e, pytest.mark.slow(reason="the embedded make-run stack and a browser")]
 
 DESKTOP = {"width": 1400, "height": 1000}
+WIDER = "; "
+# The elements that reach past the screen's right edge outside any box that scrolls: what makes a page wide.
+OFFENDERS = """width => {
+  const out = [];
+  for (const el of document.querySelectorAll("body *")) {
+    let up = el.parentElement, scrolls = false;
+    while (up) {
+      const o = getComputedStyle(up).overflowX;
+      if (o === "auto" || o === "scroll" || o === "hidden") { scrolls = true; break; }
+      up = up.parentElement;
+    }
+    const right = el.getBoundingClientRect().right;
+    const what = `${el.tagName.toLowerCase()}.${el.className} ${Math.round(right)}`;
+    if (!scrolls && right > width + 1) out.push(what);
+  }
+  return out.slice(0, 10);
+}"""
 PHONE = {"width": 390, "height": 844}
 
 
@@ -32,9 +50,14 @@ def both_widths(page, shots, name: str, check) -> None:
         page.set_viewport_size(size)
         check()
         # Nothing wider than the screen (charts redraw at the new width a moment after the resize).
-        page.wait_for_function(
-            "width => document.documentElement.scrollWidth <= width", arg=size["width"] + 1, timeout=5000
-        )
+        try:
+            page.wait_for_function(
+                "width => document.documentElement.scrollWidth <= width",
+                arg=size["width"] + 1,
+                timeout=20_000,
+            )
+        except PlaywrightTimeoutError:
+            raise AssertionError((name, label, WIDER.join(page.evaluate(OFFENDERS, size["width"])))) from None
         page.screenshot(path=str(shots / f"{name}-{label}.png"), full_page=True)
     page.set_viewport_size(DESKTOP)
 

@@ -130,6 +130,9 @@ def test_the_switch_sets_the_language_and_returns_to_the_page(client, platform_a
     assert page.headers["Content-Language"] == "ja"
     assert '<html lang="ja">' in page.content.decode()
     assert "ラック" in page.content.decode()
+    # The switch names each language in its own words, on a Japanese page too.
+    assert '<option value="en" lang="en">English</option>' in page.content.decode()
+    assert '<option value="ja" lang="ja" selected>日本語</option>' in page.content.decode()
     # The header's form sends no `next`: the view goes back to the page it was sent from (the Referer).
     back = client.post(
         reverse("set_language"), {"language": "en"}, headers={"referer": f"http://testserver{racks}?q=x"}
