@@ -161,7 +161,13 @@ def _wall(moment) -> str:
 
 def _time_axis() -> dict:
     """The time axis, titled with the viewer's zone (portal.web.middleware.ViewerTimezoneMiddleware)."""
-    return {"title": {"text": timezone.get_current_timezone_name()}, "gridcolor": GRID}
+    return {
+        "title": {"text": timezone.get_current_timezone_name()},
+        "gridcolor": GRID,
+        # Dates as numbers, the same in every language (plotly's own month names are English only).
+        "tickformat": "%m-%d %H:%M",
+        "hoverformat": "%Y-%m-%d %H:%M",
+    }
 
 
 UTILIZATION = "#7c3aed"

@@ -1,5 +1,6 @@
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 class JobState(models.TextChoices):
@@ -18,7 +19,7 @@ FINISHED_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
 
 
 class JobEventKind(models.TextChoices):
-    SUBMITTED = "submitted", _("Submitted")
+    SUBMITTED = "submitted", pgettext_lazy("a job's event: it was submitted", "Submitted")
     PLACED = "placed", _("Placed")
     DISPATCHED = "dispatched", _("Handed to its backend")
     DISPATCH_RETRY = "dispatch_retry", _("Backend unreachable, retrying")

@@ -162,6 +162,9 @@ def events_chart(
             xaxis={
                 "title": {"text": _("UTC, per %(bucket)s") % {"bucket": BUCKET_WORDS[name]}},
                 "gridcolor": GRID,
+                # Dates as numbers, the same in every language (plotly's month names are English only).
+                "tickformat": "%Y-%m-%d",
+                "hoverformat": "%Y-%m-%d %H:%M",
             },
             yaxis={
                 "title": {"text": _("Events")},

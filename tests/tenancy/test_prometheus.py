@@ -262,6 +262,7 @@ def test_the_chart_draws_times_in_the_viewers_zone_and_names_it():
     tokyo = T0.astimezone(ZoneInfo("Asia/Tokyo")).replace(tzinfo=None)
     assert list(figure.data[0].x) == [tokyo.isoformat()]
     assert figure.layout.xaxis.title.text == "Asia/Tokyo"
+    assert figure.layout.xaxis.tickformat == "%m-%d %H:%M"  # numbers in every language, no month names
     assert figure.layout.xaxis.range[0] == tokyo.isoformat()
     assert utilization_figure(series).layout.xaxis.title.text == "UTC"
 
