@@ -650,7 +650,12 @@ def search_page(request):
         results = search(request.user, q)
     if results.exact and request.GET.get("all") != "1":
         return redirect(results.exact)
-    return render(request, "portal/search.html", {"q": q, "results": results, "limit": LIMIT})
+    short = not any(len(word) >= MIN_SUBSTRING for word in q.split())
+    return render(
+        request,
+        "portal/search.html",
+        {"q": q, "results": results, "limit": LIMIT, "short": short, "min_substring": MIN_SUBSTRING},
+    )
 
 
 def suggestions(user, q: str) -> list[Group]:

@@ -163,6 +163,12 @@ def test_nothing_found_says_so(client_as, demo_inventory):
     response = client_as("member_a").get(SEARCH, {"q": "zz-no-such-thing"})
     assert response.status_code == 200
     assert "Nothing you may see matches" in response.content.decode()
+    assert "Shorter than 3 characters" not in response.content.decode()
+    # Two characters match only the start of a name or word, and the page says so (a walkthrough's "r0").
+    short = client_as("member_a").get(SEARCH, {"q": "q7"}).content.decode()
+    assert (
+        "Nothing you may see matches" in short and "Shorter than 3 characters, a part matches only" in short
+    )
 
 
 # --- visibility ---------------------------------------------------------------------------------------------
