@@ -229,9 +229,20 @@ def _department_id(instance):
     return getattr(instance, "department_id", None)
 
 
-# The record is English whatever the language of the request that made the change (names with choice
-# labels, the labels of foreign keys): the audit log is data, shown as stored.
-@translation.override("en")
+def _in_english(function):
+    """The record is English whatever the language of the request that made the change (names with choice
+    labels, the labels of foreign keys): the audit log is data, shown as stored. A new override per call:
+    one `translation.override` used as a decorator is a single object shared by every thread."""
+
+    @functools.wraps(function)
+    def recorded(*args, **kwargs):
+        with translation.override("en"):
+            return function(*args, **kwargs)
+
+    return recorded
+
+
+@_in_english
 def _record(instance, action, before, after, previous=None):
     """One event; `previous` is the row as it was before an update (for the names of its foreign keys)."""
     if action == AuditAction.UPDATE:
@@ -285,7 +296,7 @@ def _post_delete(sender, instance, **kwargs):
 # --- bulk changes ---------------------------------------------------------------------------------------
 
 
-@translation.override("en")
+@_in_english
 def record_refused(instance, detail: dict) -> None:
     """One `refuse` event on `instance`, the credential a request was refused for (an agent token whose
     report reached outside its rack): who tried, under the current audit context, and `detail` (what it
@@ -373,7 +384,7 @@ def _diff(before: dict, after: dict) -> dict:
     return changes
 
 
-@translation.override("en")
+@_in_english
 def record_bulk_change(
     model, changes: dict, names: dict | None = None, described: dict | None = None
 ) -> None:
