@@ -71,8 +71,9 @@ def test_every_template_is_found_again_from_the_english_it_writes(template, data
     )
     assert found is not None, text
     candidate, match = found
-    # Another template could read the same text only if it wrote the same text from these values.
-    assert say(candidate, **match.groupdict()) == text
+    # The template that wrote it is the one read back, with the same values (a wrong template would be
+    # translated as another sentence).
+    assert (candidate, match.groupdict()) == (template, values)
 
 
 def test_english_viewers_get_the_stored_text():
@@ -91,3 +92,32 @@ def test_an_unknown_clause_is_kept_as_stored_and_the_known_ones_translated(monke
         out = words.translate("waiting: no GPU is free; something an older release wrote; back in the queue")
     sentences_i18n._translated.cache_clear()
     assert out == "[waiting: [no GPU is free]] | something an older release wrote | [back in the queue]"
+
+
+@pytest.mark.parametrize(
+    ("stored", "read"),
+    [
+        # A count is a number, not "it is drained and 1" (the words of another template around it).
+        (
+            "Tray 5 (gb-r03-t05) is in p1 although it is drained and 1 of its GPUs are unhealthy: leave it "
+            "out unless it will be fixed soon.",
+            "[Tray 5 (gb-r03-t05) is in p1 although [[it is [drained]] and [1 of its GPUs are unhealthy]]: "
+            "leave it out unless it will be fixed soon.]",
+        ),
+        # A name has no spaces, so the rack and its partitions' sizes are read apart; the sizes item by item.
+        (
+            "gb-r03: p1 9 trays, p2 9 trays; no overlaps, names unique, Slurm block sizes valid.",
+            "[gb-r03: [p1 9 trays], [p2 9 trays]] ; [no overlaps, names unique, Slurm block sizes valid.]",
+        ),
+    ],
+)
+def test_composed_sentences_are_read_back_template_by_template(monkeypatch, stored, read):
+    """The wizard's findings as the planner writes them, read back with a stand-in translation that puts
+    each template it found in brackets: every value is read by its own template, none swallowed."""
+    monkeypatch.setattr(sentences_i18n, "gettext", lambda template: f"[{template}]")
+    monkeypatch.setattr(sentences_i18n, "pgettext", lambda context, text: text if text == ", " else " ; ")
+    sentences_i18n._translated.cache_clear()
+    with translation.override("ja"):
+        out = sentences_i18n.translate(stored)
+    sentences_i18n._translated.cache_clear()
+    assert out == read
