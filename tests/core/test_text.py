@@ -137,6 +137,8 @@ def _allowed(char: str, before: str, after: str, multiline: bool) -> bool:
         return bool(before) and (not before.isascii() or after == "\u20e3")
     if cp == 0x2065 or 0xFFF0 <= cp <= 0xFFF8 or 0xE0000 <= cp <= 0xE0FFF:  # reserved default-ignorable
         return False
+    if char == "\ufffd":  # the replacement character: what was sent was not valid UTF-8
+        return False
     return not (0xFDD0 <= cp <= 0xFDEF or (cp & 0xFFFE) == 0xFFFE)
 
 
@@ -146,6 +148,7 @@ def _allowed(char: str, before: str, after: str, multiline: bool) -> bool:
 @example("a\u202eb", False, 10)
 @example("\ud800", True, 10)
 @example("x\r\n", True, 10)
+@example("a\ufffd", False, 0)
 def test_the_rule_refuses_exactly_the_characters_it_names(text, multiline, limit):
     problem = text_problem(text, max_length=limit, multiline=multiline)
     bad = [
