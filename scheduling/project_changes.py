@@ -79,8 +79,22 @@ class JobChange:
         return self.job.priority_class in PREEMPTIBLE_CLASSES
 
 
+class Reclaimable:
+    """A step's `running` changes (JobChange): those it puts beyond a guarantee that could be reclaimed."""
+
+    running: list[JobChange]
+
+    @property
+    def beyond(self) -> list[JobChange]:
+        return [change for change in self.running if change.loses_guarantee and change.preemptible]
+
+    @property
+    def beyond_gpus(self) -> int:
+        return sum(change.job.gpus for change in self.beyond)
+
+
 @dataclass(frozen=True)
-class NewProjectChanges:
+class NewProjectChanges(Reclaimable):
     department: Department
     default: Project | None
     first: bool  # the department's first named project
@@ -89,15 +103,6 @@ class NewProjectChanges:
     default_after: int  # and after the step
     running: list[JobChange] = field(default_factory=list)  # its in-quota running work, oldest first
     borrowed_jobs: int = 0  # its running work on borrowed GPUs already (unchanged)
-
-    @property
-    def beyond(self) -> list[JobChange]:
-        """The running jobs the step puts beyond the default project's guarantee that could be reclaimed."""
-        return [change for change in self.running if change.loses_guarantee and change.preemptible]
-
-    @property
-    def beyond_gpus(self) -> int:
-        return sum(change.job.gpus for change in self.beyond)
 
     @property
     def needs_confirmation(self) -> bool:
@@ -186,7 +191,7 @@ def move_changes(department: Department, project: Project, users: list) -> MoveC
 
 
 @dataclass(frozen=True)
-class GuaranteeChanges:
+class GuaranteeChanges(Reclaimable):
     project: Project
     default: Project | None
     before: int  # the project's guarantee now
@@ -205,15 +210,6 @@ class GuaranteeChanges:
     @property
     def fits(self) -> bool:
         return self.after <= self.room
-
-    @property
-    def beyond(self) -> list[JobChange]:
-        """The running jobs the step puts beyond their guarantee that could be reclaimed."""
-        return [change for change in self.running if change.loses_guarantee and change.preemptible]
-
-    @property
-    def beyond_gpus(self) -> int:
-        return sum(change.job.gpus for change in self.beyond)
 
     @property
     def needs_confirmation(self) -> bool:

@@ -301,15 +301,13 @@ def project_member_set(request, slug, pk):
             status=400,
         )
     if not project.is_default and move_changes(department, project, [membership.user]).needs_confirmation:
-        return _to_confirmation(
-            request,
-            reverse("scheduling:project-people-confirm", args=[department.slug]),
-            [
-                ("project", project.pk),
-                ("username", membership.user.username),
-                ("role", form.cleaned_data["role"]),
-            ],
-        )
+        step = {
+            "project": project.pk,
+            "username": membership.user.username,
+            "role": form.cleaned_data["role"],
+        }
+        url = reverse("scheduling:project-people-confirm", args=[department.slug])
+        return _to_confirmation(request, url, step.items())
     try:
         service.set_project_member(request.user, project, membership.user, form.cleaned_data["role"])
     except ValidationError as error:
