@@ -83,7 +83,7 @@ class StepForm(StepMixin, forms.Form):
 
 
 class ProjectChangeForm(ProjectForm):
-    """A project's change on its confirmation page."""
+    """A new project, or a project's change, on its confirmation page."""
 
     seen = forms.RegexField(regex=SEEN, required=False)
 
@@ -106,7 +106,7 @@ class MemberMoveForm(StepForm):
         return project
 
 
-class PeopleForm(StepMixin, forms.Form):
+class PeopleForm(StepForm):
     """The people step: members of `department` (`username`, repeated) put in its named `project` (its pk)
     with a project `role`. `users` in cleaned_data: the people, in the order given, once each. A project of
     another department is an error with the code ELSEWHERE (the view answers 404)."""

@@ -22,9 +22,10 @@ scheduling.views.projects show it on a GET (which never writes) and apply the st
   default_job_project will answer after the step (taken out of their last named project: the default
   project). Always confirmed.
 
-The confirmed steps are applied by `confirm_guarantee` and `confirm_member_change`: under the department's
-row lock they compute the changes again and refuse (`StaleConfirmation`, with the changes as they are now)
-when they differ from what the page showed (`digest`), so a stale page is shown again, never applied.
+The confirmed steps are applied by `confirm_new_project`, `confirm_people`, `confirm_guarantee` and
+`confirm_member_change`: under the department's row lock they compute the changes again and refuse
+(`StaleConfirmation`, with the changes as they are now) when they differ from what the page showed
+(`Confirmable.digest`), so a stale page is shown again, never applied.
 """
 
 from __future__ import annotations
@@ -45,17 +46,29 @@ from tenancy.projects import default_guarantee, default_project, submission_defa
 from tenancy.quota import in_quota_prefix
 
 
-def _digest(*facts) -> str:
-    """A short fingerprint of what a confirmation page showed: the confirming POST sends it back."""
-    return hashlib.sha256(repr(facts).encode()).hexdigest()[:32]
-
-
 class StaleConfirmation(Exception):
     """What a confirmation page showed has changed since: `changes` are the facts as they are now."""
 
     def __init__(self, changes):
         super().__init__("stale confirmation")
         self.changes = changes
+
+
+class Confirmable:
+    """What a step changes, as its confirmation page shows it: `facts()` are what the page says, `digest`
+    their fingerprint, sent back by the confirming POST (scheduling.forms.StepForm's `seen`)."""
+
+    def facts(self) -> tuple:
+        raise NotImplementedError
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(repr((type(self).__name__, *self.facts())).encode()).hexdigest()[:32]
+
+    def still(self, seen: str) -> None:
+        """Refuse (StaleConfirmation, with these changes) a confirmation that showed other facts."""
+        if self.digest != seen:
+            raise StaleConfirmation(self)
 
 
 def _default_work(department: Department) -> Q:
@@ -79,10 +92,15 @@ class JobChange:
         return self.job.priority_class in PREEMPTIBLE_CLASSES
 
 
-class Reclaimable:
+class Reclaimable(Confirmable):
     """A step's `running` changes (JobChange): those it puts beyond a guarantee that could be reclaimed."""
 
     running: list[JobChange]
+    borrowed_jobs: int
+
+    def running_facts(self) -> tuple:
+        running = tuple((c.job.pk, c.keeps_guarantee, c.was_within, c.preemptible) for c in self.running)
+        return running, self.borrowed_jobs
 
     @property
     def beyond(self) -> list[JobChange]:
@@ -107,6 +125,16 @@ class NewProjectChanges(Reclaimable):
     @property
     def needs_confirmation(self) -> bool:
         return self.first or bool(self.beyond)
+
+    def facts(self) -> tuple:
+        return (
+            self.department.pk,
+            self.first,
+            self.guaranteed_gpus,
+            self.default_before,
+            self.default_after,
+            *self.running_facts(),
+        )
 
 
 def new_project_changes(department: Department, guaranteed_gpus: int) -> NewProjectChanges:
@@ -150,7 +178,7 @@ class PersonChange:
 
 
 @dataclass(frozen=True)
-class MoveChanges:
+class MoveChanges(Confirmable):
     department: Department
     project: Project
     default: Project | None
@@ -163,6 +191,10 @@ class MoveChanges:
     @property
     def needs_confirmation(self) -> bool:
         return bool(self.leaving_default)
+
+    def facts(self) -> tuple:
+        people = tuple((p.user.pk, p.leaves_default, p.jobs_in_default) for p in self.people)
+        return self.project.pk, people
 
 
 def move_changes(department: Department, project: Project, users: list) -> MoveChanges:
@@ -188,6 +220,24 @@ def move_changes(department: Department, project: Project, users: list) -> MoveC
             for user in users
         ],
     )
+
+
+@transaction.atomic
+def confirm_new_project(by, department: Department, seen: str, **fields) -> Project:
+    """Create a confirmed new project (tenancy.projects.create_project, with `fields`) if what it changes is
+    still what the page showed (`seen`, NewProjectChanges.digest), else StaleConfirmation."""
+    department = Department.objects.select_for_update().get(pk=department.pk)
+    new_project_changes(department, fields.get("guaranteed_gpus", 0)).still(seen)
+    return service.create_project(by, department, **fields)
+
+
+@transaction.atomic
+def confirm_people(by, project: Project, users: list, role: str, seen: str) -> None:
+    """Put confirmed people in `project` (tenancy.projects.set_project_members), all or none, if what it
+    changes is still what the page showed (`seen`, MoveChanges.digest), else StaleConfirmation."""
+    department = Department.objects.select_for_update().get(pk=project.department_id)
+    move_changes(department, project, users).still(seen)
+    service.set_project_members(by, project, users, role)
 
 
 @dataclass(frozen=True)
@@ -218,17 +268,14 @@ class GuaranteeChanges(Reclaimable):
         fit (tenancy.projects refuses it in words)."""
         return self.fits and (self.lowering or bool(self.beyond))
 
-    @property
-    def digest(self) -> str:
-        return _digest(
-            "guarantee",
+    def facts(self) -> tuple:
+        return (
             self.project.pk,
             self.before,
             self.after,
             self.default_before,
             self.default_after,
-            tuple((c.job.pk, c.keeps_guarantee, c.was_within, c.preemptible) for c in self.running),
-            self.borrowed_jobs,
+            *self.running_facts(),
         )
 
 
@@ -263,14 +310,12 @@ def confirm_guarantee(by, project: Project, seen: str, **changes) -> Project:
     changes is still what the page showed (`seen`, GuaranteeChanges.digest), else StaleConfirmation."""
     Department.objects.select_for_update().get(pk=project.department_id)
     project = Project.objects.select_for_update().select_related("department").get(pk=project.pk)
-    now = guarantee_changes(project, changes.get("guaranteed_gpus", project.guaranteed_gpus))
-    if now.digest != seen:
-        raise StaleConfirmation(now)
+    guarantee_changes(project, changes.get("guaranteed_gpus", project.guaranteed_gpus)).still(seen)
     return service.update_project(by, project, **changes)
 
 
 @dataclass(frozen=True)
-class MemberChanges:
+class MemberChanges(Confirmable):
     membership: ProjectMembership
     to: Project | None  # None: taken out of `membership.project`
     default: Project | None
@@ -297,10 +342,8 @@ class MemberChanges:
     def choice_names(self) -> str:
         return ", ".join(project.name for project in self.choices_after)
 
-    @property
-    def digest(self) -> str:
-        return _digest(
-            "member",
+    def facts(self) -> tuple:
+        return (
             self.membership.pk,
             self.source.pk,
             self.to.pk if self.to else None,
@@ -358,8 +401,7 @@ def confirm_member_change(by, membership: ProjectMembership, to: Project | None,
         .get(pk=membership.pk)
     )
     now = member_changes(membership, to)
-    if now.digest != seen:
-        raise StaleConfirmation(now)
+    now.still(seen)
     if to is None:
         service.remove_project_member(by, membership)
     else:

@@ -6,9 +6,10 @@ core.audit); the panel is refreshed in place with htmx (a plain form post goes b
 The default project (tenancy.projects) is the panel's first row: guaranteed what the named projects leave,
 its people the members in no named project. A step that changes what someone has (a department's first
 named project, a new project that takes guarantee from running work, putting people of the default
-project in a named one) is confirmed first: the step's form is answered with a redirect to its
+project in a named one, lowering a project's guarantee, moving someone between named projects or taking
+them out of one) is confirmed first: the step's form (scheduling.forms) is answered with a redirect to its
 confirmation page, whose GET says who and what changes (scheduling.project_changes) and never writes, and
-whose POST applies it.
+whose POST applies it while that is still so (else the page again, 409).
 """
 
 from __future__ import annotations
@@ -367,20 +368,24 @@ def project_create_confirm(request, slug):
     it. A form that does not validate is a 400 that names what is wrong, with nothing written."""
     department = _department(request, slug)
     require_project_manager(request.user, department)
-    form = ProjectForm(request.POST if request.method == "POST" else request.GET)
+    form = ProjectChangeForm(request.POST if request.method == "POST" else request.GET)
     context = {"department": department, "form": form}
+    template = "scheduling/project_create_confirm.html"
     if not form.is_valid():
-        return _confirm_page(request, "scheduling/project_create_confirm.html", context, status=400)
+        return _confirm_page(request, template, context, status=400)
+    context["values"] = form.values()
     if request.method == "POST":
+        seen = form.cleaned_data["seen"]
         try:
-            project = service.create_project(request.user, department, **form.cleaned_data)
+            project = changes_of.confirm_new_project(request.user, department, seen, **form.changes())
+        except StaleConfirmation as stale:
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
         except ValidationError as error:
             form.add_service_errors(error)
-            return _confirm_page(request, "scheduling/project_create_confirm.html", context, status=400)
+            return _confirm_page(request, template, context, status=400)
         return _done(request, department, _("Project %(name)s created.") % {"name": project.name})
     context["changes"] = new_project_changes(department, form.cleaned_data["guaranteed_gpus"])
-    context["values"] = form.values()
-    return _confirm_page(request, "scheduling/project_create_confirm.html", context)
+    return _confirm_page(request, template, context)
 
 
 @require_http_methods(["GET", "POST"])
@@ -404,7 +409,9 @@ def project_people_confirm(request, slug):
     context.update(project=project, role=role)
     if request.method == "POST":
         try:
-            service.set_project_members(request.user, project, users, role)
+            changes_of.confirm_people(request.user, project, users, role, form.cleaned_data["seen"])
+        except StaleConfirmation as stale:
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
         except ValidationError as error:
             context["problems"] = [_words(error)]
             return _confirm_page(request, template, context, status=400)
@@ -440,8 +447,7 @@ def project_update_confirm(request, slug, pk):
         try:
             changes_of.confirm_guarantee(request.user, project, form.cleaned_data["seen"], **form.changes())
         except StaleConfirmation as stale:
-            context.update(changes=stale.changes, stale=True)
-            return _confirm_page(request, template, context, status=409)
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
         except ValidationError as error:
             form.add_service_errors(error)
             return _confirm_page(request, template, context, status=400)
@@ -468,8 +474,7 @@ def _member_confirm(request, slug: str, pk: int, moving: bool):
             seen = form.cleaned_data["seen"]
             changes = changes_of.confirm_member_change(request.user, membership, to, seen)
         except StaleConfirmation as stale:
-            context.update(changes=stale.changes, stale=True)
-            return _confirm_page(request, template, context, status=409)
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
         except ValidationError as error:
             form.add_error(None, _words(error))
             return _confirm_page(request, template, context, status=400)
