@@ -28,9 +28,13 @@ class StepMixin:
     """What the panel's forms and the confirmation pages' share: their values and their errors in words."""
 
     def values(self) -> list[tuple[str, str]]:
-        """The form's values (not `seen`), for a confirmation page's address or hidden fields."""
+        """The form's values as sent (not `seen`), for a confirmation page's address or hidden fields."""
+        every = getattr(self.data, "getlist", lambda name: [self.data[name]])
         return [
-            (name, self.data.get(name, "")) for name in self.fields if name in self.data and name != "seen"
+            (name, value)
+            for name in self.fields
+            if name in self.data and name != "seen"
+            for value in every(name)
         ]
 
     @property

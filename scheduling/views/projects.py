@@ -406,7 +406,7 @@ def project_people_confirm(request, slug):
     if not valid:
         return _confirm_page(request, template, context, status=400)
     project, users, role = (form.cleaned_data[k] for k in ("project", "users", "role"))
-    context.update(project=project, role=role)
+    context.update(project=project, values=form.values())
     if request.method == "POST":
         try:
             changes_of.confirm_people(request.user, project, users, role, form.cleaned_data["seen"])
@@ -465,6 +465,7 @@ def _member_confirm(request, slug: str, pk: int, moving: bool):
     data = request.POST if request.method == "POST" else request.GET
     form = MemberMoveForm(data, membership=membership) if moving else StepForm(data)
     context = {"department": department, "membership": membership, "form": form, "moving": moving}
+    context["values"] = form.values()
     template = "scheduling/project_member_confirm.html"
     if not form.is_valid():
         return _confirm_page(request, template, context, status=400)
