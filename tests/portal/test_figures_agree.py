@@ -13,6 +13,7 @@ from core.access import Role
 from scheduling.usage import department_positions
 from tenancy.models import Department, Membership
 from tests.factories import free_trays, make_department, make_member, run_job, seed_demo
+from tests.i18n_check import assert_japanese
 
 pytestmark = pytest.mark.django_db
 
@@ -109,8 +110,8 @@ def assert_screens_agree(client, department: Department) -> dict:
 def test_a_borrowing_department_reads_the_same_everywhere(client, demo_inventory):
     research = make_department("Research", guaranteed_gpus=8)
     lead = make_member("rlead", research, role=Role.LEAD)
-    run_job(research, name="in-quota", trays=free_trays(2))  # 8 GPUs: its whole guarantee
-    run_job(research, name="borrows", trays=free_trays(3))  # 12 more: borrowed
+    run_job(research, name="r1", trays=free_trays(2))  # 8 GPUs: its whole guarantee
+    run_job(research, name="r2", trays=free_trays(3))  # 12 more: borrowed
     client.force_login(lead)
 
     truth = assert_screens_agree(client, research)
@@ -120,6 +121,8 @@ def test_a_borrowing_department_reads_the_same_everywhere(client, demo_inventory
     home = text_of(client.get("/").content.decode())
     assert "20 GPUs in use: 8 within the guarantee of 8, 12 borrowed beyond it" in home
     assert "of 8 guaranteed GPUs in use" not in home
+    japanese = text_of(assert_japanese(client, "/"))
+    assert "20 基の GPU を使用中（保証 8 基の範囲内で 8 基、保証を超えて 12 基を借用中）" in japanese  # noqa: RUF001
 
 
 def test_a_department_within_its_guarantee_reads_the_same_everywhere(client, demo_inventory):
