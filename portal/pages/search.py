@@ -17,12 +17,13 @@ words in any order, all in the same field ("pretrain" in `train-pretrain-0042`, 
 row 12" in a rack's location, not "hall" there and "r03" in its name; "jane smith" across a person's first and
 last names, read as one; a word shorter than MIN_SUBSTRING must start a word there: "b" finds "hall B", not
 "gb-r01"). Each result shows the field that matched (a rack its location), the matched parts marked
-(`matched_parts`). Rank 3 looks at: GPU UUIDs (a hex fragment) and serials (a
-fragment with a digit), tray hostnames, rack names and locations, job names, department and project names
-and slugs, usernames and first and last names; MIG device UUIDs are found exactly only. A query without a
-word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank 3, jobs come newest first, GPUs and
-trays in name order, and racks, departments, projects and people by trigram similarity on PostgreSQL (the
-word most like the query, then the whole name most like it; name order elsewhere).
+(`matched_parts`; in its note too when the note is a searched field, `Hit.note_searched`). Rank 3 looks at:
+GPU UUIDs (a hex fragment) and serials (a fragment with a digit), tray hostnames, rack names and locations,
+job names, department and project names and slugs, usernames and first and last names; MIG device UUIDs are
+found exactly only. A query without a word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank
+3, jobs come newest first, GPUs and trays in name order, and racks, departments, projects and people by
+trigram similarity on PostgreSQL (the word most like the query, then the whole name most like it; name order
+elsewhere).
 
 Cost at 1,000 racks (72,000 GPUs, 18,000 trays) and a year of jobs (2.1 million): ranks 1 and 2 on the
 inventory are an equality or a prefix *range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a
@@ -107,6 +108,7 @@ class Hit:
     title: str
     url: str
     note: str = ""
+    note_searched: bool = False  # the note is a field the query is looked for in: the pages mark it too
 
 
 @dataclass
@@ -390,7 +392,7 @@ def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
         if rack.cluster_uuid and (not notes or rack.cluster_uuid == cluster):
             notes.append(_("cluster %(uuid)s") % {"uuid": rack.cluster_uuid})
         group.hits.append(
-            Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), " · ".join(notes))
+            Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), " · ".join(notes), True)
         )
     return group, reverse("scheduling:rack-detail", args=[exact.name]) if exact else None
 
@@ -475,6 +477,7 @@ def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, coun
                 department.name,
                 reverse("scheduling:department-detail", args=[department.slug]),
                 department.slug,
+                True,
             )
         )
     exact = next((d for d in rows if q.lower() in (d.name.lower(), d.slug.lower())), None)
@@ -535,6 +538,7 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
                 f"{project.department.name} / {project.name}",
                 _project_url(project.department.slug, project.slug),
                 project.slug,
+                True,
             )
         )
     return group, _project_named(user, q) if look_exact else None
@@ -574,7 +578,7 @@ def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
         else:
             url = reverse("personal-tokens") if found.pk == user.pk else ""
         name = found.get_full_name()
-        group.hits.append(Hit(found.get_username(), url, name))
+        group.hits.append(Hit(found.get_username(), url, name, True))
     return group, None
 
 

@@ -95,6 +95,9 @@ def test_a_rack_found_by_its_location_shows_it_with_the_match_marked(client_as, 
     )
     typeahead = client.get("/search/suggest/", {"q": "hall a"}).content.decode()
     assert '<span class="muted">DC1 <mark>hall A</mark> row 01 pos 03</span>' in typeahead
+    # A tray is found by its hostname, not by the rack and slot beside it: only the hostname is marked.
+    page = client.get(SEARCH, {"q": "gb-r0", "all": "1"}).content.decode()
+    assert '<mark>gb-r0</mark>1-t01</a> <span class="muted">gb-r01 · slot 1</span>' in page
 
 
 def test_a_gpu_by_a_part_of_its_uuid_or_its_serial(member_a):
