@@ -33,6 +33,14 @@ def sign_in(page, live_server):
     expect(page).not_to_have_url(re.compile(r"/login/"))
 
 
+def header_search(page, text: str) -> None:
+    """Type `text` in the header's search box and press Enter: the results page (or the object's)."""
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
+    box.fill(text)
+    with page.expect_navigation():
+        box.press("Enter")
+
+
 @pytest.mark.e2e
 def test_search_from_the_header_lands_on_the_tray(live_server, page, member, shots):
     sign_in(page, live_server)
@@ -51,10 +59,7 @@ def test_search_from_the_header_lands_on_the_tray(live_server, page, member, sho
     expect(jobs).to_contain_text("research-llama-pretrain")
     expect(page.locator("main")).not_to_contain_text("research-llama-elsewhere")
 
-    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
-    box.fill("gb-r02-t0")
-    with page.expect_navigation():
-        box.press("Enter")
+    header_search(page, "gb-r02-t0")
     trays = page.locator('section[data-kind="tray"] li')
     expect(trays).to_have_count(9)
     page.screenshot(path=str(shots / "search-results-desktop.png"), full_page=True)
@@ -210,10 +215,7 @@ def test_a_location_search_shows_each_racks_location_with_the_words_marked(live_
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.screenshot(path=str(shots / "home-borrowing-desktop.png"))
 
-    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
-    box.fill("hall a")
-    with page.expect_navigation():
-        box.press("Enter")
+    header_search(page, "hall a")
     racks = page.locator('section[data-kind="rack"] li')
     expect(racks).to_have_count(3)
     for number, rack in enumerate(racks.all(), start=1):
