@@ -11,21 +11,64 @@ scheduling.views.projects show it on a GET (which never writes) and apply the st
 * People put in a named project (`move_changes`): those in no named project leave the default project
   (their next jobs go to the named project; their running and pending jobs stay where they were
   submitted). Asks for confirmation when someone leaves the default project.
+* A project's guarantee changed (`guarantee_changes`): lowered, the project's in-quota running work beyond
+  the new guarantee (the newest first) is in quota on its siblings' unused guarantee from then on, which
+  their work may reclaim, and the default project gets what it gave up. Always confirmed. Raised, the
+  default project gives it up: confirmed when that puts the default project's running work beyond its
+  guarantee (as a new project's guarantee does), else applied at once.
+* Someone moved from one named project to another, or taken out of one (`member_changes`): their running
+  and pending jobs stay in the projects they were submitted to (tenancy.projects.move_member and
+  remove_project_member touch no job); their next submissions default to what tenancy.projects.
+  default_job_project will answer after the step (taken out of their last named project: the default
+  project). Always confirmed.
+
+The confirmed steps are applied by `confirm_new_project`, `confirm_people`, `confirm_guarantee` and
+`confirm_member_change`: under the department's row lock they compute the changes again and refuse
+(`StaleConfirmation`, with the changes as they are now) when they differ from what the page showed
+(`Confirmable.digest`), so a stale page is shown again, never applied.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
+from django.db import transaction
 from django.db.models import Q
 
 from core.access import leads
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Job
+from tenancy import projects as service
 from tenancy.models import Department, Project, ProjectMembership
-from tenancy.projects import default_guarantee, default_project
+from tenancy.projects import default_guarantee, default_project, submission_default
 from tenancy.quota import in_quota_prefix
+
+
+class StaleConfirmation(Exception):
+    """What a confirmation page showed has changed since: `changes` are the facts as they are now."""
+
+    def __init__(self, changes):
+        super().__init__("stale confirmation")
+        self.changes = changes
+
+
+class Confirmable:
+    """What a step changes, as its confirmation page shows it: `facts()` are what the page says, `digest`
+    their fingerprint, sent back by the confirming POST (scheduling.forms.StepForm's `seen`)."""
+
+    def facts(self) -> tuple:
+        raise NotImplementedError
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(repr((type(self).__name__, *self.facts())).encode()).hexdigest()[:32]
+
+    def still(self, seen: str) -> None:
+        """Refuse (StaleConfirmation, with these changes) a confirmation that showed other facts."""
+        if self.digest != seen:
+            raise StaleConfirmation(self)
 
 
 def _default_work(department: Department) -> Q:
@@ -49,8 +92,27 @@ class JobChange:
         return self.job.priority_class in PREEMPTIBLE_CLASSES
 
 
+class Reclaimable(Confirmable):
+    """A step's `running` changes (JobChange): those it puts beyond a guarantee that could be reclaimed."""
+
+    running: list[JobChange]
+    borrowed_jobs: int
+
+    def running_facts(self) -> tuple:
+        running = tuple((c.job.pk, c.keeps_guarantee, c.was_within, c.preemptible) for c in self.running)
+        return running, self.borrowed_jobs
+
+    @property
+    def beyond(self) -> list[JobChange]:
+        return [change for change in self.running if change.loses_guarantee and change.preemptible]
+
+    @property
+    def beyond_gpus(self) -> int:
+        return sum(change.job.gpus for change in self.beyond)
+
+
 @dataclass(frozen=True)
-class NewProjectChanges:
+class NewProjectChanges(Reclaimable):
     department: Department
     default: Project | None
     first: bool  # the department's first named project
@@ -61,17 +123,18 @@ class NewProjectChanges:
     borrowed_jobs: int = 0  # its running work on borrowed GPUs already (unchanged)
 
     @property
-    def beyond(self) -> list[JobChange]:
-        """The running jobs the step puts beyond the default project's guarantee that could be reclaimed."""
-        return [change for change in self.running if change.loses_guarantee and change.preemptible]
-
-    @property
-    def beyond_gpus(self) -> int:
-        return sum(change.job.gpus for change in self.beyond)
-
-    @property
     def needs_confirmation(self) -> bool:
         return self.first or bool(self.beyond)
+
+    def facts(self) -> tuple:
+        return (
+            self.department.pk,
+            self.first,
+            self.guaranteed_gpus,
+            self.default_before,
+            self.default_after,
+            *self.running_facts(),
+        )
 
 
 def new_project_changes(department: Department, guaranteed_gpus: int) -> NewProjectChanges:
@@ -79,14 +142,7 @@ def new_project_changes(department: Department, guaranteed_gpus: int) -> NewProj
     docstring). Reads only."""
     before = default_guarantee(department)
     after = max(0, before - guaranteed_gpus)
-    running = list(
-        Job.objects.filter(_default_work(department), state__in=HOLDING_STATES)
-        .select_related("submitted_by")
-        .order_by("placed_at", "pk")
-    )
-    in_quota = [job for job in running if not job.over_quota]
-    kept_before = in_quota_prefix(before, [(job.pk, job.gpus) for job in in_quota])
-    kept = in_quota_prefix(after, [(job.pk, job.gpus) for job in in_quota])
+    running, borrowed = _running_changes(_default_work(department), before, after)
     return NewProjectChanges(
         department=department,
         default=default_project(department),
@@ -94,9 +150,24 @@ def new_project_changes(department: Department, guaranteed_gpus: int) -> NewProj
         guaranteed_gpus=guaranteed_gpus,
         default_before=before,
         default_after=after,
-        running=[JobChange(job, job.pk in kept, job.pk in kept_before) for job in in_quota],
-        borrowed_jobs=len(running) - len(in_quota),
+        running=running,
+        borrowed_jobs=borrowed,
     )
+
+
+def _running_changes(work: Q, before: int, after: int) -> tuple[list[JobChange], int]:
+    """The in-quota running jobs of `work` (oldest first) as a guarantee of `before` GPUs becomes `after`
+    (tenancy.quota.in_quota_prefix: the oldest keep it), and how many of its running jobs borrow already."""
+    running = list(
+        Job.objects.filter(work, state__in=HOLDING_STATES)
+        .select_related("submitted_by")
+        .order_by("placed_at", "pk")
+    )
+    in_quota = [job for job in running if not job.over_quota]
+    kept_before = in_quota_prefix(before, [(job.pk, job.gpus) for job in in_quota])
+    kept = in_quota_prefix(after, [(job.pk, job.gpus) for job in in_quota])
+    changes = [JobChange(job, job.pk in kept, job.pk in kept_before) for job in in_quota]
+    return changes, len(running) - len(in_quota)
 
 
 @dataclass(frozen=True)
@@ -107,7 +178,7 @@ class PersonChange:
 
 
 @dataclass(frozen=True)
-class MoveChanges:
+class MoveChanges(Confirmable):
     department: Department
     project: Project
     default: Project | None
@@ -120,6 +191,10 @@ class MoveChanges:
     @property
     def needs_confirmation(self) -> bool:
         return bool(self.leaving_default)
+
+    def facts(self) -> tuple:
+        people = tuple((p.user.pk, p.leaves_default, p.jobs_in_default) for p in self.people)
+        return self.project.pk, people
 
 
 def move_changes(department: Department, project: Project, users: list) -> MoveChanges:
@@ -145,3 +220,190 @@ def move_changes(department: Department, project: Project, users: list) -> MoveC
             for user in users
         ],
     )
+
+
+@transaction.atomic
+def confirm_new_project(by, department: Department, seen: str, **fields) -> Project:
+    """Create a confirmed new project (tenancy.projects.create_project, with `fields`) if what it changes is
+    still what the page showed (`seen`, NewProjectChanges.digest), else StaleConfirmation."""
+    department = Department.objects.select_for_update().get(pk=department.pk)
+    new_project_changes(department, fields.get("guaranteed_gpus", 0)).still(seen)
+    return service.create_project(by, department, **fields)
+
+
+@transaction.atomic
+def confirm_people(by, project: Project, users: list, role: str, seen: str) -> None:
+    """Put confirmed people in `project` (tenancy.projects.set_project_members), all or none, if what it
+    changes is still what the page showed (`seen`, MoveChanges.digest), else StaleConfirmation."""
+    department = Department.objects.select_for_update().get(pk=project.department_id)
+    move_changes(department, project, users).still(seen)
+    service.set_project_members(by, project, users, role)
+
+
+@dataclass(frozen=True)
+class GuaranteeChanges(Reclaimable):
+    project: Project
+    default: Project | None
+    before: int  # the project's guarantee now
+    after: int  # and after the step
+    room: int  # the most the project may be guaranteed (the department's minus its siblings')
+    default_before: int  # the default project's guarantee now
+    default_after: int  # and after the step
+    # Lowered: the project's in-quota running work, oldest first; raised: the default project's.
+    running: list[JobChange] = field(default_factory=list)
+    borrowed_jobs: int = 0  # running jobs of that work on borrowed GPUs already (unchanged)
+
+    @property
+    def lowering(self) -> bool:
+        return self.after < self.before
+
+    @property
+    def fits(self) -> bool:
+        return self.after <= self.room
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """A lowered guarantee always (what the project keeps and the default project gets); a raised one
+        when it puts the default project's running work beyond its guarantee. Never a step that does not
+        fit (tenancy.projects refuses it in words)."""
+        return self.fits and (self.lowering or bool(self.beyond))
+
+    def facts(self) -> tuple:
+        return (
+            self.project.pk,
+            self.before,
+            self.after,
+            self.default_before,
+            self.default_after,
+            *self.running_facts(),
+        )
+
+
+def guarantee_changes(project: Project, guaranteed_gpus: int) -> GuaranteeChanges:
+    """What guaranteeing the named `project` `guaranteed_gpus` GPUs instead of its own changes (module
+    docstring). Reads only."""
+    department = project.department
+    default_before = default_guarantee(department)
+    room = department.guaranteed_gpus - service.projects_guaranteed(department, exclude=project.pk)
+    default_after = max(0, room - guaranteed_gpus)
+    if guaranteed_gpus < project.guaranteed_gpus:
+        work = Q(department=department, project=project)
+        running, borrowed = _running_changes(work, project.guaranteed_gpus, guaranteed_gpus)
+    else:
+        running, borrowed = _running_changes(_default_work(department), default_before, default_after)
+    return GuaranteeChanges(
+        project=project,
+        default=default_project(department),
+        before=project.guaranteed_gpus,
+        after=guaranteed_gpus,
+        room=room,
+        default_before=default_before,
+        default_after=default_after,
+        running=running,
+        borrowed_jobs=borrowed,
+    )
+
+
+@transaction.atomic
+def confirm_guarantee(by, project: Project, seen: str, **changes) -> Project:
+    """Apply a confirmed change of `project` (tenancy.projects.update_project, with `changes`) if what it
+    changes is still what the page showed (`seen`, GuaranteeChanges.digest), else StaleConfirmation."""
+    Department.objects.select_for_update().get(pk=project.department_id)
+    project = Project.objects.select_for_update().select_related("department").get(pk=project.pk)
+    guarantee_changes(project, changes.get("guaranteed_gpus", project.guaranteed_gpus)).still(seen)
+    return service.update_project(by, project, **changes)
+
+
+@dataclass(frozen=True)
+class MemberChanges(Confirmable):
+    membership: ProjectMembership
+    to: Project | None  # None: taken out of `membership.project`
+    default: Project | None
+    jobs: list[Job]  # their running and pending jobs in the department: each stays in its project
+    submits_before: Project | None  # where a job of theirs without a project goes now (None: they choose)
+    submits_after: Project | None  # and after the step
+    choices_after: list[Project]  # the projects they may submit to after the step
+    named_after: int  # how many named projects they are in after the step
+
+    @property
+    def source(self) -> Project:
+        return self.membership.project
+
+    @property
+    def user(self):
+        return self.membership.user
+
+    @property
+    def back_to_default(self) -> bool:
+        """Taken out of their last named project: they submit to the default project again."""
+        return self.named_after == 0 and self.default is not None and self.default in self.choices_after
+
+    @property
+    def choice_names(self) -> str:
+        return ", ".join(project.name for project in self.choices_after)
+
+    def facts(self) -> tuple:
+        return (
+            self.membership.pk,
+            self.source.pk,
+            self.to.pk if self.to else None,
+            tuple((job.pk, job.project_id) for job in self.jobs),
+            self.submits_after.pk if self.submits_after else None,
+            tuple(project.pk for project in self.choices_after),
+        )
+
+
+def member_changes(membership: ProjectMembership, to: Project | None) -> MemberChanges:
+    """What moving `membership`'s person from its named project to the sibling `to` (None: taking them out
+    of it) changes (module docstring). Reads only."""
+    source, user = membership.project, membership.user
+    department = source.department
+    projects = list(Project.objects.filter(department=department).order_by("name"))
+    named = set(
+        ProjectMembership.objects.filter(
+            user=user, project__department=department, project__is_default=False
+        ).values_list("project_id", flat=True)
+    )
+    named_after = (named - {source.pk}) | ({to.pk} if to else set())
+    default = next((p for p in projects if p.is_default), None)
+    # tenancy.projects.usable_projects after the step (core.access.may_use_project): a lead every project
+    # of the department, anyone else their named projects, or the default project when in none.
+    if leads(user, department):
+        usable = projects
+    else:
+        usable = [p for p in projects if p.pk in named_after] or ([default] if default else [])
+    jobs = list(
+        Job.objects.filter(department=department, submitted_by=user, state__in=ACTIVE_STATES)
+        .select_related("project")
+        .order_by("created_at", "pk")
+    )
+    return MemberChanges(
+        membership=membership,
+        to=to,
+        default=default,
+        jobs=jobs,
+        submits_before=service.default_job_project(user, department),
+        submits_after=submission_default(usable),
+        choices_after=usable,
+        named_after=len(named_after),
+    )
+
+
+@transaction.atomic
+def confirm_member_change(by, membership: ProjectMembership, to: Project | None, seen: str) -> MemberChanges:
+    """Apply a confirmed move (to `to`) or taking out (`to` None) of `membership` (tenancy.projects) if what
+    it changes is still what the page showed (`seen`, MemberChanges.digest), else StaleConfirmation.
+    ProjectMembership.DoesNotExist when the person has left the project since."""
+    Department.objects.select_for_update().get(pk=membership.project.department_id)
+    membership = (
+        ProjectMembership.objects.select_for_update()
+        .select_related("project__department", "user")
+        .get(pk=membership.pk)
+    )
+    now = member_changes(membership, to)
+    now.still(seen)
+    if to is None:
+        service.remove_project_member(by, membership)
+    else:
+        service.move_member(by, membership, to)
+    return now

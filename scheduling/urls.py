@@ -52,6 +52,11 @@ urlpatterns = [
         "tenancy/departments/<slug:slug>/projects/<int:pk>/", projects.project_update, name="project-update"
     ),
     path(
+        "tenancy/departments/<slug:slug>/projects/<int:pk>/confirm/",
+        projects.project_update_confirm,
+        name="project-update-confirm",
+    ),
+    path(
         "tenancy/departments/<slug:slug>/projects/<int:pk>/delete/",
         projects.project_delete,
         name="project-delete",
@@ -67,9 +72,19 @@ urlpatterns = [
         name="project-member-move",
     ),
     path(
+        "tenancy/departments/<slug:slug>/project-people/<int:pk>/move/confirm/",
+        projects.project_member_move_confirm,
+        name="project-member-move-confirm",
+    ),
+    path(
         "tenancy/departments/<slug:slug>/project-people/<int:pk>/remove/",
         projects.project_member_remove,
         name="project-member-remove",
+    ),
+    path(
+        "tenancy/departments/<slug:slug>/project-people/<int:pk>/remove/confirm/",
+        projects.project_member_remove_confirm,
+        name="project-member-remove-confirm",
     ),
     path("tenancy/dashboard/", departments.admin_dashboard, name="admin-dashboard"),
 ]

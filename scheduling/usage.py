@@ -43,7 +43,6 @@ from django.db.models import (
     FilteredRelation,
     FloatField,
     Func,
-    IntegerField,
     OuterRef,
     Q,
     QuerySet,
@@ -72,47 +71,6 @@ from tenancy.usage_decay import average_gpus, history_standing
 
 # A Position's figures that a QuotaSnapshot records (scheduling.tasks) and the quota chart draws.
 SNAPSHOT_FIELDS = ("guaranteed", "in_use", "in_quota", "borrowed", "fair_share", "pending_demand", "idle")
-
-
-def _per_department(queryset: QuerySet, path: str, aggregate) -> Coalesce:
-    """A correlated subquery: `aggregate` over the `queryset` rows of the outer department, 0 when none."""
-    value = (
-        queryset.filter(**{path: OuterRef("pk")})
-        .order_by()
-        .values(path)
-        .annotate(value=aggregate)
-        .values("value")
-    )
-    return Coalesce(Subquery(value, output_field=IntegerField()), Value(0))
-
-
-def annotate_positions(departments: QuerySet, now: datetime | None = None) -> QuerySet:
-    """Departments annotated with their live figures: running/pending jobs and GPUs, in use split into in
-    quota and borrowed (as `Position`), idle GPUs. One query.
-
-    For a page of departments (the API). Its subqueries run once per department row, and in_quota repeats
-    the in_use and borrowed ones, so the dashboards use `department_positions` (a GROUP BY per table) instead.
-    """
-    held = Allocation.objects.filter(job__state__in=HOLDING_STATES)
-    running = Job.objects.filter(state__in=HOLDING_STATES)
-    pending = Job.objects.filter(state=JobState.PENDING)
-    # idle_gpus_queryset narrowed by OuterRef inside its single filter() call, so the department condition
-    # lands on the same allocation join as "running" and "idle" (a GPU has at most one allocation).
-    idle = (
-        idle_gpus_queryset(now=now, department=OuterRef("pk"))
-        .order_by()
-        .values("department_id")
-        .annotate(value=Count("pk"))
-        .values("value")
-    )
-    return departments.annotate(
-        in_use=_per_department(held, "job__department", Count("pk")),
-        borrowed=_per_department(held.filter(job__over_quota=True), "job__department", Count("pk")),
-        running_jobs=_per_department(running, "department", Count("pk")),
-        pending_gpus=_per_department(pending, "department", Sum("gpus")),
-        pending_jobs=_per_department(pending, "department", Count("pk")),
-        idle_gpus=Coalesce(Subquery(idle, output_field=IntegerField()), Value(0)),
-    ).annotate(in_quota=F("in_use") - F("borrowed"))
 
 
 @dataclass

@@ -73,16 +73,22 @@ def ensure_default_project(department: Department) -> Project:
 
 def default_guarantee(department: Department) -> int:
     """What the default project is guaranteed: the department's guarantee minus its named projects'."""
-    return max(0, department.guaranteed_gpus - _projects_guaranteed(department))
+    return max(0, department.guaranteed_gpus - projects_guaranteed(department))
 
 
 def default_job_project(user, department: Department) -> Project | None:
     """The project a job of `department` by `user` goes to when none is named: the person's only usable
     project there, else the default project if they may use it, else None (they must choose)."""
-    usable = list(usable_projects(user, department)[:2])
+    return submission_default(list(usable_projects(user, department)))
+
+
+def submission_default(usable: list[Project]) -> Project | None:
+    """Of the projects someone may use in a department, the one their jobs go to when none is named: the
+    only one, else the default project among them, else None (default_job_project; scheduling.
+    project_changes asks it for the projects someone will use after a step)."""
     if len(usable) == 1:
         return usable[0]
-    return next((p for p in usable_projects(user, department) if p.is_default), None)
+    return next((p for p in usable if p.is_default), None)
 
 
 def check_job_project(
@@ -141,7 +147,7 @@ def check_job_project(
     }
 
 
-def _projects_guaranteed(department: Department, exclude: int | None = None) -> int:
+def projects_guaranteed(department: Department, exclude: int | None = None) -> int:
     projects = Project.objects.filter(department=department)
     if exclude is not None:
         projects = projects.exclude(pk=exclude)
@@ -154,7 +160,7 @@ def check_department_guarantee(department: Department) -> None:
     if department.pk is None:
         return
     Department.objects.select_for_update().filter(pk=department.pk).first()
-    total = _projects_guaranteed(department)
+    total = projects_guaranteed(department)
     if department.guaranteed_gpus < total:
         raise ValidationError(
             {
@@ -189,10 +195,10 @@ def _clean_quota(values: dict) -> dict:
     return values
 
 
-def _fit(department: Department, project: Project) -> None:
+def check_fit(department: Department, project: Project) -> None:
     """Refuse a project whose guarantee, with its siblings', passes the department's. Caller holds the
     department's row lock."""
-    others = _projects_guaranteed(department, exclude=project.pk)
+    others = projects_guaranteed(department, exclude=project.pk)
     total = others + project.guaranteed_gpus
     if total > department.guaranteed_gpus:
         raise ValidationError(
@@ -209,6 +215,17 @@ def _fit(department: Department, project: Project) -> None:
                 }
             }
         )
+
+
+def fit_error(project: Project, guaranteed_gpus: int) -> ValidationError | None:
+    """Why `project` may not be guaranteed `guaranteed_gpus` GPUs (check_fit's refusal), or None. Reads
+    only (a confirmation page asks before the change)."""
+    probe = Project(pk=project.pk, department_id=project.department_id, guaranteed_gpus=guaranteed_gpus)
+    try:
+        check_fit(project.department, probe)
+    except ValidationError as error:
+        return error
+    return None
 
 
 def _check_names(department: Department, project: Project) -> None:
@@ -235,7 +252,7 @@ def _check_names(department: Department, project: Project) -> None:
 def _save(department: Department, project: Project) -> Project:
     _check_names(department, project)
     project.full_clean(exclude=["department"], validate_constraints=False)
-    _fit(department, project)
+    check_fit(department, project)
     try:
         with transaction.atomic():
             project.save()
@@ -348,6 +365,12 @@ def set_project_member(by, project: Project, user, role: str = ProjectRole.MEMBE
         membership.origin = RoleOrigin.MANUAL  # a change by hand makes it a hand grant (tenancy.identity)
         membership.save()
     return membership
+
+
+@transaction.atomic
+def set_project_members(by, project: Project, users, role: str = ProjectRole.MEMBER) -> list:
+    """Put several members of the project's department in it (set_project_member), all or none."""
+    return [set_project_member(by, project, user, role) for user in users]
 
 
 @transaction.atomic

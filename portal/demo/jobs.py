@@ -19,9 +19,10 @@ from inventory.choices import FabricState
 from inventory.models import ComputeTray, Gpu
 from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass
 from scheduling.engine.cluster import Cluster, TraySpec
-from scheduling.engine.placement import Request, place
+from scheduling.engine.placement import Request, explain, place
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services.admission import check_request, default_topology
+from scheduling.services.pass_writes import WHY_HERE
 from tenancy.models import Department, Membership
 from tenancy.projects import default_project
 from tenancy.quota import in_quota_prefix
@@ -228,8 +229,10 @@ def seed_jobs(rng, now, departments) -> int:
     jobs: list[Job] = []
     held: dict[int, list[int]] = {}  # index in jobs -> GPU pks
     created: dict[int, datetime] = {}  # index in jobs -> submission time
+    why: dict[int, str] = {}  # index in jobs -> the engine's reason for its placement
 
-    # Running: placed oldest first by the scheduler's placement, as the passes would have.
+    # Running: placed oldest first by the scheduler's placement, as the passes would have, each with the
+    # engine's own sentence of why there (read on the cluster before the job is allocated, as a pass does).
     for planned in _plan(rng, now, departments):
         gpus = planned.gpus
         placement = None
@@ -240,6 +243,7 @@ def seed_jobs(rng, now, departments) -> int:
                 gpus = _smaller(gpus) if gpus > GPUS_PER_TRAY else 0
         if placement is None:
             continue  # the cluster is full for this shape
+        why[len(jobs)] = explain(floor.cluster, request, placement)
         floor.cluster.allocate(len(jobs), placement)
         job = _job(
             rng,
@@ -293,7 +297,7 @@ def seed_jobs(rng, now, departments) -> int:
         [Allocation(job=jobs[index], gpu_id=gpu) for index, gpus in held.items() for gpu in gpus],
         batch_size=BATCH,
     )
-    JobEvent.objects.bulk_create(_events(jobs, floor), batch_size=BATCH)
+    JobEvent.objects.bulk_create(_events(jobs, floor, why), batch_size=BATCH)
     return len(jobs)
 
 
@@ -348,14 +352,20 @@ def _flag_borrowers(jobs: list[Job]) -> None:
     Job.objects.bulk_update([j for j in jobs if j.over_quota], ["over_quota"], batch_size=BATCH)
 
 
-def _events(jobs: list[Job], floor: _Floor) -> list[JobEvent]:
-    """Each demo job's history: placements name the partitions and whether the job borrowed."""
+def _events(jobs: list[Job], floor: _Floor, why: dict[int, str]) -> list[JobEvent]:
+    """Each demo job's history: placements name the partitions, whether the job borrowed and, for the
+    running jobs, why there (`why`: index in jobs -> scheduling.engine.placement.explain's sentence, after
+    WHY_HERE as a pass writes it: the job page reads it back)."""
     where = {host: (floor.rack[t], floor.partition[t]) for host, t in floor.cluster.host_index.items()}
+    reasons = {jobs[index].pk: sentence for index, sentence in why.items()}
 
     def placed(job: Job) -> str:
         partitions = ", ".join(sorted({" ".join(where[host]) for host in job.placement}))
         quota = "over quota (borrowed, preemptible)" if job.over_quota else "in quota"
-        return f"placed {quota} on {trays_phrase(job)} in {partitions}"
+        reason = reasons.get(job.pk)
+        return f"placed {quota} on {trays_phrase(job)} in {partitions}" + (
+            f"{WHY_HERE}{reason}" if reason else ""
+        )
 
     return job_story(jobs, placed, "seeded demo job: no backend runs it")
 

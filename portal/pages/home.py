@@ -61,6 +61,11 @@ class WorkHome:
         return self._sum("borrowed")
 
     @property
+    def in_quota(self) -> int:
+        """In use within the guarantee (in use = in quota + borrowed, scheduling.usage)."""
+        return self._sum("in_quota")
+
+    @property
     def idle(self) -> int:
         return self._sum("idle")
 

@@ -13,14 +13,17 @@ one name, are listed instead (the jobs with that very name first).
 
 What matches, in three ranks per kind (each kind shows at most LIMIT, the typeahead SUGGEST_LIMIT):
 1. the exact match; 2. names that start with the query; 3. names that hold it anywhere, or hold each of its
-words in any order ("pretrain" in `train-pretrain-0042`, "r03" in `gb-r03-t07`, "hall b row 12" in a rack's
-location, "jane smith" across a person's first and last names; a word shorter than MIN_SUBSTRING must start
-a word there: "b" finds "hall B", not "gb-r01"). Rank 3 looks at: GPU UUIDs (a hex fragment) and serials (a
-fragment with a digit), tray hostnames, rack names and locations, job names, department and project names
-and slugs, usernames and first and last names; MIG device UUIDs are found exactly only. A query without a
-word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank 3, jobs come newest first, GPUs and
-trays in name order, and racks, departments, projects and people by trigram similarity on PostgreSQL (the
-word most like the query, then the whole name most like it; name order elsewhere).
+words in any order, all in the same field ("pretrain" in `train-pretrain-0042`, "r03" in `gb-r03-t07`, "hall b
+row 12" in a rack's location, not "hall" there and "r03" in its name; "jane smith" across a person's first and
+last names, read as one; a word shorter than MIN_SUBSTRING must start a word there: "b" finds "hall B", not
+"gb-r01"). Each result shows the field that matched (a rack its location), the matched parts marked
+(`matched_parts`; in its note too when the note is a searched field, `Hit.note_searched`). Rank 3 looks at:
+GPU UUIDs (a hex fragment) and serials (a fragment with a digit), tray hostnames, rack names and locations,
+job names, department and project names and slugs, usernames and first and last names; MIG device UUIDs are
+found exactly only. A query without a word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank
+3, jobs come newest first, GPUs and trays in name order, and racks, departments, projects and people by
+trigram similarity on PostgreSQL (the word most like the query, then the whole name most like it; name order
+elsewhere).
 
 Cost at 1,000 racks (72,000 GPUs, 18,000 trays) and a year of jobs (2.1 million): ranks 1 and 2 on the
 inventory are an equality or a prefix *range* (`>= q AND < q + U+FFFF`, then the `startswith` itself as a
@@ -105,6 +108,7 @@ class Hit:
     title: str
     url: str
     note: str = ""
+    note_searched: bool = False  # the note is a field the query is looked for in: the pages mark it too
 
 
 @dataclass
@@ -182,21 +186,55 @@ def _word_start(fields: tuple[str, ...], word: str) -> Q:
     )
 
 
-def _substring(fields: tuple[str, ...], q: str) -> Q | None:
-    """The third rank: `q` inside one of `fields`, or each of its words in one of them, in any order
-    ("llama pretrain", "hall b row 12": a word shorter than MIN_SUBSTRING at the start of a word). None when
-    no word has MIN_SUBSTRING characters: a trigram index cannot narrow shorter ones, so such a query
-    looks at prefixes only."""
+def _substring(texts: tuple[str | tuple[str, ...], ...], q: str) -> Q | None:
+    """The third rank: `q` inside one of the `texts`, or each of its words in the same one, in any order
+    ("llama pretrain", "hall b row 12": a word shorter than MIN_SUBSTRING at the start of a word). A text is
+    a field, or a tuple of fields read as one text (a person's first and last names: "jane smith"): the
+    words of "hall a" must all be in a rack's location, not one there and one in its name. None when no
+    word has MIN_SUBSTRING characters: a trigram index cannot narrow shorter ones, so such a query looks
+    at prefixes only."""
     words = q.split()
     if not any(len(word) >= MIN_SUBSTRING for word in words):
         return None
-    condition = _inside(fields, q)
+    fields = [(text,) if isinstance(text, str) else text for text in texts]
+    condition = _inside(tuple(name for text in fields for name in text), q)
     if len(words) > 1:
-        condition |= reduce(
-            operator.and_,
-            (_inside(fields, w) if len(w) >= MIN_SUBSTRING else _word_start(fields, w) for w in words),
-        )
+        for text in fields:
+            condition |= reduce(
+                operator.and_,
+                (_inside(text, w) if len(w) >= MIN_SUBSTRING else _word_start(text, w) for w in words),
+            )
     return condition
+
+
+def matched_parts(text: str, q: str) -> list[tuple[str, bool]]:
+    """`text` cut into (part, whether the query matched it) pieces, as rank 3 matches: the whole query
+    wherever it is, else each of its words (one shorter than MIN_SUBSTRING only at the start of a word, or
+    of `text`); any case. The pages mark the matched parts (portal.templatetags.search_marks)."""
+    words = q.split()
+    if not text or not words:
+        return [(text, False)] if text else []
+    starts = "".join(re.escape(mark) for mark in WORD_MARKS)
+
+    def spans(word: str, anywhere: bool) -> list[tuple[int, int]]:
+        pattern = re.escape(word) if anywhere else rf"(?:^|(?<=[{starts}])){re.escape(word)}"
+        return [m.span() for m in re.finditer(pattern, text, re.IGNORECASE)]
+
+    found = spans(q, any(len(word) >= MIN_SUBSTRING for word in words)) or [
+        span for word in words for span in spans(word, len(word) >= MIN_SUBSTRING)
+    ]
+    parts, at = [], 0
+    for start, end in sorted(found):
+        if end <= at:
+            continue
+        start = max(start, at)
+        if start > at:
+            parts.append((text[at:start], False))
+        parts.append((text[start:end], True))
+        at = end
+    if at < len(text):
+        parts.append((text[at:], False))
+    return parts
 
 
 @functools.cache
@@ -348,8 +386,14 @@ def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     order = _alike_first(racks, fields, q, ("name",))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for rack in rows:
-        note = _("cluster %(uuid)s") % {"uuid": rack.cluster_uuid} if rack.cluster_uuid else rack.location
-        group.hits.append(Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), note))
+        # Its location (a rack found by it shows what matched); its cluster UUID when it has no location or
+        # the query named that cluster.
+        notes = [rack.location] if rack.location else []
+        if rack.cluster_uuid and (not notes or rack.cluster_uuid == cluster):
+            notes.append(_("cluster %(uuid)s") % {"uuid": rack.cluster_uuid})
+        group.hits.append(
+            Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), " · ".join(notes), True)
+        )
     return group, reverse("scheduling:rack-detail", args=[exact.name]) if exact else None
 
 
@@ -433,6 +477,7 @@ def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, coun
                 department.name,
                 reverse("scheduling:department-detail", args=[department.slug]),
                 department.slug,
+                True,
             )
         )
     exact = next((d for d in rows if q.lower() in (d.name.lower(), d.slug.lower())), None)
@@ -493,6 +538,7 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
                 f"{project.department.name} / {project.name}",
                 _project_url(project.department.slug, project.slug),
                 project.slug,
+                True,
             )
         )
     return group, _project_named(user, q) if look_exact else None
@@ -513,7 +559,7 @@ def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     group = Group("user", _("Users"))
     users = visible_users(user).order_by("username")
     fields = ("username", "first_name", "last_name")
-    found = _matching(users, _substring(fields, q))
+    found = _matching(users, _substring(("username", ("first_name", "last_name")), q))  # "jane smith"
     rows, group.more = _bounded(users.filter(username__istartswith=q), limit, count and found is None)
     order = _alike_first(users, fields, q, ("username",))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
@@ -532,7 +578,7 @@ def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
         else:
             url = reverse("personal-tokens") if found.pk == user.pk else ""
         name = found.get_full_name()
-        group.hits.append(Hit(found.get_username(), url, name))
+        group.hits.append(Hit(found.get_username(), url, name, True))
     return group, None
 
 

@@ -1,7 +1,9 @@
 """Tenancy API: departments (admins write, everyone reads what they may see), members, fair-share position.
 
 Every viewset starts from `Model.objects.visible_to(user)`; writes go through tenancy.services. A list page
-is a fixed number of queries: usage figures are correlated subqueries, dedicated partitions one prefetch.
+is a fixed number of queries: the usage figures are `scheduling.usage.department_positions` (the one count
+the dashboards, the home page, the quota endpoint and the quota snapshots read), dedicated partitions one
+prefetch.
 """
 
 from django.db.models import Count, IntegerField, OuterRef, Prefetch, ProtectedError, Subquery
@@ -19,7 +21,7 @@ from rest_framework.response import Response
 
 from core.access import IsAdminOrReadOnly, require_lead
 from inventory.models import Gpu
-from scheduling.usage import annotate_positions, department_positions
+from scheduling.usage import department_positions
 from scheduling.views.people import identity_lock
 from tenancy.api.serializers import (
     DepartmentSerializer,
@@ -97,9 +99,19 @@ class DepartmentViewSet(viewsets.ModelViewSet):
             .annotate(gpu_count=Coalesce(Subquery(gpus, output_field=IntegerField()), 0))
             .order_by("partition__rack__name", "partition__clique_id")
         )
-        return annotate_positions(Department.objects.visible_to(self.request.user)).prefetch_related(
+        return Department.objects.visible_to(self.request.user).prefetch_related(
             Prefetch("dedicated_partitions", queryset=dedicated)
         )
+
+    @cached_property
+    def positions(self):
+        """Every department's figures (scheduling.usage.department_positions), read once per request, when
+        the first department is shown (after a write: with it)."""
+        return department_positions()
+
+    def get_serializer_context(self):
+        # Each department's usage figures come from them (DepartmentSerializer.to_representation).
+        return {**super().get_serializer_context(), "positions": lambda: self.positions}
 
     def _reload(self, serializer):
         # The response shows the usage annotations and partitions of the saved row.

@@ -6,19 +6,16 @@ core.audit); the panel is refreshed in place with htmx (a plain form post goes b
 The default project (tenancy.projects) is the panel's first row: guaranteed what the named projects leave,
 its people the members in no named project. A step that changes what someone has (a department's first
 named project, a new project that takes guarantee from running work, putting people of the default
-project in a named one) is confirmed first: the step's form is answered with a redirect to its
+project in a named one, lowering a project's guarantee, moving someone between named projects or taking
+them out of one) is confirmed first: the step's form (scheduling.forms) is answered with a redirect to its
 confirmation page, whose GET says who and what changes (scheduling.project_changes) and never writes, and
-whose POST applies it.
+whose POST applies it while that is still so (else the page again, 409).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
-
-from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import Count, Prefetch, Q
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
@@ -31,56 +28,25 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from core.access import leads, require_project_manager
-from core.text import TextFormField
+from scheduling import project_changes as changes_of
 from scheduling.choices import HOLDING_STATES
+from scheduling.forms import (
+    MemberMoveForm,
+    PeopleForm,
+    ProjectChangeForm,
+    ProjectForm,
+    ProjectMemberForm,
+    StepForm,
+)
 from scheduling.models import Allocation
-from scheduling.project_changes import move_changes, new_project_changes
+from scheduling.project_changes import StaleConfirmation, move_changes, new_project_changes
 from tenancy import projects as service
-from tenancy.api.projects import MAX_GPUS
-from tenancy.choices import ProjectRole
-from tenancy.forms import ServiceErrorsMixin
 from tenancy.models import Department, Membership, Project, ProjectMembership
 
 ALREADY_IN = gettext_lazy(
     "%(user)s is already in %(project)s: nothing was changed. To change their project role, take them out "
     "and add them again with the new role."
 )
-
-
-class ProjectForm(ServiceErrorsMixin, forms.Form):
-    name = TextFormField(max_length=100, label=gettext_lazy("Name"))
-    slug = forms.SlugField(
-        max_length=30,
-        required=False,
-        label=gettext_lazy("Slug"),
-        help_text=gettext_lazy("Leave empty to derive it from the name (3D Vision: p-3d-vision)."),
-    )
-    guaranteed_gpus = forms.IntegerField(
-        min_value=0, max_value=MAX_GPUS, initial=0, label=gettext_lazy("Guaranteed GPUs")
-    )
-    over_quota_weight = forms.DecimalField(
-        min_value=0,
-        max_digits=6,
-        decimal_places=2,
-        initial=Decimal("1.00"),
-        label=gettext_lazy("Over-quota weight"),
-    )
-    limit_gpus = forms.IntegerField(
-        min_value=0,
-        max_value=MAX_GPUS,
-        required=False,
-        label=gettext_lazy("Limit (GPUs)"),
-        help_text=gettext_lazy("Empty: none."),
-    )
-
-
-class ProjectMemberForm(ServiceErrorsMixin, forms.Form):
-    username = TextFormField(max_length=150)
-    role = forms.ChoiceField(choices=ProjectRole.choices, initial=ProjectRole.MEMBER)
-
-
-class MoveForm(ServiceErrorsMixin, forms.Form):
-    to = forms.IntegerField(min_value=1, max_value=2**31 - 1)
 
 
 class Remainder:
@@ -228,10 +194,11 @@ def _words(error: ValidationError) -> str:
     return " ".join(error.messages)
 
 
-def _to_confirmation(request, url: str, values) -> HttpResponseRedirect:
-    """Send the person to a step's confirmation page with the step's values (htmx: a full-page visit)."""
-    query = urlencode([(k, v) for k in values if k != "csrfmiddlewaretoken" for v in values.getlist(k)])
-    target = f"{url}?{query}"
+def _to_confirmation(request, url: str, values=()) -> HttpResponseRedirect:
+    """Send the person to a step's confirmation page with the step's values, (name, value) pairs (htmx: a
+    full-page visit)."""
+    query = urlencode(list(values))
+    target = f"{url}?{query}" if query else url
     return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
 
 
@@ -245,7 +212,7 @@ def project_create(request, slug):
         and new_project_changes(department, form.cleaned_data["guaranteed_gpus"]).needs_confirmation
     ):
         return _to_confirmation(
-            request, reverse("scheduling:project-create-confirm", args=[department.slug]), request.POST
+            request, reverse("scheduling:project-create-confirm", args=[department.slug]), form.values()
         )
     if form.is_valid():
         try:
@@ -261,25 +228,37 @@ def project_create(request, slug):
 
 @require_POST
 def project_update(request, slug, pk):
+    """Change a project. Lowering a named project's guarantee, or raising it so far that the default
+    project's running work falls beyond what it keeps, is confirmed first (project_update_confirm); any
+    other change is applied at once."""
     department = _department(request, slug)
-    project = get_object_or_404(Project, department=department, pk=pk)
+    project = get_object_or_404(Project.objects.select_related("department"), department=department, pk=pk)
     require_project_manager(request.user, department)
     form = ProjectForm(request.POST)
     if not form.is_valid():
         return _panel(
             request,
             department,
-            error=_("%(project)s: %(errors)s")
-            % {"project": project.name, "errors": " ".join(m for e in form.errors.values() for m in e)},
+            error=_("%(project)s: %(errors)s") % {"project": project.name, "errors": " ".join(form.problems)},
+            status=400,
         )
-    changes = {k: v for k, v in form.cleaned_data.items() if k != "slug" or v}
+    if (
+        not project.is_default
+        and changes_of.guarantee_changes(project, form.cleaned_data["guaranteed_gpus"]).needs_confirmation
+    ):
+        return _to_confirmation(
+            request,
+            reverse("scheduling:project-update-confirm", args=[department.slug, project.pk]),
+            form.values(),
+        )
     try:
-        service.update_project(request.user, project, **changes)
+        service.update_project(request.user, project, **form.changes())
     except ValidationError as error:
         return _panel(
             request,
             department,
             error=_("%(project)s was not changed: %(why)s") % {"project": project.name, "why": _words(error)},
+            status=400,
         )
     return _panel(request, department)
 
@@ -323,11 +302,13 @@ def project_member_set(request, slug, pk):
             status=400,
         )
     if not project.is_default and move_changes(department, project, [membership.user]).needs_confirmation:
-        values = request.POST.copy()
-        values["project"] = str(project.pk)
-        return _to_confirmation(
-            request, reverse("scheduling:project-people-confirm", args=[department.slug]), values
-        )
+        step = {
+            "project": project.pk,
+            "username": membership.user.username,
+            "role": form.cleaned_data["role"],
+        }
+        url = reverse("scheduling:project-people-confirm", args=[department.slug])
+        return _to_confirmation(request, url, step.items())
     try:
         service.set_project_member(request.user, project, membership.user, form.cleaned_data["role"])
     except ValidationError as error:
@@ -335,38 +316,38 @@ def project_member_set(request, slug, pk):
     return _panel(request, department)
 
 
-@require_POST
-def project_member_move(request, slug, pk):
+def _placement(request, slug: str, pk: int) -> tuple[Department, ProjectMembership]:
+    """The department and someone's place in one of its named projects (404 elsewhere), for its leads."""
     department = _department(request, slug)
     membership = get_object_or_404(
-        ProjectMembership.objects.select_related("project", "user"), pk=pk, project__department=department
+        ProjectMembership.objects.select_related("project__department", "user"),
+        pk=pk,
+        project__department=department,
+        project__is_default=False,
     )
-    require_project_manager(request.user, department, "move its members between projects")
-    form = MoveForm(request.POST)
-    to = form.is_valid() and Project.objects.filter(department=department, pk=form.cleaned_data["to"]).first()
-    if not to:
-        return _panel(
-            request, department, error=_("Choose one of the department's projects to move them to.")
-        )
-    try:
-        service.move_member(request.user, membership, to)
-    except ValidationError as error:
-        return _panel(request, department, error=_words(error))
-    if not request.htmx:
-        messages.success(
-            request,
-            _("%(user)s moved from %(from)s to %(to)s.")
-            % {"user": membership.user, "from": membership.project.name, "to": to.name},
-        )
-    return _panel(request, department)
+    require_project_manager(request.user, department, _("change who is in its projects"))
+    return department, membership
+
+
+@require_POST
+def project_member_move(request, slug, pk):
+    """Move someone to a sibling named project: checked, then confirmed (project_member_move_confirm)."""
+    department, membership = _placement(request, slug, pk)
+    form = MemberMoveForm(request.POST, membership=membership)
+    if not form.is_valid():
+        return _panel(request, department, error=" ".join(form.problems), status=400)
+    return _to_confirmation(
+        request, reverse("scheduling:project-member-move-confirm", args=[department.slug, pk]), form.values()
+    )
 
 
 @require_POST
 def project_member_remove(request, slug, pk):
-    department = _department(request, slug)
-    membership = get_object_or_404(ProjectMembership, pk=pk, project__department=department)
-    service.remove_project_member(request.user, membership)
-    return _panel(request, department)
+    """Take someone out of a named project: confirmed first (project_member_remove_confirm)."""
+    department, _membership = _placement(request, slug, pk)
+    return _to_confirmation(
+        request, reverse("scheduling:project-member-remove-confirm", args=[department.slug, pk])
+    )
 
 
 # --- the confirmed steps ------------------------------------------------------------------------------
@@ -376,67 +357,35 @@ def _confirm_page(request, template: str, context: dict, status: int = 200):
     return render(request, template, context, status=status)
 
 
+def _done(request, department: Department, message: str):
+    messages.success(request, message)
+    return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
+
+
 @require_http_methods(["GET", "POST"])
 def project_create_confirm(request, slug):
     """A new named project, confirmed: GET says what it changes (scheduling.project_changes), POST creates
     it. A form that does not validate is a 400 that names what is wrong, with nothing written."""
     department = _department(request, slug)
     require_project_manager(request.user, department)
-    form = ProjectForm(request.POST if request.method == "POST" else request.GET)
+    form = ProjectChangeForm(request.POST if request.method == "POST" else request.GET)
     context = {"department": department, "form": form}
+    template = "scheduling/project_create_confirm.html"
     if not form.is_valid():
-        return _confirm_page(request, "scheduling/project_create_confirm.html", context, status=400)
+        return _confirm_page(request, template, context, status=400)
+    context["values"] = form.values()
     if request.method == "POST":
+        seen = form.cleaned_data["seen"]
         try:
-            project = service.create_project(request.user, department, **form.cleaned_data)
+            project = changes_of.confirm_new_project(request.user, department, seen, **form.changes())
+        except StaleConfirmation as stale:
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
         except ValidationError as error:
             form.add_service_errors(error)
-            return _confirm_page(request, "scheduling/project_create_confirm.html", context, status=400)
-        messages.success(request, _("Project %(name)s created.") % {"name": project.name})
-        return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
+            return _confirm_page(request, template, context, status=400)
+        return _done(request, department, _("Project %(name)s created.") % {"name": project.name})
     context["changes"] = new_project_changes(department, form.cleaned_data["guaranteed_gpus"])
-    context["values"] = [(k, v) for k, v in form.data.items() if k != "csrfmiddlewaretoken"]
-    return _confirm_page(request, "scheduling/project_create_confirm.html", context)
-
-
-MAX_PEOPLE_AT_ONCE = 500  # people put in a project in one step
-
-
-def _people_step(request, department: Department):
-    """The people step's (project, users, role, problems) from the request's values (GET or POST); a 404
-    for a project of another department. `problems` (sentences) when anything is wrong."""
-    data = request.POST if request.method == "POST" else request.GET
-    choice = MoveForm({"to": data.get("project", "")})
-    if not choice.is_valid():
-        return None, [], "", [_("Choose one of the department's projects.")]
-    project = get_object_or_404(Project, department=department, pk=choice.cleaned_data["to"])
-    usernames, role, problems = data.getlist("username"), data.get("role", ProjectRole.MEMBER), []
-    if project.is_default:
-        problems.append(
-            _("The default project's people are the members in no named project: choose a named project.")
-        )
-    if not usernames or len(usernames) > MAX_PEOPLE_AT_ONCE:
-        problems.append(
-            _("Choose between 1 and %(n)d members of the department.") % {"n": MAX_PEOPLE_AT_ONCE}
-        )
-    if role not in ProjectRole.values:
-        problems.append(_("A project role is one of: %(roles)s.") % {"roles": ", ".join(ProjectRole.values)})
-    if any("\x00" in username for username in usernames):  # a POST body: PostgreSQL text cannot hold one
-        problems.append(_("A username has no NUL character."))
-        usernames = []
-    members = {
-        m.user.username: m.user
-        for m in Membership.objects.filter(
-            department=department, user__username__in=usernames[:MAX_PEOPLE_AT_ONCE]
-        ).select_related("user")
-    }
-    if not problems and (unknown := [u for u in usernames if u not in members]):
-        problems.append(
-            _("Not members of %(department)s: %(names)s.")
-            % {"department": department.name, "names": ", ".join(sorted(set(unknown)))[:1000]}
-        )
-    users = [] if problems else list(dict.fromkeys(members[u] for u in usernames))
-    return project, users, role, problems
+    return _confirm_page(request, template, context)
 
 
 @require_http_methods(["GET", "POST"])
@@ -445,26 +394,105 @@ def project_people_confirm(request, slug):
     project `role`, confirmed: GET says who leaves the default project (scheduling.project_changes), POST
     puts them in, all or none. Another department's project is a 404; someone who is not a member of the
     department, an unknown role, a project that is not a number, or the default project a 400; nothing
-    is written."""
+    is written (scheduling.forms.PeopleForm)."""
     department = _department(request, slug)
-    require_project_manager(request.user, department, "change who is in its projects")
-    project, users, role, problems = _people_step(request, department)
-    context = {"department": department, "project": project, "problems": problems, "role": role}
+    require_project_manager(request.user, department, _("change who is in its projects"))
+    form = PeopleForm(request.POST if request.method == "POST" else request.GET, department=department)
+    valid = form.is_valid()
+    if form.elsewhere:
+        raise Http404(_("No such project in this department."))
+    context = {"department": department, "problems": form.problems}
     template = "scheduling/project_people_confirm.html"
-    if problems:
+    if not valid:
         return _confirm_page(request, template, context, status=400)
+    project, users, role = (form.cleaned_data[k] for k in ("project", "users", "role"))
+    context.update(project=project, values=form.values())
     if request.method == "POST":
         try:
-            with transaction.atomic():
-                for user in users:
-                    service.set_project_member(request.user, project, user, role)
+            changes_of.confirm_people(request.user, project, users, role, form.cleaned_data["seen"])
+        except StaleConfirmation as stale:
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
         except ValidationError as error:
             context["problems"] = [_words(error)]
             return _confirm_page(request, template, context, status=400)
         names = ", ".join(u.get_username() for u in users)
-        messages.success(
-            request, _("%(names)s now in %(project)s.") % {"names": names, "project": project.name}
-        )
-        return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
+        done = _("%(names)s now in %(project)s.") % {"names": names, "project": project.name}
+        return _done(request, department, done)
     context["changes"] = move_changes(department, project, users)
     return _confirm_page(request, template, context)
+
+
+@require_http_methods(["GET", "POST"])
+def project_update_confirm(request, slug, pk):
+    """A named project's guarantee lowered (or raised into the default project's running work), confirmed:
+    GET says which running jobs fall beyond a guarantee and what the default project keeps
+    (scheduling.project_changes.guarantee_changes); POST applies the change if that is still so (else the
+    page again, 409, with the changes as they are now). Nothing is written on a GET or a refusal."""
+    department = _department(request, slug)
+    project = get_object_or_404(
+        Project.objects.select_related("department"), department=department, pk=pk, is_default=False
+    )
+    require_project_manager(request.user, department)
+    form = ProjectChangeForm(request.POST if request.method == "POST" else request.GET)
+    context = {"department": department, "project": project, "form": form}
+    template = "scheduling/project_update_confirm.html"
+    if not form.is_valid():
+        return _confirm_page(request, template, context, status=400)
+    changes = changes_of.guarantee_changes(project, form.cleaned_data["guaranteed_gpus"])
+    if not changes.fits:
+        form.add_service_errors(service.fit_error(project, form.cleaned_data["guaranteed_gpus"]))
+        return _confirm_page(request, template, context, status=400)
+    context["values"] = form.values()
+    if request.method == "POST":
+        try:
+            changes_of.confirm_guarantee(request.user, project, form.cleaned_data["seen"], **form.changes())
+        except StaleConfirmation as stale:
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
+        except ValidationError as error:
+            form.add_service_errors(error)
+            return _confirm_page(request, template, context, status=400)
+        return _done(request, department, _("%(project)s changed.") % {"project": project.name})
+    context["changes"] = changes
+    return _confirm_page(request, template, context)
+
+
+def _member_confirm(request, slug: str, pk: int, moving: bool):
+    """Someone moved to a sibling named project (`moving`, to the project `to`) or taken out of theirs,
+    confirmed: GET says which of their jobs stay in which project and where their next jobs go
+    (scheduling.project_changes.member_changes); POST applies the step if that is still so (else the page
+    again, 409). A `to` that is not another named project of the department is a 400, nothing written."""
+    department, membership = _placement(request, slug, pk)
+    data = request.POST if request.method == "POST" else request.GET
+    form = MemberMoveForm(data, membership=membership) if moving else StepForm(data)
+    context = {"department": department, "membership": membership, "form": form, "moving": moving}
+    context["values"] = form.values()
+    template = "scheduling/project_member_confirm.html"
+    if not form.is_valid():
+        return _confirm_page(request, template, context, status=400)
+    to = form.cleaned_data.get("to")
+    if request.method == "POST":
+        try:
+            seen = form.cleaned_data["seen"]
+            changes = changes_of.confirm_member_change(request.user, membership, to, seen)
+        except StaleConfirmation as stale:
+            return _confirm_page(request, template, {**context, "changes": stale.changes, "stale": True}, 409)
+        except ValidationError as error:
+            form.add_error(None, _words(error))
+            return _confirm_page(request, template, context, status=400)
+        words = {"user": changes.user.get_username(), "from": changes.source.name}
+        if to is None:
+            return _done(request, department, _("%(user)s taken out of %(from)s.") % words)
+        words["to"] = to.name
+        return _done(request, department, _("%(user)s moved from %(from)s to %(to)s.") % words)
+    context["changes"] = changes_of.member_changes(membership, to)
+    return _confirm_page(request, template, context)
+
+
+@require_http_methods(["GET", "POST"])
+def project_member_move_confirm(request, slug, pk):
+    return _member_confirm(request, slug, pk, moving=True)
+
+
+@require_http_methods(["GET", "POST"])
+def project_member_remove_confirm(request, slug, pk):
+    return _member_confirm(request, slug, pk, moving=False)

@@ -2,8 +2,9 @@
 
 Validation once: a department is saved by `tenancy.services.save_department` and a membership changed by
 `set_membership` / `remove_membership`, exactly as the HTML forms and the admin do; their ValidationError
-becomes a 400 naming the field. Usage figures (in_use, in_quota, borrowed, pending_demand) are annotations
-made by the viewset's queryset, never a query per row.
+becomes a 400 naming the field. Usage figures (in_use, in_quota, borrowed, pending_demand) are the
+department's position among the positions the viewset reads once per request (its context's "positions":
+scheduling.usage.department_positions, the one count every screen shows), never a query per row.
 """
 
 from django.db import models
@@ -81,9 +82,7 @@ class DepartmentSerializer(KnownFieldsOnly, serializers.ModelSerializer):
     in_use = serializers.IntegerField(read_only=True, help_text="GPUs its running jobs hold.")
     in_quota = serializers.IntegerField(read_only=True, help_text=IN_QUOTA)
     borrowed = serializers.IntegerField(read_only=True, help_text=BORROWED)
-    pending_demand = serializers.IntegerField(
-        source="pending_gpus", read_only=True, help_text="GPUs its pending jobs ask for."
-    )
+    pending_demand = serializers.IntegerField(read_only=True, help_text="GPUs its pending jobs ask for.")
 
     class Meta:
         model = Department
@@ -111,6 +110,14 @@ class DepartmentSerializer(KnownFieldsOnly, serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = ["id", "created_at", "updated_at"]
+
+    def to_representation(self, instance):
+        # The usage figures: the department's position (scheduling.usage.Position) in the context's
+        # "positions" (a callable: they are read when the first department is shown).
+        position = self.context["positions"]().of(instance)
+        for name in ("in_use", "in_quota", "borrowed", "pending_demand"):
+            setattr(instance, name, getattr(position, name))
+        return super().to_representation(instance)
 
     def create(self, validated_data):
         department = Department(**validated_data)

@@ -445,3 +445,25 @@ def test_input_files_that_are_not_scripts_are_refused_before_sending(logged_in, 
         assert done.code == USAGE, (path, done.err)
         assert words in done.err and "Traceback" not in done.err
     assert Job.objects.count() == 0
+
+
+def test_quota_says_what_the_portals_pages_say_for_a_department_that_borrows(
+    logged_in, rp, research, researcher, client
+):
+    """`rp quota` reads the quota endpoint: the same figures as the home page, the department list and page
+    (scheduling.usage.department_positions, in use = in quota + borrowed)."""
+    from tests.factories import free_trays, run_job
+    from tests.portal.test_figures_agree import screens
+
+    run_job(research, name="r1", trays=free_trays(8))  # 32 GPUs: its whole guarantee
+    run_job(research, name="r2", trays=free_trays(2))  # 8 more: borrowed
+
+    [position] = json.loads(rp("quota", "--json").out)["departments"]
+    table = rp("quota").out.split("\n\n")[0].splitlines()[1].split()
+
+    figures = {name: position[name] for name in ("guaranteed", "in_use", "in_quota", "borrowed")}
+    assert figures == {"guaranteed": 32, "in_use": 40, "in_quota": 32, "borrowed": 8}
+    assert table[:6] == ["research", "32", "none", "40", "32", "8"]
+    client.force_login(researcher)
+    for screen, shown in screens(client, research).items():
+        assert shown == {name: figures[name] for name in shown}, screen

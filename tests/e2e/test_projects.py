@@ -62,6 +62,10 @@ def test_a_lead_creates_a_project_and_moves_a_member_into_it(live_server, page, 
     person = page.locator('#projects tr[data-project="vision"] li[data-username="e2e-member"]')
     person.get_by_label("Move e2e-member to").select_option(label="Speech")
     person.get_by_role("button", name="Move").click()
+    # Confirmed first: the page says where their jobs stay and where their next jobs go.
+    expect(page.locator('[data-confirm="move"]')).to_contain_text("Their next jobs go to Speech")
+    page.screenshot(path=str(shots / "projects-member-move-confirm.png"), full_page=True)
+    page.get_by_role("button", name="Move them").click()
     expect(page.locator('#projects tr[data-project="speech"] li[data-username="e2e-member"]')).to_be_visible()
     expect(page.locator('#projects tr[data-project="vision"] li[data-username="e2e-member"]')).to_have_count(
         0

@@ -33,6 +33,14 @@ def sign_in(page, live_server):
     expect(page).not_to_have_url(re.compile(r"/login/"))
 
 
+def header_search(page, text: str) -> None:
+    """Type `text` in the header's search box and press Enter: the results page (or the object's)."""
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
+    box.fill(text)
+    with page.expect_navigation():
+        box.press("Enter")
+
+
 @pytest.mark.e2e
 def test_search_from_the_header_lands_on_the_tray(live_server, page, member, shots):
     sign_in(page, live_server)
@@ -51,10 +59,7 @@ def test_search_from_the_header_lands_on_the_tray(live_server, page, member, sho
     expect(jobs).to_contain_text("research-llama-pretrain")
     expect(page.locator("main")).not_to_contain_text("research-llama-elsewhere")
 
-    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
-    box.fill("gb-r02-t0")
-    with page.expect_navigation():
-        box.press("Enter")
+    header_search(page, "gb-r02-t0")
     trays = page.locator('section[data-kind="tray"] li')
     expect(trays).to_have_count(9)
     page.screenshot(path=str(shots / "search-results-desktop.png"), full_page=True)
@@ -187,4 +192,52 @@ def test_the_typeahead_lists_matches_as_one_types_and_the_keyboard_opens_one(
     with page.expect_navigation():
         box.press("Enter")
     expect(page).to_have_url(f"{live_server.url}/inventory/trays/{tray.pk}/")
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+@pytest.mark.e2e
+def test_a_location_search_shows_each_racks_location_with_the_words_marked(live_server, page, member, shots):
+    """ "hall a" finds the racks of hall A by their location, which each result shows, the matched words
+    marked; at desktop and phone width, on the page and in the typeahead. And the home line of a department
+    that borrows reads as what it is."""
+    from tenancy.models import Department
+    from tests.factories import free_trays, run_job
+
+    research = Department.objects.get(slug="research")
+    run_job(research, name="r1", trays=free_trays(2))  # its whole guarantee (8)
+    run_job(research, name="r2", trays=free_trays(3))  # 12 more: borrowed
+    sign_in(page, live_server)
+    line = page.locator("[data-figures=in-use]")
+    expect(line).to_have_text("20 GPUs in use: 8 within the guarantee of 8, 12 borrowed beyond it")
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(shots / "home-borrowing-phone.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.screenshot(path=str(shots / "home-borrowing-desktop.png"))
+
+    header_search(page, "hall a")
+    racks = page.locator('section[data-kind="rack"] li')
+    expect(racks).to_have_count(3)
+    for number, rack in enumerate(racks.all(), start=1):
+        expect(rack).to_have_text(f"gb-r{number:02d} DC1 hall A row 01 pos {number:02d}")
+        expect(rack.locator("mark")).to_have_text("hall A")
+    marked = racks.first.locator("mark")
+    assert marked.evaluate("e => getComputedStyle(e).backgroundColor") not in (
+        "rgba(0, 0, 0, 0)",
+        "transparent",
+    )
+    page.screenshot(path=str(shots / "search-location-desktop.png"), full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(shots / "search-location-phone.png"), full_page=True)
+
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
+    box.fill("")
+    box.press_sequentially("pos 02 hall", delay=30)
+    listbox = page.get_by_role("listbox", name="Matches")
+    options = listbox.get_by_role("group", name="Racks").get_by_role("option")
+    expect(options).to_have_count(1)
+    expect(options.first).to_have_text("gb-r02 DC1 hall A row 01 pos 02")
+    expect(options.first.locator("mark")).to_have_text(["hall", "pos", "02"])
+    page.screenshot(path=str(shots / "typeahead-location-phone.png"))
     page.set_viewport_size({"width": 1400, "height": 1000})

@@ -337,3 +337,20 @@ def test_smaller_demos_are_true_too(var_dir, racks):
     seed_demo("--racks", str(racks))
     check_demo_is_true()
     assert Job.objects.filter(state=JobState.RUNNING).exists()
+
+
+@pytest.mark.slow(reason="seeds and reads a whole demo datacenter")
+def test_every_seeded_running_job_says_why_it_runs_where_it_does(var_dir, client, platform_admin):
+    """The demo's running jobs were placed by the engine (portal.demo.jobs), and each page says why there in
+    the engine's own sentence (scheduling.engine.placement.explain), naming the partition or rack it chose."""
+    seed_demo()
+    client.force_login(platform_admin)
+    running = list(Job.objects.filter(state=JobState.RUNNING))
+    assert running
+    for job in running:
+        page = client.get(f"/scheduling/jobs/{job.pk}/").content.decode()
+        found = re.search(r'<p class="why-here"><b>Why here:</b> (.+?)\.</p>', page)
+        assert found, f"{job.name} has no why-here sentence"
+        trays = ComputeTray.objects.filter(hostname__in=job.placement).select_related("rack", "partition")
+        named = {f"{t.rack.name} {t.partition.name}" for t in trays} | {t.rack.name for t in trays}
+        assert any(name in found.group(1) for name in named), (job.name, found.group(1))

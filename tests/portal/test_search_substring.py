@@ -7,9 +7,11 @@ trigram similarity)."""
 import pytest
 from django.db import connection
 from django.urls import reverse
+from hypothesis import given
+from hypothesis import strategies as st
 
 from inventory.models import ComputeTray, Gpu, Rack
-from portal.pages.search import COUNT_CAP, LIMIT, MIN_SUBSTRING, search
+from portal.pages.search import COUNT_CAP, LIMIT, MIN_SUBSTRING, matched_parts, search
 from tenancy.models import Project, ProjectMembership
 from tests.factories import make_job, make_member
 
@@ -65,6 +67,37 @@ def test_a_rack_by_a_part_or_the_words_of_its_location(member_a):
     assert found(member_a, "pos 03 hall")["rack"] == ["gb-r03"]  # words in another order
     assert found(member_a, "row 01")["rack"] == ["gb-r01", "gb-r02", "gb-r03"]
     assert "rack" not in found(member_a, "hall B")
+
+
+def test_the_words_of_a_query_are_all_in_the_same_field(member_a, department_a, lead_a):
+    # "hall" is in every location and "r01" in one rack's name: no location holds both.
+    assert "rack" not in found(member_a, "hall r01")
+    assert "rack" not in found(member_a, "r02 pos")
+    assert found(member_a, "hall a")["rack"] == ["gb-r01", "gb-r02", "gb-r03"]
+    # A person's first and last names are read as one text; their username is another.
+    person = make_member("jdoe", department_a)
+    person.first_name, person.last_name = "Jane", "Smith"
+    person.save()
+    assert found(lead_a, "smith jane")["user"] == [person.username]
+    assert "user" not in found(lead_a, "jdoe smith")
+
+
+def test_a_rack_found_by_its_location_shows_it_with_the_match_marked(client_as, member_a):
+    [racks] = [g for g in search(member_a, "hall a").groups if g.kind == "rack"]
+    assert [hit.note for hit in racks.hits] == [f"DC1 hall A row 01 pos {n:02d}" for n in (1, 2, 3)]
+    client = client_as("member_a")
+    page = client.get(SEARCH, {"q": "hall a", "all": "1"}).content.decode()
+    assert '<span class="muted">DC1 <mark>hall A</mark> row 01 pos 02</span>' in page
+    # Words apart are marked apart; a short one only where a word starts.
+    page = client.get(SEARCH, {"q": "pos 02 hall", "all": "1"}).content.decode()
+    assert (
+        '<span class="muted">DC1 <mark>hall</mark> A row 01 <mark>pos</mark> <mark>02</mark></span>' in page
+    )
+    typeahead = client.get("/search/suggest/", {"q": "hall a"}).content.decode()
+    assert '<span class="muted">DC1 <mark>hall A</mark> row 01 pos 03</span>' in typeahead
+    # A tray is found by its hostname, not by the rack and slot beside it: only the hostname is marked.
+    page = client.get(SEARCH, {"q": "gb-r0", "all": "1"}).content.decode()
+    assert '<mark>gb-r0</mark>1-t01</a> <span class="muted">gb-r01 · slot 1</span>' in page
 
 
 def test_a_gpu_by_a_part_of_its_uuid_or_its_serial(member_a):
@@ -208,3 +241,14 @@ def test_the_inventory_is_everyones_by_a_part_too(client_as, department_a, membe
         reverse("inventory:tray-detail", args=[tray.pk])
         in client_as(outsider).get(SEARCH, {"q": "02-t07"}).content.decode()
     )
+
+
+@given(text=st.text(max_size=60), q=st.text(max_size=20))
+def test_marking_keeps_the_text_and_marks_only_what_the_query_matched(text, q):
+    parts = matched_parts(text, q)
+    assert "".join(part for part, _ in parts) == text
+    words = {word.casefold() for word in [q, *q.split()]}
+    for part, hit in parts:
+        assert part
+        if hit:  # a marked part is the query or its words (overlapping matches are merged)
+            assert any((w and w in part.casefold()) or part.casefold() in w for w in words), (part, q)

@@ -63,7 +63,8 @@ def test_the_first_named_project_is_confirmed_with_who_and_what_changes(
     assert "Nobody loses the right to submit" in markup
     assert written() == before  # a GET never writes
 
-    response = client.post(CONFIRM, dict(page.context["values"]))  # the page's hidden fields
+    # The page's hidden fields: its values and what it showed.
+    response = client.post(CONFIRM, {**dict(page.context["values"]), "seen": page.context["changes"].digest})
     assert response.status_code == 302
     assert response["Location"] == reverse("scheduling:department-detail", args=["research"]) + "#projects"
     assert Project.objects.named().get().slug == "llm"
@@ -100,7 +101,10 @@ def test_hostile_input_on_the_new_project_confirmation_is_a_400_and_writes_nothi
 ):
     client = client_as(lead_a)
     before = written()
-    assert client.get(CONFIRM, body).status_code in (200, 400)  # a GET never writes, fit or not
+    page = client.get(CONFIRM, body)
+    assert page.status_code in (200, 400)  # a GET never writes, fit or not
+    if page.status_code == 200:  # confirmed from the page: the service refuses it
+        body = {**body, "seen": page.context["changes"].digest}
     response = client.post(CONFIRM, body)
     assert response.status_code == 400, response.content
     assert 'role="alert"' in response.content.decode()
@@ -158,7 +162,8 @@ def test_putting_someone_of_the_default_project_in_a_named_one_is_confirmed(
     assert "no longer in Default: their next jobs go to Vision" in row
     assert "1 running or pending job stays in the default project" in row
     assert written() == before
-    response = client.post(PEOPLE, {"project": vision.pk, "username": member_a.username, "role": "member"})
+    body = {"project": vision.pk, "username": member_a.username, "role": "member"}
+    response = client.post(PEOPLE, {**body, "seen": page.context["changes"].digest})
     assert response.status_code == 302
     assert list(ProjectMembership.objects.values_list("user", "project")) == [(member_a.pk, vision.pk)]
 
@@ -174,9 +179,10 @@ def test_the_default_project_row_moves_several_people_at_once_after_confirmation
     row = page.split('data-project="default"')[1].split("</tr>")[0]
     assert f'value="{member_a.username}"' in row and 'value="other-a"' in row and "Review the move" in row
     query = {"project": vision.pk, "username": [member_a.username, "other-a"], "role": "member"}
-    assert client.get(PEOPLE, query).status_code == 200
+    page = client.get(PEOPLE, query)
+    assert page.status_code == 200
     assert not ProjectMembership.objects.exists()
-    assert client.post(PEOPLE, query).status_code == 302
+    assert client.post(PEOPLE, {**query, "seen": page.context["changes"].digest}).status_code == 302
     assert set(ProjectMembership.objects.values_list("user", flat=True)) == {member_a.pk, other.pk}
 
 
@@ -219,3 +225,30 @@ def test_another_departments_project_id_is_a_404(client_as, lead_a, member_a, de
     assert client.get(PEOPLE, query).status_code == 404
     assert client.post(PEOPLE, query).status_code == 404
     assert not ProjectMembership.objects.exists()
+
+
+def test_stale_confirmations_are_shown_again_not_applied(client_as, lead_a, member_a, department_a, running):
+    """What the page showed changed before its POST: the page again (409) with the changes as they are now,
+    nothing written; confirmed from that page, the step is applied."""
+    client = client_as(lead_a)
+    body = {"name": "LLM", "guaranteed_gpus": "12", "over_quota_weight": "1", "limit_gpus": ""}
+    seen = client.get(CONFIRM, body).context["changes"].digest
+    running[1].delete()  # the job the page said could be reclaimed has ended
+    before = written()
+    response = client.post(CONFIRM, {**body, "seen": seen})
+    assert response.status_code == 409 and "data-stale" in response.content.decode()
+    assert "Every running job keeps its guarantee." in response.content.decode()
+    assert client.post(CONFIRM, body).status_code == 409  # nothing seen: nothing applied
+    assert written() == before
+    response = client.post(CONFIRM, {**body, "seen": response.context["changes"].digest})
+    assert response.status_code == 302 and Project.objects.named().get().slug == "llm"
+
+    query = {"project": Project.objects.named().get().pk, "username": member_a.username, "role": "member"}
+    seen = client.get(PEOPLE, query).context["changes"].digest
+    running[0].submitted_by = member_a  # a job of theirs in the default project, unknown to the page
+    running[0].save()
+    before = written()
+    response = client.post(PEOPLE, {**query, "seen": seen})
+    assert response.status_code == 409
+    assert "1 running or pending job stays in the default project" in response.content.decode()
+    assert written() == before

@@ -2,6 +2,8 @@
 (audited),
 bad input answered in words with nothing written."""
 
+import re
+
 import pytest
 
 from core.models import AuditEvent
@@ -72,10 +74,17 @@ def test_a_guarantee_that_does_not_fit_is_answered_in_words(client_as, lead_a, v
 
 def test_a_lead_moves_a_member_between_projects(client_as, lead_a, member_a, vision, nlp):
     placed = ProjectMembership.objects.create(user=member_a, project=vision)
-    response = client_as(lead_a).post(
+    client = client_as(lead_a)
+    response = client.post(
         f"/tenancy/departments/research/project-people/{placed.pk}/move/", {"to": nlp.pk}, **HTMX
     )
-    assert response.status_code == 200
+    # Confirmed first (test_project_steps): the page says what changes, its form moves them.
+    assert response.status_code == 200 and "/move/confirm/" in response["HX-Redirect"]
+    assert ProjectMembership.objects.get(user=member_a).project == vision
+    page = client.get(response["HX-Redirect"]).content.decode()
+    seen = re.search(r'name="seen" value="(\w+)"', page)[1]
+    response = client.post(response["HX-Redirect"].split("?")[0], {"to": nlp.pk, "seen": seen})
+    assert response.status_code == 302
     assert ProjectMembership.objects.get(user=member_a).project == nlp
     event = AuditEvent.objects.get(object_type="tenancy.projectmembership", action="update")
     assert event.actor == lead_a and event.after["project"] == nlp.pk
