@@ -10,6 +10,7 @@ the common words of English sentences and the portal's own verbs, whole words on
 from __future__ import annotations
 
 import re
+from html import escape as html_escape
 from html.parser import HTMLParser
 
 # Words that appear in any English sentence or label of the portal and in no name, UUID or command.
@@ -95,3 +96,17 @@ def assert_japanese(client, url: str, **get_kwargs) -> str:
     left = english_left(html)
     assert not left, f"{url} in Japanese still shows English: {left}"
     return html
+
+
+def english_left_but(html: str, data) -> list[str]:
+    """english_left(html), after taking out of each text the `data` it quotes (strings, or compiled patterns
+    for data of a shape: a UUID, a stored reason): a text is left only if the rest of it still holds an
+    English word, so data never hides the wording around it."""
+    left = []
+    for text in english_left(html):
+        rest = text
+        for quoted in data:
+            rest = quoted.sub(" ", rest) if hasattr(quoted, "sub") else rest.replace(quoted, " ")
+        if english_left(f"<p>{html_escape(rest)}</p>"):
+            left.append(text)
+    return left

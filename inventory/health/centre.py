@@ -127,26 +127,29 @@ def events_chart(
     events, since: datetime | None, until: datetime | None, now: datetime | None = None
 ) -> Chart:
     """Events per hour, day or week (by the span) and severity, stacked, over [since, until) (the last
-    CHART_DEFAULT_DAYS days when the filter names no start). One grouped query."""
+    CHART_DEFAULT_DAYS days when the filter names no start). One grouped query. The buckets are the viewer's
+    hours, days and weeks (portal.web.middleware.ViewerTimezoneMiddleware), as the other time charts'."""
     until = until or now or timezone.now()
     since = since or until - timedelta(days=CHART_DEFAULT_DAYS)
     name, trunc, step = _bucket(until - since)
+    zone = timezone.get_current_timezone()
     rows = (
         events.filter(last_seen__gte=since, last_seen__lt=until)
         .order_by()
-        .annotate(bucket=trunc("last_seen", tzinfo=UTC), severity=_SEVERITY)
+        .annotate(bucket=trunc("last_seen", tzinfo=zone), severity=_SEVERITY)
         .values("bucket", "severity")
         .annotate(events=Count("pk"))
     )
     counts = {(row["bucket"], row["severity"]): row["events"] for row in rows}
-    starts = _starts(since, until, name, step)
+    starts = _starts(since, until, name, step, zone)
     traces = []
     for severity in HealthSeverity:
         traces.append(
             {
                 "type": "bar",
                 "name": str(severity.label),
-                "x": [moment.isoformat() for moment in starts],
+                # Wall-clock times in the viewer's zone: plotly.js ignores an ISO offset.
+                "x": [moment.replace(tzinfo=None).isoformat() for moment in starts],
                 "y": [counts.get((moment, severity.value), 0) for moment in starts],
                 "marker": {"color": SEVERITY_COLOURS[severity]},
                 "hovertemplate": _("%(count)s events") % {"count": "%{y:,}"}
@@ -160,7 +163,11 @@ def events_chart(
             bargap=0.15,
             hovermode="x unified",
             xaxis={
-                "title": {"text": _("UTC, per %(bucket)s") % {"bucket": BUCKET_WORDS[name]}},
+                # "Per day (Asia/Tokyo)": the bucket, then the zone it is counted in, as other charts say.
+                "title": {
+                    "text": _("Per %(bucket)s (%(zone)s)")
+                    % {"bucket": BUCKET_WORDS[name], "zone": timezone.get_current_timezone_name()}
+                },
                 "gridcolor": GRID,
                 # Dates as numbers, the same in every language (plotly's month names are English only).
                 "tickformat": "%Y-%m-%d",
@@ -184,10 +191,11 @@ def events_chart(
     )
 
 
-def _starts(since: datetime, until: datetime, name: str, step: timedelta) -> list[datetime]:
+def _starts(since: datetime, until: datetime, name: str, step: timedelta, zone=UTC) -> list[datetime]:
     """The buckets' starts from the one holding `since` to the one holding the last moment before `until`,
-    in UTC (as the database truncates them)."""
-    first = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    in `zone` (as the database truncates them there; a step is wall-clock time, so a day stays a day
+    across a change of summer time)."""
+    first = since.astimezone(zone).replace(minute=0, second=0, microsecond=0)
     if name in ("day", "week"):
         first = first.replace(hour=0)
     if name == "week":

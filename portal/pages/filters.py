@@ -3,7 +3,9 @@
 import django_filters
 from django.apps import apps
 from django.db.models import Q
+from django.utils.functional import Promise
 from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
@@ -13,15 +15,28 @@ from core.models import AuditAction, AuditEvent, AuditSource
 from tenancy.models import Department
 
 
+def _in_viewers_language(name):
+    """A verbose name as the viewer reads it: a lazy one is already; a plain one is looked up when shown."""
+    return name if isinstance(name, Promise) else gettext_lazy(name)
+
+
 def object_type_choices():
     """The audited models, as "app_label.model" with their verbose name (the label alone, should this module
-    be imported before the models are loaded); lazy, so that each viewer reads the names in their language."""
+    be imported before the models are loaded); lazy, so that each viewer reads the names in their language
+    (a plain name is looked up: portal.pages.audit_names marks them for the catalogue)."""
     choices = []
     for label in AUDITED:
         if apps.models_ready:
             model = apps.get_model(label)
             choices.append(
-                (label, format_lazy("{}: {}", model._meta.app_config.verbose_name, model._meta.verbose_name))
+                (
+                    label,
+                    format_lazy(
+                        "{}: {}",
+                        _in_viewers_language(model._meta.app_config.verbose_name),
+                        _in_viewers_language(model._meta.verbose_name),
+                    ),
+                )
             )
         else:
             choices.append((label, label))

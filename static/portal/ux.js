@@ -25,6 +25,34 @@
     });
   }
 
+  // ---- an admin's "More" links in the header (a desktop's; on a phone they sit in the folded menu) -----
+  function setupNavMore() {
+    var more = document.querySelector("[data-nav-more].folds");
+    if (!more) return;
+    var button = more.querySelector(".nav-more-toggle");
+    if (!button) return;
+    button.hidden = false;
+    function show(open) {
+      more.classList.toggle("open", open);
+      button.setAttribute("aria-expanded", open ? "true" : "false");
+    }
+    button.addEventListener("click", function () {
+      show(!more.classList.contains("open"));
+    });
+    document.addEventListener("click", function (event) {
+      if (!more.contains(event.target)) show(false);
+    });
+    more.addEventListener("focusout", function (event) {
+      if (event.relatedTarget && !more.contains(event.relatedTarget)) show(false);
+    });
+    more.addEventListener("keydown", function (event) {
+      if (event.key === "Escape" && more.classList.contains("open")) {
+        show(false);
+        button.focus();
+      }
+    });
+  }
+
   // ---- times ----------------------------------------------------------------------------------------
   var TIME_KEY = "rackplane.time";
   var MODES = ["absolute", "relative"];
@@ -277,6 +305,7 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     setupMenu();
+    setupNavMore();
     setupTimes();
     setupAutosubmit();
     setupCopy();

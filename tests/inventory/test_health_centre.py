@@ -325,6 +325,38 @@ def test_the_chart_counts_events_per_day_by_severity(fleet):
     assert hourly.bucket == "hour" and hourly.total == 2
 
 
+def _figure(chart) -> dict:
+    """The plotly figure a chart's element carries (core.charts.to_html)."""
+    import json
+    from html import unescape
+
+    return json.loads(unescape(re.search(r'data-plotly-figure="([^"]*)"', chart.html).group(1)))
+
+
+def test_the_chart_counts_the_viewers_days_and_says_so_in_either_language(fleet):
+    """A day is the viewer's day (as the other charts' times are the viewer's), and the axis says which:
+    "Per day (Asia/Tokyo)" and its Japanese (not "UTC、日ごと")."""
+    from django.utils import translation
+
+    now = timezone.now().replace(hour=12, minute=0, second=0, microsecond=0)
+    # 20:30 UTC two days ago is 05:30 the next day in Tokyo: a UTC day would count it a day early.
+    at = (now - timedelta(days=2)).replace(hour=20, minute=30)
+    event("gb-r01-t02", ago=timezone.now() - at, severity="drains")
+    with timezone.override("Asia/Tokyo"):
+        chart = events_chart(HealthEvent.objects.all(), None, None, now=now)
+        tokyo_day = timezone.localtime(at).replace(hour=0, minute=0)
+        assert tokyo_day.date() == (at + timedelta(days=1)).date()
+        assert chart.counts == {(tokyo_day, "drain"): 1}
+        figure = _figure(chart)
+        assert figure["layout"]["xaxis"]["title"]["text"] == "Per day (Asia/Tokyo)"
+        drains = next(trace for trace in figure["data"] if 1 in trace["y"])
+        # plotly draws Tokyo's wall clock (it ignores an offset): the bar stands on Tokyo's date.
+        assert drains["x"][drains["y"].index(1)] == tokyo_day.replace(tzinfo=None).isoformat()
+        with translation.override("ja"):
+            japanese = _figure(events_chart(HealthEvent.objects.all(), None, None, now=now))
+        assert japanese["layout"]["xaxis"]["title"]["text"] == "日ごと（Asia/Tokyo）"  # noqa: RUF001
+
+
 # ------------------------------------------------------------------------------------- repeat offenders
 
 

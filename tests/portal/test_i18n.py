@@ -17,7 +17,7 @@ import polib
 import pytest
 from django.urls import reverse
 
-from tests.i18n_check import english_left
+from tests.i18n_check import english_left, english_left_but
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("core", "inventory", "tenancy", "scheduling", "integrations", "portal")
@@ -165,6 +165,14 @@ def test_the_checker_finds_english_and_ignores_names():
     assert english_left('<button title="Close this">x</button>') == ["Close this"]
 
 
+def test_data_taken_out_never_hides_the_wording_around_it():
+    assert english_left_but("<p>使えない名前: default、all</p>", ["default、all"]) == []
+    assert english_left_but("<p>Show all: default、all</p>", ["default、all"]) == ["Show all: default、all"]
+    uuid = re.compile(r"GPU-[0-9a-f-]{36}")
+    assert english_left_but('<b title="GPU-9be4bcfc-49b6-4a08-b2e6-cc3ababced20 · 正常">x</b>', [uuid]) == []
+    assert english_left_but('<b title="GPU-9be4bcfc-49b6-4a08-b2e6-cc3ababced20 is free">x</b>', [uuid])
+
+
 def test_a_text_has_one_translation_in_every_catalogue():
     """Django merges the catalogues into one: a text translated two ways would show the first catalogue's
     wherever it appears. A word with two meanings gets a context (pgettext) instead."""
@@ -181,3 +189,96 @@ def test_a_text_has_one_translation_in_every_catalogue():
             ] = translation
     differing = {key[1]: found for key, found in seen.items() if len(set(found.values())) > 1}
     assert not differing, differing
+
+
+# ---- Japanese punctuation and spacing ------------------------------------------------------------------
+
+# Kana, kanji, and the Japanese and full-width punctuation, whose neighbours are checked.
+JAPANESE = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"  # kana, kanji
+    "\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"  # Japanese and full-width punctuation
+)
+SPACING_SLIPS = {
+    # "ジョブ 実行": Japanese runs on without spaces (a space belongs only beside Latin letters and numbers).
+    "a space between Japanese characters": re.compile(rf"[{JAPANESE}][ \u3000]+(?![。、])[{JAPANESE}]"),
+    "a space before 。 or 、": re.compile(r"[ \u3000][。、]"),
+    # "します." or "。.": a Japanese sentence ends with 。 (a "." after a template's translation shows this).
+    "an ASCII full stop ending a Japanese sentence": re.compile(rf"[{JAPANESE}]\.(?=\s|$|<)"),
+}
+# Translations allowed a slip above, each with why. None is needed today; add one only for data or
+# identifiers quoted inside a sentence (say which), never for wording.
+SPACING_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def spacing_slips(text: str) -> list[str]:
+    """What in a Japanese `text` breaks the catalogue's spacing and punctuation rules (SPACING_SLIPS)."""
+    return [
+        f"{name}: {match.group(0)!r}" for name, rule in SPACING_SLIPS.items() for match in rule.finditer(text)
+    ]
+
+
+def test_the_spacing_check_finds_each_slip_and_passes_good_japanese():
+    assert spacing_slips("ジョブ 実行 / 待機") == ["a space between Japanese characters: 'ブ 実'"]
+    asked = "キャンセルしますか？ キューから外れます。"  # noqa: RUF001
+    assert spacing_slips(asked) == ["a space between Japanese characters: '？ キ'"]  # noqa: RUF001
+    assert spacing_slips("条件に一致しません 。") == ["a space before 。 or 、: ' 。'"]
+    assert spacing_slips("すべてのラックを表示.") == ["an ASCII full stop ending a Japanese sentence: '示.'"]
+    assert spacing_slips("削除されました。.") == ["an ASCII full stop ending a Japanese sentence: '。.'"]
+    # Spaces beside Latin letters, numbers and placeholders are the catalogue's style; an ASCII "." inside
+    # data (a host name, a version) is not a sentence's end.
+    assert spacing_slips("NVL72 ラック 3 台 · トレイ内の GPU 216 基") == []
+    assert spacing_slips("%(name)s のジョブ（gb-r01.example）は v1.2 です。") == []  # noqa: RUF001
+
+
+@pytest.mark.parametrize("path", catalogues(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_japanese_has_no_stray_spaces_or_ascii_full_stops(path):
+    slips = {}
+    for entry in polib.pofile(str(path)):
+        texts = [entry.msgstr] if not entry.msgid_plural else list(entry.msgstr_plural.values())
+        found = [slip for text in texts for slip in spacing_slips(text)]
+        if found and (entry.msgid, found[0]) not in SPACING_EXCEPTIONS:
+            slips[entry.msgid[:80]] = found
+    assert not slips, f"{path}: {slips}"
+
+
+# A translation followed, in the template, by an ASCII full stop (after closing tags or an endif): English
+# reads well, Japanese shows "。." or "表示.". The stop belongs inside the translated text.
+STOP_AFTER_TRANSLATION = re.compile(
+    r"""\{%\s*(?:translate\s+(?:"[^"]*"|'[^']*')[^%]*|endblocktranslate\s*)%\}"""
+    r"""(?:</[a-z0-9]+>|\{%\s*end(?:if|with|for)\s*%\})*\.(?=\s|<|$|\{)"""
+)
+
+
+def templates_with_a_stop_after_a_translation(files, root: Path = ROOT) -> dict[str, list[str]]:
+    found = {}
+    for path in files:
+        hits = [match.group(0)[-60:] for match in STOP_AFTER_TRANSLATION.finditer(path.read_text())]
+        if hits:
+            found[str(path.relative_to(root))] = hits
+    return found
+
+
+def test_the_stop_check_finds_a_stop_after_a_translation(tmp_path):
+    sample = tmp_path / "sample.html"
+    sample.write_text(
+        '{% translate "No rack matches this filter." %} <a href="/">{% translate "Show all racks" %}</a>.\n'
+        "{% if x %}{% blocktranslate %}ahead of it{% endblocktranslate %}{% endif %}. Then\n"
+        '{% blocktranslate %}Show all racks.{% endblocktranslate %} {% translate "Versions" %}: <code>'
+    )
+    found = templates_with_a_stop_after_a_translation([sample], root=tmp_path)
+    # The link's label and the fragment before an endif; not a stop inside the text, nor a label's colon.
+    assert found == {
+        "sample.html": ['{% translate "Show all racks" %}</a>.', "{% endblocktranslate %}{% endif %}."]
+    }
+
+
+def test_no_template_puts_an_ascii_full_stop_after_a_translation():
+    files = [
+        path
+        for name in (*APPS, "templates")
+        for path in sorted((ROOT / name).rglob("*.html"))
+        if "locale" not in path.parts
+    ]
+    assert len(files) > 100
+    found = templates_with_a_stop_after_a_translation(files)
+    assert not found, f"move the full stop inside the translation: {found}"

@@ -23,18 +23,21 @@ from tenancy.models import Department, MetricsSource, TenancySettings
 from tenancy.projects import create_project, set_project_member
 from tenancy.services import save_department
 from tests import factories
-from tests.i18n_check import english_left
+from tests.i18n_check import english_left, english_left_but
 
 pytestmark = pytest.mark.django_db
 
 # Configuration and identifiers quoted in help texts (escaped text: no element can mark them translate="no"):
 # the selector example of MetricsSource.selector (PromQL label matchers) and the names a slug may not take.
-DATA_IN_HELP = ('cluster="gb-east",job="dcgm"', "default、kube-…、root、gpu、all")
+DATA_IN_HELP = (
+    'cluster="gb-east",job="dcgm"',  # a PromQL label matcher: "job" is Prometheus's label name
+    "default、kube-…、root、gpu、all",  # the names a slug may not take: identifiers, "all" among them
+)
 
 
 def words_left(html: str) -> list[str]:
-    """english_left, less the texts that only quote configuration (DATA_IN_HELP)."""
-    return [text for text in english_left(html) if not any(data in text for data in DATA_IN_HELP)]
+    """english_left, the configuration the help texts quote (DATA_IN_HELP) taken out first."""
+    return english_left_but(html, DATA_IN_HELP)
 
 
 def admin_form(html: str) -> str:
