@@ -31,6 +31,7 @@ NUMBERS = st.one_of(
 
 IDENTIFIERS = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
 PHRASES = st.sampled_from(["drained", "in maintenance", "waiting for service"])
+COUNTED = st.sampled_from(["1 running job", "1,204 waiting jobs", "4 racks", "1 partition"])
 
 
 def _strategy(name: str):
@@ -38,6 +39,8 @@ def _strategy(name: str):
         return NUMBERS
     if name in sentences_i18n.IDENTIFIERS:
         return IDENTIFIERS
+    if name in sentences_i18n.COUNTED:
+        return COUNTED
     return PHRASES if name in sentences_i18n.PHRASES else VALUES
 
 
