@@ -46,6 +46,7 @@ IDENTIFIERS = frozenset(
         "name_again",
         "near",
         "owner",
+        "preset",
         "rack",
         "tier",
     }

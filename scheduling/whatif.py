@@ -390,13 +390,14 @@ def fit_guarantees(guarantees: Mapping[str, int], capacity: int) -> tuple[dict[s
 
 # --- the replay and the comparison ------------------------------------------------------------------------
 
-# (key in the simulator's figures, label, unit, lower is better)
+# (key in the simulator's figures, label, unit, lower is better); the labels are templates (core.sentences)
+# the wizard shows in the viewer's language.
 FIGURES = (
-    ("avg_wait_s", "Average wait", "h", True),
-    ("p95_wait_s", "p95 wait", "h", True),
-    ("avg_jct_s", "Average JCT", "h", True),
-    ("multi_tray_in_one_partition", "Multi-tray jobs in one partition", "%", False),
-    ("guarantee_shortfall_gpu_s", "Guarantee shortfall", "GPU-h", True),
+    ("avg_wait_s", gettext_noop("Average wait"), "h", True),
+    ("p95_wait_s", gettext_noop("p95 wait"), "h", True),
+    ("avg_jct_s", gettext_noop("Average JCT"), "h", True),
+    ("multi_tray_in_one_partition", gettext_noop("Multi-tray jobs in one partition"), "%", False),
+    ("guarantee_shortfall_gpu_s", gettext_noop("Guarantee shortfall"), "GPU-h", True),
 )
 KEPT = (
     "jobs",
