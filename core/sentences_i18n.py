@@ -46,7 +46,6 @@ IDENTIFIERS = frozenset(
         "name_again",
         "near",
         "owner",
-        "preset",
         "rack",
         "tier",
     }
@@ -61,7 +60,20 @@ COUNTED = frozenset({"partition_count", "rack_count", "running", "waiting"})
 COUNTED_WORDS = rf"{NUMBER} [^,;]+?"
 
 
+# Values of a known shape, so a template of few words ("<GPUs> report <domain>", "<rack> as <preset>") is
+# never taken for someone else's sentence: a GPU as the node-report problems name it ("GPU 3 (GPU-...)"), a
+# range of GPUs ("GPU 0-2, 5"), an NVLink domain ("<cluster UUID>.<clique ID>"), a preset ("2x9").
+SHAPES = {
+    "domain": r"[0-9a-f-]+\.[0-9]+",
+    "gpu": r"GPU [0-9]+ \([^()]*\)",
+    "gpu_list": r"GPU [0-9][0-9, -]*",
+    "preset": r"[0-9]+x[0-9]+",
+}
+
+
 def _value_pattern(name: str) -> str:
+    if name in SHAPES:
+        return SHAPES[name]
     if name in NUMBERS:
         return NUMBER
     if name in IDENTIFIERS:

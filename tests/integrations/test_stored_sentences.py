@@ -52,8 +52,13 @@ def _templates_of(module) -> list[str]:
 ADDED = [template for module in MODULES for template in _templates_of(module)]
 
 
+SHAPED = {"gpu": "GPU 3 (GPU-0f)", "gpu_list": "GPU 0-2, 5", "preset": "2x9", "domain": "5e3b.7"}
+
+
 def _sample(name: str) -> str:
     """A value of the kind the placeholder holds (core.sentences_i18n's value classes)."""
+    if name in sentences_i18n.SHAPES:
+        return SHAPED[name]
     if name in sentences_i18n.NUMBERS:
         return "3"
     if name in sentences_i18n.IDENTIFIERS:
@@ -83,6 +88,15 @@ def test_each_template_reads_back_in_japanese_and_stays_english_for_english_view
     assert not english_left(f"<p>{shown}</p>"), (text, shown)
     for value in values.values():  # names and numbers as written; a count in words read by its template
         assert (value if value != "4 racks" else "ラック 4 台") in shown, (text, shown)
+
+
+def test_a_short_template_is_not_taken_for_someone_elses_sentence():
+    """Templates of few words match only values of their shape: an outside system's "node reports bad
+    memory" or "drain as requested" stays as written."""
+    with translation.override("ja"):
+        for text in ("node reports bad memory", "drain as requested", "GPU 0-3 report ok"):
+            assert sentences_i18n.translate(text) == text
+        assert sentences_i18n.translate("GPU 0-3 report 5e3b.7") == "GPU 0-3 は 5e3b.7 を報告"
 
 
 def test_the_html_read_back_marks_names_and_outside_words_as_data_and_escapes_them():
