@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import hostlist
 
+from core.sentences import CLAUSES, gettext_noop, say
+
 MAX_BLOCK_LEVELS = 16  # Slurm 24.11 block_record.h: levels 0..15
 
 
@@ -117,19 +119,35 @@ class BlockLayout:
         return tuple(self.base << level for level in self.levels)
 
 
-def _size_fault(nodes: int, base: int) -> str | None:
-    """Why a partition of `nodes` cannot stand beside a smallest one of `base` ("{name}": its name)."""
+# The refusals the wizard and the what-if show: templates (core.sentences), written in English, shown in the
+# viewer's language by the portal. A partition is named by `partition` (a name, or "of 18 nodes").
+SIZE_FAULT = gettext_noop(
+    "Slurm 24.11 cannot express NVLink partition %(partition)s (%(nodes)s nodes) next to a partition of "
+    "%(base)s nodes: a block larger than the base block size is only kept whole when it is the base times a "
+    "power of two (Slurm aggregates 2, 4, 8... base blocks), and blocks smaller than the base are refused. "
+    "Carve the racks so that every partition is the smallest one times a power of two, or use Slurm 25.05+ "
+    "(topology.yaml), where blocks may be smaller than the base."
+)
+TOO_MANY_LEVELS = gettext_noop("NVLink partition %(partition)s needs more than %(levels)s block levels")
+OF_NODES = gettext_noop("of %(nodes)s nodes")
+# Why Slurm would aggregate the blocks wrongly: two clauses (a template holds no "; ").
+CANNOT_GROUP = gettext_noop(
+    "Slurm 24.11 cannot express these NVLink partitions: %(why)s. Slurm groups consecutive blocks by count, "
+    "not by rack"
+)
+CARVE_ALIKE = gettext_noop(
+    "carve the racks alike (same partition sizes in every rack) or use Slurm 25.05+ (topology.yaml)."
+)
+RACKS_GROUPED = gettext_noop("level %(size)s would group blocks of racks %(rack_names)s")
+NOT_ONE_BLOCK = gettext_noop("partition %(name)s would not be one aggregated block of %(size)s")
+
+
+def _size_fault(nodes: int, base: int, partition: str) -> str | None:
+    """Why a partition of `nodes` (called `partition`) cannot stand beside a smallest one of `base`."""
     if nodes % base or not is_power_of_two(nodes // base):
-        return (
-            f"Slurm 24.11 cannot express NVLink partition {{name}} ({nodes} nodes) next to a "
-            f"partition of {base} nodes: a block larger than the base block size is only kept whole "
-            "when it is the base times a power of two (Slurm aggregates 2, 4, 8... base blocks), and "
-            "blocks smaller than the base are refused. Carve the racks so that every partition is the "
-            "smallest one times a power of two, or use Slurm 25.05+ (topology.yaml), where blocks may "
-            "be smaller than the base."
-        )
+        return say(SIZE_FAULT, partition=partition, nodes=nodes, base=base)
     if (nodes // base).bit_length() - 1 >= MAX_BLOCK_LEVELS:
-        return f"NVLink partition {{name}} needs more than {MAX_BLOCK_LEVELS} block levels"
+        return say(TOO_MANY_LEVELS, partition=partition, levels=MAX_BLOCK_LEVELS)
     return None
 
 
@@ -143,9 +161,9 @@ def sizes_error(sizes: Iterable[int]) -> str | None:
         return None
     base = min(sizes)
     for nodes in sorted(sizes):
-        why = _size_fault(nodes, base)
+        why = _size_fault(nodes, base, say(OF_NODES, nodes=nodes))
         if why is not None:
-            return why.format(name=f"of {nodes} nodes")
+            return why
     return None
 
 
@@ -157,9 +175,9 @@ def block_layout(partitions: Sequence[BlockPartition]) -> BlockLayout:
     if base < 1:
         raise ValueError("an NVLink partition has no nodes (Slurm: 'lacks children')")
     for p in partitions:
-        why = _size_fault(p.nodes, base)
+        why = _size_fault(p.nodes, base, p.name)
         if why is not None:
-            raise ValueError(why.format(name=p.name))
+            raise ValueError(why)
 
     order = sorted(
         range(len(partitions)),
@@ -188,10 +206,7 @@ def block_layout(partitions: Sequence[BlockPartition]) -> BlockLayout:
             inside = {rows[m][0] for m in members}
             domains = {partitions[i].domain for i in inside}
             if len(domains) > 1:
-                return (
-                    False,
-                    f"level {base << level} would group blocks of racks {', '.join(sorted(domains))}",
-                )
+                return False, say(RACKS_GROUPED, size=base << level, rack_names=", ".join(sorted(domains)))
             if len(inside) == 1:
                 alone.add((level, next(iter(inside))))
         for i, p in enumerate(partitions):
@@ -200,16 +215,12 @@ def block_layout(partitions: Sequence[BlockPartition]) -> BlockLayout:
                 continue
             level = parts.bit_length() - 1
             if level not in kept or (level, i) not in alone:
-                return False, f"partition {p.name} would not be one aggregated block of {base << level}"
+                return False, say(NOT_ONE_BLOCK, name=p.name, size=base << level)
         return True, ""
 
     ok, why = groups_ok(levels)
     if not ok:
-        raise ValueError(
-            f"Slurm 24.11 cannot express these NVLink partitions: {why}. Slurm groups consecutive blocks "
-            "by count, not by rack; carve the racks alike (same partition sizes in every rack) or use Slurm "
-            "25.05+ (topology.yaml)."
-        )
+        raise ValueError(CLAUSES.join([say(CANNOT_GROUP, why=why), CARVE_ALIKE]))
 
     # The NVLink domain (rack) level, when Slurm would group exactly each rack.
     per_domain: dict[str, int] = {}

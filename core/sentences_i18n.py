@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import get_language, gettext, pgettext
 
 from core.sentences import CLAUSES, TEMPLATES
@@ -25,8 +27,9 @@ ITEMS = ", "
 # taken for part of a count ("1 of its GPUs are unhealthy" is not read as "<it is drained and 1> of ...").
 NUMBERS = frozenset(
     {
-        "clique", "count", "days", "free", "gpus", "guaranteed", "held", "hours", "job", "limit", "minutes",
-        "more", "most", "others", "parts", "plan", "racks", "slot", "slots", "total", "trays",
+        "base", "capacity", "clique", "count", "days", "free", "gpus", "guaranteed", "held", "hours", "index",
+        "intended", "job", "kept", "largest", "length", "levels", "limit", "minutes", "more", "most", "nodes",
+        "others", "partition_id", "parts", "plan", "push", "racks", "size", "slot", "slots", "total", "trays",
     }
 )  # fmt: skip
 NUMBER = r"[0-9][0-9.,-]*"
@@ -42,6 +45,7 @@ IDENTIFIERS = frozenset(
         "name",
         "name_again",
         "near",
+        "owner",
         "rack",
         "tier",
     }
@@ -50,13 +54,32 @@ IDENTIFIER = r"[^\s;]+"
 # A tray's state in words ("drained", "in maintenance"): never holds " and " (that joins two reasons).
 PHRASES = frozenset({"state"})
 PHRASE = r"(?:(?! and )[^,;])+?"
+# A count and what it counts, one item of a list ("1,204 running jobs" in "1,204 running jobs, 3 waiting
+# jobs"; "4 racks" in "4 racks, 6 partitions, 288 GPUs"): a number, then words without a comma.
+COUNTED = frozenset({"partition_count", "rack_count", "running", "waiting"})
+COUNTED_WORDS = rf"{NUMBER} [^,;]+?"
+
+
+# Values of a known shape, so a template of few words ("<GPUs> report <domain>", "<rack> as <preset>") is
+# never taken for someone else's sentence: a GPU as the node-report problems name it ("GPU 3 (GPU-...)"), a
+# range of GPUs ("GPU 0-2, 5"), an NVLink domain ("<cluster UUID>.<clique ID>"), a preset ("2x9").
+SHAPES = {
+    "domain": r"[0-9a-f-]+\.[0-9]+",
+    "gpu": r"GPU [0-9]+ \([^()]*\)",
+    "gpu_list": r"GPU [0-9][0-9, -]*",
+    "preset": r"[0-9]+x[0-9]+",
+}
 
 
 def _value_pattern(name: str) -> str:
+    if name in SHAPES:
+        return SHAPES[name]
     if name in NUMBERS:
         return NUMBER
     if name in IDENTIFIERS:
         return IDENTIFIER
+    if name in COUNTED:
+        return COUNTED_WORDS
     return PHRASE if name in PHRASES else ".+?"
 
 
@@ -89,27 +112,46 @@ def _match(text: str) -> tuple[str, dict[str, str]] | None:
     return None
 
 
-def _clause(text: str, depth: int) -> str:
-    if depth > DEPTH or not text:
+def _kept(text: str, mark: bool) -> str:
+    """A text no template matched (a name, a host list, an outside system's words, a clause an older release
+    wrote): as stored; as HTML, escaped and marked as data a browser's translator leaves alone (a count or
+    a range is not marked: it holds no words)."""
+    if not mark:
         return text
+    if not text or re.fullmatch(NUMBER, text):
+        return escape(text)
+    return format_html('<span translate="no">{}</span>', text)
+
+
+def _clause(text: str, depth: int, mark: bool = False) -> str:
+    if depth > DEPTH or not text:
+        return _kept(text, mark)
+    words = escape if mark else str
     if depth and ITEMS in text:  # a value that is a list of template sentences: item by item
         items = text.split(ITEMS)
         if all(_match(item) is not None for item in items):
-            return pgettext("between the items of a list in a sentence", ", ").join(
-                _clause(item, depth + 1) for item in items
+            return words(pgettext("between the items of a list in a sentence", ", ")).join(
+                _clause(item, depth + 1, mark) for item in items
             )
     found = _match(text)
     if found is not None:
         template, values = found
-        translated = {name: _clause(value, depth + 1) for name, value in values.items()}
-        return gettext(template) % translated if translated else gettext(template)
-    return text
+        translated = {
+            # A name is data, never read as a sentence (a partition called "preempted" stays so).
+            name: _kept(value, mark) if name in IDENTIFIERS else _clause(value, depth + 1, mark)
+            for name, value in values.items()
+        }
+        return words(gettext(template)) % translated if translated else words(gettext(template))
+    return _kept(text, mark)
 
 
 @lru_cache(maxsize=4096)
-def _translated(text: str, language: str, count: int) -> str:
+def _translated(text: str, language: str, count: int, mark: bool = False) -> str:
+    clauses = text.split(CLAUSES)
+    if not any(_match(clause) for clause in clauses):
+        return _kept(text, mark)  # no sentence of ours (an outside system's reason): as written, "; " too
     separator = pgettext("between the clauses of a scheduler's reason", "; ")
-    return separator.join(_clause(clause, 0) for clause in text.split(CLAUSES))
+    return (escape(separator) if mark else separator).join(_clause(clause, 0, mark) for clause in clauses)
 
 
 def translate(text: str) -> str:
@@ -118,3 +160,13 @@ def translate(text: str) -> str:
     if not text or language.startswith("en"):
         return text
     return _translated(text, language, len(TEMPLATES))
+
+
+def translate_html(text: str) -> SafeString:
+    """`text`, a sentence stored in English, as HTML in the active language (English too): the words are
+    the templates' (translated), and what is data (a name, a UUID, text no template matched, such as an
+    outside system's own reason) is marked `translate="no"`, so a browser's translator leaves it alone and
+    the page's wording can be checked apart from its data."""
+    if not text:
+        return mark_safe("")
+    return mark_safe(_translated(str(text), get_language() or "en", len(TEMPLATES), True))

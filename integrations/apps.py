@@ -12,3 +12,8 @@ class IntegrationsConfig(AppConfig):
         kinds.load()
         # Tenancy changes the configuration renders queue pushes (tenancy sits below: it cannot ask).
         signals.connect()
+        # The templates of the sentences integrations stores in English (core.sentences): registered before
+        # any page reads one back, whichever app's page shows it (a tray drained for a plan, a push's reason).
+        from integrations import words  # noqa: F401
+        from integrations.fabric import base  # noqa: F401
+        from integrations.plans import windows  # noqa: F401

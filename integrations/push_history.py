@@ -17,8 +17,8 @@ pipeline and task as any push (integrations.pushes.queue_payload), and records w
 and says what it found in words.
 
 After a rollback the target runs an older version than the portal's current configuration. `rolled_back`
-tells (no column records it: a push again's reason is ROLLBACK_REASON): the target's last successful push is
-a push again whose payload differs from the newest push of the current configuration (the newest push that
+tells (no column records it: a push again's reason is words.PUSH_ROLLBACK): the target's last successful push
+is a push again whose payload differs from the newest push of the current configuration (the newest push that
 is not a push again). The targets page and that push's page say so, with a button that queues a normal push
 (integrations.pushes.queue_pushes) of the current configuration.
 """
@@ -37,11 +37,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
 from core.models import AuditAction, AuditEvent, AuditSource
-from integrations import pushes, registry
+from core.sentences import say
+from integrations import pushes, registry, words
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
 DIFF_LINES = 400  # unified-diff lines shown per file/object
-ROLLBACK_REASON = "version of push #{pk} pushed again"  # a push again's reason: how rolled_back finds it
 ROLLBACK_PREFIX = "version of push #"
 _ROLLBACK = re.compile(r"version of push #(\d+) pushed again")
 
@@ -233,7 +233,7 @@ def push_again(push: ConfigPush, user) -> ConfigPush:
         )
     with transaction.atomic():
         created = pushes.queue_payload(
-            push.target_id, push.payload, reason=ROLLBACK_REASON.format(pk=push.pk), user=user
+            push.target_id, push.payload, reason=say(words.PUSH_ROLLBACK, push=push.pk), user=user
         )
         actor = user if getattr(user, "is_authenticated", False) else None
         AuditEvent.objects.create(

@@ -35,6 +35,8 @@ from core import claims
 from core.errors import ExternalError, with_advice
 from core.models import NotificationEvent
 from core.notifications.recording import notify
+from core.sentences import CLAUSES, say
+from integrations import words
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.pushes import (
     adapter_for,
@@ -152,7 +154,9 @@ def _transient(push: ConfigPush, error: BaseException, log: _Log, can_schedule_r
             push,
             PushStatus.FAILED,
             log,
-            error=f"gave up after {push.attempts} attempts; the target did not answer:\n{text}",
+            error=CLAUSES.join(
+                [say(words.PUSH_GAVE_UP, count=push.attempts), say(words.PUSH_NO_ANSWER, output=text)]
+            ),
         )
     now = timezone.now()
     retry = claims.retry_later(push.attempts, now)
@@ -189,7 +193,12 @@ def _finish(push: ConfigPush, status: str, log: _Log, *, error: str = "", summar
         target = push.target
         notify(
             NotificationEvent.PUSH_FAILED,
-            f"Push #{push.pk} to {target.name} failed: {error.splitlines()[0] if error else 'see its log'}",
+            say(
+                words.PUSH_FAILED,
+                push=push.pk,
+                target=target.name,
+                error=error.splitlines()[0] if error else words.SEE_ITS_LOG,
+            ),
             {"push": push.pk, "target": target.name, "kind": target.kind, "error": error[:2000]},
             scope=[f"target:{target.name}"],
             link=reverse("integrations:push-detail", args=[push.pk]),
@@ -212,7 +221,7 @@ def run_follow_up(target_id: int) -> list[ConfigPush]:
         target.follow_up = None
         target.save(update_fields=["follow_up", "updated_at"])
         return queue_pushes(
-            reason=f"{waiting.get('reason') or 'change'} (waited for the previous push)",
+            reason=say(words.PUSH_WAITED, reason=waiting.get("reason") or words.PUSH_CHANGE),
             user=user,
             plan_id=waiting.get("plan_id"),
             targets=[target],

@@ -36,8 +36,9 @@ from django.utils import timezone
 
 from core.enqueue import send_now
 from core.errors import advice, with_advice
+from core.sentences import say
 from core.task_names import PUSH_CONFIG
-from integrations import registry
+from integrations import registry, words
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.rendering import Rendered, needs_fabric
 
@@ -359,7 +360,7 @@ def retry_now(push: ConfigPush, user=None) -> list[ConfigPush]:
     if not push.target.enabled:
         raise ValidationError(f"target {push.target.name} is disabled: enable it first")
     return queue_pushes(
-        reason=f"retry of push #{push.pk}", user=user, plan_id=push.plan_id, targets=[push.target]
+        reason=say(words.PUSH_RETRY, push=push.pk), user=user, plan_id=push.plan_id, targets=[push.target]
     )
 
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import re
 
+from core.sentences import gettext_noop, say
+
 SHARED_TIER = "gpu"  # the shared Slurm partition: every tray in no dedicated NVLink partition and no tier
 TIER_SEPARATOR = "_"  # never in a department slug (tenancy.naming.SLUG_PATTERN)
 TIER_PREFIX = SHARED_TIER + TIER_SEPARATOR
@@ -49,44 +51,61 @@ _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 _HOSTNAME = re.compile(HOSTNAME_PATTERN)
 _TIER = re.compile(TIER_PATTERN)
 
-_LABEL_WORDS = "lower-case letters (a-z), digits and '-', starting and ending with a letter or digit"
+# Why a name is refused: templates (core.sentences), written in English (the API, the node-report API, the
+# migration's refusal), shown in the viewer's language by the portal's forms (inventory.validators) and the
+# wizard's findings. `why` is what the name is used for (a template of its own).
+NAME_REQUIRED = gettext_noop("a name is required")
+HOSTNAME_REQUIRED = gettext_noop("a hostname is required")
+TOO_LONG = gettext_noop("at most %(limit)s characters (this one has %(length)s): %(why)s")
+LOWER_CASE = gettext_noop("use lower case: %(why)s")
+LABEL_ONLY = gettext_noop(
+    "use only lower-case letters (a-z), digits and '-', starting and ending with a letter or digit: %(why)s"
+)
+HOSTNAME_ONLY = gettext_noop(
+    "use only lower-case letters (a-z), digits and '-', starting and ending with a letter or digit, with '.' "
+    "between such parts: %(why)s"
+)
+RACK_NAME_USE = gettext_noop("it is a Kubernetes label value and part of Slurm block names")
+PARTITION_NAME_USE = gettext_noop(
+    "with its rack's name it is a Kubernetes label value and a Slurm block name"
+)
+HOSTNAME_USE = gettext_noop("it is the Kubernetes node's name and label value and the Slurm NodeName")
+TIER_NOT_TEXT = gettext_noop("a service tier is text")
+TIER_FORM = gettext_noop(
+    "a service tier is '%(shared)s' or '%(prefix)s<name>' (e.g. '%(example)s', <name> being up to "
+    "%(limit)s lower-case letters, digits and single hyphens), or empty for the shared partition: names "
+    "without '%(separator)s' are departments' Slurm partitions"
+)
 
 
 def _label_error(name: object, limit: int, why: str) -> str | None:
     if not isinstance(name, str) or not name:
-        return "a name is required"
+        return NAME_REQUIRED
     if len(name) > limit:
-        return f"at most {limit} characters (this one has {len(name)}): {why}"
+        return say(TOO_LONG, limit=limit, length=len(name), why=why)
     if _DNS_LABEL.match(name) is None:
-        if name != name.lower():
-            return f"use lower case: {why}"
-        return f"use only {_LABEL_WORDS}: {why}"
+        return say(LOWER_CASE if name != name.lower() else LABEL_ONLY, why=why)
     return None
 
 
 def rack_name_error(name: object) -> str | None:
     """Why `name` cannot be a rack's name; None when it can."""
-    return _label_error(name, RACK_NAME_MAX, "it is a Kubernetes label value and part of Slurm block names")
+    return _label_error(name, RACK_NAME_MAX, RACK_NAME_USE)
 
 
 def partition_name_error(name: object) -> str | None:
     """Why `name` cannot be an NVLink partition's name; None when it can."""
-    return _label_error(
-        name, PARTITION_NAME_MAX, "with its rack's name it is a Kubernetes label value and a Slurm block name"
-    )
+    return _label_error(name, PARTITION_NAME_MAX, PARTITION_NAME_USE)
 
 
 def hostname_error(hostname: object) -> str | None:
     """Why `hostname` cannot be a compute tray's hostname; None when it can."""
-    why = "it is the Kubernetes node's name and label value and the Slurm NodeName"
     if not isinstance(hostname, str) or not hostname:
-        return "a hostname is required"
+        return HOSTNAME_REQUIRED
     if len(hostname) > HOSTNAME_MAX:
-        return f"at most {HOSTNAME_MAX} characters (this one has {len(hostname)}): {why}"
+        return say(TOO_LONG, limit=HOSTNAME_MAX, length=len(hostname), why=HOSTNAME_USE)
     if _HOSTNAME.match(hostname) is None:
-        if hostname != hostname.lower():
-            return f"use lower case: {why}"
-        return f"use only {_LABEL_WORDS}, with '.' between such parts: {why}"
+        return say(LOWER_CASE if hostname != hostname.lower() else HOSTNAME_ONLY, why=HOSTNAME_USE)
     return None
 
 
@@ -95,11 +114,14 @@ def service_tier_error(tier: object) -> str | None:
     if tier == "":
         return None
     if not isinstance(tier, str):
-        return "a service tier is text"
+        return TIER_NOT_TEXT
     if _TIER.match(tier) is None or len(tier) > len(TIER_PREFIX) + TIER_NAME_MAX:
-        return (
-            f"a service tier is '{SHARED_TIER}' or '{TIER_PREFIX}<name>' (e.g. '{TIER_PREFIX}interactive'; "
-            f"<name>: up to {TIER_NAME_MAX} lower-case letters, digits and single hyphens), or empty for the "
-            f"shared partition: names without '{TIER_SEPARATOR}' are departments' Slurm partitions"
+        return say(
+            TIER_FORM,
+            shared=SHARED_TIER,
+            prefix=TIER_PREFIX,
+            example=f"{TIER_PREFIX}interactive",
+            limit=TIER_NAME_MAX,
+            separator=TIER_SEPARATOR,
         )
     return None

@@ -509,9 +509,6 @@ BUSY_SUMMARY_AT = 3  # this many jobs or more on changing trays: one summary fin
 BUSY_NAMED = 5  # jobs named in that summary
 
 
-_duration = minutes  # "about 5 min"
-
-
 def _check_busy_trays(check: PlanCheck, drain: bool, by_slot: dict[int, TrayInfo] | None = None) -> None:
     """Trays that run work and change partition: drained first (`drain`), else the plan is refused. One
     finding per job, listing its trays (a job on 18 trays is one finding, not 18); from BUSY_SUMMARY_AT jobs
@@ -530,7 +527,7 @@ def _check_busy_trays(check: PlanCheck, drain: bool, by_slot: dict[int, TrayInfo
             named = say(AND_MORE, names=named, more=more)
         ends = [by_slot[slot].work_ends_in_s for slot in slots if by_slot and slot in by_slot]
         when = (
-            say(DRAIN_WHEN, wait=_duration(max(end for end in ends if end is not None)))
+            say(DRAIN_WHEN, wait=minutes(max(end for end in ends if end is not None)))
             if ends and all(end is not None for end in ends)
             else ""
         )

@@ -5,13 +5,16 @@ has the rules). The same patterns are the models' named check constraints."""
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
+from core import sentences_i18n
 from inventory import names
 from inventory.mig_layouts import NAME as MIG_LAYOUT_NAME
 
 
 def _refuse(why: str | None) -> None:
+    """Refuse with the names rule's sentence (English, core.sentences) in the asker's language: a form's
+    error in the viewer's, an API error in the Accept-Language's (English without one), as DRF's own."""
     if why is not None:
-        raise ValidationError(why, code="invalid_name")
+        raise ValidationError(sentences_i18n.translate(why), code="invalid_name")
 
 
 def validate_rack_name(value):

@@ -13,3 +13,6 @@ class SchedulingConfig(AppConfig):
 
         signals.connect()
         checks.register(preemption_bounds)
+        # The templates of the sentences scheduling writes in English (core.sentences): registered before any
+        # page reads one back (a job's reason, a what-if's notes).
+        from scheduling import whatif, words  # noqa: F401

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from core.hardware import GPUS_PER_TRAY
+from core.sentences import gettext_noop, plural, say
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import RACKPLANE
 from scheduling.simulation_inputs import SimulationError, Trace, TraceJob, round_gpus
@@ -126,12 +127,61 @@ def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+def _count(n: int, one: str, many: str) -> str:
+    """`n` in the template for its number ("1 job", "1,204 jobs")."""
+    return say(plural(n, one, many), count=f"{n:,}")
 
 
-def _was(n: int) -> str:
-    return "was" if n == 1 else "were"
+# The notes, the layouts' descriptions and the refusals of a what-if: templates (core.sentences), stored in
+# English with the run, shown in the viewer's language by the wizard (core.sentences_i18n).
+WINDOW_CAPPED = gettext_noop(
+    "The window holds %(total)s jobs: the replay takes the most recent %(kept)s (submitted since %(since)s) "
+    "so that it stays quick. Choose fewer days to replay a whole window."
+)
+CARRIED_ONE = gettext_noop(
+    "%(count)s job submitted before the window was still waiting or running when it opened: they enter the "
+    "replay at its start with the run time they had left."
+)
+CARRIED_MANY = gettext_noop(
+    "%(count)s jobs submitted before the window were still waiting or running when it opened: they enter the "
+    "replay at its start with the run time they had left."
+)
+NEVER_RAN_ONE = gettext_noop(
+    "%(count)s job cancelled or failed before starting: left out, as they never held GPUs."
+)
+NEVER_RAN_MANY = gettext_noop(
+    "%(count)s jobs cancelled or failed before starting: left out, as they never held GPUs."
+)
+UNFINISHED = gettext_noop(
+    "Jobs not finished yet run for their time limit in the replay (a running one for the time it has run so "
+    "far when that is longer): %(running)s, %(waiting)s."
+)
+RUNNING_ONE = gettext_noop("%(count)s running job")
+RUNNING_MANY = gettext_noop("%(count)s running jobs")
+WAITING_ONE = gettext_noop("%(count)s waiting job")
+WAITING_MANY = gettext_noop("%(count)s waiting jobs")
+LAYOUT = gettext_noop("%(rack_count)s, %(partition_count)s, %(gpus)s GPUs")
+RACK_ONE = gettext_noop("%(count)s rack")
+RACK_MANY = gettext_noop("%(count)s racks")
+PARTITION_ONE = gettext_noop("%(count)s partition")
+PARTITION_MANY = gettext_noop("%(count)s partitions")
+SCALED_DOWN = gettext_noop(
+    "The replayed departments' guarantees add up to %(total)s GPUs, more than this layout's %(capacity)s: "
+    "they are scaled down in proportion."
+)
+NO_SUCH_RACK = gettext_noop("No rack named %(names)s in the inventory.")
+NO_SUCH_SLOT = gettext_noop("%(rack)s has no tray in slot %(slot_list)s.")
+NO_JOBS = gettext_noop("There are no jobs in the window to replay.")
+NO_TRAYS = gettext_noop("The layout has no tray in any NVLink partition: nothing could run on it.")
+TOO_BIG_ONE = gettext_noop(
+    "This layout has %(capacity)s GPUs in its partitions, and %(count)s job of the history needs more (the "
+    "largest %(largest)s): it could never run it."
+)
+TOO_BIG_MANY = gettext_noop(
+    "This layout has %(capacity)s GPUs in its partitions, and %(count)s jobs of the history need more (the "
+    "largest %(largest)s): it could never run them."
+)
+NOT_FINISHED = gettext_noop("The replay could not finish on this layout: %(error)s.")
 
 
 def run_time(job: HistoryJob, window_end: float) -> float | None:
@@ -199,26 +249,18 @@ def history(
         total = len(jobs) + older
         jobs = jobs[-max_jobs:]
         window_start = jobs[0].submitted_at
-        notes.append(
-            f"The window holds {total:,} jobs: the replay takes the most recent {len(jobs):,} (submitted "
-            f"since {_when(window_start)}) so that it stays quick. Choose fewer days to replay a whole "
-            "window."
-        )
+        notes.append(say(WINDOW_CAPPED, total=f"{total:,}", kept=f"{len(jobs):,}", since=_when(window_start)))
     if carried:
-        notes.append(
-            f"{_plural(carried, 'job')} submitted before the window {_was(carried)} still waiting or running "
-            "when it opened: they enter the replay at its start with the run time they had left."
-        )
+        notes.append(_count(carried, CARRIED_ONE, CARRIED_MANY))
     if never_ran:
-        notes.append(
-            f"{_plural(never_ran, 'job')} cancelled or failed before starting: left out, as they never held "
-            "GPUs."
-        )
+        notes.append(_count(never_ran, NEVER_RAN_ONE, NEVER_RAN_MANY))
     if waiting or running:
         notes.append(
-            "Jobs not finished yet run for their time limit in the replay (a running one for the time it has "
-            f"run so far when that is longer): {_plural(running, 'running job')}, "
-            f"{_plural(waiting, 'waiting job')}."
+            say(
+                UNFINISHED,
+                running=_count(running, RUNNING_ONE, RUNNING_MANY),
+                waiting=_count(waiting, WAITING_ONE, WAITING_MANY),
+            )
         )
     jobs, replayed, parents = _project_traces(jobs, guarantees, projects)
     return History(window_start, window_end, jobs, replayed, notes, parents)
@@ -295,7 +337,7 @@ def carve(trays: Sequence[Tray], carvings: Sequence[Carving] = ()) -> list[TrayS
     carved = {c.rack: c for c in carvings}
     unknown = sorted(set(carved) - {t.rack for t in trays})
     if unknown:
-        raise WhatIfError(f"No rack named {', '.join(unknown)} in the inventory.")
+        raise WhatIfError(say(NO_SUCH_RACK, names=", ".join(unknown)))
     by_rack: dict[str, list[Tray]] = {}
     for tray in trays:
         by_rack.setdefault(tray.rack, []).append(tray)
@@ -313,7 +355,7 @@ def carve(trays: Sequence[Tray], carvings: Sequence[Carving] = ()) -> list[TrayS
         for name, slots, owner in carving.partitions:
             missing = [slot for slot in slots if slot not in host]
             if missing:
-                raise WhatIfError(f"{rack} has no tray in slot {', '.join(map(str, missing))}.")
+                raise WhatIfError(say(NO_SUCH_SLOT, rack=rack, slot_list=", ".join(map(str, missing))))
             specs += [TraySpec(host[slot], rack, name, GPUS_PER_TRAY, owner) for slot in sorted(slots)]
     return specs
 
@@ -323,7 +365,12 @@ def describe(specs: Sequence[TraySpec]) -> str:
     racks = {s.rack for s in specs}
     partitions = {(s.rack, s.partition) for s in specs}
     gpus = sum(s.capacity for s in specs)
-    return f"{_plural(len(racks), 'rack')}, {_plural(len(partitions), 'partition')}, {gpus:,} GPUs"
+    return say(
+        LAYOUT,
+        rack_count=_count(len(racks), RACK_ONE, RACK_MANY),
+        partition_count=_count(len(partitions), PARTITION_ONE, PARTITION_MANY),
+        gpus=f"{gpus:,}",
+    )
 
 
 def fit_guarantees(guarantees: Mapping[str, int], capacity: int) -> tuple[dict[str, int], str | None]:
@@ -338,21 +385,19 @@ def fit_guarantees(guarantees: Mapping[str, int], capacity: int) -> tuple[dict[s
         : capacity - sum(fitted.values())
     ]:
         fitted[name] += 1
-    return fitted, (
-        f"The replayed departments' guarantees add up to {total:,} GPUs, more than this layout's "
-        f"{capacity:,}: they are scaled down in proportion."
-    )
+    return fitted, say(SCALED_DOWN, total=f"{total:,}", capacity=f"{capacity:,}")
 
 
 # --- the replay and the comparison ------------------------------------------------------------------------
 
-# (key in the simulator's figures, label, unit, lower is better)
+# (key in the simulator's figures, label, unit, lower is better); the labels are templates (core.sentences)
+# the wizard shows in the viewer's language.
 FIGURES = (
-    ("avg_wait_s", "Average wait", "h", True),
-    ("p95_wait_s", "p95 wait", "h", True),
-    ("avg_jct_s", "Average JCT", "h", True),
-    ("multi_tray_in_one_partition", "Multi-tray jobs in one partition", "%", False),
-    ("guarantee_shortfall_gpu_s", "Guarantee shortfall", "GPU-h", True),
+    ("avg_wait_s", gettext_noop("Average wait"), "h", True),
+    ("p95_wait_s", gettext_noop("p95 wait"), "h", True),
+    ("avg_jct_s", gettext_noop("Average JCT"), "h", True),
+    ("multi_tray_in_one_partition", gettext_noop("Multi-tray jobs in one partition"), "%", False),
+    ("guarantee_shortfall_gpu_s", gettext_noop("Guarantee shortfall"), "GPU-h", True),
 )
 KEPT = (
     "jobs",
@@ -377,16 +422,19 @@ def replay(history: History, specs: Sequence[TraySpec], **options) -> dict:
     from scheduling import simulator  # the replay loop; imported here so the conversion stays light
 
     if not history.jobs:
-        raise WhatIfError("There are no jobs in the window to replay.")
+        raise WhatIfError(NO_JOBS)
     if not specs:
-        raise WhatIfError("The layout has no tray in any NVLink partition: nothing could run on it.")
+        raise WhatIfError(NO_TRAYS)
     capacity = sum(spec.capacity for spec in specs)
     too_big = [job for job in history.jobs if job.gpus > capacity]
     if too_big:
         raise WhatIfError(
-            f"This layout has {capacity:,} GPUs in its partitions, and {_plural(len(too_big), 'job')} of the "
-            f"history {'needs' if len(too_big) == 1 else 'need'} more (the largest "
-            f"{max(j.gpus for j in too_big):,}): it could never run {'it' if len(too_big) == 1 else 'them'}."
+            say(
+                plural(len(too_big), TOO_BIG_ONE, TOO_BIG_MANY),
+                capacity=f"{capacity:,}",
+                count=f"{len(too_big):,}",
+                largest=f"{max(j.gpus for j in too_big):,}",
+            )
         )
     guarantees, note = fit_guarantees(history.guarantees, capacity)
     try:
@@ -400,7 +448,7 @@ def replay(history: History, specs: Sequence[TraySpec], **options) -> dict:
             **options,
         )
     except SimulationError as error:
-        raise WhatIfError(f"The replay could not finish on this layout: {error}.") from error
+        raise WhatIfError(say(NOT_FINISHED, error=error)) from error
     figures = {key: run.metrics.get(key) for key in KEPT}
     figures["layout"] = describe(specs)
     figures["capacity_gpus"] = capacity

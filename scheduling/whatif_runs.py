@@ -25,6 +25,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from core.enqueue import enqueue
+from core.sentences import gettext_noop, say
 from core.task_names import WHATIF_PREPARE
 from inventory.models import ComputeTray
 from scheduling import whatif
@@ -40,7 +41,13 @@ MAX_LAYOUTS = 6  # the cluster as it is, the plan, and up to four other candidat
 REPLAY_TIME_LIMIT_S = 600
 # A run no worker has started after this long is said to be stuck (the page says what to check).
 NOT_STARTED_AFTER = timedelta(minutes=2)
-NOW = "The cluster now"
+# Stored with a run in English (its labels, why a layout or the run failed): templates (core.sentences) the
+# wizard shows in the viewer's language.
+NOW = gettext_noop("The cluster now")
+TOO_LONG = gettext_noop("The replay took longer than %(minutes)s minutes and was stopped: replay fewer days.")
+REPLAY_FAILED = gettext_noop("The replay failed: %(error)s")
+HISTORY_FAILED = gettext_noop("Reading the job history failed: %(error)s")
+NO_LAYOUT_REPLAYED = gettext_noop("No layout could be replayed: each one says why below.")
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -178,7 +185,7 @@ def prepare(run_id: int, now: datetime | None = None) -> list[int]:
         trays = cluster_trays()
     except Exception as error:  # the run must end in words, whatever went wrong
         log.exception("what-if #%s: reading the history failed", run_id)
-        _end(run, WhatIfState.FAILED, f"Reading the job history failed: {_words(error)}")
+        _end(run, WhatIfState.FAILED, say(HISTORY_FAILED, error=_words(error)))
         return []
     run.window_start = datetime.fromtimestamp(replayed.window_start, tz=now.tzinfo)
     run.window_end = now
@@ -214,13 +221,10 @@ def replay_layout(layout_id: int, **options) -> str:
         layout.state, layout.error = WhatIfState.FAILED, str(error)
     except SoftTimeLimitExceeded:
         layout.state = WhatIfState.FAILED
-        layout.error = (
-            f"The replay took longer than {REPLAY_TIME_LIMIT_S // 60} minutes and was stopped: replay fewer "
-            "days."
-        )
+        layout.error = say(TOO_LONG, minutes=REPLAY_TIME_LIMIT_S // 60)
     except Exception as error:  # a layout must end in words, whatever went wrong
         log.exception("what-if #%s: replaying %s failed", run.pk, layout.label)
-        layout.state, layout.error = WhatIfState.FAILED, f"The replay failed: {_words(error)}"
+        layout.state, layout.error = WhatIfState.FAILED, say(REPLAY_FAILED, error=_words(error))
     layout.finished_at = timezone.now()
     layout.save(update_fields=["figures", "state", "error", "finished_at"])
     settle(run.pk)
@@ -239,7 +243,7 @@ def settle(run_id: int) -> None:
         if WhatIfState.DONE in states:
             _end(run, WhatIfState.DONE, "")
         else:
-            _end(run, WhatIfState.FAILED, "No layout could be replayed: each one says why below.")
+            _end(run, WhatIfState.FAILED, NO_LAYOUT_REPLAYED)
 
 
 def _end(run: WhatIfRun, state: str, error: str) -> None:

@@ -51,3 +51,13 @@ def sentence_words(text):
     from core.sentences_i18n import translate
 
     return translate(str(text)) if text else text
+
+
+@register.filter
+def sentence_html(text):
+    """A sentence stored in English (core.sentences) as HTML in the viewer's language, its data (names,
+    UUIDs, text no template matched, such as an outside system's own words) marked `translate="no"`: for
+    text shown in running prose, where `sentence_words` would leave a name for a browser to translate."""
+    from core.sentences_i18n import translate_html
+
+    return translate_html(text) if text else text

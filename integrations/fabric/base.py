@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from core.errors import ExternalError
+from core.sentences import gettext_noop, say
+from inventory.planning import GPUS, ONE_GPU
 
 DEFAULT_PARTITION_ID = 32766
 MIN_PARTITION_ID = 1
@@ -173,14 +175,26 @@ class FabricStep:
         return self.partition_id == DEFAULT_PARTITION_ID
 
     def describe(self) -> str:
-        label = f"partition {self.name} (ID {self.partition_id})"
-        if self.action == "delete":
-            return f"delete {label}: {_gpus(len(self.removed))} leave it"
-        if self.action == "create":
-            return f"create partition {self.name}: {_gpus(len(self.added))}"
-        if self.action == "shrink":
-            return f"remove {_gpus(len(self.removed))} from {label}, {len(self.members)} stay"
-        return f"add {_gpus(len(self.added))} to {label}, {len(self.members)} in it after"
+        """The step in a sentence of templates (STEP_WORDS): shown in the viewer's language by the wizard's
+        preview, written as it is to the push's log."""
+        values = {"name": self.name, "partition_id": self.partition_id, "count": len(self.members)}
+        if self.action in ("delete", "shrink"):
+            return say(STEP_WORDS[self.action], gpu_words=_gpus(len(self.removed)), **values)
+        return say(STEP_WORDS[self.action], gpu_words=_gpus(len(self.added)), **values)
+
+
+# What each step asks of the fabric manager, as templates (core.sentences): the partition's name and ID are
+# values, the GPUs a count ("4 GPUs", inventory.planning's templates).
+STEP_WORDS: dict[str, str] = {
+    "delete": gettext_noop("delete partition %(name)s (ID %(partition_id)s): %(gpu_words)s leave it"),
+    "create": gettext_noop("create partition %(name)s: %(gpu_words)s"),
+    "shrink": gettext_noop(
+        "remove %(gpu_words)s from partition %(name)s (ID %(partition_id)s), %(count)s stay"
+    ),
+    "grow": gettext_noop(
+        "add %(gpu_words)s to partition %(name)s (ID %(partition_id)s), %(count)s in it after"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -554,4 +568,4 @@ def sort_partitions(partitions: Iterable[FabricPartition]) -> list[FabricPartiti
 
 
 def _gpus(count: int) -> str:
-    return f"{count} GPU{'s' if count != 1 else ''}"
+    return ONE_GPU if count == 1 else say(GPUS, count=count)

@@ -28,6 +28,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from core.audit import recording_changes, update_recorded
+from core.sentences import say
+from integrations import words
 from integrations.fabric import FabricError, FabricPartition
 from integrations.fabric.base import plan_changes
 from integrations.models import ConfigPush, ConfigTarget, PlanWindow, PushStatus
@@ -60,7 +62,8 @@ class PlanConflict(Exception):
 
 
 def drain_reason(plan: PartitionPlan) -> str:
-    return f"Rackplane plan #{plan.pk}: draining before repartitioning {plan.rack.name}"
+    """The state reason of a tray drained for `plan` (stored in English, Slurm's drain reason too)."""
+    return say(words.DRAINING_FOR_PLAN, plan=plan.pk, rack=plan.rack.name)
 
 
 def rack_trays(rack: Rack) -> list[TrayInfo]:
@@ -424,7 +427,7 @@ def fabric_steps(rack: Rack, check: PlanCheck) -> list[str]:
     try:
         diff = plan_changes(domain, now, planned, (u for uuids in gpus_of_slot.values() for u in uuids))
     except FabricError as error:
-        return [_("the fabric manager would refuse this layout: %(error)s") % {"error": error}]
+        return [say(words.FABRIC_WOULD_REFUSE, error=error)]
     return [step.describe() for step in diff.steps]
 
 
@@ -597,7 +600,8 @@ def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:
     )
     plan.status = PlanStatus.APPLYING
     plan.save(update_fields=["status", "applied_at"])
-    queue_pushes(reason=f"plan #{plan.pk}: repartition {plan.rack.name}", user=user, plan_id=plan.pk)
+    reason = say(words.PUSH_FOR_PLAN, plan=plan.pk, rack=plan.rack.name)
+    queue_pushes(reason=reason, user=user, plan_id=plan.pk)
     refresh_status(plan)
 
 
@@ -676,7 +680,7 @@ def refresh_status(plan: PartitionPlan) -> PartitionPlan:
             push = ConfigPush.objects.select_related("superseded_by").get(pk=push.superseded_by_id)
         statuses.add(push.status)
     if PushStatus.FAILED in statuses:
-        status, error = PlanStatus.FAILED, "a push failed: open it to see why, fix the cause and retry it"
+        status, error = PlanStatus.FAILED, words.PLAN_PUSH_FAILED
     elif statuses <= {PushStatus.SUCCEEDED, PushStatus.SUPERSEDED}:
         status, error = PlanStatus.APPLIED, ""
     else:

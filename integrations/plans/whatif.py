@@ -15,13 +15,18 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from core import sentences_i18n
 from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
+from core.sentences import gettext_noop, say
 from inventory.models import Rack
 from inventory.planning import PlannedPartition, preset_layout
 from scheduling.whatif import Carving
 from scheduling.whatif_runs import NOW, Progress
 
-THIS_PLAN = "This plan"
+# The layouts' labels, stored with a run in English (core.sentences templates), shown in the viewer's
+# language.
+THIS_PLAN = gettext_noop("This plan")
+AS_PRESET = gettext_noop("%(rack)s as %(preset)s")
 # One colour per layout, in order (the cluster now in slate, the plan in blue), each named in the legend.
 COLOURS = ("#334155", "#2563eb", "#f59e0b", "#16a34a", "#9333ea", "#db2777")
 # The chart's three panels: (figure keys, title, unit).
@@ -51,7 +56,7 @@ def layouts(
         if _shape(partitions) in seen:
             continue
         seen.add(_shape(partitions))
-        chosen.append((f"{rack.name} as {preset}", [carving(rack, partitions)]))
+        chosen.append((say(AS_PRESET, rack=rack.name, preset=preset), [carving(rack, partitions)]))
     return chosen
 
 
@@ -65,15 +70,19 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
     done = [layout for layout in progress.layouts if layout.figures]
     data = []
     for index, layout in enumerate(done):
+        label = sentences_i18n.translate(layout.label)
         colour = COLOURS[layout.position % len(COLOURS)]
         for panel, (keys, _title, unit) in enumerate(PANELS, start=1):
             unit_words = UNIT_WORDS.get(unit, unit)
-            labels = [next(row["label"] for row in progress.rows if row["key"] == key) for key in keys]
+            labels = [
+                sentences_i18n.translate(next(row["label"] for row in progress.rows if row["key"] == key))
+                for key in keys
+            ]
             values = [_value(layout.figures.get(key), unit) for key in keys]
             data.append(
                 {
                     "type": "bar",
-                    "name": layout.label,
+                    "name": label,
                     "legendgroup": layout.label,
                     "showlegend": panel == 1,
                     "x": labels,
@@ -81,7 +90,7 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
                     "marker": {"color": colour},
                     "xaxis": f"x{panel if panel > 1 else ''}",
                     "yaxis": f"y{panel if panel > 1 else ''}",
-                    "hovertemplate": f"{layout.label}<br>%{{x}}: %{{y:,.2f}} {unit_words}<extra></extra>",
+                    "hovertemplate": f"{label}<br>%{{x}}: %{{y:,.2f}} {unit_words}<extra></extra>",
                     "offsetgroup": str(index),
                 }
             )
@@ -125,7 +134,8 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
         json.dumps({"data": data, "layout": frame}),
         json.dumps(CONFIG),
         height,
-        _("Bar chart of the comparison: %(layouts)s") % {"layouts": ", ".join(one.label for one in done)},
+        _("Bar chart of the comparison: %(layouts)s")
+        % {"layouts": ", ".join(sentences_i18n.translate(one.label) for one in done)},
     )
 
 

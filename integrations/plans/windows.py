@@ -27,6 +27,7 @@ from django.db import transaction
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
+from core.sentences import gettext_noop, say
 from integrations.models import PlanWindow, WindowState
 from integrations.plans import service
 from integrations.plans.requeue_now import jobs_in_the_way, requeue_plans_jobs
@@ -37,6 +38,19 @@ from inventory.planning import PlannedPartition
 logger = logging.getLogger(__name__)
 
 OPEN_STATES = (WindowState.SCHEDULED, WindowState.STARTED)
+
+
+# Why a window waits, or why it expired (PlanWindow.reason, and the plan's error): stored in English as
+# templates (core.sentences), shown in the viewer's language (the `sentence_words` filter).
+NO_LONGER_A_DRAFT = gettext_noop("The plan was no longer a draft when its window started.")
+ENDED_BEFORE_START = gettext_noop("The window ended at %(end)s before the plan could start.")
+WAITING = gettext_noop("Waiting: %(busy)s")
+COULD_NOT_START = gettext_noop("The plan could not start in its window: %(why)s")
+NONE = gettext_noop("none")
+ENDED_BEFORE_FREE = gettext_noop(
+    "The window ended at %(end)s before the plan's trays were free (still running: %(jobs)s)."
+)
+EXPIRED = gettext_noop("Expired: %(why)s")
 
 
 def _when(moment: datetime) -> str:
@@ -117,16 +131,16 @@ def step(pk: int, now: datetime) -> str:
 
 def _start(plan: PartitionPlan, window: PlanWindow, now: datetime) -> str:
     if plan.status != PlanStatus.DRAFT:  # cancelled another way (the window goes with a cancel)
-        return _expire(plan, window, _("The plan was no longer a draft when its window started."))
+        return _expire(plan, window, NO_LONGER_A_DRAFT)
     if now >= window.ends_at:
         return _expire(
             plan,
             window,
-            _("The window ended at %(end)s before the plan could start.") % {"end": _when(window.ends_at)},
+            say(ENDED_BEFORE_START, end=_when(window.ends_at)),
         )
     busy = service.in_flight(plan.rack, but=plan)
     if busy is not None:
-        _save(window, reason=_("Waiting: %(busy)s") % {"busy": busy})
+        _save(window, reason=say(WAITING, busy=busy))
         return "waiting"
     try:
         with transaction.atomic():
@@ -135,7 +149,7 @@ def _start(plan: PartitionPlan, window: PlanWindow, now: datetime) -> str:
                 requeue_plans_jobs(plan, now)
     except (service.PlanConflict, ValidationError) as error:
         words = " ".join(error.messages) if isinstance(error, ValidationError) else str(error)
-        return _expire(plan, window, _("The plan could not start in its window: %(why)s") % {"why": words})
+        return _expire(plan, window, say(COULD_NOT_START, why=words))
     if plan.status == PlanStatus.DRAINING:
         _save(window, state=WindowState.STARTED, reason="")
         return "started"
@@ -151,12 +165,11 @@ def _follow(plan: PartitionPlan, window: PlanWindow, now: datetime) -> str:
         slots = list(
             plan.rack.trays.filter(state_reason=service.drain_reason(plan)).values_list("slot", flat=True)
         )
-        names = ", ".join(job.name for job in jobs_in_the_way(plan.rack, slots, now)) or _("none")
+        names = ", ".join(job.name for job in jobs_in_the_way(plan.rack, slots, now)) or NONE
         return _expire(
             plan,
             window,
-            _("The window ended at %(end)s before the plan's trays were free (still running: %(jobs)s).")
-            % {"end": _when(window.ends_at), "jobs": names},
+            say(ENDED_BEFORE_FREE, end=_when(window.ends_at), jobs=names),
         )
     if service.continue_draining(plan):
         _save(window, state=WindowState.DONE, reason="")
@@ -168,7 +181,7 @@ def _expire(plan: PartitionPlan, window: PlanWindow, reason: str) -> str:
     """Not applied in its window: the plan withdrawn (trays back in service), the window expired, and why."""
     reason = reason[:500]
     if plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING):
-        service.withdraw(plan, error=_("Expired: %(why)s") % {"why": reason})
+        service.withdraw(plan, error=say(EXPIRED, why=reason))
     _save(window, state=WindowState.EXPIRED, reason=reason)
     logger.info("plan #%s: maintenance window expired: %s", plan.pk, reason)
     return "expired"

@@ -21,8 +21,9 @@ from django_htmx.http import HttpResponseStopPolling
 
 from core.access import require_admin
 from core.htmx import page_or_partial
+from core.sentences import say
 from core.tables import Table
-from integrations import push_history, pushes, registry, removals, versions
+from integrations import push_history, pushes, registry, removals, versions, words
 from integrations.forms import ConfigTargetForm
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
@@ -182,10 +183,10 @@ def _push_now(request):
             )
             return redirect("integrations:push-list")
         chosen = [target]
-    reason = "pushed from the portal"
+    reason = words.PUSH_FROM_PORTAL
     rollback = request.POST.get("after_rollback", "")
     if chosen and rollback.isdigit():  # "Push the current configuration" after a rollback
-        reason = f"current configuration pushed again after the rollback (push #{int(rollback)})"
+        reason = say(words.PUSH_AFTER_ROLLBACK, push=int(rollback))
     created = pushes.queue_pushes(reason=reason, user=request.user, targets=chosen)
     if not created:
         messages.info(request, _("A push is running on that target: the change is pushed right after it."))

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
+from core.sentences import gettext_noop, say
 
 NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
 
@@ -860,11 +861,38 @@ def _domain(gpu: ReportedGpu) -> str:
 
 
 def _describe(groups: dict[str, list[int]]) -> str:
-    out = []
-    for key, indices in groups.items():
-        verb = "reports" if len(indices) == 1 else "report"
-        out.append(f"{_ranges(indices)} {verb} {key}")
-    return ", ".join(out)
+    return ", ".join(
+        say(REPORTS_ONE if len(indices) == 1 else REPORTS_MANY, gpu_list=_ranges(indices), domain=key)
+        for key, indices in groups.items()
+    )
+
+
+# Why a node cannot join a partition (NodeReport.problems, kept on the tray as its fabric problems): templates
+# (core.sentences), stored and sent in English (the API, the agent), shown in the viewer's language by the
+# portal. GPUs are values ("GPU 3 (GPU-...)", "GPU 0-2, 5"), as are nvidia-smi's own words (a status, a
+# health).
+NO_GPUS = gettext_noop("the report lists no GPUs")
+NO_DOMAIN = gettext_noop("no GPU is in an NVLink domain")
+NO_DOMAIN_EXPECTED = gettext_noop(
+    "no GPU is in an NVLink domain, but the rack's cluster UUID is %(expected)s"
+)
+UUID_TWICE = gettext_noop("GPU UUID %(uuid)s appears more than once (%(gpu_list)s)")
+IN_PROGRESS = gettext_noop("%(gpu)s fabric registration is still in progress")
+NOT_STARTED = gettext_noop("%(gpu)s has not started fabric registration")
+NO_STATUS = gettext_noop("%(gpu)s completed fabric registration but printed no status")
+REGISTRATION_FAILED = gettext_noop("%(gpu)s fabric registration failed: %(status)s")
+NO_FABRIC_SUPPORT = gettext_noop("%(gpu)s reports no NVLink fabric support while %(gpu_list)s do")
+FABRIC_HEALTH = gettext_noop("%(gpu)s fabric health is %(health)s")
+DISAGREE_CLIQUE = gettext_noop("GPUs disagree on the NVLink clique: %(groups)s")
+DISAGREE_DOMAIN = gettext_noop("GPUs disagree on the NVLink domain (cluster UUID): %(groups)s")
+NOT_IN_DOMAIN = gettext_noop("%(gpu)s is in no NVLink domain (cluster UUID %(printed)s) while %(groups)s")
+OTHER_CLUSTER = gettext_noop("cluster UUID %(cluster)s differs from the rack's %(expected)s")
+OTHER_CLUSTER_GPUS = gettext_noop(
+    "cluster UUID %(cluster)s differs from the rack's %(expected)s (%(gpu_list)s)"
+)
+# How the GPUs of one clique are listed in those ("GPU 0-3 report <cluster UUID>.<clique>").
+REPORTS_ONE = gettext_noop("%(gpu_list)s reports %(domain)s")
+REPORTS_MANY = gettext_noop("%(gpu_list)s report %(domain)s")
 
 
 def summarize(
@@ -897,9 +925,9 @@ def summarize(
     gpus = list(gpus)
     problems: list[str] = []
     if not gpus:
-        problems.append("the report lists no GPUs")
+        problems.append(NO_GPUS)
         if expected:
-            problems.append(f"no GPU is in an NVLink domain, but the rack's cluster UUID is {expected}")
+            problems.append(say(NO_DOMAIN_EXPECTED, expected=expected))
         return NodeReport(host=host, format=fmt, gpus=gpus, tray_clique=None, problems=problems)
 
     seen: dict[str, list[int]] = {}
@@ -908,7 +936,7 @@ def summarize(
     for indices in seen.values():
         if len(indices) > 1:
             uuid = next(g.uuid for g in gpus if g.index == indices[0])
-            problems.append(f"GPU UUID {uuid} appears more than once ({_ranges(indices)})")
+            problems.append(say(UUID_TWICE, uuid=uuid, gpu_list=_ranges(indices)))
 
     attached = [g for g in gpus if g.state is not FabricState.NOT_SUPPORTED]
     joined = [g for g in attached if g.cluster_uuid is not None and g.clique_id is not None]
@@ -917,16 +945,16 @@ def summarize(
 
     for gpu in attached:
         if gpu.state is FabricState.IN_PROGRESS:
-            problems.append(f"{_label(gpu)} fabric registration is still in progress")
+            problems.append(say(IN_PROGRESS, gpu=_label(gpu)))
             not_joined.append(gpu)
         elif gpu.state is FabricState.NOT_STARTED:
-            problems.append(f"{_label(gpu)} has not started fabric registration")
+            problems.append(say(NOT_STARTED, gpu=_label(gpu)))
             not_joined.append(gpu)
         elif gpu.status is None and fmt != "csv":
-            problems.append(f"{_label(gpu)} completed fabric registration but printed no status")
+            problems.append(say(NO_STATUS, gpu=_label(gpu)))
             not_joined.append(gpu)
         elif gpu.status is not None and _token(gpu.status) != "success":
-            problems.append(f"{_label(gpu)} fabric registration failed: {gpu.status}")
+            problems.append(say(REGISTRATION_FAILED, gpu=_label(gpu), status=gpu.status))
             not_joined.append(gpu)
         elif gpu.cluster_uuid is None:
             no_domain.append(gpu)
@@ -935,30 +963,27 @@ def summarize(
         for gpu in gpus:
             if gpu.state is FabricState.NOT_SUPPORTED:
                 problems.append(
-                    f"{_label(gpu)} reports no NVLink fabric support "
-                    f"while {_ranges(g.index for g in attached)} do"
+                    say(NO_FABRIC_SUPPORT, gpu=_label(gpu), gpu_list=_ranges(g.index for g in attached))
                 )
 
     for gpu in gpus:
         if gpu.health in _HEALTH_WORDS:
-            problems.append(f"{_label(gpu)} fabric health is {_HEALTH_WORDS[gpu.health]}")
+            problems.append(say(FABRIC_HEALTH, gpu=_label(gpu), health=_HEALTH_WORDS[gpu.health]))
 
     groups: dict[str, list[int]] = {}
     for gpu in joined:
         groups.setdefault(_domain(gpu), []).append(gpu.index)
     if len(groups) > 1:
-        what = "clique" if len({g.cluster_uuid for g in joined}) == 1 else "domain (cluster UUID)"
-        problems.append(f"GPUs disagree on the NVLink {what}: {_describe(groups)}")
+        one_cluster = len({g.cluster_uuid for g in joined}) == 1
+        problems.append(say(DISAGREE_CLIQUE if one_cluster else DISAGREE_DOMAIN, groups=_describe(groups)))
     if joined:
         for gpu in no_domain:
             printed = gpu.raw_cluster_uuid if gpu.raw_cluster_uuid is not None else "N/A"
-            problems.append(
-                f"{_label(gpu)} is in no NVLink domain (cluster UUID {printed}) while {_describe(groups)}"
-            )
+            problems.append(say(NOT_IN_DOMAIN, gpu=_label(gpu), printed=printed, groups=_describe(groups)))
     elif expected:
-        problems.append(f"no GPU is in an NVLink domain, but the rack's cluster UUID is {expected}")
+        problems.append(say(NO_DOMAIN_EXPECTED, expected=expected))
     elif not_joined:
-        problems.append("no GPU is in an NVLink domain")
+        problems.append(NO_DOMAIN)
 
     if expected and joined:
         clusters: dict[str, list[int]] = {}
@@ -966,8 +991,12 @@ def summarize(
             clusters.setdefault(gpu.cluster_uuid, []).append(gpu.index)
         for cluster, indices in clusters.items():
             if cluster != expected:
-                suffix = "" if len(clusters) == 1 else f" ({_ranges(indices)})"
-                problems.append(f"cluster UUID {cluster} differs from the rack's {expected}{suffix}")
+                if len(clusters) == 1:
+                    problems.append(say(OTHER_CLUSTER, cluster=cluster, expected=expected))
+                else:
+                    problems.append(
+                        say(OTHER_CLUSTER_GPUS, cluster=cluster, expected=expected, gpu_list=_ranges(indices))
+                    )
 
     tray_clique = None
     if attached and len(joined) == len(attached) and len(groups) == 1:

@@ -16,6 +16,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce, Lower
 
 from core.audit import record_bulk_change
+from core.sentences import CLAUSES, gettext_noop, say
 from inventory.choices import MigMode
 from inventory.discovery.nvidia_smi import ReportedGpu
 from inventory.ingest.results import IngestResult, OutOfScope
@@ -38,6 +39,22 @@ _ANNOUNCED = (
     "mig_mode",
 )
 _FIELD_NAME = {"tray_id": "tray"}
+
+
+# A GPU reporting a MIG device another GPU holds (a tray's fabric problem): templates (core.sentences), stored
+# in English, shown in the viewer's language.
+MIG_HELD = gettext_noop(
+    "GPU %(index)s (%(uuid)s) reports MIG device %(device)s, which GPU %(holder)s on %(holder_host)s holds"
+)
+MIG_HELD_SEEN = gettext_noop(
+    "GPU %(index)s (%(uuid)s) reports MIG device %(device)s, which GPU %(holder)s on %(holder_host)s holds "
+    "(last reported %(seen)s)"
+)
+NO_TRAY = gettext_noop("no tray")
+MIG_NOT_UPDATED = gettext_noop("this GPU's MIG state is not updated until that GPU stops reporting it")
+MIG_OUT_OF_SCOPE = gettext_noop(
+    "this GPU's MIG state is not updated (that GPU is outside this token's scope)"
+)
 
 
 def require_in_scope(scope: AgentToken | None, tray: ComputeTray | None, host: str, known) -> None:
@@ -149,14 +166,13 @@ def mig_claims(
         silent = seen is None or seen < since
         if holder == gpu.uuid or (silent and in_scope) or gpu.uuid in problems:
             continue
-        last = f" (last reported {seen:%Y-%m-%d %H:%M:%S %Z})" if seen else ""
-        until = (
-            "until that GPU stops reporting it" if in_scope else "(that GPU is outside this token's scope)"
+        values = {"index": gpu.index, "uuid": gpu.uuid, "device": printed, "holder": holder}
+        held = (
+            say(MIG_HELD_SEEN, **values, holder_host=host or NO_TRAY, seen=f"{seen:%Y-%m-%d %H:%M:%S %Z}")
+            if seen
+            else say(MIG_HELD, **values, holder_host=host or NO_TRAY)
         )
-        problems[gpu.uuid] = (
-            f"GPU {gpu.index} ({gpu.uuid}) reports MIG device {printed}, which GPU {holder} on "
-            f"{host or 'no tray'} holds{last}; this GPU's MIG state is not updated {until}"
-        )
+        problems[gpu.uuid] = CLAUSES.join([held, MIG_NOT_UPDATED if in_scope else MIG_OUT_OF_SCOPE])
     return problems
 
 

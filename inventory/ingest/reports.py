@@ -13,6 +13,7 @@ import uuid
 from django.db import transaction
 from django.utils import timezone
 
+from core.sentences import CLAUSES, gettext_noop, say
 from inventory.discovery.health_report import HealthReport
 from inventory.discovery.nvidia_smi import NodeReport, ReportedGpu, summarize, validate_report
 from inventory.discovery.report_hash import report_hash, report_key
@@ -21,6 +22,17 @@ from inventory.ingest.gpus import contested, reconcile_gpus, require_in_scope
 from inventory.ingest.heartbeats import quiet, report_basis
 from inventory.ingest.results import HEALTH_ONLY, IngestResult, UnknownHost
 from inventory.models import AgentToken, ComputeTray, Gpu, Rack
+
+# A tray's fabric problems found here: templates (core.sentences), stored in English, shown translated.
+CLUSTER_TAKEN = gettext_noop("cluster UUID %(cluster)s is already the cluster UUID of rack %(owner)s")
+NOT_LEARNED = gettext_noop("%(rack)s did not learn it")
+DRIFT_NODE = gettext_noop(
+    "drift: the node reports clique %(clique)s, the inventory intends %(rack)s %(name)s (clique %(intended)s)"
+)
+DRIFT_GPU = gettext_noop(
+    "drift: GPU %(index)s (%(uuid)s) reports clique %(clique)s, the inventory intends %(rack)s %(name)s "
+    "(clique %(intended)s)"
+)
 
 
 def _expected_cluster(tray: ComputeTray | None) -> str | None:
@@ -120,8 +132,12 @@ def ingest_report(
                 result.learned_cluster_uuid = learned
             else:
                 report.problems.append(
-                    f"cluster UUID {learned} is already the cluster UUID of rack {owner.name}; "
-                    f"{rack.name} did not learn it"
+                    CLAUSES.join(
+                        [
+                            say(CLUSTER_TAKEN, cluster=learned, owner=owner.name),
+                            say(NOT_LEARNED, rack=rack.name),
+                        ]
+                    )
                 )
 
         result.drift = _drift(tray, report)
@@ -186,15 +202,14 @@ def _drift(tray: ComputeTray, report: NodeReport) -> list[str]:
     partition = tray.partition
     if partition is None:
         return []
-    intended = f"{tray.rack.name} {partition.name} (clique {partition.clique_id})"
+    intended = {"rack": tray.rack.name, "name": partition.name, "intended": partition.clique_id}
     if report.tray_clique:
         clique_id = int(report.tray_clique.rsplit(".", 1)[1])
         if clique_id != partition.clique_id:
-            return [f"drift: the node reports clique {clique_id}, the inventory intends {intended}"]
+            return [say(DRIFT_NODE, clique=clique_id, **intended)]
         return []
     return [
-        f"drift: GPU {gpu.index} ({gpu.uuid}) reports clique {gpu.clique_id}, "
-        f"the inventory intends {intended}"
+        say(DRIFT_GPU, index=gpu.index, uuid=gpu.uuid, clique=gpu.clique_id, **intended)
         for gpu in report.gpus
         if gpu.clique_id is not None and gpu.clique_id != partition.clique_id
     ]

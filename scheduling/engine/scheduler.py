@@ -258,8 +258,6 @@ def _sort_standing(jobs: list[RunningJob]) -> None:
         jobs[:] = itemgetter(*sorted(range(len(jobs)), key=preemptible.__getitem__))(jobs)
 
 
-_minutes = minutes  # "about 5 min"
-
 # Why a job waits (scheduling.engine.words: clauses joined by "; ", each a template read back by the portal).
 UNKNOWN_DEPARTMENT = gettext_noop("department %(department)s is unknown")
 DEPARTMENT_LIMIT = gettext_noop("the department's limit is %(limit)s GPUs")
@@ -651,7 +649,7 @@ class _Pass:
         if self.options.preempt_after_s and self.now < grace_ends:
             if self._could_reclaim(job):
                 self.result.may_preempt_at[job.id] = grace_ends
-                grace = _minutes(self.options.preempt_after_s)
+                grace = minutes(self.options.preempt_after_s)
                 self.preempt_why[job.id] = say(PREEMPTION_GRACE, grace=grace)
             return False
         key = (job.gpus, job.topology, self._leaf(job), job.id in self.displacing)
@@ -1178,7 +1176,7 @@ class _Pass:
                 if self.result.reservation is None:
                     self.result.reservation = reservation
                 if self.explain:
-                    wait = _minutes(reservation.start_at - self.now)
+                    wait = minutes(reservation.start_at - self.now)
                     if fits_when_settled(self.cluster, request):
                         reason += CLAUSES + say(STARTS_WHEN_SETTLED, wait=wait)
                     else:
@@ -1187,7 +1185,7 @@ class _Pass:
             reason += CLAUSES + say(
                 MAY_PREEMPT_LATER,
                 why=self.preempt_why[job.id],
-                wait=_minutes(self.result.may_preempt_at[job.id] - self.now),
+                wait=minutes(self.result.may_preempt_at[job.id] - self.now),
             )
         self.result.waiting[job.id] = reason
 
@@ -1210,7 +1208,7 @@ class _Pass:
         if fits:
             head = self.reserved[0]
             return (
-                say(RESERVED_FOR_HEAD, job=head.job_id, wait=_minutes(head.start_at - self.now))
+                say(RESERVED_FOR_HEAD, job=head.job_id, wait=minutes(head.start_at - self.now))
                 + CLAUSES
                 + WOULD_DELAY_HEAD
             )

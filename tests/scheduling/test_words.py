@@ -31,13 +31,24 @@ NUMBERS = st.one_of(
 
 IDENTIFIERS = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
 PHRASES = st.sampled_from(["drained", "in maintenance", "waiting for service"])
+COUNTED = st.sampled_from(["1 running job", "1,204 waiting jobs", "4 racks", "1 partition"])
+SHAPES = {
+    "gpu": st.sampled_from(["GPU 0 (GPU-00000000-0000-0000-0000-0000000000a1)", "GPU 7 (GPU-ab)"]),
+    "gpu_list": st.sampled_from(["GPU 0", "GPU 0-2, 5", "GPU 1, 3"]),
+    "preset": st.sampled_from(["2x9", "18x1"]),
+    "domain": st.sampled_from(["5e3b0c1a-0000-4000-8000-00000000a001.7", "ab.32766"]),
+}
 
 
 def _strategy(name: str):
+    if name in sentences_i18n.SHAPES:
+        return SHAPES[name]
     if name in sentences_i18n.NUMBERS:
         return NUMBERS
     if name in sentences_i18n.IDENTIFIERS:
         return IDENTIFIERS
+    if name in sentences_i18n.COUNTED:
+        return COUNTED
     return PHRASES if name in sentences_i18n.PHRASES else VALUES
 
 

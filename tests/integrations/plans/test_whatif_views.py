@@ -16,6 +16,7 @@ from scheduling.models import Job, WhatIfLayout, WhatIfRun
 from scheduling.whatif import MAX_DAYS
 from scheduling.whatif_runs import NOT_STARTED_AFTER, NOW
 from tests.factories import make_department
+from tests.i18n_check import assert_japanese
 
 pytestmark = pytest.mark.django_db
 
@@ -212,7 +213,8 @@ def test_a_post_starts_a_sweep_whose_tasks_replay_each_layout_and_the_poll_shows
     assert response.status_code == 286  # done: the poll stops
     html = response.content.decode()
     table = re.search(r'<table class="data whatif-table">.*?</table>', html, re.S).group(0)
-    for label in (NOW, "This plan", "gb-r01 as 3x6"):
+    # The labels are templates read back (core.sentences_i18n), the rack and the preset marked as data.
+    for label in (NOW, "This plan", '<span translate="no">gb-r01</span> as <span translate="no">3x6</span>'):
         assert label in table
     for figure in (
         "Average wait",
@@ -314,6 +316,10 @@ def test_a_layout_that_cannot_run_the_history_is_reported_in_words(
     html = response.content.decode()
     assert "Not every layout could be replayed" in html and "it could never run it" in html
     assert "n/a" in html  # its column has no figures
+    # Stored in English, shown in Japanese: the labels, the layouts' descriptions, the notes and the refusal.
+    html = assert_japanese(client, url("whatif-detail", run.pk))
+    assert "このレイアウトのパーティションには GPU が 64 基ありますが、履歴のジョブ 1 件" in html
+    assert "現在のクラスター" in html and "この計画" in html
 
 
 def test_a_failed_run_is_shown_in_words(admin):
@@ -327,7 +333,9 @@ def test_a_failed_run_is_shown_in_words(admin):
     html = response.content.decode()
     assert response.status_code == 286
     assert "The what-if failed:" in html and "No layout could be replayed" in html
-    assert "The replay failed: disk full" in html and "data-plotly-figure" not in html
+    # The replay's own words (an outside error) are shown as written, marked as data.
+    assert 'The replay failed: <span translate="no">disk full</span>' in html
+    assert "data-plotly-figure" not in html
 
 
 def test_an_unknown_run_is_404(admin):

@@ -1,0 +1,34 @@
+"""Sentences integrations stores in English, as templates the portal shows in the viewer's language.
+
+A tray drained for a plan, a push's reason, a plan's error and the like are stored in English (the API, the
+audit, Slurm's drain reason and the logs read them as written) and built from these templates
+(core.sentences); a page shows them with the `sentence_words` filter (core.sentences_i18n), which finds the
+template again and translates it, values kept. What an outside system wrote (a target's error output, Slurm's
+own reason) matches no template and is shown as written. Importing this module registers the templates:
+every module that writes one imports it.
+"""
+
+from __future__ import annotations
+
+from core.sentences import gettext_noop
+
+# A tray drained while a plan waits for its work to end (its state reason, also Slurm's drain reason).
+DRAINING_FOR_PLAN = gettext_noop("Rackplane plan #%(plan)s: draining before repartitioning %(rack)s")
+# Why a configuration push was queued (ConfigPush.reason).
+PUSH_FOR_PLAN = gettext_noop("plan #%(plan)s: repartition %(rack)s")
+PUSH_RETRY = gettext_noop("retry of push #%(push)s")
+PUSH_FROM_PORTAL = gettext_noop("pushed from the portal")
+PUSH_AFTER_ROLLBACK = gettext_noop("current configuration pushed again after the rollback (push #%(push)s)")
+PUSH_ROLLBACK = gettext_noop("version of push #%(push)s pushed again")
+PUSH_WAITED = gettext_noop("%(reason)s (waited for the previous push)")
+PUSH_CHANGE = gettext_noop("change")
+# Why a push failed for good (ConfigPush.error: the target's own output follows as written).
+PUSH_GAVE_UP = gettext_noop("gave up after %(count)s attempts")
+PUSH_NO_ANSWER = gettext_noop("the target did not answer:\n%(output)s")
+# Why a plan failed (PartitionPlan.error).
+PLAN_PUSH_FAILED = gettext_noop("a push failed: open it to see why, fix the cause and retry it")
+# The notification of a failed push (its subject, shown in the bell's inbox).
+PUSH_FAILED = gettext_noop("Push #%(push)s to %(target)s failed: %(error)s")
+SEE_ITS_LOG = gettext_noop("see its log")
+# A fabric manager that would refuse a plan's layout (the wizard's preview; its words follow as written).
+FABRIC_WOULD_REFUSE = gettext_noop("the fabric manager would refuse this layout: %(error)s")
