@@ -21,7 +21,7 @@ from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import Request, explain, place
 from scheduling.models import Allocation, Job, JobEvent
-from scheduling.services.admission import check_request, default_topology
+from scheduling.services.admission import check_request, default_topology, submitted_words
 from scheduling.services.pass_writes import WHY_HERE
 from tenancy.models import Department, Membership
 from tenancy.projects import default_project
@@ -388,7 +388,7 @@ def job_story(jobs: list[Job], placed, note: str) -> list[JobEvent]:
             JobEvent(
                 job=job,
                 kind=JobEventKind.SUBMITTED,
-                message=f"{job.gpus} GPUs, {job.topology}",
+                message=submitted_words(job.gpus, job.topology),
                 at=job.created_at,
             )
         )

@@ -29,7 +29,7 @@ from scheduling.engine.words import CLAUSES, WAITING, say
 from scheduling.models import Allocation, BackendCancel, Job, JobEvent
 from scheduling.services.actions import notify_job
 from scheduling.services.admission import wait_words
-from scheduling.words import BACK_IN_QUEUE, PREEMPTED
+from scheduling.words import BACK_IN_QUEUE, PREEMPTED, RECLAIMED_BY
 from tenancy.models import Department
 
 # The columns a pass reads of the jobs it decides about, under their row locks (the audit's before-values).
@@ -288,7 +288,7 @@ def preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, st
         notify_job(
             victim,
             JobEventKind.PREEMPTED,
-            f"department {slug[pending[for_job].department_id]} reclaimed its GPUs; back in the queue",
+            say(RECLAIMED_BY, department=slug[pending[for_job].department_id]) + CLAUSES + BACK_IN_QUEUE,
             department_slug=slug[victim.department_id],
             subscriptions=subscriptions,
         )
