@@ -55,6 +55,14 @@ SUBMITTED_MANY = gettext_noop("%(gpus)s GPUs, %(topology)s")
 FALLBACK_ACCEPTED = gettext_noop("%(topology)s accepted after %(wait)s")
 WAIT_MINUTES = gettext_noop("%(minutes)s min")
 WAIT_HOURS = gettext_noop("%(hours)s h")
+# A placed job's event (scheduling.services.pass_writes): its standing, its trays, the partitions they are
+# in, and why there (the engine's sentence after " · why here: ", which the job page reads apart).
+IN_QUOTA = gettext_noop("in quota")
+OVER_QUOTA = gettext_noop("over quota (borrowed, preemptible)")
+PLACED_ONE = gettext_noop("placed %(standing)s on %(trays)s tray in %(partitions)s")
+PLACED_MANY = gettext_noop("placed %(standing)s on %(trays)s trays in %(partitions)s")
+PLACED_ACROSS = gettext_noop("%(placed)s (%(parts)s NVLink partitions)")
+PLACED_WHY = gettext_noop("%(placed)s · why here: %(why)s")
 # A cancelled job's event: by whom (a user name) and in which state it was.
 CANCELLED_WHILE = {
     "pending": gettext_noop("cancelled while pending"),

@@ -94,7 +94,7 @@ def test_each_template_reads_back_in_japanese_and_stays_english_for_english_view
         shown = sentences_i18n.translate(text)
     assert shown != text
     assert not english_left(f"<p>{shown}</p>"), (text, shown)
-    read = {"4 racks": "ラック 4 台", "running": "実行中"}  # a count in words, a state: read by their templates
+    read = {"4 racks": "ラック 4 台", "running": "実行中"}  # a count in words and a state: templates
     for value in values.values():  # names and numbers as written
         assert read.get(value, value) in shown, (text, shown)
 

@@ -23,7 +23,7 @@ from scheduling.engine.words import CLAUSES, WAITING
 from scheduling.models import JobEvent
 from scheduling.services.actions import notify_job
 from scheduling.services.admission import submitted_words
-from scheduling.services.pass_writes import WHY_HERE
+from scheduling.services.pass_writes import WHY_HERE, placed_words
 from tests import factories
 from tests.i18n_check import assert_japanese_punctuation, english_left, punctuation_left
 
@@ -114,9 +114,9 @@ def test_a_jobs_backend_message_history_and_placement_read_in_japanese(
     JobEvent.objects.create(
         job=job,
         kind=JobEventKind.PLACED,
-        message="placed in quota on 1 tray in gb-r01 p1"
-        + WHY_HERE
-        + say(placement.ON_PARTLY_USED_TRAY_ONE, partition="gb-r01 p1", free=1),
+        message=placed_words(
+            False, 1, "gb-r01 p1", why=say(placement.ON_PARTLY_USED_TRAY_ONE, partition="gb-r01 p1", free=1)
+        ),
         placement=job.placement,
     )
     JobEvent.objects.create(
@@ -137,6 +137,8 @@ def test_a_jobs_backend_message_history_and_placement_read_in_japanese(
     assert "GPU 4 基、トポロジー partition" in text
     # Why here ends with 。 (no ASCII full stop after the translated sentence); one free GPU, singular.
     assert "空き GPU 1 基" in text
+    assert "placed" not in text and "why here" not in text  # the history's placed event too
+    assert WHY_HERE in "%(placed)s · why here: %(why)s"  # the job page finds the reason after it
     assert not punctuation_left(html), punctuation_left(html)
     english = _text(client.get(url).content.decode())
     assert "whose 1 free GPU fits it best" in english and "1 free GPUs" not in english
