@@ -175,5 +175,7 @@ def test_the_main_pages_keep_japanese_punctuation(client, people, department_a, 
         reverse("inventory:rack-list"),
         reverse("my-inbox"),
         reverse("my-notifications"),
+        reverse("scheduling:department-detail", args=[department_a.slug]),
+        *([reverse("scheduling:admin-dashboard")] if who == "kato" else []),
     ):
         assert_japanese_punctuation(client, url)
