@@ -11,7 +11,6 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from core.access import Role
 from core.models import InboxItem, NotificationChannel, NotificationSubscription
 from core.sentences import say
 from integrations import words as integration_words
@@ -26,8 +25,12 @@ from scheduling.services.admission import submitted_words
 from scheduling.services.pass_writes import WHY_HERE, placed_words
 from tests import factories
 from tests.i18n_check import assert_japanese_punctuation, english_left, punctuation_left
+from tests.scheduling import test_i18n_pages as scheduling_pages
 
 pytestmark = pytest.mark.django_db
+
+# An admin, a lead and a member whose names hold no English word (the checker reads names too): a fixture.
+people = scheduling_pages.people
 
 # Why a 72-GPU job waits, as the engine writes it (the walkthrough's bob's home page).
 REASON = say(
@@ -36,16 +39,6 @@ REASON = say(
     + CLAUSES
     + say(placement.LARGEST_BLOCK_MANY, trays=16, partition="gb-r08 default"),
 )
-
-
-@pytest.fixture
-def people(department_a):
-    """An admin, a lead and a member whose names hold no English word (the checker reads names too)."""
-    return {
-        "kato": factories.make_user("kato", staff=True),
-        "sato": factories.make_member("sato", department_a, Role.LEAD),
-        "suzuki": factories.make_member("suzuki", department_a),
-    }
 
 
 def _text(html: str) -> str:
