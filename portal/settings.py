@@ -86,7 +86,7 @@ else:
         )
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "portal.admin_site.RackplaneAdminConfig",  # django.contrib.admin, with the portal's 403
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
