@@ -559,12 +559,19 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
     found = _matching(projects, _substring(fields, q))  # not every namespace prefix match: both counted
     order = _alike_first(projects, fields, q, ("department__name", "name"))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
+
+    def by_namespace(project) -> tuple[Detail, ...]:
+        """Its namespace / Slurm account, when the query is one (`research--llm`): the field it matched."""
+        if naming.SEPARATOR not in q or project.is_default:
+            return ()
+        return (Detail(_("namespace %(name)s") % {"name": project.namespace}, project.namespace),)
+
     for project in rows:
         group.hits.append(
             Hit(
                 f"{project.department.name} / {project.name}",
                 _project_url(project.department.slug, project.slug),
-                (Detail(project.slug, project.slug),),
+                (Detail(project.slug, project.slug), *by_namespace(project)),
             )
         )
     return group, _project_named(user, q) if look_exact else None

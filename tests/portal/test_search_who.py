@@ -74,3 +74,11 @@ def test_a_job_result_reads_in_japanese(client_as, department_a, member_a, lead_
     make_job(department_a, "who-search-ja", state="running", submitted_by=lead_a)
     html = client_as("member_a").get(SEARCH, {"q": "who-search"}, HTTP_ACCEPT_LANGUAGE="ja").content.decode()
     assert "Alpha / プロジェクトなし" in html and "投入者 lead-a" in html
+
+
+def test_a_project_found_by_its_namespace_shows_it_marked(client_as, department_a, lead_a):
+    Project.objects.create(department=department_a, name="Large models", slug="llm")
+    [hit] = hits(lead_a, "alpha--ll", "project")
+    assert hit.note == "llm · namespace alpha--llm"
+    page = client_as("lead_a").get(SEARCH, {"q": "alpha--ll", "all": "1"}).content.decode()
+    assert "namespace <mark>alpha--ll</mark>m</span>" in page
