@@ -18,6 +18,7 @@ from inventory.models import ComputeTray, HealthAction
 from scheduling.choices import FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import FaultPolicy, Job, JobEvent
 from tests.factories import make_job
+from tests.i18n_check import assert_japanese
 
 pytestmark = pytest.mark.django_db
 CHECKPOINT = "Asked to checkpoint (SIGUSR1), then requeued after 5 minutes unless it ends first."
@@ -67,7 +68,7 @@ def test_the_get_of_a_drain_names_the_jobs_and_what_happens_and_writes_nothing(b
     html = response.content.decode()
     assert "Confirm the drain of gb-r03-t01" in html
     assert f"#{busy.pk}" in html and "llama-pretrain" in html
-    assert "member-a · department Alpha · 8 GPUs" in html
+    assert re.search(r"member-a</span> · department <span [^>]*>Alpha</span> · 8 GPUs", html)
     assert CHECKPOINT in html
     assert 'value="fan noise"' in html  # the typed reason is kept for the confirming post
     nothing_written(busy)
@@ -211,3 +212,11 @@ def test_a_persons_drain_returns_from_the_tray_page_without_force(demo_inventory
     assert "Eligible: it was drained by hand, not by the health rules, with no fault since." in page
     response = admin.post(url("return", "gb-r03-t07"), {"return-note": "reseated"})
     assert response.status_code == 303 and tray("gb-r03-t07").state == TrayState.UP
+
+
+def test_the_confirmation_reads_in_japanese(busy, client_as):
+    admin = client_as("platform_admin")
+    target = url("drain", "gb-r03-t01") + "?drain-reason=fan"
+    html = assert_japanese(admin, target)
+    assert "チェックポイントを要求し（SIGUSR1）、先に終了しなければ 5 分後に再キュー投入します。" in html
+    assert "gb-r03-t01 のドレインの確認" in html
