@@ -218,5 +218,5 @@ def test_the_confirmation_reads_in_japanese(busy, client_as):
     admin = client_as("platform_admin")
     target = url("drain", "gb-r03-t01") + "?drain-reason=fan"
     html = assert_japanese(admin, target)
-    assert "チェックポイントを要求し（SIGUSR1）、先に終了しなければ 5 分後に再キュー投入します。" in html
+    assert "先に終了しなければ 5 分後に再キュー投入します。" in html
     assert "gb-r03-t01 のドレインの確認" in html
