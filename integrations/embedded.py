@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
+from core.moments import clock
 from integrations.jobs import BackendJobState, BackendJobStatus, BackendRejected, DispatchRequest
 
 
@@ -120,7 +121,7 @@ class RenderedJobBackend:
                     backend_id,
                     BackendJobState.RUNNING,
                     f"rendered to {path.name}; no live {self.kind} backend is configured"
-                    + (f"; ends at its time limit, {ends:%H:%M} UTC" if ends is not None else ""),
+                    + (f"; ends at its time limit, {clock(ends, now, UTC)}" if ends is not None else ""),
                 )
         return out
 
