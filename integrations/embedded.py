@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
+from core.moments import clock
 from core.sentences import say
 from integrations.jobs import BackendJobState, BackendJobStatus, BackendRejected, DispatchRequest
 from integrations.words import EMBEDDED_RAN_UNTIL, EMBEDDED_RENDERED, EMBEDDED_RENDERED_UNTIL
@@ -126,7 +127,7 @@ class RenderedJobBackend:
                         EMBEDDED_RENDERED_UNTIL,
                         rendered_file=path.name,
                         backend_kind=self.kind,
-                        ends_at=f"{ends:%H:%M}",
+                        ends_at=clock(ends, now, UTC),
                     ),
                 )
         return out

@@ -58,7 +58,7 @@ EMBEDDED_RENDERED = gettext_noop(
 )
 EMBEDDED_RENDERED_UNTIL = gettext_noop(
     "rendered to %(rendered_file)s: no live %(backend_kind)s backend is configured, and it ends at its time "
-    "limit, %(ends_at)s UTC"
+    "limit, %(ends_at)s"
 )
 EMBEDDED_RAN_UNTIL = gettext_noop(
     "ran until its time limit (%(ends_at)s UTC): the embedded backend runs nothing and ends each job at its "

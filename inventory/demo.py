@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
 from inventory.choices import (
+    ActionKind,
     FabricState,
     GpuHealth,
     HealthKind,
@@ -26,7 +27,8 @@ from inventory.choices import (
     TrayState,
 )
 from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
-from inventory.health.events import Observation, record_event
+from inventory.health.actions import drain_reason, record_action
+from inventory.health.events import Observation, record_event, where
 from inventory.ingest.gpus import write_mig_devices
 from inventory.models import ComputeTray, Gpu, HealthEvent, HealthRule, NVLinkPartition, Rack, ServiceRecord
 
@@ -251,27 +253,51 @@ FLEET_WARNINGS = (
 XID_79_LINE = "NVRM: Xid (PCI:0018:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
 
+# What each GPU the demo seeds unhealthy or limited reported (a GPU's health is what its faults made it):
+# (XID, hours ago). A contained memory error (XID 94: NVIDIA's action is restart the application) leaves NVML
+# reporting the GPU unhealthy until it is reset; a row remapping event (XID 63) leaves it at limited capacity
+# until the remap is applied. No default rule drains for either, so these trays stay in service as seeded
+# (and the demo's jobs where they are).
+DEGRADED_BY = {GpuHealth.UNHEALTHY: (94, 5), GpuHealth.LIMITED_CAPACITY: (63, 11)}
+
+
 def _judged(tray: ComputeTray, observation: Observation, gpu_ids: dict) -> HealthEvent:
-    """The event as the rules file it (drains, degrades or warns, by the enabled rules it matches), without
-    acting on it: the demo's trays keep the states it seeded."""
-    event, _new = record_event(tray, observation, timedelta(minutes=10), gpu_ids)
-    actions = {
-        rule.action
-        for rule in HealthRule.objects.filter(enabled=True)
+    """The event as the rules file it (drains, degrades or warns, by the enabled rules it matches), with the
+    decisions they took when it came (inventory.health.rules.judge's records): a drain for the drained tray
+    it took out (the rules' decision at the fault), a warning for the others. The demo's trays keep the
+    states it seeded: a rule that would drain a tray the demo keeps in service is a mistake in the demo."""
+    event, new = record_event(tray, observation, timedelta(minutes=10), gpu_ids)
+    rules = [
+        rule
+        for rule in HealthRule.objects.filter(enabled=True).order_by("pk")
         if rule.matches(event.kind, event.xid, event.code, event.value)
-    }
+    ]
+    actions = {rule.action for rule in rules}
     event.drains = RuleAction.DRAIN in actions
     event.degrades = RuleAction.DEGRADE in actions
     event.warns = RuleAction.WARN in actions
     event.save(update_fields=["drains", "degrades", "warns"])
+    first_of_each = {}
+    for rule in rules:
+        first_of_each.setdefault(rule.action, rule)
+    for rule in first_of_each.values():
+        if rule.action == RuleAction.DRAIN:
+            if tray.state != TrayState.DRAIN:
+                raise ValueError(f"the demo keeps {tray.hostname} in service, but rule {rule.name} drains it")
+            reason = f"{drain_reason(event)} (rule {rule.name})"
+            record_action(None, tray, ActionKind.DRAIN, reason, event, rule, at=observation.at)
+        elif rule.action == RuleAction.WARN and new:  # a repeat is counted on its event, not decided again
+            reason = f"{event.title} on {where(event)}: {rule.name}"
+            record_action(None, tray, ActionKind.WARN, reason, event, rule, at=observation.at)
     return event
 
 
 def seed_health_history(now=None) -> int:
     """What the node agents of the demo's trays reported before the demo starts, as events of their
     timelines and the health centre (the same rows the health rules record for a real report): for each tray
-    drained for a GPU that fell off the bus, the kernel's XID 79 on that GPU three hours ago and its service
-    mark (needs service: awaiting RMA, as its reason says); and a few warnings across
+    drained for a GPU that fell off the bus, the kernel's XID 79 on that GPU three hours ago, the rules'
+    drain for it and its service mark (needs service: awaiting RMA, as its reason says); for every other GPU
+    the demo seeds unhealthy or limited, the fault that made it so (DEGRADED_BY); and a few warnings across
     the fleet (FLEET_WARNINGS). No tray changes state. The number of events recorded."""
     now = now or timezone.now()
     recorded = 0
@@ -299,6 +325,19 @@ def seed_health_history(now=None) -> int:
                 "created_at": now - timedelta(hours=2),
             },
         )
+    degraded = (
+        Gpu.objects.filter(health__in=list(DEGRADED_BY))
+        .exclude(health_events__isnull=False)
+        .select_related("tray", "tray__rack")
+        .order_by("tray__rack__name", "tray__slot", "index")
+    )
+    for gpu in degraded:
+        xid, hours = DEGRADED_BY[gpu.health]
+        observation = Observation(
+            kind=HealthKind.XID, code=str(xid), at=now - timedelta(hours=hours), gpu_uuid=gpu.uuid, xid=xid
+        )
+        _judged(gpu.tray, observation, {gpu.uuid: gpu.pk})
+        recorded += 1
     in_service = list(ComputeTray.objects.filter(state=TrayState.UP).order_by("rack__name", "slot"))
     for position, index, kind, code, xid, hours in FLEET_WARNINGS:
         if position >= len(in_service):

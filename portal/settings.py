@@ -86,7 +86,7 @@ else:
         )
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "portal.admin_site.RackplaneAdminConfig",  # django.contrib.admin, with the portal's 403
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -218,7 +218,11 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-WHITENOISE_USE_FINDERS = True
+# The finders (the source files, fresh on every edit) in development and wherever nothing was collected; once
+# `collectstatic` has filled STATIC_ROOT (the image's build step), only what it collected, with the gzip and
+# Brotli forms it wrote beside each file: with the finders on too, WhiteNoise lets each source file (no
+# compressed form beside it) replace the collected one, and every file went uncompressed.
+WHITENOISE_USE_FINDERS = DEBUG or not STATIC_ROOT.is_dir()
 # plotly's 4.7 MB bundle also under a content-hashed name (core.static_assets), cached for a year.
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",

@@ -126,7 +126,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         )[:IDLE_LIMIT]
     )
     position = positions.of(department)
-    jobs = Job.objects.visible_to(user).filter(department=department)
+    jobs = Job.objects.visible_to(user).filter(department=department).select_related("submitted_by")
     running_jobs = list(jobs.filter(state__in=HOLDING_STATES).order_by("-started_at", "-pk")[:JOB_LIMIT])
     for job in running_jobs:  # a bounded page of jobs: "gb-r0001-t[01-09]" reads better than nine names
         job.hostlist = collect_hostlist(job.placement or [])

@@ -142,8 +142,9 @@ def policies() -> list[dict]:
 
 
 def is_maintenance(reason: str) -> bool:
-    """Whether a drain reason is the operators' maintenance action (tray_actions.maintenance_reason)."""
-    return bool(re.search(r"(^|: )maintenance(:| \()", reason or "", re.IGNORECASE))
+    """Whether a drain reason is the operators' maintenance action (tray_actions.maintenance_reason: with a
+    window, "maintenance window <start> to <end> UTC: ...")."""
+    return bool(re.search(r"(^|: )maintenance(:| \(| window \d)", reason or "", re.IGNORECASE))
 
 
 def cause(reason: str) -> str:
@@ -198,6 +199,35 @@ def handle_drained_tray(
             decision = _decide_for(job, action, grace, maintenance=maintenance)
             handled.append(_apply(job, decision, host, reason, signal, now))
     return handled
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a drain for `reason` would do to one job holding GPUs on the tray (preview_drain): `what` is
+    WAIT, SIGNAL or REQUEUE, `grace_s` the checkpoint grace period, `signal` the checkpoint signal."""
+
+    job: Job
+    what: str
+    grace_s: int
+    signal: str
+    why: str
+
+
+def preview_drain(tray_id: int, reason: str) -> list[Planned]:
+    """What draining the tray (pk `tray_id`) for `reason` would do to each job holding GPUs on it, by the
+    same decisions handle_drained_tray takes; reads only (a page asks before the drain is applied)."""
+    maintenance = is_maintenance(reason)
+    planned = []
+    jobs = (
+        Job.objects.filter(pk__in=_job_ids_on(tray_id), state__in=HOLDING_STATES)
+        .select_related("submitted_by", "department")
+        .order_by("pk")
+    )
+    for job in jobs:
+        action, grace, signal = policy_for(job.priority_class)
+        decision = _decide_for(job, action, grace, maintenance=maintenance)
+        planned.append(Planned(job, decision.what, decision.grace_s, signal, decision.why))
+    return planned
 
 
 def _decide_for(job: Job, action: str, grace: int, *, maintenance: bool) -> Decision:

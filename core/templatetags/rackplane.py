@@ -4,10 +4,21 @@ GPU's health and state are inventory's (inventory/templatetags/inventory.py)."""
 import re
 
 from django import template
-from django.utils.html import conditional_escape
+from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
+from core.moments import clock as _clock
+
 register = template.Library()
+
+
+@register.filter
+def clock(moment):
+    """A moment in the viewer's zone, with its date unless it is today (core.moments.clock), as a <time> that
+    does not break across lines; "" for none."""
+    if not moment:
+        return ""
+    return format_html('<time class="nowrap" datetime="{}">{}</time>', moment.isoformat(), _clock(moment))
 
 
 @register.filter

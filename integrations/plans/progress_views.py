@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib import messages
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,14 +25,14 @@ from core.access import require_admin
 from core.tables import JsonArrayLength, Table
 from integrations.models import ConfigPush, PlanWindow, PushStatus
 from integrations.plans import service as plans
+from integrations.plans import windows
+from integrations.plans.requeue_now import JobInTheWay, jobs_in_the_way, latest_apply
 from integrations.plans.views import WIZARD, render_step, served_by, wizard_steps
 from inventory import selectors
 from inventory.choices import ACTIVE_PLAN_STATES, PlanStatus
 from inventory.models import Gpu, PartitionPlan
 from inventory.planning import _ranges as slot_ranges
 from inventory.selectors import PARTITION_COLOURS
-from scheduling.choices import HOLDING_STATES
-from scheduling.models import Allocation
 
 # How many lines of a push's log the progress view shows (the push page has all of it).
 LOG_TAIL_LINES = 12
@@ -107,16 +107,11 @@ def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
     )
 
 
-def _waiting_on(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[str]:
-    """The running jobs a draining plan waits for (by name)."""
+def _waiting_for(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[JobInTheWay]:
+    """The running jobs a draining plan waits for."""
     if plan.status != PlanStatus.DRAINING:
         return []
-    busy = Allocation.objects.filter(
-        job__state__in=HOLDING_STATES,
-        gpu__tray__rack=plan.rack,
-        gpu__tray__slot__in=[slot for slot, _hostname in drained],
-    )
-    return sorted(set(busy.values_list("job__name", flat=True)))
+    return jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
 
 
 def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
@@ -140,9 +135,11 @@ def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], fai
 def _progress_context(plan: PartitionPlan) -> dict:
     pushes = _pushes(plan)
     nodes = _node_reports(plan, timezone.now())
-    done = _done(plan, pushes, nodes)
+    waits_for = windows.waiting_window(plan)  # a draft waiting for its window moves on by itself
+    done = _done(plan, pushes, nodes) and waits_for is None
     drained = _drained(plan)
-    waiting_on = _waiting_on(plan, drained)
+    waiting_for = _waiting_for(plan, drained)
+    waiting_on = sorted({job.name for job in waiting_for})
     failed_pushes = [push for push in pushes if push.status == PushStatus.FAILED and not push.retried]
     return {
         "plan": plan,
@@ -152,6 +149,8 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "done": done,
         "drained": drained,
         "waiting_on": waiting_on,
+        # When it applies at the latest: the jobs it waits for reach their time limits (as the preview said).
+        "latest": latest_apply([], waiting_for, timezone.now()) if waiting_for else None,
         "failed_pushes": failed_pushes,
         **_names_in_sentences(plan, drained, waiting_on, failed_pushes),
         "layout": [
@@ -168,6 +167,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "step": "apply",
         "retry_query": _retry_query(plan),
         "window": PlanWindow.objects.filter(plan=plan).first(),
+        "waits_for": waits_for,
     }
 
 
@@ -232,7 +232,11 @@ def plan_list(request):
             .annotate(partition_count=JsonArrayLength("layout"))
         )
     )
-    active = PartitionPlan.objects.filter(status__in=ACTIVE_PLAN_STATES).count()
+    for plan in page.object_list:
+        plan.waits_for = windows.waiting_window(plan)
+    # In flight: applying or draining, or waiting for a window (it starts by itself); how many of them wait.
+    flight = PartitionPlan.objects.filter(Q(status__in=ACTIVE_PLAN_STATES) | windows.WAITING_FOR_WINDOW)
+    counts = flight.aggregate(active=Count("pk"), waiting=Count("pk", filter=windows.WAITING_FOR_WINDOW))
     return render(
         request,
         "integrations/wizard/plan_list.html",
@@ -240,7 +244,8 @@ def plan_list(request):
             "plans": page.object_list,
             "page": page,
             "table": table,
-            "active": active,
+            "active": counts["active"],
+            "waiting": counts["waiting"],
             "steps": wizard_steps("rack"),
             "step": "rack",
         },

@@ -41,11 +41,35 @@ class JobInTheWay:
     slots: tuple[int, ...]
     checkpointable: bool
     grace_s: int  # a checkpointable job's time to checkpoint before it is requeued
-    ends_in_s: float | None  # seconds until it reaches its time limit
+    ends_in_s: float | None  # seconds until it reaches its time limit (None: it has no limit)
+    ends_at: datetime | None = None  # when it reaches its time limit (None: it has no limit)
 
     @property
     def grace_minutes(self) -> float:
         return self.grace_s / 60
+
+
+@dataclass(frozen=True)
+class LatestApply:
+    """When a busy plan applies at the latest, and which job sets that time (`latest_apply`)."""
+
+    at: datetime | None  # None: `job` has no time limit, so no latest time can be given
+    job: JobInTheWay | None  # whose end comes last (or the one without a limit); None: nothing waited for
+    by_limit: bool  # `at` is `job`'s time limit ending (False: a requeued job's grace period)
+
+
+def latest_apply(requeued: list[JobInTheWay], waited: list[JobInTheWay], now: datetime) -> LatestApply:
+    """When a plan applies at the latest once the `requeued` jobs are requeued (each within its grace period)
+    and the `waited` ones have reached their time limits; drain first is the case with nothing requeued. The
+    one rule for the busy summary, the preview, "Requeue now" and a draining plan's progress page."""
+    if unlimited := next((job for job in waited if job.ends_at is None), None):
+        return LatestApply(None, unlimited, by_limit=True)
+    ends = [(now + timedelta(seconds=job.grace_s), False, job) for job in requeued]
+    ends += [(max(now, job.ends_at), True, job) for job in waited if job.ends_at is not None]
+    if not ends:
+        return LatestApply(now, None, by_limit=False)
+    at, by_limit, job = max(ends, key=lambda end: (end[0], end[1]))
+    return LatestApply(at, job, by_limit)
 
 
 @dataclass
@@ -61,20 +85,25 @@ class RequeueSummary:
         return len(self.requeued) + len(self.waited)
 
     @property
+    def after_requeue(self) -> LatestApply:
+        """When the plan applies at the latest after "Requeue now"."""
+        return latest_apply(self.requeued, self.waited, self.now)
+
+    @property
+    def drain_first(self) -> LatestApply:
+        """When the plan applies at the latest with drain first: every job in its way reaches its limit."""
+        return latest_apply([], self.requeued + self.waited, self.now)
+
+    @property
     def applies_within_s(self) -> float | None:
-        """When the plan applies at the latest after "Requeue now": the requeued jobs' grace periods and the
-        waited-for jobs' time limits; None when a waited-for job's end is unknown."""
-        ends = [float(job.grace_s) for job in self.requeued]
-        for job in self.waited:
-            if job.ends_in_s is None:
-                return None
-            ends.append(max(0.0, job.ends_in_s))
-        return max(ends, default=0.0)
+        """Seconds until the plan applies at the latest after "Requeue now"; None when a waited-for job has no
+        time limit."""
+        at = self.after_requeue.at
+        return None if at is None else (at - self.now).total_seconds()
 
     @property
     def applies_by(self) -> datetime | None:
-        within = self.applies_within_s
-        return None if within is None else self.now + timedelta(seconds=within)
+        return self.after_requeue.at
 
 
 def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobInTheWay]:
@@ -97,8 +126,11 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
         .distinct()
     ):
         since = started or placed or now  # as integrations.plans.service.rack_trays
-        ends = (since - now).total_seconds() + limit * 60
-        row = rows.setdefault(pk, {"name": name, "class": klass, "ends": ends, "slots": set()})
+        ends_at = since + timedelta(minutes=limit) if limit else None  # no limit: no known end
+        ends = None if ends_at is None else (ends_at - now).total_seconds()
+        row = rows.setdefault(
+            pk, {"name": name, "class": klass, "ends": ends, "ends_at": ends_at, "slots": set()}
+        )
         row["slots"].add(slot)
     policies: dict[str, tuple[bool, int]] = {}  # class -> (checkpointable, grace)
     jobs = []
@@ -108,7 +140,15 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
             policies[klass] = (decisions.checkpointable(klass), decisions.policy_for(klass)[1])
         checkpointable, grace = policies[klass]
         jobs.append(
-            JobInTheWay(pk, row["name"], tuple(sorted(row["slots"])), checkpointable, grace, row["ends"])
+            JobInTheWay(
+                pk,
+                row["name"],
+                tuple(sorted(row["slots"])),
+                checkpointable,
+                grace,
+                row["ends"],
+                row["ends_at"],
+            )
         )
     return sorted(jobs, key=lambda job: (job.slots[0], job.name))
 

@@ -24,6 +24,7 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
@@ -38,6 +39,21 @@ from inventory.planning import PlannedPartition
 logger = logging.getLogger(__name__)
 
 OPEN_STATES = (WindowState.SCHEDULED, WindowState.STARTED)
+
+# A plan waiting for its window: a draft whose window has not started. It is in flight (it starts by itself),
+# so the plan list counts it with the active plans, and its page and row say it waits for its window.
+WAITING_FOR_WINDOW = Q(status=PlanStatus.DRAFT, window__state=WindowState.SCHEDULED)
+
+
+def waiting_window(plan: PartitionPlan) -> PlanWindow | None:
+    """The window `plan` waits for (it is a draft and the window has not started); None otherwise."""
+    if plan.status != PlanStatus.DRAFT:
+        return None
+    try:
+        window = plan.window
+    except PlanWindow.DoesNotExist:
+        return None
+    return window if window.state == WindowState.SCHEDULED else None
 
 
 # Why a window waits, or why it expired (PlanWindow.reason, and the plan's error): stored in English as

@@ -18,6 +18,7 @@ says for each tray what happened or why not (a tray that could have changed name
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 
 from django.contrib import messages
@@ -28,13 +29,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.access import require_admin
 from integrations import drain as schedulers
 from inventory import selectors
 from inventory.choices import ActionKind
-from inventory.health.actions import HealthError, drain_tray
+from inventory.health.actions import HealthError, drain_tray, hand_reason
 from inventory.health.returns import return_to_service
 from inventory.mig_options import layout_options
 from inventory.models import ComputeTray, HealthAction
@@ -49,9 +50,11 @@ from inventory.views.tray_forms import (
     MigLayoutForm,
     ReturnForm,
 )
+from scheduling.requeue import REQUEUE, SIGNAL, Planned, preview_drain
 from scheduling.services.mig_layouts import MigLayoutRefused, set_mig_layout
 
 BULK_RESULT_SESSION_KEY = "portal_tray_bulk_result"
+CONFIRM_FIELD = "confirm"  # the confirmation page's fingerprint of the jobs it showed (_fingerprint)
 _WINDOW_FORMAT = "%Y-%m-%d %H:%M"
 
 
@@ -104,16 +107,145 @@ def tray_mig_layout(request, pk):
     return _done(tray)
 
 
-@require_POST
+# --------------------------------------------------------------------------------------------------------
+# Confirming a drain of running work: what happens to each job, asked before anything changes
+# --------------------------------------------------------------------------------------------------------
+
+
+def _fingerprint(planned: list[tuple[ComputeTray, list[Planned]]]) -> str:
+    """What the confirmation showed, in one word: the trays' jobs and what would happen to each. A
+    confirmation whose fingerprint is no longer the trays' (a job ended or came, a policy changed) is shown
+    again."""
+    text = "|".join(
+        f"{tray.pk}=" + ";".join(f"{item.job.pk}:{item.what}:{item.grace_s}:{item.signal}" for item in items)
+        for tray, items in planned
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _grace(seconds: int) -> str:
+    minutes, rest = divmod(seconds, 60)
+    if seconds and not rest:
+        return ngettext("%(n)s minute", "%(n)s minutes", minutes) % {"n": minutes}
+    return ngettext("%(n)s second", "%(n)s seconds", seconds) % {"n": seconds}
+
+
+def _what_happens(item: Planned) -> str:
+    """What the drain does to the job (scheduling.requeue's decision), in the viewer's language."""
+    if item.what == SIGNAL:
+        return _(
+            "Asked to checkpoint (SIG%(signal)s), then requeued after %(grace)s unless it ends first."
+        ) % {"signal": item.signal, "grace": _grace(item.grace_s)}
+    if item.what == REQUEUE:
+        if item.why == "not started in its backend yet":
+            return _(
+                "Requeued at once: it has not started in its backend yet, so there is nothing to checkpoint."
+            )
+        return _("Requeued at once: its class's policy stops it without a checkpoint.")
+    if item.why == "maintenance lets running jobs finish":
+        return _("Left to finish on the tray: maintenance waits for running jobs.")
+    if item.why == "already asked to checkpoint":
+        return _("Already asked to checkpoint: it is requeued when that grace period ends.")
+    return _("Left to finish on the tray: its class's policy waits for it.")
+
+
+def _job_rows(planned: list[Planned]) -> list[dict]:
+    return [
+        {
+            "job": item.job,
+            "person": item.job.submitted_by.get_username() if item.job.submitted_by else "—",
+            "department": item.job.department.name,
+            "what": item.what,
+            "words": _what_happens(item),
+        }
+        for item in planned
+    ]
+
+
+def _hidden(form) -> list[tuple[str, str]]:
+    """The posted values of `form` (reason, window; the bulk's trays), carried by the confirmation."""
+    return [
+        (name, value)
+        for name in form.data
+        if name not in (CONFIRM_FIELD, "csrfmiddlewaretoken")
+        for value in form.data.getlist(name)
+    ]
+
+
+def _confirmation(request, rack, kind: str, form, reason: str, planned, stale: bool, tray=None):
+    """The confirmation page: the jobs the drain handles and how, the form's values kept; nothing changed.
+    409 when a confirmation was posted for jobs that are no longer the trays'."""
+    if tray is not None:
+        if kind == "maintenance":
+            heading = _("Confirm maintenance of %(host)s") % {"host": tray.hostname}
+        else:
+            heading = _("Confirm the drain of %(host)s") % {"host": tray.hostname}
+        action_url = reverse(f"integrations:tray-{kind}", args=[tray.pk])
+    else:
+        heading = ngettext(
+            "Confirm the drain of %(n)s tray on %(rack)s",
+            "Confirm the drain of %(n)s trays on %(rack)s",
+            len(planned),
+        ) % {"n": len(planned), "rack": rack.name}
+        action_url = reverse("integrations:tray-bulk", args=[rack.name])
+    return render(
+        request,
+        "integrations/tray_confirm.html",
+        {
+            "rack": rack,
+            "tray": tray,
+            "kind": kind,
+            "heading": heading,
+            "reason": reason,
+            "hidden": _hidden(form),
+            "groups": [{"tray": each, "rows": _job_rows(items)} for each, items in planned],
+            "fingerprint": _fingerprint(planned),
+            "stale": stale,
+            "action_url": action_url,
+        },
+        status=409 if stale else 200,
+    )
+
+
+def _unconfirmed(request, rack, kind: str, form, typed: str, trays: list[ComputeTray], single: bool):
+    """The confirmation page when the drain must be confirmed first, else None (apply it): a GET always
+    shows it; a POST on trays holding running work needs the fingerprint of the jobs it will handle, and a
+    posted fingerprint that no longer matches is shown again. Call with the trays' rows locked."""
+    reason = hand_reason(typed, request.user)
+    planned = [(tray, preview_drain(tray.pk, reason)) for tray in trays]
+    if request.method == "POST":
+        posted = request.POST.get(CONFIRM_FIELD, "")
+        if posted == _fingerprint(planned) or not (posted or any(items for _each, items in planned)):
+            return None
+    else:
+        posted = ""
+    return _confirmation(
+        request, rack, kind, form, typed, planned, bool(posted), tray=trays[0] if single else None
+    )
+
+
+@require_http_methods(["GET", "POST"])
 def tray_drain(request, pk):
+    """Drain by hand. On a tray holding running work, the GET (or a first POST) shows which jobs are asked
+    to checkpoint, requeued or waited for, and only the confirmed POST applies."""
     tray = _tray(request, pk)
-    form = DrainForm(request.POST, prefix="drain")
+    form = DrainForm(request.POST if request.method == "POST" else request.GET, prefix="drain")
     if not form.is_valid():
         return _refused(request, tray, 400, drain=form)
-    try:
-        action = drain_tray(tray, form.cleaned_data["reason"], actor=request.user)
-    except HealthError as error:
-        return _conflict(request, tray, str(error), drain=form)
+    with transaction.atomic():
+        ComputeTray.objects.select_for_update().filter(pk=tray.pk).first()
+        held = _unconfirmed(request, tray.rack, "drain", form, form.cleaned_data["reason"], [tray], True)
+        if held is not None:
+            return held
+        try:
+            action = drain_tray(tray, form.cleaned_data["reason"], actor=request.user)
+        except HealthError as error:
+            transaction.set_rollback(True)
+            refused = error
+        else:
+            refused = None
+    if refused is not None:
+        return _conflict(request, tray, str(refused), drain=form)
     messages.success(
         request, _("%(tray)s drained: %(reason)s") % {"tray": tray.hostname, "reason": action.reason}
     )
@@ -180,20 +312,30 @@ def maintenance_reason(reason: str, start=None, end=None) -> str:
     return f"{MAINTENANCE_WINDOW}{first} to {last} UTC: {reason}"
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def tray_maintenance(request, pk):
+    """Maintenance: drained now (its jobs waited for), with an optional Slurm reservation. On a tray holding
+    running work it is confirmed first, as a drain is (tray_drain)."""
     tray = _tray(request, pk)
-    form = MaintenanceForm(request.POST, prefix="maintenance")
+    form = MaintenanceForm(request.POST if request.method == "POST" else request.GET, prefix="maintenance")
     if not form.is_valid():
         return _refused(request, tray, 400, maintenance=form)
     data = form.cleaned_data
     start, end = data.get("start"), data.get("end")
-    try:
-        action = drain_tray(
-            tray, maintenance_reason(data["reason"], start, end), actor=request.user, maintenance=True
-        )
-    except HealthError as error:
-        return _conflict(request, tray, str(error), maintenance=form)
+    reason = maintenance_reason(data["reason"], start, end)
+    refused = None
+    with transaction.atomic():
+        ComputeTray.objects.select_for_update().filter(pk=tray.pk).first()
+        held = _unconfirmed(request, tray.rack, "maintenance", form, reason, [tray], True)
+        if held is not None:
+            return held
+        try:
+            action = drain_tray(tray, reason, actor=request.user, maintenance=True)
+        except HealthError as error:
+            transaction.set_rollback(True)
+            refused = error
+    if refused is not None:
+        return _conflict(request, tray, str(refused), maintenance=form)
     messages.success(
         request,
         _("%(tray)s is out for maintenance: %(reason)s") % {"tray": tray.hostname, "reason": action.reason},
@@ -307,7 +449,14 @@ def tray_bulk(request, name):
             {"rack": rack, "form": form, "applied": False, "outcomes": []},
             status=400,
         )
-    applied, outcomes = _apply_bulk(form, request.user)
+    with transaction.atomic():
+        if form.cleaned_data["action"] == "drain":
+            locked = ComputeTray.objects.select_for_update().filter(pk__in=[t.pk for t in form.trays])
+            list(locked.order_by("pk"))
+            held = _unconfirmed(request, rack, "drain", form, form.cleaned_data["reason"], form.trays, False)
+            if held is not None:
+                return held
+        applied, outcomes = _apply_bulk(form, request.user)
     result = {
         "action": form.cleaned_data["action"],
         "applied": applied,

@@ -160,6 +160,14 @@ def set_state(tray: ComputeTray, state: str, reason: str, *, source: str, actor)
     )
 
 
+def hand_reason(text: str, actor=None, *, needs_service: bool = False) -> str:
+    """The reason drain_tray keeps for a drain by hand: ``rackplane: <username>: <text>`` (the owner, the
+    person, what they typed); what a preview of the drain's effects reads too."""
+    who = f"{actor.get_username()}: " if actor is not None else ""
+    prefix = NEEDS_SERVICE_PREFIX if needs_service else REASON_PREFIX
+    return f"{prefix}{who}{(text or '').strip()}"[:REASON_LIMIT]
+
+
 def drain_tray(
     tray: ComputeTray, reason: str, *, actor=None, needs_service: bool = False, maintenance: bool = False
 ) -> HealthAction:
@@ -201,9 +209,7 @@ def drain_tray(
                 )
                 % {"host": tray.hostname, "state": shown_state_words(tray.state), "reason": tray.state_reason}
             )
-        who = f"{actor.get_username()}: " if actor is not None else ""
-        prefix = NEEDS_SERVICE_PREFIX if needs_service else REASON_PREFIX
-        full = f"{prefix}{who}{text}"[:REASON_LIMIT]
+        full = hand_reason(text, actor, needs_service=needs_service)
         state = TrayState.NEEDS_SERVICE if needs_service else TrayState.DRAIN
         set_state(tray, state, full, source="admin", actor=actor)
         kind = (

@@ -96,22 +96,26 @@ def return_eligibility(
         # Back from service: the healthy time and the check count from the return, not from the fault.
         words = Phrase(gettext_noop("it came back from service"))
         return _healthy_enough(tray, settings, now, back, words, words, healthy_from=back)
-    if drained is not None and drained.kind == ActionKind.MAINTENANCE:
-        # Planned work, not a fault: back when its owner says, unless a fault came while it was out.
+    by_rules = drained is not None and bool(drained.rule_name or drained.event_id is not None)
+    if drained is not None and not by_rules and drained.kind in (ActionKind.MAINTENANCE, ActionKind.DRAIN):
+        # A person's decision (planned work, a drain by hand), not a fault the rules saw: back when its owner
+        # says, unless a fault came while it was out. The healthy-time wait is for the rules' own drains.
         fault = (
             HealthEvent.objects.filter(tray=tray, last_seen__gte=drained_at)
             .filter(Q(drains=True) | Q(degrades=True))
             .order_by("-last_seen")
             .first()
         )
+        maintenance = drained.kind == ActionKind.MAINTENANCE
         if fault is None:
-            return _yes(gettext_noop("it was out for maintenance, with no fault since"))
-        return _no(
-            gettext_noop("a fault came while it was out for maintenance (%(fault)s)"),
-            fault=fault.mnemonic or fault.code or fault.kind,
-        )
-    # A drain by hand (an admin, a maintenance window) has no fault: the drain is what it waits on.
-    by_rules = drained is not None and (drained.rule_name or drained.event_id is not None)
+            if maintenance:
+                return _yes(gettext_noop("it was out for maintenance, with no fault since"))
+            return _yes(gettext_noop("it was drained by hand, not by the health rules, with no fault since"))
+        what = fault.mnemonic or fault.code or fault.kind
+        if maintenance:
+            return _no(gettext_noop("a fault came while it was out for maintenance (%(fault)s)"), fault=what)
+        return _no(gettext_noop("a fault came while it was drained by hand (%(fault)s)"), fault=what)
+    # A drain by the rules waits until the fault is seen gone: healthy for return_after_s (and the check).
     drained_words = Phrase(gettext_noop("it was drained"))
     since = Phrase(gettext_noop("the fault")) if by_rules else drained_words
     return _healthy_enough(tray, settings, now, drained_at, since, drained_words)

@@ -16,8 +16,9 @@ What matches, in three ranks per kind (each kind shows at most LIMIT, the typeah
 words in any order, all in the same field ("pretrain" in `train-pretrain-0042`, "r03" in `gb-r03-t07`, "hall b
 row 12" in a rack's location, not "hall" there and "r03" in its name; "jane smith" across a person's first and
 last names, read as one; a word shorter than MIN_SUBSTRING must start a word there: "b" finds "hall B", not
-"gb-r01"). Each result shows the field that matched (a rack its location), the matched parts marked
-(`matched_parts`; in its note too when the note is a searched field, `Hit.note_searched`). Rank 3 looks at:
+"gb-r01"). Each result shows the field that matched (a rack its location, a GPU its serial, a tray the IB
+port GUID), the matched parts marked (`matched_parts`: in its title, and in the parts of its note that are
+searched fields, `Detail.searched`). Rank 3 looks at:
 GPU UUIDs (a hex fragment) and serials (a fragment with a digit), tray hostnames, rack names and locations,
 job names, department and project names and slugs, usernames and first and last names; MIG device UUIDs are
 found exactly only. A query without a word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank
@@ -103,12 +104,25 @@ class QueryTooLong(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class Detail:
+    """One part of a result's note, shown after its title: `text` as shown, and `searched`, the part of it
+    the query is looked for in (the whole text, a value inside it, "serial 1873582090772"'s number), which
+    the pages mark where the query matched it; "" for a part no search looks at (never marked)."""
+
+    text: str
+    searched: str = ""
+
+
 @dataclass
 class Hit:
     title: str
     url: str
-    note: str = ""
-    note_searched: bool = False  # the note is a field the query is looked for in: the pages mark it too
+    details: tuple[Detail, ...] = ()  # what the pages show after the title, the matched field among them
+
+    @property
+    def note(self) -> str:
+        return " · ".join(detail.text for detail in self.details)
 
 
 @dataclass
@@ -337,8 +351,10 @@ def _gpus(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("uuid",), limit, count)
     for gpu in rows:
         where = f"{gpu.tray.hostname} · GPU {gpu.index}" if gpu.tray else _("removed from its tray")
-        serial = " · " + _("serial %(serial)s") % {"serial": gpu.serial} if gpu.serial else ""
-        group.hits.append(Hit(gpu.uuid, reverse("inventory:gpu-detail", args=[gpu.pk]), where + serial))
+        details = [Detail(where)]
+        if gpu.serial:  # a searched field: a GPU found by it shows it marked
+            details.append(Detail(_("serial %(serial)s") % {"serial": gpu.serial}, gpu.serial))
+        group.hits.append(Hit(gpu.uuid, reverse("inventory:gpu-detail", args=[gpu.pk]), tuple(details)))
     return group, reverse("inventory:gpu-detail", args=[exact.pk]) if exact else None
 
 
@@ -351,6 +367,7 @@ def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     exact = next((t for t in rows if t.hostname == lower), None)
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, ("hostname",), limit, count)
     guid = lower if lower.startswith("0x") else "0x" + lower
+    by_guid = []
     if GUID.match(lower) or GUID_PREFIX.match(lower):
         # Not indexed (a JSON list per tray): only for a query that looks like a GUID.
         by_guid = list(trays.filter(ib_port_guids__icontains=guid)[:limit])
@@ -358,13 +375,13 @@ def _trays(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
             exact = exact or by_guid[0]
         rows = [*rows, *(t for t in by_guid if t not in rows)][:limit]
     for tray in rows:
-        group.hits.append(
-            Hit(
-                tray.hostname,
-                reverse("inventory:tray-detail", args=[tray.pk]),
-                _("%(rack)s · slot %(slot)s") % {"rack": tray.rack.name, "slot": tray.slot},
-            )
-        )
+        details = [Detail(_("%(rack)s · slot %(slot)s") % {"rack": tray.rack.name, "slot": tray.slot})]
+        if tray in by_guid:  # found by an IB port GUID: the ports that hold the query, marked
+            for port in (str(g) for g in tray.ib_port_guids or []):
+                if guid in port.lower():
+                    details.append(Detail(_("IB port %(guid)s") % {"guid": port}, port))
+        url = reverse("inventory:tray-detail", args=[tray.pk])
+        group.hits.append(Hit(tray.hostname, url, tuple(details)))
     return group, reverse("inventory:tray-detail", args=[exact.pk]) if exact else None
 
 
@@ -388,12 +405,11 @@ def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     for rack in rows:
         # Its location (a rack found by it shows what matched); its cluster UUID when it has no location or
         # the query named that cluster.
-        notes = [rack.location] if rack.location else []
-        if rack.cluster_uuid and (not notes or rack.cluster_uuid == cluster):
-            notes.append(_("cluster %(uuid)s") % {"uuid": rack.cluster_uuid})
-        group.hits.append(
-            Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), " · ".join(notes), True)
-        )
+        details = [Detail(rack.location, rack.location)] if rack.location else []
+        if rack.cluster_uuid and (not details or rack.cluster_uuid == cluster):
+            value = str(rack.cluster_uuid)
+            details.append(Detail(_("cluster %(uuid)s") % {"uuid": value}, value))
+        group.hits.append(Hit(rack.name, reverse("scheduling:rack-detail", args=[rack.name]), tuple(details)))
     return group, reverse("scheduling:rack-detail", args=[exact.name]) if exact else None
 
 
@@ -418,14 +434,26 @@ def _same_name_note(q: str, same_name: int, at_least: bool) -> str:
     return note % {"n": same_name, "name": repr(q)}
 
 
-def _job_note(job) -> str:
-    """Where a job found is, its state and its GPUs."""
-    where = f"{job.department.name} / {job.project.name}" if job.project_id else job.department.name
-    return ngettext("%(where)s · %(state)s · %(n)s GPU", "%(where)s · %(state)s · %(n)s GPUs", job.gpus) % {
-        "where": where,
-        "state": job.get_state_display(),
-        "n": job.gpus,
-    }
+def job_where(job) -> str:
+    """A job's department and project, "Research / Default", as the jobs list's two columns read; a job
+    that names no project (the department's own work) says so: one shape for every job."""
+    if job.project_id:
+        names = {"department": job.department.name, "project": job.project.name}
+        return _("%(department)s / %(project)s") % names
+    return _("%(department)s / no project") % {"department": job.department.name}
+
+
+def _job_details(job) -> tuple[Detail, ...]:
+    """Where a job found is, its state, its GPUs and who submitted it (as the jobs list: "by bob")."""
+    details = [
+        Detail(
+            ngettext("%(where)s · %(state)s · %(n)s GPU", "%(where)s · %(state)s · %(n)s GPUs", job.gpus)
+            % {"where": job_where(job), "state": job.get_state_display(), "n": job.gpus}
+        )
+    ]
+    if job.submitted_by_id:
+        details.append(Detail(_("by %(who)s") % {"who": job.submitted_by.get_username()}))
+    return tuple(details)
 
 
 def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
@@ -436,7 +464,7 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     Each rank is its own query in the jobs' newest-first order, which the index on (created_at, id) gives:
     a name shared by a tenth of a year's jobs is read from the newest until LIMIT match, not sorted whole.
     """
-    jobs = Job.objects.visible_to(user).select_related("department", "project")
+    jobs = Job.objects.visible_to(user).select_related("department", "project", "submitted_by")
     group = Group("job", _("Jobs"))
     number = q.removeprefix("#")
     by_number = look_exact and _job_number(number)
@@ -457,7 +485,7 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
         group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
     for job in rows:
         group.hits.append(
-            Hit(f"#{job.pk} {job.name}", reverse("scheduling:job-detail", args=[job.pk]), _job_note(job))
+            Hit(f"#{job.pk} {job.name}", reverse("scheduling:job-detail", args=[job.pk]), _job_details(job))
         )
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
@@ -476,8 +504,7 @@ def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, coun
             Hit(
                 department.name,
                 reverse("scheduling:department-detail", args=[department.slug]),
-                department.slug,
-                True,
+                (Detail(department.slug, department.slug),),
             )
         )
     exact = next((d for d in rows if q.lower() in (d.name.lower(), d.slug.lower())), None)
@@ -532,13 +559,19 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
     found = _matching(projects, _substring(fields, q))  # not every namespace prefix match: both counted
     order = _alike_first(projects, fields, q, ("department__name", "name"))
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
+
+    def by_namespace(project) -> tuple[Detail, ...]:
+        """Its namespace / Slurm account, when the query is one (`research--llm`): the field it matched."""
+        if naming.SEPARATOR not in q or project.is_default:
+            return ()
+        return (Detail(_("namespace %(name)s") % {"name": project.namespace}, project.namespace),)
+
     for project in rows:
         group.hits.append(
             Hit(
                 f"{project.department.name} / {project.name}",
                 _project_url(project.department.slug, project.slug),
-                project.slug,
-                True,
+                (Detail(project.slug, project.slug), *by_namespace(project)),
             )
         )
     return group, _project_named(user, q) if look_exact else None
@@ -578,7 +611,7 @@ def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
         else:
             url = reverse("personal-tokens") if found.pk == user.pk else ""
         name = found.get_full_name()
-        group.hits.append(Hit(found.get_username(), url, name, True))
+        group.hits.append(Hit(found.get_username(), url, (Detail(name, name),) if name else ()))
     return group, None
 
 

@@ -140,3 +140,25 @@ def test_the_build_collectstatic_step_works_here(tmp_path):
     assert any(collected.rglob("*.css")) and any(collected.rglob("*.css.gz"))  # compressed for WhiteNoise
     assert any(collected.glob("plotly/**/*.js"))
     assert not (tmp_path / "build.sqlite3").exists() or (tmp_path / "build.sqlite3").stat().st_size == 0
+    # And the portal run with those settings serves what was collected, in its compressed forms: with the
+    # finders also on, WhiteNoise let the plain source files (no .gz beside them) replace the collected ones,
+    # and plotly's 4.7 MB went uncompressed in production.
+    serve = (
+        "import django; django.setup()\n"
+        "from django.test import Client\n"
+        "from core.static_assets import plotly_name\n"
+        "client = Client(HTTP_HOST='build.invalid')\n"
+        "for name in (plotly_name(), 'css/portal.css'):\n"
+        "    response = client.get('/static/' + name, HTTP_ACCEPT_ENCODING='gzip')\n"
+        "    print(name, response.status_code, response.get('Content-Encoding', 'none'))\n"
+    )
+    served = subprocess.run(
+        [sys.executable, "-c", serve],
+        env={**environ, "DJANGO_SETTINGS_MODULE": "portal.settings"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert served.returncode == 0, served.stderr
+    assert [line.split()[1:] for line in served.stdout.splitlines()] == [["200", "gzip"], ["200", "gzip"]]

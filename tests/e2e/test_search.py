@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from inventory.demo import seed_datacenter
-from inventory.models import ComputeTray
+from inventory.models import ComputeTray, Gpu
 from tests.factories import make_department, make_job, make_member
 
 PASSWORD = "e2e-search-password-1"
@@ -241,3 +241,53 @@ def test_a_location_search_shows_each_racks_location_with_the_words_marked(live_
     expect(options.first.locator("mark")).to_have_text(["hall", "pos", "02"])
     page.screenshot(path=str(shots / "typeahead-location-phone.png"))
     page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def inside(inner, outer) -> bool:
+    return inner["x"] >= outer["x"] - 0.5 and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 0.5
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "viewport", [{"width": 1400, "height": 1000}, {"width": 390, "height": 844}], ids=str
+)
+def test_a_serial_typed_in_the_header_shows_the_serial_marked(live_server, page, member, shots, viewport):
+    """A GPU found by a part of its serial, as a person types it (issue 31): at a desktop's and a phone's
+    width the typeahead's row shows the serial with the typed part marked, inside the list (not cut off
+    behind an ellipsis), and so does the results page; a job's row names who submitted it."""
+    from tenancy.models import Department
+
+    research = Department.objects.get(slug="research")
+    make_job(
+        research, "who-search-sweep", state="pending", gpus=8, submitted_by=make_member("e2e-lead", research)
+    )
+    gpu = Gpu.objects.exclude(serial="").select_related("tray").order_by("pk")[9]
+    typed, width = gpu.serial[:10], viewport["width"]
+    page.set_viewport_size(viewport)
+    sign_in(page, live_server)
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
+    box.press_sequentially(typed, delay=30)
+    listbox = page.get_by_role("listbox", name="Matches")
+    option = listbox.get_by_role("group", name="GPUs").get_by_role("option", name=re.compile(gpu.uuid))
+    expect(option).to_contain_text(f"serial {gpu.serial}")
+    mark = option.locator("mark")
+    expect(mark).to_have_text(typed)
+    expect(mark).to_be_visible()
+    shown, marked = listbox.bounding_box(), mark.bounding_box()
+    assert inside(marked, shown) and marked["x"] + marked["width"] <= width, (marked, shown)
+    assert option.evaluate("e => e.scrollWidth <= e.clientWidth")  # nothing of the row cut off
+    page.screenshot(path=str(shots / f"who-search-serial-typeahead-{width}.png"))
+
+    box.fill("")
+    box.press_sequentially("who-search", delay=30)
+    expect(listbox.get_by_role("group", name="Jobs").get_by_role("option")).to_contain_text(
+        "Research / no project · Pending · 8 GPUs · by e2e-lead"
+    )
+
+    page.goto(f"{live_server.url}/search/?q={typed}")
+    result = page.locator('section[data-kind="gpu"] li', has_text=gpu.uuid)
+    expect(result.locator("mark")).to_have_text(typed)
+    marked = result.locator("mark").bounding_box()
+    assert marked["x"] >= 0 and marked["x"] + marked["width"] <= width, marked
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.screenshot(path=str(shots / f"who-search-serial-page-{width}.png"), full_page=True)

@@ -31,13 +31,15 @@ TOKYO = ZoneInfo("Asia/Tokyo")
 
 @pytest.fixture
 def admin(transactional_db, django_user_model, local_target):
-    """Three racks; on gb-r01 two checkpointable training jobs and a build job, in the way of a 2x9 plan."""
+    """Three racks; on gb-r01 checkpointable training jobs (one with a day-long limit) and a build job, in the
+    way of a 2x9 plan."""
     seed_datacenter(racks=3)
     ops = make_department("Ops")
     started = {"started_at": timezone.now(), "time_limit_minutes": 120, "over_quota": True}
     run_job(ops, trays=["gb-r01-t01", "gb-r01-t02"], name="train-a", **started)
     run_job(ops, trays=["gb-r01-t03"], name="train-b", **started)
     run_job(ops, trays=["gb-r01-t05"], name="build-a", priority_class=PriorityClass.BUILD, **started)
+    run_job(ops, trays=["gb-r01-t07"], name="pretrain", **{**started, "time_limit_minutes": 1440})
     return django_user_model.objects.create_superuser("e2e-admin", "e2e-admin@example.com", PASSWORD)
 
 
@@ -51,15 +53,26 @@ def test_an_admin_reads_requeue_now_schedules_a_window_and_requeues(live_server,
         page.goto(preview)
 
         summary = page.locator("section.requeue-summary")
-        expect(summary).to_have_attribute("data-requeued", "2")
+        expect(summary).to_have_attribute("data-requeued", "3")
         expect(summary).to_have_attribute("data-waited", "1")
-        expect(summary.locator("h2 .count-pill")).to_have_text("3")
+        expect(summary.locator("h2 .count-pill")).to_have_text("4")
         expect(summary.locator("ul.requeue-jobs")).to_contain_text("requeued within 5 min")
         expect(summary.locator("ul.requeue-jobs")).to_contain_text("train-a")
         expect(summary.locator("ul.requeue-jobs")).to_contain_text("train-b")
         expect(summary.locator("ul.waited-jobs")).to_contain_text("build-a")
+        # Requeue now: the build job's 2-hour limit (the time alone today in Tokyo, else with its date).
         expect(summary.locator(".requeue-estimate")).to_contain_text(
-            re.compile(r"applies by \d{4}-\d\d-\d\d .*JST")
+            re.compile(r"applies by (\d{4}-\d\d-\d\d )?\d\d:\d\d JST")
+        )
+        # Drain first: when the last job's time limit ends, the pretraining job's day-long one, dated.
+        pretrain = Job.objects.get(name="pretrain")
+        latest = (pretrain.started_at + timedelta(minutes=1440)).astimezone(TOKYO)
+        expect(summary.locator(".drain-first-estimate a")).to_have_attribute(
+            "href", f"/scheduling/jobs/{pretrain.pk}/"
+        )
+        expect(summary.locator(".drain-first-estimate")).to_have_text(
+            f"Drain first: The plan applies by {latest:%Y-%m-%d %H:%M} JST at the latest "
+            f"(when job #{pretrain.pk}'s time limit ends)."
         )
         expect(page.locator("a.requeue-now-inline")).to_have_count(1)
         both_widths(page, shots, "busy-preview")
@@ -77,6 +90,12 @@ def test_an_admin_reads_requeue_now_schedules_a_window_and_requeues(live_server,
         expect(line).to_have_attribute("data-window-state", "scheduled")
         expect(line).to_contain_text(f"{start.astimezone(TOKYO):%Y-%m-%d %H:%M}")
         expect(line).to_contain_text("Waiting for its window")
+        status = page.locator(".plan-status h2")
+        expect(status).to_contain_text("Scheduled")
+        expect(status).to_contain_text(
+            f"waiting for its window: starts by itself at {start.astimezone(TOKYO):%Y-%m-%d %H:%M} JST"
+        )
+        expect(status).not_to_contain_text("Draft")
         both_widths(page, shots, "window-plan")
         window = PlanWindow.objects.get()
         assert (window.starts_at, window.ends_at, window.requeue) == (start, end, True)
@@ -84,6 +103,10 @@ def test_an_admin_reads_requeue_now_schedules_a_window_and_requeues(live_server,
 
         page.goto(f"{live_server.url}/inventory/plans/")
         expect(page.locator("td.plan-window").first).to_contain_text("Waiting for its window")
+        expect(page.locator("main")).to_contain_text(
+            "1 plan in flight. Of these, 1 is waiting for its maintenance window."
+        )
+        both_widths(page, shots, "window-plan-list")
         page.goto(f"{live_server.url}/inventory/plans/{window.plan_id}/")
         with page.expect_navigation():
             page.get_by_role("button", name="Cancel the plan").click()
@@ -104,7 +127,7 @@ def test_an_admin_reads_requeue_now_schedules_a_window_and_requeues(live_server,
         expect(page.locator("#plan-progress")).to_contain_text("build-a")
         both_widths(page, shots, "requeued-draining")
         requeues = dict(Job.objects.values_list("name", "fault_requeues"))
-        assert requeues == {"train-a": 1, "train-b": 1, "build-a": 0}
+        assert requeues == {"train-a": 1, "train-b": 1, "pretrain": 1, "build-a": 0}
         assert Job.objects.get(name="build-a").state == JobState.RUNNING
     finally:
         context.close()

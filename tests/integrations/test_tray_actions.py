@@ -118,7 +118,10 @@ def test_posts_without_the_csrf_token_are_refused(platform_admin, rack):
 def test_get_is_not_an_action(client_as, rack):
     client = client_as("platform_admin")
     tray = _tray("gb-r02-t03")
-    assert client.get(_url("drain", tray)).status_code == 405
+    # A drain's GET is its confirmation (the jobs it would handle), never the drain.
+    response = client.get(_url("drain", tray), {"drain-reason": "fan noise"})
+    assert response.status_code == 200 and "Confirm the drain of gb-r02-t03" in response.content.decode()
+    assert client.get(_url("return", tray)).status_code == 405
     assert client.get(_bulk(rack)).status_code == 405
     assert _state("gb-r02-t03") == (TrayState.UP, "")
 
@@ -208,19 +211,24 @@ def test_return_says_why_not_and_needs_force(client_as, platform_admin, rack):
     client = client_as("platform_admin")
     tray = _tray("gb-r02-t03")
     client.post(_url("drain", tray), {"drain-reason": "fan noise"})
+    now = timezone.now()
+    HealthEvent.objects.create(
+        tray=tray, source=HealthSource.AGENT, kind=HealthKind.XID, code="XID_79", xid=79,
+        mnemonic="GPU_HAS_FALLEN_OFF_THE_BUS", first_seen=now, last_seen=now, drains=True,
+    )  # fmt: skip
     page = client.get(_url("detail", tray)).content.decode()
-    assert "Not eligible yet: its agent has not reported it healthy since it was drained" in page
+    assert "Not eligible yet: a fault came while it was drained by hand (GPU_HAS_FALLEN_OFF_THE_BUS)" in page
     assert 'name="return-force"' in page
     response = client.post(_url("return", tray), {"return-note": "fans replaced"}, follow=True)
     assert response.redirect_chain == [(_url("detail", tray), 303)]
-    assert "cannot return yet: its agent has not reported it healthy" in response.content.decode()
+    assert "cannot return yet: a fault came while it was drained by hand" in response.content.decode()
     assert _state("gb-r02-t03")[0] == TrayState.DRAIN
     response = client.post(_url("return", tray), {"return-note": "fans replaced", "return-force": "on"})
     assert response.status_code == 303
     assert _state("gb-r02-t03") == (TrayState.UP, "")
     action = HealthAction.objects.filter(tray=tray, kind=ActionKind.RETURN).get()
     assert action.actor == platform_admin
-    assert action.reason.startswith("platform-admin: returned to service: forced (its agent has not")
+    assert action.reason.startswith("platform-admin: returned to service: forced (a fault came while")
     assert action.reason.endswith("; fans replaced")
     audit = AuditEvent.objects.filter(object_type="inventory.computetray", object_id=str(tray.pk)).latest(
         "pk"

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from inventory.choices import ActionKind, TrayState
-from inventory.models import ComputeTray, HealthAction
+from inventory.choices import ActionKind, HealthKind, HealthSource, TrayState
+from inventory.models import ComputeTray, HealthAction, HealthEvent
 from inventory.views import tray_forms
 from tests.factories import token_client
 from tests.inventory.health_reports import URL as REPORTS
@@ -42,12 +42,21 @@ def _actions(page: str) -> str:
     return page[start : page.index("</section>", start)]
 
 
-def test_a_hand_drain_waits_since_it_was_drained_a_rules_drain_since_the_fault(admin, node_agent):
+def _fault(tray: ComputeTray) -> None:
+    """A fault that drains, seen now (after the tray's drain by hand)."""
+    now = timezone.now()
+    HealthEvent.objects.create(
+        tray=tray, source=HealthSource.AGENT, kind=HealthKind.XID, code="XID_79", xid=79,
+        mnemonic="GPU_HAS_FALLEN_OFF_THE_BUS", first_seen=now, last_seen=now, drains=True,
+    )  # fmt: skip
+
+
+def test_a_hand_drain_returns_at_once_a_rules_drain_waits_since_the_fault(admin, node_agent):
     tray = _tray()
     admin.post(_url("drain", tray), {"drain-reason": "fan noise"})
     page = admin.get(_url("detail", tray)).content.decode()
-    assert "Not eligible yet: its agent has not reported it healthy since it was drained." in page
-    assert "since the fault" not in page
+    assert "Eligible: it was drained by hand, not by the health rules, with no fault since." in page
+    assert "since the fault" not in page and 'name="return-force"' not in page
 
     # The health rules drain another tray for an XID 79 (fallen off the bus): that one has a fault.
     other = _tray(OTHER)
@@ -61,6 +70,7 @@ def test_a_hand_drain_waits_since_it_was_drained_a_rules_drain_since_the_fault(a
 def test_a_refused_return_redirects_to_the_tray_page_and_says_why_once(admin):
     tray = _tray()
     admin.post(_url("drain", tray), {"drain-reason": "fan noise"})
+    _fault(tray)
     response = admin.post(_url("return", tray), {"return-note": "fans replaced"})
     assert response.status_code == 303 and response["Location"] == _url("detail", tray)  # a reload is a GET
     page = admin.get(response["Location"]).content.decode()
@@ -68,7 +78,8 @@ def test_a_refused_return_redirects_to_the_tray_page_and_says_why_once(admin):
     actions = _actions(page)
     assert 'class="form-error" role="alert"' in actions
     assert (
-        "Nothing was changed: gb-r02-t03 cannot return yet: its agent has not reported it healthy" in actions
+        "Nothing was changed: gb-r02-t03 cannot return yet: a fault came while it was drained by hand"
+        in actions
     )
     assert _tray().state == TrayState.DRAIN and not HealthAction.objects.filter(kind=ActionKind.RETURN)
     assert "cannot return yet" not in admin.get(_url("detail", tray)).content.decode()  # said once only
@@ -89,6 +100,7 @@ def test_a_tray_returned_meanwhile_is_refused_in_words_on_the_tray_page(admin):
 def test_an_htmx_return_is_refused_in_place(admin):
     tray = _tray()
     admin.post(_url("drain", tray), {"drain-reason": "fan noise"})
+    _fault(tray)
     response = admin.post(_url("return", tray), {"return-note": "x"}, headers={"HX-Request": "true"})
     assert response.status_code == 409
     page = response.content.decode()

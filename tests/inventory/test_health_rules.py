@@ -388,13 +388,17 @@ def test_drain_and_return_by_hand(platform_admin, demo_inventory):
     t = tray()
     assert t.state_reason == "rackplane: platform-admin: reseating GPU 2"
     assert (action.kind, action.actor) == (ActionKind.DRAIN, platform_admin)
-    with pytest.raises(HealthError, match="has not reported it healthy"):
-        return_to_service(t, actor=platform_admin)
-    return_to_service(t, actor=platform_admin, force=True, note="reseated")
+    # A person's drain is theirs to end: it returns at once, without the healthy-time wait of a fault.
+    verdict = return_eligibility(t)
+    assert (
+        verdict.eligible
+        and verdict.why == "it was drained by hand, not by the health rules, with no fault since"
+    )
+    return_to_service(t, actor=platform_admin, note="reseated")
     t = tray()
     assert t.state == TrayState.UP
     last = HealthAction.objects.filter(tray=t).first()
-    assert last.kind == ActionKind.RETURN and "forced" in last.reason and "reseated" in last.reason
+    assert last.kind == ActionKind.RETURN and "forced" not in last.reason and "reseated" in last.reason
 
     ComputeTray.objects.filter(pk=t.pk).update(
         state=TrayState.MAINTENANCE, state_reason="slurm: maint window"

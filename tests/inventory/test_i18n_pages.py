@@ -97,7 +97,7 @@ def test_a_tray_out_for_rackplane_offers_its_return_in_japanese(client_as, fleet
     html = assert_inventory_japanese(
         client_as("platform_admin"), reverse("inventory:tray-detail", args=[out.pk])
     )
-    assert "まだ復帰できません" in html  # the eligibility, in Japanese
+    assert "ヘルスルールではなく手動でドレインされ" in html  # the eligibility, in Japanese
     assert "サービスに戻す" in html
     assert "rackplane: platform-admin: fan swap" in html  # the kept reason, as kept
 

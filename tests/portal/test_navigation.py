@@ -175,6 +175,21 @@ def test_django_admin_is_branded(client_as):
     assert "<title>Rackplane administration | Rackplane admin</title>" in html
 
 
+@pytest.mark.parametrize("path", ["/admin/", "/admin/login/?next=/admin/", "/admin/tenancy/department/"])
+def test_django_admin_answers_a_signed_in_member_with_the_portals_403(client_as, path):
+    # Not Django admin's login form again ("You are authenticated as ..., but are not authorized").
+    response = client_as("member_a").get(path, follow=True)
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert "are not authorized" not in html and 'name="password"' not in html
+    assert 'class="site-nav' in html or "<nav" in html  # the portal's page, its menu
+
+
+def test_django_admin_still_asks_a_signed_out_visitor_to_sign_in(client):
+    response = client.get("/admin/", follow=True)
+    assert response.status_code == 200 and 'name="password"' in response.content.decode()
+
+
 def test_the_403_page_is_styled_and_says_why_with_debug_off(client_as, settings):
     settings.DEBUG = False
     response = client_as("member_a").get(reverse("integrations:plan-list"))

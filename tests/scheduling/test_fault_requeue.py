@@ -64,6 +64,11 @@ def test_reasons_are_read_as_causes_and_maintenance():
     assert requeue.cause(reason) == f"XID 79 (GPU_HAS_FALLEN_OFF_THE_BUS) on {GPU_UUID}"
     assert requeue.is_maintenance("rackplane: alice: maintenance: fan swap")
     assert requeue.is_maintenance("rackplane: alice: maintenance (2026-11-25 10:00 to 12:00 UTC): fans")
+    # The tray page's maintenance with a window (tray_actions.maintenance_reason) waits for jobs too.
+    assert requeue.is_maintenance(
+        "rackplane: alice: maintenance window 2026-11-25 10:00 to 2026-11-25 12:00 UTC: x"
+    )
+    assert not requeue.is_maintenance("rackplane: alice: the maintenance window slipped, GPU 2 ECC errors")
     assert not requeue.is_maintenance(reason)
 
 

@@ -161,3 +161,16 @@ def test_adding_someone_already_in_the_project_is_refused_in_words(client_as, le
     )
     assert response.status_code == 200
     assert ProjectMembership.objects.filter(user=lead_a, project=vision).exists()
+
+
+def test_deleting_a_project_asks_first_saying_where_its_guarantee_and_people_go(
+    client_as, lead_a, member_a, vision
+):
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
+    asked = re.search(r'hx-post="[^"]*/projects/%d/delete/[^"]*"[^>]*hx-confirm="([^"]*)"' % vision.pk, page)
+    assert asked, "the delete form asks before it posts"
+    assert asked.group(1) == (
+        "Delete project Vision? Its guarantee of 16 GPUs goes back to the default project; its 1 member leaves "
+        "it (back in the default project unless in another named project)."
+    )

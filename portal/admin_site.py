@@ -1,0 +1,24 @@
+"""Django admin as the portal's: its titles, and the portal's own 403 page for a signed-in person who may not
+use it (Django's admin would show its login form again, saying "You are authenticated as bob, but are not
+authorized to access this page"). Installed as the default admin site (Django's documented way to override
+it: INSTALLED_APPS names `portal.admin_site.RackplaneAdminConfig` in place of `django.contrib.admin`)."""
+
+from django.contrib import admin
+from django.contrib.admin.apps import AdminConfig
+from django.core.exceptions import PermissionDenied
+
+
+class RackplaneAdminSite(admin.AdminSite):
+    site_header = "Rackplane administration"
+    site_title = "Rackplane admin"
+    index_title = "Rackplane administration"
+    site_url = "/"
+
+    def login(self, request, extra_context=None):
+        if request.user.is_authenticated and not self.has_permission(request):
+            raise PermissionDenied
+        return super().login(request, extra_context)
+
+
+class RackplaneAdminConfig(AdminConfig):
+    default_site = "portal.admin_site.RackplaneAdminSite"

@@ -1,0 +1,47 @@
+"""The person on every job row of a person's home (issue 31): the running and pending tables name who
+submitted each job, "(yours)" for the viewer's own, and show why a job waits in the viewer's language; on a
+phone the department column is left out (the jobs list does the same), not scrolled off the side."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from tests.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def rows(html: str, section: str) -> dict[str, str]:
+    """Each row's text (tags dropped) of the home's `section` ("work-running", "work-pending"), by job."""
+    part = html.split(f'aria-labelledby="{section}"', 1)[1].split("</section>", 1)[0]
+    found = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", part, re.S)[1:]:
+        text = " ".join(re.sub(r"<[^>]+>", " ", row).split())
+        found[text.split()[0]] = text
+    return found
+
+
+def test_every_job_row_on_the_home_names_its_submitter(client_as, department_a, member_a, lead_a):
+    make_job(department_a, "theirs-running", state="running", submitted_by=lead_a)
+    make_job(department_a, "mine-running", state="running", submitted_by=member_a)
+    make_job(
+        department_a,
+        "theirs-waiting",
+        state="pending",
+        submitted_by=lead_a,
+        pending_reason="waiting: no rack has 18 free trays (the most in one rack is 16)",
+    )
+    make_job(department_a, "mine-waiting", state="pending", submitted_by=member_a)
+    html = client_as("member_a").get(reverse("home")).content.decode()
+    running, pending = rows(html, "work-running"), rows(html, "work-pending")
+    assert "by lead-a" in running["theirs-running"] and "(yours)" not in running["theirs-running"]
+    assert "(yours)" in running["mine-running"] and "by " not in running["mine-running"]
+    assert "by lead-a" in pending["theirs-waiting"] and "(yours)" in pending["mine-waiting"]
+    # The department column is one a phone leaves out.
+    assert '<th scope="col" class="phone-hide">Department</th>' in html
+
+    ja = client_as("member_a").get(reverse("home"), HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+    pending = rows(ja, "work-pending")
+    assert "投入者 lead-a" in pending["theirs-waiting"] and "あなたのジョブ" in pending["mine-waiting"]
+    assert "no rack has" not in pending["theirs-waiting"]  # the engine's reason, read in Japanese
