@@ -5,6 +5,7 @@ it: INSTALLED_APPS names `portal.admin_site.RackplaneAdminConfig` in place of `d
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
+from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import PermissionDenied
 
 
@@ -14,6 +15,7 @@ class RackplaneAdminSite(admin.AdminSite):
     index_title = "Rackplane administration"
     site_url = "/"
 
+    @login_not_required  # as Django's own (the portal's LoginRequiredMiddleware would send it to /login/)
     def login(self, request, extra_context=None):
         if request.user.is_authenticated and not self.has_permission(request):
             raise PermissionDenied

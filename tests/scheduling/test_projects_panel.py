@@ -168,9 +168,9 @@ def test_deleting_a_project_asks_first_saying_where_its_guarantee_and_people_go(
 ):
     ProjectMembership.objects.create(user=member_a, project=vision)
     page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
-    asked = re.search(r'hx-post="[^"]*/projects/%d/delete/[^"]*"[^>]*hx-confirm="([^"]*)"' % vision.pk, page)
+    asked = re.search(rf'hx-post="[^"]*/projects/{vision.pk}/delete/[^"]*"[^>]*hx-confirm="([^"]*)"', page)
     assert asked, "the delete form asks before it posts"
     assert asked.group(1) == (
-        "Delete project Vision? Its guarantee of 16 GPUs goes back to the default project; its 1 member leaves "
-        "it (back in the default project unless in another named project)."
+        "Delete project Vision? Its guarantee of 16 GPUs goes back to the default project; its 1 member "
+        "leaves it (back in the default project unless in another named project)."
     )
