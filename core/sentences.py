@@ -39,11 +39,13 @@ AND_MORE = gettext_noop("%(names)s and %(more)s more")
 
 
 def minutes(seconds: float) -> str:
-    """A duration as people read it: "about 5 min", "about 2.5 h"."""
+    """A duration as people read it: "about 5 min", "about 2.5 h", "about 24 h" (whole hours from 10 h:
+    a tenth of an hour is noise in an estimate that long)."""
     whole = max(1, round(seconds / 60))
     if whole < 120:
         return say(ABOUT_MINUTES, minutes=whole)
-    return say(ABOUT_HOURS, hours=f"{whole / 60:.1f}")
+    hours = whole / 60
+    return say(ABOUT_HOURS, hours=f"{hours:.1f}" if hours < 9.95 else f"{round(hours):,}")
 
 
 def listed(names: list[str], shown: int) -> str:

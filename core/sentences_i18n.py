@@ -37,6 +37,8 @@ NUMBER = r"[0-9][0-9.,-]*"
 # 9 trays" is a rack and its sizes, not a partition called "gb-r03: p1".
 IDENTIFIERS = frozenset(
     {
+        "backend_id",
+        "backend_kind",
         "department",
         "department_slurm",
         "host",
@@ -47,10 +49,14 @@ IDENTIFIERS = frozenset(
         "near",
         "owner",
         "rack",
+        "rendered_file",
         "tier",
+        "topology",
     }
 )
 IDENTIFIER = r"[^\s;]+"
+# Values that are a name people gave (a job's, a department's): any text, never read as a sentence.
+NAMES = frozenset({"department_name", "job_title"})
 # A tray's state in words ("drained", "in maintenance"): never holds " and " (that joins two reasons).
 PHRASES = frozenset({"state"})
 PHRASE = r"(?:(?! and )[^,;])+?"
@@ -68,6 +74,12 @@ SHAPES = {
     "gpu": r"GPU [0-9]+ \([^()]*\)",
     "gpu_list": r"GPU [0-9][0-9, -]*",
     "preset": r"[0-9]+x[0-9]+",
+    # A job backend as Rackplane names it: the embedded one's "rendered files", or a target's kind and name
+    # ("Slurm (prod)"; integrations.dispatch.backend_for).
+    "backend": r"rendered files|[^:;()]+ \([^()]*\)",
+    # A backend job's state as Rackplane reads it (integrations.jobs.BackendJobState), an exit code.
+    "backend_state": r"pending|running|completed|failed|cancelled|unknown",
+    "code": r"-?[0-9]+",
 }
 
 
@@ -95,8 +107,11 @@ def _patterns(count: int) -> tuple[tuple[re.Pattern, str], ...]:
             for index, part in enumerate(parts)
         )
         literal = sum(len(part) for part in parts[::2])
-        compiled.append((literal, re.compile(pattern + r"\Z", re.DOTALL), template))
-    compiled.sort(key=lambda entry: -entry[0])
+        # Of two with as much literal text, the one whose values have a shape ("%(backend)s: %(backend_state)s
+        # (%(message)s)" before "%(first)s and %(second)s").
+        shaped = sum(_value_pattern(name) != ".+?" for name in parts[1::2])
+        compiled.append(((literal, shaped), re.compile(pattern + r"\Z", re.DOTALL), template))
+    compiled.sort(key=lambda entry: (-entry[0][0], -entry[0][1]))
     return tuple((pattern, template) for _, pattern, template in compiled)
 
 
@@ -138,11 +153,45 @@ def _clause(text: str, depth: int, mark: bool = False) -> str:
         template, values = found
         translated = {
             # A name is data, never read as a sentence (a partition called "preempted" stays so).
-            name: _kept(value, mark) if name in IDENTIFIERS else _clause(value, depth + 1, mark)
+            name: _kept(value, mark)
+            if name in IDENTIFIERS or name in NAMES
+            else _clause(value, depth + 1, mark)
             for name, value in values.items()
         }
-        return words(gettext(template)) % translated if translated else words(gettext(template))
+        return _fill(words(gettext(template)), translated) if translated else words(gettext(template))
     return _kept(text, mark)
+
+
+# Kana, kanji and Japanese punctuation: a translation puts a space between a value and its words ("%(rack)s
+# の"), as Japanese does beside Latin letters and numbers; beside a value that is Japanese itself (a clause
+# read back, "レンダリング済みファイル") the space goes.
+JAPANESE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\u3001-\u303f\uff01-\uff60]")
+TAG = re.compile(r"<[^>]*>")
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    """`template` (a translation) with its placeholders filled, without a space between Japanese words."""
+    parts = PLACEHOLDER.split(template)
+    out = parts[0]
+    for index in range(1, len(parts), 2):
+        value, after = values[parts[index]], parts[index + 1]
+        shown = TAG.sub("", value)
+        if (
+            shown
+            and out.endswith(" ")
+            and JAPANESE.match(shown[0])
+            and JAPANESE.match(TAG.sub("", out)[-2:-1] or "a")
+        ):
+            out = out[:-1]
+        if (
+            shown
+            and after.startswith(" ")
+            and JAPANESE.match(shown[-1])
+            and JAPANESE.match(after[1:2] or "a")
+        ):
+            after = after[1:]
+        out += value + after
+    return out
 
 
 @lru_cache(maxsize=4096)

@@ -42,6 +42,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core import claims, posix
+from core.sentences import say
 from integrations import registry
 from integrations.embedded import PREFIX as RENDERED_PREFIX
 from integrations.embedded import RenderedJobBackend
@@ -56,6 +57,15 @@ from integrations.jobs import (
 )
 from integrations.models import ConfigTarget
 from integrations.state import partition_tier
+from integrations.words import (
+    BACKEND_STATE,
+    BACKEND_STATE_EXIT,
+    BACKEND_STATE_SAYING,
+    BACKEND_STATE_SAYING_EXIT,
+    RENDERED_FILES,
+    RUNNING_ON,
+    SUBMITTED_TO,
+)
 from inventory.models import ComputeTray
 from scheduling.choices import JobEventKind, JobState
 from scheduling.models import BackendCancel, Job, JobEvent
@@ -91,7 +101,7 @@ def backend_for(backend: str, backend_id: str = "") -> tuple[JobBackend, str, di
     rendered = RenderedJobBackend(
         directory, backend, renderer.render_job, renderer.job_file_suffix, submits_qos=renderer.job_qos
     )
-    return rendered, "rendered files", {}
+    return rendered, RENDERED_FILES, {}
 
 
 def needs_identity(backend: str) -> bool:
@@ -241,10 +251,29 @@ def dispatch(job_id: int) -> str:
         job.backend_message = ""
         job.save()
         JobEvent.objects.create(
-            job=job, kind=JobEventKind.DISPATCHED, message=f"submitted to {label} as {backend_id}"
+            job=job,
+            kind=JobEventKind.DISPATCHED,
+            message=say(SUBMITTED_TO, backend=label, backend_id=backend_id),
         )
-        notify_job(job, JobEventKind.STARTED, f"running on {label} as {backend_id}")
+        notify_job(job, JobEventKind.STARTED, say(RUNNING_ON, backend=label, backend_id=backend_id))
     return "submitted"
+
+
+def backend_state_words(label: str, status) -> str:
+    """A job's state as its backend reports it, with the backend's message and the exit code when there are
+    any (Job.backend_message, the finished event): templates of integrations.words, read back on its page."""
+    values = {"backend": label, "backend_state": str(status.state)}
+    if status.message:
+        values["message"] = status.message
+    if status.exit_code is not None:
+        values["code"] = status.exit_code
+    template = {
+        (False, False): BACKEND_STATE,
+        (True, False): BACKEND_STATE_SAYING,
+        (False, True): BACKEND_STATE_EXIT,
+        (True, True): BACKEND_STATE_SAYING_EXIT,
+    }[bool(status.message), status.exit_code is not None]
+    return say(template, **values)
 
 
 def due_dispatches(now=None) -> list[int]:
@@ -340,9 +369,7 @@ def _sync_group(kind: str, running: list[Job], backend_id: str) -> tuple[int, in
             if job is None or job.backend_id != job_backend_id:
                 continue
             if status.state in FINISHED_BACKEND_STATES:
-                words = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
-                if status.exit_code is not None:
-                    words += f", exit code {status.exit_code}"
+                words = backend_state_words(label, status)
                 finish_job(job, _FINAL[status.state], words, status.exit_code)
                 finished += 1
             elif status.state == BackendJobState.UNKNOWN:
@@ -354,7 +381,7 @@ def _sync_group(kind: str, running: list[Job], backend_id: str) -> tuple[int, in
                 )
                 finished += 1
             else:
-                message = f"{label}: {status.state}" + (f" ({status.message})" if status.message else "")
+                message = backend_state_words(label, status)
                 if job.backend_message != message[:500]:
                     job.backend_message = message[:500]
                     job.save(update_fields=["backend_message", "updated_at"])

@@ -18,7 +18,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
 from core.moments import clock
+from core.sentences import say
 from integrations.jobs import BackendJobState, BackendJobStatus, BackendRejected, DispatchRequest
+from integrations.words import EMBEDDED_RAN_UNTIL, EMBEDDED_RENDERED, EMBEDDED_RENDERED_UNTIL
 
 
 def safe_relative(name: str) -> PurePosixPath:
@@ -113,15 +115,20 @@ class RenderedJobBackend:
                 out[backend_id] = BackendJobStatus(
                     backend_id,
                     BackendJobState.COMPLETED,
-                    f"ran until its time limit ({ends:%Y-%m-%d %H:%M} UTC): the embedded backend runs "
-                    "nothing and ends each job at its limit",
+                    say(EMBEDDED_RAN_UNTIL, ends_at=f"{ends:%Y-%m-%d %H:%M}"),
                 )
             else:
                 out[backend_id] = BackendJobStatus(
                     backend_id,
                     BackendJobState.RUNNING,
-                    f"rendered to {path.name}; no live {self.kind} backend is configured"
-                    + (f"; ends at its time limit, {clock(ends, now, UTC)}" if ends is not None else ""),
+                    say(EMBEDDED_RENDERED, rendered_file=path.name, backend_kind=self.kind)
+                    if ends is None
+                    else say(
+                        EMBEDDED_RENDERED_UNTIL,
+                        rendered_file=path.name,
+                        backend_kind=self.kind,
+                        ends_at=clock(ends, now, UTC),
+                    ),
                 )
         return out
 

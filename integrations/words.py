@@ -32,3 +32,35 @@ PUSH_FAILED = gettext_noop("Push #%(push)s to %(target)s failed: %(error)s")
 SEE_ITS_LOG = gettext_noop("see its log")
 # A fabric manager that would refuse a plan's layout (the wizard's preview; its words follow as written).
 FABRIC_WOULD_REFUSE = gettext_noop("the fabric manager would refuse this layout: %(error)s")
+# A job handed to its backend (its DISPATCHED event, the "started" notification) and the backend's state as
+# Rackplane reads it (Job.backend_message, the FINISHED events): the backend's label is "rendered files" for
+# the embedded backend (translated) or the target's kind and name (as written); the backend's own message
+# follows in parentheses, as written unless it is the embedded backend's (below).
+RENDERED_FILES = gettext_noop("rendered files")
+SUBMITTED_TO = gettext_noop("submitted to %(backend)s as %(backend_id)s")
+RUNNING_ON = gettext_noop("running on %(backend)s as %(backend_id)s")
+BACKEND_STATE = gettext_noop("%(backend)s: %(backend_state)s")
+BACKEND_STATE_SAYING = gettext_noop("%(backend)s: %(backend_state)s (%(message)s)")
+BACKEND_STATE_EXIT = gettext_noop("%(backend)s: %(backend_state)s, exit code %(code)s")
+BACKEND_STATE_SAYING_EXIT = gettext_noop("%(backend)s: %(backend_state)s (%(message)s), exit code %(code)s")
+# integrations.jobs.BackendJobState, the states Rackplane reads a backend's job in.
+BACKEND_STATES = {
+    "pending": gettext_noop("pending"),
+    "running": gettext_noop("running"),
+    "completed": gettext_noop("completed"),
+    "failed": gettext_noop("failed"),
+    "cancelled": gettext_noop("cancelled"),
+    "unknown": gettext_noop("unknown"),
+}
+# The embedded backend's own words (integrations.embedded: `make run`, no live Slurm or Kubernetes).
+EMBEDDED_RENDERED = gettext_noop(
+    "rendered to %(rendered_file)s: no live %(backend_kind)s backend is configured"
+)
+EMBEDDED_RENDERED_UNTIL = gettext_noop(
+    "rendered to %(rendered_file)s: no live %(backend_kind)s backend is configured, and it ends at its time "
+    "limit, %(ends_at)s"
+)
+EMBEDDED_RAN_UNTIL = gettext_noop(
+    "ran until its time limit (%(ends_at)s UTC): the embedded backend runs nothing and ends each job at its "
+    "limit"
+)

@@ -54,6 +54,7 @@ from scheduling.services.pass_requests import request_pass
 from scheduling.words import (
     BACK_IN_QUEUE_IN_PLACE,
     ITS_TRAYS,
+    JOB_REQUEUED,
     REQUEUED_AFTER_FAULT,
     REQUEUED_FOR_A_PLAN,
     REQUEUED_FOR_PLAN,
@@ -362,7 +363,7 @@ def requeue(job: Job, message: str, *, host: str = "", pending: str = "") -> Non
     JobEvent.objects.create(job=job, kind=JobEventKind.REQUEUED, message=message, placement=placement)
     notify(
         NotificationEvent.JOB_REQUEUED,
-        f"Job #{job.pk} {job.name} requeued: {message.removeprefix('requeued: ')}",
+        say(JOB_REQUEUED, job=job.pk, job_title=job.name, message=message.removeprefix("requeued: ")),
         {
             "job": job.pk,
             "name": job.name,

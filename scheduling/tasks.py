@@ -26,9 +26,11 @@ from core.task_names import (
     WHATIF_REPLAY,
 )
 from scheduling import whatif_runs
+from scheduling.engine.words import plural, say
 from scheduling.services.pass_requests import request_pass
 from scheduling.services.passes import run_pass
 from scheduling.usage import SNAPSHOT_FIELDS, department_positions
+from scheduling.words import IDLE_GPUS_MANY, IDLE_GPUS_ONE, SHORT_OF_GUARANTEE_MANY, SHORT_OF_GUARANTEE_ONE
 from tenancy.models import QuotaSnapshot
 
 log = logging.getLogger(__name__)
@@ -105,8 +107,12 @@ def _notify_changes(snapshots: list[QuotaSnapshot], taken_at) -> None:
         if short and (last is None or not _shortfall(last)):
             notify(
                 NotificationEvent.GUARANTEE_SHORT,
-                f"{department.name} is {short} GPU{'s' if short != 1 else ''} short of its guarantee of "
-                f"{row.guaranteed}: its jobs wait while others hold those GPUs",
+                say(
+                    plural(short, SHORT_OF_GUARANTEE_ONE, SHORT_OF_GUARANTEE_MANY),
+                    department_name=department.name,
+                    count=short,
+                    guaranteed=row.guaranteed,
+                ),
                 {"department": department.slug, "short_gpus": short, "guaranteed": row.guaranteed},
                 scope=scope,
                 link=link,
@@ -114,7 +120,11 @@ def _notify_changes(snapshots: list[QuotaSnapshot], taken_at) -> None:
         if row.idle and row.idle > (last.idle if last is not None else 0):
             notify(
                 NotificationEvent.IDLE_GPUS,
-                f"{department.name} has {row.idle} idle GPU{'s' if row.idle != 1 else ''}",
+                say(
+                    plural(row.idle, IDLE_GPUS_ONE, IDLE_GPUS_MANY),
+                    department_name=department.name,
+                    count=row.idle,
+                ),
                 {
                     "department": department.slug,
                     "idle_gpus": row.idle,

@@ -26,6 +26,55 @@ BACK_IN_QUEUE_IN_PLACE = gettext_noop("back in the queue with its place in line"
 REQUEUED_FOR_PLAN = gettext_noop("requeued because plan #%(plan)s re-carves %(rack)s")
 REQUEUED_FOR_A_PLAN = gettext_noop("requeued for a partition plan")
 
+# The subjects of the notifications about a job (scheduling.services.actions.notify_job; the bell's inbox
+# reads them back): the job's name, its number, and what the backend or the pass said.
+JOB_STARTED = gettext_noop("Job %(job_title)s (#%(job)s) started")
+JOB_STARTED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) started: %(message)s")
+JOB_PREEMPTED = gettext_noop("Job %(job_title)s (#%(job)s) was preempted")
+JOB_PREEMPTED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) was preempted: %(message)s")
+JOB_FINISHED = gettext_noop("Job %(job_title)s (#%(job)s) finished")
+JOB_FINISHED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) finished: %(message)s")
+JOB_FAILED = gettext_noop("Job %(job_title)s (#%(job)s) failed")
+JOB_FAILED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) failed: %(message)s")
+JOB_REQUEUED = gettext_noop("Job #%(job)s %(job_title)s requeued: %(message)s")
+RECLAIMED_BY = gettext_noop("department %(department)s reclaimed its GPUs")
+# A department's notifications (scheduling.tasks): short of its guarantee, idle GPUs.
+SHORT_OF_GUARANTEE_ONE = gettext_noop(
+    "%(department_name)s is %(count)s GPU short of its guarantee of %(guaranteed)s: its jobs wait while "
+    "others hold those GPUs"
+)
+SHORT_OF_GUARANTEE_MANY = gettext_noop(
+    "%(department_name)s is %(count)s GPUs short of its guarantee of %(guaranteed)s: its jobs wait while "
+    "others hold those GPUs"
+)
+IDLE_GPUS_ONE = gettext_noop("%(department_name)s has %(count)s idle GPU")
+IDLE_GPUS_MANY = gettext_noop("%(department_name)s has %(count)s idle GPUs")
+# A job's history (JobEvent.message, shown on its page): what was submitted, and a wider topology accepted.
+SUBMITTED_ONE = gettext_noop("%(gpus)s GPU, %(topology)s")
+SUBMITTED_MANY = gettext_noop("%(gpus)s GPUs, %(topology)s")
+FALLBACK_ACCEPTED = gettext_noop("%(topology)s accepted after %(wait)s")
+WAIT_MINUTES = gettext_noop("%(minutes)s min")
+WAIT_HOURS = gettext_noop("%(hours)s h")
+# A placed job's event (scheduling.services.pass_writes): its standing, its trays, the partitions they are
+# in, and why there (the engine's sentence after " · why here: ", which the job page reads apart).
+IN_QUOTA = gettext_noop("in quota")
+OVER_QUOTA = gettext_noop("over quota (borrowed, preemptible)")
+PLACED_ONE = gettext_noop("placed %(standing)s on %(trays)s tray in %(partitions)s")
+PLACED_MANY = gettext_noop("placed %(standing)s on %(trays)s trays in %(partitions)s")
+PLACED_ACROSS = gettext_noop("%(placed)s (%(parts)s NVLink partitions)")
+PLACED_WHY = gettext_noop("%(placed)s · why here: %(why)s")
+# A cancelled job's event: by whom (a user name) and in which state it was.
+CANCELLED_WHILE = {
+    "pending": gettext_noop("cancelled while pending"),
+    "starting": gettext_noop("cancelled while starting"),
+    "running": gettext_noop("cancelled while running"),
+}
+CANCELLED_BY_WHILE = {
+    "pending": gettext_noop("cancelled by %(owner)s while pending"),
+    "starting": gettext_noop("cancelled by %(owner)s while starting"),
+    "running": gettext_noop("cancelled by %(owner)s while running"),
+}
+
 PLACEHOLDER = sentences_i18n.PLACEHOLDER
 
 

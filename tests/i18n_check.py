@@ -5,6 +5,10 @@ title, placeholder, aria-label, alt, value of buttons), skipping what is data ra
 samp, pre, script, style, and elements marked `translate="no"`: names, UUIDs, commands). The word list is
 the common words of English sentences and the portal's own verbs, whole words only, so a job called
 "train-pre" or a host name never trips it, and a sentence left in English always does.
+
+`spacing_slips(text)` lists what breaks Japanese punctuation and spacing in a text (a catalogue's entry, or
+each text of a page: `punctuation_left(html)`, `assert_japanese_punctuation(client, url)`): spaces between
+Japanese characters or after 。, ASCII full stops, semicolons, commas or parentheses beside Japanese.
 """
 
 from __future__ import annotations
@@ -110,3 +114,56 @@ def english_left_but(html: str, data) -> list[str]:
         if english_left(f"<p>{html_escape(rest)}</p>"):
             left.append(text)
     return left
+
+
+# ---- Japanese punctuation and spacing ------------------------------------------------------------------
+
+# Kana, kanji, and the Japanese and full-width punctuation, whose neighbours are checked.
+JAPANESE = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"  # kana, kanji
+    "\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"  # Japanese and full-width punctuation
+)
+SPACING_SLIPS = {
+    # "ジョブ 実行": Japanese runs on without spaces (a space belongs only beside Latin letters and numbers).
+    "a space between Japanese characters": re.compile(rf"[{JAPANESE}][ \u3000]+(?![。、])[{JAPANESE}]"),
+    "a space before 。 or 、": re.compile(r"[ \u3000][。、]"),
+    # "。 1 ラック": the next sentence follows 。 at once (two sentences joined with an English space).
+    "a space after 。": re.compile(r"。[ \u3000]"),
+    # "します." or "。.": a Japanese sentence ends with 。 (a "." after a template's translation shows this).
+    "an ASCII full stop ending a Japanese sentence": re.compile(rf"[{JAPANESE}]\.(?=\s|$|<)"),
+    # "2 件; 開始見込み", "ジョブ開始, ジョブ終了": clauses and items are joined with 。 or 、 in Japanese.
+    "an ASCII semicolon or comma beside Japanese": re.compile(rf"[{JAPANESE}] ?[;,]|[;,] ?[{JAPANESE}]"),
+    # "(3 件)": parentheses in Japanese text are the full-width ones.
+    "ASCII parentheses in Japanese": re.compile(
+        rf"\([^()]*[{JAPANESE}][^()]*\)|[{JAPANESE}] ?\(|\) ?[{JAPANESE}]"
+    ),
+}
+# A placeholder's parentheses ("%(count)s") are no text's: each placeholder is checked as a Latin word.
+_PLACEHOLDERS = re.compile(r"%\(\w+\)[sd]")
+
+
+def spacing_slips(text: str) -> list[str]:
+    """What in a Japanese `text` breaks the spacing and punctuation rules (SPACING_SLIPS)."""
+    text = _PLACEHOLDERS.sub("X", text)
+    return [
+        f"{name}: {match.group(0)!r}" for name, rule in SPACING_SLIPS.items() for match in rule.finditer(text)
+    ]
+
+
+def punctuation_left(html: str) -> list[str]:
+    """The visible texts of a Japanese page that break SPACING_SLIPS, each with what it breaks."""
+    found = []
+    for text in visible_texts(html):
+        for slip in spacing_slips(" ".join(text.split())):
+            found.append(f"{slip} in {' '.join(text.split())[:120]!r}")
+    return found
+
+
+def assert_japanese_punctuation(client, url: str, **get_kwargs) -> str:
+    """GET `url` in Japanese and fail with every slip of punctuation or spacing on it; returns the page."""
+    response = client.get(url, HTTP_ACCEPT_LANGUAGE="ja", **get_kwargs)
+    assert response.status_code == 200, (url, response.status_code)
+    html = response.content.decode()
+    left = punctuation_left(html)
+    assert not left, f"{url} in Japanese breaks its punctuation: {left}"
+    return html

@@ -72,3 +72,29 @@ def sentence_html(text):
     from core.sentences_i18n import translate_html
 
     return translate_html(text) if text else text
+
+
+@register.filter
+def listing(items):
+    """Items (names, labels) as one list in the viewer's language: "a, b, c" in English, "a、b、c" in
+    Japanese (a comma between Japanese words is the ideographic one)."""
+    from django.utils.translation import pgettext
+
+    return pgettext("between the items of a list in a sentence", ", ").join(str(item) for item in items or ())
+
+
+@register.filter
+def sentences(items):
+    """Whole sentences, one after the other: a space between them in English, none in Japanese (a sentence
+    there ends with 。 and the next follows at once). Each is escaped unless it is already HTML."""
+    from django.utils.html import conditional_escape
+    from django.utils.translation import pgettext
+
+    texts = [conditional_escape(item) for item in items or ()]
+    if not texts:
+        return ""
+    joined = texts[0]
+    pair = pgettext("two sentences, one after the other", "%(first)s %(next)s")
+    for text in texts[1:]:
+        joined = pair % {"first": joined, "next": text}
+    return mark_safe(joined)

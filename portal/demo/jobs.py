@@ -21,8 +21,8 @@ from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import Request, explain, place
 from scheduling.models import Allocation, Job, JobEvent
-from scheduling.services.admission import check_request, default_topology
-from scheduling.services.pass_writes import WHY_HERE
+from scheduling.services.admission import check_request, default_topology, submitted_words
+from scheduling.services.pass_writes import placed_words
 from tenancy.models import Department, Membership
 from tenancy.projects import default_project
 from tenancy.quota import in_quota_prefix
@@ -361,11 +361,7 @@ def _events(jobs: list[Job], floor: _Floor, why: dict[int, str]) -> list[JobEven
 
     def placed(job: Job) -> str:
         partitions = ", ".join(sorted({" ".join(where[host]) for host in job.placement}))
-        quota = "over quota (borrowed, preemptible)" if job.over_quota else "in quota"
-        reason = reasons.get(job.pk)
-        return f"placed {quota} on {trays_phrase(job)} in {partitions}" + (
-            f"{WHY_HERE}{reason}" if reason else ""
-        )
+        return placed_words(job.over_quota, len(job.placement), partitions, why=reasons.get(job.pk) or "")
 
     return job_story(jobs, placed, "seeded demo job: no backend runs it")
 
@@ -388,7 +384,7 @@ def job_story(jobs: list[Job], placed, note: str) -> list[JobEvent]:
             JobEvent(
                 job=job,
                 kind=JobEventKind.SUBMITTED,
-                message=f"{job.gpus} GPUs, {job.topology}",
+                message=submitted_words(job.gpus, job.topology),
                 at=job.created_at,
             )
         )

@@ -93,6 +93,10 @@ def place(cluster: Cluster, request: Request, policy: str = RACKPLANE) -> Placem
 
 # Why a job goes where it goes (`explain`), and why it does not fit now (`why_not`): clauses of
 # scheduling.engine.words, each a template the portal reads back in the viewer's language.
+ON_PARTLY_USED_TRAY_ONE = gettext_noop(
+    "on a tray already partly in use in %(partition)s, whose %(free)s free GPU fits it best: whole trays "
+    "stay free for jobs that span trays"
+)
 ON_PARTLY_USED_TRAY = gettext_noop(
     "on a tray already partly in use in %(partition)s, whose %(free)s free GPUs fit it best: whole trays "
     "stay free for jobs that span trays"
@@ -167,7 +171,8 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
         ((t, _),) = placement
         label = cluster.partition_label(cluster.tray_part[t])
         if cluster.tray_free[t] < GPUS_PER_TRAY:
-            return say(ON_PARTLY_USED_TRAY, partition=label, free=cluster.tray_free[t])
+            free = cluster.tray_free[t]
+            return say(plural(free, ON_PARTLY_USED_TRAY_ONE, ON_PARTLY_USED_TRAY), partition=label, free=free)
         return say(ON_FREE_TRAY, partition=label)
     n = request.trays
     fitting = sum(len(b) for owner in owners for b in cluster.part_buckets[owner][n:])

@@ -17,7 +17,9 @@ from core.models import NotificationEvent
 from core.notifications.recording import notify
 from core.task_names import FOLLOW_ACTIVE_PLANS, SYNC_JOBS
 from inventory.choices import TrayState
+from scheduling import words
 from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState
+from scheduling.engine.words import say
 from scheduling.models import Allocation, BackendCancel, Job, JobEvent
 from scheduling.services.pass_requests import request_pass
 from tenancy.models import Department
@@ -65,8 +67,8 @@ def cancel_job(job: Job, user=None) -> Job:
                 _("job %(pk)s has already ended (%(state)s)")
                 % {"pk": job.pk, "state": job.get_state_display().lower()}
             )
-        who = f" by {user.get_username()}" if user is not None and user.is_authenticated else ""
-        stop_in_backend(job, f"cancelled{who}")
+        who = user.get_username() if user is not None and user.is_authenticated else ""
+        stop_in_backend(job, f"cancelled by {who}" if who else "cancelled")
         release_gpus(job)
         was = job.state
         job.state = JobState.CANCELLED
@@ -74,10 +76,19 @@ def cancel_job(job: Job, user=None) -> Job:
         job.pending_reason = ""
         job.next_dispatch_at = None
         job.save()
-        JobEvent.objects.create(job=job, kind=JobEventKind.CANCELLED, message=f"cancelled{who} while {was}")
+        JobEvent.objects.create(job=job, kind=JobEventKind.CANCELLED, message=cancelled_words(who, was))
         if was in HOLDING_STATES:
             request_pass(f"cancelled job {job.pk}")
     return job
+
+
+def cancelled_words(who: str, was: str) -> str:
+    """A cancelled job's event: by whom (a user name, or "" when no one signed in did it) while in which
+    state (scheduling.words; a state without a template is written as before)."""
+    template = (words.CANCELLED_BY_WHILE if who else words.CANCELLED_WHILE).get(was)
+    if template is None:
+        return f"cancelled{f' by {who}' if who else ''} while {was}"
+    return say(template, owner=who) if who else template
 
 
 # Job events people subscribe to (core.notifications; portal.pages.my_notifications): JobEventKind -> event.
@@ -101,18 +112,20 @@ def notify_job(
     slug = (
         department_slug or Department.objects.filter(pk=job.department_id).values_list("slug", flat=True)[0]
     )
-    verb = {
-        NotificationEvent.JOB_STARTED: "started",
-        NotificationEvent.JOB_PREEMPTED: "was preempted",
-        NotificationEvent.JOB_FINISHED: "finished",
-        NotificationEvent.JOB_FAILED: "failed",
+    plain, saying = {
+        NotificationEvent.JOB_STARTED: (words.JOB_STARTED, words.JOB_STARTED_SAYING),
+        NotificationEvent.JOB_PREEMPTED: (words.JOB_PREEMPTED, words.JOB_PREEMPTED_SAYING),
+        NotificationEvent.JOB_FINISHED: (words.JOB_FINISHED, words.JOB_FINISHED_SAYING),
+        NotificationEvent.JOB_FAILED: (words.JOB_FAILED, words.JOB_FAILED_SAYING),
     }[event]
     scope = [f"job:{job.pk}", f"department:{slug}"]
     if job.submitted_by_id:
         scope.insert(0, f"user:{job.submitted_by_id}")
     notify(
         event,
-        f"Job {job.name} (#{job.pk}) {verb}" + (f": {message}" if message else ""),
+        say(saying, job_title=job.name, job=job.pk, message=message)
+        if message
+        else say(plain, job_title=job.name, job=job.pk),
         {"job": job.pk, "name": job.name, "department": slug, "event": event, "message": message[:500]},
         scope=scope,
         link=reverse("scheduling:job-detail", args=[job.pk]),

@@ -26,10 +26,18 @@ from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobEventKind, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
+from scheduling.engine.words import CLAUSES, plural, say
 from scheduling.jobspec import JobSpec
 from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
 from scheduling.services.pass_requests import request_pass
-from scheduling.words import WAITING_FOR_SCHEDULER
+from scheduling.words import (
+    FALLBACK_ACCEPTED,
+    SUBMITTED_MANY,
+    SUBMITTED_ONE,
+    WAIT_HOURS,
+    WAIT_MINUTES,
+    WAITING_FOR_SCHEDULER,
+)
 from scheduling.words import translate as scheduler_words
 from tenancy.models import Department, Membership
 from tenancy.models.accounts import posix_identity_of
@@ -262,7 +270,7 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
             JobEvent.objects.create(
                 job=job,
                 kind=JobEventKind.SUBMITTED,
-                message=f"{gpus} GPUs, {spec.topology}{_fallback_words(job)}",
+                message=submitted_words(gpus, spec.topology) + _fallback_words(job),
             )
             request_pass(f"submitted job {job.pk}")
     except IntegrityError:
@@ -277,12 +285,19 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
 def _fallback_words(job: Job) -> str:
     if not job.fallback_topology:
         return ""
-    return f"; {job.fallback_topology} accepted after {wait_words(job.fallback_after_minutes * 60)}"
+    return CLAUSES + say(
+        FALLBACK_ACCEPTED, topology=job.fallback_topology, wait=wait_words(job.fallback_after_minutes * 60)
+    )
+
+
+def submitted_words(gpus: int, topology: str) -> str:
+    """A submitted job's event: its GPUs and topology (scheduling.words, read back on its page)."""
+    return say(plural(gpus, SUBMITTED_ONE, SUBMITTED_MANY), gpus=gpus, topology=topology)
 
 
 def wait_words(seconds: float) -> str:
     minutes = max(1, round(seconds / 60))
     if minutes < 120:
-        return f"{minutes} min"
+        return say(WAIT_MINUTES, minutes=minutes)
     hours = minutes / 60
-    return f"{hours:.0f} h" if hours == int(hours) else f"{hours:.1f} h"
+    return say(WAIT_HOURS, hours=f"{hours:.0f}" if hours == int(hours) else f"{hours:.1f}")

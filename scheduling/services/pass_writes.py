@@ -25,11 +25,21 @@ from scheduling.choices import HOLDING_STATES, JobEventKind, JobState, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES, PassResult, Start
-from scheduling.engine.words import CLAUSES, WAITING, say
+from scheduling.engine.words import CLAUSES, WAITING, plural, say
 from scheduling.models import Allocation, BackendCancel, Job, JobEvent
 from scheduling.services.actions import notify_job
 from scheduling.services.admission import wait_words
-from scheduling.words import BACK_IN_QUEUE, PREEMPTED
+from scheduling.words import (
+    BACK_IN_QUEUE,
+    IN_QUOTA,
+    OVER_QUOTA,
+    PLACED_ACROSS,
+    PLACED_MANY,
+    PLACED_ONE,
+    PLACED_WHY,
+    PREEMPTED,
+    RECLAIMED_BY,
+)
 from tenancy.models import Department
 
 # The columns a pass reads of the jobs it decides about, under their row locks (the audit's before-values).
@@ -288,7 +298,7 @@ def preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, st
         notify_job(
             victim,
             JobEventKind.PREEMPTED,
-            f"department {slug[pending[for_job].department_id]} reclaimed its GPUs; back in the queue",
+            say(RECLAIMED_BY, department=slug[pending[for_job].department_id]) + CLAUSES + BACK_IN_QUEUE,
             department_slug=slug[victim.department_id],
             subscriptions=subscriptions,
         )
@@ -308,7 +318,6 @@ def _placed_event(
 ) -> dict:
     shape = engine_placement.describe(cluster, start.placement)
     where = ", ".join(sorted({cluster.partition_label(cluster.tray_part[t]) for t, _ in start.placement}))
-    quota = "over quota (borrowed, preemptible)" if start.over_quota else "in quota"
     fallback = ""
     if start.fell_back_from is not None:
         racks = sorted({cluster.rack_name[cluster.tray_rack[t]] for t, _ in start.placement})
@@ -321,12 +330,18 @@ def _placed_event(
     return _event(
         job_id,
         JobEventKind.PLACED,
-        fallback
-        + f"placed {quota} on {len(hosts)} tray{'s' if len(hosts) != 1 else ''} in {where}"
-        + (f" ({shape['partitions']} NVLink partitions)" if shape["partitions"] > 1 else "")
-        + (f"{WHY_HERE}{start.why}" if start.why else ""),
+        fallback + placed_words(start.over_quota, len(hosts), where, shape["partitions"], start.why),
         hosts,
     )
+
+
+def placed_words(over_quota: bool, trays: int, where: str, partitions: int = 1, why: str = "") -> str:
+    """A placed event's sentence (scheduling.words' templates, read back on the job's page)."""
+    standing = OVER_QUOTA if over_quota else IN_QUOTA
+    words = say(plural(trays, PLACED_ONE, PLACED_MANY), standing=standing, trays=trays, partitions=where)
+    if partitions > 1:
+        words = say(PLACED_ACROSS, placed=words, parts=partitions)
+    return say(PLACED_WHY, placed=words, why=why) if why else words
 
 
 def start_jobs(

@@ -118,7 +118,7 @@ def test_the_push_list_is_japanese_before_any_push(admin, local_target):
 def test_the_target_pages_are_japanese(admin, local_target):
     html = assert_japanese(admin, url("target-list"))
     assert "設定の配信先" in html and "接続テスト" in html
-    assert "配信先の種類: ディレクトリ(レンダリング済みファイル)、Slurm コントローラー、" in html
+    assert "配信先の種類: ディレクトリ（レンダリング済みファイル）、Slurm コントローラー、" in html  # noqa: RUF001
     for kind in ("directory", "slurm", "kubernetes", "fabric"):
         html = assert_japanese(admin, url("target-create", kind=kind))
         assert "新しい設定の配信先" in html
@@ -137,7 +137,7 @@ def test_the_versions_page_is_japanese(admin, local_target):
     html = assert_japanese_here(admin, url("versions"), slurm_version_sentences())
     assert "バージョンと削除予定" in html and "Rackplane が監視している廃止予定" in html
     assert "日付なし" in html  # the Kubernetes and fabric removals are not dated
-    assert "NMX-M のパーティションのパス(/nmx/v1 配下)" in html  # a removal marked in the fabric's folder
+    assert "NMX-M のパーティションのパス（/nmx/v1 配下）" in html  # a removal marked in the fabric's folder  # noqa: RUF001
 
 
 def test_a_target_form_error_and_a_save_message_are_japanese(admin, local_target):
@@ -206,7 +206,7 @@ def test_a_what_if_form_error_is_japanese(admin):
     )
     assert response.status_code == 400
     html = response.content.decode()
-    assert "日数は整数で入力してください(例: 7)。" in html
+    assert "日数は整数で入力してください（例: 7）。" in html  # noqa: RUF001
     assert not english_left(html), english_left(html)
 
 

@@ -52,7 +52,15 @@ def _templates_of(module) -> list[str]:
 ADDED = [template for module in MODULES for template in _templates_of(module)]
 
 
-SHAPED = {"gpu": "GPU 3 (GPU-0f)", "gpu_list": "GPU 0-2, 5", "preset": "2x9", "domain": "5e3b.7"}
+SHAPED = {
+    "gpu": "GPU 3 (GPU-0f)",
+    "gpu_list": "GPU 0-2, 5",
+    "preset": "2x9",
+    "domain": "5e3b.7",
+    "backend": "Slurm (prod)",
+    "backend_state": "running",
+    "code": "3",
+}
 
 
 def _sample(name: str) -> str:
@@ -86,8 +94,9 @@ def test_each_template_reads_back_in_japanese_and_stays_english_for_english_view
         shown = sentences_i18n.translate(text)
     assert shown != text
     assert not english_left(f"<p>{shown}</p>"), (text, shown)
-    for value in values.values():  # names and numbers as written; a count in words read by its template
-        assert (value if value != "4 racks" else "ラック 4 台") in shown, (text, shown)
+    read = {"4 racks": "ラック 4 台", "running": "実行中"}  # a count in words and a state: templates
+    for value in values.values():  # names and numbers as written
+        assert read.get(value, value) in shown, (text, shown)
 
 
 def test_a_short_template_is_not_taken_for_someone_elses_sentence():
@@ -125,7 +134,7 @@ def test_the_names_rule_refuses_in_the_askers_language():
     with translation.override("ja"), pytest.raises(ValidationError) as japanese:
         validate_hostname("x" * 64)
     assert japanese.value.messages == [
-        "63 文字以内にしてください (この名前は 64 文字です): "
+        "63 文字以内にしてください（この名前は 64 文字です）: "  # noqa: RUF001
         "Kubernetes のノード名とラベル値、および Slurm の NodeName になります"
     ]
     # The rule itself stays English (the node-report API, the migration's refusal).
@@ -141,7 +150,7 @@ def test_slurms_block_rule_reads_back_whole():
         for rack, name, nodes in (("r1", "a", 16), ("r1", "c", 2), ("r2", "b", 16), ("r2", "d", 2))
     ]
     for layout, start in (
-        (sizes, "Slurm 24.11 は NVLink パーティション b (9 ノード)"),
+        (sizes, "Slurm 24.11 は NVLink パーティション b（9 ノード）"),  # noqa: RUF001
         (grouped, "Slurm 24.11 は"),
     ):
         with pytest.raises(ValueError) as refused:

@@ -115,7 +115,7 @@ def test_a_silent_tray_and_a_mig_layout_are_explained_in_japanese(client_as, fle
     html = assert_inventory_japanese(client_as("platform_admin"), url)
     assert "報告がありません" in html  # silent
     assert "GPU ごとに 7 \u00d7 1g.23gb" in html  # the layout's devices
-    assert "all-disabled: MIG オフ (GPU 全体)" in html  # the layouts offered (names are data, summaries not)
+    assert "all-disabled: MIG オフ（GPU 全体）" in html  # the layouts offered (names are data, summaries not)  # noqa: RUF001
     assert "現在 4 台中 0 台の GPU がこのレイアウトを報告しています" in html  # how far its GPUs show it
 
 

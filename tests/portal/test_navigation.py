@@ -197,7 +197,7 @@ def test_the_403_page_is_styled_and_says_why_with_debug_off(client_as, settings)
     html = response.content.decode()
     assert "<h1>Not allowed</h1>" in html
     assert "Only platform admins may use" in html
-    assert '<a href="/">Back to the overview</a>' in html
+    assert '<a href="/">Back to Home</a>' in html  # a member's menu calls it Home
     assert '<link rel="stylesheet" href="/static/css/portal.css">' in html
     assert "favicon.svg" in html
     response = client_as("member_a").get(reverse("audit-list"))

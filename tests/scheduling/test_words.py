@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import inventory.planning  # noqa: F401  (the wizard's templates: registered on import)
-from core import sentences_i18n
+from core import sentences, sentences_i18n
 from scheduling import words
 from scheduling.engine.words import CLAUSES, TEMPLATES, say
 
@@ -37,12 +37,19 @@ SHAPES = {
     "gpu_list": st.sampled_from(["GPU 0", "GPU 0-2, 5", "GPU 1, 3"]),
     "preset": st.sampled_from(["2x9", "18x1"]),
     "domain": st.sampled_from(["5e3b0c1a-0000-4000-8000-00000000a001.7", "ab.32766"]),
+    "backend": st.sampled_from(["rendered files", "Slurm (prod)", "Kubernetes (lab cluster)"]),
+    "backend_state": st.sampled_from(["pending", "running", "completed", "failed", "cancelled", "unknown"]),
+    "code": st.integers(min_value=-255, max_value=255).map(str),
 }
+# A name people gave: any text, spaces and words too (a job called "run the tests (again)").
+NAMES = st.sampled_from(["train-7b", "run the tests (again)", "Applied ML", "preempted"])
 
 
 def _strategy(name: str):
     if name in sentences_i18n.SHAPES:
         return SHAPES[name]
+    if name in sentences_i18n.NAMES:
+        return NAMES
     if name in sentences_i18n.NUMBERS:
         return NUMBERS
     if name in sentences_i18n.IDENTIFIERS:
@@ -132,3 +139,25 @@ def test_composed_sentences_are_read_back_template_by_template(monkeypatch, stor
         out = sentences_i18n.translate(stored)
     sentences_i18n._translated.cache_clear()
     assert out == read
+
+
+@pytest.mark.parametrize(
+    ("seconds", "written"),
+    [
+        (60, "about 1 min"),
+        (119 * 60, "about 119 min"),
+        (2 * 3600, "about 2.0 h"),
+        (9.9 * 3600, "about 9.9 h"),
+        (9.96 * 3600, "about 10 h"),  # never "about 10.0 h"
+        (23.9 * 3600, "about 24 h"),  # a tenth of an hour is noise in an estimate that long
+        (47.5 * 3600, "about 48 h"),
+        (1234 * 3600, "about 1,234 h"),
+    ],
+)
+def test_durations_are_written_in_whole_hours_from_ten_hours(seconds, written):
+    assert sentences.minutes(seconds) == written
+    with translation.override("ja"):
+        # The same figure in Japanese: the template's, its number unchanged.
+        assert words.translate(written) == written.replace("about ", "約 ").replace(" min", " 分").replace(
+            " h", " 時間"
+        )
