@@ -39,8 +39,16 @@
       var figure = JSON.parse(el.getAttribute("data-plotly-figure"));
       var config = JSON.parse(el.getAttribute("data-plotly-config") || "{}");
       el.setAttribute("data-plotly-drawn", "");
-      window.Plotly.newPlot(el, figure.data, figure.layout, config);
+      Promise.resolve(window.Plotly.newPlot(el, figure.data, figure.layout, config)).then(function () { fit(el); });
+      // plotly's own `responsive` listens to the window's resize only once a draw has finished: a resize
+      // during the first draw (a phone turned, a slow page) left the chart at the old width, wider than the
+      // screen. Its box changing size redraws it at the new width.
+      if (window.ResizeObserver) new ResizeObserver(function () { fit(el); }).observe(el);
     });
+  }
+  function fit(el) {
+    if (!el.isConnected || !el._fullLayout || !el.clientWidth) return;
+    if (Math.abs(el._fullLayout.width - el.clientWidth) > 1) window.Plotly.Plots.resize(el);
   }
   document.addEventListener("DOMContentLoaded", drawCharts);
   document.addEventListener("htmx:afterSettle", drawCharts);
