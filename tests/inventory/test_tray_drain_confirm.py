@@ -224,5 +224,7 @@ def test_the_confirmation_reads_in_japanese(busy, client_as):
 
 def test_a_one_gpu_job_is_counted_in_the_singular(demo_inventory, department_a, member_a, client_as):
     make_job(department_a, "notebook", trays=[tray("gb-r03-t03")], submitted_by=member_a, gpus=1)
-    html = client_as("platform_admin").get(url("drain", "gb-r03-t03"), {"drain-reason": "fan"}).content.decode()
+    html = (
+        client_as("platform_admin").get(url("drain", "gb-r03-t03"), {"drain-reason": "fan"}).content.decode()
+    )
     assert re.search(r"member-a</span> · department <span [^>]*>Alpha</span> · 1 GPU<", html)
