@@ -263,11 +263,8 @@ def _save(department: Department, project: Project) -> Project:
     return project
 
 
-@transaction.atomic
-def create_project(by, department: Department, *, name: str, slug: str = "", **quota) -> Project:
-    """A new project of `department` (by an admin or its lead). `slug` defaults to the name's."""
-    require_project_manager(by, department)
-    department = Department.objects.select_for_update().get(pk=department.pk)
+def _new_project(department: Department, name: str, slug: str, quota: dict) -> Project:
+    """The unsaved project create_project would save (`slug` defaults to the name's)."""
     quota = _clean_quota({k: v for k, v in quota.items() if k in QUOTA_FIELDS})
     name = (name or "").strip()
     if not slug:
@@ -276,8 +273,25 @@ def create_project(by, department: Department, *, name: str, slug: str = "", **q
         slug = naming.default_slug(name)
         if not slug and name:
             raise ValidationError({"slug": naming.DEFAULT_SLUG_MISSING})
-    project = Project(department=department, name=name, slug=slug, **quota)
-    return _save(department, project)
+    return Project(department=department, name=name, slug=slug, **quota)
+
+
+def check_new_project(by, department: Department, *, name: str, slug: str = "", **quota) -> None:
+    """Refuse (ValidationError, as create_project would) a new project that would not be created; reads
+    only: a confirmation page asks before the project is made, and must not ask about one it cannot make."""
+    require_project_manager(by, department)
+    project = _new_project(department, name, slug, quota)
+    _check_names(department, project)
+    project.full_clean(exclude=["department"], validate_constraints=False)
+    check_fit(department, project)
+
+
+@transaction.atomic
+def create_project(by, department: Department, *, name: str, slug: str = "", **quota) -> Project:
+    """A new project of `department` (by an admin or its lead). `slug` defaults to the name's."""
+    require_project_manager(by, department)
+    department = Department.objects.select_for_update().get(pk=department.pk)
+    return _save(department, _new_project(department, name, slug, quota))
 
 
 @transaction.atomic

@@ -374,6 +374,11 @@ def project_create_confirm(request, slug):
     if not form.is_valid():
         return _confirm_page(request, template, context, status=400)
     context["values"] = form.values()
+    try:  # a project that would be refused is not asked about (nor confirmed): the refusal, at once
+        service.check_new_project(request.user, department, **form.changes())
+    except ValidationError as error:
+        form.add_service_errors(error)
+        return _confirm_page(request, template, context, status=400)
     if request.method == "POST":
         seen = form.cleaned_data["seen"]
         try:
