@@ -252,11 +252,12 @@ def test_a_gpu_chart_and_a_job_chart_read_the_range_from_prometheus(prometheus, 
     first = [value for _, value in history[gpus[0].uuid]]
     assert 10.0 in first and 90.0 in first and first.index(10.0) < first.index(90.0)
     times = [at for at, _ in history[gpus[0].uuid]]
-    assert (
-        times == sorted(times)
-        and start - timedelta(seconds=1) <= times[0]
-        and times[-1] == end.replace(microsecond=end.microsecond // 1000 * 1000)
-    )
+    last = end.replace(microsecond=end.microsecond // 1000 * 1000)
+    assert times == sorted(times) and start - timedelta(seconds=1) <= times[0] and times[-1] <= last
+    # The points sit on the grid that ends at `end`. The point at `end` itself may be missing: a scrape that
+    # failed on a loaded machine makes Prometheus mark the series stale until the next one (seen once in CI).
+    assert all((last - at).total_seconds() % step == 0 for at in times)
+    assert last - times[-1] <= timedelta(seconds=5)
     assert set(history[gpus[1].uuid]) and {30.0, 50.0} <= {value for _, value in history[gpus[1].uuid]}
 
     job, _ = utilization_history([gpus[0].uuid, gpus[1].uuid], start, end, mean=True, min_step=1)
