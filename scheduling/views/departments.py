@@ -18,6 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from core.access import is_admin, leads, require_admin, require_lead
+from core.htmx import confirm_plain_post
 from core.tables import Column, Table
 from scheduling import charts as dashboards
 from scheduling import dashboard_data
@@ -239,6 +240,16 @@ def member_remove(request, slug, pk):
     )
     if locked := identity_lock(membership):
         return _members_response(request, department, error=locked)
+    asked = confirm_plain_post(
+        request,
+        question_template="scheduling/_member_remove_question.html",
+        context={"membership": membership, "department": department},
+        title=_("Remove %(user)s?") % {"user": membership.user.username},
+        action=_("Remove"),
+        back_url=reverse("scheduling:department-detail", args=[department.slug]) + "#members",
+    )
+    if asked:
+        return asked
     try:
         remove_membership(membership)
     except ValidationError as error:

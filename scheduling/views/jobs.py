@@ -10,6 +10,7 @@ import json
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -18,6 +19,7 @@ from django_htmx.http import HttpResponseStopPolling
 from hostlist import collect_hostlist
 
 from core.hardware import GPUS_PER_TRAY
+from core.htmx import confirm_plain_post
 from core.tables import Column, Table
 from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass, Topology
@@ -294,6 +296,17 @@ def job_cancel(request, pk):
     """Cancel a job (its submitter, its department's leads, staff). htmx: the status partial, with the
     outcome in words; a plain form post: back to the job's page with a message."""
     job = _visible_job(request, pk)
+    if job.is_active and may_cancel(request.user, job):
+        asked = confirm_plain_post(
+            request,
+            question_template="scheduling/_job_cancel_question.html",
+            context={"job": job},
+            title=_("Cancel job #%(pk)s?") % {"pk": job.pk},
+            action=_("Cancel job"),
+            back_url=reverse("scheduling:job-detail", args=[job.pk]),
+        )
+        if asked:
+            return asked
     error = ""
     if not may_cancel(request.user, job):
         error = _("Only the job's submitter, its department's leads and platform admins may cancel it.")

@@ -75,6 +75,9 @@ def test_open_a_running_job_see_where_it_runs_and_cancel_it(live_server, page, r
     expect(page.locator(f'button.gpu[data-job-gpu="{job.pk}"]')).to_have_count(8)
     page.locator(".job-shown a", has_text="e2e-pretrain").click()
     expect(page).to_have_url(re.compile(rf"/scheduling/jobs/{job.pk}/$"))
+    # htmx is a deferred script: a click before the page loaded is a plain post (asked on a page instead,
+    # tests/scheduling/test_job_views.py); this test is about the in-place cancel.
+    page.wait_for_load_state()
 
     # Cancel: the confirm dialog is accepted; the status turns to Cancelled in place (no page load).
     dialogs = []
@@ -99,3 +102,42 @@ def test_open_a_running_job_see_where_it_runs_and_cancel_it(live_server, page, r
     assert job.state == JobState.CANCELLED
     assert not Allocation.objects.filter(job=job).exists()
     assert Job.objects.filter(state=JobState.CANCELLED).count() == 1
+
+
+@pytest.mark.e2e
+def test_without_javascript_cancel_asks_on_a_page_first(live_server, browser, running_job, shots):
+    """The Cancel button asks with hx-confirm, which only htmx shows: with JavaScript off (or a click before
+    the deferred htmx script ran) the form posts plainly, and the portal asks the same question on a page
+    before anything is cancelled."""
+    job = running_job
+    context = browser.new_context(viewport={"width": 390, "height": 844}, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        page.goto(f"{live_server.url}/login/")
+        page.fill("#id_username", "e2e-researcher")
+        page.fill("#id_password", PASSWORD)
+        with page.expect_navigation():
+            page.locator("#id_password").press("Enter")
+        page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+        page.get_by_role("button", name="Cancel job").click()
+        expect(page.locator('[data-confirm="asked"] h1')).to_have_text(f"Cancel job #{job.pk}?")
+        expect(page.locator(".confirm-question")).to_have_text(
+            f"Cancel job #{job.pk} e2e-pretrain? It is stopped and its 8 GPUs are freed."
+        )
+        page.screenshot(path=str(shots / "job-cancel-asked-390.png"), full_page=True)
+        job.refresh_from_db()
+        assert job.state == JobState.RUNNING  # asked, not done
+
+        page.get_by_role("link", name="No, go back").click()
+        expect(page).to_have_url(re.compile(rf"/scheduling/jobs/{job.pk}/$"))
+        expect(page.locator("#job-state")).to_have_text("Running")
+
+        page.get_by_role("button", name="Cancel job").click()
+        page.locator('[data-confirm="asked"]').get_by_role("button", name="Cancel job").click()
+        expect(page).to_have_url(re.compile(rf"/scheduling/jobs/{job.pk}/$"))
+        expect(page.locator("#job-state")).to_have_text("Cancelled")
+        expect(page.get_by_role("status").first).to_contain_text(f"Job #{job.pk} e2e-pretrain cancelled")
+    finally:
+        context.close()
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED

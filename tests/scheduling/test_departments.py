@@ -221,6 +221,19 @@ def test_lead_adds_changes_and_removes_a_member_with_audit(client_as, department
     assert (deleted.source, deleted.actor) == (AuditSource.UI, lead_a)
 
 
+def test_removing_a_member_without_htmx_asks_first(client_as, department_a, lead_a, outsider):
+    membership = Membership.objects.create(user=outsider, department=department_a, role=Role.MEMBER)
+    client = client_as(lead_a)
+    asked = client.post(member_remove(membership))
+    assert asked.status_code == 200 and 'data-confirm="asked"' in asked.content.decode()
+    assert "Remove outsider from Alpha?" in text(asked)
+    assert Membership.objects.filter(pk=membership.pk).exists()
+    response = client.post(member_remove(membership), {"confirmed": "yes"})
+    assert response.status_code == 302 and response["Location"] == detail(department_a) + "#members"
+    assert not Membership.objects.filter(pk=membership.pk).exists()
+    assert "outsider removed from Alpha." in text(client.get(response["Location"]))
+
+
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_member_management_without_htmx_redirects_with_a_message(client_as, department_a, lead_a, outsider):
     client = client_as(lead_a)

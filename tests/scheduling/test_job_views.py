@@ -316,9 +316,21 @@ def test_the_submitter_cancels_and_the_gpus_are_freed(
     assert job.events.last().kind == JobEventKind.CANCELLED and "by member-a" in job.events.last().message
 
 
-def test_a_plain_post_cancels_and_redirects_with_a_message(client_as, department_a, lead_a):
+def test_a_plain_post_asks_first_then_cancels_and_redirects_with_a_message(client_as, department_a, lead_a):
     job = make_job(department_a, "queued", JobState.PENDING, gpus=8, submitted_by=lead_a)
-    response = client_as("lead_a").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
+    url = reverse("scheduling:job-cancel", args=[job.pk])
+    client = client_as("lead_a")
+    # Posted without htmx (JavaScript off, or a click before the deferred htmx script ran): the question the
+    # button's hx-confirm asks, on a page; nothing is cancelled yet.
+    asked = client.post(url)
+    assert asked.status_code == 200 and 'data-confirm="asked"' in asked.content.decode()
+    assert f"Cancel job #{job.pk} queued? It leaves the queue." in text(asked)
+    assert 'name="confirmed" value="yes"' in asked.content.decode()
+    assert Job.objects.get(pk=job.pk).state == JobState.PENDING
+    # Anything but "yes" asks again.
+    assert 'data-confirm="asked"' in client.post(url, {"confirmed": "YES"}).content.decode()
+    assert Job.objects.get(pk=job.pk).state == JobState.PENDING
+    response = client.post(url, {"confirmed": "yes"}, follow=True)
     assert response.redirect_chain == [(reverse("scheduling:job-detail", args=[job.pk]), 302)]
     assert f"Job #{job.pk} queued cancelled" in text(response)
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
@@ -334,8 +346,8 @@ def test_a_plain_member_may_not_cancel_anothers_job(client_as, department_a, lea
     assert "Only the job's submitter, its department's leads and platform admins may cancel it." in text(
         refused
     )
-    followed = client.post(url, follow=True)
-    assert "may cancel it" in text(followed)
+    followed = client.post(url, follow=True)  # not asked first: refused at once
+    assert "may cancel it" in text(followed) and 'data-confirm="asked"' not in followed.content.decode()
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and Allocation.objects.filter(job=job).count() == 8
 
@@ -344,10 +356,18 @@ def test_a_plain_member_may_not_cancel_anothers_job(client_as, department_a, lea
 def test_cancelling_a_finished_job_says_why_not(client_as, department_a, member_a):
     job = make_job(department_a, "finished", JobState.COMPLETED, submitted_by=member_a)
     response = client_as("member_a").post(reverse("scheduling:job-cancel", args=[job.pk]), follow=True)
+    # Nothing to ask about: the answer at once.
     assert f"Not cancelled: job {job.pk} has already ended (completed)." in text(response)
     assert Job.objects.get(pk=job.pk).state == JobState.COMPLETED
     htmx = client_as("member_a").post(reverse("scheduling:job-cancel", args=[job.pk]), headers=HTMX)
     assert htmx.status_code == 286 and "has already ended (completed)" in text(htmx)
+
+
+@pytest.mark.parametrize(("gpus", "words"), [(1, "its 1 GPU is freed."), (8, "its 8 GPUs are freed.")])
+def test_the_cancel_question_counts_the_gpus_in_words(client_as, department_a, member_a, gpus, words):
+    job = make_job(department_a, "run", trays=free_trays(1), gpus=gpus, submitted_by=member_a)
+    page = client_as("member_a").get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    assert f'hx-confirm="Cancel job #{job.pk} run? It is stopped and {words}"' in page
 
 
 # ------------------------------------------------------------------------------------------ rack view
