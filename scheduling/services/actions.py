@@ -74,6 +74,9 @@ def cancel_job(job: Job, user=None) -> Job:
         job.state = JobState.CANCELLED
         job.finished_at = timezone.now()
         job.pending_reason = ""
+        # What the backend last said was about the live job ("running on ..."): not true of a cancelled one
+        # (the job page and `rp watch` showed it as the last word). Why it ended is the event below.
+        job.backend_message = ""
         job.next_dispatch_at = None
         job.save()
         JobEvent.objects.create(job=job, kind=JobEventKind.CANCELLED, message=cancelled_words(who, was))

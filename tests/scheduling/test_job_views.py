@@ -304,6 +304,7 @@ def test_the_submitter_cancels_and_the_gpus_are_freed(
 ):
     job = submit(user="member_a")
     assert job.state == JobState.RUNNING and Allocation.objects.filter(job=job).count() == 8
+    Job.objects.filter(pk=job.pk).update(backend_message="Running on gb-r01-t[01-02]")
     client = client_as("member_a")
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(reverse("scheduling:job-cancel", args=[job.pk]), headers=HTMX)
@@ -312,6 +313,8 @@ def test_the_submitter_cancels_and_the_gpus_are_freed(
     assert "Cancelled: its GPUs are free again." in page and "Cancel job" not in page
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and job.finished_at is not None
+    # The backend's last words were about the running job: not shown as a cancelled job's last word.
+    assert job.backend_message == "" and "Running on gb-r01" not in page
     assert not Allocation.objects.filter(job=job).exists()
     assert job.events.last().kind == JobEventKind.CANCELLED and "by member-a" in job.events.last().message
 
