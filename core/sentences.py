@@ -38,14 +38,23 @@ ABOUT_HOURS = gettext_noop("about %(hours)s h")
 AND_MORE = gettext_noop("%(names)s and %(more)s more")
 
 
-def minutes(seconds: float) -> str:
-    """A duration as people read it: "about 5 min", "about 2.5 h", "about 24 h" (whole hours from 10 h:
-    a tenth of an hour is noise in an estimate that long)."""
+def duration(seconds: float, in_minutes: str, in_hours: str, *, estimate: bool) -> str:
+    """A duration as people read it, in whole minutes below two hours, else in hours, written with the
+    caller's templates (`%(minutes)s` / `%(hours)s`). An estimate is rounded ("about 2.5 h"; whole hours
+    from 10 h: a tenth of an hour is noise in an estimate that long); a set duration (a configured wait) is
+    never rounded: hours only when they are exact to a tenth, else its minutes."""
     whole = max(1, round(seconds / 60))
-    if whole < 120:
-        return say(ABOUT_MINUTES, minutes=whole)
     hours = whole / 60
-    return say(ABOUT_HOURS, hours=f"{hours:.1f}" if hours < 9.95 else f"{round(hours):,}")
+    if whole < 120 or (not estimate and whole % 6):
+        return say(in_minutes, minutes=f"{whole:,}")
+    if estimate:
+        return say(in_hours, hours=f"{hours:.1f}" if hours < 9.95 else f"{round(hours):,}")
+    return say(in_hours, hours=f"{hours:,.0f}" if whole % 60 == 0 else f"{hours:,.1f}")
+
+
+def minutes(seconds: float) -> str:
+    """An estimated duration: "about 5 min", "about 2.5 h", "about 24 h" (`duration`)."""
+    return duration(seconds, ABOUT_MINUTES, ABOUT_HOURS, estimate=True)
 
 
 def listed(names: list[str], shown: int) -> str:

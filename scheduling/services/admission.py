@@ -22,6 +22,7 @@ from django.utils.translation import gettext as _
 from core import posix
 from core.access import is_admin
 from core.hardware import GPUS_PER_TRAY
+from core.sentences import duration
 from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobEventKind, Topology
 from scheduling.engine import placement as engine_placement
@@ -296,8 +297,5 @@ def submitted_words(gpus: int, topology: str) -> str:
 
 
 def wait_words(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
-    if minutes < 120:
-        return say(WAIT_MINUTES, minutes=minutes)
-    hours = minutes / 60
-    return say(WAIT_HOURS, hours=f"{hours:.0f}" if hours == int(hours) else f"{hours:.1f}")
+    """A set wait ("30 min", "2 h", "2.5 h", "135 min"): never rounded (core.sentences.duration)."""
+    return duration(seconds, WAIT_MINUTES, WAIT_HOURS, estimate=False)

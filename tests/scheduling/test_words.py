@@ -161,3 +161,30 @@ def test_durations_are_written_in_whole_hours_from_ten_hours(seconds, written):
         assert words.translate(written) == written.replace("about ", "約 ").replace(" min", " 分").replace(
             " h", " 時間"
         )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "written"),
+    [
+        (30 * 60, "30 min"),
+        (119 * 60, "119 min"),
+        (120 * 60, "2 h"),
+        (150 * 60, "2.5 h"),
+        (135 * 60, "135 min"),  # 2.25 h: a set wait is never rounded to "2.2 h"
+        (24 * 3600, "24 h"),
+        (1234 * 3600, "1,234 h"),
+    ],
+)
+def test_a_set_wait_is_written_exactly(seconds, written):
+    from scheduling.services.admission import wait_words
+
+    assert wait_words(seconds) == written
+
+
+@given(st.integers(min_value=1, max_value=60 * 24 * 60))
+def test_a_set_wait_reads_back_as_the_minutes_it_was(minutes):
+    from scheduling.services.admission import wait_words
+
+    number, unit = wait_words(minutes * 60).split(" ")
+    value = float(number.replace(",", ""))
+    assert round(value * (60 if unit == "h" else 1)) == minutes
