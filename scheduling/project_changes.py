@@ -30,13 +30,13 @@ The confirmed steps are applied by `confirm_new_project`, `confirm_people`, `con
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.db.models import Q
 
 from core.access import leads
+from core.fingerprint import fingerprint
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Job
@@ -63,7 +63,7 @@ class Confirmable:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(repr((type(self).__name__, *self.facts())).encode()).hexdigest()[:32]
+        return fingerprint(type(self).__name__, *self.facts())[:32]  # scheduling.forms.SEEN
 
     def still(self, seen: str) -> None:
         """Refuse (StaleConfirmation, with these changes) a confirmation that showed other facts."""
