@@ -103,12 +103,28 @@ class Reclaimable(Confirmable):
         return running, self.borrowed_jobs
 
     @property
+    def losing(self) -> list[JobChange]:
+        """Every running job the step puts beyond the guarantee: the table's "beyond" rows, and what the
+        page's sentence counts (`beyond` and `not_preemptible` split it)."""
+        return [change for change in self.running if change.loses_guarantee]
+
+    @property
+    def losing_gpus(self) -> int:
+        return sum(change.job.gpus for change in self.losing)
+
+    @property
     def beyond(self) -> list[JobChange]:
-        return [change for change in self.running if change.loses_guarantee and change.preemptible]
+        """Those of `losing` that may be reclaimed (preemptible)."""
+        return [change for change in self.losing if change.preemptible]
 
     @property
     def beyond_gpus(self) -> int:
         return sum(change.job.gpus for change in self.beyond)
+
+    @property
+    def not_preemptible(self) -> list[JobChange]:
+        """Those of `losing` that keep running: never reclaimed."""
+        return [change for change in self.losing if not change.preemptible]
 
 
 @dataclass(frozen=True)
