@@ -150,14 +150,19 @@ def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]
 
 def _manager_context(department: Department, projects: list[Project], members: list | None) -> dict:
     """What a manager of the department sees more: its members, those in no project, the members each
-    project may add (`project.addable`) and the form for a new project."""
+    project may add (`project.addable`), what deleting it changes (`project.deletion`: one query for all)
+    and the form for a new project."""
     in_a_project = {m.user_id for p in projects if not p.is_default for m in p.people}
     if members is None:
         members = Membership.objects.filter(department=department).select_related("user")
     department_members = sorted(members, key=lambda m: m.user.username)
+    counts = changes_of.job_counts(projects)
     for project in projects:
         already = {m.user_id for m in project.people}
         project.addable = [m for m in department_members if m.user_id not in already]
+        # Its Delete button's question (scheduling/_project_delete_question.html).
+        usernames = sorted(m.user.username for m in project.people)
+        project.deletion = changes_of.delete_changes(project, usernames, counts.get(project.pk, {}))
     return {
         "department_members": department_members,
         "without_project": [m for m in department_members if m.user_id not in in_a_project],
