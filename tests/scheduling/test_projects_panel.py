@@ -243,6 +243,44 @@ def test_the_delete_question_reads_the_same_alone(rf, lead_a, member_a, departme
     assert alone.startswith("Project Vision cannot be deleted: it has 1 job, and its history names the")
 
 
+def _render_panel(rf, user, department) -> str:
+    from django.template.loader import render_to_string
+
+    from scheduling.views.projects import panel_context
+
+    request = rf.get("/")
+    request.user = user
+    return render_to_string("scheduling/_projects.html", panel_context(request, department), request=request)
+
+
+@pytest.mark.parametrize(("persona", "queries"), [("lead_a", 6), ("member_a", 4)])
+def test_the_panel_reads_its_figures_once_however_many_projects(
+    rf, request, persona, queries, department_a, vision, nlp, member_a, django_assert_num_queries
+):
+    """The named projects' total guarantee comes from the rows (a member's rows carry the hidden ones'), and
+    a row's namespace does not read its department again: a lead's panel is 6 queries (access, projects,
+    their people, GPUs in use, the department's members, the projects' jobs for the Delete question), a
+    member's 4, with three projects as with one."""
+    speech = Project.objects.create(department=department_a, name="Speech", slug="speech", guaranteed_gpus=4)
+    for project in (vision, nlp, speech):
+        ProjectMembership.objects.create(user=member_a, project=project)
+    user = request.getfixturevalue(persona)
+    with django_assert_num_queries(queries):
+        page = _render_panel(rf, user, department_a)
+    assert 'data-project="speech"' in page and "namespace and Slurm account" in page
+
+
+def test_a_members_panel_figures_add_up_to_the_department(rf, member_a, department_a, vision, nlp):
+    """A member sees only their projects, but the named projects' total and what the default project keeps
+    are one figure: they add up to the department's guarantee (the total said 16 of 32 while the default
+    project kept 8)."""
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    page = " ".join(_render_panel(rf, member_a, department_a).split())
+    assert 'data-project="nlp"' not in page
+    assert "24 of its 32 guaranteed GPUs are guaranteed to its named projects" in page
+    assert "The default project keeps the rest (8 GPUs)" in page
+
+
 def test_the_delete_question_is_asked_in_japanese(client_as, lead_a, department_a, vision, nlp):
     from tests.factories import make_member
     from tests.i18n_check import english_left, spacing_slips
