@@ -16,6 +16,10 @@ scheduling.views.projects show it on a GET (which never writes) and apply the st
   their work may reclaim, and the default project gets what it gave up. Always confirmed. Raised, the
   default project gives it up: confirmed when that puts the default project's running work beyond its
   guarantee (as a new project's guarantee does), else applied at once.
+* A named project deleted (`delete_changes`, the question its Delete button asks): tenancy.projects.
+  delete_project deletes only a project that never had a job (their history names it), so a project with
+  jobs is not deleted and nothing changes for them; one without gives its guarantee back to the default
+  project, and its people leave it (back in the default project unless in another named project).
 * Someone moved from one named project to another, or taken out of one (`member_changes`): their running
   and pending jobs stay in the projects they were submitted to (tenancy.projects.move_member and
   remove_project_member touch no job); their next submissions default to what tenancy.projects.
@@ -30,14 +34,15 @@ The confirmed steps are applied by `confirm_new_project`, `confirm_people`, `con
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
+from django.utils.translation import pgettext
 
 from core.access import leads
-from scheduling.choices import ACTIVE_STATES, HOLDING_STATES
+from core.fingerprint import fingerprint
+from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Job
 from tenancy import projects as service
@@ -63,7 +68,7 @@ class Confirmable:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(repr((type(self).__name__, *self.facts())).encode()).hexdigest()[:32]
+        return fingerprint(type(self).__name__, *self.facts())[:32]  # scheduling.forms.SEEN
 
     def still(self, seen: str) -> None:
         """Refuse (StaleConfirmation, with these changes) a confirmation that showed other facts."""
@@ -103,12 +108,28 @@ class Reclaimable(Confirmable):
         return running, self.borrowed_jobs
 
     @property
+    def losing(self) -> list[JobChange]:
+        """Every running job the step puts beyond the guarantee: the table's "beyond" rows, and what the
+        page's sentence counts (`beyond` and `not_preemptible` split it)."""
+        return [change for change in self.running if change.loses_guarantee]
+
+    @property
+    def losing_gpus(self) -> int:
+        return sum(change.job.gpus for change in self.losing)
+
+    @property
     def beyond(self) -> list[JobChange]:
-        return [change for change in self.running if change.loses_guarantee and change.preemptible]
+        """Those of `losing` that may be reclaimed (preemptible)."""
+        return [change for change in self.losing if change.preemptible]
 
     @property
     def beyond_gpus(self) -> int:
         return sum(change.job.gpus for change in self.beyond)
+
+    @property
+    def not_preemptible(self) -> list[JobChange]:
+        """Those of `losing` that keep running: never reclaimed."""
+        return [change for change in self.losing if not change.preemptible]
 
 
 @dataclass(frozen=True)
@@ -407,3 +428,55 @@ def confirm_member_change(by, membership: ProjectMembership, to: Project | None,
     else:
         service.move_member(by, membership, to)
     return now
+
+
+@dataclass(frozen=True)
+class DeleteChanges:
+    """What deleting the named `project` changes, as its Delete question says it
+    (scheduling/_project_delete_question.html): who leaves it, and its jobs (any: it is not deleted)."""
+
+    project: Project
+    usernames: list[str]  # its people, by name
+    jobs: int = 0  # ever: tenancy.projects.delete_project refuses a project with any
+    running: int = 0  # holding GPUs now
+    waiting: int = 0  # pending
+
+    NAMED = 3  # people named in the question; the rest are counted
+
+    @property
+    def deletable(self) -> bool:
+        return not self.jobs
+
+    @property
+    def who(self) -> str:
+        """Up to NAMED of its people by name, then how many more (a list as the viewer's language writes
+        one: core.templatetags.rackplane.listing)."""
+        names = pgettext("between the items of a list in a sentence", ", ").join(self.usernames[: self.NAMED])
+        more = len(self.usernames) - self.NAMED
+        if more <= 0:
+            return names
+        return pgettext("people", "%(names)s and %(more)s more") % {"names": names, "more": more}
+
+
+def job_counts(projects) -> dict[int, dict[str, int]]:
+    """Each of `projects`' jobs ever, running and waiting, by project pk (one query; none: absent)."""
+    rows = (
+        Job.objects.filter(project__in=projects)
+        .values("project")
+        .annotate(
+            jobs=Count("pk"),
+            running=Count("pk", filter=Q(state__in=HOLDING_STATES)),
+            waiting=Count("pk", filter=Q(state=JobState.PENDING)),
+        )
+    )
+    return {row.pop("project"): row for row in rows}
+
+
+def delete_changes(project: Project, usernames: list[str] | None = None, counts: dict | None = None):
+    """What deleting the named `project` changes (module docstring). `usernames` (its people, sorted) and
+    `counts` (its job_counts row) when the caller has read them for many projects, else read here."""
+    if usernames is None:
+        usernames = sorted(project.memberships.values_list("user__username", flat=True))
+    if counts is None:
+        counts = job_counts([project]).get(project.pk, {})
+    return DeleteChanges(project=project, usernames=list(usernames), **counts)

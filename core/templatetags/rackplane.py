@@ -98,3 +98,10 @@ def sentences(items):
     for text in texts[1:]:
         joined = pair % {"first": joined, "next": text}
     return mark_safe(joined)
+
+
+@register.filter
+def then(first, following):
+    """Two whole sentences one after the other, as `sentences` joins them: `{{ first|then:following }}`
+    (each, say, a `blocktranslate ... asvar`)."""
+    return sentences([first, following])

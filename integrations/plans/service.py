@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from core.audit import recording_changes, update_recorded
+from core.fingerprint import fingerprint
 from core.sentences import say
 from integrations import words
 from integrations.fabric import FabricError, FabricPartition
@@ -112,7 +112,7 @@ def rack_trays(rack: Rack) -> list[TrayInfo]:
 def layout_signature(rack: Rack) -> str:
     """The rack's current layout in a few characters: a plan checked against another layout is stale."""
     rows = ComputeTray.objects.filter(rack=rack).order_by("slot").values_list("slot", "partition__clique_id")
-    return hashlib.sha256(repr(list(rows)).encode()).hexdigest()[:16]
+    return fingerprint(list(rows))[:16]
 
 
 def _block_checker(rack: Rack):

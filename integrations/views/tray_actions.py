@@ -18,7 +18,6 @@ says for each tray what happened or why not (a tray that could have changed name
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 
 from django.contrib import messages
@@ -32,6 +31,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.access import require_admin
+from core.fingerprint import fingerprint
 from integrations import drain as schedulers
 from inventory import selectors
 from inventory.choices import ActionKind
@@ -116,11 +116,12 @@ def _fingerprint(planned: list[tuple[ComputeTray, list[Planned]]]) -> str:
     """What the confirmation showed, in one word: the trays' jobs and what would happen to each. A
     confirmation whose fingerprint is no longer the trays' (a job ended or came, a policy changed) is shown
     again."""
-    text = "|".join(
-        f"{tray.pk}=" + ";".join(f"{item.job.pk}:{item.what}:{item.grace_s}:{item.signal}" for item in items)
-        for tray, items in planned
+    return fingerprint(
+        [
+            (tray.pk, [(item.job.pk, item.what, item.grace_s, item.signal) for item in items])
+            for tray, items in planned
+        ]
     )
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _grace(seconds: int) -> str:

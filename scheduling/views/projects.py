@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, Sum
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -92,14 +92,19 @@ def panel_context(
     shown, use = _projects_in_use(request.user, department)
     default = next((p for p in shown if p.is_default), None)
     projects = [p for p in shown if not p.is_default]
-    unassigned = _default_figures(department, projects, default, use, manage)
+    named = _named_guaranteed(department, shown, projects, manage)
+    default_use = _total(u for key, u in use.items() if key is None or (default and key == default.pk))
     context = {
         "department": department,
         "projects": projects,
         "default_project": default,
         "can_manage_projects": manage,
-        "projects_guaranteed": sum(p.guaranteed_gpus for p in projects),
-        "unassigned": unassigned,
+        # One figure for the help text and the default project's row: they add up to the department's.
+        "projects_guaranteed": named,
+        # The default project's row (with the work from before it, without a project): guaranteed what the
+        # named projects leave of the department's (tenancy.projects.default_guarantee, tenancy.quota.
+        # NO_PROJECT).
+        "unassigned": _figures(Remainder(), max(0, department.guaranteed_gpus - named), default_use),
         # The department's figures (every project is visible to a manager): the rows add up to them.
         "department_use": _figures(Remainder(), department.guaranteed_gpus, _total(use.values()))
         if manage
@@ -111,28 +116,33 @@ def panel_context(
     return context
 
 
-def _default_figures(department: Department, projects, default, use: dict, manage: bool) -> Remainder:
-    """The default project's row (with the work from before it, without a project): guaranteed what the
-    named projects leave of the department's (tenancy.projects.default_guarantee, tenancy.quota.NO_PROJECT),
-    every named project counted, the hidden ones too (a member sees only theirs)."""
-    default_use = _total(u for key, u in use.items() if key is None or (default and key == default.pk))
-    named = (
-        sum(p.guaranteed_gpus for p in projects)
-        if manage
-        else sum(
-            Project.objects.named().filter(department=department).values_list("guaranteed_gpus", flat=True)
-        )
-    )
-    return _figures(Remainder(), max(0, department.guaranteed_gpus - named), default_use)
+def _named_guaranteed(department: Department, shown: list[Project], projects: list[Project], manage) -> int:
+    """What the department's named projects are guaranteed in all, the hidden ones too (a member sees only
+    theirs): a manager's rows are all of them; anyone else's carry it (`_projects_in_use`'s
+    `named_guaranteed`), read with them."""
+    if manage:
+        return sum(p.guaranteed_gpus for p in projects)
+    if shown:
+        return shown[0].named_guaranteed or 0
+    return service.projects_guaranteed(department)  # none shown: counted apart
 
 
 def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]:
     """The department's projects `user` may see, each with its figures (`_figures`), people and siblings;
     and the GPUs in use and borrowed per project (None: the work without a project), in one query."""
+    named = (
+        Project.objects.named()
+        .filter(department=OuterRef("department"))
+        .order_by()
+        .values("department")
+        .annotate(total=Sum("guaranteed_gpus"))
+        .values("total")
+    )
     projects = list(
         Project.objects.visible_to(user)
         .filter(department=department)
         .order_by("name")
+        .annotate(named_guaranteed=Subquery(named))  # _named_guaranteed, for someone who sees only theirs
         .prefetch_related(Prefetch("memberships", queryset=ProjectMembership.objects.select_related("user")))
     )
     use = {
@@ -142,6 +152,7 @@ def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]
         .annotate(in_use=Count("pk"), borrowed=Count("pk", filter=Q(job__over_quota=True)))
     }
     for project in projects:
+        project.department = department  # its namespace names the department: not read again per row
         _figures(project, project.guaranteed_gpus, use.get(project.pk, {}))
         project.people = list(project.memberships.all())
         project.siblings = [p for p in projects if p.pk != project.pk and not p.is_default]
@@ -150,14 +161,19 @@ def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]
 
 def _manager_context(department: Department, projects: list[Project], members: list | None) -> dict:
     """What a manager of the department sees more: its members, those in no project, the members each
-    project may add (`project.addable`) and the form for a new project."""
+    project may add (`project.addable`), what deleting it changes (`project.deletion`: one query for all)
+    and the form for a new project."""
     in_a_project = {m.user_id for p in projects if not p.is_default for m in p.people}
     if members is None:
         members = Membership.objects.filter(department=department).select_related("user")
     department_members = sorted(members, key=lambda m: m.user.username)
+    counts = changes_of.job_counts(projects)
     for project in projects:
         already = {m.user_id for m in project.people}
         project.addable = [m for m in department_members if m.user_id not in already]
+        # Its Delete button's question (scheduling/_project_delete_question.html).
+        usernames = sorted(m.user.username for m in project.people)
+        project.deletion = changes_of.delete_changes(project, usernames, counts.get(project.pk, {}))
     return {
         "department_members": department_members,
         "without_project": [m for m in department_members if m.user_id not in in_a_project],

@@ -3,11 +3,13 @@ department's first named project and putting people of the default project in a 
 with a confirmation page whose GET says who and what changes and writes nothing, and whose POST applies
 the step; hostile input is a 4xx with nothing written."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
 from core.models import AuditEvent
-from tenancy.models import Project, ProjectMembership
+from tenancy.models import Department, Project, ProjectMembership
 from tests.factories import free_trays, make_department, make_job
 
 pytestmark = pytest.mark.django_db
@@ -257,3 +259,70 @@ def test_stale_confirmations_are_shown_again_not_applied(client_as, lead_a, memb
     assert response.status_code == 409
     assert "1 running or pending job stays in the default project" in response.content.decode()
     assert written() == before
+
+
+def test_the_sentence_and_the_table_count_the_same_jobs_beyond_the_guarantee(client_as, lead_a, department_a):
+    """As in the demo (a department's work is training, builds and inference, all in the default project):
+    a first named project that puts nine running jobs beyond the default project's guarantee, five of them
+    training (preemptible) and four not. The sentence counted only the five while the table marked nine
+    "beyond"; both now come from one list and say the same."""
+    from html import unescape
+
+    from scheduling.choices import PriorityClass
+
+    department = department_a
+    default = Project.objects.get(department=department, is_default=True)
+    classes = [PriorityClass.TRAIN] * 3 + [
+        PriorityClass.TRAIN,
+        PriorityClass.BUILD,
+        PriorityClass.TRAIN,
+        PriorityClass.INFERENCE,
+        PriorityClass.TRAIN,
+        PriorityClass.BUILD,
+        PriorityClass.TRAIN,
+        PriorityClass.BUILD,
+        PriorityClass.TRAIN,
+    ]
+    trays = free_trays(len(classes) * 2)
+    for i, cls in enumerate(classes):  # oldest first; the one-tray jobs ask 4 GPUs, the two-tray ones 8
+        held = trays[2 * i : 2 * i + (2 if i % 3 == 1 else 1)]
+        make_job(department, f"llm-{i}", trays=held, project=default, over_quota=False, priority_class=cls)
+    total = sum(job.gpus for job in department.jobs.all())  # all of it in quota, within the guarantee
+    Department.objects.filter(pk=department.pk).update(guaranteed_gpus=total)
+    # The three oldest keep the default project's guarantee.
+    guarantee = total - sum(job.gpus for job in department.jobs.order_by("pk")[:3])
+    body = {"name": "LLM", "guaranteed_gpus": str(guarantee), "over_quota_weight": "1", "limit_gpus": ""}
+    page = client_as(lead_a).get(CONFIRM, body)
+    assert page.status_code == 200
+    markup = page.content.decode()
+
+    rows = re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', markup, re.S)
+    after = {int(pk): re.sub(r"<[^>]+>", "", cells.rsplit("<td>", 1)[1]) for pk, cells in rows}
+    gpus = {job.pk: job.gpus for job in department.jobs.all()}
+    reclaimed = [pk for pk, said in after.items() if said.startswith("beyond the guarantee: may be reclaim")]
+    kept_running = [pk for pk, said in after.items() if "not preemptible: it keeps running" in said]
+    assert (len(after), len(reclaimed), len(kept_running)) == (12, 5, 4)
+
+    sentence = unescape(re.search(r'data-change="beyond">(.*?)</p>', markup, re.S).group(1))
+    beyond = reclaimed + kept_running
+    assert " ".join(sentence.split()) == (
+        f"{len(beyond)} running jobs ({sum(gpus[pk] for pk in beyond)} GPUs) would be beyond the default "
+        f"project's new guarantee. Of these, {len(reclaimed)} ({sum(gpus[pk] for pk in reclaimed)} GPUs) may "
+        f"be reclaimed; {len(kept_running)} are not preemptible and keep running."
+    )
+    changes = page.context["changes"]
+    assert {c.job.pk for c in changes.losing} == set(beyond)
+    assert {c.job.pk for c in changes.beyond} == set(reclaimed)
+
+    # In Japanese too, the two sentences one after the other (no space after 。).
+    from tests.i18n_check import assert_japanese, spacing_slips
+
+    markup = assert_japanese(client_as(lead_a), CONFIRM, data=body)
+    sentence = re.search(r'data-change="beyond">(.*?)</p>', markup, re.S).group(1)
+    all_gpus, reclaimed_gpus = sum(gpus[pk] for pk in beyond), sum(gpus[pk] for pk in reclaimed)
+    assert sentence == (
+        f"実行中のジョブ 9 件（GPU {all_gpus} 基）が既定のプロジェクトの新しい保証を超えます。"  # noqa: RUF001
+        f"そのうち 5 件（GPU {reclaimed_gpus} 基）は回収されることがあります。"  # noqa: RUF001
+        "4 件はプリエンプト不可のため実行を続けます。"
+    )
+    assert not spacing_slips(sentence)

@@ -102,8 +102,11 @@ def test_lowering_a_guarantee_is_confirmed_with_the_jobs_that_become_reclaimable
     assert "keeps its guarantee" in row(markup, f'data-job="{oldest.pk}"')
     assert "the department's other projects may reclaim it" in row(markup, f'data-job="{middle.pk}"')
     assert "not preemptible: it keeps running" in row(markup, f'data-job="{build.pk}"')
-    # One job (the training one beyond) is reclaimable: the build job is not counted.
-    assert "1 running job (4 GPUs) would be beyond Vision's new guarantee" in markup
+    # Two jobs fall beyond, as the table says: the training one may be reclaimed, the build job keeps running.
+    assert (
+        "2 running jobs (8 GPUs) would be beyond Vision's new guarantee, on its sibling projects' unused "
+        "guarantee. Of these, 1 (4 GPUs) may be reclaimed; 1 is not preemptible and keeps running."
+    ) in " ".join(markup.split()).replace("&#x27;", "'")
     assert written() == before  # a GET never writes
 
     response = client.post(confirm, hidden(markup, "confirm-guarantee"))

@@ -2,6 +2,7 @@
 (audited),
 bad input answered in words with nothing written."""
 
+import html
 import re
 
 import pytest
@@ -171,6 +172,132 @@ def test_deleting_a_project_asks_first_saying_where_its_guarantee_and_people_go(
     asked = re.search(rf'hx-post="[^"]*/projects/{vision.pk}/delete/[^"]*"[^>]*hx-confirm="([^"]*)"', page)
     assert asked, "the delete form asks before it posts"
     assert asked.group(1) == (
-        "Delete project Vision? Its guarantee of 16 GPUs goes back to the default project; its 1 member "
-        "leaves it (back in the default project unless in another named project)."
+        "Delete project Vision? Its guarantee of 16 GPUs goes back to the default project. Its 1 member "
+        "leaves it (member-a): back in the default project unless in another named project. It has no "
+        "jobs, running, waiting or finished."
     )
+
+
+def _question(page: str, project) -> str:
+    asked = re.search(rf'hx-post="[^"]*/projects/{project.pk}/delete/[^"]*"[^>]*hx-confirm="([^"]*)"', page)
+    return html.unescape(asked.group(1))
+
+
+def test_the_delete_question_names_a_few_people_then_counts_the_rest(client_as, lead_a, vision, nlp):
+    from tests.factories import make_member
+
+    for name in ("erin", "bob", "dave", "alice", "carol"):
+        ProjectMembership.objects.create(user=make_member(name, vision.department), project=vision)
+    page = client_as(lead_a).get("/tenancy/departments/research/").content.decode()
+    assert _question(page, vision) == (
+        "Delete project Vision? Its guarantee of 16 GPUs goes back to the default project. Its 5 members "
+        "leave it (alice, bob, carol and 2 more): each back in the default project unless in another named "
+        "project. It has no jobs, running, waiting or finished."
+    )
+    assert _question(page, nlp) == (
+        "Delete project NLP? Its guarantee of 8 GPUs goes back to the default project. Nobody is in it. It "
+        "has no jobs, running, waiting or finished."
+    )
+
+
+def test_the_delete_question_of_a_project_with_jobs_says_it_stays_as_it_is(
+    client_as, lead_a, member_a, department_a, vision
+):
+    """tenancy.projects.delete_project refuses a project that ever had a job: the question says so, with
+    its running and waiting jobs, and the delete indeed changes nothing."""
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    make_job(department_a, "runs", trays=free_trays(1), project=vision, over_quota=False)
+    make_job(department_a, "waits", JobState.PENDING, project=vision)
+    make_job(department_a, "waits-too", JobState.PENDING, project=vision)
+    make_job(department_a, "done", JobState.COMPLETED, project=vision)
+    client = client_as(lead_a)
+    page = client.get("/tenancy/departments/research/").content.decode()
+    assert _question(page, vision) == (
+        "Project Vision cannot be deleted: it has 4 jobs, and their history names the project. Of them, "
+        "running now: 1; waiting: 2. Nothing changes for them, nor for its people. To wind it down, set its "
+        "guarantee to 0 and take out its people (member-a)."
+    )
+    before = (AuditEvent.objects.count(), list(ProjectMembership.objects.values_list("pk", flat=True)))
+    response = client.post(f"/tenancy/departments/research/projects/{vision.pk}/delete/", **HTMX)
+    assert "cannot be deleted" in response.content.decode()
+    assert Project.objects.filter(pk=vision.pk).exists()
+    after = (AuditEvent.objects.count(), list(ProjectMembership.objects.values_list("pk", flat=True)))
+    assert after == before
+
+
+def test_the_delete_question_reads_the_same_alone(rf, lead_a, member_a, department_a, vision):
+    """The question's context for one project (scheduling.project_changes.delete_changes, what a page about
+    that project alone gives scheduling/_project_delete_question.html) is the panel's."""
+    from django.template.loader import render_to_string
+
+    from scheduling.project_changes import delete_changes
+    from scheduling.views.projects import panel_context
+
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    make_job(department_a, "waits", JobState.PENDING, project=vision)
+    request = rf.get("/")
+    request.user = lead_a
+    panel = next(p for p in panel_context(request, department_a)["projects"] if p.pk == vision.pk)
+    assert panel.deletion == delete_changes(vision)
+    alone = render_to_string("scheduling/_project_delete_question.html", {"deletion": delete_changes(vision)})
+    assert alone.startswith("Project Vision cannot be deleted: it has 1 job, and its history names the")
+
+
+def _render_panel(rf, user, department) -> str:
+    from django.template.loader import render_to_string
+
+    from scheduling.views.projects import panel_context
+
+    request = rf.get("/")
+    request.user = user
+    return render_to_string("scheduling/_projects.html", panel_context(request, department), request=request)
+
+
+@pytest.mark.parametrize(("persona", "queries"), [("lead_a", 6), ("member_a", 4)])
+def test_the_panel_reads_its_figures_once_however_many_projects(
+    rf, request, persona, queries, department_a, vision, nlp, member_a, django_assert_num_queries
+):
+    """The named projects' total guarantee comes from the rows (a member's rows carry the hidden ones'), and
+    a row's namespace does not read its department again: a lead's panel is 6 queries (access, projects,
+    their people, GPUs in use, the department's members, the projects' jobs for the Delete question), a
+    member's 4, with three projects as with one."""
+    speech = Project.objects.create(department=department_a, name="Speech", slug="speech", guaranteed_gpus=4)
+    for project in (vision, nlp, speech):
+        ProjectMembership.objects.create(user=member_a, project=project)
+    user = request.getfixturevalue(persona)
+    with django_assert_num_queries(queries):
+        page = _render_panel(rf, user, department_a)
+    assert 'data-project="speech"' in page and "namespace and Slurm account" in page
+
+
+def test_a_members_panel_figures_add_up_to_the_department(rf, member_a, department_a, vision, nlp):
+    """A member sees only their projects, but the named projects' total and what the default project keeps
+    are one figure: they add up to the department's guarantee (the total said 16 of 32 while the default
+    project kept 8)."""
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    page = " ".join(_render_panel(rf, member_a, department_a).split())
+    assert 'data-project="nlp"' not in page
+    assert "24 of its 32 guaranteed GPUs are guaranteed to its named projects" in page
+    assert "The default project keeps the rest (8 GPUs)" in page
+
+
+def test_the_delete_question_is_asked_in_japanese(client_as, lead_a, department_a, vision, nlp):
+    from tests.factories import make_member
+    from tests.i18n_check import english_left, spacing_slips
+
+    for name in ("erin", "bob", "dave", "alice"):
+        ProjectMembership.objects.create(user=make_member(name, department_a), project=vision)
+    make_job(department_a, "waits", JobState.PENDING, project=nlp)
+    page = client_as(lead_a).get("/tenancy/departments/research/", HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+    deletable, kept = _question(page, vision), _question(page, nlp)
+    assert deletable == (
+        "プロジェクト Vision を削除しますか？保証の 16 基の GPU は既定のプロジェクトに戻ります。"  # noqa: RUF001
+        "メンバー 4 人（alice、bob、dave ほか 1 人）はこのプロジェクトから外れます。"  # noqa: RUF001
+        "ほかの名前付きプロジェクトに属していなければ既定のプロジェクトに戻ります。"
+        "ジョブ（実行中、待機中、終了済み）はありません。"  # noqa: RUF001
+    )
+    assert kept.startswith("プロジェクト NLP は削除できません。ジョブが 1 件あり")
+    assert "そのうち実行中 0 件、待機中 1 件です。" in kept
+    for question in (deletable, kept):
+        assert not english_left(f"<p>{question}</p>"), question
+        assert not spacing_slips(question), question
