@@ -28,6 +28,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from core.access import leads, require_project_manager
+from core.htmx import confirm_plain_post
 from scheduling import project_changes as changes_of
 from scheduling.choices import HOLDING_STATES
 from scheduling.forms import (
@@ -283,6 +284,18 @@ def project_update(request, slug, pk):
 def project_delete(request, slug, pk):
     department = _department(request, slug)
     project = get_object_or_404(Project, department=department, pk=pk)
+    deletion = changes_of.delete_changes(project)
+    if deletion.deletable and leads(request.user, department):
+        asked = confirm_plain_post(
+            request,
+            question_template="scheduling/_project_delete_question.html",
+            context={"deletion": deletion},
+            title=_("Delete project %(name)s?") % {"name": project.name},
+            action=_("Delete"),
+            back_url=reverse("scheduling:department-detail", args=[department.slug]) + "#projects",
+        )
+        if asked:
+            return asked
     try:
         service.delete_project(request.user, project)
     except ValidationError as error:

@@ -183,6 +183,25 @@ def _question(page: str, project) -> str:
     return html.unescape(asked.group(1))
 
 
+def _kept(page: str, project) -> str:
+    """Why a project with jobs has no Delete button (its row's disclosure)."""
+    kept = re.search(rf'data-project-kept="{project.slug}">.*?<p class="small">(.*?)</p>', page, re.S)
+    return html.unescape(kept.group(1))
+
+
+def test_deleting_without_htmx_asks_on_a_page_first(client_as, lead_a, member_a, vision):
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    client = client_as(lead_a)
+    url = f"/tenancy/departments/research/projects/{vision.pk}/delete/"
+    asked = client.post(url)
+    assert asked.status_code == 200 and 'data-confirm="asked"' in asked.content.decode()
+    question = "Delete project Vision? Its guarantee of 16 GPUs goes back to the default project."
+    assert question in html.unescape(asked.content.decode())
+    assert Project.objects.filter(pk=vision.pk).exists()
+    done = client.post(url, {"confirmed": "yes"})
+    assert done.status_code == 302 and not Project.objects.filter(pk=vision.pk).exists()
+
+
 def test_the_delete_question_names_a_few_people_then_counts_the_rest(client_as, lead_a, vision, nlp):
     from tests.factories import make_member
 
@@ -212,7 +231,9 @@ def test_the_delete_question_of_a_project_with_jobs_says_it_stays_as_it_is(
     make_job(department_a, "done", JobState.COMPLETED, project=vision)
     client = client_as(lead_a)
     page = client.get("/tenancy/departments/research/").content.decode()
-    assert _question(page, vision) == (
+    # No Delete button that could only be refused: why not, and what to do instead, behind a disclosure.
+    assert f"/projects/{vision.pk}/delete/" not in page
+    assert _kept(page, vision) == (
         "Project Vision cannot be deleted: it has 4 jobs, and their history names the project. Of them, "
         "running now: 1; waiting: 2. Nothing changes for them, nor for its people. To wind it down, set its "
         "guarantee to 0 and take out its people (member-a)."
@@ -289,7 +310,7 @@ def test_the_delete_question_is_asked_in_japanese(client_as, lead_a, department_
         ProjectMembership.objects.create(user=make_member(name, department_a), project=vision)
     make_job(department_a, "waits", JobState.PENDING, project=nlp)
     page = client_as(lead_a).get("/tenancy/departments/research/", HTTP_ACCEPT_LANGUAGE="ja").content.decode()
-    deletable, kept = _question(page, vision), _question(page, nlp)
+    deletable, kept = _question(page, vision), _kept(page, nlp)
     assert deletable == (
         "プロジェクト Vision を削除しますか？保証の 16 基の GPU は既定のプロジェクトに戻ります。"  # noqa: RUF001
         "メンバー 4 人（alice、bob、dave ほか 1 人）はこのプロジェクトから外れます。"  # noqa: RUF001
