@@ -100,6 +100,11 @@ class Position:
         return self.in_use - self.borrowed
 
     @property
+    def within_guarantee_share(self) -> int:
+        """The part of the fair share within its guarantee (the rest, `over_quota_share`, is beyond it)."""
+        return self.fair_share - self.over_quota_share
+
+    @property
     def demand(self) -> int:
         return self.in_use + self.pending_demand
 

@@ -20,7 +20,9 @@ last names, read as one; a word shorter than MIN_SUBSTRING must start a word the
 port GUID), the matched parts marked (`matched_parts`: in its title, and in the parts of its note that are
 searched fields, `Detail.searched`). Rank 3 looks at:
 GPU UUIDs (a hex fragment) and serials (a fragment with a digit), tray hostnames, rack names and locations,
-job names, department and project names and slugs, usernames and first and last names; MIG device UUIDs are
+job names and the usernames of their submitters (jobs visible to the viewer only: a member finds a
+colleague's jobs by her username though the person is not theirs to find), department and project names
+and slugs, usernames and first and last names; MIG device UUIDs are
 found exactly only. A query without a word of MIN_SUBSTRING (3) characters looks at prefixes only. Within rank
 3, jobs come newest first, GPUs and trays in name order, and racks, departments, projects and people by
 trigram similarity on PostgreSQL (the word most like the query, then the whole name most like it; name order
@@ -443,8 +445,9 @@ def job_where(job) -> str:
     return _("%(department)s / no project") % {"department": job.department.name}
 
 
-def _job_details(job) -> tuple[Detail, ...]:
-    """Where a job found is, its state, its GPUs and who submitted it (as the jobs list: "by bob")."""
+def _job_details(job, by_submitter: bool = False) -> tuple[Detail, ...]:
+    """Where a job found is, its state, its GPUs and who submitted it (as the jobs list: "by bob"); a job
+    found by its submitter's username says so, "submitted by bob", the matched part marked."""
     details = [
         Detail(
             ngettext("%(where)s · %(state)s · %(n)s GPU", "%(where)s · %(state)s · %(n)s GPUs", job.gpus)
@@ -452,14 +455,35 @@ def _job_details(job) -> tuple[Detail, ...]:
         )
     ]
     if job.submitted_by_id:
-        details.append(Detail(_("by %(who)s") % {"who": job.submitted_by.get_username()}))
+        who = job.submitted_by.get_username()
+        if by_submitter:
+            details.append(Detail(_("submitted by %(who)s") % {"who": who}, who))
+        else:
+            details.append(Detail(_("by %(who)s") % {"who": who}))
     return tuple(details)
 
 
+def _submitters(q: str) -> tuple[list[int], list[int]]:
+    """The accounts whose username starts with `q` and those that hold it (or each of its words) as rank 3
+    reads a name, as two lists of ids (the second empty for a query without a word of MIN_SUBSTRING).
+
+    Only ever a filter on the jobs the viewer may see (`Job.objects.visible_to`): a member finds the jobs of
+    their own departments by who submitted them ("by alice", as the jobs list shows) and never learns of an
+    account elsewhere, as no result, count or note comes from these ids alone. The lists are read first (a
+    small table, the username's trigram index) so that the job query is an `IN (ids)` on the index of
+    scheduling_job.submitted_by_id, which PostgreSQL can OR with the name's indexes."""
+    users = get_user_model().objects.order_by()
+    starting = list(users.filter(username__istartswith=q).values_list("pk", flat=True))
+    condition = _substring(("username",), q)
+    holding = list(users.filter(condition).values_list("pk", flat=True)) if condition is not None else []
+    return starting, holding
+
+
 def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
-    """Jobs by number, by the start of their name (those named exactly `q` first), then by a part or the
-    words of their name, each newest first. The exact URL is the job number's only: a job's name comes last
-    among exact matches (search() asks _job_named).
+    """Jobs by number, by the start of their name or of their submitter's username (those named exactly `q`
+    first), then by a part or the words of either, each newest first (see _submitters: a member finds
+    "alice"'s jobs that they may see, and only those). The exact URL is the job number's only: a job's name
+    comes last among exact matches (search() asks _job_named).
 
     Each rank is its own query in the jobs' newest-first order, which the index on (created_at, id) gives:
     a name shared by a tenth of a year's jobs is read from the newest until LIMIT match, not sorted whole.
@@ -471,9 +495,13 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     exact = jobs.filter(pk=int(number)).first() if by_number else None
     newest = ("-created_at", "-pk")
     named = list(jobs.filter(name=q).order_by(*newest)[: limit + 1])  # the index on the name
-    found = _matching(jobs, _substring(("name",), q))
+    by_prefix, by_part = _submitters(q)
+    in_name = _substring(("name",), q)
+    found = _matching(jobs, in_name | Q(submitted_by_id__in=by_part) if in_name is not None else None)
     starting, group.more = _bounded(
-        jobs.filter(name__istartswith=q).order_by(*newest), limit, count and found is None
+        jobs.filter(Q(name__istartswith=q) | Q(submitted_by_id__in=by_prefix)).order_by(*newest),
+        limit,
+        count and found is None,
     )
     rows = [*named, *(job for job in starting if job.name != q)][:limit]
     group.more = max(0, len(starting) + group.more - len(rows))  # the named jobs start with it too
@@ -483,10 +511,11 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, newest, limit, count)
     if same_name > 1:
         group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
+    submitters = {*by_prefix, *by_part}
     for job in rows:
-        group.hits.append(
-            Hit(f"#{job.pk} {job.name}", reverse("scheduling:job-detail", args=[job.pk]), _job_details(job))
-        )
+        url = reverse("scheduling:job-detail", args=[job.pk])
+        details = _job_details(job, by_submitter=job.submitted_by_id in submitters)
+        group.hits.append(Hit(f"#{job.pk} {job.name}", url, details))
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
 
