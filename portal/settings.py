@@ -121,7 +121,8 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.web.middleware.ContentSecurityPolicyMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # WhiteNoise, answering one-byte ranges too (portal/web/static_files.py).
+    "portal.web.static_files.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # The viewer's language (the header's switch, else the browser's); after the session, before common.
     "django.middleware.locale.LocaleMiddleware",

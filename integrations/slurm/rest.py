@@ -237,6 +237,17 @@ def _expand(nodes: Any) -> tuple[str, ...]:
         return tuple(n for n in nodes.split(",") if n)
 
 
+def _allocated_nodes(job: Mapping[str, Any]) -> tuple[str, ...]:
+    """The nodes the job was given. `nodes` is what slurmctld holds now: while the job is COMPLETING it lists
+    only the nodes that have not yet finished their epilog (slurmctld's pack_job packs `node_bitmap_cg` then,
+    as squeue's %N says), so a job read as it ends can show one of its trays. `job_resources.nodes.list`
+    (GET /job/{id} asks SHOW_DETAIL) keeps the whole allocation; a job never started has neither."""
+    resources = job.get("job_resources")
+    allocated = resources.get("nodes") if isinstance(resources, Mapping) else None
+    listed = _expand(allocated.get("list")) if isinstance(allocated, Mapping) else ()
+    return listed or _expand(job.get("nodes"))
+
+
 def job_status(job: Mapping[str, Any], dialect: Dialect = V0_0_42) -> BackendJobStatus:
     """One `v0.0.4N_job_info` record (of `dialect`'s version) as Rackplane sees it.
 
@@ -283,7 +294,7 @@ def job_status(job: Mapping[str, Any], dialect: Dialect = V0_0_42) -> BackendJob
         state=state,
         message=", ".join(p for p in parts if p),
         exit_code=exit_code,
-        nodes=_expand(job.get("nodes")),
+        nodes=_allocated_nodes(job),
     )
 
 

@@ -54,18 +54,24 @@
       highlight(all[next]);
     }
 
+    // What an option stands for across lists: its link, but the last option ("Every result for ...") links to
+    // the search of the text typed, so a new list's one is the same option with a new link.
+    function key(option) {
+      return option.id === "suggest-all" ? option.id : option.getAttribute("href");
+    }
+
     // A new list: shown while the box has focus and something typed. The option highlighted before it came
-    // stays highlighted when the new list has it too (same link): a list answering a keystroke typed before
-    // the arrow keys must not undo them.
+    // stays highlighted when the new list has it too (same link, or the every-result option): a list
+    // answering a keystroke typed before the arrow keys, or while they were pressed, must not undo them.
     var kept = null;
     document.body.addEventListener("htmx:beforeSwap", function (event) {
       if (event.detail.target !== list) return;
       var current = active();
-      kept = current ? current.getAttribute("href") : null;
+      kept = current ? key(current) : null;
     });
     document.body.addEventListener("htmx:afterSwap", function (event) {
       if (event.detail.target !== list) return;
-      var again = kept ? options().filter(function (el) { return el.getAttribute("href") === kept; })[0] : null;
+      var again = kept ? options().filter(function (el) { return key(el) === kept; })[0] : null;
       kept = null;
       highlight(again || null);
       if (document.activeElement === box && box.value.trim()) open();

@@ -1,5 +1,7 @@
 """What several browser tests do the same way."""
 
+from playwright.sync_api import expect
+
 # The widths the browser tests look at a page in: a phone's (the menu folds) and a desktop's.
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1400, "height": 1000}
@@ -12,3 +14,13 @@ def sign_in(page, live_server, username: str, password: str) -> None:
     page.fill("#id_password", password)
     with page.expect_navigation():
         page.locator("#id_password").press("Enter")
+
+
+def arrived(page, url) -> None:
+    """After a click that navigates (a link, a plain form's button): until the page at `url` (a string or a
+    compiled pattern, as `expect(page).to_have_url` takes) has loaded. The address changes as soon as the new
+    page is committed, before its deferred scripts (htmx, portal.js, search.js) have run: a click then on a
+    form htmx drives is a plain form post, and typing in the search box opens no typeahead. `page.goto` and
+    `page.expect_navigation()` wait for the load themselves."""
+    expect(page).to_have_url(url)
+    page.wait_for_load_state()

@@ -3,6 +3,7 @@ violation on the console ("Refused to execute inline script ...", "Refused to ap
 none appears while a platform admin goes through every section, the charts, an htmx panel, the API docs,
 the Django admin and the error pages."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from playwright.sync_api import expect
 from inventory.demo import seed_datacenter
 from tenancy.models import Department, QuotaSnapshot
 from tenancy.services import save_department
-from tests.e2e.browser import sign_in
+from tests.e2e.browser import arrived, sign_in
 
 PASSWORD = "e2e-admin-password-1"
 PAGES = [
@@ -82,6 +83,7 @@ def test_no_page_breaks_the_content_security_policy(live_server, page, fleet):
     # An htmx panel: a tray's detail swapped into the rack page.
     page.goto(f"{live_server.url}/inventory/racks/")
     page.locator("table a.rack-link").first.click()
+    arrived(page, re.compile(r"/inventory/racks/[^/?]+/$"))
     page.locator("button.tray").first.click()
     expect(page.locator("aside#detail")).not_to_be_empty()
     page.wait_for_load_state("networkidle")

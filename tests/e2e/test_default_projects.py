@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from core.access import Role
 from inventory.demo import seed_datacenter
 from tenancy.models import Project, ProjectMembership
-from tests.e2e.browser import sign_in
+from tests.e2e.browser import arrived, sign_in
 from tests.factories import free_trays, make_department, make_job, make_member
 
 pytestmark = pytest.mark.e2e
@@ -75,7 +75,7 @@ def test_a_lead_confirms_the_first_named_project_and_the_form_chooses_the_member
     assert not Project.objects.named().exists()
 
     page.get_by_role("button", name="Create the project").click()
-    expect(page).to_have_url(re.compile(r"/tenancy/departments/research/#projects$"))
+    arrived(page, re.compile(r"/tenancy/departments/research/#projects$"))
     expect(page.locator('#projects tr[data-project="llm"]')).to_be_visible()
     default_row = page.locator('#projects tr[data-project="default"]')
     expect(default_row.locator('[data-figure="guaranteed"]')).to_have_text("4")

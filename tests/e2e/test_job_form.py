@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from inventory.demo import seed_datacenter
 from scheduling.models import Job
+from tests.e2e.browser import arrived
 from tests.factories import make_department, make_member
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +42,7 @@ def sign_in(page, live_server, username: str) -> list[str]:
 def test_a_member_submits_a_job_through_the_form_and_clones_it(live_server, page, shots, researcher):
     refused = sign_in(page, live_server, "e2e-former")
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Submit job").click()
-    expect(page).to_have_url(f"{live_server.url}/scheduling/jobs/new/")
+    arrived(page, f"{live_server.url}/scheduling/jobs/new/")
     expect(page.locator("#id_department option")).to_have_count(2)  # "Choose" and Research, not Other
     # Her one department is chosen for her.
     expect(page.locator("#job-preview")).to_contain_text("Fill in GPUs to see whether it fits")

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from core.access import Role
 from inventory.demo import seed_datacenter
 from tenancy.models import GpuActivity, Membership, QuotaSnapshot
-from tests.e2e.browser import sign_in
+from tests.e2e.browser import arrived, sign_in
 from tests.factories import healthy_gpus, make_department, make_member, make_user, run_job
 
 PASSWORD = "e2e-lead-password-1"
@@ -59,7 +59,7 @@ def test_lead_sees_the_chart_and_idle_gpus_and_adds_a_member(live_server, page, 
 
     page.get_by_role("link", name="Departments").click()
     page.locator("a.dept-link", has_text="Research").click()
-    expect(page).to_have_url(re.compile(r"/tenancy/departments/research/$"))
+    arrived(page, re.compile(r"/tenancy/departments/research/$"))
 
     # The quota chart: plotly.min.js came from the portal and drew the figure.
     chart = page.locator("#quota-chart")

@@ -3,6 +3,7 @@ type a whole hostname and land on the tray's page. Also the member's home and th
 width (screenshots in `shots`)."""
 
 import re
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import expect
@@ -131,6 +132,14 @@ def test_search_finds_projects_and_jumps_to_a_job_by_its_whole_name(live_server,
     page.screenshot(path=str(shots / "search-jobs-sharing-a-name.png"), full_page=True)
 
 
+def settled(listbox, text: str) -> None:
+    """Until the typeahead shows the list answering `text` (its last option searches for it): a list answering
+    an earlier keystroke (typed slower than the box's 200 ms, as under load) may show first."""
+    expect(listbox.locator("#suggest-all")).to_have_attribute(
+        "href", re.compile(rf"\?q={re.escape(quote(text))}&all=1$")
+    )
+
+
 @pytest.mark.e2e
 def test_the_typeahead_lists_matches_as_one_types_and_the_keyboard_opens_one(
     live_server, page, member, shots
@@ -146,6 +155,7 @@ def test_the_typeahead_lists_matches_as_one_types_and_the_keyboard_opens_one(
 
     # A word from the middle of the job's name: the list opens under the box, the other tenant's job absent.
     box.press_sequentially("pretrain", delay=30)
+    settled(listbox, "pretrain")
     expect(listbox).to_be_visible()
     expect(box).to_have_attribute("aria-expanded", "true")
     jobs = listbox.get_by_role("group", name="Jobs")
@@ -177,6 +187,7 @@ def test_the_typeahead_lists_matches_as_one_types_and_the_keyboard_opens_one(
     page.set_viewport_size({"width": 390, "height": 844})
     box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
     box.press_sequentially("r03-t0", delay=30)
+    settled(listbox, "r03-t0")
     trays = listbox.get_by_role("group", name="Compute trays")
     expect(trays.get_by_role("option")).to_have_count(5)
     expect(trays.get_by_role("option").first).to_contain_text("gb-r03-t01")
@@ -291,3 +302,34 @@ def test_a_serial_typed_in_the_header_shows_the_serial_marked(live_server, page,
     assert marked["x"] >= 0 and marked["x"] + marked["width"] <= width, marked
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     page.screenshot(path=str(shots / f"who-search-serial-page-{width}.png"), full_page=True)
+
+
+@pytest.mark.e2e
+def test_the_highlighted_option_stays_when_a_newer_list_arrives(live_server, page, member):
+    """One types on after moving with the arrows (or the list for the last keystroke comes late): the option
+    highlighted stays highlighted in the new list, the job by its link, the last option ("Every result for")
+    though its link now searches for the longer text; Enter then opens what is highlighted."""
+    sign_in(page, live_server)
+    box = page.get_by_role("combobox", name=re.compile("Search GPUs, trays"))
+    listbox = page.get_by_role("listbox", name="Matches")
+    options = listbox.get_by_role("option")
+    box.press_sequentially("pretr", delay=30)
+    settled(listbox, "pretr")
+    box.press("ArrowUp")  # the last option: every result for "pretr"
+    expect(options.last).to_have_attribute("aria-selected", "true")
+    box.press_sequentially("ain", delay=30)
+    settled(listbox, "pretrain")
+    expect(options.last).to_have_attribute("aria-selected", "true")
+    expect(box).to_have_attribute("aria-activedescendant", "suggest-all")
+    expect(listbox.locator('[aria-selected="true"]')).to_have_count(1)
+
+    box.press("ArrowDown")  # wraps to the first: the job
+    job = listbox.get_by_role("group", name="Jobs").get_by_role("option")
+    expect(job).to_have_attribute("aria-selected", "true")
+    box.press("Backspace")
+    settled(listbox, "pretrai")
+    expect(job).to_have_attribute("aria-selected", "true")
+    expect(listbox.locator('[aria-selected="true"]')).to_have_count(1)
+    with page.expect_navigation():
+        box.press("Enter")
+    expect(page).to_have_url(re.compile(r"/scheduling/jobs/[0-9]+/$"))

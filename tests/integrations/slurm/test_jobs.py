@@ -241,6 +241,24 @@ def test_status_carries_reason_nodes_and_exit_code():
     assert job_status(record(["RUNNING", "CONFIGURING"])).message == "CONFIGURING"
 
 
+def test_a_job_read_while_completing_keeps_every_node_it_ran_on():
+    """While a job is COMPLETING, slurmctld's `nodes` lists only the nodes that have not finished ending it
+    (the batch host alone, 1 tray of 18, in a failed run of tests/integration's segments test; one node's
+    slurmd held with SIGSTOP on the testbed: that node alone); `job_resources.nodes.list` is the whole
+    allocation."""
+    allocated = {"nodes": {"count": 3, "list": "gb-r01-t[03-04],gb-r01-t10"}}
+    completing = record(["COMPLETED", "COMPLETING"], nodes="gb-r01-t03", code=0)
+    completing["job_resources"] = allocated
+    assert job_status(completing).nodes == ("gb-r01-t03", "gb-r01-t04", "gb-r01-t10")
+    done = record(["COMPLETED"], nodes="gb-r01-t[03-04],gb-r01-t10", code=0)
+    done["job_resources"] = allocated
+    assert job_status(done).nodes == ("gb-r01-t03", "gb-r01-t04", "gb-r01-t10")
+    # No allocation (never started, or an older record): `nodes` as it is.
+    running = record(["RUNNING"], nodes="gb-r01-t03") | {"job_resources": {}}
+    assert job_status(running).nodes == ("gb-r01-t03",)
+    assert job_status(record(["CANCELLED"]) | {"job_resources": None}).nodes == ()
+
+
 # --- errors -----------------------------------------------------------------------------------------------
 
 
