@@ -21,12 +21,11 @@ from inventory.discovery.nvidia_smi import FabricState, RecoveryAction, Reported
 from inventory.models import ComputeTray, HealthCheckResult, HealthEvent
 
 CHECKS_KEPT = 20  # results kept per tray and check name
-# The fabric event of a GPU whose NVLink fabric registration is still in progress (NVML fabric state
-# IN_PROGRESS, the tray's fabric problem "... fabric registration is still in progress"): a condition its
-# node restates every report, so the GPU's timeline and the health centre show when it was seen. No default
-# rule acts on it: the scheduler already keeps work spanning trays off the tray until it completes
-# (inventory.selectors.unsettled_fabric_trays).
-REGISTRATION_IN_PROGRESS = "REGISTRATION_IN_PROGRESS"
+# A GPU still registering with the NVLink fabric (the tray's fabric problem "... fabric registration is still
+# in progress") is a fabric event of its node's report, so the GPU's timeline and the health centre show when
+# it was seen. No default rule acts on it: the scheduler already keeps work spanning trays off the tray until
+# it completes (inventory.selectors.unsettled_fabric_trays).
+REGISTRATION_IN_PROGRESS = faults.FABRIC_REGISTRATION_IN_PROGRESS
 MESSAGE_LIMIT = 4096  # characters of a failed check's output kept on its event (the tail)
 
 

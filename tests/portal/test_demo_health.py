@@ -144,7 +144,7 @@ def test_the_gpu_still_registering_with_the_fabric_has_its_event_and_timeline(
     assert (event.kind, event.code, event.tray) == ("fabric", "REGISTRATION_IN_PROGRESS", gpu.tray)
     html = admin.get(reverse("inventory:gpu-detail", args=[gpu.pk])).content.decode()
     timeline_html = html[html.index('class="health-timeline"') :]
-    assert "fabric REGISTRATION_IN_PROGRESS" in timeline_html and "No health events" not in timeline_html
+    assert "fabric registration in progress" in timeline_html and "No health events" not in timeline_html
     html = admin.get(reverse("inventory:health-events"), {"gpu": gpu.uuid}).content.decode()
     (row,) = _rows(html)
     assert "no action: the GPU is still registering with the NVLink fabric" in _decisions_cell(row)
