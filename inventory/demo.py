@@ -9,7 +9,7 @@ MIG mode with four instances. The same seed always yields the same UUIDs, serial
 import random
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -26,9 +26,14 @@ from inventory.choices import (
     SystemModel,
     TrayState,
 )
+from inventory.discovery.health_report import HealthReport, validate_xid
 from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
+from inventory.discovery.nvidia_smi import FabricFlag, ReportedGpu
+from inventory.discovery.nvidia_smi import FabricState as ReportedFabricState
+from inventory.discovery.nvidia_smi import GpuHealth as ReportedHealth
 from inventory.health.actions import drain_reason, record_action
-from inventory.health.events import Observation, record_event, where
+from inventory.health.events import HealthOutcome, Observation, observations_from_report, record_event
+from inventory.health.rules import RulesContext, judge
 from inventory.ingest.gpus import write_mig_devices
 from inventory.models import ComputeTray, Gpu, HealthEvent, HealthRule, NVLinkPartition, Rack, ServiceRecord
 
@@ -239,34 +244,44 @@ def seed_mig_gpu(seed: int = 7) -> Gpu | None:
 
 
 # What the demo's fleet reported before it starts, besides the drained tray's faults: (position among the
-# trays in service by rack and slot, GPU index or None for the tray, kind, code, XID, hours ago). Warnings
-# only (an application's XID 13 or 31, a fabric route recovery): no rule takes a tray out for them, so the
-# demo's capacity and placements stay as they are.
+# trays in service by rack and slot, GPU index, kind, code, XID, hours ago). Warnings only (an application's
+# XID 13 or 31, a fabric route recovery its GPU's NVML health mask shows): no rule takes a tray out for them,
+# so the demo's capacity and placements stay as they are.
 FLEET_WARNINGS = (
     (22, 1, HealthKind.XID, "13", 13, 30),
     (22, 1, HealthKind.XID, "13", 13, 170),
     (40, 3, HealthKind.XID, "31", 31, 52),
-    (47, None, HealthKind.FABRIC, "ROUTE_RECOVERY", None, 8),
+    (47, 0, HealthKind.FABRIC, "ROUTE_RECOVERY", None, 8),
     (61, 0, HealthKind.XID, "13", 13, 300),
 )
-# A GB200 tray's GPU 2 is at PCI 0018:01:00 (tests/inventory/fixtures/nvidia_smi's real listing).
+# A GB200 tray's GPUs are at these PCI bus ids, by index (tests/inventory/fixtures/nvidia_smi's real listing);
+# the kernel's XID lines name a GPU by it.
+TRAY_PCI = ("00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0", "00000019:01:00.0")
 XID_79_LINE = "NVRM: Xid (PCI:0018:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+# The kernel's line for each XID the demo's reports carry, as the driver writes them (%s: the GPU's PCI id).
+XID_LINES = {
+    13: "NVRM: Xid (PCI:%s): 13, pid=48213, name=python3, Graphics Exception: ESR 0x514648=0x1000e",
+    31: "NVRM: Xid (PCI:%s): 31, pid=51876, name=python3, Ch 00000008, intr 00000000. MMU Fault",
+    63: "NVRM: Xid (PCI:%s): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for "
+    "remapping, reset gpu to activate.",
+    94: "NVRM: Xid (PCI:%s): 94, pid=50312, name=python3, Contained: CE User Channel (0x9). RST: No",
+}
 
 
 # What each GPU the demo seeds unhealthy or limited reported (a GPU's health is what its faults made it):
 # (XID, hours ago). A contained memory error (XID 94: NVIDIA's action is restart the application) leaves NVML
 # reporting the GPU unhealthy until it is reset; a row remapping event (XID 63) leaves it at limited capacity
-# until the remap is applied. No default rule drains for either, so these trays stay in service as seeded
-# (and the demo's jobs where they are).
+# until the remap is applied. No default rule acts on either (the health centre says so in words), so these
+# trays stay in service as seeded (and the demo's jobs where they are).
 DEGRADED_BY = {GpuHealth.UNHEALTHY: (94, 5), GpuHealth.LIMITED_CAPACITY: (63, 11)}
 
 
-def _judged(tray: ComputeTray, observation: Observation, gpu_ids: dict) -> HealthEvent:
-    """The event as the rules file it (drains, degrades or warns, by the enabled rules it matches), with the
-    decisions they took when it came (inventory.health.rules.judge's records): a drain for the drained tray
-    it took out (the rules' decision at the fault), a warning for the others. The demo's trays keep the
-    states it seeded: a rule that would drain a tray the demo keeps in service is a mistake in the demo."""
-    event, new = record_event(tray, observation, timedelta(minutes=10), gpu_ids)
+def _drained_by_rules(tray: ComputeTray, observation: Observation, gpu_ids: dict) -> HealthEvent:
+    """The drained tray's fault as the rules filed it, with the drain they took for it when it came
+    (inventory.health.rules.judge's records). The demo seeds the tray drained already (before its jobs, so
+    none is placed there), where the rules' judge would leave an earlier owner's drain alone: this records
+    the decision the rules took at the fault instead."""
+    event, _new = record_event(tray, observation, timedelta(minutes=10), gpu_ids)
     rules = [
         rule
         for rule in HealthRule.objects.filter(enabled=True).order_by("pk")
@@ -277,28 +292,70 @@ def _judged(tray: ComputeTray, observation: Observation, gpu_ids: dict) -> Healt
     event.degrades = RuleAction.DEGRADE in actions
     event.warns = RuleAction.WARN in actions
     event.save(update_fields=["drains", "degrades", "warns"])
-    first_of_each = {}
-    for rule in rules:
-        first_of_each.setdefault(rule.action, rule)
-    for rule in first_of_each.values():
-        if rule.action == RuleAction.DRAIN:
-            if tray.state != TrayState.DRAIN:
-                raise ValueError(f"the demo keeps {tray.hostname} in service, but rule {rule.name} drains it")
-            reason = f"{drain_reason(event)} (rule {rule.name})"
-            record_action(None, tray, ActionKind.DRAIN, reason, event, rule, at=observation.at)
-        elif rule.action == RuleAction.WARN and new:  # a repeat is counted on its event, not decided again
-            reason = f"{event.title} on {where(event)}: {rule.name}"
-            record_action(None, tray, ActionKind.WARN, reason, event, rule, at=observation.at)
+    rule = next((rule for rule in rules if rule.action == RuleAction.DRAIN), None)
+    if rule is None:
+        raise ValueError(f"the demo drains {tray.hostname} for {event.title}, but no rule drains for it")
+    reason = f"{drain_reason(event)} (rule {rule.name})"
+    record_action(None, tray, ActionKind.DRAIN, reason, event, rule, at=observation.at)
     return event
+
+
+@dataclass(frozen=True)
+class _Report:
+    """One report a demo tray's node agent sent: when, and the XID its kernel logged on a GPU (or none)."""
+
+    tray: ComputeTray
+    at: datetime
+    gpu_index: int | None = None
+    xid: int | None = None
+    fabric_flag: str = ""
+
+
+def _send(report: _Report) -> int:
+    """`report` through the health path of a real one (inventory.health.ingest.record_report_health's):
+    its GPUs as the node lists them (fabric state and health as the inventory holds them), its kernel line
+    read as the agent sends it, the observations from inventory.health.events.observations_from_report, and
+    the rules' judge as it ran when the report came. No tray changes state (a rule that would take one out
+    is a mistake in the demo). The number of events it recorded or repeated."""
+    tray = report.tray
+    flags = (FabricFlag(report.fabric_flag),) if report.fabric_flag else ()
+    gpus = []
+    for gpu in tray.gpus.order_by("index"):
+        gpus.append(
+            ReportedGpu(
+                uuid=gpu.uuid,
+                index=gpu.index,
+                cluster_uuid=str(gpu.reported_cluster_uuid) if gpu.reported_cluster_uuid else None,
+                clique_id=gpu.reported_clique_id,
+                state=ReportedFabricState(gpu.fabric_state),
+                status=gpu.fabric_status or None,
+                health=ReportedHealth(gpu.health),
+                pci_bus_id=TRAY_PCI[gpu.index] if gpu.index < len(TRAY_PCI) else None,
+                fabric_flags=flags if gpu.index == report.gpu_index else (),
+            )
+        )
+    xids = ()
+    if report.xid is not None:
+        pci = TRAY_PCI[report.gpu_index].removeprefix("0000")[:-2]
+        entry = {"time": report.at.isoformat(), "xid": report.xid, "text": XID_LINES[report.xid] % pci}
+        xids = (validate_xid(entry, now=report.at),)
+    observations, _unmapped = observations_from_report(gpus, HealthReport(xids=xids), report.at)
+    outcome = HealthOutcome()
+    judge(tray, observations, RulesContext.load(report.at), outcome)
+    state = ComputeTray.objects.values_list("state", flat=True).get(pk=tray.pk)
+    if state != tray.state:
+        raise ValueError(f"the demo keeps {tray.hostname} {tray.state}, but its report made it {state}")
+    return outcome.new_events + outcome.repeated_events
 
 
 def seed_health_history(now=None) -> int:
     """What the node agents of the demo's trays reported before the demo starts, as events of their
-    timelines and the health centre (the same rows the health rules record for a real report): for each tray
+    timelines and the health centre (recorded and judged as a real report's: `_send`): for each tray
     drained for a GPU that fell off the bus, the kernel's XID 79 on that GPU three hours ago, the rules'
     drain for it and its service mark (needs service: awaiting RMA, as its reason says); for every other GPU
-    the demo seeds unhealthy or limited, the fault that made it so (DEGRADED_BY); and a few warnings across
-    the fleet (FLEET_WARNINGS). No tray changes state. The number of events recorded."""
+    the demo seeds unhealthy or limited, the fault that made it so (DEGRADED_BY); for every GPU still
+    registering with the NVLink fabric, its node's report of it now; and a few warnings across the fleet
+    (FLEET_WARNINGS). No tray changes state. The number of events recorded."""
     now = now or timezone.now()
     recorded = 0
     for tray in ComputeTray.objects.filter(state=TrayState.DRAIN, state_reason__startswith="XID 79"):
@@ -313,7 +370,7 @@ def seed_health_history(now=None) -> int:
             xid=79,
             message=XID_79_LINE,
         )
-        _judged(tray, observation, {gpu.uuid: gpu.pk})
+        _drained_by_rules(tray, observation, {gpu.uuid: gpu.pk})
         recorded += 1
         ServiceRecord.objects.get_or_create(
             tray=tray,
@@ -325,6 +382,7 @@ def seed_health_history(now=None) -> int:
                 "created_at": now - timedelta(hours=2),
             },
         )
+    reports = []
     degraded = (
         Gpu.objects.filter(health__in=list(DEGRADED_BY))
         .exclude(health_events__isnull=False)
@@ -333,25 +391,18 @@ def seed_health_history(now=None) -> int:
     )
     for gpu in degraded:
         xid, hours = DEGRADED_BY[gpu.health]
-        observation = Observation(
-            kind=HealthKind.XID, code=str(xid), at=now - timedelta(hours=hours), gpu_uuid=gpu.uuid, xid=xid
-        )
-        _judged(gpu.tray, observation, {gpu.uuid: gpu.pk})
-        recorded += 1
+        reports.append(_Report(gpu.tray, now - timedelta(hours=hours), gpu.index, xid))
+    registering = (
+        ComputeTray.objects.filter(gpus__fabric_state=FabricState.IN_PROGRESS)
+        .distinct()
+        .order_by("rack__name", "slot")
+    )
+    reports += [_Report(tray, now) for tray in registering]
     in_service = list(ComputeTray.objects.filter(state=TrayState.UP).order_by("rack__name", "slot"))
     for position, index, kind, code, xid, hours in FLEET_WARNINGS:
-        if position >= len(in_service):
-            continue
-        tray = in_service[position]
-        gpu = tray.gpus.filter(index=index).first() if index is not None else None
-        observation = Observation(
-            kind=kind,
-            code=code,
-            at=now - timedelta(hours=hours),
-            gpu_uuid=gpu.uuid if gpu is not None else "",
-            xid=xid,
-            occurrence=True,
-        )
-        _judged(tray, observation, {gpu.uuid: gpu.pk} if gpu is not None else {})
-        recorded += 1
+        if position < len(in_service):
+            flag = code if kind == HealthKind.FABRIC else ""
+            reports.append(_Report(in_service[position], now - timedelta(hours=hours), index, xid, flag))
+    for report in sorted(reports, key=lambda report: report.at):  # as they came, oldest first
+        recorded += _send(report)
     return recorded

@@ -41,6 +41,17 @@ NOT_A_PROBLEM_HEALTH = (GpuHealth.HEALTHY, GpuHealth.NOT_SUPPORTED)
 NOT_UP_STATES = (TrayState.DRAIN, TrayState.DOWN, TrayState.MAINTENANCE, TrayState.NEEDS_SERVICE)
 
 HAS_FABRIC_PROBLEMS = ~Q(fabric_problems=[])
+
+
+def tray_state_counts() -> dict:
+    """The one count of trays by state, as aggregate expressions ({state value: Count}; `.aggregate(**...)`
+    of a tray query set): every state its own, so a health drain ("Drain"), an admin's planned maintenance
+    ("Maintenance", inventory.health.actions.drain_tray) and a repeat offender ("Needs service") are never
+    counted as one another. The home page's breakdown and list of trays out of service read it, and so do
+    the metrics (portal.ops.metrics)."""
+    return {state.value: Count("pk", filter=Q(state=state)) for state in TrayState}
+
+
 # Drift: the GPU reports a clique other than the one its tray's partition intends. A GPU that has not
 # reported a clique yet (or whose tray has no partition) is not drift, just unknown.
 GPU_DRIFT = Q(reported_clique_id__isnull=False, tray__partition__isnull=False) & ~Q(
@@ -92,6 +103,15 @@ class Overview:
         return sum(self.trays[state.value] for state in NOT_UP_STATES)
 
     @property
+    def not_up_counts(self) -> list[dict]:
+        """The trays out of service by state, each counted and labelled on its own (those with any)."""
+        return [
+            {"value": state.value, "label": state.label, "count": self.trays[state.value]}
+            for state in NOT_UP_STATES
+            if self.trays[state.value]
+        ]
+
+    @property
     def gpus_degraded(self) -> int:
         return sum(self.gpus[health.value] for health in DEGRADED_HEALTH)
 
@@ -141,7 +161,7 @@ def overview(user, limit: int = OVERVIEW_LIST_LIMIT) -> Overview:
     tray_counts = trays.aggregate(
         total=Count("pk"),
         fabric_problems=Count("pk", filter=HAS_FABRIC_PROBLEMS),
-        **{state.value: Count("pk", filter=Q(state=state)) for state in TrayState},
+        **tray_state_counts(),
     )
     installed = Q(tray__isnull=False)
     gpu_counts = gpus.aggregate(

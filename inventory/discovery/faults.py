@@ -41,6 +41,10 @@ class Action(enum.StrEnum):
 # The rule kind for NVLink fabric health bits (inventory.choices HealthEventKind.FABRIC). Not the integration
 # kind of the same name: the fabric manager target.
 FABRIC_HEALTH = "fabric"
+# The code of the fabric event of a GPU whose NVLink fabric registration is still in progress (NVML fabric
+# state IN_PROGRESS): not a health mask flag, a state its node restates every report
+# (inventory.health.events).
+FABRIC_REGISTRATION_IN_PROGRESS = "REGISTRATION_IN_PROGRESS"
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ def set_state(tray: ComputeTray, state: str, reason: str, *, source: str, actor)
     event, words = {
         TrayState.UP: (NotificationEvent.TRAY_RETURNED, "back in service"),
         TrayState.NEEDS_SERVICE: (NotificationEvent.NEEDS_SERVICE, "needs service"),
+        TrayState.MAINTENANCE: (NotificationEvent.TRAY_DRAINED, "in maintenance"),
     }.get(state, (NotificationEvent.TRAY_DRAINED, "drained"))
     notify(
         event,
@@ -145,6 +146,7 @@ def set_state(tray: ComputeTray, state: str, reason: str, *, source: str, actor)
         {
             TrayState.UP: ActionKind.RETURN,
             TrayState.NEEDS_SERVICE: ActionKind.NEEDS_SERVICE,
+            TrayState.MAINTENANCE: ActionKind.MAINTENANCE,
         }.get(state, ActionKind.DRAIN),
     )
     transaction.on_commit(
@@ -174,8 +176,9 @@ def drain_tray(
     """Take a tray out of service by hand (an admin, or another service), recorded as a health decision.
 
     The reason is prefixed with "rackplane: " (the owner, as in Slurm) and the actor's name. A tray already
-    out for another owner's reason keeps it: HealthError. `maintenance`: planned work, not a fault (recorded
-    as such: the tray may return as soon as its owner says, unless a fault came since: returns).
+    out for another owner's reason keeps it: HealthError. `maintenance`: planned work, not a fault: the tray
+    goes to the maintenance state (drained on the schedulers all the same, but counted and shown apart from
+    the health drains), and may return as soon as its owner says, unless a fault came since (returns).
     """
     text = (reason or "").strip()
     if not text:
@@ -210,7 +213,13 @@ def drain_tray(
                 % {"host": tray.hostname, "state": shown_state_words(tray.state), "reason": tray.state_reason}
             )
         full = hand_reason(text, actor, needs_service=needs_service)
-        state = TrayState.NEEDS_SERVICE if needs_service else TrayState.DRAIN
+        state = (
+            TrayState.NEEDS_SERVICE
+            if needs_service
+            else TrayState.MAINTENANCE
+            if maintenance
+            else TrayState.DRAIN
+        )
         set_state(tray, state, full, source="admin", actor=actor)
         kind = (
             ActionKind.NEEDS_SERVICE

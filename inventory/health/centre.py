@@ -19,7 +19,9 @@ from django.utils.translation import gettext_lazy
 
 from core.chart_style import GRID
 from core.charts import layout, to_html
-from inventory.choices import QUARANTINE_ACTIONS, HealthSeverity
+from inventory.choices import QUARANTINE_ACTIONS, HealthKind, HealthSeverity
+from inventory.discovery.faults import Action, xid_info
+from inventory.health.events import REGISTRATION_IN_PROGRESS
 from inventory.health.service import current_marks
 from inventory.models import ComputeTray, Gpu, HealthAction, ServiceRecord
 
@@ -76,7 +78,73 @@ def events_page(events, cursor: Cursor | None, per_page: int = EVENTS_PER_PAGE) 
     )
     more = len(rows) > per_page
     rows = rows[:per_page]
+    for row in rows:
+        row.undecided = "" if row.decisions else undecided_words(row)
     return rows, cursor_text(rows[-1]) if more else ""
+
+
+# ------------------------------------------------------------------------------- an event nothing decided
+
+# What the XIDs NVIDIA's catalog says need no action from the platform are (inventory.discovery.faults'
+# XID_CATALOG, actions IGNORE, RESTART_APP, INFORMATIONAL and OPERATIONAL), in the viewer's language.
+XID_MEANINGS = {
+    13: gettext_lazy("a graphics engine exception in an application"),
+    31: gettext_lazy("a GPU memory page fault of an application"),
+    43: gettext_lazy("an application whose GPU work stopped"),
+    63: gettext_lazy("a row-remap record (a memory row marked for remapping at the next GPU reset)"),
+    68: gettext_lazy("a video decoder exception in an application"),
+    92: gettext_lazy("a high rate of corrected single-bit ECC errors"),
+    94: gettext_lazy("a contained memory error (only the application that hit it is affected)"),
+    121: gettext_lazy("a corrected error on the Grace C2C link"),
+    137: gettext_lazy("a peer MMU fault over NVLink, usually the application's"),
+    154: gettext_lazy("a change of the GPU's recovery action"),
+    157: gettext_lazy("a resource retirement that failed"),
+    162: gettext_lazy("power smoothing engaged"),
+    163: gettext_lazy("power smoothing disengaged"),
+    164: gettext_lazy("power smoothing lifetime running low"),
+    165: gettext_lazy("power smoothing lifetime exhausted"),
+    171: gettext_lazy("the details of an uncorrectable DRAM error (XID 48)"),
+    172: gettext_lazy("the details of an uncorrectable SRAM error (XID 48)"),
+}
+
+
+def undecided_words(event) -> str:
+    """Why the health rules decided nothing about `event`, in the viewer's language: the health centre's
+    Decisions column says so in words (never a bare dash)."""
+    if event.drains or event.degrades or event.warns:
+        # A rule matched, yet no decision was recorded: the tray was out already (the rules' own drain, or
+        # a dry run's earlier "would"), or the fault was reported too late to act on (rules.STALE_AFTER).
+        return _(
+            "no action recorded: a rule matched, but the tray was already out of service or the event "
+            "was reported too late to act on"
+        )
+    if event.kind == HealthKind.FABRIC and event.code == REGISTRATION_IN_PROGRESS:
+        return _(
+            "no action: the GPU is still registering with the NVLink fabric; until it completes, only work "
+            "within its tray is placed there"
+        )
+    info = xid_info(event.xid) if event.kind == HealthKind.XID and event.xid is not None else None
+    meaning = XID_MEANINGS.get(event.xid) if info is not None else None
+    if meaning is not None and info.action == Action.IGNORE:
+        return _(
+            "no action: XID %(xid)s is %(meaning)s; NVIDIA's XID catalog says it needs none, and the GPU "
+            "keeps working"
+        ) % {"xid": event.xid, "meaning": meaning}
+    if meaning is not None and info.action == Action.RESTART_APP:
+        return _(
+            "no action: XID %(xid)s is %(meaning)s; NVIDIA's XID catalog says restart the application, so "
+            "the tray stays in service"
+        ) % {"xid": event.xid, "meaning": meaning}
+    if meaning is not None:
+        return _("no action: XID %(xid)s is %(meaning)s, for information only; the tray stays in service") % {
+            "xid": event.xid,
+            "meaning": meaning,
+        }
+    if info is not None:
+        return _(
+            "no action: no enabled health rule matches XID %(xid)s (NVIDIA's XID catalog says %(action)s)"
+        ) % {"xid": event.xid, "action": info.action}
+    return _("no action: no enabled health rule matches this event")
 
 
 # --------------------------------------------------------------------------------------------- the chart

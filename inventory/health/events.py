@@ -1,10 +1,10 @@
 """Health events: the faults a report shows, as observations, recorded as `HealthEvent` rows.
 
-Step 1 of the loop (the package docstring): a discovery report's XIDs, NVML recovery actions, fabric flags and
-failed active checks, and DCGM's health fields become `Observation`s; each is recorded as a new event or as a
-repeat of the one it continues (same tray, GPU, kind and code, last seen within
-`HealthSettings.dedup_window_s`). The results of active checks are kept here too (the last CHECKS_KEPT per
-tray and check). Nothing here judges an event: inventory.health.rules does.
+Step 1 of the loop (the package docstring): a discovery report's XIDs, NVML recovery actions, fabric flags
+(and a fabric registration still in progress) and failed active checks, and DCGM's health fields become
+`Observation`s; each is recorded as a new event or as a repeat of the one it continues (same tray, GPU, kind
+and code, last seen within `HealthSettings.dedup_window_s`). The results of active checks are kept here too
+(the last CHECKS_KEPT per tray and check). Nothing here judges an event: inventory.health.rules does.
 """
 
 from __future__ import annotations
@@ -17,10 +17,15 @@ from django.utils import timezone
 
 from inventory.choices import HealthKind, HealthSource
 from inventory.discovery import faults, health_report
-from inventory.discovery.nvidia_smi import RecoveryAction, ReportedGpu
+from inventory.discovery.nvidia_smi import FabricState, RecoveryAction, ReportedGpu
 from inventory.models import ComputeTray, HealthCheckResult, HealthEvent
 
 CHECKS_KEPT = 20  # results kept per tray and check name
+# A GPU still registering with the NVLink fabric (the tray's fabric problem "... fabric registration is still
+# in progress") is a fabric event of its node's report, so the GPU's timeline and the health centre show when
+# it was seen. No default rule acts on it: the scheduler already keeps work spanning trays off the tray until
+# it completes (inventory.selectors.unsettled_fabric_trays).
+REGISTRATION_IN_PROGRESS = faults.FABRIC_REGISTRATION_IN_PROGRESS
 MESSAGE_LIMIT = 4096  # characters of a failed check's output kept on its event (the tail)
 
 
@@ -115,11 +120,12 @@ def observations_from_report(
                     occurrence=False,
                 )
             )
-        for flag in gpu.fabric_flags:
+        codes = [str(flag) for flag in gpu.fabric_flags]
+        if gpu.state == FabricState.IN_PROGRESS:
+            codes.append(REGISTRATION_IN_PROGRESS)
+        for code in codes:
             observations.append(
-                Observation(
-                    kind=HealthKind.FABRIC, code=str(flag), at=now, gpu_uuid=gpu.uuid, occurrence=False
-                )
+                Observation(kind=HealthKind.FABRIC, code=code, at=now, gpu_uuid=gpu.uuid, occurrence=False)
             )
     for check in health.checks:
         if not check.passed:

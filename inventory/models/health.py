@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from core.text import TextValidator
 from inventory.choices import ActionKind, HealthKind, HealthSource, RuleAction, ServiceStatus
+from inventory.discovery.faults import FABRIC_REGISTRATION_IN_PROGRESS
 from inventory.models.racks import NVLinkPartition
 from inventory.models.trays import ComputeTray, Gpu
 
@@ -228,6 +229,8 @@ class HealthEvent(models.Model):
             return f"check {self.code} failed{status}"
         if self.kind == HealthKind.RECOVERY_ACTION:
             return f"recovery action {self.code}"
+        if self.code == FABRIC_REGISTRATION_IN_PROGRESS:
+            return "fabric registration in progress"
         return f"fabric {self.code}"
 
     @property
@@ -246,6 +249,8 @@ class HealthEvent(models.Model):
             return gettext("check %(code)s failed") % {"code": self.code}
         if self.kind == HealthKind.RECOVERY_ACTION:
             return gettext("recovery action %(code)s") % {"code": self.code}
+        if self.code == FABRIC_REGISTRATION_IN_PROGRESS:
+            return gettext("fabric registration in progress")
         return gettext("fabric %(code)s") % {"code": self.code}
 
 

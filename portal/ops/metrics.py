@@ -18,6 +18,7 @@ from core.models import Notification, NotificationStatus
 from integrations.models import ACTIVE_PUSH_STATES, ConfigPush, PushStatus
 from inventory.choices import GpuHealth, HealthKind, TrayState
 from inventory.models import ComputeTray, Gpu, HealthEvent
+from inventory.selectors import tray_state_counts
 from inventory.staleness import silent_policy, silent_q
 from scheduling.choices import JobState, StrandedCause
 from scheduling.models import Job, SchedulerState, SchedulingRequest
@@ -195,9 +196,7 @@ def discovery_figures():
         with_problems=Count("pk", filter=~Q(fabric_problems=[])),
         last_report=Max("last_report_at"),
     )
-    states = _zeros(TrayState.values)
-    for row in trays.values("state").annotate(n=Count("pk")):
-        states[(row["state"],)] = row["n"]
+    states = {(state,): n for state, n in trays.aggregate(**tray_state_counts()).items()}
     yield gauge("rackplane_trays", "Compute trays by state.", ["state"], states)
     yield single(
         "rackplane_discovery_trays_reported_last_hour",

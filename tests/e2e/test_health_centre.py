@@ -97,3 +97,61 @@ def test_filter_by_a_rack_and_mark_a_tray_for_rma(live_server, page, admin, shot
     page.goto(f"{live_server.url}/inventory/health/offenders/")
     expect(page.locator("table.tray-offenders tbody tr").first).to_contain_text(drained.hostname)
     page.screenshot(path=str(shots / "health-offenders-1400.png"), full_page=True)
+
+
+@pytest.fixture
+def demo_admin(transactional_db, django_user_model):
+    """The demo's first three racks (gb-r03-t05's GPU 1 still registering with the fabric) and their
+    health history, as `seed_demo` records it."""
+    seed_datacenter(racks=3)
+    seed_default_rules()
+    seed_health_history()
+    return django_user_model.objects.create_user(
+        "e2e-health-admin", "e2e@example.com", PASSWORD, is_staff=True
+    )
+
+
+@pytest.mark.e2e
+def test_every_event_says_what_was_decided_and_the_registering_gpu_has_its_timeline(
+    live_server, page, demo_admin, shots
+):
+    """The demo's XID 94 and 63 rows say in words why nothing was decided (no bare dash); the GPU still
+    registering with the fabric has its event on the list and on its own page's timeline; at 1400 px and on
+    a 390 px phone."""
+    sign_in(page, live_server, demo_admin.username, PASSWORD)
+    page.goto(f"{live_server.url}/inventory/health/")
+    rows = page.locator("table.health-events tbody tr")
+    expect(rows.first).to_be_visible()
+    decisions = rows.locator("td:nth-child(6)")
+    texts = decisions.all_inner_texts()
+    assert texts and all(text.strip() and text.strip() != "—" for text in texts), texts
+    expect(rows.filter(has_text="CONTAINED_ERROR").first.locator("td:nth-child(6)")).to_contain_text(
+        "no action: XID 94 is a contained memory error"
+    )
+    expect(
+        rows.filter(has_text="INFOROM_DRAM_RETIREMENT_EVENT").first.locator("td:nth-child(6)")
+    ).to_contain_text("no action: XID 63 is a row-remap record")
+    registering = rows.filter(has_text="gb-r03-t05").filter(has_text="fabric registration in progress")
+    expect(registering).to_have_count(1)
+    expect(registering.locator("td:nth-child(6)")).to_contain_text("still registering with the NVLink fabric")
+    page.screenshot(path=str(shots / "health-centre-demo-1400.png"), full_page=True)
+
+    with page.expect_navigation():
+        registering.get_by_role("link", name="GPU 1").click()
+    page.wait_for_load_state()
+    expect(page.locator("section.health-timeline tr.timeline-event").first).to_contain_text(
+        "fabric registration in progress"
+    )
+    page.screenshot(path=str(shots / "health-registering-gpu-1400.png"), full_page=True)
+
+    page.set_viewport_size(PHONE)
+    page.goto(f"{live_server.url}/inventory/health/")
+    page.wait_for_load_state("networkidle")
+    assert fits(page), "the health centre is wider than a phone"
+    expect(
+        page.locator("table.health-events tbody tr").filter(has_text="CONTAINED_ERROR").first
+    ).to_contain_text("no action: XID 94")
+    page.screenshot(path=str(shots / "health-centre-demo-390.png"), full_page=True)
+    # The table scrolls sideways on a phone: its Decisions column, read there.
+    page.locator(".table-wrap").evaluate("wrap => { wrap.scrollLeft = wrap.scrollWidth; }")
+    page.screenshot(path=str(shots / "health-centre-demo-decisions-390.png"), full_page=True)

@@ -1,6 +1,7 @@
 """Tray actions in a real browser: a platform admin drains a tray from its page (the state badge and the
 reason change), returns it (at once: a person's drain waits for no healthy time), and drains two trays at
-once from the rack view."""
+once from the rack view; a tray taken out for maintenance is counted and labelled apart from a drain on the
+home page (1400 and 390 px)."""
 
 import pytest
 from playwright.sync_api import expect
@@ -8,7 +9,7 @@ from playwright.sync_api import expect
 from inventory.choices import TrayState
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, HealthAction
-from tests.e2e.browser import sign_in
+from tests.e2e.browser import DESKTOP, PHONE, sign_in
 
 PASSWORD = "e2e-admin-password-1"
 
@@ -77,3 +78,34 @@ def test_drain_return_and_bulk_drain(live_server, page, admin, shots):
         expect(row.locator(".tray-notes")).to_contain_text("rackplane: e2e-admin: rewiring the spine")
     page.screenshot(path=str(shots / "tray-actions-rack-drained.png"), full_page=True)
     assert HealthAction.objects.filter(actor=admin).count() == 4
+
+
+@pytest.mark.e2e
+def test_maintenance_is_counted_apart_from_a_drain_on_the_home_page(live_server, page, admin, shots):
+    tray = ComputeTray.objects.get(hostname="gb-r02-t03")
+    page.set_viewport_size(DESKTOP)
+    sign_in(page, live_server, admin.username, PASSWORD)
+    page.goto(f"{live_server.url}/inventory/trays/{tray.pk}/")
+    page.wait_for_load_state()
+    page.fill("input[name='maintenance-reason']", "fan swap")
+    with page.expect_navigation():
+        page.get_by_role("button", name="Start maintenance").click()
+    page.wait_for_load_state()
+    expect(page.locator(".message.success")).to_contain_text("gb-r02-t03 is out for maintenance")
+
+    page.goto(f"{live_server.url}/")
+    counts = page.get_by_role("list", name="Trays out of service by state")
+    expect(counts.locator("li")).to_have_text(["◒ Drain 1", "⚙ Maintenance 1"])
+    states = page.locator("table.breakdown").first
+    expect(states.locator("tr", has_text="Drain").locator("td.num").first).to_have_text("1")
+    expect(states.locator("tr", has_text="Maintenance").locator("td.num").first).to_have_text("1")
+    expect(page.locator("tr", has_text="gb-r02-t03").locator(".badge")).to_contain_text("Maintenance")
+    page.locator("#not-up").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "home-maintenance-1400.png"), full_page=True)
+
+    page.set_viewport_size(PHONE)
+    page.reload()
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    expect(counts.locator("li")).to_have_count(2)
+    page.screenshot(path=str(shots / "home-maintenance-390.png"), full_page=True)

@@ -252,12 +252,13 @@ def test_return_note_is_bounded(client_as, rack):
 # ------------------------------------------------------------------------------------------- maintenance
 
 
-def test_maintenance_without_a_window_drains_with_the_reason(client_as, rack):
+def test_maintenance_without_a_window_takes_it_out_for_maintenance_with_the_reason(client_as, rack):
+    """Planned maintenance is its own state, not a health drain (the schedulers drain it all the same)."""
     client = client_as("platform_admin")
     tray = _tray("gb-r02-t03")
     response = client.post(_url("maintenance", tray), {"maintenance-reason": "fan swap"})
     assert response.status_code == 303
-    assert _state("gb-r02-t03") == (TrayState.DRAIN, "rackplane: platform-admin: maintenance: fan swap")
+    assert _state("gb-r02-t03") == (TrayState.MAINTENANCE, "rackplane: platform-admin: maintenance: fan swap")
     assert tray_actions._open_windows(tray) == []
 
 
@@ -270,7 +271,7 @@ def test_maintenance_with_a_window_names_it_and_ends_it_on_return(client_as, rac
     state, reason = _state("gb-r02-t03")
     start = data["maintenance-start"].replace("T", " ")
     end = data["maintenance-end"].replace("T", " ")
-    assert state == TrayState.DRAIN
+    assert state == TrayState.MAINTENANCE
     assert reason == f"rackplane: platform-admin: maintenance window {start} to {end} UTC: fan swap"
     windows = tray_actions._open_windows(tray)
     assert [window.reason for window in windows] == [reason]
@@ -303,7 +304,7 @@ def test_a_maintenance_drain_returns_when_its_owner_says_unless_a_fault_came_sin
     page = client.get(_url("detail", tray)).content.decode()
     assert "a fault came while it was out for maintenance (GPU_HAS_FALLEN_OFF_THE_BUS)" in page
     client.post(_url("return", tray), {"return-note": "cables"})
-    assert _state("gb-r02-t03")[0] == TrayState.DRAIN
+    assert _state("gb-r02-t03")[0] == TrayState.MAINTENANCE
 
 
 @pytest.mark.slow(reason="7 cases, each a full request through the stack")

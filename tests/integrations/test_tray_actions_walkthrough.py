@@ -159,4 +159,4 @@ def test_the_maintenance_window_bound_is_in_the_help_text_and_the_message(admin)
     assert _tray().state == TrayState.UP
     data["maintenance-end"] = (start + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
     assert admin.post(_url("maintenance", tray), data).status_code == 303
-    assert _tray().state == TrayState.DRAIN
+    assert _tray().state == TrayState.MAINTENANCE

@@ -643,3 +643,38 @@ def test_the_demo_explains_each_drained_tray_and_changes_no_state(client_as, fle
     assert not HealthEvent.objects.filter(tray__state=TrayState.UP).filter(Q(drains=True) | Q(degrades=True))
     ranking = client.get(OFFENDERS).context["trays"]
     assert ranking[0].tray.state != TrayState.UP  # the drained tray leads the repeat offenders
+
+
+# ------------------------------------------------------------------------------ an event nothing decided
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"kind": "xid", "xid": 63}, "no action: XID 63 is a row-remap record"),
+        ({"kind": "xid", "xid": 63}, "the GPU keeps working"),
+        ({"kind": "xid", "xid": 94}, "no action: XID 94 is a contained memory error"),
+        ({"kind": "xid", "xid": 94}, "restart the application, so the tray stays in service"),
+        ({"kind": "xid", "xid": 162}, "for information only"),
+        (
+            {"kind": "xid", "xid": 79},
+            "no enabled health rule matches XID 79 (NVIDIA's XID catalog says RESTART_BM)",
+        ),
+        ({"kind": "xid", "xid": 999}, "no action: no enabled health rule matches this event"),
+        ({"kind": "fabric", "code": "REGISTRATION_IN_PROGRESS"}, "still registering with the NVLink fabric"),
+        ({"kind": "xid", "xid": 79, "drains": True}, "no action recorded: a rule matched"),
+        ({"kind": "check_failed", "code": "dcgmi diag"}, "no enabled health rule matches this event"),
+    ],
+)
+def test_an_event_nothing_decided_says_why_in_words(fields, words):
+    from inventory.health.centre import undecided_words
+
+    assert words in undecided_words(HealthEvent(**fields))
+
+
+def test_every_catalog_xid_nvidia_says_needs_no_platform_action_has_its_meaning():
+    from inventory.discovery.faults import XID_CATALOG, Action
+    from inventory.health.centre import XID_MEANINGS
+
+    quiet = (Action.IGNORE, Action.RESTART_APP, Action.INFORMATIONAL, Action.OPERATIONAL)
+    assert {n for n, x in XID_CATALOG.items() if x.action in quiet and x.gb200} <= set(XID_MEANINGS)

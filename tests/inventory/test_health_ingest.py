@@ -1,9 +1,11 @@
 """Health input through the discovery report: XIDs, active checks and the agent, validated once, recorded as
 events (mapped to GPUs by PCI bus id), repeats folded into one event within the window."""
 
+import xml.etree.ElementTree as ET
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from inventory.choices import HealthKind, HealthSource, TrayState
@@ -149,6 +151,38 @@ def test_a_condition_restated_every_report_refreshes_its_event_without_counting(
     event = HealthEvent.objects.get()
     assert (event.kind, event.code, event.count) == (HealthKind.FABRIC, "ROUTE_RECOVERY", 1)
     assert event.last_seen > event.first_seen
+
+
+def test_a_gpu_still_registering_with_the_fabric_is_an_event_no_rule_acts_on(agent, client_as):
+    """A report whose GPU 1 is still registering with the NVLink fabric (State: In Progress): the tray's
+    fabric problem says so, and the report records the GPU's fabric event (restated every report: one event,
+    refreshed), which no default rule acts on and the health centre explains in words."""
+    t = tray()
+    root = ET.fromstring(nvidia_smi_xml(t))
+    fabric = root.findall("gpu")[1].find("fabric")
+    fabric.find("state").text = "In Progress"
+    fabric.find("status").text = "N/A"
+    fabric.find("cliqueId").text = "N/A"
+    fabric.find("clusterUuid").text = "N/A"
+    text = ET.tostring(root, encoding="unicode")
+    for _ in range(2):
+        assert agent.post(URL, {"host": t.hostname, "nvidia_smi": text}, format="json").status_code == 200
+    gpu = t.gpus.get(index=1)
+    assert any("fabric registration is still in progress" in p for p in tray().fabric_problems)
+    event = HealthEvent.objects.get()
+    assert (event.kind, event.code, event.gpu, event.count) == (
+        HealthKind.FABRIC,
+        "REGISTRATION_IN_PROGRESS",
+        gpu,
+        1,
+    )
+    assert not (event.drains or event.degrades or event.warns) and not HealthAction.objects.exists()
+    assert tray().state == TrayState.UP
+    html = client_as("platform_admin").get(reverse("inventory:health-events")).content.decode()
+    assert "no action: the GPU is still registering with the NVLink fabric" in html
+    # Registered: no new event (the one recorded stays as history).
+    agent.post(URL, report(t), format="json")
+    assert HealthEvent.objects.count() == 1 and not tray().fabric_problems
 
 
 def test_checks_are_stored_per_tray_and_a_failure_is_an_event(agent):

@@ -145,7 +145,7 @@ def test_maintenance_of_a_busy_tray_says_its_jobs_are_waited_for(
     nothing_written(busy)
     with django_capture_on_commit_callbacks(execute=True):
         response = admin.post(url("maintenance", "gb-r03-t01"), {**data, "confirm": fingerprint(html)})
-    assert response.status_code == 303 and tray("gb-r03-t01").state == TrayState.DRAIN
+    assert response.status_code == 303 and tray("gb-r03-t01").state == TrayState.MAINTENANCE
     busy.refresh_from_db()
     # A maintenance window waits for the job as the confirmation said (it is not checkpointed).
     assert busy.state == JobState.RUNNING and busy.requeue_at is None

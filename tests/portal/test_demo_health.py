@@ -93,3 +93,58 @@ def test_the_fleet_warnings_carry_the_warn_decision(demo):
     assert warned.exists()
     for event in warned:
         assert HealthAction.objects.filter(event=event, kind=ActionKind.WARN).count() == 1, event.title
+
+
+def _decisions_cell(row: str) -> str:
+    """The Decisions column of an events-table row (the second cell from the end)."""
+    cells = re.findall(r"<td\b.*?</td>", row, re.S)
+    return cells[-2]
+
+
+def test_the_faults_no_rule_acts_on_were_reported_and_say_so_in_words(demo, client_as, platform_admin):
+    """The demo's XID 94 and XID 63 went through a real report's path (the kernel's line on the GPU's PCI
+    id, read into the event; the rules' judge, which decides nothing for them), and the events page says
+    why nothing was decided, in words: never a bare dash."""
+    admin = client_as(platform_admin)
+    seen = set()
+    for xid, words in (
+        (94, "no action: XID 94 is a contained memory error"),
+        (63, "no action: XID 63 is a row-remap record"),
+    ):
+        events = list(HealthEvent.objects.filter(xid=xid).select_related("gpu", "tray"))
+        assert events, f"the demo seeds XID {xid}"
+        for event in events:
+            assert event.gpu is not None and event.message.startswith("NVRM: Xid (PCI:"), event.message
+            assert not (event.drains or event.degrades or event.warns)
+            assert not HealthAction.objects.filter(event=event).exists()
+            html = admin.get(reverse("inventory:health-events"), {"tray": event.tray.hostname}).content
+            (row,) = [r for r in _rows(html.decode()) if event.gpu_uuid in r and f"XID {xid} " in r]
+            cell = _decisions_cell(row)
+            assert words in cell and "—" not in cell, cell
+            seen.add(xid)
+    assert seen == {94, 63}
+    # No row of the fleet's events page is left with a bare dash for its decisions.
+    html = admin.get(reverse("inventory:health-events")).content.decode()
+    for row in _rows(html):
+        cell = _decisions_cell(row)
+        assert "—" not in cell and re.sub(r"<[^>]+>", "", cell).strip(), row
+
+
+def test_the_gpu_still_registering_with_the_fabric_has_its_event_and_timeline(
+    demo, client_as, platform_admin
+):
+    """gb-r03-t05 GPU 1 is still registering with the NVLink fabric: the fabric problem its tray shows and
+    the event its node's report records agree, and the GPU's timeline shows it."""
+    admin = client_as(platform_admin)
+    registering = list(Gpu.objects.filter(fabric_state="in_progress").select_related("tray"))
+    assert [(gpu.tray.hostname, gpu.index) for gpu in registering] == [("gb-r03-t05", 1)]
+    (gpu,) = registering
+    assert any("fabric registration is still in progress" in p for p in gpu.tray.fabric_problems)
+    (event,) = HealthEvent.objects.filter(gpu=gpu)
+    assert (event.kind, event.code, event.tray) == ("fabric", "REGISTRATION_IN_PROGRESS", gpu.tray)
+    html = admin.get(reverse("inventory:gpu-detail", args=[gpu.pk])).content.decode()
+    timeline_html = html[html.index('class="health-timeline"') :]
+    assert "fabric registration in progress" in timeline_html and "No health events" not in timeline_html
+    html = admin.get(reverse("inventory:health-events"), {"gpu": gpu.uuid}).content.decode()
+    (row,) = _rows(html)
+    assert "no action: the GPU is still registering with the NVLink fabric" in _decisions_cell(row)

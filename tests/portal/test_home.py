@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -141,3 +143,35 @@ def test_unknown_pages_get_the_portal_404(user_client):
     response = user_client.get("/inventory/racks/no-such-rack/")
     assert response.status_code == 404
     assert b"There is nothing at" in response.content
+
+
+def test_maintenance_and_drain_are_counted_and_labelled_apart(user_client, demo_inventory, django_user_model):
+    """An admin's planned maintenance is not a health drain: the tray goes to the maintenance state, and the
+    home page's breakdown and its list of trays out of service count and label each on its own (one count:
+    inventory.selectors.tray_state_counts, which the metrics read too)."""
+    from inventory.choices import TrayState
+    from inventory.health.actions import drain_tray
+    from portal.ops.metrics import discovery_figures
+
+    admin = django_user_model.objects.create_user("ops-admin", is_staff=True)
+    drain_tray(ComputeTray.objects.get(hostname="gb-r01-t03"), "fan swap", actor=admin, maintenance=True)
+    assert ComputeTray.objects.get(hostname="gb-r01-t03").state == TrayState.MAINTENANCE
+    response = user_client.get(reverse("home"))
+    o = response.context["overview"]
+    assert (o.trays["drain"], o.trays["maintenance"], o.trays_not_up) == (1, 1, 2)
+    assert [(row["value"], row["count"]) for row in o.not_up_counts] == [("drain", 1), ("maintenance", 1)]
+    html = response.content.decode()
+    counts = html[
+        html.index('class="not-up-counts"') : html.index("</ul>", html.index('class="not-up-counts"'))
+    ]
+    assert re.search(r"state-drain.*?Drain <b>1</b>", counts, re.S)
+    assert re.search(r"state-maintenance.*?Maintenance <b>1</b>", counts, re.S)
+    states = {row["value"]: row["count"] for row in o.tray_states}
+    assert (states["drain"], states["maintenance"]) == (1, 1)
+    samples = {
+        (sample.labels.get("state"), sample.value)
+        for family in discovery_figures()
+        if family.name == "rackplane_trays"
+        for sample in family.samples
+    }
+    assert {("drain", 1), ("maintenance", 1)} <= samples
