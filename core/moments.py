@@ -7,9 +7,12 @@ viewer's zone (the active time zone, portal.middleware), and stored English mess
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, tzinfo
+import re
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from django.utils import formats, timezone
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
 TIME_ONLY = "H:i T"
 WITH_DATE = "Y-m-d H:i T"
@@ -23,3 +26,41 @@ def clock(moment: datetime, now: datetime | None = None, zone: tzinfo | None = N
     local = timezone.localtime(moment, zone)
     same_day = local.date() == timezone.localtime(now, zone).date() and abs(moment - now) < timedelta(days=1)
     return formats.date_format(local, TIME_ONLY if same_day else WITH_DATE)
+
+
+# ---- lines a worker stamped: "2026-11-30 01:02:03 <words>", the moment in UTC (integrations.pushes) -------
+STAMP = "%Y-%m-%d %H:%M:%S"
+STAMPED_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?= |$)", re.MULTILINE)
+IN_ZONE = "Y-m-d H:i:s T"
+
+
+def stamp(moment: datetime) -> str:
+    """`moment` as a stored log line starts: its UTC time, without a zone (log lines are written so, in UTC)."""
+    return moment.astimezone(UTC).strftime(STAMP)
+
+
+def stamped_lines_html(text: str) -> SafeString:
+    """Stored log lines as HTML: each line's leading UTC stamp as a <time> in the viewer's zone with the zone
+    named ("2026-11-30 10:02:03 JST"), the rest of the line escaped, as written. The stored text is unchanged
+    (the API and a download give it as written); a line without a stamp (an older row's, a target's own
+    output) is shown as it is."""
+    out = []
+    position = 0
+    for match in STAMPED_LINE.finditer(text):
+        try:
+            moment = datetime.strptime(match.group(1), STAMP).replace(tzinfo=UTC)
+        except ValueError:  # "2026-13-45 ...": not a stamp, a line's own words
+            continue
+        out.append(escape(text[position : match.start()]))
+        local = timezone.localtime(moment)
+        out.append(
+            format_html(
+                '<time datetime="{}" data-log-time title="{}">{}</time>',
+                moment.isoformat(),
+                match.group(1) + " UTC",
+                formats.date_format(local, IN_ZONE),
+            )
+        )
+        position = match.end()
+    out.append(escape(text[position:]))
+    return mark_safe("".join(str(part) for part in out))  # noqa: S308 (every part escaped or format_html'd)

@@ -108,7 +108,8 @@
   var mode = null;
 
   function rewriteTimes(root) {
-    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+    // A log line's time (data-log-time) keeps the server's text: the viewer's zone, named, in a log's columns.
+    (root || document).querySelectorAll("time[datetime]:not([data-log-time])").forEach(function (el) {
       var date = new Date(el.getAttribute("datetime"));
       if (isNaN(date.getTime())) return;
       if (!el.hasAttribute("data-server-text")) el.setAttribute("data-server-text", el.textContent);
