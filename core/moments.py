@@ -35,7 +35,7 @@ IN_ZONE = "Y-m-d H:i:s T"
 
 
 def stamp(moment: datetime) -> str:
-    """`moment` as a stored log line starts: its UTC time, without a zone (log lines are written so, in UTC)."""
+    """`moment` as a stored log line starts with it: its UTC time, without a zone (lines are kept in UTC)."""
     return moment.astimezone(UTC).strftime(STAMP)
 
 
@@ -63,4 +63,4 @@ def stamped_lines_html(text: str) -> SafeString:
         )
         position = match.end()
     out.append(escape(text[position:]))
-    return mark_safe("".join(str(part) for part in out))  # noqa: S308 (every part escaped or format_html'd)
+    return mark_safe("".join(str(part) for part in out))

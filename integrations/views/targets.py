@@ -20,8 +20,8 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from django_htmx.http import HttpResponseStopPolling
 
 from core.access import require_admin
-from core.moments import stamped_lines_html
 from core.htmx import page_or_partial
+from core.moments import stamped_lines_html
 from core.sentences import say
 from core.tables import Table
 from integrations import push_history, pushes, registry, removals, versions, words
