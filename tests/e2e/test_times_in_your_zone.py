@@ -108,11 +108,11 @@ def test_the_time_toggle_in_japanese(live_server, browser, admin, shots):
         sign_in(page, live_server, admin.username, PASSWORD)
         page.goto(f"{live_server.url}/audit/")
         toggle = page.locator("[data-time-toggle]")
-        expect(toggle).to_have_text("時刻: あなたのタイムゾーン（Asia/Tokyo）")
+        expect(toggle).to_have_text("時刻: あなたのタイムゾーン（Asia/Tokyo）")  # noqa: RUF001
         expect(toggle).to_have_attribute("title", "各時刻を現在からの経過時間で表示します")
         toggle.click()
         expect(toggle).to_have_text("時刻: 現在からの経過時間")
-        expect(toggle).to_have_attribute("title", "時刻をあなたのタイムゾーン（Asia/Tokyo）で表示します")
+        expect(toggle).to_have_attribute("title", "時刻をあなたのタイムゾーン（Asia/Tokyo）で表示します")  # noqa: RUF001
         both_widths(page, shots, "time-toggle-japanese")
     finally:
         context.close()
