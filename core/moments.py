@@ -64,3 +64,30 @@ def stamped_lines_html(text: str) -> SafeString:
         position = match.end()
     out.append(escape(text[position:]))
     return mark_safe("".join(str(part) for part in out))
+
+
+# ---- a moment inside a stored English sentence: "2026-11-30 01:02 UTC", "2026-11-30 01:02:03 UTC" ---------
+UTC_WORDS = r"\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)? UTC"
+
+
+def utc_words(moment: datetime, seconds: bool = True) -> str:
+    """`moment` as a stored sentence holds it: its UTC date and time, "UTC" named (a page shows it in the
+    viewer's zone: moment_html)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
+
+
+def moment_html(words: str) -> SafeString | None:
+    """A moment a stored sentence holds (utc_words) as a <time> in the viewer's zone with the zone named, with
+    as many digits as were stored ("2026-11-30 10:02 JST"); None for other words (a time without its date,
+    which an older release wrote: shown as written)."""
+    if not re.fullmatch(UTC_WORDS, words):
+        return None
+    seconds = words.count(":") == 2
+    try:
+        moment = datetime.strptime(words, "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return None
+    moment = moment.replace(tzinfo=UTC)
+    shown = formats.date_format(timezone.localtime(moment), IN_ZONE if seconds else WITH_DATE)
+    html = '<time class="nowrap" datetime="{}" title="{}">{}</time>'
+    return format_html(html, moment.isoformat(), words, shown)
