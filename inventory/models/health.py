@@ -122,6 +122,8 @@ class HealthRule(models.Model):
     )
 
     class Meta:
+        verbose_name = _("health rule")
+        verbose_name_plural = _("health rules")
         ordering = ["kind", "xid_first", "code", "pk"]
         constraints = [
             models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
@@ -197,6 +199,8 @@ class HealthEvent(models.Model):
     objects = TrayRowQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("health event")
+        verbose_name_plural = _("health events")
         ordering = ["-last_seen", "-pk"]
         constraints = [
             models.CheckConstraint(condition=Q(count__gte=1), name="%(app_label)s_%(class)s_count_positive"),
@@ -272,6 +276,8 @@ class HealthAction(models.Model):
     objects = TrayRowQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("health action")
+        verbose_name_plural = _("health actions")
         ordering = ["-created_at", "-pk"]
         indexes = [
             models.Index(fields=["tray", "created_at"], name="inventory_healthaction_tray"),
@@ -296,6 +302,8 @@ class HealthCheckResult(models.Model):
     objects = TrayRowQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("health check result")
+        verbose_name_plural = _("health check results")
         ordering = ["-started", "-pk"]
         constraints = [
             models.UniqueConstraint(
