@@ -1,6 +1,7 @@
 """Times in the viewer's zone, named, in a real Chromium in Tokyo (issue 31, "everyday polish"): a partition
-plan's push log reads JST like the rest of its page, and the lists' time toggle says what it shows: the
-viewer's zone by name, "how long ago", or UTC on a page the server printed in UTC, in English and Japanese.
+plan's push log and a job's backend message read JST like the rest of their pages, and the lists' time toggle
+says what it shows: the viewer's zone by name, "how long ago", or UTC on a page the server printed in UTC, in
+English and Japanese. And Django's admin in Japanese: its apps', models' and columns' names.
 
 Screenshots at desktop (1400 px) and phone (390 px) width through `shots`."""
 
@@ -12,14 +13,18 @@ from datetime import UTC, datetime
 import pytest
 from playwright.sync_api import expect
 
+from core.moments import utc_words
+from core.sentences import say
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
 from integrations.pushes import log_lines
+from integrations.words import EMBEDDED_RENDERED_UNTIL
 from inventory.demo import seed_datacenter
 from inventory.models import Rack
 from inventory.planning import preset_layout
 from tests.e2e.browser import sign_in
 from tests.e2e.test_wizard_findings import DESKTOP, both_widths
+from tests.factories import make_department, make_job
 from tests.portal.test_viewer_timezone import audit_event_at
 
 PASSWORD = "e2e-admin-password-1"
@@ -114,5 +119,46 @@ def test_the_time_toggle_in_japanese(live_server, browser, admin, shots):
         expect(toggle).to_have_text("時刻: 現在からの経過時間")
         expect(toggle).to_have_attribute("title", "時刻をあなたのタイムゾーン（Asia/Tokyo）で表示します")  # noqa: RUF001
         both_widths(page, shots, "time-toggle-japanese")
+    finally:
+        context.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("locale", ["en-US", "ja-JP"])
+def test_a_jobs_backend_message_reads_in_tokyo_time(live_server, browser, admin, shots, locale):
+    message = say(
+        EMBEDDED_RENDERED_UNTIL, rendered_file="t.sh", backend_kind="slurm", ends_at=utc_words(AT, False)
+    )
+    job = make_job(make_department("Ops"), name="train-ops", backend_message=message)
+    context = tokyo(browser, locale)
+    page = context.new_page()
+    try:
+        sign_in(page, live_server, admin.username, PASSWORD)
+        page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+        said = page.locator("[data-backend-message]")
+        expect(said.locator("time")).to_have_text("2026-11-30 10:02 JST")
+        expect(said).not_to_contain_text("01:02")
+        both_widths(page, shots, f"job-backend-message-tokyo-{locale}")
+        page.set_viewport_size({"width": 390, "height": 844})
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()
+
+
+@pytest.mark.e2e
+def test_the_admin_reads_in_japanese(live_server, browser, admin, shots):
+    make_department("Ops")
+    context = tokyo(browser, "ja-JP")
+    page = context.new_page()
+    try:
+        sign_in(page, live_server, admin.username, PASSWORD)
+        page.goto(f"{live_server.url}/admin/")
+        expect(page.locator("#site-name")).to_contain_text("Rackplane 管理")
+        expect(page.locator("#content-main")).to_contain_text("ジョブ")
+        expect(page.locator("#content-main")).not_to_contain_text("Jobs")
+        both_widths(page, shots, "admin-index-japanese")
+        page.goto(f"{live_server.url}/admin/tenancy/department/")
+        expect(page.locator("#result_list thead")).to_contain_text("保証 GPU")
+        both_widths(page, shots, "admin-departments-japanese")
     finally:
         context.close()
