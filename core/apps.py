@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy
 
 
 class CoreConfig(AppConfig):
     name = "core"
-    verbose_name = "Core"
+    verbose_name = gettext_lazy("Core")
 
     def ready(self):
         from django.core import checks

@@ -74,6 +74,8 @@ class AuditEvent(models.Model):
     objects = AuditEventQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("audit event")
+        verbose_name_plural = _("audit events")
         db_table = "portal_auditevent"
         ordering = ["-at", "-pk"]
         indexes = [models.Index(fields=["object_type", "object_id"], name="portal_audit_object_idx")]
@@ -119,6 +121,8 @@ class PersonalToken(models.Model):
     objects = PersonalTokenQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("personal token")
+        verbose_name_plural = _("personal tokens")
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.UniqueConstraint(fields=["key_hash"], name="%(app_label)s_%(class)s_unique_key_hash"),
@@ -253,6 +257,8 @@ class NotificationSubscription(models.Model):
     objects = NotificationSubscriptionQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("notification subscription")
+        verbose_name_plural = _("notification subscriptions")
         ordering = ["channel", "name", "pk"]
         constraints = [
             models.CheckConstraint(
@@ -474,6 +480,8 @@ class Notification(models.Model):
     error = models.TextField(blank=True, help_text=_("Why the last attempt failed, and what to do."))
 
     class Meta:
+        verbose_name = _("notification")
+        verbose_name_plural = _("notifications")
         ordering = ["-created_at", "-pk"]
         indexes = [
             models.Index(fields=["status", "next_attempt_at"], name="core_notification_due_idx"),

@@ -14,10 +14,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import get_language, gettext, pgettext
 
+from core.moments import UTC_WORDS, moment_html
 from core.sentences import CLAUSES, TEMPLATES
 
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
@@ -83,7 +85,15 @@ SHAPES = {
 }
 
 
+# Values that are a moment (core.moments.utc_words: "2026-11-30 01:02:03 UTC"; a time alone, "07:24 UTC", as
+# an older release wrote some): shown as HTML in the viewer's zone, named.
+MOMENTS = frozenset({"at", "ends_at"})
+MOMENT = rf"{UTC_WORDS}|\d\d:\d\d(?::\d\d)? UTC"
+
+
 def _value_pattern(name: str) -> str:
+    if name in MOMENTS:
+        return MOMENT
     if name in SHAPES:
         return SHAPES[name]
     if name in NUMBERS:
@@ -138,6 +148,11 @@ def _kept(text: str, mark: bool) -> str:
     return format_html('<span translate="no">{}</span>', text)
 
 
+def _moment(text: str, mark: bool) -> str:
+    """A moment: as HTML in the viewer's zone (core.moments.moment_html); as text as stored (UTC, named)."""
+    return (mark and moment_html(text)) or _kept(text, mark)
+
+
 def _clause(text: str, depth: int, mark: bool = False) -> str:
     if depth > DEPTH or not text:
         return _kept(text, mark)
@@ -153,7 +168,9 @@ def _clause(text: str, depth: int, mark: bool = False) -> str:
         template, values = found
         translated = {
             # A name is data, never read as a sentence (a partition called "preempted" stays so).
-            name: _kept(value, mark)
+            name: _moment(value, mark)
+            if name in MOMENTS
+            else _kept(value, mark)
             if name in IDENTIFIERS or name in NAMES
             else _clause(value, depth + 1, mark)
             for name, value in values.items()
@@ -195,7 +212,8 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _translated(text: str, language: str, count: int, mark: bool = False) -> str:
+def _translated(text: str, language: str, count: int, mark: bool = False, zone: str = "UTC") -> str:
+    """`text` in `language`; `zone`, the viewer's (its moments' as HTML), keys the cache only."""
     clauses = text.split(CLAUSES)
     if not any(_match(clause) for clause in clauses):
         return _kept(text, mark)  # no sentence of ours (an outside system's reason): as written, "; " too
@@ -218,4 +236,30 @@ def translate_html(text: str) -> SafeString:
     the page's wording can be checked apart from its data."""
     if not text:
         return mark_safe("")
-    return mark_safe(_translated(str(text), get_language() or "en", len(TEMPLATES), True))
+    zone = timezone.get_current_timezone_name()
+    return mark_safe(_translated(str(text), get_language() or "en", len(TEMPLATES), True, zone))
+
+
+# The value of a stored sentence holding an outside system's own words ("Slurm (x): pending (<its words>)").
+OUTSIDE_WORDS = "message"
+
+
+def outside_words(text: str) -> str:
+    """The words an outside system wrote inside a stored sentence (the `message` of "%(backend)s: ...
+    (%(message)s)"), when no template of ours matches them: "" when there are none (Rackplane's own
+    words, or a sentence of another shape). A page says whose words they are and which zone their times are
+    in, as it cannot show them in the viewer's."""
+    for clause in str(text or "").split(CLAUSES):
+        found = _match(clause)
+        if found is not None:
+            words = found[1].get(OUTSIDE_WORDS)
+            if words and not _ours(words):
+                return words
+    return ""
+
+
+def _ours(text: str) -> bool:
+    """`text` is a sentence of ours: a template with words of its own matches it ("%(rack)s: %(sizes)s" also
+    matches a backend's "BackoffLimitExceeded: Job has reached ...", and says nothing)."""
+    found = _match(text)
+    return found is not None and re.search("[A-Za-z]", PLACEHOLDER.sub("", found[0])) is not None

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy
 
 
 class IntegrationsConfig(AppConfig):
     name = "integrations"
-    verbose_name = "Integrations"
+    verbose_name = gettext_lazy("Integrations")
 
     def ready(self):
         # Each outside system registers its kind once (settings schema, renderer, adapter, job backend).

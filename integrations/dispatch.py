@@ -42,7 +42,8 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core import claims, posix
-from core.sentences import say
+from core.moments import utc_words
+from core.sentences import CLAUSES, say
 from integrations import registry
 from integrations.embedded import PREFIX as RENDERED_PREFIX
 from integrations.embedded import RenderedJobBackend
@@ -62,8 +63,10 @@ from integrations.words import (
     BACKEND_STATE_EXIT,
     BACKEND_STATE_SAYING,
     BACKEND_STATE_SAYING_EXIT,
+    BACKEND_UNREACHABLE,
     RENDERED_FILES,
     RUNNING_ON,
+    STATE_NOT_UPDATED,
     SUBMITTED_TO,
 )
 from inventory.models import ComputeTray
@@ -357,7 +360,8 @@ def _sync_group(kind: str, running: list[Job], backend_id: str) -> tuple[int, in
         else:
             statuses = backend.status(list(jobs))
     except BackendError as error:
-        note = f"{label} unreachable at {timezone.now():%H:%M:%S}: {error}; state not updated"[:500]
+        unreachable = say(BACKEND_UNREACHABLE, backend=label, at=utc_words(timezone.now()), error=error)
+        note = CLAUSES.join([unreachable, say(STATE_NOT_UPDATED)])[:500]
         Job.objects.filter(pk__in=jobs.values()).update(backend_message=note)
         return 0, len(jobs)
     for job_backend_id, status in statuses.items():

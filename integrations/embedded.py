@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
-from core.moments import clock
+from core.moments import utc_words
 from core.sentences import say
 from integrations.jobs import BackendJobState, BackendJobStatus, BackendRejected, DispatchRequest
 from integrations.words import EMBEDDED_RAN_UNTIL, EMBEDDED_RENDERED, EMBEDDED_RENDERED_UNTIL
@@ -115,7 +115,7 @@ class RenderedJobBackend:
                 out[backend_id] = BackendJobStatus(
                     backend_id,
                     BackendJobState.COMPLETED,
-                    say(EMBEDDED_RAN_UNTIL, ends_at=f"{ends:%Y-%m-%d %H:%M}"),
+                    say(EMBEDDED_RAN_UNTIL, ends_at=utc_words(ends, seconds=False)),
                 )
             else:
                 out[backend_id] = BackendJobStatus(
@@ -127,7 +127,7 @@ class RenderedJobBackend:
                         EMBEDDED_RENDERED_UNTIL,
                         rendered_file=path.name,
                         backend_kind=self.kind,
-                        ends_at=clock(ends, now, UTC),
+                        ends_at=utc_words(ends, seconds=False),
                     ),
                 )
         return out

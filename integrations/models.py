@@ -87,6 +87,7 @@ class ConfigTarget(models.Model):
     objects = ConfigTargetQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = _("configuration targets")
         db_table = "scheduling_configtarget"
         ordering = ["name"]
         verbose_name = _("configuration target")
@@ -214,6 +215,7 @@ class ConfigPush(models.Model):
     objects = ConfigPushQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = _("configuration pushes")
         db_table = "scheduling_configpush"
         ordering = ["-created_at", "-pk"]
         verbose_name = _("configuration push")
@@ -282,6 +284,8 @@ class PlanWindow(models.Model):
     objects = PlanWindowQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("plan window")
+        verbose_name_plural = _("plan windows")
         ordering = ["starts_at", "pk"]
         constraints = [
             models.CheckConstraint(

@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from core.enqueue import send_now
 from core.errors import advice, with_advice
+from core.moments import stamp
 from core.sentences import say
 from core.task_names import PUSH_CONFIG
 from integrations import registry, words
@@ -58,7 +59,8 @@ def payload_hash(payload: Any) -> str:
 
 
 def _stamp(now=None) -> str:
-    return (now or timezone.now()).strftime("%Y-%m-%d %H:%M:%S")
+    """A log line's moment: its UTC time (core.moments.stamp; pages show it in the viewer's zone)."""
+    return stamp(now or timezone.now())
 
 
 def log_lines(messages: Iterable[Any], now=None) -> str:

@@ -26,6 +26,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.db.models.signals import post_save, pre_save
+from django.utils import translation
 
 from core.audit import bulk_changed, current_actor
 from core.changes import ADDED, BULK, CHANGED, DELETED, Change, watch
@@ -110,7 +111,8 @@ def _label(instance) -> str:
         return f"person {instance.username}"
     if isinstance(instance, ComputeTray):
         return f"tray {instance.hostname}"
-    return str(instance._meta.verbose_name)
+    with translation.override("en"):  # a stored reason is English, whoever's request made the change
+        return str(instance._meta.verbose_name)
 
 
 def _value(value) -> str:
@@ -226,7 +228,9 @@ def _ask_for_a_push(change: Change) -> None:
     words = RENDERED[change.model]
     if change.action == BULK:
         touched = ", ".join(words[name] for name in sorted(change.fields))
-        request_push(f"{change.count} {change.model._meta.verbose_name_plural}: {touched}")
+        with translation.override("en"):  # stored in English, whoever's request made the change
+            plural = str(change.model._meta.verbose_name_plural)
+        request_push(f"{change.count} {plural}: {touched}")
         return
     label = _label(change.instance)
     if change.action == CHANGED:

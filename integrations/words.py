@@ -60,7 +60,10 @@ EMBEDDED_RENDERED_UNTIL = gettext_noop(
     "rendered to %(rendered_file)s: no live %(backend_kind)s backend is configured, and it ends at its time "
     "limit, %(ends_at)s"
 )
+# Its moments are core.moments.utc_words ("2026-11-30 07:24 UTC"): a page shows them in the viewer's zone.
 EMBEDDED_RAN_UNTIL = gettext_noop(
-    "ran until its time limit (%(ends_at)s UTC): the embedded backend runs nothing and ends each job at its "
-    "limit"
+    "ran until its time limit (%(ends_at)s): the embedded backend runs nothing and ends each job at its limit"
 )
+# A backend Rackplane could not ask (Job.backend_message of its running jobs), then what it means.
+BACKEND_UNREACHABLE = gettext_noop("%(backend)s unreachable at %(at)s: %(error)s")
+STATE_NOT_UPDATED = gettext_noop("state not updated")

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy
 
 
 class InventoryConfig(AppConfig):
     name = "inventory"
-    verbose_name = "Inventory"
+    verbose_name = gettext_lazy("Inventory")
 
     def ready(self):
         # The templates of the sentences inventory stores in English (core.sentences): registered before any

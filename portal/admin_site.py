@@ -7,12 +7,13 @@ from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import PermissionDenied
+from django.utils.translation import gettext_lazy
 
 
 class RackplaneAdminSite(admin.AdminSite):
-    site_header = "Rackplane administration"
-    site_title = "Rackplane admin"
-    index_title = "Rackplane administration"
+    site_header = gettext_lazy("Rackplane administration")
+    site_title = gettext_lazy("Rackplane admin")
+    index_title = gettext_lazy("Rackplane administration")
     site_url = "/"
 
     @login_not_required  # as Django's own (the portal's LoginRequiredMiddleware would send it to /login/)

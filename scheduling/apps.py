@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy
 
 
 class SchedulingConfig(AppConfig):
     name = "scheduling"
-    verbose_name = "Scheduling"
+    verbose_name = gettext_lazy("Scheduling")
 
     def ready(self):
         from django.core import checks

@@ -54,34 +54,52 @@ class Job(models.Model):
     its place in the queue (its submission time) and `preemptions` counted; its events tell the story.
     """
 
-    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="jobs")
+    department = models.ForeignKey(
+        Department, on_delete=models.PROTECT, related_name="jobs", verbose_name=_("department")
+    )
     # The project inside the department it runs under (required when the department has projects; see
     # tenancy.projects and tenancy.quota.hierarchical_fair_share). Empty: the department's own work.
     project = models.ForeignKey(
         "tenancy.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )
     submitted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="jobs",
+        verbose_name=_("submitted by"),
     )
     # One line of plain text (core.textrule): it reaches Slurm's --job-name, pod labels, logs and pages.
-    name = models.CharField(max_length=200, validators=[TextValidator()])
-    gpus = models.PositiveIntegerField()
-    topology = models.CharField(max_length=16, choices=Topology.choices, default=Topology.PARTITION)
+    name = models.CharField(max_length=200, validators=[TextValidator()], verbose_name=_("name"))
+    gpus = models.PositiveIntegerField(verbose_name=_("gpus"))
+    topology = models.CharField(
+        max_length=16, choices=Topology.choices, default=Topology.PARTITION, verbose_name=_("topology")
+    )
     # The submitter's opt-in: a wider topology the job may take once it has waited `fallback_after_minutes`
     # since submission within its department's guarantee (blank: `topology` stays strict).
     fallback_topology = models.CharField(max_length=16, choices=Topology.choices, blank=True, default="")
     fallback_after_minutes = models.PositiveIntegerField(null=True, blank=True)
     priority_class = models.CharField(
-        max_length=16, choices=PriorityClass.choices, default=PriorityClass.TRAIN
+        max_length=16,
+        choices=PriorityClass.choices,
+        default=PriorityClass.TRAIN,
+        verbose_name=_("priority class"),
     )
-    backend = models.CharField(max_length=16, choices=Backend.choices, default=Backend.SLURM)
+    backend = models.CharField(
+        max_length=16, choices=Backend.choices, default=Backend.SLURM, verbose_name=_("backend")
+    )
     work = models.JSONField(
         default=dict, blank=True, help_text=_("Batch script (Slurm) or image and command.")
     )
     time_limit_minutes = models.PositiveIntegerField(default=60)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    state = models.CharField(
+        max_length=16, choices=JobState.choices, default=JobState.PENDING, verbose_name=_("state")
+    )
     pending_reason = models.CharField(max_length=500, blank=True)
-    over_quota = models.BooleanField(default=False, help_text=_("Running on borrowed GPUs (preemptible)."))
+    over_quota = models.BooleanField(
+        default=False, help_text=_("Running on borrowed GPUs (preemptible)."), verbose_name=_("over quota")
+    )
     placement = models.JSONField(default=list, blank=True, help_text=_("Hostnames of the trays it ran on."))
     # Where it runs in its backend: Slurm job id, or "<namespace>/<job name>" in Kubernetes.
     backend_id = models.CharField(max_length=200, blank=True)
@@ -108,7 +126,7 @@ class Job(models.Model):
     # (scheduling.services.admission.submission_fingerprint): the key reused with another request is
     # refused, not answered with this job.
     idempotency_fingerprint = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     placed_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -117,6 +135,8 @@ class Job(models.Model):
     objects = JobQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="%(app_label)s_%(class)s_gpus_positive"),
@@ -178,6 +198,7 @@ class FaultPolicy(models.Model):
     )
 
     class Meta:
+        verbose_name = _("fault policy")
         verbose_name_plural = _("fault policies")
         constraints = [
             models.CheckConstraint(
@@ -200,6 +221,8 @@ class Allocation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = _("allocation")
+        verbose_name_plural = _("allocations")
         constraints = [
             models.UniqueConstraint(fields=["gpu"], name="%(app_label)s_%(class)s_one_job_per_gpu"),
         ]
@@ -218,6 +241,8 @@ class JobEvent(models.Model):
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name = _("job event")
+        verbose_name_plural = _("job events")
         ordering = ["at", "pk"]
         indexes = [models.Index(fields=["job", "at"], name="scheduling_jobevent_job_at")]
 
@@ -239,6 +264,8 @@ class BackendCancel(models.Model):
     done_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("backend cancel")
+        verbose_name_plural = _("backend cancels")
         constraints = [
             models.UniqueConstraint(
                 fields=["backend", "backend_id"], name="%(app_label)s_%(class)s_one_per_backend_job"
@@ -261,6 +288,10 @@ class SchedulerState(models.Model):
     queue = models.JSONField(default=list, blank=True)
     estimated_starts = models.JSONField(default=dict, blank=True)
 
+    class Meta:
+        verbose_name = _("scheduler state")
+        verbose_name_plural = _("scheduler states")
+
     def __str__(self):
         return "scheduler"
 
@@ -271,6 +302,10 @@ class SchedulingRequest(models.Model):
 
     reason = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("scheduling request")
+        verbose_name_plural = _("scheduling requests")
 
     def __str__(self):
         return self.reason
@@ -309,6 +344,8 @@ class WhatIfRun(models.Model):
     objects = WhatIfRunQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("what-if run")
+        verbose_name_plural = _("what-if runs")
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.CheckConstraint(
@@ -335,6 +372,8 @@ class WhatIfLayout(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("what-if layout")
+        verbose_name_plural = _("what-if layouts")
         ordering = ["run", "position"]
         constraints = [
             models.UniqueConstraint(

@@ -10,6 +10,8 @@ every report, mostly unchanged: those ask nothing.
 
 from __future__ import annotations
 
+from django.utils import translation
+
 from core.changes import ADDED, BULK, CHANGED, Change, watch
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, RecarvePolicy
 from scheduling.services.pass_requests import request_pass
@@ -28,11 +30,13 @@ WATCHED: dict[type, tuple[str, ...]] = {
 
 
 def _ask_for_a_pass(change: Change) -> None:
+    with translation.override("en"):  # a stored reason is English, whoever's request made the change
+        singular, plural = str(change.model._meta.verbose_name), str(change.model._meta.verbose_name_plural)
     if change.action == BULK:
         fields = ", ".join(sorted(change.fields))
-        request_pass(f"{change.count} {change.model._meta.verbose_name_plural}: {fields}")
+        request_pass(f"{change.count} {plural}: {fields}")
         return
-    label = f"{change.model._meta.verbose_name} {change.instance}"
+    label = f"{singular} {change.instance}"
     if change.action == CHANGED:
         request_pass(f"{label}: {', '.join(change.fields)}")
     else:

@@ -75,6 +75,14 @@ def sentence_html(text):
 
 
 @register.filter
+def outside_words(text):
+    """The outside system's own words a stored sentence holds ("" for none): core.sentences_i18n."""
+    from core.sentences_i18n import outside_words as words
+
+    return words(text) if text else ""
+
+
+@register.filter
 def listing(items):
     """Items (names, labels) as one list in the viewer's language: "a, b, c" in English, "a、b、c" in
     Japanese (a comma between Japanese words is the ideographic one)."""

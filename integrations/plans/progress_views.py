@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from core.access import require_admin
+from core.moments import stamped_lines_html
 from core.tables import JsonArrayLength, Table
 from integrations.models import ConfigPush, PlanWindow, PushStatus
 from integrations.plans import service as plans
@@ -54,7 +55,7 @@ def _pushes(plan: PartitionPlan) -> list:
     for push in pushes:
         push.retried = latest[push.target_id] if latest[push.target_id] != push.pk else None
         log = (push.log or "").rstrip().splitlines()
-        push.log_tail = "\n".join(log[-LOG_TAIL_LINES:])
+        push.log_tail = stamped_lines_html("\n".join(log[-LOG_TAIL_LINES:]))  # times in the viewer's zone
         push.log_lines = len(log)
         push.log_more = len(log) > LOG_TAIL_LINES
         push.url = _push_url(push)

@@ -52,6 +52,8 @@ class AgentToken(models.Model):
     objects = AgentTokenQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("agent token")
+        verbose_name_plural = _("agent tokens")
         ordering = ["-created_at", "-pk"]
         constraints = [
             models.UniqueConstraint(

@@ -123,6 +123,8 @@ class HealthRule(models.Model):
     )
 
     class Meta:
+        verbose_name = _("health rule")
+        verbose_name_plural = _("health rules")
         ordering = ["kind", "xid_first", "code", "pk"]
         constraints = [
             models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
@@ -198,6 +200,8 @@ class HealthEvent(models.Model):
     objects = TrayRowQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("health event")
+        verbose_name_plural = _("health events")
         ordering = ["-last_seen", "-pk"]
         constraints = [
             models.CheckConstraint(condition=Q(count__gte=1), name="%(app_label)s_%(class)s_count_positive"),
@@ -277,6 +281,8 @@ class HealthAction(models.Model):
     objects = TrayRowQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("health action")
+        verbose_name_plural = _("health actions")
         ordering = ["-created_at", "-pk"]
         indexes = [
             models.Index(fields=["tray", "created_at"], name="inventory_healthaction_tray"),
@@ -301,6 +307,8 @@ class HealthCheckResult(models.Model):
     objects = TrayRowQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("health check result")
+        verbose_name_plural = _("health check results")
         ordering = ["-started", "-pk"]
         constraints = [
             models.UniqueConstraint(

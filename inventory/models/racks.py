@@ -52,6 +52,8 @@ class Rack(models.Model):
     objects = RackQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("rack")
+        verbose_name_plural = _("racks")
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
@@ -112,6 +114,7 @@ class NVLinkPartition(models.Model):
     objects = NVLinkPartitionQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = _("NVLink partitions")
         ordering = ["rack__name", "clique_id"]
         verbose_name = _("NVLink partition")
         constraints = [

@@ -83,6 +83,7 @@ class ComputeTray(models.Model):
     objects = ComputeTrayQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = _("compute trays")
         ordering = ["rack__name", "slot"]
         verbose_name = _("compute tray")
         permissions = [("report_discovery", "Can post fabric discovery reports (node agents)")]
@@ -155,6 +156,7 @@ class Gpu(models.Model):
     objects = GpuQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = _("GPUs")
         ordering = ["tray__rack__name", "tray__slot", "index"]
         verbose_name = _("GPU")
         constraints = [
@@ -215,6 +217,7 @@ class MigDevice(models.Model):
     objects = MigDeviceQuerySet.as_manager()
 
     class Meta:
+        verbose_name_plural = _("MIG devices")
         ordering = ["gpu", "placement_start", "gpu_instance_id", "compute_instance_id"]
         verbose_name = _("MIG device")
         constraints = [

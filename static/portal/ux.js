@@ -108,7 +108,8 @@
   var mode = null;
 
   function rewriteTimes(root) {
-    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+    // A log line's time (data-log-time) keeps the server's text: the viewer's zone, named, in a log's columns.
+    (root || document).querySelectorAll("time[datetime]:not([data-log-time])").forEach(function (el) {
       var date = new Date(el.getAttribute("datetime"));
       if (isNaN(date.getTime())) return;
       if (!el.hasAttribute("data-server-text")) el.setAttribute("data-server-text", el.textContent);
@@ -121,12 +122,41 @@
     var anyTime = Boolean(document.querySelector("time[datetime]"));
     document.querySelectorAll("[data-time-toggle]").forEach(function (button) {
       button.hidden = !anyTime;
+      var shown = shownMode(button);
       var label = button.querySelector("[data-time-mode]");
-      var shown = mode === "relative" ? _("relative") : mode === "absolute" ? _("absolute") + (zone ? " (" + zone + ")" : "") : _("as sent");
-      if (label) label.textContent = shown;
-      button.setAttribute("aria-pressed", mode === "relative" ? "true" : "false");
-      button.setAttribute("title", _("Switch between absolute times in your time zone and relative times"));
+      if (label) label.textContent = shown === "relative" ? _("how long ago") : shown === "absolute" ? yourZone() : serverZone(button);
+      button.setAttribute("data-shows", shown || "server");
+      button.setAttribute("aria-pressed", shown === "relative" ? "true" : "false");
+      button.setAttribute("title", shown === "absolute" ? _("Show how long ago each time was") : interpolate(_("Show the times in your time zone, %(zone)s"), { zone: zone || "UTC" }));
     });
+  }
+
+  function interpolate(format, values) {
+    return window.interpolate ? window.interpolate(format, values, true) : format.replace(/%\((\w+)\)s/g, function (all, name) { return values[name]; });
+  }
+
+  function yourZone() {
+    return interpolate(_("your zone (%(zone)s)"), { zone: zone || "UTC" });
+  }
+
+  // The zone the server printed this page's times in (the toggle's data-server-zone: the viewer's once the
+  // cookie below is set, UTC on the first page).
+  function serverZone(button) {
+    var sent = button.getAttribute("data-server-zone") || "UTC";
+    return sent === zone ? yourZone() : sent;
+  }
+
+  // What the page's times show now: the mode chosen, or else what the server sent: "how long ago" when every
+  // time on the page was sent so ("5 minutes ago"), times in the viewer's zone when the server used it, or
+  // null (times in another zone, UTC on a first page: the label names it).
+  function shownMode(button) {
+    if (mode) return mode;
+    var times = document.querySelectorAll("time[datetime]:not([data-log-time])");
+    var clockTimes = Array.prototype.filter.call(times, function (el) {
+      return /\d:\d\d|\d{4}-\d\d-\d\d/.test(el.getAttribute("data-server-text") || el.textContent);
+    });
+    if (times.length && !clockTimes.length) return "relative";
+    return (button.getAttribute("data-server-zone") || "UTC") === zone ? "absolute" : null;
   }
 
   // The server prints times in the zone this cookie names (portal.web.middleware.ViewerTimezoneMiddleware):
@@ -148,7 +178,7 @@
     document.addEventListener("click", function (event) {
       var button = event.target.closest && event.target.closest("[data-time-toggle]");
       if (!button) return;
-      mode = mode === "absolute" ? "relative" : "absolute";
+      mode = shownMode(button) === "absolute" ? "relative" : "absolute";
       storeMode(mode);
       rewriteTimes(document);
     });

@@ -59,6 +59,8 @@ class GroupRoleRule(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = gettext_lazy("group role rule")
+        verbose_name_plural = gettext_lazy("group role rules")
         ordering = ["group", "role", "department__name"]
         constraints = [
             models.CheckConstraint(
@@ -157,6 +159,7 @@ class ExternalIdentity(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = gettext_lazy("external identity")
         verbose_name_plural = gettext_lazy("external identities")
         ordering = ["provider", "subject"]
         constraints = [
@@ -204,6 +207,7 @@ class PosixAccount(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name_plural = gettext_lazy("POSIX accounts")
         verbose_name = gettext_lazy("POSIX account")
         ordering = ["name"]
         constraints = [

@@ -50,7 +50,9 @@ SLUG_FORM = Q(slug__regex=naming.SLUG_PATTERN)
 
 
 class Department(models.Model):
-    name = models.CharField(max_length=100, validators=[TextValidator()])  # one line of plain text
+    name = models.CharField(
+        max_length=100, validators=[TextValidator()], verbose_name=gettext_lazy("name")
+    )  # one line of plain text
     slug = models.SlugField(
         max_length=naming.SLUG_MAX,
         validators=[validate_department_slug],
@@ -61,9 +63,12 @@ class Department(models.Model):
             ),
             max=naming.SLUG_MAX,
         ),
+        verbose_name=gettext_lazy("slug"),
     )
     guaranteed_gpus = models.PositiveIntegerField(
-        default=0, help_text=gettext_lazy("Always available; reclaimed if lent.")
+        default=0,
+        help_text=gettext_lazy("Always available; reclaimed if lent."),
+        verbose_name=gettext_lazy("guaranteed gpus"),
     )
     over_quota_weight = models.DecimalField(
         max_digits=6,
@@ -73,28 +78,36 @@ class Department(models.Model):
         help_text=gettext_lazy(
             "Share of idle GPUs it may borrow, relative to other departments (0: never borrows)."
         ),
+        verbose_name=gettext_lazy("over quota weight"),
     )
     limit_gpus = models.PositiveIntegerField(
         null=True,
         blank=True,
         help_text=gettext_lazy("Most GPUs it may hold, borrowing included; empty for no limit."),
+        verbose_name=gettext_lazy("limit gpus"),
     )
     priority = models.SmallIntegerField(
-        default=0, help_text=gettext_lazy("Higher priority is served first when borrowing.")
+        default=0,
+        help_text=gettext_lazy("Higher priority is served first when borrowing."),
+        verbose_name=gettext_lazy("priority"),
     )
     # Network isolation, allocated from the pools in TenancySettings; unique while assigned.
     vlan_id = models.PositiveIntegerField(
-        validators=[MinValueValidator(VLAN_MIN), MaxValueValidator(VLAN_MAX)]
+        validators=[MinValueValidator(VLAN_MIN), MaxValueValidator(VLAN_MAX)],
+        verbose_name=gettext_lazy("vlan id"),
     )
     vxlan_vni = models.PositiveIntegerField(
-        validators=[MinValueValidator(VNI_MIN), MaxValueValidator(VNI_MAX)]
+        validators=[MinValueValidator(VNI_MIN), MaxValueValidator(VNI_MAX)],
+        verbose_name=gettext_lazy("vxlan vni"),
     )
     ib_pkey = models.PositiveIntegerField(
         validators=[MinValueValidator(PKEY_MIN), MaxValueValidator(PKEY_MAX)],
         help_text=gettext_lazy("InfiniBand P_Key"),
     )
     network_cidr = models.CharField(
-        max_length=43, help_text=gettext_lazy("The department's tenant network, e.g. 10.64.3.0/24")
+        max_length=43,
+        help_text=gettext_lazy("The department's tenant network, e.g. 10.64.3.0/24"),
+        verbose_name=gettext_lazy("network cidr"),
     )
     # Storage isolation. Written unquoted into /etc/exports and PersistentVolumes (docs/rendering.md).
     export_path = models.CharField(
@@ -104,6 +117,7 @@ class Department(models.Model):
             "Absolute path of the department's NFS export, inside the tenancy settings' export root: "
             "letters, digits, '.', '_' and '-' between '/', no trailing '/'."
         ),
+        verbose_name=gettext_lazy("export path"),
     )
     storage_quota_gib = models.PositiveIntegerField(default=10240)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -112,6 +126,8 @@ class Department(models.Model):
     objects = DepartmentQuerySet.as_manager()
 
     class Meta:
+        verbose_name = gettext_lazy("department")
+        verbose_name_plural = gettext_lazy("departments")
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(fields=["name"], name="%(app_label)s_%(class)s_unique_name"),
@@ -229,6 +245,8 @@ class DedicatedPartition(models.Model):
     objects = DedicatedPartitionQuerySet.as_manager()
 
     class Meta:
+        verbose_name = gettext_lazy("dedicated partition")
+        verbose_name_plural = gettext_lazy("dedicated partitions")
         ordering = ["department__name", "partition__rack__name", "partition__clique_id"]
         constraints = [
             models.UniqueConstraint(fields=["partition"], name="%(app_label)s_%(class)s_unique_partition"),

@@ -66,6 +66,8 @@ class Membership(MembershipBase):
     objects = MembershipQuerySet.as_manager()
 
     class Meta:
+        verbose_name = gettext_lazy("membership")
+        verbose_name_plural = gettext_lazy("memberships")
         ordering = ["department__name", "role", "user__username"]
         constraints = [
             models.UniqueConstraint(
@@ -93,6 +95,8 @@ class ProjectMembership(MembershipBase):
     scope_field = "project"
 
     class Meta:
+        verbose_name = gettext_lazy("project membership")
+        verbose_name_plural = gettext_lazy("project memberships")
         ordering = ["project__name", "role", "user__username"]
         constraints = [
             models.UniqueConstraint(fields=["user", "project"], name="%(app_label)s_%(class)s_unique_member"),

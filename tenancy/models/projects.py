@@ -119,6 +119,8 @@ class Project(models.Model):
     objects = ProjectQuerySet.as_manager()
 
     class Meta:
+        verbose_name = gettext_lazy("project")
+        verbose_name_plural = gettext_lazy("projects")
         ordering = ["department__name", "name"]
         constraints = [
             models.UniqueConstraint(

@@ -138,6 +138,8 @@ class ExporterEndpoint(models.Model):
     last_sample_count = models.PositiveIntegerField(default=0)
 
     class Meta:
+        verbose_name = gettext_lazy("exporter endpoint")
+        verbose_name_plural = gettext_lazy("exporter endpoints")
         ordering = ["url"]
         constraints = [models.UniqueConstraint(fields=["url"], name="%(app_label)s_%(class)s_unique_url")]
 
@@ -160,6 +162,7 @@ class GpuActivity(models.Model):
     )
 
     class Meta:
+        verbose_name = gettext_lazy("GPU activity")
         verbose_name_plural = gettext_lazy("GPU activity")
         indexes = [models.Index(fields=["low_since"], name="tenancy_gpuactivity_low_idx")]
 
@@ -184,6 +187,8 @@ class GpuUtilization(models.Model):
     )
 
     class Meta:
+        verbose_name = gettext_lazy("GPU utilization")
+        verbose_name_plural = gettext_lazy("GPU utilizations")
         constraints = [
             models.UniqueConstraint(
                 fields=["gpu", "bucket_start"], name="%(app_label)s_%(class)s_unique_bucket"
@@ -216,6 +221,8 @@ class QuotaSnapshot(models.Model):
     objects = QuotaSnapshotQuerySet.as_manager()
 
     class Meta:
+        verbose_name = gettext_lazy("quota snapshot")
+        verbose_name_plural = gettext_lazy("quota snapshots")
         ordering = ["taken_at"]
         constraints = [
             models.UniqueConstraint(

@@ -1,6 +1,7 @@
 """core.moments.clock, the one formatter of a moment in a sentence: the time alone only when it is today and
 within a day; else with its date (a job's time limit a day ahead never reads as if it had passed). The
-embedded backend's stored "ends at its time limit" message and the `clock` template filter use it."""
+`clock` template filter uses it; the embedded backend's stored "ends at its time limit" message holds its
+moment in full (core.moments.utc_words)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def test_a_time_without_its_date_is_always_today_and_within_a_day(minutes):
 
 
 @pytest.mark.parametrize("limit", [60, 1440, 3 * 1440])
-def test_the_embedded_backends_running_message_dates_an_end_that_is_not_today(tmp_path, limit):
+def test_the_embedded_backends_running_message_dates_its_end_in_utc(tmp_path, limit):
+    # Stored in full and in UTC, named (core.moments.utc_words): a page shows it in the viewer's zone
+    # (core.moments.moment_html), so the stored words never hold a time whose day is left to the reader.
     backend = RenderedJobBackend(tmp_path, "slurm", lambda request: "#!/bin/bash\n", ".json")
     request = DispatchRequest(
         job_id=57, name="train", department="ops", priority_class="train", hostnames=("gb-r01-t01",),
@@ -66,6 +69,4 @@ def test_the_embedded_backends_running_message_dates_an_end_that_is_not_today(tm
     backend_id = backend.submit(request, started_at=started)
     message = backend.status([backend_id])[backend_id].message
     ends = started + timedelta(minutes=limit)
-    dated = limit >= 1440 or ends.date() != started.date()  # an hour's limit is dated only past midnight
-    shown = f"{ends:%Y-%m-%d %H:%M} UTC" if dated else f"{ends:%H:%M} UTC"
-    assert message.endswith(f"ends at its time limit, {shown}")
+    assert message.endswith(f"ends at its time limit, {ends:%Y-%m-%d %H:%M} UTC")

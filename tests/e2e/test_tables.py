@@ -124,13 +124,13 @@ def test_export_jobs_and_toggle_times(live_server, page, fleet, shots):
     names = [row["name"] for row in csv.DictReader(io.StringIO(body))]
     assert "'=cmd|' /C calc'!A0" in names and "=cmd|' /C calc'!A0" not in names  # CSV defuses the formula
 
-    # Times: as sent (relative on this page), then absolute in the browser's zone, remembered, then relative.
+    # Times: how long ago (as sent on this page), then in the browser's zone, remembered, then how long ago.
     first = page.locator("table.jobs time").first
     toggle = page.locator("[data-time-toggle]")
-    expect(toggle).to_be_visible()
+    expect(toggle).to_have_text("Times: how long ago")
     toggle.click()
     expect(first).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"))
-    expect(toggle).to_contain_text("absolute")
+    expect(toggle).to_have_text("Times: your zone (UTC)")
     page.screenshot(path=str(shots / "jobs-absolute-times-desktop.png"), full_page=True)
     page.reload()
     expect(page.locator("table.jobs time").first).to_have_text(

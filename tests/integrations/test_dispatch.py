@@ -10,6 +10,7 @@ proxy; every other answer is the real server's. A backend that is down leaves jo
 retried; nothing is lost and nothing runs twice.
 """
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -349,6 +350,8 @@ def test_sync_with_the_backend_down_leaves_running_jobs_running_and_says_so(subm
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     assert "unreachable" in job.backend_message and "state not updated" in job.backend_message
+    # The moment in full and in UTC, named (a page shows it in the viewer's zone: core.moments.moment_html).
+    assert re.search(r" unreachable at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC: ", job.backend_message)
 
 
 def assert_being_deleted(kube, job: Job) -> None:

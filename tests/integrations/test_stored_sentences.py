@@ -65,6 +65,8 @@ SHAPED = {
 
 def _sample(name: str) -> str:
     """A value of the kind the placeholder holds (core.sentences_i18n's value classes)."""
+    if name in sentences_i18n.MOMENTS:
+        return "2026-11-30 01:02:03 UTC"  # core.moments.utc_words
     if name in sentences_i18n.SHAPES:
         return SHAPED[name]
     if name in sentences_i18n.NUMBERS:

@@ -98,7 +98,7 @@ def test_a_jobs_backend_message_history_and_placement_read_in_japanese(
             integration_words.EMBEDDED_RENDERED_UNTIL,
             rendered_file="rp-1.json",
             backend_kind="slurm",
-            ends_at="07:26",
+            ends_at="2026-11-30 07:26 UTC",  # core.moments.utc_words
         ),
     )
     job.backend_message = backend_state_words(integration_words.RENDERED_FILES, status)

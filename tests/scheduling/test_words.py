@@ -4,6 +4,8 @@ sentence of several clauses is translated clause by clause; English viewers get 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.utils import translation
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 import inventory.planning  # noqa: F401  (the wizard's templates: registered on import)
 from core import sentences, sentences_i18n
+from core.moments import utc_words
 from scheduling import words
 from scheduling.engine.words import CLAUSES, TEMPLATES, say
 
@@ -41,11 +44,17 @@ SHAPES = {
     "backend_state": st.sampled_from(["pending", "running", "completed", "failed", "cancelled", "unknown"]),
     "code": st.integers(min_value=-255, max_value=255).map(str),
 }
+# A moment as stored sentences hold it (core.moments.utc_words), or a time alone (as older releases wrote).
+MOMENTS = st.datetimes(datetime(2000, 1, 1), datetime(2100, 1, 1), timezones=st.just(UTC)).map(
+    utc_words
+) | st.sampled_from(["07:24 UTC", "23:59:59 UTC"])
 # A name people gave: any text, spaces and words too (a job called "run the tests (again)").
 NAMES = st.sampled_from(["train-7b", "run the tests (again)", "Applied ML", "preempted"])
 
 
 def _strategy(name: str):
+    if name in sentences_i18n.MOMENTS:
+        return MOMENTS
     if name in sentences_i18n.SHAPES:
         return SHAPES[name]
     if name in sentences_i18n.NAMES:
