@@ -1,7 +1,8 @@
 """The names the audit log shows for the audited models and their fields of core and the other apps.
 
-Django makes a model's and a field's verbose name from its Python name ("guaranteed gpus") when none is given,
-and giving them one would alter every migration; the apps' own names (apps.py) are plain too. The audit page
+Django makes a field's verbose name from its Python name ("guaranteed gpus") when none is given (the models'
+and the apps' names are translated where they are defined, for the Django admin; most fields are not, as
+each would alter a migration). The audit page
 and its filter look each name up in the viewer's language (portal.pages.audit._labels, portal.pages.filters),
 so each is marked here (gettext_noop) and translated in portal's catalogue. tests/portal/test_i18n_pages.py
 proves the audit page shows none of them in English; a new audited field shows there until it is listed.
