@@ -134,17 +134,32 @@ def test_the_phone_header_and_job_rows(live_server, browser, demo, shots, langua
         # What scrolls sideways inside the table's box is cut at its edge: that edge is what a row shows.
         box = page.locator("#job-table .table-wrap").bounding_box()
         shown = box["x"] + box["width"]
-        for index in range(6):
-            row = rows.nth(index)
-            name, gpus = row.locator(".job-link"), row.locator("td.num").nth(1)
-            state = row.locator(".badge").first
-            line = name.evaluate("el => parseFloat(getComputedStyle(el).lineHeight)")
-            box = name.bounding_box()
+        # Measured in one go: the list refreshes itself every few seconds (htmx), replacing its rows, so a
+        # row located before a refresh is gone after it.
+        measured = page.evaluate(
+            """() => Array.from(document.querySelectorAll("table.jobs tbody tr")).slice(0, 6).map((row) => {
+                const box = (el) => {
+                    const r = el.getBoundingClientRect();
+                    return {x: r.x, width: r.width, height: r.height};
+                };
+                const name = row.querySelector(".job-link");
+                return {
+                    text: name.textContent.trim(),
+                    line: parseFloat(getComputedStyle(name).lineHeight),
+                    name: box(name),
+                    gpus: box(row.querySelectorAll("td.num")[1]),
+                    state: box(row.querySelector(".badge")),
+                };
+            })"""
+        )
+        assert len(measured) == 6
+        for index, row in enumerate(measured):
+            line, box = row["line"], row["name"]
             assert box["width"] >= 100, f"row {index}: the name is {box['width']} px wide"
             assert box["height"] <= line + 1, f"row {index}: the name wraps: {box['height']} px"
-            for cell in (name, gpus, state):
-                assert inside(cell.bounding_box(), shown), (index, cell.inner_text(), shown)
-            assert state.bounding_box()["height"] <= line + 8  # the badge on one line
+            for cell in ("name", "gpus", "state"):
+                assert inside(row[cell], shown), (index, row["text"], cell, shown)
+            assert row["state"]["height"] <= line + 8  # the badge on one line
         first = rows.first.locator(".job-link")
         expect(first).to_have_text(LONG_NAME)
         expect(first).to_have_attribute("title", LONG_NAME)
