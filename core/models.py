@@ -117,6 +117,10 @@ class PersonalToken(models.Model):
     revoked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # Set when the token was rotated (core.tokens.rotate_personal): revoked because replaced, by this one.
+    rotated_to = models.OneToOneField(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="rotated_from"
+    )
 
     objects = PersonalTokenQuerySet.as_manager()
 

@@ -207,10 +207,16 @@ def rotate_personal(token: PersonalToken, by=None) -> tuple[PersonalToken, str]:
     token revoked or expired before."""
     locked = PersonalToken.objects.select_for_update().select_related("user").get(pk=token.pk)
     label = f"API token {locked.prefix}… ({locked.name})"
+    if locked.revoked_at is not None and locked.rotated_to_id is not None:
+        raise NotRotatable(
+            f"{label} was rotated at {locked.revoked_at:%Y-%m-%d %H:%M} UTC, to "
+            f"{locked.rotated_to.prefix}…: rotate that one, or make a new one on the portal's API tokens "
+            f"page ({TOKENS_PAGE})."
+        )
     if locked.revoked_at is not None:
         raise NotRotatable(
-            f"{label} was revoked (or rotated) at {locked.revoked_at:%Y-%m-%d %H:%M} UTC: use the token it "
-            f"was rotated to, or make a new one on the portal's API tokens page ({TOKENS_PAGE})."
+            f"{label} was revoked at {locked.revoked_at:%Y-%m-%d %H:%M} UTC: make a new one on the portal's "
+            f"API tokens page ({TOKENS_PAGE})."
         )
     if timezone.now() >= locked.expires_at:
         raise NotRotatable(
@@ -227,6 +233,7 @@ def rotate_personal(token: PersonalToken, by=None) -> tuple[PersonalToken, str]:
     )
     new.full_clean()
     new.save()
+    PersonalToken.objects.filter(pk=locked.pk).update(rotated_to=new)
     logger.info(
         "personal API token %s… (%s) of %s rotated to %s…",
         locked.prefix,
@@ -241,7 +248,7 @@ def find(key: str) -> PersonalToken | None:
     """The personal token (revoked, expired or not) whose key this is, or None."""
     if not key.startswith(KEY_PREFIX):
         return None
-    return PersonalToken.objects.select_related("user").filter(key_hash=hash_key(key)).first()
+    return PersonalToken.objects.select_related("user", "rotated_to").filter(key_hash=hash_key(key)).first()
 
 
 def mark_used(token: PersonalToken) -> None:
@@ -283,6 +290,12 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
                 f"whole, or make a new one on the portal's API tokens page ({TOKENS_PAGE})."
             )
         label = f"API token {token.prefix}… ({token.name})"
+        if token.revoked_at is not None and token.rotated_to_id is not None:
+            raise exceptions.AuthenticationFailed(
+                f"{label} was rotated at {token.revoked_at:%Y-%m-%d %H:%M} UTC: it was replaced by "
+                f"{token.rotated_to.prefix}… (the key shown once when it was rotated); use that one, or make "
+                f"a new one on the portal's API tokens page ({TOKENS_PAGE})."
+            )
         if token.revoked_at is not None:
             raise exceptions.AuthenticationFailed(
                 f"{label} was revoked at {token.revoked_at:%Y-%m-%d %H:%M} UTC: make a new one on the "

@@ -225,7 +225,7 @@ class PersonalTokenForm(forms.Form):
 
 def _status(token: PersonalToken, now) -> str:
     if token.revoked_at is not None:
-        return "revoked"
+        return "rotated" if token.rotated_to_id is not None else "revoked"
     return "expired" if token.expires_at <= now else "active"
 
 
@@ -253,7 +253,7 @@ def personal_tokens(request):
             request.session[NEW_PERSONAL_KEY_SESSION_KEY] = [token.pk, key]
             return HttpResponseRedirect(reverse("personal-token-new"), status=303)
     now = timezone.now()
-    own = PersonalToken.objects.filter(user=request.user)
+    own = PersonalToken.objects.filter(user=request.user).select_related("rotated_to")
     everyone = None
     if is_admin(request.user):
         everyone = _rows(

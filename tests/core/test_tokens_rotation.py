@@ -103,9 +103,25 @@ def test_a_rotated_token_cannot_be_rotated_twice(member_a):
     original, _ = personal(member_a)
     stale = PersonalToken.objects.get(pk=original.pk)
     tokens.rotate_personal(original)
-    with pytest.raises(tokens.NotRotatable, match="revoked"):
+    with pytest.raises(tokens.NotRotatable, match="was rotated at .* UTC, to rpt_"):
         tokens.rotate_personal(stale)
     assert PersonalToken.objects.filter(user=member_a, revoked_at__isnull=True).count() == 1
+
+
+def test_a_rotated_key_is_refused_as_rotated_naming_its_successor_and_a_revoked_one_as_revoked(member_a):
+    """A rotated token was replaced, not revoked: its refusal says so and names the one that replaced it."""
+    original, key = personal(member_a)
+    new_key = client_with(key).post(ROTATE).json()["token"]
+    new = tokens.find(new_key)
+    assert PersonalToken.objects.get(pk=original.pk).rotated_to == new
+    refused = client_with(key).get("/api/v1/jobs/")
+    assert refused.status_code == 401
+    detail = refused.json()["detail"]
+    assert f"({original.name}) was rotated at " in detail and f"replaced by {new.prefix}…" in detail
+    assert "revoked" not in detail
+    tokens.revoke(new)
+    refused = client_with(new_key).get("/api/v1/jobs/")
+    assert "was revoked at" in refused.json()["detail"] and "rotated" not in refused.json()["detail"]
 
 
 @pytest.mark.django_db(transaction=True)

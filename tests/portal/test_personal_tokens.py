@@ -95,6 +95,19 @@ def test_the_list_shows_each_token_with_its_state_and_the_bearer_scheme_works_to
     assert api_with(active, "Bearer").get("/api/v1/jobs/").status_code == 200
 
 
+def test_a_rotated_token_is_listed_as_rotated_to_its_successor_not_as_revoked(client_as, member_a):
+    from core import tokens
+
+    client = client_as(member_a)
+    make_token_on_the_portal(client, "laptop")
+    old = PersonalToken.objects.get(name="laptop")
+    new, _ = tokens.rotate_personal(old)
+    page = client.get(PAGE).content.decode()
+    assert f'<tr class="token-row rotated" data-token="{old.pk}">' in page
+    row = page.split(f'data-token="{old.pk}"')[1].split("</tr>")[0]
+    assert f"to {new.prefix}…" in row and "Revoked" not in row
+
+
 def test_an_expired_token_is_refused_with_a_401_that_says_so(member_a):
     token, key = tokens.issue(member_a, "ci", timezone.now() + datetime.timedelta(days=1))
     assert api_with(key).get("/api/v1/jobs/").status_code == 200
