@@ -103,7 +103,7 @@ def test_a_rotated_token_cannot_be_rotated_twice(member_a):
     original, _ = personal(member_a)
     stale = PersonalToken.objects.get(pk=original.pk)
     tokens.rotate_personal(original)
-    with pytest.raises(tokens.NotRotatable, match="was rotated at .* UTC, to rpt_"):
+    with pytest.raises(tokens.NotRotatable, match=r"was rotated at .* UTC, to rpt_"):
         tokens.rotate_personal(stale)
     assert PersonalToken.objects.filter(user=member_a, revoked_at__isnull=True).count() == 1
 
