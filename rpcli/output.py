@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -23,11 +24,20 @@ def cell(value: Any) -> str:
     return text
 
 
-def when(value: Any) -> str:
-    """An ISO 8601 time as `2026-11-30 14:02` (the API's time zone, which it states in the value)."""
-    if not isinstance(value, str) or len(value) < 16 or value[10] != "T":
+def when(value: Any, zone: datetime.tzinfo | None = None) -> str:
+    """An ISO 8601 time as `2026-11-30 19:02 JST`: in this machine's time zone (`TZ`; `zone` in tests), with
+    the zone named (the API sends UTC; a bare "10:02" read as local time would be hours off)."""
+    if not isinstance(value, str):
         return cell(value)
-    return value[:10] + " " + value[11:16]
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return cell(value)
+    if moment.tzinfo is None:  # not what the API sends: shown as it came
+        return cell(value)
+    local = moment.astimezone(zone)
+    name = local.tzname() or local.strftime("%z")
+    return f"{local:%Y-%m-%d %H:%M} {name}"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO | None = None) -> None:

@@ -149,3 +149,16 @@ def test_rp_runs_where_the_portal_cannot_be_imported(tmp_path):
         )
         assert done.returncode == expected, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_times_are_shown_in_the_machines_zone_with_its_name():
+    import datetime
+    import zoneinfo
+
+    from rpcli import output
+
+    tokyo = zoneinfo.ZoneInfo("Asia/Tokyo")
+    assert output.when("2026-11-30T10:38:05Z", tokyo) == "2026-11-30 19:38 JST"
+    assert output.when("2026-11-30T10:38:05.123456+00:00", datetime.UTC) == "2026-11-30 10:38 UTC"
+    assert output.when("2026-11-30T23:30:00Z", tokyo) == "2026-12-01 08:30 JST"  # the next day there
+    assert output.when(None) == "-" and output.when("not a time") == "not a time"
