@@ -158,6 +158,7 @@ class NotificationEvent(TextChoices):
     JOB_PREEMPTED = "job_preempted", _("Job preempted")
     JOB_FINISHED = "job_finished", _("Job finished")
     JOB_FAILED = "job_failed", _("Job failed")
+    JOB_CANCELLED = "job_cancelled", _("Job cancelled by someone else")
     # Leads' and admins' (department:<slug>; push failures: target:<name>).
     GUARANTEE_SHORT = "guarantee_short", _("Department short of its guarantee")
     IDLE_GPUS = "idle_gpus", _("Idle GPUs above a threshold")

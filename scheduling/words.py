@@ -36,6 +36,8 @@ JOB_FINISHED = gettext_noop("Job %(job_title)s (#%(job)s) finished")
 JOB_FINISHED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) finished: %(message)s")
 JOB_FAILED = gettext_noop("Job %(job_title)s (#%(job)s) failed")
 JOB_FAILED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) failed: %(message)s")
+JOB_CANCELLED = gettext_noop("Job %(job_title)s (#%(job)s) was cancelled")
+JOB_CANCELLED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) was cancelled: %(message)s")
 JOB_REQUEUED = gettext_noop("Job #%(job)s %(job_title)s requeued: %(message)s")
 RECLAIMED_BY = gettext_noop("department %(department)s reclaimed its GPUs")
 # A department's notifications (scheduling.tasks): short of its guarantee, idle GPUs.

@@ -38,6 +38,7 @@ JOB_EVENTS = [
     NotificationEvent.JOB_PREEMPTED,
     NotificationEvent.JOB_FINISHED,
     NotificationEvent.JOB_FAILED,
+    NotificationEvent.JOB_CANCELLED,
 ]
 DEPARTMENT_EVENTS = [NotificationEvent.GUARANTEE_SHORT, NotificationEvent.IDLE_GPUS]
 ADMIN_EVENTS = [NotificationEvent.PUSH_FAILED]

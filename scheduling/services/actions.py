@@ -79,7 +79,12 @@ def cancel_job(job: Job, user=None) -> Job:
         job.backend_message = ""
         job.next_dispatch_at = None
         job.save()
-        JobEvent.objects.create(job=job, kind=JobEventKind.CANCELLED, message=cancelled_words(who, was))
+        message = cancelled_words(who, was)
+        JobEvent.objects.create(job=job, kind=JobEventKind.CANCELLED, message=message)
+        if user is None or job.submitted_by_id != user.pk:
+            # Its submitter did not do it (a lead, an admin, the system): they hear of it. Their own
+            # cancel needs no notice.
+            notify_job(job, JobEventKind.CANCELLED, message)
         if was in HOLDING_STATES:
             request_pass(f"cancelled job {job.pk}")
     return job
@@ -100,6 +105,7 @@ JOB_NOTICES = {
     JobEventKind.PREEMPTED: NotificationEvent.JOB_PREEMPTED,
     JobEventKind.COMPLETED: NotificationEvent.JOB_FINISHED,
     JobEventKind.FAILED: NotificationEvent.JOB_FAILED,
+    JobEventKind.CANCELLED: NotificationEvent.JOB_CANCELLED,
 }
 
 
@@ -107,8 +113,8 @@ def notify_job(
     job: Job, kind: str, message: str = "", *, department_slug: str | None = None, subscriptions=None
 ) -> None:
     """Tell the job's subscribers (its submitter's own subscriptions: scope user:<id>; its department's:
-    department:<slug>; this job's: job:<id>) that it started, was preempted, finished or failed. Recorded in
-    the caller's transaction, sent after it commits."""
+    department:<slug>; this job's: job:<id>) that it started, was preempted, finished, failed or was
+    cancelled by someone else. Recorded in the caller's transaction, sent after it commits."""
     event = JOB_NOTICES.get(kind)
     if event is None:
         return
@@ -120,6 +126,7 @@ def notify_job(
         NotificationEvent.JOB_PREEMPTED: (words.JOB_PREEMPTED, words.JOB_PREEMPTED_SAYING),
         NotificationEvent.JOB_FINISHED: (words.JOB_FINISHED, words.JOB_FINISHED_SAYING),
         NotificationEvent.JOB_FAILED: (words.JOB_FAILED, words.JOB_FAILED_SAYING),
+        NotificationEvent.JOB_CANCELLED: (words.JOB_CANCELLED, words.JOB_CANCELLED_SAYING),
     }[event]
     scope = [f"job:{job.pk}", f"department:{slug}"]
     if job.submitted_by_id:

@@ -123,6 +123,31 @@ def test_finishing_a_job_notifies_through_finish_job(member_a, department_a):
     assert InboxItem.objects.get(user=member_a).subject == f"Job train-1 (#{job.pk}) failed: exit code 3"
 
 
+def test_a_job_cancelled_by_a_lead_is_heard_by_its_submitter_not_their_own_cancel(
+    client_as, member_a, lead_a, department_a, django_capture_on_commit_callbacks
+):
+    from scheduling.services.actions import cancel_job
+
+    NotificationSubscription.objects.create(
+        name="mine",
+        channel=NotificationChannel.PORTAL,
+        events=["job_cancelled"],
+        owner=member_a,
+        scope=f"user:{member_a.pk}",
+    )
+    own = make_job(department_a, member_a)
+    with django_capture_on_commit_callbacks(execute=True):
+        cancel_job(own, member_a)
+    assert not InboxItem.objects.filter(user=member_a).exists()  # their own cancel: no notice
+    job = make_job(department_a, member_a, name="train-2")
+    with django_capture_on_commit_callbacks(execute=True):
+        cancel_job(job, lead_a)
+    assert InboxItem.objects.get(user=member_a).subject == (
+        f"Job train-2 (#{job.pk}) was cancelled: cancelled by lead-a while pending"
+    )
+    assert 'value="job_cancelled"' in client_as(member_a).get(PAGE).content.decode()
+
+
 def test_idle_threshold_is_heard_when_crossed(lead_a, department_a):
     NotificationSubscription.objects.create(
         name="idle",
