@@ -150,8 +150,11 @@ class Results:
 
 def clean(raw) -> str:
     """The query as searched: control characters and lone surrogates (no database can hold one) become
-    spaces, then trimmed. Longer than MAX_QUERY characters raises QueryTooLong."""
-    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in str(raw or "")).strip()
+    spaces, the rest is NFKC-normalised (a Japanese input method's full-width "ＧＢ-Ｒ03" or "ｃａｒｏｌ"
+    is "GB-R03" or "carol", as the names are stored), then trimmed. Longer than MAX_QUERY characters raises
+    QueryTooLong."""
+    text = unicodedata.normalize("NFKC", str(raw or ""))  # makes no control character of another
+    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in text).strip()
     if len(text) > MAX_QUERY:
         raise QueryTooLong(
             _(
