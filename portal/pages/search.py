@@ -150,9 +150,9 @@ class Results:
 
 def clean(raw) -> str:
     """The query as searched: control characters and lone surrogates (no database can hold one) become
-    spaces, the rest is NFKC-normalised (a Japanese input method's full-width "ＧＢ-Ｒ03" or "ｃａｒｏｌ"
-    is "GB-R03" or "carol", as the names are stored), then trimmed. Longer than MAX_QUERY characters raises
-    QueryTooLong."""
+    spaces, the rest is NFKC-normalised (the full-width letters, digits and dashes a Japanese input method
+    types, U+FF01-U+FF5E, read as the ASCII the names are stored in: "gb-r03", "carol"), then trimmed.
+    Longer than MAX_QUERY characters raises QueryTooLong."""
     text = unicodedata.normalize("NFKC", str(raw or ""))  # makes no control character of another
     text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in text).strip()
     if len(text) > MAX_QUERY:

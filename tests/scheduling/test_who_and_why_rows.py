@@ -95,7 +95,9 @@ def test_a_job_held_by_its_departments_limit_says_it_has_no_estimate_and_why(sub
     ), standing
     # The reason is said once, in "Why it waits", not again after the estimate.
     box = text(re.search(r'<div class="note note-warn" data-why="pending">.*?</div>', page, re.S).group(0))
-    assert box.startswith("Why it waits: The department's limit is 48 GPUs; it holds 40 and this job needs 40.")
+    assert box.startswith(
+        "Why it waits: The department's limit is 48 GPUs; it holds 40 and this job needs 40"
+    )
     assert box.count("limit is 48 GPUs") == 1, box
     assert "<b>estimated start</b>: none" in page  # labelled as the estimate of a job that has one
 
