@@ -3,6 +3,7 @@
 state, and a waiting job's reason shows under its name, whole and inside the screen (it sat in a column off
 the side, and the row was a tall empty band). Screenshots in `shots`."""
 
+from contextlib import closing
 from io import StringIO
 
 import pytest
@@ -12,10 +13,10 @@ from playwright.sync_api import expect
 
 from scheduling.models import Department
 from tests.e2e.browser import PHONE, sign_in
+from tests.e2e.test_phone_rows_and_header import LANGUAGES, inside
 from tests.factories import make_job
 
 PASSWORD = "e2e-phone-list-password-1"
-LANGUAGES = {"en": "en-US", "ja": "ja"}
 # A reason as the scheduler stores it (English; the page reads it in the viewer's language), long enough to
 # wrap on a phone.
 REASON = (
@@ -45,15 +46,11 @@ def frank(transactional_db, settings, tmp_path):
     return user
 
 
-def inside(box, width: float) -> bool:
-    return box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("language", ["en", "ja"])
 def test_the_phone_jobs_list_fits_and_shows_why_a_job_waits(live_server, browser, frank, shots, language):
-    context = browser.new_context(viewport=PHONE, locale=LANGUAGES[language], is_mobile=True, has_touch=True)
-    try:
+    phone = {"viewport": PHONE, "locale": LANGUAGES[language], "is_mobile": True, "has_touch": True}
+    with closing(browser.new_context(**phone)) as context:
         page = context.new_page()
         sign_in(page, live_server, frank.username, PASSWORD)
         page.goto(f"{live_server.url}/scheduling/jobs/")
@@ -104,5 +101,3 @@ def test_the_phone_jobs_list_fits_and_shows_why_a_job_waits(live_server, browser
         assert row_box["height"] <= reason_box["y"] + reason_box["height"] - row_box["y"] + 16, row_box
         page.screenshot(path=str(shots / f"phone-jobs-{language}-390.png"))
         page.screenshot(path=str(shots / f"phone-jobs-{language}-390-full.png"), full_page=True)
-    finally:
-        context.close()
