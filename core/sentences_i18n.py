@@ -263,3 +263,11 @@ def _ours(text: str) -> bool:
     matches a backend's "BackoffLimitExceeded: Job has reached ...", and says nothing)."""
     found = _match(text)
     return found is not None and re.search("[A-Za-z]", PLACEHOLDER.sub("", found[0])) is not None
+
+
+def begins_with_value(text: str) -> bool:
+    """`text`, a stored sentence, begins with a value of its first clause's template ("inference jobs run
+    only within ...": "%(priority_class)s jobs ..."), a name a page shows as written wherever the sentence
+    stands, never capitalised at the start of one."""
+    found = _match(str(text or "").split(CLAUSES)[0])
+    return found is not None and found[0].startswith("%(")

@@ -1,6 +1,6 @@
 """One FilterSet per model, shared by the HTML lists and the API."""
 
-import re
+import unicodedata
 from datetime import timedelta
 
 import django_filters
@@ -25,7 +25,6 @@ from inventory.choices import (
 )
 from inventory.models import ComputeTray, Gpu, HealthEvent, NVLinkPartition, Rack
 from inventory.staleness import silent_policy, silent_q
-from inventory.validators import validate_hostname, validate_rack_name
 
 
 class RackFilter(django_filters.FilterSet):
@@ -107,7 +106,6 @@ class GpuFilter(django_filters.FilterSet):
 
 # --- The health centre (inventory.views.health) ------------------------------------------------------------
 
-GPU_UUID = re.compile(r"GPU-[0-9A-Fa-f][0-9A-Fa-f-]{0,59}")
 # The kinds an event can be (node silent is computed when read, never an event).
 EVENT_KINDS = [(value, label) for value, label in HealthKind.choices if value != HealthKind.NODE_SILENT]
 SEVERITY_Q = {
@@ -121,23 +119,31 @@ OFFENDER_WINDOWS = {"7d": 7, "30d": 30, "90d": 90}
 OFFENDER_WINDOW_DEFAULT = "30d"
 
 
-def validate_gpu_uuid(value):
-    if not GPU_UUID.fullmatch(value):
-        raise ValidationError(
-            _("A GPU UUID as nvidia-smi prints it: GPU- then hex digits and dashes (GPU-1a2b3c4d-...)."),
-            code="invalid",
+MAX_PART = 128  # longer than any rack name, hostname or GPU UUID: a paste gone wrong, said so
+
+
+class PartFormField(TextFormField):
+    """A part of a name as people type it: NFKC-normalised (a Japanese input method's full-width letters,
+    digits and dashes, U+FF01-U+FF5E, read as their ASCII) and trimmed; still held to the text rule (a
+    control character is an error)."""
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        return unicodedata.normalize("NFKC", value).strip() if value else value
+
+
+class PartFilter(django_filters.CharFilter):
+    """A filter that finds the rows whose `field_name` holds the typed text anywhere, in any case, like the
+    global search (portal.pages.search): "r03" finds gb-r03's events, "f3aed0b6" a GPU by a part of its UUID.
+    Nothing matching is an empty list, never an error; too long a text (MAX_PART) or a control or invisible
+    character (the text rule, core.textrule) is a 400 naming the filter."""
+
+    field_class = PartFormField
+
+    def __init__(self, field_name: str, label, **extra):
+        super().__init__(
+            field_name=field_name, label=label, lookup_expr="icontains", max_length=MAX_PART, **extra
         )
-
-
-class TextFilter(django_filters.CharFilter):
-    """A text filter held to the text rule (core.textrule): a control or invisible character is an error
-    naming the filter, not a search that finds nothing."""
-
-    field_class = TextFormField
-
-
-def _names_filter(field_name: str, label: str, validator, **extra) -> TextFilter:
-    return TextFilter(field_name=field_name, label=label, max_length=128, validators=[validator], **extra)
 
 
 FIRST_YEAR, LAST_YEAR = 2000, 2099  # health events' times: anything else is a typo (and 0001 overflows)
@@ -189,11 +195,10 @@ def _choice_error(what) -> dict:
 class HealthEventFilter(WithoutEmptyValues, django_filters.FilterSet):
     """The health centre's fleet events: by rack, tray, GPU, kind, severity and time (last seen)."""
 
-    rack = _names_filter("tray__rack__name", gettext_lazy("Rack"), validate_rack_name)
-    tray = _names_filter("tray__hostname", gettext_lazy("Tray (hostname)"), validate_hostname)
-    gpu = TextFilter(
-        method="filter_gpu", label=gettext_lazy("GPU UUID"), max_length=64, validators=[validate_gpu_uuid]
-    )
+    # Parts of names, as the global search reads them (PartFilter): not the naming rules of new objects.
+    rack = PartFilter("tray__rack__name", gettext_lazy("Rack"))
+    tray = PartFilter("tray__hostname", gettext_lazy("Tray (hostname)"))
+    gpu = PartFilter("gpu_uuid", gettext_lazy("GPU UUID"))
     kind = django_filters.MultipleChoiceFilter(
         choices=EVENT_KINDS, label=gettext_lazy("Kind"), error_messages=_choice_error(gettext_lazy("Kind"))
     )
@@ -215,10 +220,6 @@ class HealthEventFilter(WithoutEmptyValues, django_filters.FilterSet):
         fields = ["rack", "tray", "gpu", "kind", "severity", "since", "until"]
         form = TimeRangeForm
 
-    def filter_gpu(self, queryset, name, value):
-        # GPU UUIDs compare without case (nvidia-smi prints lower case; people paste upper case).
-        return queryset.filter(gpu_uuid__iexact=value)
-
     def filter_severity(self, queryset, name, value):
         condition = Q()
         for severity in value:
@@ -230,7 +231,7 @@ class OffenderFilter(WithoutEmptyValues, django_filters.FilterSet):
     """The repeat-offender ranking: the rack and the window its faults are counted in (30 days unless
     chosen)."""
 
-    rack = _names_filter("tray__rack__name", gettext_lazy("Rack"), validate_rack_name)
+    rack = PartFilter("tray__rack__name", gettext_lazy("Rack"))
     window = django_filters.ChoiceFilter(
         choices=[
             (key, format_lazy(gettext_lazy("{days} days"), days=days))

@@ -150,8 +150,11 @@ class Results:
 
 def clean(raw) -> str:
     """The query as searched: control characters and lone surrogates (no database can hold one) become
-    spaces, then trimmed. Longer than MAX_QUERY characters raises QueryTooLong."""
-    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in str(raw or "")).strip()
+    spaces, the rest is NFKC-normalised (the full-width letters, digits and dashes a Japanese input method
+    types, U+FF01-U+FF5E, read as the ASCII the names are stored in: "gb-r03", "carol"), then trimmed.
+    Longer than MAX_QUERY characters raises QueryTooLong."""
+    text = unicodedata.normalize("NFKC", str(raw or ""))  # makes no control character of another
+    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in text).strip()
     if len(text) > MAX_QUERY:
         raise QueryTooLong(
             _(

@@ -20,6 +20,7 @@ from hostlist import collect_hostlist
 
 from core.hardware import GPUS_PER_TRAY
 from core.htmx import confirm_plain_post
+from core.sentences_i18n import begins_with_value
 from core.tables import Column, Table
 from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass, Topology
@@ -182,9 +183,11 @@ def _waiting_words(job: Job) -> list[str]:
     if reason.lower().startswith("waiting:"):
         reason = reason[len("waiting:") :].strip()
     if reason:
-        # The engine's words, stored in English, in the viewer's language (scheduling.words).
-        reason = scheduler_words(reason)
-        reason = reason[:1].upper() + reason[1:]
+        # The engine's words, stored in English, in the viewer's language (scheduling.words); a sentence
+        # that starts with a value ("inference jobs run only ...") keeps it as the jobs list shows it.
+        stored, reason = reason, scheduler_words(reason)
+        if not begins_with_value(stored):
+            reason = reason[:1].upper() + reason[1:]
         words = [
             reason if reason.endswith((".", "!", "?", "。")) else _("%(message)s.") % {"message": reason}
         ]

@@ -91,8 +91,14 @@ def test_a_job_held_by_its_departments_limit_says_it_has_no_estimate_and_why(sub
     assert 'data-estimate="none"' in page
     assert standing.startswith(
         "In line: first of the waiting jobs; estimated start: none, as no trays are reserved for it while it "
-        "waits: The department's limit is 48 GPUs; it holds 40 and this job needs 40."
+        "waits for the reason above."
     ), standing
+    # The reason is said once, in "Why it waits", not again after the estimate.
+    box = text(re.search(r'<div class="note note-warn" data-why="pending">.*?</div>', page, re.S).group(0))
+    assert box.startswith(
+        "Why it waits: The department's limit is 48 GPUs; it holds 40 and this job needs 40"
+    )
+    assert box.count("limit is 48 GPUs") == 1, box
     assert "<b>estimated start</b>: none" in page  # labelled as the estimate of a job that has one
 
     ja = (
@@ -101,8 +107,30 @@ def test_a_job_held_by_its_departments_limit_says_it_has_no_estimate_and_why(sub
         .content.decode()
     )
     standing = text(re.search(r'<p class="queue-standing".*?</p>', ja, re.S).group(0))
-    assert "<b>開始見込み</b>: なし" in ja and "48" in standing
-    assert "limit" not in standing  # the reason, read in Japanese
+    assert "<b>開始見込み</b>: なし" in ja and "48" not in standing
+    box = text(re.search(r'<div class="note note-warn" data-why="pending">.*?</div>', ja, re.S).group(0))
+    assert box.count("48") == 1 and "limit" not in box, box  # the reason once, read in Japanese
+
+
+@pytest.mark.parametrize("language", ["en", "ja"])
+def test_a_reason_that_starts_with_a_class_reads_the_same_on_the_list_and_the_page(
+    submit, client_as, department_a, language
+):
+    """ "inference jobs run only within the department's guarantee": the class as the list shows it, on the
+    job's page too (it was capitalised there, "Inference", which is neither the class nor a department)."""
+    running = submit("serve-first", 16, priority_class="inference")
+    held = submit("serve-held", 16, priority_class="inference")
+    run_pass()
+    running.refresh_from_db(), held.refresh_from_db()
+    assert held.state == "pending" and "inference jobs run only" in held.pending_reason, held.pending_reason
+    client = client_as("member_a")
+    listed = client.get(reverse("scheduling:job-list"), HTTP_ACCEPT_LANGUAGE=language).content.decode()
+    row = re.search(rf'<tr data-job="{held.pk}".*?</tr>', listed, re.S).group(0)
+    reason = text(re.search(r'<span class="pending-reason">.*?</span>', row, re.S).group(0))
+    page = client.get(reverse("scheduling:job-detail", args=[held.pk]), HTTP_ACCEPT_LANGUAGE=language)
+    box = text(re.search(r'data-why="pending">.*?</div>', page.content.decode(), re.S).group(0))
+    sentence = reason[reason.index("inference ") :].rstrip(".。")  # after the list's "waiting:"
+    assert "Inference" not in box and sentence in box, (reason, box)  # the class named the same way
 
 
 def test_a_job_with_reserved_trays_keeps_its_estimated_start(submit, client_as):
