@@ -148,7 +148,7 @@ def test_every_changelist_and_a_change_form_have_no_english(admin_client_logged_
     assert not left, "\n".join(f"{url}: {texts}" for url, texts in left.items())
 
 
-# ---- times name their zone (the walkthrough: "2026年11月30日19:28", right in JST, but no zone said) ---------
+# ---- times name their zone (the walkthrough: "2026年11月30日19:28", right in JST, but no zone said) ------
 AT = datetime(2026, 11, 30, 10, 28, tzinfo=UTC)
 
 
