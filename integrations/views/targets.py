@@ -23,6 +23,7 @@ from core.access import require_admin
 from core.htmx import page_or_partial
 from core.moments import stamped_lines_html
 from core.sentences import say
+from core.sentences_i18n import translate_html
 from core.tables import Table
 from integrations import push_history, pushes, registry, removals, versions, words
 from integrations.forms import ConfigTargetForm
@@ -224,7 +225,8 @@ def _status_context(push: ConfigPush, kind: registry.Kind | None) -> dict:
             line for line in push.error.splitlines() if not line.startswith("What to do:")
         ),
         "target_summary": pushes.target_summary(push.target),
-        "log_html": stamped_lines_html(push.log),  # each line's UTC stamp in the viewer's zone
+        # Each line's UTC stamp in the viewer's zone, its words (integrations.words) in the viewer's language.
+        "log_html": stamped_lines_html(push.log, translate_html),
         # A system without transactions keeps what was done before the failure (the log says what).
         "partly_applied": kind is not None and not kind.atomic,
         # A succeeded push that sent nothing: the target's last successful push had the same payload.
