@@ -1,6 +1,8 @@
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import NON_FIELD_ERRORS
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from core import tokens
 from core.access import is_admin
@@ -81,13 +83,16 @@ class PersonalTokenAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description=gettext_lazy("Revoke selected tokens"))
     def revoke_selected(self, request, queryset):
         revoked = 0
         for token in queryset.select_related("user").filter(revoked_at__isnull=True):
             tokens.revoke(token, by=request.user)
             revoked += 1
-        self.message_user(request, f"Revoked {revoked} token{'s' if revoked != 1 else ''}.")
+        self.message_user(
+            request,
+            ngettext("Revoked %(count)s token.", "Revoked %(count)s tokens.", revoked) % {"count": revoked},
+        )
 
 
 class ReadOnlyErrorsForm(forms.ModelForm):
@@ -133,11 +138,14 @@ class NotificationSubscriptionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    @admin.action(description="Send a test notification")
+    @admin.action(description=gettext_lazy("Send a test notification"))
     def send_test(self, request, queryset):
         for subscription in queryset:
             recording.send_test(subscription, request.user)
-        self.message_user(request, f"Test notifications queued for {queryset.count()} subscription(s).")
+        self.message_user(
+            request,
+            _("Test notifications queued for %(count)s subscription(s).") % {"count": queryset.count()},
+        )
 
 
 class NotificationAttemptInline(admin.TabularInline):

@@ -48,27 +48,42 @@ class AuditEventQuerySet(models.QuerySet):
 
 
 class AuditEvent(models.Model):
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True, verbose_name=_("at"))
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("actor"),
     )
-    actor_name = models.CharField(max_length=150, blank=True, help_text=_("Kept when the user is deleted."))
-    source = models.CharField(max_length=10, choices=AuditSource.choices)
-    action = models.CharField(max_length=10, choices=AuditAction.choices)
-    object_type = models.CharField(max_length=100, help_text=_("app_label.model"))
-    object_id = models.CharField(max_length=64)
-    object_repr = models.CharField(max_length=200)
+    actor_name = models.CharField(
+        max_length=150,
+        blank=True,
+        help_text=_("Kept when the user is deleted."),
+        verbose_name=_("actor name"),
+    )
+    source = models.CharField(max_length=10, choices=AuditSource.choices, verbose_name=_("source"))
+    action = models.CharField(max_length=10, choices=AuditAction.choices, verbose_name=_("action"))
+    object_type = models.CharField(
+        max_length=100, help_text=_("app_label.model"), verbose_name=_("object type")
+    )
+    object_id = models.CharField(max_length=64, verbose_name=_("object id"))
+    object_repr = models.CharField(max_length=200, verbose_name=_("object repr"))
     # A plain id, not a foreign key: events are written while departments and their members are being
     # deleted, and must outlive them.
-    department_id = models.PositiveBigIntegerField(null=True, blank=True, db_index=True)
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
+    department_id = models.PositiveBigIntegerField(
+        null=True, blank=True, db_index=True, verbose_name=_("department id")
+    )
+    before = models.JSONField(null=True, blank=True, verbose_name=_("before"))
+    after = models.JSONField(null=True, blank=True, verbose_name=_("after"))
     # Foreign keys stay ids in before/after; the related rows' names at the time go here, since the rows may
     # be renamed or deleted later. Empty on events recorded before labels were kept.
     labels = models.JSONField(
         default=dict,
         blank=True,
         help_text=_('str() of the rows foreign keys pointed to: {"before": {field: name}, "after": {...}}.'),
+        verbose_name=_("labels"),
     )
 
     objects = AuditEventQuerySet.as_manager()
@@ -102,20 +117,30 @@ class PersonalToken(models.Model):
     in the API's refusals. A revoked token is kept, with when and by whom, so its owner sees what stopped.
     """
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens", verbose_name=_("user")
+    )
     name = models.CharField(
         max_length=100,
         validators=[TextValidator()],
         help_text=_("What it is for, e.g. the script or machine using it."),
+        verbose_name=_("name"),
     )
-    prefix = models.CharField(max_length=16, help_text='The key\'s first characters ("rpt_" + 8).')
+    prefix = models.CharField(
+        max_length=16, help_text=_('The key\'s first characters ("rpt_" + 8).'), verbose_name=_("prefix")
+    )
     key_hash = models.CharField(max_length=64, help_text=_("SHA-256 of the key, hex."))
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField()
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    expires_at = models.DateTimeField(verbose_name=_("expires at"))
+    last_used_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last used at"))
+    revoked_at = models.DateTimeField(null=True, blank=True, verbose_name=_("revoked at"))
     revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("revoked by"),
     )
     # Set when the token was rotated (core.tokens.rotate_personal): revoked because replaced, by this one.
     rotated_to = models.OneToOneField(
@@ -217,18 +242,28 @@ class NotificationSubscription(models.Model):
         max_length=100,
         validators=[TextValidator()],
         help_text=_("Who or what receives it, e.g. “on-call pager”."),
+        verbose_name=_("name"),
     )
-    channel = models.CharField(max_length=10, choices=NotificationChannel.choices)
+    channel = models.CharField(max_length=10, choices=NotificationChannel.choices, verbose_name=_("channel"))
     url = models.URLField(
-        max_length=2000, blank=True, help_text=_("Webhook: the address Rackplane POSTs to.")
+        max_length=2000,
+        blank=True,
+        help_text=_("Webhook: the address Rackplane POSTs to."),
+        verbose_name=_("url"),
     )
     secret = models.CharField(
         max_length=100, blank=True, help_text=_("Webhook: the HMAC-SHA256 signing key.")
     )
     # Audited in its place (the secret never is): a new secret is a change people must see in the log.
-    secret_made_at = models.DateTimeField(null=True, blank=True, help_text=_("When its secret was made."))
-    email = models.EmailField(blank=True, help_text=_("Email: the recipient's address."))
-    events = models.JSONField(default=list, help_text=_("The NotificationEvent values it receives."))
+    secret_made_at = models.DateTimeField(
+        null=True, blank=True, help_text=_("When its secret was made."), verbose_name=_("secret made at")
+    )
+    email = models.EmailField(
+        blank=True, help_text=_("Email: the recipient's address."), verbose_name=_("email")
+    )
+    events = models.JSONField(
+        default=list, help_text=_("The NotificationEvent values it receives."), verbose_name=_("events")
+    )
     scope = models.CharField(
         max_length=200,
         blank=True,
@@ -236,8 +271,9 @@ class NotificationSubscription(models.Model):
             "Empty: every notification of its events. Otherwise only those about "
             "this scope (e.g. rack:gb-r08)."
         ),
+        verbose_name=_("scope"),
     )
-    enabled = models.BooleanField(default=True)
+    enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
     # The outbound guard (core.outbound, docs/outbound.md) refuses private and loopback addresses unless this
     # is set; only a platform admin sets it (the portal's Webhooks page, the Django admin), audited.
     allow_private_address = models.BooleanField(
@@ -246,18 +282,29 @@ class NotificationSubscription(models.Model):
             "Webhook: the address may be a private or loopback one (an internal receiver). Link-local and "
             "metadata addresses stay refused, and a redirect to another host does not share this."
         ),
+        verbose_name=_("allow private address"),
     )
     # Idle GPUs: only when more than this many GPUs are idle (null: any notification of the event).
     threshold = models.PositiveIntegerField(null=True, blank=True)
     # Empty: a platform subscription, managed by admins. Set: a user's own (portal.pages.my_notifications).
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("owner"),
     )
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     objects = NotificationSubscriptionQuerySet.as_manager()
 
@@ -457,7 +504,10 @@ class Notification(models.Model):
     commits (core.notifications). `uuid` is the id receivers deduplicate by: delivery is at least once."""
 
     uuid = models.UUIDField(
-        unique=True, editable=False, help_text=_("Sent as `id`: the same on every attempt.")
+        unique=True,
+        editable=False,
+        help_text=_("Sent as `id`: the same on every attempt."),
+        verbose_name=_("uuid"),
     )
     subscription = models.ForeignKey(
         NotificationSubscription,
@@ -465,24 +515,36 @@ class Notification(models.Model):
         null=True,
         blank=True,
         related_name="notifications",
+        verbose_name=_("subscription"),
     )
-    channel = models.CharField(max_length=10, choices=NotificationChannel.choices)
+    channel = models.CharField(max_length=10, choices=NotificationChannel.choices, verbose_name=_("channel"))
     destination = models.CharField(
-        max_length=2000, help_text=_("The URL or address it was for (kept when the subscription goes).")
+        max_length=2000,
+        help_text=_("The URL or address it was for (kept when the subscription goes)."),
+        verbose_name=_("destination"),
     )
-    event = models.CharField(max_length=40, choices=NotificationEvent.choices)
-    subject = models.CharField(max_length=200)
-    payload = models.JSONField(default=dict, blank=True)
-    scope = models.JSONField(default=list, blank=True, help_text=_("The scopes it is about."))
-    created_at = models.DateTimeField(help_text=_("When it happened: the `time` sent."))
+    event = models.CharField(max_length=40, choices=NotificationEvent.choices, verbose_name=_("event"))
+    subject = models.CharField(max_length=200, verbose_name=_("subject"))
+    payload = models.JSONField(default=dict, blank=True, verbose_name=_("payload"))
+    scope = models.JSONField(
+        default=list, blank=True, help_text=_("The scopes it is about."), verbose_name=_("scope")
+    )
+    created_at = models.DateTimeField(
+        help_text=_("When it happened: the `time` sent."), verbose_name=_("created at")
+    )
     status = models.CharField(
-        max_length=10, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
+        max_length=10,
+        choices=NotificationStatus.choices,
+        default=NotificationStatus.PENDING,
+        verbose_name=_("status"),
     )
-    attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0, verbose_name=_("attempts"))
+    next_attempt_at = models.DateTimeField(null=True, blank=True, verbose_name=_("next attempt at"))
     claimed_at = models.DateTimeField(null=True, blank=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    error = models.TextField(blank=True, help_text=_("Why the last attempt failed, and what to do."))
+    delivered_at = models.DateTimeField(null=True, blank=True, verbose_name=_("delivered at"))
+    error = models.TextField(
+        blank=True, help_text=_("Why the last attempt failed, and what to do."), verbose_name=_("error")
+    )
 
     class Meta:
         verbose_name = _("notification")
@@ -505,12 +567,18 @@ class NotificationAttempt(models.Model):
     """One try at delivering a notification, and what came back."""
 
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempt_log")
-    number = models.PositiveIntegerField()
-    at = models.DateTimeField()
-    seconds = models.FloatField(help_text=_("How long the attempt took."))
-    http_status = models.PositiveIntegerField(null=True, blank=True, help_text=_("Webhooks: the answer's."))
-    outcome = models.CharField(max_length=10, choices=AttemptOutcome.choices)
-    message = models.TextField(blank=True, help_text=_("What happened, in words (the answer's first lines)."))
+    number = models.PositiveIntegerField(verbose_name=_("number"))
+    at = models.DateTimeField(verbose_name=_("at"))
+    seconds = models.FloatField(help_text=_("How long the attempt took."), verbose_name=_("seconds"))
+    http_status = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Webhooks: the answer's."), verbose_name=_("http status")
+    )
+    outcome = models.CharField(max_length=10, choices=AttemptOutcome.choices, verbose_name=_("outcome"))
+    message = models.TextField(
+        blank=True,
+        help_text=_("What happened, in words (the answer's first lines)."),
+        verbose_name=_("message"),
+    )
 
     class Meta:
         ordering = ["notification", "number"]

@@ -8,6 +8,7 @@ viewer's zone (the active time zone, portal.middleware), and stored English mess
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 
 from django.utils import formats, timezone
@@ -39,11 +40,21 @@ def stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime(STAMP)
 
 
-def stamped_lines_html(text: str) -> SafeString:
+def _lines_html(text: str, words: Callable[[str], str]) -> str:
+    """Each line of `text` through `words` (its leading spaces escaped as they are)."""
+    lines = []
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        lines.append(escape(line[: len(line) - len(body)]) + (str(words(body)) if body else ""))
+    return "\n".join(lines)
+
+
+def stamped_lines_html(text: str, words: Callable[[str], str] = escape) -> SafeString:
     """Stored log lines as HTML: each line's leading UTC stamp as a <time> in the viewer's zone with the zone
-    named ("2026-11-30 10:02:03 JST"), the rest of the line escaped, as written. The stored text is unchanged
-    (the API and a download give it as written); a line without a stamp (an older row's, a target's own
-    output) is shown as it is."""
+    named ("2026-11-30 10:02:03 JST"), the rest of the line escaped, as written, or as `words` makes it HTML
+    (a stored sentence read back in the viewer's language, core.sentences_i18n.translate_html). The stored
+    text is unchanged (the API and a download give it as written); a line without a stamp (an older row's, a
+    target's own output) is shown as it is."""
     out = []
     position = 0
     for match in STAMPED_LINE.finditer(text):
@@ -51,7 +62,7 @@ def stamped_lines_html(text: str) -> SafeString:
             moment = datetime.strptime(match.group(1), STAMP).replace(tzinfo=UTC)
         except ValueError:  # "2026-13-45 ...": not a stamp, a line's own words
             continue
-        out.append(escape(text[position : match.start()]))
+        out.append(_lines_html(text[position : match.start()], words))
         local = timezone.localtime(moment)
         out.append(
             format_html(
@@ -62,7 +73,7 @@ def stamped_lines_html(text: str) -> SafeString:
             )
         )
         position = match.end()
-    out.append(escape(text[position:]))
+    out.append(_lines_html(text[position:], words))
     return mark_safe("".join(str(part) for part in out))
 
 

@@ -35,8 +35,9 @@ NUMBERS = frozenset(
     }
 )  # fmt: skip
 NUMBER = r"[0-9][0-9.,-]*"
-# Values that are one name (a rack, a host, a planned partition's name, a job's): no spaces, so "gb-r03: p1
-# 9 trays" is a rack and its sizes, not a partition called "gb-r03: p1".
+# Values that are one name (a rack, a host, a planned partition's name, a job's, a person's user name, a
+# project's "department/project"): no spaces, so "gb-r03: p1 9 trays" is a rack and its sizes, not a
+# partition called "gb-r03: p1".
 IDENTIFIERS = frozenset(
     {
         "backend_id",
@@ -50,6 +51,8 @@ IDENTIFIERS = frozenset(
         "name_again",
         "near",
         "owner",
+        "person",
+        "project",
         "rack",
         "rendered_file",
         "tier",

@@ -1,6 +1,8 @@
 import json
 
 from django.contrib import admin
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from integrations.models import ConfigPush, ConfigTarget, PlanWindow
 
@@ -15,7 +17,9 @@ class ConfigTargetAdmin(admin.ModelAdmin):
     fields = ["name", "kind", "enabled", "settings_masked", "follow_up", "created_at", "updated_at"]
     readonly_fields = ["kind", "settings_masked", "follow_up", "created_at", "updated_at"]
 
-    @admin.display(description="Settings (secrets masked; edit on the Config pushes > Targets page)")
+    @admin.display(
+        description=gettext_lazy("Settings (secrets masked; edit on the Config pushes > Targets page)")
+    )
     def settings_masked(self, obj):
         return (
             json.dumps(obj.masked_settings(), indent=2, sort_keys=True, ensure_ascii=False) if obj.pk else "—"
@@ -58,12 +62,16 @@ class ConfigPushAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).defer("payload")
 
-    @admin.display(description="Payload")
+    @admin.display(description=gettext_lazy("Payload"))
     def payload_size(self, obj):
         if not obj.pk:
             return "—"
         payload = ConfigPush.objects.filter(pk=obj.pk).values_list("payload", flat=True).first() or {}
-        return f"{len(json.dumps(payload)):,} bytes of JSON ({', '.join(payload) or 'empty'})"
+        keys = ", ".join(payload) or _("empty")
+        return _("%(size)s bytes of JSON (%(keys)s)") % {
+            "size": f"{len(json.dumps(payload)):,}",
+            "keys": keys,
+        }
 
     def has_add_permission(self, request):
         return False

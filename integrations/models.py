@@ -47,9 +47,13 @@ class ConfigTarget(models.Model):
     """Somewhere Rackplane pushes configuration: a directory, a Slurm controller, a Kubernetes API server,
     an NVLink fabric manager, or any other registered kind."""
 
-    name = models.CharField(max_length=64, validators=[TextValidator()])
-    kind = models.CharField(max_length=16, help_text=_("A registered kind (integrations.registry)."))
-    enabled = models.BooleanField(default=True, help_text=_("Disabled targets are left out of pushes."))
+    name = models.CharField(max_length=64, validators=[TextValidator()], verbose_name=_("name"))
+    kind = models.CharField(
+        max_length=16, help_text=_("A registered kind (integrations.registry)."), verbose_name=_("kind")
+    )
+    enabled = models.BooleanField(
+        default=True, help_text=_("Disabled targets are left out of pushes."), verbose_name=_("enabled")
+    )
     settings = models.JSONField(default=dict, blank=True)
     # The outbound guard (core.outbound, docs/outbound.md) lets this target's own addresses (slurmrestd,
     # the API server, NMX-M) be private or loopback ones when set: on by default, since an on-premises
@@ -65,7 +69,7 @@ class ConfigTarget(models.Model):
     )
     # A change that arrived while a push to this target was running (never two at once): pushed, rendered
     # afresh, when that push finishes. {"reason", "plan_id", "requested_by", "requested_at"}.
-    follow_up = models.JSONField(null=True, blank=True, editable=False)
+    follow_up = models.JSONField(null=True, blank=True, editable=False, verbose_name=_("follow up"))
     # What Rackplane learned about the target when it last tested or pushed it (integrations.push_history):
     # {"slurm_version": "24.11.1", "checked_at": "..."}. The partition wizard reads the Slurm version.
     facts = models.JSONField(default=dict, blank=True, editable=False)
@@ -81,8 +85,8 @@ class ConfigTarget(models.Model):
             "The API version chosen with the target (Slurm: v0.0.42 to v0.0.45); empty until chosen."
         ),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     objects = ConfigTargetQuerySet.as_manager()
 
@@ -186,31 +190,48 @@ class ConfigPush(models.Model):
     canonical JSON. `log` grows line by line while the push runs (the progress page follows it).
     """
 
-    target = models.ForeignKey(ConfigTarget, on_delete=models.PROTECT, related_name="pushes")
-    payload = models.JSONField(default=dict, blank=True)
-    payload_hash = models.CharField(max_length=64, blank=True)
-    status = models.CharField(max_length=16, choices=PushStatus.choices, default=PushStatus.QUEUED)
-    attempts = models.PositiveIntegerField(default=0)
-    log = models.TextField(blank=True)
-    error = models.TextField(blank=True)
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    target = models.ForeignKey(
+        ConfigTarget, on_delete=models.PROTECT, related_name="pushes", verbose_name=_("target")
     )
-    reason = models.CharField(max_length=255, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    payload_hash = models.CharField(max_length=64, blank=True, verbose_name=_("payload hash"))
+    status = models.CharField(
+        max_length=16, choices=PushStatus.choices, default=PushStatus.QUEUED, verbose_name=_("status")
+    )
+    attempts = models.PositiveIntegerField(default=0, verbose_name=_("attempts"))
+    log = models.TextField(blank=True, verbose_name=_("log"))
+    error = models.TextField(blank=True, verbose_name=_("error"))
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("requested by"),
+    )
+    reason = models.CharField(max_length=255, blank=True, verbose_name=_("reason"))
     # The inventory.PartitionPlan this push serves, by id (a plain id: no foreign key across that model).
-    plan_id = models.PositiveBigIntegerField(null=True, blank=True)
+    plan_id = models.PositiveBigIntegerField(null=True, blank=True, verbose_name=_("plan id"))
     superseded_by = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="supersedes"
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="supersedes",
+        verbose_name=_("superseded by"),
     )
     next_attempt_at = models.DateTimeField(
-        null=True, blank=True, help_text=_("A queued push that failed transiently is retried from then on.")
+        null=True,
+        blank=True,
+        help_text=_("A queued push that failed transiently is retried from then on."),
+        verbose_name=_("next attempt at"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
     updated_at = models.DateTimeField(
-        auto_now=True, help_text=_("Last progress (log line or status change).")
+        auto_now=True, help_text=_("Last progress (log line or status change)."), verbose_name=_("updated at")
     )
-    finished_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
 
     objects = ConfigPushQuerySet.as_manager()
 
@@ -265,21 +286,36 @@ class PlanWindow(models.Model):
     applied at all: cancelled, its trays back in service, and the window marked expired with `reason`.
     Cancelling the plan before that removes the window."""
 
-    plan = models.OneToOneField("inventory.PartitionPlan", on_delete=models.CASCADE, related_name="window")
-    starts_at = models.DateTimeField()
-    ends_at = models.DateTimeField()
-    requeue = models.BooleanField(
-        default=False, help_text="At the window's start, requeue the checkpointable jobs in the plan's way."
+    plan = models.OneToOneField(
+        "inventory.PartitionPlan", on_delete=models.CASCADE, related_name="window", verbose_name=_("plan")
     )
-    state = models.CharField(max_length=16, choices=WindowState.choices, default=WindowState.SCHEDULED)
+    starts_at = models.DateTimeField(verbose_name=_("starts at"))
+    ends_at = models.DateTimeField(verbose_name=_("ends at"))
+    requeue = models.BooleanField(
+        default=False,
+        help_text=_("At the window's start, requeue the checkpointable jobs in the plan's way."),
+        verbose_name=_("requeue"),
+    )
+    state = models.CharField(
+        max_length=16, choices=WindowState.choices, default=WindowState.SCHEDULED, verbose_name=_("state")
+    )
     reason = models.CharField(
-        max_length=500, blank=True, validators=[TextValidator()], help_text="Why it expired (or still waits)."
+        max_length=500,
+        blank=True,
+        validators=[TextValidator()],
+        help_text=_("Why it expired (or still waits)."),
+        verbose_name=_("reason"),
     )
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     objects = PlanWindowQuerySet.as_manager()
 

@@ -31,7 +31,9 @@ from django.utils import translation
 from core.audit import bulk_changed, current_actor
 from core.changes import ADDED, BULK, CHANGED, DELETED, Change, watch
 from core.enqueue import send_now
+from core.sentences import say
 from core.task_names import SYNC_TRAY
+from integrations import words
 from integrations.models import ConfigPush, ConfigTarget
 from integrations.pushes import queue_pushes
 from integrations.requeue import tray_drained
@@ -92,25 +94,31 @@ REASON_LENGTH = 255  # ConfigPush.reason
 
 def _label(instance) -> str:
     if isinstance(instance, Department):
-        return f"department {instance.slug}"
+        return say(words.CHANGED_DEPARTMENT, department=instance.slug)
     if isinstance(instance, DedicatedPartition):
-        return f"dedication {instance}"
+        return say(words.CHANGED_DEDICATION, dedication=instance)
     if isinstance(instance, Project):
-        return f"project {instance.department.slug}/{instance.slug}"
+        return say(words.CHANGED_PROJECT, project=f"{instance.department.slug}/{instance.slug}")
     try:
         if isinstance(instance, Membership):
-            return f"{instance.user.username} in department {instance.department.slug}"
+            return say(
+                words.CHANGED_MEMBERSHIP, person=instance.user.username, department=instance.department.slug
+            )
         if isinstance(instance, ProjectMembership):
             project = instance.project
-            return f"{instance.user.username} in project {project.department.slug}/{project.slug}"
+            return say(
+                words.CHANGED_PROJECT_MEMBERSHIP,
+                person=instance.user.username,
+                project=f"{project.department.slug}/{project.slug}",
+            )
         if isinstance(instance, PosixAccount):
-            return f"POSIX account of {instance.user.username}"
+            return say(words.CHANGED_POSIX_ACCOUNT, person=instance.user.username)
     except ObjectDoesNotExist:  # deleted with the person or the department it named
         pass
     if isinstance(instance, User):
-        return f"person {instance.username}"
+        return say(words.CHANGED_PERSON, person=instance.username)
     if isinstance(instance, ComputeTray):
-        return f"tray {instance.hostname}"
+        return say(words.CHANGED_TRAY, host=instance.hostname)
     with translation.override("en"):  # a stored reason is English, whoever's request made the change
         return str(instance._meta.verbose_name)
 
@@ -120,10 +128,10 @@ def _value(value) -> str:
 
 
 def _change(model: type, name: str, old, new) -> str:
-    words = RENDERED[model][name]
+    rendered = RENDERED[model][name]
     if model._meta.get_field(name).is_relation:  # a primary key says nothing to a reader
-        return f"{words} changed"
-    return f"{words} {_value(old)} -> {_value(new)}"
+        return f"{rendered} changed"
+    return f"{rendered} {_value(old)} -> {_value(new)}"
 
 
 # --- one push per transaction -------------------------------------------------------------------------
@@ -181,12 +189,15 @@ def _reason(reasons: list[str]) -> str:
         return text
     kept: list[str] = []
     for count, reason in enumerate(reasons, 1):
-        if len("; ".join([*kept, reason]) + f"; and {len(reasons) - count} more") > REASON_LENGTH:
+        if (
+            len("; ".join([*kept, reason, say(words.AND_MORE_REASONS, more=len(reasons) - count)]))
+            > REASON_LENGTH
+        ):
             break
         kept.append(reason)
     if not kept:
         return text[:REASON_LENGTH]
-    return "; ".join(kept) + f"; and {len(reasons) - len(kept)} more"
+    return "; ".join([*kept, say(words.AND_MORE_REASONS, more=len(reasons) - len(kept))])
 
 
 def _push(batch: _Batch) -> None:
@@ -225,9 +236,9 @@ def _ask_for_a_push(change: Change) -> None:
         return  # only a tray's MIG layout is watched here; trays come and go through discovery and plans
     if change.model is Project and change.action != BULK and change.instance.is_default:
         return  # a department's default project renders as the department itself: nothing of its own
-    words = RENDERED[change.model]
+    rendered = RENDERED[change.model]
     if change.action == BULK:
-        touched = ", ".join(words[name] for name in sorted(change.fields))
+        touched = ", ".join(rendered[name] for name in sorted(change.fields))
         with translation.override("en"):  # stored in English, whoever's request made the change
             plural = str(change.model._meta.verbose_name_plural)
         request_push(f"{change.count} {plural}: {touched}")
@@ -237,7 +248,7 @@ def _ask_for_a_push(change: Change) -> None:
         changes = ", ".join(_change(change.model, name, *values) for name, values in change.fields.items())
         reason = f"{label}: {changes}"
     else:
-        reason = f"{label} {'added' if change.action == ADDED else 'deleted'}"
+        reason = say(words.CHANGE_ADDED if change.action == ADDED else words.CHANGE_DELETED, changed=label)
     change.instance._config_push_reason = reason
     request_push(reason)
 

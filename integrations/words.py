@@ -22,6 +22,33 @@ PUSH_AFTER_ROLLBACK = gettext_noop("current configuration pushed again after the
 PUSH_ROLLBACK = gettext_noop("version of push #%(push)s pushed again")
 PUSH_WAITED = gettext_noop("%(reason)s (waited for the previous push)")
 PUSH_CHANGE = gettext_noop("change")
+# Why a tenancy change queued a push (integrations.signals; its reasons joined by "; "): what changed, then
+# that it was added or deleted, and how many more reasons a full column left out.
+CHANGED_DEPARTMENT = gettext_noop("department %(department)s")
+CHANGED_DEDICATION = gettext_noop("dedication %(dedication)s")
+CHANGED_PROJECT = gettext_noop("project %(project)s")
+CHANGED_MEMBERSHIP = gettext_noop("%(person)s in department %(department)s")
+CHANGED_PROJECT_MEMBERSHIP = gettext_noop("%(person)s in project %(project)s")
+CHANGED_POSIX_ACCOUNT = gettext_noop("POSIX account of %(person)s")
+CHANGED_PERSON = gettext_noop("person %(person)s")
+CHANGED_TRAY = gettext_noop("tray %(host)s")
+CHANGE_ADDED = gettext_noop("%(changed)s added")
+CHANGE_DELETED = gettext_noop("%(changed)s deleted")
+# A dedication's name has spaces ("gb-r02/p1 -> Research"): added or deleted, read whole.
+DEDICATION_ADDED = gettext_noop("dedication %(dedication)s added")
+DEDICATION_DELETED = gettext_noop("dedication %(dedication)s deleted")
+AND_MORE_REASONS = gettext_noop("and %(more)s more")
+# A fabric push's log (integrations.fabric.base.apply_steps): each step as the wizard's preview words it.
+FABRIC_STEP_DONE = gettext_noop("step %(count)s/%(total)s done: %(step)s")
+FABRIC_STEP_FAILED = gettext_noop("step %(count)s/%(total)s failed: %(step)s")
+FABRIC_NOTHING_TO_CHANGE = gettext_noop("nothing to change")
+FABRIC_CHANGES_ONE = gettext_noop("domain %(domain)s: %(count)s change to apply")
+FABRIC_CHANGES_MANY = gettext_noop("domain %(domain)s: %(count)s changes to apply")
+# The same as a fabric push's log writes them, one rack after another (integrations.fabric.adapter).
+RACK_STEP_DONE = gettext_noop("%(rack)s: step %(count)s/%(total)s done: %(step)s")
+RACK_STEP_FAILED = gettext_noop("%(rack)s: step %(count)s/%(total)s failed: %(step)s")
+RACK_CHANGES_ONE = gettext_noop("%(rack)s: domain %(domain)s: %(count)s change to apply")
+RACK_CHANGES_MANY = gettext_noop("%(rack)s: domain %(domain)s: %(count)s changes to apply")
 # Why a push failed for good (ConfigPush.error: the target's own output follows as written).
 PUSH_GAVE_UP = gettext_noop("gave up after %(count)s attempts")
 PUSH_NO_ANSWER = gettext_noop("the target did not answer:\n%(output)s")

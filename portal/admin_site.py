@@ -3,6 +3,7 @@ use it (Django's admin would show its login form again, saying "You are authenti
 authorized to access this page"). Installed as the default admin site (Django's documented way to override
 it: INSTALLED_APPS names `portal.admin_site.RackplaneAdminConfig` in place of `django.contrib.admin`)."""
 
+from axes.apps import AppConfig as AxesAppConfig
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.contrib.auth.decorators import login_not_required
@@ -25,3 +26,12 @@ class RackplaneAdminSite(admin.AdminSite):
 
 class RackplaneAdminConfig(AdminConfig):
     default_site = "portal.admin_site.RackplaneAdminSite"
+
+
+class SignInLockoutConfig(AxesAppConfig):
+    """django-axes (sign-in lockout) with a name the admin's index shows in the viewer's language: axes has
+    none of its own (its app reads "Axes"); installed in its place (INSTALLED_APPS), label "axes" as before.
+    Its models' and fields' names are axes' own, marked for translation by it: their Japanese is the
+    portal's catalogue's (portal/admin.py)."""
+
+    verbose_name = gettext_lazy("Sign-in lockout")

@@ -96,7 +96,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "rest_framework",
     "rest_framework.authtoken",
-    "axes",
+    "portal.admin_site.SignInLockoutConfig",  # django-axes, with a translated name
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_filters",
@@ -207,6 +207,8 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 LANGUAGE_COOKIE_NAME = "rackplane_language"
 LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
+# A date and time Django formats itself (the admin's lists and forms) names its zone ("... 19:28 JST").
+FORMAT_MODULE_PATH = ["portal.formats"]
 USE_I18N = True
 USE_TZ = True
 

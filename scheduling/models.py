@@ -60,7 +60,12 @@ class Job(models.Model):
     # The project inside the department it runs under (required when the department has projects; see
     # tenancy.projects and tenancy.quota.hierarchical_fair_share). Empty: the department's own work.
     project = models.ForeignKey(
-        "tenancy.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+        "tenancy.Project",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="jobs",
+        verbose_name=_("project"),
     )
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -78,8 +83,12 @@ class Job(models.Model):
     )
     # The submitter's opt-in: a wider topology the job may take once it has waited `fallback_after_minutes`
     # since submission within its department's guarantee (blank: `topology` stays strict).
-    fallback_topology = models.CharField(max_length=16, choices=Topology.choices, blank=True, default="")
-    fallback_after_minutes = models.PositiveIntegerField(null=True, blank=True)
+    fallback_topology = models.CharField(
+        max_length=16, choices=Topology.choices, blank=True, default="", verbose_name=_("fallback topology")
+    )
+    fallback_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name=_("fallback after minutes")
+    )
     priority_class = models.CharField(
         max_length=16,
         choices=PriorityClass.choices,
@@ -90,46 +99,59 @@ class Job(models.Model):
         max_length=16, choices=Backend.choices, default=Backend.SLURM, verbose_name=_("backend")
     )
     work = models.JSONField(
-        default=dict, blank=True, help_text=_("Batch script (Slurm) or image and command.")
+        default=dict,
+        blank=True,
+        help_text=_("Batch script (Slurm) or image and command."),
+        verbose_name=_("work"),
     )
-    time_limit_minutes = models.PositiveIntegerField(default=60)
+    time_limit_minutes = models.PositiveIntegerField(default=60, verbose_name=_("time limit minutes"))
     state = models.CharField(
         max_length=16, choices=JobState.choices, default=JobState.PENDING, verbose_name=_("state")
     )
-    pending_reason = models.CharField(max_length=500, blank=True)
+    pending_reason = models.CharField(max_length=500, blank=True, verbose_name=_("pending reason"))
     over_quota = models.BooleanField(
         default=False, help_text=_("Running on borrowed GPUs (preemptible)."), verbose_name=_("over quota")
     )
-    placement = models.JSONField(default=list, blank=True, help_text=_("Hostnames of the trays it ran on."))
+    placement = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("Hostnames of the trays it ran on."),
+        verbose_name=_("placement"),
+    )
     # Where it runs in its backend: Slurm job id, or "<namespace>/<job name>" in Kubernetes.
-    backend_id = models.CharField(max_length=200, blank=True)
+    backend_id = models.CharField(max_length=200, blank=True, verbose_name=_("backend id"))
     # The department QOS of its latest submission: its department's own (within the guarantee) or
     # `<department>--borrowed` (integrations.dispatch.job_qos). Slurm runs the job under it; Kubernetes
     # ignores it (Kueue decides borrowing from the ClusterQueues). Counted while RUNNING only.
-    qos = models.CharField(max_length=64, blank=True)
+    qos = models.CharField(max_length=64, blank=True, verbose_name=_("qos"))
     backend_message = models.CharField(
-        max_length=500, blank=True, help_text=_("The backend's latest word (state reason, dispatch error).")
+        max_length=500,
+        blank=True,
+        help_text=_("The backend's latest word (state reason, dispatch error)."),
+        verbose_name=_("backend message"),
     )
-    exit_code = models.IntegerField(null=True, blank=True)
-    dispatch_attempts = models.PositiveIntegerField(default=0)
-    next_dispatch_at = models.DateTimeField(null=True, blank=True)
-    preemptions = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True, verbose_name=_("exit code"))
+    dispatch_attempts = models.PositiveIntegerField(default=0, verbose_name=_("dispatch attempts"))
+    next_dispatch_at = models.DateTimeField(null=True, blank=True, verbose_name=_("next dispatch at"))
+    preemptions = models.PositiveIntegerField(default=0, verbose_name=_("preemptions"))
     # Requeued because a tray it ran on was drained by a fault (scheduling.requeue; counted in preemptions
     # too: each run has its own backend name). `requeue_at`: asked to checkpoint, requeued then unless it
     # ends first; `requeue_note` the requeue's words for its history.
-    fault_requeues = models.PositiveIntegerField(default=0)
-    requeue_at = models.DateTimeField(null=True, blank=True)
-    requeue_note = models.CharField(max_length=500, blank=True)
+    fault_requeues = models.PositiveIntegerField(default=0, verbose_name=_("fault requeues"))
+    requeue_at = models.DateTimeField(null=True, blank=True, verbose_name=_("requeue at"))
+    requeue_note = models.CharField(max_length=500, blank=True, verbose_name=_("requeue note"))
     # A retried submission with the same key (per user) returns this job instead of making a second one.
-    idempotency_key = models.CharField(max_length=200, blank=True)
+    idempotency_key = models.CharField(max_length=200, blank=True, verbose_name=_("idempotency key"))
     # sha256 of the submission the key was first used with
     # (scheduling.services.admission.submission_fingerprint): the key reused with another request is
     # refused, not answered with this job.
-    idempotency_fingerprint = models.CharField(max_length=64, blank=True)
+    idempotency_fingerprint = models.CharField(
+        max_length=64, blank=True, verbose_name=_("idempotency fingerprint")
+    )
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
-    placed_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    placed_at = models.DateTimeField(null=True, blank=True, verbose_name=_("placed at"))
+    started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
+    finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = JobQuerySet.as_manager()
@@ -186,15 +208,22 @@ class FaultPolicy(models.Model):
     requeue them at once. One row per class, edited by platform admins; a class without a row uses
     scheduling.requeue.DEFAULTS."""
 
-    priority_class = models.CharField(max_length=16, choices=PriorityClass.choices, unique=True)
-    action = models.CharField(max_length=16, choices=FaultAction.choices, default=FaultAction.CHECKPOINT)
+    priority_class = models.CharField(
+        max_length=16, choices=PriorityClass.choices, unique=True, verbose_name=_("priority class")
+    )
+    action = models.CharField(
+        max_length=16, choices=FaultAction.choices, default=FaultAction.CHECKPOINT, verbose_name=_("action")
+    )
     grace_s = models.PositiveIntegerField(
-        default=300, help_text=_("Checkpoint: seconds between the signal and the requeue.")
+        default=300,
+        help_text=_("Checkpoint: seconds between the signal and the requeue."),
+        verbose_name=_("grace s"),
     )
     signal = models.CharField(
         max_length=16,
         default="USR1",
         help_text=_("Checkpoint: the signal Slurm sends to the job (Kubernetes pods get an annotation)."),
+        verbose_name=_("signal"),
     )
 
     class Meta:
@@ -214,11 +243,13 @@ class FaultPolicy(models.Model):
 
 
 class Allocation(models.Model):
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations", verbose_name=_("job"))
     # No index of its own: the unique constraint's (one job per GPU) is the index on gpu, a second one only
     # made every allocation a pass writes cost one more index insert.
-    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations", db_index=False)
-    created_at = models.DateTimeField(auto_now_add=True)
+    gpu = models.ForeignKey(
+        Gpu, on_delete=models.PROTECT, related_name="allocations", db_index=False, verbose_name=_("gpu")
+    )
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
         verbose_name = _("allocation")
@@ -234,11 +265,11 @@ class Allocation(models.Model):
 class JobEvent(models.Model):
     """One step in a job's life (placed, preempted, ...), for its page and its API."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=20, choices=JobEventKind.choices)
-    message = models.CharField(max_length=500, blank=True)
-    placement = models.JSONField(default=list, blank=True)
-    at = models.DateTimeField(default=timezone.now)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", verbose_name=_("job"))
+    kind = models.CharField(max_length=20, choices=JobEventKind.choices, verbose_name=_("kind"))
+    message = models.CharField(max_length=500, blank=True, verbose_name=_("message"))
+    placement = models.JSONField(default=list, blank=True, verbose_name=_("placement"))
+    at = models.DateTimeField(default=timezone.now, verbose_name=_("at"))
 
     class Meta:
         verbose_name = _("job event")
@@ -254,14 +285,16 @@ class BackendCancel(models.Model):
     """A backend job that must be stopped (cancelled or preempted). Kept until the backend confirms, so a
     backend that is down when the job is cancelled still gets told: the sync task retries it."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="backend_cancels")
-    backend = models.CharField(max_length=16, choices=Backend.choices)
-    backend_id = models.CharField(max_length=200)
-    reason = models.CharField(max_length=200, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    error = models.CharField(max_length=500, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    done_at = models.DateTimeField(null=True, blank=True)
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="backend_cancels", verbose_name=_("job")
+    )
+    backend = models.CharField(max_length=16, choices=Backend.choices, verbose_name=_("backend"))
+    backend_id = models.CharField(max_length=200, verbose_name=_("backend id"))
+    reason = models.CharField(max_length=200, blank=True, verbose_name=_("reason"))
+    attempts = models.PositiveIntegerField(default=0, verbose_name=_("attempts"))
+    error = models.CharField(max_length=500, blank=True, verbose_name=_("error"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    done_at = models.DateTimeField(null=True, blank=True, verbose_name=_("done at"))
 
     class Meta:
         verbose_name = _("backend cancel")
@@ -279,14 +312,14 @@ class BackendCancel(models.Model):
 class SchedulerState(models.Model):
     """One row (pk=1): its row lock makes scheduling passes run one at a time; it records the last pass."""
 
-    last_pass_at = models.DateTimeField(null=True, blank=True)
-    last_pass_ms = models.FloatField(null=True, blank=True)
-    last_summary = models.JSONField(default=dict, blank=True)
+    last_pass_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last pass at"))
+    last_pass_ms = models.FloatField(null=True, blank=True, verbose_name=_("last pass ms"))
+    last_summary = models.JSONField(default=dict, blank=True, verbose_name=_("last summary"))
     # What the last pass said of the jobs it left waiting (scheduling.services.passes): their order (job ids:
     # a job's index is its queue position) and, for the jobs trays are reserved for, when those trays free
     # up ({job id: ISO time}: an estimate, from the running jobs' time limits). Read by the job page and API.
-    queue = models.JSONField(default=list, blank=True)
-    estimated_starts = models.JSONField(default=dict, blank=True)
+    queue = models.JSONField(default=list, blank=True, verbose_name=_("queue"))
+    estimated_starts = models.JSONField(default=dict, blank=True, verbose_name=_("estimated starts"))
 
     class Meta:
         verbose_name = _("scheduler state")
@@ -300,8 +333,8 @@ class SchedulingRequest(models.Model):
     """A reason to run a pass (a submission, a completion, a cancel). Inserting one never waits for the
     pass lock; the pass that holds it runs again while requests newer than its start remain."""
 
-    reason = models.CharField(max_length=100)
-    created_at = models.DateTimeField(auto_now_add=True)
+    reason = models.CharField(max_length=100, verbose_name=_("reason"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
         verbose_name = _("scheduling request")
@@ -324,22 +357,31 @@ class WhatIfRun(models.Model):
     replay) -> done, or empty (no job in the window) or failed (`error` says why)."""
 
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    rack = models.CharField(max_length=100, blank=True, help_text=_("The rack the previewed plan carves."))
-    days = models.PositiveSmallIntegerField()
-    window_start = models.DateTimeField(null=True, blank=True)
-    window_end = models.DateTimeField(null=True, blank=True)
-    state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
-    error = models.CharField(max_length=500, blank=True)
-    notes = models.JSONField(default=list, blank=True)
-    jobs = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    rack = models.CharField(
+        max_length=100, blank=True, help_text=_("The rack the previewed plan carves."), verbose_name=_("rack")
+    )
+    days = models.PositiveSmallIntegerField(verbose_name=_("days"))
+    window_start = models.DateTimeField(null=True, blank=True, verbose_name=_("window start"))
+    window_end = models.DateTimeField(null=True, blank=True, verbose_name=_("window end"))
+    state = models.CharField(
+        max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED, verbose_name=_("state")
+    )
+    error = models.CharField(max_length=500, blank=True, verbose_name=_("error"))
+    notes = models.JSONField(default=list, blank=True, verbose_name=_("notes"))
+    jobs = models.PositiveIntegerField(default=0, verbose_name=_("jobs"))
     history = models.JSONField(
         default=dict, blank=True, help_text=_("The replayed jobs (scheduling.whatif).")
     )
     trays = models.JSONField(default=list, blank=True, help_text=_("The cluster's trays and partitions."))
-    finished_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
 
     objects = WhatIfRunQuerySet.as_manager()
 
@@ -361,15 +403,19 @@ class WhatIfRun(models.Model):
 class WhatIfLayout(models.Model):
     """One layout of a what-if: the cluster as it is, with `carvings` (racks carved anew) over it."""
 
-    run = models.ForeignKey(WhatIfRun, on_delete=models.CASCADE, related_name="layouts")
-    position = models.PositiveSmallIntegerField()
-    label = models.CharField(max_length=100, validators=[TextValidator()])
-    carvings = models.JSONField(default=list, blank=True)
-    state = models.CharField(max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
-    figures = models.JSONField(default=dict, blank=True)
-    error = models.CharField(max_length=500, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    run = models.ForeignKey(
+        WhatIfRun, on_delete=models.CASCADE, related_name="layouts", verbose_name=_("run")
+    )
+    position = models.PositiveSmallIntegerField(verbose_name=_("position"))
+    label = models.CharField(max_length=100, validators=[TextValidator()], verbose_name=_("label"))
+    carvings = models.JSONField(default=list, blank=True, verbose_name=_("carvings"))
+    state = models.CharField(
+        max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED, verbose_name=_("state")
+    )
+    figures = models.JSONField(default=dict, blank=True, verbose_name=_("figures"))
+    error = models.CharField(max_length=500, blank=True, verbose_name=_("error"))
+    started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
+    finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
 
     class Meta:
         verbose_name = _("what-if layout")

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from core.errors import ExternalError
-from core.sentences import gettext_noop, say
+from core.sentences import gettext_noop, plural, say
+from integrations import words
 from inventory.planning import GPUS, ONE_GPU
 
 DEFAULT_PARTITION_ID = 32766
@@ -500,25 +501,28 @@ def execute_plan(
     report = progress or (lambda step, total, message: None)
     if not total:
         report(0, 0, f"domain {diff.domain}: the fabric already runs the planned partitions")
-        result.log.append("nothing to change")
+        result.log.append(words.FABRIC_NOTHING_TO_CHANGE)
     else:
-        report(0, total, f"domain {diff.domain}: {total} change{'s' if total != 1 else ''} to apply")
+        changes = plural(total, words.FABRIC_CHANGES_ONE, words.FABRIC_CHANGES_MANY)
+        report(0, total, say(changes, domain=diff.domain, count=total))
     for number, step in enumerate(diff.steps, start=1):
         try:
             outcome = perform(step)
         except FabricError as error:
             result.failed = step
             result.not_done = list(diff.steps[number:])
-            result.log.append(f"step {number}/{total} failed: {step.describe()}: {error.message}")
+            failed = say(words.FABRIC_STEP_FAILED, count=number, total=total, step=step.describe())
+            result.log.append(f"{failed}: {error.message}")
             if error.partition is None:
                 error.partition = step.name
             error.details.extend(_partial_notes(result))
             error.with_result(result)
-            report(number - 1, total, f"step {number}/{total} failed: {step.describe()}")
+            report(number - 1, total, failed)
             raise
         result.done.append(outcome)
-        result.log.append(f"step {number}/{total} done: {step.describe()}")
-        report(number, total, f"step {number}/{total} done: {step.describe()}")
+        done = say(words.FABRIC_STEP_DONE, count=number, total=total, step=step.describe())
+        result.log.append(done)
+        report(number, total, done)
 
     try:
         result.read_back = read_back()

@@ -30,7 +30,9 @@ class AgentToken(models.Model):
     when, so the page shows what was used until then.
     """
 
-    prefix = models.CharField(max_length=16, help_text=_('The secret\'s first characters ("rpa_" + 8).'))
+    prefix = models.CharField(
+        max_length=16, help_text=_('The secret\'s first characters ("rpa_" + 8).'), verbose_name=_("prefix")
+    )
     secret_hash = models.CharField(max_length=64, help_text=_("SHA-256 of the secret, hex."))
     rack = models.ForeignKey(
         Rack,
@@ -39,15 +41,25 @@ class AgentToken(models.Model):
         blank=True,
         related_name="agent_tokens",
         help_text=_("Scope: every compute tray of this rack."),
+        verbose_name=_("rack"),
     )
-    hostname = models.CharField(max_length=128, blank=True, help_text=_("Scope: this one compute tray."))
-    description = models.CharField(max_length=200, blank=True, validators=[TextValidator()])
+    hostname = models.CharField(
+        max_length=128, blank=True, help_text=_("Scope: this one compute tray."), verbose_name=_("hostname")
+    )
+    description = models.CharField(
+        max_length=200, blank=True, validators=[TextValidator()], verbose_name=_("description")
+    )
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("created by"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    last_used_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last used at"))
+    revoked_at = models.DateTimeField(null=True, blank=True, verbose_name=_("revoked at"))
 
     objects = AgentTokenQuerySet.as_manager()
 

@@ -23,30 +23,42 @@ class HealthSettings(models.Model):
     dry_run = models.BooleanField(
         default=False,
         help_text=_("Record what the rules would do (would-drain decisions) and change nothing."),
+        verbose_name=_("dry run"),
     )
     dedup_window_s = models.PositiveIntegerField(
         default=3600,
         validators=[MinValueValidator(1)],
         help_text=_("Repeats of one fault on one GPU within this many seconds update the event's count."),
+        verbose_name=_("dedup window s"),
     )
     breaker_percent = models.PositiveSmallIntegerField(
         default=10,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
         # xgettext:no-python-format
         help_text=_("Circuit breaker: at most this % of all trays (at least one) taken out per window."),
+        verbose_name=_("breaker percent"),
     )
-    breaker_window_s = models.PositiveIntegerField(default=3600, validators=[MinValueValidator(1)])
+    breaker_window_s = models.PositiveIntegerField(
+        default=3600, validators=[MinValueValidator(1)], verbose_name=_("breaker window s")
+    )
     breaker_tripped_at = models.DateTimeField(
         null=True,
         blank=True,
         help_text=_("Set when the breaker tripped; clear it to let the rules drain again."),
+        verbose_name=_("breaker tripped at"),
     )
-    breaker_note = models.CharField(max_length=500, blank=True, validators=[TextValidator()])
+    breaker_note = models.CharField(
+        max_length=500, blank=True, validators=[TextValidator()], verbose_name=_("breaker note")
+    )
     auto_return = models.BooleanField(
-        default=True, help_text=_("Return trays the rules drained once they qualify (else only record it).")
+        default=True,
+        help_text=_("Return trays the rules drained once they qualify (else only record it)."),
+        verbose_name=_("auto return"),
     )
     return_after_s = models.PositiveIntegerField(
-        default=1800, help_text=_("A drained tray's agent must report it healthy for this many seconds.")
+        default=1800,
+        help_text=_("A drained tray's agent must report it healthy for this many seconds."),
+        verbose_name=_("return after s"),
     )
     return_check = models.CharField(
         max_length=128,
@@ -55,13 +67,17 @@ class HealthSettings(models.Model):
             'Active check that must pass after the fault before return (e.g. "dcgmi diag -r 2"); empty: none '
             "needed."
         ),
+        verbose_name=_("return check"),
     )
     repeat_faults = models.PositiveSmallIntegerField(
         default=3,
         validators=[MinValueValidator(1)],
         help_text=_("A tray drained this many times within repeat_days needs service instead."),
+        verbose_name=_("repeat faults"),
     )
-    repeat_days = models.PositiveSmallIntegerField(default=7, validators=[MinValueValidator(1)])
+    repeat_days = models.PositiveSmallIntegerField(
+        default=7, validators=[MinValueValidator(1)], verbose_name=_("repeat days")
+    )
     node_silent_after_s = models.PositiveIntegerField(
         default=300,
         validators=[MinValueValidator(30)],
@@ -94,14 +110,22 @@ class HealthRule(models.Model):
     """Which health events drain a tray, degrade its NVLink partition, or only warn. Every enabled rule that
     matches an event acts; seeded with defaults from NVIDIA's XID catalog (migration 0007)."""
 
-    name = models.CharField(max_length=100, validators=[TextValidator()])
-    enabled = models.BooleanField(default=True)
-    kind = models.CharField(max_length=20, choices=HealthKind.choices, help_text=_("What the event is."))
+    name = models.CharField(max_length=100, validators=[TextValidator()], verbose_name=_("name"))
+    enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
+    kind = models.CharField(
+        max_length=20, choices=HealthKind.choices, help_text=_("What the event is."), verbose_name=_("kind")
+    )
     xid_first = models.PositiveSmallIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(999)]
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(999)],
+        verbose_name=_("xid first"),
     )
     xid_last = models.PositiveSmallIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(999)]
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(999)],
+        verbose_name=_("xid last"),
     )
     code = models.CharField(
         max_length=128,
@@ -110,16 +134,21 @@ class HealthRule(models.Model):
             "Recovery action (GPU_RESET ...), fabric flag (ROUTE_UNHEALTHY ...), DCGM field or check "
             "name; empty matches any."
         ),
+        verbose_name=_("code"),
     )
     threshold = models.FloatField(
-        null=True, blank=True, help_text=_("DCGM fields: the event's value must be at least this.")
+        null=True,
+        blank=True,
+        help_text=_("DCGM fields: the event's value must be at least this."),
+        verbose_name=_("threshold"),
     )
-    action = models.CharField(max_length=16, choices=RuleAction.choices)
+    action = models.CharField(max_length=16, choices=RuleAction.choices, verbose_name=_("action"))
     note = models.CharField(
         max_length=300,
         blank=True,
         validators=[TextValidator()],
         help_text=_("Why; NVIDIA's immediate action."),
+        verbose_name=_("note"),
     )
 
     class Meta:
@@ -176,26 +205,41 @@ class HealthEvent(models.Model):
     """One fault on one tray (and GPU, when known): repeats within the settings' window raise `count` and
     `last_seen` instead of adding rows. What the rules made of it is in `drains`/`degrades`/`warns`."""
 
-    tray = models.ForeignKey(ComputeTray, on_delete=models.CASCADE, related_name="health_events")
+    tray = models.ForeignKey(
+        ComputeTray, on_delete=models.CASCADE, related_name="health_events", verbose_name=_("tray")
+    )
     gpu = models.ForeignKey(
-        Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="health_events"
+        Gpu,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="health_events",
+        verbose_name=_("gpu"),
     )
-    gpu_uuid = models.CharField(max_length=64, blank=True, help_text=_("Kept if the GPU row goes."))
-    source = models.CharField(max_length=16, choices=HealthSource.choices)
-    kind = models.CharField(max_length=20, choices=HealthKind.choices)
+    gpu_uuid = models.CharField(
+        max_length=64, blank=True, help_text=_("Kept if the GPU row goes."), verbose_name=_("gpu uuid")
+    )
+    source = models.CharField(max_length=16, choices=HealthSource.choices, verbose_name=_("source"))
+    kind = models.CharField(max_length=20, choices=HealthKind.choices, verbose_name=_("kind"))
     code = models.CharField(
-        max_length=128, help_text=_("XID number, recovery action, fabric flag, DCGM field or check name.")
+        max_length=128,
+        help_text=_("XID number, recovery action, fabric flag, DCGM field or check name."),
+        verbose_name=_("code"),
     )
-    xid = models.PositiveSmallIntegerField(null=True, blank=True)
-    mnemonic = models.CharField(max_length=64, blank=True)
-    value = models.FloatField(null=True, blank=True, help_text=_("DCGM field value, check exit status."))
-    message = models.TextField(blank=True, help_text=_("The kernel line or the check's output tail."))
-    first_seen = models.DateTimeField()
-    last_seen = models.DateTimeField()
-    count = models.PositiveIntegerField(default=1)
-    drains = models.BooleanField(default=False)
-    degrades = models.BooleanField(default=False)
-    warns = models.BooleanField(default=False)
+    xid = models.PositiveSmallIntegerField(null=True, blank=True, verbose_name=_("xid"))
+    mnemonic = models.CharField(max_length=64, blank=True, verbose_name=_("mnemonic"))
+    value = models.FloatField(
+        null=True, blank=True, help_text=_("DCGM field value, check exit status."), verbose_name=_("value")
+    )
+    message = models.TextField(
+        blank=True, help_text=_("The kernel line or the check's output tail."), verbose_name=_("message")
+    )
+    first_seen = models.DateTimeField(verbose_name=_("first seen"))
+    last_seen = models.DateTimeField(verbose_name=_("last seen"))
+    count = models.PositiveIntegerField(default=1, verbose_name=_("count"))
+    drains = models.BooleanField(default=False, verbose_name=_("drains"))
+    degrades = models.BooleanField(default=False, verbose_name=_("degrades"))
+    warns = models.BooleanField(default=False, verbose_name=_("warns"))
 
     objects = TrayRowQuerySet.as_manager()
 
@@ -261,22 +305,41 @@ class HealthEvent(models.Model):
 class HealthAction(models.Model):
     """A decision the health rules (or an admin) took about a tray, as data: why, when, what changed."""
 
-    tray = models.ForeignKey(ComputeTray, on_delete=models.CASCADE, related_name="health_actions")
-    kind = models.CharField(max_length=24, choices=ActionKind.choices)
+    tray = models.ForeignKey(
+        ComputeTray, on_delete=models.CASCADE, related_name="health_actions", verbose_name=_("tray")
+    )
+    kind = models.CharField(max_length=24, choices=ActionKind.choices, verbose_name=_("kind"))
     event = models.ForeignKey(
-        HealthEvent, on_delete=models.SET_NULL, null=True, blank=True, related_name="actions"
+        HealthEvent,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="actions",
+        verbose_name=_("event"),
     )
-    rule = models.ForeignKey(HealthRule, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    rule_name = models.CharField(max_length=100, blank=True)
+    rule = models.ForeignKey(
+        HealthRule, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", verbose_name=_("rule")
+    )
+    rule_name = models.CharField(max_length=100, blank=True, verbose_name=_("rule name"))
     partition = models.ForeignKey(
-        NVLinkPartition, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        NVLinkPartition,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("partition"),
     )
-    dry_run = models.BooleanField(default=False)
-    reason = models.CharField(max_length=500)
+    dry_run = models.BooleanField(default=False, verbose_name=_("dry run"))
+    reason = models.CharField(max_length=500, verbose_name=_("reason"))
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("actor"),
     )
-    created_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now, verbose_name=_("created at"))
 
     objects = TrayRowQuerySet.as_manager()
 
@@ -296,13 +359,15 @@ class HealthAction(models.Model):
 class HealthCheckResult(models.Model):
     """An active check the node agent ran (e.g. `dcgmi diag -r 2`): exit status, output tail, when."""
 
-    tray = models.ForeignKey(ComputeTray, on_delete=models.CASCADE, related_name="health_checks")
-    name = models.CharField(max_length=128)
-    exit_status = models.SmallIntegerField()
-    output = models.TextField(blank=True)
-    started = models.DateTimeField()
-    seconds = models.FloatField()
-    received_at = models.DateTimeField(default=timezone.now)
+    tray = models.ForeignKey(
+        ComputeTray, on_delete=models.CASCADE, related_name="health_checks", verbose_name=_("tray")
+    )
+    name = models.CharField(max_length=128, verbose_name=_("name"))
+    exit_status = models.SmallIntegerField(verbose_name=_("exit status"))
+    output = models.TextField(blank=True, verbose_name=_("output"))
+    started = models.DateTimeField(verbose_name=_("started"))
+    seconds = models.FloatField(verbose_name=_("seconds"))
+    received_at = models.DateTimeField(default=timezone.now, verbose_name=_("received at"))
 
     objects = TrayRowQuerySet.as_manager()
 

@@ -36,15 +36,26 @@ class Rack(models.Model):
             ),
             max=names.RACK_NAME_MAX,
         ),
+        verbose_name=_("name"),
     )
     system_model = models.CharField(
-        max_length=32, choices=SystemModel.choices, default=SystemModel.GB200_NVL72
+        max_length=32,
+        choices=SystemModel.choices,
+        default=SystemModel.GB200_NVL72,
+        verbose_name=_("system model"),
     )
     cluster_uuid = models.UUIDField(
-        null=True, blank=True, help_text=_("NVLink domain cluster UUID; learned from discovery when empty.")
+        null=True,
+        blank=True,
+        help_text=_("NVLink domain cluster UUID; learned from discovery when empty."),
+        verbose_name=_("cluster uuid"),
     )
     location = models.CharField(
-        max_length=128, blank=True, validators=[TextValidator()], help_text=_("Site, hall, row and position.")
+        max_length=128,
+        blank=True,
+        validators=[TextValidator()],
+        help_text=_("Site, hall, row and position."),
+        verbose_name=_("location"),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -82,9 +93,11 @@ class NVLinkPartitionQuerySet(models.QuerySet):
 class NVLinkPartition(models.Model):
     """A set of trays of one rack whose GPUs share a clique ID (one NVLink partition)."""
 
-    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="partitions")
+    rack = models.ForeignKey(
+        Rack, on_delete=models.CASCADE, related_name="partitions", verbose_name=_("rack")
+    )
     clique_id = models.PositiveIntegerField(
-        validators=[MinValueValidator(1), MaxValueValidator(MAX_CLIQUE_ID)]
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_CLIQUE_ID)], verbose_name=_("clique id")
     )
     name = models.CharField(
         max_length=64,
@@ -93,6 +106,7 @@ class NVLinkPartition(models.Model):
             _("Up to {max} lower-case letters, digits and '-', starting and ending with a letter or digit."),
             max=names.PARTITION_NAME_MAX,
         ),
+        verbose_name=_("name"),
     )
     service_tier = models.CharField(
         max_length=64,
@@ -103,13 +117,17 @@ class NVLinkPartition(models.Model):
             "gpu_interactive); empty: the shared partition 'gpu'. A dedicated partition is always served by "
             "its department's Slurm partition."
         ),
+        verbose_name=_("service tier"),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # An NVLink/fabric fault on one tray affects every tray of the partition (inventory.health).
     degraded_reason = models.CharField(
-        max_length=255, blank=True, help_text=_("Why the health rules marked it degraded; empty when not.")
+        max_length=255,
+        blank=True,
+        help_text=_("Why the health rules marked it degraded; empty when not."),
+        verbose_name=_("degraded reason"),
     )
-    degraded_since = models.DateTimeField(null=True, blank=True)
+    degraded_since = models.DateTimeField(null=True, blank=True, verbose_name=_("degraded since"))
 
     objects = NVLinkPartitionQuerySet.as_manager()
 

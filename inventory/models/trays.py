@@ -23,9 +23,9 @@ class ComputeTrayQuerySet(models.QuerySet):
 class ComputeTray(models.Model):
     """One compute tray (a node: 4 GPUs, 2 Grace CPUs) in a rack slot."""
 
-    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="trays")
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="trays", verbose_name=_("rack"))
     slot = models.PositiveSmallIntegerField(
-        validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)]
+        validators=[MinValueValidator(1), MaxValueValidator(TRAYS_PER_RACK)], verbose_name=_("slot")
     )
     hostname = models.CharField(
         max_length=128,
@@ -37,28 +37,39 @@ class ComputeTray(models.Model):
             ),
             max=names.HOSTNAME_MAX,
         ),
+        verbose_name=_("hostname"),
     )
-    state = models.CharField(max_length=16, choices=TrayState.choices, default=TrayState.UP)
-    state_reason = models.CharField(max_length=255, blank=True)
+    state = models.CharField(
+        max_length=16, choices=TrayState.choices, default=TrayState.UP, verbose_name=_("state")
+    )
+    state_reason = models.CharField(max_length=255, blank=True, verbose_name=_("state reason"))
     ib_port_guids = models.JSONField(
-        default=list, blank=True, help_text=_('InfiniBand port GUIDs, "0x" + 16 hex.')
+        default=list,
+        blank=True,
+        help_text=_('InfiniBand port GUIDs, "0x" + 16 hex.'),
+        verbose_name=_("ib port guids"),
     )
     # The partition the inventory intends this tray to be in. One foreign key: a tray can never be in two
     # partitions; the composite foreign key (partition, rack) added in migration 0002 keeps it in its rack.
     partition = models.ForeignKey(
-        NVLinkPartition, on_delete=models.PROTECT, null=True, blank=True, related_name="trays"
+        NVLinkPartition,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="trays",
+        verbose_name=_("partition"),
     )
     # What the node last reported, as "<cluster_uuid>.<clique_id>" (GPU Feature Discovery rule); kept at
     # the last good value when a later report has problems.
-    reported_clique = models.CharField(max_length=64, blank=True)
-    fabric_problems = models.JSONField(default=list, blank=True)
-    last_report = models.JSONField(null=True, blank=True)
-    last_report_at = models.DateTimeField(null=True, blank=True)
+    reported_clique = models.CharField(max_length=64, blank=True, verbose_name=_("reported clique"))
+    fabric_problems = models.JSONField(default=list, blank=True, verbose_name=_("fabric problems"))
+    last_report = models.JSONField(null=True, blank=True, verbose_name=_("last report"))
+    last_report_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last report at"))
     # Health (inventory.health): since when the agent's reports have shown nothing wrong (None: the last one
     # did, or none came since a fault), and the node agent that reports for it.
-    healthy_since = models.DateTimeField(null=True, blank=True)
-    agent_version = models.CharField(max_length=64, blank=True)
-    agent_interval_s = models.PositiveIntegerField(null=True, blank=True)
+    healthy_since = models.DateTimeField(null=True, blank=True, verbose_name=_("healthy since"))
+    agent_version = models.CharField(max_length=64, blank=True, verbose_name=_("agent version"))
+    agent_interval_s = models.PositiveIntegerField(null=True, blank=True, verbose_name=_("agent interval s"))
     # sha256 of (the canonical hash of the last reconciled report, what the inventory intended then): a
     # report with the same hash is a heartbeat (inventory.ingest.heartbeats); empty while the tray has
     # open health business (every report is then reconciled in full).
@@ -66,8 +77,8 @@ class ComputeTray(models.Model):
     # What each scheduler (Slurm, Kubernetes target) says about the tray after Rackplane last made it agree
     # with `state` (integrations.trays): [{target, kind, action, message, state, reason, owner, error}], and
     # when. Derived data, written without signals or audit.
-    scheduler_state = models.JSONField(default=list, blank=True)
-    scheduler_state_at = models.DateTimeField(null=True, blank=True)
+    scheduler_state = models.JSONField(default=list, blank=True, verbose_name=_("scheduler state"))
+    scheduler_state_at = models.DateTimeField(null=True, blank=True, verbose_name=_("scheduler state at"))
     # The MIG layout an admin chose for every GPU of the tray (inventory.mig_layouts; inventory.services
     # .mig.set_mig_layout): the mig-parted config named by the node's `nvidia.com/mig.config` label, and its
     # devices per GPU ({"1g.23gb": 7}) as chosen, so what is rendered does not move when reports do. Blank:
@@ -77,8 +88,9 @@ class ComputeTray(models.Model):
         blank=True,
         validators=[validate_mig_layout_name],
         help_text=_("MIG layout (mig-parted config)"),
+        verbose_name=_("mig layout"),
     )
-    mig_layout_devices = models.JSONField(default=dict, blank=True)
+    mig_layout_devices = models.JSONField(default=dict, blank=True, verbose_name=_("mig layout devices"))
 
     objects = ComputeTrayQuerySet.as_manager()
 
@@ -120,27 +132,47 @@ class Gpu(models.Model):
     """One GPU. `tray` is empty for a GPU that was removed from its tray (kept, not forgotten)."""
 
     tray = models.ForeignKey(
-        ComputeTray, on_delete=models.PROTECT, null=True, blank=True, related_name="gpus"
+        ComputeTray,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="gpus",
+        verbose_name=_("tray"),
     )
     index = models.PositiveSmallIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(GPUS_PER_TRAY - 1)]
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(GPUS_PER_TRAY - 1)],
+        verbose_name=_("index"),
     )
-    uuid = models.CharField(max_length=64, help_text=_('As nvidia-smi prints it: "GPU-..."'))
-    serial = models.CharField(max_length=64, blank=True)
-    product = models.CharField(max_length=64, blank=True)
-    memory_mib = models.PositiveIntegerField(null=True, blank=True)
-    health = models.CharField(max_length=20, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN)
-    fabric_state = models.CharField(max_length=16, choices=FabricState.choices, blank=True)
-    fabric_status = models.CharField(max_length=64, blank=True)
-    reported_cluster_uuid = models.UUIDField(null=True, blank=True)
-    reported_clique_id = models.PositiveIntegerField(null=True, blank=True)
+    uuid = models.CharField(
+        max_length=64, help_text=_('As nvidia-smi prints it: "GPU-..."'), verbose_name=_("uuid")
+    )
+    serial = models.CharField(max_length=64, blank=True, verbose_name=_("serial"))
+    product = models.CharField(max_length=64, blank=True, verbose_name=_("product"))
+    memory_mib = models.PositiveIntegerField(null=True, blank=True, verbose_name=_("memory mib"))
+    health = models.CharField(
+        max_length=20, choices=GpuHealth.choices, default=GpuHealth.UNKNOWN, verbose_name=_("health")
+    )
+    fabric_state = models.CharField(
+        max_length=16, choices=FabricState.choices, blank=True, verbose_name=_("fabric state")
+    )
+    fabric_status = models.CharField(max_length=64, blank=True, verbose_name=_("fabric status"))
+    reported_cluster_uuid = models.UUIDField(null=True, blank=True, verbose_name=_("reported cluster uuid"))
+    reported_clique_id = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name=_("reported clique id")
+    )
     # MIG (Multi-Instance GPU) as the node last reported it (inventory.discovery.mig): the mode now, the mode
     # after the next GPU reset, and what the node listed (instances with profile, placement and UUID, the
     # profiles the driver offers: GpuMig.as_dict()). Blank and None until a report that says.
-    mig_mode = models.CharField(max_length=16, choices=MigMode.choices, blank=True)
-    mig_pending = models.CharField(max_length=16, choices=MigMode.choices, blank=True)
-    mig = models.JSONField(null=True, blank=True)
-    last_report_at = models.DateTimeField(null=True, blank=True)
+    mig_mode = models.CharField(
+        max_length=16, choices=MigMode.choices, blank=True, verbose_name=_("mig mode")
+    )
+    mig_pending = models.CharField(
+        max_length=16, choices=MigMode.choices, blank=True, verbose_name=_("mig pending")
+    )
+    mig = models.JSONField(null=True, blank=True, verbose_name=_("mig"))
+    last_report_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last report at"))
     # While the GPU is on no tray: the tray discovery detached it from. A rack's or a host's agent token may
     # put a GPU back only where its scope covers the tray it left (inventory.ingest.gpus.require_in_scope), so
     # a node cannot claim a GPU that fell off another rack's bus.
@@ -151,6 +183,7 @@ class Gpu(models.Model):
         blank=True,
         related_name="+",
         help_text=_("The tray the GPU was last on, while it is on none (set by discovery)."),
+        verbose_name=_("detached from"),
     )
 
     objects = GpuQuerySet.as_manager()

@@ -34,8 +34,9 @@ class GroupRoleRule(models.Model):
             "The group's name exactly as the identity provider sends it (OpenID Connect: an entry of the "
             "groups claim; LDAP: the group's cn), prefix included."
         ),
+        verbose_name=gettext_lazy("group"),
     )
-    role = models.CharField(max_length=20, choices=GrantedRole.choices)
+    role = models.CharField(max_length=20, choices=GrantedRole.choices, verbose_name=gettext_lazy("role"))
     department = models.ForeignKey(
         Department,
         on_delete=models.CASCADE,
@@ -43,6 +44,7 @@ class GroupRoleRule(models.Model):
         blank=True,
         related_name="group_rules",
         help_text=gettext_lazy("For a lead or member role: the department. Empty for platform admin."),
+        verbose_name=gettext_lazy("department"),
     )
     project = models.ForeignKey(
         Project,
@@ -54,9 +56,12 @@ class GroupRoleRule(models.Model):
             "Optional, for a lead or member role: one of the department's projects. The group then makes its "
             "people the project's leads or members (and members of the department)."
         ),
+        verbose_name=gettext_lazy("project"),
     )
-    description = models.CharField(max_length=200, blank=True, validators=[TextValidator()])
-    created_at = models.DateTimeField(auto_now_add=True)
+    description = models.CharField(
+        max_length=200, blank=True, validators=[TextValidator()], verbose_name=gettext_lazy("description")
+    )
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=gettext_lazy("created at"))
 
     class Meta:
         verbose_name = gettext_lazy("group role rule")
@@ -136,27 +141,37 @@ class ExternalIdentity(models.Model):
     never by a username or e-mail an identity provider could hand to someone else.
     """
 
-    provider = models.CharField(max_length=10, choices=IdentityProvider.choices)
+    provider = models.CharField(
+        max_length=10, choices=IdentityProvider.choices, verbose_name=gettext_lazy("provider")
+    )
     subject = models.CharField(
         max_length=255,
         help_text=gettext_lazy("OpenID Connect: the `sub` claim. LDAP: the user's DN (lower case)."),
+        verbose_name=gettext_lazy("subject"),
     )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="external_identities",
+        verbose_name=gettext_lazy("user"),
     )
     granted_admin = models.BooleanField(
         default=False,
         help_text=gettext_lazy(
             "The account is a platform admin because of this provider's group (removed with the group)."
         ),
+        verbose_name=gettext_lazy("granted admin"),
     )
     groups = models.JSONField(
         default=list,
         blank=True,
         help_text=gettext_lazy("The groups (within the prefix) at the last sign-in."),
+        verbose_name=gettext_lazy("groups"),
     )
-    last_sign_in_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(
+        null=True, blank=True, verbose_name=gettext_lazy("last sign in at")
+    )
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=gettext_lazy("created at"))
 
     class Meta:
         verbose_name = gettext_lazy("external identity")
@@ -184,7 +199,10 @@ class PosixAccount(models.Model):
     """
 
     user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="posix_account"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="posix_account",
+        verbose_name=gettext_lazy("user"),
     )
     name = models.CharField(
         gettext_lazy("login name"),
@@ -194,17 +212,24 @@ class PosixAccount(models.Model):
         ),
     )
     uid = models.PositiveIntegerField(
-        "uid", help_text=gettext_lazy("uidNumber: never 0 (root) or 65534 (nobody).")
+        gettext_lazy("uid"), help_text=gettext_lazy("uidNumber: never 0 (root) or 65534 (nobody).")
     )
-    gid = models.PositiveIntegerField("gid", help_text=gettext_lazy("gidNumber of the primary group."))
+    gid = models.PositiveIntegerField(
+        gettext_lazy("gid"), help_text=gettext_lazy("gidNumber of the primary group.")
+    )
     groups = models.JSONField(
         gettext_lazy("supplementary group ids"),
         default=list,
         blank=True,
         help_text=gettext_lazy("A list of gid numbers (posixGroup gidNumbers), without the primary group."),
     )
-    source = models.CharField(max_length=10, choices=PosixSource.choices, default=PosixSource.ADMIN)
-    updated_at = models.DateTimeField(auto_now=True)
+    source = models.CharField(
+        max_length=10,
+        choices=PosixSource.choices,
+        default=PosixSource.ADMIN,
+        verbose_name=gettext_lazy("source"),
+    )
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=gettext_lazy("updated at"))
 
     class Meta:
         verbose_name_plural = gettext_lazy("POSIX accounts")

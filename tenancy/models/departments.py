@@ -103,6 +103,7 @@ class Department(models.Model):
     ib_pkey = models.PositiveIntegerField(
         validators=[MinValueValidator(PKEY_MIN), MaxValueValidator(PKEY_MAX)],
         help_text=gettext_lazy("InfiniBand P_Key"),
+        verbose_name=gettext_lazy("ib pkey"),
     )
     network_cidr = models.CharField(
         max_length=43,
@@ -119,9 +120,11 @@ class Department(models.Model):
         ),
         verbose_name=gettext_lazy("export path"),
     )
-    storage_quota_gib = models.PositiveIntegerField(default=10240)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    storage_quota_gib = models.PositiveIntegerField(
+        default=10240, verbose_name=gettext_lazy("storage quota gib")
+    )
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=gettext_lazy("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=gettext_lazy("updated at"))
 
     objects = DepartmentQuerySet.as_manager()
 
@@ -238,9 +241,19 @@ class DedicatedPartition(models.Model):
     Its GPUs count towards the department's guarantee and serve that department first.
     """
 
-    partition = models.OneToOneField(NVLinkPartition, on_delete=models.CASCADE, related_name="dedication")
-    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="dedicated_partitions")
-    created_at = models.DateTimeField(auto_now_add=True)
+    partition = models.OneToOneField(
+        NVLinkPartition,
+        on_delete=models.CASCADE,
+        related_name="dedication",
+        verbose_name=gettext_lazy("partition"),
+    )
+    department = models.ForeignKey(
+        Department,
+        on_delete=models.CASCADE,
+        related_name="dedicated_partitions",
+        verbose_name=gettext_lazy("department"),
+    )
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=gettext_lazy("created at"))
 
     objects = DedicatedPartitionQuerySet.as_manager()
 
@@ -259,15 +272,19 @@ class DedicatedPartition(models.Model):
 class TenancySettings(models.Model):
     """The pools isolation resources are allocated from, and telemetry knobs. One row (pk=1)."""
 
-    vlan_first = models.PositiveIntegerField(default=100)
-    vlan_last = models.PositiveIntegerField(default=3999)
-    vni_first = models.PositiveIntegerField(default=10000)
-    vni_last = models.PositiveIntegerField(default=19999)
-    pkey_first = models.PositiveIntegerField(default=0x0100)
-    pkey_last = models.PositiveIntegerField(default=0x7FFE)
-    tenant_supernet = models.CharField(max_length=43, default="10.64.0.0/16")
+    vlan_first = models.PositiveIntegerField(default=100, verbose_name=gettext_lazy("vlan first"))
+    vlan_last = models.PositiveIntegerField(default=3999, verbose_name=gettext_lazy("vlan last"))
+    vni_first = models.PositiveIntegerField(default=10000, verbose_name=gettext_lazy("vni first"))
+    vni_last = models.PositiveIntegerField(default=19999, verbose_name=gettext_lazy("vni last"))
+    pkey_first = models.PositiveIntegerField(default=0x0100, verbose_name=gettext_lazy("pkey first"))
+    pkey_last = models.PositiveIntegerField(default=0x7FFE, verbose_name=gettext_lazy("pkey last"))
+    tenant_supernet = models.CharField(
+        max_length=43, default="10.64.0.0/16", verbose_name=gettext_lazy("tenant supernet")
+    )
     tenant_prefix = models.PositiveSmallIntegerField(
-        default=24, help_text=gettext_lazy("Prefix length of each tenant network")
+        default=24,
+        help_text=gettext_lazy("Prefix length of each tenant network"),
+        verbose_name=gettext_lazy("tenant prefix"),
     )
     export_root = models.CharField(
         max_length=200,
@@ -276,18 +293,32 @@ class TenancySettings(models.Model):
         help_text=gettext_lazy(
             "Every department's export path lies inside it; a new department's is <root>/<slug>."
         ),
+        verbose_name=gettext_lazy("export root"),
     )
     nfs_server = models.CharField(
-        max_length=253, default="nfs.storage.internal", validators=[validate_nfs_server]
+        max_length=253,
+        default="nfs.storage.internal",
+        validators=[validate_nfs_server],
+        verbose_name=gettext_lazy("nfs server"),
     )
-    default_storage_quota_gib = models.PositiveIntegerField(default=10240)
-    idle_threshold_percent = models.FloatField(default=5.0)
-    idle_window_minutes = models.PositiveIntegerField(default=30)
+    default_storage_quota_gib = models.PositiveIntegerField(
+        default=10240, verbose_name=gettext_lazy("default storage quota gib")
+    )
+    idle_threshold_percent = models.FloatField(
+        default=5.0, verbose_name=gettext_lazy("idle threshold percent")
+    )
+    idle_window_minutes = models.PositiveIntegerField(
+        default=30, verbose_name=gettext_lazy("idle window minutes")
+    )
     utilization_history_hours = models.PositiveIntegerField(
-        default=24, help_text=gettext_lazy("How long per-GPU utilization (5-minute buckets) is kept.")
+        default=24,
+        help_text=gettext_lazy("How long per-GPU utilization (5-minute buckets) is kept."),
+        verbose_name=gettext_lazy("utilization history hours"),
     )
     quota_history_days = models.PositiveIntegerField(
-        default=30, help_text=gettext_lazy("How long department quota snapshots are kept.")
+        default=30,
+        help_text=gettext_lazy("How long department quota snapshots are kept."),
+        verbose_name=gettext_lazy("quota history days"),
     )
 
     class Meta:

@@ -46,8 +46,9 @@ class MembershipBase(models.Model):
             "at each sign-in through it, removed when the group is gone). A change by hand makes it a hand "
             "grant."
         ),
+        verbose_name=gettext_lazy("origin"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=gettext_lazy("created at"))
 
     scope_field = "department"  # the field naming what it is a membership of
 
@@ -59,9 +60,21 @@ class MembershipBase(models.Model):
 
 
 class Membership(MembershipBase):
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=gettext_lazy("user"),
+    )
+    department = models.ForeignKey(
+        Department,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=gettext_lazy("department"),
+    )
+    role = models.CharField(
+        max_length=10, choices=Role.choices, default=Role.MEMBER, verbose_name=gettext_lazy("role")
+    )
 
     objects = MembershipQuerySet.as_manager()
 
@@ -86,10 +99,20 @@ class ProjectMembership(MembershipBase):
     department membership removes these (tenancy.projects)."""
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="project_memberships",
+        verbose_name=gettext_lazy("user"),
     )
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=10, choices=ProjectRole.choices, default=ProjectRole.MEMBER)
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="memberships", verbose_name=gettext_lazy("project")
+    )
+    role = models.CharField(
+        max_length=10,
+        choices=ProjectRole.choices,
+        default=ProjectRole.MEMBER,
+        verbose_name=gettext_lazy("role"),
+    )
 
     objects = ProjectMembershipQuerySet.as_manager()
     scope_field = "project"

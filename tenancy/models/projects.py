@@ -76,8 +76,12 @@ class Project(models.Model):
     department). A department without projects behaves as if it were its own single project.
     """
 
-    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="projects")
-    name = models.CharField(max_length=100, validators=[TextValidator()])  # one line of plain text
+    department = models.ForeignKey(
+        Department, on_delete=models.CASCADE, related_name="projects", verbose_name=gettext_lazy("department")
+    )
+    name = models.CharField(
+        max_length=100, validators=[TextValidator()], verbose_name=gettext_lazy("name")
+    )  # one line of plain text
     slug = models.SlugField(
         max_length=naming.SLUG_MAX,
         validators=[validate_project_slug],
@@ -89,9 +93,12 @@ class Project(models.Model):
             ),
             max=naming.SLUG_MAX,
         ),
+        verbose_name=gettext_lazy("slug"),
     )
     guaranteed_gpus = models.PositiveIntegerField(
-        default=0, help_text=gettext_lazy("Always available; reclaimed if lent.")
+        default=0,
+        help_text=gettext_lazy("Always available; reclaimed if lent."),
+        verbose_name=gettext_lazy("guaranteed gpus"),
     )
     over_quota_weight = models.DecimalField(
         max_digits=6,
@@ -101,17 +108,21 @@ class Project(models.Model):
         help_text=gettext_lazy(
             "Share of the department's idle GPUs it may borrow, relative to its sibling projects."
         ),
+        verbose_name=gettext_lazy("over quota weight"),
     )
     limit_gpus = models.PositiveIntegerField(
         null=True,
         blank=True,
         help_text=gettext_lazy("Most GPUs it may hold, borrowing included; empty for no limit."),
+        verbose_name=gettext_lazy("limit gpus"),
     )
     is_default = models.BooleanField(
         default=False,
         editable=False,
-        help_text="The department's default project: what its named projects do not take (its guarantee "
-        "is the department's minus theirs; every member in no named project may submit to it).",
+        help_text=gettext_lazy(
+            "The department's default project: what its named projects do not take (its guarantee "
+            "is the department's minus theirs; every member in no named project may submit to it)."
+        ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -22,7 +22,10 @@ class MetricsSource(models.Model):
     """
 
     kind = models.CharField(
-        max_length=12, choices=MetricsSourceKind.choices, default=MetricsSourceKind.DIRECT
+        max_length=12,
+        choices=MetricsSourceKind.choices,
+        default=MetricsSourceKind.DIRECT,
+        verbose_name=gettext_lazy("kind"),
     )
     url = models.URLField(
         max_length=500,
@@ -31,14 +34,21 @@ class MetricsSource(models.Model):
             "The query API's base address, e.g. https://prometheus.example.org:9090 (Rackplane adds "
             "/api/v1/query); with a path prefix for Thanos, Mimir (/prometheus) or VictoriaMetrics."
         ),
+        verbose_name=gettext_lazy("url"),
     )
     bearer_token = models.CharField(
-        max_length=4096, blank=True, help_text=gettext_lazy("Sent as 'Authorization: Bearer'.")
+        max_length=4096,
+        blank=True,
+        help_text=gettext_lazy("Sent as 'Authorization: Bearer'."),
+        verbose_name=gettext_lazy("bearer token"),
     )
     username = models.CharField(
-        max_length=200, blank=True, help_text=gettext_lazy("HTTP basic authentication.")
+        max_length=200,
+        blank=True,
+        help_text=gettext_lazy("HTTP basic authentication."),
+        verbose_name=gettext_lazy("username"),
     )
-    password = models.CharField(max_length=200, blank=True)
+    password = models.CharField(max_length=200, blank=True, verbose_name=gettext_lazy("password"))
     ca_file = models.CharField(
         max_length=500,
         blank=True,
@@ -46,8 +56,11 @@ class MetricsSource(models.Model):
             "Absolute path of the CA bundle (PEM) that signed the server's certificate; empty for the "
             "system's."
         ),
+        verbose_name=gettext_lazy("ca file"),
     )
-    timeout_seconds = models.PositiveSmallIntegerField(default=10)
+    timeout_seconds = models.PositiveSmallIntegerField(
+        default=10, verbose_name=gettext_lazy("timeout seconds")
+    )
     # The outbound guard (core.outbound, docs/outbound.md): the site's Prometheus is usually an internal
     # service, and only platform admins edit the source, so private and loopback addresses are allowed by
     # default; link-local (cloud metadata) ones never are, nor a redirect to another host.
@@ -65,18 +78,28 @@ class MetricsSource(models.Model):
             "Utilization is averaged over this window; a GPU with no sample in it has no data (never "
             "idle). At least twice the exporters' scrape interval."
         ),
+        verbose_name=gettext_lazy("window seconds"),
     )
-    metric = models.CharField(max_length=200, default="DCGM_FI_DEV_GPU_UTIL")
+    metric = models.CharField(
+        max_length=200, default="DCGM_FI_DEV_GPU_UTIL", verbose_name=gettext_lazy("metric")
+    )
     uuid_label = models.CharField(
         max_length=100,
         default="UUID",
         help_text=gettext_lazy("The label holding the GPU UUID (dcgm-exporter: UUID)."),
+        verbose_name=gettext_lazy("uuid label"),
     )
     gpu_label = models.CharField(
-        max_length=100, default="gpu", help_text=gettext_lazy("The GPU index label.")
+        max_length=100,
+        default="gpu",
+        help_text=gettext_lazy("The GPU index label."),
+        verbose_name=gettext_lazy("gpu label"),
     )
     hostname_label = models.CharField(
-        max_length=100, default="Hostname", help_text=gettext_lazy("The node name label.")
+        max_length=100,
+        default="Hostname",
+        help_text=gettext_lazy("The node name label."),
+        verbose_name=gettext_lazy("hostname label"),
     )
     selector = models.CharField(
         max_length=500,
@@ -84,10 +107,11 @@ class MetricsSource(models.Model):
         help_text=gettext_lazy(
             'Extra label matchers for this site\'s exporters, e.g. cluster="gb-east",job="dcgm".'
         ),
+        verbose_name=gettext_lazy("selector"),
     )
-    last_polled_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    last_series_count = models.PositiveIntegerField(default=0)
+    last_polled_at = models.DateTimeField(null=True, blank=True, verbose_name=gettext_lazy("last polled at"))
+    last_error = models.TextField(blank=True, verbose_name=gettext_lazy("last error"))
+    last_series_count = models.PositiveIntegerField(default=0, verbose_name=gettext_lazy("last series count"))
 
     class Meta:
         verbose_name = gettext_lazy("metrics source")
@@ -131,11 +155,13 @@ class MetricsSource(models.Model):
 class ExporterEndpoint(models.Model):
     """A DCGM exporter's /metrics URL, scraped on the Celery beat schedule."""
 
-    url = models.URLField(max_length=500)
-    enabled = models.BooleanField(default=True)
-    last_scraped_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    last_sample_count = models.PositiveIntegerField(default=0)
+    url = models.URLField(max_length=500, verbose_name=gettext_lazy("url"))
+    enabled = models.BooleanField(default=True, verbose_name=gettext_lazy("enabled"))
+    last_scraped_at = models.DateTimeField(
+        null=True, blank=True, verbose_name=gettext_lazy("last scraped at")
+    )
+    last_error = models.TextField(blank=True, verbose_name=gettext_lazy("last error"))
+    last_sample_count = models.PositiveIntegerField(default=0, verbose_name=gettext_lazy("last sample count"))
 
     class Meta:
         verbose_name = gettext_lazy("exporter endpoint")
@@ -151,14 +177,21 @@ class GpuActivity(models.Model):
     """The latest utilization of one GPU, and since when it has stayed under the idle threshold."""
 
     gpu = models.OneToOneField(
-        "inventory.Gpu", on_delete=models.CASCADE, primary_key=True, related_name="activity"
+        "inventory.Gpu",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="activity",
+        verbose_name=gettext_lazy("gpu"),
     )
-    utilization = models.FloatField(help_text=gettext_lazy("Percent, 0-100, latest sample"))
-    sampled_at = models.DateTimeField()
+    utilization = models.FloatField(
+        help_text=gettext_lazy("Percent, 0-100, latest sample"), verbose_name=gettext_lazy("utilization")
+    )
+    sampled_at = models.DateTimeField(verbose_name=gettext_lazy("sampled at"))
     low_since = models.DateTimeField(
         null=True,
         blank=True,
         help_text=gettext_lazy("Start of the current run of samples under the idle threshold."),
+        verbose_name=gettext_lazy("low since"),
     )
 
     class Meta:
@@ -176,14 +209,20 @@ class GpuUtilization(models.Model):
 
     BUCKET_SECONDS = 300
 
-    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.CASCADE, related_name="utilization_buckets")
-    bucket_start = models.DateTimeField()
-    mean = models.FloatField()
-    peak = models.FloatField()
-    samples = models.PositiveIntegerField(default=1)
+    gpu = models.ForeignKey(
+        "inventory.Gpu",
+        on_delete=models.CASCADE,
+        related_name="utilization_buckets",
+        verbose_name=gettext_lazy("gpu"),
+    )
+    bucket_start = models.DateTimeField(verbose_name=gettext_lazy("bucket start"))
+    mean = models.FloatField(verbose_name=gettext_lazy("mean"))
+    peak = models.FloatField(verbose_name=gettext_lazy("peak"))
+    samples = models.PositiveIntegerField(default=1, verbose_name=gettext_lazy("samples"))
     seconds = models.PositiveIntegerField(
         default=BUCKET_SECONDS,
         help_text=gettext_lazy("The bucket's length: 300, or 3600 once downsampled (past a day)."),
+        verbose_name=gettext_lazy("seconds"),
     )
 
     class Meta:
@@ -208,15 +247,20 @@ class QuotaSnapshotQuerySet(models.QuerySet):
 class QuotaSnapshot(models.Model):
     """A department's quota position at one moment; the dashboards' history (kept quota_history_days)."""
 
-    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quota_snapshots")
-    taken_at = models.DateTimeField()
-    guaranteed = models.PositiveIntegerField()
-    in_use = models.PositiveIntegerField()
-    in_quota = models.PositiveIntegerField()
-    borrowed = models.PositiveIntegerField()
-    fair_share = models.PositiveIntegerField()
-    pending_demand = models.PositiveIntegerField()
-    idle = models.PositiveIntegerField()
+    department = models.ForeignKey(
+        Department,
+        on_delete=models.CASCADE,
+        related_name="quota_snapshots",
+        verbose_name=gettext_lazy("department"),
+    )
+    taken_at = models.DateTimeField(verbose_name=gettext_lazy("taken at"))
+    guaranteed = models.PositiveIntegerField(verbose_name=gettext_lazy("guaranteed"))
+    in_use = models.PositiveIntegerField(verbose_name=gettext_lazy("in use"))
+    in_quota = models.PositiveIntegerField(verbose_name=gettext_lazy("in quota"))
+    borrowed = models.PositiveIntegerField(verbose_name=gettext_lazy("borrowed"))
+    fair_share = models.PositiveIntegerField(verbose_name=gettext_lazy("fair share"))
+    pending_demand = models.PositiveIntegerField(verbose_name=gettext_lazy("pending demand"))
+    idle = models.PositiveIntegerField(verbose_name=gettext_lazy("idle"))
 
     objects = QuotaSnapshotQuerySet.as_manager()
 
