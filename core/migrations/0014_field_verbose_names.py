@@ -107,7 +107,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='notification',
             name='event',
-            field=models.CharField(choices=[('tray_drained', 'Tray drained'), ('breaker_tripped', 'Circuit breaker tripped'), ('job_requeued', 'Job requeued by a fault'), ('tray_returned', 'Tray back in service'), ('needs_service', 'Tray needs service'), ('job_started', 'Job started'), ('job_preempted', 'Job preempted'), ('job_finished', 'Job finished'), ('job_failed', 'Job failed'), ('guarantee_short', 'Department short of its guarantee'), ('idle_gpus', 'Idle GPUs above a threshold'), ('push_failed', 'Configuration push failed'), ('removal_ahead', 'A version a target uses is about to be removed'), ('test', 'Test notification')], max_length=40, verbose_name='event'),
+            field=models.CharField(choices=[('tray_drained', 'Tray drained'), ('breaker_tripped', 'Circuit breaker tripped'), ('job_requeued', 'Job requeued by a fault'), ('tray_returned', 'Tray back in service'), ('needs_service', 'Tray needs service'), ('job_started', 'Job started'), ('job_preempted', 'Job preempted'), ('job_finished', 'Job finished'), ('job_failed', 'Job failed'), ('job_cancelled', 'Job cancelled by someone else'), ('guarantee_short', 'Department short of its guarantee'), ('idle_gpus', 'Idle GPUs above a threshold'), ('push_failed', 'Configuration push failed'), ('removal_ahead', 'A version a target uses is about to be removed'), ('test', 'Test notification')], max_length=40, verbose_name='event'),
         ),
         migrations.AlterField(
             model_name='notification',
