@@ -1,6 +1,10 @@
 """`explain`'s alternatives: each reason said only of the partitions it is true of (a walkthrough read "kept
 for larger jobs" of a partition exactly as small as the chosen one)."""
 
+import pytest
+from django.template import Context, Template
+from django.utils import translation
+
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.placement import Request, explain, place
 from tests.scheduling.test_engine import cluster_of
@@ -52,3 +56,19 @@ def test_a_shared_partition_after_the_departments_own_is_said_to_come_later_what
 def test_a_lone_fit_says_no_other_partition_could_take_it():
     _, sentence = why(cluster_of({"r1": [18]}), Request(72))
     assert sentence.endswith("no other partition could take it")
+
+
+@pytest.mark.parametrize(
+    "language, shown, gone",
+    [
+        ("en", "1 other partition was equally small (r08 p1 (18))", "kept for larger jobs"),
+        ("ja", "ほかに 1 個のパーティションが同じ大きさでした", "より大きなジョブのために残して"),
+    ],
+)
+def test_the_tie_is_rendered_in_the_viewers_language(language, shown, gone):
+    """The sentence as a page shows it (the `sentence_words` filter reads the stored English back)."""
+    c = cluster_of({"r03": [18], "r08": [18]})
+    _, sentence = why(c, Request(72))
+    with translation.override(language):
+        page = Template("{% load rackplane %}{{ why|sentence_words }}").render(Context({"why": sentence}))
+    assert shown in page and gone not in page, page
