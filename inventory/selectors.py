@@ -310,6 +310,7 @@ class HeldBy:
     name: str
     department: str
     gpus: int = 0
+    submitter: str = ""  # the username of whoever submitted it ("" for a job the viewer may not see)
 
 
 @dataclass
@@ -345,6 +346,7 @@ NO_HOLDERS = {
     "held_job_id": Value(None, output_field=IntegerField()),
     "held_job_name": Value("", output_field=CharField()),
     "held_job_department": Value("", output_field=CharField()),
+    "held_job_submitter": Value("", output_field=CharField()),
     "held_job_visible": Value(False, output_field=BooleanField()),
 }
 
@@ -357,12 +359,28 @@ def _tray_jobs(gpus: list) -> list[HeldBy]:
             continue
         if gpu.held_job_id not in jobs:
             jobs[gpu.held_job_id] = (
-                HeldBy(gpu.held_job_id, gpu.held_job_name, gpu.held_job_department)
+                HeldBy(
+                    gpu.held_job_id,
+                    gpu.held_job_name,
+                    gpu.held_job_department,
+                    submitter=gpu.held_job_submitter or "",
+                )
                 if gpu.held_job_visible
                 else HeldBy(None, "", "")
             )
         jobs[gpu.held_job_id].gpus += 1
     return list(jobs.values())
+
+
+def gpu_health_counts(healths) -> dict[str, int]:
+    """GPUs in all, healthy ones and degraded ones (DEGRADED_HEALTH), from their health values: the one count
+    of a rack's GPU health (the rack page and the partition wizard)."""
+    healths = list(healths)
+    return {
+        "gpus_total": len(healths),
+        "gpus_healthy": sum(1 for health in healths if health == GpuHealth.HEALTHY),
+        "gpus_degraded": sum(1 for health in healths if health in DEGRADED_HEALTH),
+    }
 
 
 def rack_layout(user, rack: Rack, holders: dict | None = None) -> RackLayout:
@@ -414,9 +432,7 @@ def rack_layout(user, rack: Rack, holders: dict | None = None) -> RackLayout:
         rows=rows,
         unassigned_trays=sum(1 for tray in trays if tray.partition_id is None),
         trays_up=sum(1 for tray in trays if tray.state == TrayState.UP),
-        gpus_total=len(gpus),
-        gpus_healthy=sum(1 for gpu in gpus if gpu.health == GpuHealth.HEALTHY),
-        gpus_degraded=sum(1 for gpu in gpus if gpu.health in DEGRADED_HEALTH),
+        **gpu_health_counts(gpu.health for gpu in gpus),
         drift=sum(1 for row in rows for cell in row.cells if cell and cell.drift),
         fabric_problem_trays=sum(1 for tray in trays if tray.fabric_problems),
         gpus_held=sum(1 for gpu in gpus if gpu.held_job_id is not None),

@@ -420,6 +420,7 @@ def holder_annotations(user) -> dict:
         "held_job_id": F("allocations__job_id"),
         "held_job_name": F("allocations__job__name"),
         "held_job_department": F("allocations__job__department__name"),
+        "held_job_submitter": F("allocations__job__submitted_by__username"),
         "held_job_visible": Exists(Job.objects.visible_to(user).filter(pk=OuterRef("allocations__job_id"))),
     }
 

@@ -72,14 +72,15 @@ def plan_schedule(request, name):
     try:
         if not form.partitions or getattr(form, "layout_errors", None) or form.errors:
             raise ValidationError(_("The plan has errors: go back to the layout and fix them."))
-        plan = windows.schedule(
-            rack,
-            form.partitions,
-            starts_at=window.cleaned_data["window_start"],
-            ends_at=window.cleaned_data["window_end"],
-            requeue=window.cleaned_data["window_requeue"],
-            user=request.user,
-        )
+        when = {
+            "starts_at": window.cleaned_data["window_start"],
+            "ends_at": window.cleaned_data["window_end"],
+            "requeue": window.cleaned_data["window_requeue"],
+        }
+        # A window the plan cannot apply in would only expire at its end: said before anything is saved.
+        if (missed := windows.misses_window(rack, form.partitions, **when)) is not None:
+            raise ValidationError(missed)
+        plan = windows.schedule(rack, form.partitions, user=request.user, **when)
     except ValidationError as error:
         context = preview_context(request, rack, form, window_form=window)
         return _refused(request, template, context, " ".join(error.messages))

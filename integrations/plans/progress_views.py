@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
@@ -205,19 +206,30 @@ def _retry_query(plan: PartitionPlan) -> str:
     return params.urlencode()
 
 
+def cancelled_message(plan: PartitionPlan) -> str:
+    """What cancelling `plan` did: its drained trays back in service, or nothing drained yet."""
+    if not plan.trays_returned:
+        return _("Plan #%(plan)s cancelled; no tray had been drained for it, so nothing else changed.") % {
+            "plan": plan.pk
+        }
+    return ngettext(
+        "Plan #%(plan)s cancelled; its %(count)s drained tray is back in service.",
+        "Plan #%(plan)s cancelled; its %(count)s drained trays are back in service.",
+        plan.trays_returned,
+    ) % {"plan": plan.pk, "count": plan.trays_returned}
+
+
 @require_POST
 def plan_cancel(request, pk):
     """Cancel a draft or draining plan; its drained trays return to service."""
     require_admin(request.user, WIZARD)
     plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
     try:
-        plans.cancel_plan(plan)
+        cancelled = plans.cancel_plan(plan)
     except plans.PlanConflict as error:
         messages.error(request, str(error))
     else:
-        messages.success(
-            request, _("Plan #%(plan)s cancelled; its drained trays are back in service.") % {"plan": plan.pk}
-        )
+        messages.success(request, cancelled_message(cancelled))
     return redirect("integrations:plan-detail", pk=plan.pk)
 
 

@@ -43,6 +43,8 @@ class JobInTheWay:
     grace_s: int  # a checkpointable job's time to checkpoint before it is requeued
     ends_in_s: float | None  # seconds until it reaches its time limit (None: it has no limit)
     ends_at: datetime | None = None  # when it reaches its time limit (None: it has no limit)
+    department: str = ""  # whose job it is: its department's name
+    submitter: str = ""  # and the username of whoever submitted it ("" when the user is gone)
 
     @property
     def grace_minutes(self) -> float:
@@ -110,7 +112,7 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
     """The jobs holding GPUs on `rack`'s trays `slots`, each once with its trays, by rack order. One query."""
     now = now or timezone.now()
     rows: dict[int, dict] = {}
-    for pk, name, klass, started, placed, limit, slot in (
+    for pk, name, klass, started, placed, limit, slot, department, submitter in (
         Allocation.objects.filter(
             job__state__in=HOLDING_STATES, gpu__tray__rack=rack, gpu__tray__slot__in=slots
         )
@@ -122,6 +124,8 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
             "job__placed_at",
             "job__time_limit_minutes",
             "gpu__tray__slot",
+            "job__department__name",
+            "job__submitted_by__username",
         )
         .distinct()
     ):
@@ -129,7 +133,16 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
         ends_at = since + timedelta(minutes=limit) if limit else None  # no limit: no known end
         ends = None if ends_at is None else (ends_at - now).total_seconds()
         row = rows.setdefault(
-            pk, {"name": name, "class": klass, "ends": ends, "ends_at": ends_at, "slots": set()}
+            pk,
+            {
+                "name": name,
+                "class": klass,
+                "ends": ends,
+                "ends_at": ends_at,
+                "slots": set(),
+                "department": department,
+                "submitter": submitter or "",
+            },
         )
         row["slots"].add(slot)
     policies: dict[str, tuple[bool, int]] = {}  # class -> (checkpointable, grace)
@@ -148,6 +161,8 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
                 grace,
                 row["ends"],
                 row["ends_at"],
+                row["department"],
+                row["submitter"],
             )
         )
     return sorted(jobs, key=lambda job: (job.slots[0], job.name))

@@ -706,7 +706,8 @@ def follow(plan: PartitionPlan) -> PartitionPlan:
 
 def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
     """Cancel a draft or a plan still draining (its drained trays return to service); its maintenance
-    window, if it had one, goes with it (integrations.plans.windows)."""
+    window, if it had one, goes with it (integrations.plans.windows). The plan returned says in
+    `trays_returned` how many drained trays went back into service (none for a plan that drained nothing)."""
     with transaction.atomic():
         plan = PartitionPlan.objects.select_for_update().select_related("rack").get(pk=plan.pk)
         if plan.status not in (PlanStatus.DRAFT, PlanStatus.DRAINING):
@@ -715,14 +716,15 @@ def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
                 % {"plan": plan.pk, "status": plan.get_status_display().lower()}
             )
         PlanWindow.objects.filter(plan=plan).delete()
-        withdraw(plan)
+        plan.trays_returned = withdraw(plan)
     return plan
 
 
-def withdraw(plan: PartitionPlan, error: str = "") -> None:
+def withdraw(plan: PartitionPlan, error: str = "") -> int:
     """End a draft or draining plan (locked by the caller) unapplied: its drained trays return to service,
-    and `error` says why when it was not an admin's cancel (a maintenance window that ended)."""
-    update_recorded(
+    and `error` says why when it was not an admin's cancel (a maintenance window that ended). Returns how
+    many drained trays returned to service."""
+    returned = update_recorded(
         ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)),
         state=TrayState.UP,
         state_reason="",
@@ -732,6 +734,7 @@ def withdraw(plan: PartitionPlan, error: str = "") -> None:
     plan.save(update_fields=["status", "finished_at", "error"])
     if drained:  # a draft changed nothing the scheduler sees
         request_pass(f"plan #{plan.pk} {'withdrawn' if error else 'cancelled'}")
+    return returned
 
 
 def create_and_apply(rack: Rack, partitions: list[PlannedPartition], *, drain: bool, user) -> PartitionPlan:

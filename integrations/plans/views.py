@@ -19,7 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, ngettext, pgettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
@@ -30,7 +30,7 @@ from integrations.plans.forms import CUSTOM, PlanForm, WhatIfForm, WindowForm, p
 from integrations.plans.requeue_now import summarize
 from integrations.plans.service import create_and_apply
 from inventory import selectors
-from inventory.choices import ACTIVE_PLAN_STATES
+from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth
 from inventory.models import Gpu, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import PRESETS, Finding, Level, PlanCheck, TrayInfo
 from inventory.planning import _ranges as slot_ranges
@@ -105,20 +105,11 @@ class DrawingRow:
         return not self.tray.schedulable
 
 
-# A GPU's health in the drawing's words (the stored value, in the reader's language).
-HEALTH_WORDS = {
-    "healthy": pgettext_lazy("GPU health", "healthy"),
-    "unhealthy": pgettext_lazy("GPU health", "unhealthy"),
-    "limited_capacity": pgettext_lazy("GPU health", "limited_capacity"),
-    "not_supported": pgettext_lazy("GPU health", "not_supported"),
-    "unknown": pgettext_lazy("GPU health", "unknown"),
-}
-
-
 def health_words(health: str | None) -> str:
+    """A GPU's health in the drawing's words: its GpuHealth label, in the reader's language."""
     if health is None:
         return _("not recorded")
-    return str(HEALTH_WORDS.get(health, health))
+    return str(GpuHealth(health).label) if health in GpuHealth.values else health
 
 
 def gpu_health(rack: Rack) -> dict[int, dict[int, str]]:
@@ -211,7 +202,7 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         # The jobs in the plan's way: which "Requeue now" would requeue, which it would wait for.
         "requeue": summarize(rack, check),
         "requeue_url": reverse("integrations:plan-requeue", args=[rack.name]),
-        **_rack_now(rack, trays),
+        **_rack_now(rack, trays, health),
         "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
         "query": params.urlencode(),
         "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
@@ -256,7 +247,7 @@ def served_by(slurm_partition: str, department: str | None) -> str:
         return ""
 
 
-def _rack_now(rack: Rack, trays: list[TrayInfo]) -> dict:
+def _rack_now(rack: Rack, trays: list[TrayInfo], health: dict[int, dict[int, str]]) -> dict:
     """The rack as it is: its partitions, running jobs, trays up, healthy GPUs, trays that need attention,
     and the departments a plan may give partitions to."""
     return {
@@ -267,8 +258,8 @@ def _rack_now(rack: Rack, trays: list[TrayInfo]) -> dict:
         ),
         "running_jobs": sorted({job for tray in trays for job in tray.running_jobs}),
         "trays_up": sum(1 for tray in trays if tray.state == "up"),
-        "gpus_healthy": sum(tray.healthy_gpus for tray in trays),
-        "gpus_total": len(trays) * GPUS_PER_TRAY,
+        # Counted as the rack page counts them (inventory.selectors.gpu_health_counts): one figure for both.
+        **selectors.gpu_health_counts(h for gpus in health.values() for h in gpus.values()),
         "attention": [tray for tray in trays if not tray.schedulable],
         "departments": list(Department.objects.order_by("name").only("name", "slug", "guaranteed_gpus")),
     }

@@ -27,11 +27,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from core.sentences import gettext_noop, say
 from integrations.models import PlanWindow, WindowState
 from integrations.plans import service
-from integrations.plans.requeue_now import jobs_in_the_way, requeue_plans_jobs
+from integrations.plans.requeue_now import jobs_in_the_way, requeue_plans_jobs, summarize
 from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan, Rack
 from inventory.planning import PlannedPartition
@@ -105,6 +106,53 @@ def schedule(
         step(window.pk, now)
         plan.refresh_from_db()
     return plan
+
+
+def misses_window(
+    rack: Rack, partitions: list[PlannedPartition], *, starts_at: datetime, ends_at: datetime, requeue: bool
+) -> str | None:
+    """Why the plan could not apply in the window, in the viewer's words, when its latest apply time
+    (requeue_now.latest_apply, counted from the window's start: the requeued jobs' grace periods, the
+    waited-for jobs' time limits) falls after the window's end; None when it applies in time (or no job is
+    in its way, or a waited-for job has no time limit, so no latest time is known). A plan scheduled in such
+    a window would only expire at its end (`_follow`): the wizard refuses it before saving."""
+    summary = summarize(rack, service.check(rack, partitions, drain=True), now=starts_at)
+    if summary is None:
+        return None
+    latest = summary.after_requeue if requeue else summary.drain_first
+    if latest.at is None or latest.job is None or latest.at <= ends_at:
+        return None
+    job = latest.job
+    when = {
+        "end": formats.date_format(timezone.localtime(ends_at), "Y-m-d H:i T"),
+        "until": formats.date_format(timezone.localtime(latest.at), "Y-m-d H:i T"),
+        "job": job.pk,
+        "name": job.name,
+        "trays": ", ".join(str(slot) for slot in job.slots),
+    }
+    if latest.by_limit:
+        sentence = ngettext(
+            "This window ends at %(end)s, but job #%(job)s (%(name)s) on tray %(trays)s may run until "
+            "%(until)s: the plan would not apply in it.",
+            "This window ends at %(end)s, but job #%(job)s (%(name)s) on trays %(trays)s may run until "
+            "%(until)s: the plan would not apply in it.",
+            len(job.slots),
+        )
+        advice = (
+            _("Choose a window ending after that, or requeue the checkpointable jobs at its start.")
+            if job.checkpointable and not requeue
+            else _("Choose a window ending after that.")
+        )
+    else:
+        sentence = ngettext(
+            "This window ends at %(end)s, but job #%(job)s (%(name)s) on tray %(trays)s is requeued only at "
+            "%(until)s, after its grace period: the plan would not apply in it.",
+            "This window ends at %(end)s, but job #%(job)s (%(name)s) on trays %(trays)s is requeued only at "
+            "%(until)s, after its grace period: the plan would not apply in it.",
+            len(job.slots),
+        )
+        advice = _("Choose a longer window.")
+    return f"{sentence % when} {advice}"
 
 
 def run_windows(now: datetime | None = None) -> dict[str, int]:

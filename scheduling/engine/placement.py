@@ -116,6 +116,22 @@ OTHERS_MANY = gettext_noop(
     "trays: %(next)s)"
 )
 NO_OTHER = gettext_noop("no other partition could take it")
+TIED_ONE = gettext_noop(
+    "%(others)s other partition was equally small (%(next)s): of equally small partitions, the one that "
+    "reached that many free trays first is taken"
+)
+TIED_MANY = gettext_noop(
+    "%(others)s other partitions were equally small (%(next)s): of equally small partitions, the one that "
+    "reached that many free trays first is taken"
+)
+LATER_OWNER_ONE = gettext_noop(
+    "%(others)s other partition could have taken it but comes later in the order partitions are used (the "
+    "department's own, then shared, then borrowed): %(next)s"
+)
+LATER_OWNER_MANY = gettext_noop(
+    "%(others)s other partitions could have taken it but come later in the order partitions are used (the "
+    "department's own, then shared, then borrowed): %(next)s"
+)
 ACROSS_RACK_PARTITIONS = gettext_noop(
     "no NVLink partition had %(trays)s free trays, so on rack %(rack)s across %(parts)s of its partitions: "
     "the rack with the fewest free trays that fit (its %(topology)s topology allowed one rack)"
@@ -175,18 +191,8 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
             return say(plural(free, ON_PARTLY_USED_TRAY_ONE, ON_PARTLY_USED_TRAY), partition=label, free=free)
         return say(ON_FREE_TRAY, partition=label)
     n = request.trays
-    fitting = sum(len(b) for owner in owners for b in cluster.part_buckets[owner][n:])
     if len(parts) == 1:
-        others = fitting - 1
-        alternatives = (
-            say(
-                plural(others, OTHERS_ONE, OTHERS_MANY),
-                others=others,
-                next=_next_best(cluster, owners, n, parts[0]),
-            )
-            if others > 0
-            else NO_OTHER
-        )
+        alternatives = _alternatives(cluster, owners, n, parts[0])
         return say(BEST_FIT, partition=cluster.partition_label(parts[0]), trays=n) + CLAUSES + alternatives
     if len(racks) == 1:
         return say(
@@ -199,14 +205,38 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
     return say(ACROSS_RACKS, trays=n, racks=len(racks), parts=len(parts))
 
 
-def _next_best(cluster: Cluster, owners, n: int, chosen: int, shown: int = 3) -> str:
-    """The next partitions best fit would have taken, smallest first, each with its free trays: "r1 p2 (9)"
-    (at most `shown`, then how many more)."""
-    names: list[str] = []
-    for owner in owners:
-        for k, bucket in enumerate(cluster.part_buckets[owner][n:], start=n):
-            names.extend(f"{cluster.partition_label(p)} ({k})" for p in bucket if p != chosen)
-    return listed(names, shown)
+def _alternatives(cluster: Cluster, owners, n: int, chosen: int) -> str:
+    """What else could have taken an n-tray job best fit put in partition `chosen`, and why it did not, each
+    reason only for the partitions it is true of: larger ones are kept for larger jobs; equally small ones of
+    the same owner lose the tie-break (a bucket keeps its partitions in the order they reached its number of
+    free trays, and `_best_partition` takes the first); those of an owner later in `owners` (the department's
+    own, shared, borrowed) come later whatever their size."""
+    size, owner = cluster.part_whole[chosen], cluster.part_owner[chosen]
+    larger: list[str] = []
+    tied: list[str] = []
+    later: list[str] = []
+    for rank, whose in enumerate(owners):
+        for k, bucket in enumerate(cluster.part_buckets[whose][n:], start=n):
+            for p in bucket:
+                if p == chosen:
+                    continue
+                label = f"{cluster.partition_label(p)} ({k})"
+                if rank > owners.index(owner):
+                    later.append(label)
+                elif k == size:
+                    tied.append(label)
+                else:
+                    larger.append(label)
+    clauses = [
+        say(plural(len(names), one, many), others=len(names), next=listed(names, 3))
+        for names, one, many in (
+            (tied, TIED_ONE, TIED_MANY),
+            (larger, OTHERS_ONE, OTHERS_MANY),
+            (later, LATER_OWNER_ONE, LATER_OWNER_MANY),
+        )
+        if names
+    ]
+    return CLAUSES.join(clauses) if clauses else NO_OTHER
 
 
 # --- rackplane ---------------------------------------------------------------------------------------

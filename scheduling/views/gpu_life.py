@@ -242,7 +242,7 @@ def jobs_that_held(user, *, hostnames: list[str], start: datetime, end: datetime
     visible = list(
         Job.objects.visible_to(user)
         .filter(pk__in=pks)
-        .select_related("department")
+        .select_related("department", "submitted_by")
         .order_by("-started_at", "-pk")[: MAX_JOBS + 1]
     )
     shown = len(Job.objects.visible_to(user).filter(pk__in=pks)) if len(visible) > MAX_JOBS else len(visible)
