@@ -14,6 +14,10 @@ from __future__ import annotations
 
 CLAUSES = "; "
 TEMPLATES: list[str] = []
+# Values a template's read-back shows in words of their own rather than as stored (a choice's stored value,
+# "partition", shown as its label): template -> value's name -> {stored value: its words}. Filled by the code
+# that owns the choice (scheduling.words: a job's topology in its history).
+VALUE_WORDS: dict[str, dict[str, dict[str, object]]] = {}
 
 
 def gettext_noop(template: str) -> str:
