@@ -186,12 +186,15 @@ def _panel(request, department: Department, error: str = "", status: int = 200, 
     """htmx: the panel, refreshed in place (with `status`: 400 for a refusal its form swaps in, see
     data-swap-errors in static/js/portal.js). A plain form post: back to the department page."""
     if not request.htmx:
+        form = extra.get("project_form")
+        if form is not None and form.errors:
+            # A refused new project: the department page again, its form filled with what was typed and
+            # each error beside its field (a redirect would lose them).
+            from scheduling.views.departments import department_page  # it imports this module
+
+            return department_page(request, department, project_form=form, status=400)
         if error:
             messages.error(request, error)
-        form = extra.get("project_form")
-        for errors in form.errors.values() if form is not None else []:
-            for message in errors:
-                messages.error(request, message)
         return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
     response = render(
         request,
@@ -224,6 +227,11 @@ def project_create(request, slug):
     department = _department(request, slug)
     require_project_manager(request.user, department)
     form = ProjectForm(request.POST)
+    if form.is_valid():
+        try:  # one that would be refused is not asked about (project_create_confirm): the form again, why
+            service.check_new_project(request.user, department, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
     if (
         form.is_valid()
         and new_project_changes(department, form.cleaned_data["guaranteed_gpus"]).needs_confirmation
