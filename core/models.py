@@ -6,9 +6,8 @@ The audit table was created by the portal app before the re-cut and keeps its na
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 from core.access import is_admin, led_department_ids
 from core.choices import TextChoices

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from core import sentences_i18n
 from core.sentences import VALUE_WORDS
-from scheduling.engine import placement, scheduler  # noqa: F401  (their templates register on import)
 from scheduling.choices import Topology
+from scheduling.engine import placement, scheduler  # noqa: F401  (their templates register on import)
 from scheduling.engine.words import gettext_noop
 
 # Sentences written on the Django side of scheduling (the pass's writes, admission, fault requeue).
@@ -55,7 +55,7 @@ IDLE_GPUS_MANY = gettext_noop("%(department_name)s has %(count)s idle GPUs")
 SUBMITTED_ONE = gettext_noop("%(gpus)s GPU, %(topology)s")
 SUBMITTED_MANY = gettext_noop("%(gpus)s GPUs, %(topology)s")
 FALLBACK_ACCEPTED = gettext_noop("%(topology)s accepted after %(wait)s")
-# The topology in them is shown as its label ("partition" as "One NVLink partition", in the viewer's language).
+# Their topology is shown as its label ("partition" as "One NVLink partition", in the viewer's language).
 for _template in (SUBMITTED_ONE, SUBMITTED_MANY, FALLBACK_ACCEPTED):
     VALUE_WORDS[_template] = {"topology": {str(choice.value): choice.label for choice in Topology}}
 WAIT_MINUTES = gettext_noop("%(minutes)s min")

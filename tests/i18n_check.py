@@ -136,9 +136,10 @@ SPACING_SLIPS = {
     # "(3 件)": parentheses in Japanese text are the full-width ones.
     "ASCII parentheses in Japanese": re.compile(
         rf"\([^()]*[{JAPANESE}][^()]*\)|[{JAPANESE}] ?\(|\) ?[{JAPANESE}]"
-    ),    # "（見積もり: …制限時間).": a full-width bracket is closed by the full-width one (a translated fragment
-    # that opens it, the template closing it in ASCII, shows this).
-    "a full-width （ closed by an ASCII )": re.compile(r"（[^（）()]*\)"),
+    ),
+    # "(full-width) 見積もり: …制限時間).": a full-width bracket is closed by the full-width one (a translated
+    # fragment that opens it, the template closing it in ASCII, shows this).
+    "a full-width （ closed by an ASCII )": re.compile(r"（[^（）()]*\)"),  # noqa: RUF001
 }
 # A placeholder's parentheses ("%(count)s") are no text's: each placeholder is checked as a Latin word.
 _PLACEHOLDERS = re.compile(r"%\(\w+\)[sd]")

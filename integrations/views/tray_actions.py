@@ -249,7 +249,8 @@ def tray_drain(request, pk):
     if refused is not None:
         return _conflict(request, tray, str(refused), drain=form)
     messages.success(
-        request, _("%(tray)s drained: %(reason)s") % {"tray": tray.hostname, "reason": translate(action.reason)}
+        request,
+        _("%(tray)s drained: %(reason)s") % {"tray": tray.hostname, "reason": translate(action.reason)},
     )
     return _done(tray)
 
@@ -296,7 +297,8 @@ def tray_return(request, pk):
         return _conflict(request, tray, str(error), **{"return": form})
     messages.success(
         request,
-        _("%(tray)s is back in service: %(reason)s") % {"tray": tray.hostname, "reason": translate(action.reason)},
+        _("%(tray)s is back in service: %(reason)s")
+        % {"tray": tray.hostname, "reason": translate(action.reason)},
     )
     for problem in _end_windows(tray, windows):
         messages.warning(
@@ -340,7 +342,8 @@ def tray_maintenance(request, pk):
         return _conflict(request, tray, str(refused), maintenance=form)
     messages.success(
         request,
-        _("%(tray)s is out for maintenance: %(reason)s") % {"tray": tray.hostname, "reason": translate(action.reason)},
+        _("%(tray)s is out for maintenance: %(reason)s")
+        % {"tray": tray.hostname, "reason": translate(action.reason)},
     )
     if start is not None:
         outcomes = schedulers.schedule_maintenance(tray.hostname, action.pk, start, end, action.reason)

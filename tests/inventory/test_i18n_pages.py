@@ -8,7 +8,6 @@ stays in English whoever asked.
 from __future__ import annotations
 
 import re
-
 from datetime import timedelta
 
 import pytest

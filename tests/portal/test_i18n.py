@@ -230,7 +230,7 @@ def test_the_spacing_check_finds_each_slip_and_passes_good_japanese():
 
 
 # Brackets and quotes a Japanese text opens and closes: a translation that opens one and leaves it to the
-# template to close ("（見積もり: …" + "). ") is a fragment; the whole sentence is translated instead.
+# template to close ("（見積もり: …" + "). ") is a fragment; the whole sentence is translated instead.  # noqa: RUF003
 PAIRS = (("（", "）"), ("「", "」"))  # noqa: RUF001
 
 
@@ -287,8 +287,8 @@ def test_the_stop_check_finds_a_stop_after_a_translation(tmp_path):
         "sample.html": [
             '{% translate "Show all racks" %}</a>.',
             "{% endblocktranslate %}{% endif %}.",
-            # A fragment closing its bracket in the template: "（見積もり: …制限時間)." in Japanese.
-            "anslate \", the waited-for jobs' time limits\" %}{% endif %}).",
+            # A fragment closing its bracket in the template: "（見積もり: …制限時間)." in Japanese.  # noqa: RUF003
+            'anslate ", the waited-for jobs\' time limits" %}{% endif %}).',
         ]
     }
 

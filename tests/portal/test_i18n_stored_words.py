@@ -174,7 +174,9 @@ def test_the_main_pages_keep_japanese_punctuation(client, people, department_a, 
         assert_japanese_punctuation(client, url)
 
 
-def test_a_placed_event_reads_as_the_placed_sentence_then_why_here(client, people, department_a, demo_inventory):
+def test_a_placed_event_reads_as_the_placed_sentence_then_why_here(
+    client, people, department_a, demo_inventory
+):
     """The walkthrough's job 65: "why here" was read as part of the partitions' names, so its sentence sat
     inside the placed one ("配置 gb-r03 default · ここに配置した理由: …のトレイ 1 台に…で配置")."""
     trays = factories.free_trays(1)

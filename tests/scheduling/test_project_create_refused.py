@@ -11,8 +11,8 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from tests import factories
 from tenancy.models import Project
+from tests import factories
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +25,9 @@ def department_a(demo_inventory):
 def _field(html: str, name: str) -> str:
     """The form field `name` of the new-project form, its input and errors."""
     form = re.search(r'<form class="add-project".*?</form>', html, re.DOTALL).group(0)
-    return re.search(rf'<div class="form-field[^"]*">\s*<label for="id_{name}".*?</div>', form, re.DOTALL).group(0)
+    return re.search(
+        rf'<div class="form-field[^"]*">\s*<label for="id_{name}".*?</div>', form, re.DOTALL
+    ).group(0)
 
 
 @pytest.mark.parametrize("htmx", [False, True], ids=["plain", "htmx"])
@@ -37,7 +39,10 @@ def test_a_refused_new_project_shows_the_form_again_filled_with_the_error_in_jap
     headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
     data = {"name": "チャット推論", "slug": "", "guaranteed_gpus": guaranteed, "over_quota_weight": "2.50"}
     response = client.post(
-        reverse("scheduling:project-create", args=[department_a.slug]), data, HTTP_ACCEPT_LANGUAGE="ja", **headers
+        reverse("scheduling:project-create", args=[department_a.slug]),
+        data,
+        HTTP_ACCEPT_LANGUAGE="ja",
+        **headers,
     )
     assert not Project.objects.filter(name="チャット推論").exists()
     assert response.status_code == (200 if htmx else 400)
