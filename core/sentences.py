@@ -21,8 +21,10 @@ VALUE_WORDS: dict[str, dict[str, dict[str, object]]] = {}
 
 
 def gettext_noop(template: str) -> str:
-    """Mark `template` for translation (the catalogue) and register it (the read-back); returns it."""
-    TEMPLATES.append(template)
+    """Mark `template` for translation (the catalogue) and register it (the read-back); returns it. A
+    template of several clauses is not registered: the read-back matches a sentence clause by clause."""
+    if CLAUSES not in template:
+        TEMPLATES.append(template)
     return template
 
 

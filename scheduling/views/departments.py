@@ -134,9 +134,9 @@ def _visible(request, slug: str) -> Department:
     return department
 
 
-def department_detail(request, slug):
+def department_detail(request, slug, project_form=None, status: int = 200):
     """The department dashboard: leads manage members here; members see it read-only."""
-    return department_page(request, _visible(request, slug))
+    return department_page(request, _visible(request, slug), project_form=project_form, status=status)
 
 
 def department_page(request, department, *, project_form=None, status: int = 200):

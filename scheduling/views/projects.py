@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, Sum
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.urls import resolve, reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
@@ -190,9 +190,8 @@ def _panel(request, department: Department, error: str = "", status: int = 200, 
         if form is not None and form.errors:
             # A refused new project: the department page again, its form filled with what was typed and
             # each error beside its field (a redirect would lose them).
-            from scheduling.views.departments import department_page  # it imports this module
-
-            return department_page(request, department, project_form=form, status=400)
+            page = resolve(reverse("scheduling:department-detail", args=[department.slug])).func
+            return page(request, department.slug, project_form=form, status=400)
         if error:
             messages.error(request, error)
         return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
