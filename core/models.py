@@ -6,7 +6,7 @@ The audit table was created by the portal app before the re-cut and keeps its na
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin, led_department_ids
@@ -30,9 +30,11 @@ class AuditSource(TextChoices):
 
 
 class AuditAction(TextChoices):
-    CREATE = "create", _("Created")
-    UPDATE = "update", _("Updated")
-    DELETE = "delete", _("Deleted")
+    # Labels of their own (a badge in the audit log: "作成", not another catalogue's "Created", a date's
+    # column or a past participle).
+    CREATE = "create", pgettext_lazy("an audit event's action", "Created")
+    UPDATE = "update", pgettext_lazy("an audit event's action", "Updated")
+    DELETE = "delete", pgettext_lazy("an audit event's action", "Deleted")
     # A request refused for reaching outside its credential's rights (core.audit.record_refused): the event is
     # on the credential that tried, and says what it tried.
     REFUSE = "refuse", _("Refused")

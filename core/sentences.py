@@ -14,11 +14,17 @@ from __future__ import annotations
 
 CLAUSES = "; "
 TEMPLATES: list[str] = []
+# Values a template's read-back shows in words of their own rather than as stored (a choice's stored value,
+# "partition", shown as its label): template -> value's name -> {stored value: its words}. Filled by the code
+# that owns the choice (scheduling.words: a job's topology in its history).
+VALUE_WORDS: dict[str, dict[str, dict[str, object]]] = {}
 
 
 def gettext_noop(template: str) -> str:
-    """Mark `template` for translation (the catalogue) and register it (the read-back); returns it."""
-    TEMPLATES.append(template)
+    """Mark `template` for translation (the catalogue) and register it (the read-back); returns it. A
+    template of several clauses is not registered: the read-back matches a sentence clause by clause."""
+    if CLAUSES not in template:
+        TEMPLATES.append(template)
     return template
 
 

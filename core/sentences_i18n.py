@@ -20,7 +20,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import get_language, gettext, pgettext
 
 from core.moments import UTC_WORDS, moment_html
-from core.sentences import CLAUSES, TEMPLATES
+from core.sentences import CLAUSES, TEMPLATES, VALUE_WORDS
 
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 DEPTH = 5  # values inside values: a reason in a reason, a duration in it
@@ -57,6 +57,7 @@ IDENTIFIERS = frozenset(
         "rendered_file",
         "tier",
         "topology",
+        "who",
     }
 )
 IDENTIFIER = r"[^\s;]+"
@@ -85,6 +86,9 @@ SHAPES = {
     # A backend job's state as Rackplane reads it (integrations.jobs.BackendJobState), an exit code.
     "backend_state": r"pending|running|completed|failed|cancelled|unknown",
     "code": r"-?[0-9]+",
+    # The partitions a job was placed in ("gb-r03 default, gb-r03 p2"): names, never the " · " that a placed
+    # event's "why here" follows (scheduling.words.PLACED_WHY), so that sentence is read as its own.
+    "partitions": r"(?:(?! · )[^;])+?",
 }
 
 
@@ -169,9 +173,14 @@ def _clause(text: str, depth: int, mark: bool = False) -> str:
     found = _match(text)
     if found is not None:
         template, values = found
+        # (In English, as stored: the value is the word the API and the job form take.)
+        labels = {} if (get_language() or "en").startswith("en") else VALUE_WORDS.get(template, {})
         translated = {
+            # A choice's stored value, in its words (a job's topology, "partition", as its label).
+            name: words(str(labels[name][value]))
+            if value in labels.get(name, {})
             # A name is data, never read as a sentence (a partition called "preempted" stays so).
-            name: _moment(value, mark)
+            else _moment(value, mark)
             if name in MOMENTS
             else _kept(value, mark)
             if name in IDENTIFIERS or name in NAMES

@@ -12,6 +12,8 @@ is shown as stored.
 from __future__ import annotations
 
 from core import sentences_i18n
+from core.sentences import VALUE_WORDS
+from scheduling.choices import Topology
 from scheduling.engine import placement, scheduler  # noqa: F401  (their templates register on import)
 from scheduling.engine.words import gettext_noop
 
@@ -55,6 +57,9 @@ IDLE_GPUS_MANY = gettext_noop("%(department_name)s has %(count)s idle GPUs")
 SUBMITTED_ONE = gettext_noop("%(gpus)s GPU, %(topology)s")
 SUBMITTED_MANY = gettext_noop("%(gpus)s GPUs, %(topology)s")
 FALLBACK_ACCEPTED = gettext_noop("%(topology)s accepted after %(wait)s")
+# Their topology is shown as its label ("partition" as "One NVLink partition", in the viewer's language).
+for _template in (SUBMITTED_ONE, SUBMITTED_MANY, FALLBACK_ACCEPTED):
+    VALUE_WORDS[_template] = {"topology": {str(choice.value): choice.label for choice in Topology}}
 WAIT_MINUTES = gettext_noop("%(minutes)s min")
 WAIT_HOURS = gettext_noop("%(hours)s h")
 # A placed job's event (scheduling.services.pass_writes): its standing, its trays, the partitions they are

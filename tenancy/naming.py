@@ -43,6 +43,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from core.sentences import gettext_noop
 from inventory.names import SHARED_TIER, service_tier_error
 
 SLUG_MAX = 30
@@ -125,7 +126,8 @@ def default_slug(name: object, *, prefix: str = DEFAULT_SLUG_PREFIX) -> str:
     return slug[:SLUG_MAX].rstrip("-")
 
 
-DEFAULT_SLUG_MISSING = (
+# Marked for the catalogue (the caller shows it in the viewer's language: tenancy.projects).
+DEFAULT_SLUG_MISSING = gettext_noop(
     "no slug can be made from this name (it has no letters a-z or digits): type one, lower-case letters, "
     "digits and single hyphens, starting with a letter"
 )

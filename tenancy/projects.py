@@ -272,7 +272,7 @@ def _new_project(department: Department, name: str, slug: str, quota: dict) -> P
         # the person is asked to type one, on the slug field.
         slug = naming.default_slug(name)
         if not slug and name:
-            raise ValidationError({"slug": naming.DEFAULT_SLUG_MISSING})
+            raise ValidationError({"slug": _(naming.DEFAULT_SLUG_MISSING)})
     return Project(department=department, name=name, slug=slug, **quota)
 
 

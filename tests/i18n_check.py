@@ -137,6 +137,9 @@ SPACING_SLIPS = {
     "ASCII parentheses in Japanese": re.compile(
         rf"\([^()]*[{JAPANESE}][^()]*\)|[{JAPANESE}] ?\(|\) ?[{JAPANESE}]"
     ),
+    # "(full-width) 見積もり: …制限時間).": a full-width bracket is closed by the full-width one (a translated
+    # fragment that opens it, the template closing it in ASCII, shows this).
+    "a full-width （ closed by an ASCII )": re.compile(r"（[^（）()]*\)"),  # noqa: RUF001
 }
 # A placeholder's parentheses ("%(count)s") are no text's: each placeholder is checked as a Latin word.
 _PLACEHOLDERS = re.compile(r"%\(\w+\)[sd]")

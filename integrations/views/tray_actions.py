@@ -32,6 +32,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.access import require_admin
 from core.fingerprint import fingerprint
+from core.sentences_i18n import translate
 from integrations import drain as schedulers
 from inventory import selectors
 from inventory.choices import ActionKind
@@ -248,7 +249,8 @@ def tray_drain(request, pk):
     if refused is not None:
         return _conflict(request, tray, str(refused), drain=form)
     messages.success(
-        request, _("%(tray)s drained: %(reason)s") % {"tray": tray.hostname, "reason": action.reason}
+        request,
+        _("%(tray)s drained: %(reason)s") % {"tray": tray.hostname, "reason": translate(action.reason)},
     )
     return _done(tray)
 
@@ -295,7 +297,8 @@ def tray_return(request, pk):
         return _conflict(request, tray, str(error), **{"return": form})
     messages.success(
         request,
-        _("%(tray)s is back in service: %(reason)s") % {"tray": tray.hostname, "reason": action.reason},
+        _("%(tray)s is back in service: %(reason)s")
+        % {"tray": tray.hostname, "reason": translate(action.reason)},
     )
     for problem in _end_windows(tray, windows):
         messages.warning(
@@ -339,7 +342,8 @@ def tray_maintenance(request, pk):
         return _conflict(request, tray, str(refused), maintenance=form)
     messages.success(
         request,
-        _("%(tray)s is out for maintenance: %(reason)s") % {"tray": tray.hostname, "reason": action.reason},
+        _("%(tray)s is out for maintenance: %(reason)s")
+        % {"tray": tray.hostname, "reason": translate(action.reason)},
     )
     if start is not None:
         outcomes = schedulers.schedule_maintenance(tray.hostname, action.pk, start, end, action.reason)

@@ -21,6 +21,7 @@ from core.models import NotificationEvent
 from core.notifications.recording import notify
 from core.textrule import text_problem
 from inventory.choices import ActionKind, TrayState
+from inventory.health import words as reason_words  # noqa: F401  (the templates register: pages read them back)
 from inventory.health.events import HealthOutcome, timestamp, where
 from inventory.models import ComputeTray, HealthAction, HealthEvent, HealthRule, NVLinkPartition
 

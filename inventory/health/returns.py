@@ -18,14 +18,15 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
 
+from core.sentences import gettext_noop, say
 from inventory.choices import OPEN_SERVICE, QUARANTINE_ACTIONS, ActionKind, ServiceStatus, TrayState
 from inventory.health.actions import HealthError, owned_by_rules, record_action, set_state
 from inventory.health.events import HealthOutcome, timestamp
 from inventory.health.phrases import Phrase
 from inventory.health.rules import RulesContext
 from inventory.health.service import latest_record, mark_phrase, shown_mark_words
+from inventory.health.words import FORCED, RETURNED, RETURNED_BY
 from inventory.models import (
     ComputeTray,
     HealthAction,
@@ -207,7 +208,7 @@ def consider_return(tray: ComputeTray, context: RulesContext, outcome: HealthOut
             )
         return
     set_state(tray, TrayState.UP, "", source="rules", actor=None)
-    record_action(outcome, tray, ActionKind.RETURN, f"returned to service: {verdict.why}", at=context.now)
+    record_action(outcome, tray, ActionKind.RETURN, say(RETURNED, why=verdict.why), at=context.now)
 
 
 def return_to_service(tray: ComputeTray, *, actor=None, note: str = "", force: bool = False) -> HealthAction:
@@ -245,8 +246,8 @@ def return_to_service(tray: ComputeTray, *, actor=None, note: str = "", force: b
             raise HealthError(
                 _("%(host)s cannot return yet: %(why)s.") % {"host": tray.hostname, "why": verdict.shown}
             )
-        who = f"{actor.get_username()}: " if actor is not None else ""
-        why = verdict.why if verdict.eligible else f"forced ({verdict.why})"
-        text = f"{who}returned to service: {why}" + (f"; {note.strip()}" if note and note.strip() else "")
+        why = verdict.why if verdict.eligible else say(FORCED, why=verdict.why)
+        returned = say(RETURNED_BY, who=actor.get_username(), why=why) if actor else say(RETURNED, why=why)
+        text = returned + (f"; {note.strip()}" if note and note.strip() else "")
         set_state(tray, TrayState.UP, "", source="admin" if actor else "rules", actor=actor)
         return record_action(None, tray, ActionKind.RETURN, text, actor=actor)

@@ -134,9 +134,14 @@ def _visible(request, slug: str) -> Department:
     return department
 
 
-def department_detail(request, slug):
+def department_detail(request, slug, project_form=None, status: int = 200):
     """The department dashboard: leads manage members here; members see it read-only."""
-    department = _visible(request, slug)
+    return department_page(request, _visible(request, slug), project_form=project_form, status=status)
+
+
+def department_page(request, department, *, project_form=None, status: int = 200):
+    """The department dashboard of `department` (one the user may see); `project_form`: the new-project
+    form refused, shown again filled, with its errors (scheduling.views.projects.project_create)."""
     dashboard = dashboard_data.department_dashboard(request.user, department)
     _link_idle_gpus(dashboard.idle_gpus)
     _set_urls(dashboard.running_jobs, "scheduling:job-detail", "pk", "url")
@@ -164,9 +169,11 @@ def department_detail(request, slug):
             members=dashboard.members if dashboard.can_manage else None,
         ),
     }
+    if project_form is not None:
+        context["project_form"] = project_form
     if is_admin(request.user):
         context["capacity_status"] = dashboard.positions.capacity_status()  # as in department_list
-    return render(request, "scheduling/department_detail.html", context)
+    return render(request, "scheduling/department_detail.html", context, status=status)
 
 
 def _managed(request, slug: str) -> Department:

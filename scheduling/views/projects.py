@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, Sum
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.urls import resolve, reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
@@ -186,12 +186,14 @@ def _panel(request, department: Department, error: str = "", status: int = 200, 
     """htmx: the panel, refreshed in place (with `status`: 400 for a refusal its form swaps in, see
     data-swap-errors in static/js/portal.js). A plain form post: back to the department page."""
     if not request.htmx:
+        form = extra.get("project_form")
+        if form is not None and form.errors:
+            # A refused new project: the department page again, its form filled with what was typed and
+            # each error beside its field (a redirect would lose them).
+            page = resolve(reverse("scheduling:department-detail", args=[department.slug])).func
+            return page(request, department.slug, project_form=form, status=400)
         if error:
             messages.error(request, error)
-        form = extra.get("project_form")
-        for errors in form.errors.values() if form is not None else []:
-            for message in errors:
-                messages.error(request, message)
         return redirect(reverse("scheduling:department-detail", args=[department.slug]) + "#projects")
     response = render(
         request,
@@ -224,6 +226,11 @@ def project_create(request, slug):
     department = _department(request, slug)
     require_project_manager(request.user, department)
     form = ProjectForm(request.POST)
+    if form.is_valid():
+        try:  # one that would be refused is not asked about (project_create_confirm): the form again, why
+            service.check_new_project(request.user, department, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_errors(error)
     if (
         form.is_valid()
         and new_project_changes(department, form.cleaned_data["guaranteed_gpus"]).needs_confirmation

@@ -295,7 +295,8 @@ def test_extreme_times_typed_in_any_zone_are_a_400_not_a_500(client_as, fleet, z
     response = client.get(EVENTS, params)
     assert response.status_code == 400 and "between 2000 and 2099" in response.content.decode()
     shown = {"Etc/GMT+12": "-12"}.get(zone, zone)  # a fixed-offset zone is named by its offset
-    assert f"Seen from ({shown})" in response.content.decode()
+    # The zone as written, in an upper-case label (class as-written: portal.css keeps its case).
+    assert f'Seen from (<span class="as-written">{shown}</span>)' in response.content.decode()
 
 
 def test_keyset_pages_walk_every_event_once_without_counting(client_as, fleet):

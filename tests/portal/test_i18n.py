@@ -224,6 +224,25 @@ def test_the_spacing_check_finds_each_slip_and_passes_good_japanese():
     assert spacing_slips("保留中（%(count)s 件）、%(rack)s の v1.2 (beta)") == []  # noqa: RUF001
     # A space around a particle after a value that ends in Japanese ("約 47.5 時間 後").
     assert spacing_slips("約 47.5 時間 後に開始") == ["a space between Japanese characters: '間 後'"]
+    assert spacing_slips("（見積もり: 猶予時間、制限時間).") == [  # noqa: RUF001
+        "a full-width （ closed by an ASCII ): '（見積もり: 猶予時間、制限時間)'"  # noqa: RUF001
+    ]
+
+
+# Brackets and quotes a Japanese text opens and closes: a translation that opens one and leaves it to the
+# template to close ("（見積もり: …" + "). ") is a fragment; the whole sentence is translated instead.  # noqa: RUF003
+PAIRS = (("（", "）"), ("「", "」"))  # noqa: RUF001
+
+
+@pytest.mark.parametrize("path", catalogues(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_japanese_closes_each_bracket_it_opens(path):
+    unclosed = {}
+    for entry in polib.pofile(str(path)):
+        texts = [entry.msgstr] if not entry.msgid_plural else list(entry.msgstr_plural.values())
+        for text in texts:
+            if any(text.count(opening) != text.count(closing) for opening, closing in PAIRS):
+                unclosed[entry.msgid[:80]] = text
+    assert not unclosed, f"{path}: {unclosed}"
 
 
 @pytest.mark.parametrize("path", catalogues(), ids=lambda path: str(path.relative_to(ROOT)))
@@ -241,7 +260,7 @@ def test_japanese_has_no_stray_spaces_or_ascii_full_stops(path):
 # reads well, Japanese shows "。." or "表示.". The stop belongs inside the translated text.
 STOP_AFTER_TRANSLATION = re.compile(
     r"""\{%\s*(?:translate\s+(?:"[^"]*"|'[^']*')[^%]*|endblocktranslate\s*)%\}"""
-    r"""(?:</[a-z0-9]+>|\{%\s*end(?:if|with|for)\s*%\})*\.(?=\s|<|$|\{)"""
+    r"""(?:</[a-z0-9]+>|\{%\s*end(?:if|with|for)\s*%\})*\)?\.(?=\s|<|$|\{)"""
 )
 
 
@@ -259,12 +278,18 @@ def test_the_stop_check_finds_a_stop_after_a_translation(tmp_path):
     sample.write_text(
         '{% translate "No rack matches this filter." %} <a href="/">{% translate "Show all racks" %}</a>.\n'
         "{% if x %}{% blocktranslate %}ahead of it{% endblocktranslate %}{% endif %}. Then\n"
-        '{% blocktranslate %}Show all racks.{% endblocktranslate %} {% translate "Versions" %}: <code>'
+        '{% blocktranslate %}Show all racks.{% endblocktranslate %} {% translate "Versions" %}: <code>\n'
+        '(x{% translate ", the waited-for jobs\' time limits" %}{% endif %}).'
     )
     found = templates_with_a_stop_after_a_translation([sample], root=tmp_path)
     # The link's label and the fragment before an endif; not a stop inside the text, nor a label's colon.
     assert found == {
-        "sample.html": ['{% translate "Show all racks" %}</a>.', "{% endblocktranslate %}{% endif %}."]
+        "sample.html": [
+            '{% translate "Show all racks" %}</a>.',
+            "{% endblocktranslate %}{% endif %}.",
+            # A fragment closing its bracket in the template: "（見積もり: …制限時間)." in Japanese.  # noqa: RUF003
+            'anslate ", the waited-for jobs\' time limits" %}{% endif %}).',
+        ]
     }
 
 

@@ -127,7 +127,7 @@ def test_a_jobs_backend_message_history_and_placement_read_in_japanese(
     text = _text(html)
     assert "rendered files" not in text and "no live" not in text and "submitted to" not in text
     assert "レンダリング済みファイル: 実行中" in text and "rp-1.json" in text
-    assert "GPU 4 基、トポロジー partition" in text
+    assert "GPU 4 基、トポロジー「1 つの NVLink パーティション」" in text  # the topology's label
     # Why here ends with 。 (no ASCII full stop after the translated sentence); one free GPU, singular.
     assert "空き GPU 1 基" in text
     assert "placed" not in text and "why here" not in text  # the history's placed event too
@@ -172,3 +172,28 @@ def test_the_main_pages_keep_japanese_punctuation(client, people, department_a, 
         *([reverse("scheduling:admin-dashboard")] if who == "kato" else []),
     ):
         assert_japanese_punctuation(client, url)
+
+
+def test_a_placed_event_reads_as_the_placed_sentence_then_why_here(
+    client, people, department_a, demo_inventory
+):
+    """The walkthrough's job 65: "why here" was read as part of the partitions' names, so its sentence sat
+    inside the placed one ("配置 gb-r03 default · ここに配置した理由: …のトレイ 1 台に…で配置")."""
+    trays = factories.free_trays(1)
+    job = factories.make_job(department_a, "trainer", trays=trays, submitted_by=people["suzuki"])
+    why = say(placement.ON_PARTLY_USED_TRAY_ONE, partition="gb-r03 default", free=1)
+    message = placed_words(False, 1, "gb-r03 default", why=why)
+    JobEvent.objects.create(job=job, kind=JobEventKind.PLACED, message=message, placement=job.placement)
+    JobEvent.objects.create(
+        job=job, kind=JobEventKind.SUBMITTED, message=submitted_words(16, "any") + CLAUSES + "x"
+    )
+    client.force_login(people["suzuki"])
+    html = client.get(reverse("scheduling:job-detail", args=[job.pk]), HTTP_ACCEPT_LANGUAGE="ja").content
+    history = _text(re.search(r'<ol class="job-events">.*?</ol>', html.decode(), re.DOTALL).group(0))
+    placed = "gb-r03 default のトレイ 1 台にクォータ内で配置"
+    assert placed + "。ここに配置した理由: " in history, history
+    assert history.count("クォータ内で配置") == 1  # once, before the reason (not after it)
+    assert "トポロジー「任意の場所」" in history and "any" not in history.split()
+    # English as stored.
+    english = _text(client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode())
+    assert message in english and "16 GPUs, any" in english
