@@ -61,8 +61,9 @@ IDENTIFIERS = frozenset(
     }
 )
 IDENTIFIER = r"[^\s;]+"
-# Values that are a name people gave (a job's, a department's): any text, never read as a sentence.
-NAMES = frozenset({"department_name", "job_title"})
+# Values that are a name people gave (a job's, a department's, a health rule's) or a fault as the hardware
+# names it (a health event's title, "XID 79 (GPU_HAS_FALLEN_OFF_THE_BUS)"): any text, never a sentence.
+NAMES = frozenset({"department_name", "fault", "job_title", "rule"})
 # A tray's state in words ("drained", "in maintenance"): never holds " and " (that joins two reasons).
 PHRASES = frozenset({"state"})
 PHRASE = r"(?:(?! and )[^,;])+?"

@@ -31,7 +31,7 @@ from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
 from inventory.discovery.nvidia_smi import FabricFlag, ReportedGpu
 from inventory.discovery.nvidia_smi import FabricState as ReportedFabricState
 from inventory.discovery.nvidia_smi import GpuHealth as ReportedHealth
-from inventory.health.actions import drain_reason, record_action
+from inventory.health.actions import drain_reason, record_action, rule_reason
 from inventory.health.events import HealthOutcome, Observation, observations_from_report, record_event
 from inventory.health.rules import RulesContext, judge
 from inventory.ingest.gpus import write_mig_devices
@@ -182,7 +182,8 @@ def _degrade(rng: random.Random, trays: list[ComputeTray], gpus: list[Gpu]) -> N
     for position in rng.sample(range(len(gpus)), k=max(3, len(gpus) // 500)):
         gpus[position].health = rng.choice([GpuHealth.UNHEALTHY, GpuHealth.LIMITED_CAPACITY])
 
-    # Drained because its GPU 2 fell off the bus: that GPU reports unhealthy, as the reason says.
+    # Drained because its GPU 2 fell off the bus: that GPU reports unhealthy, as the reason says (the health
+    # history, seed_health_history, gives it the reason the rules' drain gives, with the XID 79 event).
     position = min(6, len(trays) - 1)
     drained = trays[position]
     drained.state = TrayState.DRAIN
@@ -280,7 +281,7 @@ def _drained_by_rules(tray: ComputeTray, observation: Observation, gpu_ids: dict
     """The drained tray's fault as the rules filed it, with the drain they took for it when it came
     (inventory.health.rules.judge's records). The demo seeds the tray drained already (before its jobs, so
     none is placed there), where the rules' judge would leave an earlier owner's drain alone: this records
-    the decision the rules took at the fault instead."""
+    the decision the rules took at the fault instead, and the reason they gave the tray."""
     event, _new = record_event(tray, observation, timedelta(minutes=10), gpu_ids)
     rules = [
         rule
@@ -295,8 +296,13 @@ def _drained_by_rules(tray: ComputeTray, observation: Observation, gpu_ids: dict
     rule = next((rule for rule in rules if rule.action == RuleAction.DRAIN), None)
     if rule is None:
         raise ValueError(f"the demo drains {tray.hostname} for {event.title}, but no rule drains for it")
-    reason = f"{drain_reason(event)} (rule {rule.name})"
-    record_action(None, tray, ActionKind.DRAIN, reason, event, rule, at=observation.at)
+    # As the rules' drain leaves it (rules._drain_decision): the tray's reason is theirs ("rackplane: ..."),
+    # so the tray is theirs to return, and its page tells one story.
+    tray.state_reason = drain_reason(event)
+    ComputeTray.objects.filter(pk=tray.pk).update(state_reason=tray.state_reason)
+    record_action(
+        None, tray, ActionKind.DRAIN, rule_reason(tray.state_reason, rule), event, rule, at=observation.at
+    )
     return event
 
 

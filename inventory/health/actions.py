@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, override
 
+from core import sentences
 from core.models import NotificationEvent
 from core.notifications.recording import notify
 from core.textrule import text_problem
@@ -31,6 +32,13 @@ REASON_LIMIT = 255  # ComputeTray.state_reason
 # A reason a person types (drain, maintenance): room left for "rackplane: <username>: " and a maintenance
 # window's dates in front of it within REASON_LIMIT.
 TYPED_REASON_LIMIT = 160
+# The reasons the health rules write (Slurm and Kubernetes keep them too), stored in English with their moment
+# in UTC (core.moments.utc_words); a page reads them back in the viewer's language and zone (sentence_html).
+DRAINED_FOR = sentences.gettext_noop("rackplane: %(fault)s on %(where)s at %(at)s")
+NEEDS_SERVICE_FOR = sentences.gettext_noop(
+    "rackplane: needs service: %(count)s faults in %(days)s days, the last %(fault)s on %(where)s at %(at)s"
+)
+BY_RULE = sentences.gettext_noop("%(reason)s (rule %(rule)s)")
 # A tray's state in a sentence ("gb-r03-t03 is already drained"), as inventory.planning words it too.
 STATE_WORDS = {
     TrayState.UP: gettext_noop("in service"),
@@ -67,7 +75,26 @@ def shown_state_words(state: str) -> str:
 
 def drain_reason(event: HealthEvent) -> str:
     """``rackplane: XID 79 (GPU_HAS_FALLEN_OFF_THE_BUS) on GPU-... at 2025-10-14 11:20:09 UTC``."""
-    return f"{REASON_PREFIX}{event.title} on {where(event)} at {timestamp(event.last_seen)}"[:REASON_LIMIT]
+    words = sentences.say(DRAINED_FOR, fault=event.title, where=where(event), at=timestamp(event.last_seen))
+    return words[:REASON_LIMIT]
+
+
+def repeat_reason(event: HealthEvent, faults: int, days: int) -> str:
+    """A repeat offender's reason: ``rackplane: needs service: 3 faults in 7 days, the last ...``."""
+    words = sentences.say(
+        NEEDS_SERVICE_FOR,
+        count=faults,
+        days=days,
+        fault=event.title,
+        where=where(event),
+        at=timestamp(event.last_seen),
+    )
+    return words[:REASON_LIMIT]
+
+
+def rule_reason(reason: str, rule: HealthRule) -> str:
+    """A rule's decision as its HealthAction keeps it: the reason, then ``(rule <name>)``."""
+    return sentences.say(BY_RULE, reason=reason, rule=rule.name)
 
 
 def typed_text_problem(text: str, *, what: str | None = None, limit: int = TYPED_REASON_LIMIT) -> str:

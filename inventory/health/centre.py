@@ -14,12 +14,14 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Case, CharField, Count, Max, Prefetch, Q, Sum, Value, When
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 from django.utils import timezone
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from core.chart_style import GRID
 from core.charts import layout, to_html
-from inventory.choices import QUARANTINE_ACTIONS, HealthKind, HealthSeverity
+from inventory.choices import QUARANTINE_ACTIONS, ActionKind, HealthKind, HealthSeverity
 from inventory.discovery.faults import Action, xid_info
 from inventory.health.events import REGISTRATION_IN_PROGRESS
 from inventory.health.service import current_marks
@@ -80,7 +82,61 @@ def events_page(events, cursor: Cursor | None, per_page: int = EVENTS_PER_PAGE) 
     rows = rows[:per_page]
     for row in rows:
         row.undecided = "" if row.decisions else undecided_words(row)
+        for action in row.decisions:
+            action.words = decision_html(action)
     return rows, cursor_text(rows[-1]) if more else ""
+
+
+# ------------------------------------------------------------------------------- what a rule decided
+
+# What a rule's decision about an event did, in the viewer's language, its name as the detail (the Decisions
+# column; the badge beside it names the decision).
+DECISION_WORDS = {
+    ActionKind.DRAIN: gettext_lazy(
+        "a health rule took the tray out of service: it takes no new work until it returns (rule %(rule)s)"
+    ),
+    ActionKind.NEEDS_SERVICE: gettext_lazy(
+        "a health rule took the tray out for repair after repeated faults (rule %(rule)s)"
+    ),
+    ActionKind.DEGRADE: gettext_lazy(
+        "a health rule marked the tray's NVLink partition degraded: no new multi-tray work is placed "
+        "there (rule %(rule)s)"
+    ),
+    ActionKind.WARN: gettext_lazy(
+        "a health rule warned the operators; the tray stays in service (rule %(rule)s)"
+    ),
+    ActionKind.WOULD_DRAIN: gettext_lazy(
+        "dry run: a health rule would have taken the tray out of service (rule %(rule)s)"
+    ),
+    ActionKind.WOULD_NEEDS_SERVICE: gettext_lazy(
+        "dry run: a health rule would have taken the tray out for repair (rule %(rule)s)"
+    ),
+    ActionKind.WOULD_DEGRADE: gettext_lazy(
+        "dry run: a health rule would have marked the tray's NVLink partition degraded (rule %(rule)s)"
+    ),
+    ActionKind.BLOCKED: gettext_lazy(
+        "a health rule would have taken the tray out, but the circuit breaker stopped it (rule %(rule)s)"
+    ),
+    ActionKind.BREAKER_TRIPPED: gettext_lazy(
+        "this drain tripped the circuit breaker: the rules take no more trays out until a platform admin "
+        "clears it (rule %(rule)s)"
+    ),
+    ActionKind.NOT_OURS: gettext_lazy(
+        "a health rule would have taken the tray out, but it is already out for another owner's reason, "
+        "which is kept (rule %(rule)s)"
+    ),
+}
+DECIDED_BY_RULE = gettext_lazy("decided by a health rule (rule %(rule)s)")
+
+
+def decision_html(action: HealthAction) -> SafeString:
+    """What a rule's decision did, as HTML in the viewer's language, the rule's name marked as data; "" for
+    a person's decision (the page names the person)."""
+    if not action.rule_name:
+        return mark_safe("")
+    words = escape(str(DECISION_WORDS.get(action.kind, DECIDED_BY_RULE)))
+    rule = format_html('<span class="decision-by" translate="no">{}</span>', action.rule_name)
+    return mark_safe(words % {"rule": rule})
 
 
 # ------------------------------------------------------------------------------- an event nothing decided

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.utils import timezone
-
+from core import sentences
+from core.moments import utc_words
 from inventory.choices import HealthKind, HealthSource
 from inventory.discovery import faults, health_report
 from inventory.discovery.nvidia_smi import FabricState, RecoveryAction, ReportedGpu
@@ -69,14 +69,17 @@ class HealthOutcome:
         }
 
 
+THE_TRAY = sentences.gettext_noop("the tray")  # where an event no GPU reported was seen, in reasons
+
+
 def where(event: HealthEvent) -> str:
     """Where an event was seen, as reasons say it: its GPU's UUID, or "the tray"."""
-    return event.gpu_uuid or "the tray"
+    return event.gpu_uuid or THE_TRAY
 
 
 def timestamp(moment: datetime) -> str:
     """A moment as reasons and decisions write it: ``2025-10-14 11:20:09 UTC``."""
-    return timezone.localtime(moment, timezone.get_fixed_timezone(0)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc_words(moment)  # shown in the viewer's zone by the pages (core.moments.moment_html)
 
 
 # --------------------------------------------------------------------------------------------------------

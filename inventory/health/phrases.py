@@ -9,9 +9,14 @@ values.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+from django.utils import formats, timezone
 from django.utils.translation import gettext
+
+from core.moments import IN_ZONE, UTC_WORDS
 
 
 @dataclass(frozen=True)
@@ -42,4 +47,8 @@ def _english(value):
 
 
 def _shown(value):
+    if isinstance(value, str) and re.fullmatch(UTC_WORDS, value) and value.count(":") == 2:
+        # A moment as kept (core.moments.utc_words): in the viewer's zone, named, where a page shows it.
+        moment = datetime.strptime(value, "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=UTC)
+        return formats.date_format(timezone.localtime(moment), IN_ZONE)
     return value.shown() if isinstance(value, Phrase) else value

@@ -24,12 +24,13 @@ from core.notifications.recording import notify
 from inventory.choices import QUARANTINE_ACTIONS, ActionKind, RuleAction, TrayState
 from inventory.discovery import rule_defaults
 from inventory.health.actions import (
-    NEEDS_SERVICE_PREFIX,
     REASON_LIMIT,
     REASON_PREFIX,
     drain_reason,
     owned_by_rules,
     record_action,
+    repeat_reason,
+    rule_reason,
     set_state,
     state_words,
 )
@@ -172,13 +173,8 @@ def _drain_decision(
         .count()
     )
     repeat = earlier + 1 >= settings.repeat_faults
-    reason = drain_reason(event)
-    if repeat:
-        reason = (
-            f"{NEEDS_SERVICE_PREFIX}{earlier + 1} faults in {settings.repeat_days} days, the last "
-            f"{event.title} on {where(event)} at {timestamp(event.last_seen)}"
-        )[:REASON_LIMIT]
-    why = f"{reason} (rule {rule.name})"
+    reason = repeat_reason(event, earlier + 1, settings.repeat_days) if repeat else drain_reason(event)
+    why = rule_reason(reason, rule)
 
     blocked = _breaker_blocks(tray, settings, dry_run, context.now)
     # A fault a tray keeps reporting while it stays up (dry run, a blocked drain) is one decision, not one

@@ -19,6 +19,7 @@ from inventory.choices import TrayState
 from inventory.forms import DataChoices
 from inventory.health.actions import TYPED_REASON_LIMIT, owned_by_rules, typed_text_problem
 from inventory.health.returns import NOTE_LIMIT, return_eligibility
+from inventory.health.service import open_mark
 from inventory.mig_layouts import DISABLED
 from inventory.mig_options import LayoutOptions, layout_options, layout_status, layout_summary, tray_layout
 from inventory.models import ComputeTray
@@ -216,6 +217,8 @@ def actions_context(user, tray: ComputeTray, gpus: list | None = None, **bound) 
     if tray.state != TrayState.UP:
         context["return_eligibility"] = return_eligibility(tray)
         context["return_ours"] = owned_by_rules(tray)
+        # An open service mark keeps it out, even forced (returns.return_to_service): marked returned first.
+        context["return_marked"] = open_mark(tray)
     context["tray_actions"] = True
     return context
 

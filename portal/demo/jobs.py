@@ -181,7 +181,7 @@ def _backend(rng: random.Random) -> str:
     return Backend.KUBERNETES if rng.random() < 0.35 else Backend.SLURM
 
 
-def _submitter(department):
+def submitter(department):
     """Who submitted a demo job: the department's lead (its jobs run as the lead's POSIX identity)."""
     cached = getattr(department, "_demo_submitter", None)
     if cached is None:
@@ -193,7 +193,7 @@ def _submitter(department):
     return cached
 
 
-def _default_project(department):
+def demo_project(department):
     """The department's default project (made with it by save_department): the demo's jobs are its
     own work, as every job submitted without a named project is."""
     cached = getattr(department, "_demo_default_project", None)
@@ -206,8 +206,8 @@ def _job(rng, numbers, department, priority_class, gpus, state, limit, kind=None
     backend = _backend(rng)
     return Job(
         department=department,
-        project=_default_project(department),
-        submitted_by=_submitter(department),
+        project=demo_project(department),
+        submitted_by=submitter(department),
         name=numbers.name(rng, priority_class, kind),
         gpus=gpus,
         topology=topology or default_topology(gpus),

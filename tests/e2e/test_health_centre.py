@@ -155,3 +155,37 @@ def test_every_event_says_what_was_decided_and_the_registering_gpu_has_its_timel
     # The table scrolls sideways on a phone: its Decisions column, read there.
     page.locator(".table-wrap").evaluate("wrap => { wrap.scrollLeft = wrap.scrollWidth; }")
     page.screenshot(path=str(shots / "health-centre-demo-decisions-390.png"), full_page=True)
+
+
+@pytest.mark.e2e
+def test_the_drained_tray_and_the_decisions_read_japanese_in_tokyo(live_server, browser, admin, shots):
+    drained = ComputeTray.objects.get(state=TrayState.DRAIN)  # gb-r01-t07, drained by the rules for XID 79
+    desktop = {"width": 1400, "height": 1000}
+    context = browser.new_context(viewport=desktop, timezone_id="Asia/Tokyo", locale="ja-JP")
+    page = context.new_page()
+    try:
+        sign_in(page, live_server, admin.username, PASSWORD)
+        page.goto(f"{live_server.url}/inventory/trays/{drained.pk}/")
+        box = page.locator(".tray-actions .return-form")
+        expect(box.locator(".service-held")).to_contain_text("まだ復帰できません")
+        expect(box).not_to_contain_text("別の所有者")
+        expect(box).to_contain_text("JST")  # when its mark was set, in the viewer's zone
+        expect(box).not_to_contain_text("UTC")
+        drain = page.locator("tr.timeline-action.action-drain")
+        expect(drain).to_contain_text("JST")
+        expect(drain).not_to_contain_text("UTC")
+        expect(drain).to_contain_text("（ルール XID 79 drain）")  # noqa: RUF001 (the Japanese text's)
+        reason = page.locator(".tray-detail .detail-head ~ .note").first  # the state's reason, up top
+        expect(reason).to_contain_text("JST")
+        expect(reason).not_to_contain_text("UTC")
+        page.screenshot(path=str(shots / "drained-tray-ja-1400.png"), full_page=True)
+
+        page.goto(f"{live_server.url}/inventory/health/")
+        decisions = page.locator("table.health-events td.decisions")
+        expect(
+            decisions.filter(has_text="ヘルスルールがトレイをサービスから外しました").first
+        ).to_be_visible()
+        expect(decisions.filter(has_text="ヘルスルールがオペレーターに警告しました").first).to_be_visible()
+        page.screenshot(path=str(shots / "health-centre-decisions-ja-1400.png"), full_page=True)
+    finally:
+        context.close()

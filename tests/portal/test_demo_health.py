@@ -5,11 +5,15 @@ timeline agree on the drain of the demo's drained tray."""
 
 import re
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
+from core.moments import utc_words
 from inventory.choices import ActionKind, GpuHealth, TrayState
+from inventory.health.actions import drain_reason, owned_by_rules
 from inventory.health.centre import events_page, tray_offenders
 from inventory.health.timeline import timeline
 from inventory.models import ComputeTray, Gpu, HealthAction, HealthEvent
@@ -60,7 +64,7 @@ def test_every_degraded_gpu_and_drained_tray_has_its_event_on_the_events_page(
 
 def test_the_events_table_offenders_and_timeline_agree_on_the_drain(demo, client_as, platform_admin):
     admin = client_as(platform_admin)
-    tray = ComputeTray.objects.get(state=TrayState.DRAIN, state_reason__startswith="XID 79")
+    tray = ComputeTray.objects.get(state=TrayState.DRAIN, health_events__xid=79)
     event = HealthEvent.objects.get(tray=tray, xid=79)
     drain = HealthAction.objects.get(tray=tray, kind=ActionKind.DRAIN)
     assert drain.event == event and drain.rule is not None and drain.created_at == event.last_seen
@@ -70,7 +74,7 @@ def test_the_events_table_offenders_and_timeline_agree_on_the_drain(demo, client
     assert [action.kind for action in row.decisions] == [ActionKind.DRAIN]
     html = admin.get(reverse("inventory:health-events"), {"tray": tray.hostname}).content.decode()
     (xid_row,) = [r for r in _rows(html) if "GPU_HAS_FALLEN_OFF_THE_BUS" in r]
-    assert "Drain" in xid_row and drain.rule_name in xid_row
+    assert "Drain" in xid_row and f'translate="no">{drain.rule_name}</span>' in xid_row
 
     # The repeat offenders: taken out once (it is drained), not 0.
     since = event.first_seen - timedelta(days=1)
@@ -148,3 +152,89 @@ def test_the_gpu_still_registering_with_the_fabric_has_its_event_and_timeline(
     html = admin.get(reverse("inventory:health-events"), {"gpu": gpu.uuid}).content.decode()
     (row,) = _rows(html)
     assert "no action: the GPU is still registering with the NVLink fabric" in _decisions_cell(row)
+
+
+def _text(html: str) -> str:
+    """What a reader sees of `html` (its tags and their attributes taken out)."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_the_drained_tray_tells_one_story_in_the_viewers_zone(demo, client_as, platform_admin):
+    """The walkthrough's gb-r01-t07: the rules drained it for its XID 79 (its timeline says so), so its reason
+    is the rules' own ("rackplane: ..."), it is theirs to return, and the return box says what holds it
+    (its service mark), not "another owner's reason"; every moment in its reasons reads in the viewer's zone
+    (Tokyo here), named, while the stored reason Slurm and Kubernetes get stays English in UTC."""
+    tray = ComputeTray.objects.get(state=TrayState.DRAIN, health_events__xid=79)
+    event = HealthEvent.objects.get(tray=tray, xid=79)
+    drain = HealthAction.objects.get(tray=tray, kind=ActionKind.DRAIN)
+    assert owned_by_rules(tray)
+    utc = utc_words(event.last_seen)
+    assert (
+        tray.state_reason == drain_reason(event) == f"rackplane: {event.title} on {event.gpu_uuid} at {utc}"
+    )
+    assert drain.reason == f"{tray.state_reason} (rule {drain.rule_name})"
+
+    admin = client_as(platform_admin)
+    admin.cookies["rackplane_tz"] = "Asia/Tokyo"
+    shown = timezone.localtime(event.last_seen, ZoneInfo("Asia/Tokyo")).strftime("%Y-%m-%d %H:%M:%S JST")
+    for language in ("en", "ja"):
+        html = admin.get(
+            reverse("inventory:tray-detail", args=[tray.pk]), HTTP_ACCEPT_LANGUAGE=language
+        ).content.decode()
+        actions = html[html.index('class="tray-actions"') : html.index("mig-layout-form")]
+        assert "foreign-drain" not in actions and "Django admin" not in actions
+        assert (
+            "service-held" in actions and reverse("inventory:health-tray-service", args=[tray.pk]) in actions
+        )
+        assert 'name="return-force"' not in actions  # forcing cannot pass an open service mark
+        timeline_html = html[html.index('class="health-timeline"') :]
+        (row,) = re.findall(r'<tr class="timeline-action action-drain">.*?</tr>', timeline_html, re.S)
+        assert f">{shown}</time>" in row and event.gpu_uuid in row, row
+        assert utc not in _text(html), "a moment inside a reason reads UTC on a Tokyo viewer's page"
+    # In Japanese, the reason's own words are Japanese (the rule's name and the fault stay as data).
+    assert f"（ルール {drain.rule_name}）" in re.sub(r"<[^>]+>", "", row)  # noqa: RUF001 (the Japanese text's parentheses)
+    assert "rule" not in _text(row).replace(drain.rule_name, "")
+
+
+def test_every_demo_job_has_a_submitter_of_its_department_and_a_project(demo, client_as):
+    """As the submission path makes them (the walkthrough's Inference #458: no project, no submitter): every
+    job, running, waiting or of the seeded history, was submitted by a member of its department and is in a
+    project of it (its default project: the department's own work)."""
+    from scheduling.models import Job
+    from tenancy.models import Membership
+
+    jobs = list(Job.objects.select_related("project", "submitted_by"))
+    assert len(jobs) > 100
+    members = set(Membership.objects.values_list("user_id", "department_id"))
+    for job in jobs:
+        assert job.submitted_by_id is not None, f"#{job.pk} {job.name} ({job.state}) has no submitter"
+        assert (job.submitted_by_id, job.department_id) in members, f"#{job.pk} {job.name}"
+        assert job.project is not None and job.project.department_id == job.department_id, job.name
+    finished = Job.objects.filter(state="completed", department__slug="inference").order_by("-pk").first()
+    lead = finished.submitted_by
+    page = client_as(lead).get(reverse("search"), {"q": finished.name, "all": "1"}).content.decode()
+    assert "no project" not in page and f"by {lead.get_username()}" in page
+
+
+def test_a_rules_decision_says_in_words_what_the_rule_did(demo, client_as, platform_admin):
+    """The health centre's Decisions column: a warn or drain row says in the viewer's language what the rule
+    did, its name a detail (data, not translated), as the rows nothing decided say why in words."""
+    admin = client_as(platform_admin)
+    warn = HealthAction.objects.filter(kind=ActionKind.WARN).select_related("event").first()
+    drain = HealthAction.objects.filter(kind=ActionKind.DRAIN).select_related("event").first()
+    for action, english, japanese in (
+        (
+            warn,
+            "a health rule warned the operators; the tray stays in service (rule ",
+            "ヘルスルールがオペレーターに警告しました",
+        ),
+        (drain, "a health rule took the tray out of service", "ヘルスルールがトレイをサービスから外しました"),
+    ):
+        query = {"tray": action.tray.hostname, "gpu": action.event.gpu_uuid}
+        for language, words in (("en", english), ("ja", japanese)):
+            html = admin.get(reverse("inventory:health-events"), query, HTTP_ACCEPT_LANGUAGE=language)
+            rows = [r for r in _rows(html.content.decode()) if f"action-{action.kind}" in r]
+            assert rows, (action.kind, language)
+            cell = _decisions_cell(rows[0])
+            assert words in _text(cell), cell
+            assert f'<span class="decision-by" translate="no">{action.rule_name}</span>' in cell

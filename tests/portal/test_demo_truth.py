@@ -208,9 +208,10 @@ def test_the_demo_make_run_shows_is_true(var_dir):
     # Pending jobs wait with the scheduler's own reason, not a made-up one.
     for reason in Job.objects.filter(state=JobState.PENDING).values_list("pending_reason", flat=True):
         assert reason.startswith("waiting: ") and reason != "waiting for the scheduler"
-    # The drained tray's reason is its GPU 2, which shows unhealthy.
+    # The drained tray's reason is the rules' drain for its GPU 2 (named by its UUID), which shows unhealthy.
     drained = ComputeTray.objects.get(state=TrayState.DRAIN)
-    assert "GPU 2" in drained.state_reason
+    assert drained.state_reason.startswith("rackplane: XID 79 ")
+    assert drained.gpus.get(index=2).uuid in drained.state_reason
     assert drained.gpus.get(index=2).health == GpuHealth.UNHEALTHY
     # Its timeline shows why: the XID 79 its node reported, on that GPU (the health rules' own event row).
     [event] = drained.health_events.all()

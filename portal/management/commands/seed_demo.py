@@ -23,8 +23,10 @@ from portal.demo.jobs import (
     SIZES,
     TIME_LIMITS,
     TRAIN,
+    demo_project,
     demo_work,
     job_story,
+    submitter,
     trays_phrase,
 )
 from portal.demo.seeding import DEPARTMENTS, seed_tenants, write_demo_logins
@@ -228,6 +230,8 @@ def _history_job(rng, number, department, priority_class, gpus, limit) -> Job:
     backend = Backend.KUBERNETES if rng.random() < 0.35 else Backend.SLURM
     return Job(
         department=department,
+        project=demo_project(department),  # as every job submitted without a named project is
+        submitted_by=submitter(department),
         name=f"{NAME_PREFIX[priority_class]}-{rng.choice(KINDS[priority_class])}-{number:04d}",
         gpus=gpus,
         topology=default_topology(gpus),
