@@ -550,7 +550,7 @@ def quota(args: argparse.Namespace) -> int:
                 [
                     p.get("department"),
                     p.get("slug"),
-                    _project_guarantee(p, positions, projects),
+                    _project_guarantee(p),
                     p.get("limit_gpus") if p.get("limit_gpus") is not None else "none",
                 ]
                 for p in projects
@@ -559,23 +559,12 @@ def quota(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _project_guarantee(project: dict, positions: list, projects: list) -> object:
+def _project_guarantee(project: dict) -> object:
     """A named project's guarantee; the default project's is what the named ones leave of its department's
-    ("24 (the rest)"), as the portal shows it."""
+    ("24 (the rest)"), as the server computes it (effective_guaranteed_gpus) and the portal shows it."""
     if not project.get("is_default"):
         return project.get("guaranteed_gpus")
-    department = project.get("department")
-    guaranteed = next(
-        (q.get("guaranteed") for q in positions if isinstance(q, dict) and q.get("department") == department),
-        None,
-    )
-    if not isinstance(guaranteed, int):
-        return "the rest"
-    named = sum(
-        p.get("guaranteed_gpus") or 0
-        for p in projects
-        if p.get("department") == department
-        and not p.get("is_default")
-        and isinstance(p.get("guaranteed_gpus"), int)
-    )
-    return f"{max(0, guaranteed - named)} (the rest)"
+    effective = project.get("effective_guaranteed_gpus")
+    if isinstance(effective, int) and not isinstance(effective, bool):
+        return f"{effective} (the rest)"
+    return "the rest"  # a server from before the field

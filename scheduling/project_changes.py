@@ -48,7 +48,7 @@ from scheduling.models import Job
 from tenancy import projects as service
 from tenancy.models import Department, Project, ProjectMembership
 from tenancy.projects import default_guarantee, default_project, submission_default
-from tenancy.quota import in_quota_prefix
+from tenancy.quota import beyond_guarantee, in_quota_prefix
 
 
 class StaleConfirmation(Exception):
@@ -118,6 +118,19 @@ class Reclaimable(Confirmable):
         return sum(change.job.gpus for change in self.losing)
 
     @property
+    def guarantee_after(self) -> int:
+        """The guarantee the step leaves the work of `running` (the default project's, or a lowered
+        project's)."""
+        raise NotImplementedError
+
+    @property
+    def gpus_beyond(self) -> int:
+        """GPUs of that work in quota beyond the guarantee after the step: the figure the projects panel's
+        row shows once it is taken (tenancy.quota.beyond_guarantee, as scheduling.views.projects._figures),
+        not the whole size of the jobs that fall beyond it (`losing_gpus`)."""
+        return beyond_guarantee(sum(change.job.gpus for change in self.running), self.guarantee_after)
+
+    @property
     def beyond(self) -> list[JobChange]:
         """Those of `losing` that may be reclaimed (preemptible)."""
         return [change for change in self.losing if change.preemptible]
@@ -146,6 +159,10 @@ class NewProjectChanges(Reclaimable):
     @property
     def needs_confirmation(self) -> bool:
         return self.first or bool(self.beyond)
+
+    @property
+    def guarantee_after(self) -> int:
+        return self.default_after
 
     def facts(self) -> tuple:
         return (
@@ -277,6 +294,10 @@ class GuaranteeChanges(Reclaimable):
     @property
     def lowering(self) -> bool:
         return self.after < self.before
+
+    @property
+    def guarantee_after(self) -> int:
+        return self.after if self.lowering else self.default_after
 
     @property
     def fits(self) -> bool:

@@ -76,6 +76,18 @@ def default_guarantee(department: Department) -> int:
     return max(0, department.guaranteed_gpus - projects_guaranteed(department))
 
 
+def default_project_usernames(department: Department) -> list[str]:
+    """Who is in the default project: the department's members in none of its named projects (the
+    projects panel's Default row), by username."""
+    in_named = ProjectMembership.objects.filter(project__department=department, project__is_default=False)
+    return list(
+        Membership.objects.filter(department=department)
+        .exclude(user__in=in_named.values("user"))
+        .order_by("user__username")
+        .values_list("user__username", flat=True)
+    )
+
+
 def default_job_project(user, department: Department) -> Project | None:
     """The project a job of `department` by `user` goes to when none is named: the person's only usable
     project there, else the default project if they may use it, else None (they must choose)."""

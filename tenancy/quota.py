@@ -267,6 +267,12 @@ def fair_share(capacity: int, departments: Iterable[DepartmentQuota]) -> FairSha
     )
 
 
+def beyond_guarantee(in_quota: int, guaranteed: int) -> int:
+    """GPUs of a project's in-quota work beyond its own guarantee (on its siblings' unused guarantee): the
+    one figure the projects panel's rows and the confirmation pages of a guarantee change both show."""
+    return max(0, in_quota - guaranteed)
+
+
 def in_quota_prefix(share: int, jobs: Iterable[tuple[object, int]]) -> set:
     """The keys of a department's running jobs that are in quota: `jobs` are (key, GPUs), oldest first; the
     longest prefix whose GPUs stay within `share` (its in-quota share) is in quota, the rest borrows.

@@ -62,8 +62,16 @@ def validate_work(work: dict) -> dict:
 # --- the job form (scheduling.views.job_form): the script in a textarea ----------------------------------
 
 
+NO_SCRIPT = _("A Slurm job needs a script starting with #! (for example #!/bin/bash).")
+
+
 def from_form(values: Mapping[str, str]) -> dict:
-    return {"script": values.get("script", "").replace("\r\n", "\n")}
+    """The script typed in the form; one that does not start with #! is refused in the form's words (the
+    API's, validate_work, speak of its JSON)."""
+    script = values.get("script", "").replace("\r\n", "\n")
+    if not script.startswith("#!"):
+        raise WorkError(str(NO_SCRIPT))
+    return {"script": script}
 
 
 def to_form(work: dict) -> dict[str, str]:
@@ -78,7 +86,8 @@ FORM = WorkForm(
             _("Batch script (Slurm)"),
             multiline=True,
             rows=9,
-            placeholder="#!/bin/bash\nsrun python train.py",
+            # Clearly an example, not a script already typed in (grey text reads as filled in).
+            placeholder=_("For example:\n#!/bin/bash\nsrun python train.py"),
             help=_(
                 "sbatch runs it; the first line names the interpreter (`#!/bin/bash`). Rackplane sets the "
                 "GPUs, nodes and time limit."

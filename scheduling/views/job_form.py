@@ -67,7 +67,9 @@ NOT_A_NUMBER = gettext_lazy("Enter a whole number (for example 4).")
 ALREADY_SUBMITTED = gettext_lazy(
     "This form already submitted job #%(pk)s with other values. Submit again to make a new job with these."
 )
-_INTEGER = re.compile(r"[+-]?\d{1,12}")
+# A whole number of any size Python reads (sys.get_int_max_str_digits): the API's bounds and the cluster's
+# capacity answer a large one in words ("at most ...", "more than any NVLink partition can hold").
+_INTEGER = re.compile(r"[+-]?\d{1,4000}")
 
 
 def _label(name: str) -> str:
@@ -392,13 +394,17 @@ def _render(request, values, errors, key, clone=None, status=200, notices=None):
     rules = _form_rules(fields)
     backend = values.get("backend") or next((f.value for f in fields if f.name == "backend"), "")
     inputs = [item.name for rule in rules for item in rule.job_form().inputs]
+    sections = _work_sections(rules, backend, values)
+    shown = next((section for section in sections if not section.hidden), None)
     context = {
         "fields": fields,
         "work_errors": errors.get("work", []),
+        # A backend whose work is one input (a Slurm script): its errors are shown beside that input.
+        "work_errors_beside": shown is not None and len(shown.inputs) == 1,
         "form_errors": errors.get("", []),
         "key_field": KEY_FIELD,
         "key": key,
-        "work_sections": _work_sections(rules, backend, values),
+        "work_sections": sections,
         "clone": clone,
         "preview_params": ",".join(
             dict.fromkeys(("csrfmiddlewaretoken", KEY_FIELD, "name", *inputs, JSON_INPUT))

@@ -43,6 +43,7 @@ from scheduling.models import Allocation
 from scheduling.project_changes import StaleConfirmation, move_changes, new_project_changes
 from tenancy import projects as service
 from tenancy.models import Department, Membership, Project, ProjectMembership
+from tenancy.quota import beyond_guarantee
 
 ALREADY_IN = gettext_lazy(
     "%(user)s is already in %(project)s: nothing was changed. To change their project role, take them out "
@@ -63,7 +64,7 @@ def _figures(row, guaranteed: int, use: dict):
     row.in_use = use.get("in_use", 0)
     row.borrowed = use.get("borrowed", 0)
     row.in_quota = row.in_use - row.borrowed
-    row.from_siblings = max(0, row.in_quota - guaranteed)
+    row.from_siblings = beyond_guarantee(row.in_quota, guaranteed)
     return row
 
 

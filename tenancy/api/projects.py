@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -45,7 +45,22 @@ class ProjectSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text="The department's default project: guaranteed what its named projects leave of the "
         "department's guarantee (its own guaranteed_gpus stays 0), used by every member in no named project "
-        "(members lists only hand grants: none), run as the department itself (namespace and account).",
+        "(members lists only hand grants: none), run as the department itself (namespace and account). "
+        "effective_guaranteed_gpus and effective_members say what it is guaranteed and who uses it.",
+    )
+    guaranteed_gpus = serializers.IntegerField(
+        read_only=True,
+        help_text="The guarantee stored on the project (set by a lead). The default project's is always 0: "
+        "it is guaranteed the rest of the department's, in effective_guaranteed_gpus.",
+    )
+    effective_guaranteed_gpus = serializers.SerializerMethodField(
+        help_text="What the project is guaranteed: a named project its guaranteed_gpus; the default project "
+        "what the named projects leave of its department's guarantee (the rest), as the portal and "
+        "`rp quota` show it."
+    )
+    effective_members = serializers.SerializerMethodField(
+        help_text="The usernames of the people whose work the project holds: a named project's members; "
+        "the default project's, every member of the department in no named project (computed, not stored)."
     )
 
     class Meta:
@@ -62,10 +77,24 @@ class ProjectSerializer(serializers.ModelSerializer):
             "namespace",
             "account",
             "members",
+            "effective_guaranteed_gpus",
+            "effective_members",
             "created_at",
             "updated_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.IntegerField(min_value=0))
+    def get_effective_guaranteed_gpus(self, project: Project) -> int:
+        if project.is_default:
+            return service.default_guarantee(project.department)
+        return project.guaranteed_gpus
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_effective_members(self, project: Project) -> list[str]:
+        if project.is_default:
+            return service.default_project_usernames(project.department)
+        return sorted(m.user.username for m in project.memberships.all())
 
 
 class ProjectWriteSerializer(KnownFieldsOnly, serializers.Serializer):

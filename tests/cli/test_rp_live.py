@@ -280,6 +280,12 @@ def test_quota_shows_the_departments_guarantee_and_use_and_its_projects(
         ("vision", 8, False),
     ]
 
+    # A named project the researcher is not in (hidden from them) still takes its share of the department's:
+    # rp says the rest the server computes, not what the visible rows leave.
+    create_project(platform_admin, research, name="NLP", guaranteed_gpus=6)
+    rows = sorted(line.split() for line in rp("quota").out.split("\n\n")[1].splitlines()[1:])
+    assert rows == [["research", "default", "18", "(the", "rest)", "none"], ["research", "vision", "8", "16"]]
+
 
 @pytest.mark.parametrize(("state", "code"), [(JobState.COMPLETED, 0), (JobState.FAILED, 1)])
 def test_watch_follows_the_job_until_it_ends(logged_in, rp_env, script, rp, state, code):

@@ -53,8 +53,9 @@ def test_the_lead_reads_one_count_and_a_delete_question_that_names_people(
         )
         changes = page.locator("#project-changes")
         expect(changes.locator('[data-change="beyond"]')).to_have_text(
-            "2 running jobs (8 GPUs) would be beyond the default project's new guarantee. Of these, 1 "
-            "(4 GPUs) may be reclaimed; 1 is not preemptible and keeps running."
+            "The default project's running work would be 8 GPUs beyond its new guarantee: 2 running jobs "
+            "(8 GPUs in all) fall beyond it. Of these, 1 (4 GPUs) may be reclaimed; 1 is not preemptible and "
+            "keeps running."
         )
         expect(changes.locator("tr", has_text="newer-train")).to_contain_text("may be reclaimed")
         expect(changes.locator("tr", has_text="newer-build")).to_contain_text("not preemptible")

@@ -113,7 +113,8 @@ BAD = [
     ({"time_limit_minutes": "0"}, {"time_limit_minutes": 0}, "time_limit_minutes"),
     ({"backend": "pbs"}, {"backend": "pbs"}, "backend"),
     ({"fallback_topology": "partition", "gpus": "8"}, {"fallback_topology": "partition", "gpus": 8}, None),
-    ({"script": "srun python train.py"}, {"work": {"script": "srun python train.py"}}, "work"),
+    # A whole number however long: the API's words on it (the cluster's bound), not "enter a whole number".
+    ({"gpus": "1" + "0" * 29}, {"gpus": 10**29}, "gpus"),
     ({"backend": "kubernetes", "image": ""}, {"backend": "kubernetes", "work": {"image": ""}}, "work"),
 ]
 
@@ -151,6 +152,36 @@ def test_a_number_that_is_not_one_is_said_so_in_the_forms_words(client, member_a
     assert response.status_code == 400
     assert field_errors(response, "gpus") == ["Enter a whole number (for example 4)."]
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("script", ["", "srun python train.py", "  #!/bin/bash"])
+def test_a_slurm_job_without_a_script_is_told_so_beside_the_script_in_the_forms_words(
+    client, member_a, script
+):
+    """The walkthrough: the form answered a missing script with the API's JSON ('a Slurm job needs
+    {"script": "#!/bin/bash ..."}: ...') at the top of the section; now its own sentence, by the script."""
+    client.force_login(member_a)
+    response = client.post(NEW, form_data(script=script))
+    assert response.status_code == 400
+    assert field_errors(response, "work") == [
+        "A Slurm job needs a script starting with #! (for example #!/bin/bash)."
+    ]
+    markup = response.content.decode()
+    field = markup.split('<label for="id_script">')[1].split("</div>")[0]
+    assert 'id="id_work_error"' in field and 'aria-describedby="id_work_error"' in field
+    assert "{" not in field_errors(response, "work")[0]
+    assert not Job.objects.exists()
+    # In Japanese too.
+    response = client.post(NEW, form_data(script=script), HTTP_ACCEPT_LANGUAGE="ja")
+    japanese = "Slurm ジョブには #! で始まるスクリプトが必要です（例: #!/bin/bash）。"  # noqa: RUF001
+    assert field_errors(response, "work") == [japanese]
+
+
+def test_the_script_placeholder_reads_as_an_example(client, member_a):
+    client.force_login(member_a)
+    markup = client.get(NEW).content.decode()
+    placeholder = re.search(r'<textarea name="script"[^>]*placeholder="([^"]*)"', markup).group(1)
+    assert placeholder.startswith("For example:") and "#!/bin/bash" in placeholder
 
 
 def test_unreadable_kubernetes_work_is_refused_with_the_reason(client, member_a):
@@ -408,3 +439,13 @@ def test_a_department_with_projects_offers_the_members_own(client, api_as, membe
     assert 'data-preview="fits"' in preview(client).content.decode()  # none chosen: theirs
     assert client.post(NEW, form_data(project="vision")).status_code == 302
     assert Job.objects.get().project == projects
+
+
+def test_a_very_large_gpus_value_gets_the_clusters_bound_in_the_preview_too(client, member_a):
+    """30 digits are a whole number: the preview says the cluster's bound, as the API does, not "enter a
+    whole number"."""
+    client.force_login(member_a)
+    response = client.get(PREVIEW, {"department": "alpha", "gpus": "1" + "0" * 29, "backend": "slurm"})
+    assert response.status_code == 200
+    said = text(response)
+    assert "more than any NVLink partition can hold" in said and "whole number" not in said

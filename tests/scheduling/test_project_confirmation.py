@@ -58,7 +58,10 @@ def test_the_first_named_project_is_confirmed_with_who_and_what_changes(
     assert "first named project" in markup
     assert "Default is guaranteed 16 GPUs now and 4 after it: the new project takes 12." in markup
     # The newer job is beyond the default project's 4 GPUs left; the older keeps its guarantee.
-    assert "1 running job (4 GPUs) would be beyond the default project's new guarantee" in markup
+    assert (
+        "The default project's running work would be 4 GPUs beyond its new guarantee: 1 running job "
+        "(4 GPUs in all) falls beyond it, and the new project's work may reclaim it."
+    ) in " ".join(markup.split())
     newer = markup.split(f'data-job="{running[1].pk}"')[1].split("</tr>")[0]
     older = markup.split(f'data-job="{running[0].pk}"')[1].split("</tr>")[0]
     assert "may be reclaimed by the new project" in newer and "keeps its guarantee" in older
@@ -306,8 +309,10 @@ def test_the_sentence_and_the_table_count_the_same_jobs_beyond_the_guarantee(cli
     sentence = unescape(re.search(r'data-change="beyond">(.*?)</p>', markup, re.S).group(1))
     beyond = reclaimed + kept_running
     assert " ".join(sentence.split()) == (
-        f"{len(beyond)} running jobs ({sum(gpus[pk] for pk in beyond)} GPUs) would be beyond the default "
-        f"project's new guarantee. Of these, {len(reclaimed)} ({sum(gpus[pk] for pk in reclaimed)} GPUs) may "
+        f"The default project's running work would be {sum(gpus[pk] for pk in beyond)} GPUs beyond its new "
+        f"guarantee: {len(beyond)} running jobs ({sum(gpus[pk] for pk in beyond)} GPUs in all) fall beyond "
+        "it. "
+        f"Of these, {len(reclaimed)} ({sum(gpus[pk] for pk in reclaimed)} GPUs) may "
         f"be reclaimed; {len(kept_running)} are not preemptible and keep running."
     )
     changes = page.context["changes"]
@@ -321,8 +326,37 @@ def test_the_sentence_and_the_table_count_the_same_jobs_beyond_the_guarantee(cli
     sentence = re.search(r'data-change="beyond">(.*?)</p>', markup, re.S).group(1)
     all_gpus, reclaimed_gpus = sum(gpus[pk] for pk in beyond), sum(gpus[pk] for pk in reclaimed)
     assert sentence == (
-        f"実行中のジョブ 9 件（GPU {all_gpus} 基）が既定のプロジェクトの新しい保証を超えます。"  # noqa: RUF001
+        f"既定のプロジェクトの実行中の作業は、新しい保証を GPU {all_gpus} 基超えます。"
+        f"実行中のジョブ 9 件（合計 GPU {all_gpus} 基）が保証を超えます。"  # noqa: RUF001
         f"そのうち 5 件（GPU {reclaimed_gpus} 基）は回収されることがあります。"  # noqa: RUF001
         "4 件はプリエンプト不可のため実行を続けます。"
     )
     assert not spacing_slips(sentence)
+
+
+def test_the_gpus_beyond_are_the_figure_the_panel_shows_once_the_project_is_made(
+    client_as, lead_a, department_a
+):
+    """The walkthrough: the confirmation said "9 running jobs (85 GPUs) would be beyond the default
+    project's new guarantee" and the panel's Default row, once the project was made, "81 beyond its
+    guarantee": the job across the new guarantee counted whole though only part of it was beyond. One
+    figure now, the GPUs beyond (tenancy.quota.beyond_guarantee, as the panel's row), the jobs' whole size
+    apart."""
+    default = Project.objects.get(department=department_a, is_default=True)
+    trays = free_trays(3)
+    for name, held in (("oldest", trays[:1]), ("across", trays[1:3])):  # 4 GPUs, then 8
+        make_job(department_a, name, trays=held, project=default, over_quota=False)
+    # The default project keeps 16 - 10 = 6: "oldest" (4) keeps it, "across" (8) falls beyond, 6 of it.
+    body = {"name": "LLM", "guaranteed_gpus": "10", "over_quota_weight": "1", "limit_gpus": ""}
+    client = client_as(lead_a)
+    page = client.get(CONFIRM, body)
+    markup = " ".join(page.content.decode().split()).replace("&#x27;", "'")
+    assert (
+        "The default project's running work would be 6 GPUs beyond its new guarantee: 1 running job "
+        "(8 GPUs in all) falls beyond it, and the new project's work may reclaim it."
+    ) in markup
+    response = client.post(CONFIRM, {**dict(page.context["values"]), "seen": page.context["changes"].digest})
+    assert response.status_code == 302 and Project.objects.filter(name="LLM").exists()
+    panel = client.get(reverse("scheduling:department-detail", args=["research"]))
+    assert panel.context["unassigned"].from_siblings == 6
+    assert "6 beyond its guarantee" in panel.content.decode()

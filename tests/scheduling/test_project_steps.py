@@ -104,8 +104,9 @@ def test_lowering_a_guarantee_is_confirmed_with_the_jobs_that_become_reclaimable
     assert "not preemptible: it keeps running" in row(markup, f'data-job="{build.pk}"')
     # Two jobs fall beyond, as the table says: the training one may be reclaimed, the build job keeps running.
     assert (
-        "2 running jobs (8 GPUs) would be beyond Vision's new guarantee, on its sibling projects' unused "
-        "guarantee. Of these, 1 (4 GPUs) may be reclaimed; 1 is not preemptible and keeps running."
+        "Vision's running work would be 8 GPUs beyond its new guarantee, on its sibling projects' unused "
+        "guarantee: 2 running jobs (8 GPUs in all) fall beyond it. Of these, 1 (4 GPUs) may be reclaimed; 1 "
+        "is not preemptible and keeps running."
     ) in " ".join(markup.split()).replace("&#x27;", "'")
     assert written() == before  # a GET never writes
 

@@ -294,3 +294,29 @@ def test_two_leads_at_once_cannot_both_fit_a_guarantee(department_a):
     assert len(made) == 1 and len(refused) == 7
     assert all("would be guaranteed 40 GPUs" in words for words in refused)
     assert Project.objects.named().count() == 1
+
+
+def test_the_default_project_says_the_guarantee_and_people_the_portal_shows(
+    api_as, lead_a, member_a, department_a
+):
+    """The walkthrough: the API listed the default project with "guaranteed_gpus": 0 and "members": [] while
+    the portal said 136 GPUs (alice, erin) and `rp quota` "136 (the rest)". guaranteed_gpus stays what is
+    stored; effective_guaranteed_gpus and effective_members say the rest and who is in no named project,
+    the hidden named projects counted for a member too."""
+    other = make_member("erin", department_a)
+    vision = Project.objects.create(department=department_a, name="Vision", slug="vision", guaranteed_gpus=12)
+    Project.objects.create(department=department_a, name="NLP", slug="nlp", guaranteed_gpus=8)
+    ProjectMembership.objects.create(user=member_a, project=vision)
+    in_no_named = sorted([lead_a.username, other.username])
+
+    for who in (lead_a, member_a):
+        projects = {p["slug"]: p for p in api_as(who).get("/api/v1/projects/").json()["results"]}
+        default = projects["default"]
+        assert (default["guaranteed_gpus"], default["members"]) == (0, [])  # stored: unchanged meaning
+        assert default["effective_guaranteed_gpus"] == 32 - 12 - 8
+        assert default["effective_members"] == in_no_named
+        assert projects["vision"]["effective_guaranteed_gpus"] == 12
+        assert projects["vision"]["effective_members"] == [member_a.username]
+    assert "nlp" not in {p["slug"] for p in api_as(member_a).get("/api/v1/projects/").json()["results"]}
+    default = Project.objects.get(slug="default", department=department_a)
+    assert api_as(lead_a).get(f"/api/v1/projects/{default.pk}/").json()["effective_guaranteed_gpus"] == 12
