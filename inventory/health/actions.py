@@ -39,6 +39,13 @@ NEEDS_SERVICE_FOR = sentences.gettext_noop(
     "rackplane: needs service: %(count)s faults in %(days)s days, the last %(fault)s on %(where)s at %(at)s"
 )
 BY_RULE = sentences.gettext_noop("%(reason)s (rule %(rule)s)")
+# The two above as the rules write them together: read back whole, so the more general "rackplane: %(reason)s"
+# (inventory.health.words, a person's drain) does not take them first and leave their moment unread.
+DRAINED_FOR_BY_RULE = sentences.gettext_noop("rackplane: %(fault)s on %(where)s at %(at)s (rule %(rule)s)")
+NEEDS_SERVICE_FOR_BY_RULE = sentences.gettext_noop(
+    "rackplane: needs service: %(count)s faults in %(days)s days, the last %(fault)s on %(where)s at %(at)s "
+    "(rule %(rule)s)"
+)
 # A tray's state in a sentence ("gb-r03-t03 is already drained"), as inventory.planning words it too.
 STATE_WORDS = {
     TrayState.UP: gettext_noop("in service"),

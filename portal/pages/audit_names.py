@@ -15,6 +15,7 @@ OTHER_APPS_NAMES = (
     gettext_noop("Core"),
     gettext_noop("personal token"),
     gettext_noop("key hash"),
+    gettext_noop("rotated to"),
     gettext_noop("notification subscription"),
     # inventory
     gettext_noop("Inventory"),
