@@ -98,9 +98,13 @@ def job_list(request):
         .defer("work", "backend_message")
     )
     filterset = JobFilter(request.GET, queryset=queryset, request=request)
-    if table.export_format:
-        return table.export(JOB_COLUMNS, filterset.qs)
-    page = table.page(filterset.qs)
+    # A value the filter refuses (another department's project, a state that is none) is reported with the
+    # form's error and answers 400 with no job: never every job as if it had matched.
+    invalid = filterset.is_bound and not filterset.is_valid()
+    jobs = queryset.none() if invalid else filterset.qs
+    if table.export_format and not invalid:
+        return table.export(JOB_COLUMNS, jobs)
+    page = table.page(jobs)
     _annotate_rows(request.user, page.object_list)
     polling = any(job.is_active for job in page.object_list)
     context = {
@@ -110,9 +114,10 @@ def job_list(request):
         "polling": polling,
         "poll_seconds": JOB_POLL_SECONDS,
         "filtered": any(request.GET.getlist(name) for name in filterset.filters),
+        "filter_invalid": invalid,
     }
     if request.htmx:
-        response = render(request, "scheduling/_job_table.html", context)
+        response = render(request, "scheduling/_job_table.html", context, status=400 if invalid else 200)
         if not polling:
             response = HttpResponseStopPolling(response.content)
         patch_vary_headers(response, ["HX-Request"])
@@ -126,7 +131,7 @@ def job_list(request):
             "selected_states": request.GET.getlist("state"),
         }
     )
-    return render(request, "scheduling/job_list.html", context)
+    return render(request, "scheduling/job_list.html", context, status=400 if invalid else 200)
 
 
 def _annotate_rows(user, jobs) -> None:
