@@ -97,12 +97,8 @@ def job_list(request):
         .select_related("department", "submitted_by", "project")
         .defer("work", "backend_message")
     )
-    filterset = JobFilter(request.GET, queryset=queryset, request=request)
-    # A value the filter refuses (another department's project, a state that is none) is reported with the
-    # form's error and answers 400 with no job: never every job as if it had matched.
-    invalid = filterset.is_bound and not filterset.is_valid()
-    jobs = queryset.none() if invalid else filterset.qs
-    if table.export_format and not invalid:
+    filterset, jobs, status = _filtered(request, queryset)
+    if table.export_format and status == 200:
         return table.export(JOB_COLUMNS, jobs)
     page = table.page(jobs)
     _annotate_rows(request.user, page.object_list)
@@ -114,10 +110,9 @@ def job_list(request):
         "polling": polling,
         "poll_seconds": JOB_POLL_SECONDS,
         "filtered": any(request.GET.getlist(name) for name in filterset.filters),
-        "filter_invalid": invalid,
     }
     if request.htmx:
-        response = render(request, "scheduling/_job_table.html", context, status=400 if invalid else 200)
+        response = render(request, "scheduling/_job_table.html", context, status=status)
         if not polling:
             response = HttpResponseStopPolling(response.content)
         patch_vary_headers(response, ["HX-Request"])
@@ -131,7 +126,17 @@ def job_list(request):
             "selected_states": request.GET.getlist("state"),
         }
     )
-    return render(request, "scheduling/job_list.html", context, status=400 if invalid else 200)
+    return render(request, "scheduling/job_list.html", context, status=status)
+
+
+def _filtered(request, queryset):
+    """(the JobFilter, the jobs it matches, the status to answer with). A value it refuses (another
+    department's project, a state that is none) is reported with the form's error (the page shows
+    `filter.form.errors`) and answers 400 with no job: never every job as if it had matched."""
+    filterset = JobFilter(request.GET, queryset=queryset, request=request)
+    if filterset.is_bound and not filterset.is_valid():
+        return filterset, queryset.none(), 400
+    return filterset, filterset.qs, 200
 
 
 def _annotate_rows(user, jobs) -> None:
