@@ -41,7 +41,8 @@ ADMIN_IDLE_LIMIT = 50
 
 
 def members(user, department: Department) -> list[Membership]:
-    """The memberships of `department` the user may see (leads and admins: all; members: their own)."""
+    """The memberships of `department` the user may see (all of them to its people, leads and admins;
+    only its leads and admins manage them)."""
     return list(
         Membership.objects.visible_to(user)
         .filter(department=department)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
+from hostlist import collect_hostlist
 
 from scheduling import pass_inputs
 from scheduling.models import Job
@@ -99,6 +100,11 @@ class Preview:
     queued_ahead: int = 0  # pending jobs ahead of it in the queue
 
     @property
+    def tray_hostlist(self) -> str:
+        """Its trays in the hostlist form the job pages use ("gb-r08-t[01-18]", python-hostlist)."""
+        return collect_hostlist(list(self.trays)) if self.trays else ""
+
+    @property
     def sentences(self) -> list[str]:
         """The decision in plain sentences."""
         if self.errors:
@@ -125,7 +131,7 @@ class Preview:
                 fits
                 % {
                     "count": len(self.trays),
-                    "trays": ", ".join(self.trays),
+                    "trays": self.tray_hostlist,
                     "partitions": ", ".join(self.partitions),
                 }
             ]

@@ -2,8 +2,8 @@
 trays, racks, jobs, departments, projects and users.
 
 Each kind is searched through its model's `visible_to(user)`, so a member finds only their departments' jobs
-and the people they may see (users: platform admins see everyone, others the members of the departments they
-lead and themselves, as `Membership.objects.visible_to` says; projects: `Project.objects.visible_to`, i.e.
+and the people they may see (users: platform admins see everyone, others the people of their own departments,
+as `Membership.objects.visible_to` says; projects: `Project.objects.visible_to`, i.e.
 admins, the department's leads and the project's own members). An exact match (a full GPU UUID or serial,
 a MIG device's UUID, a tray hostname, a job id, a rack name or cluster UUID, an IB port GUID, a department's
 or a project's name or slug or namespace / Slurm account (`research-llm`), a job's whole name) answers with a
@@ -121,10 +121,17 @@ class Hit:
     title: str
     url: str
     details: tuple[Detail, ...] = ()  # what the pages show after the title, the matched field among them
+    name: str = ""  # its whole name, when the title is more than that (a job's "#12 name"): ranked
 
     @property
     def note(self) -> str:
         return " · ".join(detail.text for detail in self.details)
+
+    def rank(self, q: str) -> int:
+        """0: its whole name is `q`; 1: its name starts with it; 2: `q` is elsewhere (inside the name, in
+        another field: a job found by its submitter's name)."""
+        name, lower = (self.name or self.title).lower(), q.lower()
+        return 0 if name == lower else 1 if name.startswith(lower) else 2
 
 
 @dataclass
@@ -518,7 +525,7 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     for job in rows:
         url = reverse("scheduling:job-detail", args=[job.pk])
         details = _job_details(job, by_submitter=job.submitted_by_id in submitters)
-        group.hits.append(Hit(f"#{job.pk} {job.name}", url, details))
+        group.hits.append(Hit(f"#{job.pk} {job.name}", url, details, name=job.name))
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
 
@@ -604,14 +611,15 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
                 f"{project.department.name} / {project.name}",
                 _project_url(project.department.slug, project.slug),
                 (Detail(project.slug, project.slug), *by_namespace(project)),
+                name=project.name,
             )
         )
     return group, _project_named(user, q) if look_exact else None
 
 
 def visible_users(user):
-    """The accounts `user` may find: everyone for platform admins; else themselves and the members of the
-    departments they lead (the memberships `Membership.objects.visible_to` shows them)."""
+    """The accounts `user` may find: everyone for platform admins; else themselves and the people of the
+    departments they belong to (the memberships `Membership.objects.visible_to` shows them)."""
     users = get_user_model().objects.all()
     if is_admin(user):
         return users
@@ -648,6 +656,19 @@ def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
 
 
 SEARCHES = (_gpus, _trays, _racks, _jobs, _departments, _projects, _users)
+# The kinds in the order their groups are shown when their best hits rank alike (by_rank): a container before
+# its parts (the rack gb-r03 before its trays gb-r03-t01..., a tray before its GPUs).
+SHOWN = ("rack", "tray", "gpu", "job", "department", "project", "user")
+
+
+def by_rank(groups: list[Group], q: str) -> list[Group]:
+    """`groups` with those whose best hit is the exact name first, then those with a name starting with `q`,
+    then those that only hold it (in SHOWN's order among equals): for "r03" the rack gb-r03 before its
+    trays; for "alice" the person alice before the jobs she submitted."""
+    return sorted(
+        groups,
+        key=lambda group: (min((hit.rank(q) for hit in group.hits), default=2), SHOWN.index(group.kind)),
+    )
 
 
 def exact_url(user, q: str) -> str | None:
@@ -736,7 +757,7 @@ def search(user, q: str, look_exact: bool = True) -> Results:
             groups.append(group)
     if look_exact and exact is None:
         exact = _job_named(user, q)  # a job's name last: it is anyone's to choose
-    return Results(query=q, groups=groups, exact=exact)
+    return Results(query=q, groups=by_rank(groups, q), exact=exact)
 
 
 # ---------------------------------------------------------------------------------------------- the page
@@ -780,7 +801,7 @@ def suggestions(user, q: str) -> list[Group]:
         group.more, group.note = 0, ""
         if group.hits:
             groups.append(group)
-    return groups
+    return by_rank(groups, q)
 
 
 @require_safe

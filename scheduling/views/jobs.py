@@ -98,10 +98,10 @@ def job_list(request):
         .select_related("department", "submitted_by", "project")
         .defer("work", "backend_message")
     )
-    filterset = JobFilter(request.GET, queryset=queryset, request=request)
-    if table.export_format:
-        return table.export(JOB_COLUMNS, filterset.qs)
-    page = table.page(filterset.qs)
+    filterset, jobs, status = _filtered(request, queryset)
+    if table.export_format and status == 200:
+        return table.export(JOB_COLUMNS, jobs)
+    page = table.page(jobs)
     _annotate_rows(request.user, page.object_list)
     polling = any(job.is_active for job in page.object_list)
     context = {
@@ -113,7 +113,7 @@ def job_list(request):
         "filtered": any(request.GET.getlist(name) for name in filterset.filters),
     }
     if request.htmx:
-        response = render(request, "scheduling/_job_table.html", context)
+        response = render(request, "scheduling/_job_table.html", context, status=status)
         if not polling:
             response = HttpResponseStopPolling(response.content)
         patch_vary_headers(response, ["HX-Request"])
@@ -127,7 +127,17 @@ def job_list(request):
             "selected_states": request.GET.getlist("state"),
         }
     )
-    return render(request, "scheduling/job_list.html", context)
+    return render(request, "scheduling/job_list.html", context, status=status)
+
+
+def _filtered(request, queryset):
+    """(the JobFilter, the jobs it matches, the status to answer with). A value it refuses (another
+    department's project, a state that is none) is reported with the form's error (the page shows
+    `filter.form.errors`) and answers 400 with no job: never every job as if it had matched."""
+    filterset = JobFilter(request.GET, queryset=queryset, request=request)
+    if filterset.is_bound and not filterset.is_valid():
+        return filterset, queryset.none(), 400
+    return filterset, filterset.qs, 200
 
 
 def _annotate_rows(user, jobs) -> None:

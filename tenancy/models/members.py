@@ -6,7 +6,14 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy
 
-from core.access import Role, is_admin, is_signed_in, led_department_ids
+from core.access import (
+    Role,
+    is_admin,
+    is_signed_in,
+    led_department_ids,
+    member_department_ids,
+    member_project_ids,
+)
 from tenancy.choices import ProjectRole, RoleOrigin
 from tenancy.i18n import english
 from tenancy.models.departments import Department
@@ -15,16 +22,34 @@ from tenancy.models.projects import Project
 
 class MembershipRuleQuerySet(models.QuerySet):
     """The one visibility rule of a person's place in a department or a project: admins see all; a
-    department's leads see its members (and its projects' members); anyone else sees their own."""
+    department's leads see its members (and its projects' members); anyone else sees the people of the
+    departments (and of the projects) they belong to, themselves among them: their colleagues' usernames,
+    names and roles, read-only (never another department's people; nothing here carries an email or a
+    token, and managing them stays with the leads: core.access.require_lead)."""
 
     department_id_path = "department_id"  # the lookup from the row to its department
+    scope_id_path = "department_id"  # the lookup from the row to what it is a membership of
+
+    @staticmethod
+    def scope_ids_of(user):
+        """The scopes (departments, projects) `user` belongs to, as a subquery of ids."""
+        return member_department_ids(user)
 
     def visible_to(self, user):
         if is_admin(user):
             return self
         if not is_signed_in(user):
             return self.none()
-        return self.filter(Q(**{f"{self.department_id_path}__in": led_department_ids(user)}) | Q(user=user))
+        return self.filter(
+            Q(**{f"{self.department_id_path}__in": led_department_ids(user)})
+            | Q(user=user)
+            | Q(
+                **{
+                    f"{self.scope_id_path}__in": self.scope_ids_of(user),
+                    f"{self.department_id_path}__in": member_department_ids(user),
+                }
+            )
+        )
 
 
 class MembershipQuerySet(MembershipRuleQuerySet):
@@ -91,6 +116,11 @@ class Membership(MembershipBase):
 
 class ProjectMembershipQuerySet(MembershipRuleQuerySet):
     department_id_path = "project__department_id"
+    scope_id_path = "project_id"
+
+    @staticmethod
+    def scope_ids_of(user):
+        return member_project_ids(user)
 
 
 class ProjectMembership(MembershipBase):

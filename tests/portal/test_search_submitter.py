@@ -1,7 +1,8 @@
 """Search finds jobs by who submitted them, within what the viewer may see (issue 31): a member typing a
 colleague's username ("alice") gets the jobs of hers that the jobs list shows them ("by alice"), on the
 results page and in the header's typeahead, each saying why it matched ("submitted by alice", the matched
-part marked), while people stay findable by leads only (the membership rule). A submitter seen only in
+part marked); the people themselves are findable by their own departments' members and leads (the
+membership rule). A submitter seen only in
 another department's jobs is not findable at all: no job, no count, no note, no typeahead option.
 
 Runs on SQLite (`make test-fast`) and on PostgreSQL (`make test`; with pg_trgm, the trigram path)."""
@@ -56,12 +57,13 @@ def test_a_member_finds_a_colleagues_jobs_by_her_username(alices_jobs, member_a,
     assert job_titles(member_a, q) == [f"#{second.pk} llm-sweep-2", f"#{first.pk} llm-sweep-1"]
 
 
-def test_the_person_herself_stays_unfindable_for_a_member(alices_jobs, member_a, lead_a):
-    """The membership rule is kept: the jobs, not the person, for a member; a lead still finds her."""
-    assert [g.kind for g in search(member_a, "alice").groups] == ["job"]
-    assert [g.kind for g in search(lead_a, "alice").groups] == ["job", "user"]
-    # Her full name is not searched in jobs (the jobs list shows only usernames).
-    assert search(member_a, "Liddell").groups == []
+def test_the_person_herself_is_found_first_by_her_departments_people(alices_jobs, member_a, lead_a):
+    """The membership rule: a member of her department finds her (her whole username: before the jobs she
+    submitted), as a lead does."""
+    assert [g.kind for g in search(member_a, "alice").groups] == ["user", "job"]
+    assert [g.kind for g in search(lead_a, "alice").groups] == ["user", "job"]
+    # Her full name is not searched in jobs (the jobs list shows only usernames): it finds her only.
+    assert [g.kind for g in search(member_a, "Liddell").groups] == ["user"]
 
 
 def test_a_job_found_by_its_submitter_says_so_with_the_match_marked(client_as, alices_jobs, member_a):
@@ -82,9 +84,14 @@ def test_a_job_found_by_its_submitter_says_so_with_the_match_marked(client_as, a
     assert "submitted by" not in by_name
 
 
+def jobs_group(user, q: str):
+    """The jobs group of the search for `q` (the person searched for is a group of her own)."""
+    return next(g for g in search(user, q).groups if g.kind == "job")
+
+
 def test_a_job_found_by_both_its_name_and_its_submitter_is_listed_once(department_a, alice, member_a):
     job = make_job(department_a, "alice-notebook", state="running", submitted_by=alice)
-    [group] = search(member_a, "alice").groups
+    group = jobs_group(member_a, "alice")
     assert [hit.title for hit in group.hits] == [f"#{job.pk} alice-notebook"]
     assert group.more == 0
     assert group.hits[0].note.endswith("· submitted by alice")
@@ -123,7 +130,7 @@ def test_a_submitter_in_both_departments_shows_only_the_viewers_side(department_
     make_job(department_b, "sam-b-1", state="running", submitted_by=both)
     make_job(department_b, "sam-b-2", state="running", submitted_by=both)
     in_a = make_job(department_a, "sam-a-1", state="running", submitted_by=both)
-    [group] = search(member_a, "sam-both").groups
+    group = jobs_group(member_a, "sam-both")
     assert [hit.title for hit in group.hits] == [f"#{in_a.pk} sam-a-1"]
     assert group.more == 0
 
@@ -133,7 +140,7 @@ def test_many_jobs_of_one_submitter_are_bounded_and_counted(department_a, alice,
 
     for n in range(LIMIT + 3):
         make_job(department_a, f"run-{n:02d}", state="completed", submitted_by=alice)
-    [group] = search(member_a, "alice").groups
+    group = jobs_group(member_a, "alice")
     assert len(group.hits) == LIMIT
     assert group.more == 3
     assert group.hits[0].title.endswith(f"run-{LIMIT + 2:02d}")  # newest first
@@ -171,5 +178,5 @@ def test_the_demo_walkthrough_a_member_finds_the_leads_jobs(demo_inventory):
     [group] = [g for g in search(people["bob"], "alice").groups if g.kind == "job"]
     assert len(group.hits) + group.more == min(hers.count(), 1000)
     assert all(hit.note.endswith("submitted by alice") for hit in group.hits)
-    assert [g.kind for g in suggestions(people["bob"], "alice")] == ["job"]
+    assert [g.kind for g in suggestions(people["bob"], "alice")] == ["user", "job"]  # his lead, then hers
     assert not [g for g in search(people["frank"], "alice").groups if g.kind == "job"]

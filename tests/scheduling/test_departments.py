@@ -165,11 +165,11 @@ def test_dashboard_of_b_is_read_only_for_its_member(
     }
 
 
-def test_member_sees_only_their_own_membership(client_as, department_b, lead_b, member_b):
+def test_member_sees_their_departments_people_read_only(client_as, lead_a, department_b, lead_b, member_b):
     page = text(client_as(member_b).get(detail(department_b)))
-    assert "Your membership" in page
-    assert "member-b" in page
-    assert "lead-b" not in page
+    assert "Members 2" in page and "Your membership" not in page
+    assert "member-b" in page and "lead-b" in page  # a colleague, read-only (no form: see the test above)
+    assert "lead-a" not in page  # never another department's
 
 
 def test_membership_urls_of_another_department_are_404(client_as, department_a, department_b, lead_a, lead_b):

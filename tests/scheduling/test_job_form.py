@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from hostlist import expand_hostlist
 
 from core.models import AuditEvent
 from inventory.models import ComputeTray
@@ -336,12 +337,27 @@ def test_the_preview_says_where_it_would_go_and_the_pass_agrees(client, member_a
     assert 'data-preview="fits"' in response.content.decode()
     words = text(response)
     assert "It fits now: it would start in quota on 2 trays" in words
-    trays = re.search(r"on 2 trays \(([^)]*)\)", words).group(1).split(", ")
+    trays = expand_hostlist(re.search(r"on 2 trays \(([^)]*)\)", words).group(1))
     # Submitted now, the pass places it exactly there.
     assert client.post(NEW, form_data(gpus="8", topology="partition")).status_code == 302
     run_pass()
     job = Job.objects.get()
     assert job.state == JobState.STARTING and sorted(job.placement) == sorted(trays)
+
+
+def test_the_preview_names_its_trays_as_a_hostlist(client, member_a, department_a):
+    """The walkthrough: 18 trays read "gb-r08-t01, gb-r08-t02, ... gb-r08-t18"; the hostlist form the job
+    pages use ("gb-r08-t[01-18]", python-hostlist) in the sentence and in the Trays row alike."""
+    client.force_login(member_a)
+    response = preview(client, gpus="36", topology="partition")
+    assert 'data-preview="fits"' in response.content.decode()
+    words = text(response)
+    named = re.search(r"on 9 trays \(([^)]*)\)", words).group(1)
+    assert re.fullmatch(r"gb-r0\d-t\[\d\d-\d\d\]", named), named
+    trays = expand_hostlist(named)
+    assert len(trays) == 9 and set(trays) <= set(ComputeTray.objects.values_list("hostname", flat=True))
+    row = re.search(r"<dt>Trays</dt><dd>([^<]*)</dd>", response.content.decode()).group(1)
+    assert row == named and ", " not in row
 
 
 def test_the_preview_says_why_it_would_wait(client, member_a, department_a):

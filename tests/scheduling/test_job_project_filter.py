@@ -152,3 +152,36 @@ def test_the_jobs_export_has_the_project_slug_blank_for_none(client, member_a, p
     header, *lines = csv_text.strip().splitlines()
     assert header.split(",")[:4] == ["id", "name", "department", "project"]
     assert len(lines) == 1 and lines[0].split(",")[1:4] == ["train-speech", "alpha", "speech"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field_label", "message"),
+    [
+        ("project=robotics", "Project (slug)", "No project with the slug 'robotics' among the projects"),
+        ("project=2", "Project (slug)", "No project with the slug '2' among the projects"),
+        ("state=nonsense", "State", "Select a valid choice. nonsense is not one of the available choices."),
+        ("backend=lsf", "Backend", "Select a valid choice. lsf is not one of the available choices."),
+    ],
+)
+def test_the_jobs_page_reports_a_filter_value_it_refuses_and_shows_no_job(
+    client, member_a, projects, jobs, query, field_label, message
+):
+    """The walkthrough: `?project=2` (another department's project's id) was silently dropped and the page
+    said "223 jobs match the filter", every job of the member's. Now the filter's error is shown, the count
+    claims nothing, no job is listed (nor another department's), and the answer is a 400."""
+    client.force_login(member_a)
+    response = client.get(f"/scheduling/jobs/?{query}")
+    assert response.status_code == 400
+    page = response.content.decode().replace("&#x27;", "'")
+    errors = page[
+        page.index('id="job-filter-errors"') : page.index("</div>", page.index('id="job-filter-errors"'))
+    ]
+    assert 'role="alert"' in page and f"{field_label}: {message}" in errors
+    assert "match the filter" not in page
+    assert "The filter holds a value that is not valid (below): no jobs are shown." in page
+    for name in ("train-vision-1", "train-speech", "train-alpha", "train-robotics"):
+        assert name not in page
+    # An export with such a filter exports nothing either: the same page and 400.
+    assert client.get(f"/scheduling/jobs/?{query}&export=csv").status_code == 400
+    # A valid filter still counts its matches.
+    assert "1 job match the filter" in client.get("/scheduling/jobs/?project=speech").content.decode()

@@ -1,6 +1,6 @@
 """Department and project memberships share one shape and one visibility rule (tenancy.models.MembershipBase,
 MembershipRuleQuerySet): admins see all, a department's leads see its people and its projects' people,
-anyone else only their own."""
+anyone else the people of the departments and projects they belong to (never another department's)."""
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -41,9 +41,10 @@ def test_both_memberships_follow_one_rule(placed, platform_admin, lead_a, member
     # A lead: their department's people, in it and in its projects; not another department's.
     assert usernames(Membership.objects.visible_to(lead_a)) == {"lead-a", "member-a"}
     assert usernames(ProjectMembership.objects.visible_to(lead_a)) == {"lead-a", "member-a"}
-    # A member: their own.
-    assert usernames(Membership.objects.visible_to(member_a)) == {"member-a"}
-    assert list(ProjectMembership.objects.visible_to(member_a)) == [placed["a"]]
+    # A member: the people of their own department and projects, not another department's.
+    assert usernames(Membership.objects.visible_to(member_a)) == {"lead-a", "member-a"}
+    assert usernames(Membership.objects.visible_to(member_b)) == {"lead-b", "member-b"}
+    assert set(ProjectMembership.objects.visible_to(member_a)) == {placed["a"], placed["lead_a"]}
     assert list(ProjectMembership.objects.visible_to(member_b)) == [placed["b"]]
     assert not Membership.objects.visible_to(outsider).exists()
     assert not ProjectMembership.objects.visible_to(outsider).exists()

@@ -117,9 +117,10 @@ def test_anonymous_gets_nothing():
 @pytest.mark.parametrize(
     ("user", "alpha", "beta"),
     [
-        # Leads see their department's members; members see their own membership (Membership.visible_to).
+        # Leads see their department's members, and so do its members, read-only (Membership.visible_to);
+        # nobody sees a department they are not in.
         ("lead_a", ["lead-a", "member-a"], None),
-        ("member_b", None, ["member-b"]),
+        ("member_b", None, ["lead-b", "member-b"]),
         ("outsider", None, None),
         ("platform_admin", ["lead-a", "member-a"], ["lead-b", "member-b"]),
     ],
@@ -137,7 +138,7 @@ def test_member_lists(api_as, user, alpha, beta):
 def test_member_details_follow_visibility(api_as):
     member_b = api_as("member_b")
     assert member_b.get("/api/v1/departments/beta/members/member-b/").status_code == 200
-    assert member_b.get("/api/v1/departments/beta/members/lead-b/").status_code == 404
+    assert member_b.get("/api/v1/departments/beta/members/lead-b/").status_code == 200  # a colleague
     assert member_b.get("/api/v1/departments/alpha/members/lead-a/").status_code == 404
     lead_a = api_as("lead_a")
     assert lead_a.get("/api/v1/departments/alpha/members/member-a/").json()["role"] == "member"
@@ -169,7 +170,8 @@ def test_a_lead_of_one_department_who_is_a_member_of_another_can_only_read_there
 ):
     Membership.objects.create(user=lead_a, department=department_b, role=Role.MEMBER)
     lead_a = api_as(lead_a)
-    assert usernames(lead_a.get("/api/v1/departments/beta/members/")) == ["lead-a"]
+    # Beta's people, read-only (its members see them: Membership.visible_to).
+    assert usernames(lead_a.get("/api/v1/departments/beta/members/")) == ["lead-a", "lead-b", "member-b"]
     response = lead_a.post("/api/v1/departments/beta/members/", {"username": "newbie"})
     assert response.status_code == 403
     assert "Only leads of Beta and platform admins may change its members." in response.json()["detail"]
