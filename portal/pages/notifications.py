@@ -68,6 +68,9 @@ EVENT_DESCRIPTIONS = {
     ),
     "job_finished": gettext_lazy("A job ended on its own."),
     "job_failed": gettext_lazy("A job ended with an error."),
+    "job_cancelled": gettext_lazy(
+        "A job was cancelled by someone other than its submitter (a lead, an admin)."
+    ),
     "guarantee_short": gettext_lazy(
         "A department's jobs wait while it holds fewer GPUs than it is guaranteed."
     ),

@@ -81,10 +81,20 @@ def test_the_phone_jobs_list_fits_and_shows_why_a_job_waits(live_server, browser
         assert not spilled, spilled
 
         # Every row shows its name, GPUs and state inside the screen.
-        for index in range(min(rows.count(), 12)):
-            row = rows.nth(index)
-            for cell in (row.locator(".job-link"), row.locator("td.num").nth(1), row.locator(".badge").first):
-                assert inside(cell.bounding_box(), right), (index, cell.inner_text())
+        # Measured in one go: the list refreshes itself every few seconds (htmx), replacing its rows.
+        cells = page.evaluate(
+            """() => [...document.querySelectorAll("table.jobs tbody tr")].slice(0, 12).map((row) =>
+                [row.querySelector(".job-link"), row.querySelectorAll("td.num")[1],
+                 row.querySelector(".badge")]
+                    .map((el) => {
+                        const r = el.getBoundingClientRect();
+                        return {x: r.x, width: r.width, text: el.innerText};
+                    }))"""
+        )
+        assert cells
+        for index, row in enumerate(cells):
+            for cell in row:
+                assert inside(cell, right), (index, cell["text"])
 
         # The waiting job: its reason under its name, in the viewer's language, inside the screen, and the
         # row no taller than its name, submitter and reason need.

@@ -62,8 +62,11 @@ def test_a_member_finds_a_colleagues_jobs_by_her_username_in_the_typeahead(
         for n in range(2):
             expect(jobs.nth(n)).to_contain_text("submitted by alice")
             expect(jobs.nth(n).locator("mark").last).to_have_text("alic")
-        # Neither the person (people are for leads) nor the other department's "alicia-elsewhere".
-        expect(listbox.get_by_role("group", name="Users")).to_have_count(0)
+        # The person herself, of bob's own department (people are visible to their departments' members),
+        # and not the other department's "alicia-elsewhere".
+        users = listbox.get_by_role("group", name="Users").get_by_role("option")
+        expect(users).to_have_count(1)
+        expect(users.first).to_contain_text("alice")
         expect(listbox).not_to_contain_text("alicia")
         expect(listbox).not_to_contain_text("hidden-run")
         shown = listbox.bounding_box()
