@@ -53,6 +53,7 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     page.locator("#make-token").click()
 
     expect(page).to_have_url(f"{live_server.url}/account/tokens/new/")
+    page.wait_for_load_state()  # the Copy button's script is deferred: a click before it ran does nothing
     key = page.locator("#new-token").inner_text()
     assert re.fullmatch(r"rpt_[\w-]{43}", key), key
     # The Copy button puts the key on the clipboard; the snippets carry it, ready to run.
