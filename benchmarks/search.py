@@ -14,6 +14,8 @@ department lead (every kind narrowed by `visible_to`):
   the exact name is not indexed, see portal/pages/search.py);
 * project: the start of a project's name (only when the database has projects);
 * user: the start of a username;
+* submitter: a whole username of a person who submitted jobs (the history gives each department's lead
+  half its jobs: a prolific submitter's, and the rest to its members), which finds that person's jobs too;
 * job_substring: a word from the middle of job names ("pretrain", "serve-chat": thousands of matches);
 * job_words: two words of one job's name in another order ("h004217 finetune");
 * rack_fragment: three characters from inside rack names ("r03": racks and their trays);
@@ -45,6 +47,7 @@ KINDS = (
     "job_whole_name",
     "project",
     "user",
+    "submitter",
     "job_substring",
     "job_words",
     "rack_fragment",
@@ -86,6 +89,11 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
     racks = list(Rack.objects.values_list("name", "location"))
     jobs = list(Job.objects.order_by("?").values_list("name", flat=True)[:2000])
     users = list(get_user_model().objects.values_list("username", flat=True))
+    submitters = list(
+        get_user_model()
+        .objects.filter(pk__in=Job.objects.values("submitted_by"))
+        .values_list("username", flat=True)
+    )
     projects = list(Project.objects.values_list("name", flat=True)[:2000])
     serials = list(
         Gpu.objects.filter(pk__in=rng.sample(gpu_ids, min(count, len(gpu_ids))))
@@ -112,6 +120,7 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
         "job_whole_name": sample(jobs),
         "project": [name[: max(2, len(name) // 2)] for name in sample(projects)],
         "user": [name[: max(2, len(name) // 2)] for name in sample(users)],
+        "submitter": sample(submitters),
         "job_substring": [name.split("-")[1] for name in sample([j for j in jobs if j.count("-") >= 2])],
         "job_words": [words(name) for name in sample(jobs)],
         "rack_fragment": [name[3:6] for name in sample(rack_names)],
@@ -126,17 +135,19 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
 
 def seed_job_history(days: int = HISTORY_DAYS, count: int | None = None) -> int:
     """`count` finished jobs (by default a year's: history_size) spread over the last `days`, in every
-    department, named as the demo names its jobs plus a number (`train-pretrain-h000042`). The database
+    department, named as the demo names its jobs plus a number (`train-pretrain-h000042`), submitted by the
+    department's people (its lead half of them, a prolific submitter; its members the rest). The database
     makes them (one INSERT ... SELECT over a generated series); the search's trigram index on job names is
     dropped first and built again after, much faster than growing it row by row. Returns the number."""
     from django.db import connection
 
+    from core.access import Role
     from portal.demo.jobs import KINDS as DEMO_KINDS
     from portal.demo.jobs import NAME_PREFIX
     from portal.pages import search_indexes
     from scheduling.choices import JobState
     from scheduling.models import Job
-    from tenancy.models import Department
+    from tenancy.models import Department, Membership
 
     count = history_size(days) if count is None else count
     departments = list(Department.objects.order_by("pk").values_list("pk", flat=True))
@@ -144,11 +155,25 @@ def seed_job_history(days: int = HISTORY_DAYS, count: int | None = None) -> int:
         return 0
     shapes = [(cls, f"{NAME_PREFIX[cls]}-{kind}-h") for cls, kinds in DEMO_KINDS.items() for kind in kinds]
     template = Job(department_id=departments[0], name="", gpus=4)
+    leads: dict[int, list[str]] = {pk: [] for pk in departments}
+    members: dict[int, list[str]] = {pk: [] for pk in departments}
+    for department, user, role in Membership.objects.order_by("pk").values_list("department", "user", "role"):
+        (leads if role == Role.LEAD else members)[department].append(str(user))
+    people = {pk: leads[pk] * max(1, len(members[pk])) + members[pk] for pk in departments}
     made = {  # column -> SQL over the series' `i`
         "department_id": _case(f"i %% {len(departments)}", [str(pk) for pk in departments]),
         "name": _case(f"i %% {len(shapes)}", [f"'{prefix}'" for _, prefix in shapes]) + " || number",
         "priority_class": _case(f"i %% {len(shapes)}", [f"'{cls}'" for cls, _ in shapes]),
         "gpus": "4 * (1 + i %% 8)",
+        "submitted_by_id": _case(
+            f"i %% {len(departments)}",
+            [
+                _case(f"(i / {len(departments)}) %% {len(people[pk])}", people[pk])
+                if people[pk]
+                else "CAST(NULL AS INTEGER)"
+                for pk in departments
+            ],
+        ),
         "state": _case(
             "i %% 10", [f"'{JobState.FAILED}'", f"'{JobState.CANCELLED}'"], f"'{JobState.COMPLETED}'"
         ),

@@ -130,7 +130,15 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     search = figures["search"]  # benchmarks/search.py
     substring = ("job_substring", "job_words", "rack_fragment", "location", "uuid_fragment", "typeahead")
     for viewer in ("admin", "lead"):
-        for kind in ("gpu_uuid", "tray_hostname", "rack_partial", "job_name", "user", *substring):
+        for kind in (
+            "gpu_uuid",
+            "tray_hostname",
+            "rack_partial",
+            "job_name",
+            "user",
+            "submitter",
+            *substring,
+        ):
             measured = search[viewer][kind]
             assert 0 < measured["p50_ms"] <= measured["p95_ms"] <= measured["max_ms"], (viewer, kind)
         assert search[viewer]["gpu_uuid"]["exact_redirects"] == search[viewer]["gpu_uuid"]["requests"]

@@ -136,11 +136,13 @@ def test_on_sqlite_nothing_is_made_and_the_command_says_so(capsys):
         assert cursor.fetchone() == (0,)
 
 
-def test_the_benchmarks_year_of_jobs_is_made_by_the_database(department_a, department_b):
+def test_the_benchmarks_year_of_jobs_is_made_by_the_database(department_a, department_b, lead_a, member_a):
     """benchmarks/search.py's seed_job_history on either database: demo-like names, every department,
-    finished states, submissions spread over the year, searchable like any job."""
+    finished states, submissions spread over the year, submitted by the department's people (the lead
+    half: a prolific submitter), searchable like any job."""
     from datetime import timedelta
 
+    from django.db.models import Count
     from django.utils import timezone
 
     from portal.pages.search import search
@@ -163,7 +165,15 @@ def test_the_benchmarks_year_of_jobs_is_made_by_the_database(department_a, depar
     assert now - timedelta(days=366) < oldest.created_at < now - timedelta(days=364)
     assert now - timedelta(days=2) < newest.created_at <= now
     assert all(j.created_at < j.started_at < j.finished_at for j in jobs[:20])
+    submitted = dict(
+        jobs.filter(department=department_a).values_list("submitted_by").annotate(n=Count("pk")).order_by()
+    )
+    assert set(submitted) == {lead_a.pk, member_a.pk}  # with one member, the lead half of them:
+    assert abs(submitted[lead_a.pk] - submitted[member_a.pk]) <= 1 and sum(submitted.values()) == 275
+    assert not jobs.filter(department=department_b, submitted_by__isnull=False).exists()  # nobody in it
     admin = make_user("bench-admin", staff=True)
+    mine = next(g for g in search(admin, "lead-a").groups if g.kind == "job")
+    assert len(mine.hits) + mine.more == submitted[lead_a.pk]  # the benchmark's "submitter" kind finds them
     group = next(g for g in search(admin, "pretrain").groups if g.kind == "job")
     assert group.hits[0].title.endswith("train-pretrain-h000011")  # the newest "pretrain" first
     assert len(group.hits) + group.more == 50
