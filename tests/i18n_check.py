@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from html import escape as html_escape
+from html import unescape
 from html.parser import HTMLParser
 
 # Words that appear in any English sentence or label of the portal and in no name, UUID or command.
@@ -77,6 +78,12 @@ def visible_texts(html: str) -> list[str]:
     parser.feed(html)
     parser.close()
     return parser.texts
+
+
+def shown_text(html: str) -> str:
+    """The page's text as one line, data marked translate="no" included (visible_texts skips it) and
+    attributes left out (a <time>'s title holds its UTC moment)."""
+    return " ".join(unescape(re.sub(r"<[^>]+>", "", html)).split())
 
 
 def english_left(html: str) -> list[str]:

@@ -25,14 +25,16 @@ from django.db import transaction
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
-from django.utils import timezone
+from django.utils.html import conditional_escape, escape
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.access import require_admin
 from core.fingerprint import fingerprint
-from core.sentences_i18n import translate
+from core.moments import utc_words
+from core.sentences_i18n import translate_html
 from integrations import drain as schedulers
 from inventory import selectors
 from inventory.choices import ActionKind
@@ -56,7 +58,12 @@ from scheduling.services.mig_layouts import MigLayoutRefused, set_mig_layout
 
 BULK_RESULT_SESSION_KEY = "portal_tray_bulk_result"
 CONFIRM_FIELD = "confirm"  # the confirmation page's fingerprint of the jobs it showed (_fingerprint)
-_WINDOW_FORMAT = "%Y-%m-%d %H:%M"
+
+
+def _said(template: str, tray: ComputeTray, reason: str) -> SafeString:
+    """A message naming the tray and its stored reason, read back in the viewer's language and zone."""
+    values = {"tray": escape(tray.hostname), "reason": translate_html(reason)}
+    return mark_safe(conditional_escape(template) % values)  # the words and the name escaped
 
 
 def _tray(request, pk: int) -> ComputeTray:
@@ -250,7 +257,7 @@ def tray_drain(request, pk):
         return _conflict(request, tray, str(refused), drain=form)
     messages.success(
         request,
-        _("%(tray)s drained: %(reason)s") % {"tray": tray.hostname, "reason": translate(action.reason)},
+        _said(_("%(tray)s drained: %(reason)s"), tray, action.reason),
     )
     return _done(tray)
 
@@ -297,8 +304,7 @@ def tray_return(request, pk):
         return _conflict(request, tray, str(error), **{"return": form})
     messages.success(
         request,
-        _("%(tray)s is back in service: %(reason)s")
-        % {"tray": tray.hostname, "reason": translate(action.reason)},
+        _said(_("%(tray)s is back in service: %(reason)s"), tray, action.reason),
     )
     for problem in _end_windows(tray, windows):
         messages.warning(
@@ -310,10 +316,10 @@ def tray_return(request, pk):
 def maintenance_reason(reason: str, start=None, end=None) -> str:
     if start is None:
         return f"maintenance: {reason}"
-    utc = timezone.get_fixed_timezone(0)
-    first = timezone.localtime(start, utc).strftime(_WINDOW_FORMAT)
-    last = timezone.localtime(end, utc).strftime(_WINDOW_FORMAT)
-    return f"{MAINTENANCE_WINDOW}{first} to {last} UTC: {reason}"
+    # Each moment named in UTC (core.moments.utc_words): read back in the viewer's zone and language
+    # (inventory.health.words.MAINTENANCE_WINDOW_BY).
+    first, last = utc_words(start, seconds=False), utc_words(end, seconds=False)
+    return f"{MAINTENANCE_WINDOW}{first} to {last}: {reason}"
 
 
 @require_http_methods(["GET", "POST"])
@@ -342,8 +348,7 @@ def tray_maintenance(request, pk):
         return _conflict(request, tray, str(refused), maintenance=form)
     messages.success(
         request,
-        _("%(tray)s is out for maintenance: %(reason)s")
-        % {"tray": tray.hostname, "reason": translate(action.reason)},
+        _said(_("%(tray)s is out for maintenance: %(reason)s"), tray, action.reason),
     )
     if start is not None:
         outcomes = schedulers.schedule_maintenance(tray.hostname, action.pk, start, end, action.reason)

@@ -17,6 +17,8 @@ OWNED_BY_RACKPLANE = gettext_noop("rackplane: %(reason)s")
 # A maintenance by hand (integrations.views.tray_actions.maintenance_reason after hand_reason): who, what
 # they typed.
 MAINTENANCE_BY = gettext_noop("%(who)s: maintenance: %(reason)s")
+# ... with a window (its two moments in UTC, named; a page shows them in the viewer's zone).
+MAINTENANCE_WINDOW_BY = gettext_noop("%(who)s: maintenance window %(at)s to %(ends_at)s: %(reason)s")
 # A return to service (inventory.health.returns): by whom (or by the rules), and why it could return.
 RETURNED = gettext_noop("returned to service: %(why)s")
 RETURNED_BY = gettext_noop("%(who)s: returned to service: %(why)s")

@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from inventory.choices import TrayState
 from inventory.models import ComputeTray, HealthAction
+from tests.i18n_check import shown_text
 
 pytestmark = pytest.mark.django_db
 
@@ -21,10 +22,6 @@ HOST = "gb-r03-t05"  # up and free in the seeded racks
 
 def _flash(html: str) -> list[str]:
     return [unescape(re.sub(r"<[^>]+>", "", m)) for m in re.findall(r'role="status">(.*?)</div>', html, re.S)]
-
-
-def _text(html: str) -> str:
-    return " ".join(unescape(re.sub(r"<[^>]+>", "", html)).split())
 
 
 def test_maintenance_and_return_read_in_japanese_and_stay_english_for_the_schedulers(
@@ -49,7 +46,7 @@ def test_maintenance_and_return_read_in_japanese_and_stay_english_for_the_schedu
         response.content.decode()
     )
     html = client.get(page, HTTP_ACCEPT_LANGUAGE="ja").content.decode()
-    text = _text(html)
+    text = shown_text(html)
     assert shown in text and "maintenance:" not in text and "rackplane:" not in text
 
     response = client.post(
@@ -63,10 +60,10 @@ def test_maintenance_and_return_read_in_japanese_and_stay_english_for_the_schedu
     flashes = _flash(response.content.decode())
     assert any(back in message for message in flashes), flashes
     assert not any("returned to service" in message for message in flashes)
-    timeline = _text(client.get(page, HTTP_ACCEPT_LANGUAGE="ja").content.decode())
+    timeline = shown_text(client.get(page, HTTP_ACCEPT_LANGUAGE="ja").content.decode())
     assert back in timeline and shown in timeline
     assert "returned to service" not in timeline and "maintenance:" not in timeline
 
     # English viewers read them as stored.
-    english = _text(client.get(page).content.decode())
+    english = shown_text(client.get(page).content.decode())
     assert action.reason in english and f"rackplane: {name}: maintenance: ファン交換" in english

@@ -21,14 +21,10 @@ from integrations.fabric import base as fabric
 from integrations.models import ConfigPush
 from tenancy.models import PosixAccount
 from tests.factories import make_department, make_member
-from tests.i18n_check import assert_japanese
+from tests.i18n_check import assert_japanese, shown_text
 
 pytestmark = pytest.mark.django_db
 JA = {"HTTP_ACCEPT_LANGUAGE": "ja"}
-
-
-def _text(html: str) -> str:
-    return " ".join(re.sub(r"<[^>]+>", "", html).split())
 
 
 @pytest.fixture
@@ -50,11 +46,11 @@ def test_a_tenancy_push_reason_is_stored_english_and_shown_japanese(client_as, p
         reverse("integrations:push-list"),
         reverse("integrations:push-detail", args=[tenancy_push.pk]),
     ):
-        shown = _text(assert_japanese(admin, url))
+        shown = shown_text(assert_japanese(admin, url))
         assert "部門 research を追加" in shown and "部門 research の alice を追加" in shown, url
         assert "alice の POSIX アカウントを追加" in shown, url
     english = admin.get(reverse("integrations:push-list")).content.decode()
-    assert "department research added; alice in department research added" in _text(english)
+    assert "department research added; alice in department research added" in shown_text(english)
 
 
 def test_a_reason_cut_short_says_how_many_more_in_japanese():
@@ -77,5 +73,5 @@ def test_a_fabric_push_log_reads_its_steps_in_japanese(client_as, platform_admin
     html = assert_japanese(
         client_as(platform_admin), reverse("integrations:push-detail", args=[tenancy_push.pk])
     )
-    assert "手順 1/3 完了: " in _text(html) and "default" in _text(html)
+    assert "手順 1/3 完了: " in shown_text(html) and "default" in shown_text(html)
     assert "remove 72 GPUs" not in html

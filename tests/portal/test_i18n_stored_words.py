@@ -6,7 +6,6 @@ without ASCII punctuation or stray spaces beside Japanese text (tests.i18n_check
 from __future__ import annotations
 
 import re
-from html import unescape
 
 import pytest
 from django.urls import reverse
@@ -24,7 +23,7 @@ from scheduling.services.actions import notify_job
 from scheduling.services.admission import submitted_words
 from scheduling.services.pass_writes import WHY_HERE, placed_words
 from tests import factories
-from tests.i18n_check import assert_japanese_punctuation, english_left, punctuation_left
+from tests.i18n_check import assert_japanese_punctuation, english_left, punctuation_left, shown_text
 from tests.scheduling import test_i18n_pages as scheduling_pages
 
 pytestmark = pytest.mark.django_db
@@ -41,17 +40,12 @@ REASON = say(
 )
 
 
-def _text(html: str) -> str:
-    """The page's text, data marked translate="no" included (tests.i18n_check.visible_texts skips it)."""
-    return " ".join(unescape(re.sub(r"<[^>]+>", "", html)).split())
-
-
 @pytest.mark.parametrize("who", ["sato", "suzuki"])
 def test_the_home_page_shows_why_jobs_wait_in_japanese(client, people, department_a, who):
     factories.make_job(department_a, "bigone", state=JobState.PENDING, gpus=72, pending_reason=REASON)
     client.force_login(people[who])
     html = client.get(reverse("home"), HTTP_ACCEPT_LANGUAGE="ja").content.decode()
-    text = _text(html)
+    text = shown_text(html)
     assert "no rack has" not in text
     assert "18 台" in text and "gb-r08 default" in text  # the values, kept
     assert not [left for left in english_left(html) if "rack" in left or "trays" in left]
@@ -79,11 +73,11 @@ def test_a_job_notification_reads_in_the_viewers_language(client, people, depart
     assert item.subject == f"Job belltest (#{job.pk}) started: running on rendered files as rendered/rp-1"
     client.force_login(member)
     html = assert_japanese_punctuation(client, reverse("my-inbox"))
-    text = _text(html)
+    text = shown_text(html)
     assert f"ジョブ belltest（#{job.pk}）が開始しました" in text  # noqa: RUF001
     assert "レンダリング済みファイル" in text and "rendered/rp-1" in text
     assert not english_left(html)
-    assert f"Job belltest (#{job.pk}) started" in _text(client.get(reverse("my-inbox")).content.decode())
+    assert f"Job belltest (#{job.pk}) started" in shown_text(client.get(reverse("my-inbox")).content.decode())
 
 
 def test_a_jobs_backend_message_history_and_placement_read_in_japanese(
@@ -124,7 +118,7 @@ def test_a_jobs_backend_message_history_and_placement_read_in_japanese(
     client.force_login(people["suzuki"])
     url = reverse("scheduling:job-detail", args=[job.pk])
     html = client.get(url, HTTP_ACCEPT_LANGUAGE="ja").content.decode()
-    text = _text(html)
+    text = shown_text(html)
     assert "rendered files" not in text and "no live" not in text and "submitted to" not in text
     assert "レンダリング済みファイル: 実行中" in text and "rp-1.json" in text
     assert "GPU 4 基、トポロジー「1 つの NVLink パーティション」" in text  # the topology's label
@@ -133,7 +127,7 @@ def test_a_jobs_backend_message_history_and_placement_read_in_japanese(
     assert "placed" not in text and "why here" not in text  # the history's placed event too
     assert WHY_HERE in "%(placed)s · why here: %(why)s"  # the job page finds the reason after it
     assert not punctuation_left(html), punctuation_left(html)
-    english = _text(client.get(url).content.decode())
+    english = shown_text(client.get(url).content.decode())
     assert "whose 1 free GPU fits it best" in english and "1 free GPUs" not in english
     assert "rendered files: running (rendered to rp-1.json: no live slurm backend is configured" in english
 
@@ -144,7 +138,7 @@ def test_the_waiting_reasons_on_a_job_page_are_joined_the_japanese_way(client, p
     )
     client.force_login(people["suzuki"])
     html = assert_japanese_punctuation(client, reverse("scheduling:job-detail", args=[job.pk]))
-    why = _text(re.search(r'data-why="pending">\s*<p>(.*?)</p>', html, re.DOTALL).group(1))
+    why = shown_text(re.search(r'data-why="pending">\s*<p>(.*?)</p>', html, re.DOTALL).group(1))
     assert why.count("。") >= 3 and "。 " not in why  # sentences follow each other without a space
 
 
@@ -189,11 +183,11 @@ def test_a_placed_event_reads_as_the_placed_sentence_then_why_here(
     )
     client.force_login(people["suzuki"])
     html = client.get(reverse("scheduling:job-detail", args=[job.pk]), HTTP_ACCEPT_LANGUAGE="ja").content
-    history = _text(re.search(r'<ol class="job-events">.*?</ol>', html.decode(), re.DOTALL).group(0))
+    history = shown_text(re.search(r'<ol class="job-events">.*?</ol>', html.decode(), re.DOTALL).group(0))
     placed = "gb-r03 default のトレイ 1 台にクォータ内で配置"
     assert placed + "。ここに配置した理由: " in history, history
     assert history.count("クォータ内で配置") == 1  # once, before the reason (not after it)
     assert "トポロジー「任意の場所」" in history and "any" not in history.split()
     # English as stored.
-    english = _text(client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode())
+    english = shown_text(client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode())
     assert message in english and "16 GPUs, any" in english

@@ -14,6 +14,7 @@ from django.utils import timezone
 from core.models import AuditEvent
 from inventory.models import ComputeTray
 from portal.web.middleware import TIMEZONE_COOKIE, viewer_timezone
+from tests.i18n_check import shown_text
 from tests.integrations.test_tray_actions import _state
 
 pytestmark = pytest.mark.django_db
@@ -95,4 +96,14 @@ def test_a_maintenance_window_typed_in_tokyo_is_kept_in_utc(client_as, demo_inve
     assert response.status_code == 303
     utc_start = start.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
     utc_end = end.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-    assert _state("gb-r02-t03")[1].endswith(f"maintenance window {utc_start} to {utc_end} UTC: fan swap")
+    assert _state("gb-r02-t03")[1].endswith(f"maintenance window {utc_start} UTC to {utc_end} UTC: fan swap")
+    # Read back on the tray page, in the viewer's zone (named) and, in Japanese, in Japanese words: the
+    # reason Slurm keeps stays English in UTC.
+    shown = f"{start:%Y-%m-%d %H:%M} JST"
+    for language, words in (("en", "maintenance window"), ("ja", "メンテナンス期間")):
+        page = client.get(
+            reverse("inventory:tray-detail", args=[tray.pk]), HTTP_ACCEPT_LANGUAGE=language
+        ).content.decode()
+        assert f">{shown}</time>" in page and words in shown_text(page), language
+        assert f"{utc_start} UTC" not in shown_text(page), language  # (a <time>'s title holds it)
+    assert "maintenance window" not in shown_text(page)  # (the Japanese page)
