@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 # Session + user, the user's roles (which home: portal.pages.home.home), then the overview's own aggregate
 # queries.
-OVERVIEW_MAX_QUERIES = 11
+OVERVIEW_MAX_QUERIES = 12  # (the twelfth: the open service marks, counted as Service & RMA lists them)
 
 
 def _clear_inventory():
@@ -175,3 +175,30 @@ def test_maintenance_and_drain_are_counted_and_labelled_apart(user_client, demo_
         for sample in family.samples
     }
     assert {("drain", 1), ("maintenance", 1)} <= samples
+
+
+def test_an_open_service_mark_shows_on_the_home_page_whatever_the_trays_state(
+    user_client, demo_inventory, django_user_model
+):
+    """The walkthrough's gb-r01-t07 case: a tray drained for another owner's reason keeps its state under a
+    service mark, so "Needs service" counts it nowhere; the list of trays out of service names its mark and
+    the panel says how many trays have one, as Service & RMA lists them. A returned mark is closed."""
+    from inventory.choices import ServiceStatus, TrayState
+    from inventory.health.service import mark_service, open_marks
+
+    admin = django_user_model.objects.create_user("ops-admin", is_staff=True)
+    tray = ComputeTray.objects.get(hostname="gb-r01-t03")
+    ComputeTray.objects.filter(pk=tray.pk).update(state=TrayState.DRAIN, state_reason="slurm admin: cable")
+    outcome = mark_service(tray, ServiceStatus.NEEDS_SERVICE, actor=admin, note="NVLink cable")
+    assert outcome.kept_state  # another owner's drain: the state stays, the mark is open
+    html = user_client.get(reverse("home")).content.decode()
+    service_url = reverse("inventory:health-service")
+    assert f'<a href="{service_url}">1 tray has an open service mark</a>' in html
+    row = re.search(r"<tr>\s*<td><a [^>]*>gb-r01-t03</a>.*?</tr>", html, re.S).group(0)
+    assert "state-drain" in row and "marked: Needs service" in row
+    assert reverse("inventory:health-tray-service", args=[tray.pk]) in row
+    assert open_marks(admin).count() == 1  # the figure Service & RMA lists
+
+    mark_service(tray, ServiceStatus.RETURNED, actor=admin, note="cable replaced")
+    html = user_client.get(reverse("home")).content.decode()
+    assert "open service mark" not in html and "marked:" not in html
