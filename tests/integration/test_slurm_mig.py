@@ -10,12 +10,17 @@ test leaves the testbed as it found it (`slurm_baseline`, and gres.conf put back
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import subprocess
 import time
 
 import pytest
+
+from integrations.jobs import BackendJobState, BackendRejected
+from integrations.slurm.rest import submit_payload
+from tests.integration.test_slurm_jobs import job, make_backend, wait_for
 
 pytestmark = pytest.mark.integration
 MIG = (("1g.23gb", 8), ("2g.47gb", 4), ("3g.93gb", 4))  # all-balanced on a tray's four GPUs
@@ -31,41 +36,18 @@ def _show(testbed, host: str) -> str:
 
 
 def test_slurmctld_takes_a_mig_trays_typed_gres_and_runs_a_slice_job(slurm_testbed, slurm_baseline):
-    target = slurm_testbed.target()
-    state = slurm_testbed.state([18])
-    hosts = [n.hostname for n in state.nodes]
-    mig_host = hosts[6]
-    nodes = tuple(dataclasses.replace(n, mig=MIG) if n.hostname == mig_host else n for n in state.nodes)
-    rendered = target.render(dataclasses.replace(state, nodes=nodes))
-    line = next(
-        line for line in rendered["rackplane.conf"].splitlines() if line.startswith(f"NodeName={mig_host} ")
-    )
-    assert "Gres=gpu:1g.23gb:8,gpu:2g.47gb:4,gpu:3g.93gb:4" in line
-
-    gres_conf = slurm_testbed.conf_dir / "gres.conf"
-    saved = gres_conf.read_text()
-    others = ",".join(h for h in hosts if h != mig_host)
-    gres_conf.write_text(
-        "AutoDetect=off\n"
-        f"NodeName={others} Name=gpu File=/opt/fakegpu/nvidia[0-3]\n"
-        + "".join(f"NodeName={mig_host} Name=gpu Type={kind} File={files}\n" for kind, files in MIG_FILES)
-    )
-    sbatch, squeue, scancel = (str(slurm_testbed.bin / n) for n in ("sbatch", "squeue", "scancel"))
+    squeue = str(slurm_testbed.bin / "squeue")
     job = ""
-    try:
-        result = target.apply(rendered)
-        assert result.reconfigured
-        deadline = time.monotonic() + 60
-        while "State=IDLE " not in (shown := _show(slurm_testbed, mig_host)) or "DRAIN" in shown:
-            assert time.monotonic() < deadline, shown + slurm_testbed.log_tail()
-            time.sleep(0.5)
+    with _mig_node(slurm_testbed) as (mig_host, line, hosts):
+        assert "Gres=gpu:1g.23gb:8,gpu:2g.47gb:4,gpu:3g.93gb:4" in line
+        shown = _show(slurm_testbed, mig_host)
         gres = re.search(r"\bGres=(\S+)", shown).group(1)
         assert sorted(gres.split(",")) == ["gpu:1g.23gb:8", "gpu:2g.47gb:4", "gpu:3g.93gb:4"], shown
         assert re.search(r"\bGres=gpu:4\b", _show(slurm_testbed, hosts[0]))
 
         # What dispatch asks for a slice: gres/gpu:<profile>:1. Only the MIG node has it.
         job = subprocess.run(
-            [sbatch, "--parsable", "--gres=gpu:1g.23gb:1", "--wrap", "sleep 60"],
+            [str(slurm_testbed.bin / "sbatch"), "--parsable", "--gres=gpu:1g.23gb:1", "--wrap", "sleep 60"],
             capture_output=True,
             text=True,
             check=True,
@@ -81,8 +63,70 @@ def test_slurmctld_takes_a_mig_trays_typed_gres_and_runs_a_slice_job(slurm_testb
             )
             time.sleep(0.5)
         assert out[1] == mig_host
+
+
+@contextlib.contextmanager
+def _mig_node(slurm_testbed):
+    """The testbed with its seventh tray given all-balanced's typed GRES (node line and gres.conf, as the
+    a real node's AutoDetect would find them); yields the tray's host name, its rendered node line and every
+    host; gres.conf put back and every job cancelled after."""
+    target = slurm_testbed.target()
+    state = slurm_testbed.state([18])
+    hosts = [n.hostname for n in state.nodes]
+    mig_host = hosts[6]
+    nodes = tuple(dataclasses.replace(n, mig=MIG) if n.hostname == mig_host else n for n in state.nodes)
+    rendered = target.render(dataclasses.replace(state, nodes=nodes))
+    line = next(
+        line for line in rendered["rackplane.conf"].splitlines() if line.startswith(f"NodeName={mig_host} ")
+    )
+    gres_conf = slurm_testbed.conf_dir / "gres.conf"
+    saved = gres_conf.read_text()
+    others = ",".join(h for h in hosts if h != mig_host)
+    gres_conf.write_text(
+        "AutoDetect=off\n"
+        f"NodeName={others} Name=gpu File=/opt/fakegpu/nvidia[0-3]\n"
+        + "".join(f"NodeName={mig_host} Name=gpu Type={kind} File={files}\n" for kind, files in MIG_FILES)
+    )
+    try:
+        assert target.apply(rendered).reconfigured
+        deadline = time.monotonic() + 60
+        while "State=IDLE " not in (shown := _show(slurm_testbed, mig_host)) or "DRAIN" in shown:
+            assert time.monotonic() < deadline, shown + slurm_testbed.log_tail()
+            time.sleep(0.5)
+        yield mig_host, line, hosts
     finally:
-        if job:
-            subprocess.run([scancel, job], check=False)
         gres_conf.write_text(saved)
         slurm_testbed.cancel_all_jobs()
+
+
+def test_dispatch_of_a_slice_job_asks_slurmrestd_for_its_profile_and_runs_on_its_tray(
+    slurm_testbed, slurm_baseline
+):
+    """What integrations.dispatch sends for a slice job (scheduling.slices): `tres_per_node`
+    gres/gpu:<profile>:<count>, pinned to its one tray, through slurmrestd; slurmctld runs it there holding
+    those MIG devices, and refuses more than the tray has."""
+    backend = make_backend()
+    started: list[str] = []
+    with _mig_node(slurm_testbed) as (mig_host, _, _):
+        request = job(
+            [mig_host], "#!/bin/bash\nsleep 60\n", gpus_per_tray=0, mig_profile="1g.23gb", mig_slices=2
+        )
+        assert submit_payload(request)["job"]["tres_per_node"] == "gres/gpu:1g.23gb:2"
+        try:
+            started.append(backend.submit(request))
+            wait_for(backend, started, (BackendJobState.RUNNING,))
+            shown = subprocess.run(
+                [slurm_testbed.scontrol, "show", "job", started[0].split(":")[-1]],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert re.search(r"\bNodeList=" + re.escape(mig_host) + r"\b", shown), shown
+            assert "gres/gpu:1g.23gb:2" in shown, shown
+            # Nine 3g.93gb: the tray has four. slurmctld refuses it (no node could ever hold it).
+            too_many = job([mig_host], gpus_per_tray=0, mig_profile="3g.93gb", mig_slices=9)
+            with pytest.raises(BackendRejected):
+                started.append(backend.submit(too_many))
+        finally:
+            for backend_id in started:
+                backend.cancel(backend_id)
