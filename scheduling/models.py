@@ -93,6 +93,11 @@ class Job(models.Model):
     )
     mig_slices = models.PositiveSmallIntegerField(default=0, verbose_name=_("MIG slices"))
     mig_memory_gb = models.PositiveIntegerField(null=True, blank=True, verbose_name=_("MIG memory GB"))
+    # The compute slices (g) of `mig_profile` as the GPUs reported it at submission: a slice counts g/7 of a
+    # GPU in quota and usage (scheduling.slices), summed in SQL by the dashboards. Set by admission.
+    mig_compute_slices = models.PositiveSmallIntegerField(
+        default=0, editable=False, verbose_name=_("MIG compute slices")
+    )
     topology = models.CharField(
         max_length=16, choices=Topology.choices, default=Topology.PARTITION, verbose_name=_("topology")
     )

@@ -30,6 +30,7 @@ from scheduling.models import Job
 from scheduling.services.admission import check_request, check_slice_request
 from scheduling.services.slices import decide as slice_decide
 from scheduling.services.slices import slices_words
+from scheduling.slices import compute_slices_of
 from scheduling.words import translate as scheduler_words
 from tenancy.models import Department
 
@@ -225,6 +226,7 @@ def _preview_slices(department: Department, priority_class: str, now, job_fields
         gpus=0,
         mig_profile=spec.mig_profile,
         mig_slices=spec.mig_slices,
+        mig_compute_slices=compute_slices_of(spec.mig_profile),
         created_at=now,
     )
     probe.pk = PROBE_ID

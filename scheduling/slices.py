@@ -33,11 +33,11 @@ from django.utils.translation import gettext as _
 from core.hardware import GPUS_PER_TRAY
 from inventory.choices import MigMode
 from inventory.discovery.mig import GpuMig, MigReportError
-from inventory.mig_layouts import MAX_INSTANCES, WHOLE_GPU_LAYOUTS
+from inventory.mig_layouts import COMPUTE_SLICES, MAX_INSTANCES, WHOLE_GPU_LAYOUTS, LayoutError
+from inventory.mig_layouts import compute_slices as layout_compute_slices
 from inventory.models import ComputeTray, Gpu
 from scheduling.choices import Topology
 from scheduling.engine.mig import SliceProfile, profiles_from_discovery, smallest_fitting
-from scheduling.engine.mig import gpu_equivalents as profile_equivalents
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 
 MAX_SLICES = MAX_INSTANCES * GPUS_PER_TRAY  # one tray: at most 7 MIG devices on each of its 4 GPUs
@@ -93,20 +93,23 @@ def slice_offer() -> SliceOffer:
     return SliceOffer(_reported_profiles(), per_tray)
 
 
-def job_equivalents(profile: SliceProfile | None, slices: int) -> Fraction:
-    """What `slices` slices of `profile` count for in GPUs (0 when the profile is not known)."""
-    return profile_equivalents(profile) * slices if profile is not None else Fraction(0)
-
-
 def equivalents_of(profile_name: str, slices: int, offer: SliceOffer | None = None) -> Fraction:
     """A slice job's GPU-equivalents by its profile's name (the reported compute slices; a profile no GPU
     reports any more counts by the g of its name, NVIDIA's naming contract)."""
+    return Fraction(compute_slices_of(profile_name, offer), COMPUTE_SLICES) * slices
+
+
+def compute_slices_of(profile_name: str, offer: SliceOffer | None = None) -> int:
+    """A profile's compute slices (g): as the GPUs reported it, else by the name's <g>g (NVIDIA's naming
+    contract; 0 for a name without one)."""
     offer = slice_offer() if offer is None else offer
     profile = offer.profiles.get(profile_name)
     if profile is not None:
-        return job_equivalents(profile, slices)
-    g = int(profile_name.split("g.", 1)[0]) if profile_name[:1].isdigit() else 0
-    return Fraction(g, 7) * slices
+        return profile.compute_slices
+    try:
+        return layout_compute_slices(profile_name)
+    except LayoutError:
+        return 0
 
 
 def _names(profiles) -> str:

@@ -266,6 +266,7 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
         raise ValidationError(errors)
     job = Job(
         **spec.as_model_kwargs(),
+        mig_compute_slices=slices.compute_slices_of(spec.mig_profile) if spec.mig_slices else 0,
         submitted_by=user,
         idempotency_key=idempotency_key,
         idempotency_fingerprint=fingerprint if idempotency_key else "",

@@ -27,13 +27,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 
-from django.db.models import Exists, OuterRef, Sum
+from django.db.models import Exists, F, OuterRef, Sum
 from django.db.models.functions import Lower
 
 from core.enqueue import enqueue
 from core.task_names import DISPATCH_JOB
 from inventory.choices import TrayState
-from inventory.mig_layouts import WHOLE_GPU_LAYOUTS
+from inventory.mig_layouts import COMPUTE_SLICES, WHOLE_GPU_LAYOUTS
 from inventory.models import MigDevice
 from scheduling import slices
 from scheduling.choices import HOLDING_STATES, JobEventKind, JobState
@@ -94,19 +94,18 @@ def mig_devices() -> list[Device]:
     ]
 
 
-def _held_equivalents(offer: slices.SliceOffer) -> dict[int, Fraction]:
-    """GPU-equivalents each department holds: whole GPUs of its holding jobs and its slice jobs' slices."""
-    held: dict[int, Fraction] = defaultdict(Fraction)
+def _held_equivalents() -> dict[int, Fraction]:
+    """GPU-equivalents each department holds: whole GPUs of its holding jobs and its slice jobs' slices
+    (g/7 each: Job.mig_compute_slices). One query."""
     rows = (
         Job.objects.filter(state__in=HOLDING_STATES)
-        .values("department_id", "mig_profile")
-        .annotate(gpus=Sum("gpus"), slices=Sum("mig_slices"))
+        .values("department_id")
+        .annotate(gpus=Sum("gpus"), slice_g=Sum(F("mig_slices") * F("mig_compute_slices")))
         .order_by()
     )
+    held: dict[int, Fraction] = defaultdict(Fraction)
     for row in rows:
-        held[row["department_id"]] += row["gpus"] or 0
-        if row["mig_profile"]:
-            held[row["department_id"]] += slices.equivalents_of(row["mig_profile"], row["slices"] or 0, offer)
+        held[row["department_id"]] = (row["gpus"] or 0) + Fraction(row["slice_g"] or 0, COMPUTE_SLICES)
     return held
 
 
@@ -182,7 +181,7 @@ def decide(pending: list[Job]) -> list[SliceDecision]:
     profiles = dict(offer.profiles)
     everything = mig_devices()
     devices = [d for d in everything if not d.held]
-    held = _held_equivalents(offer)
+    held = _held_equivalents()
     departments = Department.objects.in_bulk({job.department_id for job in pending})
     mix: dict[str, float] = defaultdict(float)
     for job in pending:
@@ -191,7 +190,7 @@ def decide(pending: list[Job]) -> list[SliceDecision]:
     decisions = []
     for job in pending:
         request = profiles.get(job.mig_profile)
-        eq = slices.equivalents_of(job.mig_profile, job.mig_slices, offer)
+        eq = Fraction(job.mig_compute_slices * job.mig_slices, COMPUTE_SLICES)
         why, over = _quota_words(job, departments[job.department_id], held[job.department_id], eq)
         taken: list[Device] = []
         if not why:

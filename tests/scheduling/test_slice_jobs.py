@@ -325,3 +325,31 @@ def test_the_preview_says_why_a_slice_job_would_wait_and_when_it_never_could(cli
         HTTP_HX_REQUEST="true",
     )
     assert "no tray's MIG layout offers 1g.47gb" in _words(response)
+
+
+# --- quota in GPU-equivalents -----------------------------------------------------------------------------
+
+
+def test_the_quota_api_and_the_department_page_count_slices_in_gpu_equivalents(
+    submit, api_as, client_as, member_a, department_a
+):
+    for fields in ({"mig_profile": "1g.23gb", "mig_slices": 2}, {"mig_profile": "3g.93gb"}):
+        assert Job.objects.get(pk=submit(**fields).json()["id"]).state != JobState.PENDING
+    make_job(department_a, "whole", JobState.RUNNING, trays=["gb-r01-t01"])
+    quota = api_as(member_a).get("/api/v1/departments/research/quota/").json()
+    assert (quota["in_use"], quota["slices"]) == (4, 3)
+    assert quota["slice_gpu_equivalents"] == round(5 / 7, 4)  # 2 x 1/7 + 3/7
+    assert quota["in_use_gpu_equivalents"] == round(4 + 5 / 7, 4)
+    page = (
+        client_as(member_a).get(reverse("scheduling:department-detail", args=["research"])).content.decode()
+    )
+    assert '<span class="card-value" data-figure="slices">3</span>' in page
+    assert '<span data-figure="slice-equivalents">0.71</span>' in page
+    assert '<span data-figure="in-use-equivalents">4.71</span>' in page
+    # The next slice job is held to the limit in those units: 4.71 + 3/7 would pass a limit of 5.
+    department_a.guaranteed_gpus = department_a.limit_gpus = 5
+    department_a.save(update_fields=["guaranteed_gpus", "limit_gpus"])
+    waiting = Job.objects.get(pk=submit(mig_profile="3g.93gb").json()["id"])
+    assert waiting.pending_reason == (
+        "waiting: its department would hold 5.14 GPU-equivalents with it, over its limit of 5"
+    )
