@@ -13,12 +13,14 @@ import pytest
 from django.urls import reverse
 
 from inventory.models import ComputeTray, Gpu, MigDevice
-from scheduling.choices import JobEventKind, JobState
+from scheduling.choices import FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.models import Allocation, Job, JobEvent, SliceAllocation
 from scheduling.services.actions import cancel_job
+from scheduling.services.mig_layouts import MigLayoutRefused, set_mig_layout
 from scheduling.services.passes import run_pass
 from scheduling.slices import equivalents_of, memory_mib, slice_offer
 from tests.factories import make_department, make_job, mig_tray
+from tests.scheduling.test_fault_requeue import set_policy, xid_79
 
 pytestmark = pytest.mark.django_db
 
@@ -353,3 +355,26 @@ def test_the_quota_api_and_the_department_page_count_slices_in_gpu_equivalents(
     assert waiting.pending_reason == (
         "waiting: its department would hold 5.14 GPU-equivalents with it, over its limit of 5"
     )
+
+
+# --- the tray under a slice job ---------------------------------------------------------------------------
+
+
+def test_a_slice_job_on_a_failing_tray_is_requeued_and_gives_its_devices_back(
+    submit, django_capture_on_commit_callbacks
+):
+    set_policy(PriorityClass.TRAIN, FaultAction.STOP)
+    job = Job.objects.get(pk=submit(mig_profile="2g.47gb").json()["id"])
+    assert job.state != JobState.PENDING and _held(job)
+    xid_79(ComputeTray.objects.get(hostname=TRAY), django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.fault_requeues == 1 and job.state == JobState.PENDING, job.state
+    assert not _held(job)  # its MIG devices are free again (the tray is drained: nothing places it there)
+    assert job.pending_reason == "waiting: no free 2g.47gb slice: no tray in service offers it"
+
+
+def test_a_trays_mig_layout_is_not_changed_under_a_slice_job(submit):
+    job = Job.objects.get(pk=submit(mig_profile="1g.23gb").json()["id"])
+    with pytest.raises(MigLayoutRefused, match=rf"runs job {job.pk} \(serve\)"):
+        set_mig_layout(ComputeTray.objects.get(hostname=TRAY).pk, "all-disabled")
+    assert ComputeTray.objects.get(hostname=TRAY).mig_layout == "all-balanced"
