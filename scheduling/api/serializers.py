@@ -282,10 +282,8 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
             if attrs.get(name) is None:
                 attrs.pop(name, None)
         if not any(name in attrs for name in SLICE_FIELDS):
-            if "gpus" not in attrs:
-                raise serializers.ValidationError(
-                    {"gpus": gettext("give gpus (whole GPUs), or mig_profile or mig_memory_gb (MIG slices)")}
-                )
+            if "gpus" not in attrs:  # DRF's own "required" (the job form's preview asks for the field by it)
+                raise serializers.ValidationError({"gpus": [self.fields["gpus"].error_messages["required"]]})
             return
         if "gpus" in attrs:
             raise serializers.ValidationError(

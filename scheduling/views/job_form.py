@@ -366,6 +366,14 @@ def _clone_values(request, pk) -> tuple[dict[str, str], dict[str, str]]:
         elif name != "work" and hasattr(job, name):
             value = getattr(job, name)
             values[name] = "" if value is None else str(value)
+    # Whole GPUs or MIG slices, as the job asked (scheduling.slices): the other fields left empty, and a
+    # profile chosen by a memory size asked again by that size.
+    if job.mig_slices:
+        values["gpus"] = ""
+        if job.mig_memory_gb is not None:
+            values["mig_profile"] = ""
+    else:
+        values.update(dict.fromkeys(("mig_profile", "mig_slices", "mig_memory_gb"), ""))
     rule = work_rule(job.backend)
     values.update((rule.job_form() if rule else json_form(job.backend)).to_form(job.work or {}))
     return values, _clone_project(request, job, values)

@@ -120,7 +120,7 @@ def test_a_memory_size_chooses_the_smallest_offered_profile(submit, gb, profile)
         ({"mig_profile": "1g.23gb\x07"}, "mig_profile", ""),
         ({"mig_profile": "x" * 33}, "mig_profile", "33"),
         ({"mig_memory_gb": "40"}, "mig_memory_gb", "integer"),
-        ({}, "gpus", "give gpus"),
+        ({}, "gpus", "This field is required."),
     ],
 )
 def test_a_bad_slice_request_is_refused_in_words_and_nothing_is_written(submit, fields, field, words):
@@ -378,3 +378,30 @@ def test_a_trays_mig_layout_is_not_changed_under_a_slice_job(submit):
     with pytest.raises(MigLayoutRefused, match=rf"runs job {job.pk} \(serve\)"):
         set_mig_layout(ComputeTray.objects.get(hostname=TRAY).pk, "all-disabled")
     assert ComputeTray.objects.get(hostname=TRAY).mig_layout == "all-balanced"
+
+
+def test_clone_prefills_whole_gpus_or_slices_as_the_job_asked(client_as, member_a, department_a, tray):
+    client = client_as(member_a)
+    whole = make_job(department_a, "whole", JobState.COMPLETED, gpus=4, submitted_by=member_a)
+    assert client.post(NEW, _form(mig_memory_gb="40", mig_slices="2")).status_code == 302
+    by_size = Job.objects.get(mig_slices=2)
+    for job, shown, empty in (
+        (whole, {"gpus": "4"}, ("mig_profile", "mig_slices", "mig_memory_gb")),
+        (by_size, {"mig_memory_gb": "40", "mig_slices": "2"}, ("gpus", "mig_profile")),
+    ):
+        page = client.get(NEW, {"clone": job.pk}).content.decode()
+        for name, value in shown.items():
+            assert re.search(rf'name="{name}"[^>]*value="{value}"', page), name
+        for name in empty:
+            assert not re.search(rf'name="{name}"[^>]*value="[^"]', page), name
+
+
+def test_the_job_lists_and_the_cancel_question_name_the_slices(submit, client_as, member_a):
+    job = Job.objects.get(pk=submit(mig_profile="1g.23gb", mig_slices=2).json()["id"])
+    client = client_as(member_a)
+    for url in (reverse("scheduling:job-list"), reverse("scheduling:department-detail", args=["research"])):
+        assert "<span data-slices>2 \u00d7 <code>1g.23gb</code></span>" in client.get(url).content.decode(), (
+            url
+        )
+    page = client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    assert "It is stopped and its MIG slices are freed." in html.unescape(page)
