@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy
 from core.filters import BooleanFilter
 from scheduling.choices import Backend, JobState, PriorityClass
 from scheduling.models import Job
-from tenancy.models import Project
+from tenancy.models import Department, Project
 
 
 def projects_with_visible_jobs(request):
@@ -91,10 +91,53 @@ class ProjectSlugFilter(django_filters.filters.QuerySetRequestMixin, django_filt
         return qs.filter(project__in=[p.pk for p in value])
 
 
+def departments_with_visible_jobs(request):
+    """The departments a user may filter jobs by: the ones they may see (`Department.objects.visible_to`:
+    admins all, anyone else their own). Any other slug, unknown or another department's, is refused alike
+    (400 naming `department`), as an unknown project is: never an empty list that reads as "no jobs"."""
+    if request is None:
+        return Department.objects.none()
+    return Department.objects.visible_to(request.user)
+
+
+class DepartmentSlugField(forms.CharField):
+    """A department's slug, one of `queryset`'s; any other is invalid."""
+
+    default_error_messages = {
+        "invalid_choice": gettext_lazy(
+            "No department with the slug %(value)r among the departments you can see (your own): use a slug "
+            "from /api/v1/departments/."
+        )
+    }
+
+    def __init__(self, *, queryset, **kwargs):
+        self.queryset = queryset
+        super().__init__(**kwargs)
+
+    def clean(self, value):
+        value = super().clean(value)
+        if not value:
+            return None
+        if self.queryset is None or not self.queryset.filter(slug=value).exists():
+            raise forms.ValidationError(
+                self.error_messages["invalid_choice"], code="invalid_choice", params={"value": value}
+            )
+        return value
+
+
+class DepartmentSlugFilter(django_filters.filters.QuerySetRequestMixin, django_filters.Filter):
+    """`?department=<slug>`: the jobs of that department, when the request's user may see it."""
+
+    field_class = DepartmentSlugField
+
+    def filter(self, qs, value):
+        return qs.filter(department__slug=value) if value else qs
+
+
 class JobFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains")
-    department = django_filters.CharFilter(
-        field_name="department__slug", label=gettext_lazy("Department (slug)")
+    department = DepartmentSlugFilter(
+        queryset=departments_with_visible_jobs, label=gettext_lazy("Department (slug)")
     )
     project = ProjectSlugFilter(queryset=projects_with_visible_jobs, label=gettext_lazy("Project (slug)"))
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)

@@ -274,7 +274,7 @@ _HEALTH = {
     "n/a": GpuHealth.NOT_SUPPORTED,
 }
 
-_HEALTH_WORDS = {GpuHealth.UNHEALTHY: "Unhealthy", GpuHealth.LIMITED_CAPACITY: "Limited Capacity"}
+HEALTH_WORDS = {GpuHealth.UNHEALTHY: "Unhealthy", GpuHealth.LIMITED_CAPACITY: "Limited Capacity"}
 
 
 def _token(value: str | None) -> str:
@@ -967,8 +967,8 @@ def summarize(
                 )
 
     for gpu in gpus:
-        if gpu.health in _HEALTH_WORDS:
-            problems.append(say(FABRIC_HEALTH, gpu=_label(gpu), health=_HEALTH_WORDS[gpu.health]))
+        if gpu.health in HEALTH_WORDS:
+            problems.append(say(FABRIC_HEALTH, gpu=_label(gpu), health=HEALTH_WORDS[gpu.health]))
 
     groups: dict[str, list[int]] = {}
     for gpu in joined:

@@ -22,6 +22,7 @@ from portal.web.middleware import database_unavailable, is_database_unavailable
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Job
 from scheduling.usage import Position, department_list, held_without_data, idle_gpus_queryset
+from scheduling.views.departments import link_idle_gpus
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,14 @@ def work_home(user) -> WorkHome:
     one count of the held GPUs without utilization data."""
     positions = department_list(user)
     ids = [p.department.pk for p in positions]
-    idle = list(idle_gpus_queryset().filter(department_id__in=ids)[:WORK_LIMIT])
+    # Longest idle first, as the department page and the admin dashboard list them (one table for all three:
+    # scheduling/_idle_gpus.html, with the person holding each).
+    idle = list(
+        idle_gpus_queryset()
+        .filter(department_id__in=ids)
+        .order_by("idle_since", "department_name", "hostname", "index")[:WORK_LIMIT]
+    )
+    link_idle_gpus(idle)
     jobs = (
         Job.objects.visible_to(user)
         .filter(department_id__in=ids)

@@ -295,21 +295,35 @@ def _fill(cluster: Cluster, partitions, n: int) -> tuple[tuple[int, int], ...]:
 
 
 def _best_rack(cluster: Cluster, n: int, department, owners) -> Placement | None:
-    best_rack, best_free = None, None
     # Racks with the department's own partitions: few, so counted directly (own + shared trays).
-    for r in cluster.owner_racks.get(department, ()) if department is not None else ():
-        free = sum(cluster.part_whole[p] for p in cluster.rack_parts[r] if cluster.part_owner[p] in owners)
-        if free >= n and (best_free is None or free < best_free):
-            best_rack, best_free = r, free
+    best_rack = _fewest_that_fit(cluster, n, owners, [department] if department is not None else [])
     if best_rack is None:
         for k in range(n, len(cluster.rack_buckets)):
             if cluster.rack_buckets[k]:
                 best_rack = next(iter(cluster.rack_buckets[k]))
                 break
     if best_rack is None:
+        # Borrowed work: racks holding other departments' dedicated partitions (few), their trays counted with
+        # the rack's shared ones, as why_not counts "the most in one rack".
+        others = [owner for owner in owners if owner is not None and owner != department]
+        best_rack = _fewest_that_fit(cluster, n, owners, others)
+    if best_rack is None:
         return None
     usable = [p for p in cluster.rack_parts[best_rack] if cluster.part_owner[p] in owners]
     return _fill(cluster, usable, n)
+
+
+def _fewest_that_fit(cluster: Cluster, n: int, owners, holders) -> int | None:
+    """Of the racks holding a partition dedicated to one of `holders`, the one with the fewest whole free
+    trays in partitions of `owners` that still has `n` (the first such rack on a tie); None when none has."""
+    best_rack, best_free = None, None
+    for holder in holders:
+        for r in cluster.owner_racks.get(holder, ()):
+            parts = cluster.rack_parts[r]
+            free = sum(cluster.part_whole[p] for p in parts if cluster.part_owner[p] in owners)
+            if free >= n and (best_free is None or free < best_free):
+                best_rack, best_free = r, free
+    return best_rack
 
 
 def _span(cluster: Cluster, n: int, owners) -> Placement | None:

@@ -46,7 +46,7 @@ def _set_urls(rows, viewname: str, key: str, attribute: str) -> None:
         setattr(row, attribute, None if pk is None else f"{prefix}{pk}{suffix}")
 
 
-def _link_idle_gpus(gpus) -> None:
+def link_idle_gpus(gpus) -> None:
     """The links scheduling/_idle_gpus.html shows on each idle GPU: its page and its job's."""
     _set_urls(gpus, "inventory:gpu-detail", "pk", "url")
     _set_urls(gpus, "scheduling:job-detail", "job_id", "job_url")
@@ -143,7 +143,7 @@ def department_page(request, department, *, project_form=None, status: int = 200
     """The department dashboard of `department` (one the user may see); `project_form`: the new-project
     form refused, shown again filled, with its errors (scheduling.views.projects.project_create)."""
     dashboard = dashboard_data.department_dashboard(request.user, department)
-    _link_idle_gpus(dashboard.idle_gpus)
+    link_idle_gpus(dashboard.idle_gpus)
     _set_urls(dashboard.running_jobs, "scheduling:job-detail", "pk", "url")
     _set_urls(dashboard.pending_jobs, "scheduling:job-detail", "pk", "url")
     context = {
@@ -273,7 +273,7 @@ def admin_dashboard(request):
     """Platform admins only: every department side by side, capacity, oversubscription and idle GPUs."""
     require_admin(request.user, "the capacity dashboard")
     dashboard = dashboard_data.admin_dashboard()
-    _link_idle_gpus(dashboard.idle_gpus)
+    link_idle_gpus(dashboard.idle_gpus)
     chart = ""
     if dashboard.positions.positions:
         chart = dashboards.departments_html(dashboard.positions, div_id="departments-chart", height=380)

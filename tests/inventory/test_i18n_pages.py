@@ -249,3 +249,21 @@ def test_english_stays_the_default(client_as, fleet):
     assert "Out for service" in html and "修理" not in html
     html = client.get(reverse("inventory:tray-detail", args=[tray("gb-r01-t07").pk])).content.decode()
     assert "Compute tray" in html and "Return to service" in html
+
+
+def test_a_fabric_health_problem_reads_its_health_in_the_viewers_language():
+    """The walkthrough's home page: "GPU 2 (...) のファブリックヘルスは Unhealthy です". The problem is
+    stored as the API sends it (nvidia-smi's word); a page reads the health as the GPU's health column
+    labels it."""
+    from core.sentences_i18n import translate_html
+    from inventory.choices import GpuHealth
+    from inventory.discovery.nvidia_smi import FABRIC_HEALTH, HEALTH_WORDS
+
+    for health, word in HEALTH_WORDS.items():
+        stored = FABRIC_HEALTH % {"gpu": "GPU 2 (GPU-f3aed0b6-c7ac-4491-9ef8-8334e647cb8f)", "health": word}
+        with translation.override("ja"):
+            shown = re.sub(r"<[^>]+>", "", translate_html(stored))
+            assert shown.endswith(f"のファブリックヘルスは{GpuHealth(health).label}です"), shown
+            assert word not in shown
+        with translation.override("en"):
+            assert re.sub(r"<[^>]+>", "", translate_html(stored)) == stored  # English: as stored

@@ -46,3 +46,24 @@ def test_stored_reasons_stay_english_when_a_japanese_admin_changes_a_model(admin
     )
     reasons = list(SchedulingRequest.objects.values_list("reason", flat=True))
     assert "department Ops deleted" in reasons, reasons
+
+
+def test_a_change_form_with_dates_says_their_zone(admin_client_logged_in):
+    """The admin writes dates and times without their zone: a change form of a model holding some names the
+    viewer's (the portal's time zone cookie), in the viewer's language; one without says nothing."""
+    from portal.web.middleware import TIMEZONE_COOKIE
+
+    job = make_job(make_department("Ops"), name="train-ops")
+    admin_client_logged_in.cookies[TIMEZONE_COOKIE] = "Asia/Tokyo"
+    url = reverse("admin:scheduling_job_change", args=[job.pk])
+    html = admin_client_logged_in.get(url).content.decode()
+    assert "Dates and times on this page are in Asia/Tokyo." in html
+    japanese = admin_client_logged_in.get(url, HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+    assert "この画面の日時は Asia/Tokyo の時刻です。" in japanese
+    del admin_client_logged_in.cookies[TIMEZONE_COOKIE]
+    assert "Dates and times on this page are in UTC." in admin_client_logged_in.get(url).content.decode()
+    from inventory.models import HealthRule
+
+    rule = HealthRule.objects.first() or HealthRule.objects.create(name="r", kind="xid", codes="79")
+    html = admin_client_logged_in.get(reverse("admin:inventory_healthrule_change", args=[rule.pk]))
+    assert html.status_code == 200 and "admin-time-zone" not in html.content.decode()  # a rule holds no date

@@ -45,3 +45,27 @@ def test_every_job_row_on_the_home_names_its_submitter(client_as, department_a, 
     pending = rows(ja, "work-pending")
     assert "投入者 lead-a" in pending["theirs-waiting"] and "あなたのジョブ" in pending["mine-waiting"]
     assert "no rack has" not in pending["theirs-waiting"]  # the engine's reason, read in Japanese
+
+
+def test_the_homes_idle_gpus_name_the_person_longest_idle_first(
+    client_as, demo_inventory, department_a, member_a, lead_a
+):
+    """The walkthrough's carol and frank: their home's idle GPUs had no person and no order, while the
+    department page and the admin dashboard name the person, longest idle first (one table for all three)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.factories import healthy_gpus, run_job, set_activity
+
+    gpus = healthy_gpus(8)
+    started = timezone.now() - timedelta(hours=5)
+    run_job(department_a, gpus[:4], "lead-notebook", submitted_by=lead_a, started_at=started)
+    run_job(department_a, gpus[4:], "member-notebook", submitted_by=member_a, started_at=started)
+    set_activity(gpus[:4], 1.0, timedelta(minutes=30))  # idle for half an hour
+    set_activity(gpus[4:], 1.0, timedelta(hours=3))  # idle for three hours: listed first
+    html = client_as("member_a").get(reverse("home")).content.decode()
+    panel = html.split('aria-labelledby="work-idle"', 1)[1].split("</section>", 1)[0]
+    assert '<th scope="col">Person</th>' in panel and "Longest idle first." in panel
+    people = re.findall(r'<td class="person">([^<]*)</td>', panel)
+    assert people == ["member-a"] * 4 + ["lead-a"] * 4

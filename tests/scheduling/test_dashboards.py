@@ -231,7 +231,8 @@ def test_admin_dashboard_names_the_departments_owed_gpus(client, workload, depar
     page = text(client.get("/tenancy/dashboard/"))
     assert (
         "Owed GPUs of their guarantee: these departments ask for 38 in-quota GPUs they do not hold, and 32 "
-        "are free: at least 6 must be reclaimed by preempting borrowers."
+        "are free: up to 6 more can come only from borrowers, reclaimed for a pending job that fits what is "
+        "left of its department's guarantee and limit (each job's reason says why it waits)."
     ) in page
     assert "Delta : owed 8 (guaranteed 20, holds 4)" in page
     assert "Gamma : owed 30 (guaranteed 100, holds 0)" in page

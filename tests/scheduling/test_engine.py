@@ -618,3 +618,18 @@ def test_a_start_names_at_most_three_alternatives_smallest_first_then_how_many_m
         "4 other partitions could have taken it, kept for larger jobs (the next best, with their free "
         "trays: r1 p2 (9), r2 p1 (9), r2 p2 (9) and 1 more)"
     ), start.why
+
+
+def test_a_borrower_gets_a_rack_of_shared_and_borrowable_dedicated_trays_its_reason_counted():
+    """The walkthrough's job #57: "no rack has 18 free trays (the most in one rack is 18)". A rack of one
+    shared partition and one dedicated to another department, both free: a borrowed rack-topology job that
+    may use both gets the rack (its reason counted both; the placement did not look there)."""
+    c = cluster_of({"r1": [9, 9]}, owners={("r1", "p2"): "b"})
+    result = run(
+        c,
+        [Department("a", 0), Department("b", 72)],
+        [],
+        [PendingJob(2, "a", 72, RACK, submitted_at=1)],
+    )
+    [start] = result.started
+    assert start.over_quota and partitions_of(c, start.placement) == {"r1 p1", "r1 p2"}

@@ -185,3 +185,22 @@ def test_the_jobs_page_reports_a_filter_value_it_refuses_and_shows_no_job(
     assert client.get(f"/scheduling/jobs/?{query}&export=csv").status_code == 400
     # A valid filter still counts its matches.
     assert "1 job match the filter" in client.get("/scheduling/jobs/?project=speech").content.decode()
+
+
+def test_a_department_the_user_cannot_see_is_a_400_as_an_unknown_one(member_a, department_a, jobs):
+    """The walkthrough's `rp ls -d inference` (bob, of Research): 200 and "No jobs.", while an unknown
+    project was a 400. A department slug that is unknown, another department's or in the wrong case is a 400
+    naming `department`, the same words for each (no probing); the member's own lists its jobs."""
+    api = token_client(member_a)
+    own = names(api.get(f"/api/v1/jobs/?department={department_a.slug}"))
+    assert own == ["train-alpha", "train-speech", "train-vision-1", "train-vision-2"]
+    answers = set()
+    for slug in ("beta", "nope", department_a.slug.upper()):
+        response = api.get(f"/api/v1/jobs/?department={slug}")
+        assert response.status_code == 400, (slug, response.content)
+        (message,) = response.json()["department"]
+        answers.add(message.replace(repr(slug), "<slug>"))
+    assert answers == {
+        "No department with the slug <slug> among the departments you can see (your own): use a slug from "
+        "/api/v1/departments/."
+    }
