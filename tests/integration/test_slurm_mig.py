@@ -17,9 +17,19 @@ import subprocess
 import time
 
 import pytest
+from rest_framework.test import APIClient
 
 from integrations.jobs import BackendJobState, BackendRejected
 from integrations.slurm.rest import submit_payload
+from integrations.tasks import sync_jobs
+from inventory.choices import TrayState
+from inventory.models import ComputeTray, MigDevice
+from scheduling.choices import JobState
+from scheduling.models import Job, SliceAllocation
+from tenancy.models import Department
+from tenancy.services import save_department
+from tests.factories import mig_tray
+from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
 from tests.integration.test_slurm_jobs import job, make_backend, wait_for
 
 pytestmark = pytest.mark.integration
@@ -79,6 +89,16 @@ def _mig_node(slurm_testbed):
     line = next(
         line for line in rendered["rackplane.conf"].splitlines() if line.startswith(f"NodeName={mig_host} ")
     )
+    with _mig_gres_conf(slurm_testbed, mig_host, hosts):
+        assert target.apply(rendered).reconfigured
+        _wait_idle(slurm_testbed, mig_host)
+        yield mig_host, line, hosts
+
+
+@contextlib.contextmanager
+def _mig_gres_conf(slurm_testbed, mig_host: str, hosts: list[str]):
+    """gres.conf as a site's would be for one MIG tray (typed lines, one device file per MIG device: what
+    AutoDetect=nvml finds on a real node); put back, and every job cancelled, after."""
     gres_conf = slurm_testbed.conf_dir / "gres.conf"
     saved = gres_conf.read_text()
     others = ",".join(h for h in hosts if h != mig_host)
@@ -88,15 +108,18 @@ def _mig_node(slurm_testbed):
         + "".join(f"NodeName={mig_host} Name=gpu Type={kind} File={files}\n" for kind, files in MIG_FILES)
     )
     try:
-        assert target.apply(rendered).reconfigured
-        deadline = time.monotonic() + 60
-        while "State=IDLE " not in (shown := _show(slurm_testbed, mig_host)) or "DRAIN" in shown:
-            assert time.monotonic() < deadline, shown + slurm_testbed.log_tail()
-            time.sleep(0.5)
-        yield mig_host, line, hosts
+        yield
     finally:
         gres_conf.write_text(saved)
         slurm_testbed.cancel_all_jobs()
+
+
+def _wait_idle(slurm_testbed, host: str) -> str:
+    deadline = time.monotonic() + 60
+    while "State=IDLE " not in (shown := _show(slurm_testbed, host)) or "DRAIN" in shown:
+        assert time.monotonic() < deadline, shown + slurm_testbed.log_tail()
+        time.sleep(0.5)
+    return shown
 
 
 def test_dispatch_of_a_slice_job_asks_slurmrestd_for_its_profile_and_runs_on_its_tray(
@@ -130,3 +153,58 @@ def test_dispatch_of_a_slice_job_asks_slurmrestd_for_its_profile_and_runs_on_its
         finally:
             for backend_id in started:
                 backend.cancel(backend_id)
+
+
+@pytest.mark.django_db
+def test_a_slice_job_from_the_api_runs_on_its_mig_tray_in_slurm_and_completes(
+    slurm_testbed, testbed_target, admin_user, django_capture_on_commit_callbacks
+):
+    """The whole way: a tray given all-balanced (its GPUs reporting the MIG devices), pushed to slurmctld
+    (its typed GRES node line), a job asking for two 1g.23gb through POST /api/v1/jobs/, placed by the pass
+    on two of the tray's MIG devices, dispatched through slurmrestd as gres/gpu:1g.23gb:2 pinned to the tray,
+    run there and completed; its devices free again."""
+    hosts = slurm_testbed.hostnames()
+    mig_host = next(t.hostname for t in ComputeTray.objects.filter(state=TrayState.UP).order_by("slot")[2:3])
+    save_department(Department(name="Research", slug="research", guaranteed_gpus=32))
+    mig_tray(mig_host)
+    give_identity(admin_user, tenant_people()["ada"])
+    with _mig_gres_conf(slurm_testbed, mig_host, hosts):
+        carve_and_run_jobs(testbed_target, django_capture_on_commit_callbacks)  # pushes the GRES node line
+        shown = _wait_idle(slurm_testbed, mig_host)
+        assert "gpu:1g.23gb:8" in shown, shown
+        api = APIClient()
+        api.force_authenticate(admin_user)
+        body = {
+            "department": "research",
+            "name": "serve",
+            "mig_profile": "1g.23gb",
+            "mig_slices": 2,
+            "work": {"script": '#!/bin/bash\necho "ran on $SLURM_JOB_NODELIST"\nsleep 2\n'},
+        }
+        with django_capture_on_commit_callbacks(execute=True):
+            response = api.post("/api/v1/jobs/", body, format="json")
+        assert response.status_code == 201, response.json()
+        job = Job.objects.get(pk=response.json()["id"])
+        assert job.state == JobState.RUNNING, (job.pending_reason, job.backend_message)
+        assert job.placement == [mig_host]
+        held = set(SliceAllocation.objects.filter(job=job).values_list("mig_uuid", flat=True))
+        assert len(held) == 2
+        assert held <= set(
+            MigDevice.objects.filter(gpu__tray__hostname=mig_host).values_list("uuid", flat=True)
+        )
+        shown = subprocess.run(
+            [slurm_testbed.scontrol, "show", "job", job.backend_id],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "gres/gpu:1g.23gb:2" in shown and f"NodeList={mig_host}" in shown, shown
+        deadline = time.monotonic() + 90
+        while job.state == JobState.RUNNING:
+            assert time.monotonic() < deadline, f"job {job.backend_id} did not finish: {job.backend_message}"
+            time.sleep(1)
+            with django_capture_on_commit_callbacks(execute=True):
+                sync_jobs()
+            job.refresh_from_db()
+        assert job.state == JobState.COMPLETED and job.exit_code == 0, job.backend_message
+        assert not SliceAllocation.objects.filter(job=job).exists()
