@@ -21,7 +21,6 @@ from rest_framework.test import APIClient
 
 from integrations.jobs import BackendJobState, BackendRejected
 from integrations.slurm.rest import submit_payload
-from integrations.tasks import sync_jobs
 from inventory.choices import TrayState
 from inventory.models import ComputeTray, MigDevice
 from scheduling.choices import JobState
@@ -30,6 +29,7 @@ from tenancy.models import Department
 from tenancy.services import save_department
 from tests.factories import mig_tray
 from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
+from tests.integration.test_slurm_job_flow import sync_until_finished
 from tests.integration.test_slurm_jobs import job, make_backend, wait_for
 
 pytestmark = pytest.mark.integration
@@ -199,12 +199,6 @@ def test_a_slice_job_from_the_api_runs_on_its_mig_tray_in_slurm_and_completes(
             check=True,
         ).stdout
         assert "gres/gpu:1g.23gb:2" in shown and f"NodeList={mig_host}" in shown, shown
-        deadline = time.monotonic() + 90
-        while job.state == JobState.RUNNING:
-            assert time.monotonic() < deadline, f"job {job.backend_id} did not finish: {job.backend_message}"
-            time.sleep(1)
-            with django_capture_on_commit_callbacks(execute=True):
-                sync_jobs()
-            job.refresh_from_db()
+        sync_until_finished(job, django_capture_on_commit_callbacks)
         assert job.state == JobState.COMPLETED and job.exit_code == 0, job.backend_message
         assert not SliceAllocation.objects.filter(job=job).exists()
