@@ -11,6 +11,8 @@ from fractions import Fraction
 
 import pytest
 from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from inventory.models import ComputeTray, Gpu, MigDevice
 from scheduling.choices import FaultAction, JobEventKind, JobState, PriorityClass
@@ -405,3 +407,42 @@ def test_the_job_lists_and_the_cancel_question_name_the_slices(submit, client_as
         )
     page = client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
     assert "It is stopped and its MIG slices are freed." in html.unescape(page)
+
+
+# Any JSON in the slice fields: a 201 for a request the rules take, else a 400 naming a field; never a 500,
+# and a refusal writes nothing.
+_JSON = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=40),
+    st.sampled_from(["1g.23gb", "2g.47gb", "3g.93gb", "1g.47gb", "7g.186gb", "1g.23gb+me"]),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@pytest.mark.slow(reason="60 generated submissions through the API: about 20 s on 2 cores")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(profile=_JSON, slices=_JSON, memory=_JSON, gpus=st.one_of(st.none(), st.integers(0, 8)))
+def test_any_slice_fields_get_a_201_or_a_400_naming_a_field(
+    api_as, member_a, tray, profile, slices, memory, gpus
+):
+    body = {"department": "research", "name": "h", "work": {"script": SCRIPT}}
+    for name, value in (
+        ("mig_profile", profile),
+        ("mig_slices", slices),
+        ("mig_memory_gb", memory),
+        ("gpus", gpus),
+    ):
+        if value is not None:
+            body[name] = value
+    before = Job.objects.count()
+    response = api_as(member_a).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code in (201, 400), response.content[:500]
+    if response.status_code == 400:
+        assert set(response.json()) & {"gpus", "mig_profile", "mig_slices", "mig_memory_gb", "priority_class"}
+        assert Job.objects.count() == before
+    else:
+        job = Job.objects.get(pk=response.json()["id"])
+        assert (job.gpus == 0) == bool(job.mig_slices) and (job.mig_profile != "") == bool(job.mig_slices)
