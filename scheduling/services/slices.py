@@ -221,15 +221,18 @@ def place_slice_jobs(now) -> tuple[int, int]:
     if not pending:
         return 0, 0
     started = 0
+    reasons: dict[str, list[int]] = defaultdict(list)  # a changed reason -> its jobs: one UPDATE each
     for decision in decide(pending):
         job = decision.job
         if decision.why:
             reason = say(WAITING, reason=decision.why)[:500]
             if job.pending_reason != reason:
-                Job.objects.filter(pk=job.pk).update(pending_reason=reason)
+                reasons[reason].append(job.pk)
             continue
         _start(job, decision.taken, decision.over, now)
         started += 1
+    for reason, pks in reasons.items():
+        Job.objects.filter(pk__in=pks).update(pending_reason=reason)
     return started, len(pending) - started
 
 

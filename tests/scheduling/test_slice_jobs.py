@@ -10,6 +10,8 @@ import re
 from fractions import Fraction
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -446,3 +448,33 @@ def test_any_slice_fields_get_a_201_or_a_400_naming_a_field(
     else:
         job = Job.objects.get(pk=response.json()["id"])
         assert (job.gpus == 0) == bool(job.mig_slices) and (job.mig_profile != "") == bool(job.mig_slices)
+
+
+def test_a_pass_reads_and_words_waiting_slice_jobs_in_queries_that_do_not_grow_with_them(department_a, tray):
+    ComputeTray.objects.filter(hostname=TRAY).update(state="drain", state_reason="maintenance")
+
+    def slice_job(n: int) -> Job:
+        return Job.objects.create(
+            department=department_a,
+            name=f"s{n}",
+            gpus=0,
+            mig_profile="3g.93gb",
+            mig_slices=1,
+            mig_compute_slices=3,
+        )
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            run_pass()
+        return len(captured)
+
+    slice_job(0)
+    queries()  # the first pass words it (and warms what a pass keeps)
+    slice_job(1)
+    one = queries()
+    for n in range(2, 12):
+        slice_job(n)
+    assert queries() == one
+    assert set(Job.objects.values_list("pending_reason", flat=True)) == {
+        "waiting: no free 3g.93gb slice: no tray in service offers it"
+    }
