@@ -335,6 +335,12 @@ class NotificationSubscription(models.Model):
         return f"{self.name} ({self.get_channel_display().lower()} to {self.destination})"
 
     @property
+    def event_labels(self) -> list[str]:
+        """Its events as the subscription forms name them, in the viewer's language (not their codes)."""
+        labels = dict(NotificationEvent.choices)
+        return [str(labels.get(event, event)) for event in self.events or []]
+
+    @property
     def destination(self) -> str:
         if self.channel == NotificationChannel.PORTAL:
             return "the bell"

@@ -58,6 +58,7 @@ LEFT_OUT_MANY = gettext_noop(
     "takes them back."
 )
 IT_IS = gettext_noop("it is %(state)s")
+UNHEALTHY_GPU = gettext_noop("%(count)s of its GPUs is unhealthy")
 UNHEALTHY_GPUS = gettext_noop("%(count)s of its GPUs are unhealthy")
 FABRIC_PROBLEMS = gettext_noop("its fabric reports problems")
 BOTH = gettext_noop("%(first)s and %(second)s")
@@ -407,7 +408,8 @@ def _check_unschedulable(check: PlanCheck, by_slot: dict[int, TrayInfo], owner: 
             if tray.state != "up":
                 why.append(say(IT_IS, state=STATE_WORDS.get(tray.state, tray.state)))
             if tray.healthy_gpus < 4:
-                why.append(say(UNHEALTHY_GPUS, count=4 - tray.healthy_gpus))
+                unhealthy = 4 - tray.healthy_gpus
+                why.append(say(plural(unhealthy, UNHEALTHY_GPU, UNHEALTHY_GPUS), count=unhealthy))
             if tray.problems:
                 why.append(FABRIC_PROBLEMS)
             reasons = why[0]

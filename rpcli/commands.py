@@ -390,12 +390,12 @@ def watch(args: argparse.Namespace) -> int:
                 # share of the time limit); a new state starts a new line, so the story stays on screen.
                 if changed and not first:
                     sys.stdout.write("\n")
-                sys.stdout.write("\r\x1b[K" + time.strftime("%H:%M:%S ") + progress(job))
+                sys.stdout.write("\r\x1b[K" + time.strftime("%H:%M:%S %Z ") + progress(job))
                 if state in spec.FINAL_STATES:
                     sys.stdout.write("\n")
                 sys.stdout.flush()
             elif changed:
-                print(time.strftime("%H:%M:%S ") + progress(job), flush=True)
+                print(time.strftime("%H:%M:%S %Z ") + progress(job), flush=True)
             if state in spec.FINAL_STATES:
                 return Exit.OK if state == "completed" else Exit.JOB_UNSUCCESSFUL
             delay = args.interval if changed else min(delay * BACKOFF, max(args.interval, MAX_WATCH_INTERVAL))

@@ -288,9 +288,6 @@ def notification_list(request):
     table = Table(request, "deliveries", DELIVERY_SORTS, "-when", per_page=DELIVERIES_PER_PAGE, exports=False)
     page = table.page(table.order(deliveries))
     subscriptions = list(_subscriptions(request.user).select_related("created_by"))
-    labels = dict(SUBSCRIBABLE_EVENTS)
-    for subscription in subscriptions:  # the events as the form names them, not their codes
-        subscription.event_labels = [str(labels.get(event, event)) for event in subscription.events or []]
     context = {
         "table": table,
         "subscriptions": subscriptions,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import signal
 import stat
@@ -295,10 +296,11 @@ def test_watch_follows_the_job_until_it_ends(logged_in, rp_env, script, rp, stat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=rp_env,
+        env={**rp_env, "TZ": "Asia/Tokyo"},
     )
     try:
         first = watcher.stdout.readline()
+        assert re.match(rf"\d\d:\d\d:\d\d JST job {job['id']} ", first), first  # its time, its zone named
         assert f"job {job['id']} " in first and (
             "running" in first or "starting" in first or "pending" in first
         )

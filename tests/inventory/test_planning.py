@@ -90,7 +90,7 @@ def test_left_out_and_unhealthy_trays_are_warnings():
         "takes them back." in warnings
     )
     assert any("Tray 5 (gb-r01-t05) is in p1 although it is drain" in w for w in warnings)
-    assert any("1 of its GPUs are unhealthy" in w for w in warnings)
+    assert any("1 of its GPUs is unhealthy" in w for w in warnings)
     assert any("its fabric reports problems" in w for w in warnings)
     assert check.ok
 

@@ -262,3 +262,14 @@ def test_the_choice_groups_are_fieldsets_with_a_legend(client_as, member_a):
     for legend in ("How", "Events"):
         assert re.search(rf'<fieldset class="field choice-group">\s*<legend>{legend}</legend>', html), legend
     assert '<label for="id_scope">About</label>' in html
+
+
+def test_the_subscriptions_list_names_events_as_the_form_does(client_as, member_a):
+    """The walkthrough's bob: the list read "job_started, job_preempted, ..." (the codes)."""
+    client = client_as(member_a)
+    subscribe(client, events=["job_started", "job_cancelled"], scope=f"user:{member_a.pk}")
+    html = client.get(PAGE).content.decode()
+    cell = re.search(r'<span class="event-labels">(.*?)</span>', html).group(1)
+    assert cell == "Job started, Job cancelled by someone else" and "job_started" not in cell
+    ja = client.get(PAGE, HTTP_ACCEPT_LANGUAGE="ja").content.decode()
+    assert "Job started" not in re.search(r'<span class="event-labels">(.*?)</span>', ja).group(1)

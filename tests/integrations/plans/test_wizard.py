@@ -161,7 +161,7 @@ def test_unhealthy_and_fabric_inconsistent_trays_are_marked(admin, unhealthy_gpu
     marked = {row.tray.slot for row in response.context["rows"] if row.attention}
     assert {7, 12, 15} <= marked
     text = findings(response)
-    assert "Tray 12 (gb-r01-t12) is in p2 although 1 of its GPUs are unhealthy" in text
+    assert "Tray 12 (gb-r01-t12) is in p2 although 1 of its GPUs is unhealthy" in text
     assert "Tray 15 (gb-r01-t15) is in p2 although its fabric reports problems" in text
 
 
