@@ -191,6 +191,8 @@ def dispatch_request(job: Job, target_settings: dict, *, qos: bool = False) -> D
         priority_class=job.priority_class,
         hostnames=tuple(hosts),
         gpus_per_tray=job.gpus if len(hosts) == 1 else job.gpus // len(hosts),
+        mig_profile=job.mig_profile,
+        mig_slices=job.mig_slices,
         time_limit_minutes=job.time_limit_minutes,
         work=job.work,
         service_tier=partition_tier(

@@ -87,6 +87,12 @@ class DispatchRequest:
     run_as: PosixIdentity | None = None
     # The department QOS to run under (integrations.dispatch.job_qos; Slurm's): "": the department's own.
     qos: str = ""
+    # A slice job (scheduling.slices): `mig_slices` MIG devices of the profile `mig_profile` on its one tray,
+    # and no whole GPU (`gpus_per_tray` 0). Slurm asks `gres/gpu:<profile>:<count>` (the GRES type the
+    # tray's node line declares: integrations.state), Kubernetes the device plugin's mixed-strategy
+    # resource `nvidia.com/mig-<profile>`.
+    mig_profile: str = ""
+    mig_slices: int = 0
 
     @property
     def home(self) -> str:

@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 
 from core import sentences_i18n
 from inventory import names
+from inventory.discovery.mig import is_gi_profile_name
 from inventory.mig_layouts import NAME as MIG_LAYOUT_NAME
 
 
@@ -35,6 +36,15 @@ def validate_partition_name(value):
 def validate_service_tier(value):
     """A service tier: empty, `gpu` or `gpu_<name>`, never a department's Slurm partition (inventory.names)"""
     _refuse(names.service_tier_error(value))
+
+
+def validate_mig_profile(value):
+    """A MIG GPU instance profile's name as nvidia-smi prints it (1g.23gb; inventory.discovery.mig)."""
+    if value and not is_gi_profile_name(value):
+        raise ValidationError(
+            _("A MIG profile name is <slices>g.<memory>gb, as nvidia-smi prints it (for example 1g.23gb)."),
+            code="invalid_name",
+        )
 
 
 def validate_mig_layout_name(value):

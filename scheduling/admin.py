@@ -15,6 +15,7 @@ from scheduling.models import (
     JobEvent,
     SchedulerState,
     SchedulingRequest,
+    SliceAllocation,
     WhatIfLayout,
     WhatIfRun,
 )
@@ -72,6 +73,21 @@ class AllocationInline(ReadOnlyInline):
         return obj.gpu.tray.hostname if obj.gpu.tray_id else "—"
 
 
+class SliceAllocationInline(ReadOnlyInline):
+    """The MIG devices a slice job holds (scheduling.services.slices)."""
+
+    model = SliceAllocation
+    fields = ["profile", "mig_uuid", "gpu", "created_at"]
+    readonly_fields = fields
+
+
+@admin.register(SliceAllocation)
+class SliceAllocationAdmin(ReadOnlyAdmin):
+    list_display = ["mig_uuid", "profile", "gpu", "job", "created_at"]
+    search_fields = ["mig_uuid", "gpu__uuid", "gpu__tray__hostname", "job__name"]
+    list_select_related = ["gpu", "job__department"]
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = [
@@ -92,7 +108,7 @@ class JobAdmin(admin.ModelAdmin):
     autocomplete_fields = ["department", "submitted_by"]
     readonly_fields = ["created_at", "placed_at", "started_at", "finished_at", "backend_id", "preemptions"]
     date_hierarchy = "created_at"
-    inlines = [AllocationInline, JobEventInline]
+    inlines = [AllocationInline, SliceAllocationInline, JobEventInline]
 
 
 @admin.register(Allocation)

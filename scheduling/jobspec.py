@@ -51,6 +51,12 @@ class JobSpec:
     fallback_after_minutes: int | None = field(default=None, metadata=_about(engine=True, group="fallback"))
     # tenancy.models.Project, or None: the department's own work.
     project: Any = field(default=None, metadata=_about(relation=True, engine=True))
+    # MIG slices instead of whole GPUs (scheduling.slices; `gpus` is then 0): the profile, how many, and the
+    # memory size asked for when the profile was chosen by it. The pass places slice jobs itself
+    # (scheduling.services.slices), not the engine.
+    mig_profile: str = field(default="", metadata=_about())
+    mig_slices: int = field(default=0, metadata=_about())
+    mig_memory_gb: int | None = field(default=None, metadata=_about())
 
     FIELDS: ClassVar[tuple[str, ...]]  # the field names, in order
     COLUMNS: ClassVar[tuple[str, ...]]  # their Job columns (attnames: department_id, ...)

@@ -9,12 +9,14 @@ job ends (the job keeps its placement for history).
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
 from core.text import TextValidator
 from inventory.models import Gpu
+from inventory.validators import validate_mig_profile
 from scheduling.choices import (
     ACTIVE_STATES,
     FINISHED_STATES,
@@ -78,6 +80,24 @@ class Job(models.Model):
     # One line of plain text (core.textrule): it reaches Slurm's --job-name, pod labels, logs and pages.
     name = models.CharField(max_length=200, validators=[TextValidator()], verbose_name=_("name"))
     gpus = models.PositiveIntegerField(verbose_name=_("gpus"))
+    # MIG slices instead of whole GPUs (scheduling.slices): `mig_slices` MIG devices of the profile
+    # `mig_profile` (as the hardware reported it) on one tray; `gpus` is then 0. `mig_memory_gb`: the memory
+    # the submitter asked for, when they named a size instead of a profile (the smallest fitting profile
+    # offered was chosen into `mig_profile`).
+    mig_profile = models.CharField(
+        max_length=32,
+        blank=True,
+        validators=[validate_mig_profile],
+        help_text=_("MIG profile of the slices it asks for (1g.23gb); blank: whole GPUs."),
+        verbose_name=_("MIG profile"),
+    )
+    mig_slices = models.PositiveSmallIntegerField(default=0, verbose_name=_("MIG slices"))
+    mig_memory_gb = models.PositiveIntegerField(null=True, blank=True, verbose_name=_("MIG memory GB"))
+    # The compute slices (g) of `mig_profile` as the GPUs reported it at submission: a slice counts g/7 of a
+    # GPU in quota and usage (scheduling.slices), summed in SQL by the dashboards. Set by admission.
+    mig_compute_slices = models.PositiveSmallIntegerField(
+        default=0, editable=False, verbose_name=_("MIG compute slices")
+    )
     topology = models.CharField(
         max_length=16, choices=Topology.choices, default=Topology.PARTITION, verbose_name=_("topology")
     )
@@ -161,7 +181,12 @@ class Job(models.Model):
         verbose_name_plural = _("jobs")
         ordering = ["-created_at", "-pk"]
         constraints = [
-            models.CheckConstraint(condition=Q(gpus__gte=1), name="%(app_label)s_%(class)s_gpus_positive"),
+            # Whole GPUs, or MIG slices of one profile: never both, never neither.
+            models.CheckConstraint(
+                condition=Q(gpus__gte=1, mig_slices=0, mig_profile="")
+                | (Q(gpus=0, mig_slices__gte=1) & ~Q(mig_profile="")),
+                name="%(app_label)s_%(class)s_gpus_or_slices",
+            ),
             models.CheckConstraint(
                 condition=Q(state__in=JobState.values), name="%(app_label)s_%(class)s_state_valid"
             ),
@@ -260,6 +285,42 @@ class Allocation(models.Model):
 
     def __str__(self):
         return f"{self.gpu} -> {self.job}"
+
+
+class SliceAllocationQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self.filter(job__in=Job.objects.visible_to(user))
+
+
+class SliceAllocation(models.Model):
+    """One MIG device given to a slice job (scheduling.services.slices), as Allocation is one whole GPU.
+
+    The device is named by its UUID (as nvidia-smi -L prints it), not by a foreign key to its MigDevice row:
+    discovery rewrites a GPU's MigDevice rows at each report (inventory.ingest.gpus), and the UUID is what
+    stays. Unique ignoring case: one device, one job. Deleted when the job ends, like Allocation."""
+
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="slice_allocations", verbose_name=_("job")
+    )
+    gpu = models.ForeignKey(
+        Gpu, on_delete=models.PROTECT, related_name="slice_allocations", verbose_name=_("gpu")
+    )
+    mig_uuid = models.CharField(max_length=96, verbose_name=_("MIG UUID"))
+    profile = models.CharField(max_length=32, verbose_name=_("profile"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+
+    objects = SliceAllocationQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("slice allocation")
+        verbose_name_plural = _("slice allocations")
+        ordering = ["job", "gpu", "mig_uuid"]
+        constraints = [
+            models.UniqueConstraint(Lower("mig_uuid"), name="%(app_label)s_%(class)s_one_job_per_device"),
+        ]
+
+    def __str__(self):
+        return f"{self.mig_uuid} -> {self.job}"
 
 
 class JobEvent(models.Model):

@@ -121,7 +121,9 @@ OVER_QUOTA = 4  # a running row's over-quota column
 
 def read_running() -> list[tuple]:
     """The running (holding) jobs, one query."""
-    jobs = Job.objects.filter(state__in=HOLDING_STATES).order_by()
+    # Slice jobs (MIG devices, no whole GPU) are the pass's own (scheduling.services.slices), not the
+    # engine's.
+    jobs = Job.objects.filter(state__in=HOLDING_STATES, mig_slices=0).order_by()
     if connection.vendor == "postgresql":
         since = _Seconds(Coalesce("placed_at", "started_at"))
         query = jobs.annotate(since=since, placed=_Seconds("placed_at")).values_list(
@@ -281,7 +283,7 @@ def gather(*, kept: bool = True) -> PassInputs:
         running={row[0]: row for row in holding_rows if row[0] in cluster.jobs},
         pending={
             row.pk: row
-            for row in Job.objects.filter(state=JobState.PENDING)
+            for row in Job.objects.filter(state=JobState.PENDING, mig_slices=0)
             .order_by()
             .values_list(*PENDING_COLUMNS, named=True)
         },

@@ -23,8 +23,14 @@ from django.utils.translation import ngettext
 from hostlist import collect_hostlist
 
 from scheduling import pass_inputs
+from scheduling.choices import JobState
+from scheduling.engine.words import WAITING, say
+from scheduling.jobspec import JobSpec
 from scheduling.models import Job
-from scheduling.services.admission import check_request
+from scheduling.services.admission import check_request, check_slice_request
+from scheduling.services.slices import decide as slice_decide
+from scheduling.services.slices import slices_words
+from scheduling.slices import compute_slices_of
 from scheduling.words import translate as scheduler_words
 from tenancy.models import Department
 
@@ -96,6 +102,7 @@ class Preview:
     preempts: int = 0  # running borrowed jobs it would preempt to start
     victims: tuple[Victim, ...] = ()  # those jobs, named
     reason: str = ""  # why it would wait (the engine's words)
+    slices: str = ""  # a slice job's devices ("gb-r01-t07 GPU 0 1g.23gb (MIG-…)": scheduling.services.slices)
     errors: dict[str, str] = field(default_factory=dict)
     queued_ahead: int = 0  # pending jobs ahead of it in the queue
 
@@ -112,6 +119,12 @@ class Preview:
                 _("%(message)s.") % {"message": f"{message[:1].upper()}{message[1:]}"}
                 for message in map(scheduler_words, self.errors.values())
             ]
+        if self.fits and self.slices:
+            if self.over_quota:
+                fits = _("It fits now: it would start over quota (borrowed GPU-equivalents) on %(slices)s.")
+            else:
+                fits = _("It fits now: it would start in quota on %(slices)s.")
+            return [fits % {"slices": self.slices}]
         if self.fits:
             if self.over_quota:
                 fits = ngettext(
@@ -187,6 +200,48 @@ class Preview:
         return words
 
 
+def _preview_slices(department: Department, priority_class: str, now, job_fields: dict) -> Preview:
+    """A slice job's dry run: the pending slice jobs ahead take their devices first (scheduling.services.
+    slices.decide), then the proposed one."""
+    spec = JobSpec(
+        department=department,
+        name="preview",
+        gpus=0,
+        topology="any",
+        priority_class=priority_class,
+        backend="",
+        time_limit_minutes=1,
+        work={},
+        mig_profile=job_fields.get("mig_profile") or "",
+        mig_slices=job_fields["mig_slices"],
+        mig_memory_gb=job_fields.get("mig_memory_gb"),
+    )
+    spec, errors = check_slice_request(spec)
+    if errors:
+        return Preview(errors=errors)
+    pending = list(Job.objects.filter(state=JobState.PENDING, mig_slices__gte=1).order_by("created_at", "pk"))
+    probe = Job(
+        department=department,
+        priority_class=priority_class,
+        gpus=0,
+        mig_profile=spec.mig_profile,
+        mig_slices=spec.mig_slices,
+        mig_compute_slices=compute_slices_of(spec.mig_profile),
+        created_at=now,
+    )
+    probe.pk = PROBE_ID
+    decision = slice_decide([*pending, probe])[-1]
+    if decision.why:
+        return Preview(reason=say(WAITING, reason=decision.why), queued_ahead=len(pending))
+    return Preview(
+        fits=True,
+        over_quota=decision.over,
+        trays=tuple(sorted({d.tray for d in decision.taken})),
+        slices=slices_words(decision.taken),
+        queued_ahead=len(pending),
+    )
+
+
 def preview_job(
     *,
     department: Department,
@@ -199,10 +254,12 @@ def preview_job(
     """What the scheduler would decide for this job if it were submitted now. `job_fields`: other Job
     fields the engine reads (fallback_topology, fallback_after_minutes, project ...); others are ignored.
     Reads only."""
+    now = timezone.now()
+    if job_fields.get("mig_slices"):
+        return _preview_slices(department, priority_class, now, job_fields)
     errors = check_request(department, gpus, topology, priority_class)
     if errors:
         return Preview(errors=errors)
-    now = timezone.now()
     inputs = pass_inputs.gather(kept=False)  # cold: the kept cluster is the pass's
     cluster = inputs.cluster
     known = {f.attname for f in Job._meta.concrete_fields} | {f.name for f in Job._meta.concrete_fields}

@@ -48,7 +48,7 @@ from core.notifications.recording import notify
 from core.task_names import SIGNAL_JOB, SYNC_JOBS  # SIGNAL_JOB: the checkpoint signal
 from scheduling.choices import HOLDING_STATES, FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.engine.words import CLAUSES, WAITING, say
-from scheduling.models import Allocation, FaultPolicy, Job, JobEvent
+from scheduling.models import Allocation, FaultPolicy, Job, JobEvent, SliceAllocation
 from scheduling.services.actions import release_gpus, stop_in_backend
 from scheduling.services.pass_requests import request_pass
 from scheduling.words import (
@@ -173,12 +173,13 @@ class Handled:
 
 
 def _job_ids_on(tray_id: int) -> list[int]:
+    """The holding jobs on the tray: whole GPUs, or MIG devices (slice jobs)."""
+    on_tray = {"gpu__tray_id": tray_id, "job__state__in": HOLDING_STATES}
     return sorted(
-        set(
-            Allocation.objects.filter(gpu__tray_id=tray_id, job__state__in=HOLDING_STATES).values_list(
-                "job_id", flat=True
-            )
-        )
+        {
+            *Allocation.objects.filter(**on_tray).values_list("job_id", flat=True),
+            *SliceAllocation.objects.filter(**on_tray).values_list("job_id", flat=True),
+        }
     )
 
 

@@ -20,6 +20,11 @@ Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` 
   capacity cannot honour (cut; the shortfall banner) and the in-quota GPUs it asks for and does not hold
   (owed; the dashboards and the API's ``starved``). Nothing else computes who is short.
 * **pending demand**: GPUs its pending jobs ask for.
+* **slices**: the MIG devices its running slice jobs hold (scheduling.slices), and what they count for in
+  GPUs: each slice its share of a GPU's compute slices, g/7 (Job.mig_compute_slices; `departments_with_jobs`
+  sums them in the same query). Whole-GPU
+  figures (in use, borrowed, fair share) leave them out; `Position.in_use_equivalents` adds them, and is
+  what the department's limit and guarantee hold a slice job to (scheduling.services.slices).
 * **idle**: `idle_gpus_queryset` (allocated to a running job, utilization under the threshold for the whole
   window, and the activity row fresh: tenancy.activity's one staleness rule, so a stale row is "no data",
   never idle and never working).
@@ -55,6 +60,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from core.access import leads
+from inventory.mig_layouts import COMPUTE_SLICES
 from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
@@ -89,6 +95,9 @@ class Position:
     starved: int = 0  # GPUs owed within its guarantee that it does not hold
     reclaimable: int = 0  # GPUs held beyond the fair share, which others may take back
     role: str = ""  # the viewing user's role in it, when the list page sets it
+    slices: int = 0  # MIG devices its running slice jobs hold
+    slice_equivalents: float = 0.0  # what they count for in GPUs (g/7 each)
+    slices_borrowed_equivalents: float = 0.0  # of that, held by slice jobs flagged over quota
     guarantee: GuaranteePosition | None = None  # tenancy.quota.guarantee_positions: cut and owed
 
     @property
@@ -103,6 +112,11 @@ class Position:
     def within_guarantee_share(self) -> int:
         """The part of the fair share within its guarantee (the rest, `over_quota_share`, is beyond it)."""
         return self.fair_share - self.over_quota_share
+
+    @property
+    def in_use_equivalents(self) -> float:
+        """Whole GPUs in use plus its slices in GPU-equivalents."""
+        return self.in_use + self.slice_equivalents
 
     @property
     def demand(self) -> int:
@@ -210,12 +224,15 @@ def guarantee_status() -> GuaranteeStatus:
 
 
 def departments_with_jobs() -> QuerySet[Department]:
-    """Every department, by name, annotated with running_jobs, pending_jobs and pending_gpus. One query.
+    """Every department, by name, annotated with running_jobs, pending_jobs and pending_gpus, and its slice
+    jobs' held_slices, held_slice_g and borrowed_slice_g (compute slices). One query.
 
     A single join to the department's active jobs (FilteredRelation: the join condition, not a WHERE, so a
     department without jobs keeps its row), grouped by department. Finished jobs are never read.
     """
     pending = Q(active_jobs__state=JobState.PENDING)
+    holding = Q(active_jobs__state__in=HOLDING_STATES)
+    slice_g = F("active_jobs__mig_slices") * F("active_jobs__mig_compute_slices")
     return (
         Department.objects.annotate(
             active_jobs=FilteredRelation("jobs", condition=Q(jobs__state__in=ACTIVE_STATES))
@@ -224,6 +241,10 @@ def departments_with_jobs() -> QuerySet[Department]:
             running_jobs=Count("active_jobs", filter=Q(active_jobs__state__in=HOLDING_STATES)),
             pending_jobs=Count("active_jobs", filter=pending),
             pending_gpus=Coalesce(Sum("active_jobs__gpus", filter=pending), 0),
+            # Slice jobs (scheduling.slices): MIG devices held, and their compute slices (g each; /7 = GPUs).
+            held_slices=Coalesce(Sum("active_jobs__mig_slices", filter=holding), 0),
+            held_slice_g=Coalesce(Sum(slice_g, filter=holding), 0),
+            borrowed_slice_g=Coalesce(Sum(slice_g, filter=holding & Q(active_jobs__over_quota=True)), 0),
         )
         .order_by("name")
     )
@@ -274,6 +295,9 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
                 pending_demand=department.pending_gpus,
                 pending_jobs=department.pending_jobs,
                 idle=idle,
+                slices=department.held_slices,
+                slice_equivalents=department.held_slice_g / COMPUTE_SLICES,
+                slices_borrowed_equivalents=department.borrowed_slice_g / COMPUTE_SLICES,
             )
         )
     capacity = schedulable_gpus()

@@ -57,6 +57,23 @@ IDLE_GPUS_MANY = gettext_noop("%(department_name)s has %(count)s idle GPUs")
 SUBMITTED_ONE = gettext_noop("%(gpus)s GPU, %(topology)s")
 SUBMITTED_MANY = gettext_noop("%(gpus)s GPUs, %(topology)s")
 FALLBACK_ACCEPTED = gettext_noop("%(topology)s accepted after %(wait)s")
+# A slice job (scheduling.slices): what was submitted, where it was placed, why it waits.
+SUBMITTED_SLICE = gettext_noop("%(count)s MIG slice %(profile)s")
+SUBMITTED_SLICES = gettext_noop("%(count)s MIG slices %(profile)s")
+PLACED_SLICES = gettext_noop("placed %(standing)s on %(slices)s")
+SLICES_BORROWED = gettext_noop("over quota (borrowed)")
+NO_SLICE_TRAY = gettext_noop("no free %(profile)s slice: no tray in service offers it")
+NO_FREE_SLICE = gettext_noop("no free %(profile)s slice: all %(total)s on trays in service are held")
+NO_TRAY_WITH_SLICES = gettext_noop(
+    "no free %(profile)s slice: no tray has %(count)s free (at most %(most)s free on one tray)"
+)
+SLICES_OVER_LIMIT = gettext_noop(
+    "its department would hold %(eq)s GPU-equivalents with it, over its limit of %(limit)s"
+)
+SLICES_OVER_GUARANTEE = gettext_noop(
+    "its department would hold %(eq)s GPU-equivalents with it, over its guarantee of %(guarantee)s "
+    "(non-preemptible work stays within it)"
+)
 # Their topology is shown as its label ("partition" as "One NVLink partition", in the viewer's language).
 for _template in (SUBMITTED_ONE, SUBMITTED_MANY, FALLBACK_ACCEPTED):
     VALUE_WORDS[_template] = {"topology": {str(choice.value): choice.label for choice in Topology}}

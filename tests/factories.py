@@ -11,6 +11,7 @@ their in-quota/borrowed flags too (`stand_jobs`), unless a test sets `over_quota
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterable
 from io import StringIO
 
@@ -23,9 +24,13 @@ from rest_framework.test import APIClient
 from core import posix
 from core.access import Role
 from integrations.models import ConfigTarget
-from inventory.choices import GpuHealth, TrayState
+from inventory.choices import GpuHealth, MigMode, TrayState
+from inventory.demo import GB200_MIG_PROFILES
 from inventory.discovery import nvidia_smi
+from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
+from inventory.ingest.gpus import write_mig_devices
 from inventory.ingest.reports import ingest_report
+from inventory.mig_layouts import place
 from inventory.models import ComputeTray, Gpu
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
@@ -359,3 +364,45 @@ def scheduler_plan(rack, reason: str = "an earlier re-carve", *, ago=None, **fie
         PartitionPlan.objects.filter(pk=plan.pk).update(created_at=plan.created_at - ago)
         plan.refresh_from_db()
     return plan
+
+
+# --- MIG -------------------------------------------------------------------------------------------------
+
+
+def mig_tray(
+    hostname: str, layout: dict[str, int] | None = None, *, name: str = "all-balanced"
+) -> ComputeTray:
+    """A tray given a MIG layout (`layout`, per GPU; mig-parted's GB200 all-balanced by default) whose four
+    GPUs report it: MIG mode on, the GB200's profiles (inventory.demo.GB200_MIG_PROFILES) and one MIG device
+    per instance, placed as inventory.mig_layouts.place places them (MigDevice rows, as discovery writes)."""
+    layout = layout or {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1}
+    profiles = {
+        pname: MigProfile(pid, pname, 0, count, memory, False, sms, tuple((s, size) for s in starts))
+        for pid, pname, count, memory, sms, starts, size in GB200_MIG_PROFILES
+    }
+    tray = ComputeTray.objects.get(hostname=hostname)
+    ComputeTray.objects.filter(pk=tray.pk).update(mig_layout=name, mig_layout_devices=layout)
+    states = {}
+    for gpu in Gpu.objects.filter(tray=tray).order_by("index"):
+        instances = tuple(
+            MigInstance(
+                gpu_instance_id=gi,
+                compute_instance_id=0,
+                profile=pname,
+                profile_id=profiles[pname].profile_id,
+                placement_start=start,
+                placement_size=size,
+                uuid=f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, f'{gpu.uuid}/{gi}')}",
+                multiprocessors=profiles[pname].multiprocessors,
+                memory_mib=profiles[pname].memory_mib,
+            )
+            for gi, (pname, start, size) in enumerate(place(layout, profiles.values()), start=1)
+        )
+        mig = GpuMig(gpu.uuid, MigMode.ENABLED, MigMode.ENABLED, instances, tuple(profiles.values()), True)
+        Gpu.objects.filter(pk=gpu.pk).update(
+            mig_mode=MigMode.ENABLED, mig_pending=MigMode.ENABLED, mig=mig.as_dict()
+        )
+        states[gpu.pk] = mig.as_dict()
+    write_mig_devices(states)
+    tray.refresh_from_db()
+    return tray

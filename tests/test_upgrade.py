@@ -94,6 +94,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "inventory_migdevice",
     # Partition plans scheduled for a maintenance window.
     "integrations_planwindow",
+    # The MIG devices slice jobs hold (scheduling.services.slices).
+    "scheduling_sliceallocation",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",

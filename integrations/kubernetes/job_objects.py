@@ -17,7 +17,10 @@ What a job becomes, and why:
   placement's NVLink partition anyway.
 * **GPUs** through the device plugin's extended resource: request = limit = `nvidia.com/gpu: gpus_per_tray`
   (extended resources cannot be overcommitted, so the two must be equal). This is also what Kueue counts
-  against the department's ClusterQueue (`tenants.cluster_queue` covers `nvidia.com/gpu`).
+  against the department's ClusterQueue (`tenants.cluster_queue` covers `nvidia.com/gpu`). A slice job
+  (scheduling.slices) asks instead `nvidia.com/mig-<profile>: <count>` (the GPU Operator's `mixed` MIG
+  strategy) and no `nvidia.com/gpu`; the ClusterQueues do not cover MIG resources yet, so Kueue leaves
+  such a job suspended in a namespace it manages (its quota in GPU-equivalents is Rackplane's own).
 * **A ComputeDomain for jobs of more than one tray** (NVIDIA DRA driver, `resource.nvidia.com/v1beta1`, in
   the department namespace, `numNodes: 0` as the CRD recommends, `channel.resourceClaimTemplate.name` =
   `<job>-imex-channel`): multi-node NVLink needs an IMEX domain scoped to the job. The driver creates a
@@ -142,10 +145,19 @@ def _check_request(request: DispatchRequest) -> None:
     for host in request.hostnames:  # matched against the node label kubernetes.io/hostname: a label value
         if not isinstance(host, str) or not host or len(host) > 63 or not _LABEL_VALUE.match(host):
             raise ValueError(f"tray {host!r} is not a valid kubernetes.io/hostname label value")
-    for number, what, most in (
-        (request.gpus_per_tray, "gpus_per_tray", MAX_GPUS_PER_TRAY),
-        (request.time_limit_minutes, "time limit (minutes)", MAX_TIME_LIMIT_MINUTES),
-    ):
+    counts = [(request.time_limit_minutes, "time limit (minutes)", MAX_TIME_LIMIT_MINUTES)]
+    if request.mig_slices or request.mig_profile:
+        if len(request.hostnames) != 1 or request.gpus_per_tray:
+            raise ValueError("a slice job runs on one tray and asks for no whole GPU")
+        if not MIG_RESOURCE_PROFILE.match(request.mig_profile or ""):
+            raise ValueError(
+                f"{request.mig_profile!r} is not a MIG profile the device plugin names a resource after "
+                "(<g>g.<memory>gb)"
+            )
+        counts.append((request.mig_slices, "mig_slices", MAX_MIG_SLICES_PER_TRAY))
+    else:
+        counts.append((request.gpus_per_tray, "gpus_per_tray", MAX_GPUS_PER_TRAY))
+    for number, what, most in counts:
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise ValueError(f"{what} must be a whole number >= 1, got {number!r}")
         if number > most:
@@ -154,6 +166,19 @@ def _check_request(request: DispatchRequest) -> None:
         raise ValueError(f"run_as must be a core.posix.PosixIdentity, got {request.run_as!r}")
     # The one rule for a Kubernetes job's work (the jobs API asks the same one through core.workloads).
     validate_work(request.work if isinstance(request.work, dict) else {"image": None})
+
+
+# A slice job's devices (the GPU Operator's `mixed` MIG strategy): the device plugin advertises each MIG
+# profile as its own extended resource, `nvidia.com/mig-<profile>` (operations.md 1.2). A profile with a
+# media-extension suffix (+me) makes no valid resource name and is not asked for.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+MIG_RESOURCE_PROFILE = re.compile(r"^[0-9]{1,2}g\.[0-9]{1,4}gb\Z")
+MAX_MIG_SLICES_PER_TRAY = 28  # 7 MIG devices on each of a tray's 4 GPUs
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource of a MIG profile under the mixed strategy (nvidia.com/mig-1g.23gb)."""
+    return MIG_RESOURCE_PREFIX + profile
 
 
 def _labels(request: DispatchRequest) -> dict[str, str]:
@@ -193,8 +218,12 @@ def pod_security_context(run_as: PosixIdentity | None) -> dict[str, Any]:
 
 def _container(request: DispatchRequest, claim: bool) -> dict[str, Any]:
     work = request.work
-    gpus = str(request.gpus_per_tray)
-    resources: dict[str, Any] = {"requests": {GPU_RESOURCE: gpus}, "limits": {GPU_RESOURCE: gpus}}
+    resource, count = (
+        (mig_resource(request.mig_profile), str(request.mig_slices))
+        if request.mig_slices
+        else (GPU_RESOURCE, str(request.gpus_per_tray))
+    )
+    resources: dict[str, Any] = {"requests": {resource: count}, "limits": {resource: count}}
     if claim:
         resources["claims"] = [{"name": IMEX_CLAIM}]
     container: dict[str, Any] = {"name": CONTAINER_NAME, "image": work["image"].strip()}

@@ -66,6 +66,7 @@ from typing import Any
 
 import hostlist
 
+from core.hardware import GPUS_PER_TRAY
 from core.workloads import WorkError
 from integrations.jobs import (
     BackendJobState,
@@ -76,6 +77,8 @@ from integrations.jobs import (
 )
 from integrations.slurm.versions import V0_0_42, Dialect
 from integrations.slurm.work import validate_work
+from inventory.discovery.mig import is_gi_profile_name
+from inventory.mig_layouts import MAX_INSTANCES
 from tenancy import naming
 
 DEFAULT_WORKDIR = "/tmp"
@@ -161,7 +164,8 @@ def submit_payload(
         raise BackendRejected("the job has no trays to run on")
     if len(set(hosts)) != len(hosts):
         raise BackendRejected(f"a tray is chosen twice: {', '.join(hosts)}")
-    if not 1 <= request.gpus_per_tray <= 4:
+    tres_per_node = mig_tres(request) if request.mig_slices else f"gres/gpu:{request.gpus_per_tray}"
+    if not request.mig_slices and not 1 <= request.gpus_per_tray <= 4:
         raise BackendRejected(f"gpus_per_tray must be 1-4, not {request.gpus_per_tray}")
     if request.time_limit_minutes < 1:
         raise BackendRejected(f"the time limit must be at least one minute, not {request.time_limit_minutes}")
@@ -189,7 +193,7 @@ def submit_payload(
         "required_nodes": hosts,
         "minimum_nodes": len(hosts),
         "maximum_nodes": len(hosts),
-        "tres_per_node": f"gres/gpu:{request.gpus_per_tray}",
+        "tres_per_node": tres_per_node,
         "time_limit": _no_val(request.time_limit_minutes),
         "current_working_directory": workdir,
         "standard_output": f"{workdir.rstrip('/')}/{name}-%j.out",
@@ -211,6 +215,24 @@ def submit_payload(
     if request.imex:
         job["network"] = IMEX_NETWORK
     return {"job": job}
+
+
+MAX_SLICES_PER_TRAY = MAX_INSTANCES * GPUS_PER_TRAY
+
+
+def mig_tres(request: DispatchRequest) -> str:
+    """A slice job's GRES: `gres/gpu:<profile>:<count>` (what `--gres=gpu:1g.23gb:2` becomes), the GRES type
+    being the profile as the tray's node line declares it (integrations.state: `Gres=gpu:1g.23gb:8`), on its
+    one tray, with no whole GPU beside."""
+    if len(request.hostnames) != 1:
+        raise BackendRejected(f"a slice job runs on one tray, not {len(request.hostnames)}")
+    if request.gpus_per_tray:
+        raise BackendRejected("a slice job asks for no whole GPU")
+    if not is_gi_profile_name(request.mig_profile):
+        raise BackendRejected(f"{request.mig_profile!r} is not a MIG profile name (1g.23gb)")
+    if not 1 <= request.mig_slices <= MAX_SLICES_PER_TRAY:
+        raise BackendRejected(f"mig_slices must be 1-{MAX_SLICES_PER_TRAY}, not {request.mig_slices}")
+    return f"gres/gpu:{request.mig_profile}:{request.mig_slices}"
 
 
 # --- answers ---------------------------------------------------------------------------------------------

@@ -337,6 +337,11 @@ def _device_name(name: str, where: str) -> str:
     )
 
 
+def is_gi_profile_name(name: str) -> bool:
+    """A GPU instance profile's name as nvidia-smi prints it (1g.23gb, 3g.93gb, 1g.23gb+me)."""
+    return bool(_GI_NAME_RE.fullmatch(name))
+
+
 def gi_profile(name: str) -> str:
     """``1c.3g.93gb`` -> ``3g.93gb``; a GPU instance profile name is returned as is."""
     match = _CI_NAME_RE.fullmatch(name)

@@ -59,6 +59,9 @@ def quota_position(department: Department) -> dict:
         "entitled_over_quota": position.over_quota_share,
         "reclaimable": position.reclaimable,
         "starved": position.starved,
+        "slices": position.slices,
+        "slice_gpu_equivalents": round(position.slice_equivalents, 4),
+        "in_use_gpu_equivalents": round(position.in_use_equivalents, 4),
     }
 
 

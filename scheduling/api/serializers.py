@@ -11,7 +11,7 @@ from rest_framework import serializers
 from core.fields import JSONIntegerField, KnownFieldsOnly, SlugTextField, TextField
 from core.workloads import WorkError, WorkRule, validate_work, work_rules
 from scheduling.choices import Backend, JobState, PriorityClass, Topology
-from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent
+from scheduling.models import FALLBACK_AFTER_MAX_MINUTES, Job, JobEvent, SliceAllocation
 from scheduling.queue_standing import queue_standing
 from scheduling.services.admission import (
     DEFAULT_FALLBACK_AFTER_MINUTES,
@@ -19,7 +19,10 @@ from scheduling.services.admission import (
     default_topology,
     submittable_departments,
 )
+from scheduling.slices import MAX_MEMORY_GB, MAX_SLICES, check_shape, resolve
 from tenancy.models import Department, Project
+
+SLICE_FIELDS = ("mig_profile", "mig_slices", "mig_memory_gb")
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -67,6 +70,9 @@ class JobSerializer(serializers.ModelSerializer):
             "project",
             "submitted_by",
             "gpus",
+            "mig_profile",
+            "mig_slices",
+            "mig_memory_gb",
             "topology",
             "fallback_topology",
             "fallback_after_minutes",
@@ -100,8 +106,27 @@ class QueueStandingSerializer(serializers.Serializer):
     )
 
 
+class SliceAllocationSerializer(serializers.ModelSerializer):
+    """A MIG device a slice job holds."""
+
+    gpu = serializers.CharField(source="gpu.uuid", read_only=True, help_text="The parent GPU's UUID.")
+    tray = serializers.CharField(source="gpu.tray.hostname", read_only=True, allow_null=True, default=None)
+    gpu_index = serializers.IntegerField(source="gpu.index", read_only=True, allow_null=True)
+
+    class Meta:
+        model = SliceAllocation
+        fields = ["profile", "mig_uuid", "gpu", "tray", "gpu_index"]
+        read_only_fields = fields
+
+
 class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
+    slices = SliceAllocationSerializer(
+        source="slice_allocations",
+        many=True,
+        read_only=True,
+        help_text="The MIG devices a slice job holds while it is starting or running (empty otherwise).",
+    )
     queue = serializers.SerializerMethodField(
         help_text="A waiting job's place in line and estimated start, as the last scheduling pass left the "
         "queue (an estimate: the next pass may change it); null for a job that is not waiting, or was "
@@ -116,7 +141,7 @@ class JobDetailSerializer(JobSerializer):
         return None if standing is None else QueueStandingSerializer(standing).data
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "work", "events", "queue"]
+        fields = [*JobSerializer.Meta.fields, "work", "slices", "events", "queue"]
         read_only_fields = fields
 
 
@@ -136,7 +161,44 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
     )
     name = TextField(max_length=200)
     gpus = JSONIntegerField(
-        min_value=1, help_text=_("1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that.")
+        min_value=1,
+        required=False,
+        help_text=_(
+            "1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that. Leave it out for MIG slices."
+        ),
+    )
+    mig_profile = TextField(
+        max_length=32,
+        required=False,
+        allow_null=True,
+        help_text=_(
+            "MIG slices instead of whole GPUs: the profile, as the GPUs report it (nvidia-smi mig -lgip, for "
+            "example 1g.23gb), which a tray's MIG layout offers. Or give mig_memory_gb instead."
+        ),
+    )
+    mig_slices = JSONIntegerField(
+        min_value=1,
+        max_value=MAX_SLICES,
+        required=False,
+        allow_null=True,
+        help_text=format_lazy(
+            _(
+                "How many MIG slices (1 to {most}, all on one tray; default 1 when a profile or size is "
+                "given)."
+            ),
+            most=MAX_SLICES,
+        ),
+    )
+    mig_memory_gb = JSONIntegerField(
+        min_value=1,
+        max_value=MAX_MEMORY_GB,
+        required=False,
+        allow_null=True,
+        help_text=_(
+            "MIG slices by memory: GB each slice needs; the smallest profile a tray offers with at least "
+            "that "
+            "much is chosen. Not with mig_profile."
+        ),
     )
     topology = serializers.ChoiceField(
         choices=Topology.choices,
@@ -203,6 +265,7 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
 
     def validate(self, attrs):
         attrs["project"] = self._project(attrs["department"], attrs.get("project"))
+        self._slices(attrs)
         attrs.setdefault("topology", default_topology(attrs["gpus"]))
         attrs["fallback_topology"] = attrs.get("fallback_topology") or ""
         errors = check_fallback(
@@ -212,6 +275,30 @@ class JobSubmitSerializer(KnownFieldsOnly, serializers.Serializer):
             raise serializers.ValidationError(errors)
         attrs["work"] = self._work(attrs["backend"], attrs["work"])
         return attrs
+
+    def _slices(self, attrs) -> None:
+        """Whole GPUs or MIG slices (scheduling.slices): the slices' profile chosen, `gpus` 0 for them."""
+        for name in SLICE_FIELDS:
+            if attrs.get(name) is None:
+                attrs.pop(name, None)
+        if not any(name in attrs for name in SLICE_FIELDS):
+            if "gpus" not in attrs:  # DRF's own "required" (the job form's preview asks for the field by it)
+                raise serializers.ValidationError({"gpus": [self.fields["gpus"].error_messages["required"]]})
+            return
+        if "gpus" in attrs:
+            raise serializers.ValidationError(
+                {"gpus": gettext("ask for whole GPUs or for MIG slices, not both: leave gpus out for slices")}
+            )
+        attrs["gpus"] = 0
+        attrs["mig_slices"] = attrs.get("mig_slices", 1)
+        errors = check_shape(attrs.get("topology", ""), attrs.get("fallback_topology") or "")
+        profile, problems = resolve(
+            attrs.get("mig_profile", ""), attrs["mig_slices"], attrs.get("mig_memory_gb")
+        )
+        errors.update(problems)
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs["mig_profile"] = profile
 
     def _project(self, department, slug):
         """The named project of the department (whether the user may use it, and whether the department

@@ -20,7 +20,7 @@ from inventory.choices import TrayState
 from scheduling import words
 from scheduling.choices import FINISHED_STATES, HOLDING_STATES, JobEventKind, JobState
 from scheduling.engine.words import say
-from scheduling.models import Allocation, BackendCancel, Job, JobEvent
+from scheduling.models import Allocation, BackendCancel, Job, JobEvent, SliceAllocation
 from scheduling.services.pass_requests import request_pass
 from tenancy.models import Department
 
@@ -45,6 +45,7 @@ def release_gpus(job: Job) -> None:
     if allocations.filter(gpu__tray__state=TrayState.DRAIN).exists():
         enqueue(FOLLOW_ACTIVE_PLANS)
     allocations.delete()
+    SliceAllocation.objects.filter(job=job).delete()  # a slice job's MIG devices
 
 
 def stop_in_backend(job: Job, reason: str) -> None:

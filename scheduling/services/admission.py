@@ -24,6 +24,7 @@ from core.access import is_admin
 from core.hardware import GPUS_PER_TRAY
 from core.sentences import duration
 from inventory.models import ComputeTray
+from scheduling import slices
 from scheduling.choices import Backend, JobEventKind, Topology
 from scheduling.engine import placement as engine_placement
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
@@ -35,6 +36,8 @@ from scheduling.words import (
     FALLBACK_ACCEPTED,
     SUBMITTED_MANY,
     SUBMITTED_ONE,
+    SUBMITTED_SLICE,
+    SUBMITTED_SLICES,
     WAIT_HOURS,
     WAIT_MINUTES,
     WAITING_FOR_SCHEDULER,
@@ -253,12 +256,17 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
         # (tenancy.projects); after the fingerprint, so a retry without it finds this job.
         spec = dataclasses.replace(spec, project=default_job_project(user, department))
     errors = check_job_project(user, department, spec.project, gpus)
-    errors = {**errors, **check_request(department, gpus, spec.topology, spec.priority_class)}
+    if spec.mig_slices or spec.mig_profile or spec.mig_memory_gb is not None:
+        spec, slice_errors = check_slice_request(spec)
+        errors = {**errors, **slice_errors}
+    else:
+        errors = {**errors, **check_request(department, gpus, spec.topology, spec.priority_class)}
     errors.update(check_run_as(user, spec.backend))
     if errors:
         raise ValidationError(errors)
     job = Job(
         **spec.as_model_kwargs(),
+        mig_compute_slices=slices.compute_slices_of(spec.mig_profile) if spec.mig_slices else 0,
         submitted_by=user,
         idempotency_key=idempotency_key,
         idempotency_fingerprint=fingerprint if idempotency_key else "",
@@ -271,7 +279,11 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
             JobEvent.objects.create(
                 job=job,
                 kind=JobEventKind.SUBMITTED,
-                message=submitted_words(gpus, spec.topology) + _fallback_words(job),
+                message=(
+                    slice_words(job.mig_slices, job.mig_profile)
+                    if job.mig_slices
+                    else submitted_words(gpus, spec.topology) + _fallback_words(job)
+                ),
             )
             request_pass(f"submitted job {job.pk}")
     except IntegrityError:
@@ -281,6 +293,32 @@ def submit_job(*, user, spec: JobSpec | None = None, idempotency_key: str = "", 
             return existing, False
         raise
     return job, True
+
+
+def check_slice_request(spec: JobSpec) -> tuple[JobSpec, dict[str, str]]:
+    """A slice job's rules (scheduling.slices): no whole GPUs, one tray's topology, a profile a tray
+    offers (chosen by the memory size when none is named), and the department's limit and guarantee in
+    GPU-equivalents. The spec with its profile chosen, and the errors by field."""
+    if spec.gpus:
+        return spec, {"gpus": _("ask for whole GPUs or for MIG slices, not both")}
+    if spec.mig_slices < 1:
+        return spec, {"mig_slices": _("a slice job asks for at least one slice")}
+    errors = slices.check_shape(spec.topology, spec.fallback_topology)
+    offer = slices.slice_offer()
+    # A profile chosen by a size earlier (a resubmission) stays that profile.
+    memory = None if spec.mig_profile else spec.mig_memory_gb
+    profile, problems = slices.resolve(spec.mig_profile, spec.mig_slices, memory, offer)
+    errors.update(problems)
+    if errors:
+        return spec, errors
+    spec = dataclasses.replace(spec, mig_profile=profile)
+    equivalents = slices.equivalents_of(profile, spec.mig_slices, offer)
+    return spec, slices.check_quota(spec.department, spec.priority_class, equivalents)
+
+
+def slice_words(count: int, profile: str) -> str:
+    """A submitted slice job's event."""
+    return say(plural(count, SUBMITTED_SLICE, SUBMITTED_SLICES), count=count, profile=profile)
 
 
 def _fallback_words(job: Job) -> str:

@@ -23,7 +23,7 @@ from django.db import transaction
 from inventory.mig_layouts import DISABLED, LayoutError, MigLayout, find
 from inventory.mig_options import layout_options
 from inventory.models import ComputeTray
-from scheduling.models import Allocation, SchedulerState
+from scheduling.models import Allocation, SchedulerState, SliceAllocation
 
 
 class MigLayoutRefused(Exception):
@@ -31,12 +31,12 @@ class MigLayoutRefused(Exception):
 
 
 def _busy(tray: ComputeTray) -> list[str]:
-    return sorted(
-        {
-            f"job {job_id} ({name})"
-            for job_id, name in Allocation.objects.filter(gpu__tray=tray).values_list("job_id", "job__name")
-        }
-    )
+    """The jobs holding the tray's GPUs whole or its MIG devices (slice jobs)."""
+    held = [
+        *Allocation.objects.filter(gpu__tray=tray).values_list("job_id", "job__name"),
+        *SliceAllocation.objects.filter(gpu__tray=tray).values_list("job_id", "job__name"),
+    ]
+    return sorted({f"job {job_id} ({name})" for job_id, name in held})
 
 
 def set_mig_layout(tray_pk: int, name: str) -> ComputeTray:

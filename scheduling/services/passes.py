@@ -39,6 +39,7 @@ from scheduling.services.pass_writes import (
     write_standing,
 )
 from scheduling.services.recarving import propose_recarves
+from scheduling.services.slices import place_slice_jobs
 
 # Tasks are started by name (core.enqueue): dispatch and re-carving belong to integrations, which this layer
 # does not import.
@@ -117,10 +118,12 @@ def _pass(now) -> PassSummary:
         # pass, so it stays right if they fail (the pass rolls back) as if they were made.
         pass_cache.keep(state)
         record()  # waits for the allocations' ids
+    # Slice jobs on free MIG devices, which the engine never gives (scheduling.services.slices).
+    slices_started, slices_waiting = place_slice_jobs(now)
     return PassSummary(
-        started=len(result.started),
+        started=len(result.started) + slices_started,
         preempted=len(result.preempted),
-        waiting=len(result.waiting),
+        waiting=len(result.waiting) + slices_waiting,
         decisions=result.decisions,
         ms=(time.perf_counter() - started_clock) * 1000,
         cold=state.cold,

@@ -79,6 +79,9 @@ def _label(name: str) -> str:
 # Each field's label (any other: its name, capitalised).
 LABELS = {
     "gpus": gettext_lazy("GPUs"),
+    "mig_profile": gettext_lazy("MIG profile"),
+    "mig_slices": gettext_lazy("MIG slices"),
+    "mig_memory_gb": gettext_lazy("MIG memory (GB)"),
     "time_limit_minutes": gettext_lazy("Time limit (minutes)"),
     "fallback_after_minutes": gettext_lazy("Fall back after (minutes)"),
     "name": gettext_lazy("Name"),
@@ -214,6 +217,17 @@ def _shape(request, item: FormField, f: serializers.Field) -> None:
 
 # Where the API's help speaks of JSON (`fields`, "absent or null"), the form says it in its own words.
 FORM_HELP = {
+    "gpus": gettext_lazy(
+        "1-4 GPUs on one tray, or a multiple of 4 (whole trays) above that. Leave it empty for MIG slices."
+    ),
+    "mig_profile": gettext_lazy(
+        "Optional, instead of GPUs: a MIG slice profile a tray's layout offers (for example 1g.23gb), "
+        "or leave it empty and give the memory below."
+    ),
+    "mig_memory_gb": gettext_lazy(
+        "Optional, instead of a profile: the GB each slice needs; the smallest offered profile with at least "
+        "that much is chosen."
+    ),
     "fallback_topology": gettext_lazy(
         "Optional: a wider placement the job accepts once it has waited the time below "
         "(e.g. one rack instead of one NVLink partition). Leave it at None to keep the topology strict."
@@ -352,6 +366,14 @@ def _clone_values(request, pk) -> tuple[dict[str, str], dict[str, str]]:
         elif name != "work" and hasattr(job, name):
             value = getattr(job, name)
             values[name] = "" if value is None else str(value)
+    # Whole GPUs or MIG slices, as the job asked (scheduling.slices): the other fields left empty, and a
+    # profile chosen by a memory size asked again by that size.
+    if job.mig_slices:
+        values["gpus"] = ""
+        if job.mig_memory_gb is not None:
+            values["mig_profile"] = ""
+    else:
+        values.update(dict.fromkeys(("mig_profile", "mig_slices", "mig_memory_gb"), ""))
     rule = work_rule(job.backend)
     values.update((rule.job_form() if rule else json_form(job.backend)).to_form(job.work or {}))
     return values, _clone_project(request, job, values)

@@ -301,6 +301,7 @@ def job_detail(request, pk):
     ]
     # The Resubmit button tells the truth before the click (scheduling.resubmit).
     context["resubmit"] = resubmit_offer(request.user, job)
+    context["slices"] = list(job.slice_allocations.select_related("gpu__tray")) if job.mig_slices else []
     return render(request, "scheduling/job_detail.html", context)
 
 

@@ -156,6 +156,15 @@ class QuotaSerializer(serializers.Serializer):
         help_text="GPUs it holds beyond its fair share that other departments may take back."
     )
     starved = serializers.IntegerField(help_text="GPUs it is owed within its guarantee but does not hold.")
+    slices = serializers.IntegerField(help_text="MIG slices its running slice jobs hold.")
+    slice_gpu_equivalents = serializers.FloatField(
+        help_text="What those slices count for in GPUs: each its share of a GPU's compute slices (g/7; a "
+        "1g.23gb counts 1/7, a 3g.93gb 3/7)."
+    )
+    in_use_gpu_equivalents = serializers.FloatField(
+        help_text="in_use plus slice_gpu_equivalents: what the department's limit and guarantee hold a slice "
+        "job to."
+    )
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -165,7 +165,10 @@ NOT_TYPED = {
         "idempotency_key",
         "idempotency_fingerprint",
         "qos",  # set by integrations.dispatch from tenancy.naming, never typed
+        "mig_profile",  # a profile name, held to inventory.validators.validate_mig_profile
     },
+    # Copies of a MigDevice row's node-reported UUID and profile (inventory.discovery.mig's own rule).
+    "scheduling.SliceAllocation": {"mig_uuid", "profile"},
     "scheduling.FaultPolicy": {"signal"},
     "scheduling.JobEvent": {"message"},
     "scheduling.BackendCancel": {"backend_id", "reason", "error"},

@@ -45,6 +45,17 @@ def slurm_nodes(testbed, job_id: str) -> list[str]:
     ).stdout.split()
 
 
+def sync_until_finished(job: Job, capture, timeout: float = 90) -> None:
+    """Run the sync task (its on-commit work too) until the job is no longer running."""
+    deadline = time.monotonic() + timeout
+    while job.state == JobState.RUNNING:
+        assert time.monotonic() < deadline, f"job {job.backend_id} did not finish: {job.backend_message}"
+        time.sleep(1)
+        with capture(execute=True):
+            sync_jobs()
+        job.refresh_from_db()
+
+
 def test_a_two_tray_job_runs_on_its_trays_in_slurm_and_completes(
     slurm_testbed, slurm_jobs, admin_user, django_capture_on_commit_callbacks
 ):
@@ -62,13 +73,7 @@ def test_a_two_tray_job_runs_on_its_trays_in_slurm_and_completes(
     assert len(set(partitions.values())) == 1, "both trays in one NVLink partition"
     assert job.backend_id.isdigit()
 
-    deadline = time.monotonic() + 90
-    while job.state == JobState.RUNNING:
-        assert time.monotonic() < deadline, f"job {job.backend_id} did not finish: {job.backend_message}"
-        time.sleep(1)
-        with django_capture_on_commit_callbacks(execute=True):
-            sync_jobs()
-        job.refresh_from_db()
+    sync_until_finished(job, django_capture_on_commit_callbacks)
 
     assert job.state == JobState.COMPLETED, job.backend_message
     assert job.exit_code == 0

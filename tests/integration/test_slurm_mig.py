@@ -10,12 +10,27 @@ test leaves the testbed as it found it (`slurm_baseline`, and gres.conf put back
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import subprocess
 import time
 
 import pytest
+from rest_framework.test import APIClient
+
+from integrations.jobs import BackendJobState, BackendRejected
+from integrations.slurm.rest import submit_payload
+from inventory.choices import TrayState
+from inventory.models import ComputeTray, MigDevice
+from scheduling.choices import JobState
+from scheduling.models import Job, SliceAllocation
+from tenancy.models import Department
+from tenancy.services import save_department
+from tests.factories import mig_tray
+from tests.integration.conftest import carve_and_run_jobs, give_identity, tenant_people
+from tests.integration.test_slurm_job_flow import sync_until_finished
+from tests.integration.test_slurm_jobs import job, make_backend, wait_for
 
 pytestmark = pytest.mark.integration
 MIG = (("1g.23gb", 8), ("2g.47gb", 4), ("3g.93gb", 4))  # all-balanced on a tray's four GPUs
@@ -31,41 +46,18 @@ def _show(testbed, host: str) -> str:
 
 
 def test_slurmctld_takes_a_mig_trays_typed_gres_and_runs_a_slice_job(slurm_testbed, slurm_baseline):
-    target = slurm_testbed.target()
-    state = slurm_testbed.state([18])
-    hosts = [n.hostname for n in state.nodes]
-    mig_host = hosts[6]
-    nodes = tuple(dataclasses.replace(n, mig=MIG) if n.hostname == mig_host else n for n in state.nodes)
-    rendered = target.render(dataclasses.replace(state, nodes=nodes))
-    line = next(
-        line for line in rendered["rackplane.conf"].splitlines() if line.startswith(f"NodeName={mig_host} ")
-    )
-    assert "Gres=gpu:1g.23gb:8,gpu:2g.47gb:4,gpu:3g.93gb:4" in line
-
-    gres_conf = slurm_testbed.conf_dir / "gres.conf"
-    saved = gres_conf.read_text()
-    others = ",".join(h for h in hosts if h != mig_host)
-    gres_conf.write_text(
-        "AutoDetect=off\n"
-        f"NodeName={others} Name=gpu File=/opt/fakegpu/nvidia[0-3]\n"
-        + "".join(f"NodeName={mig_host} Name=gpu Type={kind} File={files}\n" for kind, files in MIG_FILES)
-    )
-    sbatch, squeue, scancel = (str(slurm_testbed.bin / n) for n in ("sbatch", "squeue", "scancel"))
+    squeue = str(slurm_testbed.bin / "squeue")
     job = ""
-    try:
-        result = target.apply(rendered)
-        assert result.reconfigured
-        deadline = time.monotonic() + 60
-        while "State=IDLE " not in (shown := _show(slurm_testbed, mig_host)) or "DRAIN" in shown:
-            assert time.monotonic() < deadline, shown + slurm_testbed.log_tail()
-            time.sleep(0.5)
+    with _mig_node(slurm_testbed) as (mig_host, line, hosts):
+        assert "Gres=gpu:1g.23gb:8,gpu:2g.47gb:4,gpu:3g.93gb:4" in line
+        shown = _show(slurm_testbed, mig_host)
         gres = re.search(r"\bGres=(\S+)", shown).group(1)
         assert sorted(gres.split(",")) == ["gpu:1g.23gb:8", "gpu:2g.47gb:4", "gpu:3g.93gb:4"], shown
         assert re.search(r"\bGres=gpu:4\b", _show(slurm_testbed, hosts[0]))
 
         # What dispatch asks for a slice: gres/gpu:<profile>:1. Only the MIG node has it.
         job = subprocess.run(
-            [sbatch, "--parsable", "--gres=gpu:1g.23gb:1", "--wrap", "sleep 60"],
+            [str(slurm_testbed.bin / "sbatch"), "--parsable", "--gres=gpu:1g.23gb:1", "--wrap", "sleep 60"],
             capture_output=True,
             text=True,
             check=True,
@@ -81,8 +73,132 @@ def test_slurmctld_takes_a_mig_trays_typed_gres_and_runs_a_slice_job(slurm_testb
             )
             time.sleep(0.5)
         assert out[1] == mig_host
+
+
+@contextlib.contextmanager
+def _mig_node(slurm_testbed):
+    """The testbed with its seventh tray given all-balanced's typed GRES (node line and gres.conf, as the
+    a real node's AutoDetect would find them); yields the tray's host name, its rendered node line and every
+    host; gres.conf put back and every job cancelled after."""
+    target = slurm_testbed.target()
+    state = slurm_testbed.state([18])
+    hosts = [n.hostname for n in state.nodes]
+    mig_host = hosts[6]
+    nodes = tuple(dataclasses.replace(n, mig=MIG) if n.hostname == mig_host else n for n in state.nodes)
+    rendered = target.render(dataclasses.replace(state, nodes=nodes))
+    line = next(
+        line for line in rendered["rackplane.conf"].splitlines() if line.startswith(f"NodeName={mig_host} ")
+    )
+    with _mig_gres_conf(slurm_testbed, mig_host, hosts):
+        assert target.apply(rendered).reconfigured
+        _wait_idle(slurm_testbed, mig_host)
+        yield mig_host, line, hosts
+
+
+@contextlib.contextmanager
+def _mig_gres_conf(slurm_testbed, mig_host: str, hosts: list[str]):
+    """gres.conf as a site's would be for one MIG tray (typed lines, one device file per MIG device: what
+    AutoDetect=nvml finds on a real node); put back, and every job cancelled, after."""
+    gres_conf = slurm_testbed.conf_dir / "gres.conf"
+    saved = gres_conf.read_text()
+    others = ",".join(h for h in hosts if h != mig_host)
+    gres_conf.write_text(
+        "AutoDetect=off\n"
+        f"NodeName={others} Name=gpu File=/opt/fakegpu/nvidia[0-3]\n"
+        + "".join(f"NodeName={mig_host} Name=gpu Type={kind} File={files}\n" for kind, files in MIG_FILES)
+    )
+    try:
+        yield
     finally:
-        if job:
-            subprocess.run([scancel, job], check=False)
         gres_conf.write_text(saved)
         slurm_testbed.cancel_all_jobs()
+
+
+def _wait_idle(slurm_testbed, host: str) -> str:
+    deadline = time.monotonic() + 60
+    while "State=IDLE " not in (shown := _show(slurm_testbed, host)) or "DRAIN" in shown:
+        assert time.monotonic() < deadline, shown + slurm_testbed.log_tail()
+        time.sleep(0.5)
+    return shown
+
+
+def test_dispatch_of_a_slice_job_asks_slurmrestd_for_its_profile_and_runs_on_its_tray(
+    slurm_testbed, slurm_baseline
+):
+    """What integrations.dispatch sends for a slice job (scheduling.slices): `tres_per_node`
+    gres/gpu:<profile>:<count>, pinned to its one tray, through slurmrestd; slurmctld runs it there holding
+    those MIG devices, and refuses more than the tray has."""
+    backend = make_backend()
+    started: list[str] = []
+    with _mig_node(slurm_testbed) as (mig_host, _, _):
+        request = job(
+            [mig_host], "#!/bin/bash\nsleep 60\n", gpus_per_tray=0, mig_profile="1g.23gb", mig_slices=2
+        )
+        assert submit_payload(request)["job"]["tres_per_node"] == "gres/gpu:1g.23gb:2"
+        try:
+            started.append(backend.submit(request))
+            wait_for(backend, started, (BackendJobState.RUNNING,))
+            shown = subprocess.run(
+                [slurm_testbed.scontrol, "show", "job", started[0].split(":")[-1]],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert re.search(r"\bNodeList=" + re.escape(mig_host) + r"\b", shown), shown
+            assert "gres/gpu:1g.23gb:2" in shown, shown
+            # Nine 3g.93gb: the tray has four. slurmctld refuses it (no node could ever hold it).
+            too_many = job([mig_host], gpus_per_tray=0, mig_profile="3g.93gb", mig_slices=9)
+            with pytest.raises(BackendRejected):
+                started.append(backend.submit(too_many))
+        finally:
+            for backend_id in started:
+                backend.cancel(backend_id)
+
+
+@pytest.mark.django_db
+def test_a_slice_job_from_the_api_runs_on_its_mig_tray_in_slurm_and_completes(
+    slurm_testbed, testbed_target, admin_user, django_capture_on_commit_callbacks
+):
+    """The whole way: a tray given all-balanced (its GPUs reporting the MIG devices), pushed to slurmctld
+    (its typed GRES node line), a job asking for two 1g.23gb through POST /api/v1/jobs/, placed by the pass
+    on two of the tray's MIG devices, dispatched through slurmrestd as gres/gpu:1g.23gb:2 pinned to the tray,
+    run there and completed; its devices free again."""
+    hosts = slurm_testbed.hostnames()
+    mig_host = next(t.hostname for t in ComputeTray.objects.filter(state=TrayState.UP).order_by("slot")[2:3])
+    save_department(Department(name="Research", slug="research", guaranteed_gpus=32))
+    mig_tray(mig_host)
+    give_identity(admin_user, tenant_people()["ada"])
+    with _mig_gres_conf(slurm_testbed, mig_host, hosts):
+        carve_and_run_jobs(testbed_target, django_capture_on_commit_callbacks)  # pushes the GRES node line
+        shown = _wait_idle(slurm_testbed, mig_host)
+        assert "gpu:1g.23gb:8" in shown, shown
+        api = APIClient()
+        api.force_authenticate(admin_user)
+        body = {
+            "department": "research",
+            "name": "serve",
+            "mig_profile": "1g.23gb",
+            "mig_slices": 2,
+            "work": {"script": '#!/bin/bash\necho "ran on $SLURM_JOB_NODELIST"\nsleep 2\n'},
+        }
+        with django_capture_on_commit_callbacks(execute=True):
+            response = api.post("/api/v1/jobs/", body, format="json")
+        assert response.status_code == 201, response.json()
+        job = Job.objects.get(pk=response.json()["id"])
+        assert job.state == JobState.RUNNING, (job.pending_reason, job.backend_message)
+        assert job.placement == [mig_host]
+        held = set(SliceAllocation.objects.filter(job=job).values_list("mig_uuid", flat=True))
+        assert len(held) == 2
+        assert held <= set(
+            MigDevice.objects.filter(gpu__tray__hostname=mig_host).values_list("uuid", flat=True)
+        )
+        shown = subprocess.run(
+            [slurm_testbed.scontrol, "show", "job", job.backend_id],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "gres/gpu:1g.23gb:2" in shown and f"NodeList={mig_host}" in shown, shown
+        sync_until_finished(job, django_capture_on_commit_callbacks)
+        assert job.state == JobState.COMPLETED and job.exit_code == 0, job.backend_message
+        assert not SliceAllocation.objects.filter(job=job).exists()

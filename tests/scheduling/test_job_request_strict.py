@@ -49,8 +49,9 @@ def test_a_misspelt_field_is_refused_with_the_closest_one(post):
 def test_an_unknown_field_with_nothing_close_lists_the_fields_the_request_takes(post):
     assert refused(post(color="blue")) == {
         "color": [
-            "Unknown field: this request takes department, project, name, gpus, topology, fallback_topology, "
-            "fallback_after_minutes, priority_class, backend, time_limit_minutes, work."
+            "Unknown field: this request takes department, project, name, gpus, mig_profile, mig_slices, "
+            "mig_memory_gb, topology, fallback_topology, fallback_after_minutes, priority_class, backend, "
+            "time_limit_minutes, work."
         ]
     }
 
@@ -105,6 +106,9 @@ def test_the_document_says_the_job_request_takes_no_other_field():
             "project",
             "name",
             "gpus",
+            "mig_profile",
+            "mig_slices",
+            "mig_memory_gb",
             "topology",
             "fallback_topology",
             "fallback_after_minutes",

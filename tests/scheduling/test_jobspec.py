@@ -22,7 +22,7 @@ from scheduling.jobspec import JobSpec
 from scheduling.models import Job
 from scheduling.services.admission import submission_fingerprint
 from tenancy.models import Project, ProjectMembership
-from tests.factories import make_department
+from tests.factories import make_department, mig_tray
 
 SCRIPT = "#!/bin/bash\nsrun python train.py\n"
 
@@ -184,26 +184,29 @@ EVERY_FIELD = {
     "fallback_topology": Topology.ANY,
     "fallback_after_minutes": 30,
 }
+# The fields a whole-GPU job cannot set (MIG slices instead of GPUs: scheduling.slices), carried by a slice
+# job of their own; with EVERY_FIELD they name every field. The size chooses the profile (2g.47gb).
+SLICE_FIELDS = {"mig_profile": "2g.47gb", "mig_slices": 2, "mig_memory_gb": 40}
 
 
 @pytest.mark.django_db
 def test_every_field_round_trips_through_submit_resubmit_and_the_fingerprint(
     api_as, client_as, member_a, vision
 ):
-    assert set(EVERY_FIELD) == set(JobSpec.FIELDS), "give the new field a value in EVERY_FIELD"
+    assert set(EVERY_FIELD) | set(SLICE_FIELDS) == set(JobSpec.FIELDS), "give the new field a value here"
     defaults = {
         f.name: f.default for f in dataclasses.fields(JobSpec) if f.default is not dataclasses.MISSING
     }
-    assert all(EVERY_FIELD[name] != default for name, default in defaults.items())
+    assert all({**EVERY_FIELD, **SLICE_FIELDS}[name] != default for name, default in defaults.items())
 
     response = api_as(member_a).post("/api/v1/jobs/", EVERY_FIELD, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
     assert response.status_code == 201, response.json()
     first = Job.objects.select_related("department", "project").get(pk=response.json()["id"])
     spec = JobSpec.from_job(first)
     assert spec.department.slug == "research" and spec.project == vision
-    assert {
-        name: getattr(spec, name) for name in JobSpec.FIELDS if name not in ("department", "project")
-    } == {name: value for name, value in EVERY_FIELD.items() if name not in ("department", "project")}
+    assert {name: getattr(spec, name) for name in EVERY_FIELD if name not in ("department", "project")} == {
+        name: value for name, value in EVERY_FIELD.items() if name not in ("department", "project")
+    }
     assert first.idempotency_fingerprint == submission_fingerprint(spec)
 
     again = client_as(member_a).post(f"/scheduling/jobs/{first.pk}/resubmit/", {"key": "k-2"})
@@ -228,3 +231,29 @@ def test_the_migration_fingerprints_a_job_as_its_spec_does(department_a, member_
     migration.fingerprint_jobs_with_a_key(apps, None)
     job.refresh_from_db()
     assert job.idempotency_fingerprint == submission_fingerprint(JobSpec.from_job(job))
+
+
+@pytest.mark.django_db
+def test_a_slice_jobs_fields_round_trip_through_submit_resubmit_and_the_fingerprint(
+    api_as, client_as, member_a, vision
+):
+    mig_tray("gb-r03-t02")
+    body = {
+        **{
+            k: v
+            for k, v in EVERY_FIELD.items()
+            if k not in ("gpus", "topology", "fallback_topology", "fallback_after_minutes")
+        }
+    }
+    body["mig_memory_gb"] = SLICE_FIELDS["mig_memory_gb"]
+    body["mig_slices"] = SLICE_FIELDS["mig_slices"]
+    response = api_as(member_a).post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="s-1")
+    assert response.status_code == 201, response.json()
+    first = Job.objects.select_related("department", "project").get(pk=response.json()["id"])
+    spec = JobSpec.from_job(first)
+    assert {name: getattr(spec, name) for name in SLICE_FIELDS} == SLICE_FIELDS
+    assert spec.gpus == 0 and first.idempotency_fingerprint == submission_fingerprint(spec)
+    again = client_as(member_a).post(f"/scheduling/jobs/{first.pk}/resubmit/", {"key": "s-2"})
+    assert again.status_code == 302, again.content.decode()[:2000]
+    second = Job.objects.exclude(pk=first.pk).get()
+    assert JobSpec.from_job(second) == spec

@@ -331,6 +331,9 @@ def test_quota_is_the_fair_share_position_from_the_database(workload, staff):
         "entitled_over_quota": expected["alpha"].over_quota,
         "reclaimable": 0,
         "starved": 0,
+        "slices": 0,  # no slice job (tests/scheduling/test_slice_jobs.py counts them)
+        "slice_gpu_equivalents": 0.0,
+        "in_use_gpu_equivalents": 48.0,
     }
     # Enough capacity: Alpha gets all it asks for, 40 in quota and 24 borrowed.
     assert (body["fair_share"], body["entitled_in_quota"], body["entitled_over_quota"]) == (64, 40, 24)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from typing import Any
 
@@ -775,6 +776,51 @@ def test_cancelling_a_one_tray_job_without_a_compute_domain(kube, backend):
     backend.cancel(one)  # the ComputeDomain's real 404 is "nothing to delete"
     assert kube.names("Job") == []
     assert backend.status([one])[one].state == BackendJobState.CANCELLED
+
+
+def _slice_request(**overrides: Any) -> DispatchRequest:
+    """A slice job (scheduling.slices): two 1g.23gb MIG devices on one tray, no whole GPU."""
+    fields: dict[str, Any] = {"hostnames": ("gb-r01-t09",), "gpus_per_tray": 0, "mig_profile": "1g.23gb"}
+    return request(job_id=7, **{**fields, "mig_slices": 2, **overrides})
+
+
+def test_a_slice_job_asks_the_device_plugin_for_its_mig_profile():
+    objects = render_job_objects(_slice_request())
+    assert v.validate_all(objects) == []
+    assert [o["kind"] for o in objects] == ["Job"]  # one tray: no ComputeDomain
+    resources = pod_spec(objects[0])["containers"][0]["resources"]
+    assert resources == {
+        "requests": {"nvidia.com/mig-1g.23gb": "2"},
+        "limits": {"nvidia.com/mig-1g.23gb": "2"},
+    }  # and no nvidia.com/gpu: a slice job holds no whole GPU
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"hostnames": HOSTS}, "one tray"),
+        ({"gpus_per_tray": 1}, "no whole GPU"),
+        ({"mig_profile": "1g.23gb+me"}, "not a MIG profile the device plugin names"),
+        ({"mig_profile": "x; rm"}, "not a MIG profile"),
+        ({"mig_slices": 0}, "mig_slices must be a whole number >= 1"),
+        ({"mig_slices": 29}, "mig_slices must be at most 28"),
+    ],
+)
+def test_a_slice_job_that_cannot_be_is_refused_before_rendering(overrides, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        render_job_objects(_slice_request(**overrides))
+
+
+@pytest.mark.integration
+def test_the_real_api_server_stores_a_slice_job_with_its_mig_resource(kube, backend):
+    one = backend.submit(_slice_request())
+    assert one == "vision/rp-7"
+    container = pod_spec(kube.get("Job", "rp-7", "vision"))["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/mig-1g.23gb": "2"}
+    assert container["resources"]["requests"] == {"nvidia.com/mig-1g.23gb": "2"}
+    assert kube.names("ComputeDomain") == []
+    backend.cancel(one)
+    assert kube.names("Job") == []
 
 
 @pytest.mark.integration
