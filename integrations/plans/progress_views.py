@@ -116,7 +116,9 @@ def _waiting_for(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[Jo
     return jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
 
 
-def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
+def _names_in_sentences(
+    plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list, requeued: list[JobInTheWay] = ()
+) -> dict:
     """The names the page's sentences hold, each list joined as one (a sentence is translated whole)."""
     return {
         "drained_hostnames": format_html_join(
@@ -124,6 +126,9 @@ def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], fai
         ),
         "waiting_on_names": format_html_join(
             ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)
+        ),
+        "requeued_names": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((name,) for name in sorted({job.name for job in requeued}))
         ),
         "layout_names": format_html_join(", ", "<b>{}</b>", ((p["name"],) for p in plan.layout)),
         "failed_push_links": format_html_join(
@@ -140,7 +145,11 @@ def _progress_context(plan: PartitionPlan) -> dict:
     waits_for = windows.waiting_window(plan)  # a draft waiting for its window moves on by itself
     done = _done(plan, pushes, nodes) and waits_for is None
     drained = _drained(plan)
-    waiting_for = _waiting_for(plan, drained)
+    in_the_way = _waiting_for(plan, drained)
+    # Jobs asked to checkpoint (Requeue now) are requeued when their grace period ends: the plan does not
+    # wait for their time limits, so they are neither "waited for" nor what sets the latest time.
+    requeued = [job for job in in_the_way if job.requeue_at is not None]
+    waiting_for = [job for job in in_the_way if job.requeue_at is None]
     waiting_on = sorted({job.name for job in waiting_for})
     failed_pushes = [push for push in pushes if push.status == PushStatus.FAILED and not push.retried]
     return {
@@ -151,10 +160,12 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "done": done,
         "drained": drained,
         "waiting_on": waiting_on,
-        # When it applies at the latest: the jobs it waits for reach their time limits (as the preview said).
-        "latest": latest_apply([], waiting_for, timezone.now()) if waiting_for else None,
+        "requeued": requeued,
+        # When it applies at the latest: the requeued jobs' grace periods end and the jobs it waits for reach
+        # their time limits (as the preview and the "Requeue now" page said).
+        "latest": latest_apply(requeued, waiting_for, timezone.now()) if in_the_way else None,
         "failed_pushes": failed_pushes,
-        **_names_in_sentences(plan, drained, waiting_on, failed_pushes),
+        **_names_in_sentences(plan, drained, waiting_on, failed_pushes, requeued),
         "layout": [
             {
                 **p,
