@@ -18,6 +18,7 @@ from inventory.models import PartitionPlan
 from scheduling.choices import JobState, PriorityClass
 from scheduling.models import Job
 from tests.factories import make_department, run_job
+from tests.i18n_check import english_left
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 
@@ -228,6 +229,14 @@ def test_a_window_too_short_for_the_plan_says_to_choose_another_window_not_to_fi
     assert response.status_code == 400
     assert "the plan would not apply in it" in response.context["apply_error"]
     text = html.unescape(re.sub(r"<[^>]+>", "", response.content.decode()))
-    assert "choose a later or longer window in Or in a maintenance window" in text
+    assert "What to do: choose a later or longer window in Or in a maintenance window" in text
     assert "fix what the checks below say" not in text
+    assert "The plan was not scheduled." in text and "The plan was not applied." not in text
+    japanese = client.post(
+        reverse("integrations:plan-schedule", args=["gb-r01"]),
+        {**PLAN, "window_start": _local(start), "window_end": _local(start + timedelta(minutes=30))},
+        HTTP_ACCEPT_LANGUAGE="ja",
+    ).content.decode()
+    assert "計画は予約されませんでした。" in japanese and "より遅い、またはより長い期間を選び" in japanese
+    assert not english_left(japanese)
     nothing_written(before, jobs)
