@@ -109,11 +109,15 @@ def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
     )
 
 
-def _waiting_for(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[JobInTheWay]:
-    """The running jobs a draining plan waits for."""
+def _in_the_way(
+    plan: PartitionPlan, drained: list[tuple[int, str]]
+) -> tuple[list[JobInTheWay], list[JobInTheWay]]:
+    """The running jobs in a draining plan's way: those asked to checkpoint ("Requeue now"), requeued when
+    their grace period ends (the plan does not wait for their time limits), and those it waits for."""
     if plan.status != PlanStatus.DRAINING:
-        return []
-    return jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
+        return [], []
+    jobs = jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
+    return [job for job in jobs if job.requeue_at], [job for job in jobs if not job.requeue_at]
 
 
 def _names_in_sentences(
@@ -145,11 +149,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
     waits_for = windows.waiting_window(plan)  # a draft waiting for its window moves on by itself
     done = _done(plan, pushes, nodes) and waits_for is None
     drained = _drained(plan)
-    in_the_way = _waiting_for(plan, drained)
-    # Jobs asked to checkpoint (Requeue now) are requeued when their grace period ends: the plan does not
-    # wait for their time limits, so they are neither "waited for" nor what sets the latest time.
-    requeued = [job for job in in_the_way if job.requeue_at is not None]
-    waiting_for = [job for job in in_the_way if job.requeue_at is None]
+    requeued, waiting_for = _in_the_way(plan, drained)
     waiting_on = sorted({job.name for job in waiting_for})
     failed_pushes = [push for push in pushes if push.status == PushStatus.FAILED and not push.retried]
     return {
@@ -163,7 +163,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "requeued": requeued,
         # When it applies at the latest: the requeued jobs' grace periods end and the jobs it waits for reach
         # their time limits (as the preview and the "Requeue now" page said).
-        "latest": latest_apply(requeued, waiting_for, timezone.now()) if in_the_way else None,
+        "latest": latest_apply(requeued, waiting_for, timezone.now()) if requeued or waiting_for else None,
         "failed_pushes": failed_pushes,
         **_names_in_sentences(plan, drained, waiting_on, failed_pushes, requeued),
         "layout": [

@@ -214,12 +214,7 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "requeue_url": reverse("integrations:plan-requeue", args=[rack.name]),
         **_rack_now(rack, trays, health),
         "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
-        # Plans saved for a maintenance window on this rack: they start by themselves when it opens.
-        "scheduled_plans": list(
-            PartitionPlan.objects.filter(windows.WAITING_FOR_WINDOW, rack=rack)
-            .select_related("window")
-            .order_by("window__starts_at")
-        ),
+        "scheduled_plans": windows.waiting_on(rack),  # they start by themselves when their window opens
         "query": params.urlencode(),
         "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
         **_presets(rack),
