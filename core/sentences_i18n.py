@@ -55,6 +55,8 @@ IDENTIFIERS = frozenset(
         "project",
         "rack",
         "rendered_file",
+        "slurm_after",
+        "slurm_before",
         "tier",
         "topology",
         "who",

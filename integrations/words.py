@@ -52,6 +52,37 @@ RACK_CHANGES_MANY = gettext_noop("%(rack)s: domain %(domain)s: %(count)s changes
 # Why a push failed for good (ConfigPush.error: the target's own output follows as written).
 PUSH_GAVE_UP = gettext_noop("gave up after %(count)s attempts")
 PUSH_NO_ANSWER = gettext_noop("the target did not answer:\n%(output)s")
+# A plan that moves no tray yet changes what is pushed (the wizard's check, a plan's findings): one sentence,
+# its clauses joined by "; ": no tray moves (and whether the fabric's NVLink partitions stay as they are),
+# then each partition's change.
+NO_TRAY_MOVES_FABRIC_SAME = gettext_noop(
+    "No tray of %(rack)s changes NVLink partition and the fabric's NVLink partitions stay as they are, but "
+    "the plan still changes the configuration Rackplane pushes"
+)
+NO_TRAY_MOVES = gettext_noop(
+    "No tray of %(rack)s changes NVLink partition, but the plan still changes the configuration Rackplane "
+    "pushes"
+)
+PARTITION_DEDICATED = gettext_noop(
+    "%(name)s is dedicated to %(department)s and its trays join that department's InfiniBand partition "
+    "(OpenSM)"
+)
+PARTITION_REDEDICATED = gettext_noop(
+    "%(name)s is dedicated to %(department)s instead of %(owner)s and its trays move to that department's "
+    "InfiniBand partition (OpenSM)"
+)
+PARTITION_UNDEDICATED = gettext_noop(
+    "%(name)s is no longer dedicated to %(owner)s and its trays leave that department's InfiniBand "
+    "partition (OpenSM)"
+)
+PARTITION_SLURM_MOVES = gettext_noop(
+    "%(name)s's trays move from the Slurm partition %(slurm_before)s to %(slurm_after)s and the Kubernetes "
+    "labels of their nodes change"
+)
+PARTITION_CLIQUE_MOVES = gettext_noop(
+    "%(name)s's clique ID changes from %(kept)s to %(clique)s: the fabric manager makes it again and the "
+    "Kubernetes labels of its nodes change"
+)
 # Why a plan failed (PartitionPlan.error).
 PLAN_PUSH_FAILED = gettext_noop("a push failed: open it to see why, fix the cause and retry it")
 # The notification of a failed push (its subject, shown in the bell's inbox).

@@ -18,9 +18,12 @@ from integrations.plans.requeue_now import requeue_now
 from integrations.plans.views import _rack_context, admin_rack, preview_context
 
 
-def _refused(request, template: str, context: dict, error: str, *, conflict: bool = False):
-    """The page again, saying why nothing was done (409: not now; 400: not like this)."""
-    context.update(apply_error=error, conflict=conflict)
+def _refused(
+    request, template: str, context: dict, error: str, *, conflict: bool = False, window: bool = False
+):
+    """The page again, saying why nothing was done (409: not now; 400: not like this). `window`: the plan is
+    fine, the maintenance window is not (too short, ended, backwards): the advice is about the window."""
+    context.update(apply_error=error, conflict=conflict, window_refused=window)
     return render(request, template, context, status=409 if conflict else 400)
 
 
@@ -68,7 +71,7 @@ def plan_schedule(request, name):
         ]
         messages += window.non_field_errors()
         context = preview_context(request, rack, form, window_form=window)
-        return _refused(request, template, context, " ".join(messages))
+        return _refused(request, template, context, " ".join(messages), window=True)
     try:
         if not form.partitions or getattr(form, "layout_errors", None) or form.errors:
             raise ValidationError(_("The plan has errors: go back to the layout and fix them."))
@@ -79,7 +82,8 @@ def plan_schedule(request, name):
         }
         # A window the plan cannot apply in would only expire at its end: said before anything is saved.
         if (missed := windows.misses_window(rack, form.partitions, **when)) is not None:
-            raise ValidationError(missed)
+            context = preview_context(request, rack, form, window_form=window)
+            return _refused(request, template, context, missed, window=True)
         plan = windows.schedule(rack, form.partitions, user=request.user, **when)
     except ValidationError as error:
         context = preview_context(request, rack, form, window_form=window)

@@ -109,14 +109,20 @@ def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
     )
 
 
-def _waiting_for(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[JobInTheWay]:
-    """The running jobs a draining plan waits for."""
+def _in_the_way(
+    plan: PartitionPlan, drained: list[tuple[int, str]]
+) -> tuple[list[JobInTheWay], list[JobInTheWay]]:
+    """The running jobs in a draining plan's way: those asked to checkpoint ("Requeue now"), requeued when
+    their grace period ends (the plan does not wait for their time limits), and those it waits for."""
     if plan.status != PlanStatus.DRAINING:
-        return []
-    return jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
+        return [], []
+    jobs = jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
+    return [job for job in jobs if job.requeue_at], [job for job in jobs if not job.requeue_at]
 
 
-def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
+def _names_in_sentences(
+    plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list, requeued: list[JobInTheWay] = ()
+) -> dict:
     """The names the page's sentences hold, each list joined as one (a sentence is translated whole)."""
     return {
         "drained_hostnames": format_html_join(
@@ -124,6 +130,9 @@ def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], fai
         ),
         "waiting_on_names": format_html_join(
             ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)
+        ),
+        "requeued_names": format_html_join(
+            ", ", '<span class="mono">{}</span>', ((name,) for name in sorted({job.name for job in requeued}))
         ),
         "layout_names": format_html_join(", ", "<b>{}</b>", ((p["name"],) for p in plan.layout)),
         "failed_push_links": format_html_join(
@@ -140,7 +149,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
     waits_for = windows.waiting_window(plan)  # a draft waiting for its window moves on by itself
     done = _done(plan, pushes, nodes) and waits_for is None
     drained = _drained(plan)
-    waiting_for = _waiting_for(plan, drained)
+    requeued, waiting_for = _in_the_way(plan, drained)
     waiting_on = sorted({job.name for job in waiting_for})
     failed_pushes = [push for push in pushes if push.status == PushStatus.FAILED and not push.retried]
     return {
@@ -151,10 +160,12 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "done": done,
         "drained": drained,
         "waiting_on": waiting_on,
-        # When it applies at the latest: the jobs it waits for reach their time limits (as the preview said).
-        "latest": latest_apply([], waiting_for, timezone.now()) if waiting_for else None,
+        "requeued": requeued,
+        # When it applies at the latest: the requeued jobs' grace periods end and the jobs it waits for reach
+        # their time limits (as the preview and the "Requeue now" page said).
+        "latest": latest_apply(requeued, waiting_for, timezone.now()) if requeued or waiting_for else None,
         "failed_pushes": failed_pushes,
-        **_names_in_sentences(plan, drained, waiting_on, failed_pushes),
+        **_names_in_sentences(plan, drained, waiting_on, failed_pushes, requeued),
         "layout": [
             {
                 **p,

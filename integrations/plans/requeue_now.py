@@ -45,6 +45,9 @@ class JobInTheWay:
     ends_at: datetime | None = None  # when it reaches its time limit (None: it has no limit)
     department: str = ""  # whose job it is: its department's name
     submitter: str = ""  # and the username of whoever submitted it ("" when the user is gone)
+    # When it is requeued, already asked to checkpoint ("Requeue now", a window's requeue, a fault): its
+    # grace period ends then (scheduling.requeue); None: it is not being requeued.
+    requeue_at: datetime | None = None
 
     @property
     def grace_minutes(self) -> float:
@@ -66,7 +69,12 @@ def latest_apply(requeued: list[JobInTheWay], waited: list[JobInTheWay], now: da
     one rule for the busy summary, the preview, "Requeue now" and a draining plan's progress page."""
     if unlimited := next((job for job in waited if job.ends_at is None), None):
         return LatestApply(None, unlimited, by_limit=True)
-    ends = [(now + timedelta(seconds=job.grace_s), False, job) for job in requeued]
+    # A job already asked to checkpoint is requeued when its grace period ends (requeue_at), not a whole
+    # grace period from now.
+    ends = [
+        (max(now, job.requeue_at) if job.requeue_at else now + timedelta(seconds=job.grace_s), False, job)
+        for job in requeued
+    ]
     ends += [(max(now, job.ends_at), True, job) for job in waited if job.ends_at is not None]
     if not ends:
         return LatestApply(now, None, by_limit=False)
@@ -112,7 +120,7 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
     """The jobs holding GPUs on `rack`'s trays `slots`, each once with its trays, by rack order. One query."""
     now = now or timezone.now()
     rows: dict[int, dict] = {}
-    for pk, name, klass, started, placed, limit, slot, department, submitter in (
+    for pk, name, klass, started, placed, limit, slot, department, submitter, requeue_at in (
         Allocation.objects.filter(
             job__state__in=HOLDING_STATES, gpu__tray__rack=rack, gpu__tray__slot__in=slots
         )
@@ -126,6 +134,7 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
             "gpu__tray__slot",
             "job__department__name",
             "job__submitted_by__username",
+            "job__requeue_at",
         )
         .distinct()
     ):
@@ -142,6 +151,7 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
                 "slots": set(),
                 "department": department,
                 "submitter": submitter or "",
+                "requeue_at": requeue_at,
             },
         )
         row["slots"].add(slot)
@@ -163,6 +173,7 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
                 row["ends_at"],
                 row["department"],
                 row["submitter"],
+                row["requeue_at"],
             )
         )
     return sorted(jobs, key=lambda job: (job.slots[0], job.name))

@@ -28,7 +28,7 @@ from django.utils.translation import ngettext
 
 from core.audit import recording_changes, update_recorded
 from core.fingerprint import fingerprint
-from core.sentences import say
+from core.sentences import CLAUSES, say
 from integrations import words
 from integrations.fabric import FabricError, FabricPartition
 from integrations.fabric.base import plan_changes
@@ -53,6 +53,7 @@ from inventory.planning import (
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
 from scheduling.services.pass_requests import request_pass
+from tenancy import naming
 from tenancy.models import DedicatedPartition, Department
 from tenancy.services import dedicate_partition
 
@@ -286,7 +287,58 @@ def check(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = False
         # The error says all the tray-level warning said ("does not change the partitions"), and more.
         result.findings = [f for f in result.findings if f.message != no_tray_changes(rack.name)]
         result.add(Level.ERROR, already_carved(rack.name))
+    elif not result.changes:
+        # No tray moves, yet the plan changes something (a dedication, a Slurm partition, a clique ID): the
+        # planner's "does not change the partitions" would deny the diff the preview shows; say what changes.
+        result.findings = [
+            Finding(Level.INFO, _what_changes(rack, result)) if f.message == no_tray_changes(rack.name) else f
+            for f in result.findings
+        ]
     return result
+
+
+def _what_changes(rack: Rack, result: PlanCheck) -> str:
+    """A plan that moves no tray, in one sentence of templates (integrations.words): whether the fabric's
+    partitions stay, then what changes for each planned partition (its dedication, the Slurm partition its
+    trays are served from, its clique ID)."""
+    current = {p.name: p for p in NVLinkPartition.objects.filter(rack=rack)}
+    owners = dict(
+        DedicatedPartition.objects.filter(partition__rack=rack).values_list(
+            "partition_id", "department__slug"
+        )
+    )
+    clauses, fabric_same = [], True
+    for planned in result.partitions:
+        partition = current.get(planned.name)
+        if partition is None:
+            continue
+        owner, department = owners.get(partition.pk), planned.department or None
+        if department != owner:
+            if owner is None:
+                clauses.append(say(words.PARTITION_DEDICATED, name=planned.name, department=department))
+            elif department is None:
+                clauses.append(say(words.PARTITION_UNDEDICATED, name=planned.name, owner=owner))
+            else:
+                clauses.append(
+                    say(words.PARTITION_REDEDICATED, name=planned.name, department=department, owner=owner)
+                )
+        with contextlib.suppress(ValueError):  # a name the checks refuse: said by its own error
+            before = naming.slurm_partition(partition.service_tier, owner)
+            after = naming.slurm_partition("" if department else planned.slurm_partition, department)
+            if before != after:
+                clauses.append(
+                    say(
+                        words.PARTITION_SLURM_MOVES, name=planned.name, slurm_before=before, slurm_after=after
+                    )
+                )
+        clique = result.clique_ids.get(planned.name)
+        if clique is not None and clique != partition.clique_id:
+            fabric_same = False
+            clauses.append(
+                say(words.PARTITION_CLIQUE_MOVES, name=planned.name, kept=partition.clique_id, clique=clique)
+            )
+    lead = say(words.NO_TRAY_MOVES_FABRIC_SAME if fabric_same else words.NO_TRAY_MOVES, rack=rack.name)
+    return CLAUSES.join([lead, *clauses])
 
 
 def already_carved(rack_name: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
@@ -26,6 +26,7 @@ from django_htmx.http import push_url
 from core.access import require_admin
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from integrations.plans import service as plans
+from integrations.plans import windows
 from integrations.plans.forms import CUSTOM, PlanForm, WhatIfForm, WindowForm, plan_form
 from integrations.plans.requeue_now import summarize
 from integrations.plans.service import create_and_apply
@@ -72,20 +73,29 @@ def pick_rack(request):
         .values("gpu__tray__rack")
         .annotate(jobs=Count("job", distinct=True), gpus=Count("pk"))
     }
-    active = {
-        plan.rack_id: plan
-        for plan in PartitionPlan.objects.filter(rack_id__in=ids, status__in=ACTIVE_PLAN_STATES)
-    }
+    # Plans in flight: draining or applying, and drafts waiting for their maintenance window (they start
+    # by themselves), as the plan list counts them.
+    in_flight: dict[int, list[PartitionPlan]] = {}
+    for plan in plans_in_flight().filter(rack_id__in=ids).order_by("pk"):
+        in_flight.setdefault(plan.rack_id, []).append(plan)
     for rack in racks:
         rack.partition_names = partitions.get(rack.pk, [])
         rack.running_jobs = work.get(rack.pk, {}).get("jobs", 0)
         rack.busy_gpus = work.get(rack.pk, {}).get("gpus", 0)
-        rack.active_plan = active.get(rack.pk)
+        rack.plans_in_flight = in_flight.get(rack.pk, [])
     return render(
         request,
         "integrations/wizard/pick_rack.html",
         {"filter": filterset, "page": page, "step": "rack", "steps": wizard_steps("rack")},
     )
+
+
+def plans_in_flight():
+    """Plans draining or applying, and drafts waiting for their maintenance window
+    (windows.WAITING_FOR_WINDOW: they start by themselves when it opens)."""
+    return PartitionPlan.objects.filter(
+        Q(status__in=ACTIVE_PLAN_STATES) | windows.WAITING_FOR_WINDOW
+    ).select_related("window")
 
 
 # ---- steps 2 and 3: layout and names (live drawing) ------------------------------------------------------
@@ -204,6 +214,7 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "requeue_url": reverse("integrations:plan-requeue", args=[rack.name]),
         **_rack_now(rack, trays, health),
         "active_plan": PartitionPlan.objects.filter(rack=rack, status__in=ACTIVE_PLAN_STATES).first(),
+        "scheduled_plans": windows.waiting_on(rack),  # they start by themselves when their window opens
         "query": params.urlencode(),
         "custom_rows": form.custom_rows(extra=1 if "add_row" in request.GET else 0),
         **_presets(rack),

@@ -46,6 +46,16 @@ OPEN_STATES = (WindowState.SCHEDULED, WindowState.STARTED)
 WAITING_FOR_WINDOW = Q(status=PlanStatus.DRAFT, window__state=WindowState.SCHEDULED)
 
 
+def waiting_on(rack: Rack) -> list[PartitionPlan]:
+    """The plans saved for a maintenance window on `rack` that has not started, soonest first (each with its
+    window read)."""
+    return list(
+        PartitionPlan.objects.filter(WAITING_FOR_WINDOW, rack=rack)
+        .select_related("window")
+        .order_by("window__starts_at")
+    )
+
+
 def waiting_window(plan: PartitionPlan) -> PlanWindow | None:
     """The window `plan` waits for (it is a draft and the window has not started); None otherwise."""
     if plan.status != PlanStatus.DRAFT:

@@ -188,3 +188,38 @@ def test_drain_first_on_the_preview_reruns_the_preview_in_place(live_server, pag
     page.screenshot(path=str(shots / "preview-in-place-390.png"), full_page=True)
     page.set_viewport_size(DESKTOP)
     page.screenshot(path=str(shots / "preview-in-place-1400.png"), full_page=True)
+
+
+@pytest.mark.e2e
+def test_a_plan_that_only_dedicates_a_partition_says_what_it_changes_in_japanese(
+    live_server, browser, admin, shots
+):
+    """The walkthrough dedicated gb-r08's existing p2 to a department and read "⚠ this plan does not change
+    the partitions" above a diff of three files. gb-r02 is carved 2x9 here: the preview's check says no tray
+    moves and the fabric's partitions stay, names the dedication and the Slurm move, and the diff agrees."""
+    make_department("Inference", guaranteed_gpus=36)
+    context = browser.new_context(viewport=DESKTOP, locale="ja-JP", timezone_id="Asia/Tokyo")
+    page = context.new_page()
+    sign_in(page, live_server, admin.username, PASSWORD)
+    page.goto(
+        f"{live_server.url}/inventory/racks/gb-r02/plan/preview/?preset=2x9&name=p1&name=p2"
+        "&department=&department=inference&slurm=&slurm="
+    )
+    findings = page.locator("ul.findings > li")
+    expect(findings.filter(has_text="パーティションは変わりません")).to_have_count(0)
+    said = findings.filter(has_text="NVLink パーティションが変わるトレイはなく")
+    expect(said).to_have_count(1)
+    expect(said).to_have_class(re.compile(r"\bfinding-info\b"))
+    expect(said).to_contain_text("p2 は inference の専有になり")
+    expect(said).to_contain_text("p2 のトレイは Slurm パーティション gpu から inference に移り")
+    expect(said).not_to_contain_text("No tray")
+    ok = findings.filter(has_text="重複なし")
+    expect(ok.locator(".visually-hidden")).to_have_text(re.compile(r"^\s*問題なし:\s*$"))  # not "ok:"
+    # What the check says changes is what the diff shows: Slurm, Kubernetes and OpenSM files.
+    expect(page.locator("body")).to_contain_text("slurm/rackplane.conf")
+    expect(page.locator("body")).to_contain_text("kubernetes/02-nodes.yaml")
+    expect(page.locator("body")).to_contain_text("opensm/partitions.conf")
+    expect(page.locator(".apply-panel").locator("button.apply-button")).to_be_enabled()
+    said.scroll_into_view_if_needed()
+    both_widths(page, shots, "preview-dedication-only-ja")
+    context.close()

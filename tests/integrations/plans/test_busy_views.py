@@ -18,6 +18,7 @@ from inventory.models import PartitionPlan
 from scheduling.choices import JobState, PriorityClass
 from scheduling.models import Job
 from tests.factories import make_department, run_job
+from tests.i18n_check import english_left
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
 
@@ -209,4 +210,33 @@ def test_a_window_for_a_plan_that_cannot_be_made_or_another_racks_plan_is_refuse
     )
     # Another plan's id is not something these forms take: cancelling one that does not exist is a 404.
     assert client.post(reverse("integrations:plan-cancel", args=[987654])).status_code == 404
+    nothing_written(before, jobs)
+
+
+def test_a_window_too_short_for_the_plan_says_to_choose_another_window_not_to_fix_the_checks(
+    jobs, client, platform_admin
+):
+    """The jobs in the plan's way may run 2 hours: a 30-minute window is refused, and the advice is about the
+    window (a walkthrough was told to fix the checks, layout and names, of a plan that had nothing wrong)."""
+    client.force_login(platform_admin)
+    client.cookies["rackplane_tz"] = "Asia/Tokyo"
+    start = (timezone.now() + timedelta(minutes=10)).replace(second=0, microsecond=0)
+    before = counts()
+    response = client.post(
+        reverse("integrations:plan-schedule", args=["gb-r01"]),
+        {**PLAN, "window_start": _local(start), "window_end": _local(start + timedelta(minutes=30))},
+    )
+    assert response.status_code == 400
+    assert "the plan would not apply in it" in response.context["apply_error"]
+    text = html.unescape(re.sub(r"<[^>]+>", "", response.content.decode()))
+    assert "What to do: choose a later or longer window in Or in a maintenance window" in text
+    assert "fix what the checks below say" not in text
+    assert "The plan was not scheduled." in text and "The plan was not applied." not in text
+    japanese = client.post(
+        reverse("integrations:plan-schedule", args=["gb-r01"]),
+        {**PLAN, "window_start": _local(start), "window_end": _local(start + timedelta(minutes=30))},
+        HTTP_ACCEPT_LANGUAGE="ja",
+    ).content.decode()
+    assert "計画は予約されませんでした。" in japanese and "より遅い、またはより長い期間を選び" in japanese
+    assert not english_left(japanese)
     nothing_written(before, jobs)

@@ -6,6 +6,7 @@ scheduled on its page and in the list, and counts as in flight."""
 from __future__ import annotations
 
 import html
+import re
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
@@ -20,6 +21,7 @@ from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan, Rack
 from inventory.planning import preset_layout
 from scheduling.choices import PriorityClass
+from scheduling.models import Job
 from tests.factories import make_department, run_job
 from tests.i18n_check import assert_japanese
 
@@ -167,6 +169,95 @@ def test_a_plan_waiting_for_its_window_reads_as_scheduled_and_counts_as_in_fligh
     plans.cancel_plan(plan)
     listing = html.unescape(client.get(reverse("integrations:plan-list")).content.decode())
     assert "1 plan in flight." in listing and "waiting for" not in listing
+
+
+def test_a_plan_waiting_for_its_window_shows_in_the_wizard_where_plans_in_flight_are(
+    rack, in_the_way, client, platform_admin
+):
+    """The wizard's rack list said "—" under "Plan in flight" for a rack whose plan waited for its window, and
+    the rack's layout page did not mention it (a walkthrough found plan #2 of gb-r07 nowhere there)."""
+    start = (timezone.now() + timedelta(days=6)).replace(second=0, microsecond=0)
+    plan = windows.schedule(
+        rack, preset_layout("2x9"), starts_at=start, ends_at=start + timedelta(hours=4), requeue=False,
+        user=platform_admin,
+    )  # fmt: skip
+    client = tokyo_admin(client, platform_admin)
+    detail = reverse("integrations:plan-detail", args=[plan.pk])
+    racks = client.get(reverse("integrations:plan-new")).content.decode()
+    row = re.search(r'<tr data-rack="gb-r01">.*?</tr>', racks, re.S).group(0)
+    assert f'<a href="{detail}" data-plan="{plan.pk}">#{plan.pk} scheduled: its window starts at ' in row
+    assert time_element(start) in row
+    other = re.search(r'<tr data-rack="gb-r02">.*?</tr>', racks, re.S).group(0)
+    assert '<td class="plans-in-flight"><span class="muted">—</span></td>' in other
+
+    for step in ("plan-layout", "plan-names", "plan-preview"):
+        page = html.unescape(client.get(reverse(f"integrations:{step}", args=["gb-r01"])).content.decode())
+        note = re.search(r'<p class="note note-info scheduled-plan".*?</p>', page, re.S).group(0)
+        assert (
+            f'<a href="{detail}">Plan #{plan.pk}</a> is scheduled on gb-r01 for the maintenance window'
+            in note
+        )
+        assert time_element(start) in note and time_element(start + timedelta(hours=4)) in note
+    assert (
+        "scheduled-plan"
+        not in client.get(reverse("integrations:plan-layout", args=["gb-r02"])).content.decode()
+    )
+    page = assert_japanese(client, reverse("integrations:plan-layout", args=["gb-r01"]))
+    assert "メンテナンス期間" in page
+
+    plans.cancel_plan(plan)
+    racks = client.get(reverse("integrations:plan-new")).content.decode()
+    assert f'data-plan="{plan.pk}"' not in racks
+    assert (
+        "scheduled-plan"
+        not in client.get(reverse("integrations:plan-layout", args=["gb-r01"])).content.decode()
+    )
+
+
+def test_after_requeue_now_the_plans_page_gives_the_requeue_time_the_confirm_page_promised(
+    rack, client, platform_admin
+):
+    """After "Requeue now" on a rack whose jobs in the way are all checkpointable, the confirm page promised
+    the end of their grace period, but the plan's page said the plan applied by the last job's time limit (a
+    day later) and listed the jobs being requeued as waited for (a walkthrough found it on gb-r04)."""
+    ops = make_department("Ops")
+    now = timezone.now()
+    train = [
+        run_job(
+            ops, trays=[f"gb-r01-t{slot:02d}"], name=f"train-{slot}", over_quota=True, backend_id=f"{slot}",
+            started_at=now - timedelta(hours=1), time_limit_minutes=1440 + slot,
+        )
+        for slot in (1, 2)
+    ]  # fmt: skip
+    client = tokyo_admin(client, platform_admin)
+    url = reverse("integrations:plan-requeue", args=["gb-r01"])
+    promised = client.get(url, PLAN).context["requeue"]
+    assert [job.pk for job in promised.requeued] == [job.pk for job in train] and not promised.waited
+    response = client.post(url, PLAN)
+    assert response.status_code == 302, response.content.decode()
+    plan = PartitionPlan.objects.get()
+    assert plan.status == PlanStatus.DRAINING
+    requeue_at = {job.pk: job.requeue_at for job in Job.objects.filter(pk__in=[job.pk for job in train])}
+    assert all(requeue_at.values())
+
+    page = client.get(reverse("integrations:plan-detail", args=[plan.pk]))
+    latest = page.context["latest"]
+    assert not latest.by_limit and latest.at == max(requeue_at.values())
+    assert abs((latest.at - promised.applies_by).total_seconds()) < 60  # what the confirm page said
+    assert page.context["waiting_on"] == []
+    text = page.content.decode()
+    job = latest.job.pk
+    link = f'<a href="{reverse("scheduling:job-detail", args=[job])}">job #{job}</a>'
+    assert (
+        f"The plan applies by <b>{time_element(latest.at, f'{latest.at.astimezone(TOKYO):%H:%M} JST')}</b>"
+        f" at the latest (when {link} is requeued, at the end of its grace period)."
+        in text
+        or f"The plan applies by <b>{time_element(latest.at)}</b> at the latest (when {link} is requeued"
+        in text
+    )
+    assert "time limit ends" not in text and "once they have been requeued" in text
+    assert "were asked to checkpoint: each is requeued when its grace period ends" in text
+    assert_japanese(client, reverse("integrations:plan-detail", args=[plan.pk]))
 
 
 def test_the_new_sentences_read_in_japanese(rack, in_the_way, client, platform_admin):

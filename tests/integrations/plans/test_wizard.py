@@ -25,6 +25,7 @@ from scheduling.services.actions import finish_job
 from tenancy.models import Department
 from tenancy.services import save_department
 from tests.factories import make_department, nodes_report_their_partitions, run_job
+from tests.i18n_check import assert_japanese
 
 # Plans push to the embedded `local` directory target (tests/conftest.py), writing into a temporary directory.
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
@@ -550,6 +551,18 @@ def test_a_preview_of_the_layout_the_rack_already_has_says_so_and_cannot_apply(a
     assert not PartitionPlan.objects.exists()
 
 
+def rendered_slurm_partitions(render_dir) -> dict[str, set[str]]:
+    """Slurm partition -> its hosts, as the rendered rackplane.conf pushed to the `local` target says."""
+    conf = (render_dir / "current" / "slurm" / "rackplane.conf").read_text()
+    return {
+        line.split()[0].split("=", 1)[1]: set(
+            hostlist.expand_hostlist(re.search(r"\bNodes=(\S+)", line).group(1))
+        )
+        for line in conf.splitlines()
+        if line.startswith("PartitionName=")
+    }
+
+
 @pytest.mark.slow(reason="a plan applied and rendered: over 0.3 s on 2 cores")
 def test_every_layout_row_names_the_slurm_partition_the_rendered_configuration_serves_it_from(
     admin, django_capture_on_commit_callbacks, render_dir
@@ -577,18 +590,80 @@ def test_every_layout_row_names_the_slurm_partition_the_rendered_configuration_s
     page = admin.get(url("plan-detail", plan.pk))
     rows = {row["name"]: (row["served_by"], row["slots"]) for row in page.context["layout"]}
     assert {name: served for name, (served, _) in rows.items()} == shown
-    conf = (render_dir / "current" / "slurm" / "rackplane.conf").read_text()
-    served = {
-        line.split()[0].split("=", 1)[1]: set(
-            hostlist.expand_hostlist(re.search(r"\bNodes=(\S+)", line).group(1))
-        )
-        for line in conf.splitlines()
-        if line.startswith("PartitionName=")
-    }
+    served = rendered_slurm_partitions(render_dir)
     for name, (slurm_partition, slots) in rows.items():
         hosts = {f"gb-r01-t{slot:02d}" for slot in slots}
         assert hosts <= served[slurm_partition], (name, slurm_partition, served)
     assert '<td class="served-by">research</td>' in page.content.decode()
+
+
+NO_TRAY_MOVES = {
+    # The walkthrough's plan: the existing p2 only dedicated to a department, its Slurm partition left empty.
+    "dedicated": (
+        {"preset": "2x9", "name": ["p1", "p2"], "department": ["", "inference"], "slurm": ["", ""]},
+        ["p2 is dedicated to inference", "p2's trays move from the Slurm partition gpu to inference"],
+        {"p1": "gpu", "p2": "inference"},
+    ),
+    "slurm partition": (
+        {"preset": "2x9", "name": ["p1", "p2"], "department": ["", ""], "slurm": ["gpu_fast", ""]},
+        ["p1's trays move from the Slurm partition gpu to gpu_fast"],
+        {"p1": "gpu_fast", "p2": "gpu"},
+    ),
+    "clique IDs swapped": (
+        {"preset": "custom", "slots": ["10-18", "1-9"], "name": ["p2", "p1"], "department": ["", ""]},
+        ["p2's clique ID changes from 2 to 1", "p1's clique ID changes from 1 to 2"],
+        {"p1": "gpu", "p2": "gpu"},
+    ),
+}
+
+
+@pytest.mark.slow(reason="a plan previewed, applied and rendered: over 0.3 s on 2 cores")
+@pytest.mark.parametrize("case", list(NO_TRAY_MOVES))
+def test_a_plan_that_moves_no_tray_says_what_it_changes_as_the_rendered_configuration_does(
+    admin, case, django_capture_on_commit_callbacks, render_dir
+):
+    """gb-r02 is carved 2x9 (p1, p2). A plan that keeps every tray in its partition but changes what is
+    pushed (the walkthrough: p2 only dedicated to a department) was checked "this plan does not change
+    gb-r02's partitions" above a diff of three files. The check says what changes, and the rendered
+    configuration agrees with it, row by row."""
+    make_department("Inference", guaranteed_gpus=36)
+    params, said, served = NO_TRAY_MOVES[case]
+    preview = admin.get(url("plan-preview", "gb-r02", **params))
+    assert preview.status_code == 200
+    check = preview.context["check"]
+    assert check.ok and check.changes == [] and preview.context["files"]
+    text = findings(preview)
+    assert "does not change" not in text and "changes nothing" not in text
+    assert "No tray of gb-r02 changes NVLink partition" in text
+    assert ("the fabric's NVLink partitions stay as they are" in text) == (case != "clique IDs swapped")
+    for clause in said:
+        assert clause in text
+    # Every rendered file the diff shows changing is named by the check (the fabric's by the clique IDs).
+    named = {
+        "slurm/": "Slurm partition",
+        "kubernetes/": "Kubernetes labels",
+        "opensm/": "InfiniBand partition",
+    }
+    for diff in preview.context["files"]:
+        assert any(diff.path.startswith(folder) and words in text for folder, words in named.items()), (
+            diff.path
+        )
+    html = preview.content.decode()
+    assert "does not change gb-r02" not in html and "No tray of gb-r02 changes NVLink partition" in html
+    assert {row["partition"].name: row["served_by"] for row in preview.context["planned"]} == served
+    # In Japanese too: the sentence is stored in English and read back clause by clause.
+    japanese = assert_japanese(admin, url("plan-preview", "gb-r02", **params))
+    assert (
+        "NVLink パーティションが変わるトレイは" in japanese and "パーティションは変わりません" not in japanese
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin.post(url("plan-apply", "gb-r02"), params).status_code == 302
+    partitions = rendered_slurm_partitions(render_dir)
+    for name, slots in (("p1", range(1, 10)), ("p2", range(10, 19))):
+        assert {f"gb-r02-t{slot:02d}" for slot in slots} <= partitions[served[name]], (name, partitions)
+    cliques = {"p1": 2, "p2": 1} if case == "clique IDs swapped" else {"p1": 1, "p2": 2}
+    assert dict(layout_of("gb-r02")) == cliques
 
 
 def test_the_preview_lists_the_fabric_managers_operations_in_order(admin):
