@@ -81,6 +81,7 @@ def _schema_takes(image: str) -> bool:
     return len(image) <= MAX_IMAGE and re.search(SCHEMA["properties"]["image"]["pattern"], image) is not None
 
 
+@pytest.mark.slow(reason="hypothesis: a few hundred generated image references")
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(ODD)
 def test_odd_strings_are_taken_or_refused_never_crash_and_never_pass_the_schema_only(image):
@@ -96,6 +97,7 @@ def test_odd_strings_are_taken_or_refused_never_crash_and_never_pass_the_schema_
     assert image.isascii() and not any(c.isspace() for c in image)
 
 
+@pytest.mark.slow(reason="hypothesis: a few hundred generated image references")
 @settings(max_examples=200)
 @given(ODD)
 def test_the_schemas_pattern_is_upstreams_grammar(image):
@@ -104,6 +106,7 @@ def test_the_schemas_pattern_is_upstreams_grammar(image):
     assert bool(re.search(IMAGE_PATTERN, image)) == bool(upstream)
 
 
+@pytest.mark.slow(reason="hypothesis: a few hundred generated image references")
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(st.from_regex(IMAGE_PATTERN))
 def test_a_reference_of_the_grammar_is_taken_or_refused_in_words_never_crashes(image):
