@@ -73,7 +73,7 @@ class SlugTextField(StringOnly, serializers.SlugField):
 class JSONIntegerField(serializers.IntegerField):
     """A JSON integer (4), not a string ("4"), a number with a fraction part (4.0) nor a boolean."""
 
-    default_error_messages = {"not_an_integer": 'Must be a JSON integer (4, not "4" nor 4.0).'}
+    default_error_messages = {"not_an_integer": gettext_lazy('Must be a JSON integer (4, not "4" nor 4.0).')}
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from django.utils.http import parse_header_parameters
+from django.utils.translation import gettext, gettext_lazy
 from rest_framework import parsers, renderers, status
 from rest_framework.exceptions import APIException, ParseError, UnsupportedMediaType
 from rest_framework.settings import api_settings
@@ -31,19 +32,24 @@ _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]')
 
 class PayloadTooLarge(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The request body is too large."
+    default_detail = gettext_lazy("The request body is too large.")
     default_code = "payload_too_large"
 
 
 def size_in_words(limit: int) -> str:
-    return f"{limit // MIB} MiB" if limit >= MIB and limit % MIB == 0 else f"{limit} bytes"
+    if limit >= MIB and limit % MIB == 0:
+        return gettext("%(n)s MiB") % {"n": limit // MIB}
+    return gettext("%(n)s bytes") % {"n": limit}
 
 
 def read_body(stream, limit: int) -> bytes:
     """The body, or PayloadTooLarge (413) naming `limit` once more than `limit` bytes arrive."""
     body = stream.read(limit + 1) if stream is not None else b""
     if len(body) > limit:
-        raise PayloadTooLarge(f"the request body is larger than {size_in_words(limit)}, this API's limit")
+        raise PayloadTooLarge(
+            gettext("the request body is larger than %(size)s, this API's limit")
+            % {"size": size_in_words(limit)}
+        )
     return body
 
 
@@ -60,14 +66,20 @@ def decode_body(body: bytes, media_type: str | None, parser_context: dict | None
     except LookupError:
         raise UnsupportedMediaType(
             media_type,
-            detail=f"charset {charset!r} is not a text encoding this API reads: send UTF-8",
+            detail=gettext("charset %(charset)s is not a text encoding this API reads: send UTF-8")
+            % {"charset": repr(charset)},
         ) from None
     except UnicodeDecodeError as error:
-        raise ParseError(f"the body is not {charset} text: {error}") from error
+        raise ParseError(
+            gettext("the body is not %(charset)s text: %(error)s") % {"charset": charset, "error": error}
+        ) from error
     if _has_surrogate(text):  # a charset such as unicode-escape can decode bytes to a lone surrogate
         raise ParseError(
-            "the body holds a lone surrogate (half of a UTF-16 pair, not a character) once decoded as "
-            f"{charset}: send UTF-8"
+            gettext(
+                "the body holds a lone surrogate (half of a UTF-16 pair, not a character) once decoded as "
+                "%(charset)s: send UTF-8"
+            )
+            % {"charset": charset}
         )
     return text
 
@@ -109,8 +121,10 @@ class JSONParser(parsers.BaseParser):
         text = decode_body(read_body(stream, self.max_body_bytes), media_type, parser_context)
         if nesting_deeper_than(text, self.max_depth):
             raise ParseError(
-                f"the JSON body nests arrays and objects more than {self.max_depth} levels deep, "
-                "this API's limit"
+                gettext(
+                    "the JSON body nests arrays and objects more than %(depth)s levels deep, this API's limit"
+                )
+                % {"depth": self.max_depth}
             )
         try:
             data = json.loads(
@@ -122,14 +136,18 @@ class JSONParser(parsers.BaseParser):
         except (DuplicateKey, NumberTooLong) as error:
             raise ParseError(str(error)) from error
         except ValueError as error:
-            raise ParseError(f"JSON parse error - {error}") from error
+            # Python's own words about the JSON (line and column) stay English.
+            raise ParseError(gettext("JSON parse error - %(error)s") % {"error": error}) from error
         # decode_body refused raw ones: only a \uD800-\uDFFF escape can bring one, most bodies skip the walk.
         if _SURROGATE_ESCAPE.search(text):
             where = lone_surrogate_at(data)
             if where:
                 raise ParseError(
-                    f"the JSON body holds a lone surrogate (a \\uD800-\\uDFFF escape without its pair, not a "
-                    f"character) in {where}: send text as UTF-8 or escape whole surrogate pairs"
+                    gettext(
+                        "the JSON body holds a lone surrogate (a \\uD800-\\uDFFF escape without its pair, "
+                        "not a character) in %(where)s: send text as UTF-8 or escape whole surrogate pairs"
+                    )
+                    % {"where": where}
                 )
         return data
 
@@ -152,8 +170,11 @@ def bounded_int(text: str) -> int:
     limit, 4,300 digits, answered "use sys.set_int_max_str_digits() to increase the limit")."""
     if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
         raise NumberTooLong(
-            f"the JSON body holds an integer of {len(text.lstrip('-'))} digits: no field of this API takes "
-            f"more than {MAX_INTEGER_DIGITS}"
+            gettext(
+                "the JSON body holds an integer of %(digits)s digits: no field of this API takes more "
+                "than %(most)s"
+            )
+            % {"digits": len(text.lstrip("-")), "most": MAX_INTEGER_DIGITS}
         )
     return int(text)
 
@@ -166,7 +187,10 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise DuplicateKey(f"the JSON body gives the key {key!r} twice in one object: send it once")
+                raise DuplicateKey(
+                    gettext("the JSON body gives the key %(key)s twice in one object: send it once")
+                    % {"key": repr(key)}
+                )
             seen.add(key)
     return result
 
@@ -193,11 +217,11 @@ def lone_surrogate_at(data) -> str | None:
         value, path = stack.pop()
         if isinstance(value, str):
             if _has_surrogate(value):
-                return f"the value at {path}"
+                return gettext("the value at %(path)s") % {"path": path}
         elif isinstance(value, dict):
             for key, item in reversed(value.items()):
                 if _has_surrogate(key):
-                    return f"the key {json.dumps(key)} of {path}"
+                    return gettext("the key %(key)s of %(path)s") % {"key": json.dumps(key), "path": path}
                 stack.append((item, path + _path_key(key)))
         elif isinstance(value, list):
             stack.extend((item, f"{path}[{index}]") for index, item in reversed(list(enumerate(value))))

@@ -196,6 +196,18 @@ def revoke(token: PersonalToken, by=None) -> PersonalToken:
     return token
 
 
+def _token_words(token: PersonalToken) -> dict[str, str]:
+    """What the token's sentences name (times in UTC, as the API's clients read them)."""
+    return {
+        "prefix": token.prefix,
+        "name": token.name,
+        "revoked": f"{token.revoked_at:%Y-%m-%d %H:%M}" if token.revoked_at else "",
+        "expires": f"{token.expires_at:%Y-%m-%d %H:%M}",
+        "successor": token.rotated_to.prefix if token.rotated_to_id else "",
+        "page": TOKENS_PAGE,
+    }
+
+
 @transaction.atomic
 def rotate_personal(token: PersonalToken, by=None) -> tuple[PersonalToken, str]:
     """Replace a personal token by a new one of the same kind: the same owner and name, expiring when the old
@@ -206,21 +218,30 @@ def rotate_personal(token: PersonalToken, by=None) -> tuple[PersonalToken, str]:
     then finds it revoked and gets NotRotatable; only one new token is ever made. NotRotatable too for a
     token revoked or expired before."""
     locked = PersonalToken.objects.select_for_update().select_related("user").get(pk=token.pk)
-    label = f"API token {locked.prefix}… ({locked.name})"
+    values = _token_words(locked)
     if locked.revoked_at is not None and locked.rotated_to_id is not None:
         raise NotRotatable(
-            f"{label} was rotated at {locked.revoked_at:%Y-%m-%d %H:%M} UTC, to "
-            f"{locked.rotated_to.prefix}…: rotate that one, or make a new one on the portal's API tokens "
-            f"page ({TOKENS_PAGE})."
+            gettext(
+                "API token %(prefix)s… (%(name)s) was rotated at %(revoked)s UTC, to %(successor)s…: rotate "
+                "that one, or make a new one on the portal's API tokens page (%(page)s)."
+            )
+            % values
         )
     if locked.revoked_at is not None:
         raise NotRotatable(
-            f"{label} was revoked at {locked.revoked_at:%Y-%m-%d %H:%M} UTC: make a new one on the portal's "
-            f"API tokens page ({TOKENS_PAGE})."
+            gettext(
+                "API token %(prefix)s… (%(name)s) was revoked at %(revoked)s UTC: make a new one on the "
+                "portal's API tokens page (%(page)s)."
+            )
+            % values
         )
     if timezone.now() >= locked.expires_at:
         raise NotRotatable(
-            f"{label} expired: make a new one on the portal's API tokens page ({TOKENS_PAGE})."
+            gettext(
+                "API token %(prefix)s… (%(name)s) expired: make a new one on the portal's API tokens page "
+                "(%(page)s)."
+            )
+            % values
         )
     revoke(locked, by=by)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
@@ -286,28 +307,42 @@ class PersonalTokenAuthentication(authentication.BaseAuthentication):
         token = find(key)
         if token is None:
             raise exceptions.AuthenticationFailed(
-                f"Unknown API token {key[: len(KEY_PREFIX) + VISIBLE_CHARS]}…: check that it was copied "
-                f"whole, or make a new one on the portal's API tokens page ({TOKENS_PAGE})."
+                gettext(
+                    "Unknown API token %(prefix)s…: check that it was copied whole, or make a new one on the "
+                    "portal's API tokens page (%(page)s)."
+                )
+                % {"prefix": key[: len(KEY_PREFIX) + VISIBLE_CHARS], "page": TOKENS_PAGE}
             )
-        label = f"API token {token.prefix}… ({token.name})"
+        values = _token_words(token)
         if token.revoked_at is not None and token.rotated_to_id is not None:
             raise exceptions.AuthenticationFailed(
-                f"{label} was rotated at {token.revoked_at:%Y-%m-%d %H:%M} UTC: it was replaced by "
-                f"{token.rotated_to.prefix}… (the key shown once when it was rotated); use that one, or make "
-                f"a new one on the portal's API tokens page ({TOKENS_PAGE})."
+                gettext(
+                    "API token %(prefix)s… (%(name)s) was rotated at %(revoked)s UTC: it was replaced by "
+                    "%(successor)s… (the key shown once when it was rotated); use that one, or make a new "
+                    "one on the portal's API tokens page (%(page)s)."
+                )
+                % values
             )
         if token.revoked_at is not None:
             raise exceptions.AuthenticationFailed(
-                f"{label} was revoked at {token.revoked_at:%Y-%m-%d %H:%M} UTC: make a new one on the "
-                f"portal's API tokens page ({TOKENS_PAGE})."
+                gettext(
+                    "API token %(prefix)s… (%(name)s) was revoked at %(revoked)s UTC: make a new one on the "
+                    "portal's API tokens page (%(page)s)."
+                )
+                % values
             )
         if timezone.now() >= token.expires_at:
             raise exceptions.AuthenticationFailed(
-                f"{label} expired at {token.expires_at:%Y-%m-%d %H:%M} UTC: make a new one on the portal's "
-                f"API tokens page ({TOKENS_PAGE})."
+                gettext(
+                    "API token %(prefix)s… (%(name)s) expired at %(expires)s UTC: make a new one on the "
+                    "portal's API tokens page (%(page)s)."
+                )
+                % values
             )
         if not token.user.is_active:
-            raise exceptions.AuthenticationFailed(f"{label} belongs to a disabled account.")
+            raise exceptions.AuthenticationFailed(
+                gettext("API token %(prefix)s… (%(name)s) belongs to a disabled account.") % values
+            )
         mark_used(token)
         return token.user, token
 

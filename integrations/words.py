@@ -14,6 +14,9 @@ from core.sentences import gettext_noop
 
 # A tray drained while a plan waits for its work to end (its state reason, also Slurm's drain reason).
 DRAINING_FOR_PLAN = gettext_noop("Rackplane plan #%(plan)s: draining before repartitioning %(rack)s")
+# Its return to service on its health timeline (HealthAction.reason): the plan applied, or ended unapplied.
+RETURNED_AFTER_PLAN = gettext_noop("Rackplane plan #%(plan)s: %(rack)s repartitioned, back in service")
+RETURNED_PLAN_NOT_APPLIED = gettext_noop("Rackplane plan #%(plan)s was not applied: back in service")
 # Why a configuration push was queued (ConfigPush.reason).
 PUSH_FOR_PLAN = gettext_noop("plan #%(plan)s: repartition %(rack)s")
 PUSH_RETRY = gettext_noop("retry of push #%(push)s")

@@ -102,6 +102,10 @@ class ActionKind(models.TextChoices):
     BLOCKED = "blocked", _("Blocked by the circuit breaker")
     BREAKER_TRIPPED = "breaker_tripped", _("Circuit breaker tripped")
     NOT_OURS = "not_ours", _("Left as another owner set it")
+    # A partition plan's drain of a busy tray and the tray's return when the plan applied or ended unapplied
+    # (integrations.plans.service): shown on the tray's timeline, never counted as a fault.
+    PLAN_DRAIN = "plan_drain", _("Drained for a partition plan")
+    PLAN_RETURN = "plan_return", _("Returned to service after a partition plan")
 
 
 # Decisions that take a tray out of service (the circuit breaker counts these).

@@ -26,6 +26,9 @@ class LayoutOptions:
     product: str
     problem: str = ""  # why there is nothing to choose, in words
     profiles: tuple[MigProfile, ...] = ()
+    # The tray of `source` when it is another tray's GPU (of the same model: no GPU of this tray listed any
+    # profiles); "" when it is one of this tray's.
+    source_tray: str = ""
 
 
 def _profiles(gpu: Gpu) -> tuple[MigProfile, ...]:
@@ -45,12 +48,16 @@ def layout_options(tray: ComputeTray, gpus: list[Gpu] | None = None) -> LayoutOp
         candidates += list(
             Gpu.objects.filter(product=product, mig_mode=MigMode.ENABLED)  # the few in MIG mode (indexed)
             .exclude(tray=tray)
+            .select_related("tray")
             .order_by("-last_report_at", "pk")[:20]
         )
     for gpu in candidates:
         profiles = _profiles(gpu)
         if profiles:
-            return LayoutOptions(tuple(catalogue(profiles)), gpu.uuid, product, profiles=profiles)
+            other = gpu.tray.hostname if gpu.tray_id != tray.pk and gpu.tray_id else ""
+            return LayoutOptions(
+                tuple(catalogue(profiles)), gpu.uuid, product, profiles=profiles, source_tray=other
+            )
     if any(g.mig_mode == MigMode.NOT_SUPPORTED for g in gpus):
         return LayoutOptions((), "", product, problem=_("These GPUs report that they cannot do MIG."))
     return LayoutOptions(

@@ -134,6 +134,8 @@ MIDDLEWARE = [
     "portal.web.middleware.ViewerTimezoneMiddleware",
     # DEBUG on: a 404 is the portal's page with the menu, not Django's list of every URL pattern.
     "portal.web.middleware.DevErrorPages",
+    # A GET on a POST-only address: the portal's 405 page, not an empty body the browser replaces.
+    "portal.web.method_not_allowed.MethodNotAllowedPage",
     # A view that loses the database answers 503 with the reason (portal.web.middleware).
     "portal.web.middleware.DatabaseUnavailableMiddleware",
     "core.audit.AuditMiddleware",

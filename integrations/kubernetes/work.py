@@ -19,6 +19,8 @@ import shlex
 from collections.abc import Mapping
 
 from django.utils.translation import gettext_lazy as _
+from docker_image.digest import InvalidDigest
+from docker_image.reference import InvalidReference, Reference
 
 from core.devices import DEVICE_VARIABLE_PREFIXES, DEVICE_VARIABLES
 from core.textrule import text_problem
@@ -39,6 +41,21 @@ ENV_NAME_RULE = (
     'letters, digits, "_", "-" and ".", not starting with a digit nor "..", and not "." (e.g. NCCL_DEBUG)'
 )
 
+# An image is a reference in the distribution grammar (registry/name[:tag][@digest]), the one containerd and
+# Docker parse it with; the schema's pattern is that grammar in ECMA-262 words (ASCII only). The rule itself
+# is the parser's (`_refuse_image`): it also holds the name's path to 255 characters, refuses a name of 64 hex
+# digits and checks a digest's length for its algorithm, so the pattern is looser than the rule, never
+# stricter (tests/integrations/kubernetes/test_work_image.py).
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_PATTERN = (
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?(?![\s\S])"
+)
+IMAGE_RULE = "registry/name[:tag][@digest], e.g. nvcr.io/nvidia/pytorch:25.01-py3"
+
 # A NUL cannot be stored (PostgreSQL's jsonb) nor passed to a container.
 _NO_NUL = "^[^\\u0000]*$"
 _STRINGS = {"type": "array", "items": {"type": "string", "pattern": _NO_NUL}, "nullable": True}
@@ -49,9 +66,10 @@ SCHEMA = {
     "properties": {
         "image": {
             "type": "string",
-            "pattern": "^[^\\s\\u0000\\u001c-\\u001f\\u0085]+$",
+            "pattern": IMAGE_PATTERN,
             "maxLength": MAX_IMAGE,
-            "description": "A container image.",
+            "description": f"A container image: {IMAGE_RULE} (lowercase name; the registry defaults to "
+            "Docker Hub's).",
         },
         "command": {**_STRINGS, "description": "The entrypoint (the image's when left out)."},
         "args": {**_STRINGS, "description": "Its arguments (the image's when left out)."},
@@ -101,12 +119,26 @@ def _refuse_text(value: str, where: str, *, multiline: bool = True) -> None:
         raise WorkError(problem.message(where))
 
 
+def _refuse_image(image: str) -> None:
+    """WorkError unless `image` is a reference containerd would pull (distribution/reference's
+    ParseNormalizedNamed, as docker-image-py ports it): "../../etc/passwd", "Busybox" or "x:" never reach
+    the API server, where a pod would only fail to start."""
+    try:
+        Reference.parse_normalized_named(image)
+    except (InvalidReference, InvalidDigest) as error:
+        reason = str(error.args[0] if error.args else error)
+        raise WorkError(
+            f'"image": "{image}" is not a container image reference ({reason}); write {IMAGE_RULE}'
+        ) from None
+
+
 def validate_work(work: dict) -> dict:
     refuse_unknown_keys(work, WORK_KEYS, "a Kubernetes job")
     image = work.get("image")
     if not isinstance(image, str) or not image.strip() or any(c.isspace() or c == "\x00" for c in image):
         raise WorkError('a Kubernetes job needs "image": a container image')
     _refuse_text(image, '"image"', multiline=False)
+    _refuse_image(image)
     out: dict = {"image": image}
     for key in ("command", "args"):
         value = work.get(key)

@@ -355,7 +355,7 @@ class PartitionPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
         refuse_body(request)
         plan = self.get_object()
         try:
-            plans.cancel_plan(plan)
+            plans.cancel_plan(plan, user=request.user)
         except plans.PlanConflict as error:
             raise Conflict(str(error)) from error
         return Response(self.get_serializer(get_object_or_404(self.get_queryset(), pk=plan.pk)).data)

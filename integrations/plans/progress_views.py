@@ -236,7 +236,7 @@ def plan_cancel(request, pk):
     require_admin(request.user, WIZARD)
     plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
     try:
-        cancelled = plans.cancel_plan(plan)
+        cancelled = plans.cancel_plan(plan, user=request.user)
     except plans.PlanConflict as error:
         messages.error(request, str(error))
     else:

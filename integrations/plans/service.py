@@ -36,7 +36,16 @@ from integrations.models import ConfigPush, ConfigTarget, PlanWindow, PushStatus
 from integrations.pushes import queue_pushes
 from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import render_current
-from inventory.choices import ACTIVE_PLAN_STATES, GpuHealth, MigMode, PlanOrigin, PlanStatus, TrayState
+from inventory.choices import (
+    ACTIVE_PLAN_STATES,
+    ActionKind,
+    GpuHealth,
+    MigMode,
+    PlanOrigin,
+    PlanStatus,
+    TrayState,
+)
+from inventory.health.actions import record_action
 from inventory.mig_layouts import WHOLE_GPU_LAYOUTS
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, PartitionPlan, Rack
 from inventory.planning import (
@@ -65,6 +74,22 @@ class PlanConflict(Exception):
 def drain_reason(plan: PartitionPlan) -> str:
     """The state reason of a tray drained for `plan` (stored in English, Slurm's drain reason too)."""
     return say(words.DRAINING_FOR_PLAN, plan=plan.pk, rack=plan.rack.name)
+
+
+def _drain_or_return(trays, plan: PartitionPlan, *, drain: bool, reason: str, user) -> int:
+    """Drain `trays` for `plan`, or return its drained ones to service, and put the change on each tray's
+    health timeline as the plan's (a HealthAction of its own kind: no fault, not counted by the circuit
+    breaker nor the repeat offenders). Returns how many trays changed."""
+    changed = list(trays)
+    count = update_recorded(
+        trays,
+        state=TrayState.DRAIN if drain else TrayState.UP,
+        state_reason=drain_reason(plan) if drain else "",
+    )
+    kind = ActionKind.PLAN_DRAIN if drain else ActionKind.PLAN_RETURN
+    for tray in changed:
+        record_action(None, tray, kind, reason, actor=user)
+    return count
 
 
 def rack_trays(rack: Rack) -> list[TrayInfo]:
@@ -609,10 +634,12 @@ def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
                 raise ValidationError([f.message for f in result.findings if f.level == Level.ERROR])
             plan.applied_at = timezone.now()
             if result.busy_trays:
-                update_recorded(
+                _drain_or_return(
                     ComputeTray.objects.filter(rack=rack, slot__in=[c.slot for c in result.busy_trays]),
-                    state=TrayState.DRAIN,
-                    state_reason=drain_reason(plan),
+                    plan,
+                    drain=True,
+                    reason=drain_reason(plan),
+                    user=user or plan.created_by,
                 )
                 plan.status = PlanStatus.DRAINING
                 plan.save(update_fields=["status", "applied_at"])
@@ -645,10 +672,12 @@ def continue_draining(plan: PartitionPlan) -> bool:
 
 def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:
     _repartition(plan.rack, result)
-    update_recorded(
+    _drain_or_return(
         ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)),
-        state=TrayState.UP,
-        state_reason="",
+        plan,
+        drain=False,
+        reason=say(words.RETURNED_AFTER_PLAN, plan=plan.pk, rack=plan.rack.name),
+        user=user,
     )
     plan.status = PlanStatus.APPLYING
     plan.save(update_fields=["status", "applied_at"])
@@ -756,7 +785,7 @@ def follow(plan: PartitionPlan) -> PartitionPlan:
     return refresh_status(plan)
 
 
-def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
+def cancel_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
     """Cancel a draft or a plan still draining (its drained trays return to service); its maintenance
     window, if it had one, goes with it (integrations.plans.windows). The plan returned says in
     `trays_returned` how many drained trays went back into service (none for a plan that drained nothing)."""
@@ -768,18 +797,20 @@ def cancel_plan(plan: PartitionPlan) -> PartitionPlan:
                 % {"plan": plan.pk, "status": plan.get_status_display().lower()}
             )
         PlanWindow.objects.filter(plan=plan).delete()
-        plan.trays_returned = withdraw(plan)
+        plan.trays_returned = withdraw(plan, user=user)
     return plan
 
 
-def withdraw(plan: PartitionPlan, error: str = "") -> int:
+def withdraw(plan: PartitionPlan, error: str = "", *, user=None) -> int:
     """End a draft or draining plan (locked by the caller) unapplied: its drained trays return to service,
     and `error` says why when it was not an admin's cancel (a maintenance window that ended). Returns how
     many drained trays returned to service."""
-    returned = update_recorded(
+    returned = _drain_or_return(
         ComputeTray.objects.filter(rack=plan.rack, state_reason=drain_reason(plan)),
-        state=TrayState.UP,
-        state_reason="",
+        plan,
+        drain=False,
+        reason=say(words.RETURNED_PLAN_NOT_APPLIED, plan=plan.pk),
+        user=user,
     )
     drained = plan.status == PlanStatus.DRAINING
     plan.status, plan.finished_at, plan.error = PlanStatus.CANCELLED, timezone.now(), error

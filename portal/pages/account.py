@@ -23,6 +23,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
+from django_htmx.http import HttpResponseClientRedirect
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import permissions, serializers
 from rest_framework.authtoken.models import Token
@@ -32,6 +33,7 @@ from rest_framework.views import APIView
 from core import tokens
 from core.access import is_admin
 from core.fields import refuse_body
+from core.htmx import confirm_plain_post
 from core.models import AuditSource, PersonalToken
 from core.text import TextFormField
 from core.tokens import expires_at, is_expired, rotate
@@ -313,6 +315,21 @@ def personal_token_revoke(request, pk: int):
     """Revoke one of your tokens (a platform admin: anyone's), then back to the page it was asked from."""
     token = get_object_or_404(PersonalToken.objects.visible_to(request.user).select_related("user"), pk=pk)
     already = token.revoked_at is not None
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("personal-tokens")
+    if not already:
+        # Its Revoke button asks first (hx-confirm); posted without htmx, a page asks the same question.
+        asked = confirm_plain_post(
+            request,
+            question_template="portal/account/_token_revoke_question.html",
+            context={"token": token},
+            title=_("Revoke token %(prefix)s…?") % {"prefix": token.prefix},
+            action=_("Revoke"),
+            back_url=back,
+        )
+        if asked:
+            return asked
     tokens.revoke(token, by=request.user)
     values = {"prefix": token.prefix, "name": token.name, "user": token.user.get_username()}
     own = token.user_id == request.user.pk
@@ -328,7 +345,6 @@ def personal_token_revoke(request, pk: int):
         else:
             message = _("Revoked token %(prefix)s… (%(name)s) of %(user)s: the API refuses it from now on.")
         messages.success(request, message % values)
-    back = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        back = reverse("personal-tokens")
+    if request.htmx:
+        return HttpResponseClientRedirect(back)  # the whole page again, with the message
     return HttpResponseRedirect(back, status=303)

@@ -63,7 +63,7 @@ def test_revoking_the_rotated_token_leaves_no_working_credential(client_as, memb
     _, key = personal(member_a, days=1)
     new_key = client_with(key).post(ROTATE).json()["token"]
     new = tokens.find(new_key)
-    client_as(member_a).post(f"/account/tokens/{new.pk}/revoke/")
+    client_as(member_a).post(f"/account/tokens/{new.pk}/revoke/", {"confirmed": "yes"})
     for credential in [key, new_key, *Token.objects.filter(user=member_a).values_list("key", flat=True)]:
         assert client_with(credential).get(JOBS).status_code == 401
     assert not PersonalToken.objects.filter(user=member_a, revoked_at__isnull=True).exists()
@@ -219,7 +219,7 @@ def test_a_revoked_personal_token_is_refused_on_the_very_next_request(client_as,
     token, key = personal(member_a, days=30)
     api = client_with(key)
     assert api.get(JOBS).status_code == 200
-    client_as(member_a).post(f"/account/tokens/{token.pk}/revoke/")
+    client_as(member_a).post(f"/account/tokens/{token.pk}/revoke/", {"confirmed": "yes"})
     response = api.get(JOBS)
     assert response.status_code == 401
     assert "revoked" in response.json()["detail"]

@@ -110,8 +110,33 @@ def test_make_a_token_submit_a_job_with_it_then_revoke_it(live_server, page, sho
     page.screenshot(path=str(shots / "02-token-listed-390.png"), full_page=True)
     page.set_viewport_size({"width": 1400, "height": 1000})
 
+    # Revoke asks first (found by a walkthrough, issue 31: one click revoked it): dismissed, nothing happens;
+    # accepted, the token is revoked.
+    dialogs = []
+
+    def answer(accept):
+        def handler(dialog):
+            dialogs.append(dialog.message)
+            if accept:
+                dialog.accept()
+            else:
+                dialog.dismiss()
+
+        return handler
+
+    page.once("dialog", answer(False))
+    row.get_by_role("button", name="Revoke training launcher").click()
+    expect(row.locator(".token-status")).to_have_text("Active")
+    assert dialogs and dialogs[0].startswith("Revoke token rpt_"), dialogs
+    assert "(training launcher)? Every script or tool using it is refused" in dialogs[0]
+    still = requests.get(
+        f"{live_server.url}/api/v1/jobs/", headers={"Authorization": f"Token {key}"}, timeout=30
+    )
+    assert still.status_code == 200
+    page.once("dialog", answer(True))
     row.get_by_role("button", name="Revoke training launcher").click()
     expect(page.locator(".message.success")).to_contain_text("the API refuses it from now on")
+    assert len(dialogs) == 2
     expect(row.locator(".token-status")).to_contain_text("Revoked")
     page.screenshot(path=str(shots / "03-token-revoked.png"), full_page=True)
 

@@ -1,6 +1,7 @@
 """The jobs list on a phone (390 px), in English and Japanese, as a member (frank, Inference) on the demo
-(`seed_demo`): the list fits the screen without scrolling sideways, each row shows its name, GPUs and
-state, and a waiting job's reason shows under its name, whole and inside the screen (it sat in a column off
+(`seed_demo`): the list fits the screen without scrolling sideways, each row shows its name (whole, wrapped:
+cut to "build-compile-00…", jobs named alike differed only by their numbers), GPUs and state, and a waiting
+job's reason shows under its name, whole and inside the screen (it sat in a column off
 the side, and the row was a tall empty band). Screenshots in `shots`."""
 
 from contextlib import closing
@@ -88,13 +89,22 @@ def test_the_phone_jobs_list_fits_and_shows_why_a_job_waits(live_server, browser
                  row.querySelector(".badge")]
                     .map((el) => {
                         const r = el.getBoundingClientRect();
-                        return {x: r.x, width: r.width, text: el.innerText};
+                        return {x: r.x, width: r.width, text: el.innerText,
+                                cut: el.scrollWidth > el.clientWidth + 0.5};
                     }))"""
         )
         assert cells
         for index, row in enumerate(cells):
             for cell in row:
                 assert inside(cell, right), (index, cell["text"])
+            # The name whole: nothing of it hidden (no ellipsis).
+            assert not row[0]["cut"], (index, row[0]["text"])
+        # The newest job's name is longer than its column: it wraps onto lines of its own, all shown.
+        newest = page.locator(".job-link", has_text="inference-serve-chat-waiting")
+        assert newest.evaluate(
+            "el => el.getClientRects().length > 1 || el.offsetHeight > 1.5 * "
+            "parseFloat(getComputedStyle(el).lineHeight)"
+        )
 
         # The waiting job: its reason under its name, in the viewer's language, inside the screen, and the
         # row no taller than its name, submitter and reason need.

@@ -68,6 +68,25 @@ def test_a_tray_that_never_had_mig_is_offered_the_layouts_its_model_reported(fle
     assert [o.name for o in options.layouts][:3] == ["all-disabled", "all-balanced", "all-1g.23gb"]
 
 
+def test_profiles_of_another_trays_gpu_are_said_to_be_so_naming_its_tray(fleet, admin_client_logged_in):
+    # Found by a walkthrough (issue 31): gb-r08-t03's panel said "profiles reported by GPU-254b0c4e-…" of
+    # gb-r01-t07, as if it were one of its own GPUs.
+    source = Gpu.objects.get(tray__hostname=SOURCE, index=0)
+    assert layout_options(_tray()).source_tray == SOURCE
+    page = admin_client_logged_in.get(reverse("inventory:tray-detail", args=[_tray().pk])).content.decode()
+    help_text = page[page.index('class="help small mig-source"') :]
+    help_text = help_text[: help_text.index("</p>")]
+    assert "a GPU of another tray of the same model" in help_text
+    assert source.uuid in help_text and SOURCE in help_text and "NVIDIA GB200" in help_text
+    # The tray whose own GPU reported them says so as before, naming no other tray.
+    assert layout_options(_tray(SOURCE)).source_tray == ""
+    own = admin_client_logged_in.get(
+        reverse("inventory:tray-detail", args=[_tray(SOURCE).pk])
+    ).content.decode()
+    assert f"Profiles as {source.uuid} (NVIDIA GB200) reported them" in own
+    assert "another tray" not in own
+
+
 def test_without_any_reported_profiles_the_page_says_how_to_get_them(demo_inventory, admin_client_logged_in):
     tray = _tray()
     options = layout_options(tray)

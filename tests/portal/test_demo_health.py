@@ -3,6 +3,7 @@ every tray it shows out of service has the event that made it so, on the events 
 with the decision the health rules take for it; the events table, the repeat offenders and the tray's
 timeline agree on the drain of the demo's drained tray."""
 
+import html
 import re
 from datetime import timedelta
 from zoneinfo import ZoneInfo
@@ -60,6 +61,25 @@ def test_every_degraded_gpu_and_drained_tray_has_its_event_on_the_events_page(
         assert "No health events match" not in html
         detail = admin.get(reverse("inventory:tray-detail", args=[tray.pk])).content.decode()
         assert "No health events or decisions" not in detail
+
+
+def test_the_homes_degraded_gpus_link_to_the_events_that_made_them_so(demo, client_as, platform_admin):
+    # Found by a walkthrough (issue 31): the home says a GPU's fabric health is Unhealthy, a person filtered
+    # the health centre by its tray and kind "fabric", and found nothing (the demo's fault is an XID). Each
+    # row now links to the centre filtered by the GPU alone, which lists the event that made it so.
+    admin = client_as(platform_admin)
+    home = admin.get(reverse("home")).content.decode()
+    section = home[home.index('id="degraded"') :]
+    section = section[: section.index("</section>")]
+    degraded = list(Gpu.objects.filter(health__in=SHOWN_DEGRADED))
+    links = re.findall(r'<a class="gpu-events" href="([^"]+)"', section)
+    assert len(links) == len(degraded)
+    for gpu in degraded:
+        (link,) = [html.unescape(url) for url in links if gpu.uuid in url]
+        assert "kind=" not in link
+        event = HealthEvent.objects.filter(gpu=gpu).order_by("-last_seen").first()
+        page = admin.get(link).content.decode()
+        assert any(gpu.uuid in row and event.mnemonic in row for row in _rows(page)), (gpu, link)
 
 
 def test_the_events_table_offenders_and_timeline_agree_on_the_drain(demo, client_as, platform_admin):

@@ -126,7 +126,7 @@ def test_a_revoked_token_is_refused_from_the_moment_its_owner_revokes_it(client_
     client = client_as(member_a)
     key = make_token_on_the_portal(client)
     token = PersonalToken.objects.get(user=member_a)
-    revoked = client.post(f"/account/tokens/{token.pk}/revoke/")
+    revoked = client.post(f"/account/tokens/{token.pk}/revoke/", {"confirmed": "yes"})
     assert revoked.status_code == 303 and revoked["Location"] == PAGE
     response = api_with(key).get("/api/v1/jobs/")
     assert response.status_code == 401
@@ -156,6 +156,34 @@ def test_a_disabled_accounts_tokens_stop_working(member_a):
     assert response.status_code == 401 and "disabled account" in response.json()["detail"]
 
 
+def test_a_plain_post_asks_before_it_revokes(client_as, member_a):
+    # Found by a walkthrough (issue 31): one click revoked a token. The button asks (hx-confirm); a post
+    # without htmx (JavaScript off, or before it ran) gets a page asking the same, and revokes nothing.
+    client = client_as(member_a)
+    token, _key = tokens.issue(member_a, "nightly training", timezone.now() + datetime.timedelta(days=30))
+    page = client.get(PAGE).content.decode()
+    assert f'hx-post="/account/tokens/{token.pk}/revoke/" hx-confirm="Revoke token {token.prefix}…' in page
+    asked = client.post(f"/account/tokens/{token.pk}/revoke/", {"next": PAGE})
+    assert asked.status_code == 200
+    html = asked.content.decode()
+    assert (
+        f"Revoke token {token.prefix}… (nightly training)? Every script or tool using it is refused" in html
+    )
+    assert 'name="confirmed" value="yes"' in html and 'name="next" value="/account/tokens/"' in html
+    token.refresh_from_db()
+    assert token.revoked_at is None
+    done = client.post(f"/account/tokens/{token.pk}/revoke/", {"next": PAGE, "confirmed": "yes"})
+    assert done.status_code == 303
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    # Through htmx (which asked): revoked, and the page is loaded again with the message.
+    other, _key = tokens.issue(member_a, "other", timezone.now() + datetime.timedelta(days=30))
+    htmx = client.post(f"/account/tokens/{other.pk}/revoke/", headers={"HX-Request": "true"})
+    assert htmx.status_code == 200 and htmx["HX-Redirect"] == PAGE
+    other.refresh_from_db()
+    assert other.revoked_at is not None
+
+
 def test_people_revoke_only_their_own_tokens_and_admins_anyones(
     client_as, member_a, member_b, platform_admin
 ):
@@ -164,14 +192,14 @@ def test_people_revoke_only_their_own_tokens_and_admins_anyones(
     # member-b neither sees nor revokes it.
     client = client_as(member_b)
     assert "a&#x27;s script" not in client.get(PAGE).content.decode()
-    assert client.post(f"/account/tokens/{token.pk}/revoke/").status_code == 404
+    assert client.post(f"/account/tokens/{token.pk}/revoke/", {"confirmed": "yes"}).status_code == 404
     assert api_with(key).get("/api/v1/jobs/").status_code == 200
 
     client = client_as(platform_admin)
     page = client.get(PAGE).content.decode()
     assert 'id="all-tokens"' in page and "member-a" in page and "a&#x27;s script" in page
     assert key not in page
-    response = client.post(f"/account/tokens/{token.pk}/revoke/")
+    response = client.post(f"/account/tokens/{token.pk}/revoke/", {"confirmed": "yes"})
     assert response.status_code == 303
     assert api_with(key).get("/api/v1/jobs/").status_code == 401
     assert "of member-a" in client.get(PAGE).content.decode()  # the message names whose
@@ -191,7 +219,7 @@ def test_making_and_revoking_is_audited_without_the_key(client_as, member_a, cap
     client = client_as(member_a)
     key = make_token_on_the_portal(client)
     token = PersonalToken.objects.get(user=member_a)
-    client.post(f"/account/tokens/{token.pk}/revoke/")
+    client.post(f"/account/tokens/{token.pk}/revoke/", {"confirmed": "yes"})
     events = AuditEvent.objects.filter(object_type="core.personaltoken").order_by("pk")
     assert [(e.action, e.source, e.actor) for e in events] == [
         ("create", "ui", member_a),
