@@ -186,6 +186,8 @@ class NotificationEvent(TextChoices):
     JOB_FINISHED = "job_finished", _("Job finished")
     JOB_FAILED = "job_failed", _("Job failed")
     JOB_CANCELLED = "job_cancelled", _("Job cancelled by someone else")
+    # Put back in the queue: a fault on its trays, a partition plan's "Requeue now" (scheduling.requeue).
+    JOB_PUT_BACK = "job_put_back", _("Job requeued (a fault or a partition plan)")
     # Leads' and admins' (department:<slug>; push failures: target:<name>).
     GUARANTEE_SHORT = "guarantee_short", _("Department short of its guarantee")
     IDLE_GPUS = "idle_gpus", _("Idle GPUs above a threshold")

@@ -31,7 +31,8 @@ NUMBERS = frozenset(
     {
         "base", "capacity", "clique", "count", "days", "free", "gpus", "guaranteed", "held", "hours", "index",
         "intended", "job", "kept", "largest", "length", "levels", "limit", "minutes", "more", "most", "nodes",
-        "others", "partition_id", "parts", "plan", "push", "racks", "size", "slot", "slots", "total", "trays",
+        "others", "partition_id", "parts", "plan", "push", "racks", "seconds", "size", "slot", "slots",
+        "total", "trays",
     }
 )  # fmt: skip
 NUMBER = r"[0-9][0-9.,-]*"
@@ -52,9 +53,11 @@ IDENTIFIERS = frozenset(
         "near",
         "owner",
         "person",
+        "policy",
         "project",
         "rack",
         "rendered_file",
+        "signal",
         "slurm_after",
         "slurm_before",
         "tier",
@@ -89,6 +92,9 @@ SHAPES = {
     # A backend job's state as Rackplane reads it (integrations.jobs.BackendJobState), an exit code.
     "backend_state": r"pending|running|completed|failed|cancelled|unknown",
     "code": r"-?[0-9]+",
+    # A job's priority class as stored ("inference"): one word, so "waiting: inference jobs ..." is the
+    # waiting clause around the class's sentence (whose value scheduling.words reads as the class's label).
+    "priority_class": r"[a-z]+",
     # The partitions a job was placed in ("gb-r03 default, gb-r03 p2"): names, never the " · " that a placed
     # event's "why here" follows (scheduling.words.PLACED_WHY), so that sentence is read as its own.
     "partitions": r"(?:(?! · )[^;])+?",

@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.access import IsAdmin
+from core.access import IsAdmin, is_admin
 from integrations import pushes, registry
 from integrations.job_output import DEFAULT_LIMIT
 from integrations.logs import job_logs
@@ -105,7 +105,7 @@ class JobLogsView(APIView):
     @extend_schema(operation_id="jobs_logs_retrieve", responses=JobLogsSerializer)
     def get(self, request, pk):
         job = get_object_or_404(Job.objects.visible_to(request.user).select_related("department"), pk=pk)
-        logs = job_logs(job, limit=DEFAULT_LIMIT)
+        logs = job_logs(job, limit=DEFAULT_LIMIT, show_paths=is_admin(request.user))
         return Response(
             {
                 "job": job.pk,

@@ -14,7 +14,9 @@ reader from the registry (integrations.job_output holds what they share: JobLogs
   server sends). The API server fetches logs from the node's kubelet: a cluster without one answers with an
   error in words, which the page shows as is.
 * **Embedded** (no live backend): what the renderer wrote for the job (the exact request the real backend
-  would get): nothing ran, so there is no output.
+  would get): nothing ran, so there is no output. The file is on the portal's own disk: its path is shown
+  to platform admins only (`show_paths`); others see its name, and in words why there is nothing to show
+  (a cancelled job's request is removed with it).
 
 Every read is bounded: the last ``limit`` bytes (``None``: everything, for "download all", capped at
 MAX_DOWNLOAD). Text is returned as ``str``; escaping is the template's (autoescape), never done here.
@@ -29,10 +31,11 @@ from integrations.dispatch import backend_for
 from integrations.embedded import PREFIX, RenderedJobBackend
 from integrations.job_output import DEFAULT_LIMIT, JobLogs, _tail
 from integrations.jobs import BackendError
+from scheduling.choices import JobState
 from scheduling.models import Job
 
 
-def _rendered_logs(backend: RenderedJobBackend, job: Job, limit: int | None) -> JobLogs:
+def _rendered_logs(backend: RenderedJobBackend, job: Job, limit: int | None, show_paths: bool) -> JobLogs:
     name = (job.backend_id or "").removeprefix(PREFIX)
     logs = JobLogs(
         source=gettext("the embedded backend (no live scheduler): the request it rendered; nothing ran")
@@ -40,13 +43,26 @@ def _rendered_logs(backend: RenderedJobBackend, job: Job, limit: int | None) -> 
     if not job.backend_id.startswith(PREFIX) or not name or "/" in name:
         logs.error = gettext("The job has not been handed to a backend yet.")
         return logs
-    logs.parts.append(_tail(backend._file(name), limit))
+    path = backend._file(name)
+    part = _tail(path, limit)
+    if show_paths:
+        logs.parts.append(part)
+    elif part.error:  # in words, without the portal's own path
+        logs.error = (
+            gettext("The embedded backend removed the request it rendered when the job was cancelled.")
+            if job.state == JobState.CANCELLED
+            else gettext("The job's log is not available from the portal yet.")
+        )
+    else:
+        part.name = path.name
+        logs.parts.append(part)
     return logs
 
 
-def job_logs(job: Job, limit: int | None = DEFAULT_LIMIT) -> JobLogs:
+def job_logs(job: Job, limit: int | None = DEFAULT_LIMIT, *, show_paths: bool = False) -> JobLogs:
     """The job's output as its backend keeps it, the last `limit` bytes of each stream (None: all, capped
-    at MAX_DOWNLOAD). Never raises for an outside system's failure: the error is in the result, in words."""
+    at MAX_DOWNLOAD). Never raises for an outside system's failure: the error is in the result, in words.
+    `show_paths`: files on the portal's own disk named by their paths (platform admins), else their names."""
     try:
         backend, label, _ = backend_for(job.backend, job.backend_id)
     except BackendError as error:
@@ -60,7 +76,7 @@ def job_logs(job: Job, limit: int | None = DEFAULT_LIMIT) -> JobLogs:
                 source=label,
                 error=gettext("The job ran on the embedded backend, which is no longer the one configured."),
             )
-        return _rendered_logs(backend, job, limit)
+        return _rendered_logs(backend, job, limit, show_paths)
     kind = registry.job_kind(job.backend)
     try:
         if kind is not None and kind.read_logs is not None:

@@ -477,6 +477,9 @@ def logs(args: argparse.Namespace) -> int:
                 _print_new_output(args, follower, data, parts)
             if data.get("error") and not parts and (not args.follow or ended):
                 raise RpError(Exit.NOT_FOUND, f"no logs for job {args.job}: {printable(str(data['error']))}")
+            if parts and all(part.get("error") for part in parts) and (not args.follow or ended):
+                # Not one stream could be read (each said why, above): nothing was printed.
+                raise RpError(Exit.NOT_FOUND, f"no logs for job {args.job}: none of its streams was readable")
             if not args.follow or ended:
                 return Exit.OK
             time.sleep(args.interval)

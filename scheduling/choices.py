@@ -31,6 +31,9 @@ class JobEventKind(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
     FAULT = "fault", _("Its tray failed")  # drained by a fault: left to finish, or asked to checkpoint
     REQUEUED = "requeued", _("Requeued after a fault")
+    # A partition plan's "Requeue now" (scheduling.requeue.requeue_for_plan): planned work, not a fault.
+    PLAN_CHECKPOINT = "plan_checkpoint", _("Asked to checkpoint for a partition plan")
+    PLAN_REQUEUED = "plan_requeued", _("Requeued for a partition plan")
 
 
 class FaultAction(models.TextChoices):

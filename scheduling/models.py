@@ -158,6 +158,8 @@ class Job(models.Model):
     # too: each run has its own backend name). `requeue_at`: asked to checkpoint, requeued then unless it
     # ends first; `requeue_note` the requeue's words for its history.
     fault_requeues = models.PositiveIntegerField(default=0, verbose_name=_("fault requeues"))
+    # Requeued for a partition plan's "Requeue now" (planned work; counted in preemptions too).
+    plan_requeues = models.PositiveIntegerField(default=0, verbose_name=_("plan requeues"))
     requeue_at = models.DateTimeField(null=True, blank=True, verbose_name=_("requeue at"))
     requeue_note = models.CharField(max_length=500, blank=True, verbose_name=_("requeue note"))
     # A retried submission with the same key (per user) returns this job instead of making a second one.

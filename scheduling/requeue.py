@@ -44,20 +44,35 @@ from django.utils import timezone
 from core.audit import record_bulk_change
 from core.enqueue import enqueue
 from core.models import NotificationEvent
+from core.moments import utc_words
 from core.notifications.recording import notify
 from core.task_names import SIGNAL_JOB, SYNC_JOBS  # SIGNAL_JOB: the checkpoint signal
 from scheduling.choices import HOLDING_STATES, FaultAction, JobEventKind, JobState, PriorityClass
 from scheduling.engine.words import CLAUSES, WAITING, say
 from scheduling.models import Allocation, FaultPolicy, Job, JobEvent, SliceAllocation
-from scheduling.services.actions import release_gpus, stop_in_backend
+from scheduling.services.actions import notify_job, release_gpus, stop_in_backend
 from scheduling.services.pass_requests import request_pass
 from scheduling.words import (
+    ASKED_TO_CHECKPOINT,
     BACK_IN_QUEUE_IN_PLACE,
+    FAULT_DRAINED,
+    GRACE_SECONDS,
     ITS_TRAYS,
     JOB_REQUEUED,
+    LEFT_TO_FINISH,
+    MAINTENANCE_LETS_FINISH,
+    PLAN_RECARVES,
+    POLICY_LETS_FINISH,
+    REQUEUE_GRACE,
+    REQUEUE_NOW,
+    REQUEUE_POLICY,
     REQUEUED_AFTER_FAULT,
+    REQUEUED_AT,
+    REQUEUED_BY_A_FAULT,
     REQUEUED_FOR_A_PLAN,
     REQUEUED_FOR_PLAN,
+    REQUEUED_SAYING,
+    WAIT_MINUTES,
 )
 
 # A class without a FaultPolicy row (the same as migration scheduling 0013 seeds).
@@ -71,6 +86,7 @@ NOTE_LIMIT = 500
 
 WAIT, SIGNAL, REQUEUE = "wait", "signal", "requeue"
 # How the requeue note of a partition plan's "Requeue now" starts (requeue_due tells it from a fault's).
+# (REQUEUED_SAYING around PLAN_RECARVES.)
 PLAN_NOTE = "requeued: plan #"
 # What a requeue changes that the audit log records (as a pass's preemption does).
 AUDITED_FIELDS = (
@@ -78,6 +94,7 @@ AUDITED_FIELDS = (
     "backend_id",
     "preemptions",
     "fault_requeues",
+    "plan_requeues",
     "placed_at",
     "started_at",
     "over_quota",
@@ -104,9 +121,9 @@ def decide(
     checkpoint: it is requeued at once); `signal_pending` whether it was already asked to checkpoint (by
     another of its trays: the first deadline stands)."""
     if maintenance:
-        return Decision(WAIT, policy=FaultAction.WAIT, why="maintenance lets running jobs finish")
+        return Decision(WAIT, policy=FaultAction.WAIT, why=MAINTENANCE_LETS_FINISH)
     if action == FaultAction.WAIT:
-        return Decision(WAIT, policy=action, why="its class's policy lets it finish")
+        return Decision(WAIT, policy=action, why=POLICY_LETS_FINISH)
     if action == FaultAction.CHECKPOINT and in_backend:
         if signal_pending:
             return Decision(WAIT, policy=action, grace_s=grace_s, why="already asked to checkpoint")
@@ -156,13 +173,20 @@ def cause(reason: str) -> str:
 
 
 def _minutes(seconds: int) -> str:
-    """A grace period in words: "5 min", "90 s"."""
-    return f"{seconds // 60} min" if seconds and seconds % 60 == 0 else f"{seconds} s"
+    """A grace period in words: "5 min", "90 s" (templates of scheduling.words: read back in the viewer's
+    language)."""
+    if seconds and seconds % 60 == 0:
+        return say(WAIT_MINUTES, minutes=seconds // 60)
+    return say(GRACE_SECONDS, seconds=seconds)
 
 
 def requeue_words(reason: str, host: str, decision: Decision) -> str:
-    grace = f", grace {_minutes(decision.grace_s)}" if decision.policy == FaultAction.CHECKPOINT else ""
-    return f"requeued: {cause(reason)} drained {host} (policy {decision.policy}{grace})"[:NOTE_LIMIT]
+    what = say(FAULT_DRAINED, fault=cause(reason), host=host)
+    if decision.policy == FaultAction.CHECKPOINT:
+        why = say(REQUEUE_GRACE, what=what, grace=_minutes(decision.grace_s))
+    else:
+        why = say(REQUEUE_POLICY, what=what, policy=decision.policy)
+    return say(REQUEUED_SAYING, reason=why)[:NOTE_LIMIT]
 
 
 @dataclass(frozen=True)
@@ -251,33 +275,41 @@ def _apply(job: Job, decision: Decision, host: str, reason: str, signal: str, no
         return _ask_to_checkpoint(
             job,
             requeue_words(reason, host, decision),
-            f"{cause(reason)} drained {host}",
+            say(FAULT_DRAINED, fault=cause(reason), host=host),
             decision,
             signal,
             now,
         )
     if decision.why == "already asked to checkpoint":
         return Handled(job.pk, WAIT, decision.why)
-    message = f"{cause(reason)} drained {host}: left to finish ({decision.why})"[:NOTE_LIMIT]
+    what = say(FAULT_DRAINED, fault=cause(reason), host=host)
+    message = say(LEFT_TO_FINISH, what=what, why=decision.why)[:NOTE_LIMIT]
     JobEvent.objects.create(job=job, kind=JobEventKind.FAULT, message=message, placement=job.placement)
     return Handled(job.pk, WAIT, message)
 
 
 def _ask_to_checkpoint(
-    job: Job, note: str, what: str, decision: Decision, signal: str, now: datetime
+    job: Job,
+    note: str,
+    what: str,
+    decision: Decision,
+    signal: str,
+    now: datetime,
+    kind: str = JobEventKind.FAULT,
 ) -> Handled:
     """Ask a holding job (locked) to checkpoint: requeued by requeue_due at the end of its grace period with
-    `note`; `what` says why, first in its history's line."""
+    `note`; `what` says why, first in its history's line (an event of `kind`: a fault's, or a plan's). The
+    moment is written with its date in UTC (core.moments.utc_words): a page reads it in the viewer's zone."""
     at = now + timedelta(seconds=decision.grace_s)
     job.requeue_at = at
     job.requeue_note = note[:NOTE_LIMIT]
     job.save(update_fields=["requeue_at", "requeue_note", "updated_at"])
     message = (
-        f"{what}: asked to checkpoint (SIG{signal}); requeued at "
-        f"{timezone.localtime(at, timezone.get_fixed_timezone(0)):%H:%M:%S} UTC unless it ends first "
-        f"(policy checkpoint, grace {_minutes(decision.grace_s)})"
+        say(ASKED_TO_CHECKPOINT, what=what, signal=signal)
+        + CLAUSES
+        + say(REQUEUED_AT, at=utc_words(at), grace=_minutes(decision.grace_s))
     )[:NOTE_LIMIT]
-    JobEvent.objects.create(job=job, kind=JobEventKind.FAULT, message=message, placement=job.placement)
+    JobEvent.objects.create(job=job, kind=kind, message=message, placement=job.placement)
     enqueue(SIGNAL_JOB, job.pk, signal)  # sent when the transaction commits
     if decision.grace_s == 0:
         enqueue(SYNC_JOBS)
@@ -307,15 +339,14 @@ def requeue_for_plan(
             handled.append(Handled(job.pk, WAIT, "not checkpointable: left to finish"))
             continue
         decision = _decide_for(job, action, grace, maintenance=False)
-        note = (
-            f"{PLAN_NOTE}{plan_id} re-carves {rack} (requeue now, policy checkpoint, grace {_minutes(grace)})"
-        )
+        what = say(PLAN_RECARVES, plan=plan_id, rack=rack)
+        note = say(REQUEUED_SAYING, reason=say(REQUEUE_NOW, what=what, grace=_minutes(grace)))
         if decision.what == REQUEUE:
             requeue(job, note, pending=_plan_pending(note))
             handled.append(Handled(job.pk, REQUEUE, note))
         elif decision.what == SIGNAL:
             handled.append(
-                _ask_to_checkpoint(job, note, f"plan #{plan_id} re-carves {rack}", decision, signal, now)
+                _ask_to_checkpoint(job, note, what, decision, signal, now, kind=JobEventKind.PLAN_CHECKPOINT)
             )
         else:
             handled.append(Handled(job.pk, WAIT, decision.why))
@@ -332,7 +363,9 @@ def _plan_pending(note: str) -> str:
 
 def requeue(job: Job, message: str, *, host: str = "", pending: str = "") -> None:
     """Put a holding job (locked by the caller) back in the queue after a fault, or for a partition plan
-    (`pending`: its pending reason then); see the module doc."""
+    (`pending`: its pending reason then; counted in `plan_requeues`, its history's event a plan's and no
+    fault is notified); see the module doc. Its submitter's "job requeued" subscriptions hear of both."""
+    for_plan = bool(pending)
     stop_in_backend(job, message)
     release_gpus(job)
     placement = list(job.placement)
@@ -354,17 +387,28 @@ def requeue(job: Job, message: str, *, host: str = "", pending: str = "") -> Non
             + BACK_IN_QUEUE_IN_PLACE
         )[:500],
         preemptions=F("preemptions") + 1,
-        fault_requeues=F("fault_requeues") + 1,
+        **(
+            {"plan_requeues": F("plan_requeues") + 1}
+            if for_plan
+            else {"fault_requeues": F("fault_requeues") + 1}
+        ),
         updated_at=timezone.now(),
     )
     job.refresh_from_db()
     record_bulk_change(
         Job, {job.pk: {k: (v, getattr(job, k)) for k, v in before.items() if v != getattr(job, k)}}
     )
-    JobEvent.objects.create(job=job, kind=JobEventKind.REQUEUED, message=message, placement=placement)
+    # A plan's event says what it is (its kind "Requeued for a partition plan"), without "requeued: ".
+    kind = JobEventKind.PLAN_REQUEUED if for_plan else JobEventKind.REQUEUED
+    said = message.removeprefix("requeued: ")
+    JobEvent.objects.create(job=job, kind=kind, message=said if for_plan else message, placement=placement)
+    notify_job(job, kind, said)
+    if for_plan:  # planned work: not a fault (the health subscriptions' "Job requeued by a fault")
+        request_pass(f"job {job.pk} requeued for a partition plan")
+        return
     notify(
         NotificationEvent.JOB_REQUEUED,
-        say(JOB_REQUEUED, job=job.pk, job_title=job.name, message=message.removeprefix("requeued: ")),
+        say(JOB_REQUEUED, job=job.pk, job_title=job.name, message=said),
         {
             "job": job.pk,
             "name": job.name,
@@ -377,7 +421,7 @@ def requeue(job: Job, message: str, *, host: str = "", pending: str = "") -> Non
         },
         scope=[f"department:{job.department.slug}", *(f"tray:{h}" for h in placement)],
     )
-    request_pass(f"job {job.pk} requeued {'for a partition plan' if pending else 'after a fault'}")
+    request_pass(f"job {job.pk} requeued after a fault")
 
 
 def requeue_due(now: datetime | None = None) -> list[int]:
@@ -389,7 +433,7 @@ def requeue_due(now: datetime | None = None) -> list[int]:
             job = Job.objects.select_for_update().filter(pk=pk, state__in=HOLDING_STATES).first()
             if job is None or job.requeue_at is None or job.requeue_at > now:
                 continue
-            note = job.requeue_note or "requeued: its tray was drained by a fault"
+            note = job.requeue_note or say(REQUEUED_SAYING, reason=REQUEUED_BY_A_FAULT)
             if note.startswith(PLAN_NOTE):
                 requeue(job, note, pending=_plan_pending(note))
             else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from core import sentences_i18n
 from core.sentences import VALUE_WORDS
-from scheduling.choices import Topology
+from scheduling.choices import FaultAction, PriorityClass, Topology
 from scheduling.engine import placement, scheduler  # noqa: F401  (their templates register on import)
 from scheduling.engine.words import gettext_noop
 
@@ -27,6 +27,26 @@ BACK_IN_QUEUE_IN_PLACE = gettext_noop("back in the queue with its place in line"
 # A partition plan's "Requeue now" (integrations.plans.requeue_now) or maintenance window.
 REQUEUED_FOR_PLAN = gettext_noop("requeued because plan #%(plan)s re-carves %(rack)s")
 REQUEUED_FOR_A_PLAN = gettext_noop("requeued for a partition plan")
+# What a tray's fault or a plan's "Requeue now" did to a running job (scheduling.requeue), in its history
+# (JobEvent.message), its requeue note and the notifications: what asked (`what`: a fault that drained a
+# tray, a plan that re-carves a rack), the job's policy, its grace period, when it is requeued (a moment,
+# core.moments.utc_words: read back in the viewer's zone).
+FAULT_DRAINED = gettext_noop("%(fault)s drained %(host)s")
+PLAN_RECARVES = gettext_noop("plan #%(plan)s re-carves %(rack)s")
+ASKED_TO_CHECKPOINT = gettext_noop("%(what)s: asked to checkpoint (SIG%(signal)s)")
+REQUEUED_AT = gettext_noop("requeued at %(at)s unless it ends first (policy checkpoint, grace %(grace)s)")
+LEFT_TO_FINISH = gettext_noop("%(what)s: left to finish (%(why)s)")
+REQUEUED_SAYING = gettext_noop("requeued: %(reason)s")
+REQUEUED_BY_A_FAULT = gettext_noop("its tray was drained by a fault")
+REQUEUE_POLICY = gettext_noop("%(what)s (policy %(policy)s)")
+REQUEUE_GRACE = gettext_noop("%(what)s (policy checkpoint, grace %(grace)s)")
+REQUEUE_NOW = gettext_noop("%(what)s (requeue now, policy checkpoint, grace %(grace)s)")
+GRACE_SECONDS = gettext_noop("%(seconds)s s")
+# The policy (a FaultAction's stored value) read as its label.
+VALUE_WORDS[REQUEUE_POLICY] = {"policy": {str(choice.value): choice.label for choice in FaultAction}}
+# Why a job was left to finish on a drained tray (scheduling.requeue.decide).
+MAINTENANCE_LETS_FINISH = gettext_noop("maintenance lets running jobs finish")
+POLICY_LETS_FINISH = gettext_noop("its class's policy lets it finish")
 
 # The subjects of the notifications about a job (scheduling.services.actions.notify_job; the bell's inbox
 # reads them back): the job's name, its number, and what the backend or the pass said.
@@ -41,6 +61,8 @@ JOB_FAILED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) failed: %(message
 JOB_CANCELLED = gettext_noop("Job %(job_title)s (#%(job)s) was cancelled")
 JOB_CANCELLED_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) was cancelled: %(message)s")
 JOB_REQUEUED = gettext_noop("Job #%(job)s %(job_title)s requeued: %(message)s")
+JOB_PUT_BACK = gettext_noop("Job %(job_title)s (#%(job)s) was requeued")
+JOB_PUT_BACK_SAYING = gettext_noop("Job %(job_title)s (#%(job)s) was requeued: %(message)s")
 RECLAIMED_BY = gettext_noop("department %(department)s reclaimed its GPUs")
 # A department's notifications (scheduling.tasks): short of its guarantee, idle GPUs.
 SHORT_OF_GUARANTEE_ONE = gettext_noop(
@@ -77,6 +99,11 @@ SLICES_OVER_GUARANTEE = gettext_noop(
 # Their topology is shown as its label ("partition" as "One NVLink partition", in the viewer's language).
 for _template in (SUBMITTED_ONE, SUBMITTED_MANY, FALLBACK_ACCEPTED):
     VALUE_WORDS[_template] = {"topology": {str(choice.value): choice.label for choice in Topology}}
+# A class's stored value in a wait reason ("inference jobs run only within ...") as its label, as the class
+# column shows it.
+VALUE_WORDS[scheduler.GUARANTEE_ONLY] = {
+    "priority_class": {str(choice.value): choice.label for choice in PriorityClass}
+}
 WAIT_MINUTES = gettext_noop("%(minutes)s min")
 WAIT_HOURS = gettext_noop("%(hours)s h")
 # A placed job's event (scheduling.services.pass_writes): its standing, its trays, the partitions they are
@@ -87,6 +114,16 @@ PLACED_ONE = gettext_noop("placed %(standing)s on %(trays)s tray in %(partitions
 PLACED_MANY = gettext_noop("placed %(standing)s on %(trays)s trays in %(partitions)s")
 PLACED_ACROSS = gettext_noop("%(placed)s (%(parts)s NVLink partitions)")
 PLACED_WHY = gettext_noop("%(placed)s · why here: %(why)s")
+# A seeded job's history (portal.demo): no backend ran it, and how it ended.
+STARTED_IN = gettext_noop("started in %(backend_kind)s (%(note)s)")
+SEEDED_DEMO_JOB = gettext_noop("seeded demo job: no backend runs it")
+SEEDED_HISTORY = gettext_noop("seeded history: no backend ran it")
+PLACED_ON_ONE = gettext_noop("placed on %(trays)s tray")
+PLACED_ON_MANY = gettext_noop("placed on %(trays)s trays")
+COMPLETED_EXIT_0 = gettext_noop("completed, exit code 0")
+FAILED_EXIT_1 = gettext_noop("failed, exit code 1")
+CANCELLED_BY_SUBMITTER = gettext_noop("cancelled by its submitter")
+CANCELLED_BY_SUBMITTER_PENDING = gettext_noop("cancelled by its submitter while pending")
 # A cancelled job's event: by whom (a user name) and in which state it was.
 CANCELLED_WHILE = {
     "pending": gettext_noop("cancelled while pending"),

@@ -20,9 +20,20 @@ from inventory.models import ComputeTray, Gpu
 from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import Request, explain, place
+from scheduling.engine.words import say
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.services.admission import check_request, default_topology, submitted_words
 from scheduling.services.pass_writes import placed_words
+from scheduling.words import (
+    CANCELLED_BY_SUBMITTER,
+    CANCELLED_BY_SUBMITTER_PENDING,
+    COMPLETED_EXIT_0,
+    FAILED_EXIT_1,
+    PLACED_ON_MANY,
+    PLACED_ON_ONE,
+    SEEDED_DEMO_JOB,
+    STARTED_IN,
+)
 from tenancy.models import Department, Membership
 from tenancy.projects import default_project
 from tenancy.quota import in_quota_prefix
@@ -363,20 +374,23 @@ def _events(jobs: list[Job], floor: _Floor, why: dict[int, str]) -> list[JobEven
         partitions = ", ".join(sorted({" ".join(where[host]) for host in job.placement}))
         return placed_words(job.over_quota, len(job.placement), partitions, why=reasons.get(job.pk) or "")
 
-    return job_story(jobs, placed, "seeded demo job: no backend runs it")
+    return job_story(jobs, placed, SEEDED_DEMO_JOB)
 
 
-def trays_phrase(job: Job) -> str:
-    return f"{len(job.placement)} tray{'s' if len(job.placement) != 1 else ''}"
+def placed_on(job: Job) -> str:
+    """A seeded history job's placed event: on how many trays (a template of scheduling.words)."""
+    trays = len(job.placement)
+    return say(PLACED_ON_ONE if trays == 1 else PLACED_ON_MANY, trays=trays)
 
 
 def job_story(jobs: list[Job], placed, note: str) -> list[JobEvent]:
     """Each job's history as the portal records it: submitted, placed (`placed(job)` says where), started
-    (`note` says that no backend ran it), and how it ended (jobs with a finish time)."""
+    (`note` says that no backend ran it), and how it ended (jobs with a finish time). Every message is a
+    template of scheduling.words: a page reads it back in the viewer's language."""
     ended = {
-        JobState.COMPLETED: (JobEventKind.COMPLETED, "completed, exit code 0"),
-        JobState.FAILED: (JobEventKind.FAILED, "failed, exit code 1"),
-        JobState.CANCELLED: (JobEventKind.CANCELLED, "cancelled by its submitter"),
+        JobState.COMPLETED: (JobEventKind.COMPLETED, COMPLETED_EXIT_0),
+        JobState.FAILED: (JobEventKind.FAILED, FAILED_EXIT_1),
+        JobState.CANCELLED: (JobEventKind.CANCELLED, CANCELLED_BY_SUBMITTER),
     }
     events = []
     for job in jobs:
@@ -403,12 +417,12 @@ def job_story(jobs: list[Job], placed, note: str) -> list[JobEvent]:
                     job=job,
                     kind=JobEventKind.DISPATCHED,
                     at=job.started_at,
-                    message=f"started in {job.get_backend_display()} ({note})",
+                    message=say(STARTED_IN, backend_kind=Backend(job.backend).label, note=note),
                 )
             )
         if job.finished_at is not None:
             kind, words = ended[job.state]
             if job.placed_at is None:
-                words = "cancelled by its submitter while pending"
+                words = CANCELLED_BY_SUBMITTER_PENDING
             events.append(JobEvent(job=job, kind=kind, message=words, at=job.finished_at))
     return events

@@ -109,6 +109,7 @@ OTHER_APPS_NAMES = (
     gettext_noop("next dispatch at"),
     gettext_noop("preemptions"),
     gettext_noop("fault requeues"),
+    gettext_noop("plan requeues"),
     gettext_noop("requeue at"),
     gettext_noop("requeue note"),
     gettext_noop("idempotency key"),

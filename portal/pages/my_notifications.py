@@ -39,6 +39,7 @@ JOB_EVENTS = [
     NotificationEvent.JOB_FINISHED,
     NotificationEvent.JOB_FAILED,
     NotificationEvent.JOB_CANCELLED,
+    NotificationEvent.JOB_PUT_BACK,
 ]
 DEPARTMENT_EVENTS = [NotificationEvent.GUARANTEE_SHORT, NotificationEvent.IDLE_GPUS]
 ADMIN_EVENTS = [NotificationEvent.PUSH_FAILED]

@@ -71,6 +71,10 @@ EVENT_DESCRIPTIONS = {
     "job_cancelled": gettext_lazy(
         "A job was cancelled by someone other than its submitter (a lead, an admin)."
     ),
+    "job_put_back": gettext_lazy(
+        "A job was stopped and put back in the queue with its place in line: a fault on its trays, or a "
+        "partition plan that re-carves its rack."
+    ),
     "guarantee_short": gettext_lazy(
         "A department's jobs wait while it holds fewer GPUs than it is guaranteed."
     ),

@@ -107,6 +107,9 @@ JOB_NOTICES = {
     JobEventKind.COMPLETED: NotificationEvent.JOB_FINISHED,
     JobEventKind.FAILED: NotificationEvent.JOB_FAILED,
     JobEventKind.CANCELLED: NotificationEvent.JOB_CANCELLED,
+    # Put back in the queue (scheduling.requeue): after a fault on its trays, or for a partition plan.
+    JobEventKind.REQUEUED: NotificationEvent.JOB_PUT_BACK,
+    JobEventKind.PLAN_REQUEUED: NotificationEvent.JOB_PUT_BACK,
 }
 
 
@@ -114,8 +117,9 @@ def notify_job(
     job: Job, kind: str, message: str = "", *, department_slug: str | None = None, subscriptions=None
 ) -> None:
     """Tell the job's subscribers (its submitter's own subscriptions: scope user:<id>; its department's:
-    department:<slug>; this job's: job:<id>) that it started, was preempted, finished, failed or was
-    cancelled by someone else. Recorded in the caller's transaction, sent after it commits."""
+    department:<slug>; this job's: job:<id>) that it started, was preempted, finished, failed, was
+    cancelled by someone else or was requeued (a fault, a partition plan). Recorded in the caller's
+    transaction, sent after it commits."""
     event = JOB_NOTICES.get(kind)
     if event is None:
         return
@@ -128,6 +132,7 @@ def notify_job(
         NotificationEvent.JOB_FINISHED: (words.JOB_FINISHED, words.JOB_FINISHED_SAYING),
         NotificationEvent.JOB_FAILED: (words.JOB_FAILED, words.JOB_FAILED_SAYING),
         NotificationEvent.JOB_CANCELLED: (words.JOB_CANCELLED, words.JOB_CANCELLED_SAYING),
+        NotificationEvent.JOB_PUT_BACK: (words.JOB_PUT_BACK, words.JOB_PUT_BACK_SAYING),
     }[event]
     scope = [f"job:{job.pk}", f"department:{slug}"]
     if job.submitted_by_id:

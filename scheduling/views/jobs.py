@@ -163,10 +163,15 @@ def _visible_job(request, pk, resubmit_facts: bool = False) -> Job:
     return get_object_or_404(jobs, pk=pk)
 
 
-def _requeued_words(job: Job) -> str:
-    """How often a pending job was preempted or requeued after a fault, and that it kept its place. Fault
-    requeues count as preemptions too (each run has its own backend name): told apart here."""
-    preempted, requeued = job.preemptions - job.fault_requeues, job.fault_requeues
+def _times(n: int) -> str:
+    return ngettext("%(n)s time", "%(n)s times", n) % {"n": n}
+
+
+def _requeued_words(job: Job) -> list[str]:
+    """How often a pending job was preempted, requeued after a fault or for a partition plan, and that it
+    kept its place. Requeues count as preemptions too (each run has its own backend name): told apart
+    here (whole sentences: the page joins them as its language does)."""
+    preempted, requeued, planned = preempted_only(job), job.fault_requeues, job.plan_requeues
     if preempted > 0 and requeued:
         sentence = _(
             "It was preempted %(preempted)s and requeued %(requeued)s after a fault on its trays and "
@@ -177,14 +182,29 @@ def _requeued_words(job: Job) -> str:
             "It was requeued %(requeued)s after a fault on its trays and kept its place in the queue "
             "(queued by submission time)."
         )
-    else:
+    elif preempted > 0:
         sentence = _(
             "It was preempted %(preempted)s and kept its place in the queue (queued by submission time)."
         )
-    return sentence % {
-        "preempted": ngettext("%(n)s time", "%(n)s times", preempted) % {"n": preempted},
-        "requeued": ngettext("%(n)s time", "%(n)s times", requeued) % {"n": requeued},
-    }
+    else:
+        sentence = ""
+    sentences = [sentence] if sentence else []
+    if planned and sentence:
+        sentences.append(_("It was also requeued %(planned)s for a partition plan."))
+    elif planned:
+        sentences.append(
+            _(
+                "It was requeued %(planned)s for a partition plan and kept its place in the queue (queued "
+                "by submission time)."
+            )
+        )
+    counts = {"preempted": _times(preempted), "requeued": _times(requeued), "planned": _times(planned)}
+    return [text % counts for text in sentences]
+
+
+def preempted_only(job: Job) -> int:
+    """How often the job was preempted by a pass (its `preemptions` count its requeues too)."""
+    return max(0, job.preemptions - job.fault_requeues - job.plan_requeues)
 
 
 def _waiting_words(job: Job) -> list[str]:
@@ -213,7 +233,7 @@ def _waiting_words(job: Job) -> list[str]:
         )
     words.append(asks % {"gpus": job.gpus, "trays": trays, "where": where})
     if job.preemptions:
-        words.append(_requeued_words(job))
+        words.extend(_requeued_words(job))
     return words
 
 
@@ -268,6 +288,7 @@ def _job_status_context(request, job: Job, **extra) -> dict:
         "job": job,
         "can_cancel": job.is_active and may_cancel(request.user, job),
         "waiting_words": _waiting_words(job) if job.state == JobState.PENDING else [],
+        "preempted": preempted_only(job),
         "standing": queue_standing(job.pk) if job.state == JobState.PENDING else None,
         "placement": _placement(job),
         "why_here": _why_here(events),

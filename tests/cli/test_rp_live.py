@@ -18,8 +18,9 @@ import pytest
 from django.db import transaction
 
 from core import tokens
+from integrations.dispatch import process_cancels
 from scheduling.choices import JobState
-from scheduling.models import Job
+from scheduling.models import BackendCancel, Job
 from scheduling.services.actions import finish_job
 from tenancy.projects import create_project, set_project_member
 from tests.cli.conftest import RP, SCRIPT, personal_token
@@ -256,6 +257,19 @@ def test_logs_of_a_job_not_yet_handed_to_a_backend_are_not_found(logged_in, rp, 
     done = rp("logs", str(waiting.pk))
 
     assert done.code == NOT_FOUND and "not been handed to a backend" in done.err
+
+
+def test_logs_of_a_cancelled_job_are_not_found_and_name_no_server_path(logged_in, rp, script, settings):
+    job = submitted(rp, script)
+    assert Job.objects.get(pk=job["id"]).backend_id  # handed to the embedded backend: it rendered a request
+    assert rp("cancel", str(job["id"])).code == 0
+    process_cancels()  # the embedded backend's cancel removes what it rendered (if the server has not yet)
+    assert not BackendCancel.objects.filter(job_id=job["id"], done_at=None).exists()
+
+    done = rp("logs", str(job["id"]))
+
+    assert done.code == NOT_FOUND and "removed the request it rendered" in done.err
+    assert str(settings.RACKPLANE_RENDER_DIR) not in done.out + done.err
 
 
 def test_quota_shows_the_departments_guarantee_and_use_and_its_projects(

@@ -126,7 +126,7 @@ def test_an_admin_reads_requeue_now_schedules_a_window_and_requeues(live_server,
         expect(page.locator("#plan-progress")).to_have_attribute("data-status", "draining")
         expect(page.locator("#plan-progress")).to_contain_text("build-a")
         both_widths(page, shots, "requeued-draining")
-        requeues = dict(Job.objects.values_list("name", "fault_requeues"))
+        requeues = dict(Job.objects.values_list("name", "plan_requeues"))
         assert requeues == {"train-a": 1, "train-b": 1, "pretrain": 1, "build-a": 0}
         assert Job.objects.get(name="build-a").state == JobState.RUNNING
     finally:

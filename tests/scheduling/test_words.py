@@ -43,6 +43,7 @@ SHAPES = {
     "backend": st.sampled_from(["rendered files", "Slurm (prod)", "Kubernetes (lab cluster)"]),
     "backend_state": st.sampled_from(["pending", "running", "completed", "failed", "cancelled", "unknown"]),
     "code": st.integers(min_value=-255, max_value=255).map(str),
+    "priority_class": st.sampled_from(["train", "build", "inference"]),
     "partitions": st.sampled_from(["gb-r03 default", "gb-r01 p1, gb-r01 p2"]),
 }
 # A moment as stored sentences hold it (core.moments.utc_words), or a time alone (as older releases wrote).

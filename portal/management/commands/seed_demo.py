@@ -26,8 +26,8 @@ from portal.demo.jobs import (
     demo_project,
     demo_work,
     job_story,
+    placed_on,
     submitter,
-    trays_phrase,
 )
 from portal.demo.seeding import DEPARTMENTS, seed_tenants, write_demo_logins
 from scheduling.choices import Backend, JobState
@@ -37,6 +37,7 @@ from scheduling.models import Job, JobEvent
 from scheduling.services.admission import check_request, default_topology
 from scheduling.services.passes import run_pass
 from scheduling.tasks import record_quota_snapshots
+from scheduling.words import SEEDED_HISTORY
 from tenancy.models import Department
 from tenancy.services import schedulable_gpus_q
 
@@ -244,7 +245,7 @@ def _history_job(rng, number, department, priority_class, gpus, limit) -> Job:
 
 def _history_events(jobs: list[Job]) -> list[JobEvent]:
     """Each history job's story as the portal records it: submitted, placed, started, ended."""
-    return job_story(jobs, lambda job: f"placed on {trays_phrase(job)}", "seeded history: no backend ran it")
+    return job_story(jobs, placed_on, SEEDED_HISTORY)
 
 
 def _demo_nodes_are_quiet() -> None:

@@ -105,11 +105,13 @@ def test_requeue_now_requeues_only_the_checkpointable_jobs_on_the_plans_trays(
     assert {1, 2, 3, 5} <= drained
 
     requeued = Job.objects.get(pk=in_the_way["now"].pk)
-    assert requeued.state == JobState.PENDING and requeued.fault_requeues == 1
+    # Counted and told as a plan's requeue, not a fault's (its page and its submitter's notice say so).
+    assert requeued.state == JobState.PENDING and requeued.plan_requeues == 1 and requeued.fault_requeues == 0
     assert f"plan #{plan.pk} re-carves gb-r01" in requeued.pending_reason
     assert not Allocation.objects.filter(job=requeued).exists()
-    event = JobEvent.objects.get(job=requeued, kind=JobEventKind.REQUEUED)
-    assert event.message.startswith(f"requeued: plan #{plan.pk} re-carves gb-r01 (requeue now")
+    assert not JobEvent.objects.filter(job=requeued, kind=JobEventKind.REQUEUED).exists()
+    event = JobEvent.objects.get(job=requeued, kind=JobEventKind.PLAN_REQUEUED)
+    assert event.message.startswith(f"plan #{plan.pk} re-carves gb-r01 (requeue now")
     assert AuditEvent.objects.filter(object_type="scheduling.job", object_id=str(requeued.pk)).exists()
 
     signalled = Job.objects.get(pk=in_the_way["signalled"].pk)
@@ -188,8 +190,8 @@ def test_two_admins_requeueing_now_at_once_get_one_plan_and_each_job_requeued_on
     assert PartitionPlan.objects.filter(rack=rack).count() == 1
     # Requeued once (the pass then places it again, on commit: where it goes from there is not this test's).
     job.refresh_from_db()
-    assert job.fault_requeues == 1
-    assert JobEvent.objects.filter(job=job, kind=JobEventKind.REQUEUED).count() == 1
+    assert job.plan_requeues == 1
+    assert JobEvent.objects.filter(job=job, kind=JobEventKind.PLAN_REQUEUED).count() == 1
 
 
 # --- maintenance windows ----------------------------------------------------------------------------------
