@@ -3,9 +3,10 @@ scheduling.views.projects show it on a GET (which never writes) and apply the st
 
 * A new named project (`new_project_changes`): its guarantee comes out of the default project's
   (tenancy.projects.default_guarantee), so the default project's in-quota running work beyond the new
-  guarantee (the newest first, as tenancy.quota.in_quota_prefix keeps a leaf's guarantee with its oldest
-  work) may be reclaimed by the new project's work. Towards other departments nothing changes: the
-  department keeps its whole guarantee. Nobody leaves the default project: people join a named project by
+  guarantee (tenancy.quota.beyond_guarantee: the scheduler keeps a guarantee with the work not
+  preemptible, then the oldest, so the newest training falls beyond first) may be reclaimed by the new
+  project's work. Towards other departments nothing changes: the department keeps its whole guarantee.
+  Nobody leaves the default project: people join a named project by
   a second step. A department's first named project always asks for confirmation; a later one when some
   running work would change.
 * People put in a named project (`move_changes`): those in no named project leave the default project
@@ -48,7 +49,7 @@ from scheduling.models import Job
 from tenancy import projects as service
 from tenancy.models import Department, Project, ProjectMembership
 from tenancy.projects import default_guarantee, default_project, submission_default
-from tenancy.quota import beyond_guarantee, in_quota_prefix
+from tenancy.quota import beyond_guarantee
 
 
 class StaleConfirmation(Exception):
@@ -118,17 +119,20 @@ class Reclaimable(Confirmable):
         return sum(change.job.gpus for change in self.losing)
 
     @property
-    def guarantee_after(self) -> int:
-        """The guarantee the step leaves the work of `running` (the default project's, or a lowered
-        project's)."""
-        raise NotImplementedError
+    def already(self) -> list[JobChange]:
+        """The running jobs beyond the guarantee before the step already (unchanged by it)."""
+        return [change for change in self.running if not change.was_within and not change.keeps_guarantee]
+
+    @property
+    def already_gpus(self) -> int:
+        return sum(change.job.gpus for change in self.already)
 
     @property
     def gpus_beyond(self) -> int:
-        """GPUs of that work in quota beyond the guarantee after the step: the figure the projects panel's
-        row shows once it is taken (tenancy.quota.beyond_guarantee, as scheduling.views.projects._figures),
-        not the whole size of the jobs that fall beyond it (`losing_gpus`)."""
-        return beyond_guarantee(sum(change.job.gpus for change in self.running), self.guarantee_after)
+        """GPUs of that work beyond the guarantee after the step: those of the jobs falling beyond it and of
+        those beyond it already (tenancy.quota.beyond_guarantee), the figure the projects panel's row shows
+        once it is taken."""
+        return self.losing_gpus + self.already_gpus
 
     @property
     def beyond(self) -> list[JobChange]:
@@ -160,10 +164,6 @@ class NewProjectChanges(Reclaimable):
     def needs_confirmation(self) -> bool:
         return self.first or bool(self.beyond)
 
-    @property
-    def guarantee_after(self) -> int:
-        return self.default_after
-
     def facts(self) -> tuple:
         return (
             self.department.pk,
@@ -193,19 +193,39 @@ def new_project_changes(department: Department, guaranteed_gpus: int) -> NewProj
     )
 
 
+STANDING_FIELDS = ("pk", "gpus", "priority_class", "placed_at", "started_at", "created_at", "over_quota")
+
+
+def standing_key(job: Job) -> tuple:
+    """Where a running `job` stands in its department's (or project's) guarantee: the scheduler's order
+    (scheduling.engine.scheduler._standing_order, with its start time as scheduling.pass_inputs reads it):
+    not preemptible first, then oldest first. The projects panel and the confirmations sort by it; it reads
+    `STANDING_FIELDS`."""
+    since = job.placed_at or job.started_at or job.created_at
+    return job.priority_class in PREEMPTIBLE_CLASSES, since, job.over_quota, job.pk
+
+
+def leaf_beyond(guaranteed: int, jobs: list[Job]) -> set[int]:
+    """The pks of `jobs` (one project's, or the default project's, running jobs) beyond `guaranteed`:
+    tenancy.quota.beyond_guarantee over them in standing order (`standing_key`)."""
+    ordered = sorted(jobs, key=standing_key)
+    return set(beyond_guarantee(guaranteed, [(job.pk, job.gpus, job.over_quota) for job in ordered]))
+
+
 def _running_changes(work: Q, before: int, after: int) -> tuple[list[JobChange], int]:
-    """The in-quota running jobs of `work` (oldest first) as a guarantee of `before` GPUs becomes `after`
-    (tenancy.quota.in_quota_prefix: the oldest keep it), and how many of its running jobs borrow already."""
-    running = list(
-        Job.objects.filter(work, state__in=HOLDING_STATES)
-        .select_related("submitted_by")
-        .order_by("placed_at", "pk")
+    """The in-quota running jobs of `work` in standing order (`standing_key`) as a guarantee of `before`
+    GPUs becomes `after` (tenancy.quota.beyond_guarantee, the projects panel's answer too), and how many
+    of its running jobs borrow from other departments already."""
+    running = sorted(
+        Job.objects.filter(work, state__in=HOLDING_STATES).select_related("submitted_by"), key=standing_key
     )
-    in_quota = [job for job in running if not job.over_quota]
-    kept_before = in_quota_prefix(before, [(job.pk, job.gpus) for job in in_quota])
-    kept = in_quota_prefix(after, [(job.pk, job.gpus) for job in in_quota])
-    changes = [JobChange(job, job.pk in kept, job.pk in kept_before) for job in in_quota]
-    return changes, len(running) - len(in_quota)
+    beyond_before, beyond_after = leaf_beyond(before, running), leaf_beyond(after, running)
+    changes = [
+        JobChange(job, job.pk not in beyond_after, job.pk not in beyond_before)
+        for job in running
+        if not job.over_quota
+    ]
+    return changes, len(running) - len(changes)
 
 
 @dataclass(frozen=True)
@@ -294,10 +314,6 @@ class GuaranteeChanges(Reclaimable):
     @property
     def lowering(self) -> bool:
         return self.after < self.before
-
-    @property
-    def guarantee_after(self) -> int:
-        return self.after if self.lowering else self.default_after
 
     @property
     def fits(self) -> bool:

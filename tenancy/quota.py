@@ -51,6 +51,7 @@ __all__ = [
     "HierarchicalResult",
     "Reclaim",
     "Share",
+    "beyond_guarantee",
     "fair_share",
     "guarantee_positions",
     "hierarchical_fair_share",
@@ -267,10 +268,20 @@ def fair_share(capacity: int, departments: Iterable[DepartmentQuota]) -> FairSha
     )
 
 
-def beyond_guarantee(in_quota: int, guaranteed: int) -> int:
-    """GPUs of a project's in-quota work beyond its own guarantee (on its siblings' unused guarantee): the
-    one figure the projects panel's rows and the confirmation pages of a guarantee change both show."""
-    return max(0, in_quota - guaranteed)
+def beyond_guarantee(guaranteed: int, jobs: Iterable[tuple[object, int, bool]]) -> list:
+    """The keys of a project's (or the default project's) running jobs beyond its own guarantee, in quota for
+    its department on its siblings' unused guarantee: the one answer the projects panel's rows, the
+    confirmation pages' sentences and their tables' marks all come from (their GPUs are these jobs' GPUs).
+
+    `jobs` are (key, GPUs, borrowing) in standing order (scheduling.engine.scheduler, Standing: not
+    preemptible first, then oldest first): the longest prefix within `guaranteed` holds it
+    (`in_quota_prefix`, as every pass); every later job beyond it is counted whole, since a job holds the
+    guarantee whole or not at all, except the ones borrowing from other departments (`borrowing`), which
+    are not in quota for the department at all.
+    """
+    jobs = list(jobs)
+    within = in_quota_prefix(guaranteed, [(key, gpus) for key, gpus, _ in jobs])
+    return [key for key, _, borrowing in jobs if key not in within and not borrowing]
 
 
 def in_quota_prefix(share: int, jobs: Iterable[tuple[object, int]]) -> set:

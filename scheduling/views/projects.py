@@ -14,9 +14,11 @@ whose POST applies it while that is still so (else the page again, 409).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import Count, OuterRef, Prefetch, Q, Subquery, Sum
+from django.db.models import BooleanField, Count, ExpressionWrapper, OuterRef, Prefetch, Q, Subquery, Sum
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import resolve, reverse
@@ -39,11 +41,16 @@ from scheduling.forms import (
     ProjectMemberForm,
     StepForm,
 )
-from scheduling.models import Allocation
-from scheduling.project_changes import StaleConfirmation, move_changes, new_project_changes
+from scheduling.models import Job
+from scheduling.project_changes import (
+    STANDING_FIELDS,
+    StaleConfirmation,
+    leaf_beyond,
+    move_changes,
+    new_project_changes,
+)
 from tenancy import projects as service
 from tenancy.models import Department, Membership, Project, ProjectMembership
-from tenancy.quota import beyond_guarantee
 
 ALREADY_IN = gettext_lazy(
     "%(user)s is already in %(project)s: nothing was changed. To change their project role, take them out "
@@ -55,17 +62,44 @@ class Remainder:
     """A row of figures that is not a project: the work without one, or the department's total."""
 
 
-def _figures(row, guaranteed: int, use: dict):
+def _figures(row, guaranteed: int, use: dict, jobs: Sequence[Job] = ()):
     """Set a row's figures: its guarantee, GPUs in use, in quota and borrowed for its department (the jobs'
     standing, scheduling.engine.scheduler: only borrowed GPUs are another department's to reclaim), and
-    how many of its in-quota GPUs are beyond its own guarantee (its siblings' unused guarantee, which
-    only they reclaim). Returns the row."""
+    the GPUs of its running jobs (`jobs`) beyond its own guarantee (on its siblings' unused guarantee,
+    which only they reclaim): scheduling.project_changes.leaf_beyond, the jobs a confirmation counts too.
+    Returns the row."""
     row.guaranteed = guaranteed
     row.in_use = use.get("in_use", 0)
     row.borrowed = use.get("borrowed", 0)
     row.in_quota = row.in_use - row.borrowed
-    row.from_siblings = beyond_guarantee(row.in_quota, guaranteed)
+    beyond = leaf_beyond(guaranteed, list(jobs))
+    row.from_siblings = sum(job.gpus for job in jobs if job.pk in beyond)
     return row
+
+
+_DEFAULT_LEAF = Q(project__isnull=True) | Q(project__is_default=True)
+
+
+def _running(department: Department) -> tuple[dict, dict[int | None, list[Job]]]:
+    """The department's running jobs, in one query: the GPUs in use and borrowed per project pk (None: the
+    work without a project), and the jobs by leaf (None: the default project's and those without one),
+    with what their standing reads (scheduling.project_changes.standing_key)."""
+    jobs = (
+        Job.objects.filter(department=department, state__in=HOLDING_STATES)
+        .annotate(
+            default_leaf=ExpressionWrapper(_DEFAULT_LEAF, output_field=BooleanField()),
+            held=Count("allocations"),
+        )
+        .only(*STANDING_FIELDS, "project")
+    )
+    use: dict[int | None, dict[str, int]] = {}
+    leaves: dict[int | None, list[Job]] = {}
+    for job in jobs:
+        row = use.setdefault(job.project_id, {"in_use": 0, "borrowed": 0})
+        row["in_use"] += job.held
+        row["borrowed"] += job.held if job.over_quota else 0
+        leaves.setdefault(None if job.default_leaf else job.project_id, []).append(job)
+    return use, leaves
 
 
 def _total(rows) -> dict:
@@ -91,7 +125,8 @@ def panel_context(
     members not yet in it (`project.addable`)."""
     if manage is None:
         manage = leads(request.user, department)
-    shown, use = _projects_in_use(request.user, department)
+    use, leaves = _running(department)
+    shown = _projects_in_use(request.user, department, use, leaves)
     default = next((p for p in shown if p.is_default), None)
     projects = [p for p in shown if not p.is_default]
     named = _named_guaranteed(department, shown, projects, manage)
@@ -106,7 +141,9 @@ def panel_context(
         # The default project's row (with the work from before it, without a project): guaranteed what the
         # named projects leave of the department's (tenancy.projects.default_guarantee, tenancy.quota.
         # NO_PROJECT).
-        "unassigned": _figures(Remainder(), max(0, department.guaranteed_gpus - named), default_use),
+        "unassigned": _figures(
+            Remainder(), max(0, department.guaranteed_gpus - named), default_use, leaves.get(None, [])
+        ),
         # The department's figures (every project is visible to a manager): the rows add up to them.
         "department_use": _figures(Remainder(), department.guaranteed_gpus, _total(use.values()))
         if manage
@@ -129,9 +166,9 @@ def _named_guaranteed(department: Department, shown: list[Project], projects: li
     return service.projects_guaranteed(department)  # none shown: counted apart
 
 
-def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]:
-    """The department's projects `user` may see, each with its figures (`_figures`), people and siblings;
-    and the GPUs in use and borrowed per project (None: the work without a project), in one query."""
+def _projects_in_use(user, department: Department, use: dict, leaves: dict) -> list[Project]:
+    """The department's projects `user` may see, each with its figures (`_figures`, from `use` and its
+    running jobs in `leaves`, as `_running` gives them), people and siblings."""
     named = (
         Project.objects.named()
         .filter(department=OuterRef("department"))
@@ -147,18 +184,12 @@ def _projects_in_use(user, department: Department) -> tuple[list[Project], dict]
         .annotate(named_guaranteed=Subquery(named))  # _named_guaranteed, for someone who sees only theirs
         .prefetch_related(Prefetch("memberships", queryset=ProjectMembership.objects.select_related("user")))
     )
-    use = {
-        row["job__project"]: row
-        for row in Allocation.objects.filter(job__department=department, job__state__in=HOLDING_STATES)
-        .values("job__project")
-        .annotate(in_use=Count("pk"), borrowed=Count("pk", filter=Q(job__over_quota=True)))
-    }
     for project in projects:
         project.department = department  # its namespace names the department: not read again per row
-        _figures(project, project.guaranteed_gpus, use.get(project.pk, {}))
+        _figures(project, project.guaranteed_gpus, use.get(project.pk, {}), leaves.get(project.pk, []))
         project.people = list(project.memberships.all())
         project.siblings = [p for p in projects if p.pk != project.pk and not p.is_default]
-    return projects, use
+    return projects
 
 
 def _manager_context(department: Department, projects: list[Project], members: list | None) -> dict:

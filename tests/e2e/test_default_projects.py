@@ -67,7 +67,7 @@ def test_a_lead_confirms_the_first_named_project_and_the_form_chooses_the_member
     expect(changes.locator('[data-change="first"]')).to_contain_text("first named project")
     expect(changes.locator('[data-change="guarantee"]')).to_contain_text("16 GPUs now and 4 after it")
     expect(changes.locator('[data-change="beyond"]')).to_contain_text(
-        "4 GPUs beyond its new guarantee: 1 running job (4 GPUs in all)"
+        "1 running job of the default project (4 GPUs in all) falls beyond its new guarantee"
     )
     expect(changes.locator("tr", has_text="newer-train")).to_contain_text(
         "may be reclaimed by the new project"

@@ -1,7 +1,7 @@
 """What a lead reads before a project step, in a real browser: the first project's confirmation counts the
 same jobs beyond the guarantee in its sentence as in its table (training ones may be reclaimed, a build
-job keeps running), and a project's Delete button asks a question that names who leaves it, at 1400 and
-390 px."""
+job keeps its guarantee: it holds it first), and a project's Delete button asks a question that names who
+leaves it, at 1400 and 390 px."""
 
 import re
 
@@ -22,8 +22,9 @@ PASSWORD = "e2e-project-counts-1"
 
 @pytest.fixture
 def research(transactional_db):
-    """Research's default project runs, oldest first, a training job, then a training and a build job that
-    a 12-GPU project would put beyond its guarantee."""
+    """Research's default project runs, oldest first, a training job, then a training and a build job: a
+    12-GPU project leaves it 4, which the build job holds (the scheduler stands work never preempted
+    first), so both training jobs fall beyond it."""
     seed_datacenter(racks=1)
     department = make_department("Research", guaranteed_gpus=16)
     make_member("e2e-pc-lead", department, Role.LEAD, password=PASSWORD)
@@ -52,14 +53,15 @@ def test_the_lead_reads_one_count_and_a_delete_question_that_names_people(
             "?name=LLM&guaranteed_gpus=12&over_quota_weight=1"
         )
         changes = page.locator("#project-changes")
+        # The build job holds the guarantee first (never preempted, the scheduler stands it first): the
+        # two training jobs fall beyond the 4 GPUs left, and the sentence counts the rows the table marks.
         expect(changes.locator('[data-change="beyond"]')).to_have_text(
-            "The default project's running work would be 8 GPUs beyond its new guarantee: 2 running jobs "
-            "(8 GPUs in all) fall beyond it. Of these, 1 (4 GPUs) may be reclaimed; 1 is not preemptible and "
-            "keeps running."
+            "2 running jobs of the default project (8 GPUs in all) fall beyond its new guarantee, and the "
+            "new project's work may reclaim them."
         )
         expect(changes.locator("tr", has_text="newer-train")).to_contain_text("may be reclaimed")
-        expect(changes.locator("tr", has_text="newer-build")).to_contain_text("not preemptible")
-        expect(changes.locator("tr", has_text="older-train")).to_contain_text("keeps its guarantee")
+        expect(changes.locator("tr", has_text="older-train")).to_contain_text("may be reclaimed")
+        expect(changes.locator("tr", has_text="newer-build")).to_contain_text("keeps its guarantee")
         page.screenshot(path=str(shots / f"project-counts-confirm-{width}.png"), full_page=True)
         page.get_by_role("button", name="Create the project").click()
         expect(page).to_have_url(re.compile(r"/tenancy/departments/research/#projects$"))

@@ -59,8 +59,8 @@ def test_the_first_named_project_is_confirmed_with_who_and_what_changes(
     assert "Default is guaranteed 16 GPUs now and 4 after it: the new project takes 12." in markup
     # The newer job is beyond the default project's 4 GPUs left; the older keeps its guarantee.
     assert (
-        "The default project's running work would be 4 GPUs beyond its new guarantee: 1 running job "
-        "(4 GPUs in all) falls beyond it, and the new project's work may reclaim it."
+        "1 running job of the default project (4 GPUs in all) falls beyond its new guarantee, and the new "
+        "project's work may reclaim it."
     ) in " ".join(markup.split())
     newer = markup.split(f'data-job="{running[1].pk}"')[1].split("</tr>")[0]
     older = markup.split(f'data-job="{running[0].pk}"')[1].split("</tr>")[0]
@@ -266,57 +266,41 @@ def test_stale_confirmations_are_shown_again_not_applied(client_as, lead_a, memb
 
 def test_the_sentence_and_the_table_count_the_same_jobs_beyond_the_guarantee(client_as, lead_a, department_a):
     """As in the demo (a department's work is training, builds and inference, all in the default project):
-    a first named project that puts nine running jobs beyond the default project's guarantee, five of them
-    training (preemptible) and four not. The sentence counted only the five while the table marked nine
-    "beyond"; both now come from one list and say the same."""
+    a first named project that leaves the default project less than its work not preemptible holds (which
+    holds it first, as the scheduler stands it), so five jobs fall beyond it, three of them training
+    (preemptible) and two not. The sentence and the table come from one list and say the same."""
     from html import unescape
 
     from scheduling.choices import PriorityClass
 
     department = department_a
     default = Project.objects.get(department=department, is_default=True)
-    classes = [PriorityClass.TRAIN] * 3 + [
-        PriorityClass.TRAIN,
-        PriorityClass.BUILD,
-        PriorityClass.TRAIN,
-        PriorityClass.INFERENCE,
-        PriorityClass.TRAIN,
-        PriorityClass.BUILD,
-        PriorityClass.TRAIN,
-        PriorityClass.BUILD,
-        PriorityClass.TRAIN,
-    ]
-    trays = free_trays(len(classes) * 2)
-    for i, cls in enumerate(classes):  # oldest first; the one-tray jobs ask 4 GPUs, the two-tray ones 8
-        held = trays[2 * i : 2 * i + (2 if i % 3 == 1 else 1)]
-        make_job(department, f"llm-{i}", trays=held, project=default, over_quota=False, priority_class=cls)
-    total = sum(job.gpus for job in department.jobs.all())  # all of it in quota, within the guarantee
-    Department.objects.filter(pk=department.pk).update(guaranteed_gpus=total)
-    # The three oldest keep the default project's guarantee.
-    guarantee = total - sum(job.gpus for job in department.jobs.order_by("pk")[:3])
-    body = {"name": "LLM", "guaranteed_gpus": str(guarantee), "over_quota_weight": "1", "limit_gpus": ""}
+    t, b, i = PriorityClass.TRAIN, PriorityClass.BUILD, PriorityClass.INFERENCE
+    classes = [t, b, t, i, b, t, b]  # oldest first, 4 GPUs each
+    for n, (cls, tray) in enumerate(zip(classes, free_trays(len(classes)), strict=True)):
+        make_job(department, f"llm-{n}", trays=[tray], project=default, over_quota=False, priority_class=cls)
+    Department.objects.filter(pk=department.pk).update(guaranteed_gpus=28)  # all of it in quota
+    # The default project keeps 8: the two oldest jobs not preemptible (llm-1, llm-3) keep it.
+    body = {"name": "LLM", "guaranteed_gpus": "20", "over_quota_weight": "1", "limit_gpus": ""}
     page = client_as(lead_a).get(CONFIRM, body)
     assert page.status_code == 200
     markup = page.content.decode()
 
     rows = re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', markup, re.S)
     after = {int(pk): re.sub(r"<[^>]+>", "", cells.rsplit("<td>", 1)[1]) for pk, cells in rows}
-    gpus = {job.pk: job.gpus for job in department.jobs.all()}
+    names = dict(department.jobs.values_list("pk", "name"))
+    kept = [names[pk] for pk, said in after.items() if said == "keeps its guarantee"]
     reclaimed = [pk for pk, said in after.items() if said.startswith("beyond the guarantee: may be reclaim")]
     kept_running = [pk for pk, said in after.items() if "not preemptible: it keeps running" in said]
-    assert (len(after), len(reclaimed), len(kept_running)) == (12, 5, 4)
+    assert kept == ["llm-1", "llm-3"] and (len(after), len(reclaimed), len(kept_running)) == (7, 3, 2)
 
     sentence = unescape(re.search(r'data-change="beyond">(.*?)</p>', markup, re.S).group(1))
-    beyond = reclaimed + kept_running
     assert " ".join(sentence.split()) == (
-        f"The default project's running work would be {sum(gpus[pk] for pk in beyond)} GPUs beyond its new "
-        f"guarantee: {len(beyond)} running jobs ({sum(gpus[pk] for pk in beyond)} GPUs in all) fall beyond "
-        "it. "
-        f"Of these, {len(reclaimed)} ({sum(gpus[pk] for pk in reclaimed)} GPUs) may "
-        f"be reclaimed; {len(kept_running)} are not preemptible and keep running."
+        "5 running jobs of the default project (20 GPUs in all) fall beyond its new guarantee. Of these, 3 "
+        "(12 GPUs) may be reclaimed; 2 are not preemptible and keep running."
     )
     changes = page.context["changes"]
-    assert {c.job.pk for c in changes.losing} == set(beyond)
+    assert {c.job.pk for c in changes.losing} == set(reclaimed + kept_running)
     assert {c.job.pk for c in changes.beyond} == set(reclaimed)
 
     # In Japanese too, the two sentences one after the other (no space after 。).
@@ -324,12 +308,10 @@ def test_the_sentence_and_the_table_count_the_same_jobs_beyond_the_guarantee(cli
 
     markup = assert_japanese(client_as(lead_a), CONFIRM, data=body)
     sentence = re.search(r'data-change="beyond">(.*?)</p>', markup, re.S).group(1)
-    all_gpus, reclaimed_gpus = sum(gpus[pk] for pk in beyond), sum(gpus[pk] for pk in reclaimed)
     assert sentence == (
-        f"既定のプロジェクトの実行中の作業は、新しい保証を GPU {all_gpus} 基超えます。"
-        f"実行中のジョブ 9 件（合計 GPU {all_gpus} 基）が保証を超えます。"  # noqa: RUF001
-        f"そのうち 5 件（GPU {reclaimed_gpus} 基）は回収されることがあります。"  # noqa: RUF001
-        "4 件はプリエンプト不可のため実行を続けます。"
+        "既定のプロジェクトの実行中のジョブ 5 件（合計 GPU 20 基）が新しい保証を超えます。"  # noqa: RUF001
+        "そのうち 3 件（GPU 12 基）は回収されることがあります。"  # noqa: RUF001
+        "2 件はプリエンプト不可のため実行を続けます。"
     )
     assert not spacing_slips(sentence)
 
@@ -337,26 +319,24 @@ def test_the_sentence_and_the_table_count_the_same_jobs_beyond_the_guarantee(cli
 def test_the_gpus_beyond_are_the_figure_the_panel_shows_once_the_project_is_made(
     client_as, lead_a, department_a
 ):
-    """The walkthrough: the confirmation said "9 running jobs (85 GPUs) would be beyond the default
-    project's new guarantee" and the panel's Default row, once the project was made, "81 beyond its
-    guarantee": the job across the new guarantee counted whole though only part of it was beyond. One
-    figure now, the GPUs beyond (tenancy.quota.beyond_guarantee, as the panel's row), the jobs' whole size
-    apart."""
+    """A job across the new guarantee: the scheduler holds a guarantee with whole jobs, so it is beyond it
+    whole, and the sentence, the table and the panel's Default row (once the project is made) all say its
+    8 GPUs (the panel said 6, the GPUs in quota minus the guarantee, beside a sentence counting 8)."""
     default = Project.objects.get(department=department_a, is_default=True)
     trays = free_trays(3)
     for name, held in (("oldest", trays[:1]), ("across", trays[1:3])):  # 4 GPUs, then 8
         make_job(department_a, name, trays=held, project=default, over_quota=False)
-    # The default project keeps 16 - 10 = 6: "oldest" (4) keeps it, "across" (8) falls beyond, 6 of it.
+    # The default project keeps 16 - 10 = 6: "oldest" (4) keeps it, "across" (8) falls beyond, all of it.
     body = {"name": "LLM", "guaranteed_gpus": "10", "over_quota_weight": "1", "limit_gpus": ""}
     client = client_as(lead_a)
     page = client.get(CONFIRM, body)
     markup = " ".join(page.content.decode().split()).replace("&#x27;", "'")
     assert (
-        "The default project's running work would be 6 GPUs beyond its new guarantee: 1 running job "
-        "(8 GPUs in all) falls beyond it, and the new project's work may reclaim it."
+        "1 running job of the default project (8 GPUs in all) falls beyond its new guarantee, and the new "
+        "project's work may reclaim it."
     ) in markup
     response = client.post(CONFIRM, {**dict(page.context["values"]), "seen": page.context["changes"].digest})
     assert response.status_code == 302 and Project.objects.filter(name="LLM").exists()
     panel = client.get(reverse("scheduling:department-detail", args=["research"]))
-    assert panel.context["unassigned"].from_siblings == 6
-    assert "6 beyond its guarantee" in panel.content.decode()
+    assert panel.context["unassigned"].from_siblings == 8
+    assert "8 beyond its guarantee" in panel.content.decode()

@@ -99,14 +99,15 @@ def test_lowering_a_guarantee_is_confirmed_with_the_jobs_that_become_reclaimable
     assert "Vision is guaranteed 12 GPUs now and 4 after it." in markup
     assert "Default is guaranteed 4 GPUs now and 12 after it." in markup
     oldest, middle, build = vision_running
-    assert "keeps its guarantee" in row(markup, f'data-job="{oldest.pk}"')
+    # The scheduler's Standing: the build job (never preempted) holds the guarantee first, then the oldest
+    # training; both training jobs fall beyond 4 GPUs, the build keeps it (the page said the build fell).
+    assert "keeps its guarantee" in row(markup, f'data-job="{build.pk}"')
+    assert "the department's other projects may reclaim it" in row(markup, f'data-job="{oldest.pk}"')
     assert "the department's other projects may reclaim it" in row(markup, f'data-job="{middle.pk}"')
-    assert "not preemptible: it keeps running" in row(markup, f'data-job="{build.pk}"')
-    # Two jobs fall beyond, as the table says: the training one may be reclaimed, the build job keeps running.
+    assert markup.index(f'data-job="{build.pk}"') < markup.index(f'data-job="{oldest.pk}"')
     assert (
-        "Vision's running work would be 8 GPUs beyond its new guarantee, on its sibling projects' unused "
-        "guarantee: 2 running jobs (8 GPUs in all) fall beyond it. Of these, 1 (4 GPUs) may be reclaimed; 1 "
-        "is not preemptible and keeps running."
+        "2 running jobs of Vision (8 GPUs in all) fall beyond its new guarantee, onto its sibling projects' "
+        "unused guarantee, and their work may reclaim them."
     ) in " ".join(markup.split()).replace("&#x27;", "'")
     assert written() == before  # a GET never writes
 

@@ -144,10 +144,12 @@ def test_the_first_named_project_keeps_the_guarantee_of_the_work_running(departm
     assert [c.keeps_guarantee for c in changes.running] == [True, True, True] and not changes.beyond
     # One guaranteed 8 leaves it 8: the newest job would be beyond the default project's guarantee.
     assert [c.job.name for c in new_project_changes(department_a, 8).beyond] == ["d2"]
-    # A job of a class never preempted (build) beyond the guarantee keeps running: not said to be reclaimed.
+    # A job of a class never preempted (build) holds the guarantee first, as the scheduler's Standing
+    # has it: the newest training falls beyond instead (the page said the build did, and kept running).
     Job.objects.filter(pk=jobs[2].pk).update(priority_class=PriorityClass.BUILD)
     build = new_project_changes(department_a, 8)
-    assert build.beyond == [] and [c.loses_guarantee for c in build.running] == [False, False, True]
+    assert [c.job.name for c in build.running] == ["d2", "d0", "d1"]
+    assert [c.job.name for c in build.beyond] == ["d1"] and not build.not_preemptible
     Job.objects.filter(pk=jobs[2].pk).update(priority_class=PriorityClass.TRAIN)
     assert Project.objects.named().count() == 0  # reading what changes wrote nothing
 
