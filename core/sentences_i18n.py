@@ -94,6 +94,9 @@ SHAPES = {
     # Fields a change touched, each with its values or "changed" (integrations.words.CHANGED_FIELDS:
     # "guarantee 64 -> 16, limit none -> 80"), so "<what>: <changes>" is never taken for another "x: y".
     "field_changes": rf"{_CHANGE}(?:, {_CHANGE})*",
+    # What a tenancy change touched ("department research", "POSIX account of alice": its kind, then its
+    # name), never one word, so "<what>: <changes>" is not taken for "<rack>: <sizes>".
+    "changed": r"[^:;]+? [^:;]+?",
     "changed_field": r"[^:;,]+",
     "old_value": r"[^\s;,]+",
     "new_value": r"[^\s;,]+",
