@@ -1,6 +1,9 @@
 from django import forms
+from django.apps import apps
 from django.contrib import admin
 from django.core.exceptions import NON_FIELD_ERRORS
+from django.utils.html import format_html
+from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
@@ -20,12 +23,43 @@ from core.notifications import recording
 admin.site.has_permission = lambda request: is_admin(request.user)
 
 
+def model_name(label: str) -> str:
+    """A model's name in the viewer's language for its "app_label.model" (an audit event's object type);
+    the label itself for a model that is gone."""
+    try:
+        return capfirst(apps.get_model(label)._meta.verbose_name)
+    except (LookupError, ValueError):
+        return label
+
+
+class ObjectTypeFilter(admin.SimpleListFilter):
+    """The audit log's object types by their models' names (the stored "app_label.model" is the value)."""
+
+    title = AuditEvent._meta.get_field("object_type").verbose_name
+    parameter_name = "object_type"
+
+    def lookups(self, request, model_admin):
+        types = AuditEvent.objects.order_by().values_list("object_type", flat=True).distinct()
+        return sorted(((label, model_name(label)) for label in types), key=lambda pair: str(pair[1]))
+
+    def queryset(self, request, queryset):
+        return queryset.filter(object_type=self.value()) if self.value() else queryset
+
+
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin):
     """The audit log is evidence: readable by staff, never added, edited or deleted by hand."""
 
-    list_display = ["at", "actor_name", "source", "action", "object_type", "object_repr", "department_id"]
-    list_filter = ["source", "action", "object_type"]
+    list_display = [
+        "at",
+        "actor_name",
+        "source",
+        "action",
+        "object_type_name",
+        "object_name",
+        "department_id",
+    ]
+    list_filter = ["source", "action", ObjectTypeFilter]
     search_fields = ["actor_name", "object_repr", "object_id"]
     date_hierarchy = "at"
     show_full_result_count = False
@@ -35,7 +69,7 @@ class AuditEventAdmin(admin.ModelAdmin):
         "actor_name",
         "source",
         "action",
-        "object_type",
+        "object_type_name",
         "object_id",
         "object_repr",
         "department_id",
@@ -44,6 +78,16 @@ class AuditEventAdmin(admin.ModelAdmin):
         "labels",
     ]
     readonly_fields = fields
+
+    @admin.display(description=AuditEvent._meta.get_field("object_repr").verbose_name, ordering="object_repr")
+    def object_name(self, obj):
+        """The row's name as recorded (in English, whoever made the change: data, shown as stored)."""
+        return format_html('<span translate="no">{}</span>', obj.object_repr)
+
+    @admin.display(description=AuditEvent._meta.get_field("object_type").verbose_name, ordering="object_type")
+    def object_type_name(self, obj):
+        """The model's name, its "app_label.model" beside it as data."""
+        return format_html('{} <code translate="no">{}</code>', model_name(obj.object_type), obj.object_type)
 
     def has_add_permission(self, request):
         return False

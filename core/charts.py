@@ -15,6 +15,7 @@ import json
 import plotly.graph_objects as go
 import plotly.io as pio
 from django.utils.html import format_html
+from django.utils.translation import gettext
 
 from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
 
@@ -40,7 +41,7 @@ def layout(**extra) -> dict:
             "traceorder": "normal",
         },
         "yaxis": {
-            "title": {"text": "GPUs"},
+            "title": {"text": gettext("GPUs")},  # in the viewer's language, as the page around it
             "rangemode": "tozero",
             "gridcolor": GRID,
             "zeroline": False,

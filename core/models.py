@@ -6,12 +6,13 @@ The audit table was created by the portal app before the re-cut and keeps its na
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.utils.translation import gettext, ngettext, pgettext_lazy
+from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin, led_department_ids
 from core.choices import TextChoices
 from core.destinations import check_scope, check_webhook_url
+from core.moments import dated
 from core.text import TextValidator
 
 
@@ -98,7 +99,15 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["object_type", "object_id"], name="portal_audit_object_idx")]
 
     def __str__(self):
-        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name or 'system'} {self.action} {self.object_repr}"
+        """The admin's title of the event: its moment in the viewer's zone, named; who, what (the action
+        as stored in English, its label in another language), and the row's name as recorded."""
+        english = (get_language() or "en").startswith("en")
+        return gettext("%(at)s %(actor)s %(action)s %(object)s") % {
+            "at": dated(self.at),
+            "actor": self.actor_name or gettext("system"),
+            "action": self.action if english else self.get_action_display(),
+            "object": self.object_repr,
+        }
 
 
 class PersonalTokenQuerySet(models.QuerySet):

@@ -29,6 +29,12 @@ def clock(moment: datetime, now: datetime | None = None, zone: tzinfo | None = N
     return formats.date_format(local, TIME_ONLY if same_day else WITH_DATE)
 
 
+def dated(moment: datetime, seconds: bool = False) -> str:
+    """`moment` with its date, in the active time zone (the viewer's on a page, UTC elsewhere: a stored
+    record's), the zone named ("2026-11-30 21:42 JST"): for a row's name (its str(), the admin's titles)."""
+    return formats.date_format(timezone.localtime(moment), IN_ZONE if seconds else WITH_DATE)
+
+
 # ---- lines a worker stamped: "2026-11-30 01:02:03 <words>", the moment in UTC (integrations.pushes) -------
 STAMP = "%Y-%m-%d %H:%M:%S"
 STAMPED_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?= |$)", re.MULTILINE)

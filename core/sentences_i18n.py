@@ -78,6 +78,7 @@ COUNTED = frozenset({"partition_count", "rack_count", "running", "waiting"})
 COUNTED_WORDS = rf"{NUMBER} [^,;]+?"
 
 
+_CHANGE = r"[^;:,]+? (?:[^\s;,]+ -> [^\s;,]+|changed)"
 # Values of a known shape, so a template of few words ("<GPUs> report <domain>", "<rack> as <preset>") is
 # never taken for someone else's sentence: a GPU as the node-report problems name it ("GPU 3 (GPU-...)"), a
 # range of GPUs ("GPU 0-2, 5"), an NVLink domain ("<cluster UUID>.<clique ID>"), a preset ("2x9").
@@ -98,6 +99,15 @@ SHAPES = {
     # The partitions a job was placed in ("gb-r03 default, gb-r03 p2"): names, never the " · " that a placed
     # event's "why here" follows (scheduling.words.PLACED_WHY), so that sentence is read as its own.
     "partitions": r"(?:(?! · )[^;])+?",
+    # Fields a change touched, each with its values or "changed" (integrations.words.CHANGED_FIELDS:
+    # "guarantee 64 -> 16, limit none -> 80"), so "<what>: <changes>" is never taken for another "x: y".
+    "field_changes": rf"{_CHANGE}(?:, {_CHANGE})*",
+    # What a tenancy change touched ("department research", "POSIX account of alice": its kind, then its
+    # name), never one word, so "<what>: <changes>" is not taken for "<rack>: <sizes>".
+    "changed": r"[^:;]+? [^:;]+?",
+    "changed_field": r"[^:;,]+",
+    "old_value": r"[^\s;,]+",
+    "new_value": r"[^\s;,]+",
 }
 
 
@@ -259,6 +269,13 @@ def translate_html(text: str) -> SafeString:
         return mark_safe("")
     zone = timezone.get_current_timezone_name()
     return mark_safe(_translated(str(text), get_language() or "en", len(TEMPLATES), True, zone))
+
+
+def log_words(line: str) -> str:
+    """A log line's words (core.moments.stamped_lines_html) as HTML in the viewer's language when Rackplane
+    wrote them from a template (a fabric step, a push's reason), else as written (a target's own output, an
+    English viewer's)."""
+    return translate_html(line) if translate(line) != line else escape(line)
 
 
 # The value of a stored sentence holding an outside system's own words ("Slurm (x): pending (<its words>)").

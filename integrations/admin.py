@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from core.admin_words import stored_log, stored_sentence
 from integrations.models import ConfigPush, ConfigTarget, PlanWindow
 
 
@@ -34,23 +35,18 @@ class ConfigPushAdmin(admin.ModelAdmin):
     """Pushes are written by integrations.pushes and its task: read-only here (the payload is not shown: it
     can be megabytes; its hash and size are)."""
 
-    list_display = ["id", "target", "status", "attempts", "reason", "plan_id", "requested_by", "created_at"]
-    list_filter = ["status", "target"]
-    search_fields = ["reason", "target__name", "error"]
-    list_select_related = ["target", "requested_by"]
-    date_hierarchy = "created_at"
     fields = [
         "target",
         "status",
         "attempts",
-        "reason",
+        "reason_words",
         "plan_id",
         "requested_by",
         "superseded_by",
         "payload_hash",
         "payload_size",
         "error",
-        "log",
+        "log_words",
         "next_attempt_at",
         "created_at",
         "started_at",
@@ -58,6 +54,14 @@ class ConfigPushAdmin(admin.ModelAdmin):
         "finished_at",
     ]
     readonly_fields = fields
+    list_display = ["id", *fields[:6], "created_at"]  # target ... requested_by
+    list_filter = ["status", "target"]
+    search_fields = ["reason", "target__name", "error"]
+    list_select_related = ["target", "requested_by"]
+    date_hierarchy = "created_at"
+    # The reason and the log as the push page shows them: words read back, stamps in the viewer's zone.
+    reason_words = stored_sentence(ConfigPush, "reason")
+    log_words = stored_log(ConfigPush, "log")
 
     def get_queryset(self, request):
         return super().get_queryset(request).defer("payload")
@@ -94,12 +98,13 @@ class PlanWindowAdmin(admin.ModelAdmin):
         "ends_at",
         "requeue",
         "state",
-        "reason",
+        "reason_words",
         "created_by",
         "created_at",
         "updated_at",
     ]
     readonly_fields = fields
+    reason_words = stored_sentence(PlanWindow, "reason")
 
     def has_add_permission(self, request):
         return False

@@ -12,10 +12,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import Q
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
 from core.destinations import check_outbound_url
+from core.moments import dated
 from core.outbound import ALLOW_PRIVATE_SETTING
 from core.text import TextValidator
 from integrations import registry
@@ -255,7 +257,10 @@ class ConfigPush(models.Model):
         indexes = [models.Index(fields=["target", "status"], name="integr_push_target_status")]
 
     def __str__(self):
-        return f"Push #{self.pk} to {self.target_id and self.target.name}"
+        return gettext("Push #%(push)s to %(target)s") % {
+            "push": self.pk,
+            "target": self.target_id and self.target.name,
+        }
 
     @property
     def is_active(self) -> bool:
@@ -333,4 +338,9 @@ class PlanWindow(models.Model):
         indexes = [models.Index(fields=["state", "starts_at"], name="integrations_window_due")]
 
     def __str__(self):
-        return f"Window of plan #{self.plan_id}: {self.starts_at:%Y-%m-%d %H:%M} to {self.ends_at:%H:%M} UTC"
+        # In the viewer's zone (the admin's titles), named; UTC in audit records (core.audit).
+        return gettext("Window of plan #%(plan)s: %(starts_at)s to %(ends_at)s") % {
+            "plan": self.plan_id,
+            "starts_at": dated(self.starts_at),
+            "ends_at": dated(self.ends_at),
+        }

@@ -37,7 +37,7 @@ from django.utils import timezone
 from core.enqueue import send_now
 from core.errors import advice, with_advice
 from core.moments import stamp
-from core.sentences import say
+from core.sentences import CLAUSES, say
 from core.task_names import PUSH_CONFIG
 from integrations import registry, words
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
@@ -214,7 +214,13 @@ def _create_queued(target: ConfigTarget, fields: dict[str, Any], request: _PushR
                 **fields,
                 status=PushStatus.QUEUED,
                 log=log_lines(
-                    [f"queued: {request.reason}" + (" (forced)" if request.force else "")], request.now
+                    [
+                        say(
+                            words.PUSH_LOG_QUEUED_FORCED if request.force else words.PUSH_LOG_QUEUED,
+                            reason=request.reason,
+                        )
+                    ],
+                    request.now,
                 ),
             )
     except IntegrityError:
@@ -253,7 +259,9 @@ def _create_push(
             status=PushStatus.FAILED,
             error=error,
             finished_at=now,
-            log=log_lines([f"requested: {reason}", "failed before sending anything:", error], now),
+            log=log_lines(
+                [say(words.PUSH_LOG_REQUESTED, reason=reason), words.PUSH_LOG_FAILED_EARLY, error], now
+            ),
         )
     if not request.force and _last_outcome_hash(target) == digest:
         return ConfigPush.objects.create(
@@ -263,8 +271,8 @@ def _create_push(
             finished_at=now,
             log=log_lines(
                 [
-                    f"requested: {reason}",
-                    "unchanged: the target's last successful push has the same configuration; nothing sent",
+                    say(words.PUSH_LOG_REQUESTED, reason=reason),
+                    CLAUSES.join([words.PUSH_LOG_UNCHANGED, words.PUSH_LOG_NOTHING_SENT]),
                 ],
                 now,
             ),
@@ -296,7 +304,9 @@ def _queue_one(
     if older:
         ConfigPush.objects.filter(pk__in=older).update(
             superseded_by=push,
-            log=concat_log(log_lines([f"superseded by push #{push.pk} ({reason})"], request.now)),
+            log=concat_log(
+                log_lines([say(words.PUSH_LOG_SUPERSEDED, push=push.pk, reason=reason)], request.now)
+            ),
         )
     if target.follow_up:
         target.follow_up = None  # this push renders the newest state: it covers the waiting request

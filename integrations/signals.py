@@ -124,14 +124,14 @@ def _label(instance) -> str:
 
 
 def _value(value) -> str:
-    return "none" if value is None else str(value)
+    return words.NO_VALUE if value is None else str(value)
 
 
 def _change(model: type, name: str, old, new) -> str:
     rendered = RENDERED[model][name]
     if model._meta.get_field(name).is_relation:  # a primary key says nothing to a reader
-        return f"{rendered} changed"
-    return f"{rendered} {_value(old)} -> {_value(new)}"
+        return say(words.FIELD_CHANGED, changed_field=rendered)
+    return say(words.FIELD_CHANGE, changed_field=rendered, old_value=_value(old), new_value=_value(new))
 
 
 # --- one push per transaction -------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def _ask_for_a_push(change: Change) -> None:
     label = _label(change.instance)
     if change.action == CHANGED:
         changes = ", ".join(_change(change.model, name, *values) for name, values in change.fields.items())
-        reason = f"{label}: {changes}"
+        reason = say(words.CHANGED_FIELDS, changed=label, field_changes=changes)
     else:
         reason = say(words.CHANGE_ADDED if change.action == ADDED else words.CHANGE_DELETED, changed=label)
     change.instance._config_push_reason = reason

@@ -10,7 +10,9 @@ every module that writes one imports it.
 
 from __future__ import annotations
 
-from core.sentences import gettext_noop
+from django.utils.translation import gettext_lazy
+
+from core.sentences import VALUE_WORDS, gettext_noop
 
 # A tray drained while a plan waits for its work to end (its state reason, also Slurm's drain reason).
 DRAINING_FOR_PLAN = gettext_noop("Rackplane plan #%(plan)s: draining before repartitioning %(rack)s")
@@ -41,6 +43,39 @@ CHANGE_DELETED = gettext_noop("%(changed)s deleted")
 DEDICATION_ADDED = gettext_noop("dedication %(dedication)s added")
 DEDICATION_DELETED = gettext_noop("dedication %(dedication)s deleted")
 AND_MORE_REASONS = gettext_noop("and %(more)s more")
+# A change of fields the configuration renders ("project research/llm-pretrain: guarantee 64 -> 16, limit
+# none -> 80"): what changed, then each field (integrations.signals.RENDERED, in FIELD_WORDS) and its values.
+CHANGED_FIELDS = gettext_noop("%(changed)s: %(field_changes)s")
+FIELD_CHANGE = gettext_noop("%(changed_field)s %(old_value)s -> %(new_value)s")
+FIELD_CHANGED = gettext_noop("%(changed_field)s changed")
+NO_VALUE = gettext_noop("none")
+FIELD_WORDS = {
+    "name": gettext_noop("name"),
+    "slug": gettext_noop("slug"),
+    "guarantee": gettext_noop("guarantee"),
+    "limit": gettext_noop("limit"),
+    "network": gettext_noop("network"),
+    "export path": gettext_noop("export path"),
+    "storage quota (GiB)": gettext_noop("storage quota (GiB)"),
+    "partition": gettext_noop("partition"),
+    "department": gettext_noop("department"),
+    "over-quota weight": gettext_noop("over-quota weight"),
+    "person": gettext_noop("person"),
+    "role": gettext_noop("role"),
+    "project": gettext_noop("project"),
+    "login name": gettext_noop("login name"),
+    "active": gettext_noop("active"),
+    "platform admin": gettext_noop("platform admin"),
+    "superuser": gettext_noop("superuser"),
+    "NFS server": gettext_noop("NFS server"),
+    "MIG layout": gettext_noop("MIG layout"),
+    "MIG devices": gettext_noop("MIG devices"),
+}
+# Read back in the viewer's words (core.sentences_i18n): the field's name, "none" for no value.
+_FIELDS = {name: gettext_lazy(words) for name, words in FIELD_WORDS.items()}
+_NONE = {NO_VALUE: gettext_lazy(NO_VALUE)}
+VALUE_WORDS[FIELD_CHANGE] = {"changed_field": _FIELDS, "old_value": _NONE, "new_value": _NONE}
+VALUE_WORDS[FIELD_CHANGED] = {"changed_field": _FIELDS}
 # A fabric push's log (integrations.fabric.base.apply_steps): each step as the wizard's preview words it.
 FABRIC_STEP_DONE = gettext_noop("step %(count)s/%(total)s done: %(step)s")
 FABRIC_STEP_FAILED = gettext_noop("step %(count)s/%(total)s failed: %(step)s")
@@ -52,6 +87,14 @@ RACK_STEP_DONE = gettext_noop("%(rack)s: step %(count)s/%(total)s done: %(step)s
 RACK_STEP_FAILED = gettext_noop("%(rack)s: step %(count)s/%(total)s failed: %(step)s")
 RACK_CHANGES_ONE = gettext_noop("%(rack)s: domain %(domain)s: %(count)s change to apply")
 RACK_CHANGES_MANY = gettext_noop("%(rack)s: domain %(domain)s: %(count)s changes to apply")
+# A push's log (integrations.pushes): what was asked, and what became of it before it was sent.
+PUSH_LOG_REQUESTED = gettext_noop("requested: %(reason)s")
+PUSH_LOG_QUEUED = gettext_noop("queued: %(reason)s")
+PUSH_LOG_QUEUED_FORCED = gettext_noop("queued: %(reason)s (forced)")
+PUSH_LOG_UNCHANGED = gettext_noop("unchanged: the target's last successful push has the same configuration")
+PUSH_LOG_NOTHING_SENT = gettext_noop("nothing sent")
+PUSH_LOG_FAILED_EARLY = gettext_noop("failed before sending anything:")
+PUSH_LOG_SUPERSEDED = gettext_noop("superseded by push #%(push)s (%(reason)s)")
 # Why a push failed for good (ConfigPush.error: the target's own output follows as written).
 PUSH_GAVE_UP = gettext_noop("gave up after %(count)s attempts")
 PUSH_NO_ANSWER = gettext_noop("the target did not answer:\n%(output)s")

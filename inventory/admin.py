@@ -2,6 +2,7 @@ from django.contrib import admin, messages
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from core.admin_words import stored_sentence
 from inventory import agent_tokens
 from inventory.health import returns as health_returns
 from inventory.health.actions import HealthError
@@ -36,7 +37,7 @@ class NVLinkPartitionAdmin(admin.ModelAdmin):
 
 @admin.register(ComputeTray)
 class ComputeTrayAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "rack", "slot", "state", "state_reason", "partition", "reported_clique"]
+    list_display = ["hostname", "rack", "slot", "state", "state_reason_words", "partition", "reported_clique"]
     list_filter = ["state", "rack__system_model"]
     search_fields = ["hostname", "rack__name"]
     list_select_related = ["rack", "partition__rack"]
@@ -51,6 +52,8 @@ class ComputeTrayAdmin(admin.ModelAdmin):
         "mig_layout_devices",
     ]
     actions = ["return_to_service"]
+    # A reason Rackplane wrote (a drain's, with its moment in UTC), as the tray page shows it.
+    state_reason_words = stored_sentence(ComputeTray, "state_reason")
 
     @admin.action(
         description=gettext_lazy("Return the selected trays to service (drained by Rackplane's health rules)")
@@ -147,11 +150,12 @@ class HealthEventAdmin(admin.ModelAdmin):
 
 @admin.register(HealthAction)
 class HealthActionAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "tray", "kind", "dry_run", "rule_name", "reason", "actor"]
+    list_display = ["created_at", "tray", "kind", "dry_run", "rule_name", "reason_words", "actor"]
     list_filter = ["kind", "dry_run"]
     search_fields = ["tray__hostname", "reason", "rule_name"]
     list_select_related = ["tray", "actor"]
     date_hierarchy = "created_at"
+    reason_words = stored_sentence(HealthAction, "reason")
 
     def has_add_permission(self, request):
         return False

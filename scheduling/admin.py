@@ -4,6 +4,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from core.admin_words import stored_sentence
 from inventory.admin import HealthSettingsAdmin
 from inventory.models import HealthSettings
 from scheduling import requeue
@@ -49,8 +50,10 @@ class ReadOnlyInline(admin.TabularInline):
 
 class JobEventInline(ReadOnlyInline):
     model = JobEvent
-    fields = ["at", "kind", "message", "placement"]
+    fields = ["at", "kind", "message_words", "placement"]
     readonly_fields = fields
+    # As the job page's history shows it: in the viewer's language.
+    message_words = stored_sentence(JobEvent, "message")
 
 
 class AllocationInline(ReadOnlyInline):
@@ -131,8 +134,12 @@ class AllocationAdmin(admin.ModelAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "job", "kind", "message"]
+    list_display = ["at", "job", "kind", "message_words"]
     list_filter = ["kind"]
+    # As the job page's history shows it: in the viewer's language.
+    message_words = stored_sentence(JobEvent, "message")
+    exclude = ["message"]
+    readonly_fields = ["message_words"]
     list_select_related = ["job__department"]
     search_fields = ["job__name", "message"]
 

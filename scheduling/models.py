@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
@@ -369,7 +370,10 @@ class BackendCancel(models.Model):
         ]
 
     def __str__(self):
-        return f"cancel {self.backend} {self.backend_id}"
+        return gettext("cancel %(backend)s %(backend_id)s") % {
+            "backend": self.backend,
+            "backend_id": self.backend_id,
+        }
 
 
 class SchedulerState(models.Model):

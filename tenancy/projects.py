@@ -378,7 +378,7 @@ def _department_member(project: Project, user) -> None:
 @transaction.atomic
 def set_project_member(by, project: Project, user, role: str = ProjectRole.MEMBER) -> ProjectMembership:
     """Put a member of the project's department in the project with `role` (or change their role)."""
-    require_project_manager(by, project.department, "change who is in its projects")
+    require_project_manager(by, project.department, _("change who is in its projects"))
     if role not in ProjectRole.values:
         raise ValidationError({"role": _("one of %(roles)s") % {"roles": ", ".join(ProjectRole.values)}})
     _refuse_default(project)
@@ -401,7 +401,7 @@ def set_project_members(by, project: Project, users, role: str = ProjectRole.MEM
 
 @transaction.atomic
 def remove_project_member(by, membership: ProjectMembership) -> None:
-    require_project_manager(by, membership.project.department, "change who is in its projects")
+    require_project_manager(by, membership.project.department, _("change who is in its projects"))
     membership.delete()
 
 
@@ -410,7 +410,7 @@ def move_member(by, membership: ProjectMembership, to: Project) -> ProjectMember
     """Move a person from one project to a sibling project, keeping their project role. Their running and
     pending jobs stay in the project they were submitted to."""
     source = membership.project
-    require_project_manager(by, source.department, "move its members between projects")
+    require_project_manager(by, source.department, _("move its members between projects"))
     if to.department_id != source.department_id:
         raise ValidationError(
             {

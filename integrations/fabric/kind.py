@@ -1,7 +1,7 @@
 """The NVLink fabric manager target: partitions applied rack by rack through NMX-M, or the simulated
 fabric of the embedded mode."""
 
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext, gettext_noop, ngettext, pgettext
 
 from integrations import fields as f
 from integrations.fabric import versions as fabric_versions
@@ -27,15 +27,22 @@ def clean(values: dict, errors: dict) -> dict:
 
 
 def summary(values: dict) -> str:
+    """Where the target points, in the viewer's language (the push pages; the API's in its client's)."""
     if values.get("kind") == "nmx":
-        return f"NMX-M at {values.get('base_url')}"
-    return "simulated fabric (in memory, this process)"
+        return gettext("NMX-M at %(url)s") % {"url": values.get("base_url")}
+    return gettext("simulated fabric (in memory, this process)")
 
 
 def describe(payload: dict) -> list[str]:
+    """What a push's payload holds, in the viewer's language (the push page)."""
     racks = payload.get("racks") or []
     partitions = sum(len(rack["partitions"]) for rack in racks)
-    return [f"{len(racks):,} racks, {partitions:,} NVLink partitions"]
+    return [
+        ngettext("%(count)s rack", "%(count)s racks", len(racks)) % {"count": f"{len(racks):,}"}
+        + pgettext("between the items of a list in a sentence", ", ")
+        + ngettext("%(count)s NVLink partition", "%(count)s NVLink partitions", partitions)
+        % {"count": f"{partitions:,}"}
+    ]
 
 
 KIND = register(

@@ -14,7 +14,6 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Max
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_vary_headers
-from django.utils.html import escape
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
@@ -24,7 +23,7 @@ from core.access import require_admin
 from core.htmx import page_or_partial
 from core.moments import stamped_lines_html
 from core.sentences import say
-from core.sentences_i18n import translate, translate_html
+from core.sentences_i18n import log_words
 from core.tables import Table
 from integrations import push_history, pushes, registry, removals, versions, words
 from integrations.forms import ConfigTargetForm
@@ -227,7 +226,7 @@ def _status_context(push: ConfigPush, kind: registry.Kind | None) -> dict:
         ),
         "target_summary": pushes.target_summary(push.target),
         # Each line's UTC stamp in the viewer's zone, its words (integrations.words) in the viewer's language.
-        "log_html": stamped_lines_html(push.log, _log_words),
+        "log_html": stamped_lines_html(push.log, log_words),
         # A system without transactions keeps what was done before the failure (the log says what).
         "partly_applied": kind is not None and not kind.atomic,
         # A succeeded push that sent nothing: the target's last successful push had the same payload.
@@ -256,12 +255,6 @@ def _rolled_back_by(push: ConfigPush) -> push_history.RolledBack | None:
         return None
     state = push_history.rolled_back(push.target)
     return state if state is not None and state.push.pk == push.pk else None
-
-
-def _log_words(line: str) -> str:
-    """A log line's words in the viewer's language when Rackplane wrote them from a template
-    (integrations.words: a fabric step), else as written (a target's own output, an English viewer's)."""
-    return translate_html(line) if translate(line) != line else escape(line)
 
 
 def push_detail(request, pk):

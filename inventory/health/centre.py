@@ -237,6 +237,9 @@ class Chart:
 
 # A bucket's name as the chart's words say it ("per hour"); Chart.bucket_shown.
 BUCKET_WORDS = {"hour": gettext_lazy("hour"), "day": gettext_lazy("day"), "week": gettext_lazy("week")}
+# The time axis's ticks per bucket (plotly's d3 formats): an hour's with its time, a day's or week's date.
+TICK_FORMATS = {"hour": "%m-%d %H:%M", "day": "%Y-%m-%d", "week": "%Y-%m-%d"}
+FEW_EVENTS = 10  # below it, the events axis ticks every event
 
 
 def _bucket(span: timedelta):
@@ -293,8 +296,9 @@ def events_chart(
                     % {"bucket": BUCKET_WORDS[name], "zone": timezone.get_current_timezone_name()}
                 },
                 "gridcolor": GRID,
-                # Dates as numbers, the same in every language (plotly's month names are English only).
-                "tickformat": "%Y-%m-%d",
+                # Dates as numbers, the same in every language (plotly's month names are English only); an
+                # hourly chart's ticks with their hour.
+                "tickformat": TICK_FORMATS[name],
                 "hoverformat": "%Y-%m-%d %H:%M",
             },
             yaxis={
@@ -302,6 +306,8 @@ def events_chart(
                 "rangemode": "tozero",
                 "gridcolor": GRID,
                 "zeroline": False,
+                # Whole events: a tick at every event while they are few (plotly would draw 0.2, 0.4 ...).
+                **({"dtick": 1} if _highest(counts, starts) < FEW_EVENTS else {"tickformat": ",d"}),
             },
         ),
     }
@@ -313,6 +319,14 @@ def events_chart(
         total=sum(counts.values()),
         counts=counts,
     )
+
+
+def _highest(counts: dict, starts: list[datetime]) -> int:
+    """The most events in one bucket (its bar's height, severities stacked)."""
+    totals = dict.fromkeys(starts, 0)
+    for (moment, _severity), events in counts.items():
+        totals[moment] = totals.get(moment, 0) + events
+    return max(totals.values(), default=0)
 
 
 def _starts(since: datetime, until: datetime, name: str, step: timedelta, zone=UTC) -> list[datetime]:

@@ -99,7 +99,7 @@ class HealthSettings(models.Model):
         ]
 
     def __str__(self):
-        return "Health settings"
+        return gettext("Health settings")  # audit records keep it in English (core.audit)
 
     @classmethod
     def load(cls) -> "HealthSettings":

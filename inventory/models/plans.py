@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
@@ -74,7 +75,7 @@ class PartitionPlan(models.Model):
         ]
 
     def __str__(self):
-        return f"Plan #{self.pk} for {self.rack.name}"
+        return gettext("Plan #%(plan)s for %(rack)s") % {"plan": self.pk, "rack": self.rack.name}
 
     @property
     def by_scheduler(self) -> bool:

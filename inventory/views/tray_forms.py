@@ -24,7 +24,7 @@ from inventory.mig_layouts import DISABLED
 from inventory.mig_options import LayoutOptions, layout_options, layout_status, layout_summary, tray_layout
 from inventory.models import ComputeTray
 
-WHAT = "tray actions"
+WHAT = gettext_lazy("tray actions")
 BULK_LIMIT = 72  # trays per bulk request (four racks' worth; a rack view offers at most 18)
 REASON_MAX = TYPED_REASON_LIMIT
 NOTE_MAX = NOTE_LIMIT

@@ -107,7 +107,7 @@ def department_list(request):
         return table.export(DEPARTMENT_COLUMNS, table.order_rows(positions))
     form = None
     if request.method == "POST":
-        require_admin(request.user, "department creation")
+        require_admin(request.user, _("department creation"))
         form = DepartmentForm(request.POST)
         department = save_form(request, form)
         if department is not None:
@@ -271,7 +271,7 @@ def member_remove(request, slug, pk):
 
 def admin_dashboard(request):
     """Platform admins only: every department side by side, capacity, oversubscription and idle GPUs."""
-    require_admin(request.user, "the capacity dashboard")
+    require_admin(request.user, _("the capacity dashboard"))
     dashboard = dashboard_data.admin_dashboard()
     link_idle_gpus(dashboard.idle_gpus)
     chart = ""

@@ -63,7 +63,7 @@ def people_search(request, slug):
     department = selectors.visible_department(request.user, slug)
     if department is None:
         raise Http404(_("No such department."))
-    require_lead(request.user, department, "invite people")
+    require_lead(request.user, department, _("invite people"))
     text = request.GET.get("q", "").strip()[:150]
     found = invitable_users(department, request.user, text)
     response = render(

@@ -346,7 +346,7 @@ def project_delete(request, slug, pk):
 def project_member_set(request, slug, pk):
     department = _department(request, slug)
     project = get_object_or_404(Project, department=department, pk=pk)
-    require_project_manager(request.user, department, "change who is in its projects")
+    require_project_manager(request.user, department, _("change who is in its projects"))
     form = ProjectMemberForm(request.POST)
     membership = (
         Membership.objects.filter(department=department, user__username=form.data.get("username", ""))

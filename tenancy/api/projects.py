@@ -190,7 +190,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
     def members(self, request, pk=None):
         """Put a member of the department in the project (or change their project role)."""
         project = self.get_object()
-        require_project_manager(request.user, project.department, "change who is in its projects")
+        require_project_manager(request.user, project.department, _("change who is in its projects"))
         data = ProjectMemberWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         user = get_user_model().objects.filter(username=data.validated_data["username"]).first()
@@ -212,7 +212,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
     def remove_member(self, request, pk=None, username=None):
         """Take a person out of the project (they stay in the department)."""
         project = self.get_object()
-        require_project_manager(request.user, project.department, "change who is in its projects")
+        require_project_manager(request.user, project.department, _("change who is in its projects"))
         membership = get_object_or_404(ProjectMembership, project=project, user__username=username)
         service.remove_project_member(request.user, membership)
         return self._answer(project)
@@ -222,7 +222,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
     def move(self, request, pk=None):
         """Move a person from this project to a sibling project (their role goes with them)."""
         project = self.get_object()
-        require_project_manager(request.user, project.department, "move its members between projects")
+        require_project_manager(request.user, project.department, _("move its members between projects"))
         data = ProjectMoveSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         membership = ProjectMembership.objects.filter(

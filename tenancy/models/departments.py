@@ -345,7 +345,7 @@ class TenancySettings(models.Model):
         ]
 
     def __str__(self):
-        return "Tenancy settings"  # stored in audit records: not translated
+        return _("Tenancy settings")  # audit records keep it in English (core.audit)
 
     def clean(self):
         super().clean()

@@ -4,7 +4,7 @@ and where it came from (by hand, or an identity provider's group)."""
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from core.access import (
     Role,
@@ -15,7 +15,6 @@ from core.access import (
     member_project_ids,
 )
 from tenancy.choices import ProjectRole, RoleOrigin
-from tenancy.i18n import english
 from tenancy.models.departments import Department
 from tenancy.models.projects import Project
 
@@ -81,7 +80,12 @@ class MembershipBase(models.Model):
         abstract = True
 
     def __str__(self):
-        return f"{self.user} ({english(self.get_role_display)}, {getattr(self, self.scope_field)})"
+        # The viewer's language (the admin's titles); audit records keep it in English (core.audit).
+        return gettext("%(user)s (%(role)s, %(scope)s)") % {
+            "user": self.user,
+            "role": self.get_role_display(),
+            "scope": getattr(self, self.scope_field),
+        }
 
 
 class Membership(MembershipBase):

@@ -5,11 +5,11 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from core.destinations import check_outbound_url
+from core.moments import dated
 from tenancy.choices import MetricsSourceKind
-from tenancy.i18n import english
 from tenancy.models.departments import Department
 
 
@@ -133,7 +133,8 @@ class MetricsSource(models.Model):
         ]
 
     def __str__(self):
-        return english(self.get_kind_display)  # audit records keep it: the same in every language
+        # The viewer's language (the admin's titles); audit records keep it in English (core.audit).
+        return str(self.get_kind_display())
 
     @classmethod
     def load(cls) -> "MetricsSource":
@@ -200,7 +201,11 @@ class GpuActivity(models.Model):
         indexes = [models.Index(fields=["low_since"], name="tenancy_gpuactivity_low_idx")]
 
     def __str__(self):
-        return f"GPU {self.gpu_id}: {self.utilization:.0f}% at {self.sampled_at:%H:%M}"
+        return gettext("GPU %(gpu)s: %(utilization)s%% at %(at)s") % {
+            "gpu": self.gpu_id,
+            "utilization": f"{self.utilization:.0f}",
+            "at": dated(self.sampled_at),
+        }
 
 
 class GpuUtilization(models.Model):
@@ -236,7 +241,11 @@ class GpuUtilization(models.Model):
         indexes = [models.Index(fields=["bucket_start"], name="tenancy_gpuutil_bucket_idx")]
 
     def __str__(self):
-        return f"GPU {self.gpu_id} {self.bucket_start:%Y-%m-%d %H:%M}: {self.mean:.0f}%"
+        return gettext("GPU %(gpu)s %(at)s: %(mean)s%%") % {
+            "gpu": self.gpu_id,
+            "at": dated(self.bucket_start),
+            "mean": f"{self.mean:.0f}",
+        }
 
 
 class QuotaSnapshotQuerySet(models.QuerySet):
@@ -276,4 +285,9 @@ class QuotaSnapshot(models.Model):
         indexes = [models.Index(fields=["taken_at"], name="tenancy_quotasnap_time_idx")]
 
     def __str__(self):
-        return f"{self.department_id} at {self.taken_at:%Y-%m-%d %H:%M}: {self.in_use}/{self.guaranteed}"
+        return gettext("%(department)s at %(at)s: %(in_use)s/%(guaranteed)s") % {
+            "department": self.department_id,
+            "at": dated(self.taken_at),
+            "in_use": self.in_use,
+            "guaranteed": self.guaranteed,
+        }

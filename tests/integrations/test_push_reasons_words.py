@@ -75,3 +75,48 @@ def test_a_fabric_push_log_reads_its_steps_in_japanese(client_as, platform_admin
     )
     assert "手順 1/3 完了: " in shown_text(html) and "default" in shown_text(html)
     assert "remove 72 GPUs" not in html
+
+
+def test_a_changed_guarantee_and_an_unchanged_push_read_in_japanese(
+    client_as, platform_admin, tenancy_push, django_capture_on_commit_callbacks
+):
+    """A change of fields ("project research/llm-pretrain: guarantee 64 -> 16") and an unchanged push's log
+    ("unchanged: ...; nothing sent", once shown half English with a Japanese full stop inside) are read
+    back whole; the fabric target's description and payload too. Stored in English."""
+    from tenancy.models import Department
+
+    research = Department.objects.get(slug="research")
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        research.guaranteed_gpus = 16
+        research.limit_gpus = None
+        research.save()
+    push = ConfigPush.objects.latest("pk")
+    assert push.reason.startswith("department research: guarantee 8 -> 16"), push.reason
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        signals.request_push(push.reason)  # the same configuration again: nothing to send
+    unchanged = ConfigPush.objects.latest("pk")
+    assert (
+        "unchanged: the target's last successful push has the same configuration; nothing sent"
+        in unchanged.log
+    )
+    admin = client_as(platform_admin)
+    listed = shown_text(assert_japanese(admin, reverse("integrations:push-list")))
+    assert "部門 research: 保証 8 → 16" in listed, listed
+    page = shown_text(assert_japanese(admin, reverse("integrations:push-detail", args=[unchanged.pk])))
+    assert "変更なし: 配信先の最後に成功した配信と同じ設定です。何も送信していません" in page, page
+    assert "依頼: 部門 research: 保証 8 → 16" in page, page
+
+
+def test_the_fabric_targets_description_and_payload_read_in_japanese():
+    from integrations import registry
+
+    fabric_kind = registry.get("fabric")
+    payload = {"racks": [{"partitions": [1, 2]}, {"partitions": [3]}]}
+    assert fabric_kind.summary({"kind": "simulated"}) == "simulated fabric (in memory, this process)"
+    assert fabric_kind.describe(payload) == ["2 racks, 3 NVLink partitions"]
+    with translation.override("ja"):
+        assert (
+            fabric_kind.summary({"kind": "simulated"})
+            == "シミュレーションのファブリック（メモリ上、このプロセス内）"  # noqa: RUF001
+        )
+        assert fabric_kind.describe(payload) == ["2 ラック、3 NVLink パーティション"]

@@ -60,6 +60,11 @@ SHAPED = {
     "backend": "Slurm (prod)",
     "backend_state": "running",
     "code": "3",
+    "changed": "department research",
+    "field_changes": "guarantee 64 -> 16",
+    "changed_field": "guarantee",
+    "old_value": "64",
+    "new_value": "16",
 }
 
 
@@ -96,7 +101,14 @@ def test_each_template_reads_back_in_japanese_and_stays_english_for_english_view
         shown = sentences_i18n.translate(text)
     assert shown != text
     assert not english_left(f"<p>{shown}</p>"), (text, shown)
-    read = {"4 racks": "ラック 4 台", "running": "実行中"}  # a count in words and a state: templates
+    # A count in words, a state, what a change touched and its fields: templates.
+    read = {
+        "4 racks": "ラック 4 台",
+        "running": "実行中",
+        "department research": "部門 research",
+        "guarantee 64 -> 16": "保証 64 → 16",
+        "guarantee": "保証",
+    }
     for value in values.values():  # names and numbers as written
         assert read.get(value, value) in shown, (text, shown)
 

@@ -406,6 +406,26 @@ def test_the_chart_counts_the_viewers_days_and_says_so_in_either_language(fleet)
         assert japanese["layout"]["xaxis"]["title"]["text"] == "日ごと（Asia/Tokyo）"  # noqa: RUF001
 
 
+def test_an_hourly_chart_ticks_hours_and_whole_events(fleet):
+    """Hourly buckets are ticked with their hour (not the same date under every bar), a daily chart with its
+    date; a few events are counted in whole events (no 0.2 ticks), many in whole numbers."""
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    event("gb-r01-t02", ago=timedelta(hours=2), severity="drains")
+    hourly = _figure(
+        events_chart(HealthEvent.objects.all(), now - timedelta(hours=6), now + timedelta(hours=1))
+    )
+    assert hourly["layout"]["xaxis"]["tickformat"] == "%m-%d %H:%M"
+    assert hourly["layout"]["yaxis"]["dtick"] == 1
+    daily = _figure(events_chart(HealthEvent.objects.all(), None, None, now=now))
+    assert daily["layout"]["xaxis"]["tickformat"] == "%Y-%m-%d"
+    for hour in range(12):
+        event(f"gb-r01-t{hour + 3:02d}", ago=timedelta(hours=2), severity="drains")
+    busy = _figure(
+        events_chart(HealthEvent.objects.all(), now - timedelta(hours=6), now + timedelta(hours=1))
+    )
+    assert "dtick" not in busy["layout"]["yaxis"] and busy["layout"]["yaxis"]["tickformat"] == ",d"
+
+
 # ------------------------------------------------------------------------------------- repeat offenders
 
 

@@ -180,6 +180,16 @@ def test_no_history_no_chart(client_as, workload, lead_a):
     assert "plotly.min.js" not in markup
 
 
+def test_the_charts_gpu_axis_is_in_the_viewers_language(workload):
+    """The y axis of the department and capacity charts says "GPUs" in the page's language (issue 31)."""
+    from django.utils import translation
+
+    positions = selectors.department_positions()
+    assert dashboards.departments_figure(positions).layout.yaxis.title.text == "GPUs"
+    with translation.override("ja"):
+        assert dashboards.departments_figure(positions).layout.yaxis.title.text == "GPU"
+
+
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_departments_figure_and_admin_dashboard(client, workload, platform_admin):
     positions = selectors.department_positions()

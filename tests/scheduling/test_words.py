@@ -45,6 +45,13 @@ SHAPES = {
     "code": st.integers(min_value=-255, max_value=255).map(str),
     "priority_class": st.sampled_from(["train", "build", "inference"]),
     "partitions": st.sampled_from(["gb-r03 default", "gb-r01 p1, gb-r01 p2"]),
+    "changed": st.sampled_from(
+        ["department research", "project research/llm-pretrain", "POSIX account of a"]
+    ),
+    "field_changes": st.sampled_from(["guarantee 64 -> 16", "limit none -> 80, department changed"]),
+    "changed_field": st.sampled_from(["guarantee", "storage quota (GiB)", "P_Key"]),
+    "old_value": st.sampled_from(["64", "none", "10.0.0.0/16"]),
+    "new_value": st.sampled_from(["16", "none", "/exports/research"]),
 }
 # A moment as stored sentences hold it (core.moments.utc_words), or a time alone (as older releases wrote).
 MOMENTS = st.datetimes(datetime(2000, 1, 1), datetime(2100, 1, 1), timezones=st.just(UTC)).map(

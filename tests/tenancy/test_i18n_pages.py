@@ -214,11 +214,22 @@ def test_a_sign_in_refusal_reads_in_the_persons_language_and_logs_in_english(dep
 
 
 def test_stored_names_stay_english_in_a_japanese_request(department_a, lead_a):
-    """Audit records keep str(object): a role or a metrics source kind reads the same in every language."""
+    """A membership's and the metrics source's names read in the viewer's language (the admin's titles), and
+    audit records keep them in English, whoever made the change (core.audit)."""
+    from core.models import AuditEvent
+
     membership = lead_a.memberships.get()
     with translation.override("ja"):
-        assert str(membership) == "lead-a (Department lead, Alpha)"
-        assert str(MetricsSource.load()).startswith("Direct:")
+        assert str(membership) == "lead-a（部門リード、Alpha）"  # noqa: RUF001
+        assert not str(MetricsSource.load()).startswith("Direct:")
+        membership.save()
+        source = MetricsSource.load()
+        source.save()
+    assert str(membership) == "lead-a (Department lead, Alpha)"
+    recorded = AuditEvent.objects.filter(object_type="tenancy.membership", object_id=str(membership.pk))
+    assert {event.object_repr for event in recorded} == {"lead-a (Department lead, Alpha)"}
+    source_events = AuditEvent.objects.filter(object_type="tenancy.metricssource")
+    assert all(event.object_repr.startswith("Direct:") for event in source_events)
 
 
 def test_every_field_label_is_the_english_django_would_make_and_is_translated():
