@@ -11,9 +11,11 @@ every module that writes one imports it.
 from __future__ import annotations
 
 from core.sentences import gettext_noop
+from inventory.planning import PLAN_DRAIN
 
-# A tray drained while a plan waits for its work to end (its state reason, also Slurm's drain reason).
-DRAINING_FOR_PLAN = gettext_noop("Rackplane plan #%(plan)s: draining before repartitioning %(rack)s")
+# A tray drained while a plan waits for its work to end (its state reason, also Slurm's drain reason): the
+# inventory's template (the tray page names the plan that owns such a drain).
+DRAINING_FOR_PLAN = PLAN_DRAIN
 # Why a configuration push was queued (ConfigPush.reason).
 PUSH_FOR_PLAN = gettext_noop("plan #%(plan)s: repartition %(rack)s")
 PUSH_RETRY = gettext_noop("retry of push #%(push)s")

@@ -20,9 +20,10 @@ from django.utils.html import format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from core.access import require_admin
+from core.htmx import confirm_plain_post
 from core.moments import stamped_lines_html
 from core.tables import JsonArrayLength, Table
 from integrations.models import ConfigPush, PlanWindow, PushStatus
@@ -110,10 +111,29 @@ def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
 
 
 def _waiting_for(plan: PartitionPlan, drained: list[tuple[int, str]]) -> list[JobInTheWay]:
-    """The running jobs a draining plan waits for."""
+    """The running jobs a draining plan waits for: the work on every tray it changes (drained for it or not:
+    a plan drained by an older release drained only the trays busy when it was applied), as the task that
+    applies it finds them (plans.holding_trays)."""
     if plan.status != PlanStatus.DRAINING:
         return []
-    return jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
+    slots = {change.slot for change in plans.holding_trays(plan)} | {slot for slot, _hostname in drained}
+    return jobs_in_the_way(plan.rack, sorted(slots))
+
+
+def _holding(plan: PartitionPlan, waiting_for: list[JobInTheWay]) -> list[dict]:
+    """Each job a draining plan waits for, with the hostnames of the rack's trays it holds."""
+    if not waiting_for:
+        return []
+    hosts = dict(plan.rack.trays.values_list("slot", "hostname"))
+    return [
+        {
+            "job": job,
+            "hosts": format_html_join(
+                ", ", '<span class="mono">{}</span>', ((hosts.get(slot, slot),) for slot in job.slots)
+            ),
+        }
+        for job in waiting_for
+    ]
 
 
 def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
@@ -151,6 +171,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "done": done,
         "drained": drained,
         "waiting_on": waiting_on,
+        "holding": _holding(plan, waiting_for),
         # When it applies at the latest: the jobs it waits for reach their time limits (as the preview said).
         "latest": latest_apply([], waiting_for, timezone.now()) if waiting_for else None,
         "failed_pushes": failed_pushes,
@@ -168,7 +189,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "steps": wizard_steps("apply", plan.rack, done=plan.status == PlanStatus.APPLIED),
         "step": "apply",
         "retry_query": _retry_query(plan),
-        "window": PlanWindow.objects.filter(plan=plan).first(),
+        "window": _window(plan),
         "waits_for": waits_for,
     }
 
@@ -223,14 +244,32 @@ def cancelled_message(plan: PartitionPlan) -> str:
 def plan_cancel(request, pk):
     """Cancel a draft or draining plan; its drained trays return to service."""
     require_admin(request.user, WIZARD)
-    plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
+    plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user).select_related("rack"), pk=pk)
+    url = reverse("integrations:plan-detail", args=[plan.pk])
+    if plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING):  # asked first (a settled plan: refused below)
+        question = {"plan": plan, "rack": plan.rack, "drained": _drained(plan), "window": _window(plan)}
+        asked = confirm_plain_post(
+            request,
+            question_template="integrations/wizard/_cancel_question.html",
+            context=question,
+            title=_("Cancel plan #%(plan)s?") % {"plan": plan.pk},
+            action=_("Cancel the plan"),
+            back_url=url,
+        )
+        if asked:
+            return asked
     try:
         cancelled = plans.cancel_plan(plan)
     except plans.PlanConflict as error:
         messages.error(request, str(error))
     else:
         messages.success(request, cancelled_message(cancelled))
-    return redirect("integrations:plan-detail", pk=plan.pk)
+    # htmx (the button's hx-confirm was answered): the whole page again, with the message.
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+def _window(plan: PartitionPlan) -> PlanWindow | None:
+    return PlanWindow.objects.filter(plan=plan).first()
 
 
 @require_GET
