@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import hostlist
 from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
@@ -139,8 +140,9 @@ def _holding(plan: PartitionPlan, waiting_for: list[JobInTheWay]) -> list[dict]:
 def _names_in_sentences(plan: PartitionPlan, drained, waiting_on: list[str], failed_pushes: list) -> dict:
     """The names the page's sentences hold, each list joined as one (a sentence is translated whole)."""
     return {
-        "drained_hostnames": format_html_join(
-            ", ", '<span class="mono">{}</span>', ((h,) for _s, h in drained)
+        # As Slurm writes host lists (gb-r08-t[01-18]): a plan drains every tray it changes, often 18.
+        "drained_hostnames": format_html(
+            '<span class="mono">{}</span>', hostlist.collect_hostlist([h for _s, h in drained])
         ),
         "waiting_on_names": format_html_join(
             ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)

@@ -159,6 +159,11 @@ def test_a_waiting_plan_keeps_every_tray_it_changes_from_new_work_and_names_what
     # A tray out for another reason keeps its owner (a fault's drain is not the plan's to return).
     assert dict(out.exclude(state_reason=reason).values_list("slot", "state_reason")) == out_before
     assert state_of(job) == JobState.PENDING
+    client.force_login(admin_user)
+    page = client.get(reverse("integrations:plan-detail", args=[plan.pk])).content.decode()
+    assert "Draining 17 trays (gb-r01-t[01-06,08-18]) before repartitioning" in " ".join(
+        strip_tags(page).split()
+    )
 
     run_pass()
     assert not Allocation.objects.filter(job=job).exists(), "placed again on a tray the plan re-carves"
@@ -169,12 +174,12 @@ def test_a_waiting_plan_keeps_every_tray_it_changes_from_new_work_and_names_what
         state=TrayState.UP, state_reason=""
     )
     squatter = job_on(ops, "gb-r01", (9, 18), "eval-squatter", klass=PriorityClass.BUILD)
-    client.force_login(admin_user)
     page = client.get(reverse("integrations:plan-detail", args=[plan.pk])).content.decode()
     assert f'data-job="{squatter.pk}"' in page and "eval-squatter" in page
     assert "gb-r01-t09" in page and "gb-r01-t18" in page
     assert "The plan goes on by itself once eval-squatter has finished." in " ".join(strip_tags(page).split())
     assert not owned_by_rules(ComputeTray.objects.get(rack=rack, slot=9))
+    assert_japanese(client, reverse("integrations:plan-detail", args=[plan.pk]))
 
     # The task following the plan drains the trays it changes again, and applies once the work has ended.
     assert plans.follow(plan).status == PlanStatus.DRAINING
