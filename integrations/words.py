@@ -13,9 +13,11 @@ from __future__ import annotations
 from django.utils.translation import gettext_lazy
 
 from core.sentences import VALUE_WORDS, gettext_noop
+from inventory.planning import PLAN_DRAIN
 
-# A tray drained while a plan waits for its work to end (its state reason, also Slurm's drain reason).
-DRAINING_FOR_PLAN = gettext_noop("Rackplane plan #%(plan)s: draining before repartitioning %(rack)s")
+# A tray drained while a plan waits for its work to end (its state reason, also Slurm's drain reason): the
+# inventory's template (the tray page names the plan that owns such a drain).
+DRAINING_FOR_PLAN = PLAN_DRAIN
 # Its return to service on its health timeline (HealthAction.reason): the plan applied, or ended unapplied.
 RETURNED_AFTER_PLAN = gettext_noop("Rackplane plan #%(plan)s: %(rack)s repartitioned, back in service")
 RETURNED_PLAN_NOT_APPLIED = gettext_noop("Rackplane plan #%(plan)s was not applied: back in service")

@@ -25,6 +25,9 @@ STATE_WORDS = {
 
 # Every finding is a sentence of templates (core.sentences): stored and sent in English, shown in the
 # viewer's language by the portal (core.sentences_i18n).
+# A tray drained while a plan waits for the work on the trays it changes (the tray's state reason, also
+# Slurm's drain reason; written by integrations.plans.service.drain_reason, read by the tray page).
+PLAN_DRAIN = gettext_noop("Rackplane plan #%(plan)s: draining before repartitioning %(rack)s")
 NO_CHANGE = gettext_noop("The plan does not change %(rack)s's partitions.")
 NO_PARTITIONS = gettext_noop("The plan for %(rack)s has no partitions: give it at least one.")
 SIZES = gettext_noop("%(rack)s: %(sizes)s")
@@ -182,6 +185,11 @@ class TrayChange:
     after: str | None
     running_jobs: tuple[str, ...] = ()
 
+    @property
+    def remade(self) -> bool:
+        """Its partition keeps its name but not its trays: it is deleted and made again (a new clique)."""
+        return self.before is not None and self.before == self.after
+
 
 @dataclass
 class PlanCheck:
@@ -194,6 +202,12 @@ class PlanCheck:
     @property
     def ok(self) -> bool:
         return not any(f.level == Level.ERROR for f in self.findings)
+
+    @property
+    def change_rows(self) -> list[tuple[TrayChange, int | None]]:
+        """Each tray change with the clique ID of its planned partition (None: left out); a change whose
+        partition keeps its name (`TrayChange.remade`) is a partition made again, on another clique."""
+        return [(change, self.clique_ids.get(change.after or "")) for change in self.changes]
 
     @property
     def busy_trays(self) -> list[TrayChange]:

@@ -179,9 +179,13 @@ class FabricStep:
         """The step in a sentence of templates (STEP_WORDS): shown in the viewer's language by the wizard's
         preview, written as it is to the push's log."""
         values = {"name": self.name, "partition_id": self.partition_id, "count": len(self.members)}
+        # The default partition by what it is, not by a name: each side names it its own way (the inventory
+        # "default", NMX-M "Default Partition", a fabric read from node reports "clique-32766"), and the
+        # preview (from the inventory) and the push's log (from the fabric) must name it alike.
+        words = (DEFAULT_STEP_WORDS if self.is_default else {}).get(self.action, STEP_WORDS[self.action])
         if self.action in ("delete", "shrink"):
-            return say(STEP_WORDS[self.action], gpu_words=_gpus(len(self.removed)), **values)
-        return say(STEP_WORDS[self.action], gpu_words=_gpus(len(self.added)), **values)
+            return say(words, gpu_words=_gpus(len(self.removed)), **values)
+        return say(words, gpu_words=_gpus(len(self.added)), **values)
 
 
 # What each step asks of the fabric manager, as templates (core.sentences): the partition's name and ID are
@@ -194,6 +198,16 @@ STEP_WORDS: dict[str, str] = {
     ),
     "grow": gettext_noop(
         "add %(gpu_words)s to partition %(name)s (ID %(partition_id)s), %(count)s in it after"
+    ),
+}
+
+# The default partition's steps (it is never created or deleted: it shrinks to empty and grows again).
+DEFAULT_STEP_WORDS: dict[str, str] = {
+    "shrink": gettext_noop(
+        "remove %(gpu_words)s from the default partition (ID %(partition_id)s), %(count)s stay"
+    ),
+    "grow": gettext_noop(
+        "add %(gpu_words)s to the default partition (ID %(partition_id)s), %(count)s in it after"
     ),
 }
 

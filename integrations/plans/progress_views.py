@@ -10,19 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import hostlist
 from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from core.access import require_admin
+from core.htmx import confirm_plain_post
 from core.moments import stamped_lines_html
 from core.tables import JsonArrayLength, Table
 from integrations.models import ConfigPush, PlanWindow, PushStatus
@@ -112,12 +114,31 @@ def _drained(plan: PartitionPlan) -> list[tuple[int, str]]:
 def _in_the_way(
     plan: PartitionPlan, drained: list[tuple[int, str]]
 ) -> tuple[list[JobInTheWay], list[JobInTheWay]]:
-    """The running jobs in a draining plan's way: those asked to checkpoint ("Requeue now"), requeued when
-    their grace period ends (the plan does not wait for their time limits), and those it waits for."""
+    """The running jobs in a draining plan's way, on every tray it changes (drained for it or not: a plan
+    drained by an older release drained only the trays busy when it was applied), as the task that applies
+    it finds them (plans.holding_trays): those asked to checkpoint ("Requeue now"), requeued when their grace
+    period ends (the plan does not wait for their time limits), and those it waits for."""
     if plan.status != PlanStatus.DRAINING:
         return [], []
-    jobs = jobs_in_the_way(plan.rack, [slot for slot, _hostname in drained])
+    slots = {change.slot for change in plans.holding_trays(plan)} | {slot for slot, _hostname in drained}
+    jobs = jobs_in_the_way(plan.rack, sorted(slots))
     return [job for job in jobs if job.requeue_at], [job for job in jobs if not job.requeue_at]
+
+
+def _holding(plan: PartitionPlan, waiting_for: list[JobInTheWay]) -> list[dict]:
+    """Each job a draining plan waits for, with the hostnames of the rack's trays it holds."""
+    if not waiting_for:
+        return []
+    hosts = dict(plan.rack.trays.values_list("slot", "hostname"))
+    return [
+        {
+            "job": job,
+            "hosts": format_html_join(
+                ", ", '<span class="mono">{}</span>', ((hosts.get(slot, slot),) for slot in job.slots)
+            ),
+        }
+        for job in waiting_for
+    ]
 
 
 def _names_in_sentences(
@@ -125,8 +146,9 @@ def _names_in_sentences(
 ) -> dict:
     """The names the page's sentences hold, each list joined as one (a sentence is translated whole)."""
     return {
-        "drained_hostnames": format_html_join(
-            ", ", '<span class="mono">{}</span>', ((h,) for _s, h in drained)
+        # As Slurm writes host lists (gb-r08-t[01-18]): a plan drains every tray it changes, often 18.
+        "drained_hostnames": format_html(
+            '<span class="mono">{}</span>', hostlist.collect_hostlist([h for _s, h in drained])
         ),
         "waiting_on_names": format_html_join(
             ", ", '<span class="mono">{}</span>', ((job,) for job in waiting_on)
@@ -161,6 +183,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "drained": drained,
         "waiting_on": waiting_on,
         "requeued": requeued,
+        "holding": _holding(plan, waiting_for),
         # When it applies at the latest: the requeued jobs' grace periods end and the jobs it waits for reach
         # their time limits (as the preview and the "Requeue now" page said).
         "latest": latest_apply(requeued, waiting_for, timezone.now()) if requeued or waiting_for else None,
@@ -179,7 +202,7 @@ def _progress_context(plan: PartitionPlan) -> dict:
         "steps": wizard_steps("apply", plan.rack, done=plan.status == PlanStatus.APPLIED),
         "step": "apply",
         "retry_query": _retry_query(plan),
-        "window": PlanWindow.objects.filter(plan=plan).first(),
+        "window": _window(plan),
         "waits_for": waits_for,
     }
 
@@ -234,14 +257,32 @@ def cancelled_message(plan: PartitionPlan) -> str:
 def plan_cancel(request, pk):
     """Cancel a draft or draining plan; its drained trays return to service."""
     require_admin(request.user, WIZARD)
-    plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user), pk=pk)
+    plan = get_object_or_404(PartitionPlan.objects.visible_to(request.user).select_related("rack"), pk=pk)
+    url = reverse("integrations:plan-detail", args=[plan.pk])
+    if plan.status in (PlanStatus.DRAFT, PlanStatus.DRAINING):  # asked first (a settled plan: refused below)
+        question = {"plan": plan, "rack": plan.rack, "drained": _drained(plan), "window": _window(plan)}
+        asked = confirm_plain_post(
+            request,
+            question_template="integrations/wizard/_cancel_question.html",
+            context=question,
+            title=_("Cancel plan #%(plan)s?") % {"plan": plan.pk},
+            action=_("Cancel the plan"),
+            back_url=url,
+        )
+        if asked:
+            return asked
     try:
         cancelled = plans.cancel_plan(plan, user=request.user)
     except plans.PlanConflict as error:
         messages.error(request, str(error))
     else:
         messages.success(request, cancelled_message(cancelled))
-    return redirect("integrations:plan-detail", pk=plan.pk)
+    # htmx (the button's hx-confirm was answered): the whole page again, with the message.
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+def _window(plan: PartitionPlan) -> PlanWindow | None:
+    return PlanWindow.objects.filter(plan=plan).first()
 
 
 @require_GET

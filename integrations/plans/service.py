@@ -54,6 +54,7 @@ from inventory.planning import (
     Level,
     PlanCheck,
     PlannedPartition,
+    TrayChange,
     TrayInfo,
     check_plan,
     no_tray_changes,
@@ -634,13 +635,7 @@ def apply_plan(plan: PartitionPlan, *, user=None) -> PartitionPlan:
                 raise ValidationError([f.message for f in result.findings if f.level == Level.ERROR])
             plan.applied_at = timezone.now()
             if result.busy_trays:
-                _drain_or_return(
-                    ComputeTray.objects.filter(rack=rack, slot__in=[c.slot for c in result.busy_trays]),
-                    plan,
-                    drain=True,
-                    reason=drain_reason(plan),
-                    user=user or plan.created_by,
-                )
+                _drain_changing(plan, result, user or plan.created_by)
                 plan.status = PlanStatus.DRAINING
                 plan.save(update_fields=["status", "applied_at"])
                 return plan
@@ -665,9 +660,41 @@ def continue_draining(plan: PartitionPlan) -> bool:
             return False
         result = check(plan.rack, planned_partitions(plan), drain=True)
         if result.busy_trays:
+            # A tray back in service meanwhile (or drained by an older release): drained again.
+            _drain_changing(plan, result, plan.created_by)
             return False
         _start(plan, result, plan.created_by)
         return True
+
+
+def holding_trays(plan: PartitionPlan) -> list[TrayChange]:
+    """The trays `plan` changes that still hold work: what a draining plan waits for (continue_draining's
+    rule, without the cluster-wide Slurm check a page polling every 2 s need not repeat)."""
+    departments = Department.objects.values_list("slug", flat=True)
+    trays = rack_trays(plan.rack)
+    return check_plan(
+        plan.rack.name, trays, planned_partitions(plan), departments=departments, drain=True
+    ).busy_trays
+
+
+def _drain_changing(plan: PartitionPlan, result: PlanCheck, user) -> int:
+    """Drain, for `plan`, every tray it changes: the busy ones (whatever their state, as before) and the free
+    ones still in service. A waiting plan's free trays take no new work either, so the jobs it waits for
+    (those it requeued among them) are never placed again on trays it is about to re-carve, and it applies
+    once the work it found has ended. Trays out for another reason (a fault, a maintenance) stay as they are.
+    Each drain is on its tray's timeline as the plan's, by `user` (_drain_or_return). In the caller's
+    transaction, which holds the rack and the plan; returns how many trays it drained."""
+    busy = [change.slot for change in result.busy_trays]
+    free = [change.slot for change in result.changes if not change.running_jobs]
+    return _drain_or_return(
+        ComputeTray.objects.filter(rack=plan.rack_id)
+        .filter(Q(slot__in=busy) | Q(slot__in=free, state=TrayState.UP))
+        .exclude(state=TrayState.DRAIN, state_reason=drain_reason(plan)),
+        plan,
+        drain=True,
+        reason=drain_reason(plan),
+        user=user,
+    )
 
 
 def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:

@@ -15,14 +15,16 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from core.access import is_admin
-from inventory.choices import TrayState
+from core.sentences import say
+from inventory.choices import PlanStatus, TrayState
 from inventory.forms import DataChoices
 from inventory.health.actions import TYPED_REASON_LIMIT, owned_by_rules, typed_text_problem
 from inventory.health.returns import NOTE_LIMIT, return_eligibility
 from inventory.health.service import open_mark
 from inventory.mig_layouts import DISABLED
 from inventory.mig_options import LayoutOptions, layout_options, layout_status, layout_summary, tray_layout
-from inventory.models import ComputeTray
+from inventory.models import ComputeTray, PartitionPlan
+from inventory.planning import PLAN_DRAIN
 
 WHAT = gettext_lazy("tray actions")
 BULK_LIMIT = 72  # trays per bulk request (four racks' worth; a rack view offers at most 18)
@@ -208,6 +210,17 @@ def _forms(tray: ComputeTray, gpus: list | None, **bound) -> dict:
     }
 
 
+def drained_for(tray: ComputeTray) -> PartitionPlan | None:
+    """The draining plan that drained `tray` (its state reason is the plan's drain reason), or None. The plan
+    owns that drain: cancelling it, or its applying, returns the tray (integrations.plans.service)."""
+    if tray.state != TrayState.DRAIN or not tray.state_reason:
+        return None
+    plan = PartitionPlan.objects.filter(rack_id=tray.rack_id, status=PlanStatus.DRAINING).first()
+    if plan is None or tray.state_reason != say(PLAN_DRAIN, plan=plan.pk, rack=tray.rack.name):
+        return None
+    return plan
+
+
 def actions_context(user, tray: ComputeTray, gpus: list | None = None, **bound) -> dict:
     """What the tray page needs for its action forms (nothing for anyone but a platform admin). `gpus`: the
     tray's GPUs when the page has them (inventory.selectors.tray_context)."""
@@ -217,6 +230,7 @@ def actions_context(user, tray: ComputeTray, gpus: list | None = None, **bound) 
     if tray.state != TrayState.UP:
         context["return_eligibility"] = return_eligibility(tray)
         context["return_ours"] = owned_by_rules(tray)
+        context["drain_plan"] = drained_for(tray)
         # An open service mark keeps it out, even forced (returns.return_to_service): marked returned first.
         context["return_marked"] = open_mark(tray)
     context["tray_actions"] = True

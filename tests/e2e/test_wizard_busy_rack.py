@@ -108,8 +108,11 @@ def test_an_admin_reads_requeue_now_schedules_a_window_and_requeues(live_server,
         )
         both_widths(page, shots, "window-plan-list")
         page.goto(f"{live_server.url}/inventory/plans/{window.plan_id}/")
+        asked: list[str] = []  # "Cancel the plan" asks first (the walkthrough's plan went at one click)
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
         with page.expect_navigation():
             page.get_by_role("button", name="Cancel the plan").click()
+        assert asked and asked[0].startswith(f"Cancel plan #{window.plan_id} for gb-r01?"), asked
         assert not PlanWindow.objects.exists()
 
         # Requeue now: the confirm page, then the POST.
@@ -125,6 +128,9 @@ def test_an_admin_reads_requeue_now_schedules_a_window_and_requeues(live_server,
         expect(page).to_have_url(re.compile(r"/inventory/plans/\d+/$"))
         expect(page.locator("#plan-progress")).to_have_attribute("data-status", "draining")
         expect(page.locator("#plan-progress")).to_contain_text("build-a")
+        # What it waits for: each job holding a tray it changes, with its trays (walkthrough: named none).
+        build = Job.objects.get(name="build-a")
+        expect(page.locator(f'ul.plan-holding li[data-job="{build.pk}"]')).to_contain_text("gb-r01-t")
         both_widths(page, shots, "requeued-draining")
         requeues = dict(Job.objects.values_list("name", "plan_requeues"))
         assert requeues == {"train-a": 1, "train-b": 1, "pretrain": 1, "build-a": 0}

@@ -1,8 +1,9 @@
 """A push's reason and log in the viewer's language (the second walkthrough, Japanese: the demo's pushes read
 "department research added; alice in department research added; POSIX account of alice added; ... and 16
-more" and the fabric push's log "step 1/3 done: remove 72 GPUs from partition default ...", while plan pushes
-and the wizard's preview were translated). The tenancy changes' reasons and the fabric's steps are written
-from templates (integrations.words) and read back on the push list and a push's page; stored in English."""
+more" and the fabric push's log "step 1/3 done: remove 72 GPUs from the default partition ...", while plan
+pushes and the wizard's preview were translated). The tenancy changes' reasons and the fabric's steps are
+written from templates (integrations.words) and read back on the push list and a push's page; stored in
+English."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_a_reason_cut_short_says_how_many_more_in_japanese():
 def test_a_fabric_push_log_reads_its_steps_in_japanese(client_as, platform_admin, tenancy_push):
     step = fabric.FabricStep("shrink", "default", 32766, members=(), removed=tuple(str(n) for n in range(72)))
     done = say(words.RACK_STEP_DONE, rack="gb-r02", count=1, total=3, step=step.describe())
-    assert done == "gb-r02: step 1/3 done: remove 72 GPUs from partition default (ID 32766), 0 stay"
+    assert done == "gb-r02: step 1/3 done: remove 72 GPUs from the default partition (ID 32766), 0 stay"
     ConfigPush.objects.filter(pk=tenancy_push.pk).update(log=f"{stamp(tenancy_push.created_at)} {done}\n")
     html = assert_japanese(
         client_as(platform_admin), reverse("integrations:push-detail", args=[tenancy_push.pk])

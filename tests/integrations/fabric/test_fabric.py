@@ -147,7 +147,7 @@ def test_carving_the_default_partition_into_2x9(standin):
 
     assert progress.calls == [
         (0, 3, f"domain {RACK}: 3 changes to apply"),
-        (1, 3, "step 1/3 done: remove 72 GPUs from partition Default Partition (ID 32766), 0 stay"),
+        (1, 3, "step 1/3 done: remove 72 GPUs from the default partition (ID 32766), 0 stay"),
         (2, 3, "step 2/3 done: create partition p1: 36 GPUs"),
         (3, 3, "step 3/3 done: create partition p2: 36 GPUs"),
     ]
@@ -190,7 +190,7 @@ def test_diff_gives_gpu_level_detail_and_the_step_order(standin):
     assert diff.creates[0].added == tuple(sorted(tray_gpus(RACK, range(1, 10))))
     assert diff.moves[gpu_uuid(RACK, 10, 3)] == ("Default Partition", "p2")
     assert [s.action for s in diff.steps] == ["shrink", "create", "create"]
-    assert diff.summary()[0] == "remove 72 GPUs from partition Default Partition (ID 32766), 0 stay"
+    assert diff.summary()[0] == "remove 72 GPUs from the default partition (ID 32766), 0 stay"
 
 
 def test_recarving_moves_gpus_out_before_it_moves_them_in(standin):

@@ -14,7 +14,9 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connections
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 from core.models import AuditEvent
 from core.task_names import RUN_PLAN_WINDOWS
@@ -29,6 +31,7 @@ from scheduling import requeue as decisions
 from scheduling.choices import JobEventKind, JobState, PriorityClass
 from scheduling.models import Allocation, Job, JobEvent
 from tests.factories import make_department, run_job
+from tests.i18n_check import assert_japanese
 from tests.integrations.plans.test_service import _require_postgresql, halves
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("local_target")]
@@ -132,6 +135,84 @@ def test_requeue_now_requeues_only_the_checkpointable_jobs_on_the_plans_trays(
     assert plans.follow(plan).status == PlanStatus.DRAINING
     finish(in_the_way["build"])
     assert plans.follow(plan).status in (PlanStatus.APPLYING, PlanStatus.APPLIED)
+
+
+def test_a_waiting_plan_keeps_every_tray_it_changes_from_new_work_and_names_what_it_waits_for(
+    rack, ops, admin_user, client
+):
+    """Walkthrough (finding 4): "Requeue now" drained only the two busy trays; the pass placed the requeued
+    job (and others) on the plan's free trays, and the plan then stalled naming the drained, idle trays. Now
+    every tray the plan changes takes no new work while it waits, the pass places nothing there, and the
+    plan's page names the trays still holding work and their jobs."""
+    from inventory.health.actions import owned_by_rules
+    from scheduling.services.passes import run_pass
+
+    # Only gb-r01 has room: the requeued job could go nowhere but back onto the plan's trays.
+    ComputeTray.objects.exclude(rack=rack).update(state=TrayState.MAINTENANCE, state_reason="test: full")
+    job = job_on(ops, "gb-r01", (1, 2), "train-471")
+    out = ComputeTray.objects.filter(rack=rack).exclude(state=TrayState.UP)
+    out_before = dict(out.values_list("slot", "state_reason"))  # the demo's tray drained for a fault
+    plan = busy.requeue_now(rack, preset_layout("2x9"), user=admin_user)
+    reason = plans.drain_reason(plan)
+    changed = {change.slot for change in plans.check(rack, preset_layout("2x9"), drain=True).changes}
+    assert len(changed) >= 17
+    drained = dict(ComputeTray.objects.filter(rack=rack, state_reason=reason).values_list("slot", "state"))
+    assert set(drained) == changed - set(out_before) and set(drained.values()) == {TrayState.DRAIN}
+    # A tray out for another reason keeps its owner (a fault's drain is not the plan's to return).
+    assert dict(out.exclude(state_reason=reason).values_list("slot", "state_reason")) == out_before
+    assert state_of(job) == JobState.PENDING
+    client.force_login(admin_user)
+    page = client.get(reverse("integrations:plan-detail", args=[plan.pk])).content.decode()
+    assert "Draining 17 trays (gb-r01-t[01-06,08-18]) before repartitioning" in " ".join(
+        strip_tags(page).split()
+    )
+
+    run_pass()
+    assert not Allocation.objects.filter(job=job).exists(), "placed again on a tray the plan re-carves"
+    assert state_of(job) == JobState.PENDING
+
+    # A plan drained by the release before this one (only its busy trays): work was placed on the others.
+    ComputeTray.objects.filter(rack=rack, state_reason=reason).exclude(slot__in=(1, 2)).update(
+        state=TrayState.UP, state_reason=""
+    )
+    squatter = job_on(ops, "gb-r01", (9, 18), "eval-squatter", klass=PriorityClass.BUILD)
+    page = client.get(reverse("integrations:plan-detail", args=[plan.pk])).content.decode()
+    assert f'data-job="{squatter.pk}"' in page and "eval-squatter" in page
+    assert "gb-r01-t09" in page and "gb-r01-t18" in page
+    assert "The plan goes on by itself once eval-squatter has finished." in " ".join(strip_tags(page).split())
+    assert not owned_by_rules(ComputeTray.objects.get(rack=rack, slot=9))
+    assert_japanese(client, reverse("integrations:plan-detail", args=[plan.pk]))
+
+    # The task following the plan drains the trays it changes again, and applies once the work has ended.
+    assert plans.follow(plan).status == PlanStatus.DRAINING
+    again = ComputeTray.objects.filter(rack=rack, state_reason=reason).values_list("slot", flat=True)
+    assert set(again) == set(drained)
+    finish(squatter)
+    assert plans.follow(plan).status in (PlanStatus.APPLYING, PlanStatus.APPLIED)
+    assert not ComputeTray.objects.filter(rack=rack, state_reason=reason).exists()
+
+
+def test_a_tray_drained_for_a_plan_names_the_plan_that_owns_the_drain(rack, in_the_way, admin_user, client):
+    """Walkthrough: a tray a plan drained read "Out for another owner's reason ... Rackplane did not drain
+    it" and sent the admin to the Django admin. It names the plan, links to it, and says how it comes back."""
+    plan = busy.requeue_now(rack, preset_layout("2x9"), user=admin_user)
+    tray = ComputeTray.objects.get(rack=rack, slot=1)
+    assert tray.state_reason == plans.drain_reason(plan)
+    client.force_login(admin_user)
+    url = reverse("inventory:tray-detail", args=[tray.pk])
+    page = client.get(url).content.decode()
+    text = " ".join(strip_tags(page).split())
+    assert "another owner" not in text and "Django admin" not in text
+    assert f'href="{reverse("integrations:plan-detail", args=[plan.pk])}"' in page
+    assert f"Drained for partition plan #{plan.pk}, which owns this drain" in text
+    returns = f"The tray returns to service when plan #{plan.pk} applies, or at once if the plan is cancelled"
+    assert returns in text
+    assert_japanese(client, url)
+
+    plans.cancel_plan(plan)
+    tray.refresh_from_db()
+    assert tray.state == TrayState.UP
+    assert "plan-drain-owner" not in client.get(url).content.decode()
 
 
 def test_requeue_now_with_nothing_checkpointable_in_the_way_writes_nothing(rack, ops, admin_user):

@@ -137,7 +137,8 @@ def test_a_window_is_typed_in_the_viewers_zone_shown_on_the_plan_and_in_the_list
     listing = client.get(reverse("integrations:plan-list")).content.decode()
     assert re.search(r'<td class="plan-window"><span class="window-when">Window ' + shown, listing)
 
-    assert client.post(reverse("integrations:plan-cancel", args=[plan.pk])).status_code == 302
+    cancel = reverse("integrations:plan-cancel", args=[plan.pk])
+    assert client.post(cancel, {"confirmed": "yes"}).status_code == 302
     assert not PlanWindow.objects.exists()
     assert PartitionPlan.objects.get().status == PlanStatus.CANCELLED
 

@@ -56,8 +56,13 @@ def test_a_plans_drain_and_the_return_after_it_applied_are_on_the_trays_timeline
     shown = _timeline(client, tray)
     assert "Returned to service after a partition plan" in shown
     assert f"Rackplane plan #{plan.pk}: gb-r01 repartitioned, back in service" in shown
-    # Only the tray the plan drained: the others did not leave service.
-    assert not HealthAction.objects.exclude(tray=tray).filter(kind__startswith="plan_").exists()
+    # Only the trays the plan drained (every tray it changes, while it waited): each drained and returned
+    # once; a tray of another rack never.
+    plan_actions = HealthAction.objects.filter(kind__startswith="plan_")
+    assert not plan_actions.exclude(tray__rack=rack).exists()
+    drained = set(plan_actions.filter(kind=ActionKind.PLAN_DRAIN).values_list("tray", flat=True))
+    returned = set(plan_actions.filter(kind=ActionKind.PLAN_RETURN).values_list("tray", flat=True))
+    assert tray.pk in drained and drained == returned
     # No fault: nothing the circuit breaker or the offenders count.
     assert not HealthAction.objects.filter(tray=tray, kind__in=QUARANTINE_ACTIONS).exists()
 
@@ -65,7 +70,7 @@ def test_a_plans_drain_and_the_return_after_it_applied_are_on_the_trays_timeline
 def test_a_cancelled_plans_trays_return_on_their_timeline_by_whoever_cancelled(client, rack, admin_user):
     _, plan, tray = _drain_for_a_plan(rack, admin_user)
     client.force_login(admin_user)
-    response = client.post(reverse("integrations:plan-cancel", args=[plan.pk]))
+    response = client.post(reverse("integrations:plan-cancel", args=[plan.pk]), {"confirmed": "yes"})
     assert response.status_code == 302
     tray.refresh_from_db()
     assert tray.state == TrayState.UP

@@ -140,7 +140,9 @@ def test_drain_first_drains_busy_trays_then_applies_once_the_work_ends(rack, adm
     assert plan.status == PlanStatus.DRAINING
     reason = plans.drain_reason(plan)
     drained = ComputeTray.objects.filter(rack=rack, state=TrayState.DRAIN, state_reason=reason)
-    assert sorted(drained.values_list("slot", flat=True)) == [1, 2]
+    # Every tray the plan changes takes no new work while it waits, not only the busy ones (walkthrough:
+    # the free ones got the requeued work); the seed's tray 7, out for a fault, keeps its own reason.
+    assert sorted(drained.values_list("slot", flat=True)) == [s for s in range(1, 19) if s != 7]
     # Nothing is repartitioned and nothing pushed while the work runs.
     assert layout_of(rack) == [("default", 32766, list(range(1, 19)))]
     assert not ConfigPush.objects.filter(plan_id=plan.pk).exists()

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from core.models import AuditEvent
+from integrations.fabric.base import FabricStep
 from integrations.models import ConfigPush, PushStatus
 from integrations.plans import service as plans
 from integrations.plans.progress_views import NODES_SETTLE_WINDOW
@@ -459,8 +460,15 @@ def test_a_draining_plan_can_be_followed_and_cancelled(admin):
     html = poll.content.decode()
     assert "ops-train" in html and "gb-r01-t02" in html and "Cancel the plan" in html
 
-    cancelled = admin.post(url("plan-cancel", plan.pk))
-    assert cancelled.status_code == 302
+    # Asked first (walkthrough: the button acted at once): htmx asks by hx-confirm, a plain post on a page.
+    drained = ComputeTray.objects.filter(state_reason=plans.drain_reason(plan)).count()
+    question = f"Cancel plan #{plan.pk} for gb-r01? Its {drained} drained trays return to service"
+    assert f'hx-confirm="{question}' in html
+    asked = admin.post(url("plan-cancel", plan.pk))
+    assert asked.status_code == 200 and question in asked.content.decode()
+    assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.DRAINING
+    cancelled = admin.post(url("plan-cancel", plan.pk), headers=HTMX)  # the hx-confirm answered: done
+    assert cancelled.headers["HX-Redirect"] == url("plan-detail", plan.pk)
     assert PartitionPlan.objects.get(pk=plan.pk).status == PlanStatus.CANCELLED
     assert ComputeTray.objects.get(hostname="gb-r01-t02").state == TrayState.UP
     assert admin.get(url("plan-detail", plan.pk), headers=HTMX).status_code == 286
@@ -671,14 +679,30 @@ def test_the_preview_lists_the_fabric_managers_operations_in_order(admin):
     params = {"preset": "2x9", "name": ["p1", "p2"], "department": ["", ""], "slurm": ["", ""]}
     preview = admin.get(url("plan-preview", "gb-r01", **params))
     assert preview.context["fabric_steps"] == [
-        "remove 72 GPUs from partition default (ID 32766), 0 stay",  # the default partition stays, empty
+        "remove 72 GPUs from the default partition (ID 32766), 0 stay",  # it stays, empty
         "create partition p1: 36 GPUs",
         "create partition p2: 36 GPUs",
     ]
+    # The push's log names the default partition as the preview does, whatever the fabric calls it (the
+    # walkthrough's preview said "partition default", its push log "partition clique-32766").
+    for fabric_name in ("default", "Default Partition", "clique-32766"):
+        step = FabricStep("shrink", fabric_name, 32766, (), removed=tuple(str(n) for n in range(72)))
+        assert step.describe() == preview.context["fabric_steps"][0]
     html = preview.content.decode()
     # The steps are sentences of templates, their partition names data a translator leaves alone.
     assert "Fabric manager operations" in html
     assert '<li>create partition <span translate="no">p1</span>: 36 GPUs</li>' in html
+
+
+def test_a_partition_made_again_under_its_name_reads_as_re_made_not_unchanged(admin):
+    """Walkthrough: gb-r08's "default" (18 trays, clique 32766) planned as "default" on trays 1-9 listed its
+    trays as "default -> default", although the partition is made again on another clique."""
+    params = {"preset": "custom", "slots": ["1-9", "10-18"], "name": ["default", "p2"]}
+    params |= {"department": ["", ""], "slurm": ["", ""]}
+    html = admin.get(url("plan-preview", "gb-r01", **params)).content.decode()
+    rows = dict(re.findall(r'<tr><td class="num">(\d+)</td>(.*?)</tr>', html, re.S))
+    assert "re-made with other trays, as clique 1" in rows["1"]
+    assert "re-made" not in rows["10"] and "<b>p2</b>" in rows["10"]  # a new partition's name says it
 
 
 def test_each_tray_row_shows_the_work_on_it(admin):

@@ -124,7 +124,7 @@ def test_cancelling_says_whether_drained_trays_went_back_into_service(jobs, clie
         {**PLAN, **_window(start, start + timedelta(hours=3))},
     )
     waiting = PartitionPlan.objects.get(status=PlanStatus.DRAFT)
-    response = client.post(reverse("integrations:plan-cancel", args=[waiting.pk]))
+    response = client.post(reverse("integrations:plan-cancel", args=[waiting.pk]), {"confirmed": "yes"})
     [message] = [str(m) for m in get_messages(response.wsgi_request)]
     assert (
         message == f"Plan #{waiting.pk} cancelled; no tray had been drained for it, so nothing else changed."
@@ -135,6 +135,6 @@ def test_cancelling_says_whether_drained_trays_went_back_into_service(jobs, clie
     assert draining.status == PlanStatus.DRAINING
     drained = rack.trays.filter(state_reason=plans.drain_reason(draining)).count()
     assert drained > 1
-    response = client.post(reverse("integrations:plan-cancel", args=[draining.pk]))
+    response = client.post(reverse("integrations:plan-cancel", args=[draining.pk]), {"confirmed": "yes"})
     message = [str(m) for m in get_messages(response.wsgi_request)][-1]  # the first one's is still kept
     assert message == f"Plan #{draining.pk} cancelled; its {drained} drained trays are back in service."
