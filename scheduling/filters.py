@@ -53,9 +53,31 @@ class JobFilterForm(forms.Form):
         return cleaned
 
 
-class ProjectSlugField(forms.CharField):
+class VisibleSlugField(forms.CharField):
+    """A slug naming what `queryset` holds (`found`); any other slug is invalid (`invalid_choice`)."""
+
+    def __init__(self, *, queryset, **kwargs):
+        self.queryset = queryset
+        super().__init__(**kwargs)
+
+    def found(self, value: str):
+        raise NotImplementedError
+
+    def clean(self, value):
+        value = super().clean(value)
+        if not value:
+            return None
+        found = self.found(value) if self.queryset is not None else None
+        if not found:
+            raise forms.ValidationError(
+                self.error_messages["invalid_choice"], code="invalid_choice", params={"value": value}
+            )
+        return found
+
+
+class ProjectSlugField(VisibleSlugField):
     """A project's slug -> the projects of `queryset` with that slug (a list: a slug is unique per
-    department only); a slug none of them has is invalid."""
+    department only)."""
 
     default_error_messages = {
         "invalid_choice": gettext_lazy(
@@ -64,20 +86,8 @@ class ProjectSlugField(forms.CharField):
         )
     }
 
-    def __init__(self, *, queryset, **kwargs):
-        self.queryset = queryset
-        super().__init__(**kwargs)
-
-    def clean(self, value):
-        value = super().clean(value)
-        if not value:
-            return None
-        projects = list(self.queryset.filter(slug=value)) if self.queryset is not None else []
-        if not projects:
-            raise forms.ValidationError(
-                self.error_messages["invalid_choice"], code="invalid_choice", params={"value": value}
-            )
-        return projects
+    def found(self, value: str):
+        return list(self.queryset.filter(slug=value))
 
 
 class ProjectSlugFilter(django_filters.filters.QuerySetRequestMixin, django_filters.Filter):
@@ -100,8 +110,8 @@ def departments_with_visible_jobs(request):
     return Department.objects.visible_to(request.user)
 
 
-class DepartmentSlugField(forms.CharField):
-    """A department's slug, one of `queryset`'s; any other is invalid."""
+class DepartmentSlugField(VisibleSlugField):
+    """A department's slug, one of `queryset`'s."""
 
     default_error_messages = {
         "invalid_choice": gettext_lazy(
@@ -110,19 +120,8 @@ class DepartmentSlugField(forms.CharField):
         )
     }
 
-    def __init__(self, *, queryset, **kwargs):
-        self.queryset = queryset
-        super().__init__(**kwargs)
-
-    def clean(self, value):
-        value = super().clean(value)
-        if not value:
-            return None
-        if self.queryset is None or not self.queryset.filter(slug=value).exists():
-            raise forms.ValidationError(
-                self.error_messages["invalid_choice"], code="invalid_choice", params={"value": value}
-            )
-        return value
+    def found(self, value: str):
+        return value if self.queryset.filter(slug=value).exists() else None
 
 
 class DepartmentSlugFilter(django_filters.filters.QuerySetRequestMixin, django_filters.Filter):
