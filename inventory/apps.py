@@ -1,6 +1,8 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy
 
+from core.sentences import VALUE_WORDS
+
 
 class InventoryConfig(AppConfig):
     name = "inventory"
@@ -20,7 +22,6 @@ def _health_in_words(nvidia_smi) -> None:
     """A GPU's fabric health inside a stored problem ("... fabric health is Unhealthy": nvidia-smi's word, as
     the API sends it) is read back in its label, as the GPU's health column shows it (core.sentences
     VALUE_WORDS)."""
-    from core.sentences import VALUE_WORDS
     from inventory.choices import GpuHealth
 
     printed = nvidia_smi.HEALTH_WORDS  # the words the problem stores: {GpuHealth: nvidia-smi's word}

@@ -161,13 +161,14 @@ def submission_body(args: argparse.Namespace) -> dict[str, Any]:
         if args.env:
             work["env"] = _env_pairs(args.env)
         backend = args.backend or "kubernetes"
-    body: dict[str, Any] = {
-        "name": args.name or _default_name(args),
-        "gpus": args.gpus,
-        "backend": backend,
-        "work": work,
-    }
+    if args.mig_slices is not None and args.gpus is not None:
+        raise RpError(Exit.USAGE, "--mig-slices goes with --mig-profile or --mig-memory-gb, not --gpus")
+    body: dict[str, Any] = {"name": args.name or _default_name(args), "backend": backend, "work": work}
     optional = {
+        "gpus": args.gpus,
+        "mig_profile": args.mig_profile,
+        "mig_memory_gb": args.mig_memory_gb,
+        "mig_slices": args.mig_slices,
         "department": args.department,
         "project": args.project,
         "topology": args.topology,

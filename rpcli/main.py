@@ -109,12 +109,29 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="an environment variable (with --image)",
     )
-    p.add_argument(
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument(
         "-g",
         "--gpus",
         type=_positive(int, 1, 10**6),
-        required=True,
-        help="GPUs: 1-4 on one tray, or a multiple of 4",
+        help="whole GPUs: 1-4 on one tray, or a multiple of 4",
+    )
+    size.add_argument(
+        "--mig-profile",
+        metavar="PROFILE",
+        help="MIG slices instead of whole GPUs: a profile a tray's MIG layout offers (e.g. 1g.23gb)",
+    )
+    size.add_argument(
+        "--mig-memory-gb",
+        type=_positive(int, 1, 10**4),
+        metavar="GB",
+        help="MIG slices instead of whole GPUs: the smallest offered profile with this much memory",
+    )
+    p.add_argument(
+        "--mig-slices",
+        type=_positive(int, 1, 28),
+        metavar="N",
+        help="how many MIG slices (with --mig-profile or --mig-memory-gb; default 1)",
     )
     p.add_argument("-d", "--department", help="the department's slug (default: your only department)")
     p.add_argument("-p", "--project", help="the project's slug, when the department has projects")

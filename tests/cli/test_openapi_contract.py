@@ -89,9 +89,17 @@ def test_rp_submit_sends_the_submission_schema_and_its_idempotency_key(schema, t
         "--priority-class", "build", "--time-limit", "90",
     ]  # fmt: skip
     body = commands.submission_body(build_parser().parse_args(every_option))
+    # Whole GPUs, or MIG slices by profile or by memory: between them, every field of the schema.
+    at = every_option.index("--gpus")
+    before, after = every_option[:at], every_option[at + 2 :]
+    slices = [*before, "--mig-profile", "1g.23gb", "--mig-slices", "2", *after]
+    by_memory = [*before, "--mig-memory-gb", "23", *after]
+    bodies = [commands.submission_body(build_parser().parse_args(o)) for o in (slices, by_memory)]
+    assert "gpus" not in bodies[0] and bodies[0]["mig_slices"] == 2 and bodies[1]["mig_memory_gb"] == 23
+    sent = set(body).union(*bodies)
     for variant in variants:
         fields = resolve(schema, variant)["properties"]
-        assert set(body) == set(fields), set(body) ^ set(fields)
+        assert sent == set(fields), sent ^ set(fields)
         assert enum(schema, fields["topology"]) == set(spec.TOPOLOGIES)
         assert enum(schema, fields["priority_class"]) == set(spec.PRIORITY_CLASSES)
     backends = set().union(*(enum(schema, resolve(schema, v)["properties"]["backend"]) for v in variants))

@@ -126,8 +126,8 @@ def test_the_phone_header_and_job_rows(live_server, browser, demo, shots, langua
         assert page_width(page) <= PHONE["width"]
         page.screenshot(path=str(shots / f"menu-{language}-390.png"), full_page=True)
 
-        # The jobs list: each of the first rows shows its name on one line wide enough to read, its GPUs
-        # and its state, inside the screen; the long name is cut with an ellipsis and whole in its title.
+        # The jobs list: each of the first rows shows its name wide enough to read (whole, wrapped when long:
+        # tests/e2e/test_phone_job_list.py), its GPUs and its state, inside the screen.
         page.goto(f"{live_server.url}/scheduling/jobs/")
         rows = page.locator("table.jobs tbody tr")
         expect(rows.first).to_be_visible()
@@ -156,15 +156,14 @@ def test_the_phone_header_and_job_rows(live_server, browser, demo, shots, langua
         for index, row in enumerate(measured):
             line, box = row["line"], row["name"]
             assert box["width"] >= 100, f"row {index}: the name is {box['width']} px wide"
-            assert box["height"] <= line + 1, f"row {index}: the name wraps: {box['height']} px"
+            assert box["height"] <= 4 * line + 1, f"row {index}: the name takes {box['height']} px"
             for cell in ("name", "gpus", "state"):
                 assert inside(row[cell], shown), (index, row["text"], cell, shown)
             assert row["state"]["height"] <= line + 8  # the badge on one line
         first = rows.first.locator(".job-link")
         expect(first).to_have_text(LONG_NAME)
         expect(first).to_have_attribute("title", LONG_NAME)
-        assert first.evaluate("el => el.scrollWidth > el.clientWidth")  # cut, with the ellipsis
-        assert first.evaluate("el => getComputedStyle(el).textOverflow") == "ellipsis"
+        assert first.evaluate("el => el.scrollWidth <= el.clientWidth")  # whole, never cut
         assert page_width(page) <= PHONE["width"]
         page.screenshot(path=str(shots / f"jobs-{language}-390.png"))
     finally:
