@@ -12,15 +12,18 @@ title; events recorded before labels were kept show the id alone.
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
+from django.db import models
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from core.access import require_any_lead
 from core.models import AuditAction, AuditEvent, AuditSource
+from core.moments import dated
 from core.tables import Column, Table, json_dumps
 from portal.pages.filters import AuditEventFilter
 from tenancy.models import Department
@@ -109,6 +112,29 @@ def _labels(object_type: str) -> dict[str, str]:
     return labels
 
 
+def _field(object_type: str, name: str):
+    """The model field `name` of `object_type` ("app.model"), None when there is none (any more)."""
+    try:
+        return apps.get_model(object_type)._meta.get_field(name)
+    except (LookupError, ValueError, FieldDoesNotExist):
+        return None
+
+
+def _readable(field, value):
+    """A recorded value as the viewer reads it: a moment (recorded in UTC, ISO 8601) in the viewer's zone with
+    the zone named, a choice by its label in the viewer's language; anything else as recorded."""
+    if field is None or not isinstance(value, str) or not value:
+        return value
+    if isinstance(field, models.DateTimeField):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+        return dated(moment, seconds=True) if moment.tzinfo is not None else value
+    choices = dict(field.flatchoices) if getattr(field, "choices", None) else {}
+    return str(choices[value]) if value in choices else value
+
+
 def changes_of(event: AuditEvent, labels: dict[str, str] | None = None) -> list[Change]:
     """The fields an event touched, in the model's order: before and after for an update, one side else.
     `labels` are the fields' verbose names (looked up when not given)."""
@@ -121,8 +147,9 @@ def changes_of(event: AuditEvent, labels: dict[str, str] | None = None) -> list[
     for key in keys:
         if event.action == AuditAction.UPDATE and before.get(key) == after.get(key):
             continue
-        old = _shown(before[key], names_before.get(key)) if key in before else (None, None)
-        new = _shown(after[key], names_after.get(key)) if key in after else (None, None)
+        field = _field(event.object_type, key)
+        old = _shown(_readable(field, before[key]), names_before.get(key)) if key in before else (None, None)
+        new = _shown(_readable(field, after[key]), names_after.get(key)) if key in after else (None, None)
         rows.append(Change(key, labels.get(key, key.replace("_", " ")), old[0], new[0], old[1], new[1]))
     return rows
 
