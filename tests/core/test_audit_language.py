@@ -26,7 +26,8 @@ def test_a_change_made_in_japanese_is_recorded_in_english(monkeypatch):
 @pytest.mark.django_db
 def test_the_audit_log_shows_a_changes_moments_in_the_viewers_zone_and_choices_by_their_label(client_as):
     """The fourth walkthrough's /audit/ in Tokyo: "finished at: — → 2026-11-30 14:35:21.621925+00:00" and
-    "pending → cancelled" beside a header saying times are in Asia/Tokyo. The record keeps UTC and the value."""
+    "pending → cancelled" beside a header saying times are in Asia/Tokyo. The record keeps UTC and the
+    value."""
     import re
     from datetime import UTC, datetime
 
@@ -45,7 +46,8 @@ def test_the_audit_log_shows_a_changes_moments_in_the_viewers_zone_and_choices_b
     for language in ("en", "ja"):
         with translation.override(language):
             cancelled = str(JobState.CANCELLED.label)
-        page = client.get("/audit/?object_type=scheduling.job", HTTP_ACCEPT_LANGUAGE=language).content.decode()
+        url = "/audit/?object_type=scheduling.job"
+        page = client.get(url, HTTP_ACCEPT_LANGUAGE=language).content.decode()
         text = " ".join(re.sub(r"<[^>]+>", " ", page).split())
         assert "2026-11-30 23:35:21 JST" in text and "+00:00" not in text, language
         assert f"→ {cancelled}" in text and "pending →" not in text, language
