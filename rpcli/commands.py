@@ -222,7 +222,8 @@ def submit(args: argparse.Namespace) -> int:
 def cell_state(job: dict) -> str:
     state = str(job.get("state", "?"))
     reason = job.get("pending_reason")
-    return f"{state}: {printable(str(reason), 300)}" if state == "pending" and reason else state
+    shown = output.moments_in_zone(str(reason)) if reason else ""
+    return f"{state}: {printable(shown, 300)}" if state == "pending" and reason else state
 
 
 # --- reading ----------------------------------------------------------------------------------------------
@@ -288,7 +289,7 @@ def show(args: argparse.Namespace) -> int:
         ("priority class", job.get("priority_class")),
         ("backend", job.get("backend")),
         ("backend id", job.get("backend_id")),
-        ("backend message", job.get("backend_message")),
+        ("backend message", output.moments_in_zone(job.get("backend_message"))),
         ("time limit", f"{job.get('time_limit_minutes')} min"),
         ("over quota", job.get("over_quota")),
         ("placement", job.get("placement")),
@@ -305,7 +306,7 @@ def show(args: argparse.Namespace) -> int:
         output.table(
             ["AT", "KIND", "MESSAGE"],
             (
-                [output.when(e.get("at")), e.get("kind"), e.get("message")]
+                [output.when(e.get("at")), e.get("kind"), output.moments_in_zone(e.get("message"))]
                 for e in events
                 if isinstance(e, dict)
             ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
@@ -38,6 +39,26 @@ def when(value: Any, zone: datetime.tzinfo | None = None) -> str:
     local = moment.astimezone(zone)
     name = local.tzname() or local.strftime("%z")
     return f"{local:%Y-%m-%d %H:%M} {name}"
+
+
+# A moment inside a stored sentence, as the API sends it (core.moments.utc_words: "2026-11-30 15:20 UTC").
+UTC_IN_TEXT = re.compile(r"\b(\d{4}-\d\d-\d\d \d\d:\d\d)(:\d\d)? UTC\b")
+
+
+def moments_in_zone(value: Any, zone: datetime.tzinfo | None = None) -> Any:
+    """A text with its UTC moments ("... ends at 2026-11-30 15:20 UTC") in this machine's zone, named, as
+    `when` shows the job's own times (one zone on one screen); anything else as it is."""
+    if not isinstance(value, str):
+        return value
+
+    def local(match: re.Match) -> str:
+        seconds = match.group(2) or ""
+        form = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
+        moment = datetime.datetime.strptime(match.group(1) + seconds, form).replace(tzinfo=datetime.UTC)
+        shown = moment.astimezone(zone)
+        return f"{shown.strftime(form)} {shown.tzname() or shown.strftime('%z')}"
+
+    return UTC_IN_TEXT.sub(local, value)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: TextIO | None = None) -> None:

@@ -162,3 +162,23 @@ def test_times_are_shown_in_the_machines_zone_with_its_name():
     assert output.when("2026-11-30T10:38:05.123456+00:00", datetime.UTC) == "2026-11-30 10:38 UTC"
     assert output.when("2026-11-30T23:30:00Z", tokyo) == "2026-12-01 08:30 JST"  # the next day there
     assert output.when(None) == "-" and output.when("not a time") == "not a time"
+
+
+def test_moments_inside_a_stored_sentence_are_shown_in_the_machines_zone():
+    """The fourth walkthrough's `rp show` in Tokyo: created "23:20 JST" beside a backend message "it ends at
+    its time limit, 2026-11-30 15:20 UTC": one zone on one screen."""
+    import zoneinfo
+
+    from rpcli import output
+
+    tokyo = zoneinfo.ZoneInfo("Asia/Tokyo")
+    said = "Slurm (prod): running (it ends at its time limit, 2026-11-30 15:20 UTC)"
+    assert output.moments_in_zone(said, tokyo) == (
+        "Slurm (prod): running (it ends at its time limit, 2026-12-01 00:20 JST)"
+    )
+    assert output.moments_in_zone("requeued at 2026-11-30 12:40:13 UTC unless", tokyo) == (
+        "requeued at 2026-11-30 21:40:13 JST unless"
+    )
+    alone = "no moment here; 12:40 UTC alone"  # a time without its date: as written
+    assert output.moments_in_zone(alone, tokyo) == alone
+    assert output.moments_in_zone(None, tokyo) is None
