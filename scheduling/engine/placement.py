@@ -160,20 +160,22 @@ DEGRADED_MANY = gettext_noop(
 )
 UNSETTLED_ONE = gettext_noop(
     "%(partition)s has %(total)s free tray but %(count)s of them report another NVLink clique than their "
-    "partition or unfinished fabric registration (fabric change in progress or drift): %(hosts)s"
+    "partition, unfinished fabric registration or a fabric problem (fabric change in progress, drift or "
+    "degraded fabric health): %(hosts)s"
 )
 UNSETTLED_MANY = gettext_noop(
     "%(partition)s has %(total)s free trays but %(count)s of them report another NVLink clique than their "
-    "partition or unfinished fabric registration (fabric change in progress or drift): %(hosts)s"
+    "partition, unfinished fabric registration or a fabric problem (fabric change in progress, drift or "
+    "degraded fabric health): %(hosts)s"
 )
 DEGRADED_LEFT_OUT = gettext_noop("degraded NVLink partitions are left out: %(names)s")
 UNSETTLED_LEFT_OUT_ONE = gettext_noop(
     "%(count)s more free tray is left out while its fabric is unsettled (another NVLink clique than the "
-    "partition's, or unfinished fabric registration): %(hosts)s"
+    "partition's, unfinished fabric registration, or a fabric problem its node reports): %(hosts)s"
 )
 UNSETTLED_LEFT_OUT_MANY = gettext_noop(
     "%(count)s more free trays are left out while their fabric is unsettled (another NVLink clique than the "
-    "partition's, or unfinished fabric registration): %(hosts)s"
+    "partition's, unfinished fabric registration, or a fabric problem its node reports): %(hosts)s"
 )
 
 

@@ -222,8 +222,9 @@ def test_a_partition_job_is_never_placed_on_trays_whose_fabric_is_unsettled():
     request = Request(36, PARTITION)
     assert place(c, request) is None
     assert why_not(c, request) == (
-        "gb-r07 p1 has 9 free trays but 9 of them report another NVLink clique than their partition or "
-        "unfinished fabric registration (fabric change in progress or drift): gb-r07-c01, gb-r07-c02, "
+        "gb-r07 p1 has 9 free trays but 9 of them report another NVLink clique than their partition, "
+        "unfinished fabric registration or a fabric problem (fabric change in progress, drift or degraded "
+        "fabric health): gb-r07-c01, gb-r07-c02, "
         "gb-r07-c03, gb-r07-c04, gb-r07-c05, gb-r07-c06, gb-r07-c07, gb-r07-c08, gb-r07-c09"
     )
     for topology in (RACK, ANY):  # no multi-tray job takes them

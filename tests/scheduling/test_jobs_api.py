@@ -161,7 +161,8 @@ def test_pending_job_says_why_in_plain_words(submit, django_capture_on_commit_ca
     assert whole_rack["state"] == "pending"
     assert whole_rack["pending_reason"] == (
         "waiting: gb-r03 default has 18 free trays but 1 of them report another NVLink clique than their "
-        "partition or unfinished fabric registration (fabric change in progress or drift): "
+        "partition, unfinished fabric registration or a fabric problem (fabric change in progress, drift or "
+        "degraded fabric health): "
         f"{registering.tray.hostname}"
     )
     with django_capture_on_commit_callbacks(execute=True):
