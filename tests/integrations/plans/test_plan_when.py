@@ -59,7 +59,12 @@ def ends(job) -> timezone.datetime:
 
 
 def in_tokyo(moment) -> str:
-    return f"{moment.astimezone(TOKYO):%Y-%m-%d %H:%M} JST"
+    """`moment` as the page writes it in Tokyo: the time alone on the same day there within a day of now (a
+    run just after midnight in Tokyo sees a day-long job end today), else with its date."""
+    local, now = moment.astimezone(TOKYO), timezone.now()
+    if local.date() == now.astimezone(TOKYO).date() and abs(moment - now) < timedelta(days=1):
+        return f"{local:%H:%M} JST"
+    return f"{local:%Y-%m-%d %H:%M} JST"
 
 
 def time_element(moment, shown: str | None = None) -> str:
