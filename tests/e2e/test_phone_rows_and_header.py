@@ -99,6 +99,15 @@ def test_the_header_is_one_row_on_a_desktop(live_server, browser, demo, shots, l
         # The page it leads to is one of More's: the button shows where one is, and the header stays one row.
         assert page.locator(".nav-more [aria-current=page]").count() == 1
         assert header_rows(page) == 1
+
+        # The jobs list's Department column is shown, so the phone's department line under a name is not.
+        page.goto(f"{live_server.url}/scheduling/jobs/")
+        expect(page.locator("table.jobs tbody tr").first).to_be_visible()
+        assert page.locator("table.jobs .phone-only").count() > 0
+        assert page.evaluate(
+            """() => Array.from(document.querySelectorAll("table.jobs .phone-only")).every(
+                (el) => getComputedStyle(el).display === "none")"""
+        )
     finally:
         context.close()
 
@@ -160,6 +169,19 @@ def test_the_phone_header_and_job_rows(live_server, browser, demo, shots, langua
             for cell in ("name", "gpus", "state"):
                 assert inside(row[cell], shown), (index, row["text"], cell, shown)
             assert row["state"]["height"] <= line + 8  # the badge on one line
+        # The Department column is left out on a phone: an admin, who sees every department's jobs, reads
+        # each row's department under its name instead.
+        departments = page.evaluate(
+            """() => Array.from(document.querySelectorAll("table.jobs tbody tr")).slice(0, 6).map((row) => {
+                const dept = row.querySelector(".job-name .dept");
+                const column = row.querySelectorAll("td")[2];
+                return {shown: dept ? dept.innerText.trim() : "",
+                        visible: !!dept && dept.getBoundingClientRect().width > 0,
+                        column: column.textContent.trim()};
+            })"""
+        )
+        for row in departments:
+            assert row["visible"] and row["shown"] == row["column"], row
         first = rows.first.locator(".job-link")
         expect(first).to_have_text(LONG_NAME)
         expect(first).to_have_attribute("title", LONG_NAME)
