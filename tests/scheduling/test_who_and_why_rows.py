@@ -151,3 +151,22 @@ def test_a_job_with_reserved_trays_keeps_its_estimated_start(submit, client_as):
     page = client_as("member_a").get(reverse("scheduling:job-detail", args=[head.pk])).content.decode()
     assert 'data-estimate="reserved"' in page and "<b>estimated start</b> <time datetime=" in page
     assert "no trays are reserved" not in page
+
+
+def running_panel(html: str) -> str:
+    match = re.search(r'<section class="panel" aria-labelledby="running-jobs">.*?</section>', html, re.S)
+    assert match
+    return match.group(0)
+
+
+def test_a_few_running_jobs_are_shown_whole_and_a_long_list_scrolls_in_its_box(client_as, department_a, lead_a):
+    """Eight running jobs in a box sized for seven cut the last row under the "All jobs" link: up to ten rows
+    are shown whole; a longer list scrolls in its box (whose shadow says there is more)."""
+    for n in range(10):
+        make_job(department_a, f"few-{n}", state="running", submitted_by=lead_a, gpus=1)
+    url = reverse("scheduling:department-detail", args=["research"])
+    panel = running_panel(client_as("lead_a").get(url).content.decode())
+    assert panel.count("<tr data-job=") == 10 and "scroll-box" not in panel
+    make_job(department_a, "one-more", state="running", submitted_by=lead_a, gpus=1)
+    panel = running_panel(client_as("lead_a").get(url).content.decode())
+    assert panel.count("<tr data-job=") == 11 and 'class="scroll-box"' in panel
