@@ -159,7 +159,7 @@ def running_panel(html: str) -> str:
     return match.group(0)
 
 
-def test_a_few_running_jobs_are_shown_whole_and_a_long_list_scrolls_in_its_box(client_as, department_a, lead_a):
+def test_a_few_running_jobs_are_shown_whole_a_long_list_scrolls(client_as, department_a, lead_a):
     """Eight running jobs in a box sized for seven cut the last row under the "All jobs" link: up to ten rows
     are shown whole; a longer list scrolls in its box (whose shadow says there is more)."""
     for n in range(10):
