@@ -154,7 +154,7 @@ def test_a_gang_on_a_failing_tray_is_requeued_whole_with_its_place_in_line_and_h
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_checkpoint_signals_first_and_requeues_when_the_grace_period_ends(
-    research, django_capture_on_commit_callbacks
+    research, django_capture_on_commit_callbacks, admin_client
 ):
     set_policy(PriorityClass.TRAIN, FaultAction.CHECKPOINT, grace_s=300)
     [tray] = up_trays("gb-r03", 1)
@@ -169,11 +169,20 @@ def test_checkpoint_signals_first_and_requeues_when_the_grace_period_ends(
     assert "asked to checkpoint (SIGUSR1)" in fault.message and tray.hostname in fault.message
     assert not job.events.filter(kind=JobEventKind.REQUEUED).exists()
     assert requeue.requeue_due() == []  # not yet
+    # Its page says it runs on until the moment its history names (the backend still says "running").
+    page = admin_client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    note = re.search(r'<p class="note note-warn" data-requeue-at="([^"]+)">(.*?)</p>', page, re.S)
+    assert note and note.group(1) == job.requeue_at.isoformat(), page
+    assert "Asked to checkpoint: it keeps running until" in note.group(2)
 
     with django_capture_on_commit_callbacks(execute=True):
         assert requeue.requeue_due(now=job.requeue_at + timedelta(seconds=1)) == [job.pk]
     job.refresh_from_db()
     assert job.fault_requeues == 1 and job.requeue_at is None
+    assert (
+        "data-requeue-at"
+        not in admin_client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    )
     assert job.events.get(kind=JobEventKind.REQUEUED).message.endswith(
         f"drained {tray.hostname} (policy checkpoint, grace 5 min)"
     )
