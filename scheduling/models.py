@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
@@ -341,8 +341,8 @@ class JobEvent(models.Model):
         ordering = ["at", "pk"]
         indexes = [models.Index(fields=["job", "at"], name="scheduling_jobevent_job_at")]
 
-    def __str__(self):
-        return f"{self.job_id} {self.kind}"
+    def __str__(self):  # the admin's inline rows under a job: the kind in the viewer's language
+        return f"#{self.job_id} {self.get_kind_display()}"
 
 
 class BackendCancel(models.Model):
@@ -463,8 +463,11 @@ class WhatIfRun(models.Model):
             models.CheckConstraint(condition=Q(days__gte=1), name="%(app_label)s_%(class)s_days_positive"),
         ]
 
-    def __str__(self):
-        return f"what-if #{self.pk} ({self.days} days)"
+    def __str__(self):  # the admin's titles and inline rows: in the viewer's language
+        return ngettext("what-if #%(pk)s (%(days)s day)", "what-if #%(pk)s (%(days)s days)", self.days) % {
+            "pk": self.pk,
+            "days": self.days,
+        }
 
 
 class WhatIfLayout(models.Model):

@@ -227,6 +227,11 @@ def test_names_and_stored_words_on_the_admins_pages_are_japanese(admin_client_lo
         assert words in shown_text(html), (url, words)
         left = english_left_but(html, [*ALLOWED, "lead-a", 'job="dcgm"'])
         assert not left, (url, left)
+    # The events' rows under the job name their kind in Japanese (each row's title is the event's name).
+    job_page = shown_text(
+        japanese_page(admin_client_logged_in, reverse("admin:scheduling_job_change", args=[job.pk]))
+    )
+    assert f"#{job.pk} 投入" in job_page and f"#{job.pk} submitted" not in job_page
     audit = japanese_page(admin_client_logged_in, reverse("admin:core_auditevent_changelist"))
     # The filter names the model (its "app_label.model" is the value it filters on).
     assert re.search(r'object_type=core\.notificationsubscription"[^>]*>通知の購読</a>', audit)
