@@ -48,6 +48,7 @@ from django.db.models import Prefetch
 
 from core import posix
 from core.access import Role
+from core.fabric import Fabric
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY
 from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.render import (
@@ -67,10 +68,9 @@ from integrations.slurm.render import (
     SlurmAssociation,
     SlurmNode,
     render_account_script,
-    render_rackplane_conf,
-    render_topology_conf,
 )
-from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
+from integrations.slurm.target import FORMAT_CONF, RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
+from integrations.slurm.target import render_files as render_slurm_files
 from integrations.slurm.topology import SlurmBlock
 from inventory.mig_layouts import MigLayout
 from inventory.mig_layouts import layout as mig_layout
@@ -516,12 +516,16 @@ def department_qos(slug: str, guaranteed: int) -> tuple[DepartmentQos, Departmen
     )
 
 
-def build_state(*, fabric: bool = False) -> ConfigState:
+def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -> ConfigState:
     """Read the database once (a fixed number of queries) and build the desired state.
 
     `fabric=True` also reads every GPU (UUID, tray slot, index) for the fabric manager adapter.
+    `compute_fabric`: the InfiniBand/Ethernet fabric above the racks (core.fabric, issue 33), rendered as
+    Slurm's tree topology and Kubernetes' fabric tier labels; None: none known (the empty Fabric()).
     Raises ValueError when stored data cannot be expressed (the message names the object).
     """
+    if compute_fabric is None:
+        compute_fabric = Fabric()
     rows = _read_rows()
     problems: list[str] = []
     tier_of = _tier_of_partition(rows)
@@ -531,10 +535,22 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     )
     tenants = _tenants(rows, problems)
     kubernetes = KubernetesState(
-        inventory=_kubernetes_inventory(rows, tier_of), tenants=tenants, nfs_server=rows.tenancy.nfs_server
+        inventory=_kubernetes_inventory(rows, tier_of),
+        tenants=tenants,
+        nfs_server=rows.tenancy.nfs_server,
+        fabric=compute_fabric,
     )
+    hosts_of_rack: dict[str, list[str]] = defaultdict(list)
+    for tray in rows.trays:
+        hosts_of_rack[rows.rack_name[tray.rack_id]].append(tray.hostname)
     return ConfigState(
-        slurm=SlurmState(nodes=nodes, tiers=_service_tiers(rows, tier_of), blocks=_slurm_blocks(rows)),
+        slurm=SlurmState(
+            nodes=nodes,
+            tiers=_service_tiers(rows, tier_of),
+            blocks=_slurm_blocks(rows),
+            fabric=compute_fabric,
+            racks=tuple((rack, tuple(hosts)) for rack, hosts in hosts_of_rack.items()),
+        ),
         qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus)),
         kubernetes=kubernetes,
         tenants=tenants,
@@ -580,18 +596,20 @@ def slurm_nodes(
     return nodes
 
 
-def slurm_files(state: ConfigState, **node_overrides: Any) -> dict[str, str]:
-    """`rackplane.conf` and `topology.conf` (Slurm 24.11 topology/block). ValueError if not expressible."""
-    nodes = slurm_nodes(state, **node_overrides)
-    return {
-        RACKPLANE_CONF: render_rackplane_conf(nodes, state.slurm.tiers),
-        TOPOLOGY_CONF: render_topology_conf(state.slurm.blocks),
-    }
+def slurm_files(
+    state: ConfigState, *, topology_format: str = FORMAT_CONF, **node_overrides: Any
+) -> dict[str, str]:
+    """`rackplane.conf` and `topology.conf` (Slurm 24.11 topology/block) or `topology.yaml` (25.05+: the
+    blocks and the compute fabric's tree): integrations.slurm.target.render_files. ValueError if not
+    expressible."""
+    return render_slurm_files(state.slurm, slurm_nodes(state, **node_overrides), topology_format)
 
 
 def kubernetes_objects(state: ConfigState) -> list[dict[str, Any]]:
     k = state.kubernetes
-    return desired_objects(k.inventory, k.tenants, nfs_server=k.nfs_server, cohort=k.cohort, flavor=k.flavor)
+    return desired_objects(
+        k.inventory, k.tenants, nfs_server=k.nfs_server, cohort=k.cohort, flavor=k.flavor, fabric=k.fabric
+    )
 
 
 if yaml.__with_libyaml__:
