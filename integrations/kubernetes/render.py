@@ -345,8 +345,9 @@ def fabric_tier_keys(fabric: Fabric, fabric_label: str = FABRIC_TIER_LABEL) -> l
         return []
     keys = [fabric_label.format(tier=tier) for tier in range(len(fabric.levels) - 1, -1, -1)]
     for key in keys:
-        prefix, _, name = key.rpartition("/")
-        if not _LABEL_VALUE.match(name) or not name or len(name) > 63 or len(prefix) > 253:
+        prefix, slash, name = key.rpartition("/")
+        bad_prefix = slash and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix))
+        if not _LABEL_VALUE.match(name) or not name or len(name) > 63 or bad_prefix:
             raise ValueError(f"{key!r} is not a Kubernetes label key")
     if len(set(keys)) != len(keys):
         raise ValueError(f"the fabric label {fabric_label!r} must hold {{tier}}")

@@ -80,6 +80,7 @@ MANAGED_FILES = (RACKPLANE_CONF, TOPOLOGY_CONF, TOPOLOGY_YAML)
 # for 25.05+ (several topologies: the NVLink blocks and the fabric's tree).
 FORMAT_CONF = "conf"
 FORMAT_YAML = "yaml"
+YAML_RELEASE = (25, 5)  # topology.yaml and the partition option Topology= came with Slurm 25.05
 PREV_SUFFIX = ".rackplane-prev"
 LOCK_NAME = ".rackplane-apply.lock"
 
@@ -409,9 +410,25 @@ class SlurmTarget:
             )
         return self._expected_topology(rendered)
 
+    def check_yaml_release(self) -> None:
+        """topology.yaml and the partitions' `Topology=` are Slurm 25.05's: an older slurmctld would ignore
+        the file and run the stale topology.conf (and refuse the unknown partition option)."""
+        version = self.version()
+        try:
+            release = tuple(int(part) for part in version.split(".")[:2])
+        except ValueError:
+            return  # a version scontrol prints oddly: the read-back still checks what runs
+        if release < YAML_RELEASE:
+            raise SlurmRejected(
+                f"topology.yaml needs Slurm 25.05 or later; this Slurm is {version}; nothing was written",
+                "set the Slurm target's topology file to topology.conf (Slurm 24.11), or upgrade Slurm",
+            )
+
     def apply(self, rendered: dict[str, str], *, check_controller_first: bool = True) -> ApplyResult:
         """Write the files, reconfigure slurmctld, confirm what it loaded; roll back on any failure."""
         expected = self.check_files(rendered)
+        if TOPOLOGY_YAML in rendered:
+            self.check_yaml_release()
         expected_partitions = self._expected_partitions(rendered)
         result = ApplyResult()
 

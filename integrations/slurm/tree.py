@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import hostlist
 
 from core.fabric import Fabric
-from integrations.slurm.topology import HOSTNAME, PAIR, check_name, compress, expand, natural_key
+from integrations.slurm.topology import HOSTNAME, check_name, compress, expand, key_value_lines, natural_key
 
 FABRIC_TOPOLOGY = "fabric"
 ROOT_SWITCH = "root"
@@ -241,11 +241,7 @@ def parse_show_tree(text: str) -> list[dict]:
     """`scontrol show topology <tree topology>`: one `SwitchName=... Level=... LinkSpeed=... [Nodes=...]
     [Switches=...]` line per switch (src/plugins/topology/tree/topology_tree.c, `_print_topo_record`)."""
     result = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        fields = dict(PAIR.findall(line))
+    for number, line, fields in key_value_lines(text):
         if "SwitchName" not in fields:
             raise ValueError(f"line {number} of scontrol show topology is not a switch line: {line!r}")
         nodes = fields.get("Nodes", "")
