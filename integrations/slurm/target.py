@@ -147,6 +147,18 @@ def tree_left_out_note(plan: TreePlan) -> str:
     )
 
 
+def left_out_note(topology_conf: str) -> str:
+    """The note `tree_left_out_note` wrote into a topology.conf's header, as one line ("" when none)."""
+    lines = topology_conf.splitlines()[1:]
+    note = []
+    for line in lines:
+        if not line.startswith("# "):
+            break
+        note.append(line[2:])
+    text = " ".join(note)
+    return text if text.startswith("The compute fabric's tree") else ""
+
+
 def tree_tiers(tiers: Sequence[ServiceTier], plan: TreePlan | None, racks: dict[str, str]) -> set[str]:
     """The partitions placed with the fabric's tree rather than the NVLink blocks (the cluster default):
     those open to one department only (its dedicated NVLink partitions) whose nodes lie in more than one rack,

@@ -120,3 +120,21 @@ def test_the_wizard_preview_shows_the_blocks_change_in_topology_yaml(demo_invent
     assert {"    - block: r01p1", "      nodes: gb-r01-t[01-09]", "    - block: r01p2"} <= added
     # The fabric did not change: its tree is not in the diff.
     assert "switch:" not in result.diffs["slurm/topology.yaml"]
+
+
+def test_the_preview_says_which_slurm_targets_get_no_tree(demo_inventory, fabric):
+    from integrations.models import ConfigTarget
+    from inventory.planning import Level
+
+    ConfigTarget.objects.create(name="old-slurm", kind="slurm", settings={"config_dir": "/etc/slurm"})
+    ConfigTarget.objects.create(
+        name="new-slurm", kind="slurm", settings={"config_dir": "/etc/slurm", "topology_format": "yaml"}
+    )
+    rack = Rack.objects.get(name="gb-r01")
+    layout = [PlannedPartition("p1", tuple(range(1, 10))), PlannedPartition("p2", tuple(range(10, 19)))]
+    infos = [f.message for f in plans.preview(rack, layout).check.findings if f.level == Level.INFO]
+    said = [m for m in infos if "compute fabric's tree" in m]
+    assert len(said) == 1 and "not sent to old-slurm:" in said[0] and "new-slurm" not in said[0]
+    fabric(Fabric())  # no fabric: nothing to say
+    infos = [f.message for f in plans.preview(rack, layout).check.findings if f.level == Level.INFO]
+    assert not any("compute fabric's tree" in m for m in infos)

@@ -14,6 +14,7 @@ from integrations.slurm.render import ServiceTier, SlurmNode, parse_conf_lines
 from integrations.slurm.target import (
     FORMAT_YAML,
     SlurmState,
+    left_out_note,
     parse_topology_yaml,
     render_files,
 )
@@ -226,6 +227,14 @@ def test_conf_for_slurm_24_11_keeps_the_blocks_and_says_the_tree_is_left_out():
     assert "tree (3 leaf switches, 6 switches, 16 nodes) is left out" in " ".join(header)
     assert "topology.yaml" in " ".join(header)
     assert "left out" not in without["topology.conf"]
+    # The push log quotes the note (SlurmAdapter.apply), as one line.
+    assert left_out_note(with_fabric["topology.conf"]).startswith(
+        "The compute fabric's tree (3 leaf switches,"
+    )
+    assert left_out_note(with_fabric["topology.conf"]).endswith(
+        "set this target's topology file to topology.yaml."
+    )
+    assert left_out_note(without["topology.conf"]) == ""
     # The blocks themselves are the same, and the file still parses as Slurm 24.11 reads it.
     assert parse_topology_conf(with_fabric["topology.conf"]) == parse_topology_conf(without["topology.conf"])
     assert "Topology=" not in with_fabric["rackplane.conf"]
