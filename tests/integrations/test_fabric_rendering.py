@@ -138,3 +138,18 @@ def test_the_preview_says_which_slurm_targets_get_no_tree(demo_inventory, fabric
     fabric(Fabric())  # no fabric: nothing to say
     infos = [f.message for f in plans.preview(rack, layout).check.findings if f.level == Level.INFO]
     assert not any("compute fabric's tree" in m for m in infos)
+
+
+def test_a_slurm_targets_payload_has_the_topology_file_it_is_set_to(departments, fabric):
+    from integrations.models import ConfigTarget
+    from integrations.rendering import Rendered
+
+    rendered = Rendered()
+    old = ConfigTarget.objects.create(name="old-slurm", kind="slurm", settings={"config_dir": "/etc/slurm"})
+    new = ConfigTarget.objects.create(
+        name="new-slurm", kind="slurm", settings={"config_dir": "/etc/slurm", "topology_format": "yaml"}
+    )
+    assert set(rendered.payload_for(old)["files"]) == {"rackplane.conf", "topology.conf"}
+    files = rendered.payload_for(new)["files"]
+    assert set(files) == {"rackplane.conf", "topology.yaml"}
+    assert files["topology.yaml"] == configstate.render_files(rendered.state)[configstate.SLURM_TOPOLOGY_YAML]
