@@ -44,7 +44,8 @@ class Rendered:
         return self.get("files", lambda: configstate.render_files(self.state, self.objects()))
 
     def slurm(self, overrides: dict) -> dict[str, str]:
-        """Slurm's files for one controller's node settings (cpus, memory, slurmd addresses)."""
+        """Slurm's files for one controller's node settings (cpus, memory, slurmd addresses) and topology
+        file (`topology_format`: conf or yaml)."""
         key = "slurm:" + json.dumps(overrides, sort_keys=True)
         return self.get(key, lambda: configstate.slurm_files(self.state, **overrides))
 

@@ -48,6 +48,7 @@ from django.db.models import Prefetch
 
 from core import posix
 from core.access import Role
+from core.fabric import Fabric
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY
 from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.render import (
@@ -67,10 +68,17 @@ from integrations.slurm.render import (
     SlurmAssociation,
     SlurmNode,
     render_account_script,
-    render_rackplane_conf,
-    render_topology_conf,
 )
-from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
+from integrations.slurm.target import (
+    FORMAT_CONF,
+    FORMAT_YAML,
+    RACKPLANE_CONF,
+    TOPOLOGY_CONF,
+    TOPOLOGY_YAML,
+    SlurmState,
+    fabric_tree,
+)
+from integrations.slurm.target import render_files as render_slurm_files
 from integrations.slurm.topology import SlurmBlock
 from inventory.mig_layouts import MigLayout
 from inventory.mig_layouts import layout as mig_layout
@@ -92,6 +100,7 @@ DEDICATED_PRIORITY_TIER = 10
 TRAY_CPUS = 144  # two Grace CPUs of 72 Neoverse V2 cores per GB200/GB300 compute tray
 
 SLURM_TOPOLOGY = f"slurm/{TOPOLOGY_CONF}"
+SLURM_TOPOLOGY_YAML = f"slurm/{TOPOLOGY_YAML}"  # only when a compute fabric is known (render_files)
 SLURM_RACKPLANE = f"slurm/{RACKPLANE_CONF}"
 SLURM_ACCOUNTS = "slurm/accounts.sh"  # only when a department has projects (render_files)
 OPENSM_PARTITIONS = "opensm/partitions.conf"
@@ -516,12 +525,22 @@ def department_qos(slug: str, guaranteed: int) -> tuple[DepartmentQos, Departmen
     )
 
 
-def build_state(*, fabric: bool = False) -> ConfigState:
+def current_compute_fabric() -> Fabric:
+    """The compute fabric every render takes by default (issue 33): the inventory's, once it is stored
+    (inventory.fabric.current_fabric(), issue 33's importers), the empty Fabric() until then."""
+    return Fabric()
+
+
+def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -> ConfigState:
     """Read the database once (a fixed number of queries) and build the desired state.
 
     `fabric=True` also reads every GPU (UUID, tray slot, index) for the fabric manager adapter.
+    `compute_fabric`: the InfiniBand/Ethernet fabric above the racks (core.fabric, issue 33), rendered as
+    Slurm's tree topology and Kubernetes' fabric tier labels; None: `current_compute_fabric()`.
     Raises ValueError when stored data cannot be expressed (the message names the object).
     """
+    if compute_fabric is None:
+        compute_fabric = current_compute_fabric()
     rows = _read_rows()
     problems: list[str] = []
     tier_of = _tier_of_partition(rows)
@@ -531,10 +550,22 @@ def build_state(*, fabric: bool = False) -> ConfigState:
     )
     tenants = _tenants(rows, problems)
     kubernetes = KubernetesState(
-        inventory=_kubernetes_inventory(rows, tier_of), tenants=tenants, nfs_server=rows.tenancy.nfs_server
+        inventory=_kubernetes_inventory(rows, tier_of),
+        tenants=tenants,
+        nfs_server=rows.tenancy.nfs_server,
+        fabric=compute_fabric,
     )
+    hosts_of_rack: dict[str, list[str]] = defaultdict(list)
+    for tray in rows.trays:
+        hosts_of_rack[rows.rack_name[tray.rack_id]].append(tray.hostname)
     return ConfigState(
-        slurm=SlurmState(nodes=nodes, tiers=_service_tiers(rows, tier_of), blocks=_slurm_blocks(rows)),
+        slurm=SlurmState(
+            nodes=nodes,
+            tiers=_service_tiers(rows, tier_of),
+            blocks=_slurm_blocks(rows),
+            fabric=compute_fabric,
+            racks=tuple((rack, tuple(hosts)) for rack, hosts in hosts_of_rack.items()),
+        ),
         qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus)),
         kubernetes=kubernetes,
         tenants=tenants,
@@ -580,18 +611,20 @@ def slurm_nodes(
     return nodes
 
 
-def slurm_files(state: ConfigState, **node_overrides: Any) -> dict[str, str]:
-    """`rackplane.conf` and `topology.conf` (Slurm 24.11 topology/block). ValueError if not expressible."""
-    nodes = slurm_nodes(state, **node_overrides)
-    return {
-        RACKPLANE_CONF: render_rackplane_conf(nodes, state.slurm.tiers),
-        TOPOLOGY_CONF: render_topology_conf(state.slurm.blocks),
-    }
+def slurm_files(
+    state: ConfigState, *, topology_format: str = FORMAT_CONF, **node_overrides: Any
+) -> dict[str, str]:
+    """`rackplane.conf` and `topology.conf` (Slurm 24.11 topology/block) or `topology.yaml` (25.05+: the
+    blocks and the compute fabric's tree): integrations.slurm.target.render_files. ValueError if not
+    expressible."""
+    return render_slurm_files(state.slurm, slurm_nodes(state, **node_overrides), topology_format)
 
 
 def kubernetes_objects(state: ConfigState) -> list[dict[str, Any]]:
     k = state.kubernetes
-    return desired_objects(k.inventory, k.tenants, nfs_server=k.nfs_server, cohort=k.cohort, flavor=k.flavor)
+    return desired_objects(
+        k.inventory, k.tenants, nfs_server=k.nfs_server, cohort=k.cohort, flavor=k.flavor, fabric=k.fabric
+    )
 
 
 if yaml.__with_libyaml__:
@@ -630,11 +663,17 @@ def kubernetes_files(objects: list[dict[str, Any]]) -> dict[str, str]:
 def render_files(state: ConfigState, objects: list[dict[str, Any]] | None = None) -> dict[str, str]:
     """Every file of the desired configuration, by path relative to a target directory.
 
-    `slurm/topology.conf`, `slurm/rackplane.conf`, `kubernetes/NN-<kind>s.yaml` (one per kind that has
-    objects), `opensm/partitions.conf`, `nfs/exports`. `objects`: the Kubernetes objects if already rendered.
+    `slurm/topology.conf`, `slurm/rackplane.conf`, `slurm/topology.yaml` (only with a compute fabric),
+    `kubernetes/NN-<kind>s.yaml` (one per kind that has objects), `opensm/partitions.conf`, `nfs/exports`.
+    `objects`: the Kubernetes objects if already rendered.
     """
     slurm = slurm_files(state)
     files = {SLURM_TOPOLOGY: slurm[TOPOLOGY_CONF], SLURM_RACKPLANE: slurm[RACKPLANE_CONF]}
+    if fabric_tree(state.slurm) is not None:
+        # What a Slurm 25.05+ target gets beside it: the NVLink blocks and the fabric's tree, so the wizard's
+        # preview and a directory target show the tree change with the fabric (its partitions' Topology=
+        # lines are in that target's rackplane.conf: integrations.slurm.target.render_files).
+        files[SLURM_TOPOLOGY_YAML] = slurm_files(state, topology_format=FORMAT_YAML)[TOPOLOGY_YAML]
     files.update(kubernetes_files(objects if objects is not None else kubernetes_objects(state)))
     files[OPENSM_PARTITIONS] = render_opensm_partitions(state.tenants)
     files[NFS_EXPORTS] = render_nfs_exports(state.tenants)

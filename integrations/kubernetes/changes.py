@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from django.utils.translation import gettext_noop
 
+from core.fabric import Fabric
 from integrations.kubernetes.fields import FieldChange
 from integrations.kubernetes.render import InventoryState
 from integrations.kubernetes.tenants import DEFAULT_COHORT, DEFAULT_FLAVOR
@@ -28,6 +29,8 @@ class KubernetesState:
     nfs_server: str = ""
     cohort: str = DEFAULT_COHORT
     flavor: str = DEFAULT_FLAVOR
+    # The compute fabric above the racks (issue 33): Topograph fabric tier labels and Kueue Topology levels.
+    fabric: Fabric = field(default_factory=Fabric)
 
     def __post_init__(self):
         object.__setattr__(self, "tenants", tuple(self.tenants))

@@ -26,6 +26,18 @@ What a node is labelled with, and why:
   select its nodes by at least one label; this is it). Only nodes that have both Topograph labels are in
   the pool, since Kueue's topology-aware scheduling cannot place pods on nodes without them.
 
+The compute fabric above the racks (core.fabric.Fabric, issue 33) is written the way Topograph v1 writes
+it: `fabric.topograph.run/tier-N` on every node of a rack the fabric knows, tier-0 the switch tier closest
+to the node (the fabric's lowest level, the scalable unit's leaf group), tier-1 the one above (the spine
+group), and so on: a fabric of levels ("spine", "unit") gives tier-1 = the spine group, tier-0 = the unit.
+Values are the group names, Topograph-hashed when longer than 63 characters, and hashed the same way
+(`x` + FNV-1a hex) when they are not valid label values. The key is a format (`fabric_label`, default
+FABRIC_TIER_LABEL) like the other keys: a site on another Topograph release passes its own
+(`network.topology.nvidia.com/tier-{tier}` on the versions between, reference/operations.md 5.3). With a
+fabric, the Kueue Topology gets its levels above the NVLink domain, coarsest first (tier-1, tier-0, domain,
+sub-domain, host), and only nodes of racks the fabric knows join the shared pool (a Topology level a node
+has no label for is one Kueue cannot place it in). Without one, nothing changes.
+
 Nodes are never created or deleted by Rackplane: a node object here is a partial Node (metadata.name and
 metadata.labels only) that the target server-side applies with field manager `rackplane`. Leaving a label
 out of the next apply removes it (when no other manager owns it too); labels set by others stay.
@@ -46,6 +58,7 @@ from typing import Any
 
 import yaml
 
+from core.fabric import Fabric
 from integrations.kubernetes.tenants import (
     _DNS1123_SUBDOMAIN,
     DEFAULT_COHORT,
@@ -73,6 +86,9 @@ POOL_LABEL = "rackplane.io/pool"
 # nvidia.com/mig.config.state: pending, rebooting, success or failed; the manager's label, never Rackplane's).
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+# Topograph v1's fabric tiers; `{tier}` is 0 for the tier closest to the node.
+FABRIC_TIER_LABEL = "fabric.topograph.run/tier-{tier}"
+MAX_TOPOLOGY_LEVELS = 16  # Kueue: a Topology has 1 to 16 levels
 # The mig-parted configuration (key config.yaml) holding every layout a tray was given: the ClusterPolicy's
 # spec.migManager.config.name names it (docs/operators/inventory.md, "MIG layouts").
 MIG_CONFIG_MAP = "rackplane-mig-parted-config"
@@ -323,14 +339,57 @@ def _managed_labels(**extra: str) -> dict[str, str]:
     return {MANAGED_BY_LABEL: MANAGED_BY_VALUE, **extra}
 
 
-def node_labels(state: InventoryState, pool: str = DEFAULT_FLAVOR) -> dict[str, dict[str, str]]:
-    """The labels Rackplane wants on each node, by hostname. Keys are a subset of NODE_LABEL_KEYS."""
+def fabric_tier_keys(fabric: Fabric, fabric_label: str = FABRIC_TIER_LABEL) -> list[str]:
+    """The fabric's tier label keys, coarsest first (tier-N-1 ... tier-0); none for an empty fabric."""
+    if fabric.empty:
+        return []
+    keys = [fabric_label.format(tier=tier) for tier in range(len(fabric.levels) - 1, -1, -1)]
+    for key in keys:
+        prefix, slash, name = key.rpartition("/")
+        bad_prefix = slash and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix))
+        if not _LABEL_VALUE.match(name) or not name or len(name) > 63 or bad_prefix:
+            raise ValueError(f"{key!r} is not a Kubernetes label key")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"the fabric label {fabric_label!r} must hold {{tier}}")
+    if len(keys) + 3 > MAX_TOPOLOGY_LEVELS:
+        raise ValueError(
+            f"the fabric has {len(keys)} levels: with the NVLink domain, partition and host Kueue's Topology "
+            f"would have more than {MAX_TOPOLOGY_LEVELS}"
+        )
+    return keys
+
+
+def fabric_label_value(group: str) -> str:
+    """A fabric group's name as a label value: Topograph's rule, and its hash for a name that is no value."""
+    value = topograph_label_value(group)
+    return value if _LABEL_VALUE.match(value) else f"x{fnv1a_64(group.encode()):x}"
+
+
+def fabric_labels(fabric: Fabric, rack: str, fabric_label: str = FABRIC_TIER_LABEL) -> dict[str, str]:
+    """The fabric tier labels of a rack's nodes (tier-0: its unit); empty when the fabric does not know it."""
+    path = fabric.path(rack)
+    if path is None:
+        return {}
+    return dict(zip(fabric_tier_keys(fabric, fabric_label), map(fabric_label_value, path), strict=True))
+
+
+def node_labels(
+    state: InventoryState,
+    pool: str = DEFAULT_FLAVOR,
+    fabric: Fabric | None = None,
+    fabric_label: str = FABRIC_TIER_LABEL,
+) -> dict[str, dict[str, str]]:
+    """The labels Rackplane wants on each node, by hostname. Keys are a subset of NODE_LABEL_KEYS and the
+    fabric's tier keys (`fabric_tier_keys`)."""
+    fabric = fabric or Fabric()
     racks = {r.name: r for r in state.racks}
     partitions = {(p.rack, p.name): p for p in state.partitions}
     result: dict[str, dict[str, str]] = {}
     for node in state.nodes:
         rack = racks[node.rack]
         labels = {RACK_LABEL: rack.name}
+        tiers = fabric_labels(fabric, rack.name, fabric_label)
+        labels.update(tiers)
         domain = nvlink_domain(rack)
         if domain is not None:
             labels[DOMAIN_LABEL] = domain
@@ -340,7 +399,8 @@ def node_labels(state: InventoryState, pool: str = DEFAULT_FLAVOR) -> dict[str, 
             sub_domain = nvlink_sub_domain(rack, partition)
             if sub_domain is not None:
                 labels[SUB_DOMAIN_LABEL] = sub_domain
-                labels[POOL_LABEL] = pool
+                if fabric.empty or tiers:
+                    labels[POOL_LABEL] = pool
             if partition.department:
                 labels[DEPARTMENT_LABEL] = partition.department
             if partition.service_tier:
@@ -356,18 +416,29 @@ def node_object(hostname: str, labels: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": hostname, "labels": dict(labels)}}
 
 
-def node_objects(state: InventoryState, pool: str = DEFAULT_FLAVOR) -> list[dict[str, Any]]:
-    return [node_object(host, labels) for host, labels in sorted(node_labels(state, pool).items())]
+def node_objects(
+    state: InventoryState,
+    pool: str = DEFAULT_FLAVOR,
+    fabric: Fabric | None = None,
+    fabric_label: str = FABRIC_TIER_LABEL,
+) -> list[dict[str, Any]]:
+    labels = node_labels(state, pool, fabric, fabric_label)
+    return [node_object(host, labels) for host, labels in sorted(labels.items())]
 
 
-def topology(name: str = TOPOLOGY_NAME) -> dict[str, Any]:
-    """Kueue Topology: NVLink domain (rack), NVLink partition, host. Coarsest first, hostname last."""
+def topology(
+    name: str = TOPOLOGY_NAME, fabric: Fabric | None = None, fabric_label: str = FABRIC_TIER_LABEL
+) -> dict[str, Any]:
+    """Kueue Topology: the fabric's tiers (if any, coarsest first), NVLink domain (rack), NVLink partition,
+    host. Coarsest first, hostname last."""
+    tiers = fabric_tier_keys(fabric or Fabric(), fabric_label)
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "Topology",
         "metadata": {"name": name, "labels": _managed_labels()},
         "spec": {
             "levels": [
+                *({"nodeLabel": key} for key in tiers),
                 {"nodeLabel": DOMAIN_LABEL},
                 {"nodeLabel": SUB_DOMAIN_LABEL},
                 {"nodeLabel": HOSTNAME_LABEL},
@@ -491,16 +562,19 @@ def desired_objects(
     flavor: str = DEFAULT_FLAVOR,
     topology_name: str = TOPOLOGY_NAME,
     mig_namespace: str = DEFAULT_MIG_NAMESPACE,
+    fabric: Fabric | None = None,
+    fabric_label: str = FABRIC_TIER_LABEL,
 ) -> list[dict[str, Any]]:
     """Everything Rackplane wants in the cluster, in apply order (see KIND_ORDER).
 
-    Node label patches, the Kueue Topology, the shared and per-partition ResourceFlavors, and for each
+    Node label patches (with the compute `fabric`'s tier labels), the Kueue Topology, the shared and
+    per-partition ResourceFlavors, and for each
     department `tenants.tenant_objects` (namespace, quota, network policy, queues, volume).
     ValueError when two objects would have the same identity (e.g. a slug listed twice).
     """
     objects: list[dict[str, Any]] = []
-    objects += node_objects(state, pool=flavor)
-    objects.append(topology(topology_name))
+    objects += node_objects(state, pool=flavor, fabric=fabric, fabric_label=fabric_label)
+    objects.append(topology(topology_name, fabric, fabric_label))
     objects += resource_flavors(state, flavor, topology_name)
     for tenant in tenants:
         if not isinstance(tenant, TenantSpec):

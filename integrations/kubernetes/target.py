@@ -202,6 +202,7 @@ class KubernetesTarget(KubernetesClient):
             nfs_server=state.nfs_server,
             cohort=state.cohort,
             flavor=state.flavor,
+            fabric=state.fabric,
         )
 
     def _plan(self, desired: Sequence[dict[str, Any]]) -> _Plan:

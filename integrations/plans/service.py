@@ -34,8 +34,9 @@ from integrations.fabric import FabricError, FabricPartition
 from integrations.fabric.base import plan_changes
 from integrations.models import ConfigPush, ConfigTarget, PlanWindow, PushStatus
 from integrations.pushes import queue_pushes
+from integrations.slurm.target import FORMAT_CONF
 from integrations.slurm.topology import SlurmBlock, plan_topology
-from integrations.state import render_current
+from integrations.state import SLURM_TOPOLOGY_YAML, render_current
 from inventory.choices import (
     ACTIVE_PLAN_STATES,
     ActionKind,
@@ -465,6 +466,17 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
         raise _PreviewDone
     if result.check.ok:
         result.fabric_steps = fabric_steps(rack, result.check)
+        left_out = tree_left_out_targets() if SLURM_TOPOLOGY_YAML in after else []
+        if left_out:
+            result.check.add(
+                Level.INFO,
+                _(
+                    "The compute fabric's tree is not sent to %(targets)s: Slurm 24.11 reads one "
+                    "topology (topology.conf), the NVLink blocks; its file's header says so. Slurm 25.05 and "
+                    "later take both in topology.yaml (the target's topology file)."
+                )
+                % {"targets": ", ".join(left_out)},
+            )
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name, ""), after.get(name, "")
         if old != new:
@@ -474,6 +486,15 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
                 )
             )
     return result
+
+
+def tree_left_out_targets() -> list[str]:
+    """The enabled Slurm targets writing topology.conf (Slurm 24.11), where the fabric's tree is left out."""
+    return [
+        t.name
+        for t in ConfigTarget.objects.filter(kind="slurm", enabled=True).order_by("name")
+        if (t.settings or {}).get("topology_format", FORMAT_CONF) == FORMAT_CONF
+    ]
 
 
 def fabric_steps(rack: Rack, check: PlanCheck) -> list[str]:

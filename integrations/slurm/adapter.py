@@ -13,11 +13,13 @@ from integrations.slurm.accounting import AccountingPlan, accounting_from_settin
 from integrations.slurm.jobs import backend_from_settings
 from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
 from integrations.slurm.target import (
+    TOPOLOGY_CONF,
     SlurmConfigurationError,
     SlurmError,
     SlurmRejected,
     SlurmTarget,
     SlurmUnavailable,
+    left_out_note,
 )
 
 
@@ -47,6 +49,8 @@ class SlurmAdapter:
         log(f"writing {', '.join(sorted(files))} to {self.slurm.config_dir} and reconfiguring slurmctld")
         result = self.slurm.apply(files)
         log(*result.log)
+        if note := left_out_note(files.get(TOPOLOGY_CONF) or ""):
+            log(note)
         blocks = [b for b in result.topology if not b.get("aggregated")]
         if blocks:
             shown = ", ".join(f"{b['name']}={b['nodes']}" for b in blocks[:8])

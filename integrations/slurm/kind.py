@@ -1,7 +1,7 @@
-"""The Slurm target: topology.conf and rackplane.conf pushed to slurmctld (atomic, reconfigure, read back,
-rolled back on failure), department QOS, accounts and who may submit through slurmrestd's slurmdb endpoints
-(integrations.slurm.accounting; without slurmrestd sacctmgr sets the QOS alone), and jobs through
-slurmrestd."""
+"""The Slurm target: topology.conf (or topology.yaml) and rackplane.conf pushed to slurmctld (atomic,
+reconfigure, read back, rolled back on failure), department QOS, accounts and who may submit through
+slurmrestd's slurmdb endpoints (integrations.slurm.accounting; without slurmrestd sacctmgr sets the QOS
+alone), and jobs through slurmrestd."""
 
 import json
 import re
@@ -27,7 +27,8 @@ NODE_OVERRIDES = ("cpus", "memory_mb", "node_hostname", "node_address", "node_po
 def clean(values: dict, errors: dict) -> dict:
     """config_dir (absolute: the directory slurmctld reads), scontrol (a path, command line or argv prefix),
     slurmctld_log (optional, to quote slurmctld's reason for refusing), topology_format (conf: Slurm 24.11
-    topology.conf), how slurmd is reached when not at the node's own name (cpus, memory_mb, node_hostname,
+    topology.conf, the NVLink blocks alone; yaml: Slurm 25.05+ topology.yaml, the blocks and the compute
+    fabric's tree), how slurmd is reached when not at the node's own name (cpus, memory_mb, node_hostname,
     node_address, node_port_base: node i listens on base + i). Running jobs: rest_url (slurmrestd; empty:
     this target does not run jobs), rest_user (SlurmUser, or root: the user the tokens are for; each job is
     submitted, read and cancelled as its person, X-SLURM-USER-NAME, which only SlurmUser's or root's token
@@ -46,12 +47,7 @@ def clean(values: dict, errors: dict) -> dict:
     f.absolute_path(out["slurmctld_log"], "slurmctld_log", errors)
     out["scontrol"] = out["scontrol"] or "scontrol"
     out["topology_format"] = f.text(values["topology_format"], "topology_format", errors) or "conf"
-    if out["topology_format"] == "yaml":
-        errors["topology_format"] = (
-            "topology.yaml (Slurm 25.05+) is not pushed yet: the Slurm adapter applies and verifies "
-            "topology.conf (Slurm 24.11); choose conf"
-        )
-    elif out["topology_format"] != "conf":
+    if out["topology_format"] not in ("conf", "yaml"):
         errors["topology_format"] = "must be conf or yaml"
     out["cpus"] = f.integer(values["cpus"], "cpus", errors, 1, 100_000)
     out["memory_mb"] = f.integer(values["memory_mb"], "memory_mb", errors, 1)
@@ -86,6 +82,7 @@ def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Re
     overrides = {key: values.get(key) for key in NODE_OVERRIDES}
     overrides["node_hostname"] = overrides["node_hostname"] or ""
     overrides["node_address"] = overrides["node_address"] or ""
+    overrides["topology_format"] = values.get("topology_format") or "conf"
     state = rendered.state
     return {
         "files": rendered.slurm(overrides),

@@ -9,6 +9,7 @@ partitions become Slurm blocks, and the parsers that read them back: topology.py
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,9 @@ from integrations.slurm.topology import (
     plan_topology,
     slurm_aggregates,
 )
+from integrations.slurm.tree import FABRIC_TOPOLOGY, TreePlan, tree_topology
 
+NVLINK_TOPOLOGY = "nvlink"
 MANAGED_HEADER = "# Managed by Rackplane (integrations/slurm). Changes made here are overwritten."
 
 _FEATURE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
@@ -78,6 +81,9 @@ class ServiceTier:
     max_time_minutes: int | None = None
     priority_tier: int = 1
     exclusive: bool = True
+    # The topology.yaml topology the partition's jobs are placed with (`Topology=`, Slurm 25.05+); "": the
+    # cluster default. Never set for Slurm 24.11, which does not know the option.
+    topology: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "hostnames", tuple(self.hostnames))
@@ -128,19 +134,26 @@ class SlurmAssociation:
 # --- renderers ----------------------------------------------------------------------------------------
 
 
-def render_topology_conf(blocks: Sequence[SlurmBlock]) -> str:
-    """topology.conf for Slurm 24.11's topology/block: one BlockName line per block, then BlockSizes."""
+def render_topology_conf(blocks: Sequence[SlurmBlock], notes: Sequence[str] = ()) -> str:
+    """topology.conf for Slurm 24.11's topology/block: one BlockName line per block, then BlockSizes.
+    `notes`: comment lines under the header (what the file leaves out and why)."""
     plan = plan_topology(blocks)
-    lines = [MANAGED_HEADER]
+    lines = [MANAGED_HEADER, *(f"# {line}" for note in notes for line in textwrap.wrap(note, 110))]
     lines += [f"BlockName={name} Nodes={compress(hosts)}" for name, hosts, _ in plan.blocks]
     lines.append("BlockSizes=" + ",".join(str(s) for s in plan.block_sizes))
     return "\n".join(lines) + "\n"
 
 
 def render_topology_yaml(
-    blocks: Sequence[SlurmBlock], cluster_default: bool = True, name: str = "nvlink"
+    blocks: Sequence[SlurmBlock],
+    cluster_default: bool = True,
+    name: str = NVLINK_TOPOLOGY,
+    tree: TreePlan | None = None,
+    tree_name: str = FABRIC_TOPOLOGY,
 ) -> str:
-    """topology.yaml (Slurm 25.05+): one block topology; base = the largest partition, nothing split."""
+    """topology.yaml (Slurm 25.05+): the NVLink block topology (base = the largest partition, nothing split)
+    and, given the fabric's `tree` (integrations.slurm.tree), a tree topology `tree_name` after it, never the
+    cluster default (see docs/operators/targets.md, "The compute fabric in Slurm")."""
     check_blocks(blocks)
     check_name("topology", name)
     base = max(len(b.hostnames) for b in blocks)
@@ -168,7 +181,11 @@ def render_topology_yaml(
             },
         }
     ]
-    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    if tree is not None:
+        if tree_name == name:
+            raise ValueError(f"the block and the tree topology cannot both be named {name}")
+        document.append(tree_topology(tree, tree_name, cluster_default=False))
+    return MANAGED_HEADER + "\n" + yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
 
 
 def _node_attrs(node: SlurmNode) -> tuple:
@@ -289,6 +306,9 @@ def render_partition_lines(
             parts.append("MaxTime=INFINITE")
         parts.append(f"PriorityTier={tier.priority_tier}")
         parts.append(f"OverSubscribe={'EXCLUSIVE' if tier.exclusive else 'NO'}")
+        if tier.topology:
+            check_name("topology", tier.topology)
+            parts.append(f"Topology={tier.topology}")
         parts.append("State=UP")
         lines.append(" ".join(parts))
     return lines

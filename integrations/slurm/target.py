@@ -24,6 +24,7 @@ files back and reconfigures again, then raises `SlurmUnavailable` (transient: re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import fcntl
 import os
@@ -35,29 +36,51 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from core.errors import ExternalError
+from core.fabric import Fabric
 from integrations.slurm.files import atomic_write
 from integrations.slurm.render import (
+    NVLINK_TOPOLOGY,
     DepartmentQos,
     ServiceTier,
     SlurmNode,
     parse_conf_lines,
     render_rackplane_conf,
     render_topology_conf,
+    render_topology_yaml,
     sacctmgr_qos_commands,
 )
 from integrations.slurm.topology import (
+    PlannedBlock,
     SlurmBlock,
+    TopologyPlan,
     compare_topology,
     compress,
     expand,
     parse_show_topology,
     parse_topology_conf,
 )
+from integrations.slurm.tree import (
+    FABRIC_TOPOLOGY,
+    TreePlan,
+    compare_tree,
+    parse_show_tree,
+    parse_tree,
+    plan_tree,
+    tree_holds,
+)
 
 RACKPLANE_CONF = "rackplane.conf"
 TOPOLOGY_CONF = "topology.conf"
-MANAGED_FILES = (RACKPLANE_CONF, TOPOLOGY_CONF)
+TOPOLOGY_YAML = "topology.yaml"
+MANAGED_FILES = (RACKPLANE_CONF, TOPOLOGY_CONF, TOPOLOGY_YAML)
+# The target's topology file (its `topology_format` setting): topology.conf for Slurm 24.11, topology.yaml
+# for 25.05+ (several topologies: the NVLink blocks and the fabric's tree).
+FORMAT_CONF = "conf"
+FORMAT_YAML = "yaml"
+YAML_RELEASE = (25, 5)  # topology.yaml and the partition option Topology= came with Slurm 25.05
 PREV_SUFFIX = ".rackplane-prev"
 LOCK_NAME = ".rackplane-apply.lock"
 
@@ -105,6 +128,143 @@ class SlurmState:
     nodes: tuple[SlurmNode, ...]
     tiers: tuple[ServiceTier, ...]
     blocks: tuple[SlurmBlock, ...]
+    # The compute fabric above the racks (issue 33) and each rack's node names, for the tree topology.
+    fabric: Fabric = field(default_factory=Fabric)
+    racks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def fabric_tree(state: SlurmState) -> TreePlan | None:
+    """The fabric's Slurm tree over the state's racks (None: no rack of the state is in the fabric)."""
+    return plan_tree(state.fabric, dict(state.racks))
+
+
+def tree_left_out_note(plan: TreePlan) -> str:
+    """What topology.conf (Slurm 24.11) says in its header when the fabric has a tree it cannot hold."""
+    return (
+        f"The compute fabric's tree ({plan.summary()}) is left out: Slurm 24.11 reads one topology from "
+        "topology.conf, and it is the NVLink blocks, which every job Rackplane sends with --segment needs. "
+        "Slurm 25.05+ takes both in topology.yaml: set this target's topology file to topology.yaml."
+    )
+
+
+def left_out_note(topology_conf: str) -> str:
+    """The note `tree_left_out_note` wrote into a topology.conf's header, as one line ("" when none)."""
+    lines = topology_conf.splitlines()[1:]
+    note = []
+    for line in lines:
+        if not line.startswith("# "):
+            break
+        note.append(line[2:])
+    text = " ".join(note)
+    return text if text.startswith("The compute fabric's tree") else ""
+
+
+def tree_tiers(tiers: Sequence[ServiceTier], plan: TreePlan | None, racks: dict[str, str]) -> set[str]:
+    """The partitions placed with the fabric's tree rather than the NVLink blocks (the cluster default):
+    those open to one department only (its dedicated NVLink partitions) whose nodes lie in more than one rack,
+    every one of them under the tree. A department's racks together are where its multi-rack jobs run, and
+    keeping such a job under one leaf group is what the tree is for; every other partition mixes everyone's
+    smaller jobs, which need the NVLink blocks (a tree knows nothing of NVLink: a 4-node job could straddle
+    two racks). Rackplane's own jobs are pinned to the trays its engine chose either way."""
+    chosen = set()
+    for tier in tiers:
+        spans = {racks.get(h) for h in tier.hostnames}
+        if tier.allow_qos and len(spans) > 1 and None not in spans and tree_holds(plan, tier.hostnames):
+            chosen.add(tier.name)
+    return chosen
+
+
+def render_files(
+    state: SlurmState, nodes: Sequence[SlurmNode] | None = None, topology_format: str = FORMAT_CONF
+) -> dict[str, str]:
+    """The managed files for this state: rackplane.conf and topology.conf (Slurm 24.11: the NVLink blocks
+    alone, its header saying that the fabric's tree is left out and why) or topology.yaml (25.05+: the
+    blocks as the cluster default and the fabric's tree, with `Topology=` on the partitions that use it).
+    ValueError when the state cannot be expressed."""
+    nodes = state.nodes if nodes is None else tuple(nodes)
+    known = {n.hostname for n in nodes}
+    for block in state.blocks:
+        unknown = sorted(set(block.hostnames) - known)
+        if unknown:
+            raise ValueError(f"block {block.name} names nodes that are not defined: {compress(unknown)}")
+    tree = fabric_tree(state)
+    if topology_format == FORMAT_CONF:
+        notes = [tree_left_out_note(tree)] if tree is not None else []
+        return {
+            RACKPLANE_CONF: render_rackplane_conf(nodes, state.tiers),
+            TOPOLOGY_CONF: render_topology_conf(state.blocks, notes),
+        }
+    if topology_format != FORMAT_YAML:
+        raise ValueError(f"unknown topology format {topology_format!r} (conf or yaml)")
+    rack_of = {h: rack for rack, hosts in state.racks for h in hosts}
+    on_tree = tree_tiers(state.tiers, tree, rack_of)
+    tiers = [
+        dataclasses.replace(t, topology=FABRIC_TOPOLOGY) if t.name in on_tree else t for t in state.tiers
+    ]
+    return {
+        RACKPLANE_CONF: render_rackplane_conf(nodes, tiers),
+        TOPOLOGY_YAML: render_topology_yaml(state.blocks, tree=tree),
+    }
+
+
+@dataclass(frozen=True)
+class ExpectedTopology:
+    """What slurmctld should run after a push: the default topology's blocks (`scontrol show topology`) and,
+    from topology.yaml, the fabric's tree (`scontrol show topology <tree_name>`). `exact`: compare block
+    sizes and aggregated blocks too (topology.conf, Slurm 24.11's rules, which parse_topology_conf knows);
+    from topology.yaml only the base blocks' names and nodes are compared (blocks smaller than the base are
+    25.05's own, and how it reports their size is not what the 24.11 plan says)."""
+
+    blocks: TopologyPlan
+    exact: bool = True
+    tree: TreePlan | None = None
+    tree_name: str = FABRIC_TOPOLOGY
+
+    def compare(self, shown: Sequence[dict]) -> list[str]:
+        if self.exact:
+            return compare_topology(self.blocks, shown)
+        base = dataclasses.replace(
+            self.blocks, expected=tuple(b for b in self.blocks.expected if not b.aggregated)
+        )
+        return compare_topology(base, [{**s, "size": None} for s in shown if not s["aggregated"]])
+
+
+def parse_topology_yaml(text: str) -> ExpectedTopology:
+    """A topology.yaml read back: its cluster-default topology (Rackplane's NVLink blocks) and its tree, if
+    any. ValueError for what Slurm would refuse (no or two defaults, a bad tree) or Rackplane never writes."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"not YAML: {error}") from error
+    if not isinstance(document, list) or not all(isinstance(e, dict) for e in document):
+        raise ValueError("topology.yaml is a list of topologies")
+    names = [e.get("topology") for e in document]
+    if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+        raise ValueError("every topology needs a name of its own")
+    defaults = [e for e in document if e.get("cluster_default")]
+    if len(defaults) != 1 or not isinstance(defaults[0].get("block"), dict):
+        raise ValueError(f"Rackplane writes one cluster-default block topology ({NVLINK_TOPOLOGY})")
+    block = defaults[0]["block"]
+    rows = []
+    for entry in block.get("blocks") or []:
+        hosts = tuple(expand(str(entry.get("nodes") or "")))
+        if not entry.get("block") or not hosts:
+            raise ValueError(f"block {entry!r} needs a name and nodes")
+        rows.append((str(entry["block"]), hosts, str(entry["block"])))
+    sizes = tuple(int(v) for v in block.get("block_sizes") or ())
+    if not rows or not sizes:
+        raise ValueError("the block topology needs blocks and block_sizes")
+    plan = TopologyPlan(
+        blocks=tuple(rows),
+        block_sizes=sizes,
+        expected=tuple(PlannedBlock(n, frozenset(h), sizes[0], partition=p) for n, h, p in rows),
+    )
+    trees = [e for e in document if "tree" in e]
+    if len(trees) > 1:
+        raise ValueError("Rackplane writes one tree topology")
+    if not trees:
+        return ExpectedTopology(plan, exact=False)
+    return ExpectedTopology(plan, exact=False, tree=parse_tree(trees[0]), tree_name=trees[0]["topology"])
 
 
 @dataclass
@@ -223,17 +383,9 @@ class SlurmTarget:
 
     # --- render and diff --------------------------------------------------------------------------
 
-    def render(self, state: SlurmState) -> dict[str, str]:
-        """The managed files for this state. ValueError when the state cannot be expressed in Slurm 24.11."""
-        known = {n.hostname for n in state.nodes}
-        for block in state.blocks:
-            unknown = sorted(set(block.hostnames) - known)
-            if unknown:
-                raise ValueError(f"block {block.name} names nodes that are not defined: {compress(unknown)}")
-        return {
-            RACKPLANE_CONF: render_rackplane_conf(state.nodes, state.tiers),
-            TOPOLOGY_CONF: render_topology_conf(state.blocks),
-        }
+    def render(self, state: SlurmState, topology_format: str = FORMAT_CONF) -> dict[str, str]:
+        """The managed files for this state (`render_files`). ValueError when it cannot be expressed."""
+        return render_files(state, topology_format=topology_format)
 
     def live_files(self) -> dict[str, str | None]:
         return {name: self._read(self.config_dir / name) for name in MANAGED_FILES}
@@ -270,9 +422,25 @@ class SlurmTarget:
             )
         return self._expected_topology(rendered)
 
+    def check_yaml_release(self) -> None:
+        """topology.yaml and the partitions' `Topology=` are Slurm 25.05's: an older slurmctld would ignore
+        the file and run the stale topology.conf (and refuse the unknown partition option)."""
+        version = self.version()
+        try:
+            release = tuple(int(part) for part in version.split(".")[:2])
+        except ValueError:
+            return  # a version scontrol prints oddly: the read-back still checks what runs
+        if release < YAML_RELEASE:
+            raise SlurmRejected(
+                f"topology.yaml needs Slurm 25.05 or later; this Slurm is {version}; nothing was written",
+                "set the Slurm target's topology file to topology.conf (Slurm 24.11), or upgrade Slurm",
+            )
+
     def apply(self, rendered: dict[str, str], *, check_controller_first: bool = True) -> ApplyResult:
         """Write the files, reconfigure slurmctld, confirm what it loaded; roll back on any failure."""
         expected = self.check_files(rendered)
+        if TOPOLOGY_YAML in rendered:
+            self.check_yaml_release()
         expected_partitions = self._expected_partitions(rendered)
         result = ApplyResult()
 
@@ -362,7 +530,9 @@ class SlurmTarget:
             problems: list[str] = []
             try:
                 self._shown = self.read_topology()
-                problems += compare_topology(expected, self._shown)
+                problems += expected.compare(self._shown)
+                if expected.tree is not None:
+                    problems += compare_tree(expected.tree, self.read_tree(expected.tree_name))
                 if expected_partitions is not None:
                     problems += self._compare_partitions(expected_partitions)
             except SlurmUnavailable as error:
@@ -422,6 +592,18 @@ class SlurmTarget:
                 )
             raise SlurmRejected(f"scontrol show topology failed: {done.output}", "check TopologyPlugin")
         return parse_show_topology(done.stdout)
+
+    def read_tree(self, name: str = FABRIC_TOPOLOGY) -> list[dict]:
+        """`scontrol show topology NAME` of a tree topology (topology.yaml, Slurm 25.05+), parsed."""
+        done = self.scontrol_run("show", "topology", name)
+        if done.returncode != 0:
+            if _UNREACHABLE.search(done.output) or not self.ping():
+                raise SlurmUnavailable(
+                    f"cannot read the topology {name}: {done.output}",
+                    "retry later, once slurmctld runs again",
+                )
+            raise SlurmRejected(f"scontrol show topology {name} failed: {done.output}", "check topology.yaml")
+        return parse_show_tree(done.stdout)
 
     def read_back(self) -> list[SlurmBlock]:
         """The blocks slurmctld runs (base blocks as Slurm names them; the rack is not known to Slurm)."""
@@ -504,29 +686,46 @@ class SlurmTarget:
                 f"the Slurm target only writes {', '.join(MANAGED_FILES)}, not {', '.join(unknown)}"
             )
 
-    def _expected_topology(self, rendered: dict[str, str]):
-        text = rendered.get(TOPOLOGY_CONF)
-        if text is None:
-            text = self._read(self.config_dir / TOPOLOGY_CONF)
-        if text is None:
-            raise SlurmConfigurationError(f"no {TOPOLOGY_CONF} to apply or in {self.config_dir}")
-        try:
-            plan = parse_topology_conf(text)
-        except ValueError as error:
-            raise SlurmRejected(
-                f"{TOPOLOGY_CONF} is not valid for Slurm 24.11: {error}", "fix the plan"
-            ) from error
+    def _expected_topology(self, rendered: dict[str, str]) -> ExpectedTopology:
+        yaml_text = rendered.get(TOPOLOGY_YAML)
+        if yaml_text is None:
+            yaml_text = self._read(self.config_dir / TOPOLOGY_YAML)
+            if yaml_text is not None and TOPOLOGY_CONF in rendered:
+                raise SlurmRejected(
+                    f"{self.config_dir / TOPOLOGY_YAML} exists, and Slurm reads it, not {TOPOLOGY_CONF}",
+                    f"remove {TOPOLOGY_YAML} from the configuration directory, or set the target's topology "
+                    "file to topology.yaml (Slurm 25.05+)",
+                )
+        if yaml_text is not None:
+            try:
+                expected = parse_topology_yaml(yaml_text)
+            except ValueError as error:
+                raise SlurmRejected(f"{TOPOLOGY_YAML} is not valid: {error}", "fix the plan") from error
+        else:
+            text = rendered.get(TOPOLOGY_CONF)
+            if text is None:
+                text = self._read(self.config_dir / TOPOLOGY_CONF)
+            if text is None:
+                raise SlurmConfigurationError(f"no {TOPOLOGY_CONF} to apply or in {self.config_dir}")
+            try:
+                expected = ExpectedTopology(parse_topology_conf(text))
+            except ValueError as error:
+                raise SlurmRejected(
+                    f"{TOPOLOGY_CONF} is not valid for Slurm 24.11: {error}", "fix the plan"
+                ) from error
         nodes_text = rendered.get(RACKPLANE_CONF) or self._read(self.config_dir / RACKPLANE_CONF) or ""
         known = {h for line in parse_conf_lines(nodes_text, "NodeName") for h in expand(line["NodeName"])}
         if known:
-            unknown = sorted({h for _, hosts, _ in plan.blocks for h in hosts} - known)
+            named = {h for _, hosts, _ in expected.blocks.blocks for h in hosts}
+            named |= expected.tree.nodes if expected.tree is not None else set()
+            unknown = sorted(named - known)
             if unknown:
                 # slurmctld would only warn and show the block as written: refuse here instead.
                 raise SlurmRejected(
-                    f"{TOPOLOGY_CONF} names nodes that {RACKPLANE_CONF} does not define: {compress(unknown)}",
+                    f"the topology names nodes that {RACKPLANE_CONF} does not define: {compress(unknown)}",
                     "render both files from the same state",
                 )
-        return plan
+        return expected
 
     def _expected_partitions(self, rendered: dict[str, str]) -> dict[str, set[str] | None] | None:
         text = rendered.get(RACKPLANE_CONF)

@@ -221,6 +221,14 @@ def plan_topology(blocks: Sequence[SlurmBlock]) -> TopologyPlan:
 PAIR = re.compile(r"(\w+)=(\S*)")
 
 
+def key_value_lines(text: str):
+    """(line number, line, its Key=value fields) of each non-blank line of scontrol's output."""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line:
+            yield number, line, dict(PAIR.findall(line))
+
+
 def parse_show_topology(text: str) -> list[dict]:
     """Parse `scontrol show topology` of topology/block.
 
@@ -229,11 +237,7 @@ def parse_show_topology(text: str) -> list[dict]:
     error (the output is not what this parser knows, e.g. another topology plugin).
     """
     result = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        fields = dict(PAIR.findall(line))
+    for number, line, fields in key_value_lines(text):
         if "BlockName" in fields:
             name, aggregated = fields["BlockName"], False
         elif "AggregatedBlock" in fields:

@@ -249,7 +249,8 @@ def slurm_baseline(slurm_testbed):
     what such a change shows (`_slurm_state`), not only the files; a test that left everything as it found it
     costs no reconfigure."""
     conf = slurm_testbed.conf_dir
-    saved = {name: (conf / name).read_text() for name in MANAGED_FILES}
+    # A file the testbed does not have (topology.yaml) is None: removed again afterwards.
+    saved = {name: _read(conf / name) for name in MANAGED_FILES}
     target = slurm_testbed.target()
     assert target.ping(), "slurmctld of the testbed is down before the test"
     ensure_testbed_people()
@@ -262,7 +263,10 @@ def slurm_baseline(slurm_testbed):
         slurm_testbed.control("start-ctld")
     slurm_testbed.cancel_all_jobs()  # a job a test left behind would keep its nodes from coming back idle
     for name, text in saved.items():
-        (conf / name).write_text(text)
+        if text is None:
+            (conf / name).unlink(missing_ok=True)
+        else:
+            (conf / name).write_text(text)
         (conf / f"{name}.rackplane-prev").unlink(missing_ok=True)
     reconfigure(slurm_testbed)
     deadline = time.monotonic() + 60
@@ -314,9 +318,13 @@ def _slurm_state(testbed: SlurmTestbed) -> tuple[str, ...]:
     )
 
 
-def _unchanged(testbed: SlurmTestbed, saved: dict[str, str]) -> bool:
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+def _unchanged(testbed: SlurmTestbed, saved: dict[str, str | None]) -> bool:
     conf = testbed.conf_dir
-    return all((conf / name).read_text() == text for name, text in saved.items()) and not any(
+    return all(_read(conf / name) == text for name, text in saved.items()) and not any(
         (conf / f"{name}.rackplane-prev").exists() for name in saved
     )
 

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 
 
 def _files(testbed):
-    return {name: (testbed.conf_dir / name).read_text() for name in (RACKPLANE_CONF, TOPOLOGY_CONF)}
+    """Every file the target manages, None for one that is not there (topology.yaml on the baseline)."""
+    return testbed.target().live_files()
 
 
 def test_2x9_plan_applied_shows_two_blocks(slurm_testbed, slurm_baseline):

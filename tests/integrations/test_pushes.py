@@ -612,7 +612,7 @@ def test_a_department_removed_in_the_portal_is_pruned_from_kubernetes(
     [
         ("slurm", {}, "config_dir"),
         ("slurm", {"config_dir": "etc/slurm"}, "absolute"),
-        ("slurm", {"config_dir": "/etc/slurm", "topology_format": "yaml"}, "Slurm 25.05"),
+        ("slurm", {"config_dir": "/etc/slurm", "topology_format": "json"}, "conf or yaml"),
         ("kubernetes", {"api_url": "https://api:6443"}, "CA file"),
         ("kubernetes", {"api_url": "https://api:6443", "ca_file": "/ca.pem", "insecure": True}, "not both"),
         ("fabric", {"kind": "nmx"}, "base_url"),

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from integrations import state as configstate
 from integrations.embedded import write_tree
-from integrations.slurm.render import render_topology_yaml
+from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_YAML
 
 
 class Command(BaseCommand):
@@ -21,7 +21,7 @@ class Command(BaseCommand):
             choices=["conf", "yaml"],
             default="conf",
             help="conf: topology.conf for Slurm 24.11 (default); yaml: topology.yaml for Slurm 25.05+, where "
-            "blocks may be smaller than the base block size",
+            "blocks may be smaller than the base block size and the compute fabric's tree is added",
         )
 
     def handle(self, *args, out, topology_format, **options):
@@ -30,8 +30,10 @@ class Command(BaseCommand):
             state = configstate.build_state()
             files = configstate.render_files(state)
             if topology_format == "yaml":
+                slurm = configstate.slurm_files(state, topology_format=topology_format)
                 del files[configstate.SLURM_TOPOLOGY]
-                files["slurm/topology.yaml"] = render_topology_yaml(state.slurm.blocks)
+                files[configstate.SLURM_TOPOLOGY_YAML] = slurm[TOPOLOGY_YAML]
+                files[configstate.SLURM_RACKPLANE] = slurm[RACKPLANE_CONF]
         except ValueError as error:
             raise CommandError(f"the configuration cannot be rendered: {error}") from error
         rendered = time.perf_counter() - started

@@ -99,7 +99,12 @@ VERSION_FACTS = (
 def uses(facts: Facts, settings: Facts) -> str:
     rest = facts.get("slurm_rest") or "(its version is read at Test connection or the first job)"
     jobs = f"slurmrestd {rest}" if settings.get("rest_url") else "no jobs (no slurmrestd set)"
-    return f"{jobs}; slurm.conf include files, scontrol reconfigure, topology/block"
+    topology = (
+        "topology.yaml (topology/block and the fabric's topology/tree)"
+        if settings.get("topology_format") == "yaml"
+        else "topology.conf (topology/block)"
+    )
+    return f"{jobs}; slurm.conf include files, scontrol reconfigure, {topology}"
 
 
 REMOVALS = (

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from core.fabric import Fabric
 from core.posix import PosixIdentity
 from integrations.jobs import DispatchRequest
 from integrations.kubernetes import render as r
@@ -461,3 +462,54 @@ def test_a_multi_tray_job_is_admitted_with_its_imex_channels_counted(kube, backe
     finally:
         # ResourceClaimTemplates are not among the kinds the wipe removes: leave none behind.
         kube.request("DELETE", f"{templates}/{name}-imex-channel")
+
+
+# --- the compute fabric above the racks (issue 33) ----------------------------------------------------
+
+UUID_3 = "5c2e8f1a-9d3b-4a7e-b6c4-1e8d2f9a3b57"
+# Racks gb-r01 and gb-r02 in scalable unit su-1, gb-r03 alone in su-2, under two spine groups.
+FABRIC = Fabric(
+    racks={"gb-r01": ("spine-a", "su-1"), "gb-r02": ("spine-a", "su-1"), "gb-r03": ("spine-b", "su-2")}
+)
+TIER_0 = r.FABRIC_TIER_LABEL.format(tier=0)
+
+
+def test_a_gang_required_in_one_scalable_unit_spans_racks_but_not_units(kube, backend, kueue):
+    """The Topology with the fabric's tiers above the NVLink domain and the nodes' Topograph tier labels,
+    server-side applied as a push does, are what the real Kueue places by: a gang required inside one
+    `fabric.topograph.run/tier-0` (scalable unit) takes trays of two racks of su-1, never su-2's; the next
+    one goes to the unit that still has room."""
+    state = r.InventoryState(
+        racks=[r.RackSpec("gb-r01", UUID_1), r.RackSpec("gb-r02", UUID_2), r.RackSpec("gb-r03", UUID_3)],
+        partitions=[r.PartitionSpec(rack, "default", 32766) for rack in ("gb-r01", "gb-r02", "gb-r03")],
+        nodes=[
+            r.NodeSpec(f"{rack}-t{slot:02d}", rack, "default")
+            for rack in ("gb-r01", "gb-r02", "gb-r03")
+            for slot in (1, 2)
+        ],
+    )
+    vision = tenant("vision", guaranteed_gpus=24, limit_gpus=24)
+    for node in state.nodes:
+        kube.register_ready_node(node.hostname, gpus=4)
+    for obj in r.desired_objects(state, [vision], nfs_server=NFS, fabric=FABRIC):
+        kube.apply(obj, manager="rackplane")
+    topology = kube.get("Topology", r.TOPOLOGY_NAME)
+    assert [level["nodeLabel"] for level in topology["spec"]["levels"]][:3] == [
+        r.FABRIC_TIER_LABEL.format(tier=1),
+        TIER_0,
+        r.DOMAIN_LABEL,
+    ]
+    labels = r.node_labels(state, fabric=FABRIC)
+
+    kube.create(gang("unit-a", "vision", 3, TIER_0))
+    nodes = assigned_nodes(wait_for("admit the gang", lambda: admitted(kube, "vision", "unit-a"), kube=kube))
+    assert len(set(nodes)) == 3
+    assert {labels[n][TIER_0] for n in nodes} == {"su-1"}
+    assert {labels[n][r.RACK_LABEL] for n in nodes} == {"gb-r01", "gb-r02"}  # larger than a rack: two racks
+
+    # su-1 has one tray left, su-2 two: a gang of two goes to su-2 rather than span units.
+    kube.create(gang("unit-b", "vision", 2, TIER_0))
+    nodes = assigned_nodes(
+        wait_for("admit the second gang", lambda: admitted(kube, "vision", "unit-b"), kube=kube)
+    )
+    assert {labels[n][TIER_0] for n in nodes} == {"su-2"}

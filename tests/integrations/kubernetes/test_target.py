@@ -15,6 +15,7 @@ Tests without a server (configuration errors, field comparison) are not marked `
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import pathlib
@@ -26,6 +27,7 @@ import certifi
 import pytest
 import yaml
 
+from core.fabric import Fabric
 from integrations.kubernetes import render as r
 from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.target import (
@@ -39,6 +41,7 @@ from integrations.kubernetes.target import (
 )
 from tests.integrations.kube_testbed import SYSTEM_NAMESPACES
 from tests.integrations.kubernetes.test_render import INFERENCE, NFS, inventory, tenant
+from tests.integrations.kubernetes.test_render_fabric import LEVELS
 
 VISION = tenant("vision", pkey=0x11, vlan_id=101, vxlan_vni=10101, guaranteed_gpus=8, limit_gpus=None)
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -414,6 +417,41 @@ def test_node_leaving_the_inventory_loses_only_rackplanes_labels(kube, target):
     assert node["metadata"]["labels"] == {"kubernetes.io/hostname": "gb-r01-t18", "kubernetes.io/os": "linux"}
     assert owned_paths(node) == []
     assert target.diff(desired).empty
+
+
+@integration
+def test_the_fabric_tiers_are_applied_changed_and_dropped_through_the_target(kube, target):
+    """The compute fabric (issue 33) through the push path: the Topology gains the fabric's tiers above the
+    NVLink domain and the nodes Topograph's tier labels, server-side applied and accepted by the real API
+    server with Kueue's CRD and CEL rules; a unit moved shows in the diff as exactly that label; a fabric
+    forgotten drops the tiers and the labels again."""
+    fabric = Fabric(racks={"gb-r01": ("spine-a", "su-1"), "gb-r02": ("spine-a", "su-2")})
+    with_fabric = dataclasses.replace(state(INFERENCE), fabric=fabric)
+    target.apply(target.render(with_fabric))
+    labels = live_labels(kube, "gb-r02-t10")
+    assert (labels["fabric.topograph.run/tier-1"], labels["fabric.topograph.run/tier-0"]) == (
+        "spine-a",
+        "su-2",
+    )
+    levels = [level["nodeLabel"] for level in kube.get("Topology", r.TOPOLOGY_NAME)["spec"]["levels"]]
+    assert levels == LEVELS
+    assert target.diff(target.render(with_fabric)).empty
+
+    moved = dataclasses.replace(
+        with_fabric, fabric=Fabric(racks={"gb-r01": ("spine-a", "su-1"), "gb-r02": ("spine-a", "su-1")})
+    )
+    diff = target.diff(target.render(moved))
+    assert set(diff.change) == {f"Node gb-r02-t{slot:02d}" for slot in range(1, 19)}
+    assert diff.change["Node gb-r02-t10"] == [
+        FieldChange('metadata.labels["fabric.topograph.run/tier-0"]', "su-2", "su-1")
+    ]
+    target.apply(target.render(moved))
+    assert live_labels(kube, "gb-r02-t10")["fabric.topograph.run/tier-0"] == "su-1"
+
+    target.apply(target.render(state(INFERENCE)))  # no fabric any more
+    assert not any(k.startswith("fabric.topograph.run/") for k in live_labels(kube, "gb-r02-t10"))
+    levels = [level["nodeLabel"] for level in kube.get("Topology", r.TOPOLOGY_NAME)["spec"]["levels"]]
+    assert levels == [r.DOMAIN_LABEL, r.SUB_DOMAIN_LABEL, r.HOSTNAME_LABEL]
 
 
 @integration
