@@ -33,6 +33,7 @@ def test_the_next_test_has_the_modules_rows_and_not_the_last_tests(made_once):
     assert not Department.objects.filter(name="Bytest").exists()
 
 
-def test_one_set_of_rows_per_module(module_rows):
+@pytest.mark.django_db
+def test_one_set_of_rows_per_module(made_once, module_rows):
     with pytest.raises(RuntimeError, match="one set of rows per module"):
         module_rows(lambda: None)
