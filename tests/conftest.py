@@ -383,6 +383,39 @@ def _default_language():
     translation.deactivate()
 
 
+@pytest.fixture(scope="module")
+def module_rows(django_db_setup, django_db_blocker, tmp_path_factory):
+    """`module_rows(make)`: rows `make()` writes once for a whole module and every test of it reads, in a
+    transaction rolled back when the module ends; each test's own transaction is a savepoint inside it, so
+    what a test writes is gone for the next one and the module's rows stay. For read-only tests over costly
+    set-up (a seeded demo: ~2 s of CPU each time), not for transactional ones (a flush would end it). The
+    module's tests run in one worker (a module-scoped fixture groups them). `make` runs with its own render
+    and var directories, as a test's set-up would."""
+    from django.db import transaction
+    from django.test import override_settings
+
+    opened = []
+
+    def make(build):
+        if opened:
+            raise RuntimeError("module_rows makes one set of rows per module")
+        scratch = tmp_path_factory.mktemp("module-rows")
+        with django_db_blocker.unblock():
+            block = transaction.atomic()
+            block.__enter__()
+            opened.append(block)
+            with override_settings(VAR_DIR=scratch, RACKPLANE_RENDER_DIR=scratch / "rendered"):
+                return build()
+
+    try:
+        yield make
+    finally:
+        if opened:
+            with django_db_blocker.unblock():
+                transaction.set_rollback(True)
+                opened[0].__exit__(None, None, None)
+
+
 @pytest.fixture
 def demo_inventory(db):
     """Three seeded racks: gb-r01 (default partition, one drained tray), gb-r02 (carved 2x9), gb-r03."""

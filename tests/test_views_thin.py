@@ -8,6 +8,8 @@ Lines are counted from the `def` to the function's last line (decorators exclude
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.python_source import parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +63,7 @@ def test_the_view_modules_are_found():
         assert expected in found
 
 
+@pytest.mark.slow(reason="parses every view module")
 def test_no_view_is_over_40_lines():
     found = [
         f"{path.relative_to(ROOT)}:{line} {name} ({length} lines)"

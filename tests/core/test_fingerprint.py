@@ -34,7 +34,10 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-@settings(max_examples=300, deadline=None)
+# Budgets (300 and 500 before: 2.3 s of CPU in make test-fast): an encoding that flattens nesting, ((1, 2), 3)
+# as (1, 2, 3), fails the different-facts property in 8 of 8 seeds at 200 cases as at 500; the same facts
+# give the same word is determinism, which a hundred-odd cases of the same generators show as well.
+@settings(max_examples=120, deadline=None)
 @given(parts)
 def test_the_same_facts_give_the_same_word(values):
     word = fingerprint(*values)
@@ -44,7 +47,7 @@ def test_the_same_facts_give_the_same_word(values):
     assert fingerprint(*json.loads(json.dumps(values, allow_nan=True))) == word
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(parts, parts)
 def test_different_facts_give_different_words(a, b):
     assume(not _same(a, b))

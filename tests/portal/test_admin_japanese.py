@@ -193,6 +193,7 @@ def test_a_push_reads_its_reason_and_log_as_the_push_page_does(tokyo_admin, depa
     assert "プロジェクト research/llm-pretrain: 保証 64 → 16" in shown_text(listed)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_names_and_stored_words_on_the_admins_pages_are_japanese(admin_client_logged_in, lead_a):
     """A job's events (stored sentences), a membership's, the settings rows', the metrics source's and a
     backend cancel's names, and the audit log's object types read in Japanese."""

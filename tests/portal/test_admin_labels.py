@@ -127,6 +127,7 @@ def test_the_walkthrough_pages_are_japanese(admin_client_logged_in, walkthrough_
 CODES = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 
 
+@pytest.mark.slow(reason="renders every changelist of the Django admin")
 def test_every_changelist_and_a_change_form_have_no_english(admin_client_logged_in, walkthrough_rows):
     pages = [(reverse("admin:index"), None)]
     for model in admin.site._registry:

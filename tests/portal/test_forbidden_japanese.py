@@ -41,6 +41,7 @@ def _plain_whats(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow(reason="parses every module of the six apps")
 def test_every_what_given_to_an_access_rule_is_marked_for_translation():
     plain = [
         where for app in APPS for path in sorted((ROOT / app).rglob("*.py")) for where in _plain_whats(path)

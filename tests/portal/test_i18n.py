@@ -77,6 +77,7 @@ def test_compiled_catalogue_matches_its_source(path):
     )
 
 
+@pytest.mark.slow(reason="makemessages twice in subprocesses, on a copy of the code")
 @pytest.mark.skipif(shutil.which("xgettext") is None, reason="GNU gettext (xgettext) is not installed")
 def test_every_marked_string_is_in_the_catalogues(tmp_path):
     """makemessages, run on a copy of the code, finds no string the committed catalogues lack."""

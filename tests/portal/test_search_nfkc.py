@@ -48,6 +48,7 @@ def test_full_width_finds_what_ascii_finds(client_as, department_a):
     assert client.get("/search/", {"q": full_width("gb-r03")})["Location"] == rack
 
 
+@pytest.mark.slow(reason="generated cases: 15 examples of four searches each")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(q=st.sampled_from(QUERIES), which=st.lists(st.booleans(), max_size=12))
 def test_nfkc_equal_queries_give_the_same_results(client_as, q, which):

@@ -200,6 +200,7 @@ def test_a_count_stops_at_the_cap(monkeypatch, department_a, member_a, client_as
 THEIRS = ("beta-confidential-pretrain", "Classified Robotics", "Secretkeeper", "bob-beta")
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_member_finds_nothing_of_another_department_by_a_part_of_it(
     client_as, department_a, department_b, member_a, lead_a, platform_admin
 ):

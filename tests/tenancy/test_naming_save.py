@@ -93,6 +93,7 @@ def test_the_model_refuses_with_the_field_and_the_database_with_its_named_constr
         Project.objects.filter(pk=project.pk).update(slug="a--b")
 
 
+@pytest.mark.slow(reason="generated cases: 40 departments saved through the service")
 @pytest.mark.django_db
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=TEXT)

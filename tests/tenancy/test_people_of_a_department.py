@@ -63,6 +63,7 @@ def people_found(client, q: str) -> tuple[set[str], set[str]]:
     return found[0], found[1]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_member_finds_a_colleague_without_jobs_and_never_another_departments_people(client_as, people):
     client = client_as("member_a")
     for q in ("erin", "Erin Example", "eri", "example"):
