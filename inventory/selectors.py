@@ -320,6 +320,7 @@ class GpuCell:
     gpu: Gpu
     drift: bool
     job_gpu: bool = False  # held by the job the page highlights (`?job=`)
+    slices: list = field(default_factory=list)  # its MIG devices and who holds each (the page sets them)
 
 
 @dataclass
@@ -340,6 +341,8 @@ class TrayRow:
     cells: list  # GpuCell per index 0..3, None where no GPU is recorded
     jobs: list = field(default_factory=list)  # HeldBy per active job holding GPUs of this tray
     job_tray: bool = False  # one of the trays of the job the page highlights (`?job=`)
+    slice_holders: list = field(default_factory=list)  # the jobs holding its MIG devices (the page sets them)
+    idle_slices: str = ""  # its MIG devices no job holds, by profile (the page sets them)
 
     @property
     def degraded(self) -> int:

@@ -17,6 +17,7 @@ from core.access import leads
 from inventory.recarving import RecentRecarves, recent_recarves
 from scheduling.choices import HOLDING_STATES, JobState, StrandedCause
 from scheduling.models import Job, SchedulerState
+from scheduling.slice_holders import IdleSlices, idle_slices
 from scheduling.usage import (
     SNAPSHOT_FIELDS,
     GuaranteeStatus,
@@ -202,6 +203,8 @@ class AdminDashboard:
     stranded: StrandedCapacity | None = None  # as of the last scheduling pass
     # The scheduler's re-carves in the last 24 h (inventory.recarving: the rack page counts the same way).
     recarves: RecentRecarves | None = None
+    # MIG devices no slice job holds (scheduling.slice_holders); each department's held ones: Position.slices
+    idle_slices: IdleSlices | None = None
 
     @property
     def owed_gpus(self) -> int:
@@ -242,4 +245,5 @@ def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
         owed=owed,
         stranded=last_stranded(),
         recarves=recent_recarves(now),
+        idle_slices=idle_slices(),
     )

@@ -26,6 +26,8 @@ urlpatterns = [
     path("inventory/gpus/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "gpu"}, name="gpu-held-jobs"),
     path("inventory/trays/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "tray"}, name="tray-held-jobs"),
     path("inventory/trays/<int:pk>/utilization/", gpu_life.tray_utilization, name="tray-utilization"),
+    path("inventory/gpus/<int:pk>/slices/", gpu_life.slices, {"kind": "gpu"}, name="gpu-slices"),
+    path("inventory/trays/<int:pk>/slices/", gpu_life.slices, {"kind": "tray"}, name="tray-slices"),
     # Departments, their members, people and projects.
     path("tenancy/departments/", departments.department_list, name="department-list"),
     path("tenancy/departments/<slug:slug>/", departments.department_detail, name="department-detail"),

@@ -17,6 +17,7 @@ from integrations.fabric import (
     NmxFabricManager,
     SimulatedFabricManager,
 )
+from integrations.fabric.mig_nodes import report_after_push
 from integrations.fabric.nodes import report_after_apply
 from inventory.models import Gpu, NVLinkPartition
 
@@ -151,6 +152,9 @@ class FabricAdapter:
                 unchanged += 1
             if result.renumbered:
                 log(f"{name}: " + result.log[-1])
+        if self.values["kind"] == "simulated":
+            # No MIG manager runs on simulated hardware: the trays' simulated nodes apply their MIG layouts.
+            report_after_push(payload.get("mig_nodes") or [], log)
         if skipped:
             log(
                 f"{len(skipped)} rack(s) skipped, no cluster UUID known yet (not discovered): "

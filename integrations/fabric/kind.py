@@ -6,6 +6,7 @@ from django.utils.translation import gettext, gettext_noop, ngettext, pgettext
 from integrations import fields as f
 from integrations.fabric import versions as fabric_versions
 from integrations.fabric.adapter import FabricAdapter
+from integrations.fabric.mig_nodes import mig_nodes
 from integrations.registry import Kind, Setting, register
 
 
@@ -45,6 +46,17 @@ def describe(payload: dict) -> list[str]:
     ]
 
 
+def payload(rendered, values: dict) -> dict:
+    """The racks' partitions; the simulated fabric also carries the MIG layouts its simulated nodes are given
+    (integrations.fabric.mig_nodes: they apply them as the GPU Operator's MIG manager would), when any is."""
+    out: dict = {"racks": rendered.fabric_racks()}
+    if values.get("kind") == "simulated":
+        nodes = mig_nodes(rendered.state.kubernetes.inventory.nodes)
+        if nodes:
+            out["mig_nodes"] = nodes
+    return out
+
+
 KIND = register(
     Kind(
         name="fabric",
@@ -80,7 +92,7 @@ KIND = register(
         ),
         clean=clean,
         adapter=FabricAdapter,
-        payload=lambda rendered, values: {"racks": rendered.fabric_racks()},
+        payload=lambda rendered, values: payload(rendered, values),
         summary=summary,
         what_to_do=(
             "check the fabric manager and the NVLink partitions of the rack named above, then retry the push "

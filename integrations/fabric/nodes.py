@@ -19,6 +19,7 @@ from core.enqueue import enqueue
 from core.models import AuditSource
 from core.task_names import REPORT_NODES
 from integrations.fabric.base import normalize_domain
+from inventory.discovery.mig import GpuMig
 from inventory.discovery.nvidia_smi import FabricState, GpuHealth, ReportedGpu
 from inventory.ingest.reports import ingest_report
 from inventory.ingest.results import UnknownHost
@@ -37,6 +38,8 @@ def _gpu(entry: dict) -> ReportedGpu:
         state=FabricState(entry["state"]),
         status=entry["status"],
         health=GpuHealth(entry["health"]),
+        # The simulated MIG manager's reports (integrations.fabric.mig_nodes) carry the GPU's MIG state.
+        mig=GpuMig.from_dict(entry["mig"]) if entry.get("mig") else None,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.utils.translation import gettext_lazy as _
 
 from inventory import selectors
+from inventory.choices import MigMode
 from inventory.health.service import latest_record
 from inventory.health.timeline import TIMELINE_LIMIT, latest_checks, timeline
 from inventory.staleness import mark_silent
@@ -29,8 +30,11 @@ HEALTH_RANGE_LABELS = {"24h": _("24 hours"), "7d": _("7 days"), "30d": _("30 day
 
 def tray_context(request, tray) -> dict:
     mark_silent([tray])  # the node stopped reporting (inventory.staleness): tray.silent, tray.silent_for
+    shown = selectors.tray_context(request.user, tray)
     return {
-        **selectors.tray_context(request.user, tray),
+        **shown,
+        # a GPU in MIG mode: the page loads its slices and who holds them (scheduling's fragment)
+        "mig_gpus": any(gpu.mig_mode == MigMode.ENABLED for gpu in shown.get("gpus") or ()),
         **health_context(request, tray=tray),
         "health_checks": latest_checks(request.user, tray),
         "service_record": latest_record(tray),  # its service / RMA mark (inventory.health.service)

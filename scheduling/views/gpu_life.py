@@ -39,7 +39,7 @@ from django.views.decorators.http import require_http_methods
 
 from inventory import selectors
 from inventory.models import Gpu
-from scheduling import charts, usage
+from scheduling import charts, slice_holders, usage
 from scheduling.choices import JobEventKind
 from scheduling.jobspec import JobSpec
 from scheduling.models import Job, JobEvent
@@ -433,4 +433,30 @@ def quota_chart(request, slug):
     response = render(request, "scheduling/_quota_chart.html", quota_chart_context(request, department))
     patch_vary_headers(response, ["HX-Request"])
     response["Cache-Control"] = "no-store"
+    return response
+
+
+def slices(request, kind: str, pk: int):
+    """A GPU's or a tray's MIG slices and who holds each (scheduling.slice_holders): a fragment htmx loads on
+    the GPU and tray pages, whose GPUs inventory shows without their jobs."""
+    if kind == "gpu":
+        gpu = get_object_or_404(selectors.gpus_for_detail(request.user), pk=pk)
+        gpu_ids = [gpu.pk]
+    else:
+        tray = get_object_or_404(selectors.trays_for_detail(request.user), pk=pk)
+        gpu_ids = list(Gpu.objects.filter(tray=tray).values_list("pk", flat=True))
+    found = slice_holders.slices_of(request.user, gpu_ids)
+    response = render(
+        request,
+        "scheduling/_slices.html",
+        {
+            "kind": kind,
+            "pk": pk,
+            "slices": found,
+            "holders": slice_holders.holders(found),
+            "idle": slice_holders.idle_summary(found),
+            "held": sum(1 for s in found if s.held),
+        },
+    )
+    patch_vary_headers(response, ["HX-Request"])
     return response

@@ -12,9 +12,11 @@ from django.utils.translation import gettext as _
 
 from core.access import is_admin
 from inventory import recarving, selectors
+from inventory.choices import MigMode
 from inventory.forms import RecarvePolicyForm
 from inventory.staleness import mark_silent
 from inventory.views.tray_forms import BULK_LIMIT
+from scheduling import slice_holders
 from scheduling.models import Job
 from scheduling.usage import holder_annotations
 from scheduling.views.gpu_life import colour_layout, colour_links, colour_mode
@@ -49,6 +51,23 @@ def mark_dedications(user, rack, partitions) -> None:
         partition.dedicated_to = owners.get(partition.pk, "")
 
 
+def _mark_slices(user, layout) -> None:
+    """Each GPU in MIG mode gets its slices (`cell.slices`), each tray the jobs holding its slices
+    (`row.slice_holders`) and its idle slices by profile (`row.idle_slices`): two queries."""
+    cells = [
+        cell for row in layout.rows for cell in row.cells if cell and cell.gpu.mig_mode == MigMode.ENABLED
+    ]
+    found = slice_holders.by_gpu(slice_holders.slices_of(user, [cell.gpu.pk for cell in cells]))
+    for row in layout.rows:
+        held = []
+        for cell in row.cells:
+            if cell is not None:
+                cell.slices = found.get(cell.gpu.pk, [])
+                held += cell.slices
+        row.slice_holders = slice_holders.holders(held)
+        row.idle_slices = slice_holders.idle_summary(held)
+
+
 def rack_detail(request, name):
     rack = get_object_or_404(selectors.racks(request.user).select_related("recarve_policy"), name=name)
     layout = selectors.rack_layout(request.user, rack, holder_annotations(request.user))
@@ -72,6 +91,7 @@ def rack_detail(request, name):
         colour_links=colour_links(request, colour_by),
         utilization_legend=colour_layout(layout, colour_by),
     )
+    _mark_slices(request.user, layout)
     job = _shown_job(request) if context["job_param"] else None
     if job is not None:
         # Its trays (kept after it ends, for history); its GPUs too while it holds them.
