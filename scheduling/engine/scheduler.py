@@ -394,6 +394,7 @@ class _Pass:
         self.all_reserved: tuple[int, ...] = ()  # indexes of every reservation in `reserved`
         self.held_trays: set[int] = set()
         self.in_quota_reserved = 0
+        self.fabric_reserved = 0  # reservations beyond max_reservations for jobs waiting inside a unit
         self.staying: list[RunningJob] | None = None  # see _staying_borrowers
         self.ends: list[float] | None = None  # see _reserve (None: not computed since the last change)
         self.requests: dict[tuple, Request] = {}  # see _request
@@ -1113,6 +1114,8 @@ class _Pass:
         if job.within is not None:  # a shape of its own while it waits inside a fabric level
             key += (job.within,)
         placement = None if key in self.failed else self._place(job, borrow, key, backfill)
+        if placement is None and job.within is not None and self.options.fabric_wait_slowdown > 1:
+            placement = self._unless_a_unit_is_near(job, borrow, key[:5], backfill)
         if placement is not None:
             self._start(job, placement, over_quota=borrow)
             return True
@@ -1126,6 +1129,7 @@ class _Pass:
             and not (
                 in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
             )
+            and not self._fabric_reservation(job)
         ):
             self.result.waiting[job.id] = ""  # `_wait` when `_may_reserve` says no, without the words
             return True
@@ -1186,7 +1190,10 @@ class _Pass:
             reservation = self._reserve(job, in_quota=not borrow)
             if reservation is not None:
                 if len(self.reserved) >= self.max_reservations:
-                    self.in_quota_reserved += 1  # one of the in-quota gangs' own
+                    if self._fabric_reservation(job):
+                        self.fabric_reserved += 1  # one of the jobs waiting inside a unit
+                    else:
+                        self.in_quota_reserved += 1  # one of the in-quota gangs' own
                 self.reserved.append(reservation)
                 self.reserved_ids.add(reservation.job_id)
                 self.result.reservations.append(reservation)
@@ -1217,6 +1224,23 @@ class _Pass:
             )
         self.result.waiting[job.id] = reason
 
+    def _unless_a_unit_is_near(
+        self, job: PendingJob, borrow: bool, key: tuple, backfill: tuple[int, ...]
+    ) -> Placement | None:
+        """Where `job`, waiting inside a unit none of which has room now, goes if it expands now; None when
+        it should wait: no room wider either, or a unit has room for it (by the running jobs' time limits)
+        sooner than spanning units would cost it (its time limit times `Options.fabric_wait_slowdown` - 1:
+        the site's estimate of how much slower a job runs across units)."""
+        wide = replace(job, within=None)
+        placement = None if key in self.failed else self._place(wide, borrow, key, backfill)
+        if placement is None:
+            return None
+        reservation = self._reserve(job, in_quota=not borrow)
+        cost = (self.options.fabric_wait_slowdown - 1.0) * job.time_limit_s
+        if reservation is not None and reservation.start_at - self.now <= cost:
+            return None
+        return placement
+
     def _fabric_level(self, job: PendingJob) -> str | None:
         """The fabric's lowest level (the scalable unit) when `job` needs more than one rack's trays and one
         unit has that many (busy or not): what it may wait for (`Options.fabric_wait_s`); else None (a job
@@ -1232,11 +1256,19 @@ class _Pass:
     def _may_reserve(self, job: PendingJob, in_quota: bool) -> bool:
         """The head of the queue (the first `max_reservations` jobs that wait) gets reservations, and so
         does each in-quota multi-tray job that waits, up to `in_quota_reservations` more."""
-        if len(self.reserved) >= self.max_reservations and not (
-            in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
+        if (
+            len(self.reserved) >= self.max_reservations
+            and not (
+                in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
+            )
+            and not self._fabric_reservation(job)
         ):
             return False  # the most common answer, found without looking at the reservations
         return job.id not in self.reserved_ids
+
+    def _fabric_reservation(self, job: PendingJob) -> bool:
+        """`job` waits inside a unit (the fabric wait) and one of `Options.fabric_reservations` is left."""
+        return job.within is not None and self.fabric_reserved < self.options.fabric_reservations
 
     def _why_with_reservation(self, request: Request) -> str:
         self.cluster.unhold(self.held_trays)
@@ -1417,6 +1449,14 @@ class Options:
     # A multi-rack job that could fit one scalable unit (the fabric's lowest level) waits for one
     # up to this long since its submission, then expands (module docstring, Fabric wait). 0: at once.
     fabric_wait_s: float = 0.0
+    # More reservations (beyond max_reservations) for jobs waiting inside a unit: the trays that free up
+    # earliest in one unit are held for them, so small jobs do not keep every unit fragmented while they wait
+    # (backfill may still use them when it ends first).
+    fabric_reservations: int = 0
+    # With a value above 1 (the site's estimate of how much slower a job runs across scalable units), a job
+    # in its fabric wait expands at once when no unit will have room for it sooner than spanning units
+    # would cost it (`_unless_a_unit_is_near`); it waits only for a unit that frees up soon enough.
+    fabric_wait_slowdown: float = 0.0
 
 
 def schedule(

@@ -21,7 +21,7 @@ from scheduling.engine.placement import (
     placed_level,
     why_not,
 )
-from scheduling.engine.scheduler import Department, PendingJob, schedule
+from scheduling.engine.scheduler import Department, PendingJob, RunningJob, schedule
 
 RACK_TRAYS = 18
 
@@ -267,8 +267,6 @@ def test_a_job_larger_than_any_unit_never_waits_for_one():
 def test_a_waiting_job_gets_its_reservation_inside_one_unit():
     job = PendingJob(1, "research", 96, ANY, submitted_at=0.0)
     cluster = _crowded()
-    from scheduling.engine.scheduler import RunningJob
-
     running = [RunningJob(j, "research", 32, 0.0, 7200.0 + j) for j in sorted(cluster.jobs)]
     result = schedule(cluster, [Department("research", 576)], running, [job], now=10.0, fabric_wait_s=3600.0)
     assert result.started == []
@@ -291,3 +289,49 @@ def test_a_fabric_less_cluster_ignores_the_fabric_wait(wait):
         fabric_wait_s=wait,
     ).started
     assert start.why.startswith("no rack had 24 free trays, so across 3 racks")
+
+
+def _running(cluster: Cluster, ends: dict[int, float]) -> list[RunningJob]:
+    return [RunningJob(j, "research", 32, 0.0, ends.get(j, 100_000.0)) for j in sorted(cluster.jobs)]
+
+
+@pytest.mark.parametrize(("time_limit", "starts"), [(3600.0, False), (1000.0, True)])
+def test_a_job_waits_for_a_unit_only_when_one_frees_up_sooner_than_spanning_would_cost_it(time_limit, starts):
+    """su-1 has 20 free trays and gets 28 when job 1001 ends in 600 s. Spanning units costs a 1-hour job
+    0.25 h = 900 s > 600 s: it waits for su-1; a 1,000 s job would lose only 250 s: it expands now."""
+    cluster = _crowded()
+    job = PendingJob(1, "research", 96, ANY, submitted_at=0.0, time_limit_s=time_limit)
+    result = schedule(
+        cluster,
+        [Department("research", 576)],
+        _running(cluster, {1001: 600.0}),
+        [job],
+        now=0.0,
+        fabric_wait_s=86400.0,
+        fabric_wait_slowdown=1.25,
+    )
+    if starts:
+        (start,) = result.started
+        assert placed_level(cluster, start.placement) == "spine"
+    else:
+        assert result.started == []
+        (reservation,) = result.reservations
+        assert reservation.start_at == 600.0
+        assert {cluster.rack_name[cluster.tray_rack[t]] for t in reservation.trays} <= {"r1", "r2"}
+
+
+@pytest.mark.parametrize("more", [0, 1])
+def test_jobs_waiting_inside_a_unit_may_get_reservations_of_their_own(more):
+    cluster = _crowded()
+    job = PendingJob(1, "research", 96, ANY, submitted_at=0.0)
+    result = schedule(
+        cluster,
+        [Department("research", 576)],
+        _running(cluster, {}),
+        [job],
+        now=0.0,
+        fabric_wait_s=3600.0,
+        max_reservations=0,
+        fabric_reservations=more,
+    )
+    assert result.started == [] and len(result.reservations) == more
