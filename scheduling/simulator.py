@@ -97,7 +97,7 @@ from scheduling.engine.mig import (
 )
 from scheduling.engine.placement import PARTITION, POLICIES, RACK, RACKPLANE, Request
 from scheduling.engine.recarve import RecarvePolicy, cluster_block_check, propose, waiting_gangs
-from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
+from scheduling.engine.scheduler import Department, Options, PendingJob, Project, RunningJob, schedule
 from scheduling.engine.stranded import CAUSES, stranded
 from scheduling.simulation_fabric import LARGE_DEPARTMENT, large_jobs, parse_fabric
 from scheduling.simulation_inputs import (
@@ -523,7 +523,7 @@ class _Replay:
         self.rack_path = [self.fabric.path(name) for name in cluster.rack_name]
         self.fabric_units = len(self.fabric.members(self.fabric.levels[-1]))
         self.cross_unit_slowdown = cross_unit_slowdown if self.fabric_units > 1 else 1.0
-        self.fabric_wait_s = float(self.engine_options.get("fabric_wait_s") or 0.0)
+        self.fabric_wait_s = float(self.engine_options.get("fabric_wait_s", Options.fabric_wait_s))
         unit_trays: dict[str, int] = {}
         for r, path in enumerate(self.rack_path):
             if path is not None:
@@ -1925,7 +1925,7 @@ def run(
         # The compute fabric (simulation_fabric; None: flat) and what crossing its units costs a job.
         "fabric": fabric,
         "cross_unit_slowdown": cross_unit_slowdown if fabric else None,
-        "fabric_wait_s": float((engine_options or {}).get("fabric_wait_s") or 0.0),
+        "fabric_wait_s": float((engine_options or {}).get("fabric_wait_s", Options.fabric_wait_s)),
         "fabric_blind": fabric_blind if fabric else None,
         **({"mig": mig_config} if mig_config is not None else {}),
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),

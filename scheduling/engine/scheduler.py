@@ -1446,9 +1446,10 @@ class Options:
     # Historical fair share (module docstring): the half-life the departments' `decayed_usage` was decayed
     # with; None: over-quota work is ordered by the instant's standing only (the usage is ignored).
     half_life_s: float | None = None
-    # A multi-rack job that could fit one scalable unit (the fabric's lowest level) waits for one
-    # up to this long since its submission, then expands (module docstring, Fabric wait). 0: at once.
-    fabric_wait_s: float = 0.0
+    # A multi-rack job that could fit one scalable unit (the fabric's lowest level) waits for one up to this
+    # long since its submission, then expands (module docstring, Fabric wait); 0: at once. 2 h: measured on
+    # the replay's tuning half (docs/simulator.md, The compute fabric). No effect without a fabric.
+    fabric_wait_s: float = 7200.0
     # More reservations (beyond max_reservations) for jobs waiting inside a unit: the trays that free up
     # earliest in one unit are held for them, so small jobs do not keep every unit fragmented while they wait
     # (backfill may still use them when it ends first).

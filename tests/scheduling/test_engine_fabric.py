@@ -251,9 +251,11 @@ def test_a_job_that_could_fit_one_unit_waits_for_one_up_to_the_bound_then_expand
     assert start.why.startswith(
         "no scalable unit had 96 free GPUs, so across 2 scalable units of spine group"
     )
-    # No wait set (the default): it expands at once.
-    (start,) = schedule(_crowded(), departments, [], [job], now=0.0).started
+    # No wait: it expands at once; by default it waits 2 hours.
+    (start,) = schedule(_crowded(), departments, [], [job], now=0.0, fabric_wait_s=0.0).started
     assert len(start.placement) == 24
+    assert schedule(_crowded(), departments, [], [job], now=7199.0).started == []
+    assert len(schedule(_crowded(), departments, [], [job], now=7200.0).started) == 1
 
 
 def test_a_job_larger_than_any_unit_never_waits_for_one():

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from scheduling import simulator
 from scheduling.engine.placement import POLICIES
 from scheduling.engine.recarve import RecarvePolicy
+from scheduling.engine.scheduler import Options
 
 COLUMNS = (
     ("policy", "{:<15}", "{:<15}"),
@@ -143,8 +144,7 @@ def _command(options: dict) -> str:
             "--cross-unit-slowdown",
             f"{options['cross_unit_slowdown']:g}",
         ]
-        if simulator.parse_duration(options["fabric_wait"]):
-            words += ["--fabric-wait", options["fabric_wait"]]
+        words += ["--fabric-wait", options["fabric_wait"]]
         if options["fabric_blind"]:
             words += ["--fabric-blind"]
     if options["large_jobs"]:
@@ -467,10 +467,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--fabric-wait",
-            default="0",
+            default=f"{Options.fabric_wait_s / 60:g}m",
             metavar="DURATION",
             help="with --fabric: a multi-rack job that could fit one scalable unit waits for one up to "
-            "DURATION since its submission before it spans units (default 0: at once)",
+            f"DURATION since its submission before it spans units (default {Options.fabric_wait_s / 60:g}m, "
+            "the engine's; 0: at once)",
         )
         parser.add_argument(
             "--fabric-blind",
@@ -544,9 +545,10 @@ class Command(BaseCommand):
                 engine_options["min_runtime_s"] = {"train": min_runtime_s}
             if preempt_after_s := simulator.parse_duration(options["preempt_after"]):
                 engine_options["preempt_after_s"] = preempt_after_s
-            if fabric_wait_s := simulator.parse_duration(options["fabric_wait"]):
+            fabric_wait_s = simulator.parse_duration(options["fabric_wait"])
+            if options["fabric"]:
                 engine_options["fabric_wait_s"] = fabric_wait_s
-            if (fabric_wait_s or options["fabric_blind"]) and not options["fabric"]:
+            elif fabric_wait_s != Options.fabric_wait_s or options["fabric_blind"]:
                 raise simulator.SimulationError("--fabric-wait and --fabric-blind go with --fabric")
             half_life = options["half_life"]
             half_life_s = None if half_life.strip().lower() == "off" else simulator.parse_duration(half_life)
