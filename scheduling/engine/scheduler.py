@@ -1110,7 +1110,7 @@ class _Pass:
             elif self.now + job.time_limit_s <= self.reserved_from:  # so before `reserved_until` too
                 backfill = self.all_reserved
         name = job.department
-        key = (job.gpus, job.topology, name if name in self.cluster.owners else None, backfill, borrow)
+        key: tuple = (job.gpus, job.topology, name if name in self.cluster.owners else None, backfill, borrow)
         if job.within is not None:  # a shape of its own while it waits inside a fabric level
             key += (job.within,)
         placement = None if key in self.failed else self._place(job, borrow, key, backfill)
