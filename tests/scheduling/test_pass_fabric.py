@@ -54,3 +54,18 @@ def test_without_a_fabric_the_pass_places_as_before(department_a):
     assert job.state == JobState.STARTING
     assert "gb-r03" in racks_of(job)  # the largest free block first: gb-r03's 18 trays
     assert "scalable unit" not in job.events.get(kind=JobEventKind.PLACED).message
+
+
+def test_a_pass_on_another_fabric_does_not_reuse_the_cluster_kept_for_the_last(department_a):
+    """The pass keeps its cluster between passes (scheduling.pass_cache): one kept from a pass without the
+    fabric must not place the next pass's job as if the fabric were still flat."""
+    first = make_job(department_a, "small", JobState.PENDING, gpus=4)
+    run_pass()  # keeps a cluster built without the fabric
+    first.refresh_from_db()
+    assert first.state == JobState.STARTING
+    job = make_job(department_a, "pretrain", JobState.PENDING, gpus=96, topology="any")
+    run_pass(fabric=FABRIC)
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING, job.pending_reason
+    assert "gb-r03" not in racks_of(job)
+    assert "in scalable unit su-1" in job.events.get(kind=JobEventKind.PLACED).message
