@@ -25,6 +25,11 @@ Assumptions, each a choice that any figure rests on:
 * **Span slowdown.** A job whose trays span NVLink partitions (and so racks too, when it spans racks) runs
   `span_slowdown` times longer than in the trace (default 1.5: communication-bound training over
   InfiniBand instead of NVLink; 1.0 turns it off). It holds its GPUs for that longer time.
+* **Compute fabric** (optional, `fabric`; the command's ``--fabric``): the racks hang under scalable units
+  and spine groups (`simulation_fabric.parse_fabric`); rackplane keeps multi-rack jobs inside one unit when
+  it can (scheduling.engine.placement), and a job whose racks span units runs `cross_unit_slowdown` times
+  longer again (default 1.25). `fabric_blind` places as if the fabric were flat (the topology-blind
+  baseline). `simulation_fabric.large_jobs` is the stated synthetic large-job mix.
 * **Exact time limits.** A running job's time limit (what reservations and backfill plan with) is exactly
   its run time where it was placed: the trace duration, times the slowdown when it spans. A waiting job's
   limit is the time it would need wherever the policy may put it: times the slowdown when the policy can
