@@ -205,11 +205,23 @@ def goals(results: dict[str, dict], config: str) -> str:
     )
 
 
-def replay_halves(doc: str, default_out: str, configs: dict, key, replay, argv=None, always=()) -> dict:
-    """The command line both benchmarks share: parse it, replay every (configuration, half, slowdown,
+def replay_halves(
+    doc: str,
+    default_out: str,
+    configs: dict,
+    key,
+    replay,
+    argv=None,
+    always=(),
+    halves=HALVES,
+    slowdowns=SLOWDOWNS,
+    samples=SAMPLES,
+) -> dict:
+    """The command line the benchmarks share: parse it, replay every (configuration, half, slowdown,
     sample) not yet in the output folder (`replay(task)` -> (key, metrics), in `--workers` processes, each
     kept as one JSON file) and return every replay's figures there, by key. `always`: configurations
-    replayed even when `--only` leaves them out (what goals are measured against)."""
+    replayed even when `--only` leaves them out (what goals are measured against). `halves`, `slowdowns`
+    and `samples`: what each configuration is replayed on (by default this benchmark's)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument(
         "--traces",
@@ -220,6 +232,7 @@ def replay_halves(doc: str, default_out: str, configs: dict, key, replay, argv=N
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", action="append", choices=list(configs), help="configurations to run")
     parser.add_argument("--tables-only", action="store_true", help="print the tables of what is there")
+    parser.add_argument("--half", action="append", choices=list(halves), help="halves to run (default: all)")
     args = parser.parse_args(argv)
     if not args.traces and not args.tables_only:
         parser.error("name the ITP traces' folder: --traces DIR or ITP_TRACES=DIR")
@@ -230,9 +243,9 @@ def replay_halves(doc: str, default_out: str, configs: dict, key, replay, argv=N
     tasks = [
         (key(c, h, sd, s), c, h, sd, s, args.traces)
         for c in chosen
-        for h in HALVES
-        for sd in SLOWDOWNS
-        for s in SAMPLES
+        for h in args.half or halves
+        for sd in slowdowns
+        for s in samples
         if not (folder / f"{key(c, h, sd, s)}.json").exists()
     ]
     if tasks and not args.tables_only:

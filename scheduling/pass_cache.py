@@ -27,6 +27,7 @@ import threading
 from django.db import connection
 from django.utils import timezone
 
+from core.fabric import Fabric
 from inventory.staleness import silent_policy, silent_tray_pks
 from scheduling.models import Allocation
 from scheduling.pass_cluster import ClusterState, Held, Mark, build, group_allocations
@@ -221,12 +222,17 @@ def _catch_up(state: ClusterState, placed: dict[int, object], rows: int, last: i
     return state.rows == rows and highest == last
 
 
-def read(placed: dict[int, object]) -> ClusterState:
+def read(placed: dict[int, object], fabric: Fabric | None = None) -> ClusterState:
     """The cluster for a pass, with the allocations of the running jobs in `placed` (pk -> when it was
-    placed, as the pass read it): the one this process kept, checked and brought up to date, or read cold."""
+    placed, as the pass read it): the one this process kept, checked and brought up to date, or read cold.
+    `fabric`: the compute fabric above the racks (core.fabric; none by default); a kept cluster built on
+    another fabric is read cold again."""
+    fabric = fabric if fabric is not None else Fabric()
     key = _database()
     with _kept_lock:
         state = _kept.pop(key, None)
+    if state is not None and state.cluster.fabric != fabric:
+        state = None
     if state is not None:
         state.cold = False
         try:
@@ -236,7 +242,7 @@ def read(placed: dict[int, object]) -> ClusterState:
         except (ValueError, KeyError):  # the cluster's own checks refused a change (never expected)
             state = None
     if state is None:
-        state = build(placed, _mark() if _has_log() else None)
+        state = build(placed, _mark() if _has_log() else None, fabric)
     cluster = state.cluster
     state.jobs_before = dict(cluster.jobs)
     state.free_before = cluster.free_gpus

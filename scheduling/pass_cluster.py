@@ -15,6 +15,7 @@ from datetime import datetime
 
 from django.db import connection
 
+from core.fabric import Fabric
 from core.hardware import GPUS_PER_TRAY
 from inventory.models import ComputeTray, Gpu
 from inventory.selectors import unsettled_fabric_trays
@@ -183,10 +184,11 @@ def _rows(queryset) -> list[tuple]:
         return cursor.fetchall()
 
 
-def build(placed: dict[int, object], mark: Mark | None = None) -> ClusterState:
+def build(placed: dict[int, object], mark: Mark | None = None, fabric: Fabric | None = None) -> ClusterState:
     """Read the cluster cold: trays in rack/partition/slot order, each with the GPUs a job may use (the
     schedulable ones, and the ones a running job holds anyway), and the running jobs' GPUs allocated on it.
-    `placed`: when each running job was placed, as the pass read it (its version; any comparable value)."""
+    `placed`: when each running job was placed, as the pass read it (its version; any comparable value).
+    `fabric`: the compute fabric above the racks (core.fabric), for multi-rack placement; none by default."""
     trays = _rows(tray_rows())
     tray_index = {row[0]: t for t, row in enumerate(trays)}
     tray_gpus: list[list[int]] = [[] for _ in trays]
@@ -219,8 +221,11 @@ def build(placed: dict[int, object], mark: Mark | None = None) -> ClusterState:
         for t, n in unschedulable:
             state.held_unschedulable[t] += n
     state.cluster = Cluster(
-        TraySpec(hostname, rack, partition, state.capacity(t), owner, pk not in unsettled)
-        for t, (pk, hostname, rack, partition, owner) in enumerate(trays)
+        (
+            TraySpec(hostname, rack, partition, state.capacity(t), owner, pk not in unsettled)
+            for t, (pk, hostname, rack, partition, owner) in enumerate(trays)
+        ),
+        fabric,
     )
     for pk, why in degraded.items():
         if (t := tray_index.get(pk)) is not None:

@@ -19,6 +19,7 @@ from django.db.models import FloatField, Func
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from core.fabric import Fabric
 from scheduling import pass_cache
 from scheduling.checks import minutes_of
 from scheduling.choices import HOLDING_STATES, JobState
@@ -257,13 +258,14 @@ def engine_options() -> dict:
     return options
 
 
-def gather(*, kept: bool = True) -> PassInputs:
+def gather(*, kept: bool = True, fabric: Fabric | None = None) -> PassInputs:
     """Read everything a pass decides from, in a fixed handful of queries (tests/scheduling/
     test_pass_queries.py): the departments, the projects, the running jobs, the cluster with their GPUs
     (`read`: the one this process keeps when `kept`, else cold and not to be kept: a dry run must not touch
     the pass's), the silent trays held out (`silence`), the pending jobs, and the departments' decayed
     usage when the pass orders borrowers by it (settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS: one query
-    more). A pass calls `keep(state)` after."""
+    more). `fabric`: the compute fabric above the racks (core.fabric) multi-rack jobs are placed on (none by
+    default: placed as if the fabric were flat). A pass calls `keep(state)` after."""
     departments = list(Department.objects.all())
     projects = project_rows()
     half_life_s = settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S
@@ -271,7 +273,7 @@ def gather(*, kept: bool = True) -> PassInputs:
     usage = decayed_usage(timezone.now(), half_life_s) if ordered else None  # one query, when used
     holding_rows = read_running()
     placed = {row[0]: row[-1] for row in holding_rows}
-    state = pass_cache.read(placed) if kept else build(placed)
+    state = pass_cache.read(placed, fabric) if kept else build(placed, fabric=fabric)
     pass_cache.silence(state)  # nodes that stopped reporting: no new work there (node_silent rule)
     cluster = state.cluster
     return PassInputs(

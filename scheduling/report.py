@@ -128,6 +128,46 @@ the tray {config["manual_delay_s"] / 3600:g} h later, and the tray returns at th
 <table><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>"""
 
 
+FABRIC_ROWS = (
+    (("multi_rack", "jobs"), "multi-rack jobs (more trays than a rack)", "{:,}"),
+    (("fitting_one_unit", "jobs"), "... of them fitting one scalable unit", "{:,}"),
+    ("fitting_in_one_unit", "... of those, run inside one unit", "{:.1%}"),
+    (("fitting_one_unit", "avg_wait_s"), "their average wait (h)", "hours"),
+    (("fitting_one_unit", "avg_jct_s"), "their average JCT (h)", "hours"),
+    (("multi_rack", "avg_wait_s"), "multi-rack average wait (h)", "hours"),
+    (("multi_rack", "avg_jct_s"), "multi-rack average JCT (h)", "hours"),
+    ("cross_unit_jobs", "jobs across scalable units (spine crossings)", "{:,}"),
+    ("cross_spine_jobs", "jobs across spine groups", "{:,}"),
+    ("cross_unit_slowdown_gpu_s", "GPU-time added by crossing units (GPU-h)", "gpu-hours"),
+    (("single_rack", "avg_wait_s"), "single-rack average wait (h)", "hours"),
+    (("single_rack", "avg_jct_s"), "single-rack average JCT (h)", "hours"),
+)
+
+
+def _fabric_table(results: dict) -> str:
+    """Per policy, the compute fabric's figures (results `fabric`); "" without a fabric."""
+    config = results["config"]
+    policies = [p for p, metrics in results["policies"].items() if metrics.get("fabric")]
+    if not config.get("fabric") or not policies:
+        return ""
+    head = "".join(f"<th>{html.escape(p)}</th>" for p in policies)
+    rows = []
+    for key, label, form in FABRIC_ROWS:
+        cells = "".join(
+            f"<td>{_cell(_value(results['policies'][p]['fabric'], key), form)}</td>" for p in policies
+        )
+        rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+    blind = (
+        " Every policy placed as if the fabric were flat (--fabric-blind)."
+        if config.get("fabric_blind")
+        else ""
+    )
+    return f"""<h2>The compute fabric</h2>
+<p>Racks under {html.escape(str(config["fabric"]))}; a job whose racks span scalable units runs
+{config["cross_unit_slowdown"]:g} times longer; fabric wait {config["fabric_wait_s"] / 3600:g} h.{blind}</p>
+<table><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>"""
+
+
 def _recarve_table(results: dict) -> str:
     """Per policy that re-carved (results `recarve`): how often, the GPU-time trays spent re-carving, and
     each re-carve with its reason (the first 200); "" when re-carving was off."""
@@ -322,6 +362,7 @@ Departments (one per trace file): {departments}.</p>
 {_table(results)}
 {_command(config)}
 {_fault_table(results)}
+{_fabric_table(results)}
 {_recarve_table(results)}
 {body}
 <details><summary>results.json</summary><pre>{html.escape(json.dumps(results, indent=2))}</pre></details>

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from core.fabric import Fabric
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import ANY, PARTITION, RACK
@@ -197,9 +198,12 @@ def parse_layout(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def build_cluster(racks: int, sizes: Sequence[int], owners: Sequence[str | None] = ()) -> Cluster:
+def build_cluster(
+    racks: int, sizes: Sequence[int], owners: Sequence[str | None] = (), fabric: Fabric | None = None
+) -> Cluster:
     """`racks` NVL72 racks, each carved into partitions p1, p2... of `sizes` trays, in slot order; rack r's
-    partitions are dedicated to `owners[r]` (a department) where given, else shared."""
+    partitions are dedicated to `owners[r]` (a department) where given, else shared; `fabric`: the compute
+    fabric above the racks (scheduling.simulation_fabric), none by default."""
     if racks < 1:
         raise SimulationError("a cluster needs at least one rack")
     specs = []
@@ -211,7 +215,7 @@ def build_cluster(racks: int, sizes: Sequence[int], owners: Sequence[str | None]
             for _ in range(size):
                 slot += 1
                 specs.append(TraySpec(f"{rack}-t{slot:02d}", rack, f"p{number}", owner=owner))
-    return Cluster(specs)
+    return Cluster(specs, fabric)
 
 
 def dedicated_owners(

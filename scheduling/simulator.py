@@ -25,6 +25,11 @@ Assumptions, each a choice that any figure rests on:
 * **Span slowdown.** A job whose trays span NVLink partitions (and so racks too, when it spans racks) runs
   `span_slowdown` times longer than in the trace (default 1.5: communication-bound training over
   InfiniBand instead of NVLink; 1.0 turns it off). It holds its GPUs for that longer time.
+* **Compute fabric** (optional, `fabric`; the command's ``--fabric``): the racks hang under scalable units
+  and spine groups (`simulation_fabric.parse_fabric`); rackplane keeps multi-rack jobs inside one unit when
+  it can (scheduling.engine.placement), and a job whose racks span units runs `cross_unit_slowdown` times
+  longer again (default 1.25). `fabric_blind` places as if the fabric were flat (the topology-blind
+  baseline). `simulation_fabric.large_jobs` is the stated synthetic large-job mix.
 * **Exact time limits.** A running job's time limit (what reservations and backfill plan with) is exactly
   its run time where it was placed: the trace duration, times the slowdown when it spans. A waiting job's
   limit is the time it would need wherever the policy may put it: times the slowdown when the policy can
@@ -78,6 +83,7 @@ from itertools import compress
 from operator import attrgetter
 
 from core.blocks import BlockPartition, block_layout_error, sizes_error
+from core.fabric import Fabric
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.mig import (
@@ -96,8 +102,9 @@ from scheduling.engine.mig import (
 )
 from scheduling.engine.placement import PARTITION, POLICIES, RACK, RACKPLANE, Request
 from scheduling.engine.recarve import RecarvePolicy, cluster_block_check, propose, waiting_gangs
-from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
+from scheduling.engine.scheduler import Department, Options, PendingJob, Project, RunningJob, schedule
 from scheduling.engine.stranded import CAUSES, stranded
+from scheduling.simulation_fabric import LARGE_DEPARTMENT, large_jobs, parse_fabric
 from scheduling.simulation_inputs import (
     RACK_TRAYS,
     FaultTrace,
@@ -128,6 +135,7 @@ __all__ = [
     "BEST_FIT",
     "DEFAULT_CHECKPOINT_LOSS_S",
     "DEFAULT_CHECK_S",
+    "DEFAULT_CROSS_UNIT_SLOWDOWN",
     "DEFAULT_DETECT_S",
     "DEFAULT_FALLBACK_AFTER_S",
     "DEFAULT_HALF_LIFE_S",
@@ -135,6 +143,7 @@ __all__ = [
     "DEFAULT_RECARVE_DELAY_S",
     "DEFAULT_SPAN_SLOWDOWN",
     "FAULT_MODES",
+    "LARGE_DEPARTMENT",
     "MANUAL",
     "METRICS",
     "PREEMPTION_MODES",
@@ -155,6 +164,7 @@ __all__ = [
     "build_cluster",
     "fallback",
     "jitter_traces",
+    "large_jobs",
     "load_faults",
     "load_trace",
     "load_traces",
@@ -162,6 +172,7 @@ __all__ = [
     "map_faults",
     "mig_trays",
     "parse_duration",
+    "parse_fabric",
     "parse_guarantees",
     "parse_layout",
     "parse_mig_plan",
@@ -172,6 +183,9 @@ __all__ = [
 ]
 
 DEFAULT_SPAN_SLOWDOWN = 1.5
+# A job whose racks span scalable units runs this many times longer again (its collectives cross the spine
+# layer); only with a fabric (`fabric`). An assumption, varied in docs/simulator.md.
+DEFAULT_CROSS_UNIT_SLOWDOWN = 1.25
 DEFAULT_CHECKPOINT_LOSS_S = 600.0
 DEFAULT_FALLBACK_AFTER_S = 3600.0
 RESUME, RESTART = "resume", "restart"
@@ -478,6 +492,8 @@ class _Replay:
         recarve: RecarvePlan | None = None,
         mig: MigPlan | None = None,
         mig_tray_list: Sequence[int] = (),
+        cross_unit_slowdown: float = DEFAULT_CROSS_UNIT_SLOWDOWN,
+        fabric: Fabric | None = None,
     ):
         self.jobs = sorted(jobs, key=lambda j: (j.submitted_at, j.id))
         self.by_id = {job.id: job for job in jobs}
@@ -504,6 +520,26 @@ class _Replay:
         # whatever re-carving makes later.
         self.max_partition_trays = cluster.max_partition_trays
         self.topology = {job.id: locality(job.gpus, cluster) for job in jobs}
+        # The compute fabric (simulation_fabric): a job whose racks span scalable units runs
+        # `cross_unit_slowdown` times longer again; the engine's fabric wait needs a pass when it ends.
+        # `fabric` is the racks' real fabric, also when the cluster the policy places on does not know it (a
+        # topology-blind baseline): the figures and the slowdown follow the real one.
+        self.fabric = fabric if fabric is not None else cluster.fabric
+        self.rack_path = [self.fabric.path(name) for name in cluster.rack_name]
+        self.fabric_units = len(self.fabric.members(self.fabric.levels[-1]))
+        self.cross_unit_slowdown = cross_unit_slowdown if self.fabric_units > 1 else 1.0
+        self.fabric_wait_s = float(self.engine_options.get("fabric_wait_s", Options.fabric_wait_s))
+        unit_trays: dict[str, int] = {}
+        for r, path in enumerate(self.rack_path):
+            if path is not None:
+                trays = sum(len(cluster.part_trays[p]) for p in cluster.rack_parts[r])
+                unit_trays[path[-1]] = unit_trays.get(path[-1], 0) + trays
+        self.unit_trays = max(unit_trays.values(), default=0)
+        self.cross_unit: dict[
+            int, bool
+        ] = {}  # job -> it ran across scalable units (its traffic crossed spines)
+        self.cross_spine: dict[int, bool] = {}  # job -> it ran across spine groups
+        self.cross_unit_extra_gpu_s = 0.0
         self.fallback_after_s = fallback_after_s
         self.fallback = {
             job.id: wider
@@ -521,6 +557,7 @@ class _Replay:
                 and (policy != RACKPLANE or self.topology[job.id] != PARTITION or job.id in self.fallback)
                 else 1.0
             )
+            * (self.cross_unit_slowdown if job.trays > cluster.max_rack_trays else 1.0)
             for job in jobs
         }
         self._init_recarve(recarve if policy == RACKPLANE else None, jobs)
@@ -755,6 +792,12 @@ class _Replay:
             and now < (wake := self.queued_at[job.id] + self.fallback_after[job.id]) < math.inf
         ):
             heapq.heappush(self.wakes, (wake, job.id))
+        if (
+            self.fabric_wait_s
+            and job.trays > self.cluster.max_rack_trays
+            and now < self.queued_at[job.id] + self.fabric_wait_s
+        ):  # its fabric wait ends (scheduling.engine.scheduler): a pass then lets it expand
+            heapq.heappush(self.wakes, (self.queued_at[job.id] + self.fabric_wait_s, job.id))
         if self.preempt_after_s and self.queued_at[job.id] + self.preempt_after_s > now:
             heapq.heappush(self.wakes, (self.queued_at[job.id] + self.preempt_after_s, job.id))
         if self.promoted and job.id in self.promoted:
@@ -797,6 +840,16 @@ class _Replay:
         if self.recarved_for and job.id in self.recarved_for and partitions & self.recarved_for.pop(job.id):
             self.recarved_starts += 1
         factor = self.slowdown if len(partitions) > 1 else 1.0
+        if self.fabric_units and len(racks) > 1:
+            groups = [self.rack_path[r] or () for r in racks]
+            if len({g[-1] if g else None for g in groups}) > 1:
+                self.cross_unit[job.id] = True
+                self.cross_unit_extra_gpu_s += (
+                    factor * (self.cross_unit_slowdown - 1.0) * self.remaining[job.id] * job.gpus
+                )
+                factor *= self.cross_unit_slowdown
+            if len({g[0] if g else None for g in groups}) > 1:
+                self.cross_spine[job.id] = True
         if len(partitions) > 1:
             self.one_partition[job.id] = False
         if len(racks) > 1:
@@ -1311,6 +1364,44 @@ class _Replay:
             "makespan_s": round(max(self.end.values()) - first, 1),
         }
 
+    def fabric_metrics(self) -> dict:
+        """The compute fabric's figures (issue 33): multi-rack jobs (more trays than a rack), those of them
+        that fit one scalable unit and how many ran inside one (every placement they had), their waits and
+        JCTs, and the jobs whose traffic crossed the spine layer (spanning units) or spine groups."""
+        rack = self.cluster.max_rack_trays
+        multi = [j for j in self.jobs if j.trays > rack]
+        fitting = [j for j in multi if j.trays <= self.unit_trays]
+
+        def mean(values: list[float]) -> float | None:
+            return round(sum(values) / len(values), 1) if values else None
+
+        def group(jobs: list[TraceJob]) -> dict:
+            return {
+                "jobs": len(jobs),
+                "avg_wait_s": mean([self.wait[j.id] for j in jobs]),
+                "avg_jct_s": mean([self.end[j.id] - j.submitted_at for j in jobs]),
+            }
+
+        inside = [j for j in fitting if not self.cross_unit.get(j.id)]
+        return {
+            "units": self.fabric_units,
+            "unit_trays": self.unit_trays,
+            "cross_unit_slowdown": self.cross_unit_slowdown,
+            "multi_rack": group(multi),
+            "fitting_one_unit": group(fitting),
+            "fitting_in_one_unit": round(len(inside) / len(fitting), 4) if fitting else None,
+            # Of the fitting jobs that ran across units, those preempted at least once (a resumed job waits no
+            # more for a unit: its fabric wait runs from its submission).
+            "fitting_across_units_preempted": sum(
+                1 for j in fitting if self.cross_unit.get(j.id) and j.id in self.preempted_jobs
+            ),
+            "cross_unit_jobs": sum(1 for j in self.jobs if self.cross_unit.get(j.id)),
+            "cross_spine_jobs": sum(1 for j in self.jobs if self.cross_spine.get(j.id)),
+            "cross_unit_slowdown_gpu_s": round(self.cross_unit_extra_gpu_s, 1),
+            # The single-rack figures the issue keeps: jobs of at most one rack's trays.
+            "single_rack": group([j for j in self.jobs if j.trays <= rack]),
+        }
+
     def metrics(self) -> dict:
         jobs = self.jobs
         first, last = self.window
@@ -1396,6 +1487,7 @@ class _Replay:
                 cause: round(gpu_s, 1) for cause, gpu_s in self.stranded_gpu_s.items()
             },
             "scheduling_wall_s": round(self.pass_wall, 3),
+            **({"fabric": self.fabric_metrics()} if self.fabric_units else {}),
             "estimated_starts": self.estimate_metrics(),
             "departments": departments,
             **({"projects": projects} if projects else {}),
@@ -1535,6 +1627,9 @@ def simulate(
     recarve: RecarvePlan | None = None,
     dedicated: Mapping[str, int] | None = None,
     mig: MigPlan | None = None,
+    fabric: str | None = None,
+    cross_unit_slowdown: float = DEFAULT_CROSS_UNIT_SLOWDOWN,
+    fabric_blind: bool = False,
 ) -> PolicyRun:
     """Replay `traces` (one department each) on a fresh cluster under one placement policy.
 
@@ -1551,6 +1646,11 @@ def simulate(
     to departments (the first racks, in the order given; `simulation_inputs.dedicated_owners`).
     `mig` puts trays in MIG mode and turns jobs into slice requests (MigPlan); the run's metrics then have
     `mig` (`_Replay.mig_metrics`).
+    `fabric` (``units=U,racks-per-unit=R,spines=S``: simulation_fabric.parse_fabric) hangs the racks under a
+    compute fabric: rackplane keeps multi-rack jobs inside one scalable unit when it can (the baselines
+    ignore it), a job spanning units runs `cross_unit_slowdown` times longer, and the metrics get `fabric`
+    (`_Replay.fabric_metrics`). `fabric_blind`: the policy places as if the fabric were flat (rackplane
+    before issue 33: the topology-blind baseline), the figures and slowdown still following the fabric.
     """
     if faults is not None:
         _check_fault_plan(faults)
@@ -1581,10 +1681,18 @@ def simulate(
             f"the fallback bound must be a number of seconds >= 0, not {fallback_after_s!r}"
         )
     _check_half_life(half_life_s)
+    cluster_given, real = cluster, None
     if cluster is None:
         sizes = parse_layout(layout) if isinstance(layout, str) else tuple(layout)
         owners = dedicated_owners(dedicated, racks, {t.department for t in traces}) if dedicated else ()
-        cluster = build_cluster(racks, sizes, owners)
+        real = parse_fabric(fabric, racks) if fabric else None
+        cluster = build_cluster(racks, sizes, owners, None if fabric_blind else real)
+    if not (
+        isinstance(cross_unit_slowdown, int | float)
+        and math.isfinite(cross_unit_slowdown)
+        and cross_unit_slowdown >= 1
+    ):
+        raise SimulationError(f"the cross-unit slowdown must be a number >= 1.0, not {cross_unit_slowdown!r}")
     if not any(trace.jobs for trace in traces):
         raise SimulationError("no jobs to replay")
     mig_tray_list = mig_trays(cluster, mig.trays_per_rack) if mig is not None else []
@@ -1610,6 +1718,8 @@ def simulate(
         recarve,
         mig,
         mig_tray_list,
+        float(cross_unit_slowdown),
+        real if cluster_given is None else None,
     )
     replay.run()
     metrics = replay.metrics()
@@ -1699,6 +1809,9 @@ def run(
     recarve: RecarvePlan | None = None,
     dedicated: Mapping[str, int] | None = None,
     mig: MigPlan | None = None,
+    fabric: str | None = None,
+    cross_unit_slowdown: float = DEFAULT_CROSS_UNIT_SLOWDOWN,
+    fabric_blind: bool = False,
 ) -> tuple[dict, list[PolicyRun]]:
     """Replay under each policy; returns (results dict for results.json, the runs for the report).
 
@@ -1715,6 +1828,8 @@ def run(
         _check_recarve(recarve)
     sizes = parse_layout(layout)
     _check_policies(policies)
+    if fabric:
+        parse_fabric(fabric, racks)  # a wrong fabric fails here, before any replay
     capacity = racks * RACK_TRAYS * GPUS_PER_TRAY
     mig_config = None
     if mig is not None:
@@ -1751,6 +1866,9 @@ def run(
         "recarve": recarve,
         "dedicated": dict(dedicated or {}),
         "mig": mig,
+        "fabric": fabric,
+        "cross_unit_slowdown": cross_unit_slowdown,
+        "fabric_blind": fabric_blind,
     }
     _check_half_life(half_life_s)
     if dedicated:
@@ -1809,6 +1927,11 @@ def run(
             "wait_s": recarve.wait_s,
         },
         "dedicated_racks": dict(dedicated or {}),  # department -> whole racks dedicated to it
+        # The compute fabric (simulation_fabric; None: flat) and what crossing its units costs a job.
+        "fabric": fabric,
+        "cross_unit_slowdown": cross_unit_slowdown if fabric else None,
+        "fabric_wait_s": float((engine_options or {}).get("fabric_wait_s", Options.fabric_wait_s)),
+        "fabric_blind": fabric_blind if fabric else None,
         **({"mig": mig_config} if mig_config is not None else {}),
         **({"faults": _fault_config(faults, racks * RACK_TRAYS)} if faults is not None else {}),
         # What of the traces was left out or merged so that they replay (load_trace, fit_traces): by file.

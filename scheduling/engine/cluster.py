@@ -14,6 +14,10 @@ free GPUs keeps these indexes exact, each update O(1):
   with an unhealthy GPU (g = 1-3), and free trays whose fabric is unsettled (g = 4, below). Small jobs pack
   into these first.
 
+* ``group_whole[owner][depth][g]``: whole free trays of that owner's partitions in fabric group g at level
+  ``fabric.levels[depth]`` (a scalable unit, a spine group: core.fabric), for multi-rack placement that
+  expands outward only when necessary (scheduling.engine.placement). Empty without a fabric.
+
 Ordered sets are dicts (insertion-ordered, O(1) add/remove), so a run is deterministic.
 
 A tray is *whole free* when it has all ``GPUS_PER_TRAY`` GPUs schedulable and free, and its fabric is
@@ -37,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from core.fabric import Fabric
 from core.hardware import GPUS_PER_TRAY
 
 Owner = str | None  # a department name for a dedicated partition, None for a shared one
@@ -55,7 +60,14 @@ class TraySpec:
 
 
 class Cluster:
-    def __init__(self, trays: Iterable[TraySpec]):
+    def __init__(self, trays: Iterable[TraySpec], fabric: Fabric | None = None):
+        # The compute fabric above the racks (core.fabric): each known rack's groups, by level, as indexes.
+        self.fabric = fabric if fabric is not None else Fabric()
+        self.group_names: list[list[str]] = [[] for _ in self.fabric.levels]  # depth -> group names
+        self.group_of: list[dict[str, int]] = [{} for _ in self.fabric.levels]  # depth -> name -> index
+        self.group_racks: list[list[list[int]]] = [[] for _ in self.fabric.levels]  # depth -> group -> racks
+        self.rack_groups: list[tuple[int, ...]] = []  # rack -> its group at each depth; () when unknown
+        self.part_groups: list[tuple[int, ...]] = []  # partition -> its rack's groups
         # Trays, by index in cluster order.
         self.tray_host: list[str] = []
         self.tray_part: list[int] = []
@@ -119,10 +131,22 @@ class Cluster:
         self.part_trays[p].append(t)
 
     def _add_rack(self, name: str) -> int:
+        r = len(self.rack_name)
         self.rack_name.append(name)
         self.rack_parts.append([])
         self.rack_whole.append(0)
-        return len(self.rack_name) - 1
+        path = self.fabric.path(name)
+        groups: list[int] = []
+        for depth, group in enumerate(path or ()):
+            g = self.group_of[depth].get(group)
+            if g is None:
+                g = self.group_of[depth][group] = len(self.group_names[depth])
+                self.group_names[depth].append(group)
+                self.group_racks[depth].append([])
+            self.group_racks[depth][g].append(r)
+            groups.append(g)
+        self.rack_groups.append(tuple(groups))
+        return r
 
     def _add_partition(self, name: str, r: int, owner: Owner) -> int:
         p = len(self.part_name)
@@ -132,6 +156,7 @@ class Cluster:
         self.part_trays.append([])
         self.part_whole.append(0)
         self.part_free.append({})
+        self.part_groups.append(self.rack_groups[r])
         self.rack_parts[r].append(p)
         return p
 
@@ -150,6 +175,15 @@ class Cluster:
             owner: [{} for _ in range(GPUS_PER_TRAY + 1)] for owner in self.owners
         }
         self.whole_by_owner: dict[Owner, int] = dict.fromkeys(self.owners, 0)
+        self.group_whole: dict[Owner, list[list[int]]] = {
+            owner: [[0] * len(names) for names in self.group_names] for owner in self.owners
+        }
+        # Trays in each fabric group (all of them, busy or not): what a group could give a job some day.
+        self.group_trays: list[list[int]] = [[0] * len(names) for names in self.group_names]
+        for r, groups in enumerate(self.rack_groups):
+            trays = sum(len(self.part_trays[p]) for p in self.rack_parts[r])
+            for depth, g in enumerate(groups):
+                self.group_trays[depth][g] += trays
         self.dedicated_owners: list[str] = sorted(owner for owner in self.owners if owner is not None)
         # Racks that hold partitions dedicated to an owner (few): checked before the shared rack index.
         self.owner_racks: dict[Owner, list[int]] = {}
@@ -217,6 +251,11 @@ class Cluster:
             self.rack_whole[r] = k + delta
             self.rack_buckets[k + delta][r] = None
         self.whole_by_owner[self.part_owner[p]] += delta
+        groups = self.part_groups[p]
+        if groups:
+            counts = self.group_whole[self.part_owner[p]]
+            for depth, g in enumerate(groups):
+                counts[depth][g] += delta
 
     def _index(self, t: int) -> None:
         if self.tray_held[t]:

@@ -4,7 +4,12 @@ A job asks for `gpus`: 1-4 GPUs on one tray, or a multiple of 4 as whole trays. 
 
 * ``partition``: all trays in one NVLink partition (multi-node NVLink needs it);
 * ``rack``: all trays in one NVLink domain (rack), in as few partitions as possible;
-* ``any``: anywhere, in as few partitions and racks as possible.
+* ``any``: anywhere, in as few partitions and racks as possible; on a cluster with a compute fabric
+  (core.fabric, `Cluster.fabric`) a job that fits no rack expands outward only when necessary: whole
+  partitions or racks inside one scalable unit when one has room (the unit with the fewest free trays that
+  fit: best fit, so the largest free units stay whole), else inside one spine group (the same rule), else
+  anywhere. `Request.within` names a level the job stays inside (it waits for one rather than expanding:
+  the scheduler's bounded fabric wait, `Options.fabric_wait_s`). Without a fabric, placement is as before.
 
 Policies:
 
@@ -42,6 +47,8 @@ class Request:
     topology: str = PARTITION
     department: str | None = None
     borrow: bool = False  # over quota and preemptible: may use partitions dedicated to other departments
+    # A fabric level (core.fabric, e.g. "unit") an `any` job's trays must stay inside, or None: anywhere.
+    within: str | None = None
 
     def __post_init__(self):
         if self.topology not in TOPOLOGIES:
@@ -140,6 +147,25 @@ ACROSS_RACKS = gettext_noop(
     "no rack had %(trays)s free trays, so across %(racks)s racks and %(parts)s NVLink partitions, the "
     "largest free blocks first (its topology allowed any trays)"
 )
+IN_UNIT = gettext_noop(
+    "no rack had %(trays)s free trays, so across %(racks)s racks in scalable unit %(unit)s, the unit with "
+    "the fewest free trays that fit (%(free)s): larger units stay whole"
+)
+IN_SPINE = gettext_noop(
+    "no scalable unit had %(gpus)s free GPUs, so across %(units)s scalable units of spine group %(spine)s, "
+    "the spine group with the fewest free trays that fit (%(free)s)"
+)
+ACROSS_SPINES = gettext_noop(
+    "no spine group had %(gpus)s free GPUs, so across %(spines)s spine groups, the largest free blocks first"
+)
+NO_UNIT_YET = gettext_noop(
+    "no scalable unit has %(trays)s free trays (the most in one is %(most)s): it waits for one rather than "
+    "spanning units"
+)
+NO_SPINE_YET = gettext_noop(
+    "no spine group has %(trays)s free trays (the most in one is %(most)s): it waits for one rather than "
+    "spanning spine groups"
+)
 NO_GPU_FREE = gettext_noop("no GPU is free")
 NO_TRAY_HAS_ONE = gettext_noop("no tray has %(gpus)s free GPU")
 NO_TRAY_HAS_MANY = gettext_noop("no tray has %(gpus)s free GPUs")
@@ -204,7 +230,42 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
             parts=len(parts),
             topology=request.topology,
         )
+    if not cluster.fabric.empty:
+        words = _fabric_words(cluster, request, racks)
+        if words:
+            return words
     return say(ACROSS_RACKS, trays=n, racks=len(racks), parts=len(parts))
+
+
+def placed_level(cluster: Cluster, placement: Placement) -> str | None:
+    """The narrowest fabric level whose one group holds the whole placement ("unit", "spine"), "rack" when
+    it is on one rack, None when it spans the site or a rack the fabric does not know."""
+    racks = {cluster.rack_name[cluster.tray_rack[t]] for t, _ in placement}
+    if len(racks) == 1:
+        return RACK
+    return cluster.fabric.common_level(racks)
+
+
+def _fabric_words(cluster: Cluster, request: Request, racks: list[int]) -> str:
+    """Which fabric level a multi-rack placement got and why (read before it is allocated), or "" when a
+    rack the fabric does not know is among `racks`."""
+    groups = [cluster.rack_groups[r] for r in racks]
+    if any(not g for g in groups):
+        return ""
+    n = request.trays
+    owners = cluster.usable_owners(request.department, request.borrow)
+    depth = next(
+        (d for d in range(len(cluster.fabric.levels) - 1, -1, -1) if len({g[d] for g in groups}) == 1), None
+    )
+    if depth is None:
+        return say(ACROSS_SPINES, gpus=n * GPUS_PER_TRAY, spines=len({g[0] for g in groups}))
+    g = groups[0][depth]
+    free = sum(cluster.group_whole[owner][depth][g] for owner in owners)
+    name = cluster.group_names[depth][g]
+    if depth == len(cluster.fabric.levels) - 1:
+        return say(IN_UNIT, trays=n, racks=len(racks), unit=name, free=free)
+    units = len({gs[depth + 1] for gs in groups})
+    return say(IN_SPINE, gpus=n * GPUS_PER_TRAY, units=units, spine=name, free=free)
 
 
 def _alternatives(cluster: Cluster, owners, n: int, chosen: int) -> str:
@@ -283,7 +344,55 @@ def _rackplane(cluster: Cluster, request: Request) -> Placement | None:
     placed = _best_rack(cluster, n, request.department, owners)
     if placed is not None or request.topology == RACK:
         return placed
+    if not cluster.fabric.empty:
+        return _outward(cluster, n, owners, request.within)
     return _span(cluster, n, owners)
+
+
+# --- the compute fabric: expanding outward only when necessary ------------------------------------------
+
+
+def _best_group(cluster: Cluster, depth: int, n: int, owners) -> tuple[int, int] | None:
+    """(group, its whole free trays) of the group at `depth` with the fewest whole free trays usable by
+    `owners` that still has n (best fit; the first in fabric order on a tie), or None. O(groups x owners)."""
+    counts = [cluster.group_whole[owner][depth] for owner in owners]
+    best: tuple[int, int] | None = None
+    for g in range(len(cluster.group_names[depth])):
+        free = sum(count[g] for count in counts)
+        if free >= n and (best is None or free < best[1]):
+            best = (g, free)
+    return best
+
+
+def _outward(cluster: Cluster, n: int, owners, within: str | None) -> Placement | None:
+    """n whole trays inside the narrowest fabric group that has them (unit, then spine group), else
+    anywhere; None when `within` names a level no group of which has them yet (the job waits)."""
+    levels = cluster.fabric.levels
+    for depth in range(len(levels) - 1, -1, -1):
+        best = _best_group(cluster, depth, n, owners)
+        if best is not None:
+            return _fill_group(cluster, cluster.group_racks[depth][best[0]], n, owners)
+        if levels[depth] == within:
+            return None
+    return _span(cluster, n, owners)
+
+
+def _fill_group(cluster: Cluster, racks: list[int], n: int, owners) -> Placement:
+    """n whole trays from the group's `racks`: the racks with the most usable free trays first (fewest
+    racks), in each its largest free partitions first (fewest partitions); the group has n."""
+    rank = {owner: i for i, owner in enumerate(owners)}
+
+    def usable(r: int) -> list[int]:
+        return [p for p in cluster.rack_parts[r] if cluster.part_owner[p] in rank and cluster.part_whole[p]]
+
+    free = {r: sum(cluster.part_whole[p] for p in usable(r)) for r in racks}
+    chosen: list[tuple[int, int]] = []
+    for r in sorted(racks, key=lambda r: -free[r]):
+        for p in sorted(usable(r), key=lambda p: (rank[cluster.part_owner[p]], -cluster.part_whole[p])):
+            chosen.extend(_take(cluster, p, n - len(chosen)))
+            if len(chosen) == n:
+                return tuple(chosen)
+    raise AssertionError("the group's whole free trays were counted wrong")
 
 
 def _fill(cluster: Cluster, partitions, n: int) -> tuple[tuple[int, int], ...]:
@@ -461,6 +570,17 @@ def why_not(cluster: Cluster, request: Request) -> str:
             default=0,
         )
         return say(NO_RACK_HAS, trays=n, most=most) + CLAUSES + block + _left_out(cluster, unsettled)
+    if request.within is not None and request.within in cluster.fabric.levels:
+        depth = cluster.fabric.levels.index(request.within)
+        most = max(
+            (
+                sum(cluster.group_whole[owner][depth][g] for owner in owners)
+                for g in range(len(cluster.group_names[depth]))
+            ),
+            default=0,
+        )
+        template = NO_UNIT_YET if depth == len(cluster.fabric.levels) - 1 else NO_SPINE_YET
+        return say(template, trays=n, most=most) + _left_out(cluster, unsettled)
     free = sum(cluster.whole_by_owner[owner] for owner in owners)
     return say(plural(free, WHOLE_TRAYS_ONE_FREE, WHOLE_TRAYS_FREE), trays=n, free=free) + _left_out(
         cluster, unsettled

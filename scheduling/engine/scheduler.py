@@ -39,6 +39,12 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
 5. **Fallback.** An in-quota job that has waited `PendingJob.fallback_after_s` since its submission may
    take its `fallback_topology` (a wider one it accepts, e.g. a rack instead of one partition); jobs that
    give none keep theirs. Borrowers keep theirs (`Options.fallback_borrowers` lets them fall back too).
+6. **Fabric wait.** On a cluster with a compute fabric (core.fabric), a job that may go anywhere and
+   needs more trays than one rack has (or finds no partition or rack with room for it) expands outward
+   only when necessary (scheduling.engine.placement): one scalable unit, then one spine group, then
+   anywhere. With `Options.fabric_wait_s`, such a job that could fit one scalable unit later (a unit has
+   that many trays, busy or not) waits for one up to that long since its submission, then expands: the
+   same trade-off as the fallback's NVLink locality wait, measured (docs/simulator.md). 0: at once.
 
 **Projects.** A department may split its share among projects (`Department.projects`; jobs name theirs in
 `project`): quotas are then hierarchical (`tenancy.quota.hierarchical_fair_share`): a job is in quota when
@@ -88,6 +94,7 @@ from operator import attrgetter, is_not, itemgetter
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.placement import (
+    ANY,
     PARTITION,
     RACK,
     RACKPLANE,
@@ -147,13 +154,15 @@ class PendingJob:
     # `Options.fallback_borrowers`). The simulator gives it to gangs only a re-carve can give one partition
     # (re-carving serves in-quota gangs only: scheduling.engine.recarve).
     borrower_fallback_after_s: float | None = None
+    # The fabric level its trays must stay inside for now (the pass sets it: `Options.fabric_wait_s`).
+    within: str | None = None
 
     @property
     def preemptible(self) -> bool:
         return self.priority_class in PREEMPTIBLE_CLASSES
 
     def request(self, borrow: bool = False) -> Request:
-        return Request(self.gpus, self.topology, self.department, borrow)
+        return Request(self.gpus, self.topology, self.department, borrow, self.within)
 
 
 @dataclass(frozen=True)
@@ -277,6 +286,7 @@ RESERVED_FOR_HEAD = gettext_noop(
     "the free trays it fits on are reserved for job #%(job)s, which should start in %(wait)s"
 )
 WOULD_DELAY_HEAD = gettext_noop("this job's time limit would delay it")
+EXPANDS_IN = gettext_noop("it expands beyond one in %(wait)s (the fabric wait)")
 
 
 class _Pass:
@@ -293,6 +303,7 @@ class _Pass:
         self.in_quota_reservations = options.in_quota_reservations
         self.fallback_borrowers = options.fallback_borrowers
         self.checkpoint_loss_s = options.checkpoint_loss_s
+        self.fabric_wait_s = options.fabric_wait_s
         self.min_runtime = {name: s for name, s in options.min_runtime_s.items() if s > 0}
         self.preempt_why: dict[int, str] = {}  # job -> why it may not preempt yet (see may_preempt_at)
         # Non-preemptible jobs in quota only because their leaf's training gives way (`_consider`).
@@ -383,6 +394,7 @@ class _Pass:
         self.all_reserved: tuple[int, ...] = ()  # indexes of every reservation in `reserved`
         self.held_trays: set[int] = set()
         self.in_quota_reserved = 0
+        self.fabric_reserved = 0  # reservations beyond max_reservations for jobs waiting inside a unit
         self.staying: list[RunningJob] | None = None  # see _staying_borrowers
         self.ends: list[float] | None = None  # see _reserve (None: not computed since the last change)
         self.requests: dict[tuple, Request] = {}  # see _request
@@ -579,7 +591,7 @@ class _Pass:
 
     def _request(self, job: PendingJob, borrow: bool) -> Request:
         """`job.request(borrow)`, made once per shape in the pass (a long queue asks for few shapes)."""
-        key = (job.gpus, job.topology, job.department, borrow)
+        key = (job.gpus, job.topology, job.department, borrow, job.within)
         request = self.requests.get(key)
         if request is None:
             request = self.requests[key] = job.request(borrow)
@@ -949,6 +961,8 @@ class _Pass:
             kind = (PARTITION, n)
         elif self.policy == RACKPLANE and job.topology == RACK and job.gpus > GPUS_PER_TRAY:
             kind = (RACK, 0)
+        elif self.policy == RACKPLANE and job.within in cluster.fabric.levels:
+            kind = (job.within, cluster.fabric.levels.index(job.within))
         else:
             kind = (None, 0)
         groups = self.group_cache.get(kind)
@@ -957,6 +971,11 @@ class _Pass:
                 trays_of = [trays for trays in cluster.part_trays if len(trays) >= n]
             elif kind[0] == RACK:
                 trays_of = [[t for p in parts for t in cluster.part_trays[p]] for parts in cluster.rack_parts]
+            elif kind[0] is not None:  # a fabric level the job waits inside: each of its groups
+                trays_of = [
+                    [t for r in racks for p in cluster.rack_parts[r] for t in cluster.part_trays[p]]
+                    for racks in cluster.group_racks[kind[1]]
+                ]
             else:
                 trays_of = [list(range(len(cluster)))]
             groups = self.group_cache[kind] = [(trays, _getter(trays)) for trays in trays_of]
@@ -1078,6 +1097,10 @@ class _Pass:
         ):
             self.own_topology[job.id] = job.topology
             job = replace(job, topology=job.fallback_topology)
+        if self.fabric_wait_s and job.topology == ANY and self.now - job.submitted_at < self.fabric_wait_s:
+            within = self._fabric_level(job)
+            if within is not None:
+                job = replace(job, within=within)
         borrow = not in_quota
         # `_place`, inlined: in a long queue most jobs stop at the cache of shapes that did not fit.
         backfill: tuple[int, ...] = ()
@@ -1087,8 +1110,12 @@ class _Pass:
             elif self.now + job.time_limit_s <= self.reserved_from:  # so before `reserved_until` too
                 backfill = self.all_reserved
         name = job.department
-        key = (job.gpus, job.topology, name if name in self.cluster.owners else None, backfill, borrow)
+        key: tuple = (job.gpus, job.topology, name if name in self.cluster.owners else None, backfill, borrow)
+        if job.within is not None:  # a shape of its own while it waits inside a fabric level
+            key += (job.within,)
         placement = None if key in self.failed else self._place(job, borrow, key, backfill)
+        if placement is None and job.within is not None and self.options.fabric_wait_slowdown > 1:
+            placement = self._unless_a_unit_is_near(job, borrow, key[:5], backfill)
         if placement is not None:
             self._start(job, placement, over_quota=borrow)
             return True
@@ -1102,6 +1129,7 @@ class _Pass:
             and not (
                 in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
             )
+            and not self._fabric_reservation(job)
         ):
             self.result.waiting[job.id] = ""  # `_wait` when `_may_reserve` says no, without the words
             return True
@@ -1162,7 +1190,10 @@ class _Pass:
             reservation = self._reserve(job, in_quota=not borrow)
             if reservation is not None:
                 if len(self.reserved) >= self.max_reservations:
-                    self.in_quota_reserved += 1  # one of the in-quota gangs' own
+                    if self._fabric_reservation(job):
+                        self.fabric_reserved += 1  # one of the jobs waiting inside a unit
+                    else:
+                        self.in_quota_reserved += 1  # one of the in-quota gangs' own
                 self.reserved.append(reservation)
                 self.reserved_ids.add(reservation.job_id)
                 self.result.reservations.append(reservation)
@@ -1187,16 +1218,57 @@ class _Pass:
                 why=self.preempt_why[job.id],
                 wait=minutes(self.result.may_preempt_at[job.id] - self.now),
             )
+        if self.explain and job.within is not None:
+            reason += CLAUSES + say(
+                EXPANDS_IN, wait=minutes(job.submitted_at + self.fabric_wait_s - self.now)
+            )
         self.result.waiting[job.id] = reason
+
+    def _unless_a_unit_is_near(
+        self, job: PendingJob, borrow: bool, key: tuple, backfill: tuple[int, ...]
+    ) -> Placement | None:
+        """Where `job`, waiting inside a unit none of which has room now, goes if it expands now; None when
+        it should wait: no room wider either, or a unit has room for it (by the running jobs' time limits)
+        sooner than spanning units would cost it (its time limit times `Options.fabric_wait_slowdown` - 1:
+        the site's estimate of how much slower a job runs across units)."""
+        wide = replace(job, within=None)
+        placement = None if key in self.failed else self._place(wide, borrow, key, backfill)
+        if placement is None:
+            return None
+        reservation = self._reserve(job, in_quota=not borrow)
+        cost = (self.options.fabric_wait_slowdown - 1.0) * job.time_limit_s
+        if reservation is not None and reservation.start_at - self.now <= cost:
+            return None
+        return placement
+
+    def _fabric_level(self, job: PendingJob) -> str | None:
+        """The fabric's lowest level (the scalable unit) when `job` needs more than one rack's trays and one
+        unit has that many (busy or not): what it may wait for (`Options.fabric_wait_s`); else None (a job
+        larger than any unit expands at once, to the narrowest wider group with room)."""
+        cluster = self.cluster
+        n = max(1, job.gpus // GPUS_PER_TRAY)
+        if cluster.fabric.empty or job.gpus <= GPUS_PER_TRAY or n <= cluster.max_rack_trays:
+            return None
+        if any(trays >= n for trays in cluster.group_trays[-1]):
+            return cluster.fabric.levels[-1]
+        return None
 
     def _may_reserve(self, job: PendingJob, in_quota: bool) -> bool:
         """The head of the queue (the first `max_reservations` jobs that wait) gets reservations, and so
         does each in-quota multi-tray job that waits, up to `in_quota_reservations` more."""
-        if len(self.reserved) >= self.max_reservations and not (
-            in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
+        if (
+            len(self.reserved) >= self.max_reservations
+            and not (
+                in_quota and job.gpus > GPUS_PER_TRAY and self.in_quota_reserved < self.in_quota_reservations
+            )
+            and not self._fabric_reservation(job)
         ):
             return False  # the most common answer, found without looking at the reservations
         return job.id not in self.reserved_ids
+
+    def _fabric_reservation(self, job: PendingJob) -> bool:
+        """`job` waits inside a unit (the fabric wait) and one of `Options.fabric_reservations` is left."""
+        return job.within is not None and self.fabric_reserved < self.options.fabric_reservations
 
     def _why_with_reservation(self, request: Request) -> str:
         self.cluster.unhold(self.held_trays)
@@ -1374,6 +1446,18 @@ class Options:
     # Historical fair share (module docstring): the half-life the departments' `decayed_usage` was decayed
     # with; None: over-quota work is ordered by the instant's standing only (the usage is ignored).
     half_life_s: float | None = None
+    # A multi-rack job that could fit one scalable unit (the fabric's lowest level) waits for one up to this
+    # long since its submission, then expands (module docstring, Fabric wait); 0: at once. 2 h: measured on
+    # the replay's tuning half (docs/simulator.md, The compute fabric). No effect without a fabric.
+    fabric_wait_s: float = 7200.0
+    # More reservations (beyond max_reservations) for jobs waiting inside a unit: the trays that free up
+    # earliest in one unit are held for them, so small jobs do not keep every unit fragmented while they wait
+    # (backfill may still use them when it ends first).
+    fabric_reservations: int = 0
+    # With a value above 1 (the site's estimate of how much slower a job runs across scalable units), a job
+    # in its fabric wait expands at once when no unit will have room for it sooner than spanning units
+    # would cost it (`_unless_a_unit_is_near`); it waits only for a unit that frees up soon enough.
+    fabric_wait_slowdown: float = 0.0
 
 
 def schedule(

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from core.audit import record_bulk_change
 from core.enqueue import enqueue
+from core.fabric import Fabric
 from core.task_names import DISPATCH_JOB
 from scheduling import pass_cache, pass_inputs
 from scheduling.choices import JobState
@@ -60,14 +61,14 @@ class PassSummary:
     estimated_starts: dict[str, str] = field(default_factory=dict)  # reserved job id -> ISO start estimate
 
 
-def _pass(now) -> PassSummary:
+def _pass(now, fabric: Fabric | None = None) -> PassSummary:
     """Read the cluster and the queue, let the engine decide, then apply what is still valid under lock.
 
     A fixed number of queries whatever the number of racks, jobs or decisions: every read is one query
     per table, every write one statement per kind of change (tests/scheduling/test_pass_queries.py)."""
     started_clock = time.perf_counter()
     # The pass's inputs (the job form's dry run, scheduling.preview, reads the same through `gather`).
-    inputs = pass_inputs.gather()
+    inputs = pass_inputs.gather(fabric=fabric)
     state, departments, slug = inputs.state, inputs.departments, inputs.slug
     project_rows, running, pending = inputs.project_rows, inputs.running, inputs.pending
     engine_args = inputs.engine_args(now)
@@ -152,10 +153,11 @@ def _collection_deferred():
             gc.enable()
 
 
-def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
+def run_pass(*, only_if_requested: bool = False, fabric: Fabric | None = None) -> PassSummary | None:
     """Run passes while scheduling requests are waiting; None when another pass holds the lock (it will
     see our requests), or, with `only_if_requested` (the task), when no request is left: a pass that ran
-    meanwhile answered it (eighteen node reports in a row ask eighteen times, and one or two passes run)."""
+    meanwhile answered it (eighteen node reports in a row ask eighteen times, and one or two passes run).
+    `fabric`: the compute fabric above the racks multi-rack jobs are placed on (core.fabric; none: flat)."""
     with contextlib.suppress(IntegrityError):  # made by a concurrent pass just now
         SchedulerState.objects.get_or_create(pk=1)
     summary = None
@@ -168,7 +170,7 @@ def run_pass(*, only_if_requested: bool = False) -> PassSummary | None:
             if upto is None and only_if_requested:
                 return summary
             now = timezone.now()
-            summary = _pass(now)
+            summary = _pass(now, fabric)
             if upto is not None:
                 SchedulingRequest.objects.filter(pk__lte=upto).delete()
             state.last_pass_at = now

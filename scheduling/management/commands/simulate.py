@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from scheduling import simulator
 from scheduling.engine.placement import POLICIES
 from scheduling.engine.recarve import RecarvePolicy
+from scheduling.engine.scheduler import Options
 
 COLUMNS = (
     ("policy", "{:<15}", "{:<15}"),
@@ -136,6 +137,18 @@ def _command(options: dict) -> str:
             words += [f"--{name.replace('_', '-')}", options[name]]
     for item in options["dedicate"]:
         words += ["--dedicate", item]
+    if options["fabric"]:
+        words += [
+            "--fabric",
+            options["fabric"],
+            "--cross-unit-slowdown",
+            f"{options['cross_unit_slowdown']:g}",
+        ]
+        words += ["--fabric-wait", options["fabric_wait"]]
+        if options["fabric_blind"]:
+            words += ["--fabric-blind"]
+    if options["large_jobs"]:
+        words += ["--large-jobs", str(options["large_jobs"]), "--seed", str(options["seed"])]
     if options["recarve"]:
         words += ["--recarve", "--recarve-smallest", str(options["recarve_smallest"])]
         words += ["--recarve-max-per-hour", str(options["recarve_max_per_hour"])]
@@ -437,6 +450,43 @@ class Command(BaseCommand):
             help="replays run side by side in N processes (default: the CPUs; 1: one after another); the "
             "figures are the same",
         )
+        parser.add_argument(
+            "--fabric",
+            metavar="units=U,racks-per-unit=R,spines=S",
+            help="hang the racks under a compute fabric: R racks to a scalable unit, the U units split over "
+            "S spine groups (U*R must be --racks); rackplane then keeps multi-rack jobs inside one unit when "
+            "it can, and the results get the fabric's figures (docs/simulator.md, The compute fabric)",
+        )
+        parser.add_argument(
+            "--cross-unit-slowdown",
+            type=float,
+            default=simulator.DEFAULT_CROSS_UNIT_SLOWDOWN,
+            metavar="X",
+            help="with --fabric: a job whose racks span scalable units runs X times longer again "
+            f"(default {simulator.DEFAULT_CROSS_UNIT_SLOWDOWN:g})",
+        )
+        parser.add_argument(
+            "--fabric-wait",
+            default=f"{Options.fabric_wait_s / 60:g}m",
+            metavar="DURATION",
+            help="with --fabric: a multi-rack job that could fit one scalable unit waits for one up to "
+            f"DURATION since its submission before it spans units (default {Options.fabric_wait_s / 60:g}m, "
+            "the engine's; 0: at once)",
+        )
+        parser.add_argument(
+            "--fabric-blind",
+            action="store_true",
+            help="with --fabric: every policy places as if the fabric were flat (the topology-blind "
+            "baseline); the figures and the slowdown still follow the fabric",
+        )
+        parser.add_argument(
+            "--large-jobs",
+            type=int,
+            default=0,
+            metavar="N",
+            help="add N jobs of the synthetic large-job mix (96-256 GPUs, 1-12 h; scheduling/"
+            "simulation_fabric.py) as one more department, drawn with --seed",
+        )
         parser.add_argument("--out", metavar="FILE", help="results JSON to write")
         parser.add_argument("--html", metavar="FILE", help="HTML report to write (plotly, self-contained)")
         # The wizard's what-if from the command line (_from_history.py): --trace, --racks and --out are
@@ -495,11 +545,18 @@ class Command(BaseCommand):
                 engine_options["min_runtime_s"] = {"train": min_runtime_s}
             if preempt_after_s := simulator.parse_duration(options["preempt_after"]):
                 engine_options["preempt_after_s"] = preempt_after_s
+            fabric_wait_s = simulator.parse_duration(options["fabric_wait"])
+            if options["fabric"]:
+                engine_options["fabric_wait_s"] = fabric_wait_s
+            elif fabric_wait_s != Options.fabric_wait_s or options["fabric_blind"]:
+                raise simulator.SimulationError("--fabric-wait and --fabric-blind go with --fabric")
             half_life = options["half_life"]
             half_life_s = None if half_life.strip().lower() == "off" else simulator.parse_duration(half_life)
             traces = simulator.load_traces(options["trace"])
             jitter_s = simulator.parse_duration(options["jitter"])
             traces = simulator.jitter_traces(traces, jitter_s, options["seed"])
+            if options["large_jobs"]:
+                traces.append(simulator.large_jobs(traces, options["large_jobs"], options["seed"]))
             dedicated = _parse_dedicated(options["dedicate"]) or None
             recarve = None
             if options["recarve"]:
@@ -551,6 +608,9 @@ class Command(BaseCommand):
                 recarve=recarve,
                 dedicated=dedicated,
                 mig=mig,
+                fabric=options["fabric"],
+                cross_unit_slowdown=options["cross_unit_slowdown"],
+                fabric_blind=options["fabric_blind"],
                 progress=lambda one: self.stderr.write(
                     f"{one.policy}: {one.metrics['jobs']:,} jobs replayed in {one.metrics['wall_s']:.1f}s"
                 ),
@@ -587,6 +647,18 @@ class Command(BaseCommand):
         self.stdout.write("  ".join(head.format(name) for name, head, _ in COLUMNS))
         for policy, metrics in results["policies"].items():
             self.stdout.write(_row(policy, metrics))
+        for policy, metrics in results["policies"].items():
+            if "fabric" in metrics:
+                f = metrics["fabric"]
+                inside = f["fitting_in_one_unit"]
+                jct = f["multi_rack"]["avg_jct_s"]
+                self.stdout.write(
+                    f"{policy}: {f['multi_rack']['jobs']:,} multi-rack jobs, "
+                    f"{f['fitting_one_unit']['jobs']:,} fitting one unit, "
+                    f"{'-' if inside is None else f'{inside:.1%}'} of those inside one; multi-rack average "
+                    f"JCT {'-' if jct is None else f'{jct / 3600:.2f} h'}; {f['cross_unit_jobs']:,} jobs "
+                    f"across units (spine crossings), {f['cross_spine_jobs']:,} across spine groups"
+                )
         for policy, metrics in results["policies"].items():
             if "recarve" in metrics:
                 r = metrics["recarve"]

@@ -1,0 +1,71 @@
+"""The pass places on the compute fabric it is given (issue 33): a two-rack job goes inside one scalable
+unit, and its placed event and job page say which unit and why; without a fabric the pass places as
+before (the largest free blocks first, across units).
+
+On the demo inventory: gb-r01 (one default partition, a tray drained), gb-r02 (carved 2x9) and gb-r03 (one
+partition). The fabric puts gb-r01 and gb-r02 in unit su-1 (33 whole free trays on the demo) and gb-r03
+alone in su-2 (at most 18): a 24-tray job fits only su-1."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from core.fabric import Fabric
+from scheduling.choices import JobEventKind, JobState
+from scheduling.services.passes import run_pass
+from tests.factories import make_department, make_job
+
+pytestmark = pytest.mark.django_db
+
+FABRIC = Fabric(racks={"gb-r01": ("a", "su-1"), "gb-r02": ("a", "su-1"), "gb-r03": ("a", "su-2")})
+
+
+@pytest.fixture
+def department_a(demo_inventory):
+    return make_department("Research", guaranteed_gpus=200)
+
+
+def racks_of(job) -> set[str]:
+    return {host.rsplit("-t", 1)[0] for host in job.placement}
+
+
+def test_a_two_rack_job_is_placed_inside_one_unit_and_its_page_says_which(department_a, member_a):
+    job = make_job(department_a, "pretrain", JobState.PENDING, gpus=96, topology="any", submitted_by=member_a)
+    run_pass(fabric=FABRIC)
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING, job.pending_reason
+    assert racks_of(job) == {"gb-r01", "gb-r02"} and len(job.placement) == 24
+    placed = job.events.get(kind=JobEventKind.PLACED)
+    words = (
+        "no rack had 24 free trays, so across 2 racks in scalable unit su-1, the unit with the fewest free "
+        "trays that fit (33): larger units stay whole"
+    )
+    assert words in placed.message, placed.message
+    client = Client()
+    client.force_login(member_a)
+    page = client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    assert "in scalable unit su-1" in page
+
+
+def test_without_a_fabric_the_pass_places_as_before(department_a):
+    job = make_job(department_a, "pretrain", JobState.PENDING, gpus=96, topology="any")
+    run_pass()
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING
+    assert "gb-r03" in racks_of(job)  # the largest free block first: gb-r03's 18 trays
+    assert "scalable unit" not in job.events.get(kind=JobEventKind.PLACED).message
+
+
+def test_a_pass_on_another_fabric_does_not_reuse_the_cluster_kept_for_the_last(department_a):
+    """The pass keeps its cluster between passes (scheduling.pass_cache): one kept from a pass without the
+    fabric must not place the next pass's job as if the fabric were still flat."""
+    first = make_job(department_a, "small", JobState.PENDING, gpus=4)
+    run_pass()  # keeps a cluster built without the fabric
+    first.refresh_from_db()
+    assert first.state == JobState.STARTING
+    job = make_job(department_a, "pretrain", JobState.PENDING, gpus=96, topology="any")
+    run_pass(fabric=FABRIC)
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING, job.pending_reason
+    assert "gb-r03" not in racks_of(job)
+    assert "in scalable unit su-1" in job.events.get(kind=JobEventKind.PLACED).message
