@@ -46,10 +46,15 @@ def store(figures: dict, parts: tuple[str, ...] | None, directory: Path = RESULT
 
 
 def find_baseline(parts: tuple[str, ...] | None, directory: Path = RESULTS_DIR) -> Path | None:
-    """The stored 1,000-rack figures for the same parts, else those of a run of every part."""
+    """The stored 1,000-rack figures for the same parts, else those of a run of every part, else of a run
+    of some parts that include these."""
     for name in (results_name(BASELINE_RACKS, parts), results_name(BASELINE_RACKS, None)):
         if (directory / name).is_file():
             return directory / name
+    prefix = f"scale-{BASELINE_RACKS}-"
+    for path in sorted(directory.glob(f"{prefix}*.json")):
+        if parts and set(parts) <= set(path.stem.removeprefix(prefix).split("+")):
+            return path
     return None
 
 

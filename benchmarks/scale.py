@@ -43,6 +43,7 @@ import tempfile
 import time
 import urllib.parse
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -501,6 +502,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--telemetry-sources", default="prometheus,direct", help="which metrics sources to measure"
     )
+    parser.add_argument(
+        "--search-history-jobs",
+        type=int,
+        metavar="N",
+        help="finished jobs added before the search part (default: a year at the fleet's rate, 2.1 million "
+        "at 1,000 racks, 21 million at 10,000)",
+    )
     parser.add_argument("--decisions", type=int, default=20000, help="timed placement decisions")
     parser.add_argument("--fill", type=float, default=0.65, help="share of GPUs held during the decisions")
     parser.add_argument("--pass-jobs", type=int, default=200, help="extra pending jobs for the timed pass")
@@ -512,6 +520,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--baseline", metavar="FILE", help="stored figures to compare with (default: the 1,000-rack run's)"
+    )
+    parser.add_argument(
+        "--reuse-seed",
+        action="store_true",
+        help="with DATABASE_URL: keep the racks and tenants an earlier run seeded there when their number is "
+        "--racks (no flush; seed times not measured); e.g. one part at a time at 10,000 racks",
     )
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of one more warm pass to FILE")
     parser.add_argument(
@@ -581,7 +595,9 @@ def measure_pages(args: argparse.Namespace, rng: random.Random) -> dict:
     from inventory.models import ComputeTray, Gpu
     from tenancy.models import Department, Membership
 
-    user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench-password-1")
+    user = get_user_model().objects.filter(
+        username="bench"
+    ).first() or get_user_model().objects.create_superuser("bench", "bench@example.com", "bench-password-1")
     client = Client()
     client.force_login(user)
     rack_names = [f"gb-r{n:0{max(2, len(str(args.racks)))}d}" for n in range(1, args.racks + 1)]
@@ -704,26 +720,35 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
 
     from benchmarks.seeding import copy_seeding
     from inventory.demo import seed_datacenter
-    from inventory.models import Gpu
+    from inventory.models import Gpu, Rack
     from portal.demo.seeding import seed_tenants
+    from scheduling.models import Job
+    from tenancy.models import Department
 
     settings.DEBUG = False  # no query log growing through the run
     database = database_label(origin)
     log(f"database: {database}; migrating")
     call_command("migrate", verbosity=0)
-    call_command("flush", interactive=False, verbosity=0)
+    reuse = args.reuse_seed and Rack.objects.count() == args.racks and Department.objects.exists()
+    if not reuse:
+        call_command("flush", interactive=False, verbosity=0)
 
     # PostgreSQL: the seed's rows go through COPY (benchmarks/seeding.py), the same rows bulk_create writes.
     seeding = copy_seeding() if connection.vendor == "postgresql" else contextlib.nullcontext()
-    log(f"seeding {args.racks} racks")
-    with seeding:
-        started = time.perf_counter()
-        seed_datacenter(racks=args.racks)
-        seed_s = time.perf_counter() - started
-        # Departments, leads, jobs, telemetry and a day of quota history, so the dashboards have data to show.
-        started = time.perf_counter()
-        tenants = seed_tenants()
-        seed_tenants_s = time.perf_counter() - started
+    if reuse:  # --reuse-seed: the racks and tenants an earlier run seeded into DATABASE_URL
+        log(f"reusing the {args.racks} racks seeded before (--reuse-seed)")
+        seed_s = seed_tenants_s = None
+        tenants = SimpleNamespace(departments=Department.objects.count(), jobs=Job.objects.count())
+    else:
+        log(f"seeding {args.racks} racks")
+        with seeding:
+            started = time.perf_counter()
+            seed_datacenter(racks=args.racks)
+            seed_s = time.perf_counter() - started
+            # Departments, leads, jobs, telemetry and a day of quota history: data for the dashboards.
+            started = time.perf_counter()
+            tenants = seed_tenants()
+            seed_tenants_s = time.perf_counter() - started
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
@@ -734,9 +759,11 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         "gpus": Gpu.objects.count(),
         "machine": machine(),
         "database": database,
-        "seed_s": round(seed_s, 2),
-        "seeded_through": "COPY (psycopg)" if connection.vendor == "postgresql" else "bulk_create",
-        "seed_tenants_s": round(seed_tenants_s, 2),
+        "seed_s": None if seed_s is None else round(seed_s, 2),
+        "seeded_through": "reused (--reuse-seed)"
+        if reuse
+        else ("COPY (psycopg)" if connection.vendor == "postgresql" else "bulk_create"),
+        "seed_tenants_s": None if seed_tenants_s is None else round(seed_tenants_s, 2),
         "departments": tenants.departments,
         "jobs": tenants.jobs,
     }
@@ -752,7 +779,10 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         figures.update(measure_pages(args, rng_for("pages")))
     if "search" in parts:
         log("global search latencies (benchmarks/search.py)")
-        figures["search"] = {"database": database, **search.measure_search(rng_for("search"), args.requests)}
+        figures["search"] = {
+            "database": database,
+            **search.measure_search(rng_for("search"), args.requests, args.search_history_jobs),
+        }
     if "estimates" in parts:
         log("estimated starts against real starts in a replay (benchmarks/estimates.py)")
         figures["estimates"] = estimates.measure_estimates(rng_for("estimates"), os.environ.get("ITP_TRACES"))

@@ -150,6 +150,9 @@ def test_goals_at_10000_racks_say_met_or_missed():
 
 def test_the_stored_1000_rack_run_is_found_for_the_same_parts_first(tmp_path):
     assert growth.find_baseline(("pages",), tmp_path) is None
+    several = growth.store(figures(1000, 1), ("pages", "search"), tmp_path)
+    assert growth.find_baseline(("search",), tmp_path) == several
+    assert growth.find_baseline(("pass",), tmp_path) is None
     full = growth.store(figures(1000, 1), None, tmp_path)
     assert growth.find_baseline(("pages",), tmp_path) == full
     pages = growth.store(figures(1000, 1), ("pages",), tmp_path)
