@@ -101,8 +101,9 @@ class CursorOrPagePagination(BasePagination):
 
     A cursor page costs the same at any depth (`WHERE id > last ORDER BY id LIMIT n`, an index walk): at
     10,000 racks a page-number page counts 720,000 GPUs and skips up to all of them (OFFSET). The view names
-    the `sort` keys whose single field is unique (`cursor_sorts`: {key: field}); the default order is the
-    primary key. A sort by another key (not unique, e.g. health) pages by number, as before.
+    the `sort` keys whose single field is unique (`cursor_sorts`: {key: field}) and the unique field of its
+    default order (`cursor_default`, else the primary key). A sort by another key (not unique, e.g. health)
+    pages by number, as before.
 
     Mode, per request: `cursor` given -> cursor; else `page` given -> number; else a sort that is not in
     `cursor_sorts` -> number; else cursor. Both answers have `next`, `previous` and `results`; only the
@@ -117,7 +118,7 @@ class CursorOrPagePagination(BasePagination):
     def _cursor_ordering(self, request, view) -> str | None:
         raw = request.query_params.get("sort", "")
         if not raw:
-            return "pk"
+            return getattr(view, "cursor_default", "pk")
         field = getattr(view, "cursor_sorts", {}).get(raw.removeprefix("-"))
         if field is None:
             return None

@@ -102,6 +102,10 @@ class ComputeTrayViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = ComputeTraySerializer
     filterset_class = ComputeTrayFilter
+    # 180,000 trays at 10,000 racks: by cursor on the unique hostname (rack, then slot, for names as the
+    # inventory writes them), an index walk; numbered pages (`page`) keep the rack-and-slot order.
+    pagination_class = CursorOrPagePagination
+    cursor_default = "hostname"
 
     def get_queryset(self):
         # The last raw report can be large and is not shown: leave it in the database.

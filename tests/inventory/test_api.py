@@ -394,9 +394,12 @@ def test_default_page_size_and_filters_keep_count_and_next(demo_inventory, clien
     body = client.get("/api/v1/gpus/").json()  # by cursor: no count
     assert ("count" in body, len(body["results"])) == (False, 100)
 
-    body = client.get("/api/v1/trays/", {"rack": "gb-r02", "page_size": 5}).json()
+    body = client.get("/api/v1/trays/", {"rack": "gb-r02", "page_size": 5, "page": 1}).json()
     assert body["count"] == 18
     assert "rack=gb-r02" in body["next"]
+    body = client.get("/api/v1/trays/", {"rack": "gb-r02", "page_size": 5}).json()  # by cursor
+    assert "count" not in body and "rack=gb-r02" in body["next"] and "cursor=" in body["next"]
+    assert [row["hostname"] for row in body["results"]] == [f"gb-r02-t{slot:02d}" for slot in range(1, 6)]
 
     body = client.get("/api/v1/racks/", {"page_size": 2}).json()
     assert body["count"] == 3
@@ -410,7 +413,7 @@ def test_default_page_size_and_filters_keep_count_and_next(demo_inventory, clien
 # one prefetch of its trays. Never one query per row. The GPU list pages by cursor: no COUNT(*).
 EXPECTED_QUERIES = {
     "/api/v1/racks/": 4,
-    "/api/v1/trays/": 5,  # + the node silent policy (stale), once per page
+    "/api/v1/trays/": 4,  # + the node silent policy (stale), once per page; by cursor: no COUNT(*)
     "/api/v1/gpus/": 3,
     "/api/v1/partitions/": 5,
 }

@@ -145,3 +145,28 @@ def test_a_cursor_page_costs_the_same_queries_at_any_size_and_depth(
         with django_assert_max_num_queries(3):
             response = client.get(url, params)
         assert response.status_code == 200 and response.json()["results"]
+
+
+def test_the_tray_list_pages_by_cursor_on_the_hostname(demo_inventory, client):
+    pages, rows = walk(client, "/api/v1/trays/", {"page_size": 20})
+    hostnames = [row["hostname"] for row in rows]
+    assert len(pages) == 3 and all("count" not in page for page in pages)
+    assert hostnames == sorted(hostnames) and len(set(hostnames)) == 54
+    numbered = client.get("/api/v1/trays/", {"page": 1, "page_size": 20}).json()
+    assert numbered["count"] == 54 and [row["hostname"] for row in numbered["results"]] == hostnames[:20]
+
+
+@pytest.mark.slow(reason="grows the data to compare query counts")
+def test_a_tray_cursor_page_costs_the_same_queries_at_any_size(
+    demo_inventory, client, django_assert_max_num_queries
+):
+    """Session, user, the silent-node policy, the page: never one query per row."""
+    for racks in (3, 6):
+        if racks == 6:
+            for model in (Gpu, ComputeTray, NVLinkPartition, Rack):
+                model.objects.all().delete()
+            seed_datacenter(racks=6)
+        for page_size in (5, 100):
+            with django_assert_max_num_queries(4):
+                response = client.get("/api/v1/trays/", {"page_size": page_size})
+            assert len(response.json()["results"]) == min(page_size, racks * 18)
