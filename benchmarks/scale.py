@@ -31,6 +31,8 @@ measure estimated starts against real ones (benchmarks/estimates.py; the ITP hal
 """
 
 import argparse
+import base64
+import contextlib
 import json
 import os
 import platform
@@ -39,12 +41,14 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import discovery, estimates, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
+from benchmarks import discovery, estimates, growth, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
 
 PLACEMENT_GOAL_US = 1000
 DASHBOARD_GOAL_MS = 300
@@ -498,9 +502,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--telemetry-sources", default="prometheus,direct", help="which metrics sources to measure"
     )
+    parser.add_argument(
+        "--search-history-jobs",
+        type=int,
+        metavar="N",
+        help="finished jobs added before the search part (default: a year at the fleet's rate, 2.1 million "
+        "at 1,000 racks, 21 million at 10,000)",
+    )
     parser.add_argument("--decisions", type=int, default=20000, help="timed placement decisions")
     parser.add_argument("--fill", type=float, default=0.65, help="share of GPUs held during the decisions")
     parser.add_argument("--pass-jobs", type=int, default=200, help="extra pending jobs for the timed pass")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=growth.RESULTS_DIR,
+        help="where the figures are stored and the 1,000-rack ones read (benchmarks/growth.py)",
+    )
+    parser.add_argument(
+        "--baseline", metavar="FILE", help="stored figures to compare with (default: the 1,000-rack run's)"
+    )
+    parser.add_argument(
+        "--reuse-seed",
+        action="store_true",
+        help="with DATABASE_URL: keep the racks and tenants an earlier run seeded there when their number is "
+        "--racks (no flush; seed times not measured); e.g. one part at a time at 10,000 racks",
+    )
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of one more warm pass to FILE")
     parser.add_argument(
         "--no-stack", action="store_true", help="skip job submission through gunicorn + Celery + Redis"
@@ -545,6 +571,19 @@ def main(argv=None) -> None:
         services.stop()
         scratch.cleanup()
     figures["wall_s"] = round(time.perf_counter() - wall_started, 1)
+    figures["goals_at_10000_racks"] = growth.goals_at_10000(figures)
+    parts = None if set(args.only) == set(PARTS) else tuple(args.only)
+    baseline = Path(args.baseline) if args.baseline else growth.find_baseline(parts, args.results_dir)
+    if figures["racks"] == growth.BASELINE_RACKS and not args.baseline:
+        figures["growth_from_1000_racks"] = {"skipped": "this is the 1,000-rack run"}
+    elif baseline is None:
+        figures["growth_from_1000_racks"] = {
+            "skipped": f"no stored 1,000-rack figures in {args.results_dir}: run `make bench` first"
+        }
+    else:
+        stored = json.loads(baseline.read_text())
+        figures["growth_from_1000_racks"] = growth.growth(figures, stored, str(baseline))
+    log(f"figures stored in {growth.store(figures, parts, args.results_dir)}")
     print(json.dumps(figures, indent=2))
 
 
@@ -553,14 +592,18 @@ def measure_pages(args: argparse.Namespace, rng: random.Random) -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from inventory.models import Gpu
+    from inventory.models import ComputeTray, Gpu
     from tenancy.models import Department, Membership
 
-    user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench-password-1")
+    user = get_user_model().objects.filter(
+        username="bench"
+    ).first() or get_user_model().objects.create_superuser("bench", "bench@example.com", "bench-password-1")
     client = Client()
     client.force_login(user)
     rack_names = [f"gb-r{n:0{max(2, len(str(args.racks)))}d}" for n in range(1, args.racks + 1)]
     gpu_pages = max(1, Gpu.objects.count() // 100)
+    tray_pages = max(1, ComputeTray.objects.count() // 100)
+    gpu_ids = list(Gpu.objects.values_list("pk", flat=True))
     figures = {
         "overview_page": latency(client, ["/"] * args.requests),
         "rack_list_page": latency(
@@ -580,6 +623,15 @@ def measure_pages(args: argparse.Namespace, rng: random.Random) -> dict:
             client,
             [f"/api/v1/gpus/?rack={rng.choice(rack_names)}&health=healthy" for _ in range(args.requests)],
         ),
+        # The default since issue 32: a page at a random depth by cursor (no count, no OFFSET), as a client
+        # following `next` from the first page reaches it (core.pagination.CursorOrPagePagination).
+        "gpu_list_api_cursor": latency(
+            client, [f"/api/v1/gpus/?cursor={gpu_cursor(rng.choice(gpu_ids))}" for _ in range(args.requests)]
+        ),
+        "tray_list_api": latency(
+            client,
+            [f"/api/v1/trays/?page={rng.randrange(1, max(2, tray_pages + 1))}" for _ in range(args.requests)],
+        ),
     }
     # Department dashboards: the admin's (every department, capacity, idle GPUs cluster-wide) and one lead's
     # (the largest department, as its lead sees it).
@@ -593,6 +645,12 @@ def measure_pages(args: argparse.Namespace, rng: random.Random) -> dict:
         lead_client, [f"/tenancy/departments/{largest.slug}/"] * args.requests
     )
     return figures
+
+
+def gpu_cursor(pk: int) -> str:
+    """The cursor of the GPU list page after GPU `pk` (DRF's CursorPagination: base64 of `p=<position>`),
+    quoted for a URL."""
+    return urllib.parse.quote(base64.b64encode(urllib.parse.urlencode({"p": pk}).encode()).decode())
 
 
 def measure_ingest(args: argparse.Namespace, rng: random.Random) -> float:
@@ -660,24 +718,37 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
     from django.core.management import call_command
     from django.db import connection
 
+    from benchmarks.seeding import copy_seeding
     from inventory.demo import seed_datacenter
-    from inventory.models import Gpu
+    from inventory.models import Gpu, Rack
     from portal.demo.seeding import seed_tenants
+    from scheduling.models import Job
+    from tenancy.models import Department
 
     settings.DEBUG = False  # no query log growing through the run
     database = database_label(origin)
     log(f"database: {database}; migrating")
     call_command("migrate", verbosity=0)
-    call_command("flush", interactive=False, verbosity=0)
+    reuse = args.reuse_seed and Rack.objects.count() == args.racks and Department.objects.exists()
+    if not reuse:
+        call_command("flush", interactive=False, verbosity=0)
 
-    log(f"seeding {args.racks} racks")
-    started = time.perf_counter()
-    seed_datacenter(racks=args.racks)
-    seed_s = time.perf_counter() - started
-    # Departments, leads, jobs, telemetry and a day of quota history, so the dashboards have data to show.
-    started = time.perf_counter()
-    tenants = seed_tenants()
-    seed_tenants_s = time.perf_counter() - started
+    # PostgreSQL: the seed's rows go through COPY (benchmarks/seeding.py), the same rows bulk_create writes.
+    seeding = copy_seeding() if connection.vendor == "postgresql" else contextlib.nullcontext()
+    if reuse:  # --reuse-seed: the racks and tenants an earlier run seeded into DATABASE_URL
+        log(f"reusing the {args.racks} racks seeded before (--reuse-seed)")
+        seed_s = seed_tenants_s = None
+        tenants = SimpleNamespace(departments=Department.objects.count(), jobs=Job.objects.count())
+    else:
+        log(f"seeding {args.racks} racks")
+        with seeding:
+            started = time.perf_counter()
+            seed_datacenter(racks=args.racks)
+            seed_s = time.perf_counter() - started
+            # Departments, leads, jobs, telemetry and a day of quota history: data for the dashboards.
+            started = time.perf_counter()
+            tenants = seed_tenants()
+            seed_tenants_s = time.perf_counter() - started
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
@@ -688,8 +759,11 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         "gpus": Gpu.objects.count(),
         "machine": machine(),
         "database": database,
-        "seed_s": round(seed_s, 2),
-        "seed_tenants_s": round(seed_tenants_s, 2),
+        "seed_s": None if seed_s is None else round(seed_s, 2),
+        "seeded_through": "reused (--reuse-seed)"
+        if reuse
+        else ("COPY (psycopg)" if connection.vendor == "postgresql" else "bulk_create"),
+        "seed_tenants_s": None if seed_tenants_s is None else round(seed_tenants_s, 2),
         "departments": tenants.departments,
         "jobs": tenants.jobs,
     }
@@ -705,7 +779,10 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         figures.update(measure_pages(args, rng_for("pages")))
     if "search" in parts:
         log("global search latencies (benchmarks/search.py)")
-        figures["search"] = {"database": database, **search.measure_search(rng_for("search"), args.requests)}
+        figures["search"] = {
+            "database": database,
+            **search.measure_search(rng_for("search"), args.requests, args.search_history_jobs),
+        }
     if "estimates" in parts:
         log("estimated starts against real starts in a replay (benchmarks/estimates.py)")
         figures["estimates"] = estimates.measure_estimates(rng_for("estimates"), os.environ.get("ITP_TRACES"))

@@ -258,8 +258,9 @@ def _time(client, texts: list[str], path: str = "/search/") -> dict:
     }
 
 
-def measure_search(rng: random.Random, requests: int = 60) -> dict:
-    """Search latency per kind of query, as an admin and as a lead; `p95_ms`: the worst kind's p95."""
+def measure_search(rng: random.Random, requests: int = 60, history_jobs: int | None = None) -> dict:
+    """Search latency per kind of query, as an admin and as a lead; `p95_ms`: the worst kind's p95.
+    `history_jobs`: how many finished jobs to add first (default: a year's at the fleet's rate)."""
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -267,7 +268,7 @@ def measure_search(rng: random.Random, requests: int = 60) -> dict:
     from scheduling.models import Job
     from tenancy.models import Membership
 
-    history = seed_job_history()
+    history = seed_job_history(count=history_jobs)
     texts = queries(rng, requests)
     admin, _ = get_user_model().objects.get_or_create(
         username="bench-search-admin", defaults={"is_staff": True, "is_superuser": True}

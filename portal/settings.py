@@ -257,7 +257,7 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "core.tables.SortFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.StandardPagination",
+    "DEFAULT_PAGINATION_CLASS": "core.pagination.StandardPagination",
     # drf-spectacular's, documenting the error answers every operation can give (core.openapi).
     "DEFAULT_SCHEMA_CLASS": "core.openapi.AutoSchema",
     "PAGE_SIZE": 100,

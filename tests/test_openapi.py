@@ -95,6 +95,20 @@ def test_page_size_and_page_bounds_are_documented(schema):
     assert racks["has_problems"]["type"] == "boolean"
 
 
+def test_the_gpu_list_documents_its_cursor_and_a_count_only_by_page_number(schema):
+    """core.pagination.CursorOrPagePagination: `cursor` beside `page`; `count` is there on numbered pages."""
+    parameters = {p["name"]: p["schema"] for p in schema["paths"]["/api/v1/gpus/"]["get"]["parameters"]}
+    assert parameters["cursor"] == {"type": "string"}
+    assert parameters["page"] == {"type": "integer", "minimum": 1}
+    page = schema["components"]["schemas"]["PaginatedGpuList"]
+    assert page["required"] == ["results"]
+    assert "page" in page["properties"]["count"]["description"]
+    # The other lists keep their page numbers and their count.
+    assert schema["components"]["schemas"]["PaginatedRackList"]["required"] == ["count", "results"]
+    racks = {p["name"] for p in schema["paths"]["/api/v1/racks/"]["get"]["parameters"]}
+    assert "cursor" not in racks
+
+
 # ---- work: one schema per backend ------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from core.access import IsAdminOrReadOnly
+from core.pagination import CursorOrPagePagination
 from inventory.api.serializers import (
     ComputeTraySerializer,
     GpuSerializer,
@@ -101,6 +102,10 @@ class ComputeTrayViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = ComputeTraySerializer
     filterset_class = ComputeTrayFilter
+    # 180,000 trays at 10,000 racks: by cursor on the unique hostname (rack, then slot, for names as the
+    # inventory writes them), an index walk; numbered pages (`page`) keep the rack-and-slot order.
+    pagination_class = CursorOrPagePagination
+    cursor_default = "hostname"
 
     def get_queryset(self):
         # The last raw report can be large and is not shown: leave it in the database.
@@ -117,6 +122,10 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = GpuSerializer
     filterset_class = GpuFilter
     sort_fields = {"uuid": ("uuid",), "health": ("health", "pk")}  # indexed columns (core.tables.SortFilter)
+    # Pages by cursor unless a client asks for a page number: 720,000 GPUs at 10,000 racks are not counted
+    # or skipped for each page. The sorts a cursor can follow: a unique field each.
+    pagination_class = CursorOrPagePagination
+    cursor_sorts = {"uuid": "uuid"}
 
     def get_queryset(self):
         intended = F("tray__partition__clique_id")

@@ -366,7 +366,8 @@ def test_an_empty_partition_has_no_trays(demo_inventory, client):
 
 
 def test_pagination_count_next_previous_and_page_size(demo_inventory, client):
-    first = client.get("/api/v1/gpus/", {"page_size": 50}).json()
+    # Page numbers when asked for (the GPU list pages by cursor by default: test_api_cursor.py).
+    first = client.get("/api/v1/gpus/", {"page": 1, "page_size": 50}).json()
     assert first["count"] == 216
     assert len(first["results"]) == 50
     assert first["previous"] is None
@@ -388,12 +389,17 @@ def test_pagination_count_next_previous_and_page_size(demo_inventory, client):
 
 
 def test_default_page_size_and_filters_keep_count_and_next(demo_inventory, client):
-    body = client.get("/api/v1/gpus/").json()
+    body = client.get("/api/v1/gpus/", {"page": 1}).json()
     assert (body["count"], len(body["results"])) == (216, 100)
+    body = client.get("/api/v1/gpus/").json()  # by cursor: no count
+    assert ("count" in body, len(body["results"])) == (False, 100)
 
-    body = client.get("/api/v1/trays/", {"rack": "gb-r02", "page_size": 5}).json()
+    body = client.get("/api/v1/trays/", {"rack": "gb-r02", "page_size": 5, "page": 1}).json()
     assert body["count"] == 18
     assert "rack=gb-r02" in body["next"]
+    body = client.get("/api/v1/trays/", {"rack": "gb-r02", "page_size": 5}).json()  # by cursor
+    assert "count" not in body and "rack=gb-r02" in body["next"] and "cursor=" in body["next"]
+    assert [row["hostname"] for row in body["results"]] == [f"gb-r02-t{slot:02d}" for slot in range(1, 6)]
 
     body = client.get("/api/v1/racks/", {"page_size": 2}).json()
     assert body["count"] == 3
@@ -404,11 +410,11 @@ def test_default_page_size_and_filters_keep_count_and_next(demo_inventory, clien
 # --- query counts -----------------------------------------------------------------------------------
 
 # Session + user (authentication), COUNT(*) for the paginator, the page itself; the partitions page adds
-# one prefetch of its trays. Never one query per row.
+# one prefetch of its trays. Never one query per row. The GPU list pages by cursor: no COUNT(*).
 EXPECTED_QUERIES = {
     "/api/v1/racks/": 4,
-    "/api/v1/trays/": 5,  # + the node silent policy (stale), once per page
-    "/api/v1/gpus/": 4,
+    "/api/v1/trays/": 4,  # + the node silent policy (stale), once per page; by cursor: no COUNT(*)
+    "/api/v1/gpus/": 3,
     "/api/v1/partitions/": 5,
 }
 
