@@ -2,26 +2,35 @@
 
 Reports cost what they change. A report whose canonical hash (inventory.discovery.report_hash) is the one
 the tray's last reconciled report had, with the inventory intending the same (rack, cluster UUID,
-partition), is a heartbeat (`heartbeat`): one indexed read, and the tray's and its GPUs' last-seen time
-queued in this process and written for every tray of the batch in two UPDATEs per
-`RACKPLANE_HEARTBEAT_BATCH_S` (default 1 s; 0 writes at once). A crash loses at most that window's
-last-seen times, nothing else (the next heartbeat a minute later sets them again). A tray with open health
-business (not healthy, drained by the rules, its partition degraded, a GPU contested, drift or problems) has
-no key: its every report is reconciled in full, so the health rules see it (inventory.ingest.reports).
+partition), is a heartbeat (`heartbeat`): one indexed read and no write in the request. The tray's last-seen
+time goes to the task broker as one small message on the `rackplane.heartbeats` queue (Redis in production,
+kombu's filesystem transport under `make run`: the broker Celery already uses, so a web process keeps
+nothing and a restarted one loses nothing). The beat's `flush-heartbeats` entry (every
+`RACKPLANE_HEARTBEAT_BATCH_S`, default 5 s) drains the queue in a worker and writes every tray's and its GPUs'
+last-seen time in two UPDATEs for the whole batch, each tray its own latest time, then acknowledges the
+messages: a flush that fails leaves them for the next one. A tray whose node stops reporting goes silent
+exactly `node_silent_after_s` after its last heartbeat (inventory.staleness); the write lags the heartbeat
+by at most one interval plus the time the task waits for a worker.
+
+Without a broker (eager Celery: tests, commands), inside a transaction, with `RACKPLANE_HEARTBEAT_BATCH_S`
+0, or when the broker cannot be reached, the time is written at once. A tray with open health business (not
+healthy, drained by the rules, its partition degraded, a GPU contested, drift or problems) has no key: its
+every report is reconciled in full, so the health rules see it (inventory.ingest.reports).
 """
 
-import atexit
 import json
 import logging
-import threading
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
+from kombu import Connection, Queue, pools
+from kombu.message import Message
+from kombu.exceptions import OperationalError
 
 from inventory.choices import TrayState
 from inventory.discovery.report_hash import report_key
@@ -96,7 +105,7 @@ def heartbeat(host: str, sha256: str, now: datetime | None = None) -> Heartbeat 
         return None
     if not quiet(healthy_since, state, reason, degraded or ""):
         return None
-    _heartbeats.add(pk, now or timezone.now())
+    record(pk, now or timezone.now())
     if isinstance(problems, str):  # SQLite hands JSON back as text
         problems = json.loads(problems)
     return Heartbeat(
@@ -107,86 +116,149 @@ def heartbeat(host: str, sha256: str, now: datetime | None = None) -> Heartbeat 
     )
 
 
-class _Heartbeats:
-    """Last-seen times queued in this process and written in one batch per window by a background thread
-    (its own database connection), or at once when the window is 0."""
+# --- the batch: messages on the broker, drained by the beat's task -------------------------------------
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pending: dict[int, datetime] = {}
-        self.wake = threading.Event()
-        self.thread: threading.Thread | None = None
-        self.pid = None
+# On the default exchange (routed by the queue's name): no binding to keep, in Redis or in the filesystem
+# transport's control folder.
+QUEUE = Queue("rackplane.heartbeats", routing_key="rackplane.heartbeats")
+# Messages one flush takes at most (3,000 heartbeats a second for a minute is 180,000); the rest wait for the
+# next flush.
+FLUSH_LIMIT = 200_000
+# Rows per UPDATE (two parameters each: well under SQLite's 32,766).
+CHUNK = 5_000
+# As core.enqueue: one retry at once, then the time is written directly.
+PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
-    @staticmethod
-    def window() -> float:
-        return float(getattr(settings, "RACKPLANE_HEARTBEAT_BATCH_S", 1.0))
+_brokers: dict[tuple, Connection] = {}
 
-    def add(self, tray_pk: int, at: datetime) -> None:
-        window = self.window()
-        # A caller inside a transaction (a test, a command, ATOMIC_REQUESTS) gets the write in it, now.
-        if window <= 0 or connection.in_atomic_block:
-            _write_last_seen({tray_pk: at})
-            return
-        with self.lock:
-            self.pending[tray_pk] = max(at, self.pending.get(tray_pk, at))
-            self._ensure_thread()
 
-    def take(self) -> dict[int, datetime]:
-        with self.lock:
-            pending, self.pending = self.pending, {}
-        return pending
+def window() -> float:
+    return float(getattr(settings, "RACKPLANE_HEARTBEAT_BATCH_S", 5.0))
 
-    def _ensure_thread(self) -> None:
-        import os
 
-        if self.thread is not None and self.thread.is_alive() and self.pid == os.getpid():
-            return
-        self.pid = os.getpid()  # a forked worker starts its own
-        self.thread = threading.Thread(target=self._run, name="rackplane-heartbeats", daemon=True)
-        self.thread.start()
+def _broker() -> Connection | None:
+    """The task broker's connection settings (the pools are kombu's, per process), or None: no broker."""
+    url = getattr(settings, "CELERY_BROKER_URL", "")
+    if not url:
+        return None
+    options = {
+        **(current_app.conf.broker_transport_options or {}),  # portal.celery's socket timeouts
+        **(getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}),
+    }
+    key = (url, repr(sorted(options.items())))
+    found = _brokers.get(key)
+    if found is None:
+        found = _brokers[key] = Connection(url, transport_options=options)
+    return found
 
-    def _run(self) -> None:
+
+def record(tray_pk: int, at: datetime) -> None:
+    """Queue the tray's last-seen time on the broker (see the module's text), or write it at once."""
+    broker = _broker()
+    # A caller inside a transaction (a test, a command, ATOMIC_REQUESTS) gets the write in it, now.
+    if broker is None or window() <= 0 or connection.in_atomic_block:
+        _write_last_seen({tray_pk: at})
+        return
+    try:
+        with pools.producers[broker].acquire(block=True, timeout=5) as producer:
+            producer.publish(
+                {"tray": tray_pk, "at": at.timestamp()},
+                exchange="",
+                routing_key=QUEUE.name,
+                declare=[QUEUE],
+                serializer="json",
+                retry=True,
+                retry_policy=PUBLISH_RETRY_POLICY,
+            )
+    except (OperationalError, OSError) as error:  # the broker is away: the time is not lost
+        log.warning(
+            "heartbeat of tray %s written directly: the broker could not be reached (%s)", tray_pk, error
+        )
+        _write_last_seen({tray_pk: at})
+
+
+def _parse(body) -> tuple[int, datetime] | None:
+    try:
+        tray_pk, at = body["tray"], body["at"]
+        if type(tray_pk) is not int or type(at) not in (int, float):
+            return None
+        return tray_pk, datetime.fromtimestamp(at, tz=UTC)
+    except (TypeError, KeyError, ValueError, OverflowError, OSError):
+        return None
+
+
+def flush_heartbeats(limit: int = FLUSH_LIMIT) -> int:
+    """Drain the queued heartbeats (at most `limit` messages), write the trays' last-seen times, then
+    acknowledge them; a write that fails gives them back to the queue for the next flush. Returns how many
+    trays were updated. The beat's flush-heartbeats entry runs it in a worker (inventory.tasks)."""
+    broker = _broker()
+    if broker is None:
+        return 0
+    with pools.connections[broker].acquire(block=True, timeout=30) as conn:
+        queue = conn.SimpleQueue(QUEUE, no_ack=False)
         try:
-            while True:
-                self.wake.wait(self.window())
-                self.wake.clear()
+            messages: list[Message] = []
+            while len(messages) < limit:
                 try:
-                    flush_heartbeats()
-                except Exception:  # the database is away: the times come back with the next heartbeats
-                    log.exception("could not write the queued node heartbeats")
-                    connection.close()
+                    messages.append(queue.get(block=False))
+                except queue.Empty:
+                    break
+                except ValueError:
+                    # kombu's filesystem transport (the embedded broker) can read a message file its producer
+                    # is still writing (kombu issue 1551): that heartbeat is gone, the tray's next one sets
+                    # its time. Redis hands over whole messages.
+                    log.warning("a heartbeat message could not be read; writing the ones taken")
+                    break
+            pending: dict[int, datetime] = {}
+            for message in messages:
+                parsed = _parse(message.payload)
+                if parsed is None:  # not ours to understand: dropped (acknowledged below), never retried
+                    log.warning("dropped a heartbeat message that is not {tray, at}: %r", message.body[:200])
+                    continue
+                tray_pk, at = parsed
+                pending[tray_pk] = max(at, pending.get(tray_pk, at))
+            try:
+                written = _write_last_seen(pending)
+            except Exception:
+                for message in messages:
+                    message.requeue()
+                raise
+            for message in messages:
+                message.ack()
         finally:
-            connection.close()
-
-
-_heartbeats = _Heartbeats()
+            queue.close()
+    return written
 
 
 def _write_last_seen(pending: dict[int, datetime]) -> int:
-    """Two UPDATEs for the whole batch: the trays' and their GPUs' last-seen time (GPUs too: a GPU another
-    tray claims stays with the tray that reports it within CLAIM_WINDOW, heartbeats included). Each tray gets
-    the batch's latest time (at most one window late); a time never goes back."""
+    """Two UPDATEs per CHUNK trays: the trays' and their GPUs' last-seen time (GPUs too: a GPU another tray
+    claims stays with the tray that reports it within CLAIM_WINDOW, heartbeats included), each tray its own
+    time; a time never goes back."""
     if not pending:
         return 0
-    at = max(pending.values())
-    pks = sorted(pending)
-    with transaction.atomic():
-        trays = (
-            ComputeTray.objects.filter(pk__in=pks)
-            .filter(Q(last_report_at__lt=at) | Q(last_report_at__isnull=True))
-            .update(last_report_at=at)
-        )
-        Gpu.objects.filter(tray_id__in=pks).filter(
-            Q(last_report_at__lt=at) | Q(last_report_at__isnull=True)
-        ).update(last_report_at=at)
-    return trays
-
-
-def flush_heartbeats() -> int:
-    """Write the queued last-seen times now (the batch thread does this every window; call it at shutdown
-    or in tests). Returns how many trays were updated."""
-    return _write_last_seen(_heartbeats.take())
-
-
-atexit.register(lambda: _heartbeats.pending and flush_heartbeats())
+    quote = connection.ops.quote_name
+    adapt = connection.ops.adapt_datetimefield_value
+    tray_table, gpu_table = quote(ComputeTray._meta.db_table), quote(Gpu._meta.db_table)
+    items = sorted(pending.items())
+    updated = 0
+    with transaction.atomic(), connection.cursor() as cursor:
+        for start in range(0, len(items), CHUNK):
+            chunk = items[start : start + CHUNK]
+            values = ", ".join(["(%s, %s)"] * len(chunk))
+            params = [p for pk, at in chunk for p in (pk, adapt(at))]
+            # VALUES' columns are column1, column2 in PostgreSQL and SQLite alike.
+            seen = f"(SELECT column1 AS pk, column2 AS at FROM (VALUES {values}) AS heard) AS seen"
+            cursor.execute(
+                f"UPDATE {tray_table} SET last_report_at = seen.at FROM {seen} "
+                f"WHERE {tray_table}.id = seen.pk "
+                f"AND ({tray_table}.last_report_at IS NULL OR {tray_table}.last_report_at < seen.at)",
+                params,
+            )
+            updated += cursor.rowcount
+            cursor.execute(
+                f"UPDATE {gpu_table} SET last_report_at = seen.at FROM {seen} "
+                f"WHERE {gpu_table}.tray_id = seen.pk "
+                f"AND ({gpu_table}.last_report_at IS NULL OR {gpu_table}.last_report_at < seen.at)",
+                params,
+            )
+    return updated
