@@ -29,8 +29,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from kombu import Connection, Queue, pools
-from kombu.message import Message
 from kombu.exceptions import OperationalError
+from kombu.message import Message
 
 from inventory.choices import TrayState
 from inventory.discovery.report_hash import report_key
