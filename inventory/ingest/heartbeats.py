@@ -2,15 +2,15 @@
 
 Reports cost what they change. A report whose canonical hash (inventory.discovery.report_hash) is the one
 the tray's last reconciled report had, with the inventory intending the same (rack, cluster UUID,
-partition), is a heartbeat (`heartbeat`): one indexed read and no write in the request. The tray's last-seen
-time goes to the task broker as one small message on the `rackplane.heartbeats` queue (Redis in production,
-kombu's filesystem transport under `make run`: the broker Celery already uses, so a web process keeps
-nothing and a restarted one loses nothing). The beat's `flush-heartbeats` entry (every
-`RACKPLANE_HEARTBEAT_BATCH_S`, default 5 s) drains the queue in a worker and writes every tray's and its GPUs'
-last-seen time in two UPDATEs for the whole batch, each tray its own latest time, then acknowledges the
-messages: a flush that fails leaves them for the next one. A tray whose node stops reporting goes silent
-exactly `node_silent_after_s` after its last heartbeat (inventory.staleness); the write lags the heartbeat
-by at most one interval plus the time the task waits for a worker.
+partition), is a heartbeat (`heartbeat`): one indexed read and no database write in the request. The tray's
+last-seen time is held by the task broker, not the web process (a restarted web process loses nothing): on
+Redis (production) in one hash, tray -> latest time heard (one round trip per heartbeat); on any other broker
+(kombu's filesystem transport under `make run`) as one message on the `rackplane.heartbeats` queue. The
+beat's `flush-heartbeats` entry (every `RACKPLANE_HEARTBEAT_BATCH_S`, default 5 s) takes the batch in a
+worker and writes every tray's and its GPUs' last-seen time in two UPDATEs per 5,000 trays, each tray its own
+latest time; what a flush that fails took is written by the next one. A tray whose node stops reporting goes
+silent exactly `node_silent_after_s` after its last heartbeat (inventory.staleness); the write lags the
+heartbeat by at most one interval plus the time the task waits for a worker.
 
 Without a broker (eager Celery: tests, commands), inside a transaction, with `RACKPLANE_HEARTBEAT_BATCH_S`
 0, or when the broker cannot be reached, the time is written at once. A tray with open health business (not
@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import redis
+from amqp.exceptions import ChannelError
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
@@ -116,10 +118,21 @@ def heartbeat(host: str, sha256: str, now: datetime | None = None) -> Heartbeat 
     )
 
 
-# --- the batch: messages on the broker, drained by the beat's task -------------------------------------
+# --- the batch, held by the broker and written by the beat's task ---------------------------------------
 
-# On the default exchange (routed by the queue's name): no binding to keep, in Redis or in the filesystem
-# transport's control folder.
+# Redis: one hash, tray pk -> the latest time heard (epoch seconds); a flush renames it to TAKEN (atomic:
+# heartbeats from then on start a new hash), writes TAKEN and deletes it. A flush that fails leaves TAKEN for
+# the next one, which writes it first. One flush at a time (a Redis lock that expires if its worker dies).
+HASH = "rackplane:heartbeats"
+TAKEN = "rackplane:heartbeats:taken"
+LOCK = "rackplane:heartbeats:flush"
+# Keeps the later time when a tray's heartbeats arrive out of order (one round trip).
+_RECORD_LUA = """
+local seen = redis.call('HGET', KEYS[1], ARGV[1])
+if not seen or tonumber(seen) < tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+"""
+# Any other broker (kombu's filesystem transport under `make run`): one message per heartbeat on this queue,
+# on the default exchange (routed by its name: no binding to keep), acknowledged once written.
 QUEUE = Queue("rackplane.heartbeats", routing_key="rackplane.heartbeats")
 # Messages one flush takes at most (3,000 heartbeats a second for a minute is 180,000); the rest wait for the
 # next flush.
@@ -128,19 +141,35 @@ FLUSH_LIMIT = 200_000
 CHUNK = 5_000
 # As core.enqueue: one retry at once, then the time is written directly.
 PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+REDIS_TIMEOUTS = {"socket_connect_timeout": 2, "socket_timeout": 3}  # as portal.celery's for the broker
 
 _brokers: dict[tuple, Connection] = {}
+_redis: dict[str, tuple[redis.Redis, object]] = {}
 
 
 def window() -> float:
     return float(getattr(settings, "RACKPLANE_HEARTBEAT_BATCH_S", 5.0))
 
 
-def _broker() -> Connection | None:
-    """The task broker's connection settings (the pools are kombu's, per process), or None: no broker."""
-    url = getattr(settings, "CELERY_BROKER_URL", "")
-    if not url:
+def _url() -> str:
+    return getattr(settings, "CELERY_BROKER_URL", "")
+
+
+def _on_redis(url: str) -> tuple[redis.Redis, object] | None:
+    """The broker's Redis (a client with its own thread- and fork-safe pool, and the record script), or
+    None when the broker is not Redis."""
+    if not url.startswith(("redis://", "rediss://")):
         return None
+    found = _redis.get(url)
+    if found is None:
+        client = redis.Redis.from_url(url, **REDIS_TIMEOUTS)
+        found = _redis[url] = (client, client.register_script(_RECORD_LUA))
+    return found
+
+
+def _broker() -> Connection:
+    """The task broker's connection settings for kombu (its pools are per process)."""
+    url = _url()
     options = {
         **(current_app.conf.broker_transport_options or {}),  # portal.celery's socket timeouts
         **(getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}),
@@ -154,13 +183,17 @@ def _broker() -> Connection | None:
 
 def record(tray_pk: int, at: datetime) -> None:
     """Queue the tray's last-seen time on the broker (see the module's text), or write it at once."""
-    broker = _broker()
+    url = _url()
     # A caller inside a transaction (a test, a command, ATOMIC_REQUESTS) gets the write in it, now.
-    if broker is None or window() <= 0 or connection.in_atomic_block:
+    if not url or window() <= 0 or connection.in_atomic_block:
         _write_last_seen({tray_pk: at})
         return
     try:
-        with pools.producers[broker].acquire(block=True, timeout=5) as producer:
+        on_redis = _on_redis(url)
+        if on_redis is not None:
+            on_redis[1](keys=[HASH], args=[tray_pk, repr(at.timestamp())])
+            return
+        with pools.producers[_broker()].acquire(block=True, timeout=5) as producer:
             producer.publish(
                 {"tray": tray_pk, "at": at.timestamp()},
                 exchange="",
@@ -170,31 +203,68 @@ def record(tray_pk: int, at: datetime) -> None:
                 retry=True,
                 retry_policy=PUBLISH_RETRY_POLICY,
             )
-    except (OperationalError, OSError) as error:  # the broker is away: the time is not lost
+    except (OperationalError, OSError, redis.RedisError) as error:  # the broker is away: not lost
         log.warning(
             "heartbeat of tray %s written directly: the broker could not be reached (%s)", tray_pk, error
         )
         _write_last_seen({tray_pk: at})
 
 
-def _parse(body) -> tuple[int, datetime] | None:
+def _parse(tray_pk, at) -> tuple[int, datetime] | None:
+    """(tray pk, time) from what the broker held, None for anything else (dropped, never retried)."""
     try:
-        tray_pk, at = body["tray"], body["at"]
+        if isinstance(tray_pk, bytes):  # Redis: both are text
+            tray_pk, at = int(tray_pk), float(at)
         if type(tray_pk) is not int or type(at) not in (int, float):
             return None
         return tray_pk, datetime.fromtimestamp(at, tz=UTC)
-    except (TypeError, KeyError, ValueError, OverflowError, OSError):
+    except (TypeError, ValueError, OverflowError, OSError):
         return None
 
 
+def _latest(pairs) -> dict[int, datetime]:
+    pending: dict[int, datetime] = {}
+    for tray_pk, at in pairs:
+        parsed = _parse(tray_pk, at)
+        if parsed is None:
+            log.warning("dropped a queued heartbeat that is not (tray, time): %r", (tray_pk, at))
+            continue
+        tray_pk, seen = parsed
+        pending[tray_pk] = max(seen, pending.get(tray_pk, seen))
+    return pending
+
+
 def flush_heartbeats(limit: int = FLUSH_LIMIT) -> int:
-    """Drain the queued heartbeats (at most `limit` messages), write the trays' last-seen times, then
-    acknowledge them; a write that fails gives them back to the queue for the next flush. Returns how many
-    trays were updated. The beat's flush-heartbeats entry runs it in a worker (inventory.tasks)."""
-    broker = _broker()
-    if broker is None:
+    """Write the queued heartbeats' last-seen times (see the module's text); what a failed write took stays
+    for the next flush. Returns how many trays were updated. The beat's flush-heartbeats entry runs it in a
+    worker (inventory.tasks). `limit`: messages one flush takes at most (the queue of other brokers)."""
+    url = _url()
+    if not url:
         return 0
-    with pools.connections[broker].acquire(block=True, timeout=30) as conn:
+    on_redis = _on_redis(url)
+    if on_redis is not None:
+        return _flush_redis(on_redis[0])
+    return _flush_queue(limit)
+
+
+def _flush_redis(client: redis.Redis) -> int:
+    written = 0
+    with client.lock(LOCK, timeout=120, blocking_timeout=0) as held:
+        if not held:
+            return 0
+        for _ in range(2):  # a batch a failed flush left, then the one heard since
+            if not client.exists(TAKEN):
+                try:
+                    client.rename(HASH, TAKEN)
+                except redis.ResponseError:  # no heartbeat since the last flush
+                    break
+            written += _write_last_seen(_latest(client.hgetall(TAKEN).items()))
+            client.delete(TAKEN)
+    return written
+
+
+def _flush_queue(limit: int) -> int:
+    with pools.connections[_broker()].acquire(block=True, timeout=30) as conn:
         queue = conn.SimpleQueue(QUEUE, no_ack=False)
         try:
             messages: list[Message] = []
@@ -206,17 +276,14 @@ def flush_heartbeats(limit: int = FLUSH_LIMIT) -> int:
                 except ValueError:
                     # kombu's filesystem transport (the embedded broker) can read a message file its producer
                     # is still writing (kombu issue 1551): that heartbeat is gone, the tray's next one sets
-                    # its time. Redis hands over whole messages.
+                    # its time.
                     log.warning("a heartbeat message could not be read; writing the ones taken")
                     break
-            pending: dict[int, datetime] = {}
-            for message in messages:
-                parsed = _parse(message.payload)
-                if parsed is None:  # not ours to understand: dropped (acknowledged below), never retried
-                    log.warning("dropped a heartbeat message that is not {tray, at}: %r", message.body[:200])
-                    continue
-                tray_pk, at = parsed
-                pending[tray_pk] = max(at, pending.get(tray_pk, at))
+            bodies = [message.payload for message in messages]
+            pending = _latest(
+                (body.get("tray"), body.get("at")) if isinstance(body, dict) else (None, None)
+                for body in bodies
+            )
             try:
                 written = _write_last_seen(pending)
             except Exception:
@@ -228,6 +295,22 @@ def flush_heartbeats(limit: int = FLUSH_LIMIT) -> int:
         finally:
             queue.close()
     return written
+
+
+def queued() -> int:
+    """Heartbeats waiting (Redis: trays heard since the last flush; other brokers: messages), 0 without a
+    broker."""
+    url = _url()
+    if not url:
+        return 0
+    on_redis = _on_redis(url)
+    if on_redis is not None:
+        return on_redis[0].hlen(HASH) + on_redis[0].hlen(TAKEN)
+    with pools.connections[_broker()].acquire(block=True, timeout=30) as conn:
+        try:
+            return conn.default_channel.queue_declare(QUEUE.name, passive=True).message_count
+        except ChannelError:  # no such queue
+            return 0
 
 
 def _write_last_seen(pending: dict[int, datetime]) -> int:
