@@ -315,6 +315,33 @@ def drain_heartbeats(broker_url: str, heard: set[str], since) -> dict:
     }
 
 
+def fleet_flush(broker_url: str) -> dict:
+    """One flush of a minute's heartbeats of the whole fleet (every tray heard once, put in the Redis hash
+    as the web processes would), timed: what one worker spends on it every minute."""
+    import redis
+    from django.conf import settings
+
+    from inventory.ingest import heartbeats
+    from inventory.models import ComputeTray
+
+    settings.CELERY_BROKER_URL = broker_url
+    client = redis.Redis.from_url(broker_url)
+    at = repr(datetime.now(UTC).timestamp())
+    pks = list(ComputeTray.objects.values_list("pk", flat=True))
+    for start in range(0, len(pks), 10_000):
+        client.hset(heartbeats.HASH, mapping=dict.fromkeys(pks[start : start + 10_000], at))
+    started = time.perf_counter()
+    written = heartbeats.flush_heartbeats()
+    elapsed = time.perf_counter() - started
+    return {
+        "trays": len(pks),
+        "trays_written": written,
+        "flush_s": round(elapsed, 2),
+        "trays_per_s": round(written / elapsed, 1) if elapsed else None,
+        "note": "every tray's heartbeat of one minute written by one flush (the beat's task) in this process",
+    }
+
+
 def heartbeat_capacity(results: dict) -> dict:
     """Web processes needed for HEARTBEAT_GOAL_PER_S, from the CPU each heartbeat cost the web processes."""
     measured = {
@@ -448,7 +475,12 @@ def main(argv: list[str]) -> None:
                         "note": "PostgreSQL, Redis, the Celery worker and the clients share these cores",
                     },
                     "results": results,
-                    "heartbeats": heartbeat_capacity(results),
+                    "heartbeats": {
+                        **heartbeat_capacity(results),
+                        "fleet_flush": fleet_flush(env["REDIS_URL"])
+                        if "hash_only_heartbeat" in wanted
+                        else None,
+                    },
                 },
                 indent=2,
             ),
