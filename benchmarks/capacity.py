@@ -80,6 +80,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--heartbeat-trays", type=int, default=HEARTBEAT_TRAYS, help="trays whose heartbeats are posted"
     )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the database when it already holds --racks racks (no seeding)",
+    )
     parser.add_argument("--only", default="", help=argparse.SUPPRESS)  # `--only capacity` from bench.sh
     return parser.parse_args(argv)
 
@@ -122,7 +127,7 @@ def heartbeat_senders(trays: int) -> list[tuple[str, str, str]]:
     return [(tokens[rack_of[host]], host, sha256) for host, sha256 in sorted(hashes.items())]
 
 
-def seed(racks: int, heartbeat_trays: int = 0) -> dict:
+def seed(racks: int, heartbeat_trays: int = 0, reuse: bool = False, tenants: bool = True) -> dict:
     import django
 
     django.setup()
@@ -138,13 +143,20 @@ def seed(racks: int, heartbeat_trays: int = 0) -> dict:
     from tenancy.models import Membership
 
     settings.DEBUG = False
-    log("migrating and flushing the database")
-    call_command("migrate", verbosity=0)
-    call_command("flush", interactive=False, verbosity=0)
-    log(f"seeding {racks} racks and the demo departments")
+    from inventory.models import Rack
+
     started = time.perf_counter()
-    seed_datacenter(racks=racks)
-    seed_tenants()
+    call_command("migrate", verbosity=0)
+    if reuse and Rack.objects.count() == racks:
+        log(f"reusing the {racks} racks already seeded (--reuse)")
+    else:
+        log("flushing the database")
+        call_command("flush", interactive=False, verbosity=0)
+        log(f"seeding {racks} racks" + (" and the demo departments" if tenants else ""))
+        seed_datacenter(racks=racks)
+        if tenants:
+            seed_tenants()
+    get_user_model().objects.filter(username=ADMIN[0]).delete()
     get_user_model().objects.create_superuser(ADMIN[0], "capacity@example.com", ADMIN[1])
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
@@ -391,7 +403,12 @@ def main(argv: list[str]) -> None:
         unknown = set(wanted) - set(ENDPOINTS)
         if unknown:
             raise SystemExit(f"unknown endpoints: {', '.join(sorted(unknown))}")
-        seeded = seed(args.racks, args.heartbeat_trays if "hash_only_heartbeat" in wanted else 0)
+        seeded = seed(
+            args.racks,
+            args.heartbeat_trays if "hash_only_heartbeat" in wanted else 0,
+            reuse=args.reuse,
+            tenants=wanted != ["hash_only_heartbeat"],  # heartbeats need racks and agent tokens only
+        )
         base = {
             **os.environ,
             "CELERY_BROKER_URL": env["REDIS_URL"],
