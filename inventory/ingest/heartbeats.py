@@ -126,6 +126,7 @@ def heartbeat(host: str, sha256: str, now: datetime | None = None) -> Heartbeat 
 HASH = "rackplane:heartbeats"
 TAKEN = "rackplane:heartbeats:taken"
 LOCK = "rackplane:heartbeats:flush"
+FLUSH_LOCK_S = 900
 # Keeps the later time when a tray's heartbeats arrive out of order (one round trip).
 _RECORD_LUA = """
 local seen = redis.call('HGET', KEYS[1], ARGV[1])
@@ -249,9 +250,12 @@ def flush_heartbeats(limit: int = FLUSH_LIMIT) -> int:
 
 def _flush_redis(client: redis.Redis) -> int:
     written = 0
-    with client.lock(LOCK, timeout=120, blocking_timeout=0) as held:
-        if not held:
-            return 0
+    # The lock outlives a slow flush (a whole fleet's minute on a busy database takes minutes): a second
+    # flush meanwhile would write the same batch again, never lose one.
+    lock = client.lock(LOCK, timeout=FLUSH_LOCK_S, blocking_timeout=0)
+    if not lock.acquire():
+        return 0
+    try:
         for _ in range(2):  # a batch a failed flush left, then the one heard since
             if not client.exists(TAKEN):
                 try:
@@ -260,6 +264,11 @@ def _flush_redis(client: redis.Redis) -> int:
                     break
             written += _write_last_seen(_latest(client.hgetall(TAKEN).items()))
             client.delete(TAKEN)
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockNotOwnedError:  # it expired during the flush: nothing to release
+            log.warning("the heartbeat flush outlasted its lock (%s s)", FLUSH_LOCK_S)
     return written
 
 
