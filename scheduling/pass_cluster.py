@@ -63,7 +63,7 @@ class ClusterState:
     allocated: set[int] = field(default_factory=set)  # the GPUs the held jobs hold
     mark: Mark | None = None  # None: not kept (SQLite, or the log is missing)
     cold: bool = True  # built by this pass (not kept from an earlier one)
-    reread: int = 0  # racks read again by this pass (a kept cluster brought up to date: scheduling.pass_cache)
+    reread: int = 0  # racks a kept cluster read again for this pass (scheduling.pass_cache)
     # The engine's RunningJob of each running job, with the row it was made from (scheduling.services).
     running_jobs: dict = field(default_factory=dict)
     # The allocations this process's last pass made: job -> (placed, placement, GPUs, highest id). The next
