@@ -8,38 +8,18 @@ partition. Rack 0 stands for "all": inserts, deletes and truncates (statement tr
 slug, an allocation changed in place; a kept cluster then reads cold, as before.
 """
 
+from importlib import import_module
+
 from django.db import migrations
 
 TRIGGER = "scheduling_inventory_changed"
 TABLE = "scheduling_inventorychangerack"
 
-# The function of migration 0010, with the racks logged after the transaction.
-FUNCTION = f"""
-CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    old_row jsonb;
-    new_row jsonb;
-    name text;
-    changed boolean := TG_OP <> 'UPDATE';
-    racks bigint[] := ARRAY[0::bigint];
-BEGIN
-    IF NOT changed THEN
-        old_row := to_jsonb(OLD);
-        new_row := to_jsonb(NEW);
-        FOREACH name IN ARRAY TG_ARGV LOOP
-            IF NOT old_row ? name OR old_row -> name IS DISTINCT FROM new_row -> name THEN
-                changed := true;
-                EXIT;
-            END IF;
-        END LOOP;
-    END IF;
-    IF changed THEN
-        -- One row per transaction; seq moves on with every change, so a pass that reads its own
-        -- transaction's changes (a test, a seed) knows whether more came after it read them.
-        INSERT INTO scheduling_inventorychange (xid, seq)
-        VALUES (txid_current(), nextval('scheduling_inventorychange_seq'))
-        ON CONFLICT (xid) DO UPDATE SET seq = EXCLUDED.seq;
-        IF TG_LEVEL = 'ROW' THEN
+# Migration 0010's function, and the same with the racks logged after the transaction.
+PREVIOUS = import_module("scheduling.migrations.0010_inventory_change_log").FUNCTION
+DECLARED = "    changed boolean := TG_OP <> 'UPDATE';\n"
+LOGGED = "        ON CONFLICT (xid) DO UPDATE SET seq = EXCLUDED.seq;\n"
+RACKS = f"""        IF TG_LEVEL = 'ROW' THEN
             racks := CASE TG_TABLE_NAME
                 WHEN 'inventory_rack' THEN
                     ARRAY[(old_row ->> 'id')::bigint, (new_row ->> 'id')::bigint]
@@ -60,40 +40,11 @@ BEGIN
         INSERT INTO {TABLE} (xid, rack_id)
         SELECT txid_current(), rack FROM unnest(racks) AS rack WHERE rack IS NOT NULL
         ON CONFLICT DO NOTHING;
-    END IF;
-    RETURN NULL;
-END
-$$
 """
-
-# Migration 0010's function, for going back.
-PREVIOUS = f"""
-CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    old_row jsonb;
-    new_row jsonb;
-    name text;
-    changed boolean := TG_OP <> 'UPDATE';
-BEGIN
-    IF NOT changed THEN
-        old_row := to_jsonb(OLD);
-        new_row := to_jsonb(NEW);
-        FOREACH name IN ARRAY TG_ARGV LOOP
-            IF NOT old_row ? name OR old_row -> name IS DISTINCT FROM new_row -> name THEN
-                changed := true;
-                EXIT;
-            END IF;
-        END LOOP;
-    END IF;
-    IF changed THEN
-        INSERT INTO scheduling_inventorychange (xid, seq)
-        VALUES (txid_current(), nextval('scheduling_inventorychange_seq'))
-        ON CONFLICT (xid) DO UPDATE SET seq = EXCLUDED.seq;
-    END IF;
-    RETURN NULL;
-END
-$$
-"""
+assert DECLARED in PREVIOUS and LOGGED in PREVIOUS
+FUNCTION = PREVIOUS.replace(DECLARED, DECLARED + "    racks bigint[] := ARRAY[0::bigint];\n").replace(
+    LOGGED, LOGGED + RACKS
+)
 
 
 def forwards(apps, schema_editor):
