@@ -17,6 +17,8 @@ from typing import Any
 # core.tasks
 DELIVER_NOTIFICATION = "core.tasks.deliver_notification"
 RETRY_NOTIFICATIONS = "core.tasks.retry_notifications"
+# inventory.tasks
+FLUSH_HEARTBEATS = "inventory.tasks.flush_heartbeats"
 # tenancy.tasks
 SCRAPE_EXPORTER = "tenancy.tasks.scrape_exporter"
 SCRAPE_EXPORTERS = "tenancy.tasks.scrape_exporters"
@@ -46,6 +48,7 @@ TASKS = frozenset(
     {
         DELIVER_NOTIFICATION,
         RETRY_NOTIFICATIONS,
+        FLUSH_HEARTBEATS,
         SCRAPE_EXPORTER,
         SCRAPE_EXPORTERS,
         PRUNE_TELEMETRY,

@@ -367,8 +367,6 @@ RACKPLANE_PREEMPT_AFTER_MINUTES = env.str("RACKPLANE_PREEMPT_AFTER_MINUTES", def
 # Migrating to tenancy 0009 (docs/identifiers.md) renames the namespaces and Slurm accounts of projects with
 # jobs holding GPUs only with RACKPLANE_ALLOW_PROJECT_RENAME=1.
 RACKPLANE_ALLOW_PROJECT_RENAME = env.str("RACKPLANE_ALLOW_PROJECT_RENAME", default="") == "1"
-# Unchanged node reports (heartbeats) queue the tray's last-seen time, written once per this many seconds per
-# process (inventory.ingest.heartbeats); 0 writes each at once.
 # Historical fair share (tenancy.usage_decay, docs/simulator.md): departments' GPU usage decays with this
 # half-life (days; 7 is Slurm's PriorityDecayHalfLife default; 0 turns it off). Department pages show it to
 # their leads and admins; the pass orders borrowers by it only when RACKPLANE_FAIRSHARE_ORDERS_BORROWERS is
@@ -376,7 +374,14 @@ RACKPLANE_ALLOW_PROJECT_RENAME = env.str("RACKPLANE_ALLOW_PROJECT_RENAME", defau
 _FAIRSHARE_HALF_LIFE_DAYS = env.float("RACKPLANE_FAIRSHARE_HALF_LIFE_DAYS", default=7.0)
 RACKPLANE_FAIRSHARE_HALF_LIFE_S = _FAIRSHARE_HALF_LIFE_DAYS * 86400 if _FAIRSHARE_HALF_LIFE_DAYS > 0 else None
 RACKPLANE_FAIRSHARE_ORDERS_BORROWERS = env.bool("RACKPLANE_FAIRSHARE_ORDERS_BORROWERS", default=False)
-RACKPLANE_HEARTBEAT_BATCH_S = env.float("RACKPLANE_HEARTBEAT_BATCH_S", default=1.0)
+# Unchanged node reports (heartbeats) queue the tray's last-seen time on the broker; the beat's worker writes
+# the queue every this many seconds (inventory.ingest.heartbeats); 0 writes each at once, in the request.
+RACKPLANE_HEARTBEAT_BATCH_S = env.float("RACKPLANE_HEARTBEAT_BATCH_S", default=5.0)
+if RACKPLANE_HEARTBEAT_BATCH_S > 0:
+    CELERY_BEAT_SCHEDULE["flush-heartbeats"] = {
+        "task": task_names.FLUSH_HEARTBEATS,
+        "schedule": RACKPLANE_HEARTBEAT_BATCH_S,
+    }
 # Work a worker was killed in (integrations.tasks, docs/deployment/operations.md): a running push holds a
 # lease its worker renews every fifth of it; a push whose lease ran out is queued again by
 # retry_stale_pushes. A placed job whose dispatch never completed is sent again by sync_jobs after this many

@@ -17,6 +17,14 @@ back as it was read, by the difference of its jobs, so the next pass starts from
 whether this one committed or rolled back; its own allocations arrive through the second point above.
 Whatever the cache believes, Allocation's unique GPU constraint still refuses a GPU given twice.
 
+Only the racks that changed are read again (issue 32: a cold read of 10,000 racks is seconds): the
+triggers also log the racks each transaction changed (migration scheduling 0027, `CHANGE_RACKS`). When the
+check finds changes, a new mark is taken, the racks the unseen transactions changed are read with the cold
+read's own queries limited to them, and, when their trays are the same trays in the same partitions
+(otherwise: a cold read), their GPUs, fabric and degradation are replaced and the running jobs holding GPUs
+there are released and allocated again from their rows. A change the log cannot place on a rack (rack 0:
+inserts, deletes, a department's slug, an allocation changed by hand) reads cold.
+
 SQLite (the embedded default) has no triggers: every pass reads cold.
 """
 
@@ -28,9 +36,21 @@ from django.db import connection
 from django.utils import timezone
 
 from core.fabric import Fabric
+from inventory.models import ComputeTray, Gpu
 from inventory.staleness import silent_policy, silent_tray_pks
 from scheduling.models import Allocation
-from scheduling.pass_cluster import ClusterState, Held, Mark, build, group_allocations
+from scheduling.pass_cluster import (
+    ClusterState,
+    Held,
+    Mark,
+    _rows,
+    build,
+    degraded_tray_rows,
+    group_allocations,
+    schedulable_gpu_rows,
+    tray_rows,
+    unsettled_tray_rows,
+)
 
 # Table -> the columns the cluster is built from; the triggers of migration scheduling 0010 watch exactly
 # these (tests/scheduling/test_pass_cache.py compares both with the SQL of the cold read's queries,
@@ -54,6 +74,7 @@ CACHED_COLUMNS: dict[str, tuple[str, ...]] = {
 # Allocations changed in place (never by a pass: the admin) are logged too; made and deleted ones are not.
 ALLOCATION_COLUMNS: dict[str, tuple[str, ...]] = {"scheduling_allocation": ("job_id", "gpu_id")}
 CHANGE_LOG = "scheduling_inventorychange"
+CHANGE_RACKS = "scheduling_inventorychangerack"  # (xid, rack): rack 0 is every rack (migration 0027)
 PRUNE_AT = 1000  # log rows: a cold read past this many deletes the ones every snapshot since has seen
 
 _kept: dict[tuple, ClusterState] = {}
@@ -92,9 +113,10 @@ def _has_log() -> bool:
     return _logged[key]
 
 
-def _mark() -> Mark:
-    """Where a cold read starts: taken before its first query, so whatever it reads was committed by then
-    or later (never earlier than the snapshot says). Prunes the log now and then."""
+def _mark(prune: bool = True) -> Mark:
+    """Where a read starts: taken before its first query, so whatever it reads was committed by then
+    or later (never earlier than the snapshot says). Prunes the log now and then (`prune`: a cold read;
+    a rack re-read still needs the rows of the transactions it reads about)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT txid_current_snapshot()::text, txid_current_if_assigned(), "
@@ -103,10 +125,11 @@ def _mark() -> Mark:
         )
         snapshot, own, own_seq, postmaster, logged = cursor.fetchone()
         mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, own_seq, postmaster)
-        if logged > PRUNE_AT:
+        if prune and logged > PRUNE_AT:
             # Every transaction older than this snapshot's oldest running one had ended before it; caches
             # read before the horizon (row xid 0) can no longer be checked and read cold.
             cursor.execute(f"DELETE FROM {CHANGE_LOG} WHERE xid > 0 AND xid < %s", [mark.xmin])
+            cursor.execute(f"DELETE FROM {CHANGE_RACKS} WHERE xid < %s", [mark.xmin])
             cursor.execute(
                 f"INSERT INTO {CHANGE_LOG} (xid, seq) VALUES (0, %s) ON CONFLICT (xid) "
                 f"DO UPDATE SET seq = GREATEST({CHANGE_LOG}.seq, EXCLUDED.seq)",
@@ -115,6 +138,7 @@ def _mark() -> Mark:
     return mark
 
 
+# (unchanged, racks may be re-read, allocation rows, highest allocation id)
 _CHECK = f"""
 SELECT
     pg_postmaster_start_time() = %(postmaster)s
@@ -135,13 +159,31 @@ SELECT
             )
         )
     ),
+    pg_postmaster_start_time() = %(postmaster)s
+    AND COALESCE((SELECT seq FROM {CHANGE_LOG} WHERE xid = 0), 0) <= %(xmin)s
+    AND (
+        %(own_seq)s::bigint IS NULL
+        OR %(own)s::bigint = txid_current_if_assigned()
+        OR txid_status(%(own)s::bigint) = 'committed'
+    ),
     (SELECT count(*) FROM scheduling_allocation),
     (SELECT COALESCE(max(id), 0) FROM scheduling_allocation)
 """
 
+# The racks the transactions a mark did not see changed, and every rack its own transaction changed (a
+# snapshot counts its own transaction as seen: a test, a seed; all of them, not only those after the read).
+_RACKS = f"""
+SELECT DISTINCT rack_id FROM {CHANGE_RACKS}
+WHERE xid IN (
+    SELECT xid FROM {CHANGE_LOG}
+    WHERE xid >= %(xmin)s AND NOT txid_visible_in_snapshot(xid, %(snapshot)s::txid_snapshot)
+) OR xid = %(own)s::bigint
+"""
 
-def _check(mark: Mark) -> tuple[bool, int, int]:
-    """(the inventory is as `mark` read it, allocation rows, highest allocation id): one query.
+
+def _check(mark: Mark) -> tuple[bool, bool, int, int]:
+    """(the inventory is as `mark` read it, else whether the racks changed since may be re-read, allocation
+    rows, highest allocation id): one query.
 
     Unchanged means: no transaction the snapshot did not see has changed the inventory since, but the
     reader's own, if its changes before the read are all it made and it committed (or is still this one)."""
@@ -156,8 +198,84 @@ def _check(mark: Mark) -> tuple[bool, int, int]:
                 "own_seq": mark.own_seq,
             },
         )
-        unchanged, rows, last = cursor.fetchone()
-    return bool(unchanged), rows, last
+        unchanged, rereadable, rows, last = cursor.fetchone()
+    return bool(unchanged), bool(rereadable), rows, last
+
+
+def _changed_racks(mark: Mark) -> set[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(_RACKS, {"xmin": mark.xmin, "snapshot": mark.snapshot, "own": mark.own})
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> bool:
+    """Read `racks` again and put what changed there into the kept cluster; False when their trays are not
+    the same trays in the same partitions (the caller reads cold)."""
+    cluster = state.cluster
+    if cluster.changing or True in cluster.tray_held:
+        return False
+    if not racks:  # changes to rows on no rack (a GPU out of any tray)
+        return True
+    rows = _rows(tray_rows(racks))
+    old = [t for t, row in enumerate(state.tray_row) if row[5] in racks]
+    if [state.tray_row[t] for t in old] != rows:
+        return False
+    trays = set(old)
+    gpus: dict[int, list[int]] = {t: [] for t in old}
+    for gpu_id, tray_id in _rows(schedulable_gpu_rows(racks)):
+        gpus[state.tray_index[tray_id]].append(gpu_id)
+    unsettled = set(unsettled_tray_rows(racks))
+    degraded = dict(_rows(degraded_tray_rows(racks)))
+    unsettled |= set(degraded)
+    # The running jobs holding GPUs there (as kept, or as the rows say now) leave the cluster, and come back
+    # from their rows once the trays are up to date.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT a.job_id FROM {Allocation._meta.db_table} a "
+            f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id "
+            f"JOIN {ComputeTray._meta.db_table} t ON t.id = g.tray_id WHERE t.rack_id = ANY(%s::bigint[])",
+            ["{" + ",".join(map(str, racks)) + "}"],
+        )
+        there = {row[0] for row in cursor.fetchall()}
+    moved = [
+        job_id
+        for job_id, held in state.held.items()
+        if job_id in there
+        or any(t in trays for t, _ in held.placement)
+        or any(t in trays for t, _ in held.unschedulable)
+    ]
+    versions = {job_id: state.held[job_id].placed for job_id in moved}
+    for job_id in moved:
+        _drop(state, job_id)
+    for t in old:
+        for gpu in state.tray_gpus[t]:
+            del state.gpu_tray[gpu]
+        state.tray_gpus[t] = tuple(gpus[t])
+        for gpu in gpus[t]:
+            state.gpu_tray[gpu] = t
+    for p in {cluster.tray_part[t] for t in old}:
+        cluster.part_degraded.pop(p, None)
+    for t in old:
+        pk = state.tray_pk[t]
+        if cluster.tray_settled[t] != (pk not in unsettled):
+            cluster.set_fabric_ok(t, pk not in unsettled)
+        if pk in degraded:
+            cluster.part_degraded[cluster.tray_part[t]] = degraded[pk]
+        _set_capacity(state, t)
+    if moved:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT a.job_id, a.gpu_id, g.tray_id, a.id FROM {Allocation._meta.db_table} a "
+                f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.job_id = ANY(%s::bigint[])",
+                ["{" + ",".join(map(str, moved)) + "}"],
+            )
+            allocations = cursor.fetchall()
+        jobs = group_allocations(
+            ((job, gpu, state.tray_index.get(tray), pk) for job, gpu, tray, pk in allocations), state
+        )
+        for job_id in moved:
+            _add(state, job_id, versions[job_id], jobs.get(job_id, ((), (), (), 0)))
+    return True
 
 
 # --- kept clusters brought up to date -------------------------------------------------------------------
@@ -222,6 +340,18 @@ def _catch_up(state: ClusterState, placed: dict[int, object], rows: int, last: i
     return state.rows == rows and highest == last
 
 
+def _reread_changed(state: ClusterState, placed: dict[int, object]) -> ClusterState | None:
+    """The kept cluster with the racks changed since its mark read again, under a new mark; None: read
+    cold."""
+    mark = _mark(prune=False)  # before the racks are looked up: a change after it is seen next time
+    racks = _changed_racks(state.mark)
+    if 0 in racks or not _reread(state, racks, placed):
+        return None
+    state.mark = mark
+    state.reread = len(racks)
+    return state
+
+
 def read(placed: dict[int, object], fabric: Fabric | None = None) -> ClusterState:
     """The cluster for a pass, with the allocations of the running jobs in `placed` (pk -> when it was
     placed, as the pass read it): the one this process kept, checked and brought up to date, or read cold.
@@ -235,9 +365,12 @@ def read(placed: dict[int, object], fabric: Fabric | None = None) -> ClusterStat
         state = None
     if state is not None:
         state.cold = False
+        state.reread = 0
         try:
-            unchanged, rows, last = _check(state.mark)
-            if not unchanged or not _catch_up(state, placed, rows, last):
+            unchanged, rereadable, rows, last = _check(state.mark)
+            if not unchanged:
+                state = _reread_changed(state, placed) if rereadable else None
+            if state is not None and not _catch_up(state, placed, rows, last):
                 state = None
         except (ValueError, KeyError):  # the cluster's own checks refused a change (never expected)
             state = None

@@ -58,9 +58,13 @@ class ClusterState:
     gpu_tray: dict[int, int]  # schedulable GPU (tray up, GPU not unhealthy) -> its tray's index
     held_unschedulable: list[int]  # tray index -> GPUs running jobs hold there that are not schedulable
     held: dict[int, Held]
+    # tray index -> its row of the cold read (pk, hostname, rack, partition, dedicated to, rack pk): what a
+    # rack re-read is compared with (scheduling.pass_cache)
+    tray_row: list[tuple] = field(default_factory=list)
     allocated: set[int] = field(default_factory=set)  # the GPUs the held jobs hold
     mark: Mark | None = None  # None: not kept (SQLite, or the log is missing)
     cold: bool = True  # built by this pass (not kept from an earlier one)
+    reread: int = 0  # racks a kept cluster read again for this pass (scheduling.pass_cache)
     # The engine's RunningJob of each running job, with the row it was made from (scheduling.services).
     running_jobs: dict = field(default_factory=dict)
     # The allocations this process's last pass made: job -> (placed, placement, GPUs, highest id). The next
@@ -136,38 +140,47 @@ def group_allocations(rows, state: ClusterState) -> dict[int, tuple]:
     return grouped
 
 
-def tray_rows():
-    """(pk, hostname, rack, partition, dedicated to) of the trays in a partition, in cluster order."""
-    return (
-        ComputeTray.objects.filter(partition__isnull=False)
-        .order_by("rack__name", "partition__clique_id", "slot")
-        .values_list(
-            "pk", "hostname", "rack__name", "partition__name", "partition__dedication__department__slug"
-        )
+def tray_rows(racks=None):
+    """(pk, hostname, rack, partition, dedicated to, rack pk) of the trays in a partition, in cluster order
+    (`racks`: of those racks only)."""
+    trays = ComputeTray.objects.filter(partition__isnull=False)
+    if racks is not None:
+        trays = trays.filter(rack_id__in=racks)
+    return trays.order_by("rack__name", "partition__clique_id", "slot").values_list(
+        "pk",
+        "hostname",
+        "rack__name",
+        "partition__name",
+        "partition__dedication__department__slug",
+        "rack_id",
     )
 
 
-def schedulable_gpu_rows():
+def schedulable_gpu_rows(racks=None):
     """(pk, tray pk) of the schedulable GPUs in trays in a partition, by tray and index."""
-    return (
-        Gpu.objects.filter(schedulable_gpus_q(), tray__partition__isnull=False)
-        .order_by("tray_id", "index")
-        .values_list("pk", "tray_id")
-    )
+    gpus = Gpu.objects.filter(schedulable_gpus_q(), tray__partition__isnull=False)
+    if racks is not None:
+        gpus = gpus.filter(tray__rack_id__in=racks)
+    return gpus.order_by("tray_id", "index").values_list("pk", "tray_id")
 
 
-def unsettled_tray_rows():
+def unsettled_tray_rows(racks=None):
     """The pks of the trays whose fabric is unsettled (inventory.selectors: few)."""
-    return unsettled_fabric_trays().values_list("pk", flat=True)
+    trays = unsettled_fabric_trays()
+    if racks is not None:
+        trays = trays.filter(rack_id__in=racks)
+    return trays.values_list("pk", flat=True)
 
 
 # The inventory queries of a cold read: scheduling.pass_cache.CACHED_COLUMNS must name every column they read.
-def degraded_tray_rows():
+def degraded_tray_rows(racks=None):
     """(pk, why) of the trays of NVLink partitions the health rules marked degraded (few): like unsettled
     trays, they take no job spanning trays until the partition recovers (inventory.health)."""
+    trays = ComputeTray.objects.filter(partition__isnull=False)
+    if racks is not None:
+        trays = trays.filter(rack_id__in=racks)
     return (
-        ComputeTray.objects.filter(partition__isnull=False)
-        .exclude(partition__degraded_reason="")
+        trays.exclude(partition__degraded_reason="")
         .order_by()
         .values_list("pk", "partition__degraded_reason")
     )
@@ -202,6 +215,7 @@ def build(placed: dict[int, object], mark: Mark | None = None, fabric: Fabric | 
     state = ClusterState(
         cluster=None,  # type: ignore[arg-type]  (set below)
         tray_pk=[row[0] for row in trays],
+        tray_row=trays,
         tray_index=tray_index,
         tray_gpus=[tuple(gpus) for gpus in tray_gpus],
         gpu_tray={gpu: t for t, gpus in enumerate(tray_gpus) for gpu in gpus},
@@ -223,7 +237,7 @@ def build(placed: dict[int, object], mark: Mark | None = None, fabric: Fabric | 
     state.cluster = Cluster(
         (
             TraySpec(hostname, rack, partition, state.capacity(t), owner, pk not in unsettled)
-            for t, (pk, hostname, rack, partition, owner) in enumerate(trays)
+            for t, (pk, hostname, rack, partition, owner, _) in enumerate(trays)
         ),
         fabric,
     )

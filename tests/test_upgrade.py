@@ -381,8 +381,13 @@ def test_previous_release_database_migrates_forward_with_nothing_lost():
         # No table for the moved models, nothing dropped, and every row of every table unchanged (on SQLite,
         # integrations 0002 rebuilds both moved tables: new table, rows copied, old one dropped).
         created = set(connection.introspection.table_names()) - tables_before
-        # PostgreSQL only: the pass's log of inventory changes (migration scheduling 0010, no model).
-        logs = {"scheduling_inventorychange"} if connection.vendor == "postgresql" else set()
+        # PostgreSQL only: the pass's log of inventory changes and their racks (migrations scheduling 0010 and
+        # 0027, no model).
+        logs = (
+            {"scheduling_inventorychange", "scheduling_inventorychangerack"}
+            if connection.vendor == "postgresql"
+            else set()
+        )
         assert created == TABLES_OF_MODELS_ADDED_SINCE | logs
         assert {model._meta.db_table for model in (AuditEvent, ConfigTarget, ConfigPush)} <= tables_before
         assert table_rows(columns_before) == rows_before

@@ -54,6 +54,7 @@ class PassSummary:
     decisions: int
     ms: float
     cold: bool = True  # the cluster was read cold, not kept from this process's last pass (pass_cache)
+    reread: int = 0  # racks a kept cluster read again (pass_cache): what changed since the last pass
     # Stranded NVLink capacity after the pass's decisions (scheduling.engine.stranded, `Stranded.as_dict`).
     stranded: dict | None = None
     recarves: int = 0  # re-carves proposed to integrations (scheduling.services.recarving)
@@ -128,6 +129,7 @@ def _pass(now, fabric: Fabric | None = None) -> PassSummary:
         decisions=result.decisions,
         ms=(time.perf_counter() - started_clock) * 1000,
         cold=state.cold,
+        reread=state.reread,
         stranded=stranded_now,
         recarves=len(recarves),
         queue=result.queue,

@@ -61,7 +61,7 @@ def test_the_same_report_again_only_refreshes_last_seen(agent):
     assert data["unchanged"] is True and data["report_sha256"] == sha256
     assert data["tray_clique"] == f"{before.rack.cluster_uuid}.2" and data["problems"] == []
     # No reconciliation: only the two last-seen UPDATEs (tray and its GPUs; written at once inside a
-    # transaction, as this test is: batched otherwise, see test_heartbeats_are_batched_outside_a_transaction).
+    # transaction, as this test is: batched on the broker otherwise, tests/inventory/test_heartbeat_batches).
     written = writes(queries.captured_queries)
     assert len(written) == 2, written
     assert all(sql.startswith("UPDATE") and "last_report_at" in sql for sql in written), written
@@ -215,27 +215,6 @@ def test_a_changed_report_is_reconciled_with_one_statement_per_kind_of_change(ag
     assert health == {0: "limited_capacity", 1: "unhealthy", 2: "healthy", 3: "unknown"}
     # Every GPU of the tray is fresh, changed or not.
     assert len(set(Gpu.objects.filter(tray=tray("gb-r02-t11")).values_list("last_report_at", flat=True))) == 1
-
-
-def test_heartbeats_are_batched_outside_a_transaction(transactional_db, settings, node_agent):
-    """Outside a transaction (a web request) the last-seen time is queued and written by the batch:
-    nothing is written by the request itself."""
-    from inventory.demo import seed_datacenter
-
-    seed_datacenter(racks=3)
-    client = token_client(node_agent)
-    settings.RACKPLANE_HEARTBEAT_BATCH_S = 3600  # the batch thread will not write during this test
-    heartbeats.flush_heartbeats()
-    sha256 = client.post(URL, body(tray()), format="json").json()["report_sha256"]
-    seen = tray().last_report_at
-    with CaptureQueriesContext(connection) as queries:
-        answer = client.post(URL, {"host": HOST, "report_sha256": sha256}, format="json")
-    assert answer.status_code == 200 and answer.json()["unchanged"] is True
-    assert writes(queries.captured_queries) == []
-    assert tray().last_report_at == seen
-    assert heartbeats.flush_heartbeats() == 1
-    assert tray().last_report_at > seen
-    assert heartbeats.flush_heartbeats() == 0
 
 
 def test_last_seen_never_goes_back(agent):

@@ -497,6 +497,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "integrations.tasks.sync_jobs": 30.0,
         "core.tasks.retry_notifications": 30.0,
         "integrations.tasks.watch_removals": 86400.0,
+        "inventory.tasks.flush_heartbeats": 5.0,  # the node heartbeats held by the broker, written
     }
     app.loader.import_default_modules()
     assert {
@@ -506,6 +507,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "integrations.tasks.sync_jobs",
         "integrations.tasks.watch_removals",
         "integrations.tasks.run_plan_windows",
+        "inventory.tasks.flush_heartbeats",
     } <= set(app.tasks)
 
 
