@@ -471,10 +471,11 @@ FORGOTTEN_AFTER_HALF_LIVES = 20
 
 def decayed_usage(now: datetime, half_life_s: float) -> dict[tuple[int, int | None], float]:
     """Decayed GPU-seconds (tenancy.usage_decay.interval_usage, summed in SQL; a slice job's in
-    GPU-equivalents) per (department pk, project pk or None), in ONE aggregate query over the jobs that ran: each job's run from its start (started, else
-    placed) to its end (finished, or now while it holds its GPUs). Jobs that ended more than
-    `FORGOTTEN_AFTER_HALF_LIVES` half-lives ago are not read. A preempted job's earlier runs are not kept
-    on its row (it is pending again, its start cleared or replaced at its next start): they are not counted.
+    GPU-equivalents) per (department pk, project pk or None), in ONE aggregate query over the jobs that ran:
+    each job's run from its start (started, else placed) to its end (finished, or now while it holds its
+    GPUs). Jobs that ended more than `FORGOTTEN_AFTER_HALF_LIVES` half-lives ago are not read. A preempted
+    job's earlier runs are not kept on its row (it is pending again, its start cleared or replaced at its
+    next start): they are not counted.
     """
     cutoff = now - timedelta(seconds=FORGOTTEN_AFTER_HALF_LIVES * half_life_s)
     at = now.timestamp()
