@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,7 @@ from integrations.kubernetes.render import (
 from integrations.kubernetes.tenants import _represent_str as _yaml_str  # the same quoting rules as to_yaml
 from integrations.kubernetes.tenants import to_yaml
 from integrations.slurm.render import (
+    MIG_TRES_PROFILE,
     DepartmentQos,
     ServiceTier,
     SlurmAccount,
@@ -72,7 +74,7 @@ from integrations.slurm.render import (
 )
 from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF, SlurmState
 from integrations.slurm.topology import SlurmBlock
-from inventory.mig_layouts import MigLayout
+from inventory.mig_layouts import MigLayout, slices_within
 from inventory.mig_layouts import layout as mig_layout
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import HOLDING_STATES
@@ -503,7 +505,31 @@ def _fabric_racks(rows: _Rows) -> tuple[FabricRack, ...]:
     )
 
 
-def department_qos(slug: str, guaranteed: int) -> tuple[DepartmentQos, DepartmentQos]:
+def mig_offer(nodes: Iterable[SlurmNode]) -> dict[str, int]:
+    """The MIG profiles the fleet's layouts offer (the nodes' typed GRES) and how many slices of each."""
+    offer: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        for profile, count in node.mig:
+            offer[profile] += count
+    return dict(sorted(offer.items()))
+
+
+def mig_limits(gpus: int | None, offer: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """A department's guarantee or limit (GPU-equivalents; None: no bound) as GrpTRES gres/gpu:<profile>
+    limits, one per offered MIG profile with a TRES name: the slices of that profile it holds
+    (inventory.mig_layouts.slices_within, the rule Kueue's ClusterQueues follow too). No bound, no limits."""
+    if gpus is None:
+        return ()
+    return tuple(
+        (profile, slices)
+        for profile, count in offer.items()
+        if MIG_TRES_PROFILE.match(profile) and (slices := slices_within(profile, gpus, count)) is not None
+    )
+
+
+def department_qos(
+    slug: str, guaranteed: int, offer: Mapping[str, int] | None = None
+) -> tuple[DepartmentQos, DepartmentQos]:
     """A department's two Slurm QOS: its own (`GrpTRES=gres/gpu=<guarantee>`, its jobs' default: what runs
     within the guarantee) and `<slug>--borrowed` (no GPU limit of its own: what the engine starts beyond
     the guarantee). Slurm takes a Grp limit from the first place that sets it, job QOS before the
@@ -511,7 +537,7 @@ def department_qos(slug: str, guaranteed: int) -> tuple[DepartmentQos, Departmen
     association (GrpTRES = the department's limit), which counts every job of the department, in quota and
     borrowed; an in-quota job by the guarantee. integrations.dispatch picks the QOS of each job."""
     return (
-        DepartmentQos(naming.department_qos(slug), guaranteed),
+        DepartmentQos(naming.department_qos(slug), guaranteed, mig_limits(guaranteed, offer or {})),
         DepartmentQos(naming.department_borrowed_qos(slug), None),
     )
 
@@ -530,12 +556,13 @@ def build_state(*, fabric: bool = False) -> ConfigState:
         for t in rows.trays
     )
     tenants = _tenants(rows, problems)
+    offer = mig_offer(nodes)
     kubernetes = KubernetesState(
         inventory=_kubernetes_inventory(rows, tier_of), tenants=tenants, nfs_server=rows.tenancy.nfs_server
     )
     return ConfigState(
         slurm=SlurmState(nodes=nodes, tiers=_service_tiers(rows, tier_of), blocks=_slurm_blocks(rows)),
-        qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus)),
+        qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus, offer)),
         kubernetes=kubernetes,
         tenants=tenants,
         fabric=_fabric_racks(rows) if fabric else None,
@@ -652,10 +679,20 @@ def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     against the guarantees, as Rackplane's engine does; the cap is the limit, so borrowing stays possible.
     Jobs of a project run under its account (integrations.slurm.jobs). Names: tenancy.naming."""
     accounts = []
+    offer = mig_offer(state.slurm.nodes)
     for t in state.tenants:
         department = naming.department_account(t.slug)
         qos = (naming.department_qos(t.slug), naming.department_borrowed_qos(t.slug))
-        accounts.append(SlurmAccount(department, "root", t.limit_gpus, qos, max(t.guaranteed_gpus, 1)))
+        accounts.append(
+            SlurmAccount(
+                department,
+                "root",
+                t.limit_gpus,
+                qos,
+                max(t.guaranteed_gpus, 1),
+                mig_limits(t.limit_gpus, offer),
+            )
+        )
         accounts += [
             SlurmAccount(
                 naming.project_account(t.slug, p.slug),
@@ -663,6 +700,7 @@ def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
                 p.limit_gpus,
                 qos,
                 max(p.guaranteed_gpus, 1),
+                mig_limits(p.limit_gpus, offer),
             )
             for p in t.projects
         ]

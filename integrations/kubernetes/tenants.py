@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from inventory.mig_layouts import COMPUTE_SLICES, compute_slices
+from inventory.mig_layouts import slices_within
 from tenancy import naming
 from tenancy.renderers import ProjectSpec, TenantSpec, _check_nfs_server, project_namespace
 
@@ -122,11 +122,8 @@ def mig_resource(profile: str) -> str:
 # the same order (the same webhook), which `_gpu_quota` does.
 
 
-def mig_quota(profile: str, gpus: int | None, offered: int) -> int | None:
-    """A GPU-equivalent figure (`gpus`; None: no bound) as slices of `profile`, capped by `offered` slices."""
-    if gpus is None:
-        return None
-    return min(gpus * COMPUTE_SLICES // compute_slices(profile), offered)
+# The rule itself, shared with Slurm's typed GRES limits (integrations.state.department_qos).
+mig_quota = slices_within
 
 
 def _mig_offer(mig: Mapping[str, int]) -> list[tuple[str, int]]:
