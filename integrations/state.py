@@ -527,6 +527,20 @@ def mig_limits(gpus: int | None, offer: Mapping[str, int]) -> tuple[tuple[str, i
     )
 
 
+def slurm_gpu_limits(
+    gpus: int | None, offer: Mapping[str, int]
+) -> tuple[int | None, tuple[tuple[str, int], ...]]:
+    """(GrpTRES gres/gpu, GrpTRES gres/gpu:<profile>) for a guarantee or limit of `gpus` GPU-equivalents.
+
+    Slurm counts a MIG device as one gres/gpu too (a job asking gres/gpu:1g.23gb:2 holds gres/gpu=2 as well),
+    and cannot weigh a slice g/7. Decision: the generic limit makes room for the slices the typed limits
+    allow, `gpus` + their sum, so Slurm never holds a slice job Rackplane's pass starts within the figure;
+    the typed limits bound each profile, and the pass keeps whole GPUs and slices together within it in
+    GPU-equivalents. Without MIG in the fleet the generic limit is `gpus`, as before."""
+    typed = mig_limits(gpus, offer)
+    return (None if gpus is None else gpus + sum(n for _, n in typed)), typed
+
+
 def department_qos(
     slug: str, guaranteed: int, offer: Mapping[str, int] | None = None
 ) -> tuple[DepartmentQos, DepartmentQos]:
@@ -537,7 +551,7 @@ def department_qos(
     association (GrpTRES = the department's limit), which counts every job of the department, in quota and
     borrowed; an in-quota job by the guarantee. integrations.dispatch picks the QOS of each job."""
     return (
-        DepartmentQos(naming.department_qos(slug), guaranteed, mig_limits(guaranteed, offer or {})),
+        DepartmentQos(naming.department_qos(slug), *slurm_gpu_limits(guaranteed, offer or {})),
         DepartmentQos(naming.department_borrowed_qos(slug), None),
     )
 
@@ -683,27 +697,20 @@ def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     for t in state.tenants:
         department = naming.department_account(t.slug)
         qos = (naming.department_qos(t.slug), naming.department_borrowed_qos(t.slug))
-        accounts.append(
-            SlurmAccount(
-                department,
-                "root",
-                t.limit_gpus,
-                qos,
-                max(t.guaranteed_gpus, 1),
-                mig_limits(t.limit_gpus, offer),
+        limit, typed = slurm_gpu_limits(t.limit_gpus, offer)
+        accounts.append(SlurmAccount(department, "root", limit, qos, max(t.guaranteed_gpus, 1), typed))
+        for p in t.projects:
+            limit, typed = slurm_gpu_limits(p.limit_gpus, offer)
+            accounts.append(
+                SlurmAccount(
+                    naming.project_account(t.slug, p.slug),
+                    department,
+                    limit,
+                    qos,
+                    max(p.guaranteed_gpus, 1),
+                    typed,
+                )
             )
-        )
-        accounts += [
-            SlurmAccount(
-                naming.project_account(t.slug, p.slug),
-                department,
-                p.limit_gpus,
-                qos,
-                max(p.guaranteed_gpus, 1),
-                mig_limits(p.limit_gpus, offer),
-            )
-            for p in t.projects
-        ]
     return accounts
 
 

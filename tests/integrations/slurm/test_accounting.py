@@ -25,6 +25,7 @@ from integrations.slurm.render import (
     sacctmgr_qos_commands,
 )
 from integrations.state import build_state, slurm_accounts
+from inventory.models import ComputeTray
 from tests.factories import give_posix_account, make_department, make_member, make_user, mig_tray
 
 
@@ -210,7 +211,15 @@ def test_the_departments_limits_count_the_fleets_mig_slices_in_gpu_equivalents(d
     # The guarantee of 1 GPU: 7 one-slice devices, 3 two-slice, 2 three-slice (floor(7 / g)), each at most
     # what the fleet has; the borrowed QOS has no limit of its own.
     assert own.mig_limits == (("1g.23gb", 7), ("2g.47gb", 3), ("3g.93gb", 2))
-    assert borrowed.mig_limits == ()
+    # Slurm counts each MIG device as one gres/gpu too: the generic limit makes room for the slices.
+    assert own.gpu_limit == 1 + 7 + 3 + 2
+    assert (borrowed.gpu_limit, borrowed.mig_limits) == (None, ())
     department, project = slurm_accounts(state)
     assert department.mig_limits == (("1g.23gb", 8), ("2g.47gb", 4), ("3g.93gb", 4))  # the limit, 2 GPUs
-    assert project.mig_limits == ()  # no limit of its own
+    assert department.gpu_limit == 2 + 16
+    assert (project.gpu_limit, project.mig_limits) == (None, ())  # no limit of its own
+    # Without MIG in the fleet, the limits are as before.
+    ComputeTray.objects.update(mig_layout="", mig_layout_devices={})
+    plain = build_state()
+    assert [(q.gpu_limit, q.mig_limits) for q in plain.qos] == [(1, ()), (None, ())]
+    assert slurm_accounts(plain)[0].gpu_limit == 2
