@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ from integrations.kubernetes.render import (
 from integrations.kubernetes.tenants import _represent_str as _yaml_str  # the same quoting rules as to_yaml
 from integrations.kubernetes.tenants import to_yaml
 from integrations.slurm.render import (
+    MIG_TRES_PROFILE,
     DepartmentQos,
     ServiceTier,
     SlurmAccount,
@@ -80,7 +82,7 @@ from integrations.slurm.target import (
 )
 from integrations.slurm.target import render_files as render_slurm_files
 from integrations.slurm.topology import SlurmBlock
-from inventory.mig_layouts import MigLayout
+from inventory.mig_layouts import MigLayout, slices_within
 from inventory.mig_layouts import layout as mig_layout
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from scheduling.choices import HOLDING_STATES
@@ -512,7 +514,45 @@ def _fabric_racks(rows: _Rows) -> tuple[FabricRack, ...]:
     )
 
 
-def department_qos(slug: str, guaranteed: int) -> tuple[DepartmentQos, DepartmentQos]:
+def mig_offer(nodes: Iterable[SlurmNode]) -> dict[str, int]:
+    """The MIG profiles the fleet's layouts offer (the nodes' typed GRES) and how many slices of each."""
+    offer: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        for profile, count in node.mig:
+            offer[profile] += count
+    return dict(sorted(offer.items()))
+
+
+def mig_limits(gpus: int | None, offer: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """A department's guarantee or limit (GPU-equivalents; None: no bound) as GrpTRES gres/gpu:<profile>
+    limits, one per offered MIG profile with a TRES name: the slices of that profile it holds
+    (inventory.mig_layouts.slices_within, the rule Kueue's ClusterQueues follow too). No bound, no limits."""
+    if gpus is None:
+        return ()
+    return tuple(
+        (profile, slices)
+        for profile, count in offer.items()
+        if MIG_TRES_PROFILE.match(profile) and (slices := slices_within(profile, gpus, count)) is not None
+    )
+
+
+def slurm_gpu_limits(
+    gpus: int | None, offer: Mapping[str, int]
+) -> tuple[int | None, tuple[tuple[str, int], ...]]:
+    """(GrpTRES gres/gpu, GrpTRES gres/gpu:<profile>) for a guarantee or limit of `gpus` GPU-equivalents.
+
+    Slurm counts a MIG device as one gres/gpu too (a job asking gres/gpu:1g.23gb:2 holds gres/gpu=2 as well),
+    and cannot weigh a slice g/7. Decision: the generic limit makes room for the slices the typed limits
+    allow, `gpus` + their sum, so Slurm never holds a slice job Rackplane's pass starts within the figure;
+    the typed limits bound each profile, and the pass keeps whole GPUs and slices together within it in
+    GPU-equivalents. Without MIG in the fleet the generic limit is `gpus`, as before."""
+    typed = mig_limits(gpus, offer)
+    return (None if gpus is None else gpus + sum(n for _, n in typed)), typed
+
+
+def department_qos(
+    slug: str, guaranteed: int, offer: Mapping[str, int] | None = None
+) -> tuple[DepartmentQos, DepartmentQos]:
     """A department's two Slurm QOS: its own (`GrpTRES=gres/gpu=<guarantee>`, its jobs' default: what runs
     within the guarantee) and `<slug>--borrowed` (no GPU limit of its own: what the engine starts beyond
     the guarantee). Slurm takes a Grp limit from the first place that sets it, job QOS before the
@@ -520,7 +560,7 @@ def department_qos(slug: str, guaranteed: int) -> tuple[DepartmentQos, Departmen
     association (GrpTRES = the department's limit), which counts every job of the department, in quota and
     borrowed; an in-quota job by the guarantee. integrations.dispatch picks the QOS of each job."""
     return (
-        DepartmentQos(naming.department_qos(slug), guaranteed),
+        DepartmentQos(naming.department_qos(slug), *slurm_gpu_limits(guaranteed, offer or {})),
         DepartmentQos(naming.department_borrowed_qos(slug), None),
     )
 
@@ -549,6 +589,7 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
         for t in rows.trays
     )
     tenants = _tenants(rows, problems)
+    offer = mig_offer(nodes)
     kubernetes = KubernetesState(
         inventory=_kubernetes_inventory(rows, tier_of),
         tenants=tenants,
@@ -566,7 +607,7 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
             fabric=compute_fabric,
             racks=tuple((rack, tuple(hosts)) for rack, hosts in hosts_of_rack.items()),
         ),
-        qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus)),
+        qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus, offer)),
         kubernetes=kubernetes,
         tenants=tenants,
         fabric=_fabric_racks(rows) if fabric else None,
@@ -691,20 +732,24 @@ def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     against the guarantees, as Rackplane's engine does; the cap is the limit, so borrowing stays possible.
     Jobs of a project run under its account (integrations.slurm.jobs). Names: tenancy.naming."""
     accounts = []
+    offer = mig_offer(state.slurm.nodes)
     for t in state.tenants:
         department = naming.department_account(t.slug)
         qos = (naming.department_qos(t.slug), naming.department_borrowed_qos(t.slug))
-        accounts.append(SlurmAccount(department, "root", t.limit_gpus, qos, max(t.guaranteed_gpus, 1)))
-        accounts += [
-            SlurmAccount(
-                naming.project_account(t.slug, p.slug),
-                department,
-                p.limit_gpus,
-                qos,
-                max(p.guaranteed_gpus, 1),
+        limit, typed = slurm_gpu_limits(t.limit_gpus, offer)
+        accounts.append(SlurmAccount(department, "root", limit, qos, max(t.guaranteed_gpus, 1), typed))
+        for p in t.projects:
+            limit, typed = slurm_gpu_limits(p.limit_gpus, offer)
+            accounts.append(
+                SlurmAccount(
+                    naming.project_account(t.slug, p.slug),
+                    department,
+                    limit,
+                    qos,
+                    max(p.guaranteed_gpus, 1),
+                    typed,
+                )
             )
-            for p in t.projects
-        ]
     return accounts
 
 

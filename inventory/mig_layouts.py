@@ -59,6 +59,16 @@ def gpu_equivalents(profile_name: str) -> float:
     return compute_slices(profile_name) / COMPUTE_SLICES
 
 
+def slices_within(profile_name: str, gpus: int | None, offered: int) -> int | None:
+    """How many slices of a profile a figure in GPU-equivalents (a guarantee or a limit; None: no bound)
+    holds, never more than the `offered` slices of it: min(floor(gpus * 7 / g), offered). The one rule by
+    which a department's quota becomes a per-profile quota for the schedulers that count each MIG profile on
+    its own (Kueue's ClusterQueues, Slurm's typed GRES limits)."""
+    if gpus is None:
+        return None
+    return min(gpus * COMPUTE_SLICES // compute_slices(profile_name), offered)
+
+
 @dataclass(frozen=True)
 class MigLayout:
     """One mig-parted config for every GPU of a tray: `devices` maps profile name -> instances per GPU (empty

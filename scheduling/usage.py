@@ -470,19 +470,22 @@ FORGOTTEN_AFTER_HALF_LIVES = 20
 
 
 def decayed_usage(now: datetime, half_life_s: float) -> dict[tuple[int, int | None], float]:
-    """Decayed GPU-seconds (tenancy.usage_decay.interval_usage, summed in SQL) per (department pk, project
-    pk or None), in ONE aggregate query over the jobs that ran: each job's run from its start (started, else
-    placed) to its end (finished, or now while it holds its GPUs). Jobs that ended more than
-    `FORGOTTEN_AFTER_HALF_LIVES` half-lives ago are not read. A preempted job's earlier runs are not kept
-    on its row (it is pending again, its start cleared or replaced at its next start): they are not counted.
+    """Decayed GPU-seconds (tenancy.usage_decay.interval_usage, summed in SQL; a slice job's in
+    GPU-equivalents) per (department pk, project pk or None), in ONE aggregate query over the jobs that ran:
+    each job's run from its start (started, else placed) to its end (finished, or now while it holds its
+    GPUs). Jobs that ended more than `FORGOTTEN_AFTER_HALF_LIVES` half-lives ago are not read. A preempted
+    job's earlier runs are not kept on its row (it is pending again, its start cleared or replaced at its
+    next start): they are not counted.
     """
     cutoff = now - timedelta(seconds=FORGOTTEN_AFTER_HALF_LIVES * half_life_s)
     at = now.timestamp()
     rate = math.log(2) / half_life_s
     start = _EpochSeconds(Coalesce("started_at", "placed_at"))
     end = _EpochSeconds(Coalesce("finished_at", Value(now, output_field=DateTimeField())))
-    # gpus * h / ln 2 * (2 ** -((now - end) / h) - 2 ** -((now - start) / h)), as exponentials.
-    value = ExpressionWrapper(F("gpus") * Value(1.0 / rate), output_field=FloatField()) * (
+    # gpus * h / ln 2 * (2 ** -((now - end) / h) - 2 ** -((now - start) / h)), as exponentials; a slice
+    # job's GPUs are its GPU-equivalents (scheduling.slices: g/7 a slice), so fair share counts slices too.
+    gpus = F("gpus") + F("mig_slices") * F("mig_compute_slices") * Value(1.0 / COMPUTE_SLICES)
+    value = ExpressionWrapper(gpus * Value(1.0 / rate), output_field=FloatField()) * (
         Exp((end - Value(at)) * Value(rate)) - Exp((start - Value(at)) * Value(rate))
     )
     rows = (

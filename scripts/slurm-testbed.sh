@@ -26,7 +26,7 @@
 # port; a fresh database and password per testbed), both in the same chroot, started before slurmctld with
 # the cluster `rackplane-testbed` registered (sacctmgr add cluster). slurm.conf has
 # AccountingStorageType=accounting_storage/slurmdbd, AccountingStorageEnforce=associations,limits,qos and
-# AccountingStorageTRES=gres/gpu: a job needs an association of its user with its account and a QOS that
+# AccountingStorageTRES=gres/gpu (and the MIG profiles' typed GRES): a job needs an association of its user with its account and a QOS that
 # association allows, and a QOS's GrpTRES=gres/gpu limit holds jobs over it (pending, QOSGrpGRES).
 # slurmrestd serves /slurmdb/ too (openapi/slurmdbd; slurmdbd.conf takes the same jwt_key), through which
 # Rackplane writes QOS, accounts and associations (integrations/slurm/accounting.py). The testbed itself
@@ -284,7 +284,9 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$(cat "$dir/dbd-port")
 AccountingStorageEnforce=associations,limits,qos
-AccountingStorageTRES=gres/gpu
+# The MIG profiles the MIG tests give a tray (all-balanced on GB200) tracked too, so a QOS or association may
+# limit each (GrpTRES=gres/gpu:1g.23gb=N: integrations.state.slurm_gpu_limits).
+AccountingStorageTRES=gres/gpu,gres/gpu:1g.23gb,gres/gpu:2g.47gb,gres/gpu:3g.93gb
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory

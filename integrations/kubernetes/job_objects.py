@@ -19,8 +19,8 @@ What a job becomes, and why:
   (extended resources cannot be overcommitted, so the two must be equal). This is also what Kueue counts
   against the department's ClusterQueue (`tenants.cluster_queue` covers `nvidia.com/gpu`). A slice job
   (scheduling.slices) asks instead `nvidia.com/mig-<profile>: <count>` (the GPU Operator's `mixed` MIG
-  strategy) and no `nvidia.com/gpu`; the ClusterQueues do not cover MIG resources yet, so Kueue leaves
-  such a job suspended in a namespace it manages (its quota in GPU-equivalents is Rackplane's own).
+  strategy) and no `nvidia.com/gpu`; the ClusterQueues cover every MIG resource the fleet's layouts offer,
+  in GPU-equivalents (`tenants.mig_quota`), so Kueue admits it like a whole-GPU job.
 * **A ComputeDomain for jobs of more than one tray** (NVIDIA DRA driver, `resource.nvidia.com/v1beta1`, in
   the department namespace, `numNodes: 0` as the CRD recommends, `channel.resourceClaimTemplate.name` =
   `<job>-imex-channel`): multi-node NVLink needs an IMEX domain scoped to the job. The driver creates a
@@ -88,6 +88,8 @@ from integrations.kubernetes.tenants import (
     LOCAL_QUEUE_NAME,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    MIG_RESOURCE_PROFILE,
+    mig_resource,
 )
 from integrations.kubernetes.work import validate_work
 
@@ -168,17 +170,9 @@ def _check_request(request: DispatchRequest) -> None:
     validate_work(request.work if isinstance(request.work, dict) else {"image": None})
 
 
-# A slice job's devices (the GPU Operator's `mixed` MIG strategy): the device plugin advertises each MIG
-# profile as its own extended resource, `nvidia.com/mig-<profile>` (operations.md 1.2). A profile with a
-# media-extension suffix (+me) makes no valid resource name and is not asked for.
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-MIG_RESOURCE_PROFILE = re.compile(r"^[0-9]{1,2}g\.[0-9]{1,4}gb\Z")
+# A slice job's devices: `nvidia.com/mig-<profile>` (tenants.mig_resource, the resource the ClusterQueues
+# cover too).
 MAX_MIG_SLICES_PER_TRAY = 28  # 7 MIG devices on each of a tray's 4 GPUs
-
-
-def mig_resource(profile: str) -> str:
-    """The extended resource of a MIG profile under the mixed strategy (nvidia.com/mig-1g.23gb)."""
-    return MIG_RESOURCE_PREFIX + profile
 
 
 def _labels(request: DispatchRequest) -> dict[str, str]:

@@ -59,6 +59,7 @@ from typing import Any
 import yaml
 
 from core.fabric import Fabric
+from core.hardware import GPUS_PER_TRAY
 from integrations.kubernetes.tenants import (
     _DNS1123_SUBDOMAIN,
     DEFAULT_COHORT,
@@ -67,6 +68,7 @@ from integrations.kubernetes.tenants import (
     KUEUE_API_VERSION,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    MIG_RESOURCE_PROFILE,
     tenant_objects,
 )
 from inventory.mig_layouts import LayoutError, MigLayout, mig_parted_config
@@ -553,6 +555,21 @@ def mig_config_map(state: InventoryState, namespace: str = DEFAULT_MIG_NAMESPACE
     }
 
 
+def mig_offer(state: InventoryState) -> dict[str, int]:
+    """The MIG profiles the fleet's layouts offer and how many slices of each (every GPU of a tray holds its
+    tray's layout): what the ClusterQueues cover (tenants.mig_quota). Profiles without a Kubernetes resource
+    name (+me) are left out: no job asks for them."""
+    offer: dict[str, int] = {}
+    for node in state.nodes:
+        layout = node.mig_layout
+        if layout is None or not layout.enabled:
+            continue
+        for profile, count in layout.devices:
+            if MIG_RESOURCE_PROFILE.match(profile):
+                offer[profile] = offer.get(profile, 0) + count * GPUS_PER_TRAY
+    return dict(sorted(offer.items()))
+
+
 def desired_objects(
     state: InventoryState,
     tenants: Sequence[TenantSpec],
@@ -568,18 +585,19 @@ def desired_objects(
     """Everything Rackplane wants in the cluster, in apply order (see KIND_ORDER).
 
     Node label patches (with the compute `fabric`'s tier labels), the Kueue Topology, the shared and
-    per-partition ResourceFlavors, and for each
-    department `tenants.tenant_objects` (namespace, quota, network policy, queues, volume).
+    per-partition ResourceFlavors, and for each department `tenants.tenant_objects` (namespace, quota,
+    network policy, queues covering the MIG resources of `mig_offer`, volume).
     ValueError when two objects would have the same identity (e.g. a slug listed twice).
     """
     objects: list[dict[str, Any]] = []
     objects += node_objects(state, pool=flavor, fabric=fabric, fabric_label=fabric_label)
     objects.append(topology(topology_name, fabric, fabric_label))
     objects += resource_flavors(state, flavor, topology_name)
+    mig = mig_offer(state)
     for tenant in tenants:
         if not isinstance(tenant, TenantSpec):
             raise TypeError(f"expected TenantSpec, got {type(tenant).__name__}")
-        objects += tenant_objects(tenant, nfs_server, cohort=cohort, flavor=flavor)
+        objects += tenant_objects(tenant, nfs_server, cohort=cohort, flavor=flavor, mig=mig)
     if (config_map := mig_config_map(state, mig_namespace)) is not None:
         objects.append(config_map)
     seen: set[tuple[str, str, str, str]] = set()

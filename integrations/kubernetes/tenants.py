@@ -25,11 +25,12 @@ made (search for "Decision:").
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
+from inventory.mig_layouts import slices_within
 from tenancy import naming
 from tenancy.renderers import ProjectSpec, TenantSpec, _check_nfs_server, project_namespace
 
@@ -69,6 +70,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CHANNEL_DEVICE_CLASS = "compute-domain-default-channel.nvidia.com"
 IMEX_CHANNEL_RESOURCE = "resource.nvidia.com/imex-channel"
 QUOTA_RESOURCES = (GPU_RESOURCE, IMEX_CHANNEL_RESOURCE)
+# A slice job's devices (the GPU Operator's `mixed` MIG strategy): the device plugin advertises each MIG
+# profile as its own extended resource, `nvidia.com/mig-<profile>` (operations.md 1.2). A profile with a
+# media-extension suffix (+me) makes no valid resource name and is never asked for.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+MIG_RESOURCE_PROFILE = re.compile(r"^[0-9]{1,2}g\.[0-9]{1,4}gb\Z")
 # Kueue: the CRDs in crds/ serve v1beta1 (deprecated) and v1beta2 (served + storage);
 # v1beta2 is the newest served version and the one whose ClusterQueue has `spec.cohortName`.
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -90,6 +96,39 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 def _check_dns_subdomain(value: str, what: str) -> None:
     if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
         raise ValueError(f"{what} {value!r} is not a DNS-1123 subdomain")
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource of a MIG profile under the mixed strategy (nvidia.com/mig-1g.23gb)."""
+    return MIG_RESOURCE_PREFIX + profile
+
+
+# Slice quotas in Kueue (issue 30). A department's guarantee and limit are GPU-equivalents: a slice of a
+# profile with g compute slices counts g/7 of a GPU (inventory.mig_layouts.gpu_equivalents), the rule
+# Rackplane's own pass holds slice jobs to. Kueue counts every resource on its own and cannot add a 1g slice
+# to a whole GPU, so each MIG resource the fleet's layouts offer gets its own quota, the department's
+# figure expressed in that profile's slices and never more than the fleet has of it:
+#   nominalQuota   = min(floor(guarantee * 7 / g), fleet slices of the profile)
+#   borrowingLimit = min(floor(limit * 7 / g), fleet slices of the profile) - nominalQuota (no limit: none)
+# So Kueue admits whatever the pass starts (the pass never lets one profile's slices pass the department's
+# guarantee or limit in GPU-equivalents, let alone their sum with its GPUs), and holds work submitted to
+# the queue by other means to the same figures per profile; the sum across profiles and whole GPUs is the
+# pass's to keep (docs/operators/jobs.md, "Kueue" under MIG slices).
+# Decision: the MIG resources share the GPUs' one resource group and flavor. Kueue takes a resource in only
+# one resource group of a queue and a flavor in only one group (its ClusterQueue webhook,
+# validateResourceGroups: field.Duplicate on either), so a second group would need a second flavor: one
+# selecting MIG trays by a label, while the pass already pins each slice job to its tray. One group keeps
+# one topology-aware flavor for all GPU work; every flavor of a group must list every covered resource, in
+# the same order (the same webhook), which `_gpu_quota` does.
+
+
+# The rule itself, shared with Slurm's typed GRES limits (integrations.state.department_qos).
+mig_quota = slices_within
+
+
+def _mig_offer(mig: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The MIG profiles with a resource name, and how many slices of each the fleet offers, by name."""
+    return sorted((p, n) for p, n in mig.items() if MIG_RESOURCE_PROFILE.match(p) and n > 0)
 
 
 # --- Kubernetes objects -------------------------------------------------------------------------------
@@ -176,7 +215,10 @@ def network_policy(t: TenantSpec) -> dict[str, Any]:
 
 
 def cluster_queue(
-    t: TenantSpec, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
+    t: TenantSpec,
+    cohort: str = DEFAULT_COHORT,
+    flavor: str = DEFAULT_FLAVOR,
+    mig: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Kueue ClusterQueue (v1beta2) named after the department.
 
@@ -187,6 +229,8 @@ def cluster_queue(
     The namespaceSelector admits only the department's own namespace: Kueue's default (null) admits none,
     and `{}` would let any namespace point a LocalQueue at this department's quota.
     The ResourceFlavor named `flavor` must exist (it is cluster-wide, not per department).
+    `mig`: the MIG profiles the fleet's layouts offer and how many slices of each (`mig_offer`), each
+    covered in GPU-equivalents (`mig_quota`).
     """
     _check_dns_subdomain(cohort, "cohort")
     _check_dns_subdomain(flavor, "flavor")
@@ -197,7 +241,7 @@ def cluster_queue(
         "spec": {
             "cohortName": cohort,
             "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: naming.department_namespace(t.slug)}},
-            "resourceGroups": _gpu_quota(flavor, t.guaranteed_gpus, t.limit_gpus),
+            "resourceGroups": _gpu_quota(flavor, t.guaranteed_gpus, t.limit_gpus, mig),
             "preemption": {
                 "reclaimWithinCohort": "Any",
                 "borrowWithinCohort": {"policy": "LowerPriority"},
@@ -280,15 +324,25 @@ def _project_metadata(t: TenantSpec, p: ProjectSpec, name: str, namespaced: bool
     return metadata
 
 
-def _gpu_quota(flavor: str, guaranteed: int, limit: int | None) -> list[dict[str, Any]]:
-    """One resource group: the GPUs and the IMEX channels (see IMEX_CHANNEL_RESOURCE), the same numbers."""
+def _gpu_quota(
+    flavor: str, guaranteed: int, limit: int | None, mig: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """One resource group: the GPUs and the IMEX channels (see IMEX_CHANNEL_RESOURCE), the same numbers,
+    then each MIG resource of `mig` in that profile's slices (`mig_quota`, the rule above it)."""
     quotas = []
     for name in QUOTA_RESOURCES:
         resource: dict[str, Any] = {"name": name, "nominalQuota": str(guaranteed)}
         if limit is not None:
             resource["borrowingLimit"] = str(limit - guaranteed)
         quotas.append(resource)
-    return [{"coveredResources": list(QUOTA_RESOURCES), "flavors": [{"name": flavor, "resources": quotas}]}]
+    for profile, offered in _mig_offer(mig or {}):
+        nominal = mig_quota(profile, guaranteed, offered)
+        resource = {"name": mig_resource(profile), "nominalQuota": str(nominal)}
+        if (most := mig_quota(profile, limit, offered)) is not None:
+            resource["borrowingLimit"] = str(max(0, most - (nominal or 0)))
+        quotas.append(resource)
+    covered = [q["name"] for q in quotas]
+    return [{"coveredResources": covered, "flavors": [{"name": flavor, "resources": quotas}]}]
 
 
 def kueue_configuration() -> dict[str, Any]:
@@ -308,7 +362,10 @@ def kueue_configuration() -> dict[str, Any]:
 
 
 def department_cohort(
-    t: TenantSpec, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
+    t: TenantSpec,
+    cohort: str = DEFAULT_COHORT,
+    flavor: str = DEFAULT_FLAVOR,
+    mig: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Kueue Cohort (v1beta2) of a department with projects, named after it, child of the shared `cohort`.
 
@@ -320,7 +377,7 @@ def department_cohort(
     """
     _check_dns_subdomain(cohort, "cohort")
     _check_dns_subdomain(flavor, "flavor")
-    quota = _gpu_quota(flavor, 0, None if t.limit_gpus is None else t.limit_gpus - t.guaranteed_gpus)
+    quota = _gpu_quota(flavor, 0, None if t.limit_gpus is None else t.limit_gpus - t.guaranteed_gpus, mig)
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "Cohort",
@@ -355,7 +412,9 @@ def _queue(metadata, cohort: str, namespace_name: str, groups, weight: str) -> d
     }
 
 
-def project_cluster_queue(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR) -> dict[str, Any]:
+def project_cluster_queue(
+    t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR, mig: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """A project's ClusterQueue, in its department's Cohort: nominal quota = its guarantee, borrowing limit
     = limit - guarantee, fair-sharing weight = its over-quota weight; only its own namespace points at it.
     Reclaim within the cohort: an in-quota project takes back what a sibling (or another department)
@@ -365,12 +424,14 @@ def project_cluster_queue(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_F
         _project_metadata(t, p, name, namespaced=False),
         naming.department_cohort(t.slug),
         project_namespace(t, p),
-        _gpu_quota(flavor, p.guaranteed_gpus, p.limit_gpus),
+        _gpu_quota(flavor, p.guaranteed_gpus, p.limit_gpus, mig),
         p.weight,
     )
 
 
-def department_cluster_queue(t: TenantSpec, flavor: str = DEFAULT_FLAVOR) -> dict[str, Any]:
+def department_cluster_queue(
+    t: TenantSpec, flavor: str = DEFAULT_FLAVOR, mig: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """The ClusterQueue of a department with projects for its work without a project (its own namespace):
     in its Cohort, guaranteed what the projects' guarantees leave of the department's."""
     rest = t.guaranteed_gpus - sum(p.guaranteed_gpus for p in t.projects)
@@ -379,12 +440,14 @@ def department_cluster_queue(t: TenantSpec, flavor: str = DEFAULT_FLAVOR) -> dic
         _metadata(t, naming.department_cluster_queue(slug), namespaced=False),
         naming.department_cohort(slug),
         naming.department_namespace(slug),
-        _gpu_quota(flavor, rest, None),
+        _gpu_quota(flavor, rest, None, mig),
         "1",
     )
 
 
-def project_objects(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR) -> list[dict[str, Any]]:
+def project_objects(
+    t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR, mig: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
     """A project's namespace, ResourceQuota (its limit), isolation policy, ClusterQueue and LocalQueue."""
     name = project_namespace(t, p)
     ns_metadata = _project_metadata(t, p, name, namespaced=False)
@@ -406,7 +469,7 @@ def project_objects(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR)
             "spec": {"hard": hard},
         },
         policy,
-        project_cluster_queue(t, p, flavor),
+        project_cluster_queue(t, p, flavor, mig),
         {
             "apiVersion": KUEUE_API_VERSION,
             "kind": "LocalQueue",
@@ -417,15 +480,19 @@ def project_objects(t: TenantSpec, p: ProjectSpec, flavor: str = DEFAULT_FLAVOR)
 
 
 def tenant_objects(
-    t: TenantSpec, nfs_server: str, cohort: str = DEFAULT_COHORT, flavor: str = DEFAULT_FLAVOR
+    t: TenantSpec,
+    nfs_server: str,
+    cohort: str = DEFAULT_COHORT,
+    flavor: str = DEFAULT_FLAVOR,
+    mig: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """All Kubernetes objects of one department, in apply order: the namespace before what lives in it,
     the ClusterQueue before its LocalQueue, the volume before its claim. A department with projects is a
     Cohort with its own ClusterQueue and each project's objects (module docstring)."""
     if t.projects:
-        queue = [department_cohort(t, cohort, flavor), department_cluster_queue(t, flavor)]
+        queue = [department_cohort(t, cohort, flavor, mig), department_cluster_queue(t, flavor, mig)]
     else:
-        queue = [cluster_queue(t, cohort=cohort, flavor=flavor)]
+        queue = [cluster_queue(t, cohort=cohort, flavor=flavor, mig=mig)]
     objects = [
         namespace(t),
         resource_quota(t),
@@ -436,7 +503,7 @@ def tenant_objects(
         persistent_volume_claim(t),
     ]
     for p in sorted(t.projects, key=lambda p: p.slug):
-        objects += project_objects(t, p, flavor)
+        objects += project_objects(t, p, flavor, mig)
     return objects
 
 

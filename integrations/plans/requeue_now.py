@@ -25,13 +25,19 @@ from django.utils.translation import gettext as _
 
 from core.enqueue import enqueue
 from core.task_names import FOLLOW_ACTIVE_PLANS
-from integrations.plans.service import PlanConflict, apply_plan, create_plan, drain_reason, in_flight
+from integrations.plans.service import (
+    PlanConflict,
+    apply_plan,
+    create_plan,
+    drain_reason,
+    holding_on,
+    in_flight,
+)
 from inventory.choices import PlanStatus
 from inventory.models import PartitionPlan, Rack
 from inventory.planning import PlanCheck, PlannedPartition
 from scheduling import requeue as decisions
-from scheduling.choices import HOLDING_STATES
-from scheduling.models import Allocation
+from scheduling.models import SliceAllocation
 
 
 @dataclass(frozen=True)
@@ -120,23 +126,23 @@ def jobs_in_the_way(rack: Rack, slots, now: datetime | None = None) -> list[JobI
     """The jobs holding GPUs on `rack`'s trays `slots`, each once with its trays, by rack order. One query."""
     now = now or timezone.now()
     rows: dict[int, dict] = {}
-    for pk, name, klass, started, placed, limit, slot, department, submitter, requeue_at in (
-        Allocation.objects.filter(
-            job__state__in=HOLDING_STATES, gpu__tray__rack=rack, gpu__tray__slot__in=slots
-        )
-        .values_list(
-            "job_id",
-            "job__name",
-            "job__priority_class",
-            "job__started_at",
-            "job__placed_at",
-            "job__time_limit_minutes",
-            "gpu__tray__slot",
-            "job__department__name",
-            "job__submitted_by__username",
-            "job__requeue_at",
-        )
-        .distinct()
+    columns = (
+        "job_id",
+        "job__name",
+        "job__priority_class",
+        "job__started_at",
+        "job__placed_at",
+        "job__time_limit_minutes",
+        "gpu__tray__slot",
+        "job__department__name",
+        "job__submitted_by__username",
+        "job__requeue_at",
+    )
+    # Whole GPUs and MIG slices alike (service.holding_on): a slice job on a changed tray is in the way.
+    held = holding_on(rack, gpu__tray__slot__in=slots).values_list(*columns)
+    sliced = holding_on(rack, SliceAllocation, gpu__tray__slot__in=slots).values_list(*columns)
+    for pk, name, klass, started, placed, limit, slot, department, submitter, requeue_at in held.union(
+        sliced
     ):
         since = started or placed or now  # as integrations.plans.service.rack_trays
         ends_at = since + timedelta(minutes=limit) if limit else None  # no limit: no known end

@@ -62,7 +62,7 @@ from inventory.planning import (
     preset_layout,
 )
 from scheduling.choices import HOLDING_STATES
-from scheduling.models import Allocation
+from scheduling.models import Allocation, SliceAllocation
 from scheduling.services.pass_requests import request_pass
 from tenancy import naming
 from tenancy.models import DedicatedPartition, Department
@@ -94,17 +94,22 @@ def _drain_or_return(trays, plan: PartitionPlan, *, drain: bool, reason: str, us
     return count
 
 
+def holding_on(rack: Rack, model=Allocation, **where):
+    """The rack's held devices (`model`: Allocation, whole GPUs; SliceAllocation, MIG slices) of jobs that
+    hold them: a plan sees the work on a tray whether it runs on whole GPUs or on MIG slices (a tray's MIG
+    slices running work are as much in a re-carve's way: its GPUs leave the partition under them)."""
+    return model.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__rack=rack, **where).order_by()
+
+
 def rack_trays(rack: Rack) -> list[TrayInfo]:
-    """The rack's trays as a plan sees them: state, healthy GPUs, problems, running jobs. Two queries."""
+    """The rack's trays as a plan sees them: state, healthy GPUs, problems, running jobs (on whole GPUs or
+    MIG slices). Two queries."""
     running: dict[int, set[str]] = {}
     ends: dict[int, float] = {}  # slot -> seconds until its last job reaches its time limit
     now = timezone.now()
+    columns = ("gpu__tray__slot", "job__name", "job__started_at", "job__placed_at", "job__time_limit_minutes")
     for slot, job, started, placed, limit in (
-        Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__rack=rack)
-        .values_list(
-            "gpu__tray__slot", "job__name", "job__started_at", "job__placed_at", "job__time_limit_minutes"
-        )
-        .distinct()
+        holding_on(rack).values_list(*columns).union(holding_on(rack, SliceAllocation).values_list(*columns))
     ):
         running.setdefault(slot, set()).add(job)
         since = started or placed or now

@@ -88,17 +88,47 @@ class AccountingResult:
 # --- what slurmdbd holds, and what to send (pure) --------------------------------------------------------
 
 
+def _gres_limits(tres: Any) -> dict[str, int]:
+    """The GRES limits of a TRES list by name (`gpu`, `gpu:1g.23gb`); a cleared one (-1) is none."""
+    limits = {}
+    for entry in tres or []:
+        if isinstance(entry, Mapping) and entry.get("type") == "gres" and isinstance(entry.get("name"), str):
+            count = entry.get("count")
+            if isinstance(count, int) and count >= 0:
+                limits[entry["name"]] = count
+    return limits
+
+
 def _gpus(tres: Any) -> int | None:
     """The gres/gpu count of a TRES list (None: no GPU limit)."""
-    for entry in tres or []:
-        if isinstance(entry, Mapping) and entry.get("type") == "gres" and entry.get("name") == "gpu":
-            count = entry.get("count")
-            return count if isinstance(count, int) and count >= 0 else None
-    return None
+    return _gres_limits(tres).get("gpu")
 
 
-def _gpu_tres(limit: int | None) -> list[dict]:
-    return [{**GPU, "count": -1 if limit is None else limit}]
+def _mig(tres: Any) -> tuple[tuple[str, int], ...]:
+    """The gres/gpu:<profile> limits of a TRES list, by profile (integrations.state.mig_limits)."""
+    return tuple(
+        sorted((n.removeprefix("gpu:"), c) for n, c in _gres_limits(tres).items() if n.startswith("gpu:"))
+    )
+
+
+def _gpu_tres(
+    limit: int | None, mig: Sequence[tuple[str, int]] = (), live_mig: Sequence[tuple[str, int]] = ()
+) -> list[dict]:
+    """gres/gpu (-1 clears it), each wanted gres/gpu:<profile>, and -1 for a live one no longer wanted."""
+    wanted = dict(mig)
+    tres = [{**GPU, "count": -1 if limit is None else limit}]
+    tres += [{"type": "gres", "name": f"gpu:{p}", "count": n} for p, n in sorted(wanted.items())]
+    tres += [{"type": "gres", "name": f"gpu:{p}", "count": -1} for p, _ in live_mig if p not in wanted]
+    return tres
+
+
+def _limits_text(limit: int | None, mig: Sequence[tuple[str, int]] = ()) -> str:
+    return ",".join([f"gres/gpu={_text(limit)}", *(f"gres/gpu:{p}={n}" for p, n in sorted(mig))])
+
+
+def _was(limit: int | None, mig: Sequence[tuple[str, int]], wanted_mig: Sequence[tuple[str, int]]) -> str:
+    """A live limit as a change's words name it: `gres/gpu 8` (no MIG limit either side), else in full."""
+    return f"gres/gpu {_text(limit)}" if not mig and not wanted_mig else _limits_text(limit, mig)
 
 
 def account_levels(accounts: Sequence[SlurmAccount]) -> list[SlurmAccount]:
@@ -115,22 +145,24 @@ def account_levels(accounts: Sequence[SlurmAccount]) -> list[SlurmAccount]:
     return sorted(accounts, key=lambda a: (level(a), a.name))
 
 
-def qos_body(qos: DepartmentQos) -> dict:
+def qos_body(qos: DepartmentQos, live_mig: Sequence[tuple[str, int]] = ()) -> dict:
     return {
         "name": qos.name,
         "description": f"Rackplane department QOS {qos.name}",
-        "limits": {"max": {"tres": {"total": _gpu_tres(qos.gpu_limit)}}},
+        "limits": {"max": {"tres": {"total": _gpu_tres(qos.gpu_limit, qos.mig_limits, live_mig)}}},
     }
 
 
-def account_association_body(account: SlurmAccount, cluster: str) -> dict:
+def account_association_body(
+    account: SlurmAccount, cluster: str, live_mig: Sequence[tuple[str, int]] = ()
+) -> dict:
     """An account's cluster association as POST /associations/ takes it (an existing one is changed)."""
     body: dict[str, Any] = {
         "account": account.name,
         "cluster": cluster,
         "user": "",
         "parent_account": account.parent,
-        "max": {"tres": {"total": _gpu_tres(account.gpu_limit)}},
+        "max": {"tres": {"total": _gpu_tres(account.gpu_limit, account.mig_limits, live_mig)}},
         "shares_raw": account.shares,
     }
     if account.qos:
@@ -142,8 +174,8 @@ def account_association_body(account: SlurmAccount, cluster: str) -> dict:
 def new_account_body(account: SlurmAccount, cluster: str) -> dict:
     """POST /accounts_association/: the account and its association in one call."""
     association: dict[str, Any] = {"parent": account.parent, "fairshare": account.shares}
-    if account.gpu_limit is not None:
-        association["grptres"] = _gpu_tres(account.gpu_limit)
+    if account.gpu_limit is not None or account.mig_limits:
+        association["grptres"] = _gpu_tres(account.gpu_limit, account.mig_limits)
     if account.qos:
         association["qoslevel"] = list(account.qos)
         association["defaultqos"] = account.default_qos
@@ -162,9 +194,14 @@ def account_differs(account: SlurmAccount, live: Mapping[str, Any]) -> list[str]
     differences = []
     if live.get("parent_account") != account.parent:
         differences.append(f"parent {live.get('parent_account') or 'none'} -> {account.parent}")
-    limit = _gpus(((live.get("max") or {}).get("tres") or {}).get("total"))
-    if limit != account.gpu_limit:
-        differences.append(f"GrpTRES gres/gpu {_text(limit)} -> {_text(account.gpu_limit)}")
+    tres = _tres_of(live)
+    limit, mig = _gpus(tres), _mig(tres)
+    if limit != account.gpu_limit or mig != tuple(sorted(account.mig_limits)):
+        wanted = account.mig_limits
+        after = (
+            _text(account.gpu_limit) if not mig and not wanted else _limits_text(account.gpu_limit, wanted)
+        )
+        differences.append(f"GrpTRES {_was(limit, mig, wanted)} -> {after}")
     if live.get("shares_raw") != account.shares:
         differences.append(f"fairshare {live.get('shares_raw')} -> {account.shares}")
     if account.qos:
@@ -174,6 +211,10 @@ def account_differs(account: SlurmAccount, live: Mapping[str, Any]) -> list[str]
         if (live.get("default") or {}).get("qos") != account.default_qos:
             differences.append(f"default QOS -> {account.default_qos}")
     return differences
+
+
+def _tres_of(association: Mapping[str, Any] | None) -> Any:
+    return (((association or {}).get("max") or {}).get("tres") or {}).get("total")
 
 
 def _text(limit: int | None) -> str:
@@ -233,13 +274,15 @@ class SlurmAccounting:
 
     # -- reading --
 
-    def live_qos(self) -> dict[str, int | None]:
+    def live_qos(self) -> dict[str, tuple[int | None, tuple[tuple[str, int], ...]]]:
+        """QOS name -> (its gres/gpu limit, its gres/gpu:<profile> limits)."""
         body = self._call("GET", "/qos/")
-        return {
-            q["name"]: _gpus((((q.get("limits") or {}).get("max") or {}).get("tres") or {}).get("total"))
-            for q in body.get("qos") or []
-            if isinstance(q, Mapping) and isinstance(q.get("name"), str)
-        }
+        live = {}
+        for q in body.get("qos") or []:
+            if isinstance(q, Mapping) and isinstance(q.get("name"), str):
+                tres = (((q.get("limits") or {}).get("max") or {}).get("tres") or {}).get("total")
+                live[q["name"]] = (_gpus(tres), _mig(tres))
+        return live
 
     def live_accounts(self) -> dict[str, str]:
         """Account name -> its organization."""
@@ -283,13 +326,17 @@ class SlurmAccounting:
 
     def _apply_qos(self, wanted: Iterable[DepartmentQos], result: AccountingResult) -> None:
         live = self.live_qos()
-        changes = [q for q in wanted if q.name not in live or live[q.name] != q.gpu_limit]
+        changes = [q for q in wanted if live.get(q.name) != (q.gpu_limit, tuple(sorted(q.mig_limits)))]
         result.unchanged += sum(1 for q in wanted if q not in changes)
         if changes:
-            self._call("POST", "/qos/", {"qos": [qos_body(q) for q in changes]})
+            none: tuple = (None, ())
+            bodies = [qos_body(q, live.get(q.name, none)[1]) for q in changes]
+            self._call("POST", "/qos/", {"qos": bodies})
             for q in changes:
-                before = "added," if q.name not in live else f"GrpTRES gres/gpu {_text(live[q.name])} ->"
-                result.changed.append(f"QOS {q.name}: {before} GrpTRES=gres/gpu={_text(q.gpu_limit)}")
+                before = "added," if q.name not in live else f"GrpTRES {_was(*live[q.name], q.mig_limits)} ->"
+                result.changed.append(
+                    f"QOS {q.name}: {before} GrpTRES={_limits_text(q.gpu_limit, q.mig_limits)}"
+                )
 
     def _apply_accounts(
         self,
@@ -305,7 +352,8 @@ class SlurmAccounting:
                 result.changed.append(
                     f"account {account.name}: added under {account.parent}"
                     + (f", QOS {','.join(account.qos)}" if account.qos else "")
-                    + f", GrpTRES=gres/gpu={_text(account.gpu_limit)}, fairshare {account.shares}"
+                    + f", GrpTRES={_limits_text(account.gpu_limit, account.mig_limits)}"
+                    + f", fairshare {account.shares}"
                 )
             elif differences := account_differs(account, current):
                 changed.append(account)
@@ -316,7 +364,12 @@ class SlurmAccounting:
             self._call(
                 "POST",
                 "/associations/",
-                {"associations": [account_association_body(a, self.cluster) for a in changed]},
+                {
+                    "associations": [
+                        account_association_body(a, self.cluster, _mig(_tres_of(live.get((a.name, "")))))
+                        for a in changed
+                    ]
+                },
             )
 
     def _apply_users(

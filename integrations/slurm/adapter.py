@@ -78,14 +78,14 @@ class SlurmAdapter:
         if not (self.values.get("rest_url") or "").strip():
             # sacctmgr makes QOS only here: the account tree and its users need slurmrestd's slurmdb API.
             for entry in qos:
-                log(self.slurm.ensure_qos(entry["name"], entry.get("gpu_limit")).note)
+                log(self.slurm.ensure_qos(entry["name"], entry.get("gpu_limit"), _mig(entry)).note)
             log(
                 f"{len(accounts)} accounts and their users not set: give the target slurmrestd (rest_url and "
                 "a JWT), through which Rackplane writes slurmdbd's accounts and associations"
             )
             return ""
         plan = AccountingPlan(
-            qos=tuple(DepartmentQos(q["name"], q.get("gpu_limit")) for q in qos),
+            qos=tuple(DepartmentQos(q["name"], q.get("gpu_limit"), _mig(q)) for q in qos),
             accounts=tuple(
                 SlurmAccount(
                     a["name"],
@@ -94,6 +94,7 @@ class SlurmAdapter:
                     a.get("qos")
                     or (),  # a list; one name in a payload queued before (SlurmAccount takes both)
                     a.get("shares") or 1,
+                    _mig(a),
                 )
                 for a in accounts
             ),
@@ -183,3 +184,8 @@ def remembering(values: dict) -> Callable[[str, list[str]], None]:
         remember_api_version(target_id if isinstance(target_id, int) else None, version, facts)
 
     return remember
+
+
+def _mig(entry: dict) -> tuple[tuple[str, int], ...]:
+    """A payload entry's GrpTRES gres/gpu:<profile> limits (none in a payload queued before them)."""
+    return tuple((str(profile), int(slices)) for profile, slices in entry.get("mig_limits") or ())

@@ -86,7 +86,10 @@ def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Re
     state = rendered.state
     return {
         "files": rendered.slurm(overrides),
-        "qos": [{"name": q.name, "gpu_limit": q.gpu_limit} for q in state.qos],
+        "qos": [
+            {"name": q.name, "gpu_limit": q.gpu_limit, "mig_limits": [list(m) for m in q.mig_limits]}
+            for q in state.qos
+        ],
         # slurmdbd's account tree and who may submit where (integrations.slurm.accounting).
         "accounts": [
             {
@@ -95,6 +98,7 @@ def payload(rendered, values: dict) -> dict:  # rendered: integrations.pushes.Re
                 "gpu_limit": a.gpu_limit,
                 "qos": list(a.qos),
                 "shares": a.shares,
+                "mig_limits": [list(m) for m in a.mig_limits],
             }
             for a in rendered.slurm_accounts()
         ],

@@ -92,10 +92,12 @@ class ServiceTier:
 
 @dataclass(frozen=True)
 class DepartmentQos:
-    """A department's QOS: `gpu_limit` is its GrpTRES gres/gpu limit (None: no limit)."""
+    """A department's QOS: `gpu_limit` is its GrpTRES gres/gpu limit (None: no limit); `mig_limits` its
+    GrpTRES gres/gpu:<profile> limits, (profile, slices) by profile (integrations.state.mig_limits)."""
 
     name: str
     gpu_limit: int | None = None
+    mig_limits: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class SlurmAccount:
     gpu_limit: int | None = None
     qos: tuple[str, ...] = ()
     shares: int = 1
+    mig_limits: tuple[tuple[str, int], ...] = ()  # GrpTRES gres/gpu:<profile>, as DepartmentQos's
 
     def __post_init__(self):
         qos = self.qos
@@ -328,15 +331,44 @@ def render_rackplane_conf(nodes: Sequence[SlurmNode], tiers: Sequence[ServiceTie
     return "\n".join([MANAGED_HEADER, *node_lines, *part_lines]) + "\n"
 
 
+# A typed GRES a TRES limit may name: a MIG profile as the node lines declare it (`1g.23gb`).
+MIG_TRES_PROFILE = re.compile(r"^[0-9]{1,2}g\.[0-9]{1,4}gb\Z")
+
+
+def grp_tres(gpu_limit: int | None, mig_limits: Sequence[tuple[str, int]] = ()) -> str:
+    """`gres/gpu=<limit>` (-1 clears it), then `gres/gpu:<profile>=<slices>` per MIG profile."""
+    parts = [f"gres/gpu={'-1' if gpu_limit is None else gpu_limit}"]
+    for profile, slices in mig_limits:
+        if not MIG_TRES_PROFILE.match(profile) or slices < 0:
+            raise ValueError(f"{profile!r}: {slices} is not a MIG profile's slice limit")
+        parts.append(f"gres/gpu:{profile}={slices}")
+    return ",".join(parts)
+
+
+def accounting_storage_tres(profiles: Iterable[str]) -> str:
+    """slurm.conf's `AccountingStorageTRES` value that makes slurmctld track (and slurmdbd take limits on)
+    each MIG profile's typed GRES beside gres/gpu: `gres/gpu,gres/gpu:1g.23gb,...`."""
+    return ",".join(
+        ["gres/gpu", *(f"gres/gpu:{p}" for p in sorted(set(profiles)) if MIG_TRES_PROFILE.match(p))]
+    )
+
+
 def sacctmgr_qos_commands(qos: DepartmentQos) -> list[list[str]]:
     """sacctmgr arguments that create the QOS (if missing) and set its GPU limit (-1 clears it)."""
     check_name("QOS", qos.name)
     if qos.gpu_limit is not None and qos.gpu_limit < 0:
         raise ValueError(f"QOS {qos.name}: the GPU limit must be >= 0 or None")
-    limit = "-1" if qos.gpu_limit is None else str(qos.gpu_limit)
     return [
         ["-i", "add", "qos", qos.name],
-        ["-i", "modify", "qos", "where", f"name={qos.name}", "set", f"GrpTRES=gres/gpu={limit}"],
+        [
+            "-i",
+            "modify",
+            "qos",
+            "where",
+            f"name={qos.name}",
+            "set",
+            f"GrpTRES={grp_tres(qos.gpu_limit, qos.mig_limits)}",
+        ],
     ]
 
 
@@ -372,7 +404,7 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
     for account in sorted(accounts, key=lambda a: (level(a), a.name)):
         commands.append(["-i", "add", "account", account.name, f"parent={account.parent}"])
     for account in sorted(accounts, key=lambda a: (level(a), a.name)):
-        limit = "-1" if account.gpu_limit is None else str(account.gpu_limit)
+        limit = grp_tres(account.gpu_limit, account.mig_limits)
         qos = [f"QOS={','.join(account.qos)}", f"DefaultQOS={account.default_qos}"] if account.qos else []
         commands.append(
             [
@@ -381,7 +413,7 @@ def sacctmgr_account_commands(accounts: Sequence[SlurmAccount]) -> list[list[str
                 "account",
                 f"name={account.name}",
                 "set",
-                f"GrpTRES=gres/gpu={limit}",
+                f"GrpTRES={limit}",
                 f"Fairshare={account.shares}",
                 *qos,
             ]
@@ -396,6 +428,14 @@ def render_account_script(accounts: Sequence[SlurmAccount], qos: Sequence[Depart
         MANAGED_HEADER,
         "# Slurm QOS, then accounts: departments under root, their projects under them (needs slurmdbd).",
     ]
+    profiles = {
+        p for limits in [*(q.mig_limits for q in qos), *(a.mig_limits for a in accounts)] for p, _ in limits
+    }
+    if profiles:
+        lines.append(
+            "# slurm.conf must track the MIG profiles: "
+            f"AccountingStorageTRES={accounting_storage_tres(profiles)}"
+        )
     lines += ["sacctmgr " + " ".join(command) for q in qos for command in sacctmgr_qos_commands(q)]
     lines += ["sacctmgr " + " ".join(command) for command in sacctmgr_account_commands(accounts)]
     return "\n".join(lines) + "\n"

@@ -651,12 +651,14 @@ class SlurmTarget:
             return None
         return self._config_value("ClusterName") or None
 
-    def ensure_qos(self, name: str, gpu_limit: int | None) -> QosResult:
+    def ensure_qos(
+        self, name: str, gpu_limit: int | None, mig_limits: tuple[tuple[str, int], ...] = ()
+    ) -> QosResult:
         """Create QOS `name` if missing and set its GrpTRES=gres/gpu limit (None clears it).
 
         Skipped (applied=False, with a note) when the cluster has no slurmdbd: QOS limits live there.
         """
-        qos = DepartmentQos(name=name, gpu_limit=gpu_limit)
+        qos = DepartmentQos(name=name, gpu_limit=gpu_limit, mig_limits=mig_limits)
         commands = sacctmgr_qos_commands(qos)  # validates the name and limit first
         if not self.slurmdbd_configured():
             return QosResult(
@@ -674,7 +676,10 @@ class SlurmTarget:
                 raise SlurmRejected(
                     f"sacctmgr {shlex.join(args)} failed: {done.output}", "check the QOS name"
                 )
-        return QosResult(True, f"QOS {name}: GrpTRES=gres/gpu={'none' if gpu_limit is None else gpu_limit}")
+        typed = "".join(f",gres/gpu:{profile}={slices}" for profile, slices in mig_limits)
+        return QosResult(
+            True, f"QOS {name}: GrpTRES=gres/gpu={'none' if gpu_limit is None else gpu_limit}{typed}"
+        )
 
     # --- helpers ----------------------------------------------------------------------------------
 

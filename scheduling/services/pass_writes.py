@@ -67,7 +67,7 @@ _LOCKED = (
 )
 # What a preemption sets on its victim (besides counting it), and a start on its job (besides where it
 # goes and its standing).
-_REQUEUED = {
+REQUEUED = {
     "state": JobState.PENDING,
     "over_quota": False,
     "backend_id": "",
@@ -264,24 +264,30 @@ def keep_decisions_still_valid(result: PassResult, locked: dict) -> dict:
     return holding
 
 
-def preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, str]):
-    """Stop each victim in its backend, free its GPUs and put it back in the queue; (changes, events)."""
-    victims = [holding[pk] for pk in result.preempted]
-    if not victims:
-        return {}, []
+def cancel_preempted(victims, for_job: dict[int, int]) -> None:
+    """Ask each preempted job's backend to stop it (`for_job`: victim pk -> the job it gives way to); a
+    cancel already asked for the same backend job stays as it is."""
     cancels = [
         BackendCancel(
             job_id=victim.pk,
             backend=victim.backend,
             backend_id=victim.backend_id,
-            reason=f"preempted for job {result.preempted[victim.pk]}"[:200],
+            reason=f"preempted for job {for_job[victim.pk]}"[:200],
         )
         for victim in victims
         if victim.backend_id
     ]
-    if cancels:  # a cancel already asked for the same backend job stays as it is
+    if cancels:
         BackendCancel.objects.bulk_create(cancels, ignore_conflicts=True)
         enqueue(SYNC_JOBS)
+
+
+def preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, str]):
+    """Stop each victim in its backend, free its GPUs and put it back in the queue; (changes, events)."""
+    victims = [holding[pk] for pk in result.preempted]
+    if not victims:
+        return {}, []
+    cancel_preempted(victims, result.preempted)
     events = []
     subscriptions = enabled_subscriptions()  # once for every victim's notification
     for victim in victims:
@@ -304,8 +310,8 @@ def preempt(result: PassResult, holding: dict, pending: dict, slug: dict[int, st
         )
     pks = [victim.pk for victim in victims]
     Allocation.objects.filter(job_id__in=pks).delete()
-    Job.objects.filter(pk__in=pks).update(**_REQUEUED, preemptions=F("preemptions") + 1)
-    after = {victim.pk: {**_REQUEUED, "preemptions": victim.preemptions + 1} for victim in victims}
+    Job.objects.filter(pk__in=pks).update(**REQUEUED, preemptions=F("preemptions") + 1)
+    after = {victim.pk: {**REQUEUED, "preemptions": victim.preemptions + 1} for victim in victims}
     return _changes(holding, after), events
 
 

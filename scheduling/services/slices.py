@@ -17,20 +17,29 @@ enough free devices for the whole job; the rest on the same tray by the same rul
 Quota, in GPU-equivalents (scheduling.slices: a slice counts g/7): a slice job starts only while its
 department's holdings (whole GPUs of its running jobs plus the equivalents of its running slice jobs) with it
 stay within the department's limit; a build or inference job only within its guarantee. A slice job beyond
-the guarantee starts over quota (borrowed). Slice jobs are not preempted: the engine, which reclaims borrowed
-GPUs, does not see them (a known limit: they hold MIG devices no whole-GPU job can use).
+the guarantee starts over quota (borrowed).
+
+Reclaim, as the engine reclaims borrowed GPUs: a slice job within its department's guarantee that finds no
+free devices of its profile takes them back from borrowed (over-quota) slice jobs of other departments. On
+the tray where the fewest of them free enough devices of its profile (with the free ones there), the newest
+borrowers first, they are preempted (their backend jobs cancelled, their devices given back, back in the
+queue, their submitters told) and the job starts on the freed devices in the same pass. A whole-GPU job never
+takes a MIG device, so it reclaims none, and a slice job never preempts whole-GPU work.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from fractions import Fraction
 
 from django.db.models import Exists, F, OuterRef, Sum
 from django.db.models.functions import Lower
 
+from core.audit import update_recorded
 from core.enqueue import enqueue
+from core.notifications.recording import enabled_subscriptions
 from core.task_names import DISPATCH_JOB
 from inventory.choices import TrayState
 from inventory.mig_layouts import COMPUTE_SLICES, WHOLE_GPU_LAYOUTS
@@ -39,14 +48,18 @@ from scheduling import slices
 from scheduling.choices import HOLDING_STATES, JobEventKind, JobState
 from scheduling.engine.mig import FRAGMENTATION_AWARE, FreeInstance, SliceProfile, choose
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
-from scheduling.engine.words import WAITING, say
+from scheduling.engine.words import CLAUSES, WAITING, say
 from scheduling.models import Job, JobEvent, SliceAllocation
+from scheduling.services.actions import notify_job
+from scheduling.services.pass_writes import REQUEUED, cancel_preempted
 from scheduling.words import (
+    BACK_IN_QUEUE,
     IN_QUOTA,
     NO_FREE_SLICE,
     NO_SLICE_TRAY,
     NO_TRAY_WITH_SLICES,
     PLACED_SLICES,
+    RECLAIMED_BY,
     SLICES_BORROWED,
     SLICES_OVER_GUARANTEE,
     SLICES_OVER_LIMIT,
@@ -92,6 +105,81 @@ def mig_devices() -> list[Device]:
         for uuid, gpu, index, tray, start, profile, is_held, layout in rows
         if profile in (layout or {})  # a device left from an older layout: not given
     ]
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """A borrowed (over-quota) slice job holding MIG devices: what a reclaim may take back."""
+
+    job_id: int
+    department_id: int
+    placed_at: datetime | None
+    equivalents: Fraction
+    uuids: frozenset[str]  # its devices' MIG UUIDs, lower-case
+
+
+_BORROWED_COLUMNS = (
+    "job_id",
+    "job__department_id",
+    "job__placed_at",
+    "job__mig_slices",
+    "job__mig_compute_slices",
+    "mig_uuid",
+)
+
+
+def borrowed_slice_jobs() -> list[Borrowed]:
+    """Every borrowed slice job holding devices, newest placed first (the order a reclaim takes them). One
+    query."""
+    held = SliceAllocation.objects.filter(job__state__in=HOLDING_STATES, job__over_quota=True)
+    rows = held.values_list(*_BORROWED_COLUMNS)
+    jobs: dict[int, tuple] = {}
+    uuids: dict[int, set[str]] = defaultdict(set)
+    for job_id, department, placed_at, count, g, uuid in rows:
+        jobs[job_id] = (department, placed_at, Fraction(count * g, COMPUTE_SLICES))
+        uuids[job_id].add(uuid.lower())
+    borrowed = [Borrowed(pk, d, at, eq, frozenset(uuids[pk])) for pk, (d, at, eq) in jobs.items()]
+    newest = sorted(borrowed, key=lambda b: (b.placed_at.timestamp() if b.placed_at else 0.0, b.job_id))
+    return newest[::-1]
+
+
+def _reclaim(
+    job: Job,
+    request: SliceProfile,
+    devices: list[Device],
+    everything: list[Device],
+    borrowed: list[Borrowed],
+    profiles: dict,
+    mix: dict[str, float],
+) -> tuple[list[Device], list[Borrowed]]:
+    """For an in-quota job that found no free devices: the devices it takes and the borrowed slice jobs of
+    other departments to preempt for them (module docstring), or ([], []) when no reclaim gives it enough."""
+    on_device = {d.uuid.lower(): d for d in everything}
+    options = []
+    for tray in dict.fromkeys(d.tray for d in everything if d.profile == job.mig_profile):
+        free = [d for d in devices if d.tray == tray and d.profile == job.mig_profile]
+        victims: list[Borrowed] = []
+        freed: list[Device] = []
+        for other in borrowed:
+            if len(free) + len(freed) >= job.mig_slices:
+                break
+            if other.department_id == job.department_id:
+                continue
+            held = [on_device[u] for u in other.uuids if u in on_device]
+            mine = [d for d in held if d.tray == tray and d.profile == job.mig_profile]
+            if mine:
+                victims.append(other)
+                freed += held
+        if victims and len(free) + sum(d.profile == job.mig_profile for d in freed) >= job.mig_slices:
+            options.append((len(victims), sum(v.equivalents for v in victims), tray, victims, freed))
+    if not options:
+        return [], []
+    _, _, tray, victims, freed = min(options, key=lambda o: o[:3])
+    pool = [d for d in devices if d.tray == tray] + [
+        Device(d.uuid, d.gpu_id, d.gpu_index, d.tray, d.start, d.profile) for d in freed
+    ]
+    taken, _ = _pick(job, request, pool, everything, profiles, mix)
+    return taken, victims
 
 
 def _held_equivalents() -> dict[int, Fraction]:
@@ -172,6 +260,7 @@ class SliceDecision:
     taken: list[Device]
     over: bool = False
     why: str = ""
+    victims: list[Borrowed] = field(default_factory=list)  # borrowed slice jobs it reclaims from
 
 
 def decide(pending: list[Job]) -> list[SliceDecision]:
@@ -182,6 +271,7 @@ def decide(pending: list[Job]) -> list[SliceDecision]:
     everything = mig_devices()
     devices = [d for d in everything if not d.held]
     held = _held_equivalents()
+    borrowed = borrowed_slice_jobs()
     departments = Department.objects.in_bulk({job.department_id for job in pending})
     mix: dict[str, float] = defaultdict(float)
     for job in pending:
@@ -193,14 +283,29 @@ def decide(pending: list[Job]) -> list[SliceDecision]:
         eq = Fraction(job.mig_compute_slices * job.mig_slices, COMPUTE_SLICES)
         why, over = _quota_words(job, departments[job.department_id], held[job.department_id], eq)
         taken: list[Device] = []
+        victims: list[Borrowed] = []
         if not why:
             if request is None:
                 why = say(NO_SLICE_TRAY, profile=job.mig_profile)
             else:
                 taken, why = _pick(job, request, devices, everything, profiles, mix)
-        decisions.append(SliceDecision(job, taken, over, why))
+                if why and not over:
+                    taken, victims = _reclaim(job, request, devices, everything, borrowed, profiles, mix)
+                    why = "" if taken else why
+        decisions.append(SliceDecision(job, taken, over, why, victims))
         if why:
             continue
+        if victims:  # their devices free again (those the job does not take), their holdings gone
+            gone = {v.job_id for v in victims}
+            borrowed = [b for b in borrowed if b.job_id not in gone]
+            back = {u for v in victims for u in v.uuids}
+            devices += [
+                Device(d.uuid, d.gpu_id, d.gpu_index, d.tray, d.start, d.profile)
+                for d in everything
+                if d.uuid.lower() in back
+            ]
+            for victim in victims:
+                held[victim.department_id] -= victim.equivalents
         mix[job.mig_profile] -= job.mig_slices
         if mix[job.mig_profile] <= 0:
             del mix[job.mig_profile]
@@ -229,11 +334,53 @@ def place_slice_jobs(now) -> tuple[int, int]:
             if job.pending_reason != reason:
                 reasons[reason].append(job.pk)
             continue
+        if decision.victims:
+            _preempt(decision.victims, job)
         _start(job, decision.taken, decision.over, now)
         started += 1
     for reason, pks in reasons.items():
         Job.objects.filter(pk__in=pks).update(pending_reason=reason)
     return started, len(pending) - started
+
+
+def _preempt(victims: list[Borrowed], for_job: Job) -> None:
+    """Stop each borrowed slice job `for_job` reclaims from in its backend, give back its devices and put it
+    back in the queue, as the pass preempts whole-GPU borrowers (pass_writes.preempt)."""
+    rows = list(
+        Job.objects.select_for_update(of=("self",)).filter(
+            pk__in=[v.job_id for v in victims], state__in=HOLDING_STATES
+        )
+    )
+    if not rows:
+        return
+    departments = {for_job.department_id, *(r.department_id for r in rows)}
+    slugs = dict(Department.objects.filter(pk__in=departments).values_list("pk", "slug"))
+    reclaimer = slugs[for_job.department_id]
+    cancel_preempted(rows, {r.pk: for_job.pk for r in rows})
+    subscriptions = enabled_subscriptions()
+    JobEvent.objects.bulk_create(
+        JobEvent(
+            job=r,
+            kind=JobEventKind.PREEMPTED,
+            message=(
+                f"preempted: its MIG slices were borrowed (over quota) and {reclaimer} reclaimed them for "
+                f"job #{for_job.pk} within its guarantee; back in the queue"
+            )[:500],
+            placement=r.placement,
+        )
+        for r in rows
+    )
+    for r in rows:
+        notify_job(
+            r,
+            JobEventKind.PREEMPTED,
+            say(RECLAIMED_BY, department=reclaimer) + CLAUSES + BACK_IN_QUEUE,
+            department_slug=slugs[r.department_id],
+            subscriptions=subscriptions,
+        )
+    pks = [r.pk for r in rows]
+    SliceAllocation.objects.filter(job_id__in=pks).delete()
+    update_recorded(Job.objects.filter(pk__in=pks), **REQUEUED, preemptions=F("preemptions") + 1)
 
 
 def slices_words(taken: list[Device]) -> str:

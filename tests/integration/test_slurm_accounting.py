@@ -14,7 +14,9 @@ holds it by itself.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -311,3 +313,81 @@ def test_a_partition_dedicated_to_a_new_department_allows_its_qos_from_the_first
     assert f"Ignoring invalid Allow/DenyQOS value: {owner.slug}" not in written, line  # either of them
     assert f"slurmdbd: QOS {owner.slug}: added, GrpTRES=gres/gpu=36" in done.log
     assert done.log.index("slurmdbd: QOS") < done.log.index("reconfiguring slurmctld")
+
+
+# --- MIG slices (issue 30) ------------------------------------------------------------------------------
+
+
+def tres_set(row: str) -> set[str]:
+    """The TRES of a sacctmgr `name|grptres` row, as a set (slurmdbd orders them by TRES id)."""
+    return set(row.split("|")[1].split(","))
+
+
+def test_slurmdbd_takes_a_limit_per_mig_profile_and_a_slice_job_within_it_runs(
+    slurm_testbed, testbed_target, django_capture_on_commit_callbacks
+):
+    """A department guaranteed 1 GPU (limit 3) on a fleet with one all-balanced tray (8 x 1g.23gb,
+    4 x 2g.47gb, 4 x 3g.93gb): the push writes its QOS GrpTRES gres/gpu:<profile> at the guarantee in each
+    profile's slices (7, 3 and 2: integrations.state.slurm_gpu_limits) and its account's at the limit (the
+    tray's 8, 4 and 4), slurmdbd stores them and a second push sends nothing. The profiles' typed TRES
+    exist because slurm.conf lists them in AccountingStorageTRES (scripts/slurm-testbed.sh), as the account
+    script tells a site. A slice job borrowing under the department's borrowed QOS runs: its account's
+    limits hold it, and leave room for the tray's MIG devices (Slurm charges a job of the testbed's
+    exclusive partitions every GRES of its node: 16 gres/gpu for two 3g.93gb, asserted below)."""
+    from tenancy.models import Department
+    from tenancy.services import save_department
+    from tests.factories import make_member, mig_tray
+    from tests.integration.test_slurm_mig import _mig_gres_conf, _wait_idle
+
+    hosts = slurm_testbed.hostnames()
+    n = next(_ids) % 1_000_000
+    d = f"slices{n}"
+    department = save_department(Department(name=f"Slices {n}", slug=d, guaranteed_gpus=1, limit_gpus=3))
+    person = tenant_people()["ada"]
+    give_identity(make_member("ada-portal", department), person)
+    mig_host = "gb-r01-t07"
+    mig_tray(mig_host)
+    started: list[str] = []
+    slurm = backend()
+    with _mig_gres_conf(slurm_testbed, mig_host, hosts):
+        carve_and_run_jobs(testbed_target, django_capture_on_commit_callbacks)  # node lines, QOS (sacctmgr)
+        assert "gpu:3g.93gb:4" in _wait_idle(slurm_testbed, mig_host)
+        first = push(django_capture_on_commit_callbacks, "accounting through slurmrestd", force=True)
+        assert f"account {d}: added under root" in first.log
+        (own,) = qos(slurm_testbed, d)
+        assert tres_set(own) == {
+            "gres/gpu=13",  # 1 GPU + the 12 slices below: Slurm counts a MIG device as a gres/gpu too
+            "gres/gpu:1g.23gb=7",
+            "gres/gpu:2g.47gb=3",
+            "gres/gpu:3g.93gb=2",
+        }
+        (account,) = [row for row in associations(slurm_testbed, d) if row.split("|")[1] == ""]
+        assert set(account.split("|")[5].split(",")) == {
+            "gres/gpu=19",  # 3 GPUs + 16 slices
+            "gres/gpu:1g.23gb=8",
+            "gres/gpu:2g.47gb=4",
+            "gres/gpu:3g.93gb=4",
+        }
+        again = push(django_capture_on_commit_callbacks, "the same again", force=True)
+        assert not [line for line in again.log.splitlines() if f" {d}" in line and "slurmdbd: " in line]
+
+        slices = dataclasses.replace(
+            request(person, mig_host, d, qos=f"{d}--borrowed"),
+            gpus_per_tray=0,
+            mig_profile="3g.93gb",
+            mig_slices=2,
+        )
+        try:
+            started.append(slurm.submit(slices))
+            assert wait_state(slurm_testbed, started[0], "RUNNING")[2:] == (d, f"{d}--borrowed")
+            shown = subprocess.run(
+                [slurm_testbed.scontrol, "show", "job", started[0]],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            alloc = re.search(r"AllocTRES=(\S+)", shown).group(1).split(",")
+            assert {"gres/gpu=16", "gres/gpu:3g.93gb=4", "gres/gpu:1g.23gb=8"} <= set(alloc), shown
+        finally:
+            for backend_id in started:
+                slurm.cancel(backend_id, run_as=person)

@@ -268,15 +268,21 @@ class KubeAdmin:
         return self.create(node, manager="kubelet")
 
     def register_ready_node(
-        self, name: str, labels: dict[str, str] | None = None, gpus: int = 4
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        gpus: int = 4,
+        devices: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """A Node as a kubelet with the NVIDIA device plugin would report it: registered, then its status
-        Ready with `gpus` allocatable `nvidia.com/gpu`, and the `node.kubernetes.io/not-ready` taint the API
+        Ready with `gpus` allocatable `nvidia.com/gpu` (and any other `devices`: a MIG tray under the mixed
+        strategy advertises `nvidia.com/mig-<profile>`), and the `node.kubernetes.io/not-ready` taint the API
         server puts on every new Node removed, as the node lifecycle controller does once it is Ready.
         Kueue's topology-aware scheduling counts only such nodes (Ready, untainted or tolerated, with
         allocatable); no kubelet or controller runs here to do it."""
         self.register_node(name, labels)
         capacity = {"nvidia.com/gpu": str(gpus), "cpu": "144", "memory": "900Gi", "pods": "110"}
+        capacity.update({resource: str(count) for resource, count in (devices or {}).items()})
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         ready = {
             "type": "Ready",

@@ -64,6 +64,18 @@ def test_decayed_usage_sums_each_run_decayed_in_one_query(
     assert short[(department_a.pk, None)] < usage[(department_a.pk, None)]
 
 
+def test_a_slice_jobs_usage_counts_its_gpu_equivalents(department_a, department_b):
+    """Fair share counts MIG slices as the quotas do (scheduling.slices: g/7 a slice): two 3g slices for a
+    day weigh 6/7 of a GPU for a day; a 1g slice job beside a whole-GPU job adds its 1/7."""
+    now = timezone.now()
+    ran(department_a, 0, 2, 1, now, mig_profile="3g.93gb", mig_slices=2, mig_compute_slices=3)
+    ran(department_b, 4, 2, 1, now)
+    ran(department_b, 0, 2, 1, now, mig_profile="1g.23gb", mig_slices=1, mig_compute_slices=1)
+    usage = decayed_usage(now, DEFAULT_HALF_LIFE_S)
+    assert usage[(department_a.pk, None)] == pytest.approx(expected(now, (6 / 7, 2, 1)), rel=1e-6)
+    assert usage[(department_b.pk, None)] == pytest.approx(expected(now, (4 + 1 / 7, 2, 1)), rel=1e-6)
+
+
 def test_the_pass_reads_usage_only_when_it_orders_borrowers_by_it(department_a, settings):
     ran(department_a, 8, 2, 1)
     settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS = False

@@ -112,7 +112,8 @@ def rendered_identifiers(tenants: list[TenantSpec]) -> dict[str, list[str]]:
     for obj in objects:
         if obj["kind"] in names:
             names[obj["kind"]].append(obj["metadata"]["name"])
-    script = render_account_script(slurm_accounts(SimpleNamespace(tenants=tenants)))
+    state = SimpleNamespace(tenants=tenants, slurm=SimpleNamespace(nodes=()))
+    script = render_account_script(slurm_accounts(state))
     accounts = re.findall(r"^sacctmgr -i add account (\S+) parent=\S+$", script, re.M)
     qos = [
         args[3]

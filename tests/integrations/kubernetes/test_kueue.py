@@ -17,6 +17,7 @@ Kueue's.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from collections.abc import Callable
@@ -36,7 +37,9 @@ from integrations.kubernetes.tenants import (
     GPU_RESOURCE,
     IMEX_CHANNEL_RESOURCE,
     kueue_configuration,
+    mig_resource,
 )
+from inventory.mig_layouts import layout
 from scheduling.engine.cluster import Cluster, TraySpec
 from scheduling.engine.placement import PARTITION
 from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
@@ -513,3 +516,81 @@ def test_a_gang_required_in_one_scalable_unit_spans_racks_but_not_units(kube, ba
         wait_for("admit the second gang", lambda: admitted(kube, "vision", "unit-b"), kube=kube)
     )
     assert {labels[n][TIER_0] for n in nodes} == {"su-2"}
+
+
+# --- MIG slices -----------------------------------------------------------------------------------------
+
+BALANCED = layout("all-balanced", {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1})
+MIG_TRAY = "gb-r01-t03"
+
+
+def slice_request(job_id: int, department: str, slices: int, profile: str = "1g.23gb") -> DispatchRequest:
+    """A slice job as the pass dispatches it: `slices` MIG devices of `profile` on the MIG tray."""
+    return dataclasses.replace(
+        request(job_id, department, (MIG_TRAY,)), gpus_per_tray=0, mig_profile=profile, mig_slices=slices
+    )
+
+
+def test_kueue_admits_slice_jobs_within_the_mig_quota_of_the_departments_queue(kube, backend, kueue):
+    """A slice job in a Kueue-managed namespace is admitted through the department's ClusterQueue, whose
+    MIG quota is its guarantee in GPU-equivalents (tenants.mig_quota): 1 GPU = 7 one-slice devices of the
+    8 the MIG tray offers. Without the MIG resources covered, Kueue keeps the Job suspended ("resource
+    nvidia.com/mig-1g.23gb unavailable in ClusterQueue"), as it did before issue 30's quotas."""
+    base = inventory()
+    state = dataclasses.replace(
+        base,
+        nodes=tuple(
+            dataclasses.replace(n, mig_layout=BALANCED) if n.hostname == MIG_TRAY else n for n in base.nodes
+        ),
+    )
+    assert r.mig_offer(state) == {"1g.23gb": 8, "2g.47gb": 4, "3g.93gb": 4}
+    for node in state.nodes:
+        if node.hostname == MIG_TRAY:  # the device plugin's mixed strategy: MIG devices, no whole GPU
+            devices = {mig_resource(p): n * 4 for p, n in BALANCED.devices}
+            kube.register_ready_node(node.hostname, gpus=0, devices=devices)
+        else:
+            kube.register_ready_node(node.hostname, gpus=4)
+    # The GPU Operator's namespace, its install's (mig-parted's ConfigMap goes there).
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": r.DEFAULT_MIG_NAMESPACE}}
+    kube.apply(namespace, "helm")
+    for obj in r.desired_objects(state, [tenant("vision", guaranteed_gpus=1, limit_gpus=1)], nfs_server=NFS):
+        kube.apply(obj, manager="rackplane")
+    one_g = mig_resource("1g.23gb")
+
+    first = backend.submit(slice_request(501, "vision", 2)).split("/")[1]
+    workload = wait_for("admit the slice job", lambda: admitted(kube, "vision", first), kube=kube)
+    (podset,) = workload["status"]["admission"]["podSetAssignments"]
+    assert podset["flavors"] == {one_g: DEFAULT_FLAVOR}
+    assert podset["resourceUsage"] == {one_g: "2"}
+    assert assigned_nodes(workload) == [MIG_TRAY]
+    wait_for(
+        "unsuspend the slice job",
+        lambda: (j := kube.get("Job", first, "vision")) and not j["spec"]["suspend"],
+    )
+
+    # Six more would make 8 one-slice devices: 8/7 of a GPU, over the guarantee (and limit) of 1.
+    over = backend.submit(slice_request(502, "vision", 6)).split("/")[1]
+    waiting = wait_for(
+        "say why the slice job over quota waits",
+        lambda: (w := workload_of(kube, "vision", over)) and "QuotaReserved" in conditions(w) and w,
+        kube=kube,
+    )
+    assert not is_true(waiting, "QuotaReserved")
+    message = conditions(waiting)["QuotaReserved"]["message"]
+    assert f"insufficient unused quota for {one_g} in flavor {DEFAULT_FLAVOR}" in message, message
+    backend.cancel(f"vision/{over}")
+
+    # Five more make exactly 7: the whole guarantee in one-slice devices.
+    fits = backend.submit(slice_request(503, "vision", 5)).split("/")[1]
+    wait_for("admit the slice job that fills the quota", lambda: admitted(kube, "vision", fits), kube=kube)
+    queue = wait_for(
+        "count the slices in the ClusterQueue's status",
+        lambda: (
+            (q := kube.get("ClusterQueue", "vision"))
+            and (q.get("status") or {}).get("admittedWorkloads") == 2
+            and q
+        ),
+    )
+    (usage,) = queue["status"]["flavorsUsage"]
+    used = {u["name"]: u["total"] for u in usage["resources"]}
+    assert used[one_g] == "7" and used[GPU_RESOURCE] == "0"

@@ -15,9 +15,18 @@ from integrations.slurm.accounting import (
     new_account_body,
     qos_body,
 )
-from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
+from integrations.slurm.render import (
+    DepartmentQos,
+    SlurmAccount,
+    SlurmAssociation,
+    accounting_storage_tres,
+    render_account_script,
+    sacctmgr_account_commands,
+    sacctmgr_qos_commands,
+)
 from integrations.state import build_state, slurm_accounts
-from tests.factories import give_posix_account, make_department, make_member, make_user
+from inventory.models import ComputeTray
+from tests.factories import give_posix_account, make_department, make_member, make_user, mig_tray
 
 
 @pytest.mark.django_db
@@ -138,3 +147,79 @@ def test_a_plan_with_a_name_slurm_cannot_take_is_refused():
         AccountingPlan((), (SlurmAccount("a"),), (SlurmAssociation("a", "bad name"),)).check()
     with pytest.raises(ValueError, match="not in the tree"):
         AccountingPlan((), (SlurmAccount("a"),), (SlurmAssociation("b", "ada"),)).check()
+
+
+# --- MIG slices in the limits (issue 30) -------------------------------------------------------------------
+
+SLICES = (("1g.23gb", 7), ("3g.93gb", 2))
+
+
+def test_a_qos_and_an_account_limit_each_mig_profile_beside_the_gpus():
+    assert sacctmgr_qos_commands(DepartmentQos("optics", 1, SLICES))[1][-1] == (
+        "GrpTRES=gres/gpu=1,gres/gpu:1g.23gb=7,gres/gpu:3g.93gb=2"
+    )
+    account = SlurmAccount("optics", "root", 2, ("optics",), shares=1, mig_limits=SLICES)
+    (modify,) = [c for c in sacctmgr_account_commands([account]) if "modify" in c]
+    assert "GrpTRES=gres/gpu=2,gres/gpu:1g.23gb=7,gres/gpu:3g.93gb=2" in modify
+    script = render_account_script([account], [DepartmentQos("optics", 1, SLICES)])
+    assert "AccountingStorageTRES=gres/gpu,gres/gpu:1g.23gb,gres/gpu:3g.93gb\n" in script
+    assert accounting_storage_tres(["3g.93gb", "1g.23gb+me", "1g.23gb"]) == (
+        "gres/gpu,gres/gpu:1g.23gb,gres/gpu:3g.93gb"
+    )
+    with pytest.raises(ValueError, match="not a MIG profile"):
+        sacctmgr_qos_commands(DepartmentQos("optics", 1, (("1g.23gb,gres/gpu=99", 1),)))
+
+
+def test_the_rest_bodies_carry_the_typed_limits_and_clear_those_no_longer_wanted():
+    live = (("2g.47gb", 3),)  # a profile the fleet no longer offers
+    assert qos_body(DepartmentQos("optics", 1, SLICES), live)["limits"]["max"]["tres"]["total"] == [
+        {"type": "gres", "name": "gpu", "count": 1},
+        {"type": "gres", "name": "gpu:1g.23gb", "count": 7},
+        {"type": "gres", "name": "gpu:3g.93gb", "count": 2},
+        {"type": "gres", "name": "gpu:2g.47gb", "count": -1},
+    ]
+    account = SlurmAccount("optics", "root", 2, ("optics",), shares=1, mig_limits=SLICES)
+    assert [
+        t["name"] for t in new_account_body(account, "c1")["association_condition"]["association"]["grptres"]
+    ] == ["gpu", "gpu:1g.23gb", "gpu:3g.93gb"]
+    tres = [
+        {"type": "gres", "name": "gpu", "count": 2},
+        {"type": "gres", "name": "gpu:1g.23gb", "count": 7},
+    ]
+    live_account = {
+        "parent_account": "root",
+        "qos": ["optics"],
+        "default": {"qos": "optics"},
+        "shares_raw": 1,
+    }
+    assert account_differs(account, {**live_account, "max": {"tres": {"total": tres}}}) == [
+        "GrpTRES gres/gpu=2,gres/gpu:1g.23gb=7 -> gres/gpu=2,gres/gpu:1g.23gb=7,gres/gpu:3g.93gb=2"
+    ]
+    tres.append({"type": "gres", "name": "gpu:3g.93gb", "count": 2})
+    assert account_differs(account, {**live_account, "max": {"tres": {"total": tres}}}) == []
+
+
+@pytest.mark.django_db
+def test_the_departments_limits_count_the_fleets_mig_slices_in_gpu_equivalents(demo_inventory):
+    from tenancy.projects import create_project
+
+    mig_tray("gb-r03-t02")  # all-balanced: 8 x 1g.23gb, 4 x 2g.47gb, 4 x 3g.93gb
+    optics = make_department("Optics", slug="optics", guaranteed_gpus=1, limit_gpus=2)
+    create_project(make_user("admin", staff=True), optics, name="Lens", slug="lens", guaranteed_gpus=0)
+    state = build_state()
+    own, borrowed = state.qos
+    # The guarantee of 1 GPU: 7 one-slice devices, 3 two-slice, 2 three-slice (floor(7 / g)), each at most
+    # what the fleet has; the borrowed QOS has no limit of its own.
+    assert own.mig_limits == (("1g.23gb", 7), ("2g.47gb", 3), ("3g.93gb", 2))
+    # Slurm counts each MIG device as one gres/gpu too: the generic limit makes room for the slices.
+    assert own.gpu_limit == 1 + 7 + 3 + 2
+    assert (borrowed.gpu_limit, borrowed.mig_limits) == (None, ())
+    department, project = slurm_accounts(state)
+    assert department.mig_limits == (("1g.23gb", 8), ("2g.47gb", 4), ("3g.93gb", 4))  # the limit, 2 GPUs
+    assert department.gpu_limit == 2 + 16
+    assert (project.gpu_limit, project.mig_limits) == (None, ())  # no limit of its own
+    # Without MIG in the fleet, the limits are as before.
+    ComputeTray.objects.update(mig_layout="", mig_layout_devices={})
+    plain = build_state()
+    assert [(q.gpu_limit, q.mig_limits) for q in plain.qos] == [(1, ()), (None, ())]
+    assert slurm_accounts(plain)[0].gpu_limit == 2
