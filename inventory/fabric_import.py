@@ -212,3 +212,24 @@ def use_source(source: str) -> FabricImport:
         chosen.in_use = True
         chosen.save(update_fields=["in_use"])
     return chosen
+
+
+def summary(result: Plan, dry_run: bool) -> list[str]:
+    """What an import did (or would do, `dry_run`), a line a fact: the commands print it."""
+    parsed = result.parsed
+    lines = [
+        ("Would import" if dry_run else "Imported")
+        + f" {parsed.source}: {len(parsed.spine_groups())} spine group(s), {len(parsed.units)} unit(s), "
+        f"{len(result.racks)} rack(s), {len(result.trays)} tray(s) placed apart from their rack, "
+        f"{len(result.rails)} GPU rail(s)"
+        + ("; in use" if result.becomes_in_use else "; kept beside the fabric in use (not in use)"),
+    ]
+    lines += [f"changed: {line}" for line in result.changed]
+    lines += [
+        f"conflict with the fabric in use: {rack}: {why}" for rack, why in sorted(result.conflicts.items())
+    ]
+    if result.unknown_hosts:
+        shown = ", ".join(result.unknown_hosts[:SHOWN])
+        lines.append(f"{len(result.unknown_hosts)} host(s) not in the inventory left aside: {shown}")
+    lines += [f"note: {note}" for note in parsed.notes]
+    return lines

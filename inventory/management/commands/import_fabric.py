@@ -46,25 +46,5 @@ class Command(BaseCommand):
                     result = fabric_import.apply(parsed, label=name, use=use)
         except FabricInputError as error:
             raise CommandError(f"{name}: {error}; nothing was written") from error
-        for line in summary(result, dry_run):
+        for line in fabric_import.summary(result, dry_run):
             self.stdout.write(line)
-
-
-def summary(result: fabric_import.Plan, dry_run: bool) -> list[str]:
-    parsed = result.parsed
-    lines = [
-        ("Would import" if dry_run else "Imported")
-        + f" {parsed.source}: {len(parsed.spine_groups())} spine group(s), {len(parsed.units)} unit(s), "
-        f"{len(result.racks)} rack(s), {len(result.trays)} tray(s) placed apart from their rack, "
-        f"{len(result.rails)} GPU rail(s)"
-        + ("; in use" if result.becomes_in_use else "; kept beside the fabric in use (not in use)"),
-    ]
-    lines += [f"changed: {line}" for line in result.changed]
-    lines += [
-        f"conflict with the fabric in use: {rack}: {why}" for rack, why in sorted(result.conflicts.items())
-    ]
-    if result.unknown_hosts:
-        shown = ", ".join(result.unknown_hosts[: fabric_import.SHOWN])
-        lines.append(f"{len(result.unknown_hosts)} host(s) not in the inventory left aside: {shown}")
-    lines += [f"note: {note}" for note in parsed.notes]
-    return lines
