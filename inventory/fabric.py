@@ -3,7 +3,7 @@
 `current_fabric()` is the one seam: the scheduling pass and the renderers call it once each and get a pure
 `core.fabric.Fabric` (one query, nothing kept between calls, so it can never be stale: an import, a switch of
 the source in use or a rack's rename is seen by the next call). `overview()` and `conflicts()` are what the
-fabric page and the rack page show; `rack_place()` one rack's place.
+fabric page and the rack page show; `rack_fabric()` one rack's place.
 """
 
 from __future__ import annotations
@@ -38,16 +38,6 @@ def current_fabric() -> Fabric:
 def tray_places(fabric_import: FabricImport | int) -> dict[str, str]:
     """Hostname -> unit for the trays cabled elsewhere than their rack's unit (one query)."""
     return dict(TrayPlace.objects.filter(fabric=fabric_import).values_list("tray__hostname", "unit__name"))
-
-
-def rack_place(rack) -> tuple[str, str] | None:
-    """(spine group, unit) of `rack` in the fabric in use, or None."""
-    row = (
-        RackPlace.objects.filter(fabric__in_use=True, rack=rack)
-        .values_list("unit__parent__name", "unit__name")
-        .first()
-    )
-    return (row[0], row[1]) if row else None
 
 
 @dataclass
@@ -155,11 +145,17 @@ class RackFabric:
 
 
 def rack_fabric(rack) -> RackFabric:
-    place = rack_place(rack)
-    _in_use, _others, found = conflicts() if FabricImport.objects.count() > 1 else (None, [], [])
-    disagreeing = [
-        (str(conflict.source.get_source_display()), conflict.racks[rack.name])
-        for conflict in found
-        if rack.name in conflict.racks
-    ]
-    return RackFabric(place[0] if place else None, place[1] if place else None, disagreeing)
+    """One query when at most one source places the rack (the usual case); the comparison of the sources
+    (`conflicts`) only when several do."""
+    places = list(
+        RackPlace.objects.filter(rack=rack).values_list("fabric__in_use", "unit__parent__name", "unit__name")
+    )
+    in_use = next(((spine, unit) for used, spine, unit in places if used), (None, None))
+    disagreeing = []
+    if len(places) > 1:
+        disagreeing = [
+            (str(conflict.source.get_source_display()), conflict.racks[rack.name])
+            for conflict in conflicts()[2]
+            if rack.name in conflict.racks
+        ]
+    return RackFabric(in_use[0], in_use[1], disagreeing)

@@ -14,7 +14,7 @@ from core.fabric import Fabric
 from inventory import fabric_import
 from inventory.discovery.fabric.parsed import FabricInputError, ParsedFabric
 from inventory.discovery.fabric.read import read
-from inventory.fabric import conflicts, current_fabric, rack_place
+from inventory.fabric import conflicts, current_fabric, rack_fabric
 from inventory.models import FabricGroup, FabricImport, GpuRail, Rack, RackPlace, TrayPlace
 from tests.inventory.fabric_fixtures import ibnetdiscover
 
@@ -39,7 +39,8 @@ def _rows() -> tuple[int, ...]:
 
 def test_no_import_is_the_empty_fabric(demo_inventory):
     assert current_fabric() == Fabric()
-    assert rack_place(Rack.objects.get(name="gb-r01")) is None
+    place = rack_fabric(Rack.objects.get(name="gb-r01"))
+    assert (place.spine, place.unit, place.disagreements) == (None, None, [])
 
 
 def test_site_file_import_gives_the_fabric_in_use_in_one_query(demo_inventory):
