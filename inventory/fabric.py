@@ -82,13 +82,17 @@ def overview(
     return [SpineGroup(name, units) for name, units in sorted(spines.items())]
 
 
+LEVEL_WORDS = {"spine": "spine group", "unit": "unit"}
+
+
 def disagreements(ours: Fabric, theirs: Fabric) -> dict[str, str]:
     """Racks the two fabrics group differently -> why, in words (group names differ between sources, so
     what is compared is which racks share a group: two racks together in one source and apart in the other).
     Only racks both know are compared."""
     shared = sorted(set(ours.racks) & set(theirs.racks))
     out: dict[str, str] = {}
-    for depth, level in enumerate(DEFAULT_LEVELS):
+    # The lowest level first: a rack in another unit is said so, rather than only in another spine group.
+    for depth, level in reversed(list(enumerate(DEFAULT_LEVELS))):
         pairs: dict[str, set[str]] = defaultdict(set)
         back: dict[str, set[str]] = defaultdict(set)
         mine_members: dict[str, list[str]] = defaultdict(list)
@@ -106,8 +110,8 @@ def disagreements(ours: Fabric, theirs: Fabric) -> dict[str, str]:
                 with_other = [r for r in other_members[other] if r != rack][:3]
                 out.setdefault(
                     rack,
-                    f"{level} {mine} (with {', '.join(with_mine) or 'no other rack'}) in use, "
-                    f"{other} (with {', '.join(with_other) or 'no other rack'}) there",
+                    f"{LEVEL_WORDS[level]} {mine} with {', '.join(with_mine) or 'no other rack'} in use; "
+                    f"{other} with {', '.join(with_other) or 'no other rack'} there",
                 )
     return out
 
