@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.fabric import Fabric
@@ -147,10 +147,20 @@ def _compare(result: Plan, use: bool) -> None:
         result.conflicts = disagreements(fabric_of(in_use), new)
 
 
-@transaction.atomic
 def apply(parsed: ParsedFabric, *, label: str = "", user=None, use: bool = False) -> Plan:
     """Write `parsed` as its source's import, replacing that source's previous one; put it in use when no
     import is, when its source is the one in use, or when `use`. All or nothing."""
+    try:
+        return _apply(parsed, label=label, user=user, use=use)
+    except IntegrityError:
+        # Two first imports at once (no row to lock yet): the one-in-use constraint refused the second.
+        raise FabricInputError(
+            "another fabric import was applied at the same moment: nothing was imported; try again"
+        ) from None
+
+
+@transaction.atomic
+def _apply(parsed: ParsedFabric, *, label: str, user, use: bool) -> Plan:
     # One import at a time: the rows of every import are locked, so two imports cannot both decide to be
     # the one in use (the partial unique constraint would refuse the second anyway).
     list(FabricImport.objects.select_for_update().order_by("pk").values_list("pk", flat=True))

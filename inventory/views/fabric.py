@@ -64,9 +64,8 @@ def fabric_import_page(request):
     pk = request.GET.get("upload", "")
     if not pk:
         return _page(request, FabricUploadForm())
-    upload = get_object_or_404(
-        FabricUpload.objects.visible_to(request.user), pk=int(pk) if pk.isdigit() else 0
-    )
+    number = int(pk) if pk.isdigit() and len(pk) <= 18 else 0  # past a 64-bit key: no such upload
+    upload = get_object_or_404(FabricUpload.objects.visible_to(request.user), pk=number)
     try:
         plan = fabric_import.plan(read(upload.source, bytes(upload.data), upload.name), use=upload.use)
     except FabricInputError as refused:  # the inventory changed since the upload (a rack deleted)

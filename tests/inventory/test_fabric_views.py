@@ -127,6 +127,8 @@ def test_only_platform_admins_import_or_switch_sources(
     other = make_user("other-admin", staff=True)
     assert client_as(other).get(IMPORT + f"?upload={FabricUpload.objects.get().pk}").status_code == 404
     assert client_as(other).get(IMPORT + "?upload=abc").status_code == 404
+    assert client_as(other).get(IMPORT + "?upload=" + "9" * 40).status_code == 404
+    assert client_as(other).post(reverse("inventory:fabric-import-apply", args=[10**30])).status_code == 404
     assert client_as(other).get(IMPORT + "?upload=x%00").status_code == 400  # refused before the view
 
 
