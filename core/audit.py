@@ -78,6 +78,8 @@ AUDITED: dict[str, set[str]] = {
     "inventory.nvlinkpartition": set(),
     "inventory.partitionplan": {"findings"},
     "inventory.recarvepolicy": {"updated_at"},
+    # Which fabric source is in use (inventory.fabric_import); its groups and places are replaced whole.
+    "inventory.fabricimport": {"notes"},
     "inventory.agenttoken": {"secret_hash", "last_used_at"},
     "inventory.healthrule": set(),
     "inventory.healthsettings": set(),

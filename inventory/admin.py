@@ -9,7 +9,10 @@ from inventory.health.actions import HealthError
 from inventory.models import (
     AgentToken,
     ComputeTray,
+    FabricGroup,
+    FabricImport,
     Gpu,
+    GpuRail,
     HealthAction,
     HealthCheckResult,
     HealthEvent,
@@ -17,6 +20,7 @@ from inventory.models import (
     HealthSettings,
     NVLinkPartition,
     Rack,
+    RackPlace,
 )
 
 
@@ -176,3 +180,47 @@ class HealthCheckResultAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+class _Imported(admin.ModelAdmin):
+    """The fabric is imported (the Fabric page's import, `manage.py import_fabric`), never typed here: its
+    rows are read-only; an import is deleted whole (its groups, places and rails with it)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(FabricImport)
+class FabricImportAdmin(_Imported):
+    list_display = ["source", "in_use", "label", "imported_at", "imported_by"]
+    list_select_related = ["imported_by"]
+
+
+@admin.register(FabricGroup)
+class FabricGroupAdmin(_Imported):
+    list_display = ["name", "level", "parent", "fabric"]
+    list_filter = ["fabric__source", "level"]
+    search_fields = ["name"]
+    list_select_related = ["parent", "fabric"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # an import is all or nothing
+
+
+@admin.register(RackPlace)
+class RackPlaceAdmin(FabricGroupAdmin):
+    list_display = ["rack", "unit", "fabric"]
+    list_filter = ["fabric__source"]
+    search_fields = ["rack__name", "unit__name"]
+    list_select_related = ["rack", "unit", "fabric"]
+
+
+@admin.register(GpuRail)
+class GpuRailAdmin(FabricGroupAdmin):
+    list_display = ["tray", "gpu_index", "rail", "leaf", "fabric"]
+    list_filter = ["fabric__source", "rail"]
+    search_fields = ["tray__hostname", "leaf"]
+    list_select_related = ["tray", "fabric"]

@@ -133,3 +133,21 @@ class HealthSeverity(models.TextChoices):
     DEGRADE = "degrade", _("Degrades the partition")
     WARN = "warn", _("Warning")
     INFO = "info", _("Recorded only")
+
+
+# --- The compute fabric above the rack (inventory.fabric; issue 33) -----------------------------------------
+
+
+class FabricSource(models.TextChoices):
+    """Where a fabric's facts came from (inventory.discovery.fabric's readers)."""
+
+    IBNETDISCOVER = "ibnetdiscover", _("ibnetdiscover")
+    TOPOGRAPH = "topograph", _("Topograph node labels")
+    SITE_FILE = "site_file", _("Site file")
+
+
+class FabricLevel(models.TextChoices):
+    """The levels above the rack, top-down (core.fabric.DEFAULT_LEVELS); the site is implicit."""
+
+    SPINE = "spine", _("Spine group")
+    UNIT = "unit", _("Scalable unit")

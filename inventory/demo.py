@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY, TRAYS_PER_RACK
+from inventory import fabric_import
 from inventory.choices import (
     ActionKind,
     FabricState,
@@ -26,6 +27,7 @@ from inventory.choices import (
     SystemModel,
     TrayState,
 )
+from inventory.discovery.fabric.read import read as read_fabric
 from inventory.discovery.health_report import HealthReport, validate_xid
 from inventory.discovery.mig import GpuMig, MigInstance, MigProfile
 from inventory.discovery.nvidia_smi import FabricFlag, ReportedGpu
@@ -412,3 +414,41 @@ def seed_health_history(now=None) -> int:
     for report in sorted(reports, key=lambda report: report.at):  # as they came, oldest first
         recorded += _send(report)
     return recorded
+
+
+# --- The compute fabric above the racks (issue 33) ---------------------------------------------------------
+
+DEMO_RACKS_PER_UNIT = 4
+DEMO_SPINE_GROUPS = ("spine-a", "spine-b")
+
+
+def demo_site_file(rack_names: list[str]) -> str:
+    """The demo's fabric as an operator would write it (docs/operators/fabric.md): scalable units of
+    DEMO_RACKS_PER_UNIT racks, each unit's four rail leaves, the first half of the units under spine-a and the
+    rest under spine-b (8 racks: su-1 = gb-r01..04 under spine-a, su-2 = gb-r05..08 under spine-b)."""
+    names = sorted(rack_names)
+    units = [names[i : i + DEMO_RACKS_PER_UNIT] for i in range(0, len(names), DEMO_RACKS_PER_UNIT)]
+    half = (len(units) + 1) // 2
+    lines = ["spine_groups:"]
+    for spine, members in ((DEMO_SPINE_GROUPS[0], units[:half]), (DEMO_SPINE_GROUPS[1], units[half:])):
+        if not members:
+            continue
+        lines += [f"  - name: {spine}", "    units:"]
+        for racks in members:
+            number = units.index(racks) + 1
+            leaves = ", ".join(f"leaf-su{number}-rail{rail}" for rail in range(GPUS_PER_TRAY))
+            lines += [
+                f"      - name: su-{number}",
+                f"        racks: [{', '.join(racks)}]",
+                f"        leaves: [{leaves}]",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def seed_fabric() -> int:
+    """Give the demo's racks a fabric through the site-file importer (the same path an operator's file
+    takes), put in use; returns the racks placed. Changes no capacity and no placement made before it."""
+    text = demo_site_file(list(Rack.objects.values_list("name", flat=True)))
+    parsed = read_fabric("site_file", text.encode(), "demo-site.yaml")
+    plan = fabric_import.apply(parsed, label="demo-site.yaml", use=True)
+    return len(plan.racks)

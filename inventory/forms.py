@@ -3,8 +3,9 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from core.text import TextFormField
-from inventory.choices import ServiceStatus
+from core.text import TextFormField, validate_text
+from inventory.choices import FabricSource, ServiceStatus
+from inventory.discovery.fabric.parsed import MAX_BYTES
 from inventory.health.actions import typed_text_problem
 from inventory.health.service import NOTE_REQUIRED, SERVICE_NOTE_LIMIT
 from inventory.models import ComputeTray, Rack, RecarvePolicy
@@ -125,3 +126,37 @@ class ServiceMarkForm(forms.Form):
             self.add_error("note", _(NOTE_REQUIRED[status]))
         data["gpu"] = self.gpus.get(data.get("gpu") or "")
         return data
+
+
+class FabricUploadForm(forms.Form):
+    """A fabric file to import (inventory.fabric_import): what it is, the file, and whether to put it in use
+    even where another source is."""
+
+    source = forms.ChoiceField(
+        choices=FabricSource.choices,
+        label=gettext_lazy("Source"),
+        help_text=gettext_lazy(
+            "ibnetdiscover: its topology output. Topograph: `kubectl get nodes -o json` of nodes Topograph "
+            "labelled. Site file: YAML or CSV (see the operators' guide)."
+        ),
+    )
+    file = forms.FileField(label=gettext_lazy("File"), allow_empty_file=False)
+    use = forms.BooleanField(
+        required=False,
+        label=gettext_lazy("Put it in use"),
+        help_text=gettext_lazy(
+            "Even where another source is in use (otherwise it is kept beside it and their disagreements "
+            "are shown)."
+        ),
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_BYTES:
+            raise ValidationError(
+                _("The file has %(size)s bytes; a fabric file may have at most %(limit)s.")
+                % {"size": upload.size, "limit": MAX_BYTES}
+            )
+        # The name is only a label (never a path): held to the text rule.
+        validate_text(upload.name or "", field=_("file name"), max_length=200)
+        return upload

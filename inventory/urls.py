@@ -7,7 +7,7 @@ users look for, its namespace says which app owns them (the rack view, which sho
 
 from django.urls import path
 
-from inventory.views import agent_tokens, health, racks, recarving
+from inventory.views import agent_tokens, fabric, health, racks, recarving
 
 app_name = "inventory"
 urlpatterns = [
@@ -15,6 +15,9 @@ urlpatterns = [
     path("inventory/gpus/<int:pk>/", racks.gpu_detail, name="gpu-detail"),
     path("inventory/trays/<int:pk>/", racks.tray_detail, name="tray-detail"),
     path("inventory/racks/<str:name>/recarving/", recarving.recarve_policy, name="recarve-policy"),
+    path("inventory/fabric/import/", fabric.fabric_import_page, name="fabric-import"),
+    path("inventory/fabric/import/<int:pk>/apply/", fabric.fabric_import_apply, name="fabric-import-apply"),
+    path("inventory/fabric/use/", fabric.fabric_use, name="fabric-use"),
     path("inventory/agent-tokens/", agent_tokens.agent_token_list, name="agent-token-list"),
     path(
         "inventory/agent-tokens/<int:pk>/issued/", agent_tokens.agent_token_issued, name="agent-token-issued"

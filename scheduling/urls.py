@@ -8,7 +8,17 @@ Paths are whole (included by portal/urls.py at the root) and unchanged for users
 
 from django.urls import path
 
-from scheduling.views import departments, gpu_life, job_form, jobs, people, projects, racks, utilization
+from scheduling.views import (
+    departments,
+    fabric,
+    gpu_life,
+    job_form,
+    jobs,
+    people,
+    projects,
+    racks,
+    utilization,
+)
 
 app_name = "scheduling"
 urlpatterns = [
@@ -22,6 +32,8 @@ urlpatterns = [
     path("scheduling/jobs/<int:pk>/utilization/", utilization.job_utilization, name="job-utilization"),
     # Racks, GPUs and trays with the jobs on them.
     path("inventory/racks/<str:name>/", racks.rack_detail, name="rack-detail"),
+    # The compute fabric above the racks, with free GPUs per scalable unit (imported on inventory's page).
+    path("inventory/fabric/", fabric.fabric, name="fabric"),
     path("inventory/gpus/<int:pk>/utilization/", utilization.gpu_utilization, name="gpu-utilization"),
     path("inventory/gpus/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "gpu"}, name="gpu-held-jobs"),
     path("inventory/trays/<int:pk>/jobs/", gpu_life.held_jobs, {"kind": "tray"}, name="tray-held-jobs"),

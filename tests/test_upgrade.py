@@ -96,6 +96,14 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "integrations_planwindow",
     # The MIG devices slice jobs hold (scheduling.services.slices).
     "scheduling_sliceallocation",
+    # The compute fabric above the rack (issue 33): each source's import, its groups, places and rails, and a
+    # file uploaded on the import page between its preview and its applying.
+    "inventory_fabricimport",
+    "inventory_fabricgroup",
+    "inventory_rackplace",
+    "inventory_trayplace",
+    "inventory_gpurail",
+    "inventory_fabricupload",
 }
 SLURM_SETTINGS = {
     "config_dir": "/etc/slurm",

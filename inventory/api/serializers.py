@@ -28,6 +28,17 @@ class RackSerializer(serializers.ModelSerializer):
     partitions = serializers.IntegerField(
         source="partition_count", read_only=True, help_text="NVLink partitions carved in the rack."
     )
+    fabric_unit = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The scalable unit (leaf group) of the compute fabric the rack is in, in the fabric in use "
+        "(null: no fabric imported places it).",
+    )
+    fabric_spine_group = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The spine group of the rack's scalable unit (null: not placed).",
+    )
 
     class Meta:
         model = Rack
@@ -41,6 +52,8 @@ class RackSerializer(serializers.ModelSerializer):
             "gpus",
             "healthy_gpus",
             "partitions",
+            "fabric_unit",
+            "fabric_spine_group",
             "created_at",
             "updated_at",
         ]

@@ -24,7 +24,9 @@ from inventory.api.serializers import (
 )
 from inventory.choices import GpuHealth
 from inventory.filters import ComputeTrayFilter, GpuFilter, NVLinkPartitionFilter, RackFilter
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack, RecarvePolicy
+from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack, RackPlace, RecarvePolicy
+
+_in_use_place = RackPlace.objects.filter(fabric__in_use=True, rack=OuterRef("pk"))
 
 
 def _count_per(queryset, parent_field):
@@ -68,6 +70,9 @@ class RackViewSet(viewsets.ReadOnlyModelViewSet):
             gpu_count=_count_per(Gpu.objects.all(), "tray__rack"),
             healthy_gpu_count=_count_per(Gpu.objects.filter(health=GpuHealth.HEALTHY), "tray__rack"),
             partition_count=_count_per(NVLinkPartition.objects.all(), "rack"),
+            # Its place in the fabric in use (inventory.fabric; issue 33).
+            fabric_unit=Subquery(_in_use_place.values("unit__name")[:1]),
+            fabric_spine_group=Subquery(_in_use_place.values("unit__parent__name")[:1]),
         )
 
     @extend_schema(methods=["GET"], responses=RecarvePolicySerializer, filters=False)

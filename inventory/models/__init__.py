@@ -12,6 +12,7 @@ own module.
 """
 
 from inventory.models.agent_tokens import AgentToken
+from inventory.models.fabric import FabricGroup, FabricImport, FabricUpload, GpuRail, RackPlace, TrayPlace
 from inventory.models.health import (
     HealthAction,
     HealthCheckResult,
@@ -28,7 +29,11 @@ from inventory.models.trays import ComputeTray, Gpu, MigDevice
 __all__ = [
     "AgentToken",
     "ComputeTray",
+    "FabricGroup",
+    "FabricImport",
+    "FabricUpload",
     "Gpu",
+    "GpuRail",
     "HealthAction",
     "HealthCheckResult",
     "HealthEvent",
@@ -38,6 +43,8 @@ __all__ = [
     "NVLinkPartition",
     "PartitionPlan",
     "Rack",
+    "RackPlace",
     "RecarvePolicy",
     "ServiceRecord",
+    "TrayPlace",
 ]

@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from core.access import is_admin
 from inventory import recarving, selectors
 from inventory.choices import MigMode
+from inventory.fabric import rack_fabric
 from inventory.forms import RecarvePolicyForm
 from inventory.staleness import mark_silent
 from inventory.views.tray_forms import BULK_LIMIT
@@ -78,6 +79,8 @@ def rack_detail(request, name):
         "job_param": request.GET.get("job", ""),
         "bulk_limit": BULK_LIMIT,
         "bulk_actions": is_admin(request.user) and bool(layout.rows),
+        # Its place in the compute fabric above the racks (issue 33), and any source that disagrees.
+        "rack_fabric": rack_fabric(rack),
         # Carving that follows demand: the policy for everyone, its form for admins (inventory's view saves).
         **recarving.policy_context(rack, timezone.now()),
     }

@@ -178,17 +178,18 @@ ADMIN_PAGES = [
     (reverse("inventory:health-events"), "Only platform admins may use the health centre."),
     (reverse("inventory:health-offenders"), "Only platform admins may use the health centre."),
     (reverse("inventory:health-service"), "Only platform admins may use the health centre."),
+    (reverse("inventory:fabric-import"), "Only platform admins may use fabric imports."),
 ]
 
 
-@pytest.mark.slow(reason="9 cases, each a full request through the stack")
+@pytest.mark.slow(reason="10 cases, each a full request through the stack")
 @pytest.mark.parametrize("page, reason", ADMIN_PAGES)
 def test_admin_pages_refuse_leads_and_members_with_the_reason(browser, page, reason):
     assert refused(browser("lead").get(page), reason), page
     assert refused(browser("member").get(page), reason), page
 
 
-@pytest.mark.slow(reason="18 cases, each a full request through the stack")
+@pytest.mark.slow(reason="20 cases, each a full request through the stack")
 @pytest.mark.parametrize("page", [page for page, _reason in ADMIN_PAGES])
 @pytest.mark.parametrize("persona", ["staff", "superuser"])
 def test_admin_pages_let_in_staff_and_a_superuser_who_is_not_staff(browser, page, persona):

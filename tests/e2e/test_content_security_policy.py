@@ -25,6 +25,8 @@ PAGES = [
     "/scheduling/jobs/",
     "/audit/",
     "/inventory/health/",  # the health centre's chart
+    "/inventory/fabric/",
+    "/inventory/fabric/import/",
     "/api/docs/",
     "/admin/",
     "/nonexistent/",

@@ -30,6 +30,8 @@ PAGES = {
     "health": "/inventory/health/",
     "health-offenders": "/inventory/health/offenders/",
     "health-service": "/inventory/health/service/",
+    "fabric": "/inventory/fabric/",
+    "fabric-import": "/inventory/fabric/import/",
 }
 
 

@@ -17,7 +17,8 @@ HTMX = {"HX-Request": "true"}
 # row.
 # +1 since the menu asks once per request whether the user leads a department (the audit log link).
 RACK_LIST_MAX_QUERIES = 5
-RACK_VIEW_MAX_QUERIES = 10  # + the node silent policy (stale trays), + the scheduler's re-carves of the rack
+RACK_VIEW_MAX_QUERIES = 11  # + the node silent policy (stale trays), + the scheduler's re-carves of the rack
+# + its place in the compute fabric (inventory.fabric.rack_fabric: one query while one source places it)
 
 
 def _clear_inventory():

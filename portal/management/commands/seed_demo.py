@@ -14,8 +14,8 @@ from integrations.embedded import RenderedJobBackend
 from integrations.models import ConfigTarget
 from integrations.registry import clean_settings
 from inventory.choices import FabricState, HealthKind, RuleAction, SystemModel
-from inventory.demo import seed_datacenter, seed_health_history, seed_mig_gpu
-from inventory.models import ComputeTray, Gpu, HealthRule, NVLinkPartition, Rack
+from inventory.demo import seed_datacenter, seed_fabric, seed_health_history, seed_mig_gpu
+from inventory.models import ComputeTray, FabricImport, Gpu, HealthRule, NVLinkPartition, Rack
 from portal.demo.jobs import (
     BATCH,
     KINDS,
@@ -292,6 +292,7 @@ class Command(BaseCommand):
                 Gpu.objects.all().delete()
                 ComputeTray.objects.all().delete()
                 NVLinkPartition.objects.all().delete()
+                FabricImport.objects.all().delete()
                 Rack.objects.all().delete()
             result = seed_datacenter(racks=racks, system_model=MODELS[model], seed=seed)
             seed_mig_gpu(seed=seed)  # before the jobs: none is placed on it
@@ -332,3 +333,7 @@ class Command(BaseCommand):
                 "logins "
                 f"({', '.join(tenants.users)}) share the password {tenants.password} (also in {logins.name})."
             )
+        # The fabric above the racks (issue 33), through the site-file importer, after the first pass: the
+        # demo's placements are the ones it always had.
+        placed = seed_fabric()
+        self.stdout.write(f"Imported the demo's fabric (a site file): {placed} racks in scalable units of 4.")

@@ -1,0 +1,165 @@
+"""The fabric in use, as the rest of Rackplane reads it (issue 33).
+
+`current_fabric()` is the one seam: the scheduling pass and the renderers call it once each and get a pure
+`core.fabric.Fabric` (one query, nothing kept between calls, so it can never be stale: an import, a switch of
+the source in use or a rack's rename is seen by the next call). `overview()` and `conflicts()` are what the
+fabric page and the rack page show; `rack_fabric()` one rack's place.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from core.fabric import DEFAULT_LEVELS, Fabric
+from inventory.models import FabricImport, RackPlace, TrayPlace
+
+
+def fabric_of(fabric_import: FabricImport | int | None) -> Fabric:
+    """One import's racks as a Fabric (one query); the empty Fabric for None."""
+    if fabric_import is None:
+        return Fabric()
+    rows = RackPlace.objects.filter(fabric=fabric_import).values_list(
+        "rack__name", "unit__parent__name", "unit__name"
+    )
+    return Fabric(levels=DEFAULT_LEVELS, racks={rack: (spine, unit) for rack, spine, unit in rows})
+
+
+def current_fabric() -> Fabric:
+    """The fabric in use (`FabricImport.in_use`): each known rack's (spine group, unit); one query. A site
+    that imported none gets the empty Fabric (every rack placed "anywhere", as before issue 33)."""
+    rows = RackPlace.objects.filter(fabric__in_use=True).values_list(
+        "rack__name", "unit__parent__name", "unit__name"
+    )
+    return Fabric(levels=DEFAULT_LEVELS, racks={rack: (spine, unit) for rack, spine, unit in rows})
+
+
+def tray_places(fabric_import: FabricImport | int) -> dict[str, str]:
+    """Hostname -> unit for the trays cabled elsewhere than their rack's unit (one query)."""
+    return dict(TrayPlace.objects.filter(fabric=fabric_import).values_list("tray__hostname", "unit__name"))
+
+
+@dataclass
+class Unit:
+    name: str
+    racks: list[str]
+    free_gpus: int = 0
+    total_gpus: int = 0
+    conflicted: list[str] = field(default_factory=list)  # its racks another source groups differently
+
+
+@dataclass
+class SpineGroup:
+    name: str
+    units: list[Unit]
+
+    @property
+    def racks(self) -> int:
+        return sum(len(unit.racks) for unit in self.units)
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(unit.free_gpus for unit in self.units)
+
+
+def overview(
+    fabric: Fabric, free: Mapping[str, int], total: Mapping[str, int], conflicted: set[str] = frozenset()
+) -> list[SpineGroup]:
+    """Spine groups -> units -> racks, with the free and total GPUs per unit from per-rack counts."""
+    spines: dict[str, list[Unit]] = defaultdict(list)
+    for unit_name, racks in sorted(fabric.members(DEFAULT_LEVELS[-1]).items()):
+        spine = fabric.group(racks[0], DEFAULT_LEVELS[0]) or ""
+        spines[spine].append(
+            Unit(
+                name=unit_name,
+                racks=racks,
+                free_gpus=sum(free.get(rack, 0) for rack in racks),
+                total_gpus=sum(total.get(rack, 0) for rack in racks),
+                conflicted=[rack for rack in racks if rack in conflicted],
+            )
+        )
+    return [SpineGroup(name, units) for name, units in sorted(spines.items())]
+
+
+LEVEL_WORDS = {"spine": "spine group", "unit": "unit"}
+
+
+def disagreements(ours: Fabric, theirs: Fabric) -> dict[str, str]:
+    """Racks the two fabrics group differently -> why, in words (group names differ between sources, so
+    what is compared is which racks share a group: two racks together in one source and apart in the other).
+    Only racks both know are compared."""
+    shared = sorted(set(ours.racks) & set(theirs.racks))
+    out: dict[str, str] = {}
+    # The lowest level first: a rack in another unit is said so, rather than only in another spine group.
+    for depth, level in reversed(list(enumerate(DEFAULT_LEVELS))):
+        pairs: dict[str, set[str]] = defaultdict(set)
+        back: dict[str, set[str]] = defaultdict(set)
+        mine_members: dict[str, list[str]] = defaultdict(list)
+        other_members: dict[str, list[str]] = defaultdict(list)
+        for rack in shared:
+            mine, other = ours.racks[rack][depth], theirs.racks[rack][depth]
+            pairs[mine].add(other)
+            back[other].add(mine)
+            mine_members[mine].append(rack)
+            other_members[other].append(rack)
+        for rack in shared:
+            mine, other = ours.racks[rack][depth], theirs.racks[rack][depth]
+            if len(pairs[mine]) > 1 or len(back[other]) > 1:
+                with_mine = [r for r in mine_members[mine] if r != rack][:3]
+                with_other = [r for r in other_members[other] if r != rack][:3]
+                out.setdefault(
+                    rack,
+                    f"{LEVEL_WORDS[level]} {mine} with {', '.join(with_mine) or 'no other rack'} in use; "
+                    f"{other} with {', '.join(with_other) or 'no other rack'} there",
+                )
+    return out
+
+
+@dataclass
+class Conflict:
+    source: FabricImport
+    racks: dict[str, str]  # rack -> why
+
+
+def conflicts() -> tuple[FabricImport | None, list[FabricImport], list[Conflict]]:
+    """The import in use, the others, and where each other one groups racks differently from it."""
+    imports = list(FabricImport.objects.select_related("imported_by").order_by("-in_use", "source"))
+    in_use = next((one for one in imports if one.in_use), None)
+    others = [one for one in imports if not one.in_use]
+    if in_use is None:
+        return None, others, []
+    ours = fabric_of(in_use)
+    found = []
+    for other in others:
+        racks = disagreements(ours, fabric_of(other))
+        if racks:
+            found.append(Conflict(other, racks))
+    return in_use, others, found
+
+
+@dataclass
+class RackFabric:
+    """What the rack page says of a rack's fabric place: its (spine group, unit) in use, and where another
+    source places it differently."""
+
+    spine: str | None
+    unit: str | None
+    disagreements: list[tuple[str, str]]  # (source's label, why)
+
+
+def rack_fabric(rack) -> RackFabric:
+    """One query when at most one source places the rack (the usual case); the comparison of the sources
+    (`conflicts`) only when several do."""
+    places = list(
+        RackPlace.objects.filter(rack=rack).values_list("fabric__in_use", "unit__parent__name", "unit__name")
+    )
+    in_use = next(((spine, unit) for used, spine, unit in places if used), (None, None))
+    disagreeing = []
+    if len(places) > 1:
+        disagreeing = [
+            (str(conflict.source.get_source_display()), conflict.racks[rack.name])
+            for conflict in conflicts()[2]
+            if rack.name in conflict.racks
+        ]
+    return RackFabric(in_use[0], in_use[1], disagreeing)
