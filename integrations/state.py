@@ -82,6 +82,7 @@ from integrations.slurm.target import (
 )
 from integrations.slurm.target import render_files as render_slurm_files
 from integrations.slurm.topology import SlurmBlock
+from inventory.fabric import current_fabric
 from inventory.mig_layouts import MigLayout, slices_within
 from inventory.mig_layouts import layout as mig_layout
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
@@ -566,9 +567,9 @@ def department_qos(
 
 
 def current_compute_fabric() -> Fabric:
-    """The compute fabric every render takes by default (issue 33): the inventory's, once it is stored
-    (inventory.fabric.current_fabric(), issue 33's importers), the empty Fabric() until then."""
-    return Fabric()
+    """The compute fabric every render takes by default (issue 33): the inventory's fabric in use
+    (inventory.fabric.current_fabric: one query), the empty Fabric() on a site that imported none."""
+    return current_fabric()
 
 
 def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -> ConfigState:

@@ -20,6 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.fabric import Fabric
+from inventory.fabric import current_fabric
 from scheduling import pass_cache
 from scheduling.checks import minutes_of
 from scheduling.choices import HOLDING_STATES, JobState
@@ -264,8 +265,10 @@ def gather(*, kept: bool = True, fabric: Fabric | None = None) -> PassInputs:
     (`read`: the one this process keeps when `kept`, else cold and not to be kept: a dry run must not touch
     the pass's), the silent trays held out (`silence`), the pending jobs, and the departments' decayed
     usage when the pass orders borrowers by it (settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS: one query
-    more). `fabric`: the compute fabric above the racks (core.fabric) multi-rack jobs are placed on (none by
-    default: placed as if the fabric were flat). A pass calls `keep(state)` after."""
+    more). `fabric`: the compute fabric above the racks (core.fabric) multi-rack jobs are placed on: by
+    default the inventory's (inventory.fabric.current_fabric, one query; empty on a site that imported none:
+    placed as if the fabric were flat). A pass calls `keep(state)` after."""
+    fabric = current_fabric() if fabric is None else fabric
     departments = list(Department.objects.all())
     projects = project_rows()
     half_life_s = settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S
