@@ -1,9 +1,9 @@
 """The compute fabric (issue 33) through the render pipeline: `build_state` takes it, the directory target's
 files, `push_configs --dry-run` ("what changes") and the partition wizard's preview show its part.
 
-The fabric is what `integrations.state.current_compute_fabric` returns; on this branch it is the empty
-Fabric() until the inventory stores one (issue 33's importers), so the tests set it there, the one place
-the render pipeline reads it."""
+The fabric is what `integrations.state.current_compute_fabric` returns: the inventory's fabric in use, which
+the tests import as a site would (a site file through inventory.fabric_import, the importer
+`manage.py import_fabric` and the import page use)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from integrations import state as configstate
 from integrations.models import ConfigPush
 from integrations.plans import service as plans
 from integrations.plans.service import PlannedPartition
-from inventory.models import Rack
+from inventory import fabric_import
+from inventory.discovery.fabric.site_file import parse as site_parse
+from inventory.models import FabricImport, Rack
 from tests.factories import make_department
 
 pytestmark = pytest.mark.django_db
@@ -37,12 +39,21 @@ def departments(demo_inventory, local_target):
     make_department("Research", guaranteed_gpus=16)
 
 
+def site_file(fabric: Fabric) -> str:
+    return "spine_group,unit,rack\n" + "".join(f"{s},{u},{rack}\n" for rack, (s, u) in fabric.racks.items())
+
+
 @pytest.fixture
-def fabric(monkeypatch):
-    """Set the compute fabric the render pipeline reads; returns the setter."""
+def fabric():
+    """Import a compute fabric as a site file, put in use (the render pipeline reads the one in use);
+    returns the importer, for a test that moves racks."""
 
     def use(value: Fabric) -> None:
-        monkeypatch.setattr(configstate, "current_compute_fabric", lambda: value)
+        if value.empty:  # a site that never imported one
+            FabricImport.objects.all().delete()
+        else:
+            fabric_import.apply(site_parse(site_file(value), "site.csv"), label="test", use=True)
+        assert configstate.current_compute_fabric() == value
 
     use(FABRIC)
     return use

@@ -69,3 +69,19 @@ def test_a_pass_on_another_fabric_does_not_reuse_the_cluster_kept_for_the_last(d
     assert job.state == JobState.STARTING, job.pending_reason
     assert "gb-r03" not in racks_of(job)
     assert "in scalable unit su-1" in job.events.get(kind=JobEventKind.PLACED).message
+
+
+def test_the_pass_places_on_the_fabric_the_inventory_has_in_use(department_a):
+    """No fabric handed in: the pass reads the inventory's (a site file imported and put in use), so the
+    two-rack job lands inside unit su-1, as with the fabric given."""
+    from inventory import fabric_import
+    from inventory.discovery.fabric.site_file import parse
+
+    text = "spine_group,unit,rack\n" + "".join(f"{s},{u},{r}\n" for r, (s, u) in FABRIC.racks.items())
+    fabric_import.apply(parse(text, "site.csv"), label="site", use=True)
+    job = make_job(department_a, "pretrain", JobState.PENDING, gpus=96, topology="any")
+    run_pass()
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING, job.pending_reason
+    assert racks_of(job) == {"gb-r01", "gb-r02"}
+    assert "in scalable unit su-1" in job.events.get(kind=JobEventKind.PLACED).message
