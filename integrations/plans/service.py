@@ -34,7 +34,7 @@ from integrations.fabric import FabricError, FabricPartition
 from integrations.fabric.base import plan_changes
 from integrations.models import ConfigPush, ConfigTarget, PlanWindow, PushStatus
 from integrations.pushes import queue_pushes
-from integrations.slurm.target import FORMAT_CONF
+from integrations.slurm.adapter import tree_left_out_targets
 from integrations.slurm.topology import SlurmBlock, plan_topology
 from integrations.state import SLURM_TOPOLOGY_YAML, render_current
 from inventory.choices import (
@@ -491,15 +491,6 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
                 )
             )
     return result
-
-
-def tree_left_out_targets() -> list[str]:
-    """The enabled Slurm targets writing topology.conf (Slurm 24.11), where the fabric's tree is left out."""
-    return [
-        t.name
-        for t in ConfigTarget.objects.filter(kind="slurm", enabled=True).order_by("name")
-        if (t.settings or {}).get("topology_format", FORMAT_CONF) == FORMAT_CONF
-    ]
 
 
 def fabric_steps(rack: Rack, check: PlanCheck) -> list[str]:

@@ -13,6 +13,7 @@ from integrations.slurm.accounting import AccountingPlan, accounting_from_settin
 from integrations.slurm.jobs import backend_from_settings
 from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
 from integrations.slurm.target import (
+    FORMAT_CONF,
     TOPOLOGY_CONF,
     SlurmConfigurationError,
     SlurmError,
@@ -189,3 +190,14 @@ def remembering(values: dict) -> Callable[[str, list[str]], None]:
 def _mig(entry: dict) -> tuple[tuple[str, int], ...]:
     """A payload entry's GrpTRES gres/gpu:<profile> limits (none in a payload queued before them)."""
     return tuple((str(profile), int(slices)) for profile, slices in entry.get("mig_limits") or ())
+
+
+def tree_left_out_targets() -> list[str]:
+    """The enabled Slurm targets writing topology.conf (Slurm 24.11), where the fabric's tree is left out."""
+    from integrations.models import ConfigTarget  # models import the registry, which loads kinds
+
+    return [
+        t.name
+        for t in ConfigTarget.objects.filter(kind="slurm", enabled=True).order_by("name")
+        if (t.settings or {}).get("topology_format", FORMAT_CONF) == FORMAT_CONF
+    ]

@@ -168,6 +168,26 @@ def _on_redis(url: str) -> tuple[redis.Redis, object] | None:
     return found
 
 
+class _Producers(pools.Producers):
+    def create(self, connection, limit):
+        return pools.ProducerPool(_connections[connection], limit=limit)
+
+
+# The heartbeats' own pools, not kombu.pools' global groups: Celery's app keeps its producer pool from those,
+# so closing them (kombu.pools.reset) would leave Celery's task sends failing ("Acquire on closed pool") for
+# the rest of the process. Per process; closed after a fork, as kombu's own are.
+_connections = pools.Connections(limit=16)
+_producers = _Producers(limit=16)
+
+
+def reset_pools() -> None:
+    """Close the heartbeats' broker connections (a process's, as a restart does); Celery's are left alone."""
+    for group in (_producers, _connections):
+        for pool in list(group.values()):
+            pool.force_close_all()
+        group.clear()
+
+
 def _broker() -> Connection:
     """The task broker's connection settings for kombu (its pools are per process)."""
     url = _url()
@@ -194,7 +214,7 @@ def record(tray_pk: int, at: datetime) -> None:
         if on_redis is not None:
             on_redis[1](keys=[HASH], args=[tray_pk, repr(at.timestamp())])
             return
-        with pools.producers[_broker()].acquire(block=True, timeout=5) as producer:
+        with _producers[_broker()].acquire(block=True, timeout=5) as producer:
             producer.publish(
                 {"tray": tray_pk, "at": at.timestamp()},
                 exchange="",
@@ -273,7 +293,7 @@ def _flush_redis(client: redis.Redis) -> int:
 
 
 def _flush_queue(limit: int) -> int:
-    with pools.connections[_broker()].acquire(block=True, timeout=30) as conn:
+    with _connections[_broker()].acquire(block=True, timeout=30) as conn:
         queue = conn.SimpleQueue(QUEUE, no_ack=False)
         try:
             messages: list[Message] = []
@@ -315,7 +335,7 @@ def queued() -> int:
     on_redis = _on_redis(url)
     if on_redis is not None:
         return on_redis[0].hlen(HASH) + on_redis[0].hlen(TAKEN)
-    with pools.connections[_broker()].acquire(block=True, timeout=30) as conn:
+    with _connections[_broker()].acquire(block=True, timeout=30) as conn:
         try:
             return conn.default_channel.queue_declare(QUEUE.name, passive=True).message_count
         except ChannelError:  # no such queue

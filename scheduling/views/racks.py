@@ -58,6 +58,7 @@ def _mark_slices(user, layout) -> None:
     cells = [
         cell for row in layout.rows for cell in row.cells if cell and cell.gpu.mig_mode == MigMode.ENABLED
     ]
+    layout.has_mig = bool(cells)  # the legend's MIG markers, only where they can be seen
     found = slice_holders.by_gpu(slice_holders.slices_of(user, [cell.gpu.pk for cell in cells]))
     for row in layout.rows:
         held = []
@@ -95,18 +96,21 @@ def rack_detail(request, name):
         utilization_legend=colour_layout(layout, colour_by),
     )
     _mark_slices(request.user, layout)
-    job = _shown_job(request) if context["job_param"] else None
-    if job is not None:
-        # Its trays (kept after it ends, for history); its GPUs too while it holds them.
-        hosts = set(job.placement or [])
-        for row in layout.rows:
-            row.job_tray = row.tray.hostname in hosts
-            for cell in row.cells:
-                if cell is not None:
-                    cell.job_gpu = cell.gpu.held_job_id == job.pk
-        context.update(
-            shown_job=job,
-            shown_here=sum(1 for row in layout.rows if row.job_tray),
-            shown_elsewhere=len(hosts) - sum(1 for row in layout.rows if row.job_tray),
-        )
+    if context["job_param"]:
+        context.update(_job_shown(request, layout))
     return render(request, "scheduling/rack_detail.html", context)
+
+
+def _job_shown(request, layout) -> dict:
+    """?job=N: its trays marked (kept after it ends, for history), its GPUs too while it holds them."""
+    job = _shown_job(request)
+    if job is None:
+        return {}
+    hosts = set(job.placement or [])
+    for row in layout.rows:
+        row.job_tray = row.tray.hostname in hosts
+        for cell in row.cells:
+            if cell is not None:
+                cell.job_gpu = cell.gpu.held_job_id == job.pk
+    here = sum(1 for row in layout.rows if row.job_tray)
+    return {"shown_job": job, "shown_here": here, "shown_elsewhere": len(hosts) - here}

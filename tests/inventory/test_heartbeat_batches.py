@@ -19,7 +19,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from kombu import Connection, pools
+from kombu import Connection
 
 from inventory.ingest import heartbeats
 from inventory.models import ComputeTray, Gpu
@@ -63,7 +63,7 @@ def broker(request, settings, tmp_path):
         with Connection(settings.CELERY_BROKER_URL, transport_options=options) as c:
             c.SimpleQueue(heartbeats.QUEUE).clear()
     yield request.param
-    pools.reset()
+    heartbeats.reset_pools()
 
 
 @pytest.fixture
@@ -91,7 +91,8 @@ def test_a_hash_only_report_writes_nothing_and_survives_a_web_restart(broker, tr
     ]
     assert writes == []
     assert seen(tray) == before
-    pools.reset()  # the web process's connections gone, as in a restart: the message is on the broker
+    # The web process's connections gone, as in a restart: the message is on the broker.
+    heartbeats.reset_pools()
     heard = timezone.now()
     assert heartbeats.flush_heartbeats() == 1
     after = seen(tray)
@@ -219,7 +220,7 @@ def test_a_broker_that_is_away_means_the_time_is_written_at_once(settings, trays
     try:
         heartbeats.record(trays[0].pk, at)
     finally:
-        pools.reset()
+        heartbeats.reset_pools()
     assert seen(trays[0]) == at
 
 
