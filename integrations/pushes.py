@@ -141,10 +141,21 @@ def queue_pushes(
             ids = [t.pk if isinstance(t, ConfigTarget) else int(t) for t in targets]
             locked = locked.filter(pk__in=ids)
         locked = list(locked)
-        rendered = Rendered(fabric=needs_fabric(locked), scope=racks)
+        rendered = Rendered(scope=racks)
+        sliced = {t.pk for t in locked if _may_scope(t, rendered, force)}
+        # The whole state reads every GPU only for a fabric target sent the whole fabric.
+        rendered.read_fabric(whole=needs_fabric(t for t in locked if t.pk not in sliced))
         created = []
         for target in locked:
-            push = _queue_one(target, rendered, reason=reason, user=user, plan_id=plan_id, force=force)
+            push = _queue_one(
+                target,
+                rendered,
+                reason=reason,
+                user=user,
+                plan_id=plan_id,
+                force=force,
+                scoped=target.pk in sliced,
+            )
             if push is not None:
                 created.append(push)
     return created
@@ -162,7 +173,7 @@ class _PushRequest:
 
 
 def _payload_of(
-    target: ConfigTarget, rendered: Rendered, scoped: bool = False
+    target: ConfigTarget, rendered: Rendered | _FixedPayload, scoped: bool = False
 ) -> tuple[dict[str, Any], str, Exception | None]:
     """(payload, its hash, None), or ({}, "", the error) when the state cannot be rendered for `target`."""
     try:
@@ -285,11 +296,18 @@ def _create_push(
 
 
 def _queue_one(
-    target: ConfigTarget, rendered: Rendered, *, reason: str, user, plan_id, force: bool
+    target: ConfigTarget,
+    rendered: Rendered | _FixedPayload,
+    *,
+    reason: str,
+    user,
+    plan_id,
+    force: bool,
+    scoped: bool = False,
 ) -> ConfigPush | None:
     """Push `target` (its row locked by the caller): the new push, or None when a running push takes the
-    request."""
-    payload, digest, render_error = _payload_of(target, rendered, _may_scope(target, rendered, force))
+    request. `scoped`: send the request's slice (`_may_scope` said it may)."""
+    payload, digest, render_error = _payload_of(target, rendered, scoped)
     request = _PushRequest(
         reason=reason,
         user_id=user.pk if user is not None and getattr(user, "is_authenticated", False) else None,

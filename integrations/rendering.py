@@ -27,6 +27,11 @@ class Rendered:
         self._cache: dict[str, Any] = {}
         self.scope = tuple(sorted(set(scope))) if scope is not None else None
 
+    def read_fabric(self, *, whole: bool) -> None:
+        """Whether the whole state is read with every GPU (a fabric target sent the whole fabric), before it
+        is read; a slice reads its racks' GPUs when a fabric target asks for them (`slice_fabric_racks`)."""
+        self._fabric = whole
+
     def get(self, key: str, make: Callable[[], Any]) -> Any:
         """`make()` once per key; a rendering error is remembered and raised again for the next target."""
         if key not in self._cache:
@@ -67,16 +72,14 @@ class Rendered:
 
     @property
     def slice(self) -> configstate.RackSlice:
-        """The scope's racks' slice of the state (their GPUs too when a fabric target is pushed)."""
+        """The scope's racks' slice of the state, with their GPUs (what a fabric target is sent: a rack's
+        72 rows)."""
         if self.scope is None:
             raise ValueError("this rendering has no scope: it renders the whole state")
-        return self.get("slice", lambda: configstate.rack_slice(self.scope, fabric=self._fabric))
+        return self.get("slice", lambda: configstate.rack_slice(self.scope, fabric=True))
 
     def slice_fabric_racks(self) -> list[dict]:
         """The fabric payload of the scope's racks (`fabric_racks`, theirs alone)."""
-        if self.slice.fabric is None:  # a caller that did not ask for the fabric up front
-            self._fabric = True
-            self._cache.pop("slice", None)
         return self.get("slice_fabric", lambda: configstate.fabric_racks(self.slice))
 
     def slice_kubernetes_objects(self) -> list[dict[str, Any]]:
@@ -85,7 +88,11 @@ class Rendered:
 
     def scoped(self, target: ConfigTarget) -> bool:
         """Whether `target` can be sent this request's slice alone (its kind applies parts)."""
-        return self.scope is not None and registry.get(target.kind).scoped_payload is not None
+        return (
+            self.scope is not None
+            and registry.is_kind(target.kind)
+            and registry.get(target.kind).scoped_payload is not None
+        )
 
     def payload_for(self, target: ConfigTarget, *, scoped: bool = False) -> dict[str, Any]:
         """What `target` is sent: its kind's payload from this one rendering; `scoped`: the slice of the

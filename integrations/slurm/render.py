@@ -23,6 +23,7 @@ from integrations.slurm.topology import (
     check_blocks,
     check_name,
     compress,
+    compress_block,
     natural_key,
     order_blocks,
     plan_topology,
@@ -142,7 +143,7 @@ def render_topology_conf(blocks: Sequence[SlurmBlock], notes: Sequence[str] = ()
     `notes`: comment lines under the header (what the file leaves out and why)."""
     plan = plan_topology(blocks)
     lines = [MANAGED_HEADER, *(f"# {line}" for note in notes for line in textwrap.wrap(note, 110))]
-    lines += [f"BlockName={name} Nodes={compress(hosts)}" for name, hosts, _ in plan.blocks]
+    lines += [f"BlockName={name} Nodes={compress_block(tuple(hosts))}" for name, hosts, _ in plan.blocks]
     lines.append("BlockSizes=" + ",".join(str(s) for s in plan.block_sizes))
     return "\n".join(lines) + "\n"
 
@@ -180,7 +181,7 @@ def render_topology_yaml(
             "cluster_default": bool(cluster_default),
             "block": {
                 "block_sizes": [base << level for level in levels],
-                "blocks": [{"block": b.name, "nodes": compress(b.hostnames)} for b in ordered],
+                "blocks": [{"block": b.name, "nodes": compress_block(tuple(b.hostnames))} for b in ordered],
             },
         }
     ]
