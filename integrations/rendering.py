@@ -74,9 +74,10 @@ class Rendered:
     def slice(self) -> configstate.RackSlice:
         """The scope's racks' slice of the state, with their GPUs (what a fabric target is sent: a rack's
         72 rows)."""
-        if self.scope is None:
+        scope = self.scope
+        if scope is None:
             raise ValueError("this rendering has no scope: it renders the whole state")
-        return self.get("slice", lambda: configstate.rack_slice(self.scope, fabric=True))
+        return self.get("slice", lambda: configstate.rack_slice(scope, fabric=True))
 
     def slice_fabric_racks(self) -> list[dict]:
         """The fabric payload of the scope's racks (`fabric_racks`, theirs alone)."""
@@ -102,7 +103,7 @@ class Rendered:
             assert kind.scoped_payload is not None
             return {
                 **kind.scoped_payload(self, target.cleaned_settings()),
-                "scope": {"racks": list(self.scope)},
+                "scope": {"racks": list(self.scope or ())},
             }
         return kind.payload(self, target.cleaned_settings())
 

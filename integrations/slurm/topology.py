@@ -136,9 +136,9 @@ def compress(hostnames: Iterable[str]) -> str:
 
 @functools.lru_cache(maxsize=1 << 17)
 def compress_block(hostnames: tuple[str, ...]) -> str:
-    """`compress` of one topology block's hosts (one partition of one rack), kept by content: a fleet's
-    topology file is assembled from its blocks' lines, each compressed again only when its hosts changed
-    (issue 32: a one-rack re-carve at 10,000 racks)."""
+    """`compress` of one topology block's hosts (one partition of one rack) or one Slurm partition's, kept by
+    content: a fleet's topology file is assembled from its blocks' lines, each compressed again only when
+    its hosts changed (issue 32: a one-rack re-carve at 10,000 racks)."""
     return compress(hostnames)
 
 
