@@ -11,6 +11,7 @@ from integrations import pushes
 from integrations.fabric import adapter
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans import service as plans
+from integrations.push_history import push_diff
 from integrations.registry import clean_settings
 from inventory.choices import PlanStatus
 from inventory.models import Rack
@@ -73,6 +74,10 @@ def test_a_plan_sends_the_fabric_its_rack_alone_and_the_whole_fabric_is_then_as_
     assert plan.status == PlanStatus.APPLIED
     # The slice on top of what the fabric held is the whole desired state: a whole dry run finds nothing.
     assert pushes.dry_run([fabric])["fabric"] == ["no changes"]
+    # Its diff is the rack it carried (and its scope), against what the whole push before held for it: the
+    # racks it did not carry are not "removed".
+    changes = {item.name: item.state for item in push_diff(push).changed}
+    assert changes == {"rack gb-r03": "changed", "scope": "added"}
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
