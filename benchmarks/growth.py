@@ -21,6 +21,7 @@ BASELINE_RACKS = 1000
 PASS_WARM_GOAL_MS = 300
 PASS_COLD_GOAL_MS = 3000
 PAGE_GOAL_MS = 300  # page, search and GPU list API p95
+RECARVE_GOAL_MS = 2000  # a one-rack re-carve applied, rendered and pushed (benchmarks/recarve_push.py)
 PAGES = (
     "overview_page",
     "rack_list_page",
@@ -117,6 +118,7 @@ def goals_at_10000(figures: dict) -> dict:
     pages = [figures[name]["p95_ms"] for name in PAGES if name in figures]
     api = figures.get("gpu_list_api_cursor")
     search = figures.get("search")
+    recarve = figures.get("recarve")
     return {
         "at_goal_scale": figures["racks"] >= 10000,
         "scheduling_pass_warm_ms": _verdict(
@@ -128,9 +130,11 @@ def goals_at_10000(figures: dict) -> dict:
         "pages_p95_ms": _verdict(max(pages) if pages else None, PAGE_GOAL_MS),
         "search_p95_ms": _verdict(search["p95_ms"] if search else None, PAGE_GOAL_MS),
         "gpu_list_api_p95_ms_per_page": _verdict(api["p95_ms"] if api else None, PAGE_GOAL_MS),
+        "one_rack_recarve_pushed_ms": _verdict(
+            recarve["median_pushed_wall_ms"] if recarve else None, RECARVE_GOAL_MS
+        ),
         "not_judged_here": (
             "node reports at 3,000/s (benchmarks/capacity.py, `make bench BENCH_ARGS='--only capacity'`) "
-            "and a one-rack re-carve pushed in 2 s (benchmarks/recarve.py) are measured by their own "
-            "benchmarks"
+            "is measured by its own benchmark"
         ),
     }

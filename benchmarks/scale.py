@@ -25,7 +25,8 @@ Benchmarks print figures; they never fail on a time. `goals` in the output says 
 figures were met (placement p99 under 1 ms at 72,000 GPUs, dashboards p95 under 300 ms and a scheduling
 pass that starts ~200 jobs under 150 ms and the fleet's stranded capacity under 50 ms at 1,000 racks).
 `--only PART[,PART...]` measures only some parts
-(pages, search, estimates, placement, pass, render, ingest, submission, telemetry); seeding always runs.
+(pages, search, estimates, placement, pass, render, recarve, ingest, submission, telemetry); seeding always
+runs. `recarve` applies one-rack plans and times them until pushed (benchmarks/recarve_push.py).
 Search p95 is aimed under 100 ms at 1,000 racks (benchmarks/search.py); `estimates` replays a workload to
 measure estimated starts against real ones (benchmarks/estimates.py; the ITP halves too with $ITP_TRACES).
 """
@@ -48,7 +49,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import discovery, estimates, growth, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
+from benchmarks import discovery, estimates, growth, recarve_push, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
 
 PLACEMENT_GOAL_US = 1000
 DASHBOARD_GOAL_MS = 300
@@ -57,7 +58,10 @@ STRANDED_GOAL_MS = 50
 STRANDED_RUNS = 20  # timed computations of the fleet's stranded capacity (the median is reported)
 WARM_PASSES = 5  # timed passes with the cluster kept (the median is reported)
 # What `--only` may pick; `submission` needs the stack (not --no-stack).
-PARTS = ("pages", "search", "estimates", "placement", "pass", "render", "ingest", "submission", "telemetry")
+PARTS = (
+    *("pages", "search", "estimates", "placement", "pass", "render", "recarve"),
+    *("ingest", "submission", "telemetry"),
+)
 # Request mix for placement decisions: (GPUs, weight); above one tray the topology is drawn from TOPOLOGY_MIX.
 SIZE_MIX = ((1, 20), (2, 10), (4, 15), (8, 15), (16, 12), (32, 10), (36, 8), (64, 10))
 TOPOLOGY_MIX = (("partition", 60), ("rack", 25), ("any", 15))
@@ -812,6 +816,9 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
     if "render" in parts:
         log("config render")
         figures["config_render"] = {"database": database, **measure_render()}
+    if "recarve" in parts:
+        log("a one-rack re-carve applied, rendered and pushed (benchmarks/recarve_push.py)")
+        figures["recarve"] = {"database": database, **recarve_push.measure_recarve(scratch)}
     if "ingest" in parts:
         log(f"ingest: {args.reports} node reports")
         figures["ingest_reports_per_s"] = measure_ingest(args, rng_for("ingest"))

@@ -205,7 +205,12 @@ def push_diff(push: ConfigPush) -> PushDiff:
             _("The content of the previous push (#%(previous)s) was let go: nothing to compare with.")
             % {"previous": previous.pk},
         )
-    return PushDiff(push, previous, diff_items(payload_items(previous.payload), new))
+    old = payload_items(previous.payload)
+    if isinstance(push.payload.get("scope"), dict):
+        # A rack's slice (integrations.rendering): compared with what the previous push held for the same
+        # items; the other racks' were not sent, not removed.
+        old = {name: text for name, text in old.items() if name in new}
+    return PushDiff(push, previous, diff_items(old, new))
 
 
 # --- rollback -------------------------------------------------------------------------------------------

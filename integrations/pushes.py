@@ -126,12 +126,14 @@ def queue_pushes(
     plan_id: int | None = None,
     targets: Iterable[ConfigTarget | int] | None = None,
     force: bool = False,
+    racks: Iterable[str] | None = None,
 ) -> list[ConfigPush]:
     """Render once and save one push per enabled target (or per enabled target of `targets`), each task
     queued on commit. Returns the pushes created: queued, already succeeded ("unchanged"), or failed when
     the state cannot be rendered for that target. A target with a running push gets no new row: the request
     is kept as its follow-up (see the module docstring). `force` pushes even an unchanged configuration
-    (e.g. to repair hand-made changes on the target)."""
+    (e.g. to repair hand-made changes on the target). `racks`: the request changed these racks only (a
+    partition plan): a target that takes slices is sent theirs when it may (`_may_scope`)."""
     reason = (reason or "").strip()[:255] or "configuration push"
     with transaction.atomic():
         locked = ConfigTarget.objects.select_for_update().filter(enabled=True).order_by("pk")
@@ -139,10 +141,21 @@ def queue_pushes(
             ids = [t.pk if isinstance(t, ConfigTarget) else int(t) for t in targets]
             locked = locked.filter(pk__in=ids)
         locked = list(locked)
-        rendered = Rendered(fabric=needs_fabric(locked))
+        rendered = Rendered(scope=racks)
+        sliced = {t.pk for t in locked if _may_scope(t, rendered, force)}
+        # The whole state reads every GPU only for a fabric target sent the whole fabric.
+        rendered.read_fabric(whole=needs_fabric(t for t in locked if t.pk not in sliced))
         created = []
         for target in locked:
-            push = _queue_one(target, rendered, reason=reason, user=user, plan_id=plan_id, force=force)
+            push = _queue_one(
+                target,
+                rendered,
+                reason=reason,
+                user=user,
+                plan_id=plan_id,
+                force=force,
+                scoped=target.pk in sliced,
+            )
             if push is not None:
                 created.append(push)
     return created
@@ -159,10 +172,12 @@ class _PushRequest:
     now: datetime
 
 
-def _payload_of(target: ConfigTarget, rendered: Rendered) -> tuple[dict[str, Any], str, Exception | None]:
+def _payload_of(
+    target: ConfigTarget, rendered: Rendered | _FixedPayload, scoped: bool = False
+) -> tuple[dict[str, Any], str, Exception | None]:
     """(payload, its hash, None), or ({}, "", the error) when the state cannot be rendered for `target`."""
     try:
-        payload = rendered.payload_for(target)
+        payload = rendered.payload_for(target, scoped=scoped)
         return payload, payload_hash(payload), None
     except (ValueError, ValidationError) as error:
         return {}, "", error
@@ -281,11 +296,18 @@ def _create_push(
 
 
 def _queue_one(
-    target: ConfigTarget, rendered: Rendered, *, reason: str, user, plan_id, force: bool
+    target: ConfigTarget,
+    rendered: Rendered | _FixedPayload,
+    *,
+    reason: str,
+    user,
+    plan_id,
+    force: bool,
+    scoped: bool = False,
 ) -> ConfigPush | None:
     """Push `target` (its row locked by the caller): the new push, or None when a running push takes the
-    request."""
-    payload, digest, render_error = _payload_of(target, rendered)
+    request. `scoped`: send the request's slice (`_may_scope` said it may)."""
+    payload, digest, render_error = _payload_of(target, rendered, scoped)
     request = _PushRequest(
         reason=reason,
         user_id=user.pk if user is not None and getattr(user, "is_authenticated", False) else None,
@@ -314,13 +336,30 @@ def _queue_one(
     return push
 
 
+def _may_scope(target: ConfigTarget, rendered: Rendered | _FixedPayload, force: bool) -> bool:
+    """Whether `target` may be sent the request's slice alone rather than the whole state: only on top of a
+    configuration known to be live, so that the slice plus what the target holds is the whole state. That is
+    when its kind takes slices, the push is not forced (a repair sends everything), nothing waits for the
+    target (a queued push the new one supersedes, a follow-up: they carry changes outside the slice; a
+    running push keeps the request as its follow-up, pushed whole) and its last finished push succeeded (a
+    failed one may have left any part half done)."""
+    if force or not rendered.scoped(target) or target.follow_up:
+        return False
+    if ConfigPush.objects.filter(target=target).active().exists():
+        return False
+    return _last_outcome_hash(target) is not None
+
+
 class _FixedPayload:
     """Stands where a Rendered does in _queue_one: always the same payload (a version pushed again)."""
 
     def __init__(self, payload: dict[str, Any]):
         self.payload = payload
 
-    def payload_for(self, target: ConfigTarget) -> dict[str, Any]:
+    def scoped(self, target: ConfigTarget) -> bool:
+        return False
+
+    def payload_for(self, target: ConfigTarget, *, scoped: bool = False) -> dict[str, Any]:
         return self.payload
 
 

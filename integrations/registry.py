@@ -95,6 +95,10 @@ class Kind:
     # and the work running on it (integrations.drain)
     drainer: Callable[[dict], TrayDrainer] | None = None
     order: int = 100
+    # (integrations.rendering.Rendered with a scope, cleaned values) -> the part of the payload that belongs
+    # to the scope's racks (their slice), applied on top of what the target holds; None: this kind is always
+    # sent the whole payload (whole files). The adapter finds {"scope": {"racks": [...]}} in such a payload.
+    scoped_payload: Callable[[Any, dict], dict] | None = None
     # payload -> a few lines saying what a push carries (the push page)
     describe: Callable[[dict], list[str]] = lambda payload: describe_files(payload)
     # Versions (integrations.versions, the versions page): the facts its check keeps that are versions, as

@@ -37,8 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import re
-from collections import Counter, defaultdict
+import threading
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,12 +56,17 @@ from core.fabric import Fabric
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY
 from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.render import (
+    DEFAULT_FLAVOR,
     KIND_ORDER,
+    RACK_LABEL,
     InventoryState,
     NodeSpec,
     PartitionSpec,
     RackSpec,
     desired_objects,
+    node_objects,
+    partition_flavors,
+    sort_for_apply,
 )
 from integrations.kubernetes.tenants import _represent_str as _yaml_str  # the same quoting rules as to_yaml
 from integrations.kubernetes.tenants import to_yaml
@@ -241,14 +249,25 @@ class _Rows:
         return self.department_slug[partition.owner_id] if partition.owner_id is not None else None
 
 
-def _read_rows() -> _Rows:
-    """The inventory and tenancy rows, in a fixed number of queries."""
-    racks = [
-        _RackRow(*row) for row in Rack.objects.order_by("name").values_list("id", "name", "cluster_uuid")
-    ]
+def _read_rows(rack_names: Iterable[str] | None = None) -> _Rows:
+    """The inventory and tenancy rows, in a fixed number of queries; `rack_names`: those racks' only (their
+    partitions, trays and running work; every department), for a rack slice (`rack_slice`)."""
+    rack_rows, partition_rows, tray_rows = (
+        Rack.objects.all(),
+        NVLinkPartition.objects.all(),
+        ComputeTray.objects,
+    )
+    allocations = Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__isnull=False)
+    if rack_names is not None:
+        names = sorted(set(rack_names))
+        rack_rows = rack_rows.filter(name__in=names)
+        partition_rows = partition_rows.filter(rack__name__in=names)
+        tray_rows = tray_rows.filter(rack__name__in=names)
+        allocations = allocations.filter(gpu__tray__rack__name__in=names)
+    racks = [_RackRow(*row) for row in rack_rows.order_by("name").values_list("id", "name", "cluster_uuid")]
     partitions = [
         _PartitionRow(*row)
-        for row in NVLinkPartition.objects.values_list(
+        for row in partition_rows.values_list(
             "id", "rack_id", "name", "clique_id", "dedication__department_id", "service_tier"
         )
     ]
@@ -256,7 +275,7 @@ def _read_rows() -> _Rows:
     trays = sorted(
         (
             _TrayRow(*row)
-            for row in ComputeTray.objects.values_list(
+            for row in tray_rows.values_list(
                 "id",
                 "rack_id",
                 "slot",
@@ -274,11 +293,9 @@ def _read_rows() -> _Rows:
             Prefetch("projects", queryset=Project.objects.named().order_by("slug"))
         )
     )
-    running = set(
-        Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__isnull=False)
-        .values_list("job__department_id", "gpu__tray_id")
-        .distinct()
-    )
+    running = set(allocations.values_list("job__department_id", "gpu__tray_id").distinct())
+    if rack_names is not None:  # a slice renders no accounts: who may submit is the whole state's
+        return _Rows(racks, partitions, trays, departments, running, TenancySettings.load())
     return _Rows(
         racks, partitions, trays, departments, running, TenancySettings.load(), _submitters(departments)
     )
@@ -491,13 +508,15 @@ def _slurm_mig(layout: MigLayout | None) -> tuple[tuple[str, int], ...]:
     return tuple((name, count * GPUS_PER_TRAY) for name, count in layout.devices)
 
 
-def _fabric_racks(rows: _Rows) -> tuple[FabricRack, ...]:
-    """Every rack's partitions with their GPUs (one more query: every GPU in a tray)."""
+def _fabric_racks(rows: _Rows, rack_names: Iterable[str] | None = None) -> tuple[FabricRack, ...]:
+    """Every rack's partitions with their GPUs (one more query: every GPU in a tray; `rack_names`: in those
+    racks' trays)."""
     tray_by_id = {t.id: t for t in rows.trays}
     gpus_of_partition: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
-    for tray_id, index, uuid in Gpu.objects.filter(tray__isnull=False).values_list(
-        "tray_id", "index", "uuid"
-    ):
+    gpus = Gpu.objects.filter(tray__isnull=False)
+    if rack_names is not None:
+        gpus = gpus.filter(tray__rack__name__in=sorted(set(rack_names)))
+    for tray_id, index, uuid in gpus.values_list("tray_id", "index", "uuid"):
         tray = tray_by_id[tray_id]
         if tray.partition_id is not None:
             gpus_of_partition[tray.partition_id].append((uuid, tray.slot, index))
@@ -617,6 +636,38 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
     )
 
 
+@dataclass(frozen=True)
+class RackSlice:
+    """The part of the desired state that belongs to some racks (issue 32: a one-rack change pushes that
+    rack's slice, not the fleet's): their Kubernetes nodes and partitions, and their fabric partitions.
+
+    What a slice holds equals that racks' part of the whole state (`build_state`): the same rows, read for
+    those racks only, through the same helpers (tests/integrations/test_rack_slices.py). Nothing fleet-wide
+    is in it (Slurm's whole files, tenants, accounts): those are rendered from the whole state."""
+
+    racks: tuple[str, ...]
+    inventory: InventoryState
+    compute_fabric: Fabric
+    fabric: tuple[FabricRack, ...] | None = None
+
+
+def rack_slice(
+    rack_names: Iterable[str], *, fabric: bool = False, compute_fabric: Fabric | None = None
+) -> RackSlice:
+    """Read the slice of `rack_names` (a fixed number of queries, each bounded by those racks' rows).
+    `fabric=True` also reads their GPUs for the fabric manager; `compute_fabric` as for `build_state`."""
+    names = tuple(sorted(set(rack_names)))
+    if compute_fabric is None:
+        compute_fabric = current_compute_fabric()
+    rows = _read_rows(names)
+    return RackSlice(
+        racks=tuple(r.name for r in rows.racks),
+        inventory=_kubernetes_inventory(rows, _tier_of_partition(rows)),
+        compute_fabric=compute_fabric,
+        fabric=_fabric_racks(rows, names) if fabric else None,
+    )
+
+
 # --- rendering ---------------------------------------------------------------------------------------
 
 
@@ -669,6 +720,14 @@ def kubernetes_objects(state: ConfigState) -> list[dict[str, Any]]:
     )
 
 
+def kubernetes_rack_objects(part: RackSlice, flavor: str = DEFAULT_FLAVOR) -> list[dict[str, Any]]:
+    """The slice's own Kubernetes objects: its nodes' label patches and its partitions' ResourceFlavors
+    (labelled with their rack), as `desired_objects` renders them for the whole fleet."""
+    objects = node_objects(part.inventory, pool=flavor, fabric=part.compute_fabric)
+    objects += partition_flavors(part.inventory)
+    return sort_for_apply(objects)
+
+
 if yaml.__with_libyaml__:
 
     class _FastDumper(yaml.CSafeDumper):
@@ -692,6 +751,68 @@ else:  # pragma: no cover - PyYAML built without libyaml
     _to_yaml = to_yaml
 
 
+class YamlFragments:
+    """The YAML of runs of objects, kept by their content (issue 32: a file of 10,000 racks' nodes is rendered
+    again from the racks that changed, the others' text reused). A run's key is the sha256 of its JSON in
+    its own key order (YAML keeps that order too), so equal objects always give the text they gave before.
+    Least recently used runs go once the kept text passes `max_bytes`. Thread-safe (gunicorn threads)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[bytes, str] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def text(self, objects: list[dict[str, Any]]) -> str:
+        key = hashlib.sha256(json.dumps(objects, separators=(",", ":")).encode()).digest()
+        with self._lock:
+            text = self._kept.get(key)
+            if text is not None:
+                self._kept.move_to_end(key)
+                self.hits += 1
+                return text
+        text = _to_yaml(objects)
+        with self._lock:
+            self.misses += 1
+            if key not in self._kept:
+                self._kept[key] = text
+                self._bytes += len(text)
+            while self._bytes > self.max_bytes and self._kept:
+                self._bytes -= len(self._kept.popitem(last=False)[1])
+        return text
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._bytes = 0
+            self.hits = self.misses = 0
+
+
+# A process's kept YAML: twice a 10,000-rack fleet's node and flavor files (~80 MB of text) fit.
+FRAGMENTS = YamlFragments(max_bytes=192 * 1024 * 1024)
+
+
+def rack_runs(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """`objects` cut into runs of consecutive objects of one rack (their RACK_LABEL; objects without one
+    make runs of their own): the fragments a file is assembled from, in the file's order."""
+    runs: list[list[dict[str, Any]]] = []
+    last: object = None
+    for obj in objects:
+        rack = (obj["metadata"].get("labels") or {}).get(RACK_LABEL)
+        if not runs or rack != last:
+            runs.append([])
+            last = rack
+        runs[-1].append(obj)
+    return runs
+
+
+def assembled_yaml(objects: list[dict[str, Any]], fragments: YamlFragments = FRAGMENTS) -> str:
+    """`_to_yaml(objects)`, assembled from each rack's run, each kept by content (`YamlFragments`): the same
+    text (tests/integrations/test_yaml_fragments.py), rendered again only for the runs that changed."""
+    return "".join(fragments.text(run) for run in rack_runs(objects))
+
+
 def kubernetes_files(objects: list[dict[str, Any]]) -> dict[str, str]:
     by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for obj in objects:
@@ -699,7 +820,7 @@ def kubernetes_files(objects: list[dict[str, Any]]) -> dict[str, str]:
     unknown = sorted(set(by_kind) - set(KUBERNETES_FILES))
     if unknown:
         raise ValueError(f"no file is planned for Kubernetes kind(s) {', '.join(unknown)}")
-    return {KUBERNETES_FILES[kind]: _to_yaml(by_kind[kind]) for kind in KIND_ORDER if by_kind.get(kind)}
+    return {KUBERNETES_FILES[kind]: assembled_yaml(by_kind[kind]) for kind in KIND_ORDER if by_kind.get(kind)}
 
 
 def render_files(state: ConfigState, objects: list[dict[str, Any]] | None = None) -> dict[str, str]:
@@ -754,8 +875,8 @@ def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
     return accounts
 
 
-def fabric_racks(state: ConfigState) -> list[dict[str, Any]]:
-    """The fabric payload: per rack, its partitions with their GPUs (JSON-ready)."""
+def fabric_racks(state: ConfigState | RackSlice) -> list[dict[str, Any]]:
+    """The fabric payload: per rack, its partitions with their GPUs (JSON-ready); of a slice, its racks'."""
     if state.fabric is None:
         raise ValueError("the state was built without the fabric (build_state(fabric=True))")
     return [

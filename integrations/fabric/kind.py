@@ -57,6 +57,17 @@ def payload(rendered, values: dict) -> dict:
     return out
 
 
+def scoped_payload(rendered, values: dict) -> dict:
+    """`payload` for the scope's racks alone (integrations.rendering): the adapter applies rack by rack, and
+    leaves every rack the payload does not name as the fabric holds it."""
+    out: dict = {"racks": rendered.slice_fabric_racks()}
+    if values.get("kind") == "simulated":
+        nodes = mig_nodes(rendered.slice.inventory.nodes)
+        if nodes:
+            out["mig_nodes"] = nodes
+    return out
+
+
 KIND = register(
     Kind(
         name="fabric",
@@ -93,6 +104,7 @@ KIND = register(
         clean=clean,
         adapter=FabricAdapter,
         payload=lambda rendered, values: payload(rendered, values),
+        scoped_payload=scoped_payload,
         summary=summary,
         what_to_do=(
             "check the fabric manager and the NVLink partitions of the rack named above, then retry the push "

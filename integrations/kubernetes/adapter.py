@@ -22,6 +22,12 @@ def _log_result(log: Callable[..., None], lines: list[str]) -> None:
         log(*taken)
 
 
+def _scope(payload: dict) -> list[str] | None:
+    """The racks of a slice's payload (integrations.rendering: {"scope": {"racks": [...]}}), else None."""
+    scope = payload.get("scope")
+    return None if scope is None else list(scope.get("racks") or [])
+
+
 class KubernetesAdapter:
     """KubernetesTarget.apply: validate, server-side apply what differs, prune (dry run if configured)."""
 
@@ -43,13 +49,15 @@ class KubernetesAdapter:
     def apply(self, payload: dict, log: Callable[..., None], push) -> str:
         objects = payload.get("objects") or []
         dry = bool(self.values.get("dry_run"))
+        racks = _scope(payload)
         log(
             f"applying {len(objects)} objects to {self.values['api_url']}"
+            + (f" (the slice of {', '.join(racks)}: their nodes and flavors only)" if racks else "")
             + (" (server-side dry run)" if dry else "")
         )
         with self._target() as target:
             try:
-                result = target.apply(objects, dry_run=dry)
+                result = target.apply(objects, dry_run=dry, racks=racks)
             except KubernetesError as error:
                 if error.result is not None:
                     _log_result(log, error.result.log)
@@ -129,4 +137,6 @@ class KubernetesAdapter:
 
     def diff(self, payload: dict) -> list[str]:
         with self._target() as target:
-            return clip(target.diff(payload.get("objects") or []).lines(), 400, "the diff")
+            return clip(
+                target.diff(payload.get("objects") or [], racks=_scope(payload)).lines(), 400, "the diff"
+            )

@@ -106,6 +106,8 @@ KIND = register(
         clean=clean,
         adapter=KubernetesAdapter,
         payload=lambda rendered, values: {"objects": rendered.objects()},
+        # A slice: the racks' nodes (one server-side apply each, when their labels differ) and flavors.
+        scoped_payload=lambda rendered, values: {"objects": rendered.slice_kubernetes_objects()},
         summary=lambda values: (
             f"{values.get('api_url')}"
             + (" (dry run only)" if values.get("dry_run") else "")

@@ -473,16 +473,21 @@ def partition_flavor(partition: PartitionSpec, topology_name: str = TOPOLOGY_NAM
     }
 
 
+def partition_flavors(state: InventoryState, topology_name: str = TOPOLOGY_NAME) -> list[dict[str, Any]]:
+    """One flavor per partition of a rack with a known NVLink domain (labelled with its rack)."""
+    racks = {r.name: r for r in state.racks}
+    return [
+        partition_flavor(partition, topology_name)
+        for partition in state.partitions
+        if racks[partition.rack].cluster_uuid is not None
+    ]
+
+
 def resource_flavors(
     state: InventoryState, flavor: str = DEFAULT_FLAVOR, topology_name: str = TOPOLOGY_NAME
 ) -> list[dict[str, Any]]:
     """The shared flavor and one flavor per partition of a rack with a known NVLink domain."""
-    flavors = [shared_flavor(flavor, topology_name)]
-    racks = {r.name: r for r in state.racks}
-    for partition in state.partitions:
-        if racks[partition.rack].cluster_uuid is not None:
-            flavors.append(partition_flavor(partition, topology_name))
-    return flavors
+    return [shared_flavor(flavor, topology_name), *partition_flavors(state, topology_name)]
 
 
 def compute_domain(

@@ -27,6 +27,11 @@ changes.py.
   deleted, or whose Namespace is, cannot be applied yet: the rest is applied and pruned, then the apply
   raises `KubernetesUnavailable` (transient) naming what waits, so the push task retries until the deletion
   has finished and the object can be created again.
+* A slice (`racks`: issue 32, a partition plan's rack): the desired objects are those racks' nodes and
+  per-partition ResourceFlavors only, and only those racks' objects are read and pruned: each node of the
+  slice is read (the nodes carrying the racks' label in one list, any other one by name), and the
+  ResourceFlavors labelled with the racks. Every other object and node is left as the cluster holds it, not
+  even read; each node is one server-side apply of its labels, sent only when they differ.
 * Kubernetes has no transactions: an apply that fails half way leaves the objects before the failure
   applied. Server-side apply is idempotent, so the retry (the push task retries transient errors)
   converges; the error carries what was done (`error.result`).
@@ -34,6 +39,7 @@ changes.py.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +70,7 @@ from integrations.kubernetes.fields import (
 )
 from integrations.kubernetes.render import (
     KIND_ORDER,
+    RACK_LABEL,
     desired_objects,
     object_key,
     object_ref,
@@ -76,6 +83,9 @@ from integrations.kubernetes.tenants import (
 )
 
 APPLY_PATCH = "application/apply-patch+yaml"
+_RACK_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z"
+)  # a DNS label (inventory.names): safe in a selector
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 # Kinds Rackplane prunes (when labelled managed-by rackplane and no longer desired), by apiVersion.
@@ -205,12 +215,31 @@ class KubernetesTarget(KubernetesClient):
             fabric=state.fabric,
         )
 
-    def _plan(self, desired: Sequence[dict[str, Any]]) -> _Plan:
-        nodes = {n["metadata"]["name"]: n for n in self.list_objects("v1", "Node")}
-        labelled: dict[tuple, dict[str, Any]] = {}
-        for kind, api_version in MANAGED_KINDS.items():
-            for obj in self.list_objects(api_version, kind, MANAGED_SELECTOR):
-                labelled[object_key(obj)] = obj
+    def _live_slice(
+        self, desired: Sequence[dict[str, Any]], racks: Sequence[str]
+    ) -> tuple[dict[str, dict[str, Any]], dict[tuple, dict[str, Any]]]:
+        """(nodes, labelled objects) of a slice: the nodes labelled with `racks` and the desired nodes not
+        labelled yet (read by name), and the ResourceFlavors labelled with `racks` (the slice's kinds)."""
+        in_racks = f"{RACK_LABEL} in ({','.join(racks)})"
+        nodes = {n["metadata"]["name"]: n for n in self.list_objects("v1", "Node", in_racks)}
+        for obj in desired:
+            name = obj["metadata"]["name"]
+            if obj["kind"] == "Node" and name not in nodes:
+                live = self.get_object("v1", "Node", name)
+                if live is not None:
+                    nodes[name] = live
+        flavors = self.list_objects(KUEUE_API_VERSION, "ResourceFlavor", f"{MANAGED_SELECTOR},{in_racks}")
+        return nodes, {object_key(obj): obj for obj in flavors}
+
+    def _plan(self, desired: Sequence[dict[str, Any]], racks: Sequence[str] | None = None) -> _Plan:
+        if racks is not None:
+            nodes, labelled = self._live_slice(desired, racks)
+        else:
+            nodes = {n["metadata"]["name"]: n for n in self.list_objects("v1", "Node")}
+            labelled = {}
+            for kind, api_version in MANAGED_KINDS.items():
+                for obj in self.list_objects(api_version, kind, MANAGED_SELECTOR):
+                    labelled[object_key(obj)] = obj
         lives: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         desired_keys = set()
         for obj in desired:
@@ -300,10 +329,11 @@ class KubernetesTarget(KubernetesClient):
             return _Step(obj, live, "unchanged", [])
         return _Step(obj, live, "adopt", [])  # same values, but Rackplane does not own them all yet
 
-    def diff(self, desired: Sequence[dict[str, Any]]) -> Diff:
-        """What `apply(desired)` would change in the cluster, read from the live objects."""
+    def diff(self, desired: Sequence[dict[str, Any]], racks: Sequence[str] | None = None) -> Diff:
+        """What `apply(desired)` would change in the cluster, read from the live objects (of `racks`: a
+        slice, see the module doc)."""
         desired = list(desired)
-        plan = self._plan(desired)
+        plan = self._plan(desired, racks)
         result = Diff(force_conflicts=self.force_conflicts)
         for step in plan.steps:
             ref = object_ref(step.obj)
@@ -323,12 +353,18 @@ class KubernetesTarget(KubernetesClient):
 
     # --- apply ------------------------------------------------------------------------------------
 
-    def apply(self, desired: Sequence[dict[str, Any]], dry_run: bool = False) -> ApplyResult:
-        """Validate, then server-side apply every object that differs, then prune. See the module doc."""
+    def apply(
+        self, desired: Sequence[dict[str, Any]], dry_run: bool = False, racks: Sequence[str] | None = None
+    ) -> ApplyResult:
+        """Validate, then server-side apply every object that differs, then prune. See the module doc.
+        `racks`: `desired` is those racks' slice (their nodes and ResourceFlavors): nothing else is read,
+        applied or pruned."""
         desired = list(desired)
+        if racks is not None:
+            self._refuse_outside(desired, racks)
         self._refuse_invalid(desired)
         self.check_served(desired)
-        plan = self._plan(desired)
+        plan = self._plan(desired, racks)
         result = ApplyResult(dry_run=dry_run)
         try:
             self._apply_steps(plan.steps, result, dry_run)
@@ -352,6 +388,21 @@ class KubernetesTarget(KubernetesClient):
             error.result = result
             raise error
         return result
+
+    @staticmethod
+    def _refuse_outside(desired: list[dict[str, Any]], racks: Sequence[str]) -> None:
+        """A slice holds the racks' nodes and ResourceFlavors only (what `_live_slice` reads and prunes)."""
+        if not racks:
+            raise ValueError("a slice names at least one rack")
+        for rack in racks:
+            if not isinstance(rack, str) or not rack or not _RACK_NAME.match(rack):
+                raise ValueError(f"a slice's rack must be a rack name, not {rack!r}")
+        for obj in desired:
+            if not isinstance(obj, dict) or obj.get("kind") not in ("Node", "ResourceFlavor"):
+                raise ValueError(f"a slice holds Nodes and ResourceFlavors only, not {object_ref(obj)}")
+            rack = ((obj.get("metadata") or {}).get("labels") or {}).get(RACK_LABEL)
+            if rack not in racks:
+                raise ValueError(f"{object_ref(obj)} is not of the slice's racks ({', '.join(racks)})")
 
     def _refuse_invalid(self, desired: list[dict[str, Any]]) -> None:
         """Raise before anything is sent: an empty set (it would prune everything), an object the API server

@@ -726,7 +726,8 @@ def _start(plan: PartitionPlan, result: PlanCheck, user) -> None:
     plan.status = PlanStatus.APPLYING
     plan.save(update_fields=["status", "applied_at"])
     reason = say(words.PUSH_FOR_PLAN, plan=plan.pk, rack=plan.rack.name)
-    queue_pushes(reason=reason, user=user, plan_id=plan.pk)
+    # The plan changes its rack alone: targets that take slices are sent that rack's (issue 32).
+    queue_pushes(reason=reason, user=user, plan_id=plan.pk, racks=[plan.rack.name])
     refresh_status(plan)
 
 

@@ -8,6 +8,7 @@ partitions become Slurm blocks, and the parsers that read them back: topology.py
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from collections.abc import Iterable, Sequence
@@ -23,6 +24,7 @@ from integrations.slurm.topology import (
     check_blocks,
     check_name,
     compress,
+    compress_block,
     natural_key,
     order_blocks,
     plan_topology,
@@ -142,7 +144,7 @@ def render_topology_conf(blocks: Sequence[SlurmBlock], notes: Sequence[str] = ()
     `notes`: comment lines under the header (what the file leaves out and why)."""
     plan = plan_topology(blocks)
     lines = [MANAGED_HEADER, *(f"# {line}" for note in notes for line in textwrap.wrap(note, 110))]
-    lines += [f"BlockName={name} Nodes={compress(hosts)}" for name, hosts, _ in plan.blocks]
+    lines += [f"BlockName={name} Nodes={compress_block(tuple(hosts))}" for name, hosts, _ in plan.blocks]
     lines.append("BlockSizes=" + ",".join(str(s) for s in plan.block_sizes))
     return "\n".join(lines) + "\n"
 
@@ -180,7 +182,7 @@ def render_topology_yaml(
             "cluster_default": bool(cluster_default),
             "block": {
                 "block_sizes": [base << level for level in levels],
-                "blocks": [{"block": b.name, "nodes": compress(b.hostnames)} for b in ordered],
+                "blocks": [{"block": b.name, "nodes": compress_block(tuple(b.hostnames))} for b in ordered],
             },
         }
     ]
@@ -196,7 +198,19 @@ def _node_attrs(node: SlurmNode) -> tuple:
 
 
 def render_node_lines(nodes: Sequence[SlurmNode]) -> list[str]:
-    """NodeName lines, one per run of nodes with equal attributes (and consecutive ports, if any)."""
+    """NodeName lines, one per run of nodes with equal attributes (and consecutive ports, if any).
+
+    Kept for the last few node sets (by content): the lines compress hostnames across racks, so they are a
+    whole, but a partition plan changes no node (issue 32: a re-carve renders them once, not per push)."""
+    return list(_node_lines(tuple(nodes)))
+
+
+@functools.lru_cache(maxsize=4)
+def _node_lines(nodes: tuple[SlurmNode, ...]) -> tuple[str, ...]:
+    return tuple(_render_node_lines(nodes))
+
+
+def _render_node_lines(nodes: Sequence[SlurmNode]) -> list[str]:
     if not nodes:
         raise ValueError("no nodes to render")
     by_name: dict[str, SlurmNode] = {}
@@ -295,7 +309,7 @@ def render_partition_lines(
             check_name("QOS", tier.qos)
         for qos in tier.allow_qos:  # every entry: an empty one would render "AllowQos=", a broken token
             check_name("QOS", qos)
-        parts = [f"PartitionName={tier.name}", f"Nodes={compress(tier.hostnames)}"]
+        parts = [f"PartitionName={tier.name}", f"Nodes={compress_block(tuple(tier.hostnames))}"]
         parts.append(f"Default={'YES' if tier.default else 'NO'}")
         if tier.qos:
             parts.append(f"QOS={tier.qos}")

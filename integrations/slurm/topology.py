@@ -43,6 +43,7 @@ and no block is split: a job of up to one partition's size is kept in one partit
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ __all__ = [
     "check_name",
     "compare_topology",
     "compress",
+    "compress_block",
     "expand",
     "natural_key",
     "order_blocks",
@@ -130,6 +132,14 @@ def compress(hostnames: Iterable[str]) -> str:
     if not names:
         raise ValueError("an empty host list has no Slurm form")
     return hostlist.collect_hostlist(names)
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def compress_block(hostnames: tuple[str, ...]) -> str:
+    """`compress` of one topology block's hosts (one partition of one rack) or one Slurm partition's, kept by
+    content: a fleet's topology file is assembled from its blocks' lines, each compressed again only when
+    its hosts changed (issue 32: a one-rack re-carve at 10,000 racks)."""
+    return compress(hostnames)
 
 
 def expand(expression: str) -> list[str]:
