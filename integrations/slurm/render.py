@@ -338,11 +338,31 @@ def render_rackplane_conf(nodes: Sequence[SlurmNode], tiers: Sequence[ServiceTie
     never shares it; MNNVL jobs need that) and `State=UP`. A MIG partition (`ServiceTier.mig`) has
     `OverSubscribe=NO` instead, so slice jobs share its nodes (select/cons_tres gives each its GRES), and,
     when every node's memory is known, `DefMemPerGPU` = the smallest node memory over its MIG devices.
+    When a node carries MIG GRES, the file also sets `AccountingStorageTRES` (`accounting_storage_tres`:
+    gres/gpu and each MIG profile's typed GRES), without which slurmdbd refuses a QOS or account limit on a
+    profile ("no TRES known by type gres/gpu:1g.23gb") and sacct records no slices. slurmctld registers the
+    TRES in slurmdbd when it starts, which `scontrol reconfigure` does since 23.11 (a new process);
+    slurm.conf's own line, if any, gives way to this one when `Include rackplane.conf` comes after it (Slurm
+    takes the latest value and logs "specified more than once"): SlurmTarget.tracked_tres reads it back.
     """
     node_lines = render_node_lines(nodes)
     tiers = [mig_memory(tier, nodes) for tier in tiers]
     part_lines = render_partition_lines(tiers, known_nodes=[n.hostname for n in nodes])
-    return "\n".join([MANAGED_HEADER, *node_lines, *part_lines]) + "\n"
+    profiles = [profile for node in nodes for profile, _ in node.mig]
+    tres = [f"{ACCOUNTING_TRES}={accounting_storage_tres(profiles)}"] if profiles else []
+    return "\n".join([MANAGED_HEADER, *tres, *node_lines, *part_lines]) + "\n"
+
+
+ACCOUNTING_TRES = "AccountingStorageTRES"
+
+
+def declared_tres(rackplane_conf: str) -> tuple[str, ...]:
+    """The TRES a rendered rackplane.conf has slurmctld track (its AccountingStorageTRES line; () if none)."""
+    for raw in rackplane_conf.splitlines():
+        key, _, value = raw.split("#", 1)[0].strip().partition("=")
+        if key.lower() == ACCOUNTING_TRES.lower():
+            return tuple(t for t in value.split(",") if t)
+    return ()
 
 
 def mig_memory(tier: ServiceTier, nodes: Sequence[SlurmNode]) -> ServiceTier:
@@ -460,7 +480,7 @@ def render_account_script(accounts: Sequence[SlurmAccount], qos: Sequence[Depart
     }
     if profiles:
         lines.append(
-            "# slurm.conf must track the MIG profiles: "
+            "# slurmctld must track the MIG profiles (rackplane.conf sets it when a tray is in MIG mode): "
             f"AccountingStorageTRES={accounting_storage_tres(profiles)}"
         )
     lines += ["sacctmgr " + " ".join(command) for q in qos for command in sacctmgr_qos_commands(q)]

@@ -262,3 +262,35 @@ def test_two_slice_jobs_share_a_mig_tray_in_its_mig_partition_each_charged_only_
         for job in jobs:
             sync_until_finished(job, django_capture_on_commit_callbacks)
             assert job.state == JobState.COMPLETED and job.exit_code == 0, job.backend_message
+
+
+def _tracked(testbed) -> set[str]:
+    config = _scontrol(testbed, "show", "config")
+    return set(re.search(r"^AccountingStorageTRES\s*=\s*(\S+)", config, re.MULTILINE).group(1).split(","))
+
+
+@pytest.mark.django_db
+def test_the_push_makes_slurmctld_track_each_mig_profile_and_slurmdbd_then_takes_limits_on_them(
+    slurm_testbed, testbed_target, admin_user, django_capture_on_commit_callbacks
+):
+    """`AccountingStorageTRES` pushed, not only named: the testbed's slurm.conf tracks gres/gpu alone (a
+    site's), and slurmdbd refuses a limit on a TRES slurmctld does not track ("no TRES known by type
+    gres/gpu:1g.23gb"). The push of a tray in MIG mode writes the profiles' TRES into rackplane.conf, sends
+    the QOS without their per-profile limits first, reconfigures (slurmctld registers the TRES in slurmdbd:
+    a reconfigure is a new slurmctld since 23.11), reads them back from `scontrol show config`, then sends
+    the limits: Research's QOS holds a gres/gpu:<profile> limit for each."""
+    from integrations.models import ConfigPush
+    from tests.integration.test_slurm_accounting import qos, sacctmgr, tres_set
+
+    profiles = {"gres/gpu:1g.23gb", "gres/gpu:2g.47gb", "gres/gpu:3g.93gb"}
+    assert not profiles & _tracked(slurm_testbed)  # the baseline: slurm.conf's gres/gpu only
+    capture = django_capture_on_commit_callbacks
+    with _pushed_mig_tray(slurm_testbed, testbed_target, admin_user, capture):
+        assert profiles | {"gres/gpu"} <= _tracked(slurm_testbed)
+        known = {row.replace("|", "/") for row in sacctmgr(slurm_testbed, "show", "tres", "format=type,name")}
+        assert profiles <= known
+        log = ConfigPush.objects.latest("pk").log
+        assert "slurmctld does not track gres/gpu:1g.23gb, gres/gpu:2g.47gb, gres/gpu:3g.93gb yet" in log
+        assert "slurmctld tracks gres/gpu, gres/gpu:1g.23gb, gres/gpu:2g.47gb, gres/gpu:3g.93gb" in log
+        (research,) = qos(slurm_testbed, "research")
+        assert {t.split("=")[0] for t in tres_set(research)} >= profiles | {"gres/gpu"}, research

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from integrations.dispatch import dispatch_request
-from integrations.slurm.render import ServiceTier, SlurmNode, render_rackplane_conf
+from integrations.slurm.render import ServiceTier, SlurmNode, declared_tres, render_rackplane_conf
 from integrations.state import build_state
 from scheduling.choices import JobState
 from scheduling.models import Job
@@ -45,6 +45,20 @@ def test_a_mig_partition_shares_its_nodes_and_gives_each_device_its_share_of_mem
     unknown = [nodes[0], SlurmNode("n02", mig=BALANCED), nodes[2]]
     shown = partitions(render_rackplane_conf(unknown, tiers))
     assert shown["gpu--mig"]["OverSubscribe"] == "NO" and "DefMemPerGPU" not in shown["gpu--mig"]
+
+
+def test_rackplane_conf_makes_slurmctld_track_each_mig_profile_only_when_a_tray_is_in_mig_mode():
+    """AccountingStorageTRES is pushed, not only named: slurmdbd refuses a limit on a profile's TRES that
+    slurmctld does not track (tests/integration/test_slurm_mig.py proves the push on the real one)."""
+    nodes = [SlurmNode("n01"), SlurmNode("n02", mig=BALANCED), SlurmNode("n03", mig=(("1g.23gb", 28),))]
+    tiers = [ServiceTier("gpu", ("n01",), default=True), ServiceTier("gpu--mig", ("n02", "n03"), mig=True)]
+    conf = render_rackplane_conf(nodes, tiers)
+    assert conf.splitlines()[1] == (
+        "AccountingStorageTRES=gres/gpu,gres/gpu:1g.23gb,gres/gpu:2g.47gb,gres/gpu:3g.93gb"
+    )
+    assert declared_tres(conf) == ("gres/gpu", "gres/gpu:1g.23gb", "gres/gpu:2g.47gb", "gres/gpu:3g.93gb")
+    plain = render_rackplane_conf(nodes[:1], tiers[:1])
+    assert "AccountingStorageTRES" not in plain and declared_tres(plain) == ()
 
 
 @pytest.mark.parametrize("name", ["", "gpu--mig", "research--mig"])
