@@ -57,7 +57,7 @@ from integrations.jobs import (
     JobBackend,
 )
 from integrations.models import ConfigTarget
-from integrations.state import partition_tier
+from integrations.state import slurm_partition_of
 from integrations.words import (
     BACKEND_STATE,
     BACKEND_STATE_EXIT,
@@ -195,8 +195,12 @@ def dispatch_request(job: Job, target_settings: dict, *, qos: bool = False) -> D
         mig_slices=job.mig_slices,
         time_limit_minutes=job.time_limit_minutes,
         work=job.work,
-        service_tier=partition_tier(
-            first.get("partition__service_tier") or "", first.get("partition__dedication__department__slug")
+        # A slice job runs on a tray in MIG mode: that tray's MIG partition (`<tier>--mig`), where jobs
+        # share the node; the whole-tray partitions give a job every GRES of its node.
+        service_tier=slurm_partition_of(
+            first.get("partition__service_tier") or "",
+            first.get("partition__dedication__department__slug"),
+            mig=bool(job.mig_slices),
         ),
         segment=segment_size(hosts, trays),
         clique=clique,

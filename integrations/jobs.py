@@ -62,8 +62,9 @@ class DispatchRequest:
     of trays per segment, each inside one NVLink partition (Slurm `--segment`): all of them when they share
     one partition, else the size that splits each partition's share into whole segments
     (integrations.dispatch.segment_size); None for one tray or when no size does. `service_tier` is the
-    Slurm partition serving the trays. `work` is {"script": "#!/bin/bash ..."} for Slurm and {"image": ...,
-    "command": [...], "args": [...], "env": {...}} for Kubernetes. `clique` is "<cluster uuid>.<clique id>"
+    Slurm partition serving the trays (a slice job's: its tray's MIG partition, `<tier>--mig`). `work` is
+    {"script": "#!/bin/bash ..."} for Slurm and {"image": ..., "command": [...], "args": [...], "env":
+    {...}} for Kubernetes. `clique` is "<cluster uuid>.<clique id>"
     of the NVLink partition when all trays share one.
     """
 

@@ -377,13 +377,26 @@ def _tier_of_partition(rows: _Rows) -> dict[int, str]:
     return tiers
 
 
+def slurm_partition_of(service_tier: str, owner_slug: str | None, *, mig: bool = False) -> str:
+    """The Slurm partition of a tray (`partition_tier`), or of its MIG twin when the tray is in MIG mode
+    (tenancy.naming.mig_partition): the one rule the renderer and dispatch follow."""
+    tier = partition_tier(service_tier, owner_slug)
+    return naming.mig_partition(tier) if mig else tier
+
+
 def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, ...]:
     """The shared `gpu` partition (if it has trays) first, then every other tier by name; a tier holding a
-    department's dedicated trays is open to that department's QOS only and served first."""
+    department's dedicated trays is open to that department's QOS only and served first. A tray in MIG mode
+    (its node lines carry MIG GRES: `_slurm_mig`) is in its tier's MIG partition instead (`<tier>--mig`,
+    same owners and priority), where slice jobs share the node."""
     tier_hosts: dict[str, list[str]] = {SHARED_TIER: []}
     tier_departments: dict[str, set[str]] = defaultdict(set)
+    mig_tiers: set[str] = set()
     for tray in rows.trays:
         tier = tier_of.get(tray.partition_id, SHARED_TIER)
+        if _slurm_mig(tray.mig_layout):
+            tier = naming.mig_partition(tier)
+            mig_tiers.add(tier)
         tier_hosts.setdefault(tier, []).append(tray.hostname)
         owner = rows.owner_of_tray(tray)
         if owner is not None:
@@ -398,7 +411,11 @@ def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, .
         owners = tuple(sorted(tier_departments[tier]))
         tiers.append(
             ServiceTier(
-                tier, tuple(hosts), allow_qos=owners, priority_tier=DEDICATED_PRIORITY_TIER if owners else 1
+                tier,
+                tuple(hosts),
+                allow_qos=owners,
+                priority_tier=DEDICATED_PRIORITY_TIER if owners else 1,
+                mig=tier in mig_tiers,
             )
         )
     return tuple(tiers)

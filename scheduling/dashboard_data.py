@@ -76,6 +76,9 @@ class DepartmentDashboard:
     taken_at: datetime
     positions: Positions | None = None  # every department's (the shortfall banner for admins)
     no_data_gpus: int = 0  # held GPUs neither idle nor freshly sampled (`held_without_data`)
+    # The MIG devices no slice job holds that its slice jobs may take: any department's may take any (slice
+    # placement knows no dedication), so the admin dashboard's figure (scheduling.slice_holders.idle_slices)
+    idle_slices: IdleSlices | None = None
 
     @property
     def history_to_now(self) -> list[dict]:
@@ -155,6 +158,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         can_manage=leads(user, department),  # core.access: admins and its leads manage its members
         taken_at=now,
         positions=positions,
+        idle_slices=idle_slices(),
     )
 
 

@@ -26,8 +26,10 @@
 # port; a fresh database and password per testbed), both in the same chroot, started before slurmctld with
 # the cluster `rackplane-testbed` registered (sacctmgr add cluster). slurm.conf has
 # AccountingStorageType=accounting_storage/slurmdbd, AccountingStorageEnforce=associations,limits,qos and
-# AccountingStorageTRES=gres/gpu (and the MIG profiles' typed GRES): a job needs an association of its user with its account and a QOS that
-# association allows, and a QOS's GrpTRES=gres/gpu limit holds jobs over it (pending, QOSGrpGRES).
+# AccountingStorageTRES=gres/gpu: a job needs an association of its user with its account and a QOS that
+# association allows, and a QOS's GrpTRES=gres/gpu limit holds jobs over it (pending, QOSGrpGRES). The MIG
+# profiles' typed GRES are not listed: Rackplane's rackplane.conf adds them when a tray is in MIG mode (as it
+# must on a site), and the tests prove slurmctld takes them from there.
 # slurmrestd serves /slurmdb/ too (openapi/slurmdbd; slurmdbd.conf takes the same jwt_key), through which
 # Rackplane writes QOS, accounts and associations (integrations/slurm/accounting.py). The testbed itself
 # makes no account or association: a fresh one holds only `root`, so nobody may submit until Rackplane
@@ -284,9 +286,11 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$(cat "$dir/dbd-port")
 AccountingStorageEnforce=associations,limits,qos
-# The MIG profiles the MIG tests give a tray (all-balanced on GB200) tracked too, so a QOS or association may
-# limit each (GrpTRES=gres/gpu:1g.23gb=N: integrations.state.slurm_gpu_limits).
-AccountingStorageTRES=gres/gpu,gres/gpu:1g.23gb,gres/gpu:2g.47gb,gres/gpu:3g.93gb
+# The site's own line. With a tray in MIG mode, rackplane.conf (included below, so it is read last) sets
+# AccountingStorageTRES to gres/gpu and each MIG profile's typed GRES, so a QOS or association may limit each
+# (GrpTRES=gres/gpu:1g.23gb=N: integrations.state.slurm_gpu_limits); slurmctld then logs "AccountingStorageTRES
+# 1 specified more than once, latest value used".
+AccountingStorageTRES=gres/gpu
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory

@@ -32,7 +32,8 @@ Decision (collision-free by construction rather than by a table of reserved name
   department's partition (its slug), whatever service tier it was given; any other by its service tier,
   `gpu` or `gpu_<name>` (inventory.names, checked at save), or the shared `gpu` when it has none. No slug
   holds `_` and `gpu` is reserved, so a tier never names a department's partition: every Slurm partition
-  has exactly one owner (everyone, or one department).
+  has exactly one owner (everyone, or one department). Its trays in MIG mode are served by
+  `<partition>--mig` (`mig_partition`), where slice jobs share a node.
 
 Slurm lower-cases account and QOS names; slugs are lower case already, so the name Rackplane renders is the
 name Slurm keeps.
@@ -178,6 +179,19 @@ def slurm_partition(service_tier: str, department: str | None) -> str:
     return service_tier or SHARED_PARTITION
 
 
+MIG_SUFFIX = "mig"
+
+
+def mig_partition(slurm_partition: str) -> str:
+    """The Slurm partition of the trays in MIG mode that `slurm_partition` would otherwise serve:
+    `<partition>--mig` (`gpu--mig`, `research--mig`, `gpu_inference--mig`). Its jobs share a node, each
+    holding only its MIG devices, where the whole-tray partitions give a job the whole node. No slug and no
+    service tier holds `--`, so the name is never another partition's, and it keeps its one owner."""
+    if SEPARATOR in slurm_partition or not slurm_partition:
+        raise ValueError(f"{slurm_partition!r} is not a Slurm partition Rackplane names")
+    return f"{slurm_partition}{SEPARATOR}{MIG_SUFFIX}"
+
+
 def opensm_partition(department: str) -> str:
     """Its InfiniBand partition's name in OpenSM's partitions.conf: the slug with '_' for '-' (a one-to-one
     change: slugs hold no '_'); never 'Default' (upper case), never one of the grammar's delimiters."""
@@ -228,7 +242,7 @@ def identifiers(department: str, projects: tuple[str, ...] | list[str] = ()) -> 
         "namespace": {department_namespace(department)},
         "slurm_account": {department_account(department)},
         "slurm_qos": {department_qos(department), department_borrowed_qos(department)},
-        "slurm_partition": {dedicated_partition(department)},
+        "slurm_partition": {dedicated_partition(department), mig_partition(dedicated_partition(department))},
         "opensm_partition": {opensm_partition(department)},
         "persistent_volume": {persistent_volume(department)},
     }

@@ -208,7 +208,7 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         "check": check,
         "rows": rows,
         "health": health,
-        "planned": _planned(form, check),
+        "planned": _planned(form, check, trays),
         # The jobs in the plan's way: which "Requeue now" would requeue, which it would wait for.
         "requeue": summarize(rack, check),
         "requeue_url": reverse("integrations:plan-requeue", args=[rack.name]),
@@ -233,19 +233,28 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
     }
 
 
-def _planned(form: PlanForm, check: PlanCheck) -> list[dict]:
-    """The plan's partitions as the page draws them: slot ranges, GPUs, colour and clique."""
-    return [
-        {
-            "partition": p,
-            "ranges": slot_ranges(p.slots),
-            "gpus": len(p.slots) * GPUS_PER_TRAY,
-            "colour": i % PARTITION_COLOURS,
-            "clique_id": check.clique_ids.get(p.name),
-            "served_by": served_by(p.slurm_partition, p.department),
-        }
-        for i, p in enumerate(form.partitions)
-    ]
+def _planned(form: PlanForm, check: PlanCheck, trays: list[TrayInfo]) -> list[dict]:
+    """The plan's partitions as the page draws them: slot ranges, GPUs, colour, clique, the Slurm partition
+    serving them and, when some of their trays have a MIG layout, the MIG partition serving those."""
+    mig_slots = {t.slot for t in trays if t.mig_layout}
+    planned = []
+    for i, p in enumerate(form.partitions):
+        slurm = served_by(p.slurm_partition, p.department)
+        mig = sorted(set(p.slots) & mig_slots)
+        planned.append(
+            {
+                "partition": p,
+                "ranges": slot_ranges(p.slots),
+                "gpus": len(p.slots) * GPUS_PER_TRAY,
+                "colour": i % PARTITION_COLOURS,
+                "clique_id": check.clique_ids.get(p.name),
+                "served_by": slurm,
+                # integrations.state.slurm_partition_of: trays in MIG mode go to `<partition>--mig`.
+                "mig_served_by": naming.mig_partition(slurm) if slurm and mig else "",
+                "mig_ranges": slot_ranges(mig),
+            }
+        )
+    return planned
 
 
 def served_by(slurm_partition: str, department: str | None) -> str:

@@ -4,16 +4,17 @@ slurmdbd's QOS, accounts and associations (integrations.slurm.accounting)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from integrations.common import clip
 from integrations.jobs import API_VERSION_SETTING, TARGET_ID_SETTING, BackendRejected
 from integrations.slurm import assoc_mgr
 from integrations.slurm.accounting import AccountingPlan, accounting_from_settings
 from integrations.slurm.jobs import backend_from_settings
-from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation
+from integrations.slurm.render import DepartmentQos, SlurmAccount, SlurmAssociation, declared_tres
 from integrations.slurm.target import (
     FORMAT_CONF,
+    RACKPLANE_CONF,
     TOPOLOGY_CONF,
     SlurmConfigurationError,
     SlurmError,
@@ -46,10 +47,26 @@ class SlurmAdapter:
     def apply(self, payload: dict, log: Callable[..., None], push) -> str:
         files = payload.get("files") or {}
         self.slurm.check_files(files)  # a misconfigured target fails as such before slurmdbd is asked
-        accounting = self._apply_accounting(payload, log)
+        # The MIG profiles' TRES (rackplane.conf's AccountingStorageTRES): slurmdbd refuses a limit on one
+        # slurmctld does not track yet, and slurmctld registers them only when it loads the file. So while
+        # some are new, the accounting goes first without the per-profile limits, then whole after it.
+        declared = declared_tres(files.get(RACKPLANE_CONF) or "")
+        new = sorted(set(declared) - self.slurm.tracked_tres()) if declared else []
+        if new:
+            log(
+                f"slurmctld does not track {', '.join(new)} yet: the QOS and accounts go without their "
+                "MIG profile limits, then with them once the reconfigure has registered those TRES"
+            )
+            self._apply_accounting(_without_mig(payload), log)
+        else:
+            accounting = self._apply_accounting(payload, log)
         log(f"writing {', '.join(sorted(files))} to {self.slurm.config_dir} and reconfiguring slurmctld")
         result = self.slurm.apply(files)
         log(*result.log)
+        if declared:
+            self._check_tres(declared, log)
+        if new:
+            accounting = self._apply_accounting(payload, log)
         if note := left_out_note(files.get(TOPOLOGY_CONF) or ""):
             log(note)
         blocks = [b for b in result.topology if not b.get("aggregated")]
@@ -130,6 +147,18 @@ class SlurmAdapter:
             return "; slurmdbd unchanged"
         return f"; slurmdbd: {len(done.changed)} changes"
 
+    def _check_tres(self, declared: Sequence[str], log: Callable[..., None]) -> None:
+        """slurmctld tracks every TRES rackplane.conf declares, or the push fails saying why."""
+        missing = sorted(set(declared) - self.slurm.tracked_tres())
+        if missing:
+            raise SlurmRejected(
+                f"slurmctld does not track {', '.join(missing)} after the reconfigure, although "
+                f"{RACKPLANE_CONF} sets AccountingStorageTRES",
+                "slurm.conf sets AccountingStorageTRES after `Include rackplane.conf` (Slurm takes the "
+                "latest): remove that line, or move it before the Include",
+            )
+        log(f"slurmctld tracks {', '.join(declared)} (AccountingStorageTRES)")
+
     def check(self) -> list[str]:
         """Test connection (integrations.push_history): slurmctld answers `scontrol ping` and the
         configuration directory is there; with slurmrestd (rest_url), the API version is chosen afresh with
@@ -185,6 +214,17 @@ def remembering(values: dict) -> Callable[[str, list[str]], None]:
         remember_api_version(target_id if isinstance(target_id, int) else None, version, facts)
 
     return remember
+
+
+def _without_mig(payload: dict) -> dict:
+    """The payload's QOS and accounts without their per-profile limits (`mig_limits`)."""
+    return {
+        **payload,
+        **{
+            key: [{k: v for k, v in entry.items() if k != "mig_limits"} for entry in payload.get(key) or []]
+            for key in ("qos", "accounts")
+        },
+    }
 
 
 def _mig(entry: dict) -> tuple[tuple[str, int], ...]:

@@ -8,6 +8,7 @@ partitions become Slurm blocks, and the parsers that read them back: topology.py
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import textwrap
@@ -86,6 +87,12 @@ class ServiceTier:
     # The topology.yaml topology the partition's jobs are placed with (`Topology=`, Slurm 25.05+); "": the
     # cluster default. Never set for Slurm 24.11, which does not know the option.
     topology: str = ""
+    # A partition of trays in MIG mode (integrations.state, tenancy.naming.mig_partition): slice jobs share
+    # a node, each holding its MIG devices only (`OverSubscribe=NO`, `exclusive` is ignored), and each takes
+    # `DefMemPerGPU` of the node's memory unless it asks (render_rackplane_conf: the node's memory over its
+    # MIG devices; without it a job would take the whole node's memory and the next wait).
+    mig: bool = False
+    def_mem_per_gpu: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "hostnames", tuple(self.hostnames))
@@ -322,7 +329,11 @@ def render_partition_lines(
         else:
             parts.append("MaxTime=INFINITE")
         parts.append(f"PriorityTier={tier.priority_tier}")
-        parts.append(f"OverSubscribe={'EXCLUSIVE' if tier.exclusive else 'NO'}")
+        parts.append(f"OverSubscribe={'EXCLUSIVE' if tier.exclusive and not tier.mig else 'NO'}")
+        if tier.def_mem_per_gpu < 0:
+            raise ValueError(f"partition {tier.name}: DefMemPerGPU must be positive")
+        if tier.def_mem_per_gpu:
+            parts.append(f"DefMemPerGPU={tier.def_mem_per_gpu}")
         if tier.topology:
             check_name("topology", tier.topology)
             parts.append(f"Topology={tier.topology}")
@@ -338,11 +349,47 @@ def render_rackplane_conf(nodes: Sequence[SlurmNode], tiers: Sequence[ServiceTie
     site's), `State=UNKNOWN` so slurmd registration decides. Partitions (service tiers): `Nodes=`, `QOS=`
     (the tier's limits), `AllowQos=` (departments allowed, when set), `Default=YES/NO` (at most one YES),
     `MaxTime=`, `PriorityTier=`, `OverSubscribe=EXCLUSIVE` (whole trays: a job gets all 4 GPUs of a node,
-    never shares it; MNNVL jobs need that) and `State=UP`.
+    never shares it; MNNVL jobs need that) and `State=UP`. A MIG partition (`ServiceTier.mig`) has
+    `OverSubscribe=NO` instead, so slice jobs share its nodes (select/cons_tres gives each its GRES), and,
+    when every node's memory is known, `DefMemPerGPU` = the smallest node memory over its MIG devices.
+    When a node carries MIG GRES, the file also sets `AccountingStorageTRES` (`accounting_storage_tres`:
+    gres/gpu and each MIG profile's typed GRES), without which slurmdbd refuses a QOS or account limit on a
+    profile ("no TRES known by type gres/gpu:1g.23gb") and sacct records no slices. slurmctld registers the
+    TRES in slurmdbd when it starts, which `scontrol reconfigure` does since 23.11 (a new process);
+    slurm.conf's own line, if any, gives way to this one when `Include rackplane.conf` comes after it (Slurm
+    takes the latest value and logs "specified more than once"): SlurmTarget.tracked_tres reads it back.
     """
     node_lines = render_node_lines(nodes)
+    tiers = [mig_memory(tier, nodes) for tier in tiers]
     part_lines = render_partition_lines(tiers, known_nodes=[n.hostname for n in nodes])
-    return "\n".join([MANAGED_HEADER, *node_lines, *part_lines]) + "\n"
+    profiles = [profile for node in nodes for profile, _ in node.mig]
+    tres = [f"{ACCOUNTING_TRES}={accounting_storage_tres(profiles)}"] if profiles else []
+    return "\n".join([MANAGED_HEADER, *tres, *node_lines, *part_lines]) + "\n"
+
+
+ACCOUNTING_TRES = "AccountingStorageTRES"
+
+
+def declared_tres(rackplane_conf: str) -> tuple[str, ...]:
+    """The TRES a rendered rackplane.conf has slurmctld track (its AccountingStorageTRES line; () if none)."""
+    for raw in rackplane_conf.splitlines():
+        key, _, value = raw.split("#", 1)[0].strip().partition("=")
+        if key.lower() == ACCOUNTING_TRES.lower():
+            return tuple(t for t in value.split(",") if t)
+    return ()
+
+
+def mig_memory(tier: ServiceTier, nodes: Sequence[SlurmNode]) -> ServiceTier:
+    """A MIG partition with its `def_mem_per_gpu` (a MIG device counts as one gres/gpu): each node's memory
+    over its MIG devices, the smallest of the partition's nodes, so as many slice jobs as the node has
+    devices fit its memory; unchanged when a node's memory is not known (RealMemory not rendered)."""
+    if not tier.mig or tier.def_mem_per_gpu:
+        return tier
+    members = [n for n in nodes if n.hostname in set(tier.hostnames)]
+    shares = [n.memory_mb // sum(c for _, c in n.mig) for n in members if n.mig and n.memory_mb]
+    if not members or len(shares) != len(members) or min(shares) < 1:
+        return tier
+    return dataclasses.replace(tier, def_mem_per_gpu=min(shares))
 
 
 # A typed GRES a TRES limit may name: a MIG profile as the node lines declare it (`1g.23gb`).
@@ -447,7 +494,7 @@ def render_account_script(accounts: Sequence[SlurmAccount], qos: Sequence[Depart
     }
     if profiles:
         lines.append(
-            "# slurm.conf must track the MIG profiles: "
+            "# slurmctld must track the MIG profiles (rackplane.conf sets it when a tray is in MIG mode): "
             f"AccountingStorageTRES={accounting_storage_tres(profiles)}"
         )
     lines += ["sacctmgr " + " ".join(command) for q in qos for command in sacctmgr_qos_commands(q)]

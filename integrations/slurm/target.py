@@ -642,6 +642,10 @@ class SlurmTarget:
         match = re.search(rf"^{key}\s*=\s*(\S+)", done.stdout, re.MULTILINE)
         return match.group(1) if match else ""
 
+    def tracked_tres(self) -> set[str]:
+        """The TRES slurmctld tracks now (`scontrol show config`'s AccountingStorageTRES, lower case)."""
+        return {t.lower() for t in self._config_value("AccountingStorageTRES").split(",") if t}
+
     def slurmdbd_configured(self) -> bool:
         return self._config_value("AccountingStorageType") == "accounting_storage/slurmdbd"
 

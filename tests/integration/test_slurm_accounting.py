@@ -332,8 +332,8 @@ def test_slurmdbd_takes_a_limit_per_mig_profile_and_a_slice_job_within_it_runs(
     tray's 8, 4 and 4), slurmdbd stores them and a second push sends nothing. The profiles' typed TRES
     exist because slurm.conf lists them in AccountingStorageTRES (scripts/slurm-testbed.sh), as the account
     script tells a site. A slice job borrowing under the department's borrowed QOS runs: its account's
-    limits hold it, and leave room for the tray's MIG devices (Slurm charges a job of the testbed's
-    exclusive partitions every GRES of its node: 16 gres/gpu for two 3g.93gb, asserted below)."""
+    limits hold it. It runs in the tray's MIG partition (`gpu--mig`, OverSubscribe=NO), charged its two
+    slices only (in the whole-tray partitions Slurm charged it every GRES of the node: 16 gres/gpu)."""
     from tenancy.models import Department
     from tenancy.services import save_department
     from tests.factories import make_member, mig_tray
@@ -373,6 +373,7 @@ def test_slurmdbd_takes_a_limit_per_mig_profile_and_a_slice_job_within_it_runs(
 
         slices = dataclasses.replace(
             request(person, mig_host, d, qos=f"{d}--borrowed"),
+            service_tier="gpu--mig",
             gpus_per_tray=0,
             mig_profile="3g.93gb",
             mig_slices=2,
@@ -386,8 +387,9 @@ def test_slurmdbd_takes_a_limit_per_mig_profile_and_a_slice_job_within_it_runs(
                 text=True,
                 check=True,
             ).stdout
-            alloc = re.search(r"AllocTRES=(\S+)", shown).group(1).split(",")
-            assert {"gres/gpu=16", "gres/gpu:3g.93gb=4", "gres/gpu:1g.23gb=8"} <= set(alloc), shown
+            alloc = set(re.search(r"AllocTRES=(\S+)", shown).group(1).split(","))
+            assert {"gres/gpu=2", "gres/gpu:3g.93gb=2"} <= alloc, shown
+            assert not any(t.startswith("gres/gpu:1g") for t in alloc), shown
         finally:
             for backend_id in started:
                 slurm.cancel(backend_id, run_as=person)

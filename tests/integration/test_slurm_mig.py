@@ -163,28 +163,11 @@ def test_a_slice_job_from_the_api_runs_on_its_mig_tray_in_slurm_and_completes(
     (its typed GRES node line), a job asking for two 1g.23gb through POST /api/v1/jobs/, placed by the pass
     on two of the tray's MIG devices, dispatched through slurmrestd as gres/gpu:1g.23gb:2 pinned to the tray,
     run there and completed; its devices free again."""
-    hosts = slurm_testbed.hostnames()
-    mig_host = next(t.hostname for t in ComputeTray.objects.filter(state=TrayState.UP).order_by("slot")[2:3])
-    save_department(Department(name="Research", slug="research", guaranteed_gpus=32))
-    mig_tray(mig_host)
-    give_identity(admin_user, tenant_people()["ada"])
-    with _mig_gres_conf(slurm_testbed, mig_host, hosts):
-        carve_and_run_jobs(testbed_target, django_capture_on_commit_callbacks)  # pushes the GRES node line
-        shown = _wait_idle(slurm_testbed, mig_host)
+    capture = django_capture_on_commit_callbacks
+    with _pushed_mig_tray(slurm_testbed, testbed_target, admin_user, capture) as (mig_host, shown):
         assert "gpu:1g.23gb:8" in shown, shown
-        api = APIClient()
-        api.force_authenticate(admin_user)
-        body = {
-            "department": "research",
-            "name": "serve",
-            "mig_profile": "1g.23gb",
-            "mig_slices": 2,
-            "work": {"script": '#!/bin/bash\necho "ran on $SLURM_JOB_NODELIST"\nsleep 2\n'},
-        }
-        with django_capture_on_commit_callbacks(execute=True):
-            response = api.post("/api/v1/jobs/", body, format="json")
-        assert response.status_code == 201, response.json()
-        job = Job.objects.get(pk=response.json()["id"])
+        script = '#!/bin/bash\necho "ran on $SLURM_JOB_NODELIST"\nsleep 2\n'
+        job = _submit_slices(admin_user, "serve", 2, script, capture)
         assert job.state == JobState.RUNNING, (job.pending_reason, job.backend_message)
         assert job.placement == [mig_host]
         held = set(SliceAllocation.objects.filter(job=job).values_list("mig_uuid", flat=True))
@@ -202,3 +185,112 @@ def test_a_slice_job_from_the_api_runs_on_its_mig_tray_in_slurm_and_completes(
         sync_until_finished(job, django_capture_on_commit_callbacks)
         assert job.state == JobState.COMPLETED and job.exit_code == 0, job.backend_message
         assert not SliceAllocation.objects.filter(job=job).exists()
+
+
+@contextlib.contextmanager
+def _pushed_mig_tray(slurm_testbed, testbed_target, user, capture):
+    """Research (32 GPUs), the demo rack's third tray given all-balanced in the inventory and gres.conf, the
+    rack carved 2x9 and pushed (node lines, partitions, QOS), `user` submitting as ada; yields the tray's
+    host name and its `scontrol show node` once idle."""
+    hosts = slurm_testbed.hostnames()
+    mig_host = next(t.hostname for t in ComputeTray.objects.filter(state=TrayState.UP).order_by("slot")[2:3])
+    save_department(Department(name="Research", slug="research", guaranteed_gpus=32))
+    mig_tray(mig_host)
+    give_identity(user, tenant_people()["ada"])
+    with _mig_gres_conf(slurm_testbed, mig_host, hosts):
+        carve_and_run_jobs(testbed_target, capture)  # pushes the GRES node line and the MIG partition
+        yield mig_host, _wait_idle(slurm_testbed, mig_host)
+
+
+def _submit_slices(user, name: str, slices: int, script: str, capture) -> Job:
+    """POST /api/v1/jobs/ for `slices` 1g.23gb of Research as `user`; the pass and dispatch run on commit."""
+    api = APIClient()
+    api.force_authenticate(user)
+    body = {
+        "department": "research",
+        "name": name,
+        "mig_profile": "1g.23gb",
+        "mig_slices": slices,
+        "work": {"script": script},
+    }
+    with capture(execute=True):
+        response = api.post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.json()
+    return Job.objects.get(pk=response.json()["id"])
+
+
+def _scontrol(testbed, *args: str) -> str:
+    return subprocess.run([testbed.scontrol, *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.django_db
+def test_two_slice_jobs_share_a_mig_tray_in_its_mig_partition_each_charged_only_its_slice(
+    slurm_testbed, testbed_target, admin_user, django_capture_on_commit_callbacks
+):
+    """Issue 30's known limit: in the whole-tray partitions (`OverSubscribe=EXCLUSIVE`) a slice job was
+    given every GRES of its node (16 gres/gpu for two 3g.93gb, measured) and a second slice job on the tray
+    waited. The push now puts a tray in MIG mode into its tier's MIG partition (`gpu--mig`: OverSubscribe=NO,
+    DefMemPerGPU = the node's memory over its 16 MIG devices) and leaves it out of `gpu`; dispatch sends slice
+    jobs there. Two 1g.23gb jobs from the API then run on the tray at once, each holding one MIG device:
+    AllocTRES gres/gpu=1, gres/gpu:1g.23gb=1."""
+    capture = django_capture_on_commit_callbacks
+    with _pushed_mig_tray(slurm_testbed, testbed_target, admin_user, capture) as (mig_host, _):
+        partition = _scontrol(slurm_testbed, "show", "partition", "gpu--mig", "--oneliner")
+        assert f" Nodes={mig_host} " in partition, partition
+        assert "OverSubscribe=NO" in partition and "DefMemPerGPU=62" in partition, partition  # 1000 MB / 16
+        shared = _scontrol(slurm_testbed, "show", "partition", "gpu", "--oneliner")
+        assert "OverSubscribe=EXCLUSIVE" in shared and mig_host not in shared, shared
+        script = "#!/bin/bash\nsleep 30\n"
+        jobs = [_submit_slices(admin_user, name, 1, script, capture) for name in ("serve-a", "serve-b")]
+        for job in jobs:
+            job.refresh_from_db()
+            assert job.state == JobState.RUNNING and job.placement == [mig_host], job.backend_message
+        deadline = time.monotonic() + 30
+        while True:  # both RUNNING in Slurm at the same moment, on the one node
+            shown = [_scontrol(slurm_testbed, "show", "job", job.backend_id, "--oneliner") for job in jobs]
+            if all("JobState=RUNNING" in s for s in shown):
+                break
+            assert time.monotonic() < deadline, "\n".join(shown) + slurm_testbed.log_tail()
+            time.sleep(0.5)
+        for one in shown:
+            assert f" NodeList={mig_host} " in one and " Partition=gpu--mig " in one, one
+            alloc = set(re.search(r"AllocTRES=(\S+)", one).group(1).split(","))
+            assert {"gres/gpu=1", "gres/gpu:1g.23gb=1"} <= alloc, one
+            assert not any(t.startswith(("gres/gpu:2g", "gres/gpu:3g")) for t in alloc), one
+        held = SliceAllocation.objects.filter(job__in=jobs).values_list("mig_uuid", flat=True)
+        assert len(set(held)) == 2
+        for job in jobs:
+            sync_until_finished(job, django_capture_on_commit_callbacks)
+            assert job.state == JobState.COMPLETED and job.exit_code == 0, job.backend_message
+
+
+def _tracked(testbed) -> set[str]:
+    config = _scontrol(testbed, "show", "config")
+    return set(re.search(r"^AccountingStorageTRES\s*=\s*(\S+)", config, re.MULTILINE).group(1).split(","))
+
+
+@pytest.mark.django_db
+def test_the_push_makes_slurmctld_track_each_mig_profile_and_slurmdbd_then_takes_limits_on_them(
+    slurm_testbed, testbed_target, admin_user, django_capture_on_commit_callbacks
+):
+    """`AccountingStorageTRES` pushed, not only named: the testbed's slurm.conf tracks gres/gpu alone (a
+    site's), and slurmdbd refuses a limit on a TRES slurmctld does not track ("no TRES known by type
+    gres/gpu:1g.23gb"). The push of a tray in MIG mode writes the profiles' TRES into rackplane.conf, sends
+    the QOS without their per-profile limits first, reconfigures (slurmctld registers the TRES in slurmdbd:
+    a reconfigure is a new slurmctld since 23.11), reads them back from `scontrol show config`, then sends
+    the limits: Research's QOS holds a gres/gpu:<profile> limit for each."""
+    from integrations.models import ConfigPush
+    from tests.integration.test_slurm_accounting import qos, sacctmgr, tres_set
+
+    profiles = {"gres/gpu:1g.23gb", "gres/gpu:2g.47gb", "gres/gpu:3g.93gb"}
+    assert not profiles & _tracked(slurm_testbed)  # the baseline: slurm.conf's gres/gpu only
+    capture = django_capture_on_commit_callbacks
+    with _pushed_mig_tray(slurm_testbed, testbed_target, admin_user, capture):
+        assert profiles | {"gres/gpu"} <= _tracked(slurm_testbed)
+        known = {row.replace("|", "/") for row in sacctmgr(slurm_testbed, "show", "tres", "format=type,name")}
+        assert profiles <= known
+        log = ConfigPush.objects.latest("pk").log
+        assert "slurmctld does not track gres/gpu:1g.23gb, gres/gpu:2g.47gb, gres/gpu:3g.93gb yet" in log
+        assert "slurmctld tracks gres/gpu, gres/gpu:1g.23gb, gres/gpu:2g.47gb, gres/gpu:3g.93gb" in log
+        (research,) = qos(slurm_testbed, "research")
+        assert {t.split("=")[0] for t in tres_set(research)} >= profiles | {"gres/gpu"}, research

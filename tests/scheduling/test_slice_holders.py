@@ -134,6 +134,51 @@ def test_the_dashboard_shows_slices_per_department_and_the_idle_ones(
     assert re.search(r'data-figure="slices">1<', text) and 'data-figure="slice-equivalents">0.14<' in text
 
 
+def _idle_card(page: str) -> tuple[int, str]:
+    """The idle MIG slices card of a dashboard: its figure and its note."""
+    card = page[page.index('data-figures="idle-slices"') :]
+    card = card[: card.index("</div>")]
+    figure = re.search(r'data-figure="idle-slices">([0-9,]+)<', card).group(1)
+    return int(figure.replace(",", "")), re.search(r'class="card-note">([^<]*)<', card).group(1)
+
+
+def test_the_leads_department_page_shows_the_idle_slices_the_admin_dashboard_counts(
+    held,
+    client_as,
+    api_as,
+    platform_admin,
+    lead_a,
+    member_b,
+    department_b,
+    django_capture_on_commit_callbacks,
+):
+    """The lead's page showed its slices in use but not the idle ones its slice jobs may take: now the
+    admin dashboard's figure, the same number on both screens as jobs take and free slices."""
+
+    def both() -> tuple[int, int]:
+        admin = client_as(platform_admin).get(reverse("scheduling:admin-dashboard")).content.decode()
+        lead = client_as(lead_a).get(reverse("scheduling:department-detail", args=["research"]))
+        return _idle_card(admin)[0], _idle_card(lead.content.decode())[0]
+
+    assert both() == (15, 15)
+    lead_page = client_as(lead_a).get(reverse("scheduling:department-detail", args=["research"]))
+    assert (
+        "7 x 1g.23gb, 4 x 2g.47gb, 4 x 3g.93gb; of 16 on trays in service"
+        in _idle_card(lead_page.content.decode())[1]
+    )
+    # Another department's slice job takes one more: both screens count 14.
+    department_b.guaranteed_gpus = 8
+    department_b.save(update_fields=["guaranteed_gpus"])
+    body = {"department": "beta", "name": "other", "work": {"script": SCRIPT}, "mig_profile": "3g.93gb"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api_as(member_b).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.content
+    assert SliceAllocation.objects.count() == 2, Job.objects.get(pk=response.json()["id"]).pending_reason
+    assert both() == (14, 14) == (idle_slices().idle,) * 2
+    held.slice_allocations.all().delete()  # the first job's end frees its slice
+    assert both() == (15, 15)
+
+
 def test_a_slice_freed_when_its_job_ends_is_idle_again(held, client_as, member_a):
     held.slice_allocations.all().delete()  # as the job's end deletes them (scheduling.services.jobs)
     page = _rack(client_as, member_a)

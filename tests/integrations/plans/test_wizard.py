@@ -25,7 +25,7 @@ from scheduling.models import Allocation, Job
 from scheduling.services.actions import finish_job
 from tenancy.models import Department
 from tenancy.services import save_department
-from tests.factories import make_department, nodes_report_their_partitions, run_job
+from tests.factories import make_department, mig_tray, nodes_report_their_partitions, run_job
 from tests.i18n_check import assert_japanese
 
 # Plans push to the embedded `local` directory target (tests/conftest.py), writing into a temporary directory.
@@ -603,6 +603,29 @@ def test_every_layout_row_names_the_slurm_partition_the_rendered_configuration_s
         hosts = {f"gb-r01-t{slot:02d}" for slot in slots}
         assert hosts <= served[slurm_partition], (name, slurm_partition, served)
     assert '<td class="served-by">research</td>' in page.content.decode()
+
+
+@pytest.mark.slow(reason="a plan applied and rendered: over 0.3 s on 2 cores")
+def test_the_wizard_names_the_mig_partition_serving_a_partitions_trays_in_mig_mode(
+    admin, django_capture_on_commit_callbacks, render_dir
+):
+    """A tray given a MIG layout is served by its partition's MIG partition (`<partition>--mig`, where slice
+    jobs share the node): the layout step and the preview say which trays and which Slurm partition, and the
+    rendered PartitionName lines put the tray there and nowhere else."""
+    make_department("Research", guaranteed_gpus=72)
+    mig_tray("gb-r01-t03")
+    params = {"preset": "2x9", "name": ["train", "open"], "department": ["research", ""], "slurm": ["", ""]}
+    for step in ("plan-layout", "plan-preview"):
+        page = admin.get(url(step, "gb-r01", **params))
+        rows = {row["partition"].name: row for row in page.context["planned"]}
+        assert (rows["train"]["mig_served_by"], rows["train"]["mig_ranges"]) == ("research--mig", "3")
+        assert rows["open"]["mig_served_by"] == ""
+        assert "MIG trays 3: Slurm research--mig" in page.content.decode(), step
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin.post(url("plan-apply", "gb-r01"), params).status_code == 302
+    served = rendered_slurm_partitions(render_dir)
+    assert served["research--mig"] == {"gb-r01-t03"}
+    assert "gb-r01-t03" not in served["research"] and "gb-r01-t04" in served["research"]
 
 
 NO_TRAY_MOVES = {

@@ -51,9 +51,15 @@ def accepted_at_save(tier: str) -> bool:
     return True
 
 
-def rendered_partitions(departments: list[str], partitions: list[tuple[int | None, str]]):
-    """The PartitionName lines integrations.state makes for one tray per NVLink partition:
-    {Slurm partition: (hostnames, AllowQos)}, and each tray's owner (a department slug, None: shared)."""
+BALANCED = {"1g.23gb": 2, "2g.47gb": 1, "3g.93gb": 1}
+
+
+def rendered_partitions(
+    departments: list[str], partitions: list[tuple[int | None, str]], mig: frozenset[int] = frozenset()
+):
+    """The PartitionName lines integrations.state makes for one tray per NVLink partition (the trays at
+    the indexes in `mig` given all-balanced): {Slurm partition: (hostnames, AllowQos)}, and each tray's owner
+    (a department slug, None: shared)."""
     rows = configstate._Rows(
         racks=[configstate._RackRow(1, "gb-r01", None)],
         partitions=[
@@ -61,7 +67,10 @@ def rendered_partitions(departments: list[str], partitions: list[tuple[int | Non
             for i, (owner, tier) in enumerate(partitions)
         ],
         trays=[
-            configstate._TrayRow(i + 1, 1, i + 1, f"n{i + 1:02d}", i + 1, []) for i in range(len(partitions))
+            configstate._TrayRow(
+                i + 1, 1, i + 1, f"n{i + 1:02d}", i + 1, [], *(("all-balanced", BALANCED) if i in mig else ())
+            )
+            for i in range(len(partitions))
         ],
         departments=[SimpleNamespace(pk=pk, slug=slug) for pk, slug in enumerate(departments)],
         running=set(),
@@ -78,6 +87,7 @@ def rendered_partitions(departments: list[str], partitions: list[tuple[int | Non
         fields = dict(re.findall(r"(\w+)=(\S+)", line))
         allow = tuple(fields["AllowQos"].split(",")) if "AllowQos" in fields else ()
         result[fields["PartitionName"]] = (hostlist.expand_hostlist(fields["Nodes"]), allow)
+        assert fields["OverSubscribe"] == ("NO" if fields["PartitionName"].endswith("--mig") else "EXCLUSIVE")
     return result, owner_of_host
 
 
@@ -86,8 +96,9 @@ def rendered_partitions(departments: list[str], partitions: list[tuple[int | Non
 @given(
     departments=DEPARTMENTS.filter(bool),
     layout=st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 20)), TIERS), min_size=1, max_size=12),
+    mig=st.frozensets(st.integers(0, 11)),
 )
-def test_random_tiers_and_departments_never_share_a_slurm_partition(departments, layout):
+def test_random_tiers_and_departments_never_share_a_slurm_partition(departments, layout, mig):
     partitions = [
         (owner % len(departments) if owner is not None else None, tier)
         for owner, tier in layout
@@ -95,16 +106,22 @@ def test_random_tiers_and_departments_never_share_a_slurm_partition(departments,
     ]
     if not partitions:
         return
-    slurm, owner_of_host = rendered_partitions(departments, partitions)
+    slurm, owner_of_host = rendered_partitions(departments, partitions, mig)
+    mig_hosts = {f"n{i + 1:02d}" for i in mig}
     for name, (hosts, allow_qos) in slurm.items():
         owners = {owner_of_host[h] for h in hosts}
         assert len(owners) == 1, f"Slurm partition {name} holds trays of {owners}"
         (owner,) = owners
+        # Trays in MIG mode are in a MIG partition (`<partition>--mig`) and only there.
+        whole, _, suffix = name.partition("--")
+        assert (suffix == "mig") == bool(set(hosts) & mig_hosts) and (suffix != "mig") == bool(
+            set(hosts) - mig_hosts
+        ), (name, hosts)
         if owner is None:  # shared: open to everyone, never a department's name
-            assert allow_qos == () and not naming.is_slug(name), (name, allow_qos)
-        else:  # a department's: its name, its two QOS only
+            assert allow_qos == () and not naming.is_slug(whole), (name, allow_qos)
+        else:  # a department's: its name (or its MIG partition's), its two QOS only
             qos = (naming.department_qos(owner), naming.department_borrowed_qos(owner))
-            assert name == naming.dedicated_partition(owner) and allow_qos == qos
+            assert whole == naming.dedicated_partition(owner) and allow_qos == qos
 
 
 @pytest.mark.parametrize("slug", ["research", "a", "inference", "a-b", "x" * 30])
