@@ -22,6 +22,14 @@ weights 5 / 3 / 2, drawn by a hash of the job's id: the ITP traces record no GPU
   the fourth whole for jobs of 1-3 GPUs), every MIG GPU carved ``all-balanced`` (1g.23gb x2, 2g.47gb,
   3g.93gb), slices placed by best-fit or the fragmentation-aware rule.
 
+and, scored only after a 14-day history window (its jobs run but are not counted, for every configuration:
+MigPlan.history_s), against whole-GPU 2x9 scored on the same jobs:
+
+* MIG by the rule (scheduling.engine.mig_sizing, headroom 1 and 1.5): MIG trays, MIG GPUs per tray and the
+  rack layout sized from each sample's own history window (its sub-GPU share of GPU-hours);
+* MIG 1 tray/rack 17+1 and 2 trays/rack 16+2 (the rule's one-tray layout, and a 16-tray gang partition),
+  and whole-GPU 8+8+2 and 16+2 as layout references.
+
 Each replay's figures are kept in DIR (one JSON file each, so an interrupted run resumes where it stopped);
 then the tables are printed as Markdown: per configuration, the range over the three samples and the mean in
 brackets, and the issue's goal per half and slowdown.
@@ -72,6 +80,9 @@ CONFIGS = {
     "whole-GPU 8+8+2, scored after the 14-day history": ("8+8+2", 0, 4, BEST_FIT, HISTORY_S),
     # The rule's one-tray layout (1-4 MIG GPUs a rack), for every rack: is less MIG enough on either half?
     "MIG 1 tray/rack 17+1, scored after the 14-day history": ("17+1", 1, 4, BEST_FIT, HISTORY_S),
+    # The rule's two MIG trays with one 16-tray gang partition a rack (one Slurm 24.11 block) instead of 8+8.
+    "MIG 2 trays/rack 16+2, scored after the 14-day history": ("16+2", 2, 4, BEST_FIT, HISTORY_S),
+    "whole-GPU 16+2, scored after the 14-day history": ("16+2", 0, 4, BEST_FIT, HISTORY_S),
     **{name: (None, None, None, BEST_FIT, HISTORY_S) for name in AUTO},  # sized by the rule per sample
 }
 
