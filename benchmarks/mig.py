@@ -22,6 +22,14 @@ weights 5 / 3 / 2, drawn by a hash of the job's id: the ITP traces record no GPU
   the fourth whole for jobs of 1-3 GPUs), every MIG GPU carved ``all-balanced`` (1g.23gb x2, 2g.47gb,
   3g.93gb), slices placed by best-fit or the fragmentation-aware rule.
 
+and, scored only after a 14-day history window (its jobs run but are not counted, for every configuration:
+MigPlan.history_s), against whole-GPU 2x9 scored on the same jobs:
+
+* MIG by the rule (scheduling.engine.mig_sizing, headroom 1 and 1.5): MIG trays, MIG GPUs per tray and the
+  rack layout sized from each sample's own history window (its sub-GPU share of GPU-hours);
+* MIG 1 tray/rack 17+1 and 2 trays/rack 16+2 (the rule's one-tray layout, and a 16-tray gang partition),
+  and whole-GPU 8+8+2 and 16+2 as layout references.
+
 Each replay's figures are kept in DIR (one JSON file each, so an interrupted run resumes where it stopped);
 then the tables are printed as Markdown: per configuration, the range over the three samples and the mean in
 brackets, and the issue's goal per half and slowdown.
@@ -29,6 +37,7 @@ brackets, and the issue's goal per half and slowdown.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -36,7 +45,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.recarve import (  # the same halves, samples
+    HALVES,
     SAMPLES,
+    SLOWDOWNS,
     goal_table,
     range_tables,
     replay_halves,
@@ -44,10 +55,18 @@ from benchmarks.recarve import (  # the same halves, samples
 )
 from scheduling import simulator
 from scheduling.engine.mig import BEST_FIT, FRAGMENTATION_AWARE
+from scheduling.engine.mig_sizing import DEFAULT_HISTORY_S
 
 WHOLE = "whole-GPU 2x9"
+# The rule (scheduling.engine.mig_sizing): MIG capacity sized from the first 14 days of each half, which are
+# then not scored, for every configuration compared (the whole-GPU baseline too).
+HISTORY_S = DEFAULT_HISTORY_S
+WHOLE_AFTER = "whole-GPU 2x9, scored after the 14-day history"
+RULE = "MIG by the rule, headroom {:g}, scored after the 14-day history"
+HEADROOMS = (1.0, 1.5)
+AUTO = {RULE.format(h): h for h in HEADROOMS}
 CONFIGS = {
-    # name: (layout, MIG trays per rack, MIG GPUs per MIG tray, slice rule)
+    # name: (layout, MIG trays per rack, MIG GPUs per MIG tray, slice rule, history window s)
     WHOLE: ("2x9", 0, 4, BEST_FIT),
     "whole-GPU 8+8+2 (layout reference)": ("8+8+2", 0, 4, BEST_FIT),
     "MIG 1 tray/rack 9+8+1, best-fit": ("9+8+1", 1, 4, BEST_FIT),
@@ -57,6 +76,14 @@ CONFIGS = {
     "MIG 2 trays/rack 8+8+2, best-fit": ("8+8+2", 2, 4, BEST_FIT),
     "MIG 2 trays/rack 8+8+2, fragmentation-aware": ("8+8+2", 2, 4, FRAGMENTATION_AWARE),
     "MIG 2 trays/rack 8+8+2, 3 MIG GPUs each, best-fit": ("8+8+2", 2, 3, BEST_FIT),
+    WHOLE_AFTER: ("2x9", 0, 4, BEST_FIT, HISTORY_S),
+    "whole-GPU 8+8+2, scored after the 14-day history": ("8+8+2", 0, 4, BEST_FIT, HISTORY_S),
+    # The rule's one-tray layout (1-4 MIG GPUs a rack), for every rack: is less MIG enough on either half?
+    "MIG 1 tray/rack 17+1, scored after the 14-day history": ("17+1", 1, 4, BEST_FIT, HISTORY_S),
+    # The rule's two MIG trays with one 16-tray gang partition a rack (one Slurm 24.11 block) instead of 8+8.
+    "MIG 2 trays/rack 16+2, scored after the 14-day history": ("16+2", 2, 4, BEST_FIT, HISTORY_S),
+    "whole-GPU 16+2, scored after the 14-day history": ("16+2", 0, 4, BEST_FIT, HISTORY_S),
+    **{name: (None, None, None, BEST_FIT, HISTORY_S) for name in AUTO},  # sized by the rule per sample
 }
 
 
@@ -66,9 +93,23 @@ def _key(config: str, half: str, slowdown: float, sample: tuple[int, int]) -> st
 
 
 def _replay(task: tuple) -> tuple[str, dict]:
-    layout, trays, gpus, rule = CONFIGS[task[1]]
-    plan = simulator.MigPlan(trays_per_rack=trays, rule=rule, gpus_per_tray=gpus)
-    return replay_one(task, "rackplane", layout, mig=plan)
+    layout, trays, gpus, rule, *window = CONFIGS[task[1]]
+    history_s = window[0] if window else 0.0
+    if task[1] not in AUTO:
+        plan = simulator.MigPlan(trays_per_rack=trays, rule=rule, gpus_per_tray=gpus, history_s=history_s)
+        return replay_one(task, "rackplane", layout, mig=plan)
+    sized = {}
+
+    def by_the_rule(traces, racks) -> dict:
+        plan, sizing = simulator.auto_mig_plan(
+            traces, racks, simulator.MigPlan(rule=rule), history_s, AUTO[task[1]]
+        )
+        sized.update(dataclasses.asdict(sizing))
+        return {"mig": plan, "layout": sizing.layout}
+
+    key, metrics = replay_one(task, "rackplane", "2x9", options_from=by_the_rule)
+    metrics["mig"]["sizing"] = sized
+    return key, metrics
 
 
 def _h(seconds: float | None) -> float:
@@ -119,22 +160,59 @@ GOALS = (
 )
 
 
+def baseline(config: str) -> str:
+    """What `config` is measured against: whole-GPU 2x9 scored on the same jobs."""
+    return WHOLE_AFTER if len(CONFIGS[config]) > 4 else WHOLE
+
+
 def goals(results: dict[str, dict], config: str) -> str:
     """Issue 30's goal for one configuration against whole-GPU placement, per half and slowdown (means)."""
+    whole = baseline(config)
     return goal_table(
-        f"Goal for {config} (means over the samples; own vs {WHOLE})",
+        f"Goal for {config} (means over the samples; own vs {whole})",
         GOALS,
         lambda c, half, slowdown, name: _mean(results, c, half, slowdown, name),
         config,
-        (WHOLE,),
+        (whole,),
     )
 
 
+def sizings(results: dict[str, dict]) -> str:
+    """What the rule chose per half and sample: the history's sub-GPU share, MIG GPUs, the per-rack plan."""
+    lines = [
+        "\nMIG capacity by the rule (from each sample's 14-day history)\n",
+        "| configuration | half | sample | sub-GPU share of GPU-hours | MIG GPUs (rule) | per rack |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for config in AUTO:
+        for half in HALVES:
+            for sample in SAMPLES:
+                m = results.get(_key(config, half, SLOWDOWNS[0], sample))
+                if m is None:
+                    continue
+                s = m["mig"]["sizing"]
+                lines.append(
+                    f"| {config} | {half} | jitter {sample[0]} s seed {sample[1]} | "
+                    f"{100 * s['share']:.1f}% | {s['mig_gpus']} | {s['trays_per_rack']} MIG tray(s) x "
+                    f"{s['gpus_per_tray']} GPUs, layout {s['layout']} |"
+                )
+    return "\n".join(lines)
+
+
+def _baselines(chosen: list[str]) -> list[str]:
+    return sorted({baseline(c) for c in chosen})
+
+
 def main(argv=None) -> int:
-    results = replay_halves(__doc__, "benchmarks/results/mig", CONFIGS, _key, _replay, argv, always=(WHOLE,))
+    results = replay_halves(
+        __doc__, "benchmarks/results/mig", CONFIGS, _key, _replay, argv, always=_baselines
+    )
     print(tables(results, list(CONFIGS)))
-    for config in CONFIGS:
-        if config != WHOLE:
+    print(sizings(results))
+    for config in CONFIGS:  # the goal of each configuration replayed
+        if config not in (WHOLE, WHOLE_AFTER) and any(
+            _runs(results, config, h, s) for h in HALVES for s in SLOWDOWNS
+        ):
             print(goals(results, config))
     return 0
 

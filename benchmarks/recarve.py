@@ -78,13 +78,18 @@ def _key(config: str, half: str, slowdown: float, sample: tuple[int, int]) -> st
     return f"{slug}__{half}__{slowdown:g}__j{sample[0]}s{sample[1]}"
 
 
-def replay_one(task: tuple, policy: str, layout: str, **options) -> tuple[str, dict]:
+def replay_one(task: tuple, policy: str, layout: str, options_from=None, **options) -> tuple[str, dict]:
     """One replay of a half's traces (one sample, one slowdown, 10-minute checkpoint loss) with `options`
-    for simulator.simulate; its figures without the per-department ones (and the re-carve log)."""
+    for simulator.simulate; its figures without the per-department ones (and the re-carve log).
+    `options_from(traces, racks)`, when given, returns more options read from the sample's own traces
+    (``layout`` among them replaces `layout`)."""
     key, _, half, slowdown, sample, folder = task
     spec = HALVES[half]
     traces = simulator.load_traces([f"{folder}/cluster{c}.csv" for c in spec["clusters"]])
     traces = simulator.jitter_traces(traces, sample[0], sample[1])
+    if options_from is not None:
+        options = {**options, **options_from(traces, spec["racks"])}
+        layout = options.pop("layout", layout)
     run = simulator.simulate(
         traces, spec["racks"], layout, policy, span_slowdown=slowdown, checkpoint_loss_s=600.0, **options
     )
@@ -220,7 +225,8 @@ def replay_halves(
     """The command line the benchmarks share: parse it, replay every (configuration, half, slowdown,
     sample) not yet in the output folder (`replay(task)` -> (key, metrics), in `--workers` processes, each
     kept as one JSON file) and return every replay's figures there, by key. `always`: configurations
-    replayed even when `--only` leaves them out (what goals are measured against). `halves`, `slowdowns`
+    replayed even when `--only` leaves them out (what goals are measured against), or a function of the
+    chosen configurations returning them. `halves`, `slowdowns`
     and `samples`: what each configuration is replayed on (by default this benchmark's)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument(
@@ -239,7 +245,8 @@ def replay_halves(
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     chosen = args.only or list(configs)
-    chosen = [c for c in always if c not in chosen] + chosen
+    needed = always(chosen) if callable(always) else always
+    chosen = [c for c in needed if c not in chosen] + chosen
     tasks = [
         (key(c, h, sd, s), c, h, sd, s, args.traces)
         for c in chosen

@@ -100,6 +100,7 @@ from scheduling.engine.mig import (
     normalised_mix,
     profile_table,
 )
+from scheduling.engine.mig_sizing import DEFAULT_HEADROOM, DEFAULT_HISTORY_S, MigSizing, size_mig
 from scheduling.engine.placement import PARTITION, POLICIES, RACK, RACKPLANE, Request
 from scheduling.engine.recarve import RecarvePolicy, cluster_block_check, propose, waiting_gangs
 from scheduling.engine.scheduler import Department, Options, PendingJob, Project, RunningJob, schedule
@@ -161,6 +162,7 @@ __all__ = [
     "SliceConversion",
     "Trace",
     "TraceJob",
+    "auto_mig_plan",
     "build_cluster",
     "fallback",
     "jitter_traces",
@@ -361,6 +363,10 @@ class MigPlan:
     conversion: SliceConversion = field(default_factory=SliceConversion)
     profiles: tuple[SliceProfile, ...] = GB200_PROFILES
     gpus_per_tray: int = GPUS_PER_TRAY
+    # The history window (seconds from the replay's first submission) the MIG capacity was sized from
+    # (`auto_mig_plan`): its jobs run, but the MIG figures of jobs (waits, JCT, in one partition) count only
+    # the jobs submitted after it, in every configuration compared (whole-GPU placement too: trays 0).
+    history_s: float = 0.0
 
 
 def parse_mig_plan(
@@ -370,6 +376,7 @@ def parse_mig_plan(
     share: float = 1.0,
     mix: str | None = None,
     gpus_per_tray: int = GPUS_PER_TRAY,
+    history_s: float = 0.0,
 ) -> MigPlan:
     """A MigPlan from the command's words: `layout` a GB200 layout's name (GB200_LAYOUTS) or instances as
     mig-parted writes them (``1g.23gb:2,2g.47gb:1,3g.93gb:1``), `mix` ``PROFILE=WEIGHT`` joined with ','."""
@@ -390,9 +397,46 @@ def parse_mig_plan(
                 raise SimulationError(f"slice mix {mix!r}: write PROFILE=WEIGHT joined with ',' (1g.23gb=5)")
             weights.append((name, value))
         conversion = replace(conversion, mix=tuple(weights))
-    plan = MigPlan(trays_per_rack, chosen, rule, conversion, gpus_per_tray=gpus_per_tray)
+    plan = MigPlan(trays_per_rack, chosen, rule, conversion, gpus_per_tray=gpus_per_tray, history_s=history_s)
     _check_mig(plan)
     return plan
+
+
+def auto_mig_plan(
+    traces: Sequence[Trace],
+    racks: int,
+    plan: MigPlan | None = None,
+    history_s: float = DEFAULT_HISTORY_S,
+    headroom: float = DEFAULT_HEADROOM,
+) -> tuple[MigPlan, MigSizing]:
+    """`plan` (default MigPlan()) with its MIG trays sized by the rule (scheduling.engine.mig_sizing) from
+    the traces' first `history_s` seconds: the GPU-hours of the jobs its conversion turns into slice
+    requests over all GPU-hours submitted in that window. The plan keeps the window (`history_s`), so the
+    replay does not score the jobs the operator sized from; the sizing's `layout` is the rack layout to
+    replay on."""
+    plan = plan or MigPlan()
+    if not (isinstance(history_s, int | float) and math.isfinite(history_s) and history_s >= 0):
+        raise SimulationError(f"the MIG history window must be a number of seconds >= 0, not {history_s!r}")
+    if not (isinstance(headroom, int | float) and math.isfinite(headroom) and headroom > 0):
+        raise SimulationError(f"the MIG headroom must be a number > 0, not {headroom!r}")
+    if racks < 1:
+        raise SimulationError("at least one rack")
+    profiles = _check_mig(plan)
+    jobs = [job for trace in traces for job in trace.jobs]
+    if not jobs:
+        raise SimulationError("no jobs to size MIG from")
+    end = min(job.submitted_at for job in jobs) + history_s
+    sub = every = 0.0
+    for job in jobs:
+        if job.submitted_at < end:
+            every += job.gpus * job.duration_s
+            if plan.conversion.request(job, profiles) is not None:
+                sub += job.gpus * job.duration_s
+    sizing = size_mig(sub / 3600, every / 3600, racks, headroom)
+    sized = replace(
+        plan, trays_per_rack=sizing.trays_per_rack, gpus_per_tray=sizing.gpus_per_tray, history_s=history_s
+    )
+    return sized, sizing
 
 
 def mig_trays(cluster: Cluster, trays_per_rack: int) -> list[int]:
@@ -431,6 +475,9 @@ def _check_mig(
         raise SimulationError(f"MIG trays per rack must be 0-{RACK_TRAYS - 1}, not {plan.trays_per_rack!r}")
     if not (isinstance(plan.gpus_per_tray, int) and 1 <= plan.gpus_per_tray <= GPUS_PER_TRAY):
         raise SimulationError(f"MIG GPUs per MIG tray must be 1-{GPUS_PER_TRAY}, not {plan.gpus_per_tray!r}")
+    history_s = plan.history_s
+    if not (isinstance(history_s, int | float) and math.isfinite(history_s) and history_s >= 0):
+        raise SimulationError(f"the MIG history window must be seconds >= 0, not {plan.history_s!r}")
     share = plan.conversion.share
     if not (isinstance(share, int | float) and 0 <= share <= 1):
         raise SimulationError(f"the slice share must be a number from 0 to 1, not {share!r}")
@@ -1520,8 +1567,9 @@ class _Replay:
         """The MIG figures (results.json `mig`): slice use, stranded slices, the waits of jobs of 1 GPU or
         smaller, and the multi-tray figures to compare configurations by."""
         plan = self.mig
-        jobs = self.jobs
         first, last = self.window
+        # Scored: the jobs submitted after the history window the MIG capacity was sized from.
+        jobs = [j for j in self.jobs if j.submitted_at >= first + plan.history_s]
         end = max(self.end.values())
         slices = len(self.fleet) * COMPUTE_SLICES
 
@@ -1558,6 +1606,8 @@ class _Replay:
             "rule": plan.rule,
             "slice_share": plan.conversion.share,
             "slice_mix": dict(plan.conversion.mix),
+            "history_s": plan.history_s,
+            "scored_jobs": len(jobs),
             "converted_jobs": len(self.converted),
             "slice_jobs": len(self.slice_of),
             # Busy compute slices over the MIG GPUs' 7 each, from the first to the last submission.
@@ -1851,6 +1901,8 @@ def run(
             "trace's duration on the instance it takes",
             "slice_share": mig.conversion.share,
             "slice_mix": dict(mig.conversion.mix),
+            # Jobs submitted in this window from the first submission run but are not scored (MigPlan).
+            "history_s": mig.history_s,
         }
     traces = fit_traces(traces, capacity)
     split = split_guarantees(capacity, {t.department: t.gpu_hours for t in traces}, guarantees)

@@ -197,3 +197,92 @@ def test_the_figures_say_whether_slurm_24_11_blocks_can_express_the_gang_partiti
     assert even.metrics["mig"]["slurm_24_11_blocks"] is None
     uneven = simulator.simulate(traces, 2, "9+7+2", mig=MigPlan(trays_per_rack=2, conversion=ONE_G))
     assert "9 nodes" in uneven.metrics["mig"]["slurm_24_11_blocks"]
+
+
+# The history window (MigPlan.history_s): "big" and seven 1-GPU jobs come before it, one 1-GPU job after it.
+BEFORE_AND_AFTER = [*SEVEN, ("late", 5_000, 100, 1)]
+
+
+@pytest.mark.parametrize("trays", [0, 1])
+def test_jobs_submitted_in_the_history_window_run_but_are_not_scored_under_any_policy(tmp_path, trays):
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", BEFORE_AND_AFTER)])
+    plan = MigPlan(trays_per_rack=trays, conversion=ONE_G, history_s=1_000)
+    results, runs = simulator.run(traces, 1, "17+1", simulator.POLICIES, mig=plan, workers=1)
+    assert results["config"]["mig"]["history_s"] == 1_000
+    for run in runs:
+        m = run.metrics["mig"]
+        assert run.metrics["jobs"] == 9  # every job ran
+        assert (m["history_s"], m["scored_jobs"]) == (1_000, 1)
+        assert m["one_gpu_or_smaller"]["jobs"] == 1 and m["one_gpu_or_smaller"]["avg_wait_s"] == 0
+        assert m["multi_tray"]["jobs"] == 0  # "big" came before the window ends
+        assert m["slices"]["jobs"] == (1 if trays else 0)
+    # Without the window the seven early jobs count: whole GPUs make three of them wait 100 s.
+    whole = simulator.simulate(traces, 1, "17+1", mig=MigPlan(trays_per_rack=0, conversion=ONE_G))
+    assert whole.metrics["mig"]["scored_jobs"] == 9
+    assert whole.metrics["mig"]["one_gpu_or_smaller"]["avg_wait_s"] == pytest.approx(300 / 8, abs=0.1)
+
+
+def test_the_rule_sizes_mig_from_the_history_window_only(tmp_path):
+    # In the first hour: ten 1-GPU jobs of 100 s (1,000 GPU-s) and a 4-GPU job of 1,000 s (4,000 GPU-s):
+    # sub-GPU share 0.2; one rack, headroom 1: ceil(0.2 x 72) = 15 MIG GPUs, at most 8 a rack: 2 x 4, 8+8+2.
+    history = [(f"s{i}", i, 100, 1) for i in range(10)] + [("four", 0, 1_000, 4)]
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", history)])
+    plan, sizing = simulator.auto_mig_plan(traces, 1, MigPlan(conversion=ONE_G), 3_600, 1.0)
+    assert sizing.share == pytest.approx(0.2)
+    assert (sizing.mig_gpus, sizing.trays_per_rack, sizing.gpus_per_tray, sizing.layout) == (
+        15,
+        2,
+        4,
+        "8+8+2",
+    )
+    assert (plan.trays_per_rack, plan.gpus_per_tray, plan.history_s) == (2, 4, 3_600)
+    # Jobs after the window do not change it, however many.
+    later = history + [(f"late{i}", 4_000 + i, 10_000, 1) for i in range(50)]
+    traces = simulator.load_traces([write_trace(tmp_path / "b.csv", later)])
+    assert simulator.auto_mig_plan(traces, 1, MigPlan(conversion=ONE_G), 3_600, 1.0)[1] == sizing
+    # No 1-GPU job asks for a slice: no MIG.
+    plan, sizing = simulator.auto_mig_plan(traces, 1, MigPlan(conversion=SliceConversion(share=0)), 3_600)
+    assert (sizing.mig_gpus, plan.trays_per_rack, sizing.layout) == (0, 0, "2x9")
+    for history_s, headroom, why in ((-1, 1.0, "history window"), (1, 0.0, "headroom")):
+        with pytest.raises(SimulationError, match=why):
+            simulator.auto_mig_plan(traces, 1, MigPlan(), history_s, headroom)
+
+
+def test_the_command_sizes_mig_by_the_rule_and_says_so(tmp_path):
+    out = tmp_path / "results.json"
+    stdout = StringIO()
+    words = "--racks 1 --layout 2x9 --policy rackplane --mig-trays auto --mig-history 1d --workers 1"
+    call_command("simulate", *HEADS, *words.split(), "--out", str(out), stdout=stdout, stderr=StringIO())
+    results = json.loads(out.read_text())
+    sizing = results["config"]["mig"]["sizing"]
+    assert results["config"]["layout"] == sizing["layout"]  # the rule's layout replaces --layout
+    assert results["config"]["mig"]["trays_per_rack"] == sizing["trays_per_rack"]
+    assert results["config"]["mig"]["history_s"] == 86_400
+    assert f"= {sizing['mig_gpus']} MIG GPUs" in stdout.getvalue()
+    assert "--mig-trays auto" in results["config"]["command"]
+    m = results["policies"]["rackplane"]["mig"]
+    assert m["scored_jobs"] < results["policies"]["rackplane"]["jobs"]
+
+
+@pytest.mark.parametrize(
+    ("words", "why"),
+    [
+        (["--mig-trays", "some"], "a whole number of trays per rack, or auto"),
+        (["--mig-trays", "auto", "--mig-history=-1d"], "not a duration"),
+        (["--mig-trays", "auto", "--mig-headroom", "0"], "headroom"),
+    ],
+)
+def test_the_command_refuses_a_bad_sizing(tmp_path, words, why):
+    with pytest.raises(CommandError, match=why):
+        call_command(
+            "simulate",
+            *HEADS,
+            "--racks",
+            "1",
+            *words,
+            "--out",
+            str(tmp_path / "r.json"),
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
+    assert not (tmp_path / "r.json").exists()

@@ -1,3 +1,5 @@
+import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -7,6 +9,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling import simulator
+from scheduling.engine.mig_sizing import DEFAULT_HEADROOM, DEFAULT_HISTORY_S
 from scheduling.engine.placement import POLICIES
 from scheduling.engine.recarve import RecarvePolicy
 from scheduling.engine.scheduler import Options
@@ -61,6 +64,19 @@ MIG_COLUMNS = (
     ("gang JCT h", "{:>11}", "{:>11.2f}"),
     ("gang 1-part (fit)", "{:>18}", "{:>18}"),
 )
+
+
+AUTO = "auto"
+
+
+def _mig_trays(text: str) -> int | str:
+    """--mig-trays: a whole number of trays per rack, or "auto" (sized by the rule)."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of trays per rack, or auto") from None
 
 
 def _mig_row(policy: str, m: dict) -> str:
@@ -159,6 +175,10 @@ def _command(options: dict) -> str:
     if options["mig_trays"] is not None:
         words += ["--mig-trays", str(options["mig_trays"]), "--mig-layout", options["mig_layout"]]
         words += ["--mig-gpus-per-tray", str(options["mig_gpus_per_tray"])]
+        if options["mig_history"]:
+            words += ["--mig-history", options["mig_history"]]
+        if options["mig_trays"] == AUTO:
+            words += ["--mig-headroom", f"{options['mig_headroom']:g}"]
         words += ["--mig-rule", options["mig_rule"], "--slice-share", f"{options['slice_share']:g}"]
         words += ["--slice-mix", options["slice_mix"]]
     if options["faults"]:
@@ -399,11 +419,29 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--mig-trays",
-            type=int,
-            metavar="N",
+            type=_mig_trays,
+            metavar="N|auto",
             help="MIG (docs/simulator.md): the last N trays of every rack in MIG mode, which must be whole "
             "partitions at the end of --layout (9+8+1 for 1, 9+7+2 for 2); slice jobs take their instances, "
-            "no whole-GPU or multi-tray job lands there; 0: whole-GPU placement with the same figures",
+            "no whole-GPU or multi-tray job lands there; 0: whole-GPU placement with the same figures; "
+            "auto: trays, MIG GPUs per tray and the rack layout sized by the rule from the --mig-history "
+            "window's sub-GPU share of GPU-hours (replaces --layout and --mig-gpus-per-tray)",
+        )
+        parser.add_argument(
+            "--mig-history",
+            default=None,
+            metavar="DURATION",
+            help="with --mig-trays: the history window from the first submission (e.g. 14d) whose jobs run "
+            "but are not scored in the MIG figures; with auto, the window the MIG capacity is sized from "
+            f"(default {DEFAULT_HISTORY_S / 86400:g}d with auto, else 0)",
+        )
+        parser.add_argument(
+            "--mig-headroom",
+            type=float,
+            default=DEFAULT_HEADROOM,
+            metavar="H",
+            help=f"with --mig-trays auto: MIG GPUs = ceil(H x sub-GPU share x fleet GPUs) (default "
+            f"{DEFAULT_HEADROOM:g}, chosen on the tuning half)",
         )
         parser.add_argument(
             "--mig-gpus-per-tray",
@@ -572,16 +610,24 @@ class Command(BaseCommand):
                     if options["recarve_wait"].strip().lower() == "fallback"
                     else simulator.parse_duration(options["recarve_wait"]),
                 )
-            mig = None
+            mig, sizing = None, None
             if options["mig_trays"] is not None:
+                auto = options["mig_trays"] == AUTO
+                history = options["mig_history"] or (f"{DEFAULT_HISTORY_S:g}" if auto else "0")
                 mig = simulator.parse_mig_plan(
-                    options["mig_trays"],
+                    0 if auto else options["mig_trays"],
                     options["mig_layout"],
                     options["mig_rule"],
                     options["slice_share"],
                     options["slice_mix"],
                     options["mig_gpus_per_tray"],
+                    history_s=simulator.parse_duration(history),
                 )
+                if auto:
+                    mig, sizing = simulator.auto_mig_plan(
+                        traces, options["racks"], mig, mig.history_s, options["mig_headroom"]
+                    )
+                    options["layout"] = sizing.layout
             faults = None
             if options["faults"]:
                 faults = simulator.FaultPlan(
@@ -621,6 +667,8 @@ class Command(BaseCommand):
         results["config"]["command"] = _command(options)
         if jitter_s:
             results["config"]["jitter"] = {"max_s": jitter_s, "seed": options["seed"]}
+        if sizing is not None:  # what the rule read and chose (--mig-trays auto)
+            results["config"]["mig"]["sizing"] = dataclasses.asdict(sizing)
 
         try:
             Path(options["out"]).write_text(json.dumps(results, indent=2) + "\n")
@@ -669,6 +717,13 @@ class Command(BaseCommand):
                     f"{r['gangs_started_on_recarved_partition']:,} gangs started on their new partition; "
                     f"racks at the end: {', '.join(f'{n} x {k}' for k, n in r['final_layout'].items())}"
                 )
+        if sizing is not None:
+            self.stdout.write(
+                f"MIG sized by the rule: sub-GPU work took {sizing.share:.1%} of the GPU-hours of the first "
+                f"{mig.history_s / 86400:g} days; ceil({options['mig_headroom']:g} x that x the fleet's "
+                f"GPUs) = {sizing.mig_gpus} MIG GPUs: {sizing.trays_per_rack} MIG tray(s) per rack with "
+                f"{sizing.gpus_per_tray} MIG GPUs each, layout {sizing.layout}"
+            )
         if mig is not None:
             self._mig_table(results)
         if faults is not None:
