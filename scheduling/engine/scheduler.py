@@ -1468,7 +1468,8 @@ class Options:
     # with; None: over-quota work is ordered by the instant's standing only (the usage is ignored).
     half_life_s: float | None = None
     # A multi-rack job that could fit one scalable unit (the fabric's lowest level) waits for one up to this
-    # long since its submission, then expands (module docstring, Fabric wait); 0: at once. 2 h: measured on
+    # long from the first pass that held it (when it could have started across units), then expands
+    # (module docstring, Fabric wait); 0: at once. 2 h: measured on
     # the replay's tuning half (docs/simulator.md, The compute fabric). No effect without a fabric.
     fabric_wait_s: float = 7200.0
     # More reservations (beyond max_reservations) for jobs waiting inside a unit: the trays that free up
