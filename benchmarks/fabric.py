@@ -13,10 +13,11 @@ and every submission shifted by a random 0-5 minutes with seeds 1 and 2, the mix
 Each replay's figures are kept in DIR (one JSON file each: an interrupted run resumes); then the tables are
 printed as Markdown, per configuration the range over the three samples and the mean in brackets.
 
-Configurations: rackplane with the fabric and fabric waits of 0, 2 h, 8 h and 7 days
-(`Options.fabric_wait_s`), and with a job waiting for a unit only while one frees up (by the running jobs'
-time limits) sooner than spanning units would cost it (`Options.fabric_wait_slowdown`, told the replay's
-cross-unit slowdown; 7 days at most); the topology-blind baselines: rackplane placing as if the fabric were
+Configurations: rackplane with the fabric and fabric waits of 0, 30 min, 1 h, 2 h and 8 h
+(`Options.fabric_wait_s`, counted from when the job could first have started across scalable units), and
+with a job waiting for a unit only while one frees up (by the running jobs' time limits) sooner than spanning
+units would cost it (`Options.fabric_wait_slowdown`, told the replay's cross-unit slowdown; 2 h at most);
+the topology-blind baselines: rackplane placing as if the fabric were
 flat (the engine before issue 33), and first-fit.
 """
 
@@ -49,16 +50,41 @@ CROSS_UNIT_SLOWDOWNS = (1.1, 1.25, 1.5)
 SAMPLES = ((0, 1), (300, 1), (300, 2))  # (jitter s, seed: of the jitter and of the large-job mix)
 HOUR = 3600.0
 CONFIGS = {
-    # name: (policy, fabric wait s, blind to the fabric, wait only for a unit that frees up soon enough)
+    # name: (policy, fabric wait s, blind to the fabric, wait only for a unit that frees up soon enough[,
+    # reservations inside a unit for the jobs waiting for one: `Options.fabric_reservations`]). The
+    # fabric wait counts from the first pass that held the job for the fabric: when it could have started
+    # across units (scheduling.engine.scheduler, Fabric wait).
     "rackplane, fabric wait 0": ("rackplane", 0.0, False, False),
-    "rackplane, fabric wait 2 h": ("rackplane", 2 * HOUR, False, False),
-    "rackplane, fabric wait 8 h": ("rackplane", 8 * HOUR, False, False),
-    "rackplane, fabric wait 7 d": ("rackplane", 7 * 24 * HOUR, False, False),
-    "rackplane, wait for a unit that frees up soon enough (7 d at most)": (
+    "rackplane, fabric wait 30 min from could-start": ("rackplane", 0.5 * HOUR, False, False),
+    "rackplane, fabric wait 1 h from could-start": ("rackplane", 1 * HOUR, False, False),
+    "rackplane, fabric wait 2 h from could-start": ("rackplane", 2 * HOUR, False, False),
+    "rackplane, fabric wait 8 h from could-start": ("rackplane", 8 * HOUR, False, False),
+    "rackplane, wait for a unit that frees up soon enough (2 h from could-start at most)": (
         "rackplane",
-        7 * 24 * HOUR,
+        2 * HOUR,
         False,
         True,
+    ),
+    "rackplane, fabric wait 2 h from could-start, 1 unit reservation": (
+        "rackplane",
+        2 * HOUR,
+        False,
+        False,
+        1,
+    ),
+    "rackplane, fabric wait 2 h from could-start, 2 unit reservations": (
+        "rackplane",
+        2 * HOUR,
+        False,
+        False,
+        2,
+    ),
+    "rackplane, fabric wait 8 h from could-start, 2 unit reservations": (
+        "rackplane",
+        8 * HOUR,
+        False,
+        False,
+        2,
     ),
     "rackplane, topology-blind": ("rackplane", 0.0, True, False),
     "first-fit (topology-blind)": ("first-fit", 0.0, True, False),
@@ -73,7 +99,7 @@ def _key(config: str, half: str, slowdown: float, sample: tuple[int, int]) -> st
 
 def _replay(task: tuple) -> tuple[str, dict]:
     key, config, half, slowdown, sample, folder = task
-    policy, wait_s, blind, soon = CONFIGS[config]
+    policy, wait_s, blind, soon, *reservations = CONFIGS[config]
     spec = HALVES[half]
     traces = simulator.load_traces([f"{folder}/cluster{c}.csv" for c in spec["clusters"]])
     traces = simulator.jitter_traces(traces, sample[0], sample[1])
@@ -89,7 +115,11 @@ def _replay(task: tuple) -> tuple[str, dict]:
         cross_unit_slowdown=slowdown,
         fabric_blind=blind,
         # "Soon enough": sooner than spanning units would cost it, by the replay's own cross-unit slowdown.
-        engine_options={"fabric_wait_s": wait_s, "fabric_wait_slowdown": slowdown if soon else 0.0},
+        engine_options={
+            "fabric_wait_s": wait_s,
+            "fabric_wait_slowdown": slowdown if soon else 0.0,
+            "fabric_reservations": reservations[0] if reservations else 0,
+        },
     )
     metrics = dict(run.metrics)
     metrics.pop("departments", None)

@@ -130,6 +130,12 @@ class Job(models.Model):
         max_length=16, choices=JobState.choices, default=JobState.PENDING, verbose_name=_("state")
     )
     pending_reason = models.CharField(max_length=500, blank=True, verbose_name=_("pending reason"))
+    # When the pass first held it for the compute fabric: it could have started across scalable units but
+    # waits for one (scheduling.engine.scheduler, Fabric wait), until this plus the fabric wait. Written by
+    # the pass, cleared when it starts.
+    fabric_held_since = models.DateTimeField(
+        null=True, blank=True, verbose_name=_("held for the fabric since")
+    )
     over_quota = models.BooleanField(
         default=False, help_text=_("Running on borrowed GPUs (preemptible)."), verbose_name=_("over quota")
     )

@@ -43,7 +43,7 @@ def epoch(value) -> float:
 # The columns a pass reads of the pending jobs (the engine's PendingJob): the submitter's fields the engine
 # reads (scheduling.jobspec: a field marked for the engine is read here without another list), and the
 # queue's own.
-PENDING_COLUMNS = ("pk", *JobSpec.ENGINE_COLUMNS, "created_at", "pending_reason")
+PENDING_COLUMNS = ("pk", *JobSpec.ENGINE_COLUMNS, "created_at", "pending_reason", "fabric_held_since")
 
 
 def project_rows() -> list[tuple]:
@@ -196,6 +196,7 @@ def engine_pending_jobs(
             fallback_topology=j.fallback_topology or None,
             fallback_after_s=(j.fallback_after_minutes or 0) * 60,
             project=projects.get(j.project_id),
+            fabric_held_since=_seconds(j.fabric_held_since),
         )
         for j in rows
     ]

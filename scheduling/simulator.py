@@ -839,12 +839,6 @@ class _Replay:
             and now < (wake := self.queued_at[job.id] + self.fallback_after[job.id]) < math.inf
         ):
             heapq.heappush(self.wakes, (wake, job.id))
-        if (
-            self.fabric_wait_s
-            and job.trays > self.cluster.max_rack_trays
-            and now < self.queued_at[job.id] + self.fabric_wait_s
-        ):  # its fabric wait ends (scheduling.engine.scheduler): a pass then lets it expand
-            heapq.heappush(self.wakes, (self.queued_at[job.id] + self.fabric_wait_s, job.id))
         if self.preempt_after_s and self.queued_at[job.id] + self.preempt_after_s > now:
             heapq.heappush(self.wakes, (self.queued_at[job.id] + self.preempt_after_s, job.id))
         if self.promoted and job.id in self.promoted:
@@ -1056,6 +1050,8 @@ class _Replay:
             self._start(start, now)
         for victim in result.preempted:
             self._preempt(victim, now)
+        for job_id, since in result.fabric_held_since.items():
+            self._held_for_fabric(job_id, since)
         # The standing the pass gave every running job, as the portal stores it for the next pass: only the
         # jobs borrowing now and not before or the other way round change (found with set operations).
         running, standing = self.running, result.over_quota
@@ -1069,6 +1065,17 @@ class _Replay:
         if self.recarve is not None and result.in_quota_gangs:
             self._recarve(result, now)
         return bool(result.preempted)
+
+    def _held_for_fabric(self, job_id: int, since: float) -> None:
+        """The engine held waiting `job_id` for the fabric for the first time (scheduling.engine.scheduler,
+        Fabric wait): kept on its PendingJob, as the portal keeps it on the job, until it starts; its wait
+        ends `fabric_wait_s` later, when a pass lets it expand."""
+        job = self.pending.get(job_id)
+        if job is None:
+            return
+        job = replace(job, fabric_held_since=since)
+        self.pending[job_id] = self.waiting_of[self.by_id[job_id].department][job_id] = job
+        heapq.heappush(self.wakes, (since + self.fabric_wait_s, job_id))
 
     def _shape(self, job: TraceJob) -> Request:
         """The request a waiting job's shape is judged by for stranded capacity: its own topology (not its

@@ -43,8 +43,12 @@ Admission follows `tenancy.quota.fair_share` (Run:ai / KAI semantics):
    needs more trays than one rack has (or finds no partition or rack with room for it) expands outward
    only when necessary (scheduling.engine.placement): one scalable unit, then one spine group, then
    anywhere. With `Options.fabric_wait_s`, such a job that could fit one scalable unit later (a unit has
-   that many trays, busy or not) waits for one up to that long since its submission, then expands: the
-   same trade-off as the fallback's NVLink locality wait, measured (docs/simulator.md). 0: at once.
+   that many trays, busy or not) waits for one up to that long, counted from the first pass that held it
+   for the fabric: the first in which it could have started spanning units (its quota allowed it and the
+   free trays were there across units) but no unit had room (`PendingJob.fabric_held_since`, reported in
+   `PassResult.fabric_held_since` and given back by the caller at the next pass); then it expands. A job
+   that waits for its quota or for trays anywhere is not held, and its wait has not begun. The same
+   trade-off as the fallback's NVLink locality wait, measured (docs/simulator.md). 0: at once.
 
 **Projects.** A department may split its share among projects (`Department.projects`; jobs name theirs in
 `project`): quotas are then hierarchical (`tenancy.quota.hierarchical_fair_share`): a job is in quota when
@@ -105,7 +109,7 @@ from scheduling.engine.placement import (
     why_not,
 )
 from scheduling.engine.placement import explain as explain_placement
-from scheduling.engine.words import CLAUSES, WAITING, gettext_noop, minutes, say
+from scheduling.engine.words import CLAUSES, WAITING, gettext_noop, minutes, say, utc_words
 from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
 from tenancy.usage_decay import history_standing
 
@@ -156,6 +160,10 @@ class PendingJob:
     borrower_fallback_after_s: float | None = None
     # The fabric level its trays must stay inside for now (the pass sets it: `Options.fabric_wait_s`).
     within: str | None = None
+    # When a pass first held it for the fabric (it could have started across scalable units, but waited for
+    # one: module docstring, Fabric wait), on the pass's clock; None: never held. Its wait runs out at this
+    # plus `Options.fabric_wait_s`. The caller keeps it from `PassResult.fabric_held_since`.
+    fabric_held_since: float | None = None
 
     @property
     def preemptible(self) -> bool:
@@ -229,6 +237,10 @@ class PassResult:
     # quota first, in queue order, then the over-quota sweep, departments furthest below their fair share
     # first. A job's place here is its position in the queue: who the pass serves before it.
     queue: list[int] = field(default_factory=list)
+    # Jobs the fabric wait held for the first time in this pass (they could have started across scalable
+    # units but wait for one, and came without `PendingJob.fabric_held_since`) -> this pass's clock. The
+    # caller keeps it on the job (its `fabric_held_since` at the next passes) until the job starts.
+    fabric_held_since: dict[int, float] = field(default_factory=dict)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -286,7 +298,9 @@ RESERVED_FOR_HEAD = gettext_noop(
     "the free trays it fits on are reserved for job #%(job)s, which should start in %(wait)s"
 )
 WOULD_DELAY_HEAD = gettext_noop("this job's time limit would delay it")
-EXPANDS_IN = gettext_noop("it expands beyond one in %(wait)s (the fabric wait)")
+HELD_FOR_UNIT = gettext_noop(
+    "waiting for one scalable unit (since %(at)s, until %(ends_at)s: the fabric wait)"
+)
 
 
 class _Pass:
@@ -1097,7 +1111,7 @@ class _Pass:
         ):
             self.own_topology[job.id] = job.topology
             job = replace(job, topology=job.fallback_topology)
-        if self.fabric_wait_s and job.topology == ANY and self.now - job.submitted_at < self.fabric_wait_s:
+        if self.fabric_wait_s and job.topology == ANY and not self._fabric_wait_over(job):
             within = self._fabric_level(job)
             if within is not None:
                 job = replace(job, within=within)
@@ -1114,13 +1128,21 @@ class _Pass:
         if job.within is not None:  # a shape of its own while it waits inside a fabric level
             key += (job.within,)
         placement = None if key in self.failed else self._place(job, borrow, key, backfill)
-        if placement is None and job.within is not None and self.options.fabric_wait_slowdown > 1:
-            placement = self._unless_a_unit_is_near(job, borrow, key[:5], backfill)
+        held = False  # the fabric wait holds it: it could start across units now
+        if placement is None and job.within is not None:
+            wide = replace(job, within=None)
+            wide_placement = None if key[:5] in self.failed else self._place(wide, borrow, key[:5], backfill)
+            held = wide_placement is not None
+            if held and self.options.fabric_wait_slowdown > 1 and not self._a_unit_is_near(job, borrow):
+                placement = wide_placement
         if placement is not None:
             self._start(job, placement, over_quota=borrow)
             return True
         if in_quota and self._reclaim(job):
             return True
+        if held and job.fabric_held_since is None:  # held for the first time: its fabric wait begins
+            self.result.fabric_held_since[job.id] = self.now
+            job = replace(job, fabric_held_since=self.now)
         if in_quota and job.gpus > GPUS_PER_TRAY:
             self.result.in_quota_gangs.append(job.id)  # what re-carving may serve (engine.recarve)
         if (
@@ -1218,28 +1240,27 @@ class _Pass:
                 why=self.preempt_why[job.id],
                 wait=minutes(self.result.may_preempt_at[job.id] - self.now),
             )
-        if self.explain and job.within is not None:
+        if self.explain and job.within is not None and job.fabric_held_since is not None:
+            since = job.fabric_held_since
             reason += CLAUSES + say(
-                EXPANDS_IN, wait=minutes(job.submitted_at + self.fabric_wait_s - self.now)
+                HELD_FOR_UNIT, at=utc_words(since), ends_at=utc_words(since + self.fabric_wait_s)
             )
         self.result.waiting[job.id] = reason
 
-    def _unless_a_unit_is_near(
-        self, job: PendingJob, borrow: bool, key: tuple, backfill: tuple[int, ...]
-    ) -> Placement | None:
-        """Where `job`, waiting inside a unit none of which has room now, goes if it expands now; None when
-        it should wait: no room wider either, or a unit has room for it (by the running jobs' time limits)
-        sooner than spanning units would cost it (its time limit times `Options.fabric_wait_slowdown` - 1:
-        the site's estimate of how much slower a job runs across units)."""
-        wide = replace(job, within=None)
-        placement = None if key in self.failed else self._place(wide, borrow, key, backfill)
-        if placement is None:
-            return None
+    def _a_unit_is_near(self, job: PendingJob, borrow: bool) -> bool:
+        """Whether `job`, waiting inside a unit none of which has room now but which could start across
+        units, should wait on: a unit has room for it (by the running jobs' time limits) sooner than spanning
+        units would cost it (its time limit times `Options.fabric_wait_slowdown` - 1: the site's estimate of
+        how much slower a job runs across units)."""
         reservation = self._reserve(job, in_quota=not borrow)
         cost = (self.options.fabric_wait_slowdown - 1.0) * job.time_limit_s
-        if reservation is not None and reservation.start_at - self.now <= cost:
-            return None
-        return placement
+        return reservation is not None and reservation.start_at - self.now <= cost
+
+    def _fabric_wait_over(self, job: PendingJob) -> bool:
+        """`job`'s fabric wait has run out: `Options.fabric_wait_s` since a pass first held it (module
+        docstring, Fabric wait); never before it was held."""
+        since = job.fabric_held_since
+        return since is not None and self.now - since >= self.fabric_wait_s
 
     def _fabric_level(self, job: PendingJob) -> str | None:
         """The fabric's lowest level (the scalable unit) when `job` needs more than one rack's trays and one
@@ -1447,7 +1468,8 @@ class Options:
     # with; None: over-quota work is ordered by the instant's standing only (the usage is ignored).
     half_life_s: float | None = None
     # A multi-rack job that could fit one scalable unit (the fabric's lowest level) waits for one up to this
-    # long since its submission, then expands (module docstring, Fabric wait); 0: at once. 2 h: measured on
+    # long from the first pass that held it (when it could have started across units), then expands
+    # (module docstring, Fabric wait); 0: at once. 2 h: measured on
     # the replay's tuning half (docs/simulator.md, The compute fabric). No effect without a fabric.
     fabric_wait_s: float = 7200.0
     # More reservations (beyond max_reservations) for jobs waiting inside a unit: the trays that free up
@@ -1456,7 +1478,7 @@ class Options:
     fabric_reservations: int = 0
     # With a value above 1 (the site's estimate of how much slower a job runs across scalable units), a job
     # in its fabric wait expands at once when no unit will have room for it sooner than spanning units
-    # would cost it (`_unless_a_unit_is_near`); it waits only for a unit that frees up soon enough.
+    # would cost it (`_a_unit_is_near`); it waits only for a unit that frees up soon enough.
     fabric_wait_slowdown: float = 0.0
 
 

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
@@ -58,6 +59,7 @@ _LOCKED = (
     "started_at",
     "over_quota",
     "pending_reason",
+    "fabric_held_since",
     "backend_message",
     "dispatch_attempts",
     "next_dispatch_at",
@@ -84,6 +86,7 @@ def _placed(now) -> dict:
         "state": JobState.STARTING,
         "placed_at": now,
         "pending_reason": "",
+        "fabric_held_since": None,
         "backend_message": "",
         "dispatch_attempts": 0,
         "next_dispatch_at": None,
@@ -453,12 +456,19 @@ def write_standing(
     return _changes(holding, {pk: {"over_quota": over} for pk, over in changed.items()}), events
 
 
-def record_waiting_reasons(waiting: dict[int, str], reasons: dict[int, str]) -> None:
-    """Store why each job still waits, writing only the reasons that changed."""
-    _update_each(
-        {
-            job_id: {"pending_reason": reason[:500]}
-            for job_id, reason in waiting.items()
-            if job_id in reasons and reasons[job_id] != reason[:500]
-        }
-    )
+def record_waiting_reasons(
+    waiting: dict[int, str], stored: dict[int, tuple], held: dict[int, float] | None = None
+) -> None:
+    """Store why each job still waits and, for the jobs the fabric wait held for the first time (`held`: job
+    -> since, on the pass's clock: PassResult.fabric_held_since), since when; one statement, writing only
+    the jobs whose reason or hold changed. `stored`: each pending job's (reason, held since) as read."""
+    held = held or {}
+    rows = {}
+    for job_id, reason in waiting.items():
+        if job_id not in stored:
+            continue
+        was_reason, was_held = stored[job_id]
+        since = datetime.fromtimestamp(held[job_id], UTC) if job_id in held else was_held
+        if was_reason != reason[:500] or since != was_held:
+            rows[job_id] = {"pending_reason": reason[:500], "fabric_held_since": since}
+    _update_each(rows)

@@ -92,8 +92,13 @@ def _pass(now, fabric: Fabric | None = None) -> PassSummary:
     locked = lock_decided(result, restand)
     holding = keep_decisions_still_valid(result, locked)
     by_pk = {d.pk: d for d in departments}
-    reasons = {pk: row.pending_reason for pk, row in pending.items()}
-    reasons.update((pk, row.pending_reason) for pk, row in locked.items() if row.state == JobState.PENDING)
+    # Each pending job's (reason, held for the fabric since) as read: what record_waiting_reasons changes.
+    stored = {pk: (row.pending_reason, row.fabric_held_since) for pk, row in pending.items()}
+    stored.update(
+        (pk, (row.pending_reason, row.fabric_held_since))
+        for pk, row in locked.items()
+        if row.state == JobState.PENDING
+    )
     # The writes are sent without waiting for each (PostgreSQL): the database makes them, and checks the
     # allocations' foreign keys, while the Python work below them goes on.
     with pipelined():
@@ -110,7 +115,7 @@ def _pass(now, fabric: Fabric | None = None) -> PassSummary:
                 for pk, row in locked.items()
             },
         )
-        record_waiting_reasons(result.waiting, reasons)
+        record_waiting_reasons(result.waiting, stored, result.fabric_held_since)
         insert_events([*events, *started_events, *standing_events])
         for start in result.started:
             enqueue(DISPATCH_JOB, start.job_id)

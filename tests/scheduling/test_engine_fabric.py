@@ -4,6 +4,7 @@ spine group, then anywhere; the reason names the level it got and why; a bounded
 that could fit one unit waiting for one; a cluster without a fabric places exactly as before."""
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -234,28 +235,31 @@ def _crowded() -> Cluster:
 
 
 def test_a_job_that_could_fit_one_unit_waits_for_one_up_to_the_bound_then_expands():
+    """Held at its first pass (it could start across units there): the wait counts from then."""
     job = PendingJob(1, "research", 96, ANY, submitted_at=0.0)
     departments = [Department("research", 576)]
-    waited = schedule(
-        _crowded(), departments, [], [job], now=3599.0, fabric_wait_s=3600.0, max_reservations=0
-    )
-    assert waited.started == []
-    assert waited.waiting[1] == (
+    held = schedule(_crowded(), departments, [], [job], now=100.0, fabric_wait_s=3600.0, max_reservations=0)
+    assert held.started == [] and held.fabric_held_since == {1: 100.0}
+    assert held.waiting[1] == (
         "waiting: no scalable unit has 24 free trays (the most in one is 20): it waits for one rather than "
-        "spanning units; it expands beyond one in about 1 min (the fabric wait)"
+        "spanning units; waiting for one scalable unit (since 1970-01-01 00:01 UTC, until 1970-01-01 01:01 "
+        "UTC: the fabric wait)"
     )
+    job = replace(job, fabric_held_since=100.0)
+    waited = schedule(_crowded(), departments, [], [job], now=3699.0, fabric_wait_s=3600.0)
+    assert waited.started == [] and waited.fabric_held_since == {}  # reported once: the caller keeps it
     cluster = _crowded()
-    expanded = schedule(cluster, departments, [], [job], now=3600.0, fabric_wait_s=3600.0)
+    expanded = schedule(cluster, departments, [], [job], now=3700.0, fabric_wait_s=3600.0)
     (start,) = expanded.started
     assert placed_level(cluster, start.placement) == "spine"
     assert start.why.startswith(
         "no scalable unit had 96 free GPUs, so across 2 scalable units of spine group"
     )
-    # No wait: it expands at once; by default it waits 2 hours.
-    (start,) = schedule(_crowded(), departments, [], [job], now=0.0, fabric_wait_s=0.0).started
+    # No wait: it expands at once; by default it waits 2 hours from its hold.
+    (start,) = schedule(_crowded(), departments, [], [job], now=100.0, fabric_wait_s=0.0).started
     assert len(start.placement) == 24
-    assert schedule(_crowded(), departments, [], [job], now=7199.0).started == []
-    assert len(schedule(_crowded(), departments, [], [job], now=7200.0).started) == 1
+    assert schedule(_crowded(), departments, [], [job], now=7299.0).started == []
+    assert len(schedule(_crowded(), departments, [], [job], now=7300.0).started) == 1
 
 
 def test_a_job_larger_than_any_unit_never_waits_for_one():

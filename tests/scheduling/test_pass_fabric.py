@@ -6,12 +6,18 @@ On the demo inventory: gb-r01 (one default partition, a tray drained), gb-r02 (c
 partition). The fabric puts gb-r01 and gb-r02 in unit su-1 (33 whole free trays on the demo) and gb-r03
 alone in su-2 (at most 18): a 24-tray job fits only su-1."""
 
+from datetime import timedelta
+
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from core.fabric import Fabric
+from core.moments import utc_words
 from scheduling.choices import JobEventKind, JobState
+from scheduling.engine.scheduler import Options
+from scheduling.models import Job
 from scheduling.services.passes import run_pass
 from tests.factories import make_department, make_job
 
@@ -85,3 +91,40 @@ def test_the_pass_places_on_the_fabric_the_inventory_has_in_use(department_a):
     assert job.state == JobState.STARTING, job.pending_reason
     assert racks_of(job) == {"gb-r01", "gb-r02"}
     assert "in scalable unit su-1" in job.events.get(kind=JobEventKind.PLACED).message
+
+
+def test_the_pass_keeps_when_it_first_held_a_job_for_the_fabric_and_clears_it_when_the_job_starts(
+    department_a, member_a
+):
+    """A 40-GPU rack job leaves su-1 fewer than 24 free trays; a two-rack job could start across units, so
+    the pass holds it for one and stores since when (in its batched write); the next pass keeps that moment;
+    once the fabric wait since then has run out it expands, and the moment is cleared."""
+    first = make_job(department_a, "rack-job", JobState.PENDING, gpus=40, topology="rack")
+    run_pass(fabric=FABRIC)
+    first.refresh_from_db()
+    assert first.state == JobState.STARTING and racks_of(first) <= {"gb-r01", "gb-r02"}
+    job = make_job(department_a, "pretrain", JobState.PENDING, gpus=96, topology="any", submitted_by=member_a)
+    before = timezone.now()
+    run_pass(fabric=FABRIC)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    held = job.fabric_held_since
+    assert held is not None and before <= held <= timezone.now()
+    ends = held + timedelta(seconds=Options.fabric_wait_s)
+    assert job.pending_reason.endswith(
+        f"waiting for one scalable unit (since {utc_words(held, seconds=False)}, until "
+        f"{utc_words(ends, seconds=False)}: the fabric wait)"
+    ), job.pending_reason
+    client = Client()
+    client.force_login(member_a)
+    page = client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    assert f"waiting for one scalable unit (since {utc_words(held, seconds=False)}, until" in page
+    run_pass(fabric=FABRIC)  # held still: the moment it was first held stays
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.fabric_held_since == held
+    # Its wait since then has run out: it spans units, and the moment goes with its start.
+    Job.objects.filter(pk=job.pk).update(fabric_held_since=held - timedelta(seconds=Options.fabric_wait_s))
+    run_pass(fabric=FABRIC)
+    job.refresh_from_db()
+    assert job.state == JobState.STARTING, job.pending_reason
+    assert job.fabric_held_since is None and "gb-r03" in racks_of(job)

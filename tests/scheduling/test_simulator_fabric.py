@@ -141,3 +141,20 @@ def test_the_command_refuses_a_bad_fabric(tmp_path, args, message):
         simulate(
             "--trace", str(trace), "--racks", "1", "--layout", "2x9", "--out", str(tmp_path / "r.json"), *args
         )
+
+
+# Four rack-sized jobs fill the four racks (each spans its rack's two partitions: 1.5x); A and C end at
+# 4.5 h, one rack in each unit, B at 6 h; X (96 GPUs) is submitted at 10 s. Nothing could start it before
+# 4.5 h; then it could start across units, and the fabric wait holds it from then (not from its submission,
+# long past): with 30 min it spans units at 5 h (the replay wakes for it), with 2 h it takes su-1 when B ends.
+HELD = [("A", 0, 3 * 3600, 72), ("B", 0, 4 * 3600, 72), ("C", 0, 3 * 3600, 72), ("D", 0, 10 * 3600, 72)]
+
+
+@pytest.mark.parametrize(("wait", "starts_at", "inside"), [(1800.0, 5 * 3600, 0.0), (7200.0, 6 * 3600, 1.0)])
+def test_the_fabric_wait_counts_from_when_the_job_could_first_start(tmp_path, wait, starts_at, inside):
+    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", [*HELD, ("X", 10, 3600, 96)])])
+    fabric = simulator.simulate(
+        traces, 4, "2x9", RACKPLANE, fabric=FOUR_RACKS, engine_options={"fabric_wait_s": wait}
+    ).metrics["fabric"]
+    assert fabric["fitting_one_unit"]["avg_wait_s"] == starts_at - 10
+    assert fabric["fitting_in_one_unit"] == inside and fabric["cross_unit_jobs"] == 1 - inside

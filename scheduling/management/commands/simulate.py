@@ -508,8 +508,8 @@ class Command(BaseCommand):
             default=f"{Options.fabric_wait_s / 60:g}m",
             metavar="DURATION",
             help="with --fabric: a multi-rack job that could fit one scalable unit waits for one up to "
-            f"DURATION since its submission before it spans units (default {Options.fabric_wait_s / 60:g}m, "
-            "the engine's; 0: at once)",
+            "DURATION from when it could first have started across units, then spans them "
+            f"(default {Options.fabric_wait_s / 60:g}m, the engine's; 0: at once)",
         )
         parser.add_argument(
             "--fabric-blind",
