@@ -10,7 +10,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inventory.choices import GpuHealth, MigMode, TrayState
+from inventory import selectors
+from inventory.choices import FabricState, GpuHealth, MigMode, TrayState
 from inventory.models import ComputeTray, Gpu
 from scheduling import fleet_counts
 from tenancy.services import schedulable_gpus as counted
@@ -112,3 +113,48 @@ def test_without_a_change_log_it_is_the_count(demo_inventory):
     before = agrees()
     ComputeTray.objects.filter(state=TrayState.UP).first().gpus.update(health=GpuHealth.UNHEALTHY)
     assert agrees() < before
+
+
+def _overview_change(rng):
+    """One of the changes the overview counts: a tray's state or fabric problems, a GPU's health, fabric
+    state, clique or tray, a partition's clique."""
+    tray = ComputeTray.objects.order_by("?").first()
+    gpu = Gpu.objects.filter(tray__isnull=False).order_by("?").first()
+    choice = rng.randrange(6)
+    if choice == 0:
+        _tray_state(rng)
+    elif choice == 1:
+        ComputeTray.objects.filter(pk=tray.pk).update(fabric_problems=rng.choice([[], ["NVLink down"]]))
+    elif choice == 2:
+        _gpu_health(rng)
+    elif choice == 3:
+        Gpu.objects.filter(pk=gpu.pk).update(
+            fabric_state=rng.choice([FabricState.IN_PROGRESS, FabricState.COMPLETED])
+        )
+    elif choice == 4:
+        Gpu.objects.filter(pk=gpu.pk).update(reported_clique_id=rng.choice([None, 7, 32766]))
+    else:
+        _gpu_out_and_back(rng)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_kept_overview_counts_are_the_counts_after_every_change(demo_inventory, platform_admin, member_a):
+    """The home page's fleet-wide counts (inventory.selectors.overview_counts), kept while the inventory
+    is unchanged: one query when kept, and after every change the figures a count gives (the same for any
+    signed-in user: the inventory is shared)."""
+    rng = random.Random(33)
+    cache.clear()
+
+    def agree():
+        kept = fleet_counts.overview_counts(platform_admin)
+        assert kept == selectors.overview_counts(platform_admin) == selectors.overview_counts(member_a)
+        return kept
+
+    before = agree()
+    if connection.vendor == "postgresql":
+        with CaptureQueriesContext(connection) as queries:
+            assert fleet_counts.overview_counts(member_a) == before
+        assert len(queries) == 1
+    for _ in range(30):
+        _overview_change(rng)
+        agree()
