@@ -102,7 +102,8 @@ def kept() -> ClusterState | None:
 # --- PostgreSQL: the change log -------------------------------------------------------------------------
 
 
-def _has_log() -> bool:
+def has_log() -> bool:
+    """Whether the database in use has the change log (PostgreSQL with migration scheduling 0010)."""
     if connection.vendor != "postgresql":
         return False
     key = _database()
@@ -375,7 +376,7 @@ def read(placed: dict[int, object], fabric: Fabric | None = None) -> ClusterStat
         except (ValueError, KeyError):  # the cluster's own checks refused a change (never expected)
             state = None
     if state is None:
-        state = build(placed, _mark() if _has_log() else None, fabric)
+        state = build(placed, _mark() if has_log() else None, fabric)
     cluster = state.cluster
     state.jobs_before = dict(cluster.jobs)
     state.free_before = cluster.free_gpus

@@ -38,7 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Q, RowRange, Sum, Window
+from django.db.models.functions import Coalesce
 from django.utils.translation import pgettext
 
 from core.access import leads
@@ -203,6 +204,25 @@ def standing_key(job: Job) -> tuple:
     `STANDING_FIELDS`."""
     since = job.placed_at or job.started_at or job.created_at
     return job.priority_class in PREEMPTIBLE_CLASSES, since, job.over_quota, job.pk
+
+
+def standing_order() -> list:
+    """`standing_key` in SQL, for ORDER BY and windows (booleans sort false first there as in Python; the
+    pk last, so no two jobs tie)."""
+    return [
+        ExpressionWrapper(Q(priority_class__in=PREEMPTIBLE_CLASSES), output_field=BooleanField()).asc(),
+        Coalesce("placed_at", "started_at", "created_at").asc(),
+        F("over_quota").asc(),
+        F("pk").asc(),
+    ]
+
+
+def reached_in_standing(leaf) -> Window:
+    """Each running job's GPUs with those of the jobs before it in its leaf (`leaf`: an expression naming
+    it), in standing order: the SQL side of `leaf_beyond`. A job is in its leaf's guarantee while this stays
+    within it (tenancy.quota.in_quota_prefix: the sums only grow, so the jobs within are a prefix), and
+    beyond it after, unless it borrows from other departments (`over_quota`)."""
+    return Window(Sum("gpus"), partition_by=[leaf], order_by=standing_order(), frame=RowRange(None, 0))
 
 
 def leaf_beyond(guaranteed: int, jobs: list[Job]) -> set[int]:

@@ -63,16 +63,12 @@ from core.access import leads
 from inventory.mig_layouts import COMPUTE_SLICES
 from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
+from scheduling.fleet_counts import schedulable_gpus
 from scheduling.models import Allocation, Job
 from tenancy.activity import fresh_activity, fresh_since
 from tenancy.models import Department, Membership, TenancySettings
 from tenancy.quota import DepartmentQuota, GuaranteePosition, fair_share, guarantee_positions
-from tenancy.services import (
-    count_of,
-    schedulable_gpus,
-    schedulable_gpus_q,
-    unschedulable_gpus,
-)
+from tenancy.services import count_of, schedulable_gpus_q, unschedulable_gpus
 from tenancy.usage_decay import average_gpus, history_standing
 
 # A Position's figures that a QuotaSnapshot records (scheduling.tasks) and the quota chart draws.

@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy
 from core.access import is_admin
 from inventory import selectors
 from portal.web.middleware import database_unavailable, is_database_unavailable
+from scheduling import fleet_counts
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Job
 from scheduling.usage import Position, department_list, held_without_data, idle_gpus_queryset
@@ -128,7 +129,9 @@ def home(request):
         user._menu_roles = roles  # the menu reads them too (core.templatetags.access)
     if not is_admin(user) and roles:
         return render(request, "portal/work_home.html", {"work": work_home(user)})
-    return render(request, "portal/home.html", {"overview": selectors.overview(user)})
+    # The fleet-wide counts kept while the inventory is unchanged (scheduling.fleet_counts).
+    overview = selectors.overview(user, counts=fleet_counts.overview_counts(user))
+    return render(request, "portal/home.html", {"overview": overview})
 
 
 def error_response(

@@ -14,11 +14,25 @@ whose POST applies it while that is still so (else the page again, 409).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import BooleanField, Count, ExpressionWrapper, OuterRef, Prefetch, Q, Subquery, Sum
+from django.db import connection
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Prefetch,
+    Q,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import resolve, reverse
@@ -41,13 +55,12 @@ from scheduling.forms import (
     ProjectMemberForm,
     StepForm,
 )
-from scheduling.models import Job
+from scheduling.models import Allocation, Job
 from scheduling.project_changes import (
-    STANDING_FIELDS,
     StaleConfirmation,
-    leaf_beyond,
     move_changes,
     new_project_changes,
+    reached_in_standing,
 )
 from tenancy import projects as service
 from tenancy.models import Department, Membership, Project, ProjectMembership
@@ -62,44 +75,76 @@ class Remainder:
     """A row of figures that is not a project: the work without one, or the department's total."""
 
 
-def _figures(row, guaranteed: int, use: dict, jobs: Sequence[Job] = ()):
+def _figures(row, guaranteed: int, use: dict, from_siblings: int = 0):
     """Set a row's figures: its guarantee, GPUs in use, in quota and borrowed for its department (the jobs'
     standing, scheduling.engine.scheduler: only borrowed GPUs are another department's to reclaim), and
-    the GPUs of its running jobs (`jobs`) beyond its own guarantee (on its siblings' unused guarantee,
-    which only they reclaim): scheduling.project_changes.leaf_beyond, the jobs a confirmation counts too.
-    Returns the row."""
+    the GPUs of its running jobs beyond its own guarantee (on its siblings' unused guarantee, which only
+    they reclaim: `_running`'s `beyond`, scheduling.project_changes.leaf_beyond in SQL, the jobs a
+    confirmation counts too). Returns the row."""
     row.guaranteed = guaranteed
     row.in_use = use.get("in_use", 0)
     row.borrowed = use.get("borrowed", 0)
     row.in_quota = row.in_use - row.borrowed
-    beyond = leaf_beyond(guaranteed, list(jobs))
-    row.from_siblings = sum(job.gpus for job in jobs if job.pk in beyond)
+    row.from_siblings = from_siblings
     return row
 
 
 _DEFAULT_LEAF = Q(project__isnull=True) | Q(project__is_default=True)
 
 
-def _running(department: Department) -> tuple[dict, dict[int | None, list[Job]]]:
-    """The department's running jobs, in one query: the GPUs in use and borrowed per project pk (None: the
-    work without a project), and the jobs by leaf (None: the default project's and those without one),
-    with what their standing reads (scheduling.project_changes.standing_key)."""
+def _running(department: Department) -> tuple[dict, dict[int | None, int]]:
+    """The department's running jobs' figures, in one query whatever their number (issue 32: a department
+    with 20,000 running jobs): the GPUs in use and borrowed per project pk (None: the work without a
+    project), and the GPUs beyond each leaf's own guarantee by leaf (None: the default project's and those
+    without one): scheduling.project_changes.leaf_beyond, summed in the database over the jobs in
+    standing order (`reached_in_standing`), each leaf against its guarantee (the default project's: what
+    the named projects leave, tenancy.projects.default_guarantee)."""
+    leaf = Case(When(_DEFAULT_LEAF, then=Value(None)), default=F("project_id"))
+    named = (
+        Project.objects.named()
+        .filter(department=department)
+        .order_by()
+        .values("department")
+        .annotate(total=Sum("guaranteed_gpus"))
+        .values("total")
+    )
+    named_total = Coalesce(Subquery(named, output_field=IntegerField()), 0)
+    default_guarantee = Greatest(
+        Value(department.guaranteed_gpus) - named_total, 0, output_field=IntegerField()
+    )
+    held = Allocation.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(n=Count("pk"))
     jobs = (
         Job.objects.filter(department=department, state__in=HOLDING_STATES)
         .annotate(
             default_leaf=ExpressionWrapper(_DEFAULT_LEAF, output_field=BooleanField()),
-            held=Count("allocations"),
+            held=Coalesce(Subquery(held.values("n"), output_field=IntegerField()), 0),
+            reached=reached_in_standing(leaf),
+            leaf_guarantee=Case(
+                When(_DEFAULT_LEAF, then=default_guarantee),
+                default=F("project__guaranteed_gpus"),
+                output_field=IntegerField(),
+            ),
         )
-        .only(*STANDING_FIELDS, "project")
+        .order_by()
+        .values("project_id", "default_leaf", "gpus", "over_quota", "held", "reached", "leaf_guarantee")
     )
+    # Summed over the window's rows (SQL forbids an aggregate of a window function in one SELECT).
+    sql, params = jobs.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT project_id, default_leaf, SUM(held), SUM(CASE WHEN over_quota THEN held ELSE 0 END), "
+            "SUM(CASE WHEN reached > leaf_guarantee AND NOT over_quota THEN gpus ELSE 0 END) "
+            f"FROM ({sql}) standing GROUP BY project_id, default_leaf",
+            params,
+        )
+        rows = cursor.fetchall()
     use: dict[int | None, dict[str, int]] = {}
-    leaves: dict[int | None, list[Job]] = {}
-    for job in jobs:
-        row = use.setdefault(job.project_id, {"in_use": 0, "borrowed": 0})
-        row["in_use"] += job.held
-        row["borrowed"] += job.held if job.over_quota else 0
-        leaves.setdefault(None if job.default_leaf else job.project_id, []).append(job)
-    return use, leaves
+    beyond: dict[int | None, int] = {}
+    for project, default_leaf, in_use, borrowed, over in rows:  # one per project (its leaf follows)
+        use[project] = {"in_use": in_use, "borrowed": borrowed}
+        key = None if default_leaf else project
+        beyond[key] = beyond.get(key, 0) + over
+    return use, beyond
 
 
 def _total(rows) -> dict:
@@ -125,8 +170,8 @@ def panel_context(
     members not yet in it (`project.addable`)."""
     if manage is None:
         manage = leads(request.user, department)
-    use, leaves = _running(department)
-    shown = _projects_in_use(request.user, department, use, leaves)
+    use, beyond = _running(department)
+    shown = _projects_in_use(request.user, department, use, beyond)
     default = next((p for p in shown if p.is_default), None)
     projects = [p for p in shown if not p.is_default]
     named = _named_guaranteed(department, shown, projects, manage)
@@ -142,7 +187,7 @@ def panel_context(
         # named projects leave of the department's (tenancy.projects.default_guarantee, tenancy.quota.
         # NO_PROJECT).
         "unassigned": _figures(
-            Remainder(), max(0, department.guaranteed_gpus - named), default_use, leaves.get(None, [])
+            Remainder(), max(0, department.guaranteed_gpus - named), default_use, beyond.get(None, 0)
         ),
         # The department's figures (every project is visible to a manager): the rows add up to them.
         "department_use": _figures(Remainder(), department.guaranteed_gpus, _total(use.values()))
@@ -166,9 +211,9 @@ def _named_guaranteed(department: Department, shown: list[Project], projects: li
     return service.projects_guaranteed(department)  # none shown: counted apart
 
 
-def _projects_in_use(user, department: Department, use: dict, leaves: dict) -> list[Project]:
-    """The department's projects `user` may see, each with its figures (`_figures`, from `use` and its
-    running jobs in `leaves`, as `_running` gives them), people and siblings."""
+def _projects_in_use(user, department: Department, use: dict, beyond: dict) -> list[Project]:
+    """The department's projects `user` may see, each with its figures (`_figures`, from `use` and
+    `beyond`, as `_running` gives them), people and siblings."""
     named = (
         Project.objects.named()
         .filter(department=OuterRef("department"))
@@ -186,7 +231,7 @@ def _projects_in_use(user, department: Department, use: dict, leaves: dict) -> l
     )
     for project in projects:
         project.department = department  # its namespace names the department: not read again per row
-        _figures(project, project.guaranteed_gpus, use.get(project.pk, {}), leaves.get(project.pk, []))
+        _figures(project, project.guaranteed_gpus, use.get(project.pk, {}), beyond.get(project.pk, 0))
         project.people = list(project.memberships.all())
         project.siblings = [p for p in projects if p.pk != project.pk and not p.is_default]
     return projects

@@ -4,12 +4,19 @@ bad input answered in words with nothing written."""
 
 import html
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.models import AuditEvent
-from scheduling.choices import JobState
+from scheduling.choices import HOLDING_STATES, JobState, PriorityClass
+from scheduling.models import Job
+from scheduling.project_changes import leaf_beyond
 from tenancy.models import Project, ProjectMembership
+from tenancy.projects import default_project
 from tests.factories import free_trays, make_department, make_job
 
 pytestmark = pytest.mark.django_db
@@ -322,3 +329,64 @@ def test_the_delete_question_is_asked_in_japanese(client_as, lead_a, department_
     for question in (deletable, kept):
         assert not english_left(f"<p>{question}</p>"), question
         assert not spacing_slips(question), question
+
+
+_PANEL_JOB = st.tuples(
+    st.sampled_from(["vision", "nlp", "default", None]),  # its project (None: from before projects)
+    st.integers(1, 12),  # GPUs
+    st.sampled_from(list(PriorityClass.values)),
+    st.integers(0, 5),  # started (and placed, when placed again) this many minutes ago: ties too
+    st.booleans(),  # placed again since it started
+    st.booleans(),  # borrowing from other departments
+    st.sampled_from(list(HOLDING_STATES)),
+)
+
+
+@pytest.mark.slow(reason="40 examples, about 5 s on 2 cores: beyond make test-fast's budget")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(_PANEL_JOB, max_size=14), vision_gpus=st.integers(0, 40))
+def test_the_panels_gpus_beyond_each_guarantee_are_the_confirmations_answer(
+    department_a, vision, nlp, jobs, vision_gpus
+):
+    """The panel sums the GPUs beyond each leaf's guarantee in the database (issue 32: a department with
+    20,000 running jobs); the confirmations answer the same question in Python over the jobs in standing
+    order (scheduling.project_changes.leaf_beyond). They agree on any mix of projects, sizes, classes, start
+    and placement times (ties too), borrowing and guarantees (the default project's cut to 0 when the named
+    ones take more than the department's)."""
+    from scheduling.views.projects import _running
+
+    Project.objects.filter(pk=vision.pk).update(guaranteed_gpus=vision_gpus)
+    projects = {"vision": vision, "nlp": nlp, "default": default_project(department_a), None: None}
+    now = timezone.now()
+    made = Job.objects.bulk_create(
+        Job(
+            department=department_a,
+            name=f"j{n}",
+            state=state,
+            project=projects[project],
+            gpus=gpus,
+            priority_class=priority,
+            started_at=now - timedelta(minutes=minutes),
+            placed_at=now - timedelta(minutes=minutes - 1) if placed else None,
+            over_quota=borrowing,
+        )
+        for n, (project, gpus, priority, minutes, placed, borrowing, state) in enumerate(jobs)
+    )
+    try:
+        running = list(Job.objects.filter(pk__in=[job.pk for job in made]))
+        leaves = {
+            vision.pk: (vision_gpus, [j for j in running if j.project_id == vision.pk]),
+            nlp.pk: (nlp.guaranteed_gpus, [j for j in running if j.project_id == nlp.pk]),
+            None: (
+                max(0, department_a.guaranteed_gpus - vision_gpus - nlp.guaranteed_gpus),
+                [j for j in running if j.project_id in (None, projects["default"].pk)],
+            ),
+        }
+        expected = {
+            leaf: sum(j.gpus for j in jobs if j.pk in leaf_beyond(guaranteed, jobs))
+            for leaf, (guaranteed, jobs) in leaves.items()
+        }
+        _, beyond = _running(department_a)
+        assert {leaf: beyond.get(leaf, 0) for leaf in leaves} == expected
+    finally:
+        Job.objects.filter(pk__in=[job.pk for job in made]).delete()
