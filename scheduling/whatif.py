@@ -463,8 +463,6 @@ MIG_FIGURES = (
     ("avg_stranded_slices", gettext_noop("Stranded slices (average)"), "slices", True),
     ("multi_tray_avg_wait_s", gettext_noop("Average wait, multi-tray jobs"), "h", True),
     ("multi_tray_in_one_partition", gettext_noop("Multi-tray jobs in one partition"), "%", False),
-    ("avg_wait_s", gettext_noop("Average wait"), "h", True),
-    ("guarantee_shortfall_gpu_s", gettext_noop("Guarantee shortfall"), "GPU-h", True),
 )
 
 

@@ -9,6 +9,7 @@ static/js/portal.js draws with the plotly.js the portal serves (no inline script
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 
 from django.utils.html import format_html
@@ -52,6 +53,7 @@ UNIT_WORDS = {
     "slices": gettext_lazy("compute slices"),
 }
 DOMAINS = ((0.0, 0.44), (0.53, 0.73), (0.82, 1.0))
+LABEL_WIDTH = 18  # a bar's label breaks into lines of about this many characters (at spaces), not slanted
 
 
 def carving(rack: Rack, partitions: Sequence[PlannedPartition]) -> Carving:
@@ -90,7 +92,12 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
         for panel, (keys, _title, unit) in enumerate(panels, start=1):
             unit_words = UNIT_WORDS.get(unit, unit)
             labels = [
-                sentences_i18n.translate(next(row["label"] for row in progress.rows if row["key"] == key))
+                "<br>".join(
+                    textwrap.wrap(
+                        sentences_i18n.translate(next(r["label"] for r in progress.rows if r["key"] == key)),
+                        LABEL_WIDTH,
+                    )
+                )
                 for key in keys
             ]
             values = [_value(layout.figures.get(key), unit) for key in keys]
