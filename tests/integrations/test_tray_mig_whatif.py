@@ -153,4 +153,5 @@ def test_an_unknown_tray_is_a_404(site, admin_client_logged_in):
 def test_a_tray_whose_model_reported_no_profiles_is_a_400(demo_inventory, admin_client_logged_in):
     response = admin_client_logged_in.post(_url(_tray()), {"mig-layout": "all-balanced"})
     assert response.status_code == 400
+    assert "has reported its MIG profiles yet" in response.content.decode()  # the page says how to get them
     assert not WhatIfRun.objects.exists()
