@@ -27,6 +27,7 @@ urlpatterns = [
     path("inventory/trays/<int:pk>/return/", tray_actions.tray_return, name="tray-return"),
     path("inventory/trays/<int:pk>/maintenance/", tray_actions.tray_maintenance, name="tray-maintenance"),
     path("inventory/trays/<int:pk>/mig-layout/", tray_actions.tray_mig_layout, name="tray-mig-layout"),
+    path("inventory/trays/<int:pk>/mig-layout/whatif/", tray_actions.tray_mig_whatif, name="tray-mig-whatif"),
     path("inventory/racks/<str:name>/trays/", tray_actions.tray_bulk, name="tray-bulk"),
     path("inventory/racks/<str:name>/trays/result/", tray_actions.tray_bulk_result, name="tray-bulk-result"),
     path("tenancy/departments/<slug:slug>/edit/", departments.department_edit, name="department-edit"),

@@ -441,6 +441,14 @@ class WhatIfRun(models.Model):
     rack = models.CharField(
         max_length=100, blank=True, help_text=_("The rack the previewed plan carves."), verbose_name=_("rack")
     )
+    tray = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text=_(
+            "The tray whose MIG layout is asked about (a MIG what-if; blank for a partition plan's)."
+        ),
+        verbose_name=_("tray"),
+    )
     days = models.PositiveSmallIntegerField(verbose_name=_("days"))
     window_start = models.DateTimeField(null=True, blank=True, verbose_name=_("window start"))
     window_end = models.DateTimeField(null=True, blank=True, verbose_name=_("window end"))
@@ -485,6 +493,8 @@ class WhatIfLayout(models.Model):
     position = models.PositiveSmallIntegerField(verbose_name=_("position"))
     label = models.CharField(max_length=100, validators=[TextValidator()], verbose_name=_("label"))
     carvings = models.JSONField(default=list, blank=True, verbose_name=_("carvings"))
+    # A MIG what-if's MIG trays and the profiles they offer (scheduling.whatif.mig_plan); {}: no MIG.
+    mig = models.JSONField(default=dict, blank=True, verbose_name=_("MIG trays"))
     state = models.CharField(
         max_length=16, choices=WhatIfState.choices, default=WhatIfState.QUEUED, verbose_name=_("state")
     )

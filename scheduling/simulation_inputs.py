@@ -45,6 +45,9 @@ class TraceJob:
     duration_s: float  # run time in the trace (on one NVLink partition: no slowdown)
     gpus: int  # rounded, see `round_gpus`
     trace_gpus: int
+    # The MIG profile the job asked for (a slice job of the portal's history, scheduling.whatif); "" for a
+    # job of whole GPUs. A MigPlan replays it as a request of that profile, whatever its conversion says.
+    slice: str = ""
 
     @property
     def trays(self) -> int:

@@ -173,6 +173,7 @@ __all__ = [
     "locality",
     "map_faults",
     "mig_trays",
+    "named_mig_trays",
     "parse_duration",
     "parse_fabric",
     "parse_guarantees",
@@ -367,6 +368,16 @@ class MigPlan:
     # (`auto_mig_plan`): its jobs run, but the MIG figures of jobs (waits, JCT, in one partition) count only
     # the jobs submitted after it, in every configuration compared (whole-GPU placement too: trays 0).
     history_s: float = 0.0
+    # The MIG trays named instead (hostname, its layout), each carved by its own layout: the portal's trays
+    # in a what-if of its own history (scheduling.whatif). `trays_per_rack` must then be 0; a named tray
+    # may sit in any partition (the live pass keeps a MIG tray in its partition and never gives it whole).
+    trays: tuple[tuple[str, MigLayout], ...] = ()
+
+    @property
+    def layout_name(self) -> str:
+        return (
+            ", ".join(sorted({layout.name for _, layout in self.trays})) if self.trays else self.layout.name
+        )
 
 
 def parse_mig_plan(
@@ -462,6 +473,18 @@ def mig_trays(cluster: Cluster, trays_per_rack: int) -> list[int]:
     return chosen
 
 
+def named_mig_trays(cluster: Cluster, plan: MigPlan) -> list[int]:
+    """The trays a MigPlan puts in MIG mode: the named ones (`plan.trays`) or the last `trays_per_rack` of
+    every rack (`mig_trays`)."""
+    if not plan.trays:
+        return mig_trays(cluster, plan.trays_per_rack)
+    index = {host: t for t, host in enumerate(cluster.tray_host)}
+    unknown = [host for host, _ in plan.trays if host not in index]
+    if unknown:
+        raise SimulationError(f"MIG tray {', '.join(unknown)} is not a tray of the replayed cluster")
+    return [index[host] for host, _ in plan.trays]
+
+
 def _check_mig(
     plan: MigPlan, faults: FaultPlan | None = None, recarve: RecarvePlan | None = None
 ) -> dict[str, SliceProfile]:
@@ -487,6 +510,16 @@ def _check_mig(
         fleet = SliceFleet.build(1, plan.layout, profiles)
     except MigLayoutError as error:
         raise SimulationError(str(error)) from error
+    if plan.trays:
+        if plan.trays_per_rack:
+            raise SimulationError("name the MIG trays or give MIG trays per rack, not both")
+        if len({host for host, _ in plan.trays}) != len(plan.trays):
+            raise SimulationError("a MIG tray is named twice")
+        try:
+            for _host, layout in plan.trays:
+                SliceFleet.build(1, layout, profiles)
+        except MigLayoutError as error:
+            raise SimulationError(str(error)) from error
     if plan.trays_per_rack:
         never = [name for name, w in plan.conversion.mix if w > 0 and not fleet.hostable(profiles[name])]
         if never:
@@ -709,9 +742,31 @@ class _Replay:
             return
         self.slice_profiles = profile_table(plan.profiles)
         self.slice_mix = normalised_mix(dict(plan.conversion.mix), self.slice_profiles)
-        requests = {job.id: plan.conversion.request(job, self.slice_profiles) for job in self.jobs}
+        unknown = sorted(
+            {job.slice for job in self.jobs if job.slice and job.slice not in self.slice_profiles}
+        )
+        if unknown:
+            raise SimulationError(f"slice jobs ask for {', '.join(unknown)}: not a profile the GPUs offer")
+        requests = {
+            job.id: self.slice_profiles[job.slice]
+            if job.slice
+            else plan.conversion.request(job, self.slice_profiles)
+            for job in self.jobs
+        }
         self.converted = {job_id: r for job_id, r in requests.items() if r is not None}
-        self.fleet = SliceFleet.build(len(trays) * plan.gpus_per_tray, plan.layout, self.slice_profiles)
+        if plan.trays:  # each named tray's GPUs carved by its own layout
+            self.fleet = SliceFleet.of_gpus(
+                [layout for _, layout in plan.trays for _gpu in range(plan.gpus_per_tray)],
+                self.slice_profiles,
+            )
+        else:
+            self.fleet = SliceFleet.build(len(trays) * plan.gpus_per_tray, plan.layout, self.slice_profiles)
+        never = sorted({r.name for r in self.converted.values() if not self.fleet.hostable(r)})
+        if trays and never:
+            raise SimulationError(
+                f"no instance of the MIG trays can host {', '.join(never)}: those slice jobs could never "
+                "start"
+            )
         if trays:  # MIG trays: slice jobs take instances there; without them they run as 1-GPU jobs
             self.slice_of = self.converted
 
@@ -1609,7 +1664,7 @@ class _Replay:
             # of every block (P2P No): None when it can, else why not (core.blocks, the wizard's check).
             "slurm_24_11_blocks": block_layout_error(gang_blocks),
             "mig_gpus": len(self.fleet),
-            "layout": plan.layout.name,
+            "layout": plan.layout_name,
             "rule": plan.rule,
             "slice_share": plan.conversion.share,
             "slice_mix": dict(plan.conversion.mix),
@@ -1752,7 +1807,7 @@ def simulate(
         raise SimulationError(f"the cross-unit slowdown must be a number >= 1.0, not {cross_unit_slowdown!r}")
     if not any(trace.jobs for trace in traces):
         raise SimulationError("no jobs to replay")
-    mig_tray_list = mig_trays(cluster, mig.trays_per_rack) if mig is not None else []
+    mig_tray_list = named_mig_trays(cluster, mig) if mig is not None else []
     for t in mig_tray_list:  # the MIG GPUs are not the engine's; the tray is never whole: no gang lands there
         cluster.set_capacity(t, GPUS_PER_TRAY - mig.gpus_per_tray)
     traces = fit_traces(traces, cluster.capacity)  # jobs larger than the cluster: left out, counted

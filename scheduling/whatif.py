@@ -29,11 +29,18 @@ How a job row becomes a replayed job (every figure of a what-if rests on these):
 * **Trays.** A layout has every tray in one of its partitions, each with 4 GPUs: the comparison is of the
   layouts, not of today's health. Trays in no partition are left out, as the scheduler leaves them.
 * **Bounds.** At most `MAX_DAYS` days, and the most recent `MAX_JOBS` jobs of them (the notes say when).
+* **Slice jobs.** A job that asked for MIG slices (its profile and count) is replayed as slice requests of
+  that profile, one per slice it asked for, each running the job's run time (a job of 2 slices is 2 slice
+  requests): no conversion rule decides which jobs ask for slices, the site's jobs did. With MIG trays in
+  the layout (`mig_plan`: the trays with a MIG layout, each carved by its own) they take free instances of
+  those trays (the simulator's MIG model, docs/simulator.md "Fractional GPUs"); in a layout without MIG
+  trays, and in a partition what-if, each runs as a job of 1 whole GPU. Whole-GPU jobs stay whole.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -76,6 +83,8 @@ class HistoryJob:
     time_limit_s: float = 3600.0
     earlier_run_s: float = 0.0  # what it ran before its preemptions
     project: str = ""  # its project's slug ("" for none)
+    mig_profile: str = ""  # the MIG profile it asked for ("" for whole GPUs)
+    mig_slices: int = 0  # how many slices of it
 
 
 @dataclass
@@ -108,7 +117,16 @@ class History:
             "notes": self.notes,
             "projects": self.projects,
             "jobs": [
-                [j.id, j.name, j.department, j.submitted_at, j.duration_s, j.trace_gpus] for j in self.jobs
+                [
+                    j.id,
+                    j.name,
+                    j.department,
+                    j.submitted_at,
+                    j.duration_s,
+                    j.trace_gpus,
+                    *([j.slice] if j.slice else []),
+                ]
+                for j in self.jobs
             ],
         }
 
@@ -116,8 +134,8 @@ class History:
     def from_json(cls, data: Mapping) -> History:
         start, end = data["window"]
         jobs = [
-            TraceJob(job_id, name, department, submitted, duration, round_gpus(gpus), gpus)
-            for job_id, name, department, submitted, duration, gpus in data["jobs"]
+            TraceJob(job_id, name, department, submitted, duration, round_gpus(gpus), gpus, *profile)
+            for job_id, name, department, submitted, duration, gpus, *profile in data["jobs"]
         ]
         projects = dict(data.get("projects", {}))  # absent from what-ifs saved before projects
         return cls(start, end, jobs, dict(data["guarantees"]), list(data["notes"]), projects)
@@ -182,6 +200,15 @@ TOO_BIG_MANY = gettext_noop(
     "largest %(largest)s): it could never run them."
 )
 NOT_FINISHED = gettext_noop("The replay could not finish on this layout: %(error)s.")
+SLICE_JOBS_ONE = gettext_noop(
+    "%(count)s job asked for MIG slices: replayed as slice requests of its profile, one per slice."
+)
+SLICE_JOBS_MANY = gettext_noop(
+    "%(count)s jobs asked for MIG slices: replayed as slice requests of their profile, one per slice."
+)
+MIG_TRAY_LEFT_OUT = gettext_noop(
+    "%(trays)s: in no NVLink partition of this layout, so left out with its MIG slices."
+)
 
 
 def run_time(job: HistoryJob, window_end: float) -> float | None:
@@ -211,7 +238,8 @@ def history(
     every project's guaranteed GPUs, by ``<department slug>/<project slug>`` (module docstring, Projects)."""
     projects = dict(projects or {})
     jobs: list[TraceJob] = []
-    never_ran = carried = waiting = running = 0
+    never_ran = carried = waiting = running = sliced = 0
+    extra_id = max((row.id for row in rows), default=0)  # ids for the second and later slices of a job
     for row in rows:
         if row.submitted_at > window_end:
             continue
@@ -232,11 +260,21 @@ def history(
             continue
         waiting += row.state == PENDING
         running += row.state in (STARTING, RUNNING)
+        trace = _trace_of(row, projects)
+        if row.mig_profile and row.mig_slices > 0:  # one slice request per slice (module docstring)
+            sliced += 1
+            for k in range(row.mig_slices):
+                extra_id += k > 0
+                job_id = row.id if k == 0 else extra_id
+                jobs.append(
+                    TraceJob(job_id, row.name, trace, submitted, max(1.0, run), 1, 1, row.mig_profile)
+                )
+            continue
         jobs.append(
             TraceJob(
                 row.id,
                 row.name,
-                _trace_of(row, projects),
+                trace,
                 submitted,
                 max(1.0, run),
                 round_gpus(row.gpus),
@@ -254,6 +292,8 @@ def history(
         notes.append(_count(carried, CARRIED_ONE, CARRIED_MANY))
     if never_ran:
         notes.append(_count(never_ran, NEVER_RAN_ONE, NEVER_RAN_MANY))
+    if sliced:
+        notes.append(_count(sliced, SLICE_JOBS_ONE, SLICE_JOBS_MANY))
     if waiting or running:
         notes.append(
             say(
@@ -415,17 +455,85 @@ KEPT = (
 )
 
 
-def replay(history: History, specs: Sequence[TraySpec], **options) -> dict:
+# A MIG what-if's figures (`replay` with `mig`): the small jobs' waits, the slices and the multi-tray work.
+MIG_FIGURES = (
+    ("small_avg_wait_s", gettext_noop("Average wait, jobs of 1 GPU or smaller"), "h", True),
+    ("small_p95_wait_s", gettext_noop("p95 wait, jobs of 1 GPU or smaller"), "h", True),
+    ("slice_utilization", gettext_noop("Slice utilisation"), "%", False),
+    ("avg_stranded_slices", gettext_noop("Stranded slices (average)"), "slices", True),
+    ("multi_tray_avg_wait_s", gettext_noop("Average wait, multi-tray jobs"), "h", True),
+    ("multi_tray_in_one_partition", gettext_noop("Multi-tray jobs in one partition"), "%", False),
+)
+
+
+def profiles_json(profiles: Sequence) -> list:
+    """SliceProfiles (scheduling.engine.mig) as a run keeps them (`mig_plan` reads them back)."""
+    return [
+        [
+            p.name,
+            p.compute_slices,
+            p.memory_slices,
+            p.memory_mib,
+            [list(x) for x in p.placements],
+            p.max_count,
+            p.profile_id,
+        ]
+        for p in profiles
+    ]
+
+
+def mig_plan(data: Mapping, hosts: set[str], jobs: Sequence[TraceJob] = ()):
+    """The simulator's MigPlan for a MIG what-if's layout: `data` is ``{"profiles": profiles_json(...),
+    "trays": [[hostname, layout name, {profile: count}], ...]}``, the trays with a MIG layout in it (each
+    carved by its own); trays not among `hosts` (in no partition of the layout) are left out, with a note.
+    No conversion: only the jobs that asked for slices ask for them (module docstring, Slice jobs); their
+    profiles, counted over `jobs`, are the expected mix the stranded slices and fragmentation are measured
+    by (every profile alike when no job asked for a slice)."""
+    from scheduling.engine.mig import MigLayout, MigLayoutError, SliceProfile
+    from scheduling.simulator import MigPlan, SliceConversion
+
+    try:
+        profiles = tuple(
+            SliceProfile(name, g, memory, mib, tuple(tuple(x) for x in placements), most, profile_id)
+            for name, g, memory, mib, placements, most, profile_id in data["profiles"]
+        )
+    except MigLayoutError as error:
+        raise WhatIfError(say(NOT_FINISHED, error=error)) from error
+    trays = [
+        (host, MigLayout(name, tuple(sorted(devices.items()))))
+        for host, name, devices in data["trays"]
+        if devices
+    ]
+    notes = []
+    left_out = sorted(host for host, _ in trays if host not in hosts)
+    if left_out:
+        notes.append(say(MIG_TRAY_LEFT_OUT, trays=", ".join(left_out)))
+    asked = Counter(job.slice for job in jobs if job.slice)
+    mix = tuple(sorted(asked.items())) if asked else tuple((p.name, 1.0) for p in profiles)
+    plan = MigPlan(
+        trays_per_rack=0,
+        conversion=SliceConversion(share=0.0, mix=tuple((name, float(w)) for name, w in mix)),
+        profiles=profiles,
+        trays=tuple((host, layout) for host, layout in trays if host in hosts),
+    )
+    return plan, notes
+
+
+def replay(history: History, specs: Sequence[TraySpec], mig: Mapping | None = None, **options) -> dict:
     """Replay the history on one layout under the rackplane policy: the figures the comparison shows, the
-    layout's description and its notes. `options` go to `scheduling.simulator.simulate` (span_slowdown,
-    preempted, ...). WhatIfError when the layout cannot run the history."""
+    layout's description and its notes. `mig` (`mig_plan`'s data) puts the trays it names in MIG mode and
+    adds the MIG_FIGURES. `options` go to `scheduling.simulator.simulate` (span_slowdown, preempted, ...).
+    WhatIfError when the layout cannot run the history."""
     from scheduling import simulator  # the replay loop; imported here so the conversion stays light
 
     if not history.jobs:
         raise WhatIfError(NO_JOBS)
     if not specs:
         raise WhatIfError(NO_TRAYS)
-    capacity = sum(spec.capacity for spec in specs)
+    hosts = {spec.hostname for spec in specs}
+    plan, mig_notes = mig_plan(mig, hosts, history.jobs) if mig is not None else (None, [])
+    # The MIG trays' GPUs are not given whole: the guarantees split the others.
+    capacity = sum(spec.capacity for spec in specs) - (GPUS_PER_TRAY * len(plan.trays) if plan else 0)
     too_big = [job for job in history.jobs if job.gpus > capacity]
     if too_big:
         raise WhatIfError(
@@ -445,6 +553,7 @@ def replay(history: History, specs: Sequence[TraySpec], **options) -> dict:
             guarantees=guarantees,
             cluster=Cluster(specs),
             projects=history.projects,
+            mig=plan,
             **options,
         )
     except SimulationError as error:
@@ -452,16 +561,41 @@ def replay(history: History, specs: Sequence[TraySpec], **options) -> dict:
     figures = {key: run.metrics.get(key) for key in KEPT}
     figures["layout"] = describe(specs)
     figures["capacity_gpus"] = capacity
-    figures["notes"] = [note] if note else []
+    figures["notes"] = [*mig_notes, *([note] if note else [])]
+    if plan is not None:
+        figures.update(_mig_figures(run.metrics["mig"]))
     return figures
 
 
-def _value(key: str, figures: Mapping) -> float | None:
+def _mig_figures(mig: Mapping) -> dict:
+    """The simulator's MIG figures (results.json `mig`) a what-if keeps, flat."""
+    small, slices, multi = mig["one_gpu_or_smaller"], mig["slices"], mig["multi_tray"]
+    return {
+        "mig_trays": mig["mig_trays"],
+        "mig_gpus": mig["mig_gpus"],
+        "small_jobs": small["jobs"],
+        "small_avg_wait_s": small["avg_wait_s"],
+        "small_p95_wait_s": small["p95_wait_s"],
+        "slice_jobs": slices["jobs"],
+        "slice_avg_wait_s": slices["avg_wait_s"],
+        "slice_utilization": mig["slice_utilization"],
+        "avg_stranded_slices": mig["avg_stranded_slices"],
+        "stranded_slice_s": mig["stranded_slice_s"],
+        "gpu_equivalent_utilization": mig["gpu_equivalent_utilization"],
+        "multi_tray_avg_wait_s": multi["avg_wait_s"],
+        "multi_tray_p95_wait_s": multi["p95_wait_s"],
+        "multi_tray_avg_jct_s": multi["avg_jct_s"],
+    }
+
+
+def _value(key: str, figures: Mapping, unit: str = "") -> float | None:
     value = figures.get(key)
     if value is None:
         return None
     if key.endswith("_s"):
         return value / 3600  # seconds -> hours, GPU-seconds -> GPU-hours
+    if unit == "slices":
+        return value  # a count, as it is
     return value * 100  # a fraction, shown in %
 
 
@@ -472,6 +606,8 @@ def _format(value: float | None, unit: str) -> str:
         return f"{value:.1f}%"
     if unit == "GPU-h":
         return f"{value:,.0f} GPU-h"
+    if unit == "slices":
+        return f"{value:,.2f}"
     return f"{value:,.2f} h"
 
 
@@ -484,6 +620,8 @@ def _delta(value: float | None, base: float | None, unit: str, lower_is_better: 
         text = f"{diff:+.1f} pts"
     elif unit == "GPU-h":
         text = f"{diff:+,.0f} GPU-h"
+    elif unit == "slices":
+        text = f"{diff:+,.2f}"
     else:
         text = f"{diff:+,.2f} h"
     if abs(diff) < (0.05 if unit == "%" else 0.5 if unit == "GPU-h" else 0.005):
@@ -492,24 +630,25 @@ def _delta(value: float | None, base: float | None, unit: str, lower_is_better: 
     return text, "better" if better else "worse"
 
 
-def comparison(results: Sequence[tuple[str, Mapping | None]]) -> list[dict]:
-    """One row per figure: each layout's value and its difference to the first layout's (the cluster as it
-    is). `results`: (label, figures, or None when that layout's replay did not finish)."""
+def comparison(results: Sequence[tuple[str, Mapping | None]], figures_shown=FIGURES) -> list[dict]:
+    """One row per figure (`figures_shown`: FIGURES, or MIG_FIGURES for a MIG what-if): each layout's value
+    and its difference to the first layout's (the cluster as it is). `results`: (label, figures, or None
+    when that layout's replay did not finish)."""
     rows = []
-    for key, label, unit, lower_is_better in FIGURES:
-        base = _value(key, results[0][1]) if results and results[0][1] else None
+    for key, label, unit, lower_is_better in figures_shown:
+        base = _value(key, results[0][1], unit) if results and results[0][1] else None
         cells = []
         for index, (_name, figures) in enumerate(results):
-            value = _value(key, figures) if figures else None
+            value = _value(key, figures, unit) if figures else None
             delta, verdict = ("", "") if index == 0 else _delta(value, base, unit, lower_is_better)
             cells.append({"value": value, "text": _format(value, unit), "delta": delta, "verdict": verdict})
         rows.append({"key": key, "label": label, "unit": unit, "cells": cells})
     return rows
 
 
-def comparison_text(results: Sequence[tuple[str, Mapping | None]]) -> str:
+def comparison_text(results: Sequence[tuple[str, Mapping | None]], figures_shown=FIGURES) -> str:
     """The comparison as a plain-text table (`manage.py simulate --from-history`)."""
-    table = comparison(results)
+    table = comparison(results, figures_shown)
     labels = [name for name, _ in results]
     first = max(len(row["label"]) for row in table)
     widths = [

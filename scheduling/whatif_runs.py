@@ -14,7 +14,7 @@ The conversion and the replay are `scheduling.whatif` (pure); `manage.py simulat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,9 +27,12 @@ from django.utils.translation import gettext as _
 from core.enqueue import enqueue
 from core.sentences import gettext_noop, say
 from core.task_names import WHATIF_PREPARE
+from inventory.mig_layouts import DISABLED, WHOLE_GPU_LAYOUTS, LayoutError, MigLayout, disabled, find
+from inventory.mig_options import layout_options
 from inventory.models import ComputeTray
 from scheduling import whatif
 from scheduling.choices import WHATIF_ACTIVE_STATES, JobEventKind, WhatIfState
+from scheduling.engine.mig import profiles_from_discovery
 from scheduling.models import Job, JobEvent, WhatIfLayout, WhatIfRun
 from scheduling.whatif import Carving, History, HistoryJob, Tray, WhatIfError
 from tenancy.models import Department, Project
@@ -84,10 +87,12 @@ def history(days: int, now: datetime | None = None) -> History:
             "time_limit_minutes",
             "preemptions",
             "project__slug",
+            "mig_profile",
+            "mig_slices",
         )[: whatif.MAX_JOBS]
     )
     older = window.count() - len(rows) if len(rows) == whatif.MAX_JOBS else 0
-    earlier = _earlier_runs([pk for pk, *_rest, preemptions, _project in rows if preemptions])
+    earlier = _earlier_runs([pk for pk, *_rest, preemptions, _project, _p, _n in rows if preemptions])
     jobs = [
         HistoryJob(
             id=pk,
@@ -101,8 +106,25 @@ def history(days: int, now: datetime | None = None) -> History:
             time_limit_s=limit * 60.0,
             earlier_run_s=earlier.get(pk, 0.0),
             project=project or "",
+            mig_profile=profile,
+            mig_slices=slices,
         )
-        for pk, name, department, gpus, state, created, started, placed, finished, limit, _, project in rows
+        for (
+            pk,
+            name,
+            department,
+            gpus,
+            state,
+            created,
+            started,
+            placed,
+            finished,
+            limit,
+            _,
+            project,
+            profile,
+            slices,
+        ) in rows
     ]
     guarantees = dict(Department.objects.values_list("slug", "guaranteed_gpus"))
     projects = {
@@ -147,23 +169,39 @@ def cluster_trays() -> list[Tray]:
 # --- runs and their tasks ----------------------------------------------------------------------------------
 
 
-def start(user, days: int, layouts: Sequence[tuple[str, Sequence[Carving]]], rack: str = "") -> WhatIfRun:
+def start(
+    user,
+    days: int,
+    layouts: Sequence[tuple[str, Sequence[Carving]]],
+    rack: str = "",
+    *,
+    tray: str = "",
+    mig: Sequence[Mapping] = (),
+) -> WhatIfRun:
     """Save a what-if of `days` days over `layouts` (label, racks carved anew) and queue it. The cluster as
-    it is comes first, whether listed or not. WhatIfError for a window or a sweep out of bounds."""
+    it is comes first, whether listed or not. WhatIfError for a window or a sweep out of bounds. A MIG
+    what-if (`start_mig`) names its `tray` and gives each layout, the cluster now first, its MIG trays
+    (`mig`: scheduling.whatif.mig_plan's data)."""
     if not 1 <= days <= whatif.MAX_DAYS:
         raise WhatIfError(
             _("Replay between 1 and %(max)s days of history, not %(days)s.")
             % {"max": whatif.MAX_DAYS, "days": days}
         )
-    layouts = [(label, list(carvings)) for label, carvings in layouts if carvings]
+    layouts = [(label, list(carvings)) for label, carvings in layouts if carvings or mig]
     if len(layouts) + 1 > MAX_LAYOUTS:
         raise WhatIfError(
             _("At most %(max)s layouts at once (the cluster now included).") % {"max": MAX_LAYOUTS}
         )
     with transaction.atomic():
-        run = WhatIfRun.objects.create(created_by=user, days=days, rack=rack)
+        run = WhatIfRun.objects.create(created_by=user, days=days, rack=rack, tray=tray)
         WhatIfLayout.objects.bulk_create(
-            WhatIfLayout(run=run, position=position, label=label, carvings=[c.to_json() for c in carvings])
+            WhatIfLayout(
+                run=run,
+                position=position,
+                label=label,
+                carvings=[c.to_json() for c in carvings],
+                mig=dict(mig[position]) if mig else {},
+            )
             for position, (label, carvings) in enumerate([(NOW, []), *layouts])
         )
         enqueue(WHATIF_PREPARE, run.pk)
@@ -215,7 +253,9 @@ def replay_layout(layout_id: int, **options) -> str:
         specs = whatif.carve(
             [Tray(*row) for row in run.trays], [Carving.from_json(c) for c in layout.carvings]
         )
-        layout.figures = whatif.replay(History.from_json(run.history), specs, **options)
+        layout.figures = whatif.replay(
+            History.from_json(run.history), specs, mig=layout.mig or None, **options
+        )
         layout.state = WhatIfState.DONE
     except WhatIfError as error:
         layout.state, layout.error = WhatIfState.FAILED, str(error)
@@ -303,10 +343,66 @@ def progress(run: WhatIfRun, now: datetime | None = None) -> Progress:
             [
                 (layout.label, layout.figures if layout.state == WhatIfState.DONE else None)
                 for layout in layouts
-            ]
+            ],
+            whatif.MIG_FIGURES if run.tray else whatif.FIGURES,
         )
     done = run.state not in WHATIF_ACTIVE_STATES or bool(stuck)
     return Progress(run, layouts, done, stuck, len(finished), rows)
+
+
+# --- a MIG layout's what-if ------------------------------------------------------------------------------
+
+AS_MIG_LAYOUT = gettext_noop("%(trays)s with %(layout)s")
+
+
+def mig_trays_now() -> list[list]:
+    """[hostname, layout name, devices] of every tray with a MIG layout chosen (whole-GPU trays left out).
+    One query."""
+    return [
+        [hostname, name, dict(devices)]
+        for hostname, name, devices in ComputeTray.objects.exclude(mig_layout__in=WHOLE_GPU_LAYOUTS)
+        .order_by("rack__name", "slot")
+        .values_list("hostname", "mig_layout", "mig_layout_devices")
+    ]
+
+
+def mig_layouts(
+    trays: Sequence[str], layout: MigLayout, profiles: Sequence
+) -> tuple[list[Mapping], tuple[str, list[Carving]]]:
+    """The MIG data (scheduling.whatif.mig_plan) of the cluster now and of the candidate (`trays` given
+    `layout`: an inventory.mig_layouts.MigLayout, all-disabled for whole GPUs), and the candidate's
+    (label, carvings). `profiles`: the SliceProfiles (scheduling.engine.mig) the GPUs reported."""
+    now = mig_trays_now()
+    chosen = set(trays)
+    candidate = [row for row in now if row[0] not in chosen]
+    if layout.enabled:
+        candidate += [[host, layout.name, layout.as_dict()] for host in trays]
+    table = whatif.profiles_json(profiles)
+    label = say(AS_MIG_LAYOUT, trays=", ".join(trays), layout=layout.name)
+    return [{"profiles": table, "trays": now}, {"profiles": table, "trays": candidate}], (label, [])
+
+
+def tray_mig_choice(tray: ComputeTray, name: str) -> tuple[MigLayout, tuple]:
+    """The layout `name` of the tray's catalogue (inventory.mig_options: the profiles its GPUs' model
+    reported) and those profiles as the simulator takes them; WhatIfError in words when the tray offers no
+    such layout or its GPUs reported no MIG profiles."""
+    options = layout_options(tray)
+    profiles = profiles_from_discovery(options.profiles)
+    if not profiles:
+        raise WhatIfError(options.problem or _("These GPUs reported no MIG profiles."))
+    if name == DISABLED:
+        return disabled(), profiles
+    try:
+        return find(name, options.profiles), profiles
+    except LayoutError as error:
+        raise WhatIfError(f"{tray.hostname}: {error}") from None
+
+
+def start_mig(user, days: int, tray: ComputeTray, layout: MigLayout, profiles: Sequence) -> WhatIfRun:
+    """Queue the what-if of giving `tray` the MIG `layout`: the history replayed on the cluster now (its
+    trays' MIG layouts as they are) and with the tray carved by `layout`, side by side (MIG_FIGURES)."""
+    data, candidate = mig_layouts([tray.hostname], layout, profiles)
+    return start(user, days, [candidate], tray=tray.hostname, mig=data)
 
 
 # --- the command line --------------------------------------------------------------------------------------
@@ -318,19 +414,22 @@ def compare(
     *,
     now: datetime | None = None,
     progress: Callable[[str, dict | None, str], None] | None = None,
+    mig: Sequence[Mapping] = (),
     **options,
 ) -> tuple[History, list[tuple[str, dict | None, str]]]:
     """The what-if in this process (`manage.py simulate --from-history`): (history, [(label, figures or
-    None, error)]), the cluster as it is first."""
+    None, error)]), the cluster as it is first. `mig`: each layout's MIG trays, the cluster now first
+    (`mig_layouts`)."""
     replayed = history(days, now)
     if not replayed.jobs:
         return replayed, []
     trays = cluster_trays()
     results = []
-    for label, carvings in [(NOW, []), *((label, c) for label, c in layouts)]:
+    for position, (label, carvings) in enumerate([(NOW, []), *((label, c) for label, c in layouts)]):
         figures, error = None, ""
         try:
-            figures = whatif.replay(replayed, whatif.carve(trays, carvings), **options)
+            specs = whatif.carve(trays, carvings)
+            figures = whatif.replay(replayed, specs, mig=mig[position] if mig else None, **options)
         except WhatIfError as failure:
             error = str(failure)
         results.append((label, figures, error))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
+from datetime import timedelta
 from io import StringIO
 
 from django.contrib.auth import get_user_model
@@ -224,6 +225,25 @@ def run_job(
     if state in HOLDING_STATES and "over_quota" not in fields:
         stand_jobs(department)
         job.refresh_from_db(fields=["over_quota"])
+    return job
+
+
+def finished_job(department: Department, name: str, *, ago: timedelta, ran: timedelta, **fields) -> Job:
+    """A completed job row of the history: submitted `ago`, started at once and ran `ran` (what a what-if
+    replays, scheduling.whatif_runs.history). `fields`: gpus, or mig_profile and mig_slices (gpus 0)."""
+    submitted = timezone.now() - ago
+    fields.setdefault("gpus", 0 if fields.get("mig_slices") else 4)
+    job = Job.objects.create(
+        department=department,
+        name=name,
+        state=JobState.COMPLETED,
+        placed_at=submitted,
+        started_at=submitted,
+        finished_at=submitted + ran,
+        time_limit_minutes=max(60, int(ran.total_seconds() // 60) * 2),
+        **fields,
+    )
+    Job.objects.filter(pk=job.pk).update(created_at=submitted)
     return job
 
 

@@ -265,6 +265,12 @@ class WhatIfForm(forms.Form):
     )
 
 
+class MigWhatIfForm(WhatIfForm):
+    """The days of history a MIG layout's what-if replays (the tray page's "What would this do?")."""
+
+    also = None
+
+
 # ---- a maintenance window for the plan (integrations.plans.windows) -------------------------------------
 
 WINDOW_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]

@@ -9,6 +9,7 @@ static/js/portal.js draws with the plotly.js the portal serves (no inline script
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 
 from django.utils.html import format_html
@@ -35,9 +36,24 @@ PANELS = (
     (("multi_tray_in_one_partition",), gettext_lazy("Multi-tray jobs in one partition"), "%"),
     (("guarantee_shortfall_gpu_s",), gettext_lazy("Guarantee shortfall"), "GPU-hours"),
 )
+# A MIG what-if's panels (scheduling.whatif.MIG_FIGURES).
+MIG_PANELS = (
+    (("small_avg_wait_s", "small_p95_wait_s", "multi_tray_avg_wait_s"), gettext_lazy("Wait"), "hours"),
+    (
+        ("slice_utilization", "multi_tray_in_one_partition"),
+        gettext_lazy("Slices used, gangs kept whole"),
+        "%",
+    ),
+    (("avg_stranded_slices",), gettext_lazy("Stranded slices"), "slices"),
+)
 # The units as the chart says them, in the reader's language.
-UNIT_WORDS = {"hours": gettext_lazy("hours"), "GPU-hours": gettext_lazy("GPU-hours")}
+UNIT_WORDS = {
+    "hours": gettext_lazy("hours"),
+    "GPU-hours": gettext_lazy("GPU-hours"),
+    "slices": gettext_lazy("compute slices"),
+}
 DOMAINS = ((0.0, 0.44), (0.53, 0.73), (0.82, 1.0))
+LABEL_WIDTH = 18  # a bar's label breaks into lines of about this many characters (at spaces), not slanted
 
 
 def carving(rack: Rack, partitions: Sequence[PlannedPartition]) -> Carving:
@@ -68,14 +84,20 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
     """The comparison as three panels of bars, one colour per layout (the table beside it has the
     numbers)."""
     done = [layout for layout in progress.layouts if layout.figures]
+    panels = MIG_PANELS if progress.run.tray else PANELS
     data = []
     for index, layout in enumerate(done):
         label = sentences_i18n.translate(layout.label)
         colour = COLOURS[layout.position % len(COLOURS)]
-        for panel, (keys, _title, unit) in enumerate(PANELS, start=1):
+        for panel, (keys, _title, unit) in enumerate(panels, start=1):
             unit_words = UNIT_WORDS.get(unit, unit)
             labels = [
-                sentences_i18n.translate(next(row["label"] for row in progress.rows if row["key"] == key))
+                "<br>".join(
+                    textwrap.wrap(
+                        sentences_i18n.translate(next(r["label"] for r in progress.rows if r["key"] == key)),
+                        LABEL_WIDTH,
+                    )
+                )
                 for key in keys
             ]
             values = [_value(layout.figures.get(key), unit) for key in keys]
@@ -104,7 +126,7 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.12, "xanchor": "left", "x": 0},
         "annotations": [],
     }
-    for panel, ((_keys, title, unit), (left, right)) in enumerate(zip(PANELS, DOMAINS, strict=True), start=1):
+    for panel, ((_keys, title, unit), (left, right)) in enumerate(zip(panels, DOMAINS, strict=True), start=1):
         suffix = str(panel) if panel > 1 else ""
         frame[f"xaxis{suffix}"] = {"domain": [left, right], "anchor": f"y{suffix}", "gridcolor": GRID}
         frame[f"yaxis{suffix}"] = {
@@ -144,6 +166,8 @@ def _value(value, unit: str) -> float | None:
         return None
     if unit == "%":
         return round(value * 100, 2)
+    if unit == "slices":
+        return round(value, 3)
     return round(value / 3600, 3)
 
 

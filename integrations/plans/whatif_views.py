@@ -19,7 +19,7 @@ from integrations.plans import service as plans
 from integrations.plans import whatif as whatif_page
 from integrations.plans.forms import PlanForm, WhatIfForm, current_layout, plan_form
 from integrations.plans.views import WIZARD, admin_rack, preview_context
-from inventory.models import Rack
+from inventory.models import ComputeTray, Rack
 from scheduling import whatif_runs
 from scheduling.models import WhatIfRun
 from scheduling.whatif import WhatIfError
@@ -92,5 +92,6 @@ def whatif_detail(request, pk):
     if request.htmx:
         return _whatif_partial(request, run)
     context = whatif_page.context(whatif_runs.progress(run))
-    context["rack"] = Rack.objects.filter(name=run.rack).first()
+    context["rack"] = Rack.objects.filter(name=run.rack).first() if run.rack else None
+    context["tray"] = ComputeTray.objects.filter(hostname=run.tray).first() if run.tray else None
     return render(request, "integrations/wizard/whatif.html", context)

@@ -36,10 +36,12 @@ from core.fingerprint import fingerprint
 from core.moments import utc_words
 from core.sentences_i18n import translate_html
 from integrations import drain as schedulers
+from integrations.plans.forms import MigWhatIfForm
 from inventory import selectors
 from inventory.choices import ActionKind
 from inventory.health.actions import HealthError, drain_tray, hand_reason
 from inventory.health.returns import return_to_service
+from inventory.mig_layouts import DISABLED, WHOLE_GPU_LAYOUTS
 from inventory.mig_options import layout_options
 from inventory.models import ComputeTray, HealthAction
 from inventory.views.racks import tray_page
@@ -53,8 +55,10 @@ from inventory.views.tray_forms import (
     MigLayoutForm,
     ReturnForm,
 )
+from scheduling import whatif, whatif_runs
 from scheduling.requeue import REQUEUE, SIGNAL, Planned, preview_drain
 from scheduling.services.mig_layouts import MigLayoutRefused, set_mig_layout
+from scheduling.whatif import WhatIfError
 
 BULK_RESULT_SESSION_KEY = "portal_tray_bulk_result"
 CONFIRM_FIELD = "confirm"  # the confirmation page's fingerprint of the jobs it showed (_fingerprint)
@@ -113,6 +117,38 @@ def tray_mig_layout(request, pk):
         % {"tray": tray.hostname, "layout": tray.mig_layout},
     )
     return _done(tray)
+
+
+@require_POST
+def tray_mig_whatif(request, pk):
+    """ "What would this do?": the site's own job history replayed with the chosen MIG layout on this tray,
+    against the cluster now (scheduling.whatif_runs.start_mig: Celery tasks, as the wizard's what-if), then
+    its page (integrations:whatif-detail), which shows the progress and the figures side by side. Nothing
+    is applied. Input the form refuses, or a layout the tray already has, is a 400 and writes nothing."""
+    tray = _tray(request, pk)
+    options = layout_options(tray)
+    form = MigLayoutForm(request.POST, prefix="mig", options=options)
+    data = request.POST.copy()
+    data.setdefault("mig-days", str(whatif.DEFAULT_DAYS))
+    days_form = MigWhatIfForm(data, prefix="mig")
+    if not form.is_valid():
+        return _refused(request, tray, 400, mig=form)
+    if not days_form.is_valid():
+        error = " ".join(m for messages_ in days_form.errors.values() for m in messages_)
+        return _refused(request, tray, 400, error, mig=form)
+    name = form.cleaned_data["layout"]
+    if name == (tray.mig_layout if tray.mig_layout not in WHOLE_GPU_LAYOUTS else DISABLED):
+        error = _("%(tray)s already has the layout %(layout)s: choose another one to compare it with.") % {
+            "tray": tray.hostname,
+            "layout": name,
+        }
+        return _refused(request, tray, 400, error, mig=form)
+    try:
+        layout, profiles = whatif_runs.tray_mig_choice(tray, name)
+        run = whatif_runs.start_mig(request.user, days_form.cleaned_data["days"], tray, layout, profiles)
+    except WhatIfError as error:
+        return _refused(request, tray, 400, str(error), mig=form)
+    return HttpResponseRedirect(reverse("integrations:whatif-detail", args=[run.pk]), status=303)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -396,6 +396,18 @@ class SliceFleet:
             fleet.gpu_free.append(sum(profiles[p.profile].compute_slices for p in placements))
         return fleet
 
+    @classmethod
+    def of_gpus(cls, layouts: Sequence[MigLayout], profiles: Mapping[str, SliceProfile]) -> SliceFleet:
+        """A fleet whose GPUs are carved each by its own layout (`layouts`: one per GPU, in GPU order): trays
+        of a site that carry different layouts."""
+        fleet = cls(profiles)
+        for layout in layouts:
+            one = cls.build(1, layout, profiles)
+            fleet.instances += one.instances
+            fleet.holder += one.holder
+            fleet.gpu_free += one.gpu_free
+        return fleet
+
     def __len__(self) -> int:
         return len(self.instances)
 

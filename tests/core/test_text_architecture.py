@@ -173,7 +173,7 @@ NOT_TYPED = {
     "scheduling.JobEvent": {"message"},
     "scheduling.BackendCancel": {"backend_id", "reason", "error"},
     "scheduling.SchedulingRequest": {"reason"},
-    "scheduling.WhatIfRun": {"rack", "error"},
+    "scheduling.WhatIfRun": {"rack", "tray", "error"},
     "scheduling.WhatIfLayout": {"error"},
     "integrations.ConfigTarget": {"kind"},
     "integrations.ConfigPush": {"payload_hash", "log", "error", "reason"},

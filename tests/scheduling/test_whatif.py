@@ -463,7 +463,7 @@ def test_simulate_from_history_says_when_there_is_nothing_and_refuses_what_does_
         (["--from-history", "7", "--carve", "gb-r01=2x8"], "a rack has 18 compute trays"),
         (["--from-history", "0"], "Replay between 1 and 30 days"),
         (["--from-history", "99"], "Replay between 1 and 30 days"),
-        (["--from-history", "7", "--mig-trays", "2"], "--mig-trays does not apply to --from-history yet"),
+        (["--from-history", "7", "--mig-trays", "2"], "has reported its MIG profiles yet"),
         (["--carve", "gb-r01=2x9"], "--carve goes with --from-history DAYS"),
         (["--racks", "2"], "the following arguments are required: --trace, --out"),
     ]:

@@ -2,7 +2,10 @@
 
 The portal's own jobs of the last DAYS days replayed (scheduling.whatif_runs.compare, in this process) on
 the cluster as it is and on each `--carve RACK=LAYOUT` candidate (`all=LAYOUT` carves every rack), then the
-comparison printed. Not a command of its own (the leading underscore): simulate.py hands over to it.
+comparison printed. With `--mig-trays N [--mig-layout LAYOUT]` the candidate is instead the last N trays of
+every rack given that MIG layout (a name of the catalogue their GPUs' reported profiles allow, as the tray
+page offers), against the cluster now with its trays' own MIG layouts: the MIG figures (the tray page's
+"What would this do?"). Not a command of its own (the leading underscore): simulate.py hands over to it.
 """
 
 from __future__ import annotations
@@ -12,13 +15,48 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from inventory.models import Rack
+from inventory.models import ComputeTray, Rack
 from scheduling import simulator, whatif_runs
-from scheduling.whatif import Carving, WhatIfError, comparison_text
+from scheduling.whatif import MIG_FIGURES, Carving, WhatIfError, comparison_text
 
 DEFAULT_CARVINGS = ("all=1x18", "all=2x9")
 # Options that describe trace files and a made-up cluster: a history replay has its own.
 TRACE_ONLY = ("trace", "racks", "policy", "html")
+# MIG options that only make sense for a trace (the history's jobs asked for their slices themselves), with
+# their defaults: one given otherwise is refused.
+MIG_TRACE_ONLY = {
+    "mig_gpus_per_tray": 4,
+    "mig_rule": simulator.BEST_FIT,
+    "slice_share": 1.0,
+    "slice_mix": "1g.23gb=5,2g.47gb=3,3g.93gb=2",
+}
+
+
+def mig_candidate(options) -> tuple[list[tuple[str, list[Carving]]], list[dict]]:
+    """`--mig-trays N --mig-layout NAME`: the last N trays of every rack carved by NAME, as (layouts, the
+    MIG data of the cluster now and of the candidate); CommandError in words."""
+    count = options["mig_trays"]
+    odd = [f"--{k.replace('_', '-')}" for k, default in MIG_TRACE_ONLY.items() if options.get(k) != default]
+    if odd:
+        raise CommandError(
+            f"--from-history replays the jobs that asked for MIG slices as they asked: {', '.join(odd)} "
+            "do not apply (every GPU of a MIG tray takes the layout)"
+        )
+    if options.get("carve"):
+        raise CommandError("--from-history compares either --carve layouts or a --mig-trays layout, not both")
+    if not 1 <= count < 18:
+        raise CommandError(f"--mig-trays {count}: give 1-17 trays per rack")
+    chosen: list[ComputeTray] = []
+    for rack in Rack.objects.order_by("name").prefetch_related("trays"):
+        chosen += sorted(rack.trays.all(), key=lambda t: t.slot)[-count:]
+    if not chosen:
+        raise CommandError("The inventory has no compute trays: there is nothing to give a MIG layout.")
+    try:
+        layout, profiles = whatif_runs.tray_mig_choice(chosen[0], options["mig_layout"].strip())
+    except WhatIfError as error:
+        raise CommandError(f"--mig-layout: {error}") from error
+    data, candidate = whatif_runs.mig_layouts([t.hostname for t in chosen], layout, profiles)
+    return [candidate], data
 
 
 def carvings(items: list[str], racks: list[str]) -> list[tuple[str, list[Carving]]]:
@@ -55,16 +93,14 @@ def handle_from_history(command, options) -> None:
         )
     if options.get("guarantee"):
         raise CommandError("--from-history uses the departments' own guarantees: --guarantee does not apply")
-    if options.get("mig_trays"):
-        raise CommandError(
-            "--mig-trays does not apply to --from-history yet: the what-if of a MIG layout on the portal's "
-            "own history is not built (MIG in the replay needs the MIG trays as whole partitions at the end "
-            "of each rack's layout, docs/simulator.md); replay the traces with it instead"
-        )
     racks = list(Rack.objects.order_by("name").values_list("name", flat=True))
     if not racks:
         raise CommandError("The inventory has no racks: there is no cluster to replay on.")
-    layouts = carvings(options.get("carve") or list(DEFAULT_CARVINGS), racks)
+    mig: list[dict] = []
+    if options.get("mig_trays") is not None:
+        layouts, mig = mig_candidate(options)
+    else:
+        layouts = carvings(options.get("carve") or list(DEFAULT_CARVINGS), racks)
     if len(layouts) + 1 > whatif_runs.MAX_LAYOUTS:
         raise CommandError(f"At most {whatif_runs.MAX_LAYOUTS - 1} --carve candidates at once")
     out = Path(options["out"]) if options.get("out") else None
@@ -78,6 +114,7 @@ def handle_from_history(command, options) -> None:
             span_slowdown=options["span_slowdown"],
             preempted=options["preempted"],
             checkpoint_loss_s=checkpoint_loss_s,
+            mig=mig,
             progress=lambda label, figures, error: command.stderr.write(
                 f"{label}: "
                 + (f"replayed in {figures['wall_s']:.1f}s" if figures else f"not replayed: {error}")
@@ -99,13 +136,16 @@ def handle_from_history(command, options) -> None:
         command.stdout.write(f"  {label}: {figures['layout'] if figures else 'not replayed: ' + error}")
     for note in history.notes + [n for _, figures, _ in results if figures for n in figures["notes"]]:
         command.stdout.write(f"  Note: {note}")
-    command.stdout.write(comparison_text([(label, figures) for label, figures, _ in results]))
+    command.stdout.write(
+        comparison_text([(label, figures) for label, figures, _ in results], *([MIG_FIGURES] if mig else []))
+    )
     if out is not None:
         data = {
             "days": days,
             "jobs": len(history.jobs),
             "window": [history.window_start, history.window_end],
             "notes": history.notes,
+            **({"mig": mig} if mig else {}),
             "layouts": [
                 {"label": label, "figures": figures, "error": error} for label, figures, error in results
             ],

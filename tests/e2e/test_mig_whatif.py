@@ -1,0 +1,88 @@
+"""Issue 30's what-if of a MIG layout, in the browser on `make run`'s own stack (the shared embedded stack:
+its Celery worker runs the replays): an admin chooses a layout for an idle tray on its page, asks "What would
+this do?", sees the run's progress on the what-if page, then the figures of the cluster now and of the tray
+with the layout side by side. Nothing is applied: the tray keeps whole GPUs, so the demo's capacity is as it
+was for the next test on the same stack."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.browser import DESKTOP, PHONE
+from tests.e2e.test_mig_demo import idle_tray, shoot
+from tests.e2e.test_truth import admin_login, sign_in
+from tests.embedded_stack import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(reason="the embedded make-run stack and a browser")]
+
+LAYOUT = "all-1g.23gb"
+
+
+@pytest.fixture
+def stack(embedded_stack):
+    return embedded_stack
+
+
+def test_an_admin_asks_what_a_mig_layout_would_do_and_sees_progress_then_the_figures(stack, browser, shots):
+    tray_pk, host, _rack = idle_tray(stack)
+    admin = browser.new_context(viewport=DESKTOP)
+    page = admin.new_page()
+    sign_in(page, stack, *admin_login(stack))
+
+    # 1. The tray page's MIG layout form: the what-if beside "Apply layout".
+    page.goto(f"http://{stack.address}/inventory/trays/{tray_pk}/")
+    form = page.locator("form.mig-layout-form")
+    expect(form.get_by_role("button", name="Apply layout")).to_be_visible()
+    expect(form.get_by_role("button", name="What would this do?")).to_be_visible()
+    page.select_option("select[name='mig-layout']", LAYOUT)
+    form.scroll_into_view_if_needed()
+    shoot(page, shots, "mig-whatif-1-tray-form")
+
+    # 2. Asked: the what-if's page shows the run moving (queued, reading, replaying) and polls it.
+    with page.expect_navigation():
+        form.get_by_role("button", name="What would this do?").click()
+    expect(page).to_have_url(re.compile(rf"http://{re.escape(stack.address)}/inventory/plans/whatif/\d+/$"))
+    expect(page.locator("h1")).to_contain_text(f"a MIG layout for {host}")
+    run = page.locator("#whatif-run")
+    assert run.get_attribute("data-done") == "false", "the first view already had the figures"
+    expect(run.locator(".spinner-text")).to_be_visible()
+    shoot(page, shots, "mig-whatif-2-progress")
+
+    # 3. Done: the figures side by side, the cluster now first.
+    expect(run).to_have_attribute("data-state", "done", timeout=180_000)
+    table = page.locator("table.whatif-table")
+    headers = table.locator("thead th")
+    expect(headers.nth(1)).to_contain_text("The cluster now")
+    expect(headers.nth(2)).to_contain_text(f"{host} with {LAYOUT}")
+    for figure in (
+        "Average wait, jobs of 1 GPU or smaller",
+        "Slice utilisation",
+        "Stranded slices (average)",
+        "Average wait, multi-tray jobs",
+        "Multi-tray jobs in one partition",
+    ):
+        expect(table).to_contain_text(figure)
+    # The candidate has MIG GPUs: its slice utilisation is a share ("n/a" only where no tray has a layout).
+    utilisation = table.locator('tr[data-figure="slice_utilization"] td')
+    expect(utilisation.nth(1)).to_contain_text("%")
+    expect(page.locator(".whatif-chart .main-svg").first).to_be_attached(timeout=30_000)
+    expect(page.get_by_role("link", name=f"Back to {host}'s MIG layout")).to_be_visible()
+    page.screenshot(path=str(shots / "mig-whatif-3-figures-1400.png"), full_page=True)
+    # On a phone the table scrolls in its box and the chart redraws at the phone's width (plotly resizes
+    # after the window does): nothing wider than the screen once it has.
+    page.set_viewport_size(PHONE)
+    wait_for(
+        "the page to fit the phone",
+        lambda: page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1,
+        timeout=15,
+        interval=0.5,
+    )
+    page.screenshot(path=str(shots / "mig-whatif-3-figures-390.png"), full_page=True)
+
+    [(runs,)] = stack.query("SELECT COUNT(*) FROM scheduling_whatifrun WHERE tray = ?", host)
+    assert runs == 1
+    # Nothing was applied.
+    [(layout,)] = stack.query("SELECT mig_layout FROM inventory_computetray WHERE id = ?", tray_pk)
+    assert layout == ""
+    admin.close()
