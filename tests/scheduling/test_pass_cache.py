@@ -89,6 +89,14 @@ def test_the_cached_columns_are_every_column_the_cold_read_reads(db):
     assert {table for table, _ in read} == set(pass_cache.CACHED_COLUMNS), read
 
 
+def test_a_rack_re_read_reads_the_rows_of_those_racks_only(db):
+    """Every select of a re-read's queries (subqueries too) is limited to the racks read again: the
+    unsettled-fabric check once looked at every GPU of the fleet (720,000 at 10,000 racks) for one rack."""
+    for query in pass_cluster.INVENTORY_QUERIES:
+        sql = str(query({5}).query)
+        assert sql.count("SELECT") == sql.count('."rack_id" IN (5)') >= 1, (query.__name__, sql)
+
+
 @postgresql
 def test_the_installed_triggers_watch_the_cached_columns(db):
     # What the migrations installed (a change to the columns read needs a migration that re-creates them).
