@@ -63,8 +63,8 @@ def minutes(seconds: float) -> str:
     return duration(seconds, ABOUT_MINUTES, ABOUT_HOURS, estimate=True)
 
 
-def listed(names: list[str], shown: int) -> str:
-    """At most `shown` names, then how many more."""
-    more = len(names) - shown
+def listed(names: list[str], shown: int, total: int | None = None) -> str:
+    """At most `shown` names, then how many more (of `total`, when `names` holds only the first ones)."""
+    more = (len(names) if total is None else total) - shown
     text = ", ".join(names[:shown])
     return say(AND_MORE, names=text, more=more) if more > 0 else text

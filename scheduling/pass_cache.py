@@ -25,12 +25,17 @@ read's own queries limited to them, and, when their trays are the same trays in 
 there are released and allocated again from their rows. A change the log cannot place on a rack (rack 0:
 inserts, deletes, a department's slug, an allocation changed by hand) reads cold.
 
+The fabric above the racks (inventory.fabric.current_fabric: a row per placed rack) is read with the cluster,
+on a cold read only: its tables are logged too (migration scheduling 0030, `FABRIC_COLUMNS`; any change is
+rack 0), so a kept cluster built on the fabric in use still has it while the log shows no change.
+
 SQLite (the embedded default) has no triggers: every pass reads cold.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from django.db import connection
 from django.utils import timezone
@@ -44,10 +49,11 @@ from scheduling.pass_cluster import (
     Held,
     Mark,
     _rows,
+    allocation_rows,
     build,
     degraded_tray_rows,
     group_allocations,
-    schedulable_gpu_rows,
+    schedulable_gpus_by_tray,
     tray_rows,
     unsettled_tray_rows,
 )
@@ -70,6 +76,13 @@ CACHED_COLUMNS: dict[str, tuple[str, ...]] = {
     "inventory_nvlinkpartition": ("rack_id", "clique_id", "name", "degraded_reason"),
     "tenancy_dedicatedpartition": ("partition_id", "department_id"),
     "tenancy_department": ("slug",),
+}
+# The tables and columns of the fabric in use (inventory.fabric.current_fabric) the triggers of migration
+# scheduling 0030 watch: any change logs rack 0 (a cold read, the fabric read again with the cluster).
+FABRIC_COLUMNS: dict[str, tuple[str, ...]] = {
+    "inventory_fabricimport": ("in_use",),
+    "inventory_fabricgroup": ("name", "parent_id"),
+    "inventory_rackplace": ("fabric_id", "rack_id", "unit_id"),
 }
 # Allocations changed in place (never by a pass: the admin) are logged too; made and deleted ones are not.
 ALLOCATION_COLUMNS: dict[str, tuple[str, ...]] = {"scheduling_allocation": ("job_id", "gpu_id")}
@@ -222,9 +235,9 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
     if [state.tray_row[t] for t in old] != rows:
         return False
     trays = set(old)
-    gpus: dict[int, list[int]] = {t: [] for t in old}
-    for gpu_id, tray_id in _rows(schedulable_gpu_rows(racks)):
-        gpus[state.tray_index[tray_id]].append(gpu_id)
+    gpus: dict[int, tuple[int, ...]] = dict.fromkeys(old, ())
+    for tray_id, tray_gpus in schedulable_gpus_by_tray(racks):
+        gpus[state.tray_index[tray_id]] = tray_gpus
     unsettled = set(unsettled_tray_rows(racks))
     degraded = dict(_rows(degraded_tray_rows(racks)))
     unsettled |= set(degraded)
@@ -264,16 +277,7 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
             cluster.part_degraded[cluster.tray_part[t]] = degraded[pk]
         _set_capacity(state, t)
     if moved:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT a.job_id, a.gpu_id, g.tray_id, a.id FROM {Allocation._meta.db_table} a "
-                f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.job_id = ANY(%s::bigint[])",
-                ["{" + ",".join(map(str, moved)) + "}"],
-            )
-            allocations = cursor.fetchall()
-        jobs = group_allocations(
-            ((job, gpu, state.tray_index.get(tray), pk) for job, gpu, tray, pk in allocations), state
-        )
+        jobs = group_allocations(allocation_rows(moved, state.tray_index), state)
         for job_id in moved:
             _add(state, job_id, versions[job_id], jobs.get(job_id, ((), (), (), 0)))
     return True
@@ -334,7 +338,7 @@ def _catch_up(state: ClusterState, placed: dict[int, object], rows: int, last: i
         gpu_tray = state.gpu_tray
         if any(gpu not in gpu_tray for _, gpu, _ in allocations):
             return False
-        jobs = group_allocations(((job, gpu, gpu_tray[gpu], pk) for job, gpu, pk in allocations), state)
+        jobs = group_allocations(((job, gpu_tray[gpu], (gpu,), pk) for job, gpu, pk in allocations), state)
         for job_id in new:
             _add(state, job_id, placed[job_id], jobs.get(job_id, ((), (), (), 0)))
     highest = max((held.last for held in state.held.values()), default=0)
@@ -353,16 +357,24 @@ def _reread_changed(state: ClusterState, placed: dict[int, object]) -> ClusterSt
     return state
 
 
-def read(placed: dict[int, object], fabric: Fabric | None = None) -> ClusterState:
+def _same_fabric(state: ClusterState, fabric: Fabric | Callable[[], Fabric] | None) -> bool:
+    """Whether a kept cluster was built on `fabric` (as `read` takes it)."""
+    if callable(fabric):  # the fabric in use: kept while the log shows no change to its tables
+        return state.fabric_source is fabric
+    return state.cluster.fabric == (fabric if fabric is not None else Fabric())
+
+
+def read(placed: dict[int, object], fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
     """The cluster for a pass, with the allocations of the running jobs in `placed` (pk -> when it was
     placed, as the pass read it): the one this process kept, checked and brought up to date, or read cold.
-    `fabric`: the compute fabric above the racks (core.fabric; none by default); a kept cluster built on
-    another fabric is read cold again."""
-    fabric = fabric if fabric is not None else Fabric()
+    `fabric`: the compute fabric above the racks (core.fabric; none by default), or the function that reads
+    the one in use (inventory.fabric.current_fabric), called on a cold read only: a kept cluster built on
+    it is kept while the change log shows no change to the fabric's tables (`FABRIC_COLUMNS`), one built
+    on another fabric is read cold again."""
     key = _database()
     with _kept_lock:
         state = _kept.pop(key, None)
-    if state is not None and state.cluster.fabric != fabric:
+    if state is not None and not _same_fabric(state, fabric):
         state = None
     if state is not None:
         state.cold = False
@@ -376,7 +388,9 @@ def read(placed: dict[int, object], fabric: Fabric | None = None) -> ClusterStat
         except (ValueError, KeyError):  # the cluster's own checks refused a change (never expected)
             state = None
     if state is None:
-        state = build(placed, _mark() if has_log() else None, fabric)
+        mark = _mark() if has_log() else None  # before the first query of the read, the fabric's too
+        state = build(placed, mark, fabric() if callable(fabric) else fabric)
+        state.fabric_source = fabric if callable(fabric) else None
     cluster = state.cluster
     state.jobs_before = dict(cluster.jobs)
     state.free_before = cluster.free_gpus

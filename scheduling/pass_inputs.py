@@ -267,9 +267,9 @@ def gather(*, kept: bool = True, fabric: Fabric | None = None) -> PassInputs:
     the pass's), the silent trays held out (`silence`), the pending jobs, and the departments' decayed
     usage when the pass orders borrowers by it (settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS: one query
     more). `fabric`: the compute fabric above the racks (core.fabric) multi-rack jobs are placed on: by
-    default the inventory's (inventory.fabric.current_fabric, one query; empty on a site that imported none:
-    placed as if the fabric were flat). A pass calls `keep(state)` after."""
-    fabric = current_fabric() if fabric is None else fabric
+    default the inventory's (inventory.fabric.current_fabric, one query, made with a cold read of the
+    cluster only: a kept cluster keeps it while its tables are unchanged; empty on a site that imported
+    none: placed as if the fabric were flat). A pass calls `keep(state)` after."""
     departments = list(Department.objects.all())
     projects = project_rows()
     half_life_s = settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S
@@ -277,7 +277,10 @@ def gather(*, kept: bool = True, fabric: Fabric | None = None) -> PassInputs:
     usage = decayed_usage(timezone.now(), half_life_s) if ordered else None  # one query, when used
     holding_rows = read_running()
     placed = {row[0]: row[-1] for row in holding_rows}
-    state = pass_cache.read(placed, fabric) if kept else build(placed, fabric=fabric)
+    if kept:
+        state = pass_cache.read(placed, current_fabric if fabric is None else fabric)
+    else:
+        state = build(placed, fabric=current_fabric() if fabric is None else fabric)
     pass_cache.silence(state)  # nodes that stopped reporting: no new work there (node_silent rule)
     cluster = state.cluster
     return PassInputs(

@@ -268,36 +268,42 @@ def _fabric_words(cluster: Cluster, request: Request, racks: list[int]) -> str:
     return say(IN_SPINE, gpus=n * GPUS_PER_TRAY, units=units, spine=name, free=free)
 
 
+ALTERNATIVES_SHOWN = 3  # partitions named per reason in `_alternatives` (then how many more)
+
+
 def _alternatives(cluster: Cluster, owners, n: int, chosen: int) -> str:
     """What else could have taken an n-tray job best fit put in partition `chosen`, and why it did not, each
     reason only for the partitions it is true of: larger ones are kept for larger jobs; equally small ones of
     the same owner lose the tie-break (a bucket keeps its partitions in the order they reached its number of
     free trays, and `_best_partition` takes the first); those of an owner later in `owners` (the department's
-    own, shared, borrowed) come later whatever their size."""
+    own, shared, borrowed) come later whatever their size. Counted per bucket, the first few named: a
+    sentence per start must not visit every partition of the fleet (10,000 racks: tens of thousands)."""
     size, owner = cluster.part_whole[chosen], cluster.part_owner[chosen]
-    larger: list[str] = []
-    tied: list[str] = []
-    later: list[str] = []
+    own_rank = owners.index(owner)
+    # Per reason: [how many partitions, the first ALTERNATIVES_SHOWN of them named].
+    larger: list = [0, []]
+    tied: list = [0, []]
+    later: list = [0, []]
     for rank, whose in enumerate(owners):
         for k, bucket in enumerate(cluster.part_buckets[whose][n:], start=n):
+            if not bucket:
+                continue
+            reason = later if rank > own_rank else tied if k == size else larger
+            reason[0] += len(bucket) - (chosen in bucket)
+            names = reason[1]
             for p in bucket:
-                if p == chosen:
-                    continue
-                label = f"{cluster.partition_label(p)} ({k})"
-                if rank > owners.index(owner):
-                    later.append(label)
-                elif k == size:
-                    tied.append(label)
-                else:
-                    larger.append(label)
+                if len(names) >= ALTERNATIVES_SHOWN:
+                    break
+                if p != chosen:
+                    names.append(f"{cluster.partition_label(p)} ({k})")
     clauses = [
-        say(plural(len(names), one, many), others=len(names), next=listed(names, 3))
-        for names, one, many in (
+        say(plural(count, one, many), others=count, next=listed(names, ALTERNATIVES_SHOWN, total=count))
+        for (count, names), one, many in (
             (tied, TIED_ONE, TIED_MANY),
             (larger, OTHERS_ONE, OTHERS_MANY),
             (later, LATER_OWNER_ONE, LATER_OWNER_MANY),
         )
-        if names
+        if count
     ]
     return CLAUSES.join(clauses) if clauses else NO_OTHER
 

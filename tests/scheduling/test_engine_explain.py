@@ -72,3 +72,28 @@ def test_the_tie_is_rendered_in_the_viewers_language(language, shown, gone):
     with translation.override(language):
         page = Template("{% load rackplane %}{{ why|sentence_words }}").render(Context({"why": sentence}))
     assert shown in page and gone not in page, page
+
+
+def test_many_alternatives_are_counted_and_the_first_three_of_each_reason_named():
+    """Counted per bucket, never listed whole (at 10,000 racks a sentence per start visited every partition
+    of the fleet): the counts are every partition's, the names the first three in the order they are used."""
+    racks = {f"r{n:02d}": [9, 9] for n in range(1, 11)} | {f"s{n}": [18] for n in range(1, 6)}
+    owners = {(f"r{n:02d}", "p2"): "vision" for n in range(7, 11)}
+    chosen, sentence = why(cluster_of(racks, owners=owners), Request(36, department="vision"))
+    assert chosen == {"r07 p2"}  # its own partitions first
+    assert sentence == (
+        "in NVLink partition r07 p2, the smallest with 9 free trays (best fit); 3 other partitions were "
+        "equally small (r08 p2 (9), r09 p2 (9), r10 p2 (9)): of equally small partitions, the one that "
+        "reached that many free trays first is taken; 21 other partitions could have taken it but come later "
+        "in the order partitions are used (the department's own, then shared, then borrowed): r01 p1 (9), "
+        "r01 p2 (9), r02 p1 (9) and 18 more"
+    )
+    _, sentence = why(cluster_of(racks), Request(36))
+    assert sentence.startswith(
+        "in NVLink partition r01 p1, the smallest with 9 free trays (best fit); 19 other partitions were "
+        "equally small (r01 p2 (9), r02 p1 (9), r02 p2 (9) and 16 more)"
+    )
+    assert sentence.endswith(
+        "5 other partitions could have taken it, kept for larger jobs (the next best, "
+        "with their free trays: s1 p1 (18), s2 p1 (18), s3 p1 (18) and 2 more)"
+    )
