@@ -4,9 +4,12 @@ whose department's guarantee covers it submits a job of two racks' worth of GPUs
 36 whole trays, "Anywhere": no rack has 36 trays); the pass its submission asks for (as in production) places
 it on trays of two racks of ONE scalable unit, and the job page names the unit and why; the fabric page's
 free GPUs of that unit drop by 144. Then a job of five racks' worth, more than any unit has: it goes to the
-narrowest wider level with room, one spine group, across two of its units, and the page says so. The demo's
-few sick GPUs and drained tray decide which unit and racks: the test reads them from the job, then checks
-the pages. At 1400 and 390 px; screenshots in `shots`."""
+narrowest wider level with room, one spine group, across two of its units, and the page says so. A job of
+a whole unit's size when no unit has room waits for one, and its page says why. The demo's few sick GPUs
+and drained tray decide which unit and racks: the test reads them from the job, then checks the pages. At
+1400 and 390 px; screenshots in `shots`."""
+
+import re
 
 import pytest
 from playwright.sync_api import expect
@@ -29,8 +32,8 @@ SCRIPT = "#!/bin/bash\nsrun python train.py\n"
 def site(transactional_db):
     seed_datacenter(racks=len(RACKS))
     make_user("e2e-fabric-admin", staff=True, password=PASSWORD)
-    # 8 racks' worth of guarantee: both jobs below run in quota.
-    make_member("e2e-fabric-member", make_department("Research", guaranteed_gpus=576), password=PASSWORD)
+    # 12 racks' worth of guarantee: every job below is in quota.
+    make_member("e2e-fabric-member", make_department("Research", guaranteed_gpus=864), password=PASSWORD)
 
 
 def submit(page, live_server, name: str, gpus: int) -> Job:
@@ -142,6 +145,22 @@ def test_a_two_rack_job_is_placed_inside_one_scalable_unit_and_a_larger_one_in_o
         assert sum(after_two.values()) - sum(after_five.values()) == 360
         assert all(after_five[u] == after_two[u] for u in after_two if u not in units)
         page.screenshot(path=str(shots / "fabric-jobs-04-units-used-desktop.png"), full_page=True)
+
+        # Four racks' worth (72 trays): a whole unit's size, but no unit has 72 free trays now (su-1 and su-2
+        # are taken, su-3 and su-4 each have a sick GPU): it waits for one (the fabric wait) rather than
+        # spanning units, and its page says why.
+        four = submit(page, live_server, "four-racks", 288)
+        four.refresh_from_db()
+        assert four.state == JobState.PENDING and not four.placement, (four.state, four.placement)
+        page.goto(f"{live_server.url}/scheduling/jobs/{four.pk}/")
+        expect(page.locator("[data-why=pending]")).to_contain_text(
+            re.compile(
+                r"No scalable unit has 72 free trays \(the most in one is \d+\): "
+                r"it waits for one rather than spanning units"
+            )
+        )
+        expect(page.locator(".job-fabric")).to_have_count(0)  # not placed: no fabric line yet
+        page.screenshot(path=str(shots / "fabric-jobs-04b-waits-for-a-unit-desktop.png"), full_page=True)
     finally:
         member.close()
 
