@@ -149,6 +149,7 @@ def test_a_two_rack_job_is_placed_inside_one_scalable_unit_and_a_larger_one_in_o
         # Four racks' worth (72 trays): a whole unit's size, but no unit has 72 free trays now (su-1 and su-2
         # are taken, su-3 and su-4 each have a sick GPU): it waits for one (the fabric wait) rather than
         # spanning units, and its page says why.
+        assert all(after_five[u] < 288 for u in after_five), after_five  # no unit has 72 whole free trays
         four = submit(page, live_server, "four-racks", 288)
         four.refresh_from_db()
         assert four.state == JobState.PENDING and not four.placement, (four.state, four.placement)
