@@ -25,8 +25,10 @@ Benchmarks print figures; they never fail on a time. `goals` in the output says 
 figures were met (placement p99 under 1 ms at 72,000 GPUs, dashboards p95 under 300 ms and a scheduling
 pass that starts ~200 jobs under 150 ms and the fleet's stranded capacity under 50 ms at 1,000 racks).
 `--only PART[,PART...]` measures only some parts
-(pages, search, estimates, placement, pass, render, recarve, ingest, submission, telemetry); seeding always
-runs. `recarve` applies one-rack plans and times them until pushed (benchmarks/recarve_push.py).
+(pages, search, estimates, placement, pass, render, recarve, ingest, fabric, submission, telemetry); seeding
+always runs. `recarve` applies one-rack plans and times them until pushed (benchmarks/recarve_push.py);
+`fabric`: ibnetdiscover output of a few hundred switches read and previewed (benchmarks/fabric_discovery.py;
+the goal: read in under a second).
 Search p95 is aimed under 100 ms at 1,000 racks (benchmarks/search.py); `estimates` replays a workload to
 measure estimated starts against real ones (benchmarks/estimates.py; the ITP halves too with $ITP_TRACES).
 """
@@ -49,7 +51,16 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import discovery, estimates, growth, recarve_push, search, stack, telemetry  # noqa: E402  (after the path: runs as a script)
+from benchmarks import (  # noqa: E402  (after the path: runs as a script)
+    discovery,
+    estimates,
+    fabric_discovery,
+    growth,
+    recarve_push,
+    search,
+    stack,
+    telemetry,
+)
 
 PLACEMENT_GOAL_US = 1000
 DASHBOARD_GOAL_MS = 300
@@ -60,7 +71,7 @@ WARM_PASSES = 5  # timed passes with the cluster kept (the median is reported)
 # What `--only` may pick; `submission` needs the stack (not --no-stack).
 PARTS = (
     *("pages", "search", "estimates", "placement", "pass", "render", "recarve"),
-    *("ingest", "submission", "telemetry"),
+    *("ingest", "fabric", "submission", "telemetry"),
 )
 # Request mix for placement decisions: (GPUs, weight); above one tray the topology is drawn from TOPOLOGY_MIX.
 SIZE_MIX = ((1, 20), (2, 10), (4, 15), (8, 15), (16, 12), (32, 10), (36, 8), (64, 10))
@@ -867,6 +878,9 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
             broker_url=broker_url if use_stack else None,
             scratch=scratch,
         )
+    if "fabric" in parts:
+        log("fabric discovery: ibnetdiscover output, a few hundred switches (benchmarks/fabric_discovery.py)")
+        figures["fabric_discovery"] = {"database": database, **fabric_discovery.measure()}
     if "telemetry" in parts:
         log("telemetry: both metrics sources (benchmarks/telemetry.py)")
         figures["telemetry"] = {
@@ -919,6 +933,9 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
     if "pass" in parts:
         goals["scheduling_pass_ms"] = figures["scheduling_pass"]["run_pass_ms"]
         goals["scheduling_pass_under_150ms"] = figures["scheduling_pass"]["run_pass_ms"] < PASS_GOAL_MS
+    if "fabric_discovery" in figures and "parse_s" in figures["fabric_discovery"]:
+        goals["fabric_discovery_parse_s"] = figures["fabric_discovery"]["parse_s"]
+        goals["fabric_discovery_under_1s"] = figures["fabric_discovery"]["goal_met"]
     figures["goals"] = goals
     if use_stack and "submission" in parts:
         submission = figures["job_submission"]

@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from django.db.models import OuterRef, Subquery
+
 from core.fabric import DEFAULT_LEVELS, Fabric
 from inventory.models import FabricImport, RackPlace, TrayPlace
 
@@ -163,3 +165,42 @@ def rack_fabric(rack) -> RackFabric:
             if rack.name in conflict.racks
         ]
     return RackFabric(in_use[0], in_use[1], disagreeing)
+
+
+def rack_place_in_use(rack_path: str = "rack") -> dict:
+    """Annotations giving each row's rack's spine group (`fabric_spine`) and scalable unit (`fabric_unit`) in
+    the fabric in use (None where it has none), so a page reading trays or racks learns their fabric place
+    in the same query (`rack_path`: the lookup from the row to its Rack, e.g. "rack")."""
+    place = RackPlace.objects.filter(rack=OuterRef(rack_path), fabric__in_use=True)
+    return {
+        "fabric_spine": Subquery(place.values("unit__parent__name")[:1]),
+        "fabric_unit": Subquery(place.values("unit__name")[:1]),
+    }
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a set of racks (a job's) sits in the fabric in use: `level` is the narrowest level whose one
+    group holds them all ("unit", "spine"), or None when they span spine groups; `unknown` are the racks
+    the fabric does not place (then the level is None too)."""
+
+    level: str | None
+    units: list[str]
+    spines: list[str]
+    unknown: list[str]
+
+
+def span(places: Mapping[str, tuple[str | None, str | None]]) -> Span | None:
+    """The Span of racks -> their (spine group, unit) in use (None, None where unplaced); None when the fabric
+    in use places none of them (no fabric, or racks outside it): nothing to say."""
+    known = {rack: (spine, unit) for rack, (spine, unit) in places.items() if spine and unit}
+    if not known:
+        return None
+    unknown = sorted(set(places) - set(known))
+    level = None if unknown else Fabric(levels=DEFAULT_LEVELS, racks=known).common_level(known)
+    return Span(
+        level=level,
+        units=sorted({unit for _spine, unit in known.values()}),
+        spines=sorted({spine for spine, _unit in known.values()}),
+        unknown=unknown,
+    )

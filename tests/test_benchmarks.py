@@ -125,6 +125,13 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     assert 0 < render["build_state_ms"] < render["total_ms"]
     assert render["largest_file"]["bytes"] <= render["bytes"]
 
+    fabric = figures["fabric_discovery"]  # benchmarks/fabric_discovery.py: a unit per rack at this size
+    assert (fabric["units"], fabric["spine_groups"], fabric["racks_placed"]) == (3, 1, 3)
+    assert fabric["host_adapters"] == 3 * 18 * 4 and fabric["at_goal_size"] is False
+    assert fabric["parse_s"] > 0 and fabric["preview_s"] > 0
+    assert fabric["partial_refused_at_line"] == fabric["partial_cut_at_line"]
+    assert figures["goals"]["fabric_discovery_under_1s"] is fabric["goal_met"]
+
     telemetry = figures["telemetry"]  # benchmarks/telemetry.py: a real Prometheus, and the direct scrape
     prometheus, direct = telemetry["prometheus"], telemetry["direct"]
     assert prometheus["gpus"] == prometheus["series_in_prometheus"] == prometheus["activity_rows"] == 3 * 72

@@ -22,6 +22,8 @@ from core.hardware import GPUS_PER_TRAY
 from core.htmx import confirm_plain_post
 from core.sentences_i18n import begins_with_value
 from core.tables import Column, Table
+from inventory.fabric import rack_place_in_use
+from inventory.fabric import span as fabric_span
 from inventory.models import ComputeTray
 from scheduling.choices import Backend, JobEventKind, JobState, PriorityClass, Topology
 from scheduling.filters import JobFilter
@@ -238,12 +240,15 @@ def _waiting_words(job: Job) -> list[str]:
 
 
 def _placement(job: Job) -> list[dict]:
-    """The job's trays grouped by rack: hostnames (compressed), partitions, GPUs held now. Two queries."""
+    """The job's trays grouped by rack: hostnames (compressed), partitions, GPUs held now, each rack's place
+    in the fabric in use (spine group, scalable unit; issue 33). Two queries."""
     if not job.placement:
         return []
     trays = {
         tray.hostname: tray
-        for tray in ComputeTray.objects.filter(hostname__in=job.placement).select_related("rack", "partition")
+        for tray in ComputeTray.objects.filter(hostname__in=job.placement)
+        .select_related("rack", "partition")
+        .annotate(**rack_place_in_use())
     }
     held: dict[int, list[int]] = {}
     for tray_id, index in (
@@ -254,7 +259,15 @@ def _placement(job: Job) -> list[dict]:
     for hostname in job.placement:
         tray = trays.get(hostname)
         name = tray.rack.name if tray else ""
-        group = racks.setdefault(name, {"rack": name, "trays": [], "partitions": []})
+        group = racks.setdefault(
+            name,
+            {
+                "rack": name,
+                "trays": [],
+                "partitions": [],
+                "place": (tray.fabric_spine, tray.fabric_unit) if tray else (None, None),
+            },
+        )
         group["trays"].append(
             {
                 "hostname": hostname,
@@ -284,13 +297,15 @@ def _job_status_context(request, job: Job, **extra) -> dict:
     events = list(job.events.all())
     for event in events:
         event.hostlist = _hostlist(event.placement)
+    placement = _placement(job)
     return {
         "job": job,
         "can_cancel": job.is_active and may_cancel(request.user, job),
         "waiting_words": _waiting_words(job) if job.state == JobState.PENDING else [],
         "preempted": preempted_only(job),
         "standing": queue_standing(job.pk) if job.state == JobState.PENDING else None,
-        "placement": _placement(job),
+        "placement": placement,
+        "fabric_span": fabric_span({group["rack"]: group["place"] for group in placement if group["rack"]}),
         "why_here": _why_here(events),
         "hostlist": _hostlist(job.placement),
         "events": events,

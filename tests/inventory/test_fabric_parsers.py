@@ -89,6 +89,40 @@ def test_ibnetdiscover_bad_input_is_refused_with_its_line(edit, line, words):
         assert refused.value.line == line
 
 
+_WHOLE = _fixture("two_spine_groups.ibnetdiscover")
+# Every cut from the first node's block up to the last cable's far port number (what follows it is the
+# comment ibnetdiscover adds: cutting there loses nothing) loses data.
+_FIRST_BLOCK = _WHOLE.index("vendid=")
+_LAST_DATA = _WHOLE.rindex("]\t\t#")
+_LINE_STARTS = [i + 1 for i, char in enumerate(_WHOLE) if char == "\n" and _FIRST_BLOCK <= i + 1 < _LAST_DATA]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.one_of(st.integers(_FIRST_BLOCK, _LAST_DATA), st.sampled_from(_LINE_STARTS)))
+def test_ibnetdiscover_cut_anywhere_is_refused_naming_a_line_of_what_was_read(cut):
+    """Output cut short (a copy stopped, a disk full), mid-line or between lines: refused, never taken as a
+    smaller fabric, naming a line of the text it was given; a cut mid-line that leaves no line of the format
+    is refused at that last line."""
+    text = _WHOLE[:cut]
+    lines = text.count("\n") + (not text.endswith("\n"))
+    with pytest.raises(FabricInputError) as refused:
+        ibnetdiscover.parse(text)
+    assert refused.value.line is not None and 1 <= refused.value.line <= lines, str(refused.value)
+    if "not a line of ibnetdiscover" in str(refused.value):
+        assert refused.value.line == lines
+    else:  # a cable or block lost: the message says where the output ends
+        assert f"it ends at line {lines:,}" in str(refused.value) or "no " in str(refused.value)
+
+
+def test_ibnetdiscover_a_cable_listed_from_one_end_only_is_refused():
+    """Cut after a host's block line but before its port line: every node the switches reach is listed, but
+    the switch's cable to it has no far end."""
+    text = _WHOLE[: _WHOLE.rindex("\n[1](") + 1]
+    with pytest.raises(FabricInputError, match="does not list that cable back") as refused:
+        ibnetdiscover.parse(text)
+    assert refused.value.line is not None and _WHOLE.splitlines()[refused.value.line - 1].startswith("[")
+
+
 def test_ibnetdiscover_a_node_listed_twice_is_refused():
     text = _fixture("two_spine_groups.ibnetdiscover")
     block = text[text.index("vendid=0x2c9\ndevid=0x1021") :]

@@ -53,7 +53,8 @@ class _Node:
     guid: str
     description: str
     line: int
-    links: list[tuple[int, str, int]] = field(default_factory=list)  # (line, remote guid, remote port)
+    # (line, port, remote guid, remote port)
+    links: list[tuple[int, int, str, int]] = field(default_factory=list)
 
 
 def _read(text: str) -> dict[str, _Node]:
@@ -69,7 +70,9 @@ def _read(text: str) -> dict[str, _Node]:
             if match:
                 if current is None:
                     raise FabricInputError("a port line outside a Switch or Ca block", number)
-                current.links.append((number, match.group(4).lower(), int(match.group(5))))
+                current.links.append(
+                    (number, int(match.group(1)), match.group(4).lower(), int(match.group(5)))
+                )
                 continue
         elif "=" in line and _ID_LINE.fullmatch(line.split("\t")[0].strip()):
             current = None  # a new node's block begins
@@ -114,20 +117,44 @@ class _Groups:
         self.parent[self.find(a)] = self.find(b)
 
 
+def _check_links(nodes: dict[str, _Node], last_line: int) -> None:
+    """Every cable is printed from both ends (ibnetdiscover lists each node's connected ports): a port that
+    reaches a node the output never lists, or one whose far end does not list it back, is output cut short
+    (or edited); refused naming the port's line."""
+    ends: dict[tuple[str, int], tuple[str, int]] = {}
+    for node in nodes.values():
+        for line, port, remote, remote_port in node.links:
+            if (node.guid, port) in ends:
+                raise FabricInputError(f"port {port} of {node.kind}-{node.guid} is listed twice", line)
+            ends[(node.guid, port)] = (remote, remote_port)
+    for node in nodes.values():
+        for line, port, remote, remote_port in node.links:
+            if remote not in nodes:
+                raise FabricInputError(
+                    f"a port of {node.kind}-{node.guid} reaches {remote}, which the output never lists "
+                    f"(partial output? it ends at line {last_line:,})",
+                    line,
+                )
+            if ends.get((remote, remote_port)) != (node.guid, port):
+                far = nodes[remote]
+                raise FabricInputError(
+                    f"port {port} of {node.kind}-{node.guid} reaches port {remote_port} of "
+                    f"{far.kind}-{remote} (listed on line {far.line}), whose block does not list that cable "
+                    "back (partial output? "
+                    f"it ends at line {last_line:,})",
+                    line,
+                )
+
+
 def parse(text: str) -> ParsedFabric:
     """The fabric in ibnetdiscover's output, or FabricInputError naming the line it stopped at."""
     check_size(text)
     nodes = _read(text)
+    # The line reading stopped at (the last), for refusals of the whole: output cut short says where it ends.
+    last = (text.count("\n") + (not text.endswith("\n"))) if text.strip() else None
     if not nodes:
-        raise FabricInputError("no Switch or Ca block: is this ibnetdiscover's output?")
-    for node in nodes.values():
-        for line, remote, _port in node.links:
-            if remote not in nodes:
-                raise FabricInputError(
-                    f"a port of {node.kind}-{node.guid} reaches {remote}, which the output never lists "
-                    "(partial output?)",
-                    line,
-                )
+        raise FabricInputError("no Switch or Ca block: is this ibnetdiscover's output?", last)
+    _check_links(nodes, last or 1)
     switches = {guid for guid, node in nodes.items() if node.kind == "S"}
     # Host (hostname) -> its adapters in device order; each adapter's leaf.
     adapters: dict[str, list[_Node]] = {}
@@ -137,12 +164,12 @@ def parse(text: str) -> ParsedFabric:
     leaf_of: dict[str, str] = {}  # adapter guid -> its leaf (the switch its first linked port reaches)
     for host_adapters in adapters.values():
         for adapter in host_adapters:
-            for _line, remote, _port in adapter.links:
+            for _line, _port, remote, _remote_port in adapter.links:
                 if remote in switches:
                     leaf_of.setdefault(adapter.guid, remote)
     leaves = set(leaf_of.values())
     if not leaves:
-        raise FabricInputError("no switch has a host adapter cabled to it: no leaf to group racks by")
+        raise FabricInputError("no switch has a host adapter cabled to it: no leaf to group racks by", last)
     units = _Groups()
     host_leaves: dict[str, list[str]] = {}
     for host, host_adapters in adapters.items():
@@ -153,7 +180,7 @@ def parse(text: str) -> ParsedFabric:
                 units.join(leaf, reached[0])
     spine_of_leaf: dict[str, set[str]] = {leaf: set() for leaf in leaves}
     for guid in leaves:
-        for _line, remote, _port in nodes[guid].links:
+        for _line, _port, remote, _remote_port in nodes[guid].links:
             if remote in switches and remote not in leaves:
                 spine_of_leaf[guid].add(remote)
     # Units (by root leaf) -> hosts; spine groups join the units whose leaves share a spine.
