@@ -239,6 +239,16 @@ def _waiting_words(job: Job) -> list[str]:
     return words
 
 
+def _held_by_tray(job: Job) -> dict[int, list[int]]:
+    """The GPU indexes the job holds now, per tray id. One query."""
+    held: dict[int, list[int]] = {}
+    for tray_id, index in (
+        Allocation.objects.filter(job=job).order_by("gpu__index").values_list("gpu__tray_id", "gpu__index")
+    ):
+        held.setdefault(tray_id, []).append(index)
+    return held
+
+
 def _placement(job: Job) -> list[dict]:
     """The job's trays grouped by rack: hostnames (compressed), partitions, GPUs held now, each rack's place
     in the fabric in use (spine group, scalable unit; issue 33). Two queries."""
@@ -250,11 +260,7 @@ def _placement(job: Job) -> list[dict]:
         .select_related("rack", "partition")
         .annotate(**rack_place_in_use())
     }
-    held: dict[int, list[int]] = {}
-    for tray_id, index in (
-        Allocation.objects.filter(job=job).order_by("gpu__index").values_list("gpu__tray_id", "gpu__index")
-    ):
-        held.setdefault(tray_id, []).append(index)
+    held = _held_by_tray(job)
     racks: dict[str, dict] = {}
     for hostname in job.placement:
         tray = trays.get(hostname)

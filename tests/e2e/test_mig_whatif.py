@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.browser import DESKTOP, PHONE
-from tests.e2e.test_mig_demo import idle_tray, shoot
+from tests.e2e.test_mig_demo import shoot
 from tests.e2e.test_truth import admin_login, sign_in
 from tests.embedded_stack import wait_for
 
@@ -24,8 +24,23 @@ def stack(embedded_stack):
     return embedded_stack
 
 
+def a_tray(stack) -> tuple[int, str, str]:
+    """A tray in service of the demo with whole GPUs (none in MIG mode, no layout), outside gb-r08: a what-if
+    needs no idle tray (it applies nothing), and on the shared stack the other tests' jobs may hold every
+    idle one. (pk, hostname, rack)."""
+    rows = stack.query(
+        "SELECT t.id, t.hostname, r.name FROM inventory_computetray t "
+        "JOIN inventory_rack r ON r.id = t.rack_id "
+        "WHERE t.state = 'up' AND r.name != 'gb-r08' AND t.mig_layout = '' "
+        "AND NOT EXISTS (SELECT 1 FROM inventory_gpu g WHERE g.tray_id = t.id AND g.mig_mode = 'enabled') "
+        "ORDER BY r.name DESC, t.slot DESC LIMIT 1"
+    )
+    assert rows, "no tray with whole GPUs in service outside gb-r08"
+    return rows[0]
+
+
 def test_an_admin_asks_what_a_mig_layout_would_do_and_sees_progress_then_the_figures(stack, browser, shots):
-    tray_pk, host, _rack = idle_tray(stack)
+    tray_pk, host, _rack = a_tray(stack)
     admin = browser.new_context(viewport=DESKTOP)
     page = admin.new_page()
     sign_in(page, stack, *admin_login(stack))

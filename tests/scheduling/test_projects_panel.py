@@ -353,7 +353,7 @@ def test_the_panels_gpus_beyond_each_guarantee_are_the_confirmations_answer(
     order (scheduling.project_changes.leaf_beyond). They agree on any mix of projects, sizes, classes, start
     and placement times (ties too), borrowing and guarantees (the default project's cut to 0 when the named
     ones take more than the department's)."""
-    from scheduling.views.projects import _running
+    from scheduling.project_changes import running_figures as _running
 
     Project.objects.filter(pk=vision.pk).update(guaranteed_gpus=vision_gpus)
     projects = {"vision": vision, "nlp": nlp, "default": default_project(department_a), None: None}
