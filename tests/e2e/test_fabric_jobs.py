@@ -181,6 +181,9 @@ def test_a_two_rack_job_is_placed_inside_one_scalable_unit_and_a_larger_one_in_o
             )].filter((e) => e.getClientRects().length > 1).map((e) => e.textContent)"""
         )
         assert broken == [], broken
+        page.locator("table.placement").screenshot(
+            path=str(shots / "fabric-jobs-05b-placement-table-phone.png")
+        )
         page.screenshot(path=str(shots / "fabric-jobs-05-two-racks-phone.png"), full_page=True)
         page.locator("#job-placement").scroll_into_view_if_needed()
         page.screenshot(
