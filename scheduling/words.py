@@ -11,6 +11,8 @@ is shown as stored.
 
 from __future__ import annotations
 
+from django.utils.safestring import SafeString
+
 from core import sentences_i18n
 from core.sentences import VALUE_WORDS
 from scheduling.choices import FaultAction, PriorityClass, Topology
@@ -143,3 +145,9 @@ def translate(text: str) -> str:
     """`text`, a sentence of the scheduler's stored in English, in the active language (its templates are
     registered: this module imports the engine)."""
     return sentences_i18n.translate(text)
+
+
+def translate_html(text: str) -> SafeString:
+    """`text` as `translate` gives it, as HTML: its moments in the viewer's zone, named; its data marked
+    (core.sentences_i18n.translate_html)."""
+    return sentences_i18n.translate_html(text)

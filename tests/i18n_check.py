@@ -126,9 +126,10 @@ def english_left_but(html: str, data) -> list[str]:
 # ---- Japanese punctuation and spacing ------------------------------------------------------------------
 
 # Kana, kanji, and the Japanese and full-width punctuation, whose neighbours are checked.
+KANA_KANJI = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
 JAPANESE = (
-    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"  # kana, kanji
-    "\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"  # Japanese and full-width punctuation
+    KANA_KANJI  # kana, kanji; then the Japanese and full-width punctuation
+    + "\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"
 )
 SPACING_SLIPS = {
     # "ジョブ 実行": Japanese runs on without spaces (a space belongs only beside Latin letters and numbers).
@@ -147,6 +148,11 @@ SPACING_SLIPS = {
     # "(full-width) 見積もり: …制限時間).": a full-width bracket is closed by the full-width one (a translated
     # fragment that opens it, the template closing it in ASCII, shows this).
     "a full-width （ closed by an ASCII )": re.compile(r"（[^（）()]*\)"),  # noqa: RUF001
+    # "スパイングループ<span translate="no">spine-b</span>の": a name kept as data (translate="no") is a Latin
+    # word too, set off from kana and kanji by a space ("spine-b の"), as the catalogues write a placeholder.
+    "a name kept as data touching Japanese": re.compile(
+        rf'[{KANA_KANJI}](?=<span translate="no">)|<span translate="no">[^<]*</span>[{KANA_KANJI}]'
+    ),
 }
 # A placeholder's parentheses ("%(count)s") are no text's: each placeholder is checked as a Latin word.
 _PLACEHOLDERS = re.compile(r"%\(\w+\)[sd]")

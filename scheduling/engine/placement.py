@@ -576,7 +576,10 @@ def why_not(cluster: Cluster, request: Request) -> str:
             default=0,
         )
         return say(NO_RACK_HAS, trays=n, most=most) + CLAUSES + block + _left_out(cluster, unsettled)
-    if request.within is not None and request.within in cluster.fabric.levels:
+    free = sum(cluster.whole_by_owner[owner] for owner in owners)
+    # Waiting for one unit is the reason only when spanning units would fit: a cluster short of trays
+    # as a whole says so, as it does with no fabric.
+    if free >= n and request.within is not None and request.within in cluster.fabric.levels:
         depth = cluster.fabric.levels.index(request.within)
         most = max(
             (
@@ -587,7 +590,6 @@ def why_not(cluster: Cluster, request: Request) -> str:
         )
         template = NO_UNIT_YET if depth == len(cluster.fabric.levels) - 1 else NO_SPINE_YET
         return say(template, trays=n, most=most) + _left_out(cluster, unsettled)
-    free = sum(cluster.whole_by_owner[owner] for owner in owners)
     return say(plural(free, WHOLE_TRAYS_ONE_FREE, WHOLE_TRAYS_FREE), trays=n, free=free) + _left_out(
         cluster, unsettled
     )

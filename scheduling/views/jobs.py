@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.html import conditional_escape, strip_tags
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_POST
@@ -33,6 +35,7 @@ from scheduling.resubmit import resubmit_offer, with_resubmit_facts
 from scheduling.services.actions import cancel_job, may_cancel
 from scheduling.services.pass_writes import WHY_HERE
 from scheduling.words import translate as scheduler_words
+from scheduling.words import translate_html as scheduler_words_html
 from tenancy.models import Department, Project
 from tenancy.models.accounts import posix_identity_of
 
@@ -217,11 +220,14 @@ def _waiting_words(job: Job) -> list[str]:
     if reason:
         # The engine's words, stored in English, in the viewer's language (scheduling.words); a sentence
         # that starts with a value ("inference jobs run only ...") keeps it as the jobs list shows it.
-        stored, reason = reason, scheduler_words(reason)
-        if not begins_with_value(stored):
-            reason = reason[:1].upper() + reason[1:]
+        # As HTML: its moments (a fabric wait's since/until) in the viewer's zone, named (core.moments).
+        stored, reason = reason, scheduler_words_html(reason)
+        if not begins_with_value(stored) and not reason.startswith("<"):
+            reason = mark_safe(reason[:1].upper() + reason[1:])
         words = [
-            reason if reason.endswith((".", "!", "?", "。")) else _("%(message)s.") % {"message": reason}
+            reason
+            if strip_tags(reason).endswith((".", "!", "?", "。"))
+            else mark_safe(conditional_escape(_("%(message)s.")) % {"message": reason})
         ]
     else:
         words = [_("It waits for the next scheduling pass.")]

@@ -173,6 +173,17 @@ def test_a_two_rack_job_is_placed_inside_one_scalable_unit_and_a_larger_one_in_o
         page.goto(f"{live_server.url}/scheduling/jobs/{two.pk}/")
         expect(page.locator(".job-fabric")).to_contain_text(f"Inside scalable unit {unit}")
         assert_fits_the_phone(page, f"/scheduling/jobs/{two.pk}/")
+        # Its placement table reads at 390 px: no name breaks inside (each stays on one line box), the
+        # table scrolling in its box instead; the unit on a line of its own.
+        broken = page.evaluate(
+            """() => [...document.querySelectorAll(
+                'table.placement td.mono a, table.placement code.hostlist, table.placement .rack-unit'
+            )].filter((e) => e.getClientRects().length > 1).map((e) => e.textContent)"""
+        )
+        assert broken == [], broken
+        page.locator("table.placement").screenshot(
+            path=str(shots / "fabric-jobs-05b-placement-table-phone.png")
+        )
         page.screenshot(path=str(shots / "fabric-jobs-05-two-racks-phone.png"), full_page=True)
         page.locator("#job-placement").scroll_into_view_if_needed()
         page.screenshot(

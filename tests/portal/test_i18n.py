@@ -225,6 +225,13 @@ def test_the_spacing_check_finds_each_slip_and_passes_good_japanese():
     assert spacing_slips("保留中（%(count)s 件）、%(rack)s の v1.2 (beta)") == []  # noqa: RUF001
     # A space around a particle after a value that ends in Japanese ("約 47.5 時間 後").
     assert spacing_slips("約 47.5 時間 後に開始") == ["a space between Japanese characters: '間 後'"]
+    # A name kept as data is a Latin word: spaces set it off ("spine-b の"), not a full-width bracket.
+    assert spacing_slips('グループ<span translate="no">%(spines)s</span>の') == [
+        "a name kept as data touching Japanese: 'プ'",
+        "a name kept as data touching Japanese: '<span translate=\"no\">X</span>の'",
+    ]
+    spaced = 'グループ <span translate="no">%(spines)s</span> の（<span translate="no">a</span>）'  # noqa: RUF001
+    assert spacing_slips(spaced) == []
     assert spacing_slips("（見積もり: 猶予時間、制限時間).") == [  # noqa: RUF001
         "a full-width （ closed by an ASCII ): '（見積もり: 猶予時間、制限時間)'"  # noqa: RUF001
     ]

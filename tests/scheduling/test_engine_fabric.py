@@ -341,3 +341,18 @@ def test_jobs_waiting_inside_a_unit_may_get_reservations_of_their_own(more):
         fabric_reservations=more,
     )
     assert result.started == [] and len(result.reservations) == more
+
+
+def test_a_cluster_short_of_trays_as_a_whole_gives_the_ordinary_reason_not_the_fabric_wait():
+    """Spanning units would not help: the reason is the cluster's, as without a fabric."""
+    cluster = cluster_on(FOUR_UNITS, EIGHT)
+    for job, rack in enumerate(EIGHT, 1):
+        busy(cluster, job, rack, 18 if rack not in ("r1", "r3") else 9)  # 9 + 9 = 18 free trays in all
+    request = Request(80, ANY, within="unit")  # 20 trays
+    assert place(cluster, request) is None
+    assert why_not(cluster, request) == "20 whole trays are needed and 18 are free"
+    job = PendingJob(1, "research", 80, ANY, submitted_at=0.0)
+    departments = [Department("research", 576)]
+    result = schedule(cluster, departments, [], [job], now=100.0, fabric_wait_s=3600.0, max_reservations=0)
+    assert result.started == [] and result.fabric_held_since == {}  # never held: it could not span either
+    assert result.waiting[1] == "waiting: 20 whole trays are needed and 18 are free"

@@ -11,7 +11,7 @@ from django.urls import reverse
 from inventory import fabric_import
 from inventory.discovery.fabric.parsed import ParsedFabric
 from inventory.fabric import Span, span
-from tests.factories import make_job
+from tests.factories import make_job, run_job
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}
@@ -102,3 +102,31 @@ def test_span_is_the_narrowest_level_holding_the_racks():
     assert span({"r1": ("a", "u1"), "r2": ("a", "u2")}) == Span("spine", ["u1", "u2"], ["a"], [])
     assert span({"r1": ("a", "u1"), "r2": ("b", "u2")}) == Span(None, ["u1", "u2"], ["a", "b"], [])
     assert span({"r1": ("a", "u1"), "r2": (None, None)}) == Span(None, ["u1"], ["a"], ["r2"])
+
+
+def test_the_placement_table_never_breaks_inside_a_name_and_gives_the_unit_its_own_line(
+    client_as, demo_inventory, department_a, member_a
+):
+    """At 390 px the table scrolls in its box rather than squeezing its cells: a tray's name, the rack's
+    tray range and the GPUs held never wrap inside (nowrap), and the rack's unit takes a line of its own.
+    The browser's check at 390 px is tests/e2e/test_fabric_jobs.py."""
+    _import({"su-2": ("spine-b", ["gb-r01", "gb-r02"])})
+    job = run_job(department_a, trays=_trays("gb-r01", 2, 3) + _trays("gb-r02", 1))
+    html = client_as("member_a").get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
+    table = re.search(r'<table class="data placement">(.*?)</table>', html, re.S).group(1)
+    trays = re.findall(r'<td class="([^"]*)"><a [^>]*>(gb-r0\d-t\d\d)</a></td>', table)
+    assert [(set(classes.split()) >= {"mono", "nowrap"}, name) for classes, name in trays] == [
+        (True, "gb-r01-t02"),
+        (True, "gb-r01-t03"),
+        (True, "gb-r02-t01"),
+    ]
+    ranges = re.findall(
+        r'<div class="small muted nowrap">[^<]*<code class="hostlist">([^<]+)</code></div>', table
+    )
+    assert ranges == ["gb-r01-t[02-03]", "gb-r02-t01"]
+    units = re.findall(
+        r'<div class="small muted nowrap"><span class="rack-unit"[^>]*>([^<]+)</span></div>', table
+    )
+    assert units == ["su-2", "su-2"]
+    gpus = re.findall(r'<td class="small nowrap">([^<]+)</td>', table)
+    assert gpus == ["GPU 0, GPU 1, GPU 2, GPU 3"] * 3

@@ -6,15 +6,19 @@ On the demo inventory: gb-r01 (one default partition, a tray drained), gb-r02 (c
 partition). The fabric puts gb-r01 and gb-r02 in unit su-1 (33 whole free trays on the demo) and gb-r03
 alone in su-2 (at most 18): a 24-tray job fits only su-1."""
 
+import re
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 from core.fabric import Fabric
 from core.moments import utc_words
+from portal.web.middleware import TIMEZONE_COOKIE
 from scheduling.choices import JobEventKind, JobState
 from scheduling.engine.scheduler import Options
 from scheduling.models import Job
@@ -29,6 +33,9 @@ FABRIC = Fabric(racks={"gb-r01": ("a", "su-1"), "gb-r02": ("a", "su-1"), "gb-r03
 @pytest.fixture
 def department_a(demo_inventory):
     return make_department("Research", guaranteed_gpus=200)
+
+
+TOKYO = ZoneInfo("Asia/Tokyo")
 
 
 def racks_of(job) -> set[str]:
@@ -118,7 +125,14 @@ def test_the_pass_keeps_when_it_first_held_a_job_for_the_fabric_and_clears_it_wh
     client = Client()
     client.force_login(member_a)
     page = client.get(reverse("scheduling:job-detail", args=[job.pk])).content.decode()
-    assert f"waiting for one scalable unit (since {utc_words(held, seconds=False)}, until" in page
+    assert f"waiting for one scalable unit (since {utc_words(held, seconds=False)}, until" in strip_tags(page)
+    # In Japanese in Tokyo: both moments in the viewer's zone, named, as the page's other times.
+    client.cookies[TIMEZONE_COOKIE] = "Asia/Tokyo"
+    page = client.get(reverse("scheduling:job-detail", args=[job.pk]), HTTP_ACCEPT_LANGUAGE="ja")
+    why = strip_tags(re.search(r'data-why="pending">(.*?)</div>', page.content.decode(), re.S).group(1))
+    since, until = (f"{moment.astimezone(TOKYO):%Y-%m-%d %H:%M} JST" for moment in (held, ends))
+    assert f"1 つのスケーラブルユニットが空くのを待っています（{since} から {until} まで" in why, why  # noqa: RUF001
+    assert "UTC" not in why, why
     run_pass(fabric=FABRIC)  # held still: the moment it was first held stays
     job.refresh_from_db()
     assert job.state == JobState.PENDING and job.fabric_held_since == held
