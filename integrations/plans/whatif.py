@@ -110,7 +110,17 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
                 }
             )
         frame = {
-            "title": {"text": f"<b>{title}</b>", "x": 0, "xanchor": "left", "font": {"size": 13}},
+            "title": {
+                "text": f"<b>{title}</b>",
+                # At the chart's top, whether a legend follows it or not: the panels' titles line up.
+                "x": 0,
+                "xanchor": "left",
+                "y": 1,
+                "yref": "container",
+                "yanchor": "top",
+                "pad": {"t": 6},
+                "font": {"size": 13},
+            },
             "barmode": "group",
             "bargap": 0.25,
             "margin": {"l": 48, "r": 8, "t": 40, "b": 8},
