@@ -242,7 +242,10 @@ def test_a_post_starts_a_sweep_whose_tasks_replay_each_layout_and_the_poll_shows
     # Labels lie flat with the room they need, so none is cut or slanted over the bars.
     assert all(figure["layout"]["xaxis"]["tickangle"] == 0 for figure in figures)
     assert all(figure["layout"]["yaxis"]["automargin"] for figure in figures)
-    assert '<div class="whatif-charts" role="group"' in html and html.count('class="plotly-chart whatif-chart"') == 3
+    assert (
+        '<div class="whatif-charts" role="group"' in html
+        and html.count('class="plotly-chart whatif-chart"') == 3
+    )
 
     # The run's own page shows the same; neither wrote anything.
     page = admin.get(url("whatif-detail", run.pk))
