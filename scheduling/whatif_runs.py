@@ -352,7 +352,9 @@ def progress(run: WhatIfRun, now: datetime | None = None) -> Progress:
 
 # --- a MIG layout's what-if ------------------------------------------------------------------------------
 
-AS_MIG_LAYOUT = gettext_noop("%(trays)s with %(layout)s")
+# `hosts`, not `trays` (a count, core.sentences_i18n.NUMBERS): the stored label is read back in the viewer's
+# language only when its tray names match.
+AS_MIG_LAYOUT = gettext_noop("%(hosts)s with %(layout)s")
 
 
 def mig_trays_now() -> list[list]:
@@ -378,7 +380,7 @@ def mig_layouts(
     if layout.enabled:
         candidate += [[host, layout.name, layout.as_dict()] for host in trays]
     table = whatif.profiles_json(profiles)
-    label = say(AS_MIG_LAYOUT, trays=", ".join(trays), layout=layout.name)
+    label = say(AS_MIG_LAYOUT, hosts=", ".join(trays), layout=layout.name)
     return [{"profiles": table, "trays": now}, {"profiles": table, "trays": candidate}], (label, [])
 
 

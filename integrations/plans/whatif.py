@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import textwrap
+import unicodedata
 from collections.abc import Sequence
 
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -52,8 +53,7 @@ UNIT_WORDS = {
     "GPU-hours": gettext_lazy("GPU-hours"),
     "slices": gettext_lazy("compute slices"),
 }
-DOMAINS = ((0.0, 0.44), (0.53, 0.73), (0.82, 1.0))
-LABEL_WIDTH = 18  # a bar's label breaks into lines of about this many characters (at spaces), not slanted
+LABEL_WIDTH = 16  # a bar's label breaks into lines of about this many characters (at spaces), not slanted
 
 
 def carving(rack: Rack, partitions: Sequence[PlannedPartition]) -> Carving:
@@ -80,27 +80,22 @@ def _shape(partitions: Sequence[PlannedPartition]) -> frozenset:
     return frozenset((tuple(p.slots), p.department or None) for p in partitions)
 
 
-def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 340) -> str:
-    """The comparison as three panels of bars, one colour per layout (the table beside it has the
-    numbers)."""
+def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 300) -> str:
+    """The comparison as bars, one colour per layout (the table beside it has the numbers): one chart per
+    panel, side by side on a wide screen and stacked on a phone (CSS grid .whatif-charts), so a panel's
+    title, axis title and labels never run into another's. The first chart carries the legend."""
     done = [layout for layout in progress.layouts if layout.figures]
     panels = MIG_PANELS if progress.run.tray else PANELS
-    data = []
-    for index, layout in enumerate(done):
-        label = sentences_i18n.translate(layout.label)
-        colour = COLOURS[layout.position % len(COLOURS)]
-        for panel, (keys, _title, unit) in enumerate(panels, start=1):
-            unit_words = UNIT_WORDS.get(unit, unit)
-            labels = [
-                "<br>".join(
-                    textwrap.wrap(
-                        sentences_i18n.translate(next(r["label"] for r in progress.rows if r["key"] == key)),
-                        LABEL_WIDTH,
-                    )
-                )
-                for key in keys
-            ]
-            values = [_value(layout.figures.get(key), unit) for key in keys]
+    charts = []
+    for panel, (keys, title, unit) in enumerate(panels, start=1):
+        unit_words = str(UNIT_WORDS.get(unit, unit))
+        labels = [
+            _wrapped(sentences_i18n.translate(next(r["label"] for r in progress.rows if r["key"] == key)))
+            for key in keys
+        ]
+        data = []
+        for index, layout in enumerate(done):
+            label = sentences_i18n.translate(layout.label)
             data.append(
                 {
                     "type": "bar",
@@ -108,57 +103,71 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
                     "legendgroup": layout.label,
                     "showlegend": panel == 1,
                     "x": labels,
-                    "y": values,
-                    "marker": {"color": colour},
-                    "xaxis": f"x{panel if panel > 1 else ''}",
-                    "yaxis": f"y{panel if panel > 1 else ''}",
+                    "y": [_value(layout.figures.get(key), unit) for key in keys],
+                    "marker": {"color": COLOURS[layout.position % len(COLOURS)]},
                     "hovertemplate": f"{label}<br>%{{x}}: %{{y:,.2f}} {unit_words}<extra></extra>",
                     "offsetgroup": str(index),
                 }
             )
-    frame = {
-        "barmode": "group",
-        "bargap": 0.25,
-        "margin": {"l": 56, "r": 16, "t": 56, "b": 64},
-        "font": {"family": FONT, "size": 12, "color": TEXT},
-        "paper_bgcolor": TRANSPARENT,
-        "plot_bgcolor": TRANSPARENT,
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.12, "xanchor": "left", "x": 0},
-        "annotations": [],
-    }
-    for panel, ((_keys, title, unit), (left, right)) in enumerate(zip(panels, DOMAINS, strict=True), start=1):
-        suffix = str(panel) if panel > 1 else ""
-        frame[f"xaxis{suffix}"] = {"domain": [left, right], "anchor": f"y{suffix}", "gridcolor": GRID}
-        frame[f"yaxis{suffix}"] = {
-            "anchor": f"x{suffix}",
-            "title": {"text": str(UNIT_WORDS.get(unit, unit))},
-            "rangemode": "tozero",
-            "gridcolor": GRID,
-            "zeroline": False,
-            **({"range": [0, 100]} if unit == "%" else {}),
-        }
-        frame["annotations"].append(
-            {
+        frame = {
+            "title": {
                 "text": f"<b>{title}</b>",
-                "xref": "paper",
-                "yref": "paper",
-                "x": (left + right) / 2,
-                "y": 1.02,
-                "xanchor": "center",
-                "yanchor": "bottom",
-                "showarrow": False,
-            }
+                # At the chart's top, whether a legend follows it or not: the panels' titles line up.
+                "x": 0,
+                "xanchor": "left",
+                "y": 1,
+                "yref": "container",
+                "yanchor": "top",
+                "pad": {"t": 6},
+                "font": {"size": 13},
+            },
+            "barmode": "group",
+            "bargap": 0.25,
+            "margin": {"l": 48, "r": 8, "t": 40, "b": 8},
+            "font": {"family": FONT, "size": 12, "color": TEXT},
+            "paper_bgcolor": TRANSPARENT,
+            "plot_bgcolor": TRANSPARENT,
+            "showlegend": panel == 1,
+            "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+            # Labels laid flat and given the room they need (automargin), never slanted over the bars.
+            "xaxis": {"gridcolor": GRID, "tickangle": 0, "automargin": True},
+            "yaxis": {
+                "title": {"text": unit_words},
+                "rangemode": "tozero",
+                "gridcolor": GRID,
+                "zeroline": False,
+                "automargin": True,
+                **({"range": [0, 100]} if unit == "%" else {}),
+            },
+        }
+        if panel == 1:
+            frame["margin"]["t"] = 40 + 24 * len(done)  # the legend's rows above the bars
+        charts.append(
+            format_html(
+                '<div id="{}" class="plotly-chart whatif-chart" data-panel="{}" data-plotly-figure="{}" '
+                'data-plotly-config="{}" style="height: {}px; width: 100%" role="img" aria-label="{}"></div>',
+                div_id if panel == 1 else f"{div_id}-{panel}",
+                panel,
+                json.dumps({"data": data, "layout": frame}),
+                json.dumps(CONFIG),
+                height + (24 * len(done) if panel == 1 else 0),
+                title,
+            )
         )
     return format_html(
-        '<div id="{}" class="plotly-chart whatif-chart" data-plotly-figure="{}" data-plotly-config="{}" '
-        'style="height: {}px; width: 100%" role="img" aria-label="{}"></div>',
-        div_id,
-        json.dumps({"data": data, "layout": frame}),
-        json.dumps(CONFIG),
-        height,
+        '<div class="whatif-charts" role="group" aria-label="{}">{}</div>',
         _("Bar chart of the comparison: %(layouts)s")
         % {"layouts": ", ".join(sentences_i18n.translate(one.label) for one in done)},
+        format_html_join("", "{}", ((chart,) for chart in charts)),
     )
+
+
+def _wrapped(label: str) -> str:
+    """A bar's label in lines of about LABEL_WIDTH characters (at spaces; a wide character, as Japanese is
+    written, counts twice, and a run of them breaks anywhere)."""
+    wide = sum(1 for char in label if unicodedata.east_asian_width(char) in "WF")
+    width = LABEL_WIDTH if wide * 2 < len(label) else LABEL_WIDTH // 2
+    return "<br>".join(textwrap.wrap(label, width))
 
 
 def _value(value, unit: str) -> float | None:

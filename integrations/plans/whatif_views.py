@@ -94,4 +94,6 @@ def whatif_detail(request, pk):
     context = whatif_page.context(whatif_runs.progress(run))
     context["rack"] = Rack.objects.filter(name=run.rack).first() if run.rack else None
     context["tray"] = ComputeTray.objects.filter(hostname=run.tray).first() if run.tray else None
+    if context["tray"]:
+        context["nav"] = "racks"  # the header marks where the breadcrumb starts: Racks, then the tray
     return render(request, "integrations/wizard/whatif.html", context)

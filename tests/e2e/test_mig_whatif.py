@@ -93,7 +93,17 @@ def test_an_admin_asks_what_a_mig_layout_would_do_and_sees_progress_then_the_fig
         timeout=15,
         interval=0.5,
     )
+    assert_readable_on_a_phone(page)
     page.screenshot(path=str(shots / "mig-whatif-3-figures-390.png"), full_page=True)
+    # In Japanese too (longer names, text that breaks anywhere): the same page, read on a phone.
+    japanese = browser.new_context(viewport=PHONE, locale="ja-JP")
+    ja_page = japanese.new_page()
+    sign_in(ja_page, stack, *admin_login(stack))
+    ja_page.goto(page.url)
+    expect(ja_page.locator("html")).to_have_attribute("lang", "ja")
+    assert_readable_on_a_phone(ja_page)
+    ja_page.screenshot(path=str(shots / "mig-whatif-3-figures-390-ja.png"), full_page=True)
+    japanese.close()
 
     [(runs,)] = stack.query("SELECT COUNT(*) FROM scheduling_whatifrun WHERE tray = ?", host)
     assert runs == 1
@@ -101,3 +111,57 @@ def test_an_admin_asks_what_a_mig_layout_would_do_and_sees_progress_then_the_fig
     [(layout,)] = stack.query("SELECT mig_layout FROM inventory_computetray WHERE id = ?", tray_pk)
     assert layout == ""
     admin.close()
+
+
+def _boxes(page, selector: str) -> list[dict]:
+    return [box for box in (one.bounding_box() for one in page.locator(selector).all()) if box]
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"] - 1
+        and b["x"] < a["x"] + a["width"] - 1
+        and a["y"] < b["y"] + b["height"] - 1
+        and b["y"] < a["y"] + a["height"] - 1
+    )
+
+
+def assert_readable_on_a_phone(page, table_fits: bool = True) -> None:
+    """At 390 px: each chart panel its own, stacked, its title clear of the others' and inside the screen;
+    the figures table whole in its box (the candidate's column on screen) with a label column wide enough
+    to read (the walkthrough's Japanese broke after every character). `table_fits`: two layouts fit the
+    screen; more scroll in the table's box."""
+    charts = page.locator(".whatif-chart")
+    expect(charts).to_have_count(3)
+    for index in range(3):
+        expect(charts.nth(index).locator(".gtitle")).to_be_attached(timeout=30_000)
+    wait_for(
+        "the charts to redraw at the phone's width",
+        lambda: all(box["width"] <= PHONE["width"] for box in _boxes(page, ".whatif-chart .main-svg")),
+        timeout=15,
+        interval=0.5,
+    )
+    for selector in (".whatif-chart", ".whatif-chart .gtitle", ".whatif-chart .g-ytitle"):
+        boxes = _boxes(page, selector)
+        assert len(boxes) == 3, (selector, boxes)
+        for first, second in ((0, 1), (0, 2), (1, 2)):
+            assert not _overlap(boxes[first], boxes[second]), (selector, boxes)
+    for title in _boxes(page, ".whatif-chart .gtitle"):
+        assert title["x"] >= 0 and title["x"] + title["width"] <= PHONE["width"], title
+    # Stacked: one above the other, not side by side.
+    charts_boxes = _boxes(page, ".whatif-chart")
+    assert charts_boxes[0]["y"] + charts_boxes[0]["height"] <= charts_boxes[1]["y"] + 1, charts_boxes
+    # No tick label drawn over another in a panel (laid flat, wrapped, given room).
+    for index in range(3):
+        ticks = _boxes(page, f".whatif-chart >> nth={index} >> .xtick text")
+        for first in range(len(ticks)):
+            for second in range(first + 1, len(ticks)):
+                assert not _overlap(ticks[first], ticks[second]), (index, ticks)
+    label = page.locator('.whatif-table tbody th[scope="row"]').first.bounding_box()
+    assert label and label["width"] >= 120, f"the figures' label column is {label} wide"
+    if table_fits:
+        box = page.locator(".whatif-run .scroll-box")
+        fits = box.evaluate("el => el.scrollWidth <= el.clientWidth + 1")
+        assert fits, "the figures table is wider than the phone: its candidate column is off the screen"
+        last = page.locator(".whatif-table thead th").last.bounding_box()
+        assert last and last["x"] + last["width"] <= PHONE["width"], last

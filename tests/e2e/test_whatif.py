@@ -14,7 +14,8 @@ from playwright.sync_api import expect
 
 from scheduling.choices import JobState, WhatIfState
 from scheduling.models import Job, WhatIfRun
-from tests.e2e.browser import sign_in
+from tests.e2e.browser import PHONE, sign_in
+from tests.e2e.test_mig_whatif import assert_readable_on_a_phone
 
 PASSWORD = "e2e-admin-password-1"
 
@@ -97,3 +98,8 @@ def test_an_admin_replays_the_demo_history_under_a_plan_and_sees_the_comparison(
     expect(page.locator("table.whatif-table")).to_contain_text("This plan")
     expect(page.locator("#whatif-chart svg.main-svg").first).to_be_visible()
     page.screenshot(path=str(shots / "whatif-4-page.png"), full_page=True)
+    # On a phone: the three charts stacked, none drawn over another; three layouts' figures scroll in the
+    # table's box, beside a label column wide enough to read.
+    page.set_viewport_size(PHONE)
+    assert_readable_on_a_phone(page, table_fits=False)
+    page.screenshot(path=str(shots / "whatif-4-page-390.png"), full_page=True)

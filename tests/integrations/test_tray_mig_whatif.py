@@ -155,3 +155,54 @@ def test_a_tray_whose_model_reported_no_profiles_is_a_400(demo_inventory, admin_
     assert response.status_code == 400
     assert "has reported its MIG profiles yet" in response.content.decode()  # the page says how to get them
     assert not WhatIfRun.objects.exists()
+
+
+def _done_run(client, capture) -> WhatIfRun:
+    with capture(execute=True):
+        client.post(_url(_tray()), {"mig-layout": "all-1g.23gb"})
+    return WhatIfRun.objects.get()
+
+
+def test_the_header_marks_racks_where_the_breadcrumb_starts(
+    site, admin_client_logged_in, django_capture_on_commit_callbacks
+):
+    run = _done_run(admin_client_logged_in, django_capture_on_commit_callbacks)
+    page = admin_client_logged_in.get(reverse("integrations:whatif-detail", args=[run.pk])).content.decode()
+    nav = re.search(r'<nav aria-label="Main">.*?</nav>', page, re.S).group(0)
+    current = re.findall(r'<a href="([^"]+)" aria-current="page"', nav)
+    assert current == [reverse("inventory:rack-list")]
+    breadcrumb = re.search(r'<nav class="breadcrumb".*?</nav>', page, re.S).group(0)
+    assert breadcrumb.startswith(f'<nav class="breadcrumb" aria-label="Breadcrumb"><a href="{current[0]}">')
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["gb-r03-t02 with all-1g.23gb", "gb-r03-t02, gb-r03-t03 with all-balanced"],
+)
+def test_a_mig_layouts_label_is_read_back_as_its_sentence(label):
+    # Its tray names are names, not a count: the label is the template's, so it is shown translated.
+    from core import sentences_i18n
+    from scheduling.whatif_runs import AS_MIG_LAYOUT
+
+    template, values = sentences_i18n._match(label)
+    assert template == AS_MIG_LAYOUT
+    assert label.startswith(values["hosts"]) and label.endswith(values["layout"])
+
+
+def test_the_mig_what_if_page_is_japanese(site, admin_client_logged_in, django_capture_on_commit_callbacks):
+    from tests.i18n_check import english_left
+
+    run = _done_run(admin_client_logged_in, django_capture_on_commit_callbacks)
+    response = admin_client_logged_in.get(
+        reverse("integrations:whatif-detail", args=[run.pk]), HTTP_ACCEPT_LANGUAGE="ja"
+    )
+    html = response.content.decode()
+    heading = re.search(r"<h1>(.*?)</h1>", html, re.S).group(1)
+    current = re.search(r'<span aria-current="page">(.*?)</span>', html).group(1)
+    # The heading names the run as the breadcrumb does ("シミュレーション #4"), not "What-if #4".
+    assert heading.startswith(current) and "What-if" not in heading
+    table = re.search(r'<table class="data whatif-table">.*?</table>', html, re.S).group(0)
+    assert not re.search(r">\s*same\s*<", table), "a figure's unchanged difference left in English"
+    # The candidate's label ("<tray> with <layout>") in Japanese, in the byline and the column header.
+    assert " with " not in re.sub(r"<[^>]+>", "", table) and " with " not in re.sub(r"<[^>]+>", "", heading)
+    assert not english_left(html), english_left(html)

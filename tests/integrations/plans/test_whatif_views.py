@@ -4,6 +4,7 @@ and only reads, clear words for an empty window, bad input and failures, and the
 import json
 import re
 from datetime import timedelta
+from html import unescape as html_unescape
 from urllib.parse import urlencode
 
 import pytest
@@ -224,10 +225,27 @@ def test_a_post_starts_a_sweep_whose_tasks_replay_each_layout_and_the_poll_shows
         "Guarantee shortfall",
     ):
         assert figure in table
-    chart = re.search(r'data-plotly-figure="([^"]+)"', html).group(1)
-    figure = json.loads(chart.replace("&quot;", '"').replace("&amp;", "&").replace("&#x27;", "'"))
-    assert {trace["name"] for trace in figure["data"]} == {NOW, "This plan", "gb-r01 as 3x6"}
-    assert len(figure["data"]) == 3 * 3  # three panels, one bar series per layout in each
+    charts = re.findall(r'data-plotly-figure="([^"]+)"', html)
+    figures = [json.loads(html_unescape(chart)) for chart in charts]
+    # One chart per panel (stacked on a phone by CSS, never three panels' titles in one figure's width),
+    # each its own title, one bar series per layout; the first carries the legend.
+    assert len(figures) == 3
+    for figure in figures:
+        assert [trace["name"] for trace in figure["data"]] == [NOW, "This plan", "gb-r01 as 3x6"]
+    assert [figure["layout"]["title"]["text"] for figure in figures] == [
+        "<b>Wait and job completion time</b>",
+        "<b>Multi-tray jobs in one partition</b>",
+        "<b>Guarantee shortfall</b>",
+    ]
+    assert [figure["layout"]["showlegend"] for figure in figures] == [True, False, False]
+    assert not any("annotations" in figure["layout"] or "xaxis2" in figure["layout"] for figure in figures)
+    # Labels lie flat with the room they need, so none is cut or slanted over the bars.
+    assert all(figure["layout"]["xaxis"]["tickangle"] == 0 for figure in figures)
+    assert all(figure["layout"]["yaxis"]["automargin"] for figure in figures)
+    assert (
+        '<div class="whatif-charts" role="group"' in html
+        and html.count('class="plotly-chart whatif-chart"') == 3
+    )
 
     # The run's own page shows the same; neither wrote anything.
     page = admin.get(url("whatif-detail", run.pk))
