@@ -68,6 +68,8 @@ def test_upload_preview_apply(client_as, platform_admin, demo_inventory):
             "control",
         ),
         ("topograph", "n.json", b'{"items": 3}', "NodeList"),
+        ("topograph", "t.json", b'{"items": [\n  ' + b"7" * 5001 + b"]}", "line 2: not JSON: a number too"),
+        ("site_file", "f.yaml", b"spine_groups:\n  - name: s\x07\n", "line 2: not YAML: a control character"),
     ],
 )
 def test_hostile_files_are_refused_naming_the_line_and_nothing_is_kept(
