@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from django.db.models import OuterRef, Subquery
+from django.utils.translation import gettext, gettext_lazy
 
 from core.fabric import DEFAULT_LEVELS, Fabric
+from core.sentences import AND_MORE
 from inventory.models import FabricImport, RackPlace, TrayPlace
 
 
@@ -84,37 +86,61 @@ def overview(
     return [SpineGroup(name, units) for name, units in sorted(spines.items())]
 
 
-LEVEL_WORDS = {"spine": "spine group", "unit": "unit"}
+LEVEL_WORDS = {"spine": gettext_lazy("spine group"), "unit": gettext_lazy("unit")}
+SHOWN_RACKS = 3  # racks named in one clause of a disagreement, then "and N more"
+DIFFER_BOTH = gettext_lazy(
+    "%(level)s %(mine)s in use, %(other)s there: with %(only_in_use)s only in use, "
+    "with %(only_there)s only there"
+)
+DIFFER_IN_USE = gettext_lazy("%(level)s %(mine)s in use, %(other)s there: with %(only_in_use)s only in use")
+DIFFER_THERE = gettext_lazy("%(level)s %(mine)s in use, %(other)s there: with %(only_there)s only there")
+
+
+def _listed(racks: list[str]) -> str:
+    """The first SHOWN_RACKS racks, then how many more (in the viewer's language)."""
+    text = ", ".join(racks[:SHOWN_RACKS])
+    more = len(racks) - SHOWN_RACKS
+    return gettext(AND_MORE) % {"names": text, "more": more} if more > 0 else text
+
+
+def _differ(level: str, mine: str, other: str, only_in_use: list[str], only_there: list[str]) -> str:
+    """Why a rack is grouped differently: its group in each source and the racks that share only one of
+    them with it (at least one of the two lists is not empty, else the sources would agree)."""
+    template = DIFFER_BOTH if only_in_use and only_there else DIFFER_IN_USE if only_in_use else DIFFER_THERE
+    return str(template) % {
+        "level": LEVEL_WORDS[level],
+        "mine": mine,
+        "other": other,
+        "only_in_use": _listed(only_in_use),
+        "only_there": _listed(only_there),
+    }
 
 
 def disagreements(ours: Fabric, theirs: Fabric) -> dict[str, str]:
     """Racks the two fabrics group differently -> why, in words (group names differ between sources, so
-    what is compared is which racks share a group: two racks together in one source and apart in the other).
-    Only racks both know are compared."""
+    what is compared is which racks share a group: two racks together in one source and apart in the other;
+    the words name the racks that share the rack's group in one source only). Only racks both know are
+    compared."""
     shared = sorted(set(ours.racks) & set(theirs.racks))
     out: dict[str, str] = {}
     # The lowest level first: a rack in another unit is said so, rather than only in another spine group.
     for depth, level in reversed(list(enumerate(DEFAULT_LEVELS))):
-        pairs: dict[str, set[str]] = defaultdict(set)
-        back: dict[str, set[str]] = defaultdict(set)
-        mine_members: dict[str, list[str]] = defaultdict(list)
-        other_members: dict[str, list[str]] = defaultdict(list)
+        mine_members: dict[str, set[str]] = defaultdict(set)
+        other_members: dict[str, set[str]] = defaultdict(set)
+        for rack in shared:
+            mine_members[ours.racks[rack][depth]].add(rack)
+            other_members[theirs.racks[rack][depth]].add(rack)
         for rack in shared:
             mine, other = ours.racks[rack][depth], theirs.racks[rack][depth]
-            pairs[mine].add(other)
-            back[other].add(mine)
-            mine_members[mine].append(rack)
-            other_members[other].append(rack)
-        for rack in shared:
-            mine, other = ours.racks[rack][depth], theirs.racks[rack][depth]
-            if len(pairs[mine]) > 1 or len(back[other]) > 1:
-                with_mine = [r for r in mine_members[mine] if r != rack][:3]
-                with_other = [r for r in other_members[other] if r != rack][:3]
-                out.setdefault(
-                    rack,
-                    f"{LEVEL_WORDS[level]} {mine} with {', '.join(with_mine) or 'no other rack'} in use; "
-                    f"{other} with {', '.join(with_other) or 'no other rack'} there",
-                )
+            if rack in out or mine_members[mine] == other_members[other]:
+                continue
+            out[rack] = _differ(
+                level,
+                mine,
+                other,
+                sorted(mine_members[mine] - other_members[other]),
+                sorted(other_members[other] - mine_members[mine]),
+            )
     return out
 
 

@@ -2,8 +2,9 @@
 another source's import in use. The fabric page itself shows free GPUs per unit, so it is scheduling's
 (scheduling.views.fabric, at /inventory/fabric/).
 
-Upload (POST) parses the file and keeps it as a FabricUpload, then redirects to its preview (GET, which only
-reads: inventory.fabric_import.plan); Apply (POST) writes it in one transaction
+Upload (POST) parses the file and plans it against the inventory (a rack it lacks is refused there, nothing
+kept), keeps it as a FabricUpload, then redirects to its preview (GET, which only reads:
+inventory.fabric_import.plan); Apply (POST) writes it in one transaction
 (inventory.fabric_import.apply) and deletes the upload. Bad input is a 400 naming the line, nothing written.
 """
 
@@ -49,7 +50,9 @@ def fabric_import_page(request):
         data = form.cleaned_data["file"].read(MAX_BYTES + 1)
         name = form.cleaned_data["file"].name
         try:
-            read(form.cleaned_data["source"], data, name)
+            # Planned against the inventory too (a few reads): a file naming a rack the inventory lacks is
+            # refused here, nothing stored, as the preview would refuse it.
+            fabric_import.plan(read(form.cleaned_data["source"], data, name), use=form.cleaned_data["use"])
         except FabricInputError as refused:
             return _page(request, form, error=f"{name}: {refused}", status=400)
         FabricUpload.objects.filter(uploaded_at__lt=timezone.now() - KEPT_FOR).delete()

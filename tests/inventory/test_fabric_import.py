@@ -9,12 +9,13 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import translation
 
 from core.fabric import Fabric
 from inventory import fabric_import
 from inventory.discovery.fabric.parsed import FabricInputError, ParsedFabric
 from inventory.discovery.fabric.read import read
-from inventory.fabric import conflicts, current_fabric, rack_fabric
+from inventory.fabric import conflicts, current_fabric, disagreements, rack_fabric
 from inventory.models import FabricGroup, FabricImport, GpuRail, Rack, RackPlace, TrayPlace
 from tests.inventory.fabric_fixtures import ibnetdiscover
 
@@ -99,11 +100,53 @@ def test_a_second_source_is_kept_beside_the_first_and_its_disagreements_flagged(
     assert current_fabric().group("gb-r02", "unit") == "su-1"
     in_use, others, found = conflicts()
     assert in_use.source == "site_file" and [o.source for o in others] == ["topograph"]
-    assert found[0].racks["gb-r02"] == "unit su-1 with gb-r01 in use; leaf-y with gb-r03 there"
+    assert found[0].racks["gb-r02"] == (
+        "unit su-1 in use, leaf-y there: with gb-r01 only in use, with gb-r03 only there"
+    )
     # An admin settles it: Topograph's view is put in use.
     fabric_import.use_source("topograph")
     assert current_fabric().group("gb-r02", "unit") == "leaf-y"
     assert FabricImport.objects.filter(in_use=True).get().source == "topograph"
+
+
+def _fabric(units: dict[tuple[str, str], range]) -> Fabric:
+    return Fabric(
+        racks={f"gb-r{n:02d}": (spine, unit) for (spine, unit), numbers in units.items() for n in numbers}
+    )
+
+
+def test_a_disagreement_names_the_racks_grouped_in_one_source_only():
+    """Eight racks in one unit in use, split in two units there: each rack's words name the racks it shares
+    a unit with in use only (three, then how many more), never the racks both sources group with it."""
+    ours = _fabric({("spine-a", "su-1"): range(1, 9)})
+    theirs = _fabric({("sg-1", "u-1"): range(1, 5), ("sg-1", "u-2"): range(5, 9)})
+    found = disagreements(ours, theirs)
+    assert set(found) == {f"gb-r{n:02d}" for n in range(1, 9)}
+    assert found["gb-r01"] == (
+        "unit su-1 in use, u-1 there: with gb-r05, gb-r06, gb-r07 and 1 more only in use"
+    )
+    assert found["gb-r08"] == (
+        "unit su-1 in use, u-2 there: with gb-r01, gb-r02, gb-r03 and 1 more only in use"
+    )
+    # The other way round: the racks only there; and a spine group's split said at the spine level.
+    assert disagreements(theirs, ours)["gb-r02"] == (
+        "unit u-1 in use, su-1 there: with gb-r05, gb-r06, gb-r07 and 1 more only there"
+    )
+    spines = _fabric({("spine-a", "su-1"): range(1, 3), ("spine-b", "su-2"): range(3, 5)})
+    assert disagreements(spines, _fabric({("sg", "su-1"): range(1, 3), ("sg", "su-2"): range(3, 5)})) == {
+        f"gb-r{n:02d}": f"spine group spine-{'a' if n < 3 else 'b'} in use, sg there: with "
+        + ("gb-r03, gb-r04" if n < 3 else "gb-r01, gb-r02")
+        + " only there"
+        for n in range(1, 5)
+    }
+
+
+def test_a_disagreement_is_in_the_viewers_language():
+    ours = _fabric({("spine-a", "su-1"): range(1, 6)})
+    theirs = _fabric({("sg-1", "u-1"): range(1, 2), ("sg-1", "u-2"): range(2, 6)})
+    with translation.override("ja"):
+        words = disagreements(ours, theirs)["gb-r01"]
+    assert "ユニット su-1" in words and "ほか 1 件" in words, words
 
 
 def test_a_source_agreeing_with_the_fabric_in_use_is_no_conflict(demo_inventory):

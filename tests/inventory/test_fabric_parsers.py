@@ -218,6 +218,14 @@ def test_topograph_json_deep_or_not_a_node_list_is_refused():
         read("topograph", json.dumps({"kind": "Pod"}).encode())
 
 
+def test_topograph_json_with_a_number_too_long_names_it_and_its_line():
+    """Python's int() refuses more than 4,300 digits in words of its own (sys.set_int_max_str_digits...)."""
+    text = '{"items": [\n  {"metadata": {"name": "h1"}},\n  ' + "9" * 5001 + "\n]}"
+    with pytest.raises(FabricInputError) as refused:
+        read("topograph", text.encode(), "t.json")
+    assert str(refused.value) == "line 3: not JSON: a number too long (more than 4,300 digits)"
+
+
 # --- the site file ------------------------------------------------------------------------------------------
 
 
@@ -250,6 +258,8 @@ UNIT = "spine_groups:\n  - name: s\n    units:\n      - name: u\n        racks: 
         ("spine_groups: &a [x]\nmore: *a\n", 1, "anchors"),
         ("spine_groups:\n" + "  " + "[" * 50 + "]" * 50 + "\n", 2, "nested deeper"),
         ("spine_groups: [\n", 2, "not YAML"),
+        ("spine_groups:\n  - name: s\x07\n", 2, "not YAML: a control character (U+0007) YAML does not allow"),
+        ("spine_groups:\n\n  - \ufffe\n", 3, "not YAML: a character (U+FFFE) YAML does not allow"),
         ("spine_groups: !!python/object:os.system x\n", 1, "tag"),
         ("", None, "empty"),
         (UNIT.replace("name: u", "name: U").format(racks="gb-r01"), 4, "unit 'U': use lower case"),

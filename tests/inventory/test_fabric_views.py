@@ -8,7 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from inventory.fabric import current_fabric
-from inventory.models import FabricGroup, FabricImport, FabricUpload, GpuRail, RackPlace
+from inventory.models import FabricGroup, FabricImport, FabricUpload, GpuRail, Rack, RackPlace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fabric"
 IMPORT = reverse("inventory:fabric-import")
@@ -68,6 +68,8 @@ def test_upload_preview_apply(client_as, platform_admin, demo_inventory):
             "control",
         ),
         ("topograph", "n.json", b'{"items": 3}', "NodeList"),
+        ("topograph", "t.json", b'{"items": [\n  ' + b"7" * 5001 + b"]}", "line 2: not JSON: a number too"),
+        ("site_file", "f.yaml", b"spine_groups:\n  - name: s\x07\n", "line 2: not YAML: a control character"),
     ],
 )
 def test_hostile_files_are_refused_naming_the_line_and_nothing_is_kept(
@@ -79,11 +81,23 @@ def test_hostile_files_are_refused_naming_the_line_and_nothing_is_kept(
     assert not FabricUpload.objects.exists() and _written() == (0, 0, 0, 0)
 
 
-def test_unknown_racks_are_refused_at_preview_and_apply(client_as, platform_admin, demo_inventory):
+def test_unknown_racks_are_refused_at_upload_with_nothing_kept(client_as, platform_admin, demo_inventory):
     client = client_as(platform_admin)
     response = _upload(client, "site_file", "s.csv", b"spine_group,unit,rack\ns,u,gb-r01\ns,u,gb-r77\n")
+    assert response.status_code == 400
+    assert "s.csv: 1 rack(s) not in the inventory: gb-r77" in response.content.decode()
+    assert not FabricUpload.objects.exists() and _written() == (0, 0, 0, 0)
+
+
+def test_a_rack_gone_since_the_upload_is_refused_at_preview_and_apply(
+    client_as, platform_admin, demo_inventory
+):
+    client = client_as(platform_admin)
+    response = _upload(client, "site_file", "s.csv", b"spine_group,unit,rack\ns,u,gb-r01\ns,u,gb-r02\n")
+    assert response.status_code == 303
+    Rack.objects.filter(name="gb-r02").update(name="gb-r77")  # renamed after the upload
     page = client.get(response["Location"])
-    assert page.status_code == 409 and "not in the inventory: gb-r77" in page.content.decode()
+    assert page.status_code == 409 and "not in the inventory: gb-r02" in page.content.decode()
     upload = FabricUpload.objects.get()
     assert client.post(reverse("inventory:fabric-import-apply", args=[upload.pk])).status_code == 409
     assert _written() == (0, 0, 0, 0)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 
 from inventory.discovery.fabric import ibnetdiscover, site_file, topograph
 from inventory.discovery.fabric.parsed import (
@@ -23,9 +25,16 @@ def topograph_json(text: str) -> ParsedFabric:
         data = json.loads(text)
     except RecursionError:
         raise FabricInputError("JSON nested too deep") from None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
+        raise FabricInputError(f"not JSON: {exc.msg}", exc.lineno) from None
+    except ValueError:
+        # Python refuses to turn a number of more than sys.get_int_max_str_digits() digits into an int (a
+        # guard against slow conversion); its message names neither the number nor the line.
+        limit = sys.get_int_max_str_digits()
+        long = re.search(rf"\d{{{limit + 1},}}", text)
         raise FabricInputError(
-            f"not JSON: {getattr(exc, 'msg', exc)}", getattr(exc, "lineno", None)
+            f"not JSON: a number too long (more than {limit:,} digits)",
+            text.count("\n", 0, long.start()) + 1 if long else None,
         ) from None
     items = data.get("items") if isinstance(data, dict) else data
     if not isinstance(items, list):

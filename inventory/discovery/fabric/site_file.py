@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import unicodedata
 
 import yaml
 
@@ -62,9 +63,16 @@ def _events_are_plain(text: str) -> None:
                 "tag:yaml.org,2002:str",
             ):
                 raise FabricInputError(f"YAML tag {event.tag!r} is not taken in a site file", line)
+    except yaml.reader.ReaderError as exc:
+        # A character YAML does not allow (a control character): the reader knows which, and where.
+        code = ord(exc.character) if isinstance(exc.character, str) else exc.character
+        what = "a control character" if unicodedata.category(chr(code)) == "Cc" else "a character"
+        raise FabricInputError(
+            f"not YAML: {what} (U+{code:04X}) YAML does not allow", text.count("\n", 0, exc.position) + 1
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or "not YAML"
+        problem = getattr(exc, "problem", None) or str(exc)
         raise FabricInputError(f"not YAML: {problem}", mark.line + 1 if mark else None) from None
 
 
