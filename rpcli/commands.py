@@ -252,7 +252,7 @@ def ls(args: argparse.Namespace) -> int:
                 j.get("name"),
                 j.get("department"),
                 j.get("project"),
-                j.get("gpus"),
+                job_size(j, TIMES),
                 j.get("state"),
                 j.get("backend"),
                 j.get("submitted_by"),
@@ -262,6 +262,29 @@ def ls(args: argparse.Namespace) -> int:
         ),
     )
     return Exit.OK
+
+
+# The multiplication sign, as the portal writes a slice job's size (2, the sign, 1g.23gb).
+TIMES = "\N{MULTIPLICATION SIGN}"
+
+
+def job_size(job: dict, times: str = f" {TIMES} ") -> object:
+    """What a job asks for, as the portal shows it (scheduling/_job_size.html): its whole GPUs, or its MIG
+    slices of one profile ("1 x 1g.23gb" with the multiplication sign; its `gpus` is then 0)."""
+    if job.get("mig_slices"):
+        return f"{job.get('mig_slices')}{times}{job.get('mig_profile')}"
+    return job.get("gpus")
+
+
+def _size_pair(job: dict) -> tuple[str, object]:
+    """`rp show`'s line of what the job asks for: "gpus", or "mig slices" with the profile and count (and
+    the memory asked for, when a size was named instead of a profile), as the job page shows them."""
+    if not job.get("mig_slices"):
+        return ("gpus", job.get("gpus"))
+    size = str(job_size(job))
+    if job.get("mig_memory_gb"):
+        size += f" (asked: {job.get('mig_memory_gb')} GB each)"
+    return ("mig slices", size)
 
 
 def _get_job(api: Api, job_id: int) -> dict:
@@ -284,7 +307,7 @@ def show(args: argparse.Namespace) -> int:
         ("department", job.get("department")),
         ("project", job.get("project")),
         ("submitted by", job.get("submitted_by")),
-        ("gpus", job.get("gpus")),
+        _size_pair(job),
         ("topology", job.get("topology")),
         ("priority class", job.get("priority_class")),
         ("backend", job.get("backend")),

@@ -29,6 +29,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -301,6 +302,18 @@ def _messages(detail) -> dict[str, list[str]]:
     return out
 
 
+def _form_messages(detail) -> dict[str, list[str]]:
+    """The API's errors in the form's words: the department is a choice among the user's own, so one the
+    API refuses (another tenant's, one that does not exist, a slug in the wrong case, whatever was posted)
+    is a choice not offered, as Django's ModelChoiceField says it: the value is not echoed, and nothing
+    tells another department's slug or id from one that does not exist."""
+    out = _messages(detail)
+    required = str(serializers.Field.default_error_messages["required"])
+    if any(message != required for message in out.get("department", [])):
+        out["department"] = [str(forms.ModelChoiceField.default_error_messages["invalid_choice"])]
+    return out
+
+
 def _new_key() -> str:
     return f"{KEY_PREFIX}{uuid.uuid4().hex}"
 
@@ -453,7 +466,7 @@ def job_new(request):
     )
     if not serializer.is_valid():
         # The API's words; a field the form already found unreadable keeps the form's own.
-        errors = {**_messages(serializer.errors), **errors}
+        errors = {**_form_messages(serializer.errors), **errors}
     if errors:
         return _render(request, values, errors, key, status=400)
     try:
@@ -463,7 +476,9 @@ def job_new(request):
             request, values, {"": [ALREADY_SUBMITTED % {"pk": error.job.pk}]}, _new_key(), status=400
         )
     except DjangoValidationError as error:
-        return _render(request, values, _messages(serializers.as_serializer_error(error)), key, status=400)
+        return _render(
+            request, values, _form_messages(serializers.as_serializer_error(error)), key, status=400
+        )
     _say_submitted(request, job, created)
     return redirect(reverse("scheduling:job-list"))
 
@@ -508,7 +523,7 @@ def _preview(request, data: dict, errors: dict[str, list[str]]):
     """(scheduling.preview.preview_job's answer or None, the errors that stop it)."""
     serializer = JobSubmitSerializer(data=data, context={"request": request})
     if not serializer.is_valid():
-        return None, errors or _messages(serializer.errors)
+        return None, errors or _form_messages(serializer.errors)
     if errors:
         return None, errors
     attrs = dict(serializer.validated_data)

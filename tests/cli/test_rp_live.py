@@ -19,6 +19,7 @@ from django.db import transaction
 
 from core import tokens
 from integrations.dispatch import process_cancels
+from rpcli.commands import TIMES
 from scheduling.choices import JobState
 from scheduling.models import BackendCancel, Job
 from scheduling.services.actions import finish_job
@@ -177,6 +178,37 @@ def test_ls_walks_every_page(logged_in, rp, research, researcher):
     assert len(json.loads(rp("ls", "--json", "--limit", "0").out)) == 105
     assert len(json.loads(rp("ls", "--json").out)) == 50  # the default limit
     assert len(json.loads(rp("ls", "--json", "--name", "old-10").out)) == 6  # old-10, old-100..old-104
+
+
+def test_ls_and_show_give_a_slice_jobs_profile_and_count_as_the_portal_does(
+    logged_in, rp, research, researcher
+):
+    asks = {
+        "slices": {"gpus": 0, "mig_profile": "1g.23gb", "mig_slices": 2},
+        "sized": {"gpus": 0, "mig_profile": "1g.23gb", "mig_slices": 1, "mig_memory_gb": 20},
+        "whole": {"gpus": 4},
+    }
+    by_profile, by_size, whole = (
+        Job.objects.create(department=research, name=name, submitted_by=researcher, **fields)
+        for name, fields in asks.items()
+    )
+
+    listed = rp("ls")
+    assert listed.code == 0, listed.err
+    rows = {line.split()[0]: line.split() for line in listed.out.splitlines()[1:]}
+    column = listed.out.splitlines()[0].split().index("GPUS")
+    assert rows[str(by_profile.pk)][column] == f"2{TIMES}1g.23gb"
+    assert rows[str(by_size.pk)][column] == f"1{TIMES}1g.23gb"
+    assert rows[str(whole.pk)][column] == "4"
+
+    shown = rp("show", str(by_profile.pk)).out.splitlines()
+    assert ["mig", "slices", "2", TIMES, "1g.23gb"] in [line.split() for line in shown]
+    assert not any(line.split()[:1] == ["gpus"] for line in shown)
+    sized = [line.split() for line in rp("show", str(by_size.pk)).out.splitlines()]
+    assert ["mig", "slices", "1", TIMES, "1g.23gb", "(asked:", "20", "GB", "each)"] in sized
+    assert ["gpus", "4"] in [line.split() for line in rp("show", str(whole.pk)).out.splitlines()]
+    as_json = json.loads(rp("show", str(by_profile.pk), "--json").out)
+    assert (as_json["gpus"], as_json["mig_profile"], as_json["mig_slices"]) == (0, "1g.23gb", 2)
 
 
 def test_the_same_idempotency_key_twice_makes_one_job(logged_in, rp, script):

@@ -79,6 +79,14 @@ def test_only_platform_admins_see_and_use_the_actions(client_as, persona, rack):
         response = client.post(_url(name, tray), data)
         assert response.status_code == 403, name
         assert b"Only platform admins" in response.content
+    # A drain's and a maintenance window's GET is an admin's confirmation page (test_get_is_not_an_action), a
+    # method these URLs take: to anyone else it is the access rule's 403, not a 405 (only POST-only URLs,
+    # return and bulk, answer a GET with 405, before any permission check).
+    for name, data in [
+        ("drain", {"drain-reason": "fan noise"}),
+        ("maintenance", {"maintenance-reason": "x"}),
+    ]:
+        assert client.get(_url(name, tray), data).status_code == 403, name
     response = client.post(_bulk(rack), {"action": "drain", "reason": "x", "tray": [tray.pk]})
     assert response.status_code == 403
     assert _state("gb-r02-t03") == (TrayState.UP, "")
