@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext
 
 from core import sentences_i18n
 from core.chart_style import CONFIG, FONT, GRID, TEXT, TRANSPARENT
@@ -157,7 +157,11 @@ def chart_html(progress: Progress, div_id: str = "whatif-chart", height: int = 3
     return format_html(
         '<div class="whatif-charts" role="group" aria-label="{}">{}</div>',
         _("Bar chart of the comparison: %(layouts)s")
-        % {"layouts": ", ".join(sentences_i18n.translate(one.label) for one in done)},
+        % {
+            "layouts": pgettext("between the items of a list in a sentence", ", ").join(
+                sentences_i18n.translate(one.label) for one in done
+            )
+        },
         format_html_join("", "{}", ((chart,) for chart in charts)),
     )
 
