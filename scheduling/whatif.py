@@ -641,7 +641,16 @@ def comparison(results: Sequence[tuple[str, Mapping | None]], figures_shown=FIGU
         for index, (_name, figures) in enumerate(results):
             value = _value(key, figures, unit) if figures else None
             delta, verdict = ("", "") if index == 0 else _delta(value, base, unit, lower_is_better)
-            cells.append({"value": value, "text": _format(value, unit), "delta": delta, "verdict": verdict})
+            diff = None if index == 0 or value is None or base is None else value - base
+            cells.append(
+                {
+                    "value": value,
+                    "diff": diff,
+                    "text": _format(value, unit),
+                    "delta": delta,
+                    "verdict": verdict,
+                }
+            )
         rows.append({"key": key, "label": label, "unit": unit, "cells": cells})
     return rows
 
