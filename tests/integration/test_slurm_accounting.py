@@ -337,7 +337,7 @@ def test_slurmdbd_takes_a_limit_per_mig_profile_and_a_slice_job_within_it_runs(
     from tenancy.models import Department
     from tenancy.services import save_department
     from tests.factories import make_member, mig_tray
-    from tests.integration.test_slurm_mig import _mig_gres_conf, _wait_idle
+    from tests.integration.test_slurm_mig import _mig_gres_conf, _wait_idle, _wait_schedulable
 
     hosts = slurm_testbed.hostnames()
     n = next(_ids) % 1_000_000
@@ -370,6 +370,7 @@ def test_slurmdbd_takes_a_limit_per_mig_profile_and_a_slice_job_within_it_runs(
         }
         again = push(django_capture_on_commit_callbacks, "the same again", force=True)
         assert not [line for line in again.log.splitlines() if f" {d}" in line and "slurmdbd: " in line]
+        _wait_schedulable(slurm_testbed, mig_host, "gpu--mig", "gpu:3g.93gb:2")
 
         slices = dataclasses.replace(
             request(person, mig_host, d, qos=f"{d}--borrowed"),

@@ -92,6 +92,7 @@ def _mig_node(slurm_testbed):
     with _mig_gres_conf(slurm_testbed, mig_host, hosts):
         assert target.apply(rendered).reconfigured
         _wait_idle(slurm_testbed, mig_host)
+        _wait_schedulable(slurm_testbed, mig_host, None, "gpu:1g.23gb:1")
         yield mig_host, line, hosts
 
 
@@ -120,6 +121,22 @@ def _wait_idle(slurm_testbed, host: str) -> str:
         assert time.monotonic() < deadline, shown + slurm_testbed.log_tail()
         time.sleep(0.5)
     return shown
+
+
+def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str) -> None:
+    """Until slurmctld would run `gres` on `host` (`sbatch --test-only`: nothing is queued). A reconfigure
+    re-executes slurmctld, and a node's typed GRES are only known again once its slurmd re-registers: a job
+    asking for them in between is refused: "Requested node configuration is not available" (ci on a03c108)."""
+    deadline = time.monotonic() + 60
+    probe_args = ["--test-only", *(["-p", partition] if partition else []), "-w", host, f"--gres={gres}"]
+    probe_args += ["--wrap", "true"]
+    while (
+        probe := subprocess.run(
+            [str(slurm_testbed.bin / "sbatch"), *probe_args], capture_output=True, text=True
+        )
+    ).returncode:
+        assert time.monotonic() < deadline, probe.stderr + slurm_testbed.log_tail()
+        time.sleep(0.5)
 
 
 def test_dispatch_of_a_slice_job_asks_slurmrestd_for_its_profile_and_runs_on_its_tray(
