@@ -28,7 +28,11 @@ MigPlan.history_s), against whole-GPU 2x9 scored on the same jobs:
 * MIG by the rule (scheduling.engine.mig_sizing, headroom 1 and 1.5): MIG trays, MIG GPUs per tray and the
   rack layout sized from each sample's own history window (its sub-GPU share of GPU-hours);
 * MIG 1 tray/rack 17+1 and 2 trays/rack 16+2 (the rule's one-tray layout, and a 16-tray gang partition),
-  and whole-GPU 8+8+2 and 16+2 as layout references.
+  and whole-GPU 8+8+2 and 16+2 as layout references;
+* MIG by the rule on the fewest racks (mig_sizing.concentrate: every rack 2x9, the MIG trays inside the
+  fewest racks' last partition, at most 9, 4 or 2 a rack), and configurations whose guarantees split the
+  whole GPUs by the departments' whole-GPU work only ("guarantees from whole-GPU work":
+  MigPlan.whole_work_guarantees; the chosen one is the rule per rack, headroom 1.5, with it).
 
 Each replay's figures are kept in DIR (one JSON file each, so an interrupted run resumes where it stopped);
 then the tables are printed as Markdown: per configuration, the range over the three samples and the mean in
@@ -55,7 +59,13 @@ from benchmarks.recarve import (  # the same halves, samples
 )
 from scheduling import simulator
 from scheduling.engine.mig import BEST_FIT, FRAGMENTATION_AWARE
-from scheduling.engine.mig_sizing import DEFAULT_HISTORY_S
+from scheduling.engine.mig_sizing import (
+    CONCENTRATED,
+    DEFAULT_HISTORY_S,
+    MIG_PARTITION_TRAYS,
+    PER_RACK,
+    MigSizing,
+)
 
 WHOLE = "whole-GPU 2x9"
 # The rule (scheduling.engine.mig_sizing): MIG capacity sized from the first 14 days of each half, which are
@@ -64,7 +74,30 @@ HISTORY_S = DEFAULT_HISTORY_S
 WHOLE_AFTER = "whole-GPU 2x9, scored after the 14-day history"
 RULE = "MIG by the rule, headroom {:g}, scored after the 14-day history"
 HEADROOMS = (1.0, 1.5)
-AUTO = {RULE.format(h): h for h in HEADROOMS}
+# name: (headroom, placement, MIG trays a rack at most, guarantees from whole-GPU work only) for the rule's
+# configurations.
+AUTO = {RULE.format(h): (h, PER_RACK, MIG_PARTITION_TRAYS, False) for h in HEADROOMS}
+# The same MIG capacity on some racks only (mig_sizing.concentrate): every rack stays 2x9, the MIG trays are
+# the last trays of the fewest racks' second partition, at most CAP a rack.
+CONCENTRATED_RULE = (
+    "MIG by the rule on the fewest racks (at most {} a rack), headroom {:g}, scored after the 14-day history"
+)
+AUTO.update(
+    {
+        CONCENTRATED_RULE.format(cap, h): (h, CONCENTRATED, cap, False)
+        for cap, h in ((9, 1.5), (4, 1.5), (9, 1.0), (2, 1.5), (4, 1.0), (9, 0.75))
+    }
+)
+# The guarantees split by the departments' whole-GPU work only (MigPlan.whole_work_guarantees): the slice
+# work runs on the MIG GPUs, outside them.
+WHOLE_WORK = ", guarantees from whole-GPU work"
+AUTO.update({RULE.format(h) + WHOLE_WORK: (h, PER_RACK, MIG_PARTITION_TRAYS, True) for h in (1.0, 1.5)})
+AUTO.update(
+    {
+        CONCENTRATED_RULE.format(cap, h) + WHOLE_WORK: (h, CONCENTRATED, cap, True)
+        for cap, h in ((9, 1.5), (4, 1.5), (2, 1.5))
+    }
+)
 CONFIGS = {
     # name: (layout, MIG trays per rack, MIG GPUs per MIG tray, slice rule, history window s)
     WHOLE: ("2x9", 0, 4, BEST_FIT),
@@ -83,6 +116,15 @@ CONFIGS = {
     # The rule's two MIG trays with one 16-tray gang partition a rack (one Slurm 24.11 block) instead of 8+8.
     "MIG 2 trays/rack 16+2, scored after the 14-day history": ("16+2", 2, 4, BEST_FIT, HISTORY_S),
     "whole-GPU 16+2, scored after the 14-day history": ("16+2", 0, 4, BEST_FIT, HISTORY_S),
+    # The same with the guarantees split by whole-GPU work only (MigPlan.whole_work_guarantees).
+    "MIG 2 trays/rack 16+2, scored after the 14-day history, guarantees from whole-GPU work": (
+        "16+2",
+        2,
+        4,
+        BEST_FIT,
+        HISTORY_S,
+        True,
+    ),
     **{name: (None, None, None, BEST_FIT, HISTORY_S) for name in AUTO},  # sized by the rule per sample
 }
 
@@ -96,13 +138,26 @@ def _replay(task: tuple) -> tuple[str, dict]:
     layout, trays, gpus, rule, *window = CONFIGS[task[1]]
     history_s = window[0] if window else 0.0
     if task[1] not in AUTO:
-        plan = simulator.MigPlan(trays_per_rack=trays, rule=rule, gpus_per_tray=gpus, history_s=history_s)
+        plan = simulator.MigPlan(
+            trays_per_rack=trays,
+            rule=rule,
+            gpus_per_tray=gpus,
+            history_s=history_s,
+            whole_work_guarantees=len(window) > 1 and window[1],
+        )
         return replay_one(task, "rackplane", layout, mig=plan)
     sized = {}
 
     def by_the_rule(traces, racks) -> dict:
+        headroom, placement, cap, whole_work = AUTO[task[1]]
         plan, sizing = simulator.auto_mig_plan(
-            traces, racks, simulator.MigPlan(rule=rule), history_s, AUTO[task[1]]
+            traces,
+            racks,
+            simulator.MigPlan(rule=rule, whole_work_guarantees=whole_work),
+            history_s,
+            headroom,
+            placement,
+            cap,
         )
         sized.update(dataclasses.asdict(sizing))
         return {"mig": plan, "layout": sizing.layout}
@@ -177,6 +232,12 @@ def goals(results: dict[str, dict], config: str) -> str:
     )
 
 
+def _sizing(stored: dict) -> MigSizing:
+    """The rule's answer as results.json keeps it (dataclasses.asdict) back as a MigSizing."""
+    racks = tuple(tuple(rack) for rack in stored.get("rack_trays") or ())
+    return MigSizing(**{**stored, "rack_trays": racks})
+
+
 def sizings(results: dict[str, dict]) -> str:
     """What the rule chose per half and sample: the history's sub-GPU share, MIG GPUs, the per-rack plan."""
     lines = [
@@ -193,8 +254,7 @@ def sizings(results: dict[str, dict]) -> str:
                 s = m["mig"]["sizing"]
                 lines.append(
                     f"| {config} | {half} | jitter {sample[0]} s seed {sample[1]} | "
-                    f"{100 * s['share']:.1f}% | {s['mig_gpus']} | {s['trays_per_rack']} MIG tray(s) x "
-                    f"{s['gpus_per_tray']} GPUs, layout {s['layout']} |"
+                    f"{100 * s['share']:.1f}% | {s['mig_gpus']} | {_sizing(s).describe()} |"
                 )
     return "\n".join(lines)
 

@@ -100,7 +100,15 @@ from scheduling.engine.mig import (
     normalised_mix,
     profile_table,
 )
-from scheduling.engine.mig_sizing import DEFAULT_HEADROOM, DEFAULT_HISTORY_S, MigSizing, size_mig
+from scheduling.engine.mig_sizing import (
+    DEFAULT_HEADROOM,
+    DEFAULT_HISTORY_S,
+    DEFAULT_PLACEMENT,
+    MIG_PARTITION_TRAYS,
+    PLACEMENTS,
+    MigSizing,
+    size_mig,
+)
 from scheduling.engine.placement import PARTITION, POLICIES, RACK, RACKPLANE, Request
 from scheduling.engine.recarve import RecarvePolicy, cluster_block_check, propose, waiting_gangs
 from scheduling.engine.scheduler import Department, Options, PendingJob, Project, RunningJob, schedule
@@ -132,6 +140,7 @@ from scheduling.simulation_inputs import (
 from tenancy.usage_decay import DEFAULT_HALF_LIFE_S, accrue
 
 __all__ = [
+    "ALL_WORK",
     "AUTOMATED",
     "BEST_FIT",
     "DEFAULT_CHECKPOINT_LOSS_S",
@@ -144,6 +153,7 @@ __all__ = [
     "DEFAULT_RECARVE_DELAY_S",
     "DEFAULT_SPAN_SLOWDOWN",
     "FAULT_MODES",
+    "GUARANTEE_SPLITS",
     "LARGE_DEPARTMENT",
     "MANUAL",
     "METRICS",
@@ -153,6 +163,7 @@ __all__ = [
     "RESUME",
     "SIZE_CLASSES",
     "SLICE_RULES",
+    "WHOLE_WORK",
     "FaultPlan",
     "FaultTrace",
     "MigPlan",
@@ -164,7 +175,9 @@ __all__ = [
     "TraceJob",
     "auto_mig_plan",
     "build_cluster",
+    "concentrated_mig_trays",
     "fallback",
+    "guarantee_hours",
     "jitter_traces",
     "large_jobs",
     "load_faults",
@@ -172,6 +185,7 @@ __all__ = [
     "load_traces",
     "locality",
     "map_faults",
+    "mig_tray_gpus",
     "mig_trays",
     "named_mig_trays",
     "parse_duration",
@@ -346,6 +360,11 @@ class SliceConversion:
         return profiles[next(reversed(weights))]
 
 
+# How the guarantees split the whole GPUs when there are MIG trays (MigPlan.whole_work_guarantees).
+ALL_WORK, WHOLE_WORK = "all-work", "whole-work"
+GUARANTEE_SPLITS = (ALL_WORK, WHOLE_WORK)
+
+
 @dataclass(frozen=True)
 class MigPlan:
     """MIG in the replay: the last `trays_per_rack` trays of every rack are in MIG mode, every GPU of them
@@ -372,6 +391,13 @@ class MigPlan:
     # in a what-if of its own history (scheduling.whatif). `trays_per_rack` must then be 0; a named tray
     # may sit in any partition (the live pass keeps a MIG tray in its partition and never gives it whole).
     trays: tuple[tuple[str, MigLayout], ...] = ()
+    # MIG trays on some racks only (scheduling.engine.mig_sizing.concentrate): per rack, in rack order, the
+    # MIG GPUs of each of its MIG trays, which are the rack's last trays and lie in its last partition (the
+    # rack keeps its layout; the partition's other trays stay whole for gangs). `trays_per_rack` must be 0.
+    rack_trays: tuple[tuple[int, ...], ...] = ()
+    # Guarantees split the whole GPUs by the departments' whole-GPU work only (`guarantee_hours`); False:
+    # by all their work, slice requests counted as the whole GPUs the trace gave them.
+    whole_work_guarantees: bool = False
 
     @property
     def layout_name(self) -> str:
@@ -419,13 +445,19 @@ def auto_mig_plan(
     plan: MigPlan | None = None,
     history_s: float = DEFAULT_HISTORY_S,
     headroom: float = DEFAULT_HEADROOM,
+    placement: str = DEFAULT_PLACEMENT,
+    cap: int = MIG_PARTITION_TRAYS,
 ) -> tuple[MigPlan, MigSizing]:
     """`plan` (default MigPlan()) with its MIG trays sized by the rule (scheduling.engine.mig_sizing) from
     the traces' first `history_s` seconds: the GPU-hours of the jobs its conversion turns into slice
     requests over all GPU-hours submitted in that window. The plan keeps the window (`history_s`), so the
     replay does not score the jobs the operator sized from; the sizing's `layout` is the rack layout to
-    replay on."""
+    replay on; `placement` and `cap` choose how the MIG trays are laid out (mig_sizing.size_mig)."""
     plan = plan or MigPlan()
+    if placement not in PLACEMENTS:
+        raise SimulationError(f"MIG placement {placement!r}? (known: {', '.join(PLACEMENTS)})")
+    if not (isinstance(cap, int) and 1 <= cap <= MIG_PARTITION_TRAYS):
+        raise SimulationError(f"MIG trays a rack must be 1-{MIG_PARTITION_TRAYS}, not {cap!r}")
     if not (isinstance(history_s, int | float) and math.isfinite(history_s) and history_s >= 0):
         raise SimulationError(f"the MIG history window must be a number of seconds >= 0, not {history_s!r}")
     if not (isinstance(headroom, int | float) and math.isfinite(headroom) and headroom > 0):
@@ -443,11 +475,38 @@ def auto_mig_plan(
             every += job.gpus * job.duration_s
             if plan.conversion.request(job, profiles) is not None:
                 sub += job.gpus * job.duration_s
-    sizing = size_mig(sub / 3600, every / 3600, racks, headroom)
+    sizing = size_mig(sub / 3600, every / 3600, racks, headroom, placement, cap)
     sized = replace(
-        plan, trays_per_rack=sizing.trays_per_rack, gpus_per_tray=sizing.gpus_per_tray, history_s=history_s
+        plan,
+        trays_per_rack=sizing.trays_per_rack,
+        gpus_per_tray=sizing.gpus_per_tray,
+        history_s=history_s,
+        rack_trays=sizing.rack_trays,
     )
     return sized, sizing
+
+
+def guarantee_hours(traces: Sequence[Trace], mig: MigPlan | None = None) -> dict[str, float]:
+    """Each department's GPU-hours, by which the guarantees split the GPUs the engine may give whole. With
+    `mig.whole_work_guarantees` and MIG trays, only its whole-GPU work counts: its slice requests run on
+    the MIG GPUs, outside the guarantees, so a department whose work became slices is not guaranteed whole
+    GPUs for it (without MIG trays the slice requests run as 1-GPU jobs and count as before)."""
+    if (
+        mig is None
+        or not mig.whole_work_guarantees
+        or not (mig.trays_per_rack or mig.trays or mig.rack_trays)
+    ):
+        return {t.department: t.gpu_hours for t in traces}
+    profiles = profile_table(mig.profiles)
+    return {
+        t.department: sum(
+            job.gpus * job.duration_s
+            for job in t.jobs
+            if not job.slice and mig.conversion.request(job, profiles) is None
+        )
+        / 3600
+        for t in traces
+    }
 
 
 def mig_trays(cluster: Cluster, trays_per_rack: int) -> list[int]:
@@ -473,9 +532,41 @@ def mig_trays(cluster: Cluster, trays_per_rack: int) -> list[int]:
     return chosen
 
 
+def concentrated_mig_trays(cluster: Cluster, rack_trays: Sequence[Sequence[int]]) -> list[int]:
+    """The trays a concentrated MigPlan puts in MIG mode: rack r's last len(rack_trays[r]) trays, which must
+    lie in its last partition (SimulationError otherwise: the layout would be split, not kept)."""
+    if len(rack_trays) != len(cluster.rack_parts):
+        raise SimulationError(
+            f"MIG trays are given for {len(rack_trays)} racks, the cluster has {len(cluster.rack_parts)}"
+        )
+    chosen: list[int] = []
+    for r, (parts, mine) in enumerate(zip(cluster.rack_parts, rack_trays, strict=True)):
+        if not mine:
+            continue
+        trays = sorted(t for p in parts for t in cluster.part_trays[p])
+        last = max(parts, key=lambda p: max(cluster.part_trays[p]))
+        if len(mine) > len(cluster.part_trays[last]):
+            raise SimulationError(
+                f"{len(mine)} MIG trays on rack {r + 1} do not fit its last partition "
+                f"({len(cluster.part_trays[last])} trays)"
+            )
+        chosen.extend(trays[-len(mine) :])
+    return chosen
+
+
+def mig_tray_gpus(cluster: Cluster, plan: MigPlan) -> dict[int, int]:
+    """Each MIG tray of `plan` on `cluster` (a tray index) and how many of its GPUs are in MIG mode."""
+    if plan.rack_trays:
+        gpus = [n for rack in plan.rack_trays for n in rack]
+        return dict(zip(concentrated_mig_trays(cluster, plan.rack_trays), gpus, strict=True))
+    return dict.fromkeys(named_mig_trays(cluster, plan), plan.gpus_per_tray)
+
+
 def named_mig_trays(cluster: Cluster, plan: MigPlan) -> list[int]:
-    """The trays a MigPlan puts in MIG mode: the named ones (`plan.trays`) or the last `trays_per_rack` of
-    every rack (`mig_trays`)."""
+    """The trays a MigPlan puts in MIG mode: the named ones (`plan.trays`), the concentrated ones
+    (`plan.rack_trays`) or the last `trays_per_rack` of every rack (`mig_trays`)."""
+    if plan.rack_trays:
+        return concentrated_mig_trays(cluster, plan.rack_trays)
     if not plan.trays:
         return mig_trays(cluster, plan.trays_per_rack)
     index = {host: t for t, host in enumerate(cluster.tray_host)}
@@ -520,7 +611,15 @@ def _check_mig(
                 SliceFleet.build(1, layout, profiles)
         except MigLayoutError as error:
             raise SimulationError(str(error)) from error
-    if plan.trays_per_rack:
+    if plan.rack_trays:
+        if plan.trays_per_rack or plan.trays:
+            raise SimulationError("give MIG trays rack by rack, per rack or by name: one of them")
+        counts = [n for rack in plan.rack_trays for n in rack]
+        if not all(isinstance(n, int) and 1 <= n <= GPUS_PER_TRAY for n in counts):
+            raise SimulationError(f"a MIG tray's MIG GPUs must be 1-{GPUS_PER_TRAY}")
+        if any(len(rack) >= RACK_TRAYS for rack in plan.rack_trays):
+            raise SimulationError("MIG trays must leave a tray of every rack whole")
+    if plan.trays_per_rack or plan.rack_trays:
         never = [name for name, w in plan.conversion.mix if w > 0 and not fleet.hostable(profiles[name])]
         if never:
             raise SimulationError(
@@ -760,7 +859,8 @@ class _Replay:
                 self.slice_profiles,
             )
         else:
-            self.fleet = SliceFleet.build(len(trays) * plan.gpus_per_tray, plan.layout, self.slice_profiles)
+            gpus = sum(n for rack in plan.rack_trays for n in rack) or len(trays) * plan.gpus_per_tray
+            self.fleet = SliceFleet.build(gpus, plan.layout, self.slice_profiles)
         never = sorted({r.name for r in self.converted.values() if not self.fleet.hostable(r)})
         if trays and never:
             raise SimulationError(
@@ -1663,6 +1763,11 @@ class _Replay:
             # Whether Slurm 24.11's topology/block can express the gang partitions, the MIG trays left out
             # of every block (P2P No): None when it can, else why not (core.blocks, the wizard's check).
             "slurm_24_11_blocks": block_layout_error(gang_blocks),
+            # The same as the portal renders it (integrations.state._slurm_blocks): a tray in MIG mode keeps
+            # its NVLink partition, and its block, so a partition of MIG trays is a block too. This is what
+            # the wizard checks; None when Slurm 24.11's topology.conf takes it (25.05's topology.yaml takes
+            # blocks smaller than the base, so any layout).
+            "slurm_24_11_blocks_as_rendered": layout_error(cluster),
             "mig_gpus": len(self.fleet),
             "layout": plan.layout_name,
             "rule": plan.rule,
@@ -1807,11 +1912,12 @@ def simulate(
         raise SimulationError(f"the cross-unit slowdown must be a number >= 1.0, not {cross_unit_slowdown!r}")
     if not any(trace.jobs for trace in traces):
         raise SimulationError("no jobs to replay")
-    mig_tray_list = named_mig_trays(cluster, mig) if mig is not None else []
-    for t in mig_tray_list:  # the MIG GPUs are not the engine's; the tray is never whole: no gang lands there
-        cluster.set_capacity(t, GPUS_PER_TRAY - mig.gpus_per_tray)
+    mig_gpus_of = mig_tray_gpus(cluster, mig) if mig is not None else {}
+    mig_tray_list = list(mig_gpus_of)
+    for t, n in mig_gpus_of.items():  # the MIG GPUs are not the engine's; the tray is never whole: no gang
+        cluster.set_capacity(t, GPUS_PER_TRAY - n)
     traces = fit_traces(traces, cluster.capacity)  # jobs larger than the cluster: left out, counted
-    guarantees = split_guarantees(cluster.capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
+    guarantees = split_guarantees(cluster.capacity, guarantee_hours(traces, mig), guarantees)
     jobs = [job for trace in traces for job in trace.jobs]
     started = time.perf_counter()
     replay = _Replay(
@@ -1946,10 +2052,12 @@ def run(
     mig_config = None
     if mig is not None:
         _check_mig(mig, faults, recarve)
-        chosen = mig_trays(build_cluster(racks, sizes), mig.trays_per_rack)  # a layout that cannot: here
-        capacity -= len(chosen) * mig.gpus_per_tray  # what the engine may give whole (guarantees split it)
+        chosen = mig_tray_gpus(build_cluster(racks, sizes), mig)  # a layout that cannot: here
+        capacity -= sum(chosen.values())  # what the engine may give whole (guarantees split it)
         mig_config = {
             "trays_per_rack": mig.trays_per_rack,
+            # Concentrated: per rack, the MIG GPUs of each of its MIG trays ([] for a rack without).
+            "rack_trays": [list(rack) for rack in mig.rack_trays],
             "trays": len(chosen),
             "gpus_per_tray": mig.gpus_per_tray,
             "layout": mig.layout.name,
@@ -1965,9 +2073,11 @@ def run(
             "slice_mix": dict(mig.conversion.mix),
             # Jobs submitted in this window from the first submission run but are not scored (MigPlan).
             "history_s": mig.history_s,
+            # How the guarantees split the whole GPUs (guarantee_hours).
+            "guarantees": WHOLE_WORK if mig.whole_work_guarantees else ALL_WORK,
         }
     traces = fit_traces(traces, capacity)
-    split = split_guarantees(capacity, {t.department: t.gpu_hours for t in traces}, guarantees)
+    split = split_guarantees(capacity, guarantee_hours(traces, mig), guarantees)
     options = {
         "span_slowdown": span_slowdown,
         "guarantees": split,

@@ -201,6 +201,15 @@ def test_the_figures_say_whether_slurm_24_11_blocks_can_express_the_gang_partiti
     assert even.metrics["mig"]["slurm_24_11_blocks"] is None
     uneven = simulator.simulate(traces, 2, "9+7+2", mig=MigPlan(trays_per_rack=2, conversion=ONE_G))
     assert "9 nodes" in uneven.metrics["mig"]["slurm_24_11_blocks"]
+    # As the portal renders them, the MIG trays keep their partition's block: the 2-tray blocks then make
+    # 8+8+2 on two racks more than Slurm 24.11's topology.conf can express (25.05's topology.yaml can);
+    # MIG trays inside 2x9 racks (on some racks only) keep blocks 24.11 takes.
+    assert "would group blocks of racks" in even.metrics["mig"]["slurm_24_11_blocks_as_rendered"]
+    alone = simulator.simulate(traces, 1, "8+8+2", mig=MigPlan(trays_per_rack=2, conversion=ONE_G))
+    assert alone.metrics["mig"]["slurm_24_11_blocks_as_rendered"] is None
+    some = MigPlan(trays_per_rack=0, rack_trays=((), (4, 4)), conversion=ONE_G)
+    concentrated = simulator.simulate(traces, 2, "2x9", mig=some).metrics["mig"]
+    assert concentrated["slurm_24_11_blocks"] is concentrated["slurm_24_11_blocks_as_rendered"] is None
 
 
 # The history window (MigPlan.history_s): "big" and seven 1-GPU jobs come before it, one 1-GPU job after it.
@@ -266,3 +275,110 @@ def test_the_command_sizes_mig_by_the_rule_and_says_so(tmp_path):
     assert "--mig-trays auto" in results["config"]["command"]
     m = results["policies"]["rackplane"]["mig"]
     assert m["scored_jobs"] < results["policies"]["rackplane"]["jobs"]
+
+
+def test_mig_trays_on_some_racks_only_keep_every_other_partition_whole(tmp_path):
+    # Two racks 2x9; rack 2's last two trays in MIG mode (4 and 3 MIG GPUs: mig_sizing.concentrate), inside
+    # its second partition. Four 9-tray gangs at t=0: three partitions are whole and take one each; rack 2's
+    # second has 7 whole trays, so the fourth waits for the first to end (1,000 s). The 1-GPU jobs take
+    # slices on rack 2's MIG GPUs at once; the tray with 3 MIG GPUs keeps one whole GPU.
+    rows = [(f"g{i}", 0, 1_000, 36) for i in range(4)] + [(f"s{i}", 1, 100, 1) for i in range(7)]
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", rows)])
+    plan = MigPlan(trays_per_rack=0, rack_trays=((), (4, 3)), conversion=ONE_G)
+    run = simulator.simulate(traces, 2, "2x9", mig=plan)
+    got = waits(run, traces)
+    assert sorted(got[f"g{i}"] for i in range(4)) == [0, 0, 0, 1_000]
+    assert all(got[f"s{i}"] == 0 for i in range(7))
+    m = run.metrics["mig"]
+    assert (m["mig_trays"], m["mig_gpus"], m["slice_jobs"]) == (2, 7, 7)
+    # Slurm's blocks are the layout's (one per partition, the MIG trays inside theirs): 24.11 accepts them.
+    assert m["slurm_24_11_blocks"] is None
+    results, _ = simulator.run(traces, 2, "2x9", ["rackplane"], mig=plan, workers=1)
+    config = results["config"]["mig"]
+    assert (config["rack_trays"], config["trays"]) == ([[], [4, 3]], 2)
+    cluster = simulator.build_cluster(2, (9, 9))
+    trays = simulator.mig_tray_gpus(cluster, plan)
+    assert [(cluster.tray_host[t], n) for t, n in trays.items()] == [("rack002-t17", 4), ("rack002-t18", 3)]
+
+
+@pytest.mark.parametrize(
+    ("rack_trays", "layout", "why"),
+    [
+        (((4,),), "2x9", "given for 1 racks, the cluster has 2"),
+        (((), (4,) * 10), "2x9", "do not fit its last partition"),
+        (((), (5,)), "2x9", "MIG GPUs must be 1-4"),
+        (((), (0,)), "2x9", "MIG GPUs must be 1-4"),
+    ],
+)
+def test_mig_trays_rack_by_rack_that_cannot_be_are_refused(tmp_path, rack_trays, layout, why):
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", SEVEN)])
+    with pytest.raises(SimulationError, match=why):
+        simulator.simulate(traces, 2, layout, mig=MigPlan(trays_per_rack=0, rack_trays=rack_trays))
+    with pytest.raises(SimulationError, match="one of them"):
+        simulator.simulate(traces, 2, "8+8+2", mig=MigPlan(trays_per_rack=2, rack_trays=((), (4,))))
+
+
+def test_the_rule_concentrated_puts_the_sized_mig_gpus_on_the_fewest_racks(tmp_path):
+    # As test_the_rule_sizes_mig_from_the_history_window_only: 15 MIG GPUs (ceil(0.2 x 72 x 1)) on 2 racks:
+    # ceil(0.2 x 144) = 29 MIG GPUs = 8 trays (5 of 4 GPUs, 3 of 3), all on rack 2, inside its second
+    # partition; rack 1 keeps every tray whole.
+    history = [(f"s{i}", i, 100, 1) for i in range(10)] + [("four", 0, 1_000, 4)]
+    traces = simulator.load_traces([write_trace(tmp_path / "a.csv", history)])
+    plan, sizing = simulator.auto_mig_plan(
+        traces, 2, MigPlan(conversion=ONE_G), 3_600, 1.0, placement="concentrated"
+    )
+    assert (sizing.mig_gpus, sizing.layout, sizing.trays_per_rack) == (29, "2x9", 0)
+    assert plan.rack_trays == sizing.rack_trays == ((), (4, 4, 4, 4, 4, 3, 3, 3))
+    run = simulator.simulate(traces, 2, sizing.layout, mig=plan)
+    assert (run.metrics["mig"]["mig_gpus"], run.metrics["mig"]["mig_trays"]) == (29, 8)
+    spread, _ = simulator.auto_mig_plan(
+        traces, 2, MigPlan(conversion=ONE_G), 3_600, 1.0, placement="concentrated", cap=4
+    )
+    assert spread.rack_trays == ((4, 4, 4, 4), (4, 3, 3, 3))
+    for kwargs, why in (({"placement": "anywhere"}, "placement 'anywhere'"), ({"cap": 10}, "1-9")):
+        with pytest.raises(SimulationError, match=why):
+            simulator.auto_mig_plan(traces, 2, MigPlan(conversion=ONE_G), 3_600, 1.0, **kwargs)
+
+
+def test_guarantees_from_whole_gpu_work_leave_the_slice_work_out(tmp_path):
+    # Department "small" runs only 1-GPU jobs (every one a slice request), "gangs" 8-GPU jobs, the same
+    # GPU-hours each. On one rack 8+8+2 with its 2 MIG trays, the engine may give 64 GPUs whole. By all work
+    # they split them 32 / 32; by whole-GPU work "gangs" is guaranteed all 64 ("small" runs on the MIG GPUs,
+    # outside the guarantees). Without MIG trays the slice requests run whole and count as before.
+    small = write_trace(tmp_path / "small.csv", [(f"s{i}", i, 800, 1) for i in range(8)])
+    gangs = write_trace(tmp_path / "gangs.csv", [("g", 0, 800, 8)])
+    traces = simulator.load_traces([small, gangs])
+    hours = pytest.approx(16 / 9)
+    assert simulator.guarantee_hours(traces) == {"small": hours, "gangs": hours}
+    split = {}
+    for whole_work in (False, True):
+        for trays in (0, 2):
+            plan = MigPlan(trays_per_rack=trays, conversion=ONE_G, whole_work_guarantees=whole_work)
+            run = simulator.simulate(traces, 1, "8+8+2", mig=plan)
+            split[whole_work, trays] = {
+                name: d["guaranteed_gpus"] for name, d in run.metrics["departments"].items()
+            }
+    assert split[False, 2] == {"small": 32, "gangs": 32}
+    assert split[True, 2] == {"small": 0, "gangs": 64}
+    assert split[False, 0] == split[True, 0] == {"small": 36, "gangs": 36}
+    plan = MigPlan(trays_per_rack=2, conversion=ONE_G, whole_work_guarantees=True)
+    assert simulator.guarantee_hours(traces, plan) == {"small": 0.0, "gangs": hours}
+
+
+def test_the_command_takes_the_placement_and_the_guarantee_split(tmp_path):
+    out = tmp_path / "results.json"
+    stdout = StringIO()
+    words = (
+        "--racks 2 --layout 2x9 --policy rackplane --mig-trays auto --mig-history 1d --workers 1 "
+        "--mig-placement concentrated --mig-rack-trays 4 --mig-guarantees whole-work"
+    )
+    call_command("simulate", *HEADS, *words.split(), "--out", str(out), stdout=stdout, stderr=StringIO())
+    results = json.loads(out.read_text())
+    sizing = results["config"]["mig"]["sizing"]
+    assert results["config"]["layout"] == "2x9" and sizing["trays_per_rack"] == 0
+    assert results["config"]["mig"]["rack_trays"] == sizing["rack_trays"]
+    assert all(len(rack) <= 4 for rack in sizing["rack_trays"])
+    assert "every rack 2x9" in stdout.getvalue()
+    assert results["config"]["mig"]["guarantees"] == "whole-work"
+    command = results["config"]["command"]
+    assert "--mig-placement concentrated --mig-rack-trays 4 --mig-guarantees whole-work" in command

@@ -238,6 +238,7 @@ def test_simulate_from_history_compares_a_mig_layout_on_the_last_trays_of_each_r
     assert "better" not in text  # the plain-text table gives the differences as numbers
     for args, words in [
         (["--mig-trays", "1", "--slice-share", "0.5"], "--slice-share do not apply"),
+        (["--mig-trays", "1", "--mig-guarantees", "whole-work"], "--mig-guarantees do not apply"),
         (["--mig-trays", "1", "--carve", "gb-r01=2x9"], "not both"),
         (["--mig-trays", "0"], "give 1-17 trays per rack"),
         (["--mig-trays", "1", "--mig-layout", "all-7g.999gb"], "is not a layout these GPUs allow"),

@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 
 from inventory.models import ComputeTray, Rack
 from scheduling import simulator, whatif_runs
+from scheduling.engine.mig_sizing import MIG_PARTITION_TRAYS, PER_RACK
 from scheduling.whatif import MIG_FIGURES, Carving, WhatIfError, comparison_text
 
 DEFAULT_CARVINGS = ("all=1x18", "all=2x9")
@@ -29,6 +30,10 @@ MIG_TRACE_ONLY = {
     "mig_rule": simulator.BEST_FIT,
     "slice_share": 1.0,
     "slice_mix": "1g.23gb=5,2g.47gb=3,3g.93gb=2",
+    # The history's departments have their own guarantees; the MIG trays are named, not sized.
+    "mig_guarantees": simulator.ALL_WORK,
+    "mig_placement": PER_RACK,
+    "mig_rack_trays": MIG_PARTITION_TRAYS,
 }
 
 

@@ -9,7 +9,13 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling import simulator
-from scheduling.engine.mig_sizing import DEFAULT_HEADROOM, DEFAULT_HISTORY_S
+from scheduling.engine.mig_sizing import (
+    DEFAULT_HEADROOM,
+    DEFAULT_HISTORY_S,
+    DEFAULT_PLACEMENT,
+    MIG_PARTITION_TRAYS,
+    PLACEMENTS,
+)
 from scheduling.engine.placement import POLICIES
 from scheduling.engine.recarve import RecarvePolicy
 from scheduling.engine.scheduler import Options
@@ -179,6 +185,9 @@ def _command(options: dict) -> str:
             words += ["--mig-history", options["mig_history"]]
         if options["mig_trays"] == AUTO:
             words += ["--mig-headroom", f"{options['mig_headroom']:g}"]
+            words += ["--mig-placement", options["mig_placement"]]
+            words += ["--mig-rack-trays", str(options["mig_rack_trays"])]
+        words += ["--mig-guarantees", options["mig_guarantees"]]
         words += ["--mig-rule", options["mig_rule"], "--slice-share", f"{options['slice_share']:g}"]
         words += ["--slice-mix", options["slice_mix"]]
     if options["faults"]:
@@ -444,6 +453,30 @@ class Command(BaseCommand):
             f"{DEFAULT_HEADROOM:g}, chosen on the tuning half)",
         )
         parser.add_argument(
+            "--mig-placement",
+            choices=PLACEMENTS,
+            default=DEFAULT_PLACEMENT,
+            help="with --mig-trays auto: per-rack (the same MIG trays on every rack, layout 17+1 or 8+8+2) "
+            "or concentrated (on the fewest racks, every rack kept 2x9, the MIG trays inside a rack's last "
+            f"partition; default {DEFAULT_PLACEMENT})",
+        )
+        parser.add_argument(
+            "--mig-rack-trays",
+            type=int,
+            default=MIG_PARTITION_TRAYS,
+            metavar="N",
+            help=f"with --mig-placement concentrated: at most N MIG trays a rack (1-{MIG_PARTITION_TRAYS}, "
+            f"default {MIG_PARTITION_TRAYS})",
+        )
+        parser.add_argument(
+            "--mig-guarantees",
+            choices=simulator.GUARANTEE_SPLITS,
+            default=simulator.ALL_WORK,
+            help="with --mig-trays: the departments' guarantees split the whole GPUs by all their work "
+            "(all-work, the default) or by their whole-GPU work only (whole-work: the slice requests run on "
+            "the MIG GPUs, outside the guarantees)",
+        )
+        parser.add_argument(
             "--mig-gpus-per-tray",
             type=int,
             default=4,
@@ -623,9 +656,18 @@ class Command(BaseCommand):
                     options["mig_gpus_per_tray"],
                     history_s=simulator.parse_duration(history),
                 )
+                mig = dataclasses.replace(
+                    mig, whole_work_guarantees=options["mig_guarantees"] == simulator.WHOLE_WORK
+                )
                 if auto:
                     mig, sizing = simulator.auto_mig_plan(
-                        traces, options["racks"], mig, mig.history_s, options["mig_headroom"]
+                        traces,
+                        options["racks"],
+                        mig,
+                        mig.history_s,
+                        options["mig_headroom"],
+                        options["mig_placement"],
+                        options["mig_rack_trays"],
                     )
                     options["layout"] = sizing.layout
             faults = None
@@ -721,8 +763,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"MIG sized by the rule: sub-GPU work took {sizing.share:.1%} of the GPU-hours of the first "
                 f"{mig.history_s / 86400:g} days; ceil({options['mig_headroom']:g} x that x the fleet's "
-                f"GPUs) = {sizing.mig_gpus} MIG GPUs: {sizing.trays_per_rack} MIG tray(s) per rack with "
-                f"{sizing.gpus_per_tray} MIG GPUs each, layout {sizing.layout}"
+                f"GPUs) = {sizing.mig_gpus} MIG GPUs: {sizing.describe()}"
             )
         if mig is not None:
             self._mig_table(results)

@@ -11,7 +11,15 @@ import re
 import pytest
 
 from integrations.dispatch import dispatch_request
-from integrations.slurm.render import ServiceTier, SlurmNode, declared_tres, render_rackplane_conf
+from integrations.slurm.render import (
+    ServiceTier,
+    SlurmNode,
+    declared_tres,
+    render_rackplane_conf,
+    render_topology_conf,
+    render_topology_yaml,
+)
+from integrations.slurm.topology import SlurmBlock
 from integrations.state import build_state
 from scheduling.choices import JobState
 from scheduling.models import Job
@@ -86,3 +94,49 @@ def test_dispatch_sends_a_slice_job_to_the_mig_partition_the_push_renders_its_tr
     assert dispatch_request(Job.objects.get(pk=slice_job.pk), {}).service_tier == mig.name
     whole_job = make_job(research, "train", JobState.STARTING, ["gb-r03-t03"], member)
     assert dispatch_request(Job.objects.get(pk=whole_job.pk), {}).service_tier == whole.name
+
+
+@pytest.mark.django_db
+def test_mig_trays_on_one_rack_only_keep_the_nvlink_blocks_slurm_24_11_takes(demo_inventory):
+    """MIG on some racks only (scheduling.engine.mig_sizing.concentrate): the last trays of one rack's last
+    NVLink partition in MIG mode, every rack keeping its carving. The MIG trays leave the whole-tray Slurm
+    partitions for `<partition>--mig`, but stay in their NVLink partition's topology block: the blocks and
+    BlockSizes are those without MIG, which Slurm 24.11's topology/block takes (plan_topology refuses what
+    slurmctld would)."""
+    before = build_state().slurm
+    hosts = ("gb-r02-t17", "gb-r02-t18")
+    for hostname in hosts:
+        mig_tray(hostname)
+    after = build_state().slurm
+    assert after.blocks == before.blocks
+    (block,) = [b for b in after.blocks if set(hosts) <= set(b.hostnames)]
+    assert len(block.hostnames) == 9  # gb-r02's second partition of its 2x9, MIG trays included
+    assert render_topology_conf(after.blocks) == render_topology_conf(before.blocks)
+    (mig,) = [t for t in after.tiers if t.mig]
+    assert mig.hostnames == hosts
+    assert not any(set(hosts) & set(t.hostnames) for t in after.tiers if not t.mig)
+
+
+def _nvlink_blocks(racks: int, layout: tuple[int, ...]) -> list[SlurmBlock]:
+    """The blocks integrations.state._slurm_blocks writes: one per NVLink partition, every tray of it (a
+    tray in MIG mode included: it stays in its partition)."""
+    blocks = []
+    for r in range(1, racks + 1):
+        slot = 0
+        for p, size in enumerate(layout, 1):
+            hosts = tuple(f"gb-r{r:02d}-t{slot + i + 1:02d}" for i in range(size))
+            blocks.append(SlurmBlock(f"r{r:02d}p{p}", f"gb-r{r:02d}", hosts))
+            slot += size
+    return blocks
+
+
+def test_which_slurm_release_each_mig_layout_of_the_sizing_rule_needs():
+    """The MIG trays keep their NVLink partition, and its block. Per rack (8+8+2 on every rack, the MIG
+    trays the 2-tray partition): Slurm 24.11's topology.conf cannot express it on two racks or more (level 8
+    would group two racks' blocks), 25.05's topology.yaml can (blocks smaller than the base). On some racks
+    only (mig_sizing.concentrate: every rack 2x9, the MIG trays inside a rack's last partition): 24.11 too."""
+    with pytest.raises(ValueError, match="would group blocks of racks"):
+        render_topology_conf(_nvlink_blocks(2, (8, 8, 2)))
+    assert render_topology_conf(_nvlink_blocks(1, (8, 8, 2)))  # one rack alone is fine
+    assert "block_sizes" in render_topology_yaml(_nvlink_blocks(4, (8, 8, 2)))
+    assert render_topology_conf(_nvlink_blocks(4, (9, 9))).endswith("BlockSizes=9,18\n")
