@@ -295,3 +295,30 @@ def test_a_syntax_tree_is_asked_again_when_cpython_miscounts_its_recursion(monke
     with pytest.raises(SystemError, match="something else"):
         python_source.parse("x = 1")
     assert len(calls) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scratch_database_is_empty_and_the_test_database_comes_back_untouched(tmp_path):
+    """tests/scratch_database.py: inside the block the default connection is on an empty database (a
+    migration test migrates it from nothing); after it, on the test database again with its rows, and on
+    PostgreSQL the scratch database is dropped."""
+    from django.db import connection
+
+    from inventory.models import Rack
+    from tests.scratch_database import on_scratch_database
+
+    Rack.objects.create(name="scratch-r01")
+    test_database, tables = connection.settings_dict["NAME"], set(connection.introspection.table_names())
+    with on_scratch_database(tmp_path) as name:
+        assert connection.settings_dict["NAME"] == name != test_database
+        assert connection.introspection.table_names() == []
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE scratch_only (id integer)")
+        assert connection.introspection.table_names() == ["scratch_only"]
+    assert connection.settings_dict["NAME"] == test_database
+    assert set(connection.introspection.table_names()) == tables
+    assert Rack.objects.filter(name="scratch-r01").exists()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+            assert cursor.fetchone() is None
