@@ -37,6 +37,8 @@ pytest_plugins = [
     "tests.embedded_stack",
     # Each worker's tests on a timeline, summed per worker and group at the end (RACKPLANE_TEST_TIMELINE).
     "tests.timeline",
+    # An empty database of the test's own for migration tests, instead of migrating the suite's back.
+    "tests.scratch_database",
     # pytest's own fixture for running pytest on made-up test files (tests/test_suite_machinery.py).
     "pytester",
 ]

@@ -231,6 +231,7 @@ def test_the_timeline_says_where_each_workers_time_went(pytester, tmp_path, monk
             "1 worker, * s from the start to the last test",
             "  main: busy 0 s (CPU 0 s), from 0 s to 0 s: slurm 0 s, 1 ungrouped tests 0 s",
             "  groups (one worker each): slurm 0 s (1)",
+            "  balance: 0 s of tests over 1 worker, 0 s each if even; largest group slurm 0 s, *",
         ]
     )
     lines = (folder / "main.jsonl").read_text().splitlines()
@@ -256,7 +257,19 @@ def test_the_timeline_summary_adds_up_each_worker_and_group(tmp_path):
         "  gw0: busy 40 s (CPU 12 s), from 5 s to 45 s: slurm 30 s, 1 ungrouped tests 10 s",
         "  gw1: busy 70 s (CPU 0 s), from 6 s to 76 s: kubernetes 60 s, slurm 10 s, 0 ungrouped tests 0 s",
         "  groups (one worker each): kubernetes 60 s (1), slurm 40 s (2)",
+        "  balance: 110 s of tests over 2 workers, 55 s each if even; largest group kubernetes 60 s, longer "
+        "than the even share: the run waits for kubernetes, split it",
     ]
+    # Spread out: the largest group fits a worker's even share, so only less work shortens the run.
+    (tmp_path / "gw1.jsonl").write_text(
+        '{"test": "c", "group": "slurm", "start": 101, "stop": 111}\n'
+        '{"test": "d", "group": "kubernetes", "start": 111, "stop": 141}\n'
+        '{"test": "e", "group": "", "start": 141, "stop": 171}\n'
+    )
+    assert summary(tmp_path, started=95)[-1] == (
+        "  balance: 110 s of tests over 2 workers, 55 s each if even; largest group slurm 40 s, within the "
+        "even share: the run is as long as its work, not its largest group"
+    )
     (tmp_path / "none").mkdir()
     assert summary(tmp_path / "none") == []
 
@@ -295,3 +308,30 @@ def test_a_syntax_tree_is_asked_again_when_cpython_miscounts_its_recursion(monke
     with pytest.raises(SystemError, match="something else"):
         python_source.parse("x = 1")
     assert len(calls) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scratch_database_is_empty_and_the_test_database_comes_back_untouched(tmp_path):
+    """tests/scratch_database.py: inside the block the default connection is on an empty database (a
+    migration test migrates it from nothing); after it, on the test database again with its rows, and on
+    PostgreSQL the scratch database is dropped."""
+    from django.db import connection
+
+    from inventory.models import Rack
+    from tests.scratch_database import on_scratch_database
+
+    Rack.objects.create(name="scratch-r01")
+    test_database, tables = connection.settings_dict["NAME"], set(connection.introspection.table_names())
+    with on_scratch_database(tmp_path) as name:
+        assert connection.settings_dict["NAME"] == name != test_database
+        assert connection.introspection.table_names() == []
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE scratch_only (id integer)")
+        assert connection.introspection.table_names() == ["scratch_only"]
+    assert connection.settings_dict["NAME"] == test_database
+    assert set(connection.introspection.table_names()) == tables
+    assert Rack.objects.filter(name="scratch-r01").exists()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+            assert cursor.fetchone() is None

@@ -12,6 +12,7 @@ the controller names, and at the end the controller prints:
       gw0: busy 690 s (CPU 160 s), from 4 s to 698 s: production-stack 301 s, 140 ungrouped tests 389 s
       gw1: ...
       groups (one worker each): production-stack 301 s (18), embedded-stack 254 s (11), ...
+      balance: 2050 s of tests over 3 workers, 683 s each if even; largest group production-stack 301 s, ...
 
 `make test` keeps the lines in var/test-artifacts/timeline/ (RACKPLANE_TEST_TIMELINE names another folder);
 `python -m tests.timeline FOLDER` prints the summary again from them.
@@ -132,7 +133,28 @@ def summary(folder: Path, started: float | None = None) -> list[str]:
         "  groups (one worker each): "
         + ", ".join(f"{name} {sum(times):.0f} s ({len(times)})" for name, times in ranked)
     )
+    out.append("  " + balance(runs, ranked))
     return out
+
+
+def balance(runs: dict[str, list[dict]], ranked: list[tuple[str, list[float]]]) -> str:
+    """Whether the run is as long as its work or as its largest group: a group runs in one worker, so a
+    group longer than the workers' even share of all the tests' time makes that worker the last one
+    whatever else it is given; otherwise only less work shortens the run."""
+    total = sum(t["stop"] - t["start"] for tests in runs.values() for t in tests)
+    share = total / len(runs)
+    workers = f"{len(runs)} worker{'s' if len(runs) != 1 else ''}"
+    line = f"balance: {total:.0f} s of tests over {workers}, {share:.0f} s each if even"
+    if not ranked:
+        return line
+    name, times = ranked[0]
+    largest = sum(times)
+    verdict = (
+        f"longer than the even share: the run waits for {name}, split it"
+        if largest > share
+        else "within the even share: the run is as long as its work, not its largest group"
+    )
+    return f"{line}; largest group {name} {largest:.0f} s, {verdict}"
 
 
 if __name__ == "__main__":
