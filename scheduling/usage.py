@@ -298,14 +298,27 @@ def kept_held(department=None) -> HeldFigures:
         return {(dept, project): (in_use, borrowed) for dept, project, in_use, borrowed in cursor.fetchall()}
 
 
-def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, tuple[int, int, int]]:
-    """{department pk: (in use, borrowed, idle)} for the departments whose running jobs hold GPUs. One query.
+# The job counts of `departments_with_jobs`, which the database keeps too (PostgreSQL).
+JOB_FIGURES = (
+    "running_jobs",
+    "pending_jobs",
+    "pending_gpus",
+    "held_slices",
+    "held_slice_g",
+    "borrowed_slice_g",
+)
+HELD_FIGURES = ("in_use", "borrowed", "idle")
+
+
+def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, dict[str, int]]:
+    """{department pk: {in_use, borrowed, idle}} for the departments whose jobs count for something, with
+    `JOB_FIGURES` too where the database keeps them (PostgreSQL). One query.
 
     In use and borrowed as `kept_held` has them (summed over projects); idle counted from the idle activity
     rows (`idle_activity_queryset`: fresh rows low for the whole window, a fraction of the GPUs) held by a
     running job: a GPU has at most one allocation, so this counts exactly the GPUs `idle_gpus_queryset`
     lists. PostgreSQL: the kept rows and the idle count in one statement; elsewhere one pass over the running
-    jobs' allocations counts all three.
+    jobs' allocations counts all three (and `departments_with_jobs` the job figures).
     """
     idle = idle_activity_queryset(now, settings)
     if not keeps_held():
@@ -319,7 +332,7 @@ def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[in
                 idle=Count("pk", filter=Q(gpu__in=idle.values("gpu"))),
             )
         )
-        return {dept: (in_use, borrowed, idle) for dept, in_use, borrowed, idle in rows}
+        return {dept: dict(zip(HELD_FIGURES, values, strict=True)) for dept, *values in rows}
     held_idle = (
         idle.filter(gpu__allocations__job__state__in=HOLDING_STATES)
         .order_by()
@@ -327,20 +340,21 @@ def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[in
         .annotate(idle=Count("pk"))
     )
     idle_sql, idle_params = held_idle.query.sql_with_params()
-    held_sql, held_params = kept_held_sql()
-    figures: dict[int, list[int]] = {}
+    kept = ("in_use", "borrowed", *JOB_FIGURES)
+    names = [*kept, "idle"]
+    figures: dict[int, dict[str, int]] = {}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT department_id, in_use, borrowed, 0 "
-            f"FROM ({held_sql}) held(department_id, project, in_use, borrowed) "
-            f"UNION ALL SELECT department_id, 0, 0, idle FROM ({idle_sql}) idle(department_id, idle)",
-            [*held_params, *idle_params],
+            f"SELECT department_id, {', '.join(f'SUM({name})' for name in kept)}, 0 FROM {HELD_TABLE} "
+            f"GROUP BY department_id UNION ALL SELECT department_id, {'0, ' * len(kept)}idle "
+            f"FROM ({idle_sql}) idle(department_id, idle)",
+            idle_params,
         )
         for dept, *values in cursor.fetchall():
-            total = figures.setdefault(dept, [0, 0, 0])
-            for i, value in enumerate(values):
-                total[i] += value
-    return {dept: (in_use, borrowed, idle) for dept, (in_use, borrowed, idle) in figures.items() if in_use}
+            total = figures.setdefault(dept, dict.fromkeys(names, 0))
+            for name, value in zip(names, values, strict=True):
+                total[name] += value
+    return figures
 
 
 def department_positions(now: datetime | None = None, settings: TenancySettings | None = None) -> Positions:
@@ -353,20 +367,24 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
     """
     now = now or timezone.now()
     settings = settings or TenancySettings.load()
-    departments = list(departments_with_jobs())
+    kept = keeps_held()  # PostgreSQL keeps the job figures too: the departments alone, not their jobs
+    departments = list(Department.objects.order_by("name") if kept else departments_with_jobs())
     held = held_gpus_by_department(now, settings)
     positions = []
     for department in departments:
-        in_use, borrowed, idle = held.get(department.pk, (0, 0, 0))
+        figures = held.get(department.pk, {})
+        if kept:
+            for name in JOB_FIGURES:
+                setattr(department, name, figures.get(name, 0))
         positions.append(
             Position(
                 department=department,
-                in_use=in_use,
-                borrowed=borrowed,
+                in_use=figures.get("in_use", 0),
+                borrowed=figures.get("borrowed", 0),
                 running_jobs=department.running_jobs,
                 pending_demand=department.pending_gpus,
                 pending_jobs=department.pending_jobs,
-                idle=idle,
+                idle=figures.get("idle", 0),
                 slices=department.held_slices,
                 slice_equivalents=department.held_slice_g / COMPUTE_SLICES,
                 slices_borrowed_equivalents=department.borrowed_slice_g / COMPUTE_SLICES,

@@ -21,8 +21,10 @@ from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
 from scheduling.project_changes import running_figures
 from scheduling.usage import (
+    JOB_FIGURES,
     counted_held,
     department_positions,
+    departments_with_jobs,
     free_gpus_count,
     free_gpus_queryset,
     kept_held,
@@ -130,14 +132,19 @@ def move_department(rng, departments, projects):
 
 
 def slice_job(rng, departments, projects):
-    """A slice job starts and holds MIG devices, no Allocation: nothing whole-GPU changes."""
+    """A slice job starts and holds MIG devices, no Allocation: in slices and GPU-equivalents, nothing
+    whole-GPU changes; a running one ends or starts borrowing."""
+    running = list(Job.objects.filter(state=JobState.RUNNING, mig_slices__gt=0).order_by("pk"))
+    if running:
+        Job.objects.filter(pk=rng.choice(running).pk).update(over_quota=rng.random() < 0.5)
+        Job.objects.filter(pk=rng.choice(running).pk).update(state=JobState.COMPLETED)
     Job.objects.create(
         department=rng.choice(departments),
         name="s",
         gpus=0,
         mig_profile="1g.23gb",
         mig_slices=rng.randint(1, 3),
-        mig_compute_slices=1,
+        mig_compute_slices=rng.choice([1, 2, 3]),
         state=JobState.RUNNING,
         over_quota=rng.random() < 0.5,
     )
@@ -151,6 +158,16 @@ def left_behind(rng, departments, projects):
     gpu = Gpu.objects.filter(allocations__isnull=False).order_by("?").first()
     if gpu is not None:
         Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealth.UNHEALTHY)
+
+
+def pending_changes(rng, departments, projects):
+    """Jobs submitted, a waiting one asking for other GPUs, one withdrawn (deleted)."""
+    for _ in range(rng.randint(1, 3)):
+        Job.objects.create(department=rng.choice(departments), name="p", gpus=rng.randint(1, 8))
+    waiting = list(Job.objects.filter(state=JobState.PENDING).order_by("pk"))
+    if waiting:
+        Job.objects.filter(pk=rng.choice(waiting).pk).update(gpus=rng.randint(1, 8))
+        rng.choice(waiting).delete()
 
 
 def raw_sql(rng, departments, projects):
@@ -173,6 +190,7 @@ CHANGES = [
     move_project,
     move_department,
     slice_job,
+    pending_changes,
     left_behind,
     raw_sql,
 ]
@@ -184,6 +202,10 @@ def agree(departments) -> None:
     free = Gpu.objects.filter(schedulable_gpus_q(), allocations__isnull=True).count()
     assert free_gpus_count() == free == free_gpus_queryset().count()
     positions = department_positions()
+    counted_jobs = {department.pk: department for department in departments_with_jobs()}
+    for position in positions:  # the job figures as departments_with_jobs counts them
+        for name in JOB_FIGURES:
+            assert getattr(position.department, name) == getattr(counted_jobs[position.department.pk], name)
     for department in departments:
         held = {p: f for (d, p), f in kept.items() if d == department.pk}
         position = positions.of(department)
