@@ -3,9 +3,12 @@ each department's position, who is short of their guarantee, idle and free GPUs,
 The dashboards themselves are assembled in scheduling.dashboard_data.
 
 Every figure is aggregated in SQL, so a page makes the same few queries whatever the number of racks, GPUs
-or jobs, and every list is bounded. The dashboards read each table once per request: one GROUP BY over the
-running jobs' allocations (in use, idle), one over the active jobs (running, pending), and GPU counts that
-start from the few unschedulable GPUs (tenancy.services).
+or jobs, and every list is bounded. On PostgreSQL the database keeps each department's and project's held
+and borrowed GPUs and job counts as allocations and jobs change (migration scheduling 0031's triggers:
+`kept_held`, `held_gpus_by_department`), so the dashboards sum a few rows a department and count only what
+moves with the clock (idle GPUs, from the idle activity rows); elsewhere they read each table once per
+request: one GROUP BY over the running jobs' allocations (in use, idle), one over the active jobs (running,
+pending). GPU counts start from the few unschedulable GPUs (tenancy.services).
 Visibility comes from `visible_to(user)` / `led_by(user)` on the models and nowhere else.
 
 Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` records):

@@ -26,9 +26,10 @@ are, for the free-GPU count), as a job's moves leave it where its rows were coun
 Why rows to sum and not one row per department updated in place: an in-place row would be locked by every
 writer touching the department until it commits (the pass, a cancel, a requeue would queue on it and could
 deadlock with the job-row locks they take in other orders). Each change adds rows instead, and folds the
-committed rows no one else is folding into one per department (`FOR UPDATE SKIP LOCKED`: never waits); rows
-another writer is folding are left for the next. Readers never wait and see whole transactions only. The
-table stays a few rows per department.
+rows of each (department, project) that has more than one, and that no one else is folding, into one
+(`FOR UPDATE SKIP LOCKED`: never waits); rows another writer is folding are left for the next. So a change
+rewrites only the few rows of what it touched, readers never wait and see whole transactions only, and the
+table stays about a row per department and project.
 
 SQLite (the embedded default) has no triggers here: `scheduling.usage` counts the allocations there.
 """
@@ -56,7 +57,12 @@ ANY_SUM = " OR ".join(f"SUM({c}) <> 0" for c in COLUMNS)
 FOLD = f"""
 CREATE OR REPLACE FUNCTION scheduling_held_fold() RETURNS void LANGUAGE sql AS $$
     WITH gone AS (
-        DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} FOR UPDATE SKIP LOCKED)
+        DELETE FROM {TABLE} WHERE id IN (
+            SELECT id FROM {TABLE} WHERE (department_id, COALESCE(project_id, 0)) IN (
+                SELECT department_id, COALESCE(project_id, 0) FROM {TABLE} GROUP BY 1, 2 HAVING COUNT(*) > 1
+            )
+            FOR UPDATE SKIP LOCKED
+        )
         RETURNING department_id, project_id, {NAMES}
     )
     INSERT INTO {TABLE} (department_id, project_id, {NAMES})
