@@ -62,6 +62,7 @@ from core.fingerprint import fingerprint
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.engine.scheduler import PREEMPTIBLE_CLASSES
 from scheduling.models import Allocation, Job
+from scheduling.usage import keeps_held, kept_held_sql
 from tenancy import projects as service
 from tenancy.models import Department, Project, ProjectMembership
 from tenancy.projects import default_guarantee, default_project, submission_default
@@ -563,7 +564,10 @@ def running_figures(department: Department) -> tuple[dict, dict[int | None, int]
     project), and the GPUs beyond each leaf's own guarantee by leaf (None: the default project's and those
     without one): scheduling.project_changes.leaf_beyond, summed in the database over the jobs in
     standing order (`reached_in_standing`), each leaf against its guarantee (the default project's: what
-    the named projects leave, tenancy.projects.default_guarantee)."""
+    the named projects leave, tenancy.projects.default_guarantee). In use and borrowed are the kept figures
+    where the database keeps them (scheduling.usage.kept_held: no allocation read), else the allocations
+    counted per job."""
+    kept = keeps_held()
     leaf = Case(When(_DEFAULT_LEAF, then=Value(None)), default=F("project_id"))
     named = (
         Project.objects.named()
@@ -582,7 +586,7 @@ def running_figures(department: Department) -> tuple[dict, dict[int | None, int]
         Job.objects.filter(department=department, state__in=HOLDING_STATES)
         .annotate(
             default_leaf=ExpressionWrapper(_DEFAULT_LEAF, output_field=BooleanField()),
-            held=Coalesce(Subquery(held.values("n"), output_field=IntegerField()), 0),
+            held=Value(0) if kept else Coalesce(Subquery(held.values("n"), output_field=IntegerField()), 0),
             reached=reached_in_standing(leaf),
             leaf_guarantee=Case(
                 When(_DEFAULT_LEAF, then=default_guarantee),
@@ -595,18 +599,29 @@ def running_figures(department: Department) -> tuple[dict, dict[int | None, int]
     )
     # Summed over the window's rows (SQL forbids an aggregate of a window function in one SELECT).
     sql, params = jobs.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT project_id, default_leaf, SUM(held), SUM(CASE WHEN over_quota THEN held ELSE 0 END), "
-            "SUM(CASE WHEN reached > leaf_guarantee AND NOT over_quota THEN gpus ELSE 0 END) "
-            f"FROM ({sql}) standing GROUP BY project_id, default_leaf",
-            params,
+    sql = (
+        "SELECT project_id, default_leaf, SUM(held), SUM(CASE WHEN over_quota THEN held ELSE 0 END), "
+        "SUM(CASE WHEN reached > leaf_guarantee AND NOT over_quota THEN gpus ELSE 0 END) "
+        f"FROM ({sql}) standing GROUP BY project_id, default_leaf"
+    )
+    if kept:  # the kept figures' rows, each with its project's leaf
+        held_sql, held_params = kept_held_sql(department)
+        sql += (
+            " UNION ALL SELECT held.project_id, "
+            "held.project_id IS NULL OR COALESCE(project.is_default, false), held.in_use, held.borrowed, 0 "
+            f"FROM ({held_sql}) held(department_id, project_id, in_use, borrowed) "
+            f"LEFT JOIN {Project._meta.db_table} project ON project.id = held.project_id"
         )
+        params = (*params, *held_params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     use: dict[int | None, dict[str, int]] = {}
     beyond: dict[int | None, int] = {}
-    for project, default_leaf, in_use, borrowed, over in rows:  # one per project (its leaf follows)
-        use[project] = {"in_use": in_use, "borrowed": borrowed}
+    for project, default_leaf, in_use, borrowed, over in rows:  # per project (its leaf follows)
+        figures = use.setdefault(project, {"in_use": 0, "borrowed": 0})
+        figures["in_use"] += in_use
+        figures["borrowed"] += borrowed
         key = None if default_leaf else project
         beyond[key] = beyond.get(key, 0) + over
     return use, beyond

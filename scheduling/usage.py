@@ -3,9 +3,12 @@ each department's position, who is short of their guarantee, idle and free GPUs,
 The dashboards themselves are assembled in scheduling.dashboard_data.
 
 Every figure is aggregated in SQL, so a page makes the same few queries whatever the number of racks, GPUs
-or jobs, and every list is bounded. The dashboards read each table once per request: one GROUP BY over the
-running jobs' allocations (in use, idle), one over the active jobs (running, pending), and GPU counts that
-start from the few unschedulable GPUs (tenancy.services).
+or jobs, and every list is bounded. On PostgreSQL the database keeps each department's and project's held
+and borrowed GPUs and job counts as allocations and jobs change (migration scheduling 0031's triggers:
+`kept_held`, `held_gpus_by_department`), so the dashboards sum a few rows a department and count only what
+moves with the clock (idle GPUs, from the idle activity rows); elsewhere they read each table once per
+request: one GROUP BY over the running jobs' allocations (in use, idle), one over the active jobs (running,
+pending). GPU counts start from the few unschedulable GPUs (tenancy.services).
 Visibility comes from `visible_to(user)` / `led_by(user)` on the models and nowhere else.
 
 Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` records):
@@ -39,6 +42,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import (
     Count,
     DateTimeField,
@@ -48,6 +52,7 @@ from django.db.models import (
     FilteredRelation,
     FloatField,
     Func,
+    IntegerField,
     OuterRef,
     Q,
     QuerySet,
@@ -246,25 +251,113 @@ def departments_with_jobs() -> QuerySet[Department]:
     )
 
 
-def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, tuple[int, int, int]]:
-    """{department pk: (in use, borrowed, idle)} for the departments whose running jobs hold GPUs. One query.
+# Each department's and project's held and borrowed GPUs, kept by the database in the transaction of every
+# allocation's and job's change (PostgreSQL: migration scheduling 0031's triggers; a few rows a department
+# to sum). Elsewhere (SQLite) `counted_held` counts the allocations.
+HELD_TABLE = "scheduling_heldgpus"
+HeldFigures = dict[tuple[int, int | None], tuple[int, int]]
 
-    One pass over the running jobs' allocations grouped by department; borrowed is the subset held by jobs
-    flagged over_quota, idle the subset whose GPU's activity passes the idle test (`idle_activity_queryset`:
-    a GPU has at most one allocation, so this counts exactly the GPUs `idle_gpus_queryset` lists).
-    """
-    idle = idle_activity_queryset(now, settings).values("gpu")
+
+def keeps_held() -> bool:
+    """Whether the database keeps the held figures (the triggers run only on PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
+def counted_held(department=None) -> HeldFigures:
+    """{(department pk, project pk or None): (GPUs in use, borrowed)} counted from the running jobs'
+    allocations (borrowed: held by jobs flagged over_quota), the pairs holding GPUs only; `department` (a
+    Department or pk) narrows it. The figures `kept_held` reads are always equal to these. One query."""
+    allocations = Allocation.objects.filter(job__state__in=HOLDING_STATES)
+    if department is not None:
+        allocations = allocations.filter(job__department=getattr(department, "pk", department))
     rows = (
-        Allocation.objects.filter(job__state__in=HOLDING_STATES)
-        .order_by()
-        .values("job__department")
-        .annotate(
-            in_use=Count("pk"),
-            borrowed=Count("pk", filter=Q(job__over_quota=True)),
-            idle=Count("pk", filter=Q(gpu__in=idle)),
-        )
+        allocations.order_by()
+        .values_list("job__department", "job__project")
+        .annotate(in_use=Count("pk"), borrowed=Count("pk", filter=Q(job__over_quota=True)))
     )
-    return {row["job__department"]: (row["in_use"], row["borrowed"], row["idle"]) for row in rows}
+    return {(dept, project): (in_use, borrowed) for dept, project, in_use, borrowed in rows}
+
+
+def kept_held_sql(department=None) -> tuple[str, list]:
+    """`kept_held`'s SQL (PostgreSQL) and parameters: rows (department, project, in use, borrowed)."""
+    where, params = "", []
+    if department is not None:
+        where, params = "WHERE department_id = %s", [getattr(department, "pk", department)]
+    return (
+        f"SELECT department_id, project_id, SUM(in_use), SUM(borrowed) FROM {HELD_TABLE} {where} "
+        "GROUP BY department_id, project_id HAVING SUM(in_use) <> 0 OR SUM(borrowed) <> 0",
+        params,
+    )
+
+
+def kept_held(department=None) -> HeldFigures:
+    """`counted_held`'s figures, read from the rows the database keeps (PostgreSQL: one query over a few
+    rows a department, whatever the number of allocations), counted elsewhere."""
+    if not keeps_held():
+        return counted_held(department)
+    sql, params = kept_held_sql(department)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {(dept, project): (in_use, borrowed) for dept, project, in_use, borrowed in cursor.fetchall()}
+
+
+# The job counts of `departments_with_jobs`, which the database keeps too (PostgreSQL).
+JOB_FIGURES = (
+    "running_jobs",
+    "pending_jobs",
+    "pending_gpus",
+    "held_slices",
+    "held_slice_g",
+    "borrowed_slice_g",
+)
+HELD_FIGURES = ("in_use", "borrowed", "idle")
+
+
+def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, dict[str, int]]:
+    """{department pk: {in_use, borrowed, idle}} for the departments whose jobs count for something, with
+    `JOB_FIGURES` too where the database keeps them (PostgreSQL). One query.
+
+    In use and borrowed as `kept_held` has them (summed over projects); idle counted from the idle activity
+    rows (`idle_activity_queryset`: fresh rows low for the whole window, a fraction of the GPUs) held by a
+    running job: a GPU has at most one allocation, so this counts exactly the GPUs `idle_gpus_queryset`
+    lists. PostgreSQL: the kept rows and the idle count in one statement; elsewhere one pass over the running
+    jobs' allocations counts all three (and `departments_with_jobs` the job figures).
+    """
+    idle = idle_activity_queryset(now, settings)
+    if not keeps_held():
+        rows = (
+            Allocation.objects.filter(job__state__in=HOLDING_STATES)
+            .order_by()
+            .values_list("job__department")
+            .annotate(
+                in_use=Count("pk"),
+                borrowed=Count("pk", filter=Q(job__over_quota=True)),
+                idle=Count("pk", filter=Q(gpu__in=idle.values("gpu"))),
+            )
+        )
+        return {dept: dict(zip(HELD_FIGURES, values, strict=True)) for dept, *values in rows}
+    held_idle = (
+        idle.filter(gpu__allocations__job__state__in=HOLDING_STATES)
+        .order_by()
+        .values_list("gpu__allocations__job__department")
+        .annotate(idle=Count("pk"))
+    )
+    idle_sql, idle_params = held_idle.query.sql_with_params()
+    kept = ("in_use", "borrowed", *JOB_FIGURES)
+    names = [*kept, "idle"]
+    figures: dict[int, dict[str, int]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT department_id, {', '.join(f'SUM({name})' for name in kept)}, 0 FROM {HELD_TABLE} "
+            f"GROUP BY department_id UNION ALL SELECT department_id, {'0, ' * len(kept)}idle "
+            f"FROM ({idle_sql}) idle(department_id, idle)",
+            idle_params,
+        )
+        for dept, *values in cursor.fetchall():
+            total = figures.setdefault(dept, dict.fromkeys(names, 0))
+            for name, value in zip(names, values, strict=True):
+                total[name] += value
+    return figures
 
 
 def department_positions(now: datetime | None = None, settings: TenancySettings | None = None) -> Positions:
@@ -277,20 +370,24 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
     """
     now = now or timezone.now()
     settings = settings or TenancySettings.load()
-    departments = list(departments_with_jobs())
+    kept = keeps_held()  # PostgreSQL keeps the job figures too: the departments alone, not their jobs
+    departments = list(Department.objects.order_by("name") if kept else departments_with_jobs())
     held = held_gpus_by_department(now, settings)
     positions = []
     for department in departments:
-        in_use, borrowed, idle = held.get(department.pk, (0, 0, 0))
+        figures = held.get(department.pk, {})
+        if kept:
+            for name in JOB_FIGURES:
+                setattr(department, name, figures.get(name, 0))
         positions.append(
             Position(
                 department=department,
-                in_use=in_use,
-                borrowed=borrowed,
+                in_use=figures.get("in_use", 0),
+                borrowed=figures.get("borrowed", 0),
                 running_jobs=department.running_jobs,
                 pending_demand=department.pending_gpus,
                 pending_jobs=department.pending_jobs,
-                idle=idle,
+                idle=figures.get("idle", 0),
                 slices=department.held_slices,
                 slice_equivalents=department.held_slice_g / COMPUTE_SLICES,
                 slices_borrowed_equivalents=department.borrowed_slice_g / COMPUTE_SLICES,
@@ -422,14 +519,25 @@ def free_gpus_count(schedulable: int | None = None) -> int:
     """How many GPUs `free_gpus_queryset` selects, counted without joining every GPU to the allocations.
 
     Free = schedulable GPUs minus the schedulable GPUs some job holds, and those are all allocations minus
-    the ones on unschedulable GPUs (few: `unschedulable_gpus`). Pass `schedulable` (`schedulable_gpus()`)
-    when the caller has counted it already: then this is one query.
+    the ones on unschedulable GPUs (few: `unschedulable_gpus`); PostgreSQL reads all allocations' number
+    from the figures its triggers keep (`kept_held`'s table), elsewhere they are counted. Pass `schedulable`
+    (`schedulable_gpus()`) when the caller has counted it already: then this is one query.
     """
     if schedulable is None:
         schedulable = schedulable_gpus()
     on_unschedulable = Allocation.objects.filter(gpu__in=unschedulable_gpus())
-    held = Allocation.objects.aggregate(n=Count("*") - count_of(on_unschedulable))["n"]
-    return schedulable - held
+    if not keeps_held():
+        return schedulable - Allocation.objects.aggregate(n=Count("*") - count_of(on_unschedulable))["n"]
+    # PostgreSQL: every allocation as the triggers count them (migration scheduling 0031's `allocated`).
+    sql, params = (
+        on_unschedulable.order_by()
+        .annotate(n=Func(template="COUNT(*)", output_field=IntegerField()))
+        .values("n")
+        .query.sql_with_params()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT (SELECT COALESCE(SUM(allocated), 0) FROM {HELD_TABLE}) - ({sql})", params)
+        return schedulable - cursor.fetchone()[0]
 
 
 # ------------------------------------------------------------------------------ who holds a rack's GPUs
