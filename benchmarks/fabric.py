@@ -86,6 +86,37 @@ CONFIGS = {
         False,
         2,
     ),
+    # Unit packing (`Options.fabric_packing`): single-rack work opens trays in the fullest unit with room.
+    "rackplane, fabric wait 2 h from could-start, unit packing": (
+        "rackplane",
+        2 * HOUR,
+        False,
+        False,
+        {"fabric_packing": True},
+    ),
+    "rackplane, fabric wait 8 h from could-start, unit packing": (
+        "rackplane",
+        8 * HOUR,
+        False,
+        False,
+        {"fabric_packing": True},
+    ),
+    # A unit reserved after the wait (`Options.fabric_unit_reservation_s`): the unit with the most free trays,
+    # no new work there but in-quota work that fits nowhere else, up to the given time more; then it expands.
+    "rackplane, fabric wait 2 h from could-start, then a unit reserved 4 h": (
+        "rackplane",
+        2 * HOUR,
+        False,
+        False,
+        {"fabric_unit_reservation_s": 4 * HOUR},
+    ),
+    "rackplane, fabric wait 2 h from could-start, unit packing, then a unit reserved 4 h": (
+        "rackplane",
+        2 * HOUR,
+        False,
+        False,
+        {"fabric_packing": True, "fabric_unit_reservation_s": 4 * HOUR},
+    ),
     "rackplane, topology-blind": ("rackplane", 0.0, True, False),
     "first-fit (topology-blind)": ("first-fit", 0.0, True, False),
 }
@@ -99,7 +130,9 @@ def _key(config: str, half: str, slowdown: float, sample: tuple[int, int]) -> st
 
 def _replay(task: tuple) -> tuple[str, dict]:
     key, config, half, slowdown, sample, folder = task
-    policy, wait_s, blind, soon, *reservations = CONFIGS[config]
+    policy, wait_s, blind, soon, *more = CONFIGS[config]
+    # A fifth item: the unit reservations (`Options.fabric_reservations`), or more engine options by name.
+    extra = ({"fabric_reservations": more[0]} if isinstance(more[0], int) else more[0]) if more else {}
     spec = HALVES[half]
     traces = simulator.load_traces([f"{folder}/cluster{c}.csv" for c in spec["clusters"]])
     traces = simulator.jitter_traces(traces, sample[0], sample[1])
@@ -115,11 +148,7 @@ def _replay(task: tuple) -> tuple[str, dict]:
         cross_unit_slowdown=slowdown,
         fabric_blind=blind,
         # "Soon enough": sooner than spanning units would cost it, by the replay's own cross-unit slowdown.
-        engine_options={
-            "fabric_wait_s": wait_s,
-            "fabric_wait_slowdown": slowdown if soon else 0.0,
-            "fabric_reservations": reservations[0] if reservations else 0,
-        },
+        engine_options={"fabric_wait_s": wait_s, "fabric_wait_slowdown": slowdown if soon else 0.0, **extra},
     )
     metrics = dict(run.metrics)
     metrics.pop("departments", None)

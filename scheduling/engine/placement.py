@@ -11,6 +11,14 @@ A job asks for `gpus`: 1-4 GPUs on one tray, or a multiple of 4 as whole trays. 
   anywhere. `Request.within` names a level the job stays inside (it waits for one rather than expanding:
   the scheduler's bounded fabric wait, `Options.fabric_wait_s`). Without a fabric, placement is as before.
 
+**Unit packing** (`Request.pack`, on a cluster with a fabric): a job of at most one rack that opens free
+trays goes to the *fullest* scalable unit that has room for it (the fewest whole free trays), and inside it
+to the partition (or rack) the rules below would choose there. The NVLink rules come first: a multi-tray job
+still takes one partition when any has room, in any unit, before it is spread over a rack's partitions; a
+small job still packs into partly used trays first, wherever they are (that opens no tray). So single-rack
+work fills the busiest units and whole units stay free for the multi-rack jobs. Racks outside the fabric
+count as the fullest (no multi-rack job can use them inside a unit).
+
 Policies:
 
 * ``rackplane``: the product. Multi-tray jobs go to the partition that fits them best (fewest whole free
@@ -27,6 +35,7 @@ Policies:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from core.hardware import GPUS_PER_TRAY
@@ -49,6 +58,10 @@ class Request:
     borrow: bool = False  # over quota and preemptible: may use partitions dedicated to other departments
     # A fabric level (core.fabric, e.g. "unit") an `any` job's trays must stay inside, or None: anywhere.
     within: str | None = None
+    # Unit packing (the scheduler's `Options.fabric_packing`): on a cluster with a fabric, a job of at most
+    # one rack goes to the fullest scalable unit that has room for it, so whole units stay free for the
+    # multi-rack jobs. No effect without a fabric.
+    pack: bool = False
 
     def __post_init__(self):
         if self.topology not in TOPOLOGIES:
@@ -123,6 +136,20 @@ OTHERS_MANY = gettext_noop(
     "trays: %(next)s)"
 )
 NO_OTHER = gettext_noop("no other partition could take it")
+PACKED_FREE_TRAY = gettext_noop(
+    "on a free tray of %(partition)s in scalable unit %(unit)s, the fullest unit with room (%(free)s whole "
+    "free trays): emptier units stay whole for jobs that span racks"
+)
+PACKED_PARTITION = gettext_noop(
+    "in NVLink partition %(partition)s of scalable unit %(unit)s, the fullest unit with a partition of "
+    "%(trays)s free trays (%(free)s whole free trays in the unit): emptier units stay whole for jobs that "
+    "span racks"
+)
+PACKED_RACK = gettext_noop(
+    "no NVLink partition had %(trays)s free trays, so on rack %(rack)s across %(parts)s of its partitions, "
+    "in scalable unit %(unit)s, the fullest unit with room (%(free)s whole free trays): emptier units stay "
+    "whole for jobs that span racks"
+)
 TIED_ONE = gettext_noop(
     "%(others)s other partition was equally small (%(next)s): of equally small partitions, the one that "
     "reached that many free trays first is taken"
@@ -211,6 +238,10 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
     owners = cluster.usable_owners(request.department, request.borrow)
     parts = sorted({cluster.tray_part[t] for t, _ in placement})
     racks = sorted({cluster.part_rack[p] for p in parts})
+    if request.pack and len(racks) == 1 and cluster.rack_groups[racks[0]]:
+        words = _packed_words(cluster, request, placement, owners, parts, racks[0])
+        if words:
+            return words
     if request.small:
         ((t, _),) = placement
         label = cluster.partition_label(cluster.tray_part[t])
@@ -235,6 +266,35 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
         if words:
             return words
     return say(ACROSS_RACKS, trays=n, racks=len(racks), parts=len(parts))
+
+
+def _packed_words(cluster: Cluster, request: Request, placement: Placement, owners, parts, r: int) -> str:
+    """Why unit packing (`Request.pack`) put a job of at most one rack where it is, or "" when no tray was
+    opened for it (a small job on a partly used tray: the ordinary words)."""
+    unit = cluster.rack_groups[r][-1]
+    free = _unit_free(cluster, owners)[unit]
+    name = cluster.group_names[-1][unit]
+    if request.small:
+        ((t, _),) = placement
+        if cluster.tray_free[t] < GPUS_PER_TRAY:
+            return ""
+        return say(PACKED_FREE_TRAY, partition=cluster.partition_label(parts[0]), unit=name, free=free)
+    if len(parts) == 1:
+        return say(
+            PACKED_PARTITION,
+            partition=cluster.partition_label(parts[0]),
+            unit=name,
+            trays=request.trays,
+            free=free,
+        )
+    return say(
+        PACKED_RACK,
+        trays=request.trays,
+        rack=cluster.rack_name[r],
+        parts=len(parts),
+        unit=name,
+        free=free,
+    )
 
 
 def placed_level(cluster: Cluster, placement: Placement) -> str | None:
@@ -311,13 +371,41 @@ def _alternatives(cluster: Cluster, owners, n: int, chosen: int) -> str:
 # --- rackplane ---------------------------------------------------------------------------------------
 
 
-def _best_partition(cluster: Cluster, n: int, owners) -> int | None:
+def _best_partition(cluster: Cluster, n: int, owners, pack: bool = False) -> int | None:
+    packing = pack and not cluster.fabric.empty
     for owner in owners:
         buckets = cluster.part_buckets[owner]
         for k in range(n, len(buckets)):
             if buckets[k]:
+                if packing:
+                    return _packed(cluster, n, owners, owner, k)
                 return next(iter(buckets[k]))
     return None
+
+
+def _unit_free(cluster: Cluster, owners) -> list[int]:
+    """Whole free trays usable by `owners` in each scalable unit (the fabric's lowest level)."""
+    counts = [cluster.group_whole[owner][-1] for owner in owners]
+    return [sum(column) for column in zip(*counts, strict=True)] if counts else []
+
+
+def _packed(cluster: Cluster, n: int, owners, owner, smallest: int) -> int:
+    """Unit packing (module docstring): of `owner`'s partitions with n whole free trays or more (`smallest`:
+    the fewest any has), the one in the fullest scalable unit, by the whole free trays `owners` may use
+    there; in it the best fit (fewest free trays, then the one that reached that many first); partitions on
+    racks outside the fabric first. Visits only the partitions that have room: O(partitions with room)."""
+    unit_free = _unit_free(cluster, owners)
+    buckets = cluster.part_buckets[owner]
+    best, best_key = -1, (math.inf, math.inf)
+    for k in range(smallest, len(buckets)):
+        for p in buckets[k]:
+            groups = cluster.part_groups[p]
+            key = (unit_free[groups[-1]] if groups else -1, k)
+            if key < best_key:
+                best, best_key = p, key
+                if key[0] < 0 or key[0] == k:  # outside the fabric, or a unit with no other free tray
+                    return best
+    return best
 
 
 def _take(cluster: Cluster, p: int, n: int) -> list[tuple[int, int]]:
@@ -333,7 +421,7 @@ def _small(cluster: Cluster, request: Request) -> Placement | None:
         for free in range(request.gpus, GPUS_PER_TRAY + 1):
             if partial[free]:
                 return ((next(iter(partial[free])), request.gpus),)
-    p = _best_partition(cluster, 1, owners)
+    p = _best_partition(cluster, 1, owners, request.pack)
     if p is None:
         return None
     return ((min(cluster.part_free[p]), request.gpus),)
@@ -342,12 +430,12 @@ def _small(cluster: Cluster, request: Request) -> Placement | None:
 def _rackplane(cluster: Cluster, request: Request) -> Placement | None:
     n = request.trays
     owners = cluster.usable_owners(request.department, request.borrow)
-    p = _best_partition(cluster, n, owners)
+    p = _best_partition(cluster, n, owners, request.pack)
     if p is not None:
         return tuple(_take(cluster, p, n))
     if request.topology == PARTITION:
         return None
-    placed = _best_rack(cluster, n, request.department, owners)
+    placed = _best_rack(cluster, n, request.department, owners, request.pack)
     if placed is not None or request.topology == RACK:
         return placed
     if not cluster.fabric.empty:
@@ -411,13 +499,16 @@ def _fill(cluster: Cluster, partitions, n: int) -> tuple[tuple[int, int], ...]:
     return tuple(chosen)
 
 
-def _best_rack(cluster: Cluster, n: int, department, owners) -> Placement | None:
+def _best_rack(cluster: Cluster, n: int, department, owners, pack: bool = False) -> Placement | None:
     # Racks with the department's own partitions: few, so counted directly (own + shared trays).
     best_rack = _fewest_that_fit(cluster, n, owners, [department] if department is not None else [])
     if best_rack is None:
         for k in range(n, len(cluster.rack_buckets)):
             if cluster.rack_buckets[k]:
-                best_rack = next(iter(cluster.rack_buckets[k]))
+                if pack and not cluster.fabric.empty:
+                    best_rack = _packed_rack(cluster, owners, k)
+                else:
+                    best_rack = next(iter(cluster.rack_buckets[k]))
                 break
     if best_rack is None:
         # Borrowed work: racks holding other departments' dedicated partitions (few), their trays counted with
@@ -428,6 +519,20 @@ def _best_rack(cluster: Cluster, n: int, department, owners) -> Placement | None
         return None
     usable = [p for p in cluster.rack_parts[best_rack] if cluster.part_owner[p] in owners]
     return _fill(cluster, usable, n)
+
+
+def _packed_rack(cluster: Cluster, owners, smallest: int) -> int:
+    """Unit packing for a job spread over one rack's shared partitions: of the racks with `smallest` whole
+    free shared trays or more, the one in the fullest scalable unit, then the fewest free trays."""
+    unit_free = _unit_free(cluster, owners)
+    best, best_key = -1, (math.inf, math.inf)
+    for k in range(smallest, len(cluster.rack_buckets)):
+        for r in cluster.rack_buckets[k]:
+            groups = cluster.rack_groups[r]
+            key = (unit_free[groups[-1]] if groups else -1, k)
+            if key < best_key:
+                best, best_key = r, key
+    return best
 
 
 def _fewest_that_fit(cluster: Cluster, n: int, owners, holders) -> int | None:
