@@ -86,37 +86,38 @@ CONFIGS = {
         False,
         2,
     ),
-    # Unit packing (`Options.fabric_packing`): single-rack work opens trays in the fullest unit with room.
-    "rackplane, fabric wait 2 h from could-start, unit packing": (
-        "rackplane",
-        2 * HOUR,
-        False,
-        False,
-        {"fabric_packing": True},
-    ),
-    "rackplane, fabric wait 8 h from could-start, unit packing": (
-        "rackplane",
-        8 * HOUR,
-        False,
-        False,
-        {"fabric_packing": True},
-    ),
-    # A unit reserved after the wait (`Options.fabric_unit_reservation_s`): the unit with the most free trays,
-    # no new work there but in-quota work that fits nowhere else, up to the given time more; then it expands.
-    "rackplane, fabric wait 2 h from could-start, then a unit reserved 4 h": (
-        "rackplane",
-        2 * HOUR,
-        False,
-        False,
-        {"fabric_unit_reservation_s": 4 * HOUR},
-    ),
-    "rackplane, fabric wait 2 h from could-start, unit packing, then a unit reserved 4 h": (
-        "rackplane",
-        2 * HOUR,
-        False,
-        False,
-        {"fabric_packing": True, "fabric_unit_reservation_s": 4 * HOUR},
-    ),
+    # Unit packing (`Options.fabric_packing`): work of one rack or less opens trays in the fullest unit with
+    # room. A unit reserved after the wait (`Options.fabric_unit_reservation_s`): the unit with the most free
+    # trays, no new work there but in-quota work that fits nowhere else, up to the given time more; then the
+    # job expands. "Waits again" (`Options.fabric_wait_again`): a wait that ran out while the job could not
+    # start anywhere is not spent.
+    **{
+        f"rackplane, fabric wait {wait} h from could-start{words}": (
+            "rackplane",
+            wait * HOUR,
+            False,
+            False,
+            {
+                "fabric_packing": pack,
+                "fabric_unit_reservation_s": reserved * HOUR,
+                "fabric_wait_again": again,
+            },
+        )
+        for wait, pack, reserved, again, words in (
+            (2, True, 0, False, ", unit packing"),
+            (2, False, 4, False, ", then a unit reserved 4 h"),
+            (2, True, 4, False, ", unit packing, then a unit reserved 4 h"),
+            (2, False, 0, True, ", waits again"),
+            (2, True, 0, True, ", unit packing, waits again"),
+            (2, True, 4, True, ", unit packing, then a unit reserved 4 h, waits again"),
+            (2, True, 12, True, ", unit packing, then a unit reserved 12 h, waits again"),
+            (8, True, 0, True, ", unit packing, waits again"),
+            (8, False, 4, True, ", then a unit reserved 4 h, waits again"),
+            (8, True, 4, False, ", unit packing, then a unit reserved 4 h"),
+            (8, True, 4, True, ", unit packing, then a unit reserved 4 h, waits again"),
+            (16, True, 0, True, ", unit packing, waits again"),
+        )
+    },
     "rackplane, topology-blind": ("rackplane", 0.0, True, False),
     "first-fit (topology-blind)": ("first-fit", 0.0, True, False),
 }

@@ -35,7 +35,6 @@ Policies:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from core.hardware import GPUS_PER_TRAY
@@ -239,7 +238,7 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
     parts = sorted({cluster.tray_part[t] for t, _ in placement})
     racks = sorted({cluster.part_rack[p] for p in parts})
     if request.pack and len(racks) == 1 and cluster.rack_groups[racks[0]]:
-        words = _packed_words(cluster, request, placement, owners, parts, racks[0])
+        words = _packed_words(cluster, request, placement, parts, racks[0])
         if words:
             return words
     if request.small:
@@ -268,11 +267,11 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
     return say(ACROSS_RACKS, trays=n, racks=len(racks), parts=len(parts))
 
 
-def _packed_words(cluster: Cluster, request: Request, placement: Placement, owners, parts, r: int) -> str:
+def _packed_words(cluster: Cluster, request: Request, placement: Placement, parts, r: int) -> str:
     """Why unit packing (`Request.pack`) put a job of at most one rack where it is, or "" when no tray was
     opened for it (a small job on a partly used tray: the ordinary words)."""
     unit = cluster.rack_groups[r][-1]
-    free = _unit_free(cluster, owners)[unit]
+    free = cluster.group_whole[cluster.part_owner[parts[0]]][-1][unit]
     name = cluster.group_names[-1][unit]
     if request.small:
         ((t, _),) = placement
@@ -374,38 +373,54 @@ def _alternatives(cluster: Cluster, owners, n: int, chosen: int) -> str:
 def _best_partition(cluster: Cluster, n: int, owners, pack: bool = False) -> int | None:
     packing = pack and not cluster.fabric.empty
     for owner in owners:
+        if packing:
+            p = _packed(cluster, n, owner)
+            if p is not None:
+                return p
+            continue
         buckets = cluster.part_buckets[owner]
         for k in range(n, len(buckets)):
             if buckets[k]:
-                if packing:
-                    return _packed(cluster, n, owners, owner, k)
                 return next(iter(buckets[k]))
     return None
 
 
-def _unit_free(cluster: Cluster, owners) -> list[int]:
-    """Whole free trays usable by `owners` in each scalable unit (the fabric's lowest level)."""
-    counts = [cluster.group_whole[owner][-1] for owner in owners]
-    return [sum(column) for column in zip(*counts, strict=True)] if counts else []
+def _outside(cluster: Cluster) -> list[int]:
+    """The racks on no scalable unit of the fabric (usually none)."""
+    return [r for r, groups in enumerate(cluster.rack_groups) if not groups]
 
 
-def _packed(cluster: Cluster, n: int, owners, owner, smallest: int) -> int:
-    """Unit packing (module docstring): of `owner`'s partitions with n whole free trays or more (`smallest`:
-    the fewest any has), the one in the fullest scalable unit, by the whole free trays `owners` may use
-    there; in it the best fit (fewest free trays, then the one that reached that many first); partitions on
-    racks outside the fabric first. Visits only the partitions that have room: O(partitions with room)."""
-    unit_free = _unit_free(cluster, owners)
-    buckets = cluster.part_buckets[owner]
-    best, best_key = -1, (math.inf, math.inf)
-    for k in range(smallest, len(buckets)):
-        for p in buckets[k]:
-            groups = cluster.part_groups[p]
-            key = (unit_free[groups[-1]] if groups else -1, k)
-            if key < best_key:
-                best, best_key = p, key
-                if key[0] < 0 or key[0] == k:  # outside the fabric, or a unit with no other free tray
-                    return best
-    return best
+def _fullest_units(cluster: Cluster, n: int, owner):
+    """The scalable units where `owner`'s partitions have n whole free trays or more, fullest first (the
+    unit packing index, `Cluster.unit_buckets`: each unit is visited once, no scan of the fleet)."""
+    buckets = cluster.unit_buckets[owner]
+    for k in range(n, len(buckets)):
+        yield from buckets[k]
+
+
+def _packed(cluster: Cluster, n: int, owner) -> int | None:
+    """Unit packing (module docstring): of `owner`'s partitions with n whole free trays or more, one on a
+    rack outside the fabric first, else one in the fullest scalable unit that has one, by the whole free
+    trays of `owner`'s partitions there; in it, or outside, the best fit (fewest free trays, the first in
+    rack order on a tie). None when no partition of `owner` has n."""
+    whole, part_owner = cluster.part_whole, cluster.part_owner
+
+    def best_of(racks) -> int | None:
+        best = None
+        for r in racks:
+            for p in cluster.rack_parts[r]:
+                if part_owner[p] == owner and whole[p] >= n and (best is None or whole[p] < whole[best]):
+                    best = p
+        return best
+
+    p = best_of(_outside(cluster))
+    if p is not None:
+        return p
+    for unit in _fullest_units(cluster, n, owner):
+        p = best_of(cluster.group_racks[-1][unit])
+        if p is not None:
+            return p
+    return None
 
 
 def _take(cluster: Cluster, p: int, n: int) -> list[tuple[int, int]]:
@@ -506,7 +521,7 @@ def _best_rack(cluster: Cluster, n: int, department, owners, pack: bool = False)
         for k in range(n, len(cluster.rack_buckets)):
             if cluster.rack_buckets[k]:
                 if pack and not cluster.fabric.empty:
-                    best_rack = _packed_rack(cluster, owners, k)
+                    best_rack = _packed_rack(cluster, n)
                 else:
                     best_rack = next(iter(cluster.rack_buckets[k]))
                 break
@@ -521,18 +536,23 @@ def _best_rack(cluster: Cluster, n: int, department, owners, pack: bool = False)
     return _fill(cluster, usable, n)
 
 
-def _packed_rack(cluster: Cluster, owners, smallest: int) -> int:
-    """Unit packing for a job spread over one rack's shared partitions: of the racks with `smallest` whole
-    free shared trays or more, the one in the fullest scalable unit, then the fewest free trays."""
-    unit_free = _unit_free(cluster, owners)
-    best, best_key = -1, (math.inf, math.inf)
-    for k in range(smallest, len(cluster.rack_buckets)):
-        for r in cluster.rack_buckets[k]:
-            groups = cluster.rack_groups[r]
-            key = (unit_free[groups[-1]] if groups else -1, k)
-            if key < best_key:
-                best, best_key = r, key
-    return best
+def _packed_rack(cluster: Cluster, n: int) -> int | None:
+    """Unit packing for a job spread over one rack's shared partitions: a rack outside the fabric with n
+    whole free shared trays first, else the rack with the fewest that has n in the fullest scalable unit
+    that has one (by its shared whole free trays)."""
+
+    def best_of(racks) -> int | None:
+        fits = [r for r in racks if cluster.rack_whole[r] >= n]
+        return min(fits, key=lambda r: cluster.rack_whole[r]) if fits else None
+
+    r = best_of(_outside(cluster))
+    if r is not None:
+        return r
+    for unit in _fullest_units(cluster, n, None):
+        r = best_of(cluster.group_racks[-1][unit])
+        if r is not None:
+            return r
+    return None
 
 
 def _fewest_that_fit(cluster: Cluster, n: int, owners, holders) -> int | None:
