@@ -187,6 +187,9 @@ class Cluster:
             trays = sum(len(self.part_trays[p]) for p in self.rack_parts[r])
             for depth, g in enumerate(groups):
                 self.group_trays[depth][g] += trays
+        # The racks on no scalable unit of the fabric (usually none): unit packing uses them first.
+        fabric = bool(self.group_names)
+        self.outside_fabric = [r for r, groups in enumerate(self.rack_groups) if fabric and not groups]
         # Unit packing's index (module docstring): every unit starts with no whole free tray.
         units = self.group_trays[-1] if self.group_trays else []
         self.unit_buckets: dict[Owner, list[dict[int, None]]] = {

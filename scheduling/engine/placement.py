@@ -385,41 +385,37 @@ def _best_partition(cluster: Cluster, n: int, owners, pack: bool = False) -> int
     return None
 
 
-def _outside(cluster: Cluster) -> list[int]:
-    """The racks on no scalable unit of the fabric (usually none)."""
-    return [r for r, groups in enumerate(cluster.rack_groups) if not groups]
-
-
-def _fullest_units(cluster: Cluster, n: int, owner):
-    """The scalable units where `owner`'s partitions have n whole free trays or more, fullest first (the
-    unit packing index, `Cluster.unit_buckets`: each unit is visited once, no scan of the fleet)."""
-    buckets = cluster.unit_buckets[owner]
-    for k in range(n, len(buckets)):
-        yield from buckets[k]
-
-
 def _packed(cluster: Cluster, n: int, owner) -> int | None:
     """Unit packing (module docstring): of `owner`'s partitions with n whole free trays or more, one on a
-    rack outside the fabric first, else one in the fullest scalable unit that has one, by the whole free
-    trays of `owner`'s partitions there; in it, or outside, the best fit (fewest free trays, the first in
-    rack order on a tie). None when no partition of `owner` has n."""
-    whole, part_owner = cluster.part_whole, cluster.part_owner
+    rack outside the fabric first, else one in the fullest scalable unit that has one (by the whole free
+    trays of `owner`'s partitions there: `Cluster.unit_buckets`, so only the units of one count are
+    visited, never the fleet); of equally full units' partitions, the best fit (fewest free trays; on a tie,
+    the unit that reached that count first, then rack order). None when no partition of `owner` has n."""
+    whole, part_owner, rack_parts = cluster.part_whole, cluster.part_owner, cluster.rack_parts
+    best: int | None = None
 
-    def best_of(racks) -> int | None:
-        best = None
+    def fits(racks) -> bool:
+        """Whether `racks` have a partition with n; `best` becomes the best fit so far."""
+        nonlocal best
+        found = False
         for r in racks:
-            for p in cluster.rack_parts[r]:
-                if part_owner[p] == owner and whole[p] >= n and (best is None or whole[p] < whole[best]):
-                    best = p
-        return best
+            for p in rack_parts[r]:
+                if part_owner[p] == owner and whole[p] >= n:
+                    found = True
+                    if best is None or whole[p] < whole[best]:
+                        best = p
+        return found
 
-    p = best_of(_outside(cluster))
-    if p is not None:
-        return p
-    for unit in _fullest_units(cluster, n, owner):
-        p = best_of(cluster.group_racks[-1][unit])
-        if p is not None:
-            return p
+    if fits(cluster.outside_fabric):
+        return best
+    buckets = cluster.unit_buckets[owner]
+    for k in range(n, len(buckets)):
+        for unit in buckets[k]:
+            fits(cluster.group_racks[-1][unit])
+            if best is not None and whole[best] == n:  # nothing fits better
+                return best
+        if best is not None:  # the fullest units with room: no fuller one is left
+            return best
     return None
 
 
@@ -538,21 +534,15 @@ def _best_rack(cluster: Cluster, n: int, department, owners, pack: bool = False)
 
 def _packed_rack(cluster: Cluster, n: int) -> int | None:
     """Unit packing for a job spread over one rack's shared partitions: a rack outside the fabric with n
-    whole free shared trays first, else the rack with the fewest that has n in the fullest scalable unit
-    that has one (by its shared whole free trays)."""
-
-    def best_of(racks) -> int | None:
-        fits = [r for r in racks if cluster.rack_whole[r] >= n]
-        return min(fits, key=lambda r: cluster.rack_whole[r]) if fits else None
-
-    r = best_of(_outside(cluster))
-    if r is not None:
-        return r
-    for unit in _fullest_units(cluster, n, None):
-        r = best_of(cluster.group_racks[-1][unit])
-        if r is not None:
-            return r
-    return None
+    whole free shared trays first, else, in the fullest scalable units that have one (by their shared whole
+    free trays), the rack with the fewest that still has n."""
+    fits = [r for r in cluster.outside_fabric if cluster.rack_whole[r] >= n]
+    buckets = cluster.unit_buckets[None]
+    for k in range(n, len(buckets)):
+        if fits:
+            break
+        fits = [r for unit in buckets[k] for r in cluster.group_racks[-1][unit] if cluster.rack_whole[r] >= n]
+    return min(fits, key=lambda r: cluster.rack_whole[r]) if fits else None
 
 
 def _fewest_that_fit(cluster: Cluster, n: int, owners, holders) -> int | None:

@@ -138,6 +138,9 @@ def test_packing_never_places_where_a_job_does_not_fit_nor_weakens_the_nvlink_ru
             if cluster.tray_free[t] >= g:
                 cluster.allocate(job, [(t, g)])
     cluster, flat = clusters
+    for unit, free in enumerate(cluster.group_whole[None][-1]):  # the packing index stays exact
+        assert unit in cluster.unit_buckets[None][free]
+    assert sum(map(len, cluster.unit_buckets[None])) == 4 and flat.unit_buckets == {}
     request = Request(gpus, topology, pack=True)
     unpacked = place(cluster, replace(request, pack=False))
     packed = place(cluster, request)
