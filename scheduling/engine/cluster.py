@@ -87,6 +87,10 @@ class Cluster:
         self.part_trays: list[list[int]] = []
         self.part_whole: list[int] = []  # whole free trays now
         self.part_free: list[dict[int, None]] = []
+        # When each partition last changed bucket (a count of moves): of equally good partitions, the one that
+        # reached its bucket first is taken, also when unit packing compares partitions of several units.
+        self.part_moved: list[int] = []
+        self.moves = 0
         # Partitions the health rules marked degraded (an NVLink fault): partition -> why. Their trays come
         # with fabric_ok False (no job spanning trays); the reasons name the degradation.
         self.part_degraded: dict[int, str] = {}
@@ -159,6 +163,7 @@ class Cluster:
         self.part_trays.append([])
         self.part_whole.append(0)
         self.part_free.append({})
+        self.part_moved.append(0)
         self.part_groups.append(self.rack_groups[r])
         self.rack_parts[r].append(p)
         return p
@@ -256,6 +261,8 @@ class Cluster:
         del buckets[k][p]
         self.part_whole[p] = k + delta
         buckets[k + delta][p] = None
+        self.moves += 1
+        self.part_moved[p] = self.moves
         if self.part_owner[p] is None:
             r = self.part_rack[p]
             k = self.rack_whole[r]

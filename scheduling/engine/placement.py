@@ -390,8 +390,14 @@ def _packed(cluster: Cluster, n: int, owner) -> int | None:
     rack outside the fabric first, else one in the fullest scalable unit that has one (by the whole free
     trays of `owner`'s partitions there: `Cluster.unit_buckets`, so only the units of one count are
     visited, never the fleet); of equally full units' partitions, the best fit (fewest free trays; on a tie,
-    the unit that reached that count first, then rack order). None when no partition of `owner` has n."""
-    whole, part_owner, rack_parts = cluster.part_whole, cluster.part_owner, cluster.rack_parts
+    the one that reached that count first, as best fit takes it without a fabric). None when no partition of
+    `owner` has n."""
+    whole, part_owner, rack_parts, moved = (
+        cluster.part_whole,
+        cluster.part_owner,
+        cluster.rack_parts,
+        cluster.part_moved,
+    )
     best: int | None = None
 
     def fits(racks) -> bool:
@@ -402,7 +408,7 @@ def _packed(cluster: Cluster, n: int, owner) -> int | None:
             for p in rack_parts[r]:
                 if part_owner[p] == owner and whole[p] >= n:
                     found = True
-                    if best is None or whole[p] < whole[best]:
+                    if best is None or (whole[p], moved[p]) < (whole[best], moved[best]):
                         best = p
         return found
 
@@ -412,8 +418,6 @@ def _packed(cluster: Cluster, n: int, owner) -> int | None:
     for k in range(n, len(buckets)):
         for unit in buckets[k]:
             fits(cluster.group_racks[-1][unit])
-            if best is not None and whole[best] == n:  # nothing fits better
-                return best
         if best is not None:  # the fullest units with room: no fuller one is left
             return best
     return None
