@@ -18,7 +18,9 @@ Configurations: rackplane with the fabric and fabric waits of 0, 30 min, 1 h, 2 
 with a job waiting for a unit only while one frees up (by the running jobs' time limits) sooner than spanning
 units would cost it (`Options.fabric_wait_slowdown`, told the replay's cross-unit slowdown; 2 h at most);
 the topology-blind baselines: rackplane placing as if the fabric were
-flat (the engine before issue 33), and first-fit.
+flat (the engine before issue 33), and first-fit. And the rules for the 95% goal, alone and together: unit
+packing (`Options.fabric_packing`), a unit reserved after the wait (`Options.fabric_unit_reservation_s`) and
+a wait not spent while the job could not start (`Options.fabric_wait_again`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,25 @@ HALVES = {
 CROSS_UNIT_SLOWDOWNS = (1.1, 1.25, 1.5)
 SAMPLES = ((0, 1), (300, 1), (300, 2))  # (jitter s, seed: of the jitter and of the large-job mix)
 HOUR = 3600.0
+# (wait h, unit packing, unit reserved h, waits again): the rules for the 95% goal, alone and together, as
+# docs/simulator.md reports them.
+RULES = (
+    (2, True, 0, False),
+    (2, False, 4, False),
+    (2, True, 4, False),
+    (8, True, 0, True),
+    (8, False, 4, True),
+)
+RULES += ((8, True, 4, False), (8, True, 4, True))
+
+
+def _rule_name(wait: int, pack: bool, reserved: int, again: bool) -> str:
+    packing = ", unit packing" if pack else ""
+    reservation = f", then a unit reserved {reserved} h" if reserved else ""
+    spent = ", waits again" if again else ""
+    return f"rackplane, fabric wait {wait} h from could-start{packing}{reservation}{spent}"
+
+
 CONFIGS = {
     # name: (policy, fabric wait s, blind to the fabric, wait only for a unit that frees up soon enough[,
     # reservations inside a unit for the jobs waiting for one: `Options.fabric_reservations`]). The
@@ -92,7 +113,7 @@ CONFIGS = {
     # job expands. "Waits again" (`Options.fabric_wait_again`): a wait that ran out while the job could not
     # start anywhere is not spent.
     **{
-        f"rackplane, fabric wait {wait} h from could-start{words}": (
+        _rule_name(wait, pack, reserved, again): (
             "rackplane",
             wait * HOUR,
             False,
@@ -103,20 +124,7 @@ CONFIGS = {
                 "fabric_wait_again": again,
             },
         )
-        for wait, pack, reserved, again, words in (
-            (2, True, 0, False, ", unit packing"),
-            (2, False, 4, False, ", then a unit reserved 4 h"),
-            (2, True, 4, False, ", unit packing, then a unit reserved 4 h"),
-            (2, False, 0, True, ", waits again"),
-            (2, True, 0, True, ", unit packing, waits again"),
-            (2, True, 4, True, ", unit packing, then a unit reserved 4 h, waits again"),
-            (2, True, 12, True, ", unit packing, then a unit reserved 12 h, waits again"),
-            (8, True, 0, True, ", unit packing, waits again"),
-            (8, False, 4, True, ", then a unit reserved 4 h, waits again"),
-            (8, True, 4, False, ", unit packing, then a unit reserved 4 h"),
-            (8, True, 4, True, ", unit packing, then a unit reserved 4 h, waits again"),
-            (16, True, 0, True, ", unit packing, waits again"),
-        )
+        for wait, pack, reserved, again in RULES
     },
     "rackplane, topology-blind": ("rackplane", 0.0, True, False),
     "first-fit (topology-blind)": ("first-fit", 0.0, True, False),
