@@ -18,7 +18,9 @@ Configurations: rackplane with the fabric and fabric waits of 0, 30 min, 1 h, 2 
 with a job waiting for a unit only while one frees up (by the running jobs' time limits) sooner than spanning
 units would cost it (`Options.fabric_wait_slowdown`, told the replay's cross-unit slowdown; 2 h at most);
 the topology-blind baselines: rackplane placing as if the fabric were
-flat (the engine before issue 33), and first-fit.
+flat (the engine before issue 33), and first-fit. And the rules for the 95% goal, alone and together: unit
+packing (`Options.fabric_packing`), a unit reserved after the wait (`Options.fabric_unit_reservation_s`) and
+a wait not spent while the job could not start (`Options.fabric_wait_again`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,25 @@ HALVES = {
 CROSS_UNIT_SLOWDOWNS = (1.1, 1.25, 1.5)
 SAMPLES = ((0, 1), (300, 1), (300, 2))  # (jitter s, seed: of the jitter and of the large-job mix)
 HOUR = 3600.0
+# (wait h, unit packing, unit reserved h, waits again): the rules for the 95% goal, alone and together, as
+# docs/simulator.md reports them.
+RULES = (
+    (2, True, 0, False),
+    (2, False, 4, False),
+    (2, True, 4, False),
+    (8, True, 0, True),
+    (8, False, 4, True),
+)
+RULES += ((8, True, 4, False), (8, True, 4, True))
+
+
+def _rule_name(wait: int, pack: bool, reserved: int, again: bool) -> str:
+    packing = ", unit packing" if pack else ""
+    reservation = f", then a unit reserved {reserved} h" if reserved else ""
+    spent = ", waits again" if again else ""
+    return f"rackplane, fabric wait {wait} h from could-start{packing}{reservation}{spent}"
+
+
 CONFIGS = {
     # name: (policy, fabric wait s, blind to the fabric, wait only for a unit that frees up soon enough[,
     # reservations inside a unit for the jobs waiting for one: `Options.fabric_reservations`]). The
@@ -86,6 +107,25 @@ CONFIGS = {
         False,
         2,
     ),
+    # Unit packing (`Options.fabric_packing`): work of one rack or less opens trays in the fullest unit with
+    # room. A unit reserved after the wait (`Options.fabric_unit_reservation_s`): the unit with the most free
+    # trays, no new work there but in-quota work that fits nowhere else, up to the given time more; then the
+    # job expands. "Waits again" (`Options.fabric_wait_again`): a wait that ran out while the job could not
+    # start anywhere is not spent.
+    **{
+        _rule_name(wait, pack, reserved, again): (
+            "rackplane",
+            wait * HOUR,
+            False,
+            False,
+            {
+                "fabric_packing": pack,
+                "fabric_unit_reservation_s": reserved * HOUR,
+                "fabric_wait_again": again,
+            },
+        )
+        for wait, pack, reserved, again in RULES
+    },
     "rackplane, topology-blind": ("rackplane", 0.0, True, False),
     "first-fit (topology-blind)": ("first-fit", 0.0, True, False),
 }
@@ -99,7 +139,9 @@ def _key(config: str, half: str, slowdown: float, sample: tuple[int, int]) -> st
 
 def _replay(task: tuple) -> tuple[str, dict]:
     key, config, half, slowdown, sample, folder = task
-    policy, wait_s, blind, soon, *reservations = CONFIGS[config]
+    policy, wait_s, blind, soon, *more = CONFIGS[config]
+    # A fifth item: the unit reservations (`Options.fabric_reservations`), or more engine options by name.
+    extra = ({"fabric_reservations": more[0]} if isinstance(more[0], int) else more[0]) if more else {}
     spec = HALVES[half]
     traces = simulator.load_traces([f"{folder}/cluster{c}.csv" for c in spec["clusters"]])
     traces = simulator.jitter_traces(traces, sample[0], sample[1])
@@ -115,11 +157,7 @@ def _replay(task: tuple) -> tuple[str, dict]:
         cross_unit_slowdown=slowdown,
         fabric_blind=blind,
         # "Soon enough": sooner than spanning units would cost it, by the replay's own cross-unit slowdown.
-        engine_options={
-            "fabric_wait_s": wait_s,
-            "fabric_wait_slowdown": slowdown if soon else 0.0,
-            "fabric_reservations": reservations[0] if reservations else 0,
-        },
+        engine_options={"fabric_wait_s": wait_s, "fabric_wait_slowdown": slowdown if soon else 0.0, **extra},
     )
     metrics = dict(run.metrics)
     metrics.pop("departments", None)

@@ -708,6 +708,10 @@ class _Replay:
         self.fabric_units = len(self.fabric.members(self.fabric.levels[-1]))
         self.cross_unit_slowdown = cross_unit_slowdown if self.fabric_units > 1 else 1.0
         self.fabric_wait_s = float(self.engine_options.get("fabric_wait_s", Options.fabric_wait_s))
+        # A unit reserved after the fabric wait (Options.fabric_unit_reservation_s) ends that much later.
+        self.unit_reservation_s = float(
+            self.engine_options.get("fabric_unit_reservation_s", Options.fabric_unit_reservation_s)
+        )
         unit_trays: dict[str, int] = {}
         for r, path in enumerate(self.rack_path):
             if path is not None:
@@ -1221,16 +1225,21 @@ class _Replay:
             self._recarve(result, now)
         return bool(result.preempted)
 
-    def _held_for_fabric(self, job_id: int, since: float) -> None:
+    def _held_for_fabric(self, job_id: int, since: float | None) -> None:
         """The engine held waiting `job_id` for the fabric for the first time (scheduling.engine.scheduler,
         Fabric wait): kept on its PendingJob, as the portal keeps it on the job, until it starts; its wait
-        ends `fabric_wait_s` later, when a pass lets it expand."""
+        ends `fabric_wait_s` later (and a unit reserved for it then `unit_reservation_s` later still), when a
+        pass lets it expand."""
         job = self.pending.get(job_id)
         if job is None:
             return
         job = replace(job, fabric_held_since=since)
         self.pending[job_id] = self.waiting_of[self.by_id[job_id].department][job_id] = job
+        if since is None:  # its wait ran out while it could not start: forgotten (Options.fabric_wait_again)
+            return
         heapq.heappush(self.wakes, (since + self.fabric_wait_s, job_id))
+        if self.unit_reservation_s:
+            heapq.heappush(self.wakes, (since + self.fabric_wait_s + self.unit_reservation_s, job_id))
 
     def _shape(self, job: TraceJob) -> Request:
         """The request a waiting job's shape is judged by for stranded capacity: its own topology (not its

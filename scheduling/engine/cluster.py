@@ -17,6 +17,9 @@ free GPUs keeps these indexes exact, each update O(1):
 * ``group_whole[owner][depth][g]``: whole free trays of that owner's partitions in fabric group g at level
   ``fabric.levels[depth]`` (a scalable unit, a spine group: core.fabric), for multi-rack placement that
   expands outward only when necessary (scheduling.engine.placement). Empty without a fabric.
+* ``unit_buckets[owner][k]``: the scalable units (the fabric's lowest level) where that owner's partitions
+  have exactly k whole free trays, for unit packing (the fullest unit with room: the first non-empty bucket
+  at k >= n whose unit has a partition with n). Empty without a fabric.
 
 Ordered sets are dicts (insertion-ordered, O(1) add/remove), so a run is deterministic.
 
@@ -84,6 +87,10 @@ class Cluster:
         self.part_trays: list[list[int]] = []
         self.part_whole: list[int] = []  # whole free trays now
         self.part_free: list[dict[int, None]] = []
+        # When each partition last changed bucket (a count of moves): of equally good partitions, the one that
+        # reached its bucket first is taken, also when unit packing compares partitions of several units.
+        self.part_moved: list[int] = []
+        self.moves = 0
         # Partitions the health rules marked degraded (an NVLink fault): partition -> why. Their trays come
         # with fabric_ok False (no job spanning trays); the reasons name the degradation.
         self.part_degraded: dict[int, str] = {}
@@ -156,6 +163,7 @@ class Cluster:
         self.part_trays.append([])
         self.part_whole.append(0)
         self.part_free.append({})
+        self.part_moved.append(0)
         self.part_groups.append(self.rack_groups[r])
         self.rack_parts[r].append(p)
         return p
@@ -184,6 +192,15 @@ class Cluster:
             trays = sum(len(self.part_trays[p]) for p in self.rack_parts[r])
             for depth, g in enumerate(groups):
                 self.group_trays[depth][g] += trays
+        # The racks on no scalable unit of the fabric (usually none): unit packing uses them first.
+        fabric = bool(self.group_names)
+        self.outside_fabric = [r for r, groups in enumerate(self.rack_groups) if fabric and not groups]
+        # Unit packing's index (module docstring): every unit starts with no whole free tray.
+        units = self.group_trays[-1] if self.group_trays else []
+        self.unit_buckets: dict[Owner, list[dict[int, None]]] = {
+            owner: [dict.fromkeys(range(len(units))), *({} for _ in range(max(units, default=0)))]
+            for owner in (self.owners if units else ())
+        }
         self.dedicated_owners: list[str] = sorted(owner for owner in self.owners if owner is not None)
         # Racks that hold partitions dedicated to an owner (few): checked before the shared rack index.
         self.owner_racks: dict[Owner, list[int]] = {}
@@ -244,6 +261,8 @@ class Cluster:
         del buckets[k][p]
         self.part_whole[p] = k + delta
         buckets[k + delta][p] = None
+        self.moves += 1
+        self.part_moved[p] = self.moves
         if self.part_owner[p] is None:
             r = self.part_rack[p]
             k = self.rack_whole[r]
@@ -253,9 +272,14 @@ class Cluster:
         self.whole_by_owner[self.part_owner[p]] += delta
         groups = self.part_groups[p]
         if groups:
-            counts = self.group_whole[self.part_owner[p]]
+            owner = self.part_owner[p]
+            counts = self.group_whole[owner]
             for depth, g in enumerate(groups):
                 counts[depth][g] += delta
+            unit, buckets = groups[-1], self.unit_buckets[owner]
+            k = counts[-1][unit]
+            del buckets[k - delta][unit]
+            buckets[k][unit] = None
 
     def _index(self, t: int) -> None:
         if self.tray_held[t]:

@@ -11,6 +11,14 @@ A job asks for `gpus`: 1-4 GPUs on one tray, or a multiple of 4 as whole trays. 
   anywhere. `Request.within` names a level the job stays inside (it waits for one rather than expanding:
   the scheduler's bounded fabric wait, `Options.fabric_wait_s`). Without a fabric, placement is as before.
 
+**Unit packing** (`Request.pack`, on a cluster with a fabric): a job of at most one rack that opens free
+trays goes to the *fullest* scalable unit that has room for it (the fewest whole free trays), and inside it
+to the partition (or rack) the rules below would choose there. The NVLink rules come first: a multi-tray job
+still takes one partition when any has room, in any unit, before it is spread over a rack's partitions; a
+small job still packs into partly used trays first, wherever they are (that opens no tray). So single-rack
+work fills the busiest units and whole units stay free for the multi-rack jobs. Racks outside the fabric
+count as the fullest (no multi-rack job can use them inside a unit).
+
 Policies:
 
 * ``rackplane``: the product. Multi-tray jobs go to the partition that fits them best (fewest whole free
@@ -49,6 +57,10 @@ class Request:
     borrow: bool = False  # over quota and preemptible: may use partitions dedicated to other departments
     # A fabric level (core.fabric, e.g. "unit") an `any` job's trays must stay inside, or None: anywhere.
     within: str | None = None
+    # Unit packing (the scheduler's `Options.fabric_packing`): on a cluster with a fabric, a job of at most
+    # one rack goes to the fullest scalable unit that has room for it, so whole units stay free for the
+    # multi-rack jobs. No effect without a fabric.
+    pack: bool = False
 
     def __post_init__(self):
         if self.topology not in TOPOLOGIES:
@@ -123,6 +135,20 @@ OTHERS_MANY = gettext_noop(
     "trays: %(next)s)"
 )
 NO_OTHER = gettext_noop("no other partition could take it")
+PACKED_FREE_TRAY = gettext_noop(
+    "on a free tray of %(partition)s in scalable unit %(unit)s, the fullest unit with room (%(free)s whole "
+    "free trays): emptier units stay whole for jobs that span racks"
+)
+PACKED_PARTITION = gettext_noop(
+    "in NVLink partition %(partition)s of scalable unit %(unit)s, the fullest unit with a partition of "
+    "%(trays)s free trays (%(free)s whole free trays in the unit): emptier units stay whole for jobs that "
+    "span racks"
+)
+PACKED_RACK = gettext_noop(
+    "no NVLink partition had %(trays)s free trays, so on rack %(rack)s across %(parts)s of its partitions, "
+    "in scalable unit %(unit)s, the fullest unit with room (%(free)s whole free trays): emptier units stay "
+    "whole for jobs that span racks"
+)
 TIED_ONE = gettext_noop(
     "%(others)s other partition was equally small (%(next)s): of equally small partitions, the one that "
     "reached that many free trays first is taken"
@@ -211,6 +237,10 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
     owners = cluster.usable_owners(request.department, request.borrow)
     parts = sorted({cluster.tray_part[t] for t, _ in placement})
     racks = sorted({cluster.part_rack[p] for p in parts})
+    if request.pack and len(racks) == 1 and cluster.rack_groups[racks[0]]:
+        words = _packed_words(cluster, request, placement, parts, racks[0])
+        if words:
+            return words
     if request.small:
         ((t, _),) = placement
         label = cluster.partition_label(cluster.tray_part[t])
@@ -235,6 +265,35 @@ def explain(cluster: Cluster, request: Request, placement: Placement) -> str:
         if words:
             return words
     return say(ACROSS_RACKS, trays=n, racks=len(racks), parts=len(parts))
+
+
+def _packed_words(cluster: Cluster, request: Request, placement: Placement, parts, r: int) -> str:
+    """Why unit packing (`Request.pack`) put a job of at most one rack where it is, or "" when no tray was
+    opened for it (a small job on a partly used tray: the ordinary words)."""
+    unit = cluster.rack_groups[r][-1]
+    free = cluster.group_whole[cluster.part_owner[parts[0]]][-1][unit]
+    name = cluster.group_names[-1][unit]
+    if request.small:
+        ((t, _),) = placement
+        if cluster.tray_free[t] < GPUS_PER_TRAY:
+            return ""
+        return say(PACKED_FREE_TRAY, partition=cluster.partition_label(parts[0]), unit=name, free=free)
+    if len(parts) == 1:
+        return say(
+            PACKED_PARTITION,
+            partition=cluster.partition_label(parts[0]),
+            unit=name,
+            trays=request.trays,
+            free=free,
+        )
+    return say(
+        PACKED_RACK,
+        trays=request.trays,
+        rack=cluster.rack_name[r],
+        parts=len(parts),
+        unit=name,
+        free=free,
+    )
 
 
 def placed_level(cluster: Cluster, placement: Placement) -> str | None:
@@ -311,12 +370,56 @@ def _alternatives(cluster: Cluster, owners, n: int, chosen: int) -> str:
 # --- rackplane ---------------------------------------------------------------------------------------
 
 
-def _best_partition(cluster: Cluster, n: int, owners) -> int | None:
+def _best_partition(cluster: Cluster, n: int, owners, pack: bool = False) -> int | None:
+    packing = pack and not cluster.fabric.empty
     for owner in owners:
+        if packing:
+            p = _packed(cluster, n, owner)
+            if p is not None:
+                return p
+            continue
         buckets = cluster.part_buckets[owner]
         for k in range(n, len(buckets)):
             if buckets[k]:
                 return next(iter(buckets[k]))
+    return None
+
+
+def _packed(cluster: Cluster, n: int, owner) -> int | None:
+    """Unit packing (module docstring): of `owner`'s partitions with n whole free trays or more, one on a
+    rack outside the fabric first, else one in the fullest scalable unit that has one (by the whole free
+    trays of `owner`'s partitions there: `Cluster.unit_buckets`, so only the units of one count are
+    visited, never the fleet); of equally full units' partitions, the best fit (fewest free trays; on a tie,
+    the one that reached that count first, as best fit takes it without a fabric). None when no partition of
+    `owner` has n."""
+    whole, part_owner, rack_parts, moved = (
+        cluster.part_whole,
+        cluster.part_owner,
+        cluster.rack_parts,
+        cluster.part_moved,
+    )
+    best: int | None = None
+
+    def fits(racks) -> bool:
+        """Whether `racks` have a partition with n; `best` becomes the best fit so far."""
+        nonlocal best
+        found = False
+        for r in racks:
+            for p in rack_parts[r]:
+                if part_owner[p] == owner and whole[p] >= n:
+                    found = True
+                    if best is None or (whole[p], moved[p]) < (whole[best], moved[best]):
+                        best = p
+        return found
+
+    if fits(cluster.outside_fabric):
+        return best
+    buckets = cluster.unit_buckets[owner]
+    for k in range(n, len(buckets)):
+        for unit in buckets[k]:
+            fits(cluster.group_racks[-1][unit])
+        if best is not None:  # the fullest units with room: no fuller one is left
+            return best
     return None
 
 
@@ -333,7 +436,7 @@ def _small(cluster: Cluster, request: Request) -> Placement | None:
         for free in range(request.gpus, GPUS_PER_TRAY + 1):
             if partial[free]:
                 return ((next(iter(partial[free])), request.gpus),)
-    p = _best_partition(cluster, 1, owners)
+    p = _best_partition(cluster, 1, owners, request.pack)
     if p is None:
         return None
     return ((min(cluster.part_free[p]), request.gpus),)
@@ -342,12 +445,12 @@ def _small(cluster: Cluster, request: Request) -> Placement | None:
 def _rackplane(cluster: Cluster, request: Request) -> Placement | None:
     n = request.trays
     owners = cluster.usable_owners(request.department, request.borrow)
-    p = _best_partition(cluster, n, owners)
+    p = _best_partition(cluster, n, owners, request.pack)
     if p is not None:
         return tuple(_take(cluster, p, n))
     if request.topology == PARTITION:
         return None
-    placed = _best_rack(cluster, n, request.department, owners)
+    placed = _best_rack(cluster, n, request.department, owners, request.pack)
     if placed is not None or request.topology == RACK:
         return placed
     if not cluster.fabric.empty:
@@ -411,13 +514,16 @@ def _fill(cluster: Cluster, partitions, n: int) -> tuple[tuple[int, int], ...]:
     return tuple(chosen)
 
 
-def _best_rack(cluster: Cluster, n: int, department, owners) -> Placement | None:
+def _best_rack(cluster: Cluster, n: int, department, owners, pack: bool = False) -> Placement | None:
     # Racks with the department's own partitions: few, so counted directly (own + shared trays).
     best_rack = _fewest_that_fit(cluster, n, owners, [department] if department is not None else [])
     if best_rack is None:
         for k in range(n, len(cluster.rack_buckets)):
             if cluster.rack_buckets[k]:
-                best_rack = next(iter(cluster.rack_buckets[k]))
+                if pack and not cluster.fabric.empty:
+                    best_rack = _packed_rack(cluster, n)
+                else:
+                    best_rack = next(iter(cluster.rack_buckets[k]))
                 break
     if best_rack is None:
         # Borrowed work: racks holding other departments' dedicated partitions (few), their trays counted with
@@ -428,6 +534,19 @@ def _best_rack(cluster: Cluster, n: int, department, owners) -> Placement | None
         return None
     usable = [p for p in cluster.rack_parts[best_rack] if cluster.part_owner[p] in owners]
     return _fill(cluster, usable, n)
+
+
+def _packed_rack(cluster: Cluster, n: int) -> int | None:
+    """Unit packing for a job spread over one rack's shared partitions: a rack outside the fabric with n
+    whole free shared trays first, else, in the fullest scalable units that have one (by their shared whole
+    free trays), the rack with the fewest that still has n."""
+    fits = [r for r in cluster.outside_fabric if cluster.rack_whole[r] >= n]
+    buckets = cluster.unit_buckets[None]
+    for k in range(n, len(buckets)):
+        if fits:
+            break
+        fits = [r for unit in buckets[k] for r in cluster.group_racks[-1][unit] if cluster.rack_whole[r] >= n]
+    return min(fits, key=lambda r: cluster.rack_whole[r]) if fits else None
 
 
 def _fewest_that_fit(cluster: Cluster, n: int, owners, holders) -> int | None:

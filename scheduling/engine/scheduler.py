@@ -169,8 +169,8 @@ class PendingJob:
     def preemptible(self) -> bool:
         return self.priority_class in PREEMPTIBLE_CLASSES
 
-    def request(self, borrow: bool = False) -> Request:
-        return Request(self.gpus, self.topology, self.department, borrow, self.within)
+    def request(self, borrow: bool = False, pack: bool = False) -> Request:
+        return Request(self.gpus, self.topology, self.department, borrow, self.within, pack)
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,9 @@ class PassResult:
     # Jobs the fabric wait held for the first time in this pass (they could have started across scalable
     # units but wait for one, and came without `PendingJob.fabric_held_since`) -> this pass's clock. The
     # caller keeps it on the job (its `fabric_held_since` at the next passes) until the job starts.
-    fabric_held_since: dict[int, float] = field(default_factory=dict)
+    # With `Options.fabric_wait_again`, None for a job whose wait ran out while it could not start anywhere:
+    # the caller forgets its hold, and its next hold begins a new wait.
+    fabric_held_since: dict[int, float | None] = field(default_factory=dict)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -300,6 +302,10 @@ RESERVED_FOR_HEAD = gettext_noop(
 WOULD_DELAY_HEAD = gettext_noop("this job's time limit would delay it")
 HELD_FOR_UNIT = gettext_noop(
     "waiting for one scalable unit (since %(at)s, until %(ends_at)s: the fabric wait)"
+)
+UNIT_RESERVED = gettext_noop(
+    "scalable unit %(unit)s is reserved for it until %(ends_at)s: no new work starts there but in-quota work "
+    "that fits nowhere else"
 )
 
 
@@ -409,6 +415,10 @@ class _Pass:
         self.held_trays: set[int] = set()
         self.in_quota_reserved = 0
         self.fabric_reserved = 0  # reservations beyond max_reservations for jobs waiting inside a unit
+        # Unit reservations (`Options.fabric_unit_reservation_s`, `_reserve_units`): job -> the unit reserved
+        # for it, and every tray of those units, held for the whole pass.
+        self.unit_reserved: dict[int, int] = {}
+        self.unit_trays: list[int] = []
         self.staying: list[RunningJob] | None = None  # see _staying_borrowers
         self.ends: list[float] | None = None  # see _reserve (None: not computed since the last change)
         self.requests: dict[tuple, Request] = {}  # see _request
@@ -586,29 +596,35 @@ class _Pass:
     ) -> Placement | None:
         """Place `job` as the pass may (its shape `key` is not in `failed`; `backfill`: the reservations
         whose trays it may use, see `_backfill`), counting the decision and caching a failure."""
-        if not backfill:
-            self.result.decisions += 1
-            placement = place(self.cluster, self._request(job, borrow), self.policy)
-            if placement is None:
-                self.failed[key] = ""
-            return placement
         trays = [t for i in backfill for t in self.reserved[i].trays]
-        self.cluster.unhold(trays)
-        try:
-            self.result.decisions += 1
-            placement = place(self.cluster, self._request(job, borrow), self.policy)
-        finally:
-            self.cluster.hold(trays)
+        if job.id in self.unit_reserved:  # the units reserved for jobs waiting for one (its own among them)
+            trays += self.unit_trays
+        placement = self._place_unholding(job, borrow, trays)
+        if placement is None and self.unit_trays and not borrow and job.id not in self.unit_reserved:
+            # In-quota work that fits nowhere else starts in a reserved unit: a unit reservation never
+            # holds a department's work within its guarantee.
+            placement = self._place_unholding(job, borrow, trays + self.unit_trays)
         if placement is None:
             self.failed[key] = ""
         return placement
+
+    def _place_unholding(self, job: PendingJob, borrow: bool, trays: list[int]) -> Placement | None:
+        """`place` with the held `trays` given back to the cluster for the decision (counted)."""
+        self.result.decisions += 1
+        if not trays:
+            return place(self.cluster, self._request(job, borrow), self.policy)
+        self.cluster.unhold(trays)
+        try:
+            return place(self.cluster, self._request(job, borrow), self.policy)
+        finally:
+            self.cluster.hold(trays)
 
     def _request(self, job: PendingJob, borrow: bool) -> Request:
         """`job.request(borrow)`, made once per shape in the pass (a long queue asks for few shapes)."""
         key = (job.gpus, job.topology, job.department, borrow, job.within)
         request = self.requests.get(key)
         if request is None:
-            request = self.requests[key] = job.request(borrow)
+            request = self.requests[key] = job.request(borrow, self.options.fabric_packing)
         return request
 
     def _backfill(self, job: PendingJob) -> tuple[int, ...]:
@@ -905,6 +921,8 @@ class _Pass:
         # When each tray is ready for the job (None: never in this pass): full GPUs, not held by another
         # reservation, settled fabric for a multi-tray job, usable by the job's department.
         held, cap, settled = self.held_trays, cluster.tray_cap, cluster.tray_settled
+        if self.unit_trays and job.id not in self.unit_reserved:  # reserved units are not for it
+            held = held.union(self.unit_trays)
         part_owner, tray_part, department = cluster.part_owner, cluster.tray_part, job.department
         ready: list[float | None]
         if not cluster.dedicated_owners:  # every partition is shared: the same test, tray by tray in C
@@ -1111,7 +1129,11 @@ class _Pass:
         ):
             self.own_topology[job.id] = job.topology
             job = replace(job, topology=job.fallback_topology)
-        if self.fabric_wait_s and job.topology == ANY and not self._fabric_wait_over(job):
+        if (
+            self.fabric_wait_s
+            and job.topology == ANY
+            and (not self._fabric_wait_over(job) or job.id in self.unit_reserved)
+        ):
             within = self._fabric_level(job)
             if within is not None:
                 job = replace(job, within=within)
@@ -1127,6 +1149,8 @@ class _Pass:
         key: tuple = (job.gpus, job.topology, name if name in self.cluster.owners else None, backfill, borrow)
         if job.within is not None:  # a shape of its own while it waits inside a fabric level
             key += (job.within,)
+        if job.id in self.unit_reserved:  # it may use the reserved units' trays: a shape of its own
+            key += (job.id,)
         placement = None if key in self.failed else self._place(job, borrow, key, backfill)
         held = False  # the fabric wait holds it: it could start across units now
         if placement is None and job.within is not None:
@@ -1143,6 +1167,13 @@ class _Pass:
         if held and job.fabric_held_since is None:  # held for the first time: its fabric wait begins
             self.result.fabric_held_since[job.id] = self.now
             job = replace(job, fabric_held_since=self.now)
+        elif (
+            job.within is None
+            and job.fabric_held_since is not None
+            and self.options.fabric_wait_again
+            and job.topology == ANY
+        ):  # its wait ran out and it cannot start anywhere now: its next hold waits again
+            self.result.fabric_held_since[job.id] = None
         if in_quota and job.gpus > GPUS_PER_TRAY:
             self.result.in_quota_gangs.append(job.id)  # what re-carving may serve (engine.recarve)
         if (
@@ -1242,9 +1273,16 @@ class _Pass:
             )
         if self.explain and job.within is not None and job.fabric_held_since is not None:
             since = job.fabric_held_since
-            reason += CLAUSES + say(
-                HELD_FOR_UNIT, at=utc_words(since), ends_at=utc_words(since + self.fabric_wait_s)
-            )
+            unit = self.unit_reserved.get(job.id)
+            if unit is None:
+                reason += CLAUSES + say(
+                    HELD_FOR_UNIT, at=utc_words(since), ends_at=utc_words(since + self.fabric_wait_s)
+                )
+            else:
+                ends = since + self.fabric_wait_s + self.options.fabric_unit_reservation_s
+                reason += CLAUSES + say(
+                    UNIT_RESERVED, unit=self.cluster.group_names[-1][unit], ends_at=utc_words(ends)
+                )
         self.result.waiting[job.id] = reason
 
     def _a_unit_is_near(self, job: PendingJob, borrow: bool) -> bool:
@@ -1255,6 +1293,52 @@ class _Pass:
         reservation = self._reserve(job, in_quota=not borrow)
         cost = (self.options.fabric_wait_slowdown - 1.0) * job.time_limit_s
         return reservation is not None and reservation.start_at - self.now <= cost
+
+    def _reserve_units(self, order: list[PendingJob]) -> None:
+        """Unit reservations (`Options.fabric_unit_reservation_s`): each job whose fabric wait has run out
+        less than that long ago, in queue order, gets the scalable unit with the most whole free trays it may
+        use (of the units large enough for it and not yet reserved; the first in fabric order on a tie); every
+        tray of those units is held for the pass, so no new work starts there but the job itself and in-quota
+        work that fits nowhere else (`_place`). The unit frees up as its jobs end, and the job starts there
+        when it fits. Computed afresh each pass from `PendingJob.fabric_held_since`: nothing else is kept."""
+        cluster = self.cluster
+        if cluster.fabric.empty:
+            return
+        depth = len(cluster.fabric.levels) - 1
+        bound = self.fabric_wait_s + self.options.fabric_unit_reservation_s
+        taken: set[int] = set()
+        for job in order:
+            since = job.fabric_held_since
+            if (
+                since is None
+                or job.topology != ANY
+                or not self.fabric_wait_s <= self.now - since < bound
+                or self._fabric_level(job) is None
+            ):
+                continue
+            n = job.gpus // GPUS_PER_TRAY
+            owners = cluster.usable_owners(job.department, borrow=True)
+            counts = [cluster.group_whole[owner][depth] for owner in owners]
+            best: tuple[int, int] | None = None  # (whole free trays, unit)
+            for g, trays in enumerate(cluster.group_trays[depth]):
+                if g in taken or trays < n:
+                    continue
+                free = sum(count[g] for count in counts)
+                if best is None or free > best[0]:
+                    best = (free, g)
+            if best is None:
+                continue
+            taken.add(best[1])
+            self.unit_reserved[job.id] = best[1]
+        for g in taken:
+            self.unit_trays.extend(
+                t
+                for r in cluster.group_racks[depth][g]
+                for p in cluster.rack_parts[r]
+                for t in cluster.part_trays[p]
+                if not cluster.tray_held[t]
+            )
+        cluster.hold(self.unit_trays)
 
     def _fabric_wait_over(self, job: PendingJob) -> bool:
         """`job`'s fabric wait has run out: `Options.fabric_wait_s` since a pass first held it (module
@@ -1322,6 +1406,8 @@ class _Pass:
             self.leaf_held,
             self.in_quota,
         )
+        if self.options.fabric_unit_reservation_s and self.fabric_wait_s and self.policy == RACKPLANE:
+            self._reserve_units(order)
         # Over-quota jobs wait for the second sweep, by leaf, each leaf's in queue order.
         later: dict[tuple[str, str | None], list[PendingJob]] = defaultdict(list)
         # The departments the inline test applies to, by name -> their leaf without a project (no limit; a
@@ -1417,6 +1503,7 @@ class _Pass:
                         and job.gpus > room_left
                         and job.priority_class in PREEMPTIBLE_CLASSES
                         and job.borrower_fallback_after_s is None  # else its fallback may be due
+                        and job.id not in self.unit_reserved  # else a reserved unit may take it
                     ):
                         backfill = self.all_reserved if now + job.time_limit_s <= self.reserved_from else ()
                         if (job.gpus, job.topology, owner, backfill, True) in failed:
@@ -1426,6 +1513,7 @@ class _Pass:
                 if one_leaf is not None and simple:
                     room_left = in_quota[sweep_leaf] - leaf_held[sweep_leaf]
         self.cluster.unhold(self.held_trays)
+        self.cluster.unhold(self.unit_trays)
         if self.explain:
             deferred = {job.id for jobs in later.values() for job in jobs}
             self.result.queue = [job.id for job in order if job.id in waiting and job.id not in deferred] + [
@@ -1480,6 +1568,19 @@ class Options:
     # in its fabric wait expands at once when no unit will have room for it sooner than spanning units
     # would cost it (`_a_unit_is_near`); it waits only for a unit that frees up soon enough.
     fabric_wait_slowdown: float = 0.0
+    # Unit packing (scheduling.engine.placement, `Request.pack`): work of at most one rack opens trays in the
+    # fullest scalable unit that has room, so whole units stay free for multi-rack jobs. No effect without a
+    # fabric.
+    fabric_packing: bool = False
+    # Unit reservation after the fabric wait (module docstring, Fabric wait): a job whose fabric wait has run
+    # out waits up to this much longer for one unit, with the unit that has the most whole free trays
+    # reserved for it (no new work starts there but in-quota work that fits nowhere else); then it expands.
+    # 0: it expands when its fabric wait runs out.
+    fabric_unit_reservation_s: float = 0.0
+    # A job whose fabric wait (and unit reservation) ran out while it could not start anywhere (its quota,
+    # or trays taken by other work) is held again from when it next could start across units: each hold is
+    # bounded by the wait, and a wait that ran out while the job could not have started anyway is not spent.
+    fabric_wait_again: bool = False
 
 
 def schedule(

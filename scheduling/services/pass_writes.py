@@ -457,7 +457,7 @@ def write_standing(
 
 
 def record_waiting_reasons(
-    waiting: dict[int, str], stored: dict[int, tuple], held: dict[int, float] | None = None
+    waiting: dict[int, str], stored: dict[int, tuple], held: dict[int, float | None] | None = None
 ) -> None:
     """Store why each job still waits and, for the jobs the fabric wait held for the first time (`held`: job
     -> since, on the pass's clock: PassResult.fabric_held_since), since when; one statement, writing only
@@ -468,7 +468,11 @@ def record_waiting_reasons(
         if job_id not in stored:
             continue
         was_reason, was_held = stored[job_id]
-        since = datetime.fromtimestamp(held[job_id], UTC) if job_id in held else was_held
+        if job_id in held:  # None: its hold is forgotten (the engine's Options.fabric_wait_again)
+            at = held[job_id]
+            since = datetime.fromtimestamp(at, UTC) if at is not None else None
+        else:
+            since = was_held
         if was_reason != reason[:500] or since != was_held:
             rows[job_id] = {"pending_reason": reason[:500], "fabric_held_since": since}
     _update_each(rows)

@@ -142,3 +142,19 @@ def test_the_pass_keeps_when_it_first_held_a_job_for_the_fabric_and_clears_it_wh
     job.refresh_from_db()
     assert job.state == JobState.STARTING, job.pending_reason
     assert job.fabric_held_since is None and "gb-r03" in racks_of(job)
+
+
+def test_a_hold_the_engine_forgets_is_cleared_on_the_job(department_a):
+    """`PassResult.fabric_held_since` None (Options.fabric_wait_again: its wait ran out while it could not
+    start anywhere): the batched write clears the job's moment, so its next hold begins a new wait."""
+    from scheduling.services.pass_writes import record_waiting_reasons
+
+    held = timezone.now() - timedelta(hours=9)
+    job = make_job(department_a, "pretrain", JobState.PENDING, gpus=96, topology="any")
+    Job.objects.filter(pk=job.pk).update(fabric_held_since=held, pending_reason="waiting: before")
+    record_waiting_reasons({job.pk: "waiting: before"}, {job.pk: ("waiting: before", held)}, {job.pk: None})
+    job.refresh_from_db()
+    assert job.fabric_held_since is None and job.pending_reason == "waiting: before"
+    record_waiting_reasons({job.pk: "waiting: now"}, {job.pk: ("waiting: before", None)}, {})
+    job.refresh_from_db()
+    assert job.fabric_held_since is None and job.pending_reason == "waiting: now"

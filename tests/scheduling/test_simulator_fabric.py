@@ -158,3 +158,54 @@ def test_the_fabric_wait_counts_from_when_the_job_could_first_start(tmp_path, wa
     ).metrics["fabric"]
     assert fabric["fitting_one_unit"]["avg_wait_s"] == starts_at - 10
     assert fabric["fitting_in_one_unit"] == inside and fabric["cross_unit_jobs"] == 1 - inside
+
+
+# Unit packing (Options.fabric_packing). J2 (rack001 p1) and J0 (rack002 p2) end at 2 h, when J4 (9 trays)
+# and J5 (4) arrive; J1 and J3 hold su-1's other two partitions until 10 h and 4 h. Best fit alone gives J4
+# and J5 the free partitions of su-2 that never held work (first in the buckets: rack003's), so X (96 GPUs,
+# 24 trays) finds 18 free trays in each unit at 4 h and spans them (1.5 x 1.25); packed into su-1, the fuller
+# unit, they leave su-2 whole and X runs inside it (1.5).
+PACKED = [
+    ("J0", 3600, 3600, 8),
+    ("J1", 200, 36000, 32),
+    ("J2", 0, 7200, 32),
+    ("J3", 200, 14400, 32),
+    ("J4", 7200, 14400, 36),
+    ("J5", 7200, 36000, 16),
+    ("X", 14405, 3600, 96),
+]
+
+
+@pytest.mark.parametrize(("pack", "inside", "jct"), [(False, 0.0, 6751.0), (True, 1.0, 5400.0)])
+def test_unit_packing_keeps_a_unit_whole_for_the_multi_rack_job(tmp_path, pack, inside, jct):
+    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", PACKED)])
+    fabric = simulator.simulate(
+        traces,
+        4,
+        "2x9",
+        RACKPLANE,
+        fabric=FOUR_RACKS,
+        engine_options={"fabric_wait_s": 1.0, "fabric_packing": pack},
+    ).metrics["fabric"]
+    assert fabric["fitting_in_one_unit"] == inside
+    assert fabric["fitting_one_unit"]["avg_jct_s"] == jct
+
+
+# The HELD trace with a 30-minute wait and a unit reserved after it (Options.fabric_unit_reservation_s): X is
+# held at 4.5 h, its wait runs out at 5 h, then su-1 (A's rack free, B's rack busy) is reserved for it; with
+# 30 min more it spans units at 5.5 h (the replay wakes for it), with 2 h it takes su-1 when B ends at 6 h.
+@pytest.mark.parametrize(
+    ("reserved", "starts_at", "inside"), [(1800.0, 5.5 * 3600, 0.0), (7200.0, 6 * 3600, 1.0)]
+)
+def test_a_unit_reserved_after_the_wait_is_bounded_too(tmp_path, reserved, starts_at, inside):
+    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", [*HELD, ("X", 10, 3600, 96)])])
+    fabric = simulator.simulate(
+        traces,
+        4,
+        "2x9",
+        RACKPLANE,
+        fabric=FOUR_RACKS,
+        engine_options={"fabric_wait_s": 1800.0, "fabric_unit_reservation_s": reserved},
+    ).metrics["fabric"]
+    assert fabric["fitting_one_unit"]["avg_wait_s"] == starts_at - 10
+    assert fabric["fitting_in_one_unit"] == inside
