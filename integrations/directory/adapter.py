@@ -37,6 +37,15 @@ def _write_file(path: Path, text: str | Iterable[str]) -> None:
         os.fsync(handle.fileno())
 
 
+def _linked(old: Path, path: Path) -> bool:
+    """Hard-link `path` to the unchanged `old`; False on a filesystem without hard links (write a copy)."""
+    try:
+        os.link(old, path)
+    except OSError:
+        return False
+    return True
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -98,13 +107,9 @@ class DirectoryAdapter:
                 path = staging / safe_relative(rel)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 old = previous / rel if previous is not None else None
-                if old is not None and old.is_file() and _same_text(old, text):
-                    try:
-                        os.link(old, path)
-                        linked += 1
-                        continue
-                    except OSError:
-                        pass  # a filesystem without hard links: write a copy
+                if old is not None and old.is_file() and _same_text(old, text) and _linked(old, path):
+                    linked += 1
+                    continue
                 _write_file(path, text)
                 changed += 1
             os.replace(staging, final)
@@ -165,14 +170,16 @@ class DirectoryAdapter:
             pieces = files.pieces(rel)
             old = previous / rel if previous is not None else None
             same = live.get(rel) == [list(piece) for piece in pieces]
-            if same and old is not None and old.is_file() and old.stat().st_size == files.size(rel):
-                try:
-                    os.link(old, path)
-                    linked += 1
-                    continue
-                except OSError:
-                    pass  # a filesystem without hard links: write a copy
-            changed.append(rel)
+            if (
+                same
+                and old is not None
+                and old.is_file()
+                and old.stat().st_size == files.size(rel)
+                and _linked(old, path)
+            ):
+                linked += 1
+            else:
+                changed.append(rel)
         texts = _LiveBytes(previous, live).texts(
             [digest for rel in changed for digest, _ in files.pieces(rel)]
         )

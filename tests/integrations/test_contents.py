@@ -175,3 +175,17 @@ def test_history_diff_and_push_again_read_the_stored_files(
     again.refresh_from_db()
     assert again.status == PushStatus.SUCCEEDED, again.log
     assert again.payload_hash == first.payload_hash
+
+
+def test_a_file_missing_from_the_live_version_is_written_again(
+    local, render_dir, django_capture_on_commit_callbacks
+):
+    """The pieces' record says the file is unchanged, but someone removed it from the live version: it is
+    written from its pieces, not assumed linked."""
+    push_now(django_capture_on_commit_callbacks)
+    (render_dir / "current" / "slurm/topology.conf").unlink()
+    change_state("Vision")
+    (second,) = push_now(django_capture_on_commit_callbacks)
+    assert second.status == PushStatus.SUCCEEDED, second.log
+    files = second.content()["files"]
+    assert (render_dir / "current" / "slurm/topology.conf").read_text() == files["slurm/topology.conf"]
