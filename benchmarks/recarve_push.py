@@ -86,7 +86,10 @@ def _pushes(plan_id: int | None, since_pk: int) -> list[dict]:
                 "target": push.target.kind,
                 "status": push.status,
                 "push_ms": None if took is None else round(took, 1),
-                "payload_bytes": len(canonical_json(push.payload)),
+                "payload_bytes": len(canonical_json(push.payload)),  # the row's (files: their digests)
+                "files_bytes": sum(
+                    size for pieces in (push.payload.get("file_pieces") or {}).values() for _, size in pieces
+                ),
                 "summary": (push.log.strip().splitlines() or [""])[-1][21:][:160],
             }
         )

@@ -266,6 +266,13 @@ class ConfigPush(models.Model):
     def is_active(self) -> bool:
         return self.status in ACTIVE_PUSH_STATES
 
+    def content(self) -> dict:
+        """The payload as its kind built it: a stored row's whole files read from their pieces when asked
+        for (integrations.contents.payload_of)."""
+        from integrations.contents import payload_of
+
+        return payload_of(self.payload)
+
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_PUSH_STATES
@@ -344,3 +351,20 @@ class PlanWindow(models.Model):
             "starts_at": dated(self.starts_at),
             "ends_at": dated(self.ends_at),
         }
+
+
+class ConfigPiece(models.Model):
+    """A piece of a rendered file, stored once by its content (integrations.contents, issue 32): a push row
+    holds each file as the list of its pieces' digests, so a push writes and carries only what changed.
+    Kept while a push row that keeps its payload names it (integrations.contents.collect_garbage)."""
+
+    digest = models.CharField(max_length=64, primary_key=True, verbose_name=_("digest"))
+    text = models.TextField(verbose_name=_("text"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+
+    class Meta:
+        verbose_name = _("configuration piece")
+        verbose_name_plural = _("configuration pieces")
+
+    def __str__(self):
+        return self.digest

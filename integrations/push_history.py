@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import yaml
@@ -38,7 +39,7 @@ from django.utils.translation import pgettext_lazy
 
 from core.models import AuditAction, AuditEvent, AuditSource
 from core.sentences import say
-from integrations import pushes, registry, words
+from integrations import contents, pushes, registry, words
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
 DIFF_LINES = 400  # unified-diff lines shown per file/object
@@ -124,7 +125,7 @@ def payload_items(payload: dict) -> dict[str, str]:
     """A payload as named texts, whatever its kind: files as they are, objects and racks as YAML."""
     items: dict[str, str] = {}
     files = payload.get("files")
-    for name, text in (files if isinstance(files, dict) else {}).items():
+    for name, text in (files if isinstance(files, Mapping) else {}).items():
         items[name] = text if isinstance(text, str) else json.dumps(text, indent=2, sort_keys=True)
     for obj in payload.get("objects") or []:
         meta = obj.get("metadata") or {}
@@ -136,7 +137,7 @@ def payload_items(payload: dict) -> dict[str, str]:
     if payload.get("qos"):
         items["Slurm QOS"] = _dump(payload["qos"])
     for key, value in payload.items():  # anything a future kind adds is shown, not dropped
-        if key not in {"objects", "racks", "qos"} and not (key == "files" and isinstance(files, dict)):
+        if key not in {"objects", "racks", "qos"} and not (key == "files" and isinstance(files, Mapping)):
             items[key] = _dump(value)
     return items
 
@@ -194,7 +195,7 @@ def push_diff(push: ConfigPush) -> PushDiff:
             % {"keep": pushes.KEEP_PAYLOADS},
         )
     previous = previous_push(push)
-    new = payload_items(push.payload)
+    new = payload_items(contents.payload_of(push.payload))
     if previous is None:
         return PushDiff(push, None, diff_items({}, new))
     if not has_payload(previous):
@@ -205,7 +206,7 @@ def push_diff(push: ConfigPush) -> PushDiff:
             _("The content of the previous push (#%(previous)s) was let go: nothing to compare with.")
             % {"previous": previous.pk},
         )
-    old = payload_items(previous.payload)
+    old = payload_items(contents.payload_of(previous.payload))
     if isinstance(push.payload.get("scope"), dict):
         # A rack's slice (integrations.rendering): compared with what the previous push held for the same
         # items; the other racks' were not sent, not removed.

@@ -36,7 +36,7 @@ from core.errors import ExternalError, with_advice
 from core.models import NotificationEvent
 from core.notifications.recording import notify
 from core.sentences import CLAUSES, say
-from integrations import words
+from integrations import contents, words
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.pushes import (
     adapter_for,
@@ -110,7 +110,7 @@ def execute(push_id: int, *, can_schedule_retry: bool = False) -> Outcome:
     log(f"attempt {push.attempts} of {MAX_ATTEMPTS}: pushing to {target.kind} target {target.name}")
     try:
         adapter = adapter_for(target)
-        summary = adapter.apply(push.payload, log, push)
+        summary = adapter.apply(contents.payload_of(push.payload), log, push)
         remember(target, adapter)
     except Exception as error:
         if is_transient(error):
@@ -204,6 +204,7 @@ def _finish(push: ConfigPush, status: str, log: _Log, *, error: str = "", summar
             link=reverse("integrations:push-detail", args=[push.pk]),
         )
     prune_payloads(push.target_id)
+    contents.collect_garbage()
     run_follow_up(push.target_id)
     return Outcome(push.pk, status, message=summary or error)
 

@@ -39,7 +39,7 @@ from core.errors import advice, with_advice
 from core.moments import stamp
 from core.sentences import CLAUSES, say
 from core.task_names import PUSH_CONFIG
-from integrations import registry, words
+from integrations import contents, registry, words
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.rendering import Rendered, needs_fabric
 
@@ -172,15 +172,25 @@ class _PushRequest:
     now: datetime
 
 
-def _payload_of(
-    target: ConfigTarget, rendered: Rendered | _FixedPayload, scoped: bool = False
-) -> tuple[dict[str, Any], str, Exception | None]:
-    """(payload, its hash, None), or ({}, "", the error) when the state cannot be rendered for `target`."""
+@dataclass(frozen=True)
+class _Payload:
+    """What a push row stores (`stored`: whole files as their pieces' digests, integrations.contents), its
+    hash, the pieces' texts to store with it, or the error when the state cannot be rendered."""
+
+    stored: dict[str, Any]
+    digest: str
+    pieces: dict[str, str]
+    error: Exception | None = None
+
+
+def _payload_of(target: ConfigTarget, rendered: Rendered | _FixedPayload, scoped: bool = False) -> _Payload:
+    """The push's payload as its row stores it, with its hash: the sha256 of that stored form (a file's
+    pieces are hashed by content, so the hash changes exactly when a file does)."""
     try:
-        payload = rendered.payload_for(target, scoped=scoped)
-        return payload, payload_hash(payload), None
+        stored, pieces = contents.split_payload(rendered.payload_for(target, scoped=scoped))
+        return _Payload(stored, payload_hash(stored), pieces)
     except (ValueError, ValidationError) as error:
-        return {}, "", error
+        return _Payload({}, "", {}, error)
 
 
 def _leave_to_running(target: ConfigTarget, running: ConfigPush, request: _PushRequest, digest: str | None):
@@ -250,18 +260,16 @@ def _create_queued(target: ConfigTarget, fields: dict[str, Any], request: _PushR
     return push
 
 
-def _create_push(
-    target: ConfigTarget,
-    payload: dict[str, Any],
-    digest: str,
-    render_error: Exception | None,
-    request: _PushRequest,
-) -> ConfigPush | None:
-    """The push row: failed (cannot be rendered), succeeded at once (unchanged, unless forced) or queued."""
+def _create_push(target: ConfigTarget, payload: _Payload, request: _PushRequest) -> ConfigPush | None:
+    """The push row: failed (cannot be rendered), succeeded at once (unchanged, unless forced) or queued;
+    the pieces of its files stored with it (those no row holds yet)."""
     now, reason = request.now, request.reason
+    render_error, digest = payload.error, payload.digest
+    if render_error is None:
+        contents.save_pieces(payload.pieces)
     fields: dict[str, Any] = {
         "target": target,
-        "payload": payload,
+        "payload": payload.stored,
         "payload_hash": digest,
         "requested_by_id": request.user_id,
         "reason": reason,
@@ -307,7 +315,7 @@ def _queue_one(
 ) -> ConfigPush | None:
     """Push `target` (its row locked by the caller): the new push, or None when a running push takes the
     request. `scoped`: send the request's slice (`_may_scope` said it may)."""
-    payload, digest, render_error = _payload_of(target, rendered, scoped)
+    payload = _payload_of(target, rendered, scoped)
     request = _PushRequest(
         reason=reason,
         user_id=user.pk if user is not None and getattr(user, "is_authenticated", False) else None,
@@ -317,10 +325,10 @@ def _queue_one(
     )
     running = ConfigPush.objects.filter(target=target, status=PushStatus.RUNNING).first()
     if running is not None:
-        _leave_to_running(target, running, request, digest if render_error is None else None)
+        _leave_to_running(target, running, request, payload.digest if payload.error is None else None)
         return None
     older = _supersede_queued(target, request.now)
-    push = _create_push(target, payload, digest, render_error, request)
+    push = _create_push(target, payload, request)
     if push is None:
         return None
     if older:
@@ -443,14 +451,21 @@ KEEP_PAYLOADS = 20  # finished pushes per target whose payload is kept (for diff
 
 
 def prune_payloads(target_id: int, keep: int = KEEP_PAYLOADS) -> int:
-    """Let go of the payloads of a target's finished pushes beyond the newest `keep` (hash and log stay).
-    Returns how many were let go."""
+    """Let go of the payloads of a target's finished pushes beyond the newest `keep` (hash and log stay),
+    never the last successful push's (what the target holds: its files' pieces stay stored, see
+    integrations.contents). Returns how many were let go."""
     finished = ConfigPush.objects.filter(target_id=target_id).exclude(status__in=[PushStatus.QUEUED])
     finished = finished.exclude(status=PushStatus.RUNNING).exclude(payload_hash="")
     kept = list(finished.order_by("-pk").values_list("pk", flat=True)[:keep])
     if len(kept) < keep:
         return 0
-    return finished.filter(pk__lt=min(kept)).exclude(payload={}).update(payload={})
+    live = (
+        finished.filter(status=PushStatus.SUCCEEDED)
+        .order_by("-finished_at", "-pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return finished.filter(pk__lt=min(kept)).exclude(pk=live).exclude(payload={}).update(payload={})
 
 
 def remember(target: ConfigTarget, adapter) -> None:

@@ -116,10 +116,10 @@ class Kind:
 
 
 def describe_files(payload: dict) -> list[str]:
-    return [
-        f"{name} · {len(text.encode()):,} bytes"
-        for name, text in sorted((payload.get("files") or {}).items())
-    ]
+    """A line per file with its size (a stored payload's files say theirs without being read)."""
+    files = payload.get("files") or {}
+    size = getattr(files, "size", None) or (lambda name: len(files[name].encode()))
+    return [f"{name} · {size(name):,} bytes" for name in sorted(files)]
 
 
 _KINDS: dict[str, Kind] = {}

@@ -60,6 +60,8 @@ PREVIOUS_NAMES = {
 # Tables the upgrade creates: only those of models added after the previous release. The moved models keep
 # their tables, so no core_* or integrations_* table of theirs appears.
 TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
+    # Rendered files' pieces by content, outside the push rows (integrations.contents, issue 32).
+    "integrations_configpiece",
     "inventory_agenttoken",
     # Health: events, rules, decisions, active check results, settings.
     "inventory_healthevent",

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
+import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
 
+from integrations import contents
 from integrations.common import clip, display_path
 from integrations.embedded import safe_relative
 
@@ -26,11 +29,21 @@ def directory_path(values: dict) -> Path:
     return path if path.is_absolute() else Path(settings.VAR_DIR) / path
 
 
-def _write_file(path: Path, text: str) -> None:
+def _write_file(path: Path, text: str | Iterable[str]) -> None:
+    """Write `text` (or its pieces, in order) and sync it to disk."""
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+        handle.writelines([text] if isinstance(text, str) else text)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _linked(old: Path, path: Path) -> bool:
+    """Hard-link `path` to the unchanged `old`; False on a filesystem without hard links (write a copy)."""
+    try:
+        os.link(old, path)
+    except OSError:
+        return False
+    return True
 
 
 def _fsync_dir(path: Path) -> None:
@@ -46,10 +59,17 @@ class DirectoryAdapter:
     complete set, `<path>/current` is a symlink to the live one. A push writes a whole new version, then
     switches the symlink with one rename: readers see the old set or the new set, never a mix, and a push
     that fails part-way leaves `current` as it was. Files equal to the previous version's are hard links to
-    them (do not edit versions in place). The `keep` previous versions are kept, older ones deleted."""
+    them (do not edit versions in place). The `keep` previous versions are kept, older ones deleted.
+
+    A push whose files come as stored pieces (integrations.contents.StoredFiles) is written from them:
+    `<path>/pieces/<version>.json` records each file's pieces, so a file made of the same pieces as the
+    live version's is linked without being read, and a changed file takes its unchanged pieces from the
+    live version's bytes (or the process's kept pieces); only the pieces neither holds are read from the
+    database."""
 
     CURRENT = "current"
     VERSIONS = "versions"
+    PIECES = "pieces"
 
     def __init__(self, target, values: dict):
         self.target = target
@@ -78,18 +98,18 @@ class DirectoryAdapter:
         final = versions / name
         shutil.rmtree(staging, ignore_errors=True)
         changed = linked = 0
+        stored = files if isinstance(files, contents.StoredFiles) else None
         try:
-            for rel, text in sorted(files.items()):
+            if stored is not None:
+                changed, linked = self._write_pieces(stored, staging, previous)
+                self._write_manifest(stored, name)
+            for rel, text in sorted(files.items()) if stored is None else ():
                 path = staging / safe_relative(rel)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 old = previous / rel if previous is not None else None
-                if old is not None and old.is_file() and _same_text(old, text):
-                    try:
-                        os.link(old, path)
-                        linked += 1
-                        continue
-                    except OSError:
-                        pass  # a filesystem without hard links: write a copy
+                if old is not None and old.is_file() and _same_text(old, text) and _linked(old, path):
+                    linked += 1
+                    continue
                 _write_file(path, text)
                 changed += 1
             os.replace(staging, final)
@@ -103,11 +123,7 @@ class DirectoryAdapter:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        removed = sorted(
-            str(p.relative_to(previous))
-            for p in (previous.rglob("*") if previous is not None else [])
-            if p.is_file() and str(p.relative_to(previous)) not in files
-        )
+        removed = _no_longer_rendered(previous, files)
         log(
             f"wrote {len(files)} files to {display_path(final)} "
             f"({changed} new or changed, {linked} unchanged"
@@ -121,8 +137,59 @@ class DirectoryAdapter:
             log(f"removed {len(pruned)} old version(s): {', '.join(pruned)}")
         return f"{len(files)} files in {display_path(self.root / self.CURRENT)}"
 
+    def _manifest_path(self, version: str) -> Path:
+        return self.root / self.PIECES / f"{version}.json"
+
+    def _manifest(self, version: Path | None) -> dict[str, list[list]]:
+        """The pieces each file of `version` was written from ({} when it was not written from pieces)."""
+        if version is None:
+            return {}
+        try:
+            with open(self._manifest_path(version.name), encoding="utf-8") as handle:
+                manifest = json.load(handle)
+        except (OSError, ValueError):
+            return {}
+        return manifest if isinstance(manifest, dict) else {}
+
+    def _write_manifest(self, files: contents.StoredFiles, version: str) -> None:
+        (self.root / self.PIECES).mkdir(parents=True, exist_ok=True)
+        tmp = self.root / self.PIECES / f".{version}.json.tmp"
+        _write_file(tmp, json.dumps(files.refs, sort_keys=True, separators=(",", ":")))
+        os.replace(tmp, self._manifest_path(version))
+
+    def _write_pieces(
+        self, files: contents.StoredFiles, staging: Path, previous: Path | None
+    ) -> tuple[int, int]:
+        """Write a stored payload's files into `staging`: (written, linked)."""
+        live = self._manifest(previous)
+        changed: list[str] = []
+        linked = 0
+        for rel in sorted(files):
+            path = staging / safe_relative(rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pieces = files.pieces(rel)
+            old = previous / rel if previous is not None else None
+            same = live.get(rel) == [list(piece) for piece in pieces]
+            if (
+                same
+                and old is not None
+                and old.is_file()
+                and old.stat().st_size == files.size(rel)
+                and _linked(old, path)
+            ):
+                linked += 1
+            else:
+                changed.append(rel)
+        texts = _LiveBytes(previous, live).texts(
+            [digest for rel in changed for digest, _ in files.pieces(rel)]
+        )
+        for rel in changed:
+            _write_file(staging / safe_relative(rel), (texts[digest] for digest, _ in files.pieces(rel)))
+        return len(changed), linked
+
     def _prune(self, keep_names: set[str]) -> list[str]:
-        """Keep the live version and the `keep` newest before it (names sort by time)."""
+        """Keep the live version and the `keep` newest before it (names sort by time), and their pieces'
+        records."""
         versions = self.root / self.VERSIONS
         names = sorted(
             (p.name for p in versions.iterdir() if p.is_dir() and not p.name.startswith(".")), reverse=True
@@ -131,6 +198,8 @@ class DirectoryAdapter:
         for old in names[self.keep + 1 :]:
             if old not in keep_names:
                 shutil.rmtree(versions / old, ignore_errors=True)
+                with contextlib.suppress(FileNotFoundError):
+                    self._manifest_path(old).unlink()
                 removed.append(old)
         return removed
 
@@ -178,6 +247,50 @@ class DirectoryAdapter:
             )
             out.extend(line.rstrip("\n") for line in clip(diff, 400, name))
         return out
+
+
+def _no_longer_rendered(previous: Path | None, files) -> list[str]:
+    if previous is None:
+        return []
+    names = (str(p.relative_to(previous)) for p in previous.rglob("*") if p.is_file())
+    return sorted(name for name in names if name not in files)
+
+
+class _LiveBytes:
+    """Pieces' texts for a push written from pieces: the process's kept ones, then the live version's
+    bytes where its record says a piece lies (checked against the digest), then the database."""
+
+    def __init__(self, previous: Path | None, manifest: dict[str, list[list]]):
+        self.previous = previous
+        self.where: dict[str, tuple[str, int, int]] = {}  # digest -> (file, offset, bytes)
+        for rel, pieces in manifest.items():
+            offset = 0
+            for digest, size in pieces if isinstance(pieces, list) else ():
+                self.where.setdefault(digest, (rel, offset, size))
+                offset += size
+
+    def texts(self, digests: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for digest in dict.fromkeys(digests):
+            text = contents.PIECES.get(digest)
+            if text is None and digest in self.where:
+                text = self._read(digest, *self.where[digest])
+            if text is not None:
+                found[digest] = text
+        found.update(contents.load_pieces(d for d in digests if d not in found))
+        return found
+
+    def _read(self, digest: str, rel: str, offset: int, size: int) -> str | None:
+        assert self.previous is not None
+        try:
+            with open(self.previous / safe_relative(rel), "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(size)
+        except (OSError, ValueError):
+            return None
+        if hashlib.sha256(data).hexdigest() != digest:
+            return None
+        return data.decode("utf-8")
 
 
 def _same_text(path: Path, text: str) -> bool:

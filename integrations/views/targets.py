@@ -25,7 +25,7 @@ from core.moments import stamped_lines_html
 from core.sentences import say
 from core.sentences_i18n import log_words
 from core.tables import Table
-from integrations import push_history, pushes, registry, removals, versions, words
+from integrations import contents, push_history, pushes, registry, removals, versions, words
 from integrations.forms import ConfigTargetForm
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 
@@ -275,7 +275,7 @@ def push_detail(request, pk):
         patch_vary_headers(response, ["HX-Request"])
         return response
     # What the push carries, in a few lines (its kind says how), and what it changed (push_history).
-    context["payload_summary"] = kind.describe(push.payload or {}) if kind else []
+    context["payload_summary"] = kind.describe(contents.payload_of(push.payload or {})) if kind else []
     context["diff"] = push_history.push_diff(push)
     context["push_again_blocked"] = push_history.can_push_again(push)
     context["newest_push_id"] = (

@@ -177,6 +177,8 @@ NOT_TYPED = {
     "scheduling.WhatIfLayout": {"error"},
     "integrations.ConfigTarget": {"kind"},
     "integrations.ConfigPush": {"payload_hash", "log", "error", "reason"},
+    # Rendered configuration text, stored by its sha256 (integrations.contents): never typed by anyone.
+    "integrations.ConfigPiece": {"digest", "text"},
 }
 
 

@@ -45,7 +45,7 @@ def test_a_2x9_carving_is_pushed_and_retried_while_slurmctld_is_down(
         ("r01p[1-2]", "gb-r01-t[01-18]", 18, True),
     ]
     assert "slurmctld runs 2 blocks: r01p1=gb-r01-t[01-09], r01p2=gb-r01-t[10-18]" in push.log
-    assert files(slurm_testbed) == push.payload["files"]
+    assert files(slurm_testbed) == push.content()["files"]
     partitions = subprocess.run(
         [slurm_testbed.scontrol, "show", "partition", "gpu", "--oneliner"], capture_output=True, text=True
     ).stdout

@@ -198,7 +198,7 @@ def test_dedications_and_deleted_departments_push(research, local_target, django
         research.delete()
     push = ConfigPush.objects.latest("pk")
     assert push.reason == f"dedication {partition} -> Research deleted; department research deleted"
-    assert "research" not in push.payload["files"].get(CLUSTER_QUEUES, "")
+    assert "research" not in push.content()["files"].get(CLUSTER_QUEUES, "")
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
