@@ -111,7 +111,7 @@ class AgentToken(models.Model):
         if not self.rack_id:
             return hostname == self.hostname
         if names.hostname_error(hostname) is not None:
-            # No tray can have it, so no rack's token covers it; and unlooked-up: a NUL in it would be a 500 on
-            # PostgreSQL (its text cannot hold one).
+            # No tray can have it, so no rack's token covers it; not looked up: a NUL in it would be a 500
+            # on PostgreSQL (its text cannot hold one).
             return False
         return self.trays().filter(hostname=hostname).exists()
