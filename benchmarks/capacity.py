@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import stack  # noqa: E402  (after the path: runs as a script)
+from portal.ops import cli  # noqa: E402
 
 log = stack.log
 RACKPLANE = str(Path(sys.executable).with_name("rackplane"))
@@ -287,8 +288,9 @@ def endpoints(url: str, tokens: list[tuple[str, str]], gpu_pages: int, run: str,
 
 
 def group_cpu_s(group: int) -> float:
-    """CPU time (user + system, s) of the live processes of a process group (a gunicorn master and its
-    workers), from /proc."""
+    """CPU time (user + system, s) of a process group (a gunicorn master and its workers), from /proc: its
+    live processes' and their reaped children's (a worker replaced after GUNICORN_MAX_REQUESTS counts with
+    its master, its start-up included)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -297,7 +299,7 @@ def group_cpu_s(group: int) -> float:
         except OSError:
             continue
         if int(fields[2]) == group:  # pgrp
-            total += int(fields[11]) + int(fields[12])
+            total += sum(int(ticks_used) for ticks_used in fields[11:15])  # utime, stime, cutime, cstime
     return total / ticks
 
 
@@ -376,10 +378,24 @@ def heartbeat_capacity(results: dict) -> dict:
     return {
         "goal_per_s": HEARTBEAT_GOAL_PER_S,
         "measured_per_s": {name: f["requests_per_s"] for name, f in measured.items()},
+        # Each worker count's own figures: what it answered, its CPU per heartbeat, and the processes that
+        # CPU gives for the goal (each on a core of its own).
+        "by_worker_count": {
+            name: {
+                "heartbeats_per_s": f["requests_per_s"],
+                "p50_ms": f["p50_ms"],
+                "p95_ms": f["p95_ms"],
+                "web_cpu_ms_per_heartbeat": f["web_cpu_ms_per_request"],
+                "per_process_per_s": round(1000 / f["web_cpu_ms_per_request"], 1),
+                "processes_needed": math.ceil(HEARTBEAT_GOAL_PER_S * f["web_cpu_ms_per_request"] / 1000),
+            }
+            for name, f in measured.items()
+        },
         "web_cpu_ms_per_heartbeat": round(cpu_ms, 2),
         "per_web_process_on_its_own_core_per_s": round(per_process, 1),
         "web_processes_needed": needed,
         "goal_met_with_at_most_8": needed <= HEARTBEAT_MAX_WEB_PROCESSES,
+        "goal": "met" if needed <= HEARTBEAT_MAX_WEB_PROCESSES else "missed",
         "note": "extrapolated from the web processes' CPU time per heartbeat (median of the worker counts): "
         "each process on a core of its own; the database and Redis need their own cores (not counted here)",
     }
@@ -396,6 +412,7 @@ def main(argv: list[str]) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="rackplane-capacity-"))
     processes: list[stack.Process] = []
     load_before = os.getloadavg()
+    max_requests = os.environ.get("GUNICORN_MAX_REQUESTS") or cli.MAX_REQUESTS
     try:
         os.environ.update(
             DJANGO_SETTINGS_MODULE="portal.settings",
@@ -489,7 +506,8 @@ def main(argv: list[str]) -> None:
                     "racks": seeded["racks"],
                     "gpus": seeded["gpus"],
                     "seed_s": seeded["seed_s"],
-                    "web": f"rackplane serve (gunicorn gthread, {args.threads} threads a worker), DEBUG off",
+                    "web": f"rackplane serve (gunicorn gthread, {args.threads} threads a worker, each worker "
+                    f"replaced after {max_requests} requests), DEBUG off",
                     "clients": args.clients,
                     "seconds_per_endpoint": args.seconds,
                     "machine": {

@@ -50,7 +50,6 @@ member = DepartmentMemberViewSet.as_view(
 
 api_v1 = [
     *router.urls,
-    path("discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
     path("telemetry/", include("tenancy.api.telemetry")),
     path("tokens/rotate/", account.TokenRotateView.as_view(), name="token-rotate"),
     path("jobs/<int:pk>/logs/", JobLogsView.as_view(), name="job-logs"),
@@ -61,6 +60,9 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    # First: every node reports here once a minute (3,000 requests/s at 10,000 racks), and Django tries the
+    # patterns in order (after the apps' pages this address took ~0.4 ms of matching; first, ~0.01 ms).
+    path("api/v1/discovery/reports/", DiscoveryReportView.as_view(), name="discovery-report"),
     path("", home.home, name="home"),
     # Probes and metrics: answered by portal.ops.health.ProbeMiddleware before the host check; here for
     # reverse().

@@ -1,6 +1,8 @@
 """POST /api/v1/discovery/reports/: node agents report what their GPUs say about the NVLink fabric, and the
 faults they saw (kernel XIDs, active checks) for the health rules (inventory.health)."""
 
+import functools
+
 from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -16,6 +18,7 @@ from core.audit import record_refused
 from core.fields import JSONBooleanField, JSONIntegerField, KnownFieldsOnly, StringOnly, TextField
 from core.hardware import GPUS_PER_TRAY, MAX_REPORTED_CLIQUE_ID
 from core.throttling import NodeAgentRateThrottle
+from inventory.api import hash_only
 from inventory.api.auth import NODE_AGENT_AUTHENTICATION, IsNodeAgent, agent_token, require_host_in_scope
 from inventory.choices import MigMode
 from inventory.discovery import faults, health_report, mig
@@ -488,6 +491,18 @@ class DiscoveryReportView(APIView):
     permission_classes = [IsNodeAgent]
     throttle_classes = [NodeAgentRateThrottle]  # every node, every minute: not people's rates
 
+    @classmethod
+    def as_view(cls, **initkwargs):
+        """DRF's view behind the short path of plain hash-only reports (inventory.api.hash_only), which
+        answers them as this view would and leaves every other request to it."""
+        whole = super().as_view(**initkwargs)
+
+        @functools.wraps(whole)  # keeps `cls`, `initkwargs` (the schema) and `csrf_exempt`
+        def view(request, *args, **kwargs):
+            return hash_only.answer(request) or whole(request, *args, **kwargs)
+
+        return view
+
     @extend_schema(
         request=NodeReportSerializer,
         responses={
@@ -567,15 +582,7 @@ class DiscoveryReportView(APIView):
     def _hash_only(host: str, sha256: str) -> Response:
         beat = heartbeat(host, sha256)
         if beat is None:
-            return Response(
-                {
-                    "detail": f"The portal needs the full report for {host}: its last reconciled report had "
-                    "another hash, or the tray has something the health rules must see again (a fault, a "
-                    "drain, drift, a changed partition). Post the full report.",
-                    "full_report_needed": True,
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
+            return Response(hash_only.full_report_needed(host), status=status.HTTP_409_CONFLICT)
         return Response({**beat.as_dict(), "problems": beat.problems})
 
 

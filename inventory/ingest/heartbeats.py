@@ -38,7 +38,7 @@ from inventory.choices import TrayState
 from inventory.discovery.report_hash import report_key
 from inventory.health.actions import REASON_PREFIX
 from inventory.ingest.results import UnknownHost
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
+from inventory.models import AgentToken, ComputeTray, Gpu, NVLinkPartition, Rack
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,30 @@ class Heartbeat:
         return {"host": self.host, "unchanged": True, "report_sha256": self.report_sha256}
 
 
+_TRAY_COLUMNS = """
+t.id, t.hostname, t.state, t.state_reason, t.healthy_since, t.report_key, t.fabric_problems,
+r.id, r.name, r.cluster_uuid, p.id, p.name, p.clique_id, p.degraded_reason"""
 _HEARTBEAT_SQL = """
-SELECT t.id, t.hostname, t.state, t.state_reason, t.healthy_since, t.report_key, t.fabric_problems,
-       r.id, r.name, r.cluster_uuid, p.id, p.name, p.clique_id, p.degraded_reason
+SELECT {columns}
 FROM {tray} t JOIN {rack} r ON r.id = t.rack_id LEFT JOIN {partition} p ON p.id = t.partition_id
 WHERE t.hostname = %s
 """
+# A hash-only report's agent token and its tray in one read (inventory.api.hash_only): the token's row, and
+# the tray's columns (all NULL when the inventory has no such host). The rack is joined LEFT only so that a
+# host the inventory lacks still gives the token's row (a tray always has its rack).
+_TOKEN_HEARTBEAT_SQL = """
+SELECT a.id, a.rack_id, a.hostname, a.revoked_at, a.last_used_at, {columns}
+FROM {token} a LEFT JOIN {tray} t ON t.hostname = %s LEFT JOIN {rack} r ON r.id = t.rack_id
+LEFT JOIN {partition} p ON p.id = t.partition_id
+WHERE a.secret_hash = %s
+"""
+_TABLES = {
+    "columns": _TRAY_COLUMNS,
+    "token": AgentToken._meta.db_table,
+    "tray": ComputeTray._meta.db_table,
+    "rack": Rack._meta.db_table,
+    "partition": NVLinkPartition._meta.db_table,
+}
 
 
 def heartbeat(host: str, sha256: str, now: datetime | None = None) -> Heartbeat | None:
@@ -92,14 +110,16 @@ def heartbeat(host: str, sha256: str, now: datetime | None = None) -> Heartbeat 
 
     One read (plain SQL: this is the path 18,000 nodes take every minute), no write in the caller's
     transaction. UnknownHost for a host the inventory does not have."""
-    sql = _HEARTBEAT_SQL.format(
-        tray=ComputeTray._meta.db_table, rack=Rack._meta.db_table, partition=NVLinkPartition._meta.db_table
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [host])
+        cursor.execute(_HEARTBEAT_SQL.format(**_TABLES), [host])
         row = cursor.fetchone()
     if row is None:
         raise UnknownHost(f"host {host!r} is not in the inventory: add its compute tray first")
+    return _beat(row, sha256, now)
+
+
+def _beat(row, sha256: str, now: datetime | None) -> Heartbeat | None:
+    """`heartbeat`'s judgement of one tray row (_TRAY_COLUMNS): queue the last-seen time, or None."""
     pk, hostname, state, reason, healthy_since, key, problems, rack_id, rack_name, cluster = row[:10]
     partition_id, partition_name, clique_id, degraded = row[10:]
     basis = basis_of(rack_id, rack_name, cluster, partition_id, partition_name, clique_id)
@@ -116,6 +136,41 @@ def heartbeat(host: str, sha256: str, now: datetime | None = None) -> Heartbeat 
         problems=list(problems or []),
         cluster_uuid=str(uuid.UUID(str(cluster))) if cluster else None,
     )
+
+
+@dataclass
+class TokenHeartbeat:
+    """A hash-only report whose agent token may speak for its host: the token (for its last-used time) and
+    the heartbeat (None: the tray needs the full report, a 409)."""
+
+    token: AgentToken
+    beat: Heartbeat | None
+
+
+def heartbeat_for_token(
+    secret_hash: str, host: str, sha256: str, now: datetime | None = None
+) -> TokenHeartbeat | None:
+    """`heartbeat` for a report authenticated by the agent token whose secret has this hash, the token and
+    its scope read with the tray in the same query (one read in all). None when the token and the host are
+    not plainly fine: no such token, a revoked one, a host outside its scope, a host the inventory lacks.
+    The caller then answers through the whole request path, which refuses each of them in its words (401,
+    403, 400); nothing was recorded. Revocation takes effect on the very next report (nothing is cached)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TOKEN_HEARTBEAT_SQL.format(**_TABLES), [host, secret_hash])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    token_id, token_rack_id, token_hostname, revoked_at, last_used_at = row[:5]
+    tray = row[5:]
+    if revoked_at is not None or tray[0] is None:
+        return None
+    in_scope = tray[7] == token_rack_id if token_rack_id is not None else tray[1] == token_hostname
+    if not in_scope:
+        return None
+    if last_used_at is not None and timezone.is_naive(last_used_at):  # SQLite: UTC, without its zone
+        last_used_at = timezone.make_aware(last_used_at, UTC)
+    token = AgentToken(id=token_id, rack_id=token_rack_id, hostname=token_hostname, last_used_at=last_used_at)
+    return TokenHeartbeat(token=token, beat=_beat(tray, sha256, now))
 
 
 # --- the batch, held by the broker and written by the beat's task ---------------------------------------

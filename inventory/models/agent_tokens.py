@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 
 from core.access import is_admin
 from core.text import TextValidator
+from inventory import names
 from inventory.models.racks import Rack
 from inventory.models.trays import ComputeTray
 
@@ -109,4 +110,8 @@ class AgentToken(models.Model):
         token covers the hosts of its rack's trays."""
         if not self.rack_id:
             return hostname == self.hostname
+        if names.hostname_error(hostname) is not None:
+            # No tray can have it, so no rack's token covers it; not looked up: a NUL in it would be a 500
+            # on PostgreSQL (its text cannot hold one).
+            return False
         return self.trays().filter(hostname=hostname).exists()

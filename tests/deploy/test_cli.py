@@ -39,7 +39,7 @@ def test_serve_defaults():
     assert option(command, "--worker-class") == "gthread"
     assert (option(command, "--workers"), option(command, "--threads")) == ("2", "4")
     assert (option(command, "--timeout"), option(command, "--graceful-timeout")) == ("60", "30")
-    assert (option(command, "--max-requests"), option(command, "--max-requests-jitter")) == ("1000", "100")
+    assert (option(command, "--max-requests"), option(command, "--max-requests-jitter")) == ("20000", "2000")
     assert "--no-control-socket" in command  # it would live under $HOME: read-only in the image
     assert "--access-logfile" not in command  # the portal logs requests itself, with their request id
     assert option(command, "--error-logfile") == "-"
