@@ -108,17 +108,30 @@ def _free_port() -> int:
 def _query_stats(url: str, promql: str, at: float) -> dict:
     """One instant query with the query API's statistics: wall seconds, series answered, samples read."""
     import json
+    import urllib.error
     import urllib.parse
     import urllib.request
 
     body = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}", "stats": "all"}).encode()
+    cpu = _own_metrics(url)["cpu_s"]
     started = time.perf_counter()
-    with urllib.request.urlopen(f"{url}/api/v1/query", data=body, timeout=600) as answer:
-        data = json.loads(answer.read())["data"]
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query", data=body, timeout=600) as answer:
+            data = json.loads(answer.read())["data"]
+    except urllib.error.HTTPError as error:  # Prometheus's own query timeout (2 minutes) at this size
+        said = json.loads(error.read() or b"{}").get("error", str(error))
+        return {
+            "s": round(time.perf_counter() - started, 3),
+            "error": said,
+            "samples_read": None,
+            "series": 0,
+        }
     seconds = time.perf_counter() - started
     samples = data.get("stats", {}).get("samples", {})
     return {
         "s": round(seconds, 3),
+        # Prometheus's CPU meanwhile (its scrapes and rule evaluations too, if any run then)
+        "prometheus_cpu_s": round(_own_metrics(url)["cpu_s"] - cpu, 3),
         "series": len(data.get("result") or []),
         "samples_read": samples.get("totalQueryableSamples"),
         "peak_samples": samples.get("peakSamples"),
@@ -137,7 +150,11 @@ def _own_metrics(url: str) -> dict:
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in ("prometheus_tsdb_head_series", "process_resident_memory_bytes"):
+            if sample.name in (
+                "prometheus_tsdb_head_series",
+                "process_resident_memory_bytes",
+                "process_cpu_seconds_total",
+            ):
                 values[sample.name] = sample.value
             elif sample.name in (
                 "prometheus_rule_group_last_duration_seconds",
@@ -146,6 +163,7 @@ def _own_metrics(url: str) -> dict:
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return {
         "head_series": int(values.get("prometheus_tsdb_head_series", 0)),
+        "cpu_s": values.get("process_cpu_seconds_total", 0.0),
         "resident_memory_mb": round(values.get("process_resident_memory_bytes", 0) / 2**20),
         "rules_last_evaluation_s": round(values.get("prometheus_rule_group_last_duration_seconds", 0), 3),
         "rules_last_evaluation_samples": int(values.get("prometheus_rule_group_last_evaluation_samples", 0)),

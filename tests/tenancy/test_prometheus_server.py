@@ -103,6 +103,7 @@ def test_the_beat_tick_polls_prometheus_instead_of_scraping(prometheus, source):
     outcome = scrape_exporters()
 
     assert outcome["source"] == "prometheus" and outcome["gpus"] == 4 and outcome["error"] == ""
+    assert outcome["read"] == {"now": "chunked", "low": None}  # no recording rule for a 3-second window
     assert {value for value, _ in activity().values()} == {42.0}
 
 
