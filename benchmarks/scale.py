@@ -564,6 +564,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="Prometheus's scrape interval (15 s, as DCGM exporter sites use; the tests use 1)",
     )
     parser.add_argument(
+        "--telemetry-rule-seconds",
+        type=float,
+        default=telemetry.RULE_SECONDS,
+        help="the recording rules' evaluation interval (60 s, the cycle's period)",
+    )
+    parser.add_argument(
+        "--telemetry-cycles", type=int, default=telemetry.CYCLES, help="timed telemetry cycles per way"
+    )
+    parser.add_argument(
         "--telemetry-sources", default="prometheus,direct", help="which metrics sources to measure"
     )
     parser.add_argument(
@@ -893,6 +902,8 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
                 args.telemetry_scrapes,
                 args.telemetry_sources.split(","),
                 scrape_seconds=args.telemetry_scrape_seconds,
+                rule_seconds=args.telemetry_rule_seconds,
+                cycle_count=args.telemetry_cycles,
             ),
         }
 

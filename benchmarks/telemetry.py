@@ -9,8 +9,12 @@ Run by benchmarks/scale.py (`--only telemetry`) after it seeded the inventory, i
   ``DCGM_FI_DEV_GPU_UTIL`` (72,000 series at 1,000 racks), every SCRAPE_SECONDS
   (``--telemetry-scrape-seconds`` changes it: the tests use 1 s, so Prometheus has every series at once); lets
   it collect for
-  ``--telemetry-seconds``, then times the cycle (tenancy.metrics_source.poll: its two instant queries for
-  the whole fleet, and the activity rows written) and a 24-hour chart range query for one job's 72 GPUs.
+  ``--telemetry-seconds``, then times the cycle (tenancy.metrics_source.poll: its two fleet-wide figures, and
+  the activity rows written) each way it can read them (tenancy.prometheus.Way): from the recording rules
+  Rackplane ships (deploy/prometheus/rackplane-rules.yml, loaded into this Prometheus, evaluated every
+  ``--telemetry-rule-seconds``), from the raw metric in chunks by GPU index, and in one raw query; each
+  query's own time and the samples it read (the query API's ``stats=all``); Prometheus's series, memory and
+  the rules' evaluation time (its /metrics); and a 24-hour chart range query for one job's 72 GPUs.
   What the portal stores: the activity rows (one per GPU, updated in place), so per-GPU storage does not
   grow with time.
 * **Direct source**: every tray's exporter is scraped every minute (18,000 scrapes a minute at 1,000 racks).
@@ -36,6 +40,9 @@ from pathlib import Path
 
 EXPORTERS = 8
 SCRAPE_SECONDS = 15
+RULE_SECONDS = 60  # the rules' evaluation interval: the cycle's period
+RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "rackplane-rules.yml"
+CYCLES = 3  # timed cycles per way
 BUCKETS_PER_DAY = 288
 
 
@@ -98,14 +105,126 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def measure_prometheus(scratch: Path, collect_seconds: float, scrape_seconds: float = SCRAPE_SECONDS) -> dict:
+def _query_stats(url: str, promql: str, at: float) -> dict:
+    """One instant query with the query API's statistics: wall seconds, series answered, samples read."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    body = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}", "stats": "all"}).encode()
+    cpu = _own_metrics(url)["cpu_s"]
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query", data=body, timeout=600) as answer:
+            data = json.loads(answer.read())["data"]
+    except urllib.error.HTTPError as error:  # Prometheus's own query timeout (2 minutes) at this size
+        said = json.loads(error.read() or b"{}").get("error", str(error))
+        return {
+            "s": round(time.perf_counter() - started, 3),
+            "error": said,
+            "samples_read": None,
+            "series": 0,
+        }
+    seconds = time.perf_counter() - started
+    samples = data.get("stats", {}).get("samples", {})
+    return {
+        "s": round(seconds, 3),
+        # Prometheus's CPU meanwhile (its scrapes and rule evaluations too, if any run then)
+        "prometheus_cpu_s": round(_own_metrics(url)["cpu_s"] - cpu, 3),
+        "series": len(data.get("result") or []),
+        "samples_read": samples.get("totalQueryableSamples"),
+        "peak_samples": samples.get("peakSamples"),
+    }
+
+
+def _own_metrics(url: str) -> dict:
+    """Prometheus's own figures from its /metrics: series in memory, resident memory, the rules' last
+    evaluation."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=60) as answer:
+        text = answer.read().decode()
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in (
+                "prometheus_tsdb_head_series",
+                "process_resident_memory_bytes",
+                "process_cpu_seconds_total",
+            ):
+                values[sample.name] = sample.value
+            elif sample.name in (
+                "prometheus_rule_group_last_duration_seconds",
+                "prometheus_rule_group_last_evaluation_samples",
+            ):
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return {
+        "head_series": int(values.get("prometheus_tsdb_head_series", 0)),
+        "cpu_s": values.get("process_cpu_seconds_total", 0.0),
+        "resident_memory_mb": round(values.get("process_resident_memory_bytes", 0) / 2**20),
+        "rules_last_evaluation_s": round(values.get("prometheus_rule_group_last_duration_seconds", 0), 3),
+        "rules_last_evaluation_samples": int(values.get("prometheus_rule_group_last_evaluation_samples", 0)),
+    }
+
+
+def _ways(url: str, source, idle_minutes: int, at: float) -> dict:
+    """Each way's queries for one cycle, timed one by one with the samples each read."""
+    from tenancy.metrics_source import config_for
+
+    config = config_for(source)
+    window = source.window_seconds
+    chunks = [
+        {
+            "now": _query_stats(url, config.utilization_now(window, shard), at),
+            **dict(
+                zip(
+                    ("low_highest", "low_reporting"),
+                    (_query_stats(url, q, at) for q in config.low_parts(idle_minutes, window, shard)),
+                    strict=True,
+                )
+            ),
+        }
+        for shard in config.shards()
+    ]
+    return {
+        "recorded": {
+            "now": _query_stats(url, config.recorded(config.recorded_now(window)), at),
+            "low": _query_stats(url, config.recorded(config.recorded_low(idle_minutes)), at),
+        },
+        "single": {
+            "now": _query_stats(url, config.utilization_now(window), at),
+            "low": _query_stats(url, config.low_for_window(idle_minutes, window), at),
+        },
+        "chunked": {
+            "queries": 3 * len(chunks),
+            "s": round(sum(query["s"] for chunk in chunks for query in chunk.values()), 3),
+            "largest_query_series": max(query["series"] for chunk in chunks for query in chunk.values()),
+            "largest_query_samples_read": max(
+                query["samples_read"] or 0 for chunk in chunks for query in chunk.values()
+            ),
+            "samples_read": sum(query["samples_read"] or 0 for chunk in chunks for query in chunk.values()),
+        },
+    }
+
+
+def measure_prometheus(
+    scratch: Path,
+    collect_seconds: float,
+    scrape_seconds: float = SCRAPE_SECONDS,
+    rule_seconds: float = RULE_SECONDS,
+    cycle_count: int = CYCLES,
+) -> dict:
     from django.db import connection
     from django.utils import timezone
 
     from inventory.models import Gpu
     from tenancy.choices import MetricsSourceKind
     from tenancy.metrics_source import client_for, config_for, poll, utilization_history
-    from tenancy.models import GpuActivity, MetricsSource
+    from tenancy.models import GpuActivity, MetricsSource, TenancySettings
+    from tenancy.prometheus import Way
 
     binary = shutil.which("prometheus")
     if binary is None:
@@ -119,6 +238,8 @@ def measure_prometheus(scratch: Path, collect_seconds: float, scrape_seconds: fl
     targets = ", ".join(f'"{_address(server)}"' for server in servers)
     (directory / "prometheus.yml").write_text(
         f"global:\n  scrape_interval: {scrape_seconds:g}s\n  scrape_timeout: {min(10, scrape_seconds):g}s\n"
+        f"  evaluation_interval: {rule_seconds:g}s\n"
+        f"rule_files:\n  - {RULES}\n"
         f"scrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: [{targets}]\n"
     )
     port = _free_port()
@@ -146,7 +267,7 @@ def measure_prometheus(scratch: Path, collect_seconds: float, scrape_seconds: fl
     threading.Thread(target=change_values, daemon=True).start()
     try:
         source = MetricsSource.load()
-        source.kind, source.url, source.timeout_seconds = MetricsSourceKind.PROMETHEUS, url, 60
+        source.kind, source.url, source.timeout_seconds = MetricsSourceKind.PROMETHEUS, url, 600
         source.save()
         client, config = client_for(source), config_for(source)
         deadline = time.monotonic() + 300
@@ -163,18 +284,25 @@ def measure_prometheus(scratch: Path, collect_seconds: float, scrape_seconds: fl
         _log(f"prometheus has {len(uuids)} series; collecting for {collect_seconds:.0f} s")
         time.sleep(collect_seconds)
 
-        started = time.perf_counter()
-        client.query(config.utilization_now(source.window_seconds))
-        query_now_s = time.perf_counter() - started
-        started = time.perf_counter()
-        client.query(config.low_for_window(30, source.window_seconds))
-        query_window_s = time.perf_counter() - started
-        cycles = []
-        for _ in range(3):
-            result = poll(source=source)
-            if result.error:
-                return {"error": result.error}
-            cycles.append(result.seconds)
+        idle_minutes = TenancySettings.load().idle_window_minutes
+        recorded = config.recorded(config.recorded_now(source.window_seconds))
+        deadline = time.monotonic() + 3 * rule_seconds + 300
+        while (client.query(f"count({recorded})") or [({}, 0)])[0][1] < len(uuids):  # rules evaluated
+            if time.monotonic() > deadline:
+                return {"skipped": "the recording rules did not answer for every GPU"}
+            time.sleep(5)
+        own = _own_metrics(url)
+        queries = _ways(url, source, idle_minutes, time.time())
+        cycles: dict[str, list[float]] = {}
+        errors = {}
+        for way in (Way.RECORDED, Way.CHUNKED, Way.SINGLE):
+            for _ in range(cycle_count):
+                result = poll(source=source, way=way)
+                if result.error:  # one way failing (a timeout at this size) leaves the others measured
+                    errors[way] = result.error
+                    break
+                cycles.setdefault(way, []).append(result.seconds)
+        auto = poll(source=source)
         job = uuids[:72]
         end = timezone.now()
         started = time.perf_counter()
@@ -189,11 +317,17 @@ def measure_prometheus(scratch: Path, collect_seconds: float, scrape_seconds: fl
             "gpus": len(uuids),
             "series_in_prometheus": int(rows[0][1]),
             "scrape_interval_s": scrape_seconds,
+            "rule_evaluation_interval_s": rule_seconds,
             "collected_s": collect_seconds,
-            "queries_per_cycle": result.queries,
-            "cycle_s": {"median": round(statistics.median(cycles), 3), "all": [round(c, 3) for c in cycles]},
-            "query_utilization_now_s": round(query_now_s, 3),
-            "query_idle_window_30m_s": round(query_window_s, 3),
+            "idle_window_minutes": idle_minutes,
+            "prometheus": own,
+            "read_by_default": {"now": auto.way_now, "low": auto.way_low, "queries": auto.queries},
+            "cycle_s": {
+                way: {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times]}
+                for way, times in cycles.items()
+            },
+            "queries": queries,
+            "errors": errors,
             "activity_rows": GpuActivity.objects.count(),
             "activity_table_bytes": activity_bytes,
             "per_gpu_rows_added_per_day": 0,
@@ -317,6 +451,8 @@ def measure_telemetry(
     scrapes: int = 500,
     sources=("prometheus", "direct"),
     scrape_seconds: float = SCRAPE_SECONDS,
+    rule_seconds: float = RULE_SECONDS,
+    cycle_count: int = CYCLES,
 ) -> dict:
     """The figures of each source asked for (see the module docstring)."""
     figures = {}
@@ -325,7 +461,9 @@ def measure_telemetry(
         figures["direct"] = measure_direct(scrapes)
     if "prometheus" in sources:
         _log("prometheus source: a real Prometheus scraping the fleet's exporters")
-        figures["prometheus"] = measure_prometheus(scratch, collect_seconds, scrape_seconds)
+        figures["prometheus"] = measure_prometheus(
+            scratch, collect_seconds, scrape_seconds, rule_seconds, cycle_count
+        )
     return figures
 
 

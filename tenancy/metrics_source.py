@@ -1,8 +1,8 @@
 """GPU utilization from the configured metrics source (MetricsSource): the site's Prometheus, or the direct
 scrape's own buckets.
 
-With Prometheus the telemetry cycle (``poll``, run by the beat's scrape tick, tenancy.tasks) makes two
-instant queries for the whole fleet, whatever its size:
+With Prometheus the telemetry cycle (``poll``, run by the beat's scrape tick, tenancy.tasks) asks for two
+figures of the whole fleet, whatever its size:
 
 1. ``max by (UUID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL[300s]))``: each GPU's utilization now (the window is
    MetricsSource.window_seconds). A GPU without a sample in the window is not in the answer: its activity
@@ -10,6 +10,10 @@ instant queries for the whole fleet, whatever its size:
 2. ``max by (UUID) (max_over_time(...[Wm])) and max by (UUID) (last_over_time(...[300s] offset Wm))``: the
    highest utilization over the idle window W of GPUs that were reporting when it began; one under the
    threshold has been low the whole window (so idle GPUs show at once, not W minutes after a restart).
+
+Each is read from the site's recording rule when it answers (deploy/prometheus/rackplane-rules.yml: one
+sample per GPU), else from the raw metric in chunks, one query per GPU index (tenancy.prometheus.Way,
+fleet_now, fleet_low): the same figures either way. The poll result and "Save and test connection" say which.
 
 What the portal keeps is what it derives: GpuActivity (latest value, idle run), and from it the idle GPUs
 and department figures of scheduling.usage and the quota snapshots. Charts ask for a GPU's or a job's
@@ -32,7 +36,16 @@ from core.models import AuditSource
 from inventory.models import Gpu
 from tenancy.activity import RecordResult, bucket_history, record_activity
 from tenancy.models import GpuUtilization, MetricsSource, TenancySettings
-from tenancy.prometheus import PrometheusClient, PrometheusError, QueryConfig, choose_step, labels_error
+from tenancy.prometheus import (
+    PrometheusClient,
+    PrometheusError,
+    QueryConfig,
+    Way,
+    choose_step,
+    fleet_low,
+    fleet_now,
+    labels_error,
+)
 
 __all__ = ["PollResult", "check_connection", "client_for", "config_for", "poll", "utilization_history"]
 
@@ -69,16 +82,26 @@ class PollResult:
     seconds: float = 0.0
     error: str = ""
     skipped: list[str] = field(default_factory=list)  # UUIDs with a value outside 0-100 %
+    way_now: Way | None = None  # how each figure was read: recorded, chunked (or single, when asked)
+    way_low: Way | None = None
+
+
+@dataclass
+class _Now:
+    values: dict[str, float]
+    skipped: list[str]
+    way: Way
+    queries: int
 
 
 def _current(
-    client: PrometheusClient, config: QueryConfig, at: datetime, window: int
-) -> tuple[dict[str, float], list]:
+    client: PrometheusClient, config: QueryConfig, at: datetime, window: int, way: Way | None = None
+) -> _Now:
     """UUID -> utilization now; raises PrometheusError saying what is wrong when nothing usable came back."""
     problems = config.problems()
     if problems:
         raise PrometheusError("; ".join(problems), _("fix the metrics source's metric and label names"))
-    rows = client.query(config.utilization_now(window), at=at)
+    rows, way, queries = fleet_now(client, config, at, window, way)
     values, skipped = {}, []
     for labels, value in rows:
         uuid = labels.get(config.uuid_label, "").strip()
@@ -104,14 +127,17 @@ def _current(
                 "metric name and extra selector of the metrics source"
             ),
         )
-    return values, skipped
+    return _Now(values, skipped, way, queries)
 
 
-def poll(now: datetime | None = None, source: MetricsSource | None = None) -> PollResult:
-    """One telemetry cycle from Prometheus: every GPU's activity from two instant queries.
+def poll(
+    now: datetime | None = None, source: MetricsSource | None = None, way: Way | None = None
+) -> PollResult:
+    """One telemetry cycle from Prometheus: every GPU's activity from two fleet-wide figures.
 
-    Records the outcome on the MetricsSource (last_polled_at, last_series_count, last_error). On an error
-    nothing is changed in the activity rows: one failed cycle does not make the fleet "no data".
+    `way` None reads each from its recording rule when that answers, else chunked; the benchmark and tests
+    name one. Records the outcome on the MetricsSource (last_polled_at, last_series_count, last_error). On
+    an error nothing is changed in the activity rows: one failed cycle does not make the fleet "no data".
     """
     source = source or MetricsSource.load()
     at = now or timezone.now()
@@ -119,14 +145,14 @@ def poll(now: datetime | None = None, source: MetricsSource | None = None) -> Po
     result = PollResult()
     try:
         client, config = client_for(source), config_for(source)
-        values, result.skipped = _current(client, config, at, source.window_seconds)
-        result.queries = 1
+        now_figure = _current(client, config, at, source.window_seconds, way)
+        values, result.skipped = now_figure.values, now_figure.skipped
+        result.way_now, result.queries = now_figure.way, now_figure.queries
         window = TenancySettings.load().idle_window_minutes
-        low = {}
+        low: dict[str, float] = {}
         if window > 0:
-            rows = client.query(config.low_for_window(window, source.window_seconds), at=at)
-            result.queries += 1
-            low = {labels.get(config.uuid_label, ""): value for labels, value in rows}
+            low, result.way_low, queries = fleet_low(client, config, at, window, source.window_seconds, way)
+            result.queries += queries
     except PrometheusError as error:
         result.error = str(error)
         result.seconds = time.perf_counter() - started
@@ -136,12 +162,12 @@ def poll(now: datetime | None = None, source: MetricsSource | None = None) -> Po
         result.record = record_activity(values, at, low_for_window=low, forget_others=True)
     result.series = len(values)
     result.seconds = time.perf_counter() - started
-    error = ""
+    said = ""
     if result.record.unknown_gpus:
         unknown = result.record.unknown_gpus
         shown = ", ".join(unknown[:4]) + (", ..." if len(unknown) > 4 else "")
-        error = f"{len(unknown)} GPU(s) Prometheus reports are not in the inventory, not recorded: {shown}"
-    _set_state(last_polled_at=at, last_error=error, last_series_count=len(values))
+        said = f"{len(unknown)} GPU(s) Prometheus reports are not in the inventory, not recorded: {shown}"
+    _set_state(last_polled_at=at, last_error=said, last_series_count=len(values))
     return result
 
 
@@ -157,7 +183,8 @@ def check_connection(source: MetricsSource) -> str:
     """
     client, config = client_for(source), config_for(source)
     started = time.perf_counter()
-    values, skipped = _current(client, config, timezone.now(), source.window_seconds)
+    now_figure = _current(client, config, timezone.now(), source.window_seconds)
+    values, skipped = now_figure.values, now_figure.skipped
     took = (time.perf_counter() - started) * 1000
     known = 0
     uuids = sorted(values)
@@ -194,7 +221,19 @@ def check_connection(source: MetricsSource) -> str:
             "Prometheus answered in %(ms)s ms: %(gpus)s GPU(s) report %(metric)s by %(label)s, %(known)s of "
             "them in the inventory."
         )
-    return message % facts
+    if now_figure.way is Way.RECORDED:
+        how = _("Read from the recording rule %(rule)s, one sample per GPU.")
+    else:
+        how = _(
+            "Read from %(metric)s itself in %(queries)s queries, one per %(gpu_label)s value: no recording "
+            "rule %(rule)s answered (deploy/prometheus/rackplane-rules.yml in Rackplane's source records it)."
+        )
+    facts |= {
+        "rule": config.recorded_now(source.window_seconds),
+        "queries": now_figure.queries - 1,
+        "gpu_label": config.gpu_label,
+    }
+    return f"{message % facts} {how % facts}"
 
 
 def utilization_history(

@@ -19,6 +19,20 @@ The HTTP API (https://prometheus.io/docs/prometheus/latest/querying/api/) this m
 Queries are by GPU UUID (``max by (UUID)``): a GPU's series may be split by label churn (an exporter pod
 restarted under a new name) or scraped twice (two Prometheus jobs); folding them with max keeps one value per
 GPU and never makes a GPU look idler than it is, like tenancy.activity does for pushed samples.
+
+The telemetry cycle's two fleet-wide figures are read one of three ways (`Way`, `fleet_now`, `fleet_low`):
+
+* **recorded**: the site's Prometheus evaluates them as recording rules
+  (deploy/prometheus/rackplane-rules.yml; names from `QueryConfig.recorded_now`/`recorded_low`,
+  ``UUID:DCGM_FI_DEV_GPU_UTIL:max_avg5m`` and ``UUID:DCGM_FI_DEV_GPU_UTIL:max30m``, Prometheus's
+  ``level:metric:operations``), and the cycle reads one sample per GPU. Used when the recorded series
+  answer (the first query is the check: nothing else is asked when they do).
+* **chunked**: the raw expression, one query per GPU index (``gpu="0"`` ... ``gpu="3"``: an NVL72 tray has
+  four) and one for every other series (``gpu!~"0|1|2|3"``, which also holds series without the label), so
+  no query reads the whole fleet's series; the answers are merged by UUID with max (`max by (UUID)` over the
+  whole fleet is the max of the shards' maxima, and the low figure's ``and`` is applied after merging both
+  of its halves), so the result is the one query's.
+* **single**: the raw expression in one query for the whole fleet (the benchmark's baseline).
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from core.errors import ExternalError, Unreachable
 from core.http import HttpClient
@@ -37,7 +52,10 @@ __all__ = [
     "PrometheusClient",
     "PrometheusError",
     "QueryConfig",
+    "Way",
     "choose_step",
+    "fleet_low",
+    "fleet_now",
     "labels_error",
 ]
 
@@ -50,6 +68,17 @@ LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 # One label matcher: name, operator, double-quoted value (backslash escapes allowed).
 MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+# The GPU indexes the chunked queries ask for one by one (an NVL72 compute tray has four GPUs); every other
+# series (another index, or none) is read by one more query.
+SHARD_INDEXES = ("0", "1", "2", "3")
+
+
+class Way(StrEnum):
+    """How the cycle read a fleet-wide figure (see the module docstring)."""
+
+    RECORDED = "recorded"
+    CHUNKED = "chunked"
+    SINGLE = "single"
 
 
 class PrometheusError(ExternalError):
@@ -83,19 +112,43 @@ class QueryConfig:
             )
         return out
 
-    def series(self, *extra: str) -> str:
-        """The metric's selector: ``DCGM_FI_DEV_GPU_UTIL{cluster="a",UUID=~"..."}``."""
-        matchers = [*(_matchers(self.selector) or []), *extra]
-        return f"{self.metric}{{{','.join(matchers)}}}" if matchers else self.metric
+    def series(self, *extra: str, metric: str = "") -> str:
+        """The metric's selector: ``DCGM_FI_DEV_GPU_UTIL{cluster="a",UUID=~"..."}`` (`metric`: another
+        name, a recorded series', with the same matchers)."""
+        metric = metric or self.metric
+        matchers = [*(_matchers(self.selector) or []), *[matcher for matcher in extra if matcher]]
+        return f"{metric}{{{','.join(matchers)}}}" if matchers else metric
+
+    def shards(self) -> list[str]:
+        """The chunked queries' matchers: one per GPU index, then every other series; each series matches
+        exactly one (a series without the label has the empty value, which only the last matches)."""
+        label = self.gpu_label
+        return [f'{label}="{index}"' for index in SHARD_INDEXES] + [f'{label}!~"{"|".join(SHARD_INDEXES)}"']
+
+    def recorded_now(self, window_seconds: int = 300) -> str:
+        """The recording rule's name for `utilization_now`: ``UUID:DCGM_FI_DEV_GPU_UTIL:max_avg5m``
+        (level:metric:operations, newest operation first)."""
+        return f"{self.uuid_label}:{self.metric}:max_avg{_duration(window_seconds)}"
+
+    def recorded_low(self, idle_minutes: int) -> str:
+        """The recording rule's name for `low_for_window`: ``UUID:DCGM_FI_DEV_GPU_UTIL:max30m`` (max of max
+        is max)."""
+        return f"{self.uuid_label}:{self.metric}:max{_duration(idle_minutes * 60)}"
+
+    def recorded(self, name: str) -> str:
+        """Read a recorded series, with the source's extra matchers (a site whose rule keeps `cluster` in its
+        ``by`` clause can select on it), folded to one value per UUID."""
+        return f"max by ({self.uuid_label}) ({self.series(metric=name)})"
 
     def uuid_matcher(self, uuids: Sequence[str]) -> str:
         """``UUID=~"GPU-a|GPU-b"`` (values escaped for a regular expression inside a PromQL string)."""
         pattern = "|".join(re.escape(uuid) for uuid in sorted(set(uuids)))
         return f"{self.uuid_label}=~{_quote(pattern)}"
 
-    def utilization_now(self, window_seconds: int = 300) -> str:
-        """Every GPU's mean utilization over the last `window_seconds`, one series per UUID."""
-        return f"max by ({self.uuid_label}) (avg_over_time({self.series()}[{window_seconds}s]))"
+    def utilization_now(self, window_seconds: int = 300, shard: str = "") -> str:
+        """Every GPU's mean utilization over the last `window_seconds`, one series per UUID (`shard`: one of
+        `shards()`, to read only those series)."""
+        return f"max by ({self.uuid_label}) (avg_over_time({self.series(shard)}[{window_seconds}s]))"
 
     def low_for_window(self, idle_minutes: int, window_seconds: int = 300) -> str:
         """The highest utilization over the idle window, of GPUs that were reporting when it began.
@@ -103,11 +156,17 @@ class QueryConfig:
         ``last_over_time(...[window] offset W)`` exists only for GPUs with a sample just before the idle
         window started, so a GPU that appeared during the window is not taken as low for all of it.
         """
-        selector = self.series()
+        highest, reporting = self.low_parts(idle_minutes, window_seconds)
+        return f"{highest} and {reporting}"
+
+    def low_parts(self, idle_minutes: int, window_seconds: int = 300, shard: str = "") -> tuple[str, str]:
+        """`low_for_window`'s two sides: the highest value over the window, and the GPUs reporting when it
+        began."""
+        selector = self.series(shard)
         by = f"max by ({self.uuid_label})"
         return (
-            f"{by} (max_over_time({selector}[{idle_minutes}m])) "
-            f"and {by} (last_over_time({selector}[{window_seconds}s] offset {idle_minutes}m))"
+            f"{by} (max_over_time({selector}[{idle_minutes}m]))",
+            f"{by} (last_over_time({selector}[{window_seconds}s] offset {idle_minutes}m))",
         )
 
     def history(self, uuids: Sequence[str], step_seconds: int) -> str:
@@ -118,6 +177,83 @@ class QueryConfig:
     def mean_history(self, uuids: Sequence[str], step_seconds: int) -> str:
         """These GPUs' mean utilization together over every step (a job's chart line)."""
         return f"avg({self.history(uuids, step_seconds)})"
+
+
+def _duration(seconds: int) -> str:
+    """A duration as a recording rule's name spells it: 5m, 30m, 2h, 45s."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+Rows = list[tuple[dict[str, str], float]]
+
+
+def _by_uuid(config: QueryConfig, answers: Iterable[Rows]) -> Rows:
+    """The shards' answers as one: a UUID answered by several shards keeps its highest value (what
+    ``max by (UUID)`` over the whole fleet gives)."""
+    merged: dict[str, tuple[dict[str, str], float]] = {}
+    for rows in answers:
+        for labels, value in rows:
+            key = labels.get(config.uuid_label, "")
+            if key not in merged or value > merged[key][1]:
+                merged[key] = (labels, value)
+    return list(merged.values())
+
+
+def fleet_now(
+    client: PrometheusClient, config: QueryConfig, at: datetime, window_seconds: int, way: Way | None = None
+) -> tuple[Rows, Way, int]:
+    """Every GPU's utilization now: (rows, the way it was read, queries made). `way` None: recorded when
+    the recording rule answers, else chunked."""
+    queries = 0
+    if way in (None, Way.RECORDED):
+        rows = client.query(config.recorded(config.recorded_now(window_seconds)), at=at)
+        queries += 1
+        if rows or way is Way.RECORDED:
+            return rows, Way.RECORDED, queries
+    if way is Way.SINGLE:
+        return client.query(config.utilization_now(window_seconds), at=at), Way.SINGLE, queries + 1
+    shards = config.shards()
+    answers = [client.query(config.utilization_now(window_seconds, shard), at=at) for shard in shards]
+    return _by_uuid(config, answers), Way.CHUNKED, queries + len(shards)
+
+
+def fleet_low(
+    client: PrometheusClient,
+    config: QueryConfig,
+    at: datetime,
+    idle_minutes: int,
+    window_seconds: int,
+    way: Way | None = None,
+) -> tuple[dict[str, float], Way, int]:
+    """UUID -> the highest utilization over the idle window, of GPUs reporting when it began
+    (`low_for_window`), read like `fleet_now`."""
+    queries = 0
+    uuid = config.uuid_label
+    if way in (None, Way.RECORDED):
+        rows = client.query(config.recorded(config.recorded_low(idle_minutes)), at=at)
+        queries += 1
+        if rows or way is Way.RECORDED:
+            return {labels.get(uuid, ""): value for labels, value in rows}, Way.RECORDED, queries
+    if way is Way.SINGLE:
+        rows = client.query(config.low_for_window(idle_minutes, window_seconds), at=at)
+        return {labels.get(uuid, ""): value for labels, value in rows}, Way.SINGLE, queries + 1
+    highest: list[Rows] = []
+    reporting: list[Rows] = []
+    for shard in config.shards():
+        high, report = config.low_parts(idle_minutes, window_seconds, shard)
+        highest.append(client.query(high, at=at))
+        reporting.append(client.query(report, at=at))
+    started = {labels.get(uuid, "") for labels, _ in _by_uuid(config, reporting)}
+    low = {labels.get(uuid, ""): value for labels, value in _by_uuid(config, highest)}
+    # PromQL's `and`: the left side's values, for the label sets (here: the UUID) the right side has.
+    return (
+        {key: value for key, value in low.items() if key in started},
+        Way.CHUNKED,
+        queries + 2 * len(highest),
+    )
 
 
 def _quote(value: str) -> str:

@@ -157,6 +157,7 @@ def scrape_exporters() -> int | dict:
             "recorded": record.recorded if record else 0,
             "forgotten": record.forgotten if record else 0,
             "queries": result.queries,
+            "read": {"now": result.way_now, "low": result.way_low},  # recorded, or the raw metric chunked
             "seconds": round(result.seconds, 3),
             "error": result.error,
         }

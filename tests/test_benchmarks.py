@@ -44,6 +44,7 @@ def run_scale(*args: str) -> dict:
     command += ["--results-dir", tempfile.mkdtemp(prefix="rackplane-bench-results-")]  # not the repo's var/
     command += ["--decisions", str(DECISIONS), "--pass-jobs", "10", *args]
     command += ["--telemetry-seconds", "1", "--telemetry-scrapes", "5", "--telemetry-scrape-seconds", "1"]
+    command += ["--telemetry-rule-seconds", "1", "--telemetry-cycles", "1"]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout)
@@ -136,7 +137,16 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
     prometheus, direct = telemetry["prometheus"], telemetry["direct"]
     assert prometheus["gpus"] == prometheus["series_in_prometheus"] == prometheus["activity_rows"] == 3 * 72
     assert prometheus["scrape_interval_s"] == 1
-    assert prometheus["queries_per_cycle"] == 2 and prometheus["cycle_s"]["median"] > 0
+    # The shipped recording rules loaded and read; each way's cycle timed, the samples its queries read.
+    assert prometheus["read_by_default"]["now"] == "recorded" and not prometheus["errors"]
+    assert all(prometheus["cycle_s"][way]["median"] > 0 for way in ("recorded", "chunked", "single"))
+    queries = prometheus["queries"]
+    assert queries["recorded"]["now"]["samples_read"] == 3 * 72 == queries["recorded"]["now"]["series"]
+    assert queries["chunked"]["largest_query_series"] < 3 * 72 / 3 and queries["chunked"]["queries"] == 15
+    assert (
+        prometheus["prometheus"]["head_series"] >= 3 * 72
+        and prometheus["prometheus"]["resident_memory_mb"] > 0
+    )
     assert prometheus["per_gpu_rows_added_per_day"] == 0 and prometheus["job_chart_points"] > 0
     assert direct["scrapes_timed"] == 5 and direct["scrapes_per_minute"] == 3 * 18
     assert direct["bucket_rows_added_per_day"] == 3 * 72 * 288

@@ -4,8 +4,8 @@ and the real API server of the testbed accepting them: a server-side dry run (dr
 fieldValidation=Strict) of every object, then a real create, read back and delete.
 
 Helm is built from its Go module on first use (scripts/helm.sh; cached under ~/.cache/rackplane/helm/). The
-ServiceMonitor needs prometheus-operator's CRD, which nothing here installs (no network): `helm lint` and the
-rendered object's own checks cover it, and the server sees the rest.
+ServiceMonitor and the PrometheusRule need prometheus-operator's CRDs, which nothing here installs (no
+network): `helm lint` and the rendered objects' own checks cover them, and the server sees the rest.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_components(helm):
         }
         for constraint in constraints:
             assert constraint["labelSelector"]["matchLabels"].items() <= labels.items()
-    assert not [key for key in objects if key[0] in ("Ingress", "ServiceMonitor")]
+    assert not [key for key in objects if key[0] in ("Ingress", "ServiceMonitor", "PrometheusRule")]
 
 
 def test_production_values(helm):
@@ -175,6 +175,11 @@ def test_production_values(helm):
     assert monitor["spec"]["selector"] == {
         "matchLabels": objects[("Service", "rp-rackplane")]["spec"]["selector"]
     }
+    # The recording rules the telemetry cycle reads: deploy/prometheus/rackplane-rules.yml's, as they are.
+    rules = objects[("PrometheusRule", "rp-rackplane")]
+    assert rules["metadata"]["labels"]["release"] == "prometheus"
+    shipped = yaml.safe_load((REPO / "deploy" / "prometheus" / "rackplane-rules.yml").read_text())
+    assert rules["spec"]["groups"] == shipped["groups"]
 
 
 def test_secret_name_is_required(helm):
@@ -206,8 +211,8 @@ def make_namespace(kube, prefix: str) -> str:
 
 def server_objects(docs):
     # No prometheus-operator CRD on the testbed (nothing is installed from the network): helm lint and
-    # test_production_values check the ServiceMonitor.
-    return [doc for doc in docs if doc["kind"] != "ServiceMonitor"]
+    # test_production_values check the ServiceMonitor and the PrometheusRule.
+    return [doc for doc in docs if doc["kind"] not in ("ServiceMonitor", "PrometheusRule")]
 
 
 @pytest.mark.integration

@@ -7,8 +7,9 @@ The `prometheus` fixture (session-scoped, registered in tests/conftest.py) start
   the page gets a staleness marker at the next scrape, as when a GPU drops off a real exporter. Trays 0-2
   use dcgm-exporter's labels (``UUID``, ``gpu``, ``Hostname``), job ``dcgm``; tray 3 is an old build with
   lower-case ``uuid``/``hostname``, job ``dcgm-lower``, for the label-mapping tests.
-* the real ``prometheus`` binary with a generated config scraping them every second, its query API behind
-  HTTP basic authentication (``--web.config.file``, a bcrypt hash of PASSWORD), on a free port.
+* the real ``prometheus`` binary with a generated config scraping them every second and evaluating the
+  recording rules Rackplane ships (deploy/prometheus/rackplane-rules.yml) every second, its query API
+  behind HTTP basic authentication (``--web.config.file``, a bcrypt hash of PASSWORD), on a free port.
 
 Tests wait for the samples they set (`Prometheus.wait_for`), never for a fixed time; a test that needs the
 past (a GPU low for the last minute) writes it through Prometheus's remote-write receiver
@@ -40,6 +41,7 @@ PASSWORD = "rackplane-test"
 # bcrypt of PASSWORD (cost 4: a test fixture, checked on every query), as Prometheus's web config wants it.
 PASSWORD_HASH = "$2b$04$yaOrf8ZPO0JtrM1Nj58I8OVjeZcMyxGiXRm0EJWnNnlrCq52cIyjC"
 SCRAPE_INTERVAL_SECONDS = 1
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "rackplane-rules.yml"
 HOW_TO_INSTALL = (
     "the prometheus binary is not installed: `apt-get install -y --no-install-recommends prometheus` "
     "(scripts/system-deps.sh does it for `make test`)"
@@ -158,16 +160,19 @@ class Prometheus:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.loads(answer.read())["data"]["result"]
 
-    def history(self, tray: int, gpus: dict[str, float], seconds: float) -> None:
-        """Write the past `seconds` of these GPUs' utilization (one sample a second, up to a second ago) as
-        tray `tray`'s exporter would have had them scraped: the same series (job, instance and labels),
-        through Prometheus's remote-write receiver. A test that needs a minute of history then has it at
-        once instead of waiting a minute. Call it before the exporter serves these GPUs: a series takes
-        samples only in time order."""
+    def history(
+        self, tray: int, gpus: dict[str, float | Callable[[float], float]], seconds: float, step: float = 1.0
+    ) -> float:
+        """Write the past `seconds` of these GPUs' utilization (one sample every `step` seconds, up to a
+        second ago; a GPU's value is a number, or a function of the sample's age in seconds) as tray `tray`'s
+        exporter would have had them scraped: the same series (job, instance and labels), through
+        Prometheus's remote-write receiver. A test that needs a minute of history then has it at once
+        instead of waiting a minute. Call it before the exporter serves these GPUs: a series takes samples
+        only in time order. Returns when the write was accepted (Unix seconds)."""
         exporter = self.exporters[tray]
         job = "dcgm-lower" if exporter.lower_case_labels else "dcgm"
         now_ms = int(time.time() * 1000)
-        stamps = range(now_ms - int(seconds * 1000), now_ms - 1000, 1000)
+        stamps = range(now_ms - int(seconds * 1000), now_ms - 1000, int(step * 1000))
         series = []
         for index, (gpu_uuid, value) in enumerate(gpus.items()):
             labels = {
@@ -176,7 +181,8 @@ class Prometheus:
                 "instance": exporter.address,
                 **exporter.labels(index, gpu_uuid),
             }
-            series.append((labels, [(value, stamp) for stamp in stamps]))
+            at = value if callable(value) else (lambda age, value=value: value)
+            series.append((labels, [(at((now_ms - stamp) / 1000), stamp) for stamp in stamps]))
         request = urllib.request.Request(
             f"{self.url}/api/v1/write", data=_snappy_block(_write_request(series)), method="POST"
         )
@@ -187,6 +193,7 @@ class Prometheus:
         request.add_header("X-Prometheus-Remote-Write-Version", "0.1.0")
         with urllib.request.urlopen(request, timeout=10) as answer:
             assert answer.status == 204, answer.read()
+        return time.time()
 
     def wait_for(self, promql: str, check: Callable[[list[dict]], bool], timeout: float = 30.0) -> list[dict]:
         """Query until `check(result)` holds (the scrapes have caught up); fail with the last result."""
@@ -277,6 +284,9 @@ def _snappy_block(data: bytes) -> bytes:
 
 
 def _config(exporters: list[Exporter]) -> str:
+    """Scrapes every second; loads the recording rules Rackplane ships (deploy/prometheus), evaluated every
+    second so a test does not wait a minute for them."""
+
     def job(name: str, members: list[Exporter]) -> str:
         targets = ", ".join(f'"{exporter.address}"' for exporter in members)
         return f"  - job_name: {name}\n    static_configs:\n      - targets: [{targets}]\n"
@@ -287,7 +297,8 @@ def _config(exporters: list[Exporter]) -> str:
         "global:\n"
         f"  scrape_interval: {SCRAPE_INTERVAL_SECONDS}s\n"
         f"  scrape_timeout: {SCRAPE_INTERVAL_SECONDS}s\n"
-        "  evaluation_interval: 15s\n"
+        "  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {json.dumps(str(RULES))}\n"
         "scrape_configs:\n" + job("dcgm", standard) + job("dcgm-lower", lower)
     )
 

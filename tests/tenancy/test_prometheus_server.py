@@ -2,7 +2,7 @@
 the cycle's PromQL, label mapping, staleness, missing series, errors, the lead's idle GPUs, a department's
 utilization and a GPU's and a job's chart from range queries."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
@@ -15,7 +15,7 @@ from tenancy.activity import department_utilization, record_samples
 from tenancy.choices import MetricsSourceKind
 from tenancy.metrics_source import check_connection, client_for, poll, utilization_history
 from tenancy.models import GpuActivity, GpuUtilization, MetricsSource, TenancySettings
-from tenancy.prometheus import PrometheusError
+from tenancy.prometheus import PrometheusError, Way
 from tenancy.tasks import scrape_exporters
 from tenancy.telemetry import Sample
 from tests.factories import make_department, make_member, run_job
@@ -76,7 +76,8 @@ def test_one_cycle_reads_the_whole_fleet_and_missing_gpus_have_no_data(prometheu
 
     assert result.error == ""
     assert result.series == 8
-    assert result.queries == 1  # idle window 0: no look back
+    # No recording rule for a 3-second window: asked for (1 query), then the raw metric by GPU index (5).
+    assert (result.way_now, result.way_low, result.queries) == (Way.CHUNKED, None, 6)  # idle window 0
     assert result.record.recorded == 8 and result.record.forgotten == 1
     rows = activity()
     assert rows == {
@@ -102,6 +103,7 @@ def test_the_beat_tick_polls_prometheus_instead_of_scraping(prometheus, source):
     outcome = scrape_exporters()
 
     assert outcome["source"] == "prometheus" and outcome["gpus"] == 4 and outcome["error"] == ""
+    assert outcome["read"] == {"now": "chunked", "low": None}  # no recording rule for a 3-second window
     assert {value for value, _ in activity().values()} == {42.0}
 
 
@@ -233,7 +235,9 @@ def test_test_connection_says_what_it_found(prometheus, source):
     assert message.startswith("Prometheus answered in ")
     assert message.endswith(
         "5 GPU(s) report DCGM_FI_DEV_GPU_UTIL by UUID, 4 of them in the inventory (1 not in it: report their "
-        "nodes' fabric first)."
+        "nodes' fabric first). Read from DCGM_FI_DEV_GPU_UTIL itself in 5 queries, one per gpu value: no "
+        "recording rule UUID:DCGM_FI_DEV_GPU_UTIL:max_avg3s answered (deploy/prometheus/rackplane-rules.yml "
+        "in Rackplane's source records it)."
     )
 
 
@@ -297,7 +301,10 @@ def test_a_gpu_low_for_the_whole_window_in_prometheus_is_idle_at_the_first_cycle
 
     result = poll()
 
-    assert result.error == "" and result.queries == 2 and result.series == 8
+    assert result.error == "" and result.series == 8
+    # Each figure: its recording rule asked for (none for these windows), then 5 chunks (the low figure's
+    # two halves each).
+    assert (result.way_now, result.way_low, result.queries) == (Way.CHUNKED, Way.CHUNKED, 6 + 11)
     idle = {gpu.pk for gpu in idle_gpus_queryset(department=research)}
     assert idle == {gpu.pk for gpu in early}
     assert GpuActivity.objects.filter(gpu__in=late, low_since__isnull=False).count() == 4  # low, not long
@@ -317,3 +324,60 @@ def test_a_gpu_page_chart_comes_from_prometheus(prometheus, source, client_as):
     assert answer.status_code == 200
     assert "From the site&#x27;s Prometheus, one point every 15 s." in text
     assert "37.0" in text and "GPU 0" in text
+
+
+def test_the_shipped_recording_rules_give_the_cycle_the_raw_queries_figures(prometheus, source):
+    """The test Prometheus evaluates deploy/prometheus/rackplane-rules.yml. With the metrics source's default
+    windows (5 minutes, idle window 30 minutes) the cycle reads the recorded series, and its activity rows are
+    the ones the raw query gives in one query and in chunks, GPU by GPU, at the rules' evaluation time."""
+    source.window_seconds = 300
+    # Other tests' old-style exporter (no `UUID` label) may have reported in the last 5 minutes: left out
+    # (a matcher the recorded series, all by UUID, satisfy too).
+    source.selector = 'UUID!=""'
+    source.save()
+    TenancySettings.objects.filter(pk=TenancySettings.load().pk).update(idle_window_minutes=30)
+    # Trays no other test serves; 36 minutes of history (a sample every 5 s), written at once.
+    low, spike, late, busy = tray_gpus("gb-r03-t01")
+    extra = tray_gpus("gb-r03-t02")[0]  # the fifth GPU of the page: gpu="4", read by the last chunk
+    written = prometheus.history(
+        0,
+        {
+            low.uuid: lambda age: 1.0 + age % 3,  # 1-3 %: low the whole window
+            spike.uuid: lambda age: 90.0 if 1200 <= age < 1260 else 2.0,  # busy for a minute 20 min ago
+            busy.uuid: lambda age: 40.0 + age % 50,
+            extra.uuid: lambda age: 3.0,
+        },
+        seconds=36 * 60,
+        step=5,
+    )
+    prometheus.history(1, {late.uuid: 1.0}, seconds=10 * 60, step=5)  # reporting for 10 minutes only
+    uuids = "|".join(gpu.uuid for gpu in (low, spike, late, busy, extra))
+    # An evaluation of the rules that began after the writes: its timestamp is the moment compared at.
+    answer = prometheus.wait_for(
+        f'timestamp(UUID:DCGM_FI_DEV_GPU_UTIL:max_avg5m{{UUID=~"{uuids}"}})',
+        lambda result: len(result) == 5 and min(float(item["value"][1]) for item in result) > written + 0.5,
+    )
+    at = datetime.fromtimestamp(min(float(item["value"][1]) for item in answer), tz=UTC)
+    prometheus.wait_for(
+        f'UUID:DCGM_FI_DEV_GPU_UTIL:max30m{{UUID=~"{uuids}"}}', lambda result: len(result) == 4
+    )
+
+    figures = {}
+    for way in (None, Way.SINGLE, Way.CHUNKED):
+        GpuActivity.objects.all().delete()
+        result = poll(now=at, way=way)
+        assert result.error == ""
+        rows = GpuActivity.objects.values_list("gpu__uuid", "utilization", "low_since")
+        figures[way] = (result.way_now, result.way_low, {uuid: (value, since) for uuid, value, since in rows})
+
+    assert figures[None][:2] == (Way.RECORDED, Way.RECORDED)
+    assert figures[Way.CHUNKED][:2] == (Way.CHUNKED, Way.CHUNKED)
+    assert figures[None][2] == figures[Way.SINGLE][2] == figures[Way.CHUNKED][2]
+    rows = figures[None][2]
+    assert 1.0 <= rows[low.uuid][0] <= 3.0 and 40.0 <= rows[busy.uuid][0] < 90.0
+    assert (rows[spike.uuid][0], rows[late.uuid][0], rows[extra.uuid][0]) == (2.0, 1.0, 3.0)
+    # Idle for the whole window (low since 30 minutes before) only where the window's figure says so; low
+    # only now where it was busy in the window or began reporting inside it; the busy GPU not low.
+    window_start = at - timedelta(minutes=30)
+    assert (rows[low.uuid][1], rows[extra.uuid][1]) == (window_start, window_start)
+    assert (rows[spike.uuid][1], rows[late.uuid][1], rows[busy.uuid][1]) == (at, at, None)
