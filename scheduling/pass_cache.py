@@ -39,7 +39,7 @@ SQLite (the embedded default) has no triggers: every pass reads cold.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from django.db import connection
 from django.utils import timezone
@@ -497,30 +497,42 @@ def silence(state: ClusterState) -> None:
     cluster.hold(list(state.silenced))
 
 
-def keep(state: ClusterState) -> None:
+def _put_back(cluster, before: dict, jobs) -> None:
+    """Release the `jobs` whose placement differs from `before`, allocate back the ones that had one."""
+    for job_id in jobs:
+        placement = cluster.jobs.get(job_id)
+        if placement is not None and before.get(job_id) != placement:
+            cluster.release(job_id)
+    for job_id in jobs:
+        placement = before.get(job_id)
+        if placement is not None and job_id not in cluster.jobs:
+            cluster.allocate(job_id, placement)
+
+
+def keep(state: ClusterState, touched: Iterable[int] | None = None) -> None:
     """Put the cluster back as `read` returned it (undoing the engine's starts, preemptions and held trays)
-    and keep it for this process's next pass. Not kept when it cannot be (SQLite) or does not come back
-    exactly."""
+    and keep it for this process's next pass. `touched`: the jobs the engine started or preempted (its
+    result): only those are put back, then the jobs compared whole (in C; every job walked when they
+    differ). Not kept when it cannot be (SQLite) or does not come back exactly."""
     if state.mark is None:
         return
     cluster = state.cluster
+    before = state.jobs_before
     try:
         silenced, state.silenced = state.silenced, {}
         for t, capacity in silenced.items():
             cluster.set_capacity(t, capacity)
         if True in cluster.tray_held:
             cluster.unhold([t for t, held in enumerate(cluster.tray_held) if held])
-        before = state.jobs_before
-        for job_id, placement in list(cluster.jobs.items()):
-            if before.get(job_id) != placement:
-                cluster.release(job_id)
-        for job_id, placement in before.items():
-            if job_id not in cluster.jobs:
-                cluster.allocate(job_id, placement)
+        if touched is not None:
+            _put_back(cluster, before, list(touched))
+        if cluster.jobs != before:
+            _put_back(cluster, before, [*cluster.jobs, *before])
     except (ValueError, KeyError):  # the cluster's own checks refused: read cold next time
         return
     if (
-        cluster.free_gpus != state.free_before
+        cluster.jobs != before
+        or cluster.free_gpus != state.free_before
         or cluster.tray_cap != state.cap_before
         or cluster.tray_settled != state.settled_before
     ):

@@ -184,7 +184,12 @@ class PassInputs:
         historical fair share's): the pass and the dry run both call this, so they cannot decide by
         different rules. `args`: `engine_args(now, extra_pending)` when the caller made them already (the
         pass reads the pending jobs it gave)."""
-        return schedule(*(args or self.engine_args(now, extra_pending)), **engine_options(), **self.options)
+        return schedule(
+            *(args or self.engine_args(now, extra_pending)),
+            standing=self.state.standing or None,
+            **engine_options(),
+            **self.options,
+        )
 
     def engine_args(self, now: datetime, extra_pending: Iterable = ()) -> tuple:
         """The engine's `schedule` arguments: (cluster, departments, running jobs, pending jobs, now); its
