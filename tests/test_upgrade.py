@@ -389,10 +389,10 @@ def test_previous_release_database_migrates_forward_with_nothing_lost():
         # No table for the moved models, nothing dropped, and every row of every table unchanged (on SQLite,
         # integrations 0002 rebuilds both moved tables: new table, rows copied, old one dropped).
         created = set(connection.introspection.table_names()) - tables_before
-        # PostgreSQL only: the pass's log of inventory changes and their racks (migrations scheduling 0010 and
-        # 0027, no model).
+        # PostgreSQL only: the pass's log of inventory changes and their racks, and of job changes (migrations
+        # scheduling 0010, 0027 and 0031, no model).
         logs = (
-            {"scheduling_inventorychange", "scheduling_inventorychangerack"}
+            {"scheduling_inventorychange", "scheduling_inventorychangerack", "scheduling_jobchange"}
             if connection.vendor == "postgresql"
             else set()
         )
