@@ -148,10 +148,11 @@ def _mark(prune: bool = True) -> Mark:
         cursor.execute(
             "SELECT txid_current_snapshot()::text, txid_current_if_assigned(), "
             f"(SELECT seq FROM {CHANGE_LOG} WHERE xid = txid_current_if_assigned()), "
-            f"pg_postmaster_start_time(), (SELECT count(*) FROM {CHANGE_LOG})"
+            f"pg_postmaster_start_time(), (SELECT count(*) FROM {CHANGE_LOG}), "
+            f"ARRAY(SELECT job_id FROM {JOB_LOG} WHERE xid = txid_current_if_assigned())"
         )
-        snapshot, own, own_seq, postmaster, logged = cursor.fetchone()
-        mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, own_seq, postmaster)
+        snapshot, own, own_seq, postmaster, logged, own_jobs = cursor.fetchone()
+        mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, own_seq, postmaster, _own_jobs(own_jobs))
         if prune and logged > PRUNE_AT:
             # Every transaction older than this snapshot's oldest running one had ended before it; caches
             # read before the horizon (row xid 0) can no longer be checked and read cold.
@@ -202,15 +203,22 @@ SELECT
     AND COALESCE((SELECT max(job_id) FROM {JOB_LOG} WHERE xid = 0), 0) <= %(job_xmin)s
     AND (
         %(job_own)s::bigint IS NULL
-        OR %(job_own)s::bigint = txid_current_if_assigned()
-        OR COALESCE(txid_status(%(job_own)s::bigint) = 'committed', false)
+        OR (
+            (
+                %(job_own)s::bigint = txid_current_if_assigned()
+                OR COALESCE(txid_status(%(job_own)s::bigint) = 'committed', false)
+            )
+            AND %(job_own_jobs)s::bigint[]
+                <@ ARRAY(SELECT job_id FROM {JOB_LOG} WHERE xid = %(job_own)s::bigint)
+        )
     ),
     ARRAY(
         SELECT DISTINCT job_id FROM {JOB_LOG}
         WHERE (xid >= %(job_xmin)s AND NOT txid_visible_in_snapshot(xid, %(job_snapshot)s::txid_snapshot))
            OR xid = %(job_own)s::bigint
     ),
-    (SELECT count(*) FROM {JOB_LOG})
+    (SELECT count(*) FROM {JOB_LOG}),
+    ARRAY(SELECT job_id FROM {JOB_LOG} WHERE xid = txid_current_if_assigned())
 """
 # The kept allocations' figures when every running job is read again (the job log cannot say which changed).
 _ALLOCATIONS = "SELECT count(*), COALESCE(max(id), 0) FROM scheduling_allocation"
@@ -249,15 +257,21 @@ def _check(state: ClusterState) -> tuple[bool, bool, Mark, set[int] | None]:
                 "job_xmin": jobs.xmin if jobs else None,
                 "job_snapshot": jobs.snapshot if jobs else None,
                 "job_own": jobs.own if jobs else None,
+                # None (too many to keep): the check fails if the mark had an own transaction
+                "job_own_jobs": list(jobs.own_jobs) if jobs and jobs.own_jobs is not None else None,
             },
         )
-        unchanged, rereadable, snapshot, own, postmaster, logged, changed, rows = cursor.fetchone()
-    job_mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, None, postmaster)
+        unchanged, rereadable, snapshot, own, postmaster, logged, changed, rows, own_jobs = cursor.fetchone()
+    job_mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, None, postmaster, _own_jobs(own_jobs))
     if rows > JOB_PRUNE_AT:
         _prune_jobs(job_mark)
     if not logged or 0 in changed or len(changed) > JOB_READ_ALL_AT:
         return bool(unchanged), bool(rereadable), job_mark, None
     return bool(unchanged), bool(rereadable), job_mark, set(changed)
+
+
+def _own_jobs(jobs: list[int]) -> tuple[int, ...] | None:
+    return tuple(jobs) if len(jobs) <= JOB_READ_ALL_AT else None
 
 
 def _prune_jobs(mark: Mark) -> None:

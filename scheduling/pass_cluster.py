@@ -39,6 +39,9 @@ class Mark:
     own: int | None  # the reading transaction's id, if it had one
     own_seq: int | None  # its last change to the inventory before the read (a test, a seed), if any
     postmaster: datetime  # the server's start: another server, or a restore, is another history
+    # The jobs the job log named for the reading transaction when read (a savepoint rolled back since takes
+    # some away: what was read of them is then read again); None: too many to keep.
+    own_jobs: tuple[int, ...] | None = ()
 
 
 @dataclass

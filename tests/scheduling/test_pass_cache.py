@@ -540,18 +540,33 @@ def test_a_warm_pass_reads_only_the_jobs_that_changed(demo_inventory):
 
 
 @postgresql
-def test_a_read_whose_own_changes_were_rolled_back_reads_every_job(demo_inventory):
+@pytest.mark.django_db(transaction=True)
+def test_a_read_of_changes_rolled_back_since_reads_them_again(demo_inventory):
+    """A pass that read a job's change its own transaction made, then rolled back (the whole transaction, or
+    only a savepoint of one that commits): the next pass reads the job as it is, not as it was read."""
     research = make_department("Research", guaranteed_gpus=24)
     job = make_job(research, "held", trays=free_trays(1))
     pass_cache.forget()
     kept_is_cold(expect_cold=True)
-    with transaction.atomic():
-        Job.objects.filter(pk=job.pk).update(time_limit_minutes=999)
-        run_pass()  # reads the rolled-back limit: a savepoint is its own subtransaction
-        assert pass_cache.kept().running_rows[job.pk][3] == 999
+    limit = Job.objects.get(pk=job.pk).time_limit_minutes
+    with transaction.atomic():  # committed, with a savepoint inside rolled back
+        with transaction.atomic():
+            Job.objects.filter(pk=job.pk).update(time_limit_minutes=999)
+            run_pass()
+            assert pass_cache.kept().running_rows[job.pk][3] == 999
+            transaction.set_rollback(True)
+        pending(research, "small", 1)
+    state = pass_cache.read()
+    assert state.running_rows[job.pk][3] == limit
+    assert_as_cold(state)
+    pass_cache.keep(state)
+    with transaction.atomic():  # the whole transaction rolled back
+        Job.objects.filter(pk=job.pk).update(time_limit_minutes=998)
+        run_pass()
+        assert pass_cache.kept().running_rows[job.pk][3] == 998
         transaction.set_rollback(True)
     state = pass_cache.read()
-    assert state.running_rows[job.pk][3] != 999
+    assert state.changed_jobs is None and state.running_rows[job.pk][3] == limit
     assert_as_cold(state)
     pass_cache.keep(state)
 
