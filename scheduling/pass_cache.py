@@ -6,11 +6,15 @@ to date instead of read cold (scheduling.pass_cluster):
   from (`CACHED_COLUMNS`), whatever made the change (a save, a bulk update, raw SQL, the admin). A kept
   cluster remembers the snapshot its inventory was read under; a logged transaction that snapshot did not
   see, or the log pruned past it, means a cold read. Exact: never a heuristic on counts or times.
-* **the running jobs' GPUs** change at every pass: allocations are made by passes only (one at a time) and
-  deleted with their job's end or preemption. The running jobs are read every pass anyway (the engine needs
-  them); a job that is new, or placed again since (``placed_at``), has its allocations read (one query for
-  all of them), a job that left is released. Then the kept allocations must match the table's row count and
-  highest id (the same query as the inventory check), else a cold read.
+* **the running jobs and their GPUs** change at every pass: triggers (migration scheduling 0033) log in
+  `JOB_LOG` every job a transaction inserts, deletes or changes a column of that a pass reads
+  (`JOB_COLUMNS`), and every job whose allocations it inserts or deletes. Each pass takes a job mark (the
+  same kind of snapshot) and reads again only the rows of the jobs logged by transactions the last mark did
+  not see (and by its own transaction: what it saw of that may be rolled back), and the allocations of the
+  ones placed again or whose allocations changed; the other ~47,700 running jobs at 10,000 racks are kept
+  as they are. When the log cannot say (pruned past the mark, a truncate, the last read's own transaction
+  rolled back), every running job is read and compared, and the kept allocations must match the table's
+  row count and highest id, else a cold read.
 
 The engine changes the cluster it is given (starts, preemptions, held trays). After the pass `keep` puts it
 back as it was read, by the difference of its jobs, so the next pass starts from the database's state
@@ -35,7 +39,7 @@ SQLite (the embedded default) has no triggers: every pass reads cold.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from django.db import connection
 from django.utils import timezone
@@ -45,6 +49,7 @@ from inventory.models import ComputeTray, Gpu
 from inventory.staleness import silent_policy, silent_tray_pks
 from scheduling.models import Allocation
 from scheduling.pass_cluster import (
+    RUNNING_COLUMNS,
     ClusterState,
     Held,
     Mark,
@@ -53,6 +58,7 @@ from scheduling.pass_cluster import (
     build,
     degraded_tray_rows,
     group_allocations,
+    read_running,
     schedulable_gpus_by_tray,
     tray_rows,
     unsettled_tray_rows,
@@ -86,6 +92,13 @@ FABRIC_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 # Allocations changed in place (never by a pass: the admin) are logged too; made and deleted ones are not.
 ALLOCATION_COLUMNS: dict[str, tuple[str, ...]] = {"scheduling_allocation": ("job_id", "gpu_id")}
+# The columns of a job a pass reads of a running job (scheduling.pass_cluster.read_running) and what makes
+# it one; the triggers of migration scheduling 0033 log the jobs whose columns here change, and the jobs
+# whose allocations are inserted or deleted (as -pk), in JOB_LOG.
+JOB_COLUMNS = ("state", "mig_slices", *RUNNING_COLUMNS[1:], "placed_at", "started_at")
+JOB_LOG = "scheduling_jobchange"  # (xid, job): job 0 is every job; (0, N) the pruning horizon
+JOB_PRUNE_AT = 20000  # job log rows: past this many a pass deletes the ones every snapshot since has seen
+JOB_READ_ALL_AT = 5000  # changed jobs: past this many every running job is read (one scan, not a long list)
 CHANGE_LOG = "scheduling_inventorychange"
 CHANGE_RACKS = "scheduling_inventorychangerack"  # (xid, rack): rack 0 is every rack (migration 0027)
 PRUNE_AT = 1000  # log rows: a cold read past this many deletes the ones every snapshot since has seen
@@ -135,10 +148,11 @@ def _mark(prune: bool = True) -> Mark:
         cursor.execute(
             "SELECT txid_current_snapshot()::text, txid_current_if_assigned(), "
             f"(SELECT seq FROM {CHANGE_LOG} WHERE xid = txid_current_if_assigned()), "
-            f"pg_postmaster_start_time(), (SELECT count(*) FROM {CHANGE_LOG})"
+            f"pg_postmaster_start_time(), (SELECT count(*) FROM {CHANGE_LOG}), "
+            f"ARRAY(SELECT job_id FROM {JOB_LOG} WHERE xid = txid_current_if_assigned())"
         )
-        snapshot, own, own_seq, postmaster, logged = cursor.fetchone()
-        mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, own_seq, postmaster)
+        snapshot, own, own_seq, postmaster, logged, own_jobs = cursor.fetchone()
+        mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, own_seq, postmaster, _own_jobs(own_jobs))
         if prune and logged > PRUNE_AT:
             # Every transaction older than this snapshot's oldest running one had ended before it; caches
             # read before the horizon (row xid 0) can no longer be checked and read cold.
@@ -152,7 +166,8 @@ def _mark(prune: bool = True) -> Mark:
     return mark
 
 
-# (unchanged, racks may be re-read, allocation rows, highest allocation id)
+# (unchanged, racks may be re-read; then the job log: a new mark's snapshot, own transaction and server
+# start, whether the jobs it names since the kept mark are all that changed, those jobs, the log's rows)
 _CHECK = f"""
 SELECT
     pg_postmaster_start_time() = %(postmaster)s
@@ -180,9 +195,33 @@ SELECT
         OR %(own)s::bigint = txid_current_if_assigned()
         OR txid_status(%(own)s::bigint) = 'committed'
     ),
-    (SELECT count(*) FROM scheduling_allocation),
-    (SELECT COALESCE(max(id), 0) FROM scheduling_allocation)
+    txid_current_snapshot()::text,
+    txid_current_if_assigned(),
+    pg_postmaster_start_time(),
+    %(job_xmin)s::bigint IS NOT NULL
+    AND pg_postmaster_start_time() = %(job_postmaster)s
+    AND COALESCE((SELECT max(job_id) FROM {JOB_LOG} WHERE xid = 0), 0) <= %(job_xmin)s
+    AND (
+        %(job_own)s::bigint IS NULL
+        OR (
+            (
+                %(job_own)s::bigint = txid_current_if_assigned()
+                OR COALESCE(txid_status(%(job_own)s::bigint) = 'committed', false)
+            )
+            AND %(job_own_jobs)s::bigint[]
+                <@ ARRAY(SELECT job_id FROM {JOB_LOG} WHERE xid = %(job_own)s::bigint)
+        )
+    ),
+    ARRAY(
+        SELECT DISTINCT job_id FROM {JOB_LOG}
+        WHERE (xid >= %(job_xmin)s AND NOT txid_visible_in_snapshot(xid, %(job_snapshot)s::txid_snapshot))
+           OR xid = %(job_own)s::bigint
+    ),
+    (SELECT count(*) FROM {JOB_LOG}),
+    ARRAY(SELECT job_id FROM {JOB_LOG} WHERE xid = txid_current_if_assigned())
 """
+# The kept allocations' figures when every running job is read again (the job log cannot say which changed).
+_ALLOCATIONS = "SELECT count(*), COALESCE(max(id), 0) FROM scheduling_allocation"
 
 # The racks the transactions a mark did not see changed, and every rack its own transaction changed (a
 # snapshot counts its own transaction as seen: a test, a seed; all of them, not only those after the read).
@@ -195,12 +234,16 @@ WHERE xid IN (
 """
 
 
-def _check(mark: Mark) -> tuple[bool, bool, int, int]:
-    """(the inventory is as `mark` read it, else whether the racks changed since may be re-read, allocation
-    rows, highest allocation id): one query.
+def _check(state: ClusterState) -> tuple[bool, bool, Mark, set[int] | None]:
+    """(the inventory is as the kept mark read it, else whether the racks changed since may be re-read; a
+    new job mark; the jobs changed since the kept job mark: their pk when their row changed, -pk when their
+    allocations did, None when that cannot be told: read every running job): one query.
 
     Unchanged means: no transaction the snapshot did not see has changed the inventory since, but the
-    reader's own, if its changes before the read are all it made and it committed (or is still this one)."""
+    reader's own, if its changes before the read are all it made and it committed (or is still this one).
+    Every job its own transaction changed is read again (what a kept read saw of them may be rolled back
+    since: then, if it read any, every job is)."""
+    mark, jobs = state.mark, state.job_mark
     with connection.cursor() as cursor:
         cursor.execute(
             _CHECK,
@@ -210,10 +253,33 @@ def _check(mark: Mark) -> tuple[bool, bool, int, int]:
                 "snapshot": mark.snapshot,
                 "own": mark.own,
                 "own_seq": mark.own_seq,
+                "job_postmaster": jobs.postmaster if jobs else None,
+                "job_xmin": jobs.xmin if jobs else None,
+                "job_snapshot": jobs.snapshot if jobs else None,
+                "job_own": jobs.own if jobs else None,
+                # None (too many to keep): the check fails if the mark had an own transaction
+                "job_own_jobs": list(jobs.own_jobs) if jobs and jobs.own_jobs is not None else None,
             },
         )
-        unchanged, rereadable, rows, last = cursor.fetchone()
-    return bool(unchanged), bool(rereadable), rows, last
+        unchanged, rereadable, snapshot, own, postmaster, logged, changed, rows, own_jobs = cursor.fetchone()
+    job_mark = Mark(snapshot, int(snapshot.split(":", 1)[0]), own, None, postmaster, _own_jobs(own_jobs))
+    if rows > JOB_PRUNE_AT:
+        _prune_jobs(job_mark)
+    if not logged or 0 in changed or len(changed) > JOB_READ_ALL_AT:
+        return bool(unchanged), bool(rereadable), job_mark, None
+    return bool(unchanged), bool(rereadable), job_mark, set(changed)
+
+
+def _own_jobs(jobs: list[int]) -> tuple[int, ...] | None:
+    return tuple(jobs) if len(jobs) <= JOB_READ_ALL_AT else None
+
+
+def _prune_jobs(mark: Mark) -> None:
+    """Delete the job log's rows every snapshot since `mark`'s has seen; a kept read older than it reads every
+    running job again (the horizon row)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {JOB_LOG} WHERE xid < %s", [mark.xmin])
+        cursor.execute(f"INSERT INTO {JOB_LOG} (xid, job_id) VALUES (0, %s)", [mark.xmin])
 
 
 def _changed_racks(mark: Mark) -> set[int]:
@@ -311,13 +377,39 @@ def _add(state: ClusterState, job_id: int, placed, allocation: tuple) -> None:
     state.allocated.update(gpus)
 
 
-def _catch_up(state: ClusterState, placed: dict[int, object], rows: int, last: int) -> bool:
-    """Release the jobs that left or were placed again, allocate the new ones; True when the result has
-    the table's allocation rows and highest id (else the caller reads cold)."""
+def _running(state: ClusterState, changed: set[int] | None) -> dict[int, tuple]:
+    """The running jobs' rows: the kept ones with the `changed` jobs' read again (None: every job read)."""
+    if changed is None:
+        return {row[0]: row for row in read_running()}
+    rows = state.running_rows
+    again = {abs(job_id) for job_id in changed if job_id > 0}
+    for job_id in again:
+        rows.pop(job_id, None)
+    if again:
+        rows.update((row[0], row) for row in read_running(again))
+    return rows
+
+
+def _catch_up(state: ClusterState, placed: dict[int, object], changed: set[int] | None) -> bool:
+    """Release the jobs that left, were placed again or whose allocations changed, allocate the new ones;
+    True when the result is the database's (else the caller reads cold). `changed`: the jobs the job log
+    names (pk: its row, -pk: its allocations; None: every job was read again, so every kept job is compared
+    and the allocations' row count and highest id must match the table's)."""
     gone = object()
-    for job_id in [j for j, held in state.held.items() if placed.get(j, gone) != held.placed]:
-        _drop(state, job_id)
-    new = [job_id for job_id in placed if job_id not in state.held]
+    if changed is None:
+        candidates = list(state.held)
+        moved: set[int] = set()
+    else:
+        moved = {-job_id for job_id in changed if job_id < 0}
+        candidates = [job_id for job_id in {abs(job_id) for job_id in changed} if job_id in state.held]
+    for job_id in candidates:
+        if job_id in moved or placed.get(job_id, gone) != state.held[job_id].placed:
+            _drop(state, job_id)
+    if changed is None:
+        new = [job_id for job_id in placed if job_id not in state.held]
+    else:
+        new = [job_id for job_id in {abs(job_id) for job_id in changed} if job_id in placed]
+        new = [job_id for job_id in new if job_id not in state.held]
     recorded, state.recorded = state.recorded, {}
     if recorded:  # placed by this process's last pass, which committed: no need to read them
         known = [job_id for job_id in new if job_id in recorded and recorded[job_id][0] == placed[job_id]]
@@ -325,22 +417,15 @@ def _catch_up(state: ClusterState, placed: dict[int, object], rows: int, last: i
             _add(state, job_id, placed[job_id], recorded[job_id][1:])
         if known:
             new = [job_id for job_id in new if job_id not in state.held]
-    if new:
-        # Passes allocate schedulable GPUs of the cluster only: their trays are known. Any other GPU (a
-        # job made by hand) is read cold.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT job_id, gpu_id, id FROM {Allocation._meta.db_table} "
-                "WHERE job_id = ANY(%s::bigint[])",
-                ["{" + ",".join(map(str, new)) + "}"],
-            )
-            allocations = cursor.fetchall()
-        gpu_tray = state.gpu_tray
-        if any(gpu not in gpu_tray for _, gpu, _ in allocations):
-            return False
-        jobs = group_allocations(((job, gpu_tray[gpu], (gpu,), pk) for job, gpu, pk in allocations), state)
+    if new:  # their GPUs by tray, as a cold read reads them (one that is not schedulable any more too)
+        jobs = group_allocations(allocation_rows(new, state.tray_index), state)
         for job_id in new:
             _add(state, job_id, placed[job_id], jobs.get(job_id, ((), (), (), 0)))
+    if changed is not None:
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(_ALLOCATIONS)
+        rows, last = cursor.fetchone()
     highest = max((held.last for held in state.held.values()), default=0)
     return state.rows == rows and highest == last
 
@@ -364,33 +449,42 @@ def _same_fabric(state: ClusterState, fabric: Fabric | Callable[[], Fabric] | No
     return state.cluster.fabric == (fabric if fabric is not None else Fabric())
 
 
-def read(placed: dict[int, object], fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
-    """The cluster for a pass, with the allocations of the running jobs in `placed` (pk -> when it was
-    placed, as the pass read it): the one this process kept, checked and brought up to date, or read cold.
-    `fabric`: the compute fabric above the racks (core.fabric; none by default), or the function that reads
-    the one in use (inventory.fabric.current_fabric), called on a cold read only: a kept cluster built on
-    it is kept while the change log shows no change to the fabric's tables (`FABRIC_COLUMNS`), one built
+def read(fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
+    """The cluster for a pass, with the running jobs' rows (`ClusterState.running_rows`, read as
+    scheduling.pass_cluster.read_running reads them) and their allocations: the one this process kept,
+    checked and brought up to date (the inventory's racks and the jobs the change logs name since), or read
+    cold. `fabric`: the compute fabric above the racks (core.fabric; none by default), or the function that
+    reads the one in use (inventory.fabric.current_fabric), called on a cold read only: a kept cluster built
+    on it is kept while the change log shows no change to the fabric's tables (`FABRIC_COLUMNS`), one built
     on another fabric is read cold again."""
     key = _database()
     with _kept_lock:
         state = _kept.pop(key, None)
     if state is not None and not _same_fabric(state, fabric):
         state = None
+    rows, job_mark, changed = None, None, None
     if state is not None:
         state.cold = False
         state.reread = 0
         try:
-            unchanged, rereadable, rows, last = _check(state.mark)
+            unchanged, rereadable, job_mark, changed = _check(state)
+            rows = _running(state, changed)
+            placed = {pk: row[-1] for pk, row in rows.items()}
             if not unchanged:
                 state = _reread_changed(state, placed) if rereadable else None
-            if state is not None and not _catch_up(state, placed, rows, last):
+            if state is not None and not _catch_up(state, placed, changed):
                 state = None
         except (ValueError, KeyError):  # the cluster's own checks refused a change (never expected)
             state = None
     if state is None:
         mark = _mark() if has_log() else None  # before the first query of the read, the fabric's too
+        if rows is None:  # else read under the job mark taken before them
+            job_mark, changed = mark, None
+            rows = {row[0]: row for row in read_running()}
+        placed = {pk: row[-1] for pk, row in rows.items()}
         state = build(placed, mark, fabric() if callable(fabric) else fabric)
         state.fabric_source = fabric if callable(fabric) else None
+    state.running_rows, state.job_mark, state.changed_jobs = rows, job_mark, changed
     cluster = state.cluster
     state.jobs_before = dict(cluster.jobs)
     state.free_before = cluster.free_gpus
@@ -417,30 +511,42 @@ def silence(state: ClusterState) -> None:
     cluster.hold(list(state.silenced))
 
 
-def keep(state: ClusterState) -> None:
+def _put_back(cluster, before: dict, jobs) -> None:
+    """Release the `jobs` whose placement differs from `before`, allocate back the ones that had one."""
+    for job_id in jobs:
+        placement = cluster.jobs.get(job_id)
+        if placement is not None and before.get(job_id) != placement:
+            cluster.release(job_id)
+    for job_id in jobs:
+        placement = before.get(job_id)
+        if placement is not None and job_id not in cluster.jobs:
+            cluster.allocate(job_id, placement)
+
+
+def keep(state: ClusterState, touched: Iterable[int] | None = None) -> None:
     """Put the cluster back as `read` returned it (undoing the engine's starts, preemptions and held trays)
-    and keep it for this process's next pass. Not kept when it cannot be (SQLite) or does not come back
-    exactly."""
+    and keep it for this process's next pass. `touched`: the jobs the engine started or preempted (its
+    result): only those are put back, then the jobs compared whole (in C; every job walked when they
+    differ). Not kept when it cannot be (SQLite) or does not come back exactly."""
     if state.mark is None:
         return
     cluster = state.cluster
+    before = state.jobs_before
     try:
         silenced, state.silenced = state.silenced, {}
         for t, capacity in silenced.items():
             cluster.set_capacity(t, capacity)
         if True in cluster.tray_held:
             cluster.unhold([t for t, held in enumerate(cluster.tray_held) if held])
-        before = state.jobs_before
-        for job_id, placement in list(cluster.jobs.items()):
-            if before.get(job_id) != placement:
-                cluster.release(job_id)
-        for job_id, placement in before.items():
-            if job_id not in cluster.jobs:
-                cluster.allocate(job_id, placement)
+        if touched is not None:
+            _put_back(cluster, before, list(touched))
+        if cluster.jobs != before:
+            _put_back(cluster, before, [*cluster.jobs, *before])
     except (ValueError, KeyError):  # the cluster's own checks refused: read cold next time
         return
     if (
-        cluster.free_gpus != state.free_before
+        cluster.jobs != before
+        or cluster.free_gpus != state.free_before
         or cluster.tray_cap != state.cap_before
         or cluster.tray_settled != state.settled_before
     ):

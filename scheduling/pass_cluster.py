@@ -17,7 +17,8 @@ from operator import itemgetter
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
-from django.db.models import Max, Q
+from django.db.models import FloatField, Func, Max, Q
+from django.db.models.functions import Coalesce
 
 from core.fabric import Fabric
 from core.hardware import GPUS_PER_TRAY
@@ -25,7 +26,7 @@ from inventory.models import ComputeTray, Gpu
 from inventory.selectors import GPU_FABRIC_UNSETTLED, HAS_FABRIC_PROBLEMS, unsettled_fabric_trays
 from scheduling.choices import HOLDING_STATES
 from scheduling.engine.cluster import Cluster, TraySpec
-from scheduling.models import Allocation
+from scheduling.models import Allocation, Job
 from tenancy.services import schedulable_gpus_q
 
 
@@ -38,6 +39,9 @@ class Mark:
     own: int | None  # the reading transaction's id, if it had one
     own_seq: int | None  # its last change to the inventory before the read (a test, a seed), if any
     postmaster: datetime  # the server's start: another server, or a restore, is another history
+    # The jobs the job log named for the reading transaction when read (a savepoint rolled back since takes
+    # some away: what was read of them is then read again); None: too many to keep.
+    own_jobs: tuple[int, ...] | None = ()
 
 
 @dataclass
@@ -74,6 +78,15 @@ class ClusterState:
     reread: int = 0  # racks a kept cluster read again for this pass (scheduling.pass_cache)
     # The engine's RunningJob of each running job, with the row it was made from (scheduling.services).
     running_jobs: dict = field(default_factory=dict)
+    # The running jobs' rows (pk -> `read_running` row) as this pass read them, and what they were read
+    # under (PostgreSQL: scheduling.pass_cache reads again only the jobs the job change log names since).
+    running_rows: dict[int, tuple] = field(default_factory=dict)
+    job_mark: Mark | None = None
+    # The engine's standing order of the running jobs after the last pass (job ids: PassResult.standing),
+    # which the next pass's sort starts from (scheduling.services.passes keeps it).
+    standing: list[int] = field(default_factory=list)
+    # The jobs whose rows (pk) or allocations (-pk) this pass read again; None: every running job was read.
+    changed_jobs: set[int] | None = None
     # The allocations this process's last pass made: job -> (placed, placement, GPUs, highest id). The next
     # pass takes a new job's from here when it was placed then (else it reads them).
     recorded: dict = field(default_factory=dict)
@@ -112,6 +125,62 @@ class ClusterState:
         of jobs the pass preempted), in index order."""
         allocated = self.allocated
         return {t: [gpu for gpu in self.tray_gpus[t] if gpu not in allocated or gpu in freed] for t in trays}
+
+
+# --- the running jobs ----------------------------------------------------------------------------------
+
+
+class _Seconds(Func):
+    """A timestamp as seconds since 1970 (a float), computed by PostgreSQL: parsing thousands of
+    timestamps into datetimes costs more than reading the rest of the running jobs' rows."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
+    output_field = FloatField()
+
+
+def seconds_of(value) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+# A running job as a pass reads it: (pk, department pk, GPUs, time limit in minutes, over quota, priority
+# class, project pk, since, placed), `since` (placed, else started) and `placed` in seconds since 1970, or
+# None.
+RUNNING_COLUMNS = (
+    "pk",
+    "department_id",
+    "gpus",
+    "time_limit_minutes",
+    "over_quota",
+    "priority_class",
+    "project_id",
+)
+OVER_QUOTA = 4  # a running row's over-quota column
+
+
+def running_query(jobs=None):
+    """The query of `read_running` (PostgreSQL's; SQLite's reads the timestamps themselves)."""
+    # Slice jobs (MIG devices, no whole GPU) are the pass's own (scheduling.services.slices), not the
+    # engine's.
+    rows = Job.objects.filter(state__in=HOLDING_STATES, mig_slices=0).order_by()
+    if jobs is not None:
+        rows = rows.filter(pk__in=jobs)
+    if connection.vendor != "postgresql":
+        return rows.values_list(*RUNNING_COLUMNS, "placed_at", "started_at")
+    since = _Seconds(Coalesce("placed_at", "started_at"))
+    return rows.annotate(since=since, placed=_Seconds("placed_at")).values_list(
+        *RUNNING_COLUMNS, "since", "placed"
+    )
+
+
+def read_running(jobs=None) -> list[tuple]:
+    """The running (holding) jobs (`jobs`: of those pks only), one query."""
+    query = running_query(jobs)
+    if connection.vendor == "postgresql":
+        # The driver's tuples as they come: thousands of rows, nothing for Django to convert.
+        with connection.cursor() as cursor:
+            cursor.execute(*query.query.sql_with_params())
+            return cursor.fetchall()
+    return [(*row[:-2], seconds_of(row[-2] or row[-1]), seconds_of(row[-2])) for row in query]
 
 
 # --- cold read ----------------------------------------------------------------------------------------

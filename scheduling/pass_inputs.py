@@ -14,23 +14,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import FloatField, Func
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.fabric import Fabric
 from inventory.fabric import current_fabric
 from scheduling import pass_cache
 from scheduling.checks import minutes_of
-from scheduling.choices import HOLDING_STATES, JobState
+from scheduling.choices import JobState
 from scheduling.engine.cluster import Cluster
 from scheduling.engine.scheduler import Department as EngineDepartment
 from scheduling.engine.scheduler import PassResult, PendingJob, RunningJob, schedule
 from scheduling.engine.scheduler import Project as EngineProject
 from scheduling.jobspec import JobSpec
 from scheduling.models import Job
-from scheduling.pass_cluster import ClusterState, build
+from scheduling.pass_cluster import (  # noqa: F401  (read_running, OVER_QUOTA: read here by callers)
+    OVER_QUOTA,
+    RUNNING_COLUMNS,
+    ClusterState,
+    build,
+    read_running,
+    seconds_of,
+)
 from scheduling.usage import decayed_usage, department_usage
 from tenancy.models import Department, Project
 
@@ -94,53 +98,6 @@ def engine_departments(
     ]
 
 
-class _Seconds(Func):
-    """A timestamp as seconds since 1970 (a float), computed by PostgreSQL: parsing thousands of
-    timestamps into datetimes costs more than reading the rest of the running jobs' rows."""
-
-    template = "EXTRACT(EPOCH FROM %(expressions)s)::double precision"
-    output_field = FloatField()
-
-
-def _seconds(value) -> float | None:
-    return value.timestamp() if value is not None else None
-
-
-# A running job as a pass reads it: (pk, department pk, GPUs, time limit in minutes, over quota, priority
-# class, project pk, since, placed), `since` (placed, else started) and `placed` in seconds since 1970, or
-# None.
-RUNNING_COLUMNS = (
-    "pk",
-    "department_id",
-    "gpus",
-    "time_limit_minutes",
-    "over_quota",
-    "priority_class",
-    "project_id",
-)
-OVER_QUOTA = 4  # a running row's over-quota column
-
-
-def read_running() -> list[tuple]:
-    """The running (holding) jobs, one query."""
-    # Slice jobs (MIG devices, no whole GPU) are the pass's own (scheduling.services.slices), not the
-    # engine's.
-    jobs = Job.objects.filter(state__in=HOLDING_STATES, mig_slices=0).order_by()
-    if connection.vendor == "postgresql":
-        since = _Seconds(Coalesce("placed_at", "started_at"))
-        query = jobs.annotate(since=since, placed=_Seconds("placed_at")).values_list(
-            *RUNNING_COLUMNS, "since", "placed"
-        )
-        # The driver's tuples as they come: thousands of rows, nothing for Django to convert.
-        with connection.cursor() as cursor:
-            cursor.execute(*query.query.sql_with_params())
-            return cursor.fetchall()
-    return [
-        (*row[:-2], _seconds(row[-2] or row[-1]), _seconds(row[-2]))
-        for row in jobs.values_list(*RUNNING_COLUMNS, "placed_at", "started_at")
-    ]
-
-
 def engine_running_jobs(
     rows, slug: dict[int, str], kept: dict, projects: dict[int, str] | None = None
 ) -> list[RunningJob]:
@@ -196,7 +153,7 @@ def engine_pending_jobs(
             fallback_topology=j.fallback_topology or None,
             fallback_after_s=(j.fallback_after_minutes or 0) * 60,
             project=projects.get(j.project_id),
-            fabric_held_since=_seconds(j.fabric_held_since),
+            fabric_held_since=seconds_of(j.fabric_held_since),
         )
         for j in rows
     ]
@@ -227,7 +184,12 @@ class PassInputs:
         historical fair share's): the pass and the dry run both call this, so they cannot decide by
         different rules. `args`: `engine_args(now, extra_pending)` when the caller made them already (the
         pass reads the pending jobs it gave)."""
-        return schedule(*(args or self.engine_args(now, extra_pending)), **engine_options(), **self.options)
+        return schedule(
+            *(args or self.engine_args(now, extra_pending)),
+            standing=self.state.standing or None,
+            **engine_options(),
+            **self.options,
+        )
 
     def engine_args(self, now: datetime, extra_pending: Iterable = ()) -> tuple:
         """The engine's `schedule` arguments: (cluster, departments, running jobs, pending jobs, now); its
@@ -275,11 +237,12 @@ def gather(*, kept: bool = True, fabric: Fabric | None = None) -> PassInputs:
     half_life_s = settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S
     ordered = settings.RACKPLANE_FAIRSHARE_ORDERS_BORROWERS and half_life_s is not None
     usage = decayed_usage(timezone.now(), half_life_s) if ordered else None  # one query, when used
-    holding_rows = read_running()
-    placed = {row[0]: row[-1] for row in holding_rows}
     if kept:
-        state = pass_cache.read(placed, current_fabric if fabric is None else fabric)
+        state = pass_cache.read(current_fabric if fabric is None else fabric)
+        holding_rows = state.running_rows.values()
     else:
+        holding_rows = read_running()
+        placed = {row[0]: row[-1] for row in holding_rows}
         state = build(placed, fabric=current_fabric() if fabric is None else fabric)
     pass_cache.silence(state)  # nodes that stopped reporting: no new work there (node_silent rule)
     cluster = state.cluster

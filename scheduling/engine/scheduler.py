@@ -89,7 +89,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import accumulate, compress, groupby
@@ -243,6 +243,9 @@ class PassResult:
     # With `Options.fabric_wait_again`, None for a job whose wait ran out while it could not start anywhere:
     # the caller forgets its hold, and its next hold begins a new wait.
     fabric_held_since: dict[int, float | None] = field(default_factory=dict)
+    # The running jobs (started ones too) in standing order, when no department has projects (else empty):
+    # the next pass may start its sort from it (`schedule`'s `standing`; the order is total, so the same).
+    standing: list[RunningJob] = field(default_factory=list)
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -310,7 +313,9 @@ UNIT_RESERVED = gettext_noop(
 
 
 class _Pass:
-    def __init__(self, cluster, departments, running, pending, now, policy, explain, options: Options):
+    def __init__(
+        self, cluster, departments, running, pending, now, policy, explain, options: Options, standing=None
+    ):
         self.cluster = cluster
         self.departments = {d.name: d for d in departments}
         self.running = dict(zip(map(_ID, running), running, strict=True))
@@ -352,6 +357,8 @@ class _Pass:
         # a new one is in quota while these and it fit, whatever training the leaf runs (`_consider`).
         self.leaf_firm: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
         self.standing_order: list[RunningJob] | None = None  # see _in_quota_plain
+        # The last pass's standing order (job ids, `PassResult.standing`), which the first sort starts from.
+        self.standing_hint: Sequence[int] | None = standing
         # Each waiting job's leaf, looked up once per pass (sweeps and sorts read it; job ids are unique).
         self.pending_leaf: dict[int, tuple[str, str | None]] = {}
         if not self.projects:
@@ -527,17 +534,23 @@ class _Pass:
         standing order (restricted to one department, the order its own sort gives: both sorts are stable),
         each department's longest prefix within its in-quota share (`in_quota_prefix`)."""
         running = self.running
-        if self.standing_order is None:
+        if self.standing_order is not None:  # the pass's second look: the last order, then the started ones
+            order: Sequence[int] | None = list(map(_ID, self.standing_order))
+        else:  # the first: the last pass's order if given (nearly sorted: quick to sort again)
+            order, self.standing_hint = self.standing_hint, None
+        if order is None:
             jobs = list(running.values())
-        else:  # the pass's second look: the last order, as the jobs stand now, then the started ones
-            jobs = list(filter(None, map(running.get, map(_ID, self.standing_order))))
-            jobs += map(running.__getitem__, running.keys() - set(map(_ID, self.standing_order)))
+        else:  # as the jobs stand now; the ones the order does not name after it
+            jobs = list(filter(None, map(running.get, order)))
+            if len(jobs) < len(running):
+                jobs += map(running.__getitem__, running.keys() - set(order))
         if on_dedicated:
             jobs = [job for job in jobs if job.id not in on_dedicated]
         # The standing order is total (ids are unique): the same whatever the order it starts from, and
         # quick to sort again from the last one.
         _sort_standing(jobs)
         self.standing_order = jobs
+        self.result.standing = jobs
         jobs = sorted(jobs, key=_DEPARTMENT)  # stable: each department's jobs together, in standing order
         share = {leaf[0]: share for leaf, share in self.in_quota.items()}
         in_quota: set[int] = set()
@@ -1592,8 +1605,12 @@ def schedule(
     policy: str = RACKPLANE,
     *,
     explain: bool = True,
+    standing: Sequence[int] | None = None,
     **options,
 ) -> PassResult:
     """Run one pass. `cluster` must hold the running jobs' allocations (by job id); it is changed in place.
-    `options`: fields of `Options` (e.g. ``max_reservations=1``)."""
-    return _Pass(cluster, departments, running, pending, now, policy, explain, Options(**options)).run()
+    `standing`: the last pass's `PassResult.standing` as job ids, if kept (the sort starts from it: the
+    same result, sooner). `options`: fields of `Options` (e.g. ``max_reservations=1``)."""
+    return _Pass(
+        cluster, departments, running, pending, now, policy, explain, Options(**options), standing
+    ).run()

@@ -16,7 +16,7 @@ from inventory.discovery.rule_defaults import NODE_SILENT_RULE
 from inventory.health.rules import seed_default_rules
 from inventory.models import ComputeTray, HealthRule, HealthSettings
 from inventory.staleness import silent_policy
-from scheduling import pass_cache, pass_inputs
+from scheduling import pass_cache
 from scheduling.choices import JobState, Topology
 from scheduling.models import Job
 from scheduling.services.passes import run_pass
@@ -208,8 +208,7 @@ def test_gpus_a_preemption_frees_on_a_silent_tray_take_no_new_work(demo_inventor
     tray = free_trays(1)[0]
     running = make_job(research, "on-a-silent-tray", trays=[tray])
     go_silent(tray.hostname)
-    rows = pass_inputs.read_running()
-    state = pass_cache.read({row[0]: row[-1] for row in rows})
+    state = pass_cache.read()
     pass_cache.silence(state)
     cluster = state.cluster
     free_before = cluster.free_gpus

@@ -6,6 +6,7 @@ placed, ended, cancelled and preempted (caught up by the kept cluster), and inve
 the ORM's back (a raw UPDATE: a cold read). On SQLite there is nothing to keep; only the column check runs.
 """
 
+import dataclasses
 import inspect
 import re
 from datetime import timedelta
@@ -53,14 +54,23 @@ def kept_is_cold(expect_cold: bool | None = None):
     summary = run_pass()
     if expect_cold is not None:
         assert summary.cold is expect_cold
-    placed = {row[0]: row[-1] for row in pass_inputs.read_running()}
     with CaptureQueriesContext(connection) as queries:
-        state = pass_cache.read(placed)
-    # Caught up with the pass's starts (noted by the pass: not read again) and preemptions: one check.
-    assert state.cold is False and len(queries) == 1
-    assert picture(state) == picture(pass_cluster.build(placed))
+        state = pass_cache.read()
+    # Caught up with the pass's starts (noted by the pass: their allocations not read again) and preemptions:
+    # one check, the rows of the jobs changed since, the allocations of those changed by hand (made here).
+    assert state.cold is False and len(queries) <= 3, [query["sql"] for query in queries]
+    assert state.changed_jobs is not None  # read from the job log, not every running job
+    assert_as_cold(state)
     pass_cache.keep(state)
     return summary
+
+
+def assert_as_cold(state: pass_cluster.ClusterState) -> None:
+    """The kept cluster and running jobs are the ones a cold read gives now."""
+    rows = {row[0]: row for row in pass_inputs.read_running()}
+    assert state.running_rows == rows
+    placed = {pk: row[-1] for pk, row in rows.items()}
+    assert picture(state) == picture(pass_cluster.build(placed))
 
 
 def pending(department, name: str, gpus: int, topology=Topology.ANY) -> Job:
@@ -228,8 +238,8 @@ def test_a_kept_cluster_catches_up_with_jobs_and_rereads_a_changed_inventory(dem
     )
     Allocation.objects.filter(pk=moved.pk).update(gpu=free)
     kept_is_cold(expect_cold=True)
-    Allocation.objects.filter(pk=moved.pk).delete()
-    kept_is_cold(expect_cold=True)
+    Allocation.objects.filter(pk=moved.pk).delete()  # logged by job: its allocations read again
+    kept_is_cold(expect_cold=False)
     kept_is_cold(expect_cold=False)
 
 
@@ -424,11 +434,216 @@ def test_a_rack_re_read_decides_what_a_cold_read_decides(demo_inventory, seed):
         rng.choice(CHANGES)(rng, trays)
         if rng.random() < 0.5:
             pending(rng.choice([research, vision]), f"more-{step}", rng.choice([1, 2, 4, 8]))
-        placed = {row[0]: row[-1] for row in pass_inputs.read_running()}
-        state = pass_cache.read(placed)  # what the pass would decide from
-        assert picture(state) == picture(pass_cluster.build(placed)), f"step {step}"
+        state = pass_cache.read()  # what the pass would decide from
+        assert_as_cold(state)
         reread += bool(state.reread)
         cold += state.cold
         pass_cache.keep(state)
         kept_is_cold()  # a pass decides from it, then the kept cluster is the cold one too
     assert reread >= 4 and cold >= 1  # both ways were taken
+
+
+# --- only the running jobs that changed are read again (migration scheduling 0033) ---------------------
+
+
+def _job_log() -> set[int]:
+    """The jobs the job log names for this (the test's) transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT job_id FROM {pass_cache.JOB_LOG} WHERE xid = txid_current_if_assigned() AND xid > 0"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_the_job_columns_are_every_column_a_pass_reads_of_a_running_job(db):
+    sql = str(pass_cluster.running_query().query)
+    read = {column for table, column in columns_read(sql) if table == "scheduling_job" and column != "id"}
+    assert read <= set(pass_cache.JOB_COLUMNS), read
+    assert {"state", "mig_slices", "placed_at", "started_at", "over_quota"} <= read
+
+
+@postgresql
+def test_the_installed_job_triggers_watch_the_job_columns(db):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'scheduling_job_changed_update'")
+        [source] = cursor.fetchone()
+        cursor.execute(
+            "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE t.tgname LIKE 'scheduling_job_changed%%'"
+        )
+        triggers = set(cursor.fetchall())
+    compared = set(re.findall(r"\bo\.(\w+)", source)) - {"id"}  # the join's
+    assert compared == set(pass_cache.JOB_COLUMNS), compared
+    assert {name for table, name in triggers if table == "scheduling_job"} == {
+        f"scheduling_job_changed_{event}" for event in ("insert", "update", "delete", "truncate")
+    }
+    assert {name for table, name in triggers if table == "scheduling_allocation"} == {
+        f"scheduling_job_changed_{event}" for event in ("insert", "delete", "truncate")
+    }
+
+
+@postgresql
+def test_a_change_a_pass_reads_is_logged_by_job_and_others_are_not(demo_inventory):
+    research = make_department("Research", guaranteed_gpus=8)
+    job = make_job(research, "held", trays=free_trays(1))
+    waiting = pending(research, "waiting", 4)
+    assert {job.pk, waiting.pk, -job.pk} <= _job_log()  # inserted; its allocations inserted
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {pass_cache.JOB_LOG}")
+    Job.objects.filter(pk__in=[job.pk, waiting.pk]).update(
+        pending_reason="waiting: for the scheduler", backend_message="running", qos="high"
+    )
+    assert _job_log() == set()  # nothing a pass reads of a running job
+    for values in (
+        {"over_quota": True},
+        {"time_limit_minutes": 240},
+        {"placed_at": timezone.now()},
+        {"state": JobState.STARTING},
+        {"priority_class": "serve"},
+    ):
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {pass_cache.JOB_LOG}")
+        Job.objects.filter(pk=job.pk).update(**values)
+        assert _job_log() == {job.pk}, values
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {pass_cache.JOB_LOG}")
+    Allocation.objects.filter(job=job).delete()
+    assert _job_log() == {-job.pk}  # its allocations, not its row
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_warm_pass_reads_only_the_jobs_that_changed(demo_inventory):
+    research = make_department("Research", guaranteed_gpus=24)
+    vision = make_department("Vision", guaranteed_gpus=0)
+    trays = free_trays(30)
+    held = [make_job(vision, f"borrower-{n}", trays=[tray], over_quota=True) for n, tray in enumerate(trays)]
+    pending(research, "small", 2)
+    pass_cache.forget()
+    kept_is_cold(expect_cold=True)
+    # Behind the ORM's back (finish_job would run a pass: Celery is eager here), one running job's time
+    # limit changes and one ends: those two rows are read again, and the allocations of the one that ended.
+    Job.objects.filter(pk=held[3].pk).update(time_limit_minutes=480)
+    with transaction.atomic():
+        Job.objects.filter(pk=held[4].pk).update(state=JobState.COMPLETED, finished_at=timezone.now())
+        Allocation.objects.filter(job_id=held[4].pk).delete()
+    with CaptureQueriesContext(connection) as queries:
+        state = pass_cache.read()
+    assert {held[3].pk, held[4].pk, -held[4].pk} <= state.changed_jobs
+    assert held[0].pk not in state.changed_jobs and -held[3].pk not in state.changed_jobs
+    assert state.running_rows[held[3].pk][3] == 480 and held[4].pk not in state.running_rows
+    reads = [query["sql"] for query in queries if 'FROM "scheduling_job"' in query["sql"]]
+    assert len(reads) == 1 and "IN (" in reads[0], reads  # the changed rows only
+    assert_as_cold(state)
+    pass_cache.keep(state)
+    kept_is_cold(expect_cold=False)
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_read_of_changes_rolled_back_since_reads_them_again(demo_inventory):
+    """A pass that read a job's change its own transaction made, then rolled back (the whole transaction, or
+    only a savepoint of one that commits): the next pass reads the job as it is, not as it was read."""
+    research = make_department("Research", guaranteed_gpus=24)
+    job = make_job(research, "held", trays=free_trays(1))
+    pass_cache.forget()
+    kept_is_cold(expect_cold=True)
+    limit = Job.objects.get(pk=job.pk).time_limit_minutes
+    with transaction.atomic():  # committed, with a savepoint inside rolled back
+        with transaction.atomic():
+            Job.objects.filter(pk=job.pk).update(time_limit_minutes=999)
+            run_pass()
+            assert pass_cache.kept().running_rows[job.pk][3] == 999
+            transaction.set_rollback(True)
+        pending(research, "small", 1)
+    state = pass_cache.read()
+    assert state.running_rows[job.pk][3] == limit
+    assert_as_cold(state)
+    pass_cache.keep(state)
+    with transaction.atomic():  # the whole transaction rolled back
+        Job.objects.filter(pk=job.pk).update(time_limit_minutes=998)
+        run_pass()
+        assert pass_cache.kept().running_rows[job.pk][3] == 998
+        transaction.set_rollback(True)
+    state = pass_cache.read()
+    assert state.changed_jobs is None and state.running_rows[job.pk][3] == limit
+    assert_as_cold(state)
+    pass_cache.keep(state)
+
+
+@postgresql
+def test_pruning_the_job_log_makes_older_reads_read_every_job(demo_inventory, monkeypatch):
+    research = make_department("Research", guaranteed_gpus=24)
+    make_job(research, "held", trays=free_trays(1))
+    pass_cache.forget()
+    kept_is_cold(expect_cold=True)
+    older = pass_cache.kept().job_mark
+    monkeypatch.setattr(pass_cache, "JOB_PRUNE_AT", 0)
+    run_pass()  # prunes the log up to its own mark
+    monkeypatch.undo()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT max(job_id) FROM {pass_cache.JOB_LOG} WHERE xid = 0")
+        assert cursor.fetchone()[0] is not None
+    state = pass_cache.read()
+    assert state.changed_jobs is not None  # read after the horizon: still from the log
+    assert_as_cold(state)
+    pass_cache.keep(state)
+    pass_cache.kept().job_mark = dataclasses.replace(older, xmin=1)  # a read from before the horizon
+    state = pass_cache.read()
+    assert state.changed_jobs is None  # every running job read again
+    assert_as_cold(state)
+    pass_cache.keep(state)
+
+
+def _outcome() -> dict:
+    """Every job's state, standing and GPUs: what a pass decided."""
+    gpus: dict[int, list[int]] = {}
+    for job_id, gpu_id in Allocation.objects.order_by("gpu_id").values_list("job_id", "gpu_id"):
+        gpus.setdefault(job_id, []).append(gpu_id)
+    return {
+        job.name: (job.state, job.over_quota, job.pending_reason, gpus.get(job.pk, []))
+        for job in Job.objects.order_by("pk")
+    }
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_warm_pass_after_a_mixed_change_decides_what_a_cold_pass_decides(demo_inventory, seed):
+    """Jobs end, are cancelled, get a new time limit or standing by hand, new ones wait, a GPU fails: the
+    pass that reads only what changed since its last one starts, preempts and stands the same jobs, with
+    the same GPUs and words, as a pass that reads everything cold."""
+    import random
+
+    rng = random.Random(seed)
+    research = make_department("Research", guaranteed_gpus=48)
+    vision = make_department("Vision", guaranteed_gpus=8)
+    trays = free_trays(40)
+    for n, tray in enumerate(trays[: rng.randint(16, 30)]):
+        make_job(rng.choice([research, vision]), f"running-{n}", trays=[tray])
+    for n in range(6):
+        pending(rng.choice([research, vision]), f"first-{n}", rng.choice([1, 2, 4, 8]))
+    pass_cache.forget()
+    kept_is_cold(expect_cold=True)
+    running = list(Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING]).order_by("pk"))
+    for job in rng.sample(running, 3):
+        finish_job(Job.objects.get(pk=job.pk), JobState.COMPLETED, "done")
+    cancel_job(rng.choice([job for job in running if Job.objects.get(pk=job.pk).state != "completed"]))
+    left = list(Job.objects.filter(state__in=[JobState.STARTING, JobState.RUNNING]).order_by("pk"))
+    Job.objects.filter(pk=rng.choice(left).pk).update(time_limit_minutes=rng.choice([30, 600]))
+    Job.objects.filter(pk=rng.choice(left).pk).update(over_quota=rng.random() < 0.5)
+    for n in range(rng.randint(2, 6)):
+        pending(rng.choice([research, vision]), f"then-{n}", rng.choice([1, 2, 4, 8, 16]))
+    if rng.random() < 0.5:
+        _gpu_health(rng, trays)
+    outcomes = []
+    for forget in (False, True):  # rolled back before the dispatch its commit would send
+        with transaction.atomic():
+            if forget:
+                pass_cache.forget()
+            summary = run_pass()
+            outcomes.append((summary.cold, summary.started, summary.preempted, summary.waiting, _outcome()))
+            transaction.set_rollback(True)
+    warm, cold = outcomes
+    assert (warm[0], cold[0]) == (False, True)
+    assert warm[1:] == cold[1:]
