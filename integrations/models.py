@@ -266,13 +266,6 @@ class ConfigPush(models.Model):
     def is_active(self) -> bool:
         return self.status in ACTIVE_PUSH_STATES
 
-    def content(self) -> dict:
-        """The payload as its kind built it: a stored row's whole files read from their pieces when asked
-        for (integrations.contents.payload_of)."""
-        from integrations.contents import payload_of
-
-        return payload_of(self.payload)
-
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_PUSH_STATES

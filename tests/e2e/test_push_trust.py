@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from core.models import AuditEvent
 from integrations import pushes
+from integrations.contents import payload_of
 from integrations.models import ConfigPush, PushStatus
 from inventory.demo import seed_datacenter
 from tenancy.models import Department
@@ -76,7 +77,7 @@ def test_push_diff_test_connection_and_rollback(live_server, page, admin, shots,
     expect(page.locator("section.push-diff h2")).to_contain_text(f"against push #{second.pk}")
     expect(page.locator("section.push-diff pre.diff .diff-del", has_text="vision").first).to_be_visible()
     live = (render_dir / "current").resolve()
-    for name, text in first.content()["files"].items():
+    for name, text in payload_of(first.payload)["files"].items():
         assert (live / name).read_text() == text
     assert AuditEvent.objects.filter(object_type="integrations.configpush", object_id=str(again.pk)).exists()
     page.screenshot(path=str(shots / "push-trust-rolled-back.png"), full_page=True)
@@ -106,7 +107,7 @@ def test_push_diff_test_connection_and_rollback(live_server, page, admin, shots,
     expect(page.locator("h1")).to_contain_text(f"Push #{current.pk} to local")
     expect(page.locator("#push-status h2 .badge")).to_contain_text("Succeeded")
     live = (render_dir / "current").resolve()
-    for name, text in second.content()["files"].items():
+    for name, text in payload_of(second.payload)["files"].items():
         assert (live / name).read_text() == text
     page.goto(f"{live_server.url}/scheduling/targets/")
     expect(page.locator("tr[data-target='local'] .rollback-badge")).to_have_count(0)

@@ -13,6 +13,7 @@ import pytest
 from django.utils import timezone
 
 from integrations import pushes, tasks
+from integrations.contents import payload_of
 from integrations.models import ConfigPush, PushStatus
 from integrations.slurm.target import RACKPLANE_CONF, TOPOLOGY_CONF
 from integrations.slurm.topology import parse_show_topology
@@ -45,7 +46,7 @@ def test_a_2x9_carving_is_pushed_and_retried_while_slurmctld_is_down(
         ("r01p[1-2]", "gb-r01-t[01-18]", 18, True),
     ]
     assert "slurmctld runs 2 blocks: r01p1=gb-r01-t[01-09], r01p2=gb-r01-t[10-18]" in push.log
-    assert files(slurm_testbed) == push.content()["files"]
+    assert files(slurm_testbed) == payload_of(push.payload)["files"]
     partitions = subprocess.run(
         [slurm_testbed.scontrol, "show", "partition", "gpu", "--oneliner"], capture_output=True, text=True
     ).stdout

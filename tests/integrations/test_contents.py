@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from integrations import contents, push_history, push_runs, pushes
+from integrations.contents import payload_of
 from integrations.models import ConfigPiece, ConfigPush, PushStatus
 from tests.integrations.test_pushes import change_state, push_now
 
@@ -187,5 +188,5 @@ def test_a_file_missing_from_the_live_version_is_written_again(
     change_state("Vision")
     (second,) = push_now(django_capture_on_commit_callbacks)
     assert second.status == PushStatus.SUCCEEDED, second.log
-    files = second.content()["files"]
+    files = payload_of(second.payload)["files"]
     assert (render_dir / "current" / "slurm/topology.conf").read_text() == files["slurm/topology.conf"]

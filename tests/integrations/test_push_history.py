@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from core.models import AuditEvent
 from integrations import push_history, pushes
+from integrations.contents import payload_of
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from inventory.models import Rack
 from tenancy.models import Department
@@ -84,7 +85,9 @@ def test_push_page_shows_the_diff_escaped_and_unchanged_collapsed(
 ):
     first, second = two_pushes
     # A file whose text looks like markup must be shown as text, never as HTML.
-    second.payload = {"files": {**second.content()["files"], "evil.conf": "<script>alert(1)</script>\n"}}
+    second.payload = {
+        "files": {**payload_of(second.payload)["files"], "evil.conf": "<script>alert(1)</script>\n"}
+    }
     second.save(update_fields=["payload"])
     page = client_as(platform_admin).get(reverse("integrations:push-detail", args=[second.pk]))
     html = page.content.decode()
@@ -114,7 +117,7 @@ def test_push_again_queues_the_old_payload_through_the_pipeline_and_audits(
     assert f"push #{first.pk}" in again.reason
     # What the target runs now is the first push's version, file for file.
     live = (render_dir / "current").resolve()
-    for name, text in first.content()["files"].items():
+    for name, text in payload_of(first.payload)["files"].items():
         assert (live / name).read_text() == text
     event = AuditEvent.objects.get(object_type="integrations.configpush", object_id=str(again.pk))
     assert event.actor == platform_admin and event.after["rollback_of"] == first.pk

@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from integrations import push_history, pushes
+from integrations.contents import payload_of
 from integrations.models import ConfigPush, PushStatus
 from tenancy.models import Department
 from tenancy.services import save_department
@@ -91,7 +92,7 @@ def test_push_the_current_configuration_queues_a_normal_push_and_the_badge_goes(
     assert current.status == PushStatus.SUCCEEDED and current.attempts == 1  # sent, not "unchanged"
     assert current.payload_hash == second.payload_hash
     live = (render_dir / "current").resolve()
-    for name, text in second.content()["files"].items():
+    for name, text in payload_of(second.payload)["files"].items():
         assert (live / name).read_text() == text
     assert push_history.rolled_back(local_target) is None
     assert "rollback-badge" not in client.get(TARGETS).content.decode()

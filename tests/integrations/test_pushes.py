@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from core.models import AuditSource
 from integrations import push_runs, pushes, tasks
+from integrations.contents import payload_of
 from integrations.directory import adapter as directory_adapter
 from integrations.fabric import adapter as fabric_adapter
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
@@ -121,8 +122,8 @@ def test_the_row_is_saved_first_and_the_task_queued_on_commit(
     assert seen == [(push.pk, PushStatus.QUEUED)]
     push.refresh_from_db()
     assert push.payload_hash == pushes.payload_hash(push.payload)
-    assert set(push.content()) == {"files"}
-    assert "slurm/topology.conf" in push.content()["files"]
+    assert set(payload_of(push.payload)) == {"files"}
+    assert "slurm/topology.conf" in payload_of(push.payload)["files"]
 
 
 def test_push_to_the_local_directory(local, render_dir, admin_user, django_capture_on_commit_callbacks):
@@ -132,7 +133,7 @@ def test_push_to_the_local_directory(local, render_dir, admin_user, django_captu
     assert push.attempts == 1
     assert push.requested_by == admin_user
     assert push.started_at and push.finished_at
-    files = push.content()["files"]
+    files = payload_of(push.payload)["files"]
     live = current(render_dir)
     assert {str(p.relative_to(live)) for p in live.rglob("*") if p.is_file()} == set(files)
     assert (live / "slurm/topology.conf").read_text() == files["slurm/topology.conf"]
@@ -231,7 +232,7 @@ def test_a_newer_push_supersedes_a_queued_one(local, django_capture_on_commit_ca
     second_callbacks[0]()
     second.refresh_from_db()
     assert second.status == PushStatus.SUCCEEDED
-    assert "vision" in second.content()["files"]["nfs/exports"]
+    assert "vision" in payload_of(second.payload)["files"]["nfs/exports"]
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
@@ -256,7 +257,7 @@ def test_a_change_during_a_running_push_is_pushed_after_it(
     assert first.status == second.status == PushStatus.SUCCEEDED
     assert "a newer change arrived (second)" in first.log
     assert second.reason == "second (waited for the previous push)"
-    assert "vision" in second.content()["files"]["nfs/exports"]
+    assert "vision" in payload_of(second.payload)["files"]["nfs/exports"]
     assert ConfigTarget.objects.get(pk=local.pk).follow_up is None
 
 
@@ -425,8 +426,8 @@ def test_directory_versions_are_switched_atomically_and_the_previous_one_is_kept
     v2 = current(render_dir)
 
     assert v1 != v2
-    assert (v1 / "nfs/exports").read_text() == first.content()["files"]["nfs/exports"]
-    assert (v2 / "nfs/exports").read_text() == second.content()["files"]["nfs/exports"] != ""
+    assert (v1 / "nfs/exports").read_text() == payload_of(first.payload)["files"]["nfs/exports"]
+    assert (v2 / "nfs/exports").read_text() == payload_of(second.payload)["files"]["nfs/exports"] != ""
     # Unchanged files are shared with the previous version (hard links), changed ones are new.
     assert os.path.samefile(v1 / "slurm/topology.conf", v2 / "slurm/topology.conf")
     assert not os.path.samefile(v1 / "nfs/exports", v2 / "nfs/exports")

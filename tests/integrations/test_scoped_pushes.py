@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from integrations import pushes
+from integrations.contents import payload_of
 from integrations.fabric import adapter
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans import service as plans
@@ -69,7 +70,9 @@ def test_a_plan_sends_the_fabric_its_rack_alone_and_the_whole_fabric_is_then_as_
     assert "1 rack(s) changed, 0 already as planned, 0 skipped" in push.log, push.log
     # The directory takes whole files: every file, with the rack's new blocks in them.
     files = plan_push(plan, ConfigTarget.objects.get(name="local"))
-    assert "scope" not in files.payload and "r03p1" in files.content()["files"]["slurm/topology.conf"]
+    assert (
+        "scope" not in files.payload and "r03p1" in payload_of(files.payload)["files"]["slurm/topology.conf"]
+    )
     plan.refresh_from_db()
     assert plan.status == PlanStatus.APPLIED
     # The slice on top of what the fabric held is the whole desired state: a whole dry run finds nothing.

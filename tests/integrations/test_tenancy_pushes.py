@@ -12,6 +12,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from integrations import signals
+from integrations.contents import payload_of
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans import service as plans
 from integrations.pushes import queue_pushes
@@ -198,7 +199,7 @@ def test_dedications_and_deleted_departments_push(research, local_target, django
         research.delete()
     push = ConfigPush.objects.latest("pk")
     assert push.reason == f"dedication {partition} -> Research deleted; department research deleted"
-    assert "research" not in push.content()["files"].get(CLUSTER_QUEUES, "")
+    assert "research" not in payload_of(push.payload)["files"].get(CLUSTER_QUEUES, "")
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
