@@ -1,5 +1,8 @@
 """What several browser tests do the same way."""
 
+import contextlib
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 # The widths the browser tests look at a page in: a phone's (the menu folds) and a desktop's.
@@ -24,3 +27,17 @@ def arrived(page, url) -> None:
     `page.expect_navigation()` wait for the load themselves."""
     expect(page).to_have_url(url)
     page.wait_for_load_state()
+
+
+def page_width_after_resize(page, width: int) -> int:
+    """The page's width once it has fitted `width` (or the width it still has). A chart drawing when the
+    window shrank can miss plotly's resize handler (seen in CI under load: a tray page's chart kept the
+    desktop's 797 px): one more resize event, as a phone's next rotation or scroll gives, before judging."""
+    fits = "width => document.documentElement.scrollWidth <= width"
+    try:
+        page.wait_for_function(fits, arg=width + 1, timeout=10_000)
+    except PlaywrightTimeoutError:
+        page.evaluate("window.dispatchEvent(new Event('resize'))")
+        with contextlib.suppress(PlaywrightTimeoutError):
+            page.wait_for_function(fits, arg=width + 1, timeout=10_000)
+    return page.evaluate("document.documentElement.scrollWidth")

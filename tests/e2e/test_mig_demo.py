@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.browser import DESKTOP, PHONE
+from tests.e2e.browser import DESKTOP, PHONE, page_width_after_resize
 from tests.e2e.test_truth import admin_login, demo_password, sign_in
 from tests.embedded_stack import wait_for
 
@@ -64,7 +64,7 @@ def shoot(page, shots, name: str, fits_a_phone: bool = True) -> None:
     page.screenshot(path=str(shots / f"{name}-1400.png"), full_page=True)
     page.set_viewport_size(PHONE)
     if fits_a_phone:
-        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1, name
+        assert page_width_after_resize(page, PHONE["width"]) <= PHONE["width"] + 1, name
     page.screenshot(path=str(shots / f"{name}-390.png"), full_page=True)
     page.set_viewport_size(DESKTOP)
 

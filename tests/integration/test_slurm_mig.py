@@ -123,19 +123,28 @@ def _wait_idle(slurm_testbed, host: str) -> str:
     return shown
 
 
-def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str) -> None:
-    """Until slurmctld would run `gres` on `host` (`sbatch --test-only`: nothing is queued). A reconfigure
-    re-executes slurmctld, and a node's typed GRES are only known again once its slurmd re-registers: a job
-    asking for them in between is refused: "Requested node configuration is not available" (ci on a03c108)."""
-    deadline = time.monotonic() + 60
+def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str, settle: float = 6) -> None:
+    """Until slurmctld has said for `settle` seconds running that it would run `gres` on `host` (`sbatch
+    --test-only`: nothing is queued). A reconfigure re-executes slurmctld, and a node's typed GRES are only
+    known again once its slurmd re-registers: a job asking for them in between is refused ("Requested node
+    configuration is not available", CI on a03c108). The testbed's slurmds share one host name (multiple
+    slurmd mode), and the new slurmctld's first message to them a few seconds after the re-execution is
+    dropped ("_valid_agent_arg: node_count RPC different from hosts listed", CI on 29b236c, 1-2 s after a
+    probe that passed): hence a settled answer, not the first yes. A site's one slurmd per host is not
+    affected by the second; a slice job dispatched in the first seconds after a push's reconfigure may be by
+    the first."""
+    deadline = time.monotonic() + 90
     probe_args = ["--test-only", *(["-p", partition] if partition else []), "-w", host, f"--gres={gres}"]
     probe_args += ["--wrap", "true"]
-    while (
-        probe := subprocess.run(
-            [str(slurm_testbed.bin / "sbatch"), *probe_args], capture_output=True, text=True
-        )
-    ).returncode:
-        assert time.monotonic() < deadline, probe.stderr + slurm_testbed.log_tail()
+    settled_since = None
+    while settled_since is None or time.monotonic() - settled_since < settle:
+        sbatch = [str(slurm_testbed.bin / "sbatch"), *probe_args]
+        probe = subprocess.run(sbatch, capture_output=True, text=True)
+        if probe.returncode:
+            settled_since = None
+            assert time.monotonic() < deadline, probe.stderr + slurm_testbed.log_tail()
+        elif settled_since is None:
+            settled_since = time.monotonic()
         time.sleep(0.5)
 
 
