@@ -708,7 +708,8 @@ cmd_status() {
     if pid="$(ctld_pid "$dir")" && in_root "$dir" /usr/bin/scontrol ping >/dev/null 2>&1; then
         echo "slurmctld: up (pid $pid, port $(cut -d' ' -f1 "$dir/ports"))"
     else
-        echo "slurmctld: DOWN"
+        pid="$(ctld_pids_in_root "$dir" | tr '\n' ' ')"
+        echo "slurmctld: DOWN (${pid:+processes $pid alive but not answering}${pid:-no process})"
         ok=1
     fi
     local slurmds=0 p

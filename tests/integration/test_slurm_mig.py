@@ -123,6 +123,14 @@ def _wait_idle(slurm_testbed, host: str) -> str:
     return shown
 
 
+def _daemons(slurm_testbed) -> str:
+    """What the testbed script says of its daemons (is slurmctld's process alive, does it answer)."""
+    done = subprocess.run(
+        ["bash", slurm_testbed.script, "status", str(slurm_testbed.dir)], capture_output=True, text=True
+    )
+    return f"\n--- slurm-testbed.sh status ---\n{done.stdout}{done.stderr}"
+
+
 def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str, settle: float = 6) -> None:
     """Until slurmctld has said for `settle` seconds running that it would run `gres` on `host` (`sbatch
     --test-only`: nothing is queued). A reconfigure re-executes slurmctld, and a node's typed GRES are only
@@ -142,7 +150,8 @@ def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str
         probe = subprocess.run(sbatch, capture_output=True, text=True)
         if probe.returncode:
             settled_since = None
-            assert time.monotonic() < deadline, probe.stderr + slurm_testbed.log_tail()
+            if time.monotonic() >= deadline:
+                pytest.fail(probe.stderr + _daemons(slurm_testbed) + slurm_testbed.log_tail())
         elif settled_since is None:
             settled_since = time.monotonic()
         time.sleep(0.5)
