@@ -86,9 +86,9 @@ LOCK_NAME = ".rackplane-apply.lock"
 # Touched at each reconfigure a target sends: the next waits until RECONFIGURE_SPACING seconds have passed.
 RECONFIGURED_NAME = ".rackplane-reconfigured"
 # A reconfigure re-executes slurmctld; one sent while the last copy is still starting (registering with
-# slurmdbd, loading its state, sending its first messages to the slurmds) is at best refused ("Unspecified
-# error", tests/integration/conftest.py). On the testbed (24.11.5), two 1.6 s apart were twice followed by a
-# controller that stopped answering for good (CI on ec30ce7 and 1ec67a0).
+# slurmdbd, loading its state, sending its first messages to the slurmds) may be refused ("Unspecified
+# error", measured on the testbed under load: tests/integration/conftest.py), which `apply` would report as
+# a refused configuration. Two pushes in a row (a carving, then accounting) sent them 1.6 s apart.
 RECONFIGURE_SPACING = 5.0
 
 _UNREACHABLE = re.compile(

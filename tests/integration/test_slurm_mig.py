@@ -15,6 +15,7 @@ import dataclasses
 import re
 import subprocess
 import time
+import warnings
 
 import pytest
 from rest_framework.test import APIClient
@@ -140,16 +141,36 @@ def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str
     dropped ("_valid_agent_arg: node_count RPC different from hosts listed", CI on 29b236c, 1-2 s after a
     probe that passed): hence a settled answer, not the first yes. A site's one slurmd per host is not
     affected by the second; a slice job dispatched in the first seconds after a push's reconfigure may be by
-    the first."""
+    the first.
+
+    slurmctld 24.11.5 itself may die in the seconds after a re-execution that registers new TRES (the MIG
+    profiles', "Couldn't find tres ... creating") with earlier tests' jobs in its state: the child that took
+    over logs nothing more and its process is gone (full suite, 3 runs in 5 from ec30ce7 on; never in these
+    files alone; spacing the reconfigures 5 s apart did not change it). That is the controller's crash, not
+    what these tests check: it is started again once (its state survives: jobs, nodes), with a warning that
+    names it; a second death fails the test."""
     deadline = time.monotonic() + 90
     probe_args = ["--test-only", *(["-p", partition] if partition else []), "-w", host, f"--gres={gres}"]
     probe_args += ["--wrap", "true"]
     settled_since = None
+    restarted = False
     while settled_since is None or time.monotonic() - settled_since < settle:
         sbatch = [str(slurm_testbed.bin / "sbatch"), *probe_args]
         probe = subprocess.run(sbatch, capture_output=True, text=True)
         if probe.returncode:
             settled_since = None
+            if not restarted and "Unable to contact" in probe.stderr:
+                daemons = _daemons(slurm_testbed)
+                if "slurmctld: DOWN (no process)" in daemons:
+                    warnings.warn(
+                        "slurmctld died after a reconfigure and was started again:"
+                        + daemons
+                        + slurm_testbed.log_tail(12),
+                        stacklevel=2,
+                    )
+                    slurm_testbed.control("start-ctld")
+                    restarted, deadline = True, time.monotonic() + 90
+                    continue
             if time.monotonic() >= deadline:
                 pytest.fail(probe.stderr + _daemons(slurm_testbed) + slurm_testbed.log_tail())
         elif settled_since is None:
