@@ -294,8 +294,12 @@ def test_two_slice_jobs_share_a_mig_tray_in_its_mig_partition_each_charged_only_
         partition = _scontrol(slurm_testbed, "show", "partition", "gpu--mig", "--oneliner")
         assert f" Nodes={mig_host} " in partition, partition
         assert "OverSubscribe=NO" in partition and "DefMemPerGPU=62" in partition, partition  # 1000 MB / 16
+        assert "Exclusive=NODE" not in partition, partition
         shared = _scontrol(slurm_testbed, "show", "partition", "gpu", "--oneliner")
-        assert "OverSubscribe=EXCLUSIVE" in shared and mig_host not in shared, shared
+        # Whole trays: 24.11 shows `OverSubscribe=EXCLUSIVE`; 26.05 shows the same line as `Exclusive=NODE`
+        # beside `OverSubscribe=NO` (measured on both testbeds).
+        assert "OverSubscribe=EXCLUSIVE" in shared or "Exclusive=NODE" in shared, shared
+        assert mig_host not in shared, shared
         script = "#!/bin/bash\nsleep 30\n"
         jobs = [_submit_slices(admin_user, name, 1, script, capture) for name in ("serve-a", "serve-b")]
         for job in jobs:
