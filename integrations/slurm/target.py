@@ -83,13 +83,6 @@ FORMAT_YAML = "yaml"
 YAML_RELEASE = (25, 5)  # topology.yaml and the partition option Topology= came with Slurm 25.05
 PREV_SUFFIX = ".rackplane-prev"
 LOCK_NAME = ".rackplane-apply.lock"
-# Touched at each reconfigure a target sends: the next waits until RECONFIGURE_SPACING seconds have passed.
-RECONFIGURED_NAME = ".rackplane-reconfigured"
-# A reconfigure re-executes slurmctld; one sent while the last copy is still starting (registering with
-# slurmdbd, loading its state, sending its first messages to the slurmds) may be refused ("Unspecified
-# error", measured on the testbed under load: tests/integration/conftest.py), which `apply` would report as
-# a refused configuration. Two pushes in a row (a carving, then accounting) sent them 1.6 s apart.
-RECONFIGURE_SPACING = 5.0
 
 _UNREACHABLE = re.compile(
     r"unable to contact slurm controller|connection refused|connect failure|timed out|"
@@ -319,7 +312,6 @@ class SlurmTarget:
         slurmctld_log: str | os.PathLike | None = None,
         timeout: float = 60.0,
         settle_seconds: float = 10.0,
-        reconfigure_spacing: float = RECONFIGURE_SPACING,
     ):
         self.config_dir = Path(config_dir)
         self.scontrol = self._argv(scontrol)
@@ -330,7 +322,6 @@ class SlurmTarget:
         self.slurmctld_log = Path(slurmctld_log) if slurmctld_log else None
         self.timeout = timeout
         self.settle_seconds = settle_seconds
-        self.reconfigure_spacing = reconfigure_spacing
         self._shown: list[dict] = []
 
     @staticmethod
@@ -502,22 +493,8 @@ class SlurmTarget:
             result.log.append("slurmctld reconfigured; topology read back matches the plan")
             return result
 
-    def spaced_reconfigure(self) -> _Run:
-        """`scontrol reconfigure`, at least `reconfigure_spacing` seconds after the last one this directory's
-        targets sent (any process: the time is the marker file's; the apply lock keeps two from racing)."""
-        marker = self.config_dir / RECONFIGURED_NAME
-        with contextlib.suppress(OSError):
-            wait = marker.stat().st_mtime + self.reconfigure_spacing - time.time()
-            if wait > 0:
-                time.sleep(min(wait, self.reconfigure_spacing))
-        try:
-            return self.scontrol_run("reconfigure")
-        finally:
-            with contextlib.suppress(OSError):
-                marker.touch()
-
     def _reconfigure(self, log_offset: int) -> None:
-        done = self.spaced_reconfigure()
+        done = self.scontrol_run("reconfigure")
         if done.returncode == 0:
             return
         if _CLIENT_PARSE_ERROR.search(done.output):
@@ -590,7 +567,7 @@ class SlurmTarget:
             )
             return notes
         try:
-            done = self.spaced_reconfigure()
+            done = self.scontrol_run("reconfigure")
         except SlurmError as error:
             notes.append(f"reconfigure after the rollback failed: {error.message}")
             return notes

@@ -285,13 +285,13 @@ def reconfigure(testbed: SlurmTestbed, timeout: float = 60) -> None:
     sent while an earlier one is still re-executing, is refused ("Unspecified error", "Slurm backup
     controller in standby mode"); the controller is then asked again once it answers a ping."""
     deadline = time.monotonic() + timeout
-    target = testbed.target()  # spaced from the last reconfigure a target sent, as a push's are
     while True:
-        done = target.spaced_reconfigure()
+        done = subprocess.run([testbed.scontrol, "reconfigure"], capture_output=True, text=True, check=False)
         if done.returncode == 0:
             return
         assert time.monotonic() < deadline, (
-            f"scontrol reconfigure kept failing: {done.output.strip()}" + testbed.log_tail()
+            f"scontrol reconfigure kept failing: {done.stderr.strip() or done.stdout.strip()}"
+            + testbed.log_tail()
         )
         time.sleep(1)
 

@@ -145,10 +145,10 @@ def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str
 
     slurmctld 24.11.5 itself may die in the seconds after a re-execution that registers new TRES (the MIG
     profiles', "Couldn't find tres ... creating") with earlier tests' jobs in its state: the child that took
-    over logs nothing more and its process is gone (full suite, 3 runs in 5 from ec30ce7 on; never in these
-    files alone; spacing the reconfigures 5 s apart did not change it). That is the controller's crash, not
-    what these tests check: it is started again once (its state survives: jobs, nodes), with a warning that
-    names it; a second death fails the test."""
+    over logs nothing more and its process is gone (full suite: 4 runs in 6 from ec30ce7 on; never in these
+    files alone; spacing reconfigures 5 s apart, tried in 23663a1, did not change it). That is the
+    controller's crash, not what these tests check: it is started again once (its state survives: jobs,
+    nodes), with a warning that names it; a second death fails the test."""
     deadline = time.monotonic() + 90
     probe_args = ["--test-only", *(["-p", partition] if partition else []), "-w", host, f"--gres={gres}"]
     probe_args += ["--wrap", "true"]

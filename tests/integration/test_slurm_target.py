@@ -5,7 +5,6 @@ Each test leaves the testbed as it found it (fixture `slurm_baseline`): files, r
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import subprocess
@@ -19,7 +18,6 @@ from integrations.slurm.render import ServiceTier
 from integrations.slurm.target import (
     PREV_SUFFIX,
     RACKPLANE_CONF,
-    RECONFIGURE_SPACING,
     TOPOLOGY_CONF,
     SlurmRejected,
     SlurmTarget,
@@ -73,27 +71,6 @@ def test_2x9_plan_applied_shows_two_blocks(slurm_testbed, slurm_baseline):
     assert target.diff(rendered) == {}
     again = target.apply(rendered)
     assert again.changed == [] and not again.reconfigured
-
-
-def test_a_reconfigure_comes_at_least_the_spacing_after_the_last_one(slurm_testbed, slurm_baseline):
-    """Two applies back to back, by two targets (two workers' pushes): slurmctld's log shows the second
-    reconfigure arriving RECONFIGURE_SPACING seconds or more after the first, not while the copy the first
-    one started is still starting."""
-    log = slurm_testbed.log_dir / "slurmctld.log"
-    offset = log.stat().st_size
-    first, second = slurm_testbed.target(), slurm_testbed.target()
-    assert first.apply(first.render(slurm_testbed.state([9, 9]))).reconfigured
-    assert second.apply(second.render(slurm_testbed.state([18]))).reconfigured
-    with log.open("rb") as handle:
-        handle.seek(offset)
-        lines = handle.read().decode(errors="replace").splitlines()
-    stamps = [
-        datetime.datetime.fromisoformat(line[1:24])
-        for line in lines
-        if line.endswith("Processing Reconfiguration Request")
-    ]
-    assert len(stamps) == 2, lines
-    assert (stamps[1] - stamps[0]).total_seconds() >= RECONFIGURE_SPACING, stamps
 
 
 def test_a_job_of_one_partition_lands_inside_it(slurm_testbed, slurm_baseline):
