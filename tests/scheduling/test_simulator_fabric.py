@@ -20,8 +20,8 @@ FOUR_RACKS = "units=2,racks-per-unit=2,spines=1"
 AB = [("A", 0, 36_000, 72), ("B", 10, 3600, 96)]
 
 
-def _replay(tmp_path, policy=RACKPLANE, **options):
-    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", AB)])
+def _replay(tmp_path, policy=RACKPLANE, rows=AB, **options):
+    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", rows)])
     return simulator.simulate(traces, 4, "2x9", policy, fabric=FOUR_RACKS, **options).metrics
 
 
@@ -152,10 +152,8 @@ HELD = [("A", 0, 3 * 3600, 72), ("B", 0, 4 * 3600, 72), ("C", 0, 3 * 3600, 72), 
 
 @pytest.mark.parametrize(("wait", "starts_at", "inside"), [(1800.0, 5 * 3600, 0.0), (7200.0, 6 * 3600, 1.0)])
 def test_the_fabric_wait_counts_from_when_the_job_could_first_start(tmp_path, wait, starts_at, inside):
-    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", [*HELD, ("X", 10, 3600, 96)])])
-    fabric = simulator.simulate(
-        traces, 4, "2x9", RACKPLANE, fabric=FOUR_RACKS, engine_options={"fabric_wait_s": wait}
-    ).metrics["fabric"]
+    rows = [*HELD, ("X", 10, 3600, 96)]
+    fabric = _replay(tmp_path, rows=rows, engine_options={"fabric_wait_s": wait})["fabric"]
     assert fabric["fitting_one_unit"]["avg_wait_s"] == starts_at - 10
     assert fabric["fitting_in_one_unit"] == inside and fabric["cross_unit_jobs"] == 1 - inside
 
@@ -178,15 +176,8 @@ PACKED = [
 
 @pytest.mark.parametrize(("pack", "inside", "jct"), [(False, 0.0, 6751.0), (True, 1.0, 5400.0)])
 def test_unit_packing_keeps_a_unit_whole_for_the_multi_rack_job(tmp_path, pack, inside, jct):
-    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", PACKED)])
-    fabric = simulator.simulate(
-        traces,
-        4,
-        "2x9",
-        RACKPLANE,
-        fabric=FOUR_RACKS,
-        engine_options={"fabric_wait_s": 1.0, "fabric_packing": pack},
-    ).metrics["fabric"]
+    options = {"fabric_wait_s": 1.0, "fabric_packing": pack}
+    fabric = _replay(tmp_path, rows=PACKED, engine_options=options)["fabric"]
     assert fabric["fitting_in_one_unit"] == inside
     assert fabric["fitting_one_unit"]["avg_jct_s"] == jct
 
@@ -198,14 +189,7 @@ def test_unit_packing_keeps_a_unit_whole_for_the_multi_rack_job(tmp_path, pack, 
     ("reserved", "starts_at", "inside"), [(1800.0, 5.5 * 3600, 0.0), (7200.0, 6 * 3600, 1.0)]
 )
 def test_a_unit_reserved_after_the_wait_is_bounded_too(tmp_path, reserved, starts_at, inside):
-    traces = simulator.load_traces([write_trace(tmp_path / "t.csv", [*HELD, ("X", 10, 3600, 96)])])
-    fabric = simulator.simulate(
-        traces,
-        4,
-        "2x9",
-        RACKPLANE,
-        fabric=FOUR_RACKS,
-        engine_options={"fabric_wait_s": 1800.0, "fabric_unit_reservation_s": reserved},
-    ).metrics["fabric"]
+    options = {"fabric_wait_s": 1800.0, "fabric_unit_reservation_s": reserved}
+    fabric = _replay(tmp_path, rows=[*HELD, ("X", 10, 3600, 96)], engine_options=options)["fabric"]
     assert fabric["fitting_one_unit"]["avg_wait_s"] == starts_at - 10
     assert fabric["fitting_in_one_unit"] == inside
