@@ -4,7 +4,9 @@
   the adapter adopts a job it already made for this run (a reply lost on the way back never makes a
   second one). Unreachable backend: the job stays STARTING with the reason and the next attempt's time
   (backoff), retried by the task or by `sync_jobs`. Refused: the job fails with the backend's words and
-  its GPUs are freed.
+  its GPUs are freed. Refused for a while (BackendNotReady: a tray's MIG devices not registered again in
+  Slurm after a reconfigure): retried the same way, and failed with the backend's words once its attempts
+  (about a minute) are spent.
 * `sync_jobs()` (beat): stops backend jobs that must stop (BackendCancel rows, retried until confirmed),
   sends due dispatch retries, and reads every running job's state from its backend; finished jobs free
   their GPUs and trigger a pass.
@@ -51,6 +53,7 @@ from integrations.jobs import (
     FINISHED_BACKEND_STATES,
     BackendError,
     BackendJobState,
+    BackendNotReady,
     BackendRejected,
     BackendUnavailable,
     DispatchRequest,
@@ -237,12 +240,22 @@ def dispatch(job_id: int) -> str:
             backend_id = backend.submit(request)
         except BackendUnavailable as error:
             job.dispatch_attempts += 1
+            if isinstance(error, BackendNotReady) and job.dispatch_attempts >= error.attempts_allowed:
+                finish_job(
+                    job,
+                    JobState.FAILED,
+                    f"refused by {label}: {error} (still after {job.dispatch_attempts} attempts)",
+                )
+                return "rejected"
             retry = claims.retry_later(job.dispatch_attempts, timezone.now())
             wait, job.next_dispatch_at = retry.delay, retry.at
-            job.backend_message = (
-                f"{label} unreachable: {error}; attempt {job.dispatch_attempts}, next in {wait} s "
-                "(the job keeps its GPUs)"
-            )[:500]
+            if isinstance(error, BackendNotReady):
+                said = f"{label} cannot take it yet: {error}; attempt {job.dispatch_attempts} of "
+                said += f"{error.attempts_allowed}, next in {wait} s (the job keeps its GPUs)"
+            else:
+                said = f"{label} unreachable: {error}; attempt {job.dispatch_attempts}, next in {wait} s "
+                said += "(the job keeps its GPUs)"
+            job.backend_message = said[:500]
             job.save(update_fields=["dispatch_attempts", "next_dispatch_at", "backend_message", "updated_at"])
             if job.dispatch_attempts == 1:
                 JobEvent.objects.create(

@@ -22,13 +22,25 @@ from tenancy import naming
 
 
 class BackendError(ExternalError):
-    """A backend call failed."""
+    """A backend call failed. `error_numbers`: the backend's own error numbers, where it gives them (Slurm's
+    `error_number`s), for a caller that must tell two refusals apart."""
+
+    error_numbers: frozenset[int] = frozenset()
 
 
 class BackendUnavailable(BackendError):
     """Transient: the backend could not be reached or answered 5xx/timeout. Retry later; nothing changed."""
 
     transient = True
+
+
+class BackendNotReady(BackendUnavailable):
+    """Transient for a while: the backend refused the job for a reason expected to clear by itself (Slurm
+    knows a tray's MIG devices again only once its slurmd re-registers after a reconfigure). Dispatch retries
+    it like an unreachable backend, but at most `attempts_allowed` attempts in all (by core.retry's backoff,
+    about a minute), then the job fails with the backend's words: a refusal that does not clear is one."""
+
+    attempts_allowed = 6
 
 
 class BackendRejected(BackendError):

@@ -44,8 +44,10 @@ from core.posix import PosixIdentity
 from integrations.jobs import (
     API_VERSION_SETTING,
     FINISHED_BACKEND_STATES,
+    BackendError,
     BackendJobState,
     BackendJobStatus,
+    BackendNotReady,
     BackendRejected,
     BackendUnavailable,
     DispatchRequest,
@@ -55,6 +57,7 @@ from integrations.slurm.rest import (
     DEFAULT_WORKDIR,
     ESLURM_ALREADY_DONE,
     ESLURM_INVALID_JOB_ID,
+    ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE,
     TOKEN_LIFESPAN,
     classify_error,
     errors_of,
@@ -64,6 +67,18 @@ from integrations.slurm.rest import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def gres_count(gres: str, gres_type: str, name: str = "gpu") -> int:
+    """How many `name:gres_type` a node's GRES string holds, as slurmctld shows it
+    ("gpu:1g.23gb:8(S:0),gpu:2g.47gb:4" -> 8 for 1g.23gb); 0 when it names none."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(", 1)[0].strip().split(":")
+        if len(parts) == 3 and parts[0] == name and parts[1] == gres_type and parts[2].isdigit():
+            total += int(parts[2])
+    return total
+
 
 TOKEN_RENEW_BEFORE = 120  # mint a new one when the current one has less left than this
 MANY_IDS = 20  # status of more ids than this: one GET /jobs/ instead of one GET per id
@@ -369,17 +384,50 @@ class SlurmJobBackend:
                 f"Slurm has no node {', '.join(missing)}: push the Slurm configuration first "
                 "(slurmrestd would run the job on other nodes)"
             )
-        body = self._checked(
-            "POST",
-            "/job/submit",
-            f"submitting {request.rackplane_name} as {run_as.name}",
-            payload,
-            run_as=run_as,
-        )
+        try:
+            body = self._checked(
+                "POST",
+                "/job/submit",
+                f"submitting {request.rackplane_name} as {run_as.name}",
+                payload,
+                run_as=run_as,
+            )
+        except BackendRejected as error:
+            if request.mig_profile and ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE in error.error_numbers:
+                raise self._slices_refused(request, error) from error
+            raise
         job_id = body.get("job_id")
         if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id <= 0:
             raise BackendUnavailable(f"submitting {request.rackplane_name}: slurmrestd answered no job id")
         return str(job_id)
+
+    def _slices_refused(self, request: DispatchRequest, error: BackendRejected) -> BackendError:
+        """A slice job refused as "Requested node configuration is not available" (2014): permanent when
+        the node line slurmctld runs gives its tray fewer of the profile than the job asks (the push with the
+        tray's MIG layout has not reached Slurm); otherwise for a while (BackendNotReady). slurmctld knows a
+        node's typed GRES again only once its slurmd re-registers after a reconfigure, and every push
+        reconfigures: a slice job dispatched in those seconds is refused in these words, then taken."""
+        short = []
+        for host in request.hostnames:
+            body = self._checked(
+                "GET", f"/node/{urllib.parse.quote(host, safe='')}", f"reading Slurm node {host}"
+            )
+            shown = next((n for n in body.get("nodes") or [] if isinstance(n, Mapping)), {})
+            if gres_count(str(shown.get("gres") or ""), request.mig_profile) < request.mig_slices:
+                short.append(f"{host} ({shown.get('gres') or 'no GRES'})")
+        refused: BackendError
+        if short:
+            refused = BackendRejected(
+                f"{error}: Slurm's node line for {', '.join(short)} holds fewer than {request.mig_slices} "
+                f"gpu:{request.mig_profile}; push the Slurm configuration with the tray's MIG layout first"
+            )
+        else:
+            refused = BackendNotReady(
+                f"{error}: the node line holds gpu:{request.mig_profile}, but slurmctld cannot give it yet "
+                "(a node's slurmd registers its MIG devices again after each reconfigure)"
+            )
+        refused.error_numbers = error.error_numbers
+        return refused
 
     def _job(self, backend_id: str, run_as: PosixIdentity | None = None) -> Mapping[str, Any] | None:
         """GET /job/{id} as `run_as`: the job's record, None when slurmctld does not know it (any more) or

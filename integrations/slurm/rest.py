@@ -87,6 +87,7 @@ IMEX_NETWORK = "unique-channel-per-segment"
 TOKEN_LIFESPAN = 600  # seconds a minted token is valid
 
 # Slurm error numbers (slurm/slurm_errno.h).
+ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE = 2014  # "Requested node configuration is not available"
 ESLURM_INVALID_JOB_ID = 2017
 ESLURM_ALREADY_DONE = 2021
 # The controller or its database could not be reached, is starting, or is busy: retry later.
@@ -358,15 +359,17 @@ def classify_error(status: int, body: Any, action: str) -> BackendRejected | Bac
         raw = body if isinstance(body, str) else json.dumps(body)[:300] if body is not None else ""
         text = f"HTTP {status}" + (f": {raw.strip()[:300]}" if raw and raw.strip() else "")
     message = f"{action}: {text}"
+    error: BackendRejected | BackendUnavailable
     if numbers & TRANSIENT_ERRORS:
-        return BackendUnavailable(message)
-    if status in (401, 403, 511) or numbers & AUTH_ERRORS:
-        return BackendUnavailable(f"{message} (slurmrestd did not accept the credentials)")
-    if any(_is_request_error(n) for n in numbers):
-        return BackendRejected(message)
-    if status >= 500 or status < 400:
-        return BackendUnavailable(message)
-    return BackendRejected(message)
+        error = BackendUnavailable(message)
+    elif status in (401, 403, 511) or numbers & AUTH_ERRORS:
+        error = BackendUnavailable(f"{message} (slurmrestd did not accept the credentials)")
+    elif any(_is_request_error(n) for n in numbers) or 400 <= status < 500:
+        error = BackendRejected(message)
+    else:
+        error = BackendUnavailable(message)
+    error.error_numbers = frozenset(n for n in numbers if isinstance(n, int))
+    return error
 
 
 # --- tokens ----------------------------------------------------------------------------------------------

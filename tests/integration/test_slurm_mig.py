@@ -20,7 +20,7 @@ import warnings
 import pytest
 from rest_framework.test import APIClient
 
-from integrations.jobs import BackendJobState, BackendRejected
+from integrations.jobs import BackendJobState, BackendNotReady, BackendRejected
 from integrations.slurm.rest import submit_payload
 from inventory.choices import TrayState
 from inventory.models import ComputeTray, MigDevice
@@ -141,14 +141,16 @@ def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str
     dropped ("_valid_agent_arg: node_count RPC different from hosts listed", CI on 29b236c, 1-2 s after a
     probe that passed): hence a settled answer, not the first yes. A site's one slurmd per host is not
     affected by the second; a slice job dispatched in the first seconds after a push's reconfigure may be by
-    the first.
+    the first, and dispatch retries it for about a minute (BackendNotReady: tests/integrations/
+    test_dispatch_not_ready.py).
 
     slurmctld 24.11.5 itself may die in the seconds after a re-execution that registers new TRES (the MIG
     profiles', "Couldn't find tres ... creating") with earlier tests' jobs in its state: the child that took
     over logs nothing more and its process is gone (full suite: 4 runs in 6 from ec30ce7 on; never in these
     files alone; spacing reconfigures 5 s apart, tried in 23663a1, did not change it). That is the
-    controller's crash, not what these tests check: it is started again once (its state survives: jobs,
-    nodes), with a warning that names it; a second death fails the test."""
+    controller's crash (a segmentation fault: docs/developer/testing.md), not what these tests check: it is
+    started again once (its state survives: jobs, nodes), with a warning that names it; a second death
+    fails the test."""
     deadline = time.monotonic() + 90
     probe_args = ["--test-only", *(["-p", partition] if partition else []), "-w", host, f"--gres={gres}"]
     probe_args += ["--wrap", "true"]
@@ -202,13 +204,41 @@ def test_dispatch_of_a_slice_job_asks_slurmrestd_for_its_profile_and_runs_on_its
             ).stdout
             assert re.search(r"\bNodeList=" + re.escape(mig_host) + r"\b", shown), shown
             assert "gres/gpu:1g.23gb:2" in shown, shown
-            # Nine 3g.93gb: the tray has four. slurmctld refuses it (no node could ever hold it).
+            # Nine 3g.93gb: the tray has four. slurmctld refuses it (no node could ever hold it), and the
+            # node line says why: failed at once, not retried as a node not registered yet.
             too_many = job([mig_host], gpus_per_tray=0, mig_profile="3g.93gb", mig_slices=9)
-            with pytest.raises(BackendRejected):
+            with pytest.raises(BackendRejected) as refused:
                 started.append(backend.submit(too_many))
+            assert not isinstance(refused.value, BackendNotReady)
+            assert refused.value.error_numbers == {2014}, refused.value
+            assert f"Slurm's node line for {mig_host} (" in str(refused.value)
+            assert "holds fewer than 9 gpu:3g.93gb" in str(refused.value)
         finally:
             for backend_id in started:
                 backend.cancel(backend_id)
+
+
+def test_a_slice_job_for_a_tray_slurm_runs_without_mig_fails_naming_its_node_line(
+    slurm_testbed, slurm_baseline
+):
+    """The baseline's trays are whole GPUs (`Gres=gpu:4`): a slice job sent to one is refused by slurmctld
+    with "Requested node configuration is not available" (2014), the words it also says in the seconds after
+    a reconfigure before a MIG tray's slurmd has registered its devices again. The node line slurmctld shows
+    (GET /node/{name}) tells the two apart: here it holds no 1g.23gb, so the refusal is permanent and names
+    the line (tests/integrations/test_dispatch_not_ready.py: the other case, through dispatch)."""
+    host = slurm_testbed.hostnames()[0]
+    request = job([host], gpus_per_tray=0, mig_profile="1g.23gb", mig_slices=1)
+    with pytest.raises(BackendRejected) as refused:
+        make_backend().submit(request)
+    assert not isinstance(refused.value, BackendNotReady)
+    assert refused.value.error_numbers == {2014}, refused.value
+    words = str(refused.value)
+    assert "Requested node configuration is not available" in words, words
+    assert f"Slurm's node line for {host} (gpu:4" in words, words
+    assert (
+        "holds fewer than 1 gpu:1g.23gb; push the Slurm configuration with the tray's MIG layout first"
+        in words
+    )
 
 
 @pytest.mark.django_db
