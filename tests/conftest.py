@@ -15,6 +15,7 @@ make_department("Research", guaranteed_gpus=96)`); the people attached to it fol
 
 import fcntl
 import hashlib
+import itertools
 import os
 import shutil
 import sqlite3
@@ -418,12 +419,83 @@ def module_rows(django_db_setup, django_db_blocker, tmp_path_factory):
                 opened[0].__exit__(None, None, None)
 
 
+# seed_datacenter(racks=3)'s rows, per database vendor, kept by each test process after its first seed into
+# an empty inventory (demo_inventory, below).
+_DEMO_MODELS = ("inventory.Rack", "inventory.NVLinkPartition", "inventory.ComputeTray", "inventory.Gpu")
+_demo_rows: dict[str, dict] = {}
+
+
 @pytest.fixture
 def demo_inventory(db):
-    """Three seeded racks: gb-r01 (default partition, one drained tray), gb-r02 (carved 2x9), gb-r03."""
+    """Three seeded racks: gb-r01 (default partition, one drained tray), gb-r02 (carved 2x9), gb-r03.
+
+    About 1,300 tests ask for it. The first seed in a process runs seed_datacenter; later ones into an empty
+    inventory write the same rows again with one INSERT per table (the same primary keys, every time column
+    moved forward by the time since), which is a fraction of building ~280 model objects through the ORM.
+    tests/test_demo_inventory.py holds the two ways equal."""
+    from django.db import connection
+
     from inventory.demo import seed_datacenter
 
-    return seed_datacenter(racks=3)
+    models = _demo_models()
+    kept = _demo_rows.get(connection.vendor)
+    empty = not any(model.objects.exists() for model in models)
+    if kept is not None and empty:
+        return _insert_demo_rows(kept)
+    result = seed_datacenter(racks=3)
+    if empty and kept is None:
+        _demo_rows[connection.vendor] = _keep_demo_rows(models, result)
+    return result
+
+
+def _demo_models():
+    from django.apps import apps
+
+    return [apps.get_model(label) for label in _DEMO_MODELS]
+
+
+def _keep_demo_rows(models, result) -> dict:
+    """Each table's columns and rows as the database takes them (time columns left as datetimes)."""
+    from django.db import connection
+    from django.db import models as django_models
+    from django.utils import timezone
+
+    tables = []
+    for model in models:
+        fields = model._meta.concrete_fields
+        times = [i for i, f in enumerate(fields) if isinstance(f, django_models.DateTimeField)]
+        rows = []
+        for values in model.objects.order_by("pk").values_list(*(f.attname for f in fields)):
+            rows.append(
+                [
+                    value if i in times else field.get_db_prep_save(value, connection)
+                    for i, (field, value) in enumerate(zip(fields, values, strict=True))
+                ]
+            )
+        tables.append((model._meta.db_table, fields, times, rows))
+    return {"at": timezone.now(), "tables": tables, "result": result}
+
+
+def _insert_demo_rows(kept: dict):
+    from django.db import connection
+    from django.utils import timezone
+
+    shift = timezone.now() - kept["at"]
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for table, fields, times, rows in kept["tables"]:
+            columns = ", ".join(quote(f.column) for f in fields)
+            marks = ", ".join(["%s"] * len(fields))
+            sql = f"INSERT INTO {quote(table)} ({columns}) VALUES ({marks})"
+            moved = []
+            for row in rows:
+                row = list(row)
+                for i in times:
+                    if row[i] is not None:
+                        row[i] = fields[i].get_db_prep_save(row[i] + shift, connection)
+                moved.append(row)
+            cursor.executemany(sql, moved)
+    return kept["result"]
 
 
 # --- accounts that predate the personas (a superuser for the Django admin, a user without a department) ---
@@ -535,11 +607,17 @@ def _persona(request, persona):
 # --- where rendered files go -------------------------------------------------------------------------------
 
 
+_render_dirs = itertools.count(1)
+
+
 @pytest.fixture(autouse=True)
 def render_dir(settings, tmp_path_factory):
     """Rendered configs and jobs (the embedded backends) go to a fresh directory per test, never var/. It
-    does not exist until something writes there."""
-    settings.RACKPLANE_RENDER_DIR = tmp_path_factory.mktemp("render") / "rendered"
+    does not exist until something writes there. Named by a counter under the session's base directory, not
+    made with `mktemp`: that scans every numbered directory made before it, and every test asks for this."""
+    settings.RACKPLANE_RENDER_DIR = (
+        tmp_path_factory.getbasetemp() / "render" / str(next(_render_dirs)) / "rendered"
+    )
     return settings.RACKPLANE_RENDER_DIR
 
 

@@ -274,6 +274,7 @@ def test_the_timeline_summary_adds_up_each_worker_and_group(tmp_path):
     assert summary(tmp_path / "none") == []
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_syntax_tree_is_asked_again_when_cpython_miscounts_its_recursion(monkeypatch):
     """tests.python_source.parse: CPython 3.11's per-interpreter AST recursion counter (python/cpython#106905)
     is asked again; any other SystemError, and a mismatch every time, still fail."""

@@ -251,6 +251,7 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_hanging_command_is_killed_at_the_timeout_and_left_out(smi, tmp_path):
     smi.mig_node()
     smi.answer("mig -lgi", LGI, hang=True)

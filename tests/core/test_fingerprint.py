@@ -47,6 +47,7 @@ def test_the_same_facts_give_the_same_word(values):
     assert fingerprint(*json.loads(json.dumps(values, allow_nan=True))) == word
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=200, deadline=None)
 @given(parts, parts)
 def test_different_facts_give_different_words(a, b):

@@ -17,6 +17,7 @@ def admin(transactional_db, django_user_model):
     return user
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_times_follow_the_browsers_zone_from_the_next_page_on(live_server, browser, admin, shots):
     context = browser.new_context(viewport={"width": 1400, "height": 900}, timezone_id="Asia/Tokyo")
     page = context.new_page()

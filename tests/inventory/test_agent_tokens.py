@@ -199,6 +199,7 @@ def test_a_rack_token_may_not_report_for_another_racks_tray(rack_secret):
     assert snapshot() == before
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_host_token_reports_for_its_host_only(host_secret):
     assert agent(host_secret).post(REPORTS, report(HOST), format="json").status_code == 200
     before = snapshot()

@@ -94,6 +94,7 @@ def test_the_default_settings_are_safe(db):
 # --- drain --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_xid_79_drains_the_tray_with_a_reason_saying_who_and_why(agent, django_capture_on_commit_callbacks):
     t = tray()
     gpu = t.gpus.get(index=1)

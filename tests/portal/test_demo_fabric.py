@@ -27,6 +27,7 @@ def test_the_demo_site_file_for_any_number_of_racks():
     assert twelve.units == {"su-1": "spine-a", "su-2": "spine-a", "su-3": "spine-b"}
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_seed_demo_imports_the_fabric_without_moving_capacity_or_jobs(settings, tmp_path):
     settings.VAR_DIR = tmp_path
     seed_demo("--racks", "8")

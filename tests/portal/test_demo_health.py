@@ -35,6 +35,7 @@ def _rows(html: str) -> list[str]:
     return re.findall(r"<tr\b.*?</tr>", body, re.S)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_every_degraded_gpu_and_drained_tray_has_its_event_on_the_events_page(
     demo, client_as, platform_admin
 ):
@@ -64,6 +65,7 @@ def test_every_degraded_gpu_and_drained_tray_has_its_event_on_the_events_page(
         assert "No health events or decisions" not in detail
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_homes_degraded_gpus_link_to_the_events_that_made_them_so(demo, client_as, platform_admin):
     # Found by a walkthrough (issue 31): the home says a GPU's fabric health is Unhealthy, a person filtered
     # the health centre by its tray and kind "fabric", and found nothing (the demo's fault is an XID). Each

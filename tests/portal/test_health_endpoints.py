@@ -168,6 +168,7 @@ def test_readyz_fails_when_a_database_cannot_be_reached(production, client, data
     assert body["checks"]["database"]["ok"]  # the default one still answers
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_readyz_fails_while_a_migration_is_not_applied(production, client):
     production.CELERY_BROKER_URL = ""

@@ -31,6 +31,7 @@ def found(response) -> list:
     return [(group.kind, [hit.title for hit in group.hits], group.more) for group in groups]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_full_width_finds_what_ascii_finds(client_as, department_a):
     make_job(department_a, "train-pretrain-0001", state="pending")
     client = client_as("platform_admin")

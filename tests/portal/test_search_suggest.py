@@ -91,6 +91,7 @@ def test_a_huge_query_is_a_400_in_words(client_as, demo_inventory):
     assert client.get(SUGGEST, {"q": "x" * 100_000}).status_code == 400
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_hostile_characters(client_as, demo_inventory):
     client = client_as("member_a")
     # Control characters are spaces; a NUL is refused before any view (PostgreSQL cannot hold one).

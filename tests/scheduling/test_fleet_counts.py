@@ -137,6 +137,7 @@ def _overview_change(rng):
         _gpu_out_and_back(rng)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db(transaction=True)
 def test_the_kept_overview_counts_are_the_counts_after_every_change(demo_inventory, platform_admin, member_a):
     """The home page's fleet-wide counts (inventory.selectors.overview_counts), kept while the inventory

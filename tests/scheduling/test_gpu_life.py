@@ -47,6 +47,7 @@ def test_recent_utilization_direct_uses_the_last_five_minutes_of_buckets(demo_in
     assert values == {gpus[0].pk: pytest.approx(70.0), gpus[1].pk: pytest.approx(2.0)}
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_recent_utilization_prometheus_uses_fresh_activity_rows(demo_inventory):
     MetricsSource.objects.update_or_create(
         pk=1, defaults={"kind": MetricsSourceKind.PROMETHEUS, "url": "http://prometheus.invalid:9090"}

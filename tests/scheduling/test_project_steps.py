@@ -410,6 +410,7 @@ def test_the_people_step_form_checks_what_the_view_used_to(department_a, vision,
     assert form("project=x&username=member-a").problems == ["Choose one of the department's projects."]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_confirmation_pages_are_japanese(client, demo_inventory):
     from core.access import Role
     from tests.factories import make_member

@@ -100,6 +100,7 @@ def test_the_large_job_mix_is_the_stated_one_and_the_same_for_the_same_seed():
         simulator.large_jobs(traces, 0, 1)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_command_replays_on_a_fabric_with_the_mix_and_writes_the_figures(tmp_path):
     out, html = tmp_path / "r.json", tmp_path / "r.html"
     printed = simulate(

@@ -142,6 +142,7 @@ def _idle_card(page: str) -> tuple[int, str]:
     return int(figure.replace(",", "")), re.search(r'class="card-note">([^<]*)<', card).group(1)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_leads_department_page_shows_the_idle_slices_the_admin_dashboard_counts(
     held,
     client_as,

@@ -217,6 +217,7 @@ def test_the_job_page_shows_the_slices_held(submit, client_as, member_a):
     assert "1 \u00d7 <code>3g.93gb</code>" in page
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_slice_job_waits_in_words_when_no_slice_of_its_profile_is_free(submit, department_a):
     jobs = [Job.objects.get(pk=submit(mig_profile="3g.93gb").json()["id"]) for _ in range(5)]
     assert [j.state for j in jobs[:4]] != [JobState.PENDING] * 4

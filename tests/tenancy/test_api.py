@@ -111,6 +111,7 @@ def test_department_without_jobs_counts_zero(workload, staff):
     assert (row["in_use"], row["in_quota"], row["borrowed"], row["pending_demand"]) == (0, 0, 0, 0)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_department_detail_by_slug_lists_dedicated_partitions(workload, staff, department_a):
     partition = NVLinkPartition.objects.get(rack__name="gb-r02", clique_id=2)
     dedicate_partition(department_a, partition)

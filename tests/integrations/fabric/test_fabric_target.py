@@ -45,6 +45,7 @@ def two_partitions() -> dict:
     return {"racks": [{"rack": "gb-r01", "domain": RACK, "partitions": partitions}]}
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_test_connection_finds_the_path_keeps_it_and_a_push_goes_straight_there(
     standin, client_as, platform_admin
 ):

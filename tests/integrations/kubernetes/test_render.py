@@ -86,6 +86,7 @@ def test_topograph_label_value_keeps_63_bytes_and_hashes_longer():
     assert r.topograph_label_value(short_hash) == "x7a8ddf4d58950e4"
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_long_partition_names_are_hashed_like_topograph():
     rack_name, part_name = "rack-" + "a" * 40, "partition-" + "b" * 30
     state = r.InventoryState(

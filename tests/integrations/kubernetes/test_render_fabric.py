@@ -85,6 +85,7 @@ def test_every_object_with_a_fabric_validates():
         st.sampled_from(["gb-r01", "gb-r02"]), st.text(min_size=1, max_size=80), min_size=1, max_size=2
     ),
 )
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_random_fabrics_give_valid_labels_and_a_valid_topology(depth, leaf_names):
     levels = tuple(f"level{n}" for n in range(depth))
     fabric = Fabric(

@@ -137,6 +137,7 @@ def test_requeue_now_requeues_only_the_checkpointable_jobs_on_the_plans_trays(
     assert plans.follow(plan).status in (PlanStatus.APPLYING, PlanStatus.APPLIED)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_waiting_plan_keeps_every_tray_it_changes_from_new_work_and_names_what_it_waits_for(
     rack, ops, admin_user, client
 ):

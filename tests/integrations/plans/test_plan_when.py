@@ -176,6 +176,7 @@ def test_a_plan_waiting_for_its_window_reads_as_scheduled_and_counts_as_in_fligh
     assert "1 plan in flight." in listing and "waiting for" not in listing
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_plan_waiting_for_its_window_shows_in_the_wizard_where_plans_in_flight_are(
     rack, in_the_way, client, platform_admin
 ):

@@ -138,6 +138,7 @@ def fabrics(draw):
     return Fabric(levels=levels, racks={r: racks[r] for r in known}), all_racks
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=150, deadline=None)
 @given(fabrics())
 def test_random_fabrics_give_a_tree_slurm_takes(drawn):
