@@ -22,7 +22,7 @@ class JobEventKind(models.TextChoices):
     SUBMITTED = "submitted", pgettext_lazy("a job's event: it was submitted", "Submitted")
     PLACED = "placed", _("Placed")
     DISPATCHED = "dispatched", _("Handed to its backend")
-    DISPATCH_RETRY = "dispatch_retry", _("Backend unreachable, retrying")
+    DISPATCH_RETRY = "dispatch_retry", _("Backend unreachable or not ready yet, retrying")
     STARTED = "started", _("Started")
     PREEMPTED = "preempted", _("Preempted")
     QUOTA = "quota", _("In quota / borrowed changed")
