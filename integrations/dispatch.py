@@ -5,8 +5,8 @@
   second one). Unreachable backend: the job stays STARTING with the reason and the next attempt's time
   (backoff), retried by the task or by `sync_jobs`. Refused: the job fails with the backend's words and
   its GPUs are freed. Refused for a while (BackendNotReady: a tray's MIG devices not registered again in
-  Slurm after a reconfigure): retried the same way, and failed with the backend's words once its attempts
-  (about a minute) are spent.
+  Slurm after a reconfigure): retried the same way, and failed with the backend's words once the attempts
+  of that spell (about a minute; counted afresh after the backend was unreachable) are spent.
 * `sync_jobs()` (beat): stops backend jobs that must stop (BackendCancel rows, retried until confirmed),
   sends due dispatch retries, and reads every running job's state from its backend; finished jobs free
   their GPUs and trigger a pass.
@@ -82,6 +82,7 @@ from tenancy.models.accounts import posix_identity_of
 logger = logging.getLogger(__name__)
 
 # A STARTING job never tried for this long lost its task (broker down, worker killed mid-dispatch).
+NOT_READY = "cannot take it yet"  # how a job's backend_message says its backend refused it for a while
 LOST_AFTER = timedelta(seconds=settings.RACKPLANE_DISPATCH_LOST_AFTER_SECONDS)
 
 
@@ -239,8 +240,13 @@ def dispatch(job_id: int) -> str:
                 )
             backend_id = backend.submit(request)
         except BackendUnavailable as error:
+            not_ready = isinstance(error, BackendNotReady)
+            if not_ready and not job.backend_message.startswith(f"{label} {NOT_READY}"):
+                # A new spell of "not yet" (the first, or after the backend was unreachable: a controller
+                # back from a restart is when its nodes register again): its attempts count from one.
+                job.dispatch_attempts = 0
             job.dispatch_attempts += 1
-            if isinstance(error, BackendNotReady) and job.dispatch_attempts >= error.attempts_allowed:
+            if not_ready and job.dispatch_attempts >= error.attempts_allowed:
                 finish_job(
                     job,
                     JobState.FAILED,
@@ -249,8 +255,8 @@ def dispatch(job_id: int) -> str:
                 return "rejected"
             retry = claims.retry_later(job.dispatch_attempts, timezone.now())
             wait, job.next_dispatch_at = retry.delay, retry.at
-            if isinstance(error, BackendNotReady):
-                said = f"{label} cannot take it yet: {error}; attempt {job.dispatch_attempts} of "
+            if not_ready:
+                said = f"{label} {NOT_READY}: {error}; attempt {job.dispatch_attempts} of "
                 said += f"{error.attempts_allowed}, next in {wait} s (the job keeps its GPUs)"
             else:
                 said = f"{label} unreachable: {error}; attempt {job.dispatch_attempts}, next in {wait} s "

@@ -53,6 +53,7 @@ class _SlurmRestd(http.server.BaseHTTPRequestHandler):
     gres: str
     taken: threading.Event
     submissions: list
+    down: list  # [n]: the next n requests are answered 503, as a proxy before a controller that is down
 
     def _send(self, status: int, body: dict) -> None:
         payload = json.dumps(body).encode()
@@ -63,7 +64,10 @@ class _SlurmRestd(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def do_GET(self):
-        if self.path == "/slurm/v0.0.42/jobs/":
+        if self.down[0] > 0:
+            self.down[0] -= 1
+            self._send(503, {"errors": [{"error_number": 1, "error": "Unable to contact slurm controller"}]})
+        elif self.path == "/slurm/v0.0.42/jobs/":
             self._send(200, {"jobs": [], "errors": [], "warnings": []})
         elif self.path in ("/slurm/v0.0.42/nodes/", f"/slurm/v0.0.42/node/{TRAY}"):
             self._send(200, {"nodes": [{"name": TRAY, "gres": self.gres}], "errors": [], "warnings": []})
@@ -84,7 +88,8 @@ class _SlurmRestd(http.server.BaseHTTPRequestHandler):
 
 @contextmanager
 def slurmrestd(gres: str):
-    handler = type("Handler", (_SlurmRestd,), {"gres": gres, "taken": threading.Event(), "submissions": []})
+    fields = {"gres": gres, "taken": threading.Event(), "submissions": [], "down": [0]}
+    handler = type("Handler", (_SlurmRestd,), fields)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
@@ -260,3 +265,23 @@ def test_dispatch_fails_a_slice_job_at_once_when_the_node_line_lacks_its_profile
     assert job.state == JobState.FAILED
     assert "push the Slurm configuration with the tray's MIG layout first" in job.backend_message
     assert len(handler.submissions) == 1
+
+
+@pytest.mark.django_db
+def test_a_spell_of_not_ready_after_the_controller_was_down_gets_its_own_attempts(slice_job):
+    """slurmctld back from an outage is when every node registers again: the attempts spent while it was
+    unreachable do not count against the "not yet" that follows."""
+    allowed = BackendNotReady.attempts_allowed
+    with slurmrestd(MIG_GRES) as (url, handler):
+        job = slice_job(url)
+        handler.down[0] = allowed + 2
+        assert [dispatch.dispatch(job.pk) for _ in range(allowed + 2)] == ["retry"] * (allowed + 2)
+        job.refresh_from_db()
+        assert job.dispatch_attempts == allowed + 2 and " unreachable: " in job.backend_message
+        assert [dispatch.dispatch(job.pk) for _ in range(allowed - 1)] == ["retry"] * (allowed - 1)
+        job.refresh_from_db()
+        assert job.state == JobState.STARTING
+        assert f"attempt {allowed - 1} of {allowed}" in job.backend_message, job.backend_message
+        handler.taken.set()
+        assert dispatch.dispatch(job.pk) == "submitted"
+    assert len(handler.submissions) == allowed
