@@ -57,3 +57,17 @@ def test_a_second_seed_into_an_inventory_that_is_not_empty_is_refused_by_its_key
     kept = _keep_demo_rows(tables, result)
     with pytest.raises(IntegrityError), transaction.atomic():
         _insert_demo_rows(kept)
+
+
+def test_seed_datacenter_writes_no_table_the_kept_rows_leave_out():
+    """The kept rows cover the four tables seed_datacenter writes: a table it starts writing must join
+    tests/conftest.py's _DEMO_MODELS, or the fixture's second seed would leave its rows out."""
+    from django.apps import apps
+
+    kept = set(_demo_models())
+    others = [model for model in apps.get_models() if model not in kept and model._meta.managed]
+    before = {model: model.objects.count() for model in others}
+    seed_datacenter(racks=3)
+    assert {model._meta.label: model.objects.count() for model in others} == {
+        model._meta.label: count for model, count in before.items()
+    }
