@@ -12,7 +12,7 @@ serve, worker and beat replace this process with gunicorn or celery (exec): the 
 sends (SIGTERM on stop) reach the server itself, which finishes its requests or tasks before it exits.
 Settings come from the environment (the rest of the configuration is portal.settings'):
 
-    PORT (8000), BIND (0.0.0.0:$PORT), WEB_CONCURRENCY (gunicorn worker processes, 2), GUNICORN_THREADS
+    PORT (8000), BIND (0.0.0.0:$PORT; `serve -b ADDRESS` replaces it), WEB_CONCURRENCY (gunicorn worker processes, 2), GUNICORN_THREADS
     (threads per process, 4), GUNICORN_TIMEOUT (seconds a request may take before its worker is replaced,
     60), GUNICORN_GRACEFUL_TIMEOUT (seconds requests in flight get after SIGTERM, 30), GUNICORN_KEEPALIVE
     (5), GUNICORN_ACCESS_LOG (0), GUNICORN_MAX_REQUESTS (a worker is replaced after this many requests,
@@ -86,14 +86,12 @@ def serve_command(
     lives under $HOME, which a read-only root file system does not have.
     """
     port = _int(environ, "PORT", 8000, minimum=1)
-    bind = environ.get("BIND", "").strip() or f"0.0.0.0:{port}"
-    command = [
-        "gunicorn",
-        "portal.wsgi:application",
-        "--config",
-        "python:portal.ops.gunicorn_conf",
-        "--bind",
-        bind,
+    command = ["gunicorn", "portal.wsgi:application", "--config", "python:portal.ops.gunicorn_conf"]
+    # gunicorn adds every --bind it is given: an address on the command line replaces BIND/PORT's, or
+    # `rackplane serve -b 127.0.0.1:8432` would listen on 0.0.0.0:8000 as well.
+    if not _binds(extra):
+        command += ["--bind", environ.get("BIND", "").strip() or f"0.0.0.0:{port}"]
+    command += [
         "--worker-class",
         "gthread",
         "--workers",
@@ -130,6 +128,13 @@ def serve_command(
     if environ.get("GUNICORN_ACCESS_LOG", "").strip().lower() in ("1", "true", "yes", "on"):
         command += ["--access-logfile", "-"]
     return command + list(extra)
+
+
+def _binds(arguments: Sequence[str]) -> bool:
+    """Whether gunicorn arguments name an address to listen on (-b/--bind, joined or apart)."""
+    return any(
+        argument in ("-b", "--bind") or argument.startswith(("--bind=", "-b")) for argument in arguments
+    )
 
 
 def worker_command(environ: Mapping[str, str], extra: Sequence[str] = ()) -> list[str]:

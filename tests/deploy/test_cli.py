@@ -71,6 +71,19 @@ def test_serve_reads_the_environment():
     assert option(cli.serve_command({"BIND": "127.0.0.1:7000", "PORT": "1"}), "--bind") == "127.0.0.1:7000"
 
 
+@pytest.mark.parametrize(
+    "given",
+    [["-b", "127.0.0.1:8432"], ["-b127.0.0.1:8432"], ["--bind", "127.0.0.1:8432"], ["--bind=127.0.0.1:8432"]],
+)
+def test_an_address_on_the_command_line_replaces_bind_and_port(given):
+    """gunicorn listens on every --bind it is given: `rackplane serve -b 127.0.0.1:8432` once listened on
+    0.0.0.0:8000 too (the default BIND before it)."""
+    for environ in ({}, {"BIND": "0.0.0.0:9000"}, {"PORT": "9000"}):
+        command = cli.serve_command(environ, given, control_socket=False)
+        binds = [part for part in command if part in ("-b", "--bind") or part.startswith(("-b1", "--bind="))]
+        assert binds == given[:1] and command[-len(given) :] == given
+
+
 def test_serve_without_a_control_socket_option_passes_none():
     assert not any("control-socket" in part for part in cli.serve_command({}, control_socket=False))
 
@@ -239,12 +252,16 @@ def free_port() -> int:
 def test_serve_answers_then_stops_on_sigterm(tmp_path, migrated_sqlite):
     environ = production_environment(tmp_path)  # its database: migrated_sqlite (the migrate test is above)
     port = free_port()
-    environ.update(
-        BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY="2", GUNICORN_THREADS="2", GUNICORN_GRACEFUL_TIMEOUT="10"
-    )
+    # The address given on the command line, as an operator types it: the only one it listens on (BIND and
+    # PORT would add 0.0.0.0:8000 if they were not replaced).
+    environ.update(WEB_CONCURRENCY="2", GUNICORN_THREADS="2", GUNICORN_GRACEFUL_TIMEOUT="10")
     log = (tmp_path / "serve.log").open("w+")
     process = subprocess.Popen(
-        [str(RACKPLANE), "serve"], env=environ, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
+        [str(RACKPLANE), "serve", "-b", f"127.0.0.1:{port}"],
+        env=environ,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 90
@@ -271,4 +288,5 @@ def test_serve_answers_then_stops_on_sigterm(tmp_path, migrated_sqlite):
             process.kill()
             process.wait()
     output = (tmp_path / "serve.log").read_text()
+    assert f"Listening at: http://127.0.0.1:{port} (" in output  # that address alone
     assert "Handling signal: term" in output and "Shutting down: Master" in output
