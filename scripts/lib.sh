@@ -63,8 +63,14 @@ unset PYTHONDONTWRITEBYTECODE
 
 # Collect the tests once in the background (pytest rewrites their asserts and writes them to __pycache__)
 # while the static checks run; `wait "$compiling"` before pytest. The workers then import them from there.
+# Only when more than a few test modules lack current bytecode (a fresh clone, a new pytest): otherwise the
+# workers rewrite the few themselves, and this collection would be six seconds of waiting for nothing.
 compile_tests() {
-    pytest -p no:cacheprovider --collect-only -q "$@" >/dev/null 2>&1 || true
+    local stale
+    stale="$(python scripts/stale_test_bytecode.py tests 2>/dev/null || echo all)"
+    if [ "$stale" = all ] || [ "$stale" -gt 20 ]; then
+        pytest -p no:cacheprovider --collect-only -q "$@" >/dev/null 2>&1 || true
+    fi
 }
 
 # The checks that need no service: lint, format, the import-layer contracts, types at the seams (mypy over

@@ -1,6 +1,9 @@
 """The suite's own machinery (tests/conftest.py): slow markers say why, tests sharing a service or a
 module-scoped fixture land in one xdist group, and the kept test database is named by the migrations."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tests import conftest
@@ -337,3 +340,29 @@ def test_a_scratch_database_is_empty_and_the_test_database_comes_back_untouched(
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
             assert cursor.fetchone() is None
+
+
+def test_the_tests_are_collected_before_the_workers_only_when_their_bytecode_is_stale(tmp_path):
+    """scripts/lib.sh's compile_tests asks scripts/stale_test_bytecode.py how many test modules lack the
+    assert-rewritten bytecode pytest keeps; a module edited after its bytecode counts, as does one never
+    compiled, and a module that is not a test (pytest does not rewrite it) does not."""
+    import runpy
+    import time
+
+    stale = runpy.run_path(str(Path(conftest.__file__).parent.parent / "scripts" / "stale_test_bytecode.py"))
+    (tmp_path / "pkg").mkdir()
+    test = tmp_path / "pkg" / "test_one.py"
+    test.write_text("def test_it():\n    assert True\n")
+    (tmp_path / "pkg" / "helpers.py").write_text("X = 1\n")
+    (tmp_path / "conftest.py").write_text("")
+    assert stale["stale"](tmp_path) == 2  # the test module and the conftest: never compiled
+
+    for source in (test, tmp_path / "conftest.py"):
+        cache = source.parent / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        (cache / f"{source.stem}.{stale['TAG']}.pyc").write_bytes(b"")
+    assert stale["stale"](tmp_path) == 0
+
+    later = time.time() + 5
+    os.utime(test, (later, later))  # edited after its bytecode was written
+    assert stale["stale"](tmp_path) == 1
