@@ -399,6 +399,7 @@ def node_agent(agent, smi: FakeSmi, tmp_path: Path):
     return agent.Agent(args)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_changed_mig_state_forces_the_full_report(agent, smi, tmp_path, monkeypatch):
     smi.mig_node()
     portal = Portal(agent)

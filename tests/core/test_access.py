@@ -92,6 +92,7 @@ def test_visibility_follows_the_rule(world, persona):
     }
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_template_filters_ask_the_rule(world):
     template = Template(
         "{% load access %}{% if user|is_admin %}admin{% endif %}/"
@@ -202,6 +203,7 @@ def test_a_lead_may_not_create_a_department(browser):
     assert not Department.objects.filter(slug="gamma").exists()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_menu_and_the_django_admin_follow_the_rule(browser):
     pushes = f'href="{reverse("integrations:push-list")}"'
     assert pushes in browser("superuser").get(reverse("home")).content.decode()

@@ -167,6 +167,7 @@ def test_english_stays_the_default(admin, pushed):
 # --- the partition wizard ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_wizard_steps_are_japanese(admin):
     html = assert_japanese_here(admin, url("plan-new"))
     assert "NVLink パーティションを分割" in html

@@ -95,6 +95,7 @@ def test_without_any_reported_profiles_the_page_says_how_to_get_them(demo_invent
     assert "has reported its MIG profiles yet" in page.content.decode()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_an_admin_applies_a_layout_and_everything_renders_it(
     fleet, admin_client_logged_in, admin_user, django_capture_on_commit_callbacks
 ):

@@ -115,6 +115,7 @@ def test_anonymous_is_sent_to_sign_in(site, client):
     assert response.status_code in (302, 403) and not WhatIfRun.objects.exists()
 
 
+@pytest.mark.slow(reason="9 cases, 1.5 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("data", "words"),
     [

@@ -72,6 +72,7 @@ def test_page_numbers_still_answer_with_their_count(demo_inventory, client):
     assert client.get(body["next"]).json()["count"] == 216
 
 
+@pytest.mark.slow(reason="2 cases, 1.1 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("sort", ["uuid", "-uuid"])
 def test_a_cursor_follows_a_unique_sort(demo_inventory, client, sort):
     pages, rows = walk(client, URL, {"page_size": 40, "sort": sort})
@@ -119,6 +120,7 @@ def test_a_cursor_it_did_not_give_is_a_400_naming_it(demo_inventory, client, cur
     assert Gpu.objects.count() == before
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=40) | st.builds(encoded, st.text(max_size=30)))
 def test_any_cursor_text_is_a_page_or_a_400(demo_inventory, client, cursor):

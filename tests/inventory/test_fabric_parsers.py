@@ -273,6 +273,7 @@ def test_site_file_yaml_refusals_name_the_line(text, line, words):
     assert refused.value.line == line
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_site_file_deep_yaml_never_reaches_the_recursive_composer():
     with pytest.raises(FabricInputError, match="nested deeper"):
         site_file.parse_yaml("a: " + "[" * 200_000 + "]" * 200_000)

@@ -48,6 +48,7 @@ def test_upload_preview_apply(client_as, platform_admin, demo_inventory):
     assert imported.imported_by == platform_admin and imported.label == "site.yaml"
 
 
+@pytest.mark.slow(reason="9 cases, 0.6 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "source, name, data, words",
     [

@@ -201,6 +201,7 @@ LEFT_TO_THE_WHOLE_PATH = {
 }
 
 
+@pytest.mark.slow(reason="6 cases, 3.2 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("case", LEFT_TO_THE_WHOLE_PATH)
 def test_anything_but_a_plain_hash_only_report_goes_the_whole_way(rack_secret, sha256, paths, case):
     post, whole = paths

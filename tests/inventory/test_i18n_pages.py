@@ -70,6 +70,7 @@ def people(department_a, platform_admin):
     }
 
 
+@pytest.mark.slow(reason="3 cases, 0.6 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("who", ["admin", "lead", "member"])
 def test_rack_list_tray_and_gpu_pages_are_japanese(client, people, who, fleet):
     client.force_login(people[who])

@@ -177,6 +177,7 @@ def test_the_admin_shows_the_refusal_on_the_name(client, admin_user):
     assert Rack.objects.filter(name="rack-1").exists()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.django_db
 def test_the_admin_shows_the_refusal_on_a_tray_hostname(client, admin_user, demo_inventory):
     client.force_login(admin_user)

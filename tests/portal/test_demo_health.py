@@ -85,6 +85,7 @@ def test_the_homes_degraded_gpus_link_to_the_events_that_made_them_so(demo, clie
         assert any(gpu.uuid in row and event.mnemonic in row for row in _rows(page)), (gpu, link)
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_events_table_offenders_and_timeline_agree_on_the_drain(demo, client_as, platform_admin):
     admin = client_as(platform_admin)
     tray = ComputeTray.objects.get(state=TrayState.DRAIN, health_events__xid=79)
@@ -128,6 +129,7 @@ def _decisions_cell(row: str) -> str:
     return cells[-2]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_faults_no_rule_acts_on_were_reported_and_say_so_in_words(demo, client_as, platform_admin):
     """The demo's XID 94 and XID 63 went through a real report's path (the kernel's line on the GPU's PCI
     id, read into the event; the rules' judge, which decides nothing for them), and the events page says

@@ -142,6 +142,7 @@ def test_the_waiting_reasons_on_a_job_page_are_joined_the_japanese_way(client, p
     assert why.count("。") >= 3 and "。 " not in why  # sentences follow each other without a space
 
 
+@pytest.mark.slow(reason="2 cases, 0.5 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(("who", "link"), [("kato", "概要に戻る"), ("suzuki", "ホームに戻る")])
 def test_the_error_pages_lead_home_by_the_menus_name(client, people, who, link):
     client.force_login(people[who])

@@ -124,6 +124,7 @@ def test_a_rack_prefix_lists_racks(client_as, demo_inventory):
     assert kinds(response)["rack"] == ["gb-r01", "gb-r02", "gb-r03"]
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_jobs_by_name_and_by_number(client_as, department_a, member_a):
     job = make_job(department_a, "llama-pretrain", state="pending")
     make_job(department_a, "llama-finetune", state="pending")

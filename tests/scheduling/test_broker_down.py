@@ -86,6 +86,7 @@ def test_a_job_submitted_while_the_broker_is_down_runs_once_it_is_back(member, c
     assert not SchedulingRequest.objects.exists()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_job_placed_while_the_broker_is_down_is_dispatched_by_the_sync(member, caplog, settings):
     job = submit_while_down(member, caplog)
     # A worker runs a pass (its message got through before the broker went): the job is placed, and the

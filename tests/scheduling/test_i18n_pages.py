@@ -79,6 +79,7 @@ def jobs(demo_inventory, department_a, people):
 PERSONAS = ["kato", "sato", "suzuki"]
 
 
+@pytest.mark.slow(reason="3 cases, 1.2 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("persona", PERSONAS)
 def test_the_job_pages_are_japanese(client_as, persona, people, jobs):
     client = client_as(people[persona])

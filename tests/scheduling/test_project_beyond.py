@@ -162,6 +162,7 @@ def test_a_second_project_says_the_gpus_beyond_as_the_table_and_the_panel(client
     assert panel_beyond(client) == 24
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_project_that_lowers_the_default_guarantee_says_what_is_beyond_already(client, research, lead):
     """A project Eval of 2: the default project keeps 56; t5 still fits, nothing falls beyond, t6 stays
     beyond. The summary said "Every running job keeps its guarantee" beside a table marking t6 beyond."""

@@ -196,6 +196,7 @@ def test_the_default_project_row_moves_several_people_at_once_after_confirmation
     assert set(ProjectMembership.objects.values_list("user", flat=True)) == {member_a.pk, other.pk}
 
 
+@pytest.mark.slow(reason="12 cases, 0.9 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "query",
     [

@@ -307,6 +307,7 @@ def test_members_are_refused_and_other_departments_leads_see_nothing(
     assert written() == before
 
 
+@pytest.mark.slow(reason="10 cases, 1.2 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "to", ["x", "-1", "0", "99999999999999", "1\x00", "{vision}", "{default}", "{theirs}", "", "VISION"]
 )
@@ -342,6 +343,7 @@ def test_another_departments_placement_and_the_default_project_are_404(client_as
     assert written() == before
 
 
+@pytest.mark.slow(reason="8 cases, 0.6 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     "body",
     [

@@ -100,6 +100,7 @@ def test_a_memory_size_chooses_the_smallest_offered_profile(submit, gb, profile)
     assert (job.mig_profile, job.mig_slices, job.mig_memory_gb) == (profile, 1, gb)
 
 
+@pytest.mark.slow(reason="22 cases, 0.9 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("fields", "field", "words"),
     [

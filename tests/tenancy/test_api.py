@@ -308,6 +308,7 @@ def test_delete_a_department_without_jobs_and_refuse_one_with_jobs(workload, sta
 # --- fair-share position ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_quota_is_the_fair_share_position_from_the_database(workload, staff):
     capacity = schedulable_gpus()
     body = staff.get(f"{DEPARTMENTS}alpha/quota/").json()

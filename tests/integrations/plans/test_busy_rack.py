@@ -193,6 +193,7 @@ def test_a_waiting_plan_keeps_every_tray_it_changes_from_new_work_and_names_what
     assert not ComputeTray.objects.filter(rack=rack, state_reason=reason).exists()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_a_tray_drained_for_a_plan_names_the_plan_that_owns_the_drain(rack, in_the_way, admin_user, client):
     """Walkthrough: a tray a plan drained read "Out for another owner's reason ... Rackplane did not drain
     it" and sent the admin to the Django admin. It names the plan, links to it, and says how it comes back."""

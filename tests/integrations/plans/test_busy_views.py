@@ -48,6 +48,7 @@ def counts() -> tuple[int, int]:
     return PartitionPlan.objects.count(), PlanWindow.objects.count()
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_the_busy_preview_offers_requeue_now_and_its_confirm_page_says_who_and_when(
     jobs, client_as, platform_admin
 ):
@@ -165,6 +166,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow(reason="8 cases, 2.0 s together on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize("case", HOSTILE)
 def test_a_hostile_window_is_a_400_in_words_that_writes_nothing(case, jobs, client, platform_admin):
     client.force_login(platform_admin)

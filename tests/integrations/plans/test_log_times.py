@@ -45,6 +45,7 @@ def test_a_tokyo_viewer_reads_the_push_log_in_jst(admin_client_logged_in, plan_w
     assert ConfigPush.objects.get(pk=push.pk).log.startswith("2026-11-30 01:02:03 pushing <p1>")
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_without_a_zone_the_log_says_utc(admin_client_logged_in, plan_with_a_stamped_log):
     plan, _push = plan_with_a_stamped_log
     html = admin_client_logged_in.get(reverse("integrations:plan-detail", args=[plan.pk])).content.decode()

@@ -220,6 +220,7 @@ def test_a_plan_waiting_for_its_window_shows_in_the_wizard_where_plans_in_flight
     )
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_after_requeue_now_the_plans_page_gives_the_requeue_time_the_confirm_page_promised(
     rack, client, platform_admin
 ):

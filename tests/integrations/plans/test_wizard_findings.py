@@ -15,6 +15,7 @@ from tests.factories import make_department, run_job
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 def test_one_finding_per_job_with_drain_first_inline(demo_inventory, client_as, platform_admin):
     department = make_department("Ops")
     trays = [f"gb-r01-t{slot:02d}" for slot in range(1, 19)]
