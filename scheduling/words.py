@@ -103,9 +103,12 @@ for _template in (SUBMITTED_ONE, SUBMITTED_MANY, FALLBACK_ACCEPTED):
     VALUE_WORDS[_template] = {"topology": {str(choice.value): choice.label for choice in Topology}}
 # A class's stored value in a wait reason ("inference jobs run only within ...") as its label, as the class
 # column shows it.
-VALUE_WORDS[scheduler.GUARANTEE_ONLY] = {
-    "priority_class": {str(choice.value): choice.label for choice in PriorityClass}
-}
+for _template in (
+    scheduler.GUARANTEE_ONLY,
+    scheduler.PROJECT_GUARANTEE_ONLY,
+    scheduler.DEFAULT_PROJECT_GUARANTEE_ONLY,
+):
+    VALUE_WORDS[_template] = {"priority_class": {str(choice.value): choice.label for choice in PriorityClass}}
 WAIT_MINUTES = gettext_noop("%(minutes)s min")
 WAIT_HOURS = gettext_noop("%(hours)s h")
 # A placed job's event (scheduling.services.pass_writes): its standing, its trays, the partitions they are

@@ -292,6 +292,15 @@ HOLDS_AND_NEEDS = gettext_noop("it holds %(held)s and this job needs %(gpus)s")
 GUARANTEE_ONLY = gettext_noop(
     "%(priority_class)s jobs run only within the department's guarantee (%(guaranteed)s GPUs)"
 )
+# The same inside a department shared among projects: the job's own leaf's share is what it is held to.
+PROJECT_GUARANTEE_ONLY = gettext_noop(
+    "%(priority_class)s jobs run only within their project's in-quota share (project %(project)s: "
+    "%(share)s GPUs now)"
+)
+DEFAULT_PROJECT_GUARANTEE_ONLY = gettext_noop(
+    "%(priority_class)s jobs run only within their project's in-quota share (the default project: %(share)s "
+    "GPUs now, what the named projects' guarantees leave of the department's %(guaranteed)s)"
+)
 PREEMPTION_GRACE = gettext_noop("a job preempts only after waiting %(grace)s (the preemption grace)")
 STARTS_WHEN_SETTLED = gettext_noop(
     "it starts as soon as their nodes report the new partition (failing that, trays are reserved for it, "
@@ -1120,15 +1129,28 @@ class _Pass:
         if sweep == 1 and not in_quota:
             return False  # over quota: the second sweep, after every in-quota job
         if not in_quota and not job.preemptible:
-            self.result.waiting[job.id] = (
-                say(
-                    WAITING,
-                    reason=say(
-                        GUARANTEE_ONLY, priority_class=job.priority_class, guaranteed=department.guaranteed
-                    ),
+            if leaf[0] not in self.projects:  # the department is its own single leaf
+                reason = say(
+                    GUARANTEE_ONLY, priority_class=job.priority_class, guaranteed=department.guaranteed
                 )
-                + CLAUSES
-                + say(HOLDS_AND_NEEDS, held=held, gpus=job.gpus)
+            elif leaf[1] is None:  # its default project (or no project): what the named ones leave
+                reason = say(
+                    DEFAULT_PROJECT_GUARANTEE_ONLY,
+                    priority_class=job.priority_class,
+                    share=self.in_quota[leaf],
+                    guaranteed=department.guaranteed,
+                )
+                held = self.leaf_held[leaf]
+            else:
+                reason = say(
+                    PROJECT_GUARANTEE_ONLY,
+                    priority_class=job.priority_class,
+                    project=f"{leaf[0]}-{leaf[1]}",
+                    share=self.in_quota[leaf],
+                )
+                held = self.leaf_held[leaf]
+            self.result.waiting[job.id] = (
+                say(WAITING, reason=reason) + CLAUSES + say(HOLDS_AND_NEEDS, held=held, gpus=job.gpus)
             )
             return True
         if (
