@@ -165,6 +165,28 @@ class Reclaimable(Confirmable):
         """Those of `losing` that keep running: never reclaimed."""
         return [change for change in self.losing if not change.preemptible]
 
+    @property
+    def guarantees(self) -> tuple[int, int]:
+        """The guarantee of the work `running` is (before, after the step)."""
+        raise NotImplementedError
+
+    @property
+    def firm_holder(self) -> Project | None:
+        """The project whose work `running` is (None: the department's default project, not made yet)."""
+        raise NotImplementedError
+
+    @property
+    def firm_gpus(self) -> int:
+        """The GPUs its running jobs that are not preemptible hold: they take the guarantee first (Standing)."""
+        return sum(change.job.gpus for change in self.running if not change.preemptible)
+
+    @property
+    def firm_fills(self) -> bool:
+        """The step leaves that work's new non-preemptible jobs no room where there was some: they run only
+        within the guarantee (scheduling.engine.scheduler, Projects), and the running ones hold all of it."""
+        before, after = self.guarantees
+        return before > self.firm_gpus >= after
+
 
 @dataclass(frozen=True)
 class NewProjectChanges(Reclaimable):
@@ -179,7 +201,15 @@ class NewProjectChanges(Reclaimable):
 
     @property
     def needs_confirmation(self) -> bool:
-        return self.first or bool(self.beyond)
+        return self.first or bool(self.beyond) or self.firm_fills
+
+    @property
+    def guarantees(self) -> tuple[int, int]:
+        return self.default_before, self.default_after
+
+    @property
+    def firm_holder(self) -> Project | None:
+        return self.default
 
     def facts(self) -> tuple:
         return (
@@ -358,9 +388,18 @@ class GuaranteeChanges(Reclaimable):
     @property
     def needs_confirmation(self) -> bool:
         """A lowered guarantee always (what the project keeps and the default project gets); a raised one
-        when it puts the default project's running work beyond its guarantee. Never a step that does not
-        fit (tenancy.projects refuses it in words)."""
-        return self.fits and (self.lowering or bool(self.beyond))
+        when it puts the default project's running work beyond its guarantee, or leaves its new work that is
+        not preemptible no room (`firm_fills`). Never a step that does not fit (tenancy.projects refuses it in
+        words)."""
+        return self.fits and (self.lowering or bool(self.beyond) or self.firm_fills)
+
+    @property
+    def guarantees(self) -> tuple[int, int]:
+        return (self.before, self.after) if self.lowering else (self.default_before, self.default_after)
+
+    @property
+    def firm_holder(self) -> Project | None:
+        return self.project if self.lowering else self.default
 
     def facts(self) -> tuple:
         return (

@@ -92,9 +92,13 @@ def resubmit_offer(user, job: Job) -> ResubmitOffer:
             % {"gpus": job.gpus, "project": project.name, "limit": project.limit_gpus},
         )
     projects = list(usable_projects(user, department))
-    if project is None or project.is_default:
+    if project is None:  # from before the department's projects: it could name none
         why = _(
             "This job ran as %(department)s's own work, but %(department)s now shares its GPUs among projects"
+        ) % {"department": department.name}
+    elif project.is_default:
+        why = _(
+            "This job is in %(department)s's default project, which is for its members in no named project"
         ) % {"department": department.name}
     else:
         why = _("You may no longer submit to this job's project, %(project)s") % {"project": project.name}

@@ -176,8 +176,8 @@ def test_a_job_from_before_projects_is_resubmitted_under_a_chosen_project(
     # The page says it before the click: Research now needs a project; resubmit asks which.
     why = page.locator("#resubmit-why")
     expect(why).to_have_text(
-        "This job ran as Research's own work, but Research now shares its GPUs among projects: choose one of "
-        "your projects to run it under."
+        "This job is in Research's default project, which is for its members in no named project: choose one "
+        "of your projects to run it under."
     )
     resubmit = page.locator("[data-resubmit]")
     expect(resubmit).to_have_attribute("data-resubmit", "choose-project")

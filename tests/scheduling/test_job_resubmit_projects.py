@@ -73,8 +73,8 @@ def test_a_job_without_project_in_a_department_with_projects_asks_for_one(
     control = resubmit_control(markup)
     assert 'data-resubmit="choose-project"' in control and "disabled" not in control
     assert (
-        "This job ran as Alpha&#x27;s own work, but Alpha now shares its GPUs among projects: choose one of "
-        "your projects to run it under." in markup
+        "This job is in Alpha&#x27;s default project, which is for its members in no named project: choose "
+        "one of your projects to run it under." in markup
     )
 
     url = reverse("scheduling:job-resubmit", args=[old_job.pk])
@@ -160,8 +160,8 @@ def test_clone_of_a_job_without_project_chooses_the_one_project_and_says_so(
     markup = client_as(member_a).get(NEW, {"clone": old_job.pk}).content.decode()
     assert selected_project(markup) == "vision"
     assert (
-        "Alpha now shares its GPUs among projects: Vision, your one project there, is chosen; change it if "
-        "the job belongs elsewhere." in markup
+        "This job is in Alpha&#x27;s default project, which is for its members in no named project: Vision, "
+        "your one project there, is chosen; change it if the job belongs elsewhere." in markup
     )
 
 
@@ -172,6 +172,24 @@ def test_clone_of_a_job_without_project_says_one_is_needed(client_as, member_a, 
     assert selected_project(markup) == ""
     note = re.search(r'<p class="note note-warn" id="id_project_note" data-clone-note>([^<]*)</p>', markup)
     assert note and note.group(1) == (
-        "This job ran as Alpha&#x27;s own work, but Alpha now shares its GPUs among projects: choose one of "
-        "your projects (Speech, Vision)."
+        "This job is in Alpha&#x27;s default project, which is for its members in no named project: choose "
+        "one of your projects (Speech, Vision)."
     )
+
+
+def test_a_job_of_the_default_project_says_so_not_that_it_ran_before_the_projects(
+    client_as, member_a, department_a, projects
+):
+    """A job its submitter sent to the default project (pending, never run) after the department's projects
+    existed, seen once they are in a named project: the page once said "This job ran as Alpha's own work"
+    (found by a walkthrough, on a job that had never run)."""
+    default = Project.objects.get(department=department_a, is_default=True)
+    job = make_job(department_a, "compile", JobState.PENDING, submitted_by=member_a, project=default)
+    ProjectMembership.objects.create(user=member_a, project=projects["vision"])
+    markup = page(client_as(member_a), job)
+    assert "ran as" not in markup
+    assert (
+        "This job is in Alpha&#x27;s default project, which is for its members in no named project: choose one "
+        "of your projects to run it under." in markup
+    )
+    assert 'data-resubmit="choose-project"' in resubmit_control(markup)

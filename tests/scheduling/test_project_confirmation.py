@@ -341,3 +341,68 @@ def test_the_gpus_beyond_are_the_figure_the_panel_shows_once_the_project_is_made
     panel = client.get(reverse("scheduling:department-detail", args=["research"]))
     assert panel.context["unassigned"].from_siblings == 8
     assert "8 beyond its guarantee" in panel.content.decode()
+
+
+def test_a_first_project_that_leaves_the_defaults_build_work_no_room_says_so_and_it_waits_as_told(
+    client_as, lead_a, member_a, department_a
+):
+    """The default project's running inference (8 GPUs, not preemptible) fits its 16 GPUs now and not the 4
+    the new project leaves it: its new build and inference jobs will wait, and the confirmation says so
+    before the step (a walkthrough found such a job waiting with no word of it anywhere); after it, a new
+    build job of the default project waits naming that share."""
+    from scheduling.choices import JobState
+    from scheduling.services.passes import run_pass
+
+    default = Project.objects.get(department=department_a, is_default=True)
+    for name, tray in zip(("serve-1", "serve-2"), free_trays(2), strict=True):
+        make_job(
+            department_a, name, trays=[tray], project=default, priority_class="inference", over_quota=False
+        )
+    client = client_as(lead_a)
+    body = {"name": "LLM", "guaranteed_gpus": "12", "over_quota_weight": "1", "limit_gpus": ""}
+    page = client.get(client.post(CREATE, body, **HTMX)["HX-Redirect"])
+    markup = " ".join(page.content.decode().split())
+    assert (
+        "New build, interactive and inference jobs in Default will wait until some of its running ones end: "
+        "work that is not preemptible runs only within its project's guarantee, and Default's running work "
+        "of those kinds holds 8 GPUs against the 4 it keeps."
+    ) in markup
+    client.post(CONFIRM, {**dict(page.context["values"]), "seen": page.context["changes"].digest})
+    assert Project.objects.named().filter(department=department_a).count() == 1
+
+    build = make_job(
+        department_a, "compile", JobState.PENDING, project=default, priority_class="build", gpus=1
+    )
+    run_pass()
+    build.refresh_from_db()
+    assert build.state == JobState.PENDING
+    assert "the default project: 4 GPUs now" in build.pending_reason and "it holds 8" in build.pending_reason
+
+
+def test_a_later_project_that_leaves_the_defaults_build_work_no_room_is_confirmed_too(
+    client_as, lead_a, department_a
+):
+    """Only the first named project always asks; a later one asks when it leaves the default project's new
+    non-preemptible work no room, and otherwise is created in place."""
+    default = Project.objects.get(department=department_a, is_default=True)
+    client = client_as(lead_a)
+    body = {"name": "LLM", "guaranteed_gpus": "4", "over_quota_weight": "1", "limit_gpus": ""}
+    first = client.get(client.post(CREATE, body, **HTMX)["HX-Redirect"])
+    client.post(CONFIRM, {**dict(first.context["values"]), "seen": first.context["changes"].digest})
+    make_job(
+        department_a,
+        "serve",
+        trays=free_trays(2),
+        project=default,
+        priority_class="inference",
+        over_quota=False,
+    )
+    # 12 left to the default project, 8 of it held by inference: a 2-GPU project leaves 10, room still.
+    response = client.post(CREATE, {**body, "name": "Small", "guaranteed_gpus": "2"}, **HTMX)
+    assert "HX-Redirect" not in response
+    response = client.post(CREATE, {**body, "name": "Large", "guaranteed_gpus": "4"}, **HTMX)
+    page = client.get(response["HX-Redirect"])
+    assert 'data-change="firm-fills"' in page.content.decode()
+    assert "Default's running work of those kinds holds 8 GPUs against the 6 it keeps" in " ".join(
+        page.content.decode().split()
+    )
