@@ -177,7 +177,8 @@ class Reclaimable(Confirmable):
 
     @property
     def firm_gpus(self) -> int:
-        """The GPUs its running jobs that are not preemptible hold: they take the guarantee first (Standing)."""
+        """The GPUs its running jobs that are not preemptible hold: they take the guarantee first
+        (Standing)."""
         return sum(change.job.gpus for change in self.running if not change.preemptible)
 
     @property

@@ -12,14 +12,14 @@ serve, worker and beat replace this process with gunicorn or celery (exec): the 
 sends (SIGTERM on stop) reach the server itself, which finishes its requests or tasks before it exits.
 Settings come from the environment (the rest of the configuration is portal.settings'):
 
-    PORT (8000), BIND (0.0.0.0:$PORT; `serve -b ADDRESS` replaces it), WEB_CONCURRENCY (gunicorn worker processes, 2), GUNICORN_THREADS
-    (threads per process, 4), GUNICORN_TIMEOUT (seconds a request may take before its worker is replaced,
-    60), GUNICORN_GRACEFUL_TIMEOUT (seconds requests in flight get after SIGTERM, 30), GUNICORN_KEEPALIVE
-    (5), GUNICORN_ACCESS_LOG (0), GUNICORN_MAX_REQUESTS (a worker is replaced after this many requests,
-    against slow leaks; 20000, 0 = never), GUNICORN_WORKER_TMP_DIR (heartbeat files; default the system
-    temporary directory), PROMETHEUS_MULTIPROC_DIR (the folder gunicorn's workers share their request
-    metrics in, emptied at start; default a new folder in the temporary directory: core.metrics);
-    CELERY_CONCURRENCY (worker processes, 2), CELERY_QUEUES (comma-separated, default all),
+    PORT (8000), BIND (0.0.0.0:$PORT; `serve -b ADDRESS` replaces it), WEB_CONCURRENCY (gunicorn worker
+    processes, 2), GUNICORN_THREADS (threads per process, 4), GUNICORN_TIMEOUT (seconds a request may take
+    before its worker is replaced, 60), GUNICORN_GRACEFUL_TIMEOUT (seconds requests in flight get after
+    SIGTERM, 30), GUNICORN_KEEPALIVE (5), GUNICORN_ACCESS_LOG (0), GUNICORN_MAX_REQUESTS (a worker is replaced
+    after this many requests, against slow leaks; 20000, 0 = never), GUNICORN_WORKER_TMP_DIR (heartbeat files;
+    default the system temporary directory), PROMETHEUS_MULTIPROC_DIR (the folder gunicorn's workers share
+    their request metrics in, emptied at start; default a new folder in the temporary directory:
+    core.metrics); CELERY_CONCURRENCY (worker processes, 2), CELERY_QUEUES (comma-separated, default all),
     CELERY_MAX_TASKS_PER_CHILD (100), CELERY_BEAT_SCHEDULE_FILENAME (where the beat keeps when each entry last
     ran; default rackplane-beat-schedule in the temporary directory), LOG_LEVEL (INFO);
     RACKPLANE_DB_WAIT_TIMEOUT (seconds `migrate` and `wait-for-db` wait for the database, 60).

@@ -99,3 +99,70 @@ def test_a_lead_confirms_the_first_named_project_and_the_form_chooses_the_member
 
     # The member's form now chooses their only project.
     assert project_choice(browser, live_server) == "llm"
+
+
+@pytest.fixture
+def research_serving(transactional_db):
+    """Research (16 GPUs) runs 8 GPUs of inference in its default project: room for 8 more GPUs of build
+    or inference work now."""
+    seed_datacenter(racks=1)
+    department = make_department("Research", guaranteed_gpus=16)
+    make_member("e2e-dp-lead", department, Role.LEAD, password=PASSWORD)
+    member = make_member("e2e-dp-member", department, password=PASSWORD)
+    default = Project.objects.get(department=department, is_default=True)
+    for name, tray in zip(("serve-a", "serve-b"), free_trays(2), strict=True):
+        make_job(
+            department,
+            name,
+            trays=[tray],
+            project=default,
+            submitted_by=member,
+            priority_class="inference",
+            over_quota=False,
+        )
+    return department
+
+
+def test_a_first_project_that_leaves_the_defaults_build_work_no_room_is_told_before_and_after(
+    live_server, page, research_serving, shots
+):
+    """The confirmation says the default project's new build and inference jobs will wait (its running
+    inference holds all it keeps); after it, a member's build job waits with a reason naming the default
+    project's share and its GPUs, not the department's (which read as if the job fitted)."""
+    from scheduling.models import Job
+    from scheduling.services.passes import run_pass
+
+    sign_in(page, live_server, "e2e-dp-lead", PASSWORD)
+    page.goto(f"{live_server.url}/tenancy/departments/research/")
+    form = page.locator("#projects form.add-project")
+    form.get_by_label("Name").fill("LLM")
+    form.get_by_label("Guaranteed GPUs").fill("12")
+    form.get_by_role("button", name="Create project").click()
+    expect(page).to_have_url(re.compile(r"/projects/confirm/\?"))
+    expect(page.locator('#project-changes [data-change="firm-fills"]')).to_have_text(
+        "New build, interactive and inference jobs in Default will wait until some of its running ones end: "
+        "work that is not preemptible runs only within its project's guarantee, and Default's running work "
+        "of those kinds holds 8 GPUs against the 4 it keeps."
+    )
+    page.screenshot(path=str(shots / "default-projects-confirm-firm-fills.png"), full_page=True)
+    page.get_by_role("button", name="Create the project").click()
+    arrived(page, re.compile(r"/tenancy/departments/research/#projects$"))
+
+    page.context.clear_cookies()
+    sign_in(page, live_server, "e2e-dp-member", PASSWORD)
+    page.goto(f"{live_server.url}/scheduling/jobs/new/")
+    expect(page.locator("#id_project")).to_have_value("default")
+    page.fill("#id_name", "compile")
+    page.fill("#id_gpus", "1")
+    page.select_option("#id_priority_class", "build")
+    page.fill("#id_script", "#!/bin/bash\nmake\n")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page).to_have_url(f"{live_server.url}/scheduling/jobs/")
+    job = Job.objects.get(name="compile")
+    run_pass()
+    page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
+    expect(page.locator("main")).to_contain_text(
+        "build jobs run only within their project's in-quota share (the default project: 4 GPUs now, what "
+        "the named projects' guarantees leave of the department's 16); it holds 8 and this job needs 1"
+    )
+    page.screenshot(path=str(shots / "default-projects-build-waits-in-words.png"), full_page=True)

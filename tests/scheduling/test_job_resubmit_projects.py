@@ -189,7 +189,7 @@ def test_a_job_of_the_default_project_says_so_not_that_it_ran_before_the_project
     markup = page(client_as(member_a), job)
     assert "ran as" not in markup
     assert (
-        "This job is in Alpha&#x27;s default project, which is for its members in no named project: choose one "
-        "of your projects to run it under." in markup
+        "This job is in Alpha&#x27;s default project, which is for its members in no named project: "
+        "choose one of your projects to run it under." in markup
     )
     assert 'data-resubmit="choose-project"' in resubmit_control(markup)
