@@ -25,7 +25,6 @@ is not a push again). The targets page and that push's page say so, with a butto
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
+from core.diffs import unified_diff
 from core.models import AuditAction, AuditEvent, AuditSource
 from core.sentences import say
 from integrations import contents, pushes, registry, words
@@ -165,7 +165,7 @@ def diff_items(old: dict[str, str], new: dict[str, str]) -> list[ItemDiff]:
             continue
         lines = [
             line.rstrip("\n")
-            for line in difflib.unified_diff(
+            for line in unified_diff(
                 (before or "").splitlines(keepends=True),
                 (after or "").splitlines(keepends=True),
                 fromfile=f"previous/{name}" if before is not None else "/dev/null",
