@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 Opcode = tuple[str, int, int, int, int]
 
@@ -178,3 +178,18 @@ def _range(start: int, stop: int) -> str:
     if length == 1:
         return f"{start + 1}"
     return f"{start + 1 if length else start},{length}"
+
+
+def line_kinds(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(kind, line) for each line of one file's unified diff: "file" for the `---`/`+++` headers, "hunk",
+    "add", "del" or "ctx". A header is one before the first hunk: after it, `----` is a removed `---` (a YAML
+    document's separator) and `+++` an added `++`, lines to count, not headers."""
+    in_hunks = False
+    for line in lines:
+        if line.startswith("@@"):
+            in_hunks = True
+            yield "hunk", line
+        elif not in_hunks and line.startswith(("---", "+++")):
+            yield "file", line
+        else:
+            yield {"+": "add", "-": "del"}.get(line[:1], "ctx"), line

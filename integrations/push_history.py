@@ -36,7 +36,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
-from core.diffs import unified_diff
+from core.diffs import line_kinds, unified_diff
 from core.models import AuditAction, AuditEvent, AuditSource
 from core.sentences import say
 from integrations import contents, pushes, registry, words
@@ -73,29 +73,16 @@ class ItemDiff:
 
     @property
     def added(self) -> int:
-        return sum(1 for line in self.lines if line.startswith("+") and not line.startswith("+++"))
+        return sum(1 for kind, _line in line_kinds(self.lines) if kind == "add")
 
     @property
     def removed(self) -> int:
-        return sum(1 for line in self.lines if line.startswith("-") and not line.startswith("---"))
+        return sum(1 for kind, _line in line_kinds(self.lines) if kind == "del")
 
     @property
     def styled(self) -> list[tuple[str, str]]:
         """(css class, line) for the page (the template escapes the line)."""
-        out = []
-        for line in self.lines:
-            if line.startswith(("+++", "---")):
-                css = "diff-file"
-            elif line.startswith("@@"):
-                css = "diff-hunk"
-            elif line.startswith("+"):
-                css = "diff-add"
-            elif line.startswith("-"):
-                css = "diff-del"
-            else:
-                css = "diff-ctx"
-            out.append((css, line))
-        return out
+        return [(f"diff-{kind}", line) for kind, line in line_kinds(self.lines)]
 
 
 @dataclass

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
 from core.access import require_admin
+from core.diffs import line_kinds
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from integrations.plans import service as plans
 from integrations.plans import windows
@@ -386,19 +387,10 @@ def _group(path: str) -> str:
 def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
     files = []
     for path, text in diffs.items():
-        lines, added, removed = [], 0, 0
-        for line in text.splitlines():
-            if line.startswith(("+++", "---")):
-                css = "diff-file"
-            elif line.startswith("@@"):
-                css = "diff-hunk"
-            elif line.startswith("+"):
-                css, added = "diff-add", added + 1
-            elif line.startswith("-"):
-                css, removed = "diff-del", removed + 1
-            else:
-                css = "diff-ctx"
-            lines.append((css, line))
+        kinds = list(line_kinds(text.splitlines()))
+        lines = [(f"diff-{kind}", line) for kind, line in kinds]
+        added = sum(1 for kind, _line in kinds if kind == "add")
+        removed = sum(1 for kind, _line in kinds if kind == "del")
         files.append(FileDiff(path, _group(path), lines, added, removed))
     order = {str(label): i for i, (_key, label) in enumerate(GROUPS)}
     return sorted(files, key=lambda f: (order.get(f.group, len(order)), f.path))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from core.diffs import diff_text
+from integrations.plans.views import _file_diffs
 from tests.factories import make_department
 from tests.integrations.plans.test_wizard import url
 
@@ -45,3 +47,17 @@ def test_the_previews_counts_are_the_lines_the_plan_changes(admin_client_logged_
     )
     html = preview.content.decode()
     assert '<span class="diff-add">+18</span> <span class="diff-del">\N{MINUS SIGN}9</span>' in html
+
+
+def test_a_removed_yaml_document_separator_counts_as_removed_not_as_a_header():
+    """A removed `---` reads `----`: the preview styled it as a file header and left it out of the count."""
+    old = "kind: ResourceFlavor\nname: gpu\n---\nkind: ResourceFlavor\nname: vision\n"
+    new = "kind: ResourceFlavor\nname: gpu\n"
+    (diff,) = _file_diffs({"kubernetes/04-resourceflavors.yaml": diff_text(old, new, "a", "b")})
+    assert (diff.added, diff.removed) == (0, 3)
+    assert diff.lines[:2] == [("diff-file", "--- a"), ("diff-file", "+++ b")]
+    assert [text for css, text in diff.lines if css == "diff-del"] == [
+        "----",
+        "-kind: ResourceFlavor",
+        "-name: vision",
+    ]
