@@ -25,7 +25,6 @@ is not a push again). The targets page and that push's page say so, with a butto
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
+from core.diffs import line_kinds, unified_diff
 from core.models import AuditAction, AuditEvent, AuditSource
 from core.sentences import say
 from integrations import contents, pushes, registry, words
@@ -73,29 +73,16 @@ class ItemDiff:
 
     @property
     def added(self) -> int:
-        return sum(1 for line in self.lines if line.startswith("+") and not line.startswith("+++"))
+        return sum(1 for kind, _line in line_kinds(self.lines) if kind == "add")
 
     @property
     def removed(self) -> int:
-        return sum(1 for line in self.lines if line.startswith("-") and not line.startswith("---"))
+        return sum(1 for kind, _line in line_kinds(self.lines) if kind == "del")
 
     @property
     def styled(self) -> list[tuple[str, str]]:
         """(css class, line) for the page (the template escapes the line)."""
-        out = []
-        for line in self.lines:
-            if line.startswith(("+++", "---")):
-                css = "diff-file"
-            elif line.startswith("@@"):
-                css = "diff-hunk"
-            elif line.startswith("+"):
-                css = "diff-add"
-            elif line.startswith("-"):
-                css = "diff-del"
-            else:
-                css = "diff-ctx"
-            out.append((css, line))
-        return out
+        return [(f"diff-{kind}", line) for kind, line in line_kinds(self.lines)]
 
 
 @dataclass
@@ -165,7 +152,7 @@ def diff_items(old: dict[str, str], new: dict[str, str]) -> list[ItemDiff]:
             continue
         lines = [
             line.rstrip("\n")
-            for line in difflib.unified_diff(
+            for line in unified_diff(
                 (before or "").splitlines(keepends=True),
                 (after or "").splitlines(keepends=True),
                 fromfile=f"previous/{name}" if before is not None else "/dev/null",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import json
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from core.diffs import unified_diff
 from integrations import contents
 from integrations.common import clip, display_path
 from integrations.embedded import safe_relative
@@ -238,7 +238,7 @@ class DirectoryAdapter:
                 out.append(f"- {name} (no longer rendered)")
                 continue
             diff = list(
-                difflib.unified_diff(
+                unified_diff(
                     (old or "").splitlines(keepends=True),
                     new.splitlines(keepends=True),
                     fromfile=f"live/{name}" if old is not None else "/dev/null",

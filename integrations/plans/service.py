@@ -15,7 +15,6 @@ scheduler for a pass: the layout it places on has changed.
 from __future__ import annotations
 
 import contextlib
-import difflib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -27,6 +26,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from core.audit import recording_changes, update_recorded
+from core.diffs import diff_text
 from core.fingerprint import fingerprint
 from core.sentences import CLAUSES, say
 from integrations import words
@@ -485,11 +485,7 @@ def preview(rack: Rack, partitions: list[PlannedPartition], *, drain: bool = Fal
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name, ""), after.get(name, "")
         if old != new:
-            result.diffs[name] = "".join(
-                difflib.unified_diff(
-                    old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{name}", f"b/{name}"
-                )
-            )
+            result.diffs[name] = diff_text(old, new, f"a/{name}", f"b/{name}")
     return result
 
 

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
 from core.access import require_admin
+from core.diffs import line_kinds
 from core.hardware import GPUS_PER_TRAY, TRAYS_PER_RACK
 from integrations.plans import service as plans
 from integrations.plans import windows
@@ -230,12 +231,15 @@ def _rack_context(request, rack: Rack, form: PlanForm, step: str) -> dict:
         ),
         # The custom rows follow the preset (out of band) unless the user is typing in them.
         "rows_oob": step == "layout" and request.htmx and request.htmx.trigger_name != "slots",
+        # The Slurm fields' placeholders follow a department chosen (out of band; never while typing in them).
+        "slurm_oob": step == "names" and request.htmx and request.htmx.trigger_name == "department",
     }
 
 
 def _planned(form: PlanForm, check: PlanCheck, trays: list[TrayInfo]) -> list[dict]:
     """The plan's partitions as the page draws them: slot ranges, GPUs, colour, clique, the Slurm partition
-    serving them and, when some of their trays have a MIG layout, the MIG partition serving those."""
+    serving them and, when some of their trays have a MIG layout, the MIG partition serving those; and what
+    their Slurm field, left empty, gives (its placeholder on the names step)."""
     mig_slots = {t.slot for t in trays if t.mig_layout}
     planned = []
     for i, p in enumerate(form.partitions):
@@ -252,6 +256,7 @@ def _planned(form: PlanForm, check: PlanCheck, trays: list[TrayInfo]) -> list[di
                 # integrations.state.slurm_partition_of: trays in MIG mode go to `<partition>--mig`.
                 "mig_served_by": naming.mig_partition(slurm) if slurm and mig else "",
                 "mig_ranges": slot_ranges(mig),
+                "slurm_placeholder": slurm_placeholder(p.department),
             }
         )
     return planned
@@ -265,6 +270,17 @@ def served_by(slurm_partition: str, department: str | None) -> str:
         return naming.slurm_partition("" if department else slurm_partition, department)
     except ValueError:
         return ""
+
+
+def slurm_placeholder(department: str | None) -> str:
+    """What a planned partition's Slurm field says while empty: the Slurm partition it then gets, by
+    `served_by`'s rule (its department's own, else the shared `gpu`, where a tier may be typed instead)."""
+    partition = served_by("", department)
+    if not partition:
+        return ""
+    if department:
+        return _("%(partition)s (its department's)") % {"partition": partition}
+    return _("%(partition)s (shared), or gpu_name") % {"partition": partition}
 
 
 def _rack_now(rack: Rack, trays: list[TrayInfo], health: dict[int, dict[int, str]]) -> dict:
@@ -386,19 +402,10 @@ def _group(path: str) -> str:
 def _file_diffs(diffs: dict[str, str]) -> list[FileDiff]:
     files = []
     for path, text in diffs.items():
-        lines, added, removed = [], 0, 0
-        for line in text.splitlines():
-            if line.startswith(("+++", "---")):
-                css = "diff-file"
-            elif line.startswith("@@"):
-                css = "diff-hunk"
-            elif line.startswith("+"):
-                css, added = "diff-add", added + 1
-            elif line.startswith("-"):
-                css, removed = "diff-del", removed + 1
-            else:
-                css = "diff-ctx"
-            lines.append((css, line))
+        kinds = list(line_kinds(text.splitlines()))
+        lines = [(f"diff-{kind}", line) for kind, line in kinds]
+        added = sum(1 for kind, _line in kinds if kind == "add")
+        removed = sum(1 for kind, _line in kinds if kind == "del")
         files.append(FileDiff(path, _group(path), lines, added, removed))
     order = {str(label): i for i, (_key, label) in enumerate(GROUPS)}
     return sorted(files, key=lambda f: (order.get(f.group, len(order)), f.path))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import fcntl
 import os
 import re
@@ -38,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from core.diffs import diff_text
 from core.errors import ExternalError
 from core.fabric import Fabric
 from integrations.slurm.files import atomic_write
@@ -398,13 +398,8 @@ class SlurmTarget:
             live = self._read(self.config_dir / name)
             if live == text:
                 continue
-            diffs[name] = "".join(
-                difflib.unified_diff(
-                    (live or "").splitlines(keepends=True),
-                    text.splitlines(keepends=True),
-                    fromfile=f"live/{name}" if live is not None else "/dev/null",
-                    tofile=f"rackplane/{name}",
-                )
+            diffs[name] = diff_text(
+                live or "", text, f"live/{name}" if live is not None else "/dev/null", f"rackplane/{name}"
             )
         return diffs
 

@@ -13,7 +13,7 @@ from integrations.models import ConfigPush, PushStatus
 from inventory.demo import seed_datacenter
 from inventory.models import NVLinkPartition, PartitionPlan, Rack
 from tests.e2e.browser import sign_in
-from tests.factories import nodes_report_their_partitions
+from tests.factories import make_department, nodes_report_their_partitions
 
 PASSWORD = "e2e-admin-password-1"
 
@@ -90,3 +90,29 @@ def test_an_admin_carves_a_rack_into_2x9_and_follows_the_plan(
     pushes = ConfigPush.objects.filter(plan_id=plan.pk)
     assert [(push.target.name, push.status) for push in pushes] == [("local", PushStatus.SUCCEEDED)]
     assert "BlockName=r01p2" in (render_dir / "current" / "slurm" / "topology.conf").read_text()
+
+
+@pytest.mark.e2e
+def test_the_slurm_placeholder_follows_the_department_chosen(live_server, page, seeded_inventory, admin):
+    """A row given to a department, its Slurm field left empty, is served by its department's Slurm
+    partition (the sidebar says so): the field's placeholder says the same, and follows a change of
+    department without a page load (the walkthrough saw "shared, or gpu_name" there)."""
+    make_department("Vision", guaranteed_gpus=36)
+    sign_in(page, live_server, admin.username, PASSWORD)
+    page.goto(f"{live_server.url}/inventory/racks/gb-r01/plan/names/?preset=2x9")
+    slurm = page.locator("#slurm-2")
+    expect(slurm).to_have_attribute("placeholder", "gpu (shared), or gpu_name")
+
+    page.locator("#department-2").select_option("vision")
+    expect(page.locator('.planned-list li[data-partition="p2"]')).to_contain_text("Slurm vision")
+    expect(slurm).to_have_attribute("placeholder", "vision (its department's)")
+    expect(page.locator("#slurm-1")).to_have_attribute("placeholder", "gpu (shared), or gpu_name")
+    # The field is the page's again: typing in it still refreshes the plan, and the address keeps it.
+    slurm.fill("gpu_batch")
+    expect(page).to_have_url(re.compile(r"slurm=gpu_batch"))
+    expect(slurm).to_have_value("gpu_batch")
+
+    page.locator("#department-2").select_option("")
+    expect(page.locator('.planned-list li[data-partition="p2"]')).to_contain_text("Slurm gpu_batch")
+    slurm.fill("")
+    expect(slurm).to_have_attribute("placeholder", "gpu (shared), or gpu_name")

@@ -67,6 +67,28 @@ def test_diff_items_marks_added_removed_changed_unchanged():
     assert items["b"].lines == []
 
 
+# Kueue objects, one YAML document each: the last one (a department's flavour) is removed with its separator.
+KUEUE = "kind: ClusterQueue\nname: a\n---\nkind: Topology\nname: t\n---\nkind: ResourceFlavor\nname: vision\n"
+
+
+def test_a_removed_yaml_document_counts_its_separator_as_a_removed_line():
+    """A removed `---` reads `----` in the diff: a removed line like the others, not a file header (it was
+    styled as one and left out of the count)."""
+    (item,) = push_history.diff_items(
+        {"kueue.yaml": KUEUE}, {"kueue.yaml": KUEUE.replace("---\nkind: ResourceFlavor\nname: vision\n", "")}
+    )
+    assert (item.added, item.removed) == (0, 3)
+    assert [line for css, line in item.styled if css == "diff-del"] == [
+        "----",
+        "-kind: ResourceFlavor",
+        "-name: vision",
+    ]
+    assert [line for css, line in item.styled if css == "diff-file"] == [
+        "--- previous/kueue.yaml",
+        "+++ this push/kueue.yaml",
+    ]
+
+
 def test_second_push_diff_shows_the_new_department_against_the_first(two_pushes):
     first, second = two_pushes
     diff = push_history.push_diff(second)

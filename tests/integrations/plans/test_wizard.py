@@ -2,6 +2,7 @@
 
 import re
 from datetime import timedelta
+from html import unescape
 from urllib.parse import urlencode
 
 import hostlist
@@ -278,6 +279,58 @@ def test_names_reset_when_the_number_of_partitions_changes(admin):
     assert sorted(set(rows(response).values())) == ["p1", "p2", "p3"]
     response = admin.get(url("plan-layout", "gb-r01", preset="2x9", name=["a", "b"]), headers=HTMX)
     assert sorted(set(rows(response).values())) == ["a", "b"]
+
+
+def slurm_placeholders(html: str) -> dict[str, str]:
+    """Slurm field id -> its placeholder, as the page (or an htmx answer, out of band) has them."""
+    fields = re.finditer(
+        r'<input type="text" name="slurm" id="(slurm-\d+)"[^>]*? placeholder="([^"]*)"', html
+    )
+    return {field[1]: unescape(field[2]) for field in fields}
+
+
+@pytest.mark.slow(reason="six requests through the wizard: over 0.3 s on 2 cores")
+def test_step_3_each_slurm_placeholder_says_what_the_field_left_empty_gives(admin):
+    """A walkthrough: a partition given to a department, its Slurm partition left empty, showed the
+    placeholder "shared, or gpu_name" while the sidebar (and the rendered slurm.conf) said its department's
+    partition serves it. Each row's placeholder names what its empty field gives, by the sidebar's rule
+    (views.served_by), and follows the department chosen: the htmx answer to a department's change brings
+    the Slurm fields anew, out of band (typing in a field does not replace it)."""
+    make_department("Vision", guaranteed_gpus=36)
+    make_department("Speech", guaranteed_gpus=36)
+    params = {"preset": "2x9", "name": ["p1", "p2"], "department": ["", "vision"], "slurm": ["", ""]}
+    page = admin.get(url("plan-names", "gb-r01", **params))
+    html = page.content.decode()
+    assert slurm_placeholders(html) == {
+        "slurm-1": "gpu (shared), or gpu_name",
+        "slurm-2": "vision (its department's)",
+    }
+    assert [row["served_by"] for row in page.context["planned"]] == ["gpu", "vision"]
+    assert "· Slurm vision" in html
+
+    chosen = admin.get(
+        url("plan-names", "gb-r01", **{**params, "department": ["speech", "vision"]}),
+        headers={**HTMX, "HX-Trigger-Name": "department"},
+    )
+    html = chosen.content.decode()
+    assert slurm_placeholders(html) == {
+        "slurm-1": "speech (its department's)",
+        "slurm-2": "vision (its department's)",
+    }
+    assert html.count('name="slurm"') == html.count('hx-swap-oob="true"') == 2
+    assert "· Slurm speech" in html
+    for trigger in ("slurm", "name"):
+        typing = admin.get(
+            url("plan-names", "gb-r01", **{**params, "slurm": ["gpu_batch", ""]}),
+            headers={**HTMX, "HX-Trigger-Name": trigger},
+        )
+        assert 'name="slurm"' not in typing.content.decode()
+    # In Japanese too.
+    japanese = admin.get(url("plan-names", "gb-r01", **params), headers={"Accept-Language": "ja"})
+    assert slurm_placeholders(japanese.content.decode()) == {
+        "slurm-1": "gpu（共有）、または gpu_名前",  # noqa: RUF001
+        "slurm-2": "vision（部門のパーティション）",  # noqa: RUF001
+    }
 
 
 def test_step_4_previews_findings_and_diffs_without_writing(admin):
