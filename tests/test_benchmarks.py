@@ -154,6 +154,7 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
 
     search = figures["search"]  # benchmarks/search.py
     substring = ("job_substring", "job_words", "rack_fragment", "location", "uuid_fragment", "typeahead")
+    substring = (*substring, "rack_across", "job_across")  # words in different fields
     for viewer in ("admin", "lead"):
         for kind in (
             "gpu_uuid",
