@@ -74,7 +74,7 @@ from functools import reduce
 from django.contrib.auth import get_user_model
 from django.contrib.postgres.search import TrigramSimilarity, TrigramWordSimilarity
 from django.db import connections
-from django.db.models import BooleanField, Exists, ExpressionWrapper, F, OuterRef, Q
+from django.db.models import BooleanField, Case, Exists, ExpressionWrapper, F, OuterRef, Q, Value, When
 from django.db.models.functions import Greatest, Lower
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -322,6 +322,15 @@ def _alike_first(queryset, fields: tuple[str, ...], q: str, order: tuple) -> tup
     return (words, wholes, *order)
 
 
+def _together_first(texts: tuple[str | tuple[str, ...], ...], q: str, order: tuple) -> tuple:
+    """`order` behind _together(): the closer matches first, in one query (the small tables, whose matches
+    are all sorted anyway: _alike_first)."""
+    closer = _together(texts, q)
+    if closer is None:
+        return order
+    return (Case(When(closer, then=Value(0)), default=Value(1)), *order)
+
+
 def _matching(queryset, condition: Q | None):
     """`queryset` narrowed to rank 3's `condition`, or None when there is none (a query too short)."""
     return queryset.filter(condition) if condition is not None else None
@@ -375,7 +384,7 @@ def _widen(
 ) -> tuple[list, int, bool]:
     """The exact and prefix rows `rows` (`more`: how many prefix matches are left out), then the substring
     and word matches `found` (a queryset, or None) that are not among them, in `order`, those of `first`
-    (the closer part of `found`: _together) before the others: at most `limit` rows in all, the rest
+    (the closer part of `found`: _job_matches) before the others: at most `limit` rows in all, the rest
     counted up to COUNT_CAP (the third value: the count stopped there, or did not read every row). With a
     `window` (jobs, `order` NEWEST) each is read and counted through it."""
     if found is None:
@@ -501,9 +510,8 @@ def _racks(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     rows, group.more = _bounded(racks.filter(_prefix("name", q.lower())), limit, count and found is None)
     if exact is not None and exact not in rows:
         rows = [exact, *rows[: limit - 1]]
-    order = _alike_first(racks, fields, q, ("name",))
-    first = _matching(racks, _together(fields, q))
-    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count, first)
+    order = _together_first(fields, q, _alike_first(racks, fields, q, ("name",)))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for rack in rows:
         # Its location (a rack found by it shows what matched); its cluster UUID when it has no location or
         # the query named that cluster.
@@ -702,9 +710,8 @@ def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, coun
     found = _matching(departments, _substring(fields, q))
     starting = departments.filter(Q(name__istartswith=q) | Q(slug__istartswith=q))
     rows, group.more = _bounded(starting, limit, count and found is None)
-    order = _alike_first(departments, fields, q, ("name",))
-    first = _matching(departments, _together(fields, q))
-    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count, first)
+    order = _together_first(fields, q, _alike_first(departments, fields, q, ("name",)))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     for department in rows:
         group.hits.append(
             Hit(
@@ -763,9 +770,8 @@ def _projects(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: 
     )
     fields = ("name", "slug")
     found = _matching(projects, _substring(fields, q))  # not every namespace prefix match: both counted
-    order = _alike_first(projects, fields, q, ("department__name", "name"))
-    first = _matching(projects, _together(fields, q))
-    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count, first)
+    order = _together_first(fields, q, _alike_first(projects, fields, q, ("department__name", "name")))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
 
     def by_namespace(project) -> tuple[Detail, ...]:
         """Its namespace / Slurm account, when the query is one (`research--llm`): the field it matched."""
@@ -803,9 +809,8 @@ def _users(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: boo
     texts = ("username", ("first_name", "last_name"))  # "jane smith": her full name first
     found = _matching(users, _substring(texts, q))
     rows, group.more = _bounded(users.filter(username__istartswith=q), limit, count and found is None)
-    order = _alike_first(users, fields, q, ("username",))
-    first = _matching(users, _together(texts, q))
-    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count, first)
+    order = _together_first(texts, q, _alike_first(users, fields, q, ("username",)))
+    rows, group.more, group.more_at_least = _widen(found, rows, group.more, order, limit, count)
     can_open_admin = is_admin(user) and user.is_staff and user.has_perm("auth.view_user")
     memberships = {}
     if rows and not can_open_admin:
