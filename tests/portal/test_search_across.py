@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from portal.pages import search as search_module
 from portal.pages.search import LIMIT, MIN_SUBSTRING, WORD_MARKS, Window, _jobs, search, suggestions
+from scheduling.models import Job
 from tenancy.models import Project
 from tests.factories import make_job, make_member
 
@@ -167,12 +168,12 @@ def test_through_a_window_the_jobs_and_their_count_are_the_same(monkeypatch, dep
     for n in range(4):  # the newest jobs hold none of them
         make_job(department_a, f"eval-{n}", state="completed", submitted_by=member_a)
     expected = [f"#{job.pk} {job.name}" for job in reversed(hers)]
-    assert Window.of_jobs() is None  # fewer than WINDOW jobs: read as ever
+    assert Window.of_jobs(Job.objects.all()) is None  # fewer than WINDOW jobs: read as ever
     assert job_titles(member_a, "sweep alice") == (expected, 0, False)
     assert job_titles(member_a, "sweep alice", 3) == (expected[:3], 5, False)
 
     monkeypatch.setattr(search_module, "WINDOW", 3)
-    assert Window.of_jobs() is not None
+    assert Window.of_jobs(Job.objects.all()) is not None
     assert job_titles(member_a, "sweep alice") == (expected, 0, False)
     assert job_titles(member_a, "sweep alice", 3) == (expected[:3], 5, False)  # counted in the older ones
     [typeahead] = [g for g in suggestions(member_a, "sweep alice") if g.kind == "job"]
