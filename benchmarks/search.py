@@ -20,9 +20,15 @@ department lead (every kind narrowed by `visible_to`):
 * job_words: two words of one job's name in another order ("h004217 finetune");
 * rack_fragment: three characters from inside rack names ("r03": racks and their trays);
 * location: a rack's location without its site ("hall B row 12 pos 04") and a part of it ("row 12 pos");
+* rack_across: words of a rack's location and its name ("hall B gb-r012"): each word in another field;
+* job_across: a word of a job's name and its submitter's username ("sweep alice", "h004217 alice"): the
+  common word of a tenth of the jobs, or the rare number of one;
 * serial_fragment: seven digits from inside a GPU serial;
 * uuid_fragment: eight hex digits from inside a GPU UUID;
 * typeahead: `GET /search/suggest/?q=` (the header box's list) with the parts above and the prefixes.
+
+Each kind's figures: p50, p95 and max in ms, the requests, how many redirected to an object
+(`exact_redirects`) and how many found nothing the viewer may see (`no_results`).
 
 Before measuring, a year of finished jobs is added (seed_job_history: the rate the seeded fleet runs jobs at,
 2.1 million at 1,000 racks), so that the job searches read a table of the size a site keeps, and the
@@ -52,10 +58,13 @@ KINDS = (
     "job_words",
     "rack_fragment",
     "location",
+    "rack_across",
+    "job_across",
     "serial_fragment",
     "uuid_fragment",
 )
 TYPEAHEAD = "typeahead"  # every kind's texts, through /search/suggest/
+NOTHING = b"Nothing you may see matches"  # the results page's and the typeahead's words for no result
 
 
 def _percentile(samples: list[float], share: float) -> float:
@@ -88,6 +97,11 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
     )
     racks = list(Rack.objects.values_list("name", "location"))
     jobs = list(Job.objects.order_by("?").values_list("name", flat=True)[:2000])
+    submitted = list(
+        Job.objects.filter(submitted_by__isnull=False)
+        .order_by("?")
+        .values_list("name", "submitted_by__username")[:2000]
+    )
     users = list(get_user_model().objects.values_list("username", flat=True))
     submitters = list(
         get_user_model()
@@ -111,6 +125,11 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
         parts = text.split()[1:]
         return " ".join(parts if rng.random() < 0.5 else parts[2:5])
 
+    def across(name: str, username: str) -> str:
+        """A word of a job's name (its kind or its number) and who submitted it: "sweep alice"."""
+        parts = name.split("-")
+        return f"{rng.choice(parts[1:]) if len(parts) > 1 else name} {username}"
+
     rack_names = [name for name, _ in racks]
     texts = {
         "gpu_uuid": sample(uuids),
@@ -125,6 +144,10 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
         "job_words": [words(name) for name in sample(jobs)],
         "rack_fragment": [name[3:6] for name in sample(rack_names)],
         "location": [location(text) for text in sample([loc for _, loc in racks if loc])],
+        "rack_across": [
+            " ".join([*loc.split()[1:3], name]) for name, loc in sample([r for r in racks if r[1]])
+        ],
+        "job_across": [across(name, username) for name, username in sample(submitted)],
         "serial_fragment": [serial[3:10] for serial in sample(serials)],
         "uuid_fragment": [uuid[13:21] for uuid in sample(uuids)],
     }
@@ -241,7 +264,7 @@ def history_size(days: int) -> int:
 def _time(client, texts: list[str], path: str = "/search/") -> dict:
     client.get(path, {"q": texts[0]})  # warm the template and the connection once
     samples = []
-    exact = 0
+    exact = nothing = 0
     for text in texts:
         started = time.perf_counter()
         response = client.get(path, {"q": text})
@@ -249,12 +272,14 @@ def _time(client, texts: list[str], path: str = "/search/") -> dict:
         if response.status_code not in (200, 302):
             raise SystemExit(f"GET {path}?q={text} answered {response.status_code}")
         exact += response.status_code == 302
+        nothing += response.status_code == 200 and NOTHING in response.content
     return {
         "p50_ms": round(statistics.median(samples), 2),
         "p95_ms": round(_percentile(samples, 0.95), 2),
         "max_ms": round(max(samples), 2),
         "requests": len(samples),
         "exact_redirects": exact,
+        "no_results": nothing,
     }
 
 

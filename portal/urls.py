@@ -6,14 +6,15 @@ and utilization of GPUs and trays, departments, people and projects, the admin d
 (targets, pushes, tray actions, a job's logs, department settings, the partition wizard). Each app's urls.py
 lists its pages with their whole paths, so the sections users see (/inventory/, /tenancy/, /scheduling/) do
 not change when a page moves between apps. The site's own pages (home, search, account, audit, notifications,
-probes) are the shell's (portal.pages, portal.ops), without a namespace. The API is one router under /api/v1/.
+probes) are the shell's (portal.pages, portal.ops), without a namespace. The API is one router under /api/v1/;
+/api/ itself points to it (portal.api.index).
 """
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog, set_language
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
@@ -24,6 +25,7 @@ from integrations.plans.api import PartitionPlanViewSet
 from inventory.api import views as inventory_api
 from inventory.api.discovery import DiscoveryReportView
 from portal.api.audit import AuditEventViewSet
+from portal.api.index import ApiIndexView
 from portal.ops import health
 from portal.pages import account, audit, home, my_notifications, notifications, search
 from scheduling.api.departments import DepartmentMemberViewSet, DepartmentViewSet
@@ -126,6 +128,8 @@ urlpatterns = [
     path("notifications/<int:pk>/delete/", notifications.subscription_delete, name="notification-delete"),
     path("notifications/<int:pk>/test/", notifications.subscription_test, name="notification-test"),
     path("notifications/deliveries/<int:pk>/", notifications.delivery_detail, name="notification-delivery"),
+    # /api/ itself, with or without its slash: a browser to the documentation, a client a JSON index.
+    re_path(r"^api/?$", ApiIndexView.as_view(), name="api-index"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's setup script as its own URL: no inline script (CSP).

@@ -154,6 +154,7 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
 
     search = figures["search"]  # benchmarks/search.py
     substring = ("job_substring", "job_words", "rack_fragment", "location", "uuid_fragment", "typeahead")
+    substring = (*substring, "rack_across", "job_across")  # words in different fields
     for viewer in ("admin", "lead"):
         for kind in (
             "gpu_uuid",
@@ -169,6 +170,8 @@ def check_every_in_process_figure(figures: dict, database: str) -> None:
         assert search[viewer]["gpu_uuid"]["exact_redirects"] == search[viewer]["gpu_uuid"]["requests"]
         assert search[viewer]["rack_partial"]["exact_redirects"] == 0
         assert search[viewer]["typeahead"]["exact_redirects"] == 0  # a list, never a redirect
+    # Words of one rack's or one job's fields ("hall B gb-r012", "sweep alice") find it, for whom sees it all.
+    assert search["admin"]["rack_across"]["no_results"] == search["admin"]["job_across"]["no_results"] == 0
     # A year of finished jobs at the seeded fleet's rate was added before measuring.
     assert search["job_history"]["days"] == 365 and search["job_history"]["jobs_added"] > 0
     assert search["job_history"]["jobs"] >= search["job_history"]["jobs_added"] + figures["jobs"]

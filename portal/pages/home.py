@@ -3,7 +3,8 @@ pages every URL can end on.
 
 Error pages never fail: they render their template with a small context of plain values (no request, so no
 context processors, no database, no `request.resolver_match`), fall back to plain text if even that breaks,
-and answer JSON ({"detail": ...}) under /api/, like Django REST framework does.
+and answer JSON ({"detail": ...}) under /api/, like Django REST framework does, unless a browser asks for a
+page there (wants_page: a person who typed an unknown /api/... address gets the portal's page).
 """
 
 import logging
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template import loader
+from django.utils.cache import patch_vary_headers
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -134,6 +136,13 @@ def home(request):
     return render(request, "portal/home.html", {"overview": overview})
 
 
+def wants_page(request) -> bool:
+    """Whether the request asks for a page rather than JSON: a browser, whose Accept puts text/html before
+    the `*/*` that stands for application/json. A client that sends no Accept, `*/*` (curl, requests) or
+    application/json gets JSON, as REST clients expect of an error."""
+    return request.get_preferred_type(["application/json", "text/html"]) == "text/html"
+
+
 def error_response(
     request,
     status: int,
@@ -143,10 +152,14 @@ def error_response(
     *,
     with_request: bool = False,
 ):
-    """JSON under /api/, else `template_name` rendered: with the request (`with_request`: the menu and the
-    signed-in person, for 403 and 404 pages), falling back to without it, then to plain text."""
-    if request.path.startswith(API_PREFIX):
-        return JsonResponse({"detail": detail}, status=status)
+    """JSON under /api/ (unless a browser asks for a page there: wants_page), else `template_name` rendered:
+    with the request (`with_request`: the menu and the signed-in person, for 403 and 404 pages), falling
+    back to without it, then to plain text. Under /api/ the answer varies with Accept, and says so."""
+    api = request.path.startswith(API_PREFIX)
+    if api and not wants_page(request):
+        response = JsonResponse({"detail": detail}, status=status)
+        patch_vary_headers(response, ["Accept"])
+        return response
     values = {"detail": detail, **(context or {})}
     body = None
     if with_request:
@@ -163,6 +176,8 @@ def error_response(
             return HttpResponse(body, status=status, content_type="text/plain; charset=utf-8")
     response = HttpResponse(body, status=status)
     response.portal_error_page = True  # not Django's technical page (portal.web.middleware.DevErrorPages)
+    if api:
+        patch_vary_headers(response, ["Accept"])
     return response
 
 

@@ -3,7 +3,9 @@
 
 At 1400 px the header is one row in English and Japanese (an admin's less daily links fold under More,
 which opens, lists them and closes on Escape); at 390 px it is one row until the menu opens, the open menu
-holds every link (More's too) in a column, and no page is wider than the screen. On a phone a job's row shows
+holds every link (More's too) in a column, and no page is wider than the screen. At both widths the search
+box's placeholder is whole inside it (it once read "Search UUID, host, rack, j"), what it searches said in
+its label and title. On a phone a job's row shows
 its name on one readable line (a long one cut with an ellipsis, the whole name in its title), its GPUs and
 its state, all inside the screen. Screenshots in `shots`."""
 
@@ -23,6 +25,12 @@ LANGUAGES = {"en": "en-US", "ja": "ja"}
 MORE = {"en": "More", "ja": "その他"}
 CONFIG_PUSHES = {"en": "Config pushes", "ja": "設定の配信"}
 PAGES = ("/", "/scheduling/jobs/", "/inventory/health/", "/audit/")
+SEARCHES = {  # the search box's label and title
+    "en": "Search GPUs, trays, racks, jobs, departments, projects and users by name, UUID, serial or "
+    "hostname",
+    "ja": "名前、UUID、シリアル番号、ホスト名で GPU、トレイ、ラック、ジョブ、部門、プロジェクト、"
+    "ユーザーを検索",
+}
 
 
 @pytest.fixture
@@ -60,6 +68,33 @@ def inside(box, width: int) -> bool:
     return box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5
 
 
+def placeholder_room(page) -> dict:
+    """The header search box's placeholder: its text, how wide it is drawn in the box's font, and the room
+    the box has for it (its width inside the padding)."""
+    return page.evaluate(
+        """() => {
+            const box = document.querySelector("#header-search-q");
+            const style = getComputedStyle(box);
+            const context = document.createElement("canvas").getContext("2d");
+            context.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+            return {
+                text: box.placeholder,
+                drawn: context.measureText(box.placeholder).width,
+                room: box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight),
+            };
+        }"""
+    )
+
+
+def assert_the_placeholder_is_whole(page, language: str) -> None:
+    placeholder = placeholder_room(page)
+    assert placeholder["text"] and placeholder["drawn"] <= placeholder["room"], (language, placeholder)
+    box = page.locator("#header-search-q")
+    # What it searches is still said, to a screen reader (its label) and on hover (its title).
+    expect(box).to_have_accessible_name(SEARCHES[language])
+    expect(box).to_have_attribute("title", SEARCHES[language])
+
+
 def walk_the_pages(page, live_server, language: str, width: int) -> None:
     """Each page of PAGES in `language`: the header one row (folded on a phone), none wider than `width`."""
     for path in PAGES:
@@ -78,6 +113,7 @@ def test_the_header_is_one_row_on_a_desktop(live_server, browser, demo, shots, l
         page = context.new_page()
         sign_in(page, live_server, demo.username, PASSWORD)
         walk_the_pages(page, live_server, language, DESKTOP["width"])
+        assert_the_placeholder_is_whole(page, language)
         page.screenshot(path=str(shots / f"header-{language}-1400.png"))
 
         # More opens under its button, lists the folded links inside the screen, and closes on Escape.
@@ -120,6 +156,8 @@ def test_the_phone_header_and_job_rows(live_server, browser, demo, shots, langua
         page = context.new_page()
         sign_in(page, live_server, demo.username, PASSWORD)
         walk_the_pages(page, live_server, language, PHONE["width"])
+        assert_the_placeholder_is_whole(page, language)
+        page.screenshot(path=str(shots / f"header-{language}-390.png"))
 
         # The open menu: a column of every link, More's among them (its button is not needed there).
         toggle = page.locator("[data-menu-toggle]")

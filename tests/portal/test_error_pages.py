@@ -1,4 +1,5 @@
-"""Error pages in production mode (DEBUG off): 404, 403 and 500 render, styled, for everyone; JSON in /api/.
+"""Error pages in production mode (DEBUG off): 404, 403 and 500 render, styled, for everyone; JSON in /api/
+for API clients, the styled page there for a browser that asks for a page.
 
 DEBUG on shows Django's technical 500 instead, which is how a 500 on every unknown URL once went unseen; a 404
 is the portal's page there too (portal.web.middleware.DevErrorPages).
@@ -15,7 +16,9 @@ from portal import urls as portal_urls
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("production_mode")]
 
 UNKNOWN_PAGES = ["/nonexistent/", "/static/nope.css", "/scheduling/jobs/999999/nope/"]
-UNKNOWN_API = ["/api/v1/nope/", "/api/nope/"]
+UNKNOWN_API = ["/api/v1/nope/", "/api/nope/", "/api/v1/racks/gb-r01/nope/", "/api/v2/"]
+BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"  # what a browser asks for
+API_CLIENTS = ["*/*", "application/json", "application/json, text/html"]  # curl, a REST client, either
 STYLESHEET = '<link rel="stylesheet" href="/static/css/portal.css">'
 
 
@@ -76,6 +79,23 @@ def test_unknown_api_urls_are_a_json_404_for_everyone(visitor, url):
     response = visitor.get(url)
     assert response.status_code == 404
     assert response.json() == {"detail": "Not found."}
+    for accept in API_CLIENTS:
+        response = visitor.get(url, headers={"accept": accept})
+        assert response.status_code == 404 and response.json() == {"detail": "Not found."}, accept
+        assert "Accept" in response["Vary"]
+
+
+@pytest.mark.parametrize("url", UNKNOWN_API)
+def test_unknown_api_urls_are_the_404_page_with_the_menu_for_a_browser(client, client_as, url):
+    """A person who types an /api/... address that is not there reads the portal's 404 page, as for any other
+    address (signed in: with the menu); the answer varies with Accept and says so."""
+    response = client_as("member_a").get(url, headers={"accept": BROWSER})
+    html = assert_html_error(response, 404, "Not found")
+    assert f"<code>{url}</code>" in html
+    assert '<nav aria-label="Main">' in html and 'href="/scheduling/jobs/"' in html
+    assert "Accept" in response["Vary"]
+    client.logout()
+    assert_html_error(client.get(url, headers={"accept": BROWSER}), 404, "Not found")
 
 
 @pytest.mark.parametrize("persona", ["member_a", "platform_admin"])

@@ -95,6 +95,53 @@ def test_the_planner_picks_the_index_for_a_rare_part_of_many_jobs(department_a, 
 
 
 @postgresql_only
+@pytest.mark.slow(reason="writes 20,000 jobs: beyond make test-fast's budget")
+def test_a_query_of_two_common_words_never_together_does_not_walk_every_job(
+    department_a, department_b, lead_a, member_a
+):
+    """ "distill lead-a": a word of a tenth of the job names and the lead, who submitted half of department
+    A's jobs, but none named so. PostgreSQL takes the two as independent and would walk the index on
+    (created_at, id) through every job looking for the first 21 (1.6 s at 2 million jobs); the search reads
+    only the newest WINDOW jobs that way, and the older ones through the trigram and submitter indexes
+    (portal.pages.search.Window). Every job query it makes: either bounded by created_at or not read in
+    that index's order at all."""
+    from django.db.models import Value
+    from django.db.models.functions import Replace
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.pages import search as search_module
+    from portal.pages.search import search
+
+    assert seed_job_history(count=20_000) == 20_000
+    hers = Job.objects.filter(submitted_by=lead_a, name__contains="-distill-")
+    assert hers.update(name=Replace("name", Value("-distill-"), Value("-dstl-"))) > 400
+    assert Job.objects.filter(name__contains="-distill-").count() > 1000
+    assert search_module.WINDOW < 20_000  # the history is longer than the window
+    with CaptureQueriesContext(connection) as queries:
+        result = search(lead_a, "distill lead-a", look_exact=False)
+    assert not [g for g in result.groups if g.kind == "job"]
+    walks, sorted_reads = [], 0
+    for query in queries.captured_queries:
+        sql = query["sql"]
+        if not sql.startswith("SELECT") or 'FROM "scheduling_job"' not in sql:
+            continue
+        if "LIKE UPPER('%distill%')" in sql and "ORDER BY" in sql:  # rank 3: read newest first
+            sorted_reads += "DESC NULLS LAST" in sql  # the older jobs, not in the index's order
+            assert "DESC NULLS LAST" in sql or '"scheduling_job"."created_at" >=' in sql, sql
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql)
+            explained = "\n".join(row[0] for row in cursor.fetchall())
+        lines = explained.splitlines()
+        for at, line in enumerate(lines):
+            if "Index Scan Backward using scheduling_job_created_idx" in line:
+                bounded = any("Index Cond: (created_at >=" in below for below in lines[at + 1 : at + 3])
+                if not bounded:
+                    walks.append(explained)
+    assert not walks, walks[0]
+    assert sorted_reads  # (at 20,000 jobs the planner would not walk them all: the reads say how they read)
+
+
+@postgresql_only
 def test_a_role_that_cannot_create_the_extension_gets_a_warning_not_a_failed_migration(monkeypatch, capsys):
     # A real refusal by PostgreSQL (an extension it cannot create), as a role without the right would get.
     monkeypatch.setattr(search_indexes, "EXTENSION", "rackplane_no_such_extension")

@@ -194,10 +194,17 @@ def test_the_submitters_read_are_only_those_with_a_job_the_viewer_may_see(
 
     from portal.pages.search import _submitters
 
+    def read(user, q: str) -> tuple[list[int], list[int]]:
+        found = _submitters(user, q)
+        return found.starting, found.holding
+
     get_user_model().objects.create_user("zed-idle")  # matches "zed", submitted nothing
-    assert _submitters(lead_a, "zed") == ([], [])
-    assert _submitters(member_a, "alice") == ([alice.pk], [alice.pk])
-    assert _submitters(platform_admin, "zed") == ([zed_elsewhere.pk], [zed_elsewhere.pk])
+    assert read(lead_a, "zed") == ([], [])
+    assert read(member_a, "alice") == ([alice.pk], [alice.pk])
+    assert read(platform_admin, "zed") == ([zed_elsewhere.pk], [zed_elsewhere.pk])
+    # Each word of a query of several: the same narrowing ("secret zed": zed's jobs named *secret*).
+    assert _submitters(lead_a, "secret zed").by_word == {"secret": [], "zed": []}
+    assert _submitters(platform_admin, "secret zed").by_word == {"secret": [], "zed": [zed_elsewhere.pk]}
     # Once zed submits a job of department A (they may have moved), A's people find it by zed.
     make_job(alices_jobs[0].department, "a-run", state="pending", submitted_by=zed_elsewhere)
-    assert _submitters(lead_a, "zed") == ([zed_elsewhere.pk], [zed_elsewhere.pk])
+    assert read(lead_a, "zed") == ([zed_elsewhere.pk], [zed_elsewhere.pk])
