@@ -68,6 +68,45 @@ def test_a_partition_given_to_a_department_shows_exactly_the_labels_that_change(
     assert removed == ["    rackplane.io/service-tier: gpu"] * 9
 
 
+def flavors(partitions: list[str]) -> str:
+    """Kueue ResourceFlavors as integrations.kubernetes.render writes them (04-resourceflavors.yaml)."""
+    return "---\n".join(
+        "apiVersion: kueue.x-k8s.io/v1beta2\n"
+        "kind: ResourceFlavor\n"
+        "metadata:\n"
+        f"  name: {p}\n"
+        "  labels:\n"
+        "    app.kubernetes.io/managed-by: rackplane\n"
+        f"    rackplane.io/rack: {p.split('.')[0]}\n"
+        f"    rackplane.io/nvlink-partition: {p}\n"
+        "spec:\n"
+        "  nodeLabels:\n"
+        f"    rackplane.io/nvlink-partition: {p}\n"
+        "  topologyName: nvlink\n"
+        for p in partitions
+    )
+
+
+def test_a_rack_split_in_two_shows_one_flavor_renamed_and_one_added_no_line_of_theirs_again():
+    """The second walkthrough: gb-r04's default partition split into p1 and p2. Patience diff alone anchors
+    on the lines found once and gives up between them, and showed `  labels:`, `spec:`, `  nodeLabels:` and
+    the rack's label removed and added again (+21 -8); the lines the two flavors share are matched."""
+    before = ["gb-r01.default", "gb-r02.p1", "gb-r02.p2", *(f"gb-r{r:02d}.default" for r in range(3, 9))]
+    after = [q for p in before for q in (["gb-r04.p1", "gb-r04.p2"] if p == "gb-r04.default" else [p])]
+    old, new = flavors(before), flavors(after)
+    added, removed = changed_lines(diff_text(old, new, "a", "b"))
+    assert removed == [
+        "  name: gb-r04.default",
+        "    rackplane.io/nvlink-partition: gb-r04.default",
+        "    rackplane.io/nvlink-partition: gb-r04.default",
+    ]
+    assert len(added) == 16 and added[:3] == [
+        "  name: gb-r04.p1",
+        "    rackplane.io/nvlink-partition: gb-r04.p1",
+        "    rackplane.io/nvlink-partition: gb-r04.p1",
+    ]
+
+
 def test_a_few_changes_spread_through_a_big_file_are_exactly_the_lines_shown_changed():
     """A fleet's node file (over 20,000 lines), changed at its start, middle and end, then on every 7th node:
     each changed line is shown, and no other (difflib with autojunk off takes seconds here)."""

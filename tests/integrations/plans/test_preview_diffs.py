@@ -61,3 +61,37 @@ def test_a_removed_yaml_document_separator_counts_as_removed_not_as_a_header():
         "-kind: ResourceFlavor",
         "-name: vision",
     ]
+
+
+@pytest.mark.slow(reason="a plan previewed: every file rendered twice, over 0.3 s on 2 cores")
+def test_a_rack_split_in_two_shows_in_every_file_the_fewest_lines_that_make_the_change(
+    admin_client_logged_in, demo_inventory, monkeypatch
+):
+    """The second walkthrough split gb-r04's one partition 2x9 and gave p2 to a department: the new
+    ResourceFlavor's `labels:`, `spec:` and `nodeLabels:` lines were shown removed and added again (+21 -8).
+    Every file's counts are now those of difflib's matcher with autojunk off (the most lines matched)."""
+    import difflib
+
+    from integrations.plans import service
+
+    make_department("Inference", guaranteed_gpus=36)
+    texts = {}
+
+    def keep(old, new, fromfile, tofile):
+        texts[fromfile[2:]] = old.splitlines(keepends=True), new.splitlines(keepends=True)
+        return diff_text(old, new, fromfile, tofile)
+
+    monkeypatch.setattr(service, "diff_text", keep)
+    params = {"preset": "2x9", "name": ["p1", "p2"], "department": ["", "inference"], "slurm": ["", ""]}
+    preview = admin_client_logged_in.get(url("plan-preview", "gb-r03", **params))  # one partition, as gb-r04
+    assert preview.status_code == 200 and preview.context["check"].ok
+    files = {diff.path: diff for diff in preview.context["files"]}
+    assert "kubernetes/04-resourceflavors.yaml" in files and set(files) == set(texts)
+    for path, diff in files.items():
+        old, new = texts[path]
+        codes = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+        fewest = (
+            sum(j2 - j1 for tag, _, _, j1, j2 in codes if tag in ("replace", "insert")),
+            sum(i2 - i1 for tag, i1, i2, _, _ in codes if tag in ("replace", "delete")),
+        )
+        assert (diff.added, diff.removed) == fewest, path
