@@ -243,3 +243,26 @@ def test_a_window_too_short_for_the_plan_says_to_choose_another_window_not_to_fi
     assert "計画は予約されませんでした。" in japanese and "より遅い、またはより長い期間を選び" in japanese
     assert not english_left(japanese)
     nothing_written(before, jobs)
+
+
+@pytest.mark.parametrize("drain_first", ["", "on"])
+def test_the_busy_previews_summary_leads_to_requeue_now_with_drain_first_ticked_or_not(
+    jobs, client_as, platform_admin, drain_first
+):
+    """The second walkthrough: with Drain first ticked the preview described Requeue now and when it would
+    apply, but offered no way to it (the only button sat beside each job's error, which Drain first takes
+    away). The summary's estimate leads to the Requeue now page either way; that page offers no second link
+    to itself."""
+    client = client_as(platform_admin)
+    params = {**PLAN, **({"drain_first": drain_first} if drain_first else {})}
+    preview = client.get(reverse("integrations:plan-preview", args=["gb-r01"]), params).content.decode()
+    found = re.search(r'class="button small requeue-now-summary" href="([^"]+)"', preview)
+    assert found, "no Requeue now in the summary"
+    href = html.unescape(found[1])
+    assert href.startswith(reverse("integrations:plan-requeue", args=["gb-r01"]) + "?")
+    page = client.get(href)
+    assert page.status_code == 200 and [j.name for j in page.context["requeue"].requeued] == [
+        "train-a",
+        "train-b",
+    ]
+    assert "requeue-now-summary" not in page.content.decode()
