@@ -299,7 +299,16 @@ def _running_changes(work: Q, before: int, after: int) -> tuple[list[JobChange],
 class PersonChange:
     user: object
     leaves_default: bool  # in no named project now: they leave the default project
-    jobs_in_default: int  # their running and pending jobs in the default project (they stay there)
+    jobs: tuple = ()  # their running and pending jobs in the default project, oldest first (they stay there)
+
+    @property
+    def jobs_in_default(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def waiting(self) -> list:
+        """Those of `jobs` still pending: they wait in the default project as before (a move moves no job)."""
+        return [job for job in self.jobs if job.state == JobState.PENDING]
 
 
 @dataclass(frozen=True)
@@ -318,7 +327,7 @@ class MoveChanges(Confirmable):
         return bool(self.leaving_default)
 
     def facts(self) -> tuple:
-        people = tuple((p.user.pk, p.leaves_default, p.jobs_in_default) for p in self.people)
+        people = tuple((p.user.pk, p.leaves_default, tuple(job.pk for job in p.jobs)) for p in self.people)
         return self.project.pk, people
 
 
@@ -330,18 +339,20 @@ def move_changes(department: Department, project: Project, users: list) -> MoveC
             user__in=users, project__department=department, project__is_default=False
         ).values_list("user_id", flat=True)
     )
-    jobs: dict[int, int] = {}
-    for user_id in Job.objects.filter(
+    jobs: dict[int, list[Job]] = {}
+    for job in Job.objects.filter(
         _default_work(department), submitted_by__in=users, state__in=ACTIVE_STATES
-    ).values_list("submitted_by_id", flat=True):
-        jobs[user_id] = jobs.get(user_id, 0) + 1
+    ).order_by("pk").only("pk", "name", "state", "submitted_by_id"):
+        jobs.setdefault(job.submitted_by_id, []).append(job)
     return MoveChanges(
         department=department,
         project=project,
         default=default_project(department),
         # A lead (or an admin) uses every project of the department: nobody they stay able to use is lost.
         people=[
-            PersonChange(user, user.pk not in in_named and not leads(user, department), jobs.get(user.pk, 0))
+            PersonChange(
+                user, user.pk not in in_named and not leads(user, department), tuple(jobs.get(user.pk, ()))
+            )
             for user in users
         ],
     )

@@ -91,7 +91,7 @@ def test_a_lead_confirms_the_first_named_project_and_the_form_chooses_the_member
     expect(page).to_have_url(re.compile(r"/project-people/confirm/\?"))
     person = page.locator('#people-changes tr[data-username="e2e-dp-member"]')
     expect(person).to_contain_text("no longer in Default: their next jobs go to LLM")
-    expect(person).to_contain_text("2 running or pending jobs stay in the default project")
+    expect(person).to_contain_text("2 running or pending jobs of theirs stay in the default project")
     page.screenshot(path=str(shots / "default-projects-confirm-people.png"), full_page=True)
     assert not ProjectMembership.objects.exists()
     page.get_by_role("button", name="Put them in the project").click()

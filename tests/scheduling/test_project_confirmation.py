@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from core.models import AuditEvent
+from scheduling.choices import JobState
 from tenancy.models import Department, Project, ProjectMembership
 from tests.factories import free_trays, make_department, make_job
 
@@ -153,10 +154,13 @@ def vision(department_a, lead_a):
 
 
 def test_putting_someone_of_the_default_project_in_a_named_one_is_confirmed(
-    client_as, lead_a, member_a, vision, running
+    client_as, lead_a, member_a, vision, running, department_a
 ):
     running[0].submitted_by = member_a
     running[0].save()
+    waiting = make_job(
+        department_a, "compile", JobState.PENDING, submitted_by=member_a, project=running[0].project, gpus=1
+    )
     client = client_as(lead_a)
     before = written()
     response = client.post(
@@ -170,7 +174,16 @@ def test_putting_someone_of_the_default_project_in_a_named_one_is_confirmed(
     assert page.status_code == 200 and 'data-confirm="people"' in markup
     row = markup.split(f'data-username="{member_a.username}"')[1].split("</tr>")[0]
     assert "no longer in Default: their next jobs go to Vision" in row
-    assert "1 running or pending job stays in the default project" in row
+    # Which of their jobs stay, named, and what becomes of the pending one (the second walkthrough: the
+    # count alone did not say that job #471 would go on waiting under the default project's guarantee).
+    said = " ".join(re.sub(r"<[^>]+>", "", row).split())
+    assert (
+        f"2 running or pending jobs of theirs stay in the default project (a move moves no job): "
+        f"#{running[0].pk} older (running), #{waiting.pk} compile (pending). The pending one goes on waiting "
+        "there, under the default project's guarantee: cancel it and submit it again in Vision if it belongs "
+        "there."
+    ) in said
+    assert f'href="/scheduling/jobs/{waiting.pk}/"' in row
     assert written() == before
     body = {"project": vision.pk, "username": member_a.username, "role": "member"}
     response = client.post(PEOPLE, {**body, "seen": page.context["changes"].digest})
@@ -261,7 +274,7 @@ def test_stale_confirmations_are_shown_again_not_applied(client_as, lead_a, memb
     before = written()
     response = client.post(PEOPLE, {**query, "seen": seen})
     assert response.status_code == 409
-    assert "1 running or pending job stays in the default project" in response.content.decode()
+    assert "1 running or pending job of theirs stays in the default project" in response.content.decode()
     assert written() == before
 
 
@@ -350,7 +363,6 @@ def test_a_first_project_that_leaves_the_defaults_build_work_no_room_says_so_and
     the new project leaves it: its new build and inference jobs will wait, and the confirmation says so
     before the step (a walkthrough found such a job waiting with no word of it anywhere); after it, a new
     build job of the default project waits naming that share."""
-    from scheduling.choices import JobState
     from scheduling.services.passes import run_pass
 
     default = Project.objects.get(department=department_a, is_default=True)
