@@ -729,12 +729,21 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     )
     if same_name > 1:
         group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
-    by_submitter = submitters.ids()
-    for job in rows:
-        url = reverse("scheduling:job-detail", args=[job.pk])
-        details = _job_details(job, by_submitter=job.submitted_by_id in by_submitter)
-        group.hits.append(Hit(f"#{job.pk} {job.name}", url, details, name=job.name))
+    group.hits += _job_hits(rows, submitters.ids())
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
+
+
+def _job_hits(rows, by_submitter) -> list[Hit]:
+    """The found jobs as hits, each saying when it was found by its submitter (`by_submitter`: their ids)."""
+    return [
+        Hit(
+            f"#{job.pk} {job.name}",
+            reverse("scheduling:job-detail", args=[job.pk]),
+            _job_details(job, by_submitter=job.submitted_by_id in by_submitter),
+            name=job.name,
+        )
+        for job in rows
+    ]
 
 
 def _departments(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
