@@ -340,9 +340,11 @@ def move_changes(department: Department, project: Project, users: list) -> MoveC
         ).values_list("user_id", flat=True)
     )
     jobs: dict[int, list[Job]] = {}
-    for job in Job.objects.filter(
-        _default_work(department), submitted_by__in=users, state__in=ACTIVE_STATES
-    ).order_by("pk").only("pk", "name", "state", "submitted_by_id"):
+    for job in (
+        Job.objects.filter(_default_work(department), submitted_by__in=users, state__in=ACTIVE_STATES)
+        .order_by("pk")
+        .only("pk", "name", "state", "submitted_by_id")
+    ):
         jobs.setdefault(job.submitted_by_id, []).append(job)
     return MoveChanges(
         department=department,
