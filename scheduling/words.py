@@ -81,6 +81,7 @@ IDLE_GPUS_MANY = gettext_noop("%(department_name)s has %(count)s idle GPUs")
 SUBMITTED_ONE = gettext_noop("%(gpus)s GPU, %(topology)s")
 SUBMITTED_MANY = gettext_noop("%(gpus)s GPUs, %(topology)s")
 FALLBACK_ACCEPTED = gettext_noop("%(topology)s accepted after %(wait)s")
+RESUBMITTED_FROM = gettext_noop("Resubmitted from job #%(job)s by %(user)s")
 # A slice job (scheduling.slices): what was submitted, where it was placed, why it waits.
 SUBMITTED_SLICE = gettext_noop("%(count)s MIG slice %(profile)s")
 SUBMITTED_SLICES = gettext_noop("%(count)s MIG slices %(profile)s")

@@ -37,9 +37,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
+from core.sentences import say
 from inventory import selectors
 from inventory.models import Gpu
-from scheduling import charts, slice_holders, usage
+from scheduling import charts, slice_holders, usage, words
 from scheduling.choices import JobEventKind
 from scheduling.jobspec import JobSpec
 from scheduling.models import Job, JobEvent
@@ -380,7 +381,7 @@ def _resubmit(user, job: Job, offer, chosen: str, key: str) -> tuple[Job | None,
         return None, list(refused.messages)
     if created:
         JobEvent.objects.filter(job=new, kind=JobEventKind.SUBMITTED).update(
-            message=f"Resubmitted from job #{job.pk} by {user.get_username()}"
+            message=say(words.RESUBMITTED_FROM, job=job.pk, user=user.get_username())
         )
     return new, []
 

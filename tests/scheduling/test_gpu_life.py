@@ -1,6 +1,7 @@
 """The GPUs' life (scheduling.views.gpu_life): the rack view's colour-by switch, time ranges, jobs that held
 a GPU."""
 
+import re
 from datetime import UTC, timedelta
 
 import pytest
@@ -386,6 +387,9 @@ def test_resubmit_makes_the_same_job_audited_once(client_as, member_a, lead_a, d
     ) == (old.name, old.gpus, old.topology, old.backend, old.work, old.time_limit_minutes, old.department)
     assert new.state == "pending" and new.submitted_by == member_a
     assert new.events.get(kind="submitted").message == f"Resubmitted from job #{old.pk} by member-a"
+    # Stored in English, read in the viewer's language (the second walkthrough found it English in Japanese).
+    japanese = client.get(reverse("scheduling:job-detail", args=[new.pk]), HTTP_ACCEPT_LANGUAGE="ja")
+    assert f"member-a がジョブ #{old.pk} から再投入" in re.sub(r"<[^>]+>", "", japanese.content.decode())
     event = AuditEvent.objects.get(object_type="scheduling.job", object_id=str(new.pk), action="create")
     assert event.actor == member_a
     # The same form posted again (a double click, a retry) makes no second job.
