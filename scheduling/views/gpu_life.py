@@ -41,7 +41,7 @@ from core.sentences import say
 from inventory import selectors
 from inventory.models import Gpu
 from scheduling import charts, slice_holders, usage, words
-from scheduling.choices import JobEventKind
+from scheduling.choices import ACTIVE_STATES, JobEventKind
 from scheduling.jobspec import JobSpec
 from scheduling.models import Job, JobEvent
 from scheduling.resubmit import resubmit_offer
@@ -357,6 +357,7 @@ def job_resubmit(request, pk):
         "offer": offer,
         "chosen": chosen,
         "key": f"resubmit-{job.pk}-{uuid.uuid4().hex}",
+        "original_active": job.state in ACTIVE_STATES,  # resubmitting adds a job: this one goes on
     }
     return render(request, "scheduling/job_resubmit.html", context, status=400 if errors else 200)
 

@@ -193,3 +193,22 @@ def test_a_job_of_the_default_project_says_so_not_that_it_ran_before_the_project
         "choose one of your projects to run it under." in markup
     )
     assert 'data-resubmit="choose-project"' in resubmit_control(markup)
+
+
+def test_resubmitting_a_job_still_pending_says_the_original_goes_on(client_as, member_a, department_a):
+    """The second walkthrough resubmitted a pending job into a named project and found the original still
+    queued, the page having said nothing of it: both would have run."""
+    pending = make_job(
+        department_a, "compile", JobState.PENDING, submitted_by=member_a, work={"script": SCRIPT}
+    )
+    ended = make_job(department_a, "nightly", JobState.FAILED, submitted_by=member_a, work={"script": SCRIPT})
+    client = client_as(member_a)
+    page = client.get(reverse("scheduling:job-resubmit", args=[pending.pk])).content.decode()
+    assert (
+        f"Job #{pending.pk} is still pending: resubmitting adds a second job beside it, and #{pending.pk} "
+        "goes on until it ends or is cancelled (on its page)." in page
+    )
+    assert (
+        'data-resubmit="original-active"'
+        not in client.get(reverse("scheduling:job-resubmit", args=[ended.pk])).content.decode()
+    )
