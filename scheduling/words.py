@@ -108,6 +108,8 @@ for _template in (
     scheduler.GUARANTEE_ONLY,
     scheduler.PROJECT_GUARANTEE_ONLY,
     scheduler.DEFAULT_PROJECT_GUARANTEE_ONLY,
+    scheduler.PROJECT_SHARE_ONLY,
+    scheduler.DEFAULT_PROJECT_SHARE_ONLY,
 ):
     VALUE_WORDS[_template] = {"priority_class": {str(choice.value): choice.label for choice in PriorityClass}}
 WAIT_MINUTES = gettext_noop("%(minutes)s min")

@@ -292,14 +292,23 @@ HOLDS_AND_NEEDS = gettext_noop("it holds %(held)s and this job needs %(gpus)s")
 GUARANTEE_ONLY = gettext_noop(
     "%(priority_class)s jobs run only within the department's guarantee (%(guaranteed)s GPUs)"
 )
-# The same inside a department shared among projects: the job's own leaf's share is what it is held to.
+# The same inside a department shared among projects: the job's own leaf's guarantee is what it is held to
+# (its in-quota share, which is the guarantee unless the schedulable GPUs fall short of the guarantees).
 PROJECT_GUARANTEE_ONLY = gettext_noop(
-    "%(priority_class)s jobs run only within their project's in-quota share (project %(project)s: "
-    "%(share)s GPUs now)"
+    "%(priority_class)s jobs run only within their project's guarantee (project %(project)s: %(guaranteed)s "
+    "GPUs)"
 )
 DEFAULT_PROJECT_GUARANTEE_ONLY = gettext_noop(
+    "%(priority_class)s jobs run only within their project's guarantee (the default project: %(guaranteed)s "
+    "GPUs, what the named projects' guarantees leave of the department's %(department_guaranteed)s)"
+)
+PROJECT_SHARE_ONLY = gettext_noop(
+    "%(priority_class)s jobs run only within their project's in-quota share (project %(project)s: "
+    "%(share)s GPUs now, less than its guarantee while the schedulable GPUs fall short of the guarantees)"
+)
+DEFAULT_PROJECT_SHARE_ONLY = gettext_noop(
     "%(priority_class)s jobs run only within their project's in-quota share (the default project: %(share)s "
-    "GPUs now, what the named projects' guarantees leave of the department's %(guaranteed)s)"
+    "GPUs now, less than its guarantee while the schedulable GPUs fall short of the guarantees)"
 )
 PREEMPTION_GRACE = gettext_noop("a job preempts only after waiting %(grace)s (the preemption grace)")
 STARTS_WHEN_SETTLED = gettext_noop(
@@ -479,6 +488,30 @@ class _Pass:
         return demand
 
     # --- standing: in quota or borrowed ------------------------------------------------------------
+
+    def _leaf_guarantee_only(self, job, leaf: tuple[str, str | None], department_guaranteed: int) -> str:
+        """Why a non-preemptible job of a department shared among projects waits: its leaf's guarantee, or
+        its in-quota share when the schedulable GPUs fall short of the guarantees (then the smaller)."""
+        share, guaranteed = self.in_quota[leaf], self.leaf_guaranteed[leaf]
+        cls = job.priority_class
+        if leaf[1] is None:
+            if share < guaranteed:
+                return say(
+                    DEFAULT_PROJECT_SHARE_ONLY,
+                    priority_class=cls,
+                    share=share,
+                    guaranteed=department_guaranteed,
+                )
+            return say(
+                DEFAULT_PROJECT_GUARANTEE_ONLY,
+                priority_class=cls,
+                guaranteed=guaranteed,
+                department_guaranteed=department_guaranteed,
+            )
+        project = f"{leaf[0]}-{leaf[1]}"
+        if share < guaranteed:
+            return say(PROJECT_SHARE_ONLY, priority_class=cls, project=project, share=share)
+        return say(PROJECT_GUARANTEE_ONLY, priority_class=cls, project=project, guaranteed=guaranteed)
 
     def _leaf(self, job) -> tuple[str, str | None]:
         """The quota leaf `job` is admitted against (module docstring, Projects)."""
@@ -1133,21 +1166,8 @@ class _Pass:
                 reason = say(
                     GUARANTEE_ONLY, priority_class=job.priority_class, guaranteed=department.guaranteed
                 )
-            elif leaf[1] is None:  # its default project (or no project): what the named ones leave
-                reason = say(
-                    DEFAULT_PROJECT_GUARANTEE_ONLY,
-                    priority_class=job.priority_class,
-                    share=self.in_quota[leaf],
-                    guaranteed=department.guaranteed,
-                )
-                held = self.leaf_held[leaf]
-            else:
-                reason = say(
-                    PROJECT_GUARANTEE_ONLY,
-                    priority_class=job.priority_class,
-                    project=f"{leaf[0]}-{leaf[1]}",
-                    share=self.in_quota[leaf],
-                )
+            else:  # its project's, or its default project's (what the named ones leave)
+                reason = self._leaf_guarantee_only(job, leaf, department.guaranteed)
                 held = self.leaf_held[leaf]
             self.result.waiting[job.id] = (
                 say(WAITING, reason=reason) + CLAUSES + say(HOLDS_AND_NEEDS, held=held, gpus=job.gpus)

@@ -162,7 +162,7 @@ def test_a_first_project_that_leaves_the_defaults_build_work_no_room_is_told_bef
     run_pass()
     page.goto(f"{live_server.url}/scheduling/jobs/{job.pk}/")
     expect(page.locator("main")).to_contain_text(
-        "build jobs run only within their project's in-quota share (the default project: 4 GPUs now, what "
-        "the named projects' guarantees leave of the department's 16); it holds 8 and this job needs 1"
+        "build jobs run only within their project's guarantee (the default project: 4 GPUs, what the named "
+        "projects' guarantees leave of the department's 16); it holds 8 and this job needs 1"
     )
     page.screenshot(path=str(shots / "default-projects-build-waits-in-words.png"), full_page=True)

@@ -42,13 +42,12 @@ def test_the_default_projects_build_job_names_the_share_that_holds_it_back():
     result = schedule(c, departments, running, [build], 1000.0)
     assert result.started == []
     assert result.waiting[1] == (
-        "waiting: build jobs run only within their project's in-quota share (the default project: 44 GPUs "
-        "now, what the named projects' guarantees leave of the department's 84); it holds 73 and this job "
-        "needs 2"
+        "waiting: build jobs run only within their project's guarantee (the default project: 44 GPUs, what "
+        "the named projects' guarantees leave of the department's 84); it holds 73 and this job needs 2"
     )
     with translation.override("ja"):
         japanese = translate(result.waiting[1])
-    assert "既定のプロジェクト: 現在 44 基の GPU" in japanese and "73" in japanese
+    assert "既定のプロジェクト: 44 基の GPU" in japanese and "73" in japanese
 
 
 def test_a_named_projects_build_job_names_its_project_and_fits_within_it():
@@ -58,8 +57,8 @@ def test_a_named_projects_build_job_names_its_project_and_fits_within_it():
     result = schedule(c, departments, running, [inside, beyond], 1000.0)
     assert [s.job_id for s in result.started] == [1]
     assert result.waiting[2] == (
-        "waiting: build jobs run only within their project's in-quota share (project a-chat: 40 GPUs now); "
-        "it holds 6 and this job needs 40"
+        "waiting: build jobs run only within their project's guarantee (project a-chat: 40 GPUs); it holds 6 "
+        "and this job needs 40"
     )
 
 
@@ -72,4 +71,22 @@ def test_a_department_without_projects_still_names_its_own_guarantee():
     assert result.waiting[1] == (
         "waiting: build jobs run only within the department's guarantee (84 GPUs); it holds 75 and this job "
         "needs 10"
+    )
+
+
+def test_when_the_schedulable_gpus_fall_short_the_reason_names_the_smaller_in_quota_share():
+    """Guarantees above what can be scheduled are scaled down (tenancy.quota.fair_share): the project is held
+    to its in-quota share, and its reason names that figure, not a guarantee it cannot have now."""
+    c, running, departments = shared_department()
+    departments[1] = Department("b", guaranteed=200)  # 284 guaranteed on a 144-GPU cluster, b asking 144
+    build = PendingJob(1, "a", 2, ANY, priority_class="build", submitted_at=1000)
+    wide = PendingJob(2, "b", 144, ANY, submitted_at=900)
+    result = schedule(c, departments, running, [build, wide], 1000.0)
+    reason = result.waiting[1]
+    assert (
+        reason.startswith(
+            "waiting: build jobs run only within their project's in-quota share (the default project: "
+        )
+        and "GPUs now, less than its guarantee while the schedulable GPUs fall short of the guarantees)"
+        in reason
     )

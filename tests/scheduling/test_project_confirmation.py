@@ -388,7 +388,9 @@ def test_a_first_project_that_leaves_the_defaults_build_work_no_room_says_so_and
     run_pass()
     build.refresh_from_db()
     assert build.state == JobState.PENDING
-    assert "the default project: 4 GPUs now" in build.pending_reason and "it holds 8" in build.pending_reason
+    assert (
+        "the default project: 4 GPUs, what" in build.pending_reason and "it holds 8" in build.pending_reason
+    )
 
 
 def test_a_later_project_that_leaves_the_defaults_build_work_no_room_is_confirmed_too(
