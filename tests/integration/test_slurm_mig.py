@@ -132,6 +132,21 @@ def _daemons(slurm_testbed) -> str:
     return f"\n--- slurm-testbed.sh status ---\n{done.stdout}{done.stderr}"
 
 
+def restart_dead_controller(slurm_testbed) -> bool:
+    """Start slurmctld again when its process is gone (the 24.11.5 crash after a reconfigure that registers
+    new TRES: `_wait_schedulable`), with a warning that shows the testbed's status and the log's end; its
+    state survives (jobs, nodes). False, and nothing done, when it is alive (then it is not that crash)."""
+    daemons = _daemons(slurm_testbed)
+    if "slurmctld: DOWN (no process)" not in daemons:
+        return False
+    warnings.warn(
+        "slurmctld died after a reconfigure and was started again:" + daemons + slurm_testbed.log_tail(12),
+        stacklevel=3,
+    )
+    slurm_testbed.control("start-ctld")
+    return True
+
+
 def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str, settle: float = 6) -> None:
     """Until slurmctld has said for `settle` seconds running that it would run `gres` on `host` (`sbatch
     --test-only`: nothing is queued). A reconfigure re-executes slurmctld, and a node's typed GRES are only
@@ -161,18 +176,13 @@ def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str
         probe = subprocess.run(sbatch, capture_output=True, text=True)
         if probe.returncode:
             settled_since = None
-            if not restarted and "Unable to contact" in probe.stderr:
-                daemons = _daemons(slurm_testbed)
-                if "slurmctld: DOWN (no process)" in daemons:
-                    warnings.warn(
-                        "slurmctld died after a reconfigure and was started again:"
-                        + daemons
-                        + slurm_testbed.log_tail(12),
-                        stacklevel=2,
-                    )
-                    slurm_testbed.control("start-ctld")
-                    restarted, deadline = True, time.monotonic() + 90
-                    continue
+            if (
+                not restarted
+                and "Unable to contact" in probe.stderr
+                and restart_dead_controller(slurm_testbed)
+            ):
+                restarted, deadline = True, time.monotonic() + 90
+                continue
             if time.monotonic() >= deadline:
                 pytest.fail(probe.stderr + _daemons(slurm_testbed) + slurm_testbed.log_tail())
         elif settled_since is None:
