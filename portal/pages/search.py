@@ -617,6 +617,13 @@ def _submitters(user, q: str) -> Submitters:
     small table, the username's trigram index) so that the job query is an `IN (ids)` on the index of
     scheduling_job.submitted_by_id, which PostgreSQL can OR with the name's indexes."""
     submitted = Job.objects.visible_to(user).filter(submitted_by=OuterRef("pk"))
+    if not is_admin(user):
+        # The same jobs, their departments also given as a list: the probe is then one look into the index
+        # on (submitter, department) per account. With the departments only as visible_to's subquery,
+        # PostgreSQL read every job of the viewer's department for an account with none there (400 ms at
+        # 2 million jobs for a lead's "frank", "embed grace").
+        departments = list(Department.objects.visible_to(user).values_list("pk", flat=True))
+        submitted = submitted.filter(department_id__in=departments)
     users = get_user_model().objects.order_by().filter(Exists(submitted))
     found = Submitters(list(users.filter(username__istartswith=q).values_list("pk", flat=True)))
     condition = _substring(("username",), q)
