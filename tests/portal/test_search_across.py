@@ -1,9 +1,10 @@
 """A query of several words whose words lie in different fields of one result (portal.pages.search): each
 word in one of its searched fields, in any order (AND over the words, OR over the fields). A walkthrough
 found "hall A gb-r03" (a rack's location words and its name) and "sweep alice" (a word of a job's name and
-its submitter) answering "0 results". The closer matches (the whole query, or all its words, in one field)
-still come first; exact names still jump to their page; and nothing of another department is found by
-naming it in words: the search stays narrowed by `visible_to`.
+its submitter) answering "0 results". Exact names still jump to their page; racks, departments, projects and
+people holding the whole query or all its words in one field still come first (jobs newest first, as ever);
+and nothing of another department is found by naming it in words: the search stays narrowed by
+`visible_to`.
 
 Runs on SQLite (`make test-fast`) and on PostgreSQL (`make test`; with pg_trgm, the trigram path)."""
 
@@ -91,12 +92,12 @@ def test_a_job_by_a_word_of_its_name_and_its_submitter(client_as, jobs, member_a
     response = client_as("member_a").get(SEARCH, {"q": "sweep alice"})
     assert response.status_code == 200
     groups = {g.kind: g for g in response.context["results"].groups}
-    # Both words in its name first (the closer match, though older), then alice's *sweep* jobs, newest
-    # first; not her vision-eval (no "sweep"), not member-a's llm-sweep-3 (not alice's).
+    # Alice's *sweep* jobs and the one with both words in its name, newest first (as every job of rank 3);
+    # not her vision-eval (no "sweep"), not member-a's llm-sweep-3 (not alice's).
     assert [h.title for h in groups["job"].hits] == [
-        f"#{notes.pk} alice-sweep-notes",
         f"#{second.pk} llm-sweep-2",
         f"#{first.pk} llm-sweep-1",
+        f"#{notes.pk} alice-sweep-notes",
     ]
     assert groups["job"].more == 0
     html = response.content.decode()

@@ -141,6 +141,27 @@ def test_a_query_of_two_common_words_never_together_does_not_walk_every_job(
     assert sorted_reads  # (at 20,000 jobs the planner would not walk them all: the reads say how they read)
 
 
+def test_a_leads_probe_for_a_submitter_elsewhere_names_the_departments(department_a, department_b, lead_a):
+    """The accounts a search's words name are kept only when they submitted a job the viewer may see
+    (portal.pages.search._submitters). For a lead, that probe names the departments as a list, which is
+    an index condition on (submitter, department): with the departments only as visible_to's subquery,
+    PostgreSQL read every job of the lead's department for an account with none there (400 ms at 2 million
+    jobs for "embed frank": a word of a job's name, a person of another department; a planner's choice a
+    table of a few rows does not show, so the query's own words are checked)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.pages.search import _submitters
+    from tests.factories import make_job, make_member
+
+    frank = make_member("frank", department_b)
+    make_job(department_b, "infer-embed-1", state="completed", submitted_by=frank)
+    with CaptureQueriesContext(connection) as queries:
+        found = _submitters(lead_a, "embed frank")
+    assert found.by_word == {"embed": [], "frank": []}  # not theirs to find
+    [probe] = [query["sql"] for query in queries.captured_queries if "'%frank%'" in query["sql"]]
+    assert f'W0."department_id" IN ({department_a.pk})' in probe, probe
+
+
 @postgresql_only
 def test_a_role_that_cannot_create_the_extension_gets_a_warning_not_a_failed_migration(monkeypatch, capsys):
     # A real refusal by PostgreSQL (an extension it cannot create), as a role without the right would get.
