@@ -613,15 +613,7 @@ def _submitters(user, q: str) -> Submitters:
     account elsewhere, as no result, count or note comes from these ids alone. The lists are read first (a
     small table, the username's trigram index) so that the job query is an `IN (ids)` on the index of
     scheduling_job.submitted_by_id, which PostgreSQL can OR with the name's indexes."""
-    submitted = Job.objects.visible_to(user).filter(submitted_by=OuterRef("pk"))
-    if not is_admin(user):
-        # The same jobs, their departments also given as a list: the probe is then one look into the index
-        # on (submitter, department) per account. With the departments only as visible_to's subquery,
-        # PostgreSQL read every job of the viewer's department for an account with none there (400 ms at
-        # 2 million jobs for a lead's "frank", "embed grace").
-        departments = list(Department.objects.visible_to(user).values_list("pk", flat=True))
-        submitted = submitted.filter(department_id__in=departments)
-    users = get_user_model().objects.order_by().filter(Exists(submitted))
+    users = _submitted_where_seen(user)
     found = Submitters(list(users.filter(username__istartswith=q).values_list("pk", flat=True)))
     condition = _substring(("username",), q)
     words = _words(q)
@@ -643,6 +635,19 @@ def _submitters(user, q: str) -> Submitters:
     found.holding = [pk for pk, whole, *held in rows if whole or all(held)]
     found.by_word = {word: [row[0] for row in rows if row[2 + n]] for n, word in enumerate(words)}
     return found
+
+
+def _submitted_where_seen(user):
+    """The accounts that submitted a job `user` may see (an EXISTS per account)."""
+    submitted = Job.objects.visible_to(user).filter(submitted_by=OuterRef("pk"))
+    if not is_admin(user):
+        # The same jobs, their departments also given as a list: the probe is then one look into the index
+        # on (submitter, department) per account. With the departments only as visible_to's subquery,
+        # PostgreSQL read every job of the viewer's department for an account with none there (400 ms at
+        # 2 million jobs for a lead's "frank", "embed grace").
+        departments = list(Department.objects.visible_to(user).values_list("pk", flat=True))
+        submitted = submitted.filter(department_id__in=departments)
+    return get_user_model().objects.order_by().filter(Exists(submitted))
 
 
 def _job_fields(jobs, walked: bool = False):
