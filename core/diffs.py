@@ -65,6 +65,11 @@ class _Matched(difflib.SequenceMatcher):
         return self.blocks
 
 
+def opcodes(a: Sequence[str], b: Sequence[str]) -> Sequence[tuple[str, int, int, int, int]]:
+    """How b is made from a (SequenceMatcher.get_opcodes' tags and ranges), every unchanged line matched."""
+    return _Matched(a, b).get_opcodes()
+
+
 def unified_diff(
     a: Sequence[str], b: Sequence[str], fromfile: str = "", tofile: str = "", n: int = 3, lineterm: str = "\n"
 ) -> Iterator[str]:

@@ -3,10 +3,9 @@
 import difflib
 import random
 
-import patiencediff
 import pytest
 
-from core.diffs import diff_text, unified_diff
+from core.diffs import diff_text, opcodes, unified_diff
 
 LARGE = 1000  # lines: where difflib with autojunk off takes seconds on spread changes
 
@@ -197,8 +196,7 @@ def test_every_diff_remakes_the_new_text_and_is_difflibs_where_both_match_the_sa
         # Under 200 lines autojunk changes nothing: where difflib matches the same lines, the text is its.
         if (
             not large
-            and patiencediff.PatienceSequenceMatcher(None, old, new).get_opcodes()
-            == difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+            and opcodes(old, new) == difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
         ):
             assert diff == list(difflib.unified_diff(old, new, "a", "b"))
             compared += 1
