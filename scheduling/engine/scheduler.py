@@ -496,12 +496,7 @@ class _Pass:
         cls = job.priority_class
         if leaf[1] is None:
             if share < guaranteed:
-                return say(
-                    DEFAULT_PROJECT_SHARE_ONLY,
-                    priority_class=cls,
-                    share=share,
-                    guaranteed=department_guaranteed,
-                )
+                return say(DEFAULT_PROJECT_SHARE_ONLY, priority_class=cls, share=share)
             return say(
                 DEFAULT_PROJECT_GUARANTEE_ONLY,
                 priority_class=cls,
