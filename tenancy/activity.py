@@ -3,8 +3,9 @@
 "Idle" and "free" (which need the jobs holding GPUs) are defined in scheduling.usage:
 
 * An **idle** GPU is allocated to a running job and its utilization has stayed under
-  ``TenancySettings.idle_threshold_percent`` for at least ``idle_window_minutes`` (``GpuActivity.low_since``
-  marks the start of the current run of low samples).
+  ``TenancySettings.idle_threshold_percent`` for at least ``idle_window_minutes`` while that job held it
+  (``GpuActivity.low_since`` marks the start of the current run of low samples, the job's ``placed_at`` when
+  it got the GPU: a GPU that sat free and low is not idle the minute a job is placed on it).
 * A **free** GPU is schedulable (tray up, not unhealthy) and allocated to no job. A free GPU is never idle,
   however low its utilization: nobody is wasting it.
 

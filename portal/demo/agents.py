@@ -10,11 +10,12 @@ from django.db.models import F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from inventory.choices import TrayState
 from inventory.discovery import nvidia_smi
 from inventory.ingest import heartbeats as inventory_heartbeats
 from inventory.ingest import reports as inventory_reports
 from inventory.models import Gpu
-from portal.demo.telemetry import next_utilization
+from portal.demo.telemetry import IDLE_RANGE, next_utilization
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
 from tenancy.activity import RecordResult, record_samples
@@ -62,11 +63,12 @@ def demo_nodes_report(now: datetime | None = None) -> dict:
 
 def record_demo_telemetry(now: datetime | None = None, rng: random.Random | None = None) -> RecordResult:
     """One tick of the demo's simulated DCGM exporters (portal.tasks.simulate_demo_telemetry): a sample for
-    every GPU a starting or running job holds, recorded by the direct scrape's own path
-    (tenancy.activity.record_samples: the activity row and the 5-minute bucket).
+    every GPU a starting or running job holds, and a low one for every other GPU on a tray that is not down,
+    recorded by the direct scrape's own path (tenancy.activity.record_samples: the activity row and the
+    5-minute bucket).
 
     Each value follows the GPU's previous sample taken while its job held it (portal.demo.telemetry): the
-    activity row, or when that aged out the GPU's last bucket since the job started. Two queries to read,
+    activity row, or when that aged out the GPU's last bucket since the job started. Three queries to read,
     record_samples' handful to write, whatever the number of GPUs.
     """
     now = now or timezone.now()
@@ -103,4 +105,15 @@ def record_demo_telemetry(now: datetime | None = None, rng: random.Random | None
                 value=next_utilization(previous, job_id, gpu_id, rng),
             )
         )
+    # A DCGM exporter reports every GPU of its node: the ones no job holds are low (on a tray that is up).
+    free = (
+        Gpu.objects.exclude(tray__state=TrayState.DOWN)
+        .filter(allocations__isnull=True)
+        .order_by("pk")
+        .values_list("uuid", "tray__hostname", "index")
+    )
+    samples += [
+        Sample(uuid=uuid, hostname=hostname, gpu_index=index, value=round(rng.uniform(*IDLE_RANGE), 1))
+        for uuid, hostname, index in free
+    ]
     return record_samples(samples, at=now)

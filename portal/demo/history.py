@@ -1,11 +1,16 @@
 """The demo's telemetry and quota history (portal.demo.seeding.seed_tenants): synthetic utilization for every
-GPU a seeded job holds, and TenancySettings.quota_history_days of quota snapshots kept the way the product
-keeps them, ending with one taken by the real snapshot code.
+GPU a seeded job holds and a low sample for every other GPU on a tray that is not down (a DCGM exporter
+reports every GPU of its node, held or not), and TenancySettings.quota_history_days of quota snapshots kept
+the way the product keeps them, ending with one taken by the real snapshot code.
 """
 
+import random
 from datetime import datetime, timedelta
 
+from inventory.choices import TrayState
+from inventory.models import Gpu
 from portal.demo.jobs import BATCH
+from portal.demo.telemetry import IDLE_RANGE
 from scheduling.choices import JobState
 from scheduling.models import Allocation
 from scheduling.tasks import record_quota_snapshots
@@ -19,7 +24,8 @@ SNAPSHOT_EVERY = timedelta(minutes=5)
 
 def seed_telemetry(rng, now) -> None:
     """Latest utilization for every allocated GPU (some jobs idle for a while), and its 5-minute buckets
-    since its job started; an idle job's GPUs went low after the job started."""
+    since its job started; an idle job's GPUs went low after the job started. Every other GPU on a tray that
+    is not down gets a low latest sample (`free_gpu_activity`)."""
     allocated = list(Allocation.objects.order_by("gpu_id").values_list("gpu_id", "job_id", "job__started_at"))
     idle_jobs = {
         job
@@ -57,8 +63,35 @@ def seed_telemetry(rng, now) -> None:
                     samples=10,
                 )
             )
+    activity += free_gpu_activity(now)
     GpuActivity.objects.bulk_create(activity, batch_size=BATCH)
     GpuUtilization.objects.bulk_create(buckets, batch_size=BATCH)
+
+
+# A free GPU has been low since its last job ended: this long ago, drawn per GPU.
+FREE_LOW_MINUTES = (60, 360)
+
+
+def free_gpu_activity(now: datetime) -> list[GpuActivity]:
+    """A latest sample for each GPU no job holds on a tray that is not down (0-3 %, low for an hour or more),
+    from a generator of its own, so the seed's other draws stay as they were. No 5-minute buckets: the
+    dashboards' history is the held GPUs'."""
+    rng = random.Random("demo-free-gpus")
+    free = (
+        Gpu.objects.exclude(tray__state=TrayState.DOWN)
+        .filter(allocations__isnull=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    return [
+        GpuActivity(
+            gpu_id=gpu_id,
+            utilization=round(rng.uniform(*IDLE_RANGE), 1),
+            sampled_at=now,
+            low_since=now - timedelta(minutes=rng.uniform(*FREE_LOW_MINUTES)),
+        )
+        for gpu_id in free.iterator(chunk_size=BATCH)
+    ]
 
 
 def _history_times(now: datetime, days: int) -> list[datetime]:

@@ -13,6 +13,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
+from inventory.choices import TrayState
+from inventory.models import ComputeTray, Gpu
 from portal.demo.agents import record_demo_telemetry
 from portal.demo.telemetry import (
     BUSY_FLOOR,
@@ -117,8 +119,13 @@ def held(demo_inventory):
 def test_when_on_every_allocated_gpu_gets_a_fresh_sample_and_keeps_its_character(held, settings):
     settings.RACKPLANE_DEMO_TELEMETRY = True
     before = timezone.now()
+    # A tray that is down reports nothing (its exporter with it): one holding none of the jobs' GPUs.
+    down = ComputeTray.objects.exclude(gpus__in=[gpu.pk for gpu in held["idle"] + held["busy"] + held["new"]])
+    down = down.exclude(gpus__in=held["free"]).order_by("hostname").first()
+    ComputeTray.objects.filter(pk=down.pk).update(state=TrayState.DOWN, state_reason="powered off")
+    reporting = set(Gpu.objects.exclude(tray__state=TrayState.DOWN).values_list("pk", flat=True))
     result = simulate_demo_telemetry()
-    assert result["recorded"] == 12 and result["unknown_gpus"] == []
+    assert result["recorded"] == len(reporting) > 12 and result["unknown_gpus"] == []
 
     allocated = {gpu.pk for key in ("idle", "busy", "new") for gpu in held[key]}
     activity = {row.gpu_id: row for row in GpuActivity.objects.filter(gpu_id__in=allocated)}
@@ -131,12 +138,15 @@ def test_when_on_every_allocated_gpu_gets_a_fresh_sample_and_keeps_its_character
     # The idle job's run of low samples goes on: it is still on the idle list.
     assert {gpu.pk for gpu in idle_gpus_queryset()} == {gpu.pk for gpu in held["idle"]}
 
-    # The 5-minute bucket of now, for the allocated GPUs only: the chart reaches "now".
+    # The 5-minute bucket of now, for every GPU that reported: the chart reaches "now".
     buckets = GpuUtilization.objects.filter(bucket_start=bucket_start(timezone.now()))
-    assert set(buckets.values_list("gpu_id", flat=True)) == allocated
-    free = held["free"][0]
-    assert GpuActivity.objects.get(gpu=free).sampled_at < before  # not simulated: nobody holds it
-    assert not GpuActivity.objects.filter(gpu=held["free"][1]).exists()
+    assert set(buckets.values_list("gpu_id", flat=True)) == reporting
+    # A GPU nobody holds is sampled too, low (a DCGM exporter reports every GPU of its node), and stays off
+    # the idle list (not held); the down tray's GPUs have no sample.
+    free = GpuActivity.objects.filter(gpu__in=reporting - allocated)
+    assert free.count() == len(reporting - allocated) and {g.pk for g in held["free"]} <= reporting
+    assert all(row.sampled_at >= before and row.utilization <= IDLE_RANGE[1] for row in free)
+    assert not GpuActivity.objects.filter(gpu__tray=down).exists()
 
 
 @pytest.mark.django_db
@@ -269,6 +279,15 @@ def test_the_seeded_demo_goes_on_reporting_and_seeding_again_neither_breaks_nor_
     seed_demo("--racks", "3")
     idle_before = {gpu.pk for gpu in idle_gpus_queryset()}
     assert idle_before  # the seed leaves some jobs idle
+    # The seed samples every GPU of a tray that is not down, held or not; a free one is low.
+    reporting = set(Gpu.objects.exclude(tray__state=TrayState.DOWN).values_list("pk", flat=True))
+    assert set(GpuActivity.objects.values_list("gpu_id", flat=True)) == reporting
+    assert all(
+        utilization <= IDLE_RANGE[1]
+        for utilization in GpuActivity.objects.exclude(gpu__in=allocated_gpus()).values_list(
+            "utilization", flat=True
+        )
+    )
     allocated = allocated_gpus()
 
     # Ten minutes of ticks: every allocated GPU stays fresh, the idle ones stay idle, no busy one goes idle.
@@ -280,8 +299,11 @@ def test_the_seeded_demo_goes_on_reporting_and_seeding_again_neither_breaks_nor_
         with django_assert_max_num_queries(12):
             result = record_demo_telemetry(at)
         timings.append(time.perf_counter() - began)
-        assert result.recorded == len(allocated)
-    assert set(GpuActivity.objects.filter(sampled_at=at).values_list("gpu_id", flat=True)) == allocated
+        assert result.recorded == Gpu.objects.exclude(tray__state=TrayState.DOWN).count() > len(allocated)
+    # Every GPU stays fresh, held or not (a tray that is up reports all of its GPUs).
+    fresh = set(GpuActivity.objects.filter(sampled_at=at).values_list("gpu_id", flat=True))
+    assert fresh == set(Gpu.objects.exclude(tray__state=TrayState.DOWN).values_list("pk", flat=True))
+    assert allocated < fresh
     assert {gpu.pk for gpu in idle_gpus_queryset(now=at)} == idle_before
     assert max(timings) < 2.0, timings  # about 150 GPUs: milliseconds (SQLite, a shared 2-core machine)
 
@@ -293,7 +315,8 @@ def test_the_seeded_demo_goes_on_reporting_and_seeding_again_neither_breaks_nor_
 
     seed_demo("--racks", "3", "--reset")
     result = record_demo_telemetry(timezone.now())
-    assert result.recorded == len(allocated_gpus()) and result.unknown_gpus == ()
+    assert result.recorded == Gpu.objects.exclude(tray__state=TrayState.DOWN).count()
+    assert result.unknown_gpus == ()
 
 
 @pytest.mark.slow(reason="seeds and reads a whole demo datacenter")

@@ -11,8 +11,11 @@ from django.urls import reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from inventory.models import Gpu
 from portal.pages.home import work_home
 from scheduling import dashboard_data, usage
+from scheduling.choices import HOLDING_STATES
+from scheduling.models import Allocation
 from scheduling.views import gpu_life
 from tenancy.activity import STALE_AFTER, bucket_start, fresh_activity, record_samples
 from tenancy.models import GpuActivity
@@ -157,3 +160,75 @@ def test_fresh_activity_is_the_one_rule(gpus):
         gpu=gpus[1], utilization=1.0, sampled_at=now - STALE_AFTER - timedelta(seconds=1)
     )
     assert list(fresh_activity(now).values_list("gpu_id", flat=True)) == [gpus[0].pk]
+
+
+# --- every GPU sampled, held or not (a DCGM exporter reports them all) --------------------------------------
+
+
+def expected_without_data(department, now) -> int:
+    """The definition, row by row: GPUs its running jobs hold with no activity row or a stale one."""
+    fresh = set(fresh_activity(now).values_list("gpu_id", flat=True))
+    held = Allocation.objects.filter(job__department=department, job__state__in=HOLDING_STATES)
+    return sum(1 for gpu_id in held.values_list("gpu_id", flat=True) if gpu_id not in fresh)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        # (held GPUs: fresh, stale, none), (free GPUs: fresh, stale, none)
+        ((8, 0, 0), (6, 0, 0)),  # every GPU sampled: nothing to join
+        ((5, 3, 0), (6, 0, 0)),  # every GPU has a row, three held ones stale: only the stale rows joined
+        ((5, 0, 0), (2, 4, 0)),  # stale rows, none of them held
+        ((6, 1, 1), (6, 0, 0)),  # a held GPU with no row at all: the anti-join
+        ((8, 0, 0), (4, 0, 2)),  # free GPUs never sampled: the anti-join, nothing held without data
+        ((0, 0, 8), (0, 0, 6)),  # no telemetry at all
+    ],
+)
+def test_held_without_data_counts_the_same_whether_or_not_every_gpu_has_a_row(
+    demo_inventory, department_a, department_b, rows
+):
+    now = timezone.now()
+    (fresh, stale, none), (free_fresh, free_stale, free_none) = rows
+    gpus = healthy_gpus(fresh + stale + none + free_fresh + free_stale + free_none)
+    assert len(gpus) == sum(rows[0]) + sum(rows[1])
+    held, free = gpus[: fresh + stale + none], gpus[fresh + stale + none :]
+    for department, share in ((department_a, held[:5]), (department_b, held[5:])):
+        if share:
+            run_job(department, share, f"{department.slug}-train", started_at=now - timedelta(hours=3))
+    # The inventory's other GPUs have rows, fresh, so that the rows given here decide which way it counts.
+    others = [g for g in Gpu.objects.exclude(pk__in=[g.pk for g in gpus])]
+    GpuActivity.objects.bulk_create(GpuActivity(gpu=g, utilization=50.0, sampled_at=now) for g in others)
+    for group, (n_fresh, n_stale) in ((held, (fresh, stale)), (free, (free_fresh, free_stale))):
+        for gpu in group[:n_fresh]:
+            low_row(gpu, timedelta(minutes=1))
+        for gpu in group[n_fresh : n_fresh + n_stale]:
+            low_row(gpu, STALE_AFTER + timedelta(minutes=1))
+    every_gpu_has_a_row = none + free_none == 0
+    assert (usage._activity_gaps(now)[0] == 0) == every_gpu_has_a_row
+    for department in (department_a, department_b):
+        assert usage.held_without_data(department, now) == expected_without_data(department, now)
+    both = usage.held_without_data([department_a, department_b], now)
+    assert both == stale + none
+
+
+def test_a_gpu_low_while_free_is_not_its_new_jobs_idle_gpu_until_the_window_passes_while_held(
+    department_a, gpus, settings
+):
+    """An exporter samples every GPU: one that sat free at 1 % for hours is low since then. A job placed on it
+    a minute ago is not idle (it has not had the window to start working); once it has held the GPU for the
+    window and it is still low, it is, idle since the placement."""
+    now = timezone.now()
+    for gpu in gpus:
+        low_row(gpu, timedelta(minutes=1), low_for=timedelta(hours=5), utilization=1.0)
+    placed = now - timedelta(minutes=1)
+    job = run_job(department_a, gpus[:4], "just-placed", placed_at=placed, started_at=placed)
+    assert usage.idle_gpus_queryset(now=now).count() == 0
+    positions = usage.department_positions(now)
+    assert positions.of(department_a).idle == 0
+
+    later = now + timedelta(minutes=31)  # the window (30 minutes) since the placement, still low
+    GpuActivity.objects.filter(gpu__in=gpus).update(sampled_at=later - timedelta(minutes=1))
+    idle = list(usage.idle_gpus_queryset(now=later))
+    assert {gpu.pk for gpu in idle} == {gpu.pk for gpu in gpus[:4]}
+    assert {gpu.job_id for gpu in idle} == {job.pk} and {gpu.idle_since for gpu in idle} == {placed}
+    assert usage.department_positions(later).of(department_a).idle == 4
