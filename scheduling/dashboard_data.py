@@ -27,6 +27,7 @@ from scheduling.usage import (
     free_gpus_count,
     held_without_data,
     idle_gpus_queryset,
+    longest_idle,
 )
 from tenancy.activity import STALE_AFTER
 from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot, TenancySettings
@@ -125,10 +126,8 @@ def department_dashboard(user, department: Department, now: datetime | None = No
     now = now or timezone.now()
     settings = TenancySettings.load()
     positions = department_positions(now, settings)
-    idle = list(
-        idle_gpus_queryset(now=now, department=department, settings=settings).order_by(
-            "idle_since", "hostname", "index"
-        )[:IDLE_LIMIT]
+    idle = longest_idle(
+        idle_gpus_queryset(now=now, department=department, settings=settings), IDLE_LIMIT, "hostname", "index"
     )
     position = positions.of(department)
     jobs = Job.objects.visible_to(user).filter(department=department).select_related("submitted_by")
@@ -236,10 +235,10 @@ def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
     free = free_gpus_count(schedulable=positions.capacity)
     # Who is owed GPUs of its guarantee: guarantee_positions' `owed`, the one answer (Position.starved).
     owed = [p for p in positions if p.starved > 0]
-    idle = list(
-        idle_gpus_queryset(now=now, settings=settings).order_by(
-            "idle_since", "department_name", "hostname", "index"
-        )[:ADMIN_IDLE_LIMIT]
+    idle = longest_idle(
+        idle_gpus_queryset(now=now, settings=settings),
+        ADMIN_IDLE_LIMIT,
+        *("department_name", "hostname", "index"),
     )
     return AdminDashboard(
         positions=positions,

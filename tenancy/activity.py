@@ -7,7 +7,9 @@
   (``GpuActivity.low_since`` marks the start of the current run of low samples, the job's ``placed_at`` when
   it got the GPU: a GPU that sat free and low is not idle the minute a job is placed on it).
 * A **free** GPU is schedulable (tray up, not unhealthy) and allocated to no job. A free GPU is never idle,
-  however low its utilization: nobody is wasting it.
+  however low its utilization: nobody is wasting it. So a run of low samples is kept only while a job holds
+  the GPU (`held_gpus`, which the scheduling layer registers: tenancy sits below it): an exporter samples
+  every GPU, and the free ones would otherwise fill the low runs (at 10,000 racks a third of the fleet).
 
 Recording is bulk: a fixed handful of queries per call whatever the number of samples (one node's four
 GPUs or a whole rack's 72), because the scrape runs every minute for every exporter.
@@ -31,7 +33,7 @@ screens never rely on that having run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -55,6 +57,46 @@ FULL_RESOLUTION = timedelta(days=1)
 HOUR_SECONDS = 3600
 # Rows per GPU kept at most: a day of 5-minute buckets and 29 days of hourly ones.
 MAX_ROWS_PER_GPU = 288 + 29 * 24
+
+
+# The GPUs some job holds, each with when its job got it (None: not known), as a queryset of rows with the
+# columns `gpu_id` and `since`: scheduling.usage.held_gpus, registered once by scheduling.apps (tenancy is a
+# layer below scheduling). None before it is: every GPU is then taken as held since an unknown time.
+_held_gpus: Callable[[], QuerySet] | None = None
+
+
+def use_held_gpus(provider: Callable[[], QuerySet]) -> None:
+    """Register the scheduling layer's held GPUs (`_held_gpus`)."""
+    global _held_gpus
+    _held_gpus = provider
+
+
+def _held_since(gpu_ids: list[int]) -> dict[int, datetime | None] | None:
+    """GPU -> when its job got it, for the held ones among `gpu_ids`; None: no provider (all count held)."""
+    if _held_gpus is None:
+        return None
+    held: dict[int, datetime | None] = {}
+    for chunk in _chunks(gpu_ids):
+        held.update(_held_gpus().filter(gpu_id__in=chunk).values_list("gpu_id", "since"))
+    return held
+
+
+def _low_since(
+    value: float,
+    old: datetime | None,
+    at: datetime,
+    threshold: float,
+    *,
+    held: bool,
+    dated_back: datetime | None,
+) -> datetime | None:
+    """The run of low samples after this one: it goes on (or starts now) under the threshold while a job
+    holds the GPU, and ends at or above it or once nobody holds the GPU. `dated_back`: Prometheus saw it low
+    for the whole window since then (the window's start, or the job's start when later)."""
+    if value >= threshold or not held:
+        return None
+    low = old or at
+    return min(low, dated_back) if dated_back is not None else low
 
 
 @dataclass(frozen=True)
@@ -144,7 +186,8 @@ def _record_activity_postgresql(
     """`record_activity` as one INSERT ... ON CONFLICT for the whole fleet (72,000 GPUs: one statement
     instead of ~110 and no model objects), with the same rules as `_record`: the run of low samples goes
     on or starts now, ends at or above the threshold, is dated back to the window's start when Prometheus
-    saw the GPU low for all of it; a sample older than the stored one is left out (`stale`)."""
+    saw the GPU low for all of it (or since its job got it, when later), kept only while a job holds the GPU;
+    a sample older than the stored one is left out (`stale`)."""
     settings = TenancySettings.load()
     threshold = settings.idle_threshold_percent
     window_start = at - timedelta(minutes=settings.idle_window_minutes)
@@ -152,6 +195,11 @@ def _record_activity_postgresql(
     numbers = [values[uuid] for uuid in uuids]
     low_before = [low_for_window.get(uuid, threshold) < threshold for uuid in uuids]
     activity, gpu = GpuActivity._meta.db_table, Gpu._meta.db_table
+    # The held GPUs (`_held_gpus`) and since when; without a provider every GPU is held since an unknown time.
+    held_sql, held_params = ("SELECT NULL::bigint AS gpu_id, NULL::timestamptz AS since", [])
+    if _held_gpus is not None:
+        held_sql, held_params = _held_gpus().query.sql_with_params()
+    held_test = "held.gpu_id IS NOT NULL" if _held_gpus is not None else "TRUE"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -160,10 +208,12 @@ def _record_activity_postgresql(
             )
             INSERT INTO {activity} AS old (gpu_id, utilization, sampled_at, low_since)
             SELECT gpu.id, incoming.value, %s,
-                   CASE WHEN incoming.value < %s
-                        THEN CASE WHEN incoming.low_before THEN %s::timestamptz ELSE %s::timestamptz END
+                   CASE WHEN incoming.value < %s AND {held_test}
+                        THEN CASE WHEN incoming.low_before THEN GREATEST(%s::timestamptz, held.since)
+                                  ELSE %s::timestamptz END
                    END
             FROM incoming JOIN {gpu} AS gpu ON gpu.uuid = incoming.uuid
+            LEFT JOIN ({held_sql}) AS held ON held.gpu_id = gpu.id
             ORDER BY gpu.id
             ON CONFLICT (gpu_id) DO UPDATE SET
                 utilization = EXCLUDED.utilization,
@@ -173,7 +223,7 @@ def _record_activity_postgresql(
                             END
             WHERE old.sampled_at <= EXCLUDED.sampled_at
             """,
-            [uuids, numbers, low_before, at, threshold, window_start, at],
+            [uuids, numbers, low_before, at, threshold, window_start, at, *held_params],
         )
         recorded = cursor.rowcount
         cursor.execute(
@@ -217,6 +267,7 @@ def _record(
         return RecordResult(recorded=0, unknown_gpus=unknown, skipped=duplicates, forgotten=removed)
     gpu_ids = sorted(by_gpu)  # a fixed lock order, so concurrent recorders cannot deadlock
 
+    held_since = _held_since(gpu_ids)
     latest: dict[int, tuple[datetime, datetime | None]] = {}
     for chunk in _chunks(gpu_ids):
         rows = (
@@ -234,10 +285,11 @@ def _record(
         if sampled_at is not None and sampled_at > at:
             stale += 1  # a late sample: history only, the latest value stays the newer one
             continue
-        # Under the threshold: the run of low samples goes on (or starts now). At or above: it ends.
-        low_since = (low_since or at) if value < threshold else None
-        if low_since is not None and gpu_id in low_before:
-            low_since = min(low_since, window_start)  # Prometheus saw it low for the whole window
+        held, since = (True, None) if held_since is None else (gpu_id in held_since, held_since.get(gpu_id))
+        dated_back = None
+        if gpu_id in low_before:  # Prometheus saw it low for the whole window, since the job got it at most
+            dated_back = window_start if since is None else max(window_start, since)
+        low_since = _low_since(value, low_since, at, threshold, held=held, dated_back=dated_back)
         activity.append(GpuActivity(gpu_id=gpu_id, utilization=value, sampled_at=at, low_since=low_since))
     GpuActivity.objects.bulk_create(
         activity,

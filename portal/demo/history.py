@@ -68,14 +68,10 @@ def seed_telemetry(rng, now) -> None:
     GpuUtilization.objects.bulk_create(buckets, batch_size=BATCH)
 
 
-# A free GPU has been low since its last job ended: this long ago, drawn per GPU.
-FREE_LOW_MINUTES = (60, 360)
-
-
 def free_gpu_activity(now: datetime) -> list[GpuActivity]:
-    """A latest sample for each GPU no job holds on a tray that is not down (0-3 %, low for an hour or more),
-    from a generator of its own, so the seed's other draws stay as they were. No 5-minute buckets: the
-    dashboards' history is the held GPUs'."""
+    """A latest sample for each GPU no job holds on a tray that is not down (0-3 %; no run of low samples:
+    tenancy.activity keeps one only while a job holds the GPU), from a generator of its own, so the seed's
+    other draws stay as they were. No 5-minute buckets: the dashboards' history is the held GPUs'."""
     rng = random.Random("demo-free-gpus")
     free = (
         Gpu.objects.exclude(tray__state=TrayState.DOWN)
@@ -88,7 +84,7 @@ def free_gpu_activity(now: datetime) -> list[GpuActivity]:
             gpu_id=gpu_id,
             utilization=round(rng.uniform(*IDLE_RANGE), 1),
             sampled_at=now,
-            low_since=now - timedelta(minutes=rng.uniform(*FREE_LOW_MINUTES)),
+            low_since=None,
         )
         for gpu_id in free.iterator(chunk_size=BATCH)
     ]

@@ -24,7 +24,13 @@ from portal.web.middleware import database_unavailable, is_database_unavailable
 from scheduling import fleet_counts
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Job
-from scheduling.usage import Position, department_list, held_without_data, idle_gpus_queryset
+from scheduling.usage import (
+    Position,
+    department_list,
+    held_without_data,
+    idle_gpus_queryset,
+    longest_idle,
+)
 from scheduling.views.departments import link_idle_gpus
 
 logger = logging.getLogger(__name__)
@@ -99,10 +105,10 @@ def work_home(user) -> WorkHome:
     ids = [p.department.pk for p in positions]
     # Longest idle first, as the department page and the admin dashboard list them (one table for all three:
     # scheduling/_idle_gpus.html, with the person holding each).
-    idle = list(
-        idle_gpus_queryset()
-        .filter(department_id__in=ids)
-        .order_by("idle_since", "department_name", "hostname", "index")[:WORK_LIMIT]
+    idle = longest_idle(
+        idle_gpus_queryset().filter(department_id__in=ids),
+        WORK_LIMIT,
+        *("department_name", "hostname", "index"),
     )
     link_idle_gpus(idle)
     jobs = (

@@ -473,16 +473,18 @@ MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "S
     # +1: the idle panel's held GPUs with no utilization data (scheduling.usage.held_without_data).
     # +1: whether every GPU has an activity row, and how many are stale (held_without_data's
     # _activity_gaps, which spares the anti-join of every held GPU when they all have one).
+    # +1 (both dashboards): the idle list read by the low run's start, then sorted by idle_since within the
+    # bound that gives (scheduling.usage.longest_idle); one query when no GPU is idle.
     # +2: the historical fair share panel (the departments' weights and guarantees; the decayed usage, one
     # aggregate: scheduling.usage.fairshare_history), for the lead.
     # +1: the fleet's idle MIG slices, the admin dashboard's figure (scheduling.slice_holders.idle_slices).
-    "/tenancy/departments/alpha/": 23,  # 23: its default project always has a row, so its people are read
+    "/tenancy/departments/alpha/": 24,  # 24: its default project always has a row, so its people are read
     # +1: the stranded NVLink capacity the last pass kept (scheduling.dashboard_data.last_stranded).
     # +2: the scheduler's re-carves of the last 24 h per rack, and the racks that allow them
     # (inventory.recarving.recent_recarves).
     # +1: the removals banner (admins only, as this page).
     # +1: the idle MIG slices on trays in service (scheduling.slice_holders.idle_slices, one query).
-    "/tenancy/dashboard/": 13,
+    "/tenancy/dashboard/": 14,
 }
 
 

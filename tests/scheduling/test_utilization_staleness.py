@@ -232,3 +232,24 @@ def test_a_gpu_low_while_free_is_not_its_new_jobs_idle_gpu_until_the_window_pass
     assert {gpu.pk for gpu in idle} == {gpu.pk for gpu in gpus[:4]}
     assert {gpu.job_id for gpu in idle} == {job.pk} and {gpu.idle_since for gpu in idle} == {placed}
     assert usage.department_positions(later).of(department_a).idle == 4
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 10])
+def test_the_longest_idle_come_first_by_idle_since_not_by_the_runs_start(department_a, gpus, limit):
+    """A GPU whose low run began five hours ago under an earlier job but whose job got it 40 minutes ago is
+    idle since then, after one idle for two hours: the list's order is by idle_since whatever `limit` is,
+    though the two queries read by the run's start."""
+    now = timezone.now()
+    long_run, two_hours, one_hour = gpus[:3]
+    for gpu, run in (
+        (long_run, timedelta(hours=5)),
+        (two_hours, timedelta(hours=2)),
+        (one_hour, timedelta(hours=1)),
+    ):
+        low_row(gpu, timedelta(minutes=1), low_for=run, utilization=1.0)
+    run_job(department_a, [long_run], "re-placed", placed_at=now - timedelta(minutes=40))
+    run_job(department_a, [two_hours, one_hour], "idle-train", placed_at=now - timedelta(hours=3))
+    listed = usage.longest_idle(usage.idle_gpus_queryset(now=now), limit, "hostname", "index")
+    expected = [two_hours.pk, one_hour.pk, long_run.pk][:limit]
+    assert [gpu.pk for gpu in listed] == expected
+    assert [gpu.idle_since for gpu in listed] == sorted(gpu.idle_since for gpu in listed)

@@ -75,8 +75,16 @@ def tray_gpus(hostname="gb-r01-t01") -> list[Gpu]:
 # --- record_samples: latest value and the low-since run ------------------------------------------------
 
 
+def held(gpu, since=T0 - timedelta(hours=1)):
+    """`gpu` held by a running job placed at `since` (a low run is kept only while a job holds the GPU)."""
+    return run_job(
+        make_department("Holders", slug="holders"), [gpu], "holding", placed_at=since, started_at=since
+    )
+
+
 def test_low_since_is_set_kept_and_cleared(demo_inventory):
     gpu = healthy_gpus(1)[0]
+    held(gpu)
     record_samples(samples([gpu], 2.0), at=T0)
     assert activity(gpu).low_since == T0 and activity(gpu).utilization == 2.0
 
@@ -95,8 +103,29 @@ def test_low_since_is_set_kept_and_cleared(demo_inventory):
 def test_the_threshold_comes_from_the_tenancy_settings(demo_inventory):
     TenancySettings.objects.update_or_create(pk=1, defaults={"idle_threshold_percent": 20.0})
     gpu = healthy_gpus(1)[0]
+    held(gpu)
     record_samples(samples([gpu], 15.0), at=T0)
     assert activity(gpu).low_since == T0
+
+
+def test_a_free_gpu_keeps_no_run_of_low_samples_and_a_held_one_starts_its_run_when_sampled_held(
+    demo_inventory,
+):
+    """An exporter samples every GPU. One nobody holds is low but has no run (a free GPU is never idle); once
+    a job holds it the run starts at the next low sample, and it ends when the job lets it go."""
+    gpu = healthy_gpus(1)[0]
+    record_samples(samples([gpu], 1.0), at=T0)
+    assert (activity(gpu).utilization, activity(gpu).low_since) == (1.0, None)
+    job = held(gpu, since=T0 + timedelta(seconds=30))
+    record_samples(samples([gpu], 1.0), at=T0 + timedelta(minutes=1))
+    assert activity(gpu).low_since == T0 + timedelta(minutes=1)
+    record_samples(samples([gpu], 1.0), at=T0 + timedelta(minutes=2))
+    assert activity(gpu).low_since == T0 + timedelta(minutes=1), "the run goes on while held"
+    job.allocations.all().delete()
+    job.state = JobState.COMPLETED
+    job.save(update_fields=["state"])
+    record_samples(samples([gpu], 1.0), at=T0 + timedelta(minutes=3))
+    assert activity(gpu).low_since is None, "freed: the run ends"
 
 
 def test_a_late_sample_does_not_replace_a_newer_one(demo_inventory):
@@ -174,7 +203,7 @@ def test_query_count_does_not_depend_on_the_number_of_samples(demo_inventory, dj
     for label, group in (("4", few), ("72", many)):
         for step in ("insert", "update"):
             at = T0 + timedelta(seconds=0 if step == "insert" else 30)
-            with CaptureQueriesContext(connection) as queries, django_assert_max_num_queries(8):
+            with CaptureQueriesContext(connection) as queries, django_assert_max_num_queries(9):
                 result = record_samples(samples(group, 3.0), at=at)
             assert result.recorded == len(group)
             counts[(label, step)] = len(queries.captured_queries)

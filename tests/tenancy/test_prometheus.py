@@ -141,16 +141,29 @@ def test_prometheus_activity_keeps_no_history_dates_a_low_window_back_and_forget
         idle_threshold_percent=5.0, idle_window_minutes=30
     )
     a, b, c, d = gpus_of()
+    # a, b and c are held since long before the window; e since 10 minutes, f by nobody (a run of low
+    # samples is kept only while a job holds the GPU, dated back no further than when it got it).
+    e, f = gpus_of("gb-r01-t02")[:2]
+    research = make_department("Research")
+    run_job(research, [a, b, c], "long", placed_at=T0 - timedelta(hours=2))
+    run_job(research, [e], "recent", placed_at=T0 - timedelta(minutes=10))
     GpuActivity.objects.create(gpu=d, utilization=1.0, sampled_at=T0 - timedelta(minutes=1), low_since=T0)
     result = record_activity(
-        {a.uuid: 1.0, b.uuid: 1.0, c.uuid: 70.0, "GPU-unknown": 3.0},
+        {a.uuid: 1.0, b.uuid: 1.0, c.uuid: 70.0, e.uuid: 1.0, f.uuid: 1.0, "GPU-unknown": 3.0},
         T0,
-        low_for_window={a.uuid: 4.0, c.uuid: 2.0},  # b reported only lately; c is busy now
+        # b reported only lately; c is busy now; e and f were low for the whole window
+        low_for_window={a.uuid: 4.0, c.uuid: 2.0, e.uuid: 1.0, f.uuid: 1.0},
         forget_others=True,
     )
-    assert (result.recorded, result.unknown_gpus, result.forgotten) == (3, ("GPU-unknown",), 1)
+    assert (result.recorded, result.unknown_gpus, result.forgotten) == (5, ("GPU-unknown",), 1)
     rows = dict(GpuActivity.objects.values_list("gpu_id", "low_since"))
-    assert rows == {a.pk: T0 - timedelta(minutes=30), b.pk: T0, c.pk: None}
+    assert rows == {
+        a.pk: T0 - timedelta(minutes=30),
+        b.pk: T0,
+        c.pk: None,
+        e.pk: T0 - timedelta(minutes=10),
+        f.pk: None,
+    }
     assert not GpuUtilization.objects.exists()
 
 

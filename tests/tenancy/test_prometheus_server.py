@@ -62,8 +62,15 @@ def activity() -> dict[str, tuple[float, bool]]:
     }
 
 
+def hold(gpus) -> None:
+    """`gpus` held by a running job placed two hours ago, before any history these tests write."""
+    placed = timezone.now() - timedelta(hours=2)
+    run_job(make_department("Holders", slug="holders"), gpus, "holding", placed_at=placed, started_at=placed)
+
+
 def test_one_cycle_reads_the_whole_fleet_and_missing_gpus_have_no_data(prometheus, source):
     t1, t2, t3 = tray_gpus("gb-r01-t01"), tray_gpus("gb-r01-t02"), tray_gpus("gb-r01-t03")
+    hold([*t1, *t2])  # a run of low samples is kept only while a job holds the GPU
     first = dict(zip(t1, [2.0, 3.0, 80.0, 95.0], strict=True))
     second = dict.fromkeys(t2, 50.0)
     serve(prometheus, 0, first)
@@ -339,6 +346,7 @@ def test_the_shipped_recording_rules_give_the_cycle_the_raw_queries_figures(prom
     # Trays no other test serves; 36 minutes of history (a sample every 5 s), written at once.
     low, spike, late, busy = tray_gpus("gb-r03-t01")
     extra = tray_gpus("gb-r03-t02")[0]  # the fifth GPU of the page: gpu="4", read by the last chunk
+    hold([low, spike, late, busy, extra])  # held since before the history (runs are kept only while held)
     written = prometheus.history(
         0,
         {
