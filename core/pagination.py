@@ -115,6 +115,11 @@ class CursorOrPagePagination(BasePagination):
         self.by_cursor = StrictCursorPagination()
         self.chosen: BasePagination = self.by_cursor
 
+    @property
+    def ways(self) -> tuple[BasePagination, BasePagination]:
+        """Both ways of paging (their query parameters are all this paginator's: core.filters)."""
+        return (self.by_number, self.by_cursor)
+
     def _cursor_ordering(self, request, view) -> str | None:
         raw = request.query_params.get("sort", "")
         if not raw:

@@ -252,8 +252,10 @@ REST_FRAMEWORK = {
     # form or multipart bodies, which cannot carry nested fields (the schema advertises application/json).
     "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    # core.filters.KnownParameters: a query parameter the endpoint does not read is a 400, not ignored;
     # core.tables.SortFilter: `?sort=` on the lists that name their sortable columns (`sort_fields`).
     "DEFAULT_FILTER_BACKENDS": [
+        "core.filters.KnownParameters",
         "django_filters.rest_framework.DjangoFilterBackend",
         "core.tables.SortFilter",
     ],
