@@ -424,19 +424,17 @@ LOGGING = {
         "client_errors": {"()": "core.logs.ClientErrorFilter"},
     },
     "formatters": {"json": {"()": "core.logs.JsonFormatter"}},
+    # A refused request (4xx) is one line, not a traceback (core.logs.ClientErrorFilter), whichever logger
+    # wrote it: on the handler, since a logger's filter does not see its children's records (a wrong Host
+    # header is django.security.DisallowedHost's).
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "filters": ["request_context"],
+            "filters": ["request_context", "client_errors"],
             **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
         }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    # A refused request (4xx) is one line, not a traceback (core.logs.ClientErrorFilter).
-    "loggers": {
-        "django.request": {"filters": ["client_errors"]},
-        "django.security": {"filters": ["client_errors"]},
-    },
 }
 
 # Probes and metrics (portal.ops.health, core.metrics; docs/metrics.md). /metrics needs this bearer token;

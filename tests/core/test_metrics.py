@@ -6,6 +6,7 @@ and the request id in logs, responses and Celery tasks (core.logs)."""
 import json
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import uuid
@@ -223,6 +224,7 @@ def json_lines():
 
     handler = Collect()
     handler.addFilter(logs.RequestContextFilter())
+    handler.addFilter(logs.ClientErrorFilter())
     handler.setFormatter(logs.JsonFormatter())
     root = logging.getLogger()
     root.addHandler(handler)
@@ -332,6 +334,34 @@ def test_a_refused_request_is_one_line_without_a_traceback(client_as, json_lines
         and "/tenancy/dashboard/" in line["message"]
     )
     assert "exception" not in line
+
+
+@pytest.mark.slow(reason="a subprocess")
+def test_a_wrong_host_header_is_one_line_without_a_traceback_in_production():
+    """Production settings (DEBUG off, a real key, ALLOWED_HOSTS): a request naming another host is a 400
+    logged by django.security.DisallowedHost in one line, through the settings' own logging."""
+    env = {
+        **os.environ,
+        "LOG_FORMAT": "json",
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DEBUG": "0",
+        "SECRET_KEY": secrets.token_urlsafe(50),  # made for this run, as the deployment docs say
+        "ALLOWED_HOSTS": "rackplane.example",
+        "RACKPLANE_DEV_ENV": "0",
+    }
+    script = (
+        "import django; django.setup(); from django.test import Client; "
+        "print(Client().get('/accounts/login/', HTTP_HOST='evil.example').status_code)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["400"]
+    lines = [json.loads(text) for text in result.stderr.splitlines() if text.strip().startswith("{")]
+    [line] = [line for line in lines if line["logger"] == "django.security.DisallowedHost"]
+    assert "evil.example" in line["message"] and "exception" not in line
+    assert "Traceback" not in result.stderr
 
 
 def test_a_server_error_keeps_its_traceback():
