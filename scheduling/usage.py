@@ -70,6 +70,7 @@ from inventory.models import Gpu
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.fleet_counts import schedulable_gpus
 from scheduling.models import Allocation, Job
+from tenancy import activity
 from tenancy.activity import fresh_activity, fresh_since
 from tenancy.models import Department, GpuActivity, Membership, TenancySettings
 from tenancy.quota import DepartmentQuota, GuaranteePosition, fair_share, guarantee_positions
@@ -465,6 +466,9 @@ def held_gpus() -> QuerySet:
         .values("gpu_id")
         .annotate(since=Coalesce("job__placed_at", "job__started_at"))
     )
+
+
+activity.use_held_gpus(held_gpus)  # once, at import (scheduling.apps imports this module when ready)
 
 
 def held_through(cutoff: datetime, prefix: str = "") -> Q:

@@ -79,7 +79,10 @@ def test_any_name_the_jobs_list_does_not_read_is_a_400_naming_it(api, name):
     assume(name not in JOBS_READ)
     response = api.get("/api/v1/jobs/?" + urllib.parse.urlencode({name: "x"}))
     assert response.status_code == 400
-    assert list(response.json()) == [name[:80]]
+    if "\x00" in name:  # refused before any view reads it (portal.web.middleware: no NUL in an address)
+        assert list(response.json()) == ["detail"]
+    else:
+        assert list(response.json()) == [name[:80]]
 
 
 @pytest.mark.parametrize("raw", ["%ED%A0%80=1", "%FF%FE=1", "a=1&" + "&".join(f"p{n}=1" for n in range(500))])

@@ -71,7 +71,7 @@ def test_previous_release_upgrades_then_a_dump_restores_into_a_fresh_database(se
         web = restored.web("web-restored")
         ready = requests.get(f"{web}/readyz", timeout=30)
         assert ready.status_code == 200 and ready.json()["checks"]["migrations"]["ok"] is True, ready.text
-        listed = api(web, previous["token"], "GET", "/api/v1/jobs/?ordering=id")
+        listed = api(web, previous["token"], "GET", "/api/v1/jobs/?sort=id")
         assert listed.status_code == 200, listed.text
         names = {item["name"] for item in listed.json()["results"]}
         assert {"previous-train", "after-upgrade"} <= names, names
