@@ -16,6 +16,7 @@ class SchedulingConfig(AppConfig):
         # Telemetry keeps a GPU's run of low samples only while a job holds it: scheduling.usage registers
         # the held GPUs with tenancy.activity when imported (tenancy sits below us).
         from scheduling import usage  # noqa: F401
+
         checks.register(preemption_bounds)
         # The templates of the sentences scheduling writes in English (core.sentences): registered before any
         # page reads one back (a job's reason, a what-if's notes).
