@@ -167,14 +167,30 @@ def check_blocks(blocks: Sequence[SlurmBlock]) -> None:
         seen_names.add(block.name)
         if not block.hostnames:
             raise ValueError(f"block {block.name} has no nodes (Slurm: 'lacks children')")
-        for host in block.hostnames:
-            if not HOSTNAME.match(host):
+        invalid, repeated = _host_faults(block.hostnames)
+        for position, host in enumerate(block.hostnames):
+            if position == invalid:
                 raise ValueError(f"block {block.name}: {host!r} is not a valid node name")
             if host in owner and owner[host] != block.name:
                 raise ValueError(f"node {host} is in two blocks: {owner[host]} and {block.name}")
             owner[host] = block.name
-        if len(set(block.hostnames)) != len(block.hostnames):
+        if repeated:
             raise ValueError(f"block {block.name} lists a node twice")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _host_faults(hostnames: tuple[str, ...]) -> tuple[int | None, bool]:
+    """(position of the first host that is not a valid node name or None, whether one is listed twice) of a
+    block's hosts, kept by content: a fleet's 20,000 blocks are checked again at every render, and only a
+    re-carved rack's have changed (issue 32)."""
+    invalid = next((i for i, host in enumerate(hostnames) if not HOSTNAME.match(host)), None)
+    return invalid, len(set(hostnames)) != len(hostnames)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _sorted_hosts(hostnames: tuple[str, ...]) -> tuple[str, ...]:
+    """A block's hosts in hostlist's numeric order, kept by content (`_host_faults`)."""
+    return tuple(hostlist.numerically_sorted(list(hostnames)))
 
 
 def order_blocks(blocks: Sequence[SlurmBlock], key_size) -> list[SlurmBlock]:
@@ -209,7 +225,7 @@ def plan_topology(blocks: Sequence[SlurmBlock]) -> TopologyPlan:
     rows: list[tuple[str, tuple[str, ...], str]] = []  # name, hosts, partition
     for index, part in layout.rows:
         block = blocks[index]
-        hosts = hostlist.numerically_sorted(list(block.hostnames))
+        hosts = _sorted_hosts(block.hostnames)
         if part == 0:
             rows.append((block.name, tuple(hosts), block.name))
         else:
