@@ -10,12 +10,11 @@ An empty value is no filter for both, as for every django-filter filter (the Ope
 
 from __future__ import annotations
 
+import functools
+
 import django_filters
 from django import forms
 from django.utils.translation import gettext_lazy as _
-from django_filters.rest_framework import DjangoFilterBackend
-from rest_framework.exceptions import ValidationError
-from rest_framework.filters import BaseFilterBackend
 from rest_framework.settings import api_settings
 
 TRUE = frozenset({"true", "1"})
@@ -71,50 +70,63 @@ UNKNOWN_NAMED = 10
 NAME_SHOWN = 80
 
 
-class KnownParameters(BaseFilterBackend):
-    """Refuses query parameters an API list or object does not read: a 400 naming each unknown one and the
-    ones it reads, so a typo (`?submited_by=`, `?State=`) is not silently "no filter" and the whole list.
-
-    Known: the view's filters (its django-filter filterset), `sort` where it sorts (core.tables.SortFilter),
-    its paginator's parameters, DRF's `format`, and `query_parameters`, the names a view reads itself. First
-    of the filter backends, so nothing else has read the request yet.
+def unknown_parameters(request, view_func) -> dict[str, list[str]] | None:
+    """A 400's body naming the query parameters the API operation `view_func` (a DRF view, as resolved)
+    does not read, or None when it reads them all: a typo (`?submited_by=`, `?State=`), a list's filter on
+    one object or a write (`POST .../cancel/?state=running`), `?dry_run=1` on a create. Not "no filter" and
+    the whole list, nor a write done as if the parameter had been read (portal.web.middleware
+    .KnownQueryParameters asks before the view runs).
     """
-
-    def filter_queryset(self, request, queryset, view):
-        known = known_parameters(request, queryset, view)
-        unknown = sorted(name for name in request.query_params if name not in known)
-        if unknown:
-            reads = ", ".join(sorted(known))
-            raise ValidationError(
-                {
-                    name[:NAME_SHOWN]: [
-                        _("Unknown query parameter; this endpoint reads: %(known)s.") % {"known": reads}
-                    ]
-                    for name in unknown[:UNKNOWN_NAMED]
-                }
-            )
-        return queryset
+    known = operation_parameters(view_func, request.method)
+    unknown = sorted(name for name in request.GET if name not in known)
+    if not unknown:
+        return None
+    reads = ", ".join(sorted(known))
+    message = str(_("Unknown query parameter; this operation reads: %(known)s.") % {"known": reads})
+    body = {name[:NAME_SHOWN]: [message] for name in unknown[:UNKNOWN_NAMED]}
+    if len(unknown) > UNKNOWN_NAMED:
+        more = len(unknown) - UNKNOWN_NAMED
+        body["detail"] = [str(_("%(count)s more unknown query parameters are not named.") % {"count": more})]
+    return body
 
 
-def known_parameters(request, queryset, view) -> set[str]:
-    """The query parameters `view` reads (`KnownParameters`)."""
+@functools.lru_cache(maxsize=512)
+def operation_parameters(view_func, method: str) -> frozenset[str]:
+    """The query parameters an operation reads: DRF's `format` and the view's own `query_parameters`
+    everywhere; on a list (a viewset's `list` action) also its filters (a range's two ends, not its bare
+    name), `sort` where it sorts (core.tables.SortFilter) and its paginator's parameters. Kept per view and
+    method (they are declarations)."""
+    view = view_func.cls(**getattr(view_func, "initkwargs", {}))
+    actions = getattr(view_func, "actions", None) or {}
+    action = actions.get(method.lower()) or (actions.get("get") if method.upper() == "HEAD" else None)
     known = {api_settings.URL_FORMAT_OVERRIDE, *getattr(view, "query_parameters", ())}
-    filterset = DjangoFilterBackend().get_filterset_class(view, queryset)
+    if action == "list":
+        known |= list_parameters(view)
+    known.discard(None)
+    return frozenset(known)
+
+
+def list_parameters(view) -> set[str]:
+    """A list view's filters, `sort` and paging parameters (`operation_parameters`)."""
+    known: set[str] = set()
+    filterset = getattr(view, "filterset_class", None)
     if filterset is not None:
         for name, declared in filterset.base_filters.items():
-            known.add(name)
-            # A range's two ends are two parameters (`date_after`, `date_before`: django-filter's widgets).
-            # Read from the declaration: `declared.field` would build (and keep on the class's filter) a field
-            # whose choices some filters make per request.
+            # A range is its two ends (`date_after`, `date_before`: django-filter's widgets), read from the
+            # declaration: `declared.field` would build (and keep on the class's filter) a field whose
+            # choices some filters make per request.
             widget = declared.extra.get("widget") or getattr(declared.field_class, "widget", None)
-            known.update(f"{name}_{suffix}" for suffix in getattr(widget, "suffixes", ()))
+            suffixes = getattr(widget, "suffixes", ())
+            if suffixes:
+                known.update(f"{name}_{suffix}" for suffix in suffixes)
+            else:
+                known.add(name)
     if getattr(view, "sort_fields", None):
         known.add("sort")
-    paginator = getattr(view, "paginator", None)
+    paginator = view.paginator
     # A paginator that pages two ways (core.pagination.CursorOrPagePagination) names both ways' parameters.
     for one in (paginator, *getattr(paginator, "ways", ())):
         for attribute in ("page_query_param", "page_size_query_param", "cursor_query_param"):
             if name := getattr(one, attribute, None):
                 known.add(name)
-    known.discard(None)
     return known

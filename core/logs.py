@@ -60,16 +60,29 @@ class RequestContextFilter(logging.Filter):
         return True
 
 
+# A refused request's line is cut to this many characters (a client's 5,000-character Host header is not
+# copied into the log whole).
+CLIENT_ERROR_CHARS = 500
+
+
 class ClientErrorFilter(logging.Filter):
     """Django logs a refused request (403 PermissionDenied, 400 SuspiciousOperation ...) with the exception's
-    whole traceback: in production every member who opens an admin page would write one, burying the real
-    errors. A 4xx keeps its one-line warning (method, path, status) without the traceback; a 5xx keeps it."""
+    whole traceback, some at ERROR (a wrong Host header: django.security.DisallowedHost): in production every
+    member who opens an admin page would write one, burying the real errors and waking whoever alerts on
+    errors. A 4xx is one WARNING line (method, path, status, or the refusal), without the traceback and cut to
+    CLIENT_ERROR_CHARS; a 5xx keeps everything."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         status = getattr(record, "status_code", None)
-        if isinstance(status, int) and 400 <= status < 500 and record.exc_info:
-            record.exc_info = None
-            record.exc_text = None
+        if not (isinstance(status, int) and 400 <= status < 500):
+            return True
+        record.exc_info = None
+        record.exc_text = None
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        message = record.getMessage()
+        if len(message) > CLIENT_ERROR_CHARS:
+            record.msg, record.args = message[:CLIENT_ERROR_CHARS] + "...", ()
         return True
 
 

@@ -3,8 +3,10 @@
 REST_FRAMEWORK's DEFAULT_SCHEMA_CLASS. The codes follow from what the operation is, the way DRF and the
 portal answer them:
 
-- 400 where a body, a query parameter or a header is read (serializer and filter errors name the field or
-  parameter, `{"field": ["reason"]}`; a body that is not JSON is `{"detail": ...}`);
+- 400 on every operation: a query parameter it does not read is refused, named
+  (portal.web.middleware.KnownQueryParameters), as are the body, the parameters and the headers it reads
+  (serializer and filter errors name the field or parameter, `{"field": ["reason"]}`; a body that is not
+  JSON is `{"detail": ...}`);
 - 401 without valid credentials (every operation needs them);
 - 403 where a permission beyond "signed in" applies, and for every unsafe method (also the answer to a
   session request without its CSRF token);
@@ -101,13 +103,10 @@ class AutoSchema(SpectacularAutoSchema):
 
     def error_codes(self, operation: dict) -> list[str]:
         parameters = operation.get("parameters", [])
-        reads_input = "requestBody" in operation or any(p["in"] != "path" for p in parameters)
         names_object = any(p["in"] == "path" for p in parameters)
         paginated = any(p["in"] == "query" and p["name"] == "page" for p in parameters)
         view_permissions = self.view.get_permissions()
-        codes = []
-        if reads_input:
-            codes.append("400")
+        codes = ["400"]  # every operation refuses a query parameter it does not read
         if not all(isinstance(p, permissions.AllowAny) for p in view_permissions):
             codes.append("401")
         if self.method in UNSAFE_METHODS or not all(isinstance(p, SIGNED_IN_ONLY) for p in view_permissions):

@@ -136,6 +136,8 @@ MIDDLEWARE = [
     "portal.web.middleware.DevErrorPages",
     # A GET on a POST-only address: the portal's 405 page, not an empty body the browser replaces.
     "portal.web.method_not_allowed.MethodNotAllowedPage",
+    # An API operation given a query parameter it does not read: a 400 naming it, before the view runs.
+    "portal.web.middleware.KnownQueryParameters",
     # A view that loses the database answers 503 with the reason (portal.web.middleware).
     "portal.web.middleware.DatabaseUnavailableMiddleware",
     "core.audit.AuditMiddleware",
@@ -252,10 +254,9 @@ REST_FRAMEWORK = {
     # form or multipart bodies, which cannot carry nested fields (the schema advertises application/json).
     "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
-    # core.filters.KnownParameters: a query parameter the endpoint does not read is a 400, not ignored;
-    # core.tables.SortFilter: `?sort=` on the lists that name their sortable columns (`sort_fields`).
+    # core.tables.SortFilter: `?sort=` on the lists that name their sortable columns (`sort_fields`). A
+    # query parameter an operation does not read is a 400 before it runs (portal.web.middleware).
     "DEFAULT_FILTER_BACKENDS": [
-        "core.filters.KnownParameters",
         "django_filters.rest_framework.DjangoFilterBackend",
         "core.tables.SortFilter",
     ],

@@ -20,7 +20,8 @@ mkdir -p var/log var/celery
     echo "# the environment win; RACKPLANE_DEV_ENV=0 ignores this file. Delete it to leave development mode."
     echo "DEBUG=${DEBUG:-1}"
     echo "CELERY_BROKER_URL=${CELERY_BROKER_URL:-filesystem://}"
-    # The demo's simulated DCGM exporters: every minute a sample for every allocated GPU (portal.tasks).
+    # The demo's simulated DCGM exporters: every minute a sample for every GPU of a tray that is not down
+    # (portal.tasks), held or not.
     echo "RACKPLANE_DEMO_TELEMETRY=${RACKPLANE_DEMO_TELEMETRY:-1}"
     [ -n "${DATABASE_URL:-}" ] && echo "DATABASE_URL=$DATABASE_URL"
     true

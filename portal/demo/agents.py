@@ -105,10 +105,10 @@ def record_demo_telemetry(now: datetime | None = None, rng: random.Random | None
                 value=next_utilization(previous, job_id, gpu_id, rng),
             )
         )
-    # A DCGM exporter reports every GPU of its node: the ones no job holds are low (on a tray that is up).
+    # A DCGM exporter reports every GPU of its node: the ones no job holds (whole or a MIG slice) are low.
     free = (
         Gpu.objects.exclude(tray__state=TrayState.DOWN)
-        .filter(allocations__isnull=True)
+        .filter(allocations__isnull=True, slice_allocations__isnull=True)
         .order_by("pk")
         .values_list("uuid", "tray__hostname", "index")
     )

@@ -75,7 +75,7 @@ def free_gpu_activity(now: datetime) -> list[GpuActivity]:
     rng = random.Random("demo-free-gpus")
     free = (
         Gpu.objects.exclude(tray__state=TrayState.DOWN)
-        .filter(allocations__isnull=True)
+        .filter(allocations__isnull=True, slice_allocations__isnull=True)
         .order_by("pk")
         .values_list("pk", flat=True)
     )

@@ -3,8 +3,8 @@
 `make run` turns on RACKPLANE_DEMO_TELEMETRY (scripts/run.sh, var/dev.env); the beat then runs
 portal.tasks.simulate_demo_telemetry every minute, which reads each allocated GPU's previous sample
 (portal.demo.agents.record_demo_telemetry) and records the values computed here through the direct scrape's
-own
-path (tenancy.activity.record_samples), so the dashboards' charts go on to "now".
+own path (tenancy.activity.record_samples), so the dashboards' charts go on to "now". A GPU nobody holds
+(neither a whole-GPU job nor a MIG slice job) gets a low sample (IDLE_RANGE), as a real exporter reports it.
 
 A job keeps the character the seed gave it (portal.demo.history.seed_telemetry): a GPU whose previous sample
 of

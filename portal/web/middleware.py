@@ -16,6 +16,8 @@ from django.utils.html import escape
 from django.utils.translation import get_language, gettext, gettext_lazy
 from django_htmx.http import HttpResponseClientRedirect
 
+from core.filters import unknown_parameters
+
 log = logging.getLogger(__name__)
 
 
@@ -77,6 +79,28 @@ class NullCharacterMiddleware:
         if request.path.startswith("/api/"):
             return JsonResponse({"detail": detail}, status=400)
         return HttpResponse(detail, status=400, content_type="text/plain; charset=utf-8")
+
+
+class KnownQueryParameters:
+    """An API operation given a query parameter it does not read answers 400 naming it, before the view runs
+    (core.filters.unknown_parameters), so nothing is listed as if it had filtered and nothing is written as
+    if it had been read. The DRF views of /api/v1/ (not the schema and docs views beside it, which read
+    their own)."""
+
+    PREFIX = "/api/v1/"
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        cls = getattr(view_func, "cls", None)
+        if cls is None or not request.path.startswith(self.PREFIX) or not request.GET:
+            return None
+        body = unknown_parameters(request, view_func)
+        return None if body is None else JsonResponse(body, status=400)
 
 
 class ContentSecurityPolicyMiddleware:

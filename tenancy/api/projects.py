@@ -11,7 +11,13 @@ from django.contrib.auth import get_user_model
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -123,6 +129,13 @@ class ProjectMoveSerializer(KnownFieldsOnly, serializers.Serializer):
 
 
 @extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "department", str, description="Only this department's projects (its slug).", required=False
+            )
+        ]
+    ),
     create=extend_schema(request=ProjectWriteSerializer, responses={201: ProjectSerializer}),
     update=extend_schema(request=ProjectWriteSerializer, responses=ProjectSerializer),
     partial_update=extend_schema(request=ProjectWriteSerializer, responses=ProjectSerializer),

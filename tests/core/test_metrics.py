@@ -351,16 +351,20 @@ def test_a_wrong_host_header_is_one_line_without_a_traceback_in_production():
     }
     script = (
         "import django; django.setup(); from django.test import Client; "
-        "print(Client().get('/accounts/login/', HTTP_HOST='evil.example').status_code)"
+        "print(Client().get('/accounts/login/', HTTP_HOST='evil.example').status_code); "
+        "print(Client().get('/accounts/login/', HTTP_HOST='e' * 5000 + '.example').status_code)"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["400"]
+    assert result.stdout.split() == ["400", "400"]
     lines = [json.loads(text) for text in result.stderr.splitlines() if text.strip().startswith("{")]
-    [line] = [line for line in lines if line["logger"] == "django.security.DisallowedHost"]
-    assert "evil.example" in line["message"] and "exception" not in line
+    wrong, huge = [line for line in lines if line["logger"] == "django.security.DisallowedHost"]
+    assert "evil.example" in wrong["message"] and "exception" not in wrong
+    # A client's mistake is a warning (Django logs it at ERROR), and a 5,000-character Host is cut.
+    assert wrong["level"] == huge["level"] == "WARNING"
+    assert len(huge["message"]) <= logs.CLIENT_ERROR_CHARS + 3
     assert "Traceback" not in result.stderr
 
 
