@@ -158,9 +158,9 @@ def _block_checker(rack: Rack):
         BlockPartition(rack_name, f"{rack_name}-{partition}", trays)
         for rack_name, partition, trays in ComputeTray.objects.filter(partition__isnull=False)
         .exclude(rack=rack)
-        .order_by()
         .values_list("rack__name", "partition__name")
         .annotate(trays=Count("pk"))
+        .order_by("rack__name", "partition__name")  # a sentence naming one partition names the same one
     ]
 
     def check(planned: dict[str, tuple[str, ...]]) -> str | None:

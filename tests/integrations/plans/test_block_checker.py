@@ -82,7 +82,7 @@ def test_the_checker_on_the_database_agrees_with_the_topology_of_the_same_fleet(
     for rack_name, partition, hostname in (
         ComputeTray.objects.filter(partition__isnull=False)
         .exclude(rack=last)
-        .order_by("hostname")
+        .order_by("rack__name", "partition__name", "hostname")  # the checker's order of partitions
         .values_list("rack__name", "partition__name", "hostname")
     ):
         fleet.setdefault((rack_name, partition), []).append(hostname)
