@@ -5,7 +5,7 @@ client's typo silently returned everything. `BooleanFilter` here reads true/fals
 filter) and anything else is a form error: the API answers 400 naming the filter (DjangoFilterBackend), the
 HTML lists show the unfiltered page as before. `IntegerFilter` likewise refuses `0.5` for a whole number.
 An empty value is no filter for both, as for every django-filter filter (the OpenAPI document says
-`allowEmptyValue`). A query parameter the endpoint does not read at all is refused too (`KnownParameters`).
+`allowEmptyValue`). A query parameter the operation does not read is refused too (`unknown_parameters`).
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
 
     serializer_class = ProjectSerializer
     permission_classes = [permissions.IsAuthenticated]
-    query_parameters = ("department",)  # read by get_queryset (core.filters.KnownParameters)
+    query_parameters = ("department",)  # read by get_queryset (core.filters.operation_parameters)
 
     def get_queryset(self):
         projects = Project.objects.visible_to(self.request.user).select_related("department")
