@@ -85,7 +85,9 @@ class KnownQueryParameters:
     """An API operation given a query parameter it does not read answers 400 naming it, before the view runs
     (core.filters.unknown_parameters), so nothing is listed as if it had filtered and nothing is written as
     if it had been read. The DRF views of /api/v1/ (not the schema and docs views beside it, which read
-    their own)."""
+    their own). A request with no credentials at all (no signed-in session, no Authorization header) is left
+    to the view, which answers 401 (no /api/v1/ view lets anyone in): what an operation reads is told to
+    callers only."""
 
     PREFIX = "/api/v1/"
 
@@ -98,6 +100,9 @@ class KnownQueryParameters:
     def process_view(self, request, view_func, view_args, view_kwargs):
         cls = getattr(view_func, "cls", None)
         if cls is None or not request.path.startswith(self.PREFIX) or not request.GET:
+            return None
+        user = getattr(request, "user", None)
+        if not (user is not None and user.is_authenticated) and "HTTP_AUTHORIZATION" not in request.META:
             return None
         body = unknown_parameters(request, view_func)
         return None if body is None else JsonResponse(body, status=400)

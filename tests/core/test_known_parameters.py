@@ -131,3 +131,11 @@ def test_undecodable_and_very_many_names_are_a_short_400(api, raw):
     response = api.get("/api/v1/jobs/?" + raw)
     assert response.status_code == 400
     assert len(response.json()) <= 11 and len(response.content) < 4000
+
+
+def test_a_caller_without_credentials_gets_the_401_not_the_parameter_list(client, api):
+    """No session and no Authorization header: the view's 401, which tells nothing of what it reads."""
+    response = client.get("/api/v1/jobs/?submited_by=carol")
+    assert response.status_code == 401
+    assert "state" not in response.content.decode()
+    assert api.get("/api/v1/jobs/?x=1").status_code == 400  # a token: told
