@@ -576,13 +576,13 @@ def _activity_gaps(now: datetime) -> tuple[int, int]:
     """(GPUs with no activity row, activity rows not fresh at `now`) in one statement, so under one
     snapshot: an activity row is one GPU's and goes with it, so the difference of the two counts is exactly
     the GPUs without one. Two scans without a join (~35 ms at 720,000 GPUs)."""
-    activity, gpu = GpuActivity._meta, Gpu._meta
-    sampled = activity.get_field("sampled_at")
+    rows, gpu = GpuActivity._meta, Gpu._meta
+    sampled = rows.get_field("sampled_at")
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT (SELECT COUNT(*) FROM {gpu.db_table}) - seen.n, COALESCE(seen.stale, 0) FROM "
             f"(SELECT COUNT(*) AS n, SUM(CASE WHEN {sampled.column} < %s THEN 1 ELSE 0 END) AS stale "
-            f"FROM {activity.db_table}) seen",
+            f"FROM {rows.db_table}) seen",
             [sampled.get_db_prep_value(fresh_since(now), connection)],
         )
         missing, stale = cursor.fetchone()
