@@ -10,11 +10,11 @@ from django.db.models import F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from inventory.choices import TrayState
 from inventory.discovery import nvidia_smi
 from inventory.ingest import heartbeats as inventory_heartbeats
 from inventory.ingest import reports as inventory_reports
 from inventory.models import Gpu
+from portal.demo.history import unheld_reporting_gpus
 from portal.demo.telemetry import IDLE_RANGE, next_utilization
 from scheduling.choices import HOLDING_STATES
 from scheduling.models import Allocation
@@ -106,12 +106,7 @@ def record_demo_telemetry(now: datetime | None = None, rng: random.Random | None
             )
         )
     # A DCGM exporter reports every GPU of its node: the ones no job holds (whole or a MIG slice) are low.
-    free = (
-        Gpu.objects.exclude(tray__state=TrayState.DOWN)
-        .filter(allocations__isnull=True, slice_allocations__isnull=True)
-        .order_by("pk")
-        .values_list("uuid", "tray__hostname", "index")
-    )
+    free = unheld_reporting_gpus().values_list("uuid", "tray__hostname", "index")
     samples += [
         Sample(uuid=uuid, hostname=hostname, gpu_index=index, value=round(rng.uniform(*IDLE_RANGE), 1))
         for uuid, hostname, index in free

@@ -68,17 +68,22 @@ def seed_telemetry(rng, now) -> None:
     GpuUtilization.objects.bulk_create(buckets, batch_size=BATCH)
 
 
+def unheld_reporting_gpus():
+    """The GPUs an exporter reports (on a tray that is not down) that no job holds, whole or as a MIG slice,
+    in primary-key order: the seed's and the simulated exporters' (portal.demo.agents) free GPUs."""
+    return (
+        Gpu.objects.exclude(tray__state=TrayState.DOWN)
+        .filter(allocations__isnull=True, slice_allocations__isnull=True)
+        .order_by("pk")
+    )
+
+
 def free_gpu_activity(now: datetime) -> list[GpuActivity]:
     """A latest sample for each GPU no job holds on a tray that is not down (0-3 %; no run of low samples:
     tenancy.activity keeps one only while a job holds the GPU), from a generator of its own, so the seed's
     other draws stay as they were. No 5-minute buckets: the dashboards' history is the held GPUs'."""
     rng = random.Random("demo-free-gpus")
-    free = (
-        Gpu.objects.exclude(tray__state=TrayState.DOWN)
-        .filter(allocations__isnull=True, slice_allocations__isnull=True)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    free = unheld_reporting_gpus().values_list("pk", flat=True)
     return [
         GpuActivity(
             gpu_id=gpu_id,
