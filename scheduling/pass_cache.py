@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable
 from django.db import connection
 from django.utils import timezone
 
+from core import change_logs
+from core.change_logs import database_key
 from core.fabric import Fabric
 from inventory.models import ComputeTray, Gpu
 from inventory.staleness import silent_policy, silent_tray_pks
@@ -105,12 +107,10 @@ PRUNE_AT = 1000  # log rows: a cold read past this many deletes the ones every s
 
 _kept: dict[tuple, ClusterState] = {}
 _kept_lock = threading.Lock()
-_logged: dict[tuple, bool] = {}  # database -> whether its change log exists (checked once per process)
 
 
 def _database() -> tuple:
-    settings = connection.settings_dict
-    return (connection.alias, settings.get("NAME"), settings.get("HOST"), settings.get("PORT"))
+    return database_key()
 
 
 def forget() -> None:
@@ -130,14 +130,7 @@ def kept() -> ClusterState | None:
 
 def has_log() -> bool:
     """Whether the database in use has the change log (PostgreSQL with migration scheduling 0010)."""
-    if connection.vendor != "postgresql":
-        return False
-    key = _database()
-    if key not in _logged:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [CHANGE_LOG])
-            _logged[key] = bool(cursor.fetchone()[0])
-    return _logged[key]
+    return change_logs.has_log(CHANGE_LOG)
 
 
 def _mark(prune: bool = True) -> Mark:
