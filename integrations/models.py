@@ -197,6 +197,9 @@ class ConfigPush(models.Model):
     )
     payload = models.JSONField(default=dict, blank=True)
     payload_hash = models.CharField(max_length=64, blank=True, verbose_name=_("payload hash"))
+    # Whether the payload names stored pieces (integrations.contents: a directory or Slurm target's files):
+    # the garbage collection reads only these rows' payloads, never a fabric push's 37 MB one.
+    has_pieces = models.BooleanField(default=False, editable=False, verbose_name=_("has stored pieces"))
     status = models.CharField(
         max_length=16, choices=PushStatus.choices, default=PushStatus.QUEUED, verbose_name=_("status")
     )

@@ -203,8 +203,13 @@ def _finish(push: ConfigPush, status: str, log: _Log, *, error: str = "", summar
             scope=[f"target:{target.name}"],
             link=reverse("integrations:push-detail", args=[push.pk]),
         )
-    prune_payloads(push.target_id)
-    contents.collect_garbage()
+    # Pieces become garbage only when a payload naming them is let go (push rows are never deleted: their
+    # target is PROTECTed): reading every kept payload's pieces after each push cost ~0.3 s at 10,000 racks.
+    if (
+        prune_payloads(push.target_id)
+        and ConfigPush.objects.filter(target_id=push.target_id, has_pieces=True).exists()
+    ):
+        contents.collect_garbage()
     run_follow_up(push.target_id)
     return Outcome(push.pk, status, message=summary or error)
 

@@ -40,6 +40,7 @@ from core.moments import stamp
 from core.sentences import CLAUSES, say
 from core.task_names import PUSH_CONFIG
 from integrations import contents, registry, words
+from integrations import state as configstate
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.rendering import Rendered, needs_fabric
 
@@ -135,7 +136,7 @@ def queue_pushes(
     (e.g. to repair hand-made changes on the target). `racks`: the request changed these racks only (a
     partition plan): a target that takes slices is sent theirs when it may (`_may_scope`)."""
     reason = (reason or "").strip()[:255] or "configuration push"
-    with transaction.atomic():
+    with configstate.collector_paused(), transaction.atomic():
         locked = ConfigTarget.objects.select_for_update().filter(enabled=True).order_by("pk")
         if targets is not None:
             ids = [t.pk if isinstance(t, ConfigTarget) else int(t) for t in targets]
@@ -158,6 +159,7 @@ def queue_pushes(
             )
             if push is not None:
                 created.append(push)
+    configstate.settle()
     return created
 
 
@@ -270,6 +272,7 @@ def _create_push(target: ConfigTarget, payload: _Payload, request: _PushRequest)
     fields: dict[str, Any] = {
         "target": target,
         "payload": payload.stored,
+        "has_pieces": contents.FILE_PIECES in payload.stored,
         "payload_hash": digest,
         "requested_by_id": request.user_id,
         "reason": reason,

@@ -35,8 +35,9 @@ kubernetes/` applies them in an order the API server accepts; a kind with no obj
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
+import gc
 import hashlib
 import json
 import re
@@ -48,12 +49,11 @@ from typing import Any
 
 import hostlist
 import yaml
-from django.db.models import Prefetch
 
-from core import posix
-from core.access import Role
 from core.fabric import Fabric
 from core.hardware import DEFAULT_CLIQUE_ID, GPUS_PER_TRAY
+from integrations import contents, kept_rows
+from integrations.kept_rows import RackRows, _PartitionRow, _RackRow, _Rows, _TrayRow, read_rows
 from integrations.kubernetes.changes import KubernetesState
 from integrations.kubernetes.render import (
     DEFAULT_FLAVOR,
@@ -64,6 +64,8 @@ from integrations.kubernetes.render import (
     PartitionSpec,
     RackSpec,
     desired_objects,
+    fabric_labels,
+    forget_flavors,
     node_objects,
     partition_flavors,
     sort_for_apply,
@@ -87,17 +89,14 @@ from integrations.slurm.target import (
     TOPOLOGY_YAML,
     SlurmState,
     fabric_tree,
+    forget_tree,
 )
 from integrations.slurm.target import render_files as render_slurm_files
 from integrations.slurm.topology import SlurmBlock
 from inventory.fabric import current_fabric
 from inventory.mig_layouts import MigLayout, slices_within
-from inventory.mig_layouts import layout as mig_layout
-from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
-from scheduling.choices import HOLDING_STATES
-from scheduling.models import Allocation
+from inventory.models import Gpu
 from tenancy import naming
-from tenancy.models import Department, Membership, PosixAccount, Project, ProjectMembership, TenancySettings
 from tenancy.renderers import (
     ProjectSpec,
     TenantSpec,
@@ -179,164 +178,6 @@ def block_name(rack_short: str, partition_name: str, clique_id: int) -> str:
     if clique_id == DEFAULT_CLIQUE_ID:
         return rack_short
     return rack_short + _SLURM_UNSAFE.sub("-", partition_name)
-
-
-@dataclass(frozen=True, slots=True)
-class _RackRow:
-    id: int
-    name: str
-    cluster_uuid: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _PartitionRow:
-    id: int
-    rack_id: int
-    name: str
-    clique_id: int
-    owner_id: int | None  # the department it is dedicated to
-    service_tier: str
-
-
-@dataclass(frozen=True, slots=True)
-class _TrayRow:
-    id: int
-    rack_id: int
-    slot: int
-    hostname: str
-    partition_id: int | None
-    port_guids: Any
-    mig_layout_name: str = ""
-    mig_layout_devices: Any = None
-
-    @property
-    def mig_layout(self) -> MigLayout | None:
-        """The MIG layout chosen for the tray (ComputeTray.mig_layout), None when none was."""
-        if not self.mig_layout_name:
-            return None
-        return mig_layout(self.mig_layout_name, self.mig_layout_devices or {})
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """What `build_state` reads from the database, with the lookups every step shares."""
-
-    racks: list[_RackRow]
-    partitions: list[_PartitionRow]
-    trays: list[_TrayRow]  # in rack name, slot order
-    departments: list[Department]
-    running: set[tuple[int, int]]  # (department, tray) of every job holding GPUs
-    tenancy: TenancySettings
-    submitters: tuple[tuple[str, str], ...] = ()  # (Slurm account, login name): _submitters
-
-    @functools.cached_property
-    def rack_name(self) -> dict[int, str]:
-        return {r.id: r.name for r in self.racks}
-
-    @functools.cached_property
-    def partition_by_id(self) -> dict[int, _PartitionRow]:
-        return {p.id: p for p in self.partitions}
-
-    @functools.cached_property
-    def department_slug(self) -> dict[int, str]:
-        return {d.pk: d.slug for d in self.departments}
-
-    def owner_of_tray(self, tray: _TrayRow) -> int | None:
-        """The department owning the tray's partition (dedicated), else None."""
-        return self.partition_by_id[tray.partition_id].owner_id if tray.partition_id is not None else None
-
-    def owner_slug(self, partition: _PartitionRow) -> str | None:
-        return self.department_slug[partition.owner_id] if partition.owner_id is not None else None
-
-
-def _read_rows(rack_names: Iterable[str] | None = None) -> _Rows:
-    """The inventory and tenancy rows, in a fixed number of queries; `rack_names`: those racks' only (their
-    partitions, trays and running work; every department), for a rack slice (`rack_slice`)."""
-    rack_rows, partition_rows, tray_rows = (
-        Rack.objects.all(),
-        NVLinkPartition.objects.all(),
-        ComputeTray.objects,
-    )
-    allocations = Allocation.objects.filter(job__state__in=HOLDING_STATES, gpu__tray__isnull=False)
-    if rack_names is not None:
-        names = sorted(set(rack_names))
-        rack_rows = rack_rows.filter(name__in=names)
-        partition_rows = partition_rows.filter(rack__name__in=names)
-        tray_rows = tray_rows.filter(rack__name__in=names)
-        allocations = allocations.filter(gpu__tray__rack__name__in=names)
-    racks = [_RackRow(*row) for row in rack_rows.order_by("name").values_list("id", "name", "cluster_uuid")]
-    partitions = [
-        _PartitionRow(*row)
-        for row in partition_rows.values_list(
-            "id", "rack_id", "name", "clique_id", "dedication__department_id", "service_tier"
-        )
-    ]
-    rack_name = {r.id: r.name for r in racks}
-    trays = sorted(
-        (
-            _TrayRow(*row)
-            for row in tray_rows.values_list(
-                "id",
-                "rack_id",
-                "slot",
-                "hostname",
-                "partition_id",
-                "ib_port_guids",
-                "mig_layout",
-                "mig_layout_devices",
-            )
-        ),
-        key=lambda t: (rack_name[t.rack_id], t.slot),
-    )
-    departments = list(
-        Department.objects.order_by("slug").prefetch_related(
-            Prefetch("projects", queryset=Project.objects.named().order_by("slug"))
-        )
-    )
-    running = set(allocations.values_list("job__department_id", "gpu__tray_id").distinct())
-    if rack_names is not None:  # a slice renders no accounts: who may submit is the whole state's
-        return _Rows(racks, partitions, trays, departments, running, TenancySettings.load())
-    return _Rows(
-        racks, partitions, trays, departments, running, TenancySettings.load(), _submitters(departments)
-    )
-
-
-def _submitters(departments: list[Department]) -> tuple[tuple[str, str], ...]:
-    """(Slurm account, login name) of everyone who may submit under each account, as the portal decides
-    (core.access, scheduling.services.admission.submittable_departments): under a department's account its
-    members (any role) and the platform admins; under a project's account (`may_use_project`) its members who
-    are still members of its department, the department's leads and the platform admins. Only active people
-    with a usable POSIX account count: a Slurm job runs as its person's login name, and someone without one
-    never submits to Slurm. Three queries, whatever the number of people."""
-    people = {
-        user_id: (name, staff or superuser)
-        for user_id, name, staff, superuser in PosixAccount.objects.filter(user__is_active=True).values_list(
-            "user_id", "name", "user__is_staff", "user__is_superuser"
-        )
-        if posix.name_problem(name) is None
-    }
-    admins = sorted(name for name, staff in people.values() if staff)
-    members: dict[int, dict[int, str]] = defaultdict(dict)  # department -> user -> role
-    for department_id, user_id, role in Membership.objects.values_list("department_id", "user_id", "role"):
-        if user_id in people:
-            members[department_id][user_id] = role
-    in_project: dict[int, set[int]] = defaultdict(set)
-    for project_id, user_id in ProjectMembership.objects.values_list("project_id", "user_id"):
-        in_project[project_id].add(user_id)
-    pairs: set[tuple[str, str]] = set()
-    for d in departments:
-        account = naming.department_account(d.slug)
-        pairs.update((account, name) for name in admins)
-        pairs.update((account, people[u][0]) for u in members[d.pk])
-        for p in d.projects.all():
-            project = naming.project_account(d.slug, p.slug)
-            pairs.update((project, name) for name in admins)
-            pairs.update(
-                (project, people[u][0])
-                for u, role in members[d.pk].items()
-                if role == Role.LEAD or u in in_project[p.pk]
-            )
-    return tuple(sorted(pairs))
 
 
 def _slurm_blocks(rows: _Rows) -> tuple[SlurmBlock, ...]:
@@ -421,10 +262,10 @@ def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, .
     return tuple(tiers)
 
 
-def _valid_port_guids(rows: _Rows, problems: list[str]) -> dict[int, list[str]]:
+def _valid_port_guids(trays: Iterable[_TrayRow], problems: list[str]) -> dict[int, list[str]]:
     """Tray -> its well-formed InfiniBand port GUIDs (lower case); each malformed one is a problem."""
     guids_of_tray = {}
-    for tray in rows.trays:
+    for tray in trays:
         good = []
         for guid in tray.port_guids or []:
             if isinstance(guid, str) and _PORT_GUID.match(guid) and int(guid, 16):
@@ -449,41 +290,51 @@ def _member_trays(rows: _Rows) -> dict[int, set[int]]:
     return member_trays
 
 
-def _tenants(rows: _Rows, problems: list[str]) -> tuple[TenantSpec, ...]:
-    """Every department's network and storage isolation, with the port GUIDs of its member trays."""
-    guids_of_tray = _valid_port_guids(rows, problems)
+# Department -> (the fields its TenantSpec was made from, the spec): a spec checks every port GUID again
+# (~500,000 at 10,000 racks); equal fields give the same (frozen) spec, and the OpenSM file the same text.
+_TENANTS: dict[int, tuple[dict[str, Any], TenantSpec]] = {}
+
+
+def _tenants(rows: _Rows, guids_of_tray: dict[int, list[str]]) -> tuple[TenantSpec, ...]:
+    """Every department's network and storage isolation, with the port GUIDs of its member trays
+    (`guids_of_tray`: `_valid_port_guids`)."""
     member_trays = _member_trays(rows)
     tenants = []
+    if len(_TENANTS) > len(rows.departments):
+        _TENANTS.clear()
     for d in rows.departments:
         guids = sorted({g for tray_id in member_trays.get(d.pk, ()) for g in guids_of_tray.get(tray_id, ())})
         # Saved before the rule (tenancy.Department.clean), a path outside the export root is not rendered.
         if problem := export_path_problem(d.export_path, root=rows.tenancy.export_root):
             raise ValueError(f"department {d.name}: export path {d.export_path!r} {problem}")
+        fields = {
+            "slug": d.slug,
+            "name": d.name,
+            "guaranteed_gpus": d.guaranteed_gpus,
+            "limit_gpus": d.limit_gpus,
+            "vlan_id": d.vlan_id,
+            "vxlan_vni": d.vxlan_vni,
+            "pkey": d.ib_pkey,
+            "port_guids": tuple(guids),
+            "network_cidr": d.network_cidr,
+            "export_path": d.export_path,
+            "storage_quota_gib": d.storage_quota_gib,
+            "projects": tuple(
+                ProjectSpec(p.slug, p.name, p.guaranteed_gpus, p.limit_gpus, _weight(p.over_quota_weight))
+                for p in d.projects.all()
+            ),
+            "weight": _weight(d.over_quota_weight),
+        }
+        kept = _TENANTS.get(d.pk)
+        if kept is not None and kept[0] == fields:
+            tenants.append(kept[1])
+            continue
         try:
-            tenants.append(
-                TenantSpec(
-                    slug=d.slug,
-                    name=d.name,
-                    guaranteed_gpus=d.guaranteed_gpus,
-                    limit_gpus=d.limit_gpus,
-                    vlan_id=d.vlan_id,
-                    vxlan_vni=d.vxlan_vni,
-                    pkey=d.ib_pkey,
-                    port_guids=tuple(guids),
-                    network_cidr=d.network_cidr,
-                    export_path=d.export_path,
-                    storage_quota_gib=d.storage_quota_gib,
-                    projects=tuple(
-                        ProjectSpec(
-                            p.slug, p.name, p.guaranteed_gpus, p.limit_gpus, _weight(p.over_quota_weight)
-                        )
-                        for p in d.projects.all()
-                    ),
-                    weight=_weight(d.over_quota_weight),
-                )
-            )
+            spec = TenantSpec(**fields)
         except ValueError as error:
             raise ValueError(f"department {d.name}: {error}") from error
+        _TENANTS[d.pk] = (fields, spec)
+        tenants.append(spec)
     return tuple(tenants)
 
 
@@ -492,8 +343,11 @@ def _weight(value) -> str:
     return format(value.normalize(), "f")
 
 
-def _kubernetes_inventory(rows: _Rows, tier_of: dict[int, str]) -> InventoryState:
-    partition_name = {p.id: p.name for p in rows.partitions}
+def _kubernetes_inventory(
+    rows: _Rows, tier_of: dict[int, str], nodes: Iterable[NodeSpec] | None = None
+) -> InventoryState:
+    """The inventory as the Kubernetes renderer takes it; `nodes`: the trays' NodeSpecs if already made
+    (`_node_specs`, kept per rack)."""
     return InventoryState(
         racks=tuple(RackSpec(r.name, str(r.cluster_uuid) if r.cluster_uuid else None) for r in rows.racks),
         partitions=tuple(
@@ -506,16 +360,69 @@ def _kubernetes_inventory(rows: _Rows, tier_of: dict[int, str]) -> InventoryStat
             )
             for p in sorted(rows.partitions, key=lambda p: (rows.rack_name[p.rack_id], p.clique_id, p.name))
         ),
-        nodes=tuple(
-            NodeSpec(
-                t.hostname,
-                rows.rack_name[t.rack_id],
-                partition_name[t.partition_id] if t.partition_id is not None else None,
-                mig_layout=t.mig_layout,
-            )
-            for t in rows.trays
-        ),
+        nodes=tuple(nodes if nodes is not None else _node_specs(rows.racks, rows.partitions, rows.trays)),
     )
+
+
+def _node_specs(
+    racks: Iterable[_RackRow], partitions: Iterable[_PartitionRow], trays: Iterable[_TrayRow]
+) -> list[NodeSpec]:
+    rack_name = {r.id: r.name for r in racks}
+    partition_name = {p.id: p.name for p in partitions}
+    return [
+        NodeSpec(
+            t.hostname,
+            rack_name[t.rack_id],
+            partition_name[t.partition_id] if t.partition_id is not None else None,
+            mig_layout=t.mig_layout,
+        )
+        for t in trays
+    ]
+
+
+def _slurm_node(tray: _TrayRow) -> SlurmNode:
+    return SlurmNode(
+        hostname=tray.hostname, gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS, mig=_slurm_mig(tray.mig_layout)
+    )
+
+
+@dataclass(frozen=True)
+class _RackPieces:
+    """What the render makes of one rack's rows alone (`RackRows`), kept while the rows are the same
+    objects (integrations.kept_rows keeps a rack's rows until the change log names the rack)."""
+
+    nodes: tuple[SlurmNode, ...]
+    specs: tuple[NodeSpec, ...]
+    guids: dict[int, list[str]]  # tray -> its valid port GUIDs
+    problems: tuple[str, ...]
+    hosts: tuple[str, ...]
+
+
+_PIECES: dict[int, tuple[RackRows, _RackPieces]] = {}  # rack id -> (its rows, their pieces)
+
+
+def _rack_pieces(part: RackRows) -> _RackPieces:
+    """`part`'s pieces: made again only when the rack's rows are not the ones they were made from."""
+    kept = _PIECES.get(part.rack.id)
+    if kept is not None and kept[0] is part:
+        return kept[1]
+    problems: list[str] = []
+    pieces = _RackPieces(
+        nodes=tuple(_slurm_node(t) for t in part.trays),
+        specs=tuple(_node_specs((part.rack,), part.partitions, part.trays)),
+        guids=_valid_port_guids(part.trays, problems),
+        problems=tuple(problems),
+        hosts=tuple(t.hostname for t in part.trays),
+    )
+    _PIECES[part.rack.id] = (part, pieces)
+    return pieces
+
+
+def _forget_pieces(parts: Iterable[RackRows]) -> None:
+    """Drop the pieces of racks that are not among `parts` any more (deleted racks)."""
+    there = {part.rack.id for part in parts}
+    for rack in [rack for rack in list(_PIECES) if rack not in there]:
+        _PIECES.pop(rack, None)
 
 
 def _slurm_mig(layout: MigLayout | None) -> tuple[tuple[str, int], ...]:
@@ -618,31 +525,32 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
     """
     if compute_fabric is None:
         compute_fabric = current_compute_fabric()
-    rows = _read_rows()
-    problems: list[str] = []
+    rows = read_rows()
+    pieces = [_rack_pieces(part) for part in rows.parts]
+    if len(_PIECES) > len(pieces):
+        _forget_pieces(rows.parts)
     tier_of = _tier_of_partition(rows)
-    nodes = tuple(
-        SlurmNode(hostname=t.hostname, gpus=GPUS_PER_TRAY, cpus=TRAY_CPUS, mig=_slurm_mig(t.mig_layout))
-        for t in rows.trays
-    )
-    tenants = _tenants(rows, problems)
+    nodes = tuple(node for piece in pieces for node in piece.nodes)
+    problems = [problem for piece in pieces for problem in piece.problems]
+    guids_of_tray: dict[int, list[str]] = {}
+    for piece in pieces:
+        guids_of_tray.update(piece.guids)
+    tenants = _tenants(rows, guids_of_tray)
     offer = mig_offer(nodes)
     kubernetes = KubernetesState(
-        inventory=_kubernetes_inventory(rows, tier_of),
+        inventory=_kubernetes_inventory(rows, tier_of, (spec for piece in pieces for spec in piece.specs)),
         tenants=tenants,
         nfs_server=rows.tenancy.nfs_server,
         fabric=compute_fabric,
     )
-    hosts_of_rack: dict[str, list[str]] = defaultdict(list)
-    for tray in rows.trays:
-        hosts_of_rack[rows.rack_name[tray.rack_id]].append(tray.hostname)
+    hosts_of_rack = {part.rack.name: piece.hosts for part, piece in zip(rows.parts, pieces, strict=True)}
     return ConfigState(
         slurm=SlurmState(
             nodes=nodes,
             tiers=_service_tiers(rows, tier_of),
             blocks=_slurm_blocks(rows),
             fabric=compute_fabric,
-            racks=tuple((rack, tuple(hosts)) for rack, hosts in hosts_of_rack.items()),
+            racks=tuple((rack, hosts) for rack, hosts in hosts_of_rack.items() if hosts),
         ),
         qos=tuple(q for d in rows.departments for q in department_qos(d.slug, d.guaranteed_gpus, offer)),
         kubernetes=kubernetes,
@@ -676,7 +584,7 @@ def rack_slice(
     names = tuple(sorted(set(rack_names)))
     if compute_fabric is None:
         compute_fabric = current_compute_fabric()
-    rows = _read_rows(names)
+    rows = read_rows(names)
     return RackSlice(
         racks=tuple(r.name for r in rows.racks),
         inventory=_kubernetes_inventory(rows, _tier_of_partition(rows)),
@@ -733,8 +641,56 @@ def slurm_files(
 def kubernetes_objects(state: ConfigState) -> list[dict[str, Any]]:
     k = state.kubernetes
     return desired_objects(
-        k.inventory, k.tenants, nfs_server=k.nfs_server, cohort=k.cohort, flavor=k.flavor, fabric=k.fabric
+        k.inventory,
+        k.tenants,
+        nfs_server=k.nfs_server,
+        cohort=k.cohort,
+        flavor=k.flavor,
+        fabric=k.fabric,
+        nodes=_node_objects(k),
     )
+
+
+# Rack name -> (what its node objects were made from, the NodeSpecs, the objects): `_node_objects`.
+_NODE_OBJECTS: dict[str, tuple[tuple, tuple[NodeSpec, ...], list[dict[str, Any]]]] = {}
+
+
+def _node_objects(k: KubernetesState) -> list[dict[str, Any]]:
+    """`node_objects(k.inventory, k.flavor, k.fabric)`, made rack by rack: a rack's objects are made again
+    only when its NodeSpecs are not the same objects (kept per rack, `_rack_pieces`) or its rack, partitions,
+    pool or fabric labels differ. The objects are shared between renders: nothing may change them."""
+    inventory = k.inventory
+    fabric = k.fabric or Fabric()
+    nodes_of: dict[str, list[NodeSpec]] = defaultdict(list)
+    for node in inventory.nodes:
+        nodes_of[node.rack].append(node)
+    partitions_of: dict[str, list[PartitionSpec]] = defaultdict(list)
+    for partition in inventory.partitions:
+        partitions_of[partition.rack].append(partition)
+    objects: list[dict[str, Any]] = []
+    for rack in inventory.racks:
+        nodes = nodes_of.get(rack.name, [])
+        partitions = tuple(partitions_of.get(rack.name, ()))
+        key = (rack, partitions, k.flavor, tuple(fabric_labels(fabric, rack.name).items()))
+        kept = _NODE_OBJECTS.get(rack.name)
+        if (
+            kept is not None
+            and kept[0] == key
+            and len(kept[1]) == len(nodes)
+            and all(a is b for a, b in zip(kept[1], nodes, strict=True))
+        ):
+            made = kept[2]
+        else:
+            alone = InventoryState((rack,), partitions, tuple(nodes))
+            made = node_objects(alone, pool=k.flavor, fabric=fabric)
+            _NODE_OBJECTS[rack.name] = (key, tuple(nodes), made)
+        objects += made
+    if len(_NODE_OBJECTS) > len(inventory.racks):
+        there = {rack.name for rack in inventory.racks}
+        for name in [name for name in list(_NODE_OBJECTS) if name not in there]:
+            _NODE_OBJECTS.pop(name, None)
+    objects.sort(key=lambda obj: obj["metadata"]["name"])
+    return objects
 
 
 def kubernetes_rack_objects(part: RackSlice, flavor: str = DEFAULT_FLAVOR) -> list[dict[str, Any]]:
@@ -780,9 +736,29 @@ class YamlFragments:
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        # id(first object) -> (the run's objects, its key): a run made of the very objects of an earlier run
+        # (renderers that keep their objects: integrations.state._node_objects) is not encoded again. The
+        # objects are held, so their ids cannot be reused; renderers never change an object they returned.
+        self._identity: dict[int, tuple[tuple[dict[str, Any], ...], bytes]] = {}
+
+    def _key_by_identity(self, objects: list[dict[str, Any]]) -> bytes | None:
+        if not objects:
+            return None
+        with self._lock:
+            known = self._identity.get(id(objects[0]))
+        if known is None or len(known[0]) != len(objects):
+            return None
+        if all(a is b for a, b in zip(known[0], objects, strict=True)):
+            return known[1]
+        return None
 
     def text(self, objects: list[dict[str, Any]]) -> str:
-        key = hashlib.sha256(json.dumps(objects, separators=(",", ":")).encode()).digest()
+        key = self._key_by_identity(objects)
+        if key is None:
+            key = hashlib.sha256(json.dumps(objects, separators=(",", ":")).encode()).digest()
+            if objects:
+                with self._lock:
+                    self._identity[id(objects[0])] = (tuple(objects), key)
         with self._lock:
             text = self._kept.get(key)
             if text is not None:
@@ -797,11 +773,14 @@ class YamlFragments:
                 self._bytes += len(text)
             while self._bytes > self.max_bytes and self._kept:
                 self._bytes -= len(self._kept.popitem(last=False)[1])
+            if len(self._identity) > 4 * max(len(self._kept), 1024):  # runs no render makes any more
+                self._identity.clear()
         return text
 
     def clear(self) -> None:
         with self._lock:
             self._kept.clear()
+            self._identity.clear()
             self._bytes = 0
             self.hits = self.misses = 0
 
@@ -855,11 +834,28 @@ def render_files(state: ConfigState, objects: list[dict[str, Any]] | None = None
         # lines are in that target's rackplane.conf: integrations.slurm.target.render_files).
         files[SLURM_TOPOLOGY_YAML] = slurm_files(state, topology_format=FORMAT_YAML)[TOPOLOGY_YAML]
     files.update(kubernetes_files(objects if objects is not None else kubernetes_objects(state)))
-    files[OPENSM_PARTITIONS] = render_opensm_partitions(state.tenants)
+    files[OPENSM_PARTITIONS] = _opensm_partitions(state.tenants)
     files[NFS_EXPORTS] = render_nfs_exports(state.tenants)
     if any(t.projects for t in state.tenants):
         files[SLURM_ACCOUNTS] = render_account_script(slurm_accounts(state), state.qos)
     return dict(sorted(files.items()))
+
+
+_LAST_OPENSM: list[tuple[tuple[TenantSpec, ...], str]] = []
+
+
+def _opensm_partitions(tenants: tuple[TenantSpec, ...]) -> str:
+    """`render_opensm_partitions(tenants)`, the last text given again for the same (frozen) specs."""
+    last = _LAST_OPENSM[-1] if _LAST_OPENSM else None
+    if (
+        last is not None
+        and len(last[0]) == len(tenants)
+        and all(a is b for a, b in zip(last[0], tenants, strict=True))
+    ):
+        return last[1]
+    text = render_opensm_partitions(tenants)
+    _LAST_OPENSM[:] = [(tenants, text)]
+    return text
 
 
 def slurm_accounts(state: ConfigState) -> list[SlurmAccount]:
@@ -907,6 +903,62 @@ def fabric_racks(state: ConfigState | RackSlice) -> list[dict[str, Any]]:
         }
         for r in state.fabric
     ]
+
+
+def forget_kept() -> None:
+    """Drop everything this process keeps between renders (the rows, each rack's pieces and node objects,
+    the tenant specs, the last OpenSM text and tree, the YAML and file pieces): the next render is cold."""
+    kept_rows.forget()
+    _PIECES.clear()
+    _NODE_OBJECTS.clear()
+    _TENANTS.clear()
+    _LAST_OPENSM.clear()
+    FRAGMENTS.clear()
+    forget_tree()
+    forget_flavors()
+    contents.forget_cuts()
+
+
+_settled = [0]  # the number of kept cold reads the last `settle` saw
+
+
+def settle() -> None:
+    """After a render that read every rack again and kept it (integrations.kept_rows: the first render of a
+    process, a rack added or deleted): collect once, then move every object left (the kept rows, their
+    pieces, node objects and YAML, and whatever else lives) out of the cyclic collector's reach
+    (`gc.freeze`). At 10,000 racks the kept render state is ~1.7 million objects, and a full collection
+    walking them took ~0.7 s of most one-rack re-carves. Frozen objects are still freed when nothing refers
+    to them (a rack's rows when the rack changes); only a reference cycle among them would stay, which the
+    kept state does not make. Nothing to do on SQLite (nothing is kept)."""
+    cold = kept_rows.cold_reads_kept()
+    if cold != _settled[0]:
+        _settled[0] = cold
+        gc.collect()
+        gc.freeze()
+
+
+_pause_lock = threading.Lock()
+_pauses = [0, False]  # renders under way, whether the collector was on before the first
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """No cyclic garbage collection while a render runs (its temporaries, a few hundred thousand objects at
+    10,000 racks, are freed by reference counting when it ends; collections in between walked them for
+    nothing, ~0.3 s a re-carve). Nested and threaded renders share one pause; the collector is turned back
+    on, if it was on, when the last ends."""
+    with _pause_lock:
+        if _pauses[0] == 0:
+            _pauses[1] = gc.isenabled()
+            gc.disable()
+        _pauses[0] += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses[0] -= 1
+            if _pauses[0] == 0 and _pauses[1]:
+                gc.enable()
 
 
 def render_current() -> dict[str, str]:

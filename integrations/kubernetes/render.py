@@ -50,6 +50,8 @@ tray without a partition get Rackplane's labels but no Topograph labels, and no 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import uuid
 from collections.abc import Iterable, Sequence
@@ -473,11 +475,22 @@ def partition_flavor(partition: PartitionSpec, topology_name: str = TOPOLOGY_NAM
     }
 
 
+@functools.lru_cache(maxsize=65536)
+def _kept_partition_flavor(partition: PartitionSpec, topology_name: str) -> dict[str, Any]:
+    """`partition_flavor`, the same object for the same (frozen) spec: a render of 10,000 racks makes 20,000
+    flavors, and the same objects let integrations.state reuse their YAML by identity. Never changed."""
+    return partition_flavor(partition, topology_name)
+
+
+def forget_flavors() -> None:
+    _kept_partition_flavor.cache_clear()
+
+
 def partition_flavors(state: InventoryState, topology_name: str = TOPOLOGY_NAME) -> list[dict[str, Any]]:
     """One flavor per partition of a rack with a known NVLink domain (labelled with its rack)."""
     racks = {r.name: r for r in state.racks}
     return [
-        partition_flavor(partition, topology_name)
+        _kept_partition_flavor(partition, topology_name)
         for partition in state.partitions
         if racks[partition.rack].cluster_uuid is not None
     ]
@@ -586,17 +599,20 @@ def desired_objects(
     mig_namespace: str = DEFAULT_MIG_NAMESPACE,
     fabric: Fabric | None = None,
     fabric_label: str = FABRIC_TIER_LABEL,
+    nodes: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Everything Rackplane wants in the cluster, in apply order (see KIND_ORDER).
 
     Node label patches (with the compute `fabric`'s tier labels), the Kueue Topology, the shared and
     per-partition ResourceFlavors, and for each department `tenants.tenant_objects` (namespace, quota,
     network policy, queues covering the MIG resources of `mig_offer`, volume).
-    ValueError when two objects would have the same identity (e.g. a slug listed twice).
+    ValueError when two objects would have the same identity (e.g. a slug listed twice). `nodes`: the node
+    objects if already made (`node_objects` of this state, pool and fabric; integrations.state keeps them
+    per rack).
     """
-    objects: list[dict[str, Any]] = []
-    objects += node_objects(state, pool=flavor, fabric=fabric, fabric_label=fabric_label)
-    objects.append(topology(topology_name, fabric, fabric_label))
+    if nodes is None:
+        nodes = node_objects(state, pool=flavor, fabric=fabric, fabric_label=fabric_label)
+    objects: list[dict[str, Any]] = [topology(topology_name, fabric, fabric_label)]
     objects += resource_flavors(state, flavor, topology_name)
     mig = mig_offer(state)
     for tenant in tenants:
@@ -611,4 +627,22 @@ def desired_objects(
         if key in seen:
             raise ValueError(f"{object_ref(obj)} would be rendered twice")
         seen.add(key)
-    return sort_for_apply(objects)
+    return _with_nodes(sort_for_apply(objects), nodes)
+
+
+def _with_nodes(others: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`sort_for_apply(others + nodes)` for Node objects (one kind, no namespace): they go, by name, where
+    their kind's rank puts them (190,000 objects at 10,000 racks are not sorted again when the nodes come
+    sorted, as `node_objects` gives them). ValueError for a node name given twice."""
+    if any(node["kind"] != "Node" or node["metadata"].get("namespace") for node in nodes):
+        raise ValueError("only Node objects, without a namespace, go in the nodes' place")
+    names = [node["metadata"]["name"] for node in nodes]
+    if any(a >= b for a, b in itertools.pairwise(names)):  # not sorted, or a name twice
+        nodes = sorted(nodes, key=lambda node: node["metadata"]["name"])
+        names = [node["metadata"]["name"] for node in nodes]
+        for a, b in itertools.pairwise(names):
+            if a == b:
+                raise ValueError(f"Node {a} would be rendered twice")
+    rank = _kind_rank("Node")
+    at = next((i for i, obj in enumerate(others) if _kind_rank(obj["kind"]) > rank), len(others))
+    return [*others[:at], *nodes, *others[at:]]

@@ -133,9 +133,24 @@ class SlurmState:
     racks: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
+# The last tree planned, with what it was planned from: a render asks for it up to three times (the file
+# checks, topology.conf's note, topology.yaml), and the next render mostly for the same fabric and racks.
+_LAST_TREE: list[tuple[Fabric, tuple[tuple[str, tuple[str, ...]], ...], TreePlan | None]] = []
+
+
+def forget_tree() -> None:
+    _LAST_TREE.clear()
+
+
 def fabric_tree(state: SlurmState) -> TreePlan | None:
-    """The fabric's Slurm tree over the state's racks (None: no rack of the state is in the fabric)."""
-    return plan_tree(state.fabric, dict(state.racks))
+    """The fabric's Slurm tree over the state's racks (None: no rack of the state is in the fabric). Pure:
+    the last one is kept with its inputs and given again while they are equal (TreePlan is frozen)."""
+    last = _LAST_TREE[-1] if _LAST_TREE else None
+    if last is not None and last[1] == state.racks and last[0] == state.fabric:
+        return last[2]
+    plan = plan_tree(state.fabric, dict(state.racks))
+    _LAST_TREE[:] = [(state.fabric, state.racks, plan)]
+    return plan
 
 
 def tree_left_out_note(plan: TreePlan) -> str:
@@ -224,7 +239,7 @@ class ExpectedTopology:
         if self.exact:
             return compare_topology(self.blocks, shown)
         base = dataclasses.replace(
-            self.blocks, expected=tuple(b for b in self.blocks.expected if not b.aggregated)
+            self.blocks, given=tuple(b for b in self.blocks.expected if not b.aggregated)
         )
         return compare_topology(base, [{**s, "size": None} for s in shown if not s["aggregated"]])
 
@@ -257,7 +272,7 @@ def parse_topology_yaml(text: str) -> ExpectedTopology:
     plan = TopologyPlan(
         blocks=tuple(rows),
         block_sizes=sizes,
-        expected=tuple(PlannedBlock(n, frozenset(h), sizes[0], partition=p) for n, h, p in rows),
+        given=tuple(PlannedBlock(n, frozenset(h), sizes[0], partition=p) for n, h, p in rows),
     )
     trees = [e for e in document if "tree" in e]
     if len(trees) > 1:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import hostlist
 
@@ -116,7 +116,17 @@ class TopologyPlan:
 
     blocks: tuple[tuple[str, tuple[str, ...], str], ...]  # (slurm block name, hostnames, partition)
     block_sizes: tuple[int, ...]
-    expected: tuple[PlannedBlock, ...] = field(default=())
+    # What `scontrol show topology` should list (`expected`): given, or made from the aggregated blocks'
+    # groups when first asked (at 10,000 racks the aggregates hold 180,000 hostnames per level: a render
+    # that only writes the file never needs them).
+    given: tuple[PlannedBlock, ...] | None = None
+    groups: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    @functools.cached_property
+    def expected(self) -> tuple[PlannedBlock, ...]:
+        if self.given is not None:
+            return self.given
+        return _expected_blocks(self.blocks, self.block_sizes[0], self.groups)
 
     @property
     def base(self) -> int:
@@ -238,7 +248,7 @@ def plan_topology(blocks: Sequence[SlurmBlock]) -> TopologyPlan:
     return TopologyPlan(
         blocks=tuple(rows),
         block_sizes=layout.block_sizes,
-        expected=_expected_blocks(rows, base, [(level, list(members)) for level, members in layout.groups]),
+        groups=tuple((level, tuple(members)) for level, members in layout.groups),
     )
 
 
@@ -350,5 +360,5 @@ def parse_topology_conf(text: str) -> TopologyPlan:
     return TopologyPlan(
         blocks=tuple(rows),
         block_sizes=tuple(base << lv for lv in kept),
-        expected=_expected_blocks(rows, base, groups),
+        groups=tuple((level, tuple(members)) for level, members in groups),
     )

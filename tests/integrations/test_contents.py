@@ -4,6 +4,8 @@ them; garbage collection never takes what a kept push names."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -132,19 +134,28 @@ def test_a_worker_reads_only_the_pieces_the_live_version_lacks(
     )  # linked, not written
 
 
-def test_garbage_collection_keeps_what_kept_pushes_name(local, django_capture_on_commit_callbacks):
+def test_garbage_collection_keeps_what_kept_pushes_name(
+    local, django_capture_on_commit_callbacks, monkeypatch
+):
     push_now(django_capture_on_commit_callbacks)
     ConfigPiece.objects.create(digest="0" * 64, text="nobody names me\n")
     change_state("Vision")
     (second,) = push_now(django_capture_on_commit_callbacks)
-    assert not ConfigPiece.objects.filter(digest="0" * 64).exists()  # collected after the push
+    # Nothing was let go: nothing read, nothing collected (pieces stop being named only when a payload goes).
+    assert ConfigPiece.objects.filter(digest="0" * 64).exists()
+    monkeypatch.setattr(push_runs, "prune_payloads", functools.partial(pushes.prune_payloads, keep=1))
+    change_state("Research")
+    (third,) = push_now(django_capture_on_commit_callbacks)
+    assert not ConfigPiece.objects.filter(digest="0" * 64).exists()  # collected after the push let one go
+    second.refresh_from_db()
+    assert second.payload == {}  # let go (keep=1): its pieces only third's names stay
     for push in ConfigPush.objects.exclude(payload={}):
         files = contents.payload_of(push.payload)["files"]
         assert all(files[name] is not None for name in files)  # every piece still there
     # Payloads let go: their pieces go with them, the last successful push's never.
-    ConfigPush.objects.exclude(pk=second.pk).update(payload={})
+    ConfigPush.objects.exclude(pk=third.pk).update(payload={})
     contents.collect_garbage()
-    named = {d for pieces in second.payload["file_pieces"].values() for d, _ in pieces}
+    named = {d for pieces in third.payload["file_pieces"].values() for d, _ in pieces}
     assert set(ConfigPiece.objects.values_list("digest", flat=True)) == named
 
 
@@ -190,3 +201,49 @@ def test_a_file_missing_from_the_live_version_is_written_again(
     assert second.status == PushStatus.SUCCEEDED, second.log
     files = payload_of(second.payload)["files"]
     assert (render_dir / "current" / "slurm/topology.conf").read_text() == files["slurm/topology.conf"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    lines=st.lists(
+        st.text(alphabet="abcdefgh ", min_size=0, max_size=40) | st.sampled_from(["", "a", "ab c d"]),
+        min_size=10,
+        max_size=150,
+    ),
+    edits=st.lists(
+        st.tuples(st.integers(0, 10_000), st.integers(0, 60), st.text(alphabet="xyz\n", max_size=50)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_recut_is_cut_for_any_change(lines, edits):
+    """Pieces cut again around a change are the pieces a cut of the whole new text gives (small sizes, so
+    that a few lines make many pieces)."""
+    old = "\n".join(lines)
+    new = old
+    for at, removed, inserted in edits:
+        at = at % (len(new) + 1)
+        new = new[:at] + inserted + new[at + removed :]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(contents, "PIECE_MIN", 40)
+        patch.setattr(contents, "PIECE_MAX", 200)
+        patch.setattr(contents, "_MASK", 0x3)
+        old_pieces = contents.cut(old)
+        again = contents.recut(old_pieces, new)
+        assert again == contents.cut(new)
+    assert "".join(again) == new
+
+
+def test_recut_keeps_the_unchanged_pieces():
+    """A change in the middle of a large text: the pieces before and after it are the old objects."""
+    lines = [f"node-{n:06d} labels rack=r{n // 18:05d} partition=p{n % 3}" for n in range(60_000)]
+    old = "\n".join(lines) + "\n"
+    new = old.replace(
+        "node-030000 labels rack=r01666 partition=p0", "node-030000 labels rack=r01666 partition=p9"
+    )
+    assert new != old
+    old_pieces = contents.cut(old)
+    again = contents.recut(old_pieces, new)
+    assert again == contents.cut(new)
+    reused = sum(1 for piece in again if any(piece is o for o in old_pieces))
+    assert len(old_pieces) > 20 and reused >= len(again) - 2

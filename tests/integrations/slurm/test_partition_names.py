@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from integrations import kept_rows
 from integrations import state as configstate
 from integrations.slurm.render import render_partition_lines
 from inventory.models import NVLinkPartition
@@ -60,14 +61,14 @@ def rendered_partitions(
     """The PartitionName lines integrations.state makes for one tray per NVLink partition (the trays at
     the indexes in `mig` given all-balanced): {Slurm partition: (hostnames, AllowQos)}, and each tray's owner
     (a department slug, None: shared)."""
-    rows = configstate._Rows(
-        racks=[configstate._RackRow(1, "gb-r01", None)],
+    rows = kept_rows._Rows(
+        racks=[kept_rows._RackRow(1, "gb-r01", None)],
         partitions=[
-            configstate._PartitionRow(i + 1, 1, f"p{i + 1}", i + 1, owner, tier)
+            kept_rows._PartitionRow(i + 1, 1, f"p{i + 1}", i + 1, owner, tier)
             for i, (owner, tier) in enumerate(partitions)
         ],
         trays=[
-            configstate._TrayRow(
+            kept_rows._TrayRow(
                 i + 1, 1, i + 1, f"n{i + 1:02d}", i + 1, [], *(("all-balanced", BALANCED) if i in mig else ())
             )
             for i in range(len(partitions))
