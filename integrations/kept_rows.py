@@ -41,7 +41,10 @@ from tenancy import naming
 from tenancy.models import Department, Membership, PosixAccount, Project, ProjectMembership, TenancySettings
 
 LOG = "integrations_renderchange"  # (xid, rack): rack 0 is every rack; (0, N) the pruning horizon
-PRUNE_AT = 50000  # log rows: past this many a read deletes the ones every snapshot since has seen
+# Log rows: past this many a read, or the beat (`prune`), deletes the ones every snapshot since has seen.
+# A pass logs the racks it placed or ended work on (~100 rows); a copy kept from before a prune reads cold,
+# so the bound is high: ~8 MB of log, hours of passes between two prunes.
+PRUNE_AT = 200_000
 # Table -> the columns of it the render reads (migration integrations 0011's triggers watch exactly these;
 # tests/integrations/test_kept_rows.py compares both with the installed triggers and with the queries).
 RENDER_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -315,11 +318,31 @@ def _check(mark: Mark | None) -> tuple[Mark, int, bool, int, set[int]]:
     return now, int(horizon), bool(own_logged), int(logged), set(racks)
 
 
+def prune() -> int:
+    """Delete the log rows every snapshot has seen when the log holds more than PRUNE_AT (the beat, every
+    minute: a site that seldom renders would otherwise grow it with every pass). Returns how many went."""
+    if not has_log():
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM {LOG} LIMIT {PRUNE_AT + 1}) AS logged")
+        if cursor.fetchone()[0] <= PRUNE_AT:
+            return 0
+        cursor.execute("SELECT txid_current_snapshot()::text")
+        xmin = int(cursor.fetchone()[0].split(":", 1)[0])
+    return _prune_below(xmin)
+
+
 def _prune(mark: Mark) -> None:
     """Delete the log rows every snapshot since `mark`'s has seen; a copy kept from before reads cold."""
+    _prune_below(mark.xmin)
+
+
+def _prune_below(xmin: int) -> int:
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {LOG} WHERE xid < %s", [mark.xmin])
-        cursor.execute(f"INSERT INTO {LOG} (xid, rack_id) VALUES (0, %s) ON CONFLICT DO NOTHING", [mark.xmin])
+        cursor.execute(f"DELETE FROM {LOG} WHERE xid < %s", [xmin])
+        deleted = cursor.rowcount
+        cursor.execute(f"INSERT INTO {LOG} (xid, rack_id) VALUES (0, %s) ON CONFLICT DO NOTHING", [xmin])
+    return deleted
 
 
 def kept_parts() -> list[RackRows]:

@@ -40,7 +40,7 @@ from core.task_names import (
 )
 from core.task_names import RENAMED as ALL_RENAMED
 from integrations import dispatch as job_dispatch
-from integrations import push_runs, removals, requeue, trays
+from integrations import kept_rows, push_runs, removals, requeue, trays
 from integrations.fabric import nodes as simulated_nodes
 from integrations.models import ConfigPush, ConfigTarget, PushStatus
 from integrations.plans import recarve, windows
@@ -123,7 +123,8 @@ def watch_removals() -> dict:
 @one_at_a_time
 def retry_stale_pushes() -> dict:
     """Beat, every minute: requeue pushes whose worker was lost, send the retries that are due (and
-    messages that never ran), and push requests that waited for a push that has finished."""
+    messages that never ran), and push requests that waited for a push that has finished. Keeps the render's
+    change log bounded on a site that seldom renders (integrations.kept_rows.prune)."""
     requeued = push_runs.requeue_stale()
     due = push_runs.due_pushes()
     for push_id in due:
@@ -135,7 +136,8 @@ def retry_stale_pushes() -> dict:
         followed += len(push_runs.run_follow_up(target_id))
     if requeued or due or followed:
         logger.info("pushes: %d requeued, %d sent, %d follow-ups", len(requeued), len(due), followed)
-    return {"requeued": requeued, "sent": due, "follow_ups": followed}
+    pruned = kept_rows.prune()
+    return {"requeued": requeued, "sent": due, "follow_ups": followed, "render_log_pruned": pruned}
 
 
 @shared_task(bind=True, name=DISPATCH_JOB, acks_late=True)

@@ -390,14 +390,15 @@ def test_previous_release_database_migrates_forward_with_nothing_lost(scratch_da
     # integrations 0002 rebuilds both moved tables: new table, rows copied, old one dropped).
     created = set(connection.introspection.table_names()) - tables_before
     # PostgreSQL only: the pass's log of inventory changes and their racks (migrations scheduling 0010 and
-    # 0027, no model), the held GPUs the triggers keep (scheduling 0031, no model) and the pass's log of job
-    # changes (scheduling 0033, no model).
+    # 0027, no model), the held GPUs the triggers keep (scheduling 0031, no model), the pass's log of job
+    # changes (scheduling 0033, no model) and the render's log of changed racks (integrations 0011, no model).
     logs = (
         {
             "scheduling_inventorychange",
             "scheduling_inventorychangerack",
             "scheduling_heldgpus",
             "scheduling_jobchange",
+            "integrations_renderchange",
         }
         if connection.vendor == "postgresql"
         else set()

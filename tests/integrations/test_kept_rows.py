@@ -253,3 +253,21 @@ def test_the_render_with_everything_kept_is_the_cold_render(demo_inventory, admi
     plans.create_and_apply(rack_of("gb-r03"), preset_layout("2x9"), drain=False, user=admin_user)
     ComputeTray.objects.filter(rack=rack_of("gb-r01")).update(ib_port_guids=["0x0002c90300a1b2ff", "bad"])
     render_is_cold()
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_the_beat_keeps_the_log_bounded_on_a_site_that_seldom_renders(demo_inventory, monkeypatch):
+    from integrations.tasks import retry_stale_pushes
+
+    kept_rows.forget()
+    kept_is_cold()
+    tray = ComputeTray.objects.order_by("pk").first()
+    ComputeTray.objects.filter(pk=tray.pk).update(ib_port_guids=["0x0002c90300a1b2ff"])
+    assert retry_stale_pushes()["render_log_pruned"] == 0  # under the bound: kept
+    monkeypatch.setattr(kept_rows, "PRUNE_AT", 0)
+    assert retry_stale_pushes()["render_log_pruned"] > 0
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {kept_rows.LOG} WHERE xid > 0")
+        assert cursor.fetchone()[0] == 0
+    kept_is_cold(cold=True)  # the copy's mark is older than the log now
