@@ -651,3 +651,30 @@ def test_a_warm_pass_after_a_mixed_change_decides_what_a_cold_pass_decides(demo_
     warm, cold = outcomes
     assert (warm[0], cold[0]) == (False, True)
     assert warm[1:] == cold[1:]
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_the_job_log_pruned_after_a_bulk_load_leaves_passes_right(demo_inventory):
+    """A bulk load of jobs (a benchmark's year of history: its passes roll back and never prune) pruned at
+    once (prune_job_log): the log keeps no row older than its horizon, and passes after it decide and keep
+    what a cold read gives."""
+    research = make_department("Research", guaranteed_gpus=16)
+    pass_cache.forget()
+    run_pass()
+    loaded = Job.objects.bulk_create(Job(department=research, name=f"loaded-{n}", gpus=4) for n in range(30))
+    ids = [job.pk for job in loaded]
+
+    def logged() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM scheduling_jobchange WHERE xid > 0 AND job_id = ANY(%s)", [ids]
+            )
+            return cursor.fetchone()[0]
+
+    assert logged() == len(ids)
+    pass_cache.prune_job_log()
+    assert logged() == 0
+    kept_is_cold()  # the pass reads every job (its mark is older than the horizon), then keeps them
+    pending(research, "new", 4)
+    kept_is_cold(expect_cold=False)
