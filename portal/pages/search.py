@@ -48,9 +48,11 @@ index on (created_at, id) (scheduling 0021): for a word in a tenth of all jobs t
 backwards and stops at the first LIMIT + 1 that match (0.2 ms instead of sorting 190,000 matches in
 900). Each rank is its own bounded query; rank 3 is fetched only while the first ranks leave room (at most
 LIMIT + the rows shown + 1 rows), and every count stops at COUNT_CAP ("and at least N more"): it never
-counts a million jobs. A job query of several words is read through a Window (the newest WINDOW jobs walked,
-the older ones through the indexes: the planner misjudges how many jobs hold two common words together), its
-words in a submitter's username as an `IN (ids)` per submitter (_job_matches). On SQLite (`make run`),
+counts a million jobs. Rank 3 of the jobs is read branch by branch through a Window (its words in the name:
+the newest WINDOW, then WIDER, jobs walked, the older ones through the trigram index, as the planner misjudges
+how many jobs hold two common words together and reads an unordered count in any index's order; its words
+in a submitter's username: that submitter's jobs newest first, from the index on (submitter, created_at,
+id); _job_matches). On SQLite (`make run`),
 and on a PostgreSQL whose role could not create pg_trgm, the same lookups scan the tables: the same results,
 slower at scale, and no similarity ranking. Three lookups are not on an index: the exact GPU serial (only for
 a query that looks like a serial; a scan of the GPU table, about 72,000 short rows), the IB port GUID (only
@@ -78,12 +80,12 @@ from django.db import connections
 from django.db.models import (
     BooleanField,
     Case,
-    Exists,
     ExpressionWrapper,
     F,
     IntegerField,
     OuterRef,
     Q,
+    Subquery,
     Value,
     When,
 )
@@ -108,7 +110,10 @@ SUGGEST_LIMIT = 5  # the header's typeahead: at most this many per kind, nothing
 MIN_SUBSTRING = 3  # a substring or word search needs a word this long (a trigram; shorter: prefixes only)
 WORD_MARKS = (" ", "-", "_", ".", "/", ":")  # what starts a word inside a name
 COUNT_CAP = 1000  # substring matches are counted up to this many ("and at least N more" beyond)
-WINDOW = 5_000  # a job query of several words walks this many newest jobs at most (Window)
+# A job query's words in a name are walked through the newest WINDOW jobs, then the next up to WIDER (Window);
+# older ones are read through the trigram index.
+WINDOW = 5_000
+WIDER = 50_000
 NEWEST = ("-created_at", "-pk")  # the jobs' order: the index on (created_at, id), read backwards
 # The same order, but not one that index gives (it holds no NULLS LAST order): PostgreSQL reads the matches
 # through the trigram and submitter indexes and sorts them instead of walking the jobs (Window).
@@ -348,53 +353,111 @@ def _matching(queryset, condition: Q | None):
     return queryset.filter(condition) if condition is not None else None
 
 
+@dataclass(frozen=True)
+class Branch:
+    """One way a job matches rank 3 (_job_matches): `condition` on _job_fields(); `by_submitter`: it names
+    its submitters (`job_by IN (ids)`), so its jobs are read newest first from the index on (submitter,
+    created_at, id), the submitters' own history, not the whole one."""
+
+    condition: Q
+    by_submitter: bool = False
+
+
+def _either(branches: list[Branch]) -> Q:
+    return reduce(operator.or_, (branch.condition for branch in branches))
+
+
 class Window:
-    """How a job query of several words is read newest first without walking the whole history.
+    """How a job query is read newest first without walking the whole history: branch by branch
+    (_job_matches: its words in the name; each set of submitters with the words their username does not
+    hold in the name), each read in the way its own size calls for, merged newest first.
 
     PostgreSQL estimates the jobs matching "distill erin" (a word of a tenth of the names, the submitter of
     an eighth of the jobs) as the product of the two, 1 % of them, and walks the index on (created_at, id)
     backwards expecting the first LIMIT + 1 within a few thousand rows; when no job of hers is named so, it
-    reads all 2 million (1.6 s), and a count stopping at COUNT_CAP reads as many. So such a query walks
-    the WINDOW newest jobs (at most 5,000 rows, ~3 ms; 1 ms when they hold a page of matches: _job_fields
-    walked), and only when they hold too few matches reads the older ones in an order that index cannot
-    give (SORTED_NEWEST): PostgreSQL then takes the matches from the trigram and submitter indexes and
-    sorts them (~50 ms for none). A query of one word is estimated well and is not read through a window.
-    (At 2 million jobs, "distill erin": 70-95 ms in all, where a window of 20,000 took 90-120 and none
-    1.6 s; "sweep alice", whose matches fill the window, 30-40 ms.)
+    reads all 2 million (1.6 s), and a count stopping at COUNT_CAP reads as many. An unordered count is no
+    better: it may read the b-tree on the name in its order (a word of a tenth of the names, all of them
+    late in it: 19 million entries, 4 s at 21 million jobs). So the branch of the words in a job's name
+    walks the WINDOW newest jobs (at most 5,000 rows, ~3 ms; 1 ms when they hold a page of matches:
+    _job_fields walked), then, when they hold too few, the next ones up to WIDER (45,000 rows, ~40 ms), and
+    only then reads the older ones in an order that index cannot give (SORTED_NEWEST): PostgreSQL then takes
+    the matches from the trigram index and sorts them, fewer than one in 2,500 jobs by then. A branch naming
+    its submitters is read newest first from the index on (submitter, created_at, id), where it stops at the
+    first matches: read with the others as one condition, PostgreSQL intersected the submitter's 1.3 million
+    jobs with the 1.9 million named *finetune* and sorted the 120,000 left (6 s at 10,000 racks, 21 million
+    jobs, for "finetune erin"; issue 32).
     """
 
-    def __init__(self, jobs, since):
+    def __init__(self, jobs, edges: list, branches: list[Branch]):
         self.jobs = jobs  # the jobs the viewer may see
-        self.since = since  # the created_at of the WINDOW-th newest job
+        self.edges = edges  # the created_at of the WINDOW-th and WIDER-th newest job (those there are)
+        self.branches = branches
 
     @classmethod
-    def of_jobs(cls, jobs) -> Window | None:
-        """The window over `jobs`, or None while there are fewer than WINDOW jobs in all (one index-only
-        read of WINDOW entries)."""
-        since = list(Job.objects.order_by(*NEWEST).values_list("created_at", flat=True)[WINDOW - 1 : WINDOW])
-        return cls(jobs, since[0]) if since else None
+    def of_jobs(cls, jobs, branches: list[Branch]) -> Window | None:
+        """The window over `jobs`, or None while there are fewer than WINDOW jobs in all (an index-only
+        read of WINDOW entries, and of WIDER when there are that many)."""
+        edges = []
+        for size in (WINDOW, WIDER):
+            edge = list(Job.objects.order_by(*NEWEST).values_list("created_at", flat=True)[size - 1 : size])
+            if not edge:
+                break
+            edges.append(edge[0])
+        return cls(jobs, edges, branches) if edges else None
 
-    def _recent(self, condition: Q):
-        return _job_fields(self.jobs, walked=True).filter(condition, created_at__gte=self.since)
+    def _ranges(self, condition: Q):
+        """The branch's jobs in each window, newest window first (walked, see _job_fields), then the older
+        ones (through the indexes, SORTED_NEWEST)."""
+        newer = None
+        for edge in self.edges:
+            walked = _job_fields(self.jobs, walked=True).filter(condition, created_at__gte=edge)
+            yield walked.filter(created_at__lt=newer) if newer is not None else walked
+            newer = edge
+        yield _job_fields(self.jobs).filter(condition, created_at__lt=newer).order_by(*SORTED_NEWEST)
 
-    def read(self, condition: Q, n: int) -> list:
-        """The first `n` jobs matching `condition` (on _job_fields) newest first: the window's, then the
-        older ones'."""
-        recent = list(self._recent(condition).order_by(*NEWEST)[:n])
-        if len(recent) == n:
-            return recent
-        older = _job_fields(self.jobs).filter(condition, created_at__lt=self.since).order_by(*SORTED_NEWEST)
-        return [*recent, *older[: n - len(recent)]]
+    def _by_submitter(self, condition: Q):
+        return _job_fields(self.jobs).filter(condition).order_by(*NEWEST)
 
-    def count(self, condition: Q, limit: int) -> tuple[int, bool]:
-        """The jobs matching `condition` up to COUNT_CAP, and whether there may be more: when the window
-        alone holds more than a page (`limit`) of them, only the window's are counted ("and at least N
-        more"); else the older ones too, through the indexes (SORTED_NEWEST: a count that stops at
-        COUNT_CAP would walk the jobs)."""
-        recent = _count(self._recent(condition))
-        if recent > limit:
-            return recent, True
-        return _job_fields(self.jobs).filter(condition).order_by(*SORTED_NEWEST)[:COUNT_CAP].count(), False
+    def _read(self, branch: Branch, n: int) -> list:
+        if branch.by_submitter:
+            return list(self._by_submitter(branch.condition)[:n])
+        rows: list = []
+        for jobs in self._ranges(branch.condition):
+            if not jobs.query.order_by:
+                jobs = jobs.order_by(*NEWEST)
+            rows += jobs[: n - len(rows)]
+            if len(rows) == n:
+                break
+        return rows
+
+    def read(self, n: int) -> list:
+        """The first `n` jobs of any branch, newest first: each branch's first `n`, merged."""
+        jobs = {job.pk: job for branch in self.branches for job in self._read(branch, n)}
+        return sorted(jobs.values(), key=lambda job: (job.created_at, job.pk), reverse=True)[:n]
+
+    def _ids(self, branch: Branch, limit: int) -> tuple[set[int], bool]:
+        """A branch's jobs (ids) up to COUNT_CAP, and whether it stopped at a window: when the windows read
+        so far hold more than a page (`limit`) of them, the older ones are not read."""
+        if branch.by_submitter:
+            return set(self._by_submitter(branch.condition).values_list("pk", flat=True)[:COUNT_CAP]), False
+        ids: set[int] = set()
+        *windows, older = self._ranges(branch.condition)
+        for jobs in windows:
+            ids |= set(jobs.order_by().values_list("pk", flat=True)[: COUNT_CAP - len(ids)])
+            if len(ids) > limit:
+                return ids, True
+        return ids | set(older.values_list("pk", flat=True)[: COUNT_CAP - len(ids)]), False
+
+    def count(self, limit: int) -> tuple[int, bool]:
+        """The jobs of any branch up to COUNT_CAP (a job two branches find counted once), and whether there
+        may be more ("and at least N more": a branch stopped at a window, or the cap was reached)."""
+        ids: set[int] = set()
+        partial = False
+        for branch in self.branches:
+            found, stopped = self._ids(branch, limit)
+            ids |= found
+            partial = partial or stopped
+        return min(len(ids), COUNT_CAP), partial
 
 
 def _widen(
@@ -404,12 +467,12 @@ def _widen(
     and word matches `found` (a queryset, or None) that are not among them, in `order`: at most `limit` rows
     in all, the rest
     counted up to COUNT_CAP (the third value: the count stopped there, or did not read every row). With a
-    `window` (jobs, `order` NEWEST), `found` is a condition, read and counted through it."""
+    `window` (jobs, `order` NEWEST), the window's branches are read and counted instead of `found`."""
     if found is None:
         return rows, more, len(rows) + more >= COUNT_CAP
 
     def read(queryset, n: int) -> list:
-        return window.read(queryset, n) if window else list(queryset.order_by(*order)[:n])
+        return window.read(n) if window else list(queryset.order_by(*order)[:n])
 
     if len(rows) < limit:
         seen = {row.pk for row in rows}
@@ -421,7 +484,7 @@ def _widen(
             return rows, max(0, len(extra) - room), False
     if not count:
         return rows, 0, False
-    total, partial = window.count(found, limit) if window else (_count(found), False)
+    total, partial = window.count(limit) if window else (_count(found), False)
     more = max(more, total - len(rows))
     return rows, more, partial or len(rows) + more >= COUNT_CAP
 
@@ -638,16 +701,29 @@ def _submitters(user, q: str) -> Submitters:
 
 
 def _submitted_where_seen(user):
-    """The accounts that submitted a job `user` may see (an EXISTS per account)."""
-    submitted = Job.objects.visible_to(user).filter(submitted_by=OuterRef("pk"))
-    if not is_admin(user):
-        # The same jobs, their departments also given as a list: the probe is then one look into the index
-        # on (submitter, department) per account. With the departments only as visible_to's subquery,
-        # PostgreSQL read every job of the viewer's department for an account with none there (400 ms at
-        # 2 million jobs for a lead's "frank", "embed grace").
-        departments = list(Department.objects.visible_to(user).values_list("pk", flat=True))
-        submitted = submitted.filter(department_id__in=departments)
-    return get_user_model().objects.order_by().filter(Exists(submitted))
+    """The accounts that submitted a job `user` may see: per account, one look into an index for the newest
+    such job's time (in each of the viewer's departments: the index on (submitter, department, created_at);
+    for a platform admin, any job: the index on (submitter, created_at, id)).
+
+    Each look is a scalar subquery (`(SELECT created_at ... ORDER BY created_at DESC LIMIT 1) IS NOT NULL`)
+    in the order its index gives. An EXISTS is turned into a semi join, and an unordered probe may be read by
+    a sequential scan the planner expects to stop at once (it expects each of a few submitters in every
+    department): at 21 million jobs both read the whole table for an account with no job there (2 s for a
+    lead's "heidi" and for an admin's "bench", issue 32). In the index's order the look reads one entry, or
+    none; it runs after the cheaper username conditions. For a lead the departments are a list, one look
+    each (with visible_to's subquery alone, PostgreSQL read every job of the lead's department for an
+    account with none there: 400 ms at 2 million jobs for "frank", "embed grace")."""
+    submitted = Job.objects.visible_to(user).filter(submitted_by=OuterRef("pk")).order_by("-created_at")
+    if is_admin(user):
+        looks = [submitted]
+    else:
+        departments = Department.objects.visible_to(user).order_by("pk").values_list("pk", flat=True)
+        looks = [submitted.filter(department_id=department) for department in departments]
+    if not looks:
+        return get_user_model().objects.none()
+    marks = {f"newest_{n}": Subquery(look.values("created_at")[:1]) for n, look in enumerate(looks)}
+    seen = reduce(operator.or_, (Q(**{f"{mark}__isnull": False}) for mark in marks))
+    return get_user_model().objects.order_by().alias(**marks).filter(seen)
 
 
 def _job_fields(jobs, walked: bool = False):
@@ -664,20 +740,22 @@ def _job_fields(jobs, walked: bool = False):
     return jobs.alias(job_name=F("name"), job_by=F("submitted_by_id"))
 
 
-def _job_matches(q: str, submitters: Submitters) -> Q | None:
-    """Rank 3 of the jobs, as a condition on _job_fields() (None for a query too short): `q` inside the name,
-    or each of its words in the name or in the submitter's username (`submitters`). They come newest first,
-    as ever: no closer ones before the others, which would read the jobs twice.
+def _job_matches(q: str, submitters: Submitters) -> list[Branch] | None:
+    """Rank 3 of the jobs, as conditions on _job_fields() (None for a query too short), any of which a job
+    matches: `q` inside the name, or each of its words in the name (the first Branch); or in the submitter's
+    username (`submitters`), each set of submitters its own Branch. They come newest first, as ever: no
+    closer ones before the others, which would read the jobs twice.
 
     The words in a username are written per submitter: "sweep alice" is alice's jobs with "sweep" in their
-    name, so that PostgreSQL can intersect the submitter's index with the name's trigram index (written as
-    "each word in the name or in the username", it reads every job of alice's to check their names: 260 ms
-    at 2 million jobs, against 50 ms)."""
+    name, read from alice's own jobs newest first (written as "each word in the name or in the username",
+    PostgreSQL read every job of alice's to check their names: 260 ms at 2 million jobs, against 50 ms)."""
     name = ("job_name",)
     in_name = _substring(name, q)
     if in_name is None:
         return None
-    condition = in_name | Q(job_by__in=submitters.holding)
+    branches = [Branch(in_name)]
+    if submitters.holding:
+        branches.append(Branch(Q(job_by__in=sorted(submitters.holding)), by_submitter=True))
     held: dict[int, set[str]] = {}  # each submitter: the words of `q` their username holds
     for word, ids in submitters.by_word.items():
         for pk in ids:
@@ -688,8 +766,10 @@ def _job_matches(q: str, submitters: Submitters) -> Q | None:
             by_words.setdefault(frozenset(words), []).append(pk)
     for words, ids in by_words.items():
         in_name_too = [_word(name, word) for word in submitters.by_word if word not in words]
-        condition |= reduce(operator.and_, in_name_too, Q(job_by__in=sorted(ids)))
-    return condition
+        branches.append(
+            Branch(reduce(operator.and_, in_name_too, Q(job_by__in=sorted(ids))), by_submitter=True)
+        )
+    return branches
 
 
 def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool = True):
@@ -708,10 +788,10 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     exact = jobs.filter(pk=int(number)).first() if by_number else None
     named = list(jobs.filter(name=q).order_by(*NEWEST)[: limit + 1])  # the index on the name
     submitters = _submitters(user, q)
-    found = _job_matches(q, submitters)
-    window = Window.of_jobs(jobs) if found is not None and len(q.split()) > 1 else None
-    if window is None:  # a condition read as a queryset; through a window, as a condition (Window.read)
-        found = _matching(_job_fields(jobs), found)
+    branches = _job_matches(q, submitters)
+    window = Window.of_jobs(jobs, branches) if branches is not None else None
+    # Through a window, its branches are read one by one (Window.read); else as one condition.
+    found = _matching(_job_fields(jobs), _either(branches)) if branches is not None else None
     starting, group.more = _bounded(
         jobs.filter(Q(name__istartswith=q) | Q(submitted_by_id__in=submitters.starting)).order_by(*NEWEST),
         limit,

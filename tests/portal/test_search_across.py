@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from portal.pages import search as search_module
-from portal.pages.search import LIMIT, MIN_SUBSTRING, WORD_MARKS, Window, _jobs, search, suggestions
+from portal.pages.search import LIMIT, MIN_SUBSTRING, WORD_MARKS, _jobs, search, suggestions
 from scheduling.models import Job
 from tenancy.models import Project
 from tests.factories import make_job, make_member
@@ -163,31 +163,56 @@ def job_titles(user, q: str, limit: int = LIMIT) -> tuple[list[str], int, bool]:
 
 
 def test_through_a_window_the_jobs_and_their_count_are_the_same(monkeypatch, department_a, alice, member_a):
-    """A history longer than WINDOW is read through a Window (its newest jobs walked, the older ones through
-    the indexes): the same jobs, newest first across its edge, and the same count."""
+    """A history longer than WINDOW is read through a Window, branch by branch (the words in the names: the
+    newest WINDOW jobs walked, then up to WIDER, the older ones through the indexes; a submitter's: her own
+    jobs newest first): the same jobs, newest first across each edge, and the same count."""
     hers = [make_job(department_a, f"sweep-{n:02d}", state="completed", submitted_by=alice) for n in range(8)]
     for n in range(4):  # the newest jobs hold none of them
         make_job(department_a, f"eval-{n}", state="completed", submitted_by=member_a)
     expected = [f"#{job.pk} {job.name}" for job in reversed(hers)]
-    assert Window.of_jobs(Job.objects.all()) is None  # fewer than WINDOW jobs: read as ever
-    assert job_titles(member_a, "sweep alice") == (expected, 0, False)
-    assert job_titles(member_a, "sweep alice", 3) == (expected[:3], 5, False)
+    assert search_module.Window.of_jobs(Job.objects.all(), []) is None  # fewer than WINDOW jobs: as ever
+    unwindowed = {q: (job_titles(member_a, q), job_titles(member_a, q, 3)) for q in ("sweep alice", "sweep")}
+    pages = ((expected, 0, False), (expected[:3], 5, False))
+    assert unwindowed["sweep alice"] == unwindowed["sweep"] == pages
 
     monkeypatch.setattr(search_module, "WINDOW", 3)
-    assert Window.of_jobs(Job.objects.all()) is not None
-    assert job_titles(member_a, "sweep alice") == (expected, 0, False)
-    assert job_titles(member_a, "sweep alice", 3) == (expected[:3], 5, False)  # counted in the older ones
-    [typeahead] = [g for g in suggestions(member_a, "sweep alice") if g.kind == "job"]
-    assert [hit.title for hit in typeahead.hits] == expected[:5]
-    # One in the window, the rest older: newest first across its edge.
+    monkeypatch.setattr(search_module, "WIDER", 6)
+    window = search_module.Window.of_jobs(Job.objects.all(), [])
+    assert window is not None and len(window.edges) == 2
+    # "sweep": its name branch, walked through the newest 3 (none), the next 3 (two), then the older ones;
+    # "sweep alice": alice's jobs newest first (her branch), and the name branch (none hold "alice").
+    for q in ("sweep alice", "sweep"):
+        assert (job_titles(member_a, q), job_titles(member_a, q, 3)) == unwindowed[q], q
+        [typeahead] = [g for g in suggestions(member_a, q) if g.kind == "job"]
+        assert [hit.title for hit in typeahead.hits] == expected[:5]
+    # One in the newest window, the rest older: newest first across its edges.
     newest = make_job(department_a, "sweep-new", state="pending", submitted_by=alice)
-    assert job_titles(member_a, "alice sweep")[0] == [f"#{newest.pk} sweep-new", *expected]
-    # A window holding more than a page: only its own are counted, and the count says "at least".
-    late = [make_job(department_a, f"sweep-late-{n}", state="pending", submitted_by=alice) for n in range(3)]
-    titles, more, at_least = job_titles(member_a, "sweep alice", 2)
+    assert job_titles(member_a, "alice sweep")[0] == job_titles(member_a, "sweep")[0]
+    assert job_titles(member_a, "sweep")[0] == [f"#{newest.pk} sweep-new", *expected]
+    # A window holding more than a page of a name's matches: only its own are counted, and the count says
+    # "at least". A submitter's branch is counted through her own jobs: all of them.
+    late = [
+        make_job(department_a, f"sweep-late-{n}", state="pending", submitted_by=member_a) for n in range(3)
+    ]
+    titles, more, at_least = job_titles(member_a, "sweep", 2)
     assert titles == [f"#{job.pk} {job.name}" for job in reversed(late[1:])]
-    assert (more, at_least) == (1, True)  # sweep-late-0 counted; the eight older ones not
-    assert job_titles(member_a, "sweep alice")[1:] == (0, False)  # a page holds them all: no count
+    assert (more, at_least) == (1, True)  # sweep-late-0 counted; the nine older ones not
+    assert job_titles(member_a, "sweep")[1:] == (0, False)  # a page holds them all: no count
+    assert job_titles(member_a, "sweep alice", 2)[1:] == (7, False)  # her nine, two shown
+
+
+def test_a_job_two_branches_find_is_shown_and_counted_once(monkeypatch, department_a, alice, member_a):
+    """ "sweep alice": a job named with both words, submitted by alice, is in two branches of rank 3."""
+    both = make_job(department_a, "sweep-alice-1", state="completed", submitted_by=alice)
+    only_name = make_job(department_a, "sweep-alice-2", state="completed", submitted_by=member_a)
+    only_hers = make_job(department_a, "sweep-3", state="completed", submitted_by=alice)
+    for n in range(4):
+        make_job(department_a, f"eval-{n}", state="completed", submitted_by=member_a)
+    monkeypatch.setattr(search_module, "WINDOW", 2)
+    monkeypatch.setattr(search_module, "WIDER", 4)
+    shown = [f"#{job.pk} {job.name}" for job in (only_hers, only_name, both)]
+    assert job_titles(member_a, "sweep alice") == (shown, 0, False)
+    assert job_titles(member_a, "sweep alice", 1) == (shown[:1], 2, False)
 
 
 # --- tenants ------------------------------------------------------------------------------------------------
