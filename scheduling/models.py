@@ -77,7 +77,7 @@ class Job(models.Model):
         blank=True,
         related_name="jobs",
         verbose_name=_("submitted by"),
-        db_index=False,  # scheduling_job_submitted_idx and scheduling_job_submitter_idx start with it
+        db_index=False,  # scheduling_job_submitted_idx and scheduling_job_submit_dept_idx start with it
     )
     # One line of plain text (core.textrule): it reaches Slurm's --job-name, pod labels, logs and pages.
     name = models.CharField(max_length=200, validators=[TextValidator()], verbose_name=_("name"))
@@ -227,7 +227,7 @@ class Job(models.Model):
             # of one of the viewer's departments, one probe (the newest such job's time, which this order
             # gives at once), not a walk through that account's jobs.
             models.Index(
-                fields=["submitted_by", "department", "created_at"], name="scheduling_job_submitter_idx"
+                fields=["submitted_by", "department", "created_at"], name="scheduling_job_submit_dept_idx"
             ),
             # A submitter's jobs newest first (the search's "sweep alice": alice's jobs named *sweep*): read
             # backwards from here until the first 21 match, not gathered from the submitter's 1.3 million

@@ -150,7 +150,7 @@ def test_a_query_of_two_common_words_never_together_does_not_walk_every_job(
     # The probes for the submitters (test_a_submitter_probe_is_one_index_look_in_its_order): one index
     # entry each, in the order the index gives, never a scan of the jobs.
     for viewer, index in (
-        (lead_a, "scheduling_job_submitter_idx"),
+        (lead_a, "scheduling_job_submit_dept_idx"),
         (platform_admin, "scheduling_job_submitted_idx"),
     ):
         with CaptureQueriesContext(connection) as queries:
