@@ -233,6 +233,9 @@ class Job(models.Model):
             # backwards from here until the first 21 match, not gathered from the submitter's 1.3 million
             # at 10,000 racks and sorted (portal.pages.search.Window). Also the foreign key's index.
             models.Index(fields=["submitted_by", "created_at", "id"], name="scheduling_job_submitted_idx"),
+            # The jobs that finished since the decayed usage was rolled up (scheduling.usage.decayed_usage):
+            # a few minutes' worth read, not a year's.
+            models.Index(fields=["finished_at"], name="scheduling_job_finished_idx"),
             # The department dashboard's running jobs, newest first (scheduling.dashboard_data): its first 50
             # of a department's ~20,000 at 10,000 racks read from here, not all of them sorted.
             models.Index(
@@ -433,6 +436,53 @@ class SchedulingRequest(models.Model):
 
     def __str__(self):
         return self.reason
+
+
+class UsageRollupQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self if is_admin(user) else self.none()
+
+
+class UsageRollup(models.Model):
+    """The decayed usage (Historical fair share, scheduling.usage.decayed_usage) of the jobs that had finished
+    by `through`, per department and project (None: the department's jobs of no project), decayed to
+    `through` with `half_life_s`. The beat writes them again every five minutes (scheduling.usage.
+    roll_up_usage); a reader decays them to its own moment and adds the jobs still running or finished since,
+    instead of summing a year of finished jobs (8 million rows at 10,000 racks) on every page and pass."""
+
+    department = models.ForeignKey(
+        Department, on_delete=models.CASCADE, related_name="+", verbose_name=_("department")
+    )
+    project = models.ForeignKey(
+        "tenancy.Project", on_delete=models.CASCADE, null=True, related_name="+", verbose_name=_("project")
+    )
+    usage = models.FloatField(verbose_name=_("decayed GPU-seconds"))
+    through = models.DateTimeField(verbose_name=_("through"))
+    half_life_s = models.FloatField(verbose_name=_("half-life (seconds)"))
+
+    objects = UsageRollupQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("usage rollup")
+        verbose_name_plural = _("usage rollups")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["department", "project"],
+                condition=Q(project__isnull=False),
+                name="%(app_label)s_%(class)s_one_per_project",
+            ),
+            models.UniqueConstraint(
+                fields=["department"],
+                condition=Q(project__isnull=True),
+                name="%(app_label)s_%(class)s_one_per_department",
+            ),
+            models.CheckConstraint(condition=Q(half_life_s__gt=0), name="%(app_label)s_%(class)s_half_life"),
+        ]
+
+    def __str__(self):
+        return (
+            f"{self.department_id}/{self.project_id}: {self.usage:.0f} through {self.through:%Y-%m-%d %H:%M}"
+        )
 
 
 class WhatIfRunQuerySet(models.QuerySet):

@@ -29,7 +29,7 @@ from scheduling import whatif_runs
 from scheduling.engine.words import plural, say
 from scheduling.services.pass_requests import request_pass
 from scheduling.services.passes import run_pass
-from scheduling.usage import SNAPSHOT_FIELDS, department_positions
+from scheduling.usage import SNAPSHOT_FIELDS, department_positions, roll_up_usage
 from scheduling.words import IDLE_GPUS_MANY, IDLE_GPUS_ONE, SHORT_OF_GUARANTEE_MANY, SHORT_OF_GUARANTEE_ONE
 from tenancy.models import QuotaSnapshot
 
@@ -138,8 +138,12 @@ def _notify_changes(snapshots: list[QuotaSnapshot], taken_at) -> None:
 @shared_task(name=SNAPSHOT_QUOTAS)
 @one_at_a_time
 def snapshot_quotas() -> int:
-    """Beat runs this every five minutes: the quota history the department dashboards chart."""
-    return record_quota_snapshots()
+    """Beat runs this every five minutes: the quota history the department dashboards chart, and the
+    finished jobs' decayed usage rolled up (scheduling.usage.roll_up_usage) for the fair-share history and
+    the pass."""
+    recorded = record_quota_snapshots()
+    roll_up_usage()
+    return recorded
 
 
 @shared_task(name=OLD_SNAPSHOT_QUOTAS)

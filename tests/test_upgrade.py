@@ -101,6 +101,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "integrations_planwindow",
     # The MIG devices slice jobs hold (scheduling.services.slices).
     "scheduling_sliceallocation",
+    # The finished jobs' decayed usage the beat rolls up (scheduling.usage.roll_up_usage, issue 32).
+    "scheduling_usagerollup",
     # The compute fabric above the rack (issue 33): each source's import, its groups, places and rails, and a
     # file uploaded on the import page between its preview and its applying.
     "inventory_fabricimport",

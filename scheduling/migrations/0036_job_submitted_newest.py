@@ -11,28 +11,11 @@ builds (two indexes on 21 million jobs: about two minutes; docs/deployment/opera
 from django.conf import settings
 from django.db import migrations, models
 
-
-def _concurrently(schema_editor) -> bool:
-    return schema_editor.connection.vendor == "postgresql" and not schema_editor.connection.in_atomic_block
-
-
-class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if not _concurrently(schema_editor):
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.add_index(model, self.index, concurrently=True)
-
-
-class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if not _concurrently(schema_editor):
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
-            schema_editor.remove_index(model, index, concurrently=True)
+from core.migration_ops import (
+    AddIndexConcurrentlyOnPostgreSQL,
+    RemoveIndexConcurrentlyOnPostgreSQL,
+    concurrently,
+)
 
 
 def _foreign_key_index(schema_editor) -> str | None:
@@ -49,7 +32,7 @@ def _foreign_key_index(schema_editor) -> str | None:
 def drop_foreign_key_index(apps, schema_editor):
     name = _foreign_key_index(schema_editor)
     if name is not None:
-        how = "CONCURRENTLY " if _concurrently(schema_editor) else ""
+        how = "CONCURRENTLY " if concurrently(schema_editor) else ""
         schema_editor.execute(f"DROP INDEX {how}{schema_editor.quote_name(name)}")
 
 

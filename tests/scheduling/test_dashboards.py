@@ -478,7 +478,8 @@ MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "S
     # +2: the historical fair share panel (the departments' weights and guarantees; the decayed usage, one
     # aggregate: scheduling.usage.fairshare_history), for the lead.
     # +1: the fleet's idle MIG slices, the admin dashboard's figure (scheduling.slice_holders.idle_slices).
-    "/tenancy/departments/alpha/": 24,  # 24: its default project always has a row, so its people are read
+    # +1: the decayed usage's rollup, read before its aggregate of the jobs since (scheduling.usage).
+    "/tenancy/departments/alpha/": 25,  # 25: its default project always has a row, so its people are read
     # +1: the stranded NVLink capacity the last pass kept (scheduling.dashboard_data.last_stranded).
     # +2: the scheduler's re-carves of the last 24 h per rack, and the racks that allow them
     # (inventory.recarving.recent_recarves).

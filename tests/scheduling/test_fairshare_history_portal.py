@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from scheduling import pass_inputs
 from scheduling.choices import JobState
-from scheduling.models import Job
-from scheduling.usage import decayed_usage
+from scheduling.models import Job, UsageRollup
+from scheduling.tasks import snapshot_quotas
+from scheduling.usage import decayed_usage, roll_up_usage
 from tenancy.models import Project
 from tenancy.usage_decay import DEFAULT_HALF_LIFE_S, interval_usage
 from tests.factories import make_job
@@ -43,7 +44,7 @@ def expected(now, *runs):
     )
 
 
-def test_decayed_usage_sums_each_run_decayed_in_one_query(
+def test_decayed_usage_sums_each_run_decayed_in_one_aggregate(
     department_a, department_b, django_assert_num_queries
 ):
     now = timezone.now()
@@ -54,7 +55,7 @@ def test_decayed_usage_sums_each_run_decayed_in_one_query(
     ran(department_b, 8, 1, 0, now)
     ran(department_b, 64, 400, 300, now)  # 300 days ago: beyond 20 half-lives, not read
     make_job(department_b, state=JobState.PENDING, gpus=72)  # never ran: nothing
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(2):  # the rollup (none yet), then one aggregate over the jobs
         usage = decayed_usage(now, DEFAULT_HALF_LIFE_S)
     assert usage[(department_a.pk, None)] == pytest.approx(expected(now, (8, 10, 3), (4, 2, None)), rel=1e-6)
     assert usage[(department_a.pk, vision.pk)] == pytest.approx(expected(now, (16, 1, 0.5)), rel=1e-6)
@@ -62,6 +63,69 @@ def test_decayed_usage_sums_each_run_decayed_in_one_query(
     # Halve the half-life: older use weighs less (a's run of three days ago most).
     short = decayed_usage(now, DEFAULT_HALF_LIFE_S / 2)
     assert short[(department_a.pk, None)] < usage[(department_a.pk, None)]
+
+
+def test_the_beats_rollup_gives_the_same_usage_reading_only_the_jobs_since(
+    department_a, department_b, settings, django_assert_num_queries
+):
+    """roll_up_usage (the beat, every five minutes) keeps the finished jobs' decayed usage at its moment;
+    decayed_usage then decays those rows to its own moment and adds, in one aggregate, the jobs running and
+    those finished since: the same figures as summing every job, without reading the year before."""
+    settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S = DEFAULT_HALF_LIFE_S
+    vision = Project.objects.create(department=department_a, name="Vision", slug="vision")
+    rolled_at = timezone.now() - timedelta(days=1)
+    ran(department_a, 8, 10, 3)  # ended before the rollup
+    ran(department_a, 16, 4, 2, project=vision)
+    ran(department_b, 64, 400, 300)  # beyond 20 half-lives: not rolled up
+    ran(department_a, 4, 2, None)  # still running: never in a rollup
+    assert roll_up_usage(rolled_at) == 2
+    rolled = {(r.department_id, r.project_id): r.usage for r in UsageRollup.objects.all()}
+    assert set(rolled) == {(department_a.pk, None), (department_a.pk, vision.pk)}
+    ran(department_b, 8, 2, 0.5)  # finished after the rollup: read as one of the jobs since
+    ran(department_a, 2, 1.5, 0.25)
+    now = timezone.now()
+    with django_assert_num_queries(2):  # the rollup's rows, one aggregate of the jobs since
+        usage = decayed_usage(now, DEFAULT_HALF_LIFE_S)
+    assert usage[(department_a.pk, None)] == pytest.approx(
+        expected(now, (8, 10, 3), (4, 2, None), (2, 1.5, 0.25)), rel=1e-6
+    )
+    assert usage[(department_a.pk, vision.pk)] == pytest.approx(expected(now, (16, 4, 2)), rel=1e-6)
+    assert usage[(department_b.pk, None)] == pytest.approx(expected(now, (8, 2, 0.5)), rel=1e-6)
+    # The jobs since are read by their end (the index on finished_at): a job that ended before the rollup
+    # is not read again; changed behind its back, it counts from the next rollup on.
+    Job.objects.filter(department=department_b, gpus=8).update(gpus=800)
+    assert decayed_usage(now, DEFAULT_HALF_LIFE_S)[(department_b.pk, None)] > usage[(department_b.pk, None)]
+    Job.objects.filter(department=department_a, gpus=8).update(gpus=800)  # ended before the rollup
+    assert decayed_usage(now, DEFAULT_HALF_LIFE_S)[(department_a.pk, None)] == pytest.approx(
+        usage[(department_a.pk, None)], rel=1e-6
+    )
+    assert roll_up_usage(now) == 3
+    assert decayed_usage(now, DEFAULT_HALF_LIFE_S)[(department_a.pk, None)] > usage[(department_a.pk, None)]
+    # A rollup made with another half-life is not used: every job is summed again.
+    assert decayed_usage(now, DEFAULT_HALF_LIFE_S / 2) == pytest.approx(
+        _every_job(now, DEFAULT_HALF_LIFE_S / 2), rel=1e-6
+    )
+    # The half-life setting off: the beat removes the rows.
+    settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S = None
+    assert roll_up_usage(now) == 0 and not UsageRollup.objects.exists()
+
+
+def _every_job(now, half_life_s):
+    UsageRollup.objects.all().delete()
+    return decayed_usage(now, half_life_s)
+
+
+def test_the_snapshot_task_rolls_the_usage_up(department_a, settings):
+    settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S = DEFAULT_HALF_LIFE_S
+    ran(department_a, 8, 10, 3)
+    snapshot_quotas()
+    [row] = UsageRollup.objects.all()
+    assert (row.department_id, row.project_id, row.half_life_s) == (
+        department_a.pk,
+        None,
+        DEFAULT_HALF_LIFE_S,
+    )
+    assert row.usage == pytest.approx(expected(row.through, (8, 10, 3)), rel=1e-6)
 
 
 def test_a_slice_jobs_usage_counts_its_gpu_equivalents(department_a, department_b):
