@@ -17,6 +17,7 @@ from scheduling.models import (
     SchedulerState,
     SchedulingRequest,
     SliceAllocation,
+    UsageRollup,
     WhatIfLayout,
     WhatIfRun,
 )
@@ -159,6 +160,14 @@ class SchedulerStateAdmin(ReadOnlyAdmin):
 @admin.register(SchedulingRequest)
 class SchedulingRequestAdmin(ReadOnlyAdmin):
     list_display = ["pk", "reason", "created_at"]
+
+
+@admin.register(UsageRollup)
+class UsageRollupAdmin(ReadOnlyAdmin):
+    """The finished jobs' decayed usage the beat rolls up every five minutes (scheduling.usage)."""
+
+    list_display = ["department", "project", "usage", "through", "half_life_s"]
+    list_select_related = ["department", "project"]
 
 
 class WhatIfLayoutInline(ReadOnlyInline):

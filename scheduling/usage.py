@@ -721,7 +721,7 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[tuple[int, int | No
 
     From the beat's rollup when there is one for this half-life (roll_up_usage): its rows decayed from their
     moment to `now` (usage decays by one factor, 2 ** -(elapsed / half-life)), plus, in one aggregate, the
-    jobs still running and those that finished after it (the index on finished_at): three small reads
+    jobs still running and those that finished after it (the index on finished_at): two small reads
     instead of a year of jobs. Without one (before the beat's first run, or the half-life changed), one
     aggregate over every job that counts. A job whose end is written later than the rollup's moment but
     dated before it is counted from the next rollup on."""
