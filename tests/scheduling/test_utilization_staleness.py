@@ -211,6 +211,23 @@ def test_held_without_data_counts_the_same_whether_or_not_every_gpu_has_a_row(
     assert both == stale + none
 
 
+def test_when_every_row_is_stale_every_held_gpu_is_without_data(demo_inventory, department_a, department_b):
+    """The telemetry stopped: every GPU's row is stale, so every held GPU is without data, counted as the
+    held GPUs are (not one probe of the activity rows per held GPU: 250 ms for 290,000 at 10,000 racks)."""
+    now = timezone.now()
+    gpus = healthy_gpus(10)
+    run_job(department_a, gpus[:6], "a-train", started_at=now - timedelta(hours=3))
+    run_job(department_b, gpus[6:8], "b-train", started_at=now - timedelta(hours=2))
+    every = list(Gpu.objects.all())
+    old = now - STALE_AFTER - timedelta(minutes=1)
+    GpuActivity.objects.bulk_create(GpuActivity(gpu=g, utilization=50.0, sampled_at=old) for g in every)
+    assert usage._activity_gaps(now) == (0, len(every), len(every))
+    for department, held in ((department_a, 6), (department_b, 2)):
+        assert usage.held_without_data(department, now) == expected_without_data(department, now) == held
+    GpuActivity.objects.filter(gpu=gpus[0]).update(sampled_at=now)  # one fresh again: only the stale counted
+    assert usage.held_without_data(department_a, now) == expected_without_data(department_a, now) == 5
+
+
 def test_a_gpu_low_while_free_is_not_its_new_jobs_idle_gpu_until_the_window_passes_while_held(
     department_a, gpus, settings
 ):
