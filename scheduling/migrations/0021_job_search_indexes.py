@@ -6,14 +6,7 @@ it builds (docs/deployment/operations.md, Upgrading), hence `atomic = False`; a 
 
 from django.db import migrations, models
 
-
-class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "postgresql" or schema_editor.connection.in_atomic_block:
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.add_index(model, self.index, concurrently=True)
+from core.migration_ops import AddIndexConcurrentlyOnPostgreSQL
 
 
 class Migration(migrations.Migration):
@@ -26,6 +19,7 @@ class Migration(migrations.Migration):
             model_name="job", index=models.Index(fields=["name"], name="scheduling_job_name_idx")
         ),
         AddIndexConcurrentlyOnPostgreSQL(
-            model_name="job", index=models.Index(fields=["created_at", "id"], name="scheduling_job_created_idx")
+            model_name="job",
+            index=models.Index(fields=["created_at", "id"], name="scheduling_job_created_idx"),
         ),
     ]
