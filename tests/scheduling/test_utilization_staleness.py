@@ -184,9 +184,12 @@ def expected_without_data(department, now) -> int:
         ((0, 0, 8), (0, 0, 6)),  # no telemetry at all
     ],
 )
+@pytest.mark.parametrize("few", [True, False], ids=["from-the-stale-rows", "from-the-held-gpus"])
 def test_held_without_data_counts_the_same_whether_or_not_every_gpu_has_a_row(
-    demo_inventory, department_a, department_b, rows
+    demo_inventory, department_a, department_b, rows, few, monkeypatch
 ):
+    # Both ways of counting the held GPUs on stale rows, whatever share of them is stale (usage.STALE_FEW).
+    monkeypatch.setattr(usage, "STALE_FEW", 0 if few else 10**9)
     now = timezone.now()
     (fresh, stale, none), (free_fresh, free_stale, free_none) = rows
     gpus = healthy_gpus(fresh + stale + none + free_fresh + free_stale + free_none)
