@@ -302,7 +302,10 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
     if not racks:  # changes to rows on no rack (a GPU out of any tray)
         return True
     rows = _rows(tray_rows(racks))
-    old = [t for t, row in enumerate(state.tray_row) if row[5] in racks]
+    if not state.rack_trays:
+        for t, row in enumerate(state.tray_row):
+            state.rack_trays.setdefault(row[5], []).append(t)
+    old = sorted(t for rack in racks for t in state.rack_trays.get(rack, ()))
     if [state.tray_row[t] for t in old] != rows:
         return False
     trays = set(old)
@@ -322,13 +325,17 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
             ["{" + ",".join(map(str, racks)) + "}"],
         )
         there = {row[0] for row in cursor.fetchall()}
-    moved = [
-        job_id
-        for job_id, held in state.held.items()
-        if job_id in there
-        or any(t in trays for t, _ in held.placement)
-        or any(t in trays for t, _ in held.unschedulable)
-    ]
+    # The kept jobs on those trays, from the cluster's own index of each tray's jobs (it holds exactly the
+    # kept placements), not by walking every running job's placement (~70 ms at 10,000 racks); the ones
+    # holding GPUs there that are not schedulable (not in that index) only when a tray has such GPUs.
+    holders = set(there)
+    for t in trays:
+        holders.update(cluster.tray_jobs[t])
+    if any(state.held_unschedulable[t] for t in trays):
+        holders.update(
+            job_id for job_id, held in state.held.items() if any(t in trays for t, _ in held.unschedulable)
+        )
+    moved = [job_id for job_id in state.held if job_id in holders]  # in the kept order, as before
     versions = {job_id: state.held[job_id].placed for job_id in moved}
     for job_id in moved:
         _drop(state, job_id)

@@ -69,6 +69,9 @@ class ClusterState:
     # tray index -> its row of the cold read (pk, hostname, rack, partition, dedicated to, rack pk): what a
     # rack re-read is compared with (scheduling.pass_cache)
     tray_row: list[tuple] = field(default_factory=list)
+    # rack pk -> its trays' indexes in order, made from `tray_row` by the first rack re-read (it does not
+    # change while the state is kept: a re-read that finds other trays reads cold)
+    rack_trays: dict[int, list[int]] = field(default_factory=dict)
     allocated: set[int] = field(default_factory=set)  # the GPUs the held jobs hold
     mark: Mark | None = None  # None: not kept (SQLite, or the log is missing)
     cold: bool = True  # built by this pass (not kept from an earlier one)
