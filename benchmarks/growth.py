@@ -119,11 +119,15 @@ def goals_at_10000(figures: dict) -> dict:
     api = figures.get("gpu_list_api_cursor")
     search = figures.get("search")
     recarve = figures.get("recarve")
+    # "After a typical change": both kinds the benchmark measures, the worse judged: 200 more jobs waiting
+    # (`run_pass_ms`) and one GPU of one rack turned unhealthy (`after_one_rack_change`: that rack re-read).
+    warm = None
+    if scheduling_pass:
+        changed = scheduling_pass.get("after_one_rack_change") or {}
+        warm = max(scheduling_pass["run_pass_ms"], changed.get("run_pass_ms", 0))
     return {
         "at_goal_scale": figures["racks"] >= 10000,
-        "scheduling_pass_warm_ms": _verdict(
-            scheduling_pass["run_pass_ms"] if scheduling_pass else None, PASS_WARM_GOAL_MS
-        ),
+        "scheduling_pass_warm_ms": _verdict(warm, PASS_WARM_GOAL_MS),
         "scheduling_pass_cold_ms": _verdict(
             scheduling_pass["cold"]["run_pass_ms"] if scheduling_pass else None, PASS_COLD_GOAL_MS
         ),

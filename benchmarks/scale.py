@@ -579,8 +579,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--search-history-jobs",
         type=int,
         metavar="N",
-        help="finished jobs added before the search part (default: a year at the fleet's rate, 2.1 million "
-        "at 1,000 racks, 21 million at 10,000)",
+        help="finished jobs added before the pages and search parts, so that every later figure is taken "
+        "with them present (default: a year at the fleet's rate, 2.1 million at 1,000 racks, 21 million at "
+        "10,000)",
     )
     parser.add_argument("--decisions", type=int, default=20000, help="timed placement decisions")
     parser.add_argument("--fill", type=float, default=0.65, help="share of GPUs held during the decisions")
@@ -818,7 +819,10 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
             started = time.perf_counter()
             seed_datacenter(racks=args.racks)
             seed_s = time.perf_counter() - started
-            # Departments, leads, jobs, telemetry and a day of quota history: data for the dashboards.
+            # Departments, leads, jobs, telemetry and a day of quota history: data for the dashboards. Their
+            # jobs' ids start past room for the year of finished jobs loaded before the pages (older jobs,
+            # smaller ids: benchmarks/search.py reserve_history_ids).
+            search.reserve_history_ids(args.racks, args.search_history_jobs)
             started = time.perf_counter()
             tenants = seed_tenants()
             seed_tenants_s = time.perf_counter() - started
@@ -847,14 +851,21 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
         """Each part draws from its own generator: `--only` one part measures what the full run does."""
         return random.Random(f"rackplane-bench-{part}")
 
+    history: dict | None = None
+    if parts & {"pages", "search"}:
+        # A year of finished jobs first: the pages, the search and the parts after them see the database a
+        # site has after a year, not a fleet that never ran a job.
+        log("a year of finished jobs (benchmarks/search.py seed_job_history)")
+        history = search.add_job_history(args.search_history_jobs)
     if "pages" in parts:
         log("pages and API latencies")
         figures.update(measure_pages(args, rng_for("pages")))
+        figures["job_history"] = history
     if "search" in parts:
         log("global search latencies (benchmarks/search.py)")
         figures["search"] = {
             "database": database,
-            **search.measure_search(rng_for("search"), args.requests, args.search_history_jobs),
+            **search.measure_search(rng_for("search"), args.requests, history=history),
         }
     # Before the pass part: its extra jobs may leave no rack without running work in a small fleet, and a
     # re-carve measured here needs no drain.
