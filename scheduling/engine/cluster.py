@@ -102,13 +102,51 @@ class Cluster:
         self.jobs: dict[int, tuple[tuple[int, int], ...]] = {}
         self.changing: set[int] = set()  # trays whose partition is being re-carved (`replace_partitions`)
 
-        rack_of: dict[str, int] = {}
-        part_of: dict[tuple[str, str], int] = {}
-        for spec in trays:
-            self._add_tray(spec, rack_of, part_of)
+        self._add_trays(trays)
         self._build_indexes()
 
     # --- building ----------------------------------------------------------------------------------
+
+    def _add_trays(self, specs: Iterable[TraySpec]) -> None:
+        """Append the trays in order, with their racks and partitions the first time they appear: what
+        `_add_tray` does tray by tray, with the per-tray lists filled whole (a cold pass builds 180,000 trays
+        at 10,000 racks). Anything `_add_tray` refuses is refused by it: the specs are added one by one."""
+        specs = list(specs)
+        hosts = [spec.hostname for spec in specs]
+        host_index = {host: t for t, host in enumerate(hosts)}
+        if len(host_index) != len(hosts) or any(not 0 <= spec.capacity <= GPUS_PER_TRAY for spec in specs):
+            rack_of: dict[str, int] = {}
+            part_of: dict[tuple[str, str], int] = {}
+            for spec in specs:
+                self._add_tray(spec, rack_of, part_of)
+            return
+        racks: dict[str, int] = {}
+        parts: dict[tuple[str, str], int] = {}
+        tray_part: list[int] = []
+        add, part_owner = tray_part.append, self.part_owner
+        for spec in specs:
+            key = (spec.rack, spec.partition)
+            p = parts.get(key)
+            if p is None:
+                r = racks.get(spec.rack)
+                if r is None:
+                    r = racks[spec.rack] = self._add_rack(spec.rack)
+                p = parts[key] = self._add_partition(spec.partition, r, spec.owner)
+            elif part_owner[p] != spec.owner:
+                raise ValueError(f"partition {spec.rack} {spec.partition} has trays of different owners")
+            add(p)
+        part_rack, part_trays = self.part_rack, self.part_trays
+        for t, p in enumerate(tray_part):
+            part_trays[p].append(t)
+        self.host_index = host_index
+        self.tray_host = hosts
+        self.tray_part = tray_part
+        self.tray_rack = [part_rack[p] for p in tray_part]
+        self.tray_cap = [spec.capacity for spec in specs]
+        self.tray_free = list(self.tray_cap)
+        self.tray_held = [False] * len(specs)
+        self.tray_settled = [spec.fabric_ok for spec in specs]
+        self.tray_jobs = [{} for _ in specs]
 
     def _add_tray(self, spec: TraySpec, rack_of: dict[str, int], part_of: dict[tuple[str, str], int]) -> None:
         """Append one tray, and its rack and partition the first time they appear (`rack_of`, `part_of`:
@@ -213,8 +251,10 @@ class Cluster:
             self.rack_buckets[0][r] = None
         self.capacity = sum(self.tray_cap)
         self.free_gpus = 0
-        for t in range(len(self.tray_host)):
-            self._index(t)
+        # Every tray indexed, each partition (and rack) moved once by its count of whole free trays (as
+        # `unhold` moves them: the same buckets in the same order as tray by tray with `_index`).
+        self.tray_held = [True] * len(self.tray_host)
+        self._hold_or_unhold(range(len(self.tray_host)), False)
 
     # --- facts -------------------------------------------------------------------------------------
 
