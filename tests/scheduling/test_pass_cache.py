@@ -374,6 +374,18 @@ def _gpu_fabric(rng, trays):
     )
 
 
+def _held_gpu_unhealthy(rng, trays):
+    # A GPU a running job holds turns unschedulable: the job keeps it, off the cluster's free GPUs (the
+    # re-read finds such holders apart from the tray's job index).
+    held = list(
+        Allocation.objects.filter(job__state__in=[JobState.STARTING, JobState.RUNNING])
+        .order_by("gpu_id")
+        .values_list("gpu_id", flat=True)
+    )
+    if held:
+        Gpu.objects.filter(pk=rng.choice(held)).update(health=GpuHealth.UNHEALTHY)
+
+
 def _tray_state(rng, trays):
     tray = rng.choice(trays)
     state = rng.choice([TrayState.DRAIN, TrayState.UP, TrayState.DOWN])
@@ -411,7 +423,7 @@ def _rename_department(rng, trays):  # a change the log puts on no rack: a cold 
     Department.objects.filter(slug="vision2").update(slug="vision")
 
 
-RACK_CHANGES = [_gpu_health, _gpu_fabric, _tray_state, _tray_fabric, _partition_degraded]
+RACK_CHANGES = [_gpu_health, _held_gpu_unhealthy, _gpu_fabric, _tray_state, _tray_fabric, _partition_degraded]
 CHANGES = [*RACK_CHANGES, _several_racks, _job_ends, _rename_department]
 
 
