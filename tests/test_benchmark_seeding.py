@@ -174,3 +174,36 @@ def test_the_stored_1000_rack_run_is_found_for_the_same_parts_first(tmp_path):
     assert pages.name == "scale-1000-pages.json"
     assert growth.find_baseline(("pages",), tmp_path) == pages
     assert json.loads(pages.read_text())["racks"] == 1000
+
+
+def test_the_pages_see_telemetry_as_fresh_as_a_live_site_keeps_it(demo_inventory):
+    # The year of jobs loaded before the pages takes longer than the staleness limit: the bench moves every
+    # utilization row forward to now, each one's low run kept as long as it was (None stays None).
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from benchmarks.scale import fresh_telemetry
+    from tenancy.activity import STALE_AFTER, fresh_activity
+    from tenancy.models import GpuActivity
+
+    then = timezone.now() - STALE_AFTER * 3
+    gpus = list(Gpu.objects.order_by("pk")[:3])
+    GpuActivity.objects.bulk_create(
+        [
+            GpuActivity(gpu=gpus[0], utilization=1.0, sampled_at=then, low_since=then - timedelta(hours=2)),
+            GpuActivity(gpu=gpus[1], utilization=80.0, sampled_at=then - timedelta(minutes=1)),
+            GpuActivity(gpu=gpus[2], utilization=2.0, sampled_at=then, low_since=then - timedelta(minutes=5)),
+        ]
+    )
+    assert not fresh_activity(timezone.now()).exists()
+    shift = fresh_telemetry()
+    assert shift >= (STALE_AFTER * 3).total_seconds()
+    rows = {row.gpu_id: row for row in GpuActivity.objects.all()}
+    assert fresh_activity(timezone.now()).count() == 3
+    moved = timedelta(seconds=shift)
+    assert abs(rows[gpus[0].pk].sampled_at - (then + moved)) < timedelta(seconds=1)
+    assert rows[gpus[0].pk].sampled_at - rows[gpus[0].pk].low_since == timedelta(hours=2)
+    assert rows[gpus[1].pk].low_since is None
+    assert rows[gpus[0].pk].sampled_at - rows[gpus[1].pk].sampled_at == timedelta(minutes=1)
+    assert fresh_telemetry() < 1  # already fresh: nothing to move
