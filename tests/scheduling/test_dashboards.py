@@ -479,13 +479,15 @@ MAX_QUERIES = {  # the lead's pages: +1 for the menu's roles (the audit link, "S
     # aggregate: scheduling.usage.fairshare_history), for the lead.
     # +1: the fleet's idle MIG slices, the admin dashboard's figure (scheduling.slice_holders.idle_slices).
     # +1: the decayed usage's rollup, read before its aggregate of the jobs since (scheduling.usage).
-    "/tenancy/departments/alpha/": 25,  # 25: its default project always has a row, so its people are read
+    # +1 (both dashboards): when fewer GPUs are idle than the list shows, whether low runs lie beyond the
+    # oldest ones the list looked among first (scheduling.usage.longest_idle; +1 again when some do).
+    "/tenancy/departments/alpha/": 26,  # 26: its default project always has a row, so its people are read
     # +1: the stranded NVLink capacity the last pass kept (scheduling.dashboard_data.last_stranded).
     # +2: the scheduler's re-carves of the last 24 h per rack, and the racks that allow them
     # (inventory.recarving.recent_recarves).
     # +1: the removals banner (admins only, as this page).
     # +1: the idle MIG slices on trays in service (scheduling.slice_holders.idle_slices, one query).
-    "/tenancy/dashboard/": 14,
+    "/tenancy/dashboard/": 15,
 }
 
 

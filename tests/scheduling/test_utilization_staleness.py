@@ -273,3 +273,36 @@ def test_the_longest_idle_come_first_by_idle_since_not_by_the_runs_start(departm
     expected = [two_hours.pk, one_hour.pk, long_run.pk][:limit]
     assert [gpu.pk for gpu in listed] == expected
     assert [gpu.idle_since for gpu in listed] == sorted(gpu.idle_since for gpu in listed)
+
+
+@pytest.mark.parametrize("window", [1, 2, 100])
+def test_the_longest_idle_are_found_beyond_the_oldest_low_runs(
+    department_a, department_b, gpus, window, monkeypatch
+):
+    """The list looks for its GPUs among the oldest low runs first (usage.CANDIDATES_PER_ROW per GPU
+    listed); a department whose idle GPUs' runs are all younger than other departments' (and than the free
+    GPUs' low runs) still gets its longest idle, in order, whatever that window is."""
+    monkeypatch.setattr(usage, "CANDIDATES_PER_ROW", window)
+    now = timezone.now()
+    older, free, mine = gpus[:3], gpus[3:5], gpus[5:8]
+    for n, gpu in enumerate(older):
+        low_row(gpu, timedelta(minutes=1), low_for=timedelta(hours=10 - n))
+    for gpu in free:  # sampled by the exporter, held by nobody: a low run, no idle GPU
+        low_row(gpu, timedelta(minutes=1), low_for=timedelta(hours=12))
+    for n, gpu in enumerate(mine):
+        low_row(gpu, timedelta(minutes=1), low_for=timedelta(hours=2 + n))
+    run_job(department_b, older, "b-idle", placed_at=now - timedelta(hours=11))
+    run_job(department_a, mine, "a-idle", placed_at=now - timedelta(hours=11))
+    queryset = usage.idle_gpus_queryset(now=now, department=department_a)
+    for limit in (1, 2, 3):
+        listed = usage.longest_idle(queryset, limit, "hostname", "index")
+        assert [gpu.pk for gpu in listed] == [mine[2].pk, mine[1].pk, mine[0].pk][:limit]
+    everyone = usage.longest_idle(usage.idle_gpus_queryset(now=now), 6, "hostname", "index")
+    assert [gpu.pk for gpu in everyone] == [
+        older[0].pk,
+        older[1].pk,
+        older[2].pk,
+        mine[2].pk,
+        mine[1].pk,
+        mine[0].pk,
+    ]
