@@ -34,7 +34,6 @@ measure estimated starts against real ones (benchmarks/estimates.py; the ITP hal
 """
 
 import argparse
-import base64
 import contextlib
 import json
 import os
@@ -741,9 +740,12 @@ def measure_pages(args: argparse.Namespace, rng: random.Random) -> dict:
 
 
 def gpu_cursor(pk: int) -> str:
-    """The cursor of the GPU list page after GPU `pk` (DRF's CursorPagination: base64 of `p=<position>`),
+    """The cursor of the GPU list page after GPU `pk` (core.pagination: the list's tag and the position),
     quoted for a URL."""
-    return urllib.parse.quote(base64.b64encode(urllib.parse.urlencode({"p": pk}).encode()).decode())
+    from core.pagination import cursor_tag, encode_cursor_text
+    from inventory.models import Gpu
+
+    return urllib.parse.quote(encode_cursor_text(cursor_tag(Gpu, "pk"), position=pk))
 
 
 def measure_ingest(args: argparse.Namespace, rng: random.Random) -> float:

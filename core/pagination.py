@@ -8,9 +8,15 @@ The largest lists (GPUs, trays: 720,000 and 180,000 at 10,000 racks) page by cur
 (CursorOrPagePagination): no count, no OFFSET; a client that asks for `page` gets numbered pages as before.
 """
 
+import base64
+import binascii
+import hashlib
+from urllib import parse
+
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.pagination import BasePagination, CursorPagination, PageNumberPagination
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import BasePagination, Cursor, CursorPagination, PageNumberPagination
+from rest_framework.utils.urls import replace_query_param
 
 
 def _positive_int(request, name: str, maximum: int | None = None) -> int | None:
@@ -50,10 +56,34 @@ class StandardPagination(PageNumberPagination):
         return parameters
 
 
+def cursor_tag(model, ordering) -> str:
+    """What a cursor is for: the list's model and its order (`ordering`, a field name or DRF's tuple of
+    them), as a short digest, so that one list's cursor (or another order's) is refused by the others."""
+    fields = (ordering,) if isinstance(ordering, str) else tuple(ordering)
+    what = f"{model._meta.label_lower}:{','.join(fields)}"
+    return hashlib.blake2s(what.encode(), digest_size=4).hexdigest()
+
+
+def encode_cursor_text(tag: str, offset: int = 0, reverse: bool = False, position=None) -> str:
+    """A cursor's text (base64 of its query string, as DRF's): the list's `tag` (cursor_tag) and DRF's
+    offset, direction and position."""
+    tokens = {"l": tag}
+    if offset:
+        tokens["o"] = str(offset)
+    if reverse:
+        tokens["r"] = "1"
+    if position is not None:
+        tokens["p"] = str(position)
+    return base64.b64encode(parse.urlencode(tokens).encode("ascii")).decode("ascii")
+
+
 class StrictCursorPagination(CursorPagination):
     """DRF's cursor pagination on a unique ordering (`ordering`, set per request by CursorOrPagePagination),
-    with the page-number pages' strict `page_size`; a cursor it cannot read, or whose position is not a
-    value of the ordering's field, is a 400 naming `cursor` (DRF answers 404, or fails in the query)."""
+    with the page-number pages' strict `page_size`. A cursor names the list and order it was given for
+    (`cursor_tag`); one this list did not give is a 400 naming `cursor`: not base64 (DRF skips what is not,
+    so `%%%` read as no cursor: the first page), not a query string, a key or a value DRF never writes, an
+    offset beyond DRF's cutoff (DRF clamps it), another list's or order's cursor (DRF read a GPU id as a
+    tray host name), a position that is no value of the ordering's field (DRF failed in the query)."""
 
     page_size = StandardPagination.page_size
     page_size_query_param = StandardPagination.page_size_query_param
@@ -64,16 +94,39 @@ class StrictCursorPagination(CursorPagination):
         return _positive_int(request, self.page_size_query_param, self.max_page_size) or self.page_size
 
     def decode_cursor(self, request):
-        try:
-            cursor = super().decode_cursor(request)
-        except NotFound:
-            cursor = None
-            valid = False
-        else:
-            valid = cursor is None or cursor.position is None or self._readable(cursor.position)
-        if not valid:
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is None:
+            return None
+        cursor = self._read(encoded)
+        if cursor is None:
             raise ValidationError({self.cursor_query_param: [INVALID_CURSOR]})
         return cursor
+
+    def _read(self, encoded: str) -> Cursor | None:
+        """The cursor `encoded` says, or None when this list did not give it."""
+        try:
+            text = base64.b64decode(encoded.encode("ascii"), validate=True).decode("ascii")
+            tokens = parse.parse_qs(text, keep_blank_values=True, strict_parsing=True)
+        except (ValueError, binascii.Error):  # UnicodeError is a ValueError
+            return None
+        if not set(tokens) <= {"l", "o", "r", "p"} or any(len(values) != 1 for values in tokens.values()):
+            return None
+        one = {key: values[0] for key, values in tokens.items()}
+        if one.get("l") != cursor_tag(self.model, self.ordering) or one.get("r", "1") != "1":
+            return None
+        offset = one.get("o", "0")
+        if not (offset.isascii() and offset.isdigit()) or int(offset) > self.offset_cutoff:
+            return None
+        position = one.get("p")
+        if position is not None and not self._readable(position):
+            return None
+        return Cursor(offset=int(offset), reverse="r" in one, position=position)
+
+    def encode_cursor(self, cursor):
+        text = encode_cursor_text(
+            cursor_tag(self.model, self.ordering), cursor.offset, cursor.reverse, cursor.position
+        )
+        return replace_query_param(self.base_url, self.cursor_query_param, text)
 
     def _readable(self, position: str) -> bool:
         name = self.ordering[0].lstrip("-")

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core import pagination
 from inventory.demo import seed_datacenter
 from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 
@@ -110,6 +111,10 @@ def encoded(text: str) -> str:
         encoded(f"p={2**70}"),
         encoded("o=-5&p=1"),
         encoded("r=x"),
+        "%%%",  # no base64 at all: DRF read it as no cursor (the first page)
+        "=",
+        "A" * 7000,
+        encoded(""),
     ],
 )
 def test_a_cursor_it_did_not_give_is_a_400_naming_it(demo_inventory, client, cursor):
@@ -173,3 +178,35 @@ def test_a_tray_cursor_page_costs_the_same_queries_at_any_size(
             with django_assert_max_num_queries(4):
                 response = client.get("/api/v1/trays/", {"page_size": page_size})
             assert len(response.json()["results"]) == min(page_size, racks * 18)
+
+
+def test_a_cursor_is_refused_by_other_lists_orders_and_tamperers(demo_inventory, client):
+    """A cursor names the list and order it came from: another list's (the GPUs' on the trays), another
+    order's (by uuid, then by uuid descending), a key or a value DRF never writes, an offset beyond its cutoff
+    or a duplicate are each a 400 naming `cursor`; the cursor as given still reads its page."""
+    tag = pagination.cursor_tag(Gpu, "pk")
+    given = cursor_of(client.get(URL, {"page_size": 5}).json()["next"])
+    assert client.get(URL, {"cursor": given, "page_size": 5}).status_code == 200
+    by_uuid = cursor_of(client.get(URL, {"sort": "uuid", "page_size": 5}).json()["next"])
+    assert client.get(URL, {"sort": "uuid", "cursor": by_uuid}).status_code == 200
+    refused = [
+        (URL, {"sort": "-uuid", "cursor": by_uuid}),
+        ("/api/v1/trays/", {"cursor": given}),
+        (URL, {"cursor": encoded(f"l={tag}&p=10&x=1")}),
+        (URL, {"cursor": encoded(f"l={tag}&p=10&p=11")}),
+        (URL, {"cursor": encoded(f"l={tag}&l={tag}&p=10")}),
+        (URL, {"cursor": encoded(f"l={tag}&o=1001&p=10")}),
+        (URL, {"cursor": encoded(f"l={tag}&o=+1&p=10")}),
+        (URL, {"cursor": encoded(f"l={tag}&r=0&p=10")}),
+        (URL, {"cursor": encoded(f"l={tag.upper()}&p=10")}),
+        (URL, {"cursor": encoded("p=10")}),  # no list named: a cursor from before they named one
+        (URL, {"cursor": encoded(f"l={tag}&p=../x")}),
+    ]
+    for url, params in refused:
+        response = client.get(url, params)
+        assert response.status_code == 400, (url, params, response.content)
+        assert list(response.json()) == ["cursor"]
+    ten = client.get(URL, {"cursor": encoded(f"l={tag}&p=10"), "page_size": 3}).json()
+    assert [row["id"] for row in ten["results"]] == list(
+        Gpu.objects.filter(pk__gt=10).order_by("pk").values_list("pk", flat=True)[:3]
+    )
