@@ -310,6 +310,8 @@ CELERY_BROKER_DIR = VAR_DIR / "celery"
 if CELERY_BROKER_URL.startswith("filesystem:"):
     for folder in ("queue", "processed", "control"):
         (CELERY_BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+    # kombu's filesystem transport, each message renamed into the queue once written (portal.broker).
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # One folder both ways: producers and the worker share the queue.
         "data_folder_in": str(CELERY_BROKER_DIR / "queue"),

@@ -37,6 +37,8 @@ export RACKPLANE_DEV_ENV="$REPO_ROOT/var/dev.env"
 # Messages consumed by earlier runs (the filesystem broker keeps what it delivered in processed/).
 rm -rf var/celery/processed
 mkdir -p var/celery/processed
+# A message a producer died while writing (portal.broker writes it as <name>.msg.part, then renames it).
+rm -f var/celery/queue/*.part
 
 # Each process in its own process group (setsid), so stopping one stops its children too.
 pgids=()
