@@ -138,8 +138,10 @@ def test_when_on_every_allocated_gpu_gets_a_fresh_sample_and_keeps_its_character
     # The idle job's run of low samples goes on: it is still on the idle list.
     assert {gpu.pk for gpu in idle_gpus_queryset()} == {gpu.pk for gpu in held["idle"]}
 
-    # The 5-minute bucket of now, for every GPU that reported: the chart reaches "now".
-    buckets = GpuUtilization.objects.filter(bucket_start=bucket_start(timezone.now()))
+    # The 5-minute bucket of the sample, for every GPU that reported: the chart reaches "now" (the bucket of
+    # when the cycle sampled, not of when the test looks: a slow machine crosses a bucket's end in between).
+    sampled = set(GpuActivity.objects.filter(gpu__in=reporting).values_list("sampled_at", flat=True))
+    buckets = GpuUtilization.objects.filter(bucket_start__in={bucket_start(at) for at in sampled})
     assert set(buckets.values_list("gpu_id", flat=True)) == reporting
     # A GPU nobody holds is sampled too, low (a DCGM exporter reports every GPU of its node), and stays off
     # the idle list (not held); the down tray's GPUs have no sample.
