@@ -108,23 +108,22 @@ class Cluster:
     # --- building ----------------------------------------------------------------------------------
 
     def _add_trays(self, specs: Iterable[TraySpec]) -> None:
-        """Append the trays in order, with their racks and partitions the first time they appear: what
-        `_add_tray` does tray by tray, with the per-tray lists filled whole (a cold pass builds 180,000 trays
-        at 10,000 racks). Anything `_add_tray` refuses is refused by it: the specs are added one by one."""
+        """Append the trays in order, with their racks and partitions the first time they appear; the
+        per-tray lists are filled whole (a cold pass builds 180,000 trays at 10,000 racks). A tray listed
+        twice, a capacity out of range or a partition with trays of different owners is refused at the first
+        tray that shows it."""
         specs = list(specs)
-        hosts = [spec.hostname for spec in specs]
-        host_index = {host: t for t, host in enumerate(hosts)}
-        if len(host_index) != len(hosts) or any(not 0 <= spec.capacity <= GPUS_PER_TRAY for spec in specs):
-            rack_of: dict[str, int] = {}
-            part_of: dict[tuple[str, str], int] = {}
-            for spec in specs:
-                self._add_tray(spec, rack_of, part_of)
-            return
+        host_index: dict[str, int] = {}
         racks: dict[str, int] = {}
         parts: dict[tuple[str, str], int] = {}
         tray_part: list[int] = []
-        add, part_owner = tray_part.append, self.part_owner
-        for spec in specs:
+        part_owner = self.part_owner
+        for t, spec in enumerate(specs):
+            if spec.hostname in host_index:
+                raise ValueError(f"tray {spec.hostname} is listed twice")
+            if not 0 <= spec.capacity <= GPUS_PER_TRAY:
+                raise ValueError(f"tray {spec.hostname}: capacity must be 0-{GPUS_PER_TRAY} GPUs")
+            host_index[spec.hostname] = t
             key = (spec.rack, spec.partition)
             p = parts.get(key)
             if p is None:
@@ -134,12 +133,12 @@ class Cluster:
                 p = parts[key] = self._add_partition(spec.partition, r, spec.owner)
             elif part_owner[p] != spec.owner:
                 raise ValueError(f"partition {spec.rack} {spec.partition} has trays of different owners")
-            add(p)
+            tray_part.append(p)
         part_rack, part_trays = self.part_rack, self.part_trays
         for t, p in enumerate(tray_part):
             part_trays[p].append(t)
         self.host_index = host_index
-        self.tray_host = hosts
+        self.tray_host = [spec.hostname for spec in specs]
         self.tray_part = tray_part
         self.tray_rack = [part_rack[p] for p in tray_part]
         self.tray_cap = [spec.capacity for spec in specs]
@@ -147,33 +146,6 @@ class Cluster:
         self.tray_held = [False] * len(specs)
         self.tray_settled = [spec.fabric_ok for spec in specs]
         self.tray_jobs = [{} for _ in specs]
-
-    def _add_tray(self, spec: TraySpec, rack_of: dict[str, int], part_of: dict[tuple[str, str], int]) -> None:
-        """Append one tray, and its rack and partition the first time they appear (`rack_of`, `part_of`:
-        the indexes given so far, by name)."""
-        if spec.hostname in self.host_index:
-            raise ValueError(f"tray {spec.hostname} is listed twice")
-        if not 0 <= spec.capacity <= GPUS_PER_TRAY:
-            raise ValueError(f"tray {spec.hostname}: capacity must be 0-{GPUS_PER_TRAY} GPUs")
-        r = rack_of.get(spec.rack)
-        if r is None:
-            r = rack_of[spec.rack] = self._add_rack(spec.rack)
-        p = part_of.get((spec.rack, spec.partition))
-        if p is None:
-            p = part_of[(spec.rack, spec.partition)] = self._add_partition(spec.partition, r, spec.owner)
-        elif self.part_owner[p] != spec.owner:
-            raise ValueError(f"partition {spec.rack} {spec.partition} has trays of different owners")
-        t = len(self.tray_host)
-        self.host_index[spec.hostname] = t
-        self.tray_host.append(spec.hostname)
-        self.tray_part.append(p)
-        self.tray_rack.append(r)
-        self.tray_cap.append(spec.capacity)
-        self.tray_free.append(spec.capacity)
-        self.tray_held.append(False)
-        self.tray_settled.append(spec.fabric_ok)
-        self.tray_jobs.append({})
-        self.part_trays[p].append(t)
 
     def _add_rack(self, name: str) -> int:
         r = len(self.rack_name)

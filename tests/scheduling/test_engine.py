@@ -99,16 +99,6 @@ def index_orders(c: Cluster) -> dict:
     }
 
 
-class TrayByTray(Cluster):
-    """The cluster as it was built before the whole-list build: each tray appended alone."""
-
-    def _add_trays(self, specs):
-        rack_of: dict = {}
-        part_of: dict = {}
-        for spec in specs:
-            self._add_tray(spec, rack_of, part_of)
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(  # racks: each a list of partitions, each (trays, owner), each tray (capacity, fabric settled)
@@ -141,12 +131,23 @@ def test_a_cluster_built_whole_has_the_indexes_tray_by_tray_gives(racks, with_fa
     if with_fabric:  # two racks a unit, two units a spine group; the last rack outside the fabric
         fabric = Fabric(racks={f"r{r}": (f"s{r // 4}", f"u{r // 2}") for r in range(len(racks) - 1)})
     whole = Cluster(specs, fabric)
-    by_tray = TrayByTray(specs, fabric)
+    by_tray = Cluster(specs, fabric)
     by_tray.hold(range(len(by_tray)))
     for t in range(len(by_tray)):
         by_tray.unhold([t])
     assert index_orders(whole) == index_orders(by_tray)
     check_indexes(whole)
+    # The per-tray lists, from the specs themselves: racks and partitions numbered as they first appear.
+    racks = list(dict.fromkeys(spec.rack for spec in specs))
+    parts = list(dict.fromkeys((spec.rack, spec.partition) for spec in specs))
+    assert whole.tray_host == [spec.hostname for spec in specs]
+    assert whole.tray_rack == [racks.index(spec.rack) for spec in specs]
+    assert whole.tray_part == [parts.index((spec.rack, spec.partition)) for spec in specs]
+    assert [whole.tray_cap, whole.tray_free] == [[spec.capacity for spec in specs]] * 2
+    assert whole.tray_settled == [spec.fabric_ok for spec in specs]
+    keys = [(spec.rack, spec.partition) for spec in specs]
+    assert whole.part_trays == [[t for t, k in enumerate(keys) if k == key] for key in parts]
+    assert whole.host_index == {spec.hostname: t for t, spec in enumerate(specs)}
 
 
 def test_a_cluster_refuses_what_it_refused_tray_by_tray():
