@@ -59,10 +59,21 @@ def kept_count(name: str, sql: str, params: list) -> int:
     """The count `sql` (a scalar expression, e.g. `_count_sql`'s) gives, kept under `name` while the
     inventory is unchanged (module docstring): it must read only columns the change log watches. One
     query."""
+    count, *_none = kept_count_with(name, sql, params)
+    return count
+
+
+def kept_count_with(
+    name: str, sql: str, params: list, also: str = "", also_from: str = "", also_params: list | None = None
+) -> tuple:
+    """(`kept_count`'s count, then the values of `also`, SQL expressions read every time, over `also_from`
+    when given, e.g. `FROM (SELECT ...) alias`) in one statement, so under one snapshot: e.g. the GPUs
+    kept and a count of rows that go with them read now."""
+    also = f", {also} {also_from}" if also else ""
     if connection.vendor != "postgresql":  # no change log (migration scheduling 0010)
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {sql}", params)
-            return cursor.fetchone()[0]
+            cursor.execute(f"SELECT {sql}{also}", params + (also_params or []))
+            return tuple(cursor.fetchone())
     key = _key(name)
     kept = cache.get(key)
     still, still_params = ("FALSE", []) if kept is None else (_STILL, _still_params(kept))
@@ -70,15 +81,26 @@ def kept_count(name: str, sql: str, params: list) -> int:
         # An uncorrelated subquery in a CASE branch not taken is never run (PostgreSQL evaluates it lazily).
         cursor.execute(
             "SELECT txid_current_snapshot()::text, pg_postmaster_start_time(), txid_current_if_assigned(), "
-            f"CASE WHEN {still} THEN NULL ELSE {sql} END",
-            still_params + params,
+            f"CASE WHEN {still} THEN NULL ELSE {sql} END{also}",
+            still_params + params + (also_params or []),
         )
-        snapshot, postmaster, own, count = cursor.fetchone()
+        snapshot, postmaster, own, count, *rest = cursor.fetchone()
     if count is None:
-        return kept["count"]
+        return (kept["count"], *rest)
     if own is None:  # counted under a snapshot every other transaction shares: keep it
         cache.set(key, {**_mark(snapshot, postmaster), "count": count}, None)
-    return count
+    return (count, *rest)
+
+
+def gpus_with(also: str, also_from: str, also_params: list) -> tuple:
+    """(every GPU of the fleet, counted when the inventory changed, else kept; then `also`'s values over
+    `also_from`, read now), in one statement (`kept_count_with`)."""
+    return kept_count_with("gpus", *_all_gpus_sql(), also, also_from, also_params)
+
+
+@functools.cache
+def _all_gpus_sql() -> tuple[str, list]:
+    return _count_sql(Gpu.objects.all())
 
 
 def _mark(snapshot: str, postmaster) -> dict:

@@ -85,3 +85,30 @@ def test_development_mode_starts_with_embedded_defaults(tmp_path):
     result = start_django(tmp_path, DEBUG="1")
     assert result.returncode == 0, result.stderr
     assert "DEBUG True HOSTS 127.0.0.1,localhost" in result.stdout
+
+
+def test_a_sites_own_jit_option_in_database_url_wins(tmp_path):
+    """The portal turns PostgreSQL's JIT off unless DATABASE_URL's `options` says otherwise."""
+    code = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.DATABASES['default']['OPTIONS'])"
+    )
+    env = {key: value for key, value in os.environ.items() if key not in SETTINGS_VARIABLES}
+    env.update(DJANGO_SETTINGS_MODULE="portal.settings", DEBUG="1", PYTHONPATH=str(REPO_ROOT))
+    seen = {}
+    for name, url in {
+        "default": "postgres://rp@127.0.0.1:5432/rp",
+        "own": "postgres://rp@127.0.0.1:5432/rp?options=-c%20jit%3Don",
+    }.items():
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            env={**env, "DATABASE_URL": url},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        seen[name] = result.stdout
+    assert "'options': '-c jit=off'" in seen["default"]
+    assert "jit=on" in seen["own"] and "jit=off" not in seen["own"]

@@ -55,7 +55,7 @@ def test_decayed_usage_sums_each_run_decayed_in_one_aggregate(
     ran(department_b, 8, 1, 0, now)
     ran(department_b, 64, 400, 300, now)  # 300 days ago: beyond 20 half-lives, not read
     make_job(department_b, state=JobState.PENDING, gpus=72)  # never ran: nothing
-    with django_assert_num_queries(2):  # the rollup (none yet), then one aggregate over the jobs
+    with django_assert_num_queries(3):  # the rollup (none yet), the running jobs, the ended ones
         usage = decayed_usage(now, DEFAULT_HALF_LIFE_S)
     assert usage[(department_a.pk, None)] == pytest.approx(expected(now, (8, 10, 3), (4, 2, None)), rel=1e-6)
     assert usage[(department_a.pk, vision.pk)] == pytest.approx(expected(now, (16, 1, 0.5)), rel=1e-6)
@@ -84,7 +84,7 @@ def test_the_beats_rollup_gives_the_same_usage_reading_only_the_jobs_since(
     ran(department_b, 8, 2, 0.5)  # finished after the rollup: read as one of the jobs since
     ran(department_a, 2, 1.5, 0.25)
     now = timezone.now()
-    with django_assert_num_queries(2):  # the rollup's rows, one aggregate of the jobs since
+    with django_assert_num_queries(3):  # the rollup's rows, the running jobs, the jobs ended since
         usage = decayed_usage(now, DEFAULT_HALF_LIFE_S)
     assert usage[(department_a.pk, None)] == pytest.approx(
         expected(now, (8, 10, 3), (4, 2, None), (2, 1.5, 0.25)), rel=1e-6
@@ -108,6 +108,20 @@ def test_the_beats_rollup_gives_the_same_usage_reading_only_the_jobs_since(
     # The half-life setting off: the beat removes the rows.
     settings.RACKPLANE_FAIRSHARE_HALF_LIFE_S = None
     assert roll_up_usage(now) == 0 and not UsageRollup.objects.exists()
+
+
+def test_a_holding_job_with_an_end_written_counts_once_by_its_end(department_a):
+    """The running jobs' aggregate reads every job in a holding state and sums only those not finished; a
+    job still holding whose end is written already is summed once, as a run that ended (the aggregate of
+    the ended jobs), with or without a rollup."""
+    now = timezone.now()
+    ended = ran(department_a, 8, 2, 0.5, now)
+    Job.objects.filter(pk=ended.pk).update(state=JobState.RUNNING)  # its end written before its state
+    ran(department_a, 4, 1, None, now)
+    want = expected(now, (8, 2, 0.5), (4, 1, None))
+    assert decayed_usage(now, DEFAULT_HALF_LIFE_S)[(department_a.pk, None)] == pytest.approx(want, rel=1e-6)
+    roll_up_usage(now - timedelta(days=1))  # before its end: it is one of the jobs ended since
+    assert decayed_usage(now, DEFAULT_HALF_LIFE_S)[(department_a.pk, None)] == pytest.approx(want, rel=1e-6)
 
 
 def _every_job(now, half_life_s):
