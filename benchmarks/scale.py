@@ -726,9 +726,13 @@ def measure_pages(args: argparse.Namespace, rng: random.Random) -> dict:
         ),
     }
     # Department dashboards: the admin's (every department, capacity, idle GPUs cluster-wide) and one lead's
-    # (the largest department, as its lead sees it).
+    # (the largest department, as its lead sees it). Before each, the beat's count of idle GPUs
+    # (scheduling.usage.keep_idle_counts, every minute on a site), its time a figure of its own.
+    figures["idle_counts_beat_ms"] = keep_idle_counts_ms()
     figures["admin_dashboard_page"] = latency(client, ["/tenancy/dashboard/"] * args.requests)
+    keep_idle_counts_ms()
     figures["department_list_page"] = latency(client, ["/tenancy/departments/"] * args.requests)
+    keep_idle_counts_ms()
     largest = Department.objects.order_by("-guaranteed_gpus", "name").first()
     lead = Membership.objects.filter(department=largest, role="lead").select_related("user").first().user
     lead_client = Client()
@@ -737,6 +741,15 @@ def measure_pages(args: argparse.Namespace, rng: random.Random) -> dict:
         lead_client, [f"/tenancy/departments/{largest.slug}/"] * args.requests
     )
     return figures
+
+
+def keep_idle_counts_ms() -> float:
+    """What the beat does every minute on a site (scheduling.usage.keep_idle_counts), timed."""
+    from scheduling.usage import keep_idle_counts
+
+    started = time.perf_counter()
+    keep_idle_counts()
+    return round((time.perf_counter() - started) * 1000, 1)
 
 
 def gpu_cursor(pk: int) -> str:

@@ -27,6 +27,7 @@ PRUNE_TELEMETRY = "tenancy.tasks.prune_telemetry"
 SCHEDULE_JOBS = "scheduling.tasks.schedule_jobs"
 SCHEDULE_JOBS_PERIODICALLY = "scheduling.tasks.schedule_jobs_periodically"
 SNAPSHOT_QUOTAS = "scheduling.tasks.snapshot_quotas"
+KEEP_IDLE_COUNTS = "scheduling.tasks.keep_idle_counts"
 WHATIF_PREPARE = "scheduling.tasks.whatif_prepare"
 WHATIF_REPLAY = "scheduling.tasks.whatif_replay"
 # integrations.tasks
@@ -55,6 +56,7 @@ TASKS = frozenset(
         SCHEDULE_JOBS,
         SCHEDULE_JOBS_PERIODICALLY,
         SNAPSHOT_QUOTAS,
+        KEEP_IDLE_COUNTS,
         WHATIF_PREPARE,
         WHATIF_REPLAY,
         PUSH_CONFIG,

@@ -338,6 +338,9 @@ CELERY_BEAT_SCHEDULE: dict = {
     "scrape-dcgm-exporters": {"task": task_names.SCRAPE_EXPORTERS, "schedule": 60.0},
     "prune-telemetry": {"task": task_names.PRUNE_TELEMETRY, "schedule": 3600.0},
     "snapshot-quotas": {"task": task_names.SNAPSHOT_QUOTAS, "schedule": 300.0},
+    # Each department's idle GPUs, counted once a minute for every page that shows them (scheduling.usage
+    # keep_idle_counts; PostgreSQL only).
+    "keep-idle-counts": {"task": task_names.KEEP_IDLE_COUNTS, "schedule": 60.0},
     "follow-partition-plans": {"task": task_names.FOLLOW_ACTIVE_PLANS, "schedule": 30.0},
     # Partition plans scheduled for a maintenance window: started, applied or expired (integrations.plans
     # .windows).

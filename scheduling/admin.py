@@ -12,6 +12,7 @@ from scheduling.models import (
     Allocation,
     BackendCancel,
     FaultPolicy,
+    IdleCount,
     Job,
     JobEvent,
     SchedulerState,
@@ -168,6 +169,14 @@ class UsageRollupAdmin(ReadOnlyAdmin):
 
     list_display = ["department", "project", "usage", "through", "half_life_s"]
     list_select_related = ["department", "project"]
+
+
+@admin.register(IdleCount)
+class IdleCountAdmin(ReadOnlyAdmin):
+    """Each department's idle GPUs as the beat counts them every minute (scheduling.usage)."""
+
+    list_display = ["department", "idle", "no_data", "taken_at"]
+    list_select_related = ["department"]
 
 
 class WhatIfLayoutInline(ReadOnlyInline):

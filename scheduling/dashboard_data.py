@@ -26,6 +26,7 @@ from scheduling.usage import (
     department_positions,
     free_gpus_count,
     held_without_data,
+    idle_as_listed,
     idle_gpus_queryset,
     longest_idle,
 )
@@ -130,6 +131,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         idle_gpus_queryset(now=now, department=department, settings=settings), IDLE_LIMIT, "hostname", "index"
     )
     position = positions.of(department)
+    idle_as_listed([position], idle, IDLE_LIMIT)
     jobs = Job.objects.visible_to(user).filter(department=department).select_related("submitted_by")
     running_jobs = list(jobs.filter(state__in=HOLDING_STATES).order_by("-started_at", "-pk")[:JOB_LIMIT])
     for job in running_jobs:  # a bounded page of jobs: "gb-r0001-t[01-09]" reads better than nine names
@@ -149,7 +151,9 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         capacity=positions.capacity,
         history=quota_history(user, department, now),
         idle_gpus=idle,
-        no_data_gpus=held_without_data(department, now, settings),
+        no_data_gpus=(
+            position.no_data if position.no_data is not None else held_without_data(department, now, settings)
+        ),
         running_jobs=running_jobs,
         pending_jobs=pending_jobs,
         partitions=partitions,
@@ -240,6 +244,7 @@ def admin_dashboard(now: datetime | None = None) -> AdminDashboard:
         ADMIN_IDLE_LIMIT,
         *("department_name", "hostname", "index"),
     )
+    idle_as_listed(positions, idle, ADMIN_IDLE_LIMIT)
     return AdminDashboard(
         positions=positions,
         status=positions.capacity_status(),

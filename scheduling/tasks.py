@@ -18,6 +18,7 @@ from core.enqueue import one_at_a_time, send_now
 from core.models import AuditSource, NotificationEvent
 from core.notifications.recording import notify
 from core.task_names import (
+    KEEP_IDLE_COUNTS,
     OLD_SNAPSHOT_QUOTAS,
     SCHEDULE_JOBS,
     SCHEDULE_JOBS_PERIODICALLY,
@@ -29,7 +30,7 @@ from scheduling import whatif_runs
 from scheduling.engine.words import plural, say
 from scheduling.services.pass_requests import request_pass
 from scheduling.services.passes import run_pass
-from scheduling.usage import SNAPSHOT_FIELDS, department_positions, roll_up_usage
+from scheduling.usage import SNAPSHOT_FIELDS, department_positions, keep_idle_counts, roll_up_usage
 from scheduling.words import IDLE_GPUS_MANY, IDLE_GPUS_ONE, SHORT_OF_GUARANTEE_MANY, SHORT_OF_GUARANTEE_ONE
 from tenancy.models import QuotaSnapshot
 
@@ -144,6 +145,13 @@ def snapshot_quotas() -> int:
     recorded = record_quota_snapshots()
     roll_up_usage()
     return recorded
+
+
+@shared_task(name=KEEP_IDLE_COUNTS)
+def keep_idle_counts_task() -> int:
+    """Beat runs this every minute: each department's idle GPUs counted once for every page that shows them
+    (scheduling.usage.keep_idle_counts; PostgreSQL only: returns 0 elsewhere)."""
+    return keep_idle_counts()
 
 
 @shared_task(name=OLD_SNAPSHOT_QUOTAS)

@@ -38,6 +38,7 @@ Definitions the dashboards share (and `scheduling.tasks.record_quota_snapshots` 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -70,7 +71,7 @@ from inventory.models import Gpu
 from scheduling import fleet_counts
 from scheduling.choices import ACTIVE_STATES, HOLDING_STATES, JobState
 from scheduling.fleet_counts import schedulable_gpus
-from scheduling.models import Allocation, Job, UsageRollup
+from scheduling.models import Allocation, IdleCount, Job, UsageRollup
 from tenancy import activity
 from tenancy.activity import fresh_activity, fresh_since
 from tenancy.models import Department, GpuActivity, Membership, TenancySettings
@@ -102,6 +103,9 @@ class Position:
     slice_equivalents: float = 0.0  # what they count for in GPUs (g/7 each)
     slices_borrowed_equivalents: float = 0.0  # of that, held by slice jobs flagged over quota
     guarantee: GuaranteePosition | None = None  # tenancy.quota.guarantee_positions: cut and owed
+    # Held GPUs without utilization data as the beat counted them (IdleCount, while fresh); None: not kept
+    # (count them: held_without_data).
+    no_data: int | None = None
 
     @property
     def guaranteed(self) -> int:
@@ -315,20 +319,65 @@ JOB_FIGURES = (
 HELD_FIGURES = ("in_use", "borrowed", "idle")
 
 
+# A kept idle count (IdleCount, the beat's every minute) stands for the live one this long after it was taken:
+# one missed beat; after that the pages count again.
+IDLE_KEPT_FOR = timedelta(minutes=2)
+# `held_gpus_by_department`'s key saying its figures include the beat's counts of GPUs without data.
+KEPT = -1
+
+
+def _held_idle(now: datetime, settings: TenancySettings) -> QuerySet:
+    """The idle GPUs running jobs hold, counted per department: (department pk, idle) rows. From the
+    allocations (no join through the GPU table: a GPU has at most one): fresh activity rows low for the
+    whole window (`idle_activity_queryset`, a fraction of the GPUs) whose job has held the GPU for the
+    whole window too (`held_through`). Exactly the GPUs `idle_gpus_queryset` lists."""
+    idle = idle_activity_queryset(now, settings)
+    held = held_through(idle_cutoff(now, settings)[0])
+    return (
+        Allocation.objects.filter(held, job__state__in=HOLDING_STATES, gpu__in=idle.values("gpu"))
+        .order_by()
+        .values_list("job__department")
+        .annotate(idle=Count("pk"))
+    )
+
+
+def keep_idle_counts(now: datetime | None = None) -> int:
+    """Count every department's idle GPUs now (`_held_idle`) and its held GPUs without utilization data
+    (`without_data_by_department`), and keep the figures (IdleCount, one row per department, 0 included),
+    for the pages to read while fresh (`held_gpus_by_department`, `held_without_data`). The beat's, every
+    minute (scheduling.tasks.keep_idle_counts); PostgreSQL only, where the pages read them (elsewhere the
+    pages count, and nothing is written). Returns the departments counted."""
+    if not keeps_held():
+        return 0
+    now = now or timezone.now()
+    counted = dict(_held_idle(now, TenancySettings.load()))
+    without = without_data_by_department(now)
+    rows = [
+        IdleCount(department_id=pk, idle=counted.get(pk, 0), no_data=without.get(pk, 0), taken_at=now)
+        for pk in Department.objects.order_by("pk").values_list("pk", flat=True)
+    ]
+    IdleCount.objects.bulk_create(  # an upsert: two beats counting at once never collide
+        rows,
+        update_conflicts=True,
+        unique_fields=["department"],
+        update_fields=["idle", "no_data", "taken_at"],
+    )
+    return len(rows)
+
+
 def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, dict[str, int]]:
     """{department pk: {in_use, borrowed, idle}} for the departments whose jobs count for something, with
     `JOB_FIGURES` too where the database keeps them (PostgreSQL). One query.
 
     In use and borrowed as `kept_held` has them (summed over projects); idle counted from the idle activity
-    rows (`idle_activity_queryset`: fresh rows low for the whole window, a fraction of the GPUs) held by a
-    running job: a GPU has at most one allocation, so this counts exactly the GPUs `idle_gpus_queryset`
-    lists. PostgreSQL: the kept rows and the idle count in one statement; elsewhere one pass over the running
-    jobs' allocations counts all three (and `departments_with_jobs` the job figures).
+    rows held by a running job (`_held_idle`). PostgreSQL: the kept rows and the idle counts in one
+    statement, the idle counts the beat kept (IdleCount) when it took them less than `IDLE_KEPT_FOR` before
+    `now`, else counted (the branch not taken is not run: its condition is a one-time filter); elsewhere one
+    pass over the running jobs' allocations counts all three (and `departments_with_jobs` the job figures).
     """
-    idle = idle_activity_queryset(now, settings)
-    # Idle while held: its job has held the GPU for the whole window too (`held_through`).
-    held = held_through(idle_cutoff(now, settings)[0])
     if not keeps_held():
+        idle = idle_activity_queryset(now, settings)
+        held = held_through(idle_cutoff(now, settings)[0])
         rows = (
             Allocation.objects.filter(job__state__in=HOLDING_STATES)
             .order_by()
@@ -340,27 +389,30 @@ def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[in
             )
         )
         return {dept: dict(zip(HELD_FIGURES, values, strict=True)) for dept, *values in rows}
-    held_idle = (  # from the allocations: no join through the GPU table (a GPU has at most one)
-        Allocation.objects.filter(held, job__state__in=HOLDING_STATES, gpu__in=idle.values("gpu"))
-        .order_by()
-        .values_list("job__department")
-        .annotate(idle=Count("pk"))
-    )
-    idle_sql, idle_params = held_idle.query.sql_with_params()
+    idle_sql, idle_params = _held_idle(now, settings).query.sql_with_params()
     kept = ("in_use", "borrowed", *JOB_FIGURES)
-    names = [*kept, "idle"]
+    names = [*kept, "idle", "no_data"]
+    zeros = "0, " * len(kept)
+    counts, taken = IdleCount._meta.db_table, IdleCount._meta.get_field("taken_at")
+    window = [taken.get_db_prep_value(moment, connection) for moment in (now - IDLE_KEPT_FOR, now)]
+    fresh = f"SELECT 1 FROM {counts} WHERE {taken.column} >= %s AND {taken.column} <= %s"
     figures: dict[int, dict[str, int]] = {}
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT department_id, {', '.join(f'SUM({name})' for name in kept)}, 0 FROM {HELD_TABLE} "
-            f"GROUP BY department_id UNION ALL SELECT department_id, {'0, ' * len(kept)}idle "
-            f"FROM ({idle_sql}) idle(department_id, idle)",
-            idle_params,
+            f"SELECT department_id, {', '.join(f'SUM({name})' for name in kept)}, 0, 0, FALSE "
+            f"FROM {HELD_TABLE} GROUP BY department_id "
+            f"UNION ALL SELECT department_id, {zeros}idle, no_data, TRUE FROM {counts} "
+            f"WHERE {taken.column} >= %s AND {taken.column} <= %s "
+            f"UNION ALL SELECT department_id, {zeros}idle, 0, FALSE "
+            f"FROM ({idle_sql}) idle(department_id, idle) WHERE NOT EXISTS ({fresh})",
+            [*window, *idle_params, *window],
         )
-        for dept, *values in cursor.fetchall():
+        for dept, *values, from_kept in cursor.fetchall():
             total = figures.setdefault(dept, dict.fromkeys(names, 0))
             for name, value in zip(names, values, strict=True):
                 total[name] += value
+            if from_kept:
+                figures[KEPT] = {}
     return figures
 
 
@@ -377,6 +429,7 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
     kept = keeps_held()  # PostgreSQL keeps the job figures too: the departments alone, not their jobs
     departments = list(Department.objects.order_by("name") if kept else departments_with_jobs())
     held = held_gpus_by_department(now, settings)
+    kept_counts = held.pop(KEPT, None) is not None
     positions = []
     for department in departments:
         figures = held.get(department.pk, {})
@@ -392,6 +445,7 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
                 pending_demand=department.pending_gpus,
                 pending_jobs=department.pending_jobs,
                 idle=figures.get("idle", 0),
+                no_data=figures.get("no_data", 0) if kept_counts else None,
                 slices=department.held_slices,
                 slice_equivalents=department.held_slice_g / COMPUTE_SLICES,
                 slices_borrowed_equivalents=department.borrowed_slice_g / COMPUTE_SLICES,
@@ -564,6 +618,19 @@ def longest_idle(queryset: QuerySet[Gpu], limit: int, *ties: str) -> list[Gpu]:
     return list(queryset.filter(activity__low_since__lte=bound).order_by("idle_since", *ties)[:limit])
 
 
+def idle_as_listed(positions: Iterable[Position], listed: list[Gpu], limit: int) -> None:
+    """When the idle list (`longest_idle`, at most `limit` GPUs) holds every idle GPU of the `positions`'
+    departments (fewer than `limit`), set their idle figures from it, so that a page's count and its list
+    agree: the figures may be the beat's (IdleCount, up to a minute old) where the list is read now."""
+    if len(listed) >= limit:
+        return
+    by_department: dict[int, int] = {}
+    for gpu in listed:
+        by_department[gpu.department_id] = by_department.get(gpu.department_id, 0) + 1
+    for position in positions:
+        position.idle = by_department.get(position.department.pk, 0)
+
+
 # `held_without_data`: stale activity rows are "few" below 1 in STALE_FEW of them.
 STALE_FEW = 4
 
@@ -575,25 +642,38 @@ def held_without_data(
     not refreshed for ``tenancy.activity.STALE_AFTER`` (the one staleness rule: such a row is neither idle
     nor working). Idle rows are fresh (`idle_activity_queryset`), so held = idle + working + no data, and
     "no data" never reads as working. `department` may be a list of departments or ids (a person's home: all
-    of theirs). `settings` is accepted for the callers' symmetry; the count does not need it. Two queries, a
-    third when some activity row is stale and every GPU has one (`_activity_gaps`).
+    of theirs). `settings` is accepted for the callers' symmetry; the count does not need it.
+
+    Counted now (`without_data_by_department`: two queries, a third when some activity row is stale and every
+    GPU has one); the pages take the beat's count instead while it is fresh (`Position.no_data`).
     """
     several = department if isinstance(department, list | tuple | set) else [department]
     ids = [getattr(one, "pk", one) for one in several]
-    now = now or timezone.now()
-    held = Allocation.objects.filter(job__state__in=HOLDING_STATES, job__department__in=ids)
+    return sum(without_data_by_department(now or timezone.now(), ids).values())
+
+
+def without_data_by_department(now: datetime, ids: list[int] | None = None) -> dict[int, int]:
+    """{department pk: held GPUs with no utilization data} (`held_without_data`), counted now, for the
+    departments of `ids` (None: every department); a department with none may be left out."""
+    held = Allocation.objects.filter(job__state__in=HOLDING_STATES)
+    if ids is not None:
+        held = held.filter(job__department__in=ids)
+
+    def per_department(allocations: QuerySet, department: str = "job__department") -> dict[int, int]:
+        return dict(allocations.order_by().values_list(department).annotate(n=Count("pk")))
+
     missing, stale, rows = _activity_gaps(now)
     if not missing:
         # Every GPU has an activity row (a telemetry source samples every GPU, held or not): only a stale
         # row leaves a held GPU without data, so the few stale rows are joined, not every held GPU (issue
         # 32: the anti-join below is ~120 ms for a department holding 290,000 GPUs at 10,000 racks).
         if not stale:
-            return 0
+            return {}
         if stale == rows:  # the telemetry stopped: every held GPU is without data (not 290,000 probes)
-            return held.count()
+            return per_department(held)
         stale_rows = GpuActivity.objects.filter(sampled_at__lt=fresh_since(now)).values("gpu")
         if stale * STALE_FEW > rows:  # many: the department's held GPUs probed against the stale rows
-            return held.filter(gpu__in=stale_rows).count()
+            return per_department(held.filter(gpu__in=stale_rows))
         # Few rows stale (a rack's exporter down): from the stale rows to the allocations on their GPUs,
         # each one's job looked up by its key (a subquery per row), not the department's running jobs joined
         # to every allocation and probed against the activity rows (300 ms at 10,000 racks however few rows
@@ -603,16 +683,13 @@ def held_without_data(
             .order_by()
             .values("department_id")
         )
-        return (
-            Allocation.objects.filter(gpu__in=stale_rows)
-            .annotate(holder=Subquery(holder))
-            .filter(holder__in=ids)
-            .count()
-        )
+        on_stale = Allocation.objects.filter(gpu__in=stale_rows).annotate(holder=Subquery(holder))
+        on_stale = on_stale.filter(holder__isnull=False) if ids is None else on_stale.filter(holder__in=ids)
+        return per_department(on_stale, "holder")
     # NOT EXISTS, not NOT IN: PostgreSQL plans `NOT IN (subquery)` as a scan of the subquery per row once
     # it outgrows work_mem (10,000 racks: 25 minutes for one count), NOT EXISTS as an anti-join.
     fresh = fresh_activity(now).filter(gpu=OuterRef("gpu"))
-    return held.exclude(Exists(fresh)).count()
+    return per_department(held.exclude(Exists(fresh)))
 
 
 def _activity_gaps(now: datetime) -> tuple[int, int, int]:

@@ -103,6 +103,8 @@ TABLES_OF_MODELS_ADDED_SINCE: set[str] = {
     "scheduling_sliceallocation",
     # The finished jobs' decayed usage the beat rolls up (scheduling.usage.roll_up_usage, issue 32).
     "scheduling_usagerollup",
+    # Each department's idle GPUs and GPUs without data as the beat counts them (scheduling.usage, issue 32).
+    "scheduling_idlecount",
     # The compute fabric above the rack (issue 33): each source's import, its groups, places and rails, and a
     # file uploaded on the import page between its preview and its applying.
     "inventory_fabricimport",

@@ -28,6 +28,7 @@ from scheduling.usage import (
     Position,
     department_list,
     held_without_data,
+    idle_as_listed,
     idle_gpus_queryset,
     longest_idle,
 )
@@ -110,6 +111,7 @@ def work_home(user) -> WorkHome:
         WORK_LIMIT,
         *("department_name", "hostname", "index"),
     )
+    idle_as_listed(positions, idle, WORK_LIMIT)
     link_idle_gpus(idle)
     jobs = (
         Job.objects.visible_to(user)
@@ -123,8 +125,18 @@ def work_home(user) -> WorkHome:
         idle_gpus=idle,
         running_jobs=running,
         pending_jobs=pending,
-        no_data=held_without_data(ids) if ids else 0,
+        no_data=_without_data(positions, ids),
     )
+
+
+def _without_data(positions: list[Position], ids: list[int]) -> int:
+    """The held GPUs of these departments without utilization data: the beat's counts while fresh
+    (`Position.no_data`), else counted (scheduling.usage.held_without_data)."""
+    if not ids:
+        return 0
+    if all(p.no_data is not None for p in positions):
+        return sum(p.no_data or 0 for p in positions)
+    return held_without_data(ids)
 
 
 def home(request):

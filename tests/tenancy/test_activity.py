@@ -519,6 +519,7 @@ def test_beat_runs_the_scrape_every_minute_and_the_prune_hourly():
         "tenancy.tasks.scrape_exporters": 60.0,
         "tenancy.tasks.prune_telemetry": 3600.0,
         "scheduling.tasks.snapshot_quotas": 300.0,
+        "scheduling.tasks.keep_idle_counts": 60.0,  # each department's idle GPUs, for the pages
         "integrations.tasks.retry_stale_pushes": 60.0,
         "integrations.tasks.follow_active_plans": 30.0,
         "integrations.tasks.run_plan_windows": 30.0,
