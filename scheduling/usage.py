@@ -322,8 +322,6 @@ HELD_FIGURES = ("in_use", "borrowed", "idle")
 # A kept idle count (IdleCount, the beat's every minute) stands for the live one this long after it was taken:
 # one missed beat; after that the pages count again.
 IDLE_KEPT_FOR = timedelta(minutes=2)
-# `held_gpus_by_department`'s key saying its figures include the beat's counts of GPUs without data.
-KEPT = -1
 
 
 def _held_idle(now: datetime, settings: TenancySettings) -> QuerySet:
@@ -365,9 +363,12 @@ def keep_idle_counts(now: datetime | None = None) -> int:
     return len(rows)
 
 
-def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[int, dict[str, int]]:
-    """{department pk: {in_use, borrowed, idle}} for the departments whose jobs count for something, with
-    `JOB_FIGURES` too where the database keeps them (PostgreSQL). One query.
+def held_gpus_by_department(
+    now: datetime, settings: TenancySettings
+) -> tuple[dict[int, dict[str, int]], bool]:
+    """({department pk: {in_use, borrowed, idle}} for the departments whose jobs count for something, with
+    `JOB_FIGURES` too where the database keeps them (PostgreSQL), and `no_data` when the beat's counts were
+    read; whether they were). One query.
 
     In use and borrowed as `kept_held` has them (summed over projects); idle counted from the idle activity
     rows held by a running job (`_held_idle`). PostgreSQL: the kept rows and the idle counts in one
@@ -388,7 +389,7 @@ def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[in
                 idle=Count("pk", filter=Q(gpu__in=idle.values("gpu")) & held),
             )
         )
-        return {dept: dict(zip(HELD_FIGURES, values, strict=True)) for dept, *values in rows}
+        return {dept: dict(zip(HELD_FIGURES, values, strict=True)) for dept, *values in rows}, False
     idle_sql, idle_params = _held_idle(now, settings).query.sql_with_params()
     kept = ("in_use", "borrowed", *JOB_FIGURES)
     names = [*kept, "idle", "no_data"]
@@ -397,6 +398,7 @@ def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[in
     window = [taken.get_db_prep_value(moment, connection) for moment in (now - IDLE_KEPT_FOR, now)]
     fresh = f"SELECT 1 FROM {counts} WHERE {taken.column} >= %s AND {taken.column} <= %s"
     figures: dict[int, dict[str, int]] = {}
+    read_kept = False
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT department_id, {', '.join(f'SUM({name})' for name in kept)}, 0, 0, FALSE "
@@ -411,9 +413,8 @@ def held_gpus_by_department(now: datetime, settings: TenancySettings) -> dict[in
             total = figures.setdefault(dept, dict.fromkeys(names, 0))
             for name, value in zip(names, values, strict=True):
                 total[name] += value
-            if from_kept:
-                figures[KEPT] = {}
-    return figures
+            read_kept = read_kept or from_kept
+    return figures, read_kept
 
 
 def department_positions(now: datetime | None = None, settings: TenancySettings | None = None) -> Positions:
@@ -428,8 +429,7 @@ def department_positions(now: datetime | None = None, settings: TenancySettings 
     settings = settings or TenancySettings.load()
     kept = keeps_held()  # PostgreSQL keeps the job figures too: the departments alone, not their jobs
     departments = list(Department.objects.order_by("name") if kept else departments_with_jobs())
-    held = held_gpus_by_department(now, settings)
-    kept_counts = held.pop(KEPT, None) is not None
+    held, kept_counts = held_gpus_by_department(now, settings)
     positions = []
     for department in departments:
         figures = held.get(department.pk, {})

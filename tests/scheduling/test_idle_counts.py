@@ -20,8 +20,7 @@ postgresql = pytest.mark.skipif(
 
 
 def idle_by_department(now):
-    held = usage.held_gpus_by_department(now, TenancySettings.load())
-    held.pop(usage.KEPT, None)
+    held, _kept = usage.held_gpus_by_department(now, TenancySettings.load())
     return {pk: figures["idle"] for pk, figures in held.items() if figures["idle"]}
 
 
