@@ -24,6 +24,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -125,7 +126,7 @@ class Exporter:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -133,6 +134,17 @@ class Exporter:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """An exporter's server that says nothing when Prometheus hangs up mid-answer (a scrape that timed out):
+    socketserver prints the traceback to the process's stderr, where a later test of the same worker that
+    reads its own stderr found it (ci135: a command's one-line error read as three lines)."""
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipeError, ConnectionResetError
+            return
+        super().handle_error(request, client_address)
 
 
 @dataclass
