@@ -25,10 +25,10 @@ from scheduling.usage import (
     Positions,
     department_positions,
     free_gpus_count,
-    held_without_data,
     idle_as_listed,
     idle_gpus_queryset,
     longest_idle,
+    without_data_of,
 )
 from tenancy.activity import STALE_AFTER
 from tenancy.models import DedicatedPartition, Department, Membership, QuotaSnapshot, TenancySettings
@@ -151,9 +151,7 @@ def department_dashboard(user, department: Department, now: datetime | None = No
         capacity=positions.capacity,
         history=quota_history(user, department, now),
         idle_gpus=idle,
-        no_data_gpus=(
-            position.no_data if position.no_data is not None else held_without_data(department, now, settings)
-        ),
+        no_data_gpus=without_data_of([position], now),
         running_jobs=running_jobs,
         pending_jobs=pending_jobs,
         partitions=partitions,

@@ -652,6 +652,16 @@ def held_without_data(
     return sum(without_data_by_department(now or timezone.now(), ids).values())
 
 
+def without_data_of(positions: list[Position], now: datetime | None = None) -> int:
+    """The held GPUs without utilization data of these positions' departments, as a page shows them: the
+    beat's counts while fresh (`Position.no_data`, all of them kept), else counted (`held_without_data`)."""
+    if not positions:
+        return 0
+    if all(p.no_data is not None for p in positions):
+        return sum(p.no_data or 0 for p in positions)
+    return held_without_data([p.department.pk for p in positions], now)
+
+
 def without_data_by_department(now: datetime, ids: list[int] | None = None) -> dict[int, int]:
     """{department pk: held GPUs with no utilization data} (`held_without_data`), counted now, for the
     departments of `ids` (None: every department); a department with none may be left out."""

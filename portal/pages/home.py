@@ -27,10 +27,10 @@ from scheduling.models import Job
 from scheduling.usage import (
     Position,
     department_list,
-    held_without_data,
     idle_as_listed,
     idle_gpus_queryset,
     longest_idle,
+    without_data_of,
 )
 from scheduling.views.departments import link_idle_gpus
 
@@ -125,18 +125,8 @@ def work_home(user) -> WorkHome:
         idle_gpus=idle,
         running_jobs=running,
         pending_jobs=pending,
-        no_data=_without_data(positions, ids),
+        no_data=without_data_of(positions),
     )
-
-
-def _without_data(positions: list[Position], ids: list[int]) -> int:
-    """The held GPUs of these departments without utilization data: the beat's counts while fresh
-    (`Position.no_data`), else counted (scheduling.usage.held_without_data)."""
-    if not ids:
-        return 0
-    if all(p.no_data is not None for p in positions):
-        return sum(p.no_data or 0 for p in positions)
-    return held_without_data(ids)
 
 
 def home(request):

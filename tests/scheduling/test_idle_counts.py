@@ -97,7 +97,7 @@ def test_a_page_whose_list_holds_every_idle_gpu_says_as_many(client_as, workload
     assert "more, idle for less time" not in response.content.decode()
 
 
-def test_the_dashboards_read_the_kept_count_when_the_list_is_cut(workload, department_a, lead_a, monkeypatch):  # noqa: F811
+def test_a_cut_list_leaves_the_count_beyond_it_to_the_figure(workload, department_a, lead_a, monkeypatch):  # noqa: F811
     """Where the list is cut at its limit, the count is the figure's (kept or counted), beyond the list."""
     from scheduling import dashboard_data
 
