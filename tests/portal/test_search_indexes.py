@@ -115,10 +115,17 @@ def test_a_query_of_two_common_words_never_together_does_not_walk_every_job(
     with CaptureQueriesContext(connection) as queries:
         result = search(lead_a, "distill lead-a", look_exact=False)
     assert not [g for g in result.groups if g.kind == "job"]
-    walks, sorted_reads, submitter_reads = [], 0, 0
+    walks, sorted_reads, submitter_reads, samples = [], 0, 0, 0
     for query in queries.captured_queries:
         sql = query["sql"]
         if not sql.startswith("SELECT") or 'FROM "scheduling_job"' not in sql:
+            continue
+        if ' AS "part_0"' in sql:  # the rarity sample (search._rarest): the newest RARITY_SAMPLE names
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN " + sql)
+                sample_plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert f"LIMIT {search_module.RARITY_SAMPLE}" in sql and "Limit" in sample_plan, sample_plan
+            samples += 1
             continue
         probe = sql.startswith(
             'SELECT "auth_user"'
@@ -147,6 +154,7 @@ def test_a_query_of_two_common_words_never_together_does_not_walk_every_job(
                 walks.append(explained)  # a count read in the name's order
     assert not walks, walks[0]
     assert sorted_reads and submitter_reads  # (at 20,000 jobs the planner would not walk them all)
+    assert samples == 1  # "distill" and "lead": two parts, looked for once
     # The probes for the submitters (test_a_submitter_probe_is_one_index_look_in_its_order): one index
     # entry each, in the order the index gives, never a scan of the jobs.
     for viewer, index in (

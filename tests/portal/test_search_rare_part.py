@@ -1,0 +1,147 @@
+"""The older jobs of a long name read by its rarest part (portal.pages.search: _required_parts, _rarest,
+Window._ranges). At 10,000 racks and 21 million jobs a lead's search for another department's whole job
+name ("inference-serve-chat-h161531") read every trigram's list in the name's trigram index (244 ms: the
+lists of "inference", "serve" and "chat" hold millions of jobs each); its part "h161531" alone, 6.5 ms. The
+part must be in every name rank 3 finds, and the answers must be the same.
+
+Runs on SQLite (`make test-fast`) and on PostgreSQL (`make test`; there the index condition is checked)."""
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from hypothesis import given
+from hypothesis import strategies as st
+
+from portal.pages import search as search_module
+from portal.pages.search import MIN_SUBSTRING, _jobs, _rarest, _required_parts
+from tests.factories import make_job
+
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_trgm is PostgreSQL's")
+
+LONG_NAME = "inference-serve-chat-h161531"
+
+
+def titles(user, q: str, limit: int = search_module.LIMIT) -> tuple[list[str], int, bool]:
+    group, _exact = _jobs(user, q, True, limit, True)
+    return [hit.title for hit in group.hits], group.more, group.more_at_least
+
+
+def test_the_parts_of_a_name_are_its_runs_of_letters_and_digits_of_three_or_more():
+    assert MIN_SUBSTRING == 3
+    assert _required_parts(LONG_NAME) == ("inference", "serve", "chat", "h161531")
+    assert _required_parts("llama pretrain") == ("llama", "pretrain")
+    # A short word holds no part (it is looked for at a word's start only); "_" and "-" split parts; each
+    # part once, in any case; letters of any script.
+    assert _required_parts("gb r0 a-b") == ()
+    assert _required_parts("gb r03") == ("r03",)
+    assert _required_parts("Run_42 RUN-abc ümlaut") == ("RUN", "abc", "ümlaut")
+    assert _required_parts("x7") == ()
+
+
+text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=24)
+
+
+@given(before=text, q=text, after=text)
+def test_a_name_holding_the_query_holds_each_of_its_parts(before, q, after):
+    """Rank 3's first condition: the whole query inside the name, in any case."""
+    name = (before + q.swapcase() + after).upper()
+    for part in _required_parts(q):
+        assert part.upper() in name
+
+
+@given(words=st.lists(text.filter(lambda w: w.strip() and " " not in w), min_size=2, max_size=4), glue=text)
+def test_a_name_holding_each_word_holds_each_part(words, glue):
+    """Its second: each word of MIN_SUBSTRING or more inside the name (in any order, any case)."""
+    q = " ".join(words)
+    name = glue.join(reversed([word.swapcase() for word in q.split()])).upper()
+    for part in _required_parts(q):
+        assert part.upper() in name
+
+
+def test_the_rarest_part_is_one_no_newest_name_holds(department_a):
+    for n in range(3):
+        make_job(department_a, f"inference-serve-chat-h{n:06d}", state="completed")
+    assert _rarest(("inference", "serve", "chat", "h161531")) == "h161531"
+    assert _rarest(("INFERENCE", "CHAT")) is None  # both seen, in any case
+    assert _rarest(("h161531",)) is None  # one part: the query's own trigrams
+    assert _rarest(("zzzq", "h161531")) == "h161531"  # several unseen: the longest
+    assert _rarest(()) is None
+
+
+def test_only_the_newest_names_are_the_sample(monkeypatch, department_a):
+    old = make_job(department_a, "legacy-h161531", state="completed")
+    for n in range(3):
+        make_job(department_a, f"train-h{n}", state="completed")
+    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 3)
+    assert _rarest(("legacy", "train")) == "legacy"
+    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+    assert old.name.startswith("legacy") and _rarest(("legacy", "train")) is None
+
+
+def test_through_the_rare_part_the_jobs_and_their_count_are_the_same(
+    monkeypatch, department_a, department_b, member_a
+):
+    """An old job named LONG_NAME, newer ones holding its common parts, and the same name in another
+    department: read through the windows by the rare part, the same jobs and counts as read by the whole
+    query, and the other department's job never."""
+    old = [make_job(department_a, LONG_NAME, state="completed") for _ in range(2)]
+    near = make_job(department_a, "inference-serve-chat-h161531-retry", state="completed")
+    theirs = make_job(department_b, LONG_NAME, state="completed")
+    for n in range(6):
+        make_job(department_a, f"inference-serve-chat-h{n:06d}", state="completed")
+    monkeypatch.setattr(search_module, "WINDOW", 2)
+    monkeypatch.setattr(search_module, "WIDER", 4)
+    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+    queries = (LONG_NAME, LONG_NAME.upper(), "serve h161531", "chat inference-serve", "h161531 retry")
+    with monkeypatch.context() as whole:
+        whole.setattr(search_module, "_rarest", lambda parts: None)
+        by_whole = {q: (titles(member_a, q), titles(member_a, q, 1)) for q in queries}
+    assert by_whole[LONG_NAME][0] == ([f"#{job.pk} {job.name}" for job in (*reversed(old), near)], 0, False)
+    assert by_whole["h161531 retry"][0] == ([f"#{near.pk} {near.name}"], 0, False)
+    with CaptureQueriesContext(connection) as captured:
+        for q in queries:
+            assert (titles(member_a, q), titles(member_a, q, 1)) == by_whole[q], q
+    assert all(f"#{theirs.pk} " not in title for q in queries for title in titles(member_a, q)[0])
+    # The older jobs were read by the rare part: "h161531" on the name itself, the whole query only in the
+    # form no index is on (a Concat).
+    older = [
+        query["sql"]
+        for query in captured.captured_queries
+        if "NULLS LAST" in query["sql"] and "%h161531%" in query["sql"].lower()
+    ]
+    assert older
+    on_name = re.compile(
+        r"""(UPPER\()?"scheduling_job"\."name"(::text\))? LIKE (UPPER\()?'(%[^']*%)'""", re.I
+    )
+    for sql in older:
+        # One pattern on the name itself, the rare part (the others are on the Concat: SQLite writes it
+        # `COALESCE(name, '') || ...`).
+        assert [match[3].lower() for match in on_name.findall(sql)] == ["%h161531%"], sql
+
+
+@postgresql_only
+def test_postgresql_reads_only_the_rare_parts_trigrams(monkeypatch, department_a, member_a):
+    """The plan of the older jobs' read: the only condition the trigram index can serve is the rare part's."""
+    from portal.pages import search_indexes
+
+    if not search_indexes.has_extension(connection):
+        pytest.skip("pg_trgm could not be created by this role")
+    make_job(department_a, LONG_NAME, state="completed")
+    for n in range(6):
+        make_job(department_a, f"inference-serve-chat-h{n:06d}", state="completed")
+    monkeypatch.setattr(search_module, "WINDOW", 2)
+    monkeypatch.setattr(search_module, "WIDER", 4)
+    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+    with CaptureQueriesContext(connection) as captured:
+        titles(member_a, LONG_NAME + "-x")  # no job holds it: the older jobs are read
+    [sql] = [q["sql"] for q in captured.captured_queries if "NULLS LAST" in q["sql"] and "LIMIT" in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    # The only pattern on the indexed expression, UPPER(name), is the rare part's; the whole query is on
+    # the Concat, which no index is on.
+    on_name = re.findall(r"upper\(\(name\)::text\) ~~ '([^']*)'", plan)
+    assert on_name == ["%H161531%"], plan
+    assert "'%INFERENCE-SERVE-CHAT-H161531-X%'" in plan
