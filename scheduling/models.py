@@ -237,11 +237,25 @@ class Job(models.Model):
             # a few minutes' worth read, not a year's.
             models.Index(fields=["finished_at"], name="scheduling_job_finished_idx"),
             # The department dashboard's running jobs, newest first (scheduling.dashboard_data): its first 50
-            # of a department's ~20,000 at 10,000 racks read from here, not all of them sorted.
+            # of a department's ~20,000 at 10,000 racks read from here, not all of them sorted. With the
+            # columns the running jobs' figures read (PostgreSQL: an index-only scan, not a heap page per
+            # job): the decayed usage of every running job (scheduling.usage.decayed_usage, 59 -> 33 ms at
+            # 47,700 running jobs) and a department's projects panel (project_changes.running_figures).
             models.Index(
                 fields=["department", "-started_at", "-id"],
                 name="scheduling_job_running_idx",
                 condition=Q(state__in=HOLDING_STATES),
+                include=[
+                    "project",
+                    "gpus",
+                    "mig_slices",
+                    "mig_compute_slices",
+                    "placed_at",
+                    "finished_at",
+                    "created_at",
+                    "over_quota",
+                    "priority_class",
+                ],
             ),
         ]
 

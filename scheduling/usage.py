@@ -785,27 +785,32 @@ FORGOTTEN_AFTER_HALF_LIVES = 20
 
 
 def _usage_by_owner(
-    jobs, at: datetime, half_life_s: float, counted: Q | None = None
+    jobs, at: datetime, half_life_s: float, running: bool = False
 ) -> dict[tuple[int, int | None], float]:
     """Decayed GPU-seconds at `at` of `jobs` (tenancy.usage_decay.interval_usage, summed in SQL; a slice
     job's in GPU-equivalents) per (department pk, project pk or None), in one aggregate query: each job's run
     from its start (started, else placed) to its end (finished, or `at` while it holds its GPUs).
-    `counted`: only the jobs it matches are summed (the aggregate's FILTER, not a WHERE: `decayed_usage`)."""
+    `running`: only the jobs not finished are summed (NOT_FINISHED, the aggregate's FILTER, not a WHERE:
+    `decayed_usage`), each run ending at `at`, which takes one exponential a job instead of two (the
+    running jobs' sum is read on every department page: 47,700 jobs at 10,000 racks)."""
     rate = math.log(2) / half_life_s
-    start = _EpochSeconds(Coalesce("started_at", "placed_at"))
-    end = _EpochSeconds(Coalesce("finished_at", Value(at, output_field=DateTimeField())))
-    # gpus * h / ln 2 * (2 ** -((at - end) / h) - 2 ** -((at - start) / h)), as exponentials; a slice
-    # job's GPUs are its GPU-equivalents (scheduling.slices: g/7 a slice), so fair share counts slices too.
-    gpus = F("gpus") + F("mig_slices") * F("mig_compute_slices") * Value(1.0 / COMPUTE_SLICES)
     moment = at.timestamp()
-    value = ExpressionWrapper(gpus * Value(1.0 / rate), output_field=FloatField()) * (
-        Exp((end - Value(moment)) * Value(rate)) - Exp((start - Value(moment)) * Value(rate))
-    )
+    start = Exp((_EpochSeconds(Coalesce("started_at", "placed_at")) - Value(moment)) * Value(rate))
+    # gpus * h / ln 2 * (2 ** -((at - end) / h) - 2 ** -((at - start) / h)), as exponentials (the first
+    # is 1 for a run ending at `at`); a slice job's GPUs are its GPU-equivalents (scheduling.slices: g/7 a
+    # slice), so fair share counts slices too.
+    if running:
+        end = Value(1.0)
+    else:
+        at_end = _EpochSeconds(Coalesce("finished_at", Value(at, output_field=DateTimeField())))
+        end = Exp((at_end - Value(moment)) * Value(rate))
+    gpus = F("gpus") + F("mig_slices") * F("mig_compute_slices") * Value(1.0 / COMPUTE_SLICES)
+    value = ExpressionWrapper(gpus * Value(1.0 / rate), output_field=FloatField()) * (end - start)
     rows = (
         jobs.filter(Q(started_at__isnull=False) | Q(placed_at__isnull=False))
         .order_by()
         .values("department_id", "project_id")
-        .annotate(usage=Sum(value, output_field=FloatField(), filter=counted))
+        .annotate(usage=Sum(value, output_field=FloatField(), filter=NOT_FINISHED if running else None))
         .values_list("department_id", "project_id", "usage")
     )
     return {(department, project): usage or 0.0 for department, project, usage in rows}
@@ -878,7 +883,7 @@ def decayed_usage(now: datetime, half_life_s: float) -> dict[tuple[int, int | No
     # racks estimated as 59), then sorts them to group, spilling to disk (issue 32: 102 ms; now ~35). The
     # running ones are read by their state (the running-jobs index) and "not finished" is the sum's filter.
     parts = (
-        _usage_by_owner(Job.objects.filter(HOLDING), now, half_life_s, counted=NOT_FINISHED),
+        _usage_by_owner(Job.objects.filter(HOLDING), now, half_life_s, running=True),
         _usage_by_owner(Job.objects.filter(ended), now, half_life_s),
     )
     for part in parts:
