@@ -36,6 +36,7 @@ measure estimated starts against real ones (benchmarks/estimates.py; the ITP hal
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import random
@@ -80,6 +81,20 @@ log = stack.log
 percentile = stack.percentile
 
 
+def python_loop_ms() -> float:
+    """This machine's speed now: the best of three runs of a fixed pure-Python loop (3 million additions of
+    squares), in ms. A shared machine's speed moves (by a third within an hour on the 2-core one the
+    README's figures come from): the figures of two runs compare only at about the same loop time."""
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for i in range(3_000_000):
+            total += i * i
+        best = min(best, (time.perf_counter() - started) * 1000)
+    return round(best, 1)
+
+
 def machine() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -101,6 +116,7 @@ def machine() -> dict:
         "arch": platform.machine(),
         "os": platform.platform(terse=True),
         "python": platform.python_version(),
+        "python_loop_ms": python_loop_ms(),  # at the start; `python_loop_ms_after` at the end
     }
 
 
@@ -644,6 +660,7 @@ def main(argv=None) -> None:
         services.stop()
         scratch.cleanup()
     figures["wall_s"] = round(time.perf_counter() - wall_started, 1)
+    figures["machine"]["python_loop_ms_after"] = python_loop_ms()
     figures["goals_at_10000_racks"] = growth.goals_at_10000(figures)
     parts = None if set(args.only) == set(PARTS) else tuple(args.only)
     baseline = Path(args.baseline) if args.baseline else growth.find_baseline(parts, args.results_dir)

@@ -56,6 +56,7 @@ def check_common(figures: dict, database: str) -> None:
     assert figures["database"].startswith(database)
     machine = figures["machine"]
     assert machine["cpu_model"] and machine["nproc"] >= 1 and machine["ram_gib"] > 0
+    assert machine["python_loop_ms"] > 0 and machine["python_loop_ms_after"] > 0  # the machine's speed
     assert figures["seed_s"] >= 0 and figures["seed_tenants_s"] >= 0
     assert figures["seeded_through"] == ("COPY (psycopg)" if database == "PostgreSQL" else "bulk_create")
     assert figures["departments"] >= 1 and figures["jobs"] >= 1
