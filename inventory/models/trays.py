@@ -220,6 +220,9 @@ class Gpu(models.Model):
             models.Index(fields=["health"], name="inventory_gpu_health_idx"),
             # GPUs in MIG mode are few and not given whole (tenancy.services.unschedulable_gpus).
             models.Index(fields=["mig_mode"], name="inventory_gpu_mig_mode_idx"),
+            # The search's exact serial (portal.pages.search._gpu_exact): a lookup, not a scan of 720,000
+            # GPUs at 10,000 racks (130 ms of every search that looks like a serial).
+            models.Index(fields=["serial"], name="inventory_gpu_serial_idx"),
         ]
 
     def __str__(self):

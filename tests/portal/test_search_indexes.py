@@ -14,7 +14,7 @@ from django.db import connection
 
 from benchmarks.search import seed_job_history
 from inventory.models import ComputeTray, Gpu, Rack
-from portal.pages import search_indexes
+from portal.pages import search, search_indexes
 from scheduling.models import Job
 from tenancy.models import Project
 
@@ -72,6 +72,8 @@ def test_the_searchs_substring_and_prefix_lookups_can_use_the_indexes(demo_inven
         (ComputeTray.objects.filter(hostname__icontains="r03-t1"), "inventory_computetray_hostname_trgm_idx"),
         (Gpu.objects.filter(serial__icontains="4471"), "inventory_gpu_serial_trgm_idx"),
         (Gpu.objects.filter(uuid__icontains="9f3a-4c"), "inventory_gpu_uuid_trgm_idx"),
+        # The exact serial, as the search asks for it (search._gpu_exact: the UUID or the serial).
+        (Gpu.objects.filter(search._gpu_exact("1653220000001")), "inventory_gpu_serial_idx"),
         (Project.objects.filter(name__icontains="vision"), "tenancy_project_name_trgm_idx"),
     ]
     for queryset, indexes in cases:
