@@ -52,13 +52,13 @@ counts a million jobs. Rank 3 of the jobs is read branch by branch through a Win
 the newest WINDOW, then WIDER, jobs walked, the older ones through the trigram index, as the planner misjudges
 how many jobs hold two common words together and reads an unordered count in any index's order; its words
 in a submitter's username: that submitter's jobs newest first, from the index on (submitter, created_at,
-id); _job_matches). The older jobs' read of a query of several parts (runs of letters and digits: "inference",
-"serve", "chat", "h161531") asks the trigram index for its rarest part only, one that none of the newest
-RARITY_SAMPLE job names holds (_rarest: one query over them), and checks the whole query on the rows that
-part gives: the index reads the lists of every trigram it is asked for, and those of common words hold
+id); _job_matches). A query with a rare part (a run of letters and digits, "h161531" in
+"inference-serve-chat-h161531", that none of the newest RARITY_SAMPLE job names holds: _rarest, one query over
+them) is read through the trigram index alone, by that part's trigrams, the whole query checked on the rows
+they give: the index reads the lists of every trigram it is asked for, and those of common words hold
 millions of jobs (a lead's search for another department's whole job name at 21 million jobs: 244 ms in the
-index, against 6.5 ms for its rare part; a part rare lately but common long ago would read its many rows
-instead). On SQLite (`make run`),
+index, against 6.5 ms for its rare part), and walking the windows for a rare name reads their 50,000 jobs
+to find few (a part rare lately but common long ago would read its many rows instead). On SQLite (`make run`),
 and on a PostgreSQL whose role could not create pg_trgm, the same lookups scan the tables: the same results,
 slower at scale, and no similarity ranking. The exact GPU serial (only for a query that looks like a serial)
 reads the b-tree on the serial (inventory 0024: a scan of 720,000 GPUs at 10,000 racks took 130 ms). Two
@@ -386,10 +386,10 @@ def _required_parts(q: str) -> tuple[str, ...]:
 
 
 def _rarest(parts: tuple[str, ...]) -> str | None:
-    """The one of `parts` (two or more) that no job name of the newest RARITY_SAMPLE holds, the longest if
-    several; None when each is in at least one of them or there is one part only (one query: the sample's
-    names read through the index on (created_at, id), each part looked for in each)."""
-    if len(parts) < 2:
+    """The one of `parts` that no job name of the newest RARITY_SAMPLE holds, the longest if several; None
+    when each is in at least one of them, or there is none (one query: the sample's names read through the
+    index on (created_at, id), each part looked for in each)."""
+    if not parts:
         return None
     newest = Job.objects.order_by(*NEWEST).values("pk")[:RARITY_SAMPLE]
     seen = Job.objects.filter(pk__in=Subquery(newest)).aggregate(
@@ -444,24 +444,27 @@ class Window:
 
     def _ranges(self, branch: Branch):
         """The branch's jobs in each window, newest window first (walked, see _job_fields), then the older
-        ones (through the indexes, SORTED_NEWEST): when a part of the query is rare (_rarest), only its
-        trigrams are read from the index and the branch's condition is checked on the rows they give."""
+        ones (through the indexes, SORTED_NEWEST). A query holding a rare part (_rarest) has few matches:
+        its jobs are all read through the trigram index, by that part's trigrams only (the branch's
+        condition, in a form no index is on, checked on the rows they give), without walking the windows,
+        which would read their 50,000 jobs to find none or few (~50-100 ms at 21 million jobs)."""
         condition = branch.condition
+        if branch.parts not in self.narrowed:
+            self.narrowed[branch.parts] = _rarest(branch.parts)
+        rare = self.narrowed[branch.parts]
+        if rare is not None:
+            yield (
+                _job_fields(self.jobs, walked=True)
+                .filter(condition, name__icontains=rare)
+                .order_by(*SORTED_NEWEST)
+            )
+            return
         newer = None
         for edge in self.edges:
             walked = _job_fields(self.jobs, walked=True).filter(condition, created_at__gte=edge)
             yield walked.filter(created_at__lt=newer) if newer is not None else walked
             newer = edge
-        if branch.parts not in self.narrowed:
-            self.narrowed[branch.parts] = _rarest(branch.parts)
-        rare = self.narrowed[branch.parts]
-        if rare is None:
-            older = _job_fields(self.jobs).filter(condition, created_at__lt=newer)
-        else:  # the condition in a form no index is on; the rare part on the trigram index
-            older = _job_fields(self.jobs, walked=True).filter(
-                condition, name__icontains=rare, created_at__lt=newer
-            )
-        yield older.order_by(*SORTED_NEWEST)
+        yield _job_fields(self.jobs).filter(condition, created_at__lt=newer).order_by(*SORTED_NEWEST)
 
     def _by_submitter(self, condition: Q):
         return _job_fields(self.jobs).filter(condition).order_by(*NEWEST)

@@ -65,7 +65,8 @@ def test_the_rarest_part_is_one_no_newest_name_holds(department_a):
         make_job(department_a, f"inference-serve-chat-h{n:06d}", state="completed")
     assert _rarest(("inference", "serve", "chat", "h161531")) == "h161531"
     assert _rarest(("INFERENCE", "CHAT")) is None  # both seen, in any case
-    assert _rarest(("h161531",)) is None  # one part: the query's own trigrams
+    assert _rarest(("h161531",)) == "h161531"  # one part: the query's own
+    assert _rarest(("chat",)) is None
     assert _rarest(("zzzq", "h161531")) == "h161531"  # several unseen: the longest
     assert _rarest(()) is None
 
@@ -84,8 +85,8 @@ def test_through_the_rare_part_the_jobs_and_their_count_are_the_same(
     monkeypatch, department_a, department_b, member_a
 ):
     """An old job named LONG_NAME, newer ones holding its common parts, and the same name in another
-    department: read through the windows by the rare part, the same jobs and counts as read by the whole
-    query, and the other department's job never."""
+    department: read by the rare part alone, the same jobs and counts as read by the whole query through
+    the windows, and the other department's job never."""
     old = [make_job(department_a, LONG_NAME, state="completed") for _ in range(2)]
     near = make_job(department_a, "inference-serve-chat-h161531-retry", state="completed")
     theirs = make_job(department_b, LONG_NAME, state="completed")
@@ -112,6 +113,13 @@ def test_through_the_rare_part_the_jobs_and_their_count_are_the_same(
         if "NULLS LAST" in query["sql"] and "%h161531%" in query["sql"].lower()
     ]
     assert older
+    # ... and only so: no window of the newest jobs walked for a query holding it.
+    walked = [
+        query["sql"]
+        for query in captured.captured_queries
+        if "%h161531%" in query["sql"].lower() and '"created_at" >=' in query["sql"]
+    ]
+    assert not walked, walked[0]
     on_name = re.compile(
         r"""(UPPER\()?"scheduling_job"\."name"(::text\))? LIKE (UPPER\()?'(%[^']*%)'""", re.I
     )
