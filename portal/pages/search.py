@@ -101,6 +101,7 @@ from django.db.models.functions import Concat, Greatest, Lower
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_safe
@@ -129,6 +130,14 @@ SORTED_NEWEST = (F("created_at").desc(nulls_last=True), "-pk")
 # The older jobs' trigram read is narrowed to the query's rarest part (Window.narrow) when that part is in
 # none of the newest RARITY_SAMPLE job names.
 RARITY_SAMPLE = 2_000
+# Without a part none of the sample holds, the older jobs are read by the least common part alone when about
+# fewer than MAX_CHECKED jobs hold it (each checked against the whole query), else by the whole query when
+# its every part is in fewer than MAX_LISTED jobs (the index's lists read) and fewer than MAX_CHECKED hold
+# them all; else not at all, and the page says which jobs were not searched. At 21 million jobs "chat-serve"
+# checked the 1.5 million names holding both words in 11 s, and "pretrain chat" read the index's lists of
+# two words in a tenth and a twentieth of the names (15,000 pages).
+MAX_CHECKED = 50_000
+MAX_LISTED = 500_000
 PART = re.compile(rf"[^\W_]{{{MIN_SUBSTRING},}}")  # a run of letters and digits: a word to pg_trgm
 HIGH = "\uffff"
 GUID = re.compile(r"^(0x)?[0-9a-f]{16}$")
@@ -179,7 +188,7 @@ class Group:
     hits: list[Hit] = field(default_factory=list)
     more: int = 0
     more_at_least: bool = False  # `more` stopped at COUNT_CAP matches: there may be more
-    note: str = ""  # a sentence above the hits (several jobs with the name searched for)
+    note: str = ""  # a sentence above the hits (several jobs with the name searched for; jobs not searched)
 
 
 @dataclass
@@ -385,18 +394,79 @@ def _required_parts(q: str) -> tuple[str, ...]:
     return tuple({part.lower(): part for word in words for part in PART.findall(word)}.values())
 
 
-def _rarest(parts: tuple[str, ...]) -> str | None:
-    """The one of `parts` that no job name of the newest RARITY_SAMPLE holds, the longest if several; None
-    when each is in at least one of them, or there is none (one query: the sample's names read through the
-    index on (created_at, id), each part looked for in each)."""
-    if not parts:
+@dataclass(frozen=True)
+class Rarity:
+    """What the newest `sample` job names say of a query's parts (_rarity): how many of them hold each part
+    (`held`, in the parts' order) and every part (`together`)."""
+
+    parts: tuple[str, ...] = ()
+    held: tuple[int, ...] = ()
+    together: int = 0
+    sample: int = 0
+
+    @property
+    def least(self) -> tuple[str, int] | None:
+        """The part the fewest names hold (the longest of those) and how many; None without parts."""
+        if not self.parts:
+            return None
+        return min(zip(self.parts, self.held, strict=True), key=lambda pair: (pair[1], -len(pair[0])))
+
+    @property
+    def rare(self) -> str | None:
+        """The longest part none of the sample's names holds, if any."""
+        least = self.least
+        return least[0] if least is not None and least[1] == 0 else None
+
+    def older(self, jobs: int) -> str | bool | None:
+        """How the older jobs of `jobs` in all are read: by a part (it), by the whole query (True) or not at
+        all (None); see MAX_CHECKED."""
+        least = self.least
+        if least is None or not self.sample:
+            return True
+        if least[1] * jobs < MAX_CHECKED * self.sample:
+            return least[0]
+        if (
+            max(self.held) * jobs < MAX_LISTED * self.sample
+            and self.together * jobs < MAX_CHECKED * self.sample
+        ):
+            return True
         return None
+
+
+def _rarity(parts: tuple[str, ...]) -> Rarity:
+    """`parts` looked for in the newest RARITY_SAMPLE job names, each and all together (one query: the
+    sample's names read through the index on (created_at, id)); an empty Rarity for no part."""
+    if not parts:
+        return Rarity()
     newest = Job.objects.order_by(*NEWEST).values("pk")[:RARITY_SAMPLE]
+    held = [Q(name__icontains=part) for part in parts]
     seen = Job.objects.filter(pk__in=Subquery(newest)).aggregate(
-        **{f"part_{n}": Count("pk", filter=Q(name__icontains=part)) for n, part in enumerate(parts)}
+        sample=Count("pk"),
+        together=Count("pk", filter=reduce(operator.and_, held)),
+        **{f"part_{n}": Count("pk", filter=condition) for n, condition in enumerate(held)},
     )
-    unseen = [part for n, part in enumerate(parts) if not seen[f"part_{n}"]]
-    return max(unseen, key=len) if unseen else None
+    counts = tuple(seen[f"part_{n}"] for n in range(len(parts)))
+    return Rarity(parts, counts, seen["together"], seen["sample"])
+
+
+def _rarest(parts: tuple[str, ...]) -> str | None:
+    """The longest of `parts` that no job name of the newest RARITY_SAMPLE holds; None when each is in at
+    least one of them, or there is none."""
+    return _rarity(parts).rare
+
+
+def _jobs_estimate() -> int:
+    """How many jobs there are: PostgreSQL's own estimate (the planner's, kept by ANALYZE and autovacuum: no
+    count of 21 million rows); counted elsewhere (SQLite, `make run`'s few)."""
+    if connections[Job.objects.db].vendor == "postgresql":
+        with connections[Job.objects.db].cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [Job._meta.db_table]
+            )
+            row = cursor.fetchone()
+        if row and row[0] > 0:
+            return int(row[0])
+    return Job.objects.count()
 
 
 def _either(branches: list[Branch]) -> Q:
@@ -428,7 +498,10 @@ class Window:
         self.jobs = jobs  # the jobs the viewer may see
         self.edges = edges  # the created_at of the WINDOW-th and WIDER-th newest job (those there are)
         self.branches = branches
-        self.narrowed: dict[tuple[str, ...], str | None] = {}  # a branch's parts -> _rarest, asked once
+        self.narrowed: dict[tuple[str, ...], Rarity] = {}  # a branch's parts -> _rarity, asked once
+        # The created_at before which jobs were not read (too many names to check, MAX_CHECKED), if any.
+        self.unsearched_before = None
+        self.estimate: int | None = None  # _jobs_estimate(), when asked
 
     @classmethod
     def of_jobs(cls, jobs, branches: list[Branch]) -> Window | None:
@@ -444,18 +517,20 @@ class Window:
 
     def _ranges(self, branch: Branch):
         """The branch's jobs in each window, newest window first (walked, see _job_fields), then the older
-        ones (through the indexes, SORTED_NEWEST). A query holding a rare part (_rarest) has few matches:
-        its jobs are all read through the trigram index, by that part's trigrams only (the branch's
-        condition, in a form no index is on, checked on the rows they give), without walking the windows,
-        which would read their 50,000 jobs to find none or few (~50-100 ms at 21 million jobs)."""
+        ones (through the indexes, SORTED_NEWEST). A query holding a rare part (one no name of the sample
+        holds, _rarity) has few matches: its jobs are all read through the trigram index, by that part's
+        trigrams only (the branch's condition, in a form no index is on, checked on the rows they give),
+        without walking the windows, which would read their 50,000 jobs to find none or few (~50-100 ms at
+        21 million jobs). Otherwise the older jobs are read as `Rarity.older` says (by the least common part,
+        by the whole condition, or not: then None stands for them, and `unsearched_before` says from when)."""
         condition = branch.condition
         if branch.parts not in self.narrowed:
-            self.narrowed[branch.parts] = _rarest(branch.parts)
-        rare = self.narrowed[branch.parts]
-        if rare is not None:
+            self.narrowed[branch.parts] = _rarity(branch.parts)
+        rarity = self.narrowed[branch.parts]
+        if rarity.rare is not None:
             yield (
                 _job_fields(self.jobs, walked=True)
-                .filter(condition, name__icontains=rare)
+                .filter(condition, name__icontains=rarity.rare)
                 .order_by(*SORTED_NEWEST)
             )
             return
@@ -464,7 +539,20 @@ class Window:
             walked = _job_fields(self.jobs, walked=True).filter(condition, created_at__gte=edge)
             yield walked.filter(created_at__lt=newer) if newer is not None else walked
             newer = edge
-        yield _job_fields(self.jobs).filter(condition, created_at__lt=newer).order_by(*SORTED_NEWEST)
+        if self.estimate is None and rarity.sample:
+            self.estimate = _jobs_estimate()
+        how = rarity.older(self.estimate or 0)
+        if how is None:
+            self.unsearched_before = newer
+            yield None
+        elif how is True:
+            yield _job_fields(self.jobs).filter(condition, created_at__lt=newer).order_by(*SORTED_NEWEST)
+        else:  # the condition in a form no index is on; the part on the trigram index
+            yield (
+                _job_fields(self.jobs, walked=True)
+                .filter(condition, name__icontains=how, created_at__lt=newer)
+                .order_by(*SORTED_NEWEST)
+            )
 
     def _by_submitter(self, condition: Q):
         return _job_fields(self.jobs).filter(condition).order_by(*NEWEST)
@@ -474,6 +562,8 @@ class Window:
             return list(self._by_submitter(branch.condition)[:n])
         rows: list = []
         for jobs in self._ranges(branch):
+            if jobs is None:  # the older jobs, not read (MAX_CHECKED)
+                break
             if not jobs.query.order_by:
                 jobs = jobs.order_by(*NEWEST)
             rows += jobs[: n - len(rows)]
@@ -497,6 +587,8 @@ class Window:
             ids |= set(jobs.order_by().values_list("pk", flat=True)[: COUNT_CAP - len(ids)])
             if len(ids) > limit:
                 return ids, True
+        if older is None:  # not read (MAX_CHECKED): there may be more
+            return ids, True
         return ids | set(older.values_list("pk", flat=True)[: COUNT_CAP - len(ids)]), False
 
     def count(self, limit: int) -> tuple[int, bool]:
@@ -856,6 +948,14 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     rows, group.more, group.more_at_least = _widen(found, rows, group.more, NEWEST, limit, count, window)
     if same_name > 1:
         group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
+    if window is not None and window.unsearched_before is not None:
+        when = formats.date_format(timezone.localtime(window.unsearched_before), "SHORT_DATETIME_FORMAT")
+        unsearched = _(
+            "Jobs created before %(when)s were not searched: every word of this query is in too many of "
+            "their names to check them all. Add a rarer word (the number in a job's name, a username) to "
+            "search them."
+        ) % {"when": when}
+        group.note = f"{group.note} {unsearched}" if group.note else unsearched
     group.hits += _job_hits(rows, submitters.ids())
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
@@ -1098,7 +1198,7 @@ def search(user, q: str, look_exact: bool = True) -> Results:
     for kind in SEARCHES:
         group, url = kind(user, q, look_exact)
         exact = exact or url
-        if group.hits:
+        if group.hits or group.note:  # (a note with no hits: jobs that were not searched)
             groups.append(group)
     if look_exact and exact is None:
         exact = _job_named(user, q)  # a job's name last: it is anyone's to choose
@@ -1144,7 +1244,7 @@ def suggestions(user, q: str) -> list[Group]:
         group, _exact = kind(user, q, True, SUGGEST_LIMIT, False)
         group.hits = [hit for hit in group.hits if hit.url]
         group.more, group.note = 0, ""
-        if group.hits:
+        if group.hits or group.note:  # (a note with no hits: jobs that were not searched)
             groups.append(group)
     return by_rank(groups, q)
 

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from portal.pages import search as search_module
-from portal.pages.search import MIN_SUBSTRING, _jobs, _rarest, _required_parts
+from portal.pages.search import MIN_SUBSTRING, Rarity, _jobs, _rarest, _required_parts
 from tests.factories import make_job
 
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_trgm is PostgreSQL's")
@@ -153,3 +153,46 @@ def test_postgresql_reads_only_the_rare_parts_trigrams(monkeypatch, department_a
     on_name = re.findall(r"upper\(\(name\)::text\) ~~ '([^']*)'", plan)
     assert on_name == ["%H161531%"], plan
     assert "'%INFERENCE-SERVE-CHAT-H161531-X%'" in plan
+
+
+# --- the older jobs, bounded -------------------------------------------------------------------------------
+
+
+def test_the_older_jobs_are_read_by_the_least_common_part_the_whole_query_or_not_at_all(monkeypatch):
+    monkeypatch.setattr(search_module, "MAX_CHECKED", 50_000)
+    monkeypatch.setattr(search_module, "MAX_LISTED", 500_000)
+    parts = ("pretrain", "chat")
+    # 21 million jobs, a sample of 2,000: one name in the sample holds a part of ~10,500 jobs.
+    assert Rarity(parts, (200, 1), 0, 2000).older(21_000_000) == "chat"  # 10,500 names to check
+    assert Rarity(parts, (200, 100), 0, 2000).older(21_000_000) is None  # common words: not read
+    # At 1,000 racks' 2 million jobs their lists are short enough to read (200,000 and 100,000 names).
+    assert Rarity(parts, (200, 100), 0, 2000).older(2_000_000) is True
+    assert Rarity(parts, (400, 300), 100, 2000).older(2_000_000) is None  # 100,000 names hold both
+    assert Rarity(parts, (0, 5), 0, 2000).rare == "pretrain"
+    assert Rarity().older(21_000_000) is True and Rarity().rare is None  # no part: as ever
+    assert Rarity(parts, (3, 3), 0, 2000).least == ("pretrain", 3)  # the longest of the least held
+
+
+def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
+    monkeypatch, client_as, department_a, member_a
+):
+    """Two words each in many names, never together in the newest ones: their older jobs would be checked
+    by the million at scale. They are not read; the jobs group says from when, and counts "at least"."""
+    old = make_job(department_a, "pretrain-chat-v1", state="completed")
+    for n in range(6):
+        make_job(department_a, f"pretrain-h{n}", state="completed")
+        make_job(department_a, f"serve-chat-h{n}", state="completed")
+    monkeypatch.setattr(search_module, "WINDOW", 2)
+    monkeypatch.setattr(search_module, "WIDER", 4)
+    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+    assert titles(member_a, "pretrain chat")[0] == [f"#{old.pk} pretrain-chat-v1"]  # read, at this size
+    monkeypatch.setattr(search_module, "MAX_CHECKED", 1)
+    monkeypatch.setattr(search_module, "MAX_LISTED", 1)
+    group, _exact = _jobs(member_a, "pretrain chat", True, search_module.LIMIT, True)
+    assert group.hits == [] and "were not searched" in group.note
+    response = client_as(member_a).get("/search/", {"q": "pretrain chat"})
+    page = response.content.decode()
+    assert response.status_code == 200 and 'data-note="job"' in page and "were not searched" in page
+    assert "Nothing you may see matches" not in page
+    # A rarer word reads them again.
+    assert titles(member_a, "pretrain-chat-v1")[0][0] == f"#{old.pk} pretrain-chat-v1"
