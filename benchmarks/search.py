@@ -18,6 +18,8 @@ department lead (every kind narrowed by `visible_to`):
   half its jobs: a prolific submitter's, and the rest to its members), which finds that person's jobs too;
 * job_substring: a word from the middle of job names ("pretrain", "serve-chat": thousands of matches);
 * job_words: two words of one job's name in another order ("h004217 finetune");
+* job_apart: words of two different jobs' names, each in many names and never together ("pretrain chat",
+  "chat-pretrain"): no job's name holds them, and at scale their older jobs are not read (the page says so);
 * rack_fragment: three characters from inside rack names ("r03": racks and their trays);
 * location: a rack's location without its site ("hall B row 12 pos 04") and a part of it ("row 12 pos");
 * rack_across: words of a rack's location and its name ("hall B gb-r012"): each word in another field;
@@ -59,6 +61,7 @@ KINDS = (
     "submitter",
     "job_substring",
     "job_words",
+    "job_apart",
     "rack_fragment",
     "location",
     "rack_across",
@@ -133,6 +136,12 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
         parts = name.split("-")
         return f"{rng.choice(parts[1:]) if len(parts) > 1 else name} {username}"
 
+    def apart(first: str, second: str) -> str:
+        """The last word before the number of each of two names, joined by a space or a dash ("pretrain chat",
+        "chat-pretrain"): words of different jobs."""
+        a, b = (name.split("-")[-2] if name.count("-") >= 2 else name for name in (first, second))
+        return f"{a}{rng.choice(' -')}{b}"
+
     rack_names = [name for name, _ in racks]
     texts = {
         "gpu_uuid": sample(uuids),
@@ -145,6 +154,7 @@ def queries(rng: random.Random, count: int) -> dict[str, list[str]]:
         "submitter": sample(submitters),
         "job_substring": [name.split("-")[1] for name in sample([j for j in jobs if j.count("-") >= 2])],
         "job_words": [words(name) for name in sample(jobs)],
+        "job_apart": [apart(first, second) for first, second in zip(sample(jobs), sample(jobs), strict=True)],
         "rack_fragment": [name[3:6] for name in sample(rack_names)],
         "location": [location(text) for text in sample([loc for _, loc in racks if loc])],
         "rack_across": [
