@@ -455,18 +455,23 @@ def _rarest(parts: tuple[str, ...]) -> str | None:
     return _rarity(parts).rare
 
 
+ESTIMATE_COUNTED_UP_TO = 1_000_000  # a table PostgreSQL has not estimated yet is counted up to this many
+
+
 def _jobs_estimate() -> int:
     """How many jobs there are: PostgreSQL's own estimate (the planner's, kept by ANALYZE and autovacuum: no
-    count of 21 million rows); counted elsewhere (SQLite, `make run`'s few)."""
-    if connections[Job.objects.db].vendor == "postgresql":
-        with connections[Job.objects.db].cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [Job._meta.db_table]
-            )
-            row = cursor.fetchone()
-        if row and row[0] > 0:
-            return int(row[0])
-    return Job.objects.count()
+    count of 21 million rows), or, before its first (a table just restored), a count stopping at
+    ESTIMATE_COUNTED_UP_TO; counted elsewhere (SQLite, `make run`'s few)."""
+    if connections[Job.objects.db].vendor != "postgresql":
+        return Job.objects.count()
+    with connections[Job.objects.db].cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [Job._meta.db_table]
+        )
+        row = cursor.fetchone()
+    if row and row[0] > 0:
+        return int(row[0])
+    return Job.objects.order_by()[:ESTIMATE_COUNTED_UP_TO].count()
 
 
 def _either(branches: list[Branch]) -> Q:

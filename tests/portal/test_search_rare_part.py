@@ -196,3 +196,22 @@ def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
     assert "Nothing you may see matches" not in page
     # A rarer word reads them again.
     assert titles(member_a, "pretrain-chat-v1")[0][0] == f"#{old.pk} pretrain-chat-v1"
+
+
+def test_the_jobs_are_estimated_by_postgresql_or_counted(department_a, monkeypatch):
+    from portal.pages.search import _jobs_estimate
+
+    for n in range(3):
+        make_job(department_a, f"train-{n}", state="completed")
+    if connection.vendor != "postgresql":
+        assert _jobs_estimate() == 3
+        return
+    monkeypatch.setattr(search_module, "ESTIMATE_COUNTED_UP_TO", 2)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'scheduling_job'::regclass")
+        [(never,)] = cursor.fetchall()
+    if never <= 0:  # a table never estimated (new, or just restored): counted up to a bound
+        assert _jobs_estimate() == 2
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduling_job")
+    assert _jobs_estimate() == 3  # the planner's figure
