@@ -954,15 +954,18 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     if same_name > 1:
         group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
     if window is not None and window.unsearched_before is not None:
-        when = formats.date_format(timezone.localtime(window.unsearched_before), "SHORT_DATETIME_FORMAT")
-        unsearched = _(
-            "Jobs created before %(when)s were not searched: every word of this query is in too many of "
-            "their names to check them all. Add a rarer word (the number in a job's name, a username) to "
-            "search them."
-        ) % {"when": when}
-        group.note = f"{group.note} {unsearched}" if group.note else unsearched
+        group.note = " ".join(filter(None, (group.note, _unsearched_note(window.unsearched_before))))
     group.hits += _job_hits(rows, submitters.ids())
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
+
+
+def _unsearched_note(before) -> str:
+    """The sentence above jobs whose older ones were not read (Window.unsearched_before: `before`)."""
+    when = formats.date_format(timezone.localtime(before), "SHORT_DATETIME_FORMAT")
+    return _(
+        "Jobs created before %(when)s were not searched: every word of this query is in too many of their "
+        "names to check them all. Add a rarer word (the number in a job's name, a username) to search them."
+    ) % {"when": when}
 
 
 def _job_hits(rows, by_submitter) -> list[Hit]:
