@@ -53,12 +53,15 @@ the newest WINDOW, then WIDER, jobs walked, the older ones through the trigram i
 how many jobs hold two common words together and reads an unordered count in any index's order; its words
 in a submitter's username: that submitter's jobs newest first, from the index on (submitter, created_at,
 id); _job_matches). A query with a rare part (a run of letters and digits, "h161531" in
-"inference-serve-chat-h161531", that none of the newest RARITY_SAMPLE job names holds: _rarest, one query over
+"inference-serve-chat-h161531", that none of the newest RARITY_SAMPLE job names holds: _rarity, one query over
 them) is read through the trigram index alone, by that part's trigrams, the whole query checked on the rows
 they give: the index reads the lists of every trigram it is asked for, and those of common words hold
 millions of jobs (a lead's search for another department's whole job name at 21 million jobs: 244 ms in the
 index, against 6.5 ms for its rare part), and walking the windows for a rare name reads their 50,000 jobs
-to find few (a part rare lately but common long ago would read its many rows instead). On SQLite (`make run`),
+to find few (a part rare lately but common long ago would read its many rows instead). Without one, the
+older jobs are read as Rarity.older says, or not at all when the viewer's own newest names are full of its
+every word (the page then says from when; MAX_CHECKED). How the jobs are read may follow every tenant's names
+(the same results either way); what is found never does. On SQLite (`make run`),
 and on a PostgreSQL whose role could not create pg_trgm, the same lookups scan the tables: the same results,
 slower at scale, and no similarity ranking. The exact GPU serial (only for a query that looks like a serial)
 reads the b-tree on the serial (inventory 0024: a scan of 720,000 GPUs at 10,000 racks took 130 ms). Two
@@ -127,13 +130,15 @@ NEWEST = ("-created_at", "-pk")  # the jobs' order: the index on (created_at, id
 # The same order, but not one that index gives (it holds no NULLS LAST order): PostgreSQL reads the matches
 # through the trigram and submitter indexes and sorts them instead of walking the jobs (Window).
 SORTED_NEWEST = (F("created_at").desc(nulls_last=True), "-pk")
-# The older jobs' trigram read is narrowed to the query's rarest part (Window.narrow) when that part is in
-# none of the newest RARITY_SAMPLE job names.
+# A job query's parts are looked for in the newest RARITY_SAMPLE job names (_rarity): a part none holds is
+# rare, and the jobs are read by it alone (Window._ranges).
 RARITY_SAMPLE = 2_000
 # Without a part none of the sample holds, the older jobs are read by the least common part alone when about
 # fewer than MAX_CHECKED jobs hold it (each checked against the whole query), else by the whole query when
 # its every part is in fewer than MAX_LISTED jobs (the index's lists read) and fewer than MAX_CHECKED hold
-# them all; else not at all, and the page says which jobs were not searched. At 21 million jobs "chat-serve"
+# them all; else, when the viewer's own newest jobs say the same (a tenant's search is never narrowed by what
+# other tenants' names hold), not at all, and the page says which jobs were not searched; else by the whole
+# query, however long it takes. At 21 million jobs "chat-serve"
 # checked the 1.5 million names holding both words in 11 s, and "pretrain chat" read the index's lists of
 # two words in a tenth and a twentieth of the names (15,000 pages).
 MAX_CHECKED = 50_000
@@ -433,12 +438,13 @@ class Rarity:
         return None
 
 
-def _rarity(parts: tuple[str, ...]) -> Rarity:
-    """`parts` looked for in the newest RARITY_SAMPLE job names, each and all together (one query: the
-    sample's names read through the index on (created_at, id)); an empty Rarity for no part."""
+def _rarity(parts: tuple[str, ...], jobs=None) -> Rarity:
+    """`parts` looked for in the newest RARITY_SAMPLE job names (of `jobs`, by default every job), each and
+    all together (one query: the sample's names read through the index on (created_at, id)); an empty
+    Rarity for no part."""
     if not parts:
         return Rarity()
-    newest = Job.objects.order_by(*NEWEST).values("pk")[:RARITY_SAMPLE]
+    newest = (Job.objects if jobs is None else jobs).order_by(*NEWEST).values("pk")[:RARITY_SAMPLE]
     held = [Q(name__icontains=part) for part in parts]
     seen = Job.objects.filter(pk__in=Subquery(newest)).aggregate(
         sample=Count("pk"),
@@ -447,12 +453,6 @@ def _rarity(parts: tuple[str, ...]) -> Rarity:
     )
     counts = tuple(seen[f"part_{n}"] for n in range(len(parts)))
     return Rarity(parts, counts, seen["together"], seen["sample"])
-
-
-def _rarest(parts: tuple[str, ...]) -> str | None:
-    """The longest of `parts` that no job name of the newest RARITY_SAMPLE holds; None when each is in at
-    least one of them, or there is none."""
-    return _rarity(parts).rare
 
 
 ESTIMATE_COUNTED_UP_TO = 1_000_000  # a table PostgreSQL has not estimated yet is counted up to this many
@@ -544,20 +544,30 @@ class Window:
             walked = _job_fields(self.jobs, walked=True).filter(condition, created_at__gte=edge)
             yield walked.filter(created_at__lt=newer) if newer is not None else walked
             newer = edge
+        yield self._older(branch, rarity, newer)
+
+    def _older(self, branch: Branch, rarity: Rarity, newer):
+        """The jobs older than `newer` (the last window's edge) as `Rarity.older` says, or None when they are
+        not read (`unsearched_before` set)."""
+        condition = branch.condition
         if self.estimate is None and rarity.sample:
             self.estimate = _jobs_estimate()
         how = rarity.older(self.estimate or 0)
-        if how is None:
+        # Not read only when the viewer's own newest jobs (in the windows: a bounded read) say so too: what a
+        # tenant finds never depends on what other tenants' names hold (they may say how to read: the same
+        # results either way).
+        own = self.jobs.filter(created_at__gte=newer)
+        if how is None and _rarity(branch.parts, own).older(self.estimate or 0) is None:
             self.unsearched_before = newer
-            yield None
-        elif how is True:
-            yield _job_fields(self.jobs).filter(condition, created_at__lt=newer).order_by(*SORTED_NEWEST)
-        else:  # the condition in a form no index is on; the part on the trigram index
-            yield (
-                _job_fields(self.jobs, walked=True)
-                .filter(condition, name__icontains=how, created_at__lt=newer)
-                .order_by(*SORTED_NEWEST)
-            )
+            return None
+        if how is None or how is True:
+            return _job_fields(self.jobs).filter(condition, created_at__lt=newer).order_by(*SORTED_NEWEST)
+        # the condition in a form no index is on; the part on the trigram index
+        return (
+            _job_fields(self.jobs, walked=True)
+            .filter(condition, name__icontains=how, created_at__lt=newer)
+            .order_by(*SORTED_NEWEST)
+        )
 
     def _by_submitter(self, condition: Q):
         return _job_fields(self.jobs).filter(condition).order_by(*NEWEST)
@@ -1252,7 +1262,7 @@ def suggestions(user, q: str) -> list[Group]:
         group, _exact = kind(user, q, True, SUGGEST_LIMIT, False)
         group.hits = [hit for hit in group.hits if hit.url]
         group.more, group.note = 0, ""
-        if group.hits or group.note:  # (a note with no hits: jobs that were not searched)
+        if group.hits:
             groups.append(group)
     return by_rank(groups, q)
 

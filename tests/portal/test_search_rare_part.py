@@ -1,4 +1,4 @@
-"""The older jobs of a long name read by its rarest part (portal.pages.search: _required_parts, _rarest,
+"""The older jobs of a long name read by its rarest part (portal.pages.search: _required_parts, _rarity,
 Window._ranges). At 10,000 racks and 21 million jobs a lead's search for another department's whole job
 name ("inference-serve-chat-h161531") read every trigram's list in the name's trigram index (244 ms: the
 lists of "inference", "serve" and "chat" hold millions of jobs each); its part "h161531" alone, 6.5 ms. The
@@ -11,11 +11,12 @@ import re
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from hypothesis import given
 from hypothesis import strategies as st
 
 from portal.pages import search as search_module
-from portal.pages.search import MIN_SUBSTRING, Rarity, _jobs, _rarest, _required_parts
+from portal.pages.search import MIN_SUBSTRING, Rarity, _jobs, _rarity, _required_parts
 from tests.factories import make_job
 
 postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_trgm is PostgreSQL's")
@@ -63,12 +64,12 @@ def test_a_name_holding_each_word_holds_each_part(words, glue):
 def test_the_rarest_part_is_one_no_newest_name_holds(department_a):
     for n in range(3):
         make_job(department_a, f"inference-serve-chat-h{n:06d}", state="completed")
-    assert _rarest(("inference", "serve", "chat", "h161531")) == "h161531"
-    assert _rarest(("INFERENCE", "CHAT")) is None  # both seen, in any case
-    assert _rarest(("h161531",)) == "h161531"  # one part: the query's own
-    assert _rarest(("chat",)) is None
-    assert _rarest(("zzzq", "h161531")) == "h161531"  # several unseen: the longest
-    assert _rarest(()) is None
+    assert _rarity(("inference", "serve", "chat", "h161531")).rare == "h161531"
+    assert _rarity(("INFERENCE", "CHAT")).rare is None  # both seen, in any case
+    assert _rarity(("h161531",)).rare == "h161531"  # one part: the query's own
+    assert _rarity(("chat",)).rare is None
+    assert _rarity(("zzzq", "h161531")).rare == "h161531"  # several unseen: the longest
+    assert _rarity(()).rare is None
 
 
 def test_only_the_newest_names_are_the_sample(monkeypatch, department_a):
@@ -76,9 +77,9 @@ def test_only_the_newest_names_are_the_sample(monkeypatch, department_a):
     for n in range(3):
         make_job(department_a, f"train-h{n}", state="completed")
     monkeypatch.setattr(search_module, "RARITY_SAMPLE", 3)
-    assert _rarest(("legacy", "train")) == "legacy"
+    assert _rarity(("legacy", "train")).rare == "legacy"
     monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
-    assert old.name.startswith("legacy") and _rarest(("legacy", "train")) is None
+    assert old.name.startswith("legacy") and _rarity(("legacy", "train")).rare is None
 
 
 def test_through_the_rare_part_the_jobs_and_their_count_are_the_same(
@@ -97,7 +98,7 @@ def test_through_the_rare_part_the_jobs_and_their_count_are_the_same(
     monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
     queries = (LONG_NAME, LONG_NAME.upper(), "serve h161531", "chat inference-serve", "h161531 retry")
     with monkeypatch.context() as whole:
-        whole.setattr(search_module, "_rarest", lambda parts: None)
+        whole.setattr(search_module, "_rarity", lambda parts, jobs=None: Rarity())  # as before: windows
         by_whole = {q: (titles(member_a, q), titles(member_a, q, 1)) for q in queries}
     assert by_whole[LONG_NAME][0] == ([f"#{job.pk} {job.name}" for job in (*reversed(old), near)], 0, False)
     assert by_whole["h161531 retry"][0] == ([f"#{near.pk} {near.name}"], 0, False)
@@ -196,6 +197,28 @@ def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
     assert "Nothing you may see matches" not in page
     # A rarer word reads them again.
     assert titles(member_a, "pretrain-chat-v1")[0][0] == f"#{old.pk} pretrain-chat-v1"
+
+
+def test_what_other_tenants_names_hold_never_leaves_a_members_jobs_unsearched(
+    monkeypatch, client_as, department_a, department_b, member_a
+):
+    """Department B's newest names are full of "pretrain" and "chat"; A's are not. Read for A's member, the
+    older jobs are read (how may follow B's names; what is found may not): her old job is found, no note."""
+    old = make_job(department_a, "pretrain-chat-v1", state="completed")
+    make_job(department_a, "eval-1", state="completed")
+    for n in range(6):
+        make_job(department_b, f"pretrain-h{n}", state="completed")
+        make_job(department_b, f"serve-chat-h{n}", state="completed")
+    monkeypatch.setattr(search_module, "WINDOW", 2)
+    monkeypatch.setattr(search_module, "WIDER", 4)
+    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+    monkeypatch.setattr(search_module, "MAX_CHECKED", 1)
+    monkeypatch.setattr(search_module, "MAX_LISTED", 1)
+    assert _rarity(("pretrain", "chat")).older(1000) is None  # every tenant's names: not to be read
+    group, _exact = _jobs(member_a, "pretrain chat", True, search_module.LIMIT, True)
+    assert [hit.title for hit in group.hits] == [f"#{old.pk} pretrain-chat-v1"] and group.note == ""
+    page = client_as(member_a).get("/search/", {"q": "pretrain chat"}).content.decode()
+    assert reverse("scheduling:job-detail", args=[old.pk]) in page and "were not searched" not in page
 
 
 def test_the_jobs_are_estimated_by_postgresql_or_counted(department_a, monkeypatch):
