@@ -174,18 +174,28 @@ def test_the_older_jobs_are_read_by_the_least_common_part_the_whole_query_or_not
     assert Rarity(parts, (3, 3), 0, 2000).least == ("pretrain", 3)  # the longest of the least held
 
 
+def common_names(department) -> None:
+    """Twelve newer jobs whose names hold "pretrain" or "chat", never both."""
+    for n in range(6):
+        make_job(department, f"pretrain-h{n}", state="completed")
+        make_job(department, f"serve-chat-h{n}", state="completed")
+
+
+def small_windows(monkeypatch) -> None:
+    """Windows of 2 and 4 jobs, a sample of 4: a test's few jobs are a long history."""
+    monkeypatch.setattr(search_module, "WINDOW", 2)
+    monkeypatch.setattr(search_module, "WIDER", 4)
+    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+
+
 def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
     monkeypatch, client_as, department_a, member_a
 ):
     """Two words each in many names, never together in the newest ones: their older jobs would be checked
     by the million at scale. They are not read; the jobs group says from when, and counts "at least"."""
     old = make_job(department_a, "pretrain-chat-v1", state="completed")
-    for n in range(6):
-        make_job(department_a, f"pretrain-h{n}", state="completed")
-        make_job(department_a, f"serve-chat-h{n}", state="completed")
-    monkeypatch.setattr(search_module, "WINDOW", 2)
-    monkeypatch.setattr(search_module, "WIDER", 4)
-    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+    common_names(department_a)
+    small_windows(monkeypatch)
     assert titles(member_a, "pretrain chat")[0] == [f"#{old.pk} pretrain-chat-v1"]  # read, at this size
     monkeypatch.setattr(search_module, "MAX_CHECKED", 1)
     monkeypatch.setattr(search_module, "MAX_LISTED", 1)
@@ -206,12 +216,8 @@ def test_what_other_tenants_names_hold_never_leaves_a_members_jobs_unsearched(
     older jobs are read (how may follow B's names; what is found may not): her old job is found, no note."""
     old = make_job(department_a, "pretrain-chat-v1", state="completed")
     make_job(department_a, "eval-1", state="completed")
-    for n in range(6):
-        make_job(department_b, f"pretrain-h{n}", state="completed")
-        make_job(department_b, f"serve-chat-h{n}", state="completed")
-    monkeypatch.setattr(search_module, "WINDOW", 2)
-    monkeypatch.setattr(search_module, "WIDER", 4)
-    monkeypatch.setattr(search_module, "RARITY_SAMPLE", 4)
+    common_names(department_b)
+    small_windows(monkeypatch)
     monkeypatch.setattr(search_module, "MAX_CHECKED", 1)
     monkeypatch.setattr(search_module, "MAX_LISTED", 1)
     assert _rarity(("pretrain", "chat")).older(1000) is None  # every tenant's names: not to be read
