@@ -199,8 +199,11 @@ def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
     assert titles(member_a, "pretrain chat")[0] == [f"#{old.pk} pretrain-chat-v1"]  # read, at this size
     monkeypatch.setattr(search_module, "MAX_CHECKED", 1)
     monkeypatch.setattr(search_module, "MAX_LISTED", 1)
-    group, _exact = _jobs(member_a, "pretrain chat", True, search_module.LIMIT, True)
+    with CaptureQueriesContext(connection) as captured:
+        group, _exact = _jobs(member_a, "pretrain chat", True, search_module.LIMIT, True)
     assert group.hits == [] and "were not searched" in group.note
+    # Two samples: every tenant's newest names (how to read) and the viewer's own (whether to read).
+    assert sum(' AS "part_0"' in query["sql"] for query in captured.captured_queries) == 2
     response = client_as(member_a).get("/search/", {"q": "pretrain chat"})
     page = response.content.decode()
     assert response.status_code == 200 and 'data-note="job"' in page and "were not searched" in page
