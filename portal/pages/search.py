@@ -110,6 +110,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_safe
 
 from core.access import is_admin
+from core.time_limit import within
 from inventory.models import ComputeTray, Gpu, MigDevice, Rack
 from portal.pages import search_indexes
 from scheduling.models import Job
@@ -138,11 +139,16 @@ RARITY_SAMPLE = 2_000
 # its every part is in fewer than MAX_LISTED jobs (the index's lists read) and fewer than MAX_CHECKED hold
 # them all; else, when the viewer's own newest jobs say the same (a tenant's search is never narrowed by what
 # other tenants' names hold), not at all, and the page says which jobs were not searched; else by the whole
-# query, however long it takes. At 21 million jobs "chat-serve"
+# query. At 21 million jobs "chat-serve"
 # checked the 1.5 million names holding both words in 11 s, and "pretrain chat" read the index's lists of
 # two words in a tenth and a twentieth of the names (15,000 pages).
 MAX_CHECKED = 50_000
 MAX_LISTED = 500_000
+# Any read of the older jobs (and their count) stops after OLDER_READ_MS on PostgreSQL (core.time_limit):
+# a lead whose own names lack two words that fill other departments' names read them whole in 1.3 s at 21
+# million jobs. A read stopped so leaves the older jobs unsearched, and the page says so; a count stopped so
+# says "at least".
+OLDER_READ_MS = 120
 PART = re.compile(rf"[^\W_]{{{MIN_SUBSTRING},}}")  # a run of letters and digits: a word to pg_trgm
 HIGH = "\uffff"
 GUID = re.compile(r"^(0x)?[0-9a-f]{16}$")
@@ -474,6 +480,15 @@ def _jobs_estimate() -> int:
     return Job.objects.order_by()[:ESTIMATE_COUNTED_UP_TO].count()
 
 
+@dataclass(frozen=True)
+class Older:
+    """A branch's jobs created before `before` (the last window's edge), read through the indexes
+    (Window._older) in at most OLDER_READ_MS."""
+
+    jobs: object  # a QuerySet, SORTED_NEWEST
+    before: object  # a datetime
+
+
 def _either(branches: list[Branch]) -> Q:
     return reduce(operator.or_, (branch.condition for branch in branches))
 
@@ -504,8 +519,11 @@ class Window:
         self.edges = edges  # the created_at of the WINDOW-th and WIDER-th newest job (those there are)
         self.branches = branches
         self.narrowed: dict[tuple[str, ...], Rarity] = {}  # a branch's parts -> _rarity, asked once
-        # The created_at before which jobs were not read (too many names to check, MAX_CHECKED), if any.
+        # The created_at before which jobs were not read (too many names to check, MAX_CHECKED, or too slow
+        # to read, OLDER_READ_MS), if any, and which of the two (`unsearched_slow`).
         self.unsearched_before = None
+        self.unsearched_slow = False
+        self.unread: set[int] = set()  # the branches (id) whose older jobs are not read, for either reason
         self.estimate: int | None = None  # _jobs_estimate(), when asked
 
     @classmethod
@@ -544,12 +562,15 @@ class Window:
             walked = _job_fields(self.jobs, walked=True).filter(condition, created_at__gte=edge)
             yield walked.filter(created_at__lt=newer) if newer is not None else walked
             newer = edge
-        yield self._older(branch, rarity, newer)
+        older = self._older(branch, rarity, newer)
+        yield Older(older, newer) if older is not None else None
 
     def _older(self, branch: Branch, rarity: Rarity, newer):
         """The jobs older than `newer` (the last window's edge) as `Rarity.older` says, or None when they are
-        not read (`unsearched_before` set)."""
+        not read (`unsearched_before` set, or the branch's read was stopped for its time before)."""
         condition = branch.condition
+        if id(branch) in self.unread:  # decided, or stopped for its time, before: not for the count either
+            return None
         if self.estimate is None and rarity.sample:
             self.estimate = _jobs_estimate()
         how = rarity.older(self.estimate or 0)
@@ -559,6 +580,7 @@ class Window:
         own = self.jobs.filter(created_at__gte=newer)
         if how is None and _rarity(branch.parts, own).older(self.estimate or 0) is None:
             self.unsearched_before = newer
+            self.unread.add(id(branch))
             return None
         if how is None or how is True:
             return _job_fields(self.jobs).filter(condition, created_at__lt=newer).order_by(*SORTED_NEWEST)
@@ -577,14 +599,26 @@ class Window:
             return list(self._by_submitter(branch.condition)[:n])
         rows: list = []
         for jobs in self._ranges(branch):
-            if jobs is None:  # the older jobs, not read (MAX_CHECKED)
+            if jobs is None:  # the older jobs, not read (MAX_CHECKED, OLDER_READ_MS)
                 break
-            if not jobs.query.order_by:
-                jobs = jobs.order_by(*NEWEST)
-            rows += jobs[: n - len(rows)]
+            if isinstance(jobs, Older):
+                page = jobs.jobs[: n - len(rows)]
+                found, finished = within(OLDER_READ_MS, functools.partial(list, page), using=Job.objects.db)
+                if not finished:
+                    self._stopped(branch, jobs.before)
+                    break
+                rows += found or []
+            else:
+                rows += (jobs if jobs.query.order_by else jobs.order_by(*NEWEST))[: n - len(rows)]
             if len(rows) == n:
                 break
         return rows
+
+    def _stopped(self, branch: Branch, before) -> None:
+        """The branch's jobs created before `before` took longer than OLDER_READ_MS to read: unsearched."""
+        self.unread.add(id(branch))
+        self.unsearched_before = max(before, self.unsearched_before or before)
+        self.unsearched_slow = True
 
     def read(self, n: int) -> list:
         """The first `n` jobs of any branch, newest first: each branch's first `n`, merged."""
@@ -597,14 +631,17 @@ class Window:
         if branch.by_submitter:
             return set(self._by_submitter(branch.condition).values_list("pk", flat=True)[:COUNT_CAP]), False
         ids: set[int] = set()
-        *windows, older = self._ranges(branch)
-        for jobs in windows:
-            ids |= set(jobs.order_by().values_list("pk", flat=True)[: COUNT_CAP - len(ids)])
-            if len(ids) > limit:
+        for jobs in self._ranges(branch):
+            if jobs is None:  # the older jobs, not read (MAX_CHECKED, OLDER_READ_MS): there may be more
                 return ids, True
-        if older is None:  # not read (MAX_CHECKED): there may be more
-            return ids, True
-        return ids | set(older.values_list("pk", flat=True)[: COUNT_CAP - len(ids)]), False
+            if isinstance(jobs, Older):  # a count stopped for its time says "at least"
+                pks = jobs.jobs.values_list("pk", flat=True)[: COUNT_CAP - len(ids)]
+                found, finished = within(OLDER_READ_MS, functools.partial(set, pks), using=Job.objects.db)
+                return ids | (found or set()), not finished
+            ids |= set(jobs.order_by().values_list("pk", flat=True)[: COUNT_CAP - len(ids)])
+            if len(ids) > limit and self.narrowed[branch.parts].rare is None:  # a window's: not the older
+                return ids, True
+        return ids, False
 
     def count(self, limit: int) -> tuple[int, bool]:
         """The jobs of any branch up to COUNT_CAP (a job two branches find counted once), and whether there
@@ -638,7 +675,8 @@ def _widen(
         extra = [row for row in fetched if row.pk not in seen]
         room = limit - len(rows)
         rows = [*rows, *extra[:room]]
-        if len(fetched) <= limit + len(seen):  # every match is here: the rest is known without a count
+        unread = window is not None and window.unsearched_before is not None  # older jobs not searched
+        if len(fetched) <= limit + len(seen) and not unread:  # every match is here: the rest needs no count
             return rows, max(0, len(extra) - room), False
     if not count:
         return rows, 0, False
@@ -964,14 +1002,21 @@ def _jobs(user, q: str, look_exact: bool = True, limit: int = LIMIT, count: bool
     if same_name > 1:
         group.note = _same_name_note(q, same_name, at_least=len(named) > same_name)
     if window is not None and window.unsearched_before is not None:
-        group.note = " ".join(filter(None, (group.note, _unsearched_note(window.unsearched_before))))
+        unsearched = _unsearched_note(window.unsearched_before, window.unsearched_slow)
+        group.note = " ".join(filter(None, (group.note, unsearched)))
     group.hits += _job_hits(rows, submitters.ids())
     return group, reverse("scheduling:job-detail", args=[exact.pk]) if exact else None
 
 
-def _unsearched_note(before) -> str:
-    """The sentence above jobs whose older ones were not read (Window.unsearched_before: `before`)."""
+def _unsearched_note(before, slow: bool = False) -> str:
+    """The sentence above jobs whose older ones were not read (Window.unsearched_before: `before`; `slow`:
+    their read was stopped for its time, OLDER_READ_MS)."""
     when = formats.date_format(timezone.localtime(before), "SHORT_DATETIME_FORMAT")
+    if slow:
+        return _(
+            "Jobs created before %(when)s were not searched: reading them took longer than this search may "
+            "take. Add a rarer word (the number in a job's name, a username) to search them."
+        ) % {"when": when}
     return _(
         "Jobs created before %(when)s were not searched: every word of this query is in too many of their "
         "names to check them all. Add a rarer word (the number in a job's name, a username) to search them."

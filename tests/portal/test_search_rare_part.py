@@ -201,7 +201,7 @@ def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
     monkeypatch.setattr(search_module, "MAX_LISTED", 1)
     with CaptureQueriesContext(connection) as captured:
         group, _exact = _jobs(member_a, "pretrain chat", True, search_module.LIMIT, True)
-    assert group.hits == [] and "were not searched" in group.note
+    assert group.hits == [] and "were not searched" in group.note and group.more_at_least
     # Two samples: every tenant's newest names (how to read) and the viewer's own (whether to read).
     assert sum(' AS "part_0"' in query["sql"] for query in captured.captured_queries) == 2
     response = client_as(member_a).get("/search/", {"q": "pretrain chat"})
@@ -247,3 +247,59 @@ def test_the_jobs_are_estimated_by_postgresql_or_counted(department_a, monkeypat
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE scheduling_job")
     assert _jobs_estimate() == 3  # the planner's figure
+
+
+def slow_older(monkeypatch, seconds: float) -> None:
+    """The older jobs' read made slow by the database itself (a sleep in its condition): a stand-in for the
+    millions of rows a test has not."""
+    older = search_module.Window._older
+
+    def slow(self, *args):
+        jobs = older(self, *args)
+        return None if jobs is None else jobs.extra(where=[f"pg_sleep({seconds}) IS NOT NULL"])
+
+    monkeypatch.setattr(search_module.Window, "_older", slow)
+
+
+@postgresql_only
+def test_older_jobs_too_slow_to_read_are_left_unsearched_and_the_page_says_so(
+    monkeypatch, client_as, department_a, member_a
+):
+    """The older jobs' read (and their count) stops after OLDER_READ_MS: at 21 million jobs a lead's two
+    words that fill other departments' names, never together, read them whole in 1.3 s. Here the old job is
+    not found, the page says which jobs were not searched and why; given the time, the same read finds it."""
+    old = make_job(department_a, "pretrain-chat-v1", state="completed")
+    common_names(department_a)
+    small_windows(monkeypatch)
+    assert titles(member_a, "pretrain chat")[0] == [f"#{old.pk} pretrain-chat-v1"]
+    slow_older(monkeypatch, 0.5)
+    monkeypatch.setattr(search_module, "OLDER_READ_MS", 50)
+    group, _exact = _jobs(member_a, "pretrain chat", True, search_module.LIMIT, True)
+    assert group.hits == [] and "took longer than this search may take" in group.note
+    assert group.more_at_least
+    page = client_as(member_a).get("/search/", {"q": "pretrain chat"}).content.decode()
+    assert 'data-note="job"' in page and "took longer than this search may take" in page
+    monkeypatch.setattr(search_module, "OLDER_READ_MS", 20_000)
+    assert titles(member_a, "pretrain chat")[0] == [f"#{old.pk} pretrain-chat-v1"]
+
+
+@postgresql_only
+def test_a_count_too_slow_to_finish_says_at_least(monkeypatch, department_a, member_a):
+    """A page read in time whose older jobs' count is not: the hits are shown, the count says "at least"."""
+    for n in range(3):
+        make_job(department_a, f"pretrain-chat-v{n}", state="completed")
+    common_names(department_a)
+    small_windows(monkeypatch)
+    assert titles(member_a, "pretrain chat", limit=1)[1:] == (2, False)
+    slow_older(monkeypatch, 0.05)
+    read = search_module.Window.read
+
+    def read_in_time(self, n):
+        with monkeypatch.context() as patient:
+            patient.setattr(search_module, "OLDER_READ_MS", 30_000)
+            return read(self, n)
+
+    monkeypatch.setattr(search_module.Window, "read", read_in_time)
+    monkeypatch.setattr(search_module, "OLDER_READ_MS", 20)
+    found, _more, at_least = titles(member_a, "pretrain chat", limit=1)
+    assert len(found) == 1 and at_least
