@@ -7,6 +7,7 @@ the ORM's back (a raw UPDATE: a cold read). On SQLite there is nothing to keep; 
 """
 
 import dataclasses
+import gc
 import inspect
 import re
 from datetime import timedelta
@@ -290,6 +291,33 @@ def test_changes_committed_between_passes_are_read(demo_inventory):
     assert pass_cache.kept().cluster.tray_cap[pass_cache.kept().tray_index[tray.pk]] == 0
     pending(research, "more", 4)
     assert kept_is_cold().cold is False
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_cluster_read_cold_is_frozen_out_of_the_collectors_reach_and_makes_no_cycles(demo_inventory):
+    """A cold read to be kept freezes what lives once it is read (pass_cache.read): the kept cluster is no
+    longer walked by the cyclic collector; a warm read freezes nothing. Safe only because the read makes no
+    reference cycles and the kept state holds none: unfrozen and dropped, nothing is left to collect."""
+    research = make_department("Research", guaranteed_gpus=16)
+    pending(research, "small", 2)
+    pass_cache.forget()
+    gc.unfreeze()  # what earlier freezes in this process (a render's) moved away
+    try:
+        assert run_pass().cold is True
+        cluster = pass_cache.kept().cluster
+        assert gc.get_freeze_count() > 0
+        assert not any(obj is cluster for obj in gc.get_objects())  # in the permanent generation
+        after_cold = gc.get_freeze_count()
+        pending(research, "more", 4)
+        assert run_pass().cold is False
+        assert gc.get_freeze_count() <= after_cold  # nothing frozen (some freed: the rows it replaced)
+        gc.collect()  # the passes' own garbage, never frozen
+    finally:
+        gc.unfreeze()
+    del cluster
+    pass_cache.forget()
+    assert gc.collect() == 0
 
 
 # --- the fabric in use is read with a cold read only (migration scheduling 0030) -----------------------
