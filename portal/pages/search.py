@@ -79,6 +79,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
+import time
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
@@ -144,10 +145,10 @@ RARITY_SAMPLE = 2_000
 # two words in a tenth and a twentieth of the names (15,000 pages).
 MAX_CHECKED = 50_000
 MAX_LISTED = 500_000
-# Any read of the older jobs (and their count) stops after OLDER_READ_MS on PostgreSQL (core.time_limit):
-# a lead whose own names lack two words that fill other departments' names read them whole in 1.3 s at 21
-# million jobs. A read stopped so leaves the older jobs unsearched, and the page says so; a count stopped so
-# says "at least".
+# The reads of the older jobs (and their counts) of one search stop after OLDER_READ_MS in all on PostgreSQL
+# (core.time_limit, Window._in_time): a lead whose own names lack two words that fill other departments'
+# names read them whole in 1.3 s at 21 million jobs. A read stopped so leaves the older jobs unsearched, and
+# the page says so; a count stopped so says "at least".
 OLDER_READ_MS = 120
 PART = re.compile(rf"[^\W_]{{{MIN_SUBSTRING},}}")  # a run of letters and digits: a word to pg_trgm
 HIGH = "\uffff"
@@ -525,6 +526,7 @@ class Window:
         self.unsearched_slow = False
         self.unread: set[int] = set()  # the branches (id) whose older jobs are not read, for either reason
         self.estimate: int | None = None  # _jobs_estimate(), when asked
+        self.spent_ms = 0.0  # of OLDER_READ_MS, by the reads and counts of older jobs so far
 
     @classmethod
     def of_jobs(cls, jobs, branches: list[Branch]) -> Window | None:
@@ -603,7 +605,7 @@ class Window:
                 break
             if isinstance(jobs, Older):
                 page = jobs.jobs[: n - len(rows)]
-                found, finished = within(OLDER_READ_MS, functools.partial(list, page), using=Job.objects.db)
+                found, finished = self._in_time(functools.partial(list, page))
                 if not finished:
                     self._stopped(branch, jobs.before)
                     break
@@ -613,6 +615,18 @@ class Window:
             if len(rows) == n:
                 break
         return rows
+
+    def _in_time(self, read):
+        """`read()` of older jobs within what is left of OLDER_READ_MS: the reads and counts of one search
+        share it (core.time_limit.within); (None, False) when it ran out."""
+        left = OLDER_READ_MS - self.spent_ms
+        if left < 1:
+            return None, False
+        started = time.perf_counter()
+        try:
+            return within(int(left), read, using=Job.objects.db)
+        finally:
+            self.spent_ms += (time.perf_counter() - started) * 1000
 
     def _stopped(self, branch: Branch, before) -> None:
         """The branch's jobs created before `before` took longer than OLDER_READ_MS to read: unsearched."""
@@ -636,7 +650,7 @@ class Window:
                 return ids, True
             if isinstance(jobs, Older):  # a count stopped for its time says "at least"
                 pks = jobs.jobs.values_list("pk", flat=True)[: COUNT_CAP - len(ids)]
-                found, finished = within(OLDER_READ_MS, functools.partial(set, pks), using=Job.objects.db)
+                found, finished = self._in_time(functools.partial(set, pks))
                 return ids | (found or set()), not finished
             ids |= set(jobs.order_by().values_list("pk", flat=True)[: COUNT_CAP - len(ids)])
             if len(ids) > limit and self.narrowed[branch.parts].rare is None:  # a window's: not the older
@@ -675,9 +689,11 @@ def _widen(
         extra = [row for row in fetched if row.pk not in seen]
         room = limit - len(rows)
         rows = [*rows, *extra[:room]]
-        unread = window is not None and window.unsearched_before is not None  # older jobs not searched
-        if len(fetched) <= limit + len(seen) and not unread:  # every match is here: the rest needs no count
-            return rows, max(0, len(extra) - room), False
+        if len(fetched) <= limit + len(seen):  # every match read is here: the rest needs no count
+            # ... and "at least" when older jobs were not searched (the windows' matches are all here: no
+            # branch's read filled a page).
+            unread = window is not None and window.unsearched_before is not None
+            return rows, max(0, len(extra) - room), unread
     if not count:
         return rows, 0, False
     total, partial = window.count(limit) if window else (_count(found), False)
