@@ -204,6 +204,8 @@ def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
     assert group.hits == [] and "were not searched" in group.note and group.more_at_least
     # Two samples: every tenant's newest names (how to read) and the viewer's own (whether to read).
     assert sum(' AS "part_0"' in query["sql"] for query in captured.captured_queries) == 2
+    # The two windows walked once (and the viewer's own sample of them): no count walks them again.
+    assert sum('"created_at" >=' in query["sql"] for query in captured.captured_queries) == 3
     response = client_as(member_a).get("/search/", {"q": "pretrain chat"})
     page = response.content.decode()
     assert response.status_code == 200 and 'data-note="job"' in page and "were not searched" in page
