@@ -26,6 +26,7 @@ from inventory.models import ComputeTray, Gpu
 from inventory.selectors import GPU_FABRIC_UNSETTLED, HAS_FABRIC_PROBLEMS, unsettled_fabric_trays
 from scheduling.choices import HOLDING_STATES
 from scheduling.engine.cluster import Cluster, TraySpec
+from scheduling.engine.standing import StandingOrder
 from scheduling.models import Allocation, Job
 from tenancy.services import schedulable_gpus_q
 
@@ -85,9 +86,9 @@ class ClusterState:
     # under (PostgreSQL: scheduling.pass_cache reads again only the jobs the job change log names since).
     running_rows: dict[int, tuple] = field(default_factory=dict)
     job_mark: Mark | None = None
-    # The engine's standing order of the running jobs after the last pass (job ids: PassResult.standing),
-    # which the next pass's sort starts from (scheduling.services.passes keeps it).
-    standing: list[int] = field(default_factory=list)
+    # The engine's standing order of the running jobs after the last pass (PassResult.standing), which the
+    # next pass's starts from (scheduling.services.passes keeps it).
+    standing: StandingOrder | None = None
     # The jobs whose rows (pk) or allocations (-pk) this pass read again; None: every running job was read.
     changed_jobs: set[int] | None = None
     # The allocations this process's last pass made: job -> (placed, placement, GPUs, highest id). The next

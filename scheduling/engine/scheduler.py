@@ -87,12 +87,12 @@ what it decided; the caller makes it so.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import accumulate, compress, groupby
+from itertools import accumulate, compress
 from operator import attrgetter, is_not, itemgetter
 
 from core.hardware import GPUS_PER_TRAY
@@ -109,6 +109,7 @@ from scheduling.engine.placement import (
     why_not,
 )
 from scheduling.engine.placement import explain as explain_placement
+from scheduling.engine.standing import StandingOrder
 from scheduling.engine.words import CLAUSES, WAITING, gettext_noop, minutes, say, utc_words
 from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
 from tenancy.usage_decay import history_standing
@@ -183,6 +184,13 @@ class RunningJob:
     over_quota: bool = False
     priority_class: str = "train"
     project: str | None = None
+    # Its place in its department's standing order (`_standing_order`), made once per object: the pass keeps
+    # the objects of unchanged jobs (scheduling.pass_inputs.engine_running_jobs) and sorts 47,700 of them
+    # twice a pass at 10,000 racks, by this key alone (a sort key made per job per sort took half the sort).
+    standing_key: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "standing_key", (self.department, *_standing_order(self)))
 
     @property
     def preemptible(self) -> bool:
@@ -243,9 +251,9 @@ class PassResult:
     # With `Options.fabric_wait_again`, None for a job whose wait ran out while it could not start anywhere:
     # the caller forgets its hold, and its next hold begins a new wait.
     fabric_held_since: dict[int, float | None] = field(default_factory=dict)
-    # The running jobs (started ones too) in standing order, when no department has projects (else empty):
-    # the next pass may start its sort from it (`schedule`'s `standing`; the order is total, so the same).
-    standing: list[RunningJob] = field(default_factory=list)
+    # The running jobs (started ones too) in standing order, when no department has projects (else None):
+    # the next pass starts from it (`schedule`'s `standing`; StandingOrder: the same result, sooner).
+    standing: StandingOrder | None = None
 
 
 def _standing_order(job: RunningJob) -> tuple:
@@ -255,11 +263,9 @@ def _standing_order(job: RunningJob) -> tuple:
     return (job.priority_class in PREEMPTIBLE_CLASSES, job.started_at, job.over_quota, job.id)
 
 
-_STANDING_TIE_ORDER = attrgetter("started_at", "over_quota", "id")
+_STANDING_KEY = attrgetter("standing_key")
 _QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line, within one priority
-_PRIORITY_CLASS = attrgetter("priority_class")
 _OVER_QUOTA = attrgetter("over_quota")
-_DEPARTMENT = attrgetter("department")
 _GPUS = attrgetter("gpus")
 _ID = attrgetter("id")
 _NOT_NONE = partial(is_not, None)
@@ -276,12 +282,9 @@ def _getter(trays: list[int]) -> Callable:
 
 
 def _sort_standing(jobs: list[RunningJob]) -> None:
-    """Sort `jobs` in `_standing_order`, with C-level keys: by (start, standing, id), then stably by class
-    (non-preemptible first) only when there is such a job."""
-    jobs.sort(key=_STANDING_TIE_ORDER)
-    preemptible = list(map(frozenset(PREEMPTIBLE_CLASSES).__contains__, map(_PRIORITY_CLASS, jobs)))
-    if len(jobs) > 1 and not all(preemptible):  # a non-preemptible job: a stable sort by class, keyed in C
-        jobs[:] = itemgetter(*sorted(range(len(jobs)), key=preemptible.__getitem__))(jobs)
+    """Sort `jobs` by department, then in `_standing_order` (each job's `standing_key`, made once: the jobs
+    of one department, as every caller but `_in_quota_plain` gives, in standing order)."""
+    jobs.sort(key=_STANDING_KEY)
 
 
 # Why a job waits (scheduling.engine.words: clauses joined by "; ", each a template read back by the portal).
@@ -374,13 +377,13 @@ class _Pass:
         # Per leaf, the GPUs its non-preemptible jobs hold: they hold its in-quota share first (Standing), so
         # a new one is in quota while these and it fit, whatever training the leaf runs (`_consider`).
         self.leaf_firm: dict[tuple[str, str | None], int] = dict.fromkeys(self.leaf_guaranteed, 0)
-        self.standing_order: list[RunningJob] | None = None  # see _in_quota_plain
-        # The last pass's standing order (job ids, `PassResult.standing`), which the first sort starts from.
-        self.standing_hint: Sequence[int] | None = standing
+        self.standing_order: StandingOrder | None = None  # see _in_quota_plain
+        # The last pass's standing order (`PassResult.standing`), which the first look starts from.
+        self.standing_hint: StandingOrder | None = standing
         # Each waiting job's leaf, looked up once per pass (sweeps and sorts read it; job ids are unique).
         self.pending_leaf: dict[int, tuple[str, str | None]] = {}
         if not self.projects:
-            demand = self._count_plain(running, pending)
+            demand = self._count_plain(self._standing_now(), pending)
             leaf_demand = {}  # read only for the projects' split: none here
         else:
             for job in running:
@@ -457,18 +460,19 @@ class _Pass:
         # reclaim fails again until capacity moves (a reclaim succeeds): then both caches are cleared.
         self.reclaim_failed: set[tuple] = set()
 
-    def _count_plain(self, running: list[RunningJob], pending: list[PendingJob]) -> dict[str, int]:
+    def _count_plain(self, order: StandingOrder, pending: list[PendingJob]) -> dict[str, int]:
         """`held`, `leaf_held`, `leaf_firm` and `pending_leaf` when no department has projects (every leaf is
-        (department, None)): the loops of `__init__` without a leaf per job. Returns the demand per
+        (department, None)): the loops of `__init__` without a leaf per job, the running jobs summed per
+        department from their standing order (its non-preemptible jobs first). Returns the demand per
         department (running and waiting GPUs)."""
         held = self.held
         firm: dict[str, int] = {}
-        for job in running:
-            name = job.department
+        for name, (keys, jobs) in order.lists.items():
             if name in held:
-                held[name] += job.gpus
-                if job.priority_class not in PREEMPTIBLE_CLASSES:
-                    firm[name] = firm.get(name, 0) + job.gpus
+                held[name] += sum(map(_GPUS, jobs))
+                preemptible = bisect_left(keys, (name, True))  # standing_key: (department, preemptible, ...)
+                if preemptible:
+                    firm[name] = sum(map(_GPUS, jobs[:preemptible]))
         demand = dict(held)
         # One tuple per department, shared by its jobs.
         leaf_of: dict[str, tuple[str, str | None]] = {name: (name, None) for name in held}
@@ -566,38 +570,32 @@ class _Pass:
             leaf: share for leaf, share in self.in_quota.items() if leaf[0] in self.projects
         }
 
+    def _standing_now(self) -> StandingOrder:
+        """The running jobs' standing order as they are now (`StandingOrder`): made from this pass's last
+        one, or the last pass's (`standing_hint`), moving only the jobs that changed since."""
+        start = self.standing_order if self.standing_order is not None else self.standing_hint
+        self.standing_hint = None
+        order = start.updated(self.running) if start is not None else StandingOrder.of(self.running)
+        self.standing_order = order
+        self.result.standing = order
+        return order
+
     def _in_quota_plain(self, on_dedicated: dict[int, str]) -> set[int]:
-        """`_in_quota_by_leaf` when no department has projects, in one walk: the running jobs sorted once in
-        standing order (restricted to one department, the order its own sort gives: both sorts are stable),
-        each department's longest prefix within its in-quota share (`in_quota_prefix`)."""
-        running = self.running
-        if self.standing_order is not None:  # the pass's second look: the last order, then the started ones
-            order: Sequence[int] | None = list(map(_ID, self.standing_order))
-        else:  # the first: the last pass's order if given (nearly sorted: quick to sort again)
-            order, self.standing_hint = self.standing_hint, None
-        if order is None:
-            jobs = list(running.values())
-        else:  # as the jobs stand now; the ones the order does not name after it
-            jobs = list(filter(None, map(running.get, order)))
-            if len(jobs) < len(running):
-                jobs += map(running.__getitem__, running.keys() - set(order))
-        if on_dedicated:
-            jobs = [job for job in jobs if job.id not in on_dedicated]
-        # The standing order is total (ids are unique): the same whatever the order it starts from, and
-        # quick to sort again from the last one.
-        _sort_standing(jobs)
-        self.standing_order = jobs
-        self.result.standing = jobs
-        jobs = sorted(jobs, key=_DEPARTMENT)  # stable: each department's jobs together, in standing order
+        """`_in_quota_by_leaf` when no department has projects, in one walk: each department's running jobs
+        in standing order (`StandingOrder`: made from the pass's first look at its second, from the last
+        pass's at its first, moving only the jobs that changed), each department's longest prefix within its
+        in-quota share (`in_quota_prefix`), the jobs on other departments' dedicated partitions left out."""
+        order = self._standing_now()
         share = {leaf[0]: share for leaf, share in self.in_quota.items()}
         in_quota: set[int] = set()
-        for name, members in groupby(jobs, key=_DEPARTMENT):
+        for name, (_keys, jobs) in order.lists.items():
             if name not in share:
                 continue  # unknown department: nothing is guaranteed to it
-            group = list(members)
+            if on_dedicated:
+                jobs = [job for job in jobs if job.id not in on_dedicated]
             # The longest prefix whose GPUs stay within the share (the running sums only grow: GPUs >= 0).
-            within = bisect_right(list(accumulate(map(_GPUS, group))), share[name])
-            in_quota.update(map(_ID, group[:within]))
+            within = bisect_right(list(accumulate(map(_GPUS, jobs))), share[name])
+            in_quota.update(map(_ID, jobs[:within]))
         return in_quota
 
     def _in_quota_by_leaf(self, on_dedicated: dict[int, str]) -> set[int]:
@@ -1642,11 +1640,11 @@ def schedule(
     policy: str = RACKPLANE,
     *,
     explain: bool = True,
-    standing: Sequence[int] | None = None,
+    standing: StandingOrder | None = None,
     **options,
 ) -> PassResult:
     """Run one pass. `cluster` must hold the running jobs' allocations (by job id); it is changed in place.
-    `standing`: the last pass's `PassResult.standing` as job ids, if kept (the sort starts from it: the
+    `standing`: the last pass's `PassResult.standing`, if kept (the standing order starts from it: the
     same result, sooner). `options`: fields of `Options` (e.g. ``max_reservations=1``)."""
     return _Pass(
         cluster, departments, running, pending, now, policy, explain, Options(**options), standing

@@ -16,7 +16,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from operator import attrgetter
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -124,7 +123,7 @@ def _pass(now, fabric: Fabric | None = None) -> PassSummary:
         stranded_now = stranded(inputs.cluster, left_waiting).as_dict()
         # Kept before the writes are answered: a kept cluster is checked against the database at the next
         # pass, so it stays right if they fail (the pass rolls back) as if they were made.
-        state.standing = list(map(attrgetter("id"), result.standing))  # where the next pass's sort starts
+        state.standing = result.standing  # where the next pass's standing order starts
         pass_cache.keep(state, decided)  # the jobs it started or preempted: the only ones the engine moved
         record()  # waits for the allocations' ids
     # Slice jobs on free MIG devices, which the engine never gives (scheduling.services.slices).

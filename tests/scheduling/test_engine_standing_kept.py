@@ -1,16 +1,18 @@
-"""The standing order a pass keeps for the next one (scheduling.engine.scheduler: `PassResult.standing`,
-`schedule(standing=...)`): a pass whose sort starts from the last pass's order, after any change to the
-running jobs (jobs gone, started, moved in time or standing, a guarantee changed), decides exactly what a
-pass that sorts them fresh decides (issue 32: at 10,000 racks the 47,700 running jobs were sorted from
-scratch twice a pass)."""
+"""The standing order a pass keeps for the next one (scheduling.engine.standing.StandingOrder,
+`PassResult.standing`, `schedule(standing=...)`): a pass that starts from the last pass's order, after any
+change to the running jobs (jobs gone, started, moved in time or standing, a guarantee changed), decides
+exactly what a pass that sorts them fresh decides, and an order made from another one is the one sorted whole
+(issue 32: at 10,000 racks the 47,700 running jobs were sorted from scratch twice a pass)."""
 
 import copy
+import dataclasses
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine.scheduler import Department, PendingJob, RunningJob, schedule
+from scheduling.engine.standing import StandingOrder
 from tests.scheduling.test_engine import cluster_of
 
 RACKS = 4  # 18 trays each, one partition per rack
@@ -50,7 +52,7 @@ def _decisions(result) -> tuple:
         result.in_quota_share,
         result.reservations,
         result.queue,
-        [job.id for job in result.standing],
+        [job.id for job in result.standing.in_order()],
     )
 
 
@@ -65,7 +67,7 @@ def test_a_kept_standing_order_decides_what_a_fresh_sort_decides(seed, count, ch
         for n in range(rng.randint(0, 12))
     ]
     first = schedule(copy.deepcopy(cluster), departments, running, pending, 1000.0)
-    kept = [job.id for job in first.standing]
+    kept = first.standing
     # Changes since: jobs end, new ones start, a start time or a standing is rewritten, guarantees move.
     by_id = {job.id: job for job in running}
     for _ in range(changes):
@@ -86,14 +88,22 @@ def test_a_kept_standing_order_decides_what_a_fresh_sort_decides(seed, count, ch
         elif by_id:
             job = by_id[rng.choice(sorted(by_id))]
             if kind == "moved":
-                by_id[job.id] = RunningJob(**{**vars(job), "started_at": float(rng.randint(1, 900))})
+                by_id[job.id] = dataclasses.replace(job, started_at=float(rng.randint(1, 900)))
             else:
-                by_id[job.id] = RunningJob(**{**vars(job), "over_quota": not job.over_quota})
+                by_id[job.id] = dataclasses.replace(job, over_quota=not job.over_quota)
     if rng.random() < 0.3:
         departments = [Department(d.name, guaranteed=rng.choice([0, 8, 64])) for d in departments]
     now_running = list(by_id.values())
     rng.shuffle(now_running)
-    hints = [kept, rng.sample(kept, len(kept)), [*kept, 999_999_999], []]
+    # The last pass's order; one of the jobs before the changes; one of equal jobs that are other objects
+    # (every one changed: sorted whole); one of other jobs altogether; none.
+    hints = [
+        kept,
+        StandingOrder.of({job.id: job for job in running}),
+        StandingOrder.of({job.id: dataclasses.replace(job) for job in now_running}),
+        StandingOrder.of({job.id + 10**9: dataclasses.replace(job, id=job.id + 10**9) for job in running}),
+        None,
+    ]
     fresh = _decisions(schedule(copy.deepcopy(cluster), departments, now_running, pending, 2000.0))
     for hint in hints:
         assert (
@@ -102,3 +112,61 @@ def test_a_kept_standing_order_decides_what_a_fresh_sort_decides(seed, count, ch
             )
             == fresh
         )
+
+
+def _lists(order: StandingOrder) -> dict:
+    return {name: (list(keys), [id(job) for job in jobs]) for name, (keys, jobs) in order.lists.items()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**6), count=st.integers(0, 200), changes=st.integers(0, 60))
+def test_an_order_made_from_another_is_the_one_sorted_whole_and_the_other_is_unchanged(seed, count, changes):
+    rng = random.Random(seed)
+    _cluster, jobs = _running(rng, count)
+    running = {job.id: job for job in jobs}
+    order = StandingOrder.of(running)
+    before = _lists(order)
+    for _ in range(changes):  # ends, starts, new standings, start times, departments and classes
+        kind = rng.choice(["end", "start", "replace"])
+        if kind == "end" and running:
+            del running[rng.choice(sorted(running))]
+        elif kind == "start":
+            job_id = 10_000 + rng.randrange(10**6)
+            running[job_id] = RunningJob(job_id, rng.choice("abcd"), 1, float(rng.randint(1, 40)), 9000.0)
+        elif running:
+            job = running[rng.choice(sorted(running))]
+            running[job.id] = dataclasses.replace(
+                job,
+                **rng.choice(
+                    [
+                        {"over_quota": not job.over_quota},
+                        {"started_at": float(rng.randint(1, 40))},
+                        {"department": rng.choice("abcd")},
+                        {"priority_class": rng.choice(["train", "serve", "build"])},
+                        {},  # an equal job, another object
+                    ]
+                ),
+            )
+    made = order.updated(running)
+    assert _lists(made) == _lists(StandingOrder.of(running))
+    assert made.jobs == running and made.jobs is not running
+    assert _lists(order) == before  # never changed: the pass's second look and the next pass start from it
+
+
+def test_a_few_changes_move_only_their_jobs_and_the_untouched_departments_lists_are_shared():
+    jobs = {
+        n: RunningJob(n, "ab"[n % 2], 1, float(n), 9000.0, priority_class=["train", "serve"][n % 3 == 0])
+        for n in range(1, 41)
+    }
+    order = StandingOrder.of(jobs)
+    running = dict(jobs)
+    del running[2]  # department a
+    running[3] = dataclasses.replace(jobs[3], started_at=100.0, over_quota=True)  # department b
+    running[99] = RunningJob(99, "b", 4, 0.5, 9000.0)
+    made = order.updated(running)
+    assert _lists(made) == _lists(StandingOrder.of(running))
+    only_a = dict(running)
+    only_a[4] = dataclasses.replace(jobs[4], over_quota=True)  # a again: b untouched
+    again = made.updated(only_a)
+    assert again.lists["b"] is made.lists["b"] and again.lists["a"] is not made.lists["a"]
+    assert _lists(again) == _lists(StandingOrder.of(only_a))
