@@ -41,6 +41,8 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Callable, Iterable
+from itertools import groupby
+from operator import itemgetter
 
 from django.db import connection
 from django.utils import timezone
@@ -304,8 +306,7 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
         return True
     rows = _rows(tray_rows(racks))
     if not state.rack_trays:
-        for t, row in enumerate(state.tray_row):
-            state.rack_trays.setdefault(row[5], []).append(t)
+        state.rack_trays = _rack_trays(state.tray_row)
     old = sorted(t for rack in racks for t in state.rack_trays.get(rack, ()))
     if [state.tray_row[t] for t in old] != rows:
         return False
@@ -360,6 +361,20 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
         for job_id in moved:
             _add(state, job_id, versions[job_id], jobs.get(job_id, ((), (), (), 0)))
     return True
+
+
+def _rack_trays(tray_row: list[tuple]) -> dict[int, list[int]]:
+    """Rack pk -> its trays' indexes in order (`ClusterState.rack_trays`). The cold read gives the trays
+    rack by rack, so each rack's are one run: grouped in C (~5 ms for 180,000 trays, where a loop over them
+    took ~40 ms of the first pass after a rack changed); a rack in two runs (never expected) is gathered."""
+    rack_of = list(map(itemgetter(5), tray_row))
+    runs = [(rack, list(trays)) for rack, trays in groupby(range(len(rack_of)), key=rack_of.__getitem__)]
+    by_rack = dict(runs)
+    if len(by_rack) < len(runs):
+        by_rack = {}
+        for rack, trays in runs:
+            by_rack.setdefault(rack, []).extend(trays)
+    return by_rack
 
 
 # --- kept clusters brought up to date -------------------------------------------------------------------

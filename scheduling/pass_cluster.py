@@ -80,7 +80,7 @@ class ClusterState:
     # when the fabric was given.
     fabric_source: object = None
     reread: int = 0  # racks a kept cluster read again for this pass (scheduling.pass_cache)
-    # The engine's RunningJob of each running job, with the row it was made from (scheduling.services).
+    # The engine's RunningJob of each running job and the row it was made from (pass_inputs, kept by pk).
     running_jobs: dict = field(default_factory=dict)
     # The running jobs' rows (pk -> `read_running` row) as this pass read them, and what they were read
     # under (PostgreSQL: scheduling.pass_cache reads again only the jobs the job change log names since).

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress, repeat
+from operator import is_, itemgetter, not_
 
 from django.conf import settings
 from django.utils import timezone
@@ -98,40 +100,43 @@ def engine_departments(
     ]
 
 
+_PK, _SINCE = itemgetter(0), itemgetter(7)  # of a `read_running` row
+
+
 def engine_running_jobs(
     rows, slug: dict[int, str], kept: dict, projects: dict[int, str] | None = None
 ) -> list[RunningJob]:
-    """The engine's RunningJob of each row. `kept` ({pk: (row, RunningJob)} and the department and project
-    slugs under None, from the last pass; replaced by this pass's) gives back the ones whose row has not
-    changed: thousands of them. `projects`: project slugs by pk (`project_slugs`; read when not given)."""
+    """The engine's RunningJob of each row. `kept` (the rows and RunningJobs of the last pass, under "rows"
+    and "jobs" by pk, and the department and project slugs under None; replaced by this pass's) gives back
+    the RunningJob of each row that is the very row read then (a kept cluster keeps the rows of unchanged
+    jobs: scheduling.pass_cache): 47,700 at 10,000 racks, found in C, the few others made again. A row
+    without a start ("started now") is made again at every pass. `projects`: project slugs by pk
+    (`project_slugs`; read when not given)."""
     projects = project_slugs() if projects is None else projects
     if kept.get(None) != (slug, projects):  # a department renamed: every job may read differently
         kept.clear()
-    jobs = []
-    built: dict = {None: (slug, projects)}
-    for row in rows:
-        pk = row[0]
-        job = kept.get(pk)
-        if job is not None and job[0] == row:
-            job = job[1]
-        else:
-            _, department_id, gpus, limit, over_quota, priority_class, project_id, since, _ = row
-            started = since if since is not None else time.time()
-            job = RunningJob(
-                id=pk,
-                department=slug[department_id],
-                gpus=gpus,
-                started_at=started,
-                expected_end=started + limit * 60,
-                over_quota=over_quota,
-                priority_class=priority_class,
-                project=projects.get(project_id),
-            )
-        if row[7] is not None:  # else "started now": not the same at the next pass
-            built[pk] = (row, job)
-        jobs.append(job)
+    rows = list(rows)
+    pks = list(map(_PK, rows))
+    jobs = list(map(kept.get("jobs", {}).get, pks))
+    same = map(is_, map(kept.get("rows", {}).get, pks), rows)
+    for at in compress(range(len(rows)), map(not_, same)):
+        _, department_id, gpus, limit, over_quota, priority_class, project_id, since, _ = rows[at]
+        started = since if since is not None else time.time()
+        jobs[at] = RunningJob(
+            id=pks[at],
+            department=slug[department_id],
+            gpus=gpus,
+            started_at=started,
+            expected_end=started + limit * 60,
+            over_quota=over_quota,
+            priority_class=priority_class,
+            project=projects.get(project_id),
+        )
+    kept_rows, kept_jobs = dict(zip(pks, rows, strict=True)), dict(zip(pks, jobs, strict=True))
+    for pk in compress(pks, map(is_, map(_SINCE, rows), repeat(None))):  # started now: not kept
+        del kept_rows[pk], kept_jobs[pk]
     kept.clear()
-    kept.update(built)
+    kept.update({None: (slug, projects), "rows": kept_rows, "jobs": kept_jobs})
     return jobs
 
 
@@ -239,20 +244,22 @@ def gather(*, kept: bool = True, fabric: Fabric | None = None) -> PassInputs:
     usage = decayed_usage(timezone.now(), half_life_s) if ordered else None  # one query, when used
     if kept:
         state = pass_cache.read(current_fabric if fabric is None else fabric)
-        holding_rows = state.running_rows.values()
+        holding = dict(state.running_rows)
     else:
-        holding_rows = read_running()
-        placed = {row[0]: row[-1] for row in holding_rows}
+        holding = {row[0]: row for row in read_running()}
+        placed = {pk: row[-1] for pk, row in holding.items()}
         state = build(placed, fabric=current_fabric() if fabric is None else fabric)
     pass_cache.silence(state)  # nodes that stopped reporting: no new work there (node_silent rule)
     cluster = state.cluster
+    for pk in holding.keys() - cluster.jobs.keys():  # running jobs not on the cluster (set operations: in C)
+        del holding[pk]
     return PassInputs(
         state=state,
         departments=departments,
         slug={d.pk: d.slug for d in departments},
         project_rows=projects,
         project_slug=project_slugs(projects),
-        running={row[0]: row for row in holding_rows if row[0] in cluster.jobs},
+        running=holding,
         pending={
             row.pk: row
             for row in Job.objects.filter(state=JobState.PENDING, mig_slices=0)

@@ -16,6 +16,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
 from core.fabric import Fabric
 from inventory.choices import FabricState, GpuHealth, TrayState
@@ -725,3 +727,16 @@ def test_the_job_log_pruned_after_a_bulk_load_leaves_passes_right(demo_inventory
     kept_is_cold()  # the pass reads every job (its mark is older than the horizon), then keeps them
     pending(research, "new", 4)
     kept_is_cold(expect_cold=False)
+
+
+@given(racks=st.lists(st.integers(1, 6), max_size=40), rack_by_rack=st.booleans())
+def test_each_racks_trays_are_its_indexes_in_order_whether_in_one_run_or_not(racks, rack_by_rack):
+    """pass_cache._rack_trays: grouped by runs (the cold read gives the trays rack by rack), and the same
+    when a rack comes in two runs."""
+    if rack_by_rack:
+        racks = sorted(racks)
+    rows = [(n, f"h{n}", "r", None, None, rack) for n, rack in enumerate(racks)]
+    expected: dict[int, list[int]] = {}
+    for t, rack in enumerate(racks):
+        expected.setdefault(rack, []).append(t)
+    assert pass_cache._rack_trays(rows) == expected
