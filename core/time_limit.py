@@ -19,13 +19,10 @@ T = TypeVar("T")
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled (statement_timeout, a cancel)
 
 
-class _Cancelled(Exception):
-    """Raised inside the savepoint so that it is rolled back (and the setting with it)."""
-
-
 def within(ms: int, read: Callable[[], T], using: str = DEFAULT_DB_ALIAS) -> tuple[T | None, bool]:
-    """`read()` and True, or None and False when a statement of it ran longer than `ms` milliseconds
-    (PostgreSQL only; `ms` at least 1)."""
+    """`read()` and True, or None and False when PostgreSQL cancelled a statement for the time (of the
+    read, or the setting back and the savepoint's release after it, which run under the same limit: then
+    the savepoint is rolled back, and the setting with it). PostgreSQL only; `ms` at least 1."""
     if ms < 1:
         raise ValueError("a time limit is at least 1 ms (0 would mean none)")
     connection = connections[using]
@@ -37,15 +34,12 @@ def within(ms: int, read: Callable[[], T], using: str = DEFAULT_DB_ALIAS) -> tup
                 cursor.execute("SELECT current_setting('statement_timeout')")
                 before = cursor.fetchone()[0]
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{int(ms)}ms"])
-            try:
-                result = read()
-            except OperationalError as error:
-                if getattr(error.__cause__, "sqlstate", None) == QUERY_CANCELED:
-                    raise _Cancelled from error
-                raise
+            result = read()
             with connection.cursor() as cursor:
                 # Released into an outer transaction, SET LOCAL would outlive the savepoint: set back.
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
-    except _Cancelled:
-        return None, False
+    except OperationalError as error:
+        if getattr(error.__cause__, "sqlstate", None) == QUERY_CANCELED:
+            return None, False
+        raise
     return result, True

@@ -15,6 +15,7 @@ from django.urls import reverse
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.time_limit import within
 from portal.pages import search as search_module
 from portal.pages.search import MIN_SUBSTRING, Rarity, _jobs, _rarity, _required_parts
 from tests.factories import make_job
@@ -287,21 +288,31 @@ def test_older_jobs_too_slow_to_read_are_left_unsearched_and_the_page_says_so(
 
 @postgresql_only
 def test_a_count_too_slow_to_finish_says_at_least(monkeypatch, department_a, member_a):
-    """A page read in time whose older jobs' count is not: the hits are shown, the count says "at least"."""
+    """A page read in time whose older jobs' count is not: the hits are shown, the count says "at least".
+    The count alone is made slow (the read before it spends little of the shared OLDER_READ_MS), and the
+    database itself stops it: a statement cancelled, not a budget already spent."""
     for n in range(3):
         make_job(department_a, f"pretrain-chat-v{n}", state="completed")
     common_names(department_a)
     small_windows(monkeypatch)
     assert titles(member_a, "pretrain chat", limit=1)[1:] == (2, False)
-    slow_older(monkeypatch, 0.05)
-    read = search_module.Window.read
+    count = search_module.Window._ids
 
-    def read_in_time(self, n):
-        with monkeypatch.context() as patient:
-            patient.setattr(search_module, "OLDER_READ_MS", 30_000)
-            return read(self, n)
+    def slow_count(self, branch, limit):
+        with monkeypatch.context() as slow:
+            slow_older(slow, 0.2)
+            return count(self, branch, limit)
 
-    monkeypatch.setattr(search_module.Window, "read", read_in_time)
-    monkeypatch.setattr(search_module, "OLDER_READ_MS", 20)
+    stops = []
+
+    def recorded(ms, read, using):
+        found, finished = within(ms, read, using)
+        stops.append((ms, finished))
+        return found, finished
+
+    monkeypatch.setattr(search_module.Window, "_ids", slow_count)
+    monkeypatch.setattr(search_module, "within", recorded)
+    monkeypatch.setattr(search_module, "OLDER_READ_MS", 100)
     found, _more, at_least = titles(member_a, "pretrain chat", limit=1)
     assert len(found) == 1 and at_least
+    assert stops[0][1] is True and stops[-1][1] is False and stops[-1][0] >= search_module.MIN_READ_MS
