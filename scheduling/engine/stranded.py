@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from core.hardware import GPUS_PER_TRAY
 from scheduling.engine.cluster import Cluster, Owner
@@ -87,33 +88,34 @@ class RackStranded:
 
 @dataclass
 class Stranded:
-    """Every rack's figures and the fleet's. `waiting_shapes`: distinct waiting requests it was judged
-    against (0: nothing waits, so nothing is stranded)."""
+    """Every rack's figures and the fleet's (each summed once: 10,000 racks), as `stranded` made them, not
+    changed after. `waiting_shapes`: distinct waiting requests it was judged against (0: nothing waits, so
+    nothing is stranded)."""
 
     racks: list[RackStranded]
     waiting_shapes: int
 
-    @property
+    @cached_property
     def free_gpus(self) -> int:
         return sum(r.free_gpus for r in self.racks)
 
-    @property
+    @cached_property
     def stranded_gpus(self) -> int:
         return sum(r.stranded_gpus for r in self.racks)
 
-    @property
+    @cached_property
     def largest_partition_gang(self) -> int:
         return max((r.largest_partition_gang for r in self.racks), default=0)
 
-    @property
+    @cached_property
     def largest_rack_gang(self) -> int:
         return max((r.largest_rack_gang for r in self.racks), default=0)
 
-    @property
+    @cached_property
     def by_cause(self) -> dict[str, int]:
         return {cause: sum(r.by_cause[cause] for r in self.racks) for cause in CAUSES}
 
-    @property
+    @cached_property
     def racks_stranding(self) -> int:
         """Racks with at least one stranded GPU."""
         return sum(1 for r in self.racks if r.stranded_gpus)
