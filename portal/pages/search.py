@@ -214,6 +214,11 @@ class Results:
     def total(self) -> int:
         return sum(len(g.hits) + g.more for g in self.groups)
 
+    @property
+    def at_least(self) -> bool:
+        """Whether there may be more than `total` (a count stopped, or older jobs not searched): "N+"."""
+        return any(g.more_at_least for g in self.groups)
+
 
 def clean(raw) -> str:
     """The query as searched: control characters and lone surrogates (no database can hold one) become

@@ -210,6 +210,7 @@ def test_common_words_never_together_leave_the_older_jobs_unsearched_and_say_so(
     response = client_as(member_a).get("/search/", {"q": "pretrain chat"})
     page = response.content.decode()
     assert response.status_code == 200 and 'data-note="job"' in page and "were not searched" in page
+    assert 'count-pill">0+</span>' in page and "0+ results for" in page  # not "0": some were not searched
     assert "Nothing you may see matches" not in page
     # A rarer word reads them again.
     assert titles(member_a, "pretrain-chat-v1")[0][0] == f"#{old.pk} pretrain-chat-v1"
