@@ -109,7 +109,7 @@ from scheduling.engine.placement import (
     why_not,
 )
 from scheduling.engine.placement import explain as explain_placement
-from scheduling.engine.standing import StandingOrder
+from scheduling.engine.standing import STANDING_KEY, StandingOrder
 from scheduling.engine.words import CLAUSES, WAITING, gettext_noop, minutes, say, utc_words
 from tenancy.quota import DepartmentQuota, hierarchical_fair_share, in_quota_prefix
 from tenancy.usage_decay import history_standing
@@ -263,7 +263,6 @@ def _standing_order(job: RunningJob) -> tuple:
     return (job.priority_class in PREEMPTIBLE_CLASSES, job.started_at, job.over_quota, job.id)
 
 
-_STANDING_KEY = attrgetter("standing_key")
 _QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line, within one priority
 _OVER_QUOTA = attrgetter("over_quota")
 _GPUS = attrgetter("gpus")
@@ -284,7 +283,7 @@ def _getter(trays: list[int]) -> Callable:
 def _sort_standing(jobs: list[RunningJob]) -> None:
     """Sort `jobs` by department, then in `_standing_order` (each job's `standing_key`, made once: the jobs
     of one department, as every caller but `_in_quota_plain` gives, in standing order)."""
-    jobs.sort(key=_STANDING_KEY)
+    jobs.sort(key=STANDING_KEY)
 
 
 # Why a job waits (scheduling.engine.words: clauses joined by "; ", each a template read back by the portal).

@@ -22,7 +22,7 @@ from itertools import compress
 from operator import attrgetter, is_not
 from typing import Any
 
-_STANDING_KEY = attrgetter("standing_key")
+STANDING_KEY = attrgetter("standing_key")  # a RunningJob's place in its department's order
 # When more than this share of the jobs changed, sorting them all is as quick as moving them one by one.
 RESORT_SHARE = 0.25
 
@@ -41,13 +41,13 @@ class StandingOrder:
     def of(cls, running: Mapping[int, Any]) -> StandingOrder:
         """The order of `running` (id -> RunningJob), sorted whole."""
         by_department: dict[str, list[Any]] = {}
-        for job in sorted(running.values(), key=_STANDING_KEY):  # department first: each one's together
+        for job in sorted(running.values(), key=STANDING_KEY):  # department first: each one's together
             group = by_department.get(job.department)
             if group is None:
                 by_department[job.department] = [job]
             else:
                 group.append(job)
-        lists = {name: (list(map(_STANDING_KEY, jobs)), jobs) for name, jobs in by_department.items()}
+        lists = {name: (list(map(STANDING_KEY, jobs)), jobs) for name, jobs in by_department.items()}
         return cls(dict(running), lists)
 
     def updated(self, running: Mapping[int, Any]) -> StandingOrder:
