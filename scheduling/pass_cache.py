@@ -512,7 +512,9 @@ def read(fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
             job_mark, changed = mark, None
             rows = {row[0]: row for row in read_running()}
         placed = {pk: row[-1] for pk, row in rows.items()}
-        state = build(placed, mark, fabric() if callable(fabric) else fabric)
+        # Its inventory queries on other connections when this transaction changed none of it (core.apart).
+        apart = mark is not None and mark.own_seq is None
+        state = build(placed, mark, fabric() if callable(fabric) else fabric, apart=apart)
         state.fabric_source = fabric if callable(fabric) else None
         if mark is not None:
             # What lives now (the cluster to keep: about a million objects at 10,000 racks) is moved out of

@@ -20,6 +20,7 @@ from django.db import connection
 from django.db.models import FloatField, Func, Max, Q
 from django.db.models.functions import Coalesce
 
+from core.apart import AtOnce
 from core.fabric import Fabric
 from core.hardware import GPUS_PER_TRAY
 from inventory.models import ComputeTray, Gpu
@@ -190,28 +191,41 @@ def read_running(jobs=None) -> list[tuple]:
 # --- cold read ----------------------------------------------------------------------------------------
 
 
-def group_allocations(rows, state: ClusterState) -> dict[int, tuple]:
+def group_allocations(
+    rows, state: ClusterState, tray_index: dict[int, int] | None = None
+) -> dict[int, tuple]:
     """Per job: (placement, unschedulable, GPUs, highest allocation id) from rows (job, tray index or None
     when its GPUs are not on the cluster, GPUs, their highest allocation id): one row per job and tray
-    (`allocation_rows`), or per allocation (its GPU alone)."""
-    schedulable = state.gpu_tray.keys()
+    (`allocation_rows`), or per allocation (its GPU alone). `tray_index`: the rows give the trays' pks, to
+    index here (a cold read's ~128,000 rows at 10,000 racks: one walk, in C where it can be)."""
+    schedulable = state.gpu_tray.__contains__
+    index = tray_index.get if tray_index is not None else None
     jobs: dict[int, list] = {}
+    entry_of = jobs.get
     for job_id, t, gpus, last in rows:
-        entry = jobs.get(job_id)
+        if index is not None:
+            t = index(t)
+        entry = entry_of(job_id)
         if entry is None:
-            entry = jobs[job_id] = [{}, {}, [], last]
-        elif last > entry[3]:
-            entry[3] = last
-        entry[2].extend(gpus)
+            entry = jobs[job_id] = [{}, {}, list(gpus), last]
+        else:
+            if last > entry[3]:
+                entry[3] = last
+            entry[2].extend(gpus)
         if t is None:  # a GPU out of any tray, or a tray out of any partition: not on the cluster
             continue
-        placement, off = entry[0], entry[1]
+        placement = entry[0]
         placement[t] = placement.get(t, 0) + len(gpus)
-        unschedulable = len(gpus) - len(schedulable & gpus)
-        if unschedulable:
-            off[t] = off.get(t, 0) + unschedulable
+        if not all(map(schedulable, gpus)):
+            off = entry[1]
+            off[t] = off.get(t, 0) + sum(1 for gpu in gpus if not schedulable(gpu))
     return {
-        job_id: (tuple(sorted(placement.items())), tuple(sorted(off.items())), tuple(gpus), last)
+        job_id: (
+            tuple(sorted(placement.items())) if len(placement) > 1 else tuple(placement.items()),
+            tuple(sorted(off.items())) if off else (),
+            tuple(gpus),
+            last,
+        )
         for job_id, (placement, off, gpus, last) in jobs.items()
     }
 
@@ -221,20 +235,31 @@ def allocation_rows(jobs=None, tray_index: dict[int, int] | None = None) -> list
     index or None, GPUs, highest allocation id), one row per job and tray on PostgreSQL (the rows grouped
     there: ~488,000 allocations at 10,000 racks are ~128,000 rows), one per allocation elsewhere.
     `tray_index`: ComputeTray pk -> tray index (None: the rows give the tray's pk)."""
+    return _allocations_indexed(_rows(_allocation_query(jobs)), tray_index)
+
+
+def _allocation_query(jobs=None):
+    """`allocation_rows`' query: (job, tray pk, GPU pks, highest allocation id) grouped on PostgreSQL, one
+    row per allocation (job, tray pk, GPU pk, its id) elsewhere."""
     allocations = Allocation.objects.filter(job__state__in=HOLDING_STATES)
     if jobs is not None:
         allocations = allocations.filter(job_id__in=jobs)
-    index = tray_index.get if tray_index is not None else (lambda pk: pk)
     if connection.vendor == "postgresql":
-        grouped = (
+        return (
             allocations.order_by()
             .values("job_id", "gpu__tray_id")
             .annotate(gpus=ArrayAgg("gpu_id"), last=Max("pk"))
             .values_list("job_id", "gpu__tray_id", "gpus", "last")
         )
-        return [(job, index(tray), gpus, last) for job, tray, gpus, last in _rows(grouped)]
-    rows = allocations.order_by().values_list("job_id", "gpu__tray_id", "gpu_id", "pk")
-    return [(job, index(tray), (gpu,), pk) for job, tray, gpu, pk in _rows(rows)]
+    return allocations.order_by().values_list("job_id", "gpu__tray_id", "gpu_id", "pk")
+
+
+def _allocations_indexed(rows: list[tuple], tray_index: dict[int, int] | None) -> list[tuple]:
+    """`_allocation_query`'s rows as `allocation_rows` gives them."""
+    index = tray_index.get if tray_index is not None else (lambda pk: pk)
+    if connection.vendor == "postgresql":
+        return [(job, index(tray), gpus, last) for job, tray, gpus, last in rows]
+    return [(job, index(tray), (gpu,), pk) for job, tray, gpu, pk in rows]
 
 
 def tray_rows(racks=None):
@@ -265,16 +290,26 @@ def schedulable_gpus_by_tray(racks=None) -> list[tuple[int, tuple[int, ...]]]:
     """(tray pk, its schedulable GPUs' pks in index order) of the trays in a partition with any
     (`schedulable_gpu_rows`; grouped by PostgreSQL there: a row per tray, 180,000 rows instead of 720,000
     at 10,000 racks)."""
+    return _gpus_by_tray(_rows(_gpus_by_tray_query(racks)))
+
+
+def _gpus_by_tray_query(racks=None):
     gpus = schedulable_gpu_rows(racks)
     if connection.vendor == "postgresql":
-        grouped = (
+        return (
             gpus.order_by()
             .values("tray_id")
             .annotate(gpus=ArrayAgg("pk", order_by=("index",)))
             .values_list("tray_id", "gpus")
         )
-        return [(tray, tuple(pks)) for tray, pks in _rows(grouped)]
-    return [(tray, tuple(pk for pk, _ in rows)) for tray, rows in groupby(_rows(gpus), key=itemgetter(1))]
+    return gpus
+
+
+def _gpus_by_tray(rows: list[tuple]) -> list[tuple[int, tuple[int, ...]]]:
+    """`_gpus_by_tray_query`'s rows as `schedulable_gpus_by_tray` gives them."""
+    if connection.vendor == "postgresql":
+        return [(tray, tuple(pks)) for tray, pks in rows]
+    return [(tray, tuple(pk for pk, _ in rows)) for tray, rows in groupby(rows, key=itemgetter(1))]
 
 
 def unsettled_tray_rows(racks=None):
@@ -315,23 +350,80 @@ def _rows(queryset) -> list[tuple]:
         return cursor.fetchall()
 
 
-def build(placed: dict[int, object], mark: Mark | None = None, fabric: Fabric | None = None) -> ClusterState:
+# The running jobs' allocations are joined to their GPUs by hash, not one index lookup per allocation: the
+# planner, estimating the share of allocations held by running jobs from the whole job table (21 M jobs
+# at 10,000 racks, 47,700 running), expects a few hundred rows where every allocation is one (~488,000)
+# and chose ~488,000 lookups: 1.0 s -> 0.7 s. The hash and the grouping sort in memory, not on disk.
+ALLOCATIONS_PLANNER = {"enable_nestloop": "off", "work_mem": "64MB"}
+
+
+def _sql(queryset) -> tuple[str, tuple]:
+    return queryset.query.sql_with_params()
+
+
+def build(
+    placed: dict[int, object], mark: Mark | None = None, fabric: Fabric | None = None, apart: bool = False
+) -> ClusterState:
     """Read the cluster cold: trays in rack/partition/slot order, each with the GPUs a job may use (the
     schedulable ones, and the ones a running job holds anyway), and the running jobs' GPUs allocated on it.
     `placed`: when each running job was placed, as the pass read it (its version; any comparable value).
-    `fabric`: the compute fabric above the racks (core.fabric), for multi-rack placement; none by default."""
-    trays = _rows(tray_rows())
+    `fabric`: the compute fabric above the racks (core.fabric), for multi-rack placement; none by default.
+
+    The queries are read at once (core.apart; ~3 s one after the other at 10,000 racks, most of it the
+    server's scans and the rows' decoding): the running jobs' allocations on this connection in a thread
+    while the cluster is built from the inventory, whose queries run on other connections when `apart`
+    (this transaction changed none of the inventory's logged columns: scheduling.pass_cache), else on this
+    one before the allocations."""
+    inventory = [tray_rows(), _gpus_by_tray_query(), unsettled_tray_rows(), degraded_tray_rows()]
+    with AtOnce(
+        # The GPUs by tray (the largest) on one connection, the other three on another.
+        [[_sql(inventory[1])], [_sql(inventory[0]), _sql(inventory[2]), _sql(inventory[3])]],
+        [_sql(_allocation_query())],
+        apart=apart,
+        here_settings=ALLOCATIONS_PLANNER,
+    ) as reads:
+        (trays, unsettled_rows, degraded_rows), (gpu_rows,) = reads.group(1), reads.group(0)
+        degraded = dict(degraded_rows)
+        unsettled = {row[0] for row in unsettled_rows} | set(degraded)
+        state = _inventory(trays, _gpus_by_tray(gpu_rows), unsettled, mark, fabric)
+        for pk, why in degraded.items():
+            if (t := state.tray_index.get(pk)) is not None:
+                state.cluster.part_degraded[state.cluster.tray_part[t]] = why
+        (allocations,) = reads.here()
+    if connection.vendor == "postgresql":  # grouped rows: the trays' pks indexed as they are grouped
+        jobs = group_allocations(allocations, state, state.tray_index)
+    else:
+        jobs = group_allocations(_allocations_indexed(allocations, state.tray_index), state)
+    cluster = state.cluster
+    for _, unschedulable, _, _ in jobs.values():
+        for t, n in unschedulable:
+            state.held_unschedulable[t] += n
+            # Capacity counts the GPUs running jobs hold anyway (rare: the cluster was built without them).
+            cluster.set_capacity(t, state.capacity(t))
+    for job_id, (placement, unschedulable, gpus, last) in jobs.items():
+        if placement:
+            cluster.allocate(job_id, placement)
+        state.held[job_id] = Held(placed.get(job_id), placement, unschedulable, gpus, last)
+        state.allocated.update(gpus)
+    return state
+
+
+def _inventory(
+    trays: list[tuple],
+    by_tray: list[tuple[int, tuple[int, ...]]],
+    unsettled: set[int],
+    mark: Mark | None,
+    fabric: Fabric | None,
+) -> ClusterState:
+    """The cluster of the inventory's rows (`build`), with no job on it yet."""
     tray_index = {row[0]: t for t, row in enumerate(trays)}
     tray_gpus: list[tuple[int, ...]] = [() for _ in trays]
     gpu_tray: dict[int, int] = {}
-    for tray_id, gpus in schedulable_gpus_by_tray():
+    for tray_id, gpus in by_tray:
         t = tray_index.get(tray_id)
         if t is not None:  # else a tray that joined a partition since the trays were read: next pass
             tray_gpus[t] = gpus
             gpu_tray.update(zip(gpus, repeat(t)))
-    unsettled = set(unsettled_tray_rows())
-    degraded = dict(_rows(degraded_tray_rows()))
-    unsettled |= set(degraded)
     state = ClusterState(
         cluster=None,  # type: ignore[arg-type]  (set below)
         tray_pk=[row[0] for row in trays],
@@ -343,25 +435,13 @@ def build(placed: dict[int, object], mark: Mark | None = None, fabric: Fabric | 
         held={},
         mark=mark,
     )
-    jobs = group_allocations(allocation_rows(tray_index=tray_index), state)
-    for _, unschedulable, _, _ in jobs.values():
-        for t, n in unschedulable:
-            state.held_unschedulable[t] += n
     state.cluster = Cluster(
         (
-            TraySpec(hostname, rack, partition, state.capacity(t), owner, pk not in unsettled)
-            for t, (pk, hostname, rack, partition, owner, _) in enumerate(trays)
+            TraySpec(hostname, rack, partition, min(GPUS_PER_TRAY, len(gpus)), owner, pk not in unsettled)
+            for (pk, hostname, rack, partition, owner, _), gpus in zip(trays, tray_gpus, strict=True)
         ),
         fabric,
     )
-    for pk, why in degraded.items():
-        if (t := tray_index.get(pk)) is not None:
-            state.cluster.part_degraded[state.cluster.tray_part[t]] = why
-    for job_id, (placement, unschedulable, gpus, last) in jobs.items():
-        if placement:
-            state.cluster.allocate(job_id, placement)
-        state.held[job_id] = Held(placed.get(job_id), placement, unschedulable, gpus, last)
-        state.allocated.update(gpus)
     return state
 
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core import apart as core_apart
 from core.fabric import Fabric
 from inventory.choices import FabricState, GpuHealth, TrayState
 from inventory.fabric import current_fabric
@@ -320,6 +321,55 @@ def test_a_cluster_read_cold_is_frozen_out_of_the_collectors_reach_and_makes_no_
     del cluster
     pass_cache.forget()
     assert gc.collect() == 0
+
+
+# --- a cold read at once (core.apart) ------------------------------------------------------------------
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_cold_read_apart_builds_the_cluster_a_read_here_builds(demo_inventory, monkeypatch):
+    """The inventory read on other connections while the allocations are read here builds what reading all
+    of it here does, a running job's GPU turned unhealthy (held anyway: counted in its tray's capacity)
+    too."""
+    research = make_department("Research", guaranteed_gpus=16)
+    one, two, three = free_trays(3)
+    make_job(research, "small", trays=[one])
+    make_job(research, "wide", trays=[two, three])  # committed: running jobs with allocations
+    held_gpu = Allocation.objects.order_by("pk").first().gpu
+    Gpu.objects.filter(pk=held_gpu.pk).update(health=GpuHealth.UNHEALTHY)
+    placed = {pk: row[-1] for pk, row in {row[0]: row for row in pass_inputs.read_running()}.items()}
+    apart_reads = []
+    read_apart = core_apart._read_apart  # spied on, not replaced
+    monkeypatch.setattr(core_apart, "_read_apart", lambda *args: apart_reads.append(1) or read_apart(*args))
+    with transaction.atomic():
+        mark = pass_cache._mark()
+        assert mark.own_seq is None  # no inventory change of its own: may go apart
+        apart = pass_cluster.build(placed, mark, apart=True)
+        assert len(apart_reads) == 2  # both inventory groups on other connections
+        here = pass_cluster.build(placed, mark, apart=False)
+        assert len(apart_reads) == 2
+    assert picture(apart) == picture(here)
+    t = apart.tray_index[held_gpu.tray_id]
+    assert apart.held_unschedulable[t] == 1
+    assert apart.cluster.tray_cap == [apart.capacity(t) for t in range(len(apart.tray_pk))]
+    assert len(apart.held) == 2
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_cold_read_after_its_own_transactions_inventory_change_reads_it(demo_inventory):
+    """Other connections would not see the change (an exported snapshot leaves out the exporter's own):
+    the pass's change log says there is one, and the inventory is read on the pass's own connection."""
+    pass_cache.forget()
+    tray = free_trays(1)[0]
+    with transaction.atomic():
+        ComputeTray.objects.filter(pk=tray.pk).update(state=TrayState.DRAIN, state_reason="XID 79")
+        state = pass_cache.read()
+        assert state.cold is True and state.mark.own_seq is not None
+        assert state.cluster.tray_cap[state.tray_index[tray.pk]] == 0
+        transaction.set_rollback(True)
+    pass_cache.forget()
 
 
 # --- the fabric in use is read with a cold read only (migration scheduling 0030) -----------------------
