@@ -510,11 +510,13 @@ def read(fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
             gc.collect()
         if rows is None:  # else read under the job mark taken before them
             job_mark, changed = mark, None
-            rows = {row[0]: row for row in read_running()}
-        placed = {pk: row[-1] for pk, row in rows.items()}
-        # Its inventory queries on other connections when this transaction changed none of it (core.apart).
+        # Its inventory queries on other connections when this transaction changed none of it (core.apart);
+        # the running jobs read with their allocations when not read above.
         apart = mark is not None and mark.own_seq is None
+        placed = None if rows is None else {pk: row[-1] for pk, row in rows.items()}
         state = build(placed, mark, fabric() if callable(fabric) else fabric, apart=apart)
+        if rows is None:
+            rows = state.running_rows
         state.fabric_source = fabric if callable(fabric) else None
         if mark is not None:
             # What lives now (the cluster to keep: about a million objects at 10,000 racks) is moved out of

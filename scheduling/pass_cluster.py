@@ -362,11 +362,16 @@ def _sql(queryset) -> tuple[str, tuple]:
 
 
 def build(
-    placed: dict[int, object], mark: Mark | None = None, fabric: Fabric | None = None, apart: bool = False
+    placed: dict[int, object] | None,
+    mark: Mark | None = None,
+    fabric: Fabric | None = None,
+    apart: bool = False,
 ) -> ClusterState:
     """Read the cluster cold: trays in rack/partition/slot order, each with the GPUs a job may use (the
     schedulable ones, and the ones a running job holds anyway), and the running jobs' GPUs allocated on it.
-    `placed`: when each running job was placed, as the pass read it (its version; any comparable value).
+    `placed`: when each running job was placed, as the pass read it (its version; any comparable value);
+    None: the running jobs are read here too (`read_running`'s rows: `ClusterState.running_rows`), placed as
+    their rows say.
     `fabric`: the compute fabric above the racks (core.fabric), for multi-rack placement; none by default.
 
     The queries are read at once (core.apart; ~3 s one after the other at 10,000 racks, most of it the
@@ -375,10 +380,16 @@ def build(
     (this transaction changed none of the inventory's logged columns: scheduling.pass_cache), else on this
     one before the allocations."""
     inventory = [tray_rows(), _gpus_by_tray_query(), unsettled_tray_rows(), degraded_tray_rows()]
+    running_rows = None
+    if placed is None and connection.vendor != "postgresql":  # (its timestamps are converted in Python)
+        running_rows = read_running()
+    # PostgreSQL: the running jobs before their allocations, in the same thread (their rows as the driver
+    # gives them: read_running's).
+    jobs_here = placed is None and running_rows is None
     with AtOnce(
         # The GPUs by tray (the largest) on one connection, the other three on another.
         [[_sql(inventory[1])], [_sql(inventory[0]), _sql(inventory[2]), _sql(inventory[3])]],
-        [_sql(_allocation_query())],
+        [*([_sql(running_query())] if jobs_here else []), _sql(_allocation_query())],
         apart=apart,
         here_settings=ALLOCATIONS_PLANNER,
     ) as reads:
@@ -389,7 +400,13 @@ def build(
         for pk, why in degraded.items():
             if (t := state.tray_index.get(pk)) is not None:
                 state.cluster.part_degraded[state.cluster.tray_part[t]] = why
-        (allocations,) = reads.here()
+        *read_jobs, allocations = reads.here()
+    if placed is None:
+        if jobs_here:
+            (running_rows,) = read_jobs
+        assert running_rows is not None
+        state.running_rows = {row[0]: row for row in running_rows}
+        placed = {pk: row[-1] for pk, row in state.running_rows.items()}
     if connection.vendor == "postgresql":  # grouped rows: the trays' pks indexed as they are grouped
         jobs = group_allocations(allocations, state, state.tray_index)
     else:
