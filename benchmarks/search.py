@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import sys
 import time
 
 SEARCH_GOAL_MS = 100
@@ -294,6 +295,16 @@ def seed_job_history(days: int = HISTORY_DAYS, count: int | None = None) -> int:
         if not connection.in_atomic_block:
             with connection.cursor() as cursor:
                 cursor.execute(f"VACUUM (FULL, ANALYZE) {pass_cache.JOB_LOG}")
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {pass_cache.JOB_LOG}")
+            (left,) = cursor.fetchone()
+        if left > pass_cache.JOB_PRUNE_AT:  # a transaction older than the load was still open
+            print(
+                f"[search] the pass's job log still names {left:,} jobs after the prune (a transaction older "
+                "than the load was open): the pass figures will read them at every warm pass; run "
+                "scheduling.pass_cache.prune_job_log() and VACUUM FULL the log once it has ended",
+                file=sys.stderr,
+            )
     # The beat's next five-minute round rolls the finished jobs' decayed usage up (the fair-share history
     # the lead dashboard and the pass read; scheduling.usage.roll_up_usage): done here for the pages after.
     roll_up_usage()
