@@ -159,6 +159,40 @@ def test_a_cluster_refuses_what_it_refused_tray_by_tray():
         Cluster([TraySpec("a-t1", "a", "p1"), TraySpec("a-t2", "a", "p1", owner="vision")])
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a-t1", "a-t2", "b-t1", "b-t2", "b-t3"]),
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(["p1", "p2"]),
+            st.integers(-1, GPUS_PER_TRAY + 1),
+            st.sampled_from([None, "vision"]),
+        ),
+        max_size=8,
+    )
+)
+def test_a_cluster_refuses_the_first_tray_that_shows_a_problem(rows):
+    """The trays checked over whole lists refuse what a walk tray by tray refuses, naming the same tray."""
+    specs = [TraySpec(*row) for row in rows]
+    expected, hosts, owner_of = None, set(), {}
+    for spec in specs:
+        if spec.hostname in hosts:
+            expected = f"tray {spec.hostname} is listed twice"
+        elif not 0 <= spec.capacity <= GPUS_PER_TRAY:
+            expected = f"tray {spec.hostname}: capacity must be 0-{GPUS_PER_TRAY} GPUs"
+        elif owner_of.setdefault((spec.rack, spec.partition), spec.owner) != spec.owner:
+            expected = f"partition {spec.rack} {spec.partition} has trays of different owners"
+        if expected is not None:
+            break
+        hosts.add(spec.hostname)
+    if expected is None:
+        assert len(Cluster(specs)) == len(specs)
+    else:
+        with pytest.raises(ValueError) as refused:
+            Cluster(specs)
+        assert str(refused.value) == expected
+
+
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @settings(max_examples=60, deadline=None)
 @given(
