@@ -42,6 +42,7 @@ import hashlib
 import json
 import re
 import threading
+from bisect import bisect_left, insort
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -295,6 +296,54 @@ def _member_trays(rows: _Rows) -> dict[int, set[int]]:
 _TENANTS: dict[int, tuple[dict[str, Any], TenantSpec]] = {}
 
 
+@dataclass
+class _MemberGuids:
+    """A department's member trays' port GUIDs in order, kept between renders: each render changes the
+    members of few trays (jobs that started or ended, a rack's rows read again), where sorting them all took
+    ~0.3 s at 10,000 racks (300,000 GUIDs for the largest department)."""
+
+    trays: dict[int, list[str]]  # member tray -> its GUIDs as counted (the very list `guids_of_tray` gave)
+    count: Counter  # GUID -> member trays that have it (a GUID on two trays is listed once)
+    ordered: list[str]  # the GUIDs, sorted
+
+
+_GUIDS: dict[int, _MemberGuids] = {}  # department id -> its member GUIDs
+_GUIDS_RESORT_SHARE = 0.25  # past this share of the members changed, counting and sorting afresh is as quick
+
+
+def _member_guids(
+    department_id: int, members: set[int], guids_of_tray: Mapping[int, list[str]]
+) -> tuple[str, ...]:
+    """The sorted, distinct GUIDs of `members`' trays: the department's kept ones (`_MemberGuids`) with the
+    trays that left, joined or whose GUIDs changed taken out and put in (bisect), or counted afresh."""
+    kept = _GUIDS.get(department_id)
+    if kept is not None:
+        gone = kept.trays.keys() - members
+        came = members - kept.trays.keys()
+        changed = [t for t in members & kept.trays.keys() if guids_of_tray.get(t, []) != kept.trays[t]]
+        if len(gone) + len(came) + len(changed) > _GUIDS_RESORT_SHARE * max(len(members), 1):
+            kept = None
+    if kept is None:
+        trays = {t: guids_of_tray.get(t, []) for t in members}
+        count = Counter(g for guids in trays.values() for g in guids)
+        _GUIDS[department_id] = _MemberGuids(trays, count, sorted(count))
+        return tuple(_GUIDS[department_id].ordered)
+    count, ordered = kept.count, kept.ordered
+    for t in (*gone, *changed):
+        for g in kept.trays.pop(t):
+            count[g] -= 1
+            if not count[g]:
+                del count[g]
+                del ordered[bisect_left(ordered, g)]
+    for t in (*came, *changed):
+        guids = kept.trays[t] = guids_of_tray.get(t, [])
+        for g in guids:
+            count[g] += 1
+            if count[g] == 1:
+                insort(ordered, g)
+    return tuple(ordered)
+
+
 def _tenants(rows: _Rows, guids_of_tray: dict[int, list[str]]) -> tuple[TenantSpec, ...]:
     """Every department's network and storage isolation, with the port GUIDs of its member trays
     (`guids_of_tray`: `_valid_port_guids`)."""
@@ -302,8 +351,10 @@ def _tenants(rows: _Rows, guids_of_tray: dict[int, list[str]]) -> tuple[TenantSp
     tenants = []
     if len(_TENANTS) > len(rows.departments):
         _TENANTS.clear()
+    if len(_GUIDS) > len(rows.departments):
+        _GUIDS.clear()
     for d in rows.departments:
-        guids = sorted({g for tray_id in member_trays.get(d.pk, ()) for g in guids_of_tray.get(tray_id, ())})
+        guids = _member_guids(d.pk, member_trays.get(d.pk, set()), guids_of_tray)
         # Saved before the rule (tenancy.Department.clean), a path outside the export root is not rendered.
         if problem := export_path_problem(d.export_path, root=rows.tenancy.export_root):
             raise ValueError(f"department {d.name}: export path {d.export_path!r} {problem}")
