@@ -308,6 +308,8 @@ class _MemberGuids:
 
 
 _GUIDS: dict[int, _MemberGuids] = {}  # department id -> its member GUIDs
+# Renders run in threads (gunicorn's, Celery's pool): the kept lists are changed in place, by one at once.
+_GUIDS_LOCK = threading.Lock()
 _GUIDS_RESORT_SHARE = 0.25  # past this share of the members changed, counting and sorting afresh is as quick
 
 
@@ -316,6 +318,13 @@ def _member_guids(
 ) -> tuple[str, ...]:
     """The sorted, distinct GUIDs of `members`' trays: the department's kept ones (`_MemberGuids`) with the
     trays that left, joined or whose GUIDs changed taken out and put in (bisect), or counted afresh."""
+    with _GUIDS_LOCK:
+        return _member_guids_locked(department_id, members, guids_of_tray)
+
+
+def _member_guids_locked(
+    department_id: int, members: set[int], guids_of_tray: Mapping[int, list[str]]
+) -> tuple[str, ...]:
     kept = _GUIDS.get(department_id)
     if kept is not None:
         gone = kept.trays.keys() - members
@@ -352,7 +361,8 @@ def _tenants(rows: _Rows, guids_of_tray: dict[int, list[str]]) -> tuple[TenantSp
     if len(_TENANTS) > len(rows.departments):
         _TENANTS.clear()
     if len(_GUIDS) > len(rows.departments):
-        _GUIDS.clear()
+        with _GUIDS_LOCK:
+            _GUIDS.clear()
     for d in rows.departments:
         guids = _member_guids(d.pk, member_trays.get(d.pk, set()), guids_of_tray)
         # Saved before the rule (tenancy.Department.clean), a path outside the export root is not rendered.

@@ -1,6 +1,9 @@
 """integrations.state._member_guids: a department's member trays' GUIDs kept between renders and updated by
 the trays that changed give what sorting them all afresh gives, whatever the renders before."""
 
+import sys
+import threading
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -46,3 +49,31 @@ def test_a_render_changing_few_trays_updates_the_kept_guids_in_place():
         assert state._GUIDS[7].ordered is ordered  # updated, not made again
     finally:
         state._GUIDS.clear()
+
+
+def test_renders_in_two_threads_each_get_their_members_guids():
+    """Renders run in threads (gunicorn's, Celery's pool) and change the kept lists in place: one at once."""
+    state._GUIDS.clear()
+    guids = {t: [f"0x{t:016x}", f"0x{t + 1000:016x}"] for t in range(400)}
+    members = [set(range(0, 300)), set(range(20, 320))]  # 40 of 300 trays change: updated in place
+    expected = [tuple(sorted({g for t in m for g in guids[t]})) for m in members]
+    wrong = []
+
+    def render(start: int) -> None:
+        for i in range(400):
+            which = (start + i) % 2
+            if state._member_guids(7, members[which], guids) != expected[which]:
+                wrong.append(which)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can
+    try:
+        threads = [threading.Thread(target=render, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+        state._GUIDS.clear()
+    assert wrong == []
