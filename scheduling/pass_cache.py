@@ -357,7 +357,7 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
             cluster.part_degraded[cluster.tray_part[t]] = degraded[pk]
         _set_capacity(state, t)
     if moved:
-        jobs = group_allocations(allocation_rows(moved, state.tray_index), state)
+        jobs = group_allocations(allocation_rows(moved), state, state.tray_index)
         for job_id in moved:
             _add(state, job_id, versions[job_id], jobs.get(job_id, ((), (), (), 0)))
     return True
@@ -446,7 +446,7 @@ def _catch_up(state: ClusterState, placed: dict[int, object], changed: set[int] 
         if known:
             new = [job_id for job_id in new if job_id not in state.held]
     if new:  # their GPUs by tray, as a cold read reads them (one that is not schedulable any more too)
-        jobs = group_allocations(allocation_rows(new, state.tray_index), state)
+        jobs = group_allocations(allocation_rows(new), state, state.tray_index)
         for job_id in new:
             _add(state, job_id, placed[job_id], jobs.get(job_id, ((), (), (), 0)))
     if changed is not None:

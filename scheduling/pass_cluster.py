@@ -191,20 +191,17 @@ def read_running(jobs=None) -> list[tuple]:
 # --- cold read ----------------------------------------------------------------------------------------
 
 
-def group_allocations(
-    rows, state: ClusterState, tray_index: dict[int, int] | None = None
-) -> dict[int, tuple]:
-    """Per job: (placement, unschedulable, GPUs, highest allocation id) from rows (job, tray index or None
-    when its GPUs are not on the cluster, GPUs, their highest allocation id): one row per job and tray
-    (`allocation_rows`), or per allocation (its GPU alone). `tray_index`: the rows give the trays' pks, to
-    index here (a cold read's ~128,000 rows at 10,000 racks: one walk, in C where it can be)."""
+def group_allocations(rows, state: ClusterState, tray_index: dict[int, int]) -> dict[int, tuple]:
+    """Per job: (placement, unschedulable, GPUs, highest allocation id) from `allocation_rows` (job, tray
+    pk or None, GPUs, their highest allocation id), the trays' pks indexed by `tray_index` (a tray not in it,
+    or none: the GPUs are not on the cluster). One walk, in C where it can be (a cold read's ~128,000 rows at
+    10,000 racks)."""
     schedulable = state.gpu_tray.__contains__
-    index = tray_index.get if tray_index is not None else None
+    index = tray_index.get
     jobs: dict[int, list] = {}
     entry_of = jobs.get
-    for job_id, t, gpus, last in rows:
-        if index is not None:
-            t = index(t)
+    for job_id, tray, gpus, last in rows:
+        t = index(tray)
         entry = entry_of(job_id)
         if entry is None:
             entry = jobs[job_id] = [{}, {}, list(gpus), last]
@@ -230,12 +227,11 @@ def group_allocations(
     }
 
 
-def allocation_rows(jobs=None, tray_index: dict[int, int] | None = None) -> list[tuple]:
+def allocation_rows(jobs=None) -> list[tuple]:
     """The running jobs' allocations (`jobs`: of those only) as `group_allocations` reads them: (job, tray
-    index or None, GPUs, highest allocation id), one row per job and tray on PostgreSQL (the rows grouped
-    there: ~488,000 allocations at 10,000 racks are ~128,000 rows), one per allocation elsewhere.
-    `tray_index`: ComputeTray pk -> tray index (None: the rows give the tray's pk)."""
-    return _allocations_indexed(_rows(_allocation_query(jobs)), tray_index)
+    pk or None, GPUs, highest allocation id), one row per job and tray on PostgreSQL (the rows grouped
+    there: ~488,000 allocations at 10,000 racks are ~128,000 rows), one per allocation elsewhere."""
+    return _as_grouped(_rows(_allocation_query(jobs)))
 
 
 def _allocation_query(jobs=None):
@@ -254,12 +250,11 @@ def _allocation_query(jobs=None):
     return allocations.order_by().values_list("job_id", "gpu__tray_id", "gpu_id", "pk")
 
 
-def _allocations_indexed(rows: list[tuple], tray_index: dict[int, int] | None) -> list[tuple]:
-    """`_allocation_query`'s rows as `allocation_rows` gives them."""
-    index = tray_index.get if tray_index is not None else (lambda pk: pk)
+def _as_grouped(rows: list[tuple]) -> list[tuple]:
+    """`_allocation_query`'s rows as `allocation_rows` gives them (elsewhere than PostgreSQL: a GPU a row)."""
     if connection.vendor == "postgresql":
-        return [(job, index(tray), gpus, last) for job, tray, gpus, last in rows]
-    return [(job, index(tray), (gpu,), pk) for job, tray, gpu, pk in rows]
+        return rows
+    return [(job, tray, (gpu,), pk) for job, tray, gpu, pk in rows]
 
 
 def tray_rows(racks=None):
@@ -407,10 +402,7 @@ def build(
         assert running_rows is not None
         state.running_rows = {row[0]: row for row in running_rows}
         placed = {pk: row[-1] for pk, row in state.running_rows.items()}
-    if connection.vendor == "postgresql":  # grouped rows: the trays' pks indexed as they are grouped
-        jobs = group_allocations(allocations, state, state.tray_index)
-    else:
-        jobs = group_allocations(_allocations_indexed(allocations, state.tray_index), state)
+    jobs = group_allocations(_as_grouped(allocations), state, state.tray_index)
     cluster = state.cluster
     for _, unschedulable, _, _ in jobs.values():
         for t, n in unschedulable:
