@@ -11,7 +11,7 @@ import pytest
 
 from inventory.models import ComputeTray, HealthEvent, Rack
 from tests.agent.conftest import fake_nvidia_smi, issue_token, read_state, run_agent, tray_xml, xid_line
-from tests.integration.conftest import slurm_testbed  # noqa: F401 (the testbed's fixture)
+from tests.integration.conftest import slurm_testbed, slurm_testbed_session  # noqa: F401 (the testbed's fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,49 @@ class SlurmTestbed:
             assert time.monotonic() < deadline, f"jobs still there: {left.stdout}{self.log_tail()}"
             time.sleep(1)
 
+    def ctld_processes(self) -> list[int]:
+        """The slurmctld processes running in the testbed's chroot (as the script's `ctld_pids_in_root`: a
+        re-executed controller has a new pid, the pid file may lag)."""
+        root = (self.dir / "root").resolve()
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if (proc / "comm").read_text().strip() == "slurmctld" and (proc / "root").resolve() == root:
+                    pids.append(int(proc.name))
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+        return pids
+
+    def status(self) -> str:
+        """What the testbed script says of its daemons (is slurmctld's process alive, does it answer)."""
+        done = subprocess.run(["bash", self.script, "status", str(self.dir)], capture_output=True, text=True)
+        return f"\n--- slurm-testbed.sh status ---\n{done.stdout}{done.stderr}"
+
+    def restart_dead_controller(self) -> bool:
+        """Start slurmctld again when its process is gone (the 24.11.5 crash after a reconfigure that
+        registers new TRES: docs/developer/testing.md), with a warning that shows the testbed's status and the
+        log's end; its state survives (jobs, nodes). False, and nothing done, when a slurmctld process is
+        alive (then it is not that crash), or when the session already restarted it _CTLD_RESTARTS times (a
+        controller that keeps dying is a failure, not the known crash)."""
+        if self.ctld_processes():
+            return False
+        if _ctld_restarts[0] >= _CTLD_RESTARTS:
+            pytest.fail(
+                f"slurmctld died again after {_CTLD_RESTARTS} restarts in this session"
+                + self.status()
+                + self.log_tail(),
+                pytrace=False,
+            )
+        _ctld_restarts[0] += 1
+        warnings.warn(
+            "slurmctld's process was gone and was started again:" + self.status() + self.log_tail(12),
+            stacklevel=3,
+        )
+        self.control("start-ctld")
+        return True
+
     def control(self, command: str) -> None:
         """stop-ctld / start-ctld / status through the testbed script."""
         done = subprocess.run(
@@ -125,8 +169,25 @@ class SlurmTestbed:
         return SlurmState(nodes=nodes, tiers=tuple(tiers), blocks=tuple(blocks))
 
 
+# How often one session may start a dead slurmctld again between or inside tests (the known crash: in the
+# worst full runs seen, once), and how often it did.
+_CTLD_RESTARTS = 3
+_ctld_restarts = [0]
+
+
+@pytest.fixture
+def slurm_testbed(slurm_testbed_session: SlurmTestbed) -> SlurmTestbed:
+    """The session's testbed, its controller alive at the start of every test: the known 24.11.5 crash
+    (docs/developer/testing.md) can strike seconds after a test's last reconfigure, after that test ended, and
+    would otherwise fail every later Slurm test ("slurmctld of the testbed is down before the test", CI on
+    bf95b9a). A dead controller's process is started again with a warning; one alive but not answering is
+    left to the test (`slurm_baseline` fails on it with the log's end)."""
+    slurm_testbed_session.restart_dead_controller()
+    return slurm_testbed_session
+
+
 @pytest.fixture(scope="session")
-def slurm_testbed() -> SlurmTestbed:
+def slurm_testbed_session() -> SlurmTestbed:
     if not os.environ.get("RACKPLANE_SLURM_TESTBED"):
         pytest.fail(HOW_TO_RUN, pytrace=False)
     env = os.environ
@@ -252,7 +313,9 @@ def slurm_baseline(slurm_testbed):
     # A file the testbed does not have (topology.yaml) is None: removed again afterwards.
     saved = {name: _read(conf / name) for name in MANAGED_FILES}
     target = slurm_testbed.target()
-    assert target.ping(), "slurmctld of the testbed is down before the test"
+    assert target.ping(), (
+        "slurmctld of the testbed is down before the test" + slurm_testbed.status() + slurm_testbed.log_tail()
+    )
     ensure_testbed_people()
     topology = target.read_topology()
     state = _slurm_state(slurm_testbed)

@@ -73,10 +73,9 @@ def slurmdbd_snapshot(testbed) -> tuple[list[str], ...]:
 def push(capture, reason: str, *, force: bool = False, testbed=None):
     """One push to the testbed target, run at once; it must succeed. With `testbed`, a push that finds
     slurmctld's process gone (the 24.11.5 crash after a reconfigure that registers the MIG profiles' TRES:
-    test_slurm_mig.restart_dead_controller) starts it once and pushes again."""
+    SlurmTestbed.restart_dead_controller) starts it once and pushes again."""
     from integrations import pushes
     from integrations.models import PushStatus
-    from tests.integration.test_slurm_mig import restart_dead_controller
 
     for attempt in (1, 2):
         with capture(execute=True):
@@ -84,7 +83,7 @@ def push(capture, reason: str, *, force: bool = False, testbed=None):
         done.refresh_from_db()
         if done.status == PushStatus.SUCCEEDED or attempt == 2 or testbed is None:
             break
-        if "Unable to contact slurm controller" not in done.error or not restart_dead_controller(testbed):
+        if "Unable to contact slurm controller" not in done.error or not testbed.restart_dead_controller():
             break
     assert done.status == PushStatus.SUCCEEDED, done.error
     return done

@@ -15,7 +15,6 @@ import dataclasses
 import re
 import subprocess
 import time
-import warnings
 
 import pytest
 from rest_framework.test import APIClient
@@ -124,29 +123,6 @@ def _wait_idle(slurm_testbed, host: str) -> str:
     return shown
 
 
-def _daemons(slurm_testbed) -> str:
-    """What the testbed script says of its daemons (is slurmctld's process alive, does it answer)."""
-    done = subprocess.run(
-        ["bash", slurm_testbed.script, "status", str(slurm_testbed.dir)], capture_output=True, text=True
-    )
-    return f"\n--- slurm-testbed.sh status ---\n{done.stdout}{done.stderr}"
-
-
-def restart_dead_controller(slurm_testbed) -> bool:
-    """Start slurmctld again when its process is gone (the 24.11.5 crash after a reconfigure that registers
-    new TRES: `_wait_schedulable`), with a warning that shows the testbed's status and the log's end; its
-    state survives (jobs, nodes). False, and nothing done, when it is alive (then it is not that crash)."""
-    daemons = _daemons(slurm_testbed)
-    if "slurmctld: DOWN (no process)" not in daemons:
-        return False
-    warnings.warn(
-        "slurmctld died after a reconfigure and was started again:" + daemons + slurm_testbed.log_tail(12),
-        stacklevel=3,
-    )
-    slurm_testbed.control("start-ctld")
-    return True
-
-
 def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str, settle: float = 6) -> None:
     """Until slurmctld has said for `settle` seconds running that it would run `gres` on `host` (`sbatch
     --test-only`: nothing is queued). A reconfigure re-executes slurmctld, and a node's typed GRES are only
@@ -164,8 +140,8 @@ def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str
     over logs nothing more and its process is gone (full suite: 4 runs in 6 from ec30ce7 on; never in these
     files alone; spacing reconfigures 5 s apart, tried in 23663a1, did not change it). That is the
     controller's crash (a segmentation fault: docs/developer/testing.md), not what these tests check: it is
-    started again once (its state survives: jobs, nodes), with a warning that names it; a second death
-    fails the test."""
+    started again once here (its state survives: jobs, nodes), with a warning that names it; a second death
+    in the same probe fails the test (SlurmTestbed.restart_dead_controller)."""
     deadline = time.monotonic() + 90
     probe_args = ["--test-only", *(["-p", partition] if partition else []), "-w", host, f"--gres={gres}"]
     probe_args += ["--wrap", "true"]
@@ -179,12 +155,12 @@ def _wait_schedulable(slurm_testbed, host: str, partition: str | None, gres: str
             if (
                 not restarted
                 and "Unable to contact" in probe.stderr
-                and restart_dead_controller(slurm_testbed)
+                and slurm_testbed.restart_dead_controller()
             ):
                 restarted, deadline = True, time.monotonic() + 90
                 continue
             if time.monotonic() >= deadline:
-                pytest.fail(probe.stderr + _daemons(slurm_testbed) + slurm_testbed.log_tail())
+                pytest.fail(probe.stderr + slurm_testbed.status() + slurm_testbed.log_tail())
         elif settled_since is None:
             settled_since = time.monotonic()
         time.sleep(0.5)
