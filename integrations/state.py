@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import json
@@ -181,22 +182,16 @@ def block_name(rack_short: str, partition_name: str, clique_id: int) -> str:
     return rack_short + _SLURM_UNSAFE.sub("-", partition_name)
 
 
-def _slurm_blocks(rows: _Rows) -> tuple[SlurmBlock, ...]:
-    """One topology block per NVLink partition that has trays, the rack's default partition last."""
-    hosts_of_partition: dict[int, list[str]] = defaultdict(list)
-    for tray in rows.trays:
-        if tray.partition_id is not None:
-            hosts_of_partition[tray.partition_id].append(tray.hostname)
+def _slurm_blocks(rows: _Rows, tiers: Iterable[_RackTiers] | None = None) -> tuple[SlurmBlock, ...]:
+    """One topology block per NVLink partition that has trays, the rack's default partition last; racks by
+    name. `tiers`: the racks' `_RackTiers` (in `rows.parts` order), made here when not given."""
+    pieces = _rack_tiers_of(rows, tiers)
     short = short_rack_names([r.name for r in rows.racks])
     found = []
-    for p in sorted(
-        rows.partitions,
-        key=lambda p: (rows.rack_name[p.rack_id], p.clique_id == DEFAULT_CLIQUE_ID, p.clique_id, p.name),
-    ):
-        hosts = hosts_of_partition.get(p.id)
-        if hosts:
-            rack = rows.rack_name[p.rack_id]
-            found.append((block_name(short[rack], p.name, p.clique_id), rack, p.name, tuple(hosts)))
+    for piece in sorted(pieces, key=lambda piece: piece.rack):
+        rack = piece.rack
+        for partition, clique_id, hosts in piece.blocks:
+            found.append((block_name(short[rack], partition, clique_id), rack, partition, hosts))
     # Short names run together (rack `r1` + partition `1` and rack `r11` are both `r11`): a name given twice
     # becomes `<rack>.<partition>` for each of its blocks. Rack and partition names are DNS labels
     # (inventory.names), so they hold no dot: a dotted name never equals a plain one, and two dotted ones
@@ -208,10 +203,10 @@ def _slurm_blocks(rows: _Rows) -> tuple[SlurmBlock, ...]:
     )
 
 
-def _tier_of_partition(rows: _Rows) -> dict[int, str]:
-    """Partition -> the Slurm partition serving it (see `partition_tier`)."""
+def _tier_of_partition(rows: _Rows, partitions: Iterable[_PartitionRow] | None = None) -> dict[int, str]:
+    """Partition -> the Slurm partition serving it (see `partition_tier`), for `rows`' partitions or these."""
     tiers = {}
-    for p in rows.partitions:
+    for p in rows.partitions if partitions is None else partitions:
         try:
             tiers[p.id] = partition_tier(p.service_tier, rows.owner_slug(p))
         except ValueError as error:  # a row written around the model's validation and constraint
@@ -226,32 +221,37 @@ def slurm_partition_of(service_tier: str, owner_slug: str | None, *, mig: bool =
     return naming.mig_partition(tier) if mig else tier
 
 
-def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, ...]:
+def _service_tiers(
+    rows: _Rows, tier_of: dict[int, str], tiers: Iterable[_RackTiers] | None = None
+) -> tuple[ServiceTier, ...]:
     """The shared `gpu` partition (if it has trays) first, then every other tier by name; a tier holding a
     department's dedicated trays is open to that department's QOS only and served first. A tray in MIG mode
     (its node lines carry MIG GRES: `_slurm_mig`) is in its tier's MIG partition instead (`<tier>--mig`,
-    same owners and priority), where slice jobs share the node."""
+    same owners and priority), where slice jobs share the node. Hosts in the trays' order (`rows.trays`);
+    `tiers`: the racks' `_RackTiers` (in `rows.parts` order), made here from `tier_of` when not given."""
     tier_hosts: dict[str, list[str]] = {SHARED_TIER: []}
-    tier_departments: dict[str, set[str]] = defaultdict(set)
+    tier_owners: dict[str, set[int]] = defaultdict(set)
     mig_tiers: set[str] = set()
-    for tray in rows.trays:
-        tier = tier_of.get(tray.partition_id, SHARED_TIER)
-        if _slurm_mig(tray.mig_layout):
-            tier = naming.mig_partition(tier)
-            mig_tiers.add(tier)
-        tier_hosts.setdefault(tier, []).append(tray.hostname)
-        owner = rows.owner_of_tray(tray)
-        if owner is not None:
-            slug = rows.department_slug[owner]
-            tier_departments[tier].update((naming.department_qos(slug), naming.department_borrowed_qos(slug)))
-    tiers = []
+    for piece in _rack_tiers_of(rows, tiers, tier_of):
+        for name, rack_hosts in piece.tier_hosts:
+            tier_hosts.setdefault(name, []).extend(rack_hosts)
+        for name, rack_owners in piece.tier_owners:
+            tier_owners[name].update(rack_owners)
+        mig_tiers.update(piece.mig_tiers)
+    tiers_made = []
     if tier_hosts[SHARED_TIER]:
-        tiers.append(ServiceTier(SHARED_TIER, tuple(tier_hosts[SHARED_TIER]), default=True, priority_tier=1))
+        tiers_made.append(
+            ServiceTier(SHARED_TIER, tuple(tier_hosts[SHARED_TIER]), default=True, priority_tier=1)
+        )
     for tier, hosts in sorted(tier_hosts.items()):
         if tier == SHARED_TIER:
             continue
-        owners = tuple(sorted(tier_departments[tier]))
-        tiers.append(
+        qos: set[str] = set()
+        for owner in tier_owners[tier]:
+            slug = rows.department_slug[owner]
+            qos.update((naming.department_qos(slug), naming.department_borrowed_qos(slug)))
+        owners = tuple(sorted(qos))
+        tiers_made.append(
             ServiceTier(
                 tier,
                 tuple(hosts),
@@ -260,7 +260,91 @@ def _service_tiers(rows: _Rows, tier_of: dict[int, str]) -> tuple[ServiceTier, .
                 mig=tier in mig_tiers,
             )
         )
-    return tuple(tiers)
+    return tuple(tiers_made)
+
+
+@dataclass(frozen=True)
+class _RackTiers:
+    """What the render makes of one rack's rows and the departments' slugs (a partition's tier is named
+    after its owner's slug): its Kubernetes rack and partition specs, its trays' hosts by Slurm partition
+    (service tier) with the departments owning them, and its topology blocks. Kept while the rack's rows
+    are the same objects and the slugs the same (`_rack_tiers`): a render then walks 10,000 racks, not
+    180,000 trays (issue 32)."""
+
+    rack: str
+    rack_spec: RackSpec
+    partition_specs: tuple[PartitionSpec, ...]  # by clique ID, name
+    tier_hosts: tuple[tuple[str, tuple[str, ...]], ...]  # tier -> hosts, in slot order
+    tier_owners: tuple[tuple[str, frozenset[int]], ...]  # tier -> departments owning trays in it
+    mig_tiers: frozenset[str]
+    blocks: tuple[tuple[str, int, tuple[str, ...]], ...]  # (partition, clique ID, hosts), the default last
+
+
+_TIERS: dict[int, tuple[RackRows, tuple, _RackTiers]] = {}  # rack id -> (its rows, the slugs, their tiers)
+
+
+def _department_slugs(rows: _Rows) -> tuple[tuple[int, str], ...]:
+    return tuple(sorted(rows.department_slug.items()))
+
+
+def _rack_tiers(
+    part: RackRows, rows: _Rows, slugs: tuple, tier_of: Mapping[int, str] | None = None
+) -> _RackTiers:
+    """`part`'s `_RackTiers`: made again only when its rows are other objects or the slugs changed."""
+    kept = _TIERS.get(part.rack.id)
+    if kept is not None and kept[0] is part and kept[1] == slugs:
+        return kept[2]
+    made = _make_rack_tiers(part, rows, tier_of)
+    _TIERS[part.rack.id] = (part, slugs, made)
+    return made
+
+
+def _make_rack_tiers(part: RackRows, rows: _Rows, tier_of: Mapping[int, str] | None = None) -> _RackTiers:
+    rack = part.rack
+    if tier_of is None:
+        tier_of = _tier_of_partition(rows, part.partitions)
+    tier_hosts: dict[str, list[str]] = {}
+    tier_owners: dict[str, set[int]] = defaultdict(set)
+    mig_tiers: set[str] = set()
+    hosts_of_partition: dict[int, list[str]] = defaultdict(list)
+    for tray in part.trays:
+        pid = tray.partition_id
+        tier = SHARED_TIER if pid is None else tier_of.get(pid, SHARED_TIER)
+        if _slurm_mig(tray.mig_layout):
+            tier = naming.mig_partition(tier)
+            mig_tiers.add(tier)
+        tier_hosts.setdefault(tier, []).append(tray.hostname)
+        if tray.partition_id is not None:
+            hosts_of_partition[tray.partition_id].append(tray.hostname)
+            if (owner := rows.owner_of_tray(tray)) is not None:
+                tier_owners[tier].add(owner)
+    return _RackTiers(
+        rack=rack.name,
+        rack_spec=_rack_spec(rack.name, str(rack.cluster_uuid) if rack.cluster_uuid else None),
+        partition_specs=tuple(
+            _partition_spec(rack.name, p.name, p.clique_id, rows.owner_slug(p), tier_of[p.id])
+            for p in sorted(part.partitions, key=lambda p: (p.clique_id, p.name))
+        ),
+        tier_hosts=tuple((tier, tuple(hosts)) for tier, hosts in tier_hosts.items()),
+        tier_owners=tuple((tier, frozenset(owners)) for tier, owners in tier_owners.items()),
+        mig_tiers=frozenset(mig_tiers),
+        blocks=tuple(
+            (p.name, p.clique_id, tuple(hosts_of_partition[p.id]))
+            for p in sorted(
+                part.partitions, key=lambda p: (p.clique_id == DEFAULT_CLIQUE_ID, p.clique_id, p.name)
+            )
+            if hosts_of_partition.get(p.id)
+        ),
+    )
+
+
+def _rack_tiers_of(
+    rows: _Rows, tiers: Iterable[_RackTiers] | None, tier_of: Mapping[int, str] | None = None
+) -> Iterable[_RackTiers]:
+    """The given racks' tiers, or each rack's made now (not kept: a slice's or a test's rows)."""
+    if tiers is not None:
+        return tiers
+    return [_make_rack_tiers(part, rows, tier_of) for part in rows.parts]
 
 
 def _valid_port_guids(trays: Iterable[_TrayRow], problems: list[str]) -> dict[int, list[str]]:
@@ -279,16 +363,20 @@ def _valid_port_guids(trays: Iterable[_TrayRow], problems: list[str]) -> dict[in
     return guids_of_tray
 
 
-def _member_trays(rows: _Rows) -> dict[int, set[int]]:
-    """Department -> the trays it owns (dedicated partitions) or runs on (a GPU of one of its jobs)."""
-    member_trays: dict[int, set[int]] = defaultdict(set)
-    for tray in rows.trays:
-        owner = rows.owner_of_tray(tray)
-        if owner is not None:
-            member_trays[owner].add(tray.id)
-    for department_id, tray_id in rows.running:
-        member_trays[department_id].add(tray_id)
-    return member_trays
+def _rack_members(part: RackRows, guids_of_tray: Mapping[int, list[str]]) -> dict[int, list[str]]:
+    """Department -> the port GUIDs of its member trays in this rack: the trays it owns (its dedicated
+    partitions) or runs on (a GPU of one of its jobs), each tray once, in slot order."""
+    owner_of_partition = {p.id: p.owner_id for p in part.partitions}
+    trays: dict[int, dict[int, None]] = defaultdict(dict)  # department -> its member trays (ordered set)
+    for tray in part.trays:
+        if tray.partition_id is not None and (owner := owner_of_partition.get(tray.partition_id)) is not None:
+            trays[owner][tray.id] = None
+    for department_id, tray_id in sorted(part.running):
+        trays[department_id][tray_id] = None
+    return {
+        department: [g for tray in members for g in guids_of_tray.get(tray, ())]
+        for department, members in trays.items()
+    }
 
 
 # Department -> (the fields its TenantSpec was made from, the spec): a spec checks every port GUID again
@@ -298,73 +386,89 @@ _TENANTS: dict[int, tuple[dict[str, Any], TenantSpec]] = {}
 
 @dataclass
 class _MemberGuids:
-    """A department's member trays' port GUIDs in order, kept between renders: each render changes the
-    members of few trays (jobs that started or ended, a rack's rows read again), where sorting them all took
-    ~0.3 s at 10,000 racks (300,000 GUIDs for the largest department)."""
+    """A department's member trays' port GUIDs in order, kept between renders and changed by the racks whose
+    rows changed (each render changes few: jobs that started or ended, a re-carve), where walking every tray
+    and sorting every GUID took ~0.3 s at 10,000 racks (300,000 GUIDs for the largest department)."""
 
-    trays: dict[int, list[str]]  # member tray -> its GUIDs as counted (the very list `guids_of_tray` gave)
-    count: Counter  # GUID -> member trays that have it (a GUID on two trays is listed once)
+    count: Counter  # GUID -> how many times the member trays list it (a GUID on two trays is listed once)
     ordered: list[str]  # the GUIDs, sorted
+    given: tuple[str, ...] | None = None  # `ordered` as last given out, None once it changed
 
 
 _GUIDS: dict[int, _MemberGuids] = {}  # department id -> its member GUIDs
+_COUNTED: dict[
+    int, Mapping[int, list[str]]
+] = {}  # rack id -> the members (`_rack_members`) counted in _GUIDS
 # Renders run in threads (gunicorn's, Celery's pool): the kept lists are changed in place, by one at once.
 _GUIDS_LOCK = threading.Lock()
-_GUIDS_RESORT_SHARE = 0.25  # past this share of the members changed, counting and sorting afresh is as quick
+_GUIDS_RESORT_SHARE = 0.25  # past this share of the racks changed, counting and sorting afresh is as quick
 
 
-def _member_guids(
-    department_id: int, members: set[int], guids_of_tray: Mapping[int, list[str]]
-) -> tuple[str, ...]:
-    """The sorted, distinct GUIDs of `members`' trays: the department's kept ones (`_MemberGuids`) with the
-    trays that left, joined or whose GUIDs changed taken out and put in (bisect), or counted afresh."""
+def _department_guids(racks: Iterable[tuple[int, Mapping[int, list[str]]]]) -> dict[int, tuple[str, ...]]:
+    """Department -> the sorted, distinct GUIDs of its member trays, from every rack's members (rack id, its
+    `_rack_members`): the kept ones, with the racks whose members are another object than when counted (or
+    that are gone) taken out and put in again (bisect), or counted afresh when many changed."""
     with _GUIDS_LOCK:
-        return _member_guids_locked(department_id, members, guids_of_tray)
+        return _department_guids_locked(list(racks))
 
 
-def _member_guids_locked(
-    department_id: int, members: set[int], guids_of_tray: Mapping[int, list[str]]
-) -> tuple[str, ...]:
-    kept = _GUIDS.get(department_id)
-    if kept is not None:
-        gone = kept.trays.keys() - members
-        came = members - kept.trays.keys()
-        changed = [t for t in members & kept.trays.keys() if guids_of_tray.get(t, []) != kept.trays[t]]
-        if len(gone) + len(came) + len(changed) > _GUIDS_RESORT_SHARE * max(len(members), 1):
-            kept = None
-    if kept is None:
-        trays = {t: guids_of_tray.get(t, []) for t in members}
-        count = Counter(g for guids in trays.values() for g in guids)
-        _GUIDS[department_id] = _MemberGuids(trays, count, sorted(count))
-        return tuple(_GUIDS[department_id].ordered)
-    count, ordered = kept.count, kept.ordered
-    for t in (*gone, *changed):
-        for g in kept.trays.pop(t):
-            count[g] -= 1
-            if not count[g]:
+def _department_guids_locked(racks: list[tuple[int, Mapping[int, list[str]]]]) -> dict[int, tuple[str, ...]]:
+    changed = [(rack, members) for rack, members in racks if _COUNTED.get(rack) is not members]
+    gone: list[int] = []
+    if len(_COUNTED) + sum(rack not in _COUNTED for rack, _ in changed) > len(racks):
+        gone = list(_COUNTED.keys() - {rack for rack, _ in racks})
+    if not _COUNTED or len(changed) + len(gone) > _GUIDS_RESORT_SHARE * max(len(racks), 1):
+        counts: dict[int, Counter] = defaultdict(Counter)
+        for _, members in racks:
+            for department, guids in members.items():
+                counts[department].update(guids)
+        _GUIDS.clear()
+        _GUIDS.update((d, _MemberGuids(count, sorted(count))) for d, count in counts.items())
+        _COUNTED.clear()
+        _COUNTED.update(racks)
+    else:
+        for rack in gone:
+            _count(_COUNTED.pop(rack), -1)
+        for rack, members in changed:
+            if (old := _COUNTED.get(rack)) is not None:
+                _count(old, -1)
+            _count(members, 1)
+            _COUNTED[rack] = members
+    given = {}
+    for department, kept in _GUIDS.items():
+        if kept.given is None:
+            kept.given = tuple(kept.ordered)
+        given[department] = kept.given
+    return given
+
+
+def _count(members: Mapping[int, list[str]], step: int) -> None:
+    """One rack's members counted in (`step` 1) or out (-1) of the kept GUIDs, in place."""
+    for department, guids in members.items():
+        if not guids:
+            continue
+        kept = _GUIDS.get(department)
+        if kept is None:
+            kept = _GUIDS[department] = _MemberGuids(Counter(), [])
+        count, ordered = kept.count, kept.ordered
+        kept.given = None
+        for g in guids:
+            count[g] += step
+            if step > 0 and count[g] == 1:
+                insort(ordered, g)
+            elif step < 0 and not count[g]:
                 del count[g]
                 del ordered[bisect_left(ordered, g)]
-    for t in (*came, *changed):
-        guids = kept.trays[t] = guids_of_tray.get(t, [])
-        for g in guids:
-            count[g] += 1
-            if count[g] == 1:
-                insort(ordered, g)
-    return tuple(ordered)
 
 
-def _tenants(rows: _Rows, guids_of_tray: dict[int, list[str]]) -> tuple[TenantSpec, ...]:
+def _tenants(rows: _Rows, guids_of_department: Mapping[int, tuple[str, ...]]) -> tuple[TenantSpec, ...]:
     """Every department's network and storage isolation, with the port GUIDs of its member trays
-    (`guids_of_tray`: `_valid_port_guids`)."""
-    member_trays = _member_trays(rows)
+    (`guids_of_department`: `_department_guids`)."""
     tenants = []
     if len(_TENANTS) > len(rows.departments):
         _TENANTS.clear()
-    if len(_GUIDS) > len(rows.departments):
-        with _GUIDS_LOCK:
-            _GUIDS.clear()
     for d in rows.departments:
-        guids = _member_guids(d.pk, member_trays.get(d.pk, set()), guids_of_tray)
+        guids = guids_of_department.get(d.pk, ())
         # Saved before the rule (tenancy.Department.clean), a path outside the export root is not rendered.
         if problem := export_path_problem(d.export_path, root=rows.tenancy.export_root):
             raise ValueError(f"department {d.name}: export path {d.export_path!r} {problem}")
@@ -405,24 +509,35 @@ def _weight(value) -> str:
 
 
 def _kubernetes_inventory(
-    rows: _Rows, tier_of: dict[int, str], nodes: Iterable[NodeSpec] | None = None
+    rows: _Rows,
+    tier_of: dict[int, str],
+    nodes: Iterable[NodeSpec] | None = None,
+    tiers: Iterable[_RackTiers] | None = None,
 ) -> InventoryState:
     """The inventory as the Kubernetes renderer takes it; `nodes`: the trays' NodeSpecs if already made
-    (`_node_specs`, kept per rack)."""
+    (`_node_specs`, kept per rack); `tiers`: the racks' `_RackTiers`, made here when not given."""
+    pieces = list(_rack_tiers_of(rows, tiers, tier_of))
     return InventoryState(
-        racks=tuple(RackSpec(r.name, str(r.cluster_uuid) if r.cluster_uuid else None) for r in rows.racks),
+        racks=tuple(piece.rack_spec for piece in pieces),
         partitions=tuple(
-            PartitionSpec(
-                rows.rack_name[p.rack_id],
-                p.name,
-                p.clique_id,
-                department=rows.owner_slug(p),
-                service_tier=tier_of[p.id],
-            )
-            for p in sorted(rows.partitions, key=lambda p: (rows.rack_name[p.rack_id], p.clique_id, p.name))
+            spec for piece in sorted(pieces, key=lambda piece: piece.rack) for spec in piece.partition_specs
         ),
         nodes=tuple(nodes if nodes is not None else _node_specs(rows.racks, rows.partitions, rows.trays)),
     )
+
+
+# A render makes a RackSpec and a PartitionSpec per rack and partition of the fleet (10,000 and more at 10,000
+# racks), each checking its names again: equal fields give an equal frozen spec, so one is kept by them.
+@functools.lru_cache(maxsize=1 << 17)
+def _rack_spec(name: str, cluster_uuid: str | None) -> RackSpec:
+    return RackSpec(name, cluster_uuid)
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _partition_spec(
+    rack: str, name: str, clique_id: int, department: str | None, service_tier: str | None
+) -> PartitionSpec:
+    return PartitionSpec(rack, name, clique_id, department=department, service_tier=service_tier)
 
 
 def _node_specs(
@@ -454,7 +569,7 @@ class _RackPieces:
 
     nodes: tuple[SlurmNode, ...]
     specs: tuple[NodeSpec, ...]
-    guids: dict[int, list[str]]  # tray -> its valid port GUIDs
+    members: dict[int, list[str]]  # department -> its member trays' valid port GUIDs (`_rack_members`)
     problems: tuple[str, ...]
     hosts: tuple[str, ...]
 
@@ -471,7 +586,7 @@ def _rack_pieces(part: RackRows) -> _RackPieces:
     pieces = _RackPieces(
         nodes=tuple(_slurm_node(t) for t in part.trays),
         specs=tuple(_node_specs((part.rack,), part.partitions, part.trays)),
-        guids=_valid_port_guids(part.trays, problems),
+        members=_rack_members(part, _valid_port_guids(part.trays, problems)),
         problems=tuple(problems),
         hosts=tuple(t.hostname for t in part.trays),
     )
@@ -591,15 +706,25 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
     if len(_PIECES) > len(pieces):
         _forget_pieces(rows.parts)
     tier_of = _tier_of_partition(rows)
+    slugs = _department_slugs(rows)
+    tiers = [_rack_tiers(part, rows, slugs, tier_of) for part in rows.parts]
+    if len(_TIERS) > len(tiers):
+        there = {part.rack.id for part in rows.parts}
+        for rack in [rack for rack in list(_TIERS) if rack not in there]:
+            _TIERS.pop(rack, None)
     nodes = tuple(node for piece in pieces for node in piece.nodes)
     problems = [problem for piece in pieces for problem in piece.problems]
-    guids_of_tray: dict[int, list[str]] = {}
-    for piece in pieces:
-        guids_of_tray.update(piece.guids)
-    tenants = _tenants(rows, guids_of_tray)
+    tenants = _tenants(
+        rows,
+        _department_guids(
+            (part.rack.id, piece.members) for part, piece in zip(rows.parts, pieces, strict=True)
+        ),
+    )
     offer = mig_offer(nodes)
     kubernetes = KubernetesState(
-        inventory=_kubernetes_inventory(rows, tier_of, (spec for piece in pieces for spec in piece.specs)),
+        inventory=_kubernetes_inventory(
+            rows, tier_of, (spec for piece in pieces for spec in piece.specs), tiers
+        ),
         tenants=tenants,
         nfs_server=rows.tenancy.nfs_server,
         fabric=compute_fabric,
@@ -608,8 +733,8 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
     return ConfigState(
         slurm=SlurmState(
             nodes=nodes,
-            tiers=_service_tiers(rows, tier_of),
-            blocks=_slurm_blocks(rows),
+            tiers=_service_tiers(rows, tier_of, tiers),
+            blocks=_slurm_blocks(rows, tiers),
             fabric=compute_fabric,
             racks=tuple((rack, hosts) for rack, hosts in hosts_of_rack.items() if hosts),
         ),
@@ -966,14 +1091,23 @@ def fabric_racks(state: ConfigState | RackSlice) -> list[dict[str, Any]]:
     ]
 
 
-def forget_kept() -> None:
+def forget_kept(*, rows: bool = True) -> None:
     """Drop everything this process keeps between renders (the rows, each rack's pieces and node objects,
-    the tenant specs, the last OpenSM text and tree, the YAML and file pieces): the next render is cold."""
-    kept_rows.forget()
+    the tenant specs, the last OpenSM text and tree, the YAML and file pieces): the next render is cold.
+    `rows=False` keeps the rows (integrations.kept_rows): the next render makes every piece again from
+    them."""
+    if rows:
+        kept_rows.forget()
     _PIECES.clear()
+    _TIERS.clear()
     _NODE_OBJECTS.clear()
     _TENANTS.clear()
+    with _GUIDS_LOCK:
+        _GUIDS.clear()
+        _COUNTED.clear()
     _LAST_OPENSM.clear()
+    _rack_spec.cache_clear()
+    _partition_spec.cache_clear()
     FRAGMENTS.clear()
     forget_tree()
     forget_flavors()

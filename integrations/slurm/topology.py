@@ -44,6 +44,7 @@ and no block is split: a job of up to one partition's size is kept in one partit
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -164,8 +165,15 @@ def check_name(kind: str, name: str) -> None:
 
 
 def check_blocks(blocks: Sequence[SlurmBlock]) -> None:
+    """ValueError, naming the first fault in the blocks' order, for what slurmctld would refuse: a bad or
+    repeated block name, a block without a rack or nodes, a bad node name, a node listed twice in a block or
+    in two blocks. Each block's own hosts are checked by content (`_host_faults`, kept); whether any node is
+    listed twice at all is one set of every host (180,000 at 10,000 racks), and only when one is does the
+    walk host by host that names it run (the same first fault either way)."""
     if not blocks:
         raise ValueError("no NVLink partitions: topology/block needs at least one block")
+    hosts = list(itertools.chain.from_iterable(block.hostnames for block in blocks))
+    shared = len(set(hosts)) != len(hosts)
     seen_names: set[str] = set()
     owner: dict[str, str] = {}
     for block in blocks:
@@ -178,6 +186,10 @@ def check_blocks(blocks: Sequence[SlurmBlock]) -> None:
         if not block.hostnames:
             raise ValueError(f"block {block.name} has no nodes (Slurm: 'lacks children')")
         invalid, repeated = _host_faults(block.hostnames)
+        if not shared:
+            if invalid is not None:
+                raise ValueError(f"block {block.name}: {block.hostnames[invalid]!r} is not a valid node name")
+            continue
         for position, host in enumerate(block.hostnames):
             if position == invalid:
                 raise ValueError(f"block {block.name}: {host!r} is not a valid node name")

@@ -23,7 +23,7 @@ from inventory.models import ComputeTray, Gpu, NVLinkPartition, Rack
 from inventory.planning import preset_layout
 from scheduling.choices import HOLDING_STATES, JobState
 from scheduling.models import Allocation, Job
-from tenancy.models import DedicatedPartition
+from tenancy.models import DedicatedPartition, Department
 from tests.factories import make_department, make_job
 from tests.scheduling.test_pass_cache import columns_read
 
@@ -65,6 +65,23 @@ def render_is_cold() -> None:
     warm = configstate.render_files(configstate.build_state())
     configstate.forget_kept()
     assert warm == configstate.render_files(configstate.build_state())
+
+
+def render_is_fresh() -> None:
+    """The whole render through every kept piece (each rack's node lines, tiers, blocks, specs, members)
+    equals the render that makes every piece again from the same rows: no piece outlives what it was
+    made of. The kept rows stay (the next `kept_is_cold` still counts the racks read again)."""
+
+    def render():
+        state = configstate.build_state()
+        try:
+            return state, configstate.render_files(state)
+        except ValueError as error:  # a state Slurm cannot hold (a tray taken out of a partition): the same
+            return state, str(error)
+
+    warm = render()
+    configstate.forget_kept(rows=False)
+    assert warm == render()
 
 
 # --- the triggers watch what the render reads ----------------------------------------------------------
@@ -148,59 +165,79 @@ def test_kept_rows_follow_committed_changes_of_every_kind(demo_inventory, admin_
     tray = ComputeTray.objects.filter(rack=r03).order_by("slot").first()
     ComputeTray.objects.filter(pk=tray.pk).update(ib_port_guids=["0x0002c90300a1b2ff"])
     kept_is_cold(reread=1)
+    render_is_fresh()
     ComputeTray.objects.filter(pk=tray.pk).update(last_report_at=timezone.now())  # not rendered
     kept_is_cold(reread=0)
     ComputeTray.objects.filter(pk=tray.pk).update(
         mig_layout="all-balanced", mig_layout_devices={"1g.35gb": 2, "2g.70gb": 1, "3g.139gb": 1}
     )
     kept_is_cold(reread=1)
+    render_is_fresh()
 
     # A re-carve deletes and creates partitions and moves trays between them: that rack only.
     plans.create_and_apply(r03, preset_layout("2x9"), drain=False, user=admin_user)
     kept_is_cold(reread=1)
+    render_is_fresh()
 
     # Dedications (insert, delete) and service tiers, by the partition's rack.
     research = make_department("Research", guaranteed_gpus=8)
     partition = NVLinkPartition.objects.filter(rack=r02).order_by("pk").first()
     DedicatedPartition.objects.create(partition=partition, department=research)
     kept_is_cold(reread=1)
+    render_is_fresh()
     NVLinkPartition.objects.filter(pk=partition.pk).update(service_tier="gpu_gold")
     kept_is_cold(reread=1)
+    render_is_fresh()
+    # A department's slug names its dedicated partitions' Slurm partition and QOS: no rack row changes.
+    Department.objects.filter(pk=research.pk).update(slug="optics")
+    kept_is_cold(reread=0)
+    render_is_fresh()
     DedicatedPartition.objects.filter(partition=partition).delete()
     kept_is_cold(reread=1)
+    render_is_fresh()
 
     # Work placed and ended: the running (department, tray) pairs of OpenSM's members.
     trays = list(ComputeTray.objects.filter(rack=r02).order_by("slot")[:2])
     job = make_job(research, "train", trays=trays)
     kept_is_cold(reread=1)
+    render_is_fresh()
     with connection.cursor() as cursor:  # behind the ORM's back: a job that stops holding its GPUs
         cursor.execute("UPDATE scheduling_job SET state = %s WHERE id = %s", [JobState.COMPLETED, job.pk])
     kept_is_cold(reread=1)
+    render_is_fresh()
     Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
     kept_is_cold(reread=1)
+    render_is_fresh()
     # A GPU of the job taken out of its tray (no longer on a rendered tray) and put back.
     gpu = Allocation.objects.filter(job=job).order_by("pk").first().gpu
     home, index = gpu.tray_id, gpu.index
     Gpu.objects.filter(pk=gpu.pk).update(tray=None, index=None)
     kept_is_cold(reread=1)
+    render_is_fresh()
     Gpu.objects.filter(pk=gpu.pk).update(tray_id=home, index=index)
     kept_is_cold(reread=1)
+    render_is_fresh()
     Allocation.objects.filter(job=job).delete()
     kept_is_cold(reread=1)
+    render_is_fresh()
 
     # A tray replaced: its GPUs out, its row deleted and made again (a delete and an insert).
     last = ComputeTray.objects.filter(rack=r03).order_by("slot").last()
     gpus = dict(Gpu.objects.filter(tray=last).values_list("pk", "index"))
     Gpu.objects.filter(pk__in=gpus).update(tray=None, index=None)
     kept_is_cold(reread=1)
+    render_is_fresh()
     hostname, slot, partition = last.hostname, last.slot, last.partition_id
     last.delete()
     kept_is_cold(reread=1)
+    render_is_fresh()
     again = ComputeTray.objects.create(rack=r03, slot=slot, hostname=hostname, partition_id=partition)
     kept_is_cold(reread=1)
+    render_is_fresh()
     for pk, index in gpus.items():
         Gpu.objects.filter(pk=pk).update(tray=again, index=index)
     kept_is_cold(reread=1)
+    render_is_fresh()
     # A rack renamed: every rack's names (cold).
     Rack.objects.filter(pk=r03.pk).update(name="gb-r33")
     kept_is_cold(cold=True)
@@ -261,6 +298,14 @@ def test_the_render_with_everything_kept_is_the_cold_render(demo_inventory, admi
     configstate.render_files(configstate.build_state())
     plans.create_and_apply(rack_of("gb-r03"), preset_layout("2x9"), drain=False, user=admin_user)
     ComputeTray.objects.filter(rack=rack_of("gb-r01")).update(ib_port_guids=["0x0002c90300a1b2ff", "bad"])
+    render_is_cold()
+    partition = NVLinkPartition.objects.filter(rack=rack_of("gb-r02")).order_by("pk").first()
+    DedicatedPartition.objects.create(partition=partition, department=research)
+    render_is_fresh()
+    Department.objects.filter(pk=research.pk).update(slug="optics")
+    render_is_fresh()
+    NVLinkPartition.objects.filter(pk=partition.pk).update(service_tier="gpu_gold")
+    render_is_fresh()
     render_is_cold()
 
 

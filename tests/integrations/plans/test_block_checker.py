@@ -3,6 +3,7 @@ partition's number of trays, not its 18 hostnames (issue 32): its verdict and se
 renderer's `plan_topology` says for the same fleet with real hostnames, for any fleet."""
 
 import pytest
+from django.db import connection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,3 +104,40 @@ def test_the_checker_on_the_database_agrees_with_the_topology_of_the_same_fleet(
     allowed = {(9, 9): "2x9", (6, 6, 6): "3x6", (18,): "1x18", (3, 15): None}[elsewhere]
     assert (allowed is None and not any(verdicts.values())) or verdicts[allowed]
     assert not all(verdicts.values())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the kept rows need PostgreSQL's change log")
+@pytest.mark.django_db(transaction=True)
+def test_the_other_racks_partitions_from_the_kept_rows_are_what_counting_every_tray_gives(
+    demo_inventory, monkeypatch
+):
+    """What the check reads from the render's kept rows (each rack's partitions counted once while its rows
+    are the same objects) is what the query counting every tray gives, as the fleet changes between checks."""
+    from integrations import kept_rows
+    from integrations import state as configstate
+    from integrations.plans import service
+
+    def counted(rack):
+        with monkeypatch.context() as patched:
+            patched.setattr(kept_rows, "kept", lambda: None)  # as a process that keeps no rows: the query
+            return service.other_racks_partitions(rack)
+
+    r01, r02, r03 = Rack.objects.order_by("name")[:3]
+    configstate.forget_kept()
+    assert kept_rows.kept() is None
+    assert service.other_racks_partitions(r01) == counted(r01)  # nothing kept yet: the query
+    configstate.build_state()  # a render keeps the rows
+    assert kept_rows.kept() is not None
+    for change in (
+        lambda: carve(r02, (9, 9)),
+        lambda: carve(r03, (3, 15)),
+        lambda: ComputeTray.objects.filter(rack=r02, slot=1).update(partition=None),
+        lambda: NVLinkPartition.objects.filter(rack=r03, name="p1").update(name="zz"),
+        lambda: None,
+    ):
+        change()
+        for rack in (r01, r02, r03):
+            kept = service.other_racks_partitions(rack)
+            assert kept == counted(rack)
+            assert all(p.domain != rack.name for p in kept) and kept
+    assert service._RACK_PARTITIONS  # it did read the kept rows
