@@ -283,8 +283,34 @@ def test_a_controller_whose_process_is_gone_is_started_again_with_a_warning(slur
     monkeypatch.setattr(conftest, "_ctld_restarts", [conftest._CTLD_RESTARTS])
     slurm_testbed.control("kill-ctld")
     try:
-        with pytest.raises(pytest.fail.Exception, match="died again after 3 restarts"):
+        with pytest.raises(pytest.fail.Exception, match="failed again after 3 restarts"):
             slurm_testbed.restart_dead_controller()
     finally:
         slurm_testbed.control("start-ctld")
     assert slurm_testbed.target().ping()
+
+
+def test_a_controller_that_answers_nothing_is_killed_and_started_again(slurm_testbed, monkeypatch):
+    """The other 24.11.5 failure (CI on 42c3558): slurmctld alive but answering nothing after a reconfigure
+    (here: stopped with SIGSTOP, as alive and as silent). `revive_controller` kills it after its grace and
+    starts it again, with a warning; one that answers is left alone."""
+    import os
+    import signal
+
+    from tests.integration import conftest
+
+    monkeypatch.setattr(conftest, "_ctld_restarts", [0])
+    assert slurm_testbed.revive_controller(grace=1) is False
+    [pid] = slurm_testbed.ctld_processes()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert not slurm_testbed.target().ping()
+        with pytest.warns(UserWarning, match="answered nothing and was killed") as caught:
+            assert slurm_testbed.revive_controller(grace=2) is True
+        assert "alive but not answering" in str(caught[0].message)
+    finally:
+        if slurm_testbed.ctld_processes() == [pid]:  # not revived: let it go on
+            os.kill(pid, signal.SIGCONT)
+    assert pid not in slurm_testbed.ctld_processes()
+    assert slurm_testbed.target().ping()
+    assert conftest._ctld_restarts == [1]
