@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import groupby, repeat
+from itertools import chain, groupby, repeat
 from operator import itemgetter
 
 from django.contrib.postgres.aggregates import ArrayAgg
@@ -26,7 +26,7 @@ from core.hardware import GPUS_PER_TRAY
 from inventory.models import ComputeTray, Gpu
 from inventory.selectors import GPU_FABRIC_UNSETTLED, HAS_FABRIC_PROBLEMS, unsettled_fabric_trays
 from scheduling.choices import HOLDING_STATES
-from scheduling.engine.cluster import Cluster, TraySpec
+from scheduling.engine.cluster import Cluster, TrayColumns
 from scheduling.engine.standing import StandingOrder
 from scheduling.models import Allocation, Job
 from tenancy.services import schedulable_gpus_q
@@ -425,17 +425,22 @@ def _inventory(
     fabric: Fabric | None,
 ) -> ClusterState:
     """The cluster of the inventory's rows (`build`), with no job on it yet."""
-    tray_index = {row[0]: t for t, row in enumerate(trays)}
-    tray_gpus: list[tuple[int, ...]] = [() for _ in trays]
-    gpu_tray: dict[int, int] = {}
+    tray_pk = list(map(itemgetter(0), trays))
+    tray_index = dict(zip(tray_pk, range(len(trays)), strict=True))
+    tray_gpus: list[tuple[int, ...]] = [()] * len(trays)
+    found, found_gpus = [], []
     for tray_id, gpus in by_tray:
         t = tray_index.get(tray_id)
         if t is not None:  # else a tray that joined a partition since the trays were read: next pass
             tray_gpus[t] = gpus
-            gpu_tray.update(zip(gpus, repeat(t)))
+            found.append(t)
+            found_gpus.append(gpus)
+    # Every GPU -> its tray, made in C: each tray index repeated once per GPU of it.
+    trays_of_gpus = chain.from_iterable(map(repeat, found, map(len, found_gpus)))
+    gpu_tray = dict(zip(chain.from_iterable(found_gpus), trays_of_gpus, strict=True))
     state = ClusterState(
         cluster=None,  # type: ignore[arg-type]  (set below)
-        tray_pk=[row[0] for row in trays],
+        tray_pk=tray_pk,
         tray_row=trays,
         tray_index=tray_index,
         tray_gpus=tray_gpus,
@@ -444,13 +449,15 @@ def _inventory(
         held={},
         mark=mark,
     )
-    state.cluster = Cluster(
-        (
-            TraySpec(hostname, rack, partition, min(GPUS_PER_TRAY, len(gpus)), owner, pk not in unsettled)
-            for (pk, hostname, rack, partition, owner, _), gpus in zip(trays, tray_gpus, strict=True)
-        ),
-        fabric,
+    columns = TrayColumns(
+        list(map(itemgetter(1), trays)),
+        list(map(itemgetter(2), trays)),
+        list(map(itemgetter(3), trays)),
+        list(map(min, repeat(GPUS_PER_TRAY), map(len, tray_gpus))),
+        list(map(itemgetter(4), trays)),
+        [pk not in unsettled for pk in tray_pk] if unsettled else [True] * len(trays),
     )
+    state.cluster = Cluster.of_columns(columns, fabric)
     return state
 
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from core.fabric import Fabric
 from core.hardware import GPUS_PER_TRAY
-from scheduling.engine.cluster import Cluster, TraySpec
+from scheduling.engine.cluster import Cluster, TrayColumns, TraySpec
 from scheduling.engine.placement import (
     ANY,
     BLOCK_BEST_FIT,
@@ -137,6 +137,11 @@ def test_a_cluster_built_whole_has_the_indexes_tray_by_tray_gives(racks, with_fa
         by_tray.unhold([t])
     assert index_orders(whole) == index_orders(by_tray)
     check_indexes(whole)
+    # The same trays given as columns (a cold read's `Cluster.of_columns`): the same cluster.
+    of_columns = Cluster.of_columns(columns_of(specs), fabric)
+    assert index_orders(of_columns) == index_orders(whole)
+    assert vars(of_columns).keys() == vars(whole).keys()
+    assert all(getattr(of_columns, k) == getattr(whole, k) for k in vars(whole) if k != "fabric")
     # The per-tray lists, from the specs themselves: racks and partitions numbered as they first appear.
     racks = list(dict.fromkeys(spec.rack for spec in specs))
     parts = list(dict.fromkeys((spec.rack, spec.partition) for spec in specs))
@@ -185,12 +190,27 @@ def test_a_cluster_refuses_the_first_tray_that_shows_a_problem(rows):
         if expected is not None:
             break
         hosts.add(spec.hostname)
-    if expected is None:
-        assert len(Cluster(specs)) == len(specs)
-    else:
-        with pytest.raises(ValueError) as refused:
-            Cluster(specs)
-        assert str(refused.value) == expected
+    for build in (lambda: Cluster(specs), lambda: Cluster.of_columns(columns_of(specs))):
+        if expected is None:
+            assert len(build()) == len(specs)
+        else:
+            with pytest.raises(ValueError) as refused:
+                build()
+            assert str(refused.value) == expected
+
+
+def columns_of(specs: list[TraySpec]) -> TrayColumns:
+    return (
+        TrayColumns(*(list(column) for column in zip(*specs, strict=True)))
+        if specs
+        else TrayColumns(*([] for _ in TraySpec._fields))
+    )
+
+
+def test_tray_columns_of_different_lengths_are_refused():
+    columns = columns_of([TraySpec("a-t1", "a", "p1"), TraySpec("a-t2", "a", "p1")])
+    with pytest.raises(ValueError, match="different lengths"):
+        Cluster.of_columns(columns._replace(capacities=[4]))
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
