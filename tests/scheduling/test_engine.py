@@ -770,3 +770,80 @@ def test_a_borrower_gets_a_rack_of_shared_and_borrowable_dedicated_trays_its_rea
     )
     [start] = result.started
     assert start.over_quota and partitions_of(c, start.placement) == {"r1 p1", "r1 p2"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(  # racks: each a list of partitions, each (trays, owner), each tray (capacity, fabric settled)
+        st.lists(
+            st.tuples(
+                st.lists(
+                    st.tuples(
+                        st.sampled_from([4, 4, 4, 3, 1, 0]), st.sampled_from([True, True, True, False])
+                    ),
+                    min_size=1,
+                    max_size=5,
+                ),
+                st.sampled_from([None, None, "vision"]),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(  # jobs: each (job id, its trays as (tray number, GPUs)); some ask too much or twice
+        st.tuples(
+            st.integers(1, 16),
+            st.lists(
+                st.tuples(st.integers(0, 59), st.sampled_from([1, 1, 2, 4, 4, 0])), min_size=1, max_size=4
+            ),
+        ),
+        max_size=16,
+    ),
+    st.booleans(),
+    st.booleans(),
+)
+def test_jobs_allocated_at_once_index_as_one_by_one(racks, drawn, with_fabric, valid_only):
+    """A cold read places every running job at once (`allocate_all`): the indexes, their orders and every
+    job's GPUs are those of `allocate` job by job, and the same job is refused with the same words."""
+    specs = [
+        TraySpec(f"r{r}-p{p}-t{t}", f"r{r}", f"p{p}", capacity, owner, settled)
+        for r, parts in enumerate(racks)
+        for p, (trays, owner) in enumerate(parts)
+        for t, (capacity, settled) in enumerate(trays)
+    ]
+    fabric = (
+        Fabric(racks={f"r{r}": (f"s{r // 2}", f"u{r}") for r in range(len(racks))}) if with_fabric else None
+    )
+    jobs = [(job_id, [(t % len(specs), gpus) for t, gpus in trays]) for job_id, trays in drawn]
+    if valid_only:  # the jobs a database gives: each once, within what the trays have
+        free, fitting = [spec.capacity for spec in specs], []
+        for job_id, trays in jobs:
+            trays = list(dict(trays).items())
+            if job_id in dict(fitting) or any(not 1 <= gpus <= free[t] for t, gpus in trays):
+                continue
+            for t, gpus in trays:
+                free[t] -= gpus
+            fitting.append((job_id, trays))
+        jobs = fitting
+    one_by_one, at_once = Cluster(specs, fabric), Cluster(specs, fabric)
+    refused = [None, None]
+    try:
+        for job_id, trays in jobs:
+            one_by_one.allocate(job_id, trays)
+    except ValueError as error:
+        refused[0] = str(error)
+    try:
+        at_once.allocate_all(jobs)
+    except ValueError as error:
+        refused[1] = str(error)
+    assert refused[0] == refused[1]
+    if refused[0] is None:
+        assert index_orders(at_once) == index_orders(one_by_one)
+        assert at_once.jobs == one_by_one.jobs and at_once.tray_jobs == one_by_one.tray_jobs
+        check_indexes(at_once)
+        for job_id, _ in jobs:  # and they come off again as placed one by one
+            at_once.release(job_id)
+            one_by_one.release(job_id)
+        assert index_orders(at_once) == index_orders(one_by_one)
