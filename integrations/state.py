@@ -203,10 +203,10 @@ def _slurm_blocks(rows: _Rows, tiers: Iterable[_RackTiers] | None = None) -> tup
     )
 
 
-def _tier_of_partition(rows: _Rows, partitions: Iterable[_PartitionRow] | None = None) -> dict[int, str]:
-    """Partition -> the Slurm partition serving it (see `partition_tier`), for `rows`' partitions or these."""
+def _tier_of_partition(rows: _Rows, partitions: Iterable[_PartitionRow]) -> dict[int, str]:
+    """Partition -> the Slurm partition serving it (see `partition_tier`), for these of `rows`' partitions."""
     tiers = {}
-    for p in rows.partitions if partitions is None else partitions:
+    for p in partitions:
         try:
             tiers[p.id] = partition_tier(p.service_tier, rows.owner_slug(p))
         except ValueError as error:  # a row written around the model's validation and constraint
@@ -221,18 +221,16 @@ def slurm_partition_of(service_tier: str, owner_slug: str | None, *, mig: bool =
     return naming.mig_partition(tier) if mig else tier
 
 
-def _service_tiers(
-    rows: _Rows, tier_of: dict[int, str], tiers: Iterable[_RackTiers] | None = None
-) -> tuple[ServiceTier, ...]:
+def _service_tiers(rows: _Rows, tiers: Iterable[_RackTiers] | None = None) -> tuple[ServiceTier, ...]:
     """The shared `gpu` partition (if it has trays) first, then every other tier by name; a tier holding a
     department's dedicated trays is open to that department's QOS only and served first. A tray in MIG mode
     (its node lines carry MIG GRES: `_slurm_mig`) is in its tier's MIG partition instead (`<tier>--mig`,
     same owners and priority), where slice jobs share the node. Hosts in the trays' order (`rows.trays`);
-    `tiers`: the racks' `_RackTiers` (in `rows.parts` order), made here from `tier_of` when not given."""
+    `tiers`: the racks' `_RackTiers` (in `rows.parts` order), made here when not given."""
     tier_hosts: dict[str, list[str]] = {SHARED_TIER: []}
     tier_owners: dict[str, set[int]] = defaultdict(set)
     mig_tiers: set[str] = set()
-    for piece in _rack_tiers_of(rows, tiers, tier_of):
+    for piece in _rack_tiers_of(rows, tiers):
         for name, rack_hosts in piece.tier_hosts:
             tier_hosts.setdefault(name, []).extend(rack_hosts)
         for name, rack_owners in piece.tier_owners:
@@ -287,22 +285,19 @@ def _department_slugs(rows: _Rows) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(rows.department_slug.items()))
 
 
-def _rack_tiers(
-    part: RackRows, rows: _Rows, slugs: tuple, tier_of: Mapping[int, str] | None = None
-) -> _RackTiers:
+def _rack_tiers(part: RackRows, rows: _Rows, slugs: tuple) -> _RackTiers:
     """`part`'s `_RackTiers`: made again only when its rows are other objects or the slugs changed."""
     kept = _TIERS.get(part.rack.id)
     if kept is not None and kept[0] is part and kept[1] == slugs:
         return kept[2]
-    made = _make_rack_tiers(part, rows, tier_of)
+    made = _make_rack_tiers(part, rows)
     _TIERS[part.rack.id] = (part, slugs, made)
     return made
 
 
-def _make_rack_tiers(part: RackRows, rows: _Rows, tier_of: Mapping[int, str] | None = None) -> _RackTiers:
+def _make_rack_tiers(part: RackRows, rows: _Rows) -> _RackTiers:
     rack = part.rack
-    if tier_of is None:
-        tier_of = _tier_of_partition(rows, part.partitions)
+    tier_of = _tier_of_partition(rows, part.partitions)
     tier_hosts: dict[str, list[str]] = {}
     tier_owners: dict[str, set[int]] = defaultdict(set)
     mig_tiers: set[str] = set()
@@ -338,13 +333,11 @@ def _make_rack_tiers(part: RackRows, rows: _Rows, tier_of: Mapping[int, str] | N
     )
 
 
-def _rack_tiers_of(
-    rows: _Rows, tiers: Iterable[_RackTiers] | None, tier_of: Mapping[int, str] | None = None
-) -> Iterable[_RackTiers]:
+def _rack_tiers_of(rows: _Rows, tiers: Iterable[_RackTiers] | None) -> Iterable[_RackTiers]:
     """The given racks' tiers, or each rack's made now (not kept: a slice's or a test's rows)."""
     if tiers is not None:
         return tiers
-    return [_make_rack_tiers(part, rows, tier_of) for part in rows.parts]
+    return [_make_rack_tiers(part, rows) for part in rows.parts]
 
 
 def _valid_port_guids(trays: Iterable[_TrayRow], problems: list[str]) -> dict[int, list[str]]:
@@ -396,9 +389,8 @@ class _MemberGuids:
 
 
 _GUIDS: dict[int, _MemberGuids] = {}  # department id -> its member GUIDs
-_COUNTED: dict[
-    int, Mapping[int, list[str]]
-] = {}  # rack id -> the members (`_rack_members`) counted in _GUIDS
+# Rack id -> the members (`_rack_members`) counted in _GUIDS.
+_COUNTED: dict[int, Mapping[int, list[str]]] = {}
 # Renders run in threads (gunicorn's, Celery's pool): the kept lists are changed in place, by one at once.
 _GUIDS_LOCK = threading.Lock()
 _GUIDS_RESORT_SHARE = 0.25  # past this share of the racks changed, counting and sorting afresh is as quick
@@ -509,14 +501,11 @@ def _weight(value) -> str:
 
 
 def _kubernetes_inventory(
-    rows: _Rows,
-    tier_of: dict[int, str],
-    nodes: Iterable[NodeSpec] | None = None,
-    tiers: Iterable[_RackTiers] | None = None,
+    rows: _Rows, nodes: Iterable[NodeSpec] | None = None, tiers: Iterable[_RackTiers] | None = None
 ) -> InventoryState:
     """The inventory as the Kubernetes renderer takes it; `nodes`: the trays' NodeSpecs if already made
     (`_node_specs`, kept per rack); `tiers`: the racks' `_RackTiers`, made here when not given."""
-    pieces = list(_rack_tiers_of(rows, tiers, tier_of))
+    pieces = list(_rack_tiers_of(rows, tiers))
     return InventoryState(
         racks=tuple(piece.rack_spec for piece in pieces),
         partitions=tuple(
@@ -595,10 +584,11 @@ def _rack_pieces(part: RackRows) -> _RackPieces:
 
 
 def _forget_pieces(parts: Iterable[RackRows]) -> None:
-    """Drop the pieces of racks that are not among `parts` any more (deleted racks)."""
+    """Drop the pieces and tiers of racks that are not among `parts` any more (deleted racks)."""
     there = {part.rack.id for part in parts}
-    for rack in [rack for rack in list(_PIECES) if rack not in there]:
-        _PIECES.pop(rack, None)
+    for kept in (_PIECES, _TIERS):
+        for rack in [rack for rack in list(kept) if rack not in there]:
+            kept.pop(rack, None)
 
 
 def _slurm_mig(layout: MigLayout | None) -> tuple[tuple[str, int], ...]:
@@ -703,15 +693,10 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
         compute_fabric = current_compute_fabric()
     rows = read_rows()
     pieces = [_rack_pieces(part) for part in rows.parts]
-    if len(_PIECES) > len(pieces):
+    if len(_PIECES) > len(pieces) or len(_TIERS) > len(pieces):
         _forget_pieces(rows.parts)
-    tier_of = _tier_of_partition(rows)
     slugs = _department_slugs(rows)
-    tiers = [_rack_tiers(part, rows, slugs, tier_of) for part in rows.parts]
-    if len(_TIERS) > len(tiers):
-        there = {part.rack.id for part in rows.parts}
-        for rack in [rack for rack in list(_TIERS) if rack not in there]:
-            _TIERS.pop(rack, None)
+    tiers = [_rack_tiers(part, rows, slugs) for part in rows.parts]
     nodes = tuple(node for piece in pieces for node in piece.nodes)
     problems = [problem for piece in pieces for problem in piece.problems]
     tenants = _tenants(
@@ -722,9 +707,7 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
     )
     offer = mig_offer(nodes)
     kubernetes = KubernetesState(
-        inventory=_kubernetes_inventory(
-            rows, tier_of, (spec for piece in pieces for spec in piece.specs), tiers
-        ),
+        inventory=_kubernetes_inventory(rows, (spec for piece in pieces for spec in piece.specs), tiers),
         tenants=tenants,
         nfs_server=rows.tenancy.nfs_server,
         fabric=compute_fabric,
@@ -733,7 +716,7 @@ def build_state(*, fabric: bool = False, compute_fabric: Fabric | None = None) -
     return ConfigState(
         slurm=SlurmState(
             nodes=nodes,
-            tiers=_service_tiers(rows, tier_of, tiers),
+            tiers=_service_tiers(rows, tiers),
             blocks=_slurm_blocks(rows, tiers),
             fabric=compute_fabric,
             racks=tuple((rack, hosts) for rack, hosts in hosts_of_rack.items() if hosts),
@@ -773,7 +756,7 @@ def rack_slice(
     rows = read_rows(names)
     return RackSlice(
         racks=tuple(r.name for r in rows.racks),
-        inventory=_kubernetes_inventory(rows, _tier_of_partition(rows)),
+        inventory=_kubernetes_inventory(rows),
         compute_fabric=compute_fabric,
         fabric=_fabric_racks(rows, names) if fabric else None,
     )

@@ -458,7 +458,7 @@ def _inventory(
         list(map(itemgetter(4), trays)),
         [pk not in unsettled for pk in tray_pk] if unsettled else [True] * len(trays),
     )
-    state.cluster = Cluster.of_columns(columns, fabric)
+    state.cluster = Cluster(columns, fabric)
     return state
 
 

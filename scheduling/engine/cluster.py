@@ -85,7 +85,7 @@ def _refuse(specs: list[TraySpec]) -> None:
 
 
 class TrayColumns(NamedTuple):
-    """The trays as columns, one list per TraySpec field, in cluster order (`Cluster.of_columns`): a cold read
+    """The trays as columns, one list per TraySpec field, in cluster order (`Cluster(columns)`): a cold read
     at 10,000 racks has its rows as columns already, and 180,000 TraySpecs made only to be taken apart again
     cost ~0.1 s."""
 
@@ -101,15 +101,6 @@ class TrayColumns(NamedTuple):
 
 
 class Cluster:
-    @classmethod
-    def of_columns(cls, columns: TrayColumns, fabric: Fabric | None = None) -> Cluster:
-        """The cluster of these trays, as `Cluster(columns.specs(), fabric)` builds it (the same lists and
-        indexes: tests/scheduling/test_engine.py), without making a TraySpec per tray."""
-        lengths = {len(column) for column in columns}
-        if len(lengths) > 1:
-            raise ValueError("tray columns of different lengths")
-        return cls(columns, fabric)
-
     def __init__(self, trays: Iterable[TraySpec] | TrayColumns, fabric: Fabric | None = None):
         # The compute fabric above the racks (core.fabric): each known rack's groups, by level, as indexes.
         self.fabric = fabric if fabric is not None else Fabric()
@@ -163,8 +154,10 @@ class Cluster:
         The trays come partition by partition (cluster order): each run of trays of one partition is looked
         up once, its owners compared at once, and the checks made over whole lists, in C where they can be
         (~0.15 s less at 10,000 racks than a walk tray by tray)."""
-        if isinstance(specs, TrayColumns):
+        if isinstance(specs, TrayColumns):  # a cold read's rows, as columns (no TraySpec per tray)
             columns = specs
+            if len({len(column) for column in columns}) > 1:
+                raise ValueError("tray columns of different lengths")
         else:
             listed = list(specs)
             columns = TrayColumns(*(list(map(get, listed)) for get in _FIELDS))

@@ -137,8 +137,8 @@ def test_a_cluster_built_whole_has_the_indexes_tray_by_tray_gives(racks, with_fa
         by_tray.unhold([t])
     assert index_orders(whole) == index_orders(by_tray)
     check_indexes(whole)
-    # The same trays given as columns (a cold read's `Cluster.of_columns`): the same cluster.
-    of_columns = Cluster.of_columns(columns_of(specs), fabric)
+    # The same trays given as columns (a cold read's `Cluster(columns)`): the same cluster.
+    of_columns = Cluster(columns_of(specs), fabric)
     assert index_orders(of_columns) == index_orders(whole)
     assert vars(of_columns).keys() == vars(whole).keys()
     assert all(getattr(of_columns, k) == getattr(whole, k) for k in vars(whole) if k != "fabric")
@@ -190,7 +190,7 @@ def test_a_cluster_refuses_the_first_tray_that_shows_a_problem(rows):
         if expected is not None:
             break
         hosts.add(spec.hostname)
-    for build in (lambda: Cluster(specs), lambda: Cluster.of_columns(columns_of(specs))):
+    for build in (lambda: Cluster(specs), lambda: Cluster(columns_of(specs))):
         if expected is None:
             assert len(build()) == len(specs)
         else:
@@ -210,7 +210,7 @@ def columns_of(specs: list[TraySpec]) -> TrayColumns:
 def test_tray_columns_of_different_lengths_are_refused():
     columns = columns_of([TraySpec("a-t1", "a", "p1"), TraySpec("a-t2", "a", "p1")])
     with pytest.raises(ValueError, match="different lengths"):
-        Cluster.of_columns(columns._replace(capacities=[4]))
+        Cluster(columns._replace(capacities=[4]))
 
 
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")

@@ -81,8 +81,7 @@ def rendered_partitions(
         f"n{i + 1:02d}": (departments[owner] if owner is not None else None)
         for i, (owner, _) in enumerate(partitions)
     }
-    tier_of = configstate._tier_of_partition(rows)
-    lines = render_partition_lines(configstate._service_tiers(rows, tier_of))
+    lines = render_partition_lines(configstate._service_tiers(rows))
     result = {}
     for line in lines:
         fields = dict(re.findall(r"(\w+)=(\S+)", line))
