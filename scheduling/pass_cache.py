@@ -41,8 +41,6 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Callable, Iterable
-from itertools import groupby
-from operator import itemgetter
 
 from django.db import connection
 from django.utils import timezone
@@ -54,6 +52,7 @@ from inventory.models import ComputeTray, Gpu
 from inventory.staleness import silent_policy, silent_tray_pks
 from scheduling.models import Allocation
 from scheduling.pass_cluster import (
+    RACK_PK,
     RUNNING_COLUMNS,
     ClusterState,
     Held,
@@ -305,9 +304,7 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
     if not racks:  # changes to rows on no rack (a GPU out of any tray)
         return True
     rows = _rows(tray_rows(racks))
-    if not state.rack_trays:
-        state.rack_trays = _rack_trays(state.tray_row)
-    old = sorted(t for rack in racks for t in state.rack_trays.get(rack, ()))
+    old = _trays_of_racks(state, racks)
     if [state.tray_row[t] for t in old] != rows:
         return False
     trays = set(old)
@@ -363,18 +360,21 @@ def _reread(state: ClusterState, racks: set[int], placed: dict[int, object]) -> 
     return True
 
 
-def _rack_trays(tray_row: list[tuple]) -> dict[int, list[int]]:
-    """Rack pk -> its trays' indexes in order (`ClusterState.rack_trays`). The cold read gives the trays
-    rack by rack, so each rack's are one run: grouped in C (~5 ms for 180,000 trays, where a loop over them
-    took ~40 ms of the first pass after a rack changed); a rack in two runs (never expected) is gathered."""
-    rack_of = list(map(itemgetter(5), tray_row))
-    runs = [(rack, list(trays)) for rack, trays in groupby(range(len(rack_of)), key=rack_of.__getitem__)]
-    by_rack = dict(runs)
-    if len(by_rack) < len(runs):
-        by_rack = {}
-        for rack, trays in runs:
-            by_rack.setdefault(rack, []).extend(trays)
-    return by_rack
+def _trays_of_racks(state: ClusterState, racks: set[int]) -> list[int]:
+    """The indexes of the trays of `racks` (pks) in the kept cluster, in order: its racks' partitions'
+    trays (the cold read's, unchanged while it is kept: a re-read that finds other trays reads cold), each
+    rack found by its pk (`ClusterState.rack_index`, made by the first re-read from the rack's first tray:
+    ~10,000 racks, where grouping the 180,000 trays' rows by rack took ~25 ms of that pass)."""
+    cluster = state.cluster
+    if not state.rack_index:
+        tray_row, part_trays = state.tray_row, cluster.part_trays
+        state.rack_index = {
+            tray_row[part_trays[parts[0]][0]][RACK_PK]: r
+            for r, parts in enumerate(cluster.rack_parts)
+            if parts and part_trays[parts[0]]
+        }
+    indexes = [r for r in map(state.rack_index.get, racks) if r is not None]
+    return sorted(t for r in indexes for p in cluster.rack_parts[r] for t in cluster.part_trays[p])
 
 
 # --- kept clusters brought up to date -------------------------------------------------------------------
@@ -405,17 +405,22 @@ def _add(state: ClusterState, job_id: int, placed, allocation: tuple) -> None:
     state.allocated.update(gpus)
 
 
-def _running(state: ClusterState, changed: set[int] | None) -> dict[int, tuple]:
-    """The running jobs' rows: the kept ones with the `changed` jobs' read again (None: every job read)."""
+def _running(state: ClusterState, changed: set[int] | None) -> tuple[dict[int, tuple], dict[int, object]]:
+    """The running jobs' rows and when each was placed (its version): the kept ones with the `changed`
+    jobs' read again, changed in place (None: every job read)."""
     if changed is None:
-        return {row[0]: row for row in read_running()}
-    rows = state.running_rows
+        rows = {row[0]: row for row in read_running()}
+        return rows, {pk: row[-1] for pk, row in rows.items()}
+    rows, placed = state.running_rows, state.running_placed
     again = {abs(job_id) for job_id in changed if job_id > 0}
     for job_id in again:
         rows.pop(job_id, None)
+        placed.pop(job_id, None)
     if again:
-        rows.update((row[0], row) for row in read_running(again))
-    return rows
+        for row in read_running(again):
+            rows[row[0]] = row
+            placed[row[0]] = row[-1]
+    return rows, placed
 
 
 def _catch_up(state: ClusterState, placed: dict[int, object], changed: set[int] | None) -> bool:
@@ -490,14 +495,13 @@ def read(fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
         state = _kept.pop(key, None)
     if state is not None and not _same_fabric(state, fabric):
         state = None
-    rows, job_mark, changed = None, None, None
+    rows, placed, job_mark, changed = None, None, None, None
     if state is not None:
         state.cold = False
         state.reread = 0
         try:
             unchanged, rereadable, job_mark, changed = _check(state)
-            rows = _running(state, changed)
-            placed = {pk: row[-1] for pk, row in rows.items()}
+            rows, placed = _running(state, changed)
             if not unchanged:
                 state = _reread_changed(state, placed) if rereadable else None
             if state is not None and not _catch_up(state, placed, changed):
@@ -513,10 +517,9 @@ def read(fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
         # Its inventory queries on other connections when this transaction changed none of it (core.apart);
         # the running jobs read with their allocations when not read above.
         apart = mark is not None and mark.own_seq is None
-        placed = None if rows is None else {pk: row[-1] for pk, row in rows.items()}
         state = build(placed, mark, fabric() if callable(fabric) else fabric, apart=apart)
         if rows is None:
-            rows = state.running_rows
+            rows, placed = state.running_rows, state.running_placed
         state.fabric_source = fabric if callable(fabric) else None
         if mark is not None:
             # What lives now (the cluster to keep: about a million objects at 10,000 racks) is moved out of
@@ -528,6 +531,8 @@ def read(fabric: Fabric | Callable[[], Fabric] | None = None) -> ClusterState:
             # (this cluster when a later cold read replaces it).
             gc.freeze()
     state.running_rows, state.job_mark, state.changed_jobs = rows, job_mark, changed
+    assert placed is not None  # set with the rows above
+    state.running_placed = placed
     cluster = state.cluster
     state.jobs_before = dict(cluster.jobs)
     state.free_before = cluster.free_gpus

@@ -71,9 +71,10 @@ class ClusterState:
     # tray index -> its row of the cold read (pk, hostname, rack, partition, dedicated to, rack pk): what a
     # rack re-read is compared with (scheduling.pass_cache)
     tray_row: list[tuple] = field(default_factory=list)
-    # rack pk -> its trays' indexes in order, made from `tray_row` by the first rack re-read (it does not
-    # change while the state is kept: a re-read that finds other trays reads cold)
-    rack_trays: dict[int, list[int]] = field(default_factory=dict)
+    # rack pk -> the cluster's index of the rack, made by the first rack re-read (scheduling.pass_cache: the
+    # racks and their trays do not change while the state is kept, a re-read that finds other trays reads
+    # cold)
+    rack_index: dict[int, int] = field(default_factory=dict)
     allocated: set[int] = field(default_factory=set)  # the GPUs the held jobs hold
     mark: Mark | None = None  # None: not kept (SQLite, or the log is missing)
     cold: bool = True  # built by this pass (not kept from an earlier one)
@@ -86,6 +87,7 @@ class ClusterState:
     # The running jobs' rows (pk -> `read_running` row) as this pass read them, and what they were read
     # under (PostgreSQL: scheduling.pass_cache reads again only the jobs the job change log names since).
     running_rows: dict[int, tuple] = field(default_factory=dict)
+    running_placed: dict[int, object] = field(default_factory=dict)  # pk -> its row's `placed` (last column)
     job_mark: Mark | None = None
     # The engine's standing order of the running jobs after the last pass (PassResult.standing), which the
     # next pass's starts from (scheduling.services.passes keeps it).
@@ -257,6 +259,9 @@ def _as_grouped(rows: list[tuple]) -> list[tuple]:
     return [(job, tray, (gpu,), pk) for job, tray, gpu, pk in rows]
 
 
+RACK_PK = 5  # a `tray_rows` row's rack pk
+
+
 def tray_rows(racks=None):
     """(pk, hostname, rack, partition, dedicated to, rack pk) of the trays in a partition, in cluster order
     (`racks`: of those racks only)."""
@@ -401,7 +406,7 @@ def build(
             (running_rows,) = read_jobs
         assert running_rows is not None
         state.running_rows = {row[0]: row for row in running_rows}
-        placed = {pk: row[-1] for pk, row in state.running_rows.items()}
+        placed = state.running_placed = {pk: row[-1] for pk, row in state.running_rows.items()}
     jobs = group_allocations(_as_grouped(allocations), state, state.tray_index)
     cluster = state.cluster
     for _, unschedulable, _, _ in jobs.values():

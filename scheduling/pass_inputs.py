@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import compress, repeat
+from itertools import compress
 from operator import is_, itemgetter, not_
 
 from django.conf import settings
@@ -107,23 +107,27 @@ def engine_running_jobs(
     rows, slug: dict[int, str], kept: dict, projects: dict[int, str] | None = None
 ) -> list[RunningJob]:
     """The engine's RunningJob of each row. `kept` (the rows and RunningJobs of the last pass, under "rows"
-    and "jobs" by pk, and the department and project slugs under None; replaced by this pass's) gives back
-    the RunningJob of each row that is the very row read then (a kept cluster keeps the rows of unchanged
-    jobs: scheduling.pass_cache): 47,700 at 10,000 racks, found in C, the few others made again. A row
-    without a start ("started now") is made again at every pass. `projects`: project slugs by pk
+    and "jobs" by pk, and the department and project slugs under None; brought up to this pass's in place)
+    gives back the RunningJob of each row that is the very row read then (a kept cluster keeps the rows of
+    unchanged jobs: scheduling.pass_cache): 47,700 at 10,000 racks, found in C, the few others made again.
+    A row without a start ("started now") is made again at every pass. `projects`: project slugs by pk
     (`project_slugs`; read when not given)."""
     projects = project_slugs() if projects is None else projects
     if kept.get(None) != (slug, projects):  # a department renamed: every job may read differently
         kept.clear()
+        kept.update({None: (slug, projects), "rows": {}, "jobs": {}})
+    kept_rows, kept_jobs = kept["rows"], kept["jobs"]
     rows = list(rows)
     pks = list(map(_PK, rows))
-    jobs = list(map(kept.get("jobs", {}).get, pks))
-    same = map(is_, map(kept.get("rows", {}).get, pks), rows)
+    jobs = list(map(kept_jobs.get, pks))
+    same = map(is_, map(kept_rows.get, pks), rows)
+    started_now = 0
     for at in compress(range(len(rows)), map(not_, same)):
+        pk = pks[at]
         _, department_id, gpus, limit, over_quota, priority_class, project_id, since, _ = rows[at]
         started = since if since is not None else time.time()
         jobs[at] = RunningJob(
-            id=pks[at],
+            id=pk,
             department=slug[department_id],
             gpus=gpus,
             started_at=started,
@@ -132,11 +136,17 @@ def engine_running_jobs(
             priority_class=priority_class,
             project=projects.get(project_id),
         )
-    kept_rows, kept_jobs = dict(zip(pks, rows, strict=True)), dict(zip(pks, jobs, strict=True))
-    for pk in compress(pks, map(is_, map(_SINCE, rows), repeat(None))):  # started now: not kept
-        del kept_rows[pk], kept_jobs[pk]
-    kept.clear()
-    kept.update({None: (slug, projects), "rows": kept_rows, "jobs": kept_jobs})
+        if since is not None:
+            kept_rows[pk], kept_jobs[pk] = rows[at], jobs[at]
+        else:  # started now: made again next time
+            started_now += 1
+            kept_rows.pop(pk, None)
+            kept_jobs.pop(pk, None)
+    if len(kept_rows) != len(rows) - started_now:  # jobs gone since the last pass
+        for pk in kept_rows.keys() - set(pks):
+            del kept_rows[pk]
+        for pk in kept_jobs.keys() - kept_rows.keys():
+            del kept_jobs[pk]
     return jobs
 
 

@@ -79,7 +79,6 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import compress
 from operator import attrgetter
 
 from core.blocks import BlockPartition, block_layout_error, sizes_error
@@ -265,7 +264,6 @@ class PolicyRun:
 
 
 _QUEUE_ORDER = attrgetter("submitted_at", "id")  # a waiting job's place in line
-_BORROWS = attrgetter("over_quota")
 
 
 def _percentile(ordered: Sequence[float], fraction: float) -> float:
@@ -1212,14 +1210,12 @@ class _Replay:
         for job_id, since in result.fabric_held_since.items():
             self._held_for_fabric(job_id, since)
         # The standing the pass gave every running job, as the portal stores it for the next pass: only the
-        # jobs borrowing now and not before or the other way round change (found with set operations).
-        running, standing = self.running, result.over_quota
-        before = set(compress(running, map(_BORROWS, running.values())))
-        after = set(compress(standing, standing.values()))
-        for job_id in before.symmetric_difference(after):
+        # jobs whose standing it changed (the started ones came with theirs).
+        running = self.running
+        for job_id, over in result.standing_changes.items():
             job = running.get(job_id)
-            if job is not None and job_id in standing and job.over_quota != standing[job_id]:
-                running[job_id] = replace(job, over_quota=standing[job_id])
+            if job is not None and job.over_quota != over:
+                running[job_id] = replace(job, over_quota=over)
         self._count_in_quota()
         if self.recarve is not None and result.in_quota_gangs:
             self._recarve(result, now)

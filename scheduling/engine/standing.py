@@ -17,7 +17,7 @@ tests/scheduling/test_engine_standing_kept.py. Pure Python, no Django.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from itertools import compress
 from operator import attrgetter, is_not
 from typing import Any
@@ -50,14 +50,25 @@ class StandingOrder:
         lists = {name: (list(map(STANDING_KEY, jobs)), jobs) for name, jobs in by_department.items()}
         return cls(dict(running), lists)
 
-    def updated(self, running: Mapping[int, Any]) -> StandingOrder:
-        """The order of `running`, made from this one (module docstring)."""
+    def updated(self, running: Mapping[int, Any], moved: Collection[int] | None = None) -> StandingOrder:
+        """The order of `running`, made from this one (module docstring). `moved`: the ids of every job of
+        `running` that is not the very object sorted here, and of every job sorted here and gone from it
+        (it may name others): only those are looked at (a pass's later looks: scheduling.engine.scheduler
+        notes each job it starts, preempts or restands); None: every job is compared."""
         before = self.jobs
-        # The jobs that are not the very object sorted before (new ones too), found in C.
-        changed = list(compress(running.values(), map(is_not, map(before.get, running), running.values())))
-        if not changed and len(running) == len(before):  # every job the very one sorted, none gone
-            return self
-        gone = [before[job_id] for job_id in before.keys() - running.keys()]
+        if moved is None:
+            # The jobs that are not the very object sorted before (new ones too), found in C.
+            changed = list(
+                compress(running.values(), map(is_not, map(before.get, running), running.values()))
+            )
+            if not changed and len(running) == len(before):  # every job the very one sorted, none gone
+                return self
+            gone = [before[job_id] for job_id in before.keys() - running.keys()]
+        else:
+            changed = [running[j] for j in moved if j in running and running[j] is not before.get(j)]
+            gone = [before[j] for j in moved if j in before and j not in running]
+            if not changed and not gone:
+                return self
         if len(gone) + len(changed) > RESORT_SHARE * max(len(running), 1):
             return StandingOrder.of(running)
         taken_out = gone + [before[job.id] for job in changed if job.id in before]

@@ -7,11 +7,13 @@ exactly what a pass that sorts them fresh decides, and an order made from anothe
 import copy
 import dataclasses
 import random
+from unittest import mock
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine.scheduler import Department, PendingJob, RunningJob, schedule
+from scheduling.engine import standing
+from scheduling.engine.scheduler import Department, PendingJob, Project, RunningJob, schedule
 from scheduling.engine.standing import StandingOrder
 from tests.scheduling.test_engine import cluster_of
 
@@ -151,6 +153,58 @@ def test_an_order_made_from_another_is_the_one_sorted_whole_and_the_other_is_unc
     assert _lists(made) == _lists(StandingOrder.of(running))
     assert made.jobs == running and made.jobs is not running
     assert _lists(order) == before  # never changed: the pass's second look and the next pass start from it
+    # Told which jobs moved (a pass's later looks), it looks at those only and makes the same order; the
+    # moved ids may name jobs that did not move, or that came and went.
+    moved = {
+        job_id
+        for job_id in running.keys() | order.jobs.keys()
+        if running.get(job_id) is not order.jobs.get(job_id)
+    }
+    extra = set(rng.sample(sorted(running.keys() | {10**8}), min(3, len(running) + 1)))
+    told = order.updated(running, moved | extra)
+    assert _lists(told) == _lists(StandingOrder.of(running))
+    assert told.jobs == running
+    assert _lists(order) == before
+    if not moved:
+        assert order.updated(running, extra) is order
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10**6), count=st.integers(0, 120), projects=st.booleans())
+@example(seed=17, count=120, projects=False)  # seven borrowers preempted, five jobs started
+def test_the_standing_changes_are_the_running_jobs_whose_standing_the_pass_changed(seed, count, projects):
+    """`PassResult.standing_changes` (what the portal writes and the simulator keeps) is `over_quota` less
+    the jobs whose standing stayed as given and the ones the pass started, with projects or without."""
+    rng = random.Random(seed)
+    cluster, running = _running(rng, count)
+    if projects:
+        running = [dataclasses.replace(job, project=rng.choice(["p", "q", None])) for job in running]
+    departments = [
+        Department(
+            name,
+            guaranteed=(guaranteed := rng.choice([0, 16, 48, 96])),
+            projects=(Project("p", guaranteed // 2), Project("q", guaranteed // 4)) if projects else (),
+        )
+        for name in "abc"
+    ]
+    pending = [
+        PendingJob(1000 + n, rng.choice("abcd"), rng.choice([1, 2, 4, 8, 36]), submitted_at=float(n))
+        for n in range(rng.randint(0, 12))
+    ]
+    given_standing = {job.id: job.over_quota for job in running}
+    # Every look moves the jobs one by one (a few jobs among many, as at 10,000 racks), never sorts whole.
+    with mock.patch.object(standing, "RESORT_SHARE", 1.0):
+        result = schedule(cluster, departments, running, pending, 1000.0)
+    started = {start.job_id for start in result.started}
+    assert result.standing_changes == {
+        job_id: over
+        for job_id, over in result.over_quota.items()
+        if job_id in given_standing and job_id not in started and over != given_standing[job_id]
+    }
+    assert set(result.over_quota) == (given_standing.keys() - result.preempted.keys()) | started
+    if not projects:  # the order the next pass starts from: every job running after it, as it stands
+        assert {job_id: job.over_quota for job_id, job in result.standing.jobs.items()} == result.over_quota
+        assert _lists(result.standing) == _lists(StandingOrder.of(result.standing.jobs))
 
 
 def test_a_few_changes_move_only_their_jobs_and_the_untouched_departments_lists_are_shared():

@@ -26,6 +26,7 @@ from inventory.fabric import current_fabric
 from inventory.models import ComputeTray, Gpu, NVLinkPartition
 from scheduling import pass_cache, pass_cluster, pass_inputs
 from scheduling.choices import JobState, Topology
+from scheduling.engine.cluster import Cluster, TrayColumns
 from scheduling.models import Allocation, Job
 from scheduling.services.actions import cancel_job, finish_job
 from scheduling.services.passes import run_pass
@@ -779,14 +780,38 @@ def test_the_job_log_pruned_after_a_bulk_load_leaves_passes_right(demo_inventory
     kept_is_cold(expect_cold=False)
 
 
-@given(racks=st.lists(st.integers(1, 6), max_size=40), rack_by_rack=st.booleans())
-def test_each_racks_trays_are_its_indexes_in_order_whether_in_one_run_or_not(racks, rack_by_rack):
-    """pass_cache._rack_trays: grouped by runs (the cold read gives the trays rack by rack), and the same
-    when a rack comes in two runs."""
-    if rack_by_rack:
-        racks = sorted(racks)
-    rows = [(n, f"h{n}", "r", None, None, rack) for n, rack in enumerate(racks)]
-    expected: dict[int, list[int]] = {}
-    for t, rack in enumerate(racks):
-        expected.setdefault(rack, []).append(t)
-    assert pass_cache._rack_trays(rows) == expected
+@given(
+    racks=st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), max_size=12),
+    asked=st.sets(st.integers(0, 14)),
+)
+def test_a_re_read_finds_the_trays_of_its_racks_by_their_pks(racks, asked):
+    """pass_cache._trays_of_racks: the indexes of the rows of the racks asked for (pks; unknown ones find
+    nothing), in order, found through the kept cluster's racks and partitions (racks in name order, not pk
+    order, as the cold read gives them)."""
+    rows = []
+    for number, partitions in sorted(enumerate(racks), key=lambda pair: f"rack-{pair[0] * 7 % 13:02d}"):
+        for clique, trays in enumerate(partitions):
+            for _slot in range(trays):
+                n = len(rows)
+                rows.append((n, f"h{n}", f"rack-{number * 7 % 13:02d}", f"p{clique}", None, number))
+    columns = TrayColumns(
+        [row[1] for row in rows],
+        [row[2] for row in rows],
+        [row[3] for row in rows],
+        [4] * len(rows),
+        [None] * len(rows),
+        [True] * len(rows),
+    )
+    state = pass_cluster.ClusterState(
+        cluster=Cluster(columns),
+        tray_pk=[row[0] for row in rows],
+        tray_index={},
+        tray_gpus=[],
+        gpu_tray={},
+        held_unschedulable=[],
+        held={},
+        tray_row=rows,
+    )
+    expected = [t for t, row in enumerate(rows) if row[pass_cluster.RACK_PK] in asked]
+    assert pass_cache._trays_of_racks(state, asked) == expected
+    assert pass_cache._trays_of_racks(state, asked) == expected  # from the index made by the first

@@ -70,3 +70,6 @@ def test_whatever_was_kept_the_jobs_are_the_ones_made_fresh(passes):
         assert [j.started_at for j in jobs if j.started_at == 100.0] == [
             j.started_at for j in alone if j.started_at == 100.0
         ]
+        # Kept in place: exactly this pass's rows with a start (jobs gone since, or started now, are not).
+        assert set(kept["rows"]) == set(kept["jobs"]) == {r[0] for r in rows if r[7] is not None}
+        assert all(kept["rows"][r[0]] is r for r in rows if r[7] is not None)
