@@ -49,6 +49,17 @@ def schedulable_gpus_q(prefix: str = "") -> Q:
     )
 
 
+def unschedulable_gpus_q_parts() -> tuple[Q, Q]:
+    """`schedulable_gpus_q`'s complement as two conditions on GPUs, one on their own fields and one on their
+    tray's: a GPU is not schedulable when either holds. Each finds its few GPUs by an index (GPUs by health
+    and MIG mode; the few trays that are not up or have a MIG layout), where their union in one condition
+    would filter every GPU joined to its tray."""
+    return (
+        Q(health=GpuHealth.UNHEALTHY) | Q(mig_mode=MigMode.ENABLED),
+        ~Q(tray__state=TrayState.UP) | ~Q(tray__mig_layout__in=WHOLE_GPU_LAYOUTS),
+    )
+
+
 def unschedulable_gpus() -> QuerySet[Gpu]:
     """The complement of `schedulable_gpus_q`: GPUs out of any tray, unhealthy, in MIG mode, or in a tray that
     is not up.

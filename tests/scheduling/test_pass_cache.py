@@ -359,6 +359,46 @@ def test_a_cold_read_apart_builds_the_cluster_a_read_here_builds(demo_inventory,
 
 @postgresql
 @pytest.mark.django_db(transaction=True)
+def test_a_cold_reads_allocations_by_job_are_the_ones_joined_to_their_gpus(demo_inventory):
+    """PostgreSQL's cold read reads the running jobs' allocations a row per job and finds each GPU's tray
+    in the inventory it read (pass_cluster.group_job_allocations), not by the database's join to 720,000
+    GPUs: the placements, the GPUs held off the schedulable ones (an unhealthy GPU under its job, a tray
+    drained under its job) and the GPUs on no tray of the cluster (a tray taken out of its partition) are
+    the ones the join gives (pass_cluster.group_allocations over allocation_rows)."""
+    research = make_department("Research", guaranteed_gpus=16)
+    one, two, three, four, five = free_trays(5)
+    make_job(research, "small", trays=[one])
+    make_job(research, "wide", trays=[two, three])
+    make_job(research, "drained", trays=[four])
+    make_job(research, "gone", trays=[five])
+    unhealthy = Allocation.objects.filter(job__name="wide").order_by("pk").first().gpu
+    Gpu.objects.filter(pk=unhealthy.pk).update(health=GpuHealth.UNHEALTHY)
+    ComputeTray.objects.filter(pk=four.pk).update(state=TrayState.DRAIN, state_reason="XID 79")
+    ComputeTray.objects.filter(pk=five.pk).update(partition=None)
+    with transaction.atomic():
+        state = pass_cluster.build({}, pass_cache._mark())
+        joined = pass_cluster.group_allocations(pass_cluster.allocation_rows(), state, state.tray_index)
+
+    def held(job_id):
+        placement, unschedulable, gpus, last = joined[job_id]
+        return (placement, unschedulable, sorted(gpus), last)
+
+    by_job = {
+        job_id: (h.placement, h.unschedulable, sorted(h.gpus), h.last) for job_id, h in state.held.items()
+    }
+    assert by_job == {job_id: held(job_id) for job_id in joined}
+    jobs = {job.name: job.pk for job in Job.objects.filter(department=research)}
+    index = state.tray_index
+    assert by_job[jobs["wide"]][:2] == (
+        ((index[two.pk], 4), (index[three.pk], 4)),
+        ((index[unhealthy.tray_id], 1),),
+    )
+    assert by_job[jobs["drained"]][:2] == (((index[four.pk], 4),), ((index[four.pk], 4),))
+    assert five.pk not in index and by_job[jobs["gone"]][:2] == ((), ()) and len(by_job[jobs["gone"]][2]) == 4
+
+
+@postgresql
+@pytest.mark.django_db(transaction=True)
 def test_a_cold_read_after_its_own_transactions_inventory_change_reads_it(demo_inventory):
     """Other connections would not see the change (an exported snapshot leaves out the exporter's own):
     the pass's change log says there is one, and the inventory is read on the pass's own connection."""

@@ -65,6 +65,25 @@ def test_schedulable_gpus_leave_out_trays_not_up_and_unhealthy_gpus(capacity):
     assert GpuMig.from_dict(Gpu.objects.get(pk=demo.pk).mig).complete
 
 
+def test_the_two_parts_of_the_unschedulable_condition_are_the_schedulable_ones_complement(capacity):
+    """unschedulable_gpus_q_parts: a GPU is not schedulable exactly when one of the two conditions holds (the
+    cold read finds the GPUs running jobs hold off the schedulable ones by them: scheduling.pass_cluster)."""
+    gpus = list(Gpu.objects.filter(tray__isnull=False).order_by("pk"))
+    Gpu.objects.filter(pk=gpus[0].pk).update(mig_mode=MigMode.ENABLED)
+    Gpu.objects.filter(pk=gpus[5].pk).update(health=GpuHealth.UNHEALTHY)
+    ComputeTray.objects.filter(pk=gpus[9].tray_id).update(mig_layout="all-1g.23gb")
+    ComputeTray.objects.filter(pk=gpus[13].tray_id).update(state=TrayState.DOWN, state_reason="test")
+    own, tray = services.unschedulable_gpus_q_parts()
+    in_trays = Gpu.objects.filter(tray__isnull=False)
+    schedulable = set(in_trays.filter(services.schedulable_gpus_q()).values_list("pk", flat=True))
+    off = set(in_trays.filter(own).values_list("pk", flat=True)) | set(
+        in_trays.filter(tray).values_list("pk", flat=True)
+    )
+    assert schedulable.isdisjoint(off) and schedulable | off == {gpu.pk for gpu in gpus}
+    assert {gpus[0].pk, gpus[5].pk, gpus[9].pk, gpus[13].pk} <= off
+    assert off == set(services.unschedulable_gpus().filter(tray__isnull=False).values_list("pk", flat=True))
+
+
 def test_guarantees_may_fill_the_capacity_but_never_exceed_it(capacity):
     department("Alpha", capacity - 8)
     department("Beta", 8)
