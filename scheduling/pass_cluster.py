@@ -235,7 +235,7 @@ def group_job_allocations(rows, state: ClusterState, held_off: dict[int, int]) -
     """`group_allocations` of a cold read on PostgreSQL, from `_job_allocation_query`'s rows (job, its GPUs,
     its highest allocation id): each GPU's tray from the inventory read (`state.gpu_tray`: the schedulable
     GPUs, `held_off`: the cluster's trays' other GPUs -> their tray index; a GPU in neither is on no tray of
-    the cluster), not joined by the database (~0.6 s of its time at 10,000 racks: 488,000 allocations to
+    the cluster), not joined by the database (~0.8 s of its time at 10,000 racks: 488,000 allocations to
     720,000 GPUs). One row per job (~47,700), the GPUs counted by tray in C."""
     on_tray, off_tray = state.gpu_tray.get, held_off.get
     jobs: dict[int, tuple] = {}
@@ -470,7 +470,7 @@ def build(
     # gives them: read_running's).
     jobs_here = placed is None and running_rows is None
     with AtOnce(
-        # The GPUs by tray (the largest) on one connection, the other four on another.
+        # The GPUs by tray (the largest) on one connection, the other five on another.
         [[_sql(inventory[1])], [_sql(query) for query in (inventory[0], *inventory[2:])]],
         [*([_sql(running_query())] if jobs_here else []), _sql(allocation_query)],
         apart=apart,

@@ -100,7 +100,7 @@ def engine_departments(
     ]
 
 
-_PK, _SINCE = itemgetter(0), itemgetter(7)  # of a `read_running` row
+_PK = itemgetter(0)  # of a `read_running` row
 
 
 def engine_running_jobs(

@@ -135,8 +135,10 @@ def _refuse_image(image: str) -> None:
 def validate_work(work: dict) -> dict:
     refuse_unknown_keys(work, WORK_KEYS, "a Kubernetes job")
     image = work.get("image")
-    if not isinstance(image, str) or not image.strip() or any(c.isspace() or c == "\x00" for c in image):
+    if not isinstance(image, str) or not image.strip():
         raise WorkError('a Kubernetes job needs "image": a container image')
+    if any(c.isspace() or c == "\x00" for c in image):  # a reference holds neither (named, not echoed)
+        raise WorkError(f'"image" holds a space, a line break or a NUL character; write {IMAGE_RULE}')
     _refuse_text(image, '"image"', multiline=False)
     _refuse_image(image)
     out: dict = {"image": image}

@@ -305,6 +305,9 @@ def test_job_objects_are_never_pruned_by_a_configuration_push():
         ({"time_limit_minutes": 0}, "time limit"),
         ({"work": {"script": "#!/bin/bash\nsrun x"}}, "unknown keys for a Kubernetes job"),
         ({"work": {"command": ["x"]}}, 'needs "image"'),
+        ({"work": {"image": "   "}}, 'needs "image"'),
+        ({"work": {"image": "busybox\nprivileged: true"}}, '"image" holds a space, a line break or a NUL'),
+        ({"work": {"image": "nvcr.io/nvidia/pytorch:25.01 -py3"}}, '"image" holds a space'),
         ({"work": {"image": "x", "args": "train.py"}}, '"args" must be a list of strings'),
         ({"department": "Vision"}, "namespace"),
         # Beyond what the API server can store (the boundaries are checked on the real server below).
