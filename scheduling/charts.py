@@ -171,6 +171,7 @@ def _time_axis() -> dict:
 
 
 UTILIZATION = "#7c3aed"
+SHORT_RANGE_S = 15 * 60  # a time axis shorter than this shows seconds
 LINE_COLOURS = ("#2563eb", "#16a34a", "#f59e0b", "#dc2626", "#0891b2", "#7c3aed", "#db2777", "#65a30d")
 
 
@@ -198,6 +199,9 @@ def _utilization_spec(
     xaxis = _time_axis()
     if x_range:  # the range asked for, so the chart ends now even when the last sample is minutes old
         xaxis["range"] = [_wall(moment) for moment in x_range]
+        if (x_range[1] - x_range[0]).total_seconds() < SHORT_RANGE_S:  # a job minutes old: ticks a minute
+            xaxis["tickformat"] = "%H:%M:%S"  # apart or less would all read the same minute
+            xaxis["hoverformat"] = "%Y-%m-%d %H:%M:%S"
     layout = _layout(
         hovermode="x unified",
         xaxis=xaxis,

@@ -280,6 +280,16 @@ def test_the_chart_draws_times_in_the_viewers_zone_and_names_it():
     assert utilization_figure(series).layout.xaxis.title.text == "UTC"
 
 
+def test_a_run_minutes_old_has_ticks_that_differ():
+    """A job that started two minutes ago: ticks a few seconds apart, so they read in seconds (they all read
+    the same minute as %H:%M, found in the walkthrough); an hour's range keeps minutes."""
+    series = {"GPU-a": [(T0, 10.0)]}
+    short = utilization_figure(series, x_range=(T0, T0 + timedelta(minutes=2))).layout.xaxis
+    assert (short.tickformat, short.hoverformat) == ("%H:%M:%S", "%Y-%m-%d %H:%M:%S")
+    hour = utilization_figure(series, x_range=(T0, T0 + timedelta(hours=1))).layout.xaxis
+    assert hour.tickformat == "%m-%d %H:%M"
+
+
 @pytest.mark.django_db
 def test_a_gpu_page_loads_its_chart_for_the_range_asked(demo_inventory, client_as):
     gpu = gpus_of()[0]
