@@ -453,15 +453,11 @@ def build(
     (this transaction changed none of the inventory's logged columns: scheduling.pass_cache), else on this
     one before the allocations."""
     postgres = connection.vendor == "postgresql"
-    inventory = [
-        tray_rows(),
-        _gpus_by_tray_query(),
-        unsettled_tray_rows(),
-        degraded_tray_rows(),
-        off_gpu_rows(),
-        off_tray_gpu_rows(),
-    ]
-    # PostgreSQL: the allocations a row per job, their trays found from the inventory's GPUs (not joined).
+    inventory = [tray_rows(), _gpus_by_tray_query(), unsettled_tray_rows(), degraded_tray_rows()]
+    # PostgreSQL: the allocations a row per job, their trays found from the inventory's GPUs (not joined),
+    # the GPUs off the schedulable ones read with the inventory; elsewhere the join gives every GPU's tray.
+    if postgres:
+        inventory += [off_gpu_rows(), off_tray_gpu_rows()]
     allocation_query = _job_allocation_query() if postgres else _allocation_query()
     running_rows = None
     if placed is None and connection.vendor != "postgresql":  # (its timestamps are converted in Python)
@@ -470,7 +466,7 @@ def build(
     # gives them: read_running's).
     jobs_here = placed is None and running_rows is None
     with AtOnce(
-        # The GPUs by tray (the largest) on one connection, the other five on another.
+        # The GPUs by tray (the largest) on one connection, the others on another.
         [[_sql(inventory[1])], [_sql(query) for query in (inventory[0], *inventory[2:])]],
         [*([_sql(running_query())] if jobs_here else []), _sql(allocation_query)],
         apart=apart,

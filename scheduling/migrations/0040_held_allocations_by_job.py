@@ -9,32 +9,28 @@ hundred jobs, found by their primary key (~1 ms). The figures are the same: a jo
 counted one by one.
 """
 
+from importlib import import_module
+
 from django.db import migrations
 
 TABLE = "scheduling_heldgpus"
 HOLDING = "('starting', 'running')"  # scheduling.choices.HOLDING_STATES
 
 
-def _function(per_job: bool) -> str:
-    """The trigger function: the rows counted per job first (`per_job`), or joined row by row (0031's)."""
+def _figures(rows: str, sign: str) -> str:
+    """The figures of the allocation rows `rows` (a transition table), counted per job, `sign` "" or "-"."""
+    return (
+        f"SELECT j.department_id, j.project_id, "
+        f"{sign}COALESCE(SUM(a.n) FILTER (WHERE j.state IN {HOLDING}), 0), "
+        f"{sign}COALESCE(SUM(a.n) FILTER (WHERE j.state IN {HOLDING} AND j.over_quota), 0), "
+        f"{sign}SUM(a.n) "
+        f"FROM (SELECT job_id, COUNT(*) AS n FROM {rows} GROUP BY job_id) a "
+        "JOIN scheduling_job j ON j.id = a.job_id GROUP BY j.department_id, j.project_id"
+    )
 
-    def figures(rows: str, sign: str) -> str:
-        if per_job:
-            return (
-                f"SELECT j.department_id, j.project_id, "
-                f"{sign}COALESCE(SUM(a.n) FILTER (WHERE j.state IN {HOLDING}), 0), "
-                f"{sign}COALESCE(SUM(a.n) FILTER (WHERE j.state IN {HOLDING} AND j.over_quota), 0), "
-                f"{sign}SUM(a.n) "
-                f"FROM (SELECT job_id, COUNT(*) AS n FROM {rows} GROUP BY job_id) a "
-                "JOIN scheduling_job j ON j.id = a.job_id GROUP BY j.department_id, j.project_id"
-            )
-        return (
-            f"SELECT j.department_id, j.project_id, {sign}COUNT(*) FILTER (WHERE j.state IN {HOLDING}), "
-            f"{sign}COUNT(*) FILTER (WHERE j.state IN {HOLDING} AND j.over_quota), {sign}COUNT(*) "
-            f"FROM {rows} a JOIN scheduling_job j ON j.id = a.job_id GROUP BY j.department_id, j.project_id"
-        )
 
-    return f"""
+# 0031's function with its two figure statements counted per job (the rest as it was there).
+ALLOCATIONS = f"""
 CREATE OR REPLACE FUNCTION scheduling_held_allocations() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
@@ -44,12 +40,12 @@ BEGIN
     IF TG_OP <> 'DELETE' THEN
         PERFORM 1 FROM scheduling_job WHERE id IN (SELECT job_id FROM new_rows) ORDER BY id FOR SHARE;
         INSERT INTO {TABLE} (department_id, project_id, in_use, borrowed, allocated)
-        {figures("new_rows", "")};
+        {_figures("new_rows", "")};
     END IF;
     IF TG_OP <> 'INSERT' THEN
         PERFORM 1 FROM scheduling_job WHERE id IN (SELECT job_id FROM old_rows) ORDER BY id FOR SHARE;
         INSERT INTO {TABLE} (department_id, project_id, in_use, borrowed, allocated)
-        {figures("old_rows", "-")};
+        {_figures("old_rows", "-")};
     END IF;
     PERFORM scheduling_held_fold();
     RETURN NULL;
@@ -60,12 +56,12 @@ $$
 
 def forwards(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(_function(per_job=True))
+        schema_editor.execute(ALLOCATIONS)
 
 
 def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(_function(per_job=False))
+    if schema_editor.connection.vendor == "postgresql":  # 0031's function, as that migration wrote it
+        schema_editor.execute(import_module("scheduling.migrations.0031_held_gpus").ALLOCATIONS)
 
 
 class Migration(migrations.Migration):
