@@ -2,7 +2,9 @@
 
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework import exceptions, serializers, views
+from django.http import Http404
+from django.utils.translation import gettext
+from rest_framework import exceptions, negotiation, serializers, views
 from rest_framework.settings import api_settings
 
 from core.errors import RackplaneError
@@ -30,6 +32,21 @@ def client_error(error: RackplaneError) -> exceptions.APIException:
     if error.field:
         return serializers.ValidationError({error.field: [str(error)]})
     return ClientError(str(error))
+
+
+class ContentNegotiation(negotiation.DefaultContentNegotiation):
+    """DRF's, except that a `?format=` (or a `.suffix`) no renderer of the operation answers is a 406 naming
+    the formats it has: DRF answers 404, as if the jobs or the object did not exist (`?format=csv`)."""
+
+    def filter_renderers(self, renderers, format):
+        try:
+            return super().filter_renderers(renderers, format)
+        except Http404:
+            formats = ", ".join(sorted({renderer.format for renderer in renderers}))
+            raise exceptions.NotAcceptable(
+                gettext("No %(format)s answer here; formats: %(formats)s.")
+                % {"format": repr(format[:40]), "formats": formats}
+            ) from None
 
 
 def exception_handler(exc, context):

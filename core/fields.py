@@ -15,6 +15,7 @@ Django validator and the form field of the same rule.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,8 @@ from rest_framework.settings import api_settings
 
 from core.text_i18n import problem_message
 from core.textrule import text_problem
+
+SLUG = re.compile(r"[-a-zA-Z0-9_]+")  # DRF's slug pattern, matched whole
 
 # The mixins below go in front of a DRF field or serializer and call it through super(); to mypy that is
 # their base (at run time the class they are mixed into is).
@@ -67,7 +70,18 @@ class TextField(StringOnly, serializers.CharField):
 
 
 class SlugTextField(StringOnly, serializers.SlugField):
-    pass
+    """A slug as sent: `" ai-lab "` is refused like `"AI-Lab"` (DRF would trim the first and accept it), and
+    `"ai-lab\\n"` too (DRF's pattern ends in `$`, which matches before a final line break)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not self.allow_unicode and not SLUG.fullmatch(value):
+            self.fail("invalid")
+        return value
 
 
 class JSONIntegerField(serializers.IntegerField):

@@ -260,6 +260,8 @@ REST_FRAMEWORK = {
     # form or multipart bodies, which cannot carry nested fields (the schema advertises application/json).
     "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    # `?format=` naming a format the operation does not render: a 406 naming its formats, not DRF's 404.
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.api.ContentNegotiation",
     # core.tables.SortFilter: `?sort=` on the lists that name their sortable columns (`sort_fields`). A
     # query parameter an operation does not read is a 400 before it runs (portal.web.middleware).
     "DEFAULT_FILTER_BACKENDS": [

@@ -80,6 +80,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     def create(self, request):
         key = request.headers.get("Idempotency-Key", "").strip()
+        if not key and "Idempotency-Key" in request.headers:
+            # An empty key is not "no key": the client meant to retry safely and would get a second job.
+            return Response(
+                {"Idempotency-Key": ["empty: send a key (e.g. a UUID) or leave the header out"]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
         if len(key) > MAX_KEY:
             return Response(
                 {"Idempotency-Key": [f"at most {MAX_KEY} characters"]}, status=status.HTTP_400_BAD_REQUEST

@@ -139,3 +139,15 @@ def test_a_caller_without_credentials_gets_the_401_not_the_parameter_list(client
     assert response.status_code == 401
     assert "state" not in response.content.decode()
     assert api.get("/api/v1/jobs/?x=1").status_code == 400  # a token: told
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/jobs/?format=csv", "/api/v1/gpus/?format=yaml", "/api/v1/racks/?format=CSV"]
+)
+def test_a_format_the_operation_does_not_render_is_a_406_naming_its_formats(api, department_a, path):
+    # DRF answered 404, as if there were no jobs or no such list.
+    response = api.get(path)
+    assert response.status_code == 406
+    assert response["Content-Type"] == "application/json"
+    detail = response.json()["detail"]
+    assert "json" in detail and "api" in detail and path.rsplit("=", 1)[1] in detail

@@ -129,3 +129,12 @@ def test_a_key_that_is_not_printable_ascii_is_a_400_and_makes_nothing(submit, ke
     assert response.status_code == 400, response.content
     assert "printable ASCII" in response.json()["Idempotency-Key"][0]
     assert rows() == (0, 0)
+
+
+@pytest.mark.parametrize("key", ["", "   "])
+def test_an_empty_key_is_a_400_not_a_submission_without_one(submit, key):
+    # A client that sends the header meant to retry safely: taken as "no key", its retry made a second job.
+    response = submit(key)
+    assert response.status_code == 400, response.content
+    assert "empty" in response.json()["Idempotency-Key"][0]
+    assert rows() == (0, 0)

@@ -130,6 +130,16 @@ def test_a_department_slug_in_the_wrong_case_is_named_right(member_a, department
     assert response.json()["department"] == ["you are not a member of a department 'GAMMA'"]
 
 
+@pytest.mark.parametrize("slug", [" alpha", "alpha ", "alpha\n"])
+def test_a_department_slug_with_spaces_around_is_refused_as_the_wrong_case_is(member_a, department_a, slug):
+    # DRF trimmed it and took the job for 'alpha' while 'Alpha' was refused: a slug is taken as sent.
+    body = {"department": slug, "name": "t", "gpus": 4, "work": {"script": SCRIPT}}
+    response = token_client(member_a).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400
+    assert "slug" in response.json()["department"][0]
+    assert not Job.objects.exists()
+
+
 @pytest.mark.slow(reason="over 0.3 s on 2 cores, measured: beyond make test-fast's budget")
 @pytest.mark.parametrize(
     ("fields", "words"),
