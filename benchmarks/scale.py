@@ -830,8 +830,11 @@ def run(args: argparse.Namespace, scratch: Path, services: "stack.Services") -> 
     else:
         os.environ["DATABASE_URL"] = f"sqlite:///{scratch}/bench.sqlite3"
         origin = "embedded default: a temporary file"
-    # In this process Celery stays eager (no broker): only the stack's processes get CELERY_BROKER_URL.
+    # In this process Celery stays eager (no broker): only the stack's processes get CELERY_BROKER_URL. Not
+    # this clone's var/dev.env either (`make run` names its filesystem broker there, which no worker reads
+    # during a benchmark: a re-carve's pushes were left queued and the next plan refused as still applying).
     os.environ.pop("CELERY_BROKER_URL", None)
+    os.environ["RACKPLANE_DEV_ENV"] = "0"
     os.environ.setdefault("DEBUG", "1")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")

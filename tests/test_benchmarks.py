@@ -40,6 +40,11 @@ def run_scale(*args: str) -> dict:
     inherited.add("RACKPLANE_RUNTIME_DIR")
     env = {k: v for k, v in os.environ.items() if k not in inherited and not k.startswith("PG")}
     env["DEBUG"] = "1"
+    # What `make run` leaves in a clone (var/dev.env): a broker no worker reads during the benchmark. The
+    # benchmark must not take it (its re-carve's pushes stayed queued and the next plan was refused).
+    dev_env = Path(tempfile.mkdtemp(prefix="rackplane-bench-dev-env-")) / "dev.env"
+    dev_env.write_text("CELERY_BROKER_URL=filesystem://\nRACKPLANE_DEMO_TELEMETRY=1\n")
+    env["RACKPLANE_DEV_ENV"] = str(dev_env)
     command = [sys.executable, str(SCALE), "--racks", "3", "--requests", "2", "--reports", "5"]
     command += ["--results-dir", tempfile.mkdtemp(prefix="rackplane-bench-results-")]  # not the repo's var/
     command += ["--decisions", str(DECISIONS), "--pass-jobs", "10", *args]
