@@ -35,17 +35,21 @@ def client_error(error: RackplaneError) -> exceptions.APIException:
 
 
 class ContentNegotiation(negotiation.DefaultContentNegotiation):
-    """DRF's, except that a `?format=` (or a `.suffix`) no renderer of the operation answers is a 406 naming
-    the formats it has: DRF answers 404, as if the jobs or the object did not exist (`?format=csv`)."""
+    """DRF's, except that a `?format=` no renderer of the operation answers is a 406 naming the formats it
+    has: DRF answers 404, as if the jobs or the object did not exist (`?format=csv`). A `.suffix` in the
+    path stays a 404: that path names no resource (`/jobs/0.5/` is not job 0 in format '5')."""
 
-    def filter_renderers(self, renderers, format):
+    def select_renderer(self, request, renderers, format_suffix=None):
         try:
-            return super().filter_renderers(renderers, format)
+            return super().select_renderer(request, renderers, format_suffix)
         except Http404:
+            if format_suffix:
+                raise
+            asked = str(request.query_params.get(self.settings.URL_FORMAT_OVERRIDE) or "")
             formats = ", ".join(sorted({renderer.format for renderer in renderers}))
             raise exceptions.NotAcceptable(
                 gettext("No %(format)s answer here; formats: %(formats)s.")
-                % {"format": repr(format[:40]), "formats": formats}
+                % {"format": repr(asked[:40]), "formats": formats}
             ) from None
 
 

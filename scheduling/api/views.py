@@ -83,18 +83,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         if not key and "Idempotency-Key" in request.headers:
             # An empty key is not "no key": the client meant to retry safely and would get a second job.
             return Response(
-                {"Idempotency-Key": ["empty: send a key (e.g. a UUID) or leave the header out"]},
+                {"Idempotency-Key": [_("empty: send a key (e.g. a UUID) or leave the header out")]},
                 status=status.HTTP_400_BAD_REQUEST,
             )
         if len(key) > MAX_KEY:
             return Response(
-                {"Idempotency-Key": [f"at most {MAX_KEY} characters"]}, status=status.HTTP_400_BAD_REQUEST
+                {"Idempotency-Key": [_("at most %(n)s characters") % {"n": MAX_KEY}]},
+                status=status.HTTP_400_BAD_REQUEST,
             )
         # Header bytes beyond ASCII arrive decoded as Latin-1 (WSGI): C1 controls and mojibake that would be
         # stored as the key. A key is printable ASCII (a UUID, a hash), as the IETF draft's sf-string is.
         if not (key.isascii() and key.isprintable()):
             return Response(
-                {"Idempotency-Key": ["use printable ASCII characters only (e.g. a UUID)"]},
+                {"Idempotency-Key": [_("use printable ASCII characters only (e.g. a UUID)")]},
                 status=status.HTTP_400_BAD_REQUEST,
             )
         # A retry is validated for its shape only (not against today's memberships or capacity), then

@@ -71,7 +71,7 @@ def test_a_members_stored_words_read_in_japanese(live_server, browser, member, s
         width = viewport["width"]
 
         page.goto(f"{live_server.url}/")
-        why = page.locator("#work-pending").locator("xpath=..").locator("tbody td").nth(3)
+        why = page.locator("#work-pending").locator("xpath=..").locator("td[data-why-waits]").first
         expect(why).to_contain_text("空きトレイが 18 台あるラックがありません")
         expect(why).to_contain_text("約 24 時間後")  # whole hours, no space before the particle
         assert not spacing_slips(why.inner_text()), why.inner_text()
