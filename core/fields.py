@@ -15,10 +15,10 @@ Django validator and the form field of the same rule.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from django.core.validators import RegexValidator, slug_re
 from django.utils.translation import gettext, gettext_lazy
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
@@ -27,8 +27,6 @@ from rest_framework.settings import api_settings
 
 from core.text_i18n import problem_message
 from core.textrule import text_problem
-
-SLUG = re.compile(r"[-a-zA-Z0-9_]+")  # DRF's slug pattern, matched whole
 
 # The mixins below go in front of a DRF field or serializer and call it through super(); to mypy that is
 # their base (at run time the class they are mixed into is).
@@ -71,17 +69,15 @@ class TextField(StringOnly, serializers.CharField):
 
 class SlugTextField(StringOnly, serializers.SlugField):
     """A slug as sent: `" ai-lab "` is refused like `"AI-Lab"` (DRF would trim the first and accept it), and
-    `"ai-lab\\n"` too (DRF's pattern ends in `$`, which matches before a final line break)."""
+    `"ai-lab\\n"` too: DRF's pattern ends in `$`, which matches before a final line break, so its validator
+    is replaced by one with Django's own slug pattern (`\\Z`), keeping DRF's words."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        if not self.allow_unicode and not SLUG.fullmatch(value):
-            self.fail("invalid")
-        return value
+        if not self.allow_unicode:
+            # DRF appends its slug validator last.
+            self.validators[-1] = RegexValidator(slug_re, message=self.error_messages["invalid"])
 
 
 class JSONIntegerField(serializers.IntegerField):

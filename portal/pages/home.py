@@ -77,6 +77,11 @@ class WorkHome:
         return self._sum("in_quota")
 
     @property
+    def several(self) -> bool:
+        """Whether the person is in more than one department: only then do the job rows name theirs."""
+        return len(self.positions) > 1
+
+    @property
     def idle(self) -> int:
         return self._sum("idle")
 

@@ -63,7 +63,7 @@ def test_a_member_of_two_departments_sees_each_jobs_department_but_not_on_a_phon
 
 
 def test_the_homes_idle_gpus_name_the_person_longest_idle_first(
-    client_as, demo_inventory, department_a, member_a, lead_a
+    client_as, demo_inventory, department_a, department_b, member_a, lead_a
 ):
     """The walkthrough's carol and frank: their home's idle GPUs had no person and no order, while the
     department page and the admin dashboard name the person, longest idle first (one table for all three)."""
@@ -84,3 +84,9 @@ def test_the_homes_idle_gpus_name_the_person_longest_idle_first(
     assert '<th scope="col">Person</th>' in panel and "Longest idle first." in panel
     people = re.findall(r'<td class="person">([^<]*)</td>', panel)
     assert people == ["member-a"] * 4 + ["lead-a"] * 4
+    # Their department is named on no row while they have one (as in the job tables above), on each once two.
+    assert ">Department</th>" not in panel
+    Membership.objects.create(user=member_a, department=department_b, role=Role.MEMBER)
+    html = client_as("member_a").get(reverse("home")).content.decode()
+    panel = html.split('aria-labelledby="work-idle"', 1)[1].split("</section>", 1)[0]
+    assert ">Department</th>" in panel and panel.count(f"<td>{department_a.name}</td>") == 8
